@@ -1,0 +1,36 @@
+# `make demo`: the simulated GPU host, live.  `make test`: the whole test suite.
+# Each creates .venv and installs what it needs (again only when pyproject.toml changes).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed
+	mkdir -p .demo
+	$(BIN)/mlcostd run --simulate demo --db .demo/demo.db --watch
+
+test: $(VENV)/.test-installed
+	$(BIN)/pytest
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check .
+
+bench: $(VENV)/.test-installed
+	$(BIN)/python bench/collector.py
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache

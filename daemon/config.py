@@ -1,0 +1,260 @@
+"""The one config object: a TOML file where every setting has a default.
+
+A bad key or value fails at start with the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the key, the value and what fits."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, None: 1,
+}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """'90s', '15m', '6h', '8d', '250ms' or a number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration (use e.g. 30s, 15m, 6h, 8d)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds -> the largest whole unit: 21600 -> '6h', 90 -> '90s'."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_size(value: str | int) -> int:
+    """'512MiB', '1GiB', '2GB' or a number of bytes -> bytes."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size (use e.g. 512MiB, 1GiB)")
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def _meta(help: str, kind: str = "", low: float | None = None, high: float | None = None,
+          choices: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"help": help, "kind": kind, "low": low, "high": high, "choices": choices}
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    interval: float = field(default=1.0, metadata=_meta(
+        "seconds between ticks", "duration", 0.1, 60))
+    db: str = field(default="", metadata=_meta(
+        "SQLite file; empty: /var/lib/mlcost/mlcost.db as root, "
+        "$XDG_STATE_HOME/mlcost/mlcost.db (~/.local/state) otherwise", "path"))
+    log_level: str = field(default="info", metadata=_meta(
+        "log level", choices=("debug", "info", "warning", "error")))
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    raw_retention: float = field(default=6 * 3600.0, metadata=_meta(
+        "keep 1 s samples this long", "duration", 60, 90 * 86400))
+    minute_retention: float = field(default=8 * 86400.0, metadata=_meta(
+        "keep 1 min rollups this long", "duration", 3600, 5 * 365 * 86400))
+    hour_retention: float = field(default=400 * 86400.0, metadata=_meta(
+        "keep 1 h rollups this long", "duration", 86400, 20 * 365 * 86400))
+    max_size: int = field(default=1 << 30, metadata=_meta(
+        "largest the database may grow (oldest raw data goes first)", "size", 1 << 20, 1 << 44))
+
+
+@dataclass(frozen=True)
+class NvmlConfig:
+    call_deadline: float = field(default=0.5, metadata=_meta(
+        "longest one GPU's reading may take before it is marked timed out", "duration", 0.05, 30))
+    retry_initial: float = field(default=1.0, metadata=_meta(
+        "first retry after NVML fails to start", "duration", 0.1, 600))
+    retry_max: float = field(default=60.0, metadata=_meta(
+        "longest wait between NVML retries", "duration", 1, 3600))
+
+
+@dataclass(frozen=True)
+class ProcessesConfig:
+    children: bool = field(default=True, metadata=_meta(
+        "also record child processes of GPU processes (DataLoader workers)", "bool"))
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    provider: str = field(default="", metadata=_meta(
+        "cloud provider override", choices=("", "aws", "gcp", "azure", "lambda", "on-prem")))
+    type: str = field(default="", metadata=_meta("instance type override, e.g. p4d.24xlarge"))
+    region: str = field(default="", metadata=_meta("region override, e.g. us-east-1"))
+    lifecycle: str = field(default="", metadata=_meta(
+        "pricing lifecycle override", choices=("", "on-demand", "spot", "commit-1y")))
+    price_per_hour: float = field(default=0.0, metadata=_meta(
+        "host price in USD per hour (off-cloud, or to override the catalog)", "number", 0, 10000))
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    nvml: NvmlConfig = field(default_factory=NvmlConfig)
+    processes: ProcessesConfig = field(default_factory=ProcessesConfig)
+    instance: InstanceConfig = field(default_factory=InstanceConfig)
+    source: str = "defaults"  # where this config came from, for logs and `check`
+
+
+SECTIONS: dict[str, type] = {
+    f.name: f.type if isinstance(f.type, type) else globals()[f.type]  # type: ignore[misc]
+    for f in dataclasses.fields(Config) if f.name != "source"
+}
+
+
+def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
+    meta = f.metadata
+    kind, low, high, choices = meta["kind"], meta["low"], meta["high"], meta["choices"]
+    key = f"[{section}].{f.name}"
+    try:
+        if kind == "duration":
+            result: Any = parse_duration(value)
+        elif kind == "size":
+            result = parse_size(value)
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError("must be true or false")
+            result = value
+        elif kind == "number":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError("must be a number")
+            result = float(value)
+        else:
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            result = value
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {key} = {value!r}: {exc}; {meta['help']}") from None
+    if choices and result not in choices:
+        allowed = ", ".join(repr(c) for c in choices if c) + (" or empty" if "" in choices else "")
+        raise ConfigError(f"{where}: {key} = {value!r}: allowed values are {allowed}")
+    if low is not None and not (low <= result <= high):
+        unit = {"duration": " seconds", "size": " bytes"}.get(kind, "")
+        raise ConfigError(
+            f"{where}: {key} = {value!r}: must be between {low:g} and {high:g}{unit} ({meta['help']})")
+    return result
+
+
+def from_dict(data: dict[str, Any], where: str = "config") -> Config:
+    """Build a Config from parsed TOML, rejecting unknown sections and keys."""
+    sections: dict[str, Any] = {}
+    for name, body in data.items():
+        if name not in SECTIONS:
+            raise ConfigError(
+                f"{where}: unknown section [{name}]; allowed sections: {', '.join(SECTIONS)}")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: [{name}] must be a table, got {body!r}")
+        cls = SECTIONS[name]
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for key, value in body.items():
+            if key not in known:
+                raise ConfigError(
+                    f"{where}: unknown key [{name}].{key}; allowed keys in [{name}]: "
+                    f"{', '.join(known)}")
+            values[key] = _convert(name, known[key], value, where)
+        sections[name] = cls(**values)
+    config = Config(**sections, source=where)
+    if config.nvml.retry_max < config.nvml.retry_initial:
+        raise ConfigError(
+            f"{where}: [nvml].retry_max = {config.nvml.retry_max:g} is below "
+            f"[nvml].retry_initial = {config.nvml.retry_initial:g}; it must be at least as long")
+    return config
+
+
+def load(path: str | os.PathLike[str] | None) -> Config:
+    """Read a config file; None reads the default path if it exists, else returns defaults."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            return Config()
+        path = DEFAULT_CONFIG_PATH
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return from_dict(data, where=str(path))
+
+
+def default_db_path() -> Path:
+    """Where the store lives when neither the config nor --db says."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/mlcost/mlcost.db")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(state) / "mlcost" / "mlcost.db"
+
+
+def db_path(config: Config) -> Path:
+    return Path(config.daemon.db) if config.daemon.db else default_db_path()
+
+
+def with_overrides(config: Config, section: str, **values: Any) -> Config:
+    """A copy with some settings replaced (command-line flags win over the file)."""
+    current = getattr(config, section)
+    return dataclasses.replace(config, **{section: dataclasses.replace(current, **values)})
+
+
+def describe_defaults() -> str:
+    """The default config as TOML with a comment per key, for `mlcostd config` and the README."""
+    lines = []
+    for name, cls in SECTIONS.items():
+        lines.append(f"[{name}]")
+        for f in dataclasses.fields(cls):
+            default = f.default
+            kind = f.metadata["kind"]
+            if kind == "duration":
+                shown = f'"{format_duration(default)}"'
+            elif kind == "size":
+                shown = f'"{default >> 20}MiB"'
+            elif isinstance(default, bool):
+                shown = "true" if default else "false"
+            elif isinstance(default, str):
+                shown = f'"{default}"'
+            else:
+                shown = f"{default:g}" if isinstance(default, float) else str(default)
+            lines.append(f"{f.name} = {shown}  # {f.metadata['help']}")
+        lines.append("")
+    return "\n".join(lines)

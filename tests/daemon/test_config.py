@@ -1,0 +1,77 @@
+"""Config: defaults for everything, and errors that name the key, the value and what fits."""
+
+import pytest
+
+from daemon import config
+from daemon.config import ConfigError
+
+
+def write(tmp_path, text):
+    path = tmp_path / "mlcostd.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_a_file():
+    loaded = config.from_dict({})
+    assert loaded.daemon.interval == 1.0
+    assert loaded.store.raw_retention == 6 * 3600
+    assert loaded.store.max_size == 1 << 30
+
+
+def test_values_with_units(tmp_path):
+    loaded = config.load(write(tmp_path, """
+[daemon]
+interval = "500ms"
+[store]
+raw_retention = "2h"
+max_size = "256MiB"
+[instance]
+type = "p4d.24xlarge"
+price_per_hour = 32
+"""))
+    assert loaded.daemon.interval == 0.5
+    assert loaded.store.raw_retention == 7200
+    assert loaded.store.max_size == 256 << 20
+    assert loaded.instance.type == "p4d.24xlarge"
+    assert loaded.instance.price_per_hour == 32.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[daemon]\nintervl = 1\n", ["[daemon].intervl", "interval, db, log_level"]),
+    ("[deamon]\ninterval = 1\n", ["[deamon]", "allowed sections: daemon"]),
+    ("[daemon]\ninterval = -1\n", ["[daemon].interval = -1", "between 0.1 and 60"]),
+    ("[daemon]\ninterval = \"fast\"\n", ["'fast'", "not a duration"]),
+    ("[store]\nmax_size = \"12 bananas\"\n", ["[store].max_size", "not a size"]),
+    ("[instance]\nlifecycle = \"reserved\"\n", ["'reserved'", "'on-demand', 'spot'"]),
+    ("[processes]\nchildren = \"yes\"\n", ["[processes].children", "true or false"]),
+    ("[nvml]\nretry_initial = 30\nretry_max = 5\n", ["retry_max", "retry_initial"]),
+    ("[daemon\n", ["not valid TOML"]),
+])
+def test_bad_config_names_key_value_and_allowed(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        config.load(path)
+    message = str(caught.value)
+    assert str(path) in message
+    for part in expected:
+        assert part in message
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        config.load(tmp_path / "nope.toml")
+
+
+def test_described_defaults_parse_back_to_the_defaults(tmp_path):
+    text = config.describe_defaults()
+    assert config.load(write(tmp_path, text)) == config.Config(source=str(tmp_path / "mlcostd.toml"))
+
+
+def test_cli_reports_config_errors_with_exit_2(tmp_path, capsys):
+    from daemon.cli import main
+
+    path = write(tmp_path, "[store]\nraw_retention = \"forever\"\n")
+    assert main(["report", "--config", str(path), "--db", str(tmp_path / "x.db")]) == 2
+    err = capsys.readouterr().err
+    assert "[store].raw_retention = 'forever'" in err
