@@ -1,0 +1,167 @@
+"""The client a workload imports to use a simulated GPU.
+
+    from daemon.sim.device import Device
+    with Device(gpu_index=0) as dev:
+        dev.alloc(30 << 30)          # simulated device memory; no real RAM is used
+        dev.kernel(0.25, sm=0.85)    # blocks like a CUDA synchronize; the GPU counts as busy
+
+Each Device owns one record in the state dir (see daemon.sim.state) that the simulated NVML
+library reads. Everything else a workload does (reading files, decoding, sleeping) is real.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import fcntl
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from daemon.sim import state
+
+_PR_SET_PTRACER = 0x59616D61  # "Yama"
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
+
+
+def allow_any_tracer() -> None:
+    """Let py-spy read this process as a non-root user on yama ptrace_scope=1 hosts."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux, or no yama: nothing to allow
+
+
+class Device:
+    """One process's attachment to one simulated GPU.
+
+    Not thread-safe across threads sharing one Device: give each thread its own Device or
+    serialize calls, as a CUDA stream would.
+    """
+
+    def __init__(self, gpu_index: int = 0, state_dir: str | os.PathLike[str] | None = None) -> None:
+        state_dir = state_dir if state_dir is not None else os.environ.get(state.STATE_DIR_ENV)
+        if not state_dir:
+            raise RuntimeError(
+                f"no simulated host: set {state.STATE_DIR_ENV} to a state dir made by "
+                "`python -m daemon.sim SCENARIO`, or pass state_dir="
+            )
+        host = state.read_host(state_dir)
+        count = len(host["gpus"])
+        if not 0 <= gpu_index < count:
+            raise ValueError(f"gpu_index={gpu_index}: this simulated host has GPUs 0..{count - 1}")
+        self.gpu_index = gpu_index
+        self.memory_total = int(host["gpus"][gpu_index]["memory_total"])
+        self.pid = os.getpid()
+        self._memory = 0
+        self._busy_ns = 0
+        self._sm_busy_ns = 0
+        self._last_kernel_end_ns = 0
+        self._attach_ns = time.monotonic_ns()
+        self._lock = threading.Lock()
+        allow_any_tracer()
+
+        attach_dir = Path(state_dir) / state.ATTACH_DIR
+        attach_dir.mkdir(exist_ok=True)
+        self.path = attach_dir / state.attach_file_name(gpu_index, self.pid)
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held until close or death: readers test it
+            os.ftruncate(fd, state.RECORD_SIZE)
+            self._mm = mmap.mmap(fd, state.RECORD_SIZE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._seq = 0
+        self._write(kernel_start_ns=0, kernel_sm=0.0)
+        os.replace(tmp, self.path)  # readers only ever see a complete record
+        self._closed = False
+        atexit.register(self.close)
+
+    # -- the workload's API -------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> None:
+        """Hold `nbytes` more of simulated device memory (MemoryError past the GPU's total)."""
+        if nbytes < 0:
+            raise ValueError(f"alloc({nbytes}): nbytes must be >= 0")
+        with self._lock:
+            if self._memory + nbytes > self.memory_total:
+                raise MemoryError(
+                    f"CUDA out of memory (simulated): GPU {self.gpu_index} has "
+                    f"{self.memory_total} bytes, this process holds {self._memory}, asked {nbytes}"
+                )
+            self._memory += nbytes
+            self._write(kernel_start_ns=0, kernel_sm=0.0)
+
+    def free(self, nbytes: int) -> None:
+        """Release `nbytes` of simulated device memory (never below zero)."""
+        with self._lock:
+            self._memory = max(0, self._memory - nbytes)
+            self._write(kernel_start_ns=0, kernel_sm=0.0)
+
+    @property
+    def memory(self) -> int:
+        return self._memory
+
+    def kernel(self, seconds: float, sm: float = 0.9) -> None:
+        """Run a kernel for `seconds` with `sm` of the SMs active, blocking until it ends."""
+        if not 0.0 < sm <= 1.0:
+            raise ValueError(f"kernel(sm={sm}): sm is the fraction of SMs active, in (0, 1]")
+        start = time.monotonic_ns()
+        with self._lock:
+            self._write(kernel_start_ns=start, kernel_sm=sm)
+        try:
+            time.sleep(max(0.0, seconds))
+        finally:
+            end = time.monotonic_ns()
+            with self._lock:
+                self._busy_ns += end - start
+                self._sm_busy_ns += int((end - start) * sm)
+                self._last_kernel_end_ns = end
+                if not self._closed:
+                    self._write(kernel_start_ns=0, kernel_sm=0.0)
+
+    def close(self) -> None:
+        """Detach: the process no longer appears on the GPU. Idempotent."""
+        if getattr(self, "_closed", True) or os.getpid() != self.pid:
+            return  # a forked child must not remove its parent's record
+        self._closed = True
+        atexit.unregister(self.close)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        self._mm.close()
+        os.close(self._fd)
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the record ---------------------------------------------------------------------------
+
+    def _write(self, *, kernel_start_ns: int, kernel_sm: float) -> None:
+        # Begin counter (at the end) first, then the data, then the end counter (at the start):
+        # a reader that sees both counters equal read a record no write overlapped.
+        self._seq += 1
+        mm = self._mm
+        state.SEQ.pack_into(mm, state.SEQ_BEGIN_OFFSET, self._seq)
+        state.DATA.pack_into(
+            mm, state.DATA_OFFSET, self.pid, self.gpu_index, self._memory, self._busy_ns,
+            self._sm_busy_ns, kernel_start_ns, kernel_sm, self._attach_ns,
+            self._last_kernel_end_ns,
+        )
+        state.SEQ.pack_into(mm, 0, self._seq)

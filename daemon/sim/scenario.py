@@ -1,0 +1,615 @@
+"""Scenarios: a simulated GPU host described in TOML, and starting one.
+
+    sc = scenario.load("demo")          # a built-in name, or a path to a .toml file
+    running = scenario.start(sc)        # state dir, host.json, workloads spawned
+    nvml.install(running.state_dir)     # pynvml now reads this host
+    running.stop()                      # every workload and its children gone, dir removed
+
+A scenario file:
+
+    name = "demo"                       # optional: defaults to the file name
+    description = "..."
+    [instance]   provider, type, region, lifecycle ("on-demand" | "spot")
+    [gpu]        model, count, and optionally memory_gib, power_idle_w, power_max_w, gpm
+    [[workloads]] name, program (a module in daemon.sim.workloads) or command (argv list),
+                 gpus = [indices], options = {key = value} passed as --key value
+    [[faults]]   kind = gpu_lost | not_supported | hang | nvml_missing | driver_mismatch |
+                 missing_symbol, with the keys listed in FAULT_KEYS; times in seconds from start
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import pkgutil
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from daemon.sim import state
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+WORKLOAD_PACKAGE = "daemon.sim.workloads"
+STOP_GRACE_S = 3.0
+_UUID_NAMESPACE = uuid.UUID("6f1c2a56-4d0e-4c7b-9a43-9b1f0f6d2e11")
+GIB = 1 << 30
+
+LIFECYCLES = ("on-demand", "spot")
+FAULT_KINDS = (
+    "gpu_lost", "not_supported", "hang", "nvml_missing", "driver_mismatch", "missing_symbol",
+)
+FAULT_KEYS: dict[str, tuple[str, ...]] = {
+    "gpu_lost": ("gpu", "at", "until"),
+    "not_supported": ("gpu", "calls", "at", "until"),
+    "hang": ("gpu", "call", "seconds", "at", "until"),
+    "nvml_missing": ("at", "until"),
+    "driver_mismatch": ("at", "until"),
+    "missing_symbol": ("symbol", "symbols"),
+}
+
+# What a GPU model looks like to NVML, for the models the built-in scenarios use. A scenario may
+# name any other model if it gives memory_gib, power_idle_w and power_max_w itself.
+GPU_MODELS: dict[str, dict[str, Any]] = {
+    "NVIDIA A100-SXM4-40GB": dict(
+        memory_gib=40, power_idle_w=55, power_max_w=400, sm_clock_max_mhz=1410,
+        mem_clock_mhz=1215, compute_capability=(8, 0), pci_device_id=0x20B010DE, gpm=False,
+    ),
+    "NVIDIA A100-SXM4-80GB": dict(
+        memory_gib=80, power_idle_w=60, power_max_w=400, sm_clock_max_mhz=1410,
+        mem_clock_mhz=1593, compute_capability=(8, 0), pci_device_id=0x20B210DE, gpm=False,
+    ),
+    "NVIDIA A10G": dict(
+        memory_gib=24, power_idle_w=25, power_max_w=300, sm_clock_max_mhz=1710,
+        mem_clock_mhz=6251, compute_capability=(8, 6), pci_device_id=0x223710DE, gpm=False,
+    ),
+    "NVIDIA L4": dict(
+        memory_gib=24, power_idle_w=16, power_max_w=72, sm_clock_max_mhz=2040,
+        mem_clock_mhz=6251, compute_capability=(8, 9), pci_device_id=0x27B810DE, gpm=False,
+    ),
+    "NVIDIA H100 80GB HBM3": dict(
+        memory_gib=80, power_idle_w=70, power_max_w=700, sm_clock_max_mhz=1980,
+        mem_clock_mhz=2619, compute_capability=(9, 0), pci_device_id=0x233010DE, gpm=True,
+    ),
+    "NVIDIA H200": dict(
+        memory_gib=141, power_idle_w=75, power_max_w=700, sm_clock_max_mhz=1980,
+        mem_clock_mhz=3201, compute_capability=(9, 0), pci_device_id=0x233510DE, gpm=True,
+    ),
+}
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used: names the key, the value and what is allowed."""
+
+    def __init__(self, source: str, key: str, value: Any, allowed: str) -> None:
+        self.source, self.key, self.value, self.allowed = source, key, value, allowed
+        super().__init__(f"{source}: {key} = {value!r} is not valid: {allowed}")
+
+
+@dataclass(frozen=True)
+class Instance:
+    provider: str
+    type: str
+    region: str
+    lifecycle: str  # "on-demand" or "spot"
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    model: str
+    count: int
+    memory_gib: float
+    power_idle_w: float
+    power_max_w: float
+    gpm: bool
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    gpus: tuple[int, ...]
+    program: str | None = None  # a module of daemon.sim.workloads
+    command: tuple[str, ...] | None = None  # or any argv
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    gpu: int | None = None
+    at: float = 0.0
+    until: float | None = None
+    symbols: tuple[str, ...] = ()  # not_supported: the calls; missing_symbol: the symbols
+    symbol: str | None = None  # hang: the call that hangs
+    seconds: float = 0.0  # hang: how long each call blocks
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    instance: Instance
+    gpu: GpuSpec
+    workloads: tuple[Workload, ...]
+    faults: tuple[Fault, ...]
+    source: str
+
+    @property
+    def gpu_count(self) -> int:
+        return self.gpu.count
+
+    @property
+    def gpu_model(self) -> str:
+        return self.gpu.model
+
+    def gpu_uuid(self, index: int) -> str:
+        """Stable per scenario name and index, like a real board's UUID."""
+        return "GPU-" + str(uuid.uuid5(_UUID_NAMESPACE, f"{self.name}:{index}"))
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+
+
+def workload_programs() -> list[str]:
+    from daemon.sim import workloads
+
+    return sorted(m.name for m in pkgutil.iter_modules(workloads.__path__) if not m.name.startswith("_"))
+
+
+def load(name_or_path: str | os.PathLike[str]) -> Scenario:
+    """A built-in scenario by name, or a scenario file by path."""
+    text_name = os.fspath(name_or_path)
+    path = Path(text_name)
+    if not (text_name.endswith(".toml") or os.sep in text_name):
+        builtin = SCENARIO_DIR / f"{text_name}.toml"
+        if not builtin.exists():
+            raise ScenarioError(
+                text_name, "scenario", text_name,
+                f"a built-in scenario ({', '.join(builtin_names())}) or a path to a .toml file",
+            )
+        path = builtin
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ScenarioError(str(path), "scenario", str(path), f"a readable file ({e.strerror})") from e
+    return loads(text, source=str(path), default_name=path.stem)
+
+
+def loads(text: str, source: str = "<string>", default_name: str = "custom") -> Scenario:
+    """A scenario from TOML text."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(source, "(file)", None, f"valid TOML ({e})") from e
+    return _parse(data, source, default_name)
+
+
+class _Checker:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, value: Any, allowed: str) -> ScenarioError:
+        return ScenarioError(self.source, key, value, allowed)
+
+    def table(self, data: dict[str, Any], prefix: str, allowed: tuple[str, ...]) -> None:
+        for key in data:
+            if key not in allowed:
+                raise self.fail(f"{prefix}{key}", data[key], f"a known key ({', '.join(allowed)})")
+
+    def string(self, data: dict[str, Any], key: str, prefix: str, default: str | None = None) -> str:
+        value = data.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise self.fail(prefix + key, value, "a non-empty string")
+        return value
+
+    def number(
+        self, data: dict[str, Any], key: str, prefix: str, default: float | None = None,
+        minimum: float = 0.0,
+    ) -> float:
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            raise self.fail(prefix + key, value, f"a number >= {minimum:g}")
+        return float(value)
+
+    def gpu_index(self, value: Any, key: str, count: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+            raise self.fail(key, value, f"a GPU index 0..{count - 1}")
+        return value
+
+
+def _parse(data: dict[str, Any], source: str, default_name: str) -> Scenario:
+    check = _Checker(source)
+    check.table(data, "", ("name", "description", "instance", "gpu", "workloads", "faults"))
+    name = check.string(data, "name", "", default_name)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise check.fail("description", description, "a string")
+
+    inst = data.get("instance")
+    if not isinstance(inst, dict):
+        raise check.fail("instance", inst, "a table with provider, type, region, lifecycle")
+    check.table(inst, "instance.", ("provider", "type", "region", "lifecycle"))
+    lifecycle = inst.get("lifecycle", "on-demand")
+    if lifecycle not in LIFECYCLES:
+        raise check.fail("instance.lifecycle", lifecycle, " or ".join(LIFECYCLES))
+    instance = Instance(
+        provider=check.string(inst, "provider", "instance."),
+        type=check.string(inst, "type", "instance."),
+        region=check.string(inst, "region", "instance."),
+        lifecycle=lifecycle,
+    )
+
+    g = data.get("gpu")
+    if not isinstance(g, dict):
+        raise check.fail("gpu", g, "a table with model and count")
+    check.table(g, "gpu.", ("model", "count", "memory_gib", "power_idle_w", "power_max_w", "gpm"))
+    model = check.string(g, "model", "gpu.")
+    known = GPU_MODELS.get(model, {})
+    count = g.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
+        raise check.fail("gpu.count", count, "an integer 1..64")
+    for key in ("memory_gib", "power_idle_w", "power_max_w"):
+        if key not in g and key not in known:
+            raise check.fail(
+                f"gpu.{key}", None,
+                f"a number (required for a model not in {', '.join(GPU_MODELS)})",
+            )
+    gpm = g.get("gpm", known.get("gpm", False))
+    if not isinstance(gpm, bool):
+        raise check.fail("gpu.gpm", gpm, "true or false")
+    gpu = GpuSpec(
+        model=model,
+        count=count,
+        memory_gib=check.number(g, "memory_gib", "gpu.", known.get("memory_gib"), minimum=1),
+        power_idle_w=check.number(g, "power_idle_w", "gpu.", known.get("power_idle_w")),
+        power_max_w=check.number(g, "power_max_w", "gpu.", known.get("power_max_w"), minimum=1),
+        gpm=gpm,
+    )
+    if gpu.power_max_w < gpu.power_idle_w:
+        raise check.fail("gpu.power_max_w", gpu.power_max_w, f"at least power_idle_w ({gpu.power_idle_w:g})")
+
+    raw_workloads = data.get("workloads", [])
+    if not isinstance(raw_workloads, list):
+        raise check.fail("workloads", raw_workloads, "an array of tables ([[workloads]])")
+    programs = workload_programs()
+    workloads = []
+    for n, w in enumerate(raw_workloads):
+        prefix = f"workloads[{n}]."
+        if not isinstance(w, dict):
+            raise check.fail(f"workloads[{n}]", w, "a table")
+        check.table(w, prefix, ("name", "program", "command", "gpus", "options"))
+        wname = check.string(w, "name", prefix)
+        program, command = w.get("program"), w.get("command")
+        if (program is None) == (command is None):
+            raise check.fail(prefix + "program", program, "exactly one of program or command")
+        if program is not None and program not in programs:
+            raise check.fail(prefix + "program", program, f"one of {', '.join(programs)}")
+        if command is not None and (
+            not isinstance(command, list) or not command
+            or not all(isinstance(a, str) for a in command)
+        ):
+            raise check.fail(prefix + "command", command, "a non-empty list of strings (argv)")
+        gpus = w.get("gpus", [])
+        if not isinstance(gpus, list) or (program is not None and not gpus):
+            raise check.fail(prefix + "gpus", gpus, "a non-empty list of GPU indices")
+        gpu_indices = tuple(check.gpu_index(i, prefix + "gpus", count) for i in gpus)
+        options = w.get("options", {})
+        if not isinstance(options, dict):
+            raise check.fail(prefix + "options", options, "a table of --key value options")
+        for key, value in options.items():
+            if not isinstance(value, (str, int, float, bool)):
+                raise check.fail(f"{prefix}options.{key}", value, "a string, number or boolean")
+        workloads.append(
+            Workload(
+                name=wname, gpus=gpu_indices, program=program,
+                command=tuple(command) if command is not None else None, options=dict(options),
+            )
+        )
+
+    raw_faults = data.get("faults", [])
+    if not isinstance(raw_faults, list):
+        raise check.fail("faults", raw_faults, "an array of tables ([[faults]])")
+    faults = [_parse_fault(check, f, n, count) for n, f in enumerate(raw_faults)]
+
+    return Scenario(
+        name=name, description=description, instance=instance, gpu=gpu,
+        workloads=tuple(workloads), faults=tuple(faults), source=source,
+    )
+
+
+def _parse_fault(check: _Checker, f: Any, n: int, gpu_count: int) -> Fault:
+    prefix = f"faults[{n}]."
+    if not isinstance(f, dict):
+        raise check.fail(f"faults[{n}]", f, "a table")
+    kind = f.get("kind")
+    if kind not in FAULT_KINDS:
+        raise check.fail(prefix + "kind", kind, f"one of {', '.join(FAULT_KINDS)}")
+    check.table(f, prefix, ("kind", *FAULT_KEYS[kind]))
+    at = check.number(f, "at", prefix, 0.0)
+    until = f.get("until")
+    if until is not None:
+        until = check.number(f, "until", prefix)
+        if until <= at:
+            raise check.fail(prefix + "until", until, f"a time after at ({at:g})")
+    gpu = f.get("gpu")
+    if gpu is not None or kind in ("gpu_lost", "hang"):
+        gpu = check.gpu_index(gpu, prefix + "gpu", gpu_count)
+
+    def symbols(key: str, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(
+            isinstance(s, str) and s.startswith("nvml") for s in value
+        ):
+            raise check.fail(prefix + key, value, "NVML symbol names such as nvmlDeviceGetPowerUsage")
+        return tuple(value)
+
+    if kind == "not_supported":
+        return Fault(kind, gpu=gpu, at=at, until=until, symbols=symbols("calls", f.get("calls")))
+    if kind == "hang":
+        call = symbols("call", f.get("call"))
+        if len(call) != 1:
+            raise check.fail(prefix + "call", f.get("call"), "one NVML symbol name")
+        seconds = check.number(f, "seconds", prefix, minimum=0.001)
+        return Fault(kind, gpu=gpu, at=at, until=until, symbol=call[0], seconds=seconds)
+    if kind == "missing_symbol":
+        key = "symbols" if "symbols" in f else "symbol"
+        return Fault(kind, symbols=symbols(key, f.get(key)))
+    return Fault(kind, gpu=gpu, at=at, until=until)
+
+
+# -- the host description readers use -----------------------------------------------------------
+
+
+def host_description(sc: Scenario, start_epoch: float) -> dict[str, Any]:
+    """What host.json holds: everything a reader in another process needs."""
+    known = GPU_MODELS.get(sc.gpu.model, {})
+    gpus = []
+    for i in range(sc.gpu.count):
+        gpus.append(
+            {
+                "index": i,
+                "name": sc.gpu.model,
+                "uuid": sc.gpu_uuid(i),
+                "serial": f"{1320000000000 + (uuid.uuid5(_UUID_NAMESPACE, sc.name).int % 10**9) * 10 + i}",
+                "pci_bus": 0x10 + 0x10 * i,
+                "pci_device_id": known.get("pci_device_id", 0x000010DE),
+                "memory_total": int(sc.gpu.memory_gib * GIB),
+                "power_idle_w": sc.gpu.power_idle_w,
+                "power_max_w": sc.gpu.power_max_w,
+                "power_limit_w": sc.gpu.power_max_w,
+                "sm_clock_max_mhz": known.get("sm_clock_max_mhz", 1500),
+                "mem_clock_mhz": known.get("mem_clock_mhz", 1500),
+                "compute_capability": list(known.get("compute_capability", (8, 0))),
+                "gpm": sc.gpu.gpm,
+            }
+        )
+    faults = [
+        {
+            "kind": f.kind, "gpu": f.gpu, "at": f.at, "until": f.until,
+            "symbols": list(f.symbols), "symbol": f.symbol, "seconds": f.seconds,
+        }
+        for f in sc.faults
+    ]
+    return {
+        "scenario": sc.name,
+        "description": sc.description,
+        "instance": {
+            "provider": sc.instance.provider, "type": sc.instance.type,
+            "region": sc.instance.region, "lifecycle": sc.instance.lifecycle,
+        },
+        "start_epoch": start_epoch,
+        "gpus": gpus,
+        "faults": faults,
+        "workloads": [],
+    }
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+def _workload_argv(w: Workload) -> list[str]:
+    if w.command is not None:
+        return list(w.command)
+    argv = [sys.executable, "-m", f"{WORKLOAD_PACKAGE}.{w.program}", "--gpu", ",".join(map(str, w.gpus))]
+    for key, value in w.options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is not False:
+            argv += [flag, str(value)]
+    return argv
+
+
+class Running:
+    """A started scenario. stop() ends it; it is also stopped at interpreter exit."""
+
+    def __init__(
+        self, scenario: Scenario, state_dir: Path, owns_dir: bool, keep: bool
+    ) -> None:
+        self.scenario = scenario
+        self.state_dir = state_dir
+        self.keep = keep
+        self._owns_dir = owns_dir
+        self._procs: list[tuple[Workload, subprocess.Popen[bytes]]] = []
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    @property
+    def workloads(self) -> list[tuple[str, int, tuple[int, ...]]]:
+        """(name, pid, gpus) of every workload started."""
+        return [(w.name, p.pid, w.gpus) for w, p in self._procs]
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / state.LOG_FILE
+
+    def wait_ready(self, timeout: float = 10.0) -> bool:
+        """Wait until every workload has attached to the GPUs it lists (or exited); False on
+        timeout. A `command` workload that never uses daemon.sim.device makes this time out."""
+        deadline = time.monotonic() + timeout
+        attach_dir = self.state_dir / state.ATTACH_DIR
+        while True:
+            try:
+                present = set(os.listdir(attach_dir))
+            except FileNotFoundError:
+                present = set()
+            missing = [
+                (w, p) for w, p in self._procs
+                if p.poll() is None
+                and not all(state.attach_file_name(g, p.pid) in present for g in w.gpus)
+            ]
+            if not missing:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def stop(self, keep: bool | None = None) -> None:
+        """SIGTERM every workload's process group, SIGKILL what is left after STOP_GRACE_S, reap,
+        and remove the state dir (unless keep). Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        atexit.unregister(self.stop)
+        groups = [p.pid for _, p in self._procs]  # each workload leads its own group
+        for pgid in groups:
+            _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for _, proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
+            time.sleep(0.05)
+        for pgid in groups:
+            _signal_group(pgid, signal.SIGKILL)
+        for _, proc in self._procs:
+            proc.wait()
+        kill_deadline = time.monotonic() + 2.0
+        while any(_group_alive(g) for g in groups) and time.monotonic() < kill_deadline:
+            for pgid in groups:
+                _signal_group(pgid, signal.SIGKILL)
+            time.sleep(0.02)
+        if not (self.keep if keep is None else keep):
+            if self._owns_dir:
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+            else:
+                for name in (state.HOST_FILE, state.LOG_FILE):
+                    (self.state_dir / name).unlink(missing_ok=True)
+                shutil.rmtree(self.state_dir / state.ATTACH_DIR, ignore_errors=True)
+
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while any process of the group is alive (zombies waiting for init do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it if the daemon dies, even by SIGKILL."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def start(
+    sc: Scenario,
+    state_dir: str | os.PathLike[str] | None = None,
+    *,
+    keep: bool = False,
+    wait: float = 10.0,
+) -> Running:
+    """Start a scenario: write the host (start epoch = now) to a state dir, spawn its workloads.
+
+    state_dir: a directory to use (created if missing); a new temp dir when None.
+    keep: leave the state dir in place on stop(). wait: seconds to wait for the workloads to
+    attach to their GPUs (0: return at once; see Running.wait_ready).
+    """
+    if state_dir is None:
+        path, owns = Path(tempfile.mkdtemp(prefix=f"mlcost-sim-{sc.name}-")), True
+    else:
+        path = Path(state_dir)
+        owns = not path.exists()
+        path.mkdir(parents=True, exist_ok=True)
+    (path / state.ATTACH_DIR).mkdir(exist_ok=True)
+    host = host_description(sc, time.time())
+    state.write_host(path, host)
+
+    running = Running(sc, path, owns, keep)
+    atexit.register(running.stop)
+    env = dict(os.environ)
+    env[state.STATE_DIR_ENV] = str(path)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    try:
+        with open(path / state.LOG_FILE, "ab") as log:
+            for w in sc.workloads:
+                env["MLCOST_SIM_GPUS"] = ",".join(map(str, w.gpus))
+                proc = subprocess.Popen(
+                    _workload_argv(w), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+                running._procs.append((w, proc))
+    except BaseException:
+        running.stop()
+        raise
+    host["workloads"] = [
+        {"name": name, "pid": pid, "gpus": list(gpus)} for name, pid, gpus in running.workloads
+    ]
+    state.write_host(path, host)
+    if wait > 0:
+        running.wait_ready(wait)
+    return running

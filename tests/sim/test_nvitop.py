@@ -1,0 +1,32 @@
+"""Cross-check: nvitop, an independent NVML client, reads the same simulated host."""
+
+from __future__ import annotations
+
+import time
+
+import nvitop  # noqa: E402  (in the test extra)
+import pynvml
+from simhost import GIB, attach_code, host_toml
+
+from daemon.sim import nvml as sim_nvml
+
+
+def test_nvitop_reads_the_same_memory_and_utilization(sim_host):
+    running = sim_host(host_toml(gpus=2, workloads=[
+        {"name": "busy", "gpus": [0], "code": attach_code(0, 5, "dev.kernel(0.1, sm=0.9)")},
+    ]))
+    pid = running.workloads[0][1]
+    time.sleep(1.2)
+    devices = nvitop.Device.all()
+    assert [d.name() for d in devices] == ["NVIDIA A100-SXM4-40GB"] * 2
+    busy, idle = devices
+    h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+    # nvitop asks for memory info v2, where reserved memory is not part of `used`
+    assert busy.memory_used() == pynvml.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used
+    assert busy.memory_used() >= 5 * GIB
+    assert busy.gpu_utilization() >= 90 and idle.gpu_utilization() == 0
+    assert busy.uuid() == pynvml.nvmlDeviceGetUUID(h0)
+    procs = busy.processes()
+    assert list(procs) == [pid] and procs[pid].gpu_memory() == 5 * GIB
+    assert idle.processes() == {}
+    assert sim_nvml.installed() is not None

@@ -1,0 +1,210 @@
+"""pynvml's own functions, reading a simulated host driven by real processes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+import pynvml
+import pytest
+from simhost import GIB, attach_code, host_toml, wait_until
+
+from daemon.sim import nvml as sim_nvml
+
+BUSY_HALF_SM = "dev.kernel(0.1, sm=0.5)"
+
+
+def now_us() -> int:
+    return int(time.time() * 1e6)
+
+
+def handles(n: int) -> list:
+    return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+
+
+def test_memory_utilization_and_sm_share_follow_the_processes(sim_host):
+    running = sim_host(host_toml(gpus=2, workloads=[
+        {"name": "busy", "gpus": [0], "code": attach_code(0, 3, BUSY_HALF_SM)},
+        {"name": "holder", "gpus": [0], "code": attach_code(0, 1)},
+    ]))
+    busy_pid, holder_pid = (pid for _, pid, _ in running.workloads)
+    gpu0, gpu1 = handles(2)
+    time.sleep(1.3)  # a full utilization window
+
+    assert pynvml.nvmlDeviceGetCount() == 2
+    assert pynvml.nvmlDeviceGetName(gpu0) == "NVIDIA A100-SXM4-40GB"
+    mem = pynvml.nvmlDeviceGetMemoryInfo(gpu0)
+    assert mem.total == 40 * GIB
+    assert mem.used == 4 * GIB + sim_nvml.RESERVED_MEMORY
+    assert mem.free == mem.total - mem.used
+    mem2 = pynvml.nvmlDeviceGetMemoryInfo(gpu0, version=pynvml.nvmlMemory_v2)
+    assert (mem2.used, mem2.reserved) == (4 * GIB, sim_nvml.RESERVED_MEMORY)
+
+    procs = {p.pid: p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu0)}
+    assert procs == {busy_pid: 3 * GIB, holder_pid: 1 * GIB}
+
+    assert pynvml.nvmlDeviceGetUtilizationRates(gpu0).gpu >= 90
+    samples = pynvml.nvmlDeviceGetProcessUtilization(gpu0, now_us() - 1_000_000)
+    assert [s.pid for s in samples] == [busy_pid]  # the holder ran nothing
+    assert 42 <= samples[0].smUtil <= 52
+    assert abs(samples[0].timeStamp - now_us()) < 1_000_000
+
+    # The idle GPU reads idle.
+    assert pynvml.nvmlDeviceGetUtilizationRates(gpu1).gpu == 0
+    assert pynvml.nvmlDeviceGetComputeRunningProcesses(gpu1) == []
+    assert pynvml.nvmlDeviceGetMemoryInfo(gpu1).used == sim_nvml.RESERVED_MEMORY
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetProcessUtilization(gpu1, 0)
+    idle_w = pynvml.nvmlDeviceGetPowerUsage(gpu1) / 1000
+    busy_w = pynvml.nvmlDeviceGetPowerUsage(gpu0) / 1000
+    assert idle_w == 55 and busy_w > 350
+    assert pynvml.nvmlDeviceGetTemperature(gpu0, 0) > pynvml.nvmlDeviceGetTemperature(gpu1, 0)
+    assert pynvml.nvmlDeviceGetEnforcedPowerLimit(gpu0) == 400_000
+
+
+def test_process_utilization_honours_last_seen_timestamp(sim_host):
+    code = attach_code(0, 1, "time.sleep(60)").replace(
+        "while True:", "dev.kernel(0.3, sm=0.8)\nprint('done', flush=True)\nwhile True:")
+    sim_host(host_toml(gpus=1, workloads=[{"name": "burst", "gpus": [0], "code": code}]))
+    (gpu,) = handles(1)
+    time.sleep(0.6)  # the kernel has ended
+    ended_by = now_us()
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetProcessUtilization(gpu, ended_by)
+    samples = pynvml.nvmlDeviceGetProcessUtilization(gpu, ended_by - 2_000_000)
+    assert len(samples) == 1 and samples[0].smUtil > 0
+
+
+def test_process_query_versions_and_a_missing_symbol(sim_host):
+    running = sim_host(host_toml(gpus=1, workloads=[
+        {"name": "holder", "gpus": [0], "code": attach_code(0, 2)},
+    ], faults='[[faults]]\nkind = "missing_symbol"\nsymbol = "nvmlDeviceGetComputeRunningProcesses_v3"\n'))
+    pid = running.workloads[0][1]
+    (gpu,) = handles(1)
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetComputeRunningProcesses_v3(gpu)
+    v2 = pynvml.nvmlDeviceGetComputeRunningProcesses_v2(gpu)
+    assert [(p.pid, p.usedGpuMemory) for p in v2] == [(pid, 2 * GIB)]
+    assert v2[0].gpuInstanceId == 0xFFFFFFFF
+
+    class ProcessInfoV1(ctypes.Structure):  # nvml.h nvmlProcessInfo_v1_t
+        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+    count = ctypes.c_uint(0)
+    assert fn(gpu, ctypes.byref(count), None) == pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+    assert count.value == 1
+    infos = (ProcessInfoV1 * 4)()
+    count.value = 4
+    assert fn(gpu, ctypes.byref(count), infos) == pynvml.NVML_SUCCESS
+    assert (count.value, infos[0].pid, infos[0].usedGpuMemory) == (1, pid, 2 * GIB)
+
+
+def test_calls_before_init_are_uninitialized(sim_host):
+    sim_host(host_toml(gpus=1), init=False)
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+    pynvml.nvmlInit()
+    assert pynvml.nvmlDeviceGetCount() == 1
+    assert pynvml.nvmlSystemGetDriverVersion() == "550.90.07"
+
+
+def test_gpu_lost_not_supported_and_hang(sim_host):
+    faults = (
+        '[[faults]]\nkind = "gpu_lost"\ngpu = 0\nat = 1.0\nuntil = 2.0\n'
+        '[[faults]]\nkind = "not_supported"\ngpu = 1\ncalls = ["nvmlDeviceGetPowerUsage"]\n'
+        '[[faults]]\nkind = "hang"\ngpu = 1\ncall = "nvmlDeviceGetTemperature"\nseconds = 0.3\n'
+    )
+    running = sim_host(host_toml(gpus=2, faults=faults), wait=0)
+    gpu0, gpu1 = handles(2)
+    pynvml.nvmlDeviceGetMemoryInfo(gpu0)  # fine before `at`
+
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetPowerUsage(gpu1)
+    pynvml.nvmlDeviceGetPowerUsage(gpu0)
+    pynvml.nvmlDeviceGetUtilizationRates(gpu1)
+    t = time.monotonic()
+    pynvml.nvmlDeviceGetTemperature(gpu1, 0)
+    assert time.monotonic() - t >= 0.3
+    t = time.monotonic()
+    pynvml.nvmlDeviceGetTemperature(gpu0, 0)
+    assert time.monotonic() - t < 0.1
+
+    start = running.scenario and __import__("daemon.sim.state", fromlist=["x"]).read_host(
+        running.state_dir)["start_epoch"]
+    time.sleep(max(0.0, start + 1.1 - time.time()))
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetMemoryInfo(gpu0)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetHandleByIndex(0)
+    pynvml.nvmlDeviceGetMemoryInfo(gpu1)  # one GPU lost, not all
+    time.sleep(max(0.0, start + 2.1 - time.time()))
+    pynvml.nvmlDeviceGetMemoryInfo(gpu0)  # back after `until`
+
+
+@pytest.mark.parametrize(("kind", "error"), [
+    ("nvml_missing", pynvml.NVMLError_LibraryNotFound),
+    ("driver_mismatch", pynvml.NVMLError_LibRmVersionMismatch),
+])
+def test_init_faults_recover_after_until(sim_host, kind, error):
+    sim_host(host_toml(gpus=1, faults=f'[[faults]]\nkind = "{kind}"\nuntil = 0.8\n'), init=False)
+    with pytest.raises(error):
+        pynvml.nvmlInit()
+    wait_until(lambda: _init_ok(), timeout=3)
+    assert pynvml.nvmlDeviceGetCount() == 1
+
+
+def _init_ok() -> bool:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    return True
+
+
+def test_dead_processes_disappear(sim_host):
+    running = sim_host(host_toml(gpus=1, workloads=[
+        {"name": "a", "gpus": [0], "code": attach_code(0, 1, BUSY_HALF_SM)},
+        {"name": "b", "gpus": [0], "code": attach_code(0, 2)},
+    ]))
+    (gpu,) = handles(1)
+    pid_a, pid_b = (pid for _, pid, _ in running.workloads)
+    assert {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu)} == {pid_a, pid_b}
+    os.killpg(pid_a, signal.SIGKILL)  # no clean close: its record stays behind
+    wait_until(lambda: [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu)] == [pid_b],
+               timeout=3)
+    assert pynvml.nvmlDeviceGetMemoryInfo(gpu).used == 2 * GIB + sim_nvml.RESERVED_MEMORY
+    assert not any(n.endswith(f"pid{pid_a}.att") for n in os.listdir(running.state_dir / "attach"))
+
+
+def test_gpm_on_hopper_only(sim_host):
+    sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3", workloads=[
+        {"name": "busy", "gpus": [0], "code": attach_code(0, 1, BUSY_HALF_SM)},
+    ]))
+    (gpu,) = handles(1)
+    assert pynvml.nvmlGpmQueryDeviceSupport(gpu).isSupportedDevice == 1
+    first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+    pynvml.nvmlGpmSampleGet(gpu, first)
+    time.sleep(0.6)
+    pynvml.nvmlGpmSampleGet(gpu, second)
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = 2
+    request.sample1, request.sample2 = first, second
+    request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+    request.metrics[1].metricId = pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC
+    pynvml.nvmlGpmMetricsGet(request)
+    assert 40 <= request.metrics[0].value <= 52
+    assert request.metrics[1].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    pynvml.nvmlGpmSampleFree(first)
+    pynvml.nvmlGpmSampleFree(second)
+
+
+def test_no_gpm_on_ampere(sim_host):
+    sim_host(host_toml(gpus=1))
+    (gpu,) = handles(1)
+    assert pynvml.nvmlGpmQueryDeviceSupport(gpu).isSupportedDevice == 0
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlGpmSampleGet(gpu, pynvml.nvmlGpmSampleAlloc())

@@ -1,0 +1,78 @@
+"""Scenario files: loading, validation, and stop() leaving nothing behind."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from daemon.sim import scenario
+
+BASE = '[instance]\nprovider = "aws"\ntype = "g5.xlarge"\nregion = "us-east-1"\n'
+
+
+@pytest.mark.parametrize("name", scenario.builtin_names())
+def test_builtins_load(name):
+    sc = scenario.load(name)
+    assert sc.name == name and sc.gpu_count >= 1 and sc.description
+
+
+def test_demo_host():
+    sc = scenario.load("demo")
+    assert (sc.instance.provider, sc.instance.type, sc.instance.region, sc.instance.lifecycle) == (
+        "aws", "p4d.24xlarge", "us-east-1", "on-demand")
+    assert (sc.gpu_count, sc.gpu_model) == (8, "NVIDIA A100-SXM4-40GB")
+    programs = {w.program for w in sc.workloads}
+    assert programs == {"healthy_train", "data_starved", "checkpoint_heavy", "idle_notebook",
+                        "inference_server"}
+    used = {g for w in sc.workloads for g in w.gpus}
+    assert 5 not in used  # the idle GPU
+    assert sc.gpu_uuid(3) == scenario.load("demo").gpu_uuid(3) != sc.gpu_uuid(4)
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 0\n', "gpu.count"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\ncolour = "red"\n', "gpu.colour"),
+    (BASE + '[gpu]\nmodel = "Mystery GPU"\ncount = 1\n', "gpu.memory_gib"),
+    (BASE.replace('"aws"', "3") + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n', "instance.provider"),
+    (BASE + 'lifecycle = "reserved"\n[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n', "instance.lifecycle"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[workloads]]\nname = "x"\n'
+     'program = "no_such"\ngpus = [0]\n', "workloads[0].program"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[workloads]]\nname = "x"\n'
+     'program = "healthy_train"\ngpus = [3]\n', "workloads[0].gpus"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\nkind = "meteor"\n', "faults[0].kind"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\nkind = "hang"\ngpu = 0\n'
+     'call = "nvmlDeviceGetPowerUsage"\n', "faults[0].seconds"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\nkind = "gpu_lost"\ngpu = 0\n'
+     'at = 5\nuntil = 2\n', "faults[0].until"),
+    ("[gpu\n", "(file)"),
+])
+def test_bad_scenarios_name_the_key(text, key):
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.loads(text)
+    assert e.value.key == key
+    assert key in str(e.value) and "not valid" in str(e.value)
+
+
+def test_unknown_builtin_lists_the_builtins():
+    with pytest.raises(scenario.ScenarioError, match="demo"):
+        scenario.load("no-such-scenario")
+
+
+def test_stop_leaves_no_process_and_no_state_dir():
+    running = scenario.start(scenario.load("data-stall"))
+    assert running.wait_ready(10)
+    (_, pid, _), = running.workloads
+    # the trainer forks DataLoader-like workers: wait for them to exist
+    deadline = time.monotonic() + 10
+    while len(psutil.Process(pid).children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    assert len(family) >= 3
+    state_dir = running.state_dir
+    running.stop()
+    running.stop()  # idempotent
+    for proc in family:
+        assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    assert not state_dir.exists()

@@ -1,0 +1,56 @@
+"""The demo's workloads, observed the way the daemon will observe them."""
+
+from __future__ import annotations
+
+import time
+
+import pynvml
+import pytest
+
+from daemon.sim import nvml as sim_nvml
+from daemon.sim import scenario
+
+GIB = 1 << 30
+
+
+def _read_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/io") as f:
+        return int(next(line for line in f if line.startswith("read_bytes")).split()[1])
+
+
+@pytest.fixture(scope="module")
+def demo():
+    running = scenario.start(scenario.load("demo"))
+    sim_nvml.install(running.state_dir)
+    pynvml.nvmlInit()
+    yield running
+    sim_nvml.uninstall()
+    running.stop()
+
+
+def test_demo_gpus_look_like_their_workloads(demo):
+    pids = {name: pid for name, pid, _ in demo.workloads}
+    time.sleep(3.5)  # past the start-up (data file written, first checkpoint window)
+    utils, sm = {}, {}
+    since = int(time.time() * 1e6) - 1_000_000
+    for i in range(8):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        utils[i] = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+        try:
+            sm[i] = sum(s.smUtil for s in pynvml.nvmlDeviceGetProcessUtilization(h, since))
+        except pynvml.NVMLError_NotFound:
+            sm[i] = 0
+    assert utils[0] >= 85 and sm[0] >= 70  # healthy
+    assert utils[1] <= 50  # starved of data
+    assert utils[4] >= 60 and sm[4] <= 20  # busy-looking, SMs mostly idle (batch size 1)
+    assert utils[5] == 0 and sm[5] == 0  # nothing on it
+    notebook = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(3))
+    assert [(p.pid, p.usedGpuMemory) for p in notebook] == [(pids["notebook"], 12 * GIB)]
+    assert utils[3] <= 20 and sm[3] == 0  # holds memory, runs nothing
+
+
+def test_data_starved_reads_from_disk(demo):
+    pid = {name: pid for name, pid, _ in demo.workloads}["train-starved"]
+    before = _read_bytes(pid)
+    time.sleep(1.5)
+    assert _read_bytes(pid) - before >= 4 << 20  # page cache dropped: real device reads

@@ -1,0 +1,56 @@
+"""Helpers for the sim tests: scenario text for small hosts, tiny workload programs, polling."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+GIB = 1 << 30
+
+
+def host_toml(
+    gpus: int = 2,
+    model: str = "NVIDIA A100-SXM4-40GB",
+    workloads: list[dict] | None = None,
+    faults: str = "",
+    gpm: bool | None = None,
+) -> str:
+    """Scenario text; each workload is {name, gpus, code} run as `python -c code`."""
+    text = (
+        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
+        f'[gpu]\nmodel = "{model}"\ncount = {gpus}\n'
+    )
+    if gpm is not None:
+        text += f"gpm = {'true' if gpm else 'false'}\n"
+    for w in workloads or []:
+        argv = [sys.executable, "-c", w["code"]]
+        text += (
+            f'[[workloads]]\nname = "{w["name"]}"\ngpus = {json.dumps(w["gpus"])}\n'
+            f"command = {json.dumps(argv)}\n"
+        )
+    return text + faults
+
+
+def attach_code(gpu: int, alloc_gib: float, loop: str = "time.sleep(60)") -> str:
+    """A small real program: attach to a GPU, hold memory, then run `loop` forever."""
+    return (
+        "import time\nfrom daemon.sim.device import Device\n"
+        f"dev = Device(gpu_index={gpu})\ndev.alloc(int({alloc_gib} * (1 << 30)))\n"
+        f"while True:\n    {loop}\n"
+    )
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 5.0, every: float = 0.05):
+    """Poll until predicate() is truthy; return its value (or fail the test)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout} s")
+        time.sleep(every)
