@@ -1,0 +1,515 @@
+"""Read-only queries over a store: the report, the HTTP API and snapshot replay use these.
+
+A `StoreReader` has its own read-only connection. Every public method runs in one short read
+transaction under a deadline (a progress handler), so a slow query fails with `ReaderTimeout`
+instead of holding a read snapshot that stops WAL checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from daemon.model import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
+from daemon.store_schema import (
+    GPU_METRIC_COLUMN,
+    GPU_METRICS,
+    HOUR,
+    KIND_GPU,
+    KIND_PROCESS,
+    METRIC_SCALE,
+    MINUTE,
+    PROCESS_METRICS,
+    decode_status,
+    unscale,
+    unscale_millis,
+    unscale_tenths,
+)
+
+# Choose the finest data whose row count over the range stays small.
+_RAW_MAX_SPAN_GPU_S = 3600  # 1 h of raw rows: 3 600 ticks x the host's GPUs scanned
+_RAW_MAX_SPAN_PROCESS_S = 900  # raw process rows are scanned for all processes of a tick
+_MINUTE_MAX_SPAN_S = 8 * 86400
+
+# Raw per-sample values of each process metric, (ts, v) rows for one process.
+_PROCESS_RAW = {
+    "sm_share": "SELECT ts, sum(sm) AS v FROM proc_gpu_samples"
+    " WHERE proc = :p AND ts >= :lo AND ts <= :hi GROUP BY ts",
+    "gpu_memory_bytes": "SELECT ts, sum(mem) AS v FROM proc_gpu_samples"
+    " WHERE proc = :p AND ts >= :lo AND ts <= :hi GROUP BY ts",
+    "rss_bytes": "SELECT ts, rss AS v FROM proc_samples WHERE proc = :p AND ts >= :lo AND ts <= :hi",
+    "cpu_percent": "SELECT ts, v FROM (SELECT ts, CASE WHEN ts - lag(ts) OVER w > 0"
+    " AND cpu_ms >= lag(cpu_ms) OVER w THEN"
+    " CAST(round((cpu_ms - lag(cpu_ms) OVER w) * 1000.0 / (ts - lag(ts) OVER w)) AS INTEGER)"
+    " END AS v FROM proc_samples WHERE proc = :p AND ts >= :lo - 300000 AND ts <= :hi"
+    " WINDOW w AS (PARTITION BY proc ORDER BY ts)) WHERE ts >= :lo",
+}
+
+
+class ReaderTimeout(Exception):
+    """A read query ran past its deadline and was cut off."""
+
+
+class StoreReader:
+    """Read-only view of a store file. Safe beside a live writer."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
+        self.path = str(path)
+        self.timeout_s = timeout_s
+        uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve())) + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=1000")
+        self.db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
+        self.conn = conn
+        self._deadline = math.inf
+        conn.set_progress_handler(self._past_deadline, 1000)
+
+    def _past_deadline(self) -> int:
+        return 1 if time.perf_counter() > self._deadline else 0
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction under the deadline; always ended before returning."""
+        self._deadline = time.perf_counter() + self.timeout_s
+        started = time.perf_counter()
+        try:
+            self.conn.execute("BEGIN")
+            yield self.conn
+        except sqlite3.OperationalError as error:
+            if "interrupted" in str(error):
+                raise ReaderTimeout(
+                    f"query on {self.path} was cut off after {time.perf_counter() - started:.2f}"
+                    f" s (deadline {self.timeout_s} s); ask for a shorter range or fewer points"
+                ) from error
+            raise
+        finally:
+            self._deadline = math.inf
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        """Run any read-only SQL under the deadline; rows as dicts."""
+        with self._read():
+            return list(self.db.query(sql, params))
+
+    # ------------------------------------------------------------------------- latest
+
+    def _meta(self, conn: sqlite3.Connection, key: str) -> int:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def meta(self, key: str) -> object | None:
+        """A fact recorded with Store.set_meta, or None."""
+        rows = self.query("SELECT value FROM meta WHERE key = ?", (f"json:{key}",))
+        return json.loads(rows[0]["value"]) if rows else None
+
+    def latest(self) -> Sample | None:
+        """The newest committed tick, rebuilt as model objects."""
+        with self._read() as conn:
+            tick = conn.execute(
+                "SELECT ts, tick, nvml_status, io_some, io_full, cpu_some, io_some_us,"
+                " io_full_us, cpu_some_us FROM ticks ORDER BY ts DESC LIMIT 1"
+            ).fetchone()
+            if tick is None:
+                return None
+            ts = tick[0]
+            gpus = tuple(
+                GpuSample(
+                    index=r[0],
+                    uuid=r[11] or "",
+                    name=r[12] or "",
+                    status=decode_status(r[1]),
+                    utilization=unscale_tenths(r[2]),
+                    sm_activity=unscale_tenths(r[3]),
+                    memory_used_bytes=r[4],
+                    memory_total_bytes=r[13],
+                    power_watts=unscale_millis(r[5]),
+                    temperature_c=r[6],
+                    sm_clock_mhz=r[7],
+                    memory_clock_mhz=r[8],
+                    error=r[9],
+                )
+                for r in conn.execute(
+                    "SELECT s.gpu, status, util, sm, mem, power_mw, temp, sm_clock, mem_clock,"
+                    " error, s.ts, g.uuid, g.name, g.memory_total_bytes FROM gpu_samples s"
+                    " LEFT JOIN gpus g ON g.gpu = s.gpu WHERE s.ts = ? ORDER BY s.gpu",
+                    (ts,),
+                )
+            )
+            uses: dict[int, list[GpuUse]] = {}
+            for proc, gpu, mem, sm in conn.execute(
+                "SELECT proc, gpu, mem, sm FROM proc_gpu_samples WHERE ts = ? ORDER BY proc, gpu",
+                (ts,),
+            ):
+                uses.setdefault(proc, []).append(GpuUse(gpu, mem, sm / 10))
+            processes = tuple(
+                ProcessSample(
+                    pid=r[1],
+                    start_time=r[2] / 1000,
+                    ppid=r[3],
+                    user=r[4],
+                    command=r[5],
+                    gpus=tuple(uses.get(r[0], ())),
+                    cpu_seconds=r[6] / 1000,
+                    rss_bytes=r[7],
+                    read_bytes=r[8],
+                    write_bytes=r[9],
+                    iowait_seconds=unscale_millis(r[10]),
+                    state=r[11],
+                    threads=r[12],
+                    threads_in_d=r[13],
+                )
+                for r in conn.execute(
+                    "SELECT p.id, p.pid, p.start_ms, p.ppid, p.user, p.command, s.cpu_ms, s.rss,"
+                    " s.read_b, s.write_b, s.iowait_ms, s.state, s.threads, s.threads_d"
+                    " FROM proc_samples s JOIN processes p ON p.id = s.proc WHERE s.ts = ?"
+                    " ORDER BY p.pid, p.start_ms",
+                    (ts,),
+                )
+            )
+            host = HostPressure(
+                io_some_avg10=unscale(tick[3], 0.01),
+                io_full_avg10=unscale(tick[4], 0.01),
+                cpu_some_avg10=unscale(tick[5], 0.01),
+                io_some_total_us=tick[6],
+                io_full_total_us=tick[7],
+                cpu_some_total_us=tick[8],
+            )
+            return Sample(
+                ts=ts / 1000,
+                tick=tick[1],
+                gpus=gpus,
+                processes=processes,
+                host=host,
+                nvml_status=decode_status(tick[2]),
+            )
+
+    def ticks(self, since: float | None = None, until: float | None = None) -> list[int]:
+        """Tick numbers of the raw ticks in [since, until] (seconds), oldest first."""
+        lo = -(2**62) if since is None else round(since * 1000)
+        hi = 2**62 if until is None else round(until * 1000)
+        with self._read() as conn:
+            return [
+                r[0]
+                for r in conn.execute(
+                    "SELECT tick FROM ticks WHERE ts >= ? AND ts <= ? ORDER BY ts", (lo, hi)
+                )
+            ]
+
+    # ------------------------------------------------------------------------ history
+
+    def _resolution(self, span_s: float, raw_max_span_s: float) -> int:
+        if span_s <= raw_max_span_s:
+            return 1
+        if span_s <= _MINUTE_MAX_SPAN_S:
+            return MINUTE
+        return HOUR
+
+    def _history(
+        self,
+        kind: int,
+        key: int,
+        metric: str,
+        code: int,
+        raw_sql: str,
+        raw_params: dict[str, Any],
+        since: float,
+        until: float,
+        max_points: int,
+        raw_max_span_s: float,
+        conn: sqlite3.Connection,
+    ) -> list[tuple[float, float, float, float]]:
+        lo, hi = round(since * 1000), round(until * 1000)
+        res = self._resolution(until - since, raw_max_span_s)
+        width = max(math.ceil((hi - lo + 1) / max(max_points, 1)), res * 1000)
+        minute_done = self._meta(conn, "minute_done")
+        hour_done = self._meta(conn, "hour_done")
+        parts = []
+        params: dict[str, Any] = {
+            "kind": kind,
+            "key": key,
+            "metric": code,
+            "lo": lo,
+            "hi": hi,
+            "w": width,
+            **raw_params,
+        }
+        rollup = (
+            "SELECT bucket AS t, n, sum AS total, min AS lo_v, max AS hi_v"
+            " FROM rollups INDEXED BY rollups_series"
+            " WHERE kind = :kind AND key = :key AND metric = :metric AND res = {res}"
+            " AND bucket >= {start} AND bucket <= :hi AND bucket < {stop}"
+        )
+        if res == HOUR:
+            parts.append(
+                rollup.format(res=HOUR, start=f":lo - {HOUR * 1000 - 1}", stop=":hour_done")
+            )
+            parts.append(
+                rollup.format(
+                    res=MINUTE,
+                    start=f"max(:lo - {MINUTE * 1000 - 1}, :hour_done)",
+                    stop=":minute_done",
+                )
+            )
+        elif res == MINUTE:
+            parts.append(
+                rollup.format(res=MINUTE, start=f":lo - {MINUTE * 1000 - 1}", stop=":minute_done")
+            )
+        params["hour_done"] = hour_done
+        params["minute_done"] = minute_done
+        params["raw_lo"] = lo if res == 1 else max(lo, minute_done)
+        raw = raw_sql.replace(":lo", ":raw_lo")
+        parts.append(f"SELECT ts AS t, 1 AS n, v AS total, v AS lo_v, v AS hi_v FROM ({raw})")
+        sql = (
+            "SELECT (t - :lo) / :w AS i, sum(n), sum(total), min(lo_v), max(hi_v) FROM ("
+            + " UNION ALL ".join(parts)
+            + ") WHERE total IS NOT NULL GROUP BY i ORDER BY i"
+        )
+        scale = METRIC_SCALE[metric]
+        return [
+            ((lo + i * width) / 1000, total * scale / n, low * scale, high * scale)
+            for i, n, total, low, high in conn.execute(sql, params)
+        ]
+
+    def gpu_history(
+        self, index: int, metric: str, since: float, until: float, max_points: int = 300
+    ) -> list[tuple[float, float, float, float]]:
+        """(ts, avg, min, max) points of one GPU metric over [since, until], in model units.
+
+        Reads raw rows for short ranges, minute rollups up to 8 days, hour rollups beyond.
+        """
+        if metric not in GPU_METRICS:
+            raise ValueError(f"unknown GPU metric {metric!r}; one of {sorted(GPU_METRICS)}")
+        column = GPU_METRIC_COLUMN[metric]
+        raw = (
+            f"SELECT ts, {column} AS v FROM gpu_samples"
+            " WHERE ts >= :lo AND ts <= :hi AND gpu = :gpu"
+        )
+        with self._read() as conn:
+            return self._history(
+                KIND_GPU,
+                index,
+                metric,
+                GPU_METRICS[metric],
+                raw,
+                {"gpu": index},
+                since,
+                until,
+                max_points,
+                _RAW_MAX_SPAN_GPU_S,
+                conn,
+            )
+
+    def process_history(
+        self,
+        pid: int,
+        start_time: float,
+        metric: str,
+        since: float,
+        until: float,
+        max_points: int = 300,
+    ) -> list[tuple[float, float, float, float]]:
+        """(ts, avg, min, max) points of one process metric; [] for an unknown process."""
+        if metric not in PROCESS_METRICS:
+            raise ValueError(f"unknown process metric {metric!r}; one of {sorted(PROCESS_METRICS)}")
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
+                (pid, round(start_time * 1000)),
+            ).fetchone()
+            if row is None:
+                return []
+            return self._history(
+                KIND_PROCESS,
+                row[0],
+                metric,
+                PROCESS_METRICS[metric],
+                _PROCESS_RAW[metric],
+                {"p": row[0]},
+                since,
+                until,
+                max_points,
+                _RAW_MAX_SPAN_PROCESS_S,
+                conn,
+            )
+
+    # ------------------------------------------------------------------------ summary
+
+    def window_summary(self, since: float, until: float) -> dict[str, Any]:
+        """What `mlcostd report --json` shows for [since, until], from raw samples."""
+        lo, hi = round(since * 1000), round(until * 1000)
+        with self._read() as conn:
+            ticks = conn.execute(
+                "SELECT count(*) FROM ticks WHERE ts >= ? AND ts <= ?", (lo, hi)
+            ).fetchone()[0]
+            return {
+                "window": {"since": since, "until": until, "ticks": ticks},
+                "gpus": self._gpu_summary(conn, lo, hi),
+                "processes": self._process_summary(conn, lo, hi),
+            }
+
+    def _gpu_summary(self, conn: sqlite3.Connection, lo: int, hi: int) -> list[dict[str, Any]]:
+        gpus = []
+        for gpu, samples, util, sm, power, last_ts in conn.execute(
+            "SELECT gpu, count(*), avg(util), avg(sm), avg(power_mw), max(ts) FROM gpu_samples"
+            " WHERE ts >= ? AND ts <= ? GROUP BY gpu ORDER BY gpu",
+            (lo, hi),
+        ).fetchall():
+            facts = conn.execute(
+                "SELECT uuid, name, memory_total_bytes FROM gpus WHERE gpu = ?", (gpu,)
+            ).fetchone() or ("", "", None)
+            mem, status = conn.execute(
+                "SELECT mem, status FROM gpu_samples WHERE ts = ? AND gpu = ?", (last_ts, gpu)
+            ).fetchone()
+            gpus.append(
+                {
+                    "index": gpu,
+                    "uuid": facts[0],
+                    "name": facts[1],
+                    "utilization": unscale(util, 0.1),
+                    "sm_activity": unscale(sm, 0.1),
+                    "memory_used_bytes": mem,
+                    "memory_total_bytes": facts[2],
+                    "power_watts": unscale(power, 0.001),
+                    "samples": samples,
+                    "status": decode_status(status),
+                }
+            )
+        return gpus
+
+    def _process_summary(self, conn: sqlite3.Connection, lo: int, hi: int) -> list[dict[str, Any]]:
+        counters = "ts, cpu_ms, read_b, write_b, iowait_ms"
+        # SQLite returns the other columns from the row that holds the min / max.
+        first = {
+            r[0]: r[2:]
+            for r in conn.execute(
+                f"SELECT proc, min(ts), {counters} FROM proc_samples"
+                " WHERE ts >= ? AND ts <= ? GROUP BY proc",
+                (lo, hi),
+            )
+        }
+        last = {
+            r[0]: r[2:]
+            for r in conn.execute(
+                f"SELECT proc, max(ts), {counters}, rss FROM proc_samples"
+                " WHERE ts >= ? AND ts <= ? GROUP BY proc",
+                (lo, hi),
+            )
+        }
+        stats = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                "SELECT proc, count(*), max(threads_d) FROM proc_samples"
+                " WHERE ts >= ? AND ts <= ? GROUP BY proc",
+                (lo, hi),
+            )
+        }
+        sm_sum: dict[int, int] = {}
+        gpus_held: dict[int, list[int]] = {}
+        for proc, gpu, sm in conn.execute(
+            "SELECT proc, gpu, sum(sm) FROM proc_gpu_samples WHERE ts >= ? AND ts <= ?"
+            " GROUP BY proc, gpu ORDER BY proc, gpu",
+            (lo, hi),
+        ):
+            sm_sum[proc] = sm_sum.get(proc, 0) + sm
+            gpus_held.setdefault(proc, []).append(gpu)
+        out = []
+        for proc, (pid, start_ms, ppid, user, command) in self._process_facts(conn, first):
+            f, l_ = first[proc], last[proc]
+            samples, threads_d_max = stats[proc]
+            held, last_mem = conn.execute(
+                "SELECT count(*), sum(mem) FROM proc_gpu_samples WHERE ts = ? AND proc = ?",
+                (l_[0], proc),
+            ).fetchone()
+            if not held:
+                last_mem = 0  # holds no GPU at its last sample (None: held, size unknown)
+            wall_ms = l_[0] - f[0]
+
+            def delta(column: int, proc: int = proc) -> int | None:
+                a, b = first[proc][column], last[proc][column]
+                if a is None or b is None:
+                    a, b = self._known_counter_ends(conn, proc, column, lo, hi)
+                return None if a is None or b is None else b - a
+
+            cpu_delta = delta(1)
+            iowait = delta(4)
+            out.append(
+                {
+                    "pid": pid,
+                    "start_time": start_ms / 1000,
+                    "ppid": ppid,
+                    "user": user,
+                    "command": command,
+                    "gpus": gpus_held.get(proc, []),
+                    "gpu_memory_bytes": last_mem,
+                    "sm_share": sm_sum.get(proc, 0) / 10 / samples,
+                    "cpu_percent": (cpu_delta or 0) / wall_ms * 100 if wall_ms > 0 else 0.0,
+                    "rss_bytes": l_[5],
+                    "io_wait_seconds": None if iowait is None else iowait / 1000,
+                    "read_bytes": delta(2),
+                    "write_bytes": delta(3),
+                    "threads_in_d_max": threads_d_max,
+                    "first_seen": f[0] / 1000,
+                    "last_seen": l_[0] / 1000,
+                }
+            )
+        return out
+
+    def _process_facts(
+        self, conn: sqlite3.Connection, procs: dict[int, Any]
+    ) -> list[tuple[int, tuple[int, int, int, str, str]]]:
+        rows = []
+        for proc in procs:
+            r = conn.execute(
+                "SELECT pid, start_ms, ppid, user, command FROM processes WHERE id = ?", (proc,)
+            ).fetchone()
+            if r is not None:
+                rows.append((proc, r))
+        rows.sort(key=lambda item: (item[1][0], item[1][1]))
+        return rows
+
+    def _known_counter_ends(
+        self, conn: sqlite3.Connection, proc: int, column: int, lo: int, hi: int
+    ) -> tuple[int | None, int | None]:
+        """First and last non-null value of a counter, for counters not always known."""
+        name = ("ts", "cpu_ms", "read_b", "write_b", "iowait_ms")[column]
+        where = f"proc = ? AND ts >= ? AND ts <= ? AND {name} IS NOT NULL"
+        a = conn.execute(
+            f"SELECT {name} FROM proc_samples WHERE {where} ORDER BY ts LIMIT 1", (proc, lo, hi)
+        ).fetchone()
+        b = conn.execute(
+            f"SELECT {name} FROM proc_samples WHERE {where} ORDER BY ts DESC LIMIT 1",
+            (proc, lo, hi),
+        ).fetchone()
+        return (a[0] if a else None, b[0] if b else None)
+
+    # ------------------------------------------------------------------------- sizes
+
+    def table_bytes(self) -> dict[str, int]:
+        """Bytes on disk per table and index, measured with the dbstat virtual table."""
+        with self._read() as conn:
+            return {
+                name: size
+                for name, size in conn.execute(
+                    "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY name"
+                )
+            }
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,213 @@
+"""Schema, migrations and compact units shared by the store's writer and its readers.
+
+Raw rows hold integers in compact units so that a GPU-sample fits in well under 64 bytes:
+
+    time            integer milliseconds since the epoch (``ts``)
+    percentages     tenths of a percent (37.5 % -> 375): utilization, SM activity, SM share,
+                    CPU percent in rollups
+    power           milliwatts (NVML reports milliwatts)
+    seconds         milliseconds (cpu_seconds, iowait_seconds)
+    PSI avg10       hundredths of a percent (as /proc/pressure prints them)
+    bytes           bytes (exact)
+
+Statuses are stored as a small integer code when known, as the text itself otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+# Rollup resolutions, seconds.
+MINUTE = 60
+HOUR = 3600
+
+# Rollup kinds and metrics (the long rollup table is keyed by these codes).
+KIND_GPU = 0
+KIND_PROCESS = 1
+
+GPU_METRICS: dict[str, int] = {
+    "utilization": 0,
+    "sm_activity": 1,
+    "memory_used_bytes": 2,
+    "power_watts": 3,
+    "temperature_c": 4,
+}
+PROCESS_METRICS: dict[str, int] = {
+    "sm_share": 10,
+    "gpu_memory_bytes": 11,
+    "cpu_percent": 12,
+    "rss_bytes": 13,
+}
+# Stored unit -> model unit, per metric name.
+METRIC_SCALE: dict[str, float] = {
+    "utilization": 0.1,
+    "sm_activity": 0.1,
+    "memory_used_bytes": 1.0,
+    "power_watts": 0.001,
+    "temperature_c": 1.0,
+    "sm_share": 0.1,
+    "gpu_memory_bytes": 1.0,
+    "cpu_percent": 0.1,
+    "rss_bytes": 1.0,
+}
+# Column of gpu_samples that holds each GPU metric.
+GPU_METRIC_COLUMN: dict[str, str] = {
+    "utilization": "util",
+    "sm_activity": "sm",
+    "memory_used_bytes": "mem",
+    "power_watts": "power_mw",
+    "temperature_c": "temp",
+}
+
+STATUS_CODES: dict[str, int] = {"ok": 0, "lost": 1, "timeout": 2, "error": 3}
+STATUS_NAMES: dict[int, str] = {code: name for name, code in STATUS_CODES.items()}
+
+
+def encode_status(status: str) -> int | str:
+    return STATUS_CODES.get(status, status)
+
+
+def decode_status(value: int | str | None) -> str:
+    if isinstance(value, int):
+        return STATUS_NAMES.get(value, str(value))
+    return value if value is not None else "ok"
+
+
+def tenths(value: float | None) -> int | None:
+    return None if value is None else round(value * 10)
+
+
+def hundredths(value: float | None) -> int | None:
+    return None if value is None else round(value * 100)
+
+
+def millis(value: float | None) -> int | None:
+    return None if value is None else round(value * 1000)
+
+
+def unscale(value: int | None, scale: float) -> float | None:
+    return None if value is None else value * scale
+
+
+def unscale_tenths(value: int | None) -> float | None:
+    return None if value is None else value / 10
+
+
+def unscale_millis(value: int | None) -> float | None:
+    return None if value is None else value / 1000
+
+
+def _create_without_rowid(
+    db: sqlite_utils.Database, name: str, columns: dict[str, type], pk: tuple[str, ...]
+) -> None:
+    """sqlite-utils writes the CREATE TABLE; it has no WITHOUT ROWID option, so we append it."""
+    sql = db.create_table_sql(name, columns, pk=pk, not_null=set(pk))
+    db.execute(sql.rstrip().rstrip(";") + " WITHOUT ROWID")
+
+
+def _migration_1(db: sqlite_utils.Database) -> None:
+    """The initial schema."""
+    db["meta"].create({"key": str, "value": int}, pk="key")
+    db["gpus"].create({"gpu": int, "uuid": str, "name": str, "memory_total_bytes": int}, pk="gpu")
+    db["processes"].create(
+        {
+            "id": int,
+            "pid": int,
+            "start_ms": int,
+            "ppid": int,
+            "user": str,
+            "command": str,
+            "first_ts": int,
+            "last_ts": int,
+        },
+        pk="id",
+        not_null={"pid", "start_ms"},
+    )
+    db["processes"].create_index(["pid", "start_ms"], unique=True)
+    db["processes"].create_index(["last_ts"])
+    # ts is the rowid: ticks append at the end of the b-tree.
+    db["ticks"].create(
+        {
+            "ts": int,
+            "tick": int,
+            "nvml_status": int,  # INTEGER affinity keeps an unknown status text as text
+            "n_gpus": int,
+            "n_processes": int,
+            "io_some": int,
+            "io_full": int,
+            "cpu_some": int,
+            "io_some_us": int,
+            "io_full_us": int,
+            "cpu_some_us": int,
+        },
+        pk="ts",
+    )
+    _create_without_rowid(
+        db,
+        "gpu_samples",
+        {
+            "ts": int,
+            "gpu": int,
+            "status": int,
+            "util": int,
+            "sm": int,
+            "mem": int,
+            "power_mw": int,
+            "temp": int,
+            "sm_clock": int,
+            "mem_clock": int,
+            "error": str,
+        },
+        ("ts", "gpu"),
+    )
+    _create_without_rowid(
+        db,
+        "proc_samples",
+        {
+            "ts": int,
+            "proc": int,
+            "cpu_ms": int,
+            "rss": int,
+            "read_b": int,
+            "write_b": int,
+            "iowait_ms": int,
+            "state": str,
+            "threads": int,
+            "threads_d": int,
+        },
+        ("ts", "proc"),
+    )
+    _create_without_rowid(
+        db,
+        "proc_gpu_samples",
+        {"ts": int, "proc": int, "gpu": int, "mem": int, "sm": int},
+        ("ts", "proc", "gpu"),
+    )
+    # Rollups: (res, bucket) first so that rollup inserts and retention deletes are range
+    # operations; the series index serves history reads.
+    _create_without_rowid(
+        db,
+        "rollups",
+        {
+            "res": int,
+            "bucket": int,
+            "kind": int,
+            "key": int,
+            "metric": int,
+            "n": int,
+            "sum": int,
+            "min": int,
+            "max": int,
+        },
+        ("res", "bucket", "kind", "key", "metric"),
+    )
+    db["rollups"].create_index(
+        ["kind", "key", "metric", "res", "bucket"], index_name="rollups_series"
+    )
+
+
+# Applied in order; schema_version (PRAGMA user_version) is the number applied.
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_migration_1]
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,642 @@
+"""daemon.store: real SQLite files, one transaction per tick, rollups, retention, recovery."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.model import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
+from daemon.store import ReaderTimeout, Store
+from daemon.store_schema import GPU_METRICS, PROCESS_METRICS, SCHEMA_VERSION
+
+T0 = 1_750_000_000.0  # a round start time, seconds
+
+
+def gpu(index: int, rng: random.Random, **fields: object) -> GpuSample:
+    values: dict[str, object] = dict(
+        index=index,
+        uuid=f"GPU-{index:04d}",
+        name="NVIDIA H100 80GB HBM3",
+        utilization=float(rng.randint(0, 100)),
+        sm_activity=rng.randint(0, 1000) / 10,
+        memory_used_bytes=rng.randint(0, 80 * 1024) << 20,
+        memory_total_bytes=80 << 30,
+        power_watts=rng.randint(60_000, 700_000) / 1000,
+        temperature_c=rng.randint(30, 85),
+        sm_clock_mhz=1980,
+        memory_clock_mhz=2619,
+    )
+    values.update(fields)
+    return GpuSample(**values)  # type: ignore[arg-type]
+
+
+def process(
+    pid: int, tick: int, rng: random.Random, n_gpus: int, **fields: object
+) -> ProcessSample:
+    values: dict[str, object] = dict(
+        pid=pid,
+        start_time=T0 - 1000 + pid,
+        ppid=1,
+        user="alice",
+        command=f"python train.py --rank {pid}",
+        gpus=(GpuUse(pid % n_gpus, rng.randint(1, 70_000) << 20, rng.randint(0, 1000) / 10),),
+        cpu_seconds=tick * 0.9 + rng.random() * 0.5,
+        rss_bytes=rng.randint(1, 5_000_000) * 4096,
+        read_bytes=tick * 1_000_000,
+        write_bytes=tick * 10_000,
+        iowait_seconds=tick * 0.01,
+        threads=12,
+    )
+    values.update(fields)
+    return ProcessSample(**values)  # type: ignore[arg-type]
+
+
+def make_sample(
+    tick: int, ts: float, rng: random.Random, n_gpus: int = 2, n_processes: int = 3
+) -> Sample:
+    return Sample(
+        ts=ts,
+        tick=tick,
+        gpus=tuple(gpu(i, rng) for i in range(n_gpus)),
+        processes=tuple(process(100 + j, tick, rng, n_gpus) for j in range(n_processes)),
+        host=HostPressure(1.5, 0.25, 3.0, tick * 100, tick * 50, tick * 300),
+    )
+
+
+def fill(store: Store, ticks: int, interval: float = 1.0, seed: int = 1, **kw: int) -> float:
+    """Write `ticks` ticks from T0; returns the last ts."""
+    rng = random.Random(seed)
+    ts = T0
+    for tick in range(1, ticks + 1):
+        ts = T0 + (tick - 1) * interval
+        assert store.write(make_sample(tick, ts, rng, **kw))
+    return ts
+
+
+def drain(store: Store) -> None:
+    for _ in range(100_000):
+        if not store.maintain(0.5):
+            return
+    raise AssertionError("maintain never finished")
+
+
+def rows(path: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------------ round trip
+
+
+def test_round_trip_keeps_values_and_none_fields(tmp_path: Path) -> None:
+    sample = Sample(
+        ts=T0 + 0.123,
+        tick=7,
+        gpus=(
+            GpuSample(
+                index=0,
+                uuid="GPU-a",
+                name="H100",
+                utilization=37.5,
+                sm_activity=12.3,
+                memory_used_bytes=40 << 30,
+                memory_total_bytes=80 << 30,
+                power_watts=123.456,
+                temperature_c=61,
+                sm_clock_mhz=1980,
+                memory_clock_mhz=2619,
+            ),
+            GpuSample(index=1, uuid="GPU-b", name="H100", status="lost", error="GPU is lost"),
+        ),
+        processes=(
+            ProcessSample(
+                pid=42,
+                start_time=T0 - 10.5,
+                ppid=1,
+                user="bob",
+                command="python serve.py",
+                gpus=(GpuUse(0, 1 << 30, 25.5), GpuUse(1, None, 0.0)),
+                cpu_seconds=12.345,
+                rss_bytes=4096 * 1000,
+                read_bytes=None,
+                write_bytes=77,
+                iowait_seconds=None,
+                state="D",
+                threads=9,
+                threads_in_d=2,
+            ),
+            ProcessSample(pid=43, start_time=T0 - 1, ppid=42, user="bob", command="worker"),
+        ),
+        host=HostPressure(io_some_avg10=1.25, io_some_total_us=123456),
+        nvml_status="ok",
+    )
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        assert store.write(sample)
+    with Store.reader(path) as reader:
+        got = reader.latest()
+    assert got is not None
+    assert got.gpus == sample.gpus  # None stays None (lost GPU), never 0
+    assert got.gpus[1].utilization is None and got.gpus[1].memory_used_bytes is None
+    assert got.processes == sample.processes
+    assert got.host == sample.host
+    assert (got.ts, got.tick, got.nvml_status) == (round(sample.ts, 3), 7, "ok")
+
+
+def test_empty_store_and_unknown_status_text(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        assert Store.reader(path).latest() is None
+        store.write(Sample(ts=T0, tick=1, nvml_status="driver/library version mismatch"))
+        assert store.health.schema_version == SCHEMA_VERSION
+    with Store.reader(path) as reader:
+        latest = reader.latest()
+        assert latest is not None and latest.nvml_status == "driver/library version mismatch"
+        assert reader.query("PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION
+        assert reader.query("PRAGMA journal_mode")[0]["journal_mode"] == "wal"
+
+
+def test_static_facts_are_stored_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 50, n_gpus=2, n_processes=3)
+    assert rows(path, "SELECT count(*) FROM gpus") == [(2,)]
+    assert rows(path, "SELECT count(*) FROM processes") == [(3,)]
+    assert rows(path, "SELECT count(*) FROM proc_samples") == [(150,)]
+    # Reopen: the cached ids are reloaded, not re-inserted.
+    with Store(path) as store:
+        rng = random.Random(5)
+        store.write(make_sample(51, T0 + 51, rng))
+    assert rows(path, "SELECT count(*) FROM processes") == [(3,)]
+
+
+def test_pid_reuse_is_two_processes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    rng = random.Random(2)
+    first = process(500, 1, rng, 1, start_time=T0 - 100)
+    second = process(500, 1, rng, 1, start_time=T0 + 5)
+    with Store(path) as store:
+        store.write(Sample(ts=T0, tick=1, processes=(first,)))
+        store.write(Sample(ts=T0 + 10, tick=2, processes=(second,)))
+        store.write(Sample(ts=T0 + 11, tick=3, processes=(second,)))
+    assert rows(path, "SELECT pid, start_ms FROM processes ORDER BY start_ms") == [
+        (500, round((T0 - 100) * 1000)),
+        (500, round((T0 + 5) * 1000)),
+    ]
+    with Store.reader(path) as reader:
+        summary = reader.window_summary(T0, T0 + 20)
+        assert [(p["pid"], p["start_time"]) for p in summary["processes"]] == [
+            (500, T0 - 100),
+            (500, T0 + 5),
+        ]
+        assert reader.process_history(500, T0 + 5, "rss_bytes", T0, T0 + 20) != []
+        assert len(reader.process_history(500, T0 - 100, "rss_bytes", T0, T0 + 20)) == 1
+
+
+# ------------------------------------------------------------------------ rollups
+
+
+def _aggregate(values: dict[tuple, list[int]]) -> dict[tuple, tuple[int, int, int, int]]:
+    return {k: (len(v), sum(v), min(v), max(v)) for k, v in values.items() if v}
+
+
+def _expected_rollups(path: Path, res_s: int) -> dict[tuple, tuple[int, int, int, int]]:
+    """Recompute n, sum, min, max per bucket straight from raw rows, in Python."""
+    width = res_s * 1000
+    done = rows(path, "SELECT value FROM meta WHERE key = 'minute_done'")[0][0]
+    if res_s == 3600:
+        done = rows(path, "SELECT value FROM meta WHERE key = 'hour_done'")[0][0]
+    columns = ["util", "sm", "mem", "power_mw", "temp"]
+    values: dict[tuple, list[int]] = {}
+    for ts, g, *vals in rows(
+        path, f"SELECT ts, gpu, {', '.join(columns)} FROM gpu_samples WHERE ts < ?", (done,)
+    ):
+        for name, v in zip(GPU_METRICS, vals, strict=True):
+            if v is not None:
+                values.setdefault((ts - ts % width, 0, g, GPU_METRICS[name]), []).append(v)
+    per_sample: dict[tuple[int, int], list[int]] = {}
+    for ts, p, mem, sm in rows(
+        path, "SELECT ts, proc, mem, sm FROM proc_gpu_samples WHERE ts < ?", (done,)
+    ):
+        acc = per_sample.setdefault((ts, p), [0, 0])
+        acc[0] += mem
+        acc[1] += sm
+    for (ts, p), (mem, sm) in per_sample.items():
+        bucket = ts - ts % width
+        values.setdefault((bucket, 1, p, PROCESS_METRICS["gpu_memory_bytes"]), []).append(mem)
+        values.setdefault((bucket, 1, p, PROCESS_METRICS["sm_share"]), []).append(sm)
+    previous: dict[int, tuple[int, int]] = {}
+    for ts, p, cpu, rss in rows(
+        path, "SELECT ts, proc, cpu_ms, rss FROM proc_samples WHERE ts < ? ORDER BY ts", (done,)
+    ):
+        bucket = ts - ts % width
+        values.setdefault((bucket, 1, p, PROCESS_METRICS["rss_bytes"]), []).append(rss)
+        if p in previous:
+            pts, pcpu = previous[p]
+            rate = (cpu - pcpu) * 1000 / (ts - pts)
+            values.setdefault((bucket, 1, p, PROCESS_METRICS["cpu_percent"]), []).append(
+                int(rate + 0.5)
+            )
+        previous[p] = (ts, cpu)
+    return _aggregate(values)
+
+
+def test_rollups_equal_aggregates_of_raw_rows(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 3 * 3600 + 300, n_gpus=2, n_processes=2)  # 3 h 5 min of 1 s ticks
+        drain(store)
+        assert store.hour_done - store.minute_done <= 0
+    for res in (60, 3600):
+        got = {
+            (b, k, key, m): (n, s, lo, hi)
+            for b, k, key, m, n, s, lo, hi in rows(
+                path,
+                "SELECT bucket, kind, key, metric, n, sum, min, max FROM rollups WHERE res = ?",
+                (res,),
+            )
+        }
+        expected = _expected_rollups(path, res)
+        assert len(expected) > (100 if res == 60 else 10)
+        assert got == expected
+    hours = rows(path, "SELECT count(DISTINCT bucket) FROM rollups WHERE res = 3600")[0][0]
+    assert hours == 3
+
+
+def test_history_reads_raw_minute_and_hour_data(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        last = fill(store, 3 * 3600, n_gpus=1, n_processes=1)
+        drain(store)
+    raw = rows(path, "SELECT util FROM gpu_samples WHERE gpu = 0 ORDER BY ts")
+    mean = sum(r[0] for r in raw) / len(raw) / 10
+    with Store.reader(path) as reader:
+        short = reader.gpu_history(0, "utilization", last - 600, last, max_points=600)
+        assert len(short) == 600  # raw: one point per tick
+        assert short[-1][1] == raw[-1][0] / 10
+        day = reader.gpu_history(0, "utilization", T0 - 1, last, max_points=300)
+        assert 100 < len(day) <= 300
+        lows = [p[2] for p in day]
+        highs = [p[3] for p in day]
+        assert min(lows) == min(r[0] for r in raw) / 10
+        assert max(highs) == max(r[0] for r in raw) / 10
+        long = reader.gpu_history(0, "power_watts", T0 - 30 * 86400, last, max_points=300)
+        assert long and all(lo <= avg <= hi for _, avg, lo, hi in long)
+        cpu = reader.process_history(100, T0 - 900, "cpu_percent", T0, last)
+        assert cpu and all(0 <= avg <= 200 for _, avg, _, _ in cpu)
+        util_all = reader.gpu_history(0, "utilization", T0 - 1, last, max_points=1)
+        assert len(util_all) == 1 and util_all[0][1] == pytest.approx(mean)
+        with pytest.raises(ValueError, match="unknown GPU metric"):
+            reader.gpu_history(0, "fan_speed", T0, last)
+
+
+# ------------------------------------------------------------------------ retention
+
+
+def test_retention_by_age_keeps_what_is_not_rolled_up(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(
+        path, raw_retention_s=600, minute_retention_s=2 * 3600, hour_retention_s=3 * 3600
+    ) as store:
+        last = fill(store, 4 * 360 + 30, interval=10.0, n_gpus=2, n_processes=2)
+        drain(store)
+        minute_done, hour_done = store.minute_done, store.hour_done
+    newest = round(last * 1000)
+    oldest_raw = rows(path, "SELECT min(ts) FROM ticks")[0][0]
+    assert newest - 600_000 <= oldest_raw < newest - 600_000 + 10_000
+    for table in ("gpu_samples", "proc_samples", "proc_gpu_samples"):
+        assert rows(path, f"SELECT min(ts) FROM {table}")[0][0] >= oldest_raw
+    oldest_minute = rows(path, "SELECT min(bucket) FROM rollups WHERE res = 60")[0][0]
+    assert oldest_minute >= min(newest - 2 * 3600_000, hour_done)
+    assert oldest_minute < newest - 2 * 3600_000 + 3600_000
+    assert rows(path, "SELECT min(bucket) FROM rollups WHERE res = 3600")[0][0] >= (
+        newest - 3 * 3600_000
+    )
+    # Every minute between the minute rollups and the raw rows is still covered.
+    assert minute_done >= oldest_raw
+
+
+def test_retention_by_size_shrinks_file_and_keeps_unrolled_ticks(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    limit = 1 << 20
+    with Store(path, max_bytes=limit) as store:
+        fill(store, 30 * 60 + 30, n_gpus=8, n_processes=16)
+        before = store.health.bytes_on_disk
+        assert before > 2 * limit
+        drain(store)
+        minute_done = store.minute_done
+        ticks_left = Store.reader(path).ticks(since=minute_done / 1000)
+        assert os.path.getsize(path) <= limit
+        assert store.health.bytes_on_disk <= limit
+        assert store.health.rows_pruned > 0
+    # Nothing not yet rolled up was deleted: the unfinished minute is complete.
+    assert ticks_left == list(range(ticks_left[0], 30 * 60 + 31))
+    assert ticks_left[0] == (minute_done - round(T0 * 1000)) // 1000 + 1
+    assert rows(path, "SELECT count(DISTINCT bucket) FROM rollups WHERE res = 60")[0][0] >= 29
+
+
+def test_maintain_respects_its_budget(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 2 * 3600, n_gpus=2, n_processes=4)
+        started = time.perf_counter()
+        assert store.maintain(budget_s=0.005) is True  # work left
+        elapsed = time.perf_counter() - started
+        assert elapsed < 0.5  # one bounded unit of work, not the whole backlog
+        assert 0 < store.minute_done < round(T0 * 1000) + 2 * 3600_000 - 120_000
+        calls = 1
+        while store.maintain(budget_s=0.005):
+            calls += 1
+        assert calls > 5
+        assert store.minute_done >= round(T0 * 1000) + 2 * 3600_000 - 60_000
+
+
+# ------------------------------------------------------------------------ recovery
+
+
+def test_file_that_is_not_a_database_is_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is not sqlite " * 500)
+    with Store(path) as store:
+        aside = store.health.corrupt_moved_aside
+        assert aside and aside.startswith(str(path) + ".corrupt-")
+        assert Path(aside).read_bytes().startswith(b"this is not sqlite")
+        assert store.write(make_sample(1, T0, random.Random(1)))
+    assert Store.reader(path).ticks() == [1]
+
+
+def test_store_failing_quick_check_is_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 300, n_gpus=4, n_processes=8)
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 20 * page
+    for offset in range(5 * page, len(data) - page, 3 * page):  # scribble over b-tree pages
+        data[offset : offset + 200] = os.urandom(200)
+    path.write_bytes(bytes(data))
+    with Store(path) as store:
+        assert store.health.corrupt_moved_aside is not None
+        assert store.write(make_sample(1, T0, random.Random(1)))
+    assert rows(path, "PRAGMA integrity_check") == [("ok",)]
+
+
+def _big_sample(tick: int) -> Sample:
+    # New processes with long command lines every tick: every tick needs new pages.
+    return Sample(
+        ts=T0 + tick,
+        tick=tick,
+        processes=tuple(
+            ProcessSample(pid=tick * 10 + j, start_time=T0, ppid=1, user="u", command="x" * 3000)
+            for j in range(4)
+        ),
+    )
+
+
+def test_disk_full_buffers_then_writes_and_counts_drops(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path, buffer_limit=5) as store:
+        for tick in (1, 2, 3):
+            assert store.write(_big_sample(tick))
+        pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+        store.conn.execute(f"PRAGMA max_page_count={pages}")
+        for tick in range(4, 11):
+            assert store.write(_big_sample(tick)) is False  # no exception
+        health = store.health
+        assert health.writes_failed >= 7
+        assert health.samples_buffered == 5
+        assert health.samples_dropped == 2  # ticks 4 and 5, the oldest
+        assert "full" in (health.last_error or "")
+        assert Store.reader(path).ticks() == [1, 2, 3]
+        store.conn.execute("PRAGMA max_page_count=1073741823")  # space returns
+        assert store.write(_big_sample(11)) is True
+        assert store.health.samples_buffered == 0
+    assert Store.reader(path).ticks() == [1, 2, 3, 6, 7, 8, 9, 10, 11]
+
+
+def test_disk_full_prunes_old_rolled_up_raw_rows(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 600, n_gpus=8, n_processes=16)
+        drain(store)
+        pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+        free = store.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        store.conn.execute(f"PRAGMA max_page_count={pages}")
+        rng = random.Random(9)
+        written = 0
+        for tick in range(601, 601 + 40 + free):
+            written += store.write(make_sample(tick, T0 + tick, rng, n_gpus=8, n_processes=16))
+        health = store.health
+        assert health.rows_pruned > 0  # space came from the oldest rolled-up minutes
+        assert written > 0
+        assert health.samples_dropped == 0
+
+
+def test_locked_database_buffers_then_writes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    rng = random.Random(3)
+    with Store(path, busy_timeout_ms=20) as store:
+        assert store.write(make_sample(1, T0, rng))
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+        assert store.write(make_sample(2, T0 + 1, rng)) is False
+        assert store.write(make_sample(3, T0 + 2, rng)) is False
+        health = store.health
+        assert health.samples_buffered == 2 and health.samples_dropped == 0
+        assert "locked" in (health.last_error or "")
+        other.execute("ROLLBACK")
+        other.close()
+        assert store.write(make_sample(4, T0 + 3, rng)) is True
+    assert Store.reader(path).ticks() == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------------ readers
+
+
+def test_reader_deadline_cuts_a_slow_query(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 5)
+        reader = Store.reader(path, timeout_s=0.2)
+        started = time.perf_counter()
+        with pytest.raises(ReaderTimeout, match=r"cut off after .* \(deadline 0.2 s\)"):
+            reader.query(
+                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)"
+                " SELECT count(*) FROM c"
+            )
+        assert time.perf_counter() - started < 2
+        assert not reader.conn.in_transaction  # no read snapshot left to starve checkpoints
+        assert reader.ticks() == [1, 2, 3, 4, 5]
+        busy, _, _ = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            reader.conn.execute("DELETE FROM ticks")
+        reader.close()
+
+
+def test_window_summary_figures(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    a_start, b_start = T0 - 500, T0 - 50
+
+    def a(cpu: float, read: int, iowait: float | None, d: int, uses: tuple) -> ProcessSample:
+        return ProcessSample(
+            pid=10, start_time=a_start, ppid=1, user="ann", command="python train.py",
+            gpus=uses, cpu_seconds=cpu, rss_bytes=cpu * 1000 * 4096, read_bytes=read,
+            iowait_seconds=iowait, threads_in_d=d,
+        )  # fmt: skip
+
+    b = ProcessSample(
+        pid=11, start_time=b_start, ppid=10, user="ann", command="worker", cpu_seconds=5.0,
+        rss_bytes=8192, read_bytes=None, write_bytes=3,
+    )  # fmt: skip
+
+    def g(util: float | None, power: float | None, mem: int | None, status: str = "ok"):
+        return GpuSample(
+            index=0, uuid="GPU-x", name="A100", status=status, utilization=util,
+            power_watts=power, memory_used_bytes=mem, memory_total_bytes=40 << 30,
+        )  # fmt: skip
+
+    ticks = [
+        Sample(T0, 1, (g(10, 100, 1 << 30),),
+               (a(1.0, 100, None, 0, (GpuUse(0, 1 << 30, 50.0), GpuUse(1, 2 << 30, 10.0))),)),
+        Sample(T0 + 2, 2, (g(20, 200, 2 << 30),),
+               (a(2.0, 200, 0.5, 3, (GpuUse(0, 3 << 30, 30.0),)), b)),
+        Sample(T0 + 4, 3, (g(None, 300, None, "lost"),), (a(3.0, 1100, 1.5, 1, ()),)),
+        Sample(T0 + 6, 4, (g(90, 900, 9 << 30),), ()),  # outside the window
+    ]  # fmt: skip
+    with Store(path) as store:
+        for sample in ticks:
+            assert store.write(sample)
+    with Store.reader(path) as reader:
+        summary = reader.window_summary(T0, T0 + 4)
+    assert summary["window"] == {"since": T0, "until": T0 + 4, "ticks": 3}
+    (gpu0,) = summary["gpus"]
+    assert gpu0 == {
+        "index": 0,
+        "uuid": "GPU-x",
+        "name": "A100",
+        "utilization": 15.0,  # mean of 10 and 20: the lost tick is not a 0
+        "sm_activity": None,  # never read
+        "memory_used_bytes": None,  # latest: lost
+        "memory_total_bytes": 40 << 30,
+        "power_watts": 200.0,
+        "samples": 3,
+        "status": "lost",
+    }
+    pa, pb = summary["processes"]
+    assert pa == {
+        "pid": 10,
+        "start_time": a_start,
+        "ppid": 1,
+        "user": "ann",
+        "command": "python train.py",
+        "gpus": [0, 1],
+        "gpu_memory_bytes": 0,  # holds nothing at its last sample
+        "sm_share": 30.0,  # (60 + 30 + 0) / 3 samples
+        "cpu_percent": 50.0,  # 2 CPU seconds over 4 s
+        "rss_bytes": 3000 * 4096,
+        "io_wait_seconds": 1.0,  # first known 0.5 -> 1.5
+        "read_bytes": 1000,
+        "write_bytes": None,  # never known
+        "threads_in_d_max": 3,
+        "first_seen": T0,
+        "last_seen": T0 + 4,
+    }
+    assert pb["pid"] == 11 and pb["ppid"] == 10 and pb["gpus"] == []
+    assert (pb["cpu_percent"], pb["write_bytes"], pb["read_bytes"]) == (0.0, 0, None)
+    assert pb["first_seen"] == pb["last_seen"] == T0 + 2
+    assert pb["sm_share"] == 0.0
+
+
+# ------------------------------------------------------------------------ size on disk
+
+
+def test_bytes_per_gpu_sample_at_most_64(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    rng = random.Random(4)
+    gpus = [tuple(gpu(i, rng) for i in range(8)) for _ in range(50)]
+    with Store(path) as store:
+        for tick in range(1, 10_001):
+            store.write(Sample(ts=T0 + tick, tick=tick, gpus=gpus[tick % 50]))
+    sizes = Store.reader(path).table_bytes()
+    per_gpu_sample = sizes["gpu_samples"] / 80_000
+    print(f"bytes per GPU-sample: {per_gpu_sample:.1f}, ticks per tick {sizes['ticks'] / 1e4:.1f}")
+    assert per_gpu_sample <= 64
+
+
+def test_bytes_per_process_sample(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 1000, n_gpus=8, n_processes=64)
+    sizes = Store.reader(path).table_bytes()
+    per_process = sizes["proc_samples"] / 64_000
+    per_use = sizes["proc_gpu_samples"] / 64_000
+    print(f"bytes per process-sample: {per_process:.1f} + per (process, GPU): {per_use:.1f}")
+    assert per_process <= 64 and per_use <= 40
+
+
+# ------------------------------------------------------------------------ crash safety
+
+_WRITER = textwrap.dedent(
+    """
+    import random, sys, time
+    from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.store import Store
+
+    store = Store(sys.argv[1], busy_timeout_ms=1000)
+    tick = (store.conn.execute("SELECT max(tick) FROM ticks").fetchone()[0] or 0) + 1
+    rng = random.Random()
+    while True:
+        gpus = tuple(GpuSample(i, f"GPU-{i}", "H100", utilization=rng.random() * 100,
+                               memory_used_bytes=rng.randint(0, 1 << 36)) for i in range(4))
+        procs = tuple(ProcessSample(pid=100 + j, start_time=1.0, ppid=1, user="u",
+                                    command="c", gpus=(GpuUse(j % 4, 1 << 30, 5.0),),
+                                    cpu_seconds=tick * 0.5) for j in range(8))
+        store.write(Sample(ts=time.time(), tick=tick, gpus=gpus, processes=procs))
+        tick += 1
+        store.maintain(0.002)
+    """
+)
+
+
+def test_kill_9_loses_nothing_committed(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    rng = random.Random()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    seen_max = 0
+    for _ in range(5):
+        writer = subprocess.Popen([sys.executable, str(script), str(path)], env=env)
+        try:
+            deadline = time.monotonic() + 0.3 + rng.random() * 0.7
+            while time.monotonic() < deadline or seen_max == 0:
+                if path.exists():
+                    try:
+                        got = rows(path, "SELECT max(tick) FROM ticks")[0][0]
+                    except sqlite3.OperationalError:
+                        got = None  # schema not created yet
+                    seen_max = max(seen_max, got or 0)
+                time.sleep(0.003)
+                assert writer.poll() is None, "writer died on its own"
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+        present = [r[0] for r in rows(path, "SELECT tick FROM ticks ORDER BY ts")]
+        assert present == list(range(1, len(present) + 1)), "gap in committed ticks"
+        assert present[-1] >= seen_max, "a tick a reader saw committed is gone"
+    assert rows(path, "PRAGMA integrity_check") == [("ok",)]
+    with Store(path) as store:
+        assert store.health.corrupt_moved_aside is None
