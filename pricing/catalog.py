@@ -1,0 +1,386 @@
+"""The GPU instance price catalog: bundled prices, overlaid with live prices from the cache.
+
+A price is always the host's price per hour; the price of one accelerator is the host price
+divided by the accelerator count (a GPU host is bought for its GPUs).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pricing.cache import CachedPrice, read_cache
+
+Lifecycle = Literal["on-demand", "spot", "commit-1y"]
+LIFECYCLES: tuple[Lifecycle, ...] = ("on-demand", "spot", "commit-1y")
+PROVIDERS = ("aws", "gcp", "azure", "lambda")
+DATE_UNKNOWN = "catalog, date unknown"
+BUNDLED_CATALOG = Path(__file__).resolve().parent / "data" / "catalog.csv"
+# Accelerators that are not CUDA GPUs: a GPU workload cannot simply move onto them.
+NON_GPU_PREFIXES = ("inferentia", "trainium", "tpu")
+
+
+class PricingError(LookupError):
+    """A price or instance the caller asked for is not known; the message says what is."""
+
+
+@dataclass(frozen=True)
+class Price:
+    """A host price per hour and where it came from.
+
+    `live` prices were fetched from a cloud API (`as_of` is the fetch time); bundled prices come
+    from the packaged catalog (`as_of` None when the catalog has no date). Spot prices carry the
+    `low`/`high` range seen across availability zones; `per_hour` is its midpoint.
+    """
+
+    per_hour: float
+    kind: Lifecycle
+    source: str
+    as_of: datetime | None
+    live: bool
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def age_s(self) -> float | None:
+        """Seconds since the price was fetched or dated; None when the date is unknown."""
+        if self.as_of is None:
+            return None
+        return max(0.0, time.time() - self.as_of.timestamp())
+
+    def describe(self) -> str:
+        """'live, 3 s old', 'bundled, catalog date unknown' or 'bundled, as of 2025-01-31'."""
+        if self.live:
+            age = self.age_s
+            return f"live, {format_age(age)} old" if age is not None else "live"
+        if self.as_of is None:
+            return "bundled, catalog date unknown"
+        return f"bundled, as of {self.as_of.date().isoformat()}"
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown age"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+@dataclass(frozen=True)
+class InstanceOffer:
+    """One instance type in one region: its hardware and its prices (None where unknown)."""
+
+    provider: str
+    region: str
+    instance_type: str
+    accelerator: str
+    accelerator_count: int
+    accelerator_memory_gib: float  # per accelerator
+    vcpus: int | None
+    memory_gib: float | None
+    on_demand: Price | None
+    spot: Price | None
+    commit_1y: Price | None
+
+    def price(self, lifecycle: str = "on-demand") -> Price | None:
+        """The host price for a lifecycle ("on-demand" | "spot" | "commit-1y"); None if unknown."""
+        if lifecycle == "on-demand":
+            return self.on_demand
+        if lifecycle == "spot":
+            return self.spot
+        if lifecycle == "commit-1y":
+            return self.commit_1y
+        raise ValueError(f"unknown lifecycle {lifecycle!r}; use one of {', '.join(LIFECYCLES)}")
+
+    def price_per_accelerator(self, lifecycle: str = "on-demand") -> float | None:
+        """Host $/h divided by the accelerator count (a GPU host is bought for its GPUs)."""
+        price = self.price(lifecycle)
+        if price is None or self.accelerator_count <= 0:
+            return None
+        return price.per_hour / self.accelerator_count
+
+    @property
+    def is_gpu(self) -> bool:
+        return not self.accelerator.lower().startswith(NON_GPU_PREFIXES)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.provider, self.region, normalize_instance_type(self.instance_type))
+
+
+def normalize_instance_type(instance_type: str) -> str:
+    """Case-insensitive key; Azure sizes match with or without their 'Standard_' prefix."""
+    key = instance_type.strip().lower()
+    return key.removeprefix("standard_")
+
+
+def _float(text: str) -> float | None:
+    text = text.strip()
+    return float(text) if text else None
+
+
+def _parse_date(text: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None  # "catalog, date unknown" and the like
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _row_to_offer(row: dict[str, str]) -> InstanceOffer:
+    as_of = _parse_date(row["as_of"])
+    source = row["source"]
+
+    def bundled(kind: Lifecycle, value: float | None, low=None, high=None) -> Price | None:
+        if value is None:
+            return None
+        return Price(value, kind, source, as_of, live=False, low=low, high=high)
+
+    spot_low, spot_high = _float(row["spot_low"]), _float(row["spot_high"])
+    if spot_low is not None and spot_high is None:
+        spot_high = spot_low
+    spot_mid = None if spot_low is None else round((spot_low + spot_high) / 2, 6)  # type: ignore[operator]
+    return InstanceOffer(
+        provider=row["provider"].strip().lower(),
+        region=row["region"].strip(),
+        instance_type=row["instance_type"].strip(),
+        accelerator=row["accelerator"].strip(),
+        accelerator_count=int(row["accelerator_count"]),
+        accelerator_memory_gib=float(row["accelerator_memory_gib"]),
+        vcpus=int(row["vcpus"]) if row["vcpus"].strip() else None,
+        memory_gib=_float(row["memory_gib"]),
+        on_demand=bundled("on-demand", _float(row["on_demand"])),
+        spot=bundled("spot", spot_mid, spot_low, spot_high),
+        commit_1y=bundled("commit-1y", _float(row["commit_1y"])),
+    )
+
+
+def load_bundled_offers() -> list[InstanceOffer]:
+    """The offers of the packaged catalog.csv, in file order."""
+    # Next to this module (not importlib.resources: a stale editable install can make `pricing`
+    # a namespace package, which resources cannot read from).
+    text = BUNDLED_CATALOG.read_text(encoding="utf-8")
+    return [_row_to_offer(row) for row in csv.DictReader(text.splitlines())]
+
+
+def _live_price(cached: CachedPrice) -> Price:
+    kind: Lifecycle = "spot" if cached.kind == "spot" else "on-demand"
+    return Price(
+        per_hour=cached.per_hour,
+        kind=kind,
+        source=cached.source,
+        as_of=datetime.fromtimestamp(cached.fetched_at, tz=timezone.utc),
+        live=True,
+        low=cached.low,
+        high=cached.high,
+    )
+
+
+def _gib(text: str | None) -> float | None:
+    """'16 GiB' -> 16.0; None for 'NA' or anything unparseable."""
+    if not text:
+        return None
+    try:
+        return float(text.replace(",", "").split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def overlay_live(offers: Sequence[InstanceOffer], cached: Iterable[CachedPrice]) -> list[InstanceOffer]:
+    """Replace bundled prices by cached live ones; add offers for regions/types only seen live."""
+    by_key = {offer.key: offer for offer in offers}
+    order = [offer.key for offer in offers]
+    hardware = {(o.provider, normalize_instance_type(o.instance_type)): o for o in offers}
+    for price in cached:
+        key = (price.provider, price.region, normalize_instance_type(price.instance_type))
+        offer = by_key.get(key)
+        if offer is None:
+            template = hardware.get((key[0], key[2]))
+            if template is not None:
+                # Same hardware in another region: bundled prices of that region don't apply.
+                offer = replace(template, region=price.region, on_demand=None, spot=None,
+                                commit_1y=None)
+            else:
+                gpus = _gib(price.attributes.get("gpu"))
+                if not gpus:
+                    continue  # not an accelerator instance we can describe
+                offer = InstanceOffer(
+                    provider=price.provider,
+                    region=price.region,
+                    instance_type=price.instance_type,
+                    accelerator=price.attributes.get("gpuModel", "unknown"),
+                    accelerator_count=int(gpus),
+                    accelerator_memory_gib=(_gib(price.attributes.get("gpuMemory")) or 0.0)
+                    / int(gpus),
+                    vcpus=int(_gib(price.attributes.get("vcpu")) or 0) or None,
+                    memory_gib=_gib(price.attributes.get("memory")),
+                    on_demand=None,
+                    spot=None,
+                    commit_1y=None,
+                )
+            order.append(key)
+        live = _live_price(price)
+        offer = replace(offer, spot=live) if live.kind == "spot" else replace(offer, on_demand=live)
+        by_key[key] = offer
+    return [by_key[key] for key in order]
+
+
+class Catalog:
+    """All known offers. Build with `Catalog.load()`; lookups are case-insensitive."""
+
+    def __init__(self, offers: Sequence[InstanceOffer]):
+        self._offers = tuple(offers)
+
+    @classmethod
+    def load(cls, cache_path: str | os.PathLike[str] | None = None) -> Catalog:
+        """The bundled catalog, with live prices from `cache_path` overlaid when given.
+
+        Cached per process; a changed cache file is re-read.
+        """
+        if cache_path is None:
+            return _load_cached(None, 0)
+        path = Path(cache_path)
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            mtime = -1
+        return _load_cached(str(path), mtime)
+
+    @property
+    def offers(self) -> tuple[InstanceOffer, ...]:
+        return self._offers
+
+    def __len__(self) -> int:
+        return len(self._offers)
+
+    def __iter__(self):
+        return iter(self._offers)
+
+    def providers(self) -> list[str]:
+        return sorted({o.provider for o in self._offers})
+
+    def by_instance(
+        self, provider: str, instance_type: str, region: str | None = None
+    ) -> InstanceOffer | None:
+        """The offer for this instance type; with `region`, only that region's offer.
+
+        Without a region, the first listed (the catalog's reference region) is returned.
+        """
+        provider_key = provider.strip().lower()
+        type_key = normalize_instance_type(instance_type)
+        for offer in self._offers:
+            if offer.provider != provider_key or normalize_instance_type(offer.instance_type) != type_key:
+                continue
+            if region is None or offer.region.lower() == region.strip().lower():
+                return offer
+        return None
+
+    def require_instance(
+        self, provider: str, instance_type: str, region: str | None = None
+    ) -> InstanceOffer:
+        """Like `by_instance`, but raises PricingError naming what is known."""
+        offer = self.by_instance(provider, instance_type, region)
+        if offer is not None:
+            return offer
+        raise PricingError(self.explain_missing(provider, instance_type, region))
+
+    def explain_missing(self, provider: str, instance_type: str, region: str | None = None) -> str:
+        provider_key = provider.strip().lower()
+        if provider_key not in self.providers():
+            return (f"no prices for provider {provider!r}; known providers: "
+                    f"{', '.join(self.providers())}")
+        same_type = [o for o in self._offers if o.provider == provider_key
+                     and normalize_instance_type(o.instance_type) == normalize_instance_type(instance_type)]
+        if same_type and region is not None:
+            regions = sorted({o.region for o in same_type})
+            return (f"no price for {provider_key}/{instance_type} in {region}; "
+                    f"known in: {', '.join(regions)} (refresh live prices for {region}, or set "
+                    "the price in the config)")
+        types = sorted({o.instance_type for o in self._offers if o.provider == provider_key})
+        return (f"no price for {provider_key}/{instance_type}; known {provider_key.upper()} GPU "
+                f"types: {', '.join(types)}")
+
+    def by_accelerator(self, name: str) -> list[InstanceOffer]:
+        """Offers with this accelerator: exact name (case-insensitive), else every name that
+        starts with it ('A100' finds A100-40GB and A100-80GB)."""
+        wanted = name.strip().lower()
+        exact = [o for o in self._offers if o.accelerator.lower() == wanted]
+        if exact:
+            return exact
+        return [o for o in self._offers if o.accelerator.lower().startswith(wanted)]
+
+    def accelerators(self) -> list[str]:
+        return sorted({o.accelerator for o in self._offers})
+
+    def filter(
+        self,
+        provider: str | None = None,
+        accelerator: str | None = None,
+        region: str | None = None,
+        instance_types: Sequence[str] | None = None,
+    ) -> list[InstanceOffer]:
+        """Offers matching every given criterion (case-insensitive)."""
+        offers = self.by_accelerator(accelerator) if accelerator else list(self._offers)
+        if provider:
+            offers = [o for o in offers if o.provider == provider.strip().lower()]
+        if region:
+            offers = [o for o in offers if o.region.lower() == region.strip().lower()]
+        if instance_types:
+            wanted = {normalize_instance_type(t) for t in instance_types}
+            offers = [o for o in offers if normalize_instance_type(o.instance_type) in wanted]
+        return offers
+
+    def cheapest_fitting(
+        self,
+        gpu_memory_gib: float,
+        gpu_count: int = 1,
+        provider: str | None = None,
+        region: str | None = None,
+        spot: bool = False,
+        headroom: float = 0.1,
+        limit: int = 10,
+        gpus_only: bool = True,
+    ) -> list[InstanceOffer]:
+        """Offers whose per-accelerator memory holds `gpu_memory_gib` × (1 + headroom) and that
+        have at least `gpu_count` accelerators, cheapest host price first (spot or on-demand).
+
+        Offers without the chosen price are left out; `gpus_only` leaves out Inferentia,
+        Trainium and TPU, which a CUDA workload cannot simply move to.
+        """
+        if gpu_memory_gib < 0 or gpu_count < 1 or headroom < 0:
+            raise ValueError("gpu_memory_gib and headroom must be >= 0 and gpu_count >= 1")
+        need = gpu_memory_gib * (1 + headroom)
+        lifecycle = "spot" if spot else "on-demand"
+        fitting = []
+        for offer in self.filter(provider=provider, region=region):
+            price = offer.price(lifecycle)
+            if price is None or (gpus_only and not offer.is_gpu):
+                continue
+            if offer.accelerator_memory_gib + 1e-9 >= need and offer.accelerator_count >= gpu_count:
+                fitting.append((price.per_hour, offer.accelerator_count, offer.instance_type, offer))
+        fitting.sort(key=lambda item: item[:3])
+        return [item[3] for item in fitting[:limit]]
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(cache_path: str | None, mtime_ns: int) -> Catalog:
+    offers = load_bundled_offers()
+    if cache_path is not None:
+        offers = overlay_live(offers, read_cache(cache_path))
+    return Catalog(offers)
+
+
+def clear_catalog_cache() -> None:
+    """Forget loaded catalogs (tests)."""
+    _load_cached.cache_clear()
