@@ -1,6 +1,6 @@
 """Cost of one full NVML read of a simulated host, through pynvml, as the daemon does it.
 
-    python -m daemon.sim.bench_read [--gpus 8] [--processes 64] [--rounds 200]
+    python bench/sim_read.py [--gpus 8] [--processes 64] [--rounds 200]
 
 Starts PROCESSES real processes, each attached to every GPU and running short kernels, then
 times rounds of: per GPU, memory, utilization, power, temperature, SM clock, running processes

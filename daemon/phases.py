@@ -1,0 +1,488 @@
+"""What a GPU process is doing while its GPU is quiet, from its Python stack: the phase.
+
+The rules are data (RULES, SOURCE_CALLS): frames of the real libraries (torch DataLoader,
+torch.save and distributed checkpoint, Hugging Face Trainer, Lightning loops, torch.cuda
+synchronize, c10d collectives, vLLM's engine loop) and generic signals (I/O and waiting frames of
+the standard library, what the innermost user line calls, the process in D state, iowait
+growth, the same user line repeating). `classify` applies them in a fixed order of precedence.
+Nothing here knows the names of mlcost's own demo workloads.
+
+`phase_balance` turns classified stack samples of one process over a window into seconds and
+shares per phase, with the top stacks of each.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from daemon.stacks import Frame, ThreadStack, main_thread
+
+COMPUTE = "compute"
+DATA_WAIT = "data_wait"
+HOST_PREPROCESS = "host_preprocess"
+CHECKPOINT = "checkpoint"
+EVAL = "eval"
+SYNC = "sync"
+COMM = "comm"
+IDLE = "idle"  # GPU memory held, nothing running
+UNKNOWN = "unknown"
+
+PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, EVAL, SYNC, COMM, IDLE, UNKNOWN)
+
+# Rule kinds, in the order classify() tries them (see its docstring).
+CONTEXT = "context"  # anywhere in the stack: the whole stack is spent in this phase
+LIBRARY = "library"  # the innermost matching library frame decides
+IO = "io"  # a stdlib/library I/O frame below the innermost user frame
+WAIT = "wait"  # a stdlib waiting frame below the innermost user frame
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A frame pattern: `file` and `name` are fnmatch globs on the path and qualified name."""
+
+    kind: str
+    file: str
+    name: str
+    phase: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    phase: str
+    reason: str
+    frame: Frame | None  # the innermost frame in user code: the line responsible
+
+
+_DL = "*/torch/utils/data/dataloader.py"
+_C10D = "*/torch/distributed/distributed_c10d.py"
+_HF = "*/transformers/trainer.py"
+_PL = "*/lightning/pytorch/*"
+_PL_OLD = "*/pytorch_lightning/*"
+
+# Function names are 3.11+ qualified names; on older Pythons py-spy gives the bare name, which
+# _name_matches accepts for a pattern's last component.
+RULES: tuple[Rule, ...] = (
+    # -- checkpoint (context) --
+    Rule(CONTEXT, "*/torch/serialization.py", "save", CHECKPOINT, "torch.save"),
+    Rule(CONTEXT, "*/torch/serialization.py", "_save", CHECKPOINT, "torch.save"),
+    Rule(CONTEXT, "*/torch/serialization.py", "_legacy_save", CHECKPOINT, "torch.save"),
+    Rule(CONTEXT, "*/torch/distributed/checkpoint/*", "*save*", CHECKPOINT,
+         "torch.distributed.checkpoint save"),
+    Rule(CONTEXT, "*/torch/distributed/checkpoint/filesystem.py", "*_write_*", CHECKPOINT,
+         "torch.distributed.checkpoint writing files"),
+    Rule(CONTEXT, _HF, "Trainer._save_checkpoint", CHECKPOINT, "Hugging Face Trainer checkpoint"),
+    Rule(CONTEXT, _HF, "Trainer.save_model", CHECKPOINT, "Hugging Face Trainer save_model"),
+    Rule(CONTEXT, "*/lightning/*", "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
+    Rule(CONTEXT, _PL_OLD, "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
+    Rule(CONTEXT, "*/safetensors/torch.py", "save*", CHECKPOINT, "safetensors save"),
+    Rule(CONTEXT, "*/orbax/checkpoint/*", "*save*", CHECKPOINT, "Orbax checkpoint save"),
+    # -- eval (context) --
+    Rule(CONTEXT, _HF, "Trainer.evaluate", EVAL, "Hugging Face Trainer.evaluate"),
+    Rule(CONTEXT, _HF, "Trainer.evaluation_loop", EVAL, "Hugging Face Trainer evaluation loop"),
+    Rule(CONTEXT, _HF, "Trainer.prediction_step", EVAL, "Hugging Face Trainer prediction step"),
+    Rule(CONTEXT, _HF, "Trainer.predict", EVAL, "Hugging Face Trainer.predict"),
+    Rule(CONTEXT, "*/lightning/pytorch/loops/evaluation_loop.py", "*", EVAL,
+         "Lightning evaluation loop"),
+    Rule(CONTEXT, "*/pytorch_lightning/loops/evaluation_loop.py", "*", EVAL,
+         "Lightning evaluation loop"),
+    Rule(CONTEXT, "*/lightning/pytorch/loops/prediction_loop.py", "*", EVAL,
+         "Lightning prediction loop"),
+    # -- communication (library) --
+    *(
+        Rule(LIBRARY, _C10D, fn, COMM, f"torch.distributed {fn}")
+        for fn in (
+            "all_reduce", "all_reduce_coalesced", "broadcast", "barrier", "monitored_barrier",
+            "all_gather", "all_gather_into_tensor", "all_gather_object", "all_gather_coalesced",
+            "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+            "all_to_all_single", "gather", "gather_object", "scatter", "scatter_object_list",
+            "broadcast_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+        )
+    ),
+    Rule(LIBRARY, "*/torch/distributed/c10d_logger.py", "*", COMM, "torch.distributed collective"),
+    # -- host/GPU sync (library) --
+    Rule(LIBRARY, "*/torch/cuda/__init__.py", "synchronize", SYNC, "torch.cuda.synchronize"),
+    Rule(LIBRARY, "*/torch/cuda/streams.py", "*.synchronize", SYNC, "CUDA stream/event synchronize"),
+    Rule(LIBRARY, "*/torch/cuda/streams.py", "Event.wait", SYNC, "CUDA event wait"),
+    # -- data loading (library) --
+    Rule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._try_get_data", DATA_WAIT,
+         "DataLoader waiting for a batch from its workers"),
+    Rule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._get_data", DATA_WAIT,
+         "DataLoader waiting for a batch from its workers"),
+    Rule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._next_data", DATA_WAIT,
+         "DataLoader waiting for a batch from its workers"),
+    Rule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
+         "DataLoader loading samples in the main process (num_workers=0)"),
+    Rule(LIBRARY, "*/torch/utils/data/_utils/collate.py", "*", HOST_PREPROCESS,
+         "DataLoader collating a batch in the main process"),
+    Rule(LIBRARY, _DL, "_SingleProcessDataLoaderIter._next_data", HOST_PREPROCESS,
+         "DataLoader loading samples in the main process (num_workers=0)"),
+    Rule(LIBRARY, _DL, "_BaseDataLoaderIter.__next__", DATA_WAIT, "waiting on the DataLoader"),
+    Rule(LIBRARY, "*/lightning/pytorch/loops/fetchers.py", "*.__next__", DATA_WAIT,
+         "Lightning waiting on the next batch"),
+    Rule(LIBRARY, "*/pytorch_lightning/loops/fetchers.py", "*.__next__", DATA_WAIT,
+         "Lightning waiting on the next batch"),
+    Rule(LIBRARY, "*/torchvision/transforms/*", "*", HOST_PREPROCESS, "torchvision transforms"),
+    Rule(LIBRARY, "*/PIL/*", "*", HOST_PREPROCESS, "PIL image decoding"),
+    Rule(LIBRARY, "*/transformers/tokenization_utils*", "*", HOST_PREPROCESS, "tokenization"),
+    # -- serving (library): vLLM v1 engine core --
+    Rule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_input_queue", IDLE,
+         "vLLM engine waiting for requests (no traffic)"),
+    Rule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_engine_step", COMPUTE,
+         "vLLM engine step"),
+    # -- I/O called from user code (io) --
+    *(
+        Rule(IO, f"*/{file}", name, DATA_WAIT, f"reading ({what})")
+        for file, name, what in (
+            ("socket.py", "*readinto", "socket"),
+            ("socket.py", "*recv*", "socket"),
+            ("ssl.py", "*read", "TLS socket"),
+            ("ssl.py", "*recv*", "TLS socket"),
+            ("http/client.py", "*read*", "HTTP"),
+            ("_compression.py", "*read*", "compressed file"),
+            ("gzip.py", "*read*", "gzip file"),
+            ("zipfile.py", "ZipExtFile.*", "zip member"),
+            ("tarfile.py", "*", "tar file"),
+            ("numpy/lib/*npyio*.py", "load*", "numpy.load"),
+            ("numpy/lib/format.py", "read_array", "numpy.load"),
+            ("torch/serialization.py", "load", "torch.load"),
+            ("urllib3/*", "*read*", "HTTP"),
+            ("botocore/response.py", "*read*", "S3 object"),
+            ("fsspec/*", "*read*", "fsspec file"),
+            ("pyarrow/*", "*read*", "Arrow/Parquet"),
+        )
+    ),
+    *(
+        Rule(IO, f"*/{file}", name, CHECKPOINT, f"writing ({what})")
+        for file, name, what in (
+            ("zipfile.py", "*write*", "zip file"),
+            ("json/__init__.py", "dump", "json.dump"),
+            ("numpy/lib/*npyio*.py", "save*", "numpy.save"),
+            ("shutil.py", "copy*", "file copy"),
+            ("pickle.py", "*dump*", "pickle"),
+        )
+    ),
+    # -- waiting with nothing to do (wait) --
+    *(
+        Rule(WAIT, f"*/{file}", name, IDLE, f"waiting in {what}")
+        for file, name, what in (
+            ("queue.py", "*.get", "queue.get"),
+            ("threading.py", "Condition.wait", "Condition.wait"),
+            ("threading.py", "Event.wait", "Event.wait"),
+            ("threading.py", "Thread.join", "Thread.join"),
+            ("threading.py", "*._wait_for_tstate_lock", "Thread.join"),
+            ("selectors.py", "*.select", "select"),
+            ("asyncio/base_events.py", "*._run_once", "the asyncio event loop"),
+            ("multiprocessing/connection.py", "*", "a multiprocessing pipe"),
+            ("multiprocessing/queues.py", "*.get", "multiprocessing queue.get"),
+            ("subprocess.py", "*", "a subprocess"),
+            ("socketserver.py", "*serve_forever", "a server loop"),
+            ("code.py", "*", "an interactive prompt"),
+            ("zmq/*", "*", "ZeroMQ (a Jupyter kernel waiting)"),
+            ("tornado/*", "*", "the tornado event loop"),
+        )
+    ),
+)
+
+# What the innermost user line calls, for calls that leave no Python frame (C functions):
+# (regex on the source line, phase, reason). The first match wins.
+SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(pattern), phase, reason)
+    for pattern, phase, reason in (
+        (r"\.(item|tolist|cpu|numpy)\(\s*\)|\bsynchronize\(|\.to\(\s*['\"]cpu", SYNC,
+         "copying a result to the host (waits for the GPU)"),
+        (r"\bos\.(fsync|fdatasync|sync)\(|\.(write|writelines|flush)\(|\bos\.(write|pwrite)\(",
+         CHECKPOINT, "writing to a file"),
+        (r"\.(read|readinto|readline|readlines|recv|recv_into|recvfrom|read_bytes|read_text)\(|"
+         r"\bos\.(read|pread|readv|preadv)\(|\bnp\.(load|fromfile)\(|\burlopen\(|"
+         r"\bImage\.open\(|\bopen\([^)]*['\"]r?b?['\"]|\bopen\([^,)]*\)",
+         DATA_WAIT, "reading a file or socket"),
+        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join|acquire)\(|\bselect\(|\.get\(\s*(block|timeout|\))",
+         IDLE, "sleeping or waiting"),
+    )
+)
+
+_EVAL_NAME = re.compile(r"(^|_)(eval|evaluate|evaluation|valid|validate|validation|test)(_|$)",
+                        re.IGNORECASE)
+# Where @torch.no_grad() leaves its decorate_context frame (torch >= 2.0, then older torch).
+_NO_GRAD_FILES = ("*/torch/utils/_contextlib.py", "*/torch/autograd/grad_mode.py")
+
+SourceLine = Callable[[Frame], "str | None"]
+
+
+def read_source_line(frame: Frame) -> str | None:
+    """The text of a frame's line from its file, or None where it cannot be read."""
+    if frame.filename.startswith("<") or not os.path.isfile(frame.filename):
+        return None
+    try:
+        if os.path.getsize(frame.filename) > 4 << 20:
+            return None  # not a source file anyone wrote by hand
+    except OSError:
+        return None
+    text = linecache.getline(frame.filename, frame.line)
+    return text or None
+
+
+def source_reader(pid: int) -> SourceLine:
+    """Reads a frame's line through /proc/PID/root, so paths inside a container resolve."""
+    root = f"/proc/{pid}/root"
+
+    def read(frame: Frame) -> str | None:
+        if frame.filename.startswith("<"):
+            return None
+        return read_source_line(Frame(frame.name, root + frame.filename, frame.line))
+
+    return read
+
+
+def is_user_code(frame: Frame) -> bool:
+    """Not the standard library, not an installed package, not an interpreter-made frame."""
+    path = frame.filename.replace("\\", "/")
+    if path.startswith("<frozen") or "/site-packages/" in path or "/dist-packages/" in path:
+        return False
+    return not re.search(r"/lib/python3(\.\d+)?/", path)
+
+
+def user_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame in user code."""
+    return next((f for f in frames if is_user_code(f)), None)
+
+
+def _name_matches(name: str, pattern: str) -> bool:
+    if fnmatchcase(name, pattern):
+        return True
+    # pre-3.11 py-spy names are bare ("get"); a qualified pattern still matches its last part
+    return "." not in name and fnmatchcase(name, pattern.rsplit(".", 1)[-1])
+
+
+def _rule_for(frame: Frame, kind: str) -> Rule | None:
+    path = frame.filename.replace("\\", "/")
+    for rule in RULES:
+        if rule.kind == kind and fnmatchcase(path, rule.file) and _name_matches(frame.name, rule.name):
+            return rule
+    return None
+
+
+def _first(frames: Iterable[Frame], kind: str) -> tuple[Rule, Frame] | None:
+    for frame in frames:
+        rule = _rule_for(frame, kind)
+        if rule is not None:
+            return rule, frame
+    return None
+
+
+def _where(frame: Frame) -> str:
+    return f"{os.path.basename(frame.filename)}:{frame.line} {frame.name}"
+
+
+def _is_eval_function(frame: Frame) -> bool:
+    last = frame.name.rsplit(".", 1)[-1]
+    return is_user_code(frame) and bool(_EVAL_NAME.search(last))
+
+
+def classify(
+    threads: Sequence[ThreadStack],
+    *,
+    gpu_busy: bool,
+    proc_state: str = "S",
+    iowait_growing: bool = False,
+    repeated_leaf: bool = False,
+    source_line: SourceLine | None = read_source_line,
+) -> Classification:
+    """The phase of a process from its main thread's stack and process-level signals.
+
+    Precedence, GPU quiet: context frames anywhere (checkpoint, eval: a library's checkpoint or
+    evaluation frames, or a user function named eval/validate/test...) > comm/sync library
+    frames > I/O frames or an I/O call on the innermost user line > the innermost data-loading
+    or serving library frame > waiting frames or a sleep/wait call on the user line (idle) > D
+    state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
+    thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
+    evaluation keep a GPU busy too); everything else is compute.
+
+    `source_line` reads a frame's source line (None: don't read sources); `proc_state` is the
+    process state letter from /proc; `repeated_leaf` says the innermost user line was the same
+    in the previous samples.
+    """
+    thread = main_thread(threads)
+    frames: tuple[Frame, ...] = thread.frames if thread else ()
+    responsible = user_frame(frames)
+    if not frames:
+        if gpu_busy:
+            return Classification(COMPUTE, "GPU busy (no Python stack)", None)
+        return Classification(UNKNOWN, "no Python stack for the main thread", None)
+
+    context = _first(frames, CONTEXT)
+    if context is None:
+        context = _eval_by_name(frames)
+    library = _first(frames, LIBRARY)
+
+    if gpu_busy:
+        if library is not None and library[0].phase == COMM:
+            return _said(library, responsible, "GPU busy in a collective")
+        if context is not None and context[0].phase == EVAL:
+            return _said(context, responsible, "GPU busy")
+        return Classification(COMPUTE, "GPU busy", responsible)
+
+    if context is not None:
+        return _said(context, responsible)
+    if library is not None and library[0].phase in (COMM, SYNC):
+        return _said(library, responsible)
+
+    # Frames below (inner to) the innermost user frame: what the user's line called.
+    called = frames[: frames.index(responsible)] if responsible is not None else frames
+    io = _first(called, IO)
+    if io is not None:
+        return _said(io, responsible)
+    line_call = _source_call(responsible, source_line) if not called else None
+    if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT):
+        return Classification(line_call[0], line_call[1], responsible)
+    if library is not None:
+        return _said(library, responsible)
+    wait = _first(called, WAIT)
+    if wait is not None:
+        return _said(wait, responsible)
+    if line_call is not None and line_call[0] == IDLE:
+        return Classification(IDLE, line_call[1] + " with the GPU idle", responsible)
+    if proc_state == "D":
+        return Classification(DATA_WAIT, "process in uninterruptible I/O sleep (D state)", responsible)
+    if iowait_growing:
+        return Classification(DATA_WAIT, "block I/O wait growing (delay accounting)", responsible)
+    if line_call is not None and line_call[0] == SYNC:
+        return Classification(SYNC, line_call[1], responsible)
+    if repeated_leaf:
+        return Classification(
+            SYNC, "the same user line repeats while the GPU idles (a host sync such as "
+            ".item()/.cpu() leaves no Python frame)", responsible,
+        )
+    if thread is not None and not thread.active:
+        return Classification(IDLE, "main thread blocked with the GPU idle", responsible)
+    return Classification(UNKNOWN, "host code running while the GPU idles", responsible)
+
+
+def _eval_by_name(frames: Sequence[Frame]) -> tuple[Rule, Frame] | None:
+    """A user function named like evaluation (evaluate, validation_step, test_epoch...)."""
+    frame = next((f for f in frames if _is_eval_function(f)), None)
+    if frame is None:
+        return None
+    no_grad = any(
+        any(fnmatchcase(f.filename, glob) for glob in _NO_GRAD_FILES)
+        and _name_matches(f.name, "*decorate_context")
+        for f in frames
+    )
+    reason = "evaluation function under torch.no_grad" if no_grad else "evaluation function"
+    return Rule(CONTEXT, frame.filename, frame.name, EVAL, reason), frame
+
+
+def _source_call(frame: Frame | None, source_line: SourceLine | None) -> tuple[str, str] | None:
+    if frame is None or source_line is None:
+        return None
+    text = source_line(frame)
+    if not text:
+        return None
+    code = text.split("#", 1)[0]
+    for pattern, phase, reason in SOURCE_CALLS:
+        if pattern.search(code):
+            return phase, f"{reason}: `{code.strip()[:80]}`"
+    return None
+
+
+def _said(match: tuple[Rule, Frame], responsible: Frame | None, prefix: str = "") -> Classification:
+    rule, frame = match
+    reason = f"{rule.reason} ({_where(frame)})"
+    return Classification(rule.phase, f"{prefix}: {reason}" if prefix else reason, responsible)
+
+
+def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
+    """The main thread waits for batches from DataLoader workers: dump the workers too."""
+    thread = main_thread(threads)
+    if thread is None:
+        return False
+    match = _first(thread.frames, LIBRARY)
+    return match is not None and match[0].phase == DATA_WAIT
+
+
+# -- phase balance ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StackSample:
+    """One classified stack of one process: what the store keeps per dump."""
+
+    ts: float
+    pid: int
+    thread_id: int
+    stack_hash: str
+    frames: tuple[Frame, ...]
+    phase: str
+    gpu_util: float  # percent (0-100) of the process's GPU(s) when the stack was taken
+
+
+def phase_balance(
+    samples: Sequence[StackSample], window_s: float, busy_seconds: float, *, top: int = 5
+) -> dict[str, dict[str, Any]]:
+    """Seconds and shares of `window_s` per phase, for one process.
+
+    The GPU's busy time that stacks did not sample (stacks are taken in low-utilization
+    windows) counts as compute; the rest of the window is split by the share of samples in
+    each phase (no samples: unknown). Each phase carries its GPU-idle seconds (its time times
+    one minus its samples' mean utilization; compute's busy time is not idle) and its top
+    stacks by sample count, with the innermost user frame's file and line.
+    Phases with no time are left out; shares add up to 1 when window_s > 0.
+    """
+    if window_s <= 0:
+        return {}
+    busy = min(max(busy_seconds, 0.0), window_s)
+    quiet = window_s - busy
+    by_phase: dict[str, list[StackSample]] = defaultdict(list)
+    for s in samples:
+        by_phase[s.phase if s.phase in PHASES else UNKNOWN].append(s)
+    seconds: dict[str, float] = defaultdict(float)
+    idle: dict[str, float] = defaultdict(float)
+    seconds[COMPUTE] += busy
+    if samples:
+        for phase, group in by_phase.items():
+            share = quiet * len(group) / len(samples)
+            mean_util = sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group)
+            seconds[phase] += share
+            idle[phase] += share * (1.0 - mean_util / 100.0)
+    elif quiet > 0:
+        seconds[UNKNOWN] += quiet
+        idle[UNKNOWN] += quiet
+    result: dict[str, dict[str, Any]] = {}
+    for phase in sorted(seconds, key=lambda p: (-seconds[p], PHASES.index(p))):
+        if seconds[phase] <= 0:
+            continue
+        result[phase] = {
+            "seconds": seconds[phase],
+            "share": seconds[phase] / window_s,
+            "gpu_idle_seconds": idle[phase],
+            "top_stacks": _top_stacks(by_phase.get(phase, []), top),
+        }
+    return result
+
+
+def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
+    counts = Counter(s.stack_hash for s in group)
+    first = {}
+    for s in group:
+        first.setdefault(s.stack_hash, s)
+    stacks = []
+    for stack_hash, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
+        frames = first[stack_hash].frames
+        where = user_frame(frames) or (frames[0] if frames else None)
+        stacks.append({
+            "stack_hash": stack_hash,
+            "frames": [f"{f.filename}:{f.line} {f.name}" for f in frames],
+            "file": where.filename if where else None,
+            "line": where.line if where else None,
+            "function": where.name if where else None,
+            "samples": n,
+        })
+    return stacks

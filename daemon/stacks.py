@@ -1,0 +1,421 @@
+"""Python stacks of GPU processes, taken with `py-spy dump` as a subprocess.
+
+py-spy reads the target's memory from outside (ptrace/process_vm_readv), so the target needs no
+agent. We always pass `--nonblocking` (the target is never paused, at the price of an occasional
+torn stack) and never `--locals` (variable values could hold secrets) or `--native`.
+
+Dumps are expensive for the daemon (a process spawn, ~10-20 ms wall, a few ms CPU), so the
+sampler runs one py-spy at a time, rate-limits per process and globally, and stops dumping when
+py-spy's CPU time exceeds a share of wall time. Every failure comes back as a status in a
+DumpResult; nothing here raises for a bad target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+# DumpResult.status values.
+OK = "ok"
+RATE_LIMITED = "rate_limited"
+OVER_BUDGET = "over_budget"
+PY_SPY_MISSING = "py_spy_missing"
+PERMISSION_DENIED = "permission_denied"
+NOT_PYTHON = "not_python"
+UNSUPPORTED_PYTHON = "unsupported_python"
+PROCESS_GONE = "process_gone"
+TIMEOUT = "timeout"
+ERROR = "error"
+
+STATUSES = (
+    OK, RATE_LIMITED, OVER_BUDGET, PY_SPY_MISSING, PERMISSION_DENIED, NOT_PYTHON,
+    UNSUPPORTED_PYTHON, PROCESS_GONE, TIMEOUT, ERROR,
+)
+
+PERMISSION_HINT = (
+    "py-spy needs root or CAP_SYS_PTRACE to read another process; with yama "
+    "(/proc/sys/kernel/yama/ptrace_scope = 1) only descendants can be read unless it runs as "
+    "root, and containers need --cap-add SYS_PTRACE"
+)
+
+# py-spy's error when a --nonblocking read caught the target changing its stack (transient).
+_TORN = "Failed to get stack traces"
+# How much of py-spy's stderr we keep in an error message.
+_MAX_ERROR_CHARS = 400
+# How many pids status_by_pid remembers (oldest forgotten first).
+_MAX_TRACKED_PIDS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One Python frame: function (qualified on 3.11+, e.g. "Queue.get"), file, line."""
+
+    name: str
+    filename: str
+    line: int
+
+    def label(self) -> str:
+        """"file:line name", as shown in reports."""
+        return f"{self.filename}:{self.line} {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    """One thread's stack; frames[0] is the innermost call."""
+
+    thread_id: int
+    thread_name: str | None
+    active: bool  # py-spy: the thread was running (not blocked in a syscall or waiting)
+    frames: tuple[Frame, ...]
+    os_thread_id: int | None = None
+    owns_gil: bool = False
+    pid: int | None = None  # the process (py-spy reports it per thread)
+
+
+@dataclass(frozen=True, slots=True)
+class DumpResult:
+    """What one attempt to dump `pid` gave. `error` says why for any status but "ok"."""
+
+    pid: int
+    ts: float  # seconds since the epoch when the attempt started
+    status: str
+    threads: list[ThreadStack] = field(default_factory=list)
+    error: str | None = None
+    wall_s: float = 0.0  # how long py-spy ran (0 when it was not run)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+def stack_hash(frames: Iterable[Frame]) -> str:
+    """A stable id for a stack (same frames, same lines -> same hash), for dedup in the store."""
+    text = "\n".join(f"{f.filename}:{f.name}:{f.line}" for f in frames)
+    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+
+
+def parse_dump(text: str) -> list[ThreadStack]:
+    """Threads from `py-spy dump --json` output. ValueError if it is not that JSON."""
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError(f"py-spy JSON: expected a list of threads, got {type(data).__name__}")
+    threads = []
+    for item in data:
+        frames = tuple(
+            Frame(
+                name=str(fr.get("name") or "?"),
+                filename=str(fr.get("filename") or fr.get("short_filename") or "?"),
+                line=int(fr.get("line") or 0),
+            )
+            for fr in item.get("frames") or ()
+        )
+        os_tid = item.get("os_thread_id")
+        threads.append(
+            ThreadStack(
+                thread_id=int(item.get("thread_id") or 0),
+                thread_name=item.get("thread_name"),
+                active=bool(item.get("active")),
+                frames=frames,
+                os_thread_id=int(os_tid) if os_tid is not None else None,
+                owns_gil=bool(item.get("owns_gil")),
+                pid=int(item["pid"]) if item.get("pid") is not None else None,
+            )
+        )
+    return threads
+
+
+def classify_error(stderr: str, pid: int) -> tuple[str, str]:
+    """(status, message) for a failed py-spy run, from its real error texts."""
+    # py-spy prints "Error: <msg>" then causes, then a Rust backtrace: keep the message part.
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    cut = next((i for i, ln in enumerate(lines) if ln.startswith("Stack backtrace")), len(lines))
+    message = " | ".join(lines[:cut])[:_MAX_ERROR_CHARS] or "py-spy failed without a message"
+    low = message.lower()
+    if "permission denied" in low or "operation not permitted" in low or "os error 1)" in low:
+        return PERMISSION_DENIED, f"pid {pid}: {message}. {PERMISSION_HINT}"
+    if not psutil.pid_exists(pid) or "no such process" in low:
+        return PROCESS_GONE, f"pid {pid} exited: {message}"
+    if "failed to get process executable name" in low:
+        return PROCESS_GONE, f"pid {pid}: {message}"
+    if "unsupported version of python" in low:
+        return UNSUPPORTED_PYTHON, f"pid {pid}: {message}; upgrade py-spy for this Python"
+    if "failed to find python version" in low or "failed to find a python interpreter" in low:
+        return NOT_PYTHON, f"pid {pid} is not a Python process (or its interpreter is not found)"
+    if _TORN.lower() in low:
+        return ERROR, f"pid {pid}: {message} (torn stack: the target ran on while read; transient)"
+    return ERROR, f"pid {pid}: {message}"
+
+
+def find_py_spy() -> str | None:
+    """py-spy next to this interpreter (a venv's bin/), else on PATH, else None."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def _looks_like_worker(proc: psutil.Process, parent_exe: str | None) -> bool:
+    with proc.oneshot():
+        cmdline = " ".join(proc.cmdline())
+        exe = proc.exe()
+    if "resource_tracker" in cmdline or "forkserver import main" in cmdline:
+        return False
+    # fork (Linux default for DataLoader) copies the parent's exe and cmdline; spawn and
+    # forkserver children run `python -c "from multiprocessing.spawn import spawn_main ..."`.
+    return (parent_exe is not None and exe == parent_exe) or "multiprocessing" in cmdline
+
+
+def worker_pids(pid: int) -> list[int]:
+    """Child processes of `pid` that look like Python multiprocessing (DataLoader) workers.
+
+    Workers of a forkserver are children of the forkserver process, so they are looked for one
+    level further down. Returns [] when `pid` is gone or unreadable.
+    """
+    try:
+        parent = psutil.Process(pid)
+        parent_exe = parent.exe()
+        children = parent.children(recursive=False)
+    except (psutil.Error, OSError):
+        return []
+    found: list[int] = []
+    for child in children:
+        try:
+            if "forkserver import main" in " ".join(child.cmdline()):
+                found.extend(c.pid for c in child.children(recursive=False))
+            elif _looks_like_worker(child, parent_exe):
+                found.append(child.pid)
+        except (psutil.Error, OSError):
+            continue  # exited while we looked
+    return sorted(found)
+
+
+class StackSampler:
+    """Runs `py-spy dump` on request, within rate limits and a CPU budget.
+
+    - per process: at most one dump every `min_interval_s`;
+    - globally: `global_max_per_s` dumps per second on average, in bursts of at most
+      `global_burst` (so a main process and its DataLoader workers can be dumped together);
+    - CPU: py-spy's CPU seconds over the last `budget_window_s` stay under
+      `cpu_budget_ratio` of that window (1% of one core by default).
+    """
+
+    def __init__(
+        self,
+        py_spy: str | None = None,
+        min_interval_s: float = 2.0,
+        global_max_per_s: float = 2.0,
+        timeout_s: float = 2.0,
+        cpu_budget_ratio: float = 0.01,
+        *,
+        global_burst: float = 4.0,
+        budget_window_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if global_max_per_s <= 0 or timeout_s <= 0 or cpu_budget_ratio <= 0:
+            raise ValueError(
+                f"StackSampler: global_max_per_s={global_max_per_s}, timeout_s={timeout_s} and "
+                f"cpu_budget_ratio={cpu_budget_ratio} must all be > 0"
+            )
+        self.py_spy = py_spy if py_spy is not None else find_py_spy()
+        self.min_interval_s = min_interval_s
+        self.global_max_per_s = global_max_per_s
+        self.global_burst = max(1.0, global_burst)
+        self.timeout_s = timeout_s
+        self.cpu_budget_ratio = cpu_budget_ratio
+        self.budget_window_s = budget_window_s
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._last_by_pid: dict[int, float] = {}
+        self._tokens = self.global_burst
+        self._tokens_at = clock()
+        self._cpu_spent: deque[tuple[float, float]] = deque()  # (clock, cpu seconds)
+        #: last status of a dump that actually ran or failed (not rate_limited), by pid
+        self.status_by_pid: OrderedDict[int, str] = OrderedDict()
+        #: totals since start, for `mlcostd check` and the benchmark
+        self.dumps_total = 0
+        self.cpu_seconds_total = 0.0
+        self.wall_seconds_total = 0.0
+
+    # -- public ---------------------------------------------------------------------------
+
+    async def dump(self, pid: int) -> DumpResult:
+        """Dump `pid`'s Python threads; a status (never an exception) says what happened."""
+        ts = time.time()
+        if not self.py_spy or not _is_executable(self.py_spy):
+            return self._record(DumpResult(pid, ts, PY_SPY_MISSING, error=(
+                f"py-spy not found (looked for {self.py_spy or 'py-spy beside ' + sys.executable + ' and on PATH'}); "
+                "install it with `pip install py-spy`"
+            )))
+        async with self._lock:  # one py-spy at a time
+            now = self._clock()
+            last = self._last_by_pid.get(pid)
+            if last is not None and now - last < self.min_interval_s:
+                return DumpResult(pid, ts, RATE_LIMITED, error=(
+                    f"pid {pid} was dumped {now - last:.2f}s ago (min_interval_s={self.min_interval_s})"
+                ))
+            self._refill(now)
+            if self._tokens < 1.0:
+                return DumpResult(pid, ts, RATE_LIMITED, error=(
+                    f"global limit of {self.global_max_per_s}/s dumps reached"
+                ))
+            spent = self.cpu_seconds_in_window(now)
+            budget = self.cpu_budget_ratio * self.budget_window_s
+            if spent >= budget:
+                return DumpResult(pid, ts, OVER_BUDGET, error=(
+                    f"py-spy used {spent:.3f} CPU s in the last {self.budget_window_s:.0f}s, "
+                    f"over the budget of {budget:.3f}s (cpu_budget_ratio={self.cpu_budget_ratio})"
+                ))
+            if not psutil.pid_exists(pid):
+                return self._record(DumpResult(pid, ts, PROCESS_GONE, error=f"pid {pid} does not exist"))
+            self._tokens -= 1.0
+            self._last_by_pid[pid] = now
+            result = await self._run(pid, ts)
+            if result.status == ERROR and _TORN in (result.error or ""):
+                result = await self._run(pid, ts)  # --nonblocking read a frame mid-change: once more
+            return self._record(result)
+
+    def cpu_seconds_in_window(self, now: float | None = None) -> float:
+        """py-spy CPU seconds spent within the last budget_window_s."""
+        now = self._clock() if now is None else now
+        while self._cpu_spent and self._cpu_spent[0][0] < now - self.budget_window_s:
+            self._cpu_spent.popleft()
+        return sum(cpu for _, cpu in self._cpu_spent)
+
+    def forget(self, pids: Iterable[int]) -> None:
+        """Drop what we remember about processes that exited."""
+        for pid in pids:
+            self._last_by_pid.pop(pid, None)
+            self.status_by_pid.pop(pid, None)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _refill(self, now: float) -> None:
+        elapsed = max(0.0, now - self._tokens_at)
+        self._tokens = min(self.global_burst, self._tokens + elapsed * self.global_max_per_s)
+        self._tokens_at = now
+
+    def _record(self, result: DumpResult) -> DumpResult:
+        self.status_by_pid[result.pid] = result.status
+        self.status_by_pid.move_to_end(result.pid)
+        while len(self.status_by_pid) > _MAX_TRACKED_PIDS:
+            self.status_by_pid.popitem(last=False)
+        return result
+
+    async def _run(self, pid: int, ts: float) -> DumpResult:
+        argv = [str(self.py_spy), "dump", "--json", "--nonblocking", "--pid", str(pid)]
+        cpu_before = _children_cpu()
+        started = self._clock()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**_clean_env(), "RUST_BACKTRACE": "0"},
+            )
+        except FileNotFoundError:
+            return DumpResult(pid, ts, PY_SPY_MISSING, error=f"py-spy not found at {self.py_spy}")
+        except PermissionError as exc:
+            return DumpResult(pid, ts, PY_SPY_MISSING, error=f"py-spy at {self.py_spy} cannot run: {exc}")
+        except OSError as exc:
+            return DumpResult(pid, ts, ERROR, error=f"could not start py-spy: {exc}")
+        timed_out = False
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+            stdout, stderr = b"", b""
+        finally:
+            if proc.returncode is None:
+                # Only py-spy is killed; with --nonblocking the target was never stopped.
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+                await proc.wait()
+        wall = self._clock() - started
+        # Children's rusage also counts any other child the daemon reaped meanwhile; py-spy is
+        # single-threaded, so its CPU cannot exceed its wall time: cap it there.
+        cpu = min(max(0.0, _children_cpu() - cpu_before), wall)
+        self._cpu_spent.append((self._clock(), cpu))
+        self.dumps_total += 1
+        self.cpu_seconds_total += cpu
+        self.wall_seconds_total += wall
+        if timed_out:
+            status = PROCESS_GONE if not psutil.pid_exists(pid) else TIMEOUT
+            return DumpResult(pid, ts, status, wall_s=wall, error=(
+                f"py-spy dump of pid {pid} took over {self.timeout_s}s and was killed"
+            ))
+        err_text = stderr.decode("utf-8", "replace")
+        if proc.returncode != 0:
+            status, message = classify_error(err_text, pid)
+            return DumpResult(pid, ts, status, error=message, wall_s=wall)
+        try:
+            threads = parse_dump(stdout.decode("utf-8", "replace"))
+        except (ValueError, TypeError, AttributeError) as exc:
+            if not psutil.pid_exists(pid):
+                return DumpResult(pid, ts, PROCESS_GONE, error=f"pid {pid} exited during the dump", wall_s=wall)
+            return DumpResult(pid, ts, ERROR, wall_s=wall, error=(
+                f"pid {pid}: py-spy output is not the expected JSON ({exc})"
+            ))
+        return DumpResult(pid, ts, OK, threads=threads, wall_s=wall)
+
+
+def _is_executable(path: str) -> bool:
+    if os.sep in path:
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    return shutil.which(path) is not None
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _clean_env() -> dict[str, str]:
+    # py-spy needs nothing from our environment but PATH and locale.
+    keep = ("PATH", "LANG", "LC_ALL", "HOME")
+    return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def main_thread(threads: Sequence[ThreadStack]) -> ThreadStack | None:
+    """The process's main thread: named MainThread, or whose OS tid is the pid, or the first."""
+    for t in threads:
+        if t.thread_name == "MainThread":
+            return t
+    for t in threads:
+        if t.pid is not None and t.os_thread_id == t.pid:
+            return t
+    return threads[0] if threads else None
+
+
+def to_json(result: DumpResult) -> dict[str, Any]:
+    """A DumpResult as plain JSON-able data (for the API and snapshots)."""
+    return {
+        "pid": result.pid,
+        "ts": result.ts,
+        "status": result.status,
+        "error": result.error,
+        "threads": [
+            {
+                "thread_id": t.thread_id,
+                "thread_name": t.thread_name,
+                "active": t.active,
+                "frames": [[f.name, f.filename, f.line] for f in t.frames],
+            }
+            for t in result.threads
+        ],
+    }

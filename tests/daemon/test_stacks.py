@@ -1,0 +1,337 @@
+"""The stack sampler against real py-spy and real processes (CI runs as root)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from daemon import stacks
+from daemon.stacks import (
+    DumpResult,
+    Frame,
+    StackSampler,
+    classify_error,
+    find_py_spy,
+    main_thread,
+    parse_dump,
+    stack_hash,
+    worker_pids,
+)
+
+PY_SPY = find_py_spy()
+IS_ROOT = os.geteuid() == 0
+needs_py_spy = pytest.mark.skipif(PY_SPY is None, reason="py-spy is not installed")
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="py-spy needs root to read another process")
+
+PARKED = textwrap.dedent(
+    """
+    import sys, threading, time
+
+    def parked_in_sleep():
+        time.sleep(60)
+
+    def spinning():
+        while True:
+            sum(range(1000))
+
+    threading.Thread(target=spinning, name="spinner", daemon=True).start()
+    print("READY", flush=True)
+    parked_in_sleep()
+    """
+)
+
+
+def start_python(code: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "READY"
+    return proc
+
+
+@pytest.fixture
+def parked():
+    proc = start_python(PARKED)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def sleep_process():
+    proc = subprocess.Popen(["sleep", "30"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def sampler(**kw) -> StackSampler:
+    kw.setdefault("min_interval_s", 0.0)
+    kw.setdefault("global_max_per_s", 100.0)
+    kw.setdefault("cpu_budget_ratio", 1.0)
+    kw.setdefault("timeout_s", 10.0)
+    return StackSampler(**kw)
+
+
+def not_stopped(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def fake_py_spy(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "py-spy"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+# -- live dumps ------------------------------------------------------------------------------
+
+
+@needs_py_spy
+@needs_root
+def test_live_dump_gives_frames_with_file_and_line(parked):
+    s = sampler()
+    result = asyncio.run(s.dump(parked.pid))
+    assert result.status == stacks.OK, result.error
+    assert result.pid == parked.pid and result.error is None and result.wall_s > 0
+    main = main_thread(result.threads)
+    assert main is not None
+    assert main.frames[0].name == "parked_in_sleep"
+    assert main.frames[0].filename == "<string>" and main.frames[0].line == 5  # time.sleep(60)
+    assert [f.name for f in main.frames][-1] == "<module>"
+    names = {t.thread_name for t in result.threads}
+    assert "spinner" in names
+    assert s.status_by_pid[parked.pid] == stacks.OK
+    assert s.dumps_total == 1 and s.cpu_seconds_total >= 0
+    assert not_stopped(parked.pid)
+
+
+@needs_py_spy
+@needs_root
+def test_never_asks_for_locals_or_native(tmp_path, parked):
+    log = tmp_path / "argv"
+    fake = fake_py_spy(tmp_path, f'echo "$@" > {log}\nexec {PY_SPY} "$@"')
+    result = asyncio.run(sampler(py_spy=fake).dump(parked.pid))
+    assert result.status == stacks.OK
+    argv = log.read_text().split()
+    assert argv[:3] == ["dump", "--json", "--nonblocking"]
+    assert "--locals" not in argv and "--native" not in argv
+
+
+def test_py_spy_missing(parked):
+    result = asyncio.run(sampler(py_spy="/nonexistent/py-spy").dump(parked.pid))
+    assert result.status == stacks.PY_SPY_MISSING
+    assert "/nonexistent/py-spy" in result.error and "pip install py-spy" in result.error
+
+
+@needs_py_spy
+@needs_root
+def test_not_python(sleep_process):
+    result = asyncio.run(sampler().dump(sleep_process.pid))
+    assert result.status == stacks.NOT_PYTHON, result.error
+    assert not_stopped(sleep_process.pid)
+
+
+@needs_py_spy
+def test_process_gone():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    result = asyncio.run(sampler().dump(proc.pid))
+    assert result.status == stacks.PROCESS_GONE
+    assert str(proc.pid) in result.error
+
+
+@needs_py_spy
+@needs_root
+def test_target_exiting_mid_dump_does_not_raise():
+    s = sampler()
+    seen = set()
+    for delay in (0.0, 0.005, 0.01, 0.02, 0.04):
+        proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({0.05 + delay})"])
+        time.sleep(0.04)
+        result = asyncio.run(s.dump(proc.pid))
+        proc.wait()
+        seen.add(result.status)
+        assert isinstance(result, DumpResult)
+        assert result.status in (stacks.OK, stacks.PROCESS_GONE, stacks.NOT_PYTHON, stacks.ERROR)
+    assert seen  # whatever py-spy saw, it came back as a status
+
+
+@needs_py_spy
+@pytest.mark.skipif(not IS_ROOT or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run py-spy as nobody")
+def test_permission_denied_when_py_spy_runs_unprivileged(tmp_path, parked):
+    # The real py-spy, run as 'nobody' against our (root's) process: the kernel refuses.
+    tmp_path.chmod(0o755)
+    fake = fake_py_spy(
+        tmp_path, f'exec setpriv --reuid=65534 --regid=65534 --clear-groups {PY_SPY} "$@"'
+    )
+    result = asyncio.run(sampler(py_spy=fake).dump(parked.pid))
+    assert result.status == stacks.PERMISSION_DENIED, result.error
+    assert "CAP_SYS_PTRACE" in result.error and "ptrace_scope" in result.error
+    assert not_stopped(parked.pid)
+
+
+def test_error_texts_of_py_spy_map_to_statuses():
+    gone = "Error: Failed to get process executable name. Check that the process is running.\n"
+    assert classify_error(gone, os.getpid())[0] == stacks.PROCESS_GONE
+    not_py = "Error: Failed to find python version from target process\n\nStack backtrace:\n 0: x"
+    status, message = classify_error(not_py, os.getpid())
+    assert status == stacks.NOT_PYTHON and "Stack backtrace" not in message
+    assert classify_error("Error: Unsupported version of Python: 3.99.0", os.getpid())[0] == (
+        stacks.UNSUPPORTED_PYTHON)
+    denied = "Permission Denied: Try running again with elevated permissions by going 'sudo env'"
+    assert classify_error(denied, os.getpid())[0] == stacks.PERMISSION_DENIED
+    assert classify_error("Error: something new", os.getpid())[0] == stacks.ERROR
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+
+@needs_py_spy
+@needs_root
+def test_rate_limited_per_process(parked):
+    s = sampler(min_interval_s=30.0)
+
+    async def twice():
+        return await s.dump(parked.pid), await s.dump(parked.pid)
+
+    first, second = asyncio.run(twice())
+    assert first.status == stacks.OK
+    assert second.status == stacks.RATE_LIMITED and "min_interval_s" in second.error
+    assert s.status_by_pid[parked.pid] == stacks.OK  # rate_limited is not a target's status
+    assert s.dumps_total == 1
+
+
+@needs_py_spy
+@needs_root
+def test_rate_limited_globally(parked, sleep_process):
+    s = sampler(global_max_per_s=0.1, global_burst=1)
+
+    async def two_pids():
+        return await s.dump(parked.pid), await s.dump(sleep_process.pid)
+
+    first, second = asyncio.run(two_pids())
+    assert first.status == stacks.OK
+    assert second.status == stacks.RATE_LIMITED and "global" in second.error
+
+
+@needs_py_spy
+@needs_root
+def test_over_budget_after_spending_it(parked, sleep_process):
+    s = sampler(cpu_budget_ratio=1e-9)
+
+    async def two():
+        return await s.dump(parked.pid), await s.dump(sleep_process.pid)
+
+    first, second = asyncio.run(two())
+    assert first.status == stacks.OK
+    assert second.status == stacks.OVER_BUDGET and "cpu_budget_ratio" in second.error
+
+
+@needs_py_spy
+@needs_root
+def test_one_py_spy_at_a_time(tmp_path, parked):
+    log = tmp_path / "spans"
+    fake = fake_py_spy(
+        tmp_path,
+        f'echo "start $(date +%s.%N)" >> {log}\nsleep 0.2\n{PY_SPY} "$@"\nrc=$?\n'
+        f'echo "end $(date +%s.%N)" >> {log}\nexit $rc',
+    )
+    s = sampler(py_spy=fake)
+    targets = [start_python(PARKED) for _ in range(2)]
+    try:
+        async def together():
+            return await asyncio.gather(*(s.dump(p.pid) for p in [parked, *targets]))
+
+        results = asyncio.run(together())
+    finally:
+        for p in targets:
+            p.kill()
+            p.wait()
+    assert [r.status for r in results] == [stacks.OK] * 3
+    events = [line.split() for line in log.read_text().splitlines()]
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["start", "end"] * 3  # never two starts in a row: no overlap
+
+
+@needs_py_spy
+@needs_root
+def test_timeout_kills_py_spy_not_the_target(tmp_path, parked):
+    pidfile = tmp_path / "pid"
+    fake = fake_py_spy(tmp_path, f"echo $$ > {pidfile}\nexec sleep 30")
+    s = sampler(py_spy=fake, timeout_s=0.3)
+    started = time.monotonic()
+    result = asyncio.run(s.dump(parked.pid))
+    assert time.monotonic() - started < 5
+    assert result.status == stacks.TIMEOUT and "0.3" in result.error
+    fake_pid = int(pidfile.read_text())
+    assert not psutil.pid_exists(fake_pid) or psutil.Process(fake_pid).status() == psutil.STATUS_ZOMBIE
+    assert parked.poll() is None and not_stopped(parked.pid)
+
+
+# -- pure helpers ----------------------------------------------------------------------------
+
+
+def test_stack_hash_is_stable_and_line_sensitive():
+    a = (Frame("f", "/x/a.py", 3), Frame("<module>", "/x/a.py", 9))
+    assert stack_hash(a) == stack_hash(list(a))
+    assert len(stack_hash(a)) == 32 and int(stack_hash(a), 16) >= 0
+    assert stack_hash(a) != stack_hash((Frame("f", "/x/a.py", 4), a[1]))
+
+
+def test_parse_dump_reads_py_spy_json_and_picks_main_thread():
+    text = (Path(__file__).parent / "fixtures" / "pyspy" / "loader_starved.json").read_text()
+    threads = parse_dump(text)
+    main = main_thread(threads)
+    assert main is not None and main.thread_name == "MainThread"
+    assert main.frames[0].name == "_PollLikeSelector.select"
+    assert main.frames[0].filename.endswith("selectors.py") and main.frames[0].line > 0
+    with pytest.raises(ValueError):
+        parse_dump('{"not": "a list"}')
+
+
+@needs_py_spy
+@needs_root
+def test_worker_pids_finds_multiprocessing_children():
+    code = textwrap.dedent(
+        """
+        import multiprocessing as mp, time
+        def work():
+            time.sleep(60)
+        if __name__ == "__main__":
+            ps = [mp.get_context("fork").Process(target=work) for _ in range(2)]
+            for p in ps: p.start()
+            print("READY", flush=True)
+            time.sleep(60)
+        """
+    )
+    proc = start_python(code)
+    try:
+        deadline = time.monotonic() + 5
+        found: list[int] = []
+        while time.monotonic() < deadline and len(found) < 2:
+            found = worker_pids(proc.pid)
+            time.sleep(0.05)
+        assert found == sorted(c.pid for c in psutil.Process(proc.pid).children())
+        assert len(found) == 2
+        result = asyncio.run(sampler().dump(found[0]))
+        assert result.status == stacks.OK
+        assert main_thread(result.threads).frames[0].name == "work"
+    finally:
+        for child in psutil.Process(proc.pid).children():
+            child.kill()
+        proc.kill()
+        proc.wait()
+    assert worker_pids(proc.pid) == []
