@@ -1,0 +1,167 @@
+"""`mlcostd check`: what works on this host and what doesn't, each with the fix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+CAP_SYS_PTRACE = 19
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    fix: str = ""
+
+
+def check_nvml() -> Check:
+    import pynvml
+
+    from daemon.nvml import nvml_error_text
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        return Check("NVML", FAIL, nvml_error_text(error),
+                     "without NVML mlcostd records processes and host pressure but no GPUs")
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        names = []
+        notes = []
+        for index in range(count):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            names.append(name.decode() if isinstance(name, bytes) else name)
+            try:
+                pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
+            except pynvml.NVMLError as error:
+                if getattr(error, "value", None) == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                    notes.append(f"GPU {index}: per-process SM share not supported (MIG?)")
+        driver_text = driver.decode() if isinstance(driver, bytes) else driver
+        detail = f"driver {driver_text}, {count} GPU(s): " + ", ".join(
+            f"{i}: {n}" for i, n in enumerate(names))
+        if notes:
+            return Check("NVML", WARN, detail + "; " + "; ".join(notes),
+                         "processes on these GPUs are charged by memory share")
+        return Check("NVML", OK, detail)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def find_py_spy() -> str | None:
+    beside = Path(sys.executable).with_name("py-spy")
+    if beside.exists():
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def _capabilities() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def check_py_spy() -> Check:
+    path = find_py_spy()
+    if path is None:
+        return Check("py-spy", FAIL, "py-spy is not installed",
+                     "pip install py-spy (it comes with mlcost; is the venv's bin on PATH?)")
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                 timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("py-spy", FAIL, f"{path} does not run: {exc}", "reinstall py-spy")
+    can_trace = os.geteuid() == 0 or bool(_capabilities() & (1 << CAP_SYS_PTRACE))
+    scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
+    scope = scope_file.read_text().strip() if scope_file.exists() else None
+    if can_trace:
+        return Check("py-spy", OK, f"{version} at {path}; may read every process's stack")
+    how = "run mlcostd as root, or give it CAP_SYS_PTRACE"
+    if scope in ("2", "3"):
+        return Check("py-spy", FAIL, f"{version}; yama ptrace_scope={scope} forbids it",
+                     how + " (scope 3 forbids tracing entirely)")
+    detail = f"{version}; not root and no CAP_SYS_PTRACE"
+    if scope == "1":
+        detail += ", yama ptrace_scope=1: only processes that allow it (PR_SET_PTRACER)"
+    else:
+        detail += ": only this user's processes"
+    return Check("py-spy", WARN, detail, how)
+
+
+def check_delay_accounting() -> Check:
+    from daemon.procs import delay_accounting_enabled
+
+    enabled = delay_accounting_enabled()
+    if enabled:
+        return Check("delay accounting", OK, "kernel.task_delayacct=1: I/O wait per process is "
+                                              "measured")
+    if enabled is None:
+        return Check("delay accounting", WARN, "kernel has no /proc/sys/kernel/task_delayacct",
+                     "boot with the `delayacct` kernel parameter to measure I/O wait per process")
+    return Check("delay accounting", WARN,
+                 "kernel.task_delayacct=0: I/O wait per process reads as unknown",
+                 "sysctl -w kernel.task_delayacct=1 (as root; counts processes started after)")
+
+
+def check_psi() -> Check:
+    path = Path("/proc/pressure/io")
+    try:
+        path.read_text()
+    except OSError:
+        return Check("pressure (PSI)", WARN, "/proc/pressure/io is not readable",
+                     "needs Linux >= 4.20 with CONFIG_PSI; boot with psi=1 if it is off")
+    return Check("pressure (PSI)", OK, "/proc/pressure/io and /proc/pressure/cpu readable")
+
+
+def check_process_io() -> Check:
+    if os.geteuid() == 0:
+        return Check("process I/O", OK, "root: /proc/PID/io readable for every user")
+    return Check("process I/O", WARN, "not root: read/write bytes of other users' processes "
+                                      "are unknown", "run mlcostd as root")
+
+
+def check_database(db: Path) -> Check:
+    folder = db.parent
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if os.access(probe, os.W_OK):
+        return Check("database", OK, f"{db} is writable")
+    return Check("database", FAIL, f"cannot write {db} ({probe} is not writable)",
+                 "pass --db with a writable path, set [daemon].db, or run as root")
+
+
+def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
+    checks = [check_nvml(), check_py_spy(), check_delay_accounting(), check_psi(),
+              check_process_io(), check_database(db)]
+    return checks + (extra or [])
+
+
+def render(checks: list[Check]) -> str:
+    marks = {OK: "ok  ", WARN: "warn", FAIL: "FAIL"}
+    lines = []
+    for check in checks:
+        lines.append(f"[{marks[check.status]}] {check.name}: {check.detail}")
+        if check.fix and check.status != OK:
+            lines.append(f"       fix: {check.fix}")
+    return "\n".join(lines) + "\n"
+
+
+def as_json(checks: list[Check]) -> list[dict[str, Any]]:
+    return [asdict(check) for check in checks]

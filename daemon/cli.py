@@ -1,0 +1,238 @@
+"""The `mlcostd` command: run, check, report, prices."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from daemon import config as config_module
+from daemon.config import Config, ConfigError
+
+log = logging.getLogger("mlcostd")
+
+EPILOG = """\
+examples:
+  mlcostd run --simulate demo            record the built-in simulated GPU host
+  mlcostd run                             record this host (as root, under systemd)
+  mlcostd report --since 1h               what the GPUs and processes did in the last hour
+  mlcostd report --since 30m --json       the same as a JSON document (see the README)
+  mlcostd check                           what works on this host and how to fix what doesn't
+"""
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"TOML config file (default: {config_module.DEFAULT_CONFIG_PATH} "
+                             "if it exists; every setting has a default)")
+    parser.add_argument("--db", metavar="FILE",
+                        help="SQLite database (default: [daemon].db, else "
+                             f"{config_module.default_db_path()})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlcostd",
+        description="mlcost's recorder: samples every GPU and GPU process on this host into "
+                    "SQLite and reports what they did.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version="mlcostd 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="record this host in the foreground until SIGTERM/Ctrl-C",
+                         description="Record GPUs, GPU processes and their workers every "
+                                     "interval into the database, until SIGTERM or Ctrl-C.")
+    _add_common(run)
+    run.add_argument("--interval", metavar="SECONDS", type=float,
+                     help="seconds between samples (default 1)")
+    run.add_argument("--simulate", metavar="SCENARIO",
+                     help="record a simulated GPU host instead of NVML: a built-in scenario "
+                          "(demo, idle-host, data-stall, faults) or a scenario .toml file; its "
+                          "workloads start with the daemon and stop with it")
+    run.add_argument("--watch", action="store_true",
+                     help="also print a live summary of the last 10 s every 5 s")
+    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                     help="default: [daemon].log_level (info)")
+
+    check = sub.add_parser("check", help="what works on this host (NVML, py-spy, delay "
+                                         "accounting, PSI), and the fix for what doesn't")
+    _add_common(check)
+    check.add_argument("--simulate", metavar="SCENARIO",
+                       help="check against a simulated host instead of this one's NVML")
+    check.add_argument("--json", action="store_true", help="print JSON")
+
+    report = sub.add_parser("report", help="what the host did over a window",
+                            description="Summarise the recorded window: GPUs, GPU processes "
+                                        "and their workers.")
+    _add_common(report)
+    report.add_argument("--since", default="1h", metavar="DURATION",
+                        help="window ending now: 30s, 15m, 1h, 2d (default 1h)")
+    report.add_argument("--json", action="store_true",
+                        help="print the JSON document described in the README")
+
+    try:
+        from pricing import cli as pricing_cli
+    except ImportError:  # pragma: no cover - pricing is part of the distribution
+        pricing_cli = None
+    if pricing_cli is not None:
+        prices = sub.add_parser("prices", help="GPU instance prices: the catalog, what fits, "
+                                               "live AWS refresh")
+        pricing_cli.add_arguments(prices)
+    return parser
+
+
+def _load_config(args: argparse.Namespace) -> Config:
+    config = config_module.load(args.config)
+    if getattr(args, "db", None):
+        config = config_module.with_overrides(config, "daemon", db=args.db)
+    return config
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s mlcostd %(levelname)s %(message)s",
+        datefmt="%H:%M:%S", stream=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from daemon.service import Daemon, DaemonError
+
+    config = _load_config(args)
+    if args.interval is not None:
+        try:
+            interval = config_module.from_dict(
+                {"daemon": {"interval": args.interval}}, where="--interval").daemon.interval
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("[daemon].interval", "value")) from None
+        config = config_module.with_overrides(config, "daemon", interval=interval)
+    _setup_logging(args.log_level or config.daemon.log_level)
+    daemon = Daemon(config, simulate=args.simulate)
+
+    async def main() -> int:
+        tasks = [asyncio.create_task(daemon.run())]
+        if args.watch:
+            tasks.append(asyncio.create_task(_watch(daemon)))
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return tasks[0].result() if tasks[0] in done else 0
+
+    try:
+        return asyncio.run(main())
+    except DaemonError as exc:
+        print(f"mlcostd: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _watch(daemon: object) -> None:
+    """Every 5 s, the report of the last 10 s, read back from the store like any reader."""
+    from daemon import report
+    from daemon.store import Store
+
+    db = daemon.db  # type: ignore[attr-defined]
+    await asyncio.sleep(3)
+    while True:
+        try:
+            reader = Store.reader(str(db), timeout_s=2.0)
+            try:
+                text = report.render_text(report.build(reader, 10.0))
+            finally:
+                reader.close()
+        except Exception as exc:  # the view must never stop the recorder
+            text = f"(live view unavailable: {exc})\n"
+        if sys.stdout.isatty():
+            sys.stdout.write("\x1b[2J\x1b[H")
+        sys.stdout.write(f"{time.strftime('%H:%M:%S')}  recording {db}  (Ctrl-C stops the "
+                         f"daemon and its workloads)\n\n{text}")
+        sys.stdout.flush()
+        await asyncio.sleep(5)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from daemon import check
+
+    config = _load_config(args)
+    running = None
+    if args.simulate:
+        from daemon.sim import nvml as sim_nvml
+        from daemon.sim import scenario
+
+        running = scenario.start(scenario.load(args.simulate))
+        sim_nvml.install(running.state_dir)
+    try:
+        checks = check.run_checks(config_module.db_path(config))
+    finally:
+        if running is not None:
+            sim_nvml.uninstall()
+            running.stop()
+    if args.json:
+        print(json.dumps(check.as_json(checks), indent=2))
+    else:
+        sys.stdout.write(check.render(checks))
+    return 1 if any(c.status == check.FAIL for c in checks) else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from daemon import report
+    from daemon.store import Store
+
+    config = _load_config(args)
+    try:
+        since = config_module.parse_duration(args.since)
+    except ValueError as exc:
+        print(f"mlcostd report: --since {exc}", file=sys.stderr)
+        return 2
+    db = config_module.db_path(config)
+    if not Path(db).exists():
+        print(f"mlcostd report: no database at {db}. Start the recorder first "
+              f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
+              file=sys.stderr)
+        return 1
+    reader = Store.reader(str(db))
+    try:
+        document = report.build(reader, since)
+    finally:
+        reader.close()
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        sys.stdout.write(report.render_text(document))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "check":
+            return cmd_check(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "prices":
+            from pricing import cli as pricing_cli
+
+            return pricing_cli.run(args)
+    except ConfigError as exc:
+        print(f"mlcostd: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `mlcostd report | head`
+        sys.stdout = None  # type: ignore[assignment]
+        return 0
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

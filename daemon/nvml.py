@@ -1,0 +1,449 @@
+"""The GPU source: every GPU and every process on it, read through NVML (the pynvml module).
+
+Shape:
+- one supervisor thread starts NVML (retrying with backoff while it is missing or mismatched)
+  and finds the devices; static facts (name, UUID, total memory) are read once per device;
+- one reader thread per GPU reads its dynamic fields once per interval, just before the tick,
+  so a hung or lost GPU delays only itself;
+- the tick calls `latest()`, which never blocks: it hands over the newest reading of each GPU
+  and marks a GPU whose reading is overdue as timed out.
+
+Every NVML call goes through `_Device.call`, which turns NOT_SUPPORTED into "absent" (remembered,
+never asked again), a lost GPU into a status, and any other error into an error on that field.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pynvml
+
+from daemon.config import NvmlConfig
+from daemon.model import GPU_ERROR, GPU_LOST, GPU_OK, GPU_TIMEOUT, GpuSample, GpuUse
+
+log = logging.getLogger(__name__)
+
+# Fixes for the statuses an operator can act on, shown by `mlcostd check` and the report.
+NVML_FIXES = {
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        "libnvidia-ml.so.1 was not found: install the NVIDIA driver (or run the daemon where the "
+        "driver's libraries are visible, e.g. the NVIDIA container toolkit)",
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
+        "the NVIDIA kernel driver is not loaded: check `lsmod | grep nvidia` and dmesg",
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        "the NVML library and the kernel driver are different versions (a driver upgrade "
+        "without a reboot): reboot, or reload the nvidia kernel modules",
+    pynvml.NVML_ERROR_NO_PERMISSION:
+        "no permission to open the NVIDIA devices: run mlcostd as root",
+}
+
+_LOST = (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED)
+_GPM_SM_UTIL = 2  # NVML_GPM_METRIC_SM_UTIL
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t, for drivers that only have the unversioned symbol."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+def _running_processes_v1(handle: Any) -> list[Any]:
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    if ret == pynvml.NVML_SUCCESS:
+        return []
+    if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise pynvml.NVMLError(ret)
+    count.value = count.value * 2 + 5
+    infos = (_ProcessInfoV1 * count.value)()
+    ret = fn(handle, ctypes.byref(count), infos)
+    if ret != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(ret)
+    return list(infos[: count.value])
+
+
+# Newest first; the first whose symbol the library has is used from then on.
+_PROCESS_QUERIES: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = (
+    ("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.nvmlDeviceGetComputeRunningProcesses_v3),
+    ("nvmlDeviceGetComputeRunningProcesses_v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2),
+    ("nvmlDeviceGetComputeRunningProcesses", _running_processes_v1),
+)
+
+
+def nvml_error_text(error: pynvml.NVMLError) -> str:
+    """'GPU is lost (NVML error 15)' plus the fix where we know one."""
+    value = getattr(error, "value", None)
+    text = f"{error} (NVML error {value})"
+    fix = NVML_FIXES.get(value)
+    return f"{text}: {fix}" if fix else text
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One reader thread's latest result for its GPU."""
+
+    gpu: GpuSample
+    uses: tuple[tuple[int, GpuUse], ...]  # (pid, use)
+    read_at: float  # time.monotonic() when the reading finished
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class _Device:
+    """One GPU: its handle, its static facts, and the reads of its dynamic fields."""
+
+    def __init__(self, index: int, handle: Any, config: NvmlConfig) -> None:
+        self.index = index
+        self.handle = handle
+        self.config = config
+        self.unsupported: set[str] = set()
+        self.call_name: str | None = None  # the call in flight, for timeout messages
+        self.call_started = 0.0
+        self.process_query: tuple[str, Callable[[Any], list[Any]]] | None = None
+        self.gpm_previous: Any = None
+        self.last_process_sample_us = 0
+        self.errors: list[str] = []
+        self.uuid = _text(self.call("uuid", pynvml.nvmlDeviceGetUUID) or f"GPU-index-{index}")
+        self.name = _text(self.call("name", pynvml.nvmlDeviceGetName) or "unknown GPU")
+        memory = self.call("memory", pynvml.nvmlDeviceGetMemoryInfo)
+        self.memory_total = int(memory.total) if memory is not None else None
+        support = self.call("gpm", pynvml.nvmlGpmQueryDeviceSupport)
+        if not support or not support.isSupportedDevice:
+            self.unsupported.add("gpm")
+
+    def call(self, field: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """One NVML call. Returns None for an unsupported or failed field; raises only _Lost."""
+        if field in self.unsupported:
+            return None
+        self.call_name, self.call_started = fn.__name__, time.monotonic()
+        try:
+            return fn(*args) if args else fn(self.handle)
+        except pynvml.NVMLError as error:
+            code = getattr(error, "value", None)
+            if code in _LOST:
+                raise
+            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                self.unsupported.add(field)
+                log.info("GPU %d: %s is not supported; shown as absent", self.index, fn.__name__)
+                return None
+            self.errors.append(f"{fn.__name__}: {nvml_error_text(error)}")
+            return None
+        finally:
+            self.call_name = None
+
+    def read(self) -> GpuReading:
+        """Read the dynamic fields and the processes. Raises NVMLError for a lost GPU."""
+        self.errors = []
+        h = self.handle
+        util = self.call("utilization", pynvml.nvmlDeviceGetUtilizationRates)
+        memory = self.call("memory", pynvml.nvmlDeviceGetMemoryInfo)
+        power_mw = self.call("power", pynvml.nvmlDeviceGetPowerUsage)
+        temperature = self.call(
+            "temperature", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
+        sm_clock = self.call("sm_clock", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
+        mem_clock = self.call(
+            "memory_clock", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
+        sm_activity = self._sm_activity()
+        uses = self._processes()
+        gpu = GpuSample(
+            index=self.index,
+            uuid=self.uuid,
+            name=self.name,
+            status=GPU_ERROR if self.errors else GPU_OK,
+            utilization=float(util.gpu) if util is not None else None,
+            sm_activity=sm_activity,
+            memory_used_bytes=int(memory.used) if memory is not None else None,
+            memory_total_bytes=self.memory_total,
+            power_watts=power_mw / 1000.0 if power_mw is not None else None,
+            temperature_c=int(temperature) if temperature is not None else None,
+            sm_clock_mhz=int(sm_clock) if sm_clock is not None else None,
+            memory_clock_mhz=int(mem_clock) if mem_clock is not None else None,
+            error="; ".join(self.errors) or None,
+        )
+        return GpuReading(gpu=gpu, uses=uses, read_at=time.monotonic())
+
+    def _sm_activity(self) -> float | None:
+        """SM activity from GPM (Hopper and later): needs two samples, so the first read is None."""
+        if "gpm" in self.unsupported:
+            return None
+        try:
+            sample = pynvml.nvmlGpmSampleAlloc()
+            pynvml.nvmlGpmSampleGet(self.handle, sample)
+        except pynvml.NVMLError as error:
+            if getattr(error, "value", None) in _LOST:
+                raise
+            self.unsupported.add("gpm")
+            log.info("GPU %d: GPM is not available (%s); SM activity shown as absent",
+                     self.index, error)
+            return None
+        previous, self.gpm_previous = self.gpm_previous, sample
+        if previous is None:
+            return None
+        try:
+            request = pynvml.c_nvmlGpmMetricsGet_t()
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = 1
+            request.sample1 = previous
+            request.sample2 = sample
+            request.metrics[0].metricId = _GPM_SM_UTIL
+            pynvml.nvmlGpmMetricsGet(request)
+            value = float(request.metrics[0].value)
+        except pynvml.NVMLError as error:
+            if getattr(error, "value", None) in _LOST:
+                raise
+            self.errors.append(f"nvmlGpmMetricsGet: {nvml_error_text(error)}")
+            value = None
+        finally:
+            try:
+                pynvml.nvmlGpmSampleFree(previous)
+            except pynvml.NVMLError:
+                pass
+        return value if value is None or math.isfinite(value) else None
+
+    def _processes(self) -> tuple[tuple[int, GpuUse], ...]:
+        infos = self._running_processes()
+        if not infos:
+            return ()
+        shares = self._sm_shares()
+        uses = []
+        for info in infos:
+            memory = int(info.usedGpuMemory)
+            if memory in (pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value, None):
+                memory_bytes = None
+            else:
+                memory_bytes = memory
+            pid = int(info.pid)
+            uses.append((pid, GpuUse(self.index, memory_bytes, shares.get(pid, 0.0))))
+        return tuple(uses)
+
+    def _running_processes(self) -> list[Any]:
+        """Compute processes, probing v3 -> v2 -> v1 by symbol once and keeping what works."""
+        if "processes" in self.unsupported:
+            return []
+        candidates = [self.process_query] if self.process_query else list(_PROCESS_QUERIES)
+        for symbol, query in candidates:
+            try:
+                self.call_name, self.call_started = symbol, time.monotonic()
+                result = query(self.handle)
+                self.process_query = (symbol, query)
+                return result
+            except pynvml.NVMLError as error:
+                code = getattr(error, "value", None)
+                if code in _LOST:
+                    raise
+                if code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    continue
+                if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                    self.unsupported.add("processes")
+                    return []
+                self.errors.append(f"{symbol}: {nvml_error_text(error)}")
+                return []
+            finally:
+                self.call_name = None
+        self.unsupported.add("processes")
+        log.warning("GPU %d: no ComputeRunningProcesses symbol in this NVML", self.index)
+        return []
+
+    def _sm_shares(self) -> dict[int, float]:
+        """SM share per pid over the last second; a process with no sample is at 0%."""
+        if "process_utilization" in self.unsupported:
+            return {}
+        since_us = int((time.time() - 1.0) * 1_000_000)
+        try:
+            self.call_name, self.call_started = "nvmlDeviceGetProcessUtilization", time.monotonic()
+            samples = pynvml.nvmlDeviceGetProcessUtilization(self.handle, since_us)
+        except pynvml.NVMLError as error:
+            code = getattr(error, "value", None)
+            if code in _LOST:
+                raise
+            if code == pynvml.NVML_ERROR_NOT_FOUND:
+                return {}
+            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                self.unsupported.add("process_utilization")
+                return {}
+            self.errors.append(f"nvmlDeviceGetProcessUtilization: {nvml_error_text(error)}")
+            return {}
+        finally:
+            self.call_name = None
+        shares: dict[int, tuple[int, float]] = {}
+        for sample in samples:
+            pid, stamp = int(sample.pid), int(sample.timeStamp)
+            if pid not in shares or stamp > shares[pid][0]:
+                shares[pid] = (stamp, float(sample.smUtil))
+        return {pid: share for pid, (_, share) in shares.items()}
+
+
+class NvmlSource:
+    """Keeps the latest reading of every GPU; `latest()` is what the tick calls."""
+
+    def __init__(self, config: NvmlConfig, interval: float) -> None:
+        self.config = config
+        self.interval = interval
+        self.status = "starting"
+        self.driver_version: str | None = None
+        self._readings: dict[int, GpuReading] = {}
+        self._devices: dict[int, _Device] = {}
+        self._device_status: dict[int, tuple[str, str | None]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        thread = threading.Thread(target=self._supervise, name="nvml-supervisor", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until NVML has started (or failed once); for `check` and tests."""
+        return self._ready.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=self.config.call_deadline + 1.0)
+        try:
+            if self._devices:
+                pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+    def _supervise(self) -> None:
+        delay = self.config.retry_initial
+        while not self._stop.is_set():
+            try:
+                pynvml.nvmlInit()
+                count = pynvml.nvmlDeviceGetCount()
+                self.driver_version = _text(pynvml.nvmlSystemGetDriverVersion())
+            except pynvml.NVMLError as error:
+                self._set_status(f"NVML unavailable: {nvml_error_text(error)}; "
+                                 f"retrying in {delay:g} s")
+                self._ready.set()
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, self.config.retry_max)
+                continue
+            self._set_status("ok")
+            log.info("NVML started: driver %s, %d GPU(s)", self.driver_version, count)
+            for index in range(count):
+                thread = threading.Thread(
+                    target=self._read_gpu, args=(index,), name=f"nvml-gpu{index}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            self._ready.set()
+            return
+
+    def _set_status(self, status: str) -> None:
+        """Log a change of NVML's status once, not at every retry."""
+        before = self.status.split(";")[0]
+        if status == "ok" and before.startswith("NVML unavailable"):
+            log.info("NVML is available again")
+        elif status != "ok" and status.split(";")[0] != before:
+            log.warning("%s", status)
+        self.status = status
+
+    # -- one GPU ---------------------------------------------------------------------------
+
+    def _read_gpu(self, index: int) -> None:
+        """Read one GPU every interval, a little before the tick; back off while it is lost."""
+        device: _Device | None = None
+        backoff = self.config.retry_initial
+        lead = min(0.2, self.interval / 4)
+        while not self._stop.is_set():
+            try:
+                if device is None:
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                    device = _Device(index, handle, self.config)
+                    with self._lock:
+                        self._devices[index] = device
+                reading = device.read()
+                with self._lock:
+                    self._readings[index] = reading
+                self._note_device(index, reading.gpu.status, reading.gpu.error)
+                backoff = self.config.retry_initial
+                now = time.time()
+                wake = math.ceil((now + lead) / self.interval) * self.interval - lead
+                if wake - now < self.interval / 2:
+                    wake += self.interval
+                wait = wake - now
+            except pynvml.NVMLError as error:
+                code = getattr(error, "value", None)
+                status = GPU_LOST if code in _LOST else GPU_ERROR
+                message = nvml_error_text(error)
+                with self._lock:
+                    previous = self._readings.get(index)
+                    base = previous.gpu if previous else GpuSample(
+                        index=index, uuid=device.uuid if device else f"GPU-index-{index}",
+                        name=device.name if device else "unknown GPU")
+                    self._readings[index] = GpuReading(
+                        gpu=GpuSample(index=index, uuid=base.uuid, name=base.name, status=status,
+                                      memory_total_bytes=base.memory_total_bytes, error=message),
+                        uses=(), read_at=time.monotonic())
+                self._note_device(index, status, message)
+                if code in _LOST:
+                    device = None  # take a fresh handle when it comes back
+                wait = backoff
+                backoff = min(backoff * 2, self.config.retry_max)
+            if self._stop.wait(wait):
+                return
+
+    def _note_device(self, index: int, status: str, error: str | None) -> None:
+        """Log a GPU's status when it changes, not every second."""
+        previous = self._device_status.get(index)
+        if previous is None or previous[0] != status:
+            if status == GPU_OK:
+                if previous is not None:
+                    log.info("GPU %d: back to normal", index)
+            else:
+                log.warning("GPU %d: %s: %s", index, status, error)
+        self._device_status[index] = (status, error)
+
+    # -- the tick's view -----------------------------------------------------------------
+
+    def latest(self) -> tuple[str, tuple[GpuSample, ...], dict[int, tuple[GpuUse, ...]]]:
+        """(nvml status, one sample per GPU, GPU uses per pid). Never blocks on NVML."""
+        now = time.monotonic()
+        deadline = self.config.call_deadline
+        gpus = []
+        uses: dict[int, list[GpuUse]] = {}
+        with self._lock:
+            readings = dict(self._readings)
+            devices = dict(self._devices)
+        for index in sorted(readings):
+            reading = readings[index]
+            gpu = reading.gpu
+            device = devices.get(index)
+            in_flight = device.call_name if device else None
+            overdue = now - reading.read_at > self.interval + deadline
+            if device is not None and in_flight and now - device.call_started > deadline:
+                gpu = self._timed_out(gpu, f"{in_flight} has not answered for "
+                                           f"{now - device.call_started:.1f} s")
+            elif overdue and gpu.status in (GPU_OK, GPU_ERROR):
+                gpu = self._timed_out(gpu, f"no reading for {now - reading.read_at:.1f} s")
+            else:
+                for pid, use in reading.uses:
+                    uses.setdefault(pid, []).append(use)
+            gpus.append(gpu)
+        return self.status, tuple(gpus), {pid: tuple(u) for pid, u in uses.items()}
+
+    @staticmethod
+    def _timed_out(gpu: GpuSample, why: str) -> GpuSample:
+        return replace(GpuSample(index=gpu.index, uuid=gpu.uuid, name=gpu.name,
+                                 memory_total_bytes=gpu.memory_total_bytes),
+                       status=GPU_TIMEOUT, error=why)

@@ -1,0 +1,238 @@
+"""The process source: CPU, memory, I/O and stalls of every GPU process and its children.
+
+psutil finds processes and reads the facts read once per process (user, command line, start
+time, parent). The per-tick counters come straight from /proc/PID/stat and /proc/PID/io, which
+costs a fraction of psutil's `oneshot()` (DESIGN.md gives the measured figures). A process is
+keyed by (pid, start time); a process that exits while we read it is simply not in this tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import psutil
+
+from daemon.model import GpuUse, HostPressure, ProcessSample
+from daemon.redact import redact_argv
+
+log = logging.getLogger(__name__)
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+BOOT_TIME = psutil.boot_time()
+
+
+def delay_accounting_enabled() -> bool | None:
+    """Whether the kernel counts block I/O delay per task (None: cannot tell)."""
+    try:
+        with open("/proc/sys/kernel/task_delayacct") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return None
+
+
+@dataclass(slots=True)
+class _Known:
+    """Facts about a process read once, when it is first seen."""
+
+    pid: int
+    start_ticks: int  # field 22 of /proc/PID/stat: start time in clock ticks after boot
+    start_time: float
+    ppid: int
+    user: str
+    command: str
+    last_io: int = -1  # read_bytes + write_bytes + iowait ticks at the last tick
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    """Fields of /proc/PID/stat after the command name; index 0 is field 3 (state)."""
+    data = _read(f"/proc/{pid}/stat")
+    return data[data.rindex(b")") + 2:].split()
+
+
+def _start_ticks(pid: int) -> int:
+    return int(_stat_fields(pid)[19])
+
+
+class ProcessSource:
+    """Discovery (psutil, slow, beside the tick) and counters (/proc, fast, in the tick)."""
+
+    def __init__(self, children: bool = True) -> None:
+        self.children = children
+        self._known: dict[int, _Known] = {}
+        self._children_of: dict[int, tuple[int, ...]] = {}
+        self.delay_accounting = delay_accounting_enabled()
+        self.io_readable = True  # False once /proc/PID/io is refused (not root)
+
+    def discover(self, gpu_pids: set[int]) -> None:
+        """Learn new GPU processes and their children. Slow (psutil): run it beside the tick."""
+        children_of: dict[int, tuple[int, ...]] = {}
+        for pid in gpu_pids:
+            self._learn(pid)
+            if self.children and pid in self._known:
+                try:
+                    kids = psutil.Process(pid).children(recursive=True)
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    kids = []
+                found = []
+                for kid in kids:
+                    if self._learn(kid.pid):
+                        found.append(kid.pid)
+                children_of[pid] = tuple(found)
+        self._children_of = children_of
+        watched = set(gpu_pids) | {kid for kids in children_of.values() for kid in kids}
+        for pid in list(self._known):
+            if pid not in watched:
+                del self._known[pid]
+
+    def _learn(self, pid: int) -> bool:
+        """Read the once-per-process facts; False if the process is gone or unreadable."""
+        known = self._known.get(pid)
+        try:
+            start_ticks = _start_ticks(pid)
+        except (OSError, ValueError, IndexError):
+            self._known.pop(pid, None)
+            return False
+        if known is not None and known.start_ticks == start_ticks:
+            return True
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                start_time = proc.create_time()
+                ppid = proc.ppid()
+                try:
+                    user = proc.username()
+                except (KeyError, psutil.AccessDenied):
+                    user = str(proc.uids().real)
+                try:
+                    argv = proc.cmdline()
+                except psutil.AccessDenied:
+                    argv = []
+                command = redact_argv(argv) if argv else f"[{proc.name()}]"
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            self._known.pop(pid, None)
+            return False
+        self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command)
+        return True
+
+    def read(self, gpu_uses: dict[int, tuple[GpuUse, ...]]) -> tuple[ProcessSample, ...]:
+        """This tick's counters of every GPU process and its known children. Never raises."""
+        samples = []
+        pids = list(gpu_uses)
+        for pid in gpu_uses:
+            pids.extend(self._children_of.get(pid, ()))
+        seen = set()
+        for pid in pids:
+            if pid in seen:
+                continue
+            seen.add(pid)
+            known = self._known.get(pid)
+            if known is None:
+                continue  # discovery has not seen it yet; it will within a few seconds
+            sample = self._read_one(known, gpu_uses.get(pid, ()))
+            if sample is not None:
+                samples.append(sample)
+        return tuple(samples)
+
+    def _read_one(self, known: _Known, uses: tuple[GpuUse, ...]) -> ProcessSample | None:
+        try:
+            fields = _stat_fields(known.pid)
+            if int(fields[19]) != known.start_ticks:
+                # The pid was reused: a different process. Forget it; discovery learns the new one.
+                self._known.pop(known.pid, None)
+                return None
+        except (OSError, ValueError, IndexError):
+            return None  # exited mid-read
+        state = fields[0].decode()
+        cpu_seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        threads = int(fields[17])
+        rss_bytes = int(fields[21]) * PAGE_SIZE
+        blkio_ticks = int(fields[39]) if len(fields) > 39 else 0
+        iowait = blkio_ticks / CLOCK_TICKS if self.delay_accounting else None
+        read_bytes = write_bytes = None
+        if self.io_readable:
+            try:
+                io = _read(f"/proc/{known.pid}/io").split(b"\n")
+                # rchar, wchar, syscr, syscw, read_bytes, write_bytes, cancelled_write_bytes
+                read_bytes = int(io[4].split()[1])
+                write_bytes = int(io[5].split()[1])
+            except PermissionError:
+                self.io_readable = False
+                log.warning("cannot read /proc/%d/io (needs root across users): read and write "
+                            "bytes are not recorded", known.pid)
+            except (OSError, ValueError, IndexError):
+                return None
+        io_marker = (read_bytes or 0) + (write_bytes or 0) + blkio_ticks
+        threads_in_d = 0
+        if state == "D" or (known.last_io >= 0 and io_marker != known.last_io):
+            threads_in_d = _threads_in_d(known.pid)
+        known.last_io = io_marker
+        return ProcessSample(
+            pid=known.pid,
+            start_time=known.start_time,
+            ppid=known.ppid,
+            user=known.user,
+            command=known.command,
+            gpus=uses,
+            cpu_seconds=cpu_seconds,
+            rss_bytes=rss_bytes,
+            read_bytes=read_bytes,
+            write_bytes=write_bytes,
+            iowait_seconds=iowait,
+            state=state,
+            threads=threads,
+            threads_in_d=threads_in_d,
+        )
+
+
+def _threads_in_d(pid: int) -> int:
+    """Threads in uninterruptible sleep. Read only for processes doing I/O this tick."""
+    count = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            data = _read(f"/proc/{pid}/task/{tid}/stat")
+        except OSError:
+            continue
+        if data[data.rindex(b")") + 2:data.rindex(b")") + 3] == b"D":
+            count += 1
+    return count
+
+
+def _psi_line(line: str) -> dict[str, float]:
+    parts = dict(item.split("=", 1) for item in line.split()[1:])
+    return {key: float(value) for key, value in parts.items()}
+
+
+def read_pressure(root: str = "/proc/pressure") -> HostPressure:
+    """Host-wide PSI for I/O and CPU; fields are None where the kernel has no PSI."""
+    values: dict[str, float | int | None] = {}
+    for resource in ("io", "cpu"):
+        try:
+            with open(f"{root}/{resource}") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            kind = line.split(" ", 1)[0]
+            if kind not in ("some", "full") or (resource == "cpu" and kind == "full"):
+                continue
+            parsed = _psi_line(line)
+            values[f"{resource}_{kind}_avg10"] = parsed.get("avg10")
+            total = parsed.get("total")
+            values[f"{resource}_{kind}_total_us"] = int(total) if total is not None else None
+    return HostPressure(**values)  # type: ignore[arg-type]
+

@@ -1,0 +1,188 @@
+"""mlcostd's NVML source on the simulated NVML: readings, versions, and every fault."""
+
+from __future__ import annotations
+
+import time
+
+import pynvml
+import pytest
+from simhost import GIB, attach_code, host_toml, wait_until
+
+from daemon.config import NvmlConfig
+from daemon.model import GPU_LOST, GPU_OK, GPU_TIMEOUT
+from daemon.nvml import NvmlSource
+
+FAST = NvmlConfig(call_deadline=0.5, retry_initial=0.2, retry_max=0.5)
+
+
+@pytest.fixture
+def source():
+    started = []
+
+    def make(config=FAST, interval=0.5):
+        src = NvmlSource(config, interval)
+        src.start()
+        started.append(src)
+        return src
+
+    yield make
+    for src in started:
+        src.stop()
+
+
+def readings(src, count, timeout=8.0):
+    """Wait until `count` GPUs have a reading; return latest()."""
+    return wait_until(lambda: (lambda r: r if len(r[1]) >= count else None)(src.latest()),
+                      timeout=timeout)
+
+
+def test_gpus_and_processes_as_the_workloads_asked(sim_host, source):
+    running = sim_host(host_toml(gpus=3, workloads=[
+        {"name": "busy", "gpus": [0], "code": attach_code(0, 6, "dev.kernel(0.2, sm=0.8)")},
+        {"name": "holder", "gpus": [1], "code": attach_code(1, 3)},
+    ]), init=False)
+    busy_pid = running.workloads[0][1]
+    holder_pid = running.workloads[1][1]
+    src = source()
+    assert src.wait_ready(5)
+
+    def settled():
+        status, gpus, uses = src.latest()
+        if len(gpus) < 3 or busy_pid not in uses or holder_pid not in uses:
+            return None
+        if not (70 <= uses[busy_pid][0].sm_share <= 90):
+            return None
+        return status, gpus, uses
+
+    status, gpus, uses = wait_until(settled, timeout=10)
+    assert status == "ok"
+    by_index = {g.index: g for g in gpus}
+    assert by_index[0].name == "NVIDIA A100-SXM4-40GB"
+    assert by_index[0].memory_total_bytes == 40 * GIB
+    assert by_index[0].utilization >= 90
+    assert by_index[2].utilization == 0  # no process: idle
+    assert by_index[2].power_watts is not None and by_index[2].power_watts < by_index[0].power_watts
+    assert by_index[0].sm_activity is None  # A100: no GPM, absent rather than 0
+    (busy,) = uses[busy_pid]
+    assert busy.gpu_index == 0 and busy.memory_bytes == 6 * GIB
+    (holder,) = uses[holder_pid]
+    assert holder.gpu_index == 1 and holder.memory_bytes == 3 * GIB
+    assert holder.sm_share == 0.0  # no sample since the last second reads 0%
+    assert all(g.status == GPU_OK for g in gpus)
+
+
+def test_gpm_sm_activity_on_hopper(sim_host, source):
+    sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3", gpm=True, workloads=[
+        {"name": "busy", "gpus": [0], "code": attach_code(0, 2, "dev.kernel(0.2, sm=0.5)")},
+    ]), init=False)
+    src = source()
+    gpu = wait_until(lambda: (lambda g: g[0] if g and g[0].sm_activity is not None else None)(
+        src.latest()[1]), timeout=10)
+    assert 35 <= gpu.sm_activity <= 60
+
+
+def test_not_supported_fields_are_absent_not_zero(sim_host, source):
+    sim_host(host_toml(gpus=2, faults="""
+[[faults]]
+kind = "not_supported"
+gpu = 1
+calls = ["nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature"]
+"""), init=False)
+    src = source()
+    _, gpus, _ = readings(src, 2)
+    assert gpus[1].power_watts is None and gpus[1].temperature_c is None
+    assert gpus[1].status == GPU_OK and gpus[1].utilization is not None
+    assert gpus[0].power_watts is not None and gpus[0].temperature_c is not None
+
+
+def test_lost_gpu_is_marked_and_the_others_keep_their_cadence(sim_host, source):
+    sim_host(host_toml(gpus=3, faults="""
+[[faults]]
+kind = "gpu_lost"
+gpu = 1
+at = 1.0
+"""), init=False)
+    src = source(interval=0.5)
+    readings(src, 3)
+    gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_LOST else None)(
+        src.latest()[1]), timeout=6)
+    assert "GPU is lost" in gpus[1].error
+    assert gpus[1].utilization is None
+    # The other GPUs keep being read every interval.
+    first = {i: src._readings[i].read_at for i in (0, 2)}
+    time.sleep(1.6)
+    for i in (0, 2):
+        assert src._readings[i].read_at - first[i] >= 1.0
+    _, gpus, _ = src.latest()
+    assert gpus[0].status == GPU_OK and gpus[2].status == GPU_OK
+
+
+def test_a_hanging_call_times_out_one_gpu_only(sim_host, source):
+    sim_host(host_toml(gpus=2, faults="""
+[[faults]]
+kind = "hang"
+gpu = 1
+call = "nvmlDeviceGetUtilizationRates"
+seconds = 3.0
+at = 1.0
+"""), init=False)
+    src = source(interval=0.5)
+    readings(src, 2)
+    gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_TIMEOUT else None)(
+        src.latest()[1]), timeout=6)
+    assert "nvmlDeviceGetUtilizationRates" in gpus[1].error
+    before = src._readings[0].read_at
+    time.sleep(1.2)
+    assert src._readings[0].read_at - before >= 0.9  # GPU 0 kept its cadence
+    assert src.latest()[1][0].status == GPU_OK
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("nvml_missing", "libnvidia-ml.so.1 was not found"),
+    ("driver_mismatch", "reboot"),
+])
+def test_nvml_unavailable_is_a_status_then_recovers(sim_host, source, kind, expected):
+    sim_host(host_toml(gpus=1, faults=f"""
+[[faults]]
+kind = "{kind}"
+until = 1.5
+"""), init=False)
+    src = source()
+    src.wait_ready(5)
+    status, gpus, _ = src.latest()
+    assert status.startswith("NVML unavailable") and expected in status
+    assert gpus == ()
+    status, gpus, _ = readings(src, 1, timeout=8)
+    assert status == "ok"
+
+
+def test_process_query_falls_back_by_symbol(sim_host, source):
+    running = sim_host(host_toml(gpus=1, workloads=[
+        {"name": "holder", "gpus": [0], "code": attach_code(0, 2)},
+    ], faults="""
+[[faults]]
+kind = "missing_symbol"
+symbols = ["nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"]
+"""), init=False)
+    pid = running.workloads[0][1]
+    src = source()
+    uses = wait_until(lambda: src.latest()[2].get(pid), timeout=8)
+    assert uses[0].memory_bytes == 2 * GIB
+    assert src._devices[0].process_query[0] == "nvmlDeviceGetComputeRunningProcesses"
+
+
+def test_real_library_missing_without_simulation(source):
+    """On this machine (no NVIDIA driver) the real pynvml path says what is wrong."""
+    from daemon.sim import nvml as sim_nvml
+
+    sim_nvml.uninstall()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:  # a GPU host: nothing to check here
+        pynvml.nvmlShutdown()
+        return
+    src = source()
+    src.wait_ready(5)
+    assert "NVML unavailable" in src.latest()[0]

@@ -1,0 +1,161 @@
+"""The process source against real processes: counters, children, exits and pid reuse."""
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from daemon.model import GpuUse
+from daemon.procs import ProcessSource, read_pressure
+
+USE = (GpuUse(gpu_index=0, memory_bytes=1 << 30, sm_share=50.0),)
+
+
+def spawn(code):
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_counters_of_a_real_process(tmp_path):
+    target = tmp_path / "out.bin"
+    code = (
+        "import os, time\n"
+        "t = time.time()\n"
+        "while time.time() - t < 0.6: pass\n"  # burn CPU
+        f"with open({str(target)!r}, 'wb') as f:\n"
+        "    f.write(os.urandom(4 << 20)); f.flush(); os.fsync(f.fileno())\n"
+        "time.sleep(30)\n"
+    )
+    proc = spawn(code)
+    try:
+        source = ProcessSource()
+        source.discover({proc.pid})
+        deadline = time.time() + 10
+        sample = None
+        while time.time() < deadline:
+            (sample,) = source.read({proc.pid: USE})
+            if sample.write_bytes and sample.write_bytes >= 4 << 20:
+                break
+            time.sleep(0.1)
+        assert sample is not None
+        assert sample.pid == proc.pid
+        assert abs(sample.start_time - psutil.Process(proc.pid).create_time()) < 0.01
+        assert sample.user == psutil.Process(proc.pid).username()
+        assert "time.sleep(30)" in sample.command
+        assert sample.cpu_seconds >= 0.4
+        assert sample.write_bytes >= 4 << 20
+        assert sample.rss_bytes > 1 << 20
+        assert sample.gpus == USE
+        assert sample.threads >= 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_children_are_found_and_read():
+    code = (
+        "import subprocess, sys, time\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']) "
+        "for _ in range(2)]\n"
+        "time.sleep(30)\n"
+    )
+    proc = spawn(code)
+    try:
+        source = ProcessSource(children=True)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            source.discover({proc.pid})
+            samples = source.read({proc.pid: USE})
+            if len(samples) == 3:
+                break
+            time.sleep(0.2)
+        by_pid = {s.pid: s for s in samples}
+        assert len(by_pid) == 3
+        kids = [s for s in samples if s.pid != proc.pid]
+        assert all(k.ppid == proc.pid and k.gpus == () for k in kids)
+        assert ProcessSource(children=False).read({proc.pid: USE}) == ()  # nothing discovered
+    finally:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait()
+
+
+def test_hundreds_of_short_lived_processes_exiting_mid_read():
+    source = ProcessSource(children=True)
+    live = []
+    seen = 0
+    started = 0
+    deadline = time.time() + 20
+    while started < 300 and time.time() < deadline:
+        for _ in range(20):
+            live.append(subprocess.Popen(["sleep", f"0.0{started % 9 + 1}"]))
+            started += 1
+        pids = {p.pid for p in live}
+        uses = {pid: USE for pid in pids}
+        source.discover(pids)
+        for _ in range(3):
+            for sample in source.read(uses):
+                assert sample.pid in pids
+                seen += 1
+        for p in [p for p in live if p.poll() is not None]:
+            live.remove(p)
+    for p in live:
+        p.wait()
+    assert started >= 300
+    assert seen > 0  # some were read alive; the rest exited between discovery and read
+
+
+def test_reused_pid_is_told_apart_by_start_time():
+    proc = spawn("import time; time.sleep(30)")
+    try:
+        source = ProcessSource()
+        source.discover({proc.pid})
+        (first,) = source.read({proc.pid: USE})
+        # Pretend the process we learned was an earlier one with the same pid.
+        source._known[proc.pid].start_ticks -= 100
+        source._known[proc.pid].start_time -= 1.0
+        assert source.read({proc.pid: USE}) == ()  # not reported under the old identity
+        source.discover({proc.pid})
+        (again,) = source.read({proc.pid: USE})
+        assert again.key == first.key
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_exited_process_disappears_without_error():
+    proc = spawn("import time; time.sleep(30)")
+    source = ProcessSource()
+    source.discover({proc.pid})
+    assert len(source.read({proc.pid: USE})) == 1
+    proc.kill()
+    proc.wait()
+    assert source.read({proc.pid: USE}) == ()
+    source.discover({proc.pid})
+    assert source.read({proc.pid: USE}) == ()
+
+
+def test_pressure_parsed_from_proc_format(tmp_path):
+    (tmp_path / "io").write_text(
+        "some avg10=1.50 avg60=0.80 avg300=0.20 total=123456\n"
+        "full avg10=0.75 avg60=0.40 avg300=0.10 total=65432\n")
+    (tmp_path / "cpu").write_text(
+        "some avg10=12.00 avg60=5.00 avg300=1.00 total=999\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    pressure = read_pressure(str(tmp_path))
+    assert pressure.io_some_avg10 == 1.5
+    assert pressure.io_full_total_us == 65432
+    assert pressure.cpu_some_avg10 == 12.0
+    assert pressure.cpu_some_total_us == 999
+
+
+def test_pressure_absent_is_none(tmp_path):
+    pressure = read_pressure(str(tmp_path / "missing"))
+    assert pressure.io_some_avg10 is None and pressure.cpu_some_total_us is None
+
+
+def test_real_host_pressure():
+    assert os.path.exists("/proc/pressure/io"), "this host kind has PSI; CI runs on it"
+    assert read_pressure().io_some_total_us is not None
