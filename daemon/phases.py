@@ -247,6 +247,8 @@ def is_user_code(frame: Frame) -> bool:
     path = frame.filename.replace("\\", "/")
     if path.startswith("<frozen") or "/site-packages/" in path or "/dist-packages/" in path:
         return False
+    if any(fnmatchcase(path, rule.file) for rule in _RUNTIME_RULES):
+        return False  # a GPU runtime's own code, like torch.cuda: not the user's
     return not re.search(r"/lib/python3(\.\d+)?/", path)
 
 
@@ -262,9 +264,21 @@ def _name_matches(name: str, pattern: str) -> bool:
     return "." not in name and fnmatchcase(name, pattern.rsplit(".", 1)[-1])
 
 
+# Frames of GPU runtimes that declare themselves at run time (register_runtime).
+_RUNTIME_RULES: list[Rule] = []
+
+
+def register_runtime(file_glob: str, name_glob: str, phase: str, reason: str) -> None:
+    """Declare a GPU runtime's blocking call (e.g. a kernel launch that waits for the GPU):
+    its frames are not user code, and a stack inside it is in `phase`."""
+    rule = Rule(LIBRARY, file_glob, name_glob, phase, reason)
+    if rule not in _RUNTIME_RULES:
+        _RUNTIME_RULES.append(rule)
+
+
 def _rule_for(frame: Frame, kind: str) -> Rule | None:
     path = frame.filename.replace("\\", "/")
-    for rule in RULES:
+    for rule in (*RULES, *_RUNTIME_RULES):
         if rule.kind == kind and fnmatchcase(path, rule.file) and _name_matches(frame.name, rule.name):
             return rule
     return None

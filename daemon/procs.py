@@ -44,6 +44,7 @@ class _Known:
     user: str
     command: str
     last_io: int = -1  # read_bytes + write_bytes + iowait ticks at the last tick
+    blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
 
 
 def _read(path: str) -> bytes:
@@ -157,8 +158,7 @@ class ProcessSource:
         cpu_seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         threads = int(fields[17])
         rss_bytes = int(fields[21]) * PAGE_SIZE
-        blkio_ticks = int(fields[39]) if len(fields) > 39 else 0
-        iowait = blkio_ticks / CLOCK_TICKS if self.delay_accounting else None
+        blkio_ticks = int(fields[39]) if len(fields) > 39 else 0  # main thread only
         read_bytes = write_bytes = None
         if self.io_readable:
             try:
@@ -174,9 +174,12 @@ class ProcessSource:
                 return None
         io_marker = (read_bytes or 0) + (write_bytes or 0) + blkio_ticks
         threads_in_d = 0
-        if state == "D" or (known.last_io >= 0 and io_marker != known.last_io):
-            threads_in_d = _threads_in_d(known.pid)
+        if state == "D" or io_marker != known.last_io:
+            # Doing I/O this tick: look at every thread (a loader thread may be the one waiting).
+            threads_in_d, known.blkio_ticks = _task_stalls(known.pid)
         known.last_io = io_marker
+        blkio = max(known.blkio_ticks, blkio_ticks)
+        iowait = blkio / CLOCK_TICKS if self.delay_accounting else None
         return ProcessSample(
             pid=known.pid,
             start_time=known.start_time,
@@ -195,21 +198,28 @@ class ProcessSource:
         )
 
 
-def _threads_in_d(pid: int) -> int:
-    """Threads in uninterruptible sleep. Read only for processes doing I/O this tick."""
-    count = 0
+def _task_stalls(pid: int) -> tuple[int, int]:
+    """(threads in uninterruptible sleep, block I/O delay ticks summed over threads).
+
+    Read only for processes doing I/O this tick: /proc/PID/stat gives both for the main thread
+    alone, and the thread waiting on a disk is often another one.
+    """
+    in_d = blkio = 0
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return 0, 0
     for tid in tids:
         try:
             data = _read(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue
-        if data[data.rindex(b")") + 2:data.rindex(b")") + 3] == b"D":
-            count += 1
-    return count
+        fields = data[data.rindex(b")") + 2:].split()
+        if fields[0] == b"D":
+            in_d += 1
+        if len(fields) > 39:
+            blkio += int(fields[39])
+    return in_d, blkio
 
 
 def _psi_line(line: str) -> dict[str, float]:

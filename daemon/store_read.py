@@ -194,6 +194,57 @@ class StoreReader:
                 nvml_status=decode_status(tick[2]),
             )
 
+    def samples(self, since: float, until: float, max_samples: int = 600) -> list[Sample]:
+        """Ticks in [since, until] rebuilt as Samples, at most `max_samples` evenly spread
+        (every k-th tick), oldest first. For window figures such as the report's cost."""
+        lo, hi = round(since * 1000), round(until * 1000)
+        with self._read() as conn:
+            count = conn.execute(
+                "SELECT count(*) FROM ticks WHERE ts >= ? AND ts <= ?", (lo, hi)).fetchone()[0]
+            if not count:
+                return []
+            step = max(1, math.ceil(count / max_samples))
+            picked = ("SELECT ts FROM ticks WHERE ts >= :lo AND ts <= :hi AND tick % :k = 0")
+            args = {"lo": lo, "hi": hi, "k": step}
+            ticks = conn.execute(
+                f"SELECT ts, tick, nvml_status FROM ticks WHERE ts IN ({picked}) ORDER BY ts",
+                args).fetchall()
+            gpus: dict[int, list[GpuSample]] = {}
+            for r in conn.execute(
+                "SELECT s.ts, s.gpu, status, util, sm, mem, power_mw, temp, sm_clock, mem_clock,"
+                " error, g.uuid, g.name, g.memory_total_bytes FROM gpu_samples s"
+                f" LEFT JOIN gpus g ON g.gpu = s.gpu WHERE s.ts IN ({picked})", args,
+            ):
+                gpus.setdefault(r[0], []).append(GpuSample(
+                    index=r[1], uuid=r[11] or "", name=r[12] or "", status=decode_status(r[2]),
+                    utilization=unscale_tenths(r[3]), sm_activity=unscale_tenths(r[4]),
+                    memory_used_bytes=r[5], memory_total_bytes=r[13],
+                    power_watts=unscale_millis(r[6]), temperature_c=r[7], sm_clock_mhz=r[8],
+                    memory_clock_mhz=r[9], error=r[10]))
+            uses: dict[tuple[int, int], list[GpuUse]] = {}
+            for ts, proc, gpu, mem, sm in conn.execute(
+                f"SELECT ts, proc, gpu, mem, sm FROM proc_gpu_samples WHERE ts IN ({picked})",
+                args,
+            ):
+                uses.setdefault((ts, proc), []).append(GpuUse(gpu, mem, sm / 10))
+            procs: dict[int, list[ProcessSample]] = {}
+            for r in conn.execute(
+                "SELECT s.ts, p.id, p.pid, p.start_ms, p.ppid, p.user, p.command, s.cpu_ms,"
+                " s.rss, s.read_b, s.write_b, s.iowait_ms, s.state, s.threads, s.threads_d"
+                f" FROM proc_samples s JOIN processes p ON p.id = s.proc WHERE s.ts IN ({picked})",
+                args,
+            ):
+                procs.setdefault(r[0], []).append(ProcessSample(
+                    pid=r[2], start_time=r[3] / 1000, ppid=r[4], user=r[5], command=r[6],
+                    gpus=tuple(uses.get((r[0], r[1]), ())), cpu_seconds=r[7] / 1000,
+                    rss_bytes=r[8], read_bytes=r[9], write_bytes=r[10],
+                    iowait_seconds=unscale_millis(r[11]), state=r[12], threads=r[13],
+                    threads_in_d=r[14]))
+        return [Sample(ts=ts / 1000, tick=tick, gpus=tuple(sorted(gpus.get(ts, []),
+                                                                   key=lambda g: g.index)),
+                       processes=tuple(procs.get(ts, ())), nvml_status=decode_status(status))
+                for ts, tick, status in ticks]
+
     def ticks(self, since: float | None = None, until: float | None = None) -> list[int]:
         """Tick numbers of the raw ticks in [since, until] (seconds), oldest first."""
         lo = -(2**62) if since is None else round(since * 1000)

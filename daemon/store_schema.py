@@ -208,6 +208,32 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_2(db: sqlite_utils.Database) -> None:
+    """Stacks (deduplicated), stack samples, per-process sampler status, events, recommendations."""
+    db["stacks"].create({"hash": str, "frames": str}, pk="hash")
+    _create_without_rowid(
+        db,
+        "stack_samples",
+        {"ts": int, "proc": int, "thread": int, "hash": str, "phase": str, "gpu_util": int},
+        ("ts", "proc", "thread"),
+    )
+    db["stack_samples"].create_index(["proc", "ts"])
+    db["stack_status"].create(
+        {"proc": int, "ts": int, "status": str, "error": str}, pk="proc")
+    db["events"].create(
+        {"id": int, "kind": str, "target": str, "started_at": int, "ended_at": int,
+         "cost": float, "detail": str},
+        pk="id",
+    )
+    db["events"].create_index(["kind", "target", "started_at"], unique=True)
+    db["events"].create_index(["started_at"])
+    db["recommendations"].create(
+        {"id": str, "rule": str, "target": str, "first_seen": int, "last_seen": int,
+         "snoozed_until": int, "savings_per_month": float, "body": str},
+        pk="id",
+    )
+
+
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_migration_1]
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_migration_1, _migration_2]
 SCHEMA_VERSION = len(MIGRATIONS)

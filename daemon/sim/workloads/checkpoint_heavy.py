@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -28,22 +29,53 @@ def serialize_state(rng: random.Random, size_mib: int):
         yield i.to_bytes(8, "little") + tensor[8:]
 
 
+class SlowVolume:
+    """The checkpoint volume (a network disk) as a writer: bytes written into it go to the real
+    file at the volume's bandwidth, through a pipe drained by a thread, so the writer blocks in a
+    real write() when the volume is behind, as it would on a slow mount."""
+
+    def __init__(self, fd: int, bytes_per_second: float) -> None:
+        self.fd = fd
+        self._read_fd, self._write_fd = os.pipe()
+        self._thread = threading.Thread(target=self._drain, args=(bytes_per_second,),
+                                        name="volume", daemon=True)
+        self._thread.start()
+
+    def _drain(self, bytes_per_second: float) -> None:
+        started = time.monotonic()
+        done = 0
+        while chunk := os.read(self._read_fd, 256 << 10):
+            os.write(self.fd, chunk)
+            done += len(chunk)
+            lag = done / bytes_per_second - (time.monotonic() - started)
+            if lag > 0:
+                time.sleep(lag)
+        os.close(self._read_fd)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._write_fd, view):]
+
+    def close(self) -> None:
+        os.close(self._write_fd)
+        self._thread.join()
+
+
 def save_checkpoint(ckpt_dir: Path, step: int, rng: random.Random, size_mib: int,
                     bytes_per_second: float) -> Path:
     """Write, fsync and rename into place; keep only the newest two checkpoints."""
     final = ckpt_dir / f"checkpoint-{step:07d}.pt"
     tmp = final.with_suffix(".tmp")
-    started = time.monotonic()
-    written = 0
-    with open(tmp, "wb") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        volume = SlowVolume(fd, bytes_per_second)
         for chunk in serialize_state(rng, size_mib):
-            f.write(chunk)
-            written += len(chunk)
-            lag = written / bytes_per_second - (time.monotonic() - started)
-            if lag > 0:
-                time.sleep(lag)  # the checkpoint volume's write bandwidth
-        f.flush()
-        os.fsync(f.fileno())
+            volume.write(chunk)
+        volume.close()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, final)
     for old in sorted(ckpt_dir.glob("checkpoint-*.pt"))[:-2]:
         old.unlink()

@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import shutil
 import tempfile
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -41,20 +42,55 @@ def drop_cache(fd: int) -> None:
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def read_shard(fd: int, offset: int, nbytes: int, bytes_per_second: float) -> bytes:
-    """Read one batch worth of the shard, at the speed the (network) storage allows."""
+class SlowStorage:
+    """A network filesystem stand-in: a thread reads the shard from the disk at the speed the
+    storage allows and hands the bytes over through a pipe. The reader blocks in a real read()
+    of the pipe, as it would on a slow NFS or object-store mount."""
+
+    def __init__(self, path: Path, batch_bytes: int, bytes_per_second: float,
+                 start: int = 0, step: int = 1) -> None:
+        self.read_fd, self._write_fd = os.pipe()
+        self._thread = threading.Thread(
+            target=self._serve, args=(path, batch_bytes, bytes_per_second, start, step),
+            name="storage", daemon=True)
+        self._thread.start()
+
+    def _serve(self, path: Path, batch_bytes: int, bytes_per_second: float, start: int,
+               step: int) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            n_batches = max(1, os.fstat(fd).st_size // batch_bytes)
+            while True:
+                drop_cache(fd)
+                for b in range(start, n_batches, step):
+                    started = time.monotonic()
+                    done = 0
+                    while done < batch_bytes:
+                        chunk = os.pread(fd, min(READ_SIZE, batch_bytes - done),
+                                         b * batch_bytes + done)
+                        if not chunk:
+                            break
+                        os.write(self._write_fd, chunk)
+                        done += len(chunk)
+                        lag = done / bytes_per_second - (time.monotonic() - started)
+                        if lag > 0:
+                            time.sleep(lag)
+        except OSError:
+            return  # the reader closed the pipe: the job is over
+        finally:
+            os.close(fd)
+
+
+def read_shard(storage: SlowStorage, nbytes: int) -> bytes:
+    """Read one batch worth of the shard from the (slow) storage."""
     chunks = []
-    started = time.monotonic()
     done = 0
     while done < nbytes:
-        chunk = os.pread(fd, min(READ_SIZE, nbytes - done), offset + done)
+        chunk = os.read(storage.read_fd, min(READ_SIZE, nbytes - done))
         if not chunk:
             break
         chunks.append(chunk)
         done += len(chunk)
-        lag = done / bytes_per_second - (time.monotonic() - started)
-        if lag > 0:
-            time.sleep(lag)
     return b"".join(chunks)
 
 
@@ -65,16 +101,9 @@ def decode_batch(raw: bytes) -> int:
 
 def batches(path: Path, batch_bytes: int, bytes_per_second: float, start: int = 0, step: int = 1):
     """Yield decoded batches forever, one pass over the shard after another."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        n_batches = max(1, size // batch_bytes)
-        while True:
-            drop_cache(fd)
-            for b in range(start, n_batches, step):
-                yield decode_batch(read_shard(fd, b * batch_bytes, batch_bytes, bytes_per_second))
-    finally:
-        os.close(fd)
+    storage = SlowStorage(path, batch_bytes, bytes_per_second, start, step)
+    while True:
+        yield decode_batch(read_shard(storage, batch_bytes))
 
 
 def loader_worker(path: Path, batch_bytes: int, bytes_per_second: float, worker_id: int,
