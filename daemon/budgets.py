@@ -1,0 +1,191 @@
+"""Budgets per user, job and host, daily and monthly (UTC), checked against the cost ledger.
+
+Config (a plain dict, e.g. a TOML table):
+
+    {"host": {"daily": 500, "monthly": 12000},
+     "user": {"alice": {"daily": 100}},
+     "job": {"train.py": {"monthly": 3000}},
+     "webhook": "https://hooks.example/mlcost"}
+
+Crossing a budget records one `budget_exceeded` Event per budget and period (no repeat until the
+next day or month) and, with a webhook, POSTs the event as JSON from a background thread (urllib,
+2 s timeout), so the tick never waits on the network.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from daemon.cost import CostLedger
+from daemon.idle import BUDGET_EXCEEDED, Event
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_TIMEOUT_S = 2.0
+WEBHOOK_QUEUE = 100  # undelivered posts kept; beyond that they are dropped and counted
+PERIODS = ("daily", "monthly")
+SCOPES = ("host", "user", "job")
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    scope: str  # "host" | "user" | "job"
+    name: str  # user name or job label; "host" for the host
+    period: str  # "daily" | "monthly"
+    limit: float  # dollars
+
+    @property
+    def target(self) -> str:
+        return "host" if self.scope == "host" else f"{self.scope}:{self.name}"
+
+
+def parse_budgets(config: Mapping[str, Any] | None) -> tuple[list[Budget], str]:
+    """Budgets and the webhook URL from the config dict; a bad entry raises ValueError naming
+    the key, the value and what is allowed."""
+    budgets: list[Budget] = []
+    webhook = ""
+    for key, value in (config or {}).items():
+        if key == "webhook":
+            if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+                raise ValueError(f"[budgets].webhook = {value!r}: must be an http(s) URL")
+            webhook = value
+        elif key == "host":
+            budgets += _periods("host", "host", value, "[budgets.host]")
+        elif key in ("user", "job"):
+            if not isinstance(value, Mapping):
+                raise ValueError(f"[budgets.{key}] must be a table of name = {{daily, monthly}}")
+            for name, limits in value.items():
+                budgets += _periods(key, str(name), limits, f"[budgets.{key}.{name}]")
+        else:
+            raise ValueError(f"unknown key [budgets].{key}; allowed: host, user, job, webhook")
+    return budgets, webhook
+
+
+def _periods(scope: str, name: str, limits: Any, where: str) -> list[Budget]:
+    if not isinstance(limits, Mapping):
+        raise ValueError(f"{where} must be a table with daily and/or monthly dollars")
+    found = []
+    for period, limit in limits.items():
+        if period not in PERIODS:
+            raise ValueError(f"{where}.{period}: unknown period; allowed: daily, monthly")
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
+            raise ValueError(f"{where}.{period} = {limit!r}: must be a number of dollars > 0")
+        found.append(Budget(scope, name, period, float(limit)))
+    return found
+
+
+class Webhook:
+    """POSTs JSON to one URL from one background thread; never blocks the caller."""
+
+    def __init__(self, url: str, timeout_s: float = WEBHOOK_TIMEOUT_S) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+        self.last_error: str | None = None
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(WEBHOOK_QUEUE)
+        self._thread = threading.Thread(target=self._run, name="mlcost-webhook", daemon=True)
+        self._thread.start()
+
+    def post(self, payload: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(payload)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while True:
+            payload = self._queue.get()
+            if payload is None:
+                return
+            body = json.dumps(payload).encode()
+            request = urllib.request.Request(
+                self.url, data=body, method="POST",
+                headers={"Content-Type": "application/json", "User-Agent": "mlcostd"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    response.read(1024)
+                self.sent += 1
+            except Exception as exc:  # noqa: BLE001 - any failure is a status, never a crash
+                self.failed += 1
+                self.last_error = f"POST {self.url}: {exc}"
+                log.warning("budget webhook failed: %s", self.last_error)
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait until queued posts are delivered or failed (tests, shutdown)."""
+        done = threading.Event()
+
+        def wait() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+        return done.wait(timeout_s)
+
+    def close(self) -> None:
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+
+
+class BudgetWatch:
+    """Checks budgets against a ledger each tick; each crossing becomes one Event."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None,
+                 webhook: Webhook | None = None) -> None:
+        self.budgets, url = parse_budgets(config)
+        self.webhook = webhook or (Webhook(url) if url else None)
+        self.fired: dict[tuple[Budget, str], Event] = {}
+
+    def spent(self, ledger: CostLedger, budget: Budget, day: str) -> tuple[str, float]:
+        """The period id ('2025-01-31' or '2025-01') and the dollars spent in it."""
+        period_id = day if budget.period == "daily" else day[:7]
+        if budget.scope == "host":
+            table: Mapping[Any, float] = ledger.by_day if budget.period == "daily" else ledger.by_month
+            return period_id, table.get(period_id, 0.0)
+        if budget.scope == "user":
+            table = ledger.by_user_day if budget.period == "daily" else ledger.by_user_month
+        else:
+            table = ledger.by_job_day if budget.period == "daily" else ledger.by_job_month
+        return period_id, table.get((budget.name, period_id), 0.0)
+
+    def update(self, ledger: CostLedger, ts: float) -> list[Event]:
+        """New crossings since the last call (each budget fires once per period)."""
+        if not self.budgets:
+            return []
+        day = datetime.fromtimestamp(ts, tz=timezone.utc).date().isoformat()
+        new = []
+        for budget in self.budgets:
+            period_id, spent = self.spent(ledger, budget, day)
+            if spent < budget.limit or (budget, period_id) in self.fired:
+                continue
+            event = Event(BUDGET_EXCEEDED, budget.target, ts, None, spent, {
+                "scope": budget.scope, "name": budget.name, "period": budget.period,
+                "period_id": period_id, "limit": budget.limit, "spent": spent,
+                "summary": f"{budget.target} spent ${spent:,.2f} of its {budget.period} budget "
+                           f"${budget.limit:,.2f} ({period_id}, UTC)",
+            })
+            self.fired[(budget, period_id)] = event
+            new.append(event)
+            if self.webhook is not None:
+                self.webhook.post({"source": "mlcost", **event.as_dict()})
+        if len(self.fired) > 4 * len(self.budgets) + 100:
+            # Old periods: keep only the current ones.
+            current = {day, day[:7]}
+            self.fired = {k: v for k, v in self.fired.items() if k[1] in current}
+        return new
+
+    def events(self) -> list[Event]:
+        return list(self.fired.values())

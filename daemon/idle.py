@@ -1,0 +1,173 @@
+"""Idle detection: GPUs held but idle, GPUs nobody uses, and a whole host that could be stopped.
+
+An idle period starts at the first tick a GPU's utilization is below `idle_utilization_pct`
+(any tick at or above it before the event opens ends the period). Once the period has lasted
+`*_after_s`, an event opens (its `started_at` is the start of the period, and `cost_so_far`
+counts from there). An open event closes only after utilization has stayed at or above
+`resume_utilization_pct` for `close_after_s` (hysteresis: a one-tick blip neither opens nor
+closes an event); `ended_at` is when the resumed activity began.
+
+Events are kept per target: "gpu:N" (held by a process -> kind gpu_held_idle, with the holders;
+held by nobody -> gpu_unheld_idle) and "host" (host_idle: no GPU process, or every GPU idle).
+Time comes from the samples, never the wall clock, so tests run on simulated time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from daemon.cost import Burn, process_id
+from daemon.model import GPU_OK, Sample
+
+GPU_HELD_IDLE = "gpu_held_idle"
+GPU_UNHELD_IDLE = "gpu_unheld_idle"
+HOST_IDLE = "host_idle"
+BUDGET_EXCEEDED = "budget_exceeded"  # raised by daemon.budgets, same Event type
+
+
+@dataclass(frozen=True)
+class IdleThresholds:
+    """When idle becomes an event. Defaults: 5% is the utilization of a GPU with only a CUDA
+    context open; 10 minutes held idle is long past any eval or checkpoint pause of a healthy
+    job; a host idle for 30 minutes costs a full on-demand hour on most clouds' minds."""
+
+    idle_utilization_pct: float = 5.0
+    resume_utilization_pct: float = 10.0
+    gpu_held_after_s: float = 600.0
+    gpu_unheld_after_s: float = 600.0
+    host_after_s: float = 1800.0
+    close_after_s: float = 30.0
+    history: int = 200  # closed events kept
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    target: str
+    started_at: float
+    ended_at: float | None
+    cost_so_far: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}:{self.target}:{self.started_at:.3f}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "target": self.target,
+                "started_at": self.started_at, "ended_at": self.ended_at,
+                "cost_so_far": self.cost_so_far, "detail": self.detail}
+
+
+@dataclass
+class _Period:
+    """One target's current idle period."""
+
+    idle_since: float
+    last_ts: float
+    cost: float = 0.0
+    busy_since: float | None = None
+    event: Event | None = None
+
+
+class IdleDetector:
+    """Feed one sample (and its burn) per tick; get back the events opened or closed."""
+
+    def __init__(self, thresholds: IdleThresholds | None = None) -> None:
+        self.t = thresholds or IdleThresholds()
+        self._periods: dict[str, _Period] = {}
+        self.closed: deque[Event] = deque(maxlen=self.t.history)
+
+    def active(self) -> list[Event]:
+        """Open events, with their cost so far."""
+        return [p.event for p in self._periods.values() if p.event is not None]
+
+    def events(self) -> list[Event]:
+        """Open events, then recently closed ones (newest first)."""
+        return self.active() + list(reversed(self.closed))
+
+    def update(self, sample: Sample, burn: Burn | None = None) -> list[Event]:
+        ts = sample.ts
+        t = self.t
+        changed: list[Event] = []
+        holders: dict[int, list[dict[str, Any]]] = {}
+        for proc in sample.processes:
+            for use in proc.gpus:
+                holders.setdefault(use.gpu_index, []).append({
+                    "id": process_id(proc.key), "pid": proc.pid, "start_time": proc.start_time,
+                    "user": proc.user, "command": proc.command, "memory_bytes": use.memory_bytes,
+                })
+        per_gpu = burn.price_per_gpu if burn is not None else 0.0
+        ok_gpus = [g for g in sample.gpus if g.status == GPU_OK and g.utilization is not None]
+        all_quiet = bool(ok_gpus) and all(g.utilization < t.idle_utilization_pct  # type: ignore[operator]
+                                          for g in ok_gpus)
+        for gpu in ok_gpus:
+            util: float = gpu.utilization  # type: ignore[assignment]
+            held = holders.get(gpu.index, [])
+            kind = GPU_HELD_IDLE if held else GPU_UNHELD_IDLE
+            after = t.gpu_held_after_s if held else t.gpu_unheld_after_s
+            detail = {"gpu": gpu.index, "uuid": gpu.uuid, "name": gpu.name,
+                      "utilization": util, "holders": held,
+                      "price_per_hour": per_gpu}
+            self._step(f"gpu:{gpu.index}", kind, ts, util < t.idle_utilization_pct,
+                       util >= t.resume_utilization_pct, after, per_gpu, detail, changed)
+        gpu_procs = sum(1 for p in sample.processes if p.gpus)
+        host_quiet = gpu_procs == 0 or all_quiet
+        host_busy = gpu_procs > 0 and any(
+            g.utilization >= t.resume_utilization_pct for g in ok_gpus)  # type: ignore[operator]
+        total = burn.total_per_hour if burn is not None else 0.0
+        self._step("host", HOST_IDLE, ts, host_quiet, host_busy, t.host_after_s, total,
+                   {"gpu_processes": gpu_procs, "gpus": len(sample.gpus),
+                    "price_per_hour": total,
+                    "why": "no process holds a GPU" if gpu_procs == 0 else "every GPU is idle"},
+                   changed)
+        return changed
+
+    def _step(self, target: str, kind: str, ts: float, quiet: bool, busy: bool, after_s: float,
+              price_per_hour: float, detail: dict[str, Any], changed: list[Event]) -> None:
+        period = self._periods.get(target)
+        if period is None:
+            if quiet:
+                self._periods[target] = _Period(idle_since=ts, last_ts=ts)
+            return
+        dt = max(ts - period.last_ts, 0.0)
+        period.last_ts = ts
+        if period.event is None:
+            if not quiet:
+                del self._periods[target]  # not idle long enough: start again
+                return
+            period.cost += price_per_hour * dt / 3600.0
+            if ts - period.idle_since >= after_s:
+                period.event = Event(kind, target, period.idle_since, None, period.cost, detail)
+                changed.append(period.event)
+            return
+        # An open event: close it only after sustained activity.
+        if busy:
+            if period.busy_since is None:
+                period.busy_since = ts
+            if ts - period.busy_since >= self.t.close_after_s:
+                ended = replace(period.event, ended_at=period.busy_since)
+                self.closed.append(ended)
+                changed.append(ended)
+                del self._periods[target]
+                return
+        elif quiet:
+            period.busy_since = None
+        if period.busy_since is None:
+            period.cost += price_per_hour * dt / 3600.0
+        if kind != period.event.kind:
+            # The holders changed (a process exited, or one attached): a different finding.
+            ended = replace(period.event, ended_at=ts, cost_so_far=period.cost)
+            self.closed.append(ended)
+            changed.append(ended)
+            period.idle_since, period.cost = ts, 0.0
+            period.event = Event(kind, target, ts, None, 0.0, detail)
+            changed.append(period.event)
+            return
+        period.event = replace(period.event, cost_so_far=period.cost, detail=detail)

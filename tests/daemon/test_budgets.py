@@ -1,0 +1,98 @@
+import json
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from daemon.budgets import BudgetWatch, Webhook, parse_budgets
+from daemon.cost import CostLedger, HostPrice, burn
+from daemon.idle import BUDGET_EXCEEDED
+from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+
+PRICE = HostPrice(36.0, 1, "on-demand", "x", "aws", "us-east-1", "test", None)
+DAY = datetime(2025, 3, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+
+
+def tick(ledger, ts):
+    s = Sample(ts, 1, gpus=(GpuSample(0, "u", "A100", "ok", 100.0),),
+               processes=(ProcessSample(1, 1.0, 0, "alice", "python train.py",
+                                        (GpuUse(0, 1, 100.0),)),))
+    ledger.add(burn(s, PRICE))
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def receiver():
+    _Receiver.received = []
+    server = HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook"
+    server.shutdown()
+
+
+def test_budget_crosses_once_and_webhook_receives(receiver):
+    # $36/h = $0.01/s: the daily $1 budget is crossed after 100 s
+    watch = BudgetWatch({"user": {"alice": {"daily": 1.0}}, "host": {"monthly": 100},
+                         "webhook": receiver})
+    ledger = CostLedger()
+    fired = []
+    for i in range(0, 200):
+        tick(ledger, DAY + i)
+        new = watch.update(ledger, DAY + i)
+        if new:
+            fired.append((i, new))
+    assert [(i, [e.target for e in new]) for i, new in fired] == [(100, ["user:alice"])]
+    event = fired[0][1][0]
+    assert event.kind == BUDGET_EXCEEDED
+    assert event.detail["spent"] == pytest.approx(1.0)
+    assert event.detail["period_id"] == "2025-03-10"
+    assert watch.webhook.flush(5.0)
+    assert len(_Receiver.received) == 1
+    assert _Receiver.received[0]["target"] == "user:alice"
+    assert _Receiver.received[0]["detail"]["limit"] == 1.0
+    # the next day starts a new period: it may fire again
+    for i in range(86400, 86400 + 102):
+        tick(ledger, DAY + i)
+        watch.update(ledger, DAY + i)
+    assert [e.detail["period_id"] for e in watch.events()] == ["2025-03-10", "2025-03-11"]
+
+
+def test_just_below_does_not_fire():
+    watch = BudgetWatch({"job": {"train.py": {"daily": 1.0}}})
+    ledger = CostLedger()
+    for i in range(0, 100):  # 99 s charged: $0.99
+        tick(ledger, DAY + i)
+        assert watch.update(ledger, DAY + i) == []
+    tick(ledger, DAY + 100)
+    assert [e.target for e in watch.update(ledger, DAY + 100)] == ["job:train.py"]
+
+
+def test_webhook_failure_is_counted_not_raised():
+    hook = Webhook("http://127.0.0.1:9/nothing", timeout_s=0.5)
+    hook.post({"x": 1})
+    assert hook.flush(5.0)
+    assert hook.failed == 1 and hook.last_error
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"user": {"a": {"weekly": 1}}}, "unknown period"),
+    ({"host": {"daily": -1}}, "must be a number"),
+    ({"team": {}}, "unknown key"),
+    ({"webhook": "ftp://x"}, "http"),
+])
+def test_bad_config(config, message):
+    with pytest.raises(ValueError, match=message):
+        parse_budgets(config)

@@ -1,0 +1,237 @@
+import math
+import random
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from daemon.cost import (
+    BUSY_UTILIZATION_PCT,
+    NO_PRICE_SOURCE,
+    CostLedger,
+    HostPrice,
+    JobLabeler,
+    UnitCostMeter,
+    burn,
+    host_price,
+    read_counter,
+    storage_cost,
+)
+from daemon.model import GPU_LOST, GpuSample, GpuUse, ProcessSample, Sample
+from pricing.catalog import Catalog
+from pricing.detect import Instance
+
+GIB = 2**30
+
+
+def gpu(i, util, used=0, total=40 * GIB, status="ok"):
+    return GpuSample(i, f"GPU-{i}", "A100-SXM4-40GB", status, util, None, used, total)
+
+
+def proc(pid, uses, user="alice", command="python train.py", ppid=1):
+    return ProcessSample(pid, 1000.0 + pid, ppid, user, command,
+                         tuple(GpuUse(g, m, sm) for g, m, sm in uses))
+
+
+def price(per_hour=32.7726, gpus=8):
+    return HostPrice(per_hour, gpus, "on-demand", "p4d.24xlarge", "aws", "us-east-1", "test",
+                     None)
+
+
+def p4d(lifecycle=None):
+    return Instance("aws", "p4d.24xlarge", "us-east-1", lifecycle, "test")
+
+
+def test_p4d_price_from_catalog():
+    hp = host_price(p4d(), Catalog.load())
+    assert hp.per_hour == pytest.approx(32.7726)
+    assert hp.gpu_count == 8
+    assert hp.per_gpu == pytest.approx(4.096575)
+    assert round(hp.per_gpu, 4) == 4.0966
+    assert "SkyPilot" in hp.source and "date unknown" in hp.source
+    assert hp.lifecycle == "on-demand"
+
+
+def test_price_config_wins_and_off_cloud_says_how():
+    hp = host_price(p4d(), Catalog.load(), override_price_per_hour=20.0)
+    assert hp.per_hour == 20.0 and hp.gpu_count == 8 and "config" in hp.source
+    off = host_price(Instance(None, None, None, None, "dmi: not a cloud"), Catalog.load(),
+                     gpu_count_seen=2)
+    assert off.per_hour == 0.0 and off.gpu_count == 2
+    assert off.source.startswith(NO_PRICE_SOURCE)
+
+
+def test_spot_lifecycle_uses_spot_midpoint_and_commit_falls_back():
+    spot = host_price(p4d("spot"), Catalog.load())
+    assert spot.per_hour == pytest.approx((5.09 + 9.61) / 2)
+    assert spot.lifecycle == "spot"
+    commit = host_price(p4d(), Catalog.load(), override_lifecycle="commit-1y")
+    assert commit.per_hour == pytest.approx(32.7726)
+    assert "no commit-1y price" in commit.source
+
+
+def test_burn_sm_basis_on_busy_gpu_and_idle_gpus():
+    sample = Sample(10.0, 1, gpus=(gpu(0, 90, 30 * GIB), gpu(1, 0), gpu(2, 0)),
+                    processes=(proc(1, [(0, 20 * GIB, 60)]), proc(2, [(0, 10 * GIB, 20)])))
+    b = burn(sample, price(12.0, 3))
+    assert b.price_per_gpu == 4.0
+    assert b.processes[(1, 1001.0)].burn_per_hour == pytest.approx(3.0)  # 60 / (60 + 20)
+    assert b.processes[(2, 1002.0)].burn_per_hour == pytest.approx(1.0)
+    assert b.processes[(1, 1001.0)].shares[0].basis == "sm"
+    assert b.idle_per_hour == pytest.approx(8.0)  # GPUs 1 and 2 held by nobody
+    assert b.total_per_hour == pytest.approx(12.0)
+    # wasted: GPU 0 at 90% -> 0.4; idle GPUs whole
+    assert b.wasted_per_hour == pytest.approx(0.4 + 8.0)
+    assert b.as_dict()["price"]["source"] == "test"
+
+
+def test_memory_basis_on_idle_gpu():
+    util = BUSY_UTILIZATION_PCT - 0.1
+    sample = Sample(10.0, 1, gpus=(gpu(0, util, 12 * GIB),),
+                    processes=(proc(1, [(0, 9 * GIB, 50)]), proc(2, [(0, 3 * GIB, 0)])))
+    b = burn(sample, price(4.0, 1))
+    s1 = b.processes[(1, 1001.0)].shares[0]
+    assert s1.basis == "memory" and s1.share == pytest.approx(0.75)
+    assert b.processes[(2, 1002.0)].burn_per_hour == pytest.approx(1.0)
+    assert b.wasted_per_hour == pytest.approx(4.0)  # below the busy threshold: whole
+    # just at the threshold the GPU is busy: SM basis
+    busy = burn(Sample(10.0, 1, gpus=(gpu(0, BUSY_UTILIZATION_PCT, 12 * GIB),),
+                       processes=sample.processes), price(4.0, 1))
+    assert busy.processes[(1, 1001.0)].shares[0].basis == "sm"
+    assert busy.processes[(1, 1001.0)].burn_per_hour == pytest.approx(4.0)
+
+
+def test_busy_gpu_without_sm_samples_falls_back_to_memory_then_equal():
+    sample = Sample(1.0, 1, gpus=(gpu(0, 80), gpu(1, 80)),
+                    processes=(proc(1, [(0, GIB, 0), (1, None, 0)]), proc(2, [(0, 3 * GIB, 0),
+                                                                        (1, None, 0)])))
+    b = burn(sample, price(2.0, 2))
+    assert b.processes[(1, 1001.0)].shares[0].basis == "memory"
+    assert b.processes[(1, 1001.0)].shares[1].basis == "equal"
+    assert b.processes[(1, 1001.0)].burn_per_hour == pytest.approx(0.25 + 0.5)
+
+
+def test_lost_gpu_is_wasted_whole():
+    sample = Sample(1.0, 1, gpus=(GpuSample(0, "u", "n", GPU_LOST), gpu(1, 100)))
+    b = burn(sample, price(2.0, 2))
+    assert b.wasted_per_hour == pytest.approx(1.0)
+    assert b.idle_per_hour == pytest.approx(2.0)
+
+
+def test_burn_sums_random():
+    rng = random.Random(1234)
+    for _ in range(300):
+        n = rng.randint(1, 8)
+        gpus = tuple(gpu(i, rng.choice([0, 1, 4.9, 5, 50, 100, rng.uniform(0, 100)]),
+                         rng.randint(0, 40) * GIB) for i in range(n))
+        procs = []
+        for pid in range(rng.randint(0, 20)):
+            uses = [(g, rng.choice([None, 0, rng.randint(1, 40) * GIB]),
+                     rng.choice([0, rng.uniform(0, 100)]))
+                    for g in rng.sample(range(n), rng.randint(0, n))]
+            procs.append(proc(pid + 1, uses))
+        hp = price(rng.uniform(0.5, 100), n)
+        b = burn(Sample(1.0, 1, gpus=gpus, processes=tuple(procs)), hp)
+        assert b.total_per_hour == math.fsum(p.burn_per_hour for p in b.processes.values()) \
+            + b.idle_per_hour
+        assert b.total_per_hour == pytest.approx(hp.per_hour, rel=1e-9)
+        assert b.price_per_gpu == pytest.approx(hp.per_hour / n)
+        assert 0 <= b.wasted_per_hour <= hp.per_hour * (1 + 1e-9)
+        for p in b.processes.values():
+            for s in p.shares:
+                assert 0 <= s.share <= 1 + 1e-12
+
+
+def test_ledger_integrates_per_process_user_job_day():
+    ledger = CostLedger(jobs={"llama-ft": r"finetune\.py"})
+    hp = price(3.6, 1)
+    day = datetime(2025, 1, 31, 23, 59, 0, tzinfo=timezone.utc).timestamp()
+    procs = (proc(1, [(0, GIB, 100)], user="bob", command="python finetune.py --lr 1"),)
+    for i in range(121):  # 120 s, crossing midnight at 60 s
+        ledger.add(burn(Sample(day + i, i, gpus=(gpu(0, 100),), processes=procs), hp))
+    assert ledger.total == pytest.approx(3.6 * 120 / 3600)
+    assert ledger.by_user["bob"] == pytest.approx(0.12)
+    assert ledger.by_job["llama-ft"] == pytest.approx(0.12)
+    assert ledger.by_day["2025-01-31"] == pytest.approx(0.06)
+    assert ledger.by_day["2025-02-01"] == pytest.approx(0.06)
+    assert ledger.by_month["2025-02"] == pytest.approx(0.06)
+    # a long gap is not charged
+    ledger.add(burn(Sample(day + 121 + 3600, 200, gpus=(gpu(0, 100),), processes=procs), hp))
+    assert ledger.unaccounted_seconds == pytest.approx(3600 + 1 - 60)
+
+
+def test_job_labels():
+    labeler = JobLabeler({"serve": r"vllm"})
+    assert labeler.label("python -m vllm.entrypoints.openai.api_server") == "serve"
+    assert labeler.label("/usr/bin/python3 /home/a/train.py --x 1") == "train.py"
+    assert labeler.label("python -m torch.distributed.run x.py") == "torch.distributed.run"
+    assert labeler.label("./bin/server --port 1") == "server"
+    with pytest.raises(ValueError, match="not a regular expression"):
+        JobLabeler({"bad": "("})
+
+
+def test_storage_cost(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.bin").write_bytes(b"\0" * 1000)
+    (tmp_path / "y.bin").write_bytes(b"\0" * 24)
+    [item] = storage_cost([str(tmp_path)], price_per_gb_month=0.1)
+    assert item.bytes == 1024 and item.files == 2 and item.complete
+    assert item.per_month == pytest.approx(1024 / GIB * 0.1)
+    ticks = iter(range(100))
+    [partial] = storage_cost({str(tmp_path): 0.1}, time_budget_s=0.5,
+                             clock=lambda: next(ticks))
+    assert not partial.complete
+    [missing] = storage_cost([str(tmp_path / "nope")])
+    assert missing.error and not missing.complete
+
+
+class _Counter(BaseHTTPRequestHandler):
+    value = 0.0
+
+    def do_GET(self):  # noqa: N802
+        body = ("# HELP tokens_generated_total Tokens.\n# TYPE tokens_generated_total counter\n"
+                f'tokens_generated_total{{model="a"}} {type(self).value}\n'
+                'tokens_generated_total{model="b"} 5\n').encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def counter_server():
+    server = HTTPServer(("127.0.0.1", 0), _Counter)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_port}/metrics"
+    server.shutdown()
+
+
+def test_unit_cost_from_local_prometheus(counter_server):
+    server, url = counter_server
+    assert read_counter(url, "tokens_generated", {"model": "a"}) == 0.0
+    assert read_counter(url, "tokens_generated_total") == 5.0
+    with pytest.raises(ValueError, match="no counter"):
+        read_counter(url, "requests_total")
+    ledger = CostLedger(jobs={"chat": "vllm"})
+    ledger.add_meter(UnitCostMeter("chat", url, "tokens_generated_total", labels={"model": "a"}))
+    hp = price(3.6, 1)
+    procs = (proc(7, [(0, GIB, 90)], command="vllm serve m"),)
+    _Counter.value = 1000.0
+    ledger.add(burn(Sample(0.0, 1, gpus=(gpu(0, 90),), processes=procs), hp))
+    ledger.poll_unit_costs()
+    for t in range(1, 101):
+        ledger.add(burn(Sample(float(t), t, gpus=(gpu(0, 90),), processes=procs), hp))
+    _Counter.value = 501_000.0
+    [meter] = ledger.poll_unit_costs()
+    # $0.10 spent over 500k tokens -> $0.20 per 1M tokens
+    assert meter.unit_cost == pytest.approx(0.1 / 500_000 * 1e6)
+    assert "per" in meter.as_dict() and meter.error is None
+    bad = UnitCostMeter("chat", "http://127.0.0.1:9/metrics", "x")
+    ledger.add_meter(bad)
+    ledger.poll_unit_costs(timeout_s=0.5)
+    assert bad.error

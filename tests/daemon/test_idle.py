@@ -1,0 +1,86 @@
+import pytest
+
+from daemon.cost import HostPrice, burn
+from daemon.idle import (
+    GPU_HELD_IDLE,
+    GPU_UNHELD_IDLE,
+    HOST_IDLE,
+    IdleDetector,
+    IdleThresholds,
+)
+from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+
+GIB = 2**30
+PRICE = HostPrice(8.0, 2, "on-demand", "x", "aws", "us-east-1", "test", None)
+T = IdleThresholds(gpu_held_after_s=600, gpu_unheld_after_s=300, host_after_s=1800,
+                   close_after_s=30)
+
+
+def sample(ts, utils, holders=()):
+    gpus = tuple(GpuSample(i, f"u{i}", "A100", "ok", u, None, 0, 40 * GIB)
+                 for i, u in enumerate(utils))
+    procs = tuple(ProcessSample(100 + g, 5.0, 1, "ann", "jupyter kernel",
+                                (GpuUse(g, 4 * GIB, 0.0),)) for g in holders)
+    return Sample(float(ts), int(ts), gpus=gpus, processes=procs)
+
+
+def run(detector, start, end, utils, holders=(), step=10):
+    changed = []
+    for ts in range(start, end + 1, step):
+        s = sample(ts, utils, holders)
+        changed += detector.update(s, burn(s, PRICE))
+    return changed
+
+
+def kinds(events):
+    return [(e.kind, e.target, e.ended_at is None) for e in events]
+
+
+def test_held_idle_opens_after_n_minutes_and_closes_with_hysteresis():
+    d = IdleDetector(T)
+    # GPU 0 held and idle, GPU 1 busy: no host idle
+    assert run(d, 0, 590, [0, 90], holders=[0, 1]) == []
+    opened = run(d, 600, 600, [0, 90], holders=[0, 1])
+    assert kinds(opened) == [(GPU_HELD_IDLE, "gpu:0", True)]
+    ev = opened[0]
+    assert ev.started_at == 0.0
+    assert ev.cost_so_far == pytest.approx(4.0 * 600 / 3600)
+    assert ev.detail["holders"][0]["pid"] == 100
+    # a blip of activity shorter than close_after_s does not close it
+    assert run(d, 610, 630, [50, 90], holders=[0, 1]) == []
+    assert run(d, 640, 700, [0, 90], holders=[0, 1]) == []
+    assert d.active()[0].cost_so_far > ev.cost_so_far
+    # sustained activity closes it, ended at the start of the activity
+    closed = run(d, 710, 740, [60, 90], holders=[0, 1])
+    assert kinds(closed) == [(GPU_HELD_IDLE, "gpu:0", False)]
+    assert closed[0].ended_at == 710.0
+    assert d.active() == []
+    assert d.events()[0].ended_at == 710.0
+
+
+def test_short_idle_never_opens():
+    d = IdleDetector(T)
+    for start in range(0, 3000, 600):
+        assert run(d, start, start + 590, [0, 90], holders=[0, 1]) == []
+        # one busy tick before the threshold resets the period
+        assert run(d, start + 595, start + 595, [90, 90], holders=[0, 1], step=1) == []
+
+
+def test_unheld_idle_gpu_and_whole_host():
+    d = IdleDetector(T)
+    changed = run(d, 0, 1800, [0, 0])
+    assert kinds(changed) == [(GPU_UNHELD_IDLE, "gpu:0", True), (GPU_UNHELD_IDLE, "gpu:1", True),
+                              (HOST_IDLE, "host", True)]
+    host = d.active()[-1]
+    assert host.cost_so_far == pytest.approx(8.0 * 1800 / 3600)
+    assert host.detail["why"] == "no process holds a GPU"
+    # 1790 s is not enough for the host event
+    d2 = IdleDetector(T)
+    assert HOST_IDLE not in [e.kind for e in run(d2, 0, 1790, [0, 0])]
+
+
+def test_holder_change_switches_kind():
+    d = IdleDetector(T)
+    run(d, 0, 600, [0, 90], holders=[0, 1])
+    changed = run(d, 610, 610, [0, 90], holders=[1])
+    assert kinds(changed) == [(GPU_HELD_IDLE, "gpu:0", False), (GPU_UNHELD_IDLE, "gpu:0", True)]
