@@ -20,8 +20,7 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
-	mkdir -p .demo
-	$(BIN)/mlcostd run --simulate demo --db .demo/demo.db --watch
+	$(BIN)/mlcost-top --demo
 
 test: $(VENV)/.test-installed
 	$(BIN)/pytest

@@ -15,6 +15,8 @@ from daemon.config import Config, ConfigError
 
 log = logging.getLogger("mlcostd")
 
+SIMULATE_CONFIG = Path(__file__).parent / "sim" / "simulate.toml"
+
 EPILOG = """\
 examples:
   mlcostd run --simulate demo            record the built-in simulated GPU host
@@ -52,7 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--simulate", metavar="SCENARIO",
                      help="record a simulated GPU host instead of NVML: a built-in scenario "
                           "(demo, idle-host, data-stall, faults) or a scenario .toml file; its "
-                          "workloads start with the daemon and stop with it")
+                          "workloads start with the daemon and stop with it; without --config it "
+                          "reads daemon/sim/simulate.toml (idle events after 1 min)")
+    run.add_argument("--socket", metavar="FILE",
+                     help="unix socket of the HTTP API (default: [api].socket, else "
+                          f"{config_module.default_socket_path()})")
+    run.add_argument("--listen", metavar="HOST:PORT",
+                     help="also serve the API on TCP; every request then needs the bearer "
+                          "token from --token-file")
+    run.add_argument("--token-file", metavar="FILE",
+                     help="bearer token for --listen (mode 0600; generated if missing; "
+                          "default: mlcostd.token beside the socket)")
     run.add_argument("--watch", action="store_true",
                      help="also print a live summary of the last 10 s every 5 s")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
@@ -102,6 +114,8 @@ def _setup_logging(level: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from daemon.service import Daemon, DaemonError
 
+    if args.simulate and args.config is None:
+        args.config = str(SIMULATE_CONFIG)  # short idle thresholds: see the file
     config = _load_config(args)
     if args.interval is not None:
         try:
@@ -110,6 +124,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("[daemon].interval", "value")) from None
         config = config_module.with_overrides(config, "daemon", interval=interval)
+    api_flags = {name: getattr(args, flag) for name, flag in
+                 (("socket", "socket"), ("listen", "listen"), ("token_file", "token_file"))
+                 if getattr(args, flag)}
+    if api_flags:
+        config = config_module.with_overrides(config, "api", **api_flags)
     _setup_logging(args.log_level or config.daemon.log_level)
     daemon = Daemon(config, simulate=args.simulate)
 

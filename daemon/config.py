@@ -124,12 +124,84 @@ class InstanceConfig:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    socket: str = field(default="", metadata=_meta(
+        "unix socket of the HTTP API; empty: /run/mlcost/mlcostd.sock as root, "
+        "$XDG_RUNTIME_DIR/mlcost/mlcostd.sock otherwise", "path"))
+    listen: str = field(default="", metadata=_meta(
+        "also serve the API on TCP HOST:PORT (then a bearer token is required); empty: no TCP"))
+    token_file: str = field(default="", metadata=_meta(
+        "file holding the TCP bearer token (mode 0600; created if missing); empty: "
+        "mlcostd.token beside the socket", "path"))
+    allow_actions: bool = field(default=False, metadata=_meta(
+        "let API clients apply recommendations that change the host (SIGTERM, resize)", "bool"))
+
+
+@dataclass(frozen=True)
+class AttributionConfig:
+    low_sm_share: float = field(default=30.0, metadata=_meta(
+        "a process whose SM share (%) is below this is in a low-utilization window", "number",
+        0, 100))
+    high_sm_share: float = field(default=40.0, metadata=_meta(
+        "...and leaves it when its SM share is back above this (hysteresis)", "number", 0, 100))
+    min_window: float = field(default=3.0, metadata=_meta(
+        "how long a dip must last to count as a window", "duration", 0.5, 600))
+    stacks: bool = field(default=True, metadata=_meta(
+        "sample Python stacks with py-spy during windows", "bool"))
+    dump_interval: float = field(default=2.0, metadata=_meta(
+        "at most one stack dump per process this often", "duration", 0.5, 600))
+    dumps_per_second: float = field(default=2.0, metadata=_meta(
+        "at most this many stack dumps per second over all processes", "number", 0.01, 20))
+    cpu_budget: float = field(default=0.02, metadata=_meta(
+        "py-spy may use at most this fraction of one CPU core", "number", 0.001, 0.5))
+
+
+@dataclass(frozen=True)
+class IdleConfig:
+    utilization: float = field(default=5.0, metadata=_meta(
+        "a GPU below this utilization (%) is idle", "number", 0, 100))
+    gpu_held_after: float = field(default=600.0, metadata=_meta(
+        "a GPU held by a process but idle this long raises an idle event", "duration", 10,
+        86400))
+    gpu_unheld_after: float = field(default=600.0, metadata=_meta(
+        "a GPU with no process, idle this long, raises an idle event", "duration", 10, 86400))
+    host_after: float = field(default=1800.0, metadata=_meta(
+        "every GPU idle (or none in use) this long: 'stop this instance'", "duration", 10,
+        7 * 86400))
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    jobs: dict = field(default_factory=dict, metadata=_meta(
+        "job labels: name = regular expression on the command line", "table"))
+    budgets: dict = field(default_factory=dict, metadata=_meta(
+        "budgets: [cost.budgets.host] daily/monthly, [cost.budgets.user.NAME], "
+        "[cost.budgets.job.NAME], webhook = URL", "table"))
+    storage_paths: list = field(default_factory=list, metadata=_meta(
+        "checkpoint/data folders whose size is priced", "list"))
+    storage_price_per_gb_month: float = field(default=0.08, metadata=_meta(
+        "USD per GB-month for storage_paths", "number", 0, 100))
+    evaluate_every: float = field(default=30.0, metadata=_meta(
+        "how often the recommendation rules run", "duration", 5, 3600))
+    shrink_min_window: float = field(default=600.0, metadata=_meta(
+        "observe at least this long before advising a smaller instance", "duration", 10,
+        30 * 86400))
+    spot_min_runtime: float = field(default=7200.0, metadata=_meta(
+        "a training job running this long (with regular checkpoints) is advised spot",
+        "duration", 10, 30 * 86400))
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     nvml: NvmlConfig = field(default_factory=NvmlConfig)
     processes: ProcessesConfig = field(default_factory=ProcessesConfig)
     instance: InstanceConfig = field(default_factory=InstanceConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    attribution: AttributionConfig = field(default_factory=AttributionConfig)
+    idle: IdleConfig = field(default_factory=IdleConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     source: str = "defaults"  # where this config came from, for logs and `check`
 
 
@@ -148,6 +220,14 @@ def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
             result: Any = parse_duration(value)
         elif kind == "size":
             result = parse_size(value)
+        elif kind == "table":
+            if not isinstance(value, dict):
+                raise ValueError("must be a table")
+            result = value
+        elif kind == "list":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError("must be a list of strings")
+            result = value
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError("must be true or false")
@@ -192,6 +272,23 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
             values[key] = _convert(name, known[key], value, where)
         sections[name] = cls(**values)
     config = Config(**sections, source=where)
+    if config.cost.budgets:
+        from daemon.budgets import parse_budgets
+
+        try:
+            parse_budgets(config.cost.budgets)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: [cost.budgets]: {exc}") from None
+    for name, pattern in config.cost.jobs.items():
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            raise ConfigError(f"{where}: [cost.jobs].{name} = {pattern!r}: not a regular "
+                              f"expression ({exc})") from None
+    if config.attribution.high_sm_share < config.attribution.low_sm_share:
+        raise ConfigError(
+            f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "
+            f"below low_sm_share = {config.attribution.low_sm_share:g}; it must be at least that")
     if config.nvml.retry_max < config.nvml.retry_initial:
         raise ConfigError(
             f"{where}: [nvml].retry_max = {config.nvml.retry_max:g} is below "
@@ -227,6 +324,18 @@ def default_db_path() -> Path:
     return Path(state) / "mlcost" / "mlcost.db"
 
 
+def default_socket_path() -> Path:
+    """Where the API's unix socket lives when neither the config nor --socket says."""
+    if os.geteuid() == 0:
+        return Path("/run/mlcost/mlcostd.sock")
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/mlcost-{os.geteuid()}"
+    return Path(runtime) / "mlcost" / "mlcostd.sock"
+
+
+def socket_path(config: Config) -> Path:
+    return Path(config.api.socket) if config.api.socket else default_socket_path()
+
+
 def db_path(config: Config) -> Path:
     return Path(config.daemon.db) if config.daemon.db else default_db_path()
 
@@ -243,12 +352,14 @@ def describe_defaults() -> str:
     for name, cls in SECTIONS.items():
         lines.append(f"[{name}]")
         for f in dataclasses.fields(cls):
-            default = f.default
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             kind = f.metadata["kind"]
             if kind == "duration":
                 shown = f'"{format_duration(default)}"'
             elif kind == "size":
                 shown = f'"{default >> 20}MiB"'
+            elif f.metadata["kind"] in ("table", "list"):
+                shown = "{}" if f.metadata["kind"] == "table" else "[]"
             elif isinstance(default, bool):
                 shown = "true" if default else "false"
             elif isinstance(default, str):

@@ -1,1 +1,1 @@
-"""mlcost-top, the Textual live view. It talks to mlcostd's API only (see DESIGN.md)."""
+"""mlcost-top: the terminal UI of mlcost (talks to mlcostd's API only)."""

@@ -1,0 +1,156 @@
+"""What one key in the TUI does to a recommendation: show a patch, copy commands, send SIGTERM to
+an idle process, or resize the instance through boto3.
+
+`apply` always describes what it will do; with dry_run=False it does it. Actions that change the
+host (SIGTERM, resize) run only when the config allows actions ([api].allow_actions); the rest
+only return text for the user to read or copy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psutil
+
+from daemon.wire import ActionResult
+
+# How close a live process's create time must be to the recommendation's to be the same process.
+START_TIME_TOLERANCE_S = 0.05
+RESIZE_WAIT_S = 600  # longest wait for the instance to stop before changing its type
+
+
+class ActionError(Exception):
+    """The action cannot run; `status` is the HTTP status the API answers with."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
+          allow_actions: bool = False, ec2_factory: Callable[[str], Any] | None = None,
+          instance_id: str | None = None) -> ActionResult:
+    """Describe (dry run) or perform the action of one recommendation document."""
+    action = dict(recommendation.get("action") or {})
+    kind = str(action.get("kind") or "none")
+    rec_id = str(recommendation.get("id", ""))
+    if kind == "show_patch":
+        patch = action.get("patch") or ""
+        where = action.get("file") or "your training script"
+        return ActionResult(rec_id, kind, dry_run, True,
+                            f"a patch for {where}: review it, apply it, restart the job",
+                            patch=str(patch))
+    if kind == "copy_commands":
+        commands = tuple(str(c) for c in action.get("commands") or ())
+        return ActionResult(rec_id, kind, dry_run, True,
+                            "commands to run yourself (copied to the clipboard in mlcost-top)",
+                            commands=commands)
+    if kind == "sigterm":
+        return _sigterm(rec_id, action, dry_run, allow_actions)
+    if kind == "resize":
+        return _resize(rec_id, action, dry_run, allow_actions, ec2_factory, instance_id)
+    return ActionResult(rec_id, kind, dry_run, True,
+                        "nothing to do on this host: this recommendation is advice only")
+
+
+def _refuse_unless_allowed(allow_actions: bool, what: str) -> None:
+    if not allow_actions:
+        raise ActionError(
+            f"this mlcostd does not take actions ({what}); set [api].allow_actions = true in "
+            "its config to let the API do it, or do it yourself", status=403)
+
+
+def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
+             allow_actions: bool) -> ActionResult:
+    pid, start = action.get("pid"), action.get("start_time")
+    if not isinstance(pid, int) or not isinstance(start, int | float):
+        raise ActionError(f"recommendation {rec_id} names no process (pid {pid!r})", 422)
+    try:
+        proc = psutil.Process(pid)
+        created = proc.create_time()
+        command = " ".join(proc.cmdline())[:120]
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
+    except psutil.AccessDenied:
+        raise ActionError(f"no permission to inspect pid {pid}; run mlcostd as root", 403) \
+            from None
+    if abs(created - float(start)) > START_TIME_TOLERANCE_S:
+        raise ActionError(f"pid {pid} is now a different process (started {created:.2f}, the "
+                          f"recommendation is about {float(start):.2f}); not signalled", 410)
+    step = f"kill -TERM {pid}   # {command}"
+    if dry_run:
+        return ActionResult(rec_id, "sigterm", True, False,
+                            f"would send SIGTERM to pid {pid} ({command})", steps=(step,))
+    _refuse_unless_allowed(allow_actions, f"SIGTERM to pid {pid}")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
+    except PermissionError:
+        raise ActionError(f"no permission to signal pid {pid}; run mlcostd as root", 403) \
+            from None
+    return ActionResult(rec_id, "sigterm", False, True, f"sent SIGTERM to pid {pid}",
+                        steps=(step,))
+
+
+def _default_ec2(region: str) -> Any:
+    import boto3
+
+    return boto3.client("ec2", region_name=region)
+
+
+def _is_dry_run_ok(error: Exception) -> bool:
+    code = getattr(error, "response", {}).get("Error", {}).get("Code")
+    return code == "DryRunOperation"
+
+
+def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions: bool,
+            ec2_factory: Callable[[str], Any] | None, instance_id: str | None) -> ActionResult:
+    if action.get("provider") not in (None, "aws"):
+        raise ActionError(f"resizing is only automated on AWS, not {action.get('provider')}; "
+                          "change the instance type in your provider's console", 422)
+    target = action.get("to")
+    instance_id = instance_id or action.get("instance_id")
+    if not target or not instance_id:
+        raise ActionError(f"recommendation {rec_id} lacks the instance id or the new type "
+                          "(is this host on EC2?)", 422)
+    region = str(action.get("region") or "us-east-1")
+    steps = (f"aws ec2 stop-instances --region {region} --instance-ids {instance_id}",
+             f"aws ec2 wait instance-stopped --region {region} --instance-ids {instance_id}",
+             f"aws ec2 modify-instance-attribute --region {region} --instance-id {instance_id} "
+             f"--instance-type Value={target}",
+             f"aws ec2 start-instances --region {region} --instance-ids {instance_id}")
+    ec2 = (ec2_factory or _default_ec2)(region)
+    # AWS's own dry run: permission and parameter checks without a change.
+    checks = []
+    for name, call in (
+        ("stop", lambda: ec2.stop_instances(InstanceIds=[instance_id], DryRun=True)),
+        ("start", lambda: ec2.start_instances(InstanceIds=[instance_id], DryRun=True)),
+    ):
+        try:
+            call()
+            checks.append(f"{name}: allowed")
+        except Exception as exc:  # botocore ClientError: DryRunOperation means it would work
+            if _is_dry_run_ok(exc):
+                checks.append(f"{name}: allowed")
+            else:
+                raise ActionError(f"AWS refused the dry run of {name}: {exc}", 502) from None
+    if dry_run:
+        return ActionResult(rec_id, "resize", True, False,
+                            f"would stop {instance_id}, change it from {action.get('from')} to "
+                            f"{target} and start it ({'; '.join(checks)}); the host and this "
+                            "daemon go down for a few minutes", steps=steps)
+    _refuse_unless_allowed(allow_actions, f"resize {instance_id} to {target}")
+    try:
+        ec2.stop_instances(InstanceIds=[instance_id])
+        ec2.get_waiter("instance_stopped").wait(
+            InstanceIds=[instance_id], WaiterConfig={"Delay": 5, "MaxAttempts": RESIZE_WAIT_S // 5})
+        ec2.modify_instance_attribute(InstanceId=instance_id, InstanceType={"Value": target})
+        ec2.start_instances(InstanceIds=[instance_id])
+    except Exception as exc:
+        raise ActionError(f"resize of {instance_id} to {target} failed: {exc}", 502) from None
+    return ActionResult(rec_id, "resize", False, True,
+                        f"{instance_id} resized to {target} and started", steps=steps)

@@ -1,0 +1,171 @@
+"""The API client: `Client("unix:/run/mlcost/mlcostd.sock")` or `Client("http://host:9347", token)`.
+
+Every method returns wire types (daemon.wire). A daemon that is not there raises
+`DaemonUnavailable` with how to start one; an answer with an error status raises `ApiError`
+with the daemon's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from daemon.config import default_socket_path
+from daemon.wire import ActionResult, Health, History, Now, Phases, Recommendation
+
+DEFAULT_TIMEOUT_S = 3.0
+HISTORY_TIMEOUT_S = 8.0
+
+
+class ClientError(Exception):
+    """Base of what the client raises."""
+
+
+class DaemonUnavailable(ClientError):
+    """No daemon answers at the target (not running, wrong path, refused, timed out)."""
+
+
+class ApiError(ClientError):
+    """The daemon answered with an error status; `status` and the daemon's message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status})")
+        self.status = status
+        self.message = message
+
+
+def default_target() -> str:
+    return f"unix:{default_socket_path()}"
+
+
+def read_token_file(path: str | Path) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ClientError(f"cannot read the token file {path}: {exc.strerror}") from None
+
+
+class Client:
+    """One daemon. Open lazily, close with `await client.close()` (or `async with`)."""
+
+    def __init__(self, target: str | None = None, token: str | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.target = target or default_target()
+        self.token = token
+        self.timeout_s = timeout_s
+        if self.target.startswith("unix:"):
+            self.socket_path: str | None = self.target[len("unix:"):]
+            self.base = "http://mlcostd"
+        elif self.target.startswith(("http://", "https://")):
+            self.socket_path = None
+            self.base = self.target.rstrip("/")
+        else:
+            raise ClientError(f"target {self.target!r} is neither unix:PATH nor http://HOST:PORT")
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def name(self) -> str:
+        return self.target
+
+    def _hint(self) -> str:
+        if self.socket_path is not None:
+            return ("start it with `sudo mlcostd run` (or `mlcostd run --socket "
+                    f"{self.socket_path}`) or try `mlcost-top --demo`")
+        return "check that mlcostd runs there with --listen, and the address and port"
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = (aiohttp.UnixConnector(path=self.socket_path)
+                         if self.socket_path is not None else aiohttp.TCPConnector(limit=4))
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            self._session = aiohttp.ClientSession(connector=connector, headers=headers)
+        return self._session
+
+    async def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                       body: dict[str, Any] | None = None,
+                       timeout_s: float | None = None) -> Any:
+        session = self._open()
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        try:
+            async with session.request(method, self.base + path, params=params, json=body,
+                                       timeout=timeout) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError,
+                OSError) as exc:
+            raise DaemonUnavailable(f"no mlcostd at {self.target}: {self._hint()} "
+                                    f"({type(exc).__name__}: {exc})") from None
+        except asyncio.TimeoutError:
+            raise DaemonUnavailable(f"mlcostd at {self.target} did not answer within "
+                                    f"{timeout.total:g} s") from None
+        try:
+            document = json.loads(text) if text else {}
+        except ValueError:
+            raise ApiError(status, f"not a JSON answer from {self.target}: {text[:80]!r}") \
+                from None
+        if status >= 400:
+            message = document.get("error") if isinstance(document, dict) else None
+            raise ApiError(status, message or text[:200])
+        return document
+
+    async def health(self) -> Health:
+        return Health.from_dict(await self._request("GET", "/v1/health"))
+
+    async def now(self) -> Now:
+        return Now.from_dict(await self._request("GET", "/v1/now"))
+
+    async def now_raw(self) -> dict[str, Any]:
+        return await self._request("GET", "/v1/now")
+
+    async def gpu_history(self, gpu: int, metric: str = "utilization", since_s: float = 3600,
+                          points: int = 300) -> History:
+        return History.from_dict(await self._request(
+            "GET", "/v1/history", params={"metric": metric, "gpu": str(gpu),
+                                          "since": str(since_s), "points": str(points)},
+            timeout_s=HISTORY_TIMEOUT_S))
+
+    async def host_history(self, metric: str = "wasted_per_hour", since_s: float = 3600,
+                           points: int = 300) -> History:
+        return History.from_dict(await self._request(
+            "GET", "/v1/history", params={"metric": metric, "since": str(since_s),
+                                          "points": str(points)}, timeout_s=HISTORY_TIMEOUT_S))
+
+    async def process_history(self, key: str, metric: str = "sm_share", since_s: float = 3600,
+                              points: int = 300) -> History:
+        return History.from_dict(await self._request(
+            "GET", "/v1/history", params={"metric": metric, "process": key,
+                                          "since": str(since_s), "points": str(points)},
+            timeout_s=HISTORY_TIMEOUT_S))
+
+    async def phases(self, key: str, since_s: float = 1800) -> Phases:
+        return Phases.from_dict(await self._request(
+            "GET", f"/v1/processes/{key}/phases", params={"since": str(since_s)}))
+
+    async def recommendations(self) -> list[Recommendation]:
+        document = await self._request("GET", "/v1/recommendations")
+        return [Recommendation.from_dict(r) for r in document.get("recommendations", [])]
+
+    async def apply(self, rec_id: str, dry_run: bool = True) -> ActionResult:
+        return ActionResult.from_dict(await self._request(
+            "POST", f"/v1/recommendations/{rec_id}/apply", body={"dry_run": dry_run},
+            timeout_s=30.0))
+
+    async def snooze(self, rec_id: str, hours: float = 24) -> float:
+        document = await self._request("POST", f"/v1/recommendations/{rec_id}/snooze",
+                                       body={"hours": hours})
+        return float(document["snoozed_until"])
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

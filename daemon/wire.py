@@ -1,0 +1,370 @@
+"""The API's wire types, defined once: the daemon serves these shapes, the client and TUI read them.
+
+Every type is a frozen dataclass with `from_dict`, which accepts documents from older and newer
+daemons: a missing key reads as None (shown as "-"), an unknown key is ignored. Cost, phase and
+recommendation keys arrive only once the daemon computes them, so all of them are optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+API_VERSION = 1
+
+
+def _f(value: Any) -> float | None:
+    """A number or None (bools and strings are not numbers on this wire)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _i(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+def _s(value: Any, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def _d(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def process_key(pid: int, start_time: float) -> str:
+    """The stable id of a process on this wire: 'pid:start_time' (start time, 2 decimals)."""
+    return f"{pid}:{start_time:.2f}"
+
+
+def parse_process_key(key: str) -> tuple[int, float]:
+    """'1234:1700000000.12' -> (1234, 1700000000.12); ValueError says what is wrong."""
+    pid, sep, start = key.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(pid), float(start)
+    except ValueError:
+        raise ValueError(f"process key {key!r} is not PID:START_TIME "
+                         "(e.g. 1234:1700000000.12)") from None
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    version: str
+    uptime_s: float | None
+    tick: int | None
+    nvml_status: str
+    store: dict[str, Any] = field(default_factory=dict)
+    hostname: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Health:
+        return cls(ok=bool(d.get("ok")), version=_s(d.get("version")),
+                   uptime_s=_f(d.get("uptime_s")), tick=_i(d.get("tick")),
+                   nvml_status=_s(d.get("nvml_status"), "unknown"), store=_d(d.get("store")),
+                   hostname=_s(d.get("hostname")))
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    status: str
+    error: str | None
+    utilization: float | None
+    sm_activity: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    power_watts: float | None
+    temperature_c: int | None
+    price_per_hour: float | None = None  # from the burn, once the daemon prices GPUs
+    wasted_per_hour: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.uuid or f"gpu{self.index}"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], burn: Mapping[str, Any] | None = None) -> Gpu:
+        burn = burn or {}
+        return cls(index=_i(d.get("index")) or 0, uuid=_s(d.get("uuid")), name=_s(d.get("name")),
+                   status=_s(d.get("status"), "ok"), error=d.get("error") or None,
+                   utilization=_f(d.get("utilization")), sm_activity=_f(d.get("sm_activity")),
+                   memory_used_bytes=_i(d.get("memory_used_bytes")),
+                   memory_total_bytes=_i(d.get("memory_total_bytes")),
+                   power_watts=_f(d.get("power_watts")),
+                   temperature_c=_i(d.get("temperature_c")),
+                   price_per_hour=_f(d.get("price_per_hour", burn.get("price_per_hour"))),
+                   wasted_per_hour=_f(d.get("wasted_per_hour", burn.get("wasted_per_hour"))))
+
+
+@dataclass(frozen=True)
+class Process:
+    key: str  # 'pid:start_time'
+    pid: int
+    start_time: float
+    ppid: int
+    user: str
+    command: str
+    gpus: tuple[int, ...]
+    gpu_memory_bytes: int | None
+    sm_share: float | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    io_wait_percent: float | None
+    read_bytes_per_s: float | None
+    state: str
+    burn_per_hour: float | None = None
+    cost: float | None = None
+    phase: str | None = None
+    phases: dict[str, Any] = field(default_factory=dict)  # phase -> {share, seconds, top_stacks}
+    stack_status: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], cost: Mapping[str, Any] | None = None) -> Process:
+        cost = cost or {}
+        pid = _i(d.get("pid")) or 0
+        start = _f(d.get("start_time")) or 0.0
+
+        def pick(name: str) -> Any:
+            return d[name] if d.get(name) is not None else cost.get(name)
+
+        gpus = tuple(sorted({_i(g.get("index")) if isinstance(g, Mapping) else _i(g)
+                             for g in _l(d.get("gpus"))} - {None}))  # type: ignore[type-var]
+        return cls(key=_s(d.get("key")) or process_key(pid, start), pid=pid, start_time=start,
+                   ppid=_i(d.get("ppid")) or 0, user=_s(d.get("user")),
+                   command=_s(d.get("command")), gpus=gpus,  # type: ignore[arg-type]
+                   gpu_memory_bytes=_i(d.get("gpu_memory_bytes")),
+                   sm_share=_f(d.get("sm_share")), cpu_percent=_f(d.get("cpu_percent")),
+                   rss_bytes=_i(d.get("rss_bytes")), io_wait_percent=_f(d.get("io_wait_percent")),
+                   read_bytes_per_s=_f(d.get("read_bytes_per_s")), state=_s(d.get("state"), "?"),
+                   burn_per_hour=_f(pick("burn_per_hour")), cost=_f(pick("cost")),
+                   phase=pick("phase") if isinstance(pick("phase"), str) else None,
+                   phases=_d(pick("phases")),
+                   stack_status=pick("stack_status") if isinstance(pick("stack_status"), str)
+                   else None)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    id: str
+    rule: str
+    target: str
+    summary: str
+    savings_per_month: float | None
+    method: str
+    evidence: dict[str, Any]
+    action: dict[str, Any]
+    snoozed_until: float | None = None
+
+    @property
+    def action_kind(self) -> str:
+        return _s(self.action.get("kind"), "none")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Recommendation:
+        return cls(id=_s(d.get("id")), rule=_s(d.get("rule")), target=_s(d.get("target")),
+                   summary=_s(d.get("summary")), savings_per_month=_f(d.get("savings_per_month")),
+                   method=_s(d.get("method")), evidence=_d(d.get("evidence")),
+                   action=_d(d.get("action")), snoozed_until=_f(d.get("snoozed_until")))
+
+
+@dataclass(frozen=True)
+class Event:
+    id: str
+    kind: str
+    target: str
+    started_at: float | None
+    ended_at: float | None
+    cost_so_far: float | None
+    detail: str
+
+    @property
+    def active(self) -> bool:
+        return self.ended_at is None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Event:
+        detail = d.get("detail")
+        return cls(id=_s(d.get("id")), kind=_s(d.get("kind")), target=str(d.get("target", "")),
+                   started_at=_f(d.get("started_at")), ended_at=_f(d.get("ended_at")),
+                   cost_so_far=_f(d.get("cost_so_far")),
+                   detail=detail if isinstance(detail, str) else "")
+
+
+@dataclass(frozen=True)
+class Price:
+    per_hour: float | None = None
+    source: str = ""
+    lifecycle: str = ""
+    instance_type: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Price:
+        return cls(per_hour=_f(d.get("per_hour")), source=_s(d.get("source")),
+                   lifecycle=_s(d.get("lifecycle")), instance_type=_s(d.get("instance_type")))
+
+
+@dataclass(frozen=True)
+class Now:
+    """One /v1/now document: the host's latest state."""
+
+    ts: float | None
+    tick: int
+    hostname: str
+    instance: dict[str, Any]
+    simulated: str | None
+    nvml_status: str
+    gpus: tuple[Gpu, ...]
+    processes: tuple[Process, ...]
+    price: Price | None = None
+    burn_per_hour: float | None = None
+    wasted_per_hour: float | None = None
+    idle_per_hour: float | None = None
+    spend_today: float | None = None
+    events: tuple[Event, ...] = ()
+    recommendations: tuple[Recommendation, ...] = ()
+    store: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def idle_alerts(self) -> tuple[Event, ...]:
+        return tuple(e for e in self.events if e.active)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Now:
+        host = _d(d.get("host"))
+        burn = _d(d.get("burn"))
+        burn_gpus = {g.get("index"): g for g in _l(burn.get("gpus")) if isinstance(g, Mapping)}
+        costs = _d(d.get("costs")) or _d(burn.get("processes"))
+        price_doc = _d(d.get("price")) or _d(burn.get("price"))
+        price = Price.from_dict(price_doc) if price_doc else None
+        if price is not None and not price.source:
+            price = Price(price.per_hour, _s(burn.get("price_source")), price.lifecycle,
+                          price.instance_type)
+        cost = _d(d.get("cost"))
+        spend_today = _f(d.get("spend_today"))
+        if spend_today is None and cost.get("by_day") and d.get("ts") is not None:
+            import datetime as _dt
+
+            day = _dt.datetime.fromtimestamp(float(d["ts"]), tz=_dt.timezone.utc).date()
+            spend_today = _f(_d(cost.get("by_day")).get(day.isoformat()))
+        return cls(
+            ts=_f(d.get("ts")), tick=_i(d.get("tick")) or 0, hostname=_s(host.get("hostname")),
+            instance=_d(host.get("instance")),
+            simulated=host.get("simulated") if isinstance(host.get("simulated"), str) else None,
+            nvml_status=_s(host.get("nvml_status"), "unknown"),
+            gpus=tuple(Gpu.from_dict(g, burn_gpus.get(g.get("index")))
+                       for g in _l(d.get("gpus")) if isinstance(g, Mapping)),
+            processes=tuple(Process.from_dict(p, _d(costs.get(_s(p.get("key")))) or _match_cost(
+                costs, p)) for p in _l(d.get("processes")) if isinstance(p, Mapping)),
+            price=price,
+            burn_per_hour=_f(burn.get("total_per_hour")),
+            wasted_per_hour=_f(burn.get("wasted_per_hour")),
+            idle_per_hour=_f(burn.get("idle_per_hour")),
+            spend_today=spend_today,
+            events=tuple(Event.from_dict(e) for e in _l(d.get("events"))
+                         if isinstance(e, Mapping)),
+            recommendations=tuple(Recommendation.from_dict(r)
+                                  for r in _l(d.get("recommendations"))
+                                  if isinstance(r, Mapping)),
+            store=_d(d.get("store")),
+        )
+
+
+def _match_cost(costs: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-process cost keyed with another start-time precision: match by pid and start."""
+    if not costs:
+        return {}
+    pid, start = p.get("pid"), _f(p.get("start_time"))
+    for key, value in costs.items():
+        head, _, tail = str(key).partition(":")
+        try:
+            if int(head) == pid and start is not None and abs(float(tail) - start) < 0.01:
+                return _d(value)
+        except ValueError:
+            continue
+    return {}
+
+
+@dataclass(frozen=True)
+class Point:
+    ts: float
+    avg: float
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class History:
+    metric: str
+    target: str  # "gpu:0" or "process:PID:START"
+    since_s: float
+    points: tuple[Point, ...]
+
+    @property
+    def values(self) -> list[float]:
+        return [p.avg for p in self.points]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> History:
+        points = []
+        for p in _l(d.get("points")):
+            if isinstance(p, list | tuple) and len(p) == 4:
+                points.append(Point(*(float(x) for x in p)))
+            elif isinstance(p, Mapping):
+                points.append(Point(float(p["ts"]), float(p["avg"]), float(p["min"]),
+                                    float(p["max"])))
+        return cls(metric=_s(d.get("metric")), target=_s(d.get("target")),
+                   since_s=_f(d.get("since_s")) or 0.0, points=tuple(points))
+
+
+@dataclass(frozen=True)
+class Phases:
+    key: str
+    since_s: float
+    phases: dict[str, Any]
+    stack_status: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Phases:
+        return cls(key=_s(d.get("key")), since_s=_f(d.get("since_s")) or 0.0,
+                   phases=_d(d.get("phases")),
+                   stack_status=d.get("stack_status") if isinstance(d.get("stack_status"), str)
+                   else None)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What applying (or dry-running) a recommendation did or would do."""
+
+    id: str
+    kind: str
+    dry_run: bool
+    done: bool
+    message: str
+    commands: tuple[str, ...] = ()
+    patch: str | None = None
+    steps: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ActionResult:
+        return cls(id=_s(d.get("id")), kind=_s(d.get("kind")), dry_run=bool(d.get("dry_run")),
+                   done=bool(d.get("done")), message=_s(d.get("message")),
+                   commands=tuple(str(c) for c in _l(d.get("commands"))),
+                   patch=d.get("patch") if isinstance(d.get("patch"), str) else None,
+                   steps=tuple(str(s) for s in _l(d.get("steps"))))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "dry_run": self.dry_run, "done": self.done,
+                "message": self.message, "commands": list(self.commands), "patch": self.patch,
+                "steps": list(self.steps)}

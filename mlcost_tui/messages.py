@@ -1,0 +1,41 @@
+"""Typed messages: what the poll worker hands to the UI, one frozen snapshot at a time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from daemon.wire import ActionResult, Now
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """One daemon's state as last polled: `now` when it answered, `error` when it did not."""
+
+    target: str
+    now: Now | None
+    error: str | None
+    latency_s: float
+    received_at: float
+    attempt: int = 0  # failed polls in a row (0 when it answered)
+
+
+class SnapshotArrived(Message):
+    """A poll finished: one snapshot per connected daemon (one, unless in fleet mode)."""
+
+    def __init__(self, hosts: tuple[HostSnapshot, ...]) -> None:
+        super().__init__()
+        self.hosts = hosts
+
+
+class ActionFinished(Message):
+    """A recommendation's action was dry-run or performed (or failed: `error`)."""
+
+    def __init__(self, rec_id: str, result: ActionResult | None, error: str | None,
+                 dry_run: bool) -> None:
+        super().__init__()
+        self.rec_id = rec_id
+        self.result = result
+        self.error = error
+        self.dry_run = dry_run

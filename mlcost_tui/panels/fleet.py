@@ -1,0 +1,40 @@
+"""The fleet table: one row per connected daemon (several --connect targets)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from mlcost_tui import format as fmt
+from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.messages import HostSnapshot
+from mlcost_tui.thresholds import BAD, GOOD, IDLE_UTILIZATION_PCT
+
+
+class FleetPanel(KeyedTable):
+    COLUMNS = (("host", "host"), ("target", "daemon"), ("status", "status"),
+               ("burn", "burn $/h"), ("wasted", "wasted $/h"), ("today", "today"),
+               ("gpus", "GPUs"), ("idle", "idle GPUs"), ("alerts", "idle alerts"),
+               ("recs", "recommendations"), ("saves", "saves/month"))
+    DEFAULT_CSS = "FleetPanel { height: 1fr; }"
+
+    def show(self, hosts: tuple[HostSnapshot, ...]) -> None:
+        rows = []
+        for snap in hosts:
+            now = snap.now
+            if now is None:
+                rows.append((snap.target, (fmt.DASH, snap.target,
+                                           Text("unreachable", style=BAD)) + (fmt.DASH,) * 8))
+                continue
+            idle = sum(1 for g in now.gpus if g.utilization is not None
+                       and g.utilization < IDLE_UTILIZATION_PCT)
+            saves = sum(r.savings_per_month or 0.0 for r in now.recommendations)
+            rows.append((snap.target, (
+                now.hostname or "?", snap.target, Text("live", style=GOOD),
+                fmt.money(now.burn_per_hour), fmt.money(now.wasted_per_hour),
+                fmt.money(now.spend_today), str(len(now.gpus)),
+                Text(str(idle), style=BAD if idle else ""),
+                Text(str(len(now.idle_alerts)), style=BAD if now.idle_alerts else ""),
+                str(len(now.recommendations)), fmt.money(saves if now.recommendations else None),
+            )))
+        self.sync(rows)
+        self.border_title = f"Fleet: {len(hosts)} daemons"

@@ -1,0 +1,84 @@
+"""The header: host, instance, price and its source, burn, waste, spend today, idle alerts and
+the state of the connection to the daemon."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from mlcost_tui import format as fmt
+from mlcost_tui.messages import HostSnapshot
+from mlcost_tui.thresholds import BAD, GOOD, MUTED, SLOW_RESPONSE_S, WARN
+
+
+def connection_text(snap: HostSnapshot | None, paused: bool, retry_s: float | None) -> Text:
+    text = Text()
+    if snap is None:
+        text.append("● connecting…", style=WARN)
+    elif snap.error is not None:
+        text.append("✕ no daemon", style="bold " + BAD)
+        if retry_s is not None:
+            text.append(f" · retrying in {retry_s:.0f}s", style=MUTED)
+    elif snap.latency_s > SLOW_RESPONSE_S:
+        text.append(f"● slow daemon ({snap.latency_s:.1f}s)", style=WARN)
+    else:
+        text.append("● live", style=GOOD)
+    if paused:
+        text.append("  ⏸ PAUSED (p to resume)", style="bold reverse " + WARN)
+    return text
+
+
+class HeaderPanel(Static):
+    DEFAULT_CSS = """
+    HeaderPanel { height: 3; padding: 0 1; background: $boost; }
+    """
+
+    def show(self, snap: HostSnapshot | None, paused: bool = False,
+             retry_s: float | None = None) -> None:
+        line1 = Text()
+        line2 = Text()
+        line3 = Text()
+        now = snap.now if snap is not None else None
+        line1.append("mlcost-top ", style="bold")
+        if now is None:
+            line1.append(snap.target if snap else "", style=MUTED)
+        else:
+            line1.append(now.hostname or "?", style="bold")
+            if now.simulated:
+                line1.append(f" (simulated: {now.simulated})", style=MUTED)
+            instance = now.instance
+            if instance.get("type"):
+                line1.append(f"  {instance.get('provider', '')} {instance['type']} "
+                             f"{instance.get('region', '')} {instance.get('lifecycle', '')}")
+            price = now.price
+            line1.append("  price ")
+            line1.append(fmt.money(price.per_hour if price else None, "/h"), style="bold")
+            if price and price.source:
+                line1.append(f" ({price.source[:60]})", style=MUTED)
+            line2.append("burn ")
+            line2.append(fmt.money(now.burn_per_hour, "/h"), style="bold")
+            line2.append("  wasted ")
+            wasted = now.wasted_per_hour
+            line2.append(fmt.money(wasted, "/h"),
+                         style="bold " + BAD if wasted and wasted > 0.005 else "bold")
+            line2.append("  today ")
+            line2.append(fmt.money(now.spend_today), style="bold")
+            alerts = now.idle_alerts
+            line2.append("  idle alerts ")
+            line2.append(str(len(alerts)), style="bold " + (BAD if alerts else GOOD))
+            if alerts:
+                line2.append(f" ({alerts[0].detail or alerts[0].target})"[:60], style=BAD)
+            if now.nvml_status != "ok":
+                line2.append(f"  NVML: {now.nvml_status}", style=BAD)
+        line3.append_text(connection_text(snap, paused, retry_s))
+        if snap is not None and snap.error is not None:
+            if now is None:  # nothing to show yet: the error and its fix get the whole line
+                line2.append(snap.error[:300], style=BAD)
+            else:
+                line3.append(f"  {snap.error}"[:200], style=BAD)
+                line3.append("  (showing the last data received)", style=MUTED)
+        elif now is not None:
+            line3.append(f"  tick {now.tick} at {fmt.clock_time(now.ts)}", style=MUTED)
+            line3.append(f"  {len(now.gpus)} GPUs, {len(now.processes)} processes, "
+                         f"{len(now.recommendations)} recommendations", style=MUTED)
+        self.update(Text("\n").join([line1, line2, line3]))

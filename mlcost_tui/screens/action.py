@@ -1,0 +1,94 @@
+"""The action modal: what applying a recommendation will do (its dry run), then do it or copy."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from daemon.wire import ActionResult, Recommendation
+from mlcost_tui.thresholds import MUTED
+
+CHANGES_HOST = ("sigterm", "resize")
+
+
+class ActionScreen(ModalScreen[str]):
+    """Dismisses with "do" (perform it), "copy" (copy the text) or "" (cancel)."""
+
+    BINDINGS = [
+        Binding("escape,n", "dismiss('')", "Cancel", id="action.cancel"),
+        Binding("y", "confirm", "Do it", id="action.confirm"),
+        Binding("c", "copy", "Copy", id="action.copy"),
+    ]
+    DEFAULT_CSS = """
+    ActionScreen { align: center middle; }
+    ActionScreen > Vertical { width: 90%; max-width: 120; height: auto; max-height: 80%;
+        border: thick $accent; background: $surface; padding: 1 2; }
+    ActionScreen VerticalScroll { height: auto; max-height: 30; }
+    ActionScreen Horizontal { height: auto; margin-top: 1; }
+    ActionScreen Button { margin-right: 2; }
+    """
+
+    def __init__(self, recommendation: Recommendation, result: ActionResult,
+                 readonly: bool = False) -> None:
+        super().__init__()
+        self.recommendation = recommendation
+        self.result = result
+        self.readonly = readonly
+
+    @property
+    def can_do(self) -> bool:
+        return self.result.kind in CHANGES_HOST and not self.readonly
+
+    @property
+    def copy_text(self) -> str:
+        if self.result.patch:
+            return self.result.patch
+        return "\n".join(self.result.commands or self.result.steps)
+
+    def compose(self) -> ComposeResult:
+        r, res = self.recommendation, self.result
+        body = Text()
+        body.append(f"{r.rule}: ", style="bold")
+        body.append(r.summary + "\n\n")
+        body.append("Dry run: " if res.dry_run else "", style="bold")
+        body.append(res.message + "\n")
+        for step in res.steps:
+            body.append(f"  $ {step}\n", style="bold")
+        for command in res.commands:
+            body.append(f"  $ {command}\n", style="bold")
+        if res.patch:
+            body.append("\n" + res.patch + "\n")
+        if res.kind in CHANGES_HOST:
+            if self.readonly:
+                body.append("\nmlcost-top runs --readonly: it will not do this.\n", style=MUTED)
+            else:
+                body.append("\nDo it? (y / n)\n", style="bold")
+        with Vertical():
+            with VerticalScroll():
+                yield Static(body, id="action-body")
+            with Horizontal():
+                if res.kind in CHANGES_HOST:
+                    yield Button("Do it (y)", id="do", variant="error", disabled=not self.can_do)
+                if self.copy_text:
+                    yield Button("Copy (c)", id="copy", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "do":
+            self.action_confirm()
+        elif event.button.id == "copy":
+            self.action_copy()
+        else:
+            self.dismiss("")
+
+    def action_confirm(self) -> None:
+        if self.can_do:
+            self.dismiss("do")
+
+    def action_copy(self) -> None:
+        if self.copy_text:
+            self.dismiss("copy")

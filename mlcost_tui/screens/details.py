@@ -1,0 +1,188 @@
+"""The details screen: a process (phase balance, top stacks with file:line, its burn) or a
+recommendation (evidence, savings method, what its action will do)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from daemon.wire import Phases, Process, Recommendation
+from mlcost_tui import format as fmt
+from mlcost_tui.panels.recommendations import ACTION_LABELS
+from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
+
+ACTION_TEXT = {
+    "show_patch": "shows the patch (a: view and copy it)",
+    "copy_commands": "copies the commands to your clipboard (a: view them first)",
+    "sigterm": "sends SIGTERM to the process through mlcostd, after a dry run and your "
+               "confirmation (disabled with --readonly; the daemon must allow actions)",
+    "resize": "stops the instance, changes its type and starts it (boto3), after AWS's dry run "
+              "and your confirmation (only when the daemon's config allows actions)",
+    "none": "nothing: advice only",
+}
+
+
+def phase_lines(phases: Mapping[str, Any]) -> Text:
+    text = Text()
+    shares = fmt.phase_shares(phases)
+    if not shares:
+        text.append("  no phase balance yet (stacks are sampled while the GPU is quiet)\n",
+                    style=MUTED)
+        return text
+    text.append("  ")
+    text.append_text(fmt.phase_bar(phases, 50))
+    text.append("\n")
+    for name, share in shares:
+        value = phases.get(name)
+        seconds = value.get("seconds") if isinstance(value, Mapping) else None
+        text.append(f"  {name:<16}", style=PHASE_COLOURS.get(name, ""))
+        text.append(f"{share:>6.0%}  {fmt.number(seconds, ' s', 0):>8}\n")
+    text.append("\nTop stacks\n", style="bold")
+    any_stack = False
+    for name, _ in shares:
+        value = phases.get(name)
+        stacks = value.get("top_stacks") if isinstance(value, Mapping) else None
+        for stack in (stacks or [])[:3]:
+            any_stack = True
+            where = f"{stack.get('file')}:{stack.get('line')}" if stack.get("file") else "?"
+            text.append(f"  [{name}] ", style=PHASE_COLOURS.get(name, ""))
+            text.append(f"{where} in {stack.get('function') or '?'}", style="bold")
+            text.append(f"  ({stack.get('samples', '?')} samples)\n", style=MUTED)
+            for frame in (stack.get("frames") or [])[:6]:
+                text.append(f"      {frame}\n", style=MUTED)
+    if not any_stack:
+        text.append("  no stacks recorded\n", style=MUTED)
+    return text
+
+
+def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
+    text = Text()
+    for key, value in evidence.items():
+        if key == "top_stacks" and isinstance(value, list):
+            text.append(" " * indent + "top stacks:\n")
+            for stack in value[:5]:
+                if isinstance(stack, Mapping):
+                    where = f"{stack.get('file')}:{stack.get('line')}"
+                    text.append(" " * (indent + 2) + f"{where} {stack.get('function') or ''}\n",
+                                style="bold")
+                else:
+                    text.append(" " * (indent + 2) + f"{stack}\n")
+            continue
+        if isinstance(value, Mapping):
+            text.append(" " * indent + f"{key}:\n")
+            text.append_text(evidence_lines(value, indent + 2))
+            continue
+        if isinstance(value, float):
+            shown = f"{value:.3g}"
+        elif isinstance(value, list | tuple):
+            shown = json.dumps(value, default=str)[:200]
+        else:
+            shown = str(value)
+        text.append(" " * indent + f"{key}: ", style=MUTED)
+        text.append(shown + "\n")
+    return text
+
+
+class DetailsScreen(Screen):
+    """Details of one process or one recommendation; escape goes back."""
+
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "Back", id="details.back"),
+        Binding("a", "app.apply_recommendation", "Apply", id="details.apply"),
+        Binding("x", "app.snooze_recommendation", "Snooze", id="details.snooze"),
+    ]
+    DEFAULT_CSS = """
+    DetailsScreen VerticalScroll { padding: 0 1; }
+    """
+
+    def __init__(self, process: Process | None = None,
+                 recommendation: Recommendation | None = None,
+                 related: tuple[Recommendation, ...] = ()) -> None:
+        super().__init__()
+        self.process = process
+        self.recommendation = recommendation
+        self.related = related
+        self.phases: Phases | None = None
+        self.phases_error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.process.key if self.process else (self.recommendation.id
+                                                      if self.recommendation else "")
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.render_body(), id="details-body")
+        yield Footer()
+
+    def set_phases(self, phases: Phases | None, error: str | None) -> None:
+        self.phases, self.phases_error = phases, error
+        if self.is_mounted:
+            self.query_one("#details-body", Static).update(self.render_body())
+
+    def render_body(self) -> Text:
+        if self.process is not None:
+            return self._process_text(self.process)
+        if self.recommendation is not None:
+            return self._recommendation_text(self.recommendation)
+        return Text("nothing selected")
+
+    def _process_text(self, p: Process) -> Text:
+        text = Text()
+        text.append(f"Process {p.pid}", style="bold")
+        text.append(f"  ({p.key})  user {p.user}  parent {p.ppid}  state {p.state}\n",
+                    style=MUTED)
+        text.append(p.command + "\n\n")
+        text.append("GPUs ", style="bold")
+        text.append(f"{','.join(map(str, p.gpus)) or '-'}   GPU memory {fmt.size(p.gpu_memory_bytes)}"
+                    f"   SM share {fmt.pct(p.sm_share)}   CPU {fmt.pct(p.cpu_percent)}"
+                    f"   RSS {fmt.size(p.rss_bytes)}   I/O wait {fmt.pct(p.io_wait_percent)}\n")
+        text.append("Cost ", style="bold")
+        text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n\n")
+        text.append("Phase balance", style="bold")
+        phases = self.phases.phases if self.phases and self.phases.phases else p.phases
+        status = (self.phases.stack_status if self.phases and self.phases.stack_status
+                  else p.stack_status)
+        text.append(f"  (stack sampling: {status or '-'})\n", style=MUTED)
+        if self.phases_error:
+            text.append(f"  {self.phases_error}\n", style=MUTED)
+        text.append_text(phase_lines(phases))
+        if self.related:
+            text.append("\nRecommendations for this process\n", style="bold")
+            for rec in self.related:
+                text.append(f"  {fmt.money(rec.savings_per_month)}/month ", style="bold green")
+                text.append(f"{rec.summary}\n")
+                text.append(f"    a {ACTION_TEXT.get(rec.action_kind, rec.action_kind)}\n",
+                            style=MUTED)
+        return text
+
+    def _recommendation_text(self, r: Recommendation) -> Text:
+        text = Text()
+        text.append(f"{r.rule}", style="bold")
+        text.append(f"  ({r.id}, target {r.target})\n", style=MUTED)
+        text.append(r.summary + "\n\n")
+        text.append("Saves ", style="bold")
+        text.append(f"{fmt.money(r.savings_per_month)}/month\n", style="bold green")
+        text.append(f"  {r.method}\n\n", style=MUTED)
+        text.append("What the action does\n", style="bold")
+        text.append(f"  {ACTION_LABELS.get(r.action_kind, r.action_kind)}: "
+                    f"{ACTION_TEXT.get(r.action_kind, r.action_kind)}\n")
+        if r.action.get("text"):
+            text.append(f"  {r.action['text']}\n")
+        if r.action.get("commands"):
+            for command in r.action["commands"]:
+                text.append(f"    $ {command}\n", style="bold")
+        if r.action.get("patch"):
+            text.append(f"\n{r.action['patch']}\n")
+        text.append("\nEvidence\n", style="bold")
+        text.append_text(evidence_lines(r.evidence))
+        text.append("\na apply (dry run first) · x snooze 24 h · escape back\n", style=MUTED)
+        return text

@@ -1,0 +1,75 @@
+"""Colour thresholds, in one place: what counts as idle, busy, hot or expensive on screen."""
+
+from __future__ import annotations
+
+# A GPU below this utilization is idle (same line as the daemon's idle detector).
+IDLE_UTILIZATION_PCT = 5.0
+# Utilization colours: below LOW red (money idles), below BUSY yellow, else green.
+LOW_UTILIZATION_PCT = 30.0
+BUSY_UTILIZATION_PCT = 70.0
+# Memory use share above which memory shows yellow / red.
+MEMORY_WARN_FRACTION = 0.80
+MEMORY_FULL_FRACTION = 0.95
+# Temperature (degrees C).
+TEMPERATURE_WARN_C = 75
+TEMPERATURE_HOT_C = 85
+# A process waiting on I/O more than this share of the time is stalled.
+IO_STALL_WARN_PCT = 10.0
+IO_STALL_BAD_PCT = 40.0
+# Dollars per hour per row above which the figure is highlighted.
+EXPENSIVE_PER_HOUR = 5.0
+# The daemon counts as slow when /v1/now takes longer than this.
+SLOW_RESPONSE_S = 1.0
+
+GOOD = "green"
+WARN = "yellow"
+BAD = "red"
+MUTED = "grey50"
+MONEY = "bold"
+
+PHASE_COLOURS = {
+    "compute": "green",
+    "data_wait": "red",
+    "host_preprocess": "magenta",
+    "checkpoint": "yellow",
+    "eval": "cyan",
+    "sync": "bright_red",
+    "comm": "blue",
+    "idle": "grey35",
+    "unknown": "grey62",
+}
+
+
+def utilization_style(value: float | None) -> str:
+    if value is None:
+        return MUTED
+    if value < LOW_UTILIZATION_PCT:
+        return BAD
+    if value < BUSY_UTILIZATION_PCT:
+        return WARN
+    return GOOD
+
+
+def memory_style(used: int | None, total: int | None) -> str:
+    if not used or not total:
+        return ""
+    share = used / total
+    return BAD if share >= MEMORY_FULL_FRACTION else WARN if share >= MEMORY_WARN_FRACTION else ""
+
+
+def temperature_style(value: int | None) -> str:
+    if value is None:
+        return MUTED
+    return BAD if value >= TEMPERATURE_HOT_C else WARN if value >= TEMPERATURE_WARN_C else ""
+
+
+def io_stall_style(value: float | None) -> str:
+    if value is None:
+        return MUTED
+    return BAD if value >= IO_STALL_BAD_PCT else WARN if value >= IO_STALL_WARN_PCT else ""
+
+
+def money_style(per_hour: float | None) -> str:
+    if per_hour is None:
+        return MUTED
+    return "bold " + WARN if per_hour >= EXPENSIVE_PER_HOUR else ""

@@ -1,0 +1,116 @@
+"""Fixed data for the TUI tests: one /v1/now document with costs, phases and recommendations."""
+
+from __future__ import annotations
+
+from daemon.wire import Now
+from mlcost_tui.messages import HostSnapshot
+
+TS = 1_700_000_000.0
+GIB = 1 << 30
+
+
+def now_document(processes: int = 4, gpus: int = 4) -> dict:
+    gpu_docs = [{"index": i, "uuid": f"GPU-{i:04d}", "name": "NVIDIA A100-SXM4-40GB",
+                 "status": "ok", "utilization": [100.0, 30.0, 0.0, 87.0][i % 4],
+                 "sm_activity": None, "memory_used_bytes": (10 + i) * GIB,
+                 "memory_total_bytes": 40 * GIB, "power_watts": 100.0 + 40 * i,
+                 "temperature_c": 40 + 12 * (i % 4)} for i in range(gpus)]
+    procs = []
+    for i in range(processes):
+        pid = 1000 + i
+        parent = 1000 if i >= 4 else 1
+        procs.append({
+            "key": f"{pid}:{TS + i:.2f}", "pid": pid, "start_time": TS + i, "ppid": parent,
+            "user": ["alice", "bob", "carol", "dave"][i % 4],
+            "command": f"/usr/bin/python3 train_{i}.py --epochs 10",
+            "gpus": [{"index": i % gpus, "memory_bytes": 8 * GIB, "sm_share": 10.0 * (i % 10)}]
+            if i < 4 else [],
+            "gpu_memory_bytes": 8 * GIB if i < 4 else None,
+            "sm_share": 10.0 * (i % 10) if i < 4 else None, "cpu_percent": 5.0 * (i % 7),
+            "rss_bytes": 2 * GIB, "io_wait_percent": [0.0, 45.0, 12.0, 0.0][i % 4],
+            "read_bytes_per_s": 0.0, "state": "S",
+            "burn_per_hour": 4.1 - 0.5 * (i % 4) if i < 4 else 0.0, "cost": 1.5 + i,
+            "phase": ["compute", "data_wait", "checkpoint", "idle"][i % 4],
+            "phases": {"compute": {"share": 0.6, "seconds": 600.0, "top_stacks": []},
+                       "data_wait": {"share": 0.3, "seconds": 300.0, "top_stacks": [
+                           {"file": "/srv/train.py", "line": 42, "function": "train_step",
+                            "samples": 12, "frames": ["/srv/train.py:42 train_step",
+                                                      "torch/utils/data/dataloader.py:631 "
+                                                      "__next__"]}]},
+                       "checkpoint": {"share": 0.1, "seconds": 100.0, "top_stacks": []}},
+            "stack_status": "ok",
+        })
+    return {
+        "version": 1, "ts": TS, "tick": 42,
+        "host": {"hostname": "gpu-box-1", "simulated": "demo", "nvml_status": "ok",
+                 "instance": {"provider": "aws", "type": "p4d.24xlarge", "region": "us-east-1",
+                              "lifecycle": "on-demand"}},
+        "gpus": gpu_docs, "processes": procs,
+        "burn": {"total_per_hour": 32.77, "wasted_per_hour": 15.69, "idle_per_hour": 4.1,
+                 "price_per_gpu": 4.1, "price_source": "catalog: aws on-demand",
+                 "price": {"per_hour": 32.77, "source": "catalog: aws on-demand",
+                           "lifecycle": "on-demand", "instance_type": "p4d.24xlarge"},
+                 "gpus": [{"index": i, "price_per_hour": 4.1,
+                           "wasted_per_hour": 4.1 * (1 - g["utilization"] / 100)}
+                          for i, g in enumerate(gpu_docs)]},
+        "cost": {"by_day": {"2023-11-14": 123.45}},
+        "events": [{"id": "e1", "kind": "gpu_idle", "target": "gpu 2", "started_at": TS - 900,
+                    "ended_at": None, "cost_so_far": 1.02, "detail": "GPU 2 idle for 15 min"}],
+        "recommendations": [
+            {"id": "rec-idle", "rule": "idle_gpu_held", "target": f"1003:{TS + 3:.3f}",
+             "summary": "pid 1003 (dave) holds GPU 3 idle for 15 min, burning $2.60/h",
+             "savings_per_month": 1898.0, "method": "$2.60/h x 730 h/month",
+             "evidence": {"idle_seconds": 900.0, "memory_peak_bytes": 8 * GIB},
+             "action": {"kind": "sigterm", "pid": 1003, "start_time": TS + 3,
+                        "text": "send SIGTERM to pid 1003 after confirmation"}},
+            {"id": "rec-loader", "rule": "data_loader_starvation", "target": f"1001:{TS + 1:.3f}",
+             "summary": "train_1 spends 30% of its time waiting for data — /srv/train.py:42",
+             "savings_per_month": 897.9, "method": "$4.10/h x 30% x 730 h/month",
+             "evidence": {"share": 0.3, "top_stacks": [
+                 {"file": "/srv/train.py", "line": 42, "function": "train_step"}]},
+             "action": {"kind": "show_patch", "file": "/srv/train.py",
+                        "patch": "-DataLoader(ds)\n+DataLoader(ds, num_workers=8, "
+                                 "pin_memory=True)"}},
+        ],
+    }
+
+
+def snapshot(processes: int = 4, gpus: int = 4, target: str = "unix:/test.sock") -> HostSnapshot:
+    return HostSnapshot(target, Now.from_dict(now_document(processes, gpus)), None, 0.01, TS)
+
+
+class StubClient:
+    """A Client stand-in for the tests that need fixed answers (actions, snapshots)."""
+
+    name = "unix:/stub.sock"
+
+    def __init__(self) -> None:
+        from daemon.wire import ActionResult
+
+        self.ActionResult = ActionResult
+        self.applied: list[tuple[str, bool]] = []
+        self.snoozed: list[str] = []
+
+    async def now(self):
+        return Now.from_dict(now_document())
+
+    async def phases(self, key: str, since_s: float = 1800):
+        from daemon.client import ApiError
+
+        raise ApiError(404, "this mlcostd does not record phases yet (no stack sampling)")
+
+    async def apply(self, rec_id: str, dry_run: bool = True):
+        self.applied.append((rec_id, dry_run))
+        if rec_id == "rec-idle":
+            return self.ActionResult(rec_id, "sigterm", dry_run, not dry_run,
+                                     "would send SIGTERM to pid 1003" if dry_run
+                                     else "sent SIGTERM to pid 1003", steps=("kill -TERM 1003",))
+        return self.ActionResult(rec_id, "show_patch", dry_run, True, "a patch",
+                                 patch="+DataLoader(ds, num_workers=8)")
+
+    async def snooze(self, rec_id: str, hours: float = 24) -> float:
+        self.snoozed.append(rec_id)
+        return TS + hours * 3600
+
+    async def close(self) -> None:
+        pass

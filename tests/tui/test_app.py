@@ -1,0 +1,250 @@
+"""Pilot tests: every key and screen of mlcost-top against a real mlcostd on a simulated host
+(the idle-host scenario), plus the action keys against fixed answers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.client import Client
+from mlcost_tui.app import MlcostTop, main
+from mlcost_tui.messages import SnapshotArrived
+from mlcost_tui.panels.fleet import FleetPanel
+from mlcost_tui.panels.gpus import GpuPanel
+from mlcost_tui.panels.header import HeaderPanel
+from mlcost_tui.panels.processes import ProcessPanel
+from mlcost_tui.panels.recommendations import RecommendationTable
+from mlcost_tui.screens.action import ActionScreen
+from mlcost_tui.screens.details import DetailsScreen
+from mlcost_tui.screens.help import HelpScreen
+from mlcost_tui.screens.history import HistoryScreen
+from tests.tui.fixtures import StubClient, snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def live_daemon(tmp_path_factory):
+    """`mlcostd run --simulate idle-host` with a tmp db and socket; stopped after the module."""
+    folder = tmp_path_factory.mktemp("daemon")
+    sock = folder / "api" / "mlcostd.sock"
+    log = open(folder / "log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon", "run", "--simulate", "idle-host", "--db",
+         str(folder / "x.db"), "--socket", str(sock), "--interval", "0.5"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"mlcostd did not start: {(folder / 'log').read_text()[-2000:]}")
+        time.sleep(0.05)
+    time.sleep(1.2)  # a couple of ticks
+    yield f"unix:{sock}"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+
+
+async def wait_for(pilot, predicate, timeout: float = 8.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+def header_text(app: MlcostTop) -> str:
+    return str(app.query_one(HeaderPanel).render())
+
+
+@pytest.mark.asyncio
+async def test_live_host_keys_and_screens(live_daemon):
+    app = MlcostTop([Client(live_daemon)], interval_s=0.3)
+    async with app.run_test(size=(160, 48)) as pilot:
+        gpus, procs = app.query_one(GpuPanel), app.query_one(ProcessPanel)
+        await wait_for(pilot, lambda: gpus.row_count == 1 and procs.row_count >= 1)
+        assert "idle-host" in header_text(app) and "● live" in header_text(app)
+        key = procs.selected_key
+        assert key is not None and key.count(":") == 1
+        # sort < > and invert
+        await pilot.press("greater_than_sign")
+        assert procs.sort_column.key == "gpu_mem"
+        await pilot.press("less_than_sign", "less_than_sign")
+        assert procs.sort_column.key == "command"
+        await pilot.press("I")
+        assert procs.inverted and "▼" in procs.border_title
+        # tree
+        await pilot.press("t")
+        assert procs.tree_mode and "tree" in procs.border_title
+        # pause: keeps polling, skips the render
+        await pilot.press("p")
+        assert app.paused and "PAUSED" in header_text(app)
+        tick = app.hosts[0].now.tick
+        await wait_for(pilot, lambda: app.hosts[0].now.tick > tick)
+        assert "PAUSED" in header_text(app)
+        await pilot.press("space")
+        assert not app.paused
+        # filter
+        await pilot.press("slash")
+        assert app.focused.id == "filter"
+        await pilot.press(*"zzz-no-such")
+        await wait_for(pilot, lambda: procs.row_count == 0)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: procs.row_count >= 1)
+        assert app.focused is procs
+        await pilot.press("slash", *"notebook", "enter")
+        assert procs.filter_text == "notebook" and procs.row_count == 1
+        # details (enter), its phases request answered by the daemon, back with escape
+        await pilot.press("enter")
+        assert isinstance(app.screen, DetailsScreen)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen.phases is not None or app.screen.phases_error
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailsScreen)
+        # history from /v1/history
+        await pilot.press("h")
+        assert isinstance(app.screen, HistoryScreen)
+        await wait_for(pilot, lambda: "from /v1/history" in str(
+            app.screen.query_one("#history-status").render()))
+        await pilot.press("escape")
+        # help
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        # a / x with no recommendation say so instead of failing
+        await pilot.press("a")
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+@pytest.mark.asyncio
+async def test_daemon_gone_shows_in_the_header_and_keys_still_work(tmp_path):
+    app = MlcostTop([Client(f"unix:{tmp_path}/none.sock")], interval_s=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "no daemon" in header_text(app))
+        assert "start it with" in header_text(app)
+        await pilot.press("p")
+        assert app.paused
+        await pilot.press("p", "greater_than_sign", "t")
+        assert app.query_one(ProcessPanel).tree_mode
+
+
+@pytest.mark.asyncio
+async def test_apply_dry_run_then_confirm_and_snooze():
+    client = StubClient()
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        recs = app.query_one(RecommendationTable)
+        recs.focus()
+        assert recs.selected_key == "rec-idle"
+        await pilot.press("a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ActionScreen) and app.screen.can_do
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert client.applied == [("rec-idle", True), ("rec-idle", False)]
+        # the patch: shown, then copied through the app's clipboard
+        await pilot.press("down", "a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ActionScreen) and not app.screen.can_do
+        await pilot.press("c")
+        await pilot.pause()
+        assert "num_workers=8" in app.clipboard
+        # snooze hides it
+        await pilot.press("x")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert client.snoozed == ["rec-loader"] and "rec-loader" not in recs.recommendations
+        # k on the idle process runs the same sigterm recommendation
+        app.query_one(ProcessPanel).focus()
+        procs = app.query_one(ProcessPanel)
+        procs.move_cursor(row=procs.get_row_index("1003:1700000003.00"))
+        await pilot.press("k")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ActionScreen)
+        await pilot.press("escape")
+
+
+@pytest.mark.asyncio
+async def test_readonly_disables_kill_and_doing():
+    client = StubClient()
+    app = MlcostTop([client], readonly=True, poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        assert app.check_action("kill", ()) is None
+        app.query_one(RecommendationTable).focus()
+        await pilot.press("a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ActionScreen) and not app.screen.can_do
+        await pilot.press("y")
+        await pilot.pause()
+        assert client.applied == [("rec-idle", True)]
+
+
+@pytest.mark.asyncio
+async def test_rows_are_keyed_and_the_cursor_stays_on_its_row():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(processes=6),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        procs.move_cursor(row=2)
+        key = procs.selected_key
+        app.post_message(SnapshotArrived((snapshot(processes=3),)))  # rows removed
+        await pilot.pause()
+        assert procs.row_count == 3 and procs.selected_key == key
+        await pilot.press("t")  # workers (ppid 1000) under their parent
+        app.post_message(SnapshotArrived((snapshot(processes=6),)))
+        await pilot.pause()
+        assert procs.row_count == 6 and procs.selected_key == key
+        order = procs._order
+        assert order[0] == "1000:1700000000.00"
+        assert set(order[1:3]) == {"1004:1700000004.00", "1005:1700000005.00"}
+
+
+@pytest.mark.asyncio
+async def test_command_palette_lists_the_same_actions():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)):
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Toggle tree", "Apply recommendation", "History", "Filter processes"} <= titles
+        for binding in app.BINDINGS:
+            assert binding.id and binding.description
+
+
+@pytest.mark.asyncio
+async def test_fleet_table_one_row_per_daemon(live_daemon, tmp_path):
+    app = MlcostTop([Client(live_daemon), Client(f"unix:{tmp_path}/gone.sock")],
+                    interval_s=0.3)
+    async with app.run_test(size=(160, 40)) as pilot:
+        fleet = app.query_one(FleetPanel)
+        await wait_for(pilot, lambda: fleet.row_count == 2 and app.hosts
+                       and app.hosts[0].now is not None)
+        assert "unreachable" in str(fleet.get_row(f"unix:{tmp_path}/gone.sock")[2])
+
+
+def test_without_a_daemon_the_command_says_how_to_start_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("mlcost_tui.app.default_target", lambda: f"unix:{tmp_path}/none.sock")
+    assert main([]) == 1
+    assert "mlcost-top --demo" in capsys.readouterr().err

@@ -1,0 +1,56 @@
+"""Snapshot tests: the main screen and the details screen at two terminal sizes, with fixed data
+fed through the SnapshotArrived message and a frozen clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlcost_tui import format as fmt
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.messages import SnapshotArrived
+from tests.tui.fixtures import TS, StubClient, snapshot
+
+SIZES = [(160, 48), (100, 32)]
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch):
+    monkeypatch.setattr(fmt, "clock", lambda: TS)
+    monkeypatch.setattr(fmt, "clock_time", lambda ts: "12:00:00" if ts is not None else "-")
+
+
+def make_app() -> MlcostTop:
+    return MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+
+
+async def feed(pilot) -> None:
+    for _ in range(3):  # three polls: the sparkline has history
+        pilot.app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen(snap_compare, size):
+    assert snap_compare(make_app(), terminal_size=size, run_before=feed)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_process_details_screen(snap_compare, size):
+    async def open_details(pilot):
+        await feed(pilot)
+        await pilot.press("enter")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=open_details)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_recommendation_details_screen(snap_compare, size):
+    async def open_details(pilot):
+        await feed(pilot)
+        pilot.app.query_one("#recommendations").focus()
+        await pilot.press("enter")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=open_details)
