@@ -265,3 +265,25 @@ def phase_balances(reader: StoreReader, since: float, until: float,
             busy = 0.0  # a worker has no GPU time of its own
         result[(proc["pid"], proc["start_time"])] = phase_balance(samples, seen_s, busy)
     return result
+
+
+def checkpoint_times(reader: StoreReader, since: float,
+                     until: float) -> dict[str, list[float]]:
+    """Per process ('pid:start_time'): the start of each window its stacks show checkpointing.
+
+    The observed checkpoint cadence, for the spot advice (how much work an interruption loses).
+    """
+    windows: dict[str, list[tuple[float, float]]] = {}
+    for event in store_events.events(reader, since, until):
+        if event["kind"] == LOW_UTILIZATION:
+            end = event["ended_at"] if event["ended_at"] is not None else until
+            windows.setdefault(event["target"], []).append((event["started_at"], end))
+    found: dict[str, set[float]] = {}
+    for row in store_events.stack_samples(reader, since, until):
+        if row["phase"] != "checkpoint":
+            continue
+        key = process_key(row["pid"], row["start_time"])
+        for start, end in windows.get(key, ()):
+            if start <= row["ts"] <= end + 1.0:
+                found.setdefault(key, set()).add(start)
+    return {key: sorted(times) for key, times in found.items()}

@@ -9,6 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from daemon import store_events
+from daemon.attribution import phase_balances
+from daemon.cost import CostLedger, HostPrice, burn
 from daemon.store import StoreReader
 
 REPORT_VERSION = 1
@@ -17,18 +20,90 @@ REPORT_VERSION = 1
 def build(reader: StoreReader, since_s: float, until: float | None = None) -> dict[str, Any]:
     """The report over the last `since_s` seconds (ending now, or at `until`)."""
     end = until if until is not None else time.time()
-    summary = reader.window_summary(end - since_s, end)
+    start = end - since_s
+    summary = reader.window_summary(start, end)
     host = dict(reader.meta("host") or {})
     latest = reader.latest()
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
+    interval = float(host.get("interval_s") or 1.0)
+    balances = phase_balances(reader, start, end, interval)
+    statuses = store_events.stack_statuses(reader)
+    price = host.get("price")
+    gpus = summary["gpus"]
+    processes = summary["processes"]
+    window_cost = _window_cost(reader, start, end, price, gpus, processes, interval)
+    for proc in processes:
+        key = (proc["pid"], proc["start_time"])
+        proc["phases"] = _phases_json(balances.get(key))
+        status = statuses.get(key)
+        proc["stack_status"] = status["status"] if status else None
+        proc["stack_error"] = status["error"] if status else None
     return {
         "version": REPORT_VERSION,
         "host": host,
         "window": summary["window"],
-        "gpus": summary["gpus"],
-        "processes": summary["processes"],
+        "burn": window_cost["burn"],
+        "gpus": gpus,
+        "processes": processes,
+        "spend": window_cost["spend"],
+        "events": store_events.events(reader, start, end),
+        "recommendations": store_events.recommendations(reader, start),
     }
+
+
+def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
+    if not balance:
+        return {}
+    return {phase: {"seconds": round(part["seconds"], 1), "share": round(part["share"], 4),
+                    "gpu_idle_seconds": round(part["gpu_idle_seconds"], 1),
+                    "top_stacks": part["top_stacks"]}
+            for phase, part in balance.items()}
+
+
+def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str, Any] | None,
+                 gpus: list[dict[str, Any]], processes: list[dict[str, Any]],
+                 interval: float) -> dict[str, Any]:
+    """Burn and spend over the window from the recorded samples and the host's price.
+
+    Recomputed with the same cost model the daemon runs live (daemon.cost.burn), sample by
+    sample, so the report and the live view agree.
+    """
+    empty = {"burn": {"total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
+                      "price_source": None}, "spend": {}}
+    if not price:
+        return empty
+    host_price = HostPrice(**{k: price[k] for k in HostPrice.__dataclass_fields__ if k in price})
+    samples = reader.samples(start, end)
+    if not samples:
+        empty["burn"]["price_source"] = host_price.source
+        return empty
+    ledger = CostLedger(max_gap_s=max(60.0, 3 * interval))
+    totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
+    by_process: dict[tuple[int, float], list[float]] = {}
+    for sample in samples:
+        current = burn(sample, host_price)
+        ledger.add(current)
+        totals["total"] += current.total_per_hour
+        totals["wasted"] += current.wasted_per_hour
+        totals["idle"] += current.idle_per_hour
+        for key, proc in current.processes.items():
+            by_process.setdefault((key[0], round(key[1], 3)), []).append(proc.burn_per_hour)
+    n = len(samples)
+    for proc in processes:
+        rates = by_process.get((proc["pid"], round(proc["start_time"], 3)))
+        proc["burn_per_hour"] = sum(rates) / len(rates) if rates else None
+        proc["cost"] = ledger.by_process.get((proc["pid"], proc["start_time"]))
+        if proc["cost"] is None:
+            proc["cost"] = next((v for k, v in ledger.by_process.items()
+                                 if k[0] == proc["pid"] and round(k[1], 3) ==
+                                 round(proc["start_time"], 3)), None)
+    spend = ledger.as_dict()
+    spend.pop("by_process", None)
+    return {"burn": {"total_per_hour": totals["total"] / n, "wasted_per_hour": totals["wasted"] / n,
+                     "idle_per_hour": totals["idle"] / n, "price_source": host_price.source,
+                     "price_per_hour": host_price.per_hour, "price_per_gpu": host_price.per_gpu},
+            "spend": spend}
 
 
 def _bytes(value: float | int | None) -> str:
@@ -51,9 +126,9 @@ def _num(value: float | None, unit: str = "", digits: int = 0) -> str:
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return lines
 
 
@@ -85,6 +160,16 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
         out.append("")
         out.append("No samples in this window. Is mlcostd running? Try a longer --since.")
         return "\n".join(out) + "\n"
+    burn_now = report.get("burn") or {}
+    if burn_now.get("total_per_hour") is not None:
+        out.append(f"burn: ${burn_now['total_per_hour']:.2f}/h  (wasted "
+                   f"${burn_now['wasted_per_hour']:.2f}/h, no process "
+                   f"${burn_now['idle_per_hour']:.2f}/h); price ${burn_now['price_per_hour']:.4f}/h,"
+                   f" ${burn_now['price_per_gpu']:.4f}/h per GPU ({burn_now['price_source']})")
+    spend = report.get("spend") or {}
+    if spend.get("by_day"):
+        days = ", ".join(f"{day} ${value:.2f}" for day, value in spend["by_day"].items())
+        out.append(f"spend in the window: {days}")
     out.append("")
     out.append("GPUs")
     rows = []
@@ -108,11 +193,68 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
                      _pct(proc["cpu_percent"]), _bytes(proc["rss_bytes"]),
                      _bytes(proc["read_bytes"]), _num(proc["io_wait_seconds"], " s", 1),
-                     command])
+                     _money(proc.get("burn_per_hour")), command])
     if rows:
         out += ["  " + line for line in _table(
             ["PID", "user", "GPUs", "GPU mem", "SM", "CPU", "RSS", "read", "I/O wait",
-             "command"], rows)]
+             "$/h", "command"], rows)]
     else:
         out.append("  no process used a GPU in this window")
+    out += _render_phases(report["processes"])
+    out += _render_events(report.get("events") or [])
+    out += _render_recommendations(report.get("recommendations") or [])
     return "\n".join(line[:width] for line in out) + "\n"
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:.2f}"
+
+
+def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
+    out = ["", "Where the time goes (phase balance; stacks sampled while a GPU waits)"]
+    shown = False
+    for proc in processes:
+        phases = proc.get("phases") or {}
+        if not phases:
+            if proc.get("stack_status") not in (None, "ok"):
+                out.append(f"  {proc['pid']}: no stacks: {proc['stack_error']}")
+                shown = True
+            continue
+        shown = True
+        parts = ", ".join(f"{phase} {part['share']:.0%}" for phase, part in phases.items())
+        out.append(f"  {proc['pid']} {short_command(proc['command'])[:40]}: {parts}")
+        for phase, part in phases.items():
+            if phase == "compute" or not part["top_stacks"]:
+                continue
+            top = part["top_stacks"][0]
+            where = f"{top['file']}:{top['line']}" if top.get("file") else "?"
+            out.append(f"      {phase}: {where} {top.get('function') or ''} "
+                       f"({top['samples']} samples)")
+    if not shown:
+        out.append("  no process waited on anything in this window")
+    return out
+
+
+def _render_events(events: list[dict[str, Any]]) -> list[str]:
+    idle = [e for e in events if e["kind"] != "low_utilization"]
+    if not idle:
+        return []
+    out = ["", "Events"]
+    for event in idle:
+        state = "ongoing" if event["ended_at"] is None else "ended"
+        cost = _money(event.get("cost_so_far"))
+        out.append(f"  {event['kind']} {event['target']}: since "
+                   f"{time.strftime('%H:%M:%S', time.localtime(event['started_at']))} "
+                   f"({state}), {cost} so far")
+    return out
+
+
+def _render_recommendations(recommendations: list[dict[str, Any]]) -> list[str]:
+    out = ["", "Recommendations (savings are upper bounds)"]
+    if not recommendations:
+        return out + ["  none in this window"]
+    for rec in recommendations:
+        savings = rec.get("savings_per_month")
+        money = f"${savings:,.0f}/month" if savings else "no $ figure"
+        out.append(f"  [{money}] {rec['summary']}")
+    return out

@@ -165,6 +165,14 @@ class Analysis:
         peaks = [g.memory_peak_bytes for g in self.gpus if g.held]
         return max(peaks, default=0) / GIB
 
+    @property
+    def working_gpus(self) -> tuple[GpuWindow, ...]:
+        """GPUs held and doing work (not idle now, busy on average): what a smaller host must
+        carry. A GPU held but idle is the idle-GPU rule's business, not a reason to stay big."""
+        return tuple(g for g in self.gpus
+                     if g.held and g.utilization_mean >= IDLE_UTILIZATION_PCT
+                     and g.trailing_idle_s < self.limit("idle_held_min_s"))
+
 
 def _p95(values: Sequence[float]) -> float:
     if not values:
@@ -341,8 +349,9 @@ def build_analysis(
         iowait = sum(max(io_last[k] - io_first[k], 0.0) for k in io_last)
         read = sum(max(read_last[k] - read_first[k], 0) for k in read_last)
         pid_id = process_id(key)
-        cps = sorted(set(_checkpoint_bursts(writes)) | set(
-            (checkpoint_times or {}).get(pid_id, ())))
+        # Checkpoints seen in its stacks are exact; write bursts are the fallback without them.
+        observed = (checkpoint_times or {}).get(pid_id)
+        cps = sorted(observed) if observed else _checkpoint_bursts(writes)
         mine_final = sorted(gpu_set)
         processes.append(ProcessWindow(
             id=pid_id, pid=pid, start_time=key[1], user=last_proc.user,
@@ -551,6 +560,15 @@ def _comm_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
             "# Check NCCL uses NVLink/EFA: NCCL_DEBUG=INFO (look for 'via P2P/IPC' / 'NET/OFI').\n")
 
 
+def _duration(seconds: float) -> str:
+    """12 s, 7 min, 2.5 h: the unit that reads best."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _cadence(times: Sequence[float]) -> float | None:
     if len(times) < 2:
         return None
@@ -563,7 +581,10 @@ def _regular(times: Sequence[float]) -> bool:
     if cadence is None or cadence <= 0:
         return False
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    return all(abs(g - cadence) <= SPOT_CADENCE_TOLERANCE * cadence for g in gaps)
+    # A gap of about k cadences is a checkpoint that was not observed, not an irregular one.
+    return all(round(g / cadence) >= 1
+               and abs(g - round(g / cadence) * cadence) <= SPOT_CADENCE_TOLERANCE * cadence
+               for g in gaps)
 
 
 # -- the rule functions ----------------------------------------------------------------------
@@ -633,11 +654,14 @@ def check_host_idle(a: Analysis, rule: Rule) -> list[Recommendation]:
 
 def check_over_provisioned(a: Analysis, rule: Rule) -> list[Recommendation]:
     p = a.price
-    if (a.catalog is None or not p.provider or p.per_hour <= 0 or a.window_s < a.limit("shrink_min_window_s")
-            or a.gpus_used == 0):
+    working = a.working_gpus
+    if (a.catalog is None or not p.provider or p.per_hour <= 0
+            or a.window_s < a.limit("shrink_min_window_s") or not working):
         return []
-    peak = a.peak_gpu_memory_gib
-    offers = a.catalog.cheapest_fitting(peak, gpu_count=a.gpus_used, provider=p.provider,
+    used = len(working)
+    idle_held = [g.index for g in a.gpus if g.held and g not in working]
+    peak = max(g.memory_peak_bytes for g in working) / GIB
+    offers = a.catalog.cheapest_fitting(peak, gpu_count=used, provider=p.provider,
                                         region=p.region, headroom=SHRINK_HEADROOM, limit=50)
     current = (p.instance_type or "").lower().removeprefix("standard_")
     cheaper = [o for o in offers
@@ -657,17 +681,21 @@ def check_over_provisioned(a: Analysis, rule: Rule) -> list[Recommendation]:
               "job's speed on it" if different and this is not None else "")
     return [rule.make(
         "host",
-        f"{a.gpus_used} of {len(a.gpus)} GPUs used, peak {peak:.1f} GiB per GPU: "
+        f"{used} of {len(a.gpus)} GPUs working, peak {peak:.1f} GiB per GPU: "
         f"{pick.instance_type} ({pick.accelerator_count} x {pick.accelerator}, "
         f"{pick.accelerator_memory_gib:g} GiB) at {_money(new_price)}/h instead of "
         f"{p.instance_type} at {_money(p.per_hour)}/h{caveat}",
         monthly,
         f"({_money(p.per_hour)} - {_money(new_price)})/h x {HOURS_PER_MONTH:g} h/month = "
         f"{_money(monthly)}/month; fits {peak:.1f} GiB x {1 + SHRINK_HEADROOM:g} headroom on "
-        f"{a.gpus_used} GPU(s); confidence {confidence} ({a.window_s / 3600:.1f} h observed, "
+        f"{used} GPU(s)"
+        + (f" (GPUs {', '.join(map(str, idle_held))} are held but idle: release them first)"
+           if idle_held else "")
+        + f"; confidence {confidence} ({a.window_s / 3600:.1f} h observed, "
         f"rightsizing wants >= {RIGHTSIZE_CONFIDENT_S / 3600:g} h); {UPPER_BOUND}",
         {"window": {"start": a.start, "end": a.end, "seconds": a.window_s},
-         "gpus_used": a.gpus_used, "gpu_count": len(a.gpus), "accelerator": accel,
+         "gpus_used": used, "gpus_held_idle": idle_held, "gpu_count": len(a.gpus),
+         "accelerator": accel,
          "peak_gpu_memory_gib": peak, "headroom": SHRINK_HEADROOM, "confidence": confidence,
          "gpus": [{"index": g.index, "memory_peak_bytes": g.memory_peak_bytes,
                    "utilization_p95": g.utilization_p95, "held": g.held} for g in a.gpus],
@@ -742,14 +770,14 @@ def check_spot(a: Analysis, rule: Rule) -> list[Recommendation]:
                if spot.low is not None and spot.high is not None else "")
         found.append(rule.make(
             proc.id,
-            f"{proc.job} has run {proc.runtime_s / 3600:.1f} h on-demand and checkpoints every "
-            f"{cadence / 60:.0f} min: run it on spot at {_money(spot.per_hour)}/h{rng} instead "
+            f"{proc.job} has run {_duration(proc.runtime_s)} on-demand and checkpoints every "
+            f"{_duration(cadence)}: run it on spot at {_money(spot.per_hour)}/h{rng} instead "
             f"of {_money(p.per_hour)}/h",
             monthly,
             f"on-demand {_money(p.per_hour)}/h - spot {_money(spot.per_hour)}/h, x {share:.0%} "
             f"of the host x {HOURS_PER_MONTH:g} h = {_money(od_month - spot_month)}/month, minus "
             f"lost work {SPOT_INTERRUPTIONS_PER_DAY:g} interruption/day x (half the checkpoint "
-            f"interval {cadence / 120:.0f} min + {SPOT_RESTART_S / 60:.0f} min restart) = "
+            f"interval {_duration(cadence / 2)} + {SPOT_RESTART_S / 60:.0f} min restart) = "
             f"{lost_h:.1f} h x {_money(spot.per_hour * share)}/h = {_money(lost)}; "
             f"{UPPER_BOUND}; spot price: {spot.source} ({spot.describe()})",
             {**_process_evidence(a, proc), "checkpoint_times": list(cps),

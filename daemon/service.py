@@ -19,9 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from daemon import systemd
+from daemon import phases, store_events, systemd
+from daemon.analyzer import Analyzer
+from daemon.attribution import Attribution, checkpoint_times, phase_balances
 from daemon.config import Config, db_path
-from daemon.model import Sample
+from daemon.cost import host_price
+from daemon.idle import IdleThresholds
+from daemon.model import GpuSample, ProcessSample, Sample
 from daemon.nvml import NvmlSource
 from daemon.procs import ProcessSource, read_pressure
 from daemon.store import Store
@@ -78,8 +82,10 @@ class Daemon:
         self.max_ticks = max_ticks
         self.db = db_path(config)
         self.tick = self.first_tick = 0
+        self.started_at = time.time()
         self.ticks_late = 0
         self.last_sample: Sample | None = None
+        self.previous_sample: Sample | None = None
         self.host: dict[str, Any] = {}
         self.nvml = NvmlSource(config.nvml, config.daemon.interval)
         self.procs = ProcessSource(children=config.processes.children)
@@ -87,6 +93,11 @@ class Daemon:
         self._running_scenario: Any = None
         self._stop = asyncio.Event()
         self._lock = WriterLock(self.db)
+        self.api: Any = None  # daemon.api.ApiServer while running
+        self.analyzer: Analyzer | None = None
+        self.attribution: Attribution | None = None
+        self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
+        self.snoozed: dict[str, float] = {}  # recommendation id -> snoozed until (epoch s)
 
     # -- start and stop ----------------------------------------------------------------
 
@@ -117,6 +128,10 @@ class Daemon:
             raise DaemonError(str(exc)) from None
         self._running_scenario = scenario.start(loaded)
         sim_nvml.install(self._running_scenario.state_dir)
+        # The simulated GPU's kernel call blocks while the GPU works, as a CUDA kernel would:
+        # a stack inside it is compute, and its frames are not the user's code.
+        phases.register_runtime("*/daemon/sim/device.py", "*kernel", phases.COMPUTE,
+                                "running a kernel on the (simulated) GPU")
         self.host["simulated"] = loaded.name
         self.host["instance"] = {
             "provider": loaded.instance.provider,
@@ -142,6 +157,58 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    # -- the HTTP API (daemon/api.py) --------------------------------------------------------
+
+    def _make_api(self) -> Any:
+        from daemon.api import ApiServer
+        from daemon.config import socket_path
+
+        api = self.config.api
+        return ApiServer(self, socket_path(self.config), listen=api.listen or None,
+                         token_file=api.token_file or None)
+
+    async def _start_api(self) -> None:
+        from daemon.api import ApiError
+
+        try:
+            await self.api.start()
+        except ApiError as exc:
+            if self.config.api.socket or self.config.api.listen or "another mlcostd" not in str(
+                    exc):
+                raise DaemonError(str(exc)) from None
+            # The default socket belongs to another recorder: record anyway, without an API.
+            log.warning("%s; recording without an API", exc)
+            await self.api.stop()
+            self.api = None
+
+    def _recommendation(self, rec_id: str) -> dict[str, Any] | None:
+        for rec in self.now().get("recommendations") or []:
+            if rec.get("id") == rec_id:
+                return rec
+        return None
+
+    def apply_recommendation(self, rec_id: str, dry_run: bool = True) -> dict[str, Any] | None:
+        """What the recommendation's action does (dry run) or did; None if it is not active."""
+        from daemon import actions
+
+        rec = self._recommendation(rec_id)
+        if rec is None:
+            return None
+        instance_id = (self.host.get("instance") or {}).get("id")
+        return actions.apply(rec, dry_run, allow_actions=self.config.api.allow_actions,
+                             instance_id=instance_id).as_dict()
+
+    def snooze_recommendation(self, rec_id: str, hours: float) -> float | None:
+        """Hide a recommendation for `hours`; returns until when, or None if it is not active."""
+        if self._recommendation(rec_id) is None:
+            return None
+        until = time.time() + hours * 3600
+        book = getattr(getattr(self, "analyzer", None), "book", None)
+        if book is not None:
+            book.snooze(rec_id, until)
+        self.snoozed[rec_id] = until
+        return until
+
     async def run(self) -> int:
         """Record until SIGTERM/SIGINT (or max_ticks). Returns the process exit code."""
         loop = asyncio.get_running_loop()
@@ -149,6 +216,7 @@ class Daemon:
             loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
         self.tick = self.first_tick = self.store.last_tick  # numbering goes on across restarts
+        self.started_at = time.time()
         try:
             if self.simulate:
                 self._start_simulation()
@@ -156,11 +224,19 @@ class Daemon:
             self.host["interval_s"] = self.config.daemon.interval
             self.store.set_meta("host", self.host)
             self.nvml.start()
+            self.analyzer = await asyncio.to_thread(self._make_analyzer)
+            self.attribution = Attribution(self.config.attribution, self.store)
+            self.api = self._make_api()
+            await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
             systemd.notify("READY=1")
             await self._loop()
         finally:
             systemd.notify("STOPPING=1")
+            if self.api is not None:
+                await self.api.stop()
+            if self.attribution is not None:
+                await self.attribution.stop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             self.nvml.stop()
@@ -176,6 +252,7 @@ class Daemon:
     async def _loop(self) -> None:
         interval = self.config.daemon.interval
         discovery = asyncio.create_task(self._discover_forever(), name="process-discovery")
+        evaluation = asyncio.create_task(self._evaluate_forever(), name="recommendations")
         watchdog = systemd.watchdog_interval()
         last_watchdog = 0.0
         next_tick = math.ceil(time.time() / interval) * interval
@@ -202,11 +279,146 @@ class Daemon:
                     log.debug("tick %d ran late; skipped %d", self.tick, missed)
                 self._maintain_until(next_tick)
         finally:
-            discovery.cancel()
+            for task in (discovery, evaluation):
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+
+    # -- the live state, for the API and the TUI ---------------------------------------------
+
+    def now(self) -> dict[str, Any]:
+        """The latest state as a JSON-ready document (the API's /v1/now; see the README)."""
+        sample, previous = self.last_sample, self.previous_sample
+        host = dict(self.host, nvml_status=self.nvml.status,
+                    driver_version=self.nvml.driver_version)
+        if sample is None:
+            return {"version": 1, "host": host, "ts": None, "tick": self.tick, "gpus": [],
+                    "processes": []}
+        before = {p.key: p for p in previous.processes} if previous else {}
+        costs = self.analyzer.process_costs() if self.analyzer is not None else {}
+        gap = sample.ts - previous.ts if previous else 0.0
+        return {
+            "version": 1,
+            "host": host,
+            "ts": sample.ts,
+            "tick": sample.tick,
+            "gpus": [gpu_view(gpu) for gpu in sample.gpus],
+            "processes": [self._with_cost_and_phases(
+                process_view(proc, before.get(proc.key), gap), costs)
+                for proc in sample.processes],
+            "store": self.store.health.as_dict() if self.store else None,
+            **self._cost_and_phases(),
+        }
+
+    def _with_cost_and_phases(self, view: dict[str, Any],
+                              costs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        key = view["key"]
+        cost = costs.get(key)
+        view["burn_per_hour"] = cost["burn_per_hour"] if cost else None
+        view["cost"] = cost["cost"] if cost else None
+        view["job"] = cost["job"] if cost else None
+        balance = self.phases_now.get(key)
+        view["phases"] = {phase: part["share"] for phase, part in balance.items()} if balance else {}
+        view["phase"] = max(view["phases"], key=view["phases"].get) if view["phases"] else None
+        status = self.attribution.status_by_key.get(key) if self.attribution else None
+        view["stack_status"] = status["status"] if status else None
+        return view
+
+    def _cost_and_phases(self) -> dict[str, Any]:
+        """The analyzer's burn, events and recommendations; phases and stack status."""
+        extra: dict[str, Any] = {}
+        snapshot = self.analyzer.snapshot() if self.analyzer is not None else None
+        if snapshot is not None:
+            extra["price"] = snapshot["burn"]["price"]
+            extra["burn"] = {k: v for k, v in snapshot["burn"].items() if k != "price"}
+            extra["cost"] = snapshot["cost"]
+            extra["events"] = snapshot["events"]
+            extra["recommendations"] = [
+                r for r in snapshot["recommendations"]
+                if self.snoozed.get(r["id"], 0) <= time.time()]
+        if self.attribution is not None:
+            extra["events"] = extra.get("events", []) + self.attribution.active_windows()
+        return extra
+
+    def _make_analyzer(self) -> Analyzer:
+        """Price the host (config, simulated scenario, or detection) and build the analyzer."""
+        from pricing import Catalog, detect
+
+        wanted = self.config.instance
+        override: dict[str, Any] = {
+            k: v for k, v in (("provider", wanted.provider), ("type", wanted.type),
+                              ("region", wanted.region), ("lifecycle", wanted.lifecycle)) if v}
+        if self.simulate and not override:
+            override = {k: v for k, v in self.host["instance"].items() if k != "source"}
+        instance = detect(override or None)
+        catalog = Catalog.load()
+        gpus = len(self.nvml.latest()[1]) or None
+        price = host_price(instance, catalog, wanted.price_per_hour, wanted.lifecycle,
+                           gpu_count_seen=gpus)
+        self.host["price"] = price.as_dict()
+        self.host.setdefault("instance", {
+            "provider": instance.provider, "type": instance.instance_type,
+            "region": instance.region, "lifecycle": instance.lifecycle,
+            "source": instance.source})
+        self.store.set_meta("host", self.host)
+        log.info("price: $%.4f/h for the host (%s)", price.per_hour, price.source)
+        idle = self.config.idle
+        thresholds = IdleThresholds(
+            idle_utilization_pct=idle.utilization,
+            resume_utilization_pct=max(idle.utilization * 2, idle.utilization + 5),
+            gpu_held_after_s=idle.gpu_held_after, gpu_unheld_after_s=idle.gpu_unheld_after,
+            host_after_s=idle.host_after)
+        cost = self.config.cost
+        limits = {"idle_held_min_s": idle.gpu_held_after, "host_idle_min_s": idle.host_after,
+                  "shrink_min_window_s": cost.shrink_min_window,
+                  "spot_min_runtime_s": cost.spot_min_runtime}
+        return Analyzer(price, catalog, thresholds, jobs=cost.jobs, budgets=cost.budgets,
+                        storage_paths=cost.storage_paths, limits=limits)
+
+    async def _evaluate_forever(self) -> None:
+        """Every [cost].evaluate_every: phase balances from the store, then the rules."""
+
+        every = self.config.cost.evaluate_every
+        await asyncio.sleep(min(every, 15.0))
+        while True:
             try:
-                await discovery
-            except asyncio.CancelledError:
-                pass
+                until = time.time()
+                since = until - min(1800.0, max(60.0, until - self.started_at))
+                balances, checkpoints = await asyncio.to_thread(
+                    self._read_attribution, since, until)
+                self.phases_now = {f"{pid}:{start:.3f}": balance
+                                   for (pid, start), balance in balances.items()}
+                if self.analyzer is not None:
+                    await asyncio.to_thread(self.analyzer.poll_slow)
+                    found = self.analyzer.evaluate(balances, checkpoints)
+                    for event in self.analyzer.idle.active():  # their cost so far grows
+                        store_events.write_event(self.store, event.as_dict())
+                    store_events.write_recommendations(
+                        self.store, [r.as_dict() for r in found], until)
+            except Exception:  # the rules must never take the recorder down
+                log.exception("evaluating recommendations failed; trying again later")
+            await asyncio.sleep(every)
+
+    def _read_attribution(self, since: float,
+                          until: float) -> tuple[dict[Any, Any], dict[str, list[float]]]:
+        """Phase balances and observed checkpoint times over [since, until], from the store."""
+        reader = Store.reader(str(self.db), timeout_s=5.0)
+        try:
+            return (phase_balances(reader, since, until, self.config.daemon.interval),
+                    checkpoint_times(reader, since, until))
+        finally:
+            reader.close()
+
+    def phases_for(self, key: str, since_s: float) -> dict[str, Any] | None:
+        """Phase balance of one process ("pid:start_time") over the last since_s seconds."""
+        until = time.time()
+        balances, _ = self._read_attribution(until - since_s, until)
+        for (pid, start), balance in balances.items():
+            if f"{pid}:{start:.3f}" == key:
+                return balance
+        return None
 
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""
@@ -221,7 +433,12 @@ class Daemon:
         self.tick = sample.tick
         assert self.store is not None
         self.store.write(sample)
-        self.last_sample = sample
+        self.previous_sample, self.last_sample = self.last_sample, sample
+        if self.analyzer is not None:
+            for event in self.analyzer.update(sample):
+                store_events.write_event(self.store, event.as_dict())
+        if self.attribution is not None:
+            self.attribution.on_tick(sample)
         if self.on_tick is not None:
             self.on_tick(sample)
 
@@ -240,3 +457,40 @@ class Daemon:
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
             await asyncio.sleep(DISCOVERY_INTERVAL_S)
+
+
+def gpu_view(gpu: GpuSample) -> dict[str, Any]:
+    return {
+        "index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "status": gpu.status,
+        "error": gpu.error, "utilization": gpu.utilization, "sm_activity": gpu.sm_activity,
+        "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
+        "power_watts": gpu.power_watts, "temperature_c": gpu.temperature_c,
+        "sm_clock_mhz": gpu.sm_clock_mhz, "memory_clock_mhz": gpu.memory_clock_mhz,
+    }
+
+
+def process_view(proc: ProcessSample, before: ProcessSample | None,
+                 seconds: float) -> dict[str, Any]:
+    """One process with its rates since the tick before (CPU %, bytes/s, I/O wait %)."""
+    cpu_percent = read_rate = write_rate = io_wait_percent = None
+    if before is not None and seconds > 0:
+        cpu_percent = 100.0 * (proc.cpu_seconds - before.cpu_seconds) / seconds
+        if proc.read_bytes is not None and before.read_bytes is not None:
+            read_rate = (proc.read_bytes - before.read_bytes) / seconds
+        if proc.write_bytes is not None and before.write_bytes is not None:
+            write_rate = (proc.write_bytes - before.write_bytes) / seconds
+        if proc.iowait_seconds is not None and before.iowait_seconds is not None:
+            io_wait_percent = 100.0 * (proc.iowait_seconds - before.iowait_seconds) / seconds
+    return {
+        "key": f"{proc.pid}:{proc.start_time:.3f}",
+        "pid": proc.pid, "start_time": proc.start_time, "ppid": proc.ppid, "user": proc.user,
+        "command": proc.command,
+        "gpus": [{"index": u.gpu_index, "memory_bytes": u.memory_bytes, "sm_share": u.sm_share}
+                 for u in proc.gpus],
+        "gpu_memory_bytes": sum(u.memory_bytes or 0 for u in proc.gpus) if proc.gpus else None,
+        "sm_share": sum(u.sm_share for u in proc.gpus) if proc.gpus else None,
+        "cpu_percent": cpu_percent, "rss_bytes": proc.rss_bytes,
+        "read_bytes_per_s": read_rate, "write_bytes_per_s": write_rate,
+        "io_wait_percent": io_wait_percent, "state": proc.state,
+        "threads": proc.threads, "threads_in_d": proc.threads_in_d,
+    }

@@ -1,0 +1,169 @@
+"""The recorder's cost at 8 GPUs x 64 GPU processes on the simulated NVML. Prints figures.
+
+1. CPU per tick: runs mlcostd's Daemon against a simulated host with 64 real workload
+   processes (8 per GPU) and measures
+   - the tick itself (collect + write + analyzer + windows), CPU of the daemon's main thread;
+   - the whole daemon process per tick (adds the NVML reader threads, process discovery,
+     store maintenance). The simulated NVML's own cost is part of that figure; a real driver
+     costs differently.
+2. Bytes on disk per GPU-sample and per process-sample (dbstat), from 3600 ticks written.
+3. Time to read 24 h of downsampled history for one GPU, from a store holding 24 h of ticks.
+
+Targets: <= 5 ms CPU per tick, <= 64 bytes per GPU-sample, <= 50 ms for the 24 h read.
+usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from daemon import config as config_module
+from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.service import Daemon
+from daemon.store import Store
+
+WORKLOAD = (
+    "import time\nfrom daemon.sim.device import Device\n"
+    "dev = Device(gpu_index={gpu})\ndev.alloc(2 << 30)\n"
+    "while True:\n    dev.kernel(0.05, sm=0.6)\n    time.sleep(0.05)\n"
+)
+
+
+def scenario_text(gpus: int, processes: int) -> str:
+    text = ('name = "bench"\n[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\n'
+            f'region = "us-east-1"\n[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = {gpus}\n')
+    for i in range(processes):
+        argv = [sys.executable, "-c", WORKLOAD.format(gpu=i % gpus)]
+        text += (f'[[workloads]]\nname = "w{i}"\ngpus = [{i % gpus}]\n'
+                 f"command = {json.dumps(argv)}\n")
+    return text
+
+
+def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> None:
+    scenario = work / "bench.toml"
+    scenario.write_text(scenario_text(gpus, processes))
+    config = config_module.from_dict({
+        "daemon": {"interval": 1.0, "db": str(work / "tick.db")},
+        "attribution": {"stacks": False},  # bench/stack_overhead.py measures stacks
+        "api": {"socket": str(work / "api.sock")},
+    }, where="bench")
+    daemon = Daemon(config, simulate=str(scenario), max_ticks=ticks)
+    tick_cpu: list[float] = []
+    counts: list[tuple[int, int]] = []
+    original = daemon._tick
+
+    def measured_tick() -> None:
+        start = time.thread_time()
+        original()
+        tick_cpu.append(time.thread_time() - start)
+        sample = daemon.last_sample
+        counts.append((len(sample.gpus), sum(1 for p in sample.processes if p.gpus)))
+
+    daemon._tick = measured_tick  # type: ignore[method-assign]
+    print(f"starting {processes} workload processes on {gpus} simulated GPUs ...", flush=True)
+    cpu0, wall0 = time.process_time(), time.time()
+    asyncio.run(daemon.run())
+    cpu, wall = time.process_time() - cpu0, time.time() - wall0
+    # Steady state: skip the first 10 ticks (processes still being discovered).
+    steady = [c for c, (g, p) in zip(tick_cpu, counts, strict=True) if p == processes][5:]
+    if not steady:
+        print(f"  only saw {max(p for _, p in counts)} of {processes} GPU processes; "
+              f"figures below are for what was seen")
+        steady = tick_cpu[10:]
+    ms = sorted(c * 1000 for c in steady)
+    print(f"ticks recorded: {len(tick_cpu)}, at full size (8 GPUs, {processes} processes): "
+          f"{len(steady)}")
+    print(f"tick CPU (collect + write + analyzer), main thread: median {statistics.median(ms):.2f}"
+          f" ms, p90 {ms[int(0.9 * (len(ms) - 1))]:.2f} ms, max {ms[-1]:.2f} ms  (target <= 5)")
+    print(f"whole daemon process CPU per tick (incl. NVML reader threads on the simulated NVML, "
+          f"discovery, maintenance, start-up): {cpu / max(1, len(tick_cpu)) * 1000:.2f} ms "
+          f"over {wall:.0f} s")
+
+
+def synthetic_sample(tick: int, ts: float, gpus: int, processes: int,
+                     rng: random.Random) -> Sample:
+    gpu_samples = tuple(GpuSample(
+        index=i, uuid=f"GPU-{i}", name="NVIDIA A100-SXM4-40GB",
+        utilization=float(rng.randint(0, 100)), memory_used_bytes=rng.randint(0, 40 << 30),
+        memory_total_bytes=40 << 30, power_watts=rng.uniform(50, 400),
+        temperature_c=rng.randint(30, 80), sm_clock_mhz=1410, memory_clock_mhz=1215)
+        for i in range(gpus))
+    procs = tuple(ProcessSample(
+        pid=10_000 + p, start_time=1_700_000_000.0 + p, ppid=1, user="alice",
+        command=f"python train.py --rank {p}",
+        gpus=(GpuUse(p % gpus, 2 << 30, float(rng.randint(0, 100))),),
+        cpu_seconds=tick * 0.5 + p, rss_bytes=(1 << 30) + p, read_bytes=tick * 4096,
+        write_bytes=tick * 512, iowait_seconds=tick * 0.01, state="S", threads=12)
+        for p in range(processes))
+    return Sample(ts=ts, tick=tick, gpus=gpu_samples, processes=procs)
+
+
+def bytes_per_row(gpus: int, processes: int, work: Path) -> None:
+    rng = random.Random(1)
+    path = work / "bytes.db"
+    store = Store(str(path))
+    start = time.time() - 4000
+    for tick in range(1, 3601):
+        store.write(synthetic_sample(tick, start + tick, gpus, processes, rng))
+    store.close()
+    reader = Store.reader(str(path))
+    sizes = reader.table_bytes()
+    reader.close()
+    gpu_rows, proc_rows = 3600 * gpus, 3600 * processes
+    print(f"bytes on disk per GPU-sample: {sizes['gpu_samples'] / gpu_rows:.1f} (target <= 64)")
+    per_proc = (sizes["proc_samples"] + sizes["proc_gpu_samples"]) / proc_rows
+    print(f"bytes on disk per process-sample (host counters + per-GPU use): {per_proc:.1f} "
+          f"({sizes['proc_samples'] / proc_rows:.1f} + {sizes['proc_gpu_samples'] / proc_rows:.1f})")
+
+
+def history_read(gpus: int, work: Path) -> None:
+    rng = random.Random(2)
+    path = work / "history.db"
+    store = Store(str(path), raw_retention_s=6 * 3600)
+    end = time.time()
+    step = 10.0
+    ticks = int(86400 / step)
+    for tick in range(1, ticks + 1):
+        store.write(synthetic_sample(tick, end - 86400 + tick * step, gpus, 8, rng))
+        if tick % 360 == 0:
+            while store.maintain(budget_s=1.0):
+                pass
+    while store.maintain(budget_s=1.0):
+        pass
+    store.close()
+    reader = Store.reader(str(path))
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        points = reader.gpu_history(0, "utilization", end - 86400, end, max_points=300)
+        times.append((time.perf_counter() - t0) * 1000)
+    reader.close()
+    print(f"24 h history of one GPU ({len(points)} points from {ticks} ticks at {step:g} s, "
+          f"minute rollups): median {statistics.median(times):.1f} ms, "
+          f"max {max(times):.1f} ms (target <= 50)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ticks", type=int, default=60)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--processes", type=int, default=64)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mlcost-bench-") as tmp:
+        work = Path(tmp)
+        tick_cost(args.ticks, args.gpus, args.processes, work)
+        bytes_per_row(args.gpus, args.processes, work)
+        history_read(args.gpus, work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
