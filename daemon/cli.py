@@ -94,6 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
         prices = sub.add_parser("prices", help="GPU instance prices: the catalog, what fits, "
                                                "live AWS refresh")
         pricing_cli.add_arguments(prices)
+        observed = prices.add_argument_group(
+            "the GPU selection matrix of a workload this host has run")
+        observed.add_argument("--observed", action="store_true",
+                              help="list the instances that fit what the recorded GPU processes "
+                                   "needed (GPUs, peak memory), with the cost of one run")
+        observed.add_argument("--pid", type=int, help="with --observed: only this process")
+        observed.add_argument("--since", default="1h", metavar="DURATION",
+                              help="with --observed: the window to read (default 1h)")
+        observed.add_argument("--run-hours", type=float, metavar="H",
+                              help="with --observed: hours of one run (default: the observed "
+                                   "runtime so far)")
+        observed.add_argument("--config", metavar="FILE", help="TOML config file")
+        observed.add_argument("--db", metavar="FILE", help="SQLite database to read")
     return parser
 
 
@@ -224,6 +237,39 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prices_observed(args: argparse.Namespace) -> int:
+    from daemon import selection
+    from daemon.store import Store
+    from pricing import Catalog
+
+    config = _load_config(args)
+    db = config_module.db_path(config)
+    if not Path(db).exists():
+        print(f"mlcostd prices: no database at {db}; pass --db or start `mlcostd run`",
+              file=sys.stderr)
+        return 1
+    try:
+        since = config_module.parse_duration(args.since)
+    except ValueError as exc:
+        print(f"mlcostd prices: --since {exc}", file=sys.stderr)
+        return 2
+    reader = Store.reader(str(db))
+    try:
+        need = selection.observed_need(reader, since, pid=args.pid, run_hours=args.run_hours)
+    except ValueError as exc:
+        print(f"mlcostd prices: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reader.close()
+    rows = selection.selection_matrix(need, Catalog.load(), provider=args.provider,
+                                      region=args.region, limit=args.limit)
+    if args.json:
+        print(json.dumps(selection.as_json(need, rows), indent=2))
+    else:
+        sys.stdout.write(selection.render(need, rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -238,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             return cmd_report(args)
         if args.command == "prices":
+            if args.observed:
+                return cmd_prices_observed(args)
             from pricing import cli as pricing_cli
 
             return pricing_cli.run(args)

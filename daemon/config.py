@@ -179,6 +179,10 @@ class CostConfig:
         "[cost.budgets.job.NAME], webhook = URL", "table"))
     storage_paths: list = field(default_factory=list, metadata=_meta(
         "checkpoint/data folders whose size is priced", "list"))
+    unit_costs: list = field(default_factory=list, metadata=_meta(
+        "[[cost.unit_costs]] target = job name or PID:START, url = Prometheus /metrics URL, "
+        "metric = counter name, unit = tokens|requests, per = 1000000 (labels optional)",
+        "tables"))
     storage_price_per_gb_month: float = field(default=0.08, metadata=_meta(
         "USD per GB-month for storage_paths", "number", 0, 100))
     evaluate_every: float = field(default=30.0, metadata=_meta(
@@ -223,6 +227,10 @@ def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
         elif kind == "table":
             if not isinstance(value, dict):
                 raise ValueError("must be a table")
+            result = value
+        elif kind == "tables":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise ValueError("must be a list of tables ([[...]] in TOML)")
             result = value
         elif kind == "list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -279,6 +287,11 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
             parse_budgets(config.cost.budgets)
         except ValueError as exc:
             raise ConfigError(f"{where}: [cost.budgets]: {exc}") from None
+    for number, meter in enumerate(config.cost.unit_costs, start=1):
+        try:
+            unit_cost_meter(meter)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: [[cost.unit_costs]] #{number}: {exc}") from None
     for name, pattern in config.cost.jobs.items():
         try:
             re.compile(pattern)
@@ -294,6 +307,29 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
             f"{where}: [nvml].retry_max = {config.nvml.retry_max:g} is below "
             f"[nvml].retry_initial = {config.nvml.retry_initial:g}; it must be at least as long")
     return config
+
+
+_UNIT_COST_KEYS = {"target": str, "url": str, "metric": str, "unit": str, "per": (int, float),
+                   "labels": dict}
+
+
+def unit_cost_meter(table: dict[str, Any]) -> Any:
+    """A [[cost.unit_costs]] table as a daemon.cost.UnitCostMeter; ValueError names the key."""
+    from daemon.cost import UnitCostMeter
+
+    for key, value in table.items():
+        if key not in _UNIT_COST_KEYS:
+            raise ValueError(f"unknown key {key!r}; allowed: {', '.join(_UNIT_COST_KEYS)}")
+        if not isinstance(value, _UNIT_COST_KEYS[key]) or isinstance(value, bool):
+            raise ValueError(f"{key} = {value!r} has the wrong type")
+    for key in ("target", "url", "metric"):
+        if not table.get(key):
+            raise ValueError(f"{key} is required")
+    if not str(table["url"]).startswith(("http://", "https://")):
+        raise ValueError(f"url = {table['url']!r}: must be an http(s) URL of a /metrics page")
+    if table.get("per", 1) <= 0:
+        raise ValueError(f"per = {table['per']!r}: must be > 0")
+    return UnitCostMeter(**table)
 
 
 def load(path: str | os.PathLike[str] | None) -> Config:
@@ -358,7 +394,7 @@ def describe_defaults() -> str:
                 shown = f'"{format_duration(default)}"'
             elif kind == "size":
                 shown = f'"{default >> 20}MiB"'
-            elif f.metadata["kind"] in ("table", "list"):
+            elif f.metadata["kind"] in ("table", "list", "tables"):
                 shown = "{}" if f.metadata["kind"] == "table" else "[]"
             elif isinstance(default, bool):
                 shown = "true" if default else "false"

@@ -22,7 +22,7 @@ from typing import Any
 from daemon import phases, store_events, systemd
 from daemon.analyzer import Analyzer
 from daemon.attribution import Attribution, checkpoint_times, phase_balances
-from daemon.config import Config, db_path
+from daemon.config import Config, db_path, unit_cost_meter
 from daemon.cost import host_price
 from daemon.idle import IdleThresholds
 from daemon.model import GpuSample, ProcessSample, Sample
@@ -374,8 +374,11 @@ class Daemon:
         limits = {"idle_held_min_s": idle.gpu_held_after, "host_idle_min_s": idle.host_after,
                   "shrink_min_window_s": cost.shrink_min_window,
                   "spot_min_runtime_s": cost.spot_min_runtime}
+        meters = [unit_cost_meter(table) for table in cost.unit_costs]
         return Analyzer(price, catalog, thresholds, jobs=cost.jobs, budgets=cost.budgets,
-                        storage_paths=cost.storage_paths, limits=limits)
+                        storage_paths={path: cost.storage_price_per_gb_month
+                                       for path in cost.storage_paths},
+                        unit_costs=meters, limits=limits)
 
     async def _evaluate_forever(self) -> None:
         """Every [cost].evaluate_every: phase balances from the store, then the rules."""

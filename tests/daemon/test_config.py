@@ -1,5 +1,7 @@
 """Config: defaults for everything, and errors that name the key, the value and what fits."""
 
+import re
+
 import pytest
 
 from daemon import config
@@ -75,3 +77,35 @@ def test_cli_reports_config_errors_with_exit_2(tmp_path, capsys):
     assert main(["report", "--config", str(path), "--db", str(tmp_path / "x.db")]) == 2
     err = capsys.readouterr().err
     assert "[store].raw_retention = 'forever'" in err
+
+
+def test_cost_sections(tmp_path):
+    loaded = config.load(write(tmp_path, """
+[idle]
+gpu_held_after = "5m"
+[cost]
+jobs = { llm = "train_llm", resnet = "resnet" }
+storage_paths = ["/mnt/checkpoints"]
+[cost.budgets.host]
+daily = 500
+[[cost.unit_costs]]
+target = "serve"
+url = "http://127.0.0.1:8000/metrics"
+metric = "vllm:generation_tokens_total"
+"""))
+    assert loaded.idle.gpu_held_after == 300
+    assert loaded.cost.jobs["llm"] == "train_llm"
+    assert loaded.cost.budgets == {"host": {"daily": 500}}
+    assert config.unit_cost_meter(loaded.cost.unit_costs[0]).per == 1_000_000
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[cost]\njobs = { llm = \"train[\" }\n", "[cost.jobs].llm"),
+    ("[cost.budgets.host]\nweekly = 5\n", "unknown period"),
+    ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"ftp://h\"\nmetric = \"m\"\n", "http(s) URL"),
+    ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"http://h\"\n", "metric is required"),
+    ("[attribution]\nlow_sm_share = 50\nhigh_sm_share = 40\n", "high_sm_share"),
+])
+def test_bad_cost_and_attribution_settings(tmp_path, text, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        config.load(write(tmp_path, text))
