@@ -109,3 +109,13 @@ metric = "vllm:generation_tokens_total"
 def test_bad_cost_and_attribution_settings(tmp_path, text, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)):
         config.load(write(tmp_path, text))
+
+
+def test_the_readme_config_example_is_valid():
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    example = readme.split("```toml", 1)[1].split("```", 1)[0]
+    loaded = config.from_dict(config.tomllib.loads(example), where="README.md")
+    assert loaded.cost.budgets["host"]["daily"] == 800
+    assert loaded.store.max_size == 1024 << 20
