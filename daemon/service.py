@@ -338,8 +338,8 @@ class Daemon:
             extra["recommendations"] = [
                 r for r in snapshot["recommendations"]
                 if self.snoozed.get(r["id"], 0) <= time.time()]
-        if self.attribution is not None:
-            extra["events"] = extra.get("events", []) + self.attribution.active_windows()
+        if self.attribution is not None:  # low-utilization windows open now (not idle alerts)
+            extra["windows"] = self.attribution.active_windows()
         return extra
 
     def _make_analyzer(self) -> Analyzer:

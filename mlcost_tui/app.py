@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -24,9 +25,9 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 
-from daemon.client import Client, ClientError, DaemonUnavailable, default_target, read_token_file
 from daemon.wire import Now, Process, Recommendation, parse_process_key
 from mlcost_tui import format as fmt
+from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
@@ -37,6 +38,10 @@ from mlcost_tui.screens.action import ActionScreen
 from mlcost_tui.screens.details import DetailsScreen
 from mlcost_tui.screens.help import HelpScreen
 from mlcost_tui.screens.history import WINDOWS, HistoryScreen
+
+if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, after the first frame
+    from daemon.client import Client
+    from daemon.replay import Replay
 
 POLL_INTERVAL_S = 1.0
 RETRY_MAX_S = 10.0
@@ -61,6 +66,7 @@ class MlcostTop(App):
     FleetPanel:focus-within { border: round $accent; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
+    .hidden { display: none; }
     """
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
@@ -77,6 +83,13 @@ class MlcostTop(App):
         Binding("k", "kill", "Stop idle", id="app.kill"),
         Binding("h", "history", "History", id="app.history"),
         Binding("tab", "focus_next", "Next panel", id="app.next_panel", show=False),
+        Binding("escape", "back_to_fleet", "Fleet", id="app.back_to_fleet"),
+        Binding("left_square_bracket", "replay_step(-1)", "◀ tick", id="replay.back"),
+        Binding("right_square_bracket", "replay_step(1)", "tick ▶", id="replay.forward"),
+        Binding("left_curly_bracket,shift+left_square_bracket", "replay_minute(-1)",
+                "◀ minute", id="replay.back_minute"),
+        Binding("right_curly_bracket,shift+right_square_bracket", "replay_minute(1)",
+                "minute ▶", id="replay.forward_minute"),
     ]
     # (action, title, help) for the command palette: the same actions as the keys.
     PALETTE = (
@@ -93,13 +106,31 @@ class MlcostTop(App):
         ("snooze_recommendation", "Snooze recommendation", f"hide it for {SNOOZE_HOURS:g} h (x)"),
         ("kill", "Stop idle process", "SIGTERM via mlcostd, after confirmation (k)"),
         ("history", "History", "utilization and wasted $/h over 1 h and 24 h (h)"),
+        ("back_to_fleet", "Back to the fleet", "leave this host's view (escape)"),
+        ("replay_step(-1)", "Replay: back one tick", "([)"),
+        ("replay_step(1)", "Replay: forward one tick", "(])"),
+        ("replay_minute(-1)", "Replay: back one minute", "({)"),
+        ("replay_minute(1)", "Replay: forward one minute", "(})"),
     )
+    # What needs a daemon to answer (not in replay), and what needs one host's view.
+    NEEDS_DAEMON = ("apply_recommendation", "snooze_recommendation", "kill", "history")
+    NEEDS_HOST = ("filter", "sort", "invert", "tree", "details", "apply_recommendation",
+                  "snooze_recommendation", "kill", "history")
 
     def __init__(self, clients: Sequence[Client], *, readonly: bool = False,
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
-                 starting: str | None = None) -> None:
+                 starting: str | None = None, replay: Replay | None = None) -> None:
         super().__init__()
         self.clients = list(clients)
+        self.replay = replay
+        self.replay_times: list[float] = replay.times() if replay is not None else []
+        self.replay_index = 0
+        self.playing = False
+        self.last_replay_now: Now | None = None  # shown again if a later tick cannot be read
+        self._play_timer: Timer | None = None
+        # Whose full view is shown: 0 with one daemon (or a replay), the chosen row's host in a
+        # fleet after enter, None while the fleet table is shown.
+        self.viewing: int | None = None if len(self.clients) > 1 else 0
         self.readonly = readonly
         self.interval_s = interval_s
         self.polling = poll
@@ -118,14 +149,21 @@ class MlcostTop(App):
 
     # -- layout ------------------------------------------------------------------------------
 
+    @property
+    def client(self) -> Client | None:
+        """The daemon of the host whose view is shown (None in replay or on the fleet table)."""
+        if self.viewing is None or self.viewing >= len(self.clients):
+            return None
+        return self.clients[self.viewing]
+
     def compose(self) -> ComposeResult:
         yield HeaderPanel(id="header")
         if self.fleet:
             yield FleetPanel(id="fleet")
-        else:
-            yield GpuPanel(id="gpus")
-            yield ProcessPanel(id="processes")
-            yield RecommendationTable(id="recommendations")
+        hidden = "hidden" if self.viewing is None else ""
+        yield GpuPanel(id="gpus", classes=hidden)
+        yield ProcessPanel(id="processes", classes=hidden)
+        yield RecommendationTable(id="recommendations", classes=hidden)
         yield FilterInput(placeholder="filter processes: text in the command, user or PID "
                                       "(enter keeps it, escape clears)", id="filter")
         yield Footer()
@@ -137,12 +175,17 @@ class MlcostTop(App):
             header.update(self.starting)
         table = self.query_one("#fleet" if self.fleet else "#processes", DataTable)
         table.focus()
-        if self.polling:
+        if self.replay is not None:
+            header.update(f"mlcost-top: opening the replay of {self.replay.path}…")
+            self.replay_goto(0)
+        elif self.polling:
             self.poll()
 
     # -- polling -----------------------------------------------------------------------------
 
     async def _fetch(self, index: int, client: Client) -> HostSnapshot:
+        from daemon.client import ClientError
+
         started = time.monotonic()
         try:
             now = await client.now()
@@ -178,9 +221,9 @@ class MlcostTop(App):
         self.hosts = message.hosts
         if self.hosts and any(h.error is None for h in self.hosts):
             self.starting = None
-        if not self.fleet and self.hosts and self.hosts[0].now is not None \
-                and self.hosts[0].error is None:
-            self.query_one(GpuPanel).remember(self.hosts[0].now)
+        shown = self.shown_host
+        if shown is not None and shown.now is not None and shown.error is None:
+            self.query_one(GpuPanel).remember(shown.now)
         if self.paused or isinstance(self.screen, ModalScreen | DetailsScreen | HistoryScreen):
             return  # keep polling, skip the render
         self.render_hosts()
@@ -193,15 +236,15 @@ class MlcostTop(App):
             retry = max(self.next_poll_at - time.monotonic(), 0.0)
         with self.batch_update():
             header = self.query_one(HeaderPanel)
-            if self.fleet:
+            if self.viewing is None:
                 header.show(_fleet_header(self.hosts), self.paused, retry)
                 self.query_one(FleetPanel).show(self.hosts)
             else:
-                snap = self.hosts[0] if self.hosts else None
+                snap = self.shown_host
                 if self.starting and (snap is None or snap.now is None):
                     header.update(self.starting)
                 else:
-                    header.show(snap, self.paused, retry)
+                    header.show(snap, self.paused, retry, self.replay_status())
                 if snap is not None and snap.now is not None:
                     self.query_one(GpuPanel).show(snap.now)
                     self.query_one(ProcessPanel).show(snap.now)
@@ -209,20 +252,28 @@ class MlcostTop(App):
         self.render_seconds = time.perf_counter() - started
 
     @property
+    def shown_host(self) -> HostSnapshot | None:
+        """The snapshot of the host whose full view is shown (None on the fleet table)."""
+        if self.viewing is None or self.viewing >= len(self.hosts):
+            return None
+        return self.hosts[self.viewing]
+
+    @property
     def now(self) -> Now | None:
-        return self.hosts[0].now if self.hosts and not self.fleet else None
+        shown = self.shown_host
+        return shown.now if shown is not None else None
 
     # -- what is selected --------------------------------------------------------------------
 
     def selected_process(self) -> Process | None:
-        if self.fleet:
+        if self.viewing is None:
             return None
         table = self.query_one(ProcessPanel)
         key = table.selected_key
         return table.processes.get(key) if key else None
 
     def selected_recommendation(self) -> Recommendation | None:
-        if self.fleet:
+        if self.viewing is None:
             return None
         table = self.query_one(RecommendationTable)
         key = table.selected_key
@@ -238,7 +289,7 @@ class MlcostTop(App):
             if screen.recommendation is not None:
                 return screen.recommendation
             return screen.related[0] if screen.related else None
-        if not self.fleet and self.query_one(ProcessPanel).has_focus:
+        if self.viewing is not None and self.query_one(ProcessPanel).has_focus:
             process = self.selected_process()
             related = self.recommendations_for(process) if process else ()
             if related:
@@ -248,9 +299,13 @@ class MlcostTop(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "kill" and self.readonly:
             return None  # shown greyed out: --readonly
-        if self.fleet and action in ("filter", "sort", "invert", "tree", "details",
-                                     "apply_recommendation", "snooze_recommendation", "kill",
-                                     "history"):
+        if action in ("replay_step", "replay_minute"):
+            return True if self.replay is not None else False
+        if action == "back_to_fleet":
+            return True if self.fleet and self.viewing is not None else False
+        if self.replay is not None and action in self.NEEDS_DAEMON:
+            return None  # shown greyed out: a replay has no daemon to act through
+        if self.viewing is None and action in self.NEEDS_HOST:
             return None
         return True
 
@@ -316,16 +371,124 @@ class MlcostTop(App):
         self._rerender_processes()
 
     def action_pause(self) -> None:
+        if self.replay is not None:
+            self.toggle_play()
+            return
         self.paused = not self.paused
         if self.paused:
-            snap = self.hosts[0] if self.hosts else None
             self.query_one(HeaderPanel).show(
-                _fleet_header(self.hosts) if self.fleet else snap, True)
+                _fleet_header(self.hosts) if self.viewing is None else self.shown_host, True)
         else:
             self.render_hosts()
 
+    # -- the fleet: one host's full view -------------------------------------------------------
+
+    def open_host(self, index: int) -> None:
+        """Show host `index` of the fleet with every panel, through its own daemon."""
+        if not self.fleet or not 0 <= index < len(self.clients):
+            return
+        if self.viewing != index:
+            panels: tuple[KeyedTable, ...] = (self.query_one(GpuPanel),
+                                              self.query_one(ProcessPanel),
+                                              self.query_one(RecommendationTable))
+            for panel in panels:
+                panel.clear_rows()
+            self.query_one(GpuPanel).recent.clear()
+        self.viewing = index
+        self.query_one(FleetPanel).add_class("hidden")
+        for panel in ("#gpus", "#processes", "#recommendations"):
+            self.query_one(panel).remove_class("hidden")
+        self.query_one(ProcessPanel).focus()
+        self.refresh_bindings()
+        if self.hosts:
+            self.render_hosts()
+
+    def action_back_to_fleet(self) -> None:
+        if not self.fleet or self.viewing is None:
+            return
+        self.viewing = None
+        self.close_filter(clear=True)
+        for panel in ("#gpus", "#processes", "#recommendations"):
+            self.query_one(panel).add_class("hidden")
+        fleet = self.query_one(FleetPanel)
+        fleet.remove_class("hidden")
+        fleet.focus()
+        self.refresh_bindings()
+        if self.hosts:
+            self.render_hosts()
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def replay_status(self) -> str | None:
+        """The header's replay line (None when live)."""
+        if self.replay is None or not self.replay_times:
+            return None
+        from daemon.replay import clock
+
+        at = self.replay_times[self.replay_index]
+        state = "▶ playing" if self.playing else "⏸ paused"
+        return (f"⏵ replay {self.replay.path.name}  {clock(at)}  tick {self.replay_index + 1}/"
+                f"{len(self.replay_times)}  {state}  ([ ] tick, {{ }} minute, space play)")
+
+    def replay_goto(self, index: int) -> None:
+        if not self.replay_times:
+            return
+        self.replay_index = min(max(index, 0), len(self.replay_times) - 1)
+        self.load_replay(self.replay_times[self.replay_index])
+
+    def action_replay_step(self, step: int) -> None:
+        self.replay_goto(self.replay_index + step)
+
+    def action_replay_minute(self, step: int) -> None:
+        if not self.replay_times:
+            return
+        import bisect
+
+        target = self.replay_times[self.replay_index] + 60.0 * step
+        index = bisect.bisect_left(self.replay_times, target) if step > 0 else \
+            bisect.bisect_right(self.replay_times, target) - 1
+        self.replay_goto(index)
+
+    def toggle_play(self) -> None:
+        self.playing = not self.playing
+        if self._play_timer is not None:
+            self._play_timer.stop()
+            self._play_timer = None
+        if self.playing and self.replay is not None:
+            if self.replay_index >= len(self.replay_times) - 1:
+                self.replay_index = -1  # at the end: play from the start
+            period = min(max(self.replay.interval_s, 0.1), 1.0)
+            self._play_timer = self.set_interval(period, self._play_step, name="replay play")
+            self._play_step()
+        elif self.hosts:
+            self.render_hosts()
+
+    def _play_step(self) -> None:
+        if self.replay_index >= len(self.replay_times) - 1:
+            self.toggle_play()  # the end of the recording
+            return
+        self.replay_goto(self.replay_index + 1)
+
+    @work(thread=True, exclusive=True, group="replay", exit_on_error=False,
+          description="read one recorded tick from the replay store")
+    def load_replay(self, ts: float) -> None:
+        assert self.replay is not None
+        started = time.monotonic()
+        target = f"replay:{self.replay.path.name}"
+        try:
+            now = Now.from_dict(self.replay.state_at(ts))
+        except Exception as exc:  # a damaged store must not take the UI down
+            self.post_message(SnapshotArrived((HostSnapshot(
+                target, self.last_replay_now, f"cannot read {self.replay.path} at "
+                f"{ts:.3f}: {exc}", time.monotonic() - started, fmt.clock(), 1),)))
+            return
+        self.last_replay_now = now
+        self.post_message(SnapshotArrived((HostSnapshot(
+            target, now, None, time.monotonic() - started, fmt.clock()),)))
+
+
     def action_details(self) -> None:
-        if self.fleet:
+        if self.viewing is None:
             return
         focused = self.focused
         if isinstance(focused, RecommendationTable):
@@ -341,6 +504,13 @@ class MlcostTop(App):
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
+        if isinstance(event.data_table, FleetPanel):
+            event.stop()
+            names = [c.name for c in self.clients]
+            key = event.row_key.value
+            if key in names:
+                self.open_host(names.index(key))
+            return
         if isinstance(event.data_table, ProcessPanel | RecommendationTable):
             event.stop()
             self.action_details()
@@ -377,7 +547,7 @@ class MlcostTop(App):
         self.run_snooze(rec)
 
     def action_history(self) -> None:
-        if self.fleet:
+        if self.viewing is None or self.client is None:
             return
         gpus = tuple(g.index for g in self.now.gpus) if self.now else ()
         self.push_screen(HistoryScreen(gpus))
@@ -387,8 +557,11 @@ class MlcostTop(App):
     @work(exclusive=True, group="action", exit_on_error=False,
           description="dry-run or apply a recommendation through mlcostd")
     async def start_action(self, rec: Recommendation, dry_run: bool) -> None:
+        from daemon.client import ClientError
+
         try:
-            result = await self.clients[0].apply(rec.id, dry_run)
+            assert self.client is not None
+            result = await self.client.apply(rec.id, dry_run)
         except ClientError as exc:
             self.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
             return
@@ -414,8 +587,11 @@ class MlcostTop(App):
     @work(exclusive=True, group="snooze", exit_on_error=False,
           description="snooze a recommendation through mlcostd")
     async def run_snooze(self, rec: Recommendation) -> None:
+        from daemon.client import ClientError
+
         try:
-            until = await self.clients[0].snooze(rec.id, SNOOZE_HOURS)
+            assert self.client is not None
+            until = await self.client.snooze(rec.id, SNOOZE_HOURS)
         except ClientError as exc:
             self.notify(f"snooze failed: {exc}", severity="error", timeout=8)
             return
@@ -431,10 +607,16 @@ class MlcostTop(App):
     @work(exclusive=True, group="phases", exit_on_error=False,
           description="load a process's phase balance from mlcostd")
     async def load_phases(self, screen: DetailsScreen) -> None:
+        from daemon.client import ClientError
+
         if screen.process is None:
             return
+        if self.client is None:
+            screen.set_phases(None, "phases: a replay shows each process's recent balance in "
+                                    "the process table (the phase balance column)")
+            return
         try:
-            phases = await self.clients[0].phases(screen.process.key)
+            phases = await self.client.phases(screen.process.key)
         except ClientError as exc:
             screen.set_phases(None, f"phases: {exc}")
             return
@@ -443,7 +625,12 @@ class MlcostTop(App):
     @work(exclusive=True, group="history", exit_on_error=False,
           description="load utilization and wasted $/h history from mlcostd")
     async def load_history(self, screen: HistoryScreen) -> None:
-        client = self.clients[0]
+        from daemon.client import ClientError
+
+        client = self.client
+        if client is None:
+            screen.done("history needs a daemon")
+            return
         error = None
         for since, label in WINDOWS:
             try:
@@ -476,6 +663,8 @@ class MlcostTop(App):
     async def on_unmount(self) -> None:
         for client in self.clients:
             await client.close()
+        if self.replay is not None:
+            self.replay.close()
 
 
 def _is_about(rec: Recommendation, process: Process) -> bool:
@@ -521,6 +710,8 @@ def _fleet_header(hosts: tuple[HostSnapshot, ...]) -> HostSnapshot | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from daemon.client import default_target
+
     parser = argparse.ArgumentParser(
         prog="mlcost-top",
         description="Live GPU cost monitor: burn per GPU and process, idle money, phases and "
@@ -545,16 +736,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interval", type=float, default=POLL_INTERVAL_S, metavar="SECONDS",
                         help="seconds between polls (default 1)")
     parser.add_argument("--replay", metavar="FILE",
-                        help="replay a snapshot file (not implemented yet)")
+                        help="replay a recorded mlcostd store (the daemon's database or a copy: "
+                             "sqlite3 mlcost.db \"VACUUM INTO 'copy.db'\"); [ ] step a tick, "
+                             "{ } a minute, space plays")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from daemon.client import Client, ClientError, default_target, read_token_file
+
     args = build_parser().parse_args(argv)
     if args.replay:
-        print("mlcost-top: --replay is not implemented yet; run `mlcost-top --demo` or connect "
-              "to a daemon", file=sys.stderr)
-        return 2
+        from daemon.replay import Replay, ReplayError
+
+        try:
+            replay = Replay(args.replay)
+        except ReplayError as exc:
+            print(f"mlcost-top: {exc}", file=sys.stderr)
+            return 2
+        MlcostTop([], poll=False, replay=replay).run()
+        return 0
     if args.interval < 0.1:
         print(f"mlcost-top: --interval {args.interval} is below 0.1 s", file=sys.stderr)
         return 2
@@ -609,7 +810,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["MlcostTop", "main", "DaemonUnavailable"]
+__all__ = ["MlcostTop", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DaemonUnavailable":  # kept importable from here without importing aiohttp early
+        from daemon.client import DaemonUnavailable
+
+        return DaemonUnavailable
+    raise AttributeError(name)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -34,7 +34,9 @@ class HeaderPanel(Static):
     """
 
     def show(self, snap: HostSnapshot | None, paused: bool = False,
-             retry_s: float | None = None) -> None:
+             retry_s: float | None = None, replay: str | None = None) -> None:
+        """The header for `snap`; `replay` (the replay's position and keys) replaces the
+        connection state when replaying a recorded store."""
         line1 = Text()
         line2 = Text()
         line3 = Text()
@@ -70,14 +72,17 @@ class HeaderPanel(Static):
                 line2.append(f" ({alerts[0].detail or alerts[0].target})"[:60], style=BAD)
             if now.nvml_status != "ok":
                 line2.append(f"  NVML: {now.nvml_status}", style=BAD)
-        line3.append_text(connection_text(snap, paused, retry_s))
+        if replay is not None:
+            line3.append(replay, style="bold " + WARN)
+        else:
+            line3.append_text(connection_text(snap, paused, retry_s))
         if snap is not None and snap.error is not None:
             if now is None:  # nothing to show yet: the error and its fix get the whole line
                 line2.append(snap.error[:300], style=BAD)
             else:
                 line3.append(f"  {snap.error}"[:200], style=BAD)
                 line3.append("  (showing the last data received)", style=MUTED)
-        elif now is not None:
+        elif now is not None and replay is None:
             line3.append(f"  tick {now.tick} at {fmt.clock_time(now.ts)}", style=MUTED)
             line3.append(f"  {len(now.gpus)} GPUs, {len(now.processes)} processes, "
                          f"{len(now.recommendations)} recommendations", style=MUTED)

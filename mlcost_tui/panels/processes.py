@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from rich.text import Text
@@ -99,21 +100,60 @@ class ProcessPanel(KeyedTable):
 
     def show(self, now: Now) -> None:
         self.processes = {p.key: p for p in now.processes}
-        self.sync([(p.key, self.cells(p, depth)) for p, depth in self.ordered(now.processes)])
+        cells_for, formatters = self.cells_for, CELL_FORMATTERS
+        self.sync([(p.key, cells_for(p.key, cell_inputs(p, depth), formatters))
+                   for p, depth in self.ordered(now.processes)])
         self.border_title = self.title()
 
     def cells(self, p: Process, depth: int) -> tuple[object, ...]:
-        pid = ("  " * (depth - 1) + "└ " if depth else "") + str(p.pid)
-        phase = p.phase or fmt.DASH
-        return (
-            pid, p.user[:12], ",".join(map(str, p.gpus)) or fmt.DASH,
-            fmt.size(p.gpu_memory_bytes),
-            Text(fmt.pct(p.sm_share), style=utilization_style(p.sm_share) if p.gpus else MUTED),
-            fmt.pct(p.cpu_percent),
-            Text(fmt.money(p.burn_per_hour), style=money_style(p.burn_per_hour)),
-            fmt.money(p.cost),
-            Text(phase, style=MUTED if phase == fmt.DASH else ""),
-            fmt.phase_bar(p.phases),
-            Text(fmt.pct(p.io_wait_percent), style=io_stall_style(p.io_wait_percent)),
-            fmt.short_command(p.command, 70),
-        )
+        return tuple(f(v) for f, v in zip(CELL_FORMATTERS, cell_inputs(p, depth), strict=True))
+
+
+def cell_inputs(p: Process, depth: int) -> tuple[Any, ...]:
+    """What each column's cell is made from (compared with last time's to skip unchanged cells)."""
+    return ((p.pid, depth), p.user, p.gpus, p.gpu_memory_bytes, (p.sm_share, bool(p.gpus)),
+            p.cpu_percent, p.burn_per_hour, p.cost, p.phase, p.phases, p.io_wait_percent,
+            p.command)
+
+
+# Cells are immutable once made, so one Text serves every row showing the same value.
+_CACHE = 4096
+
+
+@lru_cache(_CACHE)
+def _pid_cell(pid_depth: tuple[int, int]) -> str:
+    pid, depth = pid_depth
+    return ("  " * (depth - 1) + "└ " if depth else "") + str(pid)
+
+
+@lru_cache(_CACHE)
+def _sm_cell(share_held: tuple[float | None, bool]) -> Text:
+    share, held = share_held
+    return Text(fmt.pct(share), style=utilization_style(share) if held else MUTED)
+
+
+@lru_cache(_CACHE)
+def _burn_cell(value: float | None) -> Text:
+    return Text(fmt.money(value), style=money_style(value))
+
+
+@lru_cache(_CACHE)
+def _phase_cell(phase: str | None) -> Text:
+    return Text(phase or fmt.DASH, style=MUTED if not phase or phase == fmt.DASH else "")
+
+
+@lru_cache(_CACHE)
+def _io_cell(value: float | None) -> Text:
+    return Text(fmt.pct(value), style=io_stall_style(value))
+
+
+@lru_cache(_CACHE)
+def _command_cell(command: str) -> str:
+    return fmt.short_command(command, 70)
+
+
+CELL_FORMATTERS: tuple[Callable[[Any], object], ...] = (
+    _pid_cell, lambda user: user[:12], lambda gpus: ",".join(map(str, gpus)) or fmt.DASH,
+    lru_cache(_CACHE)(fmt.size), _sm_cell, lru_cache(_CACHE)(fmt.pct), _burn_cell,
+    lru_cache(_CACHE)(fmt.money), _phase_cell, fmt.phase_bar, _io_cell, _command_cell,
+)

@@ -245,6 +245,75 @@ async def test_fleet_table_one_row_per_daemon(live_daemon, tmp_path):
 
 
 def test_without_a_daemon_the_command_says_how_to_start_one(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("mlcost_tui.app.default_target", lambda: f"unix:{tmp_path}/none.sock")
+    monkeypatch.setattr("daemon.client.default_target", lambda: f"unix:{tmp_path}/none.sock")
     assert main([]) == 1
     assert "mlcost-top --demo" in capsys.readouterr().err
+
+
+class NamedStub(StubClient):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+
+@pytest.mark.asyncio
+async def test_enter_on_a_fleet_row_opens_that_host_and_escape_returns():
+    clients = [NamedStub("unix:/a.sock"), NamedStub("unix:/b.sock")]
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 48)) as pilot:
+        hosts = (snapshot(processes=3, target="unix:/a.sock"),
+                 snapshot(processes=6, target="unix:/b.sock"))
+        app.post_message(SnapshotArrived(hosts))
+        await pilot.pause()
+        fleet = app.query_one(FleetPanel)
+        processes = app.query_one(ProcessPanel)
+        assert fleet.row_count == 2 and not processes.display
+        assert app.check_action("details", ()) is None
+        await pilot.press("down", "enter")  # the second host
+        await pilot.pause()
+        assert app.viewing == 1 and app.client is clients[1]
+        assert not fleet.display and processes.display and processes.has_focus
+        assert processes.row_count == 6 and app.query_one(GpuPanel).row_count == 4
+        app.post_message(SnapshotArrived(hosts))  # polls go on: the host's view follows
+        await pilot.pause()
+        assert processes.row_count == 6
+        await pilot.press("x")  # snooze goes to that host's daemon
+        await app.workers.wait_for_complete()
+        assert clients[1].snoozed and not clients[0].snoozed
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.viewing is None and fleet.display and fleet.has_focus
+        assert not processes.display
+        await pilot.press("up", "enter")
+        await pilot.pause()
+        assert app.viewing == 0 and processes.row_count == 3
+
+
+@pytest.mark.asyncio
+async def test_keyed_table_keeps_rows_order_and_cursor_by_key():
+    from mlcost_tui.keyed_table import KeyedTable
+
+    class Table(KeyedTable):
+        COLUMNS = (("name", "name"), ("value", "value"))
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = Table()
+        await app.mount(table)
+        table.sync([(f"k{i}", (f"row {i}", str(i))) for i in range(20)])
+        table.move_cursor(row=5)
+        assert table.selected_key == "k5"
+        # reversed, k5 changed, ten rows gone (the bulk path), two new rows
+        rows = [(f"k{i}", (f"row {i}", "new" if i == 5 else str(i)))
+                for i in reversed(range(10))] + [("n1", ("new 1", "1")), ("n2", ("new 2", "2"))]
+        table.sync(rows)
+        await pilot.pause()
+        assert table.row_count == 12
+        assert [str(table.get_row_at(i)[0]) for i in range(12)] == [str(c[0]) for _, c in rows]
+        assert table.selected_key == "k5" and table.cursor_row == 4
+        assert str(table.get_cell("k5", "value")) == "new"
+        table.sync(rows[:2])  # a few rows gone (one at a time)
+        assert table.row_count == 2 and table.selected_key in ("k9", "k8")
+        # a command line with markup-like text is shown as it is
+        table.sync([("m", ("python -c 'x[bold]'", "1"))])
+        assert str(table.get_row_at(0)[0]) == "python -c 'x[bold]'"

@@ -1,0 +1,224 @@
+"""Replay a recorded store: the state a daemon would have shown at any past tick.
+
+`Replay(path).state_at(ts)` returns a document of the same shape as `Daemon.now()` (the API's
+/v1/now), rebuilt from the store alone through `StoreReader` (read-only; safe on a copy made with
+`sqlite3 src.db "VACUUM INTO 'copy.db'"` or beside a live writer):
+
+- host: the store's meta "host" (hostname, instance, price) as the daemon recorded it;
+- gpus and processes: the stored sample at ts and the one before it, through the same
+  `gpu_view`/`process_view` the daemon uses (CPU %, I/O wait % are rates between the two);
+- price and burn: `daemon.cost.burn` with the recorded host price; per-process cost so far and
+  today's spend from a `CostLedger` over the day's stored samples (at most LEDGER_SAMPLES of
+  them, evenly spread, so a long day is an estimate at a coarser step);
+- phases: `attribution.phase_balances` over the PHASE_WINDOW_S before ts;
+- events and recommendations: as the store had them at ts (an event that ended later is shown
+  open; a recommendation counts from its first sighting until RECOMMENDATION_GRACE_S after its
+  last one, since the rules run every ~30 s).
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from daemon import store_events
+from daemon.attribution import phase_balances
+from daemon.cost import CostLedger, HostPrice, burn, process_id
+from daemon.model import Sample
+from daemon.service import gpu_view, process_view
+from daemon.store_read import StoreReader
+
+MAX_TIMES = 3000  # times() returns at most this many tick timestamps, evenly spread
+PHASE_WINDOW_S = 300.0
+RECOMMENDATION_GRACE_S = 90.0
+LEDGER_SAMPLES = 240
+CACHE_STATES = 64
+
+
+class ReplayError(Exception):
+    """The file is not a store that can be replayed (missing, not SQLite, no ticks)."""
+
+
+class Replay:
+    """A recorded store, readable at any of its ticks. Never writes to the file."""
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ReplayError(f"no store at {self.path}: give the path of an mlcostd database "
+                              "(a copy: sqlite3 /var/lib/mlcost/mlcost.db \"VACUUM INTO 'x.db'\")")
+        self.reader = StoreReader(self.path, timeout_s=timeout_s)
+        try:
+            rows = self.reader.query("SELECT ts FROM ticks ORDER BY ts")
+            host = self.reader.meta("host")
+        except Exception as exc:  # sqlite3.DatabaseError and friends: not a store
+            self.reader.close()
+            raise ReplayError(f"{self.path} is not an mlcostd store ({exc}); give the path of "
+                              "the daemon's database or a copy of it") from None
+        self._all_ms = [r["ts"] for r in rows]
+        if not self._all_ms:
+            self.reader.close()
+            raise ReplayError(f"{self.path} has no recorded ticks yet: let mlcostd run a few "
+                              "seconds first")
+        self.host: dict[str, Any] = dict(host) if isinstance(host, dict) else {}
+        self.price = _host_price(self.host.get("price"))
+        recorded = self.host.get("interval_s")
+        gaps = [b - a for a, b in zip(self._all_ms[:200], self._all_ms[1:201], strict=False)]
+        self.interval_s = float(recorded) if isinstance(recorded, int | float) and recorded > 0 \
+            else statistics.median(gaps) / 1000 if gaps else 1.0
+        self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
+
+    # -- the timeline ------------------------------------------------------------------------
+
+    def times(self) -> list[float]:
+        """Tick timestamps (seconds), oldest first, at most MAX_TIMES (every k-th tick, plus
+        the last one so the end of the recording is always reachable)."""
+        step = max(1, -(-len(self._all_ms) // MAX_TIMES))
+        picked = self._all_ms[::step]
+        if picked[-1] != self._all_ms[-1]:
+            picked = picked[:-1] + [self._all_ms[-1]] if len(picked) >= MAX_TIMES else \
+                picked + [self._all_ms[-1]]
+        return [ms / 1000 for ms in picked]
+
+    @property
+    def start(self) -> float:
+        return self._all_ms[0] / 1000
+
+    @property
+    def end(self) -> float:
+        return self._all_ms[-1] / 1000
+
+    def tick_at(self, ts: float) -> float:
+        """The recorded tick at or before ts (the first tick for an earlier ts)."""
+        index = bisect.bisect_right(self._all_ms, round(ts * 1000)) - 1
+        return self._all_ms[max(index, 0)] / 1000
+
+    # -- the state ---------------------------------------------------------------------------
+
+    def state_at(self, ts: float) -> dict[str, Any]:
+        """The /v1/now document as of the recorded tick at or before ts."""
+        index = max(bisect.bisect_right(self._all_ms, round(ts * 1000)) - 1, 0)
+        at_ms = self._all_ms[index]
+        cached = self._states.get(at_ms)
+        if cached is not None:
+            self._states.move_to_end(at_ms)
+            return cached
+        before_ms = self._all_ms[index - 1] if index > 0 else at_ms
+        samples = self.reader.samples(before_ms / 1000, at_ms / 1000, max_samples=2)
+        sample = samples[-1]
+        previous = samples[-2] if len(samples) > 1 else None
+        state = self._document(sample, previous)
+        self._states[at_ms] = state
+        if len(self._states) > CACHE_STATES:
+            self._states.popitem(last=False)
+        return state
+
+    def _document(self, sample: Sample, previous: Sample | None) -> dict[str, Any]:
+        at = sample.ts
+        host = dict(self.host)
+        host.setdefault("nvml_status", sample.nvml_status)
+        host["replay"] = {"path": str(self.path), "start": self.start, "end": self.end}
+        before = {p.key: p for p in previous.processes} if previous else {}
+        gap = at - previous.ts if previous else 0.0
+        doc: dict[str, Any] = {
+            "version": 1, "host": host, "ts": at, "tick": sample.tick,
+            "gpus": [gpu_view(gpu) for gpu in sample.gpus],
+            "processes": [process_view(proc, before.get(proc.key), gap)
+                          for proc in sample.processes],
+            "store": None,
+        }
+        balances = phase_balances(self.reader, at - PHASE_WINDOW_S, at, self.interval_s)
+        phases_now = {f"{pid}:{start:.3f}": balance for (pid, start), balance in balances.items()}
+        statuses = {f"{pid}:{start:.3f}": status for (pid, start), status
+                    in store_events.stack_statuses(self.reader).items()}
+        costs: dict[str, float] = {}
+        if self.price is not None:
+            current = burn(sample, self.price)
+            ledger = self._ledger(at)
+            costs = {process_id(key): value for key, value in ledger.by_process.items()}
+            rates = {process_id(key): proc.burn_per_hour for key, proc in current.processes.items()}
+            doc["price"] = self.price.as_dict()
+            doc["burn"] = {
+                "total_per_hour": current.total_per_hour,
+                "wasted_per_hour": current.wasted_per_hour,
+                "idle_per_hour": current.idle_per_hour, "price_per_gpu": current.price_per_gpu,
+                "price_source": self.price.source, "price": self.price.as_dict(),
+                "gpus": [g.as_dict() for g in current.gpus]}
+            doc["cost"] = {"total": ledger.total, "by_day": dict(ledger.by_day)}
+        else:
+            rates = {}
+        for view in doc["processes"]:
+            key = view["key"]
+            view["burn_per_hour"] = rates.get(key) if self.price is not None else None
+            view["cost"] = costs.get(key) if self.price is not None else None
+            view["job"] = None
+            balance = phases_now.get(key)
+            view["phases"] = {phase: part["share"] for phase, part in balance.items()} \
+                if balance else {}
+            view["phase"] = max(view["phases"], key=view["phases"].get) \
+                if view["phases"] else None
+            status = statuses.get(key)
+            view["stack_status"] = status["status"] if status else None
+        doc["events"] = self._events(at)
+        doc["recommendations"] = self._recommendations(at)
+        return doc
+
+    def _ledger(self, at: float) -> CostLedger:
+        """Spend from the start of ts's UTC day (or of the recording) up to ts."""
+        day_start = at - (at % 86400)
+        since = max(day_start, self.start)
+        samples = self.reader.samples(since, at, max_samples=LEDGER_SAMPLES)
+        step = (at - since) / max(len(samples) - 1, 1)
+        ledger = CostLedger(max_gap_s=max(60.0, 3 * self.interval_s, 1.5 * step))
+        assert self.price is not None
+        for sample in samples:
+            ledger.add(burn(sample, self.price))
+        return ledger
+
+    def _events(self, at: float) -> list[dict[str, Any]]:
+        out = []
+        for event in store_events.events(self.reader, at - 86400, at):
+            if event["started_at"] > at:
+                continue
+            ended = event["ended_at"]
+            event["ended_at"] = ended if ended is not None and ended <= at else None
+            event["id"] = f"{event['kind']}:{event['target']}:{event['started_at']:.3f}"
+            detail = event.get("detail")  # as live: a text detail, else the target is shown
+            event["detail"] = detail if isinstance(detail, str) else ""
+            out.append(event)
+        return out
+
+    def _recommendations(self, at: float) -> list[dict[str, Any]]:
+        found = store_events.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
+        return [r for r in found if r["first_seen"] <= at]
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self) -> Replay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _host_price(price: object) -> HostPrice | None:
+    if not isinstance(price, dict) or not isinstance(price.get("per_hour"), int | float):
+        return None
+    fields = HostPrice.__dataclass_fields__
+    values = {k: price.get(k) for k in fields if k in price}
+    values.setdefault("gpu_count", 0)
+    values.setdefault("lifecycle", "")
+    values.setdefault("source", "recorded price")
+    for optional in ("instance_type", "provider", "region", "as_of"):
+        values.setdefault(optional, None)
+    return HostPrice(**values)
+
+
+def clock(ts: float) -> str:
+    """A replay time for the header: date and time, local."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))

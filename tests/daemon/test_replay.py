@@ -1,0 +1,170 @@
+"""Replay of a recorded store: a real mlcostd records the idle-host scenario for ~8 s, then a
+copy of its database (VACUUM INTO) is replayed: state_at values and the TUI's [ ] stepping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.replay import MAX_TIMES, Replay, ReplayError
+from daemon.wire import Now
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD_S = 8.0
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """A copy of what `mlcostd run --simulate idle-host --interval 0.5` recorded in ~8 s."""
+    folder = tmp_path_factory.mktemp("replay")
+    db = folder / "live.db"
+    log = open(folder / "log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon", "run", "--simulate", "idle-host", "--db", str(db),
+         "--socket", str(folder / "api" / "mlcostd.sock"), "--interval", "0.5"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    time.sleep(RECORD_S)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+    if not db.exists():
+        pytest.fail(f"mlcostd recorded nothing: {(folder / 'log').read_text()[-2000:]}")
+    copy = folder / "copy.db"
+    source = sqlite3.connect(db)
+    source.execute("VACUUM INTO ?", (str(copy),))
+    source.close()
+    return copy
+
+
+def test_times_are_the_recorded_ticks(store):
+    with Replay(store) as replay:
+        times = replay.times()
+        assert 5 <= len(times) <= MAX_TIMES
+        assert times == sorted(times)
+        assert times[0] == replay.start and times[-1] == replay.end
+        assert replay.interval_s == pytest.approx(0.5, abs=0.2)
+
+
+def test_state_at_has_the_shape_of_now(store):
+    with Replay(store) as replay:
+        times = replay.times()
+        state = replay.state_at(times[-1])
+        assert state["ts"] == pytest.approx(times[-1])
+        assert state["host"]["hostname"]
+        assert state["host"]["simulated"] == "idle-host"
+        assert len(state["gpus"]) == 1
+        gpu = state["gpus"][0]
+        assert gpu["utilization"] is not None and gpu["utilization"] < 5  # the idle host
+        assert gpu["uuid"].startswith("GPU-")
+        procs = [p for p in state["processes"] if p["gpus"]]
+        assert procs, state["processes"]
+        notebook = procs[0]
+        assert notebook["key"] == f"{notebook['pid']}:{notebook['start_time']:.3f}"
+        assert notebook["cpu_percent"] is not None  # a rate: the sample before was used
+        price = state["price"]["per_hour"]
+        assert price > 0
+        # one idle GPU holding the whole host: all of it is burnt and wasted
+        assert state["burn"]["total_per_hour"] == pytest.approx(price)
+        assert state["burn"]["wasted_per_hour"] == pytest.approx(price)
+        assert notebook["burn_per_hour"] == pytest.approx(price)
+        elapsed = times[-1] - times[0]
+        assert notebook["cost"] == pytest.approx(price * elapsed / 3600, rel=0.2)
+        assert isinstance(state["events"], list) and isinstance(state["recommendations"], list)
+        now = Now.from_dict(state)  # the TUI reads it like a live /v1/now
+        assert now.burn_per_hour == pytest.approx(price)
+        assert now.processes and now.gpus
+
+
+def test_state_at_is_as_of_that_tick(store):
+    with Replay(store) as replay:
+        times = replay.times()
+        first, middle = replay.state_at(times[0]), replay.state_at(times[len(times) // 2])
+        assert first["ts"] == pytest.approx(times[0])
+        assert middle["tick"] > first["tick"]
+        # before the recording starts: the first tick; between ticks: the one before
+        assert replay.state_at(times[0] - 100)["ts"] == pytest.approx(times[0])
+        between = (times[2] + times[3]) / 2
+        assert replay.state_at(between)["ts"] == pytest.approx(times[2])
+        # the process cost so far grows with time
+        def cost(state):
+            return max(p["cost"] or 0.0 for p in state["processes"])
+        assert cost(middle) < cost(replay.state_at(times[-1]))
+        for event in replay.state_at(times[len(times) // 2])["events"]:
+            assert event["started_at"] <= middle["ts"]
+
+
+def test_replay_never_writes(store):
+    before = store.stat().st_mtime_ns, store.read_bytes()
+    with Replay(store) as replay:
+        replay.state_at(replay.times()[-1])
+    assert (store.stat().st_mtime_ns, store.read_bytes()) == before
+
+
+def test_a_file_that_is_not_a_store_says_so(tmp_path):
+    with pytest.raises(ReplayError, match="no store at"):
+        Replay(tmp_path / "missing.db")
+    junk = tmp_path / "junk.db"
+    junk.write_text("not sqlite at all" * 100)
+    with pytest.raises(ReplayError, match="not an mlcostd store"):
+        Replay(junk)
+
+
+@pytest.mark.asyncio
+async def test_the_tui_steps_with_brackets(store):
+    from mlcost_tui.app import MlcostTop
+    from mlcost_tui.panels.gpus import GpuPanel
+    from mlcost_tui.panels.header import HeaderPanel
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    replay = Replay(store)
+    times = replay.times()
+    app = MlcostTop([], poll=False, replay=replay)
+    async with app.run_test(size=(160, 48)) as pilot:
+
+        async def settle():
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+        await settle()
+        assert app.replay_index == 0 and app.now is not None
+        assert app.now.ts == pytest.approx(times[0])
+        assert app.query_one(GpuPanel).row_count == 1
+        assert app.query_one(ProcessPanel).row_count >= 1
+        header = str(app.query_one(HeaderPanel).render())
+        assert "replay" in header and "tick 1/" in header
+        await pilot.press("right_square_bracket")
+        await settle()
+        assert app.replay_index == 1 and app.now.ts == pytest.approx(times[1])
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await settle()
+        assert app.now.ts == pytest.approx(times[3])
+        await pilot.press("left_square_bracket")
+        await settle()
+        assert app.now.ts == pytest.approx(times[2])
+        await pilot.press("right_curly_bracket")  # a minute on: past the end, so the last tick
+        await settle()
+        assert app.now.ts == pytest.approx(times[-1])
+        await pilot.press("left_curly_bracket")
+        await settle()
+        assert app.now.ts == pytest.approx(times[0])
+        await pilot.press("space")  # play
+        assert app.playing
+        deadline = time.monotonic() + 5
+        while app.replay_index < 2 and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert app.replay_index >= 2
+        await pilot.press("space")
+        assert not app.playing
+        assert "paused" in str(app.query_one(HeaderPanel).render())
+        assert app.check_action("kill", ()) is None  # no daemon to act through
