@@ -44,6 +44,8 @@ class _Known:
     user: str
     command: str
     last_io: int = -1  # read_bytes + write_bytes + iowait ticks at the last tick
+    stat_fd: int = -1  # /proc/PID/stat and /proc/PID/io kept open: re-read with pread(0)
+    io_fd: int = -1
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
 
 
@@ -53,6 +55,17 @@ def _read(path: str) -> bytes:
         return os.read(fd, 4096)
     finally:
         os.close(fd)
+
+
+def _reread(fd: int) -> bytes:
+    """A /proc file read again through its open descriptor (half the cost of open+read+close).
+    A descriptor of a process that has exited fails with ESRCH; it never shows another process
+    that reused the pid."""
+    return os.pread(fd, 4096, 0)
+
+
+def _after_name(data: bytes) -> list[bytes]:
+    return data[data.rindex(b")") + 2:].split()
 
 
 def _stat_fields(pid: int) -> list[bytes]:
@@ -75,26 +88,32 @@ class ProcessSource:
         self.delay_accounting = delay_accounting_enabled()
         self.io_readable = True  # False once /proc/PID/io is refused (not root)
 
-    def discover(self, gpu_pids: set[int]) -> None:
-        """Learn new GPU processes and their children. Slow (psutil): run it beside the tick."""
+    def discover(self, gpu_pids: set[int], scan_children: bool = True) -> None:
+        """Learn new GPU processes and their children. Slow (psutil): run it beside the tick.
+
+        Finding children means reading every process on the host once; with
+        `scan_children=False` only new GPU processes are looked for children (their workers
+        start within a few seconds of them), and known ones keep the children found before.
+        """
         children_of: dict[int, tuple[int, ...]] = {}
+        new = {pid for pid in gpu_pids if pid not in self._children_of}
+        scan = self.children and (scan_children or bool(new))
+        kids_by_parent = _children_by_parent() if scan else {}
         for pid in gpu_pids:
             self._learn(pid)
-            if self.children and pid in self._known:
-                try:
-                    kids = psutil.Process(pid).children(recursive=True)
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    kids = []
+            if self.children and not scan and pid in self._children_of:
+                children_of[pid] = tuple(k for k in self._children_of[pid] if self._learn(k))
+            elif self.children and pid in self._known:
                 found = []
-                for kid in kids:
-                    if self._learn(kid.pid):
-                        found.append(kid.pid)
+                for kid in _descendants(pid, kids_by_parent):
+                    if self._learn(kid):
+                        found.append(kid)
                 children_of[pid] = tuple(found)
         self._children_of = children_of
         watched = set(gpu_pids) | {kid for kids in children_of.values() for kid in kids}
         for pid in list(self._known):
             if pid not in watched:
-                del self._known[pid]
+                self._forget(pid)
 
     def _learn(self, pid: int) -> bool:
         """Read the once-per-process facts; False if the process is gone or unreadable."""
@@ -102,10 +121,12 @@ class ProcessSource:
         try:
             start_ticks = _start_ticks(pid)
         except (OSError, ValueError, IndexError):
-            self._known.pop(pid, None)
+            self._forget(pid)
             return False
         if known is not None and known.start_ticks == start_ticks:
             return True
+        if known is not None:
+            self._forget(pid)
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
@@ -121,10 +142,18 @@ class ProcessSource:
                     argv = []
                 command = redact_argv(argv) if argv else f"[{proc.name()}]"
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            self._known.pop(pid, None)
+            self._forget(pid)
             return False
         self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command)
         return True
+
+    def _forget(self, pid: int) -> None:
+        known = self._known.pop(pid, None)
+        if known is None:
+            return
+        for fd in (known.stat_fd, known.io_fd):
+            if fd >= 0:
+                os.close(fd)
 
     def read(self, gpu_uses: dict[int, tuple[GpuUse, ...]]) -> tuple[ProcessSample, ...]:
         """This tick's counters of every GPU process and its known children. Never raises."""
@@ -147,13 +176,15 @@ class ProcessSource:
 
     def _read_one(self, known: _Known, uses: tuple[GpuUse, ...]) -> ProcessSample | None:
         try:
-            fields = _stat_fields(known.pid)
-            if int(fields[19]) != known.start_ticks:
-                # The pid was reused: a different process. Forget it; discovery learns the new one.
-                self._known.pop(known.pid, None)
-                return None
+            if known.stat_fd < 0:
+                known.stat_fd = os.open(f"/proc/{known.pid}/stat", os.O_RDONLY)
+                if int(_after_name(_reread(known.stat_fd))[19]) != known.start_ticks:
+                    # The pid was reused: a different process. Discovery learns the new one.
+                    self._forget(known.pid)
+                    return None
+            fields = _after_name(_reread(known.stat_fd))
         except (OSError, ValueError, IndexError):
-            return None  # exited mid-read
+            return None  # exited, possibly mid-read
         state = fields[0].decode()
         cpu_seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         threads = int(fields[17])
@@ -162,7 +193,9 @@ class ProcessSource:
         read_bytes = write_bytes = None
         if self.io_readable:
             try:
-                io = _read(f"/proc/{known.pid}/io").split(b"\n")
+                if known.io_fd < 0:
+                    known.io_fd = os.open(f"/proc/{known.pid}/io", os.O_RDONLY)
+                io = _reread(known.io_fd).split(b"\n")
                 # rchar, wchar, syscr, syscw, read_bytes, write_bytes, cancelled_write_bytes
                 read_bytes = int(io[4].split()[1])
                 write_bytes = int(io[5].split()[1])
@@ -196,6 +229,26 @@ class ProcessSource:
             threads=threads,
             threads_in_d=threads_in_d,
         )
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, from one pass over /proc (psutil's children() makes one pass
+    per parent, which at 64 GPU processes costs more than everything else together)."""
+    kids: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info["ppid"]
+        if ppid:
+            kids.setdefault(ppid, []).append(proc.pid)
+    return kids
+
+
+def _descendants(pid: int, kids_by_parent: dict[int, list[int]]) -> list[int]:
+    found, todo = [], list(kids_by_parent.get(pid, ()))
+    while todo:
+        kid = todo.pop()
+        found.append(kid)
+        todo.extend(kids_by_parent.get(kid, ()))
+    return found
 
 
 def _task_stalls(pid: int) -> tuple[int, int]:

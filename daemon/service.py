@@ -32,7 +32,8 @@ from daemon.store import Store
 
 log = logging.getLogger(__name__)
 
-DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process or DataLoader worker is picked up
+DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
+CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 MAINTENANCE_BUDGET_S = 0.02
 
 
@@ -453,10 +454,13 @@ class Daemon:
             self.store.maintain(budget_s=budget)
 
     async def _discover_forever(self) -> None:
+        rounds = 0
         while True:
             _, _, uses = self.nvml.latest()
+            scan = rounds % CHILDREN_SCAN_EVERY == 0  # a full /proc pass: not every round
+            rounds += 1
             try:
-                await asyncio.to_thread(self.procs.discover, set(uses))
+                await asyncio.to_thread(self.procs.discover, set(uses), scan)
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
             await asyncio.sleep(DISCOVERY_INTERVAL_S)

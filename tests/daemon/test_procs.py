@@ -6,6 +6,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from daemon.model import GpuUse
 from daemon.procs import ProcessSource, read_pressure
@@ -107,22 +108,41 @@ def test_hundreds_of_short_lived_processes_exiting_mid_read():
     assert seen > 0  # some were read alive; the rest exited between discovery and read
 
 
-def test_reused_pid_is_told_apart_by_start_time():
-    proc = spawn("import time; time.sleep(30)")
-    try:
-        source = ProcessSource()
-        source.discover({proc.pid})
-        (first,) = source.read({proc.pid: USE})
-        # Pretend the process we learned was an earlier one with the same pid.
-        source._known[proc.pid].start_ticks -= 100
-        source._known[proc.pid].start_time -= 1.0
-        assert source.read({proc.pid: USE}) == ()  # not reported under the old identity
-        source.discover({proc.pid})
-        (again,) = source.read({proc.pid: USE})
-        assert again.key == first.key
-    finally:
+def _spawn_with_pid(pid, code, attempts=50):
+    """Start a process that gets exactly `pid` (root: /proc/sys/kernel/ns_last_pid)."""
+    for _ in range(attempts):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = spawn(code)
+        if proc.pid == pid:
+            return proc
         proc.kill()
         proc.wait()
+    pytest.fail(f"could not start a process with pid {pid} (others forked in between)")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reusing a pid on purpose needs root")
+def test_reused_pid_is_told_apart_by_start_time():
+    first = spawn("import time; time.sleep(30)")
+    source = ProcessSource()
+    source.discover({first.pid})
+    (before,) = source.read({first.pid: USE})
+    first.kill()
+    first.wait()
+    time.sleep(0.02)  # a different start time, in clock ticks
+    second = _spawn_with_pid(first.pid, "import time; time.sleep(30)")
+    try:
+        # The old identity is never reported for the new process...
+        assert source.read({second.pid: USE}) == ()
+        # ...and discovery learns the new one under its own start time.
+        source.discover({second.pid})
+        (after,) = source.read({second.pid: USE})
+        assert after.pid == before.pid
+        assert after.start_time > before.start_time
+        assert after.key != before.key
+    finally:
+        second.kill()
+        second.wait()
 
 
 def test_exited_process_disappears_without_error():
