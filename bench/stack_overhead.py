@@ -5,7 +5,7 @@
 Run as root (py-spy must be able to read the target). Prints figures; asserts nothing.
 
 1. Slowdown: a CPU-bound Python target counts loop iterations for --seconds, with no sampling
-   and with the default policy (StackSampler() defaults: one dump of a pid every 2 s), in
+   and with mlcostd's default policy ([attribution] defaults: one dump of a pid every 2 s), in
    alternating rounds; slowdown = 1 - sampled rate / unsampled rate (target: <= 1%).
 2. Latency: --dumps back-to-back dumps of that target (limits off): p50 / p99 wall time.
 3. Daemon CPU per hour of a stalled workload: the default policy dumps a stalled process every
@@ -46,11 +46,21 @@ wait_for_data(r)
 """
 
 
+def default_policy() -> StackSampler:
+    """The sampler exactly as mlcostd builds it from its default [attribution] settings."""
+    from daemon.config import AttributionConfig
+
+    config = AttributionConfig()
+    return StackSampler(min_interval_s=config.dump_interval,
+                        global_max_per_s=config.dumps_per_second,
+                        cpu_budget_ratio=config.cpu_budget)
+
+
 def run_target(seconds: float, sample: bool) -> float:
     proc = subprocess.Popen([sys.executable, "-c", CPU_TARGET, str(seconds)],
                             stdout=subprocess.PIPE, text=True)
     if sample:
-        sampler = StackSampler()  # the default policy
+        sampler = default_policy()  # mlcostd's default policy
 
         async def sample_until_exit() -> None:
             while proc.poll() is None:
@@ -121,7 +131,7 @@ def main() -> int:
     proc.kill()
     proc.wait()
     spy = stalled.cpu_seconds_total / max(1, stalled.dumps_total)
-    policy = StackSampler()
+    policy = default_policy()
     per_hour = 3600 / policy.min_interval_s
     cap = policy.cpu_budget_ratio * 3600
     total = per_hour * (spy + own)

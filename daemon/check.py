@@ -31,7 +31,8 @@ def check_nvml() -> Check:
         pynvml.nvmlInit()
     except pynvml.NVMLError as error:
         return Check("NVML", FAIL, nvml_error_text(error),
-                     "without NVML mlcostd records processes and host pressure but no GPUs")
+                     "fix the driver as said; until then mlcostd records processes and "
+                     "pressure but no GPUs (`mlcostd run --simulate demo` shows a whole host)")
     try:
         count = pynvml.nvmlDeviceGetCount()
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -147,9 +148,44 @@ def check_database(db: Path) -> Check:
                  "pass --db with a writable path, set [daemon].db, or run as root")
 
 
+def check_recorded_stacks(db: Path) -> Check | None:
+    """What the recorder's stack sampling met, per process, from the store (if there is one)."""
+    if not db.exists():
+        return None
+    from daemon import store_events
+    from daemon.store import Store
+
+    try:
+        reader = Store.reader(str(db), timeout_s=2.0)
+        try:
+            statuses = store_events.stack_statuses(reader)
+            commands = {(r["pid"], r["start_ms"] / 1000): r["command"] for r in reader.query(
+                "SELECT pid, start_ms, command FROM processes")}
+        finally:
+            reader.close()
+    except Exception as exc:  # an old or busy store: say so, don't fail the check
+        return Check("stack sampling", WARN, f"cannot read {db}: {exc}")
+    if not statuses:
+        return Check("stack sampling", OK, "no process has needed its stack sampled yet")
+    bad = {key: s for key, s in statuses.items() if s["status"] != "ok"}
+    ok = len(statuses) - len(bad)
+    if not bad:
+        return Check("stack sampling", OK, f"stacks read from all {ok} processes sampled")
+    lines = [f"pid {pid} ({(commands.get((pid, start)) or '?')[:50]}): {s['status']}"
+             f"{': ' + s['error'] if s['error'] else ''}"
+             for (pid, start), s in sorted(bad.items())[:5]]
+    fix = ("run mlcostd as root or with CAP_SYS_PTRACE" if any(
+        s["status"] == "permission_denied" for s in bad.values()) else
+        "see each status; processes that are not Python have no Python stack")
+    return Check("stack sampling", WARN, f"{ok} ok, {len(bad)} not: " + "; ".join(lines), fix)
+
+
 def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
     checks = [check_nvml(), check_py_spy(), check_delay_accounting(), check_psi(),
               check_process_io(), check_database(db)]
+    recorded = check_recorded_stacks(db)
+    if recorded is not None:
+        checks.append(recorded)
     return checks + (extra or [])
 
 
