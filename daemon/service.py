@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
+FIRST_EVALUATION_S = 4.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
 
 
@@ -385,7 +386,7 @@ class Daemon:
         """Every [cost].evaluate_every: phase balances from the store, then the rules."""
 
         every = self.config.cost.evaluate_every
-        await asyncio.sleep(min(every, 15.0))
+        await asyncio.sleep(min(every, FIRST_EVALUATION_S))
         while True:
             try:
                 until = time.time()

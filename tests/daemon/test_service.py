@@ -37,6 +37,15 @@ def mlcostd(*args, **kwargs):
                           **kwargs)
 
 
+def workloads_of(pid):
+    """The simulated workloads this daemon started (its children)."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    return {c.pid for c in children} & workload_pids()
+
+
 def workload_pids():
     return {p.pid for p in psutil.process_iter(["cmdline"])
             if any("daemon.sim.workloads" in part for part in (p.info["cmdline"] or []))}
@@ -162,7 +171,7 @@ def test_kill_9_at_random_points_loses_no_committed_tick(tmp_path):
             MLCOSTD + ["run", "--simulate", "idle-host", "--db", str(db), "--interval", "0.1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(lambda: db.exists(), timeout=10)
-        workloads = wait_until(lambda: workload_pids() or None, timeout=10)
+        workloads = wait_until(lambda pid=daemon.pid: workloads_of(pid) or None, timeout=10)
         time.sleep(rng.uniform(1.0, 2.5))
         reader = StoreReader(str(db))
         seen = reader.ticks()
