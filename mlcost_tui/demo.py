@@ -3,6 +3,7 @@ started when mlcost-top exits."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -33,7 +34,9 @@ class EmbeddedDaemon:
 
     def start(self) -> None:
         config = self.folder / "mlcostd.toml"
-        config.write_text(f"[api]\nallow_actions = {'true' if self.allow_actions else 'false'}\n")
+        # The simulated host's own settings (short idle and advice thresholds), plus the API's.
+        config.write_text(simulate_config_text() +
+                          f"\n[api]\nallow_actions = {'true' if self.allow_actions else 'false'}\n")
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "daemon", "run", "--simulate", self.scenario,
@@ -77,3 +80,11 @@ class EmbeddedDaemon:
                 process.wait(5)
             self.process = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def simulate_config_text() -> str:
+    """daemon/sim/simulate.toml: what `mlcostd run --simulate` uses without --config."""
+    spec = importlib.util.find_spec("daemon")
+    assert spec is not None and spec.submodule_search_locations
+    folder = Path(list(spec.submodule_search_locations)[0])
+    return (folder / "sim" / "simulate.toml").read_text()
