@@ -88,18 +88,36 @@ class Analyzer:
                  checkpoint_times: Mapping[str, Sequence[float]] | None = None
                  ) -> list[Recommendation]:
         """The rules over the window (run every ~30 s, not per tick)."""
-        if not self.window:
+        found = self.analyze(self.inputs(), phase_balances, checkpoint_times)
+        self.record(found)
+        return found
+
+    def inputs(self) -> tuple[list[tuple[Sample, Burn]], list[Event]]:
+        """A copy of what the rules read, taken where the ticks run (cheap), so `analyze` can
+        run in another thread while ticks go on."""
+        return list(self.window), list(self.budgets.events())
+
+    def analyze(self, inputs: tuple[list[tuple[Sample, Burn]], list[Event]],
+                phase_balances: Mapping[Any, Any] | None = None,
+                checkpoint_times: Mapping[str, Sequence[float]] | None = None
+                ) -> list[Recommendation]:
+        """The rules over a copied window; touches no shared state (safe in a thread)."""
+        window, budget_events = inputs
+        if not window:
             return []
-        samples = [s for s, _ in self.window]
-        burns = [b for _, b in self.window]
+        samples = [s for s, _ in window]
+        burns = [b for _, b in window]
         analysis = build_analysis(samples, phase_balances, self.price, self.catalog,
                                   burns=burns, jobs=self.ledger.labeler,
                                   checkpoint_times=checkpoint_times,
-                                  budget_events=self.budgets.events(),
-                                  limits=self.limits)
-        found = evaluate(analysis)
-        self.book.record(found, samples[-1].ts)
-        return found
+                                  budget_events=budget_events, limits=self.limits)
+        return evaluate(analysis)
+
+    def record(self, found: list[Recommendation]) -> None:
+        """Keep the recommendations of one evaluation in the book (history, snoozes)."""
+        if found or self.window:
+            ts = self.window[-1][0].ts if self.window else 0.0
+            self.book.record(found, ts)
 
     def poll_slow(self) -> None:
         """Blocking work: storage sizes and unit-cost counters. Run in a thread, rarely."""

@@ -397,7 +397,10 @@ class Daemon:
                                    for (pid, start), balance in balances.items()}
                 if self.analyzer is not None:
                     await asyncio.to_thread(self.analyzer.poll_slow)
-                    found = self.analyzer.evaluate(balances, checkpoints)
+                    # The rules take a while at many processes: in a thread, on a copy.
+                    found = await asyncio.to_thread(
+                        self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints)
+                    self.analyzer.record(found)
                     for event in self.analyzer.idle.active():  # their cost so far grows
                         store_events.write_event(self.store, event.as_dict())
                     store_events.write_recommendations(
