@@ -72,6 +72,20 @@ class HostPrice:
     as_of: str | None  # ISO date-time of the price; None when the catalog has no date
     live: bool = False
 
+    @classmethod
+    def from_dict(cls, recorded: object) -> HostPrice | None:
+        """The price as the daemon recorded it (`as_dict()` in the store's host facts), or None
+        when there is none."""
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("per_hour"), int | float):
+            return None
+        values = {k: recorded[k] for k in cls.__dataclass_fields__ if k in recorded}
+        values.setdefault("gpu_count", 0)
+        values.setdefault("lifecycle", "")
+        values.setdefault("source", "recorded price")
+        for optional in ("instance_type", "provider", "region", "as_of"):
+            values.setdefault(optional, None)
+        return cls(**values)
+
     @property
     def per_gpu(self) -> float:
         """Host price / GPU count (a GPU host is bought for its GPUs); 0 without GPUs."""

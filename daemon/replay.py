@@ -65,7 +65,7 @@ class Replay:
             raise ReplayError(f"{self.path} has no recorded ticks yet: let mlcostd run a few "
                               "seconds first")
         self.host: dict[str, Any] = dict(host) if isinstance(host, dict) else {}
-        self.price = _host_price(self.host.get("price"))
+        self.price = HostPrice.from_dict(self.host.get("price"))
         recorded = self.host.get("interval_s")
         gaps = [b - a for a, b in zip(self._all_ms[:200], self._all_ms[1:201], strict=False)]
         self.interval_s = float(recorded) if isinstance(recorded, int | float) and recorded > 0 \
@@ -204,19 +204,6 @@ class Replay:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _host_price(price: object) -> HostPrice | None:
-    if not isinstance(price, dict) or not isinstance(price.get("per_hour"), int | float):
-        return None
-    fields = HostPrice.__dataclass_fields__
-    values = {k: price.get(k) for k in fields if k in price}
-    values.setdefault("gpu_count", 0)
-    values.setdefault("lifecycle", "")
-    values.setdefault("source", "recorded price")
-    for optional in ("instance_type", "provider", "region", "as_of"):
-        values.setdefault(optional, None)
-    return HostPrice(**values)
 
 
 def clock(ts: float) -> str:

@@ -71,9 +71,9 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
     """
     empty = {"burn": {"total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
                       "price_source": None}, "spend": {}}
-    if not price:
+    host_price = HostPrice.from_dict(price)
+    if host_price is None:
         return empty
-    host_price = HostPrice(**{k: price[k] for k in HostPrice.__dataclass_fields__ if k in price})
     samples = reader.samples(start, end)
     if not samples:
         empty["burn"]["price_source"] = host_price.source

@@ -116,83 +116,11 @@ class StoreReader:
     def latest(self) -> Sample | None:
         """The newest committed tick, rebuilt as model objects."""
         with self._read() as conn:
-            tick = conn.execute(
-                "SELECT ts, tick, nvml_status, io_some, io_full, cpu_some, io_some_us,"
-                " io_full_us, cpu_some_us FROM ticks ORDER BY ts DESC LIMIT 1"
-            ).fetchone()
-            if tick is None:
-                return None
-            ts = tick[0]
-            gpus = tuple(
-                GpuSample(
-                    index=r[0],
-                    uuid=r[11] or "",
-                    name=r[12] or "",
-                    status=decode_status(r[1]),
-                    utilization=unscale_tenths(r[2]),
-                    sm_activity=unscale_tenths(r[3]),
-                    memory_used_bytes=r[4],
-                    memory_total_bytes=r[13],
-                    power_watts=unscale_millis(r[5]),
-                    temperature_c=r[6],
-                    sm_clock_mhz=r[7],
-                    memory_clock_mhz=r[8],
-                    error=r[9],
-                )
-                for r in conn.execute(
-                    "SELECT s.gpu, status, util, sm, mem, power_mw, temp, sm_clock, mem_clock,"
-                    " error, s.ts, g.uuid, g.name, g.memory_total_bytes FROM gpu_samples s"
-                    " LEFT JOIN gpus g ON g.gpu = s.gpu WHERE s.ts = ? ORDER BY s.gpu",
-                    (ts,),
-                )
-            )
-            uses: dict[int, list[GpuUse]] = {}
-            for proc, gpu, mem, sm in conn.execute(
-                "SELECT proc, gpu, mem, sm FROM proc_gpu_samples WHERE ts = ? ORDER BY proc, gpu",
-                (ts,),
-            ):
-                uses.setdefault(proc, []).append(GpuUse(gpu, mem, sm / 10))
-            processes = tuple(
-                ProcessSample(
-                    pid=r[1],
-                    start_time=r[2] / 1000,
-                    ppid=r[3],
-                    user=r[4],
-                    command=r[5],
-                    gpus=tuple(uses.get(r[0], ())),
-                    cpu_seconds=r[6] / 1000,
-                    rss_bytes=r[7],
-                    read_bytes=r[8],
-                    write_bytes=r[9],
-                    iowait_seconds=unscale_millis(r[10]),
-                    state=r[11],
-                    threads=r[12],
-                    threads_in_d=r[13],
-                )
-                for r in conn.execute(
-                    "SELECT p.id, p.pid, p.start_ms, p.ppid, p.user, p.command, s.cpu_ms, s.rss,"
-                    " s.read_b, s.write_b, s.iowait_ms, s.state, s.threads, s.threads_d"
-                    " FROM proc_samples s JOIN processes p ON p.id = s.proc WHERE s.ts = ?"
-                    " ORDER BY p.pid, p.start_ms",
-                    (ts,),
-                )
-            )
-            host = HostPressure(
-                io_some_avg10=unscale(tick[3], 0.01),
-                io_full_avg10=unscale(tick[4], 0.01),
-                cpu_some_avg10=unscale(tick[5], 0.01),
-                io_some_total_us=tick[6],
-                io_full_total_us=tick[7],
-                cpu_some_total_us=tick[8],
-            )
-            return Sample(
-                ts=ts / 1000,
-                tick=tick[1],
-                gpus=gpus,
-                processes=processes,
-                host=host,
-                nvml_status=decode_status(tick[2]),
-            )
+            newest = conn.execute("SELECT max(ts) FROM ticks").fetchone()[0]
+        if newest is None:
+            return None
+        found = self.samples(newest / 1000, newest / 1000)
+        return found[-1] if found else None
 
     def samples(self, since: float, until: float, max_samples: int = 600) -> list[Sample]:
         """Ticks in [since, until] rebuilt as Samples, at most `max_samples` evenly spread
@@ -207,7 +135,8 @@ class StoreReader:
             picked = ("SELECT ts FROM ticks WHERE ts >= :lo AND ts <= :hi AND tick % :k = 0")
             args = {"lo": lo, "hi": hi, "k": step}
             ticks = conn.execute(
-                f"SELECT ts, tick, nvml_status FROM ticks WHERE ts IN ({picked}) ORDER BY ts",
+                "SELECT ts, tick, nvml_status, io_some, io_full, cpu_some, io_some_us,"
+                f" io_full_us, cpu_some_us FROM ticks WHERE ts IN ({picked}) ORDER BY ts",
                 args).fetchall()
             gpus: dict[int, list[GpuSample]] = {}
             for r in conn.execute(
@@ -240,10 +169,16 @@ class StoreReader:
                     rss_bytes=r[8], read_bytes=r[9], write_bytes=r[10],
                     iowait_seconds=unscale_millis(r[11]), state=r[12], threads=r[13],
                     threads_in_d=r[14]))
-        return [Sample(ts=ts / 1000, tick=tick, gpus=tuple(sorted(gpus.get(ts, []),
-                                                                   key=lambda g: g.index)),
-                       processes=tuple(procs.get(ts, ())), nvml_status=decode_status(status))
-                for ts, tick, status in ticks]
+        return [Sample(ts=t[0] / 1000, tick=t[1],
+                       gpus=tuple(sorted(gpus.get(t[0], []), key=lambda g: g.index)),
+                       processes=tuple(sorted(procs.get(t[0], ()),
+                                              key=lambda p: (p.pid, p.start_time))),
+                       host=HostPressure(
+                           io_some_avg10=unscale(t[3], 0.01), io_full_avg10=unscale(t[4], 0.01),
+                           cpu_some_avg10=unscale(t[5], 0.01), io_some_total_us=t[6],
+                           io_full_total_us=t[7], cpu_some_total_us=t[8]),
+                       nvml_status=decode_status(t[2]))
+                for t in ticks]
 
     def ticks(self, since: float | None = None, until: float | None = None) -> list[int]:
         """Tick numbers of the raw ticks in [since, until] (seconds), oldest first."""
