@@ -357,8 +357,8 @@ def test_a_live_socket_is_not_taken_over(tmp_path):
 
 
 def test_resize_dry_run_then_stop_modify_start_on_moto():
-    moto_server = pytest.importorskip("moto.server")
     import boto3
+    from moto import server as moto_server  # moto[server] is in the test extra
 
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
