@@ -4,6 +4,7 @@ recommendation (evidence, savings method, what its action will do)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,6 +64,11 @@ def phase_lines(phases: Mapping[str, Any]) -> Text:
     return text
 
 
+# Evidence keys that hold a moment (seconds since the epoch): shown as a local time.
+TIME_KEYS = frozenset({"start", "end", "ts", "started_at", "ended_at", "first_seen",
+                       "last_seen", "snoozed_until", "since", "until"})
+
+
 def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
     text = Text()
     for key, value in evidence.items():
@@ -80,7 +86,9 @@ def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
             text.append(" " * indent + f"{key}:\n")
             text.append_text(evidence_lines(value, indent + 2))
             continue
-        if isinstance(value, float):
+        if isinstance(value, int | float) and key in TIME_KEYS and value > 1e9:
+            shown = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        elif isinstance(value, float):
             shown = f"{value:.3g}"
         elif isinstance(value, list | tuple):
             shown = json.dumps(value, default=str)[:200]
