@@ -39,10 +39,13 @@ def build(reader: StoreReader, since_s: float, until: float | None = None) -> di
         status = statuses.get(key)
         proc["stack_status"] = status["status"] if status else None
         proc["stack_error"] = status["error"] if status else None
+    first = reader.query("SELECT min(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
+                         (round(start * 1000), round(end * 1000)))[0]["ts"]
+    window = dict(summary["window"], first_sample_at=first / 1000 if first else None)
     return {
         "version": REPORT_VERSION,
         "host": host,
-        "window": summary["window"],
+        "window": window,
         "burn": window_cost["burn"],
         "gpus": gpus,
         "processes": processes,
@@ -152,8 +155,14 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
         out.append(f"instance: {instance.get('provider')} {instance['type']} in "
                    f"{instance.get('region')} ({instance.get('lifecycle')})")
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(window["since"]))
-    until = time.strftime("%H:%M:%S", time.localtime(window["until"]))
+    same_day = time.localtime(window["since"])[:3] == time.localtime(window["until"])[:3]
+    until = time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S",
+                          time.localtime(window["until"]))
     out.append(f"window: {since} to {until}, {window['ticks']} samples")
+    first = window.get("first_sample_at")
+    if first and first - window["since"] > 3 * float(host.get("interval_s") or 1.0) + 60:
+        out.append(f"  (samples from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(first))}"
+                   " on: nothing recorded before, or older than [store].raw_retention)")
     if host.get("nvml_status") not in (None, "ok"):
         out.append(f"NVML: {host['nvml_status']}")
     if not window["ticks"]:

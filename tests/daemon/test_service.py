@@ -254,3 +254,11 @@ def test_recommendations_with_savings(demo_report):
     shrink = recs["over_provisioned"]["action"]
     assert shrink["kind"] == "resize" and shrink["from"] == "p4d.24xlarge" and shrink["to"]
     assert recs["idle_gpu_held"]["action"]["kind"] == "sigterm"
+
+
+def test_report_says_when_samples_start_later_than_the_window(demo_report):
+    report = mlcostd("report", "--db", str(demo_report["db"]), "--since", "2d", "--json")
+    window = json.loads(report.stdout)["window"]
+    assert window["first_sample_at"] - window["since"] > 86400
+    text = mlcostd("report", "--db", str(demo_report["db"]), "--since", "2d").stdout
+    assert "(samples from " in text
