@@ -168,3 +168,18 @@ async def test_the_tui_steps_with_brackets(store):
         assert not app.playing
         assert "paused" in str(app.query_one(HeaderPanel).render())
         assert app.check_action("kill", ()) is None  # no daemon to act through
+
+
+def test_mlcost_top_replay_of_a_bad_file_says_why(tmp_path):
+    import subprocess
+    import sys
+
+    not_a_store = tmp_path / "notes.db"
+    not_a_store.write_text("these are not the rows you are looking for\n" * 50)
+    for path, expected in ((not_a_store, "is not an mlcostd store"),
+                           (tmp_path / "missing.db", "no store at")):
+        result = subprocess.run(
+            [sys.executable, "-c", "import sys; from mlcost_tui.app import main; sys.exit(main())",
+             "--replay", str(path)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2
+        assert expected in result.stderr
