@@ -37,6 +37,9 @@ class KeyedTable(DataTable):
     """Columns are (key, label) pairs; `sync` takes [(row_key, cells)] in display order."""
 
     COLUMNS: Sequence[tuple[str, str]] = ()
+    # Columns whose content grows after the first rows (cells are written in place, which does
+    # not widen a column): a fixed width.
+    WIDTHS: dict[str, int] = {}
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -48,7 +51,8 @@ class KeyedTable(DataTable):
         self._built: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
 
     def on_mount(self) -> None:
-        self._column_keys = [self.add_column(label, key=key) for key, label in self.COLUMNS]
+        self._column_keys = [self.add_column(label, key=key, width=self.WIDTHS.get(key))
+                             for key, label in self.COLUMNS]
 
     @property
     def selected_key(self) -> str | None:

@@ -15,6 +15,7 @@ class FleetPanel(KeyedTable):
                ("burn", "burn $/h"), ("wasted", "wasted $/h"), ("today", "today"),
                ("gpus", "GPUs"), ("idle", "idle GPUs"), ("alerts", "idle alerts"),
                ("recs", "recommendations"), ("saves", "saves/month"))
+    WIDTHS = {"burn": 9, "wasted": 10, "today": 10, "saves": 11}
     DEFAULT_CSS = "FleetPanel { height: 1fr; }"
 
     def show(self, hosts: tuple[HostSnapshot, ...]) -> None:

@@ -25,6 +25,7 @@ class GpuPanel(KeyedTable):
     COLUMNS = (("gpu", "GPU"), ("name", "model"), ("util", "util"), ("recent", "recent util"),
                ("sm", "SM act"), ("memory", "memory"), ("power", "power"), ("temp", "temp"),
                ("cost", "$/h"), ("wasted", "wasted $/h"), ("state", "state"))
+    WIDTHS = {"util": 4, "sm": 6, "memory": 13, "power": 6, "temp": 5, "cost": 7, "wasted": 10}
     DEFAULT_CSS = "GpuPanel { height: auto; max-height: 12; }"
 
     def __init__(self, **kwargs: object) -> None:

@@ -41,6 +41,8 @@ class ProcessPanel(KeyedTable):
                ("sm", "SM"), ("cpu", "CPU"), ("cost", "$/h"), ("spent", "spent"),
                ("phase", "phase"), ("phases", "phase balance"), ("io", "I/O wait"),
                ("command", "command"))
+    WIDTHS = {"gpu_mem": 7, "sm": 4, "cpu": 5, "cost": 8, "spent": 10,
+              "phase": len("host_preprocess"), "io": 8}
     DEFAULT_CSS = "ProcessPanel { height: 1fr; }"
 
     def __init__(self, **kwargs: object) -> None:

@@ -15,6 +15,7 @@ ACTION_LABELS = {"show_patch": "a: show patch", "copy_commands": "a: copy comman
 class RecommendationTable(KeyedTable):
     COLUMNS = (("savings", "saves/month"), ("rule", "rule"), ("summary", "recommendation"),
                ("action", "action"))
+    WIDTHS = {"savings": 11}
     DEFAULT_CSS = "RecommendationTable { height: auto; max-height: 9; }"
 
     def __init__(self, **kwargs: object) -> None:
