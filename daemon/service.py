@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
-FIRST_EVALUATION_S = 4.0  # the first advice comes this soon after start (few rules fire yet)
+FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
 
 
