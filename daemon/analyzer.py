@@ -126,16 +126,6 @@ class Analyzer:
         if self.ledger.meters:
             self.ledger.poll_unit_costs()
 
-    def process_costs(self) -> dict[str, dict[str, Any]]:
-        """Per process ('pid:start_time'): burn now, cost so far and job."""
-        b = self.latest
-        if b is None:
-            return {}
-        return {process_id(key): {"burn_per_hour": proc.burn_per_hour,
-                                  "cost": self.ledger.by_process.get(key, 0.0),
-                                  "job": self.ledger.job_of.get(key)}
-                for key, proc in b.processes.items()}
-
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the API and the TUI."""
         b = self.latest

@@ -228,15 +228,18 @@ class Attribution:
 # -- phase balance from the store (report and API) --------------------------------------------
 
 
-def phase_balances(reader: StoreReader, since: float, until: float,
-                   interval_s: float) -> dict[tuple[int, float], dict[str, Any]]:
+def phase_balances(reader: StoreReader, since: float, until: float, interval_s: float,
+                   processes: list[dict[str, Any]] | None = None,
+                   ) -> dict[tuple[int, float], dict[str, Any]]:
     """Phase balance of every process with samples or windows in [since, until].
 
     Per process: its time in the window is from its first to its last sample (plus one tick);
     the time outside low-utilization windows counts as compute for GPU processes; window time
-    is split by its stack samples' phases.
+    is split by its stack samples' phases. `processes` is the window summary's list when the
+    caller has read it already.
     """
-    summary = reader.window_summary(since, until)
+    if processes is None:
+        processes = reader.window_summary(since, until)["processes"]
     windows = store_events.events(reader, since, until)
     low: dict[str, float] = {}
     for event in windows:
@@ -252,7 +255,7 @@ def phase_balances(reader: StoreReader, since: float, until: float,
             StackSample(row["ts"], row["pid"], row["thread"], row["hash"], frames,
                         row["phase"], row["gpu_util"] or 0.0))
     result = {}
-    for proc in summary["processes"]:
+    for proc in processes:
         key = (proc["pid"], round(proc["start_time"], 3))
         samples = samples_by_proc.get(key, [])
         window_low = low.get(process_key(proc["pid"], proc["start_time"]), 0.0)

@@ -27,7 +27,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None) -> di
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
     interval = float(host.get("interval_s") or 1.0)
-    balances = phase_balances(reader, start, end, interval)
+    balances = phase_balances(reader, start, end, interval, summary["processes"])
     statuses = store_events.stack_statuses(reader)
     price = host.get("price")
     gpus = summary["gpus"]
@@ -91,16 +91,14 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
         totals["wasted"] += current.wasted_per_hour
         totals["idle"] += current.idle_per_hour
         for key, proc in current.processes.items():
-            by_process.setdefault((key[0], round(key[1], 3)), []).append(proc.burn_per_hour)
+            by_process.setdefault(key, []).append(proc.burn_per_hour)
     n = len(samples)
     for proc in processes:
-        rates = by_process.get((proc["pid"], round(proc["start_time"], 3)))
+        # Samples and summary come from the same store: the same (pid, start_time) keys.
+        key = (proc["pid"], proc["start_time"])
+        rates = by_process.get(key)
         proc["burn_per_hour"] = sum(rates) / len(rates) if rates else None
-        proc["cost"] = ledger.by_process.get((proc["pid"], proc["start_time"]))
-        if proc["cost"] is None:
-            proc["cost"] = next((v for k, v in ledger.by_process.items()
-                                 if k[0] == proc["pid"] and round(k[1], 3) ==
-                                 round(proc["start_time"], 3)), None)
+        proc["cost"] = ledger.by_process.get(key)
     spend = ledger.as_dict()
     spend.pop("by_process", None)
     return {"burn": {"total_per_hour": totals["total"] / n, "wasted_per_hour": totals["wasted"] / n,

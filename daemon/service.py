@@ -299,8 +299,9 @@ class Daemon:
             return {"version": 1, "host": host, "ts": None, "tick": self.tick, "gpus": [],
                     "processes": []}
         before = {p.key: p for p in previous.processes} if previous else {}
-        costs = self.analyzer.process_costs() if self.analyzer is not None else {}
         gap = sample.ts - previous.ts if previous else 0.0
+        snapshot = self.analyzer.snapshot() if self.analyzer is not None else None
+        costs = snapshot["processes"] if snapshot is not None else {}
         return {
             "version": 1,
             "host": host,
@@ -311,7 +312,7 @@ class Daemon:
                 process_view(proc, before.get(proc.key), gap), costs)
                 for proc in sample.processes],
             "store": self.store.health.as_dict() if self.store else None,
-            **self._cost_and_phases(),
+            **self._cost_and_phases(snapshot),
         }
 
     def _with_cost_and_phases(self, view: dict[str, Any],
@@ -328,10 +329,9 @@ class Daemon:
         view["stack_status"] = status["status"] if status else None
         return view
 
-    def _cost_and_phases(self) -> dict[str, Any]:
-        """The analyzer's burn, events and recommendations; phases and stack status."""
+    def _cost_and_phases(self, snapshot: dict[str, Any] | None) -> dict[str, Any]:
+        """The analyzer's burn, events and recommendations; the open low-utilization windows."""
         extra: dict[str, Any] = {}
-        snapshot = self.analyzer.snapshot() if self.analyzer is not None else None
         if snapshot is not None:
             extra["price"] = snapshot["burn"]["price"]
             extra["burn"] = {k: v for k, v in snapshot["burn"].items() if k != "price"}
