@@ -22,11 +22,15 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo-installed
 	$(BIN)/mlcost-top --demo
 
+# The import contracts (pyproject.toml [tool.importlinter]) are part of the test suite.
 test: $(VENV)/.test-installed
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python bench/collector.py

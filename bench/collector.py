@@ -29,9 +29,9 @@ from pathlib import Path
 import psutil
 
 from daemon import config as config_module
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.service import Daemon
-from daemon.store import Store
+from daemon.runtime.daemon import Daemon
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.store.writer import Store
 
 WORKLOAD = (
     "import time\nfrom daemon.sim.device import Device\n"

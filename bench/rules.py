@@ -12,9 +12,9 @@ import random
 import statistics
 import time
 
-from daemon.analyzer import Analyzer
-from daemon.cost import HostPrice, burn
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.analysis.analyzer import Analyzer
+from daemon.analysis.cost import HostPrice, burn
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 
 GIB = 2**30

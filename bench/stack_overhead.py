@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from daemon.stacks import StackSampler
+from daemon.sources.stacks import StackSampler
 
 CPU_TARGET = """
 import sys, time

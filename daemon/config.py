@@ -281,7 +281,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         sections[name] = cls(**values)
     config = Config(**sections, source=where)
     if config.cost.budgets:
-        from daemon.budgets import parse_budgets
+        from daemon.analysis.budgets import parse_budgets
 
         try:
             parse_budgets(config.cost.budgets)
@@ -314,8 +314,8 @@ _UNIT_COST_KEYS = {"target": str, "url": str, "metric": str, "unit": str, "per":
 
 
 def unit_cost_meter(table: dict[str, Any]) -> Any:
-    """A [[cost.unit_costs]] table as a daemon.cost.UnitCostMeter; ValueError names the key."""
-    from daemon.cost import UnitCostMeter
+    """A [[cost.unit_costs]] table as a daemon.analysis.cost.UnitCostMeter; ValueError names the key."""
+    from daemon.analysis.cost import UnitCostMeter
 
     for key, value in table.items():
         if key not in _UNIT_COST_KEYS:

@@ -7,7 +7,7 @@
 - host: the store's meta "host" (hostname, instance, price) as the daemon recorded it;
 - gpus and processes: the stored sample at ts and the one before it, through the same
   `gpu_view`/`process_view` the daemon uses (CPU %, I/O wait % are rates between the two);
-- price and burn: `daemon.cost.burn` with the recorded host price; per-process cost so far and
+- price and burn: `daemon.analysis.cost.burn` with the recorded host price; per-process cost so far and
   today's spend from a `CostLedger` over the day's stored samples (at most LEDGER_SAMPLES of
   them, evenly spread, so a long day is an estimate at a coarser step);
 - phases: `attribution.phase_balances` over the PHASE_WINDOW_S before ts;
@@ -25,12 +25,13 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from daemon import store_events
-from daemon.attribution import phase_balances
-from daemon.cost import CostLedger, HostPrice, burn, process_id
-from daemon.model import Sample
-from daemon.service import gpu_view, process_view
-from daemon.store_read import StoreReader
+from daemon.analysis.balance import phase_balances
+from daemon.analysis.cost import CostLedger, HostPrice, burn
+from daemon.api.document import gpu_view, process_view
+from daemon.sources.sample import Sample
+from daemon.store import facts
+from daemon.store.reader import StoreReader
+from daemon.wire import process_key
 
 MAX_TIMES = 3000  # times() returns at most this many tick timestamps, evenly spread
 PHASE_WINDOW_S = 300.0
@@ -132,15 +133,15 @@ class Replay:
             "store": None,
         }
         balances = phase_balances(self.reader, at - PHASE_WINDOW_S, at, self.interval_s)
-        phases_now = {f"{pid}:{start:.3f}": balance for (pid, start), balance in balances.items()}
-        statuses = {f"{pid}:{start:.3f}": status for (pid, start), status
-                    in store_events.stack_statuses(self.reader).items()}
+        phases_now = {process_key(pid, start): balance for (pid, start), balance in balances.items()}
+        statuses = {process_key(pid, start): status for (pid, start), status
+                    in facts.stack_statuses(self.reader).items()}
         costs: dict[str, float] = {}
         if self.price is not None:
             current = burn(sample, self.price)
             ledger = self._ledger(at)
-            costs = {process_id(key): value for key, value in ledger.by_process.items()}
-            rates = {process_id(key): proc.burn_per_hour for key, proc in current.processes.items()}
+            costs = {process_key(*key): value for key, value in ledger.by_process.items()}
+            rates = {process_key(*key): proc.burn_per_hour for key, proc in current.processes.items()}
             doc["price"] = self.price.as_dict()
             doc["burn"] = {
                 "total_per_hour": current.total_per_hour,
@@ -181,7 +182,7 @@ class Replay:
 
     def _events(self, at: float) -> list[dict[str, Any]]:
         out = []
-        for event in store_events.events(self.reader, at - 86400, at):
+        for event in facts.events(self.reader, at - 86400, at):
             if event["started_at"] > at:
                 continue
             ended = event["ended_at"]
@@ -193,7 +194,7 @@ class Replay:
         return out
 
     def _recommendations(self, at: float) -> list[dict[str, Any]]:
-        found = store_events.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
+        found = facts.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
         return [r for r in found if r["first_seen"] <= at]
 
     def close(self) -> None:

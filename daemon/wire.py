@@ -40,8 +40,9 @@ def _l(value: Any) -> list[Any]:
 
 
 def process_key(pid: int, start_time: float) -> str:
-    """The stable id of a process on this wire: 'pid:start_time' (start time, 2 decimals)."""
-    return f"{pid}:{start_time:.2f}"
+    """The one stable id of a process: 'pid:start_time', the start time to the millisecond (as
+    the store keeps it). Every layer spells a process key with this function."""
+    return f"{pid}:{start_time:.3f}"
 
 
 def parse_process_key(key: str) -> tuple[int, float]:

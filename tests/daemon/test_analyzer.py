@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from daemon.analyzer import Analyzer
-from daemon.cost import host_price
-from daemon.idle import IdleThresholds
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.analysis.analyzer import Analyzer
+from daemon.analysis.cost import host_price
+from daemon.analysis.idle import IdleThresholds
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 from pricing.detect import Instance
 

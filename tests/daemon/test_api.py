@@ -14,12 +14,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from daemon import actions
-from daemon.api import MAX_BODY_BYTES, ApiError, ApiServer, read_token
+from daemon.api import actions
+from daemon.api.server import MAX_BODY_BYTES, ApiError, ApiServer, read_token
 from daemon.client import ApiError as ClientApiError
 from daemon.client import Client, DaemonUnavailable
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.store import Store
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.store.writer import Store
 from daemon.wire import process_key
 
 T0 = time.time() - 120

@@ -5,10 +5,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from daemon.budgets import BudgetWatch, Webhook, parse_budgets
-from daemon.cost import CostLedger, HostPrice, burn
-from daemon.idle import BUDGET_EXCEEDED
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.analysis.budgets import BudgetWatch, Webhook, parse_budgets
+from daemon.analysis.cost import CostLedger, HostPrice, burn
+from daemon.analysis.idle import BUDGET_EXCEEDED
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 
 PRICE = HostPrice(36.0, 1, "on-demand", "x", "aws", "us-east-1", "test", None)
 DAY = datetime(2025, 3, 10, 0, 0, tzinfo=timezone.utc).timestamp()

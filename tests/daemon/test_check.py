@@ -5,10 +5,10 @@ import subprocess
 import sys
 import time
 
-from daemon import store_events
-from daemon.check import check_recorded_stacks
-from daemon.model import ProcessSample, Sample
-from daemon.store import Store
+from daemon.commands.check import check_recorded_stacks
+from daemon.sources.sample import ProcessSample, Sample
+from daemon.store import facts
+from daemon.store.writer import Store
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
 
@@ -53,8 +53,8 @@ def test_recorded_stack_statuses_are_reported(tmp_path):
     procs = (ProcessSample(10, now - 5, 1, "alice", "python train.py"),
              ProcessSample(11, now - 5, 1, "bob", "./server"))
     store.write(Sample(ts=now, tick=1, processes=procs))
-    store_events.write_stack_status(store, 10, now - 5, now, "ok", None)
-    store_events.write_stack_status(store, 11, now - 5, now, "permission_denied",
+    facts.write_stack_status(store, 10, now - 5, now, "ok", None)
+    facts.write_stack_status(store, 11, now - 5, now, "permission_denied",
                                     "Permission Denied: needs root or CAP_SYS_PTRACE")
     store.close()
     check = check_recorded_stacks(path)

@@ -71,7 +71,7 @@ def test_described_defaults_parse_back_to_the_defaults(tmp_path):
 
 
 def test_cli_reports_config_errors_with_exit_2(tmp_path, capsys):
-    from daemon.cli import main
+    from daemon.commands.cli import main
 
     path = write(tmp_path, "[store]\nraw_retention = \"forever\"\n")
     assert main(["report", "--config", str(path), "--db", str(tmp_path / "x.db")]) == 2

@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from daemon.cost import (
+from daemon.analysis.cost import (
     BUSY_UTILIZATION_PCT,
     NO_PRICE_SOURCE,
     CostLedger,
@@ -18,7 +18,7 @@ from daemon.cost import (
     read_counter,
     storage_cost,
 )
-from daemon.model import GPU_LOST, GpuSample, GpuUse, ProcessSample, Sample
+from daemon.sources.sample import GPU_LOST, GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 from pricing.detect import Instance
 

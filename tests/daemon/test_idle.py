@@ -1,14 +1,14 @@
 import pytest
 
-from daemon.cost import HostPrice, burn
-from daemon.idle import (
+from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.idle import (
     GPU_HELD_IDLE,
     GPU_UNHELD_IDLE,
     HOST_IDLE,
     IdleDetector,
     IdleThresholds,
 )
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 
 GIB = 2**30
 PRICE = HostPrice(8.0, 2, "on-demand", "x", "aws", "us-east-1", "test", None)

@@ -9,8 +9,8 @@ import pytest
 from simhost import GIB, attach_code, host_toml, wait_until
 
 from daemon.config import NvmlConfig
-from daemon.model import GPU_LOST, GPU_OK, GPU_TIMEOUT
-from daemon.nvml import NvmlSource
+from daemon.sources.nvml import NvmlSource
+from daemon.sources.sample import GPU_LOST, GPU_OK, GPU_TIMEOUT
 
 FAST = NvmlConfig(call_deadline=0.5, retry_initial=0.2, retry_max=0.5)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from daemon import phases
-from daemon.phases import (
+from daemon.analysis import phases
+from daemon.analysis.phases import (
     Classification,
     StackSample,
     classify,
@@ -23,7 +23,7 @@ from daemon.phases import (
     read_source_line,
     waits_on_data_queue,
 )
-from daemon.stacks import (
+from daemon.sources.stacks import (
     Frame,
     StackSampler,
     ThreadStack,

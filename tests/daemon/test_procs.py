@@ -8,8 +8,8 @@ import time
 import psutil
 import pytest
 
-from daemon.model import GpuUse
-from daemon.procs import ProcessSource, read_pressure
+from daemon.sources.procs import ProcessSource, read_pressure
+from daemon.sources.sample import GpuUse
 
 USE = (GpuUse(gpu_index=0, memory_bytes=1 << 30, sm_share=50.0),)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from daemon.redact import REDACTED, redact_argv
+from daemon.sources.redact import REDACTED, redact_argv
 
 
 @pytest.mark.parametrize("argv, secret", [

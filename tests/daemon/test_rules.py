@@ -1,10 +1,10 @@
 import pytest
 
-from daemon import rules
-from daemon.cost import HostPrice, host_price
-from daemon.idle import BUDGET_EXCEEDED, Event
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.rules import RecommendationBook, build_analysis, evaluate
+from daemon.analysis import rules
+from daemon.analysis.cost import HostPrice, host_price
+from daemon.analysis.idle import BUDGET_EXCEEDED, Event
+from daemon.analysis.rules import RecommendationBook, build_analysis, evaluate
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 from pricing.detect import Instance
 

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from daemon.cli import main
-from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.selection import observed_need, selection_matrix
-from daemon.store import Store
+from daemon.analysis.selection import observed_need, selection_matrix
+from daemon.commands.cli import main
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.store.writer import Store
 from pricing import Catalog
 
 GIB = 1 << 30
@@ -45,7 +45,7 @@ def test_need_counts_working_gpus_and_peak_memory(tmp_path):
 
 
 def test_matrix_fits_and_prices_a_run():
-    from daemon.selection import Need
+    from daemon.analysis.selection import Need
 
     need = Need("test", gpus=2, peak_gib_per_gpu=30.0, run_hours=10.0, run_hours_source="x")
     rows = selection_matrix(need, Catalog.load(), provider="aws")

@@ -15,9 +15,9 @@ import psutil
 import pytest
 from simhost import GIB, wait_until
 
-from daemon.procs import delay_accounting_enabled
 from daemon.sim import scenario
-from daemon.store import StoreReader
+from daemon.sources.procs import delay_accounting_enabled
+from daemon.store.writer import StoreReader
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
 

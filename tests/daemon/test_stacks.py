@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from daemon import stacks
-from daemon.stacks import (
+from daemon.sources import stacks
+from daemon.sources.stacks import (
     DumpResult,
     Frame,
     StackSampler,

@@ -1,4 +1,4 @@
-"""daemon.store: real SQLite files, one transaction per tick, rollups, retention, recovery."""
+"""daemon.store.writer: real SQLite files, one transaction per tick, rollups, retention, recovery."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.model import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
-from daemon.store import ReaderTimeout, Store
-from daemon.store_schema import GPU_METRICS, PROCESS_METRICS, SCHEMA_VERSION
+from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
+from daemon.store.schema import GPU_METRICS, PROCESS_METRICS, SCHEMA_VERSION
+from daemon.store.writer import ReaderTimeout, Store
 
 T0 = 1_750_000_000.0  # a round start time, seconds
 
@@ -592,8 +592,8 @@ def test_bytes_per_process_sample(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent(
     """
     import random, sys, time
-    from daemon.model import GpuSample, GpuUse, ProcessSample, Sample
-    from daemon.store import Store
+    from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.store.writer import Store
 
     store = Store(sys.argv[1], busy_timeout_ms=1000)
     tick = (store.conn.execute("SELECT max(tick) FROM ticks").fetchone()[0] or 0) + 1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from daemon.stacks import find_py_spy, main_thread, parse_dump, worker_pids
+from daemon.sources.stacks import find_py_spy, main_thread, parse_dump, worker_pids
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "fixtures" / "pyspy"

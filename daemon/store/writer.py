@@ -1,7 +1,7 @@
 """The recorder: every tick's Sample into SQLite, rollups, retention, recovery.
 
 One writer (`Store`), one transaction per tick. Readers (`Store.reader`, see
-`daemon.store_read`) use their own read-only connections with a deadline.
+`daemon.store.reader`) use their own read-only connections with a deadline.
 
 Failure policy: `write()` and `maintain()` never raise. A tick that cannot be committed
 (disk full, database locked, I/O error) waits in a bounded in-memory buffer and is retried on
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import sqlite_utils
 
-from daemon.model import Sample
-from daemon.store_read import ReaderTimeout, StoreReader
-from daemon.store_schema import (
+from daemon.sources.sample import Sample
+from daemon.store.reader import ReaderTimeout, StoreReader
+from daemon.store.schema import (
     HOUR,
     KIND_GPU,
     KIND_PROCESS,

@@ -3,7 +3,7 @@ plus one function that reads an `Analysis` and returns Recommendations.
 
 An `Analysis` is a window of what happened: per-GPU and per-process aggregates built from raw
 Samples (`build_analysis`), the burn, the phase balance per process (plain dicts from
-daemon.phases), I/O stall evidence, checkpoint cadence, budget events and the price catalog.
+daemon.analysis.phases), I/O stall evidence, checkpoint cadence, budget events and the price catalog.
 
 Savings are upper bounds (fixing one bottleneck exposes the next); every method says so.
 Thresholds are named constants below, each with where it comes from.
@@ -20,18 +20,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.cost import HOURS_PER_MONTH, Burn, HostPrice, JobLabeler, burn, process_id
-from daemon.model import GPU_OK, Sample
+from daemon.analysis.cost import HOURS_PER_MONTH, Burn, HostPrice, JobLabeler, burn
+from daemon.sources.sample import GPU_OK, Sample
+from daemon.wire import process_key
 
 GIB = 2**30
 
 # -- thresholds ------------------------------------------------------------------------------
-# GPU below this utilization is idle (same as daemon.idle and nvidia-smi's idle-context noise).
+# GPU below this utilization is idle (same as daemon.analysis.idle and nvidia-smi's idle-context noise).
 IDLE_UTILIZATION_PCT = 5.0
 # Held idle this long at the end of the window: past any eval or checkpoint pause (our choice,
-# same default as daemon.idle.IdleThresholds.gpu_held_after_s).
+# same default as daemon.analysis.idle.IdleThresholds.gpu_held_after_s).
 IDLE_HELD_MIN_S = 600.0
-# Whole host idle this long: stop it (our choice; daemon.idle.IdleThresholds.host_after_s).
+# Whole host idle this long: stop it (our choice; daemon.analysis.idle.IdleThresholds.host_after_s).
 HOST_IDLE_MIN_S = 1800.0
 # PyTorch profiler (TensorBoard plugin): DataLoader time > 5% of step time -> raise num_workers.
 DATA_WAIT_SHARE = 0.05
@@ -186,7 +187,7 @@ def _normalize_phases(phase_balances: Mapping[Any, Any] | None) -> dict[Any, Map
     out: dict[Any, Mapping[str, Any]] = {}
     for key, value in (phase_balances or {}).items():
         if isinstance(key, tuple):
-            out[process_id(key)] = value
+            out[process_key(*key)] = value
         else:
             out[key if isinstance(key, str) else int(key)] = value
     return out
@@ -348,7 +349,7 @@ def build_analysis(
         ticks = len(idx)
         iowait = sum(max(io_last[k] - io_first[k], 0.0) for k in io_last)
         read = sum(max(read_last[k] - read_first[k], 0) for k in read_last)
-        pid_id = process_id(key)
+        pid_id = process_key(*key)
         # Checkpoints seen in its stacks are exact; write bursts are the fallback without them.
         observed = (checkpoint_times or {}).get(pid_id)
         cps = sorted(observed) if observed else _checkpoint_bursts(writes)

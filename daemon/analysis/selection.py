@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from daemon.store_read import StoreReader
+from daemon.store.reader import StoreReader
 from pricing import Catalog
 from pricing.catalog import InstanceOffer
 

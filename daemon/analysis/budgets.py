@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from daemon.cost import CostLedger
-from daemon.idle import BUDGET_EXCEEDED, Event
+from daemon.analysis.cost import CostLedger
+from daemon.analysis.idle import BUDGET_EXCEEDED, Event
 
 log = logging.getLogger(__name__)
 

@@ -17,38 +17,31 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon import store_events
-from daemon.config import AttributionConfig
-from daemon.model import ProcessSample, Sample
-from daemon.phases import (
-    StackSample,
+from daemon.analysis.balance import LOW_UTILIZATION
+from daemon.analysis.phases import (
     classify,
-    phase_balance,
     source_reader,
     user_frame,
     waits_on_data_queue,
 )
-from daemon.stacks import (
+from daemon.config import AttributionConfig
+from daemon.sources.sample import ProcessSample, Sample
+from daemon.sources.stacks import (
     OK,
     RATE_LIMITED,
     DumpResult,
-    Frame,
     StackSampler,
     main_thread,
     stack_hash,
 )
-from daemon.store import Store
-from daemon.store_events import StackRow
-from daemon.store_read import StoreReader
+from daemon.store import facts
+from daemon.store.facts import StackRow
+from daemon.store.writer import Store
+from daemon.wire import process_key
 
 log = logging.getLogger(__name__)
 
-LOW_UTILIZATION = "low_utilization"  # the event kind of a window
 MAX_PENDING_ROWS = 64  # stack rows kept per dip before it qualifies
-
-
-def process_key(pid: int, start_time: float) -> str:
-    return f"{pid}:{start_time:.3f}"
 
 
 @dataclass
@@ -140,14 +133,14 @@ class Attribution:
 
     def _qualify(self, dip: _Dip) -> None:
         dip.qualified = True
-        store_events.write_event(self.store, self._event(dip, None))
+        facts.write_event(self.store, self._event(dip, None))
         if dip.pending:
-            self.samples_kept += store_events.write_stacks(self.store, dip.pending)
+            self.samples_kept += facts.write_stacks(self.store, dip.pending)
             dip.pending = []
 
     def _end(self, key: tuple[int, float], dip: _Dip, ts: float) -> None:
         if dip.qualified:
-            store_events.write_event(self.store, self._event(dip, ts))
+            facts.write_event(self.store, self._event(dip, ts))
         del self._dips[key]
 
     @staticmethod
@@ -190,7 +183,7 @@ class Attribution:
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
-            store_events.write_stack_status(self.store, proc.pid, proc.start_time, result.ts,
+            facts.write_stack_status(self.store, proc.pid, proc.start_time, result.ts,
                                             result.status, result.error)
         if result.status != OK:
             return []
@@ -214,7 +207,7 @@ class Attribution:
         if dip is None or not rows:
             return  # the dip ended while py-spy ran: too short to count
         if dip.qualified:
-            self.samples_kept += store_events.write_stacks(self.store, rows)
+            self.samples_kept += facts.write_stacks(self.store, rows)
         elif len(dip.pending) < MAX_PENDING_ROWS:
             dip.pending.extend(rows)
 
@@ -223,70 +216,3 @@ class Attribution:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-# -- phase balance from the store (report and API) --------------------------------------------
-
-
-def phase_balances(reader: StoreReader, since: float, until: float, interval_s: float,
-                   processes: list[dict[str, Any]] | None = None,
-                   ) -> dict[tuple[int, float], dict[str, Any]]:
-    """Phase balance of every process with samples or windows in [since, until].
-
-    Per process: its time in the window is from its first to its last sample (plus one tick);
-    the time outside low-utilization windows counts as compute for GPU processes; window time
-    is split by its stack samples' phases. `processes` is the window summary's list when the
-    caller has read it already.
-    """
-    if processes is None:
-        processes = reader.window_summary(since, until)["processes"]
-    windows = store_events.events(reader, since, until)
-    low: dict[str, float] = {}
-    for event in windows:
-        if event["kind"] != LOW_UTILIZATION:
-            continue
-        start = max(event["started_at"], since)
-        end = min(event["ended_at"] if event["ended_at"] is not None else until, until)
-        low[event["target"]] = low.get(event["target"], 0.0) + max(0.0, end - start)
-    samples_by_proc: dict[tuple[int, float], list[StackSample]] = {}
-    for row in store_events.stack_samples(reader, since, until):
-        frames = tuple(Frame(name, filename, line) for name, filename, line in row["frames"])
-        samples_by_proc.setdefault((row["pid"], round(row["start_time"], 3)), []).append(
-            StackSample(row["ts"], row["pid"], row["thread"], row["hash"], frames,
-                        row["phase"], row["gpu_util"] or 0.0))
-    result = {}
-    for proc in processes:
-        key = (proc["pid"], round(proc["start_time"], 3))
-        samples = samples_by_proc.get(key, [])
-        window_low = low.get(process_key(proc["pid"], proc["start_time"]), 0.0)
-        if not proc["gpus"] and not samples:
-            continue
-        seen_s = proc["last_seen"] - proc["first_seen"] + interval_s
-        if proc["gpus"]:
-            busy = max(0.0, seen_s - window_low)
-        else:
-            busy = 0.0  # a worker has no GPU time of its own
-        result[(proc["pid"], proc["start_time"])] = phase_balance(samples, seen_s, busy)
-    return result
-
-
-def checkpoint_times(reader: StoreReader, since: float,
-                     until: float) -> dict[str, list[float]]:
-    """Per process ('pid:start_time'): the start of each window its stacks show checkpointing.
-
-    The observed checkpoint cadence, for the spot advice (how much work an interruption loses).
-    """
-    windows: dict[str, list[tuple[float, float]]] = {}
-    for event in store_events.events(reader, since, until):
-        if event["kind"] == LOW_UTILIZATION:
-            end = event["ended_at"] if event["ended_at"] is not None else until
-            windows.setdefault(event["target"], []).append((event["started_at"], end))
-    found: dict[str, set[float]] = {}
-    for row in store_events.stack_samples(reader, since, until):
-        if row["phase"] != "checkpoint":
-            continue
-        key = process_key(row["pid"], row["start_time"])
-        for start, end in windows.get(key, ()):
-            if start <= row["ts"] <= end + 1.0:
-                found.setdefault(key, set()).add(start)
-    return {key: sorted(times) for key, times in found.items()}

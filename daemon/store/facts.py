@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from daemon.store import Store
-from daemon.store_read import StoreReader
+from daemon.store.reader import StoreReader
+
+if TYPE_CHECKING:  # readers (replay) import this module without loading the writer
+    from daemon.store.writer import Store
 
 
 @dataclass(frozen=True, slots=True)

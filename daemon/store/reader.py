@@ -20,8 +20,8 @@ from typing import Any
 
 import sqlite_utils
 
-from daemon.model import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
-from daemon.store_schema import (
+from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
+from daemon.store.schema import (
     GPU_METRIC_COLUMN,
     GPU_METRICS,
     HOUR,

@@ -26,7 +26,7 @@ from typing import Any
 import pynvml
 
 from daemon.config import NvmlConfig
-from daemon.model import GPU_ERROR, GPU_LOST, GPU_OK, GPU_TIMEOUT, GpuSample, GpuUse
+from daemon.sources.sample import GPU_ERROR, GPU_LOST, GPU_OK, GPU_TIMEOUT, GpuSample, GpuUse
 
 log = logging.getLogger(__name__)
 

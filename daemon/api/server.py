@@ -132,7 +132,7 @@ def make_app(daemon: Any, *, token: str | None = None,
         return value
 
     async def history(request: web.Request) -> web.Response:
-        from daemon.store_schema import GPU_METRICS, PROCESS_METRICS
+        from daemon.store.schema import GPU_METRICS, PROCESS_METRICS
 
         metric = request.query.get("metric", "utilization")
         since = _number(request.query, "since", 3600, 1, MAX_HISTORY_SINCE_S)
@@ -234,7 +234,7 @@ def make_app(daemon: Any, *, token: str | None = None,
         apply_fn = getattr(daemon, "apply_recommendation", None)
         if apply_fn is None:
             return json_error(404, "this mlcostd cannot apply recommendations")
-        from daemon.actions import ActionError
+        from daemon.api.actions import ActionError
 
         try:
             result = await asyncio.to_thread(apply_fn, rec_id, dry_run)
@@ -295,7 +295,7 @@ def _wasted_series(reader: Any, gpus: list[int], price_per_gpu: float, since: fl
 
 
 def _read_store(db: Path, read: Callable[[Any], list[Any]]) -> list[Any]:
-    from daemon.store_read import StoreReader
+    from daemon.store.reader import StoreReader
 
     if not Path(db).exists():
         return []

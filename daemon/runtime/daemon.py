@@ -8,27 +8,30 @@ retention) runs in the gap after the write, within a small time budget, so it ne
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import math
-import os
 import signal
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from daemon import phases, store_events, systemd
-from daemon.analyzer import Analyzer
-from daemon.attribution import Attribution, checkpoint_times, phase_balances
+from daemon.analysis import phases
+from daemon.analysis.analyzer import Analyzer
+from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.analysis.cost import host_price
+from daemon.analysis.idle import IdleThresholds
+from daemon.api.document import gpu_view, process_view
 from daemon.config import Config, db_path, unit_cost_meter
-from daemon.cost import host_price
-from daemon.idle import IdleThresholds
-from daemon.model import GpuSample, ProcessSample, Sample
-from daemon.nvml import NvmlSource
-from daemon.procs import ProcessSource, read_pressure
-from daemon.store import Store
+from daemon.runtime import systemd
+from daemon.runtime.attribution import Attribution
+from daemon.sources.nvml import NvmlSource
+from daemon.sources.procs import ProcessSource, read_pressure
+from daemon.sources.sample import Sample
+from daemon.store import facts
+from daemon.store.lock import StoreLocked, WriterLock
+from daemon.store.writer import Store
+from daemon.wire import process_key
 
 log = logging.getLogger(__name__)
 
@@ -40,33 +43,6 @@ MAINTENANCE_BUDGET_S = 0.02
 
 class DaemonError(RuntimeError):
     """The daemon cannot start; the message says why and what to do."""
-
-
-class WriterLock:
-    """One writer per store: a second mlcostd on the same database refuses to start."""
-
-    def __init__(self, db: Path) -> None:
-        self.path = db.with_name(db.name + ".lock")
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            owner = self.path.read_text().strip() or "another process"
-            raise DaemonError(
-                f"another mlcostd (pid {owner}) is already recording into {self.path.parent}; "
-                f"stop it or pass a different --db") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 class Daemon:
@@ -95,7 +71,7 @@ class Daemon:
         self._running_scenario: Any = None
         self._stop = asyncio.Event()
         self._lock = WriterLock(self.db)
-        self.api: Any = None  # daemon.api.ApiServer while running
+        self.api: Any = None  # daemon.api.server.ApiServer while running
         self.analyzer: Analyzer | None = None
         self.attribution: Attribution | None = None
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
@@ -110,7 +86,10 @@ class Daemon:
             raise DaemonError(
                 f"cannot create the database folder {self.db.parent}: {exc.strerror}; "
                 f"pass --db with a writable path or run as root") from None
-        self._lock.acquire()
+        try:
+            self._lock.acquire()
+        except StoreLocked as exc:
+            raise DaemonError(str(exc)) from None
         store_config = self.config.store
         return Store(
             str(self.db),
@@ -162,7 +141,7 @@ class Daemon:
     # -- the HTTP API (daemon/api.py) --------------------------------------------------------
 
     def _make_api(self) -> Any:
-        from daemon.api import ApiServer
+        from daemon.api.server import ApiServer
         from daemon.config import socket_path
 
         api = self.config.api
@@ -170,7 +149,7 @@ class Daemon:
                          token_file=api.token_file or None)
 
     async def _start_api(self) -> None:
-        from daemon.api import ApiError
+        from daemon.api.server import ApiError
 
         try:
             await self.api.start()
@@ -191,7 +170,7 @@ class Daemon:
 
     def apply_recommendation(self, rec_id: str, dry_run: bool = True) -> dict[str, Any] | None:
         """What the recommendation's action does (dry run) or did; None if it is not active."""
-        from daemon import actions
+        from daemon.api import actions
 
         rec = self._recommendation(rec_id)
         if rec is None:
@@ -393,7 +372,7 @@ class Daemon:
                 since = until - min(1800.0, max(60.0, until - self.started_at))
                 balances, checkpoints = await asyncio.to_thread(
                     self._read_attribution, since, until)
-                self.phases_now = {f"{pid}:{start:.3f}": balance
+                self.phases_now = {process_key(pid, start): balance
                                    for (pid, start), balance in balances.items()}
                 if self.analyzer is not None:
                     await asyncio.to_thread(self.analyzer.poll_slow)
@@ -402,8 +381,8 @@ class Daemon:
                         self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints)
                     self.analyzer.record(found)
                     for event in self.analyzer.idle.active():  # their cost so far grows
-                        store_events.write_event(self.store, event.as_dict())
-                    store_events.write_recommendations(
+                        facts.write_event(self.store, event.as_dict())
+                    facts.write_recommendations(
                         self.store, [r.as_dict() for r in found], until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
@@ -424,7 +403,7 @@ class Daemon:
         until = time.time()
         balances, _ = self._read_attribution(until - since_s, until)
         for (pid, start), balance in balances.items():
-            if f"{pid}:{start:.3f}" == key:
+            if process_key(pid, start) == key:
                 return balance
         return None
 
@@ -444,7 +423,7 @@ class Daemon:
         self.previous_sample, self.last_sample = self.last_sample, sample
         if self.analyzer is not None:
             for event in self.analyzer.update(sample):
-                store_events.write_event(self.store, event.as_dict())
+                facts.write_event(self.store, event.as_dict())
         if self.attribution is not None:
             self.attribution.on_tick(sample)
         if self.on_tick is not None:
@@ -468,40 +447,3 @@ class Daemon:
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
             await asyncio.sleep(DISCOVERY_INTERVAL_S)
-
-
-def gpu_view(gpu: GpuSample) -> dict[str, Any]:
-    return {
-        "index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "status": gpu.status,
-        "error": gpu.error, "utilization": gpu.utilization, "sm_activity": gpu.sm_activity,
-        "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
-        "power_watts": gpu.power_watts, "temperature_c": gpu.temperature_c,
-        "sm_clock_mhz": gpu.sm_clock_mhz, "memory_clock_mhz": gpu.memory_clock_mhz,
-    }
-
-
-def process_view(proc: ProcessSample, before: ProcessSample | None,
-                 seconds: float) -> dict[str, Any]:
-    """One process with its rates since the tick before (CPU %, bytes/s, I/O wait %)."""
-    cpu_percent = read_rate = write_rate = io_wait_percent = None
-    if before is not None and seconds > 0:
-        cpu_percent = 100.0 * (proc.cpu_seconds - before.cpu_seconds) / seconds
-        if proc.read_bytes is not None and before.read_bytes is not None:
-            read_rate = (proc.read_bytes - before.read_bytes) / seconds
-        if proc.write_bytes is not None and before.write_bytes is not None:
-            write_rate = (proc.write_bytes - before.write_bytes) / seconds
-        if proc.iowait_seconds is not None and before.iowait_seconds is not None:
-            io_wait_percent = 100.0 * (proc.iowait_seconds - before.iowait_seconds) / seconds
-    return {
-        "key": f"{proc.pid}:{proc.start_time:.3f}",
-        "pid": proc.pid, "start_time": proc.start_time, "ppid": proc.ppid, "user": proc.user,
-        "command": proc.command,
-        "gpus": [{"index": u.gpu_index, "memory_bytes": u.memory_bytes, "sm_share": u.sm_share}
-                 for u in proc.gpus],
-        "gpu_memory_bytes": sum(u.memory_bytes or 0 for u in proc.gpus) if proc.gpus else None,
-        "sm_share": sum(u.sm_share for u in proc.gpus) if proc.gpus else None,
-        "cpu_percent": cpu_percent, "rss_bytes": proc.rss_bytes,
-        "read_bytes_per_s": read_rate, "write_bytes_per_s": write_rate,
-        "io_wait_percent": io_wait_percent, "state": proc.state,
-        "threads": proc.threads, "threads_in_d": proc.threads_in_d,
-    }

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from daemon import store_events
-from daemon.attribution import phase_balances
-from daemon.cost import CostLedger, HostPrice, burn
-from daemon.store import StoreReader
+from daemon.analysis.balance import phase_balances
+from daemon.analysis.cost import CostLedger, HostPrice, burn
+from daemon.store import facts
+from daemon.store.writer import StoreReader
 
 REPORT_VERSION = 1
 
@@ -28,7 +28,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None) -> di
     host["last_sample_at"] = latest.ts if latest else None
     interval = float(host.get("interval_s") or 1.0)
     balances = phase_balances(reader, start, end, interval, summary["processes"])
-    statuses = store_events.stack_statuses(reader)
+    statuses = facts.stack_statuses(reader)
     price = host.get("price")
     gpus = summary["gpus"]
     processes = summary["processes"]
@@ -50,8 +50,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None) -> di
         "gpus": gpus,
         "processes": processes,
         "spend": window_cost["spend"],
-        "events": store_events.events(reader, start, end),
-        "recommendations": store_events.recommendations(reader, start),
+        "events": facts.events(reader, start, end),
+        "recommendations": facts.recommendations(reader, start),
     }
 
 
@@ -69,7 +69,7 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
                  interval: float) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples and the host's price.
 
-    Recomputed with the same cost model the daemon runs live (daemon.cost.burn), sample by
+    Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
     sample, so the report and the live view agree.
     """
     empty = {"burn": {"total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from daemon.model import GpuUse, HostPressure, ProcessSample
-from daemon.redact import redact_argv
+from daemon.sources.redact import redact_argv
+from daemon.sources.sample import GpuUse, HostPressure, ProcessSample
 
 log = logging.getLogger(__name__)
 

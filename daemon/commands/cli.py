@@ -15,7 +15,7 @@ from daemon.config import Config, ConfigError
 
 log = logging.getLogger("mlcostd")
 
-SIMULATE_CONFIG = Path(__file__).parent / "sim" / "simulate.toml"
+SIMULATE_CONFIG = Path(__file__).parent.parent / "sim" / "simulate.toml"
 
 EPILOG = """\
 examples:
@@ -125,7 +125,7 @@ def _setup_logging(level: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from daemon.service import Daemon, DaemonError
+    from daemon.runtime.daemon import Daemon, DaemonError
 
     if args.simulate and args.config is None:
         args.config = str(SIMULATE_CONFIG)  # short idle thresholds: see the file
@@ -163,8 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 async def _watch(daemon: object) -> None:
     """Every 5 s, the report of the last 10 s, read back from the store like any reader."""
-    from daemon import report
-    from daemon.store import Store
+    from daemon.commands import report
+    from daemon.store.writer import Store
 
     db = daemon.db  # type: ignore[attr-defined]
     await asyncio.sleep(3)
@@ -186,7 +186,7 @@ async def _watch(daemon: object) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from daemon import check
+    from daemon.commands import check
 
     config = _load_config(args)
     running = None
@@ -210,8 +210,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from daemon import report
-    from daemon.store import Store
+    from daemon.commands import report
+    from daemon.store.writer import Store
 
     config = _load_config(args)
     try:
@@ -238,8 +238,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_prices_observed(args: argparse.Namespace) -> int:
-    from daemon import selection
-    from daemon.store import Store
+    from daemon.analysis import selection
+    from daemon.store.writer import Store
     from pricing import Catalog
 
     config = _load_config(args)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from daemon.model import GPU_OK, Sample
+from daemon.sources.sample import GPU_OK, Sample
+from daemon.wire import process_key
 
 # A GPU whose device utilization is at least this is "busy": its price is split by SM share.
 # Below it the GPU is "idle": split by memory held, and counted whole as wasted. 5% is where
@@ -48,11 +49,6 @@ UNIT_COST_TIMEOUT_S = 1.0
 NO_PRICE_SOURCE = "no price: set [instance].price_per_hour"
 
 ProcessKey = tuple[int, float]
-
-
-def process_id(key: ProcessKey) -> str:
-    """The stable string id of a process, 'pid:start_time' (start time in seconds, 3 decimals)."""
-    return f"{key[0]}:{key[1]:.3f}"
 
 
 # -- host price ------------------------------------------------------------------------------
@@ -237,7 +233,7 @@ class Burn:
                        "an idle one by memory held; GPUs no process holds are idle burn; wasted "
                        "= price x (1 - utilization), idle GPUs whole"),
             "gpus": [g.as_dict() for g in self.gpus],
-            "processes": {process_id(k): p.as_dict() for k, p in self.processes.items()},
+            "processes": {process_key(*k): p.as_dict() for k, p in self.processes.items()},
         }
 
 
@@ -576,7 +572,7 @@ class CostLedger:
         if target in self.by_job:
             return self.by_job[target]
         for key, cost in self.by_process.items():
-            if process_id(key) == target:
+            if process_key(*key) == target:
                 return cost
         return 0.0
 
@@ -605,7 +601,7 @@ class CostLedger:
             "unaccounted_seconds": self.unaccounted_seconds,
             "by_user": dict(self.by_user), "by_job": dict(self.by_job),
             "by_day": dict(self.by_day),
-            "by_process": {process_id(k): v for k, v in self.by_process.items()},
+            "by_process": {process_key(*k): v for k, v in self.by_process.items()},
             "storage_items": [s.as_dict() for s in self.storage_items],
             "unit_costs": [m.as_dict() for m in self.meters],
         }

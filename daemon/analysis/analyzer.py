@@ -11,19 +11,19 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from daemon.budgets import BudgetWatch
-from daemon.cost import (
+from daemon.analysis.budgets import BudgetWatch
+from daemon.analysis.cost import (
     Burn,
     CostLedger,
     HostPrice,
     UnitCostMeter,
     burn,
-    process_id,
     storage_cost,
 )
-from daemon.idle import Event, IdleDetector, IdleThresholds
-from daemon.model import Sample
-from daemon.rules import Recommendation, RecommendationBook, build_analysis, evaluate
+from daemon.analysis.idle import Event, IdleDetector, IdleThresholds
+from daemon.analysis.rules import Recommendation, RecommendationBook, build_analysis, evaluate
+from daemon.sources.sample import Sample
+from daemon.wire import process_key
 
 WINDOW_S = 1800.0  # the rules look at the last 30 minutes
 WINDOW_STEP_S = 5.0  # keep at most one sample per 5 s for the rules
@@ -132,7 +132,7 @@ class Analyzer:
         processes: dict[str, Any] = {}
         if b is not None:
             for key, proc in b.processes.items():
-                processes[process_id(key)] = {
+                processes[process_key(*key)] = {
                     "pid": key[0], "start_time": key[1], "user": proc.user,
                     "job": self.ledger.job_of.get(key),
                     "burn_per_hour": proc.burn_per_hour,

@@ -25,7 +25,7 @@ class Check:
 def check_nvml() -> Check:
     import pynvml
 
-    from daemon.nvml import nvml_error_text
+    from daemon.sources.nvml import nvml_error_text
 
     try:
         pynvml.nvmlInit()
@@ -106,7 +106,7 @@ def check_py_spy() -> Check:
 
 
 def check_delay_accounting() -> Check:
-    from daemon.procs import delay_accounting_enabled
+    from daemon.sources.procs import delay_accounting_enabled
 
     enabled = delay_accounting_enabled()
     if enabled:
@@ -152,13 +152,13 @@ def check_recorded_stacks(db: Path) -> Check | None:
     """What the recorder's stack sampling met, per process, from the store (if there is one)."""
     if not db.exists():
         return None
-    from daemon import store_events
-    from daemon.store import Store
+    from daemon.store import facts
+    from daemon.store.writer import Store
 
     try:
         reader = Store.reader(str(db), timeout_s=2.0)
         try:
-            statuses = store_events.stack_statuses(reader)
+            statuses = facts.stack_statuses(reader)
             commands = {(r["pid"], r["start_ms"] / 1000): r["command"] for r in reader.query(
                 "SELECT pid, start_ms, command FROM processes")}
         finally:

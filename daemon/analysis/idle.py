@@ -18,13 +18,14 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from daemon.cost import Burn, process_id
-from daemon.model import GPU_OK, Sample
+from daemon.analysis.cost import Burn
+from daemon.sources.sample import GPU_OK, Sample
+from daemon.wire import process_key
 
 GPU_HELD_IDLE = "gpu_held_idle"
 GPU_UNHELD_IDLE = "gpu_unheld_idle"
 HOST_IDLE = "host_idle"
-BUDGET_EXCEEDED = "budget_exceeded"  # raised by daemon.budgets, same Event type
+BUDGET_EXCEEDED = "budget_exceeded"  # raised by daemon.analysis.budgets, same Event type
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class IdleDetector:
         for proc in sample.processes:
             for use in proc.gpus:
                 holders.setdefault(use.gpu_index, []).append({
-                    "id": process_id(proc.key), "pid": proc.pid, "start_time": proc.start_time,
+                    "id": process_key(*proc.key), "pid": proc.pid, "start_time": proc.start_time,
                     "user": proc.user, "command": proc.command, "memory_bytes": use.memory_bytes,
                 })
         per_gpu = burn.price_per_gpu if burn is not None else 0.0

@@ -1,0 +1,1 @@
+"""The `mlcostd` command line: run, check, report, prices."""
