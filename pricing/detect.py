@@ -184,6 +184,7 @@ def probe_aws(base: str, deadline: float) -> Instance:
         return _request("GET", f"{base}/latest/meta-data/{path}", auth, deadline)[1]
 
     instance_type = get("instance-type")
+    region: str | None
     try:
         region = get("placement/region")
     except ProbeError:

@@ -338,6 +338,7 @@ class SimulatedNvml:
 
     def _bind(self, name: str, impl: Callable[..., int]) -> Callable[..., Any]:
         needs_init = name not in _NO_INIT_NEEDED
+        fn: Callable[..., Any]
         if _per_device(name):
             handle_index = self._handle_index
             device_faults = self.device_faults
