@@ -1,2 +1,8 @@
-"""What the samples mean: cost, idle, budgets, phases, phase balance, the recommendation rules
-and their book. Pure logic over samples and reader queries; it never writes the store."""
+"""What the samples mean. Pure logic over samples and reader queries; it never writes the store.
+
+busy.py (what a busy GPU is: the one [idle].utilization verdict), cost.py (host price, burn per
+GPU and process, wasted $/h), ledger.py (dollars over time), meters.py (storage and unit cost),
+idle.py (idle events), budgets.py, phases.py (a stack's phase), balance.py (phase balance from
+the store), derive.py (the per-process model), rules/ (the recommendation rules, one module per
+family), book.py (recommendations over time), analyzer.py (all of it, tick by tick).
+"""

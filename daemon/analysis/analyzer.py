@@ -3,25 +3,30 @@
 `update(sample)` is the cheap per-tick part (pure arithmetic over the sample). `evaluate()` runs
 the recommendation rules over a window of samples kept at a coarser step. `poll_slow()` does the
 blocking work (storage walk, Prometheus counters): run it beside the tick, in a thread.
+
+`update` and `record` run on the event loop while `poll_slow`, `inputs` and `snapshot` may run
+in threads: the analyzer's lock guards its window, events and book, the ledger's lock its tables
+(always taken in that order), and no lock is held across blocking work.
+
+Busy and idle come from one place: the `IdleThresholds` given here feed the burn, the idle
+detector and the rules alike.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from daemon.analysis.book import RecommendationBook
 from daemon.analysis.budgets import BudgetWatch
-from daemon.analysis.cost import (
-    Burn,
-    CostLedger,
-    HostPrice,
-    UnitCostMeter,
-    burn,
-    storage_cost,
-)
-from daemon.analysis.idle import Event, IdleDetector, IdleThresholds
-from daemon.analysis.rules import Recommendation, RecommendationBook, build_analysis, evaluate
+from daemon.analysis.busy import IdleThresholds
+from daemon.analysis.cost import Burn, HostPrice, burn
+from daemon.analysis.idle import Event, IdleDetector
+from daemon.analysis.ledger import CostLedger
+from daemon.analysis.meters import UnitCostMeter, storage_cost
+from daemon.analysis.rules import Finding, build_analysis, evaluate
 from daemon.sources.sample import Sample
 from daemon.wire import process_key
 
@@ -45,11 +50,15 @@ class Analyzer:
         window_step_s: float = WINDOW_STEP_S,
         limits: Mapping[str, float] | None = None,
     ) -> None:
-        self.limits = dict(limits or {})
+        self.thresholds = thresholds or IdleThresholds()
+        # The rules' idle times default to the idle events' ([idle] settings); a config may
+        # still set them apart.
+        self.limits = {"idle_held_min_s": self.thresholds.gpu_held_after_s,
+                       "host_idle_min_s": self.thresholds.host_after_s, **(limits or {})}
         self.price = price
         self.catalog = catalog
         self.ledger = CostLedger(jobs)
-        self.idle = IdleDetector(thresholds)
+        self.idle = IdleDetector(self.thresholds)
         self.budgets = BudgetWatch(budgets)
         self.book = RecommendationBook()
         self.storage_paths = storage_paths or []
@@ -61,6 +70,7 @@ class Analyzer:
         self.latest: Burn | None = None
         self.latest_sample: Sample | None = None
         self.recent: deque[Event] = deque(maxlen=RECENT_EVENTS)
+        self.lock = threading.Lock()  # see the module docstring
 
     def set_price(self, price: HostPrice) -> None:
         """A new price (live refresh, config reload) applies from the next tick."""
@@ -68,7 +78,11 @@ class Analyzer:
 
     def update(self, sample: Sample) -> list[Event]:
         """One tick: burn, ledger, idle events, budgets. Returns the events opened or closed."""
-        current = burn(sample, self.price)
+        with self.lock:
+            return self._update(sample)
+
+    def _update(self, sample: Sample) -> list[Event]:
+        current = burn(sample, self.price, self.thresholds)
         self.latest, self.latest_sample = current, sample
         self.ledger.add(current)
         events = self.idle.update(sample, current)
@@ -79,14 +93,13 @@ class Analyzer:
             window.append((sample, current))
         while window and sample.ts - window[0][0].ts > self.window_s:
             window.popleft()
-        if len(self.ledger.by_process) > 4 * max(len(sample.processes), 64):
-            live = {p.key for p in sample.processes}
-            self.ledger.forget([k for k in self.ledger.by_process if k not in live])
+        self.ledger.forget_exited({p.key for p in sample.processes},
+                                  keep=4 * max(len(sample.processes), 64))
         return events
 
     def evaluate(self, phase_balances: Mapping[Any, Any] | None = None,
                  checkpoint_times: Mapping[str, Sequence[float]] | None = None
-                 ) -> list[Recommendation]:
+                 ) -> list[Finding]:
         """The rules over the window (run every ~30 s, not per tick)."""
         found = self.analyze(self.inputs(), phase_balances, checkpoint_times)
         self.record(found)
@@ -95,12 +108,13 @@ class Analyzer:
     def inputs(self) -> tuple[list[tuple[Sample, Burn]], list[Event]]:
         """A copy of what the rules read, taken where the ticks run (cheap), so `analyze` can
         run in another thread while ticks go on."""
-        return list(self.window), list(self.budgets.events())
+        with self.lock:
+            return list(self.window), list(self.budgets.events())
 
     def analyze(self, inputs: tuple[list[tuple[Sample, Burn]], list[Event]],
                 phase_balances: Mapping[Any, Any] | None = None,
                 checkpoint_times: Mapping[str, Sequence[float]] | None = None
-                ) -> list[Recommendation]:
+                ) -> list[Finding]:
         """The rules over a copied window; touches no shared state (safe in a thread)."""
         window, budget_events = inputs
         if not window:
@@ -110,11 +124,16 @@ class Analyzer:
         analysis = build_analysis(samples, phase_balances, self.price, self.catalog,
                                   burns=burns, jobs=self.ledger.labeler,
                                   checkpoint_times=checkpoint_times,
-                                  budget_events=budget_events, limits=self.limits)
+                                  budget_events=budget_events, limits=self.limits,
+                                  thresholds=self.thresholds)
         return evaluate(analysis)
 
-    def record(self, found: list[Recommendation]) -> None:
+    def record(self, found: list[Finding]) -> None:
         """Keep the recommendations of one evaluation in the book (history, snoozes)."""
+        with self.lock:
+            self._record(found)
+
+    def _record(self, found: list[Finding]) -> None:
         if found or self.window:
             ts = self.window[-1][0].ts if self.window else 0.0
             self.book.record(found, ts)
@@ -128,15 +147,20 @@ class Analyzer:
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the API and the TUI."""
+        with self.lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
         b = self.latest
         processes: dict[str, Any] = {}
         if b is not None:
             for key, proc in b.processes.items():
+                cost, job = self.ledger.process_cost(key)
                 processes[process_key(*key)] = {
                     "pid": key[0], "start_time": key[1], "user": proc.user,
-                    "job": self.ledger.job_of.get(key),
+                    "job": job,
                     "burn_per_hour": proc.burn_per_hour,
-                    "cost": self.ledger.by_process.get(key, 0.0),
+                    "cost": cost,
                     "shares": [s.as_dict() for s in proc.shares],
                 }
         now = self.latest_sample.ts if self.latest_sample is not None else None

@@ -21,11 +21,11 @@ import threading
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
-from daemon.analysis.cost import CostLedger
 from daemon.analysis.idle import BUDGET_EXCEEDED, Event
+from daemon.analysis.ledger import CostLedger
+from daemon.clock import utc_day
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class BudgetWatch:
         """New crossings since the last call (each budget fires once per period)."""
         if not self.budgets:
             return []
-        day = datetime.fromtimestamp(ts, tz=timezone.utc).date().isoformat()
+        day = utc_day(ts)
         new = []
         for budget in self.budgets:
             period_id, spent = self.spent(ledger, budget, day)

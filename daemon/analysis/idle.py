@@ -1,8 +1,8 @@
 """Idle detection: GPUs held but idle, GPUs nobody uses, and a whole host that could be stopped.
 
-An idle period starts at the first tick a GPU's utilization is below `idle_utilization_pct`
-(any tick at or above it before the event opens ends the period). Once the period has lasted
-`*_after_s`, an event opens (its `started_at` is the start of the period, and `cost_so_far`
+An idle period starts at the first tick a GPU is idle by `daemon.analysis.busy.gpu_is_busy` at
+`[idle].utilization` (any busy tick before the event opens ends the period). Once the period has
+lasted `*_after_s`, an event opens (its `started_at` is the start of the period, and `cost_so_far`
 counts from there). An open event closes only after utilization has stayed at or above
 `resume_utilization_pct` for `close_after_s` (hysteresis: a one-tick blip neither opens nor
 closes an event); `ended_at` is when the resumed activity began.
@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn
 from daemon.sources.sample import GPU_OK, Sample
 from daemon.wire import process_key
@@ -26,21 +27,6 @@ GPU_HELD_IDLE = "gpu_held_idle"
 GPU_UNHELD_IDLE = "gpu_unheld_idle"
 HOST_IDLE = "host_idle"
 BUDGET_EXCEEDED = "budget_exceeded"  # raised by daemon.analysis.budgets, same Event type
-
-
-@dataclass(frozen=True)
-class IdleThresholds:
-    """When idle becomes an event. Defaults: 5% is the utilization of a GPU with only a CUDA
-    context open; 10 minutes held idle is long past any eval or checkpoint pause of a healthy
-    job; a host idle for 30 minutes costs a full on-demand hour on most clouds' minds."""
-
-    idle_utilization_pct: float = 5.0
-    resume_utilization_pct: float = 10.0
-    gpu_held_after_s: float = 600.0
-    gpu_unheld_after_s: float = 600.0
-    host_after_s: float = 1800.0
-    close_after_s: float = 30.0
-    history: int = 200  # closed events kept
 
 
 @dataclass(frozen=True)
@@ -106,8 +92,8 @@ class IdleDetector:
                 })
         per_gpu = burn.price_per_gpu if burn is not None else 0.0
         ok_gpus = [g for g in sample.gpus if g.status == GPU_OK and g.utilization is not None]
-        all_quiet = bool(ok_gpus) and all(g.utilization < t.idle_utilization_pct  # type: ignore[operator]
-                                          for g in ok_gpus)
+        idle = {g.index: t.gpu_is_busy(g.utilization) is False for g in ok_gpus}
+        all_quiet = bool(ok_gpus) and all(idle.values())
         for gpu in ok_gpus:
             util: float = gpu.utilization  # type: ignore[assignment]
             held = holders.get(gpu.index, [])
@@ -116,7 +102,7 @@ class IdleDetector:
             detail = {"gpu": gpu.index, "uuid": gpu.uuid, "name": gpu.name,
                       "utilization": util, "holders": held,
                       "price_per_hour": per_gpu}
-            self._step(f"gpu:{gpu.index}", kind, ts, util < t.idle_utilization_pct,
+            self._step(f"gpu:{gpu.index}", kind, ts, idle[gpu.index],
                        util >= t.resume_utilization_pct, after, per_gpu, detail, changed)
         gpu_procs = sum(1 for p in sample.processes if p.gpus)
         host_quiet = gpu_procs == 0 or all_quiet

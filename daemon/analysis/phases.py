@@ -1,6 +1,6 @@
 """What a GPU process is doing while its GPU is quiet, from its Python stack: the phase.
 
-The rules are data (RULES, SOURCE_CALLS): frames of the real libraries (torch DataLoader,
+The rules are data (FRAME_RULES, SOURCE_CALLS): frames of the real libraries (torch DataLoader,
 torch.save and distributed checkpoint, Hugging Face Trainer, Lightning loops, torch.cuda
 synchronize, c10d collectives, vLLM's engine loop) and generic signals (I/O and waiting frames of
 the standard library, what the innermost user line calls, the process in D state, iowait
@@ -36,7 +36,7 @@ UNKNOWN = "unknown"
 
 PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, EVAL, SYNC, COMM, IDLE, UNKNOWN)
 
-# Rule kinds, in the order classify() tries them (see its docstring).
+# Frame rule kinds, in the order classify() tries them (see its docstring).
 CONTEXT = "context"  # anywhere in the stack: the whole stack is spent in this phase
 LIBRARY = "library"  # the innermost matching library frame decides
 IO = "io"  # a stdlib/library I/O frame below the innermost user frame
@@ -44,7 +44,7 @@ WAIT = "wait"  # a stdlib waiting frame below the innermost user frame
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class FrameRule:
     """A frame pattern: `file` and `name` are fnmatch globs on the path and qualified name."""
 
     kind: str
@@ -69,35 +69,35 @@ _PL_OLD = "*/pytorch_lightning/*"
 
 # Function names are 3.11+ qualified names; on older Pythons py-spy gives the bare name, which
 # _name_matches accepts for a pattern's last component.
-RULES: tuple[Rule, ...] = (
+FRAME_RULES: tuple[FrameRule, ...] = (
     # -- checkpoint (context) --
-    Rule(CONTEXT, "*/torch/serialization.py", "save", CHECKPOINT, "torch.save"),
-    Rule(CONTEXT, "*/torch/serialization.py", "_save", CHECKPOINT, "torch.save"),
-    Rule(CONTEXT, "*/torch/serialization.py", "_legacy_save", CHECKPOINT, "torch.save"),
-    Rule(CONTEXT, "*/torch/distributed/checkpoint/*", "*save*", CHECKPOINT,
+    FrameRule(CONTEXT, "*/torch/serialization.py", "save", CHECKPOINT, "torch.save"),
+    FrameRule(CONTEXT, "*/torch/serialization.py", "_save", CHECKPOINT, "torch.save"),
+    FrameRule(CONTEXT, "*/torch/serialization.py", "_legacy_save", CHECKPOINT, "torch.save"),
+    FrameRule(CONTEXT, "*/torch/distributed/checkpoint/*", "*save*", CHECKPOINT,
          "torch.distributed.checkpoint save"),
-    Rule(CONTEXT, "*/torch/distributed/checkpoint/filesystem.py", "*_write_*", CHECKPOINT,
+    FrameRule(CONTEXT, "*/torch/distributed/checkpoint/filesystem.py", "*_write_*", CHECKPOINT,
          "torch.distributed.checkpoint writing files"),
-    Rule(CONTEXT, _HF, "Trainer._save_checkpoint", CHECKPOINT, "Hugging Face Trainer checkpoint"),
-    Rule(CONTEXT, _HF, "Trainer.save_model", CHECKPOINT, "Hugging Face Trainer save_model"),
-    Rule(CONTEXT, "*/lightning/*", "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
-    Rule(CONTEXT, _PL_OLD, "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
-    Rule(CONTEXT, "*/safetensors/torch.py", "save*", CHECKPOINT, "safetensors save"),
-    Rule(CONTEXT, "*/orbax/checkpoint/*", "*save*", CHECKPOINT, "Orbax checkpoint save"),
+    FrameRule(CONTEXT, _HF, "Trainer._save_checkpoint", CHECKPOINT, "Hugging Face Trainer checkpoint"),
+    FrameRule(CONTEXT, _HF, "Trainer.save_model", CHECKPOINT, "Hugging Face Trainer save_model"),
+    FrameRule(CONTEXT, "*/lightning/*", "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
+    FrameRule(CONTEXT, _PL_OLD, "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
+    FrameRule(CONTEXT, "*/safetensors/torch.py", "save*", CHECKPOINT, "safetensors save"),
+    FrameRule(CONTEXT, "*/orbax/checkpoint/*", "*save*", CHECKPOINT, "Orbax checkpoint save"),
     # -- eval (context) --
-    Rule(CONTEXT, _HF, "Trainer.evaluate", EVAL, "Hugging Face Trainer.evaluate"),
-    Rule(CONTEXT, _HF, "Trainer.evaluation_loop", EVAL, "Hugging Face Trainer evaluation loop"),
-    Rule(CONTEXT, _HF, "Trainer.prediction_step", EVAL, "Hugging Face Trainer prediction step"),
-    Rule(CONTEXT, _HF, "Trainer.predict", EVAL, "Hugging Face Trainer.predict"),
-    Rule(CONTEXT, "*/lightning/pytorch/loops/evaluation_loop.py", "*", EVAL,
+    FrameRule(CONTEXT, _HF, "Trainer.evaluate", EVAL, "Hugging Face Trainer.evaluate"),
+    FrameRule(CONTEXT, _HF, "Trainer.evaluation_loop", EVAL, "Hugging Face Trainer evaluation loop"),
+    FrameRule(CONTEXT, _HF, "Trainer.prediction_step", EVAL, "Hugging Face Trainer prediction step"),
+    FrameRule(CONTEXT, _HF, "Trainer.predict", EVAL, "Hugging Face Trainer.predict"),
+    FrameRule(CONTEXT, "*/lightning/pytorch/loops/evaluation_loop.py", "*", EVAL,
          "Lightning evaluation loop"),
-    Rule(CONTEXT, "*/pytorch_lightning/loops/evaluation_loop.py", "*", EVAL,
+    FrameRule(CONTEXT, "*/pytorch_lightning/loops/evaluation_loop.py", "*", EVAL,
          "Lightning evaluation loop"),
-    Rule(CONTEXT, "*/lightning/pytorch/loops/prediction_loop.py", "*", EVAL,
+    FrameRule(CONTEXT, "*/lightning/pytorch/loops/prediction_loop.py", "*", EVAL,
          "Lightning prediction loop"),
     # -- communication (library) --
     *(
-        Rule(LIBRARY, _C10D, fn, COMM, f"torch.distributed {fn}")
+        FrameRule(LIBRARY, _C10D, fn, COMM, f"torch.distributed {fn}")
         for fn in (
             "all_reduce", "all_reduce_coalesced", "broadcast", "barrier", "monitored_barrier",
             "all_gather", "all_gather_into_tensor", "all_gather_object", "all_gather_coalesced",
@@ -106,40 +106,40 @@ RULES: tuple[Rule, ...] = (
             "broadcast_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
         )
     ),
-    Rule(LIBRARY, "*/torch/distributed/c10d_logger.py", "*", COMM, "torch.distributed collective"),
+    FrameRule(LIBRARY, "*/torch/distributed/c10d_logger.py", "*", COMM, "torch.distributed collective"),
     # -- host/GPU sync (library) --
-    Rule(LIBRARY, "*/torch/cuda/__init__.py", "synchronize", SYNC, "torch.cuda.synchronize"),
-    Rule(LIBRARY, "*/torch/cuda/streams.py", "*.synchronize", SYNC, "CUDA stream/event synchronize"),
-    Rule(LIBRARY, "*/torch/cuda/streams.py", "Event.wait", SYNC, "CUDA event wait"),
+    FrameRule(LIBRARY, "*/torch/cuda/__init__.py", "synchronize", SYNC, "torch.cuda.synchronize"),
+    FrameRule(LIBRARY, "*/torch/cuda/streams.py", "*.synchronize", SYNC, "CUDA stream/event synchronize"),
+    FrameRule(LIBRARY, "*/torch/cuda/streams.py", "Event.wait", SYNC, "CUDA event wait"),
     # -- data loading (library) --
-    Rule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._try_get_data", DATA_WAIT,
+    FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._try_get_data", DATA_WAIT,
          "DataLoader waiting for a batch from its workers"),
-    Rule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._get_data", DATA_WAIT,
+    FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._get_data", DATA_WAIT,
          "DataLoader waiting for a batch from its workers"),
-    Rule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._next_data", DATA_WAIT,
+    FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._next_data", DATA_WAIT,
          "DataLoader waiting for a batch from its workers"),
-    Rule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
+    FrameRule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
          "DataLoader loading samples in the main process (num_workers=0)"),
-    Rule(LIBRARY, "*/torch/utils/data/_utils/collate.py", "*", HOST_PREPROCESS,
+    FrameRule(LIBRARY, "*/torch/utils/data/_utils/collate.py", "*", HOST_PREPROCESS,
          "DataLoader collating a batch in the main process"),
-    Rule(LIBRARY, _DL, "_SingleProcessDataLoaderIter._next_data", HOST_PREPROCESS,
+    FrameRule(LIBRARY, _DL, "_SingleProcessDataLoaderIter._next_data", HOST_PREPROCESS,
          "DataLoader loading samples in the main process (num_workers=0)"),
-    Rule(LIBRARY, _DL, "_BaseDataLoaderIter.__next__", DATA_WAIT, "waiting on the DataLoader"),
-    Rule(LIBRARY, "*/lightning/pytorch/loops/fetchers.py", "*.__next__", DATA_WAIT,
+    FrameRule(LIBRARY, _DL, "_BaseDataLoaderIter.__next__", DATA_WAIT, "waiting on the DataLoader"),
+    FrameRule(LIBRARY, "*/lightning/pytorch/loops/fetchers.py", "*.__next__", DATA_WAIT,
          "Lightning waiting on the next batch"),
-    Rule(LIBRARY, "*/pytorch_lightning/loops/fetchers.py", "*.__next__", DATA_WAIT,
+    FrameRule(LIBRARY, "*/pytorch_lightning/loops/fetchers.py", "*.__next__", DATA_WAIT,
          "Lightning waiting on the next batch"),
-    Rule(LIBRARY, "*/torchvision/transforms/*", "*", HOST_PREPROCESS, "torchvision transforms"),
-    Rule(LIBRARY, "*/PIL/*", "*", HOST_PREPROCESS, "PIL image decoding"),
-    Rule(LIBRARY, "*/transformers/tokenization_utils*", "*", HOST_PREPROCESS, "tokenization"),
+    FrameRule(LIBRARY, "*/torchvision/transforms/*", "*", HOST_PREPROCESS, "torchvision transforms"),
+    FrameRule(LIBRARY, "*/PIL/*", "*", HOST_PREPROCESS, "PIL image decoding"),
+    FrameRule(LIBRARY, "*/transformers/tokenization_utils*", "*", HOST_PREPROCESS, "tokenization"),
     # -- serving (library): vLLM v1 engine core --
-    Rule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_input_queue", IDLE,
+    FrameRule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_input_queue", IDLE,
          "vLLM engine waiting for requests (no traffic)"),
-    Rule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_engine_step", COMPUTE,
+    FrameRule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_engine_step", COMPUTE,
          "vLLM engine step"),
     # -- I/O called from user code (io) --
     *(
-        Rule(IO, f"*/{file}", name, DATA_WAIT, f"reading ({what})")
+        FrameRule(IO, f"*/{file}", name, DATA_WAIT, f"reading ({what})")
         for file, name, what in (
             ("socket.py", "*readinto", "socket"),
             ("socket.py", "*recv*", "socket"),
@@ -160,7 +160,7 @@ RULES: tuple[Rule, ...] = (
         )
     ),
     *(
-        Rule(IO, f"*/{file}", name, CHECKPOINT, f"writing ({what})")
+        FrameRule(IO, f"*/{file}", name, CHECKPOINT, f"writing ({what})")
         for file, name, what in (
             ("zipfile.py", "*write*", "zip file"),
             ("json/__init__.py", "dump", "json.dump"),
@@ -171,7 +171,7 @@ RULES: tuple[Rule, ...] = (
     ),
     # -- waiting with nothing to do (wait) --
     *(
-        Rule(WAIT, f"*/{file}", name, IDLE, f"waiting in {what}")
+        FrameRule(WAIT, f"*/{file}", name, IDLE, f"waiting in {what}")
         for file, name, what in (
             ("queue.py", "*.get", "queue.get"),
             ("threading.py", "Condition.wait", "Condition.wait"),
@@ -247,7 +247,7 @@ def is_user_code(frame: Frame) -> bool:
     path = frame.filename.replace("\\", "/")
     if path.startswith("<frozen") or "/site-packages/" in path or "/dist-packages/" in path:
         return False
-    if any(fnmatchcase(path, rule.file) for rule in _RUNTIME_RULES):
+    if any(fnmatchcase(path, rule.file) for rule in _RUNTIME_FRAME_RULES):
         return False  # a GPU runtime's own code, like torch.cuda: not the user's
     return not re.search(r"/lib/python3(\.\d+)?/", path)
 
@@ -265,26 +265,26 @@ def _name_matches(name: str, pattern: str) -> bool:
 
 
 # Frames of GPU runtimes that declare themselves at run time (register_runtime).
-_RUNTIME_RULES: list[Rule] = []
+_RUNTIME_FRAME_RULES: list[FrameRule] = []
 
 
 def register_runtime(file_glob: str, name_glob: str, phase: str, reason: str) -> None:
     """Declare a GPU runtime's blocking call (e.g. a kernel launch that waits for the GPU):
     its frames are not user code, and a stack inside it is in `phase`."""
-    rule = Rule(LIBRARY, file_glob, name_glob, phase, reason)
-    if rule not in _RUNTIME_RULES:
-        _RUNTIME_RULES.append(rule)
+    rule = FrameRule(LIBRARY, file_glob, name_glob, phase, reason)
+    if rule not in _RUNTIME_FRAME_RULES:
+        _RUNTIME_FRAME_RULES.append(rule)
 
 
-def _rule_for(frame: Frame, kind: str) -> Rule | None:
+def _rule_for(frame: Frame, kind: str) -> FrameRule | None:
     path = frame.filename.replace("\\", "/")
-    for rule in (*RULES, *_RUNTIME_RULES):
+    for rule in (*FRAME_RULES, *_RUNTIME_FRAME_RULES):
         if rule.kind == kind and fnmatchcase(path, rule.file) and _name_matches(frame.name, rule.name):
             return rule
     return None
 
 
-def _first(frames: Iterable[Frame], kind: str) -> tuple[Rule, Frame] | None:
+def _first(frames: Iterable[Frame], kind: str) -> tuple[FrameRule, Frame] | None:
     for frame in frames:
         rule = _rule_for(frame, kind)
         if rule is not None:
@@ -380,7 +380,7 @@ def classify(
     return Classification(UNKNOWN, "host code running while the GPU idles", responsible)
 
 
-def _eval_by_name(frames: Sequence[Frame]) -> tuple[Rule, Frame] | None:
+def _eval_by_name(frames: Sequence[Frame]) -> tuple[FrameRule, Frame] | None:
     """A user function named like evaluation (evaluate, validation_step, test_epoch...)."""
     frame = next((f for f in frames if _is_eval_function(f)), None)
     if frame is None:
@@ -391,7 +391,7 @@ def _eval_by_name(frames: Sequence[Frame]) -> tuple[Rule, Frame] | None:
         for f in frames
     )
     reason = "evaluation function under torch.no_grad" if no_grad else "evaluation function"
-    return Rule(CONTEXT, frame.filename, frame.name, EVAL, reason), frame
+    return FrameRule(CONTEXT, frame.filename, frame.name, EVAL, reason), frame
 
 
 def _source_call(frame: Frame | None, source_line: SourceLine | None) -> tuple[str, str] | None:
@@ -407,7 +407,7 @@ def _source_call(frame: Frame | None, source_line: SourceLine | None) -> tuple[s
     return None
 
 
-def _said(match: tuple[Rule, Frame], responsible: Frame | None, prefix: str = "") -> Classification:
+def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str = "") -> Classification:
     rule, frame = match
     reason = f"{rule.reason} ({_where(frame)})"
     return Classification(rule.phase, f"{prefix}: {reason}" if prefix else reason, responsible)
@@ -484,7 +484,7 @@ def phase_balance(
 
 def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
     counts = Counter(s.stack_hash for s in group)
-    first = {}
+    first: dict[str, StackSample] = {}
     for s in group:
         first.setdefault(s.stack_hash, s)
     stacks = []

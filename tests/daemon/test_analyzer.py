@@ -54,3 +54,109 @@ def test_snapshot_before_any_sample():
     snap = Analyzer(price, catalog).snapshot()
     assert snap["burn"]["price_source"].startswith("no price")
     assert snap["recommendations"] == []
+
+
+def held_at(ts, util):
+    """GPU 0 at `util`, held by one process; the other seven GPUs idle and unheld."""
+    gpus = tuple(GpuSample(g, f"u{g}", "A100", "ok", util if g == 0 else 0.0, None,
+                           8 * GIB if g == 0 else 0, 40 * GIB) for g in range(8))
+    procs = (ProcessSample(7, 50.0, 1, "ann", "python train.py", (GpuUse(0, 8 * GIB, 50.0),)),)
+    return Sample(float(ts), ts, gpus=gpus, processes=procs)
+
+
+@pytest.mark.parametrize("idle_pct, busy", [(5.0, True), (10.0, False)])
+def test_the_idle_threshold_decides_burn_rules_and_idle_events_alike(idle_pct, busy):
+    catalog = Catalog.load()
+    price = host_price(Instance("aws", "p4d.24xlarge", "us-east-1", None, "t"), catalog)
+    a = Analyzer(price, catalog, IdleThresholds(idle_utilization_pct=idle_pct,
+                                                gpu_held_after_s=600))
+    events = []
+    for ts in range(0, 701):
+        events += a.update(held_at(ts, 8.0))  # 8%: busy at a 5% line, idle at a 10% line
+    # the burn's verdict for GPU 0 (and so how its price is split and what it wastes)
+    gpu0 = a.latest.gpus[0]
+    assert gpu0.busy is busy
+    assert a.snapshot()["burn"]["gpus"][0]["busy"] is busy
+    assert gpu0.wasted_per_hour == pytest.approx(price.per_gpu * (0.92 if busy else 1.0))
+    # the idle events
+    held_idle = [e for e in events if e.kind == "gpu_held_idle" and e.target == "gpu:0"]
+    assert bool(held_idle) is not busy
+    # the rules
+    rules = {r.rule for r in a.evaluate({})}
+    assert ("idle_gpu_held" in rules) is not busy
+
+
+def test_poller_and_snapshot_threads_never_see_the_ledger_mid_update(tmp_path):
+    """The loop's update() mutates the ledger and the idle detector while poll_slow (unit costs,
+    storage), snapshot() and inputs() run in threads (asyncio.to_thread in the daemon). Without
+    the locks this fails within a second with 'dictionary changed size during iteration'."""
+    import sys
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from daemon.analysis.meters import UnitCostMeter
+
+    class Counter(BaseHTTPRequestHandler):
+        count = 0
+
+        def do_GET(self):  # noqa: N802
+            Counter.count += 1000
+            body = f"# TYPE tokens counter\ntokens_total {Counter.count}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Counter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    (tmp_path / "ckpt.bin").write_bytes(b"x" * 4096)
+    price = host_price(Instance(None, None, None, None, "t"), None, 32.0, gpu_count_seen=8)
+    # A process-id target makes the poller look through every process's cost.
+    a = Analyzer(price, None, storage_paths=[str(tmp_path)],
+                 unit_costs=[UnitCostMeter("99999:1.000", url, "tokens")])
+
+    def churning(tick):
+        """100 GPU processes per tick, a fifth of them new each tick (the ledger grows, then
+        forgets the exited ones)."""
+        gpus = tuple(GpuSample(g, f"u{g}", "A100", "ok", float(tick % 3) * 40, None,
+                               GIB, 40 * GIB) for g in range(8))
+        procs = tuple(ProcessSample(1000 + tick * 20 + j, 1.0e9 + tick * 20 + j, 1, f"u{j % 7}",
+                                    f"python job{j % 5}.py", (GpuUse(j % 8, GIB, 10.0),))
+                      for j in range(100))
+        return Sample(1.7e9 + tick, tick, gpus=gpus, processes=procs)
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def loop(fn):
+        try:
+            while not stop.is_set():
+                fn()
+        except BaseException as exc:  # noqa: BLE001 - the assertion below reports it
+            errors.append(exc)
+            stop.set()
+
+    ticks = iter(range(10**9))
+    workers = [threading.Thread(target=loop, args=(fn,)) for fn in (
+        lambda: a.update(churning(next(ticks))), a.poll_slow, a.snapshot, a.inputs, lambda: a.ledger.cost_of("99999:1.000"))]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: the race shows within the bound
+    try:
+        for w in workers:
+            w.start()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not stop.is_set():
+            stop.wait(0.05)
+        stop.set()
+        for w in workers:
+            w.join(10)
+    finally:
+        sys.setswitchinterval(old)
+        server.shutdown()
+    assert errors == [], errors
+    assert a.ledger.total > 0 and a.ledger.meters[0].error is None

@@ -6,8 +6,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from daemon.analysis.budgets import BudgetWatch, Webhook, parse_budgets
-from daemon.analysis.cost import CostLedger, HostPrice, burn
+from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.idle import BUDGET_EXCEEDED
+from daemon.analysis.ledger import CostLedger
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 
 PRICE = HostPrice(36.0, 1, "on-demand", "x", "aws", "us-east-1", "test", None)

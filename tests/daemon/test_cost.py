@@ -6,18 +6,16 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
 from daemon.analysis.cost import (
-    BUSY_UTILIZATION_PCT,
     NO_PRICE_SOURCE,
-    CostLedger,
     HostPrice,
-    JobLabeler,
-    UnitCostMeter,
     burn,
+    gpu_wasted_per_hour,
     host_price,
-    read_counter,
-    storage_cost,
 )
+from daemon.analysis.ledger import CostLedger, JobLabeler
+from daemon.analysis.meters import UnitCostMeter, read_counter, storage_cost
 from daemon.sources.sample import GPU_LOST, GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 from pricing.detect import Instance
@@ -87,7 +85,7 @@ def test_burn_sm_basis_on_busy_gpu_and_idle_gpus():
 
 
 def test_memory_basis_on_idle_gpu():
-    util = BUSY_UTILIZATION_PCT - 0.1
+    util = DEFAULT_IDLE_UTILIZATION_PCT - 0.1
     sample = Sample(10.0, 1, gpus=(gpu(0, util, 12 * GIB),),
                     processes=(proc(1, [(0, 9 * GIB, 50)]), proc(2, [(0, 3 * GIB, 0)])))
     b = burn(sample, price(4.0, 1))
@@ -96,7 +94,7 @@ def test_memory_basis_on_idle_gpu():
     assert b.processes[(2, 1002.0)].burn_per_hour == pytest.approx(1.0)
     assert b.wasted_per_hour == pytest.approx(4.0)  # below the busy threshold: whole
     # just at the threshold the GPU is busy: SM basis
-    busy = burn(Sample(10.0, 1, gpus=(gpu(0, BUSY_UTILIZATION_PCT, 12 * GIB),),
+    busy = burn(Sample(10.0, 1, gpus=(gpu(0, DEFAULT_IDLE_UTILIZATION_PCT, 12 * GIB),),
                        processes=sample.processes), price(4.0, 1))
     assert busy.processes[(1, 1001.0)].shares[0].basis == "sm"
     assert busy.processes[(1, 1001.0)].burn_per_hour == pytest.approx(4.0)
@@ -141,6 +139,57 @@ def test_burn_sums_random():
         for p in b.processes.values():
             for s in p.shares:
                 assert 0 <= s.share <= 1 + 1e-12
+
+
+
+def test_gpu_is_busy_says_none_when_utilization_is_unknown():
+    assert gpu_is_busy(None, 5.0) is None
+    assert gpu_is_busy(4.9, 5.0) is False
+    assert gpu_is_busy(5.0, 5.0) is True
+    assert IdleThresholds(idle_utilization_pct=50.0).gpu_is_busy(40.0) is False
+
+
+def test_gpu_wasted_per_hour_counts_idle_and_lost_gpus_whole():
+    assert gpu_wasted_per_hour(4.0, 90.0) == pytest.approx(0.4)
+    assert gpu_wasted_per_hour(4.0, 100.0) == 0.0
+    assert gpu_wasted_per_hour(4.0, 3.0) == 4.0  # idle: whole
+    assert gpu_wasted_per_hour(4.0, 30.0, idle_utilization_pct=40.0) == 4.0
+    assert gpu_wasted_per_hour(4.0, None) == 0.0  # unknown: no waste we cannot show
+    assert gpu_wasted_per_hour(4.0, 90.0, ok=False) == 4.0  # lost: does no work
+    assert gpu_wasted_per_hour(4.0, None, ok=False) == 4.0
+
+
+def test_burn_wasted_is_the_sum_of_gpu_wasted_per_hour_and_each_gpu_carries_its_verdict():
+    rng = random.Random(99)
+    for idle_pct in (1.0, 5.0, 30.0):
+        t = IdleThresholds(idle_utilization_pct=idle_pct)
+        for _ in range(100):
+            n = rng.randint(1, 8)
+            gpus = tuple(GpuSample(i, f"u{i}", "n", GPU_LOST) if rng.random() < 0.1
+                         else gpu(i, rng.choice([None, 0, 4.9, 5, 29, 30, rng.uniform(0, 100)]))
+                         for i in range(n))
+            hp = price(rng.uniform(0.5, 100), n)
+            b = burn(Sample(1.0, 1, gpus=gpus), hp, t)
+            assert b.wasted_per_hour == math.fsum(
+                gpu_wasted_per_hour(hp.per_gpu, g.utilization, g.status == "ok", idle_pct)
+                for g in gpus)
+            for g, gb in zip(gpus, b.gpus, strict=True):
+                expected = gpu_is_busy(g.utilization, idle_pct) if g.status == "ok" else None
+                assert gb.busy is expected
+                assert gb.as_dict()["busy"] is expected
+            assert b.as_dict()["busy_threshold_pct"] == idle_pct
+
+
+def test_the_idle_threshold_decides_how_burn_splits_a_gpu():
+    sample = Sample(1.0, 1, gpus=(gpu(0, 20.0, 12 * GIB),),
+                    processes=(proc(1, [(0, 9 * GIB, 50)]), proc(2, [(0, 3 * GIB, 0)])))
+    at_default = burn(sample, price(4.0, 1))
+    raised = burn(sample, price(4.0, 1), IdleThresholds(idle_utilization_pct=25.0))
+    assert at_default.gpus[0].busy is True and raised.gpus[0].busy is False
+    assert at_default.processes[(1, 1001.0)].shares[0].basis == "sm"
+    assert raised.processes[(1, 1001.0)].shares[0].basis == "memory"
+    assert at_default.wasted_per_hour == pytest.approx(4.0 * 0.8)
+    assert raised.wasted_per_hour == pytest.approx(4.0)
 
 
 def test_ledger_integrates_per_process_user_job_day():

@@ -1,9 +1,10 @@
 import pytest
 
-from daemon.analysis import rules
+from daemon.analysis.book import RecommendationBook
 from daemon.analysis.cost import HostPrice, host_price
 from daemon.analysis.idle import BUDGET_EXCEEDED, Event
-from daemon.analysis.rules import RecommendationBook, build_analysis, evaluate
+from daemon.analysis.rules import build_analysis, evaluate
+from daemon.analysis.rules import thresholds as rule_thresholds
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 from pricing.detect import Instance
@@ -100,12 +101,12 @@ def phases_for(samples, **shares):
 
 
 @pytest.mark.parametrize("phase, rule, threshold", [
-    ("data_wait", "dataloader_starvation", rules.DATA_WAIT_SHARE),
-    ("host_preprocess", "main_thread_preprocessing", rules.HOST_PREPROCESS_SHARE),
-    ("checkpoint", "blocking_checkpoint", rules.CHECKPOINT_SHARE),
-    ("eval", "eval_dominating", rules.EVAL_SHARE),
-    ("sync", "host_sync", rules.SYNC_SHARE),
-    ("comm", "communication_bound", rules.COMM_SHARE),
+    ("data_wait", "dataloader_starvation", rule_thresholds.DATA_WAIT_SHARE),
+    ("host_preprocess", "main_thread_preprocessing", rule_thresholds.HOST_PREPROCESS_SHARE),
+    ("checkpoint", "blocking_checkpoint", rule_thresholds.CHECKPOINT_SHARE),
+    ("eval", "eval_dominating", rule_thresholds.EVAL_SHARE),
+    ("sync", "host_sync", rule_thresholds.SYNC_SHARE),
+    ("comm", "communication_bound", rule_thresholds.COMM_SHARE),
 ])
 def test_phase_rules_at_threshold(phase, rule, threshold):
     s = window()
@@ -186,7 +187,7 @@ def test_spot_at_thresholds():
 
 
 def test_steady_inference_says_catalog_has_no_commitment_price():
-    hours = rules.STEADY_INFERENCE_MIN_HOURS * 3600
+    hours = rule_thresholds.STEADY_INFERENCE_MIN_HOURS * 3600
     s = window(command="vllm serve llama", pstart=100_000.0 + 600 - hours)
     [rec] = by_rule(recs(s), "steady_inference_commitment")
     assert "no commitment price" in rec.summary and rec.savings_per_month == 0

@@ -1,0 +1,211 @@
+"""The cost ledger: burn integrated over ticks into dollars per process, user, job label and
+UTC day and month, plus the storage cost and unit-cost meters; and the job label of a command.
+
+The loop adds a tick (`add`) while threads read (the slow poller's unit costs, the API's
+snapshot): every read and write of the ledger's tables holds its lock, so no reader iterates a
+table while a tick grows it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from daemon.analysis.cost import Burn, ProcessKey
+from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, StorageCost, UnitCostMeter, read_counter
+from daemon.clock import utc_day
+from daemon.wire import process_key
+
+# Longest interval between two ticks that the ledger charges; a longer gap (daemon stopped,
+# host suspended) is counted as unaccounted time instead of being charged to whoever runs now.
+MAX_TICK_GAP_S = 60.0
+
+
+class JobLabeler:
+    """A job label per command line: the first configured `{name: regex}` that matches
+    (re.search), else the script or module the command runs ('train.py', '-m vllm...')."""
+
+    def __init__(self, jobs: Mapping[str, str] | None = None) -> None:
+        self.patterns: list[tuple[str, re.Pattern[str]]] = []
+        for name, pattern in (jobs or {}).items():
+            try:
+                self.patterns.append((name, re.compile(pattern)))
+            except re.error as exc:
+                raise ValueError(f"[jobs] {name!r} = {pattern!r} is not a regular expression: "
+                                 f"{exc}") from None
+        self._cache: dict[str, str] = {}
+
+    def label(self, command: str) -> str:
+        found = self._cache.get(command)
+        if found is None:
+            found = self._label(command)
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[command] = found
+        return found
+
+    def _label(self, command: str) -> str:
+        for name, pattern in self.patterns:
+            if pattern.search(command):
+                return name
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            argv = command.split()
+        if not argv:
+            return "unknown"
+        for i, arg in enumerate(argv):
+            if arg == "-m" and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.endswith(".py"):
+                return os.path.basename(arg)
+        return os.path.basename(argv[0]) or "unknown"
+
+
+class CostLedger:
+    """Cumulative dollars per process, user, job label and UTC day, integrated tick by tick:
+    each tick charges its burn rate over the time since the previous tick (at most
+    MAX_TICK_GAP_S; the rest is counted in `unaccounted_seconds`)."""
+
+    def __init__(self, jobs: Mapping[str, str] | None = None,
+                 max_gap_s: float = MAX_TICK_GAP_S) -> None:
+        self.labeler = JobLabeler(jobs)
+        self.max_gap_s = max_gap_s
+        self.last_ts: float | None = None
+        self.total = 0.0
+        self.idle = 0.0
+        self.wasted = 0.0
+        self.storage = 0.0
+        self.seconds = 0.0
+        self.unaccounted_seconds = 0.0
+        self.by_process: dict[ProcessKey, float] = defaultdict(float)
+        self.by_user: dict[str, float] = defaultdict(float)
+        self.by_job: dict[str, float] = defaultdict(float)
+        self.by_day: dict[str, float] = defaultdict(float)
+        self.by_user_day: dict[tuple[str, str], float] = defaultdict(float)
+        self.by_job_day: dict[tuple[str, str], float] = defaultdict(float)
+        self.by_month: dict[str, float] = defaultdict(float)
+        self.by_user_month: dict[tuple[str, str], float] = defaultdict(float)
+        self.by_job_month: dict[tuple[str, str], float] = defaultdict(float)
+        self.job_of: dict[ProcessKey, str] = {}
+        self.user_of: dict[ProcessKey, str] = {}
+        self.storage_items: list[StorageCost] = []
+        self.meters: list[UnitCostMeter] = []
+        # Held by every read and write of the tables above (the loop writes, threads read).
+        self.lock = threading.RLock()
+
+    def add(self, burn: Burn) -> float:
+        """Charge one tick; returns the seconds charged (0 for the first tick)."""
+        with self.lock:
+            return self._add(burn)
+
+    def _add(self, burn: Burn) -> float:
+        ts = burn.ts
+        last, self.last_ts = self.last_ts, ts
+        if last is None or ts <= last:
+            return 0.0
+        dt = ts - last
+        if dt > self.max_gap_s:
+            self.unaccounted_seconds += dt - self.max_gap_s
+            dt = self.max_gap_s
+        hours = dt / 3600.0
+        day = utc_day(ts - dt / 2)  # the interval's midpoint decides its day
+        month = day[:7]
+        storage = math.fsum(s.per_hour for s in self.storage_items) * hours
+        charged = burn.total_per_hour * hours + storage
+        self.total += charged
+        self.storage += storage
+        self.idle += burn.idle_per_hour * hours
+        self.wasted += burn.wasted_per_hour * hours
+        self.seconds += dt
+        self.by_day[day] += charged
+        self.by_month[month] += charged
+        for key, proc in burn.processes.items():
+            cost = proc.burn_per_hour * hours
+            job = self.job_of.get(key)
+            if job is None:
+                job = self.job_of[key] = self.labeler.label(proc.command)
+                self.user_of[key] = proc.user
+            self.by_process[key] += cost
+            self.by_user[proc.user] += cost
+            self.by_job[job] += cost
+            self.by_user_day[(proc.user, day)] += cost
+            self.by_job_day[(job, day)] += cost
+            self.by_user_month[(proc.user, month)] += cost
+            self.by_job_month[(job, month)] += cost
+        return dt
+
+    def set_storage(self, items: Iterable[StorageCost]) -> None:
+        """The latest storage walk; charged per hour from the next tick on."""
+        items = list(items)
+        with self.lock:
+            self.storage_items = items
+
+    def add_meter(self, meter: UnitCostMeter) -> None:
+        with self.lock:
+            self.meters.append(meter)
+
+    def cost_of(self, target: str) -> float:
+        """Cumulative dollars of a job label, or of a process id 'pid:start_time'."""
+        with self.lock:
+            if target in self.by_job:
+                return self.by_job[target]
+            for key, cost in self.by_process.items():
+                if process_key(*key) == target:
+                    return cost
+            return 0.0
+
+    def process_cost(self, key: ProcessKey) -> tuple[float, str | None]:
+        """Cumulative dollars and job label of one process (0 and None when unknown)."""
+        with self.lock:
+            return self.by_process.get(key, 0.0), self.job_of.get(key)
+
+    def poll_unit_costs(self, timeout_s: float = UNIT_COST_TIMEOUT_S) -> list[UnitCostMeter]:
+        """Read each configured counter (blocking, `timeout_s` each): run beside the tick. The
+        lock is held only to read the cost, never across the HTTP read."""
+        with self.lock:
+            meters = list(self.meters)
+        for meter in meters:
+            try:
+                count = read_counter(meter.url, meter.metric, meter.labels, timeout_s)
+            except (OSError, ValueError) as exc:
+                meter.error = f"{meter.url}: {exc}"
+                continue
+            meter.observe(self.cost_of(meter.target), count)
+        return meters
+
+    def forget(self, keys: Iterable[ProcessKey]) -> None:
+        """Drop per-process entries of exited processes (their user/job/day totals stay)."""
+        with self.lock:
+            for key in keys:
+                self.by_process.pop(key, None)
+                self.job_of.pop(key, None)
+                self.user_of.pop(key, None)
+
+    def forget_exited(self, live: set[ProcessKey], keep: int) -> None:
+        """Forget every process not in `live`, once more than `keep` are tracked."""
+        with self.lock:
+            if len(self.by_process) > keep:
+                self.forget([k for k in self.by_process if k not in live])
+
+    def as_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return self._as_dict()
+
+    def _as_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total, "idle": self.idle, "wasted": self.wasted,
+            "storage": self.storage, "seconds": self.seconds,
+            "unaccounted_seconds": self.unaccounted_seconds,
+            "by_user": dict(self.by_user), "by_job": dict(self.by_job),
+            "by_day": dict(self.by_day),
+            "by_process": {process_key(*k): v for k, v in self.by_process.items()},
+            "storage_items": [s.as_dict() for s in self.storage_items],
+            "unit_costs": [m.as_dict() for m in self.meters],
+        }

@@ -1,0 +1,139 @@
+"""What a rule is (data plus one function), what it finds, and the helpers rules share to word
+their savings and evidence.
+
+A `Rule` is name, signal, threshold, evidence, text and savings method, plus `check(analysis,
+rule)`. What it returns are `Finding`s: exactly the wire's Recommendation shape (`as_dict()`,
+`as_wire()`). Savings are upper bounds (fixing one bottleneck exposes the next); every method
+says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from daemon import wire
+from daemon.analysis.cost import HOURS_PER_MONTH
+from daemon.analysis.rules.thresholds import SPOT_CADENCE_TOLERANCE
+from daemon.analysis.rules.window import Analysis, ProcessWindow
+
+UPPER_BOUND = "an upper bound: fixing one bottleneck exposes the next"
+
+
+def recommendation_id(rule: str, target: str) -> str:
+    """The stable id of a rule's finding about a target (the same across evaluations)."""
+    return hashlib.sha1(f"{rule}\0{target}".encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one rule found about one target: the wire's Recommendation, as the rules make it
+    (savings always a number here; the wire also reads documents without one)."""
+
+    id: str
+    rule: str
+    target: str
+    summary: str
+    savings_per_month: float
+    method: str
+    evidence: Mapping[str, Any]
+    action: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The wire document of a daemon.wire.Recommendation (the store and the API send it)."""
+        return {"id": self.id, "rule": self.rule, "target": self.target,
+                "summary": self.summary, "savings_per_month": self.savings_per_month,
+                "method": self.method, "evidence": dict(self.evidence),
+                "action": dict(self.action)}
+
+    def as_wire(self) -> wire.Recommendation:
+        return wire.Recommendation(self.id, self.rule, self.target, self.summary,
+                                   self.savings_per_month, self.method, dict(self.evidence),
+                                   dict(self.action))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A recommendation rule: its description as data, and `check`, which reads an Analysis."""
+
+    name: str
+    signal: str
+    threshold: str
+    evidence: str
+    text: str
+    savings: str
+    check: Callable[[Analysis, Rule], list[Finding]]
+
+    def make(self, target: str, summary: str, savings_per_month: float, method: str,
+             evidence: Mapping[str, Any], action: Mapping[str, Any]) -> Finding:
+        return Finding(recommendation_id(self.name, target), self.name, target, summary,
+                       max(savings_per_month, 0.0), method,
+                       {"signal": self.signal, "threshold": self.threshold, **evidence},
+                       action)
+
+
+def money(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def share_savings(proc: ProcessWindow, share: float, what: str) -> tuple[float, str]:
+    monthly = proc.burn_per_hour * share * HOURS_PER_MONTH
+    return monthly, (f"{money(proc.burn_per_hour)}/h burn x {share:.0%} of the window in {what} "
+                     f"x {HOURS_PER_MONTH:g} h/month = {money(monthly)}/month; {UPPER_BOUND}")
+
+
+def phase_share(proc: ProcessWindow, phase: str) -> tuple[float, list[Mapping[str, Any]]]:
+    entry = proc.phases.get(phase) or {}
+    return float(entry.get("share", 0.0) or 0.0), list(entry.get("top_stacks", []) or [])
+
+
+def where_in(stacks: Sequence[Mapping[str, Any]]) -> str | None:
+    for stack in stacks:
+        if stack.get("file"):
+            return f"{stack['file']}:{stack.get('line')}"
+    return None
+
+
+def stack_evidence(stacks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"file": s.get("file"), "line": s.get("line"), "function": s.get("function"),
+             "samples": s.get("samples"), "frames": list(s.get("frames", []))[:12]}
+            for s in stacks[:3]]
+
+
+def process_evidence(a: Analysis, proc: ProcessWindow) -> dict[str, Any]:
+    return {"process": {"id": proc.id, "pid": proc.pid, "user": proc.user,
+                        "command": proc.command, "job": proc.job, "gpus": list(proc.gpus),
+                        "burn_per_hour": proc.burn_per_hour},
+            "window": {"start": a.start, "end": a.end, "seconds": a.window_s},
+            "phases": {k: {"share": v.get("share"), "seconds": v.get("seconds")}
+                       for k, v in proc.phases.items()}}
+
+
+def duration(seconds: float) -> str:
+    """12 s, 7 min, 2.5 h: the unit that reads best."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def checkpoint_cadence(times: Sequence[float]) -> float | None:
+    if len(times) < 2:
+        return None
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    return statistics.median(gaps)
+
+
+def regular_cadence(times: Sequence[float]) -> bool:
+    cadence = checkpoint_cadence(times)
+    if cadence is None or cadence <= 0:
+        return False
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # A gap of about k cadences is a checkpoint that was not observed, not an irregular one.
+    return all(round(g / cadence) >= 1
+               and abs(g - round(g / cadence) * cadence) <= SPOT_CADENCE_TOLERANCE * cadence
+               for g in gaps)

@@ -1,0 +1,198 @@
+"""Phase rules: a phase of the process's time (daemon.analysis.phases) past its threshold, with
+the patch that fixes it (data wait, main-thread preprocessing, checkpoint, eval, host sync,
+communication); and storage-bound input (I/O stalls while the GPU is low)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from daemon.analysis.rules.base import (
+    Finding,
+    Rule,
+    checkpoint_cadence,
+    phase_share,
+    process_evidence,
+    share_savings,
+    stack_evidence,
+    where_in,
+)
+from daemon.analysis.rules.thresholds import (
+    CHECKPOINT_SHARE,
+    COMM_SHARE,
+    DATA_WAIT_SHARE,
+    EVAL_SHARE,
+    GPU_LOW_FRACTION,
+    HOST_PREPROCESS_SHARE,
+    IO_STALL_FRACTION,
+    SYNC_SHARE,
+    WELL_USED_UTILIZATION_PCT,
+)
+from daemon.analysis.rules.window import Analysis, ProcessWindow
+
+
+def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, Analysis, str], str],
+                what: str, headline: str) -> Callable[[Analysis, Rule], list[Finding]]:
+    def check(a: Analysis, rule: Rule) -> list[Finding]:
+        found = []
+        for proc in a.processes:
+            share, stacks = phase_share(proc, phase)
+            if share <= threshold:
+                continue
+            where = where_in(stacks) or "(no stack with a user frame yet)"
+            savings, method = share_savings(proc, share, what)
+            found.append(rule.make(
+                proc.id,
+                f"{proc.job} (pid {proc.pid}) spends {share:.0%} of its time in {what}: "
+                f"{headline} — {where}",
+                savings, method,
+                {**process_evidence(a, proc), "share": share, "top_stacks":
+                 stack_evidence(stacks), "where": where},
+                {"kind": "show_patch", "file": where_in(stacks), "patch": patch(proc, a, where)}))
+        return found
+    return check
+
+
+def _workers(proc: ProcessWindow, a: Analysis) -> int:
+    gpu_procs = max(len(a.processes), 1)
+    return max(2, min(16, a.host_cpus // gpu_procs))
+
+
+def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+    n = _workers(proc, a)
+    return (f"# {where}: the training loop waits here for its DataLoader.\n"
+            "# Where that DataLoader is built, prefetch in workers:\n"
+            "-loader = DataLoader(dataset, batch_size=batch_size, ...)\n"
+            f"+loader = DataLoader(dataset, batch_size=batch_size, ...,\n"
+            f"+                    num_workers={n},  # {a.host_cpus} CPUs / "
+            f"{max(len(a.processes), 1)} GPU processes\n"
+            "+                    pin_memory=True,\n"
+            "+                    prefetch_factor=4,\n"
+            "+                    persistent_workers=True)\n")
+
+
+def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+    n = _workers(proc, a)
+    return (f"# {where}: decoding/augmentation runs in the training process.\n"
+            "# Move it into Dataset.__getitem__ (or a transform) and let workers run it:\n"
+            f"+loader = DataLoader(dataset, ..., num_workers={n}, pin_memory=True,\n"
+            "+                    prefetch_factor=4, persistent_workers=True)\n"
+            "# GPU-friendly decoding (torchvision.io.decode_jpeg(device='cuda'), DALI) moves it "
+            "off the CPU entirely.\n")
+
+
+def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+    cadence = checkpoint_cadence(proc.checkpoint_times)
+    every = f" (now every {cadence / 60:.0f} min)" if cadence else ""
+    return (f"# {where}: training stops while the checkpoint is written{every}.\n"
+            "-torch.save(state, path)\n"
+            "+import torch.distributed.checkpoint as dcp\n"
+            "+future = dcp.async_save(state_dict, checkpoint_id=path)  # copy to CPU, write "
+            "in the background\n"
+            "+# ... before the next save: future.result()\n"
+            "# Or save less often: the interval only needs to bound the work lost to a crash.\n")
+
+
+def _eval_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+    return (f"# {where}: evaluation takes a large part of the run.\n"
+            "# Evaluate less often or on a fixed subset, e.g. HF TrainingArguments:\n"
+            "+eval_steps=5 * current_eval_steps, eval_accumulation_steps=..., "
+            "per_device_eval_batch_size=2 * train batch\n"
+            "# Lightning: Trainer(val_check_interval=..., limit_val_batches=0.25)\n"
+            "# Or run eval as a separate job on a cheaper GPU from saved checkpoints.\n")
+
+
+def _sync_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+    return (f"# {where}: the loop waits for the GPU here (.item(), .cpu(), print of a tensor, "
+            "torch.cuda.synchronize()).\n"
+            "-total_loss += loss.item()\n"
+            "+total_loss += loss.detach()          # stays on the GPU\n"
+            "+if step % log_every == 0:\n"
+            "+    log(total_loss.item() / log_every)  # one sync per log_every steps\n")
+
+
+def _comm_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+    return (f"# {where}: collectives (all-reduce/all-gather) block compute.\n"
+            "# Overlap and batch communication:\n"
+            "+model = DDP(model, bucket_cap_mb=100, gradient_as_bucket_view=True)\n"
+            "+with model.no_sync():  # accumulate k micro-batches, all-reduce once\n"
+            "+    loss.backward()\n"
+            "# Check NCCL uses NVLink/EFA: NCCL_DEBUG=INFO (look for 'via P2P/IPC' / 'NET/OFI').\n")
+
+
+def check_storage_bound(a: Analysis, rule: Rule) -> list[Finding]:
+    found = []
+    for proc in a.processes:
+        stall = max(proc.iowait_fraction, proc.d_state_fraction)
+        if stall <= IO_STALL_FRACTION or proc.gpu_low_fraction <= GPU_LOW_FRACTION:
+            continue
+        share_dw, stacks_dw = phase_share(proc, "data_wait")
+        share_pp, stacks_pp = phase_share(proc, "host_preprocess")
+        stacks = stacks_dw + stacks_pp
+        share = min(proc.gpu_low_fraction, 1.0)
+        savings, method = share_savings(proc, share, "I/O-starved low GPU use")
+        where = where_in(stacks) or "the input pipeline"
+        found.append(rule.make(
+            proc.id,
+            f"{proc.job} (pid {proc.pid}) is storage-bound: I/O stalls {stall:.0%} of the "
+            f"window while its GPU is below {WELL_USED_UTILIZATION_PCT:g}% "
+            f"{proc.gpu_low_fraction:.0%} of the time — stage the data on local NVMe ({where})",
+            savings, method,
+            {**process_evidence(a, proc), "iowait_fraction": proc.iowait_fraction,
+             "d_state_fraction": proc.d_state_fraction,
+             "read_bytes_per_s": proc.read_bytes_per_s,
+             "gpu_low_fraction": proc.gpu_low_fraction,
+             "data_wait_share": share_dw, "host_preprocess_share": share_pp,
+             "top_stacks": stack_evidence(stacks)},
+            {"kind": "copy_commands", "commands": [
+                "lsblk -d -o NAME,SIZE,MODEL,MOUNTPOINT | grep -i nvme  # find the local disk",
+                "sudo mkfs.xfs /dev/nvme1n1 && sudo mkdir -p /mnt/nvme && "
+                "sudo mount /dev/nvme1n1 /mnt/nvme  # instance store: data is lost on stop",
+                "rsync -a --info=progress2 <dataset dir> /mnt/nvme/",
+                "# then point the dataset path at /mnt/nvme/...",
+            ]}))
+    return found
+
+
+DATALOADER_STARVATION = Rule(
+    "dataloader_starvation", "data_wait share of the window",
+    f"> {DATA_WAIT_SHARE:.0%} (PyTorch profiler)", "phase share, DataLoader top stacks",
+    "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers",
+    "process burn x share x 730 h",
+    _phase_rule("data_wait", DATA_WAIT_SHARE, _dataloader_patch, "data wait",
+                "prefetch in DataLoader workers"))
+MAIN_THREAD_PREPROCESSING = Rule(
+    "main_thread_preprocessing", "host_preprocess share of the window",
+    f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
+    "move preprocessing into DataLoader workers", "process burn x share x 730 h",
+    _phase_rule("host_preprocess", HOST_PREPROCESS_SHARE, _preprocess_patch,
+                "main-thread preprocessing", "move it into DataLoader workers"))
+STORAGE_BOUND = Rule(
+    "storage_bound", "iowait / D-state fraction while the GPU is low",
+    f"> {IO_STALL_FRACTION:.0%} stalled and > {GPU_LOW_FRACTION:.0%} GPU-low "
+    "(SageMaker IOBottleneck)", "iowait, D state, read rate, top stacks",
+    "stage the data on local NVMe", "process burn x GPU-low fraction x 730 h",
+    check_storage_bound)
+BLOCKING_CHECKPOINT = Rule(
+    "blocking_checkpoint", "checkpoint share of the window",
+    f"> {CHECKPOINT_SHARE:.0%}", "phase share, checkpoint cadence, top stacks",
+    "async checkpointing, or checkpoint less often", "process burn x share x 730 h",
+    _phase_rule("checkpoint", CHECKPOINT_SHARE, _checkpoint_patch, "checkpointing",
+                "checkpoint asynchronously or less often"))
+EVAL_DOMINATING = Rule(
+    "eval_dominating", "eval share of the window", f"> {EVAL_SHARE:.0%}",
+    "phase share, top stacks", "evaluate less often / on a subset",
+    "process burn x share x 730 h",
+    _phase_rule("eval", EVAL_SHARE, _eval_patch, "evaluation",
+                "evaluate less often or on a subset"))
+HOST_SYNC = Rule(
+    "host_sync", "sync share of the window", f"> {SYNC_SHARE:.0%}",
+    "phase share, the repeating user line", "remove host syncs from the loop",
+    "process burn x share x 730 h",
+    _phase_rule("sync", SYNC_SHARE, _sync_patch, "host-GPU syncs",
+                "keep values on the GPU, sync only when logging"))
+COMMUNICATION_BOUND = Rule(
+    "communication_bound", "comm share of the window", f"> {COMM_SHARE:.0%}",
+    "phase share, collective top stacks", "overlap / bucket communication",
+    "process burn x share x 730 h",
+    _phase_rule("comm", COMM_SHARE, _comm_patch, "communication",
+                "overlap and bucket collectives"))

@@ -1,0 +1,241 @@
+"""Provisioning rules: an over-provisioned host (shrink to a catalog instance that fits),
+long checkpointed training on on-demand (spot), steady inference (a commitment) and
+underbatched inference (dynamic batching)."""
+
+from __future__ import annotations
+
+from daemon.analysis.cost import HOURS_PER_MONTH
+from daemon.analysis.rules.base import (
+    UPPER_BOUND,
+    Finding,
+    Rule,
+    checkpoint_cadence,
+    duration,
+    money,
+    process_evidence,
+    regular_cadence,
+    share_savings,
+)
+from daemon.analysis.rules.thresholds import (
+    RIGHTSIZE_CONFIDENT_S,
+    SHRINK_HEADROOM,
+    SHRINK_MIN_SAVING,
+    SHRINK_MIN_WINDOW_S,
+    SPOT_INTERRUPTIONS_PER_DAY,
+    SPOT_MAX_CADENCE_S,
+    SPOT_MIN_CHECKPOINTS,
+    SPOT_MIN_RUNTIME_S,
+    SPOT_RESTART_S,
+    STEADY_INFERENCE_MIN_HOURS,
+    STEADY_INFERENCE_WELL_USED_FRACTION,
+    UNDERBATCH_SM_ACTIVITY_PCT,
+    WELL_USED_UTILIZATION_PCT,
+)
+from daemon.analysis.rules.window import GIB, Analysis
+
+
+def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
+    p = a.price
+    working = a.working_gpus
+    if (a.catalog is None or not p.provider or p.per_hour <= 0
+            or a.window_s < a.limit("shrink_min_window_s") or not working):
+        return []
+    used = len(working)
+    idle_held = [g.index for g in a.gpus if g.held and g not in working]
+    peak = max(g.memory_peak_bytes for g in working) / GIB
+    offers = a.catalog.cheapest_fitting(peak, gpu_count=used, provider=p.provider,
+                                        region=p.region, headroom=SHRINK_HEADROOM, limit=50)
+    current = (p.instance_type or "").lower().removeprefix("standard_")
+    cheaper = [o for o in offers
+               if o.instance_type.lower().removeprefix("standard_") != current
+               and o.price("on-demand").per_hour <= p.per_hour * (1 - SHRINK_MIN_SAVING)]
+    if not cheaper:
+        return []
+    accel = a.gpus[0].name if a.gpus else ""
+    this = a.catalog.by_instance(p.provider, p.instance_type or "", p.region)
+    same = [o for o in cheaper if this is not None and o.accelerator == this.accelerator]
+    pick = same[0] if same else cheaper[0]
+    new_price = pick.price("on-demand").per_hour
+    monthly = (p.per_hour - new_price) * HOURS_PER_MONTH
+    confidence = "high" if a.window_s >= RIGHTSIZE_CONFIDENT_S else "low"
+    different = this is not None and pick.accelerator != this.accelerator
+    caveat = (f"; {pick.accelerator} is a different GPU from {this.accelerator}: check the "
+              "job's speed on it" if different and this is not None else "")
+    return [rule.make(
+        "host",
+        f"{used} of {len(a.gpus)} GPUs working, peak {peak:.1f} GiB per GPU: "
+        f"{pick.instance_type} ({pick.accelerator_count} x {pick.accelerator}, "
+        f"{pick.accelerator_memory_gib:g} GiB) at {money(new_price)}/h instead of "
+        f"{p.instance_type} at {money(p.per_hour)}/h{caveat}",
+        monthly,
+        f"({money(p.per_hour)} - {money(new_price)})/h x {HOURS_PER_MONTH:g} h/month = "
+        f"{money(monthly)}/month; fits {peak:.1f} GiB x {1 + SHRINK_HEADROOM:g} headroom on "
+        f"{used} GPU(s)"
+        + (f" (GPUs {', '.join(map(str, idle_held))} are held but idle: release them first)"
+           if idle_held else "")
+        + f"; confidence {confidence} ({a.window_s / 3600:.1f} h observed, "
+        f"rightsizing wants >= {RIGHTSIZE_CONFIDENT_S / 3600:g} h); {UPPER_BOUND}",
+        {"window": {"start": a.start, "end": a.end, "seconds": a.window_s},
+         "gpus_used": used, "gpus_held_idle": idle_held, "gpu_count": len(a.gpus),
+         "accelerator": accel,
+         "peak_gpu_memory_gib": peak, "headroom": SHRINK_HEADROOM, "confidence": confidence,
+         "gpus": [{"index": g.index, "memory_peak_bytes": g.memory_peak_bytes,
+                   "utilization_p95": g.utilization_p95, "held": g.held} for g in a.gpus],
+         "alternatives": [{"instance_type": o.instance_type, "accelerator": o.accelerator,
+                           "gpus": o.accelerator_count, "gib": o.accelerator_memory_gib,
+                           "per_hour": o.price("on-demand").per_hour} for o in cheaper[:5]]},
+        {"kind": "resize", "provider": p.provider, "region": p.region,
+         "from": p.instance_type, "to": pick.instance_type, "to_price_per_hour": new_price,
+         "dry_run_first": True})]
+
+
+def check_spot(a: Analysis, rule: Rule) -> list[Finding]:
+    p = a.price
+    if p.lifecycle != "on-demand" or a.catalog is None or not p.provider or p.per_hour <= 0:
+        return []
+    offer = a.catalog.by_instance(p.provider, p.instance_type or "", p.region)
+    spot = offer.price("spot") if offer is not None else None
+    if spot is None:
+        return []
+    found = []
+    for proc in a.processes:
+        if proc.inference or proc.runtime_s < a.limit("spot_min_runtime_s"):
+            continue
+        cps = proc.checkpoint_times
+        cadence = checkpoint_cadence(cps)
+        if (len(cps) < SPOT_MIN_CHECKPOINTS or cadence is None or cadence > SPOT_MAX_CADENCE_S
+                or not regular_cadence(cps)):
+            continue
+        share = len(proc.gpus) / max(p.gpu_count, 1)
+        od_month = p.per_hour * share * HOURS_PER_MONTH
+        spot_month = spot.per_hour * share * HOURS_PER_MONTH
+        lost_h = SPOT_INTERRUPTIONS_PER_DAY * 30.4 * (cadence / 2 + SPOT_RESTART_S) / 3600
+        lost = lost_h * spot.per_hour * share
+        monthly = od_month - spot_month - lost
+        if monthly <= 0:
+            continue
+        rng = (f" (range {money(spot.low)}–{money(spot.high)})"
+               if spot.low is not None and spot.high is not None else "")
+        found.append(rule.make(
+            proc.id,
+            f"{proc.job} has run {duration(proc.runtime_s)} on-demand and checkpoints every "
+            f"{duration(cadence)}: run it on spot at {money(spot.per_hour)}/h{rng} instead "
+            f"of {money(p.per_hour)}/h",
+            monthly,
+            f"on-demand {money(p.per_hour)}/h - spot {money(spot.per_hour)}/h, x {share:.0%} "
+            f"of the host x {HOURS_PER_MONTH:g} h = {money(od_month - spot_month)}/month, minus "
+            f"lost work {SPOT_INTERRUPTIONS_PER_DAY:g} interruption/day x (half the checkpoint "
+            f"interval {duration(cadence / 2)} + {SPOT_RESTART_S / 60:.0f} min restart) = "
+            f"{lost_h:.1f} h x {money(spot.per_hour * share)}/h = {money(lost)}; "
+            f"{UPPER_BOUND}; spot price: {spot.source} ({spot.describe()})",
+            {**process_evidence(a, proc), "checkpoint_times": list(cps),
+             "checkpoint_interval_s": cadence, "runtime_s": proc.runtime_s,
+             "spot": {"per_hour": spot.per_hour, "low": spot.low, "high": spot.high,
+                      "source": spot.source}},
+            {"kind": "copy_commands", "commands": [
+                f"# relaunch {p.instance_type} as spot, resuming from the last checkpoint:",
+                f"aws ec2 run-instances --instance-type {p.instance_type} "
+                "--instance-market-options 'MarketType=spot,SpotOptions={InstanceInterruptionBehavior=terminate}' ..."
+                if p.provider == "aws" else f"# request a {p.provider} spot/preemptible VM of "
+                f"type {p.instance_type}",
+                "# on the 2-minute interruption notice, save a checkpoint (SIGTERM handler)",
+            ]}))
+    return found
+
+
+def check_steady_inference(a: Analysis, rule: Rule) -> list[Finding]:
+    p = a.price
+    if p.lifecycle != "on-demand" or not p.provider or p.per_hour <= 0:
+        return []
+    found = []
+    offer = (a.catalog.by_instance(p.provider, p.instance_type or "", p.region)
+             if a.catalog is not None else None)
+    commit = offer.price("commit-1y") if offer is not None else None
+    for proc in a.processes:
+        hours = proc.runtime_s / 3600
+        if (not proc.inference or hours < STEADY_INFERENCE_MIN_HOURS
+                or proc.gpu_well_used_fraction < STEADY_INFERENCE_WELL_USED_FRACTION):
+            continue
+        share = len(proc.gpus) / max(p.gpu_count, 1)
+        evidence = {**process_evidence(a, proc), "steady_inference_hours": hours,
+                    "well_used_fraction": proc.gpu_well_used_fraction}
+        commands = [
+            f"aws savingsplans describe-savings-plans-offering-rates --service-codes AmazonEC2 "
+            f"--filters name=instanceType,values={p.instance_type} "
+            f"name=region,values={p.region or 'us-east-1'} name=productDescription,values=Linux/UNIX"
+            if p.provider == "aws" else f"# see {p.provider}'s committed-use prices for "
+            f"{p.instance_type}"]
+        if commit is None:
+            found.append(rule.make(
+                proc.id,
+                f"{proc.job} has served steadily for {hours:.0f} h on on-demand "
+                f"{p.instance_type}: a 1-year commitment likely pays off; the catalog has no "
+                f"commitment price for it, so no figure",
+                0.0,
+                f"no commitment price for {p.provider}/{p.instance_type} in the catalog: savings "
+                f"not estimated (a 1-year commitment pays off when the host runs more than "
+                f"1 - discount of the year); {UPPER_BOUND}",
+                evidence, {"kind": "copy_commands", "commands": commands}))
+            continue
+        monthly = (p.per_hour - commit.per_hour) * share * HOURS_PER_MONTH
+        found.append(rule.make(
+            proc.id,
+            f"{proc.job} has served steadily for {hours:.0f} h: a 1-year commitment at "
+            f"{money(commit.per_hour)}/h instead of {money(p.per_hour)}/h",
+            monthly,
+            f"({money(p.per_hour)} - {money(commit.per_hour)})/h x {share:.0%} of the host x "
+            f"{HOURS_PER_MONTH:g} h = {money(monthly)}/month, if it keeps running all year; "
+            f"{UPPER_BOUND}",
+            evidence, {"kind": "copy_commands", "commands": commands}))
+    return found
+
+
+def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
+    found = []
+    for proc in a.processes:
+        sm = proc.sm_activity_mean
+        util = proc.gpu_utilization_mean
+        if (not proc.inference or sm is None or util < WELL_USED_UTILIZATION_PCT
+                or sm >= UNDERBATCH_SM_ACTIVITY_PCT):
+            continue
+        share = 1 - sm / util if util > 0 else 0.0
+        savings, method = share_savings(proc, share, "busy-looking but SM-idle time")
+        found.append(rule.make(
+            proc.id,
+            f"{proc.job} (pid {proc.pid}) looks busy ({util:.0f}% utilization) but its SMs are "
+            f"{sm:.0f}% active: many small kernels — batch requests dynamically",
+            savings, method.replace("of the window in", "of GPU time in"),
+            {**process_evidence(a, proc), "utilization_mean": util, "sm_activity_mean": sm},
+            {"kind": "show_patch", "file": None, "patch": (
+                "# vLLM: let the scheduler batch more sequences\n"
+                "+vllm serve MODEL --max-num-seqs 256 --max-num-batched-tokens 8192\n"
+                "# Triton (config.pbtxt):\n"
+                "+dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
+                "# TorchServe: batch_size: 16, max_batch_delay: 10 (ms) in the model config\n")}))
+    return found
+
+
+OVER_PROVISIONED = Rule(
+    "over_provisioned", "GPUs used and peak GPU memory vs the catalog",
+    f"a fitting instance >= {SHRINK_MIN_SAVING:.0%} cheaper, window >= "
+    f"{SHRINK_MIN_WINDOW_S / 60:g} min", "GPUs used, peak memory, alternatives",
+    "shrink to the named instance", "(price now - new price) x 730 h",
+    check_over_provisioned)
+SPOT_TRAINING = Rule(
+    "spot_training", "on-demand training runtime and checkpoint cadence",
+    f"runtime >= {SPOT_MIN_RUNTIME_S / 3600:g} h, >= {SPOT_MIN_CHECKPOINTS} regular "
+    f"checkpoints at most {SPOT_MAX_CADENCE_S / 60:g} min apart",
+    "runtime, checkpoint times, catalog spot price", "run it on spot",
+    "(on-demand - spot) x GPU share x 730 h - expected lost work", check_spot)
+STEADY_INFERENCE_COMMITMENT = Rule(
+    "steady_inference_commitment", "steady inference hours on on-demand",
+    f">= {STEADY_INFERENCE_MIN_HOURS:g} h, GPU busy >= "
+    f"{STEADY_INFERENCE_WELL_USED_FRACTION:.0%} of ticks", "runtime, busy fraction, catalog",
+    "buy a 1-year commitment", "(on-demand - commit-1y) x GPU share x 730 h",
+    check_steady_inference)
+UNDERBATCHED_INFERENCE = Rule(
+    "underbatched_inference", "device utilization vs GPM SM activity (inference)",
+    f"utilization >= {WELL_USED_UTILIZATION_PCT:g}% and SM activity < "
+    f"{UNDERBATCH_SM_ACTIVITY_PCT:g}%", "utilization, SM activity",
+    "dynamic batching", "process burn x (1 - SM activity / utilization) x 730 h",
+    check_underbatched)

@@ -1,0 +1,73 @@
+"""The thresholds of the recommendation rules, each named once with where it comes from.
+
+Time thresholds that a config may shorten (a simulated host is watched for minutes, not days)
+are in DEFAULT_LIMITS; the busy/idle line is not here: it is [idle].utilization, carried by the
+Analysis (see daemon.analysis.busy).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Held idle this long at the end of the window: past any eval or checkpoint pause (our choice,
+# same default as daemon.analysis.idle.IdleThresholds.gpu_held_after_s).
+IDLE_HELD_MIN_S = 600.0
+# Whole host idle this long: stop it (our choice; daemon.analysis.idle.IdleThresholds.host_after_s).
+HOST_IDLE_MIN_S = 1800.0
+# PyTorch profiler (TensorBoard plugin): DataLoader time > 5% of step time -> raise num_workers.
+DATA_WAIT_SHARE = 0.05
+# Same PyTorch profiler rule: with num_workers=0 the loading runs in the main process.
+HOST_PREPROCESS_SHARE = 0.05
+# SageMaker Debugger IOBottleneck: iowait > 50% while the GPU is low for > 50% of the time.
+IO_STALL_FRACTION = 0.5
+GPU_LOW_FRACTION = 0.5
+# SageMaker Debugger LowGPUUtilization: p95 < 70% is "low". At or above it a GPU is well used;
+# below it, it is low (input-bound evidence for the storage rule). Not the busy/idle line, which
+# is [idle].utilization (daemon.analysis.busy).
+WELL_USED_UTILIZATION_PCT = 70.0
+# Checkpoint and host-sync stalls: the PyTorch profiler's 5% rule, applied to these phases
+# (our choice by analogy; Nsight Systems flags GPU gaps >= 500 ms).
+CHECKPOINT_SHARE = 0.05
+SYNC_SHARE = 0.05
+# Eval and communication take a real part of a healthy run; flag them when they dominate
+# (our choice: a fifth of the window).
+EVAL_SHARE = 0.20
+COMM_SHARE = 0.20
+# Rightsizing: a cheaper instance must save at least this fraction of the host price.
+SHRINK_MIN_SAVING = 0.20
+SHRINK_HEADROOM = 0.10  # memory headroom on top of the peak (pricing.Catalog default)
+SHRINK_MIN_WINDOW_S = 600.0  # below this no shrink advice at all
+# AWS Compute Optimizer wants >= 30 h of GPU and GPU-memory metrics before rightsizing:
+# shorter windows give the advice with confidence "low".
+RIGHTSIZE_CONFIDENT_S = 30 * 3600.0
+# Spot: a long on-demand training job that checkpoints regularly (our choice: 2 h, a cadence
+# of at most 1 h, at least 2 checkpoints seen, intervals within +-50% of their median).
+SPOT_MIN_RUNTIME_S = 2 * 3600.0
+SPOT_MAX_CADENCE_S = 3600.0
+SPOT_MIN_CHECKPOINTS = 2
+SPOT_CADENCE_TOLERANCE = 0.5
+# Assumed interruptions for lost-work estimates (pessimistic for GPU capacity; AWS Spot
+# Instance Advisor buckets go up to ">20% per month" for whole instances).
+SPOT_INTERRUPTIONS_PER_DAY = 1.0
+SPOT_RESTART_S = 600.0  # re-provision, reload, warm up after an interruption
+# A write burst of at least this in one process tree between two samples is a checkpoint.
+CHECKPOINT_WRITE_MIN_BYTES = 64 * 2**20
+# Steady inference: running this long with the GPU busy most of the time (our choice: a day
+# proves 24/7 serving better than any shorter window; break-even of a 1-year commitment is
+# being on more than (1 - discount) of the year).
+STEADY_INFERENCE_MIN_HOURS = 24.0
+STEADY_INFERENCE_WELL_USED_FRACTION = 0.8
+# Underbatched inference: the GPU looks well used (device utilization >= WELL_USED_UTILIZATION_PCT)
+# while its SMs are mostly idle (GPM SM activity < 30%: many small kernels; our choice, below
+# Nsight's 50% time-utilization chunks).
+UNDERBATCH_SM_ACTIVITY_PCT = 30.0
+
+INFERENCE_COMMAND = re.compile(
+    r"vllm|sglang|text-generation|tgi\b|tritonserver|torchserve|ray\s+serve|serve\b|"
+    r"uvicorn|gunicorn|inference|server", re.IGNORECASE)
+DEFAULT_LIMITS: dict[str, float] = {
+    "idle_held_min_s": IDLE_HELD_MIN_S,
+    "host_idle_min_s": HOST_IDLE_MIN_S,
+    "shrink_min_window_s": SHRINK_MIN_WINDOW_S,
+    "spot_min_runtime_s": SPOT_MIN_RUNTIME_S,
+}

@@ -1,0 +1,343 @@
+"""The window the rules read: per-GPU and per-process aggregates of a run of raw Samples.
+
+`build_analysis` turns samples (oldest first) and their burns into an `Analysis`: GPU windows,
+process windows (with the phase balance from daemon.analysis.phases, I/O stall evidence and
+checkpoint cadence), budget events and the price catalog. Busy and idle are
+`daemon.analysis.busy.gpu_is_busy` at the Analysis's `idle_utilization_pct` ([idle].utilization).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
+from daemon.analysis.cost import Burn, HostPrice, burn
+from daemon.analysis.ledger import JobLabeler
+from daemon.analysis.rules.thresholds import (
+    CHECKPOINT_WRITE_MIN_BYTES,
+    DEFAULT_LIMITS,
+    INFERENCE_COMMAND,
+    WELL_USED_UTILIZATION_PCT,
+)
+from daemon.sources.sample import GPU_OK, Sample
+from daemon.wire import process_key
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class GpuWindow:
+    index: int
+    name: str
+    memory_total_bytes: int
+    memory_peak_bytes: int
+    utilization_mean: float
+    utilization_p95: float
+    sm_activity_mean: float | None
+    held: bool  # some process held memory on it at some point
+    trailing_idle_s: float  # idle (and lost-free) at the end of the window
+
+
+@dataclass(frozen=True)
+class ProcessWindow:
+    id: str  # 'pid:start_time'
+    pid: int
+    start_time: float
+    user: str
+    command: str
+    job: str
+    gpus: tuple[int, ...]
+    seconds: float  # seen in the window
+    runtime_s: float  # since the process started
+    burn_per_hour: float  # mean over the window
+    memory_peak_bytes: int  # largest memory on any one GPU
+    gpu_utilization_mean: float  # of the GPUs it holds
+    gpu_well_used_fraction: float  # ticks with its GPUs at or above WELL_USED_UTILIZATION_PCT
+    gpu_low_fraction: float  # ticks with its GPUs below WELL_USED_UTILIZATION_PCT
+    sm_activity_mean: float | None
+    trailing_idle_s: float  # its GPUs idle at the end of the window
+    iowait_fraction: float  # iowait seconds growth / window, process + children
+    d_state_fraction: float  # ticks with a thread of it or its children in D state
+    read_bytes_per_s: float
+    checkpoint_times: tuple[float, ...]
+    inference: bool
+    phases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    memory_by_gpu: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    window_s: float
+    start: float
+    end: float
+    price: HostPrice
+    catalog: Any
+    gpus: tuple[GpuWindow, ...]
+    processes: tuple[ProcessWindow, ...]
+    burn_per_hour: float
+    idle_per_hour: float
+    wasted_per_hour: float
+    host_trailing_idle_s: float
+    host_cpus: int
+    budget_events: tuple[Any, ...] = ()
+    # The busy/idle line ([idle].utilization): daemon.analysis.busy.gpu_is_busy decides with it.
+    idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT
+    # Time thresholds a config may shorten (a simulated host is watched for minutes, not days).
+    limits: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+
+    def limit(self, name: str) -> float:
+        return self.limits.get(name, DEFAULT_LIMITS[name])
+
+    @property
+    def gpus_used(self) -> int:
+        return sum(1 for g in self.gpus if g.held)
+
+    @property
+    def peak_gpu_memory_gib(self) -> float:
+        peaks = [g.memory_peak_bytes for g in self.gpus if g.held]
+        return max(peaks, default=0) / GIB
+
+    @property
+    def working_gpus(self) -> tuple[GpuWindow, ...]:
+        """GPUs held and doing work (not idle now, busy on average): what a smaller host must
+        carry. A GPU held but idle is the idle-GPU rule's business, not a reason to stay big."""
+        return tuple(g for g in self.gpus
+                     if g.held and gpu_is_busy(g.utilization_mean, self.idle_utilization_pct)
+                     and g.trailing_idle_s < self.limit("idle_held_min_s"))
+
+
+def _p95(values: Sequence[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def _normalize_phases(phase_balances: Mapping[Any, Any] | None) -> dict[Any, Mapping[str, Any]]:
+    """Phase balances keyed by (pid, start_time), 'pid:start_time' or pid: all accepted."""
+    out: dict[Any, Mapping[str, Any]] = {}
+    for key, value in (phase_balances or {}).items():
+        if isinstance(key, tuple):
+            out[process_key(*key)] = value
+        else:
+            out[key if isinstance(key, str) else int(key)] = value
+    return out
+
+
+def _checkpoint_bursts(times_deltas: Sequence[tuple[float, int]]) -> list[float]:
+    """Times of write bursts >= CHECKPOINT_WRITE_MIN_BYTES; consecutive ticks merge."""
+    bursts: list[float] = []
+    in_burst = False
+    for ts, delta in times_deltas:
+        if delta >= CHECKPOINT_WRITE_MIN_BYTES:
+            if not in_burst:
+                bursts.append(ts)
+            in_burst = True
+        else:
+            in_burst = False
+    return bursts
+
+
+def build_analysis(
+    samples: Sequence[Sample],
+    phase_balances: Mapping[Any, Any] | None,
+    price: HostPrice,
+    catalog: Any = None,
+    *,
+    burns: Sequence[Burn] | None = None,
+    jobs: Mapping[str, str] | JobLabeler | None = None,
+    checkpoint_times: Mapping[str, Sequence[float]] | None = None,
+    budget_events: Iterable[Any] = (),
+    host_cpus: int | None = None,
+    limits: Mapping[str, float] | None = None,
+    thresholds: IdleThresholds | None = None,
+    inference_command: re.Pattern[str] = INFERENCE_COMMAND,
+) -> Analysis:
+    """Aggregate a window of samples (oldest first) into an Analysis. `burns`, when given, are
+    the burns of the same samples (saves recomputing them); `checkpoint_times` adds checkpoint
+    times per process id to those seen as write bursts; `thresholds` (the [idle] settings) say
+    what a busy GPU is, here and in the burns computed when none are given."""
+    if not samples:
+        raise ValueError("build_analysis needs at least one sample")
+    thresholds = thresholds or IdleThresholds()
+    idle_pct = thresholds.idle_utilization_pct
+
+    def idle(utilization: float | None) -> bool:
+        return gpu_is_busy(utilization, idle_pct) is False
+
+    burns = list(burns) if burns is not None else [burn(s, price, thresholds) for s in samples]
+    labeler = jobs if isinstance(jobs, JobLabeler) else JobLabeler(jobs)
+    phases = _normalize_phases(phase_balances)
+    start, end = samples[0].ts, samples[-1].ts
+    window = max(end - start, 0.0)
+    # Per GPU.
+    util_series: dict[int, list[float]] = {}
+    sm_series: dict[int, list[float]] = {}
+    mem_peak: dict[int, int] = {}
+    mem_total: dict[int, int] = {}
+    names: dict[int, str] = {}
+    held: set[int] = set()
+    util_at: list[dict[int, float]] = []
+    for s in samples:
+        tick_utils: dict[int, float] = {}
+        for g in s.gpus:
+            names[g.index] = g.name
+            if g.memory_total_bytes:
+                mem_total[g.index] = g.memory_total_bytes
+            if g.status != GPU_OK or g.utilization is None:
+                continue
+            tick_utils[g.index] = g.utilization
+            util_series.setdefault(g.index, []).append(g.utilization)
+            if g.sm_activity is not None:
+                sm_series.setdefault(g.index, []).append(g.sm_activity)
+            if g.memory_used_bytes is not None:
+                mem_peak[g.index] = max(mem_peak.get(g.index, 0), g.memory_used_bytes)
+        util_at.append(tick_utils)
+        for p in s.processes:
+            for use in p.gpus:
+                held.add(use.gpu_index)
+
+    def trailing(idle_at: Callable[[int], bool | None]) -> float:
+        """Seconds at the end of the window for which idle_at(i) held (None: stop)."""
+        since = None
+        for i in range(len(samples) - 1, -1, -1):
+            if not idle_at(i):
+                break
+            since = samples[i].ts
+        return 0.0 if since is None else end - since
+
+    def gpu_idle(index: int) -> Callable[[int], bool]:
+        return lambda i: idle(util_at[i].get(index))
+
+    def process_idle(key: tuple[int, float], mine: list[int]) -> Callable[[int], bool]:
+        """Still there, and every GPU it holds idle, at sample i."""
+        return lambda i: key in by_key[i] and all(idle(util_at[i].get(g)) for g in mine)
+
+    gpus = []
+    for index in sorted(names):
+        series = util_series.get(index, [])
+        sm = sm_series.get(index)
+        gpus.append(GpuWindow(
+            index, names[index], mem_total.get(index, 0), mem_peak.get(index, 0),
+            statistics.fmean(series) if series else 0.0, _p95(series),
+            statistics.fmean(sm) if sm else None, index in held,
+            trailing(gpu_idle(index))))
+    # Per process (GPU processes; children fold into their parent's I/O evidence).
+    seen: dict[tuple[int, float], list[int]] = {}
+    by_key: list[dict[tuple[int, float], Any]] = []
+    children: list[dict[int, list[Any]]] = []
+    for i, s in enumerate(samples):
+        keys: dict[tuple[int, float], Any] = {}
+        kids: dict[int, list[Any]] = {}
+        for p in s.processes:
+            keys[p.key] = p
+            kids.setdefault(p.ppid, []).append(p)
+            if p.gpus:
+                seen.setdefault(p.key, []).append(i)
+        by_key.append(keys)
+        children.append(kids)
+    processes = []
+    for key, idx in seen.items():
+        first_i, last_i = idx[0], idx[-1]
+        pid = key[0]
+        last_proc = by_key[last_i][key]
+        gpu_set: set[int] = set()
+        mem_by_gpu: dict[int, int] = {}
+        utils, sms, burn_rates = [], [], []
+        own_sm: list[float] = []
+        low = well_used = d_ticks = 0
+        io_first: dict[tuple[int, float], float] = {}
+        io_last: dict[tuple[int, float], float] = {}
+        read_first: dict[tuple[int, float], int] = {}
+        read_last: dict[tuple[int, float], int] = {}
+        writes: list[tuple[float, int]] = []
+        prev_written: dict[tuple[int, float], int] = {}
+        for i in idx:
+            s = samples[i]
+            me = by_key[i][key]
+            tree = [me, *children[i].get(pid, ())]
+            mine = [u.gpu_index for u in me.gpus]
+            gpu_set.update(mine)
+            for u in me.gpus:
+                mem_by_gpu[u.gpu_index] = max(mem_by_gpu.get(u.gpu_index, 0), u.memory_bytes or 0)
+            vals = [util_at[i][g] for g in mine if g in util_at[i]]
+            if vals:
+                u = sum(vals) / len(vals)
+                utils.append(u)
+                if u < WELL_USED_UTILIZATION_PCT:
+                    low += 1
+                else:
+                    well_used += 1
+            sm_vals = [g.sm_activity for g in s.gpus if g.index in mine and g.sm_activity is not None]
+            if sm_vals:
+                sms.append(sum(sm_vals) / len(sm_vals))
+            elif me.gpus:
+                # No GPM (before Hopper): the process's own SM share stands in for activity.
+                own_sm.append(sum(u.sm_share for u in me.gpus) / len(me.gpus))
+            pb = burns[i].processes.get(key)
+            burn_rates.append(pb.burn_per_hour if pb else 0.0)
+            if any(p.state == "D" or p.threads_in_d > 0 for p in tree):
+                d_ticks += 1
+            written = 0
+            for p in tree:
+                if p.iowait_seconds is not None:
+                    io_first.setdefault(p.key, p.iowait_seconds)
+                    io_last[p.key] = p.iowait_seconds
+                if p.read_bytes is not None:
+                    read_first.setdefault(p.key, p.read_bytes)
+                    read_last[p.key] = p.read_bytes
+                if p.write_bytes is not None:
+                    if p.key in prev_written:
+                        written += max(p.write_bytes - prev_written[p.key], 0)
+                    prev_written[p.key] = p.write_bytes
+            writes.append((s.ts, written))
+        seconds = samples[last_i].ts - samples[first_i].ts
+        ticks = len(idx)
+        iowait = sum(max(io_last[k] - io_first[k], 0.0) for k in io_last)
+        read = sum(max(read_last[k] - read_first[k], 0) for k in read_last)
+        pid_id = process_key(*key)
+        # Checkpoints seen in its stacks are exact; write bursts are the fallback without them.
+        observed = (checkpoint_times or {}).get(pid_id)
+        cps = sorted(observed) if observed else _checkpoint_bursts(writes)
+        mine_final = sorted(gpu_set)
+        processes.append(ProcessWindow(
+            id=pid_id, pid=pid, start_time=key[1], user=last_proc.user,
+            command=last_proc.command, job=labeler.label(last_proc.command),
+            gpus=tuple(mine_final), seconds=seconds, runtime_s=max(end - key[1], 0.0),
+            burn_per_hour=statistics.fmean(burn_rates) if burn_rates else 0.0,
+            memory_peak_bytes=max(mem_by_gpu.values(), default=0),
+            gpu_utilization_mean=statistics.fmean(utils) if utils else 0.0,
+            gpu_well_used_fraction=well_used / ticks, gpu_low_fraction=low / ticks,
+            sm_activity_mean=(statistics.fmean(sms) if sms else
+                              statistics.fmean(own_sm) if own_sm else None),
+            trailing_idle_s=trailing(process_idle(key, mine_final)),
+            iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
+            d_state_fraction=d_ticks / ticks,
+            read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
+            checkpoint_times=tuple(cps),
+            inference=bool(inference_command.search(last_proc.command)),
+            phases=phases.get(pid_id) or phases.get(pid) or {},
+            memory_by_gpu=mem_by_gpu,
+        ))
+    processes.sort(key=lambda p: -p.burn_per_hour)
+    host_trailing = trailing(lambda i: (
+        not any(p.gpus for p in samples[i].processes)
+        or all(idle(u) for u in util_at[i].values())))
+    return Analysis(
+        window_s=window, start=start, end=end, price=price, catalog=catalog,
+        gpus=tuple(gpus), processes=tuple(processes),
+        burn_per_hour=statistics.fmean(b.total_per_hour for b in burns),
+        idle_per_hour=statistics.fmean(b.idle_per_hour for b in burns),
+        wasted_per_hour=statistics.fmean(b.wasted_per_hour for b in burns),
+        host_trailing_idle_s=host_trailing,
+        host_cpus=host_cpus or os.cpu_count() or 1,
+        budget_events=tuple(budget_events),
+        limits={**DEFAULT_LIMITS, **(limits or {})},
+        idle_utilization_pct=idle_pct,
+    )
