@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,49 +21,47 @@ class Check:
 
 
 def check_nvml() -> Check:
+    """NVML starts and lists the GPUs; per-process SM share works on each (it needs no MIG)."""
     import pynvml
 
-    from daemon.sources.nvml import nvml_error_text
+    from daemon.sources.nvml_query import (
+        UNSUPPORTED,
+        NvmlFailure,
+        nvml_query,
+        start_nvml,
+        stop_nvml,
+        text,
+    )
 
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        return Check("NVML", FAIL, nvml_error_text(error),
+    started = start_nvml()
+    if isinstance(started, NvmlFailure):
+        return Check("NVML", FAIL, started.message,
                      "fix the driver as said; until then mlcostd records processes and "
                      "pressure but no GPUs (`mlcostd run --simulate demo` shows a whole host)")
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        driver = pynvml.nvmlSystemGetDriverVersion()
+        count, driver = started
         names = []
         notes = []
         for index in range(count):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            names.append(name.decode() if isinstance(name, bytes) else name)
-            try:
-                pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
-            except pynvml.NVMLError as error:
-                if getattr(error, "value", None) == pynvml.NVML_ERROR_NOT_SUPPORTED:
-                    notes.append(f"GPU {index}: per-process SM share not supported (MIG?)")
-        driver_text = driver.decode() if isinstance(driver, bytes) else driver
-        detail = f"driver {driver_text}, {count} GPU(s): " + ", ".join(
+            handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+            if isinstance(handle, NvmlFailure):
+                names.append("?")
+                notes.append(f"GPU {index}: {handle.describe()}")
+                continue
+            name = nvml_query(pynvml.nvmlDeviceGetName, handle)
+            names.append("?" if isinstance(name, NvmlFailure) else text(name))
+            shares = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, handle, 0)
+            if isinstance(shares, NvmlFailure) and shares.kind == UNSUPPORTED:
+                notes.append(f"GPU {index}: per-process SM share not supported (MIG?)")
+        detail = f"driver {driver}, {count} GPU(s): " + ", ".join(
             f"{i}: {n}" for i, n in enumerate(names))
         if notes:
             return Check("NVML", WARN, detail + "; " + "; ".join(notes),
-                         "processes on these GPUs are charged by memory share")
+                         "processes on these GPUs are charged by memory share; a GPU that "
+                         "fails is shown with its NVML error")
         return Check("NVML", OK, detail)
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-
-
-def find_py_spy() -> str | None:
-    beside = Path(sys.executable).with_name("py-spy")
-    if beside.exists():
-        return str(beside)
-    return shutil.which("py-spy")
+        stop_nvml()
 
 
 def _capabilities() -> int:
@@ -79,6 +75,8 @@ def _capabilities() -> int:
 
 
 def check_py_spy() -> Check:
+    from daemon.sources.stacks import find_py_spy
+
     path = find_py_spy()
     if path is None:
         return Check("py-spy", FAIL, "py-spy is not installed",
@@ -152,13 +150,13 @@ def check_recorded_stacks(db: Path) -> Check | None:
     """What the recorder's stack sampling met, per process, from the store (if there is one)."""
     if not db.exists():
         return None
-    from daemon.store import facts
-    from daemon.store.writer import Store
+    from daemon.store.queries import stack_statuses
+    from daemon.store.reader import StoreReader
 
     try:
-        reader = Store.reader(str(db), timeout_s=2.0)
+        reader = StoreReader(str(db), timeout_s=2.0)
         try:
-            statuses = facts.stack_statuses(reader)
+            statuses = stack_statuses(reader)
             commands = {(r["pid"], r["start_ms"] / 1000): r["command"] for r in reader.query(
                 "SELECT pid, start_ms, command FROM processes")}
         finally:

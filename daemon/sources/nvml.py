@@ -8,8 +8,10 @@ Shape:
 - the tick calls `latest()`, which never blocks: it hands over the newest reading of each GPU
   and marks a GPU whose reading is overdue as timed out.
 
-Every NVML call goes through `_Device.call`, which turns NOT_SUPPORTED into "absent" (remembered,
-never asked again), a lost GPU into a status, and any other error into an error on that field.
+Every NVML call goes through `daemon.sources.nvml_query.nvml_query`, the one place NVML errors
+are classified; a device's calls go through `_Device.query` and `_Device.call`, which turn an
+unsupported field into "absent" (remembered, never asked again), a lost GPU into a status of that
+GPU, and any other error into an error on that field.
 """
 
 from __future__ import annotations
@@ -21,30 +23,32 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
-from daemon.config import NvmlConfig
+from daemon.sources.nvml_query import (
+    LOST,
+    NOT_FOUND,
+    NVML_FIXES,
+    UNSUPPORTED,
+    NvmlFailure,
+    has_symbol,
+    nvml_error_text,
+    nvml_query,
+    start_nvml,
+    stop_nvml,
+)
+from daemon.sources.nvml_query import text as _text
 from daemon.sources.sample import GPU_ERROR, GPU_LOST, GPU_OK, GPU_TIMEOUT, GpuSample, GpuUse
+
+if TYPE_CHECKING:  # the source reads its settings; it does not load the config machinery
+    from daemon.config import NvmlConfig
 
 log = logging.getLogger(__name__)
 
-# Fixes for the statuses an operator can act on, shown by `mlcostd check` and the report.
-NVML_FIXES = {
-    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
-        "libnvidia-ml.so.1 was not found: install the NVIDIA driver (or run the daemon where the "
-        "driver's libraries are visible, e.g. the NVIDIA container toolkit)",
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
-        "the NVIDIA kernel driver is not loaded: check `lsmod | grep nvidia` and dmesg",
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH:
-        "the NVML library and the kernel driver are different versions (a driver upgrade "
-        "without a reboot): reboot, or reload the nvidia kernel modules",
-    pynvml.NVML_ERROR_NO_PERMISSION:
-        "no permission to open the NVIDIA devices: run mlcostd as root",
-}
+__all__ = ["NVML_FIXES", "GpuReading", "NvmlSource", "nvml_error_text"]
 
-_LOST = (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED)
 _GPM_SM_UTIL = 2  # NVML_GPM_METRIC_SM_UTIL
 
 
@@ -78,18 +82,6 @@ _PROCESS_QUERIES: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = (
 )
 
 
-def nvml_error_text(error: pynvml.NVMLError) -> str:
-    """'GPU is lost (NVML error 15)' plus the fix where we know one."""
-    value = getattr(error, "value", None)
-    text = f"{error} (NVML error {value})"
-    fix = NVML_FIXES.get(value)
-    return f"{text}: {fix}" if fix else text
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 @dataclass(frozen=True, slots=True)
 class GpuReading:
     """One reader thread's latest result for its GPU."""
@@ -99,8 +91,12 @@ class GpuReading:
     read_at: float  # time.monotonic() when the reading finished
 
 
-class _Unsupported(Exception):
-    pass
+class GpuFailed(Exception):
+    """A GPU cannot be read at all (lost, or its handle is refused); carries the failure."""
+
+    def __init__(self, failure: NvmlFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
 
 
 class _Device:
@@ -111,42 +107,54 @@ class _Device:
         self.handle = handle
         self.config = config
         self.unsupported: set[str] = set()
-        self.call_name: str | None = None  # the call in flight, for timeout messages
-        self.call_started = 0.0
+        # The call in flight and when it started, as ONE value: the watchdog (latest(), on
+        # another thread) must never pair one call's name with another call's start time.
+        self.in_flight: tuple[str, float] | None = None
         self.process_query: tuple[str, Callable[[Any], list[Any]]] | None = None
         self.gpm_previous: Any = None
-        self.last_process_sample_us = 0
         self.errors: list[str] = []
         self.uuid = _text(self.call("uuid", pynvml.nvmlDeviceGetUUID) or f"GPU-index-{index}")
         self.name = _text(self.call("name", pynvml.nvmlDeviceGetName) or "unknown GPU")
         memory = self.call("memory", pynvml.nvmlDeviceGetMemoryInfo)
         self.memory_total = int(memory.total) if memory is not None else None
-        support = self.call("gpm", pynvml.nvmlGpmQueryDeviceSupport)
+        support = None
+        if has_symbol("nvmlGpmQueryDeviceSupport"):
+            support = self.call("gpm", pynvml.nvmlGpmQueryDeviceSupport)
         if not support or not support.isSupportedDevice:
             self.unsupported.add("gpm")
 
+    def query(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """One NVML call through `nvml_query`, marked in flight: its value or an NvmlFailure.
+
+        Raises GpuFailed when the GPU is lost.
+        """
+        self.in_flight = (name, time.monotonic())
+        try:
+            result = nvml_query(fn, *args)
+        finally:
+            self.in_flight = None
+        if isinstance(result, NvmlFailure) and result.kind == LOST:
+            raise GpuFailed(result)
+        return result
+
     def call(self, field: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """One NVML call. Returns None for an unsupported or failed field; raises only _Lost."""
+        """One NVML read of a field. None when it is unsupported (remembered) or failed (the
+        error goes to this reading's errors). Raises GpuFailed when the GPU is lost."""
         if field in self.unsupported:
             return None
-        self.call_name, self.call_started = fn.__name__, time.monotonic()
-        try:
-            return fn(*args) if args else fn(self.handle)
-        except pynvml.NVMLError as error:
-            code = getattr(error, "value", None)
-            if code in _LOST:
-                raise
-            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-                self.unsupported.add(field)
-                log.info("GPU %d: %s is not supported; shown as absent", self.index, fn.__name__)
-                return None
-            self.errors.append(f"{fn.__name__}: {nvml_error_text(error)}")
-            return None
-        finally:
-            self.call_name = None
+        result = self.query(fn.__name__, fn, *args) if args else self.query(
+            fn.__name__, fn, self.handle)
+        if not isinstance(result, NvmlFailure):
+            return result
+        if result.kind == UNSUPPORTED:
+            self.unsupported.add(field)
+            log.info("GPU %d: %s is not supported; shown as absent", self.index, fn.__name__)
+        else:
+            self.errors.append(result.describe())
+        return None
 
     def read(self) -> GpuReading:
-        """Read the dynamic fields and the processes. Raises NVMLError for a lost GPU."""
+        """Read the dynamic fields and the processes. Raises GpuFailed for a lost GPU."""
         self.errors = []
         h = self.handle
         util = self.call("utilization", pynvml.nvmlDeviceGetUtilizationRates)
@@ -180,39 +188,32 @@ class _Device:
         """SM activity from GPM (Hopper and later): needs two samples, so the first read is None."""
         if "gpm" in self.unsupported:
             return None
-        try:
-            sample = pynvml.nvmlGpmSampleAlloc()
-            pynvml.nvmlGpmSampleGet(self.handle, sample)
-        except pynvml.NVMLError as error:
-            if getattr(error, "value", None) in _LOST:
-                raise
+        sample = self.query("nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc)
+        got = sample if isinstance(sample, NvmlFailure) else self.query(
+            "nvmlGpmSampleGet", pynvml.nvmlGpmSampleGet, self.handle, sample)
+        if isinstance(got, NvmlFailure):
             self.unsupported.add("gpm")
             log.info("GPU %d: GPM is not available (%s); SM activity shown as absent",
-                     self.index, error)
+                     self.index, got.describe())
             return None
         previous, self.gpm_previous = self.gpm_previous, sample
         if previous is None:
             return None
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 1
+        request.sample1 = previous
+        request.sample2 = sample
+        request.metrics[0].metricId = _GPM_SM_UTIL
         try:
-            request = pynvml.c_nvmlGpmMetricsGet_t()
-            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = 1
-            request.sample1 = previous
-            request.sample2 = sample
-            request.metrics[0].metricId = _GPM_SM_UTIL
-            pynvml.nvmlGpmMetricsGet(request)
-            value = float(request.metrics[0].value)
-        except pynvml.NVMLError as error:
-            if getattr(error, "value", None) in _LOST:
-                raise
-            self.errors.append(f"nvmlGpmMetricsGet: {nvml_error_text(error)}")
-            value = None
+            result = self.query("nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
         finally:
-            try:
-                pynvml.nvmlGpmSampleFree(previous)
-            except pynvml.NVMLError:
-                pass
-        return value if value is None or math.isfinite(value) else None
+            nvml_query(pynvml.nvmlGpmSampleFree, previous)
+        if isinstance(result, NvmlFailure):
+            self.errors.append(result.describe())
+            return None
+        value = float(request.metrics[0].value)
+        return value if math.isfinite(value) else None
 
     def _processes(self) -> tuple[tuple[int, GpuUse], ...]:
         infos = self._running_processes()
@@ -231,31 +232,26 @@ class _Device:
         return tuple(uses)
 
     def _running_processes(self) -> list[Any]:
-        """Compute processes, probing v3 -> v2 -> v1 by symbol once and keeping what works."""
+        """Compute processes through the newest query whose symbol the library has (v3 -> v2 ->
+        v1), chosen once and kept."""
         if "processes" in self.unsupported:
             return []
-        candidates = [self.process_query] if self.process_query else list(_PROCESS_QUERIES)
-        for symbol, query in candidates:
-            try:
-                self.call_name, self.call_started = symbol, time.monotonic()
-                result = query(self.handle)
-                self.process_query = (symbol, query)
-                return result
-            except pynvml.NVMLError as error:
-                code = getattr(error, "value", None)
-                if code in _LOST:
-                    raise
-                if code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-                    continue
-                if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
-                    self.unsupported.add("processes")
-                    return []
-                self.errors.append(f"{symbol}: {nvml_error_text(error)}")
+        if self.process_query is None:
+            self.process_query = next(
+                ((symbol, query) for symbol, query in _PROCESS_QUERIES if has_symbol(symbol)),
+                None)
+            if self.process_query is None:
+                self.unsupported.add("processes")
+                log.warning("GPU %d: no ComputeRunningProcesses symbol in this NVML", self.index)
                 return []
-            finally:
-                self.call_name = None
-        self.unsupported.add("processes")
-        log.warning("GPU %d: no ComputeRunningProcesses symbol in this NVML", self.index)
+        symbol, query = self.process_query
+        result = self.query(symbol, query, self.handle)
+        if not isinstance(result, NvmlFailure):
+            return list(result)
+        if result.kind == UNSUPPORTED:
+            self.unsupported.add("processes")
+        else:
+            self.errors.append(result.describe())
         return []
 
     def _sm_shares(self) -> dict[int, float]:
@@ -263,22 +259,14 @@ class _Device:
         if "process_utilization" in self.unsupported:
             return {}
         since_us = int((time.time() - 1.0) * 1_000_000)
-        try:
-            self.call_name, self.call_started = "nvmlDeviceGetProcessUtilization", time.monotonic()
-            samples = pynvml.nvmlDeviceGetProcessUtilization(self.handle, since_us)
-        except pynvml.NVMLError as error:
-            code = getattr(error, "value", None)
-            if code in _LOST:
-                raise
-            if code == pynvml.NVML_ERROR_NOT_FOUND:
-                return {}
-            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+        samples = self.query("nvmlDeviceGetProcessUtilization",
+                             pynvml.nvmlDeviceGetProcessUtilization, self.handle, since_us)
+        if isinstance(samples, NvmlFailure):
+            if samples.kind == UNSUPPORTED:
                 self.unsupported.add("process_utilization")
-                return {}
-            self.errors.append(f"nvmlDeviceGetProcessUtilization: {nvml_error_text(error)}")
+            elif samples.kind != NOT_FOUND:  # NOT_FOUND: no process has run a kernel lately
+                self.errors.append(samples.describe())
             return {}
-        finally:
-            self.call_name = None
         shares: dict[int, tuple[int, float]] = {}
         for sample in samples:
             pid, stamp = int(sample.pid), int(sample.timeStamp)
@@ -318,27 +306,22 @@ class NvmlSource:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=self.config.call_deadline + 1.0)
-        try:
-            if self._devices:
-                pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+        if self._devices:
+            stop_nvml()
 
     def _supervise(self) -> None:
         delay = self.config.retry_initial
         while not self._stop.is_set():
-            try:
-                pynvml.nvmlInit()
-                count = pynvml.nvmlDeviceGetCount()
-                self.driver_version = _text(pynvml.nvmlSystemGetDriverVersion())
-            except pynvml.NVMLError as error:
-                self._set_status(f"NVML unavailable: {nvml_error_text(error)}; "
+            started = start_nvml()
+            if isinstance(started, NvmlFailure):
+                self._set_status(f"NVML unavailable: {started.message}; "
                                  f"retrying in {delay:g} s")
                 self._ready.set()
                 if self._stop.wait(delay):
                     return
                 delay = min(delay * 2, self.config.retry_max)
                 continue
+            count, self.driver_version = started
             self._set_status("ok")
             log.info("NVML started: driver %s, %d GPU(s)", self.driver_version, count)
             for index in range(count):
@@ -368,7 +351,9 @@ class NvmlSource:
         while not self._stop.is_set():
             try:
                 if device is None:
-                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                    handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+                    if isinstance(handle, NvmlFailure):
+                        raise GpuFailed(handle)
                     device = _Device(index, handle, self.config)
                     with self._lock:
                         self._devices[index] = device
@@ -382,10 +367,10 @@ class NvmlSource:
                 if wake - now < self.interval / 2:
                     wake += self.interval
                 wait = wake - now
-            except pynvml.NVMLError as error:
-                code = getattr(error, "value", None)
-                status = GPU_LOST if code in _LOST else GPU_ERROR
-                message = nvml_error_text(error)
+            except GpuFailed as failed:
+                lost = failed.failure.kind == LOST
+                status = GPU_LOST if lost else GPU_ERROR
+                message = failed.failure.message
                 with self._lock:
                     previous = self._readings.get(index)
                     base = previous.gpu if previous else GpuSample(
@@ -396,7 +381,7 @@ class NvmlSource:
                                       memory_total_bytes=base.memory_total_bytes, error=message),
                         uses=(), read_at=time.monotonic())
                 self._note_device(index, status, message)
-                if code in _LOST:
+                if lost:
                     device = None  # take a fresh handle when it comes back
                 wait = backoff
                 backoff = min(backoff * 2, self.config.retry_max)
@@ -429,11 +414,11 @@ class NvmlSource:
             reading = readings[index]
             gpu = reading.gpu
             device = devices.get(index)
-            in_flight = device.call_name if device else None
+            in_flight = device.in_flight if device else None  # one read: name and start agree
             overdue = now - reading.read_at > self.interval + deadline
-            if device is not None and in_flight and now - device.call_started > deadline:
-                gpu = self._timed_out(gpu, f"{in_flight} has not answered for "
-                                           f"{now - device.call_started:.1f} s")
+            if in_flight is not None and now - in_flight[1] > deadline:
+                gpu = self._timed_out(gpu, f"{in_flight[0]} has not answered for "
+                                           f"{now - in_flight[1]:.1f} s")
             elif overdue and gpu.status in (GPU_OK, GPU_ERROR):
                 gpu = self._timed_out(gpu, f"no reading for {now - reading.read_at:.1f} s")
             else:

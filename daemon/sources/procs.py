@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 import psutil
@@ -47,6 +48,7 @@ class _Known:
     stat_fd: int = -1  # /proc/PID/stat and /proc/PID/io kept open: re-read with pread(0)
     io_fd: int = -1
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
+    forgotten: bool = False  # its descriptors are closed; the tick must not open new ones
 
 
 def _read(path: str) -> bytes:
@@ -79,10 +81,17 @@ def _start_ticks(pid: int) -> int:
 
 
 class ProcessSource:
-    """Discovery (psutil, slow, beside the tick) and counters (/proc, fast, in the tick)."""
+    """Discovery (psutil, slow, beside the tick) and counters (/proc, fast, in the tick).
+
+    `discover` and `read` run on different threads. The open /proc descriptors are shared
+    between them, so `_fds` guards each process's descriptors: discovery never closes one while
+    the tick reads through it (a closed number is soon reused by another open, and a pread on
+    it would read another process's file).
+    """
 
     def __init__(self, children: bool = True) -> None:
         self.children = children
+        self._fds = threading.Lock()
         self._known: dict[int, _Known] = {}
         self._children_of: dict[int, tuple[int, ...]] = {}
         self.delay_accounting = delay_accounting_enabled()
@@ -151,9 +160,13 @@ class ProcessSource:
         known = self._known.pop(pid, None)
         if known is None:
             return
-        for fd in (known.stat_fd, known.io_fd):
-            if fd >= 0:
-                os.close(fd)
+        with self._fds:
+            _close(known)
+
+    def close(self) -> None:
+        """Close every descriptor (the daemon is stopping)."""
+        for pid in list(self._known):
+            self._forget(pid)
 
     def read(self, gpu_uses: dict[int, tuple[GpuUse, ...]]) -> tuple[ProcessSample, ...]:
         """This tick's counters of every GPU process and its known children. Never raises."""
@@ -169,18 +182,20 @@ class ProcessSource:
             known = self._known.get(pid)
             if known is None:
                 continue  # discovery has not seen it yet; it will within a few seconds
-            sample = self._read_one(known, gpu_uses.get(pid, ()))
+            with self._fds:
+                sample = None if known.forgotten else self._read_one(known, gpu_uses.get(pid, ()))
             if sample is not None:
                 samples.append(sample)
         return tuple(samples)
 
     def _read_one(self, known: _Known, uses: tuple[GpuUse, ...]) -> ProcessSample | None:
+        """One process's counters; the caller holds `_fds`."""
         try:
             if known.stat_fd < 0:
                 known.stat_fd = os.open(f"/proc/{known.pid}/stat", os.O_RDONLY)
                 if int(_after_name(_reread(known.stat_fd))[19]) != known.start_ticks:
                     # The pid was reused: a different process. Discovery learns the new one.
-                    self._forget(known.pid)
+                    _close(known)
                     return None
             fields = _after_name(_reread(known.stat_fd))
         except (OSError, ValueError, IndexError):
@@ -229,6 +244,15 @@ class ProcessSource:
             threads=threads,
             threads_in_d=threads_in_d,
         )
+
+
+def _close(known: _Known) -> None:
+    """Close a process's descriptors for good; the caller holds the source's `_fds` lock."""
+    known.forgotten = True
+    for fd in (known.stat_fd, known.io_fd):
+        if fd >= 0:
+            os.close(fd)
+    known.stat_fd = known.io_fd = -1
 
 
 def _children_by_parent() -> dict[int, list[int]]:

@@ -13,37 +13,44 @@ DumpResult; nothing here raises for a bad target.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import os
 import resource
 import shutil
 import sys
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-# DumpResult.status values.
-OK = "ok"
-RATE_LIMITED = "rate_limited"
-OVER_BUDGET = "over_budget"
-PY_SPY_MISSING = "py_spy_missing"
-PERMISSION_DENIED = "permission_denied"
-NOT_PYTHON = "not_python"
-UNSUPPORTED_PYTHON = "unsupported_python"
-PROCESS_GONE = "process_gone"
-TIMEOUT = "timeout"
-ERROR = "error"
-
-STATUSES = (
-    OK, RATE_LIMITED, OVER_BUDGET, PY_SPY_MISSING, PERMISSION_DENIED, NOT_PYTHON,
-    UNSUPPORTED_PYTHON, PROCESS_GONE, TIMEOUT, ERROR,
+from daemon.sources.frames import (  # re-exported: the sampler's results are these types
+    ERROR,
+    NOT_PYTHON,
+    OK,
+    OVER_BUDGET,
+    PERMISSION_DENIED,
+    PROCESS_GONE,
+    PY_SPY_MISSING,
+    RATE_LIMITED,
+    STATUSES,
+    TIMEOUT,
+    UNSUPPORTED_PYTHON,
+    DumpResult,
+    Frame,
+    ThreadStack,
+    main_thread,
+    parse_dump,
+    stack_hash,
+    to_json,
 )
+
+__all__ = [
+    "ERROR", "NOT_PYTHON", "OK", "OVER_BUDGET", "PERMISSION_DENIED", "PROCESS_GONE",
+    "PY_SPY_MISSING", "RATE_LIMITED", "STATUSES", "TIMEOUT", "UNSUPPORTED_PYTHON",
+    "DumpResult", "Frame", "StackSampler", "ThreadStack", "classify_error", "find_py_spy",
+    "main_thread", "parse_dump", "stack_hash", "to_json", "worker_pids",
+]
 
 PERMISSION_HINT = (
     "py-spy needs root or CAP_SYS_PTRACE to read another process; with yama "
@@ -57,84 +64,6 @@ _TORN = "Failed to get stack traces"
 _MAX_ERROR_CHARS = 400
 # How many pids status_by_pid remembers (oldest forgotten first).
 _MAX_TRACKED_PIDS = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One Python frame: function (qualified on 3.11+, e.g. "Queue.get"), file, line."""
-
-    name: str
-    filename: str
-    line: int
-
-    def label(self) -> str:
-        """"file:line name", as shown in reports."""
-        return f"{self.filename}:{self.line} {self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadStack:
-    """One thread's stack; frames[0] is the innermost call."""
-
-    thread_id: int
-    thread_name: str | None
-    active: bool  # py-spy: the thread was running (not blocked in a syscall or waiting)
-    frames: tuple[Frame, ...]
-    os_thread_id: int | None = None
-    owns_gil: bool = False
-    pid: int | None = None  # the process (py-spy reports it per thread)
-
-
-@dataclass(frozen=True, slots=True)
-class DumpResult:
-    """What one attempt to dump `pid` gave. `error` says why for any status but "ok"."""
-
-    pid: int
-    ts: float  # seconds since the epoch when the attempt started
-    status: str
-    threads: list[ThreadStack] = field(default_factory=list)
-    error: str | None = None
-    wall_s: float = 0.0  # how long py-spy ran (0 when it was not run)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-
-def stack_hash(frames: Iterable[Frame]) -> str:
-    """A stable id for a stack (same frames, same lines -> same hash), for dedup in the store."""
-    text = "\n".join(f"{f.filename}:{f.name}:{f.line}" for f in frames)
-    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
-
-
-def parse_dump(text: str) -> list[ThreadStack]:
-    """Threads from `py-spy dump --json` output. ValueError if it is not that JSON."""
-    data = json.loads(text)
-    if not isinstance(data, list):
-        raise ValueError(f"py-spy JSON: expected a list of threads, got {type(data).__name__}")
-    threads = []
-    for item in data:
-        frames = tuple(
-            Frame(
-                name=str(fr.get("name") or "?"),
-                filename=str(fr.get("filename") or fr.get("short_filename") or "?"),
-                line=int(fr.get("line") or 0),
-            )
-            for fr in item.get("frames") or ()
-        )
-        os_tid = item.get("os_thread_id")
-        threads.append(
-            ThreadStack(
-                thread_id=int(item.get("thread_id") or 0),
-                thread_name=item.get("thread_name"),
-                active=bool(item.get("active")),
-                frames=frames,
-                os_thread_id=int(os_tid) if os_tid is not None else None,
-                owns_gil=bool(item.get("owns_gil")),
-                pid=int(item["pid"]) if item.get("pid") is not None else None,
-            )
-        )
-    return threads
 
 
 def classify_error(stderr: str, pid: int) -> tuple[str, str]:
@@ -389,33 +318,3 @@ def _clean_env() -> dict[str, str]:
     # py-spy needs nothing from our environment but PATH and locale.
     keep = ("PATH", "LANG", "LC_ALL", "HOME")
     return {k: v for k, v in os.environ.items() if k in keep}
-
-
-def main_thread(threads: Sequence[ThreadStack]) -> ThreadStack | None:
-    """The process's main thread: named MainThread, or whose OS tid is the pid, or the first."""
-    for t in threads:
-        if t.thread_name == "MainThread":
-            return t
-    for t in threads:
-        if t.pid is not None and t.os_thread_id == t.pid:
-            return t
-    return threads[0] if threads else None
-
-
-def to_json(result: DumpResult) -> dict[str, Any]:
-    """A DumpResult as plain JSON-able data (for the API and snapshots)."""
-    return {
-        "pid": result.pid,
-        "ts": result.ts,
-        "status": result.status,
-        "error": result.error,
-        "threads": [
-            {
-                "thread_id": t.thread_id,
-                "thread_name": t.thread_name,
-                "active": t.active,
-                "frames": [[f.name, f.filename, f.line] for f in t.frames],
-            }
-            for t in result.threads
-        ],
-    }

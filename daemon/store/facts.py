@@ -1,5 +1,9 @@
-"""Attribution and cost facts in the store: stacks, stack samples, sampler status, events and
-recommendations. Written by the daemon between ticks through the Store's one connection."""
+"""Writes of the attribution and cost facts: stacks, stack samples, sampler status, events and
+recommendations, through the Store's one connection, between ticks.
+
+The reads are in `daemon.store.queries` (reader only, no writer). Their names are re-exported
+here until every caller imports them from there.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from daemon.store.reader import StoreReader
+from daemon.store.queries import (  # noqa: F401  (old names; callers move to queries)
+    events,
+    recommendations,
+    stack_samples,
+    stack_statuses,
+)
 
 if TYPE_CHECKING:  # readers (replay) import this module without loading the writer
     from daemon.store.writer import Store
@@ -34,8 +43,8 @@ def write_stacks(store: Store, rows: Iterable[StackRow]) -> int:
     if not rows:
         return 0
     with store._lock:
-        conn = store.conn
-        with store.db.atomic():
+        conn = store._conn
+        with store._db.atomic():
             for row in rows:
                 proc = _process_id(store, row.pid, row.start_time)
                 if proc is None:
@@ -56,7 +65,7 @@ def write_stack_status(store: Store, pid: int, start_time: float, ts: float, sta
         proc = _process_id(store, pid, start_time)
         if proc is None:
             return
-        store.conn.execute(
+        store._conn.execute(
             "INSERT OR REPLACE INTO stack_status (proc, ts, status, error) VALUES (?, ?, ?, ?)",
             (proc, round(ts * 1000), status, error))
 
@@ -64,7 +73,7 @@ def write_stack_status(store: Store, pid: int, start_time: float, ts: float, sta
 def write_event(store: Store, event: dict[str, Any]) -> None:
     """Insert or update an event keyed by (kind, target, started_at)."""
     with store._lock:
-        store.conn.execute(
+        store._conn.execute(
             "INSERT INTO events (kind, target, started_at, ended_at, cost, detail) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (kind, target, started_at) DO UPDATE SET "
             "ended_at = excluded.ended_at, cost = excluded.cost, detail = excluded.detail",
@@ -73,12 +82,11 @@ def write_event(store: Store, event: dict[str, Any]) -> None:
              event.get("cost_so_far"), json.dumps(event.get("detail") or {})))
 
 
-def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]],
-                          ts: float) -> None:
+def write_recommendations(store: Store, current: Iterable[dict[str, Any]], ts: float) -> None:
     """Upsert the current recommendations (first_seen kept, last_seen moved on)."""
-    with store._lock, store.db.atomic():
-        for rec in recommendations:
-            store.conn.execute(
+    with store._lock, store._db.atomic():
+        for rec in current:
+            store._conn.execute(
                 "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, "
                 "snoozed_until, savings_per_month, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
@@ -94,56 +102,6 @@ def _process_id(store: Store, pid: int, start_time: float) -> int | None:
     ident = store._processes.get((pid, start_ms))
     if ident is not None:
         return ident
-    row = store.conn.execute("SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
+    row = store._conn.execute("SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
                              (pid, start_ms)).fetchone()
     return row[0] if row else None
-
-
-# -- reads ------------------------------------------------------------------------------
-
-
-def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
-    """Stack samples in [since, until] with their process and frames, oldest first."""
-    rows = reader.query(
-        "SELECT s.ts, p.pid, p.start_ms, s.thread, s.hash, s.phase, s.gpu_util, k.frames "
-        "FROM stack_samples s JOIN processes p ON p.id = s.proc JOIN stacks k ON k.hash = s.hash "
-        "WHERE s.ts >= ? AND s.ts <= ? ORDER BY s.ts",
-        (round(since * 1000), round(until * 1000)))
-    return [{"ts": r["ts"] / 1000, "pid": r["pid"], "start_time": r["start_ms"] / 1000,
-             "thread": r["thread"], "hash": r["hash"], "phase": r["phase"],
-             "gpu_util": None if r["gpu_util"] is None else r["gpu_util"] / 10,
-             "frames": [tuple(f) for f in json.loads(r["frames"])]} for r in rows]
-
-
-def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any]]:
-    rows = reader.query(
-        "SELECT p.pid, p.start_ms, s.ts, s.status, s.error FROM stack_status s "
-        "JOIN processes p ON p.id = s.proc")
-    return {(r["pid"], r["start_ms"] / 1000): {"status": r["status"], "error": r["error"],
-                                               "ts": r["ts"] / 1000} for r in rows}
-
-
-def events(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
-    """Events that overlap [since, until] (open ones included)."""
-    rows = reader.query(
-        "SELECT kind, target, started_at, ended_at, cost, detail FROM events "
-        "WHERE started_at <= ? AND (ended_at IS NULL OR ended_at >= ?) ORDER BY started_at",
-        (round(until * 1000), round(since * 1000)))
-    return [{"kind": r["kind"], "target": r["target"], "started_at": r["started_at"] / 1000,
-             "ended_at": None if r["ended_at"] is None else r["ended_at"] / 1000,
-             "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}")} for r in rows]
-
-
-def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
-    """Recommendations seen since `since`, largest savings first, with their history."""
-    rows = reader.query(
-        "SELECT first_seen, last_seen, snoozed_until, body FROM recommendations "
-        "WHERE last_seen >= ? ORDER BY savings_per_month DESC", (round(since * 1000),))
-    out = []
-    for r in rows:
-        body = json.loads(r["body"])
-        body["first_seen"] = r["first_seen"] / 1000
-        body["last_seen"] = r["last_seen"] / 1000
-        body["snoozed_until"] = None if r["snoozed_until"] is None else r["snoozed_until"] / 1000
-        out.append(body)
-    return out

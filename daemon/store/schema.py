@@ -109,9 +109,9 @@ def _create_without_rowid(
 
 def _migration_1(db: sqlite_utils.Database) -> None:
     """The initial schema."""
-    db["meta"].create({"key": str, "value": int}, pk="key")
-    db["gpus"].create({"gpu": int, "uuid": str, "name": str, "memory_total_bytes": int}, pk="gpu")
-    db["processes"].create(
+    db.table("meta").create({"key": str, "value": int}, pk="key")
+    db.table("gpus").create({"gpu": int, "uuid": str, "name": str, "memory_total_bytes": int}, pk="gpu")
+    db.table("processes").create(
         {
             "id": int,
             "pid": int,
@@ -125,10 +125,10 @@ def _migration_1(db: sqlite_utils.Database) -> None:
         pk="id",
         not_null={"pid", "start_ms"},
     )
-    db["processes"].create_index(["pid", "start_ms"], unique=True)
-    db["processes"].create_index(["last_ts"])
+    db.table("processes").create_index(["pid", "start_ms"], unique=True)
+    db.table("processes").create_index(["last_ts"])
     # ts is the rowid: ticks append at the end of the b-tree.
-    db["ticks"].create(
+    db.table("ticks").create(
         {
             "ts": int,
             "tick": int,
@@ -203,31 +203,31 @@ def _migration_1(db: sqlite_utils.Database) -> None:
         },
         ("res", "bucket", "kind", "key", "metric"),
     )
-    db["rollups"].create_index(
+    db.table("rollups").create_index(
         ["kind", "key", "metric", "res", "bucket"], index_name="rollups_series"
     )
 
 
 def _migration_2(db: sqlite_utils.Database) -> None:
     """Stacks (deduplicated), stack samples, per-process sampler status, events, recommendations."""
-    db["stacks"].create({"hash": str, "frames": str}, pk="hash")
+    db.table("stacks").create({"hash": str, "frames": str}, pk="hash")
     _create_without_rowid(
         db,
         "stack_samples",
         {"ts": int, "proc": int, "thread": int, "hash": str, "phase": str, "gpu_util": int},
         ("ts", "proc", "thread"),
     )
-    db["stack_samples"].create_index(["proc", "ts"])
-    db["stack_status"].create(
+    db.table("stack_samples").create_index(["proc", "ts"])
+    db.table("stack_status").create(
         {"proc": int, "ts": int, "status": str, "error": str}, pk="proc")
-    db["events"].create(
+    db.table("events").create(
         {"id": int, "kind": str, "target": str, "started_at": int, "ended_at": int,
          "cost": float, "detail": str},
         pk="id",
     )
-    db["events"].create_index(["kind", "target", "started_at"], unique=True)
-    db["events"].create_index(["started_at"])
-    db["recommendations"].create(
+    db.table("events").create_index(["kind", "target", "started_at"], unique=True)
+    db.table("events").create_index(["started_at"])
+    db.table("recommendations").create(
         {"id": str, "rule": str, "target": str, "first_seen": int, "last_seen": int,
          "snoozed_until": int, "savings_per_month": float, "body": str},
         pk="id",

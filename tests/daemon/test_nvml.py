@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import sys
+import threading
 import time
 
 import pynvml
@@ -9,7 +12,15 @@ import pytest
 from simhost import GIB, attach_code, host_toml, wait_until
 
 from daemon.config import NvmlConfig
-from daemon.sources.nvml import NvmlSource
+from daemon.sources.nvml import NvmlSource, _Device
+from daemon.sources.nvml_query import (
+    ERROR,
+    NOT_FOUND,
+    UNSUPPORTED,
+    NvmlFailure,
+    has_symbol,
+    nvml_query,
+)
 from daemon.sources.sample import GPU_LOST, GPU_OK, GPU_TIMEOUT
 
 FAST = NvmlConfig(call_deadline=0.5, retry_initial=0.2, retry_max=0.5)
@@ -108,11 +119,10 @@ at = 1.0
         src.latest()[1]), timeout=6)
     assert "GPU is lost" in gpus[1].error
     assert gpus[1].utilization is None
-    # The other GPUs keep being read every interval.
+    # The other GPUs keep being read: two more readings each (interval 0.5 s) arrive.
     first = {i: src._readings[i].read_at for i in (0, 2)}
-    time.sleep(1.6)
-    for i in (0, 2):
-        assert src._readings[i].read_at - first[i] >= 1.0
+    wait_until(lambda: all(src._readings[i].read_at - first[i] >= 1.0 for i in (0, 2)),
+               timeout=10)
     _, gpus, _ = src.latest()
     assert gpus[0].status == GPU_OK and gpus[2].status == GPU_OK
 
@@ -131,9 +141,9 @@ at = 1.0
     gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_TIMEOUT else None)(
         src.latest()[1]), timeout=6)
     assert "nvmlDeviceGetUtilizationRates" in gpus[1].error
+    # GPU 0 goes on being read (two more readings) while GPU 1's call hangs.
     before = src._readings[0].read_at
-    time.sleep(1.2)
-    assert src._readings[0].read_at - before >= 0.9  # GPU 0 kept its cadence
+    wait_until(lambda: src._readings[0].read_at - before >= 0.9, timeout=10)
     assert src.latest()[1][0].status == GPU_OK
 
 
@@ -186,3 +196,81 @@ def test_real_library_missing_without_simulation(source):
     src = source()
     src.wait_ready(5)
     assert "NVML unavailable" in src.latest()[0]
+
+
+def test_the_call_in_flight_is_never_read_as_a_torn_pair(sim_host):
+    """The watchdog (latest(), another thread) reads the in-flight call's name and start time
+    while the reader thread starts call after call. Call i starts after call i-1 ended and
+    before call i ends, so a start time outside that span is another call's: a torn read.
+    Before the fix name and start were two attributes, written and read one after the other."""
+    sim_host(host_toml(gpus=1))
+    device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+    ended: dict[int, float] = {}
+    torn: list[tuple[str, float, float]] = []
+    stop = threading.Event()
+    calls = [0]
+
+    def make_call(i):
+        def call():
+            ended[i] = time.monotonic()
+        call.__name__ = f"call{i}"
+        return call
+
+    def reader():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            device.query(f"call{i}", make_call(i))
+        calls[0] = i
+
+    def watchdog():
+        while not stop.is_set():
+            flight = device.in_flight
+            if flight is None:
+                continue
+            name, started = flight
+            i = int(name[4:])
+            if not ended.get(i - 1, 0.0) <= started <= ended.get(i, math.inf):
+                torn.append((name, started, ended.get(i - 1, 0.0)))
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: the conflicting paths interleave
+    threads = [threading.Thread(target=f, daemon=True) for f in (reader, watchdog)]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not torn:
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        sys.setswitchinterval(switch)
+    assert not torn, f"name and start time of different calls read together: {torn[0]}"
+    assert calls[0] > 1000
+
+
+def test_nvml_query_turns_every_nvml_error_into_a_failure_of_its_kind(sim_host):
+    sim_host(host_toml(gpus=2, faults="""
+[[faults]]
+kind = "not_supported"
+gpu = 1
+calls = ["nvmlDeviceGetPowerUsage"]
+
+[[faults]]
+kind = "missing_symbol"
+symbols = ["nvmlDeviceGetComputeRunningProcesses_v3"]
+"""))
+    gpu0, gpu1 = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in (0, 1))
+    assert isinstance(nvml_query(pynvml.nvmlDeviceGetPowerUsage, gpu0), int)
+    unsupported = nvml_query(pynvml.nvmlDeviceGetPowerUsage, gpu1)
+    assert isinstance(unsupported, NvmlFailure) and unsupported.kind == UNSUPPORTED
+    assert unsupported.describe().startswith("nvmlDeviceGetPowerUsage: ")
+    missing = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses_v3, gpu0)
+    assert isinstance(missing, NvmlFailure) and missing.kind == UNSUPPORTED
+    bad_index = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, 7)
+    assert isinstance(bad_index, NvmlFailure) and bad_index.kind in (ERROR, NOT_FOUND)
+    # Feature detection by symbol, as the process query's v3 -> v2 -> v1 choice uses it.
+    assert not has_symbol("nvmlDeviceGetComputeRunningProcesses_v3")
+    assert has_symbol("nvmlDeviceGetComputeRunningProcesses_v2")

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -179,3 +180,66 @@ def test_pressure_absent_is_none(tmp_path):
 def test_real_host_pressure():
     assert os.path.exists("/proc/pressure/io"), "this host kind has PSI; CI runs on it"
     assert read_pressure().io_some_total_us is not None
+
+
+def _decoy_stat(path):
+    """A file in /proc/PID/stat's format that no real process has: 777 threads."""
+    fields = ["S", "1"] + ["0"] * 43
+    fields[17] = "777"  # field 20: num_threads
+    path.write_text("1 (decoy) " + " ".join(fields) + "\n")
+    return str(path)
+
+
+def test_discovery_closing_descriptors_never_lets_the_tick_read_another_file(tmp_path):
+    """Discovery (a thread) forgets and relearns processes while the tick reads them and a
+    third thread keeps opening a decoy file, so closed descriptor numbers are reused at once.
+    Before the fix, the tick could pread a number that now belongs to the decoy."""
+    decoy = _decoy_stat(tmp_path / "stat")
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(16)]
+    pids = {p.pid for p in procs}
+    half = set(sorted(pids)[::2])
+    uses = {pid: USE for pid in pids}
+    source = ProcessSource(children=False)
+    source.discover(pids)
+    stop = threading.Event()
+    wrong: list[object] = []
+    reads = [0]
+
+    def discover():
+        while not stop.is_set():
+            source.discover(half)
+            source.discover(pids)
+
+    def open_decoys():
+        while not stop.is_set():
+            fds = [os.open(decoy, os.O_RDONLY) for _ in range(8)]
+            for fd in fds:
+                os.close(fd)
+
+    def tick():
+        while not stop.is_set():
+            for sample in source.read(uses):
+                reads[0] += 1
+                if sample.threads != 1 or sample.pid not in pids:
+                    wrong.append(sample)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: the conflicting paths interleave
+    threads = [threading.Thread(target=f, daemon=True) for f in (discover, open_decoys, tick)]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline and not wrong:
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        sys.setswitchinterval(switch)
+        for p in procs:
+            p.kill()
+            p.wait()
+        source.close()
+    assert not wrong, f"the tick read another file through a reused descriptor: {wrong[0]}"
+    assert reads[0] > 0

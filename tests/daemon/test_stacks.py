@@ -13,8 +13,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from simhost import wait_until
 
-from daemon.sources import stacks
+from daemon.sources import frames, stacks
 from daemon.sources.stacks import (
     DumpResult,
     Frame,
@@ -37,6 +38,7 @@ PARKED = textwrap.dedent(
     import sys, threading, time
 
     def parked_in_sleep():
+        print("READY", flush=True)  # from inside: a dump never lands in <module>
         time.sleep(60)
 
     def spinning():
@@ -44,7 +46,6 @@ PARKED = textwrap.dedent(
             sum(range(1000))
 
     threading.Thread(target=spinning, name="spinner", daemon=True).start()
-    print("READY", flush=True)
     parked_in_sleep()
     """
 )
@@ -101,14 +102,19 @@ def fake_py_spy(tmp_path: Path, body: str) -> str:
 @needs_py_spy
 @needs_root
 def test_live_dump_gives_frames_with_file_and_line(parked):
-    s = sampler()
-    result = asyncio.run(s.dump(parked.pid))
-    assert result.status == stacks.OK, result.error
+    def parked_at_the_sleep():
+        # READY comes from inside parked_in_sleep(), a line before the sleep: dump until the
+        # target has reached it (a fresh sampler each time: no rate limit between tries).
+        s = sampler()
+        result = asyncio.run(s.dump(parked.pid))
+        assert result.status == stacks.OK, result.error
+        main = main_thread(result.threads)
+        return (s, result, main) if main is not None and main.frames[0].line == 6 else None
+
+    s, result, main = wait_until(parked_at_the_sleep, timeout=10, every=0.1)
     assert result.pid == parked.pid and result.error is None and result.wall_s > 0
-    main = main_thread(result.threads)
-    assert main is not None
     assert main.frames[0].name == "parked_in_sleep"
-    assert main.frames[0].filename == "<string>" and main.frames[0].line == 5  # time.sleep(60)
+    assert main.frames[0].filename == "<string>" and main.frames[0].line == 6  # time.sleep(60)
     assert [f.name for f in main.frames][-1] == "<module>"
     names = {t.thread_name for t in result.threads}
     assert "spinner" in names
@@ -272,9 +278,7 @@ def test_timeout_kills_py_spy_not_the_target(tmp_path, parked):
     pidfile = tmp_path / "pid"
     fake = fake_py_spy(tmp_path, f"echo $$ > {pidfile}\nexec sleep 30")
     s = sampler(py_spy=fake, timeout_s=0.3)
-    started = time.monotonic()
-    result = asyncio.run(s.dump(parked.pid))
-    assert time.monotonic() - started < 5
+    result = asyncio.run(s.dump(parked.pid))  # the fake would run 30 s: TIMEOUT says it was cut
     assert result.status == stacks.TIMEOUT and "0.3" in result.error
     fake_pid = int(pidfile.read_text())
     assert not psutil.pid_exists(fake_pid) or psutil.Process(fake_pid).status() == psutil.STATUS_ZOMBIE
@@ -335,3 +339,14 @@ def test_worker_pids_finds_multiprocessing_children():
         proc.kill()
         proc.wait()
     assert worker_pids(proc.pid) == []
+
+
+def test_the_stack_types_load_neither_psutil_nor_subprocess():
+    """Analysis and `mlcost-top --replay` use Frame and friends without the sampler's imports."""
+    code = ("import sys, daemon.sources.frames\n"
+            "print(sorted(m for m in ('psutil', 'subprocess', 'asyncio') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=30, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert stacks.Frame is frames.Frame and stacks.parse_dump is frames.parse_dump  # re-exported

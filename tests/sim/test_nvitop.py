@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import nvitop  # noqa: E402  (in the test extra)
 import pynvml
-from simhost import GIB, attach_code, host_toml
+from simhost import GIB, attach_code, host_toml, wait_until
 
 from daemon.sim import nvml as sim_nvml
 
@@ -16,11 +14,12 @@ def test_nvitop_reads_the_same_memory_and_utilization(sim_host):
         {"name": "busy", "gpus": [0], "code": attach_code(0, 5, "dev.kernel(0.1, sm=0.9)")},
     ]))
     pid = running.workloads[0][1]
-    time.sleep(1.2)
+    h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+    # Until a full utilization window of the busy workload has passed.
+    wait_until(lambda: pynvml.nvmlDeviceGetUtilizationRates(h0).gpu >= 90, timeout=10)
     devices = nvitop.Device.all()
     assert [d.name() for d in devices] == ["NVIDIA A100-SXM4-40GB"] * 2
     busy, idle = devices
-    h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
     # nvitop asks for memory info v2, where reserved memory is not part of `used`
     assert busy.memory_used() == pynvml.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used
     assert busy.memory_used() >= 5 * GIB

@@ -1,0 +1,351 @@
+"""The store's housekeeping between ticks: rollups, retention by age and size, checkpoints.
+
+`Maintenance` is a mixin of `daemon.store.writer.Store`: it runs on the Store's one connection
+under the Store's lock, from `Store.maintain()`. Kept apart from the writer so that the write
+path (open, recover, write, buffer) and the bookkeeping that keeps the file small read on their
+own.
+
+Raw samples become 1-minute rollups, 1-minute rollups become 1-hour rollups; each keeps count,
+sum, min and max so it re-aggregates exactly. Raw rows are deleted only once their minute is
+rolled up, minute rows only once their hour is. Deletes run in bounded batches so the tick is
+never blocked for long.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+import sqlite_utils
+
+from daemon.store.schema import HOUR, KIND_GPU, KIND_PROCESS, MINUTE, PROCESS_METRICS
+
+if TYPE_CHECKING:
+    from daemon.sources.sample import Sample
+    from daemon.store.writer import StoreHealth
+
+_RAW_BATCH_TICKS = 30  # ticks deleted per retention batch (x GPUs x processes rows)
+_MINUTE_BATCH_MS = 10 * MINUTE * 1000
+_HOUR_BATCH_MS = 24 * HOUR * 1000
+_VACUUM_PAGES = 2048
+_CPU_LOOKBACK_MS = 30 * 1000  # a cpu_percent pair needs its previous sample this close
+_CHECKPOINT_EVERY_S = 10.0
+_CHECKPOINT_EVERY_TICKS = 30  # or sooner when ticks come fast (backfill, tests)
+_LAST_SEEN_EVERY_S = 60.0
+
+
+class Maintenance:
+    """Rollups, retention and checkpoints of the Store that inherits this."""
+
+    if TYPE_CHECKING:  # the Store's state this mixin works on (set in Store.__init__)
+        _db: sqlite_utils.Database
+        _conn: sqlite3.Connection
+        raw_retention_ms: int
+        minute_retention_ms: int
+        hour_retention_ms: int
+        max_bytes: int
+        _health: StoreHealth
+        _lock: threading.Lock
+        _buffer: deque[tuple[int, Sample]]
+        _newest_ts: int
+        _minute_done: int
+        _hour_done: int
+        _last_seen: dict[int, int]
+        _last_seen_flushed: float
+        _processes: dict[tuple[int, int], int]
+        _last_checkpoint: float
+        _ticks_at_checkpoint: int
+
+        def _flush(self) -> None: ...
+        def _trim_buffer(self) -> None: ...
+        def _set_meta(self, key: str, value: int) -> None: ...
+
+    def _prune_for_space(self) -> None:
+        """Disk full: free pages inside the file by deleting the oldest rolled-up raw rows."""
+        try:
+            self._delete_raw_batch(self._minute_done)
+        except sqlite3.Error as error:
+            self._health.last_error = f"prune after disk full failed: {error}"
+
+    # ------------------------------------------------------------------------- maintain
+
+    def maintain(self, budget_s: float = 0.02) -> bool:
+        """Do bounded housekeeping; True while more work is pending. Never raises.
+
+        Order: flush buffered samples, minute rollups, hour rollups, retention by age (raw,
+        minute, hour), retention by size, WAL checkpoint. Raw rows are deleted only once their
+        minute is rolled up, minute rows only once their hour is.
+        """
+        deadline = time.perf_counter() + budget_s
+        with self._lock:
+            pending = False
+            try:
+                if self._buffer:
+                    self._flush()
+                    self._trim_buffer()
+                    pending = bool(self._buffer)
+                for step in (
+                    self._rollup_minutes,
+                    self._rollup_hours,
+                    self._flush_last_seen,
+                    self._retain_by_age,
+                    self._retain_by_size,
+                ):
+                    if time.perf_counter() >= deadline:
+                        return True
+                    pending = step(deadline) or pending
+                if time.perf_counter() < deadline:
+                    self._checkpoint()
+            except Exception as error:  # never raise to the daemon loop
+                if self._conn.in_transaction:
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                self._health.last_error = f"maintain failed: {error}"
+                return True
+            return pending
+
+    def _rollup_minutes(self, deadline: float) -> bool:
+        ms = MINUTE * 1000
+        while True:
+            row = self._conn.execute(
+                "SELECT min(ts) FROM ticks WHERE ts >= ?", (self._minute_done,)
+            ).fetchone()
+            if row[0] is None:
+                return False
+            bucket = row[0] - row[0] % ms
+            end = bucket + ms
+            if end > self._newest_ts:
+                return False  # the bucket is not finished yet
+            if time.perf_counter() >= deadline:
+                return True
+            with self._db.atomic():
+                self._conn.execute(_GPU_MINUTE_ROLLUP, {"b": bucket, "e": end})
+                self._conn.executemany(_INSERT_ROLLUP, self._process_minute_rows(bucket, end))
+                self._set_meta("minute_done", end)
+            self._minute_done = end
+
+    def _process_minute_rows(self, bucket: int, end: int) -> list[tuple[int, ...]]:
+        """Minute rollup rows of every process; cpu_percent (tenths) from consecutive samples.
+
+        Computed in Python: SQLite's window functions cost 3x more here.
+        """
+        conn = self._conn
+        rows: list[tuple[int, ...]] = []
+        head = (MINUTE, bucket, KIND_PROCESS)
+        for proc, *values in conn.execute(_PROCESS_GPU_MINUTE, {"b": bucket, "e": end}):
+            if values[0]:
+                rows.append((*head, proc, PROCESS_METRICS["sm_share"], *values[0:4]))
+            if values[4]:
+                rows.append((*head, proc, PROCESS_METRICS["gpu_memory_bytes"], *values[4:8]))
+        stats: dict[tuple[int, int], list[int]] = {}
+        previous: dict[int, tuple[int, int]] = {}
+        cpu_metric = PROCESS_METRICS["cpu_percent"]
+        rss_metric = PROCESS_METRICS["rss_bytes"]
+
+        def add(key: tuple[int, int], value: int) -> None:
+            acc = stats.get(key)
+            if acc is None:
+                stats[key] = [1, value, value, value]
+                return
+            acc[0] += 1
+            acc[1] += value
+            if value < acc[2]:
+                acc[2] = value
+            elif value > acc[3]:
+                acc[3] = value
+
+        for ts, proc, cpu_ms, rss in conn.execute(
+            "SELECT ts, proc, cpu_ms, rss FROM proc_samples WHERE ts >= ? AND ts < ?",
+            (self._previous_tick(bucket), end),
+        ):
+            before = previous.get(proc)
+            previous[proc] = (ts, cpu_ms)
+            if ts < bucket:
+                continue
+            if rss is not None:
+                add((proc, rss_metric), rss)
+            if before is not None and ts > before[0] and cpu_ms >= before[1]:
+                # tenths of a percent of one CPU, rounded half up
+                add((proc, cpu_metric), ((cpu_ms - before[1]) * 2000 // (ts - before[0]) + 1) // 2)
+        rows.extend((*head, proc, metric, *acc) for (proc, metric), acc in stats.items())
+        return rows
+
+    def _previous_tick(self, ts: int) -> int:
+        """The tick before `ts` if it is recent enough to pair CPU counters with, else `ts`."""
+        row = self._conn.execute(
+            "SELECT max(ts) FROM ticks WHERE ts < ? AND ts >= ?", (ts, ts - _CPU_LOOKBACK_MS)
+        ).fetchone()
+        return ts if row[0] is None else row[0]
+
+    def _rollup_hours(self, deadline: float) -> bool:
+        ms = HOUR * 1000
+        while True:
+            row = self._conn.execute(
+                "SELECT min(bucket) FROM rollups WHERE res = ? AND bucket >= ?",
+                (MINUTE, self._hour_done),
+            ).fetchone()
+            if row[0] is None:
+                return False
+            bucket = row[0] - row[0] % ms
+            end = bucket + ms
+            if end > self._minute_done:
+                return False
+            if time.perf_counter() >= deadline:
+                return True
+            with self._db.atomic():
+                self._conn.execute(_HOUR_ROLLUP, {"b": bucket, "e": end})
+                self._set_meta("hour_done", end)
+            self._hour_done = end
+
+    def _flush_last_seen(self, deadline: float) -> bool:
+        now = time.monotonic()
+        if not self._last_seen or now - self._last_seen_flushed < _LAST_SEEN_EVERY_S:
+            return False
+        rows = [(ts, ident) for ident, ts in self._last_seen.items()]
+        with self._db.atomic():
+            self._conn.executemany("UPDATE processes SET last_ts = ? WHERE id = ?", rows)
+        self._last_seen.clear()
+        self._last_seen_flushed = now
+        return False
+
+    def _retain_by_age(self, deadline: float) -> bool:
+        newest = self._newest_ts
+        raw_cut = min(newest - self.raw_retention_ms, self._minute_done)
+        minute_cut = min(newest - self.minute_retention_ms, self._hour_done)
+        hour_cut = newest - self.hour_retention_ms
+        while self._delete_raw_batch(raw_cut):
+            if time.perf_counter() >= deadline:
+                return True
+        while self._delete_rollup_batch(MINUTE, minute_cut, _MINUTE_BATCH_MS):
+            if time.perf_counter() >= deadline:
+                return True
+        while self._delete_rollup_batch(HOUR, hour_cut, _HOUR_BATCH_MS):
+            if time.perf_counter() >= deadline:
+                return True
+        if self._delete_processes(hour_cut):
+            return time.perf_counter() >= deadline
+        return False
+
+    def _delete_raw_batch(self, cut: int) -> bool:
+        """Delete the oldest ticks' raw rows below `cut` (at most a batch); True if any."""
+        conn = self._conn
+        oldest = conn.execute("SELECT min(ts) FROM ticks").fetchone()[0]
+        if oldest is None or oldest >= cut:
+            return False
+        row = conn.execute(
+            "SELECT ts FROM ticks WHERE ts < ? ORDER BY ts LIMIT 1 OFFSET ?",
+            (cut, _RAW_BATCH_TICKS),
+        ).fetchone()
+        bound = row[0] if row else cut
+        deleted = 0
+        with self._db.atomic():
+            for table in ("gpu_samples", "proc_samples", "proc_gpu_samples", "ticks"):
+                deleted += conn.execute(f"DELETE FROM {table} WHERE ts < ?", (bound,)).rowcount
+        self._health.rows_pruned += deleted
+        return True
+
+    def _delete_rollup_batch(self, res: int, cut: int, batch_ms: int) -> bool:
+        conn = self._conn
+        oldest = conn.execute("SELECT min(bucket) FROM rollups WHERE res = ?", (res,)).fetchone()[0]
+        if oldest is None or oldest >= cut:
+            return False
+        bound = min(cut, oldest + batch_ms)
+        with self._db.atomic():
+            deleted = conn.execute(
+                "DELETE FROM rollups WHERE res = ? AND bucket < ?", (res, bound)
+            ).rowcount
+        self._health.rows_pruned += deleted
+        return True
+
+    def _delete_processes(self, cut: int) -> bool:
+        """Forget processes last seen before the oldest data we still keep."""
+        conn = self._conn
+        gone = [
+            row[0]
+            for row in conn.execute("SELECT id FROM processes WHERE last_ts < ? LIMIT 500", (cut,))
+            if row[0] not in self._last_seen
+        ]
+        if not gone:
+            return False
+        with self._db.atomic():
+            conn.executemany("DELETE FROM processes WHERE id = ?", [(i,) for i in gone])
+        gone_set = set(gone)
+        self._processes = {k: v for k, v in self._processes.items() if v not in gone_set}
+        return True
+
+    def _retain_by_size(self, deadline: float) -> bool:
+        conn = self._conn
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        while True:
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            if pages * page_size <= self.max_bytes:
+                return False
+            if time.perf_counter() >= deadline:
+                return True
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            # Hysteresis: delete down to 90 % so that we do not prune on every tick.
+            if (pages - free) * page_size > self.max_bytes * 0.9 and (
+                self._delete_raw_batch(self._minute_done)
+                or self._delete_rollup_batch(MINUTE, self._hour_done, _MINUTE_BATCH_MS)
+                or self._delete_rollup_batch(HOUR, self._newest_ts, _HOUR_BATCH_MS)
+            ):
+                continue
+            if not free:
+                return False  # over the limit, but nothing may be deleted yet (not rolled up)
+            conn.execute(f"PRAGMA incremental_vacuum({_VACUUM_PAGES})").fetchall()
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            if not free or pages * page_size <= self.max_bytes:
+                # In WAL mode the file shrinks when the checkpoint copies the truncation.
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                self._last_checkpoint = time.monotonic()
+
+    def _checkpoint(self) -> None:
+        now = time.monotonic()
+        written = self._health.ticks_written
+        if (
+            now - self._last_checkpoint < _CHECKPOINT_EVERY_S
+            and written - self._ticks_at_checkpoint < _CHECKPOINT_EVERY_TICKS
+        ):
+            return
+        self._ticks_at_checkpoint = written
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._last_checkpoint = now
+
+
+_GPU_MINUTE_ROLLUP = f"""
+INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)
+SELECT {MINUTE}, :b, {KIND_GPU}, gpu, metric, count(v), sum(v), min(v), max(v) FROM (
+    SELECT gpu, 0 AS metric, util AS v FROM gpu_samples WHERE ts >= :b AND ts < :e
+    UNION ALL SELECT gpu, 1, sm FROM gpu_samples WHERE ts >= :b AND ts < :e
+    UNION ALL SELECT gpu, 2, mem FROM gpu_samples WHERE ts >= :b AND ts < :e
+    UNION ALL SELECT gpu, 3, power_mw FROM gpu_samples WHERE ts >= :b AND ts < :e
+    UNION ALL SELECT gpu, 4, temp FROM gpu_samples WHERE ts >= :b AND ts < :e
+) GROUP BY gpu, metric HAVING count(v) > 0
+"""
+
+_INSERT_ROLLUP = (
+    "INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)"
+    " VALUES (?,?,?,?,?,?,?,?,?)"
+)
+
+# Per sample, a process's SM share and GPU memory are summed over the GPUs it holds.
+_PROCESS_GPU_MINUTE = """
+SELECT proc, count(sm), sum(sm), min(sm), max(sm), count(mem), sum(mem), min(mem), max(mem)
+FROM (
+    SELECT proc, sum(sm) AS sm, sum(mem) AS mem FROM proc_gpu_samples
+    WHERE ts >= :b AND ts < :e GROUP BY ts, proc
+) GROUP BY proc
+"""
+
+_HOUR_ROLLUP = f"""
+INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)
+SELECT {HOUR}, :b, kind, key, metric, sum(n), sum(sum), min(min), max(max)
+FROM rollups WHERE res = {MINUTE} AND bucket >= :b AND bucket < :e
+GROUP BY kind, key, metric
+"""

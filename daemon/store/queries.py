@@ -1,0 +1,60 @@
+"""Read-only queries of the attribution and cost facts: stack samples, sampler statuses, events
+and recommendations.
+
+Imports only the reader, so analysis, replay and reports read these facts without loading the
+writer (`daemon.store.facts` writes them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from daemon.store.reader import StoreReader
+
+
+def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
+    """Stack samples in [since, until] with their process and frames, oldest first."""
+    rows = reader.query(
+        "SELECT s.ts, p.pid, p.start_ms, s.thread, s.hash, s.phase, s.gpu_util, k.frames "
+        "FROM stack_samples s JOIN processes p ON p.id = s.proc JOIN stacks k ON k.hash = s.hash "
+        "WHERE s.ts >= ? AND s.ts <= ? ORDER BY s.ts",
+        (round(since * 1000), round(until * 1000)))
+    return [{"ts": r["ts"] / 1000, "pid": r["pid"], "start_time": r["start_ms"] / 1000,
+             "thread": r["thread"], "hash": r["hash"], "phase": r["phase"],
+             "gpu_util": None if r["gpu_util"] is None else r["gpu_util"] / 10,
+             "frames": [tuple(f) for f in json.loads(r["frames"])]} for r in rows]
+
+
+def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any]]:
+    rows = reader.query(
+        "SELECT p.pid, p.start_ms, s.ts, s.status, s.error FROM stack_status s "
+        "JOIN processes p ON p.id = s.proc")
+    return {(r["pid"], r["start_ms"] / 1000): {"status": r["status"], "error": r["error"],
+                                               "ts": r["ts"] / 1000} for r in rows}
+
+
+def events(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
+    """Events that overlap [since, until] (open ones included)."""
+    rows = reader.query(
+        "SELECT kind, target, started_at, ended_at, cost, detail FROM events "
+        "WHERE started_at <= ? AND (ended_at IS NULL OR ended_at >= ?) ORDER BY started_at",
+        (round(until * 1000), round(since * 1000)))
+    return [{"kind": r["kind"], "target": r["target"], "started_at": r["started_at"] / 1000,
+             "ended_at": None if r["ended_at"] is None else r["ended_at"] / 1000,
+             "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}")} for r in rows]
+
+
+def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
+    """Recommendations seen since `since`, largest savings first, with their history."""
+    rows = reader.query(
+        "SELECT first_seen, last_seen, snoozed_until, body FROM recommendations "
+        "WHERE last_seen >= ? ORDER BY savings_per_month DESC", (round(since * 1000),))
+    out = []
+    for r in rows:
+        body = json.loads(r["body"])
+        body["first_seen"] = r["first_seen"] / 1000
+        body["last_seen"] = r["last_seen"] / 1000
+        body["snoozed_until"] = None if r["snoozed_until"] is None else r["snoozed_until"] / 1000
+        out.append(body)
+    return out
