@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.analysis.phases import StackSample, phase_balance
-from daemon.sources.stacks import Frame
-from daemon.store import facts
+from daemon.sources.frames import Frame
+from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.wire import process_key
 
@@ -27,7 +27,7 @@ def phase_balances(reader: StoreReader, since: float, until: float, interval_s: 
     """
     if processes is None:
         processes = reader.window_summary(since, until)["processes"]
-    windows = facts.events(reader, since, until)
+    windows = queries.events(reader, since, until)
     low: dict[str, float] = {}
     for event in windows:
         if event["kind"] != LOW_UTILIZATION:
@@ -36,7 +36,7 @@ def phase_balances(reader: StoreReader, since: float, until: float, interval_s: 
         end = min(event["ended_at"] if event["ended_at"] is not None else until, until)
         low[event["target"]] = low.get(event["target"], 0.0) + max(0.0, end - start)
     samples_by_proc: dict[tuple[int, float], list[StackSample]] = {}
-    for row in facts.stack_samples(reader, since, until):
+    for row in queries.stack_samples(reader, since, until):
         frames = tuple(Frame(name, filename, line) for name, filename, line in row["frames"])
         samples_by_proc.setdefault((row["pid"], round(row["start_time"], 3)), []).append(
             StackSample(row["ts"], row["pid"], row["thread"], row["hash"], frames,
@@ -64,12 +64,12 @@ def checkpoint_times(reader: StoreReader, since: float,
     The observed checkpoint cadence, for the spot advice (how much work an interruption loses).
     """
     windows: dict[str, list[tuple[float, float]]] = {}
-    for event in facts.events(reader, since, until):
+    for event in queries.events(reader, since, until):
         if event["kind"] == LOW_UTILIZATION:
             end = event["ended_at"] if event["ended_at"] is not None else until
             windows.setdefault(event["target"], []).append((event["started_at"], end))
     found: dict[str, set[float]] = {}
-    for row in facts.stack_samples(reader, since, until):
+    for row in queries.stack_samples(reader, since, until):
         if row["phase"] != "checkpoint":
             continue
         key = process_key(row["pid"], row["start_time"])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from daemon.sources.stacks import Frame, ThreadStack, main_thread
+from daemon.sources.frames import Frame, ThreadStack, main_thread
 
 COMPUTE = "compute"
 DATA_WAIT = "data_wait"
