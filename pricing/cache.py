@@ -11,6 +11,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 CACHE_VERSION = 1
 CACHE_ENV = "MLCOST_PRICE_CACHE"
@@ -23,13 +24,16 @@ class CachedPrice:
     provider: str
     region: str
     instance_type: str
-    kind: str  # "on-demand" | "spot"
+    # "on-demand" | "spot" | "commit-1y" | "commit-3y" overlay the catalog; "low-priority"
+    # (Azure) and "managed" (SageMaker, Vertex AI, Azure ML: see pricing.managed) are kept apart.
+    kind: str
     per_hour: float
     fetched_at: float  # unix seconds
     source: str
     low: float | None = None
     high: float | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+    url: str = ""  # the request that returned it, without any API key
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -67,6 +71,7 @@ def read_cache(path: str | os.PathLike[str]) -> list[CachedPrice]:
                     low=None if item.get("low") is None else float(item["low"]),
                     high=None if item.get("high") is None else float(item["high"]),
                     attributes={str(k): str(v) for k, v in (item.get("attributes") or {}).items()},
+                    url=str(item.get("url") or ""),
                 )
             )
         except (KeyError, TypeError, ValueError):
@@ -74,16 +79,60 @@ def read_cache(path: str | os.PathLike[str]) -> list[CachedPrice]:
     return prices
 
 
+@dataclass(frozen=True)
+class RefreshRecord:
+    """The outcome of the last refresh from one source (aws, azure, gcp, catalog, ...)."""
+
+    source: str
+    at: float  # unix seconds
+    ok: bool
+    fetched: int
+    errors: tuple[str, ...] = ()
+
+
+def _read_raw(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("version") == CACHE_VERSION else {}
+
+
+def read_refresh_log(path: str | os.PathLike[str]) -> dict[str, RefreshRecord]:
+    """{source: its last refresh}; {} when none was recorded."""
+    log = {}
+    for source, item in (_read_raw(path).get("refreshes") or {}).items():
+        try:
+            log[str(source)] = RefreshRecord(str(source), float(item["at"]), bool(item["ok"]),
+                                             int(item.get("fetched", 0)),
+                                             tuple(str(e) for e in item.get("errors", ())))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return log
+
+
+def record_refresh(path: str | os.PathLike[str], record: RefreshRecord) -> None:
+    """Remember how the last refresh from `record.source` went (prices are left as they are)."""
+    _write(path, read_cache(path), {**read_refresh_log(path), record.source: record})
+
+
 def write_cache(path: str | os.PathLike[str], new_prices: list[CachedPrice]) -> None:
     """Merge `new_prices` into the file (newer entry wins per provider/region/type/kind)."""
     merged = {p.key: p for p in read_cache(path)}
     for price in new_prices:
         merged[price.key] = price
+    _write(path, list(merged.values()), read_refresh_log(path))
+
+
+def _write(path: str | os.PathLike[str], prices: list[CachedPrice],
+           refreshes: dict[str, RefreshRecord]) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "version": CACHE_VERSION,
-        "prices": [asdict(p) for p in sorted(merged.values(), key=lambda p: p.key)],
+        "prices": [asdict(p) for p in sorted(prices, key=lambda p: p.key)],
+        "refreshes": {source: {**asdict(r), "errors": list(r.errors)}
+                      for source, r in sorted(refreshes.items())},
     }
     fd, tmp = tempfile.mkstemp(prefix=".prices-", suffix=".json", dir=target.parent)
     try:

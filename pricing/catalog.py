@@ -14,14 +14,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pricing.cache import CachedPrice, read_cache
 
-Lifecycle = Literal["on-demand", "spot", "commit-1y"]
-LIFECYCLES: tuple[Lifecycle, ...] = ("on-demand", "spot", "commit-1y")
+if TYPE_CHECKING:
+    from pricing.sanity import Rejection
+
+Lifecycle = Literal["on-demand", "spot", "commit-1y", "commit-3y"]
+LIFECYCLES: tuple[Lifecycle, ...] = ("on-demand", "spot", "commit-1y", "commit-3y")
+COMMITMENTS: tuple[Lifecycle, ...] = ("commit-1y", "commit-3y")
 PROVIDERS = ("aws", "gcp", "azure", "lambda")
 DATE_UNKNOWN = "catalog, date unknown"
+# How a catalog row states its price: per host hour (clouds), or per GPU hour with the GPU's
+# share of vCPU, RAM and local disk included (CoreWeave-style); the offer holds host $/h either way.
+PRICE_UNITS = ("host-hour", "gpu-hour")
+# A row's status: "current", "pre-cut" (predates a known price cut), or "estimate".
+ROW_STATUSES = ("current", "pre-cut", "estimate")
 BUNDLED_CATALOG = Path(__file__).resolve().parent / "data" / "catalog.csv"
 # Accelerators that are not CUDA GPUs: a GPU workload cannot simply move onto them.
 NON_GPU_PREFIXES = ("inferentia", "trainium", "tpu")
@@ -47,6 +56,9 @@ class Price:
     live: bool
     low: float | None = None
     high: float | None = None
+    status: str = "current"  # see ROW_STATUSES; live prices are "current"
+    note: str = ""  # why the status, e.g. the cut this price predates
+    url: str = ""  # where a live price was fetched from (never with a key in it)
 
     @property
     def age_s(self) -> float | None:
@@ -56,13 +68,19 @@ class Price:
         return max(0.0, time.time() - self.as_of.timestamp())
 
     def describe(self) -> str:
-        """'live, 3 s old', 'bundled, catalog date unknown' or 'bundled, as of 2025-01-31'."""
+        """'live, 3 s old', 'bundled, catalog date unknown' or 'bundled, as of 2025-01-31, 40 d
+        old', plus ', predates a price cut' or ', estimate' where the row says so."""
         if self.live:
             age = self.age_s
             return f"live, {format_age(age)} old" if age is not None else "live"
-        if self.as_of is None:
-            return "bundled, catalog date unknown"
-        return f"bundled, as of {self.as_of.date().isoformat()}"
+        text = ("bundled, catalog date unknown" if self.as_of is None
+                else f"bundled, as of {self.as_of.date().isoformat()}, "
+                     f"{format_age(self.age_s)} old")
+        if self.status == "pre-cut":
+            text += ", predates a price cut"
+        elif self.status == "estimate":
+            text += ", estimate"
+        return text
 
 
 def format_age(seconds: float | None) -> str:
@@ -92,16 +110,52 @@ class InstanceOffer:
     on_demand: Price | None
     spot: Price | None
     commit_1y: Price | None
+    commit_3y: Price | None = None
+    price_unit: str = "host-hour"  # how the source stated it (PRICE_UNITS); prices here are host $/h
 
     def price(self, lifecycle: str = "on-demand") -> Price | None:
-        """The host price for a lifecycle ("on-demand" | "spot" | "commit-1y"); None if unknown."""
+        """The host price for a lifecycle (one of LIFECYCLES); None if unknown."""
         if lifecycle == "on-demand":
             return self.on_demand
         if lifecycle == "spot":
             return self.spot
         if lifecycle == "commit-1y":
             return self.commit_1y
+        if lifecycle == "commit-3y":
+            return self.commit_3y
         raise ValueError(f"unknown lifecycle {lifecycle!r}; use one of {', '.join(LIFECYCLES)}")
+
+    def with_price(self, lifecycle: str, price: Price | None) -> InstanceOffer:
+        """This offer with the `lifecycle` price replaced (None: unknown)."""
+        if lifecycle == "on-demand":
+            return replace(self, on_demand=price)
+        if lifecycle == "spot":
+            return replace(self, spot=price)
+        if lifecycle == "commit-1y":
+            return replace(self, commit_1y=price)
+        if lifecycle == "commit-3y":
+            return replace(self, commit_3y=price)
+        raise ValueError(f"unknown lifecycle {lifecycle!r}; use one of {', '.join(LIFECYCLES)}")
+
+    def commitment(self, years: int) -> Price | None:
+        """The 1- or 3-year commitment price (Savings Plan / reserved / committed use /
+        reservation, whichever the source lists), as host $/h; None where no source lists one."""
+        if years not in (1, 3):
+            raise ValueError(f"commitment terms are 1 or 3 years, not {years}")
+        return self.commit_1y if years == 1 else self.commit_3y
+
+    def best_commitment(self) -> tuple[int, Price] | None:
+        """(term years, price) of the cheapest commitment listed; None when none is."""
+        known = self.commitments()
+        if not known:
+            return None
+        years = min(known, key=lambda y: known[y].per_hour)
+        return years, known[years]
+
+    def commitments(self) -> dict[int, Price]:
+        """{term in years: price} of the commitment prices known for this offer."""
+        return {years: price for years, price in ((1, self.commit_1y), (3, self.commit_3y))
+                if price is not None}
 
     def price_per_accelerator(self, lifecycle: str = "on-demand") -> float | None:
         """Host $/h divided by the accelerator count (a GPU host is bought for its GPUs)."""
@@ -138,14 +192,34 @@ def _parse_date(text: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-def _row_to_offer(row: dict[str, str]) -> InstanceOffer:
+def _row_to_offer(row: dict[str, str], where: str = "catalog") -> InstanceOffer:
     as_of = _parse_date(row["as_of"])
     source = row["source"]
+    status = (row.get("status") or "current").strip() or "current"
+    if status not in ROW_STATUSES:
+        raise ValueError(f"{where}: status {status!r} of {row['instance_type']}; use one of "
+                         f"{', '.join(ROW_STATUSES)}")
+    unit = (row.get("price_unit") or "host-hour").strip() or "host-hour"
+    if unit not in PRICE_UNITS:
+        raise ValueError(f"{where}: price_unit {unit!r} of {row['instance_type']}; use one of "
+                         f"{', '.join(PRICE_UNITS)}")
+    count = int(row["accelerator_count"])
+    # Per-GPU-hour rows (CoreWeave-style: CPU and RAM included) become host $/h here.
+    factor = count if unit == "gpu-hour" else 1
+    note = (row.get("note") or "").strip()
+    if unit == "gpu-hour":
+        note = "; ".join(filter(None, [note, f"priced per GPU-hour x {count} GPU(s), "
+                                             "host vCPU and RAM included"]))
 
-    def bundled(kind: Lifecycle, value: float | None, low=None, high=None) -> Price | None:
+    def bundled(kind: Lifecycle, value: float | None, low: float | None = None,
+                high: float | None = None) -> Price | None:
         if value is None:
             return None
-        return Price(value, kind, source, as_of, live=False, low=low, high=high)
+        def scale(v: float | None) -> float | None:
+            return None if v is None else round(v * factor, 6)
+
+        return Price(round(value * factor, 6), kind, source, as_of, live=False, low=scale(low),
+                     high=scale(high), status=status, note=note)
 
     spot_low, spot_high = _float(row["spot_low"]), _float(row["spot_high"])
     if spot_low is not None and spot_high is None:
@@ -156,26 +230,34 @@ def _row_to_offer(row: dict[str, str]) -> InstanceOffer:
         region=row["region"].strip(),
         instance_type=row["instance_type"].strip(),
         accelerator=row["accelerator"].strip(),
-        accelerator_count=int(row["accelerator_count"]),
+        accelerator_count=count,
         accelerator_memory_gib=float(row["accelerator_memory_gib"]),
         vcpus=int(row["vcpus"]) if row["vcpus"].strip() else None,
         memory_gib=_float(row["memory_gib"]),
         on_demand=bundled("on-demand", _float(row["on_demand"])),
         spot=bundled("spot", spot_mid, spot_low, spot_high),
-        commit_1y=bundled("commit-1y", _float(row["commit_1y"])),
+        commit_1y=bundled("commit-1y", _float(row.get("commit_1y") or "")),
+        commit_3y=bundled("commit-3y", _float(row.get("commit_3y") or "")),
+        price_unit=unit,
     )
+
+
+def load_offers_csv(path: str | os.PathLike[str]) -> list[InstanceOffer]:
+    """The offers of a catalog CSV in the bundled format (pricing/data/catalog.csv's header;
+    `price_unit`, `commit_3y`, `status` and `note` may be absent), in file order."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [_row_to_offer(row, str(path)) for row in csv.DictReader(text.splitlines())]
 
 
 def load_bundled_offers() -> list[InstanceOffer]:
     """The offers of the packaged catalog.csv, in file order."""
     # Next to this module (not importlib.resources: a stale editable install can make `pricing`
     # a namespace package, which resources cannot read from).
-    text = BUNDLED_CATALOG.read_text(encoding="utf-8")
-    return [_row_to_offer(row) for row in csv.DictReader(text.splitlines())]
+    return load_offers_csv(BUNDLED_CATALOG)
 
 
 def _live_price(cached: CachedPrice) -> Price:
-    kind: Lifecycle = "spot" if cached.kind == "spot" else "on-demand"
+    kind: Lifecycle = cached.kind if cached.kind in LIFECYCLES else "on-demand"  # type: ignore[assignment]
     return Price(
         per_hour=cached.per_hour,
         kind=kind,
@@ -184,6 +266,7 @@ def _live_price(cached: CachedPrice) -> Price:
         live=True,
         low=cached.low,
         high=cached.high,
+        url=cached.url,
     )
 
 
@@ -203,6 +286,8 @@ def overlay_live(offers: Sequence[InstanceOffer], cached: Iterable[CachedPrice])
     order = [offer.key for offer in offers]
     hardware = {(o.provider, normalize_instance_type(o.instance_type)): o for o in offers}
     for price in cached:
+        if price.kind not in LIFECYCLES:
+            continue  # managed-platform and low-priority prices: see pricing.managed, the cache
         key = (price.provider, price.region, normalize_instance_type(price.instance_type))
         offer = by_key.get(key)
         if offer is None:
@@ -210,7 +295,7 @@ def overlay_live(offers: Sequence[InstanceOffer], cached: Iterable[CachedPrice])
             if template is not None:
                 # Same hardware in another region: bundled prices of that region don't apply.
                 offer = replace(template, region=price.region, on_demand=None, spot=None,
-                                commit_1y=None)
+                                commit_1y=None, commit_3y=None)
             else:
                 gpus = _gib(price.attributes.get("gpu"))
                 if not gpus:
@@ -231,7 +316,7 @@ def overlay_live(offers: Sequence[InstanceOffer], cached: Iterable[CachedPrice])
                 )
             order.append(key)
         live = _live_price(price)
-        offer = replace(offer, spot=live) if live.kind == "spot" else replace(offer, on_demand=live)
+        offer = offer.with_price(live.kind, live)
         by_key[key] = offer
     return [by_key[key] for key in order]
 
@@ -239,23 +324,42 @@ def overlay_live(offers: Sequence[InstanceOffer], cached: Iterable[CachedPrice])
 class Catalog:
     """All known offers. Build with `Catalog.load()`; lookups are case-insensitive."""
 
-    def __init__(self, offers: Sequence[InstanceOffer]):
+    def __init__(self, offers: Sequence[InstanceOffer], rejections: Sequence[Rejection] = (),
+                 *, checked: bool = False):
+        """`offers` as given; unless `checked`, the sanity rules (pricing.sanity) run on them
+        first and what they reject is in `rejections`."""
+        if not checked:
+            from pricing.sanity import check_offers
+
+            offers, found = check_offers(offers)
+            rejections = [*rejections, *found]
         self._offers = tuple(offers)
+        self._rejections = tuple(rejections)
 
     @classmethod
-    def load(cls, cache_path: str | os.PathLike[str] | None = None) -> Catalog:
-        """The bundled catalog, with live prices from `cache_path` overlaid when given.
+    def load(cls, cache_path: str | os.PathLike[str] | None = None,
+             extra_catalogs: Sequence[str | os.PathLike[str]] = ()) -> Catalog:
+        """The bundled catalog plus `extra_catalogs` (CSV files in the bundled format, e.g. a
+        CoreWeave price sheet), with live prices from `cache_path` overlaid when given, after
+        the sanity rules (`rejections` lists what they left out).
 
         Cached per process; a changed cache file is re-read.
         """
+        def stamp(path: str | os.PathLike[str]) -> tuple[str, int]:
+            try:
+                return str(path), Path(path).stat().st_mtime_ns
+            except OSError:
+                return str(path), -1
+
+        extra = tuple(stamp(p) for p in extra_catalogs)
         if cache_path is None:
-            return _load_cached(None, 0)
-        path = Path(cache_path)
-        try:
-            mtime = path.stat().st_mtime_ns
-        except OSError:
-            mtime = -1
-        return _load_cached(str(path), mtime)
+            return _load_cached(None, 0, extra)
+        return _load_cached(*stamp(cache_path), extra)
+
+    @property
+    def rejections(self) -> tuple[Rejection, ...]:
+        """Rows and prices the sanity rules left out, each with its reason."""
+        return self._rejections
 
     @property
     def offers(self) -> tuple[InstanceOffer, ...]:
@@ -374,8 +478,11 @@ class Catalog:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(cache_path: str | None, mtime_ns: int) -> Catalog:
+def _load_cached(cache_path: str | None, mtime_ns: int,
+                 extra: tuple[tuple[str, int], ...] = ()) -> Catalog:
     offers = load_bundled_offers()
+    for path, _ in extra:
+        offers.extend(load_offers_csv(path))
     if cache_path is not None:
         offers = overlay_live(offers, read_cache(cache_path))
     return Catalog(offers)

@@ -1,4 +1,5 @@
-"""`mlcostd prices`: the catalog as a table or JSON, what fits a workload, live AWS refresh.
+"""`mlcostd prices`: the catalog as a table or JSON, what fits a workload, live refresh from
+AWS, Azure, GCP and the SkyPilot catalogs, the sanity audit, and managed-platform markups.
 
 The daemon's CLI wires this in with `add_arguments(subparser)` and `run(args)`.
 """
@@ -13,11 +14,18 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from pricing.cache import default_cache_path
-from pricing.catalog import Catalog, InstanceOffer, Price
+from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
+from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 
 EXIT_OK = 0
 EXIT_REFRESH_FAILED = 1  # the table is still printed; some or all live prices are missing
 EXIT_USAGE = 2
+REFRESH_SOURCES = ("aws", "azure", "gcp", "catalog", "sagemaker")
+GCP_KEY_FILE_ENV = "MLCOST_GCP_API_KEY_FILE"
+# Past this many offers the stale warnings fold into one line.
+MAX_STALE_LINES = 5
+DEFAULT_REGIONS = {"aws": "us-east-1", "azure": "eastus", "gcp": "us-central1",
+                   "sagemaker": "us-east-1"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,8 +45,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headroom", type=float, default=0.1,
                         help="with --fits: extra memory fraction to leave free (default 0.1)")
     parser.add_argument("--limit", type=int, default=10, help="with --fits: rows (default 10)")
-    parser.add_argument("--refresh", choices=["aws"],
-                        help="fetch live prices first (AWS Price List + spot price history)")
+    parser.add_argument("--refresh", choices=REFRESH_SOURCES,
+                        help="fetch live prices first: aws (Price List + spot history, needs "
+                             "credentials), azure (Retail Prices API, no key), gcp (Cloud "
+                             "Billing Catalog, API key file), catalog (SkyPilot vms.csv for "
+                             "aws, gcp, azure, lambda; no key), sagemaker (managed prices)")
+    parser.add_argument("--catalog-url", metavar="URL", default=None,
+                        help="with --refresh catalog: base URL of the SkyPilot catalogs "
+                             "(default the public skypilot-catalog repository)")
+    parser.add_argument("--gcp-key-file", metavar="FILE", default=None,
+                        help=f"with --refresh gcp: file holding the API key, mode 0600 "
+                             f"(default ${GCP_KEY_FILE_ENV})")
+    parser.add_argument("--audit", action="store_true",
+                        help="list the rows and prices the sanity rules left out, with reasons")
+    parser.add_argument("--managed", action="store_true",
+                        help="with --instance TYPE: the managed platform's price (SageMaker) "
+                             "against the same hardware self-managed: monthly difference and "
+                             "markup")
+    parser.add_argument("--hours-per-month", type=float, default=730.0, metavar="H",
+                        help="with --managed: hours the workload runs a month (default 730)")
     parser.add_argument("--cache", default=None, metavar="FILE",
                         help=f"live price cache (default {default_cache_path()})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -58,6 +83,14 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
 
     status = EXIT_OK
     refresh_report: dict[str, Any] | None = None
+    if args.refresh in ("azure", "gcp", "catalog", "sagemaker"):
+        refresh_report, ok = _refresh_other(args, cache_path, out, err, pricing_client)
+        if not ok:
+            status = EXIT_REFRESH_FAILED
+    if args.audit:
+        return _audit(Catalog.load(cache_path=cache_path), args, out) or status
+    if args.managed:
+        return _managed(args, cache_path, out, err) or status
     if args.refresh == "aws":
         from pricing.refresh import refresh_aws
 
@@ -75,6 +108,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             print(f"mlcostd prices: {message}", file=err)
         if not result.ok:
             status = EXIT_REFRESH_FAILED
+        _record(cache_path, "aws", result, err)
         refresh_report = {"provider": "aws", "region": region, "fetched": len(result.prices),
                           "errors": result.errors}
         if not args.json:
@@ -117,6 +151,15 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
                   f">= {need:.1f} GiB each ({args.fits:g} GiB + {args.headroom:.0%} headroom):",
                   file=out)
         print(format_table(offers, lifecycle), file=out)
+        if len(offers) <= MAX_STALE_LINES:  # few rows: say where each price comes from
+            print("\nsources:", file=out)
+            for offer in offers:
+                chosen = offer.price(lifecycle) or offer.on_demand
+                if chosen is not None:
+                    print(f"  {offer.instance_type} ({offer.region}): {chosen.source}"
+                          + (f" [{chosen.url}]" if chosen.url else ""), file=out)
+        for line in stale_warnings(offers, lifecycle):
+            print(line, file=err)
     if args.instance and args.refresh is None and args.fits is None:
         for itype in args.instance:
             if not catalog.filter(provider=args.provider, instance_types=[itype]):
@@ -141,9 +184,166 @@ def _check_usage(args: argparse.Namespace) -> str:
         return f"--gpus needs at least 1, not {args.gpus}"
     if args.headroom < 0:
         return f"--headroom must be >= 0, not {args.headroom:g}"
-    if args.refresh and args.provider and args.provider.lower() != args.refresh:
+    if (args.refresh in ("aws", "azure", "gcp") and args.provider
+            and args.provider.lower() != args.refresh):
         return f"--refresh {args.refresh} conflicts with --provider {args.provider}"
+    if args.managed and not args.instance:
+        return "--managed needs --instance TYPE (e.g. --instance p4d.24xlarge)"
+    if args.managed and args.hours_per_month <= 0:
+        return f"--hours-per-month must be > 0, not {args.hours_per_month:g}"
     return ""
+
+
+def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO,
+                   pricing_client: Any) -> tuple[dict[str, Any], bool]:
+    """Run the azure / gcp / catalog / sagemaker refresh; ({report}, ok)."""
+    source = args.refresh
+    region: str = args.region or DEFAULT_REGIONS.get(source, "")
+    progress = None if args.json else (lambda line: print(f"  {line}", file=out, flush=True))
+    bundled = Catalog.load()
+    if source == "azure":
+        from pricing import refresh_azure as azure
+
+        sizes = args.instance or sorted({o.instance_type for o in bundled.filter(provider="azure")})
+        if not args.json:
+            print(f"refreshing {len(sizes)} Azure size(s) in {region} ...", file=out)
+        result = azure.refresh_azure(sizes, region, cache_path=cache_path,
+                                     base_url=azure.AZURE_PRICES_URL, progress=progress)
+    elif source == "catalog":
+        from pricing.refresh_catalog import (
+            CATALOG_CLOUDS,
+            SKYPILOT_CATALOG_BASE_URL,
+            refresh_catalog,
+        )
+
+        clouds = [args.provider.lower()] if args.provider else list(CATALOG_CLOUDS)
+        base = args.catalog_url or SKYPILOT_CATALOG_BASE_URL
+        if not args.json:
+            print(f"refreshing {', '.join(clouds)} from {base} ...", file=out)
+        result = refresh_catalog(clouds, cache_path=cache_path, base_url=base,
+                                 regions=[args.region] if args.region else None,
+                                 progress=progress)
+    elif source == "gcp":
+        from pricing.refresh_gcp import refresh_gcp
+
+        key_file = args.gcp_key_file or os.environ.get(GCP_KEY_FILE_ENV) or ""
+        offers = bundled.filter(provider="gcp", instance_types=args.instance)
+        offers = [o for o in offers if not o.instance_type.startswith("tpu")]
+        if not key_file:
+            print("mlcostd prices: --refresh gcp needs an API key file: pass --gcp-key-file "
+                  f"FILE or set ${GCP_KEY_FILE_ENV} ([pricing].gcp_api_key_file in the config); "
+                  "without a key use --refresh catalog", file=err)
+            return {"source": source, "fetched": 0, "errors": {"(key)": ["no key file"]}}, False
+        if not args.json:
+            print(f"refreshing {len(offers)} GCP machine type(s) in {region} ...", file=out)
+        result = refresh_gcp(offers, region, key_file=key_file, cache_path=cache_path,
+                             progress=progress)
+    else:
+        from pricing.managed import refresh_sagemaker
+
+        types = args.instance or sorted({o.instance_type for o in bundled.filter(provider="aws")
+                                         if o.is_gpu})
+        if not args.json:
+            print(f"refreshing SageMaker prices of {len(types)} type(s) in {region} ...",
+                  file=out)
+        result = refresh_sagemaker(types, region, cache_path=cache_path,
+                                   pricing_client=pricing_client)
+    for message in result.messages():
+        print(f"mlcostd prices: {message}", file=err)
+    if not args.json:
+        kept = "; previous prices kept" if not result.ok else ""
+        print(f"{len(result.prices)} live price(s) fetched, cached in {cache_path}{kept}\n",
+              file=out)
+    _record(cache_path, source, result, err)
+    report = {"source": source, "region": region, "fetched": len(result.prices),
+              "errors": result.errors}
+    return report, result.ok
+
+
+def _record(cache_path: str, source: str, result: Any, err: TextIO) -> None:
+    """Note the refresh's outcome in the cache, so `mlcostd check` can tell why prices are old."""
+    from pricing.cache import RefreshRecord, record_refresh
+
+    try:
+        record_refresh(cache_path, RefreshRecord(source, result.fetched_at, result.ok,
+                                                 len(result.prices), tuple(result.messages())))
+    except OSError as exc:
+        print(f"mlcostd prices: could not write the price cache {cache_path}: {exc}; pass "
+              "--cache FILE in a writable directory", file=err)
+
+
+def _audit(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
+    rejections = [r for r in catalog.rejections
+                  if (not args.provider or r.provider == args.provider.lower())
+                  and (not args.region or r.region.lower() == args.region.lower())]
+    if args.json:
+        json.dump({"rejections": [
+            {"provider": r.provider, "region": r.region, "instance_type": r.instance_type,
+             "kind": r.kind, "per_hour": r.per_hour, "rule": r.rule, "reason": r.reason}
+            for r in rejections]}, out, indent=2)
+        out.write("\n")
+        return EXIT_OK
+    if not rejections:
+        print(f"the sanity rules left nothing out of {len(catalog)} offers", file=out)
+        return EXIT_OK
+    print(f"{len(rejections)} price(s) or row(s) left out by the sanity rules:", file=out)
+    for rejection in rejections:
+        print(f"  {rejection.describe()}", file=out)
+    return EXIT_OK
+
+
+def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO) -> int:
+    from pricing.managed import compare_managed
+
+    catalog = Catalog.load(cache_path=cache_path)
+    region = args.region or DEFAULT_REGIONS["sagemaker"]
+    status = EXIT_OK
+    rows = []
+    for itype in args.instance:
+        try:
+            rows.append(compare_managed(catalog, itype, region, cache_path,
+                                        hours_per_month=args.hours_per_month))
+        except PricingError as exc:
+            print(f"mlcostd prices: {exc}", file=err)
+            status = EXIT_REFRESH_FAILED
+    if args.json:
+        json.dump({"managed": [
+            {"platform": c.platform, "component": c.component, "instance_type": c.instance_type,
+             "managed_instance_type": c.managed_instance_type, "region": c.region,
+             "managed_per_hour": c.managed_per_hour,
+             "self_managed_per_hour": c.self_managed_per_hour,
+             "hours_per_month": c.hours_per_month,
+             "monthly_difference": round(c.monthly_difference, 2),
+             "markup_pct": round(c.markup_pct, 2), "managed_source": c.managed_source,
+             "self_managed_source": c.self_managed_source} for c in rows]}, out, indent=2)
+        out.write("\n")
+    else:
+        for c in rows:
+            print(c.describe(), file=out)
+            print(f"  managed: {c.managed_source}; self-managed: {c.self_managed_source}",
+                  file=out)
+    return status
+
+
+def stale_warnings(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> list[str]:
+    """One warning per stale price shown (few offers), else one summary line."""
+    stale = []
+    for offer in offers:
+        price = offer.price(lifecycle) or offer.on_demand
+        if price is None or price.live:
+            continue
+        verdict = price_staleness(price, offer.provider, offer.region, offer.instance_type)
+        if verdict.stale:
+            stale.append((offer, verdict))
+    if not stale:
+        return []
+    if len(stale) <= MAX_STALE_LINES:
+        return [f"warning: {verdict.message}" for _, verdict in stale]
+    providers = sorted({o.provider for o, _ in stale})
+    return [f"warning: {len(stale)} of {len(offers)} prices shown are stale (date unknown, "
+            f"older than {STALE_AFTER_DAYS} days, or from before a price cut); run "
+            f"`mlcostd prices --refresh catalog` (no key) or `--refresh aws|azure|gcp` for "
+            f"{', '.join(providers)}"]
 
 
 def _guess_provider(instance_type: str) -> str:
@@ -186,7 +386,8 @@ def _source_text(offer: InstanceOffer, lifecycle: str) -> str:
 def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> str:
     """A plain-text table; $/ACC-h is the host price divided by its accelerator count."""
     headers = ["PROVIDER", "REGION", "INSTANCE", "ACCEL", "N", "GiB/ACC", "vCPU", "RAM GiB",
-               "ON-DEMAND $/h", "SPOT $/h", "1Y $/h", f"{lifecycle.upper()} $/ACC-h", "PRICES"]
+               "ON-DEMAND $/h", "SPOT $/h", "1Y $/h", "3Y $/h", f"{lifecycle.upper()} $/ACC-h",
+               "PRICES"]
     rows = [headers]
     for o in offers:
         rows.append([
@@ -195,10 +396,11 @@ def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") 
             "-" if o.memory_gib is None else f"{o.memory_gib:g}",
             _money(o.on_demand.per_hour if o.on_demand else None), _spot_text(o.spot),
             _money(o.commit_1y.per_hour if o.commit_1y else None),
+            _money(o.commit_3y.per_hour if o.commit_3y else None),
             _money(o.price_per_accelerator(lifecycle)), _source_text(o, lifecycle),
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
-    numeric = {4, 5, 6, 7, 8, 9, 10, 11}
+    numeric = {4, 5, 6, 7, 8, 9, 10, 11, 12}
     lines = []
     for row in rows:
         cells = [cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
@@ -214,7 +416,8 @@ def _price_to_dict(price: Price | None) -> dict[str, Any] | None:
         "per_hour": price.per_hour, "low": price.low, "high": price.high,
         "source": price.source, "as_of": price.as_of.isoformat() if price.as_of else None,
         "live": price.live, "age_s": None if price.age_s is None else round(price.age_s, 1),
-        "describe": price.describe(),
+        "describe": price.describe(), "status": price.status, "note": price.note,
+        "url": price.url or None,
     }
 
 
@@ -227,7 +430,12 @@ def offer_to_dict(offer: InstanceOffer) -> dict[str, Any]:
         "vcpus": offer.vcpus, "memory_gib": offer.memory_gib,
         "on_demand": _price_to_dict(offer.on_demand), "spot": _price_to_dict(offer.spot),
         "commit_1y": _price_to_dict(offer.commit_1y),
+        "commit_3y": _price_to_dict(offer.commit_3y),
+        "price_unit": offer.price_unit,
         "on_demand_per_accelerator": offer.price_per_accelerator("on-demand"),
+        "stale": (None if offer.on_demand is None or offer.on_demand.live else
+                  price_staleness(offer.on_demand, offer.provider, offer.region,
+                                  offer.instance_type).message or None),
     }
 
 

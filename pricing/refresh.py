@@ -153,9 +153,50 @@ def parse_on_demand(price_list: Iterable[str | dict[str, Any]]) -> tuple[float |
     return best, attributes
 
 
-def fetch_on_demand(pricing_client: Any, instance_type: str, region: str) -> tuple[float,
-                                                                                    dict[str, str]]:
-    """Hourly Linux on-demand price; raises LookupError when AWS lists none."""
+HOURS_PER_YEAR = 8760
+RESERVED_SOURCE = "AWS Price List API (pricing.get_products, Reserved standard)"
+PRICE_LIST_URL = "https://api.pricing.us-east-1.amazonaws.com (GetProducts)"
+
+
+def parse_reserved(price_list: Iterable[str | dict[str, Any]]) -> dict[int, tuple[float, str]]:
+    """{term years: (effective $/h, purchase option)} of standard reserved instances: No Upfront
+    where listed (the hourly rate), else the cheapest effective rate (upfront spread over the
+    term's hours plus the hourly rate)."""
+    options: dict[int, dict[str, float]] = {}
+    for item in price_list:
+        product = json.loads(item) if isinstance(item, str) else item
+        for term in product.get("terms", {}).get("Reserved", {}).values():
+            attrs = term.get("termAttributes", {})
+            years = {"1yr": 1, "3yr": 3}.get(str(attrs.get("LeaseContractLength", "")))
+            option = str(attrs.get("PurchaseOption", ""))
+            if years is None or str(attrs.get("OfferingClass", "standard")) != "standard":
+                continue
+            hourly = upfront = 0.0
+            for dim in term.get("priceDimensions", {}).values():
+                try:
+                    usd = float(dim.get("pricePerUnit", {}).get("USD", ""))
+                except ValueError:
+                    continue
+                if str(dim.get("unit", "")).lower() == "quantity":
+                    upfront += usd
+                else:
+                    hourly += usd
+            effective = round(hourly + upfront / (years * HOURS_PER_YEAR), 6)
+            if effective > 0:
+                current = options.setdefault(years, {})
+                current[option] = min(effective, current.get(option, effective))
+    result = {}
+    for years, by_option in options.items():
+        if "No Upfront" in by_option:
+            result[years] = (by_option["No Upfront"], "No Upfront")
+        else:
+            option = min(by_option, key=by_option.__getitem__)
+            result[years] = (by_option[option], option)
+    return result
+
+
+def fetch_products(pricing_client: Any, instance_type: str, region: str) -> list[str]:
+    """Every PriceList entry for this Linux shared-tenancy instance type in `region`."""
     items: list[str] = []
     kwargs: dict[str, Any] = {
         "ServiceCode": "AmazonEC2",
@@ -170,6 +211,18 @@ def fetch_on_demand(pricing_client: Any, instance_type: str, region: str) -> tup
         if not token:
             break
         kwargs["NextToken"] = token
+    return items
+
+
+def fetch_on_demand(pricing_client: Any, instance_type: str, region: str) -> tuple[float,
+                                                                                    dict[str, str]]:
+    """Hourly Linux on-demand price; raises LookupError when AWS lists none."""
+    return _on_demand_of(fetch_products(pricing_client, instance_type, region), instance_type,
+                         region)
+
+
+def _on_demand_of(items: list[str], instance_type: str, region: str) -> tuple[float,
+                                                                            dict[str, str]]:
     price, attributes = parse_on_demand(items)
     if price is None:
         raise LookupError(
@@ -253,8 +306,11 @@ def refresh_aws(
 
     for itype in types:
         line: list[str] = []
+        reserved: dict[int, tuple[float, str]] = {}
         try:
-            usd, attributes = fetch_on_demand(pricing_client, itype, region)
+            items = fetch_products(pricing_client, itype, region)
+            reserved = parse_reserved(items)
+            usd, attributes = _on_demand_of(items, itype, region)
         except LookupError as exc:
             fail(itype, f"on-demand: {exc}")
             line.append("on-demand unknown")
@@ -263,8 +319,14 @@ def refresh_aws(
             line.append("on-demand failed")
         else:
             result.prices.append(CachedPrice("aws", region, itype, "on-demand", usd, fetched_at,
-                                             ON_DEMAND_SOURCE, attributes=_hardware(attributes)))
+                                             ON_DEMAND_SOURCE, attributes=_hardware(attributes),
+                                             url=PRICE_LIST_URL))
             line.append(f"on-demand ${usd:.4f}/h")
+            for years, (hourly, option) in sorted(reserved.items()):
+                result.prices.append(CachedPrice(
+                    "aws", region, itype, f"commit-{years}y", hourly, fetched_at,
+                    f"{RESERVED_SOURCE} {years}yr {option}", url=PRICE_LIST_URL))
+                line.append(f"{years}-year reserved ${hourly:.4f}/h")
         if spot_error:
             fail(itype, spot_error)
             line.append("spot failed")
@@ -272,7 +334,9 @@ def refresh_aws(
             low, high, zones = spot[itype]
             result.prices.append(CachedPrice("aws", region, itype, "spot",
                                              round((low + high) / 2, 6), fetched_at,
-                                             SPOT_SOURCE, low=low, high=high))
+                                             SPOT_SOURCE, low=low, high=high,
+                                             url=f"https://ec2.{region}.amazonaws.com "
+                                                 "(DescribeSpotPriceHistory)"))
             line.append(f"spot ${low:.4f}-{high:.4f}/h across {zones} AZ")
         else:
             fail(itype, f"spot: no Linux spot price for {itype} in {region}")

@@ -5,11 +5,11 @@ import pytest
 from pricing.cache import CachedPrice, write_cache
 from pricing.catalog import Catalog, PricingError
 
-# Every row of shared/reference/gpu-prices.md: (provider, region, type, accel, n, on-demand,
-# spot low, spot high).
+# Every row of shared/reference/gpu-prices.md, with its 2026-12 corrections: (provider, region,
+# type, accel, n, on-demand, spot low, spot high).
 AWS_ROWS = [
-    ("p5.48xlarge", "H100", 8, 98.32, 20.99, 30.33),
-    ("p5en.48xlarge", "H200", 8, 84.80, 24.29, 24.29),
+    ("p5.48xlarge", "H100", 8, 55.06, 20.99, 30.33),  # after the June 2025 cut
+    ("p5en.48xlarge", "H200", 8, 63.296, 27.20, 27.20),  # observed 2026-08
     ("p4d.24xlarge", "A100-40GB", 8, 32.7726, 5.09, 9.61),
     ("p4de.24xlarge", "A100-80GB", 8, 40.96575, 5.84, 7.81),
     ("g6e.xlarge", "L40S", 1, 1.861, 0.787, 1.208),
@@ -50,7 +50,7 @@ OTHER_ROWS = [
     ("gcp", "us-east4", "a3-highgpu-8g", "H100", 8, 87.832, 15.809),
     ("gcp", "us-central1", "a2-highgpu-1g", "A100-40GB", 1, 3.673, 1.443),
     ("gcp", "us-central1", "a2-highgpu-8g", "A100-40GB", 8, 29.387, 11.544),
-    ("gcp", "us-central1", "a2-ultragpu-8g", "A100-80GB", 8, 23.567, 16.088),
+    ("gcp", "us-central1", "a2-ultragpu-8g", "A100-80GB", 8, 40.0, 16.3),  # estimate, not 23.567
     ("gcp", "us-central1", "g2-standard-4", "L4", 1, 0.70683, 0.282),
     ("gcp", "us-central1", "g2-standard-24", "L4", 2, 2.001, 0.799),
     ("gcp", "us-central1", "tpu-v6e-1", "TPU-v6e", 1, 2.70, 0.648),
@@ -114,10 +114,66 @@ def test_known_bad_rows_are_left_out():
 
 
 def test_bundled_prices_say_source_and_unknown_date():
-    price = Catalog.load().by_instance("aws", "p4d.24xlarge").on_demand
+    price = Catalog.load().by_instance("aws", "g5.xlarge").on_demand
     assert price.live is False and price.as_of is None and price.age_s is None
     assert "SkyPilot" in price.source
     assert price.describe() == "bundled, catalog date unknown"
+
+
+def test_every_bundled_row_carries_a_source_and_an_as_of():
+    import csv
+
+    from pricing.catalog import BUNDLED_CATALOG, ROW_STATUSES
+
+    rows = list(csv.DictReader(BUNDLED_CATALOG.read_text().splitlines()))
+    assert rows and all(r["source"].strip() and r["as_of"].strip() for r in rows)
+    assert all(r["status"] in ROW_STATUSES for r in rows)
+
+
+def test_rows_before_the_june_2025_aws_cut_are_marked_or_updated():
+    catalog = Catalog.load()
+    for itype in ("p4d.24xlarge", "p4de.24xlarge"):
+        price = catalog.by_instance("aws", itype).on_demand
+        assert price.status == "pre-cut" and "June 2025" in price.note
+        assert price.describe() == "bundled, catalog date unknown, predates a price cut"
+    p5 = catalog.by_instance("aws", "p5.48xlarge").on_demand
+    assert p5.status == "current" and p5.as_of.date().isoformat() == "2025-09-01"
+    assert p5.describe().startswith("bundled, as of 2025-09-01, ")
+    assert p5.per_hour < 60  # not the 98.32 launch price
+    p5en = catalog.by_instance("aws", "p5en.48xlarge").on_demand
+    assert p5en.per_hour == 63.296 and p5en.as_of.year == 2026
+
+
+def test_gcp_a100_80gb_host_is_not_cheaper_than_the_40gb_one():
+    catalog = Catalog.load()
+    big = catalog.by_instance("gcp", "a2-ultragpu-8g", "us-central1")
+    small = catalog.by_instance("gcp", "a2-highgpu-8g", "us-central1")
+    assert big.on_demand.per_hour > small.on_demand.per_hour
+    assert big.on_demand.status == "estimate" and "23.567" in big.on_demand.source
+
+
+def test_the_bundled_catalog_passes_every_sanity_rule():
+    catalog = Catalog.load()
+    assert catalog.rejections == ()
+    from pricing.sanity import check_offers
+
+    kept, rejected = check_offers(catalog.offers)
+    assert len(kept) == len(catalog) and rejected == []
+
+
+def test_commitment_prices_by_term(tmp_path):
+    cache = tmp_path / "c.json"
+    now = time.time()
+    write_cache(cache, [
+        CachedPrice("aws", "us-east-1", "g5.xlarge", "commit-1y", 0.634, now, "AWS SP 1y"),
+        CachedPrice("aws", "us-east-1", "g5.xlarge", "commit-3y", 0.435, now, "AWS SP 3y"),
+    ])
+    offer = Catalog.load(cache_path=cache).by_instance("aws", "g5.xlarge", "us-east-1")
+    assert offer.commitment(1).per_hour == 0.634 and offer.price("commit-1y").live
+    assert offer.commitment(3).per_hour == 0.435 and offer.price("commit-3y").kind == "commit-3y"
+    assert set(offer.commitments()) == {1, 3}
+    with pytest.raises(ValueError, match="1 or 3 years, not 2"):
+        offer.commitment(2)
 
 
 def test_well_known_hardware_specs():
@@ -163,8 +219,9 @@ def test_price_by_lifecycle_and_per_gpu():
     assert offer.price("on-demand").kind == "on-demand"
     assert offer.price("spot").kind == "spot"
     assert offer.price("commit-1y") is None  # not known for the bundled rows
+    assert offer.commitments() == {}
     assert offer.price_per_accelerator("on-demand") == pytest.approx(32.7726 / 8)
-    with pytest.raises(ValueError, match="on-demand, spot, commit-1y"):
+    with pytest.raises(ValueError, match="on-demand, spot, commit-1y, commit-3y"):
         offer.price("reserved")
 
 
@@ -188,7 +245,7 @@ def test_cheapest_fitting_more_memory_picks_l40s():
 def test_cheapest_fitting_by_spot_and_gpu_count():
     catalog = Catalog.load()
     eight = catalog.cheapest_fitting(70, gpu_count=8, provider="aws")
-    assert [o.instance_type for o in eight] == ["p4de.24xlarge", "p5en.48xlarge", "p5.48xlarge"]
+    assert [o.instance_type for o in eight] == ["p4de.24xlarge", "p5.48xlarge", "p5en.48xlarge"]
     spot = catalog.cheapest_fitting(70, gpu_count=8, provider="aws", spot=True)
     assert spot[0].instance_type == "p4de.24xlarge"
     assert [o.spot.per_hour for o in spot] == sorted(o.spot.per_hour for o in spot)
@@ -246,3 +303,14 @@ def test_pricing_imports_neither_daemon_nor_tui():
     for path in pathlib.Path(pricing.__path__[0]).glob("*.py"):
         text = path.read_text()
         assert not re.search(r"^\s*(from|import)\s+(daemon|mlcost_tui)\b", text, re.M), path
+
+
+def test_best_commitment_is_the_cheapest_term(tmp_path):
+    cache = tmp_path / "c.json"
+    write_cache(cache, [
+        CachedPrice("aws", "us-east-1", "g6.xlarge", "commit-1y", 0.51, time.time(), "1y"),
+        CachedPrice("aws", "us-east-1", "g6.xlarge", "commit-3y", 0.35, time.time(), "3y")])
+    offer = Catalog.load(cache_path=cache).by_instance("aws", "g6.xlarge")
+    years, price = offer.best_commitment()
+    assert years == 3 and price.per_hour == 0.35
+    assert Catalog.load().by_instance("aws", "g6.xlarge").best_commitment() is None

@@ -19,7 +19,10 @@ def run(*argv: str, **clients) -> tuple[int, str, str]:
 
 def test_table_of_the_whole_catalog(tmp_path):
     code, out, err = run("--cache", str(tmp_path / "c.json"))
-    assert code == 0 and err == ""
+    assert code == 0
+    assert err.startswith("warning: 61 of 61 prices shown are stale (date unknown, older than "
+                          "90 days, or from before a price cut); run `mlcostd prices --refresh "
+                          "catalog`")
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["PROVIDER", "REGION", "INSTANCE"]
     assert len(lines) == 62
@@ -30,10 +33,12 @@ def test_filters(tmp_path):
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--provider", "azure",
                        "--accelerator", "a100")
     assert code == 0
-    rows = out.splitlines()[1:]
+    rows = out.split("\n\n")[0].splitlines()[1:]
     assert len(rows) == 4 and all(r.startswith("azure") for r in rows)
+    assert out.split("\n\nsources:\n")[1].splitlines()[0] == (
+        "  Standard_ND96amsr_A100_v4 (eastus): SkyPilot catalogs/v6/azure/vms.csv @098741e7")
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--instance", "P4D.24XLARGE")
-    assert code == 0 and len(out.splitlines()) == 2 and "4.0966" in out  # $/GPU-h
+    assert code == 0 and len(out.split("\n\n")[0].splitlines()) == 2 and "4.0966" in out
 
 
 def test_fits_json(tmp_path):
@@ -88,3 +93,103 @@ def test_refresh_prints_progress_then_live_and_bundled(tmp_path, pricing_stub, e
     assert "live, " in row and " s old" in row
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--provider", "aws")
     assert "bundled, catalog date unknown" in out and "live, " in out
+
+
+def test_audit_lists_rejections_with_reasons(tmp_path):
+    from pricing.cache import CachedPrice, write_cache
+
+    cache = tmp_path / "c.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "p5.48xlarge", "spot", 55.06, 1e9, "x")])
+    code, out, _ = run("--cache", str(cache), "--audit")
+    assert code == 0
+    assert out.splitlines() == [
+        "1 price(s) or row(s) left out by the sanity rules:",
+        "  aws/us-east-1/p5.48xlarge: spot price $55.06/h left out (spot-not-below-on-demand): "
+        "spot $55.06/h is not below on-demand $55.06/h (a placeholder); spot unknown"]
+    code, out, _ = run("--cache", str(tmp_path / "none.json"), "--audit", "--json")
+    assert json.loads(out) == {"rejections": []}
+
+
+def test_one_instance_warns_with_the_refresh_command(tmp_path):
+    code, out, err = run("--cache", str(tmp_path / "c.json"), "--instance", "p5.48xlarge",
+                         "--region", "us-east-1")
+    assert code == 0 and "bundled, as of 2025-09-01" in out
+    assert err.startswith("warning: aws/us-east-1/p5.48xlarge on-demand price $55.06/h may be "
+                          "wrong: it is ")
+    assert err.rstrip().endswith("run `mlcostd prices --refresh aws --region us-east-1 "
+                                 "--instance p5.48xlarge`")
+
+
+def test_managed_markup_for_the_demo_host(tmp_path, pricing_stub):
+    from test_pricing_managed import expected, sagemaker_item
+
+    client, stubber = pricing_stub
+    stubber.add_response("get_products", get_products_response(
+        sagemaker_item("ml.p4d.24xlarge", "us-east-1", "37.6880000000")),
+        expected("ml.p4d.24xlarge"))
+    cache = str(tmp_path / "c.json")
+    code, out, err = run("--cache", cache, "--refresh", "sagemaker", "--instance",
+                         "p4d.24xlarge", pricing_client=client)
+    assert code == 0, err
+    code, out, err = run("--cache", cache, "--managed", "--instance", "p4d.24xlarge", "--json")
+    [row] = json.loads(out)["managed"]
+    assert (row["markup_pct"], row["monthly_difference"]) == (15.0, 3588.24)
+    code, _, err = run("--cache", str(tmp_path / "empty.json"), "--managed", "--instance",
+                       "p4d.24xlarge")
+    assert code == 1 and "run `mlcostd prices --refresh sagemaker" in err
+    code, _, err = run("--cache", cache, "--managed")
+    assert code == 2 and "--managed needs --instance TYPE" in err
+
+
+def test_refresh_azure_and_catalog_through_the_cli(tmp_path, monkeypatch):
+    from local_http import LocalServer, ok
+    from test_pricing_refresh_azure import PATH, SKU, item, page
+    from test_pricing_refresh_catalog import LAMBDA_CSV
+
+    import pricing.refresh_azure as azure
+
+    cache = str(tmp_path / "c.json")
+    with LocalServer({PATH: [ok(page([item("NC24ads A100 v4", 3.5)], None))],
+                      "/v7/lambda/vms.csv": [ok(LAMBDA_CSV.replace("2.49", "2.39"))]}) as server:
+        monkeypatch.setattr(azure, "AZURE_PRICES_URL", server.url + PATH)
+        code, out, err = run("--cache", cache, "--refresh", "azure", "--instance", SKU)
+        assert code == 0, err
+        assert f"  {SKU}: on-demand $3.5000/h" in out
+        code, out, err = run("--cache", cache, "--refresh", "catalog", "--provider", "lambda",
+                             "--catalog-url", server.url, "--instance", "gpu_1x_h100_pcie")
+        assert code == 0, err
+    row = next(line for line in out.splitlines() if "gpu_1x_h100_pcie" in line)
+    assert "2.3900" in row and "live, " in row
+
+
+def test_refresh_gcp_without_a_key_file_says_how(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLCOST_GCP_API_KEY_FILE", raising=False)
+    code, _, err = run("--cache", str(tmp_path / "c.json"), "--refresh", "gcp")
+    assert code == 1
+    assert "--refresh gcp needs an API key file: pass --gcp-key-file FILE" in err
+    key = tmp_path / "k"
+    key.write_text("secret-key")
+    key.chmod(0o640)
+    code, _, err = run("--cache", str(tmp_path / "c.json"), "--refresh", "gcp",
+                       "--gcp-key-file", str(key))
+    assert code == 1 and f"run `chmod 600 {key}`" in err and "secret-key" not in err
+
+
+def test_a_failed_refresh_is_recorded_and_the_previous_prices_stay(tmp_path, monkeypatch):
+    from local_http import LocalServer
+    from test_pricing_refresh_azure import PATH, SKU
+
+    import pricing.refresh_azure as azure
+    from pricing.cache import CachedPrice, read_cache, read_refresh_log, write_cache
+
+    cache = tmp_path / "c.json"
+    write_cache(cache, [CachedPrice("azure", "eastus", SKU, "on-demand", 3.6, 1e9, "earlier")])
+    with LocalServer({PATH: [(503, "upstream down", {})]}) as server:
+        monkeypatch.setattr(azure, "AZURE_PRICES_URL", server.url + PATH)
+        code, out, err = run("--cache", str(cache), "--refresh", "azure", "--instance", SKU)
+    assert code == 1
+    assert "HTTP 503: upstream down; check the URL and region (previous prices kept)" in err
+    assert "0 live price(s) fetched" in out and "previous prices kept" in out
+    assert [p.per_hour for p in read_cache(cache)] == [3.6]
+    record = read_refresh_log(cache)["azure"]
+    assert not record.ok and record.fetched == 0 and "HTTP 503" in record.errors[0]

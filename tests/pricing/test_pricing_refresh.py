@@ -10,7 +10,7 @@ import pytest
 from conftest import expected_get_products, get_products_response, price_list_item
 
 from pricing.catalog import Catalog
-from pricing.refresh import parse_on_demand, refresh_aws
+from pricing.refresh import parse_on_demand, parse_reserved, refresh_aws
 
 
 def test_refresh_fetches_on_demand_and_spot_and_caches(tmp_path, pricing_stub, ec2_client):
@@ -105,3 +105,53 @@ def test_parse_on_demand_takes_hourly_positive_price():
     price, attributes = parse_on_demand(items)
     assert price == 1.006 and attributes["gpuMemory"] == "24 GiB"
     assert parse_on_demand([]) == (None, {})
+
+
+def with_reserved(item: str, terms: list[tuple[str, str, str, str]]) -> str:
+    """Add Reserved terms shaped like the Price List's: (length, option, hourly, upfront)."""
+    product = json.loads(item)
+    sku = product["product"]["sku"]
+    reserved = {}
+    for n, (length, option, hourly, upfront) in enumerate(terms):
+        code = f"{sku}.RES{n}"
+        dims = {f"{code}.HRS": {"unit": "Hrs", "pricePerUnit": {"USD": hourly},
+                                "description": "USD per hour", "rateCode": f"{code}.HRS"}}
+        if upfront:
+            dims[f"{code}.UPF"] = {"unit": "Quantity", "pricePerUnit": {"USD": upfront},
+                                   "description": "Upfront Fee", "rateCode": f"{code}.UPF"}
+        reserved[code] = {"priceDimensions": dims, "sku": sku, "offerTermCode": f"RES{n}",
+                          "effectiveDate": "2025-06-01T00:00:00Z",
+                          "termAttributes": {"LeaseContractLength": length,
+                                             "OfferingClass": "standard",
+                                             "PurchaseOption": option}}
+    reserved["CONVERTIBLE"] = {"priceDimensions": {"x": {"unit": "Hrs",
+                                                          "pricePerUnit": {"USD": "0.0001"}}},
+                               "termAttributes": {"LeaseContractLength": "1yr",
+                                                  "OfferingClass": "convertible",
+                                                  "PurchaseOption": "No Upfront"}}
+    product["terms"]["Reserved"] = reserved
+    return json.dumps(product)
+
+
+def test_reserved_prices_become_1_and_3_year_commitments(tmp_path, pricing_stub, ec2_client):
+    client, stubber = pricing_stub
+    item = with_reserved(price_list_item("g5.xlarge", "us-east-1", "1.0060000000"), [
+        ("1yr", "No Upfront", "0.6340000000", ""),
+        ("1yr", "All Upfront", "0.0000000000", "5300"),
+        ("3yr", "Partial Upfront", "0.2000000000", "6000"),
+        ("3yr", "All Upfront", "0.0000000000", "11000")])
+    stubber.add_response("get_products", get_products_response(item),
+                         expected_get_products("g5.xlarge", "us-east-1"))
+    cache = tmp_path / "c.json"
+    result = refresh_aws(["g5.xlarge"], "us-east-1", cache_path=cache, pricing_client=client,
+                         ec2_client=ec2_client)
+    assert result.ok, result.errors
+    one = result.price_for("g5.xlarge", "commit-1y")
+    assert one.per_hour == 0.634 and one.source.endswith("1yr No Upfront")  # not the convertible
+    three = result.price_for("g5.xlarge", "commit-3y")
+    assert three.per_hour == pytest.approx(11000 / (3 * 8760), abs=1e-6)  # cheaper than partial
+    assert three.source.endswith("3yr All Upfront")
+    offer = Catalog.load(cache_path=cache).by_instance("aws", "g5.xlarge", "us-east-1")
+    assert offer.commitment(1).per_hour == 0.634 and offer.commitment(3).live
+    assert offer.on_demand.url.startswith("https://api.pricing.us-east-1.amazonaws.com")
+    assert parse_reserved([price_list_item("g5.xlarge", "us-east-1", "1.0")]) == {}

@@ -1,0 +1,112 @@
+"""GCP Cloud Billing Catalog refresh: API key file rules, SKU composition, pagination."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from local_http import LocalServer, ok
+
+from pricing.cache import read_cache
+from pricing.catalog import Catalog
+from pricing.refresh_gcp import GcpKeyError, read_api_key, refresh_gcp
+
+KEY = "AIzaSyFAKE-key-0123456789"
+PATH = "/services/6F81-5844-456A/skus"
+
+
+def sku(description: str, usage: str, usd: float, group: str = "GPU",
+        regions: tuple[str, ...] = ("us-central1",)) -> dict:
+    units, nanos = int(usd), round((usd - int(usd)) * 1e9)
+    return {"name": f"services/6F81-5844-456A/skus/{abs(hash(description + usage)) % 10**8}",
+            "skuId": "0000-0000-0000", "description": description,
+            "category": {"serviceDisplayName": "Compute Engine", "resourceFamily": "Compute",
+                         "resourceGroup": group, "usageType": usage},
+            "serviceRegions": list(regions),
+            "pricingInfo": [{"effectiveTime": "2026-11-30T00:00:00Z", "pricingExpression": {
+                "usageUnit": "h", "displayQuantity": 1,
+                "tieredRates": [{"startUsageAmount": 0,
+                                 "unitPrice": {"currencyCode": "USD", "units": str(units),
+                                               "nanos": nanos}}]}}],
+            "serviceProviderName": "Google"}
+
+
+PAGE1 = [sku("Nvidia L4 GPU running in Americas", "OnDemand", 0.56004),
+         sku("Nvidia L4 GPU attached to Spot Preemptible VMs running in Americas",
+             "Preemptible", 0.224),
+         sku("G2 Instance Core running in Americas", "OnDemand", 0.024, "CPU"),
+         sku("G2 Instance Ram running in Americas", "OnDemand", 0.0028, "RAM")]
+PAGE2 = [sku("Spot Preemptible G2 Instance Core running in Americas", "Preemptible", 0.0096),
+         sku("G2 Instance Core running in Americas", "Preemptible", 0.0096, "CPU"),
+         sku("G2 Instance Ram running in Americas", "Preemptible", 0.00112, "RAM"),
+         sku("Commitment v1: Nvidia L4 GPU running in Americas for 1 Year", "Commit1Yr", 0.35),
+         sku("Commitment v1: G2 Cpu running in Americas for 1 Year", "Commit1Yr", 0.015),
+         sku("Commitment v1: G2 Ram running in Americas for 1 Year", "Commit1Yr", 0.0018),
+         sku("Nvidia L4 GPU running in EMEA", "OnDemand", 0.7, regions=("europe-west4",))]
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    path = tmp_path / "gcp.key"
+    path.write_text(KEY + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_a_key_file_readable_by_others_is_refused_with_the_fix(tmp_path, key_file):
+    assert read_api_key(key_file) == KEY
+    key_file.chmod(0o644)
+    with pytest.raises(GcpKeyError) as excinfo:
+        read_api_key(key_file)
+    assert str(excinfo.value) == (f"GCP API key file {key_file} has mode 0644, readable by "
+                                  f"others; run `chmod 600 {key_file}`")
+    with pytest.raises(GcpKeyError, match="create it with the key on one line"):
+        read_api_key(tmp_path / "missing.key")
+
+
+def test_refresh_composes_host_prices_from_sku_parts(tmp_path, key_file, caplog):
+    caplog.set_level(logging.DEBUG)
+    cache = tmp_path / "prices.json"
+    offers = Catalog.load().filter(provider="gcp", instance_types=["g2-standard-4"])
+    with LocalServer({PATH: [ok(json.dumps({"skus": PAGE1, "nextPageToken": "p2"})),
+                             ok(json.dumps({"skus": PAGE2, "nextPageToken": ""}))]}) as server:
+        result = refresh_gcp(offers, "us-central1", key_file=key_file, cache_path=cache,
+                             base_url=server.url)
+    assert result.ok, result.errors
+    assert [q.get("pageToken") for _, q in server.requests] == [None, "p2"]
+    assert all("key" not in q for _, q in server.requests)  # never in a URL
+    assert all(h["X-Goog-Api-Key"] == KEY for h in server.headers)
+    prices = {p.kind: p.per_hour for p in read_cache(cache)}
+    # 4 vCPU + 16 GiB + 1 L4
+    assert prices["on-demand"] == pytest.approx(4 * 0.024 + 16 * 0.0028 + 0.56004)
+    assert prices["spot"] == pytest.approx(4 * 0.0096 + 16 * 0.00112 + 0.224)
+    assert prices["commit-1y"] == pytest.approx(4 * 0.015 + 16 * 0.0018 + 0.35)
+    assert "commit-3y" not in prices
+    text = cache.read_text()
+    assert KEY not in text and f"{server.url}{PATH}" in text
+    assert KEY not in caplog.text
+    offer = Catalog.load(cache_path=cache).by_instance("gcp", "g2-standard-4", "us-central1")
+    assert offer.commitment(1).live and offer.commitment(3) is None
+
+
+def test_an_api_error_never_shows_the_key(tmp_path, key_file):
+    body = json.dumps({"error": {"code": 400, "message": f"API key not valid: {KEY}"}})
+    with LocalServer({PATH: [(400, body, {})]}) as server:
+        result = refresh_gcp(Catalog.load().filter(provider="gcp"), "us-central1",
+                             key_file=key_file, cache_path=tmp_path / "c.json",
+                             base_url=server.url)
+    [message] = result.errors["(api)"]
+    assert "HTTP 400" in message and "API key not valid: ***" in message
+    assert KEY not in message
+    assert message.endswith("(previous prices kept)")
+
+
+def test_a_429_then_a_malformed_page(tmp_path, key_file):
+    with LocalServer({PATH: [(429, "", {"Retry-After": "0"}), ok(json.dumps({"oops": 1}))]}) as server:
+        result = refresh_gcp(Catalog.load().filter(provider="gcp"), "us-central1",
+                             key_file=key_file, cache_path=tmp_path / "c.json",
+                             base_url=server.url)
+    assert len(server.requests) == 2
+    assert "a page without a 'skus' list" in result.errors["(api)"][0]
+    assert KEY not in result.errors["(api)"][0]
