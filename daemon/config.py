@@ -280,16 +280,13 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
             values[key] = _convert(name, known[key], value, where)
         sections[name] = cls(**values)
     config = Config(**sections, source=where)
-    if config.cost.budgets:
-        from daemon.analysis.budgets import parse_budgets
-
-        try:
-            parse_budgets(config.cost.budgets)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: [cost.budgets]: {exc}") from None
+    try:
+        check_budgets(config.cost.budgets)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: [cost.budgets]: {exc}") from None
     for number, meter in enumerate(config.cost.unit_costs, start=1):
         try:
-            unit_cost_meter(meter)
+            unit_cost_setting(meter)
         except ValueError as exc:
             raise ConfigError(f"{where}: [[cost.unit_costs]] #{number}: {exc}") from None
     for name, pattern in config.cost.jobs.items():
@@ -309,14 +306,57 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
     return config
 
 
-_UNIT_COST_KEYS = {"target": str, "url": str, "metric": str, "unit": str, "per": (int, float),
+BUDGET_PERIODS = ("daily", "monthly")
+
+
+def check_budgets(table: dict[str, Any]) -> None:
+    """[cost.budgets] is host / user.NAME / job.NAME tables of daily and/or monthly dollars,
+    and an optional webhook URL; ValueError names the key, the value and what is allowed.
+    (The budgets themselves are built by daemon.analysis.budgets; config stays plain data.)"""
+    for key, value in table.items():
+        if key == "webhook":
+            if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+                raise ValueError(f"[budgets].webhook = {value!r}: must be an http(s) URL")
+        elif key == "host":
+            _check_periods(value, "[budgets.host]")
+        elif key in ("user", "job"):
+            if not isinstance(value, dict):
+                raise ValueError(f"[budgets.{key}] must be a table of name = {{daily, monthly}}")
+            for name, limits in value.items():
+                _check_periods(limits, f"[budgets.{key}.{name}]")
+        else:
+            raise ValueError(f"unknown key [budgets].{key}; allowed: host, user, job, webhook")
+
+
+def _check_periods(limits: Any, where: str) -> None:
+    if not isinstance(limits, dict):
+        raise ValueError(f"{where} must be a table with daily and/or monthly dollars")
+    for period, limit in limits.items():
+        if period not in BUDGET_PERIODS:
+            raise ValueError(f"{where}.{period}: unknown period; allowed: daily, monthly")
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
+            raise ValueError(f"{where}.{period} = {limit!r}: must be a number of dollars > 0")
+
+
+@dataclass(frozen=True)
+class UnitCostSetting:
+    """One [[cost.unit_costs]] table, checked: dollars per `per` units of a Prometheus counter
+    for a job or a process. The runtime turns it into a daemon.analysis.cost.UnitCostMeter."""
+
+    target: str
+    url: str
+    metric: str
+    unit: str = "tokens"
+    per: float = 1_000_000.0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+_UNIT_COST_KEYS: dict[str, type | tuple[type, ...]] = {"target": str, "url": str, "metric": str, "unit": str, "per": (int, float),
                    "labels": dict}
 
 
-def unit_cost_meter(table: dict[str, Any]) -> Any:
-    """A [[cost.unit_costs]] table as a daemon.analysis.cost.UnitCostMeter; ValueError names the key."""
-    from daemon.analysis.cost import UnitCostMeter
-
+def unit_cost_setting(table: dict[str, Any]) -> UnitCostSetting:
+    """A [[cost.unit_costs]] table as a UnitCostSetting; ValueError names the key."""
     for key, value in table.items():
         if key not in _UNIT_COST_KEYS:
             raise ValueError(f"unknown key {key!r}; allowed: {', '.join(_UNIT_COST_KEYS)}")
@@ -329,7 +369,10 @@ def unit_cost_meter(table: dict[str, Any]) -> Any:
         raise ValueError(f"url = {table['url']!r}: must be an http(s) URL of a /metrics page")
     if table.get("per", 1) <= 0:
         raise ValueError(f"per = {table['per']!r}: must be > 0")
-    return UnitCostMeter(**table)
+    return UnitCostSetting(**table)
+
+
+unit_cost_meter = unit_cost_setting  # the old name, until tests/daemon/test_config.py moves on
 
 
 def load(path: str | os.PathLike[str] | None) -> Config:
@@ -388,7 +431,8 @@ def describe_defaults() -> str:
     for name, cls in SECTIONS.items():
         lines.append(f"[{name}]")
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            factory: Any = f.default_factory  # set wherever a field has no plain default
+            default = f.default if f.default is not dataclasses.MISSING else factory()
             kind = f.metadata["kind"]
             if kind == "duration":
                 shown = f'"{format_duration(default)}"'

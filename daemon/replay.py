@@ -4,15 +4,16 @@
 /v1/now), rebuilt from the store alone through `StoreReader` (read-only; safe on a copy made with
 `sqlite3 src.db "VACUUM INTO 'copy.db'"` or beside a live writer):
 
-- host: the store's meta "host" (hostname, instance, price) as the daemon recorded it;
-- gpus and processes: the stored sample at ts and the one before it, through the same
-  `gpu_view`/`process_view` the daemon uses (CPU %, I/O wait % are rates between the two);
+- the document itself: daemon.api.document.now_document, the builder the live daemon uses;
+- host: the store's meta "host" (hostname, instance, price, [idle].utilization) as recorded;
+- gpus and processes: the stored sample at ts and the one before it, through the derived model
+  (daemon.analysis.derive: CPU %, I/O wait % are rates between the two);
 - price and burn: `daemon.analysis.cost.burn` with the recorded host price; per-process cost so far and
   today's spend from a `CostLedger` over the day's stored samples (at most LEDGER_SAMPLES of
   them, evenly spread, so a long day is an estimate at a coarser step);
 - phases: `attribution.phase_balances` over the PHASE_WINDOW_S before ts;
-- events and recommendations: as the store had them at ts (an event that ended later is shown
-  open; a recommendation counts from its first sighting until RECOMMENDATION_GRACE_S after its
+- events, low-utilization windows and recommendations: as the store had them at ts (an event
+  that ended later is shown open; a recommendation counts from its first sighting until RECOMMENDATION_GRACE_S after its
   last one, since the rules run every ~30 s).
 """
 
@@ -20,16 +21,17 @@ from __future__ import annotations
 
 import bisect
 import statistics
-import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from daemon.analysis.balance import phase_balances
+from daemon import clock
+from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
+from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import CostLedger, HostPrice, burn
-from daemon.api.document import gpu_view, process_view
+from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
-from daemon.store import facts
+from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.wire import process_key
 
@@ -71,6 +73,10 @@ class Replay:
         gaps = [b - a for a, b in zip(self._all_ms[:200], self._all_ms[1:201], strict=False)]
         self.interval_s = float(recorded) if isinstance(recorded, int | float) and recorded > 0 \
             else statistics.median(gaps) / 1000 if gaps else 1.0
+        recorded_idle = self.host.get("idle_utilization_pct")  # [idle].utilization as it ran
+        self.idle_utilization_pct = float(recorded_idle) if isinstance(
+            recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT
+        self.thresholds = IdleThresholds(idle_utilization_pct=self.idle_utilization_pct)
         self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
 
     # -- the timeline ------------------------------------------------------------------------
@@ -119,82 +125,76 @@ class Replay:
         return state
 
     def _document(self, sample: Sample, previous: Sample | None) -> dict[str, Any]:
+        """The same builder as the live daemon's, over what the store holds at sample.ts."""
         at = sample.ts
         host = dict(self.host)
         host.setdefault("nvml_status", sample.nvml_status)
         host["replay"] = {"path": str(self.path), "start": self.start, "end": self.end}
-        before = {p.key: p for p in previous.processes} if previous else {}
-        gap = at - previous.ts if previous else 0.0
-        doc: dict[str, Any] = {
-            "version": 1, "host": host, "ts": at, "tick": sample.tick,
-            "gpus": [gpu_view(gpu) for gpu in sample.gpus],
-            "processes": [process_view(proc, before.get(proc.key), gap)
-                          for proc in sample.processes],
-            "store": None,
-        }
         balances = phase_balances(self.reader, at - PHASE_WINDOW_S, at, self.interval_s)
-        phases_now = {process_key(pid, start): balance for (pid, start), balance in balances.items()}
         statuses = {process_key(pid, start): status for (pid, start), status
-                    in facts.stack_statuses(self.reader).items()}
-        costs: dict[str, float] = {}
+                    in queries.stack_statuses(self.reader).items()}
+        events, windows = self._events(at)
+        cost = None
         if self.price is not None:
-            current = burn(sample, self.price)
+            current = burn(sample, self.price, self.thresholds)
             ledger = self._ledger(at)
-            costs = {process_key(*key): value for key, value in ledger.by_process.items()}
-            rates = {process_key(*key): proc.burn_per_hour for key, proc in current.processes.items()}
-            doc["price"] = self.price.as_dict()
-            doc["burn"] = {
-                "total_per_hour": current.total_per_hour,
-                "wasted_per_hour": current.wasted_per_hour,
-                "idle_per_hour": current.idle_per_hour, "price_per_gpu": current.price_per_gpu,
-                "price_source": self.price.source, "price": self.price.as_dict(),
-                "gpus": [g.as_dict() for g in current.gpus]}
-            doc["cost"] = {"total": ledger.total, "by_day": dict(ledger.by_day)}
-        else:
-            rates = {}
-        for view in doc["processes"]:
-            key = view["key"]
-            view["burn_per_hour"] = rates.get(key) if self.price is not None else None
-            view["cost"] = costs.get(key) if self.price is not None else None
-            view["job"] = None
-            balance = phases_now.get(key)
-            view["phases"] = {phase: part["share"] for phase, part in balance.items()} \
-                if balance else {}
-            view["phase"] = max(view["phases"], key=view["phases"].get) \
-                if view["phases"] else None
-            status = statuses.get(key)
-            view["stack_status"] = status["status"] if status else None
-        doc["events"] = self._events(at)
-        doc["recommendations"] = self._recommendations(at)
+            spent = ledger.as_dict()
+            by_process = spent.pop("by_process")
+            processes = {process_key(*key): {"burn_per_hour": proc.burn_per_hour,
+                                             "cost": by_process.get(process_key(*key), 0.0),
+                                             "job": None}
+                         for key, proc in current.processes.items()}
+            live_burn = current.as_dict()  # the analyzer's snapshot keys, no more
+            cost = CostView(
+                price=self.price.as_dict(),
+                burn={k: live_burn[k] for k in ("total_per_hour", "wasted_per_hour",
+                                                "idle_per_hour", "price_per_gpu",
+                                                "price_source", "gpus")},
+                ledger=spent, processes=processes, events=events,
+                recommendations=self._recommendations(at))
+        doc = now_document(
+            host=host, sample=sample, previous=previous, tick=sample.tick,
+            idle_utilization_pct=self.idle_utilization_pct, cost=cost,
+            phases={process_key(pid, start): balance
+                    for (pid, start), balance in balances.items()},
+            stack_statuses=statuses, windows=windows, store=None)
+        if cost is None:  # no recorded price: what the store says happened, without dollars
+            doc["events"], doc["recommendations"] = events, self._recommendations(at)
         return doc
 
     def _ledger(self, at: float) -> CostLedger:
         """Spend from the start of ts's UTC day (or of the recording) up to ts."""
-        day_start = at - (at % 86400)
+        day_start = clock.utc_day_start(at)
         since = max(day_start, self.start)
         samples = self.reader.samples(since, at, max_samples=LEDGER_SAMPLES)
         step = (at - since) / max(len(samples) - 1, 1)
         ledger = CostLedger(max_gap_s=max(60.0, 3 * self.interval_s, 1.5 * step))
         assert self.price is not None
         for sample in samples:
-            ledger.add(burn(sample, self.price))
+            ledger.add(burn(sample, self.price, self.thresholds))
         return ledger
 
-    def _events(self, at: float) -> list[dict[str, Any]]:
-        out = []
-        for event in facts.events(self.reader, at - 86400, at):
+    def _events(self, at: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(events, open low-utilization windows) as the store had them at `at`: an event that
+        ended later is shown open. Windows are kept apart, as the live daemon keeps them."""
+        events, windows = [], []
+        for event in queries.events(self.reader, at - clock.DAY_S, at):
             if event["started_at"] > at:
                 continue
             ended = event["ended_at"]
             event["ended_at"] = ended if ended is not None and ended <= at else None
+            if event["kind"] == LOW_UTILIZATION:
+                if event["ended_at"] is None:
+                    windows.append(event)
+                continue
             event["id"] = f"{event['kind']}:{event['target']}:{event['started_at']:.3f}"
             detail = event.get("detail")  # as live: a text detail, else the target is shown
             event["detail"] = detail if isinstance(detail, str) else ""
-            out.append(event)
-        return out
+            events.append(event)
+        return events, windows
 
     def _recommendations(self, at: float) -> list[dict[str, Any]]:
-        found = facts.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
+        found = queries.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
         return [r for r in found if r["first_seen"] <= at]
 
     def close(self) -> None:
@@ -205,8 +205,3 @@ class Replay:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def clock(ts: float) -> str:
-    """A replay time for the header: date and time, local."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))

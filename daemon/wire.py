@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.clock import utc_day
+
 API_VERSION = 1
 
 
@@ -25,6 +27,10 @@ def _i(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value)
+
+
+def _b(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def _s(value: Any, default: str = "") -> str:
@@ -90,6 +96,9 @@ class Gpu:
     temperature_c: int | None
     price_per_hour: float | None = None  # from the burn, once the daemon prices GPUs
     wasted_per_hour: float | None = None
+    # The daemon's verdict under its [idle].utilization: busy, idle, or None when unknown
+    # (no utilization reading, or an older daemon). Screens show this, not a threshold of their own.
+    busy: bool | None = None
 
     @property
     def id(self) -> str:
@@ -106,7 +115,8 @@ class Gpu:
                    power_watts=_f(d.get("power_watts")),
                    temperature_c=_i(d.get("temperature_c")),
                    price_per_hour=_f(d.get("price_per_hour", burn.get("price_per_hour"))),
-                   wasted_per_hour=_f(d.get("wasted_per_hour", burn.get("wasted_per_hour"))))
+                   wasted_per_hour=_f(d.get("wasted_per_hour", burn.get("wasted_per_hour"))),
+                   busy=_b(d.get("busy")))
 
 
 @dataclass(frozen=True)
@@ -255,10 +265,7 @@ class Now:
         cost = _d(d.get("cost"))
         spend_today = _f(d.get("spend_today"))
         if spend_today is None and cost.get("by_day") and d.get("ts") is not None:
-            import datetime as _dt
-
-            day = _dt.datetime.fromtimestamp(float(d["ts"]), tz=_dt.timezone.utc).date()
-            spend_today = _f(_d(cost.get("by_day")).get(day.isoformat()))
+            spend_today = _f(_d(cost.get("by_day")).get(utc_day(float(d["ts"]))))
         return cls(
             ts=_f(d.get("ts")), tick=_i(d.get("tick")) or 0, hostname=_s(host.get("hostname")),
             instance=_d(host.get("instance")),
@@ -266,8 +273,8 @@ class Now:
             nvml_status=_s(host.get("nvml_status"), "unknown"),
             gpus=tuple(Gpu.from_dict(g, burn_gpus.get(g.get("index")))
                        for g in _l(d.get("gpus")) if isinstance(g, Mapping)),
-            processes=tuple(Process.from_dict(p, _d(costs.get(_s(p.get("key")))) or _match_cost(
-                costs, p)) for p in _l(d.get("processes")) if isinstance(p, Mapping)),
+            processes=tuple(Process.from_dict(p, _d(costs.get(_s(p.get("key")))))
+                            for p in _l(d.get("processes")) if isinstance(p, Mapping)),
             price=price,
             burn_per_hour=_f(burn.get("total_per_hour")),
             wasted_per_hour=_f(burn.get("wasted_per_hour")),
@@ -280,21 +287,6 @@ class Now:
                                   if isinstance(r, Mapping)),
             store=_d(d.get("store")),
         )
-
-
-def _match_cost(costs: Mapping[str, Any], p: Mapping[str, Any]) -> dict[str, Any]:
-    """Per-process cost keyed with another start-time precision: match by pid and start."""
-    if not costs:
-        return {}
-    pid, start = p.get("pid"), _f(p.get("start_time"))
-    for key, value in costs.items():
-        head, _, tail = str(key).partition(":")
-        try:
-            if int(head) == pid and start is not None and abs(float(tail) - start) < 0.01:
-                return _d(value)
-        except ValueError:
-            continue
-    return {}
 
 
 @dataclass(frozen=True)

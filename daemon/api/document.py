@@ -1,45 +1,128 @@
-"""The /v1/now document's GPU and process entries, from this sample and the one before."""
+"""The one /v1/now document builder, used by the live daemon (Daemon.now) and by replay.
+
+Both hand over the same inputs: the host, this sample and the one before it, what the cost model
+says (a `CostView`), the phase balances, the stack sampler's statuses, the open low-utilization
+windows and the store's health. The rates come from the typed derived model
+(daemon.analysis.derive), each GPU's busy/idle verdict from daemon.analysis.cost.gpu_is_busy
+under the configured `[idle].utilization`. So a recorded tick replays as the live daemon showed it.
+Keys are documented in the README; later features add keys, never rename them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.sources.sample import GpuSample, ProcessSample
-from daemon.wire import process_key
+from daemon.analysis.cost import gpu_is_busy
+from daemon.analysis.derive import GpuModel, ProcessModel, TickModel
+from daemon.sources.sample import GPU_OK, GpuSample, Sample
+
+DOCUMENT_VERSION = 1
 
 
-def gpu_view(gpu: GpuSample) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CostView:
+    """What the cost model says at this tick, JSON-ready.
+
+    `burn` is the host's burn (total/wasted/idle per hour, price per GPU, per-GPU split),
+    `ledger` the cumulative spend (CostLedger.as_dict without by_process), `processes` maps a
+    process key to {burn_per_hour, cost, job}; events and recommendations are the active ones.
+    """
+
+    price: dict[str, Any]
+    burn: dict[str, Any]
+    ledger: dict[str, Any]
+    processes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    recommendations: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Mapping[str, Any],
+                      recommendations: list[dict[str, Any]]) -> CostView:
+        """From Analyzer.snapshot(), with the recommendations the caller lets through."""
+        burn = dict(snapshot["burn"])
+        price = burn.pop("price")
+        return cls(price=price, burn=burn, ledger=dict(snapshot["cost"]),
+                   processes=snapshot["processes"], events=list(snapshot["events"]),
+                   recommendations=recommendations)
+
+
+def gpu_busy(gpu: GpuSample, idle_utilization_pct: float) -> bool | None:
+    """Busy or idle under the idle threshold; None when the GPU's utilization is unknown."""
+    if gpu.status != GPU_OK or gpu.utilization is None:
+        return None
+    return gpu_is_busy(gpu.utilization, idle_utilization_pct)
+
+
+def gpu_entry(gpu: GpuModel) -> dict[str, Any]:
     return {
         "index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "status": gpu.status,
         "error": gpu.error, "utilization": gpu.utilization, "sm_activity": gpu.sm_activity,
         "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
         "power_watts": gpu.power_watts, "temperature_c": gpu.temperature_c,
         "sm_clock_mhz": gpu.sm_clock_mhz, "memory_clock_mhz": gpu.memory_clock_mhz,
+        "busy": gpu.busy,
     }
 
 
-def process_view(proc: ProcessSample, before: ProcessSample | None,
-                 seconds: float) -> dict[str, Any]:
-    """One process with its rates since the tick before (CPU %, bytes/s, I/O wait %)."""
-    cpu_percent = read_rate = write_rate = io_wait_percent = None
-    if before is not None and seconds > 0:
-        cpu_percent = 100.0 * (proc.cpu_seconds - before.cpu_seconds) / seconds
-        if proc.read_bytes is not None and before.read_bytes is not None:
-            read_rate = (proc.read_bytes - before.read_bytes) / seconds
-        if proc.write_bytes is not None and before.write_bytes is not None:
-            write_rate = (proc.write_bytes - before.write_bytes) / seconds
-        if proc.iowait_seconds is not None and before.iowait_seconds is not None:
-            io_wait_percent = 100.0 * (proc.iowait_seconds - before.iowait_seconds) / seconds
+def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
+                  balance: Mapping[str, Mapping[str, Any]] | None,
+                  stack_status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One process: what it is, its rates, its burn and cost, its phase balance."""
+    phases = {phase: part["share"] for phase, part in balance.items()} if balance else {}
     return {
-        "key": process_key(proc.pid, proc.start_time),
-        "pid": proc.pid, "start_time": proc.start_time, "ppid": proc.ppid, "user": proc.user,
-        "command": proc.command,
-        "gpus": [{"index": u.gpu_index, "memory_bytes": u.memory_bytes, "sm_share": u.sm_share}
+        "key": proc.key, "pid": proc.pid, "start_time": proc.start_time, "ppid": proc.ppid,
+        "user": proc.user, "command": proc.command,
+        "gpus": [{"index": u.index, "memory_bytes": u.memory_bytes, "sm_share": u.sm_share}
                  for u in proc.gpus],
-        "gpu_memory_bytes": sum(u.memory_bytes or 0 for u in proc.gpus) if proc.gpus else None,
-        "sm_share": sum(u.sm_share for u in proc.gpus) if proc.gpus else None,
-        "cpu_percent": cpu_percent, "rss_bytes": proc.rss_bytes,
-        "read_bytes_per_s": read_rate, "write_bytes_per_s": write_rate,
-        "io_wait_percent": io_wait_percent, "state": proc.state,
+        "gpu_memory_bytes": proc.gpu_memory_bytes, "sm_share": proc.sm_share,
+        "cpu_percent": proc.cpu_percent, "rss_bytes": proc.rss_bytes,
+        "read_bytes_per_s": proc.read_bytes_per_s, "write_bytes_per_s": proc.write_bytes_per_s,
+        "io_wait_percent": proc.io_wait_percent, "state": proc.state,
         "threads": proc.threads, "threads_in_d": proc.threads_in_d,
+        "burn_per_hour": cost.get("burn_per_hour") if cost else None,
+        "cost": cost.get("cost") if cost else None,
+        "job": cost.get("job") if cost else None,
+        "phases": phases,
+        "phase": max(phases, key=lambda p: phases[p]) if phases else None,
+        "stack_status": stack_status["status"] if stack_status else None,
     }
+
+
+def now_document(
+    *,
+    host: Mapping[str, Any],
+    sample: Sample | None,
+    previous: Sample | None,
+    tick: int,
+    idle_utilization_pct: float,
+    cost: CostView | None = None,
+    phases: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    stack_statuses: Mapping[str, Mapping[str, Any]] | None = None,
+    windows: list[dict[str, Any]] | None = None,
+    store: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The /v1/now document. Phases, stack statuses and per-process costs are keyed by
+    daemon.wire.process_key; a missing input reads as None or empty in the document."""
+    doc: dict[str, Any] = {"version": DOCUMENT_VERSION, "host": dict(host),
+                           "ts": None, "tick": tick, "gpus": [], "processes": [],
+                           "store": store}
+    if sample is not None:
+        busy = {g.index: gpu_busy(g, idle_utilization_pct) for g in sample.gpus}
+        model = TickModel.from_samples(sample, previous, busy)
+        costs = cost.processes if cost is not None else {}
+        doc["ts"], doc["tick"] = model.ts, model.tick
+        doc["gpus"] = [gpu_entry(g) for g in model.gpus]
+        doc["processes"] = [
+            process_entry(p, costs.get(p.key), (phases or {}).get(p.key),
+                          (stack_statuses or {}).get(p.key))
+            for p in model.processes]
+    if cost is not None:
+        doc["price"] = cost.price
+        doc["burn"] = cost.burn
+        doc["cost"] = cost.ledger
+        doc["events"] = cost.events
+        doc["recommendations"] = cost.recommendations
+    doc["windows"] = list(windows or [])
+    return doc

@@ -1,16 +1,16 @@
-"""mlcostd's HTTP API under /v1/ (aiohttp): local by default, token-protected on TCP.
+"""mlcostd's HTTP API transport (aiohttp): local by default, token-protected on TCP.
 
 Transport: a unix socket (mode 0660) in a 0700 directory. TCP only when `listen` is set, and
 then every TCP request must carry `Authorization: Bearer <token>`; the token is read from a 0600
 file (created with a random token if missing; refused if group/world readable), compared in
 constant time and never logged. Errors are JSON {"error": "..."} with the status code.
+The /v1 handlers themselves are in daemon.api.routes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import os
 import secrets
@@ -22,31 +22,15 @@ from typing import Any
 
 from aiohttp import web
 
-from daemon.wire import API_VERSION, parse_process_key
+from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 
 log = logging.getLogger(__name__)
-
-VERSION = "0.1.0"
-MAX_BODY_BYTES = 64 * 1024
-HISTORY_TIMEOUT_S = 3.0  # a history query is cut off past this (the store reader's deadline)
-MAX_HISTORY_SINCE_S = 400 * 86400
-MAX_HISTORY_POINTS = 2000
-MAX_SNOOZE_HOURS = 24 * 90
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ApiError(Exception):
     """Start-up problem of the API (bad token file, socket in use); the message says the fix."""
-
-
-def json_error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
-
-
-def _bad(message: str) -> web.HTTPException:
-    return web.HTTPBadRequest(text=json.dumps({"error": message}),
-                              content_type="application/json")
 
 
 def read_token(path: Path) -> str:
@@ -105,205 +89,8 @@ def make_app(daemon: Any, *, token: str | None = None,
             return json_error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
-
-    async def health(request: web.Request) -> web.Response:
-        store = daemon.store.health.as_dict() if getattr(daemon, "store", None) else None
-        nvml = getattr(getattr(daemon, "nvml", None), "status", "unknown")
-        return web.json_response({
-            "ok": daemon.last_sample is not None, "version": VERSION,
-            "api_version": API_VERSION, "uptime_s": time.monotonic() - started_mono,
-            "tick": daemon.tick, "nvml_status": nvml, "store": store,
-            "hostname": daemon.host.get("hostname", ""),
-        })
-
-    async def now(request: web.Request) -> web.Response:
-        return web.json_response(daemon.now())
-
-    def _number(query: Any, name: str, default: float, low: float, high: float) -> float:
-        raw = query.get(name)
-        if raw is None:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise _bad(f"{name}={raw!r} is not a number") from None
-        if not (low <= value <= high):
-            raise _bad(f"{name}={raw!r} must be between {low:g} and {high:g}")
-        return value
-
-    async def history(request: web.Request) -> web.Response:
-        from daemon.store.schema import GPU_METRICS, PROCESS_METRICS
-
-        metric = request.query.get("metric", "utilization")
-        since = _number(request.query, "since", 3600, 1, MAX_HISTORY_SINCE_S)
-        points = int(_number(request.query, "points", 300, 1, MAX_HISTORY_POINTS))
-        gpu_q, proc_q = request.query.get("gpu"), request.query.get("process")
-        until = time.time()
-        if proc_q is not None:
-            if metric not in PROCESS_METRICS:
-                raise _bad(f"metric={metric!r} is not a process metric; one of "
-                           f"{', '.join(sorted(PROCESS_METRICS))}")
-            try:
-                pid, start = parse_process_key(proc_q)
-            except ValueError as exc:
-                raise _bad(str(exc)) from None
-            target = f"process:{proc_q}"
-
-            def read(reader: Any) -> list[Any]:
-                return reader.process_history(pid, start, metric, until - since, until, points)
-        elif metric == "wasted_per_hour":
-            target = "host"
-            price = _price_per_gpu(daemon)
-            gpus = [g.get("index") for g in daemon.now().get("gpus", [])]
-
-            def read(reader: Any) -> list[Any]:
-                return _wasted_series(reader, gpus, price, until - since, until, points)
-        else:
-            if metric not in GPU_METRICS:
-                raise _bad(f"metric={metric!r} is not a GPU metric; one of "
-                           f"{', '.join(sorted(GPU_METRICS))} or wasted_per_hour")
-            if gpu_q is None:
-                raise _bad("say which series: gpu=INDEX or process=PID:START")
-            try:
-                index = int(gpu_q)
-            except ValueError:
-                raise _bad(f"gpu={gpu_q!r} is not a GPU index") from None
-            target = f"gpu:{index}"
-
-            def read(reader: Any) -> list[Any]:
-                return reader.gpu_history(index, metric, until - since, until, points)
-        try:
-            rows = await asyncio.wait_for(
-                asyncio.to_thread(_read_store, daemon.db, read), HISTORY_TIMEOUT_S + 2)
-        except (asyncio.TimeoutError, TimeoutError):
-            return json_error(503, f"history query ran past {HISTORY_TIMEOUT_S} s; ask for a "
-                                   "shorter range or fewer points")
-        except Exception as exc:
-            if type(exc).__name__ == "ReaderTimeout":
-                return json_error(503, str(exc))
-            raise
-        return web.json_response({"metric": metric, "target": target, "since_s": since,
-                                  "until": until, "points": [list(p) for p in rows]})
-
-    async def phases(request: web.Request) -> web.Response:
-        key = request.match_info["key"]
-        try:
-            parse_process_key(key)
-        except ValueError as exc:
-            return json_error(400, str(exc))
-        since = _number(request.query, "since", 1800, 1, MAX_HISTORY_SINCE_S)
-        phases_for = getattr(daemon, "phases_for", None)
-        if phases_for is None:
-            return json_error(404, "this mlcostd does not record phases yet (no stack sampling)")
-        result = phases_for(key, since)
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result is None:
-            return json_error(404, f"no process {key} on this host")
-        if not isinstance(result, dict) or "phases" not in result:
-            result = {"phases": result}
-        return web.json_response({"key": key, "since_s": since, **result})
-
-    async def recommendations(request: web.Request) -> web.Response:
-        snoozed = getattr(daemon, "snoozed", {})
-        wall = time.time()
-        active = [r for r in daemon.now().get("recommendations") or []
-                  if snoozed.get(r.get("id"), 0) <= wall]
-        return web.json_response({"recommendations": active})
-
-    async def _body(request: web.Request) -> dict[str, Any]:
-        if not request.can_read_body:
-            return {}
-        raw = await request.read()
-        if not raw.strip():
-            return {}
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise _bad("the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise _bad("the request body must be a JSON object")
-        return body
-
-    async def apply(request: web.Request) -> web.Response:
-        rec_id = request.match_info["id"]
-        body = await _body(request)
-        dry_run = body.get("dry_run", True)
-        if not isinstance(dry_run, bool):
-            return json_error(400, f"dry_run={dry_run!r} must be true or false")
-        apply_fn = getattr(daemon, "apply_recommendation", None)
-        if apply_fn is None:
-            return json_error(404, "this mlcostd cannot apply recommendations")
-        from daemon.api.actions import ActionError
-
-        try:
-            result = await asyncio.to_thread(apply_fn, rec_id, dry_run)
-        except ActionError as exc:
-            return json_error(exc.status, str(exc))
-        if result is None:
-            return json_error(404, f"no active recommendation {rec_id!r}; list them at "
-                                   "/v1/recommendations")
-        return web.json_response(result if isinstance(result, dict) else result.as_dict())
-
-    async def snooze(request: web.Request) -> web.Response:
-        rec_id = request.match_info["id"]
-        body = await _body(request)
-        hours = body.get("hours", 24)
-        if isinstance(hours, bool) or not isinstance(hours, int | float) or not (
-                0 < hours <= MAX_SNOOZE_HOURS):
-            return json_error(400, f"hours={hours!r} must be a number between 0 and "
-                                   f"{MAX_SNOOZE_HOURS}")
-        snooze_fn = getattr(daemon, "snooze_recommendation", None)
-        if snooze_fn is None:
-            return json_error(404, "this mlcostd cannot snooze recommendations")
-        until = snooze_fn(rec_id, float(hours))
-        if until is None:
-            return json_error(404, f"no active recommendation {rec_id!r}; list them at "
-                                   "/v1/recommendations")
-        return web.json_response({"id": rec_id, "snoozed_until": until})
-
-    app.router.add_get("/v1/health", health)
-    app.router.add_get("/v1/now", now)
-    app.router.add_get("/v1/history", history)
-    app.router.add_get("/v1/processes/{key}/phases", phases)
-    app.router.add_get("/v1/recommendations", recommendations)
-    app.router.add_post("/v1/recommendations/{id}/apply", apply)
-    app.router.add_post("/v1/recommendations/{id}/snooze", snooze)
+    add_routes(app, daemon, started_mono)
     return app
-
-
-def _price_per_gpu(daemon: Any) -> float:
-    doc = daemon.now()
-    burn = doc.get("burn") or {}
-    price = burn.get("price_per_gpu")
-    if price is None:
-        price = (doc.get("price") or {}).get("per_gpu_per_hour")
-    return float(price or 0.0)
-
-
-def _wasted_series(reader: Any, gpus: list[int], price_per_gpu: float, since: float,
-                   until: float, points: int) -> list[tuple[float, float, float, float]]:
-    """Host wasted $/h over time: sum over GPUs of price x (1 - utilization)."""
-    total: dict[float, list[float]] = {}
-    for index in gpus:
-        for ts, avg, low, high in reader.gpu_history(index, "utilization", since, until, points):
-            acc = total.setdefault(ts, [0.0, 0.0, 0.0])
-            acc[0] += price_per_gpu * (1 - min(avg, 100.0) / 100)
-            acc[1] += price_per_gpu * (1 - min(high, 100.0) / 100)
-            acc[2] += price_per_gpu * (1 - min(low, 100.0) / 100)
-    return [(ts, v[0], v[1], v[2]) for ts, v in sorted(total.items())]
-
-
-def _read_store(db: Path, read: Callable[[Any], list[Any]]) -> list[Any]:
-    from daemon.store.reader import StoreReader
-
-    if not Path(db).exists():
-        return []
-    reader = StoreReader(str(db), timeout_s=HISTORY_TIMEOUT_S)
-    try:
-        return read(reader)
-    finally:
-        reader.close()
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -330,6 +117,7 @@ class ApiServer:
         self.token_file = Path(token_file) if token_file else (
             self.socket_path.with_name("mlcostd.token") if self.socket_path else None)
         self._runners: list[web.AppRunner] = []
+        self._bound_unix = False  # only a socket this server bound is removed on stop
         self.tcp_port: int | None = None
 
     async def start(self) -> None:
@@ -378,6 +166,7 @@ class ApiServer:
             await web.UnixSite(runner, str(self.socket_path)).start()
         finally:
             os.umask(old)
+        self._bound_unix = True
         os.chmod(self.socket_path, 0o660)
         self._runners.append(runner)
         log.info("API on unix:%s", self.socket_path)
@@ -386,7 +175,8 @@ class ApiServer:
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()
-        if self.socket_path is not None:
+        if self.socket_path is not None and self._bound_unix:
+            self._bound_unix = False
             try:
                 self.socket_path.unlink()
             except FileNotFoundError:

@@ -7,9 +7,10 @@ import asyncio
 import json
 import logging
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
+from daemon import __version__, clock
 from daemon import config as config_module
 from daemon.config import Config, ConfigError
 
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="mlcost's recorder: samples every GPU and GPU process on this host into "
                     "SQLite and reports what they did.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version="mlcostd 0.1.0")
+    parser.add_argument("--version", action="version", version=f"mlcostd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="record this host in the foreground until SIGTERM/Ctrl-C",
@@ -86,27 +87,24 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true",
                         help="print the JSON document described in the README")
 
-    try:
-        from pricing import cli as pricing_cli
-    except ImportError:  # pragma: no cover - pricing is part of the distribution
-        pricing_cli = None
-    if pricing_cli is not None:
-        prices = sub.add_parser("prices", help="GPU instance prices: the catalog, what fits, "
-                                               "live AWS refresh")
-        pricing_cli.add_arguments(prices)
-        observed = prices.add_argument_group(
-            "the GPU selection matrix of a workload this host has run")
-        observed.add_argument("--observed", action="store_true",
-                              help="list the instances that fit what the recorded GPU processes "
-                                   "needed (GPUs, peak memory), with the cost of one run")
-        observed.add_argument("--pid", type=int, help="with --observed: only this process")
-        observed.add_argument("--since", default="1h", metavar="DURATION",
-                              help="with --observed: the window to read (default 1h)")
-        observed.add_argument("--run-hours", type=float, metavar="H",
-                              help="with --observed: hours of one run (default: the observed "
-                                   "runtime so far)")
-        observed.add_argument("--config", metavar="FILE", help="TOML config file")
-        observed.add_argument("--db", metavar="FILE", help="SQLite database to read")
+    from pricing import cli as pricing_cli  # pricing is part of the distribution
+
+    prices = sub.add_parser("prices", help="GPU instance prices: the catalog, what fits, "
+                                           "live AWS refresh")
+    pricing_cli.add_arguments(prices)
+    observed = prices.add_argument_group(
+        "the GPU selection matrix of a workload this host has run")
+    observed.add_argument("--observed", action="store_true",
+                          help="list the instances that fit what the recorded GPU processes "
+                               "needed (GPUs, peak memory), with the cost of one run")
+    observed.add_argument("--pid", type=int, help="with --observed: only this process")
+    observed.add_argument("--since", default="1h", metavar="DURATION",
+                          help="with --observed: the window to read (default 1h)")
+    observed.add_argument("--run-hours", type=float, metavar="H",
+                          help="with --observed: hours of one run (default: the observed "
+                               "runtime so far)")
+    observed.add_argument("--config", metavar="FILE", help="TOML config file")
+    observed.add_argument("--db", metavar="FILE", help="SQLite database to read")
     return parser
 
 
@@ -146,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     daemon = Daemon(config, simulate=args.simulate)
 
     async def main() -> int:
-        tasks = [asyncio.create_task(daemon.run())]
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(daemon.run())]
         if args.watch:
             tasks.append(asyncio.create_task(_watch(daemon)))
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -161,28 +159,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
 
 
-async def _watch(daemon: object) -> None:
-    """Every 5 s, the report of the last 10 s, read back from the store like any reader."""
-    from daemon.commands import report
-    from daemon.store.writer import Store
+WATCH_WINDOW_S = 10.0
 
-    db = daemon.db  # type: ignore[attr-defined]
-    await asyncio.sleep(3)
-    while True:
+
+def watch_text(db: Path) -> str:
+    """The live view's text: the report of the last WATCH_WINDOW_S seconds, read back from the
+    store like any reader. Blocking (SQLite): run it off the event loop."""
+    from daemon.commands import report
+    from daemon.store.reader import StoreReader
+
+    try:
+        reader = StoreReader(str(db), timeout_s=2.0)
         try:
-            reader = Store.reader(str(db), timeout_s=2.0)
-            try:
-                text = report.render_text(report.build(reader, 10.0))
-            finally:
-                reader.close()
-        except Exception as exc:  # the view must never stop the recorder
-            text = f"(live view unavailable: {exc})\n"
+            return report.render_text(report.build(reader, WATCH_WINDOW_S))
+        finally:
+            reader.close()
+    except Exception as exc:  # the view must never stop the recorder
+        return f"(live view unavailable: {exc})\n"
+
+
+async def _watch(daemon: Any, first_after_s: float = 3.0, every_s: float = 5.0) -> None:
+    """Every `every_s`, the report of the last 10 s. The store is read in a thread, so the
+    tick loop (on this event loop) never waits on the view."""
+    db = daemon.db
+    await asyncio.sleep(first_after_s)
+    while True:
+        text = await asyncio.to_thread(watch_text, db)
         if sys.stdout.isatty():
             sys.stdout.write("\x1b[2J\x1b[H")
-        sys.stdout.write(f"{time.strftime('%H:%M:%S')}  recording {db}  (Ctrl-C stops the "
-                         f"daemon and its workloads)\n\n{text}")
+        sys.stdout.write(f"{clock.local_time(clock.now(), date=False)}  recording {db}  "
+                         f"(Ctrl-C stops the daemon and its workloads)\n\n{text}")
         sys.stdout.flush()
-        await asyncio.sleep(5)
+        await asyncio.sleep(every_s)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -211,7 +219,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from daemon.commands import report
-    from daemon.store.writer import Store
+    from daemon.store.reader import StoreReader
 
     config = _load_config(args)
     try:
@@ -225,7 +233,7 @@ def cmd_report(args: argparse.Namespace) -> int:
               f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
               file=sys.stderr)
         return 1
-    reader = Store.reader(str(db))
+    reader = StoreReader(str(db))
     try:
         document = report.build(reader, since)
     finally:
@@ -239,7 +247,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_prices_observed(args: argparse.Namespace) -> int:
     from daemon.analysis import selection
-    from daemon.store.writer import Store
+    from daemon.store.reader import StoreReader
     from pricing import Catalog
 
     config = _load_config(args)
@@ -253,7 +261,7 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mlcostd prices: --since {exc}", file=sys.stderr)
         return 2
-    reader = Store.reader(str(db))
+    reader = StoreReader(str(db))
     try:
         need = selection.observed_need(reader, since, pid=args.pid, run_hours=args.run_hours)
     except ValueError as exc:

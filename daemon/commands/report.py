@@ -6,33 +6,38 @@ The JSON document is a contract (documented in the README): top-level `host`, `w
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from daemon import clock
 from daemon.analysis.balance import phase_balances
+from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import CostLedger, HostPrice, burn
-from daemon.store import facts
-from daemon.store.writer import StoreReader
+from daemon.store import queries
+from daemon.store.reader import StoreReader
 
 REPORT_VERSION = 1
 
 
 def build(reader: StoreReader, since_s: float, until: float | None = None) -> dict[str, Any]:
     """The report over the last `since_s` seconds (ending now, or at `until`)."""
-    end = until if until is not None else time.time()
+    end = until if until is not None else clock.now()
     start = end - since_s
     summary = reader.window_summary(start, end)
-    host = dict(reader.meta("host") or {})
+    recorded = reader.meta("host")
+    host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
     latest = reader.latest()
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
     interval = float(host.get("interval_s") or 1.0)
     balances = phase_balances(reader, start, end, interval, summary["processes"])
-    statuses = facts.stack_statuses(reader)
+    statuses = queries.stack_statuses(reader)
     price = host.get("price")
     gpus = summary["gpus"]
     processes = summary["processes"]
-    window_cost = _window_cost(reader, start, end, price, gpus, processes, interval)
+    recorded_idle = host.get("idle_utilization_pct")  # [idle].utilization as the daemon ran
+    thresholds = IdleThresholds(idle_utilization_pct=float(recorded_idle) if isinstance(
+        recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT)
+    window_cost = _window_cost(reader, start, end, price, gpus, processes, interval, thresholds)
     for proc in processes:
         key = (proc["pid"], proc["start_time"])
         proc["phases"] = _phases_json(balances.get(key))
@@ -50,8 +55,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None) -> di
         "gpus": gpus,
         "processes": processes,
         "spend": window_cost["spend"],
-        "events": facts.events(reader, start, end),
-        "recommendations": facts.recommendations(reader, start),
+        "events": queries.events(reader, start, end),
+        "recommendations": queries.recommendations(reader, start),
     }
 
 
@@ -66,13 +71,13 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
 
 def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str, Any] | None,
                  gpus: list[dict[str, Any]], processes: list[dict[str, Any]],
-                 interval: float) -> dict[str, Any]:
+                 interval: float, thresholds: IdleThresholds) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples and the host's price.
 
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
     sample, so the report and the live view agree.
     """
-    empty = {"burn": {"total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
+    empty: dict[str, Any] = {"burn": {"total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
                       "price_source": None}, "spend": {}}
     host_price = HostPrice.from_dict(price)
     if host_price is None:
@@ -85,7 +90,7 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
     totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
     by_process: dict[tuple[int, float], list[float]] = {}
     for sample in samples:
-        current = burn(sample, host_price)
+        current = burn(sample, host_price, thresholds)
         ledger.add(current)
         totals["total"] += current.total_per_hour
         totals["wasted"] += current.wasted_per_hour
@@ -93,12 +98,12 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
         for key, proc in current.processes.items():
             by_process.setdefault(key, []).append(proc.burn_per_hour)
     n = len(samples)
-    for proc in processes:
+    for entry in processes:
         # Samples and summary come from the same store: the same (pid, start_time) keys.
-        key = (proc["pid"], proc["start_time"])
+        key = (entry["pid"], entry["start_time"])
         rates = by_process.get(key)
-        proc["burn_per_hour"] = sum(rates) / len(rates) if rates else None
-        proc["cost"] = ledger.by_process.get(key)
+        entry["burn_per_hour"] = sum(rates) / len(rates) if rates else None
+        entry["cost"] = ledger.by_process.get(key)
     spend = ledger.as_dict()
     spend.pop("by_process", None)
     return {"burn": {"total_per_hour": totals["total"] / n, "wasted_per_hour": totals["wasted"] / n,
@@ -152,14 +157,13 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
     if instance.get("type"):
         out.append(f"instance: {instance.get('provider')} {instance['type']} in "
                    f"{instance.get('region')} ({instance.get('lifecycle')})")
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(window["since"]))
-    same_day = time.localtime(window["since"])[:3] == time.localtime(window["until"])[:3]
-    until = time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S",
-                          time.localtime(window["until"]))
+    since = clock.local_time(window["since"])
+    same_day = clock.local_time(window["since"])[:10] == clock.local_time(window["until"])[:10]
+    until = clock.local_time(window["until"], date=not same_day)
     out.append(f"window: {since} to {until}, {window['ticks']} samples")
     first = window.get("first_sample_at")
     if first and first - window["since"] > 3 * float(host.get("interval_s") or 1.0) + 60:
-        out.append(f"  (samples from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(first))}"
+        out.append(f"  (samples from {clock.local_time(first)}"
                    " on: nothing recorded before, or older than [store].raw_retention)")
     if host.get("nvml_status") not in (None, "ok"):
         out.append(f"NVML: {host['nvml_status']}")
@@ -251,7 +255,7 @@ def _render_events(events: list[dict[str, Any]]) -> list[str]:
         state = "ongoing" if event["ended_at"] is None else "ended"
         cost = _money(event.get("cost_so_far"))
         out.append(f"  {event['kind']} {event['target']}: since "
-                   f"{time.strftime('%H:%M:%S', time.localtime(event['started_at']))} "
+                   f"{clock.local_time(event['started_at'], date=False)} "
                    f"({state}), {cost} so far")
     return out
 

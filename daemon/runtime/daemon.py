@@ -3,6 +3,9 @@
 The tick reads what the sources hold (NVML readers and process discovery run beside it in
 threads), builds one frozen Sample and writes it in one transaction. Store maintenance (rollups,
 retention) runs in the gap after the write, within a small time budget, so it never delays a tick.
+Pricing the host and building the analyzer are in runtime/price_host.py, `--simulate` in
+runtime/simulation.py, the /v1/now document in api/document.py. Recommendation snoozes live
+here (and in the store), nowhere else.
 """
 
 from __future__ import annotations
@@ -16,19 +19,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from daemon.analysis import phases
+from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
-from daemon.analysis.cost import host_price
-from daemon.analysis.idle import IdleThresholds
-from daemon.api.document import gpu_view, process_view
-from daemon.config import Config, db_path, unit_cost_meter
+from daemon.api.document import CostView, now_document
+from daemon.config import Config, db_path
 from daemon.runtime import systemd
 from daemon.runtime.attribution import Attribution
+from daemon.runtime.price_host import build_analyzer, price_host
+from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.sources.nvml import NvmlSource
 from daemon.sources.procs import ProcessSource, read_pressure
 from daemon.sources.sample import Sample
-from daemon.store import facts
+from daemon.store import facts, queries
 from daemon.store.lock import StoreLocked, WriterLock
 from daemon.store.writer import Store
 from daemon.wire import process_key
@@ -60,7 +63,7 @@ class Daemon:
         self.max_ticks = max_ticks
         self.db = db_path(config)
         self.tick = self.first_tick = 0
-        self.started_at = time.time()
+        self.started_at = clock.now()
         self.ticks_late = 0
         self.last_sample: Sample | None = None
         self.previous_sample: Sample | None = None
@@ -68,14 +71,16 @@ class Daemon:
         self.nvml = NvmlSource(config.nvml, config.daemon.interval)
         self.procs = ProcessSource(children=config.processes.children)
         self.store: Store | None = None
-        self._running_scenario: Any = None
+        self.simulation: Simulation | None = None
         self._stop = asyncio.Event()
         self._lock = WriterLock(self.db)
         self.api: Any = None  # daemon.api.server.ApiServer while running
         self.analyzer: Analyzer | None = None
         self.attribution: Attribution | None = None
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
-        self.snoozed: dict[str, float] = {}  # recommendation id -> snoozed until (epoch s)
+        # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
+        # to the store's recommendations table and read back at start, so they survive a restart
+        self.snoozed: dict[str, float] = {}
 
     # -- start and stop ----------------------------------------------------------------
 
@@ -100,45 +105,24 @@ class Daemon:
         )
 
     def _start_simulation(self) -> None:
-        from daemon.sim import nvml as sim_nvml
-        from daemon.sim import scenario
-
+        assert self.simulate is not None
+        self.simulation = Simulation(self.simulate)
         try:
-            loaded = scenario.load(self.simulate)
-        except scenario.ScenarioError as exc:
+            self.simulation.start()
+        except SimulationError as exc:
+            self.simulation = None
             raise DaemonError(str(exc)) from None
-        self._running_scenario = scenario.start(loaded)
-        sim_nvml.install(self._running_scenario.state_dir)
-        # The simulated GPU's kernel call blocks while the GPU works, as a CUDA kernel would:
-        # a stack inside it is compute, and its frames are not the user's code.
-        phases.register_runtime("*/daemon/sim/device.py", "*kernel", phases.COMPUTE,
-                                "running a kernel on the (simulated) GPU")
-        self.host["simulated"] = loaded.name
-        self.host["instance"] = {
-            "provider": loaded.instance.provider,
-            "type": loaded.instance.type,
-            "region": loaded.instance.region,
-            "lifecycle": loaded.instance.lifecycle,
-            "source": f"simulated scenario {loaded.name!r}",
-        }
-        log.info("simulating %r: %d x %s, workloads %s", loaded.name, loaded.gpu_count,
-                 loaded.gpu_model,
-                 ", ".join(f"{name} (pid {pid})" for name, pid, _ in
-                           self._running_scenario.workloads))
+        self.host.update(self.simulation.host)
 
     def _stop_simulation(self) -> None:
-        if self._running_scenario is None:
-            return
-        from daemon.sim import nvml as sim_nvml
-
-        sim_nvml.uninstall()
-        self._running_scenario.stop()
-        self._running_scenario = None
+        if self.simulation is not None:
+            self.simulation.stop()
+            self.simulation = None
 
     def request_stop(self) -> None:
         self._stop.set()
 
-    # -- the HTTP API (daemon/api.py) --------------------------------------------------------
+    # -- the HTTP API (daemon/api/) --------------------------------------------------------
 
     def _make_api(self) -> Any:
         from daemon.api.server import ApiServer
@@ -162,33 +146,62 @@ class Daemon:
             await self.api.stop()
             self.api = None
 
-    def _recommendation(self, rec_id: str) -> dict[str, Any] | None:
-        for rec in self.now().get("recommendations") or []:
+    # -- recommendations: find, act, snooze ----------------------------------------------------
+
+    def active_recommendations(self) -> list[dict[str, Any]]:
+        """The recommendations of the latest evaluation that are not snoozed. On the loop."""
+        if self.analyzer is None:
+            return []
+        return self._not_snoozed(self.analyzer.snapshot()["recommendations"])
+
+    def _not_snoozed(self, recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        wall = clock.now()
+        return [r for r in recommendations if self.snoozed.get(r["id"], 0.0) <= wall]
+
+    def recommendation(self, rec_id: str) -> dict[str, Any] | None:
+        """One active recommendation by id, or None. Call it on the event loop: it reads the
+        analyzer's state, which the loop mutates."""
+        for rec in self.active_recommendations():
             if rec.get("id") == rec_id:
                 return rec
         return None
 
-    def apply_recommendation(self, rec_id: str, dry_run: bool = True) -> dict[str, Any] | None:
-        """What the recommendation's action does (dry run) or did; None if it is not active."""
+    def run_action(self, rec: dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
+        """What the recommendation's action does (dry run) or did. Blocking (a signal, boto3):
+        the API runs it in a thread, with a recommendation found on the loop."""
         from daemon.api import actions
 
-        rec = self._recommendation(rec_id)
-        if rec is None:
-            return None
         instance_id = (self.host.get("instance") or {}).get("id")
         return actions.apply(rec, dry_run, allow_actions=self.config.api.allow_actions,
                              instance_id=instance_id).as_dict()
 
+    def apply_recommendation(self, rec_id: str, dry_run: bool = True) -> dict[str, Any] | None:
+        """What the recommendation's action does (dry run) or did; None if it is not active."""
+        rec = self.recommendation(rec_id)
+        return None if rec is None else self.run_action(rec, dry_run)
+
     def snooze_recommendation(self, rec_id: str, hours: float) -> float | None:
-        """Hide a recommendation for `hours`; returns until when, or None if it is not active."""
-        if self._recommendation(rec_id) is None:
+        """Hide a recommendation for `hours`, here and in the store; returns until when, or
+        None if it is not active."""
+        rec = self.recommendation(rec_id)
+        if rec is None:
             return None
-        until = time.time() + hours * 3600
-        book = getattr(getattr(self, "analyzer", None), "book", None)
-        if book is not None:
-            book.snooze(rec_id, until)
+        until = clock.now() + hours * 3600
         self.snoozed[rec_id] = until
+        if self.store is not None:
+            facts.write_recommendations(self.store, [dict(rec, snoozed_until=until)],
+                                        clock.now())
         return until
+
+    def _load_snoozes(self) -> None:
+        """Snoozes still running, as the store has them (a restart keeps them)."""
+        reader = Store.reader(str(self.db), timeout_s=5.0)
+        try:
+            wall = clock.now()
+            self.snoozed = {r["id"]: r["snoozed_until"] for r in queries.recommendations(reader, 0.0)
+                            if (r.get("snoozed_until") or 0.0) > wall}
+        finally:
+            reader.close()
 
     async def run(self) -> int:
         """Record until SIGTERM/SIGINT (or max_ticks). Returns the process exit code."""
@@ -197,12 +210,14 @@ class Daemon:
             loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
         self.tick = self.first_tick = self.store.last_tick  # numbering goes on across restarts
-        self.started_at = time.time()
+        self.started_at = clock.now()
         try:
+            self._load_snoozes()
             if self.simulate:
                 self._start_simulation()
             self.host.setdefault("hostname", socket.gethostname())
             self.host["interval_s"] = self.config.daemon.interval
+            self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
             self.store.set_meta("host", self.host)
             self.nvml.start()
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
@@ -236,10 +251,10 @@ class Daemon:
         evaluation = asyncio.create_task(self._evaluate_forever(), name="recommendations")
         watchdog = systemd.watchdog_interval()
         last_watchdog = 0.0
-        next_tick = math.ceil(time.time() / interval) * interval
+        next_tick = math.ceil(clock.now() / interval) * interval
         try:
             while not self._stop.is_set():
-                delay = next_tick - time.time()
+                delay = next_tick - clock.now()
                 if delay > 0:
                     try:
                         await asyncio.wait_for(self._stop.wait(), delay)
@@ -253,8 +268,8 @@ class Daemon:
                 if self.max_ticks is not None and self.tick - self.first_tick >= self.max_ticks:
                     break
                 next_tick += interval
-                if next_tick < time.time():  # fell behind: skip to the next boundary, say so
-                    missed = math.ceil((time.time() - next_tick) / interval)
+                if next_tick < clock.now():  # fell behind: skip to the next boundary, say so
+                    missed = math.ceil((clock.now() - next_tick) / interval)
                     self.ticks_late += missed
                     next_tick += missed * interval
                     log.debug("tick %d ran late; skipped %d", self.tick, missed)
@@ -270,96 +285,34 @@ class Daemon:
     # -- the live state, for the API and the TUI ---------------------------------------------
 
     def now(self) -> dict[str, Any]:
-        """The latest state as a JSON-ready document (the API's /v1/now; see the README)."""
-        sample, previous = self.last_sample, self.previous_sample
+        """The latest state as a JSON-ready document (the API's /v1/now; see the README).
+        Call it on the event loop: the tick and the analyzer change what it reads."""
         host = dict(self.host, nvml_status=self.nvml.status,
                     driver_version=self.nvml.driver_version)
-        if sample is None:
-            return {"version": 1, "host": host, "ts": None, "tick": self.tick, "gpus": [],
-                    "processes": []}
-        before = {p.key: p for p in previous.processes} if previous else {}
-        gap = sample.ts - previous.ts if previous else 0.0
-        snapshot = self.analyzer.snapshot() if self.analyzer is not None else None
-        costs = snapshot["processes"] if snapshot is not None else {}
-        return {
-            "version": 1,
-            "host": host,
-            "ts": sample.ts,
-            "tick": sample.tick,
-            "gpus": [gpu_view(gpu) for gpu in sample.gpus],
-            "processes": [self._with_cost_and_phases(
-                process_view(proc, before.get(proc.key), gap), costs)
-                for proc in sample.processes],
-            "store": self.store.health.as_dict() if self.store else None,
-            **self._cost_and_phases(snapshot),
-        }
-
-    def _with_cost_and_phases(self, view: dict[str, Any],
-                              costs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        key = view["key"]
-        cost = costs.get(key)
-        view["burn_per_hour"] = cost["burn_per_hour"] if cost else None
-        view["cost"] = cost["cost"] if cost else None
-        view["job"] = cost["job"] if cost else None
-        balance = self.phases_now.get(key)
-        view["phases"] = {phase: part["share"] for phase, part in balance.items()} if balance else {}
-        view["phase"] = max(view["phases"], key=view["phases"].get) if view["phases"] else None
-        status = self.attribution.status_by_key.get(key) if self.attribution else None
-        view["stack_status"] = status["status"] if status else None
-        return view
-
-    def _cost_and_phases(self, snapshot: dict[str, Any] | None) -> dict[str, Any]:
-        """The analyzer's burn, events and recommendations; the open low-utilization windows."""
-        extra: dict[str, Any] = {}
-        if snapshot is not None:
-            extra["price"] = snapshot["burn"]["price"]
-            extra["burn"] = {k: v for k, v in snapshot["burn"].items() if k != "price"}
-            extra["cost"] = snapshot["cost"]
-            extra["events"] = snapshot["events"]
-            extra["recommendations"] = [
-                r for r in snapshot["recommendations"]
-                if self.snoozed.get(r["id"], 0) <= time.time()]
-        if self.attribution is not None:  # low-utilization windows open now (not idle alerts)
-            extra["windows"] = self.attribution.active_windows()
-        return extra
+        cost = None
+        if self.analyzer is not None:
+            snapshot = self.analyzer.snapshot()
+            cost = CostView.from_snapshot(snapshot,
+                                          self._not_snoozed(snapshot["recommendations"]))
+        statuses = self.attribution.status_by_key if self.attribution is not None else {}
+        windows = self.attribution.active_windows() if self.attribution is not None else []
+        return now_document(
+            host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
+            idle_utilization_pct=self.config.idle.utilization, cost=cost,
+            phases=self.phases_now, stack_statuses=statuses, windows=windows,
+            store=self.store.health.as_dict() if self.store is not None else None)
 
     def _make_analyzer(self) -> Analyzer:
-        """Price the host (config, simulated scenario, or detection) and build the analyzer."""
-        from pricing import Catalog, detect
-
-        wanted = self.config.instance
-        override: dict[str, Any] = {
-            k: v for k, v in (("provider", wanted.provider), ("type", wanted.type),
-                              ("region", wanted.region), ("lifecycle", wanted.lifecycle)) if v}
-        if self.simulate and not override:
-            override = {k: v for k, v in self.host["instance"].items() if k != "source"}
-        instance = detect(override or None)
-        catalog = Catalog.load()
-        gpus = len(self.nvml.latest()[1]) or None
-        price = host_price(instance, catalog, wanted.price_per_hour, wanted.lifecycle,
-                           gpu_count_seen=gpus)
+        """Price the host (config, simulated scenario, or detection) and build the analyzer.
+        Blocking (detection may probe the network): run in a thread at start."""
+        simulated = self.host.get("instance") if self.simulate else None
+        price, catalog, instance = price_host(self.config, simulated,
+                                              len(self.nvml.latest()[1]) or None)
         self.host["price"] = price.as_dict()
-        self.host.setdefault("instance", {
-            "provider": instance.provider, "type": instance.instance_type,
-            "region": instance.region, "lifecycle": instance.lifecycle,
-            "source": instance.source})
+        self.host.setdefault("instance", instance)
+        assert self.store is not None
         self.store.set_meta("host", self.host)
-        log.info("price: $%.4f/h for the host (%s)", price.per_hour, price.source)
-        idle = self.config.idle
-        thresholds = IdleThresholds(
-            idle_utilization_pct=idle.utilization,
-            resume_utilization_pct=max(idle.utilization * 2, idle.utilization + 5),
-            gpu_held_after_s=idle.gpu_held_after, gpu_unheld_after_s=idle.gpu_unheld_after,
-            host_after_s=idle.host_after)
-        cost = self.config.cost
-        limits = {"idle_held_min_s": idle.gpu_held_after, "host_idle_min_s": idle.host_after,
-                  "shrink_min_window_s": cost.shrink_min_window,
-                  "spot_min_runtime_s": cost.spot_min_runtime}
-        meters = [unit_cost_meter(table) for table in cost.unit_costs]
-        return Analyzer(price, catalog, thresholds, jobs=cost.jobs, budgets=cost.budgets,
-                        storage_paths={path: cost.storage_price_per_gb_month
-                                       for path in cost.storage_paths},
-                        unit_costs=meters, limits=limits)
+        return build_analyzer(self.config, price, catalog)
 
     async def _evaluate_forever(self) -> None:
         """Every [cost].evaluate_every: phase balances from the store, then the rules."""
@@ -368,7 +321,7 @@ class Daemon:
         await asyncio.sleep(min(every, FIRST_EVALUATION_S))
         while True:
             try:
-                until = time.time()
+                until = clock.now()
                 since = until - min(1800.0, max(60.0, until - self.started_at))
                 balances, checkpoints = await asyncio.to_thread(
                     self._read_attribution, since, until)
@@ -380,10 +333,13 @@ class Daemon:
                     found = await asyncio.to_thread(
                         self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints)
                     self.analyzer.record(found)
+                    assert self.store is not None
                     for event in self.analyzer.idle.active():  # their cost so far grows
                         facts.write_event(self.store, event.as_dict())
+                    # A snoozed recommendation keeps its snooze in the store as it is seen again.
                     facts.write_recommendations(
-                        self.store, [r.as_dict() for r in found], until)
+                        self.store, [dict(r.as_dict(), snoozed_until=self.snoozed.get(r.id))
+                                     for r in found], until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
             await asyncio.sleep(every)
@@ -400,7 +356,7 @@ class Daemon:
 
     def phases_for(self, key: str, since_s: float) -> dict[str, Any] | None:
         """Phase balance of one process ("pid:start_time") over the last since_s seconds."""
-        until = time.time()
+        until = clock.now()
         balances, _ = self._read_attribution(until - since_s, until)
         for (pid, start), balance in balances.items():
             if process_key(pid, start) == key:
@@ -412,7 +368,7 @@ class Daemon:
         nvml_status, gpus, uses = self.nvml.latest()
         processes = self.procs.read(uses)
         return Sample(
-            ts=time.time(), tick=self.tick + 1, gpus=gpus, processes=processes,
+            ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
             host=read_pressure(), nvml_status=nvml_status)
 
     def _tick(self) -> None:
@@ -432,7 +388,7 @@ class Daemon:
     def _maintain_until(self, next_tick: float) -> None:
         """Rollups and retention in the gap before the next tick, within a small budget."""
         assert self.store is not None
-        budget = min(MAINTENANCE_BUDGET_S, max(0.0, next_tick - time.time() - 0.05))
+        budget = min(MAINTENANCE_BUDGET_S, max(0.0, next_tick - clock.now() - 0.05))
         if budget > 0.001:
             self.store.maintain(budget_s=budget)
 

@@ -1,0 +1,127 @@
+"""Derived models: what one tick means, built from this raw sample and the one before it.
+
+A raw `Sample` (daemon.sources.sample) holds facts as read: cumulative CPU seconds, bytes read,
+I/O wait seconds. What a person wants to see (CPU %, bytes per second, I/O wait %) is a rate
+between two samples, so it is computed here, once, in typed frozen models (below's
+`Model::new(sample, last)`). The live daemon and replay both build the /v1/now document from
+these, so the two cannot compute a rate two ways.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.sources.sample import GpuSample, ProcessSample, Sample
+from daemon.wire import process_key
+
+
+def _rate(now: float | None, before: float | None, seconds: float) -> float | None:
+    """(now - before) / seconds, or None when either side or the interval is unknown."""
+    if now is None or before is None or seconds <= 0:
+        return None
+    return (now - before) / seconds
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUseModel:
+    """What one process holds on one GPU this tick."""
+
+    index: int
+    memory_bytes: int | None
+    sm_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessModel:
+    """One process this tick, with its rates since the tick before (None on its first tick)."""
+
+    key: str  # daemon.wire.process_key: 'pid:start_time'
+    pid: int
+    start_time: float
+    ppid: int
+    user: str
+    command: str
+    gpus: tuple[GpuUseModel, ...]
+    gpu_memory_bytes: int | None  # summed over its GPUs; None when it holds no GPU
+    sm_share: float | None  # summed over its GPUs; None when it holds no GPU
+    cpu_percent: float | None
+    rss_bytes: int
+    read_bytes_per_s: float | None
+    write_bytes_per_s: float | None
+    io_wait_percent: float | None
+    state: str
+    threads: int
+    threads_in_d: int
+
+    @classmethod
+    def from_samples(cls, proc: ProcessSample, before: ProcessSample | None,
+                     seconds: float) -> ProcessModel:
+        """The model of `proc`, with rates over the `seconds` since `before` (same process)."""
+        cpu = read = write = iowait = None
+        if before is not None:
+            cpu = _rate(proc.cpu_seconds, before.cpu_seconds, seconds)
+            read = _rate(proc.read_bytes, before.read_bytes, seconds)
+            write = _rate(proc.write_bytes, before.write_bytes, seconds)
+            iowait = _rate(proc.iowait_seconds, before.iowait_seconds, seconds)
+        uses = tuple(GpuUseModel(u.gpu_index, u.memory_bytes, u.sm_share) for u in proc.gpus)
+        return cls(
+            key=process_key(proc.pid, proc.start_time), pid=proc.pid,
+            start_time=proc.start_time, ppid=proc.ppid, user=proc.user, command=proc.command,
+            gpus=uses,
+            gpu_memory_bytes=sum(u.memory_bytes or 0 for u in uses) if uses else None,
+            sm_share=sum(u.sm_share for u in uses) if uses else None,
+            cpu_percent=None if cpu is None else 100.0 * cpu,
+            rss_bytes=proc.rss_bytes, read_bytes_per_s=read, write_bytes_per_s=write,
+            io_wait_percent=None if iowait is None else 100.0 * iowait,
+            state=proc.state, threads=proc.threads, threads_in_d=proc.threads_in_d)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """One GPU this tick, with its busy/idle verdict under the configured idle threshold."""
+
+    index: int
+    uuid: str
+    name: str
+    status: str
+    error: str | None
+    utilization: float | None
+    sm_activity: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    power_watts: float | None
+    temperature_c: int | None
+    sm_clock_mhz: int | None
+    memory_clock_mhz: int | None
+    busy: bool | None  # None: utilization unknown (or the GPU failed this tick)
+
+    @classmethod
+    def from_sample(cls, gpu: GpuSample, busy: bool | None) -> GpuModel:
+        return cls(
+            index=gpu.index, uuid=gpu.uuid, name=gpu.name, status=gpu.status, error=gpu.error,
+            utilization=gpu.utilization, sm_activity=gpu.sm_activity,
+            memory_used_bytes=gpu.memory_used_bytes, memory_total_bytes=gpu.memory_total_bytes,
+            power_watts=gpu.power_watts, temperature_c=gpu.temperature_c,
+            sm_clock_mhz=gpu.sm_clock_mhz, memory_clock_mhz=gpu.memory_clock_mhz, busy=busy)
+
+
+@dataclass(frozen=True, slots=True)
+class TickModel:
+    """A whole tick: every GPU and process, rates against the previous sample."""
+
+    ts: float
+    tick: int
+    gpus: tuple[GpuModel, ...]
+    processes: tuple[ProcessModel, ...]
+
+    @classmethod
+    def from_samples(cls, sample: Sample, previous: Sample | None,
+                     busy: dict[int, bool | None]) -> TickModel:
+        """`busy` maps a GPU index to its verdict (the caller applies the idle threshold)."""
+        before = {p.key: p for p in previous.processes} if previous is not None else {}
+        seconds = sample.ts - previous.ts if previous is not None else 0.0
+        return cls(
+            ts=sample.ts, tick=sample.tick,
+            gpus=tuple(GpuModel.from_sample(g, busy.get(g.index)) for g in sample.gpus),
+            processes=tuple(ProcessModel.from_samples(p, before.get(p.key), seconds)
+                            for p in sample.processes))

@@ -1,0 +1,235 @@
+"""The /v1 handlers: health, now, history, phases, recommendations (+ apply, snooze).
+
+Each handler reads what the running daemon holds, on the event loop (the tick and the analyzer
+change that state on the loop, so it is never read from a thread); only blocking work runs in a
+thread: store reads (through their own read-only connections) and a recommendation's action.
+Errors are JSON {"error": "..."} that name the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from daemon import __version__, clock
+from daemon.analysis.cost import gpu_wasted_per_hour
+from daemon.wire import API_VERSION, parse_process_key
+
+MAX_BODY_BYTES = 64 * 1024
+HISTORY_TIMEOUT_S = 3.0  # a history query is cut off past this (the store reader's deadline)
+MAX_HISTORY_SINCE_S = 400 * clock.DAY_S
+MAX_HISTORY_POINTS = 2000
+MAX_SNOOZE_HOURS = 24 * 90
+
+
+def json_error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _bad(message: str) -> web.HTTPException:
+    return web.HTTPBadRequest(text=json.dumps({"error": message}),
+                              content_type="application/json")
+
+
+def _number(query: Any, name: str, default: float, low: float, high: float) -> float:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(f"{name}={raw!r} is not a number") from None
+    if not (low <= value <= high):
+        raise _bad(f"{name}={raw!r} must be between {low:g} and {high:g}")
+    return value
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise _bad("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object")
+    return body
+
+
+def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
+    """The /v1 routes over `daemon` (a runtime.daemon.Daemon)."""
+
+    async def health(request: web.Request) -> web.Response:
+        store = daemon.store.health.as_dict() if getattr(daemon, "store", None) else None
+        nvml = getattr(getattr(daemon, "nvml", None), "status", "unknown")
+        return web.json_response({
+            "ok": daemon.last_sample is not None, "version": __version__,
+            "api_version": API_VERSION, "uptime_s": time.monotonic() - started_mono,
+            "tick": daemon.tick, "nvml_status": nvml, "store": store,
+            "hostname": daemon.host.get("hostname", ""),
+        })
+
+    async def now(request: web.Request) -> web.Response:
+        return web.json_response(daemon.now())
+
+    async def history(request: web.Request) -> web.Response:
+        from daemon.store.schema import GPU_METRICS, PROCESS_METRICS
+
+        metric = request.query.get("metric", "utilization")
+        since = _number(request.query, "since", 3600, 1, MAX_HISTORY_SINCE_S)
+        points = int(_number(request.query, "points", 300, 1, MAX_HISTORY_POINTS))
+        gpu_q, proc_q = request.query.get("gpu"), request.query.get("process")
+        until = clock.now()
+        read: Callable[[Any], list[Any]]
+        if proc_q is not None:
+            if metric not in PROCESS_METRICS:
+                raise _bad(f"metric={metric!r} is not a process metric; one of "
+                           f"{', '.join(sorted(PROCESS_METRICS))}")
+            try:
+                pid, start = parse_process_key(proc_q)
+            except ValueError as exc:
+                raise _bad(str(exc)) from None
+            target = f"process:{proc_q}"
+
+            def read(reader: Any) -> list[Any]:
+                return reader.process_history(pid, start, metric, until - since, until, points)
+        elif metric == "wasted_per_hour":
+            target = "host"
+            document = daemon.now()  # on the loop; the store read below runs in a thread
+            price = _price_per_gpu(document)
+            gpus = [g.get("index") for g in document.get("gpus", [])]
+            idle_pct = daemon.config.idle.utilization
+
+            def read(reader: Any) -> list[Any]:
+                return wasted_series(reader, gpus, price, until - since, until, points,
+                                     idle_pct)
+        else:
+            if metric not in GPU_METRICS:
+                raise _bad(f"metric={metric!r} is not a GPU metric; one of "
+                           f"{', '.join(sorted(GPU_METRICS))} or wasted_per_hour")
+            if gpu_q is None:
+                raise _bad("say which series: gpu=INDEX or process=PID:START")
+            try:
+                index = int(gpu_q)
+            except ValueError:
+                raise _bad(f"gpu={gpu_q!r} is not a GPU index") from None
+            target = f"gpu:{index}"
+
+            def read(reader: Any) -> list[Any]:
+                return reader.gpu_history(index, metric, until - since, until, points)
+        try:
+            rows = await asyncio.wait_for(
+                asyncio.to_thread(_read_store, daemon.db, read), HISTORY_TIMEOUT_S + 2)
+        except (asyncio.TimeoutError, TimeoutError):
+            return json_error(503, f"history query ran past {HISTORY_TIMEOUT_S} s; ask for a "
+                                   "shorter range or fewer points")
+        except Exception as exc:
+            if type(exc).__name__ == "ReaderTimeout":
+                return json_error(503, str(exc))
+            raise
+        return web.json_response({"metric": metric, "target": target, "since_s": since,
+                                  "until": until, "points": [list(p) for p in rows]})
+
+    async def phases(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        try:
+            parse_process_key(key)
+        except ValueError as exc:
+            return json_error(400, str(exc))
+        since = _number(request.query, "since", 1800, 1, MAX_HISTORY_SINCE_S)
+        # phases_for reads the store through its own reader: off the loop
+        result = await asyncio.to_thread(daemon.phases_for, key, since)
+        if result is None:
+            return json_error(404, f"no process {key} on this host")
+        if not isinstance(result, dict) or "phases" not in result:
+            result = {"phases": result}
+        return web.json_response({"key": key, "since_s": since, **result})
+
+    async def recommendations(request: web.Request) -> web.Response:
+        # the daemon keeps the snoozes: what it lists is what is active
+        return web.json_response({"recommendations": daemon.active_recommendations()})
+
+    async def apply(request: web.Request) -> web.Response:
+        from daemon.api.actions import ActionError
+
+        rec_id = request.match_info["id"]
+        body = await _body(request)
+        dry_run = body.get("dry_run", True)
+        if not isinstance(dry_run, bool):
+            return json_error(400, f"dry_run={dry_run!r} must be true or false")
+        rec = daemon.recommendation(rec_id)  # on the loop, where the analyzer's state lives
+        if rec is None:
+            return json_error(404, f"no active recommendation {rec_id!r}; list them at "
+                                   "/v1/recommendations")
+        try:  # only the action (a signal, boto3 calls) runs in a thread
+            result = await asyncio.to_thread(daemon.run_action, rec, dry_run)
+        except ActionError as exc:
+            return json_error(exc.status, str(exc))
+        return web.json_response(result)
+
+    async def snooze(request: web.Request) -> web.Response:
+        rec_id = request.match_info["id"]
+        body = await _body(request)
+        hours = body.get("hours", 24)
+        if isinstance(hours, bool) or not isinstance(hours, int | float) or not (
+                0 < hours <= MAX_SNOOZE_HOURS):
+            return json_error(400, f"hours={hours!r} must be a number between 0 and "
+                                   f"{MAX_SNOOZE_HOURS}")
+        until = daemon.snooze_recommendation(rec_id, float(hours))
+        if until is None:
+            return json_error(404, f"no active recommendation {rec_id!r}; list them at "
+                                   "/v1/recommendations")
+        return web.json_response({"id": rec_id, "snoozed_until": until})
+
+    app.router.add_get("/v1/health", health)
+    app.router.add_get("/v1/now", now)
+    app.router.add_get("/v1/history", history)
+    app.router.add_get("/v1/processes/{key}/phases", phases)
+    app.router.add_get("/v1/recommendations", recommendations)
+    app.router.add_post("/v1/recommendations/{id}/apply", apply)
+    app.router.add_post("/v1/recommendations/{id}/snooze", snooze)
+
+
+def _price_per_gpu(document: dict[str, Any]) -> float:
+    burn = document.get("burn") or {}
+    price = burn.get("price_per_gpu")
+    if price is None:
+        price = (document.get("price") or {}).get("per_gpu_per_hour")
+    return float(price or 0.0)
+
+
+def wasted_series(reader: Any, gpus: list[int], price_per_gpu: float, since: float,
+                  until: float, points: int,
+                  idle_utilization_pct: float) -> list[tuple[float, float, float, float]]:
+    """Host wasted $/h over time: the sum over GPUs of the cost model's wasted $/h for each
+    GPU's utilization (daemon.analysis.cost.gpu_wasted_per_hour, the header's computation).
+    A point is (ts, average, min, max): the min from the busiest moment, the max the idlest."""
+    total: dict[float, list[float]] = {}
+    for index in gpus:
+        for ts, avg, low, high in reader.gpu_history(index, "utilization", since, until, points):
+            acc = total.setdefault(ts, [0.0, 0.0, 0.0])
+            acc[0] += gpu_wasted_per_hour(price_per_gpu, avg, True, idle_utilization_pct)
+            acc[1] += gpu_wasted_per_hour(price_per_gpu, high, True, idle_utilization_pct)
+            acc[2] += gpu_wasted_per_hour(price_per_gpu, low, True, idle_utilization_pct)
+    return [(ts, v[0], v[1], v[2]) for ts, v in sorted(total.items())]
+
+
+def _read_store(db: Path, read: Callable[[Any], list[Any]]) -> list[Any]:
+    from daemon.store.reader import StoreReader
+
+    if not Path(db).exists():
+        return []
+    reader = StoreReader(str(db), timeout_s=HISTORY_TIMEOUT_S)
+    try:
+        return read(reader)
+    finally:
+        reader.close()

@@ -1,0 +1,64 @@
+"""`mlcostd run --simulate`: start a scenario's workloads and point pynvml at the simulated GPUs.
+
+Only the NVML library is replaced (daemon/sim/); everything else the daemon does runs as on a
+real host. Kept apart from the tick loop so the loop reads the same with or without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from daemon.analysis import phases
+
+log = logging.getLogger(__name__)
+
+
+class SimulationError(RuntimeError):
+    """The scenario cannot be loaded; the message names it and what exists."""
+
+
+class Simulation:
+    """One running scenario: its workloads and the simulated NVML they drive."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._running: Any = None
+        self.host: dict[str, Any] = {}  # what the daemon records as this host
+
+    def start(self) -> None:
+        from daemon.sim import nvml as sim_nvml
+        from daemon.sim import scenario
+
+        try:
+            loaded = scenario.load(self.name)
+        except scenario.ScenarioError as exc:
+            raise SimulationError(str(exc)) from None
+        self._running = scenario.start(loaded)
+        sim_nvml.install(self._running.state_dir)
+        # The simulated GPU's kernel call blocks while the GPU works, as a CUDA kernel would:
+        # a stack inside it is compute, and its frames are not the user's code.
+        phases.register_runtime("*/daemon/sim/device.py", "*kernel", phases.COMPUTE,
+                                "running a kernel on the (simulated) GPU")
+        self.host = {
+            "simulated": loaded.name,
+            "instance": {
+                "provider": loaded.instance.provider,
+                "type": loaded.instance.type,
+                "region": loaded.instance.region,
+                "lifecycle": loaded.instance.lifecycle,
+                "source": f"simulated scenario {loaded.name!r}",
+            },
+        }
+        log.info("simulating %r: %d x %s, workloads %s", loaded.name, loaded.gpu_count,
+                 loaded.gpu_model,
+                 ", ".join(f"{name} (pid {pid})" for name, pid, _ in self._running.workloads))
+
+    def stop(self) -> None:
+        if self._running is None:
+            return
+        from daemon.sim import nvml as sim_nvml
+
+        sim_nvml.uninstall()
+        self._running.stop()
+        self._running = None

@@ -1,0 +1,115 @@
+"""Races between the event loop and threads, each pinned by a bounded stress test that runs the
+conflicting paths concurrently:
+
+- the API's apply path must find the recommendation on the event loop (the analyzer's state is
+  mutated there by every tick), and run only the action in a thread;
+- `mlcostd run --watch` must read the store off the event loop, so the tick never waits on it.
+
+Both would fail before the fix: the lookup ran inside asyncio.to_thread, and the watch built its
+report on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import aiohttp
+
+from daemon.api.server import ApiServer
+from daemon.commands import cli, report
+from tests.daemon.scripted import recording_daemon
+
+COPY_REC = {"id": "rec-copy", "rule": "host_idle", "target": "host", "summary": "stop it",
+            "savings_per_month": 100.0, "method": "m", "evidence": {},
+            "action": {"kind": "copy_commands", "commands": ["sudo shutdown -h now"]}}
+REQUESTS = 40
+STRESS_TIMEOUT_S = 60.0
+
+
+def test_apply_reads_the_analyzer_on_the_loop_while_ticks_run(tmp_path):
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0)
+    analyzer = daemon.analyzer
+    real_snapshot = analyzer.snapshot
+    readers: set[int] = set()
+
+    def snapshot():  # who reads the analyzer's state, with one known recommendation in it
+        readers.add(threading.get_ident())
+        found = real_snapshot()
+        return dict(found, recommendations=[*found["recommendations"], COPY_REC])
+
+    analyzer.snapshot = snapshot
+
+    async def main() -> tuple[int, list[int], int]:
+        loop_thread = threading.get_ident()
+        server = ApiServer(daemon, tmp_path / "run" / "mlcostd.sock")
+        await server.start()
+        stop = asyncio.Event()
+
+        async def tick_forever() -> int:  # the loop mutates the analyzer meanwhile
+            ticks = 0
+            while not stop.is_set():
+                daemon._tick()
+                ticks += 1
+                await asyncio.sleep(0)
+            return ticks
+
+        ticking = asyncio.create_task(tick_forever())
+        connector = aiohttp.UnixConnector(path=str(server.socket_path))
+        try:
+            async with aiohttp.ClientSession(connector=connector) as session:
+                async def apply() -> int:
+                    async with session.post("http://x/v1/recommendations/rec-copy/apply",
+                                            json={"dry_run": True}) as response:
+                        await response.json()
+                        return response.status
+
+                statuses = await asyncio.wait_for(
+                    asyncio.gather(*(apply() for _ in range(REQUESTS))), STRESS_TIMEOUT_S)
+        finally:
+            stop.set()
+            ticks = await ticking
+            await server.stop()
+        return loop_thread, list(statuses), ticks
+
+    loop_thread, statuses, ticks = asyncio.run(main())
+    daemon.store.close()
+    assert statuses == [200] * REQUESTS
+    assert ticks > 0  # the requests really ran beside ticks
+    assert readers == {loop_thread}, "the analyzer was read from a thread"
+
+
+def test_watch_reads_the_store_off_the_event_loop(tmp_path, monkeypatch, capsys):
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0)
+    builders: list[int] = []
+    real_build = report.build
+
+    def build(reader, since_s, until=None):
+        builders.append(threading.get_ident())
+        return real_build(reader, since_s, until)
+
+    monkeypatch.setattr(report, "build", build)
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        watch = asyncio.create_task(cli._watch(daemon, first_after_s=0.0, every_s=0.0))
+
+        async def tick_until_watched(views: int) -> None:
+            while len(builders) < views:  # the recorder keeps writing while the view reads
+                daemon._tick()
+                await asyncio.sleep(0.01)
+
+        try:
+            await asyncio.wait_for(tick_until_watched(5), STRESS_TIMEOUT_S)
+        finally:
+            watch.cancel()
+            try:
+                await watch
+            except asyncio.CancelledError:
+                pass
+        return loop_thread
+
+    loop_thread = asyncio.run(main())
+    daemon.store.close()
+    assert len(builders) >= 5
+    assert loop_thread not in builders, "the watch read the store on the event loop"
+    assert "mlcost report: testhost" in capsys.readouterr().out

@@ -1,0 +1,67 @@
+"""Snoozes are kept in one place (the running daemon), written to the store, and read back at
+start: a recommendation snoozed in one run stays hidden in the next run on the same database,
+even though the rules find it again."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import livedaemon
+import pytest
+from livedaemon import poll
+
+IDLE_CONFIG = {
+    "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
+    "cost": {"evaluate_every": "5s"},
+}
+ADVICE_TIMEOUT_S = 120.0
+RULE = "host_idle"  # its target is the host, so its id is the same in both runs
+
+
+def recommendation_row(db, rec_id: str) -> tuple[float, float | None] | None:
+    """(last_seen, snoozed_until) of one recommendation as the store has it, in seconds."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT last_seen, snoozed_until FROM recommendations WHERE id = ?",
+                           (rec_id,)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    return row[0] / 1000, None if row[1] is None else row[1] / 1000
+
+
+def listed(daemon) -> set[str]:
+    in_now = {r["id"] for r in daemon.now().get("recommendations") or []}
+    in_list = {r.id for r in daemon.call("recommendations")}
+    return in_now | in_list
+
+
+def test_a_snooze_survives_a_restart(tmp_path):
+    first = livedaemon.start(tmp_path, "idle-host", interval=0.5, config=IDLE_CONFIG)
+    try:
+        rec = poll(lambda: next((r for r in first.now().get("recommendations") or []
+                                 if r["rule"] == RULE), None),
+                   ADVICE_TIMEOUT_S, f"a {RULE} recommendation", every=0.5,
+                   explain=first.log_tail)
+        until = first.call("snooze", rec["id"], 2)
+        assert until > time.time() + 3600
+        assert rec["id"] not in listed(first)
+    finally:
+        assert first.stop() == 0, first.log_tail()
+    kept = pytest.approx(until, abs=0.001)  # the store keeps milliseconds
+    assert recommendation_row(first.db, rec["id"])[1] == kept
+
+    restarted = time.time()
+    second = livedaemon.start(tmp_path, "idle-host", interval=0.5, config=IDLE_CONFIG)
+    try:
+        # the second run's rules find the idle host again (the row's last_seen moves on) ...
+        poll(lambda: (recommendation_row(second.db, rec["id"]) or (0.0,))[0] > restarted,
+             ADVICE_TIMEOUT_S, f"the second run's {RULE} recommendation in the store",
+             every=0.5, explain=second.log_tail)
+        # ... and it stays snoozed: hidden from /v1/now and /v1/recommendations, snooze kept
+        assert rec["id"] not in listed(second)
+        assert recommendation_row(second.db, rec["id"])[1] == kept
+    finally:
+        assert second.stop() == 0, second.log_tail()
