@@ -13,7 +13,7 @@ STARTED = time.perf_counter()
 import asyncio  # noqa: E402
 import statistics  # noqa: E402
 
-from daemon.wire import Now  # noqa: E402
+from daemon.wire import Now, process_key  # noqa: E402
 from mlcost_tui.app import MlcostTop  # noqa: E402
 from mlcost_tui.messages import HostSnapshot, SnapshotArrived  # noqa: E402
 
@@ -26,7 +26,7 @@ def document(step: int) -> dict:
              "utilization": float((i * 13 + step * 7) % 101), "memory_used_bytes": 40 * GIB,
              "memory_total_bytes": 80 * GIB, "power_watts": 300.0, "temperature_c": 60}
             for i in range(GPUS)]
-    procs = [{"key": f"{10000 + i}:1700000000.00", "pid": 10000 + i, "start_time": 1.7e9,
+    procs = [{"key": process_key(10000 + i, 1.7e9), "pid": 10000 + i, "start_time": 1.7e9,
               "ppid": 10000 + (i // 8) * 8 if i % 8 else 1, "user": f"user{i % 17}",
               "command": f"/usr/bin/python3 -m train.job_{i} --lr 0.1",
               "gpus": [{"index": i % GPUS, "memory_bytes": GIB, "sm_share": float(i % 50)}],

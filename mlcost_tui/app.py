@@ -1,22 +1,20 @@
-"""mlcost-top: a thin Textual App. Panels live in mlcost_tui/panels, screens in mlcost_tui/screens.
+"""mlcost-top: a thin Textual App. It owns the keys, the actions and the layout; panels live in
+mlcost_tui/panels, screens in mlcost_tui/screens, the data sources in mlcost_tui/sources.py and the
+command line in mlcost_tui/cli.py.
 
-A worker polls /v1/now (never overlapping: the next poll is scheduled when the last finished) and
-hands one frozen snapshot to the UI in a SnapshotArrived message; the UI applies it inside
-batch_update(). Paused or behind a modal, polling goes on and rendering is skipped.
+A worker polls the source (never overlapping: the next poll is scheduled when the last finished)
+and hands one frozen snapshot to the UI in a SnapshotArrived message; the UI applies it inside
+batch_update(). Paused or behind a modal, polling goes on and rendering is skipped. A replay posts
+the same message, so live and replayed states are rendered by the same code.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
-import signal
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -25,8 +23,8 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 
-from daemon.wire import Now, Process, Recommendation, parse_process_key
-from mlcost_tui import format as fmt
+from daemon.clock import local_time
+from daemon.wire import Now, Process, Recommendation
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
@@ -37,14 +35,13 @@ from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
 from mlcost_tui.screens.details import DetailsScreen
 from mlcost_tui.screens.help import HelpScreen
-from mlcost_tui.screens.history import WINDOWS, HistoryScreen
+from mlcost_tui.screens.history import HistoryScreen
+from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
 
 if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, after the first frame
     from daemon.client import Client
     from daemon.replay import Replay
 
-POLL_INTERVAL_S = 1.0
-RETRY_MAX_S = 10.0
 SNOOZE_HOURS = 24.0
 
 
@@ -121,27 +118,30 @@ class MlcostTop(App):
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
                  starting: str | None = None, replay: Replay | None = None) -> None:
         super().__init__()
-        self.clients = list(clients)
-        self.replay = replay
-        self.replay_times: list[float] = replay.times() if replay is not None else []
-        self.replay_index = 0
+        self.live = LiveSource(clients, interval_s)
+        self.replay = ReplaySource(replay) if replay is not None else None
         self.playing = False
-        self.last_replay_now: Now | None = None  # shown again if a later tick cannot be read
         self._play_timer: Timer | None = None
         # Whose full view is shown: 0 with one daemon (or a replay), the chosen row's host in a
         # fleet after enter, None while the fleet table is shown.
         self.viewing: int | None = None if len(self.clients) > 1 else 0
         self.readonly = readonly
-        self.interval_s = interval_s
         self.polling = poll
         self.starting = starting  # shown until the first answer (e.g. "starting the demo…")
         self.paused = False
         self.hosts: tuple[HostSnapshot, ...] = ()
-        self.failures = [0] * len(self.clients)
-        self.last_now: list[Now | None] = [None] * len(self.clients)
         self.next_poll_at: float | None = None
         self._poll_timer: Timer | None = None
         self.render_seconds = 0.0  # how long the last render took (the bench reads it)
+
+    @property
+    def clients(self) -> list[Client]:
+        return self.live.clients
+
+    @property
+    def replay_index(self) -> int:
+        """The replayed tick shown (0 when live)."""
+        return self.replay.index if self.replay is not None else 0
 
     @property
     def fleet(self) -> bool:
@@ -183,36 +183,13 @@ class MlcostTop(App):
 
     # -- polling -----------------------------------------------------------------------------
 
-    async def _fetch(self, index: int, client: Client) -> HostSnapshot:
-        from daemon.client import ClientError
-
-        started = time.monotonic()
-        try:
-            now = await client.now()
-        except ClientError as exc:
-            self.failures[index] += 1
-            return HostSnapshot(client.name, self.last_now[index], str(exc),
-                                time.monotonic() - started, fmt.clock(), self.failures[index])
-        self.failures[index] = 0
-        self.last_now[index] = now
-        return HostSnapshot(client.name, now, None, time.monotonic() - started, fmt.clock())
-
-    def retry_delay(self) -> float:
-        worst = max(self.failures, default=0)
-        if worst == 0:
-            return self.interval_s
-        if self.starting and all(n is None for n in self.last_now):
-            return 0.5  # the embedded daemon is starting: look again soon
-        return min(self.interval_s * 2 ** (worst - 1), RETRY_MAX_S)
-
     @work(exclusive=True, group="poll", exit_on_error=False,
           description="poll each mlcostd for /v1/now")
     async def poll(self) -> None:
         try:
-            hosts = await asyncio.gather(*(self._fetch(i, c) for i, c in enumerate(self.clients)))
-            self.post_message(SnapshotArrived(tuple(hosts)))
+            self.post_message(SnapshotArrived(await self.live.fetch_all()))
         finally:
-            delay = self.retry_delay()
+            delay = self.live.retry_delay(starting=bool(self.starting))
             self.next_poll_at = time.monotonic() + delay
             if self.polling and self.is_running:
                 self._poll_timer = self.set_timer(delay, self.poll, name="next poll")
@@ -232,19 +209,20 @@ class MlcostTop(App):
         """Apply the latest snapshot to every panel in one batch."""
         started = time.perf_counter()
         retry = None
-        if self.next_poll_at is not None and any(self.failures):
+        if self.next_poll_at is not None and any(self.live.failures):
             retry = max(self.next_poll_at - time.monotonic(), 0.0)
         with self.batch_update():
             header = self.query_one(HeaderPanel)
             if self.viewing is None:
-                header.show(_fleet_header(self.hosts), self.paused, retry)
+                header.show(fleet_totals(self.hosts), self.paused, retry)
                 self.query_one(FleetPanel).show(self.hosts)
             else:
                 snap = self.shown_host
                 if self.starting and (snap is None or snap.now is None):
                     header.update(self.starting)
                 else:
-                    header.show(snap, self.paused, retry, self.replay_status())
+                    header.show(snap, self.paused, retry,
+                                self.replay.status(self.playing) if self.replay else None)
                 if snap is not None and snap.now is not None:
                     self.query_one(GpuPanel).show(snap.now)
                     self.query_one(ProcessPanel).show(snap.now)
@@ -266,22 +244,14 @@ class MlcostTop(App):
     # -- what is selected --------------------------------------------------------------------
 
     def selected_process(self) -> Process | None:
-        if self.viewing is None:
-            return None
-        table = self.query_one(ProcessPanel)
-        key = table.selected_key
-        return table.processes.get(key) if key else None
+        return self.query_one(ProcessPanel).selected() if self.viewing is not None else None
 
     def selected_recommendation(self) -> Recommendation | None:
-        if self.viewing is None:
-            return None
-        table = self.query_one(RecommendationTable)
-        key = table.selected_key
-        return table.recommendations.get(key) if key else None
+        return self.query_one(RecommendationTable).selected() if self.viewing is not None \
+            else None
 
     def recommendations_for(self, process: Process) -> tuple[Recommendation, ...]:
-        recs = self.query_one(RecommendationTable).recommendations.values()
-        return tuple(r for r in recs if _is_about(r, process))
+        return self.query_one(RecommendationTable).about(process)
 
     def current_recommendation(self) -> Recommendation | None:
         screen = self.screen
@@ -377,7 +347,7 @@ class MlcostTop(App):
         self.paused = not self.paused
         if self.paused:
             self.query_one(HeaderPanel).show(
-                _fleet_header(self.hosts) if self.viewing is None else self.shown_host, True)
+                fleet_totals(self.hosts) if self.viewing is None else self.shown_host, True)
         else:
             self.render_hosts()
 
@@ -396,8 +366,8 @@ class MlcostTop(App):
             self.query_one(GpuPanel).recent.clear()
         self.viewing = index
         self.query_one(FleetPanel).add_class("hidden")
-        for panel in ("#gpus", "#processes", "#recommendations"):
-            self.query_one(panel).remove_class("hidden")
+        for name in ("#gpus", "#processes", "#recommendations"):
+            self.query_one(name).remove_class("hidden")
         self.query_one(ProcessPanel).focus()
         self.refresh_bindings()
         if self.hosts:
@@ -408,8 +378,8 @@ class MlcostTop(App):
             return
         self.viewing = None
         self.close_filter(clear=True)
-        for panel in ("#gpus", "#processes", "#recommendations"):
-            self.query_one(panel).add_class("hidden")
+        for name in ("#gpus", "#processes", "#recommendations"):
+            self.query_one(name).add_class("hidden")
         fleet = self.query_one(FleetPanel)
         fleet.remove_class("hidden")
         fleet.focus()
@@ -419,35 +389,19 @@ class MlcostTop(App):
 
     # -- replay --------------------------------------------------------------------------------
 
-    def replay_status(self) -> str | None:
-        """The header's replay line (None when live)."""
-        if self.replay is None or not self.replay_times:
-            return None
-        from daemon.replay import clock
-
-        at = self.replay_times[self.replay_index]
-        state = "▶ playing" if self.playing else "⏸ paused"
-        return (f"⏵ replay {self.replay.path.name}  {clock(at)}  tick {self.replay_index + 1}/"
-                f"{len(self.replay_times)}  {state}  ([ ] tick, {{ }} minute, space play)")
-
     def replay_goto(self, index: int) -> None:
-        if not self.replay_times:
+        replay = self.replay
+        if replay is None or not replay.times:
             return
-        self.replay_index = min(max(index, 0), len(self.replay_times) - 1)
-        self.load_replay(self.replay_times[self.replay_index])
+        replay.index = replay.clamp(index)
+        self.load_replay(replay.times[replay.index])
 
     def action_replay_step(self, step: int) -> None:
         self.replay_goto(self.replay_index + step)
 
     def action_replay_minute(self, step: int) -> None:
-        if not self.replay_times:
-            return
-        import bisect
-
-        target = self.replay_times[self.replay_index] + 60.0 * step
-        index = bisect.bisect_left(self.replay_times, target) if step > 0 else \
-            bisect.bisect_right(self.replay_times, target) - 1
-        self.replay_goto(index)
+        if self.replay is not None and self.replay.times:
+            self.replay_goto(self.replay.minute_from_here(step))
 
     def toggle_play(self) -> None:
         self.playing = not self.playing
@@ -455,8 +409,8 @@ class MlcostTop(App):
             self._play_timer.stop()
             self._play_timer = None
         if self.playing and self.replay is not None:
-            if self.replay_index >= len(self.replay_times) - 1:
-                self.replay_index = -1  # at the end: play from the start
+            if self.replay.at_end:
+                self.replay.index = -1  # at the end: play from the start
             period = min(max(self.replay.interval_s, 0.1), 1.0)
             self._play_timer = self.set_interval(period, self._play_step, name="replay play")
             self._play_step()
@@ -464,28 +418,16 @@ class MlcostTop(App):
             self.render_hosts()
 
     def _play_step(self) -> None:
-        if self.replay_index >= len(self.replay_times) - 1:
+        if self.replay is None or self.replay.at_end:
             self.toggle_play()  # the end of the recording
             return
-        self.replay_goto(self.replay_index + 1)
+        self.replay_goto(self.replay.index + 1)
 
     @work(thread=True, exclusive=True, group="replay", exit_on_error=False,
           description="read one recorded tick from the replay store")
     def load_replay(self, ts: float) -> None:
         assert self.replay is not None
-        started = time.monotonic()
-        target = f"replay:{self.replay.path.name}"
-        try:
-            now = Now.from_dict(self.replay.state_at(ts))
-        except Exception as exc:  # a damaged store must not take the UI down
-            self.post_message(SnapshotArrived((HostSnapshot(
-                target, self.last_replay_now, f"cannot read {self.replay.path} at "
-                f"{ts:.3f}: {exc}", time.monotonic() - started, fmt.clock(), 1),)))
-            return
-        self.last_replay_now = now
-        self.post_message(SnapshotArrived((HostSnapshot(
-            target, now, None, time.monotonic() - started, fmt.clock()),)))
-
+        self.post_message(SnapshotArrived((self.replay.read(ts),)))
 
     def action_details(self) -> None:
         if self.viewing is None:
@@ -498,9 +440,8 @@ class MlcostTop(App):
             return
         process = self.selected_process()
         if process is not None:
-            screen = DetailsScreen(process=process, related=self.recommendations_for(process))
-            self.push_screen(screen)
-            self.load_phases(screen)
+            self.push_screen(DetailsScreen(process=process, client=self.client,
+                                           related=self.recommendations_for(process)))
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -550,7 +491,7 @@ class MlcostTop(App):
         if self.viewing is None or self.client is None:
             return
         gpus = tuple(g.index for g in self.now.gpus) if self.now else ()
-        self.push_screen(HistoryScreen(gpus))
+        self.push_screen(HistoryScreen(gpus, self.client))
 
     # -- workers for one-off requests -----------------------------------------------------------
 
@@ -601,54 +542,8 @@ class MlcostTop(App):
             table.show(self.now)
         if isinstance(self.screen, DetailsScreen) and self.screen.recommendation is not None:
             self.pop_screen()
-        self.notify(f"snoozed until {time.strftime('%a %H:%M', time.localtime(until))}: "
+        self.notify(f"snoozed until {local_time(until, seconds=False)}: "
                     f"{rec.summary[:60]}")
-
-    @work(exclusive=True, group="phases", exit_on_error=False,
-          description="load a process's phase balance from mlcostd")
-    async def load_phases(self, screen: DetailsScreen) -> None:
-        from daemon.client import ClientError
-
-        if screen.process is None:
-            return
-        if self.client is None:
-            screen.set_phases(None, "phases: a replay shows each process's recent balance in "
-                                    "the process table (the phase balance column)")
-            return
-        try:
-            phases = await self.client.phases(screen.process.key)
-        except ClientError as exc:
-            screen.set_phases(None, f"phases: {exc}")
-            return
-        screen.set_phases(phases, None)
-
-    @work(exclusive=True, group="history", exit_on_error=False,
-          description="load utilization and wasted $/h history from mlcostd")
-    async def load_history(self, screen: HistoryScreen) -> None:
-        from daemon.client import ClientError
-
-        client = self.client
-        if client is None:
-            screen.done("history needs a daemon")
-            return
-        error = None
-        for since, label in WINDOWS:
-            try:
-                wasted = await client.host_history("wasted_per_hour", since, 120)
-                screen.show_series("wasted", since, f"Wasted $/h, {label}", wasted, None, True)
-            except ClientError as exc:
-                error = str(exc)
-                screen.show_series("wasted", since, f"Wasted $/h, {label}", None, error, True)
-            for index in screen.gpus:
-                try:
-                    history = await client.gpu_history(index, "utilization", since, 120)
-                    screen.show_series(f"gpu{index}", since, f"GPU {index} utilization, {label}",
-                                       history, None)
-                except ClientError as exc:
-                    error = str(exc)
-                    screen.show_series(f"gpu{index}", since, f"GPU {index} utilization, {label}",
-                                       None, error)
-        screen.done(error)
 
     # -- the command palette -----------------------------------------------------------------
 
@@ -661,164 +556,21 @@ class MlcostTop(App):
             yield SystemCommand(title, help_text, partial(self.run_action, action))
 
     async def on_unmount(self) -> None:
-        for client in self.clients:
-            await client.close()
+        await self.live.close()
         if self.replay is not None:
             self.replay.close()
 
 
-def _is_about(rec: Recommendation, process: Process) -> bool:
-    pid = rec.action.get("pid")
-    if isinstance(pid, int):
-        start = rec.action.get("start_time")
-        return pid == process.pid and (not isinstance(start, int | float)
-                                       or abs(start - process.start_time) < 0.01)
-    try:
-        pid_t, start_t = parse_process_key(rec.target)
-    except ValueError:
-        return False
-    return pid_t == process.pid and abs(start_t - process.start_time) < 0.01
-
-
-def _fleet_header(hosts: tuple[HostSnapshot, ...]) -> HostSnapshot | None:
-    """The fleet header: totals over the daemons that answered, as one synthetic snapshot."""
-    live = [h for h in hosts if h.now is not None and h.error is None]
-    if not hosts:
-        return None
-    if not live:
-        return hosts[0]
-
-    def total(values: Iterable[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return sum(known) if known else None
-
-    nows = [h.now for h in live if h.now is not None]
-    fleet = Now(ts=max((n.ts or 0.0) for n in nows), tick=0,
-                hostname=f"fleet of {len(hosts)} ({len(live)} answering)", instance={},
-                simulated=None, nvml_status="ok", gpus=tuple(g for n in nows for g in n.gpus),
-                processes=tuple(p for n in nows for p in n.processes),
-                burn_per_hour=total(n.burn_per_hour for n in nows),
-                wasted_per_hour=total(n.wasted_per_hour for n in nows),
-                spend_today=total(n.spend_today for n in nows),
-                events=tuple(e for n in nows for e in n.events),
-                recommendations=tuple(r for n in nows for r in n.recommendations))
-    slowest = max(h.latency_s for h in live)
-    return HostSnapshot("fleet", fleet, None, slowest, live[0].received_at)
-
-
-# -- the command -------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from daemon.client import default_target
-
-    parser = argparse.ArgumentParser(
-        prog="mlcost-top",
-        description="Live GPU cost monitor: burn per GPU and process, idle money, phases and "
-                    "recommendations, from mlcostd's API.",
-        epilog="examples:\n  mlcost-top --demo                      a simulated 8-GPU host\n"
-               "  mlcost-top                             this host's mlcostd\n"
-               "  mlcost-top --connect http://gpu1:9347 --connect http://gpu2:9347 "
-               "--token-file ~/.mlcost-token   a fleet table\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--connect", action="append", metavar="TARGET", default=[],
-                        help="unix:PATH or http://HOST:PORT of an mlcostd (repeat for a fleet "
-                             f"table; default {default_target()})")
-    parser.add_argument("--token-file", metavar="FILE",
-                        help="bearer token for http:// targets (the daemon's [api].token_file)")
-    parser.add_argument("--demo", action="store_true",
-                        help="start an embedded mlcostd on the simulated demo host; it and its "
-                             "workloads stop when you quit")
-    parser.add_argument("--scenario", default="demo", help=argparse.SUPPRESS)
-    parser.add_argument("--readonly", action="store_true",
-                        help="never change anything: no SIGTERM, no resize (dry runs and copy "
-                             "still work)")
-    parser.add_argument("--interval", type=float, default=POLL_INTERVAL_S, metavar="SECONDS",
-                        help="seconds between polls (default 1)")
-    parser.add_argument("--replay", metavar="FILE",
-                        help="replay a recorded mlcostd store (the daemon's database or a copy: "
-                             "sqlite3 mlcost.db \"VACUUM INTO 'copy.db'\"); [ ] step a tick, "
-                             "{ } a minute, space plays")
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
-    from daemon.client import Client, ClientError, default_target, read_token_file
+    """The console script `mlcost-top` (mlcost_tui.cli does the work)."""
+    from mlcost_tui.cli import main as run
 
-    args = build_parser().parse_args(argv)
-    if args.replay:
-        from daemon.replay import Replay, ReplayError
-
-        try:
-            replay = Replay(args.replay)
-        except ReplayError as exc:
-            print(f"mlcost-top: {exc}", file=sys.stderr)
-            return 2
-        MlcostTop([], poll=False, replay=replay).run()
-        return 0
-    if args.interval < 0.1:
-        print(f"mlcost-top: --interval {args.interval} is below 0.1 s", file=sys.stderr)
-        return 2
-    token = None
-    if args.token_file:
-        try:
-            token = read_token_file(args.token_file)
-        except ClientError as exc:
-            print(f"mlcost-top: {exc}", file=sys.stderr)
-            return 2
-    demo = None
-    targets = list(args.connect)
-    if args.demo:
-        from mlcost_tui.demo import EmbeddedDaemon
-
-        demo = EmbeddedDaemon(args.scenario)
-        demo.start()
-        targets = [demo.target]
-    elif not targets:
-        targets = [default_target()]
-        path = Path(targets[0][len("unix:"):])
-        if not path.exists():
-            print(f"mlcost-top: no mlcostd at {targets[0]}: start it with `sudo mlcostd run` "
-                  "(or `mlcostd run --simulate demo`), connect elsewhere with --connect, or try "
-                  "`mlcost-top --demo`", file=sys.stderr)
-            return 1
-    try:
-        clients = [Client(t, token=token) for t in targets]
-    except ClientError as exc:
-        print(f"mlcost-top: {exc}", file=sys.stderr)
-        if demo:
-            demo.stop()
-        return 2
-    app = MlcostTop(clients, readonly=args.readonly, interval_s=args.interval,
-                    starting="mlcost-top: starting the simulated demo host (mlcostd --simulate "
-                             f"{args.scenario})…" if demo else None)
-    if demo is not None:
-        def hang_up(signum: int, frame: object) -> None:
-            demo.stop()  # the terminal went away: take the embedded daemon down with us
-            os._exit(128 + signum)
-
-        for signum in (signal.SIGHUP, signal.SIGTERM):
-            signal.signal(signum, hang_up)
-    try:
-        app.run()
-    finally:
-        if demo is not None:
-            failure = demo.failure()
-            demo.stop()
-            if failure:
-                print(f"mlcost-top: {failure}", file=sys.stderr)
-    return 0
+    return run(argv)
 
 
 __all__ = ["MlcostTop", "main"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DaemonUnavailable":  # kept importable from here without importing aiohttp early
-        from daemon.client import DaemonUnavailable
-
-        return DaemonUnavailable
-    raise AttributeError(name)
 
 if __name__ == "__main__":
     sys.exit(main())

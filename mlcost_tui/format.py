@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
 
+from daemon import clock as daemon_clock
 from mlcost_tui.thresholds import PHASE_COLOURS
 
-# The one clock of the UI (tests freeze it).
-clock: Callable[[], float] = time.time
+# The UI reads the one clock (daemon.clock) through this name, so tests can freeze it.
+clock: Callable[[], float] = daemon_clock.now
 
 DASH = "-"
 SPARK = "▁▂▃▄▅▆▇█"
@@ -97,4 +97,4 @@ def ago(ts: float | None) -> str:
 
 
 def clock_time(ts: float | None) -> str:
-    return DASH if ts is None else time.strftime("%H:%M:%S", time.localtime(ts))
+    return DASH if ts is None else daemon_clock.local_time(ts, date=False)

@@ -1,11 +1,11 @@
-"""A DataTable kept in step with a keyed list of rows: only changed cells are written, rows are
-added and removed by key, the order is re-applied only when it changed, the cursor stays on its row.
+"""A DataTable kept in step with a keyed list of rows, on DataTable's public API only: changed
+cells are written with `update_cell`, new rows with `add_row`, gone rows with `remove_row` (or one
+`clear()` when most rows are stale), the order with `sort()` only when it changed, and the cursor
+stays on its row (by key). Callers sync inside `App.batch_update()`, so a refresh repaints once.
 
-One refresh costs what changed, not what is shown: changed cells are written straight into the
-table's data with one repaint for the whole sync (DataTable.update_cell repaints per cell, which
-was most of a refresh with 500 processes), and panels build each cell from its inputs only when
-those inputs changed (`cells_for`). This reaches into DataTable's row bookkeeping (`_data`,
-`_row_locations`, as in Textual 8.2): tests/tui/test_keyed_table.py pins that behaviour.
+One refresh costs what changed, not what is shown: panels build each cell from its inputs only
+when those inputs changed (`cells_for`), and `sync` writes only the cells that are not the same.
+bench/tui_refresh.py measures it (target: one snapshot of 500 processes applied in <= 30 ms).
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from functools import lru_cache
 from typing import Any
 
 from rich.text import Text
-from textual._two_way_dict import TwoWayDict  # DataTable's row order (pinned Textual)
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.widgets.data_table import ColumnKey
 
 Formatter = Callable[[Any], Any]
+
+# More gone rows than this share of the table: one clear() and re-add beats remove_row, which
+# re-indexes every row on each call.
+CLEAR_WHEN_STALE = 0.5
 
 
 @lru_cache(8192)
@@ -33,6 +36,14 @@ def as_cell(value: Any) -> Any:
     return _plain(value) if isinstance(value, str) else value
 
 
+def own_cell(value: Any) -> Text:
+    """A first-column cell that is this row's own object: `sort` finds a row's position by the
+    identity of its first cell (DataTable.sort hands the key function cells, not row keys)."""
+    if isinstance(value, Text):
+        return value.copy()
+    return Text(value if isinstance(value, str) else str(value), end="")
+
+
 class KeyedTable(DataTable):
     """Columns are (key, label) pairs; `sync` takes [(row_key, cells)] in display order."""
 
@@ -43,9 +54,9 @@ class KeyedTable(DataTable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
-        self._cells: dict[str, tuple[Any, ...]] = {}
-        self._order: list[str] = []
-        self._row_keys: dict[str, RowKey] = {}
+        self._cells: dict[str, tuple[Any, ...]] = {}  # row key -> the cells last synced
+        self._first: dict[str, Text] = {}  # row key -> its first cell as put in the table
+        self._order: list[str] = []  # row keys in display order
         self._column_keys: list[ColumnKey] = []
         # row key -> (inputs, cells): the last cells built and what they were built from
         self._built: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
@@ -83,69 +94,59 @@ class KeyedTable(DataTable):
         return cells
 
     def sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Make the table show `rows` (row key, cells), in this order."""
         selected = self.selected_key
         order = [key for key, _ in rows]
         wanted = set(order)
-        gone = [k for k in self._cells if k not in wanted]
-        if gone:
-            self._remove(gone)
-        added = False
-        changed = False
-        data = self._data
+        gone = [key for key in self._cells if key not in wanted]
+        if gone and len(gone) > CLEAR_WHEN_STALE * len(self._cells):
+            built = {key: self._built[key] for key in order if key in self._built}
+            self.clear_rows()
+            self._built = built  # the cells of the rows that stay are still good
+        else:
+            for key in gone:
+                self.remove_row(key)
+                self._forget(key)
+        # What the table shows now: the rows kept in their order, then each added row.
+        current = [key for key in self._order if key in wanted]
+        columns = self._column_keys
         for key, cells in rows:
             cells = tuple(cells)
             before = self._cells.get(key)
             if before is None:
-                self._row_keys[key] = self.add_row(*map(as_cell, cells), key=key)
-                added = True
+                first = own_cell(cells[0])
+                self.add_row(first, *map(as_cell, cells[1:]), key=key)
+                self._first[key] = first
+                current.append(key)
             elif before != cells:
-                row = data[self._row_keys[key]]
-                for column, old, new in zip(self._column_keys, before, cells, strict=True):
+                if cells[0] is not before[0] and cells[0] != before[0]:
+                    first = self._first[key] = own_cell(cells[0])
+                    self.update_cell(key, columns[0], first)
+                for column, old, new in zip(columns[1:], before[1:], cells[1:], strict=True):
                     if old is not new and old != new:
-                        row[column] = as_cell(new)
-                changed = True
+                        self.update_cell(key, column, as_cell(new))
             self._cells[key] = cells
-        if order != self._order or added or gone:
-            self._set_order(order)
-            changed = True
-        if changed:
-            self._update_count += 1  # the row render caches are keyed by it
-            self.refresh()
+        if current != order:
+            self._sort_as(order)
+        self._order = order
         if selected is not None and selected in wanted:
             index = self.get_row_index(selected)
             if index != self.cursor_row:
                 self.move_cursor(row=index, animate=False, scroll=False)
 
-    def _remove(self, keys: Sequence[str]) -> None:
-        if len(keys) < 4:  # remove_row re-indexes every row per call
-            for key in keys:
-                self.remove_row(self._row_keys[key])
-                self._forget(key)
-            return
-        for key in keys:
-            row_key = self._row_keys[key]
-            del self.rows[row_key]
-            del self._data[row_key]
-            self._forget(key)
-        self._updated_cells = {c for c in self._updated_cells if c.row_key in self._data}
-        self._set_order([k for k in self._order if k in self._cells])
-        self._require_update_dimensions = True
-        self.cursor_coordinate = self.cursor_coordinate  # clamp it to the rows left
-        self.refresh(layout=True)
+    def _sort_as(self, order: list[str]) -> None:
+        position = {id(self._first[key]): i for i, key in enumerate(order)}
+        self.sort(self._column_keys[0], key=lambda first: position[id(first)])
 
     def _forget(self, key: str) -> None:
         del self._cells[key]
-        del self._row_keys[key]
+        del self._first[key]
         self._built.pop(key, None)
 
-    def _set_order(self, order: list[str]) -> None:
-        keys = self._row_keys
-        self._row_locations = TwoWayDict({keys[key]: i for i, key in enumerate(order)})
-        self._order = order
-
     def clear_rows(self) -> None:
+        """Remove every row (the cursor goes to the top)."""
         self.clear()
         self._cells.clear()
-        self._row_keys.clear()
+        self._first.clear()
         self._built.clear()
         self._order = []

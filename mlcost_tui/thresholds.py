@@ -1,12 +1,13 @@
-"""Colour thresholds, in one place: what counts as idle, busy, hot or expensive on screen."""
+"""Colour thresholds, in one place: which load, memory, temperature or price shows in which colour.
+
+Whether a GPU is idle is not decided here: the daemon sends its verdict (Gpu.busy, from
+[idle].utilization) and the panels show it."""
 
 from __future__ import annotations
 
-# A GPU below this utilization is idle (same line as the daemon's idle detector).
-IDLE_UTILIZATION_PCT = 5.0
-# Utilization colours: below LOW red (money idles), below BUSY yellow, else green.
+# Utilization colours (load, not the idle verdict): below LOW red, below HIGH yellow, else green.
 LOW_UTILIZATION_PCT = 30.0
-BUSY_UTILIZATION_PCT = 70.0
+HIGH_UTILIZATION_PCT = 70.0
 # Memory use share above which memory shows yellow / red.
 MEMORY_WARN_FRACTION = 0.80
 MEMORY_FULL_FRACTION = 0.95
@@ -45,7 +46,7 @@ def utilization_style(value: float | None) -> str:
         return MUTED
     if value < LOW_UTILIZATION_PCT:
         return BAD
-    if value < BUSY_UTILIZATION_PCT:
+    if value < HIGH_UTILIZATION_PCT:
         return WARN
     return GOOD
 

@@ -1,13 +1,16 @@
-"""The fleet table: one row per connected daemon (several --connect targets)."""
+"""The fleet table: one row per connected daemon (several --connect targets); idle GPUs are those
+each daemon says are idle (Gpu.busy)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.text import Text
 
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.messages import HostSnapshot
-from mlcost_tui.thresholds import BAD, GOOD, IDLE_UTILIZATION_PCT
+from mlcost_tui.thresholds import BAD, GOOD
 
 
 class FleetPanel(KeyedTable):
@@ -19,15 +22,14 @@ class FleetPanel(KeyedTable):
     DEFAULT_CSS = "FleetPanel { height: 1fr; }"
 
     def show(self, hosts: tuple[HostSnapshot, ...]) -> None:
-        rows = []
+        rows: list[tuple[str, tuple[Any, ...]]] = []
         for snap in hosts:
             now = snap.now
             if now is None:
                 rows.append((snap.target, (fmt.DASH, snap.target,
                                            Text("unreachable", style=BAD)) + (fmt.DASH,) * 8))
                 continue
-            idle = sum(1 for g in now.gpus if g.utilization is not None
-                       and g.utilization < IDLE_UTILIZATION_PCT)
+            idle = sum(1 for g in now.gpus if g.busy is False)  # the daemon's verdict
             saves = sum(r.savings_per_month or 0.0 for r in now.recommendations)
             rows.append((snap.target, (
                 now.hostname or "?", snap.target, Text("live", style=GOOD),

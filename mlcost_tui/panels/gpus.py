@@ -1,4 +1,5 @@
-"""The GPU panel: one row per GPU (keyed by UUID)."""
+"""The GPU panel: one row per GPU (keyed by UUID). Whether a GPU is idle is the daemon's verdict
+(`Gpu.busy`, from its [idle].utilization setting), never a threshold of the TUI's own."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.thresholds import (
     BAD,
-    IDLE_UTILIZATION_PCT,
+    MUTED,
     memory_style,
     money_style,
     temperature_style,
@@ -48,10 +49,13 @@ class GpuPanel(KeyedTable):
         memory = f"{fmt.size(gpu.memory_used_bytes)}/{fmt.size(gpu.memory_total_bytes)}"
         if gpu.status != "ok":
             state = Text(gpu.status.upper(), style="bold " + BAD)
-        elif gpu.utilization is not None and gpu.utilization < IDLE_UTILIZATION_PCT:
-            state = Text(" IDLE ", style="bold reverse " + BAD)
         else:
-            state = Text("busy", style="green")
+            if gpu.busy is None:
+                state = Text(fmt.DASH, style=MUTED)  # the daemon gave no verdict
+            elif gpu.busy:
+                state = Text("busy", style="green")
+            else:
+                state = Text(" IDLE ", style="bold reverse " + BAD)
         return (
             str(gpu.index), gpu.name.replace("NVIDIA ", ""),
             Text(fmt.pct(gpu.utilization), style=util_style),

@@ -100,6 +100,10 @@ class ProcessPanel(KeyedTable):
             walk(root, 0)
         return out
 
+    def selected(self) -> Process | None:
+        key = self.selected_key
+        return self.processes.get(key) if key else None
+
     def show(self, now: Now) -> None:
         self.processes = {p.key: p for p in now.processes}
         cells_for, formatters = self.cells_for, CELL_FORMATTERS

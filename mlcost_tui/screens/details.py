@@ -4,21 +4,25 @@ recommendation (evidence, savings method, what its action will do)."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from daemon.clock import local_time
 from daemon.wire import Phases, Process, Recommendation
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.recommendations import ACTION_LABELS
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
+
+if TYPE_CHECKING:
+    from daemon.client import Client
 
 ACTION_TEXT = {
     "show_patch": "shows the patch (a: view and copy it)",
@@ -87,7 +91,7 @@ def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
             text.append_text(evidence_lines(value, indent + 2))
             continue
         if isinstance(value, int | float) and key in TIME_KEYS and value > 1e9:
-            shown = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+            shown = local_time(value)
         elif isinstance(value, float):
             shown = f"{value:.3g}"
         elif isinstance(value, list | tuple):
@@ -100,7 +104,8 @@ def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
 
 
 class DetailsScreen(Screen):
-    """Details of one process or one recommendation; escape goes back."""
+    """Details of one process or one recommendation; escape goes back. A process's phase
+    balance is loaded from `client` when there is one (a replay has none)."""
 
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back", id="details.back"),
@@ -113,8 +118,9 @@ class DetailsScreen(Screen):
 
     def __init__(self, process: Process | None = None,
                  recommendation: Recommendation | None = None,
-                 related: tuple[Recommendation, ...] = ()) -> None:
+                 related: tuple[Recommendation, ...] = (), client: Client | None = None) -> None:
         super().__init__()
+        self.client = client
         self.process = process
         self.recommendation = recommendation
         self.related = related
@@ -130,6 +136,28 @@ class DetailsScreen(Screen):
         with VerticalScroll():
             yield Static(self.render_body(), id="details-body")
         yield Footer()
+
+    def on_mount(self) -> None:
+        if self.process is not None:
+            self.load_phases()
+
+    @work(exclusive=True, group="phases", exit_on_error=False,
+          description="load a process's phase balance from mlcostd")
+    async def load_phases(self) -> None:
+        from daemon.client import ClientError
+
+        if self.process is None:
+            return
+        if self.client is None:
+            self.set_phases(None, "phases: a replay shows each process's recent balance in "
+                                  "the process table (the phase balance column)")
+            return
+        try:
+            phases = await self.client.phases(self.process.key)
+        except ClientError as exc:
+            self.set_phases(None, f"phases: {exc}")
+            return
+        self.set_phases(phases, None)
 
     def set_phases(self, phases: Phases | None, error: str | None) -> None:
         self.phases, self.phases_error = phases, error

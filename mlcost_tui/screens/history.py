@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -11,10 +14,15 @@ from textual.widgets import Footer, Label, Sparkline, Static
 from daemon.wire import History
 from mlcost_tui import format as fmt
 
+if TYPE_CHECKING:
+    from daemon.client import Client
+
 WINDOWS = ((3600, "last hour"), (86400, "last 24 h"))
 
 
 class HistoryScreen(Screen):
+    """Series loaded from `client` (/v1/history) when shown and on r."""
+
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back", id="history.back"),
         Binding("r", "refresh_history", "Reload", id="history.reload"),
@@ -25,9 +33,10 @@ class HistoryScreen(Screen):
     HistoryScreen Label { margin-top: 0; }
     """
 
-    def __init__(self, gpus: tuple[int, ...]) -> None:
+    def __init__(self, gpus: tuple[int, ...], client: Client | None = None) -> None:
         super().__init__()
         self.gpus = gpus
+        self.client = client
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -44,7 +53,35 @@ class HistoryScreen(Screen):
         self.action_refresh_history()
 
     def action_refresh_history(self) -> None:
-        self.app.load_history(self)  # type: ignore[attr-defined]
+        self.load_history()
+
+    @work(exclusive=True, group="history", exit_on_error=False,
+          description="load utilization and wasted $/h history from mlcostd")
+    async def load_history(self) -> None:
+        from daemon.client import ClientError
+
+        client = self.client
+        if client is None:
+            self.done("history needs a daemon")
+            return
+        error = None
+        for since, label in WINDOWS:
+            try:
+                wasted = await client.host_history("wasted_per_hour", since, 120)
+                self.show_series("wasted", since, f"Wasted $/h, {label}", wasted, None, True)
+            except ClientError as exc:
+                error = str(exc)
+                self.show_series("wasted", since, f"Wasted $/h, {label}", None, error, True)
+            for index in self.gpus:
+                try:
+                    history = await client.gpu_history(index, "utilization", since, 120)
+                    self.show_series(f"gpu{index}", since, f"GPU {index} utilization, {label}",
+                                     history, None)
+                except ClientError as exc:
+                    error = str(exc)
+                    self.show_series(f"gpu{index}", since, f"GPU {index} utilization, {label}",
+                                     None, error)
+        self.done(error)
 
     def show_series(self, name: str, since: int, label: str, history: History | None,
                     error: str | None, money: bool = False) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.wire import Now
+from daemon.wire import Now, process_key
 from mlcost_tui.messages import HostSnapshot
 
 TS = 1_700_000_000.0
@@ -12,6 +12,7 @@ GIB = 1 << 30
 def now_document(processes: int = 4, gpus: int = 4) -> dict:
     gpu_docs = [{"index": i, "uuid": f"GPU-{i:04d}", "name": "NVIDIA A100-SXM4-40GB",
                  "status": "ok", "utilization": [100.0, 30.0, 0.0, 87.0][i % 4],
+                 "busy": i % 4 != 2,  # the daemon's verdict ([idle].utilization)
                  "sm_activity": None, "memory_used_bytes": (10 + i) * GIB,
                  "memory_total_bytes": 40 * GIB, "power_watts": 100.0 + 40 * i,
                  "temperature_c": 40 + 12 * (i % 4)} for i in range(gpus)]
@@ -20,7 +21,7 @@ def now_document(processes: int = 4, gpus: int = 4) -> dict:
         pid = 1000 + i
         parent = 1000 if i >= 4 else 1
         procs.append({
-            "key": f"{pid}:{TS + i:.2f}", "pid": pid, "start_time": TS + i, "ppid": parent,
+            "key": process_key(pid, TS + i), "pid": pid, "start_time": TS + i, "ppid": parent,
             "user": ["alice", "bob", "carol", "dave"][i % 4],
             "command": f"/usr/bin/python3 train_{i}.py --epochs 10",
             "gpus": [{"index": i % gpus, "memory_bytes": 8 * GIB, "sm_share": 10.0 * (i % 10)}]
@@ -57,13 +58,13 @@ def now_document(processes: int = 4, gpus: int = 4) -> dict:
         "events": [{"id": "e1", "kind": "gpu_idle", "target": "gpu 2", "started_at": TS - 900,
                     "ended_at": None, "cost_so_far": 1.02, "detail": "GPU 2 idle for 15 min"}],
         "recommendations": [
-            {"id": "rec-idle", "rule": "idle_gpu_held", "target": f"1003:{TS + 3:.3f}",
+            {"id": "rec-idle", "rule": "idle_gpu_held", "target": process_key(1003, TS + 3),
              "summary": "pid 1003 (dave) holds GPU 3 idle for 15 min, burning $2.60/h",
              "savings_per_month": 1898.0, "method": "$2.60/h x 730 h/month",
              "evidence": {"idle_seconds": 900.0, "memory_peak_bytes": 8 * GIB},
              "action": {"kind": "sigterm", "pid": 1003, "start_time": TS + 3,
                         "text": "send SIGTERM to pid 1003 after confirmation"}},
-            {"id": "rec-loader", "rule": "data_loader_starvation", "target": f"1001:{TS + 1:.3f}",
+            {"id": "rec-loader", "rule": "data_loader_starvation", "target": process_key(1001, TS + 1),
              "summary": "train_1 spends 30% of its time waiting for data — /srv/train.py:42",
              "savings_per_month": 897.9, "method": "$4.10/h x 30% x 730 h/month",
              "evidence": {"share": 0.3, "top_stacks": [
@@ -114,3 +115,30 @@ class StubClient:
 
     async def close(self) -> None:
         pass
+
+
+def changed_document(step: int) -> dict:
+    """now_document after `step` more polls: values changed, rows added (step 1: two workers of
+    pid 1000 appear) and removed (step 2: pid 1001 exits, recommendation rec-loader goes)."""
+    doc = now_document(processes=6 if step >= 1 else 4)
+    doc["tick"] = 42 + step
+    doc["ts"] = TS + step
+    for gpu in doc["gpus"]:
+        gpu["utilization"] = (gpu["utilization"] + 7 * step) % 101
+        gpu["busy"] = gpu["utilization"] >= 5.0  # as a daemon with [idle].utilization = 5 says
+        gpu["temperature_c"] += step
+    for proc in doc["processes"]:
+        proc["cpu_percent"] += 11.0 * step
+        proc["burn_per_hour"] += 0.25 * step
+        proc["cost"] += step
+    if step >= 2:
+        doc["processes"] = [p for p in doc["processes"] if p["pid"] != 1001]
+        doc["recommendations"] = [r for r in doc["recommendations"] if r["id"] != "rec-loader"]
+        doc["processes"][0]["phase"] = "checkpoint"
+    doc["burn"]["total_per_hour"] += step
+    return doc
+
+
+def changed_snapshot(step: int) -> HostSnapshot:
+    return HostSnapshot("unix:/test.sock", Now.from_dict(changed_document(step)), None, 0.01,
+                        TS + step)

@@ -176,7 +176,7 @@ async def test_apply_dry_run_then_confirm_and_snooze():
         # k on the idle process runs the same sigterm recommendation
         app.query_one(ProcessPanel).focus()
         procs = app.query_one(ProcessPanel)
-        procs.move_cursor(row=procs.get_row_index("1003:1700000003.00"))
+        procs.move_cursor(row=procs.get_row_index("1003:1700000003.000"))
         await pilot.press("k")
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -219,8 +219,8 @@ async def test_rows_are_keyed_and_the_cursor_stays_on_its_row():
         await pilot.pause()
         assert procs.row_count == 6 and procs.selected_key == key
         order = procs._order
-        assert order[0] == "1000:1700000000.00"
-        assert set(order[1:3]) == {"1004:1700000004.00", "1005:1700000005.00"}
+        assert order[0] == "1000:1700000000.000"
+        assert set(order[1:3]) == {"1004:1700000004.000", "1005:1700000005.000"}
 
 
 @pytest.mark.asyncio

@@ -1,5 +1,6 @@
 """Snapshot tests: the main screen and the details screen at two terminal sizes, with fixed data
-fed through the SnapshotArrived message and a frozen clock."""
+fed through the SnapshotArrived message and a frozen clock; and the main screen after data that
+changes between frames, so what is rendered is the tables' in-place update path."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from mlcost_tui import format as fmt
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import SnapshotArrived
-from tests.tui.fixtures import TS, StubClient, snapshot
+from tests.tui.fixtures import TS, StubClient, changed_snapshot, snapshot
 
 SIZES = [(160, 48), (100, 32)]
 
@@ -54,3 +55,13 @@ def test_recommendation_details_screen(snap_compare, size):
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=size, run_before=open_details)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen_after_changed_data(snap_compare, size):
+    async def three_different_polls(pilot):
+        for step in range(3):  # values change; rows are added, then removed
+            pilot.app.post_message(SnapshotArrived((changed_snapshot(step),)))
+            await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=three_different_polls)

@@ -1,0 +1,126 @@
+"""The command `mlcost-top`: its options, and which source the App is started on (this host's
+mlcostd, --connect targets, an embedded --demo daemon, or a --replay of a recorded store)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from mlcost_tui.sources import POLL_INTERVAL_S
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from daemon.client import default_target
+
+    parser = argparse.ArgumentParser(
+        prog="mlcost-top",
+        description="Live GPU cost monitor: burn per GPU and process, idle money, phases and "
+                    "recommendations, from mlcostd's API.",
+        epilog="examples:\n  mlcost-top --demo                      a simulated 8-GPU host\n"
+               "  mlcost-top                             this host's mlcostd\n"
+               "  mlcost-top --connect http://gpu1:9347 --connect http://gpu2:9347 "
+               "--token-file ~/.mlcost-token   a fleet table\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--connect", action="append", metavar="TARGET", default=[],
+                        help="unix:PATH or http://HOST:PORT of an mlcostd (repeat for a fleet "
+                             f"table; default {default_target()})")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="bearer token for http:// targets (the daemon's [api].token_file)")
+    parser.add_argument("--demo", action="store_true",
+                        help="start an embedded mlcostd on the simulated demo host; it and its "
+                             "workloads stop when you quit")
+    parser.add_argument("--scenario", default="demo", help=argparse.SUPPRESS)
+    parser.add_argument("--readonly", action="store_true",
+                        help="never change anything: no SIGTERM, no resize (dry runs and copy "
+                             "still work)")
+    parser.add_argument("--interval", type=float, default=POLL_INTERVAL_S, metavar="SECONDS",
+                        help="seconds between polls (default 1)")
+    parser.add_argument("--replay", metavar="FILE",
+                        help="replay a recorded mlcostd store (the daemon's database or a copy: "
+                             "sqlite3 mlcost.db \"VACUUM INTO 'copy.db'\"); [ ] step a tick, "
+                             "{ } a minute, space plays")
+    return parser
+
+
+def replay_main(path: str) -> int:
+    """`mlcost-top --replay FILE`: loads neither the client, NVML, psutil nor the store writer."""
+    from daemon.replay import ReplayError
+    from mlcost_tui.app import MlcostTop
+    from mlcost_tui.sources import open_replay
+
+    try:
+        replay = open_replay(path)
+    except ReplayError as exc:
+        print(f"mlcost-top: {exc}", file=sys.stderr)
+        return 2
+    MlcostTop([], poll=False, replay=replay).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.replay:
+        return replay_main(args.replay)
+
+    from daemon.client import Client, ClientError, default_target, read_token_file
+    from mlcost_tui.app import MlcostTop
+
+    if args.interval < 0.1:
+        print(f"mlcost-top: --interval {args.interval} is below 0.1 s", file=sys.stderr)
+        return 2
+    token = None
+    if args.token_file:
+        try:
+            token = read_token_file(args.token_file)
+        except ClientError as exc:
+            print(f"mlcost-top: {exc}", file=sys.stderr)
+            return 2
+    demo = None
+    targets = list(args.connect)
+    if args.demo:
+        from mlcost_tui.demo import EmbeddedDaemon
+
+        demo = EmbeddedDaemon(args.scenario)
+        demo.start()
+        targets = [demo.target]
+    elif not targets:
+        targets = [default_target()]
+        path = Path(targets[0][len("unix:"):])
+        if not path.exists():
+            print(f"mlcost-top: no mlcostd at {targets[0]}: start it with `sudo mlcostd run` "
+                  "(or `mlcostd run --simulate demo`), connect elsewhere with --connect, or try "
+                  "`mlcost-top --demo`", file=sys.stderr)
+            return 1
+    try:
+        clients = [Client(t, token=token) for t in targets]
+    except ClientError as exc:
+        print(f"mlcost-top: {exc}", file=sys.stderr)
+        if demo:
+            demo.stop()
+        return 2
+    app = MlcostTop(clients, readonly=args.readonly, interval_s=args.interval,
+                    starting="mlcost-top: starting the simulated demo host (mlcostd --simulate "
+                             f"{args.scenario})…" if demo else None)
+    if demo is not None:
+        def hang_up(signum: int, frame: object) -> None:
+            demo.stop()  # the terminal went away: take the embedded daemon down with us
+            os._exit(128 + signum)
+
+        for signum in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(signum, hang_up)
+    try:
+        app.run()
+    finally:
+        if demo is not None:
+            failure = demo.failure()
+            demo.stop()
+            if failure:
+                print(f"mlcost-top: {failure}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Where mlcost-top's data comes from, away from the UI: live daemons (one, or several for the
+fleet table) and a recorded store (replay). Each source hands the App frozen HostSnapshots; the
+App posts them in one SnapshotArrived message and renders them the same way, live or replayed.
+
+No widgets here. A replay reads the store through daemon.replay's read-only path and
+never loads NVML, psutil or the store's writer (tests/tui/test_replay_imports.py checks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from daemon.clock import local_time
+from daemon.wire import Now
+from mlcost_tui import format as fmt
+from mlcost_tui.messages import HostSnapshot
+
+if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, after the first frame
+    from daemon.client import Client
+    from daemon.replay import Replay
+
+POLL_INTERVAL_S = 1.0
+RETRY_MAX_S = 10.0
+STARTING_RETRY_S = 0.5  # an embedded daemon that is still starting: look again soon
+
+
+class LiveSource:
+    """One or more daemons polled for /v1/now; counts failed polls in a row per daemon and keeps
+    each daemon's last good answer (shown while it does not answer)."""
+
+    def __init__(self, clients: Sequence[Client], interval_s: float = POLL_INTERVAL_S) -> None:
+        self.clients = list(clients)
+        self.interval_s = interval_s
+        self.failures = [0] * len(self.clients)
+        self.last_now: list[Now | None] = [None] * len(self.clients)
+
+    async def fetch(self, index: int) -> HostSnapshot:
+        from daemon.client import ClientError
+
+        client = self.clients[index]
+        started = time.monotonic()
+        try:
+            now = await client.now()
+        except ClientError as exc:
+            self.failures[index] += 1
+            return HostSnapshot(client.name, self.last_now[index], str(exc),
+                                time.monotonic() - started, fmt.clock(), self.failures[index])
+        self.failures[index] = 0
+        self.last_now[index] = now
+        return HostSnapshot(client.name, now, None, time.monotonic() - started, fmt.clock())
+
+    async def fetch_all(self) -> tuple[HostSnapshot, ...]:
+        """One snapshot per daemon, polled concurrently."""
+        return tuple(await asyncio.gather(*(self.fetch(i) for i in range(len(self.clients)))))
+
+    def retry_delay(self, starting: bool) -> float:
+        """Seconds until the next poll: the interval, or a backoff while a daemon fails."""
+        worst = max(self.failures, default=0)
+        if worst == 0:
+            return self.interval_s
+        if starting and all(n is None for n in self.last_now):
+            return STARTING_RETRY_S
+        return min(self.interval_s * 2 ** (worst - 1), RETRY_MAX_S)
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()
+
+
+def open_replay(path: str | Path) -> Replay:
+    """The recorded store at `path`, opened read-only (ReplayError says why it cannot be)."""
+    from daemon.replay import Replay
+
+    return Replay(path)
+
+
+class ReplaySource:
+    """A recorded store and a position in it (one of its tick times). `read` may be called from
+    several worker threads at once (a newer step does not wait for an older one to finish)."""
+
+    def __init__(self, replay: Replay) -> None:
+        self.replay = replay
+        # The replay's one SQLite connection is not for concurrent transactions: read one at a time.
+        self._reading = threading.Lock()
+        self.times: list[float] = replay.times()
+        self.index = 0
+        self.last_now: Now | None = None  # shown again if a later tick cannot be read
+
+    @property
+    def path(self) -> Path:
+        return self.replay.path
+
+    @property
+    def interval_s(self) -> float:
+        """The recording's tick interval (how fast `space` plays it)."""
+        return self.replay.interval_s
+
+    @property
+    def target(self) -> str:
+        return f"replay:{self.path.name}"
+
+    @property
+    def at_end(self) -> bool:
+        return self.index >= len(self.times) - 1
+
+    def clamp(self, index: int) -> int:
+        return min(max(index, 0), len(self.times) - 1)
+
+    def minute_from_here(self, step: int) -> int:
+        """The index of the tick `step` minutes from the current one (clamped to the recording)."""
+        target = self.times[self.index] + 60.0 * step
+        index = bisect.bisect_left(self.times, target) if step > 0 else \
+            bisect.bisect_right(self.times, target) - 1
+        return self.clamp(index)
+
+    def read(self, ts: float) -> HostSnapshot:
+        """The state the daemon showed at `ts` (a damaged store gives an error snapshot that
+        keeps the last good state: it must not take the UI down)."""
+        started = time.monotonic()
+        with self._reading:
+            try:
+                now = Now.from_dict(self.replay.state_at(ts))
+            except Exception as exc:
+                return HostSnapshot(self.target, self.last_now,
+                                    f"cannot read {self.replay.path} at {ts:.3f}: {exc}",
+                                    time.monotonic() - started, fmt.clock(), 1)
+            self.last_now = now
+        return HostSnapshot(self.target, now, None, time.monotonic() - started, fmt.clock())
+
+    def status(self, playing: bool) -> str | None:
+        """The header's replay line: file, time, position and the keys."""
+        if not self.times:
+            return None
+        state = "▶ playing" if playing else "⏸ paused"
+        return (f"⏵ replay {self.replay.path.name}  {local_time(self.times[self.index])}  "
+                f"tick {self.index + 1}/{len(self.times)}  {state}  "
+                "([ ] tick, { } minute, space play)")
+
+    def close(self) -> None:
+        self.replay.close()
+
+
+def fleet_totals(hosts: tuple[HostSnapshot, ...]) -> HostSnapshot | None:
+    """The fleet header: totals over the daemons that answered, as one synthetic snapshot."""
+    live = [h for h in hosts if h.now is not None and h.error is None]
+    if not hosts:
+        return None
+    if not live:
+        return hosts[0]
+
+    def total(values: Iterable[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) if known else None
+
+    nows = [h.now for h in live if h.now is not None]
+    fleet = Now(ts=max((n.ts or 0.0) for n in nows), tick=0,
+                hostname=f"fleet of {len(hosts)} ({len(live)} answering)", instance={},
+                simulated=None, nvml_status="ok", gpus=tuple(g for n in nows for g in n.gpus),
+                processes=tuple(p for n in nows for p in n.processes),
+                burn_per_hour=total(n.burn_per_hour for n in nows),
+                wasted_per_hour=total(n.wasted_per_hour for n in nows),
+                spend_today=total(n.spend_today for n in nows),
+                events=tuple(e for n in nows for e in n.events),
+                recommendations=tuple(r for n in nows for r in n.recommendations))
+    slowest = max(h.latency_s for h in live)
+    return HostSnapshot("fleet", fleet, None, slowest, live[0].received_at)

@@ -1,0 +1,87 @@
+"""KeyedTable on DataTable's public API: whatever sequence of syncs (cells changed, rows added,
+removed one by one or mostly stale, reordered), the table shows exactly the rows asked for, in
+order, and the cursor stays on its row; and a screen updated in place shows what a fresh one does."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from rich.text import Text
+
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.messages import SnapshotArrived
+from mlcost_tui.panels.gpus import GpuPanel
+from mlcost_tui.panels.processes import ProcessPanel
+from mlcost_tui.panels.recommendations import RecommendationTable
+from tests.tui.fixtures import StubClient, changed_snapshot
+
+SYNCS_PER_SEED = 25
+
+
+class Table(KeyedTable):
+    COLUMNS = (("name", "name"), ("value", "value"), ("note", "note"))
+
+
+def shown(table: KeyedTable) -> list[tuple[str, ...]]:
+    """Each row as the table would draw it: plain text and style of every cell."""
+    def cell(value: object) -> str:
+        return value.markup if isinstance(value, Text) else str(value)
+
+    return [tuple(cell(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+
+
+def random_rows(rng: random.Random, keys: list[str]) -> list[tuple[str, tuple[object, ...]]]:
+    """A random subset of `keys` in a random order, with cells that often stay the same."""
+    chosen = [k for k in keys if rng.random() < 0.7]
+    rng.shuffle(chosen)
+    return [(k, (f"row {k}" if rng.random() < 0.9 else f"renamed {k}",
+                 str(rng.randint(0, 3)), Text(rng.choice(["ok", "slow"]), style="bold")))
+            for k in chosen]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seed", range(4))
+async def test_any_sequence_of_syncs_shows_exactly_the_rows_in_order(seed):
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(30)]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = Table()
+        await app.mount(table)
+        for _ in range(SYNCS_PER_SEED):
+            rows = random_rows(rng, keys)
+            if rng.random() < 0.15:
+                rows = rows[: rng.randint(0, 3)]  # most rows stale: the clear() path
+            selected = table.selected_key
+            with app.batch_update():
+                table.sync(rows)
+            await pilot.pause()
+            expected = [tuple(c.markup if isinstance(c, Text) else str(c) for c in cells)
+                        for _, cells in rows]
+            assert shown(table) == expected
+            assert [table.coordinate_to_cell_key((i, 0))[0].value
+                    for i in range(table.row_count)] == [k for k, _ in rows]
+            if selected is not None and selected in dict(rows):
+                assert table.selected_key == selected  # the cursor followed its row
+            if table.row_count:
+                table.move_cursor(row=rng.randrange(table.row_count))
+
+
+@pytest.mark.asyncio
+async def test_a_screen_updated_in_place_shows_what_a_fresh_screen_shows():
+    async def tables_after(steps: list[int]) -> dict[str, list[tuple[str, ...]]]:
+        app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+        async with app.run_test(size=(160, 48)) as pilot:
+            for step in steps:
+                app.post_message(SnapshotArrived((changed_snapshot(step),)))
+                await pilot.pause()
+            gpus = [row[:3] + row[4:] for row in shown(app.query_one(GpuPanel))]  # sparkline
+            return {"gpus": gpus, "processes": shown(app.query_one(ProcessPanel)),
+                    "recommendations": shown(app.query_one(RecommendationTable))}
+
+    updated = await tables_after([0, 1, 2])  # values changed, rows added, then removed
+    fresh = await tables_after([2])
+    assert updated == fresh
+    assert len(updated["processes"]) == 5 and len(updated["recommendations"]) == 1

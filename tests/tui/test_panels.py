@@ -1,0 +1,53 @@
+"""What the panels show is what the daemon says: a GPU's idle/busy state is its verdict (Gpu.busy,
+from [idle].utilization), whatever the utilization reads; no verdict shows no state."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.wire import Now
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.messages import HostSnapshot, SnapshotArrived
+from mlcost_tui.panels.fleet import FleetPanel
+from mlcost_tui.panels.gpus import GpuPanel
+from tests.tui.fixtures import TS, StubClient, now_document
+
+
+def with_verdicts(verdicts: list[bool | None]) -> dict:
+    doc = now_document(gpus=len(verdicts))
+    for gpu, busy in zip(doc["gpus"], verdicts, strict=True):
+        gpu["utilization"] = 2.0  # low everywhere: the state must come from the verdict alone
+        if busy is None:
+            gpu.pop("busy")
+        else:
+            gpu["busy"] = busy
+    return doc
+
+
+@pytest.mark.asyncio
+async def test_gpu_state_is_the_daemons_verdict_not_a_threshold_of_the_tuis():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        now = Now.from_dict(with_verdicts([True, False, None]))
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        gpus = app.query_one(GpuPanel)
+        states = [str(gpus.get_cell_at((row, gpus.get_column_index("state")))).strip()
+                  for row in range(gpus.row_count)]
+        assert states == ["busy", "IDLE", "-"]
+
+
+@pytest.mark.asyncio
+async def test_fleet_counts_the_gpus_each_daemon_calls_idle():
+    clients = [StubClient(), StubClient()]
+    clients[1].name = "unix:/other.sock"
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 48)) as pilot:
+        hosts = tuple(HostSnapshot(c.name, Now.from_dict(with_verdicts(v)), None, 0.01, TS)
+                      for c, v in zip(clients, ([False, False, True], [True, None, True]),
+                                      strict=True))
+        app.post_message(SnapshotArrived(hosts))
+        await pilot.pause()
+        fleet = app.query_one(FleetPanel)
+        idle = fleet.get_column_index("idle")
+        assert [str(fleet.get_cell_at((row, idle))) for row in range(2)] == ["2", "0"]
