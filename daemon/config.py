@@ -341,7 +341,7 @@ def _check_periods(limits: Any, where: str) -> None:
 @dataclass(frozen=True)
 class UnitCostSetting:
     """One [[cost.unit_costs]] table, checked: dollars per `per` units of a Prometheus counter
-    for a job or a process. The runtime turns it into a daemon.analysis.cost.UnitCostMeter."""
+    for a job or a process. The runtime turns it into a daemon.analysis.meters.UnitCostMeter."""
 
     target: str
     url: str

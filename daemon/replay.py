@@ -28,7 +28,8 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
-from daemon.analysis.cost import CostLedger, HostPrice, burn
+from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.ledger import CostLedger
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries

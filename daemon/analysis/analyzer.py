@@ -129,7 +129,7 @@ class Analyzer:
         return evaluate(analysis)
 
     def record(self, found: list[Finding]) -> None:
-        """Keep the recommendations of one evaluation in the book (history, snoozes)."""
+        """Keep the recommendations of one evaluation in the book (first and last seen)."""
         with self.lock:
             self._record(found)
 
@@ -163,7 +163,6 @@ class Analyzer:
                     "cost": cost,
                     "shares": [s.as_dict() for s in proc.shares],
                 }
-        now = self.latest_sample.ts if self.latest_sample is not None else None
         events = [e.as_dict() for e in self.idle.active()]
         events += [e.as_dict() for e in self.budgets.events()]
         events += [e.as_dict() for e in self.idle.closed][-20:]
@@ -181,5 +180,5 @@ class Analyzer:
             "cost": {k: v for k, v in self.ledger.as_dict().items() if k != "by_process"},
             "processes": processes,
             "events": events,
-            "recommendations": [e.as_dict() for e in self.book.active(now)],
+            "recommendations": [e.as_dict() for e in self.book.active()],
         }

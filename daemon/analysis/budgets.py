@@ -26,12 +26,12 @@ from typing import Any
 from daemon.analysis.idle import BUDGET_EXCEEDED, Event
 from daemon.analysis.ledger import CostLedger
 from daemon.clock import utc_day
+from daemon.config import check_budgets
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT_S = 2.0
 WEBHOOK_QUEUE = 100  # undelivered posts kept; beyond that they are dropped and counted
-PERIODS = ("daily", "monthly")
 SCOPES = ("host", "user", "job")
 
 
@@ -48,38 +48,17 @@ class Budget:
 
 
 def parse_budgets(config: Mapping[str, Any] | None) -> tuple[list[Budget], str]:
-    """Budgets and the webhook URL from the config dict; a bad entry raises ValueError naming
-    the key, the value and what is allowed."""
-    budgets: list[Budget] = []
-    webhook = ""
-    for key, value in (config or {}).items():
-        if key == "webhook":
-            if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-                raise ValueError(f"[budgets].webhook = {value!r}: must be an http(s) URL")
-            webhook = value
-        elif key == "host":
-            budgets += _periods("host", "host", value, "[budgets.host]")
-        elif key in ("user", "job"):
-            if not isinstance(value, Mapping):
-                raise ValueError(f"[budgets.{key}] must be a table of name = {{daily, monthly}}")
-            for name, limits in value.items():
-                budgets += _periods(key, str(name), limits, f"[budgets.{key}.{name}]")
-        else:
-            raise ValueError(f"unknown key [budgets].{key}; allowed: host, user, job, webhook")
-    return budgets, webhook
-
-
-def _periods(scope: str, name: str, limits: Any, where: str) -> list[Budget]:
-    if not isinstance(limits, Mapping):
-        raise ValueError(f"{where} must be a table with daily and/or monthly dollars")
-    found = []
-    for period, limit in limits.items():
-        if period not in PERIODS:
-            raise ValueError(f"{where}.{period}: unknown period; allowed: daily, monthly")
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
-            raise ValueError(f"{where}.{period} = {limit!r}: must be a number of dollars > 0")
-        found.append(Budget(scope, name, period, float(limit)))
-    return found
+    """Budgets and the webhook URL from the [cost.budgets] table. The table is checked by
+    daemon.config.check_budgets (one set of rules and messages); a bad entry raises its
+    ValueError naming the key, the value and what is allowed."""
+    table = dict(config or {})
+    check_budgets(table)
+    named = [("host", "host", table["host"])] if "host" in table else []
+    for scope in ("user", "job"):
+        named += [(scope, str(name), limits) for name, limits in table.get(scope, {}).items()]
+    budgets = [Budget(scope, name, period, float(limit))
+               for scope, name, limits in named for period, limit in limits.items()]
+    return budgets, str(table.get("webhook", ""))
 
 
 class Webhook:

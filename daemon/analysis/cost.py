@@ -20,7 +20,6 @@ meters' (daemon.analysis.meters).
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections import defaultdict
 from collections.abc import Mapping
@@ -294,17 +293,3 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
 
 # Moved to daemon.analysis.ledger and daemon.analysis.meters; importers outside the analysis
 # package still reach them here until they import from their new homes.
-_MOVED = {
-    "CostLedger": "daemon.analysis.ledger", "JobLabeler": "daemon.analysis.ledger",
-    "MAX_TICK_GAP_S": "daemon.analysis.ledger",
-    "StorageCost": "daemon.analysis.meters", "storage_cost": "daemon.analysis.meters",
-    "UnitCostMeter": "daemon.analysis.meters", "read_counter": "daemon.analysis.meters",
-    "DEFAULT_STORAGE_PRICE_PER_GB_MONTH": "daemon.analysis.meters",
-    "STORAGE_WALK_BUDGET_S": "daemon.analysis.meters", "UNIT_COST_TIMEOUT_S": "daemon.analysis.meters",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,7 @@
 Both hand over the same inputs: the host, this sample and the one before it, what the cost model
 says (a `CostView`), the phase balances, the stack sampler's statuses, the open low-utilization
 windows and the store's health. The rates come from the typed derived model
-(daemon.analysis.derive), each GPU's busy/idle verdict from daemon.analysis.cost.gpu_is_busy
+(daemon.analysis.derive), each GPU's busy/idle verdict from daemon.analysis.busy.gpu_is_busy
 under the configured `[idle].utilization`. So a recorded tick replays as the live daemon showed it.
 Keys are documented in the README; later features add keys, never rename them.
 """
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.analysis.cost import gpu_is_busy
+from daemon.analysis.busy import gpu_is_busy
 from daemon.analysis.derive import GpuModel, ProcessModel, TickModel
 from daemon.sources.sample import GPU_OK, GpuSample, Sample
 

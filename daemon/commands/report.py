@@ -11,7 +11,8 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
-from daemon.analysis.cost import CostLedger, HostPrice, burn
+from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.ledger import CostLedger
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 

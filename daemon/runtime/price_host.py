@@ -14,7 +14,8 @@ from typing import Any
 
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.busy import IdleThresholds
-from daemon.analysis.cost import HostPrice, UnitCostMeter, host_price
+from daemon.analysis.cost import HostPrice, host_price
+from daemon.analysis.meters import UnitCostMeter
 from daemon.config import Config, UnitCostSetting, unit_cost_setting
 
 log = logging.getLogger(__name__)
