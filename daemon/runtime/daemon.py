@@ -236,6 +236,7 @@ class Daemon:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             self.nvml.stop()
+            self.procs.close()
             self._stop_simulation()
             self.store.close()
             self._lock.release()

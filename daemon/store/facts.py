@@ -1,8 +1,7 @@
 """Writes of the attribution and cost facts: stacks, stack samples, sampler status, events and
 recommendations, through the Store's one connection, between ticks.
 
-The reads are in `daemon.store.queries` (reader only, no writer). Their names are re-exported
-here until every caller imports them from there.
+The reads are in `daemon.store.queries` (reader only, no writer).
 """
 
 from __future__ import annotations
@@ -11,13 +10,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from daemon.store.queries import (  # noqa: F401  (old names; callers move to queries)
-    events,
-    recommendations,
-    stack_samples,
-    stack_statuses,
-)
 
 if TYPE_CHECKING:  # readers (replay) import this module without loading the writer
     from daemon.store.writer import Store
@@ -82,10 +74,11 @@ def write_event(store: Store, event: dict[str, Any]) -> None:
              event.get("cost_so_far"), json.dumps(event.get("detail") or {})))
 
 
-def write_recommendations(store: Store, current: Iterable[dict[str, Any]], ts: float) -> None:
+def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]],
+                          ts: float) -> None:
     """Upsert the current recommendations (first_seen kept, last_seen moved on)."""
     with store._lock, store._db.atomic():
-        for rec in current:
+        for rec in recommendations:
             store._conn.execute(
                 "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, "
                 "snoozed_until, savings_per_month, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "

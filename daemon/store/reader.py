@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sqlite3
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -61,7 +62,8 @@ class ReaderTimeout(Exception):
 
 
 class StoreReader:
-    """Read-only view of a store file. Safe beside a live writer."""
+    """Read-only view of a store file. Safe beside a live writer, and from several threads:
+    one read transaction at a time on its one connection (overlapping ones failed or hung)."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
         self.path = str(path)
@@ -72,6 +74,7 @@ class StoreReader:
         self.db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
         self.conn = conn
         self._deadline = math.inf
+        self._one_read = threading.RLock()
         conn.set_progress_handler(self._past_deadline, 1000)
 
     def _past_deadline(self) -> int:
@@ -80,22 +83,23 @@ class StoreReader:
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction under the deadline; always ended before returning."""
-        self._deadline = time.perf_counter() + self.timeout_s
-        started = time.perf_counter()
-        try:
-            self.conn.execute("BEGIN")
-            yield self.conn
-        except sqlite3.OperationalError as error:
-            if "interrupted" in str(error):
-                raise ReaderTimeout(
-                    f"query on {self.path} was cut off after {time.perf_counter() - started:.2f}"
-                    f" s (deadline {self.timeout_s} s); ask for a shorter range or fewer points"
-                ) from error
-            raise
-        finally:
-            self._deadline = math.inf
-            if self.conn.in_transaction:
-                self.conn.execute("COMMIT")
+        with self._one_read:
+            self._deadline = time.perf_counter() + self.timeout_s
+            started = time.perf_counter()
+            try:
+                self.conn.execute("BEGIN")
+                yield self.conn
+            except sqlite3.OperationalError as error:
+                if "interrupted" in str(error):
+                    raise ReaderTimeout(
+                        f"query on {self.path} was cut off after "
+                        f"{time.perf_counter() - started:.2f} s (deadline {self.timeout_s} s); "
+                        "ask for a shorter range or fewer points") from error
+                raise
+            finally:
+                self._deadline = math.inf
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         """Run any read-only SQL under the deadline; rows as dicts."""
