@@ -1,9 +1,11 @@
-"""Shared fixtures: a simulated host started from TOML text, with pynvml reading it."""
+"""Shared fixtures: a simulated host started from TOML text, with pynvml reading it, and real
+mlcostd daemons on simulated hosts (tests/livedaemon.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import livedaemon
 import pynvml
 import pytest
 
@@ -29,3 +31,30 @@ def sim_host(tmp_path) -> Iterator[Callable[..., scenario.Running]]:
     sim_nvml.uninstall()
     for running in started:
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def mlcostd(tmp_path_factory) -> Iterator[Callable[..., livedaemon.LiveDaemon]]:
+    """Start real daemons: `mlcostd(scenario, interval=..., config=..., args=...)` runs
+    `mlcostd run --simulate` with its own db and socket and returns once /v1/health says ok.
+    Every daemon still running at the end of the module is stopped with SIGTERM, and the
+    module fails if it did not exit 0 or left any process of its own tree running."""
+    started: list[livedaemon.LiveDaemon] = []
+
+    def start(scenario_name: str = "idle-host", **kwargs) -> livedaemon.LiveDaemon:
+        folder = tmp_path_factory.mktemp(f"mlcostd-{scenario_name}")
+        daemon = livedaemon.start(folder, scenario_name, **kwargs)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    problems = []
+    for daemon in started:
+        if daemon.returncode is None:
+            code = daemon.stop(check_tree=False)
+            if code != 0:
+                problems.append(f"mlcostd pid {daemon.pid} exited {code}\n{daemon.log_tail()}")
+    for daemon in started:
+        daemon.wait_tree_gone()
+    if problems:
+        pytest.fail("\n".join(problems))

@@ -1,4 +1,5 @@
-"""Helpers for the sim tests: scenario text for small hosts, tiny workload programs, polling."""
+"""Helpers for the sim tests: scenario text for small hosts, tiny workload programs, and the
+bounded poll every test waits with."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -44,13 +46,21 @@ def attach_code(gpu: int, alloc_gib: float, loop: str = "time.sleep(60)") -> str
     )
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0, every: float = 0.05):
-    """Poll until predicate() is truthy; return its value (or fail the test)."""
+def poll(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.2,
+         explain: Callable[[], str] | None = None) -> Any:
+    """Call predicate() until it returns something truthy (returned), or fail the test naming
+    `what` (and what `explain()` says). The one bounded wait of the tests: never a fixed sleep."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout} s")
+            detail = f"\n{explain()}" if explain is not None else ""
+            pytest.fail(f"{what}: not within {timeout:g} s{detail}")
         time.sleep(every)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 5.0, every: float = 0.05):
+    """Poll until predicate() is truthy; return its value (or fail the test)."""
+    return poll(predicate, timeout, "condition", every)

@@ -1,10 +1,12 @@
-"""The HTTP API: every endpoint over a real unix socket (and TCP with a token), through the
-real client, with bad requests, permissions and the actions behind apply."""
+"""The HTTP API of a real mlcostd (daemon.runtime.daemon.Daemon recording a simulated host, its
+aiohttp server on a real unix socket and on TCP with a token), through the real client: every
+endpoint, bad requests, permissions, and the actions behind apply and snooze."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -12,10 +14,12 @@ import time
 from pathlib import Path
 
 import aiohttp
+import psutil
 import pytest
+from simhost import poll
 
 from daemon.api import actions
-from daemon.api.server import MAX_BODY_BYTES, ApiError, ApiServer, read_token
+from daemon.api.server import MAX_BODY_BYTES, ApiError, read_token
 from daemon.client import ApiError as ClientApiError
 from daemon.client import Client, DaemonUnavailable
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
@@ -23,57 +27,20 @@ from daemon.store.writer import Store
 from daemon.wire import process_key
 
 T0 = time.time() - 120
+RECORDED = process_key(4242, 1000.5)  # a process of the history written before the daemon ran
+# idle-host's notebook holds its GPU and does nothing: with these (the shortest allowed) waits
+# the daemon advises host_idle (copy the stop commands) and idle_gpu_held (SIGTERM) within ~15 s.
+IDLE_CONFIG = {
+    "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
+    "cost": {"evaluate_every": "5s"},
+    "api": {"allow_actions": True},  # the last test stops the notebook through the API
+}
+ADVICE_TIMEOUT_S = 120.0
 
 
-class FakeHealth:
-    def as_dict(self) -> dict:
-        return {"ticks_written": 3}
-
-
-class FakeStore:
-    health = FakeHealth()
-
-
-class FakeNvml:
-    status = "ok"
-
-
-class FakeDaemon:
-    """The parts of Daemon the API uses, with recommendations fixed by the test."""
-
-    def __init__(self, db: Path, recommendations: list[dict] | None = None,
-                 allow_actions: bool = False) -> None:
-        self.db = db
-        self.tick = 3
-        self.last_sample = object()
-        self.host = {"hostname": "testhost"}
-        self.store = FakeStore()
-        self.nvml = FakeNvml()
-        self.recs = recommendations or []
-        self.allow_actions = allow_actions
-        self.snoozed: dict[str, float] = {}
-
-    def now(self) -> dict:
-        return {"version": 1, "host": self.host, "ts": time.time(), "tick": self.tick,
-                "gpus": [{"index": 0, "uuid": "GPU-0", "name": "A10G", "utilization": 50.0}],
-                "processes": [], "recommendations": self.recs,
-                "burn": {"price_per_gpu": 2.0, "total_per_hour": 2.0}}
-
-    def apply_recommendation(self, rec_id: str, dry_run: bool = True) -> dict | None:
-        rec = next((r for r in self.recs if r["id"] == rec_id), None)
-        if rec is None:
-            return None
-        return actions.apply(rec, dry_run, allow_actions=self.allow_actions).as_dict()
-
-    def snooze_recommendation(self, rec_id: str, hours: float) -> float | None:
-        if not any(r["id"] == rec_id for r in self.recs):
-            return None
-        self.snoozed[rec_id] = time.time() + hours * 3600
-        return self.snoozed[rec_id]
-
-
-def write_store(db: Path) -> None:
-    store = Store(str(db))
+def write_store(folder: Path) -> None:
+    """30 s of history, two minutes ago, in the store the daemon then goes on recording into."""
+    store = Store(str(folder / "mlcost.db"))
     for i in range(30):
         store.write(Sample(
             ts=T0 + i, tick=i + 1,
@@ -84,58 +51,71 @@ def write_store(db: Path) -> None:
     store.close()
 
 
-COPY_REC = {"id": "rec-copy", "rule": "host_idle", "target": "host", "summary": "stop it",
-            "savings_per_month": 100.0, "method": "m", "evidence": {},
-            "action": {"kind": "copy_commands", "commands": ["sudo shutdown -h now"]}}
+@pytest.fixture(scope="module")
+def daemon(mlcostd):
+    """idle-host recorded by a real mlcostd on a unix socket and on TCP (token beside the
+    socket), going on from a store that already holds some history. Actions are allowed: the
+    test after the notebook's own sends it SIGTERM through apply."""
+    return mlcostd("idle-host", interval=0.5, config=IDLE_CONFIG, prepare=write_store,
+                   args=["--listen", "127.0.0.1:0"])
+
+
+def advice(daemon, rule: str) -> dict:
+    """The daemon's active recommendation from `rule`, once it has one."""
+    def find():
+        recs = daemon.now().get("recommendations") or []
+        return next((r for r in recs if r["rule"] == rule), None)
+
+    return poll(find, ADVICE_TIMEOUT_S, f"a {rule} recommendation from mlcostd", every=0.5,
+                explain=daemon.log_tail)
 
 
 def run(coro):
     return asyncio.run(coro)
 
 
-async def serve(daemon, tmp_path: Path, **kwargs) -> ApiServer:
-    server = ApiServer(daemon, tmp_path / "run" / "mlcostd.sock", **kwargs)
-    await server.start()
-    return server
-
-
-async def raw(server: ApiServer, method: str, path: str, data: bytes | None = None,
+async def raw(socket_path: Path, method: str, path: str, data: bytes | None = None,
               headers: dict | None = None) -> tuple[int, dict]:
-    connector = aiohttp.UnixConnector(path=str(server.socket_path))
+    connector = aiohttp.UnixConnector(path=str(socket_path))
     async with aiohttp.ClientSession(connector=connector) as session:
         async with session.request(method, "http://x" + path, data=data,
                                    headers=headers or {}) as response:
             return response.status, await response.json()
 
 
-def test_health_now_history_over_the_unix_socket(tmp_path):
-    db = tmp_path / "s.db"
-    write_store(db)
+def test_health_now_history_over_the_unix_socket(daemon):
+    # the notebook loads its model first (the GPU busy), then does nothing
+    poll(lambda: daemon.now()["gpus"][0]["utilization"] < 5, ADVICE_TIMEOUT_S,
+         "the notebook's GPU idle", every=0.5, explain=daemon.log_tail)
 
     async def main():
-        server = await serve(FakeDaemon(db), tmp_path)
-        client = Client(f"unix:{server.socket_path}")
-        try:
+        async with daemon.client() as client:
             health = await client.health()
-            assert health.ok and health.tick == 3 and health.hostname == "testhost"
-            assert health.store == {"ticks_written": 3}
+            assert health.ok and health.tick > 30  # numbered on from the history
+            assert health.hostname == socket.gethostname()
+            assert health.store["ticks_written"] >= 1
             now = await client.now()
-            assert now.gpus[0].utilization == 50.0
+            assert now.gpus[0].uuid.startswith("GPU-") and now.gpus[0].utilization < 5
             history = await client.gpu_history(0, "utilization", since_s=600, points=10)
             assert history.points and all(0 <= p.avg <= 100 for p in history.points)
-            proc = await client.process_history(process_key(4242, 1000.5), "sm_share", 600, 10)
+            # the history written before the daemon started: 40 % SM share
+            proc = await client.process_history(RECORDED, "sm_share", 600, 10)
             assert proc.points and proc.points[-1].avg == pytest.approx(40.0)
             wasted = await client.host_history("wasted_per_hour", 600, 5)
-            assert wasted.points and 0 <= wasted.points[0].avg <= 2.0
-            mode = stat.S_IMODE(os.stat(server.socket_path).st_mode)
-            assert mode == 0o660
-            assert stat.S_IMODE(os.stat(server.socket_path.parent).st_mode) == 0o700
-        finally:
-            await client.close()
-            await server.stop()
-        assert not server.socket_path.exists()
+            price = (await client.now_raw())["burn"]["price_per_gpu"]
+            assert price > 0
+            assert wasted.points and all(0 <= p.avg <= price + 1e-9 for p in wasted.points)
+            return price
 
-    run(main())
+    price = run(main())
+
+    def idle_wasted():  # an idle GPU wastes all of its price
+        recent = daemon.call("host_history", "wasted_per_hour", 2, 1).points
+        return recent and recent[-1].avg == pytest.approx(price, rel=0.01)
+
+    poll(idle_wasted, 30, f"wasted $/h of the idle host at its price ${price}/h", every=0.5)
+    assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o660
+    assert stat.S_IMODE(os.stat(daemon.socket.parent).st_mode) == 0o700
 
 
 @pytest.mark.parametrize("query, message", [
@@ -148,109 +128,98 @@ def test_health_now_history_over_the_unix_socket(tmp_path):
     ("metric=sm_share&process=notakey", "PID:START_TIME"),
     ("metric=utilization&process=1:2.0", "not a process metric"),
 ])
-def test_history_rejects_bad_query_params(tmp_path, query, message):
+def test_history_rejects_bad_query_params(daemon, query, message):
+    status, body = run(raw(daemon.socket, "GET", f"/v1/history?{query}"))
+    assert status == 400 and message in body["error"]
+
+
+def test_unknown_route_wrong_method_and_unknown_process(daemon):
     async def main():
-        server = await serve(FakeDaemon(tmp_path / "none.db"), tmp_path)
-        try:
-            status, body = await raw(server, "GET", f"/v1/history?{query}")
-        finally:
-            await server.stop()
-        assert status == 400 and message in body["error"]
+        assert (await raw(daemon.socket, "GET", "/v1/nope"))[0] == 404
+        status, body = await raw(daemon.socket, "GET", "/nope")
+        assert status == 404 and "no such endpoint" in body["error"]
+        status, body = await raw(daemon.socket, "DELETE", "/v1/now")
+        assert status == 405 and "not allowed" in body["error"]
+        status, body = await raw(daemon.socket, "GET", "/v1/processes/1:2.000/phases")
+        assert status == 404 and "no process 1:2.000" in body["error"]
+        status, body = await raw(daemon.socket, "GET", "/v1/processes/bad/phases")
+        assert status == 400
 
     run(main())
 
 
-def test_unknown_route_wrong_method_and_phases_without_stack_sampling(tmp_path):
-    async def main():
-        server = await serve(FakeDaemon(tmp_path / "none.db"), tmp_path)
+def test_phases_of_the_idle_notebook(daemon):
+    notebook = poll(lambda: next((p for p in daemon.now()["processes"] if p["gpus"]), None),
+                    30, "the notebook in /v1/now", explain=daemon.log_tail)
+
+    seen = []
+
+    def idle_lately():  # it loaded its model first (compute), then nothing
         try:
-            assert (await raw(server, "GET", "/v1/nope"))[0] == 404
-            status, body = await raw(server, "GET", "/nope")
-            assert status == 404 and "no such endpoint" in body["error"]
-            status, body = await raw(server, "DELETE", "/v1/now")
-            assert status == 405 and "not allowed" in body["error"]
-            status, body = await raw(server, "GET", "/v1/processes/1:2.00/phases")
-            assert status == 404 and "phases" in body["error"]
-            status, body = await raw(server, "GET", "/v1/processes/bad/phases")
-            assert status == 400
-        finally:
-            await server.stop()
+            found = daemon.call("phases", notebook["key"], 5)
+        except ClientApiError as exc:
+            assert exc.status == 404, exc  # no stack sampled yet
+            return None
+        seen.append(found.phases)
+        largest = max(found.phases, key=lambda phase: found.phases[phase]["share"], default=None)
+        return found if largest == "idle" else None
 
-    run(main())
-
-
-def test_phases_from_the_daemon(tmp_path):
-    daemon = FakeDaemon(tmp_path / "none.db")
-    daemon.phases_for = lambda key, since: {"phases": {"compute": {"share": 1.0}},
-                                            "stack_status": "ok"} if key == "1:2.00" else None
-
-    async def main():
-        server = await serve(daemon, tmp_path)
-        client = Client(f"unix:{server.socket_path}")
-        try:
-            phases = await client.phases("1:2.00", 60)
-            assert phases.phases["compute"]["share"] == 1.0 and phases.stack_status == "ok"
-            with pytest.raises(ClientApiError) as info:
-                await client.phases("3:4.00")
-            assert info.value.status == 404
-        finally:
-            await client.close()
-            await server.stop()
-
-    run(main())
+    found = poll(idle_lately, ADVICE_TIMEOUT_S, f"idle the largest phase of {notebook['key']}",
+                 every=0.5, explain=lambda: f"phases: {seen[-1:]}\n{daemon.log_tail()}")
+    assert found.key == notebook["key"] and found.since_s == 5
+    with pytest.raises(ClientApiError) as info:
+        daemon.call("phases", process_key(notebook["pid"], notebook["start_time"] + 1))
+    assert info.value.status == 404
 
 
-def test_recommendations_apply_and_snooze(tmp_path):
-    daemon = FakeDaemon(tmp_path / "none.db", [COPY_REC])
+def test_recommendations_apply_and_snooze(daemon):
+    rec = advice(daemon, "host_idle")
+    assert rec["action"]["kind"] == "copy_commands"
+    apply_path = f"/v1/recommendations/{rec['id']}/apply"
 
     async def main():
-        server = await serve(daemon, tmp_path)
-        client = Client(f"unix:{server.socket_path}")
-        try:
-            recs = await client.recommendations()
-            assert [r.id for r in recs] == ["rec-copy"]
-            result = await client.apply("rec-copy")
-            assert result.dry_run and result.commands == ("sudo shutdown -h now",)
+        async with daemon.client() as client:
+            assert rec["id"] in [r.id for r in await client.recommendations()]
+            result = await client.apply(rec["id"])
+            assert result.dry_run and result.commands == tuple(rec["action"]["commands"])
             with pytest.raises(ClientApiError) as info:
                 await client.apply("nope")
             assert info.value.status == 404 and "no active recommendation" in info.value.message
-            status, body = await raw(server, "POST", "/v1/recommendations/rec-copy/apply",
-                                     b"{not json")
+            status, body = await raw(daemon.socket, "POST", apply_path, b"{not json")
             assert status == 400 and "not valid JSON" in body["error"]
-            status, body = await raw(server, "POST", "/v1/recommendations/rec-copy/apply",
-                                     b"[1]")
+            status, body = await raw(daemon.socket, "POST", apply_path, b"[1]")
             assert status == 400 and "JSON object" in body["error"]
-            status, body = await raw(server, "POST", "/v1/recommendations/rec-copy/apply",
-                                     b'{"dry_run": "yes"}')
+            status, body = await raw(daemon.socket, "POST", apply_path, b'{"dry_run": "yes"}')
             assert status == 400
-            status, body = await raw(server, "POST", "/v1/recommendations/rec-copy/apply",
+            status, body = await raw(daemon.socket, "POST", apply_path,
                                      b'{"x": "' + b"a" * (MAX_BODY_BYTES + 10) + b'"}')
             assert status == 413 and "too large" in body["error"]
-            status, body = await raw(server, "POST", "/v1/recommendations/rec-copy/snooze",
-                                     b'{"hours": -1}')
+            status, body = await raw(daemon.socket, "POST",
+                                     f"/v1/recommendations/{rec['id']}/snooze", b'{"hours": -1}')
             assert status == 400
             with pytest.raises(ClientApiError):
                 await client.snooze("nope", 1)
-            until = await client.snooze("rec-copy", 2)
+            until = await client.snooze(rec["id"], 2)
             assert until > time.time() + 7000
-            assert await client.recommendations() == []
-        finally:
-            await client.close()
-            await server.stop()
+            assert rec["id"] not in [r.id for r in await client.recommendations()]
+            assert rec["id"] not in [r["id"] for r in
+                                     (await client.now_raw()).get("recommendations") or []]
+            # a dry run of a snoozed recommendation is refused like an unknown one
+            with pytest.raises(ClientApiError) as info:
+                await client.apply(rec["id"])
+            assert info.value.status == 404
 
     run(main())
 
 
 def sigterm_rec(proc: subprocess.Popen) -> dict:
-    import psutil
-
     return {"id": "rec-kill", "rule": "idle_gpu_held", "target": "x", "summary": "idle",
             "savings_per_month": 10.0, "method": "m", "evidence": {},
             "action": {"kind": "sigterm", "pid": proc.pid,
                        "start_time": psutil.Process(proc.pid).create_time()}}
 
 
-def test_sigterm_needs_allow_actions_and_the_same_process(tmp_path):
+def test_sigterm_needs_allow_actions_and_the_same_process():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         rec = sigterm_rec(proc)
@@ -263,55 +232,55 @@ def test_sigterm_needs_allow_actions_and_the_same_process(tmp_path):
         with pytest.raises(actions.ActionError) as info:
             actions.apply(stale, False, allow_actions=True)
         assert info.value.status == 410 and proc.poll() is None
-
-        async def main():
-            server = await serve(FakeDaemon(tmp_path / "none.db", [rec], allow_actions=True),
-                                 tmp_path)
-            client = Client(f"unix:{server.socket_path}")
-            try:
-                result = await client.apply("rec-kill", dry_run=False)
-                assert result.done and "sent SIGTERM" in result.message
-            finally:
-                await client.close()
-                await server.stop()
-
-        run(main())
-        assert proc.wait(5) == -15
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_tcp_requires_the_bearer_token(tmp_path):
-    token_file = tmp_path / "token"
+def test_apply_sigterm_through_the_daemon_stops_the_idle_notebook(daemon):
+    # After the tests that look at the notebook: this one stops it.
+    rec = advice(daemon, "idle_gpu_held")
+    (notebook,) = daemon.workload_pids()
+    assert rec["action"]["kind"] == "sigterm" and rec["action"]["pid"] == notebook
+    dry = daemon.call("apply", rec["id"])
+    assert not dry.done and f"SIGTERM to pid {notebook}" in dry.message
+    assert notebook in {p.pid for p in daemon.still_running()}
+    result = daemon.call("apply", rec["id"], dry_run=False)
+    assert result.done and "sent SIGTERM" in result.message
+    poll(lambda: notebook not in {p.pid for p in daemon.still_running()}, 10,
+         f"the notebook (pid {notebook}) stopped by the SIGTERM", explain=daemon.log_tail)
+    assert daemon.healthy()  # the daemon records on without it
+
+
+def test_tcp_requires_the_bearer_token(daemon):
+    token_file = daemon.socket.with_name("mlcostd.token")  # the default: beside the socket
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    token = token_file.read_text().strip()
+    assert token not in daemon.log()  # never logged
+    port = poll(daemon.tcp_port, 10, "the TCP port in the log", explain=daemon.log_tail)
+    base = f"http://127.0.0.1:{port}"
 
     async def main():
-        server = await serve(FakeDaemon(tmp_path / "none.db"), tmp_path,
-                             listen="127.0.0.1:0", token_file=token_file)
-        base = f"http://127.0.0.1:{server.tcp_port}"
-        try:
-            assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
-            token = token_file.read_text().strip()
-            with pytest.raises(ClientApiError) as info:
-                await Client(base).health()
-            assert info.value.status == 401
-            wrong = Client(base, token="x" * 40)
-            with pytest.raises(ClientApiError) as info:
-                await wrong.health()
-            assert info.value.status == 401 and "bearer token" in info.value.message
-            await wrong.close()
-            good = Client(base, token=token)
-            assert (await good.health()).ok
-            await good.close()
-            # the unix socket needs no token: its permissions are the guard
-            assert (await raw(server, "GET", "/v1/health"))[0] == 200
-        finally:
-            await server.stop()
+        anonymous = Client(base)
+        with pytest.raises(ClientApiError) as info:
+            await anonymous.health()
+        assert info.value.status == 401
+        await anonymous.close()
+        wrong = Client(base, token="x" * 40)
+        with pytest.raises(ClientApiError) as info:
+            await wrong.health()
+        assert info.value.status == 401 and "bearer token" in info.value.message
+        await wrong.close()
+        good = Client(base, token=token)
+        assert (await good.health()).ok
+        await good.close()
+        # the unix socket needs no token: its permissions are the guard
+        assert (await raw(daemon.socket, "GET", "/v1/health"))[0] == 200
 
     run(main())
 
 
-def test_token_file_readable_by_others_is_refused(tmp_path):
+def test_token_file_readable_by_others_is_refused(tmp_path, mlcostd):
     token_file = tmp_path / "token"
     token_file.write_text("a" * 40)
     token_file.chmod(0o644)
@@ -319,14 +288,28 @@ def test_token_file_readable_by_others_is_refused(tmp_path):
         read_token(token_file)
     token_file.chmod(0o600)
     assert read_token(token_file) == "a" * 40
+    token_file.chmod(0o640)
+    refused = mlcostd("idle-host", wait=False,
+                      args=["--listen", "127.0.0.1:0", "--token-file", str(token_file)])
+    assert refused.wait_exit() == 1
+    assert "chmod 600" in refused.log() and "Traceback" not in refused.log()
 
-    async def main():
-        token_file.chmod(0o640)
-        with pytest.raises(ApiError):
-            await serve(FakeDaemon(tmp_path / "none.db"), tmp_path, listen="127.0.0.1:0",
-                        token_file=token_file)
 
-    run(main())
+def test_a_live_socket_is_not_taken_over(mlcostd):
+    first = mlcostd("idle-host")
+    second = mlcostd("idle-host", wait=False, args=["--socket", str(first.socket)])
+    assert second.wait_exit() == 1
+    assert "another mlcostd" in second.log()
+    # the refused one leaves the socket it never bound: the first one still answers on it
+    assert first.socket.exists() and first.healthy()
+
+    def stale_socket(folder: Path) -> None:  # left behind by a daemon that died
+        (folder / "api").mkdir(mode=0o700)
+        (folder / "api" / "mlcostd.sock").touch()
+
+    again = mlcostd("idle-host", prepare=stale_socket)
+    assert again.healthy()
+    assert again.stop() == 0
 
 
 def test_no_daemon_is_a_clear_error(tmp_path):
@@ -335,23 +318,6 @@ def test_no_daemon_is_a_clear_error(tmp_path):
         with pytest.raises(DaemonUnavailable, match="no mlcostd at unix:.*mlcost-top --demo"):
             await client.now()
         await client.close()
-
-    run(main())
-
-
-def test_a_live_socket_is_not_taken_over(tmp_path):
-    async def main():
-        first = await serve(FakeDaemon(tmp_path / "none.db"), tmp_path)
-        try:
-            with pytest.raises(ApiError, match="another mlcostd"):
-                await serve(FakeDaemon(tmp_path / "none.db"), tmp_path)
-        finally:
-            await first.stop()
-        # a stale socket file (daemon died) is replaced
-        stale = tmp_path / "run" / "mlcostd.sock"
-        stale.touch()
-        again = await serve(FakeDaemon(tmp_path / "none.db"), tmp_path)
-        await again.stop()
 
     run(main())
 
