@@ -190,9 +190,9 @@ def test_real_library_missing_without_simulation(source):
         pynvml.nvmlInit()
     except pynvml.NVMLError:
         pass
-    else:  # a GPU host: nothing to check here
+    else:
         pynvml.nvmlShutdown()
-        return
+        pytest.skip("a real NVML answers on this host; the missing-library path can't be simulated")
     src = source()
     src.wait_ready(5)
     assert "NVML unavailable" in src.latest()[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -227,25 +226,20 @@ def test_hyperv_vm_off_azure_is_off_cloud(tmp_path, closed_port):
 
 def test_no_dmi_probes_all_three_in_parallel(tmp_path, serve, black_hole):
     _, url = serve(FakeAzure(priority="Regular"))
-    start = time.monotonic()
+    # The answering one wins while the others never answer (how long that takes: bench/detect.py).
     found = detect(dmi_root=dmi(tmp_path), endpoints={**everywhere(black_hole), "azure": url})
-    assert time.monotonic() - start < 0.9  # the answering one wins; no waiting for the others
     assert (found.provider, found.lifecycle) == ("azure", "on-demand")
 
 
-def test_off_cloud_closed_ports_is_fast(tmp_path, closed_port):
-    start = time.monotonic()
+def test_off_cloud_closed_ports_says_off_cloud(tmp_path, closed_port):
     found = detect(dmi_root=dmi(tmp_path), endpoints=everywhere(closed_port))
-    assert time.monotonic() - start < 1.5
     assert found.provider is None and found.instance_type is None
     assert found.source == OFF_CLOUD
 
 
-def test_off_cloud_server_that_never_answers_stays_within_budget(tmp_path, black_hole):
-    start = time.monotonic()
+def test_off_cloud_server_that_never_answers_ends_off_cloud(tmp_path, black_hole):
+    # Within its ~1 s budget (timed in bench/detect.py): the daemon's start never waits on it.
     found = detect(dmi_root=tmp_path / "no-dmi-here", endpoints=everywhere(black_hole))
-    elapsed = time.monotonic() - start
-    assert elapsed < 1.5
     assert found.source == OFF_CLOUD
     assert "no DMI vendor" in found.detail
 

@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,30 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def live_daemon(tmp_path_factory):
-    """`mlcostd run --simulate idle-host` with a tmp db and socket; stopped after the module."""
-    folder = tmp_path_factory.mktemp("daemon")
-    sock = folder / "api" / "mlcostd.sock"
-    log = open(folder / "log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "run", "--simulate", "idle-host", "--db",
-         str(folder / "x.db"), "--socket", str(sock), "--interval", "0.5"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"mlcostd did not start: {(folder / 'log').read_text()[-2000:]}")
-        time.sleep(0.05)
-    time.sleep(1.2)  # a couple of ticks
-    yield f"unix:{sock}"
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
+def live_daemon(mlcostd):
+    """`mlcostd run --simulate idle-host` (tests/livedaemon.py) once it has a few ticks."""
+    daemon = mlcostd("idle-host", interval=0.5)
+    daemon.wait_for_ticks(3)
+    return f"unix:{daemon.socket}"
 
 
 async def wait_for(pilot, predicate, timeout: float = 8.0) -> None:
