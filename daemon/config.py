@@ -118,9 +118,45 @@ class InstanceConfig:
     type: str = field(default="", metadata=_meta("instance type override, e.g. p4d.24xlarge"))
     region: str = field(default="", metadata=_meta("region override, e.g. us-east-1"))
     lifecycle: str = field(default="", metadata=_meta(
-        "pricing lifecycle override", choices=("", "on-demand", "spot", "commit-1y")))
+        "pricing lifecycle override (commit-1y/commit-3y where the catalog lists them, else "
+        "on-demand as the upper bound)",
+        choices=("", "on-demand", "spot", "commit-1y", "commit-3y")))
     price_per_hour: float = field(default=0.0, metadata=_meta(
-        "host price in USD per hour (off-cloud, or to override the catalog)", "number", 0, 10000))
+        "host price in USD per hour (off-cloud, or to override the catalog); 0: not set",
+        "number", 0, 10000))
+    # Off-cloud hosts (bought, hosted and powered by their owner): see pricing.offcloud.
+    price_per_gpu_hour: float = field(default=0.0, metadata=_meta(
+        "off-cloud: USD per GPU-hour (e.g. a CoreWeave-style rate); 0: not set", "number",
+        0, 1000))
+    purchase_price: float = field(default=0.0, metadata=_meta(
+        "off-cloud: what the host cost in USD, amortized over amortization_years; 0: not set",
+        "number", 0, 1e8))
+    amortization_years: float = field(default=0.0, metadata=_meta(
+        "off-cloud: years over which purchase_price is written off (needed with it)",
+        "number", 0, 30))
+    hosting_per_month: float = field(default=0.0, metadata=_meta(
+        "off-cloud: USD per month for rack space, cooling and network", "number", 0, 1e7))
+    electricity_per_kwh: float = field(default=0.0, metadata=_meta(
+        "USD per kWh: the GPUs' measured power is priced beside the burn; 0: not priced",
+        "number", 0, 10))
+
+
+@dataclass(frozen=True)
+class PricingConfig:
+    cache: str = field(default="", metadata=_meta(
+        "live price cache that `mlcostd prices --refresh` writes and the daemon reads; empty: "
+        "$MLCOST_PRICE_CACHE, else ~/.cache/mlcost/prices.json of the user running it", "path"))
+    extra_catalogs: list = field(default_factory=list, metadata=_meta(
+        "CSV price sheets in the bundled catalog's format (e.g. CoreWeave per-GPU-hour rows)",
+        "list"))
+    gcp_api_key_file: str = field(default="", metadata=_meta(
+        "file (mode 0600) with the API key for `mlcostd prices --refresh gcp`", "path"))
+    catalog_url: str = field(default="", metadata=_meta(
+        "base URL of the SkyPilot catalogs for `mlcostd prices --refresh catalog`; empty: the "
+        "public skypilot-catalog repository"))
+    compare_managed: bool = field(default=False, metadata=_meta(
+        "show the managed-platform (SageMaker) price of this hardware in the report's review, "
+        "also when the host is not a managed ml.* instance", "bool"))
 
 
 @dataclass(frozen=True)
@@ -193,6 +229,16 @@ class CostConfig:
     spot_min_runtime: float = field(default=7200.0, metadata=_meta(
         "a training job running this long (with regular checkpoints) is advised spot",
         "duration", 10, 30 * 86400))
+    rightsize_evidence: float = field(default=108000.0, metadata=_meta(
+        "observe this long before advice on a smaller instance is confident (before: "
+        "preliminary); AWS Compute Optimizer asks 30 h", "duration", 60, 90 * 86400))
+    spot_evidence: float = field(default=86400.0, metadata=_meta(
+        "observe this long before spot advice is confident (before: preliminary)",
+        "duration", 60, 90 * 86400))
+    commitment_evidence: float = field(default=604800.0, metadata=_meta(
+        "observe this long before commitment advice is confident (before: preliminary); "
+        "AWS Cost Explorer's shortest Savings Plans look-back is 7 days", "duration", 60,
+        365 * 86400))
 
 
 @dataclass(frozen=True)
@@ -202,6 +248,7 @@ class Config:
     nvml: NvmlConfig = field(default_factory=NvmlConfig)
     processes: ProcessesConfig = field(default_factory=ProcessesConfig)
     instance: InstanceConfig = field(default_factory=InstanceConfig)
+    pricing: PricingConfig = field(default_factory=PricingConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     idle: IdleConfig = field(default_factory=IdleConfig)
@@ -299,11 +346,68 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         raise ConfigError(
             f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "
             f"below low_sm_share = {config.attribution.low_sm_share:g}; it must be at least that")
+    try:
+        check_instance_price(config.instance)
+        check_pricing(config.pricing)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     if config.nvml.retry_max < config.nvml.retry_initial:
         raise ConfigError(
             f"{where}: [nvml].retry_max = {config.nvml.retry_max:g} is below "
             f"[nvml].retry_initial = {config.nvml.retry_initial:g}; it must be at least as long")
     return config
+
+
+def check_instance_price(instance: InstanceConfig) -> None:
+    """One way to price the host: price_per_hour, price_per_gpu_hour, or purchase_price with
+    amortization_years; hosting only with an off-cloud price. ValueError names the keys."""
+    set_prices = [name for name in ("price_per_hour", "price_per_gpu_hour", "purchase_price")
+                  if getattr(instance, name) > 0]
+    if len(set_prices) > 1:
+        values = ", ".join(f"[instance].{name} = {getattr(instance, name):g}"
+                           for name in set_prices)
+        raise ValueError(f"{values}: these are exclusive ways to price the host; keep one "
+                         "(price_per_hour for the whole host, price_per_gpu_hour per GPU, or "
+                         "purchase_price with amortization_years)")
+    if instance.purchase_price > 0 and instance.amortization_years <= 0:
+        raise ValueError(f"[instance].purchase_price = {instance.purchase_price:g} needs "
+                         "[instance].amortization_years > 0 (the years it is written off over, "
+                         "e.g. 4)")
+    if instance.amortization_years > 0 and instance.purchase_price <= 0:
+        raise ValueError(f"[instance].amortization_years = {instance.amortization_years:g} "
+                         "amortizes nothing: set [instance].purchase_price too")
+    if instance.hosting_per_month > 0 and not (instance.purchase_price > 0
+                                               or instance.price_per_gpu_hour > 0):
+        raise ValueError(f"[instance].hosting_per_month = {instance.hosting_per_month:g} adds to "
+                         "an off-cloud price: set [instance].purchase_price (with "
+                         "amortization_years) or [instance].price_per_gpu_hour")
+
+
+def check_pricing(pricing: PricingConfig) -> None:
+    """[pricing]: an http(s) catalog_url, and extra catalogs that exist and parse."""
+    if pricing.catalog_url and not pricing.catalog_url.startswith(("http://", "https://")):
+        raise ValueError(f"[pricing].catalog_url = {pricing.catalog_url!r}: must be an http(s) "
+                         "URL of a folder holding <cloud>/vms.csv")
+    from pricing.catalog import load_offers_csv
+
+    for path in pricing.extra_catalogs:
+        try:
+            load_offers_csv(path)
+        except OSError as exc:
+            raise ValueError(f"[pricing].extra_catalogs: cannot read {path!r}: "
+                             f"{exc.strerror or exc}; fix the path or remove it") from None
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"[pricing].extra_catalogs: {path!r} is not a catalog CSV ({exc}); "
+                             "use the header of pricing/data/catalog.csv") from None
+
+
+def price_cache_path(config: Config) -> Path:
+    """The live price cache: [pricing].cache, else pricing.cache.default_cache_path()."""
+    if config.pricing.cache:
+        return Path(config.pricing.cache)
+    from pricing.cache import default_cache_path
+
+    return default_cache_path()
 
 
 BUDGET_PERIODS = ("daily", "monthly")

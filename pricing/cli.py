@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hours-per-month", type=float, default=730.0, metavar="H",
                         help="with --managed: hours the workload runs a month (default 730)")
     parser.add_argument("--cache", default=None, metavar="FILE",
-                        help=f"live price cache (default {default_cache_path()})")
+                        help=f"live price cache (default: [pricing].cache of the config, "
+                             f"else {default_cache_path()})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         if not ok:
             status = EXIT_REFRESH_FAILED
     if args.audit:
-        return _audit(Catalog.load(cache_path=cache_path), args, out) or status
+        return _audit(_catalog(args, cache_path), args, out) or status
     if args.managed:
         return _managed(args, cache_path, out, err) or status
     if args.refresh == "aws":
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             print(f"{len(result.prices)} live price(s) fetched, cached in {cache_path}\n",
                   file=out)
 
-    catalog = Catalog.load(cache_path=cache_path)
+    catalog = _catalog(args, cache_path)
     lifecycle = "spot" if args.spot else "on-demand"
     try:
         if args.fits is not None:
@@ -169,8 +170,15 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     return status
 
 
+def _catalog(args: argparse.Namespace, cache_path: str | None) -> Catalog:
+    """The catalog with the extra CSV catalogs the caller set (`args.extra_catalogs`, from the
+    daemon's [pricing].extra_catalogs) and, with `cache_path`, the cached live prices."""
+    return Catalog.load(cache_path=cache_path,
+                        extra_catalogs=getattr(args, "extra_catalogs", None) or ())
+
+
 def _check_usage(args: argparse.Namespace) -> str:
-    catalog = Catalog.load()
+    catalog = _catalog(args, None)
     if args.provider and args.provider.lower() not in catalog.providers():
         return (f"unknown provider {args.provider!r}; known: {', '.join(catalog.providers())}")
     if args.accelerator and not catalog.by_accelerator(args.accelerator):
@@ -295,7 +303,7 @@ def _audit(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
 def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO) -> int:
     from pricing.managed import compare_managed
 
-    catalog = Catalog.load(cache_path=cache_path)
+    catalog = _catalog(args, cache_path)
     region = args.region or DEFAULT_REGIONS["sagemaker"]
     status = EXIT_OK
     rows = []

@@ -66,3 +66,12 @@ def off_cloud_price(gpu_count: int, *, price_per_gpu_hour: float | None = None,
         method += f" + {measured_watts:g} W at {electricity_per_kwh:g} $/kWh"
     total = capital + hosting + energy
     return OffCloudPrice(total, total / gpu_count, capital, hosting, energy, method)
+
+
+def gpus_energy_per_hour(watts_by_gpu: dict[int, float | None],
+                         per_kwh: float) -> tuple[dict[int, float], float]:
+    """({GPU index: energy $/h}, host total) of the GPUs' measured power at `per_kwh` $/kWh;
+    a GPU without a power reading is left out (its energy is unknown, not zero)."""
+    by_gpu = {index: energy_per_hour(watts, per_kwh)
+              for index, watts in watts_by_gpu.items() if watts is not None and watts >= 0}
+    return by_gpu, sum(by_gpu.values())

@@ -52,6 +52,8 @@ class HostPrice:
     source: str
     as_of: str | None  # ISO date-time of the price; None when the catalog has no date
     live: bool = False
+    warning: str = ""  # why the price may be wrong (stale, pre-cut, estimate) and the fix
+    electricity_per_kwh: float | None = None  # off-cloud: the GPUs' measured power is priced
 
     @classmethod
     def from_dict(cls, recorded: object) -> HostPrice | None:
@@ -84,6 +86,8 @@ class HostPrice:
             "source": self.source,
             "as_of": self.as_of,
             "live": self.live,
+            "warning": self.warning,
+            "electricity_per_kwh": self.electricity_per_kwh,
         }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ def check_nvml() -> Check:
     from daemon.sources.nvml_query import (
         UNSUPPORTED,
         NvmlFailure,
+        has_symbol,
         nvml_query,
         start_nvml,
         stop_nvml,
@@ -55,6 +57,11 @@ def check_nvml() -> Check:
                 notes.append(f"GPU {index}: per-process SM share not supported (MIG?)")
         detail = f"driver {driver}, {count} GPU(s): " + ", ".join(
             f"{i}: {n}" for i, n in enumerate(names))
+        if has_symbol("nvmlDeviceGetMemoryInfo_v2"):
+            detail += "; memory used as nvidia-smi shows it (v2 memory info, reserved apart)"
+        else:
+            notes.append("v1 memory info only: memory used includes the driver-reserved memory "
+                         "(a driver of R510 or newer reports it as nvidia-smi does)")
         if notes:
             return Check("NVML", WARN, detail + "; " + "; ".join(notes),
                          "processes on these GPUs are charged by memory share; a GPU that "
@@ -176,6 +183,62 @@ def check_recorded_stacks(db: Path) -> Check | None:
         s["status"] == "permission_denied" for s in bad.values()) else
         "see each status; processes that are not Python have no Python stack")
     return Check("stack sampling", WARN, f"{ok} ok, {len(bad)} not: " + "; ".join(lines), fix)
+
+
+def check_price(config: Any, simulated_instance: dict[str, Any] | None = None) -> Check:
+    """The price the daemon would charge this host at, from where, and whether it can be
+    trusted today (pricing.staleness); a stale one warns with the refresh command."""
+    from daemon.runtime.price_host import is_managed_instance, price_host, price_warning
+
+    try:
+        price, catalog, instance = price_host(config, simulated_instance, None)
+    except (OSError, ValueError) as exc:
+        return Check("price", FAIL, f"cannot price this host: {exc}",
+                     "fix [instance] / [pricing] in the config as said")
+    where = " ".join(str(v) for v in (instance.get("provider"), instance.get("type"),
+                                       instance.get("region")) if v) or "this host"
+    if price.per_hour <= 0:
+        fix = ("set [instance].provider and type, or [instance].price_per_hour, or "
+               "off-cloud [instance].price_per_gpu_hour / purchase_price")
+        if is_managed_instance(price.instance_type):
+            fix = (f"mlcostd prices --refresh sagemaker --region {price.region or 'us-east-1'} "
+                   f"--instance {price.instance_type} (AWS credentials), then restart mlcostd")
+        return Check("price", WARN, f"no price for {where} ({price.source}; instance from "
+                                    f"{instance.get('source')})", fix)
+    detail = f"${price.per_hour:.4f}/h for {where} ({price.source})"
+    warning = price_warning(price, catalog)
+    if warning is not None:
+        why = warning.message.removesuffix(f"; run `{warning.refresh_command}`")
+        return Check("price", WARN, f"{detail}; {why}",
+                     f"{warning.refresh_command} (then restart mlcostd)")
+    return Check("price", OK, detail)
+
+
+def check_refreshes(cache_path: Path) -> list[Check]:
+    """One warning per price source whose last `mlcostd prices --refresh` failed (the previous
+    prices were kept; the errors say why)."""
+    from pricing.cache import read_refresh_log
+    from pricing.catalog import format_age
+
+    checks = []
+    for source, record in sorted(read_refresh_log(cache_path).items()):
+        if record.ok:
+            continue
+        errors = "; ".join(record.errors) or "no error recorded"
+        checks.append(Check(
+            f"price refresh ({source})", WARN,
+            f"last {source} refresh failed: {errors} ({format_age(time.time() - record.at)} "
+            f"ago, {record.fetched} price(s) fetched; the previous prices were kept)",
+            f"fix what the error says, then `mlcostd prices --refresh {source}` "
+            f"(cache {cache_path})"))
+    return checks
+
+
+def price_checks(config: Any, simulated_instance: dict[str, Any] | None = None) -> list[Check]:
+    """The host's price and the failed refreshes in the price cache the daemon reads."""
+    from daemon.config import price_cache_path
+
+    return [check_price(config, simulated_instance), *check_refreshes(price_cache_path(config))]
 
 
 def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:

@@ -25,6 +25,24 @@ examples:
   mlcostd report --since 1h               what the GPUs and processes did in the last hour
   mlcostd report --since 30m --json       the same as a JSON document (see the README)
   mlcostd check                           what works on this host and how to fix what doesn't
+  mlcostd prices --instance p5.48xlarge   what an instance costs, where the price is from, its age
+  mlcostd prices --refresh catalog        refresh prices from the public SkyPilot catalogs (no key)
+"""
+
+PRICES_DESCRIPTION = """GPU instance prices: the catalog (bundled, dated; plus [pricing].extra_catalogs), overlaid with
+the live prices a refresh cached. Every price says its source and age; one older than 90 days,
+from before a known price cut, or an estimate prints a warning with the command that refreshes it.
+
+refresh sources (--refresh):
+  aws        AWS Price List + EC2 spot history (boto3; needs AWS credentials)
+  azure      Azure Retail Prices API (public, no key)
+  gcp        GCP Cloud Billing Catalog (API key in a 0600 file: --gcp-key-file or
+             [pricing].gcp_api_key_file)
+  catalog    SkyPilot vms.csv catalogs for aws, gcp, azure, lambda (no key; --catalog-url or
+             [pricing].catalog_url)
+  sagemaker  SageMaker ml.* prices for --managed (AWS Price List; needs AWS credentials)
+also: --audit lists what the sanity rules left out, --managed compares SageMaker with the same
+hardware self-managed, --observed lists what fits the workloads this host ran.
 """
 
 
@@ -89,8 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
-    prices = sub.add_parser("prices", help="GPU instance prices: the catalog, what fits, "
-                                           "live AWS refresh")
+    prices = sub.add_parser("prices", help="GPU instance prices with source and age; what "
+                                           "fits; refresh (aws, azure, gcp, catalog, "
+                                           "sagemaker); --audit; --managed",
+                            description=PRICES_DESCRIPTION,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     pricing_cli.add_arguments(prices)
     observed = prices.add_argument_group(
         "the GPU selection matrix of a workload this host has run")
@@ -103,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     observed.add_argument("--run-hours", type=float, metavar="H",
                           help="with --observed: hours of one run (default: the observed "
                                "runtime so far)")
-    observed.add_argument("--config", metavar="FILE", help="TOML config file")
+    observed.add_argument("--config", metavar="FILE",
+                          help="TOML config file: [pricing] gives the defaults of --cache, "
+                               "--gcp-key-file and --catalog-url, and extra catalogs")
     observed.add_argument("--db", metavar="FILE", help="SQLite database to read")
     return parser
 
@@ -120,6 +143,10 @@ def _setup_logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s mlcostd %(levelname)s %(message)s",
         datefmt="%H:%M:%S", stream=sys.stderr)
+    from daemon.sources.redact import RedactingFilter
+
+    for handler in logging.getLogger().handlers:  # no secret reaches the log, whatever it says
+        handler.addFilter(RedactingFilter())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -198,14 +225,19 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     config = _load_config(args)
     running = None
+    simulated = None
     if args.simulate:
         from daemon.sim import nvml as sim_nvml
         from daemon.sim import scenario
 
-        running = scenario.start(scenario.load(args.simulate))
+        loaded = scenario.load(args.simulate)
+        simulated = {"provider": loaded.instance.provider, "type": loaded.instance.type,
+                     "region": loaded.instance.region, "lifecycle": loaded.instance.lifecycle}
+        running = scenario.start(loaded)
         sim_nvml.install(running.state_dir)
     try:
-        checks = check.run_checks(config_module.db_path(config))
+        checks = check.run_checks(config_module.db_path(config),
+                                  check.price_checks(config, simulated))
     finally:
         if running is not None:
             sim_nvml.uninstall()
@@ -235,7 +267,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 1
     reader = StoreReader(str(db))
     try:
-        document = report.build(reader, since)
+        document = report.build(reader, since, config=config)
     finally:
         reader.close()
     if args.json:
@@ -278,6 +310,21 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prices_defaults(args: argparse.Namespace, config: Config) -> argparse.Namespace:
+    """`mlcostd prices` flags the command line leaves out, from [pricing]: the cache the daemon
+    reads (so a refresh is what the daemon uses), the GCP key file, the catalog URL and the
+    extra catalogs."""
+    pricing = config.pricing
+    if args.cache is None:
+        args.cache = str(config_module.price_cache_path(config))
+    if args.gcp_key_file is None and pricing.gcp_api_key_file:
+        args.gcp_key_file = pricing.gcp_api_key_file
+    if args.catalog_url is None and pricing.catalog_url:
+        args.catalog_url = pricing.catalog_url
+    args.extra_catalogs = list(pricing.extra_catalogs)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -296,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 return cmd_prices_observed(args)
             from pricing import cli as pricing_cli
 
-            return pricing_cli.run(args)
+            return pricing_cli.run(_prices_defaults(args, config_module.load(args.config)))
     except ConfigError as exc:
         print(f"mlcostd: config error: {exc}", file=sys.stderr)
         return 2

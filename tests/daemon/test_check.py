@@ -1,6 +1,7 @@
 """`mlcostd check`: each capability works or says why, with the fix."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -62,3 +63,85 @@ def test_recorded_stack_statuses_are_reported(tmp_path):
     assert "1 ok, 1 not" in check.detail and "pid 11 (./server): permission_denied" in check.detail
     assert "CAP_SYS_PTRACE" in check.fix
     assert check_recorded_stacks(tmp_path / "none.db") is None
+
+
+def price_config(tmp_path, instance):
+    from daemon import config
+
+    return config.from_dict({"instance": instance,
+                             "pricing": {"cache": str(tmp_path / "prices.json")}}, where="test")
+
+
+def test_a_pre_cut_price_warns_with_the_refresh_command(tmp_path):
+    from daemon.commands.check import WARN, check_price
+    from pricing.catalog import clear_catalog_cache
+
+    clear_catalog_cache()
+    found = check_price(price_config(tmp_path, {"provider": "aws", "type": "p4d.24xlarge",
+                                                "region": "us-east-1"}))
+    assert found.status == WARN
+    assert "$32.7726/h for aws p4d.24xlarge us-east-1" in found.detail
+    assert "before the cut" in found.detail
+    assert found.fix.startswith("mlcostd prices --refresh aws --region us-east-1 "
+                                "--instance p4d.24xlarge")
+
+
+def test_a_current_price_and_an_off_cloud_price_are_ok(tmp_path):
+    import time as time_module
+
+    from daemon.commands.check import OK, check_price
+    from pricing.cache import CachedPrice, write_cache
+    from pricing.catalog import clear_catalog_cache
+
+    clear_catalog_cache()
+    write_cache(tmp_path / "prices.json", [CachedPrice(
+        "aws", "us-east-1", "p4d.24xlarge", "on-demand", 21.96, time_module.time(), "refresh")])
+    fresh = check_price(price_config(tmp_path, {"provider": "aws", "type": "p4d.24xlarge",
+                                                "region": "us-east-1"}))
+    assert fresh.status == OK and "$21.9600/h" in fresh.detail
+    owned = check_price(price_config(tmp_path, {"price_per_gpu_hour": 1.25}))
+    assert owned.status == OK and "off-cloud" in owned.detail
+
+
+def test_no_price_says_how_to_set_one(tmp_path):
+    from daemon.commands.check import WARN, check_price
+
+    found = check_price(price_config(tmp_path, {"provider": "on-prem", "type": "dgx-custom"}))
+    assert found.status == WARN and "no price" in found.detail
+    assert "price_per_gpu_hour" in found.fix
+
+
+def test_each_failed_refresh_is_a_warning_with_its_errors(tmp_path):
+    from daemon.commands.check import check_refreshes
+    from pricing.cache import RefreshRecord, record_refresh
+
+    cache = tmp_path / "prices.json"
+    record_refresh(cache, RefreshRecord("azure", time.time() - 7200, False, 0,
+                                        ("Azure Retail Prices: HTTP 429 after 3 tries",)))
+    record_refresh(cache, RefreshRecord("catalog", time.time(), True, 120))
+    found = check_refreshes(cache)
+    assert [c.name for c in found] == ["price refresh (azure)"]
+    assert found[0].detail.startswith("last azure refresh failed: Azure Retail Prices: HTTP 429")
+    assert "2 h ago" in found[0].detail and "--refresh azure" in found[0].fix
+    assert check_refreshes(tmp_path / "none.json") == []
+
+
+def test_check_json_has_the_price_of_the_simulated_host(tmp_path):
+    env = {**os.environ, "MLCOST_PRICE_CACHE": str(tmp_path / "prices.json")}
+    result = subprocess.run(MLCOSTD + ["check", "--simulate", "demo", "--json",
+                                       "--db", str(tmp_path / "x.db")],
+                            capture_output=True, text=True, timeout=60, env=env)
+    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    assert checks["price"]["status"] == "warn", checks["price"]
+    assert "p4d.24xlarge" in checks["price"]["detail"]
+    assert "mlcostd prices --refresh aws" in checks["price"]["fix"]
+
+
+def test_a_managed_host_without_its_price_says_how_to_fetch_it(tmp_path):
+    from daemon.commands.check import WARN, check_price
+
+    found = check_price(price_config(tmp_path, {"provider": "aws", "type": "ml.g5.xlarge",
+                                                "region": "us-west-2"}))
+    assert found.status == WARN
+    assert found.fix.startswith("mlcostd prices --refresh sagemaker --region us-west-2 "
+                                "--instance ml.g5.xlarge")

@@ -119,3 +119,72 @@ def test_the_readme_config_example_is_valid():
     loaded = config.from_dict(config.tomllib.loads(example), where="README.md")
     assert loaded.cost.budgets["host"]["daily"] == 800
     assert loaded.store.max_size == 1024 << 20
+
+
+def test_pricing_and_off_cloud_settings(tmp_path):
+    sheet = tmp_path / "sheet.csv"
+    from pricing.catalog import BUNDLED_CATALOG
+
+    sheet.write_text(BUNDLED_CATALOG.read_text().splitlines()[0] + "\n")
+    loaded = config.load(write(tmp_path, f"""
+[instance]
+provider = "on-prem"
+purchase_price = 300000
+amortization_years = 4
+hosting_per_month = 1200
+electricity_per_kwh = 0.14
+[pricing]
+cache = "/var/lib/mlcost/prices.json"
+extra_catalogs = ["{sheet}"]
+gcp_api_key_file = "/etc/mlcost/gcp.key"
+catalog_url = "http://mirror.example/skypilot"
+compare_managed = true
+"""))
+    assert loaded.instance.purchase_price == 300000 and loaded.instance.amortization_years == 4
+    assert loaded.instance.electricity_per_kwh == 0.14
+    assert loaded.pricing.extra_catalogs == [str(sheet)] and loaded.pricing.compare_managed
+    assert config.price_cache_path(loaded) == config.Path("/var/lib/mlcost/prices.json")
+    per_gpu = config.from_dict({"instance": {"price_per_gpu_hour": 2.2,
+                                             "lifecycle": "commit-3y"}})
+    assert per_gpu.instance.price_per_gpu_hour == 2.2 and per_gpu.instance.lifecycle == "commit-3y"
+
+
+def test_the_price_cache_defaults_to_the_pricing_default(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLCOST_PRICE_CACHE", str(tmp_path / "env.json"))
+    assert config.price_cache_path(config.from_dict({})) == tmp_path / "env.json"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[instance]\nprice_per_gpu_hour = 2\npurchase_price = 100000\namortization_years = 3\n",
+     ["[instance].price_per_gpu_hour = 2", "[instance].purchase_price = 100000", "exclusive"]),
+    ("[instance]\nprice_per_hour = 30\nprice_per_gpu_hour = 2\n",
+     ["[instance].price_per_hour = 30", "price_per_gpu_hour = 2", "keep one"]),
+    ("[instance]\npurchase_price = 100000\n",
+     ["purchase_price = 100000", "amortization_years > 0"]),
+    ("[instance]\namortization_years = 3\n", ["amortization_years = 3", "purchase_price"]),
+    ("[instance]\nhosting_per_month = 500\n", ["hosting_per_month = 500", "off-cloud price"]),
+    ("[instance]\nelectricity_per_kwh = -0.1\n", ["electricity_per_kwh = -0.1", "between 0"]),
+    ("[instance]\nprice_per_gpu_hour = \"cheap\"\n", ["price_per_gpu_hour = 'cheap'",
+                                                      "must be a number"]),
+    ("[instance]\nlifecycle = \"commit-5y\"\n", ["'commit-5y'", "'commit-3y'"]),
+    ("[pricing]\ncatalog_url = \"ftp://x\"\n", ["catalog_url = 'ftp://x'", "http(s) URL"]),
+    ("[pricing]\nextra_catalogs = [\"/no/such.csv\"]\n", ["/no/such.csv", "cannot read"]),
+    ("[pricing]\nextra_catalogs = \"/one.csv\"\n", ["[pricing].extra_catalogs", "list of strings"]),
+    ("[pricing]\ncompare_managed = \"yes\"\n", ["[pricing].compare_managed", "true or false"]),
+    ("[pricing]\ncahce = \"x\"\n", ["[pricing].cahce", "cache, extra_catalogs"]),
+])
+def test_bad_pricing_settings_name_key_value_and_fix(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        config.load(path)
+    message = str(caught.value)
+    assert str(path) in message
+    for part in expected:
+        assert part in message, message
+
+
+def test_an_extra_catalog_that_is_not_a_catalog_is_named(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,price\nx,1\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{str(bad)!r} is not a catalog CSV")):
+        config.from_dict({"pricing": {"extra_catalogs": [str(bad)]}})

@@ -1,0 +1,86 @@
+"""`mlcostd prices` as the daemon's CLI runs it: the help names every refresh source, the
+config's [pricing] gives the defaults (the cache the daemon reads, extra catalogs), and every
+price printed says its source and age, with a warning where it cannot be trusted."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from daemon.commands.cli import build_parser, main
+from pricing.cache import CachedPrice, write_cache
+from pricing.catalog import BUNDLED_CATALOG, clear_catalog_cache
+
+
+@pytest.fixture(autouse=True)
+def _fresh_catalog(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLCOST_PRICE_CACHE", str(tmp_path / "default-cache.json"))
+    clear_catalog_cache()
+    yield
+    clear_catalog_cache()
+
+
+def test_the_help_lists_every_refresh_source_audit_and_managed():
+    parser = build_parser()
+    overview = parser.format_help()
+    assert "prices" in overview and "sagemaker" in overview
+    sub = next(a for a in parser._actions if a.dest == "command").choices["prices"]  # noqa: SLF001
+    text = sub.format_help()
+    for source in ("aws", "azure", "gcp", "catalog", "sagemaker"):
+        assert f"\n  {source} " in text, source
+    for flag in ("--audit", "--managed", "--gcp-key-file", "--catalog-url", "--cache", "--config"):
+        assert flag in text
+
+
+def test_pre_cut_p5_price_is_never_shown_without_a_warning(capsys):
+    assert main(["prices", "--instance", "p5.48xlarge", "--region", "us-east-1"]) == 0
+    out, err = capsys.readouterr()
+    assert "55.0600" in out and "98.32" not in out.split("sources:")[0]
+    assert "bundled, as of 2025-09-01" in out  # source and age of the price in the table
+    assert "warning: aws/us-east-1/p5.48xlarge on-demand price $55.06/h may be wrong" in err
+    assert "mlcostd prices --refresh aws --region us-east-1 --instance p5.48xlarge" in err
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "mlcostd.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_config_cache_is_the_one_prices_reads(tmp_path, capsys):
+    cache = tmp_path / "daemon-cache.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "p5.48xlarge", "on-demand", 54.01,
+                                    time.time() - 30, "test refresh")])
+    config = write_config(tmp_path, f'[pricing]\ncache = "{cache}"\n')
+    assert main(["prices", "--config", str(config), "--instance", "p5.48xlarge", "--region",
+                 "us-east-1", "--json"]) == 0
+    offer = json.loads(capsys.readouterr().out)["offers"][0]
+    assert offer["on_demand"]["per_hour"] == 54.01 and offer["on_demand"]["live"]
+    assert offer["on_demand"]["source"] == "test refresh"
+
+
+def test_extra_catalogs_from_the_config_are_listed(tmp_path, capsys):
+    sheet = tmp_path / "coreweave.csv"
+    sheet.write_text(BUNDLED_CATALOG.read_text().splitlines()[0] + "\n"
+                     "lambda,us-east-1,gpu_8x_h100_sheet,H100,8,80,208,1800,gpu-hour,2.99,,,,,"
+                     "test sheet,2026-11-20,current,\n")
+    config = write_config(tmp_path, f'[pricing]\nextra_catalogs = ["{sheet}"]\n')
+    assert main(["prices", "--config", str(config), "--instance", "gpu_8x_h100_sheet"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu_8x_h100_sheet" in out and "23.9200" in out  # 8 x 2.99 per GPU-hour
+    assert "gpu_8x_h100_sheet (us-east-1): test sheet" in out
+
+
+def test_refresh_gcp_reads_the_key_file_from_the_config(tmp_path, capsys):
+    key = tmp_path / "gcp.key"
+    key.write_text("not-a-real-key")
+    key.chmod(0o644)  # too open: refused, and the message names the file
+    config = write_config(tmp_path, f'[pricing]\ngcp_api_key_file = "{key}"\ncache = '
+                                    f'"{tmp_path / "c.json"}"\n')
+    code = main(["prices", "--config", str(config), "--refresh", "gcp", "--instance",
+                 "a2-highgpu-1g"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert str(key) in err and "needs an API key file" not in err

@@ -1,0 +1,128 @@
+"""`mlcostd report` on prices: the price warning (host.price_warning), the energy of the GPUs'
+measured power at [instance].electricity_per_kwh, and the managed-vs-self-managed review."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from daemon import config as config_module
+from daemon.commands import report
+from daemon.runtime import price_host
+from daemon.sources.sample import GpuSample, Sample
+from daemon.store.reader import StoreReader
+from daemon.store.writer import Store
+from pricing.cache import CachedPrice, write_cache
+from pricing.catalog import clear_catalog_cache
+
+P4D = {"provider": "aws", "type": "p4d.24xlarge", "region": "us-east-1"}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_catalog():
+    clear_catalog_cache()
+    yield
+    clear_catalog_cache()
+
+
+def make_config(tmp_path, **sections):
+    sections.setdefault("pricing", {})["cache"] = str(tmp_path / "prices.json")
+    return config_module.from_dict(sections, where="test")
+
+
+def record(tmp_path, config, watts=(300.0, 100.0), ticks=11):
+    """A store of `ticks` 1 s samples of two GPUs drawing `watts`, priced as the daemon would."""
+    price, _, instance = price_host.price_host(config, None, 2)
+    db = tmp_path / "mlcost.db"
+    store = Store(str(db))
+    start = time.time() - ticks
+    for i in range(ticks):
+        gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=w,
+                               memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
+                     for n, w in enumerate(watts))
+        store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": price.as_dict(),
+                            "instance": instance})
+    store.close()
+    return db
+
+
+def build(db, config):
+    reader = StoreReader(str(db))
+    try:
+        return report.build(reader, 300.0, config=config)
+    finally:
+        reader.close()
+
+
+def test_a_pre_cut_price_warns_in_json_and_text(tmp_path):
+    config = make_config(tmp_path, instance=P4D)
+    document = build(record(tmp_path, config), config)
+    warning = document["host"]["price_warning"]
+    assert warning["reason"] == "predates-cut"
+    assert warning["refresh_command"] == ("mlcostd prices --refresh aws --region us-east-1 "
+                                          "--instance p4d.24xlarge")
+    text = report.render_text(document)
+    assert "warning: aws/us-east-1/p4d.24xlarge on-demand price $32.7726/h may be wrong" in text
+    assert f"  run: {warning['refresh_command']}\n" in text  # whole, to be copied
+    assert document["energy"] is None and "energy" not in text.split("GPUs")[0]
+
+
+def test_a_fresh_price_has_no_warning(tmp_path):
+    write_cache(tmp_path / "prices.json", [CachedPrice(
+        "aws", "us-east-1", "p4d.24xlarge", "on-demand", 21.96, time.time(), "refresh")])
+    config = make_config(tmp_path, instance=P4D)
+    document = build(record(tmp_path, config), config)
+    assert document["host"]["price_warning"] is None
+    assert "warning:" not in report.render_text(document)
+
+
+def test_measured_power_is_priced_beside_the_burn(tmp_path):
+    config = make_config(tmp_path, instance={"price_per_gpu_hour": 1.0,
+                                             "electricity_per_kwh": 0.2})
+    document = build(record(tmp_path, config, watts=(300.0, 100.0)), config)
+    energy = document["energy"]
+    assert energy["electricity_per_kwh"] == 0.2
+    assert energy["energy_per_hour"] == pytest.approx(0.4 * 0.2)  # 400 W for an hour at $0.2
+    assert energy["by_gpu"] == {"0": pytest.approx(0.06), "1": pytest.approx(0.02)}
+    assert energy["cost"] == pytest.approx(0.08 * 10 / 3600, rel=0.05)  # 10 s between 11 ticks
+    assert [g["energy_per_hour"] for g in document["gpus"]] == [pytest.approx(0.06),
+                                                                 pytest.approx(0.02)]
+    assert document["burn"]["price_per_hour"] == 2.0  # energy is beside the burn, not in it
+    text = report.render_text(document)
+    assert "energy: $0.08/h beside the burn (0.40 kW measured at $0.2/kWh)" in text
+    assert "energy $/h" in text and "$0.06" in text
+
+
+def test_the_review_compares_managed_when_asked(tmp_path):
+    write_cache(tmp_path / "prices.json", [CachedPrice(
+        "aws", "us-east-1", "ml.p4d.24xlarge", "managed:sagemaker:training", 37.688,
+        time.time(), "AWS Price List API (AmazonSageMaker)",
+        attributes={"platform": "SageMaker", "component": "Training"})])
+    config = make_config(tmp_path, instance=P4D, pricing={"compare_managed": True})
+    document = build(record(tmp_path, config), config)
+    managed = document["review"]["managed"]
+    assert managed["managed_per_hour"] == 37.688
+    assert managed["self_managed_per_hour"] == pytest.approx(32.7726)
+    assert managed["markup_pct"] == pytest.approx((37.688 / 32.7726 - 1) * 100, abs=0.01)
+    # The observed workload: 11 samples of a 300 s window, as a share of a 730 h month.
+    assert managed["hours_per_month"] == pytest.approx(730 * 11 / 300, abs=0.1)
+    text = report.render_text(document)
+    assert "Managed vs self-managed" in text and "SageMaker Training ml.p4d.24xlarge" in text
+
+
+def test_no_review_of_managed_prices_unless_managed_or_asked(tmp_path):
+    config = make_config(tmp_path, instance=P4D)
+    document = build(record(tmp_path, config), config)
+    assert document["review"]["managed"] is None
+    assert "Managed vs self-managed" not in report.render_text(document)
+
+
+def test_a_managed_host_without_its_price_says_how_to_fetch_it(tmp_path):
+    config = make_config(tmp_path, instance={"provider": "aws", "type": "ml.p4d.24xlarge",
+                                             "region": "us-east-1"})
+    document = build(record(tmp_path, config), config)
+    assert "--refresh sagemaker" in document["review"]["managed"]["error"]
+    assert "    run: mlcostd prices --refresh sagemaker --region us-east-1 --instance " \
+           "p4d.24xlarge" in report.render_text(document)

@@ -1,0 +1,57 @@
+"""The header's stale-price badge: shown when the daemon says its price may be stale (the
+price's `warning` in /v1/now), with the command that refreshes it; absent otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from daemon.wire import Now
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.messages import HostSnapshot, SnapshotArrived
+from mlcost_tui.panels.header import HeaderPanel, price_warning, stale_price_badge
+from tests.tui.fixtures import TS, StubClient, now_document
+
+WARNING = ("aws/us-east-1/p4d.24xlarge on-demand price $32.7726/h may be wrong: it predates a "
+           "known price cut; run `mlcostd prices --refresh aws --region us-east-1 --instance "
+           "p4d.24xlarge`")
+
+
+@dataclasses.dataclass(frozen=True)
+class WarnedPrice:
+    """A wire Price as it reads once the daemon sends price.warning."""
+
+    per_hour: float | None = 32.7726
+    source: str = "catalog: SkyPilot (bundled, catalog date unknown, predates a price cut)"
+    lifecycle: str = "on-demand"
+    instance_type: str = "p4d.24xlarge"
+    warning: str = WARNING
+
+
+def test_the_badge_carries_the_refresh_command():
+    badge = stale_price_badge(WARNING)
+    assert badge.plain == (" ⚠ stale price · mlcostd prices --refresh aws --region us-east-1 "
+                           "--instance p4d.24xlarge")
+    assert stale_price_badge("no date").plain == " ⚠ stale price · see mlcostd check"
+
+
+def test_no_warning_from_a_daemon_that_sends_none():
+    plain = Now.from_dict(now_document()).price
+    assert price_warning(plain) == "" and price_warning(None) == ""
+    assert price_warning(WarnedPrice()) == WARNING
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("warned", [True, False])
+async def test_the_header_shows_the_badge_only_for_a_stale_price(warned):
+    now = Now.from_dict(now_document())
+    if warned:
+        now = dataclasses.replace(now, price=WarnedPrice())  # type: ignore[arg-type]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 48)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        text = str(app.query_one(HeaderPanel).render())
+        assert ("⚠ stale price · mlcostd prices --refresh aws" in text) is warned
+        assert "price $" in text
