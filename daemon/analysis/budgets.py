@@ -9,7 +9,8 @@ Config (a plain dict, e.g. a TOML table):
 
 Crossing a budget records one `budget_exceeded` Event per budget and period (no repeat until the
 next day or month) and, with a webhook, POSTs the event as JSON from a background thread (urllib,
-2 s timeout), so the tick never waits on the network.
+2 s timeout), so the tick never waits on the network. Bodies and errors go through the
+redaction of daemon.sources.redact: nothing that leaves the host carries a secret.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from daemon.analysis.idle import BUDGET_EXCEEDED, Event
 from daemon.analysis.ledger import CostLedger
 from daemon.clock import utc_day
 from daemon.config import check_budgets
+from daemon.sources.redact import redact_document, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,8 @@ class Webhook:
             payload = self._queue.get()
             if payload is None:
                 return
-            body = json.dumps(payload).encode()
+            # Webhook bodies leave the host: the same redaction as every command line.
+            body = json.dumps(redact_document(payload)).encode()
             request = urllib.request.Request(
                 self.url, data=body, method="POST",
                 headers={"Content-Type": "application/json", "User-Agent": "mlcostd"})
@@ -96,7 +99,8 @@ class Webhook:
                 self.sent += 1
             except Exception as exc:  # noqa: BLE001 - any failure is a status, never a crash
                 self.failed += 1
-                self.last_error = f"POST {self.url}: {exc}"
+                # The URL itself may be a secret (a Slack webhook, a ?token=).
+                self.last_error = redact_text(f"POST {self.url}: {exc}")
                 log.warning("budget webhook failed: %s", self.last_error)
             finally:
                 self._queue.task_done()

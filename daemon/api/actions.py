@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from daemon.sources.redact import redact_argv
 from daemon.wire import ActionResult
 
 # How close a live process's create time must be to the recommendation's to be the same process.
@@ -44,6 +45,8 @@ def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
                             f"a patch for {where}: review it, apply it, restart the job",
                             patch=str(patch))
     if kind == "copy_commands":
+        # Built by the rules from command lines redacted at the source; not redacted again,
+        # which would break their own shell (TOKEN=$(curl ...) is not a secret).
         commands = tuple(str(c) for c in action.get("commands") or ())
         return ActionResult(rec_id, kind, dry_run, True,
                             "commands to run yourself (copied to the clipboard in mlcost-top)",
@@ -71,7 +74,8 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
     try:
         proc = psutil.Process(pid)
         created = proc.create_time()
-        command = " ".join(proc.cmdline())[:120]
+        # The live argv, through the same redaction as every stored command line.
+        command = redact_argv(proc.cmdline())[:120]
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
     except psutil.AccessDenied:

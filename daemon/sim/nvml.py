@@ -50,6 +50,9 @@ ERR_GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 ERR_LIB_RM_VERSION_MISMATCH = pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH
 ERR_ARGUMENT_VERSION_MISMATCH = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 
+# Return codes newer than pynvml's own string table, as libnvidia-ml's nvmlErrorString says them.
+_NEWER_ERROR_STRINGS = {ERR_ARGUMENT_VERSION_MISMATCH: "Argument version mismatch"}
+
 DRIVER_VERSION = b"550.90.07"
 NVML_VERSION = b"12.550.90.07"
 CUDA_DRIVER_VERSION = 12040
@@ -424,7 +427,8 @@ class _Symbols:
 
     def nvmlErrorString(lib: SimulatedNvml, code: Any) -> bytes:
         value = code.value if hasattr(code, "value") else int(code)
-        text = pynvml.NVMLError._errcode_to_string.get(value, f"Unknown Error {value}")
+        text = pynvml.NVMLError._errcode_to_string.get(value) or _NEWER_ERROR_STRINGS.get(
+            value, f"Unknown Error {value}")
         return text.encode()
 
     def nvmlSystemGetDriverVersion(lib: SimulatedNvml, buf: Any, length: Any) -> int:

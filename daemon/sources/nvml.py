@@ -3,6 +3,9 @@
 Shape:
 - one supervisor thread starts NVML (retrying with backoff while it is missing or mismatched)
   and finds the devices; static facts (name, UUID, total memory) are read once per device;
+- memory follows NVML's v2 memory info (nvmlDeviceGetMemoryInfo_v2): `used` excludes the memory
+  the driver reserves, as nvidia-smi and nvitop show, and the reserved amount is kept beside
+  it; a driver with only v1 is said once in the log and leaves memory_reserved_bytes absent;
 - one reader thread per GPU reads its dynamic fields once per interval, just before the tick,
   so a hung or lost GPU delays only itself;
 - the tick calls `latest()`, which never blocks: it hands over the newest reading of each GPU
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 __all__ = ["NVML_FIXES", "GpuReading", "NvmlSource", "nvml_error_text"]
 
 _GPM_SM_UTIL = 2  # NVML_GPM_METRIC_SM_UTIL
+_MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
+_MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -113,10 +118,13 @@ class _Device:
         self.process_query: tuple[str, Callable[[Any], list[Any]]] | None = None
         self.gpm_previous: Any = None
         self.errors: list[str] = []
+        # 2 while the driver answers v2 memory info, 1 once it has been found to lack it.
+        self.memory_version = 2 if has_symbol(_MEMORY_V2_SYMBOL) else 1
+        if self.memory_version == 1:
+            self._say_memory_v1("the library has no nvmlDeviceGetMemoryInfo_v2")
         self.uuid = _text(self.call("uuid", pynvml.nvmlDeviceGetUUID) or f"GPU-index-{index}")
         self.name = _text(self.call("name", pynvml.nvmlDeviceGetName) or "unknown GPU")
-        memory = self.call("memory", pynvml.nvmlDeviceGetMemoryInfo)
-        self.memory_total = int(memory.total) if memory is not None else None
+        self.memory_total, _, _ = self._memory()
         support = None
         if has_symbol("nvmlGpmQueryDeviceSupport"):
             support = self.call("gpm", pynvml.nvmlGpmQueryDeviceSupport)
@@ -158,7 +166,7 @@ class _Device:
         self.errors = []
         h = self.handle
         util = self.call("utilization", pynvml.nvmlDeviceGetUtilizationRates)
-        memory = self.call("memory", pynvml.nvmlDeviceGetMemoryInfo)
+        _, memory_used, memory_reserved = self._memory()
         power_mw = self.call("power", pynvml.nvmlDeviceGetPowerUsage)
         temperature = self.call(
             "temperature", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
@@ -174,8 +182,9 @@ class _Device:
             status=GPU_ERROR if self.errors else GPU_OK,
             utilization=float(util.gpu) if util is not None else None,
             sm_activity=sm_activity,
-            memory_used_bytes=int(memory.used) if memory is not None else None,
+            memory_used_bytes=memory_used,
             memory_total_bytes=self.memory_total,
+            memory_reserved_bytes=memory_reserved,
             power_watts=power_mw / 1000.0 if power_mw is not None else None,
             temperature_c=int(temperature) if temperature is not None else None,
             sm_clock_mhz=int(sm_clock) if sm_clock is not None else None,
@@ -183,6 +192,31 @@ class _Device:
             error="; ".join(self.errors) or None,
         )
         return GpuReading(gpu=gpu, uses=uses, read_at=time.monotonic())
+
+    def _memory(self) -> tuple[int | None, int | None, int | None]:
+        """(total, used, reserved) bytes: v2 memory info while the driver has it (used without
+        the reserved memory, as nvidia-smi shows), else v1 (used includes it; reserved None)."""
+        if "memory" in self.unsupported:
+            return None, None, None
+        if self.memory_version == 2:
+            info = self.query(_MEMORY_V2_SYMBOL, pynvml.nvmlDeviceGetMemoryInfo, self.handle,
+                              _MEMORY_V2)
+            if not isinstance(info, NvmlFailure):
+                return int(info.total), int(info.used), int(info.reserved)
+            if info.kind != UNSUPPORTED:
+                self.errors.append(info.describe())
+                return None, None, None
+            self.memory_version = 1
+            self._say_memory_v1(info.message)
+        memory = self.call("memory", pynvml.nvmlDeviceGetMemoryInfo)
+        if memory is None:
+            return None, None, None
+        return int(memory.total), int(memory.used), None
+
+    def _say_memory_v1(self, why: str) -> None:
+        log.info("GPU %d: v2 memory info is not available (%s); memory used includes the "
+                 "driver-reserved memory (older nvidia-smi shows it so too) and "
+                 "memory_reserved_bytes is absent", self.index, why)
 
     def _sm_activity(self) -> float | None:
         """SM activity from GPM (Hopper and later): needs two samples, so the first read is None."""
@@ -378,7 +412,9 @@ class NvmlSource:
                         name=device.name if device else "unknown GPU")
                     self._readings[index] = GpuReading(
                         gpu=GpuSample(index=index, uuid=base.uuid, name=base.name, status=status,
-                                      memory_total_bytes=base.memory_total_bytes, error=message),
+                                      memory_total_bytes=base.memory_total_bytes,
+                                      memory_reserved_bytes=base.memory_reserved_bytes,
+                                      error=message),
                         uses=(), read_at=time.monotonic())
                 self._note_device(index, status, message)
                 if lost:
@@ -429,6 +465,8 @@ class NvmlSource:
 
     @staticmethod
     def _timed_out(gpu: GpuSample, why: str) -> GpuSample:
+        # Total and reserved memory are facts of the GPU: kept while its reading is overdue.
         return replace(GpuSample(index=gpu.index, uuid=gpu.uuid, name=gpu.name,
-                                 memory_total_bytes=gpu.memory_total_bytes),
+                                 memory_total_bytes=gpu.memory_total_bytes,
+                                 memory_reserved_bytes=gpu.memory_reserved_bytes),
                        status=GPU_TIMEOUT, error=why)

@@ -27,6 +27,8 @@ ERROR = "error"  # anything else: this one call failed
 _KINDS = {
     pynvml.NVML_ERROR_NOT_SUPPORTED: UNSUPPORTED,
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: UNSUPPORTED,
+    # The driver has the call but not this struct version (e.g. v2 memory info on an old one).
+    pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH: UNSUPPORTED,
     pynvml.NVML_ERROR_NOT_FOUND: NOT_FOUND,
     pynvml.NVML_ERROR_GPU_IS_LOST: LOST,
     pynvml.NVML_ERROR_RESET_REQUIRED: LOST,

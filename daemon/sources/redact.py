@@ -1,55 +1,234 @@
-"""Secrets out of command lines, at the source, before anything is stored or shown."""
+"""Secrets out of command lines (and any text that may carry one), before anything is stored,
+served, logged or posted.
+
+A process's command line is redacted once, at the source (`redact_argv`, called by the process
+source), so the store, the API documents, evidence, reports and snapshots only ever see the
+redacted line. The few paths that read a command line or other outside text themselves go
+through the same functions: an action's dry run and confirmation (`redact_argv` on the live
+argv), webhook bodies (`redact_document`), and the daemon's log (`RedactingFilter`).
+
+What is hidden:
+- PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
+- the value of a secret-looking name: `--api-key VALUE` (even when VALUE starts with `-`),
+  `--db-password=VALUE`, `HF_TOKEN=VALUE`, `"secret": "VALUE"`, `X-Api-Key: VALUE`;
+- credentials in URLs (`https://user:pw@host`), signature and key query parameters (Azure SAS
+  `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
+  `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
+- bearer and basic authorization values;
+- tokens recognised by their shape alone: JWTs, GitHub (`ghp_`, `gho_`, ..., `github_pat_`),
+  GitLab (`glpat-` and kin), Slack (`xoxb-`, `xapp-`, webhook URLs), Hugging Face (`hf_`,
+  `api_org_`), OpenAI-style `sk-` (and Anthropic `sk-ant-`), Stripe, npm, PyPI, AWS access key
+  ids, GCP API keys (`AIza...`), OAuth access tokens (`ya29.`), OAuth client secrets
+  (`GOCSPX-`) and Azure storage account keys (88 characters of base64).
+
+A name is secret-looking when its last word (split on `-`, `_`, `.`) is one of SECRET_WORDS
+(`--hf-token`, `AWS_SECRET_ACCESS_KEY`, `--auth`), or it ends in one of SECRET_SUFFIXES
+(`PGPASSWORD`, `--apikey`). So `--max-tokens 512`, `--tokenizer t5` and `--key-size 2048` stay
+readable: in an ML tool those are ordinary arguments.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Mapping
+from typing import Any
 
 REDACTED = "<redacted>"
 
-# Keys whose values are secrets (case-insensitive, matched inside longer names too:
-# --db-password, HF_TOKEN=..., --openai-api-key).
-_SECRET_KEY = (
-    r"(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
-    r"|credentials?|auth|stripetoken|[a-z0-9_-]*key)"
-)
-# --key=value, key=value, key:value
-_KEY_EQ_VALUE = re.compile(
-    r"(?i)(?P<key>(?:^|(?<=[\s]))-{0,2}[a-z0-9_.-]*" + _SECRET_KEY + r"[a-z0-9_.-]*)(?P<sep>[=:])(?P<value>\S+)"
-)
+# The last word of a secret-looking name, and endings of names written as one word.
+SECRET_WORDS = frozenset({
+    "password", "passwd", "pwd", "pass", "passphrase", "secret", "token", "key", "apikey",
+    "auth", "authorization", "credential", "credentials", "creds", "cookie", "sig",
+    "signature", "pat", "accountkey", "sharedaccesskey", "sharedaccesssignature",
+})
+SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token", "apikey", "accesskey",
+                   "privatekey", "secretkey", "accountkey", "credentials")
+# Negated boolean flags (`--no-auth`) take no value.
+_NEGATION = re.compile(r"(?i)^(?:no|disable|skip|without)[-_]")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a flag, variable or key name looks like it holds a secret."""
+    bare = name.strip().lstrip("-").lower()
+    if not bare or _NEGATION.match(bare):
+        return False
+    words = [w for w in re.split(r"[-_.]", bare) if w]
+    if words and words[-1] in SECRET_WORDS:
+        return True
+    return bare.replace("-", "").replace("_", "").replace(".", "").endswith(SECRET_SUFFIXES)
+
+
+# PEM: the header may be split from the body when a key is passed unquoted.
+_PEM = re.compile(r"-----BEGIN[A-Z0-9 ]*-----.*?(?:-----END[A-Z0-9 ]*-----|\Z)", re.S)
+_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]*(?:-----)?")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]*(?:-----)?")
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/\s@]+)@", re.I)
-_AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
-_BEARER = re.compile(r"(?i)\b(bearer\s+)\S+")
-# Token-shaped values seen alone: GitHub, Hugging Face, OpenAI, Slack, JWTs.
-_KNOWN_TOKENS = re.compile(
-    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}"
-    r"|xox[abprs]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
+# Query parameters and connection-string parts whose value is a secret (after ? & or ;).
+_PARAMETER = re.compile(
+    r"(?i)(?P<key>[?&;](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token"
+    r"|x-goog-signature|x-goog-credential|access_token|refresh_token|id_token|client_secret"
+    r"|token|api[_-]?key|key|password|passwd|pwd|secret|accountkey|sharedaccesskey"
+    r"|sharedaccesssignature)=)(?P<value>[^&;\s#\"']+)")
+# NAME=value / NAME:value at the start of a word (the name is checked by is_secret_name).
+_ASSIGNMENT = re.compile(r"(?:^|(?<=[\s\"'(,{\[]))(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])"
+                         r"(?P<value>[^\s\"']+)")
+# "name": "value" and 'name': 'value' (JSON, Python reprs in logs).
+_QUOTED_PAIR = re.compile(r"(?P<key>[\"'](?P<name>[^\"'\s]{1,64})[\"']\s*:\s*[\"'])"
+                          r"(?P<value>(?:[^\"'\\]|\\.)*)")
+_AUTHORIZATION = re.compile(r"(?i)\b(?P<scheme>bearer|basic|digest)(?P<space>\s+)[^\s\"',]+")
+# A header argument: `X-Api-Key: value`, `Authorization: token value`, `Cookie: a=b`.
+_HEADER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*)(?P<sep>:\s+)(?P<value>.+)$", re.S)
+_TOKENS = re.compile(
+    r"(?:\b(?:gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|gl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|oas|agent)-[A-Za-z0-9_-]{20,}"
+    r"|xox[abposre]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
+    r"|hf_[A-Za-z0-9]{20,}|api_org_[A-Za-z0-9]{20,}"
+    r"|sk-[A-Za-z0-9_-]{20,}|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"
+    r"|npm_[A-Za-z0-9]{36}|pypi-AgE[A-Za-z0-9_-]{40,}"
+    r"|(?:AKIA|ASIA)[A-Z0-9]{16}"
+    r"|AIza[0-9A-Za-z_-]{30,}|ya29\.[0-9A-Za-z_-]{20,}|GOCSPX-[A-Za-z0-9_-]{20,}"
+    r"|eyJ[A-Za-z0-9_-]{5,}(?:\.[A-Za-z0-9_-]*){2,4})"
+    r"|(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{86}==)"
 )
-_SECRET_FLAG = re.compile(r"(?i)^-{1,2}[a-z0-9_.-]*" + _SECRET_KEY + r"[a-z0-9_.-]*$")
+_SLACK_WEBHOOK = re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+")
 
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
-    """Join a process's argv into one line with secret values replaced by <redacted>.
+    """Join a process's argv into one line with every secret replaced by <redacted>.
 
-    Handles `--key value` (the value is the next argument), `--key=value`, `KEY=value`,
-    credentials in URLs, AWS access key ids, bearer tokens and well-known token formats.
+    Beyond `redact_text` on each argument: the argument after a secret-looking flag is hidden
+    whatever it looks like (`--password -x9`), a PEM block passed unquoted (its header and body
+    in separate arguments) is hidden up to its END line, and header arguments
+    (`X-Api-Key: value`) are recognised.
     """
     words: list[str] = []
     hide_next = False
+    in_pem = False
     for word in argv:
-        if hide_next and not word.startswith("-"):
-            words.append(REDACTED)
-            hide_next = False
+        if in_pem:
+            end = _PEM_END.search(word)
+            if end is None:
+                if not words or words[-1] != REDACTED:
+                    words.append(REDACTED)
+                continue
+            in_pem = False
+            rest = redact_text(word[end.end():])
+            if rest or not words or words[-1] != REDACTED:
+                words.append(REDACTED + rest)
             continue
-        hide_next = bool(_SECRET_FLAG.match(word)) and "=" not in word
-        words.append(redact_text(word))
+        if hide_next:
+            hide_next = False
+            words.append(REDACTED)
+            continue
+        begin = _PEM_BEGIN.search(word)
+        if begin is not None and _PEM_END.search(word, begin.end()) is None \
+                and not word[begin.end():].strip(" -\n\r\t"):
+            # "-----BEGIN", "RSA", "PRIVATE", "KEY-----", "MIIE...", ...: the body follows.
+            in_pem = True
+            words.append(word[:begin.start()] + REDACTED)
+            continue
+        hide_next = _is_secret_flag(word)
+        words.append(_redact_header(word))
     return " ".join(words)
 
 
+def _is_secret_flag(word: str) -> bool:
+    """`--api-key` or `-token` alone: its value is the next argument."""
+    return word.startswith("-") and "=" not in word and ":" not in word \
+        and re.fullmatch(r"-{1,2}[A-Za-z0-9_.-]+", word) is not None and is_secret_name(word)
+
+
+def _redact_header(word: str) -> str:
+    """`X-Api-Key: value`, `Authorization: Bearer value`, `Cookie: a=b` hide the value; any
+    other argument goes through redact_text."""
+    header = _HEADER.match(word)
+    if header is not None:
+        name = header.group("name")
+        if is_secret_name(name) or name.lower() in ("cookie", "set-cookie", "private-token"):
+            scheme = _AUTHORIZATION.match(header.group("value"))
+            kept = scheme.group("scheme") + " " if scheme else ""
+            return name + header.group("sep") + kept + REDACTED
+    return redact_text(word)
+
+
 def redact_text(text: str) -> str:
-    """Redact secrets inside one string (a single argument or a whole command line)."""
+    """Redact secrets inside one string: an argument, a whole command line or a log message."""
+    if not text:
+        return text
+    text = _PEM.sub(REDACTED, text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + REDACTED + "@", text)
-    text = _KEY_EQ_VALUE.sub(lambda m: m.group("key") + m.group("sep") + REDACTED, text)
-    text = _AWS_KEY_ID.sub(REDACTED, text)
-    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _KNOWN_TOKENS.sub(REDACTED, text)
-    return text
+    text = _SLACK_WEBHOOK.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _PARAMETER.sub(lambda m: m.group("key") + REDACTED, text)
+    text = _QUOTED_PAIR.sub(_quoted_pair, text)
+    text = _ASSIGNMENT.sub(_assignment, text)
+    text = _flag_values(text)
+    text = _AUTHORIZATION.sub(lambda m: m.group("scheme") + m.group("space") + REDACTED, text)
+    return _TOKENS.sub(REDACTED, text)
+
+
+def _assignment(match: re.Match[str]) -> str:
+    key, sep, value = match.group("key"), match.group("sep"), match.group("value")
+    if value.startswith("//"):  # a URL (https://...), not an assignment
+        return match.group(0)
+    if is_secret_name(key):
+        return key + sep + REDACTED
+    # --conf=db.password=x: the value may itself be an assignment.
+    return key + sep + _ASSIGNMENT.sub(_assignment, value)
+
+
+def _flag_values(text: str) -> str:
+    """`--api-key VALUE` inside one string (a log message, a joined command line)."""
+    if "-" not in text:
+        return text
+    parts = re.split(r"(\s+)", text)  # words at even indices, the spaces between at odd
+    for i in range(2, len(parts), 2):
+        if _is_secret_flag(parts[i - 2]) and parts[i]:
+            parts[i] = REDACTED
+    return "".join(parts)
+
+
+def _is_secret_field(name: str) -> bool:
+    """A JSON field holding a secret; a bare "key" is not one (mlcostd's documents name a
+    process's pid:start its key), though a token-shaped value under it still is hidden."""
+    return name.lower() != "key" and is_secret_name(name)
+
+
+def _quoted_pair(match: re.Match[str]) -> str:
+    if _is_secret_field(match.group("name")) and match.group("value"):
+        return match.group("key") + REDACTED
+    return match.group(0)
+
+
+def redact_document(value: Any) -> Any:
+    """A JSON-like value (dicts, lists, strings) with `redact_text` applied to every string.
+
+    For bodies that leave the host (webhooks): keys are kept, values under a secret-looking
+    key are hidden whole.
+    """
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {key: REDACTED if isinstance(key, str) and _is_secret_field(key)
+                and isinstance(item, str) and item else redact_document(item)
+                for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_document(item) for item in value]
+    return value
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts every record's formatted message (and its traceback
+    text), so no secret reaches the daemon's log whatever a message interpolates."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        return True

@@ -145,13 +145,15 @@ class StoreReader:
             gpus: dict[int, list[GpuSample]] = {}
             for r in conn.execute(
                 "SELECT s.ts, s.gpu, status, util, sm, mem, power_mw, temp, sm_clock, mem_clock,"
-                " error, g.uuid, g.name, g.memory_total_bytes FROM gpu_samples s"
+                " error, g.uuid, g.name, g.memory_total_bytes, g.memory_reserved_bytes"
+                " FROM gpu_samples s"
                 f" LEFT JOIN gpus g ON g.gpu = s.gpu WHERE s.ts IN ({picked})", args,
             ):
                 gpus.setdefault(r[0], []).append(GpuSample(
                     index=r[1], uuid=r[11] or "", name=r[12] or "", status=decode_status(r[2]),
                     utilization=unscale_tenths(r[3]), sm_activity=unscale_tenths(r[4]),
                     memory_used_bytes=r[5], memory_total_bytes=r[13],
+                    memory_reserved_bytes=r[14],
                     power_watts=unscale_millis(r[6]), temperature_c=r[7], sm_clock_mhz=r[8],
                     memory_clock_mhz=r[9], error=r[10]))
             uses: dict[tuple[int, int], list[GpuUse]] = {}
@@ -356,8 +358,9 @@ class StoreReader:
             (lo, hi),
         ).fetchall():
             facts = conn.execute(
-                "SELECT uuid, name, memory_total_bytes FROM gpus WHERE gpu = ?", (gpu,)
-            ).fetchone() or ("", "", None)
+                "SELECT uuid, name, memory_total_bytes, memory_reserved_bytes FROM gpus"
+                " WHERE gpu = ?", (gpu,)
+            ).fetchone() or ("", "", None, None)
             mem, status = conn.execute(
                 "SELECT mem, status FROM gpu_samples WHERE ts = ? AND gpu = ?", (last_ts, gpu)
             ).fetchone()
@@ -370,6 +373,7 @@ class StoreReader:
                     "sm_activity": unscale(sm, 0.1),
                     "memory_used_bytes": mem,
                     "memory_total_bytes": facts[2],
+                    "memory_reserved_bytes": facts[3],
                     "power_watts": unscale(power, 0.001),
                     "samples": samples,
                     "status": decode_status(status),

@@ -61,6 +61,10 @@ _SQLITE_FULL = 13
 _PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")
 
 
+# A GPU's facts as the gpus table keeps them: uuid, name, total and driver-reserved memory.
+GpuFacts = tuple[str, str, int | None, int | None]
+
+
 class StoreError(Exception):
     """The store cannot be opened (permission, newer schema, ...). Says what to do."""
 
@@ -206,9 +210,10 @@ class Store(Maintenance):
 
     def _load_state(self) -> None:
         conn = self._conn
-        self._gpus: dict[int, tuple[str, str, int | None]] = {
-            row[0]: (row[1], row[2], row[3])
-            for row in conn.execute("SELECT gpu, uuid, name, memory_total_bytes FROM gpus")
+        self._gpus: dict[int, GpuFacts] = {
+            row[0]: (row[1], row[2], row[3], row[4])
+            for row in conn.execute(
+                "SELECT gpu, uuid, name, memory_total_bytes, memory_reserved_bytes FROM gpus")
         }
         self._processes: dict[tuple[int, int], int] = {
             (pid, start_ms): ident
@@ -304,7 +309,7 @@ class Store(Maintenance):
     def _commit(self, batch: list[tuple[int, Sample]]) -> None:
         conn = self._conn
         new_processes: dict[tuple[int, int], int] = {}
-        new_gpus: dict[int, tuple[str, str, int | None]] = {}
+        new_gpus: dict[int, GpuFacts] = {}
         seen: dict[int, int] = {}
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -329,7 +334,7 @@ class Store(Maintenance):
         ts: int,
         sample: Sample,
         new_processes: dict[tuple[int, int], int],
-        new_gpus: dict[int, tuple[str, str, int | None]],
+        new_gpus: dict[int, GpuFacts],
         seen: dict[int, int],
     ) -> None:
         conn = self._conn
@@ -353,12 +358,14 @@ class Store(Maintenance):
         )
         gpu_rows = []
         for gpu in sample.gpus:
-            facts = (gpu.uuid, gpu.name, gpu.memory_total_bytes)
+            facts = (gpu.uuid, gpu.name, gpu.memory_total_bytes, gpu.memory_reserved_bytes)
             known = new_gpus.get(gpu.index) or self._gpus.get(gpu.index)
-            if known != facts and not (known and facts[2] is None and known[:2] == facts[:2]):
+            # A reading without the memory facts (a lost GPU) keeps the ones recorded.
+            if known != facts and not (known and known[:2] == facts[:2]
+                                       and (facts[2] is None or facts[3] is None)):
                 conn.execute(
-                    "INSERT OR REPLACE INTO gpus (gpu, uuid, name, memory_total_bytes)"
-                    " VALUES (?,?,?,?)",
+                    "INSERT OR REPLACE INTO gpus (gpu, uuid, name, memory_total_bytes,"
+                    " memory_reserved_bytes) VALUES (?,?,?,?,?)",
                     (gpu.index, *facts),
                 )
                 new_gpus[gpu.index] = facts

@@ -141,6 +141,10 @@ at = 1.0
     gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_TIMEOUT else None)(
         src.latest()[1]), timeout=6)
     assert "nvmlDeviceGetUtilizationRates" in gpus[1].error
+    # the GPU's memory facts stay known while its reading is overdue; the reading itself does not
+    assert gpus[1].memory_total_bytes == 40 * GIB and gpus[1].memory_used_bytes is None
+    assert gpus[1].memory_reserved_bytes is not None
+    assert gpus[1].memory_reserved_bytes == gpus[0].memory_reserved_bytes
     # GPU 0 goes on being read (two more readings) while GPU 1's call hangs.
     before = src._readings[0].read_at
     wait_until(lambda: src._readings[0].read_at - before >= 0.9, timeout=10)
@@ -274,3 +278,58 @@ symbols = ["nvmlDeviceGetComputeRunningProcesses_v3"]
     # Feature detection by symbol, as the process query's v3 -> v2 -> v1 choice uses it.
     assert not has_symbol("nvmlDeviceGetComputeRunningProcesses_v3")
     assert has_symbol("nvmlDeviceGetComputeRunningProcesses_v2")
+
+
+def _holder_reading(sim_host, source, faults: str = ""):
+    """One GPU with a process holding 3 GiB; the source's first reading that shows it."""
+    sim_host(host_toml(gpus=1, workloads=[
+        {"name": "holder", "gpus": [0], "code": attach_code(0, 3)},
+    ], faults=faults), init=False)
+    src = source()
+    gpu = wait_until(lambda: next((g for g in src.latest()[1]
+                                   if g.memory_used_bytes and g.memory_used_bytes >= 3 * GIB),
+                                  None), timeout=8)
+    return src, gpu
+
+
+def test_memory_used_follows_v2_memory_info_as_nvidia_smi_shows_it(sim_host, source):
+    from daemon.sim.nvml import RESERVED_MEMORY
+
+    src, gpu = _holder_reading(sim_host, source)
+    assert src._devices[0].memory_version == 2
+    # v2: used is what processes hold; the driver's reservation is beside it, not in it
+    assert gpu.memory_used_bytes == 3 * GIB
+    assert gpu.memory_reserved_bytes == RESERVED_MEMORY
+    v1 = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+    assert v1.used == gpu.memory_used_bytes + gpu.memory_reserved_bytes  # v1 counts it as used
+
+
+def test_a_driver_without_v2_memory_info_is_read_through_v1_and_says_so(sim_host, source,
+                                                                        caplog):
+    from daemon.sim.nvml import RESERVED_MEMORY
+
+    caplog.set_level("INFO", logger="daemon.sources.nvml")
+    src, gpu = _holder_reading(sim_host, source, faults="""
+[[faults]]
+kind = "missing_symbol"
+symbols = ["nvmlDeviceGetMemoryInfo_v2"]
+""")
+    assert src._devices[0].memory_version == 1
+    assert gpu.memory_used_bytes == 3 * GIB + RESERVED_MEMORY  # v1's used includes it
+    assert gpu.memory_reserved_bytes is None  # the field says "not known" on such a driver
+    assert gpu.status == GPU_OK and gpu.error is None
+    assert "GPU 0: v2 memory info is not available" in caplog.text
+
+
+def test_a_driver_that_rejects_the_v2_struct_version_falls_back_to_v1(sim_host, source,
+                                                                      monkeypatch, caplog):
+    # An older driver exports the _v2 symbol but answers ARGUMENT_VERSION_MISMATCH for a
+    # struct version it does not know: an unsupported field, read through v1 from then on.
+    from daemon.sources import nvml as nvml_source
+
+    caplog.set_level("INFO", logger="daemon.sources.nvml")
+    monkeypatch.setattr(nvml_source, "_MEMORY_V2", pynvml.nvmlMemory_v2 + (1 << 24))
+    src, gpu = _holder_reading(sim_host, source)
+    assert src._devices[0].memory_version == 1 and gpu.memory_reserved_bytes is None
+    assert gpu.status == GPU_OK
+    assert "Argument version mismatch (NVML error 25)" in caplog.text

@@ -1,8 +1,25 @@
-"""Command lines are redacted at the source: no secret reaches the store."""
+"""Command lines are redacted at the source, and every other path that carries outside text
+(actions, webhooks, the log) goes through the same redaction: no secret is stored or shown."""
+
+import json
+import logging
+import subprocess
+import sys
 
 import pytest
 
-from daemon.sources.redact import REDACTED, redact_argv
+from daemon.api import actions
+from daemon.sources.redact import (
+    REDACTED,
+    RedactingFilter,
+    is_secret_name,
+    redact_argv,
+    redact_document,
+    redact_text,
+)
+
+PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEApemBodyLineOne\npemBodyLineTwo==\n"
+       "-----END RSA PRIVATE KEY-----")
 
 
 @pytest.mark.parametrize("argv, secret", [
@@ -17,6 +34,45 @@ from daemon.sources.redact import REDACTED, redact_argv
     (["serve", "--secret:xyz"], "xyz"),
     (["run", "--openai-api-key=sk-abcdefghijklmnopqrstuvwx"], "sk-abcdefghijklmnopqrstuvwx"),
     (["psql", "postgresql://u:pw@db/x"], "pw@"),
+    # a flag's value that starts with "-" is still its value
+    (["train.py", "--password", "-hunter2"], "hunter2"),
+    (["train.py", "--hf-token", "--looks-like-a-flag"], "looks-like-a-flag"),
+    (["pg_dump", "PGPASSWORD=pgsecret"], "pgsecret"),
+    # PEM blocks: in one argument, after a flag, unterminated, split over arguments
+    (["serve", PEM], "pemBodyLine"),
+    (["serve", "--tls-key-data=" + PEM], "pemBodyLine"),
+    (["serve", "x" + PEM + "tail"], "pemBodyLine"),
+    (["serve", "-----BEGIN PRIVATE KEY-----\nMIIEtruncatedBody"], "MIIEtruncatedBody"),
+    (["echo", "-----BEGIN", "RSA", "PRIVATE", "KEY-----", "MIIEsplitBody", "splitTwo",
+      "-----END", "RSA", "PRIVATE", "KEY-----"], "splitTwo"),
+    (["gcloud", '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEjsonKey\\n-----END '
+      'PRIVATE KEY-----\\n"}'], "MIIEjsonKey"),
+    # token formats seen alone
+    (["x", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJjYW5hcnkifQ.Zm9vYmFyYmF6"], "eyJzdWIiOiJjYW5hcnkifQ"),
+    (["x", "ghp_0123456789abcdefghijABCDEFGHIJklmnop"], "ghp_0123456789"),
+    (["x", "github_pat_11AAAAAAA0123456789_abcdefghijklmnopqrstuvwxyzABCDEF"], "abcdefghijklmnop"),
+    (["x", "glpat-0123456789abcdefghij"], "glpat-0123456789"),
+    (["x", "xoxb-123456789012-123456789012-abcdefABCDEF"], "abcdefABCDEF"),
+    (["x", "https://hooks.slack.com/services/T0000/B0000/XXXXsecretXXXX"], "XXXXsecretXXXX"),
+    (["x", "hf_abcdefghijklmnopqrstuvwxyz0123"], "hf_abcdefghij"),
+    (["x", "sk-proj-abcdefghijklmnopqrstuvwxyz012345"], "abcdefghijklmnop"),
+    (["x", "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"], "abcdefghijklmnop"),
+    # Azure and GCP
+    (["az", "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=azureKEY0123+/==;"
+      "EndpointSuffix=core.windows.net"], "azureKEY0123"),
+    (["az", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
+      "SharedAccessKey=sbKEY0123456789="], "sbKEY0123456789"),
+    (["azcopy", "https://acct.blob.core.windows.net/c?sv=2022-11-02&se=2030-01-01&sig=sasSIG%2B%3D"],
+     "sasSIG"),
+    (["x", "SharedAccessSignature sr=ns&sig=sbSIG0123%3D&se=1700000000&skn=Root"], "sbSIG0123"),
+    (["x", "A" * 62 + "azure0123456789012345678=="], "azure0123456789"),  # 88 chars
+    (["x", "--maps-key", "AIzaSyA0123456789abcdefghijklmnopqrstu"], "AIzaSyA0123456789"),
+    (["x", "https://maps.googleapis.com/x?key=AIzaSyA0123456789abcdefghijklmnopqrstu"], "AIzaSy"),
+    (["x", "ya29.a0AfH6SMBabcdefghijklmnopqrstuvwxyz"], "a0AfH6SMB"),
+    (["x", "--client-secret", "GOCSPX-abcdefghijklmnopqrstuvwx"], "GOCSPX-abcdef"),
+    (["curl", "-H", "X-Api-Key: headerSecret123"], "headerSecret123"),
+    (["curl", "-H", "Cookie: session=cookieSecret"], "cookieSecret"),
+    (["x", "--conf=db.password=nestedSecret"], "nestedSecret"),
 ])
 def test_secrets_are_replaced(argv, secret):
     line = redact_argv(argv)
@@ -24,6 +80,91 @@ def test_secrets_are_replaced(argv, secret):
     assert REDACTED in line
 
 
-def test_ordinary_arguments_survive():
-    argv = ["python", "train.py", "--lr", "3e-4", "--batch-size", "32", "--data", "/mnt/imagenet"]
+@pytest.mark.parametrize("argv", [
+    ["python", "train.py", "--lr", "3e-4", "--batch-size", "32", "--data", "/mnt/imagenet"],
+    # ML arguments that contain a secret-looking word but are not secrets
+    ["vllm", "serve", "--max-tokens", "512", "--tokenizer", "t5-base", "--key-size", "2048",
+     "--max-num-batched-tokens", "8192", "--author", "alice"],
+    ["ssh", "--ssh-key-file", "/home/alice/.ssh/id_ed25519", "--no-auth", "host"],
+    ["python", "-m", "torch.distributed.run", "--rdzv-endpoint=10.0.0.1:29500", "train.py"],
+    ["curl", "https://example.com/a:b?page=2"],
+])
+def test_ordinary_arguments_survive(argv):
     assert redact_argv(argv) == " ".join(argv)
+
+
+def test_pem_hides_only_the_block_and_the_arguments_after_it_survive():
+    line = redact_argv(["serve", "--cert", "/etc/ssl/c.pem", PEM, "--port", "8443"])
+    assert line == f"serve --cert /etc/ssl/c.pem {REDACTED} --port 8443"
+
+
+@pytest.mark.parametrize("name, secret", [
+    ("--hf-token", True), ("AWS_SECRET_ACCESS_KEY", True), ("--apikey", True),
+    ("PGPASSWORD", True), ("--auth", True), ("--max-tokens", False), ("--tokenizer", False),
+    ("--token-file", False), ("--no-auth", False), ("--author", False),
+])
+def test_secret_names(name, secret):
+    assert is_secret_name(name) is secret
+
+
+def test_redaction_is_stable_when_applied_twice():
+    argv = ["train.py", "--token", "abc", PEM, "HF_TOKEN=hf_abcdefghijklmnopqrstuv"]
+    once = redact_argv(argv)
+    assert redact_text(once) == once
+
+
+def test_webhook_bodies_are_redacted_whole():
+    body = {"summary": "job python x.py --token=abc123 spent $5",
+            "detail": {"command": "curl https://u:pw1@h", "api_key": "plainvalue"},
+            "list": ["ghp_0123456789abcdefghijABCDEFGHIJklmnop"], "spent": 5.0}
+    text = json.dumps(redact_document(body))
+    for secret in ("abc123", "pw1", "plainvalue", "ghp_0123"):
+        assert secret not in text
+    assert redact_document(body)["spent"] == 5.0
+
+
+def test_the_log_filter_redacts_messages_and_tracebacks(caplog):
+    logger = logging.getLogger("mlcost.test.redact")
+    redacting = RedactingFilter()
+    caplog.handler.addFilter(redacting)
+    try:
+        logger.warning("starting %s", "python x.py --api-key logSecret1")
+        try:
+            raise RuntimeError("bad HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz")
+        except RuntimeError:
+            logger.exception("failed")
+    finally:
+        caplog.handler.removeFilter(redacting)
+    assert "logSecret1" not in caplog.text and "hf_abcdefghij" not in caplog.text
+    assert "starting python x.py --api-key <redacted>" in caplog.text
+
+
+def test_the_sigterm_dry_run_shows_the_redacted_command_line():
+    # A real process whose argv carries a PEM block and a flag value that starts with "-".
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "--password", "-dryRunSecret",
+            PEM]
+    proc = subprocess.Popen(argv)
+    try:
+        import psutil
+
+        start = psutil.Process(proc.pid).create_time()
+        rec = {"id": "rec-kill", "rule": "idle_gpu_held", "target": "x",
+               "action": {"kind": "sigterm", "pid": proc.pid, "start_time": start}}
+        dry = actions.apply(rec, True)
+        shown = dry.message + " ".join(dry.steps)
+        assert f"pid {proc.pid}" in dry.message and "--password <redacted>" in shown
+        assert "dryRunSecret" not in shown and "pemBodyLine" not in shown
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_flag_values_inside_one_string_are_hidden():
+    assert redact_text("run --lr --token abc --api-key -x") == \
+        f"run --lr --token {REDACTED} --api-key {REDACTED}"
+
+
+def test_a_documents_process_key_is_not_taken_for_a_secret():
+    event = {"key": "4242:1000.500", "api_key": "hidden", "token": "hidden"}
+    assert redact_document(event) == {"key": "4242:1000.500", "api_key": REDACTED,
+                                      "token": REDACTED}

@@ -498,9 +498,11 @@ def test_window_summary_figures(tmp_path: Path) -> None:
     )  # fmt: skip
 
     def g(util: float | None, power: float | None, mem: int | None, status: str = "ok"):
+        ok = status == "ok"  # a lost GPU's reading has no memory facts
         return GpuSample(
             index=0, uuid="GPU-x", name="A100", status=status, utilization=util,
             power_watts=power, memory_used_bytes=mem, memory_total_bytes=40 << 30,
+            memory_reserved_bytes=(512 << 20) if ok else None,
         )  # fmt: skip
 
     ticks = [
@@ -526,6 +528,7 @@ def test_window_summary_figures(tmp_path: Path) -> None:
         "sm_activity": None,  # never read
         "memory_used_bytes": None,  # latest: lost
         "memory_total_bytes": 40 << 30,
+        "memory_reserved_bytes": 512 << 20,  # kept from before the GPU was lost
         "power_watts": 200.0,
         "samples": 3,
         "status": "lost",
