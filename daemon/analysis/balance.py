@@ -40,7 +40,7 @@ def phase_balances(reader: StoreReader, since: float, until: float, interval_s: 
         frames = tuple(Frame(name, filename, line) for name, filename, line in row["frames"])
         samples_by_proc.setdefault((row["pid"], round(row["start_time"], 3)), []).append(
             StackSample(row["ts"], row["pid"], row["thread"], row["hash"], frames,
-                        row["phase"], row["gpu_util"] or 0.0))
+                        row["phase"], row["gpu_util"] or 0.0, row.get("reason") or ""))
     result = {}
     for proc in processes:
         key = (proc["pid"], round(proc["start_time"], 3))

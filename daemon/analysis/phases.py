@@ -7,8 +7,17 @@ the standard library, what the innermost user line calls, the process in D state
 growth, the same user line repeating). `classify` applies them in a fixed order of precedence.
 Nothing here knows the names of mlcost's own demo workloads.
 
+A blocking call into C (pickle.dump, array.tofile, a read inside a C extension) leaves no Python
+frame, so frames alone cannot tell a checkpoint from a host sync. `HostSignals` are what such a
+call looks like from outside, measured by the attribution between dumps: the main thread's
+on-CPU time, the process's read and write bytes, D state and iowait, and whether its GPU was
+busy while the host waited. A host waiting while its GPU is idle is not a sync (a sync waits on
+a busy GPU); writing a lot is a checkpoint or output write; reading or blocking on a read is
+data wait; the main thread on-CPU with no I/O is host compute (eval where the frames say so).
+Every Classification carries its reason: the rule or signal that decided it.
+
 `phase_balance` turns classified stack samples of one process over a window into seconds and
-shares per phase, with the top stacks of each.
+shares per phase, with the top stacks of each and the reason they were classified so.
 """
 
 from __future__ import annotations
@@ -209,6 +218,41 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
     )
 )
 
+# Signal thresholds (HostSignals). A log line or a metrics write is kilobytes a second; a
+# checkpoint or an output file is megabytes: 4 MB/s written while the GPU idles is the latter.
+WRITE_MIN_PER_S = 4e6
+# Reading 1 MB/s while the GPU idles is the input pipeline, not a config file or a log tail.
+READ_MIN_PER_S = 1e6
+# The main thread on a CPU (or waiting for one) at least half the time, with no I/O, is
+# computing on the host.
+ON_CPU_MIN = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class HostSignals:
+    """What a process did over the last seconds, seen from outside its Python stack.
+
+    Rates are over `seconds`; the read and write rates are the larger of storage bytes and
+    syscall bytes (pipes and sockets count as reading), summed over the process and its
+    children. None: not measured (the kernel would not say, or too few ticks yet).
+    """
+
+    seconds: float
+    # Share of the time its main thread ran or waited for a core (wanted a CPU), 0-1.
+    main_thread_cpu: float | None
+    process_cpu: float | None  # share of one core, all its threads
+    read_per_s: float = 0.0
+    write_per_s: float = 0.0
+    d_state: bool = False  # a thread of it was in uninterruptible (disk) sleep
+    iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
+    gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)
+
+    @property
+    def on_cpu(self) -> float | None:
+        """The main thread's on-CPU share, or the whole process's where that is not known."""
+        return self.main_thread_cpu if self.main_thread_cpu is not None else self.process_cpu
+
+
 _EVAL_NAME = re.compile(r"(^|_)(eval|evaluate|evaluation|valid|validate|validation|test)(_|$)",
                         re.IGNORECASE)
 # Where @torch.no_grad() leaves its decorate_context frame (torch >= 2.0, then older torch).
@@ -309,6 +353,7 @@ def classify(
     iowait_growing: bool = False,
     repeated_leaf: bool = False,
     source_line: SourceLine | None = read_source_line,
+    signals: HostSignals | None = None,
 ) -> Classification:
     """The phase of a process from its main thread's stack and process-level signals.
 
@@ -319,6 +364,13 @@ def classify(
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
+
+    With `signals` (HostSignals), after the library frames and before the waiting frames: a
+    process writing >= WRITE_MIN_PER_S is checkpointing, one reading >= READ_MIN_PER_S or in
+    D state or with iowait growing waits for data, a main thread on-CPU >= ON_CPU_MIN is host
+    compute (eval under a torch.no_grad/inference_mode decorator); and the same line repeating,
+    or a sync call on it, is a sync only if the GPU was busy (`signals.gpu_busy`): waiting on
+    an idle GPU is idle, not a sync.
 
     `source_line` reads a frame's source line (None: don't read sources); `proc_state` is the
     process state letter from /proc; `repeated_leaf` says the innermost user line was the same
@@ -359,6 +411,10 @@ def classify(
         return Classification(line_call[0], line_call[1], responsible)
     if library is not None:
         return _said(library, responsible)
+    if signals is not None:
+        measured = _from_signals(frames, signals, responsible)
+        if measured is not None:
+            return measured
     wait = _first(called, WAIT)
     if wait is not None:
         return _said(wait, responsible)
@@ -368,16 +424,73 @@ def classify(
         return Classification(DATA_WAIT, "process in uninterruptible I/O sleep (D state)", responsible)
     if iowait_growing:
         return Classification(DATA_WAIT, "block I/O wait growing (delay accounting)", responsible)
-    if line_call is not None and line_call[0] == SYNC:
-        return Classification(SYNC, line_call[1], responsible)
-    if repeated_leaf:
-        return Classification(
-            SYNC, "the same user line repeats while the GPU idles (a host sync such as "
-            ".item()/.cpu() leaves no Python frame)", responsible,
-        )
+    if (line_call is not None and line_call[0] == SYNC) or repeated_leaf:
+        if signals is not None and signals.gpu_busy is False:
+            cpu = signals.on_cpu
+            if cpu is None or cpu < ON_CPU_MIN:
+                return Classification(
+                    IDLE, "waiting with its GPU idle and no I/O: not a sync (a sync waits on a "
+                    f"busy GPU){_cpu_text(signals)}", responsible)
+        elif line_call is not None and line_call[0] == SYNC:
+            return Classification(SYNC, line_call[1] + _busy_text(signals), responsible)
+        else:
+            return Classification(
+                SYNC, "the same user line repeats while the host waits (a host sync such as "
+                f".item()/.cpu() leaves no Python frame){_busy_text(signals)}", responsible,
+            )
     if thread is not None and not thread.active:
         return Classification(IDLE, "main thread blocked with the GPU idle", responsible)
     return Classification(UNKNOWN, "host code running while the GPU idles", responsible)
+
+
+def _from_signals(frames: Sequence[Frame], signals: HostSignals,
+                  responsible: Frame | None) -> Classification | None:
+    """What the signals say when the frames named no library: see classify()."""
+    if signals.write_per_s >= WRITE_MIN_PER_S:
+        return Classification(
+            CHECKPOINT, f"writing {signals.write_per_s / 1e6:.0f} MB/s while the GPU idles "
+            "(a checkpoint or output write)", responsible)
+    if signals.read_per_s >= READ_MIN_PER_S:
+        return Classification(
+            DATA_WAIT, f"reading {signals.read_per_s / 1e6:.1f} MB/s while the GPU idles",
+            responsible)
+    if signals.d_state:
+        return Classification(DATA_WAIT, "blocked on I/O (a thread in D state) while the GPU "
+                              "idles", responsible)
+    if signals.iowait_growing:
+        return Classification(DATA_WAIT, "block I/O wait growing (delay accounting) while the "
+                              "GPU idles", responsible)
+    cpu = signals.on_cpu
+    if cpu is not None and cpu >= ON_CPU_MIN:
+        who = "main thread" if signals.main_thread_cpu is not None else "process"
+        if _under_no_grad(frames):
+            return Classification(
+                EVAL, f"{who} on-CPU {cpu:.0%} under torch.no_grad/inference_mode while the GPU "
+                "idles (evaluation)", responsible)
+        return Classification(
+            HOST_PREPROCESS, f"{who} on-CPU {cpu:.0%} with no I/O while the GPU idles "
+            "(host-side compute)", responsible)
+    return None
+
+
+def _cpu_text(signals: HostSignals) -> str:
+    cpu = signals.on_cpu
+    return "" if cpu is None else f", on-CPU {cpu:.0%}"
+
+
+def _busy_text(signals: HostSignals | None) -> str:
+    if signals is None or signals.gpu_busy is None:
+        return ""
+    return ", its GPU busy meanwhile"
+
+
+def _under_no_grad(frames: Sequence[Frame]) -> bool:
+    """A @torch.no_grad() / @torch.inference_mode() decorator frame is on the stack."""
+    return any(
+        any(fnmatchcase(f.filename, glob) for glob in _NO_GRAD_FILES)
+        and _name_matches(f.name, "*decorate_context")
+        for f in frames
+    )
 
 
 def _eval_by_name(frames: Sequence[Frame]) -> tuple[FrameRule, Frame] | None:
@@ -385,12 +498,8 @@ def _eval_by_name(frames: Sequence[Frame]) -> tuple[FrameRule, Frame] | None:
     frame = next((f for f in frames if _is_eval_function(f)), None)
     if frame is None:
         return None
-    no_grad = any(
-        any(fnmatchcase(f.filename, glob) for glob in _NO_GRAD_FILES)
-        and _name_matches(f.name, "*decorate_context")
-        for f in frames
-    )
-    reason = "evaluation function under torch.no_grad" if no_grad else "evaluation function"
+    reason = ("evaluation function under torch.no_grad" if _under_no_grad(frames)
+              else "evaluation function")
     return FrameRule(CONTEXT, frame.filename, frame.name, EVAL, reason), frame
 
 
@@ -436,6 +545,7 @@ class StackSample:
     frames: tuple[Frame, ...]
     phase: str
     gpu_util: float  # percent (0-100) of the process's GPU(s) when the stack was taken
+    reason: str = ""  # the rule or signal that decided the phase (Classification.reason)
 
 
 def phase_balance(
@@ -447,7 +557,8 @@ def phase_balance(
     windows) counts as compute; the rest of the window is split by the share of samples in
     each phase (no samples: unknown). Each phase carries its GPU-idle seconds (its time times
     one minus its samples' mean utilization; compute's busy time is not idle) and its top
-    stacks by sample count, with the innermost user frame's file and line.
+    stacks by sample count, with the innermost user frame's file and line and the reason the
+    stack was put in this phase (its most frequent one).
     Phases with no time are left out; shares add up to 1 when window_s > 0.
     """
     if window_s <= 0:
@@ -488,8 +599,13 @@ def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
     for s in group:
         first.setdefault(s.stack_hash, s)
     stacks = []
+    reasons: dict[str, Counter[str]] = defaultdict(Counter)
+    for s in group:
+        if s.reason:
+            reasons[s.stack_hash][s.reason] += 1
     for stack_hash, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
         frames = first[stack_hash].frames
+        said = reasons.get(stack_hash)
         where = user_frame(frames) or (frames[0] if frames else None)
         stacks.append({
             "stack_hash": stack_hash,
@@ -498,5 +614,6 @@ def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
             "line": where.line if where else None,
             "function": where.name if where else None,
             "samples": n,
+            "reason": said.most_common(1)[0][0] if said else None,
         })
     return stacks

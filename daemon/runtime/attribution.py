@@ -7,6 +7,12 @@ window: stored as an event with its start, end and GPUs, and its stack samples a
 dip that ends sooner is dropped with its samples. When the main process waits on a DataLoader
 queue, its worker processes are dumped too, so the worker's reading line is found.
 
+Beside the stacks, each tick keeps a few snapshots of every process's counters (CPU, read and
+write bytes, D state, iowait, its GPUs' utilization) and, for processes in a dip only, its main
+thread's CPU time (run or waiting for a core). A dump is classified with the HostSignals of those last seconds, so a
+blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
+and each stored stack sample keeps the reason of its phase.
+
 The tick only updates windows and schedules dumps; the dumps run as asyncio tasks beside it.
 """
 
@@ -14,17 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.balance import LOW_UTILIZATION
+from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
 from daemon.analysis.phases import (
+    HostSignals,
     classify,
     source_reader,
     user_frame,
     waits_on_data_queue,
 )
 from daemon.config import AttributionConfig
+from daemon.sources.procs import MainThreadClock
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import (
     OK,
@@ -42,6 +52,7 @@ from daemon.wire import process_key
 log = logging.getLogger(__name__)
 
 MAX_PENDING_ROWS = 64  # stack rows kept per dip before it qualifies
+SIGNAL_TICKS = 4  # snapshots kept per process: the signals cover the last ~3 ticks (a dump's gap)
 
 
 @dataclass
@@ -57,6 +68,24 @@ class _Dip:
     last_below: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """One process's counters at one tick (cumulative, as read)."""
+
+    ts: float
+    cpu_seconds: float
+    main_cpu_seconds: float | None
+    read: int | None  # the larger of storage bytes and syscall bytes
+    written: int | None  # storage bytes (what reaches a file system)
+    # Syscall bytes written less those read: bytes a process sends out (a socket, a pipe to
+    # another process). A process that writes into a pipe it reads itself (a reader thread
+    # feeding the main thread) sends nothing out: its writes are input moving, not output.
+    sent: int | None
+    in_d: bool
+    iowait: float | None
+    gpu_utilization: float | None  # mean over the GPUs it holds
+
+
 @dataclass
 class _Signals:
     """What the classifier needs from consecutive samples of one process."""
@@ -65,12 +94,33 @@ class _Signals:
     iowait: float | None = None
     iowait_growing: bool = False
     last_leaf: str | None = None
+    snapshots: deque[_Snapshot] = field(default_factory=lambda: deque(maxlen=SIGNAL_TICKS))
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _rate(first: float | None, last: float | None, seconds: float) -> float | None:
+    if first is None or last is None or seconds <= 0:
+        return None
+    return max(last - first, 0.0) / seconds
+
+
+def _written(first: _Snapshot, last: _Snapshot, seconds: float) -> float:
+    """Output bytes/s: to storage, or sent out through syscalls (net of what it read back)."""
+    return max(_rate(first.written, last.written, seconds) or 0.0,
+               _rate(first.sent, last.sent, seconds) or 0.0)
 
 
 class Attribution:
     def __init__(self, config: AttributionConfig, store: Store,
-                 sampler: StackSampler | None = None) -> None:
+                 sampler: StackSampler | None = None, *,
+                 idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT) -> None:
         self.config = config
+        self.idle_utilization_pct = idle_utilization_pct  # [idle].utilization: busy or not
         self.store = store
         self.sampler = sampler if sampler is not None else StackSampler(
             min_interval_s=config.dump_interval, global_max_per_s=config.dumps_per_second,
@@ -80,6 +130,7 @@ class Attribution:
         self._in_flight: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._children: dict[int, list[ProcessSample]] = {}
+        self._main_threads = MainThreadClock()
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
 
@@ -90,8 +141,9 @@ class Attribution:
         config = self.config
         children: dict[int, list[ProcessSample]] = {}
         seen = set()
+        utilization = {g.index: g.utilization for g in sample.gpus}
         for proc in sample.processes:
-            self._update_signals(proc)
+            self._update_signals(proc, sample.ts, utilization)
             if not proc.gpus:
                 children.setdefault(proc.ppid, []).append(proc)
                 continue
@@ -121,8 +173,10 @@ class Attribution:
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
             del self._signals[key]
+        self._main_threads.keep_only(set(self._dips))
 
-    def _update_signals(self, proc: ProcessSample) -> None:
+    def _update_signals(self, proc: ProcessSample, ts: float,
+                        utilization: dict[int, float | None]) -> None:
         signals = self._signals.setdefault(proc.key, _Signals())
         signals.state = proc.state
         if proc.iowait_seconds is not None and signals.iowait is not None:
@@ -130,6 +184,51 @@ class Attribution:
         else:
             signals.iowait_growing = proc.threads_in_d > 0
         signals.iowait = proc.iowait_seconds
+        # The main thread's clock only for processes in a dip: one pread each, and only there.
+        main_cpu = (self._main_threads.busy_seconds(proc.pid, proc.start_time)
+                    if proc.key in self._dips else None)
+        utils = [u for u in (utilization.get(use.gpu_index) for use in proc.gpus) if u is not None]
+        signals.snapshots.append(_Snapshot(
+            ts, proc.cpu_seconds, main_cpu, _larger(proc.read_bytes, proc.read_chars),
+            proc.write_bytes,
+            None if proc.write_chars is None or proc.read_chars is None
+            else proc.write_chars - proc.read_chars,
+            proc.state == "D" or proc.threads_in_d > 0, proc.iowait_seconds,
+            sum(utils) / len(utils) if utils else None))
+
+    def host_signals(self, proc: ProcessSample) -> HostSignals | None:
+        """The signals of `proc` over its last snapshots, its children's I/O added; None until
+        two ticks have been seen."""
+        own = self._signals.get(proc.key)
+        if own is None or len(own.snapshots) < 2:
+            return None
+        first, last = own.snapshots[0], own.snapshots[-1]
+        seconds = last.ts - first.ts
+        if seconds <= 0:
+            return None
+        read = _rate(first.read, last.read, seconds) or 0.0
+        written = _written(first, last, seconds)
+        in_d = any(s.in_d for s in own.snapshots)
+        for child in self._children.get(proc.pid, []):
+            kid = self._signals.get(child.key)
+            if kid is None or len(kid.snapshots) < 2:
+                continue
+            span = kid.snapshots[-1].ts - kid.snapshots[0].ts
+            read += _rate(kid.snapshots[0].read, kid.snapshots[-1].read, span) or 0.0
+            written += _written(kid.snapshots[0], kid.snapshots[-1], span)
+        mains = [s.main_cpu_seconds for s in own.snapshots if s.main_cpu_seconds is not None]
+        main_span = [s.ts for s in own.snapshots if s.main_cpu_seconds is not None]
+        main_cpu = (_rate(mains[0], mains[-1], main_span[-1] - main_span[0])
+                    if len(mains) >= 2 else None)
+        utils = [s.gpu_utilization for s in own.snapshots if s.gpu_utilization is not None]
+        return HostSignals(
+            seconds=seconds, main_thread_cpu=main_cpu,
+            process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
+            read_per_s=read, write_per_s=written, d_state=in_d,
+            iowait_growing=(first.iowait is not None and last.iowait is not None
+                            and last.iowait > first.iowait),
+            gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)
+            if utils else None)
 
     def _qualify(self, dip: _Dip) -> None:
         dip.qualified = True
@@ -197,10 +296,12 @@ class Attribution:
         signals.last_leaf = leaf_text
         verdict = classify([thread], gpu_busy=False, proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
-                           source_line=source_reader(proc.pid))
+                           source_line=source_reader(proc.pid),
+                           signals=self.host_signals(proc))
         frames = tuple((f.name, f.filename, f.line) for f in thread.frames)
         return [StackRow(result.ts, proc.pid, proc.start_time, thread.thread_id,
-                         stack_hash(thread.frames), frames, verdict.phase, share)]
+                         stack_hash(thread.frames), frames, verdict.phase, share,
+                         verdict.reason)]
 
     def _keep(self, key: tuple[int, float], rows: list[StackRow]) -> None:
         dip = self._dips.get(key)
@@ -216,3 +317,4 @@ class Attribution:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._main_threads.close()

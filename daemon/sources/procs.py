@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from daemon.sources.redact import redact_argv
+from daemon.sources.redact import redact_argv, redact_text
 from daemon.sources.sample import GpuUse, HostPressure, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class ProcessSource:
                     argv = proc.cmdline()
                 except psutil.AccessDenied:
                     argv = []
-                command = redact_argv(argv) if argv else f"[{proc.name()}]"
+                command = redact_argv(argv) if argv else f"[{redact_text(proc.name())}]"
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             self._forget(pid)
             return False
@@ -205,13 +205,15 @@ class ProcessSource:
         threads = int(fields[17])
         rss_bytes = int(fields[21]) * PAGE_SIZE
         blkio_ticks = int(fields[39]) if len(fields) > 39 else 0  # main thread only
-        read_bytes = write_bytes = None
+        read_bytes = write_bytes = read_chars = write_chars = None
         if self.io_readable:
             try:
                 if known.io_fd < 0:
                     known.io_fd = os.open(f"/proc/{known.pid}/io", os.O_RDONLY)
                 io = _reread(known.io_fd).split(b"\n")
                 # rchar, wchar, syscr, syscw, read_bytes, write_bytes, cancelled_write_bytes
+                read_chars = int(io[0].split()[1])
+                write_chars = int(io[1].split()[1])
                 read_bytes = int(io[4].split()[1])
                 write_bytes = int(io[5].split()[1])
             except PermissionError:
@@ -239,11 +241,68 @@ class ProcessSource:
             rss_bytes=rss_bytes,
             read_bytes=read_bytes,
             write_bytes=write_bytes,
+            read_chars=read_chars,
+            write_chars=write_chars,
             iowait_seconds=iowait,
             state=state,
             threads=threads,
             threads_in_d=threads_in_d,
         )
+
+
+class MainThreadClock:
+    """How much of the time a process's main thread wanted a CPU: ran, or waited for a core.
+
+    A process's CPU time says little when a loader or logging thread spins beside a main thread
+    blocked in a C call; the main thread's own time says whether the Python code its stacks show
+    is running or waiting. Read from /proc/PID/task/PID/schedstat (nanoseconds on a CPU and
+    waiting on a run queue): on a loaded host a CPU-bound thread gets a core only part of the
+    time, and utime + stime alone would read it as half idle. Where schedstat is missing, utime
+    + stime of /proc/PID/task/PID/stat. Read only for the processes someone asks about (those
+    in a low-utilization window), through a descriptor kept open per process: one pread a tick.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[int, float], tuple[int, bool]] = {}  # key -> (fd, is schedstat)
+
+    def busy_seconds(self, pid: int, start_time: float) -> float | None:
+        """Seconds the main thread has run or waited for a core so far; None when it is gone."""
+        key = (pid, start_time)
+        try:
+            if key not in self._fds:
+                self._fds[key] = _open_thread_clock(pid)
+            fd, schedstat = self._fds[key]
+            data = _reread(fd)
+            if schedstat:
+                on_cpu_ns, waiting_ns = data.split()[:2]
+                return (int(on_cpu_ns) + int(waiting_ns)) / 1e9
+            fields = _after_name(data)
+            return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        except (OSError, ValueError, IndexError):
+            self.forget(pid, start_time)
+            return None
+
+    def forget(self, pid: int, start_time: float) -> None:
+        opened = self._fds.pop((pid, start_time), None)
+        if opened is not None:
+            os.close(opened[0])
+
+    def keep_only(self, keys: set[tuple[int, float]]) -> None:
+        """Close the descriptors of processes no longer asked about."""
+        for key in [k for k in self._fds if k not in keys]:
+            self.forget(*key)
+
+    def close(self) -> None:
+        self.keep_only(set())
+
+
+def _open_thread_clock(pid: int) -> tuple[int, bool]:
+    try:
+        return os.open(f"/proc/{pid}/task/{pid}/schedstat", os.O_RDONLY), True
+    except FileNotFoundError:
+        if not os.path.isdir(f"/proc/{pid}"):
+            raise
+        return os.open(f"/proc/{pid}/task/{pid}/stat", os.O_RDONLY), False
 
 
 def _close(known: _Known) -> None:

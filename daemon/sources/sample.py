@@ -32,6 +32,10 @@ class GpuSample:
     sm_clock_mhz: int | None = None
     memory_clock_mhz: int | None = None
     error: str | None = None  # what went wrong, for status != ok
+    # Memory the driver and firmware reserve (NVML v2 memory info); memory_used_bytes excludes
+    # it, as nvidia-smi and nvitop show. None where the driver has only v1 memory info (then
+    # memory_used_bytes includes it) or the read failed.
+    memory_reserved_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +64,10 @@ class ProcessSample:
     gpus: tuple[GpuUse, ...] = ()
     cpu_seconds: float = 0.0
     rss_bytes: int = 0
-    read_bytes: int | None = None
-    write_bytes: int | None = None
+    read_bytes: int | None = None  # bytes it made the storage layer read (/proc/PID/io)
+    write_bytes: int | None = None  # ...and write (page cache dirtied counts)
+    read_chars: int | None = None  # bytes through read syscalls: files, pipes, sockets (rchar)
+    write_chars: int | None = None  # bytes through write syscalls (wchar)
     iowait_seconds: float | None = None
     state: str = "S"  # R S D Z T ... as in /proc/PID/stat
     threads: int = 1

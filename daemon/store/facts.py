@@ -27,6 +27,7 @@ class StackRow:
     frames: tuple[tuple[str, str, int], ...]  # (function, file, line), innermost first
     phase: str
     gpu_util: float | None  # the process's SM share (%) when sampled
+    reason: str | None = None  # why the classifier chose the phase (rule or signal)
 
 
 def write_stacks(store: Store, rows: Iterable[StackRow]) -> int:
@@ -45,9 +46,9 @@ def write_stacks(store: Store, rows: Iterable[StackRow]) -> int:
                              (row.stack_hash, json.dumps(row.frames)))
                 conn.execute(
                     "INSERT OR REPLACE INTO stack_samples (ts, proc, thread, hash, phase, "
-                    "gpu_util) VALUES (?, ?, ?, ?, ?, ?)",
+                    "gpu_util, reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (round(row.ts * 1000), proc, row.thread_id, row.stack_hash, row.phase,
-                     None if row.gpu_util is None else round(row.gpu_util * 10)))
+                     None if row.gpu_util is None else round(row.gpu_util * 10), row.reason))
     return len(rows)
 
 

@@ -234,6 +234,18 @@ def _migration_2(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_3(db: sqlite_utils.Database) -> None:
+    """Each stack sample keeps the reason of its phase: the rule or signal that decided it."""
+    db.execute("ALTER TABLE stack_samples ADD COLUMN reason TEXT")
+
+
+def _migration_4(db: sqlite_utils.Database) -> None:
+    """Each GPU keeps the memory its driver reserves (NVML v2 memory info), a fact of the GPU
+    like its total: NULL where the driver has only v1 (then `mem` includes it)."""
+    db.execute("ALTER TABLE gpus ADD COLUMN memory_reserved_bytes INTEGER")
+
+
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_migration_1, _migration_2]
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _migration_1, _migration_2, _migration_3, _migration_4]
 SCHEMA_VERSION = len(MIGRATIONS)

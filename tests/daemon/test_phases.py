@@ -17,6 +17,7 @@ import pytest
 from daemon.analysis import phases
 from daemon.analysis.phases import (
     Classification,
+    HostSignals,
     StackSample,
     classify,
     phase_balance,
@@ -206,6 +207,89 @@ def test_classifier_does_not_know_our_demo_workloads():
         assert name not in text
 
 
+# -- signals: a blocking call into C seen from outside ---------------------------------------
+
+# A user line that calls into C and leaves no Python frame below it (pickle.dump, array.tofile).
+OPAQUE = [("/home/me/snap.py", "persist_state", 21), ("/home/me/snap.py", "main", 40)]
+
+
+def signals(**kw) -> HostSignals:
+    kw.setdefault("seconds", 3.0)
+    kw.setdefault("main_thread_cpu", 0.0)
+    kw.setdefault("process_cpu", 0.0)
+    kw.setdefault("gpu_busy", False)
+    return HostSignals(**kw)
+
+
+def opaque(**kw) -> Classification:
+    kw.setdefault("repeated_leaf", True)
+    return classify(stack(*OPAQUE), gpu_busy=False, source_line=no_source, **kw)
+
+
+def test_writing_in_a_c_call_while_the_gpu_idles_is_a_checkpoint_not_a_sync():
+    # The pickle.dump case: before signals, the repeating line read as a host sync.
+    assert opaque().phase == "sync"
+    result = opaque(signals=signals(write_per_s=180e6, main_thread_cpu=0.3))
+    assert result.phase == "checkpoint"
+    assert "writing 180 MB/s" in result.reason
+    assert result.frame == Frame("persist_state", "/home/me/snap.py", 21)
+
+
+def test_reading_or_d_state_while_the_gpu_idles_is_data_wait():
+    assert opaque(signals=signals(read_per_s=6e6)).phase == "data_wait"
+    blocked = opaque(signals=signals(d_state=True))
+    assert blocked.phase == "data_wait" and "D state" in blocked.reason
+    assert opaque(signals=signals(iowait_growing=True)).phase == "data_wait"
+    # A trickle of reads (a config file, a log tail) is not the input pipeline.
+    assert opaque(signals=signals(read_per_s=20e3)).phase != "data_wait"
+
+
+def test_main_thread_on_cpu_with_no_io_is_host_compute():
+    result = opaque(signals=signals(main_thread_cpu=0.95, process_cpu=0.97))
+    assert result.phase == "host_preprocess"
+    assert "main thread on-CPU 95%" in result.reason
+    # A busy loader thread beside a blocked main thread is not the main thread computing.
+    assert opaque(signals=signals(main_thread_cpu=0.02, process_cpu=1.0)).phase != "host_preprocess"
+    # Without the main thread's clock (a worker), the process's CPU stands in.
+    assert opaque(signals=signals(main_thread_cpu=None, process_cpu=0.9)).phase == "host_preprocess"
+
+
+def test_host_compute_under_no_grad_decorator_is_eval():
+    frames = [(f"{SITE}/torch/nn/modules/linear.py", "Linear.forward", 134),
+              ("/home/me/score.py", "Scorer.forward", 22),
+              (f"{SITE}/torch/nn/modules/module.py", "Module._call_impl", 1750),
+              ("/home/me/score.py", "score_holdout", 29),
+              (f"{SITE}/torch/utils/_contextlib.py", "context_decorator.<locals>.decorate_context", 116),
+              ("/home/me/score.py", "main", 44)]
+    result = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                      signals=signals(main_thread_cpu=0.9))
+    assert result.phase == "eval" and "inference_mode" in result.reason
+    assert result.frame == Frame("Scorer.forward", "/home/me/score.py", 22)
+
+
+def test_waiting_on_an_idle_gpu_is_not_a_sync_and_on_a_busy_one_is():
+    idle = opaque(signals=signals(gpu_busy=False))
+    assert idle.phase == "idle" and "not a sync" in idle.reason
+    busy = opaque(signals=signals(gpu_busy=True))
+    assert busy.phase == "sync" and "GPU busy" in busy.reason
+
+
+def test_library_frames_still_come_before_signals():
+    # A DataLoader waiting on its workers is data wait even while its pipes read a lot.
+    frames = [(f"{SITE}/torch/utils/data/dataloader.py", "_MultiProcessingDataLoaderIter._try_get_data", 1291),
+              (USER, "train", 12)]
+    result = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                      signals=signals(write_per_s=50e6))
+    assert result.phase == "data_wait" and "DataLoader" in result.reason
+
+
+def test_every_classification_says_why():
+    for _what, frames, _expected in CASES:
+        result = classify(stack(*frames, active=True), gpu_busy=False, source_line=no_source,
+                          signals=signals())
+        assert result.reason
+
+
 # -- live: a starved DataLoader, its main process and its workers -----------------------------
 
 
@@ -242,9 +326,10 @@ def test_live_starved_loader_main_waits_and_worker_reads():
 # -- phase balance ---------------------------------------------------------------------------
 
 
-def sample(phase: str, frames: tuple[Frame, ...], util: float = 0.0, ts: float = 0.0) -> StackSample:
+def sample(phase: str, frames: tuple[Frame, ...], util: float = 0.0, ts: float = 0.0,
+           reason: str = "") -> StackSample:
     return StackSample(ts=ts, pid=7, thread_id=1, stack_hash=stack_hash(frames), frames=frames,
-                       phase=phase, gpu_util=util)
+                       phase=phase, gpu_util=util, reason=reason)
 
 
 READ = (Frame("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 113), Frame("train", USER, 12))
@@ -281,3 +366,12 @@ def test_phase_balance_edges():
     assert unsampled["unknown"]["top_stacks"] == []
     clipped = phase_balance([sample("idle", READ)], window_s=10.0, busy_seconds=50.0)
     assert clipped["compute"]["seconds"] == 10.0 and "idle" not in clipped
+
+
+def test_top_stacks_carry_the_reason_of_their_phase():
+    samples = [sample("checkpoint", SAVE, reason="torch.save (serialization.py:1003 save)")] * 2 + [
+        sample("checkpoint", SAVE, reason="writing 90 MB/s while the GPU idles"),
+        sample("data_wait", READ)]
+    out = phase_balance(samples, window_s=10.0, busy_seconds=0.0)
+    assert out["checkpoint"]["top_stacks"][0]["reason"] == "torch.save (serialization.py:1003 save)"
+    assert out["data_wait"]["top_stacks"][0]["reason"] is None  # a store written before reasons

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from daemon.sources.procs import ProcessSource, read_pressure
+from daemon.sources.procs import MainThreadClock, ProcessSource, read_pressure
 from daemon.sources.sample import GpuUse
 
 USE = (GpuUse(gpu_index=0, memory_bytes=1 << 30, sm_share=50.0),)
@@ -23,8 +23,7 @@ def test_counters_of_a_real_process(tmp_path):
     target = tmp_path / "out.bin"
     code = (
         "import os, time\n"
-        "t = time.time()\n"
-        "while time.time() - t < 0.6: pass\n"  # burn CPU
+        "while time.process_time() < 0.6: pass\n"  # burn 0.6 s of CPU, however loaded the host
         f"with open({str(target)!r}, 'wb') as f:\n"
         "    f.write(os.urandom(4 << 20)); f.flush(); os.fsync(f.fileno())\n"
         "time.sleep(30)\n"
@@ -53,6 +52,84 @@ def test_counters_of_a_real_process(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_pipe_traffic_counts_as_read_and_written_chars():
+    # Pipes and sockets never reach the storage layer: rchar/wchar are what show them.
+    code = (
+        "import os, sys, time\n"
+        "r, w = os.pipe()\n"
+        "for _ in range(64):\n"
+        "    os.write(w, b'x' * 65536); os.read(r, 65536)\n"
+        "print('READY', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        source = ProcessSource()
+        source.discover({proc.pid})
+        (sample,) = source.read({proc.pid: USE})
+        assert sample.read_chars >= 64 * 65536
+        assert sample.write_chars >= 64 * 65536
+        assert sample.read_bytes < 1 << 20  # nothing came from a disk
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_main_thread_clock_sees_the_main_thread_not_its_helpers():
+    # A helper thread spins while the main thread sleeps: the process burns CPU, its main
+    # thread does not (what a blocked main thread beside a busy loader thread looks like).
+    code = (
+        "import threading, time\n"
+        "def spin():\n"
+        "    while True: pass\n"
+        "threading.Thread(target=spin, daemon=True).start()\n"
+        "print('READY', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    clock = MainThreadClock()
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        start = psutil.Process(proc.pid).create_time()
+        first = clock.busy_seconds(proc.pid, start)
+        assert first is not None
+        process = psutil.Process(proc.pid)
+        burnt = process.cpu_times()
+        deadline = time.monotonic() + 10
+        while sum(process.cpu_times()[:2]) - sum(burnt[:2]) < 0.5:
+            assert time.monotonic() < deadline, "the helper thread never ran"
+            time.sleep(0.05)
+        main = clock.busy_seconds(proc.pid, start)
+        assert main is not None and main - first < 0.1
+    finally:
+        proc.kill()
+        proc.wait()
+    assert clock.busy_seconds(proc.pid, start) is None  # gone: no error, and its descriptor closed
+    clock.close()
+
+
+def test_main_thread_clock_counts_a_spinning_thread_even_when_it_waits_for_a_core():
+    # run + run-queue wait (schedstat): a CPU-bound thread reads as busy however loaded the host.
+    code = "print('READY', flush=True)\nwhile True: pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    clock = MainThreadClock()
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        start = psutil.Process(proc.pid).create_time()
+        first, since = clock.busy_seconds(proc.pid, start), time.monotonic()
+        deadline = since + 10
+        while time.monotonic() - since < 0.5:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        busy, wall = clock.busy_seconds(proc.pid, start) - first, time.monotonic() - since
+        assert busy >= 0.8 * wall, (busy, wall)
+    finally:
+        proc.kill()
+        proc.wait()
+        clock.close()
 
 
 def test_children_are_found_and_read():

@@ -1,11 +1,66 @@
-"""Idle rules: a GPU held by a process but idle, and a whole host idle (stop it)."""
+"""Idle rules: a GPU held by a process but idle, and a whole host idle (stop it).
+
+Idle means idle: the idle-GPU rule fires only for a process that shows no sign of work over
+the whole window (`signs_of_work` is empty): no kernels of its own, no reads or D state, and no
+data wait, host compute, checkpoint, eval, sync or comm in its phase balance (whose stack
+classification saw its CPU and I/O). A starved job at 4% utilization is working: it gets the
+pipeline advice, never this one. Its SIGTERM action also needs the stacks to show the process
+waiting on input or sleeping (an idle phase); where no stack was sampled (py-spy missing or not
+permitted) the advice stays, with the command to look first instead of the SIGTERM.
+"""
 
 from __future__ import annotations
 
 from daemon.analysis.cost import HOURS_PER_MONTH, HostPrice
+from daemon.analysis.phases import IDLE, READ_MIN_PER_S
 from daemon.analysis.rules.base import UPPER_BOUND, Finding, Rule, money, process_evidence
 from daemon.analysis.rules.thresholds import HOST_IDLE_MIN_S, IDLE_HELD_MIN_S
-from daemon.analysis.rules.window import GIB, Analysis
+from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+
+# A process's own kernels: its SM share (or the GPM SM activity of its GPUs) averaged over the
+# window. A context that is merely open reads 0; any kernels at all read above 1%.
+OWN_KERNELS_MIN_PCT = 1.0
+# A phase of work (data wait, host compute, checkpoint...) in at least this share of the window
+# is a sign of work; 2% is one stack sample in fifty, above the noise of a stray dump.
+WORK_PHASE_MIN_SHARE = 0.02
+WORK_PHASES = ("data_wait", "host_preprocess", "checkpoint", "eval", "sync", "comm")
+D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
+IOWAIT_MAX_FRACTION = 0.01
+
+
+def signs_of_work(proc: ProcessWindow) -> list[str]:
+    """What says the process is working during the window; empty: it is idle."""
+    signs = []
+    # Kernels count while it sits idle; a warm-up pass before that is no sign of work now.
+    sm = proc.sm_activity_idle_mean
+    if sm is not None and sm >= OWN_KERNELS_MIN_PCT:
+        signs.append(f"its kernels keep {sm:.1f}% of the SMs busy while its GPU idles")
+    if proc.read_bytes_per_s >= READ_MIN_PER_S:
+        signs.append(f"it reads {proc.read_bytes_per_s / 1e6:.1f} MB/s")
+    if proc.d_state_fraction > D_STATE_MAX_FRACTION:
+        signs.append(f"it is blocked on I/O (D state) in {proc.d_state_fraction:.0%} of ticks")
+    if proc.iowait_fraction > IOWAIT_MAX_FRACTION:
+        signs.append(f"its I/O wait is {proc.iowait_fraction:.0%} of the window")
+    for phase in WORK_PHASES:
+        share = float((proc.phases.get(phase) or {}).get("share", 0.0) or 0.0)
+        if share >= WORK_PHASE_MIN_SHARE:
+            signs.append(f"its stacks show {phase} for {share:.0%} of the window")
+    return signs
+
+
+def _sigterm(proc: ProcessWindow) -> dict[str, object]:
+    return {"kind": "sigterm", "pid": proc.pid, "start_time": proc.start_time,
+            "signal": "SIGTERM", "confirm": True,
+            "text": f"release the GPU: close the notebook kernel / job, or send SIGTERM to "
+                    f"pid {proc.pid} after confirmation"}
+
+
+def _look_first(proc: ProcessWindow) -> dict[str, object]:
+    """No stack says it waits: show what it runs before anyone stops it."""
+    return {"kind": "copy_commands",
+            "text": f"no stack sample confirms pid {proc.pid} is waiting: look at what it runs, "
+                    "then close it or stop it",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
 def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
@@ -13,13 +68,19 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
     for proc in a.processes:
         if proc.trailing_idle_s < a.limit("idle_held_min_s"):
             continue
+        if signs_of_work(proc):
+            continue  # working, however slowly: the phase rules give the advice, not SIGTERM
+        waiting = proc.phases.get(IDLE) or {}  # its stacks waiting on input or sleeping
+        idle_share = float(waiting.get("share", 0.0) or 0.0)
+        idle_stacks = list(waiting.get("top_stacks") or [])
         monthly = proc.burn_per_hour * HOURS_PER_MONTH
         gib = proc.memory_peak_bytes / GIB
         found.append(rule.make(
             proc.id,
             f"pid {proc.pid} ({proc.user}: {proc.job}) holds GPU {', '.join(map(str, proc.gpus))} "
             f"({gib:.1f} GiB) idle for {proc.trailing_idle_s / 60:.0f} min, burning "
-            f"{money(proc.burn_per_hour)}/h",
+            f"{money(proc.burn_per_hour)}/h"
+            + ("" if waiting else " (no stack sampled to confirm it is waiting)"),
             monthly,
             f"{money(proc.burn_per_hour)}/h x {HOURS_PER_MONTH:g} h/month = {money(monthly)}"
             f"/month if it stayed idle; money comes back only when the freed GPU is used or the "
@@ -27,11 +88,18 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
             {**process_evidence(a, proc), "idle_seconds": proc.trailing_idle_s,
              "memory_peak_bytes": proc.memory_peak_bytes,
              "utilization_mean": proc.gpu_utilization_mean,
-             "idle_utilization_pct": a.idle_utilization_pct},
-            {"kind": "sigterm", "pid": proc.pid, "start_time": proc.start_time,
-             "signal": "SIGTERM", "confirm": True,
-             "text": f"release the GPU: close the notebook kernel / job, or send SIGTERM to "
-                     f"pid {proc.pid} after confirmation"}))
+             "idle_utilization_pct": a.idle_utilization_pct,
+             "no_sign_of_work": {
+                 "sm_activity_idle_mean": proc.sm_activity_idle_mean,
+                 "read_bytes_per_s": proc.read_bytes_per_s,
+                 "d_state_fraction": proc.d_state_fraction,
+                 "iowait_fraction": proc.iowait_fraction,
+                 "idle_share": idle_share,
+                 "waiting_in": [{"file": st.get("file"), "line": st.get("line"),
+                                 "function": st.get("function"), "reason": st.get("reason")}
+                                for st in idle_stacks[:3]]}},
+            _sigterm(proc) if waiting else _look_first(proc),
+            scope={"frees": list(proc.gpus)}))
     return found
 
 
@@ -69,16 +137,19 @@ def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:
          "idle_utilization_pct": a.idle_utilization_pct,
          "gpus": [{"index": g.index, "utilization_mean": g.utilization_mean, "held": g.held}
                   for g in a.gpus]},
-        {"kind": "copy_commands", "commands": _stop_commands(a.price)})]
+        {"kind": "copy_commands", "commands": _stop_commands(a.price)},
+        scope={"whole_host": True})]
 
 
 IDLE_GPU_HELD = Rule(
     "idle_gpu_held", "GPU(s) held by a process and idle (below [idle].utilization, "
-    "default 5%) at the end of the window",
+    "default 5%) at the end of the window, the process showing no sign of work in it (no "
+    "kernels, reads or D state; stacks waiting on input or sleeping)",
     f">= {IDLE_HELD_MIN_S / 60:g} min", "idle time, memory held, process",
     "release the GPU (SIGTERM after confirmation)", "process burn x 730 h",
-    check_idle_gpu_held)
+    check_idle_gpu_held, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
     "host_idle", "no GPU process, or every GPU idle, at the end of the window",
     f">= {HOST_IDLE_MIN_S / 60:g} min", "idle time, per-GPU utilization, price",
-    "stop this instance", "host price x 730 h x idle fraction", check_host_idle)
+    "stop this instance", "host price x 730 h x idle fraction", check_host_idle,
+    limits=("host_idle_min_s",))

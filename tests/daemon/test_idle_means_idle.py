@@ -1,0 +1,83 @@
+"""Idle means idle: idle_gpu_held (and its SIGTERM) only for a process with no sign of work.
+
+Windows of raw Samples through the real rules (build_analysis + evaluate). The live check, a
+real torch DataLoader job starved to ~4% beside the demo's idle notebook, is in test_corpus.py.
+"""
+
+from __future__ import annotations
+
+from daemon.analysis.cost import host_price
+from daemon.analysis.rules import build_analysis, evaluate
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from pricing.catalog import Catalog
+from pricing.detect import Instance
+
+GIB = 2**30
+CATALOG = Catalog.load()
+P4D = host_price(Instance("aws", "p4d.24xlarge", "us-east-1", "on-demand", "t"), CATALOG)
+START = 100_000.0
+WAITING = {"share": 1.0, "seconds": 600.0, "top_stacks": [
+    {"file": "/home/me/nb.py", "line": 12, "function": "wait_for_input", "samples": 40,
+     "reason": "waiting in select (selectors.py:468 EpollSelector.select)"}]}
+
+
+def held(n: int = 61, util: float = 0.0, sm_share: float = 0.0, read_per_tick: int = 0,
+         state: str = "S") -> list[Sample]:
+    """n ticks 10 s apart: pid 42 holds GPU 0 (12 GiB) at `util`; the other GPUs are empty."""
+    out = []
+    for i in range(n):
+        gpus = tuple(GpuSample(g, f"u{g}", "A100-SXM4-40GB", "ok", util if g == 0 else 0.0, None,
+                               12 * GIB if g == 0 else 0, 40 * GIB) for g in range(8))
+        proc = ProcessSample(42, START - 60, 1, "ann", "python job.py",
+                             (GpuUse(0, 12 * GIB, sm_share),), cpu_seconds=1.0,
+                             read_bytes=i * read_per_tick, write_bytes=0, state=state)
+        out.append(Sample(START + i * 10.0, i, gpus=gpus, processes=(proc,)))
+    return out
+
+
+def advice(samples: list[Sample], phases: dict | None = None) -> dict[str, list]:
+    key = f"42:{START - 60:.3f}"
+    found = evaluate(build_analysis(samples, {key: phases} if phases else None, P4D, CATALOG,
+                                    host_cpus=32))
+    by_rule: dict[str, list] = {}
+    for rec in found:
+        by_rule.setdefault(rec.rule, []).append(rec)
+    return by_rule
+
+
+def test_a_process_whose_stacks_wait_gets_the_sigterm_with_where_it_waits():
+    [rec] = advice(held(), {"idle": WAITING})["idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm" and rec.action["pid"] == 42
+    [where] = rec.evidence["no_sign_of_work"]["waiting_in"]
+    assert where["function"] == "wait_for_input" and "select" in where["reason"]
+
+
+def test_a_starved_job_gets_the_pipeline_advice_never_the_sigterm():
+    # ~4% utilization, below the 5% idle line: the GPU counts as idle, the job is working.
+    starved = {"data_wait": {"share": 0.9, "seconds": 540.0, "top_stacks": [
+                   {"file": "/home/me/train.py", "line": 31, "function": "run_epochs",
+                    "samples": 50, "reason": "DataLoader waiting for a batch from its workers"}]},
+               "compute": {"share": 0.1, "seconds": 60.0, "top_stacks": []}}
+    found = advice(held(util=4.0, sm_share=0.5), starved)
+    assert "idle_gpu_held" not in found
+    assert "dataloader_starvation" in found
+    assert not [r for rs in found.values() for r in rs if r.action.get("kind") == "sigterm"]
+
+
+def test_any_work_phase_in_the_window_keeps_the_sigterm_away():
+    for phase in ("data_wait", "host_preprocess", "checkpoint", "eval", "sync", "comm"):
+        mixed = {"idle": {**WAITING, "share": 0.9}, phase: {"share": 0.1, "top_stacks": []}}
+        assert "idle_gpu_held" not in advice(held(), mixed), phase
+
+
+def test_reads_d_state_or_own_kernels_are_signs_of_work():
+    assert "idle_gpu_held" not in advice(held(read_per_tick=50 << 20), {"idle": WAITING})
+    assert "idle_gpu_held" not in advice(held(state="D"), {"idle": WAITING})
+    assert "idle_gpu_held" not in advice(held(util=3.0, sm_share=3.0), {"idle": WAITING})
+
+
+def test_without_stacks_the_advice_stays_but_says_look_first_instead_of_sigterm():
+    [rec] = advice(held())["idle_gpu_held"]
+    assert rec.action["kind"] == "copy_commands"
+    assert rec.action["commands"][0] == "sudo py-spy dump --pid 42"
+    assert "no stack sampled" in rec.summary
