@@ -3,6 +3,8 @@
     .venv/bin/python bench/rules.py [--ticks 2000]
 
 Target: Analyzer.update <= 2 ms per tick. Synthetic samples; prints figures, asserts nothing.
+Also the combining of savings that every /v1/now document does (savings_document) over 64
+recommendations of every stage.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.rules.combine import STAGE_OF_RULE, savings_document
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 
@@ -64,6 +67,19 @@ def main() -> None:
         found = analyzer.evaluate({})
         eval_times.append(time.perf_counter() - t0)
 
+    rng = random.Random(2)
+    rules = [*STAGE_OF_RULE, "dataloader_starvation", "host_sync"]
+    recs = [{"id": f"r{i}", "rule": rules[i % len(rules)], "savings_per_month": rng.uniform(0, 9e3),
+             "savings_scope": rng.choice([{"gpus": [i % 8]}, {"frees": [i % 8]},
+                                          {"whole_host": True},
+                                          {"frees": [1, 2, 3], "gpus": [0]}])}
+            for i in range(64)]
+    combine_times = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        savings_document(recs, price.per_hour, list(range(8)))
+        combine_times.append(time.perf_counter() - t0)
+
     def fmt(xs: list[float]) -> str:
         xs = sorted(xs)
         return (f"median {statistics.median(xs) * 1e3:.3f} ms, "
@@ -74,6 +90,8 @@ def main() -> None:
     print(f"Analyzer.update      : {fmt(tick_times)}   (target <= 2 ms)")
     print(f"Analyzer.evaluate    : {fmt(eval_times)} over {len(analyzer.window)} window samples, "
           f"{len(found)} recommendations (every ~30 s, not per tick)")
+    print(f"savings_document     : {fmt(combine_times)} over {len(recs)} recommendations "
+          "(each /v1/now)")
 
 
 if __name__ == "__main__":

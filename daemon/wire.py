@@ -99,6 +99,9 @@ class Gpu:
     # The daemon's verdict under its [idle].utilization: busy, idle, or None when unknown
     # (no utilization reading, or an older daemon). Screens show this, not a threshold of their own.
     busy: bool | None = None
+    # Driver-reserved memory beside used (NVML v2 memory info); None where only v1 exists.
+    memory_reserved_bytes: int | None = None
+    energy_per_hour: float | None = None  # the GPU's measured power priced, when $/kWh is set
 
     @property
     def id(self) -> str:
@@ -116,7 +119,9 @@ class Gpu:
                    temperature_c=_i(d.get("temperature_c")),
                    price_per_hour=_f(d.get("price_per_hour", burn.get("price_per_hour"))),
                    wasted_per_hour=_f(d.get("wasted_per_hour", burn.get("wasted_per_hour"))),
-                   busy=_b(d.get("busy")))
+                   busy=_b(d.get("busy")),
+                   memory_reserved_bytes=_i(d.get("memory_reserved_bytes")),
+                   energy_per_hour=_f(d.get("energy_per_hour", burn.get("energy_per_hour"))))
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,7 @@ class Process:
     phase: str | None = None
     phases: dict[str, Any] = field(default_factory=dict)  # phase -> {share, seconds, top_stacks}
     stack_status: str | None = None
+    phase_reasons: dict[str, Any] = field(default_factory=dict)  # phase -> why (top stack)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], cost: Mapping[str, Any] | None = None) -> Process:
@@ -163,7 +169,8 @@ class Process:
                    phase=pick("phase") if isinstance(pick("phase"), str) else None,
                    phases=_d(pick("phases")),
                    stack_status=pick("stack_status") if isinstance(pick("stack_status"), str)
-                   else None)
+                   else None,
+                   phase_reasons=_d(d.get("phase_reasons")))
 
 
 @dataclass(frozen=True)
@@ -177,17 +184,46 @@ class Recommendation:
     evidence: dict[str, Any]
     action: dict[str, Any]
     snoozed_until: float | None = None
+    # Its share of the host's savings after the ones before it in the stated order (never more
+    # than the bill summed over the host); savings_per_month is its figure on its own.
+    combined_savings_per_month: float | None = None
+    savings_order: int | None = None
+    # Observed evidence: seconds seen, seconds it needs before it is confident (None: needs
+    # none). preliminary: not yet; confidence "low" (preliminary) or "high", None if no need.
+    evidence_seconds: float | None = None
+    evidence_needed_seconds: float | None = None
+    preliminary: bool = False
+    confidence: str | None = None
+    # The config set thresholds it passed below their defaults (a simulated host):
+    # name -> {"value": s, "default": s}.
+    thresholds_shortened: bool = False
+    shortened_thresholds: dict[str, Any] = field(default_factory=dict)
 
     @property
     def action_kind(self) -> str:
         return _s(self.action.get("kind"), "none")
 
+    @property
+    def shown_savings_per_month(self) -> float | None:
+        """The figure a screen shows first: the combined one, else (older daemons) its own."""
+        return (self.combined_savings_per_month if self.combined_savings_per_month is not None
+                else self.savings_per_month)
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Recommendation:
+        confidence = d.get("confidence")
         return cls(id=_s(d.get("id")), rule=_s(d.get("rule")), target=_s(d.get("target")),
                    summary=_s(d.get("summary")), savings_per_month=_f(d.get("savings_per_month")),
                    method=_s(d.get("method")), evidence=_d(d.get("evidence")),
-                   action=_d(d.get("action")), snoozed_until=_f(d.get("snoozed_until")))
+                   action=_d(d.get("action")), snoozed_until=_f(d.get("snoozed_until")),
+                   combined_savings_per_month=_f(d.get("combined_savings_per_month")),
+                   savings_order=_i(d.get("savings_order")),
+                   evidence_seconds=_f(d.get("evidence_seconds")),
+                   evidence_needed_seconds=_f(d.get("evidence_needed_seconds")),
+                   preliminary=bool(_b(d.get("preliminary"))),
+                   confidence=confidence if isinstance(confidence, str) else None,
+                   thresholds_shortened=bool(_b(d.get("thresholds_shortened"))),
+                   shortened_thresholds=_d(d.get("shortened_thresholds")))
 
 
 @dataclass(frozen=True)
@@ -219,11 +255,13 @@ class Price:
     source: str = ""
     lifecycle: str = ""
     instance_type: str = ""
+    warning: str = ""  # why the price may be wrong (stale, pre-cut, estimate) and the fix
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Price:
         return cls(per_hour=_f(d.get("per_hour")), source=_s(d.get("source")),
-                   lifecycle=_s(d.get("lifecycle")), instance_type=_s(d.get("instance_type")))
+                   lifecycle=_s(d.get("lifecycle")), instance_type=_s(d.get("instance_type")),
+                   warning=_s(d.get("warning")))
 
 
 @dataclass(frozen=True)
@@ -246,6 +284,12 @@ class Now:
     events: tuple[Event, ...] = ()
     recommendations: tuple[Recommendation, ...] = ()
     store: dict[str, Any] = field(default_factory=dict)
+    # The one "potential savings" figure: the recommendations' combined savings (never more than
+    # bill_per_month); None from a daemon that does not combine them.
+    potential_savings_per_month: float | None = None
+    bill_per_month: float | None = None
+    savings_order: str = ""
+    energy_per_hour: float | None = None  # the GPUs' measured power priced ([instance] $/kWh)
 
     @property
     def idle_alerts(self) -> tuple[Event, ...]:
@@ -261,8 +305,9 @@ class Now:
         price = Price.from_dict(price_doc) if price_doc else None
         if price is not None and not price.source:
             price = Price(price.per_hour, _s(burn.get("price_source")), price.lifecycle,
-                          price.instance_type)
+                          price.instance_type, price.warning)
         cost = _d(d.get("cost"))
+        savings = _d(d.get("savings"))
         spend_today = _f(d.get("spend_today"))
         if spend_today is None and cost.get("by_day") and d.get("ts") is not None:
             spend_today = _f(_d(cost.get("by_day")).get(utc_day(float(d["ts"]))))
@@ -286,6 +331,10 @@ class Now:
                                   for r in _l(d.get("recommendations"))
                                   if isinstance(r, Mapping)),
             store=_d(d.get("store")),
+            potential_savings_per_month=_f(savings.get("potential_per_month")),
+            bill_per_month=_f(savings.get("bill_per_month")),
+            savings_order=_s(savings.get("order")),
+            energy_per_hour=_f(burn.get("energy_per_hour")),
         )
 
 

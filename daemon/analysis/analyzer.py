@@ -128,10 +128,14 @@ class Analyzer:
                                   thresholds=self.thresholds)
         return evaluate(analysis)
 
-    def record(self, found: list[Finding]) -> None:
-        """Keep the recommendations of one evaluation in the book (first and last seen)."""
+    def record(self, found: list[Finding]) -> list[dict[str, Any]]:
+        """Keep the recommendations of one evaluation in the book (first and last seen), and
+        return their documents as the book has them (with how long each has stood, which counts
+        as observed evidence): what the store should keep."""
         with self.lock:
             self._record(found)
+            entries = self.book.entries
+            return [entries[r.id].as_dict() if r.id in entries else r.as_dict() for r in found]
 
     def _record(self, found: list[Finding]) -> None:
         if found or self.window:

@@ -1,8 +1,10 @@
 """The recommendation book: each recommendation over time (first and last seen).
 
 The rules run every ~30 s and return what they find now; the book remembers across
-evaluations, so the API and the TUI can say how long a finding has stood. Snoozes are not kept
-here: the runtime holds them (and the store persists them), in one place.
+evaluations, so the API and the TUI can say how long a finding has stood. How long it has
+stood without a break counts as observed evidence: advice that needs a day of evidence (a
+smaller instance, spot, a commitment) is "preliminary" until the window plus that time reach it.
+Snoozes are not kept here: the runtime holds them (and the store persists them), in one place.
 """
 
 from __future__ import annotations
@@ -19,10 +21,16 @@ class BookEntry:
     recommendation: Finding
     first_seen: float
     last_seen: float
+    standing_since: float | None = None  # seen in every evaluation since then
+
+    @property
+    def standing_s(self) -> float:
+        since = self.first_seen if self.standing_since is None else self.standing_since
+        return max(self.last_seen - since, 0.0)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.recommendation.as_dict(), "first_seen": self.first_seen,
-                "last_seen": self.last_seen}
+        return {**self.recommendation.as_dict(self.standing_s), "first_seen": self.first_seen,
+                "last_seen": self.last_seen, "standing_since": self.standing_since}
 
 
 class RecommendationBook:
@@ -35,11 +43,14 @@ class RecommendationBook:
         self.last_evaluated: float | None = None
 
     def record(self, recommendations: Iterable[Finding], now: float) -> None:
+        previous = self.last_evaluated
         for rec in recommendations:
             entry = self.entries.get(rec.id)
             if entry is None:
-                self.entries[rec.id] = BookEntry(rec, now, now)
+                self.entries[rec.id] = BookEntry(rec, now, now, now)
             else:
+                if previous is not None and entry.last_seen < previous:
+                    entry.standing_since = now  # it lapsed: its evidence starts again
                 entry.recommendation, entry.last_seen = rec, now
         self.last_evaluated = now
         if len(self.entries) > self.max_entries:
@@ -51,7 +62,8 @@ class RecommendationBook:
         if self.last_evaluated is None:
             return []
         live = [e for e in self.entries.values() if e.last_seen >= self.last_evaluated]
-        return sorted(live, key=lambda e: -e.recommendation.savings_per_month)
+        return sorted(live, key=lambda e: (-(e.recommendation.combined_savings_per_month or 0.0),
+                                           -e.recommendation.savings_per_month))
 
     def history(self) -> list[BookEntry]:
         return sorted(self.entries.values(), key=lambda e: -e.last_seen)

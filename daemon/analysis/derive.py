@@ -89,6 +89,7 @@ class GpuModel:
     sm_activity: float | None
     memory_used_bytes: int | None
     memory_total_bytes: int | None
+    memory_reserved_bytes: int | None
     power_watts: float | None
     temperature_c: int | None
     sm_clock_mhz: int | None
@@ -101,6 +102,7 @@ class GpuModel:
             index=gpu.index, uuid=gpu.uuid, name=gpu.name, status=gpu.status, error=gpu.error,
             utilization=gpu.utilization, sm_activity=gpu.sm_activity,
             memory_used_bytes=gpu.memory_used_bytes, memory_total_bytes=gpu.memory_total_bytes,
+            memory_reserved_bytes=gpu.memory_reserved_bytes,
             power_watts=gpu.power_watts, temperature_c=gpu.temperature_c,
             sm_clock_mhz=gpu.sm_clock_mhz, memory_clock_mhz=gpu.memory_clock_mhz, busy=busy)
 

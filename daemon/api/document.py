@@ -5,6 +5,8 @@ says (a `CostView`), the phase balances, the stack sampler's statuses, the open 
 windows and the store's health. The rates come from the typed derived model
 (daemon.analysis.derive), each GPU's busy/idle verdict from daemon.analysis.busy.gpu_is_busy
 under the configured `[idle].utilization`. So a recorded tick replays as the live daemon showed it.
+The recommendations shown are combined here (daemon.analysis.rules.combine) into the one
+"potential savings" figure, which never exceeds the host's monthly bill.
 Keys are documented in the README; later features add keys, never rename them.
 """
 
@@ -16,7 +18,9 @@ from typing import Any
 
 from daemon.analysis.busy import gpu_is_busy
 from daemon.analysis.derive import GpuModel, ProcessModel, TickModel
+from daemon.analysis.rules.combine import savings_document
 from daemon.sources.sample import GPU_OK, GpuSample, Sample
+from pricing.offcloud import gpus_energy_per_hour
 
 DOCUMENT_VERSION = 1
 
@@ -60,6 +64,7 @@ def gpu_entry(gpu: GpuModel) -> dict[str, Any]:
         "index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "status": gpu.status,
         "error": gpu.error, "utilization": gpu.utilization, "sm_activity": gpu.sm_activity,
         "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
+        "memory_reserved_bytes": gpu.memory_reserved_bytes,
         "power_watts": gpu.power_watts, "temperature_c": gpu.temperature_c,
         "sm_clock_mhz": gpu.sm_clock_mhz, "memory_clock_mhz": gpu.memory_clock_mhz,
         "busy": gpu.busy,
@@ -87,6 +92,10 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "phases": phases,
         "phase": max(phases, key=lambda p: phases[p]) if phases else None,
         "stack_status": stack_status["status"] if stack_status else None,
+        # Why each phase was decided, from its top stack's classification.
+        "phase_reasons": {phase: (part["top_stacks"][0].get("reason")
+                                  if part.get("top_stacks") else None)
+                          for phase, part in balance.items()} if balance else {},
     }
 
 
@@ -121,8 +130,17 @@ def now_document(
     if cost is not None:
         doc["price"] = cost.price
         doc["burn"] = cost.burn
+        per_kwh = cost.price.get("electricity_per_kwh")
+        if per_kwh and sample is not None:  # the GPUs' measured power, priced beside the burn
+            by_gpu, total = gpus_energy_per_hour(
+                {g.index: g.power_watts for g in sample.gpus}, float(per_kwh))
+            doc["burn"] = dict(cost.burn, energy_per_hour=total)
+            for entry in doc["gpus"]:
+                entry["energy_per_hour"] = by_gpu.get(entry["index"])
         doc["cost"] = cost.ledger
         doc["events"] = cost.events
-        doc["recommendations"] = cost.recommendations
+        gpus = [g.index for g in sample.gpus] if sample is not None else []
+        doc["recommendations"], doc["savings"] = savings_document(
+            cost.recommendations, cost.price.get("per_hour"), gpus)
     doc["windows"] = list(windows or [])
     return doc

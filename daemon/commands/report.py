@@ -6,6 +6,7 @@ The JSON document is a contract (documented in the README): top-level `host`, `w
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from daemon import clock
@@ -13,14 +14,22 @@ from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.ledger import CostLedger
+from daemon.analysis.rules.combine import savings_document
+from daemon.config import Config
+from daemon.runtime import price_host
 from daemon.store import queries
 from daemon.store.reader import StoreReader
+from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 
 REPORT_VERSION = 1
+WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns instead of being cut
 
 
-def build(reader: StoreReader, since_s: float, until: float | None = None) -> dict[str, Any]:
-    """The report over the last `since_s` seconds (ending now, or at `until`)."""
+def build(reader: StoreReader, since_s: float, until: float | None = None,
+          config: Config | None = None) -> dict[str, Any]:
+    """The report over the last `since_s` seconds (ending now, or at `until`). `config` gives
+    the price cache, extra catalogs, $/kWh and [pricing].compare_managed (default: defaults)."""
+    config = config or Config()
     end = until if until is not None else clock.now()
     start = end - since_s
     summary = reader.window_summary(start, end)
@@ -48,7 +57,12 @@ def build(reader: StoreReader, since_s: float, until: float | None = None) -> di
     first = reader.query("SELECT min(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
                          (round(start * 1000), round(end * 1000)))[0]["ts"]
     window = dict(summary["window"], first_sample_at=first / 1000 if first else None)
-    return {
+    recorded_price = HostPrice.from_dict(price)
+    catalog = price_host.load_catalog(config)
+    host["price_warning"] = price_host.warning_json(
+        None if recorded_price is None else price_host.price_warning(recorded_price, catalog,
+                                                                     now=end))
+    document = {
         "version": REPORT_VERSION,
         "host": host,
         "window": window,
@@ -57,8 +71,52 @@ def build(reader: StoreReader, since_s: float, until: float | None = None) -> di
         "processes": processes,
         "spend": window_cost["spend"],
         "events": queries.events(reader, start, end),
-        "recommendations": queries.recommendations(reader, start),
+        **_recommendations_review(queries.recommendations(reader, start), price, gpus),
     }
+    per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
+    document["energy"] = _window_energy(reader, start, end, gpus, per_kwh, interval)
+    review = document.setdefault("review", {})
+    covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
+    review["managed"] = (None if recorded_price is None else price_host.managed_review(
+        config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
+        else HOURS_PER_MONTH))
+    return document
+
+
+def _recorded_per_kwh(price: dict[str, Any] | None) -> float:
+    """The $/kWh the daemon ran with, where its recorded price carries it."""
+    value = (price or {}).get("electricity_per_kwh")
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+
+def _window_energy(reader: StoreReader, start: float, end: float, gpus: list[dict[str, Any]],
+                   per_kwh: float, interval: float) -> dict[str, Any] | None:
+    """The GPUs' measured power priced at `per_kwh` over the window: mean $/h per GPU and for
+    the host, and the energy cost of the window (gaps longer than the ledger's count nothing).
+    None when no electricity price is set. Adds `energy_per_hour` to each GPU entry."""
+    if per_kwh <= 0:
+        return None
+    samples = reader.samples(start, end)
+    max_gap = max(60.0, 3 * interval)
+    rates: dict[int, list[float]] = {}
+    host_rates, watts, cost = [], [], 0.0
+    for i, sample in enumerate(samples):
+        by_gpu, total = gpus_energy_per_hour({g.index: g.power_watts for g in sample.gpus},
+                                             per_kwh)
+        for index, rate in by_gpu.items():
+            rates.setdefault(index, []).append(rate)
+        host_rates.append(total)
+        watts.append(sum(g.power_watts or 0.0 for g in sample.gpus))
+        if i + 1 < len(samples):
+            cost += total * min(samples[i + 1].ts - sample.ts, max_gap) / 3600
+    by_gpu_mean = {index: sum(r) / len(r) for index, r in rates.items()}
+    for gpu in gpus:
+        gpu["energy_per_hour"] = by_gpu_mean.get(gpu["index"])
+    return {"electricity_per_kwh": per_kwh,
+            "energy_per_hour": sum(host_rates) / len(host_rates) if host_rates else None,
+            "watts": sum(watts) / len(watts) if watts else None,
+            "cost": round(cost, 6),
+            "by_gpu": {str(index): rate for index, rate in sorted(by_gpu_mean.items())}}
 
 
 def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
@@ -178,6 +236,15 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
                    f"${burn_now['wasted_per_hour']:.2f}/h, no process "
                    f"${burn_now['idle_per_hour']:.2f}/h); price ${burn_now['price_per_hour']:.4f}/h,"
                    f" ${burn_now['price_per_gpu']:.4f}/h per GPU ({burn_now['price_source']})")
+    warning = host.get("price_warning")
+    if warning:
+        out += _warning_lines(warning)
+    energy = report.get("energy")
+    if energy and energy.get("energy_per_hour") is not None:
+        out.append(f"energy: ${energy['energy_per_hour']:.2f}/h beside the burn "
+                   f"({energy['watts'] / 1000:.2f} kW measured at "
+                   f"${energy['electricity_per_kwh']:g}/kWh), "
+                   f"${energy['cost']:.{2 if energy['cost'] >= 1 else 4}f} in the window")
     spend = report.get("spend") or {}
     if spend.get("by_day"):
         days = ", ".join(f"{day} ${value:.2f}" for day, value in spend["by_day"].items())
@@ -188,11 +255,16 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
     for gpu in report["gpus"]:
         memory = f"{_bytes(gpu['memory_used_bytes'])} / {_bytes(gpu['memory_total_bytes'])}"
         status = gpu.get("status") or "ok"
-        rows.append([str(gpu["index"]), gpu["name"], _pct(gpu["utilization"]),
-                     _pct(gpu.get("sm_activity")), memory, _num(gpu["power_watts"], " W"),
-                     status if status == "ok" else f"{status}"])
-    out += ["  " + line for line in _table(
-        ["GPU", "model", "util", "SM", "memory", "power", "status"], rows)]
+        row = [str(gpu["index"]), gpu["name"], _pct(gpu["utilization"]),
+               _pct(gpu.get("sm_activity")), memory, _num(gpu["power_watts"], " W"),
+               status if status == "ok" else f"{status}"]
+        if energy:
+            row.insert(6, _money(gpu.get("energy_per_hour")))
+        rows.append(row)
+    header = ["GPU", "model", "util", "SM", "memory", "power", "status"]
+    if energy:
+        header.insert(6, "energy $/h")
+    out += ["  " + line for line in _table(header, rows)]
     out.append("")
     out.append("Processes (GPU processes and their workers)")
     rows = []
@@ -214,7 +286,8 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
         out.append("  no process used a GPU in this window")
     out += _render_phases(report["processes"])
     out += _render_events(report.get("events") or [])
-    out += _render_recommendations(report.get("recommendations") or [])
+    out += _render_managed((report.get("review") or {}).get("managed"))
+    out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
     return "\n".join(line[:width] for line in out) + "\n"
 
 
@@ -242,6 +315,8 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
             where = f"{top['file']}:{top['line']}" if top.get("file") else "?"
             out.append(f"      {phase}: {where} {top.get('function') or ''} "
                        f"({top['samples']} samples)")
+            if top.get("reason"):
+                out.append(f"        why: {top['reason']}")
     if not shown:
         out.append("  no process waited on anything in this window")
     return out
@@ -261,12 +336,80 @@ def _render_events(events: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _render_recommendations(recommendations: list[dict[str, Any]]) -> list[str]:
-    out = ["", "Recommendations (savings are upper bounds)"]
+def _warning_lines(warning: dict[str, Any]) -> list[str]:
+    """The price warning, wrapped, with its refresh command on a line of its own."""
+    return _wrap_with_command(f"warning: {warning['message']}", "", "  ")
+
+
+def _wrap_with_command(text: str, first: str, rest: str) -> list[str]:
+    """`text` wrapped to WRAP_WIDTH; a trailing "; run `COMMAND`" goes whole on its own line,
+    so it can be copied."""
+    head, found, tail = text.rpartition("; run `")
+    if not found or not tail.endswith("`"):
+        head, tail = text, ""
+    lines = textwrap.wrap(head, WRAP_WIDTH, initial_indent=first, subsequent_indent=rest,
+                          break_on_hyphens=False)
+    return lines + ([f"{rest}run: {tail[:-1]}"] if tail else [])
+
+
+def _render_managed(managed: dict[str, Any] | None) -> list[str]:
+    """The managed-platform price of this hardware against self-managed, or why it is missing."""
+    if not managed:
+        return []
+    out = ["", "Managed vs self-managed"]
+    if managed.get("error"):
+        return out + _wrap_with_command(managed["error"], "  ", "    ")
+    for text in (managed["summary"], f"managed: {managed['managed_source']}; self-managed: "
+                                      f"{managed['self_managed_source']}"):
+        out += textwrap.wrap(text, WRAP_WIDTH, initial_indent="  ", subsequent_indent="    ")
+    return out
+
+
+def _recommendations_review(recommendations: list[dict[str, Any]],
+                            price: dict[str, Any] | None,
+                            gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """`recommendations` (each with its combined share) and `savings` (the one potential
+    figure, never more than the host's monthly bill): the listed ones combined in the stated
+    order, as the daemon and mlcost-top combine them (daemon.analysis.rules.combine)."""
+    per_hour = (price or {}).get("per_hour")
+    recs, savings = savings_document(
+        recommendations, per_hour if isinstance(per_hour, int | float) else None,
+        [int(g["index"]) for g in gpus if isinstance(g.get("index"), int)])
+    recs.sort(key=lambda r: -(r.get("combined_savings_per_month") or 0.0))
+    return {"recommendations": recs, "savings": savings}
+
+
+def _evidence_note(rec: dict[str, Any]) -> str:
+    """'; preliminary: 0.2 h of 30 h observed; thresholds shortened' or ''."""
+    note = ""
+    if rec.get("preliminary"):
+        seen = float(rec.get("evidence_seconds") or 0.0) / 3600
+        needed = float(rec.get("evidence_needed_seconds") or 0.0) / 3600
+        note += f"; preliminary: {seen:.1f} h of {needed:g} h observed"
+    if rec.get("thresholds_shortened"):
+        note += "; thresholds shortened"
+    return note
+
+
+def _render_recommendations(recommendations: list[dict[str, Any]],
+                            savings: dict[str, Any] | None = None) -> list[str]:
+    out = ["", "Recommendations (savings are upper bounds; combined: each after the ones "
+           "before it)"]
     if not recommendations:
         return out + ["  none in this window"]
+    if savings and savings.get("bill_per_month"):
+        out.append(f"  potential savings ${savings['potential_per_month']:,.0f}/month combined "
+                   f"(the host's bill: ${savings['bill_per_month']:,.0f}/month; on their own "
+                   f"they would claim ${savings['standalone_sum_per_month']:,.0f})")
+        out.append(f"  order: {savings['order']}")
     for rec in recommendations:
-        savings = rec.get("savings_per_month")
-        money = f"${savings:,.0f}/month" if savings else "no $ figure"
-        out.append(f"  [{money}] {rec['summary']}")
+        alone = rec.get("savings_per_month")
+        combined = rec.get("combined_savings_per_month")
+        if not alone:
+            money = "no $ figure"
+        elif combined is None:
+            money = f"${alone:,.0f}/month"
+        else:
+            money = f"${combined:,.0f}/month combined, ${alone:,.0f} alone"
+        out.append(f"  [{money}{_evidence_note(rec)}] {rec['summary']}")
     return out

@@ -221,7 +221,8 @@ class Daemon:
             self.store.set_meta("host", self.host)
             self.nvml.start()
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
-            self.attribution = Attribution(self.config.attribution, self.store)
+            self.attribution = Attribution(self.config.attribution, self.store,
+                                           idle_utilization_pct=self.config.idle.utilization)
             self.api = self._make_api()
             await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
@@ -333,14 +334,14 @@ class Daemon:
                     # The rules take a while at many processes: in a thread, on a copy.
                     found = await asyncio.to_thread(
                         self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints)
-                    self.analyzer.record(found)
+                    recorded = self.analyzer.record(found)  # with how long each has stood
                     assert self.store is not None
                     for event in self.analyzer.idle.active():  # their cost so far grows
                         facts.write_event(self.store, event.as_dict())
                     # A snoozed recommendation keeps its snooze in the store as it is seen again.
                     facts.write_recommendations(
-                        self.store, [dict(r.as_dict(), snoozed_until=self.snoozed.get(r.id))
-                                     for r in found], until)
+                        self.store, [dict(r, snoozed_until=self.snoozed.get(r["id"]))
+                                     for r in recorded], until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
             await asyncio.sleep(every)

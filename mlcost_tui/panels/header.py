@@ -1,5 +1,6 @@
-"""The header: host, instance, price and its source, burn, waste, spend today, idle alerts and
-the state of the connection to the daemon."""
+"""The header: host, instance, price and its source, burn, waste, spend today, the potential
+savings (the recommendations combined, never more than the bill), idle alerts and the state of
+the connection to the daemon."""
 
 from __future__ import annotations
 
@@ -26,6 +27,22 @@ def connection_text(snap: HostSnapshot | None, paused: bool, retry_s: float | No
     if paused:
         text.append("  ⏸ PAUSED (p to resume)", style="bold reverse " + WARN)
     return text
+
+
+def price_warning(price: object) -> str:
+    """The daemon's warning that its price may be stale ("" when it has none). The wire's
+    Price carries it as `warning` (from /v1/now price.warning); an older daemon has none."""
+    warning = getattr(price, "warning", "") if price is not None else ""
+    return warning if isinstance(warning, str) else ""
+
+
+def stale_price_badge(warning: str) -> Text:
+    """' ⚠ stale price · run <refresh command>': the command is what fixes it."""
+    badge = Text(" ⚠ stale price", style="bold reverse " + WARN)
+    _, tick, rest = warning.partition("run `")
+    command = rest.partition("`")[0] if tick else ""
+    badge.append(f" · {command}" if command else " · see mlcostd check", style=WARN)
+    return badge
 
 
 class HeaderPanel(Static):
@@ -55,7 +72,10 @@ class HeaderPanel(Static):
             price = now.price
             line1.append("  price ")
             line1.append(fmt.money(price.per_hour if price else None, "/h"), style="bold")
-            if price and price.source:
+            warning = price_warning(price)
+            if warning:
+                line1.append_text(stale_price_badge(warning))
+            elif price and price.source:
                 line1.append(f" ({price.source[:60]})", style=MUTED)
             line2.append("burn ")
             line2.append(fmt.money(now.burn_per_hour, "/h"), style="bold")
@@ -65,6 +85,13 @@ class HeaderPanel(Static):
                          style="bold " + BAD if wasted and wasted > 0.005 else "bold")
             line2.append("  today ")
             line2.append(fmt.money(now.spend_today), style="bold")
+            if now.potential_savings_per_month is not None:
+                # The combined figure: what the recommendations save together (<= the bill).
+                line2.append("  potential savings ")
+                line2.append(fmt.money(now.potential_savings_per_month, "/month"),
+                             style="bold " + GOOD)
+                if any(r.preliminary for r in now.recommendations):
+                    line2.append(" (some preliminary)", style=WARN)
             alerts = now.idle_alerts
             line2.append("  idle alerts ")
             line2.append(str(len(alerts)), style="bold " + (BAD if alerts else GOOD))

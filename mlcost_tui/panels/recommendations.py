@@ -1,4 +1,10 @@
-"""The recommendations panel: one line each, biggest savings first."""
+"""The recommendations panel: one line each, biggest combined savings first.
+
+"saves/month" is each recommendation's share after the ones before it (the daemon combines
+them so that together they never claim more than the host's bill); "alone" is its figure on its
+own. "evidence" says when advice is still preliminary (rightsizing, spot and commitments need
+hours to days of observation) and when the thresholds were shortened (a simulated host).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from rich.text import Text
 from daemon.wire import Now, Process, Recommendation, process_key
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.thresholds import GOOD, MUTED, WARN
 
 ACTION_LABELS = {"show_patch": "a: show patch", "copy_commands": "a: copy commands",
                  "sigterm": "a: stop process", "resize": "a: resize", "none": "advice"}
@@ -21,10 +28,58 @@ def is_about(rec: Recommendation, process: Process) -> bool:
     return rec.target == process.key
 
 
+def hours(seconds: float | None) -> str:
+    """12 min, 1.5 h, 30 h, 7 d: how much evidence, in the unit a person counts it in."""
+    if seconds is None:
+        return fmt.DASH
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} d"
+    h = seconds / 3600
+    return f"{h:.1f} h" if h < 10 else f"{h:.0f} h"
+
+
+def evidence_text(rec: Recommendation) -> Text:
+    """'preliminary 0.2/30 h', 'confident', '· shortened': the confidence next to the figure."""
+    text = Text()
+    if rec.preliminary:
+        text.append(f"preliminary {hours(rec.evidence_seconds)}/"
+                    f"{hours(rec.evidence_needed_seconds)}", style=WARN)
+    elif rec.confidence == "high":
+        text.append("confident", style=GOOD)
+    if rec.thresholds_shortened:
+        text.append(" · " if text.plain else "")
+        text.append("shortened", style=MUTED)
+    return text
+
+
+def savings_text(rec: Recommendation) -> Text:
+    """The savings line of a details or action screen: combined, alone, order, confidence."""
+    text = Text()
+    text.append(f"{fmt.money(rec.shown_savings_per_month)}/month", style="bold green")
+    if rec.combined_savings_per_month is not None:
+        text.append(f" combined (#{rec.savings_order or '?'} in the order; "
+                    f"{fmt.money(rec.savings_per_month)}/month on its own)", style=MUTED)
+    if rec.preliminary:
+        text.append(f"\npreliminary, confidence {rec.confidence or 'low'}: "
+                    f"{hours(rec.evidence_seconds)} observed of the "
+                    f"{hours(rec.evidence_needed_seconds)} this advice needs", style="bold " + WARN)
+    elif rec.confidence:
+        text.append(f"\nconfidence {rec.confidence}: {hours(rec.evidence_seconds)} observed",
+                    style=GOOD)
+    if rec.thresholds_shortened:
+        names = ", ".join(
+            f"{name} {hours(v.get('value'))} (default {hours(v.get('default'))})"
+            for name, v in rec.shortened_thresholds.items() if isinstance(v, dict))
+        text.append(f"\nthresholds shortened for this host: {names or 'yes'}", style=WARN)
+    return text
+
+
 class RecommendationTable(KeyedTable):
-    COLUMNS = (("savings", "saves/month"), ("rule", "rule"), ("summary", "recommendation"),
-               ("action", "action"))
-    WIDTHS = {"savings": 11}
+    COLUMNS = (("savings", "saves/month"), ("alone", "alone"), ("evidence", "evidence"),
+               ("rule", "rule"), ("summary", "recommendation"), ("action", "action"))
+    WIDTHS = {"savings": 11, "alone": 9}
     DEFAULT_CSS = "RecommendationTable { height: auto; max-height: 9; }"
 
     def __init__(self, **kwargs: object) -> None:
@@ -35,11 +90,16 @@ class RecommendationTable(KeyedTable):
 
     def show(self, now: Now) -> None:
         recs = [r for r in now.recommendations if r.id not in self.snoozed_here]
-        recs.sort(key=lambda r: -(r.savings_per_month or 0.0))
+        recs.sort(key=lambda r: (-(r.shown_savings_per_month or 0.0),
+                                 -(r.savings_per_month or 0.0)))
         self.recommendations = {r.id: r for r in recs}
         self.sync([(r.id, self.cells(r)) for r in recs])
-        self.border_title = f"Recommendations ({len(recs)})" if recs else \
+        title = f"Recommendations ({len(recs)})" if recs else \
             "Recommendations (none yet: rules run every ~30 s)"
+        if recs and now.potential_savings_per_month is not None:
+            title += (f" · together {fmt.money(now.potential_savings_per_month, '/month')} of "
+                      f"the {fmt.money(now.bill_per_month, '/month')} bill")
+        self.border_title = title
 
     def selected(self) -> Recommendation | None:
         key = self.selected_key
@@ -50,5 +110,8 @@ class RecommendationTable(KeyedTable):
         return tuple(r for r in self.recommendations.values() if is_about(r, process))
 
     def cells(self, r: Recommendation) -> tuple[object, ...]:
-        return (Text(fmt.money(r.savings_per_month), style="bold green"), r.rule,
-                r.summary[:110], ACTION_LABELS.get(r.action_kind, r.action_kind))
+        alone = (fmt.money(r.savings_per_month)
+                 if r.combined_savings_per_month is not None else "")
+        return (Text(fmt.money(r.shown_savings_per_month), style="bold green"),
+                Text(alone, style=MUTED), evidence_text(r), r.rule, r.summary[:110],
+                ACTION_LABELS.get(r.action_kind, r.action_kind))

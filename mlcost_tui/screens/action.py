@@ -1,4 +1,8 @@
-"""The action modal: what applying a recommendation will do (its dry run), then do it or copy."""
+"""The action modal: what applying a recommendation will do (its dry run), then do it or copy.
+
+Above the dry run: what it saves (combined, and on its own) and how sure it is (preliminary
+until enough evidence; thresholds shortened on a simulated host), so nobody acts on a figure
+without its confidence."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from daemon.wire import ActionResult, Recommendation
+from mlcost_tui.panels.recommendations import savings_text
 from mlcost_tui.thresholds import MUTED
 
 CHANGES_HOST = ("sigterm", "resize")
@@ -53,7 +58,9 @@ class ActionScreen(ModalScreen[str]):
         r, res = self.recommendation, self.result
         body = Text()
         body.append(f"{r.rule}: ", style="bold")
-        body.append(r.summary + "\n\n")
+        body.append(r.summary + "\n")
+        body.append_text(savings_text(r))
+        body.append("\n\n")
         body.append("Dry run: " if res.dry_run else "", style="bold")
         body.append(res.message + "\n")
         for step in res.steps:

@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 from daemon.clock import local_time
 from daemon.wire import Phases, Process, Recommendation
 from mlcost_tui import format as fmt
-from mlcost_tui.panels.recommendations import ACTION_LABELS
+from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ def phase_lines(phases: Mapping[str, Any]) -> Text:
             text.append(f"  [{name}] ", style=PHASE_COLOURS.get(name, ""))
             text.append(f"{where} in {stack.get('function') or '?'}", style="bold")
             text.append(f"  ({stack.get('samples', '?')} samples)\n", style=MUTED)
+            if stack.get("reason"):
+                text.append(f"      why: {stack['reason']}\n")
             for frame in (stack.get("frames") or [])[:6]:
                 text.append(f"      {frame}\n", style=MUTED)
     if not any_stack:
@@ -194,7 +196,8 @@ class DetailsScreen(Screen):
         if self.related:
             text.append("\nRecommendations for this process\n", style="bold")
             for rec in self.related:
-                text.append(f"  {fmt.money(rec.savings_per_month)}/month ", style="bold green")
+                text.append(f"  {fmt.money(rec.shown_savings_per_month)}/month ",
+                            style="bold green")
                 text.append(f"{rec.summary}\n")
                 text.append(f"    a {ACTION_TEXT.get(rec.action_kind, rec.action_kind)}\n",
                             style=MUTED)
@@ -206,7 +209,8 @@ class DetailsScreen(Screen):
         text.append(f"  ({r.id}, target {r.target})\n", style=MUTED)
         text.append(r.summary + "\n\n")
         text.append("Saves ", style="bold")
-        text.append(f"{fmt.money(r.savings_per_month)}/month\n", style="bold green")
+        text.append_text(savings_text(r))
+        text.append("\n")
         text.append(f"  {r.method}\n\n", style=MUTED)
         text.append("What the action does\n", style="bold")
         text.append(f"  {ACTION_LABELS.get(r.action_kind, r.action_kind)}: "

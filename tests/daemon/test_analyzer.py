@@ -57,10 +57,11 @@ def test_snapshot_before_any_sample():
 
 
 def held_at(ts, util):
-    """GPU 0 at `util`, held by one process; the other seven GPUs idle and unheld."""
+    """GPU 0 at `util`, held by one process whose own SM share reads 0 (no kernels of its own:
+    the device-level utilization alone decides busy or idle); the other seven GPUs idle."""
     gpus = tuple(GpuSample(g, f"u{g}", "A100", "ok", util if g == 0 else 0.0, None,
                            8 * GIB if g == 0 else 0, 40 * GIB) for g in range(8))
-    procs = (ProcessSample(7, 50.0, 1, "ann", "python train.py", (GpuUse(0, 8 * GIB, 50.0),)),)
+    procs = (ProcessSample(7, 50.0, 1, "ann", "python train.py", (GpuUse(0, 8 * GIB, 0.0),)),)
     return Sample(float(ts), ts, gpus=gpus, processes=procs)
 
 

@@ -56,7 +56,10 @@ def test_shrink_names_a_cheaper_fitting_instance():
     assert offer.accelerator_count >= 1 and offer.accelerator_memory_gib >= 11
     assert rec.action["to"] == "g4dn.xlarge"  # cheapest 1-GPU fit for 10 GiB x 1.1
     assert rec.savings_per_month == pytest.approx((32.7726 - 0.526) * 730)
-    assert "upper bound" in rec.method and "confidence low" in rec.method
+    assert "upper bound" in rec.method and "preliminary until 30.0 h observed" in rec.method
+    doc = rec.as_dict()  # 10 min of a 30 h need: preliminary, confidence low, on the wire
+    assert doc["preliminary"] is True and doc["confidence"] == "low"
+    assert doc["evidence_seconds"] == 600 and doc["evidence_needed_seconds"] == 30 * 3600
     assert "g4dn.xlarge" in rec.summary and "$0.53/h" in rec.summary
 
 
@@ -74,7 +77,8 @@ def test_shrink_needs_a_long_enough_window():
 def test_idle_gpu_held_at_threshold():
     quiet = [0.0] * 8
     fires = window(n=61, utils=quiet, holders={0: 0.0})  # 600 s held idle
-    [rec] = by_rule(recs(fires), "idle_gpu_held")
+    # Its stacks show it waiting (idle phase): the SIGTERM needs that (rules/idle.py).
+    [rec] = by_rule(recs(fires, phases_for(fires, idle=0.95)), "idle_gpu_held")
     assert rec.action["kind"] == "sigterm" and rec.action["pid"] == 42
     assert rec.savings_per_month == pytest.approx(P4D.per_gpu * 730)
     below = window(n=60, utils=quiet, holders={0: 0.0})  # 590 s
@@ -246,3 +250,197 @@ def test_book_history():
     assert book.active() == [] and len(book.history()) == 1
     # ids are stable
     assert recs(s)[0].id == found[0].id
+
+
+# -- savings that add up (combine.py) --------------------------------------------------------
+
+def commit_catalog(one_year=20.0, three_year=None):
+    """The bundled catalog with commitment prices for p4d.24xlarge (the bundled rows list none
+    yet; sources that do fill the same columns)."""
+    from dataclasses import replace
+
+    from pricing.catalog import Price
+    return Catalog([replace(o, commit_1y=Price(one_year, "commit-1y", "test", None, False),
+                            commit_3y=None if three_year is None else
+                            Price(three_year, "commit-3y", "test", None, False))
+                    if o.instance_type == "p4d.24xlarge" else o for o in CATALOG])
+
+
+def random_host(rng):
+    """A random 8-GPU host: 1-6 GPU processes (training, inference, notebooks), random
+    utilization, SM activity, memory, long runtimes and checkpoint write bursts."""
+    n, step, start = rng.randint(2, 90), rng.choice([5.0, 10.0, 60.0]), 1_000_000.0
+    procs = []
+    for k in range(rng.randint(1, 6)):
+        gpus = tuple(sorted(rng.sample(range(8), rng.choice([1, 1, 2, 8]))))
+        cadence_ticks = rng.randint(3, 20)
+        procs.append({"pid": 100 + k, "gpus": gpus, "mem": rng.randint(1, 39) * GIB,
+                      "start": start - rng.uniform(0, 3 * 86400),
+                      "command": rng.choice(["python train.py", "vllm serve m",
+                                             "jupyter kernel", "python eval.py"]),
+                      "cadence": cadence_ticks, "sm": rng.uniform(0, 100)})
+    utils = {g: rng.choice([0.0, 2.0, 30.0, 80.0, 99.0]) for g in range(8)}
+    sm = rng.choice([None, rng.uniform(0, 100)])
+    samples = []
+    for i in range(n):
+        gs = tuple(GpuSample(g, f"u{g}", "A100-SXM4-40GB", "ok",
+                             max(0.0, min(100.0, utils[g] + rng.uniform(-2, 2))), sm,
+                             sum(p["mem"] for p in procs if g in p["gpus"]), 40 * GIB)
+                   for g in range(8))
+        ps = tuple(ProcessSample(p["pid"], p["start"], 1, "ann", p["command"],
+                                 tuple(GpuUse(g, p["mem"], p["sm"]) for g in p["gpus"]),
+                                 write_bytes=(i // p["cadence"]) * 2 * GIB) for p in procs)
+        samples.append(Sample(start + i * step, i, gpus=gs, processes=ps))
+    phases = {f"{p['pid']}:{p['start']:.3f}": {
+        ph: {"seconds": 1.0, "share": rng.uniform(0, 0.6), "gpu_idle_seconds": 0,
+             "top_stacks": []} for ph in rng.sample(
+            ["data_wait", "host_preprocess", "checkpoint", "eval", "sync", "comm"], 3)}
+        for p in procs}
+    return samples, phases
+
+
+def test_combined_savings_never_exceed_the_bill_over_random_hosts():
+    import random
+
+    from daemon.analysis.rules.combine import savings_document
+    rng = random.Random(9)
+    catalog = commit_catalog(20.0, 14.0)
+    bill = P4D.per_hour * 730
+    overclaimed = 0
+    for _ in range(150):
+        samples, phases = random_host(rng)
+        found = evaluate(build_analysis(samples, phases, P4D, catalog, host_cpus=32,
+                                        limits={"idle_held_min_s": 60.0,
+                                                "host_idle_min_s": 60.0,
+                                                "shrink_min_window_s": 10.0,
+                                                "spot_min_runtime_s": 60.0}))
+        combined = [r.combined_savings_per_month for r in found]
+        assert all(c is not None and c >= 0 for c in combined)
+        assert sum(combined) <= bill + 1e-6
+        for r in found:  # a share after others is never more than the figure on its own
+            assert r.combined_savings_per_month <= r.savings_per_month + 1e-6
+        overclaimed += sum(r.savings_per_month for r in found) > bill
+        # Any subset shown (after snoozes) recombines within the bill too.
+        shown = [r.as_dict() for r in found if rng.random() < 0.7]
+        recs_shown, totals = savings_document(shown, P4D.per_hour, list(range(8)))
+        assert totals["potential_per_month"] <= bill + 1e-6
+        assert totals["potential_per_month"] == pytest.approx(
+            sum(r["combined_savings_per_month"] for r in recs_shown))
+    assert overclaimed > 10  # the standalone figures did claim more than the bill
+
+
+def test_release_then_shrink_counts_the_idle_gpu_once():
+    # GPU 0 works; a notebook holds GPU 3 idle. Releasing GPU 3 and shrinking both count
+    # GPU 3's cost on their own; combined, the shrink gets only what the release left.
+    notebook = ProcessSample(77, 50_000.0, 1, "bob", "jupyter kernel", (GpuUse(3, GIB, 0.0),))
+    s = window(extra=(notebook,))
+    found = recs(s)
+    [release] = by_rule(found, "idle_gpu_held")
+    [shrink] = by_rule(found, "over_provisioned")
+    assert release.savings_order < shrink.savings_order
+    assert release.combined_savings_per_month == pytest.approx(release.savings_per_month)
+    assert release.savings_per_month == pytest.approx(P4D.per_gpu * 730)
+    assert shrink.combined_savings_per_month == pytest.approx(
+        shrink.savings_per_month - release.savings_per_month)
+    assert shrink.scope == {"frees": [1, 2, 3, 4, 5, 6, 7], "gpus": [0]}
+    assert sum(r.combined_savings_per_month for r in found) <= P4D.per_hour * 730
+
+
+def test_spot_after_shrink_counts_only_what_the_smaller_host_costs():
+    s = spot_window(3600, 3 * 3600)
+    found = recs(s)
+    [shrink] = by_rule(found, "over_provisioned")
+    [spot] = by_rule(found, "spot_training")
+    assert shrink.savings_order < spot.savings_order
+    gpu_month = P4D.per_gpu * 730
+    # The shrink took all of GPUs 1-7 and part of GPU 0; spot saves its fraction of what is left.
+    left_on_gpu0 = P4D.per_hour * 730 - shrink.combined_savings_per_month
+    assert spot.combined_savings_per_month == pytest.approx(
+        spot.savings_per_month / gpu_month * left_on_gpu0)
+
+
+def test_spot_concerns_the_jobs_own_gpus():
+    [rec] = by_rule(recs(spot_window(3600, 3 * 3600)), "spot_training")
+    spot = CATALOG.by_instance("aws", "p4d.24xlarge", "us-east-1").price("spot")
+    assert rec.scope == {"gpus": [0]} and rec.evidence["gpu_share"] == pytest.approx(1 / 8)
+    assert "its 1 of 8 GPUs" in rec.summary
+    assert f"${spot.per_hour / 8:,.2f}/h" in rec.summary and "$4.10/h" in rec.summary
+    commands = "\n".join(rec.action["commands"])
+    assert "relaunch the job (1 GPU)" in commands
+    # AWS lists no smaller A100 instance: the command says so rather than a whole p4d for one GPU.
+    assert "no smaller spot instance" in commands
+
+
+def test_spot_for_a_job_on_the_whole_host_relaunches_the_host():
+    s = spot_window(3600, 3 * 3600)
+    everything = {g: 90.0 for g in range(8)}
+    whole = [Sample(x.ts, x.tick, x.gpus, (ProcessSample(
+        42, x.processes[0].start_time, 1, "ann", "python train.py",
+        tuple(GpuUse(g, 10 * GIB, 90.0) for g in everything),
+        write_bytes=x.processes[0].write_bytes),)) for x in s]
+    [rec] = by_rule(recs(whole), "spot_training")
+    assert rec.scope == {"whole_host": True} and "the whole host" in rec.summary
+    assert any("--instance-type p4d.24xlarge" in c for c in rec.action["commands"])
+
+
+def test_commitment_uses_the_catalogs_best_commitment_price():
+    s = window(command="vllm serve llama", pstart=0.0)
+    found = evaluate(build_analysis(s, None, P4D, commit_catalog(20.0, 14.0)))
+    [rec] = by_rule(found, "steady_inference_commitment")
+    assert rec.savings_per_month == pytest.approx((32.7726 - 14.0) / 8 * 730)
+    assert "3-year commitment at $14.00/h" in rec.summary and "1-year $20.00/h" in rec.summary
+    assert rec.evidence["commitment"] == {"years": 3, "per_hour": 14.0, "source": "test"}
+    assert rec.as_dict()["preliminary"] is True  # 10 min of the week it needs
+    only_1y = evaluate(build_analysis(s, None, P4D, commit_catalog(20.0)))
+    [rec1] = by_rule(only_1y, "steady_inference_commitment")
+    assert "1-year commitment at $20.00/h" in rec1.summary
+
+
+def test_underbatching_says_which_signal_it_used():
+    gpm = window(utils=[90.0] + [0.0] * 7, sm_activity=10.0, command="vllm serve m")
+    [rec] = by_rule(recs(gpm), "underbatched_inference")
+    assert rec.evidence["sm_signal"] == "GPM SM activity" and "(GPM SM activity)" in rec.summary
+    # No GPM on the GPU: the process's own SM share (what the process table shows) stands in.
+    share = window(utils=[90.0] + [0.0] * 7, holders={0: 12.0}, sm_activity=None,
+                   command="vllm serve m")
+    [rec] = by_rule(recs(share), "underbatched_inference")
+    assert rec.evidence["sm_signal"] == "process SM share"
+    assert "SM share is 12%" in rec.summary and "signal: process SM share" in rec.method
+
+
+def test_one_checkpoint_interval_for_every_rule():
+    s = spot_window(1800, 3 * 3600, writes=4)
+    [spot] = by_rule(recs(s), "spot_training")
+    [ckpt] = by_rule(recs(s, phases_for(s, checkpoint=0.3)), "blocking_checkpoint")
+    assert spot.evidence["checkpoint_interval_s"] == pytest.approx(1800)
+    assert "(now every 30 min)" in ckpt.action["patch"]
+
+
+def test_shortened_thresholds_are_on_the_finding():
+    quiet = window(n=61, utils=[0.0] * 8, holders={0: 0.0})
+    [rec] = by_rule(recs(quiet, limits={"idle_held_min_s": 60.0}), "idle_gpu_held")
+    doc = rec.as_dict()
+    assert doc["thresholds_shortened"] is True
+    assert doc["shortened_thresholds"] == {"idle_held_min_s": {"value": 60.0, "default": 600.0}}
+    [rec] = by_rule(recs(quiet), "idle_gpu_held")
+    assert rec.as_dict()["thresholds_shortened"] is False
+    # The evidence times are limits too: shortening them is said, and ends "preliminary".
+    [shrink] = by_rule(recs(window(), limits={"rightsize_evidence_s": 300.0}), "over_provisioned")
+    doc = shrink.as_dict()
+    assert doc["preliminary"] is False and doc["confidence"] == "high"
+    assert "rightsize_evidence_s" in doc["shortened_thresholds"]
+
+
+def test_standing_in_the_book_counts_as_evidence_and_a_lapse_restarts_it():
+    [shrink] = by_rule(recs(window()), "over_provisioned")
+    book = RecommendationBook()
+    book.record([shrink], 0.0)
+    book.record([shrink], 30 * 3600.0 - 600)
+    [entry] = book.active()
+    assert entry.as_dict()["preliminary"] is False  # 600 s window + 29.8 h standing
+    assert entry.as_dict()["evidence_seconds"] == pytest.approx(30 * 3600)
+    book.record([], 30 * 3600.0)  # not seen in one evaluation: it lapsed
+    book.record([shrink], 31 * 3600.0)
+    [entry] = book.active()
+    assert entry.first_seen == 0.0 and entry.standing_since == 31 * 3600.0
+    assert entry.as_dict()["preliminary"] is True

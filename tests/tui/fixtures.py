@@ -63,7 +63,10 @@ def now_document(processes: int = 4, gpus: int = 4) -> dict:
              "savings_per_month": 1898.0, "method": "$2.60/h x 730 h/month",
              "evidence": {"idle_seconds": 900.0, "memory_peak_bytes": 8 * GIB},
              "action": {"kind": "sigterm", "pid": 1003, "start_time": TS + 3,
-                        "text": "send SIGTERM to pid 1003 after confirmation"}},
+                        "text": "send SIGTERM to pid 1003 after confirmation"},
+             "combined_savings_per_month": 1898.0, "savings_order": 1,
+             "savings_scope": {"frees": [3]}, "thresholds_shortened": True,
+             "shortened_thresholds": {"idle_held_min_s": {"value": 60.0, "default": 600.0}}},
             {"id": "rec-loader", "rule": "data_loader_starvation", "target": process_key(1001, TS + 1),
              "summary": "train_1 spends 30% of its time waiting for data — /srv/train.py:42",
              "savings_per_month": 897.9, "method": "$4.10/h x 30% x 730 h/month",
@@ -71,8 +74,12 @@ def now_document(processes: int = 4, gpus: int = 4) -> dict:
                  {"file": "/srv/train.py", "line": 42, "function": "train_step"}]},
              "action": {"kind": "show_patch", "file": "/srv/train.py",
                         "patch": "-DataLoader(ds)\n+DataLoader(ds, num_workers=8, "
-                                 "pin_memory=True)"}},
+                                 "pin_memory=True)"},
+             "combined_savings_per_month": 897.9, "savings_order": 2,
+             "savings_scope": {"gpus": [1]}},
         ],
+        "savings": {"potential_per_month": 2795.9, "bill_per_month": 23922.1,
+                    "standalone_sum_per_month": 2795.9, "order": "stop an idle host, ..."},
     }
 
 

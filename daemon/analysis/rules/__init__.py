@@ -5,15 +5,19 @@ that reads an `Analysis` (window.py) and returns Findings (base.py), exactly the
 Recommendation shape. Families: idle.py (a GPU held idle, a host idle), provisioning.py (shrink,
 spot, commitment, dynamic batching), phases.py (the phase rules and their patches, storage-bound
 input), budget.py. Thresholds, with their sources, are in thresholds.py. A new rule goes in its
-family's module and gets one line in RULES.
+family's module and gets one line in RULES. `evaluate` then combines the host's findings
+(combine.py) so that their savings add up to no more than the bill.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from daemon.analysis.rules import budget, idle, phases, provisioning
 from daemon.analysis.rules.base import Finding, Rule
+from daemon.analysis.rules.combine import bill_per_month, combine
+from daemon.analysis.rules.thresholds import DEFAULT_LIMITS
 from daemon.analysis.rules.window import Analysis, build_analysis
 
 __all__ = ["RULES", "Analysis", "Finding", "Rule", "build_analysis", "evaluate"]
@@ -36,11 +40,25 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _shortened(analysis: Analysis, rule: Rule) -> dict[str, dict[str, float]]:
+    """The limits this rule read that the config set below their defaults."""
+    return {name: {"value": analysis.limit(name), "default": DEFAULT_LIMITS[name]}
+            for name in rule.limits if analysis.limit(name) < DEFAULT_LIMITS[name]}
+
+
 def evaluate(analysis: Analysis, rules: Sequence[Rule] = RULES) -> list[Finding]:
-    """Every rule's findings, deduplicated by id, largest savings first."""
+    """Every rule's findings, deduplicated by id, with the window as their evidence time, the
+    thresholds the config shortened, and their combined savings; largest combined first."""
     found: dict[str, Finding] = {}
     for rule in rules:
+        shortened = _shortened(analysis, rule)
         for rec in rule.check(analysis, rule):
+            rec = replace(rec, evidence_window_s=analysis.window_s, shortened=shortened)
             if rec.id not in found or rec.savings_per_month > found[rec.id].savings_per_month:
                 found[rec.id] = rec
-    return sorted(found.values(), key=lambda r: (-r.savings_per_month, r.rule, r.target))
+    combined = combine([r.as_dict() for r in found.values()],
+                       bill_per_month(analysis.price.per_hour), [g.index for g in analysis.gpus])
+    out = [replace(r, combined_savings_per_month=combined[r.id].combined_per_month,
+                   savings_order=combined[r.id].order) for r in found.values()]
+    return sorted(out, key=lambda r: (-(r.combined_savings_per_month or 0.0),
+                                      -r.savings_per_month, r.rule, r.target))

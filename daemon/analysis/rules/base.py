@@ -10,15 +10,14 @@ says so.
 from __future__ import annotations
 
 import hashlib
-import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from daemon import wire
 from daemon.analysis.cost import HOURS_PER_MONTH
 from daemon.analysis.rules.thresholds import SPOT_CADENCE_TOLERANCE
-from daemon.analysis.rules.window import Analysis, ProcessWindow
+from daemon.analysis.rules.window import Analysis, ProcessWindow, checkpoint_interval
 
 UPPER_BOUND = "an upper bound: fixing one bottleneck exposes the next"
 
@@ -41,18 +40,44 @@ class Finding:
     method: str
     evidence: Mapping[str, Any]
     action: Mapping[str, Any]
+    # What its savings concern (combine.py): {"frees": GPUs freed whole, "gpus": GPUs made
+    # cheaper by a fraction, "whole_host": bool}.
+    scope: Mapping[str, Any] = field(default_factory=dict)
+    # Observed evidence it needs before it is confident (None: no such need), and what the
+    # window showed; the book adds how long the finding has stood.
+    evidence_needed_s: float | None = None
+    evidence_window_s: float = 0.0
+    # Thresholds this finding passed that the config set below their defaults (a simulated host):
+    # name -> {"value": seconds, "default": seconds}.
+    shortened: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # Its share after the ones before it in the stated order (combine.py), and its place there.
+    combined_savings_per_month: float | None = None
+    savings_order: int | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The wire document of a daemon.wire.Recommendation (the store and the API send it)."""
+    def evidence_seconds(self, standing_s: float = 0.0) -> float:
+        """Observed evidence: the rules' window plus how long the finding has stood."""
+        return self.evidence_window_s + max(standing_s, 0.0)
+
+    def as_dict(self, standing_s: float = 0.0) -> dict[str, Any]:
+        """The wire document of a daemon.wire.Recommendation (the store and the API send it);
+        `standing_s`, how long it has stood (the book knows), counts as observed evidence."""
+        seen = self.evidence_seconds(standing_s)
+        needed = self.evidence_needed_s
+        preliminary = needed is not None and seen < needed
         return {"id": self.id, "rule": self.rule, "target": self.target,
                 "summary": self.summary, "savings_per_month": self.savings_per_month,
                 "method": self.method, "evidence": dict(self.evidence),
-                "action": dict(self.action)}
+                "action": dict(self.action),
+                "combined_savings_per_month": self.combined_savings_per_month,
+                "savings_order": self.savings_order, "savings_scope": dict(self.scope),
+                "evidence_seconds": seen, "evidence_needed_seconds": needed,
+                "preliminary": preliminary,
+                "confidence": None if needed is None else ("low" if preliminary else "high"),
+                "thresholds_shortened": bool(self.shortened),
+                "shortened_thresholds": {k: dict(v) for k, v in self.shortened.items()}}
 
     def as_wire(self) -> wire.Recommendation:
-        return wire.Recommendation(self.id, self.rule, self.target, self.summary,
-                                   self.savings_per_month, self.method, dict(self.evidence),
-                                   dict(self.action))
+        return wire.Recommendation.from_dict(self.as_dict())
 
 
 @dataclass(frozen=True)
@@ -66,13 +91,18 @@ class Rule:
     text: str
     savings: str
     check: Callable[[Analysis, Rule], list[Finding]]
+    # The Analysis limits (thresholds.DEFAULT_LIMITS) it reads: a config that sets one below
+    # its default makes the finding say its thresholds are shortened.
+    limits: tuple[str, ...] = ()
 
     def make(self, target: str, summary: str, savings_per_month: float, method: str,
-             evidence: Mapping[str, Any], action: Mapping[str, Any]) -> Finding:
+             evidence: Mapping[str, Any], action: Mapping[str, Any], *,
+             scope: Mapping[str, Any] | None = None,
+             evidence_needed_s: float | None = None) -> Finding:
         return Finding(recommendation_id(self.name, target), self.name, target, summary,
                        max(savings_per_month, 0.0), method,
                        {"signal": self.signal, "threshold": self.threshold, **evidence},
-                       action)
+                       action, scope=dict(scope or {}), evidence_needed_s=evidence_needed_s)
 
 
 def money(x: float) -> str:
@@ -99,7 +129,8 @@ def where_in(stacks: Sequence[Mapping[str, Any]]) -> str | None:
 
 def stack_evidence(stacks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{"file": s.get("file"), "line": s.get("line"), "function": s.get("function"),
-             "samples": s.get("samples"), "frames": list(s.get("frames", []))[:12]}
+             "samples": s.get("samples"), "reason": s.get("reason"),
+             "frames": list(s.get("frames", []))[:12]}
             for s in stacks[:3]]
 
 
@@ -122,10 +153,9 @@ def duration(seconds: float) -> str:
 
 
 def checkpoint_cadence(times: Sequence[float]) -> float | None:
-    if len(times) < 2:
-        return None
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    return statistics.median(gaps)
+    """The one estimate of a job's checkpoint interval (window.checkpoint_interval); rules read
+    it as ProcessWindow.checkpoint_interval_s."""
+    return checkpoint_interval(times)
 
 
 def regular_cadence(times: Sequence[float]) -> bool:

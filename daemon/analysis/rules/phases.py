@@ -9,7 +9,6 @@ from collections.abc import Callable
 from daemon.analysis.rules.base import (
     Finding,
     Rule,
-    checkpoint_cadence,
     phase_share,
     process_evidence,
     share_savings,
@@ -47,7 +46,8 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
                 savings, method,
                 {**process_evidence(a, proc), "share": share, "top_stacks":
                  stack_evidence(stacks), "where": where},
-                {"kind": "show_patch", "file": where_in(stacks), "patch": patch(proc, a, where)}))
+                {"kind": "show_patch", "file": where_in(stacks), "patch": patch(proc, a, where)},
+                scope={"gpus": list(proc.gpus)}))
         return found
     return check
 
@@ -81,7 +81,7 @@ def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
 
 
 def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
-    cadence = checkpoint_cadence(proc.checkpoint_times)
+    cadence = proc.checkpoint_interval_s
     every = f" (now every {cadence / 60:.0f} min)" if cadence else ""
     return (f"# {where}: training stops while the checkpoint is written{every}.\n"
             "-torch.save(state, path)\n"
@@ -149,7 +149,7 @@ def check_storage_bound(a: Analysis, rule: Rule) -> list[Finding]:
                 "sudo mount /dev/nvme1n1 /mnt/nvme  # instance store: data is lost on stop",
                 "rsync -a --info=progress2 <dataset dir> /mnt/nvme/",
                 "# then point the dataset path at /mnt/nvme/...",
-            ]}))
+            ]}, scope={"gpus": list(proc.gpus)}))
     return found
 
 

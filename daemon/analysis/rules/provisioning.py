@@ -9,7 +9,6 @@ from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
     Rule,
-    checkpoint_cadence,
     duration,
     money,
     process_evidence,
@@ -31,7 +30,7 @@ from daemon.analysis.rules.thresholds import (
     UNDERBATCH_SM_ACTIVITY_PCT,
     WELL_USED_UTILIZATION_PCT,
 )
-from daemon.analysis.rules.window import GIB, Analysis
+from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 
 
 def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
@@ -57,7 +56,7 @@ def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
     pick = same[0] if same else cheaper[0]
     new_price = pick.price("on-demand").per_hour
     monthly = (p.per_hour - new_price) * HOURS_PER_MONTH
-    confidence = "high" if a.window_s >= RIGHTSIZE_CONFIDENT_S else "low"
+    needed = a.limit("rightsize_evidence_s")
     different = this is not None and pick.accelerator != this.accelerator
     caveat = (f"; {pick.accelerator} is a different GPU from {this.accelerator}: check the "
               "job's speed on it" if different and this is not None else "")
@@ -73,12 +72,12 @@ def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
         f"{used} GPU(s)"
         + (f" (GPUs {', '.join(map(str, idle_held))} are held but idle: release them first)"
            if idle_held else "")
-        + f"; confidence {confidence} ({a.window_s / 3600:.1f} h observed, "
-        f"rightsizing wants >= {RIGHTSIZE_CONFIDENT_S / 3600:g} h); {UPPER_BOUND}",
+        + f"; preliminary until {duration(needed)} observed (AWS Compute Optimizer wants "
+        f">= {RIGHTSIZE_CONFIDENT_S / 3600:g} h before rightsizing); {UPPER_BOUND}",
         {"window": {"start": a.start, "end": a.end, "seconds": a.window_s},
          "gpus_used": used, "gpus_held_idle": idle_held, "gpu_count": len(a.gpus),
          "accelerator": accel,
-         "peak_gpu_memory_gib": peak, "headroom": SHRINK_HEADROOM, "confidence": confidence,
+         "peak_gpu_memory_gib": peak, "headroom": SHRINK_HEADROOM,
          "gpus": [{"index": g.index, "memory_peak_bytes": g.memory_peak_bytes,
                    "utilization_p95": g.utilization_p95, "held": g.held} for g in a.gpus],
          "alternatives": [{"instance_type": o.instance_type, "accelerator": o.accelerator,
@@ -86,7 +85,44 @@ def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
                            "per_hour": o.price("on-demand").per_hour} for o in cheaper[:5]]},
         {"kind": "resize", "provider": p.provider, "region": p.region,
          "from": p.instance_type, "to": pick.instance_type, "to_price_per_hour": new_price,
-         "dry_run_first": True})]
+         "dry_run_first": True},
+        scope={"frees": [g.index for g in a.gpus if g not in working],
+               "gpus": [g.index for g in working]},
+        evidence_needed_s=needed)]
+
+
+def _spot_relaunch(a: Analysis, proc: ProcessWindow, whole_host: bool) -> list[str]:
+    """The relaunch commands for the job's own GPUs: this instance type when it uses the whole
+    host, else a catalog instance of the same GPU with as many GPUs as the job has."""
+    p = a.price
+    gpus = len(proc.gpus)
+    instance = p.instance_type
+    note = None
+    if not whole_host:
+        this = a.catalog.by_instance(p.provider, p.instance_type or "", p.region)
+        fits = [o for o in a.catalog.cheapest_fitting(
+                    proc.memory_peak_bytes / GIB, gpu_count=gpus, provider=p.provider,
+                    region=p.region, spot=True, headroom=SHRINK_HEADROOM, limit=50)
+                if this is not None and o.accelerator == this.accelerator
+                and o.price("spot") is not None]
+        exact = [o for o in fits if o.accelerator_count == gpus]
+        pick = (exact or fits or [None])[0]
+        if pick is not None and pick.accelerator_count < p.gpu_count:
+            instance = pick.instance_type
+        else:
+            note = (f"# the catalog has no smaller spot instance of this GPU: run it on a spot "
+                    f"{p.instance_type} shared with other jobs, or on a {gpus}-GPU spot instance "
+                    "of another GPU (mlcostd prices)")
+    head = (f"# relaunch the job ({gpus} GPU{'s' if gpus != 1 else ''}) as spot, resuming from "
+            f"the last checkpoint:")
+    commands = [head] + ([note] if note else [])
+    commands.append(
+        f"aws ec2 run-instances --instance-type {instance} "
+        "--instance-market-options 'MarketType=spot,SpotOptions={InstanceInterruptionBehavior="
+        "terminate}' ..." if p.provider == "aws"
+        else f"# request a {p.provider} spot/preemptible VM of type {instance}")
+    commands.append("# on the 2-minute interruption notice, save a checkpoint (SIGTERM handler)")
+    return commands
 
 
 def check_spot(a: Analysis, rule: Rule) -> list[Finding]:
@@ -98,15 +134,18 @@ def check_spot(a: Analysis, rule: Rule) -> list[Finding]:
     if spot is None:
         return []
     found = []
+    host_gpus = max(p.gpu_count, len(a.gpus), 1)
     for proc in a.processes:
         if proc.inference or proc.runtime_s < a.limit("spot_min_runtime_s"):
             continue
         cps = proc.checkpoint_times
-        cadence = checkpoint_cadence(cps)
+        cadence = proc.checkpoint_interval_s
         if (len(cps) < SPOT_MIN_CHECKPOINTS or cadence is None or cadence > SPOT_MAX_CADENCE_S
                 or not regular_cadence(cps)):
             continue
-        share = len(proc.gpus) / max(p.gpu_count, 1)
+        # Its own GPUs, unless it uses the whole host.
+        whole_host = len(proc.gpus) >= host_gpus
+        share = 1.0 if whole_host else len(proc.gpus) / host_gpus
         od_month = p.per_hour * share * HOURS_PER_MONTH
         spot_month = spot.per_hour * share * HOURS_PER_MONTH
         lost_h = SPOT_INTERRUPTIONS_PER_DAY * 30.4 * (cadence / 2 + SPOT_RESTART_S) / 3600
@@ -114,32 +153,31 @@ def check_spot(a: Analysis, rule: Rule) -> list[Finding]:
         monthly = od_month - spot_month - lost
         if monthly <= 0:
             continue
-        rng = (f" (range {money(spot.low)}–{money(spot.high)})"
+        rng = (f" (range {money(spot.low * share)}–{money(spot.high * share)})"
                if spot.low is not None and spot.high is not None else "")
+        what = ("the whole host" if whole_host else
+                f"its {len(proc.gpus)} of {host_gpus} GPUs")
         found.append(rule.make(
             proc.id,
             f"{proc.job} has run {duration(proc.runtime_s)} on-demand and checkpoints every "
-            f"{duration(cadence)}: run it on spot at {money(spot.per_hour)}/h{rng} instead "
-            f"of {money(p.per_hour)}/h",
+            f"{duration(cadence)}: run {what} on spot at {money(spot.per_hour * share)}/h"
+            f"{rng} instead of {money(p.per_hour * share)}/h",
             monthly,
             f"on-demand {money(p.per_hour)}/h - spot {money(spot.per_hour)}/h, x {share:.0%} "
-            f"of the host x {HOURS_PER_MONTH:g} h = {money(od_month - spot_month)}/month, minus "
-            f"lost work {SPOT_INTERRUPTIONS_PER_DAY:g} interruption/day x (half the checkpoint "
-            f"interval {duration(cadence / 2)} + {SPOT_RESTART_S / 60:.0f} min restart) = "
-            f"{lost_h:.1f} h x {money(spot.per_hour * share)}/h = {money(lost)}; "
+            f"of the host ({what}) x {HOURS_PER_MONTH:g} h = {money(od_month - spot_month)}"
+            f"/month, minus lost work {SPOT_INTERRUPTIONS_PER_DAY:g} interruption/day x (half "
+            f"the checkpoint interval {duration(cadence / 2)} + {SPOT_RESTART_S / 60:.0f} min "
+            f"restart) = {lost_h:.1f} h x {money(spot.per_hour * share)}/h = {money(lost)}; "
+            f"preliminary until {duration(a.limit('spot_evidence_s'))} observed; "
             f"{UPPER_BOUND}; spot price: {spot.source} ({spot.describe()})",
             {**process_evidence(a, proc), "checkpoint_times": list(cps),
              "checkpoint_interval_s": cadence, "runtime_s": proc.runtime_s,
+             "gpu_share": share, "whole_host": whole_host,
              "spot": {"per_hour": spot.per_hour, "low": spot.low, "high": spot.high,
-                      "source": spot.source}},
-            {"kind": "copy_commands", "commands": [
-                f"# relaunch {p.instance_type} as spot, resuming from the last checkpoint:",
-                f"aws ec2 run-instances --instance-type {p.instance_type} "
-                "--instance-market-options 'MarketType=spot,SpotOptions={InstanceInterruptionBehavior=terminate}' ..."
-                if p.provider == "aws" else f"# request a {p.provider} spot/preemptible VM of "
-                f"type {p.instance_type}",
-                "# on the 2-minute interruption notice, save a checkpoint (SIGTERM handler)",
-            ]}))
+                      "source": spot.source, "for_its_gpus_per_hour": spot.per_hour * share}},
+            {"kind": "copy_commands", "commands": _spot_relaunch(a, proc, whole_host)},
+            scope={"whole_host": True} if whole_host else {"gpus": list(proc.gpus)},
+            evidence_needed_s=a.limit("spot_evidence_s")))
     return found
 
 
@@ -150,22 +188,29 @@ def check_steady_inference(a: Analysis, rule: Rule) -> list[Finding]:
     found = []
     offer = (a.catalog.by_instance(p.provider, p.instance_type or "", p.region)
              if a.catalog is not None else None)
-    commit = offer.price("commit-1y") if offer is not None else None
+    best = offer.best_commitment() if offer is not None else None
+    terms = offer.commitments() if offer is not None else {}
+    needed = a.limit("commitment_evidence_s")
+    host_gpus = max(p.gpu_count, len(a.gpus), 1)
     for proc in a.processes:
         hours = proc.runtime_s / 3600
         if (not proc.inference or hours < STEADY_INFERENCE_MIN_HOURS
                 or proc.gpu_well_used_fraction < STEADY_INFERENCE_WELL_USED_FRACTION):
             continue
-        share = len(proc.gpus) / max(p.gpu_count, 1)
+        share = min(len(proc.gpus) / host_gpus, 1.0)
         evidence = {**process_evidence(a, proc), "steady_inference_hours": hours,
-                    "well_used_fraction": proc.gpu_well_used_fraction}
+                    "well_used_fraction": proc.gpu_well_used_fraction, "gpu_share": share,
+                    "commitments": {f"{years}y": {"per_hour": price.per_hour,
+                                                  "source": price.source}
+                                    for years, price in terms.items()}}
         commands = [
             f"aws savingsplans describe-savings-plans-offering-rates --service-codes AmazonEC2 "
             f"--filters name=instanceType,values={p.instance_type} "
             f"name=region,values={p.region or 'us-east-1'} name=productDescription,values=Linux/UNIX"
             if p.provider == "aws" else f"# see {p.provider}'s committed-use prices for "
             f"{p.instance_type}"]
-        if commit is None:
+        scope = {"gpus": list(proc.gpus)}
+        if best is None:
             found.append(rule.make(
                 proc.id,
                 f"{proc.job} has served steadily for {hours:.0f} h on on-demand "
@@ -175,18 +220,29 @@ def check_steady_inference(a: Analysis, rule: Rule) -> list[Finding]:
                 f"no commitment price for {p.provider}/{p.instance_type} in the catalog: savings "
                 f"not estimated (a 1-year commitment pays off when the host runs more than "
                 f"1 - discount of the year); {UPPER_BOUND}",
-                evidence, {"kind": "copy_commands", "commands": commands}))
+                evidence, {"kind": "copy_commands", "commands": commands},
+                scope=scope, evidence_needed_s=needed))
             continue
+        years, commit = best
         monthly = (p.per_hour - commit.per_hour) * share * HOURS_PER_MONTH
+        discount = 1 - commit.per_hour / p.per_hour
+        others = ", ".join(f"{y}-year {money(pr.per_hour)}/h" for y, pr in sorted(terms.items())
+                           if y != years)
         found.append(rule.make(
             proc.id,
-            f"{proc.job} has served steadily for {hours:.0f} h: a 1-year commitment at "
-            f"{money(commit.per_hour)}/h instead of {money(p.per_hour)}/h",
+            f"{proc.job} has served steadily for {hours:.0f} h: a {years}-year commitment at "
+            f"{money(commit.per_hour)}/h ({discount:.0%} off) instead of {money(p.per_hour)}/h"
+            + (f" (also listed: {others})" if others else ""),
             monthly,
             f"({money(p.per_hour)} - {money(commit.per_hour)})/h x {share:.0%} of the host x "
-            f"{HOURS_PER_MONTH:g} h = {money(monthly)}/month, if it keeps running all year; "
-            f"{UPPER_BOUND}",
-            evidence, {"kind": "copy_commands", "commands": commands}))
+            f"{HOURS_PER_MONTH:g} h = {money(monthly)}/month, if it keeps running all "
+            f"{years} year{'s' if years != 1 else ''} (pays off above {1 - discount:.0%} of the "
+            f"term in use); commitment price: {commit.source}; preliminary until "
+            f"{duration(needed)} observed; {UPPER_BOUND}",
+            {**evidence, "commitment": {"years": years, "per_hour": commit.per_hour,
+                                        "source": commit.source}},
+            {"kind": "copy_commands", "commands": commands},
+            scope=scope, evidence_needed_s=needed))
     return found
 
 
@@ -200,18 +256,24 @@ def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
             continue
         share = 1 - sm / util if util > 0 else 0.0
         savings, method = share_savings(proc, share, "busy-looking but SM-idle time")
+        signal = proc.sm_signal or "GPM SM activity"
+        seen = (f"its SMs are {sm:.0f}% active (GPM SM activity)" if signal == "GPM SM activity"
+                else f"its SM share is {sm:.0f}% (NVML process utilization; no GPM here)")
         found.append(rule.make(
             proc.id,
-            f"{proc.job} (pid {proc.pid}) looks busy ({util:.0f}% utilization) but its SMs are "
-            f"{sm:.0f}% active: many small kernels — batch requests dynamically",
-            savings, method.replace("of the window in", "of GPU time in"),
-            {**process_evidence(a, proc), "utilization_mean": util, "sm_activity_mean": sm},
+            f"{proc.job} (pid {proc.pid}) looks busy ({util:.0f}% utilization) but {seen}: "
+            "many small kernels — batch requests dynamically",
+            savings, method.replace("of the window in", "of GPU time in")
+            + f"; signal: {signal}",
+            {**process_evidence(a, proc), "utilization_mean": util, "sm_activity_mean": sm,
+             "sm_signal": signal},
             {"kind": "show_patch", "file": None, "patch": (
                 "# vLLM: let the scheduler batch more sequences\n"
                 "+vllm serve MODEL --max-num-seqs 256 --max-num-batched-tokens 8192\n"
                 "# Triton (config.pbtxt):\n"
                 "+dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
-                "# TorchServe: batch_size: 16, max_batch_delay: 10 (ms) in the model config\n")}))
+                "# TorchServe: batch_size: 16, max_batch_delay: 10 (ms) in the model config\n")},
+            scope={"gpus": list(proc.gpus)}))
     return found
 
 
@@ -220,21 +282,24 @@ OVER_PROVISIONED = Rule(
     f"a fitting instance >= {SHRINK_MIN_SAVING:.0%} cheaper, window >= "
     f"{SHRINK_MIN_WINDOW_S / 60:g} min", "GPUs used, peak memory, alternatives",
     "shrink to the named instance", "(price now - new price) x 730 h",
-    check_over_provisioned)
+    check_over_provisioned, limits=("shrink_min_window_s", "rightsize_evidence_s"))
 SPOT_TRAINING = Rule(
     "spot_training", "on-demand training runtime and checkpoint cadence",
     f"runtime >= {SPOT_MIN_RUNTIME_S / 3600:g} h, >= {SPOT_MIN_CHECKPOINTS} regular "
     f"checkpoints at most {SPOT_MAX_CADENCE_S / 60:g} min apart",
     "runtime, checkpoint times, catalog spot price", "run it on spot",
-    "(on-demand - spot) x GPU share x 730 h - expected lost work", check_spot)
+    "(on-demand - spot) x its GPUs' share x 730 h - expected lost work", check_spot,
+    limits=("spot_min_runtime_s", "spot_evidence_s"))
 STEADY_INFERENCE_COMMITMENT = Rule(
     "steady_inference_commitment", "steady inference hours on on-demand",
     f">= {STEADY_INFERENCE_MIN_HOURS:g} h, GPU busy >= "
     f"{STEADY_INFERENCE_WELL_USED_FRACTION:.0%} of ticks", "runtime, busy fraction, catalog",
-    "buy a 1-year commitment", "(on-demand - commit-1y) x GPU share x 730 h",
-    check_steady_inference)
+    "buy the cheapest commitment listed (1 or 3 years)",
+    "(on-demand - best commitment) x GPU share x 730 h", check_steady_inference,
+    limits=("commitment_evidence_s",))
 UNDERBATCHED_INFERENCE = Rule(
-    "underbatched_inference", "device utilization vs GPM SM activity (inference)",
+    "underbatched_inference",
+    "device utilization vs GPM SM activity, else the process's SM share (inference)",
     f"utilization >= {WELL_USED_UTILIZATION_PCT:g}% and SM activity < "
     f"{UNDERBATCH_SM_ACTIVITY_PCT:g}%", "utilization, SM activity",
     "dynamic batching", "process burn x (1 - SM activity / utilization) x 730 h",

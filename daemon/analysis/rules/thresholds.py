@@ -37,9 +37,13 @@ COMM_SHARE = 0.20
 SHRINK_MIN_SAVING = 0.20
 SHRINK_HEADROOM = 0.10  # memory headroom on top of the peak (pricing.Catalog default)
 SHRINK_MIN_WINDOW_S = 600.0  # below this no shrink advice at all
-# AWS Compute Optimizer wants >= 30 h of GPU and GPU-memory metrics before rightsizing:
-# shorter windows give the advice with confidence "low".
+# Observed evidence before advice on what to buy is confident; before it, it is "preliminary"
+# (confidence low). AWS Compute Optimizer wants >= 30 h of GPU and GPU-memory metrics before
+# rightsizing; spot needs a day of the job's checkpoint rhythm (our choice, the issue's "about a
+# day"); AWS Cost Explorer's shortest Savings Plans look-back is 7 days.
 RIGHTSIZE_CONFIDENT_S = 30 * 3600.0
+SPOT_CONFIDENT_S = 24 * 3600.0
+COMMITMENT_CONFIDENT_S = 7 * 86400.0
 # Spot: a long on-demand training job that checkpoints regularly (our choice: 2 h, a cadence
 # of at most 1 h, at least 2 checkpoints seen, intervals within +-50% of their median).
 SPOT_MIN_RUNTIME_S = 2 * 3600.0
@@ -70,4 +74,7 @@ DEFAULT_LIMITS: dict[str, float] = {
     "host_idle_min_s": HOST_IDLE_MIN_S,
     "shrink_min_window_s": SHRINK_MIN_WINDOW_S,
     "spot_min_runtime_s": SPOT_MIN_RUNTIME_S,
+    "rightsize_evidence_s": RIGHTSIZE_CONFIDENT_S,
+    "spot_evidence_s": SPOT_CONFIDENT_S,
+    "commitment_evidence_s": COMMITMENT_CONFIDENT_S,
 }

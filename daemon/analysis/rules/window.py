@@ -62,6 +62,9 @@ class ProcessWindow:
     gpu_low_fraction: float  # ticks with its GPUs below WELL_USED_UTILIZATION_PCT
     sm_activity_mean: float | None
     trailing_idle_s: float  # its GPUs idle at the end of the window
+    # The same SM signal over that trailing idle span only: kernels it ran before it went idle
+    # (a notebook's warm-up pass) are no sign of work now. None when there is no idle span.
+    sm_activity_idle_mean: float | None
     iowait_fraction: float  # iowait seconds growth / window, process + children
     d_state_fraction: float  # ticks with a thread of it or its children in D state
     read_bytes_per_s: float
@@ -69,6 +72,14 @@ class ProcessWindow:
     inference: bool
     phases: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     memory_by_gpu: Mapping[int, int] = field(default_factory=dict)
+    # Which signal sm_activity_mean is: "GPM SM activity" (the GPU's, as the GPU panel's SM
+    # column shows it) or "process SM share" (NVML per-process utilization, without GPM).
+    sm_signal: str | None = None
+
+    @property
+    def checkpoint_interval_s(self) -> float | None:
+        """The one estimate of its checkpoint interval, which every rule uses."""
+        return checkpoint_interval(self.checkpoint_times)
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,13 @@ class Analysis:
         return tuple(g for g in self.gpus
                      if g.held and gpu_is_busy(g.utilization_mean, self.idle_utilization_pct)
                      and g.trailing_idle_s < self.limit("idle_held_min_s"))
+
+
+def checkpoint_interval(times: Sequence[float]) -> float | None:
+    """The median gap between checkpoints (robust to one missed or extra one); None below two."""
+    if len(times) < 2:
+        return None
+    return statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
 
 
 def _p95(values: Sequence[float]) -> float:
@@ -251,6 +269,7 @@ def build_analysis(
         mem_by_gpu: dict[int, int] = {}
         utils, sms, burn_rates = [], [], []
         own_sm: list[float] = []
+        sm_at: list[tuple[float, float]] = []  # (ts, the SM signal at that tick)
         low = well_used = d_ticks = 0
         io_first: dict[tuple[int, float], float] = {}
         io_last: dict[tuple[int, float], float] = {}
@@ -277,9 +296,11 @@ def build_analysis(
             sm_vals = [g.sm_activity for g in s.gpus if g.index in mine and g.sm_activity is not None]
             if sm_vals:
                 sms.append(sum(sm_vals) / len(sm_vals))
+                sm_at.append((s.ts, sms[-1]))
             elif me.gpus:
                 # No GPM (before Hopper): the process's own SM share stands in for activity.
                 own_sm.append(sum(u.sm_share for u in me.gpus) / len(me.gpus))
+                sm_at.append((s.ts, own_sm[-1]))
             pb = burns[i].processes.get(key)
             burn_rates.append(pb.burn_per_hour if pb else 0.0)
             if any(p.state == "D" or p.threads_in_d > 0 for p in tree):
@@ -306,6 +327,9 @@ def build_analysis(
         observed = (checkpoint_times or {}).get(pid_id)
         cps = sorted(observed) if observed else _checkpoint_bursts(writes)
         mine_final = sorted(gpu_set)
+        idle_s = trailing(process_idle(key, mine_final))
+        idle_since = samples[last_i].ts - idle_s
+        in_idle = [v for ts, v in sm_at if ts >= idle_since] if idle_s > 0 else []
         processes.append(ProcessWindow(
             id=pid_id, pid=pid, start_time=key[1], user=last_proc.user,
             command=last_proc.command, job=labeler.label(last_proc.command),
@@ -316,7 +340,8 @@ def build_analysis(
             gpu_well_used_fraction=well_used / ticks, gpu_low_fraction=low / ticks,
             sm_activity_mean=(statistics.fmean(sms) if sms else
                               statistics.fmean(own_sm) if own_sm else None),
-            trailing_idle_s=trailing(process_idle(key, mine_final)),
+            trailing_idle_s=idle_s,
+            sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
             iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
             d_state_fraction=d_ticks / ticks,
             read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
@@ -324,6 +349,7 @@ def build_analysis(
             inference=bool(inference_command.search(last_proc.command)),
             phases=phases.get(pid_id) or phases.get(pid) or {},
             memory_by_gpu=mem_by_gpu,
+            sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
         ))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (

@@ -1,0 +1,75 @@
+"""Savings on screen: the combined figure first, the standalone one beside it, the confidence of
+preliminary advice and shortened thresholds next to the figure (recommendations panel, action
+screen), and the header's one potential-savings figure."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Static
+
+from daemon.wire import ActionResult, Now
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.messages import HostSnapshot, SnapshotArrived
+from mlcost_tui.panels.header import HeaderPanel
+from mlcost_tui.panels.recommendations import RecommendationTable
+from mlcost_tui.screens.action import ActionScreen
+from tests.tui.fixtures import TS, StubClient, now_document
+
+SHRINK = {
+    "id": "rec-shrink", "rule": "over_provisioned", "target": "host",
+    "summary": "4 of 8 GPUs working: g6e.12xlarge at $10.49/h instead of p4d.24xlarge",
+    "savings_per_month": 16265.0, "method": "($32.77 - $10.49)/h x 730 h/month",
+    "evidence": {}, "action": {"kind": "resize", "from": "p4d.24xlarge", "to": "g6e.12xlarge"},
+    "combined_savings_per_month": 14367.0, "savings_order": 2,
+    "savings_scope": {"frees": [3, 5, 6, 7], "gpus": [0, 1, 2, 4]},
+    "evidence_seconds": 720.0, "evidence_needed_seconds": 30 * 3600.0, "preliminary": True,
+    "confidence": "low", "thresholds_shortened": True,
+    "shortened_thresholds": {"shrink_min_window_s": {"value": 60.0, "default": 600.0}},
+}
+
+
+def document() -> dict:
+    doc = now_document()
+    doc["recommendations"].append(dict(SHRINK))
+    doc["savings"] = dict(doc["savings"], potential_per_month=2795.9 + 14367.0)
+    return doc
+
+
+def cell(table: RecommendationTable, key: str, column: str) -> str:
+    return str(table.get_cell_at((table.get_row_index(key), table.get_column_index(column))))
+
+
+@pytest.mark.asyncio
+async def test_panel_and_header_show_combined_savings_and_confidence():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        now = Now.from_dict(document())
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        recs = app.query_one(RecommendationTable)
+        assert list(recs.recommendations) == ["rec-shrink", "rec-idle", "rec-loader"]
+        assert cell(recs, "rec-shrink", "savings") == "$14,367"
+        assert cell(recs, "rec-shrink", "alone") == "$16,265"
+        assert cell(recs, "rec-shrink", "evidence") == "preliminary 12 min/30 h · shortened"
+        assert cell(recs, "rec-idle", "evidence") == "shortened"
+        assert cell(recs, "rec-loader", "evidence") == ""
+        assert "together $17,163/month of the $23,922/month bill" in str(recs.border_title)
+        header = str(app.query_one(HeaderPanel).render())
+        assert "potential savings $17,163/month (some preliminary)" in header
+
+
+@pytest.mark.asyncio
+async def test_action_screen_shows_the_confidence_next_to_the_figure():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        rec = Now.from_dict(document()).recommendations[-1]
+        result = ActionResult("rec-shrink", "resize", True, False, "would resize",
+                              steps=("aws ec2 modify-instance-attribute ...",))
+        app.push_screen(ActionScreen(rec, result))
+        await pilot.pause()
+        body = str(app.screen.query_one("#action-body", Static).render())
+        assert "$14,367/month combined (#2 in the order; $16,265/month on its own)" in body
+        assert ("preliminary, confidence low: 12 min observed of the 30 h this advice needs"
+                in body)
+        assert ("thresholds shortened for this host: shrink_min_window_s 1 min (default 10 min)"
+                in body)
