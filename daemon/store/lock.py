@@ -6,6 +6,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from daemon.store.files import open_private
+
 
 class StoreLocked(RuntimeError):
     """Another mlcostd holds the store's writer lock; the message says which and what to do."""
@@ -17,7 +19,7 @@ class WriterLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private(self.path)  # 0600 whatever the umask
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -305,7 +305,9 @@ def test_a_live_socket_is_not_taken_over(mlcostd):
 
     def stale_socket(folder: Path) -> None:  # left behind by a daemon that died
         (folder / "api").mkdir(mode=0o700)
-        (folder / "api" / "mlcostd.sock").touch()
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # bound, never unlinked
+        stale.bind(str(folder / "api" / "mlcostd.sock"))
+        stale.close()
 
     again = mlcostd("idle-host", prepare=stale_socket)
     assert again.healthy()

@@ -1,0 +1,239 @@
+"""mlcostd runs as root, so what it creates is private and what it finds is not taken over
+(issue 10, Security 1, 2, 4 and the Permissions part of the Build list).
+
+- The API socket's folder: created 0700 by mlcostd; an existing folder is used as it is if it
+  is safe, refused with a clear message if its group or everyone can write it, never chmodded.
+- Only a stale socket at the socket path is replaced; a regular file there is left alone.
+- The store's folder 0700 when mlcostd creates it; the database, WAL, SHM and lock 0600 whatever
+  the umask.
+- A token file must belong to the daemon's user.
+
+Real daemons (tests/livedaemon.py), real sockets and files; each test only looks at what it made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from livedaemon import START_TIMEOUT_S
+from simhost import poll
+
+from daemon.api.server import ApiError, ApiServer, read_token
+from daemon.store.writer import Store
+
+OTHER_UID = 65534  # nobody: any uid other than ours will do
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@contextmanager
+def umask(value: int) -> Iterator[None]:
+    old = os.umask(value)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def stale_socket(path: Path) -> None:
+    """A socket file left behind by a daemon that died: bound, never unlinked, nobody listens."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.close()
+
+
+async def serve_once(folder_socket: Path) -> None:
+    """Start and stop the API alone on `folder_socket` (the socket part needs no daemon)."""
+    server = ApiServer(object(), folder_socket)
+    await server.start()
+    await server.stop()
+
+
+# -- Security 1: the socket folder and the socket path ------------------------------------
+
+
+def test_a_socket_in_a_shared_folder_is_refused_and_the_folder_left_alone(tmp_path, mlcostd):
+    shared = tmp_path / "shared"  # like /tmp: everyone may write, sticky
+    shared.mkdir()
+    shared.chmod(0o1777)
+    refused = mlcostd("idle-host", wait=False, args=["--socket", str(shared / "mlcostd.sock")])
+    assert refused.wait_exit() == 1
+    log = refused.log()
+    assert f"the socket folder {shared} is writable by its group or by everyone (mode 1777)" \
+        in log, refused.log_tail()
+    assert f"--socket {shared}/mlcost/mlcostd.sock" in log  # the fix: a folder of its own
+    assert "Traceback" not in log
+    assert mode(shared) == 0o1777  # never chmodded
+    assert not (shared / "mlcostd.sock").exists()
+
+
+def test_a_group_writable_folder_is_refused_too(tmp_path):
+    group = tmp_path / "group"
+    group.mkdir()
+    group.chmod(0o770)
+    with pytest.raises(ApiError, match=r"writable by its group or by everyone \(mode 770\)"):
+        asyncio.run(serve_once(group / "mlcostd.sock"))
+    assert mode(group) == 0o770 and not (group / "mlcostd.sock").exists()
+
+
+def test_a_safe_existing_folder_is_used_as_it_is(tmp_path, mlcostd):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    folder.chmod(0o750)  # safe (only its owner writes) but not 0700: must stay 0750
+    daemon = mlcostd("idle-host", wait=False, args=["--socket", str(folder / "mlcostd.sock")])
+    daemon.socket = folder / "mlcostd.sock"  # where the test's client looks for it
+    poll(daemon.healthy, START_TIMEOUT_S, f"mlcostd healthy on {daemon.socket}",
+         explain=daemon.log_tail)
+    assert mode(folder) == 0o750
+    assert stat.S_ISSOCK(os.lstat(folder / "mlcostd.sock").st_mode)
+    assert mode(folder / "mlcostd.sock") == 0o660
+    assert daemon.stop() == 0
+
+
+def test_a_folder_mlcostd_creates_is_0700_whatever_the_umask(tmp_path):
+    folder = tmp_path / "new" / "api"
+    with umask(0):
+        asyncio.run(serve_once(folder / "mlcostd.sock"))
+    assert mode(folder) == 0o700
+
+
+def test_a_folder_owned_by_another_user_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a folder to another user (the daemon runs as root)")
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, OTHER_UID, -1)
+    with pytest.raises(ApiError, match=f"owned by uid {OTHER_UID}"):
+        asyncio.run(serve_once(folder / "mlcostd.sock"))
+    assert mode(folder) == 0o755
+
+
+def test_a_regular_file_at_the_socket_path_is_never_replaced(tmp_path, mlcostd):
+    folder = tmp_path / "api"
+    folder.mkdir(mode=0o700)
+    precious = folder / "mlcostd.sock"
+    precious.write_text("not a socket: someone's file\n")
+    refused = mlcostd("idle-host", wait=False, args=["--socket", str(precious)])
+    assert refused.wait_exit() == 1
+    log = refused.log()
+    assert f"{precious} is a file that is not a socket" in log, refused.log_tail()
+    assert "move it away or pass a different --socket" in log and "Traceback" not in log
+    assert precious.read_text() == "not a socket: someone's file\n"
+
+
+def test_a_symlink_at_the_socket_path_is_never_followed_or_replaced(tmp_path):
+    folder = tmp_path / "api"
+    folder.mkdir(mode=0o700)
+    target = tmp_path / "target"
+    target.write_text("kept\n")
+    (folder / "mlcostd.sock").symlink_to(target)
+    with pytest.raises(ApiError, match="is a symbolic link"):
+        asyncio.run(serve_once(folder / "mlcostd.sock"))
+    assert (folder / "mlcostd.sock").is_symlink() and target.read_text() == "kept\n"
+
+
+def test_a_stale_socket_is_replaced(tmp_path, mlcostd):
+    def leave_stale_socket(folder: Path) -> None:
+        (folder / "api").mkdir(mode=0o700)
+        stale_socket(folder / "api" / "mlcostd.sock")
+
+    daemon = mlcostd("idle-host", prepare=leave_stale_socket)
+    assert daemon.healthy()
+    assert daemon.stop() == 0
+
+
+# -- Security 2: the store's files ----------------------------------------------------------
+
+
+def test_the_daemons_store_files_are_0600_whatever_the_umask(tmp_path, mlcostd):
+    with umask(0):  # the daemon inherits it: everything it creates would be 0666/0777
+        daemon = mlcostd("idle-host")
+    daemon.wait_for_ticks(2)
+    for name in ("mlcost.db", "mlcost.db-wal", "mlcost.db-shm", "mlcost.db.lock"):
+        path = daemon.folder / name
+        assert path.exists(), f"{path} missing (WAL mode keeps -wal and -shm while it runs)"
+        assert mode(path) == 0o600, f"{path} is {mode(path):o}, not 600"
+    assert daemon.stop() == 0
+
+
+def test_the_daemon_creates_its_state_folder_0700_whatever_the_umask(tmp_path, mlcostd):
+    with umask(0):
+        daemon = mlcostd("idle-host", args=["--db", str(tmp_path / "state" / "mlcost.db")])
+    assert mode(tmp_path / "state") == 0o700
+    assert daemon.stop() == 0
+
+
+def test_the_store_folder_and_files_are_private_whatever_the_umask(tmp_path):
+    db = tmp_path / "state" / "mlcost.db"
+    with umask(0):
+        store = Store(db)
+    try:
+        assert mode(db.parent) == 0o700
+        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+            assert mode(path) == 0o600, f"{path} is {mode(path):o}, not 600"
+    finally:
+        store.close()
+
+
+def test_an_existing_folder_is_kept_and_wide_store_files_are_narrowed(tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o755)  # an operator's folder: not ours to change
+    db = folder / "mlcost.db"
+    store = Store(db)
+    store.close()
+    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):  # as an older mlcostd left them
+        if path.exists():
+            path.chmod(0o644)
+    store = Store(db)
+    try:
+        assert mode(folder) == 0o755
+        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+            assert mode(path) == 0o600, f"{path} is {mode(path):o}, not 600"
+    finally:
+        store.close()
+
+
+# -- Security 4: the token file's owner ---------------------------------------------------
+
+
+def test_a_token_file_owned_by_another_user_is_refused(tmp_path, mlcostd):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another user (the daemon runs as root)")
+    token_file = tmp_path / "token"
+    token_file.write_text("b" * 40 + "\n")
+    token_file.chmod(0o600)
+    os.chown(token_file, OTHER_UID, -1)
+    with pytest.raises(ApiError, match=f"owned by uid {OTHER_UID} .* not by mlcostd's user"):
+        read_token(token_file)
+    refused = mlcostd("idle-host", wait=False,
+                      args=["--listen", "127.0.0.1:0", "--token-file", str(token_file)])
+    assert refused.wait_exit() == 1
+    log = refused.log()
+    assert f"token file {token_file} is owned by uid {OTHER_UID}" in log, refused.log_tail()
+    assert "b" * 40 not in log and "Traceback" not in log  # never the token itself
+    os.chown(token_file, os.geteuid(), -1)
+    assert read_token(token_file) == "b" * 40
+
+
+def test_a_token_symlink_is_refused_and_a_generated_token_is_0600(tmp_path):
+    real = tmp_path / "real"
+    real.write_text("c" * 40)
+    real.chmod(0o600)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(ApiError, match="is a symbolic link"):
+        read_token(link)
+    made = tmp_path / "new" / "token"
+    with umask(0):
+        token = read_token(made)
+    assert len(token) >= 16 and mode(made) == 0o600 and mode(made.parent) == 0o700
