@@ -171,6 +171,12 @@ class ApiConfig:
         "mlcostd.token beside the socket", "path"))
     allow_actions: bool = field(default=False, metadata=_meta(
         "let API clients apply recommendations that change the host (SIGTERM, resize)", "bool"))
+    max_connections: float = field(default=256.0, metadata=_meta(
+        "most concurrent connections per API listener; at the limit the longest-open idle one "
+        "is closed", "number", 1, 4096))
+    request_timeout: float = field(default=20.0, metadata=_meta(
+        "a connection must send a whole request (head and body) within this; idle keep-alive "
+        "connections are closed after it", "duration", 1, 600))
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from daemon import __version__, clock
 from daemon.analysis.cost import gpu_wasted_per_hour
+from daemon.api.limits import REQUEST_TIMEOUT_S
 from daemon.wire import API_VERSION, parse_process_key
 
 MAX_BODY_BYTES = 64 * 1024
@@ -26,6 +29,10 @@ HISTORY_TIMEOUT_S = 3.0  # a history query is cut off past this (the store reade
 MAX_HISTORY_SINCE_S = 400 * clock.DAY_S
 MAX_HISTORY_POINTS = 2000
 MAX_SNOOZE_HOURS = 24 * 90
+MAX_JSON_DEPTH = 32  # a request body nested deeper is refused before json.loads recurses
+MAX_PID = 1 << 22  # Linux's pid_max ceiling (4194304)
+MAX_START_TIME = 1e11  # a process start time (Unix seconds) a store can hold
+MAX_GPU_INDEX = 1023
 
 
 def json_error(status: int, message: str) -> web.Response:
@@ -53,16 +60,72 @@ def _number(query: Any, name: str, default: float, low: float, high: float) -> f
 async def _body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
-    raw = await request.read()
+    # a body must arrive within the connection's request deadline (daemon.api.limits): a
+    # lying Content-Length does not hold the request open
+    deadline = getattr(request.protocol, "keepalive_timeout", None) or REQUEST_TIMEOUT_S
+    try:
+        raw = await asyncio.wait_for(request.read(), deadline)
+    except (asyncio.TimeoutError, TimeoutError):
+        message = (f"the request body did not arrive within {deadline:g} s (is Content-Length "
+                   "right?); send the whole body at once")
+        raise web.HTTPRequestTimeout(text=json.dumps({"error": message}),
+                                     content_type="application/json",
+                                     headers={"Connection": "close"}) from None
+    except (HttpProcessingError, web.RequestPayloadError) as exc:  # a bad gzip or deflate body
+        encoding = request.headers.get("Content-Encoding", "none")
+        raise _bad(f"the request body could not be decoded (Content-Encoding: "
+                   f"{encoding[:40]!r}: {type(exc).__name__}); send plain JSON or a valid "
+                   "gzip/deflate body") from None
     if not raw.strip():
         return {}
+    if _nesting(raw) > MAX_JSON_DEPTH:
+        raise _bad(f"the request body is nested too deeply (more than {MAX_JSON_DEPTH} levels "
+                   "of [ or {); send a flat JSON object")
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise _bad("the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     return body
+
+
+def _nesting(raw: bytes) -> int:
+    """How deep [ and { nest in a JSON text (outside strings), without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def _process_key(key: str) -> tuple[int, float]:
+    """PID:START_TIME with a pid and a start time a store can hold; 400 otherwise."""
+    try:
+        pid, start = parse_process_key(key)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    if not 0 <= pid <= MAX_PID:
+        raise _bad(f"process key {key[:60]!r}: pid {pid} is out of range (0 to {MAX_PID})")
+    if not (math.isfinite(start) and 0 <= start <= MAX_START_TIME):
+        raise _bad(f"process key {key[:60]!r}: start time {start!r} must be a finite Unix "
+                   f"time between 0 and {MAX_START_TIME:g} (e.g. 1234:1700000000.12)")
+    return pid, start
 
 
 def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
@@ -76,6 +139,8 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             "api_version": API_VERSION, "uptime_s": time.monotonic() - started_mono,
             "tick": daemon.tick, "nvml_status": nvml, "store": store,
             "hostname": daemon.host.get("hostname", ""),
+            # What is wrong now (a full disk, a recreated database...), in words.
+            "problems": [store["problem"]] if store and store.get("problem") else [],
         })
 
     async def now(request: web.Request) -> web.Response:
@@ -94,10 +159,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             if metric not in PROCESS_METRICS:
                 raise _bad(f"metric={metric!r} is not a process metric; one of "
                            f"{', '.join(sorted(PROCESS_METRICS))}")
-            try:
-                pid, start = parse_process_key(proc_q)
-            except ValueError as exc:
-                raise _bad(str(exc)) from None
+            pid, start = _process_key(proc_q)
             target = f"process:{proc_q}"
 
             def read(reader: Any) -> list[Any]:
@@ -121,7 +183,9 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             try:
                 index = int(gpu_q)
             except ValueError:
-                raise _bad(f"gpu={gpu_q!r} is not a GPU index") from None
+                raise _bad(f"gpu={gpu_q[:40]!r} is not a GPU index") from None
+            if not 0 <= index <= MAX_GPU_INDEX:
+                raise _bad(f"gpu={gpu_q[:40]!r} is not a GPU index (0 to {MAX_GPU_INDEX})")
             target = f"gpu:{index}"
 
             def read(reader: Any) -> list[Any]:
@@ -141,10 +205,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
 
     async def phases(request: web.Request) -> web.Response:
         key = request.match_info["key"]
-        try:
-            parse_process_key(key)
-        except ValueError as exc:
-            return json_error(400, str(exc))
+        _process_key(key)
         since = _number(request.query, "since", 1800, 1, MAX_HISTORY_SINCE_S)
         # phases_for reads the store through its own reader: off the loop
         result = await asyncio.to_thread(daemon.phases_for, key, since)

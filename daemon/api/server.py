@@ -1,8 +1,11 @@
 """mlcostd's HTTP API transport (aiohttp): local by default, token-protected on TCP.
 
-Transport: a unix socket (mode 0660) in a 0700 directory. TCP only when `listen` is set, and
-then every TCP request must carry `Authorization: Bearer <token>`; the token is read from a 0600
-file (created with a random token if missing; refused if group/world readable), compared in
+Transport: a unix socket (mode 0660) in a 0700 directory that mlcostd creates; an existing
+folder is used as it is, never chmodded, and refused when its group or everyone can write it.
+Only a stale socket at the socket path is replaced, never a file or a live daemon's socket.
+TCP only when `listen` is set, and then every TCP request must carry `Authorization: Bearer
+<token>`; the token is read from a 0600 file owned by the daemon's user (created with a random
+token if missing; refused if group/world readable or owned by someone else), compared in
 constant time and never logged. Errors are JSON {"error": "..."} with the status code.
 The /v1 handlers themselves are in daemon.api.routes.
 """
@@ -13,6 +16,7 @@ import asyncio
 import hmac
 import logging
 import os
+import pwd
 import secrets
 import stat
 import time
@@ -22,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.api.limits import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, LimitedRunner, limited_log
 from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 
 log = logging.getLogger(__name__)
@@ -34,22 +39,90 @@ class ApiError(Exception):
 
 
 def read_token(path: Path) -> str:
-    """The bearer token from a 0600 file; one is generated if the file does not exist."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """The bearer token from a 0600 file owned by the daemon's user; one is generated (0600,
+    whatever the umask) if the file does not exist. A token file another user owns, or one that
+    others can read, is refused: whoever can write it chooses who gets into a root daemon."""
+    if not os.path.lexists(path):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise ApiError(f"cannot create the token file {path}: {exc.strerror}; pass "
+                           "--token-file with a writable path") from None
+        os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
         log.info("generated an API token in %s (mode 0600)", path)
-    mode = path.stat().st_mode
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ApiError(f"token file {path} is readable by others (mode {stat.S_IMODE(mode):o}); "
-                       f"run `chmod 600 {path}`")
-    token = path.read_text().strip()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise ApiError(f"token file {path} is a symbolic link; mlcostd reads only a "
+                           "regular file: point --token-file at the file itself") from None
+        raise ApiError(f"cannot read the token file {path}: {exc.strerror}; pass "
+                       "--token-file with a readable file") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ApiError(f"token file {path} is not a regular file; pass --token-file with "
+                           "a file (delete the path to have mlcostd generate one)")
+        me = os.geteuid()
+        if info.st_uid != me:
+            raise ApiError(f"token file {path} is owned by uid {info.st_uid} "
+                           f"({_user_name(info.st_uid)}), not by mlcostd's user uid {me} "
+                           f"({_user_name(me)}); run `chown {me} {path}` if you trust it, or "
+                           "delete it to have mlcostd generate one")
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ApiError(f"token file {path} is readable by others (mode "
+                           f"{stat.S_IMODE(info.st_mode):o}); run `chmod 600 {path}`")
+        token = f.read(4096).decode("utf-8", errors="replace").strip()
     if len(token) < 16:
         raise ApiError(f"token file {path} holds no usable token (at least 16 characters); "
                        "delete it to have mlcostd generate one")
     return token
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "no such user"
+
+
+def prepare_socket_folder(folder: Path) -> None:
+    """The folder of the unix socket: created 0700 when it does not exist; an existing folder
+    is used as it is (never chmodded: a socket in a shared folder must not change it) if it is
+    safe, that is a directory owned by root or mlcostd's user that no group and no other user
+    can write. Anything else is refused with the fix."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)  # the folders above: as the umask says
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass  # an existing folder: checked below, used as it is
+    except OSError as exc:
+        raise ApiError(f"cannot create the socket folder {folder}: {exc.strerror}; pass "
+                       "--socket with a writable path") from None
+    else:
+        os.chmod(folder, 0o700)  # ours, just made: 0700 whatever the umask
+        return
+    try:
+        info = os.stat(folder)
+    except OSError as exc:
+        raise ApiError(f"cannot use the socket folder {folder}: {exc.strerror}; pass "
+                       "--socket with a path in a folder of its own") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise ApiError(f"the socket folder {folder} is not a directory; pass --socket with a "
+                       "path in a folder of its own")
+    mode = stat.S_IMODE(info.st_mode)
+    own = f"e.g. --socket {folder / 'mlcost' / 'mlcostd.sock'} (mlcostd creates that folder 0700)"
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ApiError(f"the socket folder {folder} is writable by its group or by everyone "
+                       f"(mode {mode:o}), so another user could replace the socket; put the "
+                       f"socket in a folder of its own, {own}")
+    if info.st_uid not in (0, os.geteuid()):
+        raise ApiError(f"the socket folder {folder} is owned by uid {info.st_uid} "
+                       f"({_user_name(info.st_uid)}), who could replace the socket; put the "
+                       f"socket in a folder of its own, {own}")
 
 
 def _is_tcp(request: web.Request) -> bool:
@@ -85,7 +158,11 @@ def make_app(daemon: Any, *, token: str | None = None,
                 exc.status, exc.reason)
             return json_error(exc.status, message)
         except Exception as exc:  # the API must answer, not drop the connection
-            log.exception("API %s %s failed", request.method, request.path)
+            # the traceback once per route and kind of error, then "N more like this"
+            route = request.match_info.route.resource
+            where = route.canonical if route is not None else "unrouted"
+            limited_log(logging.ERROR, f"500:{request.method}:{where}:{type(exc).__name__}",
+                        f"API {request.method} {where} failed", exc_info=exc)
             return json_error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
@@ -110,12 +187,17 @@ class ApiServer:
     """The API on a unix socket, and on TCP (token required) when `listen` is set."""
 
     def __init__(self, daemon: Any, socket_path: Path | str | None,
-                 listen: str | None = None, token_file: Path | str | None = None) -> None:
+                 listen: str | None = None, token_file: Path | str | None = None, *,
+                 max_connections: int = MAX_CONNECTIONS,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.daemon = daemon
         self.socket_path = Path(socket_path) if socket_path else None
         self.listen = listen or None
         self.token_file = Path(token_file) if token_file else (
             self.socket_path.with_name("mlcostd.token") if self.socket_path else None)
+        # per listener: the bound on connections and the request read deadline (api.limits)
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s
         self._runners: list[web.AppRunner] = []
         self._bound_unix = False  # only a socket this server bound is removed on stop
         self.tcp_port: int | None = None
@@ -129,8 +211,7 @@ class ApiServer:
                 raise ApiError("--listen needs a token file: pass --token-file")
             token = read_token(self.token_file)
             host, port = parse_listen(self.listen)
-            runner = web.AppRunner(make_app(self.daemon, token=token, started=started),
-                                   access_log=None)
+            runner = self._runner(make_app(self.daemon, token=token, started=started))
             await runner.setup()
             site = web.TCPSite(runner, host, port)
             try:
@@ -147,19 +228,26 @@ class ApiServer:
 
     async def _start_unix(self, app: web.Application) -> None:
         assert self.socket_path is not None
-        folder = self.socket_path.parent
+        prepare_socket_folder(self.socket_path.parent)
         try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(folder, 0o700)
+            existing = os.lstat(self.socket_path)
+        except FileNotFoundError:
+            existing = None
         except OSError as exc:
-            raise ApiError(f"cannot create the socket folder {folder}: {exc.strerror}; pass "
-                           "--socket with a writable path") from None
-        if self.socket_path.exists() or self.socket_path.is_symlink():
+            raise ApiError(f"cannot use the socket path {self.socket_path}: {exc.strerror}; "
+                           "pass a different --socket") from None
+        if existing is not None:
+            if not stat.S_ISSOCK(existing.st_mode):
+                kind = "symbolic link" if stat.S_ISLNK(existing.st_mode) else (
+                    "directory" if stat.S_ISDIR(existing.st_mode) else "file that is not a socket")
+                raise ApiError(f"{self.socket_path} is a {kind}; mlcostd replaces only a socket "
+                               "left behind by a daemon that died: move it away or pass a "
+                               "different --socket")
             if await _socket_answers(self.socket_path):
                 raise ApiError(f"another mlcostd answers on {self.socket_path}; stop it or "
                                "pass a different --socket")
             self.socket_path.unlink()  # left behind by a daemon that died
-        runner = web.AppRunner(app, access_log=None)
+        runner = self._runner(app)
         await runner.setup()
         old = os.umask(0o117)  # the socket is born 0660: no window with wider access
         try:
@@ -170,6 +258,10 @@ class ApiServer:
         os.chmod(self.socket_path, 0o660)
         self._runners.append(runner)
         log.info("API on unix:%s", self.socket_path)
+
+    def _runner(self, app: web.Application) -> LimitedRunner:
+        return LimitedRunner(app, max_connections=self.max_connections,
+                             request_timeout_s=self.request_timeout_s)
 
     async def stop(self) -> None:
         for runner in self._runners:

@@ -401,10 +401,16 @@ class NvmlSource:
                 if wake - now < self.interval / 2:
                     wake += self.interval
                 wait = wake - now
-            except GpuFailed as failed:
-                lost = failed.failure.kind == LOST
+            except Exception as exc:  # noqa: BLE001 - the reader thread must never die
+                if isinstance(exc, GpuFailed):
+                    lost = exc.failure.kind == LOST
+                    message = exc.failure.message
+                else:  # not NVML's error (a bug, a bad value from the driver): this GPU only
+                    lost = False
+                    message = (f"reading GPU {index} failed: {type(exc).__name__}: {exc}; "
+                               f"retrying in {backoff:g} s (a bug in mlcostd: please report "
+                               "it with this line)")
                 status = GPU_LOST if lost else GPU_ERROR
-                message = failed.failure.message
                 with self._lock:
                     previous = self._readings.get(index)
                     base = previous.gpu if previous else GpuSample(

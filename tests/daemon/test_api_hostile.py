@@ -1,0 +1,232 @@
+"""A hostile client against a real mlcostd (issue 10, items 3, 5 and 12), on loopback only:
+malformed requests that carry the right token, a flood of idle connections, a slowloris, a
+lying Content-Length, and API inputs that used to end in a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import socket
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+from simhost import poll
+
+from daemon.api.limits import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, RateLimitedLog
+
+FLOOD = MAX_CONNECTIONS + 44  # idle connections, past the per-listener bound (bounded count)
+
+
+@pytest.fixture(scope="module")
+def daemon(mlcostd):
+    return mlcostd("idle-host", interval=0.5, args=["--listen", "127.0.0.1:0"])
+
+
+@pytest.fixture(scope="module")
+def token(daemon) -> str:
+    path = daemon.socket.with_name("mlcostd.token")
+    return poll(lambda: path.exists() and path.read_text().strip(), 30,
+                f"the token file {path}", explain=daemon.log_tail)
+
+
+@pytest.fixture(scope="module")
+def port(daemon) -> int:
+    return poll(daemon.tcp_port, 30, "the daemon's TCP port in its log", explain=daemon.log_tail)
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT_S * 3)
+
+
+def exchange(port: int, request: bytes) -> tuple[int, bytes]:
+    """Send raw bytes, read the answer until the server closes: (status, body)."""
+    with connect(port) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def health_over_tcp(port: int, token: str) -> dict:
+    status, body = exchange(port, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                            b"Bearer " + token.encode() + b"\r\nConnection: close\r\n\r\n")
+    assert status == 200, body
+    return json.loads(body)
+
+
+def malformed(token: str) -> dict[str, bytes]:
+    auth = b"Authorization: Bearer " + token.encode()
+    return {
+        "trailing control byte": b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + auth + b"\x01\r\n\r\n",
+        "folded header": b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n  folded\r\n\r\n",
+        "bare LF": b"GET /v1/health HTTP/1.1\nHost: x\n" + auth + b"\n\n",
+        "oversized header": (b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\nX-Big: "
+                             + b"a" * 20000 + b"\r\n\r\n"),
+        "token in the request line": b"GET /v1/" + token.encode() + b"\x00 HTTP/1.1\r\n\r\n",
+    }
+
+
+@pytest.mark.parametrize("case", list(malformed("t" * 32)))
+def test_a_malformed_request_with_the_token_is_a_400_that_does_not_echo_it(daemon, token, port,
+                                                                           case):
+    status, body = exchange(port, malformed(token)[case])
+    assert status == 400
+    assert token.encode() not in body
+    assert "error" in json.loads(body)
+
+
+def test_parser_errors_log_one_line_per_kind_and_never_the_token(daemon, token, port):
+    started = time.monotonic()
+    for _ in range(200):  # bounded: 200 bad requests of one kind
+        assert exchange(port, malformed(token)["trailing control byte"])[0] == 400
+    minutes = int((time.monotonic() - started) // 60) + 1
+    exchange(port, malformed(token)["oversized header"])
+    poll(lambda: "longer than" in daemon.log(), 30, "the oversized header's log line",
+         explain=daemon.log_tail)
+    log = daemon.log()
+    assert token not in log
+    assert "Traceback" not in log and "Error handling request" not in log
+    bad = [line for line in log.splitlines() if "malformed HTTP request (BadHttpMessage" in line]
+    # one line for the first, then at most one a minute ("N more like this")
+    assert 1 <= len(bad) <= minutes + 1, bad
+
+
+def test_a_kind_held_back_is_counted_in_its_next_line_a_minute_later(caplog):
+    now = [1000.0]
+    limited = RateLimitedLog(logging.getLogger("test.limits"), every_s=60, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="test.limits"):
+        for _ in range(5):
+            limited(logging.WARNING, "bad", "bad request")
+        limited(logging.WARNING, "other", "another kind")
+        now[0] += 61
+        limited(logging.WARNING, "bad", "bad request")
+    assert [r.getMessage() for r in caplog.records] == [
+        "bad request", "another kind", "bad request (4 more like this in the last 61 s)"]
+
+
+def test_an_idle_flood_leaves_the_api_answering_and_descriptors_bounded(daemon, token, port):
+    proc = psutil.Process(daemon.pid)
+    before = proc.num_fds()
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(FLOOD):
+            flood.append(connect(port))
+        # every flood connection was accepted (then the longest-open ones closed); the API
+        # still answers, on TCP and on the unix socket
+        assert health_over_tcp(port, token)["ok"]
+        assert daemon.call("health").ok
+        assert proc.num_fds() <= before + MAX_CONNECTIONS + 8
+        poll(lambda: "connections open (the limit)" in daemon.log(), 30,
+             "the log line about the connection limit", explain=daemon.log_tail)
+        # the evicted connections were closed by the daemon: they read EOF
+        closed = sum(1 for sock in flood[:FLOOD - MAX_CONNECTIONS] if _closed_by_peer(sock))
+        assert closed == FLOOD - MAX_CONNECTIONS
+    finally:
+        for sock in flood:
+            sock.close()
+    log = daemon.log()
+    assert len([line for line in log.splitlines() if "connections open" in line]) <= 2
+
+
+def test_slowloris_idle_and_lying_content_length_connections_are_closed(daemon, token, port):
+    slow = connect(port)
+    slow.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # never finishes
+    idle = connect(port)  # sends nothing at all
+    lying = connect(port)
+    lying.sendall(b"POST /v1/recommendations/x/snooze HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                  b"Bearer " + token.encode() + b"\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"hours\": 1")
+    try:
+        for sock in (slow, idle):
+            assert _closed_by_peer(sock), "the daemon left a connection open past its timeout"
+        data = b""
+        while chunk := lying.recv(65536):
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 408"), data[:200]
+        assert b"Content-Length" in data and token.encode() not in data
+    finally:
+        for sock in (slow, idle, lying):
+            sock.close()
+    assert health_over_tcp(port, token)["ok"]
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True once the daemon closes the connection (EOF or reset); waits at most the socket's
+    timeout (three times the daemon's request timeout)."""
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _raw(socket_path: Path, method: str, path: str, data: bytes | None = None,
+               headers: dict | None = None) -> tuple[int, dict]:
+    connector = aiohttp.UnixConnector(path=str(socket_path))
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        async with session.request(method, "http://x" + path, data=data,
+                                   headers=headers or {}) as response:
+            return response.status, await response.json(content_type=None)
+
+
+BAD_INPUTS = [
+    ("POST", "/v1/recommendations/x/snooze", b"[" * 60000, {}, "nested too deeply"),
+    ("POST", "/v1/recommendations/x/apply", b'{"a":' * 9000 + b"1" + b"}" * 9000, {},
+     "nested too deeply"),
+    ("POST", "/v1/recommendations/x/snooze", b"not gzip at all",
+     {"Content-Encoding": "gzip"}, "Content-Encoding"),
+    ("GET", "/v1/history?metric=utilization&gpu=99999999999999999999", None, {},
+     "GPU index"),
+    ("GET", "/v1/history?metric=sm_share&process=99999999999999999999:1.0", None, {},
+     "pid"),
+    ("GET", "/v1/history?metric=sm_share&process=1:nan", None, {}, "start time"),
+    ("GET", "/v1/processes/1:inf/phases", None, {}, "start time"),
+    ("GET", "/v1/processes/99999999999999999999:1.5/phases", None, {}, "pid"),
+    ("GET", "/v1/history?metric=sm_share&process=1:1e400", None, {}, "start time"),
+]
+
+
+@pytest.mark.parametrize("method, path, body, headers, message", BAD_INPUTS,
+                         ids=[f"{m} {p[:40]} {(b or b'')[:8]!r}" for m, p, b, _h, _x in
+                              BAD_INPUTS])
+def test_inputs_that_were_500s_are_400s_that_say_why(daemon, method, path, body, headers,
+                                                      message):
+    status, answer = asyncio.run(_raw(daemon.socket, method, path, body, headers))
+    assert status == 400, answer
+    assert message in answer["error"]
+    assert daemon.call("health").ok
+    assert not re.search(r"Traceback|internal error", daemon.log())
+
+
+def test_a_handler_bug_logs_its_traceback_once_per_route_and_kind(caplog):
+    """A 500 (a bug in a handler) logs its traceback once, then holds the repeats back."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from daemon.api.server import make_app
+
+    class Broken:
+        def now(self):
+            raise RuntimeError("a bug in the document builder")
+
+    async def main() -> list[int]:
+        async with TestClient(TestServer(make_app(Broken()), host="127.0.0.1")) as client:
+            statuses = []
+            for _ in range(20):  # bounded
+                async with client.get("/v1/now") as response:
+                    statuses.append(response.status)
+            return statuses
+
+    with caplog.at_level(logging.ERROR, logger="daemon.api.server"):
+        assert set(asyncio.run(main())) == {500}
+    failed = [r for r in caplog.records if "API GET /v1/now failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
