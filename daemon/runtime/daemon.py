@@ -32,8 +32,9 @@ from daemon.sources.nvml import NvmlSource
 from daemon.sources.procs import ProcessSource, read_pressure
 from daemon.sources.sample import Sample
 from daemon.store import facts, queries
+from daemon.store.files import private_folder
 from daemon.store.lock import StoreLocked, WriterLock
-from daemon.store.writer import Store
+from daemon.store.writer import Store, StoreError
 from daemon.wire import process_key
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class Daemon:
 
     def _open_store(self) -> Store:
         try:
-            self.db.parent.mkdir(parents=True, exist_ok=True)
+            private_folder(self.db.parent)  # 0700 when it creates it, whatever the umask
         except OSError as exc:
             raise DaemonError(
                 f"cannot create the database folder {self.db.parent}: {exc.strerror}; "
@@ -95,14 +96,26 @@ class Daemon:
             self._lock.acquire()
         except StoreLocked as exc:
             raise DaemonError(str(exc)) from None
+        except OSError as exc:  # e.g. no space left to write the pid into it
+            raise DaemonError(
+                f"cannot take the writer lock {self._lock.path}: {exc.strerror}; free space "
+                f"on that disk, or pass --db with a writable path") from None
         store_config = self.config.store
-        return Store(
-            str(self.db),
-            raw_retention_s=store_config.raw_retention,
-            minute_retention_s=store_config.minute_retention,
-            hour_retention_s=store_config.hour_retention,
-            max_bytes=store_config.max_size,
-        )
+        try:
+            return Store(
+                str(self.db),
+                raw_retention_s=store_config.raw_retention,
+                minute_retention_s=store_config.minute_retention,
+                hour_retention_s=store_config.hour_retention,
+                max_bytes=store_config.max_size,
+            )
+        except StoreError as exc:  # a full disk, another writer on the same file, ...
+            self._lock.release()
+            raise DaemonError(str(exc)) from None
+        except OSError as exc:
+            self._lock.release()
+            raise DaemonError(f"cannot open the store {self.db}: {exc}; check the path, its "
+                              "permissions and the free space on its disk") from None
 
     def _start_simulation(self) -> None:
         assert self.simulate is not None
@@ -130,7 +143,9 @@ class Daemon:
 
         api = self.config.api
         return ApiServer(self, socket_path(self.config), listen=api.listen or None,
-                         token_file=api.token_file or None)
+                         token_file=api.token_file or None,
+                         max_connections=int(api.max_connections),
+                         request_timeout_s=api.request_timeout)
 
     async def _start_api(self) -> None:
         from daemon.api.server import ApiError
@@ -195,13 +210,18 @@ class Daemon:
 
     def _load_snoozes(self) -> None:
         """Snoozes still running, as the store has them (a restart keeps them)."""
-        reader = Store.reader(str(self.db), timeout_s=5.0)
         try:
-            wall = clock.now()
-            self.snoozed = {r["id"]: r["snoozed_until"] for r in queries.recommendations(reader, 0.0)
-                            if (r.get("snoozed_until") or 0.0) > wall}
-        finally:
-            reader.close()
+            reader = Store.reader(str(self.db), timeout_s=5.0)
+            try:
+                wall = clock.now()
+                self.snoozed = {r["id"]: r["snoozed_until"]
+                                for r in queries.recommendations(reader, 0.0)
+                                if (r.get("snoozed_until") or 0.0) > wall}
+            finally:
+                reader.close()
+        except Exception as exc:  # a store that cannot be read now must not stop recording
+            log.warning("cannot read the snoozed recommendations from %s (%s); recommendations "
+                        "snoozed before this start show again", self.db, exc)
 
     async def run(self) -> int:
         """Record until SIGTERM/SIGINT (or max_ticks). Returns the process exit code."""
@@ -239,10 +259,20 @@ class Daemon:
             self.nvml.stop()
             self.procs.close()
             self._stop_simulation()
-            self.store.close()
+            self.store.close()  # recreates a database deleted under it first, from its copy
             self._lock.release()
-            log.info("stopped after %d ticks; everything recorded is in %s",
-                     self.tick - self.first_tick, self.db)
+            ticks = self.tick - self.first_tick
+            lost = self.store.health.samples_buffered
+            if self.db.exists() and lost:
+                log.error("stopped after %d ticks; %d of them could not be written (%s) and are "
+                          "lost; the rest is in %s", ticks, lost,
+                          self.store.health.problem or self.store.health.last_error, self.db)
+            elif self.db.exists():
+                log.info("stopped after %d ticks; everything recorded is in %s", ticks, self.db)
+            else:
+                log.error("stopped after %d ticks; the database %s no longer exists and could "
+                          "not be recreated (%s): what was recorded is lost", ticks, self.db,
+                          self.store.health.problem or self.store.health.last_error)
         return 0
 
     # -- the loop ----------------------------------------------------------------------

@@ -1,18 +1,23 @@
 """Writes of the attribution and cost facts: stacks, stack samples, sampler status, events and
 recommendations, through the Store's one connection, between ticks.
 
+None of these raises to its caller (the tick, the sampler, the rules): each write goes through
+`Store.write_facts`, which waits (keyed, bounded) when the store cannot be written now (a full
+disk) and writes after the buffered ticks; the condition is in `Store.health`.
+
 The reads are in `daemon.store.queries` (reader only, no writer).
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # readers (replay) import this module without loading the writer
-    from daemon.store.writer import Store
+    from daemon.store.writer import FactWrite, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,24 +36,28 @@ class StackRow:
 
 
 def write_stacks(store: Store, rows: Iterable[StackRow]) -> int:
-    """Store stack samples, each distinct stack once. Returns how many were written."""
+    """Store stack samples, each distinct stack once. Returns how many were handed to the store
+    (written now, or waiting for the disk)."""
     rows = list(rows)
     if not rows:
         return 0
     with store._lock:
-        conn = store._conn
-        with store._db.atomic():
-            for row in rows:
-                proc = _process_id(store, row.pid, row.start_time)
-                if proc is None:
-                    continue
-                conn.execute("INSERT OR IGNORE INTO stacks (hash, frames) VALUES (?, ?)",
-                             (row.stack_hash, json.dumps(row.frames)))
-                conn.execute(
-                    "INSERT OR REPLACE INTO stack_samples (ts, proc, thread, hash, phase, "
-                    "gpu_util, reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (round(row.ts * 1000), proc, row.thread_id, row.stack_hash, row.phase,
-                     None if row.gpu_util is None else round(row.gpu_util * 10), row.reason))
+        writes: list[FactWrite] = []
+        for row in rows:
+            proc = _process_id(store, row.pid, row.start_time)
+            if proc is None:
+                continue
+            ts = round(row.ts * 1000)
+            writes.append((("stack", row.stack_hash),
+                           "INSERT OR IGNORE INTO stacks (hash, frames) VALUES (?, ?)",
+                           (row.stack_hash, json.dumps(row.frames))))
+            writes.append((
+                ("stack_sample", ts, proc, row.thread_id),
+                "INSERT OR REPLACE INTO stack_samples (ts, proc, thread, hash, phase, "
+                "gpu_util, reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (ts, proc, row.thread_id, row.stack_hash, row.phase,
+                 None if row.gpu_util is None else round(row.gpu_util * 10), row.reason)))
+        store.write_facts(writes)
     return len(rows)
 
 
@@ -58,37 +67,41 @@ def write_stack_status(store: Store, pid: int, start_time: float, ts: float, sta
         proc = _process_id(store, pid, start_time)
         if proc is None:
             return
-        store._conn.execute(
+        store.write_facts([(
+            ("stack_status", proc),
             "INSERT OR REPLACE INTO stack_status (proc, ts, status, error) VALUES (?, ?, ?, ?)",
-            (proc, round(ts * 1000), status, error))
+            (proc, round(ts * 1000), status, error))])
 
 
 def write_event(store: Store, event: dict[str, Any]) -> None:
     """Insert or update an event keyed by (kind, target, started_at)."""
+    started = round(event["started_at"] * 1000)
     with store._lock:
-        store._conn.execute(
+        store.write_facts([(
+            ("event", event["kind"], event["target"], started),
             "INSERT INTO events (kind, target, started_at, ended_at, cost, detail) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (kind, target, started_at) DO UPDATE SET "
             "ended_at = excluded.ended_at, cost = excluded.cost, detail = excluded.detail",
-            (event["kind"], event["target"], round(event["started_at"] * 1000),
+            (event["kind"], event["target"], started,
              None if event.get("ended_at") is None else round(event["ended_at"] * 1000),
-             event.get("cost_so_far"), json.dumps(event.get("detail") or {})))
+             event.get("cost_so_far"), json.dumps(event.get("detail") or {})))])
 
 
 def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]],
                           ts: float) -> None:
     """Upsert the current recommendations (first_seen kept, last_seen moved on)."""
-    with store._lock, store._db.atomic():
-        for rec in recommendations:
-            store._conn.execute(
-                "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, "
-                "snoozed_until, savings_per_month, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
-                "snoozed_until = excluded.snoozed_until, "
-                "savings_per_month = excluded.savings_per_month, body = excluded.body",
-                (rec["id"], rec["rule"], rec["target"], round(ts * 1000), round(ts * 1000),
-                 None if not rec.get("snoozed_until") else round(rec["snoozed_until"] * 1000),
-                 rec.get("savings_per_month"), json.dumps(rec, default=str)))
+    with store._lock:
+        store.write_facts([(
+            ("recommendation", rec["id"]),
+            "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, "
+            "snoozed_until, savings_per_month, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
+            "snoozed_until = excluded.snoozed_until, "
+            "savings_per_month = excluded.savings_per_month, body = excluded.body",
+            (rec["id"], rec["rule"], rec["target"], round(ts * 1000), round(ts * 1000),
+             None if not rec.get("snoozed_until") else round(rec["snoozed_until"] * 1000),
+             rec.get("savings_per_month"), json.dumps(rec, default=str)))
+            for rec in recommendations])
 
 
 def _process_id(store: Store, pid: int, start_time: float) -> int | None:
@@ -96,6 +109,9 @@ def _process_id(store: Store, pid: int, start_time: float) -> int | None:
     ident = store._processes.get((pid, start_ms))
     if ident is not None:
         return ident
-    row = store._conn.execute("SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
-                             (pid, start_ms)).fetchone()
+    try:
+        row = store._conn.execute("SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
+                                  (pid, start_ms)).fetchone()
+    except sqlite3.Error:  # cannot read now: the fact is dropped like one of an unknown process
+        return None
     return row[0] if row else None

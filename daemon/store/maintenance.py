@@ -8,7 +8,8 @@ own.
 Raw samples become 1-minute rollups, 1-minute rollups become 1-hour rollups; each keeps count,
 sum, min and max so it re-aggregates exactly. Raw rows are deleted only once their minute is
 rolled up, minute rows only once their hour is. Deletes run in bounded batches so the tick is
-never blocked for long.
+never blocked for long. Each round first checks that the path still names the database file
+the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ import sqlite_utils
 from daemon.store.schema import HOUR, KIND_GPU, KIND_PROCESS, MINUTE, PROCESS_METRICS
 
 if TYPE_CHECKING:
+    from collections import OrderedDict
+    from collections.abc import Hashable, Sequence
+
     from daemon.sources.sample import Sample
     from daemon.store.writer import StoreHealth
 
@@ -59,7 +63,10 @@ class Maintenance:
         _last_checkpoint: float
         _ticks_at_checkpoint: int
 
+        _pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]]
+
         def _flush(self) -> None: ...
+        def _check_file(self) -> None: ...
         def _trim_buffer(self) -> None: ...
         def _set_meta(self, key: str, value: int) -> None: ...
 
@@ -83,7 +90,8 @@ class Maintenance:
         with self._lock:
             pending = False
             try:
-                if self._buffer:
+                self._check_file()
+                if self._buffer or self._pending_facts:
                     self._flush()
                     self._trim_buffer()
                     pending = bool(self._buffer)

@@ -9,18 +9,39 @@ Failure policy: `write()` and `maintain()` never raise. A tick that cannot be co
 the next call; beyond the bound the oldest samples are dropped. Everything is counted in
 `Store.health`. A file that is not a database, or fails `PRAGMA quick_check` at open, is moved
 aside to `<path>.corrupt-<timestamp>` and a fresh store is created.
+
+The other writes (events, stack samples and statuses, recommendations, host facts: see
+`daemon.store.facts`) are upserts: one that fails for a "not now" reason waits, keyed, in a
+bounded pending list and is written after the buffered ticks. A condition that stops writing
+(disk full, I/O error) is logged once when it starts, then at most once a minute with how many
+more came, and once when it clears; `StoreHealth.problem` says it while it lasts.
+
+One writer per database *file*: the Store holds an exclusive `flock` on the database file itself
+(its inode), so a second writer is refused whatever name or hard link it opens the file by, and
+whether or not the `.lock` file beside it still exists.
+
+The database deleted (or replaced) while recording: every maintenance round compares the open
+file with the path (device and inode). When they differ, the store is recreated at the path
+from the open copy (SQLite's backup), so nothing recorded is lost; a file that replaced it is
+moved aside to `<path>.replaced-<timestamp>` first. This is logged and kept in
+`StoreHealth.recreated`; if recreating fails (e.g. the disk is full) `problem` says so and it is
+tried again the next round.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import itertools
 import json
+import logging
 import os
 import re
 import sqlite3
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +49,7 @@ from typing import Any
 import sqlite_utils
 
 from daemon.sources.sample import Sample
+from daemon.store.files import open_private, private_database, private_folder
 from daemon.store.maintenance import Maintenance
 from daemon.store.reader import ReaderTimeout, StoreReader
 from daemon.store.schema import (
@@ -41,6 +63,8 @@ from daemon.store.schema import (
 )
 
 __all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader"]
+
+log = logging.getLogger(__name__)
 
 # Primary SQLite result codes (extended code & 0xff).
 _SQLITE_CORRUPT = 11
@@ -56,6 +80,10 @@ _TRANSIENT = {
     15,  # PROTOCOL
 }
 _SQLITE_FULL = 13
+_LOG_EVERY_S = 60.0  # a lasting condition is logged again at most this often
+_PENDING_FACTS_LIMIT = 5000  # fact upserts kept in memory while the store cannot be written
+# One fact write: (key: a later write with the same key supersedes it, SQL, parameters).
+FactWrite = tuple[Hashable, str, Sequence[object]]
 
 
 _PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")
@@ -83,6 +111,10 @@ class StoreHealth:
     last_error: str | None = None
     rows_pruned: int = 0
     bytes_on_disk: int = 0  # database + WAL
+    problem: str | None = None  # what stops recording now (disk full, ...); None when all is well
+    facts_pending: int = 0  # events, stack samples, ... waiting in memory to be written
+    facts_dropped: int = 0  # lost: the pending list overflowed or SQLite rejected one
+    recreated: str | None = None  # the database was deleted or replaced and recreated: when, how
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -91,6 +123,15 @@ class StoreHealth:
 def _error_code(error: BaseException) -> int | None:
     code = getattr(error, "sqlite_errorcode", None)
     return None if code is None else code & 0xFF
+
+
+def _free_bytes(path: str) -> int | None:
+    """Bytes free to this user on the filesystem holding `path` (None: cannot tell)."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _is_corruption(error: sqlite3.DatabaseError) -> bool:
@@ -117,7 +158,12 @@ class Store(Maintenance):
         flush_chunk: int = 60,
     ) -> None:
         self.path = str(path)
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            private_folder(Path(self.path).parent)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the store's folder {Path(self.path).parent}: {exc.strerror}; "
+                "pass --db with a writable path") from None
         self.raw_retention_ms = int(raw_retention_s * 1000)
         self.minute_retention_ms = int(minute_retention_s * 1000)
         self.hour_retention_ms = int(hour_retention_s * 1000)
@@ -133,13 +179,149 @@ class Store(Maintenance):
         self._ticks_at_checkpoint = 0
         self._last_seen_flushed = time.monotonic()
         self._last_seen: dict[int, int] = {}  # process id -> ts, not yet in processes.last_ts
-        self._db = self._open()
-        self._conn = self._db.conn
-        self._load_state()
+        self._pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]] = OrderedDict()
+        self._problem_kind: str | None = None
+        self._problem_logged_at = 0.0
+        self._problem_repeats = 0
+        self._file_fd: int | None = None
+        self._lock_file()
+        try:
+            self._db = self._open()
+            if self._file_fd is not None and not self._same_file():
+                self._lock_file()  # a corrupt file was moved aside: lock the new one
+            self._conn = self._db.conn
+            self._load_state()
+        except sqlite3.Error as error:
+            self._unlock_file()
+            raise StoreError(f"cannot read the store {self.path}: {error}; check the free space "
+                             "and permissions of its disk, then start mlcostd again") from None
+        except BaseException:
+            self._unlock_file()
+            raise
+
+    # ------------------------------------------------------------------------ the file
+
+    def _lock_file(self) -> None:
+        """Hold an exclusive flock on the database file itself: one writer per inode, whatever
+        name or hard link it is opened by. (SQLite's own locks are fcntl locks: independent.)"""
+        try:
+            fd = open_private(self.path, os.O_RDWR | os.O_CLOEXEC)  # 0600 whatever the umask
+        except OSError as error:
+            raise StoreError(
+                f"cannot open the store {self.path}: {error.strerror}; check the path and its "
+                "permissions, or pass --db with a writable path") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise StoreError(f"cannot lock the store {self.path}: {error.strerror}; "
+                                 "put the database on a local filesystem") from None
+            raise StoreError(
+                f"another mlcostd is already recording into {self.path} (it holds the "
+                "database file's lock, under this name or another link to the same file); "
+                "stop it or pass a different --db") from None
+        self._unlock_file()
+        self._file_fd = fd
+
+    def _unlock_file(self) -> None:
+        if self._file_fd is not None:
+            os.close(self._file_fd)
+            self._file_fd = None
+
+    def _same_file(self) -> bool | None:
+        """Is the path still the file we hold open? None when it cannot be told."""
+        if self._file_fd is None:
+            return None
+        try:
+            mine = os.fstat(self._file_fd)
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return None
+        return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def _check_file(self) -> None:
+        """The database deleted or replaced under us: recreate it at the path from the open
+        copy (nothing recorded is lost). Caller holds _lock. Never raises."""
+        same = self._same_file()
+        if same is None or same:
+            return
+        gone = not os.path.lexists(self.path)
+        what = "deleted" if gone else "replaced by another file"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        tmp = f"{self.path}.recreating"
+        try:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC))
+            target = sqlite3.connect(tmp)
+            try:
+                self._conn.backup(target)
+            finally:
+                target.close()
+        except (OSError, sqlite3.Error) as error:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            self._set_problem(
+                "file", f"the database {self.path} was {what} while mlcostd records into it, "
+                f"and recreating it failed: {error}; recording goes on into the open file "
+                "(it has no name now) and recreating is tried again every few seconds; free "
+                "space on that disk, or stop mlcostd with SIGTERM and start it again")
+            return
+        aside = None
+        if not gone:
+            aside = f"{self.path}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                aside = None
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+        for suffix in ("-wal", "-shm"):  # the deleted file's: its content is in the copy
+            try:
+                os.unlink(self.path + suffix)
+            except OSError:
+                pass
+        try:
+            os.replace(tmp, self.path)
+            self._lock_file()
+            self._db = self._open()
+            self._conn = self._db.conn
+            kept = self._conn.execute("SELECT count(*) FROM ticks").fetchone()[0]
+        except (OSError, sqlite3.Error, StoreError) as error:
+            self._db = self._open()  # a fresh store at the path rather than none
+            self._conn = self._db.conn
+            self._lock_file()
+            self._set_problem(
+                "file", f"the database {self.path} was {what} while mlcostd records into it; "
+                f"putting the copy back failed ({error}), so a new empty store was started "
+                f"there; the copy may be at {tmp}")
+            return
+        note = (f"the database {self.path} was {what} at about {stamp} while mlcostd recorded "
+                f"into it; recreated it there from the open copy ({kept} ticks kept)")
+        if aside:
+            note += f"; the file found at the path was moved aside to {aside}"
+        self._health.recreated = note
+        self._health.last_error = note
+        log.error("%s", note)
+        if self._problem_kind == "file":
+            self._clear_problem("the database file is back at its path")
 
     # ----------------------------------------------------------------------------- open
 
     def _connect(self) -> sqlite_utils.Database:
+        try:
+            private_database(self.path)  # 0600 before SQLite creates it; its WAL/SHM follow
+        except OSError as exc:
+            raise StoreError(
+                f"cannot open or create the store {self.path}: {exc.strerror}; pass --db "
+                "with a writable file path") from None
         conn = sqlite3.connect(
             self.path,
             isolation_level=None,  # we issue BEGIN/COMMIT ourselves
@@ -159,10 +341,16 @@ class Store(Maintenance):
         except sqlite3.DatabaseError as error:
             db.conn.close()
             if not (_is_corruption(error) or str(error).startswith("quick_check")):
+                free = _free_bytes(self.path)
+                if _error_code(error) == _SQLITE_FULL or free == 0:
+                    raise StoreError(
+                        f"cannot open the store {self.path}: the disk holding it is full "
+                        f"({free} bytes free; SQLite: {error}); free space on that disk or "
+                        "pass --db on another one, then start mlcostd again") from None
                 raise StoreError(
                     f"cannot open the store {self.path}: {error}; check the path, its "
                     "permissions and that no other mlcostd uses it"
-                ) from error
+                ) from None
             self._move_aside(error)
         db = self._connect()
         self._configure(db)
@@ -235,11 +423,129 @@ class Store(Maintenance):
         self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     def set_meta(self, key: str, value: object) -> None:
-        """Record a fact about this store (e.g. the host it describes) as JSON."""
+        """Record a fact about this store (e.g. the host it describes) as JSON. Never raises:
+        on a full disk it waits with the other facts."""
         with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                (f"json:{key}", json.dumps(value, sort_keys=True)))
+            self.write_facts([(("meta", key), "INSERT OR REPLACE INTO meta (key, value) "
+                               "VALUES (?, ?)", (f"json:{key}", json.dumps(value, sort_keys=True)))])
+
+    # ---------------------------------------------------------------------------- facts
+
+    def write_facts(self, writes: Sequence[FactWrite]) -> bool:
+        """Run fact upserts in one transaction; caller holds _lock. Never raises. When the
+        store cannot be written now they wait (a later write of the same key replaces the
+        waiting one) and go in after the buffered ticks. True when written now."""
+        if not writes:
+            return True
+        if self._buffer or self._pending_facts:  # keep the order: ticks, older facts, these
+            for key, sql, params in writes:
+                self._queue_fact(key, sql, params)
+            if not self._buffer:
+                self._flush()
+            return False
+        try:
+            self._run_facts([(sql, params) for _, sql, params in writes])
+        except sqlite3.Error as error:
+            if _error_code(error) in _TRANSIENT:
+                for key, sql, params in writes:
+                    self._queue_fact(key, sql, params)
+                self._write_failed(error)
+            else:
+                self._health.facts_dropped += len(writes)
+                self._health.last_error = f"a fact write was rejected: {error}"
+                log.warning("the store rejected a write (%s); it is dropped", error)
+            return False
+        return True
+
+    def _run_facts(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in statements:
+                conn.execute(sql, params)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            raise
+
+    def _queue_fact(self, key: Hashable, sql: str, params: Sequence[object]) -> None:
+        self._pending_facts.pop(key, None)
+        self._pending_facts[key] = (sql, params)
+        while len(self._pending_facts) > _PENDING_FACTS_LIMIT:
+            self._pending_facts.popitem(last=False)
+            self._health.facts_dropped += 1
+        self._health.facts_pending = len(self._pending_facts)
+
+    def _flush_facts(self) -> None:
+        """Write the waiting facts, oldest first (at most 1000 a call). Caller holds _lock."""
+        while self._pending_facts:
+            keys = list(itertools.islice(self._pending_facts, 1000))
+            try:
+                self._run_facts([self._pending_facts[k] for k in keys])
+            except sqlite3.Error as error:
+                if _error_code(error) in _TRANSIENT:
+                    self._write_failed(error)
+                    break
+                # one of them can never be written: write them one by one, drop the bad ones
+                for key in keys:
+                    try:
+                        self._run_facts([self._pending_facts[key]])
+                    except sqlite3.Error as one:
+                        if _error_code(one) in _TRANSIENT:
+                            self._write_failed(one)
+                            self._health.facts_pending = len(self._pending_facts)
+                            return
+                        self._health.facts_dropped += 1
+                        self._health.last_error = f"a fact write was rejected: {one}"
+                    del self._pending_facts[key]
+                continue
+            for key in keys:
+                del self._pending_facts[key]
+        self._health.facts_pending = len(self._pending_facts)
+
+    # ------------------------------------------------------------------------ problems
+
+    def _write_failed(self, error: BaseException) -> None:
+        """A write failed for a "not now" reason: say so (rate-limited) and in health."""
+        self._health.writes_failed += 1
+        self._health.last_error = f"write failed: {error}"
+        code = _error_code(error)
+        waiting = (f"{len(self._buffer)} ticks wait in memory (at most {self.buffer_limit}; "
+                   f"{self._health.samples_dropped} dropped so far) and are written when it can")
+        if code == _SQLITE_FULL:
+            text = (f"cannot write the store {self.path}: the disk is full "
+                    f"({_free_bytes(self.path)} bytes free); {waiting}; free space on that disk "
+                    "or lower [store].max_size")
+        else:
+            text = f"cannot write the store {self.path}: {error}; {waiting}"
+        self._set_problem(f"write:{code}", text)
+
+    def _set_problem(self, kind: str, text: str) -> None:
+        self._health.problem = text
+        now = time.monotonic()
+        if kind != self._problem_kind:
+            self._problem_kind = kind
+            self._problem_logged_at = now
+            self._problem_repeats = 0
+            log.error("%s", text)
+            return
+        self._problem_repeats += 1
+        if now - self._problem_logged_at >= _LOG_EVERY_S:
+            log.error("%s (%d more like this)", text, self._problem_repeats)
+            self._problem_logged_at = now
+            self._problem_repeats = 0
+
+    def _clear_problem(self, how: str) -> None:
+        if self._problem_kind is None:
+            return
+        log.warning("recording into %s again: %s", self.path, how)
+        self._problem_kind = None
+        self._problem_repeats = 0
+        self._health.problem = None
 
     def pragma(self, name: str, argument: int | str | None = None) -> tuple[Any, ...] | None:
         """`PRAGMA name` or `PRAGMA name(argument)` on the writer's connection, under its lock;
@@ -287,13 +593,14 @@ class Store(Maintenance):
             try:
                 self._commit(batch)
             except Exception as error:  # never raise to the tick
-                self._health.writes_failed += 1
-                self._health.last_error = f"write failed: {error}"
                 code = _error_code(error)
                 if code in _TRANSIENT:
+                    self._write_failed(error)
                     if code == _SQLITE_FULL:
                         self._prune_for_space()
                     return
+                self._health.writes_failed += 1
+                self._health.last_error = f"write failed: {error}"
                 if count > 1:
                     one_by_one = True  # find the sample SQLite rejects, write the others
                     continue
@@ -305,6 +612,11 @@ class Store(Maintenance):
                 self._buffer.popleft()
             self._health.ticks_written += count
             budget -= count
+        if not self._buffer and self._pending_facts:
+            self._flush_facts()
+        if (not self._buffer and not self._pending_facts and self._problem_kind is not None
+                and self._problem_kind.startswith("write:")):
+            self._clear_problem("everything that waited in memory is written")
 
     def _commit(self, batch: list[tuple[int, Sample]]) -> None:
         conn = self._conn
@@ -472,7 +784,8 @@ class Store(Maintenance):
         """Flush what can be flushed, checkpoint, close. Never raises."""
         with self._lock:
             try:
-                if self._buffer:
+                self._check_file()
+                if self._buffer or self._pending_facts:
                     self._flush()
                 if self._last_seen:
                     self._last_seen_flushed = 0.0
@@ -481,7 +794,13 @@ class Store(Maintenance):
             except Exception as error:
                 self._health.last_error = f"close: {error}"
             finally:
+                lost, facts = len(self._buffer), len(self._pending_facts)
+                if lost or facts:
+                    log.error("stopping with %d ticks and %d other writes that could not be "
+                              "written to %s (%s): they are lost", lost, facts, self.path,
+                              self._health.problem or self._health.last_error)
                 self._conn.close()
+                self._unlock_file()
 
     def __enter__(self) -> Store:
         return self

@@ -1,0 +1,276 @@
+"""The store under faults: a full disk, the database deleted or replaced while recording, a
+second writer through a hard link or without the .lock file. Real SQLite files, real daemons."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import livedaemon
+import pytest
+from simhost import poll
+
+from daemon.client import ClientError
+from daemon.sources.sample import HostPressure, ProcessSample, Sample
+from daemon.store import facts
+from daemon.store.reader import StoreReader
+from daemon.store.writer import Store, StoreError
+
+T0 = 1_750_000_000.0
+
+
+def sample(tick: int, pid: int = 100) -> Sample:
+    proc = ProcessSample(pid=pid, start_time=T0 - 10, ppid=1, user="alice",
+                         command="python train.py", gpus=(), cpu_seconds=tick * 0.5,
+                         rss_bytes=1 << 20, read_bytes=0, write_bytes=0, iowait_seconds=0.0,
+                         threads=1)
+    return Sample(ts=T0 + tick, tick=tick, gpus=(), processes=(proc,), host=HostPressure(),
+                  nvml_status="ok")
+
+
+def event(n: int) -> dict[str, object]:
+    return {"kind": "idle", "target": f"gpu:{n}", "started_at": T0 + n, "ended_at": None,
+            "cost_so_far": 1.5, "detail": {"pad": "x" * 20_000}}  # needs new pages
+
+
+def ticks(path: Path) -> list[int]:
+    reader = StoreReader(str(path))
+    try:
+        return reader.ticks()
+    finally:
+        reader.close()
+
+
+def count(path: Path, table: str) -> int:
+    reader = StoreReader(str(path))
+    try:
+        return int(reader.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        reader.close()
+
+
+def answers(daemon: livedaemon.LiveDaemon) -> bool:
+    try:
+        return bool(daemon.call("health").ok)
+    except ClientError:
+        return False
+
+
+# ------------------------------------------------------------------------- 7: full disk
+
+
+def test_fact_writes_on_a_full_disk_wait_and_land_when_space_returns(tmp_path: Path,
+                                                                      caplog) -> None:
+    caplog.set_level(logging.INFO, logger="daemon.store.writer")
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in (1, 2, 3):
+            assert store.write(sample(tick))
+        (pages,) = store.pragma("page_count")
+        store.pragma("max_page_count", pages)
+        for n in range(5):  # the tick's and the rules' writes: none of them raises
+            facts.write_event(store, event(n))
+            facts.write_stack_status(store, 100, T0 - 10, T0 + n, "sampling", "x" * 9000)
+            facts.write_recommendations(store, [{"id": f"r{n}", "rule": "idle",
+                                                 "target": "gpu:0", "pad": "y" * 9000}], T0)
+            store.set_meta(f"host{n}", {"pad": "z" * 9000})
+            store.write(sample(4 + n))
+        health = store.health
+        assert health.problem is not None and "disk is full" in health.problem
+        assert health.facts_pending > 0 and health.samples_dropped == 0
+        full_lines = [r for r in caplog.records if "disk is full" in r.getMessage()]
+        assert len(full_lines) == 1, [r.getMessage() for r in caplog.records]  # once, not 20x
+        store.pragma("max_page_count", 1073741823)  # space returns
+        assert store.write(sample(9)) is True
+        health = store.health
+        assert health.problem is None and health.facts_pending == 0
+        assert health.facts_dropped == 0 and health.samples_dropped == 0
+        assert any("again" in r.getMessage() for r in caplog.records)
+    assert ticks(path) == list(range(1, 10))
+    assert count(path, "events") == 5 and count(path, "recommendations") == 5
+    assert count(path, "stack_status") == 1  # one process: its latest status
+
+
+# ------------------------------------------------------------- 8: database deleted
+
+
+def test_database_deleted_while_recording_is_recreated_with_everything(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 6):
+            assert store.write(sample(tick))
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        for tick in range(6, 9):
+            store.write(sample(tick))
+        store.maintain(budget_s=1.0)
+        assert path.exists()
+        assert ticks(path) == list(range(1, 9))
+        health = store.health
+        assert health.recreated and "deleted" in health.recreated and health.problem is None
+        assert store.write(sample(9))
+    assert ticks(path) == list(range(1, 10))
+
+
+def test_database_replaced_while_recording_is_moved_aside_and_recreated(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 4):
+            assert store.write(sample(tick))
+        other = tmp_path / "other"
+        other.write_bytes(b"someone else's file")
+        os.replace(other, path)
+        store.maintain(budget_s=1.0)
+        health = store.health
+        assert health.recreated and "replaced" in health.recreated
+        aside = [p for p in tmp_path.iterdir() if ".replaced-" in p.name]
+        assert len(aside) == 1 and aside[0].read_bytes() == b"someone else's file"
+        assert store.write(sample(4))
+    assert ticks(path) == [1, 2, 3, 4]
+
+
+# -------------------------------------------------------- 9: one writer per database file
+
+
+def test_a_hard_link_to_the_database_does_not_make_a_second_writer(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        assert store.write(sample(1))
+        link = tmp_path / "another-name.db"
+        os.link(path, link)
+        with pytest.raises(StoreError, match="another mlcostd is already recording"):
+            Store(link)
+        assert store.write(sample(2))
+    with Store(link) as again:  # released on close
+        assert again.write(sample(3))
+
+
+def test_second_daemon_refused_without_the_lock_file_and_through_a_hard_link(
+        mlcostd, tmp_path: Path) -> None:
+    first = mlcostd("idle-host", interval=0.2)
+    first.wait_for_ticks(2)
+    (first.db.parent / (first.db.name + ".lock")).unlink()
+    link = first.folder / "same-file.db"
+    os.link(first.db, link)
+    for name, db in (("lock-removed", first.db), ("hard-link", link)):
+        second = livedaemon.start(tmp_path / name, "idle-host", interval=0.2,
+                                  args=["--db", str(db)], wait=False)
+        code = second.wait_exit()
+        log = second.log()
+        assert code == 1, log
+        assert "another mlcostd is already recording" in log, log
+        assert "Traceback" not in log, log
+    before = len(first.ticks())
+    first.wait_for_ticks(before + 2)  # the first one records on
+    assert first.healthy()
+
+
+def test_database_deleted_under_a_live_daemon(mlcostd) -> None:
+    daemon = mlcostd("idle-host", interval=0.2)
+    daemon.wait_for_ticks(3)
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{daemon.db}{suffix}")
+    poll(lambda: (daemon.call("health").store or {}).get("recreated"), 30,
+         "health to say the database was recreated", explain=daemon.log_tail)
+    assert daemon.db.exists()
+    daemon.wait_for_ticks(len(daemon.ticks()) + 2)
+    assert daemon.stop() == 0
+    log = daemon.log()
+    assert "was deleted" in log and "everything recorded is in" in log, log
+    recorded = ticks(daemon.db)
+    assert recorded == list(range(recorded[0], recorded[-1] + 1))  # nothing lost
+
+
+# ------------------------------------------------------- 7: a real full disk (tmpfs)
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Write a file until the disk is full."""
+    filler = folder / "filler"
+    with open(filler, "ab", buffering=0) as out:
+        while True:
+            try:
+                out.write(b"\0" * 4096)
+            except OSError as error:
+                assert error.errno == errno.ENOSPC, error
+                break
+    return filler
+
+
+def test_a_real_full_disk_keeps_the_daemon_up_and_loses_no_tick(mlcostd, tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk") as disk:
+        db = disk / "mlcost.db"
+        daemon = mlcostd("idle-host", interval=0.2, args=["--db", str(db)])
+        try:
+            daemon.db = db
+            daemon.wait_for_ticks(3)
+            filler = fill(disk)
+            poll(lambda: "disk is full" in ((daemon.call("health").store or {}).get("problem")
+                                            or ""), 60, "health to say the disk is full",
+                 explain=daemon.log_tail)
+            assert daemon.healthy()
+            filler.unlink()
+            poll(lambda: (daemon.call("health").store or {}).get("problem") is None, 60,
+                 "health to clear the problem once space returns", explain=daemon.log_tail)
+            daemon.wait_for_ticks(len(daemon.ticks()) + 2)
+            assert daemon.stop() == 0
+            log = daemon.log()
+            assert "Traceback" not in log, log
+            assert log.count("the disk is full") == 1, log  # rate-limited: said once
+            assert "again" in log, log
+            recorded = ticks(db)
+            assert recorded == list(range(recorded[0], recorded[-1] + 1))  # no tick lost
+            # A restart on the full disk: it records (buffering) or says so in one line.
+            fill(disk)
+            again = livedaemon.start(tmp_path / "again", "idle-host", interval=0.2,
+                                     args=["--db", str(db)], wait=False)
+            try:
+                poll(lambda: again.proc.poll() is not None or answers(again), 60,
+                     "the restarted daemon to record or exit", explain=again.log_tail)
+            finally:
+                code = again.stop()
+            log = again.log()
+            assert "Traceback" not in log, log
+            if code != 0:
+                assert code == 1 and "full" in log, log
+                assert len([line for line in log.splitlines() if line.startswith("mlcostd:")]) == 1
+        finally:
+            if daemon.returncode is None:
+                daemon.stop()
+
+
+def test_a_first_start_on_a_full_disk_is_one_clear_line(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk") as disk:
+        db = disk / "mlcost.db"
+        (disk / "mlcost.db.lock").write_text("1")  # the lock has its page: the store fails
+        fill(disk)
+        daemon = livedaemon.start(tmp_path / "run", "idle-host", interval=0.2,
+                                  args=["--db", str(db)], wait=False)
+        code = daemon.wait_exit()
+        log = daemon.log()
+        assert code == 1, log
+        assert "Traceback" not in log, log
+        lines = [line for line in log.splitlines() if line.startswith("mlcostd:")]
+        assert len(lines) == 1 and "the disk holding it is full" in lines[0], log
