@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from simhost import poll
 
 from daemon.api import actions
 from daemon.sources.redact import (
@@ -147,7 +148,10 @@ def test_the_sigterm_dry_run_shows_the_redacted_command_line():
     try:
         import psutil
 
-        start = psutil.Process(proc.pid).create_time()
+        target = psutil.Process(proc.pid)
+        # Until the child has exec'd, its /proc cmdline is still the parent's (or empty).
+        poll(lambda: target.cmdline() == argv, 10, "the child's argv in /proc")
+        start = target.create_time()
         rec = {"id": "rec-kill", "rule": "idle_gpu_held", "target": "x",
                "action": {"kind": "sigterm", "pid": proc.pid, "start_time": start}}
         dry = actions.apply(rec, True)
