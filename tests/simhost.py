@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,3 +65,24 @@ def poll(predicate: Callable[[], Any], timeout: float, what: str, every: float =
 def wait_until(predicate: Callable[[], object], timeout: float = 5.0, every: float = 0.05):
     """Poll until predicate() is truthy; return its value (or fail the test)."""
     return poll(predicate, timeout, "condition", every)
+
+
+def run_concurrently(workers: list[Callable[[], None]], stop: threading.Event, seconds: float,
+                     failed: list[Any]) -> None:
+    """A bounded stress run: each worker in its own thread (looping until `stop` is set), with
+    threads switching as often as the interpreter allows so conflicting paths interleave; ends
+    after `seconds` or as soon as `failed` holds something, and always joins its threads."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    threads = [threading.Thread(target=f, daemon=True) for f in workers]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not failed:
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        sys.setswitchinterval(switch)

@@ -30,6 +30,7 @@ tried again the next round.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import itertools
@@ -41,7 +42,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -457,12 +458,13 @@ class Store(Maintenance):
             return False
         return True
 
-    def _run_facts(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT; rolled back on any failure, which is raised."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for sql, params in statements:
-                conn.execute(sql, params)
+            yield conn
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -471,6 +473,11 @@ class Store(Maintenance):
                 except sqlite3.Error:
                     pass
             raise
+
+    def _run_facts(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
+        with self._transaction() as conn:
+            for sql, params in statements:
+                conn.execute(sql, params)
 
     def _queue_fact(self, key: Hashable, sql: str, params: Sequence[object]) -> None:
         self._pending_facts.pop(key, None)
@@ -619,22 +626,12 @@ class Store(Maintenance):
             self._clear_problem("everything that waited in memory is written")
 
     def _commit(self, batch: list[tuple[int, Sample]]) -> None:
-        conn = self._conn
         new_processes: dict[tuple[int, int], int] = {}
         new_gpus: dict[int, GpuFacts] = {}
         seen: dict[int, int] = {}
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             for ts, sample in batch:
                 self._insert(ts, sample, new_processes, new_gpus, seen)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-            raise
         # Only now are the new rows' ids real.
         self._processes.update(new_processes)
         self._gpus.update(new_gpus)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
 
 import pynvml
 import pytest
-from simhost import GIB, attach_code, host_toml, wait_until
+from simhost import GIB, attach_code, host_toml, run_concurrently, wait_until
 
 from daemon.config import NvmlConfig
 from daemon.sources.nvml import NvmlSource, _Device
@@ -237,20 +236,7 @@ def test_the_call_in_flight_is_never_read_as_a_torn_pair(sim_host):
             if not ended.get(i - 1, 0.0) <= started <= ended.get(i, math.inf):
                 torn.append((name, started, ended.get(i - 1, 0.0)))
 
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often: the conflicting paths interleave
-    threads = [threading.Thread(target=f, daemon=True) for f in (reader, watchdog)]
-    try:
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and not torn:
-            stop.wait(0.05)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
-        sys.setswitchinterval(switch)
+    run_concurrently([reader, watchdog], stop, 2.0, torn)
     assert not torn, f"name and start time of different calls read together: {torn[0]}"
     assert calls[0] > 1000
 

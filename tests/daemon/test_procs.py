@@ -8,6 +8,7 @@ import time
 
 import psutil
 import pytest
+from simhost import run_concurrently
 
 from daemon.sources.procs import MainThreadClock, ProcessSource, read_pressure
 from daemon.sources.sample import GpuUse
@@ -300,20 +301,9 @@ def test_discovery_closing_descriptors_never_lets_the_tick_read_another_file(tmp
                 if sample.threads != 1 or sample.pid not in pids:
                     wrong.append(sample)
 
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often: the conflicting paths interleave
-    threads = [threading.Thread(target=f, daemon=True) for f in (discover, open_decoys, tick)]
     try:
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 4.0
-        while time.monotonic() < deadline and not wrong:
-            stop.wait(0.05)
+        run_concurrently([discover, open_decoys, tick], stop, 4.0, wrong)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
-        sys.setswitchinterval(switch)
         for p in procs:
             p.kill()
             p.wait()
