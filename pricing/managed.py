@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pricing.cache import CachedPrice, read_cache, write_cache
+from pricing.cache import CachedPrice, read_cache
 from pricing.catalog import Catalog, PricingError, normalize_instance_type
 from pricing.offcloud import HOURS_PER_MONTH
 from pricing.refresh import AWS_REGION_NAMES, PRICING_API_REGION, RefreshResult, describe_aws_error
@@ -121,12 +121,7 @@ def refresh_sagemaker(instance_types: list[str], region: str, *,
             fetched_at, SAGEMAKER_SOURCE,
             attributes={"platform": "SageMaker", "component": component,
                         "self_managed": ml_type.removeprefix("ml.")}))
-    if result.prices:
-        try:
-            write_cache(cache_path, result.prices)
-        except OSError as exc:
-            result.errors["(cache)"] = [f"could not write the price cache {cache_path}: {exc}"]
-    return result
+    return result.save()
 
 
 def managed_prices(cache_path: str | os.PathLike[str]) -> list[CachedPrice]:

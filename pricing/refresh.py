@@ -67,6 +67,18 @@ class RefreshResult:
     def ok(self) -> bool:
         return not self.errors
 
+    def save(self) -> RefreshResult:
+        """Merge what was fetched into the cache; a cache that cannot be written is an error of
+        this refresh (the prices fetched are still in `prices`)."""
+        if self.prices:
+            try:
+                write_cache(self.cache_path, self.prices)
+            except OSError as exc:
+                self.errors.setdefault("(cache)", []).append(
+                    f"could not write the price cache {self.cache_path}: {exc}; check the "
+                    "folder's permissions or pass --cache")
+        return self
+
     def price_for(self, instance_type: str, kind: str) -> CachedPrice | None:
         for price in self.prices:
             if price.instance_type.lower() == instance_type.lower() and price.kind == kind:
@@ -343,12 +355,7 @@ def refresh_aws(
             line.append("spot unknown")
         say(f"{itype}: " + ", ".join(line))
 
-    if result.prices:
-        try:
-            write_cache(cache_path, result.prices)
-        except OSError as exc:
-            fail("(cache)", f"could not write the price cache {cache_path}: {exc}")
-    return result
+    return result.save()
 
 
 def _hardware(attributes: dict[str, str]) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from pricing.cache import CachedPrice, write_cache
+from pricing.cache import CachedPrice
 from pricing.http import DEFAULT_TIMEOUT_S, FetchError, fetch
 from pricing.refresh import Progress, RefreshResult
 
@@ -151,14 +151,7 @@ async def refresh_azure_async(sizes: Iterable[str], region: str, *,
                 f"{region} (unknown size, or not offered there)")
         say(f"{sku}: " + (", ".join(f"{k} ${v:.4f}/h" for k, v in sorted(got.items()))
                           or "no price"))
-    if result.prices:
-        try:
-            write_cache(cache_path, result.prices)
-        except OSError as exc:
-            result.errors.setdefault("(cache)", []).append(
-                f"could not write the price cache {cache_path}: {exc}; check the directory's "
-                "permissions or pass --cache")
-    return result
+    return result.save()
 
 
 def refresh_azure(sizes: Iterable[str], region: str, **kwargs: Any) -> RefreshResult:

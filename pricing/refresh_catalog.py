@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from pricing.cache import CachedPrice, write_cache
+from pricing.cache import CachedPrice
 from pricing.http import DEFAULT_TIMEOUT_S, FetchError, fetch
 from pricing.refresh import Progress, RefreshResult
 
@@ -212,13 +212,7 @@ async def refresh_catalog_async(clouds: Iterable[str] = CATALOG_CLOUDS, *,
                     f"{', '.join(regions or DEFAULT_REGIONS[cloud])}; previous prices kept")
             result.prices.extend(prices)
             say(f"{cloud}: {len(prices)} price(s) from {url}")
-    if result.prices:
-        try:
-            write_cache(cache_path, result.prices)
-        except OSError as exc:
-            result.errors.setdefault("(cache)", []).append(
-                f"could not write the price cache {cache_path}: {exc}; pass --cache")
-    return result
+    return result.save()
 
 
 def refresh_catalog(clouds: Iterable[str] = CATALOG_CLOUDS, **kwargs: Any) -> RefreshResult:

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from pricing.cache import CachedPrice, write_cache
+from pricing.cache import CachedPrice
 from pricing.catalog import InstanceOffer
 from pricing.http import DEFAULT_TIMEOUT_S, FetchError, fetch
 from pricing.refresh import Progress, RefreshResult
@@ -182,13 +182,7 @@ async def refresh_gcp_async(offers: Sequence[InstanceOffer], region: str, *,
                 f"no on-demand SKUs for all parts of {offer.instance_type} "
                 f"({offer.accelerator}) in {region}")
         say(f"{offer.instance_type}: " + (", ".join(got) or "no price"))
-    if result.prices:
-        try:
-            write_cache(cache_path, result.prices)
-        except OSError as exc:
-            result.errors.setdefault("(cache)", []).append(
-                f"could not write the price cache {cache_path}: {exc}; pass --cache")
-    return result
+    return result.save()
 
 
 def refresh_gcp(offers: Sequence[InstanceOffer], region: str, **kwargs: Any) -> RefreshResult:
