@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from pricing.cache import default_cache_path
+from pricing.cache import default_cache_path, read_cache
 from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
 from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 
@@ -101,7 +101,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             {o.instance_type for o in Catalog.load().filter(provider="aws")})
         progress = None if args.json else (lambda line: print(f"  {line}", file=out, flush=True))
         if not args.json:
-            print(f"refreshing {len(types)} AWS instance type(s) in {region} ...", file=out)
+            print(f"refreshing {plural(len(types), 'AWS instance type')} in {region} ...",
+                  file=out)
+        before = len(read_cache(cache_path))
         result = refresh_aws(types, region, session=session, cache_path=cache_path,
                              pricing_client=pricing_client, ec2_client=ec2_client,
                              progress=progress)
@@ -113,8 +115,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         refresh_report = {"provider": "aws", "region": region, "fetched": len(result.prices),
                           "errors": result.errors}
         if not args.json:
-            print(f"{len(result.prices)} live price(s) fetched, cached in {cache_path}\n",
-                  file=out)
+            print(refresh_summary(result, before) + "\n", file=out)
 
     catalog = _catalog(args, cache_path)
     lifecycle = "spot" if args.spot else "on-demand"
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     else:
         if args.fits is not None:
             need = args.fits * (1 + args.headroom)
-            print(f"cheapest {lifecycle} instances with >= {args.gpus or 1} accelerator(s) of "
+            print(f"cheapest {lifecycle} instances with >= {plural(args.gpus or 1, 'accelerator')} of "
                   f">= {need:.1f} GiB each ({args.fits:g} GiB + {args.headroom:.0%} headroom):",
                   file=out)
         print(format_table(offers, lifecycle), file=out)
@@ -183,7 +184,8 @@ def _check_usage(args: argparse.Namespace) -> str:
         return (f"unknown provider {args.provider!r}; known: {', '.join(catalog.providers())}")
     if args.accelerator and not catalog.by_accelerator(args.accelerator):
         return (f"no instance with accelerator {args.accelerator!r}; known: "
-                f"{', '.join(catalog.accelerators())}")
+                f"{', '.join(catalog.accelerators())} (or a GPU name as NVML and mlcost-top "
+                "show it, e.g. 'NVIDIA A100-SXM4-40GB')")
     if args.fits is None and (args.gpus is not None or args.spot):
         return "--gpus and --spot go with --fits GIB"
     if args.fits is not None and args.fits <= 0:
@@ -209,12 +211,13 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
     region: str = args.region or DEFAULT_REGIONS.get(source, "")
     progress = None if args.json else (lambda line: print(f"  {line}", file=out, flush=True))
     bundled = Catalog.load()
+    before = len(read_cache(cache_path))
     if source == "azure":
         from pricing import refresh_azure as azure
 
         sizes = args.instance or sorted({o.instance_type for o in bundled.filter(provider="azure")})
         if not args.json:
-            print(f"refreshing {len(sizes)} Azure size(s) in {region} ...", file=out)
+            print(f"refreshing {plural(len(sizes), 'Azure size')} in {region} ...", file=out)
         result = azure.refresh_azure(sizes, region, cache_path=cache_path,
                                      base_url=azure.AZURE_PRICES_URL, progress=progress)
     elif source == "catalog":
@@ -243,7 +246,7 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
                   "without a key use --refresh catalog", file=err)
             return {"source": source, "fetched": 0, "errors": {"(key)": ["no key file"]}}, False
         if not args.json:
-            print(f"refreshing {len(offers)} GCP machine type(s) in {region} ...", file=out)
+            print(f"refreshing {plural(len(offers), 'GCP machine type')} in {region} ...", file=out)
         result = refresh_gcp(offers, region, key_file=key_file, cache_path=cache_path,
                              progress=progress)
     else:
@@ -252,20 +255,41 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
         types = args.instance or sorted({o.instance_type for o in bundled.filter(provider="aws")
                                          if o.is_gpu})
         if not args.json:
-            print(f"refreshing SageMaker prices of {len(types)} type(s) in {region} ...",
+            print(f"refreshing SageMaker prices of {plural(len(types), 'type')} in {region} ...",
                   file=out)
         result = refresh_sagemaker(types, region, cache_path=cache_path,
                                    pricing_client=pricing_client)
     for message in result.messages():
         print(f"mlcostd prices: {message}", file=err)
-    if not args.json:
-        kept = "; previous prices kept" if not result.ok else ""
-        print(f"{len(result.prices)} live price(s) fetched, cached in {cache_path}{kept}\n",
-              file=out)
     _record(cache_path, source, result, err)
+    if not args.json:
+        print(refresh_summary(result, before) + "\n", file=out)
     report = {"source": source, "region": region, "fetched": len(result.prices),
               "errors": result.errors}
     return report, result.ok
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """'1 price', '2 prices', '0 prices'."""
+    return f"{count} {noun if count == 1 else (plural_noun or noun + 's')}"
+
+
+def refresh_summary(result: Any, cached_before: int) -> str:
+    """What a refresh did to the cache, in words that match what happened on disk:
+    `cached_before` is how many prices the cache held before it."""
+    fetched = len(result.prices)
+    path = result.cache_path
+    if fetched and "(cache)" in result.errors:
+        return (f"{plural(fetched, 'live price')} fetched but not cached: {path} could not be "
+                "written (see the error above)")
+    if fetched:
+        kept = "; the failed ones keep their previous prices" if not result.ok else ""
+        return f"{plural(fetched, 'live price')} fetched and cached in {path}{kept}"
+    if cached_before:
+        stay = "stays as it was" if cached_before == 1 else "stay as they were"
+        return (f"no live price fetched; the {plural(cached_before, 'price')} already cached "
+                f"in {path} {stay}")
+    return f"no live price fetched; nothing is cached yet (cache: {path})"
 
 
 def _record(cache_path: str, source: str, result: Any, err: TextIO) -> None:
@@ -294,7 +318,7 @@ def _audit(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if not rejections:
         print(f"the sanity rules left nothing out of {len(catalog)} offers", file=out)
         return EXIT_OK
-    print(f"{len(rejections)} price(s) or row(s) left out by the sanity rules:", file=out)
+    print(f"{plural(len(rejections), 'price or row', 'prices or rows')} left out by the sanity rules:", file=out)
     for rejection in rejections:
         print(f"  {rejection.describe()}", file=out)
     return EXIT_OK
@@ -368,7 +392,7 @@ def _guess_provider(instance_type: str) -> str:
 def _nothing_found(args: argparse.Namespace, catalog: Catalog) -> str:
     if args.fits is not None:
         biggest = max((o.accelerator_memory_gib for o in catalog), default=0)
-        return (f"no instance fits {args.fits:g} GiB x {args.gpus or 1} accelerator(s) with "
+        return (f"no instance fits {args.fits:g} GiB x {plural(args.gpus or 1, 'accelerator')} with "
                 f"{args.headroom:.0%} headroom and the given filters (largest accelerator "
                 f"memory in the catalog: {biggest:g} GiB)")
     return "no instance matches the given filters"

@@ -55,7 +55,7 @@ def test_fits_spot_multi_gpu_table(tmp_path):
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--fits", "70", "--gpus", "8",
                        "--spot", "--provider", "aws")
     assert code == 0
-    assert out.splitlines()[0].startswith("cheapest spot instances with >= 8 accelerator(s)")
+    assert out.splitlines()[0].startswith("cheapest spot instances with >= 8 accelerators")
     assert out.splitlines()[2].split()[2] == "p4de.24xlarge"
 
 
@@ -84,7 +84,9 @@ def test_refresh_prints_progress_then_live_and_bundled(tmp_path, pricing_stub, e
                          "us-east-1", "--instance", "g5.xlarge", "p9.48xlarge",
                          pricing_client=client, ec2_client=ec2_client)
     assert code == 1  # p9.48xlarge failed
-    assert "refreshing 2 AWS instance type(s) in us-east-1" in out
+    assert "refreshing 2 AWS instance types in us-east-1" in out
+    assert (f"2 live prices fetched and cached in {tmp_path / 'c.json'}; the failed ones keep "
+            "their previous prices") in out
     assert "  g5.xlarge: on-demand $1.0060/h" in out
     assert "  p9.48xlarge: on-demand unknown" in out
     assert "AWS lists no Linux on-demand price for p9.48xlarge" in err
@@ -103,7 +105,7 @@ def test_audit_lists_rejections_with_reasons(tmp_path):
     code, out, _ = run("--cache", str(cache), "--audit")
     assert code == 0
     assert out.splitlines() == [
-        "1 price(s) or row(s) left out by the sanity rules:",
+        "1 price or row left out by the sanity rules:",
         "  aws/us-east-1/p5.48xlarge: spot price $55.06/h left out (spot-not-below-on-demand): "
         "spot $55.06/h is not below on-demand $55.06/h (a placeholder); spot unknown"]
     code, out, _ = run("--cache", str(tmp_path / "none.json"), "--audit", "--json")
@@ -189,7 +191,38 @@ def test_a_failed_refresh_is_recorded_and_the_previous_prices_stay(tmp_path, mon
         code, out, err = run("--cache", str(cache), "--refresh", "azure", "--instance", SKU)
     assert code == 1
     assert "HTTP 503: upstream down; check the URL and region (previous prices kept)" in err
-    assert "0 live price(s) fetched" in out and "previous prices kept" in out
+    assert f"no live price fetched; the 1 price already cached in {cache} stays as it was" in out
     assert [p.per_hour for p in read_cache(cache)] == [3.6]
     record = read_refresh_log(cache)["azure"]
     assert not record.ok and record.fetched == 0 and "HTTP 503" in record.errors[0]
+
+
+def test_accelerator_accepts_the_name_the_screen_and_nvml_show(tmp_path):
+    cache = str(tmp_path / "c.json")
+    _, by_catalog_name, _ = run("--cache", cache, "--accelerator", "A100-40GB")
+    for name in ("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "nvidia a100-pcie-40gb"):
+        code, out, err = run("--cache", cache, "--accelerator", name)
+        assert code == 0, err
+        assert out == by_catalog_name
+    code, out, _ = run("--cache", cache, "--accelerator", "NVIDIA H100 80GB HBM3")
+    rows = out.split("\n\n")[0].splitlines()[1:]
+    assert code == 0 and rows and all(r.split()[3] == "H100" for r in rows)
+    code, out, _ = run("--cache", cache, "--accelerator", "NVIDIA A100 80GB PCIe")
+    assert code == 0 and all(r.split()[3] == "A100-80GB"
+                             for r in out.split("\n\n")[0].splitlines()[1:])
+    code, _, err = run("--cache", cache, "--accelerator", "NVIDIA GH200 480GB")
+    assert code == 2 and "'NVIDIA GH200 480GB'" in err and "NVIDIA A100-SXM4-40GB" in err
+
+
+def test_a_refresh_that_fetched_nothing_says_nothing_was_cached(tmp_path, pricing_stub,
+                                                                ec2_client):
+    client, stubber = pricing_stub
+    stubber.add_response("get_products", get_products_response(),
+                         expected_get_products("p9.48xlarge", "us-east-1"))
+    cache = tmp_path / "c.json"
+    code, out, _ = run("--cache", str(cache), "--refresh", "aws", "--instance", "p9.48xlarge",
+                       pricing_client=client, ec2_client=ec2_client)
+    assert code == 1
+    assert "refreshing 1 AWS instance type in us-east-1" in out
+    assert f"no live price fetched; nothing is cached yet (cache: {cache})" in out
+    assert "cached in" not in out
