@@ -20,12 +20,12 @@ from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 EXIT_OK = 0
 EXIT_REFRESH_FAILED = 1  # the table is still printed; some or all live prices are missing
 EXIT_USAGE = 2
-REFRESH_SOURCES = ("aws", "azure", "gcp", "catalog", "sagemaker")
+REFRESH_SOURCES = ("aws", "azure", "gcp", "catalog", "sagemaker", "vertex", "azureml")
 GCP_KEY_FILE_ENV = "MLCOST_GCP_API_KEY_FILE"
 # Past this many offers the stale warnings fold into one line.
 MAX_STALE_LINES = 5
 DEFAULT_REGIONS = {"aws": "us-east-1", "azure": "eastus", "gcp": "us-central1",
-                   "sagemaker": "us-east-1"}
+                   "sagemaker": "us-east-1", "vertex": "us-central1", "azureml": "eastus"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,17 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fetch live prices first: aws (Price List + spot history, needs "
                              "credentials), azure (Retail Prices API, no key), gcp (Cloud "
                              "Billing Catalog, API key file), catalog (SkyPilot vms.csv for "
-                             "aws, gcp, azure, lambda; no key), sagemaker (managed prices)")
+                             "aws, gcp, azure, lambda; no key), sagemaker, vertex (API key "
+                             "file), azureml (no key): managed-platform prices for --managed")
     parser.add_argument("--catalog-url", metavar="URL", default=None,
                         help="with --refresh catalog: base URL of the SkyPilot catalogs "
                              "(default the public skypilot-catalog repository)")
     parser.add_argument("--gcp-key-file", metavar="FILE", default=None,
-                        help=f"with --refresh gcp: file holding the API key, mode 0600 "
+                        help=f"with --refresh gcp or vertex: file holding the API key, mode 0600 "
                              f"(default ${GCP_KEY_FILE_ENV})")
     parser.add_argument("--audit", action="store_true",
                         help="list the rows and prices the sanity rules left out, with reasons")
     parser.add_argument("--managed", action="store_true",
-                        help="with --instance TYPE: the managed platform's price (SageMaker) "
+                        help="with --instance TYPE: what SageMaker, Vertex AI and Azure ML "
+                             "charge for that hardware (its accelerators and their count) "
                              "against the same hardware self-managed: monthly difference and "
                              "markup")
     parser.add_argument("--hours-per-month", type=float, default=730.0, metavar="H",
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
 
     status = EXIT_OK
     refresh_report: dict[str, Any] | None = None
-    if args.refresh in ("azure", "gcp", "catalog", "sagemaker"):
+    if args.refresh in ("azure", "gcp", "catalog", "sagemaker", "vertex", "azureml"):
         refresh_report, ok = _refresh_other(args, cache_path, out, err, pricing_client)
         if not ok:
             status = EXIT_REFRESH_FAILED
@@ -234,21 +236,33 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
         result = refresh_catalog(clouds, cache_path=cache_path, base_url=base,
                                  regions=[args.region] if args.region else None,
                                  progress=progress)
-    elif source == "gcp":
-        from pricing.refresh_gcp import refresh_gcp
-
+    elif source in ("gcp", "vertex"):
         key_file = args.gcp_key_file or os.environ.get(GCP_KEY_FILE_ENV) or ""
         offers = bundled.filter(provider="gcp", instance_types=args.instance)
-        offers = [o for o in offers if not o.instance_type.startswith("tpu")]
+        offers = [o for o in offers if o.is_gpu]
         if not key_file:
-            print("mlcostd prices: --refresh gcp needs an API key file: pass --gcp-key-file "
-                  f"FILE or set ${GCP_KEY_FILE_ENV} ([pricing].gcp_api_key_file in the config); "
-                  "without a key use --refresh catalog", file=err)
+            print(f"mlcostd prices: --refresh {source} needs an API key file: pass "
+                  f"--gcp-key-file FILE or set ${GCP_KEY_FILE_ENV} ([pricing].gcp_api_key_file "
+                  "in the config)" + ("; without a key use --refresh catalog"
+                                      if source == "gcp" else ""), file=err)
             return {"source": source, "fetched": 0, "errors": {"(key)": ["no key file"]}}, False
+        what = "GCP machine type" if source == "gcp" else "Vertex AI machine type"
         if not args.json:
-            print(f"refreshing {plural(len(offers), 'GCP machine type')} in {region} ...", file=out)
-        result = refresh_gcp(offers, region, key_file=key_file, cache_path=cache_path,
-                             progress=progress)
+            print(f"refreshing {plural(len(offers), what)} in {region} ...", file=out)
+        if source == "gcp":
+            from pricing.refresh_gcp import refresh_gcp as refresh_google
+        else:
+            from pricing.refresh_vertex import refresh_vertex as refresh_google
+        result = refresh_google(offers, region, key_file=key_file, cache_path=cache_path,
+                                progress=progress)
+    elif source == "azureml":
+        from pricing import refresh_azure as azure
+        from pricing.refresh_azureml import refresh_azureml
+
+        if not args.json:
+            print(f"refreshing Azure ML surcharges in {region} ...", file=out)
+        result = refresh_azureml(region, cache_path=cache_path, base_url=azure.AZURE_PRICES_URL,
+                                 progress=progress)
     else:
         from pricing.managed import refresh_sagemaker
 
@@ -325,36 +339,58 @@ def _audit(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO) -> int:
-    from pricing.managed import compare_managed
+    """Each --instance's hardware on every managed platform against self-managed."""
+    from pricing.managed import PLATFORM_OF_PROVIDER, same_hardware
 
     catalog = _catalog(args, cache_path)
-    region = args.region or DEFAULT_REGIONS["sagemaker"]
     status = EXIT_OK
-    rows = []
+    documents = []
     for itype in args.instance:
+        provider = (args.provider or _guess_provider(itype.removeprefix("ml."))).lower()
         try:
-            rows.append(compare_managed(catalog, itype, region, cache_path,
-                                        hours_per_month=args.hours_per_month))
+            base, rows, missing = same_hardware(catalog, itype, cache_path, provider=provider,
+                                                region=args.region,
+                                                hours_per_month=args.hours_per_month)
         except PricingError as exc:
             print(f"mlcostd prices: {exc}", file=err)
             status = EXIT_REFRESH_FAILED
-    if args.json:
-        json.dump({"managed": [
-            {"platform": c.platform, "component": c.component, "instance_type": c.instance_type,
-             "managed_instance_type": c.managed_instance_type, "region": c.region,
-             "managed_per_hour": c.managed_per_hour,
-             "self_managed_per_hour": c.self_managed_per_hour,
-             "hours_per_month": c.hours_per_month,
-             "monthly_difference": round(c.monthly_difference, 2),
-             "markup_pct": round(c.markup_pct, 2), "managed_source": c.managed_source,
-             "self_managed_source": c.self_managed_source} for c in rows]}, out, indent=2)
-        out.write("\n")
-    else:
+            continue
+        own = PLATFORM_OF_PROVIDER.get(base.provider)
+        if own is not None and not any(r.platform == own.name for r in rows):
+            status = EXIT_REFRESH_FAILED  # the asked instance's own platform has no price
+        hardware = f"{base.accelerator_count} x {base.accelerator}"
+        documents.append({"instance_type": base.instance_type, "provider": base.provider,
+                          "region": base.region, "hardware": hardware,
+                          "managed": [_comparison_json(c) for c in rows], "missing": missing})
+        if args.json:
+            continue
+        print(f"managed vs self-managed, the hardware of {base.provider}/{base.instance_type} "
+              f"({hardware}) at {args.hours_per_month:g} h a month:", file=out)
         for c in rows:
-            print(c.describe(), file=out)
-            print(f"  managed: {c.managed_source}; self-managed: {c.self_managed_source}",
-                  file=out)
+            print(f"  {c.describe()}", file=out)
+            print(f"    managed: {c.managed_source}", file=out)
+            print(f"    self-managed: {c.self_managed_source}", file=out)
+        for line in missing:
+            print(f"mlcostd prices: {line}", file=err)
+    if args.json:
+        # One instance: its rows at the top level (the common case); more: one entry each.
+        payload: dict[str, Any] = (documents[0] if len(documents) == 1
+                                   else {"instances": documents})
+        json.dump(payload if documents else {"managed": [], "missing": []}, out, indent=2)
+        out.write("\n")
     return status
+
+
+def _comparison_json(c: Any) -> dict[str, Any]:
+    return {"platform": c.platform, "component": c.component, "instance_type": c.instance_type,
+            "managed_instance_type": c.managed_instance_type, "region": c.region,
+            "self_managed_region": c.self_managed_region,
+            "managed_per_hour": c.managed_per_hour,
+            "self_managed_per_hour": c.self_managed_per_hour,
+            "hours_per_month": c.hours_per_month,
+            "monthly_difference": round(c.monthly_difference, 2),
+            "markup_pct": round(c.markup_pct, 2), "managed_source": c.managed_source,
+            "self_managed_source": c.self_managed_source, "summary": c.describe()}
 
 
 def stale_warnings(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> list[str]:

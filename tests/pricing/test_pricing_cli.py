@@ -134,11 +134,34 @@ def test_managed_markup_for_the_demo_host(tmp_path, pricing_stub):
                          "p4d.24xlarge", pricing_client=client)
     assert code == 0, err
     code, out, err = run("--cache", cache, "--managed", "--instance", "p4d.24xlarge", "--json")
-    [row] = json.loads(out)["managed"]
-    assert (row["markup_pct"], row["monthly_difference"]) == (15.0, 3588.24)
-    code, _, err = run("--cache", str(tmp_path / "empty.json"), "--managed", "--instance",
-                       "p4d.24xlarge")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["hardware"] == "8 x A100-40GB" and document["missing"] == []
+    rows = {(r["platform"], r["component"]): r for r in document["managed"]}
+    assert list(rows) == [("SageMaker", "Training"), ("Vertex AI", "Training"),
+                          ("Vertex AI", "Prediction"), ("Azure ML", "Training"),
+                          ("Azure ML", "Inference")]
+    sagemaker = rows[("SageMaker", "Training")]
+    assert (sagemaker["markup_pct"], sagemaker["monthly_difference"]) == (15.0, 3588.24)
+    assert rows[("Azure ML", "Training")]["markup_pct"] == 0.0
+    # every price printed says its source and age
+    code, out, err = run("--cache", cache, "--managed", "--instance", "p4d.24xlarge",
+                         "--hours-per-month", "365")
+    lines = out.splitlines()
+    assert lines[0] == ("managed vs self-managed, the hardware of aws/p4d.24xlarge "
+                        "(8 x A100-40GB) at 365 h a month:")
+    assert lines[1].startswith("  SageMaker Training ml.p4d.24xlarge $37.6880/h against "
+                               "p4d.24xlarge $32.7726/h self-managed in us-east-1: +15.0 %, "
+                               "$1,794 a month at 365 h")
+    assert lines[2].startswith("    managed: AWS Price List API (AmazonSageMaker) (live, ")
+    assert lines[3].endswith("(bundled, catalog date unknown, predates a price cut)")
+    sources = [line for line in lines if line.startswith(("    managed:", "    self-managed:"))]
+    assert len(sources) == 10 and all(("live, " in line or "bundled, " in line)
+                                      for line in sources)
+    code, out, err = run("--cache", str(tmp_path / "empty.json"), "--managed", "--instance",
+                         "p4d.24xlarge")
     assert code == 1 and "run `mlcostd prices --refresh sagemaker" in err
+    assert "Vertex AI Training a2-highgpu-8g" in out  # the bundled rows still show
     code, _, err = run("--cache", cache, "--managed")
     assert code == 2 and "--managed needs --instance TYPE" in err
 
@@ -226,3 +249,24 @@ def test_a_refresh_that_fetched_nothing_says_nothing_was_cached(tmp_path, pricin
     assert "refreshing 1 AWS instance type in us-east-1" in out
     assert f"no live price fetched; nothing is cached yet (cache: {cache})" in out
     assert "cached in" not in out
+
+
+def test_refresh_azureml_then_the_managed_view_of_an_azure_size(tmp_path, monkeypatch):
+    from local_http import LocalServer, ok
+    from test_pricing_refresh_azure import PATH, page
+    from test_pricing_refresh_azureml import SURCHARGES
+
+    import pricing.refresh_azure as azure
+
+    cache = str(tmp_path / "c.json")
+    with LocalServer({PATH: [ok(page(SURCHARGES, None))]}) as server:
+        monkeypatch.setattr(azure, "AZURE_PRICES_URL", server.url + PATH)
+        code, out, err = run("--cache", cache, "--refresh", "azureml")
+    assert code == 0, err
+    assert "refreshing Azure ML surcharges in eastus ..." in out
+    assert "  inference per-GPU: $0.11/h" in out
+    assert f"4 live prices fetched and cached in {cache}" in out
+    code, out, err = run("--cache", cache, "--managed", "--instance", "ND96asr_v4")
+    assert "Azure ML Inference Standard_ND96asr_v4 $28.0770/h against Standard_ND96asr_v4 " \
+           "$27.1970/h self-managed in eastus: +3.2 %" in out
+    assert "Vertex AI Training a2-highgpu-8g" in out
