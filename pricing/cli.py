@@ -154,14 +154,11 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             print(f"cheapest {lifecycle} instances with >= {plural(args.gpus or 1, 'accelerator')} of "
                   f">= {need:.1f} GiB each ({args.fits:g} GiB + {args.headroom:.0%} headroom):",
                   file=out)
-        print(format_table(offers, lifecycle), file=out)
-        if len(offers) <= MAX_STALE_LINES:  # few rows: say where each price comes from
-            print("\nsources:", file=out)
-            for offer in offers:
-                chosen = offer.price(lifecycle) or offer.on_demand
-                if chosen is not None:
-                    print(f"  {offer.instance_type} ({offer.region}): {chosen.source}"
-                          + (f" [{chosen.url}]" if chosen.url else ""), file=out)
+        table, sources = format_table_with_sources(offers, lifecycle)
+        print(table, file=out)
+        print("\nsources:", file=out)  # every price in the table points at one of these
+        for number, source in enumerate(sources, 1):
+            print(f"  [{number}] {source}", file=out)
         for line in stale_warnings(offers, lifecycle):
             print(line, file=err)
     if args.instance and args.refresh is None and args.fits is None:
@@ -446,13 +443,44 @@ def _spot_text(price: Price | None) -> str:
     return f"{price.per_hour:.4f}"
 
 
-def _source_text(offer: InstanceOffer, lifecycle: str) -> str:
-    chosen = offer.price(lifecycle) or offer.on_demand or offer.spot
-    return chosen.describe() if chosen else "no price"
+def _shown_prices(offer: InstanceOffer) -> list[tuple[str, Price]]:
+    """The prices a table row shows, by the column's lifecycle."""
+    return [(kind, price) for kind, price in (("on-demand", offer.on_demand), ("spot", offer.spot),
+                                              ("1y", offer.commit_1y), ("3y", offer.commit_3y))
+            if price is not None]
+
+
+def _source_key(price: Price) -> str:
+    return price.source + (f" ({price.url})" if price.url else "")
+
+
+def _prices_text(offer: InstanceOffer, footnote: dict[str, int]) -> str:
+    """The age and source note of every price in the row: one text when they share it
+    ('bundled, catalog date unknown [1]'), else per lifecycle ('on-demand: live, 3 s old [2];
+    spot: bundled, catalog date unknown [1]')."""
+    shown = _shown_prices(offer)
+    if not shown:
+        return "no price"
+    notes = [(kind, f"{price.describe()} [{footnote[_source_key(price)]}]")
+             for kind, price in shown]
+    if len({note for _, note in notes}) == 1:
+        return notes[0][1]
+    return "; ".join(f"{kind}: {note}" for kind, note in notes)
 
 
 def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> str:
     """A plain-text table; $/ACC-h is the host price divided by its accelerator count."""
+    return format_table_with_sources(offers, lifecycle)[0]
+
+
+def format_table_with_sources(offers: Sequence[InstanceOffer],
+                              lifecycle: str = "on-demand") -> tuple[str, list[str]]:
+    """(the table, its sources in footnote order): the PRICES column gives each price's age
+    and the number of its source, so every price printed says where it is from and how old."""
+    footnote: dict[str, int] = {}
+    for offer in offers:
+        for _, price in _shown_prices(offer):
+            footnote.setdefault(_source_key(price), len(footnote) + 1)
     headers = ["PROVIDER", "REGION", "INSTANCE", "ACCEL", "N", "GiB/ACC", "vCPU", "RAM GiB",
                "ON-DEMAND $/h", "SPOT $/h", "1Y $/h", "3Y $/h", f"{lifecycle.upper()} $/ACC-h",
                "PRICES"]
@@ -465,7 +493,7 @@ def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") 
             _money(o.on_demand.per_hour if o.on_demand else None), _spot_text(o.spot),
             _money(o.commit_1y.per_hour if o.commit_1y else None),
             _money(o.commit_3y.per_hour if o.commit_3y else None),
-            _money(o.price_per_accelerator(lifecycle)), _source_text(o, lifecycle),
+            _money(o.price_per_accelerator(lifecycle)), _prices_text(o, footnote),
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
     numeric = {4, 5, 6, 7, 8, 9, 10, 11, 12}
@@ -474,7 +502,7 @@ def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") 
         cells = [cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
                  for i, cell in enumerate(row)]
         lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+    return "\n".join(lines), list(footnote)
 
 
 def _price_to_dict(price: Price | None) -> dict[str, Any] | None:

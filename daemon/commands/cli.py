@@ -305,7 +305,9 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
         return 1
     finally:
         reader.close()
-    rows = selection.selection_matrix(need, Catalog.load(), provider=args.provider,
+    args = _prices_defaults(args, config)  # the daemon's cache and extra catalogs
+    catalog = Catalog.load(cache_path=args.cache, extra_catalogs=args.extra_catalogs)
+    rows = selection.selection_matrix(need, catalog, provider=args.provider,
                                       region=args.region, limit=args.limit)
     if args.json:
         print(json.dumps(selection.as_json(need, rows), indent=2))

@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 
 from conftest import expected_get_products, get_products_response, price_list_item
 
@@ -23,10 +24,12 @@ def test_table_of_the_whole_catalog(tmp_path):
     assert err.startswith("warning: 61 of 61 prices shown are stale (date unknown, older than "
                           "90 days, or from before a price cut); run `mlcostd prices --refresh "
                           "catalog`")
-    lines = out.splitlines()
+    table, sources = out.split("\n\nsources:\n")
+    lines = table.splitlines()
     assert lines[0].split()[:3] == ["PROVIDER", "REGION", "INSTANCE"]
     assert len(lines) == 62
     assert "bundled, catalog date unknown" in out
+    assert len(sources.splitlines()) == len({ref for ref in re.findall(r"\[(\d+)\]", table)})
 
 
 def test_filters(tmp_path):
@@ -35,8 +38,9 @@ def test_filters(tmp_path):
     assert code == 0
     rows = out.split("\n\n")[0].splitlines()[1:]
     assert len(rows) == 4 and all(r.startswith("azure") for r in rows)
+    assert rows[0].endswith("bundled, catalog date unknown [1]")
     assert out.split("\n\nsources:\n")[1].splitlines()[0] == (
-        "  Standard_ND96amsr_A100_v4 (eastus): SkyPilot catalogs/v6/azure/vms.csv @098741e7")
+        "  [1] SkyPilot catalogs/v6/azure/vms.csv @098741e7")
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--instance", "P4D.24XLARGE")
     assert code == 0 and len(out.split("\n\n")[0].splitlines()) == 2 and "4.0966" in out
 
@@ -270,3 +274,26 @@ def test_refresh_azureml_then_the_managed_view_of_an_azure_size(tmp_path, monkey
     assert "Azure ML Inference Standard_ND96asr_v4 $28.0770/h against Standard_ND96asr_v4 " \
            "$27.1970/h self-managed in eastus: +3.2 %" in out
     assert "Vertex AI Training a2-highgpu-8g" in out
+
+
+def test_every_price_in_the_table_says_its_source_and_age(tmp_path):
+    from pricing.cache import CachedPrice, write_cache
+
+    cache = tmp_path / "c.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "g5.xlarge", "on-demand", 1.0, 1e9,
+                                    "AWS Price List API", url="https://pricing.example")])
+    code, out, _ = run("--cache", str(cache), "--provider", "aws")
+    table, sources = out.split("\n\nsources:\n")
+    rows = table.splitlines()[1:]
+    assert code == 0 and len(rows) == 36  # the bundled AWS rows
+    notes = sources.splitlines()
+    for row in rows:
+        for ref in re.findall(r"\[(\d+)\]", row):
+            assert 1 <= int(ref) <= len(notes)
+        assert re.search(r"(bundled|live)[^\[]*\[\d+\]", row), row
+    g5 = next(r for r in rows if " g5.xlarge " in r)
+    # live on-demand, bundled spot: each says its own
+    assert re.search(r"on-demand: live, \d+ d old \[(\d+)\]; spot: bundled, catalog date "
+                     r"unknown \[\d+\]$", g5), g5
+    assert "  [2] AWS Price List API (https://pricing.example)" in notes or any(
+        n.endswith("] AWS Price List API (https://pricing.example)") for n in notes)
