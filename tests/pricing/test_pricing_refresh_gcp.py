@@ -93,11 +93,17 @@ def test_refresh_composes_host_prices_from_sku_parts(tmp_path, key_file, caplog)
 
 
 def test_an_api_error_never_shows_the_key(tmp_path, key_file):
+    from pricing.cache import CachedPrice, write_cache
+
+    cache = tmp_path / "c.json"
+    write_cache(cache, [CachedPrice("gcp", "us-central1", "g2-standard-4", "on-demand", 0.7,
+                                    1e9, "an earlier refresh")])
     body = json.dumps({"error": {"code": 400, "message": f"API key not valid: {KEY}"}})
     with LocalServer({PATH: [(400, body, {})]}) as server:
         result = refresh_gcp(Catalog.load().filter(provider="gcp"), "us-central1",
-                             key_file=key_file, cache_path=tmp_path / "c.json",
+                             key_file=key_file, cache_path=cache,
                              base_url=server.url)
+    assert [p.per_hour for p in read_cache(cache)] == [0.7]  # the last good price stays
     [message] = result.errors["(api)"]
     assert "HTTP 400" in message and "API key not valid: ***" in message
     assert KEY not in message
