@@ -21,6 +21,7 @@ EXIT_OK = 0
 EXIT_REFRESH_FAILED = 1  # the table is still printed; some or all live prices are missing
 EXIT_USAGE = 2
 REFRESH_SOURCES = ("aws", "azure", "gcp", "catalog", "sagemaker", "vertex", "azureml")
+MANAGED_SOURCES = ("sagemaker", "vertex", "azureml")  # refreshes of managed-platform prices
 GCP_KEY_FILE_ENV = "MLCOST_GCP_API_KEY_FILE"
 # Past this many offers the stale warnings fold into one line.
 MAX_STALE_LINES = 5
@@ -92,8 +93,10 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             status = EXIT_REFRESH_FAILED
     if args.audit:
         return _audit(_catalog(args, cache_path), args, out) or status
-    if args.managed:
+    if args.managed or (args.refresh in MANAGED_SOURCES and args.instance):
         return _managed(args, cache_path, out, err) or status
+    if args.refresh in MANAGED_SOURCES:
+        return status  # managed prices are no instance table: --managed --instance shows them
     if args.refresh == "aws":
         from pricing.refresh import refresh_aws
 

@@ -137,6 +137,8 @@ def test_managed_markup_for_the_demo_host(tmp_path, pricing_stub):
     code, out, err = run("--cache", cache, "--refresh", "sagemaker", "--instance",
                          "p4d.24xlarge", pricing_client=client)
     assert code == 0, err
+    # a managed refresh shows the managed view of the types it fetched, not the EC2 table
+    assert "  SageMaker Training ml.p4d.24xlarge $37.6880/h" in out and "PROVIDER" not in out
     code, out, err = run("--cache", cache, "--managed", "--instance", "p4d.24xlarge", "--json")
     assert code == 0, err
     document = json.loads(out)
@@ -270,6 +272,7 @@ def test_refresh_azureml_then_the_managed_view_of_an_azure_size(tmp_path, monkey
     assert "refreshing Azure ML surcharges in eastus ..." in out
     assert "  inference per-GPU: $0.11/h" in out
     assert f"4 live prices fetched and cached in {cache}" in out
+    assert "PROVIDER" not in out and "managed vs" not in out  # no --instance: nothing more
     code, out, err = run("--cache", cache, "--managed", "--instance", "ND96asr_v4")
     assert "Azure ML Inference Standard_ND96asr_v4 $28.0770/h against Standard_ND96asr_v4 " \
            "$27.1970/h self-managed in eastus: +3.2 %" in out
