@@ -36,7 +36,13 @@ from pricing.catalog import (
     normalize_instance_type,
 )
 from pricing.offcloud import HOURS_PER_MONTH
-from pricing.refresh import AWS_REGION_NAMES, PRICING_API_REGION, RefreshResult, describe_aws_error
+from pricing.refresh import (
+    AWS_REGION_NAMES,
+    PRICE_LIST_URL,
+    PRICING_API_REGION,
+    RefreshResult,
+    describe_aws_error,
+)
 
 SAGEMAKER_SOURCE = "AWS Price List API (AmazonSageMaker)"
 SAGEMAKER_COMPONENTS = ("Training", "Hosting", "Notebook")
@@ -191,7 +197,8 @@ def refresh_sagemaker(instance_types: list[str], region: str, *,
             "aws", region, ml_type, managed_kind("sagemaker", component), usd,
             fetched_at, SAGEMAKER_SOURCE,
             attributes={"platform": "SageMaker", "component": component,
-                        "self_managed": ml_type.removeprefix("ml.")}))
+                        "self_managed": ml_type.removeprefix("ml.")},
+            url=f"{PRICE_LIST_URL}, ServiceCode AmazonSageMaker"))
     return result.save()
 
 

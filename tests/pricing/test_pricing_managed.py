@@ -49,6 +49,9 @@ def test_demo_host_markup_from_a_sagemaker_price(tmp_path, pricing_stub):
     result = refresh_sagemaker(["p4d.24xlarge"], "us-east-1", cache_path=cache,
                                pricing_client=client)
     assert result.ok, result.errors
+    [cached] = result.prices  # with its source, URL and fetch time
+    assert cached.url.startswith("https://api.pricing.us-east-1.amazonaws.com")
+    assert cached.source == "AWS Price List API (AmazonSageMaker)" and cached.fetched_at > 0
     comparison = compare_managed(Catalog.load(cache_path=cache), "p4d.24xlarge", "us-east-1",
                                  cache)
     assert comparison.managed_per_hour == 37.688
