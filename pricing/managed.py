@@ -59,12 +59,13 @@ class Platform:
     name: str
     provider: str
     components: tuple[str, ...]  # the first is the one compared by default
+    default_region: str  # the region of the bundled catalog's rows of that cloud
 
 
 PLATFORMS = {
-    "sagemaker": Platform("sagemaker", "SageMaker", "aws", SAGEMAKER_COMPONENTS),
-    "vertex": Platform("vertex", "Vertex AI", "gcp", ("Training", "Prediction")),
-    "azureml": Platform("azureml", "Azure ML", "azure", ("Training", "Inference")),
+    "sagemaker": Platform("sagemaker", "SageMaker", "aws", SAGEMAKER_COMPONENTS, "us-east-1"),
+    "vertex": Platform("vertex", "Vertex AI", "gcp", ("Training", "Prediction"), "us-central1"),
+    "azureml": Platform("azureml", "Azure ML", "azure", ("Training", "Inference"), "eastus"),
 }
 PLATFORM_OF_PROVIDER = {p.provider: p for p in PLATFORMS.values()}
 

@@ -209,7 +209,7 @@ def managed_review(config: Config, price: HostPrice, catalog: Catalog,
                                      PLATFORM_OF_PROVIDER.values())
                          + f"; this host is {provider or 'off-cloud'}/"
                            f"{instance_type or 'unknown type'}"}
-    region = price.region or {"aws": "us-east-1", "gcp": "us-central1", "azure": "eastus"}[provider]
+    region = price.region or PLATFORM_OF_PROVIDER[provider].default_region
     try:
         compared = compare_managed(catalog, instance_type, region, price_cache_path(config),
                                    provider=provider, hours_per_month=hours_per_month)
