@@ -155,7 +155,8 @@ class PricingConfig:
         "base URL of the SkyPilot catalogs for `mlcostd prices --refresh catalog`; empty: the "
         "public skypilot-catalog repository"))
     compare_managed: bool = field(default=False, metadata=_meta(
-        "show the managed-platform (SageMaker) price of this hardware in the report's review, "
+        "show the managed-platform price of this hardware (SageMaker, Vertex AI or Azure ML, by "
+        "the host's cloud) in the report's review, "
         "also when the host is not a managed ml.* instance", "bool"))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import functools
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -177,6 +178,26 @@ def normalize_instance_type(instance_type: str) -> str:
     """Case-insensitive key; Azure sizes match with or without their 'Standard_' prefix."""
     key = instance_type.strip().lower()
     return key.removeprefix("standard_")
+
+
+_VENDOR_WORDS = ("NVIDIA", "TESLA")
+
+
+def catalog_accelerator(gpu_name: str) -> str:
+    """The catalog's name for a GPU as NVML names it: 'NVIDIA A100-SXM4-40GB' -> 'A100-40GB',
+    'NVIDIA A100 80GB PCIe' -> 'A100-80GB', 'NVIDIA H100 80GB HBM3' -> 'H100', 'Tesla T4' ->
+    'T4', 'NVIDIA A10G' -> 'A10G'. The catalog tells GPUs apart by model (and, for the A100,
+    by memory); a name it cannot read comes back as its first word, upper-cased."""
+    words = [w for w in re.split(r"[\s_-]+", gpu_name.strip().upper()) if w]
+    while words and words[0] in _VENDOR_WORDS:
+        words.pop(0)
+    if not words:
+        return gpu_name.strip()
+    model = words[0]
+    if model == "A100":
+        memory = next((w for w in words[1:] if w in ("40GB", "80GB")), "")
+        return f"A100-{memory}" if memory else "A100"
+    return model
 
 
 def _float(text: str) -> float | None:
@@ -417,12 +438,16 @@ class Catalog:
 
     def by_accelerator(self, name: str) -> list[InstanceOffer]:
         """Offers with this accelerator: exact name (case-insensitive), else every name that
-        starts with it ('A100' finds A100-40GB and A100-80GB)."""
-        wanted = name.strip().lower()
-        exact = [o for o in self._offers if o.accelerator.lower() == wanted]
-        if exact:
-            return exact
-        return [o for o in self._offers if o.accelerator.lower().startswith(wanted)]
+        starts with it ('A100' finds A100-40GB and A100-80GB); a name as NVML and the screen
+        show it ('NVIDIA A100-SXM4-40GB', 'A100-SXM4-40GB') is read as its catalog name."""
+        for wanted in dict.fromkeys((name.strip().lower(), catalog_accelerator(name).lower())):
+            exact = [o for o in self._offers if o.accelerator.lower() == wanted]
+            if exact:
+                return exact
+            prefixed = [o for o in self._offers if o.accelerator.lower().startswith(wanted)]
+            if prefixed:
+                return prefixed
+        return []
 
     def accelerators(self) -> list[str]:
         return sorted({o.accelerator for o in self._offers})

@@ -13,19 +13,20 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from pricing.cache import default_cache_path
+from pricing.cache import default_cache_path, read_cache
 from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
 from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 
 EXIT_OK = 0
 EXIT_REFRESH_FAILED = 1  # the table is still printed; some or all live prices are missing
 EXIT_USAGE = 2
-REFRESH_SOURCES = ("aws", "azure", "gcp", "catalog", "sagemaker")
+REFRESH_SOURCES = ("aws", "azure", "gcp", "catalog", "sagemaker", "vertex", "azureml")
+MANAGED_SOURCES = ("sagemaker", "vertex", "azureml")  # refreshes of managed-platform prices
 GCP_KEY_FILE_ENV = "MLCOST_GCP_API_KEY_FILE"
 # Past this many offers the stale warnings fold into one line.
 MAX_STALE_LINES = 5
 DEFAULT_REGIONS = {"aws": "us-east-1", "azure": "eastus", "gcp": "us-central1",
-                   "sagemaker": "us-east-1"}
+                   "sagemaker": "us-east-1", "vertex": "us-central1", "azureml": "eastus"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,17 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fetch live prices first: aws (Price List + spot history, needs "
                              "credentials), azure (Retail Prices API, no key), gcp (Cloud "
                              "Billing Catalog, API key file), catalog (SkyPilot vms.csv for "
-                             "aws, gcp, azure, lambda; no key), sagemaker (managed prices)")
+                             "aws, gcp, azure, lambda; no key), sagemaker, vertex (API key "
+                             "file), azureml (no key): managed-platform prices for --managed")
     parser.add_argument("--catalog-url", metavar="URL", default=None,
                         help="with --refresh catalog: base URL of the SkyPilot catalogs "
                              "(default the public skypilot-catalog repository)")
     parser.add_argument("--gcp-key-file", metavar="FILE", default=None,
-                        help=f"with --refresh gcp: file holding the API key, mode 0600 "
+                        help=f"with --refresh gcp or vertex: file holding the API key, mode 0600 "
                              f"(default ${GCP_KEY_FILE_ENV})")
     parser.add_argument("--audit", action="store_true",
                         help="list the rows and prices the sanity rules left out, with reasons")
     parser.add_argument("--managed", action="store_true",
-                        help="with --instance TYPE: the managed platform's price (SageMaker) "
+                        help="with --instance TYPE: what SageMaker, Vertex AI and Azure ML "
+                             "charge for that hardware (its accelerators and their count) "
                              "against the same hardware self-managed: monthly difference and "
                              "markup")
     parser.add_argument("--hours-per-month", type=float, default=730.0, metavar="H",
@@ -84,14 +87,16 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
 
     status = EXIT_OK
     refresh_report: dict[str, Any] | None = None
-    if args.refresh in ("azure", "gcp", "catalog", "sagemaker"):
+    if args.refresh in ("azure", "gcp", "catalog", "sagemaker", "vertex", "azureml"):
         refresh_report, ok = _refresh_other(args, cache_path, out, err, pricing_client)
         if not ok:
             status = EXIT_REFRESH_FAILED
     if args.audit:
         return _audit(_catalog(args, cache_path), args, out) or status
-    if args.managed:
+    if args.managed or (args.refresh in MANAGED_SOURCES and args.instance):
         return _managed(args, cache_path, out, err) or status
+    if args.refresh in MANAGED_SOURCES:
+        return status  # managed prices are no instance table: --managed --instance shows them
     if args.refresh == "aws":
         from pricing.refresh import refresh_aws
 
@@ -101,7 +106,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             {o.instance_type for o in Catalog.load().filter(provider="aws")})
         progress = None if args.json else (lambda line: print(f"  {line}", file=out, flush=True))
         if not args.json:
-            print(f"refreshing {len(types)} AWS instance type(s) in {region} ...", file=out)
+            print(f"refreshing {plural(len(types), 'AWS instance type')} in {region} ...",
+                  file=out)
+        before = len(read_cache(cache_path))
         result = refresh_aws(types, region, session=session, cache_path=cache_path,
                              pricing_client=pricing_client, ec2_client=ec2_client,
                              progress=progress)
@@ -113,8 +120,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         refresh_report = {"provider": "aws", "region": region, "fetched": len(result.prices),
                           "errors": result.errors}
         if not args.json:
-            print(f"{len(result.prices)} live price(s) fetched, cached in {cache_path}\n",
-                  file=out)
+            print(refresh_summary(result, before) + "\n", file=out)
 
     catalog = _catalog(args, cache_path)
     lifecycle = "spot" if args.spot else "on-demand"
@@ -148,17 +154,14 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     else:
         if args.fits is not None:
             need = args.fits * (1 + args.headroom)
-            print(f"cheapest {lifecycle} instances with >= {args.gpus or 1} accelerator(s) of "
+            print(f"cheapest {lifecycle} instances with >= {plural(args.gpus or 1, 'accelerator')} of "
                   f">= {need:.1f} GiB each ({args.fits:g} GiB + {args.headroom:.0%} headroom):",
                   file=out)
-        print(format_table(offers, lifecycle), file=out)
-        if len(offers) <= MAX_STALE_LINES:  # few rows: say where each price comes from
-            print("\nsources:", file=out)
-            for offer in offers:
-                chosen = offer.price(lifecycle) or offer.on_demand
-                if chosen is not None:
-                    print(f"  {offer.instance_type} ({offer.region}): {chosen.source}"
-                          + (f" [{chosen.url}]" if chosen.url else ""), file=out)
+        table, sources = format_table_with_sources(offers, lifecycle)
+        print(table, file=out)
+        print("\nsources:", file=out)  # every price in the table points at one of these
+        for number, source in enumerate(sources, 1):
+            print(f"  [{number}] {source}", file=out)
         for line in stale_warnings(offers, lifecycle):
             print(line, file=err)
     if args.instance and args.refresh is None and args.fits is None:
@@ -183,7 +186,8 @@ def _check_usage(args: argparse.Namespace) -> str:
         return (f"unknown provider {args.provider!r}; known: {', '.join(catalog.providers())}")
     if args.accelerator and not catalog.by_accelerator(args.accelerator):
         return (f"no instance with accelerator {args.accelerator!r}; known: "
-                f"{', '.join(catalog.accelerators())}")
+                f"{', '.join(catalog.accelerators())} (or a GPU name as NVML and mlcost-top "
+                "show it, e.g. 'NVIDIA A100-SXM4-40GB')")
     if args.fits is None and (args.gpus is not None or args.spot):
         return "--gpus and --spot go with --fits GIB"
     if args.fits is not None and args.fits <= 0:
@@ -209,12 +213,13 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
     region: str = args.region or DEFAULT_REGIONS.get(source, "")
     progress = None if args.json else (lambda line: print(f"  {line}", file=out, flush=True))
     bundled = Catalog.load()
+    before = len(read_cache(cache_path))
     if source == "azure":
         from pricing import refresh_azure as azure
 
         sizes = args.instance or sorted({o.instance_type for o in bundled.filter(provider="azure")})
         if not args.json:
-            print(f"refreshing {len(sizes)} Azure size(s) in {region} ...", file=out)
+            print(f"refreshing {plural(len(sizes), 'Azure size')} in {region} ...", file=out)
         result = azure.refresh_azure(sizes, region, cache_path=cache_path,
                                      base_url=azure.AZURE_PRICES_URL, progress=progress)
     elif source == "catalog":
@@ -231,41 +236,74 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
         result = refresh_catalog(clouds, cache_path=cache_path, base_url=base,
                                  regions=[args.region] if args.region else None,
                                  progress=progress)
-    elif source == "gcp":
-        from pricing.refresh_gcp import refresh_gcp
-
+    elif source in ("gcp", "vertex"):
         key_file = args.gcp_key_file or os.environ.get(GCP_KEY_FILE_ENV) or ""
         offers = bundled.filter(provider="gcp", instance_types=args.instance)
-        offers = [o for o in offers if not o.instance_type.startswith("tpu")]
+        offers = [o for o in offers if o.is_gpu]
         if not key_file:
-            print("mlcostd prices: --refresh gcp needs an API key file: pass --gcp-key-file "
-                  f"FILE or set ${GCP_KEY_FILE_ENV} ([pricing].gcp_api_key_file in the config); "
-                  "without a key use --refresh catalog", file=err)
+            print(f"mlcostd prices: --refresh {source} needs an API key file: pass "
+                  f"--gcp-key-file FILE or set ${GCP_KEY_FILE_ENV} ([pricing].gcp_api_key_file "
+                  "in the config)" + ("; without a key use --refresh catalog"
+                                      if source == "gcp" else ""), file=err)
             return {"source": source, "fetched": 0, "errors": {"(key)": ["no key file"]}}, False
+        what = "GCP machine type" if source == "gcp" else "Vertex AI machine type"
         if not args.json:
-            print(f"refreshing {len(offers)} GCP machine type(s) in {region} ...", file=out)
-        result = refresh_gcp(offers, region, key_file=key_file, cache_path=cache_path,
-                             progress=progress)
+            print(f"refreshing {plural(len(offers), what)} in {region} ...", file=out)
+        if source == "gcp":
+            from pricing.refresh_gcp import refresh_gcp as refresh_google
+        else:
+            from pricing.refresh_vertex import refresh_vertex as refresh_google
+        result = refresh_google(offers, region, key_file=key_file, cache_path=cache_path,
+                                progress=progress)
+    elif source == "azureml":
+        from pricing import refresh_azure as azure
+        from pricing.refresh_azureml import refresh_azureml
+
+        if not args.json:
+            print(f"refreshing Azure ML surcharges in {region} ...", file=out)
+        result = refresh_azureml(region, cache_path=cache_path, base_url=azure.AZURE_PRICES_URL,
+                                 progress=progress)
     else:
         from pricing.managed import refresh_sagemaker
 
         types = args.instance or sorted({o.instance_type for o in bundled.filter(provider="aws")
                                          if o.is_gpu})
         if not args.json:
-            print(f"refreshing SageMaker prices of {len(types)} type(s) in {region} ...",
+            print(f"refreshing SageMaker prices of {plural(len(types), 'type')} in {region} ...",
                   file=out)
         result = refresh_sagemaker(types, region, cache_path=cache_path,
                                    pricing_client=pricing_client)
     for message in result.messages():
         print(f"mlcostd prices: {message}", file=err)
-    if not args.json:
-        kept = "; previous prices kept" if not result.ok else ""
-        print(f"{len(result.prices)} live price(s) fetched, cached in {cache_path}{kept}\n",
-              file=out)
     _record(cache_path, source, result, err)
+    if not args.json:
+        print(refresh_summary(result, before) + "\n", file=out)
     report = {"source": source, "region": region, "fetched": len(result.prices),
               "errors": result.errors}
     return report, result.ok
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """'1 price', '2 prices', '0 prices'."""
+    return f"{count} {noun if count == 1 else (plural_noun or noun + 's')}"
+
+
+def refresh_summary(result: Any, cached_before: int) -> str:
+    """What a refresh did to the cache, in words that match what happened on disk:
+    `cached_before` is how many prices the cache held before it."""
+    fetched = len(result.prices)
+    path = result.cache_path
+    if fetched and "(cache)" in result.errors:
+        return (f"{plural(fetched, 'live price')} fetched but not cached: {path} could not be "
+                "written (see the error above)")
+    if fetched:
+        kept = "; the failed ones keep their previous prices" if not result.ok else ""
+        return f"{plural(fetched, 'live price')} fetched and cached in {path}{kept}"
+    if cached_before:
+        stay = "stays as it was" if cached_before == 1 else "stay as they were"
+        return (f"no live price fetched; the {plural(cached_before, 'price')} already cached "
+                f"in {path} {stay}")
+    return f"no live price fetched; nothing is cached yet (cache: {path})"
 
 
 def _record(cache_path: str, source: str, result: Any, err: TextIO) -> None:
@@ -294,43 +332,65 @@ def _audit(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     if not rejections:
         print(f"the sanity rules left nothing out of {len(catalog)} offers", file=out)
         return EXIT_OK
-    print(f"{len(rejections)} price(s) or row(s) left out by the sanity rules:", file=out)
+    print(f"{plural(len(rejections), 'price or row', 'prices or rows')} left out by the sanity rules:", file=out)
     for rejection in rejections:
         print(f"  {rejection.describe()}", file=out)
     return EXIT_OK
 
 
 def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO) -> int:
-    from pricing.managed import compare_managed
+    """Each --instance's hardware on every managed platform against self-managed."""
+    from pricing.managed import PLATFORM_OF_PROVIDER, same_hardware
 
     catalog = _catalog(args, cache_path)
-    region = args.region or DEFAULT_REGIONS["sagemaker"]
     status = EXIT_OK
-    rows = []
+    documents = []
     for itype in args.instance:
+        provider = (args.provider or _guess_provider(itype.removeprefix("ml."))).lower()
         try:
-            rows.append(compare_managed(catalog, itype, region, cache_path,
-                                        hours_per_month=args.hours_per_month))
+            base, rows, missing = same_hardware(catalog, itype, cache_path, provider=provider,
+                                                region=args.region,
+                                                hours_per_month=args.hours_per_month)
         except PricingError as exc:
             print(f"mlcostd prices: {exc}", file=err)
             status = EXIT_REFRESH_FAILED
-    if args.json:
-        json.dump({"managed": [
-            {"platform": c.platform, "component": c.component, "instance_type": c.instance_type,
-             "managed_instance_type": c.managed_instance_type, "region": c.region,
-             "managed_per_hour": c.managed_per_hour,
-             "self_managed_per_hour": c.self_managed_per_hour,
-             "hours_per_month": c.hours_per_month,
-             "monthly_difference": round(c.monthly_difference, 2),
-             "markup_pct": round(c.markup_pct, 2), "managed_source": c.managed_source,
-             "self_managed_source": c.self_managed_source} for c in rows]}, out, indent=2)
-        out.write("\n")
-    else:
+            continue
+        own = PLATFORM_OF_PROVIDER.get(base.provider)
+        if own is not None and not any(r.platform == own.name for r in rows):
+            status = EXIT_REFRESH_FAILED  # the asked instance's own platform has no price
+        hardware = f"{base.accelerator_count} x {base.accelerator}"
+        documents.append({"instance_type": base.instance_type, "provider": base.provider,
+                          "region": base.region, "hardware": hardware,
+                          "managed": [_comparison_json(c) for c in rows], "missing": missing})
+        if args.json:
+            continue
+        print(f"managed vs self-managed, the hardware of {base.provider}/{base.instance_type} "
+              f"({hardware}) at {args.hours_per_month:g} h a month:", file=out)
         for c in rows:
-            print(c.describe(), file=out)
-            print(f"  managed: {c.managed_source}; self-managed: {c.self_managed_source}",
-                  file=out)
+            print(f"  {c.describe()}", file=out)
+            print(f"    managed: {c.managed_source}", file=out)
+            print(f"    self-managed: {c.self_managed_source}", file=out)
+        for line in missing:
+            print(f"mlcostd prices: {line}", file=err)
+    if args.json:
+        # One instance: its rows at the top level (the common case); more: one entry each.
+        payload: dict[str, Any] = (documents[0] if len(documents) == 1
+                                   else {"instances": documents})
+        json.dump(payload if documents else {"managed": [], "missing": []}, out, indent=2)
+        out.write("\n")
     return status
+
+
+def _comparison_json(c: Any) -> dict[str, Any]:
+    return {"platform": c.platform, "component": c.component, "instance_type": c.instance_type,
+            "managed_instance_type": c.managed_instance_type, "region": c.region,
+            "self_managed_region": c.self_managed_region,
+            "managed_per_hour": c.managed_per_hour,
+            "self_managed_per_hour": c.self_managed_per_hour,
+            "hours_per_month": c.hours_per_month,
+            "monthly_difference": round(c.monthly_difference, 2),
+            "markup_pct": round(c.markup_pct, 2), "managed_source": c.managed_source,
+            "self_managed_source": c.self_managed_source, "summary": c.describe()}
 
 
 def stale_warnings(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> list[str]:
@@ -368,7 +428,7 @@ def _guess_provider(instance_type: str) -> str:
 def _nothing_found(args: argparse.Namespace, catalog: Catalog) -> str:
     if args.fits is not None:
         biggest = max((o.accelerator_memory_gib for o in catalog), default=0)
-        return (f"no instance fits {args.fits:g} GiB x {args.gpus or 1} accelerator(s) with "
+        return (f"no instance fits {args.fits:g} GiB x {plural(args.gpus or 1, 'accelerator')} with "
                 f"{args.headroom:.0%} headroom and the given filters (largest accelerator "
                 f"memory in the catalog: {biggest:g} GiB)")
     return "no instance matches the given filters"
@@ -386,13 +446,44 @@ def _spot_text(price: Price | None) -> str:
     return f"{price.per_hour:.4f}"
 
 
-def _source_text(offer: InstanceOffer, lifecycle: str) -> str:
-    chosen = offer.price(lifecycle) or offer.on_demand or offer.spot
-    return chosen.describe() if chosen else "no price"
+def _shown_prices(offer: InstanceOffer) -> list[tuple[str, Price]]:
+    """The prices a table row shows, by the column's lifecycle."""
+    return [(kind, price) for kind, price in (("on-demand", offer.on_demand), ("spot", offer.spot),
+                                              ("1y", offer.commit_1y), ("3y", offer.commit_3y))
+            if price is not None]
+
+
+def _source_key(price: Price) -> str:
+    return price.source + (f" ({price.url})" if price.url else "")
+
+
+def _prices_text(offer: InstanceOffer, footnote: dict[str, int]) -> str:
+    """The age and source note of every price in the row: one text when they share it
+    ('bundled, catalog date unknown [1]'), else per lifecycle ('on-demand: live, 3 s old [2];
+    spot: bundled, catalog date unknown [1]')."""
+    shown = _shown_prices(offer)
+    if not shown:
+        return "no price"
+    notes = [(kind, f"{price.describe()} [{footnote[_source_key(price)]}]")
+             for kind, price in shown]
+    if len({note for _, note in notes}) == 1:
+        return notes[0][1]
+    return "; ".join(f"{kind}: {note}" for kind, note in notes)
 
 
 def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> str:
     """A plain-text table; $/ACC-h is the host price divided by its accelerator count."""
+    return format_table_with_sources(offers, lifecycle)[0]
+
+
+def format_table_with_sources(offers: Sequence[InstanceOffer],
+                              lifecycle: str = "on-demand") -> tuple[str, list[str]]:
+    """(the table, its sources in footnote order): the PRICES column gives each price's age
+    and the number of its source, so every price printed says where it is from and how old."""
+    footnote: dict[str, int] = {}
+    for offer in offers:
+        for _, price in _shown_prices(offer):
+            footnote.setdefault(_source_key(price), len(footnote) + 1)
     headers = ["PROVIDER", "REGION", "INSTANCE", "ACCEL", "N", "GiB/ACC", "vCPU", "RAM GiB",
                "ON-DEMAND $/h", "SPOT $/h", "1Y $/h", "3Y $/h", f"{lifecycle.upper()} $/ACC-h",
                "PRICES"]
@@ -405,7 +496,7 @@ def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") 
             _money(o.on_demand.per_hour if o.on_demand else None), _spot_text(o.spot),
             _money(o.commit_1y.per_hour if o.commit_1y else None),
             _money(o.commit_3y.per_hour if o.commit_3y else None),
-            _money(o.price_per_accelerator(lifecycle)), _source_text(o, lifecycle),
+            _money(o.price_per_accelerator(lifecycle)), _prices_text(o, footnote),
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
     numeric = {4, 5, 6, 7, 8, 9, 10, 11, 12}
@@ -414,7 +505,7 @@ def format_table(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") 
         cells = [cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
                  for i, cell in enumerate(row)]
         lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+    return "\n".join(lines), list(footnote)
 
 
 def _price_to_dict(price: Price | None) -> dict[str, Any] | None:

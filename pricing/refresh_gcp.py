@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,66 @@ API_KEY_HEADER = "X-Goog-Api-Key"
 MAX_PAGES = 200  # Compute Engine lists a few thousand SKUs, 5000 per page at most
 USAGE_TYPES = {"OnDemand": "on-demand", "Preemptible": "spot", "Commit1Yr": "commit-1y",
                "Commit3Yr": "commit-3y"}
-# The words a GPU SKU's description starts with, per catalog accelerator name.
-GPU_SKU_NAMES = {"A100-40GB": "Nvidia Tesla A100 GPU", "A100-80GB": "Nvidia Tesla A100 80GB GPU",
-                 "H100": "Nvidia H100 80GB GPU", "H200": "Nvidia H200 141GB GPU",
-                 "L4": "Nvidia L4 GPU", "T4": "Nvidia Tesla T4 GPU", "V100": "Nvidia Tesla V100 GPU"}
+# SKU descriptions, as public billing data shows them (checked 2026-12; see README "Prices"):
+#   "Nvidia Tesla A100 GPU running in Americas"            A100 40 GB (a2-highgpu)
+#   "Nvidia Tesla A100 80GB GPU running in Americas"       A100 80 GB (a2-ultragpu)
+#   "Nvidia H100 80GB GPU running in Americas"             H100 (a3-highgpu)
+#   "H200 141GB GPU running in Americas"                   H200 (a3-ultragpu): no "Nvidia"
+#   "Nvidia L4 GPU attached to Spot Preemptible VMs running in Americas"       spot GPU
+#   "Spot Preemptible A3 Instance Core running in Americas"                    spot vCPU
+#   "A3 Instance Core running in Americas", "A3 Instance Ram running in ..."   a3-highgpu
+#   "N1 Predefined Instance Core running in Americas"                          n1 (+ T4)
+#   "Commitment v1: A3 Cpu in Americas for 1 Year", "Commitment v1: Ram in ..." (N1),
+#   "Commitment v1: Nvidia H100 80GB GPU running in Americas for 3 Years"      committed use
+# Other models' SKUs share these words and must not be read as on-demand, spot or committed
+# use: "Nvidia H100 80GB Mega GPU" (a3-megagpu), "... Plus GPU", "attached to DWS Defined
+# Duration VMs" (flex-start), sole-tenant, custom and reserved (calendar-mode) SKUs.
+EXCLUDED_WORDS = ("sole tenancy", "custom", "dws", "defined duration", "flex", "reserved",
+                  "calendar", "extended", "premium", "management fee", "local ssd", "storage",
+                  "virtual workstation", "licensing")
+GPU_EXCLUDED_WORDS = ("mega", "plus")
+# The GPU models a SKU description names (its words), per catalog accelerator name.
+_GPU_WORDS = (("h200", "H200"), ("h100", "H100"), ("v100", "V100"), ("l4", "L4"),
+              ("t4", "T4"))
+# "A3 Instance Core", "A3 Ultra Instance Ram", "N1 Predefined Instance Core", "A2 Cpu", "Ram".
+_PART = re.compile(r"^(?:(?P<family>[a-z]\d[a-z]?)(?: (?P<shape>ultra|high|mega|edge))? )?"
+                   r"(?:predefined )?(?:instance )?(?P<what>core|cpu|ram)\b")
+_PREFIXES = ("commitment v1: ", "commitment: ", "spot preemptible ", "preemptible ")
 
 
-_PART = re.compile(r"^(\w+) (Instance Core|Instance Ram|Cpu|Ram) running in ")
+def sku_part(description: str) -> str | None:
+    """What one SKU prices, from its description: 'gpu:<accelerator>' (catalog name),
+    'core:<family>' or 'ram:<family>' (family A2, A3, A3ULTRA, G2, N1, ...); None for SKUs
+    of other provisioning models, machine shapes or resources."""
+    text = " ".join(description.lower().split())
+    for prefix in _PREFIXES:
+        text = text.removeprefix(prefix)
+    if any(word in text for word in EXCLUDED_WORDS):
+        return None
+    match = _PART.match(text)
+    if match:
+        # "Commitment v1: Cpu in ..." (no family) is how N1's committed use is named.
+        family = (match["family"] or "n1") + (match["shape"] or "")
+        return f"{'ram' if match['what'] == 'ram' else 'core'}:{family.upper()}"
+    words = set(re.findall(r"[a-z0-9]+", text))
+    if words & set(GPU_EXCLUDED_WORDS):
+        return None
+    if "a100" in words:
+        return "gpu:A100-80GB" if "80gb" in words else "gpu:A100-40GB"
+    for word, accelerator in _GPU_WORDS:
+        if word in words:
+            return f"gpu:{accelerator}"
+    return None
+
+
+def machine_families(machine_type: str) -> list[str]:
+    """The SKU families that may price this machine type's vCPUs and RAM, the most specific
+    first: a3-ultragpu-8g -> ['A3ULTRA', 'A3'], a2-highgpu-8g -> ['A2HIGH', 'A2'], g2-standard-4
+    -> ['G2']."""
+    parts = machine_type.lower().split("-")
+    family = parts[0].upper()
+    shape = parts[1].removesuffix("gpu") if len(parts) > 1 and parts[1].endswith("gpu") else ""
+    return [family + shape.upper(), family] if shape else [family]
 
 
 class GcpKeyError(ValueError):
@@ -65,6 +118,10 @@ def read_api_key(path: str | os.PathLike[str]) -> str:
     return key
 
 
+def skus_url(base_url: str, service: str) -> str:
+    return f"{base_url.rstrip('/')}/services/{service}/skus"
+
+
 def _unit_price(sku: dict[str, Any]) -> float | None:
     try:
         rates = sku["pricingInfo"][0]["pricingExpression"]["tieredRates"]
@@ -74,53 +131,47 @@ def _unit_price(sku: dict[str, Any]) -> float | None:
         return None
 
 
-def parse_skus(skus: Iterable[dict[str, Any]], region: str) -> dict[tuple[str, str], float]:
-    """{(part, lifecycle): $/unit-hour} in `region`; part is 'gpu:<accelerator>',
-    'core:<family>' or 'ram:<family>' (family: A2, A3, G2, N1, ...)."""
+def parse_skus(skus: Iterable[dict[str, Any]], region: str,
+               part_of: Callable[[str], str | None] = sku_part,
+               usage_types: dict[str, str] = USAGE_TYPES) -> dict[tuple[str, str], float]:
+    """{(part, lifecycle): $/unit-hour} in `region` (see `sku_part` for the parts). Where two
+    SKUs price the same part the first listed wins."""
     parts: dict[tuple[str, str], float] = {}
     for sku in skus:
-        desc = str(sku.get("description", ""))
         category = sku.get("category") or {}
-        kind = USAGE_TYPES.get(str(category.get("usageType", "")))
+        kind = usage_types.get(str(category.get("usageType", "")))
         if kind is None or region not in (sku.get("serviceRegions") or []):
             continue
         price = _unit_price(sku)
         if price is None or price <= 0:
             continue
-        text = desc.removeprefix("Commitment v1: ")
-        if any(word in text.lower() for word in ("sole tenancy", "custom", "dws", "reserved",
-                                                 "calendar", "extended", "premium")):
-            continue
-        part = None
-        for accel, name in GPU_SKU_NAMES.items():
-            if text.lower().startswith((name.lower(), name.lower().removeprefix("nvidia "))):
-                part = f"gpu:{accel}"  # dict order: "A100 GPU" cannot match "A100 80GB GPU"
-                break
-        match = _PART.match(text)
-        if part is None and match:
-            family, what = match.groups()
-            part = f"{'core' if what in ('Instance Core', 'Cpu') else 'ram'}:{family.upper()}"
+        part = part_of(str(sku.get("description", "")))
         if part is not None:
             parts.setdefault((part, kind), price)
     return parts
 
 
 def compose(offer: InstanceOffer, parts: dict[tuple[str, str], float],
-            kind: str) -> float | None:
-    """The host $/h of `offer` from its parts, None when a part has no price."""
-    family = offer.instance_type.split("-")[0].upper()
+            kind: str) -> tuple[float, str] | None:
+    """(host $/h of `offer` from its parts, the SKU family its vCPUs and RAM were priced by);
+    None when a part has no price."""
     gpu = parts.get((f"gpu:{offer.accelerator}", kind))
-    core = parts.get((f"core:{family}", kind))
-    ram = parts.get((f"ram:{family}", kind))
-    if gpu is None or core is None or ram is None or not offer.vcpus or not offer.memory_gib:
+    if gpu is None or not offer.vcpus or not offer.memory_gib:
         return None
-    return round(offer.vcpus * core + offer.memory_gib * ram + offer.accelerator_count * gpu, 6)
+    for family in machine_families(offer.instance_type):
+        core = parts.get((f"core:{family}", kind))
+        ram = parts.get((f"ram:{family}", kind))
+        if core is not None and ram is not None:
+            price = offer.vcpus * core + offer.memory_gib * ram + offer.accelerator_count * gpu
+            return round(price, 6), family
+    return None
 
 
 async def fetch_skus(session: aiohttp.ClientSession, key: str, *, base_url: str = BILLING_URL,
-                     timeout_s: float = DEFAULT_TIMEOUT_S,
+                     service: str = COMPUTE_ENGINE_SERVICE, timeout_s: float = DEFAULT_TIMEOUT_S,
                      max_retry_after_s: float = 30.0) -> list[dict[str, Any]]:
-    url = f"{base_url.rstrip('/')}/services/{COMPUTE_ENGINE_SERVICE}/skus"
+    """Every SKU of `service`, across `nextPageToken` pages; raises FetchError."""
+    url = skus_url(base_url, service)
     skus: list[dict[str, Any]] = []
     # The key goes in a header, not the query: URLs end up in proxy and server logs.
     params = {"pageSize": "5000", "currencyCode": "USD"}
@@ -156,7 +207,7 @@ async def refresh_gcp_async(offers: Sequence[InstanceOffer], region: str, *,
     except GcpKeyError as exc:
         result.errors["(key)"] = [str(exc)]
         return result
-    url = f"{base_url.rstrip('/')}/services/{COMPUTE_ENGINE_SERVICE}/skus"
+    url = skus_url(base_url, COMPUTE_ENGINE_SERVICE)
     try:
         async with aiohttp.ClientSession() as session:
             skus = await fetch_skus(session, key, base_url=base_url, timeout_s=timeout_s,
@@ -168,12 +219,14 @@ async def refresh_gcp_async(offers: Sequence[InstanceOffer], region: str, *,
     for offer in offers:
         got = []
         for kind in ("on-demand", "spot", "commit-1y", "commit-3y"):
-            price = compose(offer, parts, kind)
-            if price is None:
+            composed = compose(offer, parts, kind)
+            if composed is None:
                 continue
+            price, family = composed
             result.prices.append(CachedPrice(
                 "gcp", region, offer.instance_type, kind, price, fetched_at,
-                f"{SOURCE} (vCPU + RAM + {offer.accelerator_count} x {offer.accelerator} SKUs)",
+                f"{SOURCE} ({offer.vcpus} x {family} vCPU + {offer.memory_gib:g} GiB x "
+                f"{family} RAM + {offer.accelerator_count} x {offer.accelerator} SKUs)",
                 url=url))
             got.append(f"{kind} ${price:.4f}/h")
         if not any(p.instance_type == offer.instance_type and p.kind == "on-demand"

@@ -81,6 +81,8 @@ def selection_matrix(need: Need, catalog: Catalog, *, provider: str | None = Non
             "run_cost_on_demand": on_demand.per_hour * need.run_hours if on_demand else None,
             "run_cost_spot": spot.per_hour * need.run_hours if spot else None,
             "price_source": on_demand.describe() if on_demand else None,
+            "sources": [f"{kind}: {price.source} ({price.describe()})"
+                        for kind, price in (("on-demand", on_demand), ("spot", spot)) if price],
         })
     return rows
 
@@ -96,7 +98,12 @@ def render(need: Need, rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "\n".join(lines + ["no instance in the catalog fits this workload"]) + "\n"
     header = ["provider", "region", "instance", "GPU", "n", "GiB", "on-demand $/h", "spot $/h",
-              "run on-demand", "run spot"]
+              "run on-demand", "run spot", "prices"]
+    footnotes: dict[str, int] = {}  # every price's source and age, numbered once
+
+    def notes(row: dict[str, Any]) -> str:
+        return ",".join(str(footnotes.setdefault(text, len(footnotes) + 1))
+                        for text in row["sources"])
 
     def money(value: float | None, digits: int = 2) -> str:
         return "-" if value is None else f"${value:,.{digits}f}"
@@ -104,13 +111,14 @@ def render(need: Need, rows: list[dict[str, Any]]) -> str:
     table = [[r["provider"], r["region"], r["instance_type"], r["accelerator"], str(r["gpus"]),
               f"{r['gib_per_gpu']:g}", money(r["on_demand_per_hour"], 4),
               money(r["spot_per_hour"], 4), money(r["run_cost_on_demand"]),
-              money(r["run_cost_spot"])] for r in rows]
+              money(r["run_cost_spot"]), f"[{notes(r)}]"] for r in rows]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
               for row in table]
     lines.append("")
-    lines.append(f"prices: {rows[0]['price_source']}; spot is the midpoint of the zones' range")
+    lines.append("prices (spot is the midpoint of the zones' range):")
+    lines += [f"  [{number}] {text}" for text, number in footnotes.items()]
     return "\n".join(lines) + "\n"
 
 

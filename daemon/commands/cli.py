@@ -41,8 +41,12 @@ refresh sources (--refresh):
   catalog    SkyPilot vms.csv catalogs for aws, gcp, azure, lambda (no key; --catalog-url or
              [pricing].catalog_url)
   sagemaker  SageMaker ml.* prices for --managed (AWS Price List; needs AWS credentials)
-also: --audit lists what the sanity rules left out, --managed compares SageMaker with the same
-hardware self-managed, --observed lists what fits the workloads this host ran.
+  vertex     Vertex AI training/prediction machine prices for --managed (Cloud Billing
+             Catalog; the same API key file as gcp)
+  azureml    Azure ML's per-vCPU/GPU surcharges for --managed (Retail Prices API, no key)
+also: --audit lists what the sanity rules left out, --managed compares SageMaker, Vertex AI and
+Azure ML with the same hardware self-managed, --observed lists what fits the workloads this
+host ran.
 """
 
 
@@ -109,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     prices = sub.add_parser("prices", help="GPU instance prices with source and age; what "
                                            "fits; refresh (aws, azure, gcp, catalog, "
-                                           "sagemaker); --audit; --managed",
+                                           "sagemaker, vertex, azureml); --audit; --managed",
                             description=PRICES_DESCRIPTION,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     pricing_cli.add_arguments(prices)
@@ -301,7 +305,9 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
         return 1
     finally:
         reader.close()
-    rows = selection.selection_matrix(need, Catalog.load(), provider=args.provider,
+    args = _prices_defaults(args, config)  # the daemon's cache and extra catalogs
+    catalog = Catalog.load(cache_path=args.cache, extra_catalogs=args.extra_catalogs)
+    rows = selection.selection_matrix(need, catalog, provider=args.provider,
                                       region=args.region, limit=args.limit)
     if args.json:
         print(json.dumps(selection.as_json(need, rows), indent=2))

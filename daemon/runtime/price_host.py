@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from daemon.analysis.analyzer import Analyzer
@@ -121,15 +121,17 @@ def managed_host_price(config: Config, instance: Any, catalog: Catalog,
              and (region is None or p.region == region)]
     if not found:
         return None  # host_price says there is no price; `mlcostd check` says how to fetch it
-    cached = min(found, key=lambda p: p.per_hour)
+    managed = min(found, key=lambda p: p.price.per_hour)
     base = catalog.by_instance(provider, str(instance_type).removeprefix("ml."))
     count = base.accelerator_count if base is not None else (gpus_seen or 0)
-    fetched = datetime.fromtimestamp(cached.fetched_at, timezone.utc)
-    component = cached.attributes.get("component", "")
-    return HostPrice(cached.per_hour, count, MANAGED_LIFECYCLE, instance_type, provider,
-                     cached.region,
-                     f"live: {cached.source} (SageMaker {component}, fetched "
-                     f"{fetched.date().isoformat()})", fetched.isoformat(), True)
+    as_of = managed.price.as_of
+    dated = f"fetched {as_of.date().isoformat()}" if managed.price.live and as_of else \
+        managed.price.describe()
+    return HostPrice(managed.price.per_hour, count, MANAGED_LIFECYCLE, instance_type, provider,
+                     managed.region,
+                     f"{'live' if managed.price.live else 'bundled'}: {managed.price.source} "
+                     f"({managed.platform_name} {managed.component}, {dated})",
+                     as_of.isoformat() if as_of else None, managed.price.live)
 
 
 def _as_of(text: str | None) -> datetime | None:
@@ -185,7 +187,8 @@ def warning_json(verdict: Staleness | None) -> dict[str, Any] | None:
 
 
 def is_managed_instance(instance_type: str | None) -> bool:
-    """A managed ML platform instance (SageMaker names its instances ml.<type>)."""
+    """A managed ML platform instance as the host sees itself (SageMaker names its instances
+    ml.<type>; Vertex AI and Azure ML hosts carry their VM's name, see [pricing].compare_managed)."""
     return bool(instance_type) and str(instance_type).startswith("ml.")
 
 
@@ -197,15 +200,19 @@ def managed_review(config: Config, price: HostPrice, catalog: Catalog,
     instance_type = price.instance_type
     if not (is_managed_instance(instance_type) or config.pricing.compare_managed):
         return None
-    if not instance_type or (price.provider or "aws") != "aws":
-        return {"error": f"the managed comparison knows SageMaker (aws) only; this host is "
-                         f"{price.provider or 'off-cloud'}/{instance_type or 'unknown type'}"}
-    from pricing.managed import compare_managed
+    from pricing.managed import PLATFORM_OF_PROVIDER, compare_managed
 
-    region = price.region or "us-east-1"
+    provider = price.provider or ""
+    if not instance_type or provider not in PLATFORM_OF_PROVIDER:
+        return {"error": "the managed comparison knows "
+                         + ", ".join(f"{p.name} ({p.provider})" for p in
+                                     PLATFORM_OF_PROVIDER.values())
+                         + f"; this host is {provider or 'off-cloud'}/"
+                           f"{instance_type or 'unknown type'}"}
+    region = price.region or PLATFORM_OF_PROVIDER[provider].default_region
     try:
         compared = compare_managed(catalog, instance_type, region, price_cache_path(config),
-                                   hours_per_month=hours_per_month)
+                                   provider=provider, hours_per_month=hours_per_month)
     except PricingError as exc:
         return {"error": str(exc)}
     return {"platform": compared.platform, "component": compared.component,

@@ -156,3 +156,20 @@ def test_a_managed_host_without_a_cached_price_says_there_is_none(tmp_path):
                                              "region": "us-east-1"})
     price, _, _ = price_host.price_host(config, None, 8)
     assert price.per_hour == 0 and "no price" in price.source
+
+
+def test_the_review_of_a_gcp_or_azure_host_compares_its_own_platform(tmp_path):
+    a2 = {"provider": "gcp", "type": "a2-highgpu-8g", "region": "us-central1"}
+    config = make_config(tmp_path, instance=a2, pricing={"compare_managed": True})
+    price, catalog, _ = price_host.price_host(config, None, 8)
+    review = price_host.managed_review(config, price, catalog)
+    assert review is not None and review["platform"] == "Vertex AI"
+    assert review["self_managed_per_hour"] == 29.387
+    assert review["markup_pct"] == pytest.approx(15.0)
+    assert "estimate" in review["managed_source"]
+    nd96 = {"provider": "azure", "type": "Standard_ND96asr_v4", "region": "eastus"}
+    config = make_config(tmp_path, instance=nd96, pricing={"compare_managed": True})
+    price, catalog, _ = price_host.price_host(config, None, 8)
+    review = price_host.managed_review(config, price, catalog)
+    assert review is not None and review["platform"] == "Azure ML"
+    assert review["managed_per_hour"] == review["self_managed_per_hour"] == 27.197

@@ -28,7 +28,7 @@ def test_the_help_lists_every_refresh_source_audit_and_managed():
     assert "prices" in overview and "sagemaker" in overview
     sub = next(a for a in parser._actions if a.dest == "command").choices["prices"]  # noqa: SLF001
     text = sub.format_help()
-    for source in ("aws", "azure", "gcp", "catalog", "sagemaker"):
+    for source in ("aws", "azure", "gcp", "catalog", "sagemaker", "vertex", "azureml"):
         assert f"\n  {source} " in text, source
     for flag in ("--audit", "--managed", "--gcp-key-file", "--catalog-url", "--cache", "--config"):
         assert flag in text
@@ -70,7 +70,7 @@ def test_extra_catalogs_from_the_config_are_listed(tmp_path, capsys):
     assert main(["prices", "--config", str(config), "--instance", "gpu_8x_h100_sheet"]) == 0
     out = capsys.readouterr().out
     assert "gpu_8x_h100_sheet" in out and "23.9200" in out  # 8 x 2.99 per GPU-hour
-    assert "gpu_8x_h100_sheet (us-east-1): test sheet" in out
+    assert "  [1] test sheet" in out.split("sources:")[1]
 
 
 def test_refresh_gcp_reads_the_key_file_from_the_config(tmp_path, capsys):

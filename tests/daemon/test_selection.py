@@ -66,3 +66,25 @@ def test_cli_json_and_errors(tmp_path, capsys):
     assert document["need"]["gpus"] == 2 and document["instances"]
     assert main(["prices", "--observed", "--db", str(tmp_path / "none.db")]) == 1
     assert "no database" in capsys.readouterr().err
+
+
+def test_the_table_says_every_prices_source_and_age_and_reads_the_cache(tmp_path, capsys):
+    import time
+
+    from pricing.cache import CachedPrice, write_cache
+
+    path = tmp_path / "x.db"
+    record(path)
+    cache = tmp_path / "prices.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "g6e.12xlarge", "on-demand", 9.99,
+                                    time.time() - 120, "test refresh")])
+    assert main(["prices", "--observed", "--db", str(path), "--provider", "aws", "--cache",
+                 str(cache)]) == 0
+    out = capsys.readouterr().out
+    table, notes = out.split("prices (spot is the midpoint of the zones' range):\n")
+    row = next(line for line in table.splitlines() if " g6e.12xlarge " in line)
+    assert "$9.9900" in row  # the cached live price, not the bundled 10.49264
+    refs = row.rsplit("[", 1)[1].rstrip("]").split(",")
+    lines = notes.splitlines()
+    assert lines[int(refs[0]) - 1].endswith("on-demand: test refresh (live, 2 min old)")
+    assert lines[int(refs[1]) - 1].startswith(f"  [{refs[1]}] spot: SkyPilot")

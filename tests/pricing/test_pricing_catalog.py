@@ -314,3 +314,16 @@ def test_best_commitment_is_the_cheapest_term(tmp_path):
     years, price = offer.best_commitment()
     assert years == 3 and price.per_hour == 0.35
     assert Catalog.load().by_instance("aws", "g6.xlarge").best_commitment() is None
+
+
+@pytest.mark.parametrize(("gpu_name", "expected"), [
+    ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("A100-SXM4-40GB", "A100-40GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+    ("NVIDIA A100-PCIE-40GB", "A100-40GB"), ("NVIDIA H100 80GB HBM3", "H100"),
+    ("NVIDIA H100 NVL", "H100"), ("NVIDIA H200", "H200"), ("NVIDIA L40S", "L40S"),
+    ("NVIDIA A10G", "A10G"), ("NVIDIA A10", "A10"), ("NVIDIA L4", "L4"), ("Tesla T4", "T4"),
+    ("Tesla V100-SXM2-16GB", "V100"), ("A100-40GB", "A100-40GB"), ("a100", "A100")])
+def test_nvml_gpu_names_read_as_catalog_accelerators(gpu_name, expected):
+    from pricing.catalog import catalog_accelerator
+
+    assert catalog_accelerator(gpu_name) == expected

@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 
 from conftest import expected_get_products, get_products_response, price_list_item
 
@@ -23,10 +24,12 @@ def test_table_of_the_whole_catalog(tmp_path):
     assert err.startswith("warning: 61 of 61 prices shown are stale (date unknown, older than "
                           "90 days, or from before a price cut); run `mlcostd prices --refresh "
                           "catalog`")
-    lines = out.splitlines()
+    table, sources = out.split("\n\nsources:\n")
+    lines = table.splitlines()
     assert lines[0].split()[:3] == ["PROVIDER", "REGION", "INSTANCE"]
     assert len(lines) == 62
     assert "bundled, catalog date unknown" in out
+    assert len(sources.splitlines()) == len({ref for ref in re.findall(r"\[(\d+)\]", table)})
 
 
 def test_filters(tmp_path):
@@ -35,8 +38,9 @@ def test_filters(tmp_path):
     assert code == 0
     rows = out.split("\n\n")[0].splitlines()[1:]
     assert len(rows) == 4 and all(r.startswith("azure") for r in rows)
+    assert rows[0].endswith("bundled, catalog date unknown [1]")
     assert out.split("\n\nsources:\n")[1].splitlines()[0] == (
-        "  Standard_ND96amsr_A100_v4 (eastus): SkyPilot catalogs/v6/azure/vms.csv @098741e7")
+        "  [1] SkyPilot catalogs/v6/azure/vms.csv @098741e7")
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--instance", "P4D.24XLARGE")
     assert code == 0 and len(out.split("\n\n")[0].splitlines()) == 2 and "4.0966" in out
 
@@ -55,7 +59,7 @@ def test_fits_spot_multi_gpu_table(tmp_path):
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--fits", "70", "--gpus", "8",
                        "--spot", "--provider", "aws")
     assert code == 0
-    assert out.splitlines()[0].startswith("cheapest spot instances with >= 8 accelerator(s)")
+    assert out.splitlines()[0].startswith("cheapest spot instances with >= 8 accelerators")
     assert out.splitlines()[2].split()[2] == "p4de.24xlarge"
 
 
@@ -84,7 +88,9 @@ def test_refresh_prints_progress_then_live_and_bundled(tmp_path, pricing_stub, e
                          "us-east-1", "--instance", "g5.xlarge", "p9.48xlarge",
                          pricing_client=client, ec2_client=ec2_client)
     assert code == 1  # p9.48xlarge failed
-    assert "refreshing 2 AWS instance type(s) in us-east-1" in out
+    assert "refreshing 2 AWS instance types in us-east-1" in out
+    assert (f"2 live prices fetched and cached in {tmp_path / 'c.json'}; the failed ones keep "
+            "their previous prices") in out
     assert "  g5.xlarge: on-demand $1.0060/h" in out
     assert "  p9.48xlarge: on-demand unknown" in out
     assert "AWS lists no Linux on-demand price for p9.48xlarge" in err
@@ -103,7 +109,7 @@ def test_audit_lists_rejections_with_reasons(tmp_path):
     code, out, _ = run("--cache", str(cache), "--audit")
     assert code == 0
     assert out.splitlines() == [
-        "1 price(s) or row(s) left out by the sanity rules:",
+        "1 price or row left out by the sanity rules:",
         "  aws/us-east-1/p5.48xlarge: spot price $55.06/h left out (spot-not-below-on-demand): "
         "spot $55.06/h is not below on-demand $55.06/h (a placeholder); spot unknown"]
     code, out, _ = run("--cache", str(tmp_path / "none.json"), "--audit", "--json")
@@ -131,12 +137,37 @@ def test_managed_markup_for_the_demo_host(tmp_path, pricing_stub):
     code, out, err = run("--cache", cache, "--refresh", "sagemaker", "--instance",
                          "p4d.24xlarge", pricing_client=client)
     assert code == 0, err
+    # a managed refresh shows the managed view of the types it fetched, not the EC2 table
+    assert "  SageMaker Training ml.p4d.24xlarge $37.6880/h" in out and "PROVIDER" not in out
     code, out, err = run("--cache", cache, "--managed", "--instance", "p4d.24xlarge", "--json")
-    [row] = json.loads(out)["managed"]
-    assert (row["markup_pct"], row["monthly_difference"]) == (15.0, 3588.24)
-    code, _, err = run("--cache", str(tmp_path / "empty.json"), "--managed", "--instance",
-                       "p4d.24xlarge")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["hardware"] == "8 x A100-40GB" and document["missing"] == []
+    rows = {(r["platform"], r["component"]): r for r in document["managed"]}
+    assert list(rows) == [("SageMaker", "Training"), ("Vertex AI", "Training"),
+                          ("Vertex AI", "Prediction"), ("Azure ML", "Training"),
+                          ("Azure ML", "Inference")]
+    sagemaker = rows[("SageMaker", "Training")]
+    assert (sagemaker["markup_pct"], sagemaker["monthly_difference"]) == (15.0, 3588.24)
+    assert rows[("Azure ML", "Training")]["markup_pct"] == 0.0
+    # every price printed says its source and age
+    code, out, err = run("--cache", cache, "--managed", "--instance", "p4d.24xlarge",
+                         "--hours-per-month", "365")
+    lines = out.splitlines()
+    assert lines[0] == ("managed vs self-managed, the hardware of aws/p4d.24xlarge "
+                        "(8 x A100-40GB) at 365 h a month:")
+    assert lines[1].startswith("  SageMaker Training ml.p4d.24xlarge $37.6880/h against "
+                               "p4d.24xlarge $32.7726/h self-managed in us-east-1: +15.0 %, "
+                               "$1,794 a month at 365 h")
+    assert lines[2].startswith("    managed: AWS Price List API (AmazonSageMaker) (live, ")
+    assert lines[3].endswith("(bundled, catalog date unknown, predates a price cut)")
+    sources = [line for line in lines if line.startswith(("    managed:", "    self-managed:"))]
+    assert len(sources) == 10 and all(("live, " in line or "bundled, " in line)
+                                      for line in sources)
+    code, out, err = run("--cache", str(tmp_path / "empty.json"), "--managed", "--instance",
+                         "p4d.24xlarge")
     assert code == 1 and "run `mlcostd prices --refresh sagemaker" in err
+    assert "Vertex AI Training a2-highgpu-8g" in out  # the bundled rows still show
     code, _, err = run("--cache", cache, "--managed")
     assert code == 2 and "--managed needs --instance TYPE" in err
 
@@ -189,7 +220,83 @@ def test_a_failed_refresh_is_recorded_and_the_previous_prices_stay(tmp_path, mon
         code, out, err = run("--cache", str(cache), "--refresh", "azure", "--instance", SKU)
     assert code == 1
     assert "HTTP 503: upstream down; check the URL and region (previous prices kept)" in err
-    assert "0 live price(s) fetched" in out and "previous prices kept" in out
+    assert f"no live price fetched; the 1 price already cached in {cache} stays as it was" in out
     assert [p.per_hour for p in read_cache(cache)] == [3.6]
     record = read_refresh_log(cache)["azure"]
     assert not record.ok and record.fetched == 0 and "HTTP 503" in record.errors[0]
+
+
+def test_accelerator_accepts_the_name_the_screen_and_nvml_show(tmp_path):
+    cache = str(tmp_path / "c.json")
+    _, by_catalog_name, _ = run("--cache", cache, "--accelerator", "A100-40GB")
+    for name in ("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "nvidia a100-pcie-40gb"):
+        code, out, err = run("--cache", cache, "--accelerator", name)
+        assert code == 0, err
+        assert out == by_catalog_name
+    code, out, _ = run("--cache", cache, "--accelerator", "NVIDIA H100 80GB HBM3")
+    rows = out.split("\n\n")[0].splitlines()[1:]
+    assert code == 0 and rows and all(r.split()[3] == "H100" for r in rows)
+    code, out, _ = run("--cache", cache, "--accelerator", "NVIDIA A100 80GB PCIe")
+    assert code == 0 and all(r.split()[3] == "A100-80GB"
+                             for r in out.split("\n\n")[0].splitlines()[1:])
+    code, _, err = run("--cache", cache, "--accelerator", "NVIDIA GH200 480GB")
+    assert code == 2 and "'NVIDIA GH200 480GB'" in err and "NVIDIA A100-SXM4-40GB" in err
+
+
+def test_a_refresh_that_fetched_nothing_says_nothing_was_cached(tmp_path, pricing_stub,
+                                                                ec2_client):
+    client, stubber = pricing_stub
+    stubber.add_response("get_products", get_products_response(),
+                         expected_get_products("p9.48xlarge", "us-east-1"))
+    cache = tmp_path / "c.json"
+    code, out, _ = run("--cache", str(cache), "--refresh", "aws", "--instance", "p9.48xlarge",
+                       pricing_client=client, ec2_client=ec2_client)
+    assert code == 1
+    assert "refreshing 1 AWS instance type in us-east-1" in out
+    assert f"no live price fetched; nothing is cached yet (cache: {cache})" in out
+    assert "cached in" not in out
+
+
+def test_refresh_azureml_then_the_managed_view_of_an_azure_size(tmp_path, monkeypatch):
+    from local_http import LocalServer, ok
+    from test_pricing_refresh_azure import PATH, page
+    from test_pricing_refresh_azureml import SURCHARGES
+
+    import pricing.refresh_azure as azure
+
+    cache = str(tmp_path / "c.json")
+    with LocalServer({PATH: [ok(page(SURCHARGES, None))]}) as server:
+        monkeypatch.setattr(azure, "AZURE_PRICES_URL", server.url + PATH)
+        code, out, err = run("--cache", cache, "--refresh", "azureml")
+    assert code == 0, err
+    assert "refreshing Azure ML surcharges in eastus ..." in out
+    assert "  inference per-GPU: $0.11/h" in out
+    assert f"4 live prices fetched and cached in {cache}" in out
+    assert "PROVIDER" not in out and "managed vs" not in out  # no --instance: nothing more
+    code, out, err = run("--cache", cache, "--managed", "--instance", "ND96asr_v4")
+    assert "Azure ML Inference Standard_ND96asr_v4 $28.0770/h against Standard_ND96asr_v4 " \
+           "$27.1970/h self-managed in eastus: +3.2 %" in out
+    assert "Vertex AI Training a2-highgpu-8g" in out
+
+
+def test_every_price_in_the_table_says_its_source_and_age(tmp_path):
+    from pricing.cache import CachedPrice, write_cache
+
+    cache = tmp_path / "c.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "g5.xlarge", "on-demand", 1.0, 1e9,
+                                    "AWS Price List API", url="https://pricing.example")])
+    code, out, _ = run("--cache", str(cache), "--provider", "aws")
+    table, sources = out.split("\n\nsources:\n")
+    rows = table.splitlines()[1:]
+    assert code == 0 and len(rows) == 36  # the bundled AWS rows
+    notes = sources.splitlines()
+    for row in rows:
+        for ref in re.findall(r"\[(\d+)\]", row):
+            assert 1 <= int(ref) <= len(notes)
+        assert re.search(r"(bundled|live)[^\[]*\[\d+\]", row), row
+    g5 = next(r for r in rows if " g5.xlarge " in r)
+    # live on-demand, bundled spot: each says its own
+    assert re.search(r"on-demand: live, \d+ d old \[(\d+)\]; spot: bundled, catalog date "
+                     r"unknown \[\d+\]$", g5), g5
+    assert "  [2] AWS Price List API (https://pricing.example)" in notes or any(
+        n.endswith("] AWS Price List API (https://pricing.example)") for n in notes)

@@ -49,6 +49,9 @@ def test_demo_host_markup_from_a_sagemaker_price(tmp_path, pricing_stub):
     result = refresh_sagemaker(["p4d.24xlarge"], "us-east-1", cache_path=cache,
                                pricing_client=client)
     assert result.ok, result.errors
+    [cached] = result.prices  # with its source, URL and fetch time
+    assert cached.url.startswith("https://api.pricing.us-east-1.amazonaws.com")
+    assert cached.source == "AWS Price List API (AmazonSageMaker)" and cached.fetched_at > 0
     comparison = compare_managed(Catalog.load(cache_path=cache), "p4d.24xlarge", "us-east-1",
                                  cache)
     assert comparison.managed_per_hour == 37.688
@@ -88,3 +91,22 @@ def test_parse_sagemaker_keeps_the_component_asked_for():
     items[0] = items[0].replace("1.4080000000", "1.2000000000")
     assert parse_sagemaker(items, "Training") == 1.408
     assert parse_sagemaker(items, "Hosting") == 1.2
+
+
+def test_a_throttled_sagemaker_refresh_keeps_the_last_good_price(tmp_path, pricing_stub):
+    from pricing.cache import CachedPrice, read_cache, write_cache
+
+    client, stubber = pricing_stub
+    stubber.add_client_error("get_products", service_error_code="ThrottlingException",
+                             service_message="Rate exceeded", http_status_code=400)
+    cache = tmp_path / "prices.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "ml.p4d.24xlarge",
+                                    "managed:sagemaker:training", 37.688, 1e9, "earlier")])
+    result = refresh_sagemaker(["p4d.24xlarge"], "us-east-1", cache_path=cache,
+                               pricing_client=client)
+    assert result.errors == {"ml.p4d.24xlarge": [
+        "SageMaker: throttled by AWS (ThrottlingException); try again in a minute"]}
+    assert [p.per_hour for p in read_cache(cache)] == [37.688]
+    comparison = compare_managed(Catalog.load(cache_path=cache), "p4d.24xlarge", "us-east-1",
+                                 cache)
+    assert comparison.managed_per_hour == 37.688

@@ -61,12 +61,20 @@ def test_throttling_is_a_message_per_type(tmp_path, pricing_stub, ec2_client):
     stubber.add_response("get_products", get_products_response(
         price_list_item("g6.xlarge", "us-east-1", "0.8048000000")),
         expected_get_products("g6.xlarge", "us-east-1"))
+    from pricing.cache import CachedPrice, read_cache, write_cache
+
+    cache = tmp_path / "c.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "g5.xlarge", "on-demand", 0.99, 1e9,
+                                    "an earlier refresh")])
     result = refresh_aws(["g5.xlarge", "g6.xlarge"], "us-east-1",
-                         cache_path=tmp_path / "c.json", pricing_client=client,
+                         cache_path=cache, pricing_client=client,
                          ec2_client=ec2_client)
     assert result.errors == {"g5.xlarge": [
         "on-demand: throttled by AWS (ThrottlingException); try again in a minute"]}
     assert result.price_for("g6.xlarge", "on-demand").per_hour == 0.8048
+    kept = {(p.instance_type, p.kind): p.per_hour for p in read_cache(cache)}
+    assert kept[("g5.xlarge", "on-demand")] == 0.99  # the last good price stays
+    assert kept[("g6.xlarge", "on-demand")] == 0.8048
 
 
 def test_no_credentials_is_a_message_not_a_traceback(tmp_path, monkeypatch):

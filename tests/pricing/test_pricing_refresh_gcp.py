@@ -32,19 +32,21 @@ def sku(description: str, usage: str, usd: float, group: str = "GPU",
             "serviceProviderName": "Google"}
 
 
+# Descriptions as public billing data shows them (see pricing/refresh_gcp.py).
 PAGE1 = [sku("Nvidia L4 GPU running in Americas", "OnDemand", 0.56004),
          sku("Nvidia L4 GPU attached to Spot Preemptible VMs running in Americas",
              "Preemptible", 0.224),
          sku("G2 Instance Core running in Americas", "OnDemand", 0.024, "CPU"),
-         sku("G2 Instance Ram running in Americas", "OnDemand", 0.0028, "RAM")]
-PAGE2 = [sku("Spot Preemptible G2 Instance Core running in Americas", "Preemptible", 0.0096),
-         sku("G2 Instance Core running in Americas", "Preemptible", 0.0096, "CPU"),
-         sku("G2 Instance Ram running in Americas", "Preemptible", 0.00112, "RAM"),
+         sku("G2 Instance Ram running in Americas", "OnDemand", 0.0028, "RAM"),
+         sku("G2 Custom Instance Core running in Americas", "OnDemand", 0.9, "CPU")]
+PAGE2 = [sku("Spot Preemptible G2 Instance Core running in Americas", "Preemptible", 0.0096,
+             "CPU"),
+         sku("Spot Preemptible G2 Instance Ram running in Americas", "Preemptible", 0.00112,
+             "RAM"),
          sku("Commitment v1: Nvidia L4 GPU running in Americas for 1 Year", "Commit1Yr", 0.35),
-         sku("Commitment v1: G2 Cpu running in Americas for 1 Year", "Commit1Yr", 0.015),
-         sku("Commitment v1: G2 Ram running in Americas for 1 Year", "Commit1Yr", 0.0018),
+         sku("Commitment v1: G2 Cpu in Americas for 1 Year", "Commit1Yr", 0.015, "CPU"),
+         sku("Commitment v1: G2 Ram in Americas for 1 Year", "Commit1Yr", 0.0018, "RAM"),
          sku("Nvidia L4 GPU running in EMEA", "OnDemand", 0.7, regions=("europe-west4",))]
-
 
 @pytest.fixture
 def key_file(tmp_path):
@@ -91,11 +93,17 @@ def test_refresh_composes_host_prices_from_sku_parts(tmp_path, key_file, caplog)
 
 
 def test_an_api_error_never_shows_the_key(tmp_path, key_file):
+    from pricing.cache import CachedPrice, write_cache
+
+    cache = tmp_path / "c.json"
+    write_cache(cache, [CachedPrice("gcp", "us-central1", "g2-standard-4", "on-demand", 0.7,
+                                    1e9, "an earlier refresh")])
     body = json.dumps({"error": {"code": 400, "message": f"API key not valid: {KEY}"}})
     with LocalServer({PATH: [(400, body, {})]}) as server:
         result = refresh_gcp(Catalog.load().filter(provider="gcp"), "us-central1",
-                             key_file=key_file, cache_path=tmp_path / "c.json",
+                             key_file=key_file, cache_path=cache,
                              base_url=server.url)
+    assert [p.per_hour for p in read_cache(cache)] == [0.7]  # the last good price stays
     [message] = result.errors["(api)"]
     assert "HTTP 400" in message and "API key not valid: ***" in message
     assert KEY not in message
@@ -110,3 +118,57 @@ def test_a_429_then_a_malformed_page(tmp_path, key_file):
     assert len(server.requests) == 2
     assert "a page without a 'skus' list" in result.errors["(api)"][0]
     assert KEY not in result.errors["(api)"][0]
+
+
+# Compute Engine's H100 and its A3 vCPU/RAM in the Americas: the H100 figure is public billing
+# data (2026-07); the vCPU and RAM ones are Vertex AI's A3 SKUs less its 15 % markup (see
+# pricing/data/managed.csv). Together they give the bundled a3-highgpu-8g price, 87.832.
+A3_SKUS = [sku("Nvidia H100 80GB GPU running in Americas", "OnDemand", 9.796550569,
+               regions=("us-east4", "us-central1")),
+           sku("A3 Instance Core running in Americas", "OnDemand", 0.0254980, "CPU",
+               regions=("us-east4", "us-central1")),
+           sku("A3 Instance Ram running in Americas", "OnDemand", 0.0022203, "RAM",
+               regions=("us-east4", "us-central1")),
+           # SKUs of other machine shapes and provisioning models that share the words
+           sku("Nvidia H100 80GB Mega GPU running in Americas", "OnDemand", 10.34,
+               regions=("us-east4",)),
+           sku("Nvidia H100 80GB Plus GPU running in Americas", "OnDemand", 10.34,
+               regions=("us-east4",)),
+           sku("Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in Americas",
+               "OnDemand", 4.200761, regions=("us-east4",)),
+           sku("DWS Defined Duration A3 Core running in Americas", "OnDemand", 0.010934, "CPU",
+               regions=("us-east4",)),
+           # H200 SKUs drop the "Nvidia" prefix; A3 Ultra has vCPU and RAM SKUs of its own
+           sku("H200 141GB GPU running in Americas", "OnDemand", 9.31174),
+           sku("A3 Ultra Instance Core running in Americas", "OnDemand", 0.03, "CPU"),
+           sku("A3 Ultra Instance Ram running in Americas", "OnDemand", 0.0025, "RAM")]
+
+
+def test_a3_machines_are_priced_from_their_own_sku_family(tmp_path, key_file):
+    cache = tmp_path / "prices.json"
+    catalog = Catalog.load()
+    a3_high = catalog.filter(provider="gcp", instance_types=["a3-highgpu-8g"])
+    a3_ultra = catalog.filter(provider="gcp", instance_types=["a3-ultragpu-8g"])
+    with LocalServer({PATH: [ok(json.dumps({"skus": A3_SKUS}))]}) as server:
+        high = refresh_gcp(a3_high, "us-east4", key_file=key_file, cache_path=cache,
+                           base_url=server.url)
+        ultra = refresh_gcp(a3_ultra, "us-central1", key_file=key_file, cache_path=cache,
+                            base_url=server.url)
+    assert high.ok and ultra.ok, (high.errors, ultra.errors)
+    [h100] = high.prices
+    assert h100.per_hour == pytest.approx(208 * 0.025498 + 1872 * 0.0022203 + 8 * 9.796550569)
+    assert h100.per_hour == pytest.approx(87.832, abs=0.01)  # the bundled row, us-east4
+    assert "208 x A3 vCPU" in h100.source
+    [h200] = ultra.prices
+    assert h200.per_hour == pytest.approx(224 * 0.03 + 2952 * 0.0025 + 8 * 9.31174)
+    assert "A3ULTRA vCPU" in h200.source
+
+
+def test_a_machine_family_without_its_own_skus_is_priced_by_the_base_family():
+    from pricing.refresh_gcp import compose, parse_skus
+
+    [a3_ultra] = Catalog.load().filter(provider="gcp", instance_types=["a3-ultragpu-8g"])
+    parts = parse_skus([s for s in A3_SKUS if "Ultra" not in s["description"]], "us-central1")
+    price, family = compose(a3_ultra, parts, "on-demand")
+    assert family == "A3"
+    assert price == pytest.approx(224 * 0.025498 + 2952 * 0.0022203 + 8 * 9.31174)
