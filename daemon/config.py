@@ -248,6 +248,13 @@ class CostConfig:
 
 
 @dataclass(frozen=True)
+class OwnersConfig:
+    slurm_job_info_dir: str = field(default="", metadata=_meta(
+        "folder where a Slurm prolog writes one file per job id with account= and partition= "
+        "lines (README \"Who owns a process\"); empty: none", "path"))
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -259,6 +266,7 @@ class Config:
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     idle: IdleConfig = field(default_factory=IdleConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    owners: OwnersConfig = field(default_factory=OwnersConfig)
     source: str = "defaults"  # where this config came from, for logs and `check`
 
 

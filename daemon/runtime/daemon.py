@@ -29,6 +29,7 @@ from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.sources.nvml import NvmlSource
+from daemon.sources.owners import OwnerReader
 from daemon.sources.procs import ProcessSource, read_pressure
 from daemon.sources.sample import Sample
 from daemon.store import facts, queries
@@ -70,7 +71,8 @@ class Daemon:
         self.previous_sample: Sample | None = None
         self.host: dict[str, Any] = {}
         self.nvml = NvmlSource(config.nvml, config.daemon.interval)
-        self.procs = ProcessSource(children=config.processes.children)
+        self.procs = ProcessSource(children=config.processes.children,
+                                   owners=OwnerReader(config.owners.slurm_job_info_dir))
         self.store: Store | None = None
         self.simulation: Simulation | None = None
         self._stop = asyncio.Event()

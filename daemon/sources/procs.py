@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from daemon.sources.owners import OwnerReader
 from daemon.sources.redact import redact_argv, redact_text
 from daemon.sources.sample import GpuUse, HostPressure, ProcessSample
 
@@ -44,6 +45,7 @@ class _Known:
     ppid: int
     user: str
     command: str
+    owner: dict[str, str]
     last_io: int = -1  # read_bytes + write_bytes + iowait ticks at the last tick
     stat_fd: int = -1  # /proc/PID/stat and /proc/PID/io kept open: re-read with pread(0)
     io_fd: int = -1
@@ -89,8 +91,9 @@ class ProcessSource:
     it would read another process's file).
     """
 
-    def __init__(self, children: bool = True) -> None:
+    def __init__(self, children: bool = True, owners: OwnerReader | None = None) -> None:
         self.children = children
+        self.owners = owners if owners is not None else OwnerReader()
         self._fds = threading.Lock()
         self._known: dict[int, _Known] = {}
         self._children_of: dict[int, tuple[int, ...]] = {}
@@ -153,7 +156,8 @@ class ProcessSource:
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             self._forget(pid)
             return False
-        self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command)
+        owner = self.owners.owner_of(pid)  # its cgroup: read once, like the command line
+        self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command, owner)
         return True
 
     def _forget(self, pid: int) -> None:
@@ -247,6 +251,7 @@ class ProcessSource:
             state=state,
             threads=threads,
             threads_in_d=threads_in_d,
+            owner=known.owner,
         )
 
 
