@@ -18,6 +18,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
+
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
 
 
@@ -252,6 +254,11 @@ class OwnersConfig:
     slurm_job_info_dir: str = field(default="", metadata=_meta(
         "folder where a Slurm prolog writes one file per job id with account= and partition= "
         "lines (README \"Who owns a process\"); empty: none", "path"))
+    pod_resources_socket: str = field(
+        default=POD_RESOURCES_SOCKET, metadata=_meta(
+            "the kubelet's pod-resources socket (pod, namespace and container of each GPU; "
+            "needs grpcio: pip install 'mlcost[kubernetes]'); used where it exists; empty: "
+            "never", "path"))
 
 
 @dataclass(frozen=True)

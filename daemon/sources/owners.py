@@ -19,6 +19,8 @@ import re
 import stat
 from collections.abc import Mapping
 
+from daemon.sources.podresources import PodResources
+
 CGROUP_MAX_BYTES = 64 * 1024  # a /proc/PID/cgroup is a few hundred bytes; never read more
 SLURM_INFO_MAX_BYTES = 4096
 SLURM_INFO_KEYS = ("account", "partition")
@@ -178,15 +180,26 @@ def workload_label(owner: Mapping[str, str]) -> str | None:
     return None
 
 
-class OwnerReader:
-    """Reads a process's owner once: its cgroup, plus the Slurm job file when configured.
-    Never raises: an unreadable or odd cgroup file is an empty owner."""
+POD_CACHE = 4096  # pods and containers remembered (a node runs at most a few hundred pods)
 
-    def __init__(self, slurm_job_info_dir: str = "", proc_root: str = "/proc") -> None:
+
+class OwnerReader:
+    """Reads a process's owner once: its cgroup, plus the Slurm job file when configured, plus
+    the pod's name, namespace and container from the kubelet's pod-resources API (by the GPUs
+    the process holds) where its socket is mounted. A pod's name, once learned from a GPU
+    process, also names its other processes (DataLoader workers hold no GPU). Never raises: an
+    unreadable or odd cgroup file is an empty owner."""
+
+    def __init__(self, slurm_job_info_dir: str = "", proc_root: str = "/proc",
+                 pod_resources: PodResources | None = None) -> None:
         self.slurm_job_info_dir = slurm_job_info_dir
         self.proc_root = proc_root
+        self.pod_resources = pod_resources
+        self._pods: dict[str, tuple[str, str]] = {}  # pod UID -> (namespace, pod)
+        self._containers: dict[str, str] = {}  # container id -> container name
 
-    def owner_of(self, pid: int) -> dict[str, str]:
+    def owner_of(self, pid: int, devices: tuple[str, ...] = ()) -> dict[str, str]:
+        """The owner of `pid`, which holds the GPUs whose UUIDs are `devices`."""
         try:
             data = read_bounded(f"{self.proc_root}/{pid}/cgroup", CGROUP_MAX_BYTES)
         except OSError:
@@ -194,7 +207,25 @@ class OwnerReader:
         owner = parse_cgroup(data.decode("utf-8", "replace"))
         if self.slurm_job_info_dir and "slurm_job" in owner:
             owner.update(read_slurm_info(self.slurm_job_info_dir, owner["slurm_job"]))
+        if "pod_uid" in owner:
+            self._name_pod(owner, devices)
         return owner
+
+    def _name_pod(self, owner: dict[str, str], devices: tuple[str, ...]) -> None:
+        uid, container_id = owner["pod_uid"], owner.get("container_id")
+        if uid not in self._pods and devices and self.pod_resources is not None:
+            allocation = self.pod_resources.allocation(devices)
+            if allocation is not None:
+                if len(self._pods) >= POD_CACHE:
+                    self._pods.clear()
+                    self._containers.clear()
+                self._pods[uid] = (allocation.namespace, allocation.pod)
+                if container_id:
+                    self._containers[container_id] = allocation.container
+        if uid in self._pods:
+            owner["namespace"], owner["pod"] = self._pods[uid]
+            if container_id and container_id in self._containers:
+                owner["container"] = self._containers[container_id]
 
 
 def encode_owner(owner: Mapping[str, str]) -> str | None:

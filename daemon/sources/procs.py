@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -100,19 +101,22 @@ class ProcessSource:
         self.delay_accounting = delay_accounting_enabled()
         self.io_readable = True  # False once /proc/PID/io is refused (not root)
 
-    def discover(self, gpu_pids: set[int], scan_children: bool = True) -> None:
+    def discover(self, gpu_pids: set[int], scan_children: bool = True,
+                 devices: Mapping[int, tuple[str, ...]] | None = None) -> None:
         """Learn new GPU processes and their children. Slow (psutil): run it beside the tick.
 
         Finding children means reading every process on the host once; with
         `scan_children=False` only new GPU processes are looked for children (their workers
         start within a few seconds of them), and known ones keep the children found before.
+        `devices` maps a GPU process to the UUIDs of the GPUs it holds (for its owner's pod).
         """
+        devices = devices or {}
         children_of: dict[int, tuple[int, ...]] = {}
         new = {pid for pid in gpu_pids if pid not in self._children_of}
         scan = self.children and (scan_children or bool(new))
         kids_by_parent = _children_by_parent() if scan else {}
         for pid in gpu_pids:
-            self._learn(pid)
+            self._learn(pid, devices.get(pid, ()))
             if self.children and not scan and pid in self._children_of:
                 children_of[pid] = tuple(k for k in self._children_of[pid] if self._learn(k))
             elif self.children and pid in self._known:
@@ -127,7 +131,7 @@ class ProcessSource:
             if pid not in watched:
                 self._forget(pid)
 
-    def _learn(self, pid: int) -> bool:
+    def _learn(self, pid: int, devices: tuple[str, ...] = ()) -> bool:
         """Read the once-per-process facts; False if the process is gone or unreadable."""
         known = self._known.get(pid)
         try:
@@ -156,7 +160,7 @@ class ProcessSource:
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             self._forget(pid)
             return False
-        owner = self.owners.owner_of(pid)  # its cgroup: read once, like the command line
+        owner = self.owners.owner_of(pid, devices)  # its cgroup: once, like the command line
         self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command, owner)
         return True
 
