@@ -140,11 +140,12 @@ class PodResources:
         shared between several)."""
         if not device_ids or not self.available():
             return None
-        devices = self._refreshed()
+        devices = self.devices()
         found = {a for d in device_ids for a in devices.get(d, ())}
         return found.pop() if len(found) == 1 else None
 
-    def _refreshed(self) -> dict[str, list[Allocation]]:
+    def devices(self) -> dict[str, list[Allocation]]:
+        """{device id: allocations} from the latest List (asked again after refresh_s)."""
         with self._lock:
             now = time.monotonic()
             if now - self._fetched_at >= self.refresh_s:

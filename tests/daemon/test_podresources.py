@@ -79,3 +79,19 @@ def test_the_owner_reader_names_the_pod_of_a_gpu_process_and_then_of_its_workers
             "pod": "trainer-0", "container": "trainer"}
     # the worker holds no GPU and the server is gone: the pod is remembered by its UID
     assert reader.owner_of(11) == reader.owner_of(10)
+
+
+def test_check_says_how_many_gpus_the_kubelet_allocates_and_warns_on_a_missing_slurm_folder(
+        tmp_path):
+    from daemon.commands.check import owner_checks
+    from daemon.config import from_dict
+
+    socket = tmp_path / "kubelet.sock"
+    config = from_dict({"owners": {"pod_resources_socket": str(socket),
+                                   "slurm_job_info_dir": str(tmp_path / "absent")}})
+    with kubelet.pod_resources_server(socket, NODE):
+        pods, slurm = owner_checks(config)
+    assert (pods.name, pods.status) == ("pod names", "ok")
+    assert "3 device(s) allocated to pods" in pods.detail
+    assert (slurm.name, slurm.status) == ("Slurm job info", "warn")
+    assert "absent" in slurm.detail and "prolog" in slurm.fix
