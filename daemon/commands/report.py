@@ -251,7 +251,8 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
         out.append(f"spend in the window: {days}")
     if spend.get("by_owner"):
         top = sorted(spend["by_owner"].items(), key=lambda item: -item[1])[:8]
-        out.append("spend by owner: " + ", ".join(f"{name} ${value:.2f}" for name, value in top))
+        out += textwrap.wrap("spend by owner: " + ", ".join(
+            f"{name} ${value:.2f}" for name, value in top), WRAP_WIDTH, subsequent_indent="  ")
     out.append("")
     out.append("GPUs")
     rows = []
