@@ -75,30 +75,34 @@ def owner_from_path(path: str) -> dict[str, str]:
     systemd_unit (only outside pods and Slurm jobs, where the unit is the owner)."""
     parts = [p for p in path.split("/") if p and p not in (".", "..")]
     owner: dict[str, str] = {}
+    in_pods = "kubepods" in path
+    # Substring tests before each pattern: this runs for every new process at discovery.
     for i, part in enumerate(parts):
-        if "pod_uid" not in owner and "kubepods" in path:
+        if in_pods and "pod_uid" not in owner and "pod" in part:
             for match in _POD.finditer(part):
                 uid = match.group(1).replace("_", "-").strip("-")
                 if len(uid) >= _POD_UID_MIN:
                     owner["pod_uid"] = uid
                     break
-        scope = _CONTAINER_SCOPE.match(part)
+        scope = _CONTAINER_SCOPE.match(part) if part.endswith(".scope") else None
         if scope:
             owner["container_id"] = scope.group(1)
-        elif "pod_uid" in owner and _CONTAINER_ID.match(part):
+        elif "pod_uid" in owner and len(part) == 64 and _CONTAINER_ID.match(part):
             owner["container_id"] = part  # cgroupfs driver: kubepods/burstable/pod<uid>/<id>
         elif (part == "docker" and i + 1 < len(parts) and _CONTAINER_ID.match(parts[i + 1])):
             owner["container_id"] = parts[i + 1]  # plain Docker, cgroupfs driver
-        job = _SLURM_JOB.match(part)
-        if job and i > 0 and (parts[i - 1] == "slurmstepd.scope" or parts[i - 1].startswith(
-                "uid_") or "slurm" in parts[:i]):
-            owner["slurm_job"] = job.group(1)
-        step = _SLURM_STEP.match(part)
-        if step and "slurm_job" in owner:
-            owner["slurm_step"] = step.group(1)
+        if part.startswith("job_"):
+            job = _SLURM_JOB.match(part)
+            if job and i > 0 and (parts[i - 1] == "slurmstepd.scope"
+                                  or parts[i - 1].startswith("uid_") or "slurm" in parts[:i]):
+                owner["slurm_job"] = job.group(1)
+        elif part.startswith("step_") and "slurm_job" in owner:
+            step = _SLURM_STEP.match(part)
+            if step:
+                owner["slurm_step"] = step.group(1)
     if "pod_uid" in owner or "slurm_job" in owner or "container_id" in owner:
         return owner
-    units = [p for p in parts if _UNIT.match(p)]
+    units = [p for p in parts if p.endswith((".service", ".scope")) and _UNIT.match(p)]
     if units:
         owner["systemd_unit"] = units[-1]
     return owner
