@@ -28,6 +28,8 @@ from livedaemon import MLCOSTD
 from simhost import attach_code, poll
 
 from daemon.client import Client
+from daemon.replay import Replay
+from daemon.wire import Now
 from daemon.sim import scenario
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.panels.processes import ProcessPanel
@@ -192,3 +194,9 @@ def _report_checks(daemon: livedaemon.LiveDaemon) -> None:
     text = subprocess.run(MLCOSTD + ["report", "--db", str(daemon.db), "--since", "10m"],
                           capture_output=True, text=True, timeout=120).stdout
     assert "ml/trainer-0" in text and f"slurm {SLURM_JOB}" in text
+    # and a replay of the store shows them as the live daemon did
+    with Replay(daemon.db) as replay:
+        state = replay.state_at(replay.times()[-1])
+    replayed = {p.workload: p for p in Now.from_dict(state).processes}
+    assert replayed["ml/trainer-0"].owner["pod"] == "trainer-0"
+    assert replayed[f"slurm {SLURM_JOB}"].owner["slurm_partition"] == "gpu-a100"
