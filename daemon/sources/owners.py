@@ -75,6 +75,11 @@ def owner_from_path(path: str) -> dict[str, str]:
     systemd_unit (only outside pods and Slurm jobs, where the unit is the owner)."""
     parts = [p for p in path.split("/") if p and p not in (".", "..")]
     owner: dict[str, str] = {}
+    if any(p == "user.slice" or p.startswith("user@") for p in parts):
+        # A user's systemd manager may make cgroups of any name below its own (delegation):
+        # a pod or a Slurm job there would be whatever its user claims. Only its unit counts.
+        units = [p for p in parts if p.endswith((".service", ".scope")) and _UNIT.match(p)]
+        return {"systemd_unit": units[-1]} if units else {}
     in_pods = "kubepods" in path
     # Substring tests before each pattern: this runs for every new process at discovery.
     for i, part in enumerate(parts):

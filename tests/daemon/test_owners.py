@@ -82,6 +82,19 @@ def test_a_short_pod_match_is_not_a_pod_uid():
         "systemd_unit": "pod1234abcd.service"}
 
 
+@pytest.mark.parametrize("spoof", [
+    f"kubepods/burstable/pod{POD_UID}/{TRAINER}",
+    "slurm/uid_0/job_1234/step_0",
+    "system.slice/slurmstepd.scope/job_1234/step_0",
+])
+def test_a_user_cannot_claim_a_pod_or_a_slurm_job_from_its_delegated_cgroups(spoof):
+    # systemd delegates user@UID.service's subtree to that user, who may name cgroups freely
+    text = f"0::/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope/{spoof}\n"
+    owner = parse_cgroup(text)
+    assert set(owner) == {"systemd_unit"}
+    assert workload_label(owner) in (None, "x.scope")
+
+
 def test_garbage_lines_are_skipped_not_raised():
     text = "nonsense\n::\n7:cpu\n\x00\x01\n0::relative/path\n" + "x" * 10000 + "\n"
     assert parse_cgroup(text) == {}

@@ -29,8 +29,8 @@ from simhost import attach_code, poll
 
 from daemon.client import Client
 from daemon.replay import Replay
-from daemon.wire import Now
 from daemon.sim import scenario
+from daemon.wire import Now
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.panels.processes import ProcessPanel
 
