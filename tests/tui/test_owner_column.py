@@ -41,3 +41,15 @@ async def test_the_job_column_shows_the_pod_the_slurm_job_and_the_unit():
         table.show(now)
         await pilot.pause()
         assert set(_column(table, "job")) == {"slurm 4242"}
+
+
+def test_the_wire_keeps_string_owner_fields_and_reads_an_older_daemon_as_no_owner():
+    from daemon.wire import Process
+
+    proc = Process.from_dict({"pid": 1, "owner": {"pod": "trainer-0", "namespace": "ml",
+                                                  "odd": 3}, "workload": "ml/trainer-0"})
+    assert (proc.owner, proc.workload) == ({"pod": "trainer-0", "namespace": "ml"},
+                                           "ml/trainer-0")
+    older = Process.from_dict({"pid": 1})
+    assert (older.owner, older.workload) == ({}, None)
+    assert Process.from_dict({"pid": 1, "owner": "x", "workload": 7}).workload is None
