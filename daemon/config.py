@@ -18,6 +18,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
+
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
 
 
@@ -249,6 +251,18 @@ class CostConfig:
 
 
 @dataclass(frozen=True)
+class OwnersConfig:
+    slurm_job_info_dir: str = field(default="", metadata=_meta(
+        "folder where a Slurm prolog writes one file per job id with account= and partition= "
+        "lines (README \"Who owns a process\"); empty: none", "path"))
+    pod_resources_socket: str = field(
+        default=POD_RESOURCES_SOCKET, metadata=_meta(
+            "the kubelet's pod-resources socket (pod, namespace and container of each GPU; "
+            "needs grpcio: pip install 'mlcost[kubernetes]'); used where it exists; empty: "
+            "never", "path"))
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -260,6 +274,7 @@ class Config:
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     idle: IdleConfig = field(default_factory=IdleConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    owners: OwnersConfig = field(default_factory=OwnersConfig)
     source: str = "defaults"  # where this config came from, for logs and `check`
 
 

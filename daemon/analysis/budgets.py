@@ -4,8 +4,11 @@ Config (a plain dict, e.g. a TOML table):
 
     {"host": {"daily": 500, "monthly": 12000},
      "user": {"alice": {"daily": 100}},
-     "job": {"train.py": {"monthly": 3000}},
+     "job": {"train.py": {"monthly": 3000}, "namespace:ml": {"daily": 200}},
      "webhook": "https://hooks.example/mlcost"}
+
+A job is a job label (daemon.analysis.ledger.JobLabeler) or an owner job such as
+"namespace:ml", "slurm_account:physics" or "systemd_unit:vllm.service" (ledger.owner_jobs).
 
 Crossing a budget records one `budget_exceeded` Event per budget and period (no repeat until the
 next day or month) and, with a webhook, POSTs the event as JSON from a background thread (urllib,
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.idle import BUDGET_EXCEEDED, Event
-from daemon.analysis.ledger import CostLedger
+from daemon.analysis.ledger import CostLedger, is_owner_job
 from daemon.clock import utc_day
 from daemon.config import check_budgets
 from daemon.sources.redact import redact_document, redact_text
@@ -140,6 +143,8 @@ class BudgetWatch:
             return period_id, table.get(period_id, 0.0)
         if budget.scope == "user":
             table = ledger.by_user_day if budget.period == "daily" else ledger.by_user_month
+        elif is_owner_job(budget.name):  # [cost.budgets.job."namespace:ml"]
+            table = ledger.by_owner_day if budget.period == "daily" else ledger.by_owner_month
         else:
             table = ledger.by_job_day if budget.period == "daily" else ledger.by_job_month
         return period_id, table.get((budget.name, period_id), 0.0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
@@ -165,6 +165,7 @@ class ProcessBurn:
     command: str
     burn_per_hour: float
     shares: tuple[ProcessShare, ...]
+    owner: Mapping[str, str] = field(default_factory=dict)  # daemon.sources.owners
 
     def as_dict(self) -> dict[str, Any]:
         return {"pid": self.key[0], "start_time": self.key[1], "user": self.user,
@@ -286,7 +287,8 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
         own = shares.get(proc.key)
         if own:
             processes[proc.key] = ProcessBurn(proc.key, proc.user, proc.command,
-                                              math.fsum(s.per_hour for s in own), tuple(own))
+                                              math.fsum(s.per_hour for s in own), tuple(own),
+                                              proc.owner)
     idle_per_hour = math.fsum(g.idle_per_hour for g in gpus)
     total = math.fsum(p.burn_per_hour for p in processes.values()) + idle_per_hour
     return Burn(sample.ts, price, per_gpu, total, idle_per_hour,

@@ -52,6 +52,7 @@ class ProcessModel:
     state: str
     threads: int
     threads_in_d: int
+    owner: dict[str, str]  # daemon.sources.owners: pod_uid, slurm_job, systemd_unit, ...
 
     @classmethod
     def from_samples(cls, proc: ProcessSample, before: ProcessSample | None,
@@ -73,7 +74,8 @@ class ProcessModel:
             cpu_percent=None if cpu is None else 100.0 * cpu,
             rss_bytes=proc.rss_bytes, read_bytes_per_s=read, write_bytes_per_s=write,
             io_wait_percent=None if iowait is None else 100.0 * iowait,
-            state=proc.state, threads=proc.threads, threads_in_d=proc.threads_in_d)
+            state=proc.state, threads=proc.threads, threads_in_d=proc.threads_in_d,
+            owner=proc.owner)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import Any
 from daemon.analysis.cost import Burn, ProcessKey
 from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, StorageCost, UnitCostMeter, read_counter
 from daemon.clock import utc_day
+from daemon.sources.owners import workload_label
 from daemon.wire import process_key
 
 # Longest interval between two ticks that the ledger charges; a longer gap (daemon stopped,
@@ -27,9 +28,36 @@ from daemon.wire import process_key
 MAX_TICK_GAP_S = 60.0
 
 
+# Owner keys a process is also charged to (`by_owner`), each as "key:value": a budget or a
+# unit cost names one as its job ([cost.budgets.job."namespace:ml"]). A pod is "ns/name".
+OWNER_JOB_KEYS = ("namespace", "pod", "slurm_job", "slurm_account", "slurm_partition",
+                  "systemd_unit")
+
+
+def owner_jobs(owner: Mapping[str, str]) -> list[str]:
+    """The "key:value" owner jobs of a process: namespace:ml, pod:ml/trainer-0, slurm_job:42,
+    slurm_account:physics, slurm_partition:gpu, systemd_unit:vllm.service."""
+    jobs = []
+    for key in OWNER_JOB_KEYS:
+        value = owner.get(key)
+        if not value:
+            continue
+        if key == "pod":
+            if not owner.get("namespace"):
+                continue
+            value = f"{owner['namespace']}/{value}"
+        jobs.append(f"{key}:{value}")
+    return jobs
+
+
+def is_owner_job(name: str) -> bool:
+    return name.partition(":")[0] in OWNER_JOB_KEYS
+
+
 class JobLabeler:
-    """A job label per command line: the first configured `{name: regex}` that matches
-    (re.search), else the script or module the command runs ('train.py', '-m vllm...')."""
+    """A job label per process: the first configured `{name: regex}` that matches its command
+    line or its workload (re.search), else its workload ("ns/pod", "slurm 42", a unit, from
+    daemon.sources.owners), else the script or module the command runs ('train.py', '-m vllm')."""
 
     def __init__(self, jobs: Mapping[str, str] | None = None) -> None:
         self.patterns: list[tuple[str, re.Pattern[str]]] = []
@@ -41,19 +69,23 @@ class JobLabeler:
                                  f"{exc}") from None
         self._cache: dict[str, str] = {}
 
-    def label(self, command: str) -> str:
-        found = self._cache.get(command)
+    def label(self, command: str, owner: Mapping[str, str] | None = None) -> str:
+        workload = workload_label(owner) if owner else None
+        cache_key = f"{workload}\0{command}" if workload else command
+        found = self._cache.get(cache_key)
         if found is None:
-            found = self._label(command)
+            found = self._label(command, workload)
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[command] = found
+            self._cache[cache_key] = found
         return found
 
-    def _label(self, command: str) -> str:
+    def _label(self, command: str, workload: str | None = None) -> str:
         for name, pattern in self.patterns:
-            if pattern.search(command):
+            if pattern.search(command) or (workload and pattern.search(workload)):
                 return name
+        if workload:
+            return workload
         try:
             argv = shlex.split(command)
         except ValueError:
@@ -93,6 +125,12 @@ class CostLedger:
         self.by_month: dict[str, float] = defaultdict(float)
         self.by_user_month: dict[tuple[str, str], float] = defaultdict(float)
         self.by_job_month: dict[tuple[str, str], float] = defaultdict(float)
+        # Owner jobs ("namespace:ml", "slurm_job:42", owner_jobs): a process counts in each of
+        # its own, so these overlap and do not sum to the total as by_job does.
+        self.by_owner: dict[str, float] = defaultdict(float)
+        self.by_owner_day: dict[tuple[str, str], float] = defaultdict(float)
+        self.by_owner_month: dict[tuple[str, str], float] = defaultdict(float)
+        self.owner_jobs_of: dict[ProcessKey, list[str]] = {}
         self.job_of: dict[ProcessKey, str] = {}
         self.user_of: dict[ProcessKey, str] = {}
         self.storage_items: list[StorageCost] = []
@@ -130,8 +168,13 @@ class CostLedger:
             cost = proc.burn_per_hour * hours
             job = self.job_of.get(key)
             if job is None:
-                job = self.job_of[key] = self.labeler.label(proc.command)
+                job = self.job_of[key] = self.labeler.label(proc.command, proc.owner)
                 self.user_of[key] = proc.user
+                self.owner_jobs_of[key] = owner_jobs(proc.owner)
+            for owner_job in self.owner_jobs_of[key]:
+                self.by_owner[owner_job] += cost
+                self.by_owner_day[(owner_job, day)] += cost
+                self.by_owner_month[(owner_job, month)] += cost
             self.by_process[key] += cost
             self.by_user[proc.user] += cost
             self.by_job[job] += cost
@@ -152,10 +195,13 @@ class CostLedger:
             self.meters.append(meter)
 
     def cost_of(self, target: str) -> float:
-        """Cumulative dollars of a job label, or of a process id 'pid:start_time'."""
+        """Cumulative dollars of a job label, an owner job ('namespace:ml'), or of a process
+        id 'pid:start_time'."""
         with self.lock:
             if target in self.by_job:
                 return self.by_job[target]
+            if is_owner_job(target):
+                return self.by_owner.get(target, 0.0)
             for key, cost in self.by_process.items():
                 if process_key(*key) == target:
                     return cost
@@ -187,6 +233,7 @@ class CostLedger:
                 self.by_process.pop(key, None)
                 self.job_of.pop(key, None)
                 self.user_of.pop(key, None)
+                self.owner_jobs_of.pop(key, None)
 
     def forget_exited(self, live: set[ProcessKey], keep: int) -> None:
         """Forget every process not in `live`, once more than `keep` are tracked."""
@@ -204,6 +251,7 @@ class CostLedger:
             "storage": self.storage, "seconds": self.seconds,
             "unaccounted_seconds": self.unaccounted_seconds,
             "by_user": dict(self.by_user), "by_job": dict(self.by_job),
+            "by_owner": dict(self.by_owner),
             "by_day": dict(self.by_day),
             "by_process": {process_key(*k): v for k, v in self.by_process.items()},
             "storage_items": [s.as_dict() for s in self.storage_items],

@@ -19,6 +19,7 @@ from typing import Any
 from daemon.analysis.busy import gpu_is_busy
 from daemon.analysis.derive import GpuModel, ProcessModel, TickModel
 from daemon.analysis.rules.combine import savings_document
+from daemon.sources.owners import workload_label
 from daemon.sources.sample import GPU_OK, GpuSample, Sample
 from pricing.offcloud import gpus_energy_per_hour
 
@@ -96,6 +97,8 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "phase_reasons": {phase: (part["top_stacks"][0].get("reason")
                                   if part.get("top_stacks") else None)
                           for phase, part in balance.items()} if balance else {},
+        "owner": dict(proc.owner),
+        "workload": workload_label(proc.owner),
     }
 
 

@@ -241,6 +241,41 @@ def price_checks(config: Any, simulated_instance: dict[str, Any] | None = None) 
     return [check_price(config, simulated_instance), *check_refreshes(price_cache_path(config))]
 
 
+def owner_checks(config: Any) -> list[Check]:
+    """Who owns a process: the kubelet pod-resources API where there is a kubelet, the Slurm
+    prolog's job folder where one is configured (README "Who owns a process")."""
+    from daemon.sources.owners import OwnerReader
+    from daemon.sources.podresources import PodResources
+
+    checks = []
+    socket = config.owners.pod_resources_socket
+    in_pod = "pod_uid" in OwnerReader().owner_of(os.getpid())
+    pods = PodResources(socket, refresh_s=0)
+    if socket and pods.available():
+        devices = pods.devices()
+        if pods.status == "ok":
+            checks.append(Check("pod names", OK, f"kubelet pod-resources at {socket}: "
+                                f"{len(devices)} device(s) allocated to pods"))
+        else:
+            checks.append(Check("pod names", WARN, f"{socket}: {pods.status}",
+                                "pip install 'mlcost[kubernetes]' (grpcio), and mount the "
+                                "directory /var/lib/kubelet/pod-resources into the pod"))
+    elif in_pod:
+        checks.append(Check("pod names", WARN, f"mlcostd runs in a pod but {socket or 'no socket'}"
+                            " is not there: pods are known by their UID only",
+                            "mount the host's /var/lib/kubelet/pod-resources directory "
+                            "(hostPath) at that path, or set [owners].pod_resources_socket"))
+    folder = config.owners.slurm_job_info_dir
+    if folder and not os.path.isdir(folder):
+        checks.append(Check("Slurm job info", WARN, f"[owners].slurm_job_info_dir = {folder!r}"
+                            " is not a folder: Slurm jobs show no account or partition",
+                            "create it in the Slurm prolog (README \"Who owns a process\") "
+                            "or clear the setting"))
+    elif folder:
+        checks.append(Check("Slurm job info", OK, f"account and partition from {folder}"))
+    return checks
+
+
 def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
     checks = [check_nvml(), check_py_spy(), check_delay_accounting(), check_psi(),
               check_process_io(), check_database(db)]

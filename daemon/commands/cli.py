@@ -241,7 +241,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         sim_nvml.install(running.state_dir)
     try:
         checks = check.run_checks(config_module.db_path(config),
-                                  check.price_checks(config, simulated))
+                                  check.price_checks(config, simulated)
+                                  + check.owner_checks(config))
     finally:
         if running is not None:
             sim_nvml.uninstall()

@@ -249,6 +249,10 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
     if spend.get("by_day"):
         days = ", ".join(f"{day} ${value:.2f}" for day, value in spend["by_day"].items())
         out.append(f"spend in the window: {days}")
+    if spend.get("by_owner"):
+        top = sorted(spend["by_owner"].items(), key=lambda item: -item[1])[:8]
+        out += textwrap.wrap("spend by owner: " + ", ".join(
+            f"{name} ${value:.2f}" for name, value in top), WRAP_WIDTH, subsequent_indent="  ")
     out.append("")
     out.append("GPUs")
     rows = []
@@ -277,11 +281,11 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
                      _pct(proc["cpu_percent"]), _bytes(proc["rss_bytes"]),
                      _bytes(proc["read_bytes"]), _num(proc["io_wait_seconds"], " s", 1),
-                     _money(proc.get("burn_per_hour")), command])
+                     _money(proc.get("burn_per_hour")), proc.get("workload") or "-", command])
     if rows:
         out += ["  " + line for line in _table(
             ["PID", "user", "GPUs", "GPU mem", "SM", "CPU", "RSS", "read", "I/O wait",
-             "$/h", "command"], rows)]
+             "$/h", "job", "command"], rows)]
     else:
         out.append("  no process used a GPU in this window")
     out += _render_phases(report["processes"])

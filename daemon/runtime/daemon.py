@@ -29,6 +29,8 @@ from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.sources.nvml import NvmlSource
+from daemon.sources.owners import OwnerReader
+from daemon.sources.podresources import PodResources
 from daemon.sources.procs import ProcessSource, read_pressure
 from daemon.sources.sample import Sample
 from daemon.store import facts, queries
@@ -70,7 +72,11 @@ class Daemon:
         self.previous_sample: Sample | None = None
         self.host: dict[str, Any] = {}
         self.nvml = NvmlSource(config.nvml, config.daemon.interval)
-        self.procs = ProcessSource(children=config.processes.children)
+        self.procs = ProcessSource(children=config.processes.children,
+                                   owners=OwnerReader(
+                                       config.owners.slurm_job_info_dir,
+                                       pod_resources=PodResources(
+                                           config.owners.pod_resources_socket)))
         self.store: Store | None = None
         self.simulation: Simulation | None = None
         self._stop = asyncio.Event()
@@ -427,11 +433,14 @@ class Daemon:
     async def _discover_forever(self) -> None:
         rounds = 0
         while True:
-            _, _, uses = self.nvml.latest()
+            _, gpus, uses = self.nvml.latest()
             scan = rounds % CHILDREN_SCAN_EVERY == 0  # a full /proc pass: not every round
             rounds += 1
+            uuids = {g.index: g.uuid for g in gpus}
+            devices = {pid: tuple(uuids[u.gpu_index] for u in held if u.gpu_index in uuids)
+                       for pid, held in uses.items()}  # for the owner's pod (pod-resources)
             try:
-                await asyncio.to_thread(self.procs.discover, set(uses), scan)
+                await asyncio.to_thread(self.procs.discover, set(uses), scan, devices)
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
             await asyncio.sleep(DISCOVERY_INTERVAL_S)

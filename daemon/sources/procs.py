@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psutil
 
+from daemon.sources.owners import OwnerReader
 from daemon.sources.redact import redact_argv, redact_text
 from daemon.sources.sample import GpuUse, HostPressure, ProcessSample
 
@@ -44,6 +46,7 @@ class _Known:
     ppid: int
     user: str
     command: str
+    owner: dict[str, str]
     last_io: int = -1  # read_bytes + write_bytes + iowait ticks at the last tick
     stat_fd: int = -1  # /proc/PID/stat and /proc/PID/io kept open: re-read with pread(0)
     io_fd: int = -1
@@ -89,27 +92,31 @@ class ProcessSource:
     it would read another process's file).
     """
 
-    def __init__(self, children: bool = True) -> None:
+    def __init__(self, children: bool = True, owners: OwnerReader | None = None) -> None:
         self.children = children
+        self.owners = owners if owners is not None else OwnerReader()
         self._fds = threading.Lock()
         self._known: dict[int, _Known] = {}
         self._children_of: dict[int, tuple[int, ...]] = {}
         self.delay_accounting = delay_accounting_enabled()
         self.io_readable = True  # False once /proc/PID/io is refused (not root)
 
-    def discover(self, gpu_pids: set[int], scan_children: bool = True) -> None:
+    def discover(self, gpu_pids: set[int], scan_children: bool = True,
+                 devices: Mapping[int, tuple[str, ...]] | None = None) -> None:
         """Learn new GPU processes and their children. Slow (psutil): run it beside the tick.
 
         Finding children means reading every process on the host once; with
         `scan_children=False` only new GPU processes are looked for children (their workers
         start within a few seconds of them), and known ones keep the children found before.
+        `devices` maps a GPU process to the UUIDs of the GPUs it holds (for its owner's pod).
         """
+        devices = devices or {}
         children_of: dict[int, tuple[int, ...]] = {}
         new = {pid for pid in gpu_pids if pid not in self._children_of}
         scan = self.children and (scan_children or bool(new))
         kids_by_parent = _children_by_parent() if scan else {}
         for pid in gpu_pids:
-            self._learn(pid)
+            self._learn(pid, devices.get(pid, ()))
             if self.children and not scan and pid in self._children_of:
                 children_of[pid] = tuple(k for k in self._children_of[pid] if self._learn(k))
             elif self.children and pid in self._known:
@@ -124,7 +131,7 @@ class ProcessSource:
             if pid not in watched:
                 self._forget(pid)
 
-    def _learn(self, pid: int) -> bool:
+    def _learn(self, pid: int, devices: tuple[str, ...] = ()) -> bool:
         """Read the once-per-process facts; False if the process is gone or unreadable."""
         known = self._known.get(pid)
         try:
@@ -153,7 +160,8 @@ class ProcessSource:
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             self._forget(pid)
             return False
-        self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command)
+        owner = self.owners.owner_of(pid, devices)  # its cgroup: once, like the command line
+        self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command, owner)
         return True
 
     def _forget(self, pid: int) -> None:
@@ -247,6 +255,7 @@ class ProcessSource:
             state=state,
             threads=threads,
             threads_in_d=threads_in_d,
+            owner=known.owner,
         )
 
 

@@ -72,6 +72,9 @@ class ProcessSample:
     state: str = "S"  # R S D Z T ... as in /proc/PID/stat
     threads: int = 1
     threads_in_d: int = 0  # threads in uninterruptible (usually disk) sleep
+    # Who owns it (daemon.sources.owners): pod_uid, container_id, slurm_job, systemd_unit, ...
+    # read once from /proc/PID/cgroup; {} when nothing says.
+    owner: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, float]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlite_utils
 
+from daemon.sources.owners import decode_owner, workload_label
 from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
 from daemon.store.schema import (
     GPU_METRIC_COLUMN,
@@ -165,8 +166,8 @@ class StoreReader:
             procs: dict[int, list[ProcessSample]] = {}
             for r in conn.execute(
                 "SELECT s.ts, p.id, p.pid, p.start_ms, p.ppid, p.user, p.command, s.cpu_ms,"
-                " s.rss, s.read_b, s.write_b, s.iowait_ms, s.state, s.threads, s.threads_d"
-                f" FROM proc_samples s JOIN processes p ON p.id = s.proc WHERE s.ts IN ({picked})",
+                " s.rss, s.read_b, s.write_b, s.iowait_ms, s.state, s.threads, s.threads_d,"
+                f" p.owner FROM proc_samples s JOIN processes p ON p.id = s.proc WHERE s.ts IN ({picked})",
                 args,
             ):
                 procs.setdefault(r[0], []).append(ProcessSample(
@@ -174,7 +175,7 @@ class StoreReader:
                     gpus=tuple(uses.get((r[0], r[1]), ())), cpu_seconds=r[7] / 1000,
                     rss_bytes=r[8], read_bytes=r[9], write_bytes=r[10],
                     iowait_seconds=unscale_millis(r[11]), state=r[12], threads=r[13],
-                    threads_in_d=r[14]))
+                    threads_in_d=r[14], owner=decode_owner(r[15])))
         return [Sample(ts=t[0] / 1000, tick=t[1],
                        gpus=tuple(sorted(gpus.get(t[0], []), key=lambda g: g.index)),
                        processes=tuple(sorted(procs.get(t[0], ()),
@@ -418,7 +419,8 @@ class StoreReader:
             sm_sum[proc] = sm_sum.get(proc, 0) + sm
             gpus_held.setdefault(proc, []).append(gpu)
         out = []
-        for proc, (pid, start_ms, ppid, user, command) in self._process_facts(conn, first):
+        for proc, (pid, start_ms, ppid, user, command, owner_text) in self._process_facts(
+                conn, first):
             f, l_ = first[proc], last[proc]
             samples, threads_d_max = stats[proc]
             held, last_mem = conn.execute(
@@ -444,6 +446,8 @@ class StoreReader:
                     "ppid": ppid,
                     "user": user,
                     "command": command,
+                    "owner": (owner := decode_owner(owner_text)),
+                    "workload": workload_label(owner),
                     "gpus": gpus_held.get(proc, []),
                     "gpu_memory_bytes": last_mem,
                     "sm_share": sm_sum.get(proc, 0) / 10 / samples,
@@ -461,11 +465,12 @@ class StoreReader:
 
     def _process_facts(
         self, conn: sqlite3.Connection, procs: dict[int, Any]
-    ) -> list[tuple[int, tuple[int, int, int, str, str]]]:
+    ) -> list[tuple[int, tuple[int, int, int, str, str, str | None]]]:
         rows = []
         for proc in procs:
             r = conn.execute(
-                "SELECT pid, start_ms, ppid, user, command FROM processes WHERE id = ?", (proc,)
+                "SELECT pid, start_ms, ppid, user, command, owner FROM processes WHERE id = ?",
+                (proc,)
             ).fetchone()
             if r is not None:
                 rows.append((proc, r))

@@ -245,7 +245,13 @@ def _migration_4(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE gpus ADD COLUMN memory_reserved_bytes INTEGER")
 
 
+def _migration_owners(db: sqlite_utils.Database) -> None:
+    """Each process keeps who owns it (daemon.sources.owners: pod, Slurm job, systemd unit), a
+    fact read once like its command: a JSON object, NULL when nothing says."""
+    db.execute("ALTER TABLE processes ADD COLUMN owner TEXT")
+
+
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
-    _migration_1, _migration_2, _migration_3, _migration_4]
+    _migration_1, _migration_2, _migration_3, _migration_4, _migration_owners]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -49,6 +49,7 @@ from typing import Any
 
 import sqlite_utils
 
+from daemon.sources.owners import encode_owner
 from daemon.sources.sample import Sample
 from daemon.store.files import open_private, private_database, private_folder
 from daemon.store.maintenance import Maintenance
@@ -708,8 +709,9 @@ class Store(Maintenance):
             if ident is None:
                 cursor = conn.execute(
                     "INSERT INTO processes (pid, start_ms, ppid, user, command, first_ts,"
-                    " last_ts) VALUES (?,?,?,?,?,?,?)",
-                    (proc.pid, key[1], proc.ppid, proc.user, proc.command, ts, ts),
+                    " last_ts, owner) VALUES (?,?,?,?,?,?,?,?)",
+                    (proc.pid, key[1], proc.ppid, proc.user, proc.command, ts, ts,
+                     encode_owner(proc.owner)),
                 )
                 ident = cursor.lastrowid
                 assert ident is not None

@@ -32,6 +32,9 @@ SORTS = (
     SortColumn("io", "I/O wait", lambda p: p.io_wait_percent or 0.0),
     SortColumn("pid", "PID", lambda p: p.pid, descending=False),
     SortColumn("user", "user", lambda p: p.user, descending=False),
+    # Groups the rows by owner (pod, Slurm job, unit), the costliest first within each job.
+    SortColumn("job", "job", lambda p: (p.workload or "~", -(p.burn_per_hour or 0.0)),
+               descending=False),
     SortColumn("command", "command", lambda p: p.command, descending=False),
 )
 
@@ -40,7 +43,7 @@ class ProcessPanel(KeyedTable):
     COLUMNS = (("pid", "PID"), ("user", "user"), ("gpus", "GPUs"), ("gpu_mem", "GPU mem"),
                ("sm", "SM"), ("cpu", "CPU"), ("cost", "$/h"), ("spent", "spent"),
                ("phase", "phase"), ("phases", "phase balance"), ("io", "I/O wait"),
-               ("command", "command"))
+               ("job", "job"), ("command", "command"))
     WIDTHS = {"gpu_mem": 7, "sm": 4, "cpu": 5, "cost": 8, "spent": 10,
               "phase": len("host_preprocess"), "io": 8}
     DEFAULT_CSS = "ProcessPanel { height: 1fr; }"
@@ -70,7 +73,7 @@ class ProcessPanel(KeyedTable):
     def matches(self, proc: Process) -> bool:
         needle = self.filter_text.lower()
         return not needle or needle in proc.command.lower() or needle in proc.user.lower() \
-            or needle in str(proc.pid)
+            or needle in str(proc.pid) or needle in (proc.workload or "").lower()
 
     def ordered(self, processes: tuple[Process, ...]) -> list[tuple[Process, int]]:
         """Processes in display order with their tree depth."""
@@ -119,7 +122,7 @@ def cell_inputs(p: Process, depth: int) -> tuple[Any, ...]:
     """What each column's cell is made from (compared with last time's to skip unchanged cells)."""
     return ((p.pid, depth), p.user, p.gpus, p.gpu_memory_bytes, (p.sm_share, bool(p.gpus)),
             p.cpu_percent, p.burn_per_hour, p.cost, p.phase, p.phases, p.io_wait_percent,
-            p.command)
+            p.workload, p.command)
 
 
 # Cells are immutable once made, so one Text serves every row showing the same value.
@@ -161,5 +164,6 @@ def _command_cell(command: str) -> str:
 CELL_FORMATTERS: tuple[Callable[[Any], object], ...] = (
     _pid_cell, lambda user: user[:12], lambda gpus: ",".join(map(str, gpus)) or fmt.DASH,
     lru_cache(_CACHE)(fmt.size), _sm_cell, lru_cache(_CACHE)(fmt.pct), _burn_cell,
-    lru_cache(_CACHE)(fmt.money), _phase_cell, fmt.phase_bar, _io_cell, _command_cell,
+    lru_cache(_CACHE)(fmt.money), _phase_cell, fmt.phase_bar, _io_cell,
+    lambda job: job[:20] if job else fmt.DASH, _command_cell,
 )

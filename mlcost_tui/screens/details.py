@@ -179,6 +179,9 @@ class DetailsScreen(Screen):
         text.append(f"  ({p.key})  user {p.user}  parent {p.ppid}  state {p.state}\n",
                     style=MUTED)
         text.append(p.command + "\n\n")
+        if p.owner:  # who owns it: pod, Slurm job, systemd unit (from its cgroup)
+            text.append("Owner ", style="bold")
+            text.append("  ".join(f"{k} {v}" for k, v in sorted(p.owner.items())) + "\n")
         text.append("GPUs ", style="bold")
         text.append(f"{','.join(map(str, p.gpus)) or '-'}   GPU memory {fmt.size(p.gpu_memory_bytes)}"
                     f"   SM share {fmt.pct(p.sm_share)}   CPU {fmt.pct(p.cpu_percent)}"

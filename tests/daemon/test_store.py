@@ -489,7 +489,7 @@ def test_window_summary_figures(tmp_path: Path) -> None:
         return ProcessSample(
             pid=10, start_time=a_start, ppid=1, user="ann", command="python train.py",
             gpus=uses, cpu_seconds=cpu, rss_bytes=cpu * 1000 * 4096, read_bytes=read,
-            iowait_seconds=iowait, threads_in_d=d,
+            iowait_seconds=iowait, threads_in_d=d, owner={"slurm_job": "42", "slurm_step": "0"},
         )  # fmt: skip
 
     b = ProcessSample(
@@ -540,6 +540,8 @@ def test_window_summary_figures(tmp_path: Path) -> None:
         "ppid": 1,
         "user": "ann",
         "command": "python train.py",
+        "owner": {"slurm_job": "42", "slurm_step": "0"},  # read once, kept with its facts
+        "workload": "slurm 42",
         "gpus": [0, 1],
         "gpu_memory_bytes": 0,  # holds nothing at its last sample
         "sm_share": 30.0,  # (60 + 30 + 0) / 3 samples
@@ -553,6 +555,7 @@ def test_window_summary_figures(tmp_path: Path) -> None:
         "last_seen": T0 + 4,
     }
     assert pb["pid"] == 11 and pb["ppid"] == 10 and pb["gpus"] == []
+    assert (pb["owner"], pb["workload"]) == ({}, None)
     assert (pb["cpu_percent"], pb["write_bytes"], pb["read_bytes"]) == (0.0, 0, None)
     assert pb["first_seen"] == pb["last_seen"] == T0 + 2
     assert pb["sm_share"] == 0.0

@@ -40,6 +40,11 @@ def now_document(processes: int = 4, gpus: int = 4) -> dict:
                                                       "__next__"]}]},
                        "checkpoint": {"share": 0.1, "seconds": 100.0, "top_stacks": []}},
             "stack_status": "ok",
+            # who owns it: a pod, a Slurm job, a unit, nobody (daemon.sources.owners)
+            "owner": [{"pod_uid": "8e3b1a2c-4f5d-4e6a-9b7c-1d2e3f4a5b6c", "pod": "trainer-0",
+                       "namespace": "ml"}, {"slurm_job": "4242", "slurm_step": "0"},
+                      {"systemd_unit": "vllm.service"}, {}][i % 4],
+            "workload": ["ml/trainer-0", "slurm 4242", "vllm.service", None][i % 4],
         })
     return {
         "version": 1, "ts": TS, "tick": 42,

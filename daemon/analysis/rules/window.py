@@ -332,7 +332,7 @@ def build_analysis(
         in_idle = [v for ts, v in sm_at if ts >= idle_since] if idle_s > 0 else []
         processes.append(ProcessWindow(
             id=pid_id, pid=pid, start_time=key[1], user=last_proc.user,
-            command=last_proc.command, job=labeler.label(last_proc.command),
+            command=last_proc.command, job=labeler.label(last_proc.command, last_proc.owner),
             gpus=tuple(mine_final), seconds=seconds, runtime_s=max(end - key[1], 0.0),
             burn_per_hour=statistics.fmean(burn_rates) if burn_rates else 0.0,
             memory_peak_bytes=max(mem_by_gpu.values(), default=0),
