@@ -145,7 +145,9 @@ class Daemon:
         return ApiServer(self, socket_path(self.config), listen=api.listen or None,
                          token_file=api.token_file or None,
                          max_connections=int(api.max_connections),
-                         request_timeout_s=api.request_timeout)
+                         request_timeout_s=api.request_timeout,
+                         metrics_listen=api.metrics_listen or None,
+                         metrics_label_values=int(api.metrics_label_values))
 
     async def _start_api(self) -> None:
         from daemon.api.server import ApiError
