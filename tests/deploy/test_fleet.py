@@ -13,12 +13,20 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import livedaemon
 import pytest
 from promserver import Prometheus
 from simhost import poll
+
+from daemon.client import read_token_file
+from mlcost_tui import format as fmt
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.panels.processes import ProcessPanel
+from mlcost_tui.prometheus import PrometheusFleet
+from mlcost_tui.screens.prometheus_fleet import PrometheusFleetScreen, PrometheusFleetTable
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "mlcost-fleet.json"
@@ -160,10 +168,15 @@ def test_a_held_idle_gpu_alert_goes_pending(fleet):
     assert [a["labels"]["instance"] for a in found] == [notebook]  # not the busy or unheld GPUs
     assert found[0]["labels"]["gpu"] == "0" and found[0]["labels"]["modelName"] == "NVIDIA A10G"
     # the whole host idle: the notebook's and the empty host's, not the training one
-    hosts_idle = poll(lambda: {a["labels"]["instance"] for a in fleet.prometheus.alerts()
-                               if a["labels"]["alertname"] == "MlcostHostIdle"} or None,
-                      WAIT_S, "MlcostHostIdle pending", explain=fleet.explain)
-    assert hosts_idle == {notebook, fleet.instances["empty"]}
+    expected = {notebook, fleet.instances["empty"]}
+
+    def hosts_idle() -> set[str]:
+        return {a["labels"]["instance"] for a in fleet.prometheus.alerts()
+                if a["labels"]["alertname"] == "MlcostHostIdle"}
+
+    poll(lambda: hosts_idle() >= expected, WAIT_S, "MlcostHostIdle pending for both idle hosts",
+         explain=fleet.explain)
+    assert hosts_idle() == expected
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -222,3 +235,52 @@ def test_a_killed_daemon_shows_down_while_the_others_go_on(fleet):
     poll(lambda: abs(fleet.prometheus.values("mlcost:fleet_burn_dollars_per_hour").get("", 0)
                      - expected) < 1e-6, WAIT_S, f"fleet burn {expected} without the dead host",
          explain=lambda: f"fleet burn {burn}")
+
+
+async def wait_for(pilot, predicate, timeout: float = WAIT_S, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        await pilot.pause(0.1)
+
+
+@pytest.mark.asyncio
+async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(fleet):
+    """After the kill above: two hosts up, one down, all from Prometheus alone."""
+    screen = PrometheusFleetScreen(PrometheusFleet(fleet.prometheus.url),
+                                   token=read_token_file(fleet.token_file), interval_s=0.5)
+    app = MlcostTop([], interval_s=0.5, prometheus=screen)
+    async with app.run_test(size=(200, 40)) as pilot:
+        table = screen.query_one(PrometheusFleetTable)
+        down = fleet.instances["empty"]
+        await wait_for(pilot, lambda: table.row_count == 3 and screen.view is not None
+                       and sum(h.up for h in screen.view.hosts) == 2, what="the fleet table")
+        assert str(table.get_row(down)[2]) == "down"
+        notebook = fleet.instances["notebook"]
+        price = fleet.prometheus.values("mlcost_host_price_dollars_per_hour")[notebook]
+        await wait_for(pilot, lambda: str(table.get_row(notebook)[4]) == fmt.money(price),
+                       what="the notebook host's burn")
+        row = table.get_row(notebook)
+        assert str(row[3]) == "g5.xlarge" and str(row[6]) == "1" and str(row[7]) == "1"
+        await wait_for(pilot, lambda: str(table.get_row(notebook)[8]) != fmt.DASH,
+                       what="the notebook host's top recommendation")
+        header = str(screen.query_one("#prometheus-summary").render())
+        assert "2/3 up" in header
+        # enter on the dead host: not reachable, the table stays
+        table.move_cursor(row=table.get_row_index(down))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any(f"is down: Prometheus cannot scrape its mlcostd at "
+                                          f"{down}" in n.message for n in app._notifications),
+                       timeout=10, what="the notice that the host is down")
+        assert app.screen is screen
+        # enter on the notebook host: its daemon's full view, through its TCP API
+        table.move_cursor(row=table.get_row_index(notebook))
+        await pilot.press("enter")
+        processes = app.query_one(ProcessPanel)
+        await wait_for(pilot, lambda: app.screen is not screen and processes.row_count >= 1,
+                       what="the notebook host's processes")
+        api_port = port_of(fleet.daemons["notebook"], _API_PORT)
+        assert app.client is not None and app.client.name == f"http://127.0.0.1:{api_port}"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen, what="back to the fleet table")
