@@ -190,6 +190,11 @@ class WorkloadTotals:
         return out
 
 
+def _present(workload: WorkloadKey) -> dict[str, str]:
+    return {label: value for label, value in zip(WORKLOAD_LABELS, workload, strict=True)
+            if value}
+
+
 def _ratio(percent: float | None) -> float | None:
     return None if percent is None else percent / 100.0
 
@@ -381,47 +386,40 @@ class DaemonCollector(Collector):
                       if isinstance(share, int | float) and not isinstance(share, bool)}
             rows.append((proc.key, workload, proc.cost,
                          float(wasted_so_far.get(proc.key, 0.0)), shares))
-            rate = rates.setdefault(workload, [0.0, 0.0, 0.0])
+            rate = rates.setdefault(workload, [0.0, 0.0])
             rate[0] += proc.burn_per_hour or 0.0
             rate[1] += wasted_of.get(proc.key, 0.0)
-            rate[2] += 1
         self.workloads.update(rows, now.ts, clock)
-        labels = ["Hostname", *WORKLOAD_LABELS]
-        burn = GaugeMetricFamily("mlcost_workload_burn_dollars_per_hour",
-                                 "Burn of a workload's processes (their GPU shares)",
-                                 labels=labels)
-        wasted = GaugeMetricFamily("mlcost_workload_wasted_dollars_per_hour",
-                                   "Wasted dollars an hour on the GPU shares a workload holds",
-                                   labels=labels)
-        count = GaugeMetricFamily("mlcost_workload_processes", "GPU processes of a workload",
-                                  labels=labels)
-        for workload, (per_hour, wasted_per_hour, n) in rates.items():
-            values = [hostname, *workload]
-            burn.add_metric(values, per_hour)
-            wasted.add_metric(values, wasted_per_hour)
-            count.add_metric(values, n)
-        dollars = CounterMetricFamily("mlcost_workload_dollars",
-                                      "Dollars charged to a workload since mlcostd started",
-                                      labels=labels)
-        wasted_total = CounterMetricFamily("mlcost_workload_wasted_dollars",
-                                           "Wasted dollars on the GPU shares a workload held, "
-                                           "since mlcostd started", labels=labels)
-        phases = CounterMetricFamily("mlcost_workload_phase_seconds",
-                                     "Seconds a workload's processes spent in each phase (by "
-                                     "their phase balance)", labels=[*labels, "phase"])
+        # Only the labels a workload has (an empty label is an absent one to PromQL), and no
+        # Hostname (the scrape's instance names the host; mlcost_host_info joins it): the
+        # most numerous series stay cheap to render and to store.
+        burn = Metric("mlcost_workload_burn_dollars_per_hour",
+                      "Burn of a workload's processes (their GPU shares)", "gauge")
+        wasted = Metric("mlcost_workload_wasted_dollars_per_hour",
+                        "Wasted dollars an hour on the GPU shares a workload holds", "gauge")
+        for workload, (per_hour, wasted_per_hour) in rates.items():
+            labels = _present(workload)
+            burn.add_sample(burn.name, labels, per_hour)
+            wasted.add_sample(wasted.name, labels, wasted_per_hour)
+        dollars = Metric("mlcost_workload_dollars",
+                         "Dollars charged to a workload since mlcostd started", "counter")
+        wasted_total = Metric("mlcost_workload_wasted_dollars", "Wasted dollars on the GPU "
+                              "shares a workload held, since mlcostd started", "counter")
+        phases = Metric("mlcost_workload_phase_seconds", "Seconds a workload's processes spent "
+                        "in each phase (by their phase balance)", "counter")
         for workload, total in self.workloads.totals().items():
-            values = [hostname, *workload]
-            dollars.add_metric(values, total.dollars)
-            wasted_total.add_metric(values, total.wasted)
+            labels = _present(workload)
+            dollars.add_sample(dollars.name + "_total", labels, total.dollars)
+            wasted_total.add_sample(wasted_total.name + "_total", labels, total.wasted)
             for phase, seconds in sorted(total.phases.items()):
-                phases.add_metric([*values, phase], seconds)
+                phases.add_sample(phases.name + "_total", {**labels, "phase": phase}, seconds)
         folded = CounterMetricFamily("mlcost_metrics_folded_values",
                                      "Distinct label values folded into \"other\" by the "
                                      "per-label limit ([api].metrics_label_values)",
                                      labels=["Hostname", "label"])
         for label, cap in self.workloads.caps.items():
             folded.add_metric([hostname, label], cap.folded_total)
-        yield from (burn, wasted, count, dollars, wasted_total, phases, folded)
+        yield from (burn, wasted, dollars, wasted_total, phases, folded)
 
     # -- advice and budgets -----------------------------------------------------------------
 
