@@ -23,6 +23,7 @@ stay in its workload's series (this module keeps them), so the series never goes
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -43,6 +44,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from daemon.api.limits import limited_log
 from daemon.wire import Now, process_key
 
 DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
@@ -474,9 +476,16 @@ class Metrics:
     content_type = CONTENT_TYPE_PLAIN_0_0_4
 
     async def handle(self, request: web.Request) -> web.Response:
-        """GET /metrics: rendered on the loop, where the daemon's state lives (a few ms)."""
-        return web.Response(body=self.render(),
-                            headers={"Content-Type": self.content_type})
+        """GET /metrics: rendered on the loop, where the daemon's state lives (a few ms). A
+        render that fails is a 500 that says so (logged once a minute, never per scrape)."""
+        try:
+            body = self.render()
+        except Exception as exc:
+            limited_log(logging.ERROR, f"metrics:{type(exc).__name__}",
+                        "rendering /metrics failed", exc_info=exc)
+            return web.Response(status=500, text=f"mlcostd could not render /metrics: "
+                                                 f"{type(exc).__name__}; see its log\n")
+        return web.Response(body=body, headers={"Content-Type": self.content_type})
 
 
 def add_metrics_route(app: web.Application, metrics: Metrics) -> None:

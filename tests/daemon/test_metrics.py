@@ -4,6 +4,7 @@ collector's bounded workload labels and never-decreasing counters, over a daemon
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import urllib.error
@@ -249,3 +250,14 @@ def test_a_label_value_frees_its_slot_an_hour_after_it_was_last_seen():
     assert cap.value("second", 10.0) == OTHER
     cap.forget(before=3600.0)  # "first" was last seen at 0
     assert cap.value("second", 3700.0) == "second"
+
+
+def test_a_render_that_fails_is_a_500_that_says_so(caplog):
+    class Broken(FakeDaemon):
+        def now(self) -> dict[str, Any]:
+            raise KeyError("price")
+
+    response = asyncio.run(Metrics(Broken()).handle(None))  # type: ignore[arg-type]
+    assert response.status == 500
+    assert "could not render /metrics: KeyError" in response.text
+    assert "rendering /metrics failed" in caplog.text
