@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.prometheus:
         from mlcost_tui.prometheus import PrometheusError, PrometheusFleet
+
+        if args.connect or args.demo:
+            print("mlcost-top: --prometheus shows the fleet Prometheus scrapes; use it without "
+                  "--connect and --demo", file=sys.stderr)
+            return 2
         from mlcost_tui.screens.prometheus_fleet import PrometheusFleetScreen
 
         try:
