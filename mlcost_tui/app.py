@@ -282,6 +282,9 @@ class MlcostTop(App):
             if self.prometheus is not None:
                 return bool(self.clients) and self.screen is not self.prometheus
             return True if self.fleet and self.viewing is not None else False
+        if self.prometheus is not None and self.screen is self.prometheus and action in (
+                *self.NEEDS_HOST, "pause"):
+            return False  # the Prometheus fleet table shows no host's panels
         if self.replay is not None and action in self.NEEDS_DAEMON:
             return None  # shown greyed out: a replay has no daemon to act through
         if self.viewing is None and action in self.NEEDS_HOST:

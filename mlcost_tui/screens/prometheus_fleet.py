@@ -28,8 +28,8 @@ class PrometheusFleetTable(KeyedTable):
     COLUMNS = (("host", "host"), ("instance", "scraped at"), ("status", "status"),
                ("type", "instance type"), ("burn", "burn $/h"), ("wasted", "wasted $/h"),
                ("gpus", "GPUs"), ("idle", "idle GPUs"), ("top", "top recommendation"),
-               ("saves", "saves/month"))
-    WIDTHS = {"burn": 9, "wasted": 10, "saves": 11, "top": 26}
+               ("top_saves", "it saves/month"), ("saves", "all save/month"))
+    WIDTHS = {"burn": 9, "wasted": 10, "saves": 14, "top": 28, "top_saves": 14}
     DEFAULT_CSS = "PrometheusFleetTable { height: 1fr; border: round $accent; }"
 
     def show(self, view: FleetView) -> None:
@@ -39,17 +39,16 @@ class PrometheusFleetTable(KeyedTable):
             if not host.up:
                 rows.append((host.instance, (host.hostname or fmt.DASH, host.instance,
                                              Text("down", style="bold " + BAD))
-                             + (fmt.DASH,) * 7))
+                             + (fmt.DASH,) * 8))
                 continue
             idle = host.idle_gpus or 0
-            top = (f"{host.top_rule} {fmt.money(host.top_rule_savings_per_month)}"
-                   if host.top_rule else fmt.DASH)
             rows.append((host.instance, (
                 host.hostname or "?", host.instance, Text("up", style=GOOD),
                 host.instance_type or fmt.DASH, fmt.money(host.burn_per_hour),
                 fmt.money(host.wasted_per_hour),
                 fmt.DASH if host.gpus is None else str(host.gpus),
-                Text(str(idle), style=BAD if idle else ""), top,
+                Text(str(idle), style=BAD if idle else ""), host.top_rule or fmt.DASH,
+                fmt.money(host.top_rule_savings_per_month if host.top_rule else None),
                 fmt.money(host.savings_per_month))))
         self.sync(rows)
         self.border_title = f"Fleet from Prometheus: {len(view.hosts)} daemons, {view.up} up"

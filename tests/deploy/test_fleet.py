@@ -265,6 +265,8 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
         assert str(row[3]) == "g5.xlarge" and str(row[6]) == "1" and str(row[7]) == "1"
         await wait_for(pilot, lambda: str(table.get_row(notebook)[8]) != fmt.DASH,
                        what="the notebook host's top recommendation")
+        assert str(table.get_row(notebook)[8]) in {"host_idle", "idle_gpu_held"}
+        assert app.check_action("filter", ()) is False  # no host's panels behind the table
         header = str(screen.query_one("#prometheus-summary").render())
         assert "2/3 up" in header
         # enter on the dead host: not reachable, the table stays
