@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import signal
 import socket
 import time
@@ -237,7 +238,9 @@ class Daemon:
             self._load_snoozes()
             if self.simulate:
                 self._start_simulation()
-            self.host.setdefault("hostname", socket.gethostname())
+            # In a pod the kernel's hostname is the pod's: the DaemonSet passes the node's name.
+            self.host.setdefault("hostname", os.environ.get("MLCOST_HOSTNAME")
+                                 or socket.gethostname())
             self.host["interval_s"] = self.config.daemon.interval
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
             self.store.set_meta("host", self.host)

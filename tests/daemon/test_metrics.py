@@ -157,6 +157,19 @@ def test_the_metrics_listener_serves_nothing_of_the_api(daemon):
     assert "application/json" in content_type
 
 
+def test_hostname_is_the_node_name_the_daemonset_passes(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLCOST_HOSTNAME", "gpu-node-17")
+    daemon = livedaemon.start(tmp_path / "node", "idle-host",
+                              args=["--metrics-listen", "127.0.0.1:0"])
+    try:
+        text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")[2]
+        [util] = samples(text, "mlcost_gpu_utilization_ratio")
+        assert util.labels["Hostname"] == "gpu-node-17"
+        assert daemon.call("health").hostname == "gpu-node-17"
+    finally:
+        assert daemon.stop() == 0
+
+
 def test_a_bad_metrics_listen_stops_the_start_with_the_fix(tmp_path):
     daemon = livedaemon.start(tmp_path / "bad", "idle-host", wait=False,
                               args=["--metrics-listen", "no-port-here"])

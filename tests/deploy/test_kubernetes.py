@@ -58,8 +58,10 @@ def test_the_daemonset_has_what_mlcostd_needs_and_no_more():
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["pod-resources"]["readOnly"] is True
     assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    # Hostname is the node's, as dcgm-exporter's series say it
+    assert env["MLCOST_HOSTNAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
 def test_the_mounted_config_is_one_mlcostd_accepts_and_serves_the_metrics_port():
