@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 from aiohttp import web
@@ -192,7 +193,10 @@ class WorkloadTotals:
         return out
 
 
+@lru_cache(maxsize=4096)
 def _present(workload: WorkloadKey) -> dict[str, str]:
+    """The labels a workload has (cached: the same few hundred workloads every scrape; the
+    dict is shared, never changed)."""
     return {label: value for label, value in zip(WORKLOAD_LABELS, workload, strict=True)
             if value}
 
