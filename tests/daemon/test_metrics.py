@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import aiohttp
 import livedaemon
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -274,3 +275,16 @@ def test_a_render_that_fails_is_a_500_that_says_so(caplog):
     assert response.status == 500
     assert "could not render /metrics: KeyError" in response.text
     assert "rendering /metrics failed" in caplog.text
+
+
+def test_metrics_on_the_unix_socket_need_no_token(daemon):
+    async def get() -> tuple[int, str]:
+        connector = aiohttp.UnixConnector(path=str(daemon.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://mlcostd/metrics") as response:
+                return response.status, await response.text()
+
+    status, text = asyncio.run(get())
+    assert status == 200
+    [info] = samples(text, "mlcost_host_info")
+    assert info.labels["instance_type"] == "g5.xlarge"
