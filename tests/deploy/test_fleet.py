@@ -253,6 +253,14 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
     screen = PrometheusFleetScreen(PrometheusFleet(fleet.prometheus.url),
                                    token=read_token_file(fleet.token_file), interval_s=0.5)
     app = MlcostTop([], interval_s=0.5, prometheus=screen)
+    notices: list[str] = []
+    shown = app.notify
+
+    def notify(message: str, **kwargs: object) -> None:
+        notices.append(message)
+        shown(message, **kwargs)  # type: ignore[arg-type]
+
+    app.notify = notify  # type: ignore[method-assign]
     up = {i for i, v in fleet.prometheus.values('up{job="mlcost"}').items() if v == 1}
     down = fleet.instances["empty"]
     async with app.run_test(size=(200, 40)) as pilot:
@@ -277,8 +285,8 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
             table.move_cursor(row=table.get_row_index(down))
             await pilot.press("enter")
             await wait_for(pilot, lambda: any(
-                f"is down: Prometheus cannot scrape its mlcostd at {down}" in n.message
-                for n in app._notifications), timeout=10, what="the notice that it is down")
+                f"is down: Prometheus cannot scrape its mlcostd at {down}" in n
+                for n in notices), timeout=10, what="the notice that it is down")
             assert app.screen is screen
         # enter on the notebook host: its daemon's full view, through its TCP API
         table.move_cursor(row=table.get_row_index(notebook))
