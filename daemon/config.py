@@ -180,6 +180,12 @@ class ApiConfig:
     request_timeout: float = field(default=20.0, metadata=_meta(
         "a connection must send a whole request (head and body) within this; idle keep-alive "
         "connections are closed after it", "duration", 1, 600))
+    metrics_listen: str = field(default="", metadata=_meta(
+        "also serve Prometheus /metrics alone on TCP HOST:PORT, without a token (as exporters "
+        "do); empty: /metrics only on the API's listeners"))
+    metrics_label_values: float = field(default=128.0, metadata=_meta(
+        "most distinct values per workload label in /metrics (job_name, pod, namespace, "
+        "container, slurm_job, user); the rest read \"other\"", "number", 1, 100000))
 
 
 @dataclass(frozen=True)

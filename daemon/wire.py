@@ -173,9 +173,9 @@ class Process:
                    stack_status=pick("stack_status") if isinstance(pick("stack_status"), str)
                    else None,
                    phase_reasons=_d(d.get("phase_reasons")),
-                   owner={str(k): v for k, v in _d(d.get("owner")).items()
+                   owner={str(k): str(v) for k, v in _d(d.get("owner")).items()
                           if isinstance(v, str)},
-                   workload=d["workload"] if isinstance(d.get("workload"), str) else None)
+                   workload=d.get("workload") if isinstance(d.get("workload"), str) else None)
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,12 @@ class MlcostTop(App):
 
     def __init__(self, clients: Sequence[Client], *, readonly: bool = False,
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
-                 starting: str | None = None, replay: Replay | None = None) -> None:
+                 starting: str | None = None, replay: Replay | None = None,
+                 prometheus: Screen | None = None) -> None:
         super().__init__()
+        # --prometheus: the fleet table from Prometheus (screens/prometheus_fleet.py), shown
+        # first; enter there opens one daemon here through watch_daemon, escape goes back.
+        self.prometheus = prometheus
         self.live = LiveSource(clients, interval_s)
         self.replay = ReplaySource(replay) if replay is not None else None
         self.playing = False
@@ -175,6 +179,9 @@ class MlcostTop(App):
             header.update(self.starting)
         table = self.query_one("#fleet" if self.fleet else "#processes", DataTable)
         table.focus()
+        if self.prometheus is not None:
+            self.install_screen(self.prometheus, "prometheus")
+            self.push_screen("prometheus")
         if self.replay is not None:
             header.update(f"mlcost-top: opening the replay of {self.replay.path}…")
             self.replay_goto(0)
@@ -272,7 +279,12 @@ class MlcostTop(App):
         if action in ("replay_step", "replay_minute"):
             return True if self.replay is not None else False
         if action == "back_to_fleet":
+            if self.prometheus is not None:
+                return bool(self.clients) and self.screen is not self.prometheus
             return True if self.fleet and self.viewing is not None else False
+        if self.prometheus is not None and self.screen is self.prometheus and action in (
+                *self.NEEDS_HOST, "pause"):
+            return False  # the Prometheus fleet table shows no host's panels
         if self.replay is not None and action in self.NEEDS_DAEMON:
             return None  # shown greyed out: a replay has no daemon to act through
         if self.viewing is None and action in self.NEEDS_HOST:
@@ -373,7 +385,24 @@ class MlcostTop(App):
         if self.hosts:
             self.render_hosts()
 
+    def watch_daemon(self, client: Client) -> None:
+        """--prometheus: show this daemon's full view (the one before it is closed)."""
+        old, self.live = self.live, LiveSource([client], self.live.interval_s)
+        self.run_worker(old.close(), exit_on_error=False, description="close the last daemon")
+        self.hosts, self.viewing = (), 0
+        for panel in (self.query_one(GpuPanel), self.query_one(ProcessPanel),
+                      self.query_one(RecommendationTable)):
+            panel.clear_rows()
+        self.query_one(GpuPanel).recent.clear()
+        self.pop_screen()
+        self.refresh_bindings()
+        self.poll()
+
     def action_back_to_fleet(self) -> None:
+        if self.prometheus is not None:
+            if self.screen is not self.prometheus:
+                self.push_screen("prometheus")
+            return
         if not self.fleet or self.viewing is None:
             return
         self.viewing = None

@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
                              f"table; default {default_target()})")
     parser.add_argument("--token-file", metavar="FILE",
                         help="bearer token for http:// targets (the daemon's [api].token_file)")
+    parser.add_argument("--prometheus", metavar="URL",
+                        help="the fleet table from Prometheus (e.g. http://prometheus:9090): "
+                             "burn, waste, idle GPUs per host; enter opens a host's daemon "
+                             "(with --token-file) when it serves its API on TCP")
     parser.add_argument("--demo", action="store_true",
                         help="start an embedded mlcostd on the simulated demo host; it and its "
                              "workloads stop when you quit")
@@ -78,6 +82,23 @@ def main(argv: list[str] | None = None) -> int:
         except ClientError as exc:
             print(f"mlcost-top: {exc}", file=sys.stderr)
             return 2
+    if args.prometheus:
+        from mlcost_tui.prometheus import PrometheusError, PrometheusFleet
+
+        if args.connect or args.demo:
+            print("mlcost-top: --prometheus shows the fleet Prometheus scrapes; use it without "
+                  "--connect and --demo", file=sys.stderr)
+            return 2
+        from mlcost_tui.screens.prometheus_fleet import PrometheusFleetScreen
+
+        try:
+            source = PrometheusFleet(args.prometheus)
+        except PrometheusError as exc:
+            print(f"mlcost-top: {exc}", file=sys.stderr)
+            return 2
+        screen = PrometheusFleetScreen(source, token=token, interval_s=max(args.interval, 5.0))
+        MlcostTop([], readonly=args.readonly, interval_s=args.interval, prometheus=screen).run()
+        return 0
     demo = None
     targets = list(args.connect)
     if args.demo:

@@ -27,6 +27,7 @@ from daemon.analysis.idle import Event, IdleDetector
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, build_analysis, evaluate
+from daemon.analysis.totals import GpuTotals
 from daemon.sources.sample import Sample
 from daemon.wire import process_key
 
@@ -58,6 +59,7 @@ class Analyzer:
         self.price = price
         self.catalog = catalog
         self.ledger = CostLedger(jobs)
+        self.gpu_totals = GpuTotals()  # per-GPU dollars and joules: the /metrics counters
         self.idle = IdleDetector(self.thresholds)
         self.budgets = BudgetWatch(budgets)
         self.book = RecommendationBook()
@@ -84,7 +86,7 @@ class Analyzer:
     def _update(self, sample: Sample) -> list[Event]:
         current = burn(sample, self.price, self.thresholds)
         self.latest, self.latest_sample = current, sample
-        self.ledger.add(current)
+        self.gpu_totals.add(sample, current, self.ledger.add(current))
         events = self.idle.update(sample, current)
         events += self.budgets.update(self.ledger, sample.ts)
         self.recent.extend(events)

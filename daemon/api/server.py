@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from daemon.api.limits import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, LimitedRunner, limited_log
+from daemon.api.metrics import Metrics, add_metrics_route, metrics_only_app
 from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,9 @@ def _is_tcp(request: web.Request) -> bool:
 
 
 def make_app(daemon: Any, *, token: str | None = None,
-             started: float | None = None) -> web.Application:
-    """The /v1/ application over `daemon` (a Daemon or anything with its methods)."""
+             started: float | None = None, metrics: Metrics | None = None) -> web.Application:
+    """The /v1/ application over `daemon` (a Daemon or anything with its methods), and
+    /metrics (behind the same token on TCP)."""
     started_mono = started if started is not None else time.monotonic()
 
     @web.middleware
@@ -167,10 +169,11 @@ def make_app(daemon: Any, *, token: str | None = None,
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
     add_routes(app, daemon, started_mono)
+    add_metrics_route(app, metrics if metrics is not None else Metrics(daemon))
     return app
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
+def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     try:
         if not sep or not host:
@@ -179,7 +182,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
         if not 0 <= number <= 65535:
             raise ValueError
     except ValueError:
-        raise ApiError(f"--listen {listen!r} is not HOST:PORT (e.g. 127.0.0.1:9347)") from None
+        raise ApiError(f"{flag} {listen!r} is not HOST:PORT (e.g. 127.0.0.1:9347)") from None
     return host.strip("[]"), number
 
 
@@ -189,8 +192,15 @@ class ApiServer:
     def __init__(self, daemon: Any, socket_path: Path | str | None,
                  listen: str | None = None, token_file: Path | str | None = None, *,
                  max_connections: int = MAX_CONNECTIONS,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+                 request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 metrics_listen: str | None = None,
+                 metrics_label_values: int | None = None) -> None:
         self.daemon = daemon
+        # One collector for every listener: the workload counters are kept once.
+        self.metrics = Metrics(daemon, **({"label_values": metrics_label_values}
+                                          if metrics_label_values else {}))
+        self.metrics_listen = metrics_listen or None
+        self.metrics_port: int | None = None
         self.socket_path = Path(socket_path) if socket_path else None
         self.listen = listen or None
         self.token_file = Path(token_file) if token_file else (
@@ -205,26 +215,39 @@ class ApiServer:
     async def start(self) -> None:
         started = time.monotonic()
         if self.socket_path is not None:
-            await self._start_unix(make_app(self.daemon, started=started))
+            await self._start_unix(make_app(self.daemon, started=started, metrics=self.metrics))
         if self.listen:
             if self.token_file is None:
                 raise ApiError("--listen needs a token file: pass --token-file")
             token = read_token(self.token_file)
             host, port = parse_listen(self.listen)
-            runner = self._runner(make_app(self.daemon, token=token, started=started))
-            await runner.setup()
-            site = web.TCPSite(runner, host, port)
-            try:
-                await site.start()
-            except OSError as exc:
-                await runner.cleanup()
-                raise ApiError(f"cannot listen on {self.listen}: {exc.strerror}") from None
-            self._runners.append(runner)
-            server = getattr(site, "_server", None)
-            sockets = getattr(server, "sockets", None) or []
-            self.tcp_port = sockets[0].getsockname()[1] if sockets else port
+            self.tcp_port = await self._start_tcp(
+                make_app(self.daemon, token=token, started=started, metrics=self.metrics),
+                host, port, "--listen")
+            self.metrics.collector.api_port = self.tcp_port
             log.info("API on http://%s:%d (bearer token from %s)", host, self.tcp_port,
                      self.token_file)
+        if self.metrics_listen:
+            host, port = parse_listen(self.metrics_listen, "--metrics-listen")
+            self.metrics_port = await self._start_tcp(metrics_only_app(self.metrics), host,
+                                                      port, "--metrics-listen")
+            log.info("metrics on http://%s:%d/metrics (no token: metrics only)", host,
+                     self.metrics_port)
+
+    async def _start_tcp(self, app: web.Application, host: str, port: int, flag: str) -> int:
+        """Serve `app` on host:port; returns the port bound (port 0: the one chosen)."""
+        runner = self._runner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ApiError(f"cannot listen on {host}:{port} ({flag}): {exc.strerror}") from None
+        self._runners.append(runner)
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def _start_unix(self, app: web.Application) -> None:
         assert self.socket_path is not None

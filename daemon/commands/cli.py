@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--token-file", metavar="FILE",
                      help="bearer token for --listen (mode 0600; generated if missing; "
                           "default: mlcostd.token beside the socket)")
+    run.add_argument("--metrics-listen", metavar="HOST:PORT",
+                     help="also serve Prometheus /metrics alone on TCP, without a token "
+                          "(default: [api].metrics_listen; /metrics is always on the API too)")
     run.add_argument("--watch", action="store_true",
                      help="also print a live summary of the last 10 s every 5 s")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
@@ -167,7 +170,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc).replace("[daemon].interval", "value")) from None
         config = config_module.with_overrides(config, "daemon", interval=interval)
     api_flags = {name: getattr(args, flag) for name, flag in
-                 (("socket", "socket"), ("listen", "listen"), ("token_file", "token_file"))
+                 (("socket", "socket"), ("listen", "listen"), ("token_file", "token_file"),
+                  ("metrics_listen", "metrics_listen"))
                  if getattr(args, flag)}
     if api_flags:
         config = config_module.with_overrides(config, "api", **api_flags)

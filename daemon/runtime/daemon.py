@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import signal
 import socket
 import time
@@ -151,7 +152,9 @@ class Daemon:
         return ApiServer(self, socket_path(self.config), listen=api.listen or None,
                          token_file=api.token_file or None,
                          max_connections=int(api.max_connections),
-                         request_timeout_s=api.request_timeout)
+                         request_timeout_s=api.request_timeout,
+                         metrics_listen=api.metrics_listen or None,
+                         metrics_label_values=int(api.metrics_label_values))
 
     async def _start_api(self) -> None:
         from daemon.api.server import ApiError
@@ -241,7 +244,9 @@ class Daemon:
             self._load_snoozes()
             if self.simulate:
                 self._start_simulation()
-            self.host.setdefault("hostname", socket.gethostname())
+            # In a pod the kernel's hostname is the pod's: the DaemonSet passes the node's name.
+            self.host.setdefault("hostname", os.environ.get("MLCOST_HOSTNAME")
+                                 or socket.gethostname())
             self.host["interval_s"] = self.config.daemon.interval
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
             self.store.set_meta("host", self.host)

@@ -1,0 +1,80 @@
+"""Per-GPU running totals since mlcostd started: dollars burned, dollars wasted, joules used.
+
+The Prometheus counters (daemon.api.metrics) are these sums. They grow tick by tick over the
+same interval the cost ledger charges (`CostLedger.add` returns it), so a GPU's dollars summed
+over GPUs equal the host's GPU burn in the ledger, and `increase()` over any range gives dollars.
+They only grow while mlcostd runs; a restart starts them at 0 again, which Prometheus reads as a
+counter reset. Energy is the GPU's measured power times the interval; a tick without a power
+reading (unsupported, GPU lost) adds nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from daemon.analysis.cost import Burn, ProcessKey
+from daemon.sources.sample import Sample
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTotal:
+    """One GPU's totals so far."""
+
+    index: int
+    uuid: str
+    name: str
+    burn_dollars: float
+    wasted_dollars: float
+    energy_joules: float
+
+
+class GpuTotals:
+    """The running totals of every GPU seen, keyed by UUID (the index may be reused by another
+    GPU after a reboot of the driver; the UUID may not), and the wasted dollars of each process:
+    its share of each GPU times that GPU's wasted $/h (the waste it holds)."""
+
+    def __init__(self) -> None:
+        self._totals: dict[str, list[float]] = {}  # uuid -> [burn $, wasted $, joules]
+        self._names: dict[str, tuple[int, str]] = {}  # uuid -> (index, model name)
+        self._wasted_by_process: dict[ProcessKey, float] = {}
+        self.lock = threading.Lock()  # the loop adds, the API's render reads
+
+    def add(self, sample: Sample, burn: Burn, seconds: float) -> None:
+        """Charge one tick of `seconds` (what the ledger charged for it; 0 adds nothing, but a
+        new GPU is listed at 0 at once: a counter shows from its first scrape)."""
+        seconds = max(seconds, 0.0)
+        hours = seconds / 3600.0
+        by_index = {g.index: g for g in burn.gpus}
+        with self.lock:
+            for gpu in sample.gpus:
+                key = gpu.uuid or f"gpu{gpu.index}"
+                totals = self._totals.get(key)
+                if totals is None:
+                    totals = self._totals[key] = [0.0, 0.0, 0.0]
+                self._names[key] = (gpu.index, gpu.name)
+                priced = by_index.get(gpu.index)
+                if priced is not None:
+                    totals[0] += priced.price_per_hour * hours
+                    totals[1] += priced.wasted_per_hour * hours
+                if gpu.power_watts is not None and gpu.power_watts >= 0:
+                    totals[2] += gpu.power_watts * seconds
+            wasted = self._wasted_by_process
+            for process, proc in burn.processes.items():
+                wasted[process] = wasted.get(process, 0.0) + hours * math.fsum(
+                    s.share * by_index[s.gpu_index].wasted_per_hour
+                    for s in proc.shares if s.gpu_index in by_index)
+            if len(wasted) > 4 * max(len(burn.processes), 64):  # exited processes: forgotten
+                self._wasted_by_process = {k: v for k, v in wasted.items()
+                                           if k in burn.processes}
+
+    def process_wasted(self) -> dict[ProcessKey, float]:
+        """Wasted dollars per process so far (exited processes are forgotten after a while)."""
+        with self.lock:
+            return dict(self._wasted_by_process)
+
+    def snapshot(self) -> list[GpuTotal]:
+        with self.lock:
+            return [GpuTotal(self._names[key][0], key, self._names[key][1], *totals)
+                    for key, totals in self._totals.items()]

@@ -1,0 +1,510 @@
+"""`/metrics` for Prometheus: a prometheus-client Collector over what the running daemon holds.
+
+Each scrape builds the families from the daemon's latest state (the /v1/now document, the
+cost ledger, the per-GPU totals), on the event loop, where that state lives. Nothing is
+hand-formatted: prometheus-client writes the exposition.
+
+Conventions (Prometheus naming practice; README "On a fleet"):
+- one prefix `mlcost_`, base units in the name (`_bytes`, `_watts`, `_joules`, `_seconds`,
+  `_ratio` 0-1), money in `dollars` (rates `_dollars_per_hour` as gauges; cumulative
+  `_dollars_total` as counters, so `increase(x[1d])` is the dollars of that day);
+- GPU series carry dcgm-exporter's labels `gpu`, `UUID`, `modelName`, `Hostname`, so they join
+  DCGM's series without relabelling;
+- no pid labels. Workload series carry `job_name` (the cost ledger's job label: Prometheus keeps
+  `job` for the scrape job), `pod`, `namespace`, `container`, `slurm_job` and `user`, each bounded:
+  at most `[api].metrics_label_values` distinct values per label, the rest folded into `other`
+  (counted in `mlcost_metrics_folded_values_total`);
+- descriptive host facts go to one info metric, `mlcost_host_info`.
+
+Counters only grow while mlcostd runs (a restart begins them at 0: Prometheus reads a reset). A
+workload's dollars come from the ledger's per-process costs; when a process exits its dollars
+stay in its workload's series (this module keeps them), so the series never goes down.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import generate_latest
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
+
+from daemon.api.limits import limited_log
+from daemon.wire import Now, process_key
+
+DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
+OTHER = "other"
+MAX_LABEL_CHARS = 128  # a longer value is cut: labels are names, not documents
+FORGET_AFTER_S = 3600.0  # a workload unseen this long leaves the exposition and frees its slot
+MAX_PHASE_GAP_S = 600.0  # phase time between two scrapes further apart is not counted
+GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
+WORKLOAD_LABELS = ("job_name", "pod", "namespace", "container", "slurm_job", "user")
+# Where each workload label comes from in a process's owner (daemon.wire.Process.owner).
+OWNER_KEYS = {"pod": "pod", "namespace": "namespace", "container": "container",
+              "slurm_job": "slurm_job"}
+
+WorkloadKey = tuple[str, ...]  # the values of WORKLOAD_LABELS, in that order
+
+
+def _clean(value: Any) -> str:
+    text = value if isinstance(value, str) else ("" if value is None else str(value))
+    return text[:MAX_LABEL_CHARS]
+
+
+class LabelCap:
+    """At most `limit` distinct values of one label; the rest read `other`. A value keeps its
+    slot while it is seen, and frees it FORGET_AFTER_S after it was last seen. "" (no value)
+    never takes a slot."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.admitted: dict[str, float] = {}  # value -> last seen (monotonic s)
+        self.folded: dict[str, float] = {}  # values folded into "other" -> last seen
+        self.folded_total = 0  # distinct values folded (counted again after they are forgotten)
+
+    def value(self, raw: str, now: float) -> str:
+        if not raw:
+            return ""
+        if raw in self.admitted or len(self.admitted) < self.limit:
+            self.admitted[raw] = now
+            return raw
+        if raw not in self.folded:
+            self.folded_total += 1
+            if len(self.folded) >= 10 * self.limit:  # bounded memory under heavy churn
+                self.folded.pop(next(iter(self.folded)))
+        self.folded[raw] = now
+        return OTHER
+
+    def forget(self, before: float) -> None:
+        self.admitted = {v: t for v, t in self.admitted.items() if t >= before}
+        self.folded = {v: t for v, t in self.folded.items() if t >= before}
+
+
+@dataclass
+class _Seen:
+    """One live process as the last scrape saw it."""
+
+    workload: WorkloadKey
+    base: tuple[float, float]  # its (dollars, wasted dollars) when it joined this workload
+    dollars: float = 0.0  # charged to this workload so far
+    wasted: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds
+    ts: float | None = None  # the sample time of the last scrape that counted its phases
+
+
+@dataclass
+class _Retired:
+    """What exited processes left in one workload's counters."""
+
+    dollars: float = 0.0
+    wasted: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    last_seen: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkloadTotal:
+    dollars: float
+    wasted: float
+    phases: dict[str, float]
+
+
+class WorkloadTotals:
+    """Per-workload counters that never go down: the live processes' ledger costs plus what
+    processes that left (exited, or moved to another workload) had been charged. Scrapes may
+    come from several scrapers at once: every update is idempotent for one sample."""
+
+    def __init__(self, limit: int) -> None:
+        self.caps = {label: LabelCap(limit) for label in WORKLOAD_LABELS}
+        self.seen: dict[str, _Seen] = {}
+        self.retired: dict[WorkloadKey, _Retired] = {}
+
+    def workload_of(self, raw: Mapping[str, str], now: float) -> WorkloadKey:
+        return tuple(self.caps[label].value(_clean(raw.get(label)), now)
+                     for label in WORKLOAD_LABELS)
+
+    def update(self, processes: Sequence[tuple[str, WorkloadKey, float, float,
+                                               Mapping[str, float]]],
+               sample_ts: float | None, now: float) -> None:
+        """`processes`: (key, workload, dollars so far, wasted dollars so far, phase shares) of
+        every live process."""
+        live = set()
+        for key, workload, dollars, wasted, shares in processes:
+            live.add(key)
+            seen = self.seen.get(key)
+            if seen is None:
+                seen = self.seen[key] = _Seen(workload, base=(0.0, 0.0))
+            elif seen.workload != workload:  # it moved: its dollars so far stay where they were
+                self._retire(seen, now)
+                seen = self.seen[key] = _Seen(workload, ts=seen.ts, base=(
+                    seen.base[0] + seen.dollars, seen.base[1] + seen.wasted))
+            seen.dollars = max(seen.dollars, dollars - seen.base[0])
+            seen.wasted = max(seen.wasted, wasted - seen.base[1])
+            if sample_ts is not None:
+                if seen.ts is not None and 0 < sample_ts - seen.ts <= MAX_PHASE_GAP_S:
+                    elapsed = sample_ts - seen.ts
+                    for phase, share in (shares.items() if shares else (("unknown", 1.0),)):
+                        seen.phases[phase] = seen.phases.get(phase, 0.0) + elapsed * share
+                if seen.ts is None or sample_ts > seen.ts:
+                    seen.ts = sample_ts
+            self.retired.setdefault(workload, _Retired()).last_seen = now
+        for key in [k for k in self.seen if k not in live]:
+            self._retire(self.seen.pop(key), now)
+        before = now - FORGET_AFTER_S
+        self.retired = {w: r for w, r in self.retired.items() if r.last_seen >= before}
+        for cap in self.caps.values():
+            cap.forget(before)
+
+    def _retire(self, seen: _Seen, now: float) -> None:
+        retired = self.retired.setdefault(seen.workload, _Retired())
+        retired.dollars += seen.dollars
+        retired.wasted += seen.wasted
+        for phase, seconds in seen.phases.items():
+            retired.phases[phase] = retired.phases.get(phase, 0.0) + seconds
+        retired.last_seen = now
+
+    def totals(self) -> dict[WorkloadKey, WorkloadTotal]:
+        """Dollars, wasted dollars and phase seconds per workload (retired plus live)."""
+        out = {w: WorkloadTotal(r.dollars, r.wasted, dict(r.phases))
+               for w, r in self.retired.items()}
+        for seen in self.seen.values():
+            before = out.get(seen.workload) or WorkloadTotal(0.0, 0.0, {})
+            phases = dict(before.phases)
+            for phase, seconds in seen.phases.items():
+                phases[phase] = phases.get(phase, 0.0) + seconds
+            out[seen.workload] = WorkloadTotal(before.dollars + seen.dollars,
+                                               before.wasted + seen.wasted, phases)
+        return out
+
+
+@lru_cache(maxsize=4096)
+def _present(workload: WorkloadKey) -> dict[str, str]:
+    """The labels a workload has (cached: the same few hundred workloads every scrape; the
+    dict is shared, never changed)."""
+    return {label: value for label, value in zip(WORKLOAD_LABELS, workload, strict=True)
+            if value}
+
+
+def _ratio(percent: float | None) -> float | None:
+    return None if percent is None else percent / 100.0
+
+
+def _age_s(as_of: Any, now: float) -> float | None:
+    if not isinstance(as_of, str) or not as_of:
+        return None
+    try:
+        when = datetime.fromisoformat(as_of.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(now - when.timestamp(), 0.0)
+
+
+class DaemonCollector(Collector):
+    """The families of one scrape, from `daemon` (runtime.daemon.Daemon or anything with its
+    `now()`, `analyzer`, `host` and `config`). Call collect() on the event loop."""
+
+    def __init__(self, daemon: Any, label_values: int = DEFAULT_LABEL_VALUES,
+                 api_port: int | None = None) -> None:
+        self.daemon = daemon
+        self.workloads = WorkloadTotals(label_values)
+        self.api_port = api_port  # the TCP API's port, for mlcost-top --prometheus
+        self._lock = threading.Lock()  # one scrape at a time updates the workload totals
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on the host: no registration-time check
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            yield from self._collect()
+
+    def _collect(self) -> Iterator[Metric]:
+        document = self.daemon.now()
+        now = Now.from_dict(document)
+        analyzer = getattr(self.daemon, "analyzer", None)
+        wall = time.time()
+        hostname = _clean(now.hostname)
+        yield from self._host(document, now, hostname, wall)
+        yield from self._gpus(now, analyzer, hostname)
+        yield from self._workloads(document, now, analyzer, hostname)
+        yield from self._advice(now, hostname)
+        yield from self._budgets(analyzer, hostname)
+
+    # -- the host ---------------------------------------------------------------------------
+
+    def _host(self, document: Mapping[str, Any], now: Now, hostname: str,
+              wall: float) -> Iterator[Metric]:
+        host = document.get("host") or {}
+        price = document.get("price") or {}
+        instance = host.get("instance") or {}
+        info = InfoMetricFamily("mlcost_host", "This host: its instance and where its price is "
+                                "from (value 1; join on Hostname or instance)")
+        info.add_metric([], {
+            "Hostname": hostname,
+            "provider": _clean(price.get("provider") or instance.get("provider")),
+            "region": _clean(price.get("region") or instance.get("region")),
+            "instance_type": _clean(price.get("instance_type") or instance.get("type")),
+            "lifecycle": _clean(price.get("lifecycle") or instance.get("lifecycle")),
+            "price_source": _clean(price.get("source")),
+            "price_as_of": _clean(price.get("as_of")),
+            "simulated": _clean(host.get("simulated")),
+            "api_port": "" if self.api_port is None else str(self.api_port),
+        })
+        yield info
+        labels = ["Hostname"]
+        ledger = document.get("cost") or {}
+
+        def gauge(name: str, text: str, value: Any) -> GaugeMetricFamily | None:
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                return None
+            family = GaugeMetricFamily(name, text, labels=labels)
+            family.add_metric([hostname], float(value))
+            return family
+
+        def counter(name: str, text: str, value: Any) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, text, labels=labels)
+            family.add_metric([hostname], float(value) if isinstance(value, int | float) else 0.0)
+            return family
+
+        families = [
+            gauge("mlcost_host_price_dollars_per_hour", "What the host costs an hour",
+                  price.get("per_hour")),
+            gauge("mlcost_price_age_seconds", "Age of the host's price (its as-of date)",
+                  _age_s(price.get("as_of"), wall)),
+            gauge("mlcost_host_burn_dollars_per_hour", "The host's burn now (all GPUs)",
+                  now.burn_per_hour),
+            gauge("mlcost_host_wasted_dollars_per_hour", "Dollars an hour the GPUs spend not "
+                  "computing: price x (1 - utilization), idle GPUs whole", now.wasted_per_hour),
+            gauge("mlcost_idle_burn_dollars_per_hour", "Burn of GPUs no process holds",
+                  now.idle_per_hour),
+            gauge("mlcost_nvml_up", "1 when NVML answers, 0 when it is missing or failing",
+                  1.0 if now.nvml_status == "ok" else 0.0),
+            gauge("mlcost_last_sample_timestamp_seconds", "When the latest sample was taken",
+                  now.ts),
+            counter("mlcost_host_burn_dollars", "Dollars the host burned since mlcostd started",
+                    ledger.get("total")),
+            counter("mlcost_host_wasted_dollars", "Wasted dollars since mlcostd started",
+                    ledger.get("wasted")),
+            counter("mlcost_idle_dollars", "Dollars of GPUs no process held, since mlcostd "
+                    "started", ledger.get("idle")),
+        ]
+        yield from (f for f in families if f is not None)
+
+    # -- GPUs -------------------------------------------------------------------------------
+
+    def _gpus(self, now: Now, analyzer: Any, hostname: str) -> Iterator[Metric]:
+        def family(kind: type, name: str, text: str) -> Any:
+            return kind(name, text, labels=list(GPU_LABELS))
+
+        util = family(GaugeMetricFamily, "mlcost_gpu_utilization_ratio",
+                      "Fraction of time a kernel ran (NVML GPU utilization)")
+        sm = family(GaugeMetricFamily, "mlcost_gpu_sm_activity_ratio",
+                    "SM activity (GPM; Hopper and later)")
+        used = family(GaugeMetricFamily, "mlcost_gpu_memory_used_bytes",
+                      "GPU memory used, as nvidia-smi shows it")
+        total = family(GaugeMetricFamily, "mlcost_gpu_memory_total_bytes", "GPU memory in all")
+        power = family(GaugeMetricFamily, "mlcost_gpu_power_watts", "Power draw")
+        up = family(GaugeMetricFamily, "mlcost_gpu_up", "1 when the GPU reads ok, 0 when lost, "
+                    "timed out or failing")
+        busy = family(GaugeMetricFamily, "mlcost_gpu_busy", "1 busy, 0 idle under [idle]."
+                      "utilization (the daemon's verdict); absent when unknown")
+        holders = family(GaugeMetricFamily, "mlcost_gpu_processes", "Processes holding the GPU")
+        burn = family(GaugeMetricFamily, "mlcost_gpu_burn_dollars_per_hour",
+                      "The GPU's price an hour (host price / GPU count)")
+        wasted = family(GaugeMetricFamily, "mlcost_gpu_wasted_dollars_per_hour",
+                        "Wasted dollars an hour: price x (1 - utilization), idle whole")
+        burn_total = family(CounterMetricFamily, "mlcost_gpu_burn_dollars",
+                            "Dollars the GPU burned since mlcostd started")
+        wasted_total = family(CounterMetricFamily, "mlcost_gpu_wasted_dollars",
+                              "Wasted dollars since mlcostd started")
+        energy = family(CounterMetricFamily, "mlcost_gpu_energy_joules",
+                        "Energy the GPU used since mlcostd started (measured power x time)")
+        held: dict[int, int] = {}
+        for proc in now.processes:
+            for index in proc.gpus:
+                held[index] = held.get(index, 0) + 1
+        uuids: dict[str, list[str]] = {}
+        for gpu in now.gpus:
+            labels = [str(gpu.index), _clean(gpu.uuid), _clean(gpu.name), hostname]
+            uuids[gpu.uuid or f"gpu{gpu.index}"] = labels
+            up.add_metric(labels, 1.0 if gpu.status == "ok" else 0.0)
+            holders.add_metric(labels, float(held.get(gpu.index, 0)))
+            for fam, value in ((util, _ratio(gpu.utilization)), (sm, _ratio(gpu.sm_activity)),
+                               (used, gpu.memory_used_bytes), (total, gpu.memory_total_bytes),
+                               (power, gpu.power_watts), (burn, gpu.price_per_hour),
+                               (wasted, gpu.wasted_per_hour),
+                               (busy, None if gpu.busy is None else float(gpu.busy))):
+                if value is not None:
+                    fam.add_metric(labels, float(value))
+        totals = analyzer.gpu_totals.snapshot() if hasattr(analyzer, "gpu_totals") else []
+        for t in totals:
+            labels = uuids.get(t.uuid) or [str(t.index), _clean(t.uuid), _clean(t.name),
+                                           hostname]
+            burn_total.add_metric(labels, t.burn_dollars)
+            wasted_total.add_metric(labels, t.wasted_dollars)
+            energy.add_metric(labels, t.energy_joules)
+        yield from (util, sm, used, total, power, up, busy, holders, burn, wasted, burn_total,
+                    wasted_total, energy)
+
+    # -- workloads --------------------------------------------------------------------------
+
+    def _workloads(self, document: Mapping[str, Any], now: Now, analyzer: Any,
+                   hostname: str) -> Iterator[Metric]:
+        latest = getattr(analyzer, "latest", None)  # this tick's Burn
+        clock = time.monotonic()
+        jobs = {p.get("key"): p.get("job") for p in document.get("processes") or []
+                if isinstance(p, Mapping)}
+        gpu_wasted = {g.index: g.wasted_per_hour or 0.0 for g in now.gpus}
+        wasted_of: dict[str, float] = {}  # $/h now
+        for key, proc in (getattr(latest, "processes", None) or {}).items():
+            wasted_of[process_key(*key)] = math.fsum(
+                s.share * gpu_wasted.get(s.gpu_index, 0.0) for s in proc.shares)
+        totals = getattr(analyzer, "gpu_totals", None)
+        wasted_so_far = ({process_key(*k): v for k, v in totals.process_wasted().items()}
+                         if totals is not None else {})
+        rows = []
+        rates: dict[WorkloadKey, list[float]] = {}
+        for proc in now.processes:
+            if proc.cost is None or jobs.get(proc.key) is None:
+                continue  # the ledger has not charged it yet (its first tick): no job label
+            raw = {"job_name": _clean(jobs.get(proc.key)), "user": proc.user}
+            for label, key in OWNER_KEYS.items():
+                raw[label] = _clean(proc.owner.get(key))
+            workload = self.workloads.workload_of(raw, clock)
+            shares = {phase: float(share) for phase, share in proc.phases.items()
+                      if isinstance(share, int | float) and not isinstance(share, bool)}
+            rows.append((proc.key, workload, proc.cost,
+                         float(wasted_so_far.get(proc.key, 0.0)), shares))
+            rate = rates.setdefault(workload, [0.0, 0.0])
+            rate[0] += proc.burn_per_hour or 0.0
+            rate[1] += wasted_of.get(proc.key, 0.0)
+        self.workloads.update(rows, now.ts, clock)
+        # Only the labels a workload has (an empty label is an absent one to PromQL), and no
+        # Hostname (the scrape's instance names the host; mlcost_host_info joins it): the
+        # most numerous series stay cheap to render and to store.
+        burn = Metric("mlcost_workload_burn_dollars_per_hour",
+                      "Burn of a workload's processes (their GPU shares)", "gauge")
+        wasted = Metric("mlcost_workload_wasted_dollars_per_hour",
+                        "Wasted dollars an hour on the GPU shares a workload holds", "gauge")
+        for workload, (per_hour, wasted_per_hour) in rates.items():
+            labels = _present(workload)
+            burn.add_sample(burn.name, labels, per_hour)
+            wasted.add_sample(wasted.name, labels, wasted_per_hour)
+        dollars = Metric("mlcost_workload_dollars",
+                         "Dollars charged to a workload since mlcostd started", "counter")
+        wasted_total = Metric("mlcost_workload_wasted_dollars", "Wasted dollars on the GPU "
+                              "shares a workload held, since mlcostd started", "counter")
+        phases = Metric("mlcost_workload_phase_seconds", "Seconds a workload's processes spent "
+                        "in each phase (by their phase balance)", "counter")
+        for workload, total in self.workloads.totals().items():
+            labels = _present(workload)
+            dollars.add_sample(dollars.name + "_total", labels, total.dollars)
+            wasted_total.add_sample(wasted_total.name + "_total", labels, total.wasted)
+            for phase, seconds in sorted(total.phases.items()):
+                phases.add_sample(phases.name + "_total", {**labels, "phase": phase}, seconds)
+        folded = CounterMetricFamily("mlcost_metrics_folded_values",
+                                     "Distinct label values folded into \"other\" by the "
+                                     "per-label limit ([api].metrics_label_values)",
+                                     labels=["Hostname", "label"])
+        for label, cap in self.workloads.caps.items():
+            folded.add_metric([hostname, label], cap.folded_total)
+        yield from (burn, wasted, dollars, wasted_total, phases, folded)
+
+    # -- advice and budgets -----------------------------------------------------------------
+
+    def _advice(self, now: Now, hostname: str) -> Iterator[Metric]:
+        savings = GaugeMetricFamily("mlcost_recommendation_savings_dollars_per_month",
+                                    "Savings of the active recommendations per rule (combined: "
+                                    "never more than the bill)", labels=["Hostname", "rule"])
+        count = GaugeMetricFamily("mlcost_recommendations", "Active recommendations per rule",
+                                  labels=["Hostname", "rule"])
+        by_rule: dict[str, list[float]] = {}
+        for rec in now.recommendations:
+            entry = by_rule.setdefault(_clean(rec.rule), [0.0, 0.0])
+            entry[0] += rec.shown_savings_per_month or 0.0
+            entry[1] += 1
+        for rule, (dollars, n) in sorted(by_rule.items()):
+            savings.add_metric([hostname, rule], dollars)
+            count.add_metric([hostname, rule], n)
+        yield savings
+        yield count
+        if now.potential_savings_per_month is not None:
+            potential = GaugeMetricFamily("mlcost_potential_savings_dollars_per_month",
+                                          "The recommendations' combined savings",
+                                          labels=["Hostname"])
+            potential.add_metric([hostname], now.potential_savings_per_month)
+            yield potential
+
+    def _budgets(self, analyzer: Any, hostname: str) -> Iterator[Metric]:
+        budgets = getattr(getattr(analyzer, "budgets", None), "budgets", None) or []
+        limit = GaugeMetricFamily("mlcost_budget_limit_dollars",
+                                  "A configured budget ([cost.budgets])",
+                                  labels=["Hostname", "scope", "name", "period"])
+        for budget in budgets:
+            limit.add_metric([hostname, budget.scope, _clean(budget.name), budget.period],
+                             budget.limit)
+        yield limit
+
+
+class Metrics:
+    """The daemon's /metrics: one collector in its own registry (no process or platform
+    collectors: the series are about the GPUs), rendered by prometheus-client."""
+
+    def __init__(self, daemon: Any, label_values: int = DEFAULT_LABEL_VALUES,
+                 api_port: int | None = None) -> None:
+        self.collector = DaemonCollector(daemon, label_values, api_port)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # The text format every Prometheus release reads (2.x included).
+    content_type = CONTENT_TYPE_PLAIN_0_0_4
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """GET /metrics: rendered on the loop, where the daemon's state lives (a few ms). A
+        render that fails is a 500 that says so (logged once a minute, never per scrape)."""
+        try:
+            body = self.render()
+        except Exception as exc:
+            limited_log(logging.ERROR, f"metrics:{type(exc).__name__}",
+                        "rendering /metrics failed", exc_info=exc)
+            return web.Response(status=500, text=f"mlcostd could not render /metrics: "
+                                                 f"{type(exc).__name__}; see its log\n")
+        return web.Response(body=body, headers={"Content-Type": self.content_type})
+
+
+def add_metrics_route(app: web.Application, metrics: Metrics) -> None:
+    app.router.add_get("/metrics", metrics.handle)
+
+
+def metrics_only_app(metrics: Metrics) -> web.Application:
+    """The app of `--metrics-listen`: /metrics only, no token (as exporters serve), and a JSON
+    404 for anything else, so nothing of the API is reachable there."""
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        return web.json_response({"error": f"only GET /metrics is served here, not "
+                                           f"{request.method} {request.path[:80]}"}, status=404)
+
+    app = web.Application(client_max_size=1024)
+    add_metrics_route(app, metrics)
+    app.router.add_route("*", "/{tail:.*}", elsewhere)
+    return app

@@ -1,0 +1,145 @@
+"""The fleet as Prometheus sees it, for `mlcost-top --prometheus URL`: a handful of instant
+queries over mlcostd's series (deploy/prometheus/, README "On a fleet"), merged into one row per
+scraped daemon. No connection to any daemon: a fleet of thousands of hosts is a few queries.
+
+A daemon Prometheus cannot scrape is a row that says so (`up == 0`; its other series go stale
+at once). A host's API is reachable from mlcost-top when its mlcostd serves the API on TCP
+(`--listen`): `mlcost_host_info` carries that port (`api_port`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+QUERY_TIMEOUT_S = 10.0
+
+
+class PrometheusError(Exception):
+    """Prometheus did not answer, or refused a query; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class FleetHost:
+    """One scraped mlcostd."""
+
+    instance: str  # the scrape target, host:port
+    up: bool
+    hostname: str = ""
+    instance_type: str = ""
+    lifecycle: str = ""
+    burn_per_hour: float | None = None
+    wasted_per_hour: float | None = None
+    gpus: int | None = None
+    idle_gpus: int | None = None
+    savings_per_month: float | None = None
+    top_rule: str = ""
+    top_rule_savings_per_month: float | None = None
+    api_port: str = ""
+
+    @property
+    def api_url(self) -> str | None:
+        """http://HOST:PORT of the host's API, or None when it serves none on TCP."""
+        if not self.api_port:
+            return None
+        host = self.instance.rsplit(":", 1)[0] if ":" in self.instance else self.instance
+        return f"http://{host}:{self.api_port}"
+
+
+@dataclass(frozen=True)
+class FleetView:
+    hosts: tuple[FleetHost, ...]
+
+    @property
+    def up(self) -> int:
+        return sum(1 for h in self.hosts if h.up)
+
+    def total(self, field: str) -> float | None:
+        values = [getattr(h, field) for h in self.hosts if h.up and getattr(h, field) is not None]
+        return sum(values) if values else None
+
+
+class PrometheusFleet:
+    """The fleet table's queries against one Prometheus (the HTTP API, /api/v1/query)."""
+
+    def __init__(self, url: str, job: str = "mlcost.*", timeout_s: float = QUERY_TIMEOUT_S
+                 ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise PrometheusError(f"--prometheus {url!r} is not an http(s):// URL (e.g. "
+                                  "http://prometheus:9090)")
+        self.url = url.rstrip("/")
+        self.job = job
+        self.timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's vector; PrometheusError on any failure."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        try:
+            async with self._session.get(f"{self.url}/api/v1/query", params={"query": expr},
+                                         timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+                                         ) as response:
+                body = await response.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            raise PrometheusError(f"Prometheus at {self.url} did not answer "
+                                  f"({type(exc).__name__}: {exc}); check the URL") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error") if isinstance(body, dict) else None
+            raise PrometheusError(f"Prometheus at {self.url} refused {expr!r}: {error}")
+        result = (body.get("data") or {}).get("result")
+        return result if isinstance(result, list) else []
+
+    async def fetch(self) -> FleetView:
+        job = f'job=~"{self.job}"'
+        queries = {
+            "up": f"up{{{job}}}",
+            "info": f"mlcost_host_info{{{job}}}",
+            "burn": f"mlcost_host_burn_dollars_per_hour{{{job}}}",
+            "wasted": f"mlcost_host_wasted_dollars_per_hour{{{job}}}",
+            "gpus": f"count by (instance) (mlcost_gpu_up{{{job}}})",
+            "idle": f"count by (instance) (mlcost_gpu_busy{{{job}}} == 0)",
+            "savings": f"sum by (instance) (mlcost_recommendation_savings_dollars_per_month"
+                       f"{{{job}}})",
+            "top": f"topk by (instance) (1, mlcost_recommendation_savings_dollars_per_month"
+                   f"{{{job}}} > 0)",
+        }
+        answers = await asyncio.gather(*(self.query(q) for q in queries.values()))
+        found = dict(zip(queries, answers, strict=True))
+
+        def by_instance(name: str) -> dict[str, dict[str, Any]]:
+            return {r.get("metric", {}).get("instance", ""): r for r in found[name]}
+
+        def value(name: str, instance: str) -> float | None:
+            row = by_instance(name).get(instance)
+            try:
+                return float(row["value"][1]) if row else None
+            except (KeyError, IndexError, TypeError, ValueError):
+                return None
+
+        info, top = by_instance("info"), by_instance("top")
+        hosts = []
+        for instance in sorted(by_instance("up")):
+            labels = (info.get(instance) or {}).get("metric", {})
+            best = top.get(instance)
+            gpus, idle = value("gpus", instance), value("idle", instance)
+            hosts.append(FleetHost(
+                instance=instance, up=value("up", instance) == 1.0,
+                hostname=labels.get("Hostname", ""),
+                instance_type=labels.get("instance_type", ""),
+                lifecycle=labels.get("lifecycle", ""),
+                burn_per_hour=value("burn", instance), wasted_per_hour=value("wasted", instance),
+                gpus=None if gpus is None else int(gpus),
+                idle_gpus=None if gpus is None else int(idle or 0),
+                savings_per_month=value("savings", instance),
+                top_rule=(best or {}).get("metric", {}).get("rule", ""),
+                top_rule_savings_per_month=value("top", instance),
+                api_port=labels.get("api_port", "")))
+        return FleetView(tuple(hosts))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,158 @@
+"""`mlcost-top --prometheus URL`: the fleet table from Prometheus itself (hosts, burn, waste,
+idle GPUs, the top recommendation), polled away from the UI; enter on a host opens its daemon's
+full view when its API is reachable on TCP (escape comes back here)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from mlcost_tui import format as fmt
+from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.prometheus import FleetHost, FleetView, PrometheusError, PrometheusFleet
+from mlcost_tui.thresholds import BAD, GOOD, MUTED
+
+if TYPE_CHECKING:
+    from daemon.client import Client
+
+HEALTH_TIMEOUT_S = 3.0  # how long enter waits for a host's daemon to answer
+
+
+class PrometheusFleetTable(KeyedTable):
+    COLUMNS = (("host", "host"), ("instance", "scraped at"), ("status", "status"),
+               ("type", "instance type"), ("burn", "burn $/h"), ("wasted", "wasted $/h"),
+               ("gpus", "GPUs"), ("idle", "idle GPUs"), ("top", "top recommendation"),
+               ("top_saves", "it saves/month"), ("saves", "all save/month"))
+    WIDTHS = {"burn": 9, "wasted": 10, "saves": 14, "top": 28, "top_saves": 14}
+    DEFAULT_CSS = "PrometheusFleetTable { height: 1fr; border: round $accent; }"
+
+    def show(self, view: FleetView) -> None:
+        rows: list[tuple[str, tuple[Any, ...]]] = []
+        # the costliest hosts first; hosts Prometheus cannot scrape at the top
+        for host in sorted(view.hosts, key=lambda h: (h.up, -(h.burn_per_hour or 0.0))):
+            if not host.up:
+                rows.append((host.instance, (host.hostname or fmt.DASH, host.instance,
+                                             Text("down", style="bold " + BAD))
+                             + (fmt.DASH,) * 8))
+                continue
+            idle = host.idle_gpus or 0
+            rows.append((host.instance, (
+                host.hostname or "?", host.instance, Text("up", style=GOOD),
+                host.instance_type or fmt.DASH, fmt.money(host.burn_per_hour),
+                fmt.money(host.wasted_per_hour),
+                fmt.DASH if host.gpus is None else str(host.gpus),
+                Text(str(idle), style=BAD if idle else ""), host.top_rule or fmt.DASH,
+                fmt.money(host.top_rule_savings_per_month if host.top_rule else None),
+                fmt.money(host.savings_per_month))))
+        self.sync(rows)
+        self.border_title = f"Fleet from Prometheus: {len(view.hosts)} daemons, {view.up} up"
+
+
+def summary(url: str, view: FleetView | None, error: str | None) -> Text:
+    text = Text()
+    text.append("mlcost-top fleet ", style="bold")
+    text.append(f"from {url}  ", style=MUTED)
+    if view is not None:
+        idle = sum(h.idle_gpus or 0 for h in view.hosts if h.up)
+        text.append(f"{view.up}/{len(view.hosts)} up  ")
+        text.append(f"burn {fmt.money(view.total('burn_per_hour'))}/h  ")
+        text.append(f"wasted {fmt.money(view.total('wasted_per_hour'))}/h  ")
+        text.append(f"idle GPUs {idle}", style=BAD if idle else "")
+    if error:
+        text.append(f"\n✕ {error}", style="bold " + BAD)
+    return text
+
+
+class PrometheusFleetScreen(Screen):
+    """The fleet table. The App shows a host's daemon through `watch_daemon(client)`."""
+
+    BINDINGS = [Binding("q", "app.quit", "Quit", id="prometheus.quit"),
+                Binding("enter", "open_host", "Open host", id="prometheus.open")]
+    DEFAULT_CSS = "#prometheus-summary { height: 2; padding: 0 1; }"
+
+    def __init__(self, source: PrometheusFleet, *, token: str | None = None,
+                 interval_s: float = 5.0) -> None:
+        super().__init__()
+        self.source = source
+        self.token = token
+        self.interval_s = interval_s
+        self.view: FleetView | None = None
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(summary(self.source.url, None, None), id="prometheus-summary")
+        yield PrometheusFleetTable(id="prometheus-fleet")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(PrometheusFleetTable).focus()
+        self.poll()
+
+    @work(exclusive=True, group="prometheus", exit_on_error=False,
+          description="query Prometheus for the fleet")
+    async def poll(self) -> None:
+        try:
+            self.view, self.error = await self.source.fetch(), None
+        except PrometheusError as exc:
+            self.error = str(exc)  # the last good table stays, with the error above it
+        finally:
+            if self.is_attached:
+                self.set_timer(self.interval_s, self.poll, name="next Prometheus poll")
+        self.query_one("#prometheus-summary", Static).update(
+            summary(self.source.url, self.view, self.error))
+        if self.view is not None:
+            with self.app.batch_update():
+                self.query_one(PrometheusFleetTable).show(self.view)
+
+    def selected(self) -> FleetHost | None:
+        table = self.query_one(PrometheusFleetTable)
+        if self.view is None or table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return next((h for h in self.view.hosts if h.instance == key), None)
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open_host()
+
+    def action_open_host(self) -> None:
+        host = self.selected()
+        if host is not None:
+            self.open_host(host)
+
+    @work(exclusive=True, group="open-host", exit_on_error=False,
+          description="reach the chosen host's daemon")
+    async def open_host(self, host: FleetHost) -> None:
+        from daemon.client import Client, ClientError
+
+        name = host.hostname or host.instance
+        if not host.up:
+            self.notify(f"{name} is down: Prometheus cannot scrape its mlcostd at "
+                        f"{host.instance}", severity="error")
+            return
+        url = host.api_url
+        if url is None:
+            self.notify(f"{name}: its mlcostd serves no API on TCP (start it with --listen "
+                        "HOST:PORT and a token); its metrics are all Prometheus has",
+                        severity="warning")
+            return
+        client: Client = Client(url, token=self.token, timeout_s=HEALTH_TIMEOUT_S)
+        try:
+            await client.health()
+        except ClientError as exc:
+            await client.close()
+            self.notify(f"{name}: its daemon at {url} is not reachable: {exc}",
+                        severity="error")
+            return
+        self.app.watch_daemon(Client(url, token=self.token))  # type: ignore[attr-defined]
+        await client.close()
+
+    async def on_unmount(self) -> None:
+        await self.source.close()

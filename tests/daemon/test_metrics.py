@@ -1,0 +1,290 @@
+"""/metrics of a real mlcostd (prometheus-client's exposition, checked by the real promtool),
+on its own token-free listener and behind the token on the API's TCP listener; and the
+collector's bounded workload labels and never-decreasing counters, over a daemon-shaped object."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import urllib.error
+import urllib.request
+from typing import Any
+
+import aiohttp
+import livedaemon
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from simhost import poll
+
+from daemon.api.metrics import (
+    GPU_LABELS,
+    OTHER,
+    WORKLOAD_LABELS,
+    LabelCap,
+    Metrics,
+    WorkloadTotals,
+)
+
+PROMTOOL = "/usr/bin/promtool"
+_METRICS_PORT = re.compile(r"metrics on http://[^:]+:(\d+)/metrics")
+# dcgm-exporter's label names (so GPU series join DCGM's): promtool's lint wants snake_case.
+DCGM_CAMEL_CASE = {"UUID": "uuid", "modelName": "model_name", "Hostname": "hostname"}
+
+
+def metrics_port(daemon: livedaemon.LiveDaemon) -> int:
+    found = poll(lambda: _METRICS_PORT.search(daemon.log()), 10, "the metrics port logged",
+                 explain=daemon.log_tail)
+    return int(found.group(1))
+
+
+def fetch(url: str, token: str | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers.get("Content-Type", ""), \
+                response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
+
+
+def families(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def samples(text: str, name: str) -> list[Any]:
+    return [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
+def promtool_check(text: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def daemon(mlcostd):
+    """idle-host (a notebook holding its one GPU, doing nothing) with /metrics on its own
+    listener and the API on TCP."""
+    return mlcostd("idle-host", interval=0.5,
+                   args=["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+
+
+def test_exposition_passes_promtool_but_for_dcgm_label_names(daemon):
+    status, content_type, text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")
+    assert status == 200 and content_type.startswith("text/plain; version=")
+    checked = promtool_check(text)
+    problems = (checked.stdout + checked.stderr).strip().splitlines()
+    # The only lint is the camelCase of dcgm-exporter's names, once per GPU series.
+    assert checked.returncode in (0, 3), checked.stderr
+    assert all("label names should be written in 'snake_case'" in p for p in problems), problems
+    renamed = text
+    for camel, snake in DCGM_CAMEL_CASE.items():
+        renamed = re.sub(rf"\b{camel}=", f"{snake}=", renamed)
+    clean = promtool_check(renamed)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+
+def test_gpu_series_carry_dcgm_labels_and_no_series_a_pid(daemon):
+    _, _, text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")
+    now = daemon.now()
+    gpu = now["gpus"][0]
+    [util] = samples(text, "mlcost_gpu_utilization_ratio")
+    assert set(util.labels) == set(GPU_LABELS)
+    assert util.labels["gpu"] == "0" and util.labels["UUID"] == gpu["uuid"]
+    assert util.labels["modelName"] == gpu["name"] == "NVIDIA A10G"
+    assert util.labels["Hostname"] == now["host"]["hostname"]
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert not {"pid", "process", "key"} & set(sample.labels), sample
+    [memory] = samples(text, "mlcost_gpu_memory_used_bytes")
+    assert memory.value >= 12 * (1 << 30)  # the notebook holds 12 GiB
+    [info] = samples(text, "mlcost_host_info")
+    assert info.labels["instance_type"] == "g5.xlarge" and info.labels["provider"] == "aws"
+    assert info.labels["lifecycle"] == "on-demand" and info.labels["price_source"]
+    [price] = samples(text, "mlcost_host_price_dollars_per_hour")
+    assert price.value == pytest.approx(now["price"]["per_hour"])
+
+
+def test_burn_is_the_price_and_counters_grow_with_the_ticks(daemon):
+    url = f"http://127.0.0.1:{metrics_port(daemon)}/metrics"
+    # A process joins the workload series once the ledger has charged it (its second tick).
+    first = poll(lambda: (text := fetch(url)[2]) and
+                 samples(text, "mlcost_workload_dollars_total") and text, 30,
+                 "the notebook's workload series")
+    tick = daemon.now()["tick"]
+    poll(lambda: daemon.now()["tick"] >= tick + 4, 30, "four more ticks")
+    second = fetch(url)[2]
+    [burn] = samples(second, "mlcost_host_burn_dollars_per_hour")
+    [price] = samples(second, "mlcost_host_price_dollars_per_hour")
+    assert burn.value == pytest.approx(price.value)
+    [gpu_burn] = samples(second, "mlcost_gpu_burn_dollars_per_hour")
+    assert gpu_burn.value == pytest.approx(price.value)  # one GPU: all of it
+    for name in ("mlcost_host_burn_dollars_total", "mlcost_gpu_burn_dollars_total",
+                 "mlcost_gpu_energy_joules_total", "mlcost_workload_dollars_total",
+                 "mlcost_workload_wasted_dollars_total"):
+        [before], [after] = samples(first, name), samples(second, name)
+        assert after.value > before.value >= 0, name
+    # The notebook's GPU is held and idle: the whole GPU is wasted, and it is the workload's.
+    [held] = samples(second, "mlcost_gpu_processes")
+    [busy] = samples(second, "mlcost_gpu_busy")
+    assert held.value == 1 and busy.value == 0
+    [workload] = samples(second, "mlcost_workload_burn_dollars_per_hour")
+    assert workload.value == pytest.approx(price.value)
+    assert {"user", "job_name"} <= set(workload.labels) <= set(WORKLOAD_LABELS)  # empty: absent
+    notebook = next(p for p in daemon.now()["processes"] if p["gpus"])
+    assert workload.labels["user"] == notebook["user"]
+    assert workload.labels["job_name"] == notebook["job"]
+    [wasted] = samples(second, "mlcost_workload_wasted_dollars_per_hour")
+    assert wasted.value == pytest.approx(price.value)
+
+
+def test_metrics_on_the_api_listener_need_the_token(daemon):
+    base = f"http://127.0.0.1:{daemon.tcp_port()}"
+    status, _, body = fetch(f"{base}/metrics")
+    assert status == 401 and "bearer token" in body
+    token = daemon.socket.with_name("mlcostd.token").read_text().strip()
+    status, _, text = fetch(f"{base}/metrics", token)
+    assert status == 200 and "mlcost_host_info" in text
+    [info] = samples(text, "mlcost_host_info")
+    assert info.labels["api_port"] == str(daemon.tcp_port())  # where mlcost-top finds the API
+
+
+def test_the_metrics_listener_serves_nothing_of_the_api(daemon):
+    port = metrics_port(daemon)
+    status, content_type, body = fetch(f"http://127.0.0.1:{port}/v1/now")
+    assert status == 404 and "only GET /metrics" in body
+    assert "application/json" in content_type
+
+
+def test_hostname_is_the_node_name_the_daemonset_passes(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLCOST_HOSTNAME", "gpu-node-17")
+    daemon = livedaemon.start(tmp_path / "node", "idle-host",
+                              args=["--metrics-listen", "127.0.0.1:0"])
+    try:
+        text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")[2]
+        [util] = samples(text, "mlcost_gpu_utilization_ratio")
+        assert util.labels["Hostname"] == "gpu-node-17"
+        assert daemon.call("health").hostname == "gpu-node-17"
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_a_bad_metrics_listen_stops_the_start_with_the_fix(tmp_path):
+    daemon = livedaemon.start(tmp_path / "bad", "idle-host", wait=False,
+                              args=["--metrics-listen", "no-port-here"])
+    assert daemon.wait_exit() == 1
+    assert "--metrics-listen 'no-port-here' is not HOST:PORT" in daemon.log()
+    assert "Traceback" not in daemon.log()
+
+
+# -- the collector over a daemon-shaped object: bounded labels, counters that never go down --
+
+
+class FakeDaemon:
+    """What the collector reads of a Daemon: now() and (here) no analyzer."""
+
+    analyzer = None
+
+    def __init__(self) -> None:
+        self.processes: list[dict[str, Any]] = []
+        self.ts = 1000.0
+
+    def now(self) -> dict[str, Any]:
+        return {"host": {"hostname": "gpu-a"}, "ts": self.ts, "gpus": [],
+                "processes": self.processes, "price": {"per_hour": 10.0},
+                "burn": {"total_per_hour": 10.0}, "cost": {"total": 1.0}}
+
+
+def process(pid: int, cost: float, user: str = "alice", owner: dict[str, str] | None = None,
+            phases: dict[str, float] | None = None) -> dict[str, Any]:
+    return {"key": f"{pid}:1.000", "pid": pid, "start_time": 1.0, "user": user, "job": "train.py",
+            "gpus": [{"index": 0}], "cost": cost, "burn_per_hour": 1.0,
+            "owner": owner or {}, "phases": phases or {}}
+
+
+def test_owner_labels_reach_the_workload_series():
+    fake = FakeDaemon()
+    fake.processes = [process(1, 2.0, owner={"pod": "trainer-0", "namespace": "ml",
+                                             "container": "main"}),
+                      process(2, 3.0, owner={"slurm_job": "1234"}, user="bob")]
+    text = Metrics(fake).render().decode()
+    series = {tuple(s.labels.get(k, "") for k in ("pod", "namespace", "container",
+                                                  "slurm_job", "user")): s.value
+              for s in samples(text, "mlcost_workload_dollars_total")}
+    assert series == {("trainer-0", "ml", "main", "", "alice"): 2.0,
+                      ("", "", "", "1234", "bob"): 3.0}
+
+
+def test_labels_past_the_limit_fold_into_other_and_are_counted():
+    fake = FakeDaemon()
+    fake.processes = [process(pid, 1.0, user=f"user{pid}") for pid in range(5)]
+    text = Metrics(fake, label_values=2).render().decode()
+    users = {s.labels["user"]: s.value for s in samples(text, "mlcost_workload_dollars_total")}
+    assert users == {"user0": 1.0, "user1": 1.0, OTHER: 3.0}
+    folded = {s.labels["label"]: s.value
+              for s in samples(text, "mlcost_metrics_folded_values_total")}
+    assert folded["user"] == 3 and folded["pod"] == 0
+
+
+def test_a_workload_keeps_the_dollars_of_its_exited_processes():
+    fake = FakeDaemon()
+    metrics = Metrics(fake)
+    fake.processes = [process(1, 5.0, phases={"compute": 0.5, "data_wait": 0.5}),
+                      process(2, 1.0)]
+    metrics.render()
+    fake.ts += 10
+    fake.processes = [process(1, 6.0, phases={"compute": 0.5, "data_wait": 0.5}),
+                      process(2, 2.0)]
+    metrics.render()
+    fake.ts += 10
+    fake.processes = [process(2, 3.0)]  # 1 exited with $6 charged
+    text = metrics.render().decode()
+    [dollars] = samples(text, "mlcost_workload_dollars_total")
+    assert dollars.value == pytest.approx(9.0)
+    phases = {s.labels["phase"]: s.value
+              for s in samples(text, "mlcost_workload_phase_seconds_total")}
+    # pid 1: 10 s split half and half; pid 2 had no balance: 20 s unknown
+    assert phases == pytest.approx({"compute": 5.0, "data_wait": 5.0, "unknown": 20.0})
+
+
+def test_a_process_that_changes_owner_leaves_its_dollars_behind():
+    totals = WorkloadTotals(limit=8)
+    a, b = totals.workload_of({"pod": "a"}, 0.0), totals.workload_of({"pod": "b"}, 0.0)
+    totals.update([("1:1.000", a, 4.0, 0.0, {})], None, 0.0)
+    totals.update([("1:1.000", b, 7.0, 0.0, {})], None, 1.0)
+    result = {w[WORKLOAD_LABELS.index("pod")]: t.dollars for w, t in totals.totals().items()}
+    assert result == {"a": 4.0, "b": 3.0}
+
+
+def test_a_label_value_frees_its_slot_an_hour_after_it_was_last_seen():
+    cap = LabelCap(limit=1)
+    assert cap.value("first", 0.0) == "first"
+    assert cap.value("second", 10.0) == OTHER
+    cap.forget(before=3600.0)  # "first" was last seen at 0
+    assert cap.value("second", 3700.0) == "second"
+
+
+def test_a_render_that_fails_is_a_500_that_says_so(caplog):
+    class Broken(FakeDaemon):
+        def now(self) -> dict[str, Any]:
+            raise KeyError("price")
+
+    response = asyncio.run(Metrics(Broken()).handle(None))  # type: ignore[arg-type]
+    assert response.status == 500
+    assert "could not render /metrics: KeyError" in response.text
+    assert "rendering /metrics failed" in caplog.text
+
+
+def test_metrics_on_the_unix_socket_need_no_token(daemon):
+    async def get() -> tuple[int, str]:
+        connector = aiohttp.UnixConnector(path=str(daemon.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://mlcostd/metrics") as response:
+                return response.status, await response.text()
+
+    status, text = asyncio.run(get())
+    assert status == 200
+    [info] = samples(text, "mlcost_host_info")
+    assert info.labels["instance_type"] == "g5.xlarge"

@@ -1,0 +1,300 @@
+"""The fleet, for real: three mlcostd on three simulated hosts (different instance types and
+prices) on loopback ports, a real Prometheus scraping them every second with the repository's
+rules loaded, asserted through Prometheus's HTTP API; the Grafana dashboard's every query run
+against it; and mlcost-top --prometheus reading the fleet from it.
+
+The tests run in file order on one fleet: the last ones kill a daemon and look at what the
+others and Prometheus do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import livedaemon
+import pytest
+from promserver import Prometheus
+from simhost import poll
+
+from daemon.client import read_token_file
+from mlcost_tui import format as fmt
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.panels.processes import ProcessPanel
+from mlcost_tui.prometheus import PrometheusFleet
+from mlcost_tui.screens.prometheus_fleet import PrometheusFleetScreen, PrometheusFleetTable
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "mlcost-fleet.json"
+_METRICS_PORT = re.compile(r"metrics on http://[^:]+:(\d+)/metrics")
+_API_PORT = re.compile(r"API on http://[^:]+:(\d+) ")
+WAIT_S = 120.0  # a loaded machine: starting daemons and Prometheus takes a while
+
+# name -> (scenario text): one held idle GPU, four unheld idle GPUs, one busy GPU.
+HOSTS = {
+    "notebook": """name = "fleet-notebook"
+[instance]
+provider = "aws"
+type = "g5.xlarge"
+region = "us-east-1"
+lifecycle = "on-demand"
+[gpu]
+model = "NVIDIA A10G"
+count = 1
+[[workloads]]
+name = "notebook"
+program = "idle_notebook"
+gpus = [0]
+options = { memory_gib = 6 }
+""",
+    "empty": """name = "fleet-empty"
+[instance]
+provider = "aws"
+type = "g5.12xlarge"
+region = "us-east-1"
+lifecycle = "on-demand"
+[gpu]
+model = "NVIDIA A10G"
+count = 4
+""",
+    "training": """name = "fleet-training"
+[instance]
+provider = "aws"
+type = "g5.2xlarge"
+region = "us-east-1"
+lifecycle = "on-demand"
+[gpu]
+model = "NVIDIA A10G"
+count = 1
+[[workloads]]
+name = "train"
+program = "healthy_train"
+gpus = [0]
+options = { memory_gib = 8, step-seconds = 0.5 }
+""",
+}
+# Short waits so the daemons advise (host_idle, idle_gpu_held) within seconds.
+CONFIG = {"idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
+          "cost": {"evaluate_every": "5s"}}
+
+
+class Fleet:
+    def __init__(self, daemons: dict[str, livedaemon.LiveDaemon], prometheus: Prometheus,
+                 token_file: Path, instances: dict[str, str]) -> None:
+        self.daemons = daemons
+        self.prometheus = prometheus
+        self.token_file = token_file
+        self.instances = instances  # name -> the scrape target (the metrics listener)
+
+    def explain(self) -> str:
+        return self.prometheus.log_tail() + "\n" + "\n".join(
+            d.log_tail(1500) for d in self.daemons.values())
+
+
+def port_of(daemon: livedaemon.LiveDaemon, pattern: re.Pattern[str]) -> int:
+    found = poll(lambda: pattern.search(daemon.log()), 30, f"{pattern.pattern} in the log",
+                 explain=daemon.log_tail)
+    return int(found.group(1))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fleet")
+    token_file = folder / "fleet.token"  # one token for the fleet, as config management would
+    token_file.write_text("fleet-token-" + "x" * 32 + "\n")
+    os.chmod(token_file, 0o600)
+    daemons: dict[str, livedaemon.LiveDaemon] = {}
+    prometheus = None
+    try:
+        for name, text in HOSTS.items():
+            scenario = folder / f"{name}.toml"
+            scenario.write_text(text)
+            daemons[name] = livedaemon.start(folder / name, str(scenario), interval=0.5,
+                                             config=CONFIG, args=[
+                "--metrics-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0",
+                "--token-file", str(token_file)])
+        instances = {name: f"127.0.0.1:{port_of(d, _METRICS_PORT)}"
+                     for name, d in daemons.items()}
+        prometheus = Prometheus(folder / "prometheus", list(instances.values()))
+        fleet = Fleet(daemons, prometheus, token_file, instances)
+        poll(lambda: prometheus.values('up{job="mlcost"} == 1').keys() == set(instances.values()),
+             WAIT_S, "Prometheus scraping all three daemons", explain=fleet.explain)
+        yield fleet
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        codes = {name: d.stop(check_tree=False) for name, d in daemons.items()
+                 if d.returncode is None}
+        for daemon in daemons.values():
+            daemon.wait_tree_gone()
+        assert all(code == 0 for code in codes.values()), codes
+
+
+def price_of(daemon: livedaemon.LiveDaemon) -> float:
+    return float(daemon.now()["price"]["per_hour"])
+
+
+def test_fleet_burn_is_the_sum_of_the_host_prices(fleet):
+    prices = {name: price_of(d) for name, d in fleet.daemons.items()}
+    assert len(set(prices.values())) == 3  # three instance types, three prices
+    expected = sum(prices.values())
+
+    def fleet_burn() -> float | None:
+        found = fleet.prometheus.values("mlcost:fleet_burn_dollars_per_hour")
+        return found.get("")
+
+    burn = poll(lambda: (value := fleet_burn()) is not None
+                and abs(value - expected) < 1e-6 and value, WAIT_S,
+                f"mlcost:fleet_burn_dollars_per_hour == {expected}", explain=fleet.explain)
+    assert burn == pytest.approx(expected)
+    per_host = fleet.prometheus.values("mlcost_host_burn_dollars_per_hour")
+    assert per_host == pytest.approx({fleet.instances[n]: p for n, p in prices.items()})
+    types = fleet.prometheus.values("mlcost_host_info", by="instance_type")
+    assert set(types) == {"g5.xlarge", "g5.12xlarge", "g5.2xlarge"}
+
+
+def test_a_held_idle_gpu_alert_goes_pending(fleet):
+    notebook = fleet.instances["notebook"]
+
+    def pending() -> list[dict]:
+        return [a for a in fleet.prometheus.alerts() if a["labels"]["alertname"]
+                == "MlcostGpuHeldIdle" and a["state"] == "pending"]
+
+    found = poll(pending, WAIT_S, "MlcostGpuHeldIdle pending", explain=fleet.explain)
+    assert [a["labels"]["instance"] for a in found] == [notebook]  # not the busy or unheld GPUs
+    assert found[0]["labels"]["gpu"] == "0" and found[0]["labels"]["modelName"] == "NVIDIA A10G"
+    # the whole host idle: the notebook's and the empty host's, not the training one
+    expected = {notebook, fleet.instances["empty"]}
+
+    def hosts_idle() -> set[str]:
+        return {a["labels"]["instance"] for a in fleet.prometheus.alerts()
+                if a["labels"]["alertname"] == "MlcostHostIdle"}
+
+    poll(lambda: hosts_idle() >= expected, WAIT_S, "MlcostHostIdle pending for both idle hosts",
+         explain=fleet.explain)
+    assert hosts_idle() == expected
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every target of every panel, with Grafana's variables as a
+    dashboard opened on "All" hosts would send them."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = (target["expr"].replace("$instance", ".*")
+                    .replace("$__rate_interval", "1m").replace("$__range", "1h"))
+            queries.append((panel["title"], expr))
+    return queries
+
+
+def test_every_dashboard_query_returns_data(fleet):
+    queries = dashboard_queries()
+    assert len(queries) >= 15
+    # The counters need two scrapes inside their range and the advice one evaluation.
+    poll(lambda: fleet.prometheus.query("mlcost_recommendation_savings_dollars_per_month > 0"),
+         WAIT_S, "recommendations with savings", explain=fleet.explain)
+
+    def empty() -> list[str]:
+        return [f"{title}: {expr}" for title, expr in queries
+                if not fleet.prometheus.query(expr)]
+
+    poll(lambda: not empty(), WAIT_S, "every dashboard query returning data",
+         explain=lambda: "empty:\n" + "\n".join(empty()))
+    variable = json.loads(DASHBOARD.read_text())["templating"]["list"][1]
+    assert variable["query"]["query"] == "label_values(mlcost_host_info, instance)"
+    values = fleet.prometheus.api("label/instance/values", **{"match[]": "mlcost_host_info"})
+    assert set(values) == set(fleet.instances.values())
+
+
+def test_a_killed_daemon_shows_down_while_the_others_go_on(fleet):
+    victim = fleet.daemons["empty"]
+    victim.record_tree()
+    os.kill(victim.pid, signal.SIGKILL)  # a crash: no clean exit
+    victim.stop(check_tree=False)  # reaps it
+    for proc in victim.still_running():  # its simulated workloads: ours to stop
+        proc.kill()
+    victim.wait_tree_gone()
+    down = fleet.instances["empty"]
+    poll(lambda: fleet.prometheus.values('up{job="mlcost"}').get(down) == 0, WAIT_S,
+         f"up == 0 for {down}", explain=fleet.explain)
+    others = {fleet.instances["notebook"], fleet.instances["training"]}
+    assert {i for i, v in fleet.prometheus.values('up{job="mlcost"}').items() if v == 1} == others
+    # the dead host's series go stale with its failed scrape: only the others' remain
+    before = poll(lambda: (found := fleet.prometheus.values(
+        "mlcost_last_sample_timestamp_seconds")) and set(found) == others and found, WAIT_S,
+        "only the live hosts' samples", explain=fleet.explain)
+    poll(lambda: all(fleet.prometheus.values("mlcost_last_sample_timestamp_seconds").get(i, 0)
+                     > before[i] for i in others), WAIT_S, "the others' samples going on",
+         explain=fleet.explain)
+    burn = poll(lambda: fleet.prometheus.values("mlcost:fleet_burn_dollars_per_hour").get(""),
+                WAIT_S, "fleet burn")
+    expected = price_of(fleet.daemons["notebook"]) + price_of(fleet.daemons["training"])
+    poll(lambda: abs(fleet.prometheus.values("mlcost:fleet_burn_dollars_per_hour").get("", 0)
+                     - expected) < 1e-6, WAIT_S, f"fleet burn {expected} without the dead host",
+         explain=lambda: f"fleet burn {burn}")
+
+
+async def wait_for(pilot, predicate, timeout: float = WAIT_S, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        await pilot.pause(0.1)
+
+
+@pytest.mark.asyncio
+async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(fleet):
+    """After the kill above (when it ran): two hosts up, one down, from Prometheus alone."""
+    screen = PrometheusFleetScreen(PrometheusFleet(fleet.prometheus.url),
+                                   token=read_token_file(fleet.token_file), interval_s=0.5)
+    app = MlcostTop([], interval_s=0.5, prometheus=screen)
+    notices: list[str] = []
+    shown = app.notify
+
+    def notify(message: str, **kwargs: object) -> None:
+        notices.append(message)
+        shown(message, **kwargs)  # type: ignore[arg-type]
+
+    app.notify = notify  # type: ignore[method-assign]
+    up = {i for i, v in fleet.prometheus.values('up{job="mlcost"}').items() if v == 1}
+    down = fleet.instances["empty"]
+    async with app.run_test(size=(200, 40)) as pilot:
+        table = screen.query_one(PrometheusFleetTable)
+        await wait_for(pilot, lambda: table.row_count == 3 and screen.view is not None
+                       and {h.instance for h in screen.view.hosts if h.up} == up,
+                       what="the fleet table")
+        assert str(table.get_row(down)[2]) == ("up" if down in up else "down")
+        notebook = fleet.instances["notebook"]
+        price = fleet.prometheus.values("mlcost_host_price_dollars_per_hour")[notebook]
+        await wait_for(pilot, lambda: str(table.get_row(notebook)[4]) == fmt.money(price),
+                       what="the notebook host's burn")
+        row = table.get_row(notebook)
+        assert str(row[3]) == "g5.xlarge" and str(row[6]) == "1" and str(row[7]) == "1"
+        await wait_for(pilot, lambda: str(table.get_row(notebook)[8]) != fmt.DASH,
+                       what="the notebook host's top recommendation")
+        assert str(table.get_row(notebook)[8]) in {"host_idle", "idle_gpu_held"}
+        assert app.check_action("filter", ()) is False  # no host's panels behind the table
+        header = str(screen.query_one("#prometheus-summary").render())
+        assert f"{len(up)}/3 up" in header
+        if down not in up:  # enter on the dead host: the notice, and the table stays
+            table.move_cursor(row=table.get_row_index(down))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: any(
+                f"is down: Prometheus cannot scrape its mlcostd at {down}" in n
+                for n in notices), timeout=10, what="the notice that it is down")
+            assert app.screen is screen
+        # enter on the notebook host: its daemon's full view, through its TCP API
+        table.move_cursor(row=table.get_row_index(notebook))
+        await pilot.press("enter")
+        processes = app.query_one(ProcessPanel)
+        await wait_for(pilot, lambda: app.screen is not screen and processes.row_count >= 1,
+                       what="the notebook host's processes")
+        api_port = port_of(fleet.daemons["notebook"], _API_PORT)
+        assert app.client is not None and app.client.name == f"http://127.0.0.1:{api_port}"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen, what="back to the fleet table")

@@ -1,0 +1,55 @@
+"""deploy/prometheus/: the recording rules and alerts load in the real promtool, their unit
+tests (deploy/prometheus/tests/) pass, and those tests catch a rule that is wrong."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy" / "prometheus"
+PROMTOOL = "/usr/bin/promtool"
+
+
+def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def test_the_rules_are_valid():
+    checked = promtool("check", "rules", str(RULES / "mlcost-rules.yml"),
+                       str(RULES / "mlcost-alerts.yml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 14 rules found" in checked.stdout
+    assert "SUCCESS: 6 rules found" in checked.stdout
+
+
+def test_the_rules_unit_tests_pass():
+    tested = promtool("test", "rules", str(RULES / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout
+
+
+def test_the_unit_tests_catch_an_alert_that_fires_too_soon(tmp_path):
+    copy = tmp_path / "prometheus"
+    shutil.copytree(RULES, copy)
+    alerts = copy / "mlcost-alerts.yml"
+    text = alerts.read_text()
+    assert text.count("for: 30m") == 1
+    alerts.write_text(text.replace("for: 30m", "for: 10m"))  # held idle: 10 min, not 30
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert "MlcostGpuHeldIdle" in tested.stdout + tested.stderr
+
+
+def test_the_unit_tests_catch_a_fleet_burn_that_is_not_a_sum(tmp_path):
+    copy = tmp_path / "prometheus"
+    shutil.copytree(RULES, copy)
+    rules = copy / "mlcost-rules.yml"
+    text = rules.read_text()
+    rules.write_text(text.replace("expr: sum(mlcost_host_burn_dollars_per_hour)\n",
+                                  "expr: max(mlcost_host_burn_dollars_per_hour)\n", 1))
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert "mlcost:fleet_burn_dollars_per_hour" in tested.stdout + tested.stderr
