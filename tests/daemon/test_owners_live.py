@@ -155,12 +155,39 @@ def _live_checks(daemon: livedaemon.LiveDaemon) -> None:
     assert (pod["job"], step["job"]) == ("ml/trainer-0", f"slurm {SLURM_JOB}")
 
     asyncio.run(_tui_checks(daemon))
+    asyncio.run(_metrics_checks(daemon))
 
     # the ledger charges the owner jobs a budget or a unit cost can name
     by_owner = poll(lambda: (daemon.now().get("cost") or {}).get("by_owner"), 30,
                     "spend by owner")
     assert {"namespace:ml", "pod:ml/trainer-0", f"slurm_job:{SLURM_JOB}",
             "slurm_account:physics", "slurm_partition:gpu-a100"} <= set(by_owner)
+
+
+async def _metrics_checks(daemon: livedaemon.LiveDaemon) -> None:
+    """/metrics on the daemon's socket: the pod, namespace and Slurm job as workload labels."""
+    import aiohttp
+
+    async def scrape() -> str:
+        connector = aiohttp.UnixConnector(path=str(daemon.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://mlcostd/metrics") as response:
+                assert response.status == 200
+                return await response.text()
+
+    deadline = time.monotonic() + 30
+    while True:
+        text = await scrape()
+        dollars = [line for line in text.splitlines()
+                   if line.startswith("mlcost_workload_dollars_total{")]
+        pod = [line for line in dollars
+               if 'pod="trainer-0"' in line and 'namespace="ml"' in line]
+        slurm = [line for line in dollars if f'slurm_job="{SLURM_JOB}"' in line]
+        if pod and slurm:
+            break
+        assert time.monotonic() < deadline, f"no owned workload series in:\n{dollars}"
+        await asyncio.sleep(0.2)
+    assert 'container="trainer"' in pod[0]
 
 
 async def _tui_checks(daemon: livedaemon.LiveDaemon) -> None:
