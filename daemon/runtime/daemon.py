@@ -28,6 +28,7 @@ from daemon.runtime import systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
+from daemon.runtime.snapshots import SnapshotTriggers, take_snapshot
 from daemon.sources.nvml import NvmlSource
 from daemon.sources.procs import ProcessSource, read_pressure
 from daemon.sources.sample import Sample
@@ -82,6 +83,8 @@ class Daemon:
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
         self.snoozed: dict[str, float] = {}
+        self.snapshots: SnapshotTriggers | None = None  # incident triggers ([snapshots])
+        self._one_snapshot = asyncio.Lock()  # snapshots by hand: one at a time
 
     # -- start and stop ----------------------------------------------------------------
 
@@ -243,6 +246,9 @@ class Daemon:
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
             self.attribution = Attribution(self.config.attribution, self.store,
                                            idle_utilization_pct=self.config.idle.utilization)
+            self.snapshots = SnapshotTriggers(
+                self.config, hostname=lambda: str(self.host.get("hostname", "")),
+                on_taken=self._snapshot_taken)
             self.api = self._make_api()
             await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
@@ -254,6 +260,8 @@ class Daemon:
                 await self.api.stop()
             if self.attribution is not None:
                 await self.attribution.stop()
+            if self.snapshots is not None:
+                await self.snapshots.stop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             self.nvml.stop()
@@ -328,11 +336,33 @@ class Daemon:
                                           self._not_snoozed(snapshot["recommendations"]))
         statuses = self.attribution.status_by_key if self.attribution is not None else {}
         windows = self.attribution.active_windows() if self.attribution is not None else []
-        return now_document(
+        document = now_document(
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now, stack_statuses=statuses, windows=windows,
             store=self.store.health.as_dict() if self.store is not None else None)
+        taken = self.snapshots.by_event if self.snapshots is not None else {}
+        for event in document.get("events") or []:
+            event["snapshot"] = taken.get(event.get("id"))
+        return document
+
+    # -- snapshots (daemon/runtime/snapshots.py) -----------------------------------------------
+
+    async def take_snapshot(self, *, since: float, until: float, html: bool,
+                            upload: str | None) -> dict[str, Any]:
+        """A snapshot by hand (the API's POST /v1/snapshots), written in a thread."""
+        async with self._one_snapshot:
+            return await asyncio.to_thread(
+                take_snapshot, self.config, since=since, until=until, html=html, upload=upload,
+                trigger={"kind": "manual", "reason": "taken by hand"}, db=self.db,
+                hostname=str(self.host.get("hostname", "")))
+
+    def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
+        """An incident snapshot is written: its event points to it. On the loop."""
+        event = trigger.get("event")
+        if event and self.store is not None:
+            facts.write_event_snapshot(self.store, event["kind"], event["target"],
+                                       event["started_at"], result["path"])
 
     def _make_analyzer(self) -> Analyzer:
         """Price the host (config, simulated scenario, or detection) and build the analyzer.
@@ -372,6 +402,8 @@ class Daemon:
                     facts.write_recommendations(
                         self.store, [dict(r, snoozed_until=self.snoozed.get(r["id"]))
                                      for r in recorded], until)
+                    if self.snapshots is not None:
+                        self.snapshots.on_recommendations(self._not_snoozed(recorded), until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
             await asyncio.sleep(every)
@@ -409,9 +441,12 @@ class Daemon:
         assert self.store is not None
         self.store.write(sample)
         self.previous_sample, self.last_sample = self.last_sample, sample
-        if self.analyzer is not None:
-            for event in self.analyzer.update(sample):
-                facts.write_event(self.store, event.as_dict())
+        changed = self.analyzer.update(sample) if self.analyzer is not None else []
+        for event in changed:
+            facts.write_event(self.store, event.as_dict())
+        if self.snapshots is not None:
+            self.snapshots.on_tick(sample, changed, self.analyzer.idle.active()
+                                   if self.analyzer is not None else ())
         if self.attribution is not None:
             self.attribution.on_tick(sample)
         if self.on_tick is not None:
