@@ -213,17 +213,19 @@ def render(data: ReportData) -> str:
     ]
     if host.get("simulated"):
         facts.append(f"simulated scenario {_e(host['simulated'])}")
-    span_min = (data.until - data.since) / 60
+    span_s = data.until - data.since
+    span = f"{span_s:.0f} s" if span_s < 120 else f"{span_s / 60:.0f} min"
     out = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
         "style-src 'unsafe-inline'; img-src data:\">",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<link rel="icon" href="data:,">',  # no favicon request
         f"<title>{_e(data.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{_e(data.title)}</h1>",
         f'<p class="facts">{" · ".join(f for f in facts if f)}</p>',
         f'<p class="facts">{_e(_time(data.since))} – {_e(_time(data.until))} '
-        f"({span_min:.0f} min) · spent <b>{_money(data.spend)}</b>, of which wasted "
+        f"({span}) · spent <b>{_money(data.spend)}</b>, of which wasted "
         f"<b>{_money(data.wasted)}</b></p>",
     ]
     snapshot = data.snapshot or {}

@@ -168,7 +168,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
           trigger: dict[str, Any] | None, timeout_s: float) -> int:
     conn = sqlite3.connect(_uri(tmp, "rw"), uri=True, isolation_level=None)
     deadline = time.perf_counter() + timeout_s
-    conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 10000)
+    conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 1000)
     try:
         conn.execute("PRAGMA journal_mode=OFF")  # a temporary file: a crash just deletes it
         conn.execute("PRAGMA synchronous=OFF")  # fsync once at the end
