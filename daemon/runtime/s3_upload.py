@@ -18,8 +18,7 @@ from daemon import __version__
 from daemon.sources.redact import redact_text
 from daemon.store.snapshot import SnapshotError
 
-MULTIPART_THRESHOLD = 8 << 20  # boto3's default: files above this go up in parts
-MULTIPART_CHUNK = 8 << 20
+MULTIPART_THRESHOLD = 8 << 20  # boto3's default: files above this go up in parts of this size
 CONTENT_TYPES = {".db": "application/vnd.sqlite3", ".html": "text/html; charset=utf-8"}
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
@@ -72,7 +71,7 @@ def upload_files(files: list[Path], url: str, *, sse_kms_key_id: str = "",
             connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
             retries={"max_attempts": ATTEMPTS, "mode": "standard"}))
     transfer = TransferConfig(multipart_threshold=multipart_threshold,
-                              multipart_chunksize=max(MULTIPART_CHUNK, 5 << 20),
+                              multipart_chunksize=max(multipart_threshold, 5 << 20),
                               max_concurrency=4, use_threads=True)
     results = []
     for path in files:
@@ -105,10 +104,15 @@ def _why(exc: Exception, bucket: str, path: Path) -> str:
         NoCredentialsError,
     )
 
-    reason = exc
-    inner = getattr(exc, "last_exception", None) or exc.__cause__  # S3UploadFailedError wraps
-    if isinstance(inner, Exception):
-        reason = inner
+    # boto3's S3UploadFailedError is raised while handling the error it describes: take the
+    # first error along the chain that botocore names
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and len(chain) < 8:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    reason: BaseException = next((e for e in chain if isinstance(e, BotoCoreError | ClientError)),
+                                 exc)
     if isinstance(reason, NoCredentialsError):
         text = ("no AWS credentials found (instance role, AWS_* environment or ~/.aws); the "
                 "snapshot stays on disk")
@@ -122,7 +126,8 @@ def _why(exc: Exception, bucket: str, path: Path) -> str:
                     "s3:PutObject (and kms:GenerateDataKey with SSE-KMS) on it")
         else:
             text = f"S3 answered {code or 'an error'}: {message}"
-    elif isinstance(reason, EndpointConnectionError | BotoCoreError | OSError):
+    elif isinstance(reason, EndpointConnectionError | BotoCoreError | OSError) or any(
+            isinstance(e, ConnectionError) for e in chain):
         text = (f"could not reach S3 ({type(reason).__name__}: {reason}); check the network "
                 "and copy the file by hand (aws s3 cp)")
     else:
