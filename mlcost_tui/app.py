@@ -80,7 +80,7 @@ class MlcostTop(App):
         Binding("x", "snooze_recommendation", "Snooze", id="app.snooze"),
         Binding("k", "kill", "Stop idle", id="app.kill"),
         Binding("h", "history", "History", id="app.history"),
-        Binding("s", "snapshot", "Snapshot", id="app.snapshot"),
+        Binding("s", "snapshot", "Snapshot", id="app.snapshot", show=False),
         Binding("tab", "focus_next", "Next panel", id="app.next_panel", show=False),
         Binding("escape", "back_to_fleet", "Fleet", id="app.back_to_fleet"),
         Binding("left_square_bracket", "replay_step(-1)", "◀ tick", id="replay.back"),
