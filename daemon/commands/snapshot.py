@@ -49,10 +49,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
         span = config_module.parse_duration(args.since)
         if span <= 0:
             raise ValueError(f"{args.since!r} must be longer than 0 s")
+    except ValueError as exc:
+        print(f"mlcostd snapshot: --since {exc}", file=sys.stderr)
+        return 2
+    try:
         until = clock.parse_time(args.until) if args.until else clock.now()
     except ValueError as exc:
-        print(f"mlcostd snapshot: {'--until' if args.until and 'time' in str(exc) else '--since'}"
-              f" {exc}", file=sys.stderr)
+        print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else None
     if args.socket:

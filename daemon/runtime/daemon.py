@@ -352,10 +352,13 @@ class Daemon:
                             upload: str | None) -> dict[str, Any]:
         """A snapshot by hand (the API's POST /v1/snapshots), written in a thread."""
         async with self._one_snapshot:
-            return await asyncio.to_thread(
+            result = await asyncio.to_thread(
                 take_snapshot, self.config, since=since, until=until, html=html, upload=upload,
                 trigger={"kind": "manual", "reason": "taken by hand"}, db=self.db,
                 hostname=str(self.host.get("hostname", "")))
+            if self.snapshots is not None:  # the folder stays bounded, whoever fills it
+                await self.snapshots.prune(result["path"])
+            return result
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
         """An incident snapshot is written: its event points to it. On the loop."""

@@ -233,8 +233,15 @@ class SnapshotTriggers:
             self.by_event[event["id"]] = result["path"]
         if self.on_taken is not None:
             self.on_taken(trigger, result)
+        await self.prune(result["path"])
+
+    async def prune(self, keep: str) -> None:
+        """Keep the snapshots folder within [snapshots] max_total_size and max_age (`keep`,
+        the snapshot just taken, stays). Never raises."""
+        s = self.settings
         try:
-            removed = await asyncio.to_thread(prune, self.folder, s.max_total_size, s.max_age)
+            removed = await asyncio.to_thread(prune, self.folder, s.max_total_size, s.max_age,
+                                              None, keep)
         except OSError as exc:
             log.warning("cannot prune the snapshots folder %s: %s", self.folder, exc)
             return

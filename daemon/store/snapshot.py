@@ -305,9 +305,10 @@ def snapshot_name(hostname: str, at: float, reason: str = "manual") -> str:
 
 
 def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
-          now: float | None = None) -> list[str]:
+          now: float | None = None, keep: str | os.PathLike[str] | None = None) -> list[str]:
     """Delete the oldest snapshots (and their HTML) in `folder` until they are younger than
-    `max_age_s` and take at most `max_bytes` together. Returns what was deleted."""
+    `max_age_s` and take at most `max_bytes` together; `keep` (the one just taken) stays
+    whatever its size. Returns what was deleted."""
     now = time.time() if now is None else now
     base = Path(folder)
     if not base.is_dir():
@@ -326,8 +327,9 @@ def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
     files.sort()  # oldest first
     total = sum(f[3] for f in files)
     deleted = []
+    kept = Path(keep).resolve() if keep is not None else None
     for mtime, file, html, size in files:
-        if total <= max_bytes and now - mtime <= max_age_s:
+        if file.resolve() == kept or (total <= max_bytes and now - mtime <= max_age_s):
             continue
         for part in (file, html):
             try:

@@ -221,6 +221,9 @@ def test_listing_naming_and_pruning_keep_the_folder_bounded(snapshot, tmp_path):
     assert kept == sorted(names[2:])  # the 50 h old one by age, the next oldest by size
     assert len(removed) == 4  # each with its HTML
     assert (folder / ".being-written.db").exists()  # never touched
+    newest = folder / names[-1]
+    prune(folder, max_bytes=1, max_age_s=24 * 3600, now=now, keep=newest)
+    assert sorted(p.name for p in folder.glob("mlcost-*.db")) == [newest.name]  # over, but kept
 
 
 def test_snapshot_table_is_only_in_snapshots(source):
