@@ -143,9 +143,11 @@ class SnapshotTriggers:
             for gpu in sample.gpus:
                 if gpu.status != GPU_OK and gpu.index not in self._gpu_down:
                     self._gpu_down.add(gpu.index)
+                    what = {"lost": "is lost", "timeout": "readings time out"}.get(
+                        gpu.status, f"reports {gpu.status}")
                     self._note(f"{GPU_LOST}:{gpu.index}:{sample.ts:.0f}", sample.ts, {
-                        "kind": GPU_LOST, "target": f"gpu:{gpu.index}",
-                        "reason": f"GPU {gpu.index} is {gpu.status}"
+                        "kind": GPU_LOST, "target": f"gpu:{gpu.index}", "status": gpu.status,
+                        "reason": f"GPU {gpu.index} {what}"
                                   + (f" ({gpu.error})" if gpu.error else "")})
                 elif gpu.status == GPU_OK:
                     self._gpu_down.discard(gpu.index)

@@ -154,3 +154,27 @@ def test_bad_snapshot_requests_get_a_400_that_names_the_value(demo):
         demo.call("take_snapshot", 60, None, False, "s3://")
     assert not (demo.folder / "mlcost.db.html").exists()
     assert os.path.exists(demo.db)
+
+
+def test_a_lost_gpu_and_a_timing_out_gpu_each_take_a_snapshot(mlcostd):
+    """The faults scenario: GPU 2 falls off the bus at 5 s, GPU 3's readings hang past their
+    deadline: one incident snapshot each, saying which GPU and what happened."""
+    daemon = mlcostd("faults", config={"snapshots": {
+        "before": "1m", "after": "2s", "max_per_hour": 10, "held_idle_after": 0,
+        "recommendation_savings": 0, "html": False}})
+
+    def gpu_incidents():
+        listed = daemon.call("snapshots")["snapshots"]
+        found = {s["trigger"]["target"]: s for s in listed
+                 if (s.get("trigger") or {}).get("kind") == "gpu_lost"}
+        return found if {"gpu:2", "gpu:3"} <= set(found) else None
+
+    found = poll(gpu_incidents, 120, "incident snapshots of GPUs 2 and 3",
+                 explain=daemon.log_tail)
+    assert "GPU 2 is lost" in found["gpu:2"]["trigger"]["reason"]
+    assert "GPU 3 readings time out" in found["gpu:3"]["trigger"]["reason"]
+    assert found["gpu:3"]["trigger"]["status"] == "timeout"
+    assert "gpu:0" not in found and "gpu:1" not in found  # healthy (or only NOT_SUPPORTED)
+    with Replay(found["gpu:2"]["path"]) as replay:
+        last = replay.state_at(replay.end)
+        assert [g["status"] for g in last["gpus"] if g["index"] == 2] == ["lost"]
