@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,7 @@ class Client:
         temporary name first). Returns its size."""
         session = self._open()
         timeout = aiohttp.ClientTimeout(total=SNAPSHOT_TIMEOUT_S)
-        tmp = out.with_name(f".{out.name}.part")
+        tmp = out.with_name(f".{out.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             async with session.get(f"{self.base}/v1/snapshots/{name}",
                                    timeout=timeout) as response:
@@ -194,7 +195,7 @@ class Client:
                     except (ValueError, AttributeError):
                         message = text[:200]
                     raise ApiError(response.status, message)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 size = 0
                 with os.fdopen(fd, "wb") as f:
                     async for chunk in response.content.iter_chunked(1 << 16):

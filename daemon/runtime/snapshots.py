@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, HOST_IDLE
 from daemon.config import Config, db_path, snapshots_folder
 from daemon.sources.sample import GPU_OK, Sample
 from daemon.store.files import open_private, private_folder
@@ -38,11 +40,11 @@ from daemon.store.snapshot import (
 
 log = logging.getLogger(__name__)
 
+# Trigger kinds: the events' own kinds where an event is the trigger.
 MANUAL = "manual"
-GPU_LOST = "gpu_lost"
-HELD_IDLE = "gpu_held_idle"
-HOST_IDLE = "host_idle"
-BUDGET = "budget_exceeded"
+GPU_LOST = "gpu_lost"  # a GPU whose status is not ok (lost, timeout, error)
+HELD_IDLE = GPU_HELD_IDLE
+BUDGET = BUDGET_EXCEEDED
 RECOMMENDATION = "recommendation"
 
 
@@ -88,8 +90,9 @@ def render_html_file(snapshot: Path, html_path: Path) -> None:
 
     text = render_store(snapshot)
     private_folder(html_path.parent)
-    tmp = html_path.with_name(f".{html_path.name}.tmp-{os.getpid()}")
-    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC)
+    # a fresh name, created exclusively: never a file (or link) someone put there
+    tmp = html_path.with_name(f".{html_path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = open_private(tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

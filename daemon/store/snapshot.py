@@ -118,6 +118,10 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
     if until < since:
         raise SnapshotError(f"the range ends ({until:.0f}) before it starts ({since:.0f}); "
                             "give --since a positive duration and --until a later time")
+    for own in (source, Path(f"{source}-wal"), Path(f"{source}-shm")):
+        if target.exists() and own.exists() and os.path.samefile(target, own):
+            raise SnapshotError(f"{target} is the store itself ({source}); give --out another "
+                                "file name")
     started, cpu_started = time.perf_counter(), time.thread_time()
     try:
         private_folder(target.parent)

@@ -125,6 +125,12 @@ def test_a_snapshot_that_fails_leaves_no_file_behind(source, tmp_path):
     assert os.listdir(tmp_path) == []
     with pytest.raises(SnapshotError, match="before it starts"):
         write_snapshot(source, out, T0 + 10, T0)
+    link = tmp_path / "same.db"
+    os.link(source, link)
+    for own in (source, link):
+        with pytest.raises(SnapshotError, match="is the store itself"):
+            write_snapshot(source, own, T0, T0 + 5)
+    link.unlink()
     with pytest.raises(SnapshotError, match="no store at"):
         write_snapshot(tmp_path / "missing.db", out, T0, T0 + 1)
     text = tmp_path / "notes.txt"
