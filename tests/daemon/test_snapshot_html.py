@@ -5,6 +5,8 @@ hostile command line is shown as text, never run."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from daemon.store import facts
 from daemon.store.snapshot import write_snapshot
 from tests import chromium
 from tests.daemon.scripted import T0, recording_daemon
+from tests.livedaemon import ROOT
 
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">"&\''
 
@@ -90,3 +93,38 @@ def test_a_hostile_command_line_is_text_in_the_report(snapshot, tmp_path):
     assert "$812/month" in page.value["text"] and "data-wait share x GPU price" in \
         page.value["text"]
     assert "Taken because: test <script>" in page.value["text"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon.commands.cli", "snapshot", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_render_writes_the_html_of_a_file_and_refuses_what_is_not_one(snapshot, tmp_path):
+    out = tmp_path / "r.html"
+    done = _cli("--render", str(snapshot), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"html: {out}"
+    assert out.read_text().startswith("<!DOCTYPE html>") and out.stat().st_mode & 0o777 == 0o600
+    junk = tmp_path / "junk.db"
+    junk.write_text("not sqlite\n" * 100)
+    for bad in (junk, tmp_path / "missing.db"):
+        refused = _cli("--render", str(bad))
+        assert refused.returncode == 2 and str(bad) in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
+def test_snapshot_command_errors_say_what_to_fix(tmp_path):
+    sock = str(tmp_path / "none.sock")
+    for args, code, words in (
+        (("--since", "soon"), 2, "--since 'soon' is not a duration"),
+        (("--since", "0"), 2, "must be longer than 0 s"),
+        (("--until", "yesterday-ish"), 2, "--until 'yesterday-ish' is not a time"),
+        (("--upload", "http://x/y"), 1, "is not an S3 location"),
+        ((), 1, "no store at"),
+    ):
+        done = _cli("--db", str(tmp_path / "nothing.db"), "--socket", sock, *args)
+        assert done.returncode == code and words in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
