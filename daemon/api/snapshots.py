@@ -60,7 +60,7 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
     bounded JSON body reader of daemon.api.routes."""
 
     async def take(request: web.Request) -> web.Response:
-        from daemon.store.snapshot import SnapshotError
+        from daemon.store.snapshot import BadSnapshotRequest, SnapshotError
 
         body = await read_body(request)
         try:
@@ -77,8 +77,10 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
         try:
             result = await daemon.take_snapshot(since=since, until=until, html=html,
                                                 upload=upload or None)
-        except SnapshotError as exc:  # the upload URL's errors are SnapshotErrors too
-            return _error(400 if "s3://" in str(exc) else 503, str(exc))
+        except BadSnapshotRequest as exc:  # e.g. a malformed upload URL
+            return _error(400, str(exc))
+        except SnapshotError as exc:  # the store cannot be read or the folder written now
+            return _error(503, str(exc))
         except OSError as exc:
             return _error(503, f"writing the snapshot failed: {exc}")
         result["name"] = Path(result["path"]).name

@@ -16,7 +16,7 @@ from typing import Any
 
 from daemon import __version__
 from daemon.sources.redact import redact_text
-from daemon.store.snapshot import SnapshotError
+from daemon.store.snapshot import BadSnapshotRequest
 
 MULTIPART_THRESHOLD = 8 << 20  # boto3's default: files above this go up in parts of this size
 CONTENT_TYPES = {".db": "application/vnd.sqlite3", ".html": "text/html; charset=utf-8"}
@@ -27,7 +27,7 @@ ATTEMPTS = 3
 _S3_URL = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
 
 
-class UploadError(SnapshotError):
+class UploadError(BadSnapshotRequest):
     """An s3:// URL that cannot be used; the message shows the form."""
 
 

@@ -50,6 +50,11 @@ class SnapshotError(Exception):
     """A snapshot cannot be written or read; the message names the file and the fix."""
 
 
+class BadSnapshotRequest(SnapshotError):
+    """What was asked cannot be done as asked (a range that ends before it starts, a malformed
+    upload URL): the caller's input is wrong, not the store or the disk."""
+
+
 @dataclass(frozen=True)
 class SnapshotInfo:
     """What was written (or what a snapshot file says about itself)."""
@@ -116,7 +121,7 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
         raise SnapshotError(f"no store at {source}: start the recorder (`mlcostd run`) or pass "
                             "--db with the daemon's database")
     if until < since:
-        raise SnapshotError(f"the range ends ({until:.0f}) before it starts ({since:.0f}); "
+        raise BadSnapshotRequest(f"the range ends ({until:.0f}) before it starts ({since:.0f}); "
                             "give --since a positive duration and --until a later time")
     for own in (source, Path(f"{source}-wal"), Path(f"{source}-shm")):
         if target.exists() and own.exists() and os.path.samefile(target, own):
