@@ -84,6 +84,7 @@ class Daemon:
         # to the store's recommendations table and read back at start, so they survive a restart
         self.snoozed: dict[str, float] = {}
         self.snapshots: SnapshotTriggers | None = None  # incident triggers ([snapshots])
+        self.recommended_before: set[str] = set()  # recommendation ids the store had at start
         self._one_snapshot = asyncio.Lock()  # snapshots by hand: one at a time
 
     # -- start and stop ----------------------------------------------------------------
@@ -217,9 +218,10 @@ class Daemon:
             reader = Store.reader(str(self.db), timeout_s=5.0)
             try:
                 wall = clock.now()
-                self.snoozed = {r["id"]: r["snoozed_until"]
-                                for r in queries.recommendations(reader, 0.0)
+                known = queries.recommendations(reader, 0.0)
+                self.snoozed = {r["id"]: r["snoozed_until"] for r in known
                                 if (r.get("snoozed_until") or 0.0) > wall}
+                self.recommended_before = {r["id"] for r in known}  # not news after a restart
             finally:
                 reader.close()
         except Exception as exc:  # a store that cannot be read now must not stop recording
@@ -248,7 +250,7 @@ class Daemon:
                                            idle_utilization_pct=self.config.idle.utilization)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
-                on_taken=self._snapshot_taken)
+                on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
             self.api = self._make_api()
             await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)

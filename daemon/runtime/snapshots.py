@@ -113,7 +113,8 @@ class SnapshotTriggers:
 
     def __init__(self, config: Config, *, hostname: Callable[[], str],
                  on_taken: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 known_recommendations: Iterable[str] = ()) -> None:
         self.config = config
         self.settings = config.snapshots
         self.folder = snapshots_folder(config)
@@ -121,7 +122,9 @@ class SnapshotTriggers:
         self.on_taken = on_taken
         self.clock = clock
         self._pending: dict[str, tuple[float, dict[str, Any]]] = {}  # key -> (due, trigger)
-        self._fired: set[str] = set()  # keys already taken (or skipped) in this run
+        # keys already taken (or skipped); a recommendation the store had before this start is
+        # not new (a restart does not snapshot every standing recommendation again)
+        self._fired: set[str] = {f"{RECOMMENDATION}:{r}" for r in known_recommendations}
         self._gpu_down: set[int] = set()
         self._taken_at: deque[float] = deque()
         self._task: asyncio.Task[None] | None = None

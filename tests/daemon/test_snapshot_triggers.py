@@ -60,7 +60,8 @@ def test_every_kind_of_incident_takes_one_snapshot_and_the_event_points_to_it(tm
         triggers = SnapshotTriggers(config, hostname=lambda: "testhost",
                                     on_taken=lambda trigger, result: (taken.append(result),
                                     daemon._snapshot_taken(trigger, result)),
-                                    clock=lambda: T0 + 100)  # all of them due
+                                    clock=lambda: T0 + 100,  # all of them due
+                                    known_recommendations=["standing"])
         steps = [
             (sample(31), [], [dataclasses.replace(held, started_at=T0 + 25)]),  # 6 s: not yet
             (sample(32), [], [held]),  # held idle 30 s: past 10 s
@@ -74,7 +75,8 @@ def test_every_kind_of_incident_takes_one_snapshot_and_the_event_points_to_it(tm
             await _settle(triggers)
         triggers.on_recommendations([
             {"id": "small", "rule": "r", "target": "t", "savings_per_month": 499.0},
-            {"id": "big", "rule": "idle_gpu", "target": "gpu:0", "savings_per_month": 900.0}],
+            {"id": "big", "rule": "idle_gpu", "target": "gpu:0", "savings_per_month": 900.0},
+            {"id": "standing", "rule": "r", "target": "t", "savings_per_month": 5000.0}],
             T0 + 36)
         for _ in range(8):  # one snapshot per tick: drain what is due
             triggers.on_tick(sample(37), [], [])
