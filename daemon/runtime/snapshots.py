@@ -33,6 +33,7 @@ from daemon.store.files import open_private, private_folder
 from daemon.store.snapshot import (
     HTML_SUFFIX,
     SnapshotError,
+    free_path,
     prune,
     snapshot_name,
     write_snapshot,
@@ -46,6 +47,9 @@ GPU_LOST = "gpu_lost"  # a GPU whose status is not ok (lost, timeout, error)
 HELD_IDLE = GPU_HELD_IDLE
 BUDGET = BUDGET_EXCEEDED
 RECOMMENDATION = "recommendation"
+# A GPU that fails again within this long of its last failure is the same incident (a sick GPU
+# flaps between timing out and answering every few seconds).
+GPU_REARM_S = 600.0
 
 
 def take_snapshot(config: Config, *, since: float, until: float, out: Path | None = None,
@@ -61,9 +65,10 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     if upload:
         s3_upload.parse_s3_url(upload)
     source = db or db_path(config)
-    reason = (trigger or {}).get("kind") or MANUAL
-    target = out or snapshots_folder(config) / snapshot_name(hostname or os.uname().nodename,
-                                                              until, reason)
+    reason = "-".join(str(part) for part in ((trigger or {}).get("kind") or MANUAL,
+                                               (trigger or {}).get("target")) if part)
+    target = out or free_path(snapshots_folder(config), snapshot_name(
+        hostname or os.uname().nodename, until, reason))
     trigger = dict(trigger or {"kind": MANUAL, "reason": "taken by hand"})
     trigger.setdefault("at", time.time())
     info = write_snapshot(source, target, since, until, trigger=trigger)
@@ -125,7 +130,7 @@ class SnapshotTriggers:
         # keys already taken (or skipped); a recommendation the store had before this start is
         # not new (a restart does not snapshot every standing recommendation again)
         self._fired: set[str] = {f"{RECOMMENDATION}:{r}" for r in known_recommendations}
-        self._gpu_down: set[int] = set()
+        self._gpu_bad_at: dict[int, float] = {}  # GPU index -> when it was last not ok
         self._taken_at: deque[float] = deque()
         self._task: asyncio.Task[None] | None = None
         self.by_event: dict[str, str] = {}  # event id -> snapshot path
@@ -147,16 +152,17 @@ class SnapshotTriggers:
         s = self.settings
         if s.on_gpu_lost:
             for gpu in sample.gpus:
-                if gpu.status != GPU_OK and gpu.index not in self._gpu_down:
-                    self._gpu_down.add(gpu.index)
+                if gpu.status == GPU_OK:
+                    continue
+                last_bad = self._gpu_bad_at.get(gpu.index)
+                self._gpu_bad_at[gpu.index] = sample.ts
+                if last_bad is None or sample.ts - last_bad > GPU_REARM_S:
                     what = {"lost": "is lost", "timeout": "readings time out"}.get(
                         gpu.status, f"reports {gpu.status}")
                     self._note(f"{GPU_LOST}:{gpu.index}:{sample.ts:.0f}", sample.ts, {
                         "kind": GPU_LOST, "target": f"gpu:{gpu.index}", "status": gpu.status,
                         "reason": f"GPU {gpu.index} {what}"
                                   + (f" ({gpu.error})" if gpu.error else "")})
-                elif gpu.status == GPU_OK:
-                    self._gpu_down.discard(gpu.index)
         for event in changed:
             if event.ended_at is not None:
                 continue

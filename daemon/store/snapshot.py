@@ -308,9 +308,20 @@ def list_snapshots(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def snapshot_name(hostname: str, at: float, reason: str = "manual") -> str:
     """A file name that sorts by time and says whose and why: mlcost-HOST-20261201T120000Z-why.db"""
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in (hostname or "host"))[:40]
-    why = "".join(c if c.isalnum() or c in "-_" else "-" for c in reason)[:40]
+    why = "".join(c if c.isalnum() or c in "-_" else "-" for c in reason)[:60]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
     return f"mlcost-{safe}-{stamp}-{why}{SNAPSHOT_SUFFIX}"
+
+
+def free_path(folder: str | os.PathLike[str], name: str) -> Path:
+    """`folder/name`, or `name` with -2, -3, ... before its suffix when that is taken (two
+    incidents in the same second keep both snapshots)."""
+    path = Path(folder) / name
+    n = 1
+    while path.exists() or path.with_suffix(HTML_SUFFIX).exists():
+        n += 1
+        path = Path(folder) / f"{Path(name).stem}-{n}{Path(name).suffix}"
+    return path
 
 
 def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,

@@ -19,6 +19,7 @@ from daemon.store.schema import SCHEMA_VERSION
 from daemon.store.snapshot import (
     SNAPSHOT_TABLE,
     SnapshotError,
+    free_path,
     list_snapshots,
     prune,
     read_facts,
@@ -218,6 +219,8 @@ def test_listing_naming_and_pruning_keep_the_folder_bounded(snapshot, tmp_path):
         names.append(name)
     assert names[0].startswith("mlcost-gpu-host-1-") and names[0].endswith("-gpu_held_idle.db")
     (folder / ".being-written.db").write_bytes(b"partial")
+    assert free_path(folder, names[0]).name == names[0].replace(".db", "-2.db")
+    assert free_path(folder, "new.db") == folder / "new.db"
     listed = list_snapshots(folder)
     assert len(listed) == 4 and all(e["html"] for e in listed)
     assert listed[0]["trigger"]["reason"] == "by hand"

@@ -14,7 +14,7 @@ import pytest
 from daemon import config as config_module
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, HOST_IDLE, Event
 from daemon.config import ConfigError
-from daemon.runtime.snapshots import SnapshotTriggers
+from daemon.runtime.snapshots import GPU_REARM_S, SnapshotTriggers
 from daemon.store import facts
 from daemon.store.snapshot import list_snapshots, read_facts
 from tests.daemon.scripted import T0, recording_daemon, sample
@@ -27,10 +27,10 @@ def _config(folder: Path, **snapshots: object) -> config_module.Config:
         where="test")
 
 
-def _lost(i: int) -> object:
+def _lost(i: int, later_s: float = 0.0, status: str = "lost") -> object:
     s = sample(i)
-    gpus = (dataclasses.replace(s.gpus[0], status="lost", error="GPU is lost"), s.gpus[1])
-    return dataclasses.replace(s, gpus=gpus)
+    gpus = (dataclasses.replace(s.gpus[0], status=status, error=f"GPU is {status}"), s.gpus[1])
+    return dataclasses.replace(s, gpus=gpus, ts=s.ts + later_s)
 
 
 async def _settle(triggers: SnapshotTriggers) -> None:
@@ -60,7 +60,7 @@ def test_every_kind_of_incident_takes_one_snapshot_and_the_event_points_to_it(tm
         triggers = SnapshotTriggers(config, hostname=lambda: "testhost",
                                     on_taken=lambda trigger, result: (taken.append(result),
                                     daemon._snapshot_taken(trigger, result)),
-                                    clock=lambda: T0 + 100,  # all of them due
+                                    clock=lambda: T0 + 10_000,  # all of them due
                                     known_recommendations=["standing"])
         steps = [
             (sample(31), [], [dataclasses.replace(held, started_at=T0 + 25)]),  # 6 s: not yet
@@ -69,6 +69,9 @@ def test_every_kind_of_incident_takes_one_snapshot_and_the_event_points_to_it(tm
             (_lost(34), [], []),
             (_lost(35), [], []),  # still lost: not a new incident
             (sample(36), [host], [held]),  # the same events again: nothing new
+            (_lost(37, status="timeout"), [], []),  # flapping: the same incident
+            (sample(38), [], []),
+            (_lost(39, later_s=GPU_REARM_S + 1), [], []),  # failing again much later: new
         ]
         for tick, changed, active in steps:
             triggers.on_tick(tick, changed, active)
@@ -87,7 +90,9 @@ def test_every_kind_of_incident_takes_one_snapshot_and_the_event_points_to_it(tm
     triggers = asyncio.run(main())
     kinds = sorted((r["trigger"]["kind"], r["trigger"]["target"]) for r in taken)
     assert kinds == [(BUDGET_EXCEEDED, "host:daily"), (GPU_HELD_IDLE, "gpu:0"),
-                     ("gpu_lost", "gpu:0"), (HOST_IDLE, "host"), ("recommendation", "gpu:0")]
+                     ("gpu_lost", "gpu:0"), ("gpu_lost", "gpu:0"), (HOST_IDLE, "host"),
+                     ("recommendation", "gpu:0")]
+    assert len({r["path"] for r in taken}) == len(taken)  # none overwrote another
     for result in taken:
         at = result["trigger"]["at"]
         assert result["since"] == pytest.approx(at - 20) and result["until"] == pytest.approx(at)
@@ -102,19 +107,19 @@ def test_every_kind_of_incident_takes_one_snapshot_and_the_event_points_to_it(tm
     conn.close()
     assert set(pointed) == {GPU_HELD_IDLE, HOST_IDLE, BUDGET_EXCEEDED}
     assert all(Path(p).parent == tmp_path / "snapshots" for p in pointed.values())
-    assert len(list_snapshots(tmp_path / "snapshots")) == 5
+    assert len(list_snapshots(tmp_path / "snapshots")) == 6
 
 
 def test_at_most_max_per_hour(tmp_path):
     daemon = recording_daemon(tmp_path, 5.0, ticks=20)
     assert daemon.store is not None
     config = _config(tmp_path, max_per_hour=2)
-    now = [T0 + 100]
+    now = [T0 + 10_000]
 
     async def main() -> SnapshotTriggers:
         triggers = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: now[0])
-        for n in range(4):  # four GPU-lost incidents in a few seconds
-            triggers.on_tick(_lost(21 + 2 * n), [], [])
+        for n in range(4):  # four GPU-lost incidents, each long after the one before
+            triggers.on_tick(_lost(21 + 2 * n, later_s=n * (GPU_REARM_S + 1)), [], [])
             await _settle(triggers)
             triggers.on_tick(sample(22 + 2 * n), [], [])
             await _settle(triggers)
