@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from daemon.wire import ActionResult, Health, History, Now, Phases, Recommendati
 
 DEFAULT_TIMEOUT_S = 3.0
 HISTORY_TIMEOUT_S = 8.0
+SNAPSHOT_TIMEOUT_S = 120.0  # writing (and uploading) a snapshot takes a while
 
 
 class ClientError(Exception):
@@ -158,6 +161,56 @@ class Client:
         document = await self._request("POST", f"/v1/recommendations/{rec_id}/snooze",
                                        body={"hours": hours})
         return float(document["snoozed_until"])
+
+    async def take_snapshot(self, since_s: float = 1800, until: float | None = None,
+                            html: bool = False, upload: str | None = None) -> dict[str, Any]:
+        """POST /v1/snapshots: the daemon writes a snapshot into its snapshots folder."""
+        body: dict[str, Any] = {"since": since_s, "html": html}
+        if until is not None:
+            body["until"] = until
+        if upload:
+            body["upload"] = upload
+        document = await self._request("POST", "/v1/snapshots", body=body,
+                                       timeout_s=SNAPSHOT_TIMEOUT_S)
+        return document if isinstance(document, dict) else {}
+
+    async def snapshots(self) -> dict[str, Any]:
+        """GET /v1/snapshots: the daemon's snapshots folder and its files, newest first."""
+        document = await self._request("GET", "/v1/snapshots")
+        return document if isinstance(document, dict) else {}
+
+    async def download_snapshot(self, name: str, out: Path) -> int:
+        """Save one file of the daemon's snapshots folder to `out` (mode 0600, written to a
+        temporary name first). Returns its size."""
+        session = self._open()
+        timeout = aiohttp.ClientTimeout(total=SNAPSHOT_TIMEOUT_S)
+        tmp = out.with_name(f".{out.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            async with session.get(f"{self.base}/v1/snapshots/{name}",
+                                   timeout=timeout) as response:
+                if response.status >= 400:
+                    text = await response.text()
+                    try:
+                        message = json.loads(text).get("error") or text[:200]
+                    except (ValueError, AttributeError):
+                        message = text[:200]
+                    raise ApiError(response.status, message)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                size = 0
+                with os.fdopen(fd, "wb") as f:
+                    async for chunk in response.content.iter_chunked(1 << 16):
+                        f.write(chunk)
+                        size += len(chunk)
+            os.replace(tmp, out)
+            return size
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
+                raise ClientError(f"cannot write {out}: {exc}") from None
+            raise DaemonUnavailable(f"no mlcostd at {self.target}: {self._hint()} "
+                                    f"({type(exc).__name__}: {exc})") from None
+        finally:
+            if tmp.exists():
+                tmp.unlink()
 
     async def close(self) -> None:
         if self._session is not None:

@@ -266,6 +266,45 @@ class OwnersConfig:
             "the kubelet's pod-resources socket (pod, namespace and container of each GPU; "
             "needs grpcio: pip install 'mlcost[kubernetes]'); used where it exists; empty: "
             "never", "path"))
+class SnapshotsConfig:
+    """[snapshots]: where incident snapshots go, when they are taken, how many are kept."""
+
+    folder: str = field(default="", metadata=_meta(
+        "folder of snapshots (0700); empty: snapshots/ beside the database", "path"))
+    before: float = field(default=900.0, metadata=_meta(
+        "an incident snapshot starts this long before its trigger", "duration", 10, 6 * 3600))
+    after: float = field(default=60.0, metadata=_meta(
+        "...and is taken this long after it", "duration", 0, 3600))
+    max_per_hour: float = field(default=4.0, metadata=_meta(
+        "most incident snapshots in any hour (more triggers are logged and skipped); 0: none",
+        "number", 0, 120))
+    max_total_size: int = field(default=512 << 20, metadata=_meta(
+        "the snapshots folder is kept under this size (oldest go first)", "size", 1 << 20,
+        1 << 40))
+    max_age: float = field(default=30 * 86400.0, metadata=_meta(
+        "snapshots older than this are deleted", "duration", 3600, 5 * 365 * 86400))
+    html: bool = field(default=True, metadata=_meta(
+        "write the HTML report beside each incident snapshot", "bool"))
+    on_gpu_lost: bool = field(default=True, metadata=_meta(
+        "snapshot when a GPU is lost or its readings time out", "bool"))
+    on_host_idle: bool = field(default=True, metadata=_meta(
+        "snapshot when a host idle event opens", "bool"))
+    held_idle_after: float = field(default=3600.0, metadata=_meta(
+        "snapshot when a GPU has been held idle this long; 0: never", "duration", 0,
+        30 * 86400))
+    on_budget: bool = field(default=True, metadata=_meta(
+        "snapshot when a budget is crossed", "bool"))
+    recommendation_savings: float = field(default=1000.0, metadata=_meta(
+        "snapshot when a new recommendation saves at least this many USD per month; 0: never",
+        "number", 0, 1e9))
+    upload: str = field(default="", metadata=_meta(
+        "also upload incident snapshots to s3://BUCKET/PREFIX; empty: keep them local"))
+    sse_kms_key_id: str = field(default="", metadata=_meta(
+        "KMS key (id, alias or ARN) for SSE-KMS on upload; empty: the bucket's default"))
+    storage_class: str = field(default="", metadata=_meta(
+        "S3 storage class of uploaded snapshots; empty: STANDARD", choices=(
+            "", "STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR",
+            "GLACIER", "DEEP_ARCHIVE", "REDUCED_REDUNDANCY")))
 
 
 @dataclass(frozen=True)
@@ -281,6 +320,7 @@ class Config:
     idle: IdleConfig = field(default_factory=IdleConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     owners: OwnersConfig = field(default_factory=OwnersConfig)
+    snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
     source: str = "defaults"  # where this config came from, for logs and `check`
 
 
@@ -549,6 +589,13 @@ def socket_path(config: Config) -> Path:
 
 def db_path(config: Config) -> Path:
     return Path(config.daemon.db) if config.daemon.db else default_db_path()
+
+
+def snapshots_folder(config: Config) -> Path:
+    """Where snapshots go: [snapshots].folder, else snapshots/ beside the database."""
+    if config.snapshots.folder:
+        return Path(config.snapshots.folder)
+    return db_path(config).parent / "snapshots"
 
 
 def with_overrides(config: Config, section: str, **values: Any) -> Config:

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import bisect
+import json
 import statistics
 from collections import OrderedDict
 from pathlib import Path
@@ -34,6 +35,8 @@ from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.reader import StoreReader
+from daemon.store.schema import SCHEMA_VERSION
+from daemon.store.snapshot import SNAPSHOT_TABLE
 from daemon.wire import process_key
 
 MAX_TIMES = 3000  # times() returns at most this many tick timestamps, evenly spread
@@ -41,6 +44,16 @@ PHASE_WINDOW_S = 300.0
 RECOMMENDATION_GRACE_S = 90.0
 LEDGER_SAMPLES = 240
 CACHE_STATES = 64
+
+
+def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
+    """The facts table of a snapshot file (daemon.store.snapshot.SNAPSHOT_TABLE), or None."""
+    found = reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                         (SNAPSHOT_TABLE,))
+    if not found:
+        return None
+    return {r["key"]: json.loads(r["value"])
+            for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
 
 
 class ReplayError(Exception):
@@ -57,12 +70,30 @@ class Replay:
                               "(a copy: sqlite3 /var/lib/mlcost/mlcost.db \"VACUUM INTO 'x.db'\")")
         self.reader = StoreReader(self.path, timeout_s=timeout_s)
         try:
+            version = self.reader.query("PRAGMA user_version")[0]["user_version"]
+            if version > SCHEMA_VERSION:
+                raise ReplayError(f"{self.path} was written by a newer mlcost (store schema "
+                                  f"{version}, this one reads up to {SCHEMA_VERSION}); upgrade "
+                                  "mlcost to replay it")
+            # A snapshot (daemon.store.snapshot) says what it is; a damaged or truncated one is
+            # refused here rather than half shown (small files: the check is quick).
+            self.snapshot: dict[str, Any] | None = _snapshot_facts(self.reader)
+            if self.snapshot is not None:
+                check = self.reader.query("PRAGMA quick_check(1)")
+                result = next(iter(check[0].values())) if check else "no answer"
+                if result != "ok":
+                    raise ReplayError(f"{self.path} is a damaged snapshot (SQLite: {result}); "
+                                      "take it again or copy it again from its source")
             rows = self.reader.query("SELECT ts FROM ticks ORDER BY ts")
             host = self.reader.meta("host")
+        except ReplayError:
+            self.reader.close()
+            raise
         except Exception as exc:  # sqlite3.DatabaseError and friends: not a store
             self.reader.close()
-            raise ReplayError(f"{self.path} is not an mlcostd store ({exc}); give the path of "
-                              "the daemon's database or a copy of it") from None
+            raise ReplayError(f"{self.path} is not an mlcostd store or snapshot ({exc}); give "
+                              "the path of the daemon's database, a copy of it, or a snapshot "
+                              "taken by `mlcostd snapshot`") from None
         self._all_ms = [r["ts"] for r in rows]
         if not self._all_ms:
             self.reader.close()
@@ -130,7 +161,8 @@ class Replay:
         at = sample.ts
         host = dict(self.host)
         host.setdefault("nvml_status", sample.nvml_status)
-        host["replay"] = {"path": str(self.path), "start": self.start, "end": self.end}
+        host["replay"] = {"path": str(self.path), "start": self.start, "end": self.end,
+                          "snapshot": self.snapshot}
         balances = phase_balances(self.reader, at - PHASE_WINDOW_S, at, self.interval_s)
         statuses = {process_key(pid, start): status for (pid, start), status
                     in queries.stack_statuses(self.reader).items()}

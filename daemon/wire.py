@@ -240,6 +240,7 @@ class Event:
     ended_at: float | None
     cost_so_far: float | None
     detail: str
+    snapshot: str = ""  # the incident snapshot taken for it (a path), "" when none
 
     @property
     def active(self) -> bool:
@@ -251,7 +252,8 @@ class Event:
         return cls(id=_s(d.get("id")), kind=_s(d.get("kind")), target=str(d.get("target", "")),
                    started_at=_f(d.get("started_at")), ended_at=_f(d.get("ended_at")),
                    cost_so_far=_f(d.get("cost_so_far")),
-                   detail=detail if isinstance(detail, str) else "")
+                   detail=detail if isinstance(detail, str) else "",
+                   snapshot=_s(d.get("snapshot")))
 
 
 @dataclass(frozen=True)

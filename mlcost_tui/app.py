@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Footer, Input
 
 from daemon.clock import local_time
 from daemon.wire import Now, Process, Recommendation
+from mlcost_tui import incidents
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
@@ -79,6 +80,7 @@ class MlcostTop(App):
         Binding("x", "snooze_recommendation", "Snooze", id="app.snooze"),
         Binding("k", "kill", "Stop idle", id="app.kill"),
         Binding("h", "history", "History", id="app.history"),
+        Binding("s", "snapshot", "Snapshot", id="app.snapshot", show=False),
         Binding("tab", "focus_next", "Next panel", id="app.next_panel", show=False),
         Binding("escape", "back_to_fleet", "Fleet", id="app.back_to_fleet"),
         Binding("left_square_bracket", "replay_step(-1)", "◀ tick", id="replay.back"),
@@ -103,6 +105,7 @@ class MlcostTop(App):
         ("snooze_recommendation", "Snooze recommendation", f"hide it for {SNOOZE_HOURS:g} h (x)"),
         ("kill", "Stop idle process", "SIGTERM via mlcostd, after confirmation (k)"),
         ("history", "History", "utilization and wasted $/h over 1 h and 24 h (h)"),
+        ("snapshot", "Snapshot", "the last 30 min as a snapshot file and HTML report (s)"),
         ("back_to_fleet", "Back to the fleet", "leave this host's view (escape)"),
         ("replay_step(-1)", "Replay: back one tick", "([)"),
         ("replay_step(1)", "Replay: forward one tick", "(])"),
@@ -110,9 +113,10 @@ class MlcostTop(App):
         ("replay_minute(1)", "Replay: forward one minute", "(})"),
     )
     # What needs a daemon to answer (not in replay), and what needs one host's view.
-    NEEDS_DAEMON = ("apply_recommendation", "snooze_recommendation", "kill", "history")
+    NEEDS_DAEMON = ("apply_recommendation", "snooze_recommendation", "kill", "history",
+                    "snapshot")
     NEEDS_HOST = ("filter", "sort", "invert", "tree", "details", "apply_recommendation",
-                  "snooze_recommendation", "kill", "history")
+                  "snooze_recommendation", "kill", "history", "snapshot")
 
     def __init__(self, clients: Sequence[Client], *, readonly: bool = False,
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
@@ -137,6 +141,7 @@ class MlcostTop(App):
         self.next_poll_at: float | None = None
         self._poll_timer: Timer | None = None
         self.render_seconds = 0.0  # how long the last render took (the bench reads it)
+        self.event_snapshots = incidents.EventSnapshots()
 
     @property
     def clients(self) -> list[Client]:
@@ -203,6 +208,8 @@ class MlcostTop(App):
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
         self.hosts = message.hosts
+        for note in self.event_snapshots.news(self.hosts):
+            self.notify(note, title="incident snapshot", timeout=10)
         if self.hosts and any(h.error is None for h in self.hosts):
             self.starting = None
         shown = self.shown_host
@@ -521,6 +528,16 @@ class MlcostTop(App):
             return
         gpus = tuple(g.index for g in self.now.gpus) if self.now else ()
         self.push_screen(HistoryScreen(gpus, self.client))
+
+    @work(exclusive=True, group="snapshot", exit_on_error=False,
+          description="take a snapshot of the last 30 minutes through mlcostd")
+    async def action_snapshot(self) -> None:
+        if self.client is None:
+            return
+        self.notify("taking a snapshot of the last 30 minutes…", timeout=3)
+        text, ok = await incidents.take(self.client)
+        self.notify(text, title="snapshot", severity="information" if ok else "error",
+                    timeout=15)
 
     # -- workers for one-off requests -----------------------------------------------------------
 

@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interval", type=float, default=POLL_INTERVAL_S, metavar="SECONDS",
                         help="seconds between polls (default 1)")
     parser.add_argument("--replay", metavar="FILE",
-                        help="replay a recorded mlcostd store (the daemon's database or a copy: "
-                             "sqlite3 mlcost.db \"VACUUM INTO 'copy.db'\"); [ ] step a tick, "
+                        help="replay a snapshot (`mlcostd snapshot`) or a recorded mlcostd "
+                             "store (the daemon's database or a copy); [ ] step a tick, "
                              "{ } a minute, space plays")
     return parser
 

@@ -138,7 +138,9 @@ class ReplaySource:
         if not self.times:
             return None
         state = "▶ playing" if playing else "⏸ paused"
-        return (f"⏵ replay {self.replay.path.name}  {local_time(self.times[self.index])}  "
+        trigger = (self.replay.snapshot or {}).get("trigger") or {}
+        why = f"  snapshot: {trigger.get('reason') or trigger.get('kind')}" if trigger else ""
+        return (f"⏵ replay {self.replay.path.name}{why}  {local_time(self.times[self.index])}  "
                 f"tick {self.index + 1}/{len(self.times)}  {state}  "
                 "([ ] tick, { } minute, space play)")
 

@@ -259,6 +259,10 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
     app.router.add_post("/v1/recommendations/{id}/apply", apply)
     app.router.add_post("/v1/recommendations/{id}/snooze", snooze)
 
+    from daemon.api.snapshots import add_snapshot_routes
+
+    add_snapshot_routes(app, daemon, _body)
+
 
 def _price_per_gpu(document: dict[str, Any]) -> float:
     burn = document.get("burn") or {}

@@ -24,6 +24,7 @@ examples:
   mlcostd run                             record this host (as root, under systemd)
   mlcostd report --since 1h               what the GPUs and processes did in the last hour
   mlcostd report --since 30m --json       the same as a JSON document (see the README)
+  mlcostd snapshot --since 30m --html    the last 30 min as a snapshot file and its HTML report
   mlcostd check                           what works on this host and how to fix what doesn't
   mlcostd prices --instance p5.48xlarge   what an instance costs, where the price is from, its age
   mlcostd prices --refresh catalog        refresh prices from the public SkyPilot catalogs (no key)
@@ -111,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="window ending now: 30s, 15m, 1h, 2d (default 1h)")
     report.add_argument("--json", action="store_true",
                         help="print the JSON document described in the README")
+
+    from daemon.commands import snapshot as snapshot_command
+
+    snapshot = sub.add_parser("snapshot", help="a time range as a snapshot file (a store of "
+                                               "its own), its HTML report, an S3 upload",
+                              description=snapshot_command.__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(snapshot)
+    snapshot_command.add_arguments(snapshot)
 
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
@@ -349,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "snapshot":
+            from daemon.commands import snapshot as snapshot_command
+
+            return snapshot_command.run(args, _load_config(args))
         if args.command == "prices":
             if args.observed:
                 return cmd_prices_observed(args)

@@ -337,6 +337,8 @@ def _render_events(events: list[dict[str, Any]]) -> list[str]:
         out.append(f"  {event['kind']} {event['target']}: since "
                    f"{clock.local_time(event['started_at'], date=False)} "
                    f"({state}), {cost} so far")
+        if event.get("snapshot"):
+            out.append(f"    snapshot: {event['snapshot']}")
     return out
 
 

@@ -29,6 +29,7 @@ from daemon.runtime import systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
+from daemon.runtime.snapshots import SnapshotTriggers, take_snapshot
 from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import PodResources
@@ -89,6 +90,9 @@ class Daemon:
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
         self.snoozed: dict[str, float] = {}
+        self.snapshots: SnapshotTriggers | None = None  # incident triggers ([snapshots])
+        self.recommended_before: set[str] = set()  # recommendation ids the store had at start
+        self._one_snapshot = asyncio.Lock()  # snapshots by hand: one at a time
 
     # -- start and stop ----------------------------------------------------------------
 
@@ -223,9 +227,10 @@ class Daemon:
             reader = Store.reader(str(self.db), timeout_s=5.0)
             try:
                 wall = clock.now()
-                self.snoozed = {r["id"]: r["snoozed_until"]
-                                for r in queries.recommendations(reader, 0.0)
+                known = queries.recommendations(reader, 0.0)
+                self.snoozed = {r["id"]: r["snoozed_until"] for r in known
                                 if (r.get("snoozed_until") or 0.0) > wall}
+                self.recommended_before = {r["id"] for r in known}  # not news after a restart
             finally:
                 reader.close()
         except Exception as exc:  # a store that cannot be read now must not stop recording
@@ -254,6 +259,9 @@ class Daemon:
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
             self.attribution = Attribution(self.config.attribution, self.store,
                                            idle_utilization_pct=self.config.idle.utilization)
+            self.snapshots = SnapshotTriggers(
+                self.config, hostname=lambda: str(self.host.get("hostname", "")),
+                on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
             self.api = self._make_api()
             await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
@@ -265,6 +273,8 @@ class Daemon:
                 await self.api.stop()
             if self.attribution is not None:
                 await self.attribution.stop()
+            if self.snapshots is not None:
+                await self.snapshots.stop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             self.nvml.stop()
@@ -339,11 +349,36 @@ class Daemon:
                                           self._not_snoozed(snapshot["recommendations"]))
         statuses = self.attribution.status_by_key if self.attribution is not None else {}
         windows = self.attribution.active_windows() if self.attribution is not None else []
-        return now_document(
+        document = now_document(
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now, stack_statuses=statuses, windows=windows,
             store=self.store.health.as_dict() if self.store is not None else None)
+        taken = self.snapshots.by_event if self.snapshots is not None else {}
+        for event in document.get("events") or []:
+            event["snapshot"] = taken.get(event.get("id"))
+        return document
+
+    # -- snapshots (daemon/runtime/snapshots.py) -----------------------------------------------
+
+    async def take_snapshot(self, *, since: float, until: float, html: bool,
+                            upload: str | None) -> dict[str, Any]:
+        """A snapshot by hand (the API's POST /v1/snapshots), written in a thread."""
+        async with self._one_snapshot:
+            result = await asyncio.to_thread(
+                take_snapshot, self.config, since=since, until=until, html=html, upload=upload,
+                trigger={"kind": "manual", "reason": "taken by hand"}, db=self.db,
+                hostname=str(self.host.get("hostname", "")))
+            if self.snapshots is not None:  # the folder stays bounded, whoever fills it
+                await self.snapshots.prune(result["path"])
+            return result
+
+    def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
+        """An incident snapshot is written: its event points to it. On the loop."""
+        event = trigger.get("event")
+        if event and self.store is not None:
+            facts.write_event_snapshot(self.store, event["kind"], event["target"],
+                                       event["started_at"], result["path"])
 
     def _make_analyzer(self) -> Analyzer:
         """Price the host (config, simulated scenario, or detection) and build the analyzer.
@@ -383,6 +418,8 @@ class Daemon:
                     facts.write_recommendations(
                         self.store, [dict(r, snoozed_until=self.snoozed.get(r["id"]))
                                      for r in recorded], until)
+                    if self.snapshots is not None:
+                        self.snapshots.on_recommendations(self._not_snoozed(recorded), until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
             await asyncio.sleep(every)
@@ -420,9 +457,12 @@ class Daemon:
         assert self.store is not None
         self.store.write(sample)
         self.previous_sample, self.last_sample = self.last_sample, sample
-        if self.analyzer is not None:
-            for event in self.analyzer.update(sample):
-                facts.write_event(self.store, event.as_dict())
+        changed = self.analyzer.update(sample) if self.analyzer is not None else []
+        for event in changed:
+            facts.write_event(self.store, event.as_dict())
+        if self.snapshots is not None:
+            self.snapshots.on_tick(sample, changed, self.analyzer.idle.active()
+                                   if self.analyzer is not None else ())
         if self.attribution is not None:
             self.attribution.on_tick(sample)
         if self.on_tick is not None:

@@ -87,6 +87,16 @@ def write_event(store: Store, event: dict[str, Any]) -> None:
              event.get("cost_so_far"), json.dumps(event.get("detail") or {})))])
 
 
+def write_event_snapshot(store: Store, kind: str, target: str, started_at: float,
+                         path: str) -> None:
+    """Point an event (kind, target, started_at) to the incident snapshot taken for it."""
+    with store._lock:
+        store.write_facts([(
+            ("event_snapshot", kind, target, round(started_at * 1000)),
+            "UPDATE events SET snapshot = ? WHERE kind = ? AND target = ? AND started_at = ?",
+            (path, kind, target, round(started_at * 1000)))])
+
+
 def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]],
                           ts: float) -> None:
     """Upsert the current recommendations (first_seen kept, last_seen moved on)."""

@@ -39,14 +39,18 @@ def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any
 
 
 def events(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
-    """Events that overlap [since, until] (open ones included)."""
+    """Events that overlap [since, until] (open ones included), each with the incident
+    snapshot taken for it (`snapshot`: its path, or None)."""
+    columns = {r["name"] for r in reader.query("PRAGMA table_info(events)")}
+    snapshot = "snapshot" if "snapshot" in columns else "NULL AS snapshot"
     rows = reader.query(
-        "SELECT kind, target, started_at, ended_at, cost, detail FROM events "
+        f"SELECT kind, target, started_at, ended_at, cost, detail, {snapshot} FROM events "
         "WHERE started_at <= ? AND (ended_at IS NULL OR ended_at >= ?) ORDER BY started_at",
         (round(until * 1000), round(since * 1000)))
     return [{"kind": r["kind"], "target": r["target"], "started_at": r["started_at"] / 1000,
              "ended_at": None if r["ended_at"] is None else r["ended_at"] / 1000,
-             "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}")} for r in rows]
+             "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}"),
+             "snapshot": r["snapshot"]} for r in rows]
 
 
 def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:

@@ -251,7 +251,14 @@ def _migration_owners(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE processes ADD COLUMN owner TEXT")
 
 
+def _migration_snapshots(db: sqlite_utils.Database) -> None:
+    """An event points to the incident snapshot taken for it (the file's path), and the
+    snapshot's `trigger` names the event: each can be found from the other."""
+    db.execute("ALTER TABLE events ADD COLUMN snapshot TEXT")
+
+
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
-    _migration_1, _migration_2, _migration_3, _migration_4, _migration_owners]
+    _migration_1, _migration_2, _migration_3, _migration_4, _migration_owners,
+    _migration_snapshots]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,153 @@
+"""`mlcostd snapshot`: a time range of the store as a snapshot file (a store of its own), its
+HTML report, an upload to S3; `--render FILE.db` makes the HTML report of an existing file.
+
+With a daemon running, the snapshot is taken through its API (POST /v1/snapshots: the daemon
+writes it into its snapshots folder; `--out` downloads it from there). With none, it is taken
+directly from --db. Either way it is the same code: daemon.runtime.snapshots.take_snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from daemon import clock
+from daemon import config as config_module
+from daemon.config import Config
+from daemon.store.files import private_folder
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", default="30m", metavar="DURATION",
+                        help="how far back the snapshot reaches from --until (default 30m)")
+    parser.add_argument("--until", metavar="TIME",
+                        help="where it ends: Unix seconds or ISO 8601 (default: now)")
+    parser.add_argument("--out", metavar="FILE",
+                        help="write the snapshot here (default: the snapshots folder, "
+                             "[snapshots].folder or snapshots/ beside the database)")
+    parser.add_argument("--html", action="store_true",
+                        help="also write the HTML report beside it (FILE.html)")
+    parser.add_argument("--upload", metavar="s3://BUCKET/PREFIX",
+                        help="also upload the file(s) to S3 (boto3 credentials; "
+                             "[snapshots].sse_kms_key_id and storage_class apply)")
+    parser.add_argument("--render", metavar="FILE.db",
+                        help="only write the HTML report of an existing snapshot or store "
+                             "(to --out, default FILE.html)")
+    parser.add_argument("--socket", metavar="FILE",
+                        help="the running daemon's API socket (default: [api].socket)")
+    parser.add_argument("--json", action="store_true", help="print what was done as JSON")
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    if args.render:
+        return _render(args)
+    try:
+        span = config_module.parse_duration(args.since)
+        if span <= 0:
+            raise ValueError(f"{args.since!r} must be longer than 0 s")
+    except ValueError as exc:
+        print(f"mlcostd snapshot: --since {exc}", file=sys.stderr)
+        return 2
+    try:
+        until = clock.parse_time(args.until) if args.until else clock.now()
+    except ValueError as exc:
+        print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else None
+    if args.socket:
+        config = config_module.with_overrides(config, "api", socket=args.socket)
+    result = _through_api(config, span, until, args.html, args.upload, out)
+    if result is None:
+        from daemon.runtime.snapshots import take_snapshot
+        from daemon.store.snapshot import SnapshotError
+
+        try:
+            result = take_snapshot(config, since=until - span, until=until, out=out,
+                                   html=args.html, upload=args.upload)
+        except SnapshotError as exc:
+            print(f"mlcostd snapshot: {exc}", file=sys.stderr)
+            return 1
+        result["through"] = f"directly from {config_module.db_path(config)}"
+    elif "error" in result:
+        print(f"mlcostd snapshot: {result['error']}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stdout.write(describe(result))
+    return 0 if all(u.get("ok") for u in result.get("upload") or []) else 1
+
+
+def _through_api(config: Config, span: float, until: float, html: bool, upload: str | None,
+                 out: Path | None) -> dict[str, Any] | None:
+    """Take it through the running daemon; None when no daemon answers (go direct)."""
+    from daemon.client import ApiError, Client, ClientError, DaemonUnavailable
+
+    socket = config_module.socket_path(config)
+    if not socket.exists():
+        return None
+
+    async def main() -> dict[str, Any] | None:
+        async with Client(f"unix:{socket}") as client:
+            try:
+                result = await client.take_snapshot(span, until, html, upload)
+            except DaemonUnavailable:
+                return None
+            except ApiError as exc:
+                return {"error": exc.message}
+            result["through"] = f"the daemon at unix:{socket}"
+            if out is not None:
+                try:
+                    private_folder(out.parent)
+                    await client.download_snapshot(result["name"], out)
+                    result["path"] = str(out)
+                    if result.get("html"):
+                        html_out = out.with_suffix(".html")
+                        await client.download_snapshot(Path(result["html"]).name, html_out)
+                        result["html"] = str(html_out)
+                except (ClientError, OSError) as exc:
+                    return {"error": f"the daemon wrote {result['path']}, but copying it to "
+                                     f"{out} failed: {exc}"}
+            return result
+
+    return asyncio.run(main())
+
+
+def describe(result: dict[str, Any]) -> str:
+    """What was written, for a person."""
+    lines = [f"snapshot: {result['path']}",
+             f"  {result['ticks']} ticks from {clock.local_time(result['since'])} to "
+             f"{clock.local_time(result['until'])}, {result['bytes'] / 1e6:.2f} MB, written in "
+             f"{result.get('seconds', 0):.2f} s ({result.get('through', '')})"]
+    if result.get("html"):
+        lines.append(f"html:     {result['html']}")
+    for upload in result.get("upload") or []:
+        lines.append(f"uploaded: {upload['url']}" if upload["ok"] else
+                     f"upload failed: {upload['error']}")
+    lines.append(f"replay:   mlcost-top --replay {result['path']}")
+    return "\n".join(lines) + "\n"
+
+
+def _render(args: argparse.Namespace) -> int:
+    from daemon.replay import Replay, ReplayError
+    from daemon.runtime.snapshots import render_html_file
+
+    source = Path(args.render)
+    try:
+        Replay(source).close()  # the same checks as replay: a clear error, never a traceback
+    except ReplayError as exc:
+        print(f"mlcostd snapshot --render: {exc}", file=sys.stderr)
+        return 2
+    target = Path(args.out) if args.out else source.with_suffix(".html")
+    try:
+        render_html_file(source, target)
+    except OSError as exc:
+        print(f"mlcostd snapshot --render: cannot write {target}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+    print(f"html: {target}")
+    return 0

@@ -1,0 +1,21 @@
+"""The self-contained HTML report of a recording (a snapshot or any store): `render_store(path)`.
+
+`data.collect` reads what the page shows from the store; `render.render` turns that into one
+HTML page. Kept apart from the daemon (it reads a file, never a running daemon), so other
+recordings (a profile of one command) can be rendered with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.report_html.data import ReportData, collect
+from daemon.report_html.render import render
+
+__all__ = ["ReportData", "collect", "render", "render_store"]
+
+
+def render_store(path: str | Path, since: float | None = None,
+                 until: float | None = None) -> str:
+    """The HTML report of the store or snapshot at `path` (its whole range by default)."""
+    return render(collect(path, since, until))

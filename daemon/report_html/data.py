@@ -1,0 +1,146 @@
+"""What the HTML report shows, read from a store (a snapshot, the daemon's database or a copy).
+
+Everything here comes through the store's read path (StoreReader, daemon.store.queries) and the
+cost model the daemon runs live (daemon.analysis.cost.burn, CostLedger), so the report, the
+replay and the live view agree. The renderer (daemon.report_html.render) gets a `ReportData`
+and nothing else: later work renders other recordings (a profile of one command) with it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
+from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
+from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.ledger import CostLedger
+from daemon.store import queries
+from daemon.store.reader import StoreReader
+from daemon.store.snapshot import SNAPSHOT_TABLE
+
+SERIES_POINTS = 240  # points per chart line: plenty for a page, small for the file
+TOP_STACKS = 8
+
+Point = tuple[float, float]
+
+
+@dataclass
+class ReportData:
+    """The report's content, JSON-like values only."""
+
+    title: str
+    since: float
+    until: float
+    host: dict[str, Any]
+    price: dict[str, Any] | None
+    snapshot: dict[str, Any] | None  # the snapshot's own facts (trigger, version), if it is one
+    burn: dict[str, list[Point]] = field(default_factory=dict)  # series name -> points ($/h)
+    gpu_utilization: dict[int, list[Point]] = field(default_factory=dict)
+    gpu_memory: dict[int, list[Point]] = field(default_factory=dict)  # GiB
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[dict[str, Any]] = field(default_factory=list)  # low-utilization windows
+    stacks: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    recommendations: list[dict[str, Any]] = field(default_factory=list)
+    spend: float | None = None
+    wasted: float | None = None
+
+
+def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
+    if not reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (SNAPSHOT_TABLE,)):
+        return None
+    return {r["key"]: json.loads(r["value"])
+            for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
+
+
+def collect(path: str | Path, since: float | None = None,
+            until: float | None = None) -> ReportData:
+    """Read the report of [since, until] (default: the snapshot's range, else all ticks)."""
+    reader = StoreReader(str(path), timeout_s=30.0)
+    try:
+        return _collect(reader, Path(path), since, until)
+    finally:
+        reader.close()
+
+
+def _collect(reader: StoreReader, path: Path, since: float | None,
+             until: float | None) -> ReportData:
+    facts = _snapshot_facts(reader)
+    bounds = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
+    first = (bounds["lo"] or 0) / 1000
+    last = (bounds["hi"] or 0) / 1000
+    start = since if since is not None else float((facts or {}).get("since") or first)
+    end = until if until is not None else float((facts or {}).get("until") or last)
+    if first and last:  # chart what was recorded: a range that reaches past it is cut to it
+        start = max(start, first)
+        end = min(end, last) if last > start else end
+    recorded = reader.meta("host")
+    host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
+    price_doc = host.get("price") if isinstance(host.get("price"), dict) else None
+    price = HostPrice.from_dict(price_doc)
+    interval = float(host.get("interval_s") or 1.0)
+    idle_pct = host.get("idle_utilization_pct")
+    thresholds = IdleThresholds(idle_utilization_pct=float(idle_pct) if isinstance(
+        idle_pct, int | float) else DEFAULT_IDLE_UTILIZATION_PCT)
+    data = ReportData(title=f"mlcost snapshot of {host.get('hostname') or path.name}",
+                      since=start, until=end, host=host, price=price_doc, snapshot=facts)
+    summary = reader.window_summary(start, end)
+    data.gpus = summary["gpus"]
+    processes = summary["processes"]
+
+    # Burn and waste over the range, and each process's cost, with the live cost model.
+    samples = reader.samples(start, end, max_samples=SERIES_POINTS)
+    by_process: dict[tuple[int, float], list[float]] = {}
+    if price is not None and samples:
+        ledger = CostLedger(max_gap_s=max(60.0, 3 * interval,
+                                          1.5 * (end - start) / max(len(samples) - 1, 1)))
+        total, wasted, idle = [], [], []
+        for sample in samples:
+            current = burn(sample, price, thresholds)
+            ledger.add(current)
+            total.append((sample.ts, current.total_per_hour))
+            wasted.append((sample.ts, current.wasted_per_hour))
+            idle.append((sample.ts, current.idle_per_hour))
+            for key, proc in current.processes.items():
+                by_process.setdefault(key, []).append(proc.burn_per_hour)
+        data.burn = {"burn $/h": total, "wasted $/h": wasted, "unused $/h": idle}
+        spent = ledger.as_dict()
+        data.spend, data.wasted = float(spent["total"]), float(spent["wasted"])
+        costs = dict(ledger.by_process)
+    else:
+        costs = {}
+    for gpu in data.gpus:
+        index = gpu["index"]
+        data.gpu_utilization[index] = [(t, avg) for t, avg, _, _ in reader.gpu_history(
+            index, "utilization", start, end, SERIES_POINTS)]
+        data.gpu_memory[index] = [(t, avg / 2**30) for t, avg, _, _ in reader.gpu_history(
+            index, "memory_used_bytes", start, end, SERIES_POINTS)]
+
+    balances = phase_balances(reader, start, end, interval, processes)
+    stacks: dict[str, dict[str, Any]] = {}
+    for proc in processes:
+        key = (proc["pid"], proc["start_time"])
+        rates = by_process.get(key)
+        proc["burn_per_hour"] = sum(rates) / len(rates) if rates else None
+        proc["cost"] = costs.get(key)
+        balance = balances.get(key) or {}
+        proc["phases"] = {phase: part["share"] for phase, part in balance.items()
+                          if part.get("share")}
+        for phase, part in balance.items():
+            for stack in part.get("top_stacks") or []:
+                entry = stacks.setdefault(stack["stack_hash"], dict(
+                    stack, phase=phase, pid=proc["pid"], command=proc["command"], samples=0))
+                entry["samples"] += stack["samples"]
+    data.processes = sorted(processes, key=lambda p: -(p.get("cost") or 0.0))
+    data.stacks = sorted(stacks.values(), key=lambda s: -s["samples"])[:TOP_STACKS]
+    events = queries.events(reader, start, end)
+    data.windows = [e for e in events if e["kind"] == LOW_UTILIZATION]
+    data.events = [e for e in events if e["kind"] != LOW_UTILIZATION]
+    data.recommendations = [r for r in queries.recommendations(reader, start)
+                            if r["first_seen"] <= end]
+    return data

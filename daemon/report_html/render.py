@@ -1,0 +1,291 @@
+"""The HTML report: one self-contained page (inline CSS and SVG, no script, no font, no network)
+made from a `ReportData`.
+
+Every text that came from the host (command lines, file names, users, rule texts) is
+HTML-escaped; the page's Content-Security-Policy also forbids scripts and any fetch, so even a
+missed escape could not run or load anything. Charts are SVG drawn here: each chart is
+`<svg class="chart" data-chart=NAME data-series=N>` with one `<polyline class="series"
+data-points=K>` per series, which the browser test counts.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from typing import Any
+
+from daemon import __version__, clock
+from daemon.report_html.data import Point, ReportData
+
+WIDTH, HEIGHT = 880, 220
+PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 14, 26
+PALETTE = ("#2563eb", "#dc2626", "#9ca3af", "#16a34a", "#9333ea", "#ea580c", "#0891b2",
+           "#ca8a04", "#db2777", "#4b5563")
+PHASE_COLORS = {"compute": "#16a34a", "data_wait": "#dc2626", "host_preprocess": "#ea580c",
+                "checkpoint": "#9333ea", "eval": "#0891b2", "sync": "#ca8a04",
+                "comm": "#db2777", "idle": "#9ca3af", "unknown": "#4b5563"}
+COMMAND_CHARS = 160
+
+CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#111;
+max-width:960px}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.facts{color:#444}.facts b{color:#111}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:3px 6px;border-bottom:1px solid #eee;vertical-align:top}
+th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}
+code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+svg.chart{width:100%;height:auto;background:#fcfcfc;border:1px solid #eee}
+svg text{font:11px system-ui,sans-serif;fill:#555}
+.legend span{display:inline-block;margin-right:14px;font-size:12px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
+.muted{color:#777}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _money(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"${value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f} %"
+
+
+def _time(ts: float | None) -> str:
+    return "—" if ts is None else clock.local_time(ts)
+
+
+def _nice_max(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 times a power of ten at or above `value` (an axis top)."""
+    if value <= 0:
+        return 1.0
+    magnitude = 10 ** math.floor(math.log10(value))
+    return next(step * magnitude for step in (1, 2, 2.5, 5, 10) if step * magnitude >= value)
+
+
+def _axis_label(value: float, unit: str) -> str:
+    return f"${value:g}" if unit == "$" else f"{value:g}{unit}"
+
+
+def line_chart(name: str, series: dict[str, list[Point]], since: float, until: float,
+               unit: str, y_max: float | None = None) -> str:
+    """An SVG line chart of `series` (name -> (ts, value) points) over [since, until]."""
+    top = y_max if y_max is not None else _nice_max(max(
+        (v for points in series.values() for _, v in points), default=0.0) * 1.05)
+    span = max(until - since, 1e-9)
+    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
+
+    def x(ts: float) -> float:
+        return PAD_LEFT + (min(max(ts, since), until) - since) / span * plot_w
+
+    def y(value: float) -> float:
+        return PAD_TOP + plot_h - min(max(value, 0.0), top) / top * plot_h
+
+    parts = [f'<svg class="chart" data-chart="{_e(name)}" data-series="{len(series)}" '
+             f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{_e(name)}" '
+             'xmlns="http://www.w3.org/2000/svg">']
+    for i in range(5):  # horizontal grid with the value scale
+        value = top * i / 4
+        parts.append(f'<line x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{y(value):.1f}" '
+                     f'y2="{y(value):.1f}" stroke="#e5e5e5"/>'
+                     f'<text x="{PAD_LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
+                     f'{_e(_axis_label(value, unit))}</text>')
+    for i in range(5):  # time axis
+        ts = since + span * i / 4
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+        parts.append(f'<text x="{x(ts):.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">'
+                     f'{_e(clock.local_time(ts, date=False))}</text>')
+    for i, (label, points) in enumerate(series.items()):
+        color = PALETTE[i % len(PALETTE)]
+        coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points if v is not None)
+        parts.append(f'<polyline class="series" data-series="{_e(label)}" '
+                     f'data-points="{len(points)}" fill="none" stroke="{color}" '
+                     f'stroke-width="1.6" points="{coords}"><title>{_e(label)}</title>'
+                     '</polyline>')
+    parts.append("</svg>")
+    legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
+                     f'{_e(label)}</span>' for i, label in enumerate(series))
+    return "".join(parts) + f'<div class="legend">{legend}</div>'
+
+
+def timeline(windows: list[dict[str, Any]], since: float, until: float) -> str:
+    """Low-utilization windows: one row per process, one bar per window."""
+    targets = sorted({w["target"] for w in windows})
+    row_h = 18
+    height = PAD_TOP + row_h * max(len(targets), 1) + PAD_BOTTOM
+    span = max(until - since, 1e-9)
+    plot_w = WIDTH - 170 - PAD_RIGHT
+
+    def x(ts: float) -> float:
+        return 170 + (min(max(ts, since), until) - since) / span * plot_w
+
+    parts = [f'<svg class="chart" data-chart="windows" data-series="{len(targets)}" '
+             f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="low-utilization windows" '
+             'xmlns="http://www.w3.org/2000/svg">']
+    for row, target in enumerate(targets):
+        top = PAD_TOP + row * row_h
+        mine = [w for w in windows if w["target"] == target]
+        parts.append(f'<text x="4" y="{top + 12}">{_e(target)}</text>'
+                     f'<g class="series" data-series="{_e(target)}" data-points="{len(mine)}">')
+        for w in mine:
+            left = x(w["started_at"])
+            right = x(w["ended_at"] if w["ended_at"] is not None else until)
+            parts.append(f'<rect class="window" x="{left:.1f}" y="{top + 2}" '
+                         f'width="{max(right - left, 1.5):.1f}" height="{row_h - 5}" '
+                         f'fill="#f59e0b"><title>{_e(_time(w["started_at"]))} – '
+                         f'{_e(_time(w["ended_at"]))}</title></rect>')
+        parts.append("</g>")
+    for i in range(5):
+        ts = since + span * i / 4
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+        parts.append(f'<text x="{x(ts):.1f}" y="{height - 8}" text-anchor="{anchor}">'
+                     f'{_e(clock.local_time(ts, date=False))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def phase_bar(phases: dict[str, float]) -> str:
+    """A process's phase balance as one stacked bar (shares of its time)."""
+    parts = ['<svg class="phases" viewBox="0 0 200 12" width="200" height="12" '
+             'xmlns="http://www.w3.org/2000/svg">']
+    left = 0.0
+    for phase, share in sorted(phases.items(), key=lambda kv: -kv[1]):
+        width = max(share, 0.0) * 200
+        parts.append(f'<rect class="phase" data-phase="{_e(phase)}" x="{left:.1f}" y="0" '
+                     f'width="{width:.1f}" height="12" '
+                     f'fill="{PHASE_COLORS.get(phase, "#4b5563")}"><title>{_e(phase)} '
+                     f'{share * 100:.0f} %</title></rect>')
+        left += width
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
+    if not rows:
+        return f'<p class="muted">{_e(empty)}</p>'
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(value: Any, num: bool = False, code: bool = False) -> str:
+    text = _e(value)
+    if code:
+        text = f"<code>{text}</code>"
+    return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
+
+
+def _short(command: str | None) -> str:
+    text = command or ""
+    return text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 1] + "…"
+
+
+def _evidence(evidence: dict[str, Any]) -> str:
+    items = []
+    for key, value in list(evidence.items())[:12]:
+        shown = value if isinstance(value, str | int | float) else json.dumps(value, default=str)
+        shown = str(shown)
+        if len(shown) > 200:
+            shown = shown[:199] + "…"
+        items.append(f"<li><b>{_e(key)}</b>: <code>{_e(shown)}</code></li>")
+    return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
+def render(data: ReportData) -> str:
+    """The whole page."""
+    host, price = data.host, data.price or {}
+    recorded = host.get("instance")
+    instance: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    facts = [
+        f"<b>{_e(host.get('hostname') or '?')}</b>",
+        _e(" ".join(str(instance.get(k)) for k in ("provider", "type", "region", "lifecycle")
+                    if instance.get(k))),
+        f"price <b>{_money(price.get('per_hour'))}/h</b> "
+        f"({_money(price.get('per_gpu_per_hour'))} per GPU) from {_e(price.get('source'))}"
+        if price else "no recorded price",
+    ]
+    if host.get("simulated"):
+        facts.append(f"simulated scenario {_e(host['simulated'])}")
+    span_s = data.until - data.since
+    span = f"{span_s:.0f} s" if span_s < 120 else f"{span_s / 60:.0f} min"
+    out = [
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; img-src data:\">",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<link rel="icon" href="data:,">',  # no favicon request
+        f"<title>{_e(data.title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{_e(data.title)}</h1>",
+        f'<p class="facts">{" · ".join(f for f in facts if f)}</p>',
+        f'<p class="facts">{_e(_time(data.since))} – {_e(_time(data.until))} '
+        f"({span}) · spent <b>{_money(data.spend)}</b>, of which wasted "
+        f"<b>{_money(data.wasted)}</b></p>",
+    ]
+    snapshot = data.snapshot or {}
+    trigger = snapshot.get("trigger") or {}
+    if trigger:
+        out.append(f'<div class="trigger">Taken because: <b>{_e(trigger.get("reason") or trigger.get("kind"))}</b>'
+                   f' at {_e(_time(trigger.get("at")))}</div>')
+    out.append("<h2>Burn and waste</h2>")
+    out.append(line_chart("burn", data.burn, data.since, data.until, "$") if data.burn else
+               '<p class="muted">no recorded price: no dollars to chart</p>')
+    out.append("<h2>GPU utilization</h2>")
+    out.append(line_chart("gpu-utilization", {f"GPU {i}": p for i, p in
+                                              data.gpu_utilization.items()},
+                          data.since, data.until, "%", 100.0))
+    out.append("<h2>GPU memory used</h2>")
+    total_gib = max((g.get("memory_total_bytes") or 0 for g in data.gpus), default=0) / 2**30
+    out.append(line_chart("gpu-memory", {f"GPU {i}": p for i, p in data.gpu_memory.items()},
+                          data.since, data.until, " GiB", total_gib or None))
+    out.append(_table(["GPU", "name", "utilization", "memory", "power", "status"], [
+        [_td(g["index"], num=True), _td(g.get("name")), _td(_pct(g.get("utilization")), True),
+         _td(f"{(g.get('memory_used_bytes') or 0) / 2**30:.1f} / "
+             f"{(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB", True),
+         _td("—" if g.get("power_watts") is None else f"{g['power_watts']:.0f} W", True),
+         _td(g.get("status"))] for g in data.gpus], "no GPU samples in this range"))
+    out.append("<h2>Processes</h2>")
+    out.append(_table(["pid", "user", "command", "GPUs", "burn", "cost", "phase balance"], [
+        [_td(p["pid"], num=True), _td(p.get("user")), _td(_short(p.get("command")), code=True),
+         _td(",".join(str(g) for g in p.get("gpus") or []) or "—"),
+         _td(_money(p.get("burn_per_hour")) + "/h" if p.get("burn_per_hour") is not None
+             else "—", True), _td(_money(p.get("cost"), 4), True),
+         f"<td>{phase_bar(p.get('phases') or {})}</td>"] for p in data.processes],
+        "no process in this range"))
+    legend = "".join(f'<span><i style="background:{c}"></i>{_e(p)}</span>'
+                     for p, c in PHASE_COLORS.items())
+    out.append(f'<div class="legend">{legend}</div>')
+    out.append("<h2>Low-utilization windows</h2>")
+    out.append(timeline(data.windows, data.since, data.until) if data.windows else
+               '<p class="muted">no low-utilization window in this range</p>')
+    out.append("<h2>Top stacks</h2>")
+    out.append(_table(["where", "function", "phase", "samples", "process"], [
+        [_td(f"{s.get('file')}:{s.get('line')}", code=True), _td(s.get("function"), code=True),
+         _td(s.get("phase")), _td(s.get("samples"), True),
+         _td(f"{s.get('pid')} {_short(s.get('command'))[:60]}", code=True)]
+        for s in data.stacks], "no stack was sampled in this range"))
+    out.append("<h2>Events</h2>")
+    out.append(_table(["event", "target", "from", "to", "cost", "snapshot"], [
+        [_td(e["kind"]), _td(e["target"]), _td(_time(e["started_at"])),
+         _td("ongoing" if e["ended_at"] is None else _time(e["ended_at"])),
+         _td(_money(e.get("cost_so_far"), 4), True),
+         _td(f"snapshot: {e['snapshot']}" if e.get("snapshot") else "", code=True)]
+        for e in data.events], "no event in this range"))
+    out.append("<h2>Recommendations</h2>")
+    out.append(_table(["recommendation", "savings", "method and evidence"], [
+        [f"<td><b>{_e(r.get('rule'))}</b> on {_e(r.get('target'))}<br>{_e(r.get('summary'))}"
+         "</td>",
+         _td(_money(r.get("savings_per_month"), 0) + "/month", True),
+         f"<td>{_e(r.get('method'))}{_evidence(r.get('evidence') or {})}</td>"]
+        for r in data.recommendations], "no recommendation in this range"))
+    made = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    version = snapshot.get("version") or __version__
+    out.append(f'<p class="muted">mlcost {_e(version)} · rendered {_e(made)} · replay it with '
+               f"<code>mlcost-top --replay FILE.db</code></p></body></html>")
+    return "\n".join(out)

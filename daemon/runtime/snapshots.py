@@ -1,0 +1,272 @@
+"""Incident snapshots: taking one (the store file, its HTML report, the upload) and the triggers
+that take them when something happens.
+
+`take_snapshot` is the one way a snapshot is made, by `mlcostd snapshot` (direct on --db),
+`POST /v1/snapshots` and the triggers alike. It blocks (SQLite, rendering, S3): the daemon runs
+it in a thread, one at a time.
+
+`SnapshotTriggers` watches what the tick and the rules already produce ([snapshots] in the
+config): a GPU lost or timing out, a host idle event, a GPU held idle past
+`held_idle_after`, a budget crossed, a new recommendation saving at least
+`recommendation_savings` per month. Each takes one snapshot of [trigger - before, trigger +
+after], once `after` has passed; at most `max_per_hour`, the folder kept under `max_total_size`
+and `max_age`. The event and its snapshot point to each other: the event row's `snapshot`
+column (and the live /v1/now event's `snapshot`), the snapshot's `trigger`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, HOST_IDLE
+from daemon.config import Config, db_path, snapshots_folder
+from daemon.sources.sample import GPU_OK, Sample
+from daemon.store.files import open_private, private_folder
+from daemon.store.snapshot import (
+    HTML_SUFFIX,
+    SnapshotError,
+    free_path,
+    prune,
+    snapshot_name,
+    write_snapshot,
+)
+
+log = logging.getLogger(__name__)
+
+# Trigger kinds: the events' own kinds where an event is the trigger.
+MANUAL = "manual"
+GPU_LOST = "gpu_lost"  # a GPU whose status is not ok (lost, timeout, error)
+HELD_IDLE = GPU_HELD_IDLE
+BUDGET = BUDGET_EXCEEDED
+RECOMMENDATION = "recommendation"
+# A GPU that fails again within this long of its last failure is the same incident (a sick GPU
+# flaps between timing out and answering every few seconds).
+GPU_REARM_S = 600.0
+
+
+def take_snapshot(config: Config, *, since: float, until: float, out: Path | None = None,
+                  html: bool = False, upload: str | None = None,
+                  trigger: dict[str, Any] | None = None, db: Path | None = None,
+                  hostname: str = "") -> dict[str, Any]:
+    """Write the snapshot of [since, until] (and its HTML, and upload both when asked).
+    Returns what was done as a JSON-ready dict: path, bytes, ticks, range, seconds,
+    cpu_seconds, html, upload (a list of results), trigger. Raises SnapshotError or
+    daemon.runtime.s3_upload.UploadError (a malformed s3:// URL: checked before any work)."""
+    from daemon.runtime import s3_upload
+
+    if upload:
+        s3_upload.parse_s3_url(upload)
+    source = db or db_path(config)
+    reason = "-".join(str(part) for part in ((trigger or {}).get("kind") or MANUAL,
+                                               (trigger or {}).get("target")) if part)
+    target = out or free_path(snapshots_folder(config), snapshot_name(
+        hostname or os.uname().nodename, until, reason))
+    trigger = dict(trigger or {"kind": MANUAL, "reason": "taken by hand"})
+    trigger.setdefault("at", time.time())
+    info = write_snapshot(source, target, since, until, trigger=trigger)
+    result = info.as_dict()
+    result["html"] = None
+    result["upload"] = []
+    files = [target]
+    if html:
+        html_path = target.with_suffix(HTML_SUFFIX)
+        render_html_file(target, html_path)
+        result["html"] = str(html_path)
+        files.append(html_path)
+    if upload:
+        results = s3_upload.upload_files(
+            files, upload, sse_kms_key_id=config.snapshots.sse_kms_key_id,
+            storage_class=config.snapshots.storage_class)
+        result["upload"] = [r.as_dict() for r in results]
+    return result
+
+
+def render_html_file(snapshot: Path, html_path: Path) -> None:
+    """The HTML report of a snapshot (or any store), written atomically with mode 0600."""
+    from daemon.report_html import render_store
+
+    text = render_store(snapshot)
+    private_folder(html_path.parent)
+    # a fresh name, created exclusively: never a file (or link) someone put there
+    tmp = html_path.with_name(f".{html_path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = open_private(tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, html_path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class SnapshotTriggers:
+    """Incident triggers of one daemon. `on_tick` and `on_recommendations` run on the event
+    loop and only note what happened; snapshots are taken in a thread, one at a time."""
+
+    def __init__(self, config: Config, *, hostname: Callable[[], str],
+                 on_taken: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 known_recommendations: Iterable[str] = ()) -> None:
+        self.config = config
+        self.settings = config.snapshots
+        self.folder = snapshots_folder(config)
+        self.hostname = hostname
+        self.on_taken = on_taken
+        self.clock = clock
+        self._pending: dict[str, tuple[float, dict[str, Any]]] = {}  # key -> (due, trigger)
+        # keys already taken (or skipped); a recommendation the store had before this start is
+        # not new (a restart does not snapshot every standing recommendation again)
+        self._fired: set[str] = {f"{RECOMMENDATION}:{r}" for r in known_recommendations}
+        self._gpu_bad_at: dict[int, float] = {}  # GPU index -> when it was last not ok
+        self._taken_at: deque[float] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self.by_event: dict[str, str] = {}  # event id -> snapshot path
+        self.skipped = 0
+        self.last: dict[str, Any] | None = None  # what the latest triggered snapshot did
+
+    # -- noticing --------------------------------------------------------------------------
+
+    def _note(self, key: str, at: float, trigger: dict[str, Any]) -> None:
+        if key in self._fired or key in self._pending:
+            return
+        self._fired.add(key)
+        trigger = dict(trigger, at=at)
+        self._pending[key] = (at + self.settings.after, trigger)
+        log.info("incident snapshot due in %gs: %s", self.settings.after, trigger["reason"])
+
+    def on_tick(self, sample: Sample, changed: Iterable[Any], active: Iterable[Any]) -> None:
+        """One tick: its GPUs' statuses, the events it opened, the open idle events."""
+        s = self.settings
+        if s.on_gpu_lost:
+            for gpu in sample.gpus:
+                if gpu.status == GPU_OK:
+                    continue
+                last_bad = self._gpu_bad_at.get(gpu.index)
+                self._gpu_bad_at[gpu.index] = sample.ts
+                if last_bad is None or sample.ts - last_bad > GPU_REARM_S:
+                    what = {"lost": "is lost", "timeout": "readings time out"}.get(
+                        gpu.status, f"reports {gpu.status}")
+                    self._note(f"{GPU_LOST}:{gpu.index}:{sample.ts:.0f}", sample.ts, {
+                        "kind": GPU_LOST, "target": f"gpu:{gpu.index}", "status": gpu.status,
+                        "reason": f"GPU {gpu.index} {what}"
+                                  + (f" ({gpu.error})" if gpu.error else "")})
+        for event in changed:
+            if event.ended_at is not None:
+                continue
+            if (event.kind == HOST_IDLE and s.on_host_idle) or (
+                    event.kind == BUDGET and s.on_budget):
+                self._note(event.id, sample.ts, self._event_trigger(event, event.kind))
+        if s.held_idle_after > 0:
+            for event in active:
+                if event.kind == HELD_IDLE and sample.ts - event.started_at >= s.held_idle_after:
+                    self._note(event.id, sample.ts, self._event_trigger(event, HELD_IDLE))
+        self._start_due()
+
+    def on_recommendations(self, recommendations: Iterable[dict[str, Any]], at: float) -> None:
+        """One evaluation's recommendations: a new one saving enough is a trigger."""
+        threshold = self.settings.recommendation_savings
+        if threshold <= 0:
+            return
+        for rec in recommendations:
+            savings = rec.get("savings_per_month") or 0.0
+            if savings >= threshold:
+                self._note(f"{RECOMMENDATION}:{rec.get('id')}", at, {
+                    "kind": RECOMMENDATION, "target": rec.get("target"),
+                    "recommendation": {"id": rec.get("id"), "rule": rec.get("rule"),
+                                       "savings_per_month": savings},
+                    "reason": f"new recommendation {rec.get('rule')} on {rec.get('target')} "
+                              f"saves ${savings:,.0f}/month"})
+
+    @staticmethod
+    def _event_trigger(event: Any, kind: str) -> dict[str, Any]:
+        words = {HOST_IDLE: "the host is idle", BUDGET: "a budget was crossed",
+                 HELD_IDLE: f"{event.target} is held idle"}
+        return {"kind": kind, "target": event.target,
+                "event": {"id": event.id, "kind": event.kind, "target": event.target,
+                          "started_at": event.started_at},
+                "reason": f"{words.get(kind, kind)} ({event.id})"}
+
+    # -- taking ----------------------------------------------------------------------------
+
+    def _start_due(self) -> None:
+        if self._task is not None and not self._task.done():
+            return  # one at a time; the next one starts when this one is done
+        now = self.clock()
+        due = [(at, key) for key, (at, _) in self._pending.items() if at <= now]
+        if not due:
+            return
+        _, key = min(due)
+        _, trigger = self._pending.pop(key)
+        while self._taken_at and now - self._taken_at[0] > 3600:
+            self._taken_at.popleft()
+        if len(self._taken_at) >= self.settings.max_per_hour:
+            self.skipped += 1
+            log.warning("incident snapshot skipped (%s): already %d in the last hour "
+                        "([snapshots].max_per_hour)", trigger["reason"], len(self._taken_at))
+            return
+        self._taken_at.append(now)
+        self._task = asyncio.get_running_loop().create_task(self._take(trigger),
+                                                            name="incident-snapshot")
+
+    async def _take(self, trigger: dict[str, Any]) -> None:
+        s = self.settings
+        since, until = trigger["at"] - s.before, trigger["at"] + s.after
+        try:
+            result = await asyncio.to_thread(
+                take_snapshot, self.config, since=since, until=until, html=s.html,
+                upload=s.upload or None, trigger=trigger, hostname=self.hostname())
+        except (SnapshotError, OSError, ValueError) as exc:
+            log.error("incident snapshot (%s) failed: %s", trigger["reason"], exc)
+            return
+        except Exception:  # a snapshot must never take the recorder down
+            log.exception("incident snapshot (%s) failed", trigger["reason"])
+            return
+        self.last = result
+        log.info("incident snapshot: %s (%s, %d bytes)", result["path"], trigger["reason"],
+                 result["bytes"])
+        for upload in result["upload"]:
+            if upload["ok"]:
+                log.info("uploaded %s to %s", upload["file"], upload["url"])
+            else:
+                log.warning("%s", upload["error"])
+        event = trigger.get("event")
+        if event:
+            self.by_event[event["id"]] = result["path"]
+        if self.on_taken is not None:
+            self.on_taken(trigger, result)
+        await self.prune(result["path"])
+
+    async def prune(self, keep: str) -> None:
+        """Keep the snapshots folder within [snapshots] max_total_size and max_age (`keep`,
+        the snapshot just taken, stays). Never raises."""
+        s = self.settings
+        try:
+            removed = await asyncio.to_thread(prune, self.folder, s.max_total_size, s.max_age,
+                                              None, keep)
+        except OSError as exc:
+            log.warning("cannot prune the snapshots folder %s: %s", self.folder, exc)
+            return
+        if removed:
+            log.info("removed %d old snapshot files from %s ([snapshots] size and age limits)",
+                     len(removed), self.folder)
+
+    async def stop(self) -> None:
+        """Wait for a snapshot being written (it is atomic: a cancelled thread would still run)."""
+        if self._task is not None and not self._task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 30)
+            except (asyncio.TimeoutError, TimeoutError):
+                log.warning("an incident snapshot was still being written at stop")

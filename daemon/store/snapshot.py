@@ -1,0 +1,364 @@
+"""Snapshot files: a time range of a store, copied into a new store file of the same schema.
+
+A snapshot *is* a store (below's idea): the same tables, holding the range's raw samples,
+rollups, processes, stacks, events and recommendations, plus a `snapshot` table of facts about
+the copy (host, instance, price and its source, the range, the mlcost version, the trigger).
+So `daemon.replay.Replay`, `StoreReader` and `mlcostd report --db` read it unchanged.
+
+How it is written, and why:
+
+- from the daemon's file through its own read-only connection (ATTACH ... mode=ro): one read
+  transaction, so the copy is consistent and the writer is never blocked (WAL);
+- into a temporary file (0600 from its first byte) in the destination's folder, then fsync and
+  rename: a reader never sees half a snapshot, a crash leaves no file under the final name;
+- the copy of the range is built by INSERT ... SELECT under a deadline (a progress handler),
+  so a huge range fails with SnapshotError instead of running for ever;
+- command lines, event details and recommendation bodies are passed through the redaction of
+  daemon.sources.redact once more on the way out (they were redacted at the source; a file
+  that leaves the host is checked again);
+- journal_mode DELETE: one self-contained file, nothing beside it.
+
+Blocking: callers on an event loop run it in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+import urllib.parse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from daemon import __version__
+from daemon.sources.redact import redact_document, redact_text
+from daemon.store.files import open_private, private_folder
+from daemon.store.schema import HOUR, MIGRATIONS, MINUTE, SCHEMA_VERSION
+
+SNAPSHOT_TABLE = "snapshot"  # key -> JSON value; only snapshots have it
+SNAPSHOT_SUFFIX = ".db"
+HTML_SUFFIX = ".html"
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class SnapshotError(Exception):
+    """A snapshot cannot be written or read; the message names the file and the fix."""
+
+
+class BadSnapshotRequest(SnapshotError):
+    """What was asked cannot be done as asked (a range that ends before it starts, a malformed
+    upload URL): the caller's input is wrong, not the store or the disk."""
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What was written (or what a snapshot file says about itself)."""
+
+    path: str
+    bytes: int
+    since: float
+    until: float
+    ticks: int
+    created_at: float
+    trigger: dict[str, Any] | None
+    seconds: float = 0.0  # wall time the copy took
+    cpu_seconds: float = 0.0  # CPU time of the writing thread
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _uri(path: Path, mode: str) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve())) + f"?mode={mode}"
+
+
+def _columns(conn: sqlite3.Connection, schema: str, table: str) -> str:
+    names = [r[1] for r in conn.execute(f"PRAGMA {schema}.table_info({table})")]
+    return ", ".join(f'"{n}"' for n in names)
+
+
+# (table, WHERE over the source rows). :lo/:hi are the range in ms; keep_procs holds the ids of
+# the processes the range mentions.
+_RANGE_COPIES: tuple[tuple[str, str], ...] = (
+    ("gpus", "1"),
+    ("ticks", "ts >= :lo AND ts <= :hi"),
+    ("gpu_samples", "ts >= :lo AND ts <= :hi"),
+    ("proc_samples", "ts >= :lo AND ts <= :hi"),
+    ("proc_gpu_samples", "ts >= :lo AND ts <= :hi"),
+    ("rollups", f"(res = {MINUTE} AND bucket >= :lo - {MINUTE * 1000} AND bucket <= :hi) OR "
+                f"(res = {HOUR} AND bucket >= :lo - {HOUR * 1000} AND bucket <= :hi)"),
+    ("stack_samples", "ts >= :lo AND ts <= :hi"),
+    ("stacks", "hash IN (SELECT hash FROM src.stack_samples WHERE ts >= :lo AND ts <= :hi)"),
+    ("stack_status", "proc IN (SELECT id FROM temp.keep_procs)"),
+    ("processes", "id IN (SELECT id FROM temp.keep_procs)"),
+    ("events", "started_at <= :hi AND (ended_at IS NULL OR ended_at >= :lo)"),
+    ("recommendations", "last_seen >= :lo AND first_seen <= :hi"),
+    ("meta", "1"),
+)
+
+
+def _redact_json(text: str | None) -> str | None:
+    if not text:
+        return text
+    try:
+        return json.dumps(redact_document(json.loads(text)), sort_keys=True)
+    except ValueError:
+        return redact_text(text)
+
+
+def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], since: float,
+                   until: float, *, trigger: dict[str, Any] | None = None,
+                   timeout_s: float = DEFAULT_TIMEOUT_S) -> SnapshotInfo:
+    """Copy [since, until] (Unix seconds) of the store `db` into a new snapshot file `out`
+    (atomically, mode 0600). Raises SnapshotError saying what went wrong and what to do."""
+    source, target = Path(db), Path(out)
+    if not source.is_file():
+        raise SnapshotError(f"no store at {source}: start the recorder (`mlcostd run`) or pass "
+                            "--db with the daemon's database")
+    if until < since:
+        raise BadSnapshotRequest(f"the range ends ({until:.0f}) before it starts ({since:.0f}); "
+                            "give --since a positive duration and --until a later time")
+    for own in (source, Path(f"{source}-wal"), Path(f"{source}-shm")):
+        if target.exists() and own.exists() and os.path.samefile(target, own):
+            raise SnapshotError(f"{target} is the store itself ({source}); give --out another "
+                                "file name")
+    started, cpu_started = time.perf_counter(), time.thread_time()
+    try:
+        private_folder(target.parent)
+    except OSError as exc:
+        raise SnapshotError(f"cannot create the folder {target.parent} for {target.name}: "
+                            f"{exc.strerror}; pass --out with a writable path") from None
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC))
+    except OSError as exc:
+        raise SnapshotError(f"cannot write into {target.parent}: {exc.strerror}; pass --out "
+                            "with a writable path") from None
+    try:
+        ticks = _copy(source, tmp, since, until, trigger, timeout_s)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        _fsync_folder(target.parent)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return SnapshotInfo(path=str(target), bytes=target.stat().st_size, since=since, until=until,
+                        ticks=ticks, created_at=time.time(), trigger=trigger,
+                        seconds=time.perf_counter() - started,
+                        cpu_seconds=time.thread_time() - cpu_started)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _copy(source: Path, tmp: Path, since: float, until: float,
+          trigger: dict[str, Any] | None, timeout_s: float) -> int:
+    conn = sqlite3.connect(_uri(tmp, "rw"), uri=True, isolation_level=None)
+    deadline = time.perf_counter() + timeout_s
+    conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 1000)
+    try:
+        conn.execute("PRAGMA journal_mode=OFF")  # a temporary file: a crash just deletes it
+        conn.execute("PRAGMA synchronous=OFF")  # fsync once at the end
+        conn.execute("PRAGMA page_size=4096")
+        db = sqlite_utils.Database(conn, execute_plugins=False)
+        for migration in MIGRATIONS:
+            migration(db)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute(f"CREATE TABLE {SNAPSHOT_TABLE} (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("ATTACH DATABASE ? AS src", (_uri(source, "ro"),))
+        conn.execute("SELECT count(*) FROM src.sqlite_master")  # a non-database fails here
+        conn.create_function("redact_text", 1, redact_text, deterministic=True)
+        conn.create_function("redact_json", 1, _redact_json, deterministic=True)
+        lo, hi = round(since * 1000), round(until * 1000)
+        conn.execute("BEGIN")  # one read transaction over the source: a consistent copy
+        version = conn.execute("PRAGMA src.user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            newer = version > SCHEMA_VERSION
+            raise SnapshotError(
+                f"the store {source} has schema version {version}, "
+                f"{'newer' if newer else 'older'} than this mlcostd's ({SCHEMA_VERSION}); "
+                + ("upgrade mlcost" if newer else "start `mlcostd run` on it once to upgrade it"))
+        params = {"lo": lo, "hi": hi}
+        conn.execute("CREATE TEMP TABLE keep_procs (id INTEGER PRIMARY KEY)")
+        conn.execute(
+            "INSERT OR IGNORE INTO temp.keep_procs SELECT DISTINCT proc FROM src.proc_samples "
+            "WHERE ts >= :lo AND ts <= :hi UNION SELECT DISTINCT proc FROM src.stack_samples "
+            "WHERE ts >= :lo AND ts <= :hi UNION SELECT DISTINCT key FROM src.rollups WHERE "
+            f"kind = 1 AND ((res = {MINUTE} AND bucket >= :lo - {MINUTE * 1000} AND bucket <= :hi)"
+            f" OR (res = {HOUR} AND bucket >= :lo - {HOUR * 1000} AND bucket <= :hi))", params)
+        for table, where in _RANGE_COPIES:
+            columns = _columns(conn, "main", table)
+            selected = columns
+            if table == "processes":
+                selected = columns.replace('"command"', 'redact_text("command")')
+            elif table == "events":
+                selected = columns.replace('"detail"', 'redact_json("detail")')
+            elif table == "recommendations":
+                selected = columns.replace('"body"', 'redact_json("body")')
+            conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
+                         f"FROM src.{table} WHERE {where}", params)
+        ticks = conn.execute("SELECT count(*) FROM main.ticks").fetchone()[0]
+        host_row = conn.execute("SELECT value FROM src.meta WHERE key = 'json:host'").fetchone()
+        conn.execute("COMMIT")
+        host = json.loads(host_row[0]) if host_row else {}
+        host = host if isinstance(host, dict) else {}
+        price = host.get("price") if isinstance(host.get("price"), dict) else {}
+        facts = {
+            "version": __version__,
+            "schema_version": SCHEMA_VERSION,
+            "created_at": time.time(),
+            "since": since,
+            "until": until,
+            "ticks": ticks,
+            "hostname": host.get("hostname", ""),
+            "instance": host.get("instance"),
+            "price": price,
+            "price_source": (price or {}).get("source"),
+            "trigger": redact_document(trigger) if trigger else None,
+        }
+        conn.executemany(f"INSERT INTO {SNAPSHOT_TABLE} (key, value) VALUES (?, ?)",
+                         [(k, json.dumps(v, sort_keys=True, default=str))
+                          for k, v in facts.items()])
+        conn.execute("DETACH DATABASE src")
+        conn.execute("PRAGMA journal_mode=DELETE")
+        return int(ticks)
+    except sqlite3.OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise SnapshotError(f"copying {source} into a snapshot ran past {timeout_s:g} s; "
+                                "take a shorter range (--since)") from None
+        raise SnapshotError(f"cannot copy {source} into a snapshot: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        raise SnapshotError(f"cannot read {source} as an mlcostd store ({exc}); pass --db with "
+                            "the daemon's database") from None
+    finally:
+        conn.close()
+
+
+def read_facts(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The `snapshot` table of a snapshot file as a dict; None for a store that is not a
+    snapshot. Raises SnapshotError for a file SQLite cannot read."""
+    file = Path(path)
+    try:
+        conn = sqlite3.connect(_uri(file, "ro"), uri=True)
+    except sqlite3.Error as exc:
+        raise SnapshotError(f"cannot open {file}: {exc}") from None
+    try:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                             (SNAPSHOT_TABLE,)).fetchone()
+        if not found:
+            return None
+        return {k: json.loads(v) for k, v in conn.execute(
+            f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        raise SnapshotError(f"{file} is not a readable snapshot ({exc})") from None
+    finally:
+        conn.close()
+
+
+def list_snapshots(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The snapshot files in `folder`, newest first: path, bytes, the HTML beside it (if any),
+    and the facts each file holds. A file that cannot be read is listed with its error."""
+    base = Path(folder)
+    if not base.is_dir():
+        return []
+    out = []
+    for file in base.glob(f"*{SNAPSHOT_SUFFIX}"):
+        if file.name.startswith("."):
+            continue  # a snapshot being written
+        try:
+            size = file.stat().st_size
+        except OSError:
+            continue
+        entry: dict[str, Any] = {"name": file.name, "path": str(file), "bytes": size}
+        html = file.with_suffix(HTML_SUFFIX)
+        entry["html"] = str(html) if html.exists() else None
+        try:
+            facts = read_facts(file) or {}
+        except SnapshotError as exc:
+            facts, entry["error"] = {}, str(exc)
+        for key in ("created_at", "since", "until", "ticks", "trigger", "hostname"):
+            entry[key] = facts.get(key)
+        out.append(entry)
+    out.sort(key=lambda e: (e.get("created_at") or 0.0, e["name"]), reverse=True)
+    return out
+
+
+def snapshot_name(hostname: str, at: float, reason: str = "manual") -> str:
+    """A file name that sorts by time and says whose and why: mlcost-HOST-20261201T120000Z-why.db"""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in (hostname or "host"))[:40]
+    why = "".join(c if c.isalnum() or c in "-_" else "-" for c in reason)[:60]
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at))
+    return f"mlcost-{safe}-{stamp}-{why}{SNAPSHOT_SUFFIX}"
+
+
+def free_path(folder: str | os.PathLike[str], name: str) -> Path:
+    """`folder/name`, or `name` with -2, -3, ... before its suffix when that is taken (two
+    incidents in the same second keep both snapshots)."""
+    path = Path(folder) / name
+    n = 1
+    while path.exists() or path.with_suffix(HTML_SUFFIX).exists():
+        n += 1
+        path = Path(folder) / f"{Path(name).stem}-{n}{Path(name).suffix}"
+    return path
+
+
+def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
+          now: float | None = None, keep: str | os.PathLike[str] | None = None) -> list[str]:
+    """Delete the oldest snapshots (and their HTML) in `folder` until they are younger than
+    `max_age_s` and take at most `max_bytes` together; `keep` (the one just taken) stays
+    whatever its size. Returns what was deleted."""
+    now = time.time() if now is None else now
+    base = Path(folder)
+    if not base.is_dir():
+        return []
+    files = []
+    for file in base.glob(f"*{SNAPSHOT_SUFFIX}"):
+        if file.name.startswith("."):
+            continue
+        html = file.with_suffix(HTML_SUFFIX)
+        try:
+            info = file.stat()
+            size = info.st_size + (html.stat().st_size if html.exists() else 0)
+        except OSError:
+            continue
+        files.append((info.st_mtime, file, html, size))
+    files.sort()  # oldest first
+    total = sum(f[3] for f in files)
+    deleted = []
+    kept = Path(keep).resolve() if keep is not None else None
+    for mtime, file, html, size in files:
+        if file.resolve() == kept or (total <= max_bytes and now - mtime <= max_age_s):
+            continue
+        for part in (file, html):
+            try:
+                part.unlink()
+                deleted.append(str(part))
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+        total -= size
+    return deleted
+

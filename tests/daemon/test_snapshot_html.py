@@ -1,0 +1,130 @@
+"""The HTML report of a snapshot, rendered by headless Chromium: it loads with no console
+error and no request beyond itself, its charts hold the series and points the store has, and a
+hostile command line is shown as text, never run."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.report_html import collect, render_store
+from daemon.runtime.snapshots import render_html_file
+from daemon.store import facts
+from daemon.store.snapshot import write_snapshot
+from tests import chromium
+from tests.daemon.scripted import T0, recording_daemon
+from tests.livedaemon import ROOT
+
+HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">"&\''
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("html")
+    daemon = recording_daemon(folder, 5.0, ticks=30)
+    store = daemon.store
+    assert store is not None
+    facts.write_stacks(store, [facts.StackRow(
+        ts=T0 + 12, pid=4242, start_time=1000.5, thread_id=1, stack_hash="s1",
+        frames=(("read_shard", "/srv/<train>.py", 88),), phase="data_wait", gpu_util=2.0)])
+    facts.write_event(store, {"kind": "low_utilization", "target": "4242:1000.500",
+                              "started_at": T0 + 10, "ended_at": T0 + 16, "cost_so_far": 0.01})
+    facts.write_event(store, {"kind": "gpu_held_idle", "target": "gpu:0",
+                              "started_at": T0 + 5, "ended_at": None, "cost_so_far": 0.2})
+    facts.write_recommendations(store, [{
+        "id": "r1", "rule": "dataloader_starvation", "target": "4242:1000.500",
+        "summary": f"raise num_workers for {HOSTILE}", "savings_per_month": 812.0,
+        "method": "data-wait share x GPU price", "evidence": {"data_wait_share": 0.4,
+                                                             "top_stack": "/srv/train.py:88"}}],
+        T0 + 25)
+    store.close()
+    conn = sqlite3.connect(folder / "mlcost.db")
+    conn.execute("UPDATE processes SET command = ?", (f"python {HOSTILE}",))
+    conn.commit()
+    conn.close()
+    out = folder / "snap.db"
+    write_snapshot(folder / "mlcost.db", out, T0, T0 + 31,
+                   trigger={"kind": "gpu_held_idle", "reason": f"test {HOSTILE}", "at": T0 + 20})
+    return out
+
+
+def test_the_report_renders_in_chromium_with_its_charts_and_nothing_else(snapshot, tmp_path):
+    html = tmp_path / "report.html"
+    render_html_file(snapshot, html)
+    assert html.stat().st_mode & 0o777 == 0o600
+    data = collect(snapshot)
+    shot = tmp_path / "report.png"
+    page = chromium.load(html.as_uri(), chromium.CHARTS_SCRIPT, screenshot=shot)
+    assert page.console_errors == []
+    assert page.requests == [html.as_uri()]  # no font, script, image or favicon fetched
+    charts = {c["chart"]: c for c in page.value}
+    assert set(charts) == {"burn", "gpu-utilization", "gpu-memory", "windows"}
+    expected = {"burn": data.burn,
+                "gpu-utilization": {f"GPU {i}": p for i, p in data.gpu_utilization.items()},
+                "gpu-memory": {f"GPU {i}": p for i, p in data.gpu_memory.items()}}
+    for name, series in expected.items():
+        chart = charts[name]
+        assert chart["declared"] == len(series) == len(chart["series"]), name
+        for drawn in chart["series"]:
+            points = len(series[drawn["name"]])
+            assert points >= 25, (name, drawn)  # ~one point per recorded tick
+            assert drawn["declared"] == drawn["drawn"] == points, (name, drawn)
+    assert [s["drawn"] for s in charts["windows"]["series"]] == [1]  # one window, one bar
+    assert len(data.burn) == 3 and len(data.gpu_utilization) == 2
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_a_hostile_command_line_is_text_in_the_report(snapshot, tmp_path):
+    html = tmp_path / "hostile.html"
+    html.write_text(render_store(snapshot))
+    text = html.read_text()
+    assert "<script>" not in text and "<img" not in text
+    page = chromium.load(html.as_uri(), "({scripts: document.scripts.length, "
+                                        "images: document.images.length, pwned: window.pwned "
+                                        "|| 0, text: document.body.innerText})")
+    assert page.console_errors == []
+    assert page.value["scripts"] == 0 and page.value["images"] == 0 and page.value["pwned"] == 0
+    assert "python <script>window.pwned=1</script>" in page.value["text"]  # shown as typed
+    assert "/srv/<train>.py:88" in page.value["text"]  # the top stack's file:line
+    assert "$812/month" in page.value["text"] and "data-wait share x GPU price" in \
+        page.value["text"]
+    assert "Taken because: test <script>" in page.value["text"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon.commands.cli", "snapshot", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_render_writes_the_html_of_a_file_and_refuses_what_is_not_one(snapshot, tmp_path):
+    out = tmp_path / "r.html"
+    done = _cli("--render", str(snapshot), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"html: {out}"
+    assert out.read_text().startswith("<!DOCTYPE html>") and out.stat().st_mode & 0o777 == 0o600
+    junk = tmp_path / "junk.db"
+    junk.write_text("not sqlite\n" * 100)
+    for bad in (junk, tmp_path / "missing.db"):
+        refused = _cli("--render", str(bad))
+        assert refused.returncode == 2 and str(bad) in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
+def test_snapshot_command_errors_say_what_to_fix(tmp_path):
+    sock = str(tmp_path / "none.sock")
+    for args, code, words in (
+        (("--since", "soon"), 2, "--since 'soon' is not a duration"),
+        (("--since", "0"), 2, "must be longer than 0 s"),
+        (("--until", "yesterday-ish"), 2, "--until 'yesterday-ish' is not a time"),
+        (("--upload", "http://x/y"), 1, "is not an S3 location"),
+        ((), 1, "no store at"),
+    ):
+        done = _cli("--db", str(tmp_path / "nothing.db"), "--socket", sock, *args)
+        assert done.returncode == code and words in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -1,0 +1,180 @@
+"""Incident snapshots on a real `mlcostd run --simulate demo`: the idle-GPU trigger takes one
+about a minute in (event and snapshot point to each other); `mlcostd snapshot` through the API
+and directly on --db; POST /v1/snapshots refuses bad input; a replay of the snapshot shows the
+burn and recommendations the live view showed; the HTML renders in Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from daemon.client import ApiError
+from daemon.replay import Replay
+from tests import chromium
+from tests.livedaemon import ROOT
+from tests.simhost import poll
+
+TRIGGER_TIMEOUT_S = 240.0  # the event opens at ~60 s, the snapshot 5 s later; generous under load
+MLCOSTD = [sys.executable, "-m", "daemon.commands.cli"]
+
+
+@pytest.fixture(scope="module")
+def demo(mlcostd):
+    return mlcostd("demo")  # daemon/sim/simulate.toml: [snapshots] held_idle_after = 1m
+
+
+def snapshot_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(MLCOSTD + ["snapshot", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def test_the_idle_gpu_trigger_takes_a_snapshot_about_a_minute_in(demo):
+    def held_idle_snapshot():
+        listed = demo.call("snapshots")["snapshots"]
+        found = [s for s in listed if (s.get("trigger") or {}).get("kind") == "gpu_held_idle"
+                 and s["html"]]  # its HTML report is written right after the file
+        return found[0] if found else None
+
+    taken = poll(held_idle_snapshot, TRIGGER_TIMEOUT_S, "an idle-GPU incident snapshot",
+                 explain=demo.log_tail)
+    path = Path(taken["path"])
+    assert path.parent == demo.folder / "snapshots"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert Path(taken["html"]).exists()
+    event = taken["trigger"]["event"]
+    assert event["kind"] == "gpu_held_idle" and taken["trigger"]["reason"]
+    # The event points back to its snapshot: live (/v1/now) and in the store.
+    live = poll(lambda: [e for e in demo.now()["events"] if e["id"] == event["id"]
+                         and e.get("snapshot")], 30, "the event's snapshot in /v1/now")
+    assert live[0]["snapshot"] == str(path)
+
+    def stored():
+        conn = sqlite3.connect(f"file:{demo.db}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT snapshot FROM events WHERE kind = ? AND target = ?",
+                                (event["kind"], event["target"])).fetchone()
+        finally:
+            conn.close()
+    assert poll(lambda: (row := stored()) and row[0], 30, "the event row's snapshot") == \
+        str(path)
+    with Replay(path) as replay:
+        assert replay.snapshot is not None
+        assert replay.snapshot["trigger"]["event"]["id"] == event["id"]
+        assert replay.end - replay.start > 30  # the range before the trigger is in it
+    report = subprocess.run(MLCOSTD + ["report", "--db", str(demo.db), "--since", "10m"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert f"snapshot: {path}" in report.stdout
+
+
+def test_snapshot_through_the_daemon_replays_what_the_live_view_showed(demo, tmp_path):
+    poll(lambda: demo.now()["recommendations"], 120, "recommendations", explain=demo.log_tail)
+    live = demo.now()
+    out = tmp_path / "mine" / "incident.db"
+    done = snapshot_cli("--since", "5m", "--html", "--socket", str(demo.socket),
+                        "--db", str(demo.db), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "the daemon at unix:" in done.stdout and f"snapshot: {out}" in done.stdout
+    html = out.with_suffix(".html")
+    for file in (out, html):
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    with Replay(out) as replay:
+        assert replay.snapshot is not None and replay.snapshot["trigger"]["kind"] == "manual"
+        shown = replay.state_at(live["ts"])
+        assert shown["ts"] == pytest.approx(live["ts"], abs=0.002)
+        assert shown["burn"]["total_per_hour"] == pytest.approx(
+            live["burn"]["total_per_hour"], rel=1e-3)
+        assert shown["burn"]["wasted_per_hour"] == pytest.approx(
+            live["burn"]["wasted_per_hour"], rel=1e-2, abs=0.05)
+        live_ids = {r["id"] for r in live["recommendations"]}
+        assert live_ids and live_ids <= {r["id"] for r in shown["recommendations"]}
+
+
+def test_the_html_of_the_demo_renders_every_gpu(demo, tmp_path):
+    out = tmp_path / "demo.db"
+    done = snapshot_cli("--since", "3m", "--html", "--socket", str(demo.socket), "--db",
+                        str(demo.db), "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    page = chromium.load(Path(result["html"]).as_uri(), chromium.CHARTS_SCRIPT,
+                         screenshot=tmp_path / "demo.png")
+    assert page.console_errors == []
+    charts = {c["chart"]: c for c in page.value}
+    assert len(charts["gpu-utilization"]["series"]) == 8  # the demo's 8 GPUs
+    assert len(charts["gpu-memory"]["series"]) == 8
+    assert [s["name"] for s in charts["burn"]["series"]] == ["burn $/h", "wasted $/h",
+                                                             "unused $/h"]
+    for chart in charts.values():
+        assert all(s["drawn"] == s["declared"] > 0 for s in chart["series"]), chart
+
+
+def test_snapshot_directly_on_the_database_when_no_daemon_answers(demo, tmp_path):
+    out = tmp_path / "direct.db"
+    done = snapshot_cli("--since", "2m", "--db", str(demo.db), "--socket",
+                        str(tmp_path / "no-daemon.sock"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"directly from {demo.db}" in done.stdout
+    with Replay(out) as replay:
+        assert len(replay.times()) > 10
+
+
+def test_bad_snapshot_requests_get_a_400_that_names_the_value(demo):
+    async def main() -> list[tuple[int, str]]:
+        out = []
+        connector = aiohttp.UnixConnector(path=str(demo.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for body in ({"since": "soon"}, {"since": 0}, {"since": 10 * 86400},
+                         {"html": "yes"}, {"upload": "http://bucket/x"},
+                         {"until": "tomorrow"}, {"until": 4e9}):
+                async with session.post("http://mlcostd/v1/snapshots", json=body) as r:
+                    out.append((r.status, (await r.json())["error"]))
+            for name in ("..%2Fmlcost.db", "mlcost.db", "x.txt"):
+                async with session.get(f"http://mlcostd/v1/snapshots/{name}") as r:
+                    out.append((r.status, (await r.json())["error"]))
+        return out
+
+    answers = asyncio.run(main())
+    assert [status for status, _ in answers[:7]] == [400] * 7
+    for (_, message), word in zip(answers[:7], ("soon", "0", "864000", "yes",
+                                                     "http://bucket/x", "tomorrow", "4000000000"),
+                                       strict=True):
+        assert word in message, message
+    assert all(status in (400, 404) for status, _ in answers[7:]), answers
+    with pytest.raises(ApiError, match="s3://BUCKET/PREFIX"):
+        demo.call("take_snapshot", 60, None, False, "s3://")
+    assert not (demo.folder / "mlcost.db.html").exists()
+    assert os.path.exists(demo.db)
+
+
+def test_a_lost_gpu_and_a_timing_out_gpu_each_take_a_snapshot(mlcostd):
+    """The faults scenario: GPU 2 falls off the bus at 5 s, GPU 3's readings hang past their
+    deadline: one incident snapshot each, saying which GPU and what happened."""
+    daemon = mlcostd("faults", config={"snapshots": {
+        "before": "1m", "after": "2s", "max_per_hour": 10, "held_idle_after": 0,
+        "recommendation_savings": 0, "html": False}})
+
+    def gpu_incidents():
+        listed = daemon.call("snapshots")["snapshots"]
+        found = {s["trigger"]["target"]: s for s in listed
+                 if (s.get("trigger") or {}).get("kind") == "gpu_lost"}
+        return found if {"gpu:2", "gpu:3"} <= set(found) else None
+
+    found = poll(gpu_incidents, 120, "incident snapshots of GPUs 2 and 3",
+                 explain=daemon.log_tail)
+    assert "GPU 2 is lost" in found["gpu:2"]["trigger"]["reason"]
+    assert "GPU 3 readings time out" in found["gpu:3"]["trigger"]["reason"]
+    assert found["gpu:3"]["trigger"]["status"] == "timeout"
+    assert "gpu:0" not in found and "gpu:1" not in found  # healthy (or only NOT_SUPPORTED)
+    with Replay(found["gpu:2"]["path"]) as replay:
+        last = replay.state_at(replay.end)
+        assert [g["status"] for g in last["gpus"] if g["index"] == 2] == ["lost"]

@@ -1,0 +1,174 @@
+"""Snapshot upload (daemon.runtime.s3_upload) against moto's S3 server on a free port: the
+objects download byte-identical, with their content types, SSE-KMS and storage class, in parts
+when large, with no secret in their metadata; a wrong bucket and a dropped connection keep the
+local file and say why; `mlcostd snapshot --upload` end to end."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from daemon.runtime.s3_upload import UploadError, parse_s3_url, upload_files
+from daemon.store.snapshot import write_snapshot
+from tests.daemon.scripted import T0, recording_daemon
+from tests.livedaemon import ROOT
+
+ACCESS_KEY, SECRET_KEY = "AKIASNAPSHOTTEST0001", "snapshot-secret-key-must-not-leak"
+BUCKET = "mlcost-incidents"
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer  # moto[server] is in the test extra
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws(endpoint, monkeypatch) -> str:
+    """boto3's usual chain pointed at moto (as an operator points it at an S3-compatible store)."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KMS", endpoint)
+    s3 = boto3.client("s3")
+    if BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=BUCKET)
+    return endpoint
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("s3")
+    daemon = recording_daemon(folder, 5.0, ticks=20)
+    assert daemon.store is not None
+    daemon.store.close()
+    snapshot = folder / "incident.db"
+    write_snapshot(folder / "mlcost.db", snapshot, T0, T0 + 21)
+    html = snapshot.with_suffix(".html")
+    html.write_text("<!DOCTYPE html><html><body>report</body></html>")
+    return snapshot, html
+
+
+def test_upload_downloads_byte_identical_with_type_kms_and_class(aws, files, tmp_path):
+    key_id = boto3.client("kms").create_key()["KeyMetadata"]["KeyId"]
+    results = upload_files(list(files), f"s3://{BUCKET}/host-a/", sse_kms_key_id=key_id,
+                           storage_class="STANDARD_IA")
+    assert [r.ok for r in results] == [True, True], results
+    assert [r.url for r in results] == [f"s3://{BUCKET}/host-a/incident.db",
+                                        f"s3://{BUCKET}/host-a/incident.html"]
+    s3 = boto3.client("s3")
+    for local, want_type in zip(files, ("application/vnd.sqlite3", "text/html; charset=utf-8"),
+                                strict=True):
+        key = f"host-a/{local.name}"
+        head = s3.head_object(Bucket=BUCKET, Key=key)
+        assert head["ContentType"] == want_type
+        assert head["ServerSideEncryption"] == "aws:kms" and key_id in head["SSEKMSKeyId"]
+        assert head["StorageClass"] == "STANDARD_IA"
+        assert head["Metadata"] == {"mlcost-version": head["Metadata"]["mlcost-version"],
+                                    "mlcost-kind": "snapshot"}
+        assert not any(secret in str(head["Metadata"]) for secret in (ACCESS_KEY, SECRET_KEY))
+        copy = tmp_path / local.name
+        s3.download_file(BUCKET, key, str(copy))
+        assert copy.read_bytes() == local.read_bytes()
+    assert all(f.exists() for f in files)  # uploading never moves the local files
+
+
+def test_a_large_file_goes_up_in_parts(aws, tmp_path):
+    big = tmp_path / "big.db"
+    big.write_bytes(os.urandom(6 << 20) + b"end")
+    [result] = upload_files([big], f"s3://{BUCKET}/parts", multipart_threshold=5 << 20)
+    assert result.ok, result
+    s3 = boto3.client("s3")
+    head = s3.head_object(Bucket=BUCKET, Key="parts/big.db")
+    assert head["ETag"].strip('"').endswith("-2")  # S3's ETag of a 2-part upload
+    copy = tmp_path / "copy.db"
+    s3.download_file(BUCKET, "parts/big.db", str(copy))
+    assert copy.read_bytes() == big.read_bytes()
+
+
+def test_a_wrong_bucket_keeps_the_file_and_says_so(aws, files):
+    snapshot, _ = files
+    [result] = upload_files([snapshot], "s3://no-such-bucket-here/x")
+    assert not result.ok and result.url is None
+    assert "bucket 'no-such-bucket-here' does not exist" in result.error
+    assert f"the local file {snapshot} is kept" in result.error
+    assert SECRET_KEY not in result.error and ACCESS_KEY not in result.error
+    assert snapshot.exists()
+
+
+@pytest.fixture
+def dropping_endpoint() -> Iterator[str]:
+    """A TCP port that accepts every connection and closes it at once."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(5)
+    listener.close()
+
+
+def test_a_dropped_connection_keeps_the_file_and_says_why(aws, files, dropping_endpoint,
+                                                          monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", dropping_endpoint)
+    snapshot, _ = files
+    [result] = upload_files([snapshot], f"s3://{BUCKET}/dropped")
+    assert not result.ok
+    assert "could not reach S3" in result.error and "kept" in result.error, result.error
+    assert snapshot.exists()
+
+
+def test_a_malformed_url_is_refused_before_any_work():
+    for bad in ("s3://", "s3://A_Bucket/x", "https://bucket/x", "bucket/x"):
+        with pytest.raises(UploadError, match="s3://BUCKET/PREFIX"):
+            parse_s3_url(bad)
+    assert parse_s3_url("s3://my.bucket-1/a/b/") == ("my.bucket-1", "a/b")
+
+
+def test_mlcostd_snapshot_upload_end_to_end(aws, files, tmp_path):
+    snapshot, _ = files
+    db = snapshot.parent / "mlcost.db"
+    command = [sys.executable, "-m", "daemon.commands.cli", "snapshot", "--db", str(db),
+               "--socket", str(tmp_path / "none.sock"), "--since", "10m", "--html",
+               "--out", str(tmp_path / "cli.db")]
+    done = subprocess.run(command + ["--upload", f"s3://{BUCKET}/cli"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=os.environ)
+    assert done.returncode == 0, done.stderr
+    assert f"uploaded: s3://{BUCKET}/cli/cli.db" in done.stdout
+    assert f"uploaded: s3://{BUCKET}/cli/cli.html" in done.stdout
+    body = boto3.client("s3").get_object(Bucket=BUCKET, Key="cli/cli.db")["Body"].read()
+    assert body == (tmp_path / "cli.db").read_bytes()
+    failed = subprocess.run(command + ["--upload", "s3://missing-bucket-zz/cli"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT,
+                            env=os.environ)
+    assert failed.returncode == 1
+    assert "upload failed: uploading cli.db failed: bucket 'missing-bucket-zz' does not " \
+           "exist" in failed.stdout
+    assert (tmp_path / "cli.db").exists() and "Traceback" not in failed.stderr
