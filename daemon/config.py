@@ -266,6 +266,9 @@ class OwnersConfig:
             "the kubelet's pod-resources socket (pod, namespace and container of each GPU; "
             "needs grpcio: pip install 'mlcost[kubernetes]'); used where it exists; empty: "
             "never", "path"))
+
+
+@dataclass(frozen=True)
 class SnapshotsConfig:
     """[snapshots]: where incident snapshots go, when they are taken, how many are kept."""
 
