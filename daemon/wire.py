@@ -146,6 +146,8 @@ class Process:
     phases: dict[str, Any] = field(default_factory=dict)  # phase -> {share, seconds, top_stacks}
     stack_status: str | None = None
     phase_reasons: dict[str, Any] = field(default_factory=dict)  # phase -> why (top stack)
+    owner: dict[str, str] = field(default_factory=dict)  # pod, namespace, container, slurm_job, ... from cgroups
+    workload: str | None = None  # short owner label for display: "ns/pod", "slurm 1234", "unit.service"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], cost: Mapping[str, Any] | None = None) -> Process:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
@@ -26,11 +26,12 @@ from textual.widgets import DataTable, Footer, Input
 from daemon.clock import local_time
 from daemon.wire import Now, Process, Recommendation
 from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.layout import Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
 from mlcost_tui.panels.header import HeaderPanel
-from mlcost_tui.panels.processes import SORTS, ProcessPanel
+from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
 from mlcost_tui.screens.details import DetailsScreen
@@ -61,6 +62,10 @@ class MlcostTop(App):
     GpuPanel, ProcessPanel, RecommendationTable, FleetPanel { border: round $primary-darken-2; }
     GpuPanel:focus-within, ProcessPanel:focus-within, RecommendationTable:focus-within,
     FleetPanel:focus-within { border: round $accent; }
+    GpuPanel.compact, ProcessPanel.compact, RecommendationTable.compact {
+        border: none; border-top: round $primary-darken-2; }
+    GpuPanel.compact:focus-within, ProcessPanel.compact:focus-within,
+    RecommendationTable.compact:focus-within { border: none; border-top: round $accent; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
     .hidden { display: none; }
@@ -133,6 +138,7 @@ class MlcostTop(App):
         self.next_poll_at: float | None = None
         self._poll_timer: Timer | None = None
         self.render_seconds = 0.0  # how long the last render took (the bench reads it)
+        self.screen_layout: Layout | None = None
 
     @property
     def clients(self) -> list[Client]:
@@ -175,11 +181,35 @@ class MlcostTop(App):
             header.update(self.starting)
         table = self.query_one("#fleet" if self.fleet else "#processes", DataTable)
         table.focus()
+        self.apply_layout()
         if self.replay is not None:
             header.update(f"mlcost-top: opening the replay of {self.replay.path}…")
             self.replay_goto(0)
         elif self.polling:
             self.poll()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.apply_layout() and self.hosts and not self.paused:
+            self.render_hosts()
+
+    def apply_layout(self) -> bool:
+        """Lay the main screen out for the terminal's size and the host's GPU count (see
+        mlcost_tui.layout); True when it changed (the panels must be drawn again)."""
+        width, height = self.size
+        now = self.now
+        layout = layout_for(width, height, len(now.gpus) if now is not None else 0)
+        if layout == self.screen_layout:
+            return False
+        self.screen_layout = layout
+        gpus, processes = self.query_one(GpuPanel), self.query_one(ProcessPanel)
+        recommendations = self.query_one(RecommendationTable)
+        gpus.group_idle = layout.group_idle_gpus
+        gpus.styles.max_height = layout.gpu_rows + layout.chrome_rows
+        recommendations.styles.max_height = layout.recommendation_rows + layout.chrome_rows
+        for panel in (gpus, processes, recommendations):
+            panel.set_class(layout.compact, "compact")
+            panel.fit(layout.table_width)
+        return True
 
     # -- polling -----------------------------------------------------------------------------
 
@@ -201,6 +231,8 @@ class MlcostTop(App):
         shown = self.shown_host
         if shown is not None and shown.now is not None and shown.error is None:
             self.query_one(GpuPanel).remember(shown.now)
+            if self.screen_layout is not None:
+                self.apply_layout()  # the GPU count known now (or changed): group idle ones?
         if self.paused or isinstance(self.screen, ModalScreen | DetailsScreen | HistoryScreen):
             return  # keep polling, skip the render
         self.render_hosts()
@@ -326,9 +358,17 @@ class MlcostTop(App):
 
     def action_sort(self, step: int) -> None:
         table = self.query_one(ProcessPanel)
-        table.sort_index = (table.sort_index + step) % len(SORTS)
+        table.step_sort(step)
         self._rerender_processes()
         self.notify(f"sorted by {table.sort_column.label}", timeout=1.5)
+
+    @on(DataTable.HeaderSelected)
+    def _header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a process column's header sorts by it; again, the other way."""
+        if isinstance(event.data_table, ProcessPanel):
+            event.stop()
+            event.data_table.sort_by(str(event.column_key.value))
+            self._rerender_processes()
 
     def action_invert(self) -> None:
         table = self.query_one(ProcessPanel)
@@ -338,6 +378,7 @@ class MlcostTop(App):
     def action_tree(self) -> None:
         table = self.query_one(ProcessPanel)
         table.tree_mode = not table.tree_mode
+        table.fit(table.width)  # the PID column makes room for the branches
         self._rerender_processes()
 
     def action_pause(self) -> None:

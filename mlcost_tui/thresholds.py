@@ -17,6 +17,10 @@ TEMPERATURE_HOT_C = 85
 # A process waiting on I/O more than this share of the time is stalled.
 IO_STALL_WARN_PCT = 10.0
 IO_STALL_BAD_PCT = 40.0
+# A process's phase shows '-' until it has been watched this long with no stack sampled: until
+# then the daemon's balance is all compute by default (a dip must last [detect].min_window, 3 s
+# by default, before it is seen, and stacks are sampled after that).
+PHASE_KNOWN_AFTER_S = 10.0
 # Dollars per hour per row above which the figure is highlighted.
 EXPENSIVE_PER_HOUR = 5.0
 # The daemon counts as slow when /v1/now takes longer than this.
@@ -27,6 +31,7 @@ WARN = "yellow"
 BAD = "red"
 MUTED = "grey50"
 MONEY = "bold"
+MUTED_TRACK = "grey30"  # the empty part of a load bar
 
 PHASE_COLOURS = {
     "compute": "green",
@@ -56,6 +61,11 @@ def memory_style(used: int | None, total: int | None) -> str:
         return ""
     share = used / total
     return BAD if share >= MEMORY_FULL_FRACTION else WARN if share >= MEMORY_WARN_FRACTION else ""
+
+
+def memory_bar_style(used: int | None, total: int | None) -> str:
+    """The memory bar's colour: green, then yellow and red as the GPU's memory fills."""
+    return memory_style(used, total) or (GOOD if used and total else MUTED)
 
 
 def temperature_style(value: int | None) -> str:

@@ -54,11 +54,15 @@ async def test_live_host_keys_and_screens(live_daemon):
         assert "idle-host" in header_text(app) and "● live" in header_text(app)
         key = procs.selected_key
         assert key is not None and key.count(":") == 1
-        # sort < > and invert
+        # sort < > in on-screen column order, and invert
+        shown = list(procs.shown_keys)
+        assert procs.sort_column.key == "cost"
         await pilot.press("greater_than_sign")
-        assert procs.sort_column.key == "gpu_mem"
+        assert procs.sort_column.key == shown[shown.index("cost") + 1]
         await pilot.press("less_than_sign", "less_than_sign")
-        assert procs.sort_column.key == "command"
+        assert procs.sort_column.key == shown[shown.index("cost") - 1]
+        await pilot.press(*["less_than_sign"] * shown.index("cost"))
+        assert procs.sort_column.key == shown[-1] == "command"  # wraps around
         await pilot.press("I")
         assert procs.inverted and "▼" in procs.border_title
         # tree
