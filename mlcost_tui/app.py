@@ -35,6 +35,7 @@ from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
 from mlcost_tui.screens.details import DetailsScreen
+from mlcost_tui.screens.gpu import GpuScreen
 from mlcost_tui.screens.help import HelpScreen
 from mlcost_tui.screens.history import HistoryScreen
 from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
@@ -233,7 +234,8 @@ class MlcostTop(App):
             self.query_one(GpuPanel).remember(shown.now)
             if self.screen_layout is not None:
                 self.apply_layout()  # the GPU count known now (or changed): group idle ones?
-        if self.paused or isinstance(self.screen, ModalScreen | DetailsScreen | HistoryScreen):
+        if self.paused or isinstance(self.screen, ModalScreen | DetailsScreen | HistoryScreen
+                                        | GpuScreen):
             return  # keep polling, skip the render
         self.render_hosts()
 
@@ -474,6 +476,11 @@ class MlcostTop(App):
         if self.viewing is None:
             return
         focused = self.focused
+        if isinstance(focused, GpuPanel):
+            gpus = focused.selected_gpus()
+            if gpus and self.now is not None:
+                self.push_screen(GpuScreen(gpus, self.now.processes, self.client))
+            return
         if isinstance(focused, RecommendationTable):
             rec = self.selected_recommendation()
             if rec is not None:
@@ -493,7 +500,7 @@ class MlcostTop(App):
             if key in names:
                 self.open_host(names.index(key))
             return
-        if isinstance(event.data_table, ProcessPanel | RecommendationTable):
+        if isinstance(event.data_table, ProcessPanel | RecommendationTable | GpuPanel):
             event.stop()
             self.action_details()
 

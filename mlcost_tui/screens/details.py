@@ -13,12 +13,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Label, Static
 
 from daemon.clock import local_time
 from daemon.wire import Phases, Process, Recommendation
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
+from mlcost_tui.plot import Plot, covered, history_chart, summary
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ def phase_lines(phases: Mapping[str, Any]) -> Text:
     return text
 
 
+HISTORY_RANGE_S = 3600
+
 # Evidence keys that hold a moment (seconds since the epoch): shown as a local time.
 TIME_KEYS = frozenset({"start", "end", "ts", "started_at", "ended_at", "first_seen",
                        "last_seen", "snoozed_until", "since", "until"})
@@ -116,6 +119,7 @@ class DetailsScreen(Screen):
     ]
     DEFAULT_CSS = """
     DetailsScreen VerticalScroll { padding: 0 1; }
+    DetailsScreen Plot { height: 7; }
     """
 
     def __init__(self, process: Process | None = None,
@@ -136,6 +140,9 @@ class DetailsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
+            if self.process is not None:
+                yield Label("SM share over the last hour", id="sm-label")
+                yield Plot(id="sm", empty="loading the SM share history…")
             yield Static(self.render_body(), id="details-body")
         yield Footer()
 
@@ -151,9 +158,22 @@ class DetailsScreen(Screen):
         if self.process is None:
             return
         if self.client is None:
+            self.query_one("#sm", Plot).show(None, "history needs a daemon (a replay has none)")
             self.set_phases(None, "phases: a replay shows each process's recent balance in "
                                   "the process table (the phase balance column)")
             return
+        try:
+            history = await self.client.process_history(self.process.key, "sm_share",
+                                                        HISTORY_RANGE_S, 240)
+        except ClientError as exc:
+            self.query_one("#sm", Plot).show(None, f"SM share history unavailable: {exc}")
+        else:
+            until = fmt.clock()
+            self.query_one("#sm", Plot).show(history_chart(history, HISTORY_RANGE_S, until,
+                                                           percent=True))
+            self.query_one("#sm-label", Label).update(
+                f"SM share — {covered(history, HISTORY_RANGE_S, until)} — "
+                f"{summary(history.values, True)}")
         try:
             phases = await self.client.phases(self.process.key)
         except ClientError as exc:

@@ -107,6 +107,13 @@ class StubClient:
 
         raise ApiError(404, "this mlcostd does not record phases yet (no stack sampling)")
 
+    async def process_history(self, key: str, metric: str = "sm_share", since_s: float = 3600,
+                              points: int = 300):
+        from daemon.wire import History, Point
+
+        return History(metric, f"process:{key}", since_s,
+                       tuple(Point(TS - 300 + 5 * i, 40.0, 40.0, 40.0) for i in range(60)))
+
     async def apply(self, rec_id: str, dry_run: bool = True):
         self.applied.append((rec_id, dry_run))
         if rec_id == "rec-idle":
