@@ -12,6 +12,7 @@ from rich.text import Text
 
 from daemon.wire import Gpu, Now
 from mlcost_tui import format as fmt
+from mlcost_tui.hoststats import HostStats
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import (
     BAD,
@@ -54,7 +55,8 @@ class GpuPanel(KeyedTable):
             if gpu.utilization is not None:
                 series.append(gpu.utilization)
 
-    def show(self, now: Now) -> None:
+    def show(self, now: Now, host: HostStats | None = None) -> None:
+        self.border_title = host_title(host)
         rows = group_rows(sorted(now.gpus, key=lambda g: g.index), self.group_idle)
         self.gpus = {key: gpus for key, gpus in rows}
         shown = self.shown_keys
@@ -100,6 +102,19 @@ class GpuPanel(KeyedTable):
                            style=BAD if wasted is not None and wasted > 0.005 else ""),
             "state": state,
         }
+
+
+def host_title(host: HostStats | None) -> str:
+    """'GPUs · host CPU 23% of 16 · memory 5.1G/15.6G · load 1.20 0.90 0.70'."""
+    if host is None:
+        return "GPUs"
+    parts = ["GPUs", f"host CPU {fmt.pct(host.cpu_percent)} of {host.cpus}"]
+    if host.memory_total_bytes:
+        parts.append(f"memory {fmt.size(host.memory_used_bytes)}/"
+                     f"{fmt.size(host.memory_total_bytes)}")
+    if host.load is not None:
+        parts.append("load " + " ".join(f"{v:.2f}" for v in host.load))
+    return " · ".join(parts)
 
 
 def pick(cells: dict[str, object], keys: Sequence[str]) -> tuple[object, ...]:

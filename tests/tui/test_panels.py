@@ -51,3 +51,31 @@ async def test_fleet_counts_the_gpus_each_daemon_calls_idle():
         fleet = app.query_one(FleetPanel)
         idle = fleet.get_column_index("idle")
         assert [str(fleet.get_cell_at((row, idle))) for row in range(2)] == ["2", "0"]
+
+
+@pytest.mark.asyncio
+async def test_tree_view_shows_full_pids_branches_and_the_gpu_each_worker_feeds():
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        doc = now_document(processes=7)
+        doc["processes"][6]["ppid"] = 1004  # a worker of a worker
+        for proc in doc["processes"]:
+            proc["pid"] += 4_190_000  # seven-digit pids
+            proc["ppid"] += 4_190_000 if proc["ppid"] != 1 else 0
+        now = Now.from_dict(doc)
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        pid, gpus = procs.get_column_index("pid"), procs.get_column_index("gpus")
+        rows = [(str(procs.get_cell_at((r, pid))), str(procs.get_cell_at((r, gpus))))
+                for r in range(procs.row_count)]
+        parent = [i for i, (p, _) in enumerate(rows) if p == "4191000"][0]
+        # workers sort like any rows ($/h, then pid, biggest first); each feeds GPU 0
+        assert rows[parent + 1:parent + 4] == [("├ 4191005", "(0)"), ("└ 4191004", "(0)"),
+                                                ("  └ 4191006", "(0)")]
+        width = procs.ordered_columns[pid].get_render_width(procs)
+        assert width >= len("  └ 4191006") + 2  # the whole pid is drawn, not cut
