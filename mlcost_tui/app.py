@@ -196,13 +196,14 @@ class MlcostTop(App):
             self.poll()
 
     def on_resize(self, event: events.Resize) -> None:
-        if self.apply_layout() and self.hosts and not self.paused:
+        # Runs before App's own handler has recorded the new size: lay out for event.size.
+        if self.apply_layout(event.size) and self.hosts and not self.paused:
             self.render_hosts()
 
-    def apply_layout(self) -> bool:
+    def apply_layout(self, size: tuple[int, int] | None = None) -> bool:
         """Lay the main screen out for the terminal's size and the host's GPU count (see
         mlcost_tui.layout); True when it changed (the panels must be drawn again)."""
-        width, height = self.size
+        width, height = size or self.size
         now = self.now
         layout = layout_for(width, height, len(now.gpus) if now is not None else 0)
         if layout == self.screen_layout:

@@ -115,10 +115,11 @@ async def test_a_live_resize_lays_the_screen_out_again():
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=(200, 50)) as pilot:
         await three_frames(pilot)
-        for size in [(80, 24), (120, 36), (100, 30), (200, 50)]:
+        for step, size in enumerate([(80, 24), (120, 36), (100, 30), (200, 50)]):
             await pilot.resize_terminal(*size)
             await pilot.pause()
-            pilot.app.post_message(SnapshotArrived((demo_like(5),)))
+            assert_what_matters_is_shown(screen_text(app), *size)  # no new data needed
+            pilot.app.post_message(SnapshotArrived((demo_like(5 + step),)))
             await pilot.pause()
             assert_what_matters_is_shown(screen_text(app), *size)
 
