@@ -125,6 +125,19 @@ class Replay:
             self._states.popitem(last=False)
         return state
 
+    def phases_at(self, key: str, ts: float,
+                  since_s: float = PHASE_WINDOW_S) -> dict[str, Any] | None:
+        """One process's phase balance with its top stacks ("pid:start_time") over the since_s
+        before the recorded tick at or before ts: what /v1/phases answers live (None: the
+        process has no balance then)."""
+        index = max(bisect.bisect_right(self._all_ms, round(ts * 1000)) - 1, 0)
+        at = self._all_ms[index] / 1000
+        for (pid, start), balance in phase_balances(self.reader, at - since_s, at,
+                                                    self.interval_s).items():
+            if process_key(pid, start) == key:
+                return balance
+        return None
+
     def _document(self, sample: Sample, previous: Sample | None) -> dict[str, Any]:
         """The same builder as the live daemon's, over what the store holds at sample.ts."""
         at = sample.ts

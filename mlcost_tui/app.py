@@ -190,6 +190,7 @@ class MlcostTop(App):
         table.focus()
         self.apply_layout()
         if self.replay is not None:
+            self.query_one(RecommendationTable).replaying = True
             header.update(f"mlcost-top: opening the replay of {self.replay.path}…")
             self.replay_goto(0)
         elif self.polling:
@@ -310,30 +311,79 @@ class MlcostTop(App):
         return self.selected_recommendation()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "kill" and self.readonly:
-            return None  # shown greyed out: --readonly
         if action in ("replay_step", "replay_minute"):
             return True if self.replay is not None else False
         if action == "back_to_fleet":
             return True if self.fleet and self.viewing is not None else False
-        if self.replay is not None and action in self.NEEDS_DAEMON:
-            return None  # shown greyed out: a replay has no daemon to act through
         if self.viewing is None and action in self.NEEDS_HOST:
             return None
+        # A key that cannot act here (a replay, --readonly) still runs, to say why.
         return True
+
+    def cannot_here(self, action: str) -> str | None:
+        """Why `action` cannot run in this mode (None: it can)."""
+        if self.replay is not None and action in self.NEEDS_DAEMON:
+            return ("a replay shows what was recorded; applying, snoozing, stopping and the "
+                    "history need the live daemon: run mlcost-top on the host")
+        if self.readonly and action == "kill":
+            return "--readonly: mlcost-top does not stop processes"
+        return None
+
+    def _refuse(self, action: str) -> bool:
+        """Say why `action` cannot run here; True when it cannot."""
+        why = self.cannot_here(action)
+        if why is not None:
+            self.notify(why, severity="warning", timeout=5)
+        return why is not None
 
     # -- keys --------------------------------------------------------------------------------
 
     def action_help(self) -> None:
-        lines = []
-        for bindings in (self.BINDINGS, DetailsScreen.BINDINGS, ActionScreen.BINDINGS,
-                         HistoryScreen.BINDINGS):
-            for b in bindings:
-                if isinstance(b, Binding):
-                    keys = ", ".join(self.get_key_display(Binding(k, b.action))
-                                     for k in b.key.split(","))
-                    lines.append((keys, b.description, b.id or ""))
-        self.push_screen(HelpScreen(lines))
+        self.push_screen(HelpScreen(self.help_sections(), self.mode_name))
+
+    @property
+    def mode_name(self) -> str:
+        if self.replay is not None:
+            return f"replay of {self.replay.path.name} (nothing is changed on any host)"
+        if self.viewing is None:
+            return "fleet table"
+        return "live" + (", read-only" if self.readonly else "")
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """The keys that work here and now (check_action), then the other screens' keys."""
+        titles = {action: title for action, title, _ in self.PALETTE}
+        here = []
+        for b in self.BINDINGS:
+            if not isinstance(b, Binding):
+                continue
+            name, _, args = b.action.partition("(")
+            if self.check_action(name, ()) is not True or name == "details" or \
+                    self.cannot_here(name) is not None:
+                continue
+            keys = ", ".join(self.get_key_display(Binding(k, b.action))
+                             for k in b.key.split(","))
+            here.append((keys, titles.get(b.action, b.description)))
+        here.append(("ctrl+p", "the command palette: the same actions by name"))
+        if self.viewing is not None:
+            here.append(("enter", "on a GPU: its processes and history; on a process or a "
+                                  "recommendation: its details"))
+            here.append(("click a header", "sort the processes by that column (again: invert)"))
+        sections = [("Keys", here)]
+        if self.viewing is not None:
+            details = [("escape, q", "back to the main screen")]
+            if self.replay is None:
+                details += [("a", "apply the recommendation (dry run first)"),
+                            ("x", f"snooze it for {SNOOZE_HOURS:g} h")]
+                sections.append(("Details screen (enter)", details))
+                sections.append(("History screen (h)", [
+                    ("w", "switch between the last hour and the last 24 h"),
+                    ("r", "reload")]))
+                sections.append(("Apply dialog (a)", [
+                    ("y", "do it (stop the process, resize the instance)"),
+                    ("c", "copy the patch or the commands"), ("n, escape", "cancel")]))
+            else:
+                sections.append(("Details screen (enter)", details))
+        return sections
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", FilterInput)
@@ -497,8 +547,9 @@ class MlcostTop(App):
             return
         process = self.selected_process()
         if process is not None:
-            self.push_screen(DetailsScreen(process=process, client=self.client,
-                                           related=self.recommendations_for(process)))
+            self.push_screen(DetailsScreen(
+                process=process, client=self.client, related=self.recommendations_for(process),
+                recorded_phases=self.replay.phases if self.replay is not None else None))
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -514,6 +565,8 @@ class MlcostTop(App):
             self.action_details()
 
     def action_apply_recommendation(self) -> None:
+        if self._refuse("apply_recommendation"):
+            return
         rec = self.current_recommendation()
         if rec is None:
             self.notify("no recommendation selected: tab to the recommendations panel",
@@ -522,8 +575,7 @@ class MlcostTop(App):
         self.start_action(rec, dry_run=True)
 
     def action_kill(self) -> None:
-        if self.readonly:
-            self.notify("--readonly: mlcost-top does not stop processes", severity="warning")
+        if self._refuse("kill"):
             return
         process = self.selected_process()
         if process is None:
@@ -537,6 +589,8 @@ class MlcostTop(App):
                     f"pid {process.pid} is not one", severity="warning")
 
     def action_snooze_recommendation(self) -> None:
+        if self._refuse("snooze_recommendation"):
+            return
         rec = self.current_recommendation()
         if rec is None:
             self.notify("no recommendation selected: tab to the recommendations panel",
@@ -545,7 +599,7 @@ class MlcostTop(App):
         self.run_snooze(rec)
 
     def action_history(self) -> None:
-        if self.viewing is None or self.client is None:
+        if self._refuse("history") or self.viewing is None or self.client is None:
             return
         gpus = tuple(g.index for g in self.now.gpus) if self.now else ()
         self.push_screen(HistoryScreen(gpus, self.client))
@@ -608,7 +662,7 @@ class MlcostTop(App):
         yield from super().get_system_commands(screen)
         for action, title, help_text in self.PALETTE:
             name, _, arg = action.partition("(")
-            if self.check_action(name, ()) is not True:
+            if self.check_action(name, ()) is not True or self.cannot_here(name) is not None:
                 continue
             yield SystemCommand(title, help_text, partial(self.run_action, action))
 

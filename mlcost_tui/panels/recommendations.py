@@ -88,6 +88,7 @@ class RecommendationTable(KeyedTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.recommendations: dict[str, Recommendation] = {}
+        self.replaying = False  # a replay: no rules run, it shows what was recorded
         self.snoozed_here: set[str] = set()  # snoozed here; the daemon drops them from the next poll
         self.border_title = "Recommendations"
 
@@ -100,6 +101,7 @@ class RecommendationTable(KeyedTable):
         self.sync([(r.id, tuple(cells[k] for k in shown))
                    for r, cells in ((r, self.cells(r)) for r in recs)])
         title = f"Recommendations ({len(recs)})" if recs else \
+            "Recommendations (none at this recorded tick)" if self.replaying else \
             "Recommendations (none yet: rules run every ~30 s)"
         if recs and now.potential_savings_per_month is not None:
             title += (f" · together {fmt.money(now.potential_savings_per_month, '/month')} of "

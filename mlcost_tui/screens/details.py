@@ -3,8 +3,9 @@ recommendation (evidence, savings method, what its action will do)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -124,9 +125,11 @@ class DetailsScreen(Screen):
 
     def __init__(self, process: Process | None = None,
                  recommendation: Recommendation | None = None,
-                 related: tuple[Recommendation, ...] = (), client: Client | None = None) -> None:
+                 related: tuple[Recommendation, ...] = (), client: Client | None = None,
+                 recorded_phases: Callable[[str], Phases | None] | None = None) -> None:
         super().__init__()
         self.client = client
+        self.recorded_phases = recorded_phases  # a replay's: the balance at the tick shown
         self.process = process
         self.recommendation = recommendation
         self.related = related
@@ -159,8 +162,16 @@ class DetailsScreen(Screen):
             return
         if self.client is None:
             self.query_one("#sm", Plot).show(None, "history needs a daemon (a replay has none)")
-            self.set_phases(None, "phases: a replay shows each process's recent balance in "
-                                  "the process table (the phase balance column)")
+            if self.recorded_phases is None:
+                self.set_phases(None, "phases: no daemon and no recording to read them from")
+                return
+            try:
+                phases = await asyncio.to_thread(self.recorded_phases, self.process.key)
+            except Exception as exc:  # a damaged recording: say so, keep the screen
+                self.set_phases(None, f"phases: cannot read the recording: {exc}")
+                return
+            self.set_phases(phases, None if phases is not None else
+                            "phases: none recorded in the 5 minutes before this tick")
             return
         try:
             history = await self.client.process_history(self.process.key, "sm_share",
@@ -196,8 +207,8 @@ class DetailsScreen(Screen):
     def _process_text(self, p: Process) -> Text:
         text = Text()
         text.append(f"Process {p.pid}", style="bold")
-        text.append(f"  ({p.key})  user {p.user}  parent {p.ppid}  state {p.state}\n",
-                    style=MUTED)
+        text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}  "
+                    f"state {p.state}\n", style=MUTED)
         text.append(p.command + "\n\n")
         text.append("GPUs ", style="bold")
         text.append(f"{','.join(map(str, p.gpus)) or '-'}   GPU memory {fmt.size(p.gpu_memory_bytes)}"
