@@ -622,10 +622,6 @@ class MlcostTop(App):
             def after(choice: str | None) -> None:
                 if choice == "do":
                     self.start_action(rec, dry_run=False)
-                elif choice == "copy":
-                    screen = ActionScreen(rec, result)
-                    self.copy_to_clipboard(screen.copy_text)
-                    self.notify("copied to the clipboard")
 
             self.push_screen(ActionScreen(rec, result, readonly=self.readonly), after)
 

@@ -82,3 +82,32 @@ async def test_replay_keys_that_need_a_daemon_say_why(key, monkeypatch):
         await pilot.press(key)
         await pilot.pause()
     assert said and "replay" in said[0] and "live daemon" in said[0]
+
+
+@pytest.mark.asyncio
+async def test_copy_says_what_it_did_and_how_to_copy_by_hand(monkeypatch):
+    from mlcost_tui.panels.recommendations import RecommendationTable
+    from mlcost_tui.screens.action import ActionScreen, copy_note
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    copied: list[str] = []
+    said: list[str] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+        table = app.query_one(RecommendationTable)
+        table.focus()
+        table.move_cursor(row=1)  # the patch
+        await pilot.press("a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ActionScreen)
+        monkeypatch.setattr(app.screen, "notify", lambda message, **kw: said.append(message))
+        await pilot.press("c")
+        await pilot.pause()
+        assert copied == ["+DataLoader(ds, num_workers=8)"]
+        assert isinstance(app.screen, ActionScreen)  # still open: the text can be selected
+    assert said and "OSC 52" in said[0] and "select the text" in said[0]
+    assert "copied to the clipboard" not in said[0]
+    assert "set-clipboard on" in copy_note({"TMUX": "/tmp/tmux-0/default,1,0"})
