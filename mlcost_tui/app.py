@@ -123,8 +123,11 @@ class MlcostTop(App):
 
     def __init__(self, clients: Sequence[Client], *, readonly: bool = False,
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
-                 starting: str | None = None, replay: Replay | None = None) -> None:
+                 starting: str | None = None, replay: Replay | None = None,
+                 first: HostSnapshot | None = None) -> None:
         super().__init__()
+        self.first = first  # /v1/now fetched before the App started: the first frame shows it
+        self.first_data_at: float | None = None  # perf_counter when real figures were first set
         self.live = LiveSource(clients, interval_s)
         self.replay = ReplaySource(replay) if replay is not None else None
         self.playing = False
@@ -193,6 +196,13 @@ class MlcostTop(App):
             self.query_one(RecommendationTable).replaying = True
             header.update(f"mlcost-top: opening the replay of {self.replay.path}…")
             self.replay_goto(0)
+        elif self.first is not None and self.first.now is not None:
+            self.live.last_now[0] = self.first.now
+            self.on_snapshot_arrived(SnapshotArrived((self.first,)))  # before the first paint
+            if self.polling:
+                self._poll_timer = self.set_timer(self.live.interval_s, self.poll,
+                                                  name="next poll")
+                self.call_after_refresh(self.preload_client)
         elif self.polling:
             self.poll()
 
@@ -220,6 +230,11 @@ class MlcostTop(App):
             panel.fit(layout.table_width)
         return True
 
+    @work(thread=True, exclusive=True, group="preload", exit_on_error=False,
+          description="import the HTTP client after the first frame, before the next poll")
+    def preload_client(self) -> None:
+        import aiohttp  # noqa: F401
+
     # -- polling -----------------------------------------------------------------------------
 
     @work(exclusive=True, group="poll", exit_on_error=False,
@@ -235,8 +250,9 @@ class MlcostTop(App):
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
         self.hosts = message.hosts
-        if self.hosts and any(h.error is None for h in self.hosts):
-            self.starting = None
+        if any(h.error is None and h.now is not None and h.now.ts is not None
+               for h in self.hosts):
+            self.starting = None  # the first tick's figures: no longer starting
         shown = self.shown_host
         if self.host_meter is not None:
             self.host_stats = self.host_meter.read()
@@ -262,7 +278,7 @@ class MlcostTop(App):
                 self.query_one(FleetPanel).show(self.hosts)
             else:
                 snap = self.shown_host
-                if self.starting and (snap is None or snap.now is None):
+                if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
                     header.update(self.starting)
                 else:
                     header.show(snap, self.paused, retry,
@@ -271,6 +287,8 @@ class MlcostTop(App):
                     self.query_one(GpuPanel).show(snap.now, self.host_stats)
                     self.query_one(ProcessPanel).show(snap.now)
                     self.query_one(RecommendationTable).show(snap.now)
+                    if self.first_data_at is None and snap.now.gpus:
+                        self.first_data_at = time.perf_counter()
         self.render_seconds = time.perf_counter() - started
 
     @property

@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual.geometry import Region
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 Formatter = Callable[[Any], Any]
 
@@ -97,6 +101,7 @@ class KeyedTable(DataTable):
     # Columns whose content grows after the first rows (cells are written in place, which does
     # not widen a column): a fixed width.
     WIDTHS: dict[str, int] = {}
+    _deferred: tuple[bool, bool] | None = None  # (layout, recompose) asked for during a sync
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -168,8 +173,26 @@ class KeyedTable(DataTable):
         self._built[key] = (inputs, cells)
         return cells
 
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        """Widget.refresh; during a sync, one refresh for the whole sync (DataTable asks for one
+        per cell written, and each costs what a repaint of the whole table costs to plan)."""
+        if self._deferred is not None:
+            self._deferred = (self._deferred[0] or layout, self._deferred[1] or recompose)
+            return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
     def sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Make the table show `rows` (row key, cells), in this order."""
+        self._deferred = (False, False)
+        try:
+            self._sync(rows)
+        finally:
+            layout, recompose = self._deferred
+            self._deferred = None
+            self.refresh(layout=layout, recompose=recompose)
+
+    def _sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
         selected = self._reselect or self.selected_key
         self._reselect = None
         order = [key for key, _ in rows]

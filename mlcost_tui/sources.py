@@ -64,6 +64,8 @@ class LiveSource:
         """Seconds until the next poll: the interval, or a backoff while a daemon fails."""
         worst = max(self.failures, default=0)
         if worst == 0:
+            if starting and not any(n is not None and n.ts is not None for n in self.last_now):
+                return STARTING_RETRY_S  # a daemon that answers but has no tick yet
             return self.interval_s
         if starting and all(n is None for n in self.last_now):
             return STARTING_RETRY_S

@@ -149,6 +149,8 @@ async def test_apply_dry_run_then_confirm_and_snooze():
         await pilot.press("c")
         await pilot.pause()
         assert "num_workers=8" in app.clipboard
+        assert isinstance(app.screen, ActionScreen)  # open: the text can be selected by hand
+        await pilot.press("escape")
         # snooze hides it
         await pilot.press("x")
         await app.workers.wait_for_complete()
