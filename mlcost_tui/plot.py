@@ -9,7 +9,7 @@ bar shows exactly, and the chart is one Text that tests can read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -161,6 +161,18 @@ def history_chart(history: History, range_s: float, until: float, *, percent: bo
     since = max(points[0][0] if points else until - range_s, until - range_s)
     return Chart(points, since, until, 100.0 if percent else None,
                  percent_label if percent else money_label, style)
+
+
+async def covering(fetch: Callable[[float], Awaitable[History]], range_s: float,
+                   until: float) -> History:
+    """`fetch(since_s)` over `range_s`; when the data covers much less (a young daemon), asked
+    again over the span it covers, so the chart gets all its columns' worth of points."""
+    history = await fetch(range_s)
+    if history.points:
+        span = until - history.points[0].ts
+        if span < range_s / 4:
+            return await fetch(max(span * 1.1, 60.0))
+    return history
 
 
 def summary(values: Sequence[float], percent: bool) -> str:

@@ -17,10 +17,6 @@ TEMPERATURE_HOT_C = 85
 # A process waiting on I/O more than this share of the time is stalled.
 IO_STALL_WARN_PCT = 10.0
 IO_STALL_BAD_PCT = 40.0
-# A process's phase shows '-' until it has been watched this long with no stack sampled: until
-# then the daemon's balance is all compute by default (a dip must last [detect].min_window, 3 s
-# by default, before it is seen, and stacks are sampled after that).
-PHASE_KNOWN_AFTER_S = 10.0
 # Dollars per hour per row above which the figure is highlighted.
 EXPENSIVE_PER_HOUR = 5.0
 # The daemon counts as slow when /v1/now takes longer than this.

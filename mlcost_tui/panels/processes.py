@@ -19,7 +19,6 @@ from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import (
     MUTED,
-    PHASE_KNOWN_AFTER_S,
     io_stall_style,
     money_style,
     utilization_style,
@@ -91,21 +90,9 @@ def _command_cell(command: str) -> str:
     return fmt.short_command(command, 200)
 
 
-def known_phase(p: Process) -> str | None:
-    """The process's phase once the daemon can know it: before a dip could have been seen the
-    balance is all 'compute' by default, so it shows '-' until then."""
-    if not p.phase:
-        return None
-    seen = sum(v.get("seconds") or 0.0 for v in p.phases.values() if isinstance(v, dict))
-    if p.phases and seen < PHASE_KNOWN_AFTER_S and not any(
-            isinstance(v, dict) and v.get("top_stacks") for v in p.phases.values()):
-        return None
-    return p.phase
-
-
 def compute_share(p: Process) -> float:
-    value = p.phases.get("compute")
-    return float(value.get("share") or 0.0) if isinstance(value, dict) else 0.0
+    """The share of its time a process computes (the phase balance column sorts by it)."""
+    return dict(fmt.phase_shares(p.phases)).get("compute", 0.0)
 
 
 def _size(value: float | None) -> str:
@@ -136,8 +123,8 @@ COLUMNS: tuple[ProcessColumn, ...] = (
                   sort=lambda p: p.burn_per_hour or 0.0),
     ProcessColumn("spent", "spent", 9, 4, value=lambda r: r.process.cost,
                   draw=lru_cache(_CACHE)(fmt.money), sort=lambda p: p.cost or 0.0),
-    ProcessColumn("phase", "phase", 11, value=lambda r: known_phase(r.process),
-                  draw=_phase_cell, sort=lambda p: known_phase(p) or "", descending=False),
+    ProcessColumn("phase", "phase", 11, value=lambda r: r.process.phase,
+                  draw=_phase_cell, sort=lambda p: p.phase or "", descending=False),
     ProcessColumn("phases", "phase balance", 13, 6, value=lambda r: r.process.phases,
                   draw=lambda phases: fmt.phase_bar(phases, 13), sort=compute_share),
     ProcessColumn("io", "I/O wait", 8, 4, value=lambda r: r.process.io_wait_percent,
@@ -177,6 +164,10 @@ class ProcessPanel(KeyedTable):
 
     def columns_for(self, width: int) -> tuple[Column, ...]:
         columns = [c for c in COLUMNS if c.key != "job" or self.show_jobs]
+        # The command says what a process is: it keeps a quarter of a wide screen.
+        columns = [ProcessColumn(c.key, c.label, max(c.width or 0, width // 4), c.priority,
+                                 c.flex, c.value, c.draw, c.sort, c.descending)
+                   if c.key == "command" else c for c in columns]
         if self.tree_mode:
             columns = [ProcessColumn(c.key, c.label, TREE_PID_WIDTH, c.priority, c.flex,
                                      c.value, c.draw, c.sort, c.descending)

@@ -20,7 +20,7 @@ from daemon.clock import local_time
 from daemon.wire import Phases, Process, Recommendation
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
-from mlcost_tui.plot import Plot, covered, history_chart, summary
+from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
 if TYPE_CHECKING:
@@ -174,8 +174,9 @@ class DetailsScreen(Screen):
                             "phases: none recorded in the 5 minutes before this tick")
             return
         try:
-            history = await self.client.process_history(self.process.key, "sm_share",
-                                                        HISTORY_RANGE_S, 240)
+            client, key = self.client, self.process.key
+            history = await covering(lambda since: client.process_history(
+                key, "sm_share", since, 240), HISTORY_RANGE_S, fmt.clock())
         except ClientError as exc:
             self.query_one("#sm", Plot).show(None, f"SM share history unavailable: {exc}")
         else:

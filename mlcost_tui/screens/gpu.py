@@ -15,7 +15,7 @@ from textual.widgets import Footer, Label, Static
 
 from daemon.wire import Gpu, Process
 from mlcost_tui import format as fmt
-from mlcost_tui.plot import Chart, Plot, covered, history_chart, summary
+from mlcost_tui.plot import Chart, Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import GOOD, MUTED, WARN
 
 if TYPE_CHECKING:
@@ -93,9 +93,11 @@ class GpuScreen(Screen):
         gpu = self.gpus[0]
         until = fmt.clock()
         try:
-            util = await self.client.gpu_history(gpu.index, "utilization", RANGE_S, POINTS)
-            memory = await self.client.gpu_history(gpu.index, "memory_used_bytes", RANGE_S,
-                                                   POINTS)
+            client = self.client
+            util = await covering(lambda since: client.gpu_history(
+                gpu.index, "utilization", since, POINTS), RANGE_S, until)
+            memory = await covering(lambda since: client.gpu_history(
+                gpu.index, "memory_used_bytes", since, POINTS), RANGE_S, until)
         except ClientError as exc:
             for name in ("utilization", "memory"):
                 self.query_one(f"#{name}", Plot).show(None, f"unavailable: {exc}")

@@ -4,6 +4,7 @@ The daemon picks the resolution (raw samples for an hour, minute rollups for a d
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -15,7 +16,7 @@ from textual.widgets import Footer, Label, Static
 
 from daemon.wire import History
 from mlcost_tui import format as fmt
-from mlcost_tui.plot import Plot, covered, history_chart, summary
+from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import BAD, GOOD
 
 if TYPE_CHECKING:
@@ -82,7 +83,9 @@ class HistoryScreen(Screen):
         range_s = self.range_s
         until = fmt.clock()
         try:
-            wasted = await client.host_history("wasted_per_hour", range_s, POINTS)
+            wasted = await covering(
+                lambda since: client.host_history("wasted_per_hour", since, POINTS), range_s,
+                until)
             self.show_series("wasted", "Wasted $/h (whole host)", wasted, None, until, False)
         except ClientError as exc:
             error = str(exc)
@@ -90,12 +93,17 @@ class HistoryScreen(Screen):
         for index in self.gpus:
             label = f"GPU {index} utilization"
             try:
-                history = await client.gpu_history(index, "utilization", range_s, POINTS)
+                history = await covering(partial(self.gpu_utilization, client, index),
+                                         range_s, until)
                 self.show_series(f"gpu{index}", label, history, None, until, True)
             except ClientError as exc:
                 error = str(exc)
                 self.show_series(f"gpu{index}", label, None, error, until, True)
         self.done(error)
+
+    @staticmethod
+    async def gpu_utilization(client: Client, index: int, since_s: float) -> History:
+        return await client.gpu_history(index, "utilization", since_s, POINTS)
 
     def show_series(self, name: str, label: str, history: History | None, error: str | None,
                     until: float, percent: bool) -> None:

@@ -92,7 +92,7 @@ async def test_a_click_on_a_column_header_sorts_by_it_and_again_inverts():
         await pilot.pause()
         procs = app.query_one(ProcessPanel)
         keys = list(procs.shown_keys)
-        for key in ("cpu", "user", "command"):
+        for key in ("cpu", "gpu_mem", "command"):
             x = sum(c.get_render_width(procs) for c in procs.ordered_columns[:keys.index(key)])
             assert await pilot.click(ProcessPanel, offset=(x + 3, 1))
             await pilot.pause()
