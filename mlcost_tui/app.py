@@ -207,6 +207,8 @@ class MlcostTop(App):
             self.poll()
 
     def on_resize(self, event: events.Resize) -> None:
+        if not self.query(HeaderPanel):
+            return  # before compose, or while closing
         # Runs before App's own handler has recorded the new size: lay out for event.size.
         if self.apply_layout(event.size) and self.hosts and not self.paused:
             self.render_hosts()
@@ -249,6 +251,8 @@ class MlcostTop(App):
                 self._poll_timer = self.set_timer(delay, self.poll, name="next poll")
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        if not self.query(HeaderPanel):
+            return  # a poll that finished while the app closes: no panels to draw on
         self.hosts = message.hosts
         if any(h.error is None and h.now is not None and h.now.ts is not None
                for h in self.hosts):
