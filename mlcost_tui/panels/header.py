@@ -46,13 +46,16 @@ def stale_price_badge(warning: str) -> Text:
 
 
 def target_label(target: str) -> str:
-    """An event's target in words: 'gpu:5' is 'GPU 5', 'host' the whole host."""
+    """A target in words: 'gpu:5' is 'GPU 5 idle' (an event's), '1234:1700000000.000' (a
+    process key) 'process 1234', 'host' the whole host."""
     kind, _, rest = target.partition(":")
     if kind == "gpu" and rest:
         return f"GPU {rest} idle"
     if kind == "process" and rest:
         return f"process {rest.partition(':')[0]}"
-    return target
+    if kind.isdigit() and rest:
+        return f"process {kind}"
+    return "the whole host" if target == "host" else target
 
 
 class HeaderPanel(Static):

@@ -19,6 +19,7 @@ from textual.widgets import Footer, Label, Static
 from daemon.clock import local_time
 from daemon.wire import Phases, Process, Recommendation
 from mlcost_tui import format as fmt
+from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
@@ -238,7 +239,8 @@ class DetailsScreen(Screen):
     def _recommendation_text(self, r: Recommendation) -> Text:
         text = Text()
         text.append(f"{r.rule}", style="bold")
-        text.append(f"  ({r.id}, target {r.target})\n", style=MUTED)
+        text.append(f"  about {target_label(r.target).removesuffix(' idle')}  (id {r.id})\n",
+                    style=MUTED)
         text.append(r.summary + "\n\n")
         text.append("Saves ", style="bold")
         text.append_text(savings_text(r))
