@@ -100,6 +100,11 @@ class RecommendationTable(KeyedTable):
         shown = self.shown_keys
         self.sync([(r.id, tuple(cells[k] for k in shown))
                    for r, cells in ((r, self.cells(r)) for r in recs)])
+        if not self.has_focus and self.row_count and self.cursor_row != 0:
+            # Not being browsed: the biggest saving stays in view, whatever was selected
+            # before (on a short screen one row shows).
+            self.move_cursor(row=0, animate=False)
+            self.scroll_to(y=0, animate=False)
         title = f"Recommendations ({len(recs)})" if recs else \
             "Recommendations (none at this recorded tick)" if self.replaying else \
             "Recommendations (none yet: rules run every ~30 s)"

@@ -140,3 +140,21 @@ async def test_the_status_line_is_shown_paused_and_without_a_daemon(size):
         await pilot.pause()
         status = screen_text(app)[2]
         assert status.lstrip().startswith("✕ no daemon")
+
+
+@pytest.mark.asyncio
+async def test_the_top_recommendation_stays_in_view_when_a_bigger_one_arrives():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await three_frames(pilot)
+        snap = demo_like(4)
+        assert snap.now is not None
+        import dataclasses
+
+        bigger = dataclasses.replace(snap.now.recommendations[0], id="rec-big",
+                                     summary="shrink to a smaller instance",
+                                     savings_per_month=9999.0, combined_savings_per_month=9999.0)
+        now = dataclasses.replace(snap.now, recommendations=(bigger, *snap.now.recommendations))
+        app.post_message(SnapshotArrived((dataclasses.replace(snap, now=now),)))
+        await pilot.pause()
+        assert re.search(r"\$9,999 .*shrink to a smaller", "\n".join(screen_text(app)))
