@@ -208,8 +208,19 @@ class Replay:
         return events, windows
 
     def _recommendations(self, at: float) -> list[dict[str, Any]]:
+        """The recommendations standing at `at`. The store keeps each one's latest text only:
+        one evaluated again after `at` says when its text is from, not as if it were `at`'s."""
         found = queries.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
-        return [r for r in found if r["first_seen"] <= at]
+        shown = []
+        for rec in found:
+            if rec["first_seen"] > at:
+                continue
+            if rec["last_seen"] > at + RECOMMENDATION_GRACE_S:
+                rec = dict(rec, summary=f"(text as evaluated at "
+                                        f"{clock.local_time(rec['last_seen'], date=False)}) "
+                                        f"{rec['summary']}")
+            shown.append(rec)
+        return shown
 
     def close(self) -> None:
         self.reader.close()

@@ -212,3 +212,23 @@ async def test_the_replay_details_screen_shows_the_recorded_stacks(store):
         body = str(app.screen.query_one("#details-body").render())
         assert "Top stacks" in body and "no stacks recorded" not in body
         assert ":" not in body.splitlines()[0].split("started")[0]  # no raw pid:start key
+
+
+def test_a_recommendation_evaluated_after_the_tick_says_when_its_text_is_from(store,
+                                                                               monkeypatch):
+    from daemon import replay as replay_module
+    from daemon.clock import local_time
+
+    replay = Replay(store)
+    first, last = replay.times()[0], replay.times()[-1]
+    later = last + 3600  # evaluated again an hour on: its text is that hour's
+    recorded = [{"id": "r1", "rule": "idle_gpu_held", "target": "gpu:0", "summary": "idle 61 min",
+                 "first_seen": first, "last_seen": later, "action": {"kind": "none"}},
+                {"id": "r2", "rule": "spot", "target": "host", "summary": "use spot",
+                 "first_seen": first, "last_seen": first, "action": {"kind": "none"}}]
+    monkeypatch.setattr(replay_module.queries, "recommendations",
+                        lambda reader, since: [dict(r) for r in recorded
+                                               if r["last_seen"] >= since])
+    shown = {r["id"]: r["summary"] for r in replay._recommendations(first)}
+    assert shown["r1"] == f"(text as evaluated at {local_time(later, date=False)}) idle 61 min"
+    assert shown["r2"] == "use spot"  # its text is from this tick
