@@ -62,3 +62,28 @@ def test_help_lists_every_scenario_and_describes_check():
         assert name in run_help.replace("- ", "-")
     check_help = cli("check", "--help").stdout
     assert "Check what mlcostd can read on this host" in " ".join(check_help.split())
+
+
+def test_watch_keeps_a_recommendation_between_two_evaluations(tmp_path):
+    """--watch shows the last 10 s, but the rules run every [cost].evaluate_every: a
+    recommendation last evaluated 20 s ago still stands and must not flicker to 'none'."""
+    import time
+
+    from daemon.commands.cli import WATCH_WINDOW_S, watch_text
+    from daemon.sources.sample import ProcessSample, Sample
+    from daemon.store import facts
+    from daemon.store.writer import Store
+
+    path = tmp_path / "x.db"
+    store = Store(str(path))
+    now = time.time()
+    for i in range(3):
+        store.write(Sample(ts=now - 2 + i, tick=i + 1, processes=(
+            ProcessSample(10, now - 60, 1, "alice", "python train.py"),)))
+    facts.write_recommendations(store, [{
+        "id": "r1", "rule": "idle_gpu_held", "target": "gpu:0", "savings_per_month": 100.0,
+        "summary": "GPU 0 held idle by pid 10", "action": {"kind": "none"}}], now - 20)
+    store.close()
+    assert "none in this window" in watch_text(path, WATCH_WINDOW_S)  # the old window: gone
+    text = watch_text(path, 2 * 30.0 + 5)
+    assert "GPU 0 held idle by pid 10" in text and "none in this window" not in text
