@@ -14,9 +14,9 @@ from textual.widgets import Static
 
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
-ABOUT = """mlcost-top shows what every GPU and GPU process on this host costs right now, where
-the money idles, and what to do about it. Figures come from mlcostd's API; '-' means the daemon
-has not computed that figure (yet)."""
+ABOUT = ("mlcost-top shows what every GPU and GPU process on a host costs, where the money "
+         "idles, and what to do about it. Figures come from mlcostd's API; '-' means the "
+         "daemon has not computed that figure (yet).")
 
 Section = tuple[str, Sequence[tuple[str, str]]]  # a title and its (keys, what they do) lines
 
