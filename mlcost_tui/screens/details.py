@@ -144,7 +144,7 @@ class DetailsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            if self.process is not None:
+            if self.process is not None and self.client is not None:  # a replay has no history
                 yield Label("SM share over the last hour", id="sm-label")
                 yield Plot(id="sm", empty="loading the SM share history…")
             yield Static(self.render_body(), id="details-body")
@@ -162,7 +162,6 @@ class DetailsScreen(Screen):
         if self.process is None:
             return
         if self.client is None:
-            self.query_one("#sm", Plot).show(None, "history needs a daemon (a replay has none)")
             if self.recorded_phases is None:
                 self.set_phases(None, "phases: no daemon and no recording to read them from")
                 return
