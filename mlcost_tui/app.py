@@ -81,6 +81,7 @@ class MlcostTop(App):
         Binding("I", "invert", "Invert", id="app.invert"),
         Binding("t", "tree", "Tree", id="app.tree"),
         Binding("p,space", "pause", "Pause", id="app.pause"),
+        Binding("space,p", "play", "Play/pause", id="replay.play"),
         Binding("enter", "details", "Details", id="app.details", show=False),
         Binding("a", "apply_recommendation", "Apply", id="app.apply"),
         Binding("x", "snooze_recommendation", "Snooze", id="app.snooze"),
@@ -111,6 +112,7 @@ class MlcostTop(App):
         ("kill", "Stop idle process", "SIGTERM via mlcostd, after confirmation (k)"),
         ("history", "History", "utilization and wasted $/h over 1 h and 24 h (h)"),
         ("back_to_fleet", "Back to the fleet", "leave this host's view (escape)"),
+        ("play", "Replay: play / pause", "play the recording from this tick (space)"),
         ("replay_step(-1)", "Replay: back one tick", "([)"),
         ("replay_step(1)", "Replay: forward one tick", "(])"),
         ("replay_minute(-1)", "Replay: back one minute", "({)"),
@@ -333,8 +335,10 @@ class MlcostTop(App):
         return self.selected_recommendation()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("replay_step", "replay_minute"):
+        if action in ("replay_step", "replay_minute", "play"):
             return True if self.replay is not None else False
+        if action == "pause" and self.replay is not None:
+            return False  # space plays a replay (replay.play)
         if action == "back_to_fleet":
             return True if self.fleet and self.viewing is not None else False
         if self.viewing is None and action in self.NEEDS_HOST:
@@ -463,6 +467,9 @@ class MlcostTop(App):
         table.tree_mode = not table.tree_mode
         table.fit(table.width)  # the PID column makes room for the branches
         self._rerender_processes()
+
+    def action_play(self) -> None:
+        self.toggle_play()
 
     def action_pause(self) -> None:
         if self.replay is not None:

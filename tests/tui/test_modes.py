@@ -111,3 +111,17 @@ async def test_copy_says_what_it_did_and_how_to_copy_by_hand(monkeypatch):
     assert said and "OSC 52" in said[0] and "select the text" in said[0]
     assert "copied to the clipboard" not in said[0]
     assert "set-clipboard on" in copy_note({"TMUX": "/tmp/tmux-0/default,1,0"})
+
+
+@pytest.mark.asyncio
+async def test_space_plays_a_replay_and_the_footer_says_play():
+    app = MlcostTop([], poll=False, replay=RecordedStore())  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        keys = {b.binding.id for b in app.active_bindings.values() if b.enabled}
+        assert "replay.play" in keys and "app.pause" not in keys
+        await pilot.press("space")
+        assert app.playing and not app.paused
+        await pilot.press("space")
+        assert not app.playing
