@@ -12,12 +12,13 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from daemon.config import default_socket_path
 from daemon.wire import ActionResult, Health, History, Now, Phases, Recommendation
+
+if TYPE_CHECKING:  # imported on the first request: mlcost-top draws its first frame without it
+    import aiohttp
 
 DEFAULT_TIMEOUT_S = 3.0
 HISTORY_TIMEOUT_S = 8.0
@@ -81,6 +82,8 @@ class Client:
         return "check that mlcostd runs there with --listen, and the address and port"
 
     def _open(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None or self._session.closed:
             connector = (aiohttp.UnixConnector(path=self.socket_path)
                          if self.socket_path is not None else aiohttp.TCPConnector(limit=4))
@@ -91,6 +94,8 @@ class Client:
     async def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                        body: dict[str, Any] | None = None,
                        timeout_s: float | None = None) -> Any:
+        import aiohttp
+
         session = self._open()
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:

@@ -156,6 +156,19 @@ class Replay:
             self._states.popitem(last=False)
         return state
 
+    def phases_at(self, key: str, ts: float,
+                  since_s: float = PHASE_WINDOW_S) -> dict[str, Any] | None:
+        """One process's phase balance with its top stacks ("pid:start_time") over the since_s
+        before the recorded tick at or before ts: what /v1/phases answers live (None: the
+        process has no balance then)."""
+        index = max(bisect.bisect_right(self._all_ms, round(ts * 1000)) - 1, 0)
+        at = self._all_ms[index] / 1000
+        for (pid, start), balance in phase_balances(self.reader, at - since_s, at,
+                                                    self.interval_s).items():
+            if process_key(pid, start) == key:
+                return balance
+        return None
+
     def _document(self, sample: Sample, previous: Sample | None) -> dict[str, Any]:
         """The same builder as the live daemon's, over what the store holds at sample.ts."""
         at = sample.ts
@@ -227,8 +240,19 @@ class Replay:
         return events, windows
 
     def _recommendations(self, at: float) -> list[dict[str, Any]]:
+        """The recommendations standing at `at`. The store keeps each one's latest text only:
+        one evaluated again after `at` says when its text is from, not as if it were `at`'s."""
         found = queries.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
-        return [r for r in found if r["first_seen"] <= at]
+        shown = []
+        for rec in found:
+            if rec["first_seen"] > at:
+                continue
+            if rec["last_seen"] > at + RECOMMENDATION_GRACE_S:
+                rec = dict(rec, summary=f"(text as evaluated at "
+                                        f"{clock.local_time(rec['last_seen'], date=False)}) "
+                                        f"{rec['summary']}")
+            shown.append(rec)
+        return shown
 
     def close(self) -> None:
         self.reader.close()

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
@@ -26,15 +26,18 @@ from textual.widgets import DataTable, Footer, Input
 from daemon.clock import local_time
 from daemon.wire import Now, Process, Recommendation
 from mlcost_tui import incidents
+from mlcost_tui.hoststats import HostMeter, HostStats
 from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.layout import Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
 from mlcost_tui.panels.header import HeaderPanel
-from mlcost_tui.panels.processes import SORTS, ProcessPanel
+from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
 from mlcost_tui.screens.details import DetailsScreen
+from mlcost_tui.screens.gpu import GpuScreen
 from mlcost_tui.screens.help import HelpScreen
 from mlcost_tui.screens.history import HistoryScreen
 from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
@@ -62,6 +65,10 @@ class MlcostTop(App):
     GpuPanel, ProcessPanel, RecommendationTable, FleetPanel { border: round $primary-darken-2; }
     GpuPanel:focus-within, ProcessPanel:focus-within, RecommendationTable:focus-within,
     FleetPanel:focus-within { border: round $accent; }
+    GpuPanel.compact, ProcessPanel.compact, RecommendationTable.compact {
+        border: none; border-top: round $primary-darken-2; }
+    GpuPanel.compact:focus-within, ProcessPanel.compact:focus-within,
+    RecommendationTable.compact:focus-within { border: none; border-top: round $accent; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
     .hidden { display: none; }
@@ -75,6 +82,7 @@ class MlcostTop(App):
         Binding("I", "invert", "Invert", id="app.invert"),
         Binding("t", "tree", "Tree", id="app.tree"),
         Binding("p,space", "pause", "Pause", id="app.pause"),
+        Binding("space,p", "play", "Play/pause", id="replay.play"),
         Binding("enter", "details", "Details", id="app.details", show=False),
         Binding("a", "apply_recommendation", "Apply", id="app.apply"),
         Binding("x", "snooze_recommendation", "Snooze", id="app.snooze"),
@@ -107,6 +115,7 @@ class MlcostTop(App):
         ("history", "History", "utilization and wasted $/h over 1 h and 24 h (h)"),
         ("snapshot", "Snapshot", "the last 30 min as a snapshot file and HTML report (s)"),
         ("back_to_fleet", "Back to the fleet", "leave this host's view (escape)"),
+        ("play", "Replay: play / pause", "play the recording from this tick (space)"),
         ("replay_step(-1)", "Replay: back one tick", "([)"),
         ("replay_step(1)", "Replay: forward one tick", "(])"),
         ("replay_minute(-1)", "Replay: back one minute", "({)"),
@@ -121,11 +130,14 @@ class MlcostTop(App):
     def __init__(self, clients: Sequence[Client], *, readonly: bool = False,
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
                  starting: str | None = None, replay: Replay | None = None,
-                 prometheus: Screen | None = None) -> None:
+                 prometheus: Screen | None = None,
+                 first: HostSnapshot | None = None) -> None:
         super().__init__()
         # --prometheus: the fleet table from Prometheus (screens/prometheus_fleet.py), shown
         # first; enter there opens one daemon here through watch_daemon, escape goes back.
         self.prometheus = prometheus
+        self.first = first  # /v1/now fetched before the App started: the first frame shows it
+        self.first_data_at: float | None = None  # perf_counter when real figures were first set
         self.live = LiveSource(clients, interval_s)
         self.replay = ReplaySource(replay) if replay is not None else None
         self.playing = False
@@ -142,6 +154,12 @@ class MlcostTop(App):
         self._poll_timer: Timer | None = None
         self.render_seconds = 0.0  # how long the last render took (the bench reads it)
         self.event_snapshots = incidents.EventSnapshots()
+        self.screen_layout: Layout | None = None
+        # The host line, where the daemon is on this machine (a unix socket, --demo).
+        local = replay is None and len(self.clients) == 1 and \
+            self.clients[0].name.startswith("unix:")
+        self.host_meter = HostMeter() if local else None
+        self.host_stats: HostStats | None = None
 
     @property
     def clients(self) -> list[Client]:
@@ -187,11 +205,51 @@ class MlcostTop(App):
         if self.prometheus is not None:
             self.install_screen(self.prometheus, "prometheus")
             self.push_screen("prometheus")
+        self.apply_layout()
         if self.replay is not None:
+            self.query_one(RecommendationTable).replaying = True
             header.update(f"mlcost-top: opening the replay of {self.replay.path}…")
             self.replay_goto(0)
+        elif self.first is not None and self.first.now is not None:
+            self.live.last_now[0] = self.first.now
+            self.on_snapshot_arrived(SnapshotArrived((self.first,)))  # before the first paint
+            if self.polling:
+                self._poll_timer = self.set_timer(self.live.interval_s, self.poll,
+                                                  name="next poll")
+                self.call_after_refresh(self.preload_client)
         elif self.polling:
             self.poll()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if not self.query(HeaderPanel):
+            return  # before compose, or while closing
+        # Runs before App's own handler has recorded the new size: lay out for event.size.
+        if self.apply_layout(event.size) and self.hosts and not self.paused:
+            self.render_hosts()
+
+    def apply_layout(self, size: tuple[int, int] | None = None) -> bool:
+        """Lay the main screen out for the terminal's size and the host's GPU count (see
+        mlcost_tui.layout); True when it changed (the panels must be drawn again)."""
+        width, height = size or self.size
+        now = self.now
+        layout = layout_for(width, height, len(now.gpus) if now is not None else 0)
+        if layout == self.screen_layout:
+            return False
+        self.screen_layout = layout
+        gpus, processes = self.query_one(GpuPanel), self.query_one(ProcessPanel)
+        recommendations = self.query_one(RecommendationTable)
+        gpus.group_idle = layout.group_idle_gpus
+        gpus.styles.max_height = layout.gpu_rows + layout.chrome_rows
+        recommendations.styles.max_height = layout.recommendation_rows + layout.chrome_rows
+        for panel in (gpus, processes, recommendations):
+            panel.set_class(layout.compact, "compact")
+            panel.fit(layout.table_width)
+        return True
+
+    @work(thread=True, exclusive=True, group="preload", exit_on_error=False,
+          description="import the HTTP client after the first frame, before the next poll")
+    def preload_client(self) -> None:
+        import aiohttp  # noqa: F401
 
     # -- polling -----------------------------------------------------------------------------
 
@@ -207,15 +265,23 @@ class MlcostTop(App):
                 self._poll_timer = self.set_timer(delay, self.poll, name="next poll")
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        if not self.query(HeaderPanel):
+            return  # a poll that finished while the app closes: no panels to draw on
         self.hosts = message.hosts
         for note in self.event_snapshots.news(self.hosts):
             self.notify(note, title="incident snapshot", timeout=10)
-        if self.hosts and any(h.error is None for h in self.hosts):
-            self.starting = None
+        if any(h.error is None and h.now is not None and h.now.ts is not None
+               for h in self.hosts):
+            self.starting = None  # the first tick's figures: no longer starting
         shown = self.shown_host
+        if self.host_meter is not None:
+            self.host_stats = self.host_meter.read()
         if shown is not None and shown.now is not None and shown.error is None:
             self.query_one(GpuPanel).remember(shown.now)
-        if self.paused or isinstance(self.screen, ModalScreen | DetailsScreen | HistoryScreen):
+            if self.screen_layout is not None:
+                self.apply_layout()  # the GPU count known now (or changed): group idle ones?
+        if self.paused or isinstance(self.screen, ModalScreen | DetailsScreen | HistoryScreen
+                                        | GpuScreen):
             return  # keep polling, skip the render
         self.render_hosts()
 
@@ -232,15 +298,17 @@ class MlcostTop(App):
                 self.query_one(FleetPanel).show(self.hosts)
             else:
                 snap = self.shown_host
-                if self.starting and (snap is None or snap.now is None):
+                if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
                     header.update(self.starting)
                 else:
                     header.show(snap, self.paused, retry,
                                 self.replay.status(self.playing) if self.replay else None)
                 if snap is not None and snap.now is not None:
-                    self.query_one(GpuPanel).show(snap.now)
+                    self.query_one(GpuPanel).show(snap.now, self.host_stats)
                     self.query_one(ProcessPanel).show(snap.now)
                     self.query_one(RecommendationTable).show(snap.now)
+                    if self.first_data_at is None and snap.now.gpus:
+                        self.first_data_at = time.perf_counter()
         self.render_seconds = time.perf_counter() - started
 
     @property
@@ -281,10 +349,10 @@ class MlcostTop(App):
         return self.selected_recommendation()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "kill" and self.readonly:
-            return None  # shown greyed out: --readonly
-        if action in ("replay_step", "replay_minute"):
+        if action in ("replay_step", "replay_minute", "play"):
             return True if self.replay is not None else False
+        if action == "pause" and self.replay is not None:
+            return False  # space plays a replay (replay.play)
         if action == "back_to_fleet":
             if self.prometheus is not None:
                 return bool(self.clients) and self.screen is not self.prometheus
@@ -292,24 +360,75 @@ class MlcostTop(App):
         if self.prometheus is not None and self.screen is self.prometheus and action in (
                 *self.NEEDS_HOST, "pause"):
             return False  # the Prometheus fleet table shows no host's panels
-        if self.replay is not None and action in self.NEEDS_DAEMON:
-            return None  # shown greyed out: a replay has no daemon to act through
         if self.viewing is None and action in self.NEEDS_HOST:
             return None
+        # A key that cannot act here (a replay, --readonly) still runs, to say why.
         return True
+
+    def cannot_here(self, action: str) -> str | None:
+        """Why `action` cannot run in this mode (None: it can)."""
+        if self.replay is not None and action in self.NEEDS_DAEMON:
+            return ("a replay shows what was recorded; applying, snoozing, stopping, the "
+                    "history and snapshots need the live daemon: run mlcost-top on the host")
+        if self.readonly and action == "kill":
+            return "--readonly: mlcost-top does not stop processes"
+        return None
+
+    def _refuse(self, action: str) -> bool:
+        """Say why `action` cannot run here; True when it cannot."""
+        why = self.cannot_here(action)
+        if why is not None:
+            self.notify(why, severity="warning", timeout=5)
+        return why is not None
 
     # -- keys --------------------------------------------------------------------------------
 
     def action_help(self) -> None:
-        lines = []
-        for bindings in (self.BINDINGS, DetailsScreen.BINDINGS, ActionScreen.BINDINGS,
-                         HistoryScreen.BINDINGS):
-            for b in bindings:
-                if isinstance(b, Binding):
-                    keys = ", ".join(self.get_key_display(Binding(k, b.action))
-                                     for k in b.key.split(","))
-                    lines.append((keys, b.description, b.id or ""))
-        self.push_screen(HelpScreen(lines))
+        self.push_screen(HelpScreen(self.help_sections(), self.mode_name))
+
+    @property
+    def mode_name(self) -> str:
+        if self.replay is not None:
+            return f"replay of {self.replay.path.name} (nothing is changed on any host)"
+        if self.viewing is None:
+            return "fleet table"
+        return "live" + (", read-only" if self.readonly else "")
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """The keys that work here and now (check_action), then the other screens' keys."""
+        titles = {action: title for action, title, _ in self.PALETTE}
+        here = []
+        for b in self.BINDINGS:
+            if not isinstance(b, Binding):
+                continue
+            name, _, args = b.action.partition("(")
+            if self.check_action(name, ()) is not True or name == "details" or \
+                    self.cannot_here(name) is not None:
+                continue
+            keys = ", ".join(self.get_key_display(Binding(k, b.action))
+                             for k in b.key.split(","))
+            here.append((keys, titles.get(b.action, b.description)))
+        here.append(("ctrl+p", "the command palette: the same actions by name"))
+        if self.viewing is not None:
+            here.append(("enter", "on a GPU: its processes and history; on a process or a "
+                                  "recommendation: its details"))
+            here.append(("click a header", "sort the processes by that column (again: invert)"))
+        sections = [("Keys", here)]
+        if self.viewing is not None:
+            details = [("escape, q", "back to the main screen")]
+            if self.replay is None:
+                details += [("a", "apply the recommendation (dry run first)"),
+                            ("x", f"snooze it for {SNOOZE_HOURS:g} h")]
+                sections.append(("Details screen (enter)", details))
+                sections.append(("History screen (h)", [
+                    ("w", "switch between the last hour and the last 24 h"),
+                    ("r", "reload")]))
+                sections.append(("Apply dialog (a)", [
+                    ("y", "do it (stop the process, resize the instance)"),
+                    ("c", "copy the patch or the commands"), ("n, escape", "cancel")]))
+            else:
+                sections.append(("Details screen (enter)", details))
+        return sections
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", FilterInput)
@@ -345,9 +464,17 @@ class MlcostTop(App):
 
     def action_sort(self, step: int) -> None:
         table = self.query_one(ProcessPanel)
-        table.sort_index = (table.sort_index + step) % len(SORTS)
+        table.step_sort(step)
         self._rerender_processes()
         self.notify(f"sorted by {table.sort_column.label}", timeout=1.5)
+
+    @on(DataTable.HeaderSelected)
+    def _header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a process column's header sorts by it; again, the other way."""
+        if isinstance(event.data_table, ProcessPanel):
+            event.stop()
+            event.data_table.sort_by(str(event.column_key.value))
+            self._rerender_processes()
 
     def action_invert(self) -> None:
         table = self.query_one(ProcessPanel)
@@ -357,7 +484,11 @@ class MlcostTop(App):
     def action_tree(self) -> None:
         table = self.query_one(ProcessPanel)
         table.tree_mode = not table.tree_mode
+        table.fit(table.width)  # the PID column makes room for the branches
         self._rerender_processes()
+
+    def action_play(self) -> None:
+        self.toggle_play()
 
     def action_pause(self) -> None:
         if self.replay is not None:
@@ -469,6 +600,11 @@ class MlcostTop(App):
         if self.viewing is None:
             return
         focused = self.focused
+        if isinstance(focused, GpuPanel):
+            gpus = focused.selected_gpus()
+            if gpus and self.now is not None:
+                self.push_screen(GpuScreen(gpus, self.now.processes, self.client))
+            return
         if isinstance(focused, RecommendationTable):
             rec = self.selected_recommendation()
             if rec is not None:
@@ -476,8 +612,9 @@ class MlcostTop(App):
             return
         process = self.selected_process()
         if process is not None:
-            self.push_screen(DetailsScreen(process=process, client=self.client,
-                                           related=self.recommendations_for(process)))
+            self.push_screen(DetailsScreen(
+                process=process, client=self.client, related=self.recommendations_for(process),
+                recorded_phases=self.replay.phases if self.replay is not None else None))
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -488,11 +625,13 @@ class MlcostTop(App):
             if key in names:
                 self.open_host(names.index(key))
             return
-        if isinstance(event.data_table, ProcessPanel | RecommendationTable):
+        if isinstance(event.data_table, ProcessPanel | RecommendationTable | GpuPanel):
             event.stop()
             self.action_details()
 
     def action_apply_recommendation(self) -> None:
+        if self._refuse("apply_recommendation"):
+            return
         rec = self.current_recommendation()
         if rec is None:
             self.notify("no recommendation selected: tab to the recommendations panel",
@@ -501,8 +640,7 @@ class MlcostTop(App):
         self.start_action(rec, dry_run=True)
 
     def action_kill(self) -> None:
-        if self.readonly:
-            self.notify("--readonly: mlcost-top does not stop processes", severity="warning")
+        if self._refuse("kill"):
             return
         process = self.selected_process()
         if process is None:
@@ -516,6 +654,8 @@ class MlcostTop(App):
                     f"pid {process.pid} is not one", severity="warning")
 
     def action_snooze_recommendation(self) -> None:
+        if self._refuse("snooze_recommendation"):
+            return
         rec = self.current_recommendation()
         if rec is None:
             self.notify("no recommendation selected: tab to the recommendations panel",
@@ -524,7 +664,7 @@ class MlcostTop(App):
         self.run_snooze(rec)
 
     def action_history(self) -> None:
-        if self.viewing is None or self.client is None:
+        if self._refuse("history") or self.viewing is None or self.client is None:
             return
         gpus = tuple(g.index for g in self.now.gpus) if self.now else ()
         self.push_screen(HistoryScreen(gpus, self.client))
@@ -532,7 +672,7 @@ class MlcostTop(App):
     @work(exclusive=True, group="snapshot", exit_on_error=False,
           description="take a snapshot of the last 30 minutes through mlcostd")
     async def action_snapshot(self) -> None:
-        if self.client is None:
+        if self._refuse("snapshot") or self.client is None:
             return
         self.notify("taking a snapshot of the last 30 minutes…", timeout=3)
         text, ok = await incidents.take(self.client)
@@ -557,10 +697,6 @@ class MlcostTop(App):
             def after(choice: str | None) -> None:
                 if choice == "do":
                     self.start_action(rec, dry_run=False)
-                elif choice == "copy":
-                    screen = ActionScreen(rec, result)
-                    self.copy_to_clipboard(screen.copy_text)
-                    self.notify("copied to the clipboard")
 
             self.push_screen(ActionScreen(rec, result, readonly=self.readonly), after)
 
@@ -597,7 +733,7 @@ class MlcostTop(App):
         yield from super().get_system_commands(screen)
         for action, title, help_text in self.PALETTE:
             name, _, arg = action.partition("(")
-            if self.check_action(name, ()) is not True:
+            if self.check_action(name, ()) is not True or self.cannot_here(name) is not None:
                 continue
             yield SystemCommand(title, help_text, partial(self.run_action, action))
 

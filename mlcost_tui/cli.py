@@ -122,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         if demo:
             demo.stop()
         return 2
-    app = MlcostTop(clients, readonly=args.readonly, interval_s=args.interval,
+    first = None
+    if demo is None and len(targets) == 1:
+        from mlcost_tui.prefetch import first_snapshot
+
+        first = first_snapshot(targets[0], token)  # real figures on the first frame
+    app = MlcostTop(clients, readonly=args.readonly, interval_s=args.interval, first=first,
                     starting="mlcost-top: starting the simulated demo host (mlcostd --simulate "
                              f"{args.scenario})…" if demo else None)
     if demo is not None:

@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 
 from daemon import clock as daemon_clock
-from mlcost_tui.thresholds import PHASE_COLOURS
+from mlcost_tui.thresholds import MUTED_TRACK, PHASE_COLOURS
 
 # The UI reads the one clock (daemon.clock) through this name, so tests can freeze it.
 clock: Callable[[], float] = daemon_clock.now
@@ -83,6 +83,30 @@ def phase_bar(phases: Mapping[str, Any], width: int = 10) -> Text:
         text.append("█" * cells, style=PHASE_COLOURS.get(name, "white"))
         used += cells
     return text
+
+
+EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def load_bar(share: float | None, width: int, style: str) -> Text:
+    """A bar `width` cells long filled to `share` (0..1) in eighths, in `style` (the load colour),
+    on a dim track: 100% is the full bar, 0% none of it."""
+    text = Text(end="")
+    if share is None:
+        text.append("·" * width, style=MUTED_TRACK)
+        return text
+    eighths = round(min(max(share, 0.0), 1.0) * width * 8)
+    full, part = divmod(eighths, 8)
+    text.append("█" * full, style=style)
+    if full < width:
+        text.append(EIGHTHS[part] if part else "", style=style)
+        text.append("·" * (width - full - (1 if part else 0)), style=MUTED_TRACK)
+    return text
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """'1 GPU', '3 GPUs', '1 recommendation', '2 processes'."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
 def ago(ts: float | None) -> str:

@@ -11,14 +11,64 @@ bench/tui_refresh.py measures it (target: one snapshot of 500 processes applied 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual.geometry import Region
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 Formatter = Callable[[Any], Any]
+
+# DataTable draws each column with one cell of padding either side.
+CELL_PADDING = 1
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a panel: `width` cells of content; `priority` 0 is always shown and higher
+    numbers are dropped first when the terminal is narrow (as htop and nvitop do); a `flex`
+    column (the command, the recommendation's text) takes the width the others leave."""
+
+    key: str
+    label: str
+    width: int | None = None
+    priority: int = 0
+    flex: bool = False
+
+
+def as_column(column: Column | tuple[str, str]) -> Column:
+    return column if isinstance(column, Column) else Column(column[0], column[1])
+
+
+def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
+    """The columns that fit in `width` cells, in their declared (on-screen) order: the most
+    important first, then each lower priority while it fits; flex columns get what is left."""
+    def cost(c: Column) -> int:
+        return (c.width or len(c.label)) + 2 * CELL_PADDING
+
+    chosen: set[str] = set()
+    used = 0
+    for column in sorted(columns, key=lambda c: c.priority):
+        if column.priority == 0 or used + cost(column) <= width:
+            chosen.add(column.key)
+            used += cost(column)
+    shown = [c for c in columns if c.key in chosen]
+    flex = [c for c in shown if c.flex]
+    if flex:
+        spare = max(width - used, 0)
+        share, extra = divmod(spare, len(flex))
+        grown = {c.key: Column(c.key, c.label, (c.width or len(c.label)) + share +
+                               (extra if i == 0 else 0), c.priority, c.flex)
+                 for i, c in enumerate(flex)}
+        shown = [grown.get(c.key, c) for c in shown]
+    return tuple(shown)
+
 
 # More gone rows than this share of the table: one clear() and re-add beats remove_row, which
 # re-indexes every row on each call.
@@ -47,10 +97,11 @@ def own_cell(value: Any) -> Text:
 class KeyedTable(DataTable):
     """Columns are (key, label) pairs; `sync` takes [(row_key, cells)] in display order."""
 
-    COLUMNS: Sequence[tuple[str, str]] = ()
+    COLUMNS: Sequence[Column | tuple[str, str]] = ()
     # Columns whose content grows after the first rows (cells are written in place, which does
     # not widen a column): a fixed width.
     WIDTHS: dict[str, int] = {}
+    _deferred: tuple[bool, bool] | None = None  # (layout, recompose) asked for during a sync
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -58,12 +109,41 @@ class KeyedTable(DataTable):
         self._first: dict[str, Text] = {}  # row key -> its first cell as put in the table
         self._order: list[str] = []  # row keys in display order
         self._column_keys: list[ColumnKey] = []
+        self.columns_shown: tuple[Column, ...] = ()
+        self._reselect: str | None = None
         # row key -> (inputs, cells): the last cells built and what they were built from
         self._built: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
 
+    @classmethod
+    def all_columns(cls) -> tuple[Column, ...]:
+        return tuple(Column(c.key, c.label, c.width or cls.WIDTHS.get(c.key), c.priority,
+                            c.flex) for c in map(as_column, cls.COLUMNS))
+
     def on_mount(self) -> None:
-        self._column_keys = [self.add_column(label, key=key, width=self.WIDTHS.get(key))
-                             for key, label in self.COLUMNS]
+        if not self.columns_shown:
+            self.show_columns(self.all_columns())
+
+    def fit(self, width: int) -> bool:
+        """Show the columns that fit in `width` cells; True when that changed the columns (the
+        rows are gone then: sync them again)."""
+        return self.show_columns(fit_columns(self.all_columns(), width))
+
+    def show_columns(self, columns: Sequence[Column]) -> bool:
+        """Show exactly `columns` (a change removes every row: the caller syncs again)."""
+        columns = tuple(columns)
+        if columns == self.columns_shown:
+            return False
+        self._reselect = self.selected_key or self._reselect  # the cursor's row, after the sync
+        self.clear_rows()
+        self.clear(columns=True)
+        self.columns_shown = columns
+        self._column_keys = [self.add_column(c.label, key=c.key, width=c.width)
+                             for c in columns]
+        return True
+
+    @property
+    def shown_keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self.columns_shown)
 
     @property
     def selected_key(self) -> str | None:
@@ -93,9 +173,28 @@ class KeyedTable(DataTable):
         self._built[key] = (inputs, cells)
         return cells
 
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        """Widget.refresh; during a sync, one refresh for the whole sync (DataTable asks for one
+        per cell written, and each costs what a repaint of the whole table costs to plan)."""
+        if self._deferred is not None:
+            self._deferred = (self._deferred[0] or layout, self._deferred[1] or recompose)
+            return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
     def sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Make the table show `rows` (row key, cells), in this order."""
-        selected = self.selected_key
+        self._deferred = (False, False)
+        try:
+            self._sync(rows)
+        finally:
+            layout, recompose = self._deferred
+            self._deferred = None
+            self.refresh(layout=layout, recompose=recompose)
+
+    def _sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        selected = self._reselect or self.selected_key
+        self._reselect = None
         order = [key for key, _ in rows]
         wanted = set(order)
         gone = [key for key in self._cells if key not in wanted]

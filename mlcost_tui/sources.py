@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon.clock import local_time
-from daemon.wire import Now
+from daemon.wire import Now, Phases
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, afte
 
 POLL_INTERVAL_S = 1.0
 RETRY_MAX_S = 10.0
-STARTING_RETRY_S = 0.5  # an embedded daemon that is still starting: look again soon
+STARTING_RETRY_S = 0.5
+PHASE_WINDOW_S = 300.0  # a replayed process's phases: the 5 minutes before the tick shown  # an embedded daemon that is still starting: look again soon
 
 
 class LiveSource:
@@ -63,6 +64,8 @@ class LiveSource:
         """Seconds until the next poll: the interval, or a backoff while a daemon fails."""
         worst = max(self.failures, default=0)
         if worst == 0:
+            if starting and not any(n is not None and n.ts is not None for n in self.last_now):
+                return STARTING_RETRY_S  # a daemon that answers but has no tick yet
             return self.interval_s
         if starting and all(n is None for n in self.last_now):
             return STARTING_RETRY_S
@@ -132,6 +135,16 @@ class ReplaySource:
                                     time.monotonic() - started, fmt.clock(), 1)
             self.last_now = now
         return HostSnapshot(self.target, now, None, time.monotonic() - started, fmt.clock())
+
+    def phases(self, key: str) -> Phases | None:
+        """Process `key`'s phase balance with its top stacks at the tick shown (None: none)."""
+        if not self.times:
+            return None
+        with self._reading:
+            balance = self.replay.phases_at(key, self.times[self.index])
+        if balance is None:
+            return None
+        return Phases.from_dict({"key": key, "since_s": PHASE_WINDOW_S, "phases": balance})
 
     def status(self, playing: bool) -> str | None:
         """The header's replay line: file, time, position and the keys."""

@@ -27,6 +27,7 @@ WARN = "yellow"
 BAD = "red"
 MUTED = "grey50"
 MONEY = "bold"
+MUTED_TRACK = "grey30"  # the empty part of a load bar
 
 PHASE_COLOURS = {
     "compute": "green",
@@ -56,6 +57,11 @@ def memory_style(used: int | None, total: int | None) -> str:
         return ""
     share = used / total
     return BAD if share >= MEMORY_FULL_FRACTION else WARN if share >= MEMORY_WARN_FRACTION else ""
+
+
+def memory_bar_style(used: int | None, total: int | None) -> str:
+    """The memory bar's colour: green, then yellow and red as the GPU's memory fills."""
+    return memory_style(used, total) or (GOOD if used and total else MUTED)
 
 
 def temperature_style(value: int | None) -> str:

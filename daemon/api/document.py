@@ -72,6 +72,20 @@ def gpu_entry(gpu: GpuModel) -> dict[str, Any]:
     }
 
 
+# Until a process has been watched this long with no stack sampled, its balance is all compute by
+# default (a dip must last [detect].min_window, 3 s by default, before a window opens and stacks
+# are sampled): its phase is not known yet, and the document says so (None) rather than compute.
+PHASE_KNOWN_AFTER_S = 10.0
+
+
+def phase_known(balance: Mapping[str, Mapping[str, Any]] | None) -> bool:
+    if not balance:
+        return False
+    watched = sum(float(part.get("seconds") or 0.0) for part in balance.values())
+    sampled = any(part.get("top_stacks") for part in balance.values())
+    return sampled or watched >= PHASE_KNOWN_AFTER_S
+
+
 def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
                   balance: Mapping[str, Mapping[str, Any]] | None,
                   stack_status: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -91,7 +105,7 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "cost": cost.get("cost") if cost else None,
         "job": cost.get("job") if cost else None,
         "phases": phases,
-        "phase": max(phases, key=lambda p: phases[p]) if phases else None,
+        "phase": max(phases, key=lambda p: phases[p]) if phases and phase_known(balance) else None,
         "stack_status": stack_status["status"] if stack_status else None,
         # Why each phase was decided, from its top stack's classification.
         "phase_reasons": {phase: (part["top_stacks"][0].get("reason")

@@ -55,7 +55,7 @@ def check_nvml() -> Check:
             shares = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, handle, 0)
             if isinstance(shares, NvmlFailure) and shares.kind == UNSUPPORTED:
                 notes.append(f"GPU {index}: per-process SM share not supported (MIG?)")
-        detail = f"driver {driver}, {count} GPU(s): " + ", ".join(
+        detail = f"driver {driver}, {count} GPU{'' if count == 1 else 's'}: " + ", ".join(
             f"{i}: {n}" for i, n in enumerate(names))
         if has_symbol("nvmlDeviceGetMemoryInfo_v2"):
             detail += "; memory used as nvidia-smi shows it (v2 memory info, reserved apart)"

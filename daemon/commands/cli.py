@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between samples (default 1)")
     run.add_argument("--simulate", metavar="SCENARIO",
                      help="record a simulated GPU host instead of NVML: a built-in scenario "
-                          "(demo, idle-host, data-stall, faults) or a scenario .toml file; its "
+                          f"({', '.join(builtin_scenarios())}) or a scenario .toml file; its "
                           "workloads start with the daemon and stop with it; without --config it "
                           "reads daemon/sim/simulate.toml (idle events after 1 min)")
     run.add_argument("--socket", metavar="FILE",
@@ -98,10 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="default: [daemon].log_level (info)")
 
     check = sub.add_parser("check", help="what works on this host (NVML, py-spy, delay "
-                                         "accounting, PSI), and the fix for what doesn't")
+                                         "accounting, PSI), and the fix for what doesn't",
+                           description="Check what mlcostd can read on this host: NVML and "
+                                       "its per-process data, py-spy and its permission, delay "
+                                       "accounting, PSI, the cloud instance and its price. "
+                                       "Each line says ok, warn or fail, and the fix. Exits 1 "
+                                       "when something fails.")
     _add_common(check)
     check.add_argument("--simulate", metavar="SCENARIO",
-                       help="check against a simulated host instead of this one's NVML")
+                       help="check against a simulated host instead of this one's NVML: a "
+                            f"built-in scenario ({', '.join(builtin_scenarios())}) or a "
+                            "scenario .toml file")
     check.add_argument("--json", action="store_true", help="print JSON")
 
     report = sub.add_parser("report", help="what the host did over a window",
@@ -207,7 +215,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 WATCH_WINDOW_S = 10.0
 
 
-def watch_text(db: Path) -> str:
+def builtin_scenarios() -> list[str]:
+    """The built-in --simulate scenarios, as daemon/sim names them."""
+    from daemon.sim.scenario import builtin_names
+
+    return builtin_names()
+
+
+def terminal_width() -> int | None:
+    """The terminal's width when stdout is one (lines wrap there); None for a pipe or a file,
+    where no line is cut."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def watch_text(db: Path, recommendations_since_s: float = WATCH_WINDOW_S) -> str:
     """The live view's text: the report of the last WATCH_WINDOW_S seconds, read back from the
     store like any reader. Blocking (SQLite): run it off the event loop."""
     from daemon.commands import report
@@ -216,7 +239,9 @@ def watch_text(db: Path) -> str:
     try:
         reader = StoreReader(str(db), timeout_s=2.0)
         try:
-            return report.render_text(report.build(reader, WATCH_WINDOW_S))
+            return report.render_text(report.build(
+                reader, WATCH_WINDOW_S, recommendations_since_s=recommendations_since_s),
+                terminal_width())
         finally:
             reader.close()
     except Exception as exc:  # the view must never stop the recorder
@@ -227,9 +252,12 @@ async def _watch(daemon: Any, first_after_s: float = 3.0, every_s: float = 5.0) 
     """Every `every_s`, the report of the last 10 s. The store is read in a thread, so the
     tick loop (on this event loop) never waits on the view."""
     db = daemon.db
+    # Recommendations are re-evaluated every [cost].evaluate_every: look back two of those, so
+    # one that stands is not dropped between two evaluations.
+    recommendations_since_s = max(WATCH_WINDOW_S, 2 * daemon.config.cost.evaluate_every + 5)
     await asyncio.sleep(first_after_s)
     while True:
-        text = await asyncio.to_thread(watch_text, db)
+        text = await asyncio.to_thread(watch_text, db, recommendations_since_s)
         if sys.stdout.isatty():
             sys.stdout.write("\x1b[2J\x1b[H")
         sys.stdout.write(f"{clock.local_time(clock.now(), date=False)}  recording {db}  "
@@ -248,7 +276,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         from daemon.sim import nvml as sim_nvml
         from daemon.sim import scenario
 
-        loaded = scenario.load(args.simulate)
+        try:
+            loaded = scenario.load(args.simulate)
+        except scenario.ScenarioError as exc:
+            print(f"mlcostd check: --simulate {exc}", file=sys.stderr)
+            return 2
         simulated = {"provider": loaded.instance.provider, "type": loaded.instance.type,
                      "region": loaded.instance.region, "lifecycle": loaded.instance.lifecycle}
         running = scenario.start(loaded)
@@ -284,15 +316,20 @@ def cmd_report(args: argparse.Namespace) -> int:
               f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
               file=sys.stderr)
         return 1
-    reader = StoreReader(str(db))
     try:
-        document = report.build(reader, since, config=config)
-    finally:
-        reader.close()
+        reader = StoreReader(str(db))
+        try:
+            document = report.build(reader, since, config=config)
+        finally:
+            reader.close()
+    except sqlite3.DatabaseError as exc:
+        print(f"mlcostd report: {db} is not an mlcostd database ({exc}); pass the daemon's "
+              "database (--db, [daemon].db) or a copy of it", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(document, indent=2))
     else:
-        sys.stdout.write(report.render_text(document))
+        sys.stdout.write(report.render_text(document, terminal_width()))
     return 0
 
 

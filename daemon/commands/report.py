@@ -26,9 +26,12 @@ WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns inste
 
 
 def build(reader: StoreReader, since_s: float, until: float | None = None,
-          config: Config | None = None) -> dict[str, Any]:
+          config: Config | None = None,
+          recommendations_since_s: float | None = None) -> dict[str, Any]:
     """The report over the last `since_s` seconds (ending now, or at `until`). `config` gives
-    the price cache, extra catalogs, $/kWh and [pricing].compare_managed (default: defaults)."""
+    the price cache, extra catalogs, $/kWh and [pricing].compare_managed (default: defaults).
+    `recommendations_since_s` widens the window for recommendations only (a live view shorter
+    than the rules' period would otherwise lose them between two evaluations)."""
     config = config or Config()
     end = until if until is not None else clock.now()
     start = end - since_s
@@ -39,6 +42,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
     interval = float(host.get("interval_s") or 1.0)
+    # The recorder stopped (no sample for a while): open events were open when it stopped.
+    stopped = latest is not None and end - latest.ts > max(60.0, 3 * interval)
+    host["recording_stopped_at"] = latest.ts if stopped and latest is not None else None
     balances = phase_balances(reader, start, end, interval, summary["processes"])
     statuses = queries.stack_statuses(reader)
     price = host.get("price")
@@ -71,7 +77,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         "processes": processes,
         "spend": window_cost["spend"],
         "events": queries.events(reader, start, end),
-        **_recommendations_review(queries.recommendations(reader, start), price, gpus),
+        **_recommendations_review(queries.recommendations(
+            reader, end - max(since_s, recommendations_since_s or 0.0)), price, gpus),
     }
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
     document["energy"] = _window_energy(reader, start, end, gpus, per_kwh, interval)
@@ -203,8 +210,25 @@ def short_command(command: str) -> str:
     return (head.rsplit("/", 1)[-1] + (" " + rest if rest else "")) if head else command
 
 
-def render_text(report: dict[str, Any], width: int = 120) -> str:
-    """The report for a terminal."""
+def fit(lines: list[str], width: int | None) -> list[str]:
+    """Lines longer than `width` wrapped under their own indent (None: as they are, for a
+    pipe or a file, where nothing may be cut)."""
+    if width is None:
+        return lines
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        out += textwrap.wrap(line, width, subsequent_indent=indent[:max(width // 2, 1)],
+                             break_on_hyphens=False, drop_whitespace=False) or [line[:width]]
+    return out
+
+
+def render_text(report: dict[str, Any], width: int | None = None) -> str:
+    """The report for a terminal `width` columns wide (lines wrap there), or for a pipe or
+    a file (None: no line is cut or wrapped)."""
     host = report["host"]
     window = report["window"]
     out = []
@@ -229,7 +253,7 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
     if not window["ticks"]:
         out.append("")
         out.append("No samples in this window. Is mlcostd running? Try a longer --since.")
-        return "\n".join(out) + "\n"
+        return "\n".join(fit(out, width)) + "\n"
     burn_now = report.get("burn") or {}
     if burn_now.get("total_per_hour") is not None:
         out.append(f"burn: ${burn_now['total_per_hour']:.2f}/h  (wasted "
@@ -289,10 +313,10 @@ def render_text(report: dict[str, Any], width: int = 120) -> str:
     else:
         out.append("  no process used a GPU in this window")
     out += _render_phases(report["processes"])
-    out += _render_events(report.get("events") or [])
+    out += _render_events(report.get("events") or [], host.get("recording_stopped_at"))
     out += _render_managed((report.get("review") or {}).get("managed"))
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
-    return "\n".join(line[:width] for line in out) + "\n"
+    return "\n".join(fit(out, width)) + "\n"
 
 
 def _money(value: float | None) -> str:
@@ -326,13 +350,18 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _render_events(events: list[dict[str, Any]]) -> list[str]:
+def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None) -> list[str]:
     idle = [e for e in events if e["kind"] != "low_utilization"]
     if not idle:
         return []
     out = ["", "Events"]
     for event in idle:
-        state = "ongoing" if event["ended_at"] is None else "ended"
+        if event["ended_at"] is not None:
+            state = "ended"
+        elif stopped_at is not None:
+            state = f"open when the recording stopped at {clock.local_time(stopped_at)}"
+        else:
+            state = "ongoing"
         cost = _money(event.get("cost_so_far"))
         out.append(f"  {event['kind']} {event['target']}: since "
                    f"{clock.local_time(event['started_at'], date=False)} "

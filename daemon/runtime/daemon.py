@@ -39,7 +39,7 @@ from daemon.store import facts, queries
 from daemon.store.files import private_folder
 from daemon.store.lock import StoreLocked, WriterLock
 from daemon.store.writer import Store, StoreError
-from daemon.wire import process_key
+from daemon.wire import parse_process_key, process_key
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,21 @@ MAINTENANCE_BUDGET_S = 0.02
 
 class DaemonError(RuntimeError):
     """The daemon cannot start; the message says why and what to do."""
+
+
+def _process_of(rec: dict[str, Any]) -> str | None:
+    """The process key a recommendation is about (its action's pid and start time), if any."""
+    action = rec.get("action") or {}
+    pid, start = action.get("pid"), action.get("start_time")
+    if isinstance(pid, int) and isinstance(start, int | float):
+        return process_key(pid, start)
+    target = rec.get("target")
+    if isinstance(target, str) and target.count(":") == 1 and not target.startswith("gpu"):
+        try:
+            return process_key(*parse_process_key(target))
+        except ValueError:
+            return None
+    return None
 
 
 class Daemon:
@@ -183,8 +198,13 @@ class Daemon:
         return self._not_snoozed(self.analyzer.snapshot()["recommendations"])
 
     def _not_snoozed(self, recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Not snoozed, and not about a process that has exited since the last evaluation
+        (the rules run every [cost].evaluate_every; advice must not outlive its process)."""
         wall = clock.now()
-        return [r for r in recommendations if self.snoozed.get(r["id"], 0.0) <= wall]
+        alive = ({process_key(p.pid, p.start_time) for p in self.last_sample.processes}
+                 if self.last_sample is not None else None)
+        return [r for r in recommendations if self.snoozed.get(r["id"], 0.0) <= wall
+                and (alive is None or _process_of(r) in alive or _process_of(r) is None)]
 
     def recommendation(self, rec_id: str) -> dict[str, Any] | None:
         """One active recommendation by id, or None. Call it on the event loop: it reads the

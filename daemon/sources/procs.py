@@ -209,6 +209,8 @@ class ProcessSource:
         except (OSError, ValueError, IndexError):
             return None  # exited, possibly mid-read
         state = fields[0].decode()
+        if state in GONE_STATES:
+            return None  # exited, not yet reaped by its parent: gone, as far as costs go
         cpu_seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         threads = int(fields[17])
         rss_bytes = int(fields[21]) * PAGE_SIZE
@@ -257,6 +259,11 @@ class ProcessSource:
             threads_in_d=threads_in_d,
             owner=known.owner,
         )
+
+
+# /proc/PID/stat states of a process that has exited: zombie (waiting for its parent to reap
+# it; it holds nothing) and dead.
+GONE_STATES = frozenset({"Z", "X", "x"})
 
 
 class MainThreadClock:

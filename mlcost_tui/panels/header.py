@@ -45,9 +45,23 @@ def stale_price_badge(warning: str) -> Text:
     return badge
 
 
+def target_label(target: str) -> str:
+    """A target in words: 'gpu:5' is 'GPU 5 idle' (an event's), '1234:1700000000.000' (a
+    process key) 'process 1234', 'host' the whole host."""
+    kind, _, rest = target.partition(":")
+    if kind == "gpu" and rest:
+        return f"GPU {rest} idle"
+    if kind == "process" and rest:
+        return f"process {rest.partition(':')[0]}"
+    if kind.isdigit() and rest:
+        return f"process {kind}"
+    return "the whole host" if target == "host" else target
+
+
 class HeaderPanel(Static):
     DEFAULT_CSS = """
-    HeaderPanel { height: 3; padding: 0 1; background: $boost; }
+    HeaderPanel { height: 3; padding: 0 1; background: $boost; text-wrap: nowrap;
+        text-overflow: ellipsis; }
     """
 
     def show(self, snap: HostSnapshot | None, paused: bool = False,
@@ -96,7 +110,8 @@ class HeaderPanel(Static):
             line2.append("  idle alerts ")
             line2.append(str(len(alerts)), style="bold " + (BAD if alerts else GOOD))
             if alerts:
-                line2.append(f" ({alerts[0].detail or alerts[0].target})"[:60], style=BAD)
+                line2.append(f" ({alerts[0].detail or target_label(alerts[0].target)})"[:60],
+                             style=BAD)
             if now.nvml_status != "ok":
                 line2.append(f"  NVML: {now.nvml_status}", style=BAD)
         if replay is not None:
@@ -111,6 +126,10 @@ class HeaderPanel(Static):
                 line3.append("  (showing the last data received)", style=MUTED)
         elif now is not None and replay is None:
             line3.append(f"  tick {now.tick} at {fmt.clock_time(now.ts)}", style=MUTED)
-            line3.append(f"  {len(now.gpus)} GPUs, {len(now.processes)} processes, "
-                         f"{len(now.recommendations)} recommendations", style=MUTED)
-        self.update(Text("\n").join([line1, line2, line3]))
+            line3.append(f"  {fmt.plural(len(now.gpus), 'GPU')}, "
+                         f"{fmt.plural(len(now.processes), 'process', 'processes')}, "
+                         f"{fmt.plural(len(now.recommendations), 'recommendation')}",
+                         style=MUTED)
+        # One line each, cut at the terminal's edge (never wrapped: the status line is the
+        # third line at every width).
+        self.update(Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2, line3]))

@@ -1,5 +1,9 @@
 """The process panel: GPU processes and their workers (keyed by 'pid:start_time'), with filter,
-sort column, invert and tree mode."""
+sort (any shown column: by click on its header, or < > in on-screen order), invert and tree mode.
+
+Each column is declared once (ProcessColumn): what its cell is made from, how that is drawn, how
+it sorts and how important it is when the terminal is narrow. A new column is one entry in
+COLUMNS."""
 
 from __future__ import annotations
 
@@ -12,127 +16,52 @@ from rich.text import Text
 
 from daemon.wire import Now, Process
 from mlcost_tui import format as fmt
-from mlcost_tui.keyed_table import KeyedTable
-from mlcost_tui.thresholds import MUTED, io_stall_style, money_style, utilization_style
-
-
-@dataclass(frozen=True)
-class SortColumn:
-    key: str
-    label: str
-    value: Callable[[Process], Any]
-    descending: bool = True  # the natural order: biggest first
-
-
-SORTS = (
-    SortColumn("cost", "$/h", lambda p: p.burn_per_hour or 0.0),
-    SortColumn("gpu_mem", "GPU mem", lambda p: p.gpu_memory_bytes or 0),
-    SortColumn("sm", "SM", lambda p: p.sm_share or 0.0),
-    SortColumn("cpu", "CPU", lambda p: p.cpu_percent or 0.0),
-    SortColumn("io", "I/O wait", lambda p: p.io_wait_percent or 0.0),
-    SortColumn("pid", "PID", lambda p: p.pid, descending=False),
-    SortColumn("user", "user", lambda p: p.user, descending=False),
-    # Groups the rows by owner (pod, Slurm job, unit), the costliest first within each job.
-    SortColumn("job", "job", lambda p: (p.workload or "~", -(p.burn_per_hour or 0.0)),
-               descending=False),
-    SortColumn("command", "command", lambda p: p.command, descending=False),
+from mlcost_tui.keyed_table import Column, KeyedTable
+from mlcost_tui.thresholds import (
+    MUTED,
+    io_stall_style,
+    money_style,
+    utilization_style,
 )
-
-
-class ProcessPanel(KeyedTable):
-    COLUMNS = (("pid", "PID"), ("user", "user"), ("gpus", "GPUs"), ("gpu_mem", "GPU mem"),
-               ("sm", "SM"), ("cpu", "CPU"), ("cost", "$/h"), ("spent", "spent"),
-               ("phase", "phase"), ("phases", "phase balance"), ("io", "I/O wait"),
-               ("job", "job"), ("command", "command"))
-    WIDTHS = {"gpu_mem": 7, "sm": 4, "cpu": 5, "cost": 8, "spent": 10,
-              "phase": len("host_preprocess"), "io": 8}
-    DEFAULT_CSS = "ProcessPanel { height: 1fr; }"
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.filter_text = ""
-        self.sort_index = 0
-        self.inverted = False
-        self.tree_mode = False
-        self.processes: dict[str, Process] = {}
-        self.border_title = "Processes"
-
-    @property
-    def sort_column(self) -> SortColumn:
-        return SORTS[self.sort_index]
-
-    def title(self) -> str:
-        arrow = "▲" if (not self.sort_column.descending) != self.inverted else "▼"
-        parts = [f"Processes — sort {self.sort_column.label} {arrow}"]
-        if self.tree_mode:
-            parts.append("tree")
-        if self.filter_text:
-            parts.append(f"filter '{self.filter_text}'")
-        return " · ".join(parts)
-
-    def matches(self, proc: Process) -> bool:
-        needle = self.filter_text.lower()
-        return not needle or needle in proc.command.lower() or needle in proc.user.lower() \
-            or needle in str(proc.pid) or needle in (proc.workload or "").lower()
-
-    def ordered(self, processes: tuple[Process, ...]) -> list[tuple[Process, int]]:
-        """Processes in display order with their tree depth."""
-        column = self.sort_column
-        reverse = column.descending != self.inverted
-        shown = [p for p in processes if self.matches(p)]
-        shown.sort(key=lambda p: (column.value(p), p.pid), reverse=reverse)
-        if not self.tree_mode:
-            return [(p, 0) for p in shown]
-        pids = {p.pid for p in shown}
-        children: dict[int, list[Process]] = {}
-        roots = []
-        for p in shown:
-            if p.ppid in pids and p.ppid != p.pid:
-                children.setdefault(p.ppid, []).append(p)
-            else:
-                roots.append(p)
-        out: list[tuple[Process, int]] = []
-
-        def walk(p: Process, depth: int) -> None:
-            out.append((p, depth))
-            if depth < 8:
-                for child in children.get(p.pid, []):
-                    walk(child, depth + 1)
-
-        for root in roots:
-            walk(root, 0)
-        return out
-
-    def selected(self) -> Process | None:
-        key = self.selected_key
-        return self.processes.get(key) if key else None
-
-    def show(self, now: Now) -> None:
-        self.processes = {p.key: p for p in now.processes}
-        cells_for, formatters = self.cells_for, CELL_FORMATTERS
-        self.sync([(p.key, cells_for(p.key, cell_inputs(p, depth), formatters))
-                   for p, depth in self.ordered(now.processes)])
-        self.border_title = self.title()
-
-    def cells(self, p: Process, depth: int) -> tuple[object, ...]:
-        return tuple(f(v) for f, v in zip(CELL_FORMATTERS, cell_inputs(p, depth), strict=True))
-
-
-def cell_inputs(p: Process, depth: int) -> tuple[Any, ...]:
-    """What each column's cell is made from (compared with last time's to skip unchanged cells)."""
-    return ((p.pid, depth), p.user, p.gpus, p.gpu_memory_bytes, (p.sm_share, bool(p.gpus)),
-            p.cpu_percent, p.burn_per_hour, p.cost, p.phase, p.phases, p.io_wait_percent,
-            p.workload, p.command)
-
 
 # Cells are immutable once made, so one Text serves every row showing the same value.
 _CACHE = 4096
+PID_WIDTH = 7  # Linux pids go up to 4194304
+TREE_PID_WIDTH = PID_WIDTH + 6  # three levels of branches
+
+
+@dataclass(frozen=True)
+class Row:
+    """A process as one line of the table: the process, its tree branch and the GPUs it works
+    for (its own, else its parent's for a DataLoader worker)."""
+
+    process: Process
+    branch: str = ""
+    parent_gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProcessColumn(Column):
+    value: Callable[[Row], Any] = lambda row: None  # what the cell is made from
+    draw: Callable[[Any], Any] = str  # the cell, from the value (cached where it pays)
+    sort: Callable[[Process], Any] | None = None  # the sort key (default: none)
+    descending: bool = True  # the natural order: biggest first
 
 
 @lru_cache(_CACHE)
-def _pid_cell(pid_depth: tuple[int, int]) -> str:
-    pid, depth = pid_depth
-    return ("  " * (depth - 1) + "└ " if depth else "") + str(pid)
+def _pid_cell(pid_branch: tuple[int, str]) -> str:
+    pid, branch = pid_branch
+    return branch + str(pid)
+
+
+@lru_cache(_CACHE)
+def _gpus_cell(own_parent: tuple[tuple[int, ...], tuple[int, ...]]) -> Text:
+    own, parent = own_parent
+    if own:
+        return Text(",".join(map(str, own)))
+    if parent:  # a worker: the GPU it feeds, in brackets
+        return Text(f"({','.join(map(str, parent))})", style=MUTED)
+    return Text(fmt.DASH, style=MUTED)
 
 
 @lru_cache(_CACHE)
@@ -158,12 +87,176 @@ def _io_cell(value: float | None) -> Text:
 
 @lru_cache(_CACHE)
 def _command_cell(command: str) -> str:
-    return fmt.short_command(command, 70)
+    return fmt.short_command(command, 200)
 
 
-CELL_FORMATTERS: tuple[Callable[[Any], object], ...] = (
-    _pid_cell, lambda user: user[:12], lambda gpus: ",".join(map(str, gpus)) or fmt.DASH,
-    lru_cache(_CACHE)(fmt.size), _sm_cell, lru_cache(_CACHE)(fmt.pct), _burn_cell,
-    lru_cache(_CACHE)(fmt.money), _phase_cell, fmt.phase_bar, _io_cell,
-    lambda job: job[:20] if job else fmt.DASH, _command_cell,
+def compute_share(p: Process) -> float:
+    """The share of its time a process computes (the phase balance column sorts by it)."""
+    return dict(fmt.phase_shares(p.phases)).get("compute", 0.0)
+
+
+def _size(value: float | None) -> str:
+    return fmt.size(value)
+
+
+def _rate(value: float | None) -> str:
+    return DASH if value is None else fmt.size(value) + "/s"
+
+
+DASH = fmt.DASH
+COLUMNS: tuple[ProcessColumn, ...] = (
+    ProcessColumn("pid", "PID", PID_WIDTH, value=lambda r: (r.process.pid, r.branch),
+                  draw=_pid_cell, sort=lambda p: p.pid, descending=False),
+    ProcessColumn("user", "user", 8, 5, value=lambda r: r.process.user,
+                  draw=lambda user: user[:8], sort=lambda p: p.user, descending=False),
+    ProcessColumn("gpus", "GPU", 4, 1, value=lambda r: (r.process.gpus, r.parent_gpus),
+                  draw=_gpus_cell, sort=lambda p: p.gpus, descending=False),
+    ProcessColumn("gpu_mem", "GPU mem", 7, 2, value=lambda r: r.process.gpu_memory_bytes,
+                  draw=lru_cache(_CACHE)(_size), sort=lambda p: p.gpu_memory_bytes or 0),
+    ProcessColumn("sm", "SM", 4, 1, value=lambda r: (r.process.sm_share, bool(r.process.gpus)),
+                  draw=_sm_cell, sort=lambda p: p.sm_share or 0.0),
+    ProcessColumn("cpu", "CPU", 5, 3, value=lambda r: r.process.cpu_percent,
+                  draw=lru_cache(_CACHE)(fmt.pct), sort=lambda p: p.cpu_percent or 0.0),
+    ProcessColumn("rss", "RSS", 7, 7, value=lambda r: r.process.rss_bytes,
+                  draw=lru_cache(_CACHE)(_size), sort=lambda p: p.rss_bytes or 0),
+    ProcessColumn("cost", "$/h", 7, value=lambda r: r.process.burn_per_hour, draw=_burn_cell,
+                  sort=lambda p: p.burn_per_hour or 0.0),
+    ProcessColumn("spent", "spent", 9, 4, value=lambda r: r.process.cost,
+                  draw=lru_cache(_CACHE)(fmt.money), sort=lambda p: p.cost or 0.0),
+    ProcessColumn("phase", "phase", 11, value=lambda r: r.process.phase,
+                  draw=_phase_cell, sort=lambda p: p.phase or "", descending=False),
+    ProcessColumn("phases", "phase balance", 13, 6, value=lambda r: r.process.phases,
+                  draw=lambda phases: fmt.phase_bar(phases, 13), sort=compute_share),
+    ProcessColumn("io", "I/O wait", 8, 4, value=lambda r: r.process.io_wait_percent,
+                  draw=_io_cell, sort=lambda p: p.io_wait_percent or 0.0),
+    ProcessColumn("read", "read/s", 8, 8, value=lambda r: r.process.read_bytes_per_s,
+                  draw=lru_cache(_CACHE)(_rate), sort=lambda p: p.read_bytes_per_s or 0.0),
+    ProcessColumn("state", "S", 1, 8, value=lambda r: r.process.state,
+                  sort=lambda p: p.state, descending=False),
+    ProcessColumn("job", "job", 16, 6, value=lambda r: r.process.workload or DASH,
+                  draw=lambda job: job if len(job) <= 16 else job[:15] + "…",
+                  # groups the rows by owner (pod, Slurm job, unit), costliest first in each
+                  sort=lambda p: (p.workload or "~", -(p.burn_per_hour or 0.0)),
+                  descending=False),
+    ProcessColumn("command", "command", 24, flex=True, value=lambda r: r.process.command,
+                  draw=_command_cell, sort=lambda p: p.command, descending=False),
 )
+BY_KEY = {c.key: c for c in COLUMNS}
+DEFAULT_SORT = "cost"
+
+
+class ProcessPanel(KeyedTable):
+    COLUMNS = COLUMNS
+    DEFAULT_CSS = "ProcessPanel { height: 1fr; scrollbar-size-vertical: 1; }"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.filter_text = ""
+        self.sort_key = DEFAULT_SORT
+        self.inverted = False
+        self.tree_mode = False
+        self.show_jobs = False  # the job column: only when some process has one
+        self.processes: dict[str, Process] = {}
+        self.width = 0
+        self.border_title = "Processes"
+
+    @property
+    def sort_column(self) -> ProcessColumn:
+        return BY_KEY[self.sort_key]
+
+    def columns_for(self, width: int) -> tuple[Column, ...]:
+        columns = [c for c in COLUMNS if c.key != "job" or self.show_jobs]
+        # The command says what a process is: it keeps a quarter of a wide screen.
+        columns = [ProcessColumn(c.key, c.label, max(c.width or 0, width // 4), c.priority,
+                                 c.flex, c.value, c.draw, c.sort, c.descending)
+                   if c.key == "command" else c for c in columns]
+        if self.tree_mode:
+            columns = [ProcessColumn(c.key, c.label, TREE_PID_WIDTH, c.priority, c.flex,
+                                     c.value, c.draw, c.sort, c.descending)
+                       if c.key == "pid" else c for c in columns]
+        from mlcost_tui.keyed_table import fit_columns
+
+        return fit_columns(columns, width)
+
+    def fit(self, width: int) -> bool:
+        self.width = width
+        return self.show_columns(self.columns_for(width))
+
+    def sort_by(self, key: str) -> None:
+        """Sort by column `key`; the same column again flips the order."""
+        if key == self.sort_key:
+            self.inverted = not self.inverted
+        else:
+            self.sort_key, self.inverted = key, False
+
+    def step_sort(self, step: int) -> None:
+        """The next (step 1) or previous (-1) shown column, in on-screen order."""
+        keys = [k for k in self.shown_keys if BY_KEY[k].sort is not None]
+        if not keys:
+            return
+        index = keys.index(self.sort_key) if self.sort_key in keys else -1
+        self.sort_key, self.inverted = keys[(index + step) % len(keys)], False
+
+    def title(self) -> str:
+        arrow = "▲" if (not self.sort_column.descending) != self.inverted else "▼"
+        parts = [f"Processes — sort {self.sort_column.label} {arrow}"]
+        if self.tree_mode:
+            parts.append("tree")
+        if self.filter_text:
+            parts.append(f"filter '{self.filter_text}'")
+        return " · ".join(parts)
+
+    def matches(self, proc: Process) -> bool:
+        needle = self.filter_text.lower()
+        return not needle or needle in proc.command.lower() or needle in proc.user.lower() \
+            or needle in str(proc.pid) or needle in (proc.workload or "").lower()
+
+    def ordered(self, processes: tuple[Process, ...]) -> list[Row]:
+        """Processes in display order, with their tree branches in tree mode."""
+        column = self.sort_column
+        sort = column.sort or (lambda p: p.pid)
+        reverse = column.descending != self.inverted
+        shown = [p for p in processes if self.matches(p)]
+        shown.sort(key=lambda p: (sort(p), p.pid), reverse=reverse)
+        if not self.tree_mode:
+            return [Row(p) for p in shown]
+        pids = {p.pid for p in shown}
+        children: dict[int, list[Process]] = {}
+        roots = []
+        for p in shown:
+            if p.ppid in pids and p.ppid != p.pid:
+                children.setdefault(p.ppid, []).append(p)
+            else:
+                roots.append(p)
+        out: list[Row] = []
+
+        def walk(p: Process, lead: str, branch: str, gpus: tuple[int, ...], depth: int) -> None:
+            out.append(Row(p, branch, gpus))
+            kids = children.get(p.pid, []) if depth < 8 else []
+            for i, child in enumerate(kids):
+                last = i == len(kids) - 1
+                walk(child, lead + ("  " if last else "│ "), lead + ("└ " if last else "├ "),
+                     p.gpus or gpus, depth + 1)
+
+        for root in roots:
+            walk(root, "", "", (), 0)
+        return out
+
+    def selected(self) -> Process | None:
+        key = self.selected_key
+        return self.processes.get(key) if key else None
+
+    def show(self, now: Now) -> None:
+        self.processes = {p.key: p for p in now.processes}
+        jobs = any(p.workload for p in now.processes)
+        if jobs != self.show_jobs and self.width:
+            self.show_jobs = jobs
+            self.fit(self.width)
+        columns = [BY_KEY[k] for k in self.shown_keys]
+        values = [c.value for c in columns]
+        draws = [c.draw for c in columns]
+        cells_for = self.cells_for
+        self.sync([(row.process.key,
+                    cells_for(row.process.key, tuple(v(row) for v in values), draws))
+                   for row in self.ordered(now.processes)])
+        self.border_title = self.title()

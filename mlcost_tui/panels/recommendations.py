@@ -12,7 +12,7 @@ from rich.text import Text
 
 from daemon.wire import Now, Process, Recommendation, process_key
 from mlcost_tui import format as fmt
-from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import GOOD, MUTED, WARN
 
 ACTION_LABELS = {"show_patch": "a: show patch", "copy_commands": "a: copy commands",
@@ -77,14 +77,18 @@ def savings_text(rec: Recommendation) -> Text:
 
 
 class RecommendationTable(KeyedTable):
-    COLUMNS = (("savings", "saves/month"), ("alone", "alone"), ("evidence", "evidence"),
-               ("rule", "rule"), ("summary", "recommendation"), ("action", "action"))
-    WIDTHS = {"savings": 11, "alone": 9}
-    DEFAULT_CSS = "RecommendationTable { height: auto; max-height: 9; }"
+    COLUMNS = (Column("savings", "saves/month", 11), Column("alone", "alone", 9, priority=5),
+               Column("evidence", "evidence", 20, priority=4),
+               Column("rule", "rule", 22, priority=3),
+               Column("summary", "recommendation", 40, flex=True),
+               Column("action", "action", 16))
+    DEFAULT_CSS = ("RecommendationTable { height: auto; max-height: 9; "
+                   "scrollbar-size-vertical: 1; }")
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.recommendations: dict[str, Recommendation] = {}
+        self.replaying = False  # a replay: no rules run, it shows what was recorded
         self.snoozed_here: set[str] = set()  # snoozed here; the daemon drops them from the next poll
         self.border_title = "Recommendations"
 
@@ -93,8 +97,16 @@ class RecommendationTable(KeyedTable):
         recs.sort(key=lambda r: (-(r.shown_savings_per_month or 0.0),
                                  -(r.savings_per_month or 0.0)))
         self.recommendations = {r.id: r for r in recs}
-        self.sync([(r.id, self.cells(r)) for r in recs])
+        shown = self.shown_keys
+        self.sync([(r.id, tuple(cells[k] for k in shown))
+                   for r, cells in ((r, self.cells(r)) for r in recs)])
+        if not self.has_focus and self.row_count and self.cursor_row != 0:
+            # Not being browsed: the biggest saving stays in view, whatever was selected
+            # before (on a short screen one row shows).
+            self.move_cursor(row=0, animate=False)
+            self.scroll_to(y=0, animate=False)
         title = f"Recommendations ({len(recs)})" if recs else \
+            "Recommendations (none at this recorded tick)" if self.replaying else \
             "Recommendations (none yet: rules run every ~30 s)"
         if recs and now.potential_savings_per_month is not None:
             title += (f" · together {fmt.money(now.potential_savings_per_month, '/month')} of "
@@ -109,9 +121,9 @@ class RecommendationTable(KeyedTable):
         """The recommendations shown that are about `process`."""
         return tuple(r for r in self.recommendations.values() if is_about(r, process))
 
-    def cells(self, r: Recommendation) -> tuple[object, ...]:
+    def cells(self, r: Recommendation) -> dict[str, object]:
         alone = (fmt.money(r.savings_per_month)
                  if r.combined_savings_per_month is not None else "")
-        return (Text(fmt.money(r.shown_savings_per_month), style="bold green"),
-                Text(alone, style=MUTED), evidence_text(r), r.rule, r.summary[:110],
-                ACTION_LABELS.get(r.action_kind, r.action_kind))
+        return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
+                "alone": Text(alone, style=MUTED), "evidence": evidence_text(r), "rule": r.rule,
+                "summary": r.summary, "action": ACTION_LABELS.get(r.action_kind, r.action_kind)}

@@ -6,6 +6,9 @@ without its confidence."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,8 +23,19 @@ from mlcost_tui.thresholds import MUTED
 CHANGES_HOST = ("sigterm", "resize")
 
 
+def copy_note(environ: Mapping[str, str] = os.environ) -> str:
+    """What a copy did: the text went to the terminal as OSC 52, which some terminals refuse
+    without telling anyone, so say how to copy by hand."""
+    note = "Sent to your terminal's clipboard (OSC 52)"
+    if environ.get("TMUX"):
+        note += "; tmux passes it on only with `set -g set-clipboard on`"
+    return note + ". Nothing to paste? Your terminal refused it: select the text in this " \
+        "dialog with the mouse (shift+drag in most terminals) and copy it."
+
+
 class ActionScreen(ModalScreen[str]):
-    """Dismisses with "do" (perform it), "copy" (copy the text) or "" (cancel)."""
+    """Dismisses with "do" (perform it) or "" (cancel); c copies the text and stays open, so it
+    can still be selected by hand when the terminal refuses the copy."""
 
     BINDINGS = [
         Binding("escape,n", "dismiss('')", "Cancel", id="action.cancel"),
@@ -98,4 +112,5 @@ class ActionScreen(ModalScreen[str]):
 
     def action_copy(self) -> None:
         if self.copy_text:
-            self.dismiss("copy")
+            self.app.copy_to_clipboard(self.copy_text)
+            self.notify(copy_note(), title="copy", timeout=10)

@@ -3,8 +3,9 @@ recommendation (evidence, savings method, what its action will do)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -13,12 +14,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Label, Static
 
 from daemon.clock import local_time
 from daemon.wire import Phases, Process, Recommendation
 from mlcost_tui import format as fmt
+from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
+from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
 if TYPE_CHECKING:
@@ -70,6 +73,8 @@ def phase_lines(phases: Mapping[str, Any]) -> Text:
     return text
 
 
+HISTORY_RANGE_S = 3600
+
 # Evidence keys that hold a moment (seconds since the epoch): shown as a local time.
 TIME_KEYS = frozenset({"start", "end", "ts", "started_at", "ended_at", "first_seen",
                        "last_seen", "snoozed_until", "since", "until"})
@@ -116,13 +121,16 @@ class DetailsScreen(Screen):
     ]
     DEFAULT_CSS = """
     DetailsScreen VerticalScroll { padding: 0 1; }
+    DetailsScreen Plot { height: 7; }
     """
 
     def __init__(self, process: Process | None = None,
                  recommendation: Recommendation | None = None,
-                 related: tuple[Recommendation, ...] = (), client: Client | None = None) -> None:
+                 related: tuple[Recommendation, ...] = (), client: Client | None = None,
+                 recorded_phases: Callable[[str], Phases | None] | None = None) -> None:
         super().__init__()
         self.client = client
+        self.recorded_phases = recorded_phases  # a replay's: the balance at the tick shown
         self.process = process
         self.recommendation = recommendation
         self.related = related
@@ -136,6 +144,9 @@ class DetailsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
+            if self.process is not None and self.client is not None:  # a replay has no history
+                yield Label("SM share over the last hour", id="sm-label")
+                yield Plot(id="sm", empty="loading the SM share history…")
             yield Static(self.render_body(), id="details-body")
         yield Footer()
 
@@ -151,9 +162,30 @@ class DetailsScreen(Screen):
         if self.process is None:
             return
         if self.client is None:
-            self.set_phases(None, "phases: a replay shows each process's recent balance in "
-                                  "the process table (the phase balance column)")
+            if self.recorded_phases is None:
+                self.set_phases(None, "phases: no daemon and no recording to read them from")
+                return
+            try:
+                phases = await asyncio.to_thread(self.recorded_phases, self.process.key)
+            except Exception as exc:  # a damaged recording: say so, keep the screen
+                self.set_phases(None, f"phases: cannot read the recording: {exc}")
+                return
+            self.set_phases(phases, None if phases is not None else
+                            "phases: none recorded in the 5 minutes before this tick")
             return
+        try:
+            client, key = self.client, self.process.key
+            history = await covering(lambda since: client.process_history(
+                key, "sm_share", since, 240), HISTORY_RANGE_S, fmt.clock())
+        except ClientError as exc:
+            self.query_one("#sm", Plot).show(None, f"SM share history unavailable: {exc}")
+        else:
+            until = fmt.clock()
+            self.query_one("#sm", Plot).show(history_chart(history, HISTORY_RANGE_S, until,
+                                                           percent=True))
+            self.query_one("#sm-label", Label).update(
+                f"SM share — {covered(history, HISTORY_RANGE_S, until)} — "
+                f"{summary(history.values, True)}")
         try:
             phases = await self.client.phases(self.process.key)
         except ClientError as exc:
@@ -176,8 +208,8 @@ class DetailsScreen(Screen):
     def _process_text(self, p: Process) -> Text:
         text = Text()
         text.append(f"Process {p.pid}", style="bold")
-        text.append(f"  ({p.key})  user {p.user}  parent {p.ppid}  state {p.state}\n",
-                    style=MUTED)
+        text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}  "
+                    f"state {p.state}\n", style=MUTED)
         text.append(p.command + "\n\n")
         if p.owner:  # who owns it: pod, Slurm job, systemd unit (from its cgroup)
             text.append("Owner ", style="bold")
@@ -209,7 +241,8 @@ class DetailsScreen(Screen):
     def _recommendation_text(self, r: Recommendation) -> Text:
         text = Text()
         text.append(f"{r.rule}", style="bold")
-        text.append(f"  ({r.id}, target {r.target})\n", style=MUTED)
+        text.append(f"  about {target_label(r.target).removesuffix(' idle')}  (id {r.id})\n",
+                    style=MUTED)
         text.append(r.summary + "\n\n")
         text.append("Saves ", style="bold")
         text.append_text(savings_text(r))

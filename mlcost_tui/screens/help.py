@@ -1,6 +1,9 @@
-"""The help screen: every key, from the bindings themselves."""
+"""The help screen: the keys that work in the current mode (live, replay, fleet), from the
+bindings themselves, then the keys of the other screens once each."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -9,37 +12,43 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from mlcost_tui.thresholds import PHASE_COLOURS
+from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
-ABOUT = """mlcost-top shows what every GPU and GPU process on this host costs right now, where
-the money idles, and what to do about it. Figures come from mlcostd's API; '-' means the daemon
-has not computed that figure (yet)."""
+ABOUT = ("mlcost-top shows what every GPU and GPU process on a host costs, where the money "
+         "idles, and what to do about it. Figures come from mlcostd's API; '-' means the "
+         "daemon has not computed that figure (yet).")
+
+Section = tuple[str, Sequence[tuple[str, str]]]  # a title and its (keys, what they do) lines
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90; height: 80%; border: thick $accent;
+    HelpScreen > VerticalScroll { width: 90; max-width: 100%; height: 80%; border: thick $accent;
         background: $surface; padding: 1 2; }
     """
 
-    def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
+    def __init__(self, sections: Sequence[Section], mode: str) -> None:
         super().__init__()
-        self.key_lines = bindings
+        self.sections = sections
+        self.mode = mode
 
-    def compose(self) -> ComposeResult:
+    def text(self) -> Text:
         text = Text(ABOUT + "\n\n")
-        text.append("Keys\n", style="bold")
-        for key, description, binding_id in self.key_lines:
-            text.append(f"  {key:<12}", style="bold")
-            text.append(f"{description:<36}")
-            text.append(f"{binding_id}\n", style="grey50")
+        text.append(f"Mode: {self.mode}\n", style="bold")
+        for title, lines in self.sections:
+            text.append(f"\n{title}\n", style="bold")
+            for keys, description in lines:
+                text.append(f"  {keys:<16}", style="bold")
+                text.append(f"{description}\n")
         text.append("\nPhase colours\n", style="bold")
         for name, colour in PHASE_COLOURS.items():
             text.append("  ██ ", style=colour)
             text.append(f"{name}\n")
-        text.append("\nKeymaps: bindings have ids (shown right); Textual keymaps apply by id.\n",
-                    style="grey50")
+        text.append("\nescape, q or ? closes this help.\n", style=MUTED)
+        return text
+
+    def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(text)
+            yield Static(self.text(), id="help-body")

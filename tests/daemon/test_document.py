@@ -87,3 +87,15 @@ def test_the_wasted_history_ends_where_the_header_is_for_a_steady_host(tmp_path)
     assert history.points[-1].avg == pytest.approx(now.wasted_per_hour)
     # GPU 0 (12 %, idle under 20 %) whole + GPU 1 at 80 %: 2.0 + 0.4
     assert now.wasted_per_hour == pytest.approx(2.0 + 2.0 * 0.2)
+
+
+def test_a_phase_is_not_known_before_a_dip_could_have_been_seen():
+    from daemon.api.document import PHASE_KNOWN_AFTER_S, phase_known
+
+    early = {"compute": {"seconds": PHASE_KNOWN_AFTER_S / 3, "share": 1.0, "top_stacks": []}}
+    later = {"compute": {"seconds": PHASE_KNOWN_AFTER_S * 3, "share": 1.0, "top_stacks": []}}
+    sampled = {"idle": {"seconds": 2.0, "share": 1.0,
+                        "top_stacks": [{"file": "nb.py", "line": 3}]}}
+    assert not phase_known(early)  # all compute by default: shown as '-'
+    assert phase_known(later) and phase_known(sampled)
+    assert not phase_known({}) and not phase_known(None)

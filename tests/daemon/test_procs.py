@@ -310,3 +310,20 @@ def test_discovery_closing_descriptors_never_lets_the_tick_read_another_file(tmp
         source.close()
     assert not wrong, f"the tick read another file through a reused descriptor: {wrong[0]}"
     assert reads[0] > 0
+
+
+def test_a_zombie_is_a_gone_process():
+    proc = spawn("import time; time.sleep(30)")
+    try:
+        source = ProcessSource()
+        source.discover({proc.pid})
+        assert len(source.read({proc.pid: USE})) == 1
+        proc.kill()  # it exits; we do not reap it yet: a zombie holding its pid
+        deadline = time.time() + 10
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.time() < deadline, "the child did not become a zombie"
+            time.sleep(0.02)
+        assert source.read({proc.pid: USE}) == ()  # not shown as <defunct> with its GPU
+    finally:
+        proc.kill()
+        proc.wait()

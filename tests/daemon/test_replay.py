@@ -149,7 +149,7 @@ async def test_the_tui_steps_with_brackets(store):
         await pilot.press("space")
         assert not app.playing
         assert "paused" in str(app.query_one(HeaderPanel).render())
-        assert app.check_action("kill", ()) is None  # no daemon to act through
+        assert app.cannot_here("kill") is not None  # no daemon to act through
 
 
 def test_mlcost_top_replay_of_a_bad_file_says_why(tmp_path):
@@ -165,3 +165,70 @@ def test_mlcost_top_replay_of_a_bad_file_says_why(tmp_path):
              "--replay", str(path)], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2
         assert expected in result.stderr
+
+
+def test_a_replayed_process_has_its_recorded_stacks(store):
+    from daemon.store import queries
+    from daemon.wire import process_key
+
+    replay = Replay(store)
+    end = replay.times()[-1]
+    sampled = {process_key(r["pid"], r["start_time"])
+               for r in queries.stack_samples(replay.reader, replay.start, end)}
+    assert sampled, "the idle-host scenario records stacks of its idle process"
+    key = sorted(sampled)[0]
+    balance = replay.phases_at(key, end)
+    assert balance is not None
+    stacks = [s for part in balance.values() for s in part.get("top_stacks") or []]
+    assert stacks and all(s.get("file") and s.get("line") for s in stacks)
+    assert replay.phases_at("1:1.000", end) is None  # no such process
+
+
+@pytest.mark.asyncio
+async def test_the_replay_details_screen_shows_the_recorded_stacks(store):
+    from daemon.store import queries
+    from daemon.wire import process_key
+    from mlcost_tui.app import MlcostTop
+    from mlcost_tui.panels.processes import ProcessPanel
+    from mlcost_tui.screens.details import DetailsScreen
+
+    replay = Replay(store)
+    sampled = {process_key(r["pid"], r["start_time"])
+               for r in queries.stack_samples(replay.reader, replay.start, replay.end)}
+    app = MlcostTop([], poll=False, replay=replay)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.press("right_curly_bracket")  # the last tick: its stacks are recorded
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        row = next(i for i in range(procs.row_count)
+                   if procs.coordinate_to_cell_key((i, 0))[0].value in sampled)
+        procs.move_cursor(row=row)
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, DetailsScreen)
+        body = str(app.screen.query_one("#details-body").render())
+        assert "Top stacks" in body and "no stacks recorded" not in body
+        assert ":" not in body.splitlines()[0].split("started")[0]  # no raw pid:start key
+
+
+def test_a_recommendation_evaluated_after_the_tick_says_when_its_text_is_from(store,
+                                                                               monkeypatch):
+    from daemon import replay as replay_module
+    from daemon.clock import local_time
+
+    replay = Replay(store)
+    first, last = replay.times()[0], replay.times()[-1]
+    later = last + 3600  # evaluated again an hour on: its text is that hour's
+    recorded = [{"id": "r1", "rule": "idle_gpu_held", "target": "gpu:0", "summary": "idle 61 min",
+                 "first_seen": first, "last_seen": later, "action": {"kind": "none"}},
+                {"id": "r2", "rule": "spot", "target": "host", "summary": "use spot",
+                 "first_seen": first, "last_seen": first, "action": {"kind": "none"}}]
+    monkeypatch.setattr(replay_module.queries, "recommendations",
+                        lambda reader, since: [dict(r) for r in recorded
+                                               if r["last_seen"] >= since])
+    shown = {r["id"]: r["summary"] for r in replay._recommendations(first)}
+    assert shown["r1"] == f"(text as evaluated at {local_time(later, date=False)}) idle 61 min"
+    assert shown["r2"] == "use spot"  # its text is from this tick

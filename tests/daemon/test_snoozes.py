@@ -65,3 +65,23 @@ def test_a_snooze_survives_a_restart(tmp_path):
         assert recommendation_row(second.db, rec["id"])[1] == kept
     finally:
         assert second.stop() == 0, second.log_tail()
+
+
+def test_advice_about_a_process_that_exited_goes_with_it():
+    from types import SimpleNamespace
+
+    from daemon.runtime.daemon import Daemon
+
+    alive = SimpleNamespace(pid=10, start_time=1.7e9)
+    recs = [{"id": "stop", "target": "10:1700000000.000",
+             "action": {"kind": "sigterm", "pid": 10, "start_time": 1.7e9}},
+            {"id": "gone-stop", "target": "gpu:1",
+             "action": {"kind": "sigterm", "pid": 11, "start_time": 1.7e9}},
+            {"id": "gone-loader", "target": "12:1700000000.500", "action": {"kind": "show_patch"}},
+            {"id": "host", "target": "host", "action": {"kind": "resize"}},
+            {"id": "gpu", "target": "gpu:3", "action": {"kind": "none"}}]
+    daemon = SimpleNamespace(snoozed={}, last_sample=SimpleNamespace(processes=[alive]))
+    shown = Daemon._not_snoozed(daemon, recs)  # type: ignore[arg-type]
+    assert [r["id"] for r in shown] == ["stop", "host", "gpu"]
+    daemon.last_sample = None  # before the first tick: nothing to judge by
+    assert len(Daemon._not_snoozed(daemon, recs)) == 5  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ TS = 1_700_000_000.0
 GIB = 1 << 30
 
 
-def now_document(processes: int = 4, gpus: int = 4) -> dict:
+def now_document(processes: int = 4, gpus: int = 4, owners: bool = False) -> dict:
     gpu_docs = [{"index": i, "uuid": f"GPU-{i:04d}", "name": "NVIDIA A100-SXM4-40GB",
                  "status": "ok", "utilization": [100.0, 30.0, 0.0, 87.0][i % 4],
                  "busy": i % 4 != 2,  # the daemon's verdict ([idle].utilization)
@@ -40,12 +40,13 @@ def now_document(processes: int = 4, gpus: int = 4) -> dict:
                                                       "__next__"]}]},
                        "checkpoint": {"share": 0.1, "seconds": 100.0, "top_stacks": []}},
             "stack_status": "ok",
-            # who owns it: a pod, a Slurm job, a unit, nobody (daemon.sources.owners)
-            "owner": [{"pod_uid": "8e3b1a2c-4f5d-4e6a-9b7c-1d2e3f4a5b6c", "pod": "trainer-0",
-                       "namespace": "ml"}, {"slurm_job": "4242", "slurm_step": "0"},
-                      {"systemd_unit": "vllm.service"}, {}][i % 4],
-            "workload": ["ml/trainer-0", "slurm 4242", "vllm.service", None][i % 4],
         })
+        if owners:  # who owns it: a pod, a Slurm job, a unit, nobody (daemon.sources.owners)
+            procs[-1]["owner"] = [
+                {"pod_uid": "8e3b1a2c-4f5d-4e6a-9b7c-1d2e3f4a5b6c", "pod": "trainer-0",
+                 "namespace": "ml"}, {"slurm_job": "4242", "slurm_step": "0"},
+                {"systemd_unit": "vllm.service"}, {}][i % 4]
+            procs[-1]["workload"] = ["ml/trainer-0", "slurm 4242", "vllm.service", None][i % 4]
     return {
         "version": 1, "ts": TS, "tick": 42,
         "host": {"hostname": "gpu-box-1", "simulated": "demo", "nvml_status": "ok",
@@ -111,6 +112,13 @@ class StubClient:
         from daemon.client import ApiError
 
         raise ApiError(404, "this mlcostd does not record phases yet (no stack sampling)")
+
+    async def process_history(self, key: str, metric: str = "sm_share", since_s: float = 3600,
+                              points: int = 300):
+        from daemon.wire import History, Point
+
+        return History(metric, f"process:{key}", since_s,
+                       tuple(Point(TS - 300 + 5 * i, 40.0, 40.0, 40.0) for i in range(60)))
 
     async def apply(self, rec_id: str, dry_run: bool = True):
         self.applied.append((rec_id, dry_run))

@@ -8,7 +8,7 @@ import pytest
 from daemon.wire import Now
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import HostSnapshot, SnapshotArrived
-from mlcost_tui.panels.processes import SORTS, ProcessPanel
+from mlcost_tui.panels.processes import ProcessPanel
 from tests.tui.fixtures import TS, StubClient, now_document
 
 
@@ -21,7 +21,7 @@ def _column(table: ProcessPanel, name: str) -> list[str]:
 async def test_the_job_column_shows_the_pod_the_slurm_job_and_the_unit():
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=(200, 48)) as pilot:
-        now = Now.from_dict(now_document(processes=8))
+        now = Now.from_dict(now_document(processes=8, owners=True))
         app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
         await pilot.pause()
         table = app.query_one(ProcessPanel)
@@ -30,7 +30,7 @@ async def test_the_job_column_shows_the_pod_the_slurm_job_and_the_unit():
         assert jobs["1001"] == "slurm 4242"
         assert jobs["1002"] == "vllm.service"
         assert jobs["1003"] == "-"
-        table.sort_index = [s.key for s in SORTS].index("job")
+        table.sort_by("job")
         table.show(now)
         await pilot.pause()
         grouped = _column(table, "job")

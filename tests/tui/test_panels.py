@@ -51,3 +51,86 @@ async def test_fleet_counts_the_gpus_each_daemon_calls_idle():
         fleet = app.query_one(FleetPanel)
         idle = fleet.get_column_index("idle")
         assert [str(fleet.get_cell_at((row, idle))) for row in range(2)] == ["2", "0"]
+
+
+@pytest.mark.asyncio
+async def test_tree_view_shows_full_pids_branches_and_the_gpu_each_worker_feeds():
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        doc = now_document(processes=7)
+        doc["processes"][6]["ppid"] = 1004  # a worker of a worker
+        for proc in doc["processes"]:
+            proc["pid"] += 4_190_000  # seven-digit pids
+            proc["ppid"] += 4_190_000 if proc["ppid"] != 1 else 0
+        now = Now.from_dict(doc)
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        pid, gpus = procs.get_column_index("pid"), procs.get_column_index("gpus")
+        rows = [(str(procs.get_cell_at((r, pid))), str(procs.get_cell_at((r, gpus))))
+                for r in range(procs.row_count)]
+        parent = [i for i, (p, _) in enumerate(rows) if p == "4191000"][0]
+        # workers sort like any rows ($/h, then pid, biggest first); each feeds GPU 0
+        assert rows[parent + 1:parent + 4] == [("├ 4191005", "(0)"), ("└ 4191004", "(0)"),
+                                                ("  └ 4191006", "(0)")]
+        width = procs.ordered_columns[pid].get_render_width(procs)
+        assert width >= len("  └ 4191006") + 2  # the whole pid is drawn, not cut
+
+
+@pytest.mark.asyncio
+async def test_a_click_on_a_column_header_sorts_by_it_and_again_inverts():
+    from mlcost_tui.panels.processes import ProcessPanel
+    from tests.tui.fixtures import snapshot
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 36)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(processes=6),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        keys = list(procs.shown_keys)
+        for key in ("cpu", "gpu_mem", "command"):
+            x = sum(c.get_render_width(procs) for c in procs.ordered_columns[:keys.index(key)])
+            assert await pilot.click(ProcessPanel, offset=(x + 3, 1))
+            await pilot.pause()
+            assert procs.sort_key == key and not procs.inverted
+            column = procs.get_column_index(key)
+            shown = [str(procs.get_cell_at((r, column))) for r in range(procs.row_count)]
+            assert await pilot.click(ProcessPanel, offset=(x + 3, 1))
+            await pilot.pause()
+            assert procs.inverted
+            assert [str(procs.get_cell_at((r, column)))
+                    for r in range(procs.row_count)] == shown[::-1] or key == "cpu"
+        assert "command" in procs.border_title
+
+
+@pytest.mark.asyncio
+async def test_the_job_column_appears_when_a_process_has_one():
+    import dataclasses
+
+    from mlcost_tui.panels.processes import ProcessPanel
+    from tests.tui.fixtures import snapshot
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 50)) as pilot:
+        plain = snapshot(processes=4)
+        app.post_message(SnapshotArrived((plain,)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        assert "job" not in procs.shown_keys
+        assert plain.now is not None
+        with_job = dataclasses.replace(plain, now=dataclasses.replace(plain.now, processes=tuple(
+            dataclasses.replace(p, workload="ml/train-7f" if p.pid == 1001 else None)
+            for p in plain.now.processes)))
+        app.post_message(SnapshotArrived((with_job,)))
+        await pilot.pause()
+        assert "job" in procs.shown_keys
+        column = procs.get_column_index("job")
+        jobs = {str(procs.get_cell_at((r, column))) for r in range(procs.row_count)}
+        assert jobs == {"ml/train-7f", "-"}
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert "job" not in procs.shown_keys  # low priority: gone first when narrow

@@ -1,8 +1,12 @@
-"""Snapshot tests: the main screen and the details screen at two terminal sizes, with fixed data
-fed through the SnapshotArrived message and a frozen clock; and the main screen after data that
-changes between frames, so what is rendered is the tables' in-place update path."""
+"""Snapshot tests: the main screen and the details screens at the four terminal sizes people use
+(80x24, 100x30, 120x36, 200x50), with fixed data fed through the SnapshotArrived message, a
+frozen clock and a fixed host line; and the main screen after data that changes between frames,
+so what is rendered is the tables' in-place update path. tests/tui/test_sizes.py asserts on the
+same screens' text what must never be cut."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -11,13 +15,18 @@ from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import SnapshotArrived
 from tests.tui.fixtures import TS, StubClient, changed_snapshot, snapshot
 
-SIZES = [(160, 48), (100, 32)]
+SIZES = [(80, 24), (100, 30), (120, 36), (200, 50)]
 
 
 @pytest.fixture(autouse=True)
 def frozen_clock(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")  # the charts' time axes show local clock times
+    time.tzset()
     monkeypatch.setattr(fmt, "clock", lambda: TS)
     monkeypatch.setattr(fmt, "clock_time", lambda ts: "12:00:00" if ts is not None else "-")
+    yield
+    monkeypatch.undo()
+    time.tzset()  # back to the machine's zone for the tests after these
 
 
 def make_app() -> MlcostTop:

@@ -143,6 +143,11 @@ def process_evidence(a: Analysis, proc: ProcessWindow) -> dict[str, Any]:
                        for k, v in proc.phases.items()}}
 
 
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """'1 GPU', '2 GPUs': a count with its noun, for the texts people read."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
 def duration(seconds: float) -> str:
     """12 s, 7 min, 2.5 h: the unit that reads best."""
     if seconds < 120:

@@ -11,6 +11,7 @@ from daemon.analysis.rules.base import (
     Rule,
     duration,
     money,
+    plural,
     process_evidence,
     regular_cadence,
     share_savings,
@@ -69,9 +70,10 @@ def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
         monthly,
         f"({money(p.per_hour)} - {money(new_price)})/h x {HOURS_PER_MONTH:g} h/month = "
         f"{money(monthly)}/month; fits {peak:.1f} GiB x {1 + SHRINK_HEADROOM:g} headroom on "
-        f"{used} GPU(s)"
-        + (f" (GPUs {', '.join(map(str, idle_held))} are held but idle: release them first)"
-           if idle_held else "")
+        f"{plural(used, 'GPU')}"
+        + (f" ({'GPUs' if len(idle_held) > 1 else 'GPU'} {', '.join(map(str, idle_held))} "
+           f"{'are' if len(idle_held) > 1 else 'is'} held but idle: release "
+           f"{'them' if len(idle_held) > 1 else 'it'} first)" if idle_held else "")
         + f"; preliminary until {duration(needed)} observed (AWS Compute Optimizer wants "
         f">= {RIGHTSIZE_CONFIDENT_S / 3600:g} h before rightsizing); {UPPER_BOUND}",
         {"window": {"start": a.start, "end": a.end, "seconds": a.window_s},

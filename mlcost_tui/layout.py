@@ -1,0 +1,53 @@
+"""How the main screen is laid out at a terminal size: which panels get how many rows, whether
+identical idle GPUs share one line, and how wide each panel's table is (the panels then show the
+columns that fit, most important first: see keyed_table.fit_columns).
+
+One function of the terminal size and the data's shape, so every size is decided in one place
+and a test can ask what 80x24 gets without drawing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEADER_ROWS = 3  # host and price; burn and waste; the status line
+FOOTER_ROWS = 1
+MIN_PROCESS_ROWS = 5
+# Below this height each panel has a title line only (no box): three rows back for the data.
+COMPACT_BELOW_ROWS = 28
+SCROLLBAR_COLUMNS = 1  # the panels' vertical scrollbar (CSS scrollbar-size-vertical: 1)
+
+
+@dataclass(frozen=True)
+class Layout:
+    width: int
+    height: int
+    compact: bool  # title line instead of a box around each panel
+    table_width: int  # cells available to one panel's columns
+    gpu_rows: int  # GPU lines that fit (the panel scrolls past them)
+    group_idle_gpus: bool  # identical idle GPUs share one line
+    recommendation_rows: int
+
+    @property
+    def chrome_rows(self) -> int:
+        """Rows a panel spends around its data: the title (or box) and the column header."""
+        return 2 if self.compact else 3
+
+
+def layout_for(width: int, height: int, gpu_count: int) -> Layout:
+    """The layout of the main screen at `width` x `height` for a host with `gpu_count` GPUs."""
+    compact = height < COMPACT_BELOW_ROWS
+    chrome = 2 if compact else 3
+    body = max(height - HEADER_ROWS - FOOTER_ROWS, 0)
+    if height < COMPACT_BELOW_ROWS:
+        recommendation_rows = 1
+    elif height < 40:
+        recommendation_rows = 3
+    else:
+        recommendation_rows = 5
+    left_for_gpus = body - (MIN_PROCESS_ROWS + chrome) - (recommendation_rows + chrome) - chrome
+    gpu_rows = max(left_for_gpus, 1)
+    table_width = width - (0 if compact else 2) - SCROLLBAR_COLUMNS
+    return Layout(width=width, height=height, compact=compact, table_width=max(table_width, 20),
+                  gpu_rows=gpu_rows, group_idle_gpus=compact or gpu_count > gpu_rows,
+                  recommendation_rows=recommendation_rows)

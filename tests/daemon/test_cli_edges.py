@@ -1,0 +1,89 @@
+"""Rough edges of the command line a new user hits first: the report wraps at the terminal and
+never cuts a line for a pipe; open events of a stopped recorder are not "ongoing"; a bad
+--simulate or a --db that is not a store is a clear error (exit 2), not a traceback; every
+built-in scenario is in `run --help`, and `check --help` says what it checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from daemon.commands import report
+from daemon.sim.scenario import builtin_names
+
+MLCOSTD = [sys.executable, "-m", "daemon"]
+LONG = "pid 1234 (alice) holds GPU 3 idle " + "and keeps holding it " * 12 + "— the end"
+
+
+def cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run(MLCOSTD + list(args), capture_output=True, text=True, timeout=120,
+                          env=env, cwd=cwd)
+
+
+def test_lines_wrap_at_the_terminal_and_are_never_cut_for_a_pipe():
+    lines = ["Recommendations", f"  [$1,898/month] {LONG}"]
+    assert report.fit(lines, None) == lines  # a pipe or a file: as they are
+    wrapped = report.fit(lines, 60)
+    assert all(len(line) <= 60 for line in wrapped) and len(wrapped) > 3
+    assert " ".join(w.strip() for w in wrapped[1:]).split() == lines[1].split()  # nothing lost
+    assert all(w.startswith("      ") for w in wrapped[2:])  # under their own indent
+
+
+def test_events_of_a_stopped_recorder_are_open_when_it_stopped_not_ongoing():
+    event = {"kind": "gpu_held_idle", "target": "gpu:3", "started_at": 1.7e9,
+             "ended_at": None, "cost_so_far": 2.5}
+    live = report._render_events([event])
+    stopped = report._render_events([event], stopped_at=1.7e9 + 600)
+    assert "(ongoing)" in live[-1]
+    assert "ongoing" not in stopped[-1] and "open when the recording stopped at" in stopped[-1]
+
+
+def test_check_with_an_unknown_scenario_says_which_exist(tmp_path):
+    result = cli("check", "--simulate", "nosuch", "--db", str(tmp_path / "x.db"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "nosuch" in result.stderr and "hopper" in result.stderr
+
+
+def test_report_of_a_file_that_is_not_a_store_says_so(tmp_path):
+    junk = tmp_path / "notes.db"
+    junk.write_text("not a database at all\n" * 50)
+    result = cli("report", "--db", str(junk))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "is not an mlcostd database" in result.stderr and str(junk) in result.stderr
+
+
+def test_help_lists_every_scenario_and_describes_check():
+    run_help = " ".join(cli("run", "--help").stdout.split())
+    for name in builtin_names():
+        assert name in run_help.replace("- ", "-")
+    check_help = cli("check", "--help").stdout
+    assert "Check what mlcostd can read on this host" in " ".join(check_help.split())
+
+
+def test_watch_keeps_a_recommendation_between_two_evaluations(tmp_path):
+    """--watch shows the last 10 s, but the rules run every [cost].evaluate_every: a
+    recommendation last evaluated 20 s ago still stands and must not flicker to 'none'."""
+    import time
+
+    from daemon.commands.cli import WATCH_WINDOW_S, watch_text
+    from daemon.sources.sample import ProcessSample, Sample
+    from daemon.store import facts
+    from daemon.store.writer import Store
+
+    path = tmp_path / "x.db"
+    store = Store(str(path))
+    now = time.time()
+    for i in range(3):
+        store.write(Sample(ts=now - 2 + i, tick=i + 1, processes=(
+            ProcessSample(10, now - 60, 1, "alice", "python train.py"),)))
+    facts.write_recommendations(store, [{
+        "id": "r1", "rule": "idle_gpu_held", "target": "gpu:0", "savings_per_month": 100.0,
+        "summary": "GPU 0 held idle by pid 10", "action": {"kind": "none"}}], now - 20)
+    store.close()
+    assert "none in this window" in watch_text(path, WATCH_WINDOW_S)  # the old window: gone
+    text = watch_text(path, 2 * 30.0 + 5)
+    assert "GPU 0 held idle by pid 10" in text and "none in this window" not in text

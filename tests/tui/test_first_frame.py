@@ -1,0 +1,58 @@
+"""The first frame shows real figures: mlcost-top fetches /v1/now from a running mlcostd before
+its App starts (plain HTTP over the unix socket, no aiohttp), and renders it on mount; a daemon
+that does not answer costs at most the short deadline and the App starts as before."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from daemon.client import Client
+from daemon.wire import Now
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.panels.gpus import GpuPanel
+from mlcost_tui.panels.header import HeaderPanel
+from mlcost_tui.prefetch import first_snapshot
+from mlcost_tui.sources import STARTING_RETRY_S, LiveSource
+
+
+@pytest.fixture(scope="module")
+def running(mlcostd):
+    daemon = mlcostd("idle-host", interval=0.5)
+    daemon.wait_for_ticks(2)
+    return f"unix:{daemon.socket}"
+
+
+def test_the_first_snapshot_comes_from_the_running_daemon(running):
+    snap = first_snapshot(running)
+    assert snap is not None and snap.error is None and snap.now is not None
+    assert snap.now.ts is not None and len(snap.now.gpus) == 1
+
+
+def test_no_daemon_is_no_first_snapshot_quickly(tmp_path):
+    began = time.monotonic()
+    assert first_snapshot(f"unix:{tmp_path / 'none.sock'}") is None
+    assert first_snapshot("http://127.0.0.1:9") is None
+    assert time.monotonic() - began < 5  # a bound, not a speed figure (bench/tui_refresh.py)
+
+
+@pytest.mark.asyncio
+async def test_the_first_frame_has_the_prefetched_figures(running):
+    first = first_snapshot(running)
+    app = MlcostTop([Client(running)], first=first, interval_s=30)
+    async with app.run_test(size=(120, 36)):
+        # no pause, no poll: on_mount rendered it
+        assert app.query_one(GpuPanel).row_count == 1
+        header = str(app.query_one(HeaderPanel).render())
+        assert "burn $" in header and "● live" in header and "connecting" not in header
+        assert app.first_data_at is not None
+
+
+def test_a_daemon_that_answers_without_a_tick_yet_is_polled_again_soon():
+    source = LiveSource([], interval_s=1.0)
+    source.clients, source.failures = [object()], [0]  # type: ignore[list-item]
+    source.last_now = [Now.from_dict({"ts": None, "tick": 0})]
+    assert source.retry_delay(starting=True) == STARTING_RETRY_S
+    source.last_now = [Now.from_dict({"ts": 1.7e9, "tick": 1})]
+    assert source.retry_delay(starting=True) == 1.0

@@ -1,0 +1,160 @@
+"""mlcost-top at the terminal sizes people use (80x24, 100x30, 120x36, 200x50): what matters is
+on screen without scrolling — the burn, every GPU (identical idle ones on one line when short),
+five processes with their phase and $/h, the top recommendation with its action, the status line
+— with data that changes between frames, and again after a live resize."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from daemon.wire import Now
+from mlcost_tui import format as fmt
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.messages import HostSnapshot, SnapshotArrived
+from tests.tui.fixtures import TS, StubClient, now_document
+
+SIZES = [(80, 24), (100, 30), (120, 36), (200, 50)]
+IDLE = (5, 6, 7)  # three identical idle GPUs (nothing on them)
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch):
+    monkeypatch.setattr(fmt, "clock", lambda: TS)
+
+
+def demo_like(step: int) -> HostSnapshot:
+    """An 8-GPU host with seven processes and two recommendations; values move every step."""
+    doc = now_document(processes=7, gpus=8)
+    doc["tick"], doc["ts"] = 42 + step, TS + step
+    for gpu in doc["gpus"]:
+        if gpu["index"] in IDLE:
+            gpu.update(utilization=0.0, busy=False, memory_used_bytes=0)
+        else:
+            gpu["utilization"] = (gpu["utilization"] + 3 * step) % 101
+            gpu["busy"] = gpu["index"] != 2
+    for proc in doc["processes"]:
+        proc["cpu_percent"] += 7.0 * step
+        proc["burn_per_hour"] += 0.1 * step
+    doc["burn"]["total_per_hour"] += step
+    return HostSnapshot("unix:/test.sock", Now.from_dict(doc), None, 0.01, TS + step)
+
+
+def screen_text(app: MlcostTop) -> list[str]:
+    """The screen as plain text lines, as a terminal of the app's size shows it."""
+    width, height = app.size
+    console = Console(file=io.StringIO(), width=width, height=height, color_system=None,
+                      force_terminal=False, legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.file.getvalue().splitlines()[:height]  # type: ignore[attr-defined]
+
+
+async def three_frames(pilot) -> None:
+    for step in range(3):
+        pilot.app.post_message(SnapshotArrived((demo_like(step),)))
+        await pilot.pause()
+
+
+def header_row(lines: list[str], first: str) -> str:
+    return next(line for line in lines if line.strip("│ ").split()[:1] == [first])
+
+
+def assert_what_matters_is_shown(lines: list[str], width: int, height: int) -> None:
+    text = "\n".join(lines)
+    assert len(lines) == height and all(len(line) <= width for line in lines)
+    assert re.search(r"burn \$\d\d\.\d\d/h", text), "the burn"
+    assert "● live" in text, "the status line"
+    gpu_header = header_row(lines, "GPU")
+    for column in ("util", "memory", "$/h", "state"):
+        assert column in gpu_header, f"GPU column {column}"
+    if height < 28:
+        assert re.search(r"^ 5-7 .* IDLE ×3", text, re.M), "identical idle GPUs on one line"
+        gpu_lines = [f"^ {i} " for i in range(5)]
+    else:
+        gpu_lines = [f"^│ {i} " for i in range(8)]
+    for pattern in gpu_lines:
+        assert re.search(pattern, text, re.M), f"GPU line {pattern}"
+    proc_header = header_row(lines, "PID")
+    for column in ("PID", "$/h", "phase", "command"):
+        assert column in proc_header, f"process column {column}"
+    pids = set(re.findall(r"^│? (100[0-6]) ", text, re.M))
+    assert len(pids) >= 5, f"five processes, saw {sorted(pids)}"
+    assert re.search(r"\$[0-9.]+ +(compute|data_wait|checkpoint|idle) ", text), "phases"
+    rec_header = header_row(lines, "saves/month")
+    assert "recommendation" in rec_header and "action" in rec_header
+    assert re.search(r"\$1,898 .*pid 1003 .*a: stop process", text), "the top recommendation"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_what_matters_fits_at_every_size(size):
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        await three_frames(pilot)
+        assert_what_matters_is_shown(screen_text(app), *size)
+
+
+@pytest.mark.asyncio
+async def test_wider_terminals_show_more_columns():
+    columns = {}
+    for size in SIZES:
+        app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+        async with app.run_test(size=size) as pilot:
+            await three_frames(pilot)
+            columns[size] = header_row(screen_text(app), "PID").split()
+    counts = [len(columns[size]) for size in SIZES]
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+    assert "balance" in columns[(200, 50)] and "RSS" in columns[(200, 50)]
+
+
+@pytest.mark.asyncio
+async def test_a_live_resize_lays_the_screen_out_again():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 50)) as pilot:
+        await three_frames(pilot)
+        for step, size in enumerate([(80, 24), (120, 36), (100, 30), (200, 50)]):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            assert_what_matters_is_shown(screen_text(app), *size)  # no new data needed
+            pilot.app.post_message(SnapshotArrived((demo_like(5 + step),)))
+            await pilot.pause()
+            assert_what_matters_is_shown(screen_text(app), *size)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_status_line_is_shown_paused_and_without_a_daemon(size):
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        await three_frames(pilot)
+        await pilot.press("p")
+        await pilot.pause()
+        assert any("⏸ PAUSED" in line for line in screen_text(app)[:3])
+        await pilot.press("p")
+        gone = HostSnapshot("unix:/test.sock", demo_like(3).now, "no mlcostd at unix:/test.sock: "
+                            "start it with `sudo mlcostd run`", 0.01, TS + 3, attempt=2)
+        app.post_message(SnapshotArrived((gone,)))
+        await pilot.pause()
+        status = screen_text(app)[2]
+        assert status.lstrip().startswith("✕ no daemon")
+
+
+@pytest.mark.asyncio
+async def test_the_top_recommendation_stays_in_view_when_a_bigger_one_arrives():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await three_frames(pilot)
+        snap = demo_like(4)
+        assert snap.now is not None
+        import dataclasses
+
+        bigger = dataclasses.replace(snap.now.recommendations[0], id="rec-big",
+                                     summary="shrink to a smaller instance",
+                                     savings_per_month=9999.0, combined_savings_per_month=9999.0)
+        now = dataclasses.replace(snap.now, recommendations=(bigger, *snap.now.recommendations))
+        app.post_message(SnapshotArrived((dataclasses.replace(snap, now=now),)))
+        await pilot.pause()
+        assert re.search(r"\$9,999 .*shrink to a smaller", "\n".join(screen_text(app)))
