@@ -195,9 +195,11 @@ async def _tui_checks(daemon: livedaemon.LiveDaemon) -> None:
     app = MlcostTop([Client(f"unix:{daemon.socket}")], interval_s=0.3)
     async with app.run_test(size=(220, 48)) as pilot:
         table = app.query_one(ProcessPanel)
-        column = table.get_column_index("job")
 
         def shown() -> set[str]:
+            if "job" not in table.shown_keys:  # the column appears once a process has an owner
+                return set()
+            column = table.get_column_index("job")
             return {str(table.get_cell_at((row, column))).strip()
                     for row in range(table.row_count)}
 
