@@ -187,6 +187,8 @@ class Client:
     async def download_snapshot(self, name: str, out: Path) -> int:
         """Save one file of the daemon's snapshots folder to `out` (mode 0600, written to a
         temporary name first). Returns its size."""
+        import aiohttp
+
         session = self._open()
         timeout = aiohttp.ClientTimeout(total=SNAPSHOT_TIMEOUT_S)
         tmp = out.with_name(f".{out.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
