@@ -11,6 +11,7 @@ here (and in the store), nowhere else.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import math
 import signal
@@ -49,6 +50,17 @@ class DaemonError(RuntimeError):
     """The daemon cannot start; the message says why and what to do."""
 
 
+def _path_advice(exc: OSError) -> str:
+    """What to do about an OSError on the store's folder, by its cause."""
+    if exc.errno == errno.EROFS:
+        return "that file system is mounted read-only: pass --db with a path on a writable one"
+    if exc.errno == errno.ENOSPC:
+        return "free space on that disk, or pass --db with a path on another"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "mlcostd's user cannot write there: run as root, or pass --db with a writable path"
+    return "pass --db with a writable path"
+
+
 class Daemon:
     def __init__(
         self,
@@ -85,21 +97,43 @@ class Daemon:
 
     # -- start and stop ----------------------------------------------------------------
 
+    def _check_start(self) -> None:
+        """Refuse what can be refused before anything is created: the database path, the
+        scenario, the API's listen address and token path. Raises DaemonError."""
+        from daemon.api.server import ApiError
+
+        if self.db.is_dir():
+            raise DaemonError(f"the database path {self.db} is a directory; pass --db with a "
+                              f"file path, e.g. --db {self.db / 'mlcost.db'}")
+        if self.simulate:
+            simulation = Simulation(self.simulate)
+            try:
+                simulation.load()
+            except SimulationError as exc:
+                raise DaemonError(str(exc)) from None
+            self.simulation = simulation
+        api = self._make_api()
+        try:
+            api.check()
+        except ApiError as exc:
+            raise DaemonError(str(exc)) from None
+        self.api = api
+
     def _open_store(self) -> Store:
         try:
             private_folder(self.db.parent)  # 0700 when it creates it, whatever the umask
         except OSError as exc:
             raise DaemonError(
                 f"cannot create the database folder {self.db.parent}: {exc.strerror}; "
-                f"pass --db with a writable path or run as root") from None
+                f"{_path_advice(exc)}") from None
         try:
             self._lock.acquire()
         except StoreLocked as exc:
             raise DaemonError(str(exc)) from None
-        except OSError as exc:  # e.g. no space left to write the pid into it
+        except OSError as exc:  # a read-only folder, no space left to write the pid into it
             raise DaemonError(
-                f"cannot take the writer lock {self._lock.path}: {exc.strerror}; free space "
-                f"on that disk, or pass --db with a writable path") from None
+                f"cannot take the writer lock {self._lock.path}: {exc.strerror}; "
+                f"{_path_advice(exc)}") from None
         store_config = self.config.store
         try:
             return Store(
@@ -118,8 +152,7 @@ class Daemon:
                               "permissions and the free space on its disk") from None
 
     def _start_simulation(self) -> None:
-        assert self.simulate is not None
-        self.simulation = Simulation(self.simulate)
+        assert self.simulation is not None  # loaded by _check_start
         try:
             self.simulation.start()
         except SimulationError as exc:
@@ -225,7 +258,10 @@ class Daemon:
 
     async def run(self) -> int:
         """Record until SIGTERM/SIGINT (or max_ticks). Returns the process exit code."""
+        self._check_start()
         loop = asyncio.get_running_loop()
+        # Kept until the loop closes (it removes them): a second SIGINT while stopping (Ctrl-C
+        # twice, `timeout -s INT`, which signals the child and then its group) only asks again.
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
@@ -233,7 +269,7 @@ class Daemon:
         self.started_at = clock.now()
         try:
             self._load_snoozes()
-            if self.simulate:
+            if self.simulation is not None:
                 self._start_simulation()
             self.host.setdefault("hostname", socket.gethostname())
             self.host["interval_s"] = self.config.daemon.interval
@@ -243,7 +279,6 @@ class Daemon:
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
             self.attribution = Attribution(self.config.attribution, self.store,
                                            idle_utilization_pct=self.config.idle.utilization)
-            self.api = self._make_api()
             await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
             systemd.notify("READY=1")
@@ -254,8 +289,6 @@ class Daemon:
                 await self.api.stop()
             if self.attribution is not None:
                 await self.attribution.stop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
             self.nvml.stop()
             self.procs.close()
             self._stop_simulation()

@@ -163,7 +163,7 @@ def test_second_daemon_refused_without_the_lock_file_and_through_a_hard_link(
                                   args=["--db", str(db)], wait=False)
         code = second.wait_exit()
         log = second.log()
-        assert code == 1, log
+        assert code == 2, log
         assert "another mlcostd is already recording" in log, log
         assert "Traceback" not in log, log
     before = len(first.ticks())
@@ -254,7 +254,7 @@ def test_a_real_full_disk_keeps_the_daemon_up_and_loses_no_tick(mlcostd, tmp_pat
             log = again.log()
             assert "Traceback" not in log, log
             if code != 0:
-                assert code == 1 and "full" in log, log
+                assert code == 2 and "full" in log, log
                 assert len([line for line in log.splitlines() if line.startswith("mlcostd:")]) == 1
         finally:
             if daemon.returncode is None:
@@ -270,7 +270,7 @@ def test_a_first_start_on_a_full_disk_is_one_clear_line(tmp_path: Path) -> None:
                                   args=["--db", str(db)], wait=False)
         code = daemon.wait_exit()
         log = daemon.log()
-        assert code == 1, log
+        assert code == 2, log
         assert "Traceback" not in log, log
         lines = [line for line in log.splitlines() if line.startswith("mlcostd:")]
         assert len(lines) == 1 and "the disk holding it is full" in lines[0], log
