@@ -221,6 +221,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
 
     async def apply(request: web.Request) -> web.Response:
         from daemon.api.actions import ActionError
+        from daemon.api.audit import ActionRefused, peer
 
         rec_id = request.match_info["id"]
         body = await _body(request)
@@ -231,10 +232,20 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         if rec is None:
             return json_error(404, f"no active recommendation {rec_id!r}; list them at "
                                    "/v1/recommendations")
+        gate, who = daemon.action_gate, peer(request.transport)  # audit.py: trail and checks
+        try:
+            gate.begin(rec, who, dry_run)
+        except ActionRefused as exc:
+            return json_error(exc.status, str(exc))
         try:  # only the action (a signal, boto3 calls) runs in a thread
             result = await asyncio.to_thread(daemon.run_action, rec, dry_run)
         except ActionError as exc:
+            gate.end(rec, who, dry_run, error=str(exc), status=exc.status)
             return json_error(exc.status, str(exc))
+        except BaseException as exc:
+            gate.end(rec, who, dry_run, error=f"{type(exc).__name__}: {exc}", status=500)
+            raise
+        gate.end(rec, who, dry_run, result=result)
         return web.json_response(result)
 
     async def snooze(request: web.Request) -> web.Response:

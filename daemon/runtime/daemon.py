@@ -23,6 +23,7 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path
 from daemon.runtime import systemd
@@ -94,6 +95,8 @@ class Daemon:
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
         self.snoozed: dict[str, float] = {}
+        # who applied what, a dry run before each real action, one at a time (api/audit.py)
+        self.action_gate = ActionGate(record=self._record_event)
 
     # -- start and stop ----------------------------------------------------------------
 
@@ -213,6 +216,10 @@ class Daemon:
             if rec.get("id") == rec_id:
                 return rec
         return None
+
+    def _record_event(self, event: dict[str, Any]) -> None:
+        if self.store is not None:
+            facts.write_event(self.store, event)
 
     def run_action(self, rec: dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
         """What the recommendation's action does (dry run) or did. Blocking (a signal, boto3):
