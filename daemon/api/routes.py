@@ -139,8 +139,9 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             "api_version": API_VERSION, "uptime_s": time.monotonic() - started_mono,
             "tick": daemon.tick, "nvml_status": nvml, "store": store,
             "hostname": daemon.host.get("hostname", ""),
-            # What is wrong now (a full disk, a recreated database...), in words.
-            "problems": [store["problem"]] if store and store.get("problem") else [],
+            # What is wrong now (a full disk, a recreated database, a GPU lost...), in words.
+            "problems": ([store["problem"]] if store and store.get("problem") else [])
+            + _gpu_problems(daemon.last_sample),
         })
 
     async def now(request: web.Request) -> web.Response:
@@ -269,6 +270,14 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
     app.router.add_get("/v1/recommendations", recommendations)
     app.router.add_post("/v1/recommendations/{id}/apply", apply)
     app.router.add_post("/v1/recommendations/{id}/snooze", snooze)
+
+
+def _gpu_problems(sample: Any) -> list[str]:
+    """The GPUs of the latest tick that are not read normally, in words."""
+    if sample is None:
+        return []
+    return [f"GPU {gpu.index}: {gpu.status}" + (f": {gpu.error}" if gpu.error else "")
+            for gpu in sample.gpus if gpu.status != "ok"]
 
 
 def _price_per_gpu(document: dict[str, Any]) -> float:

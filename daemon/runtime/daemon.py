@@ -32,7 +32,7 @@ from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.sources.nvml import NvmlSource
 from daemon.sources.procs import ProcessSource, read_pressure
-from daemon.sources.sample import Sample
+from daemon.sources.sample import GpuUse, Sample
 from daemon.store import facts, queries
 from daemon.store.files import private_folder
 from daemon.store.lock import StoreLocked, WriterLock
@@ -438,7 +438,9 @@ class Daemon:
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""
         nvml_status, gpus, uses = self.nvml.latest()
-        processes = self.procs.read(uses)
+        # Processes of a GPU that is lost or not answering still run: recorded without uses.
+        held: dict[int, tuple[GpuUse, ...]] = dict.fromkeys(self.nvml.sick_holders(), ())
+        processes = self.procs.read({**uses, **held} if held else uses)
         return Sample(
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
             host=read_pressure(), nvml_status=nvml_status)
@@ -468,10 +470,11 @@ class Daemon:
         rounds = 0
         while True:
             _, _, uses = self.nvml.latest()
+            sick = self.nvml.sick_holders()
             scan = rounds % CHILDREN_SCAN_EVERY == 0  # a full /proc pass: not every round
             rounds += 1
             try:
-                await asyncio.to_thread(self.procs.discover, set(uses), scan)
+                await asyncio.to_thread(self.procs.discover, set(uses), scan, sick)
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
             await asyncio.sleep(DISCOVERY_INTERVAL_S)
