@@ -61,3 +61,14 @@ def fill(folder: Path) -> Path:
                 assert error.errno == errno.ENOSPC, error
                 break
     return filler
+
+
+@contextlib.contextmanager
+def bind(source: Path, target: Path) -> Iterator[Path]:
+    """`source` also at `target` (created), writable; unmounted after."""
+    target.mkdir(parents=True, exist_ok=True)
+    _mount("--bind", str(source), str(target))
+    try:
+        yield target
+    finally:
+        _umount(target)
