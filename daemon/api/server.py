@@ -147,9 +147,11 @@ def make_app(daemon: Any, *, token: str | None = None,
             scheme, _, value = sent.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                     value.strip().encode(), token.encode()):
-                return json_error(401, "missing or wrong bearer token: send "
-                                       "`Authorization: Bearer <token>` (the token is in the "
-                                       "daemon's [api].token_file)")
+                refused = json_error(401, "missing or wrong bearer token: send "
+                                          "`Authorization: Bearer <token>` (the token is in "
+                                          "the daemon's [api].token_file)")
+                refused.headers["WWW-Authenticate"] = 'Bearer realm="mlcostd"'  # RFC 6750
+                return refused
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
@@ -161,7 +163,10 @@ def make_app(daemon: Any, *, token: str | None = None,
                             "and the README for the API",
                        405: f"{request.method} is not allowed on {request.path}"}.get(
                 exc.status, exc.reason)
-            return json_error(exc.status, message)
+            answer = json_error(exc.status, message)
+            if "Allow" in exc.headers:  # a 405 says what is allowed (RFC 9110)
+                answer.headers["Allow"] = exc.headers["Allow"]
+            return answer
         except Exception as exc:  # the API must answer, not drop the connection
             # the traceback once per route and kind of error, then "N more like this"
             route = request.match_info.route.resource
