@@ -45,6 +45,7 @@ DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
+CLOCK_JUMP_S = 30.0  # the wall clock moving this much more than the tick did is a clock step
 
 
 class DaemonError(RuntimeError):
@@ -327,6 +328,12 @@ class Daemon:
         try:
             while not self._stop.is_set():
                 delay = next_tick - clock.now()
+                if delay > interval + CLOCK_JUMP_S:  # the wall clock was set back
+                    log.warning("the clock went back by %.0f s; ticks go on from the new time "
+                                "(their timestamps stay in order in the store)",
+                                delay - interval)
+                    next_tick = math.ceil(clock.now() / interval) * interval
+                    delay = next_tick - clock.now()
                 if delay > 0:
                     try:
                         await asyncio.wait_for(self._stop.wait(), delay)
@@ -341,10 +348,15 @@ class Daemon:
                     break
                 next_tick += interval
                 if next_tick < clock.now():  # fell behind: skip to the next boundary, say so
-                    missed = math.ceil((clock.now() - next_tick) / interval)
-                    self.ticks_late += missed
+                    behind = clock.now() - next_tick
+                    missed = math.ceil(behind / interval)
                     next_tick += missed * interval
-                    log.debug("tick %d ran late; skipped %d", self.tick, missed)
+                    if behind > CLOCK_JUMP_S:  # not a slow tick: the clock was set forward
+                        log.warning("the clock jumped forward by %.0f s; ticks go on from "
+                                    "the new time", behind)
+                    else:
+                        self.ticks_late += missed
+                        log.debug("tick %d ran late; skipped %d", self.tick, missed)
                 self._maintain_until(next_tick)
         finally:
             for task in (discovery, evaluation):
