@@ -26,7 +26,7 @@ from daemon.analysis.balance import checkpoint_times, phase_balances
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path
-from daemon.runtime import systemd
+from daemon.runtime import memory, systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
@@ -267,6 +267,7 @@ class Daemon:
     async def run(self) -> int:
         """Record until SIGTERM/SIGINT (or max_ticks). Returns the process exit code."""
         self._check_start()
+        memory.limit_arenas()  # before the reader threads start: see runtime/memory.py
         loop = asyncio.get_running_loop()
         # Kept until the loop closes (it removes them): a second SIGINT while stopping (Ctrl-C
         # twice, `timeout -s INT`, which signals the child and then its group) only asks again.
@@ -426,6 +427,7 @@ class Daemon:
                                      for r in recorded], until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
+            await asyncio.to_thread(memory.trim)  # what the round's reads freed goes back
             await asyncio.sleep(every)
 
     def _read_attribution(self, since: float,
