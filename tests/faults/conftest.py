@@ -37,13 +37,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    rows = [entry for entry in _TRIED.values() if entry["outcome"] != "not run"]
+    # one row per fault, its parametrized cases counted together, in the order they ran
+    rows: dict[tuple[str, str], list[str]] = {}
+    for entry in _TRIED.values():
+        if entry["outcome"] != "not run":
+            rows.setdefault((entry["fault"], entry["how"]), []).append(entry["outcome"])
     if not rows:
         return
-    width = max(len(r["fault"]) for r in rows)
+    width = max(len(fault) for fault, _ in rows)
     terminalreporter.section("faults tried")
-    for row in rows:
-        verdict = "survived" if row["outcome"] == "passed" else row["outcome"].upper()
-        terminalreporter.write_line(f"{row['fault']:<{width}}  {verdict:<8}  {row['how']}")
-    survived = sum(r["outcome"] == "passed" for r in rows)
+    for (fault, how), outcomes in rows.items():
+        passed = outcomes.count("passed")
+        verdict = "survived" if passed == len(outcomes) else "FAILED"
+        cases = f" ({passed} of {len(outcomes)} cases)" if len(outcomes) > 1 else ""
+        terminalreporter.write_line(f"{fault:<{width}}  {verdict:<8}  {how}{cases}")
+    survived = sum(all(o == "passed" for o in outcomes) for outcomes in rows.values())
     terminalreporter.write_line(f"{survived} of {len(rows)} faults survived")
