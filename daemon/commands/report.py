@@ -328,6 +328,13 @@ def _render_events(events: list[dict[str, Any]]) -> list[str]:
         return []
     out = ["", "Events"]
     for event in idle:
+        if event["kind"] == "action":  # the audit trail (daemon/api/audit.py)
+            detail = event.get("detail") or {}
+            what = "dry run of" if detail.get("dry_run") else "action"
+            out.append(f"  {clock.local_time(event['started_at'], date=False)} "
+                       f"{detail.get('who', '?')}: {what} {detail.get('action', '?')} on "
+                       f"{event['target']}: {detail.get('outcome', '?')}")
+            continue
         state = "ongoing" if event["ended_at"] is None else "ended"
         cost = _money(event.get("cost_so_far"))
         out.append(f"  {event['kind']} {event['target']}: since "

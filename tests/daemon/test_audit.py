@@ -24,6 +24,7 @@ from simhost import poll
 from daemon import config as config_module
 from daemon.api.audit import ActionGate, ActionRefused, peer
 from daemon.api.server import ApiServer
+from daemon.commands import report
 from daemon.store.reader import StoreReader
 from tests.daemon.scripted import recording_daemon
 
@@ -147,6 +148,15 @@ def test_a_real_run_without_a_dry_run_is_refused_and_audited(tmp_path, counter):
     poll(terms.exists, 10, "the SIGTERM to arrive")
     assert terms.read_text() == "TERM\n"
     assert [e["outcome"] for e in events] == ["refused", "dry run", "done", "refused"]
+    # The cost review lists the trail with the other events.
+    reader = StoreReader(str(tmp_path / "mlcost.db"))
+    try:
+        text = report.render_text(report.build(reader, 600))
+    finally:
+        reader.close()
+    me = f"uid {os.geteuid()}"
+    assert f"{me}: dry run of sigterm on process:{proc.pid}: dry run" in text, text
+    assert f"{me}: action sigterm on process:{proc.pid}: done" in text, text
 
 
 def test_the_gate_keys_dry_runs_by_caller_and_forgets_nothing_it_must_not():
