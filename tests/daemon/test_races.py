@@ -17,6 +17,8 @@ import aiohttp
 
 from daemon.api.server import ApiServer
 from daemon.commands import cli, report
+from daemon.runtime.attribution import STATUS_SLACK, Attribution
+from daemon.wire import process_key
 from tests.daemon.scripted import recording_daemon
 
 COPY_REC = {"id": "rec-copy", "rule": "host_idle", "target": "host", "summary": "stop it",
@@ -160,3 +162,21 @@ def test_a_slow_phases_call_does_not_hold_the_tick(tmp_path):
     assert status == 200
     assert released == [True], "the phases read held the event loop"
     assert ticked == 5
+
+
+def test_stack_statuses_of_exited_processes_are_pruned(tmp_path):
+    """Attribution's statuses are keyed by process: bounded by the live ones plus a slack."""
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0)
+    try:
+        attribution = Attribution(daemon.config.attribution, daemon.store,
+                                  idle_utilization_pct=5.0)
+        for pid in range(10_000, 10_000 + 3 * STATUS_SLACK):  # exited long ago
+            attribution.status_by_key[process_key(pid, 1000.0)] = {"status": "ok"}
+        sample = daemon.collect()
+        live = {process_key(p.pid, p.start_time) for p in sample.processes}
+        for key in live:
+            attribution.status_by_key[key] = {"status": "ok"}
+        attribution.on_tick(sample)
+        assert set(attribution.status_by_key) == live
+    finally:
+        daemon.store.close()
