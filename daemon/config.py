@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ else:  # pragma: no cover - Python 3.10
 from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; this bound keeps /dev/zero out of memory
 
 
 class ConfigError(ValueError):
@@ -67,6 +69,14 @@ def parse_size(value: str | int) -> int:
         raise ValueError(f"{value!r} is not a size (use e.g. 512MiB, 1GiB)")
     unit = match.group(2).lower() if match.group(2) else None
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as (host, port); ValueError says what fits."""
+    host, sep, port = value.rpartition(":")
+    if sep and host and port.isdigit() and 0 <= int(port) <= 65535:
+        return host.strip("[]"), int(port)
+    raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
 
 
 def _meta(help: str, kind: str = "", low: float | None = None, high: float | None = None,
@@ -168,7 +178,8 @@ class ApiConfig:
         "unix socket of the HTTP API; empty: /run/mlcost/mlcostd.sock as root, "
         "$XDG_RUNTIME_DIR/mlcost/mlcostd.sock otherwise", "path"))
     listen: str = field(default="", metadata=_meta(
-        "also serve the API on TCP HOST:PORT (then a bearer token is required); empty: no TCP"))
+        "also serve the API on TCP HOST:PORT (then a bearer token is required); empty: no TCP",
+        "address"))
     token_file: str = field(default="", metadata=_meta(
         "file holding the TCP bearer token (mode 0600; created if missing); empty: "
         "mlcostd.token beside the socket", "path"))
@@ -353,6 +364,12 @@ def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
         elif kind == "list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError("must be a list of strings")
+            result = value
+        elif kind == "address":
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            if value:
+                parse_address(value)
             result = value
         elif kind == "bool":
             if not isinstance(value, bool):
@@ -556,18 +573,38 @@ def load(path: str | os.PathLike[str] | None) -> Config:
         if not DEFAULT_CONFIG_PATH.exists():
             return Config()
         path = DEFAULT_CONFIG_PATH
-    path = Path(path)
+    return from_dict(parse_file(Path(path)), where=str(path))
+
+
+def parse_file(path: Path) -> dict[str, Any]:
+    """The TOML in `path`, read only if it is a regular file of at most MAX_CONFIG_BYTES (a FIFO
+    would block the start, /dev/zero would fill memory). ConfigError says what is wrong."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: opened, not waited on
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too, then cannot be read
+        os.close(fd)
+        raise ConfigError(f"config file {path} is not a regular file; pass --config with a "
+                          "TOML file")
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; "
+                          "is it the right file?")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} on line "
+                          f"{line}); save the file as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return from_dict(data, where=str(path))
+    return data
 
 
 def default_db_path() -> Path:

@@ -36,8 +36,12 @@ def phase_balances(reader: StoreReader, since: float, until: float, interval_s: 
         end = min(event["ended_at"] if event["ended_at"] is not None else until, until)
         low[event["target"]] = low.get(event["target"], 0.0) + max(0.0, end - start)
     samples_by_proc: dict[tuple[int, float], list[StackSample]] = {}
+    frames_of: dict[str, tuple[Frame, ...]] = {}  # one tuple per stack, shared by its samples
     for row in queries.stack_samples(reader, since, until):
-        frames = tuple(Frame(name, filename, line) for name, filename, line in row["frames"])
+        frames = frames_of.get(row["hash"])
+        if frames is None:
+            frames = frames_of[row["hash"]] = tuple(
+                Frame(name, filename, line) for name, filename, line in row["frames"])
         samples_by_proc.setdefault((row["pid"], round(row["start_time"], 3)), []).append(
             StackSample(row["ts"], row["pid"], row["thread"], row["hash"], frames,
                         row["phase"], row["gpu_util"] or 0.0, row.get("reason") or ""))

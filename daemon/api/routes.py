@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from daemon import __version__, clock
 from daemon.analysis.cost import gpu_wasted_per_hour
+from daemon.api import openapi
 from daemon.api.limits import REQUEST_TIMEOUT_S
 from daemon.wire import API_VERSION, parse_process_key
 
@@ -33,6 +35,11 @@ MAX_JSON_DEPTH = 32  # a request body nested deeper is refused before json.loads
 MAX_PID = 1 << 22  # Linux's pid_max ceiling (4194304)
 MAX_START_TIME = 1e11  # a process start time (Unix seconds) a store can hold
 MAX_GPU_INDEX = 1023
+
+
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_PROCESS_KEY = re.compile(r"[0-9]+:[0-9]+(\.[0-9]+)?")  # as openapi.py documents it
+_INDEX = re.compile(r"[0-9]+")
 
 
 def json_error(status: int, message: str) -> web.Response:
@@ -48,10 +55,9 @@ def _number(query: Any, name: str, default: float, low: float, high: float) -> f
     raw = query.get(name)
     if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise _bad(f"{name}={raw!r} is not a number") from None
+    if not _NUMBER.fullmatch(raw):  # float() would take " 1", "1_0", "nan", "inf"
+        raise _bad(f"{name}={raw[:40]!r} is not a number")
+    value = float(raw)
     if not (low <= value <= high):
         raise _bad(f"{name}={raw!r} must be between {low:g} and {high:g}")
     return value
@@ -116,6 +122,9 @@ def _nesting(raw: bytes) -> int:
 
 def _process_key(key: str) -> tuple[int, float]:
     """PID:START_TIME with a pid and a start time a store can hold; 400 otherwise."""
+    if not _PROCESS_KEY.fullmatch(key):
+        raise _bad(f"process key {key[:60]!r} is not PID:START_TIME: a pid and a start time in "
+                   "seconds, in digits (e.g. 1234:1700000000.12)")
     try:
         pid, start = parse_process_key(key)
     except ValueError as exc:
@@ -139,8 +148,9 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             "api_version": API_VERSION, "uptime_s": time.monotonic() - started_mono,
             "tick": daemon.tick, "nvml_status": nvml, "store": store,
             "hostname": daemon.host.get("hostname", ""),
-            # What is wrong now (a full disk, a recreated database...), in words.
-            "problems": [store["problem"]] if store and store.get("problem") else [],
+            # What is wrong now (a full disk, a recreated database, a GPU lost...), in words.
+            "problems": ([store["problem"]] if store and store.get("problem") else [])
+            + _gpu_problems(daemon.last_sample),
         })
 
     async def now(request: web.Request) -> web.Response:
@@ -180,10 +190,9 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
                            f"{', '.join(sorted(GPU_METRICS))} or wasted_per_hour")
             if gpu_q is None:
                 raise _bad("say which series: gpu=INDEX or process=PID:START")
-            try:
-                index = int(gpu_q)
-            except ValueError:
-                raise _bad(f"gpu={gpu_q[:40]!r} is not a GPU index") from None
+            if not _INDEX.fullmatch(gpu_q):
+                raise _bad(f"gpu={gpu_q[:40]!r} is not a GPU index")
+            index = int(gpu_q)
             if not 0 <= index <= MAX_GPU_INDEX:
                 raise _bad(f"gpu={gpu_q[:40]!r} is not a GPU index (0 to {MAX_GPU_INDEX})")
             target = f"gpu:{index}"
@@ -221,6 +230,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
 
     async def apply(request: web.Request) -> web.Response:
         from daemon.api.actions import ActionError
+        from daemon.api.audit import ActionRefused, peer
 
         rec_id = request.match_info["id"]
         body = await _body(request)
@@ -231,10 +241,20 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         if rec is None:
             return json_error(404, f"no active recommendation {rec_id!r}; list them at "
                                    "/v1/recommendations")
+        gate, who = daemon.action_gate, peer(request.transport)  # audit.py: trail and checks
+        try:
+            gate.begin(rec, who, dry_run)
+        except ActionRefused as exc:
+            return json_error(exc.status, str(exc))
         try:  # only the action (a signal, boto3 calls) runs in a thread
             result = await asyncio.to_thread(daemon.run_action, rec, dry_run)
         except ActionError as exc:
+            gate.end(rec, who, dry_run, error=str(exc), status=exc.status)
             return json_error(exc.status, str(exc))
+        except BaseException as exc:
+            gate.end(rec, who, dry_run, error=f"{type(exc).__name__}: {exc}", status=500)
+            raise
+        gate.end(rec, who, dry_run, result=result)
         return web.json_response(result)
 
     async def snooze(request: web.Request) -> web.Response:
@@ -258,10 +278,19 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
     app.router.add_get("/v1/recommendations", recommendations)
     app.router.add_post("/v1/recommendations/{id}/apply", apply)
     app.router.add_post("/v1/recommendations/{id}/snooze", snooze)
+    app.router.add_get("/v1/openapi.json", openapi.serve)  # documents the routes: openapi.py
 
     from daemon.api.snapshots import add_snapshot_routes
 
     add_snapshot_routes(app, daemon, _body)
+
+
+def _gpu_problems(sample: Any) -> list[str]:
+    """The GPUs of the latest tick that are not read normally, in words."""
+    if sample is None:
+        return []
+    return [f"GPU {gpu.index}: {gpu.status}" + (f": {gpu.error}" if gpu.error else "")
+            for gpu in sample.gpus if gpu.status != "ok"]
 
 
 def _price_per_gpu(document: dict[str, Any]) -> float:

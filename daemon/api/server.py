@@ -29,6 +29,7 @@ from aiohttp import web
 from daemon.api.limits import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, LimitedRunner, limited_log
 from daemon.api.metrics import Metrics, add_metrics_route, metrics_only_app
 from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
+from daemon.config import parse_address
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ def read_token(path: Path) -> str:
                            "regular file: point --token-file at the file itself") from None
         raise ApiError(f"cannot read the token file {path}: {exc.strerror}; pass "
                        "--token-file with a readable file") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too, then cannot be read
+        os.close(fd)
+        check_token_path(path)
+        raise ApiError(f"token file {path} is not a regular file; pass --token-file with a file")
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
@@ -144,9 +149,11 @@ def make_app(daemon: Any, *, token: str | None = None,
             scheme, _, value = sent.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                     value.strip().encode(), token.encode()):
-                return json_error(401, "missing or wrong bearer token: send "
-                                       "`Authorization: Bearer <token>` (the token is in the "
-                                       "daemon's [api].token_file)")
+                refused = json_error(401, "missing or wrong bearer token: send "
+                                          "`Authorization: Bearer <token>` (the token is in "
+                                          "the daemon's [api].token_file)")
+                refused.headers["WWW-Authenticate"] = 'Bearer realm="mlcostd"'  # RFC 6750
+                return refused
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
@@ -158,7 +165,10 @@ def make_app(daemon: Any, *, token: str | None = None,
                             "and the README for the API",
                        405: f"{request.method} is not allowed on {request.path}"}.get(
                 exc.status, exc.reason)
-            return json_error(exc.status, message)
+            answer = json_error(exc.status, message)
+            if "Allow" in exc.headers:  # a 405 says what is allowed (RFC 9110)
+                answer.headers["Allow"] = exc.headers["Allow"]
+            return answer
         except Exception as exc:  # the API must answer, not drop the connection
             # the traceback once per route and kind of error, then "N more like this"
             route = request.match_info.route.resource
@@ -174,16 +184,29 @@ def make_app(daemon: Any, *, token: str | None = None,
 
 
 def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
     try:
-        if not sep or not host:
-            raise ValueError
-        number = int(port)
-        if not 0 <= number <= 65535:
-            raise ValueError
+        return parse_address(listen)
     except ValueError:
         raise ApiError(f"{flag} {listen!r} is not HOST:PORT (e.g. 127.0.0.1:9347)") from None
-    return host.strip("[]"), number
+
+
+def check_token_path(path: Path) -> None:
+    """Before anything is created: a token path that exists must be a regular file (a
+    directory, FIFO or device there is refused now, not after the store and workloads start)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return  # generated at start
+    except OSError as exc:
+        raise ApiError(f"cannot use the token file {path}: {exc.strerror}; pass --token-file "
+                       "with a readable file") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise ApiError(f"token file {path} is a symbolic link; mlcostd reads only a regular "
+                       "file: point --token-file at the file itself")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise ApiError(f"token file {path} is {kind}; pass --token-file with a file (or a "
+                       "path that does not exist, to have mlcostd generate one)")
 
 
 class ApiServer:
@@ -211,6 +234,15 @@ class ApiServer:
         self._runners: list[web.AppRunner] = []
         self._bound_unix = False  # only a socket this server bound is removed on stop
         self.tcp_port: int | None = None
+
+    def check(self) -> None:
+        """What can be refused before the daemon creates anything: the listen address and an
+        existing token path. Raises ApiError."""
+        if self.listen:
+            parse_listen(self.listen)
+            if self.token_file is None:
+                raise ApiError("--listen needs a token file: pass --token-file")
+            check_token_path(self.token_file)
 
     async def start(self) -> None:
         started = time.monotonic()

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -192,6 +193,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                   ("metrics_listen", "metrics_listen"))
                  if getattr(args, flag)}
     if api_flags:
+        try:  # the same checks as the file's [api] table
+            config_module.from_dict({"api": api_flags}, where="command line")
+        except ConfigError as exc:
+            message = str(exc)
+            for name in api_flags:
+                message = message.replace(f"[api].{name}", "--" + name.replace("_", "-"))
+            raise ConfigError(message) from None
         config = config_module.with_overrides(config, "api", **api_flags)
     _setup_logging(args.log_level or config.daemon.log_level)
     daemon = Daemon(config, simulate=args.simulate)
@@ -207,9 +215,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(main())
-    except DaemonError as exc:
+    except DaemonError as exc:  # cannot start: the same status as a config error
         print(f"mlcostd: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    finally:  # stopped: a late SIGINT or SIGTERM must not turn the exit into a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 WATCH_WINDOW_S = 10.0
@@ -384,6 +395,13 @@ def _prices_defaults(args: argparse.Namespace, config: Config) -> argparse.Names
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C at any point, even while imports run: no traceback
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -409,8 +427,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mlcostd: config error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:  # `mlcostd report | head`
         sys.stdout = None  # type: ignore[assignment]
         return 0

@@ -356,6 +356,13 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
         return []
     out = ["", "Events"]
     for event in idle:
+        if event["kind"] == "action":  # the audit trail (daemon/api/audit.py)
+            detail = event.get("detail") or {}
+            what = "dry run of" if detail.get("dry_run") else "action"
+            out.append(f"  {clock.local_time(event['started_at'], date=False)} "
+                       f"{detail.get('who', '?')}: {what} {detail.get('action', '?')} on "
+                       f"{event['target']}: {detail.get('outcome', '?')}")
+            continue
         if event["ended_at"] is not None:
             state = "ended"
         elif stopped_at is not None:

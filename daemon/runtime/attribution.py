@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_ROWS = 64  # stack rows kept per dip before it qualifies
 SIGNAL_TICKS = 4  # snapshots kept per process: the signals cover the last ~3 ticks (a dump's gap)
+STATUS_SLACK = 64  # stack statuses of exited processes kept before they are pruned
 
 
 @dataclass
@@ -173,6 +174,9 @@ class Attribution:
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
             del self._signals[key]
+        if len(self.status_by_key) > len(live) + STATUS_SLACK:  # keyed by process: bounded
+            keys = {process_key(pid, start) for pid, start in live}
+            self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
         self._main_threads.keep_only(set(self._dips))
 
     def _update_signals(self, proc: ProcessSample, ts: float,

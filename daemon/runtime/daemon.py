@@ -11,6 +11,7 @@ here (and in the store), nowhere else.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import math
 import os
@@ -23,9 +24,10 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path
-from daemon.runtime import systemd
+from daemon.runtime import memory, systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
@@ -34,7 +36,7 @@ from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import PodResources
 from daemon.sources.procs import ProcessSource, read_pressure
-from daemon.sources.sample import Sample
+from daemon.sources.sample import GpuUse, Sample
 from daemon.store import facts, queries
 from daemon.store.files import private_folder
 from daemon.store.lock import StoreLocked, WriterLock
@@ -47,6 +49,7 @@ DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
+CLOCK_JUMP_S = 30.0  # the wall clock moving this much more than the tick did is a clock step
 
 
 class DaemonError(RuntimeError):
@@ -66,6 +69,17 @@ def _process_of(rec: dict[str, Any]) -> str | None:
         except ValueError:
             return None
     return None
+
+
+def _path_advice(exc: OSError) -> str:
+    """What to do about an OSError on the store's folder, by its cause."""
+    if exc.errno == errno.EROFS:
+        return "that file system is mounted read-only: pass --db with a path on a writable one"
+    if exc.errno == errno.ENOSPC:
+        return "free space on that disk, or pass --db with a path on another"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "mlcostd's user cannot write there: run as root, or pass --db with a writable path"
+    return "pass --db with a writable path"
 
 
 class Daemon:
@@ -108,8 +122,32 @@ class Daemon:
         self.snapshots: SnapshotTriggers | None = None  # incident triggers ([snapshots])
         self.recommended_before: set[str] = set()  # recommendation ids the store had at start
         self._one_snapshot = asyncio.Lock()  # snapshots by hand: one at a time
+        # who applied what, a dry run before each real action, one at a time (api/audit.py)
+        self.action_gate = ActionGate(record=self._record_event)
 
     # -- start and stop ----------------------------------------------------------------
+
+    def _check_start(self) -> None:
+        """Refuse what can be refused before anything is created: the database path, the
+        scenario, the API's listen address and token path. Raises DaemonError."""
+        from daemon.api.server import ApiError
+
+        if self.db.is_dir():
+            raise DaemonError(f"the database path {self.db} is a directory; pass --db with a "
+                              f"file path, e.g. --db {self.db / 'mlcost.db'}")
+        if self.simulate:
+            simulation = Simulation(self.simulate)
+            try:
+                simulation.load()
+            except SimulationError as exc:
+                raise DaemonError(str(exc)) from None
+            self.simulation = simulation
+        api = self._make_api()
+        try:
+            api.check()
+        except ApiError as exc:
+            raise DaemonError(str(exc)) from None
+        self.api = api
 
     def _open_store(self) -> Store:
         try:
@@ -117,15 +155,15 @@ class Daemon:
         except OSError as exc:
             raise DaemonError(
                 f"cannot create the database folder {self.db.parent}: {exc.strerror}; "
-                f"pass --db with a writable path or run as root") from None
+                f"{_path_advice(exc)}") from None
         try:
             self._lock.acquire()
         except StoreLocked as exc:
             raise DaemonError(str(exc)) from None
-        except OSError as exc:  # e.g. no space left to write the pid into it
+        except OSError as exc:  # a read-only folder, no space left to write the pid into it
             raise DaemonError(
-                f"cannot take the writer lock {self._lock.path}: {exc.strerror}; free space "
-                f"on that disk, or pass --db with a writable path") from None
+                f"cannot take the writer lock {self._lock.path}: {exc.strerror}; "
+                f"{_path_advice(exc)}") from None
         store_config = self.config.store
         try:
             return Store(
@@ -144,8 +182,7 @@ class Daemon:
                               "permissions and the free space on its disk") from None
 
     def _start_simulation(self) -> None:
-        assert self.simulate is not None
-        self.simulation = Simulation(self.simulate)
+        assert self.simulation is not None  # loaded by _check_start
         try:
             self.simulation.start()
         except SimulationError as exc:
@@ -214,6 +251,10 @@ class Daemon:
                 return rec
         return None
 
+    def _record_event(self, event: dict[str, Any]) -> None:
+        if self.store is not None:
+            facts.write_event(self.store, event)
+
     def run_action(self, rec: dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
         """What the recommendation's action does (dry run) or did. Blocking (a signal, boto3):
         the API runs it in a thread, with a recommendation found on the loop."""
@@ -259,7 +300,11 @@ class Daemon:
 
     async def run(self) -> int:
         """Record until SIGTERM/SIGINT (or max_ticks). Returns the process exit code."""
+        self._check_start()
+        memory.limit_arenas()  # before the reader threads start: see runtime/memory.py
         loop = asyncio.get_running_loop()
+        # Kept until the loop closes (it removes them): a second SIGINT while stopping (Ctrl-C
+        # twice, `timeout -s INT`, which signals the child and then its group) only asks again.
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
@@ -267,7 +312,7 @@ class Daemon:
         self.started_at = clock.now()
         try:
             self._load_snoozes()
-            if self.simulate:
+            if self.simulation is not None:
                 self._start_simulation()
             # In a pod the kernel's hostname is the pod's: the DaemonSet passes the node's name.
             self.host.setdefault("hostname", os.environ.get("MLCOST_HOSTNAME")
@@ -282,7 +327,6 @@ class Daemon:
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
-            self.api = self._make_api()
             await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
             systemd.notify("READY=1")
@@ -295,8 +339,6 @@ class Daemon:
                 await self.attribution.stop()
             if self.snapshots is not None:
                 await self.snapshots.stop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
             self.nvml.stop()
             self.procs.close()
             self._stop_simulation()
@@ -328,6 +370,12 @@ class Daemon:
         try:
             while not self._stop.is_set():
                 delay = next_tick - clock.now()
+                if delay > interval + CLOCK_JUMP_S:  # the wall clock was set back
+                    log.warning("the clock went back by %.0f s; ticks go on from the new time "
+                                "(their timestamps stay in order in the store)",
+                                delay - interval)
+                    next_tick = math.ceil(clock.now() / interval) * interval
+                    delay = next_tick - clock.now()
                 if delay > 0:
                     try:
                         await asyncio.wait_for(self._stop.wait(), delay)
@@ -342,10 +390,15 @@ class Daemon:
                     break
                 next_tick += interval
                 if next_tick < clock.now():  # fell behind: skip to the next boundary, say so
-                    missed = math.ceil((clock.now() - next_tick) / interval)
-                    self.ticks_late += missed
+                    behind = clock.now() - next_tick
+                    missed = math.ceil(behind / interval)
                     next_tick += missed * interval
-                    log.debug("tick %d ran late; skipped %d", self.tick, missed)
+                    if behind > CLOCK_JUMP_S:  # not a slow tick: the clock was set forward
+                        log.warning("the clock jumped forward by %.0f s; ticks go on from "
+                                    "the new time", behind)
+                    else:
+                        self.ticks_late += missed
+                        log.debug("tick %d ran late; skipped %d", self.tick, missed)
                 self._maintain_until(next_tick)
         finally:
             for task in (discovery, evaluation):
@@ -442,6 +495,7 @@ class Daemon:
                         self.snapshots.on_recommendations(self._not_snoozed(recorded), until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
+            await asyncio.to_thread(memory.trim)  # what the round's reads freed goes back
             await asyncio.sleep(every)
 
     def _read_attribution(self, since: float,
@@ -466,7 +520,9 @@ class Daemon:
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""
         nvml_status, gpus, uses = self.nvml.latest()
-        processes = self.procs.read(uses)
+        # Processes of a GPU that is lost or not answering still run: recorded without uses.
+        held: dict[int, tuple[GpuUse, ...]] = dict.fromkeys(self.nvml.sick_holders(), ())
+        processes = self.procs.read({**uses, **held} if held else uses)
         return Sample(
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
             host=read_pressure(), nvml_status=nvml_status)
@@ -499,13 +555,14 @@ class Daemon:
         rounds = 0
         while True:
             _, gpus, uses = self.nvml.latest()
+            sick = self.nvml.sick_holders()
             scan = rounds % CHILDREN_SCAN_EVERY == 0  # a full /proc pass: not every round
             rounds += 1
             uuids = {g.index: g.uuid for g in gpus}
             devices = {pid: tuple(uuids[u.gpu_index] for u in held if u.gpu_index in uuids)
                        for pid, held in uses.items()}  # for the owner's pod (pod-resources)
             try:
-                await asyncio.to_thread(self.procs.discover, set(uses), scan, devices)
+                await asyncio.to_thread(self.procs.discover, set(uses), scan, devices, sick)
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
             await asyncio.sleep(DISCOVERY_INTERVAL_S)

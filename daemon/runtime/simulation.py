@@ -24,16 +24,26 @@ class Simulation:
     def __init__(self, name: str) -> None:
         self.name = name
         self._running: Any = None
+        self._loaded: Any = None
         self.host: dict[str, Any] = {}  # what the daemon records as this host
+
+    def load(self) -> None:
+        """Read the scenario, starting nothing: a bad name is refused before the daemon creates
+        its store. Raises SimulationError."""
+        from daemon.sim import scenario
+
+        try:
+            self._loaded = scenario.load(self.name)
+        except scenario.ScenarioError as exc:
+            raise SimulationError(str(exc)) from None
 
     def start(self) -> None:
         from daemon.sim import nvml as sim_nvml
         from daemon.sim import scenario
 
-        try:
-            loaded = scenario.load(self.name)
-        except scenario.ScenarioError as exc:
-            raise SimulationError(str(exc)) from None
+        if self._loaded is None:
+            self.load()
+        loaded = self._loaded
         self._running = scenario.start(loaded)
         sim_nvml.install(self._running.state_dir)
         # The simulated GPU's kernel call blocks while the GPU works, as a CUDA kernel would:

@@ -94,6 +94,7 @@ class GpuReading:
     gpu: GpuSample
     uses: tuple[tuple[int, GpuUse], ...]  # (pid, use)
     read_at: float  # time.monotonic() when the reading finished
+    uses_known: bool = True  # False: the GPU could not be read (lost, failed), nor its processes
 
 
 class GpuFailed(Exception):
@@ -320,6 +321,9 @@ class NvmlSource:
         self._readings: dict[int, GpuReading] = {}
         self._devices: dict[int, _Device] = {}
         self._device_status: dict[int, tuple[str, str | None]] = {}
+        # GPU index -> (the pids of its last complete reading, its wall time): what a GPU that
+        # is lost or not answering was running, so those processes are still recorded
+        self._holders: dict[int, tuple[frozenset[int], float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -394,6 +398,8 @@ class NvmlSource:
                 reading = device.read()
                 with self._lock:
                     self._readings[index] = reading
+                    self._holders[index] = (frozenset(pid for pid, _ in reading.uses),
+                                            time.time())
                 self._note_device(index, reading.gpu.status, reading.gpu.error)
                 backoff = self.config.retry_initial
                 now = time.time()
@@ -421,7 +427,7 @@ class NvmlSource:
                                       memory_total_bytes=base.memory_total_bytes,
                                       memory_reserved_bytes=base.memory_reserved_bytes,
                                       error=message),
-                        uses=(), read_at=time.monotonic())
+                        uses=(), read_at=time.monotonic(), uses_known=False)
                 self._note_device(index, status, message)
                 if lost:
                     device = None  # take a fresh handle when it comes back
@@ -445,13 +451,32 @@ class NvmlSource:
 
     def latest(self) -> tuple[str, tuple[GpuSample, ...], dict[int, tuple[GpuUse, ...]]]:
         """(nvml status, one sample per GPU, GPU uses per pid). Never blocks on NVML."""
+        status, gpus, uses, _ = self._view()
+        return status, gpus, uses
+
+    def sick_holders(self) -> dict[int, float]:
+        """pid -> when it was last seen (wall time) on a GPU that is now lost, failing or not
+        answering, for the pids on no GPU that answers: their GPU use is unknown, but they may
+        still run, and their CPU, memory and I/O are recorded. Never blocks on NVML."""
+        _, _, uses, stale = self._view()
+        return {pid: seen for pid, seen in stale.items() if pid not in uses}
+
+    def _view(self) -> tuple[str, tuple[GpuSample, ...], dict[int, tuple[GpuUse, ...]],
+                             dict[int, float]]:
         now = time.monotonic()
         deadline = self.config.call_deadline
         gpus = []
         uses: dict[int, list[GpuUse]] = {}
+        stale: dict[int, float] = {}
+
+        def held(index: int) -> None:
+            pids, seen = holders.get(index, (frozenset(), 0.0))
+            stale.update(dict.fromkeys(pids, seen))
+
         with self._lock:
             readings = dict(self._readings)
             devices = dict(self._devices)
+            holders = dict(self._holders)
         for index in sorted(readings):
             reading = readings[index]
             gpu = reading.gpu
@@ -461,13 +486,17 @@ class NvmlSource:
             if in_flight is not None and now - in_flight[1] > deadline:
                 gpu = self._timed_out(gpu, f"{in_flight[0]} has not answered for "
                                            f"{now - in_flight[1]:.1f} s")
+                held(index)
             elif overdue and gpu.status in (GPU_OK, GPU_ERROR):
                 gpu = self._timed_out(gpu, f"no reading for {now - reading.read_at:.1f} s")
+                held(index)
+            elif not reading.uses_known:
+                held(index)
             else:
                 for pid, use in reading.uses:
                     uses.setdefault(pid, []).append(use)
             gpus.append(gpu)
-        return self.status, tuple(gpus), {pid: tuple(u) for pid, u in uses.items()}
+        return self.status, tuple(gpus), {pid: tuple(u) for pid, u in uses.items()}, stale
 
     @staticmethod
     def _timed_out(gpu: GpuSample, why: str) -> GpuSample:

@@ -102,16 +102,28 @@ class ProcessSource:
         self.io_readable = True  # False once /proc/PID/io is refused (not root)
 
     def discover(self, gpu_pids: set[int], scan_children: bool = True,
-                 devices: Mapping[int, tuple[str, ...]] | None = None) -> None:
+                 devices: Mapping[int, tuple[str, ...]] | None = None,
+                 keep: Mapping[int, float] | None = None) -> None:
         """Learn new GPU processes and their children. Slow (psutil): run it beside the tick.
 
         Finding children means reading every process on the host once; with
         `scan_children=False` only new GPU processes are looked for children (their workers
         start within a few seconds of them), and known ones keep the children found before.
         `devices` maps a GPU process to the UUIDs of the GPUs it holds (for its owner's pod).
+        `keep`: pid -> when it was last seen on a GPU that no longer answers
+        (NvmlSource.sick_holders); such a process and its children stay watched while it is the
+        process NVML saw, one started before that (a pid reused since is someone else).
         """
         devices = devices or {}
         children_of: dict[int, tuple[int, ...]] = {}
+        for pid, seen_at in (keep or {}).items():
+            if pid in gpu_pids or not self._learn(pid):
+                continue
+            if self._known[pid].start_time > seen_at:
+                self._forget(pid)
+                continue
+            children_of[pid] = tuple(k for k in self._children_of.get(pid, ())
+                                     if self._learn(k))
         new = {pid for pid in gpu_pids if pid not in self._children_of}
         scan = self.children and (scan_children or bool(new))
         kids_by_parent = _children_by_parent() if scan else {}
@@ -126,7 +138,8 @@ class ProcessSource:
                         found.append(kid)
                 children_of[pid] = tuple(found)
         self._children_of = children_of
-        watched = set(gpu_pids) | {kid for kids in children_of.values() for kid in kids}
+        watched = (set(gpu_pids) | set(children_of)
+                   | {kid for kids in children_of.values() for kid in kids})
         for pid in list(self._known):
             if pid not in watched:
                 self._forget(pid)

@@ -1,4 +1,7 @@
-"""One writer per store: a second mlcostd on the same database refuses to start."""
+"""One writer per store: a second mlcostd on the same database refuses to start.
+
+The `.lock` file beside the database holds the writer's pid, for the refusal's message; it is
+removed on a clean stop. The guarantee itself is the Store's flock on the database file."""
 
 from __future__ import annotations
 
@@ -19,20 +22,38 @@ class WriterLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = open_private(self.path)  # 0600 whatever the umask
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            owner = self.path.read_text().strip() or "another process"
-            raise StoreLocked(
-                f"another mlcostd (pid {owner}) is already recording into {self.path.parent}; "
-                f"stop it or pass a different --db") from None
+        while True:
+            fd = open_private(self.path)  # 0600 whatever the umask
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                try:
+                    owner = self.path.read_text().strip() or "another process"
+                except OSError:
+                    owner = "another process"
+                raise StoreLocked(
+                    f"another mlcostd (pid {owner}) holds the writer lock {self.path}; stop it "
+                    f"or pass a different --db") from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # a stopping writer removed the file we opened: take the new one
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
 
     def release(self) -> None:
+        """Remove the lock file (still holding it, so no one takes a file about to go), then
+        let go."""
         if self._fd is not None:
+            try:
+                if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                    os.unlink(self.path)
+            except OSError:
+                pass  # already gone, or a read-only folder now: the next start takes it over
             os.close(self._fd)
             self._fd = None

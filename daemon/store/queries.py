@@ -15,19 +15,27 @@ from daemon.store.reader import StoreReader
 
 def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
     """Stack samples in [since, until] with their process, frames and the reason of their
-    phase (None in stores written before reasons were kept), oldest first."""
+    phase (None in stores written before reasons were kept), oldest first.
+
+    Samples of one stack share one frames tuple (read once per hash): a 30-minute window holds
+    thousands of samples of a few dozen stacks, and a copy per sample made the daemon's memory
+    grow with the window (bench/soak.py)."""
     columns = {r["name"] for r in reader.query("PRAGMA table_info(stack_samples)")}
     reason = "s.reason" if "reason" in columns else "NULL AS reason"
+    span = (round(since * 1000), round(until * 1000))
+    frames_of = {
+        r["hash"]: tuple(tuple(f) for f in json.loads(r["frames"])) for r in reader.query(
+            "SELECT hash, frames FROM stacks WHERE hash IN (SELECT DISTINCT hash FROM "
+            "stack_samples WHERE ts >= ? AND ts <= ?)", span)}
     rows = reader.query(
-        f"SELECT s.ts, p.pid, p.start_ms, s.thread, s.hash, s.phase, s.gpu_util, {reason}, "
-        "k.frames "
-        "FROM stack_samples s JOIN processes p ON p.id = s.proc JOIN stacks k ON k.hash = s.hash "
-        "WHERE s.ts >= ? AND s.ts <= ? ORDER BY s.ts",
-        (round(since * 1000), round(until * 1000)))
+        f"SELECT s.ts, p.pid, p.start_ms, s.thread, s.hash, s.phase, s.gpu_util, {reason} "
+        "FROM stack_samples s JOIN processes p ON p.id = s.proc "
+        "WHERE s.ts >= ? AND s.ts <= ? ORDER BY s.ts", span)
     return [{"ts": r["ts"] / 1000, "pid": r["pid"], "start_time": r["start_ms"] / 1000,
              "thread": r["thread"], "hash": r["hash"], "phase": r["phase"],
              "gpu_util": None if r["gpu_util"] is None else r["gpu_util"] / 10,
-             "reason": r["reason"], "frames": [tuple(f) for f in json.loads(r["frames"])]} for r in rows]
+             "reason": r["reason"], "frames": frames_of.get(r["hash"], ())}
+            for r in rows if r["hash"] in frames_of]
 
 
 def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any]]:

@@ -95,6 +95,9 @@ _PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")
 GpuFacts = tuple[str, str, int | None, int | None]
 
 
+PROCESS_CACHE_MAX = 4096  # process ids kept in memory; past it, only the live ones stay
+
+
 class StoreError(Exception):
     """The store cannot be opened (permission, newer schema, ...). Says what to do."""
 
@@ -405,10 +408,9 @@ class Store(Maintenance):
             for row in conn.execute(
                 "SELECT gpu, uuid, name, memory_total_bytes, memory_reserved_bytes FROM gpus")
         }
-        self._processes: dict[tuple[int, int], int] = {
-            (pid, start_ms): ident
-            for ident, pid, start_ms in conn.execute("SELECT id, pid, start_ms FROM processes")
-        }
+        # (pid, start_ms) -> id of the processes seen lately; a miss is looked up in the table
+        # (never preloaded whole: a store keeps every process of months of rollups)
+        self._processes: dict[tuple[int, int], int] = {}
         last = conn.execute("SELECT tick FROM ticks ORDER BY ts DESC LIMIT 1").fetchone()
         self.last_tick = int(last[0]) if last else 0  # the daemon numbers on from here
         newest = conn.execute("SELECT max(ts) FROM ticks").fetchone()[0]
@@ -635,6 +637,9 @@ class Store(Maintenance):
                 self._insert(ts, sample, new_processes, new_gpus, seen)
         # Only now are the new rows' ids real.
         self._processes.update(new_processes)
+        if len(self._processes) > PROCESS_CACHE_MAX:  # keyed by process: bounded (soak.py)
+            live = {(p.pid, round(p.start_time * 1000)) for p in batch[-1][1].processes}
+            self._processes = {k: v for k, v in self._processes.items() if k in live}
         self._gpus.update(new_gpus)
         self._last_seen.update(seen)
         self._newest_ts = max(self._newest_ts, batch[-1][0])
@@ -706,6 +711,11 @@ class Store(Maintenance):
         for proc in sample.processes:
             key = (proc.pid, round(proc.start_time * 1000))
             ident = known_processes.get(key) or new_processes.get(key)
+            if ident is None:  # not seen lately: recorded before (a restart), or new
+                row = conn.execute("SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
+                                   key).fetchone()
+                if row is not None:
+                    ident = new_processes[key] = int(row[0])
             if ident is None:
                 cursor = conn.execute(
                     "INSERT INTO processes (pid, start_ms, ppid, user, command, first_ts,"
@@ -763,6 +773,11 @@ class Store(Maintenance):
         self._health.bytes_on_disk = size
         self._health.samples_buffered = len(self._buffer)
         return StoreHealth(**asdict(self._health))
+
+    @property
+    def processes_cached(self) -> int:
+        """How many process ids the writer holds in memory (bounded by PROCESS_CACHE_MAX)."""
+        return len(self._processes)
 
     @property
     def minute_done(self) -> int:

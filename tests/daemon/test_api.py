@@ -291,14 +291,14 @@ def test_token_file_readable_by_others_is_refused(tmp_path, mlcostd):
     token_file.chmod(0o640)
     refused = mlcostd("idle-host", wait=False,
                       args=["--listen", "127.0.0.1:0", "--token-file", str(token_file)])
-    assert refused.wait_exit() == 1
+    assert refused.wait_exit() == 2
     assert "chmod 600" in refused.log() and "Traceback" not in refused.log()
 
 
 def test_a_live_socket_is_not_taken_over(mlcostd):
     first = mlcostd("idle-host")
     second = mlcostd("idle-host", wait=False, args=["--socket", str(first.socket)])
-    assert second.wait_exit() == 1
+    assert second.wait_exit() == 2
     assert "another mlcostd" in second.log()
     # the refused one leaves the socket it never bound: the first one still answers on it
     assert first.socket.exists() and first.healthy()

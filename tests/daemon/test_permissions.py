@@ -66,7 +66,7 @@ def test_a_socket_in_a_shared_folder_is_refused_and_the_folder_left_alone(tmp_pa
     shared.mkdir()
     shared.chmod(0o1777)
     refused = mlcostd("idle-host", wait=False, args=["--socket", str(shared / "mlcostd.sock")])
-    assert refused.wait_exit() == 1
+    assert refused.wait_exit() == 2
     log = refused.log()
     assert f"the socket folder {shared} is writable by its group or by everyone (mode 1777)" \
         in log, refused.log_tail()
@@ -123,7 +123,7 @@ def test_a_regular_file_at_the_socket_path_is_never_replaced(tmp_path, mlcostd):
     precious = folder / "mlcostd.sock"
     precious.write_text("not a socket: someone's file\n")
     refused = mlcostd("idle-host", wait=False, args=["--socket", str(precious)])
-    assert refused.wait_exit() == 1
+    assert refused.wait_exit() == 2
     log = refused.log()
     assert f"{precious} is a file that is not a socket" in log, refused.log_tail()
     assert "move it away or pass a different --socket" in log and "Traceback" not in log
@@ -217,7 +217,7 @@ def test_a_token_file_owned_by_another_user_is_refused(tmp_path, mlcostd):
         read_token(token_file)
     refused = mlcostd("idle-host", wait=False,
                       args=["--listen", "127.0.0.1:0", "--token-file", str(token_file)])
-    assert refused.wait_exit() == 1
+    assert refused.wait_exit() == 2
     log = refused.log()
     assert f"token file {token_file} is owned by uid {OTHER_UID}" in log, refused.log_tail()
     assert "b" * 40 not in log and "Traceback" not in log  # never the token itself

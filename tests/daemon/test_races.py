@@ -17,6 +17,8 @@ import aiohttp
 
 from daemon.api.server import ApiServer
 from daemon.commands import cli, report
+from daemon.runtime.attribution import STATUS_SLACK, Attribution
+from daemon.wire import process_key
 from tests.daemon.scripted import recording_daemon
 
 COPY_REC = {"id": "rec-copy", "rule": "host_idle", "target": "host", "summary": "stop it",
@@ -113,3 +115,68 @@ def test_watch_reads_the_store_off_the_event_loop(tmp_path, monkeypatch, capsys)
     assert len(builders) >= 5
     assert loop_thread not in builders, "the watch read the store on the event loop"
     assert "mlcost report: testhost" in capsys.readouterr().out
+
+
+def test_a_slow_phases_call_does_not_hold_the_tick(tmp_path):
+    """GET /v1/processes/{key}/phases reads the store (1.6 s on a 6-hour store): in a thread.
+    Here the read blocks until the test has seen ticks go on beside it."""
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0)
+    entered, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    def slow_phases(key: str, since_s: float) -> dict:
+        entered.set()
+        # On the loop, this would hold every tick until it timed out: released is [False].
+        released.append(release.wait(10))
+        return {"phases": {}}
+
+    daemon.phases_for = slow_phases  # type: ignore[method-assign]
+
+    async def main() -> tuple[int, int]:
+        server = ApiServer(daemon, tmp_path / "run" / "mlcostd.sock")
+        await server.start()
+        connector = aiohttp.UnixConnector(path=str(server.socket_path))
+        try:
+            async with aiohttp.ClientSession(connector=connector) as session:
+                async def phases() -> int:
+                    async with session.get("http://x/v1/processes/1:2.000/phases") as response:
+                        return response.status
+
+                call = asyncio.create_task(phases())
+                while not entered.is_set():
+                    await asyncio.sleep(0.01)
+                before = daemon.tick
+                for _ in range(5):  # ticks while the phases read is in progress
+                    daemon._tick()
+                    await asyncio.sleep(0)
+                ticked = daemon.tick - before
+                pending = not call.done()
+                release.set()
+                return ticked if pending else 0, await asyncio.wait_for(call, STRESS_TIMEOUT_S)
+        finally:
+            release.set()
+            await server.stop()
+
+    ticked, status = asyncio.run(main())
+    daemon.store.close()
+    assert status == 200
+    assert released == [True], "the phases read held the event loop"
+    assert ticked == 5
+
+
+def test_stack_statuses_of_exited_processes_are_pruned(tmp_path):
+    """Attribution's statuses are keyed by process: bounded by the live ones plus a slack."""
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0)
+    try:
+        attribution = Attribution(daemon.config.attribution, daemon.store,
+                                  idle_utilization_pct=5.0)
+        for pid in range(10_000, 10_000 + 3 * STATUS_SLACK):  # exited long ago
+            attribution.status_by_key[process_key(pid, 1000.0)] = {"status": "ok"}
+        sample = daemon.collect()
+        live = {process_key(p.pid, p.start_time) for p in sample.processes}
+        for key in live:
+            attribution.status_by_key[key] = {"status": "ok"}
+        attribution.on_tick(sample)
+        assert set(attribution.status_by_key) == live
+    finally:
+        daemon.store.close()

@@ -194,7 +194,7 @@ def test_second_daemon_on_the_same_database_refuses(mlcostd):
     first = mlcostd("idle-host")
     second = mlcostd_cli("run", "--simulate", "idle-host", "--db", str(first.db),
                          "--socket", str(first.folder / "second.sock"))
-    assert second.returncode == 1
+    assert second.returncode == 2
     assert f"pid {first.pid}" in second.stderr
     assert first.stop() == 0
 
@@ -202,7 +202,7 @@ def test_second_daemon_on_the_same_database_refuses(mlcostd):
 def test_unknown_scenario_is_a_clear_error(tmp_path):
     result = mlcostd_cli("run", "--simulate", "no-such-host", "--db", str(tmp_path / "x.db"),
                      "--socket", str(tmp_path / "api.sock"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "no-such-host" in result.stderr and "demo" in result.stderr
 
 

@@ -641,3 +641,36 @@ def test_kill_9_loses_nothing_committed(tmp_path: Path) -> None:
     assert rows(path, "PRAGMA integrity_check") == [("ok",)]
     with Store(path) as store:
         assert store.health.corrupt_moved_aside is None
+
+
+def test_the_process_id_cache_is_bounded_and_a_process_seen_again_keeps_its_row(tmp_path,
+                                                                               monkeypatch):
+    """Caches keyed by process are bounded (a host running short jobs sees thousands a day);
+    a process that falls out of the cache and shows again keeps its one row, and a restart
+    finds the rows of the processes it recorded before."""
+    from daemon.store import writer
+    from daemon.store.reader import StoreReader
+
+    monkeypatch.setattr(writer, "PROCESS_CACHE_MAX", 8)
+    path = tmp_path / "s.db"
+
+    def one(tick: int, pid: int) -> Sample:
+        proc = ProcessSample(pid=pid, start_time=1000.0 + pid, ppid=1, user="u", command="c")
+        return Sample(ts=T0 + tick, tick=tick, gpus=(), processes=(proc,))
+
+    store = Store(str(path))
+    for tick, pid in enumerate([7, *range(100, 120), 7], start=1):
+        assert store.write(one(tick, pid))
+        assert store.processes_cached <= 9
+    store.close()
+    again = Store(str(path))
+    assert again.write(one(100, 7)) and again.write(one(101, 105))
+    again.close()
+    reader = StoreReader(str(path))
+    try:
+        rows = reader.query("SELECT pid, count(*) AS n FROM processes GROUP BY pid")
+        samples = reader.query("SELECT count(*) AS n FROM proc_samples")
+    finally:
+        reader.close()
+    assert {r["pid"]: r["n"] for r in rows} == {7: 1, **{pid: 1 for pid in range(100, 120)}}
+    assert samples[0]["n"] == 24

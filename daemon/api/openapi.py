@@ -1,0 +1,271 @@
+"""The OpenAPI 3.0 document of the /v1/ API, as data, served at GET /v1/openapi.json.
+
+One entry of OPERATIONS per route, keyed by (METHOD, path) exactly as routes.py registers it;
+`document(app)` builds the document from the routes the app really has, so a route without an
+entry here is listed with a bare description (and tests/daemon/test_openapi.py fails, naming
+it). To document a new route, add its entry to OPERATIONS (or call `operation()` from the
+module that adds the route), with its parameters, body and the statuses it answers.
+Schemathesis tests the real daemon against this document (tests/daemon/test_openapi.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from daemon import __version__
+from daemon.store.schema import GPU_METRICS, PROCESS_METRICS
+from daemon.wire import API_VERSION
+
+_MAX_SINCE_S = 400 * 86400
+_JSON = "application/json"
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {_JSON: {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description}
+
+
+def _path(name: str, description: str, pattern: str | None = None) -> dict[str, Any]:
+    schema = {"type": "string", **({"pattern": pattern} if pattern else {})}
+    return {"name": name, "in": "path", "required": True, "schema": schema,
+            "description": description}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": False, "content": {_JSON: {"schema": schema}}}
+
+
+SINCE = {"type": "number", "minimum": 1, "maximum": _MAX_SINCE_S}
+KEY_PATTERN = r"^[0-9]+:[0-9]+(\.[0-9]+)?$"  # routes._PROCESS_KEY
+PROCESS_KEY = _path("key", "PID:START, the start time to the millisecond (daemon.wire."
+                           "process_key), e.g. 1234:1700000000.120", KEY_PATTERN)
+METRICS = sorted(GPU_METRICS) + sorted(PROCESS_METRICS) + ["wasted_per_hour"]
+REC_ID = _path("id", "a recommendation id from /v1/recommendations")
+BAD = _error("a bad parameter or body; the error says which and what is allowed")
+NO_REC = _error("no active recommendation with this id")
+
+SNAPSHOT_SPAN = {"type": "number", "minimum": 1, "maximum": 7 * 86400}  # api/snapshots.py
+DURATION = r"^[0-9]+(\.[0-9]+)?(s|m|h|d)$"
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Snapshot": {"type": "object", "required": ["name", "path", "bytes", "since", "until"],
+                 "description": "a snapshot taken (README: Incident snapshots)"},
+    "Snapshots": {"type": "object", "required": ["folder", "snapshots"],
+                  "properties": {"folder": {"type": "string"},
+                                 "snapshots": {"type": "array",
+                                               "items": {"type": "object"}}}},
+    "Error": {"type": "object", "required": ["error"],
+              "properties": {"error": {"type": "string"}}},
+    "Health": {
+        "type": "object",
+        "required": ["ok", "version", "api_version", "uptime_s", "tick", "nvml_status",
+                     "problems"],
+        "properties": {
+            "ok": {"type": "boolean", "description": "a tick has been recorded and is served"},
+            "version": {"type": "string"}, "api_version": {"type": "integer"},
+            "uptime_s": {"type": "number"}, "tick": {"type": "integer"},
+            "nvml_status": {"type": "string"},
+            "store": {"type": "object", "nullable": True,
+                      "description": "the store's health (buffered, dropped, problem ...)"},
+            "hostname": {"type": "string"},
+            "problems": {"type": "array", "items": {"type": "string"},
+                         "description": "what is wrong now, in words (a full disk, a GPU "
+                                        "lost ...); empty when nothing is"},
+        },
+    },
+    "Now": {"type": "object", "description": "the latest state (README: the HTTP API)",
+            "required": ["host", "gpus", "processes"],
+            "properties": {"host": {"type": "object"},
+                           "gpus": {"type": "array", "items": {"type": "object"}},
+                           "processes": {"type": "array", "items": {"type": "object"}},
+                           "recommendations": {"type": "array", "items": {"type": "object"}},
+                           "events": {"type": "array", "items": {"type": "object"}}}},
+    "History": {
+        "type": "object", "required": ["metric", "target", "since_s", "until", "points"],
+        "properties": {
+            "metric": {"type": "string"}, "target": {"type": "string"},
+            "since_s": {"type": "number"}, "until": {"type": "number"},
+            "points": {"type": "array", "description": "[ts, value, min, max] rows",
+                       "items": {"type": "array",
+                                 "items": {"type": "number", "nullable": True}}},
+        },
+    },
+    "Phases": {"type": "object", "required": ["key", "since_s", "phases"],
+               "properties": {"key": {"type": "string"}, "since_s": {"type": "number"},
+                              "phases": {"type": "object"}}},
+    "Recommendations": {"type": "object", "required": ["recommendations"],
+                        "properties": {"recommendations": {"type": "array",
+                                                           "items": {"type": "object"}}}},
+    "ActionResult": {
+        "type": "object", "required": ["id", "kind", "dry_run", "done", "message"],
+        "properties": {
+            "id": {"type": "string"}, "kind": {"type": "string"},
+            "dry_run": {"type": "boolean"}, "done": {"type": "boolean"},
+            "message": {"type": "string"},
+            "commands": {"type": "array", "items": {"type": "string"}},
+            "patch": {"type": "string", "nullable": True},
+            "steps": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "Snoozed": {"type": "object", "required": ["id", "snoozed_until"],
+                "properties": {"id": {"type": "string"}, "snoozed_until": {"type": "number"}}},
+}
+
+# Answers any route may give: no token on TCP, a body too large or too slow, a full listener.
+COMMON_RESPONSES: dict[str, dict[str, Any]] = {
+    "401": _error("TCP without `Authorization: Bearer <token>`, or a wrong token"),
+    "503": _error("the listener is at its connection limit, or a store read ran too long"),
+}
+
+OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
+    ("GET", "/v1/health"): {
+        "summary": "is the recorder recording, and what is wrong",
+        "responses": {"200": _json(_ref("Health"), "health")},
+    },
+    ("GET", "/v1/now"): {
+        "summary": "the latest state: host, price, burn, GPUs, processes, recommendations",
+        "responses": {"200": _json(_ref("Now"), "the live document")},
+    },
+    ("GET", "/v1/history"): {
+        "summary": "a downsampled series of one GPU, one process, or the host's waste",
+        "parameters": [
+            _query("metric", {"type": "string", "enum": METRICS},
+                   "a GPU metric (with gpu=), a process metric (with process=), or "
+                   "wasted_per_hour (the host); default utilization"),
+            _query("gpu", {"type": "integer", "minimum": 0, "maximum": 1023}, "GPU index"),
+            _query("process", {"type": "string", "pattern": KEY_PATTERN},
+                   "PID:START, for a process metric"),
+            _query("since", SINCE, "seconds back from now (default 3600)"),
+            _query("points", {"type": "number", "minimum": 1, "maximum": 2000},
+                   "most points returned (default 300; a fraction is cut off)"),
+        ],
+        "responses": {"200": _json(_ref("History"), "the series"),
+                      "400": _error("a bad parameter, or a metric without its gpu= or "
+                                    "process=")},
+    },
+    ("GET", "/v1/processes/{key}/phases"): {
+        "summary": "where a process's time went: compute, data wait, checkpoint ...",
+        "parameters": [PROCESS_KEY, _query("since", SINCE, "seconds back (default 1800)")],
+        "responses": {"200": _json(_ref("Phases"), "the phase balance"), "400": BAD,
+                      "404": _error("no such process in the store")},
+    },
+    ("GET", "/v1/recommendations"): {
+        "summary": "the active (not snoozed) recommendations",
+        "responses": {"200": _json(_ref("Recommendations"), "recommendations")},
+    },
+    ("POST", "/v1/recommendations/{id}/apply"): {
+        "summary": "what the recommendation's action does (dry run, the default) or did; a "
+                   "real run needs a dry run first and is audited (README)",
+        "parameters": [REC_ID],
+        "requestBody": _body({"type": "object", "properties": {"dry_run": {"type": "boolean"}}}),
+        "responses": {
+            "200": _json(_ref("ActionResult"), "the dry run, or what was done"), "400": BAD,
+            "403": _error("actions are off ([api].allow_actions), or no permission"),
+            "404": NO_REC,
+            "409": _error("no dry run first, or the action is running now"),
+            "410": _error("the process has exited or is another process now"),
+            "422": _error("the recommendation lacks what its action needs"),
+            "502": _error("the cloud refused the action"),
+        },
+    },
+    ("POST", "/v1/recommendations/{id}/snooze"): {
+        "summary": "hide a recommendation for some hours (kept across restarts)",
+        "parameters": [REC_ID],
+        "requestBody": _body({"type": "object", "properties": {
+            "hours": {"type": "number", "exclusiveMinimum": True, "minimum": 0,
+                      "maximum": 24 * 90}}}),
+        "responses": {"200": _json(_ref("Snoozed"), "snoozed until"), "400": BAD,
+                      "404": NO_REC},
+    },
+    ("POST", "/v1/snapshots"): {
+        "summary": "take a snapshot of a time range into the daemon's snapshots folder (a "
+                   "store file; with html, its HTML report; with upload, also to S3)",
+        "requestBody": _body({"type": "object", "properties": {
+            "since": {"oneOf": [SNAPSHOT_SPAN, {"type": "string", "pattern": DURATION}],
+                      "description": "how far back from until (default 30m)"},
+            "until": {"oneOf": [{"type": "number"}, {"type": "string"}],
+                      "description": "Unix seconds or ISO 8601 (default now)"},
+            "html": {"type": "boolean"},
+            "upload": {"type": "string", "pattern": "^s3://",
+                       "description": "s3://BUCKET/PREFIX"}}}),
+        "responses": {"201": _json(_ref("Snapshot"), "the snapshot written"), "400": BAD,
+                      "503": _error("the store cannot be read or the folder written now")},
+    },
+    ("GET", "/v1/snapshots"): {
+        "summary": "the snapshots in the daemon's folder, newest first",
+        "responses": {"200": _json(_ref("Snapshots"), "the snapshots")},
+    },
+    ("GET", "/v1/snapshots/{name}"): {
+        "summary": "one file of the snapshots folder: a .db snapshot or its .html report",
+        "parameters": [_path("name", "a file name from /v1/snapshots",
+                             r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,200}\.(db|html)$")],
+        "responses": {"200": {"description": "the file", "content": {
+            "application/vnd.sqlite3": {"schema": {"type": "string", "format": "binary"}},
+            "text/html": {"schema": {"type": "string"}}}},
+            "400": _error("not a snapshot file name"), "404": _error("no such snapshot")},
+    },
+    ("GET", "/v1/openapi.json"): {
+        "summary": "this document",
+        "responses": {"200": _json({"type": "object"}, "the OpenAPI document")},
+    },
+}
+
+
+def operation(method: str, path: str, entry: dict[str, Any]) -> None:
+    """Document one more route (for a module that adds its own, e.g. /v1/snapshots)."""
+    OPERATIONS[(method.upper(), path)] = entry
+
+
+def routes_of(app: web.Application) -> list[tuple[str, str]]:
+    """(METHOD, path) of the /v1/ routes the app serves (HEAD, added by aiohttp for every
+    GET, left out)."""
+    found = []
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource is not None else ""
+        if path.startswith("/v1/") and route.method not in ("HEAD", "*"):
+            found.append((route.method, path))
+    return sorted(set(found))
+
+
+def document(app: web.Application) -> dict[str, Any]:
+    """The OpenAPI document of what `app` serves."""
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path in routes_of(app):
+        entry = dict(OPERATIONS.get((method, path)) or {
+            "summary": "not documented yet", "responses": {"200": {"description": "ok"}}})
+        entry["responses"] = {**COMMON_RESPONSES, **entry["responses"]}
+        entry.setdefault("operationId", f"{method.lower()} {path}")
+        paths.setdefault(path, {})[method.lower()] = entry
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "mlcostd", "version": __version__,
+                 "description": f"mlcostd's HTTP API, version {API_VERSION}: JSON under /v1/ "
+                                "on a unix socket, or on TCP with a bearer token."},
+        "servers": [{"url": "/"}],
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "TCP only; the unix socket needs "
+                                                          "none"}},
+        },
+        "security": [{"bearer": []}, {}],
+    }
+
+
+async def serve(request: web.Request) -> web.Response:
+    return web.json_response(document(request.app))

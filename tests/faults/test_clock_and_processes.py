@@ -1,0 +1,122 @@
+"""The host's clock jumping, and processes exiting while the daemon reads them (the fault suite).
+
+The clock: the wall clock cannot be stepped on a shared machine, so a real Daemon runs in this
+process on a simulated host with its one clock (daemon.clock.now) set back an hour and then
+forward two; everything it reads the time through sees the step, the tick loop included.
+Processes: real workloads that exit and restart every fraction of a second, under a real daemon,
+so /proc reads meet vanished processes in every phase of a read."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import faultkit
+import livedaemon
+import pytest
+from simhost import host_toml
+
+from daemon import clock
+from daemon import config as config_module
+from daemon.runtime.daemon import Daemon
+
+TICKS_EACH = 8  # ticks to see after each step, within WAIT_S of real time
+WAIT_S = 60.0
+
+
+@pytest.mark.fault("clock jumps", "the wall clock set back 1 h, then forward 2 h, while "
+                   "recording")
+def test_the_clock_set_back_and_forward_keeps_the_ticks_going(tmp_path, monkeypatch, caplog):
+    scenario = faultkit.scenario(tmp_path, gpus=1, name="clock")
+    config = config_module.from_dict({
+        "daemon": {"db": str(tmp_path / "mlcost.db"), "interval": 0.2},
+        "api": {"socket": str(tmp_path / "api" / "mlcostd.sock")}}, where="test")
+    offset = [0.0]
+    monkeypatch.setattr(clock, "now", lambda: time.time() + offset[0])
+    daemon = Daemon(config, simulate=scenario)
+    seen: list[tuple[str, int]] = []
+
+    async def after(ticks: int) -> None:
+        target = daemon.tick + ticks
+        deadline = time.monotonic() + WAIT_S
+        while daemon.tick < target:
+            assert time.monotonic() < deadline, f"tick {daemon.tick} of {target}: stuck"
+            await asyncio.sleep(0.05)
+
+    async def steps() -> None:
+        try:
+            await after(TICKS_EACH)
+            for name, jump in (("back 1 h", -3600.0), ("forward 2 h", 7200.0)):
+                offset[0] += jump
+                await after(TICKS_EACH)
+                seen.append((name, daemon.tick))
+            health = daemon.now()["store"]
+            assert not health.get("problem"), health
+        finally:
+            daemon.request_stop()
+
+    async def main() -> int:
+        probe = asyncio.create_task(steps())
+        code = await daemon.run()
+        await probe  # its assertion, if it failed
+        return code
+
+    with caplog.at_level(logging.INFO):
+        assert asyncio.run(asyncio.wait_for(main(), WAIT_S * 4)) == 0
+    assert [name for name, _ in seen] == ["back 1 h", "forward 2 h"]
+    recorded = faultkit.recorded(daemon.db)
+    ticks = [s.tick for s in recorded]
+    assert faultkit.contiguous(ticks) and ticks[-1] >= seen[-1][1]
+    stamps = [s.ts for s in recorded]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)  # in order, unique
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("the clock went back" in m for m in messages) == 1, messages
+    assert sum("the clock jumped forward" in m for m in messages) == 1, messages
+    assert daemon.ticks_late < TICKS_EACH  # a step is not counted as slow ticks
+
+
+GPU_FOR_A_SECOND = (
+    "import time\nfrom daemon.sim.device import Device\n"
+    "dev = Device(gpu_index=1)\ndev.alloc(1 << 30)\nstart = time.time()\n"
+    "while time.time() - start < 1:\n    dev.kernel(0.05, sm=0.5)\n    time.sleep(0.05)\n")
+RESPAWN = f"""
+import subprocess, sys
+while True:  # a new GPU process each second: discovery meets ones that just exited
+    subprocess.Popen([sys.executable, "-c", {GPU_FOR_A_SECOND!r}]).wait()
+"""
+FLICKER = """
+import os, subprocess, sys, time
+from daemon.sim.device import Device
+dev = Device(gpu_index=0)
+dev.alloc(1 << 30)
+while True:  # children that live a few ms each: gone mid-read, pids reused
+    for _ in range(20):
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.01)"]).wait()
+    dev.kernel(0.02, sm=0.5)
+"""
+
+
+@pytest.mark.fault("processes exiting mid-read", "a GPU process whose children live ~10 ms, "
+                   "and a GPU process that exits and is replaced every second")
+def test_processes_that_exit_while_read_never_break_a_tick(tmp_path):
+    text = host_toml(gpus=2, workloads=[
+        {"name": "flicker", "gpus": [0], "code": FLICKER},
+        {"name": "respawn", "gpus": [1], "code": RESPAWN}])
+    path = tmp_path / "flicker.toml"
+    path.write_text('name = "flicker"\n' + text)
+    daemon = livedaemon.start(tmp_path / "run", str(path), interval=0.2)
+    try:
+        before = len(daemon.ticks())
+        daemon.wait_for_ticks(before + 40)
+        assert daemon.healthy()
+        gpu_processes = {p.pid for s in faultkit.recorded(daemon.db) for p in s.processes
+                         if any(u.gpu_index == 1 for u in p.gpus)}
+        assert len(gpu_processes) >= 3  # several short-lived GPU processes were recorded
+    finally:
+        code = daemon.stop()
+    log = daemon.log()
+    assert code == 0 and "Traceback" not in log, log
+    assert "failed" not in log.lower(), log
+    ticks = faultkit.ticks_of(daemon.db)
+    assert faultkit.contiguous(ticks) and len(ticks) >= before + 40

@@ -1,0 +1,128 @@
+"""GPU faults on the simulated NVML (issue 10, item 11, and the fault suite): a GPU that falls
+off the bus, a GPU whose calls hang, NVML missing — each for a while, then cleared.
+
+The daemon stays up; every tick is committed; the processes of a sick GPU are recorded in every
+tick (a lost GPU's process lives on: its CPU, RSS and I/O still count); recording of the GPU
+resumes when the fault clears; health names the sick GPU during the fault and nothing after."""
+
+from __future__ import annotations
+
+import faultkit
+import livedaemon
+import pytest
+from simhost import poll
+
+CONFIG = {"nvml": {"retry_initial": "0.5s", "retry_max": "1s"}}
+LOST_AT, LOST_UNTIL = 6.0, 18.0
+HANG_UNTIL = 14.0
+GPU_FAULTS = f"""
+[[faults]]
+kind = "gpu_lost"
+gpu = 1
+at = {LOST_AT}
+until = {LOST_UNTIL}
+
+[[faults]]
+kind = "hang"
+gpu = 2
+call = "nvmlDeviceGetUtilizationRates"
+seconds = 3.0
+until = {HANG_UNTIL}
+"""
+
+
+@pytest.fixture(scope="module")
+def sick_host(tmp_path_factory):
+    """A daemon on three GPUs (one busy workload each) while GPU 1 is lost and GPU 2 hangs,
+    followed until both faults have cleared; what it said on the way, and its store."""
+    folder = tmp_path_factory.mktemp("sick-gpus")
+    scenario = faultkit.scenario(folder, gpus=3, faults=GPU_FAULTS)
+    daemon = livedaemon.start(folder / "run", scenario, interval=0.5, config=CONFIG)
+    seen: dict[str, object] = {}
+    try:
+        pids = faultkit.workloads(daemon)
+        poll(lambda: faultkit.gpu_status(daemon, 1) == "lost", 60, "GPU 1 lost",
+             explain=daemon.log_tail)
+        seen["problems_during"] = faultkit.health(daemon)["problems"]
+        poll(lambda: faultkit.gpu_status(daemon, 1) == "ok", 90, "GPU 1 back",
+             explain=daemon.log_tail)
+        poll(lambda: faultkit.gpu_status(daemon, 2) == "ok" and not faultkit.health(
+            daemon)["problems"], 60, "GPU 2 answering again", explain=daemon.log_tail)
+        daemon.wait_for_ticks(len(daemon.ticks()) + 6)
+        seen["problems_after"] = faultkit.health(daemon)["problems"]
+        seen["healthy"] = daemon.healthy()
+    finally:
+        code = daemon.stop()
+    return {"daemon": daemon, "code": code, "pids": pids, "seen": seen,
+            "samples": faultkit.recorded(daemon.db)}
+
+
+def present_from_first_sight(samples, pid: int) -> list:
+    """The samples from the first one holding `pid` to the end; fails if it is missing in any."""
+    first = next(i for i, s in enumerate(samples) if any(p.pid == pid for p in s.processes))
+    missing = [s.tick for s in samples[first:] if not any(p.pid == pid for p in s.processes)]
+    assert not missing, f"pid {pid} missing from ticks {missing[:20]} (of {len(samples)})"
+    return samples[first:]
+
+
+def gpu_of(sample, index: int):
+    return next(g for g in sample.gpus if g.index == index)
+
+
+@pytest.mark.fault("GPU lost", "GPU 1 falls off the bus for 12 s, then answers again")
+def test_a_lost_gpus_process_is_recorded_in_every_tick_and_the_gpu_comes_back(sick_host):
+    daemon, samples, pid = sick_host["daemon"], sick_host["samples"], sick_host["pids"]["w1"]
+    assert sick_host["code"] == 0 and sick_host["seen"]["healthy"], daemon.log_tail()
+    assert "Traceback" not in daemon.log()
+    assert faultkit.contiguous([s.tick for s in samples])
+    followed = present_from_first_sight(samples, pid)
+    lost = [s for s in followed if gpu_of(s, 1).status == "lost"]
+    assert len(lost) >= 10, [gpu_of(s, 1).status for s in followed]
+    during = [next(p for p in s.processes if p.pid == pid) for s in lost]
+    assert all(not p.gpus for p in during)  # its GPU use is unknown while the GPU is gone
+    assert during[-1].cpu_seconds > during[0].cpu_seconds  # ...but it runs, and that counts
+    assert all(p.rss_bytes > 0 and p.read_bytes is not None for p in during)
+    after = followed[followed.index(lost[-1]) + 1:]
+    assert after and gpu_of(after[-1], 1).status == "ok"
+    last = next(p for p in after[-1].processes if p.pid == pid)
+    assert [u.gpu_index for u in last.gpus] == [1]  # seen on its GPU again
+    assert any("GPU 1: lost" in p for p in sick_host["seen"]["problems_during"])
+    assert sick_host["seen"]["problems_after"] == []
+
+
+@pytest.mark.fault("GPU hung", "every utilization call on GPU 2 blocks 3 s, for 14 s")
+def test_a_hung_gpus_process_is_recorded_in_every_tick(sick_host):
+    samples, pid = sick_host["samples"], sick_host["pids"]["w2"]
+    followed = present_from_first_sight(samples, pid)
+    hung = [s for s in followed if gpu_of(s, 2).status == "timeout"]
+    assert hung, [gpu_of(s, 2).status for s in followed]
+    assert gpu_of(followed[-1], 2).status == "ok"
+    healthy = present_from_first_sight(samples, sick_host["pids"]["w0"])
+    assert all(gpu_of(s, 0).status == "ok" for s in healthy)  # the others read on
+
+
+NVML_MISSING = """
+[[faults]]
+kind = "nvml_missing"
+until = 10.0
+"""
+
+
+@pytest.mark.fault("NVML missing", "libnvidia-ml cannot be loaded for the first 10 s")
+def test_nvml_missing_for_a_while_keeps_recording_and_says_so(tmp_path):
+    scenario = faultkit.scenario(tmp_path, gpus=2, faults=NVML_MISSING, name="no-nvml")
+    daemon = livedaemon.start(tmp_path / "run", scenario, interval=0.5, config=CONFIG)
+    try:
+        before = len(daemon.ticks())
+        poll(lambda: "not found" in faultkit.health(daemon)["nvml_status"], 30,
+             "health to say NVML is not found", explain=daemon.log_tail)
+        poll(lambda: faultkit.health(daemon)["nvml_status"] == "ok" and all(
+            faultkit.gpu_status(daemon, i) == "ok" for i in (0, 1)), 90, "NVML back",
+             explain=daemon.log_tail)
+        daemon.wait_for_ticks(len(daemon.ticks()) + 4)
+        assert daemon.healthy()
+    finally:
+        assert daemon.stop() == 0, daemon.log_tail()
+    ticks = faultkit.ticks_of(daemon.db)
+    assert len(ticks) > before + 8 and faultkit.contiguous(ticks)  # recorded throughout
+    assert "Traceback" not in daemon.log()
