@@ -79,3 +79,11 @@ def test_systemd_analyze_security_rates_the_unit(runnable_unit, capsys):
     assert re.search(r"ProtectHome=\s+Service has read-only access", done.stdout)
     with capsys.disabled():
         print(f"\nsystemd-analyze security: exposure {exposure.group(1)} ({exposure.group(2)})")
+
+
+def test_verify_catches_a_bad_value(runnable_unit):
+    """The check above can fail: systemd-analyze names a value it cannot parse."""
+    runnable_unit.write_text(runnable_unit.read_text().replace("Type=notify", "Type=notifyy"))
+    done = subprocess.run(["systemd-analyze", "verify", str(runnable_unit)],
+                          capture_output=True, text=True, timeout=60)
+    assert "Failed to parse service type" in done.stdout + done.stderr
