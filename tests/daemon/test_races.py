@@ -85,9 +85,9 @@ def test_watch_reads_the_store_off_the_event_loop(tmp_path, monkeypatch, capsys)
     builders: list[int] = []
     real_build = report.build
 
-    def build(reader, since_s, until=None):
+    def build(reader, since_s, until=None, **kwargs):
         builders.append(threading.get_ident())
-        return real_build(reader, since_s, until)
+        return real_build(reader, since_s, until, **kwargs)
 
     monkeypatch.setattr(report, "build", build)
 
