@@ -167,6 +167,25 @@ def compose(offer: InstanceOffer, parts: dict[tuple[str, str], float],
     return None
 
 
+async def service_skus(result: RefreshResult, key_file: str | os.PathLike[str], service: str,
+                       *, base_url: str, timeout_s: float,
+                       max_retry_after_s: float) -> list[dict[str, Any]] | None:
+    """Every SKU of `service` with the API key in `key_file`; None when the key or the API
+    fails, the reason in `result.errors` (the key never in it) and the previous prices kept."""
+    try:
+        key = read_api_key(key_file)
+    except GcpKeyError as exc:
+        result.errors["(key)"] = [str(exc)]
+        return None
+    try:
+        async with aiohttp.ClientSession() as session:
+            return await fetch_skus(session, key, base_url=base_url, service=service,
+                                    timeout_s=timeout_s, max_retry_after_s=max_retry_after_s)
+    except FetchError as exc:
+        result.errors["(api)"] = [f"{str(exc).replace(key, '***')} (previous prices kept)"]
+        return None
+
+
 async def fetch_skus(session: aiohttp.ClientSession, key: str, *, base_url: str = BILLING_URL,
                      service: str = COMPUTE_ENGINE_SERVICE, timeout_s: float = DEFAULT_TIMEOUT_S,
                      max_retry_after_s: float = 30.0) -> list[dict[str, Any]]:
@@ -202,18 +221,10 @@ async def refresh_gcp_async(offers: Sequence[InstanceOffer], region: str, *,
     fetched_at = time.time() if now is None else now
     result = RefreshResult("gcp", region, fetched_at, str(cache_path))
     say = progress or (lambda line: None)
-    try:
-        key = read_api_key(key_file)
-    except GcpKeyError as exc:
-        result.errors["(key)"] = [str(exc)]
-        return result
     url = skus_url(base_url, COMPUTE_ENGINE_SERVICE)
-    try:
-        async with aiohttp.ClientSession() as session:
-            skus = await fetch_skus(session, key, base_url=base_url, timeout_s=timeout_s,
-                                    max_retry_after_s=max_retry_after_s)
-    except FetchError as exc:
-        result.errors["(api)"] = [f"{str(exc).replace(key, '***')} (previous prices kept)"]
+    skus = await service_skus(result, key_file, COMPUTE_ENGINE_SERVICE, base_url=base_url,
+                              timeout_s=timeout_s, max_retry_after_s=max_retry_after_s)
+    if skus is None:
         return result
     parts = parse_skus(skus, region)
     for offer in offers:

@@ -22,20 +22,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
-
 from pricing.cache import CachedPrice
 from pricing.catalog import InstanceOffer
-from pricing.http import DEFAULT_TIMEOUT_S, FetchError
+from pricing.http import DEFAULT_TIMEOUT_S
 from pricing.managed import PLATFORMS, managed_kind
 from pricing.refresh import Progress, RefreshResult
 from pricing.refresh_gcp import (
     BILLING_URL,
-    GcpKeyError,
     compose,
-    fetch_skus,
     parse_skus,
-    read_api_key,
+    service_skus,
     sku_part,
     skus_url,
 )
@@ -103,18 +99,10 @@ async def refresh_vertex_async(offers: Sequence[InstanceOffer], region: str, *,
     fetched_at = time.time() if now is None else now
     result = RefreshResult("gcp", region, fetched_at, str(cache_path))
     say = progress or (lambda line: None)
-    try:
-        key = read_api_key(key_file)
-    except GcpKeyError as exc:
-        result.errors["(key)"] = [str(exc)]
-        return result
     url = skus_url(base_url, VERTEX_AI_SERVICE)
-    try:
-        async with aiohttp.ClientSession() as session:
-            skus = await fetch_skus(session, key, base_url=base_url, service=VERTEX_AI_SERVICE,
-                                    timeout_s=timeout_s, max_retry_after_s=max_retry_after_s)
-    except FetchError as exc:
-        result.errors["(api)"] = [f"{str(exc).replace(key, '***')} (previous prices kept)"]
+    skus = await service_skus(result, key_file, VERTEX_AI_SERVICE, base_url=base_url,
+                              timeout_s=timeout_s, max_retry_after_s=max_retry_after_s)
+    if skus is None:
         return result
     result.prices, missing = compose_machines(offers, skus, region, fetched_at, url)
     for machine, why in missing.items():
