@@ -161,7 +161,7 @@ def check_recorded_stacks(db: Path) -> Check | None:
     from daemon.store.reader import StoreReader
 
     try:
-        reader = StoreReader(str(db), timeout_s=2.0)
+        reader = StoreReader(str(db), timeout_s=2.0, tidy=True)
         try:
             statuses = stack_statuses(reader)
             commands = {(r["pid"], r["start_ms"] / 1000): r["command"] for r in reader.query(

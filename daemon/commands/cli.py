@@ -328,7 +328,7 @@ def cmd_report(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     try:
-        reader = StoreReader(str(db))
+        reader = StoreReader(str(db), tidy=True)
         try:
             document = report.build(reader, since, config=config)
         finally:
@@ -360,7 +360,7 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mlcostd prices: --since {exc}", file=sys.stderr)
         return 2
-    reader = StoreReader(str(db))
+    reader = StoreReader(str(db), tidy=True)
     try:
         need = selection.observed_need(reader, since, pid=args.pid, run_hours=args.run_hours)
     except ValueError as exc:

@@ -8,6 +8,7 @@ instead of holding a read snapshot that stops WAL checkpoints.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -62,15 +63,41 @@ class ReaderTimeout(Exception):
     """A read query ran past its deadline and was cut off."""
 
 
+def _writer_holds(path: str) -> bool:
+    """Whether a daemon holds the store's writer flock (daemon.store.writer: one writer per
+    database file). Opens and closes the file: only where no SQLite connection to it is open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True  # cannot tell: read as if it were being written
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also lets go of the flock, if taken
+    return False
+
+
 class StoreReader:
     """Read-only view of a store file. Safe beside a live writer, and from several threads:
     one read transaction at a time on its one connection (overlapping ones failed or hung)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0,
+                 tidy: bool = False) -> None:
+        """`tidy`, for a command that reads a store in a process of its own (`mlcostd report`):
+        when no daemon is recording into it, read through a query-only read-write connection,
+        so that SQLite removes the -wal and -shm files on close. A read-only connection, the
+        last to close, leaves both beside the database. Never in the daemon's own process."""
         self.path = str(path)
         self.timeout_s = timeout_s
-        uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve())) + "?mode=ro"
+        uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve()))
+        writable = tidy and os.access(self.path, os.W_OK) and not _writer_holds(self.path)
+        if not writable:
+            uri += "?mode=ro"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        if writable:
+            conn.execute("PRAGMA query_only=ON")
         conn.execute("PRAGMA busy_timeout=1000")
         self.db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
         self.conn = conn

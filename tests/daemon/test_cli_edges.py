@@ -87,3 +87,27 @@ def test_watch_keeps_a_recommendation_between_two_evaluations(tmp_path):
     assert "none in this window" in watch_text(path, WATCH_WINDOW_S)  # the old window: gone
     text = watch_text(path, 2 * 30.0 + 5)
     assert "GPU 0 held idle by pid 10" in text and "none in this window" not in text
+
+
+def _side_files(db) -> list[str]:
+    return sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name + "-"))
+
+
+def test_a_report_leaves_no_wal_or_shm_beside_a_stopped_store(mlcostd):
+    """A read-only SQLite connection that closes last leaves the -wal and -shm files behind:
+    `mlcostd report` on a stopped recorder's store used to leave both there for good. Beside a
+    running daemon it reads as before, and the daemon goes on recording."""
+    daemon = mlcostd("idle-host", interval=0.5)
+    daemon.wait_for_ticks(3)
+    live = cli("report", "--db", str(daemon.db))
+    assert live.returncode == 0, live.stderr
+    assert "mlcost report" in live.stdout
+    ticks = len(daemon.ticks())
+    daemon.wait_for_ticks(ticks + 2)  # the writer was not stopped by the reader
+    assert daemon.stop() == 0
+    assert _side_files(daemon.db) == []  # a clean stop removes them
+    stopped = cli("report", "--db", str(daemon.db))
+    assert stopped.returncode == 0, stopped.stderr
+    assert "mlcost report" in stopped.stdout
+    assert _side_files(daemon.db) == []
+    assert os.stat(daemon.db).st_mode & 0o777 == 0o600
