@@ -30,6 +30,7 @@ import psutil
 
 from daemon import config as config_module
 from daemon.runtime.daemon import Daemon
+from daemon.sources.host import read_host_usage
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.writer import Store
 
@@ -103,6 +104,11 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> None:
                     for tid in threads_at[1]), reverse=True)[:6]
     print("  per thread, ms per tick: " + ", ".join(
         f"{names.get(tid, tid)} {cpu_s / steady_ticks * 1000:.2f}" for cpu_s, tid in spent))
+    reads, began = 2000, time.thread_time()
+    for _ in range(reads):
+        read_host_usage()
+    print(f"  of the tick, reading the host's CPU, memory and load (sources/host.py): "
+          f"{(time.thread_time() - began) / reads * 1000:.3f} ms")
 
 
 def synthetic_sample(tick: int, ts: float, gpus: int, processes: int,

@@ -42,7 +42,10 @@ def document(step: int) -> dict:
               "phases": {"compute": {"share": 0.7}, "data_wait": {"share": 0.3}}}
              for i in range(PROCESSES)]
     return {"ts": 1.7e9 + step, "tick": step, "host": {"hostname": "bench"}, "gpus": gpus,
-            "processes": procs, "burn": {"total_per_hour": 98.3, "wasted_per_hour": 20.0}}
+            "processes": procs, "burn": {"total_per_hour": 98.3, "wasted_per_hour": 20.0},
+            "host_usage": {"cpu_percent": float(step % 100), "cpus": 96,  # the host line
+                           "memory_used_bytes": (200 + step) * GIB,
+                           "memory_total_bytes": 1024 * GIB, "load": [12.5, 11.0, 9.75]}}
 
 
 def snapshot(step: int) -> SnapshotArrived:

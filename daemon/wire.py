@@ -272,6 +272,27 @@ class Price:
 
 
 @dataclass(frozen=True)
+class HostUsage:
+    """The GPU host's CPU busy share (since the daemon's previous tick), memory and load, as
+    the daemon read them there (daemon.sources.host)."""
+
+    cpu_percent: float | None
+    cpus: int | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    load: tuple[float, float, float] | None  # 1, 5 and 15 min averages
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HostUsage:
+        raw = _l(d.get("load"))
+        load = [v for v in map(_f, raw) if v is not None]
+        return cls(cpu_percent=_f(d.get("cpu_percent")), cpus=_i(d.get("cpus")),
+                   memory_used_bytes=_i(d.get("memory_used_bytes")),
+                   memory_total_bytes=_i(d.get("memory_total_bytes")),
+                   load=(load[0], load[1], load[2]) if len(load) == len(raw) == 3 else None)
+
+
+@dataclass(frozen=True)
 class Now:
     """One /v1/now document: the host's latest state."""
 
@@ -297,6 +318,8 @@ class Now:
     bill_per_month: float | None = None
     savings_order: str = ""
     energy_per_hour: float | None = None  # the GPUs' measured power priced ([instance] $/kWh)
+    # The host line; None from an older daemon and in a replay of a store (not recorded).
+    host_usage: HostUsage | None = None
 
     @property
     def idle_alerts(self) -> tuple[Event, ...]:
@@ -342,6 +365,8 @@ class Now:
             bill_per_month=_f(savings.get("bill_per_month")),
             savings_order=_s(savings.get("order")),
             energy_per_hour=_f(burn.get("energy_per_hour")),
+            host_usage=HostUsage.from_dict(d["host_usage"])
+            if isinstance(d.get("host_usage"), Mapping) else None,
         )
 
 

@@ -26,7 +26,6 @@ from textual.widgets import DataTable, Footer, Input
 from daemon.clock import local_time
 from daemon.wire import Now, Process, Recommendation
 from mlcost_tui import incidents
-from mlcost_tui.hoststats import HostMeter, HostStats
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.layout import Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
@@ -155,11 +154,6 @@ class MlcostTop(App):
         self.render_seconds = 0.0  # how long the last render took (the bench reads it)
         self.event_snapshots = incidents.EventSnapshots()
         self.screen_layout: Layout | None = None
-        # The host line, where the daemon is on this machine (a unix socket, --demo).
-        local = replay is None and len(self.clients) == 1 and \
-            self.clients[0].name.startswith("unix:")
-        self.host_meter = HostMeter() if local else None
-        self.host_stats: HostStats | None = None
 
     @property
     def clients(self) -> list[Client]:
@@ -274,8 +268,6 @@ class MlcostTop(App):
                for h in self.hosts):
             self.starting = None  # the first tick's figures: no longer starting
         shown = self.shown_host
-        if self.host_meter is not None:
-            self.host_stats = self.host_meter.read()
         if shown is not None and shown.now is not None and shown.error is None:
             self.query_one(GpuPanel).remember(shown.now)
             if self.screen_layout is not None:
@@ -304,7 +296,7 @@ class MlcostTop(App):
                     header.show(snap, self.paused, retry,
                                 self.replay.status(self.playing) if self.replay else None)
                 if snap is not None and snap.now is not None:
-                    self.query_one(GpuPanel).show(snap.now, self.host_stats)
+                    self.query_one(GpuPanel).show(snap.now)
                     self.query_one(ProcessPanel).show(snap.now)
                     self.query_one(RecommendationTable).show(snap.now)
                     if self.first_data_at is None and snap.now.gpus:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daemon.sources.sample import GpuSample, ProcessSample, Sample
+from daemon.sources.sample import GpuSample, HostUsageSample, ProcessSample, Sample
 from daemon.wire import process_key
 
 
@@ -110,6 +110,32 @@ class GpuModel:
 
 
 @dataclass(frozen=True, slots=True)
+class HostUsageModel:
+    """The host's CPU busy share since the tick before (None on the first), memory and load."""
+
+    cpu_percent: float | None
+    cpus: int
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    load: tuple[float, float, float] | None
+
+    @classmethod
+    def from_samples(cls, usage: HostUsageSample,
+                     before: HostUsageSample | None) -> HostUsageModel:
+        cpu = None
+        if (before is not None and usage.cpu_busy_ticks is not None
+                and usage.cpu_total_ticks is not None and before.cpu_busy_ticks is not None
+                and before.cpu_total_ticks is not None
+                and usage.cpu_total_ticks > before.cpu_total_ticks):
+            busy = usage.cpu_busy_ticks - before.cpu_busy_ticks
+            # iowait may step back on tickless kernels (proc(5)), so the share is bounded
+            cpu = min(100.0, max(0.0, 100.0 * busy / (usage.cpu_total_ticks
+                                                       - before.cpu_total_ticks)))
+        return cls(cpu_percent=cpu, cpus=usage.cpus, memory_used_bytes=usage.memory_used_bytes,
+                   memory_total_bytes=usage.memory_total_bytes, load=usage.load)
+
+
+@dataclass(frozen=True, slots=True)
 class TickModel:
     """A whole tick: every GPU and process, rates against the previous sample."""
 
@@ -117,6 +143,7 @@ class TickModel:
     tick: int
     gpus: tuple[GpuModel, ...]
     processes: tuple[ProcessModel, ...]
+    host_usage: HostUsageModel | None = None  # None where the sample has none (replay)
 
     @classmethod
     def from_samples(cls, sample: Sample, previous: Sample | None,
@@ -128,4 +155,7 @@ class TickModel:
             ts=sample.ts, tick=sample.tick,
             gpus=tuple(GpuModel.from_sample(g, busy.get(g.index)) for g in sample.gpus),
             processes=tuple(ProcessModel.from_samples(p, before.get(p.key), seconds)
-                            for p in sample.processes))
+                            for p in sample.processes),
+            host_usage=HostUsageModel.from_samples(
+                sample.host_usage, previous.host_usage if previous is not None else None)
+            if sample.host_usage is not None else None)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.busy import gpu_is_busy
-from daemon.analysis.derive import GpuModel, ProcessModel, TickModel
+from daemon.analysis.derive import GpuModel, HostUsageModel, ProcessModel, TickModel
 from daemon.analysis.rules.combine import savings_document
 from daemon.sources.owners import workload_label
 from daemon.sources.sample import GPU_OK, GpuSample, Sample
@@ -70,6 +70,15 @@ def gpu_entry(gpu: GpuModel) -> dict[str, Any]:
         "sm_clock_mhz": gpu.sm_clock_mhz, "memory_clock_mhz": gpu.memory_clock_mhz,
         "busy": gpu.busy,
     }
+
+
+def host_usage_entry(usage: HostUsageModel) -> dict[str, Any]:
+    """The GPU host's CPU busy share since the tick before, memory and load: the TUI's host
+    line, wherever it runs (daemon.wire.HostUsage)."""
+    return {"cpu_percent": usage.cpu_percent, "cpus": usage.cpus,
+            "memory_used_bytes": usage.memory_used_bytes,
+            "memory_total_bytes": usage.memory_total_bytes,
+            "load": list(usage.load) if usage.load is not None else None}
 
 
 # Until a process has been watched this long with no stack sampled, its balance is all compute by
@@ -133,13 +142,15 @@ def now_document(
     daemon.wire.process_key; a missing input reads as None or empty in the document."""
     doc: dict[str, Any] = {"version": DOCUMENT_VERSION, "host": dict(host),
                            "ts": None, "tick": tick, "gpus": [], "processes": [],
-                           "store": store}
+                           "host_usage": None, "store": store}
     if sample is not None:
         busy = {g.index: gpu_busy(g, idle_utilization_pct) for g in sample.gpus}
         model = TickModel.from_samples(sample, previous, busy)
         costs = cost.processes if cost is not None else {}
         doc["ts"], doc["tick"] = model.ts, model.tick
         doc["gpus"] = [gpu_entry(g) for g in model.gpus]
+        if model.host_usage is not None:
+            doc["host_usage"] = host_usage_entry(model.host_usage)
         doc["processes"] = [
             process_entry(p, costs.get(p.key), (phases or {}).get(p.key),
                           (stack_statuses or {}).get(p.key))

@@ -61,6 +61,24 @@ NO_REC = _error("no active recommendation with this id")
 SNAPSHOT_SPAN = {"type": "number", "minimum": 1, "maximum": 7 * 86400}  # api/snapshots.py
 DURATION = r"^[0-9]+(\.[0-9]+)?(s|m|h|d)$"
 
+_NUMBER_OR_NULL = {"type": "number", "nullable": True}
+_BYTES_OR_NULL = {"type": "integer", "minimum": 0, "nullable": True}
+# The GPU host's CPU, memory and load (daemon.wire.HostUsage); null before the first tick.
+HOST_USAGE: dict[str, Any] = {
+    "type": "object", "nullable": True,
+    "description": "the host's CPU busy share since the previous tick (null on the first), "
+                   "memory used (MemTotal - MemAvailable) and total, and load averages",
+    "required": ["cpu_percent", "cpus", "memory_used_bytes", "memory_total_bytes", "load"],
+    "properties": {
+        "cpu_percent": {**_NUMBER_OR_NULL, "minimum": 0, "maximum": 100},
+        "cpus": {"type": "integer", "minimum": 1},
+        "memory_used_bytes": _BYTES_OR_NULL, "memory_total_bytes": _BYTES_OR_NULL,
+        "load": {"type": "array", "nullable": True, "minItems": 3, "maxItems": 3,
+                 "items": {"type": "number", "minimum": 0},
+                 "description": "1, 5 and 15 min load averages"},
+    },
+}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Snapshot": {"type": "object", "required": ["name", "path", "bytes", "since", "until"],
                  "description": "a snapshot taken (README: Incident snapshots)"},
@@ -92,6 +110,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "properties": {"host": {"type": "object"},
                            "gpus": {"type": "array", "items": {"type": "object"}},
                            "processes": {"type": "array", "items": {"type": "object"}},
+                           "host_usage": HOST_USAGE,
                            "recommendations": {"type": "array", "items": {"type": "object"}},
                            "events": {"type": "array", "items": {"type": "object"}}}},
     "History": {

@@ -32,6 +32,7 @@ from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.runtime.snapshots import SnapshotTriggers, take_snapshot
+from daemon.sources.host import read_host_usage
 from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import PodResources
@@ -525,7 +526,7 @@ class Daemon:
         processes = self.procs.read({**uses, **held} if held else uses)
         return Sample(
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
-            host=read_pressure(), nvml_status=nvml_status)
+            host=read_pressure(), nvml_status=nvml_status, host_usage=read_host_usage())
 
     def _tick(self) -> None:
         sample = self.collect()

@@ -94,6 +94,20 @@ class HostPressure:
 
 
 @dataclass(frozen=True, slots=True)
+class HostUsageSample:
+    """The host's CPU, memory and load (daemon.sources.host): CPU jiffies cumulative since boot
+    (the busy share is derived between two samples), memory used = MemTotal - MemAvailable.
+    A field is None where /proc does not say."""
+
+    cpu_busy_ticks: int | None = None
+    cpu_total_ticks: int | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    load: tuple[float, float, float] | None = None  # 1, 5 and 15 min averages
+    cpus: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Sample:
     """Everything one tick saw. `nvml_status` is "ok" or why NVML gave nothing this tick."""
 
@@ -103,3 +117,5 @@ class Sample:
     processes: tuple[ProcessSample, ...] = ()
     host: HostPressure = field(default_factory=HostPressure)
     nvml_status: str = "ok"
+    # None where it was not read: a sample rebuilt from the store (replay) has no host usage.
+    host_usage: HostUsageSample | None = None

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from daemon.wire import Gpu, Now
+from daemon.wire import Gpu, HostUsage, Now
 from mlcost_tui import format as fmt
-from mlcost_tui.hoststats import HostStats
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import (
     BAD,
@@ -55,8 +54,8 @@ class GpuPanel(KeyedTable):
             if gpu.utilization is not None:
                 series.append(gpu.utilization)
 
-    def show(self, now: Now, host: HostStats | None = None) -> None:
-        self.border_title = host_title(host)
+    def show(self, now: Now) -> None:
+        self.border_title = host_title(now.host_usage)
         rows = group_rows(sorted(now.gpus, key=lambda g: g.index), self.group_idle)
         self.gpus = {key: gpus for key, gpus in rows}
         shown = self.shown_keys
@@ -104,11 +103,14 @@ class GpuPanel(KeyedTable):
         }
 
 
-def host_title(host: HostStats | None) -> str:
-    """'GPUs · host CPU 23% of 16 · memory 5.1G/15.6G · load 1.20 0.90 0.70'."""
+def host_title(host: HostUsage | None) -> str:
+    """'GPUs · host CPU 23% of 16 · memory 5.1G/15.6G · load 1.20 0.90 0.70': the GPU host's
+    figures as its daemon read them; just 'GPUs' when the document has none (an older daemon,
+    a replay)."""
     if host is None:
         return "GPUs"
-    parts = ["GPUs", f"host CPU {fmt.pct(host.cpu_percent)} of {host.cpus}"]
+    cpus = f" of {host.cpus}" if host.cpus else ""
+    parts = ["GPUs", f"host CPU {fmt.pct(host.cpu_percent)}{cpus}"]
     if host.memory_total_bytes:
         parts.append(f"memory {fmt.size(host.memory_used_bytes)}/"
                      f"{fmt.size(host.memory_total_bytes)}")

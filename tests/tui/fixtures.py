@@ -7,6 +7,9 @@ from mlcost_tui.messages import HostSnapshot
 
 TS = 1_700_000_000.0
 GIB = 1 << 30
+# The GPU host's CPU, memory and load as its daemon sends them: the GPU panel's title.
+HOST_USAGE = {"cpu_percent": 23.0, "cpus": 16, "memory_used_bytes": 5 * GIB,
+              "memory_total_bytes": 16 * GIB, "load": [1.2, 0.9, 0.7]}
 
 
 def now_document(processes: int = 4, gpus: int = 4, owners: bool = False) -> dict:
@@ -52,7 +55,7 @@ def now_document(processes: int = 4, gpus: int = 4, owners: bool = False) -> dic
         "host": {"hostname": "gpu-box-1", "simulated": "demo", "nvml_status": "ok",
                  "instance": {"provider": "aws", "type": "p4d.24xlarge", "region": "us-east-1",
                               "lifecycle": "on-demand"}},
-        "gpus": gpu_docs, "processes": procs,
+        "gpus": gpu_docs, "processes": procs, "host_usage": dict(HOST_USAGE),
         "burn": {"total_per_hour": 32.77, "wasted_per_hour": 15.69, "idle_per_hour": 4.1,
                  "price_per_gpu": 4.1, "price_source": "catalog: aws on-demand",
                  "price": {"per_hour": 32.77, "source": "catalog: aws on-demand",

@@ -1,0 +1,113 @@
+"""The host line (the GPU panel's title: CPU, memory, load) is the GPU host's, from its daemon's
+/v1/now, for every connection: a real mlcostd on TCP (`--listen`, with its token) sends figures
+in range and mlcost-top connected over TCP shows them. A document without them (an older
+daemon, a replay) shows no host line, never the figures of the machine mlcost-top runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+from simhost import poll
+
+from daemon.client import Client
+from daemon.replay import Replay
+from daemon.wire import HostUsage, Now
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.messages import HostSnapshot, SnapshotArrived
+from mlcost_tui.panels.gpus import GpuPanel, host_title
+from tests.tui.fixtures import HOST_USAGE, TS, StubClient, now_document
+
+
+def test_the_host_line_says_cpu_memory_and_load():
+    assert host_title(HostUsage.from_dict(HOST_USAGE)) == \
+        "GPUs · host CPU 23% of 16 · memory 5.0G/16.0G · load 1.20 0.90 0.70"
+    first_tick = HostUsage(cpu_percent=None, cpus=8, memory_used_bytes=None,
+                           memory_total_bytes=None, load=None)
+    assert host_title(first_tick) == "GPUs · host CPU - of 8"
+    assert host_title(None) == "GPUs"
+
+
+@pytest.mark.asyncio
+async def test_a_document_without_host_usage_shows_no_host_line_even_on_a_local_socket():
+    """An older daemon on this machine's unix socket: no line, rather than this machine's."""
+    doc = now_document()
+    del doc["host_usage"]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 36)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/stub.sock", Now.from_dict(doc),
+                                                       None, 0.01, TS),)))
+        await pilot.pause()
+        gpus = app.query_one(GpuPanel)
+        assert gpus.row_count == 4 and gpus.border_title == "GPUs"
+
+
+@pytest.fixture(scope="module")
+def tcp_daemon(mlcostd):
+    """A real daemon on TCP with its token (the token file beside its socket)."""
+    daemon = mlcostd("idle-host", interval=0.5, args=["--listen", "127.0.0.1:0"])
+    port = poll(daemon.tcp_port, 30, "the TCP port", explain=daemon.log_tail)
+    token = daemon.socket.with_name("mlcostd.token").read_text().strip()
+    daemon.wait_for_ticks(3)
+    return daemon, f"http://127.0.0.1:{port}", token
+
+
+def now_over_tcp(base: str, token: str) -> dict:
+    async def main() -> dict:
+        async with Client(base, token=token) as client:
+            return await client.now_raw()
+
+    return asyncio.run(main())
+
+
+def test_the_daemon_sends_its_hosts_cpu_memory_and_load_over_tcp(tcp_daemon):
+    _, base, token = tcp_daemon
+
+    def with_cpu_share() -> dict | None:  # the first tick has none: no tick before it
+        usage = now_over_tcp(base, token).get("host_usage")
+        return usage if usage and usage.get("cpu_percent") is not None else None
+
+    usage = poll(with_cpu_share, 30, "a CPU share in /v1/now")
+    assert 0.0 <= usage["cpu_percent"] <= 100.0
+    assert usage["cpus"] == os.cpu_count()  # the daemon runs on this machine here
+    assert 0 < usage["memory_used_bytes"] <= usage["memory_total_bytes"]
+    assert len(usage["load"]) == 3 and all(v >= 0 for v in usage["load"])
+    assert set(usage) == {"cpu_percent", "cpus", "memory_used_bytes", "memory_total_bytes",
+                          "load"}  # figures only: nothing else about the host
+
+
+async def wait_for(pilot, predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+@pytest.mark.asyncio
+async def test_mlcost_top_over_tcp_shows_the_daemons_host_line(tcp_daemon):
+    _, base, token = tcp_daemon
+    app = MlcostTop([Client(base, token=token)], interval_s=0.3)
+    async with app.run_test(size=(120, 36)) as pilot:
+        gpus = app.query_one(GpuPanel)
+        await wait_for(pilot, lambda: "host CPU" in str(gpus.border_title)
+                       and "host CPU -" not in str(gpus.border_title))
+        title = str(gpus.border_title)
+        now = app.hosts[0].now
+        assert now is not None and now.host_usage is not None
+        assert title == host_title(now.host_usage)  # what the daemon sent, as sent
+        assert f"of {os.cpu_count()}" in title and "memory " in title and "load " in title
+
+
+@pytest.mark.asyncio
+async def test_a_replay_of_the_daemons_store_shows_no_host_line(tcp_daemon):
+    daemon, _, _ = tcp_daemon
+    with Replay(daemon.db) as replay:
+        app = MlcostTop([], poll=False, replay=replay)
+        async with app.run_test(size=(120, 36)) as pilot:
+            gpus = app.query_one(GpuPanel)
+            await wait_for(pilot, lambda: gpus.row_count >= 1)
+            assert app.hosts[0].now is not None and app.hosts[0].now.host_usage is None
+            assert gpus.border_title == "GPUs"
