@@ -13,8 +13,9 @@
   them, evenly spread, so a long day is an estimate at a coarser step);
 - phases: `attribution.phase_balances` over the PHASE_WINDOW_S before ts;
 - events, low-utilization windows and recommendations: as the store had them at ts (an event
-  that ended later is shown open; a recommendation counts from its first sighting until RECOMMENDATION_GRACE_S after its
-  last one, since the rules run every ~30 s).
+  that ended later is shown open; a recommendation counts from its first sighting until
+  RECOMMENDATION_GRACE_S after its last one, since the rules run every ~30 s, with its text as
+  it was at ts: daemon.store.queries.recommendation_texts).
 """
 
 from __future__ import annotations
@@ -240,14 +241,27 @@ class Replay:
         return events, windows
 
     def _recommendations(self, at: float) -> list[dict[str, Any]]:
-        """The recommendations standing at `at`. The store keeps each one's latest text only:
-        one evaluated again after `at` says when its text is from, not as if it were `at`'s."""
-        found = queries.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
+        """The recommendations standing at `at`, each with its text as it was then (the latest
+        recommendation_texts row at or before `at`). Where the store has no such row (one
+        written before the history was kept) the recommendations row's latest text is shown,
+        and one evaluated again after `at` says when that text is from."""
+        since = at - RECOMMENDATION_GRACE_S
+        found = queries.recommendations(self.reader, since)
+        texts = queries.recommendation_texts(self.reader, since, at)
         shown = []
         for rec in found:
             if rec["first_seen"] > at:
                 continue
-            if rec["last_seen"] > at + RECOMMENDATION_GRACE_S:
+            text = texts.get(rec["id"])
+            if text is not None:
+                written, body = text
+                rec = dict(body, first_seen=rec["first_seen"], last_seen=rec["last_seen"],
+                           snoozed_until=rec["snoozed_until"])
+                if isinstance(body.get("evidence_seconds"), int | float):
+                    # it stood since its text was written: evidence grows one for one
+                    rec["evidence_seconds"] = body["evidence_seconds"] + max(
+                        min(at, rec["last_seen"]) - written, 0.0)
+            elif rec["last_seen"] > at + RECOMMENDATION_GRACE_S:
                 rec = dict(rec, summary=f"(text as evaluated at "
                                         f"{clock.local_time(rec['last_seen'], date=False)}) "
                                         f"{rec['summary']}")

@@ -74,3 +74,23 @@ def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
         body["snoozed_until"] = None if r["snoozed_until"] is None else r["snoozed_until"] / 1000
         out.append(body)
     return out
+
+
+def recommendation_texts(reader: StoreReader, since: float,
+                         at: float) -> dict[str, tuple[float, dict[str, Any]]]:
+    """The text of each recommendation seen in [since, at] as it was at `at`: id -> (when that
+    text was written, its body), from the latest recommendation_texts row at or before `at`.
+    A recommendation without one (a store or snapshot from before the history was kept, or a
+    text first written after `at`) is absent: its recommendations row is all there is."""
+    found = reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                         ("recommendation_texts",))
+    if not found:
+        return {}
+    at_ms = round(at * 1000)
+    rows = reader.query(
+        "SELECT t.id, t.ts, t.body FROM (SELECT r.id, (SELECT max(x.ts) FROM "
+        "recommendation_texts x WHERE x.id = r.id AND x.ts <= :at) AS ts FROM recommendations r "
+        "WHERE r.last_seen >= :since AND r.first_seen <= :at) latest "
+        "JOIN recommendation_texts t ON t.id = latest.id AND t.ts = latest.ts",
+        {"since": round(since * 1000), "at": at_ms})
+    return {r["id"]: (r["ts"] / 1000, json.loads(r["body"])) for r in rows}
