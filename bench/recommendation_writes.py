@@ -58,9 +58,9 @@ def run(count: int, rounds: int, changing: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="mlcost-bench-recs-") as work:
         path = Path(work) / "mlcost.db"
         store = Store(str(path), max_bytes=1 << 34)
-        texts = "recommendation_texts" in {r[0] for r in store._conn.execute(
+        texts = "recommendation_texts" in {r[0] for r in sqlite3.connect(path).execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.pragma("wal_checkpoint", "TRUNCATE")
         before = os.path.getsize(path)
         wall, cpu = [], []
         for round_ in range(rounds):
@@ -69,7 +69,7 @@ def run(count: int, rounds: int, changing: bool) -> None:
             facts.write_recommendations(store, recs, T0 + round_ * EVERY_S)
             wall.append(time.perf_counter() - w)
             cpu.append(time.thread_time() - c)
-        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.pragma("wal_checkpoint", "TRUNCATE")
         grown = os.path.getsize(path) - before
         wall.sort()
         kind = "changing" if changing else "steady"
@@ -77,7 +77,8 @@ def run(count: int, rounds: int, changing: bool) -> None:
               f"{wall[len(wall) // 2] * 1e3:.2f} ms wall, p99 {wall[int(len(wall) * 0.99)] * 1e3:.2f}"
               f" ms, {sum(cpu) / rounds * 1e3:.2f} ms CPU; file +{grown / 1e6:.1f} MB")
         if texts:
-            rows = store._conn.execute("SELECT count(*) FROM recommendation_texts").fetchone()[0]
+            rows = sqlite3.connect(path).execute(
+                "SELECT count(*) FROM recommendation_texts").fetchone()[0]
             print(f"           recommendation_texts rows: {rows}")
             replay_and_prune(store, path, rounds)
         store.close()
