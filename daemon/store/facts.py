@@ -140,10 +140,14 @@ def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]
             written.move_to_end(rec["id"])
             while len(written) > _TEXTS_REMEMBERED:
                 written.popitem(last=False)  # forgotten: its next round writes its text again
+            # From the time of the samples it was evaluated on (the book's last_seen), not the
+            # round's start: /v1/now showed it at that tick, so a replay of that tick does too.
+            seen = rec.get("last_seen")
+            since = round(seen * 1000) if isinstance(seen, int | float) else at
             writes.append((
-                ("recommendation_text", rec["id"], at),
+                ("recommendation_text", rec["id"], since),
                 "INSERT OR REPLACE INTO recommendation_texts (id, ts, savings_per_month, body) "
-                "VALUES (?, ?, ?, ?)", (rec["id"], at, rec.get("savings_per_month"), body)))
+                "VALUES (?, ?, ?, ?)", (rec["id"], since, rec.get("savings_per_month"), body)))
         store.write_facts(writes)
 
 
