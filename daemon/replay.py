@@ -57,6 +57,11 @@ def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
             for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
 
 
+def _later_text(written: float, summary: str) -> str:
+    """A summary written after the tick it is shown at, saying when it is from."""
+    return f"(text as evaluated at {clock.local_time(written, date=False)}) {summary}"
+
+
 class ReplayError(Exception):
     """The file is not a store that can be replayed (missing, not SQLite, no ticks)."""
 
@@ -242,9 +247,9 @@ class Replay:
 
     def _recommendations(self, at: float) -> list[dict[str, Any]]:
         """The recommendations standing at `at`, each with its text as it was then (the latest
-        recommendation_texts row at or before `at`). Where the store has no such row (one
-        written before the history was kept) the recommendations row's latest text is shown,
-        and one evaluated again after `at` says when that text is from."""
+        recommendation_texts row at or before `at`). A text from after `at` (a store that
+        kept texts only from a later upgrade on, or none: the recommendations row's latest)
+        says when it is from."""
         since = at - RECOMMENDATION_GRACE_S
         found = queries.recommendations(self.reader, since)
         texts = queries.recommendation_texts(self.reader, since, at)
@@ -257,14 +262,14 @@ class Replay:
                 written, body = text
                 rec = dict(body, first_seen=rec["first_seen"], last_seen=rec["last_seen"],
                            snoozed_until=rec["snoozed_until"])
-                if isinstance(body.get("evidence_seconds"), int | float):
+                if written > at:
+                    rec["summary"] = _later_text(written, rec["summary"])
+                elif isinstance(body.get("evidence_seconds"), int | float):
                     # it stood since its text was written: evidence grows one for one
                     rec["evidence_seconds"] = body["evidence_seconds"] + max(
                         min(at, rec["last_seen"]) - written, 0.0)
             elif rec["last_seen"] > at + RECOMMENDATION_GRACE_S:
-                rec = dict(rec, summary=f"(text as evaluated at "
-                                        f"{clock.local_time(rec['last_seen'], date=False)}) "
-                                        f"{rec['summary']}")
+                rec = dict(rec, summary=_later_text(rec["last_seen"], rec["summary"]))
             shown.append(rec)
         return shown
 

@@ -16,6 +16,7 @@ import pytest
 import sqlite_utils
 from simhost import poll
 
+from daemon.clock import local_time
 from daemon.replay import Replay
 from daemon.store import facts, queries
 from daemon.store.reader import StoreReader
@@ -165,10 +166,11 @@ def test_an_old_store_keeps_its_advice_readable_once_migrated(tmp_path):
             return next(r["summary"] for r in replay.state_at(at)["recommendations"]
                         if r["id"] == "old-1")
 
-        # its old text counts from its last sighting: from there exact, before it labelled
+        # its old text counts from its last sighting: from there exact; before it, that text
+        # (not the latest) says when it is from
         assert summary(T0 + 22) == summary(T0 + 30) == "idle for 3 min"
-        assert summary(T0 + 10).startswith("(text as evaluated at ")
-        assert summary(T0 + 10).endswith("idle for 4 min")
+        assert summary(T0 + 10) == \
+            f"(text as evaluated at {local_time(T0 + 20, date=False)}) idle for 3 min"
         texts = queries.recommendation_texts(replay.reader, 0.0, T0 + 150)
         assert texts["old-1"][1]["summary"] == "idle for 4 min"  # the history goes on
 
