@@ -73,9 +73,10 @@ def run(count: int, rounds: int, changing: bool) -> None:
         grown = os.path.getsize(path) - before
         wall.sort()
         kind = "changing" if changing else "steady"
-        print(f"  {kind:8} {count} recs x {rounds} rounds: per round median "
-              f"{wall[len(wall) // 2] * 1e3:.2f} ms wall, p99 {wall[int(len(wall) * 0.99)] * 1e3:.2f}"
-              f" ms, {sum(cpu) / rounds * 1e3:.2f} ms CPU; file +{grown / 1e6:.1f} MB")
+        median, p99 = wall[len(wall) // 2] * 1e3, wall[int(len(wall) * 0.99)] * 1e3
+        print(f"  {kind:8} {count} recs x {rounds} rounds: per round median {median:.2f} ms "
+              f"wall, p99 {p99:.2f} ms, {sum(cpu) / rounds * 1e3:.2f} ms CPU; "
+              f"file +{grown / 1e6:.1f} MB")
         if texts:
             rows = sqlite3.connect(path).execute(
                 "SELECT count(*) FROM recommendation_texts").fetchone()[0]

@@ -99,8 +99,8 @@ def write_event_snapshot(store: Store, kind: str, target: str, started_at: float
 
 
 # What the store keeps beside a recommendation's text, not in it: a change of these alone
-# (every round moves last_seen and the evidence time on) appends no history row. The time a
-# replay shows is advanced from the row's (daemon.replay).
+# (every round moves last_seen and the evidence time on) appends no history row. The evidence
+# time a replay shows is advanced from the row's to the tick (daemon.replay).
 _NOT_TEXT = frozenset({"first_seen", "last_seen", "snoozed_until", "evidence_seconds"})
 _TEXTS_REMEMBERED = 4096  # recommendation ids whose last written text the writer remembers
 
@@ -143,11 +143,11 @@ def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]
             # From the time of the samples it was evaluated on (the book's last_seen), not the
             # round's start: /v1/now showed it at that tick, so a replay of that tick does too.
             seen = rec.get("last_seen")
-            since = round(seen * 1000) if isinstance(seen, int | float) else at
+            text_at = round(seen * 1000) if isinstance(seen, int | float) else at
             writes.append((
-                ("recommendation_text", rec["id"], since),
+                ("recommendation_text", rec["id"], text_at),
                 "INSERT OR REPLACE INTO recommendation_texts (id, ts, savings_per_month, body) "
-                "VALUES (?, ?, ?, ?)", (rec["id"], since, rec.get("savings_per_month"), body)))
+                "VALUES (?, ?, ?, ?)", (rec["id"], text_at, rec.get("savings_per_month"), body)))
         store.write_facts(writes)
 
 

@@ -9,8 +9,8 @@ Raw samples become 1-minute rollups, 1-minute rollups become 1-hour rollups; eac
 sum, min and max so it re-aggregates exactly. Raw rows are deleted only once their minute is
 rolled up, minute rows only once their hour is; recommendation texts go with the raw rows
 (each keeps the one in force at the oldest tick kept). Deletes run in bounded batches so the
-tick is never blocked for long. Each round first checks that the path still names the database file
-the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
+tick is never blocked for long. Each round first checks that the path still names the database
+file the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ How it is written, and why:
   rename: a reader never sees half a snapshot, a crash leaves no file under the final name;
 - the copy of the range is built by INSERT ... SELECT under a deadline (a progress handler),
   so a huge range fails with SnapshotError instead of running for ever;
-- command lines, event details and recommendation bodies (and their texts) are passed through the redaction of
-  daemon.sources.redact once more on the way out (they were redacted at the source; a file
-  that leaves the host is checked again);
+- command lines, event details and recommendation bodies (and their texts) are passed through
+  the redaction of daemon.sources.redact once more on the way out (they were redacted at the
+  source; a file that leaves the host is checked again);
 - journal_mode DELETE: one self-contained file, nothing beside it.
 
 Blocking: callers on an event loop run it in a thread.
