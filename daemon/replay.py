@@ -13,8 +13,9 @@
   them, evenly spread, so a long day is an estimate at a coarser step);
 - phases: `attribution.phase_balances` over the PHASE_WINDOW_S before ts;
 - events, low-utilization windows and recommendations: as the store had them at ts (an event
-  that ended later is shown open; a recommendation counts from its first sighting until RECOMMENDATION_GRACE_S after its
-  last one, since the rules run every ~30 s).
+  that ended later is shown open; a recommendation counts from its first sighting until
+  RECOMMENDATION_GRACE_S after its last one, since the rules run every ~30 s, with its text as
+  it was at ts: daemon.store.queries.recommendation_texts).
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
         return None
     return {r["key"]: json.loads(r["value"])
             for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
+
+
+def _later_text(written: float, summary: str) -> str:
+    """A summary written after the tick it is shown at, saying when it is from."""
+    return f"(text as evaluated at {clock.local_time(written, date=False)}) {summary}"
 
 
 class ReplayError(Exception):
@@ -240,17 +246,30 @@ class Replay:
         return events, windows
 
     def _recommendations(self, at: float) -> list[dict[str, Any]]:
-        """The recommendations standing at `at`. The store keeps each one's latest text only:
-        one evaluated again after `at` says when its text is from, not as if it were `at`'s."""
-        found = queries.recommendations(self.reader, at - RECOMMENDATION_GRACE_S)
+        """The recommendations standing at `at`, each with its text as it was then (the latest
+        recommendation_texts row at or before `at`). A text from after `at` (a store that
+        kept texts only from a later upgrade on, or none: the recommendations row's latest)
+        says when it is from."""
+        since = at - RECOMMENDATION_GRACE_S
+        found = queries.recommendations(self.reader, since)
+        texts = queries.recommendation_texts(self.reader, since, at)
         shown = []
         for rec in found:
             if rec["first_seen"] > at:
                 continue
-            if rec["last_seen"] > at + RECOMMENDATION_GRACE_S:
-                rec = dict(rec, summary=f"(text as evaluated at "
-                                        f"{clock.local_time(rec['last_seen'], date=False)}) "
-                                        f"{rec['summary']}")
+            text = texts.get(rec["id"])
+            if text is not None:
+                written, body = text
+                rec = dict(body, first_seen=rec["first_seen"], last_seen=rec["last_seen"],
+                           snoozed_until=rec["snoozed_until"])
+                if written > at:
+                    rec["summary"] = _later_text(written, rec["summary"])
+                elif isinstance(body.get("evidence_seconds"), int | float):
+                    # it stood since its text was written: evidence grows one for one
+                    rec["evidence_seconds"] = body["evidence_seconds"] + max(
+                        min(at, rec["last_seen"]) - written, 0.0)
+            elif rec["last_seen"] > at + RECOMMENDATION_GRACE_S:
+                rec = dict(rec, summary=_later_text(rec["last_seen"], rec["summary"]))
             shown.append(rec)
         return shown
 

@@ -10,6 +10,7 @@ The reads are in `daemon.store.queries` (reader only, no writer).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -97,21 +98,57 @@ def write_event_snapshot(store: Store, kind: str, target: str, started_at: float
             (path, kind, target, round(started_at * 1000)))])
 
 
+# What the store keeps beside a recommendation's text, not in it: a change of these alone
+# (every round moves last_seen and the evidence time on) appends no history row. The evidence
+# time a replay shows is advanced from the row's to the tick (daemon.replay).
+_NOT_TEXT = frozenset({"first_seen", "last_seen", "snoozed_until", "evidence_seconds"})
+_TEXTS_REMEMBERED = 4096  # recommendation ids whose last written text the writer remembers
+
+
+def text_digest(rec: dict[str, Any]) -> bytes:
+    """A recommendation's text (its body less the bookkeeping in _NOT_TEXT), as a digest."""
+    text = json.dumps({k: v for k, v in rec.items() if k not in _NOT_TEXT}, sort_keys=True,
+                      default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]],
                           ts: float) -> None:
-    """Upsert the current recommendations (first_seen kept, last_seen moved on)."""
+    """Upsert the current recommendations (first_seen kept, last_seen moved on), and append to
+    recommendation_texts the text of each one whose text changed since the last written."""
+    at = round(ts * 1000)
     with store._lock:
-        store.write_facts([(
-            ("recommendation", rec["id"]),
-            "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, "
-            "snoozed_until, savings_per_month, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
-            "snoozed_until = excluded.snoozed_until, "
-            "savings_per_month = excluded.savings_per_month, body = excluded.body",
-            (rec["id"], rec["rule"], rec["target"], round(ts * 1000), round(ts * 1000),
-             None if not rec.get("snoozed_until") else round(rec["snoozed_until"] * 1000),
-             rec.get("savings_per_month"), json.dumps(rec, default=str)))
-            for rec in recommendations])
+        written = store._texts_written  # id -> digest of the text last handed to the store
+        writes: list[FactWrite] = []
+        for rec in recommendations:
+            body = json.dumps(rec, default=str)
+            writes.append((
+                ("recommendation", rec["id"]),
+                "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, "
+                "snoozed_until, savings_per_month, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
+                "snoozed_until = excluded.snoozed_until, "
+                "savings_per_month = excluded.savings_per_month, body = excluded.body",
+                (rec["id"], rec["rule"], rec["target"], at, at,
+                 None if not rec.get("snoozed_until") else round(rec["snoozed_until"] * 1000),
+                 rec.get("savings_per_month"), body)))
+            digest = text_digest(rec)
+            if written.get(rec["id"]) == digest:
+                written.move_to_end(rec["id"])
+                continue
+            written[rec["id"]] = digest
+            written.move_to_end(rec["id"])
+            while len(written) > _TEXTS_REMEMBERED:
+                written.popitem(last=False)  # forgotten: its next round writes its text again
+            # From the time of the samples it was evaluated on (the book's last_seen), not the
+            # round's start: /v1/now showed it at that tick, so a replay of that tick does too.
+            seen = rec.get("last_seen")
+            text_at = round(seen * 1000) if isinstance(seen, int | float) else at
+            writes.append((
+                ("recommendation_text", rec["id"], text_at),
+                "INSERT OR REPLACE INTO recommendation_texts (id, ts, savings_per_month, body) "
+                "VALUES (?, ?, ?, ?)", (rec["id"], text_at, rec.get("savings_per_month"), body)))
+        store.write_facts(writes)
 
 
 def _process_id(store: Store, pid: int, start_time: float) -> int | None:

@@ -7,9 +7,10 @@ own.
 
 Raw samples become 1-minute rollups, 1-minute rollups become 1-hour rollups; each keeps count,
 sum, min and max so it re-aggregates exactly. Raw rows are deleted only once their minute is
-rolled up, minute rows only once their hour is. Deletes run in bounded batches so the tick is
-never blocked for long. Each round first checks that the path still names the database file
-the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
+rolled up, minute rows only once their hour is; recommendation texts go with the raw rows
+(each keeps the one in force at the oldest tick kept). Deletes run in bounded batches so the
+tick is never blocked for long. Each round first checks that the path still names the database
+file the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
 """
 
 from __future__ import annotations
@@ -254,6 +255,7 @@ class Maintenance:
         with self._db.atomic():
             for table in ("gpu_samples", "proc_samples", "proc_gpu_samples", "ticks"):
                 deleted += conn.execute(f"DELETE FROM {table} WHERE ts < ?", (bound,)).rowcount
+            deleted += conn.execute(_PRUNE_TEXTS, (bound, bound)).rowcount
         self._health.rows_pruned += deleted
         return True
 
@@ -325,6 +327,15 @@ class Maintenance:
         self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         self._last_checkpoint = now
 
+
+# Recommendation texts go with the raw ticks a replay shows them at: a text older than the
+# oldest tick kept is deleted once a newer one of the same recommendation is in force there, so
+# each keeps the text of the oldest tick and its latest text, whatever its age.
+_PRUNE_TEXTS = (
+    "DELETE FROM recommendation_texts WHERE ts < ? AND EXISTS (SELECT 1 FROM "
+    "recommendation_texts newer WHERE newer.id = recommendation_texts.id AND "
+    "newer.ts > recommendation_texts.ts AND newer.ts <= ?)"
+)
 
 _GPU_MINUTE_ROLLUP = f"""
 INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)

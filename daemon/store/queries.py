@@ -74,3 +74,26 @@ def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
         body["snoozed_until"] = None if r["snoozed_until"] is None else r["snoozed_until"] / 1000
         out.append(body)
     return out
+
+
+def recommendation_texts(reader: StoreReader, since: float,
+                         at: float) -> dict[str, tuple[float, dict[str, Any]]]:
+    """The text of each recommendation seen in [since, at] as it was at `at`: id -> (when that
+    text was written, its body), from the latest recommendation_texts row at or before `at`;
+    where there is none (a store that kept texts only from a later upgrade on), the earliest
+    row after `at`, whose time says so. A recommendation without any row (a store or snapshot
+    from before the texts were kept) is absent: its recommendations row is all there is."""
+    found = reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                         ("recommendation_texts",))
+    if not found:
+        return {}
+    # CROSS JOIN keeps SQLite's order: each recommendation, then its one row by (id, ts); a
+    # plain join let the planner scan every text (bench/recommendation_writes.py: 33 ms a tick).
+    rows = reader.query(
+        "SELECT r.id, t.ts, t.body FROM recommendations r CROSS JOIN recommendation_texts t "
+        "ON t.id = r.id AND t.ts = coalesce("
+        "(SELECT max(x.ts) FROM recommendation_texts x WHERE x.id = r.id AND x.ts <= :at), "
+        "(SELECT min(x.ts) FROM recommendation_texts x WHERE x.id = r.id AND x.ts > :at)) "
+        "WHERE r.last_seen >= :since AND r.first_seen <= :at",
+        {"since": round(since * 1000), "at": round(at * 1000)})
+    return {r["id"]: (r["ts"] / 1000, json.loads(r["body"])) for r in rows}

@@ -257,8 +257,25 @@ def _migration_snapshots(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE events ADD COLUMN snapshot TEXT")
 
 
+def _migration_recommendation_texts(db: sqlite_utils.Database) -> None:
+    """Each recommendation's text over time: `recommendations` keeps one row (its latest text),
+    so a replay showed the end of the recording's advice at earlier ticks. A row is appended
+    when a recommendation's text or savings change (daemon.store.facts), so replay reads the
+    text as it was at any tick. A rowid table keyed (id, ts), not WITHOUT ROWID like the samples:
+    a body is kilobytes of JSON and SQLite advises WITHOUT ROWID for rows under 1/20 of a page;
+    the ts index serves retention. An existing store's current text counts from its last_seen,
+    the one time it is known to have been current: earlier ticks fall back to it, labelled."""
+    db.table("recommendation_texts").create(
+        {"id": str, "ts": int, "savings_per_month": float, "body": str},
+        pk=("id", "ts"), not_null={"id", "ts"})
+    db.table("recommendation_texts").create_index(["ts"], index_name="recommendation_texts_ts")
+    db.execute("INSERT INTO recommendation_texts (id, ts, savings_per_month, body) "
+               "SELECT id, last_seen, savings_per_month, body FROM recommendations "
+               "WHERE last_seen IS NOT NULL")
+
+
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_owners,
-    _migration_snapshots]
+    _migration_snapshots, _migration_recommendation_texts]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,8 +1,9 @@
 """Snapshot files: a time range of a store, copied into a new store file of the same schema.
 
 A snapshot *is* a store (below's idea): the same tables, holding the range's raw samples,
-rollups, processes, stacks, events and recommendations, plus a `snapshot` table of facts about
-the copy (host, instance, price and its source, the range, the mlcost version, the trigger).
+rollups, processes, stacks, events and recommendations (with their texts over the range),
+plus a `snapshot` table of facts about the copy (host, instance, price and its source, the
+range, the mlcost version, the trigger).
 So `daemon.replay.Replay`, `StoreReader` and `mlcostd report --db` read it unchanged.
 
 How it is written, and why:
@@ -13,9 +14,9 @@ How it is written, and why:
   rename: a reader never sees half a snapshot, a crash leaves no file under the final name;
 - the copy of the range is built by INSERT ... SELECT under a deadline (a progress handler),
   so a huge range fails with SnapshotError instead of running for ever;
-- command lines, event details and recommendation bodies are passed through the redaction of
-  daemon.sources.redact once more on the way out (they were redacted at the source; a file
-  that leaves the host is checked again);
+- command lines, event details and recommendation bodies (and their texts) are passed through
+  the redaction of daemon.sources.redact once more on the way out (they were redacted at the
+  source; a file that leaves the host is checked again);
 - journal_mode DELETE: one self-contained file, nothing beside it.
 
 Blocking: callers on an event loop run it in a thread.
@@ -98,6 +99,11 @@ _RANGE_COPIES: tuple[tuple[str, str], ...] = (
     ("processes", "id IN (SELECT id FROM temp.keep_procs)"),
     ("events", "started_at <= :hi AND (ended_at IS NULL OR ended_at >= :lo)"),
     ("recommendations", "last_seen >= :lo AND first_seen <= :hi"),
+    # each copied recommendation's texts in the range, and the one in force at its start
+    ("recommendation_texts",
+     "id IN (SELECT id FROM src.recommendations WHERE last_seen >= :lo AND first_seen <= :hi) "
+     "AND ts <= :hi AND ts >= coalesce((SELECT max(p.ts) FROM src.recommendation_texts p "
+     "WHERE p.id = recommendation_texts.id AND p.ts <= :lo), :lo)"),
     ("meta", "1"),
 )
 
@@ -215,7 +221,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                 selected = columns.replace('"command"', 'redact_text("command")')
             elif table == "events":
                 selected = columns.replace('"detail"', 'redact_json("detail")')
-            elif table == "recommendations":
+            elif table in ("recommendations", "recommendation_texts"):
                 selected = columns.replace('"body"', 'redact_json("body")')
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)

@@ -216,8 +216,11 @@ async def test_the_replay_details_screen_shows_the_recorded_stacks(store):
         assert ":" not in body.splitlines()[0].split("started")[0]  # no raw pid:start key
 
 
-def test_a_recommendation_evaluated_after_the_tick_says_when_its_text_is_from(store,
-                                                                               monkeypatch):
+def test_a_recommendation_without_its_text_at_the_tick_says_when_its_text_is_from(store,
+                                                                                   monkeypatch):
+    """A store or snapshot written before recommendation texts were kept (no history row at or
+    before the tick) falls back to the latest text, labelled; with a row, the text is exact
+    (tests/daemon/test_replay_texts.py)."""
     from daemon import replay as replay_module
     from daemon.clock import local_time
 
@@ -231,6 +234,8 @@ def test_a_recommendation_evaluated_after_the_tick_says_when_its_text_is_from(st
     monkeypatch.setattr(replay_module.queries, "recommendations",
                         lambda reader, since: [dict(r) for r in recorded
                                                if r["last_seen"] >= since])
+    monkeypatch.setattr(replay_module.queries, "recommendation_texts",
+                        lambda reader, since, at: {})  # as in a store from before the history
     shown = {r["id"]: r["summary"] for r in replay._recommendations(first)}
     assert shown["r1"] == f"(text as evaluated at {local_time(later, date=False)}) idle 61 min"
     assert shown["r2"] == "use spot"  # its text is from this tick

@@ -51,9 +51,10 @@ def source(tmp_path_factory) -> Path:
                               "detail": {"holders": [{"command": f"train --token {SECRET}"}]}})
     facts.write_event(store, {"kind": "gpu_held_idle", "target": "gpu:1",
                               "started_at": T0 - 3600, "ended_at": T0 - 3000, "cost_so_far": 1})
-    facts.write_recommendations(store, [{"id": "rec-1", "rule": "idle_gpu", "target": "gpu:0",
-                                         "summary": "stop it", "savings_per_month": 1234.0}],
-                                T0 + 30)
+    rec = {"id": "rec-1", "rule": "idle_gpu", "target": "gpu:0", "savings_per_month": 1234.0}
+    facts.write_recommendations(store, [dict(rec, summary=f"stop train --token {SECRET}")],
+                                T0 + 15)  # an earlier text, kept in recommendation_texts
+    facts.write_recommendations(store, [dict(rec, summary="stop it")], T0 + 30)
     store.close()
     db = folder / "mlcost.db"
     conn = sqlite3.connect(db)  # a command line recorded before redaction knew this secret
@@ -116,7 +117,9 @@ def test_command_lines_and_event_details_are_redacted_on_the_way_out(source, tmp
     conn = sqlite3.connect(out)
     assert conn.execute("SELECT command FROM processes").fetchone()[0].startswith(
         "python train.py --password=")
+    texts = [r[0] for r in conn.execute("SELECT body FROM recommendation_texts ORDER BY ts")]
     conn.close()
+    assert len(texts) == 2 and "--token <redacted>" in texts[0]  # the earlier text, redacted
 
 
 def test_a_snapshot_that_fails_leaves_no_file_behind(source, tmp_path):

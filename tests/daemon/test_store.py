@@ -328,6 +328,33 @@ def test_retention_by_age_keeps_what_is_not_rolled_up(tmp_path: Path) -> None:
     assert minute_done >= oldest_raw
 
 
+def test_retention_keeps_each_recommendation_text_in_force_at_the_oldest_tick(
+        tmp_path: Path) -> None:
+    from daemon.store import facts
+
+    path = tmp_path / "s.db"
+    with Store(path, raw_retention_s=600) as store:
+        growing = {"id": "grows", "rule": "idle_gpu_held", "target": "gpu:0"}
+        steady = {"id": "steady", "rule": "spot", "target": "host", "summary": "use spot",
+                  "savings_per_month": 50.0}
+        facts.write_recommendations(store, [steady], T0)  # said once, long before the cut
+        for minute in range(40):  # a new text every minute for 40 minutes
+            facts.write_recommendations(
+                store, [dict(growing, summary=f"idle for {minute} min",
+                             savings_per_month=float(minute))], T0 + 60 * minute + 5)
+        fill(store, 40 * 6, interval=10.0)
+        drain(store)
+    oldest_tick = rows(path, "SELECT min(ts) FROM ticks")[0][0]
+    assert oldest_tick > round(T0 * 1000) + 20 * 60_000  # the raw retention did cut
+    kept = rows(path, "SELECT id, ts FROM recommendation_texts ORDER BY id, ts")
+    grows = [ts for rec_id, ts in kept if rec_id == "grows"]
+    # the text in force at the oldest tick, and every later one; nothing older
+    assert grows[0] <= oldest_tick < grows[1]
+    assert len(grows) == 40 - (grows[0] - round((T0 + 5) * 1000)) // 60_000
+    assert grows[-1] == round((T0 + 60 * 39 + 5) * 1000)
+    assert [ts for rec_id, ts in kept if rec_id == "steady"] == [round(T0 * 1000)]
+
+
 def test_retention_by_size_shrinks_file_and_keeps_unrolled_ticks(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     limit = 1 << 20
