@@ -103,6 +103,11 @@ def write_event_snapshot(store: Store, kind: str, target: str, started_at: float
 # time a replay shows is advanced from the row's to the tick (daemon.replay).
 _NOT_TEXT = frozenset({"first_seen", "last_seen", "snoozed_until", "evidence_seconds"})
 _TEXTS_REMEMBERED = 4096  # recommendation ids whose last written text the writer remembers
+# What a person reads first: a change here is kept at once. Any other change (the evidence's
+# figures, the savings' cents, which move every round) is kept at most every 5 minutes, so
+# the history grows by a row per headline change (or 5 min), not a row a round (2.5 kB).
+_HEADLINE = ("summary", "action")
+TEXT_EVERY_S = 300.0
 
 
 def text_digest(rec: dict[str, Any]) -> bytes:
@@ -112,13 +117,20 @@ def text_digest(rec: dict[str, Any]) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
+def headline_digest(rec: dict[str, Any]) -> bytes:
+    """What a person reads first of a recommendation (_HEADLINE), as a digest."""
+    text = json.dumps([rec.get(k) for k in _HEADLINE], sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]],
                           ts: float) -> None:
     """Upsert the current recommendations (first_seen kept, last_seen moved on), and append to
     recommendation_texts the text of each one whose text changed since the last written."""
     at = round(ts * 1000)
     with store._lock:
-        written = store._texts_written  # id -> digest of the text last handed to the store
+        # id -> (text digest, headline digest, its time) of the text last handed to the store
+        written = store._texts_written
         writes: list[FactWrite] = []
         for rec in recommendations:
             body = json.dumps(rec, default=str)
@@ -132,18 +144,21 @@ def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]
                 (rec["id"], rec["rule"], rec["target"], at, at,
                  None if not rec.get("snoozed_until") else round(rec["snoozed_until"] * 1000),
                  rec.get("savings_per_month"), body)))
-            digest = text_digest(rec)
-            if written.get(rec["id"]) == digest:
-                written.move_to_end(rec["id"])
-                continue
-            written[rec["id"]] = digest
-            written.move_to_end(rec["id"])
-            while len(written) > _TEXTS_REMEMBERED:
-                written.popitem(last=False)  # forgotten: its next round writes its text again
             # From the time of the samples it was evaluated on (the book's last_seen), not the
             # round's start: /v1/now showed it at that tick, so a replay of that tick does too.
             seen = rec.get("last_seen")
             text_at = round(seen * 1000) if isinstance(seen, int | float) else at
+            digest, headline = text_digest(rec), headline_digest(rec)
+            last = written.get(rec["id"])
+            if last is not None:
+                written.move_to_end(rec["id"])
+                if last[0] == digest or (
+                        last[1] == headline and text_at - last[2] < TEXT_EVERY_S * 1000):
+                    continue  # the same text, or only its figures moved, within TEXT_EVERY_S
+            written[rec["id"]] = (digest, headline, text_at)
+            written.move_to_end(rec["id"])
+            while len(written) > _TEXTS_REMEMBERED:
+                written.popitem(last=False)  # forgotten: its next round writes its text again
             writes.append((
                 ("recommendation_text", rec["id"], text_at),
                 "INSERT OR REPLACE INTO recommendation_texts (id, ts, savings_per_month, body) "

@@ -90,10 +90,15 @@ def recommendation_texts(reader: StoreReader, since: float,
     # CROSS JOIN keeps SQLite's order: each recommendation, then its one row by (id, ts); a
     # plain join let the planner scan every text (bench/recommendation_writes.py: 33 ms a tick).
     rows = reader.query(
-        "SELECT r.id, t.ts, t.body FROM recommendations r CROSS JOIN recommendation_texts t "
+        "SELECT r.id, r.last_seen, r.body AS latest, t.ts, t.body "
+        "FROM recommendations r CROSS JOIN recommendation_texts t "
         "ON t.id = r.id AND t.ts = coalesce("
         "(SELECT max(x.ts) FROM recommendation_texts x WHERE x.id = r.id AND x.ts <= :at), "
         "(SELECT min(x.ts) FROM recommendation_texts x WHERE x.id = r.id AND x.ts > :at)) "
         "WHERE r.last_seen >= :since AND r.first_seen <= :at",
         {"since": round(since * 1000), "at": round(at * 1000)})
-    return {r["id"]: (r["ts"] / 1000, json.loads(r["body"])) for r in rows}
+    # The recommendations row holds the newest text (a history row is kept at most once a
+    # minute while only figures move: daemon.store.facts): from its last round on, it is it.
+    at_ms = round(at * 1000)
+    return {r["id"]: (r["last_seen"] / 1000, json.loads(r["latest"])) if r["last_seen"] <= at_ms
+            else (r["ts"] / 1000, json.loads(r["body"])) for r in rows}

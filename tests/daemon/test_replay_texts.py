@@ -102,7 +102,8 @@ def test_a_text_is_written_when_it_changes_not_every_round(recording):
     assert {t["summary"] for t in texts} >= set(recording["served"])
     for before, after in zip(texts, texts[1:], strict=False):  # each row says something new
         assert facts.text_digest(before) != facts.text_digest(after)
-    assert facts.text_digest(texts[-1]) == facts.text_digest(json.loads(latest))
+    # the latest headline is always kept; figures alone may wait up to TEXT_EVERY_S
+    assert facts.headline_digest(texts[-1]) == facts.headline_digest(json.loads(latest))
 
 
 def test_a_snapshot_replays_the_text_in_force_at_its_first_tick(recording, tmp_path):
@@ -175,17 +176,27 @@ def test_an_old_store_keeps_its_advice_readable_once_migrated(tmp_path):
         assert texts["old-1"][1]["summary"] == "idle for 4 min"  # the history goes on
 
 
-def test_the_same_text_again_appends_nothing(tmp_path):
+def test_a_text_row_is_kept_at_once_for_a_new_headline_and_every_5_min_for_figures(tmp_path):
+    """The same text again appends nothing; a new summary or action is kept at once; figures
+    alone (savings, evidence) that move every round are kept at most every TEXT_EVERY_S."""
     daemon = recording_daemon(tmp_path, 5.0, ticks=3)
     store = daemon.store
     assert store is not None
     rec = {"id": "r", "rule": "spot", "target": "host", "summary": "use spot",
            "savings_per_month": 100.0, "evidence_seconds": 60.0}
-    facts.write_recommendations(store, [rec], T0 + 1)
-    facts.write_recommendations(store, [dict(rec, evidence_seconds=65.0)], T0 + 2)  # time only
-    facts.write_recommendations(store, [dict(rec, savings_per_month=90.0)], T0 + 3)
-    facts.write_recommendations(store, [dict(rec, savings_per_month=90.0,
-                                             snoozed_until=time.time() + 3600)], T0 + 3.5)
+
+    def at(ts: float, **changed: Any) -> None:
+        facts.write_recommendations(store, [dict(rec, last_seen=ts, **changed)], ts)
+
+    at(T0 + 1)
+    at(T0 + 2, evidence_seconds=65.0)  # bookkeeping only
+    at(T0 + 3, savings_per_month=90.0)  # figures, within TEXT_EVERY_S
+    at(T0 + 3.5, savings_per_month=90.0, snoozed_until=time.time() + 3600)
+    at(T0 + 4, summary="use spot now")  # a new headline: at once
+    every = facts.TEXT_EVERY_S
+    at(T0 + every, summary="use spot now", savings_per_month=80.0)  # figures, just too soon
+    at(T0 + 4 + every, summary="use spot now", savings_per_month=70.0)  # figures, in time
+    at(T0 + 10 + every, summary="use spot now", savings_per_month=70.0)  # the same again
     store.close()
     conn = sqlite3.connect(tmp_path / "mlcost.db")
     try:
@@ -193,4 +204,5 @@ def test_the_same_text_again_appends_nothing(tmp_path):
                             "ORDER BY ts").fetchall()
     finally:
         conn.close()
-    assert rows == [(round((T0 + 1) * 1000), 100.0), (round((T0 + 3) * 1000), 90.0)]
+    assert rows == [(round((T0 + t) * 1000), v) for t, v in ((1, 100.0), (4, 100.0),
+                                                            (4 + every, 70.0))]
