@@ -22,9 +22,11 @@ shares per phase, with the top stacks of each and the reason they were classifie
 
 from __future__ import annotations
 
-import linecache
+import functools
+import itertools
 import os
 import re
+import stat
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -262,15 +264,33 @@ SourceLine = Callable[[Frame], "str | None"]
 
 
 def read_source_line(frame: Frame) -> str | None:
-    """The text of a frame's line from its file, or None where it cannot be read."""
-    if frame.filename.startswith("<") or not os.path.isfile(frame.filename):
+    """The text of a frame's line from its file, or None where it cannot be read.
+
+    Not linecache: it keeps every file it read for good, and the daemon reads through
+    /proc/PID/root, a new path for every process, so a host whose jobs come and go grew it
+    without end (a whole file, up to 4 MiB, per process). Here one line is read and the last
+    few hundred lines read are kept, each by its file's size and mtime."""
+    if frame.filename.startswith("<"):
         return None
     try:
-        if os.path.getsize(frame.filename) > 4 << 20:
-            return None  # not a source file anyone wrote by hand
+        found = os.stat(frame.filename)
     except OSError:
         return None
-    text = linecache.getline(frame.filename, frame.line)
+    if not stat.S_ISREG(found.st_mode) or found.st_size > 4 << 20:
+        return None  # not a source file anyone wrote by hand
+    return _line_of(frame.filename, frame.line, found.st_size, found.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=512)
+def _line_of(path: str, line: int, size: int, mtime_ns: int) -> str | None:
+    """Line `line` (1-based) of the file, read up to it; the size and mtime key the cache."""
+    if line < 1:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            text = next(itertools.islice(source, line - 1, None), "")
+    except OSError:
+        return None
     return text or None
 
 

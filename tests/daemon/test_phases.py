@@ -375,3 +375,27 @@ def test_top_stacks_carry_the_reason_of_their_phase():
     out = phase_balance(samples, window_s=10.0, busy_seconds=0.0)
     assert out["checkpoint"]["top_stacks"][0]["reason"] == "torch.save (serialization.py:1003 save)"
     assert out["data_wait"]["top_stacks"][0]["reason"] is None  # a store written before reasons
+
+
+def test_source_lines_are_read_without_keeping_every_file(tmp_path):
+    """The classifier reads a frame's line through /proc/PID/root: a new path per process.
+    linecache kept each such file whole for good; the reader keeps a bounded set of lines, and
+    a file changed on disk is read again."""
+    import linecache
+
+    from daemon.analysis import phases
+
+    paths = []
+    for n in range(600):  # more files than the cache keeps
+        path = tmp_path / f"job_{n}.py"
+        path.write_text("import time\n" + f"time.sleep({n})  # line 2\n" + "x = 1\n" * 500)
+        paths.append(path)
+    for n, path in enumerate(paths):
+        assert read_source_line(Frame("main", str(path), 2)) == f"time.sleep({n})  # line 2\n"
+    assert not any(str(p) in linecache.cache for p in paths)
+    assert phases._line_of.cache_info().currsize <= 512
+    paths[0].write_text("import time\nwhile True: pass\n")  # edited: a new size and mtime
+    assert read_source_line(Frame("main", str(paths[0]), 2)) == "while True: pass\n"
+    assert read_source_line(Frame("main", str(paths[0]), 99)) is None  # past its end
+    assert read_source_line(Frame("main", str(tmp_path), 1)) is None  # a folder
+    assert read_source_line(Frame("main", "<frozen importlib._bootstrap>", 1)) is None
