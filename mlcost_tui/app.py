@@ -226,7 +226,9 @@ class MlcostTop(App):
         mlcost_tui.layout); True when it changed (the panels must be drawn again)."""
         width, height = size or self.size
         now = self.now
-        layout = layout_for(width, height, len(now.gpus) if now is not None else 0)
+        layout = layout_for(width, height, len(now.gpus) if now is not None else 0,
+                            len(now.processes) if now is not None else 0,
+                            len(now.recommendations) if now is not None else 0)
         if layout == self.screen_layout:
             return False
         self.screen_layout = layout

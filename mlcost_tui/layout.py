@@ -34,8 +34,12 @@ class Layout:
         return 2 if self.compact else 3
 
 
-def layout_for(width: int, height: int, gpu_count: int) -> Layout:
-    """The layout of the main screen at `width` x `height` for a host with `gpu_count` GPUs."""
+def layout_for(width: int, height: int, gpu_count: int, process_count: int = 0,
+               recommendation_count: int = 0) -> Layout:
+    """The layout of the main screen at `width` x `height` for a host with `gpu_count` GPUs.
+
+    In a tall terminal, rows that neither the GPUs nor the processes need go to recommendations
+    past the usual five, as many as there are (the processes panel keeps its rows first)."""
     compact = height < COMPACT_BELOW_ROWS
     chrome = 2 if compact else 3
     body = max(height - HEADER_ROWS - FOOTER_ROWS, 0)
@@ -47,6 +51,11 @@ def layout_for(width: int, height: int, gpu_count: int) -> Layout:
         recommendation_rows = 5
     left_for_gpus = body - (MIN_PROCESS_ROWS + chrome) - (recommendation_rows + chrome) - chrome
     gpu_rows = max(left_for_gpus, 1)
+    if not compact and recommendation_count > recommendation_rows:
+        used = (min(gpu_count, gpu_rows) + chrome) + (max(process_count, MIN_PROCESS_ROWS)
+                                                      + chrome) + (recommendation_rows + chrome)
+        spare = max(body - used, 0)
+        recommendation_rows += min(spare, recommendation_count - recommendation_rows)
     table_width = width - (0 if compact else 2) - SCROLLBAR_COLUMNS
     return Layout(width=width, height=height, compact=compact, table_width=max(table_width, 20),
                   gpu_rows=gpu_rows, group_idle_gpus=compact or gpu_count > gpu_rows,

@@ -158,3 +158,27 @@ async def test_the_top_recommendation_stays_in_view_when_a_bigger_one_arrives():
         app.post_message(SnapshotArrived((dataclasses.replace(snap, now=now),)))
         await pilot.pause()
         assert re.search(r"\$9,999 .*shrink to a smaller", "\n".join(screen_text(app)))
+
+
+@pytest.mark.asyncio
+async def test_a_tall_terminal_gives_rows_the_processes_do_not_need_to_recommendations():
+    """At 200x50 with five processes, eight recommendations are all on screen (the usual
+    five-row limit gave the unused process rows to no one); at 80x24 nothing moves."""
+    import dataclasses
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 50)) as pilot:
+        snap = demo_like(0)
+        assert snap.now is not None
+        first = snap.now.recommendations[0]
+        many = tuple(dataclasses.replace(first, id=f"rec-{n}", summary=f"advice number {n}",
+                                         savings_per_month=900.0 - n,
+                                         combined_savings_per_month=900.0 - n)
+                     for n in range(8))
+        now = dataclasses.replace(snap.now, processes=snap.now.processes[:5],
+                                  recommendations=many)
+        app.post_message(SnapshotArrived((dataclasses.replace(snap, now=now),)))
+        await pilot.pause()
+        text = "\n".join(screen_text(app))
+        assert all(f"advice number {n}" in text for n in range(8)), text
+        assert len(set(re.findall(r"^│ (100[0-4]) ", text, re.M))) == 5  # processes keep theirs
