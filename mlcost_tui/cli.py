@@ -7,6 +7,10 @@ import argparse
 import os
 import signal
 import sys
+import termios
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mlcost_tui.sources import POLL_INTERVAL_S
@@ -130,13 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     app = MlcostTop(clients, readonly=args.readonly, interval_s=args.interval, first=first,
                     starting="mlcost-top: starting the simulated demo host (mlcostd --simulate "
                              f"{args.scenario})…" if demo else None)
-    if demo is not None:
-        def hang_up(signum: int, frame: object) -> None:
+    def hang_up(signum: int, frame: object = None) -> None:
+        if demo is not None:
             demo.stop()  # the terminal went away: take the embedded daemon down with us
-            os._exit(128 + signum)
+        os._exit(128 + signum)
 
+    if demo is not None:
         for signum in (signal.SIGHUP, signal.SIGTERM):
             signal.signal(signum, hang_up)
+    watch_terminal(lambda: hang_up(signal.SIGHUP))
     try:
         app.run()
     finally:
@@ -146,6 +152,29 @@ def main(argv: list[str] | None = None) -> int:
             if failure:
                 print(f"mlcost-top: {failure}", file=sys.stderr)
     return 0
+
+
+def watch_terminal(gone: Callable[[], None], every_s: float = 1.0) -> None:
+    """Call `gone` (from a thread) once the terminal hangs up. A closed terminal sends SIGHUP to
+    its session leader only: under `make demo` that is make, so mlcost-top was never told, its
+    screen writes blocked, and it and the demo's daemon and workloads ran on with no one to see
+    them. The thread asks the terminal every `every_s`; nothing to watch without one."""
+    try:
+        fd = sys.__stdin__.fileno() if sys.__stdin__ is not None else -1
+        termios.tcgetattr(fd)
+    except (OSError, ValueError, termios.error):
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                termios.tcgetattr(fd)
+            except termios.error:  # EIO: hung up
+                gone()
+                return
+
+    threading.Thread(target=watch, name="terminal-watch", daemon=True).start()
 
 
 if __name__ == "__main__":
