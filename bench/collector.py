@@ -8,15 +8,18 @@
      costs differently.
 2. Bytes on disk per GPU-sample and per process-sample (dbstat), from 3600 ticks written.
 3. Time to read 24 h of downsampled history for one GPU, from a store holding 24 h of ticks.
+4. Write + maintain per tick once the store is larger than the writer's page cache, and the
+   SQLite memory the writer then holds (`--page-cache-kib` compares cache sizes).
 
 Targets: <= 5 ms CPU per tick, <= 64 bytes per GPU-sample, <= 50 ms for the 24 h read.
-usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64]
+usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64] [--page-cache-kib N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
 import random
 import statistics
@@ -32,7 +35,7 @@ from daemon import config as config_module
 from daemon.runtime.daemon import Daemon
 from daemon.sources.host import read_host_usage
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.store.writer import Store
+from daemon.store.writer import PAGE_CACHE_KIB, Store
 
 WORKLOAD = (
     "import time\nfrom daemon.sim.device import Device\n"
@@ -174,17 +177,56 @@ def history_read(gpus: int, work: Path) -> None:
           f"max {max(times):.1f} ms (target <= 50)")
 
 
+def _sqlite_memory_used() -> int | None:
+    """SQLite's own heap in this process (the library the sqlite3 module runs on), or None."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if "libsqlite3" in line:
+            library = ctypes.CDLL(line.split()[-1])
+            library.sqlite3_memory_used.restype = ctypes.c_int64
+            return int(library.sqlite3_memory_used())
+    return None
+
+
+def full_store_writes(gpus: int, processes: int, work: Path, cache_kib: int | None) -> None:
+    """Write + maintain per tick once the store outgrows the writer's page cache (2 h of ticks,
+    1 h raw retention so retention deletes run), and the SQLite memory the writer then holds."""
+    rng = random.Random(3)
+    path = work / "full.db"
+    before = _sqlite_memory_used()
+    store = Store(str(path), raw_retention_s=3600)
+    cache = cache_kib if cache_kib is not None else PAGE_CACHE_KIB
+    store.pragma("cache_size", -cache)
+    start, spent = time.time() - 7300, []
+    for tick in range(1, 7201):
+        began = time.thread_time()
+        store.write(synthetic_sample(tick, start + tick, gpus, processes, rng))
+        store.maintain(budget_s=0.05)
+        spent.append(time.thread_time() - began)
+    held = _sqlite_memory_used()
+    store.close()
+    last = sorted(spent[-1800:])
+    memory = (f"{(held - before) / 1e6:.1f} MB" if held is not None and before is not None
+              else "unknown (no shared libsqlite3)")
+    print(f"write + maintain per tick on a {path.stat().st_size / 1e6:.0f} MB store, page cache "
+          f"{cache} KiB: median {last[len(last) // 2] * 1000:.2f} ms, p99 "
+          f"{last[int(len(last) * 0.99)] * 1000:.2f} ms; SQLite memory held: {memory}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ticks", type=int, default=60)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--processes", type=int, default=64)
+    parser.add_argument("--page-cache-kib", type=int, default=None,
+                        help="the writer's page cache for the full-store figure (default: "
+                             "daemon.store.writer.PAGE_CACHE_KIB), to compare sizes")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mlcost-bench-") as tmp:
         work = Path(tmp)
         tick_cost(args.ticks, args.gpus, args.processes, work)
         bytes_per_row(args.gpus, args.processes, work)
         history_read(args.gpus, work)
+        full_store_writes(args.gpus, args.processes, work, args.page_cache_kib)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import signal
@@ -701,3 +702,31 @@ def test_the_process_id_cache_is_bounded_and_a_process_seen_again_keeps_its_row(
         reader.close()
     assert {r["pid"]: r["n"] for r in rows} == {7: 1, **{pid: 1 for pid in range(100, 120)}}
     assert samples[0]["n"] == 24
+
+
+def _sqlite_library() -> ctypes.CDLL:
+    """The SQLite library this interpreter's sqlite3 module runs on (found in our own maps)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if "libsqlite3" in line:
+            library = ctypes.CDLL(line.split()[-1])
+            library.sqlite3_memory_used.restype = ctypes.c_int64
+            return library
+    raise AssertionError("sqlite3 is not linked against a shared libsqlite3 here")
+
+
+def test_the_writer_page_cache_stays_bounded_as_the_store_grows(tmp_path: Path) -> None:
+    """The writer's page cache filled with the store up to 16 MB: the daemon's RSS grew with
+    its database (bench/soak.py, target flat within 10 MB). A 20 MB store now holds a few."""
+    sqlite = _sqlite_library()
+    before = sqlite.sqlite3_memory_used()
+    store = Store(str(tmp_path / "mlcost.db"))
+    rng, tick = random.Random(7), 0
+    while os.path.getsize(tmp_path / "mlcost.db") < 20 << 20:
+        for _ in range(200):
+            tick += 1
+            assert store.write(make_sample(tick, T0 + tick, rng, n_gpus=8, n_processes=64))
+            store.maintain(0.05)
+        store.pragma("wal_checkpoint", "PASSIVE")
+    held = sqlite.sqlite3_memory_used() - before
+    store.close()
+    assert held < 8 << 20, f"{held / 1e6:.1f} MB for a {tick}-tick store"
