@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemon.store.schema import pack_text
+
 if TYPE_CHECKING:  # readers (replay) import this module without loading the writer
     from daemon.store.writer import FactWrite, Store
 
@@ -162,7 +164,8 @@ def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]
             writes.append((
                 ("recommendation_text", rec["id"], text_at),
                 "INSERT OR REPLACE INTO recommendation_texts (id, ts, savings_per_month, body) "
-                "VALUES (?, ?, ?, ?)", (rec["id"], text_at, rec.get("savings_per_month"), body)))
+                "VALUES (?, ?, ?, ?)", (rec["id"], text_at, rec.get("savings_per_month"),
+                                        pack_text(body))))
         store.write_facts(writes)
 
 

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from daemon.store.reader import StoreReader
+from daemon.store.schema import unpack_text
 
 
 def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
@@ -101,4 +102,4 @@ def recommendation_texts(reader: StoreReader, since: float,
     # minute while only figures move: daemon.store.facts): from its last round on, it is it.
     at_ms = round(at * 1000)
     return {r["id"]: (r["last_seen"] / 1000, json.loads(r["latest"])) if r["last_seen"] <= at_ms
-            else (r["ts"] / 1000, json.loads(r["body"])) for r in rows}
+            else (r["ts"] / 1000, json.loads(unpack_text(r["body"]))) for r in rows}

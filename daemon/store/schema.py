@@ -15,6 +15,7 @@ Statuses are stored as a small integer code when known, as the text itself other
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 import sqlite_utils
@@ -73,6 +74,18 @@ def decode_status(value: int | str | None) -> str:
     if isinstance(value, int):
         return STATUS_NAMES.get(value, str(value))
     return value if value is not None else "ok"
+
+
+def pack_text(text: str) -> bytes:
+    """A recommendation text as recommendation_texts keeps it: zlib-compressed JSON. Bodies are
+    2-5 kB of JSON; compressed, most fit a page beside others instead of overflowing it."""
+    return zlib.compress(text.encode(), 6)
+
+
+def unpack_text(value: bytes | str) -> str:
+    """A recommendation_texts body back as JSON text (a row migrated from `recommendations`
+    is the text itself)."""
+    return zlib.decompress(value).decode() if isinstance(value, bytes) else value
 
 
 def tenths(value: float | None) -> int | None:

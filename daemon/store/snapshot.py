@@ -39,7 +39,14 @@ import sqlite_utils
 from daemon import __version__
 from daemon.sources.redact import redact_document, redact_text
 from daemon.store.files import open_private, private_folder
-from daemon.store.schema import HOUR, MIGRATIONS, MINUTE, SCHEMA_VERSION
+from daemon.store.schema import (
+    HOUR,
+    MIGRATIONS,
+    MINUTE,
+    SCHEMA_VERSION,
+    pack_text,
+    unpack_text,
+)
 
 SNAPSHOT_TABLE = "snapshot"  # key -> JSON value; only snapshots have it
 SNAPSHOT_SUFFIX = ".db"
@@ -115,6 +122,14 @@ def _redact_json(text: str | None) -> str | None:
         return json.dumps(redact_document(json.loads(text)), sort_keys=True)
     except ValueError:
         return redact_text(text)
+
+
+def _redact_text(value: bytes | str | None) -> bytes | str | None:
+    """A recommendation_texts body (compressed JSON: schema.pack_text), redacted like a body."""
+    if value is None:
+        return None
+    redacted = _redact_json(unpack_text(value))
+    return pack_text(redacted) if isinstance(value, bytes) and redacted is not None else redacted
 
 
 def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], since: float,
@@ -197,6 +212,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
         conn.execute("SELECT count(*) FROM src.sqlite_master")  # a non-database fails here
         conn.create_function("redact_text", 1, redact_text, deterministic=True)
         conn.create_function("redact_json", 1, _redact_json, deterministic=True)
+        conn.create_function("redact_text", 1, _redact_text, deterministic=True)
         lo, hi = round(since * 1000), round(until * 1000)
         conn.execute("BEGIN")  # one read transaction over the source: a consistent copy
         version = conn.execute("PRAGMA src.user_version").fetchone()[0]
@@ -221,8 +237,10 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                 selected = columns.replace('"command"', 'redact_text("command")')
             elif table == "events":
                 selected = columns.replace('"detail"', 'redact_json("detail")')
-            elif table in ("recommendations", "recommendation_texts"):
+            elif table == "recommendations":
                 selected = columns.replace('"body"', 'redact_json("body")')
+            elif table == "recommendation_texts":
+                selected = columns.replace('"body"', 'redact_text("body")')
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
         ticks = conn.execute("SELECT count(*) FROM main.ticks").fetchone()[0]

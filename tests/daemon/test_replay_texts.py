@@ -20,7 +20,7 @@ from daemon.clock import local_time
 from daemon.replay import Replay
 from daemon.store import facts, queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
+from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION, unpack_text
 from daemon.store.snapshot import write_snapshot
 from tests.daemon.scripted import T0, recording_daemon
 
@@ -98,7 +98,7 @@ def test_a_text_is_written_when_it_changes_not_every_round(recording):
                               (RULE,)).fetchone()[0]
     finally:
         conn.close()
-    texts = [json.loads(body) for _, body in rows]
+    texts = [json.loads(unpack_text(body)) for _, body in rows]
     assert {t["summary"] for t in texts} >= set(recording["served"])
     for before, after in zip(texts, texts[1:], strict=False):  # each row says something new
         assert facts.text_digest(before) != facts.text_digest(after)
@@ -202,7 +202,11 @@ def test_a_text_row_is_kept_at_once_for_a_new_headline_and_every_5_min_for_figur
     try:
         rows = conn.execute("SELECT ts, savings_per_month FROM recommendation_texts "
                             "ORDER BY ts").fetchall()
+        kept = conn.execute("SELECT body FROM recommendation_texts ORDER BY ts").fetchall()
     finally:
         conn.close()
     assert rows == [(round((T0 + t) * 1000), v) for t, v in ((1, 100.0), (4, 100.0),
                                                             (4 + every, 70.0))]
+    # kept compressed (a body is kilobytes of JSON), and read back as written
+    assert all(isinstance(body, bytes) for (body,) in kept)
+    assert json.loads(unpack_text(kept[-1][0]))["summary"] == "use spot now"

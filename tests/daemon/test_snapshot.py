@@ -15,7 +15,7 @@ import pytest
 
 from daemon.replay import Replay, ReplayError
 from daemon.store import facts
-from daemon.store.schema import SCHEMA_VERSION
+from daemon.store.schema import SCHEMA_VERSION, unpack_text
 from daemon.store.snapshot import (
     SNAPSHOT_TABLE,
     SnapshotError,
@@ -117,7 +117,8 @@ def test_command_lines_and_event_details_are_redacted_on_the_way_out(source, tmp
     conn = sqlite3.connect(out)
     assert conn.execute("SELECT command FROM processes").fetchone()[0].startswith(
         "python train.py --password=")
-    texts = [r[0] for r in conn.execute("SELECT body FROM recommendation_texts ORDER BY ts")]
+    texts = [unpack_text(r[0]) for r in conn.execute(
+        "SELECT body FROM recommendation_texts ORDER BY ts")]
     conn.close()
     assert len(texts) == 2 and "--token <redacted>" in texts[0]  # the earlier text, redacted
 
