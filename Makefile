@@ -30,6 +30,7 @@ test: $(VENV)/.test-installed
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/mypy bench/
 	$(BIN)/lint-imports
 
 bench: $(VENV)/.test-installed

@@ -79,6 +79,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> None:
         original()
         tick_cpu.append(time.thread_time() - start)
         sample = daemon.last_sample
+        assert sample is not None
         counts.append((len(sample.gpus), sum(1 for p in sample.processes if p.gpus)))
 
     daemon._tick = measured_tick  # type: ignore[method-assign]

@@ -17,6 +17,7 @@ import resource
 import statistics
 import tempfile
 import time
+from multiprocessing.synchronize import Event as EventType
 
 import pynvml
 
@@ -25,7 +26,7 @@ from daemon.sim import scenario
 from daemon.sim.device import Device
 
 
-def _hold_gpus(state_dir: str, gpus: int, ready: mp.Event, stop: mp.Event) -> None:
+def _hold_gpus(state_dir: str, gpus: int, ready: EventType, stop: EventType) -> None:
     devices = [Device(gpu_index=g, state_dir=state_dir) for g in range(gpus)]
     for d in devices:
         d.alloc(64 << 20)

@@ -116,20 +116,20 @@ def main() -> int:
           f"py-spy CPU {1000 * fast.cpu_seconds_total / max(1, fast.dumps_total):.1f} ms/dump")
 
     # Daemon-side CPU per hour on a stalled (blocked) workload.
-    proc = subprocess.Popen([sys.executable, "-c", STALLED_TARGET], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+    stalled_proc = subprocess.Popen([sys.executable, "-c", STALLED_TARGET], stdout=subprocess.PIPE, text=True)
+    assert stalled_proc.stdout is not None and stalled_proc.stdout.readline().strip() == "READY"
     stalled = StackSampler(min_interval_s=0.0, global_max_per_s=1e6, global_burst=1e6,
                            cpu_budget_ratio=1.0, timeout_s=5.0)
     own_before = time.process_time()
 
     async def dumps() -> None:
         for _ in range(args.dumps):
-            await stalled.dump(proc.pid)
+            await stalled.dump(stalled_proc.pid)
 
     asyncio.run(dumps())
     own = (time.process_time() - own_before) / args.dumps
-    proc.kill()
-    proc.wait()
+    stalled_proc.kill()
+    stalled_proc.wait()
     spy = stalled.cpu_seconds_total / max(1, stalled.dumps_total)
     policy = default_policy()
     per_hour = 3600 / policy.min_interval_s

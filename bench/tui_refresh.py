@@ -135,7 +135,7 @@ def start_figures() -> None:
     daemon.start()
     try:
         assert daemon.wait_ready(60), daemon.failure()
-        firsts = []
+        firsts: list[float] = []
         deadline = time.monotonic() + 60
         while len(firsts) < 3 and time.monotonic() < deadline:
             first, _, _ = run_child(daemon.target, "live")
