@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import boto3
 import pytest
@@ -84,10 +83,8 @@ def test_no_credentials_is_a_message_not_a_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     session = boto3.session.Session(region_name="us-east-1")
-    start = time.monotonic()
     result = refresh_aws(["g5.xlarge"], "us-east-1", session=session,
                          cache_path=tmp_path / "c.json")
-    assert time.monotonic() - start < 10
     assert all("no AWS credentials found" in m for m in result.errors["g5.xlarge"])
     assert len(result.errors["g5.xlarge"]) == 2  # spot and on-demand
 

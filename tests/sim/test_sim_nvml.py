@@ -65,12 +65,13 @@ def test_memory_utilization_and_sm_share_follow_the_processes(sim_host):
     assert pynvml.nvmlDeviceGetEnforcedPowerLimit(gpu0) == 400_000
 
 
-def test_process_utilization_honours_last_seen_timestamp(sim_host):
+def test_process_utilization_honours_last_seen_timestamp(sim_host, tmp_path):
+    ended = tmp_path / "kernel-ended"
     code = attach_code(0, 1, "time.sleep(60)").replace(
-        "while True:", "dev.kernel(0.3, sm=0.8)\nprint('done', flush=True)\nwhile True:")
+        "while True:", f"dev.kernel(0.3, sm=0.8)\nopen({str(ended)!r}, 'w').close()\nwhile True:")
     sim_host(host_toml(gpus=1, workloads=[{"name": "burst", "gpus": [0], "code": code}]))
     (gpu,) = handles(1)
-    time.sleep(0.6)  # the kernel has ended
+    wait_until(ended.exists, timeout=60)  # kernel() returns once the kernel has ended
     ended_by = now_us()
     with pytest.raises(pynvml.NVMLError_NotFound):
         pynvml.nvmlDeviceGetProcessUtilization(gpu, ended_by)
