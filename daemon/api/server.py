@@ -97,9 +97,8 @@ def _user_name(uid: int) -> str:
 
 def prepare_socket_folder(folder: Path) -> None:
     """The folder of the unix socket: created 0700 when it does not exist; an existing folder
-    is used as it is (never chmodded: a socket in a shared folder must not change it) if it is
-    safe, that is a directory owned by root or mlcostd's user that no group and no other user
-    can write. Anything else is refused with the fix."""
+    is used as it is if check_socket_folder finds it safe. Anything else is refused with the
+    fix."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)  # the folders above: as the umask says
         os.mkdir(folder, 0o700)
@@ -111,8 +110,18 @@ def prepare_socket_folder(folder: Path) -> None:
     else:
         os.chmod(folder, 0o700)  # ours, just made: 0700 whatever the umask
         return
+    check_socket_folder(folder)
+
+
+def check_socket_folder(folder: Path) -> None:
+    """An existing socket folder is used as it is (never chmodded: a socket in a shared folder
+    must not change it) if it is safe, that is a directory owned by root or mlcostd's user that
+    no group and no other user can write; one that does not exist yet passes (mlcostd creates
+    it 0700). Raises ApiError with the fix."""
     try:
         info = os.stat(folder)
+    except FileNotFoundError:
+        return
     except OSError as exc:
         raise ApiError(f"cannot use the socket folder {folder}: {exc.strerror}; pass "
                        "--socket with a path in a folder of its own") from None
@@ -129,6 +138,24 @@ def prepare_socket_folder(folder: Path) -> None:
         raise ApiError(f"the socket folder {folder} is owned by uid {info.st_uid} "
                        f"({_user_name(info.st_uid)}), who could replace the socket; put the "
                        f"socket in a folder of its own, {own}")
+
+
+def check_socket_path(path: Path) -> os.stat_result | None:
+    """What is at the socket path now (None: nothing); anything but a socket (left behind by a
+    daemon that died) is refused, never replaced. Raises ApiError."""
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ApiError(f"cannot use the socket path {path}: {exc.strerror}; "
+                       "pass a different --socket") from None
+    if not stat.S_ISSOCK(existing.st_mode):
+        kind = "symbolic link" if stat.S_ISLNK(existing.st_mode) else (
+            "directory" if stat.S_ISDIR(existing.st_mode) else "file that is not a socket")
+        raise ApiError(f"{path} is a {kind}; mlcostd replaces only a socket left behind by a "
+                       "daemon that died: move it away or pass a different --socket")
+    return existing
 
 
 def _is_tcp(request: web.Request) -> bool:
@@ -236,8 +263,12 @@ class ApiServer:
         self.tcp_port: int | None = None
 
     def check(self) -> None:
-        """What can be refused before the daemon creates anything: the listen address and an
+        """What can be refused before the daemon creates anything (its store, its workloads):
+        an unsafe socket folder, something else at the socket path, the listen address and an
         existing token path. Raises ApiError."""
+        if self.socket_path is not None:
+            check_socket_folder(self.socket_path.parent)
+            check_socket_path(self.socket_path)
         if self.listen:
             parse_listen(self.listen)
             if self.token_file is None:
@@ -284,20 +315,7 @@ class ApiServer:
     async def _start_unix(self, app: web.Application) -> None:
         assert self.socket_path is not None
         prepare_socket_folder(self.socket_path.parent)
-        try:
-            existing = os.lstat(self.socket_path)
-        except FileNotFoundError:
-            existing = None
-        except OSError as exc:
-            raise ApiError(f"cannot use the socket path {self.socket_path}: {exc.strerror}; "
-                           "pass a different --socket") from None
-        if existing is not None:
-            if not stat.S_ISSOCK(existing.st_mode):
-                kind = "symbolic link" if stat.S_ISLNK(existing.st_mode) else (
-                    "directory" if stat.S_ISDIR(existing.st_mode) else "file that is not a socket")
-                raise ApiError(f"{self.socket_path} is a {kind}; mlcostd replaces only a socket "
-                               "left behind by a daemon that died: move it away or pass a "
-                               "different --socket")
+        if check_socket_path(self.socket_path) is not None:
             if await _socket_answers(self.socket_path):
                 raise ApiError(f"another mlcostd answers on {self.socket_path}; stop it or "
                                "pass a different --socket")

@@ -74,6 +74,8 @@ def test_a_socket_in_a_shared_folder_is_refused_and_the_folder_left_alone(tmp_pa
     assert "Traceback" not in log
     assert mode(shared) == 0o1777  # never chmodded
     assert not (shared / "mlcostd.sock").exists()
+    # refused before anything starts: no store created, no workload run, no price looked up
+    assert not refused.db.exists() and "simulating" not in log and "price" not in log, log
 
 
 def test_a_group_writable_folder_is_refused_too(tmp_path):
@@ -128,6 +130,7 @@ def test_a_regular_file_at_the_socket_path_is_never_replaced(tmp_path, mlcostd):
     assert f"{precious} is a file that is not a socket" in log, refused.log_tail()
     assert "move it away or pass a different --socket" in log and "Traceback" not in log
     assert precious.read_text() == "not a socket: someone's file\n"
+    assert not refused.db.exists() and "simulating" not in log, log  # refused first
 
 
 def test_a_symlink_at_the_socket_path_is_never_followed_or_replaced(tmp_path):
