@@ -22,11 +22,11 @@ SIMULATE_CONFIG = Path(__file__).parent.parent / "sim" / "simulate.toml"
 
 EPILOG = """\
 examples:
-  mlcostd run --simulate demo            record the built-in simulated GPU host
+  mlcostd run --simulate demo             record the built-in simulated GPU host
   mlcostd run                             record this host (as root, under systemd)
   mlcostd report --since 1h               what the GPUs and processes did in the last hour
   mlcostd report --since 30m --json       the same as a JSON document (see the README)
-  mlcostd snapshot --since 30m --html    the last 30 min as a snapshot file and its HTML report
+  mlcostd snapshot --since 30m --html     the last 30 min as a snapshot file and its HTML report
   mlcostd check                           what works on this host and how to fix what doesn't
   mlcostd prices --instance p5.48xlarge   what an instance costs, where the price is from, its age
   mlcostd prices --refresh catalog        refresh prices from the public SkyPilot catalogs (no key)
