@@ -62,6 +62,17 @@ def poll(predicate: Callable[[], Any], timeout: float, what: str, every: float =
         time.sleep(every)
 
 
+async def pilot_wait_for(pilot: Any, predicate: Callable[[], object], timeout: float = 120.0,
+                         what: str = "condition") -> None:
+    """poll() for a Textual test: the app runs (pilot.pause) between checks; fails the test
+    naming `what` after `timeout` (a bound for a loaded machine, not a speed figure)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:g} s")
+        await pilot.pause(0.05)
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 5.0, every: float = 0.05):
     """Poll until predicate() is truthy; return its value (or fail the test)."""
     return poll(predicate, timeout, "condition", every)

@@ -13,13 +13,12 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import livedaemon
 import pytest
 from promserver import Prometheus
-from simhost import poll
+from simhost import pilot_wait_for, poll
 
 from daemon.client import read_token_file
 from mlcost_tui import format as fmt
@@ -239,14 +238,6 @@ def test_a_killed_daemon_shows_down_while_the_others_go_on(fleet):
          explain=lambda: f"fleet burn {burn}")
 
 
-async def wait_for(pilot, predicate, timeout: float = WAIT_S, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        await pilot.pause(0.1)
-
-
 @pytest.mark.asyncio
 async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(fleet):
     """After the kill above (when it ran): two hosts up, one down, from Prometheus alone."""
@@ -265,18 +256,18 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
     down = fleet.instances["empty"]
     async with app.run_test(size=(200, 40)) as pilot:
         table = screen.query_one(PrometheusFleetTable)
-        await wait_for(pilot, lambda: table.row_count == 3 and screen.view is not None
-                       and {h.instance for h in screen.view.hosts if h.up} == up,
-                       what="the fleet table")
+        await pilot_wait_for(pilot, lambda: table.row_count == 3 and screen.view is not None
+                             and {h.instance for h in screen.view.hosts if h.up} == up,
+                             what="the fleet table")
         assert str(table.get_row(down)[2]) == ("up" if down in up else "down")
         notebook = fleet.instances["notebook"]
         price = fleet.prometheus.values("mlcost_host_price_dollars_per_hour")[notebook]
-        await wait_for(pilot, lambda: str(table.get_row(notebook)[4]) == fmt.money(price),
-                       what="the notebook host's burn")
+        await pilot_wait_for(pilot, lambda: str(table.get_row(notebook)[4]) == fmt.money(price),
+                             what="the notebook host's burn")
         row = table.get_row(notebook)
         assert str(row[3]) == "g5.xlarge" and str(row[6]) == "1" and str(row[7]) == "1"
-        await wait_for(pilot, lambda: str(table.get_row(notebook)[8]) != fmt.DASH,
-                       what="the notebook host's top recommendation")
+        await pilot_wait_for(pilot, lambda: str(table.get_row(notebook)[8]) != fmt.DASH,
+                             what="the notebook host's top recommendation")
         assert str(table.get_row(notebook)[8]) in {"host_idle", "idle_gpu_held"}
         assert app.check_action("filter", ()) is False  # no host's panels behind the table
         header = str(screen.query_one("#prometheus-summary").render())
@@ -284,7 +275,7 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
         if down not in up:  # enter on the dead host: the notice, and the table stays
             table.move_cursor(row=table.get_row_index(down))
             await pilot.press("enter")
-            await wait_for(pilot, lambda: any(
+            await pilot_wait_for(pilot, lambda: any(
                 f"is down: Prometheus cannot scrape its mlcostd at {down}" in n
                 for n in notices), timeout=10, what="the notice that it is down")
             assert app.screen is screen
@@ -292,9 +283,9 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
         table.move_cursor(row=table.get_row_index(notebook))
         await pilot.press("enter")
         processes = app.query_one(ProcessPanel)
-        await wait_for(pilot, lambda: app.screen is not screen and processes.row_count >= 1,
-                       what="the notebook host's processes")
+        await pilot_wait_for(pilot, lambda: app.screen is not screen and processes.row_count >= 1,
+                             what="the notebook host's processes")
         api_port = port_of(fleet.daemons["notebook"], _API_PORT)
         assert app.client is not None and app.client.name == f"http://127.0.0.1:{api_port}"
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app.screen is screen, what="back to the fleet table")
+        await pilot_wait_for(pilot, lambda: app.screen is screen, what="back to the fleet table")

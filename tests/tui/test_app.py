@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+from simhost import pilot_wait_for
 
 from daemon.client import Client
 from mlcost_tui.app import MlcostTop, main
@@ -33,14 +33,6 @@ def live_daemon(mlcostd):
     return f"unix:{daemon.socket}"
 
 
-async def wait_for(pilot, predicate, timeout: float = 8.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
-
-
 def header_text(app: MlcostTop) -> str:
     return str(app.query_one(HeaderPanel).render())
 
@@ -50,7 +42,7 @@ async def test_live_host_keys_and_screens(live_daemon):
     app = MlcostTop([Client(live_daemon)], interval_s=0.3)
     async with app.run_test(size=(160, 48)) as pilot:
         gpus, procs = app.query_one(GpuPanel), app.query_one(ProcessPanel)
-        await wait_for(pilot, lambda: gpus.row_count == 1 and procs.row_count >= 1)
+        await pilot_wait_for(pilot, lambda: gpus.row_count == 1 and procs.row_count >= 1)
         assert "idle-host" in header_text(app) and "● live" in header_text(app)
         key = procs.selected_key
         assert key is not None and key.count(":") == 1
@@ -72,7 +64,7 @@ async def test_live_host_keys_and_screens(live_daemon):
         await pilot.press("p")
         assert app.paused and "PAUSED" in header_text(app)
         tick = app.hosts[0].now.tick
-        await wait_for(pilot, lambda: app.hosts[0].now.tick > tick)
+        await pilot_wait_for(pilot, lambda: app.hosts[0].now.tick > tick)
         assert "PAUSED" in header_text(app)
         await pilot.press("space")
         assert not app.paused
@@ -80,9 +72,9 @@ async def test_live_host_keys_and_screens(live_daemon):
         await pilot.press("slash")
         assert app.focused.id == "filter"
         await pilot.press(*"zzz-no-such")
-        await wait_for(pilot, lambda: procs.row_count == 0)
+        await pilot_wait_for(pilot, lambda: procs.row_count == 0)
         await pilot.press("escape")
-        await wait_for(pilot, lambda: procs.row_count >= 1)
+        await pilot_wait_for(pilot, lambda: procs.row_count >= 1)
         assert app.focused is procs
         await pilot.press("slash", *"notebook", "enter")
         assert procs.filter_text == "notebook" and procs.row_count == 1
@@ -97,7 +89,7 @@ async def test_live_host_keys_and_screens(live_daemon):
         # history from /v1/history
         await pilot.press("h")
         assert isinstance(app.screen, HistoryScreen)
-        await wait_for(pilot, lambda: "from /v1/history" in str(
+        await pilot_wait_for(pilot, lambda: "from /v1/history" in str(
             app.screen.query_one("#history-status").render()))
         await pilot.press("escape")
         # help
@@ -115,7 +107,7 @@ async def test_live_host_keys_and_screens(live_daemon):
 async def test_daemon_gone_shows_in_the_header_and_keys_still_work(tmp_path):
     app = MlcostTop([Client(f"unix:{tmp_path}/none.sock")], interval_s=0.2)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: "no daemon" in header_text(app))
+        await pilot_wait_for(pilot, lambda: "no daemon" in header_text(app))
         assert "start it with" in header_text(app)
         await pilot.press("p")
         assert app.paused
@@ -225,8 +217,8 @@ async def test_fleet_table_one_row_per_daemon(live_daemon, tmp_path):
                     interval_s=0.3)
     async with app.run_test(size=(160, 40)) as pilot:
         fleet = app.query_one(FleetPanel)
-        await wait_for(pilot, lambda: fleet.row_count == 2 and app.hosts
-                       and app.hosts[0].now is not None)
+        await pilot_wait_for(pilot, lambda: fleet.row_count == 2 and app.hosts
+                             and app.hosts[0].now is not None)
         assert "unreachable" in str(fleet.get_row(f"unix:{tmp_path}/gone.sock")[2])
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import pytest
-from simhost import poll
+from simhost import pilot_wait_for, poll
 
 from daemon.client import Client
 from daemon.replay import Replay
@@ -78,22 +77,14 @@ def test_the_daemon_sends_its_hosts_cpu_memory_and_load_over_tcp(tcp_daemon):
                           "load"}  # figures only: nothing else about the host
 
 
-async def wait_for(pilot, predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
-
-
 @pytest.mark.asyncio
 async def test_mlcost_top_over_tcp_shows_the_daemons_host_line(tcp_daemon):
     _, base, token = tcp_daemon
     app = MlcostTop([Client(base, token=token)], interval_s=0.3)
     async with app.run_test(size=(120, 36)) as pilot:
         gpus = app.query_one(GpuPanel)
-        await wait_for(pilot, lambda: "host CPU" in str(gpus.border_title)
-                       and "host CPU -" not in str(gpus.border_title))
+        await pilot_wait_for(pilot, lambda: "host CPU" in str(gpus.border_title)
+                             and "host CPU -" not in str(gpus.border_title))
         title = str(gpus.border_title)
         now = app.hosts[0].now
         assert now is not None and now.host_usage is not None
@@ -108,6 +99,6 @@ async def test_a_replay_of_the_daemons_store_shows_no_host_line(tcp_daemon):
         app = MlcostTop([], poll=False, replay=replay)
         async with app.run_test(size=(120, 36)) as pilot:
             gpus = app.query_one(GpuPanel)
-            await wait_for(pilot, lambda: gpus.row_count >= 1)
+            await pilot_wait_for(pilot, lambda: gpus.row_count >= 1)
             assert app.hosts[0].now is not None and app.hosts[0].now.host_usage is None
             assert gpus.border_title == "GPUs"

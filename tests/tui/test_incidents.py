@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from simhost import pilot_wait_for
 
 from daemon.client import Client
 from daemon.replay import Replay
@@ -24,14 +25,6 @@ def live_daemon(mlcostd):
     daemon = mlcostd("idle-host", interval=0.5)
     daemon.wait_for_ticks(3)
     return daemon
-
-
-async def wait_for(pilot, predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
 
 
 def _recording_notes(app: MlcostTop) -> list[str]:
@@ -52,9 +45,9 @@ async def test_s_takes_a_snapshot_through_the_daemon_and_shows_where(live_daemon
     app = MlcostTop([Client(f"unix:{live_daemon.socket}")])
     notes = _recording_notes(app)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: app.hosts and app.hosts[0].now is not None)
+        await pilot_wait_for(pilot, lambda: app.hosts and app.hosts[0].now is not None)
         await pilot.press("s")
-        await wait_for(pilot, lambda: any("snapshot: " in n for n in notes))
+        await pilot_wait_for(pilot, lambda: any("snapshot: " in n for n in notes))
         note = next(n for n in notes if "snapshot: " in n)
         path = Path(note.split("snapshot: ", 1)[1].splitlines()[0])
         assert path.parent == live_daemon.folder / "snapshots" and path.exists()
