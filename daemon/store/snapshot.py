@@ -124,7 +124,7 @@ def _redact_json(text: str | None) -> str | None:
         return redact_text(text)
 
 
-def _redact_text(value: bytes | str | None) -> bytes | str | None:
+def _redact_packed_json(value: bytes | str | None) -> bytes | str | None:
     """A recommendation_texts body (compressed JSON: schema.pack_text), redacted like a body."""
     if value is None:
         return None
@@ -212,7 +212,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
         conn.execute("SELECT count(*) FROM src.sqlite_master")  # a non-database fails here
         conn.create_function("redact_text", 1, redact_text, deterministic=True)
         conn.create_function("redact_json", 1, _redact_json, deterministic=True)
-        conn.create_function("redact_text", 1, _redact_text, deterministic=True)
+        conn.create_function("redact_packed_json", 1, _redact_packed_json, deterministic=True)
         lo, hi = round(since * 1000), round(until * 1000)
         conn.execute("BEGIN")  # one read transaction over the source: a consistent copy
         version = conn.execute("PRAGMA src.user_version").fetchone()[0]
@@ -240,7 +240,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
             elif table == "recommendations":
                 selected = columns.replace('"body"', 'redact_json("body")')
             elif table == "recommendation_texts":
-                selected = columns.replace('"body"', 'redact_text("body")')
+                selected = columns.replace('"body"', 'redact_packed_json("body")')
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
         ticks = conn.execute("SELECT count(*) FROM main.ticks").fetchone()[0]

@@ -123,6 +123,22 @@ def test_command_lines_and_event_details_are_redacted_on_the_way_out(source, tmp
     assert len(texts) == 2 and "--token <redacted>" in texts[0]  # the earlier text, redacted
 
 
+def test_a_command_line_is_copied_as_text_not_as_json(source, tmp_path):
+    # redaction is per column: a command line that happens to parse as JSON is not rewritten
+    db = tmp_path / "copy.db"
+    db.write_bytes(source.read_bytes())
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE processes SET command = ?", ('["python","serve.py"]',))
+    conn.commit()
+    conn.close()
+    out = tmp_path / "out.db"
+    write_snapshot(db, out, T0, T0 + TICKS)
+    conn = sqlite3.connect(out)
+    assert {r[0] for r in conn.execute("SELECT command FROM processes")} == {
+        '["python","serve.py"]'}
+    conn.close()
+
+
 def test_a_snapshot_that_fails_leaves_no_file_behind(source, tmp_path):
     out = tmp_path / "slow.db"
     with pytest.raises(SnapshotError, match="ran past 0 s; take a shorter range"):
