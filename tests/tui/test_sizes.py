@@ -5,6 +5,7 @@ five processes with their phase and $/h, the top recommendation with its action,
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 
@@ -149,7 +150,6 @@ async def test_the_top_recommendation_stays_in_view_when_a_bigger_one_arrives():
         await three_frames(pilot)
         snap = demo_like(4)
         assert snap.now is not None
-        import dataclasses
 
         bigger = dataclasses.replace(snap.now.recommendations[0], id="rec-big",
                                      summary="shrink to a smaller instance",
@@ -163,9 +163,7 @@ async def test_the_top_recommendation_stays_in_view_when_a_bigger_one_arrives():
 @pytest.mark.asyncio
 async def test_a_tall_terminal_gives_rows_the_processes_do_not_need_to_recommendations():
     """At 200x50 with five processes, eight recommendations are all on screen (the usual
-    five-row limit gave the unused process rows to no one); at 80x24 nothing moves."""
-    import dataclasses
-
+    five-row limit gave the unused process rows to no one)."""
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=(200, 50)) as pilot:
         snap = demo_like(0)
