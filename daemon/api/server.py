@@ -30,6 +30,7 @@ from daemon.api.limits import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, LimitedRunner,
 from daemon.api.metrics import Metrics, add_metrics_route, metrics_only_app
 from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 from daemon.config import parse_address
+from daemon.store.files import RefusedFile, folder_problem, open_checked, private_folder
 
 log = logging.getLogger(__name__)
 
@@ -47,37 +48,24 @@ def read_token(path: Path) -> str:
     if not os.path.lexists(path):
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = open_checked(path, os.O_WRONLY | os.O_EXCL, create=True)
         except OSError as exc:
             raise ApiError(f"cannot create the token file {path}: {exc.strerror}; pass "
                            "--token-file with a writable path") from None
-        os.fchmod(fd, 0o600)
+        os.fchmod(fd, 0o600)  # on the descriptor: whatever the umask, never through a link
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
         log.info("generated an API token in %s (mode 0600)", path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        # never through a link, and only a regular file of ours with one name
+        fd = open_checked(path, os.O_RDONLY)
+    except RefusedFile as exc:
+        raise ApiError(f"token file {exc}") from None
     except OSError as exc:
-        if os.path.islink(path):
-            raise ApiError(f"token file {path} is a symbolic link; mlcostd reads only a "
-                           "regular file: point --token-file at the file itself") from None
         raise ApiError(f"cannot read the token file {path}: {exc.strerror}; pass "
                        "--token-file with a readable file") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too, then cannot be read
-        os.close(fd)
-        check_token_path(path)
-        raise ApiError(f"token file {path} is not a regular file; pass --token-file with a file")
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ApiError(f"token file {path} is not a regular file; pass --token-file with "
-                           "a file (delete the path to have mlcostd generate one)")
-        me = os.geteuid()
-        if info.st_uid != me:
-            raise ApiError(f"token file {path} is owned by uid {info.st_uid} "
-                           f"({_user_name(info.st_uid)}), not by mlcostd's user uid {me} "
-                           f"({_user_name(me)}); run `chown {me} {path}` if you trust it, or "
-                           "delete it to have mlcostd generate one")
         if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ApiError(f"token file {path} is readable by others (mode "
                            f"{stat.S_IMODE(info.st_mode):o}); run `chmod 600 {path}`")
@@ -100,44 +88,36 @@ def prepare_socket_folder(folder: Path) -> None:
     is used as it is if check_socket_folder finds it safe. Anything else is refused with the
     fix."""
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)  # the folders above: as the umask says
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass  # an existing folder: checked below, used as it is
+        created = private_folder(folder)  # the folders above it: as the umask says
     except OSError as exc:
         raise ApiError(f"cannot create the socket folder {folder}: {exc.strerror}; pass "
                        "--socket with a writable path") from None
-    else:
-        os.chmod(folder, 0o700)  # ours, just made: 0700 whatever the umask
-        return
-    check_socket_folder(folder)
+    if not created:
+        check_socket_folder(folder)
 
 
 def check_socket_folder(folder: Path) -> None:
     """An existing socket folder is used as it is (never chmodded: a socket in a shared folder
-    must not change it) if it is safe, that is a directory owned by root or mlcostd's user that
-    no group and no other user can write; one that does not exist yet passes (mlcostd creates
-    it 0700). Raises ApiError with the fix."""
+    must not change it) if it is safe (daemon.store.files.folder_problem, stricter: not even
+    a sticky folder like /tmp, where the socket's name could be taken first); one that does
+    not exist yet is judged by the folders above it (mlcostd creates it 0700). Raises
+    ApiError with the fix."""
     try:
         info = os.stat(folder)
     except FileNotFoundError:
-        return
+        info = None
     except OSError as exc:
         raise ApiError(f"cannot use the socket folder {folder}: {exc.strerror}; pass "
                        "--socket with a path in a folder of its own") from None
-    if not stat.S_ISDIR(info.st_mode):
+    if info is not None and not stat.S_ISDIR(info.st_mode):
         raise ApiError(f"the socket folder {folder} is not a directory; pass --socket with a "
                        "path in a folder of its own")
-    mode = stat.S_IMODE(info.st_mode)
-    own = f"e.g. --socket {folder / 'mlcost' / 'mlcostd.sock'} (mlcostd creates that folder 0700)"
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ApiError(f"the socket folder {folder} is writable by its group or by everyone "
-                       f"(mode {mode:o}), so another user could replace the socket; put the "
-                       f"socket in a folder of its own, {own}")
-    if info.st_uid not in (0, os.geteuid()):
-        raise ApiError(f"the socket folder {folder} is owned by uid {info.st_uid} "
-                       f"({_user_name(info.st_uid)}), who could replace the socket; put the "
-                       f"socket in a folder of its own, {own}")
+    problem = folder_problem(folder, sticky_ok=False)
+    if problem is not None:
+        own = (f"e.g. --socket {folder / 'mlcost' / 'mlcostd.sock'} (mlcostd creates that "
+               "folder 0700)")
+        raise ApiError(f"the socket folder {folder} {problem}, so another user could replace "
+                       f"the socket; put the socket in a folder of its own, {own}")
 
 
 def check_socket_path(path: Path) -> os.stat_result | None:
@@ -328,6 +308,8 @@ class ApiServer:
         finally:
             os.umask(old)
         self._bound_unix = True
+        # By path: a socket has no descriptor to fchmod. Safe here: check_socket_folder let
+        # only a folder no one else can write (not even sticky), so the name is still ours.
         os.chmod(self.socket_path, 0o660)
         self._runners.append(runner)
         log.info("API on unix:%s", self.socket_path)

@@ -26,7 +26,7 @@ from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
-from daemon.config import Config, db_path
+from daemon.config import Config, db_path, snapshots_folder
 from daemon.runtime import memory, systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.price_host import build_analyzer, price_host
@@ -39,7 +39,13 @@ from daemon.sources.podresources import PodResources
 from daemon.sources.procs import ProcessSource, read_pressure
 from daemon.sources.sample import GpuUse, Sample
 from daemon.store import facts, queries
-from daemon.store.files import private_folder
+from daemon.store.files import (
+    RefusedFile,
+    check_existing,
+    check_folder,
+    private_folder,
+    remove_stale_temp_files,
+)
 from daemon.store.lock import StoreLocked, WriterLock
 from daemon.store.writer import Store, StoreError
 from daemon.wire import parse_process_key, process_key
@@ -133,9 +139,10 @@ class Daemon:
         scenario, the API's listen address and token path. Raises DaemonError."""
         from daemon.api.server import ApiError
 
-        if self.db.is_dir():
+        if self.db.is_dir() and not self.db.is_symlink():
             raise DaemonError(f"the database path {self.db} is a directory; pass --db with a "
                               f"file path, e.g. --db {self.db / 'mlcost.db'}")
+        self._check_files()
         if self.simulate:
             simulation = Simulation(self.simulate)
             try:
@@ -150,6 +157,34 @@ class Daemon:
             raise DaemonError(str(exc)) from None
         self.api = api
 
+    def _check_files(self) -> None:
+        """Refuse, before anything is created, a state or snapshots folder another user could
+        write into (group- or world-writable without the sticky bit, or not root's or ours),
+        and a link or a file that is not ours where the database, its WAL and SHM or its lock
+        go. Nothing refused is changed, followed or moved. Raises DaemonError."""
+        own_folder = f"e.g. --db {self.db.parent / 'mlcost' / self.db.name}"
+        snapshots = snapshots_folder(self.config)
+        try:
+            check_folder(self.db.parent, "database folder",
+                         f"pass --db with a path in a folder of its own, {own_folder} "
+                         "(mlcostd creates that folder 0700)")
+            check_folder(snapshots, "snapshots folder",
+                         "set [snapshots] folder to a folder of its own (mlcostd creates a "
+                         "missing one 0700)" if self.config.snapshots.folder else
+                         f"pass --db with a path in a folder of its own, {own_folder}")
+            for suffix in ("", "-wal", "-shm", ".lock"):
+                check_existing(f"{self.db}{suffix}")
+        except RefusedFile as exc:
+            raise DaemonError(str(exc)) from None
+
+    def _remove_stale_temp_files(self) -> None:
+        """Temporary files left by a snapshot or a store copy whose writer was killed (its pid
+        is gone): removed at start, as pruning does later. Never raises."""
+        for folder in (self.db.parent, snapshots_folder(self.config)):
+            for path in remove_stale_temp_files(folder):
+                log.info("removed %s, left by a writer that was stopped before it finished",
+                         path)
+
     def _open_store(self) -> Store:
         try:
             private_folder(self.db.parent)  # 0700 when it creates it, whatever the umask
@@ -159,7 +194,7 @@ class Daemon:
                 f"{_path_advice(exc)}") from None
         try:
             self._lock.acquire()
-        except StoreLocked as exc:
+        except (StoreLocked, RefusedFile) as exc:
             raise DaemonError(str(exc)) from None
         except OSError as exc:  # a read-only folder, no space left to write the pid into it
             raise DaemonError(
@@ -309,6 +344,7 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
+        self._remove_stale_temp_files()
         self.tick = self.first_tick = self.store.last_tick  # numbering goes on across restarts
         self.started_at = clock.now()
         try:

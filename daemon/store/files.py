@@ -1,17 +1,37 @@
-"""The store's files are private whatever the umask: its folder 0700 when mlcostd creates it,
-the database, its WAL and SHM and the writer lock 0600.
+"""Every file mlcostd creates or touches goes through here: private, never through a planted
+link, never a file that is not its own.
 
-The store holds every command line, stack and cost of the host, and mlcostd runs as root, so a
-0644 database in a 0755 folder (SQLite's default under the usual umask 022) lets any local user
-read all of it. SQLite creates `-wal` and `-shm` with the mode of the database file, so a
-database created 0600 keeps them 0600 too. A folder that already exists is used as it is (a
-`--db` in a shared folder must not change that folder); the files inside are ours and are
-narrowed to 0600 when they are wider.
+mlcostd runs as root, and it writes into folders that a local user may be able to write too.
+So a path is never trusted, only an opened descriptor:
+
+- every file is opened with O_NOFOLLOW (a symbolic link at the path fails the open, it is never
+  followed), O_CLOEXEC and O_NONBLOCK (a FIFO planted at the path cannot hang the open);
+- the opened file is checked with fstat: a regular file, owned by mlcostd's user, with one link
+  (a hard link to /etc/shadow has two) -- anything else is refused with RefusedFile, whose
+  message names the file and the fix; a refused file is left where it is, never moved or
+  removed;
+- modes are changed with fchmod on that descriptor, never by path: created 0600 whatever the
+  umask, and an existing file of ours wider than 0600 is narrowed;
+- a folder mlcostd keeps files in is refused (`folder_problem`) when another user could
+  replace what is in it: a group- or world-writable folder without the sticky bit, or one
+  owned by another user, it or any folder above it;
+- temporary files are named `.NAME.tmp-PID-RANDOM` (`temp_path`), so that files left by a
+  writer killed mid-way are found and removed (`remove_stale_temp_files`) once that process
+  is gone.
+
+The store holds every command line, stack and cost of the host, so a 0644 database in a 0755
+folder (SQLite's default under the usual umask 022) would let any local user read all of it.
+SQLite creates `-wal` and `-shm` with the mode of the database file (and opens them with
+O_NOFOLLOW itself), so a database created 0600 keeps them 0600 too.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import pwd
+import re
+import secrets
 import stat
 from pathlib import Path
 
@@ -19,22 +39,104 @@ PRIVATE_FOLDER = 0o700
 PRIVATE_FILE = 0o600
 DB_SUFFIXES = ("", "-wal", "-shm")  # the database and the files SQLite keeps beside it
 
+# `.NAME.tmp-PID-RANDOM`: what temp_path makes; the pid says who may still be writing it.
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.tmp-(?P<pid>[0-9]{1,10})-(?P<token>[0-9a-f]{8})")
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
-def private_folder(folder: Path) -> None:
-    """Create `folder` 0700 (the folders above it as the umask says) unless it exists; an
-    existing folder is left as it is. Raises OSError when it cannot be created."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
+
+class RefusedFile(OSError):
+    """A file or folder mlcostd will not use (a link, not its own, writable by others); the
+    message (str() and .strerror) names it and says what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EPERM, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _user(uid: int) -> str:
     try:
-        os.mkdir(folder, PRIVATE_FOLDER)
-    except FileExistsError:
-        return
-    os.chmod(folder, PRIVATE_FOLDER)  # just made by us: 0700 even under a umask like 0777
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "no such user"
 
 
-def open_private(path: str | os.PathLike[str], flags: int = os.O_RDWR) -> int:
-    """Open (creating if missing) a file of the store's with mode 0600; an existing file wider
-    than 0600 is narrowed. Returns the descriptor. Raises OSError."""
-    fd = os.open(path, flags | os.O_CREAT, PRIVATE_FILE)
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _link_message(path: str) -> str:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return (f"{path} is a symbolic link{target}; mlcostd runs as root and never follows a link "
+            f"it did not make (whoever planted it would choose the file it writes): remove "
+            f"the link, or give mlcostd the real path")
+
+
+def check_file(info: os.stat_result, path: str | os.PathLike[str]) -> None:
+    """Refuse (RefusedFile) a file that is not a regular file owned by mlcostd's user with
+    exactly one link; `info` is its fstat (or lstat, before it is opened)."""
+    path = os.fspath(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise RefusedFile(_link_message(path))
+    if not stat.S_ISREG(info.st_mode):
+        raise RefusedFile(f"{path} is {_kind(info.st_mode)}, not a regular file; mlcostd "
+                          "leaves it alone: move it away or give mlcostd another path")
+    me = os.geteuid()
+    if info.st_uid != me:
+        raise RefusedFile(f"{path} is owned by uid {info.st_uid} ({_user(info.st_uid)}), not "
+                          f"by mlcostd's user uid {me} ({_user(me)}), so it is not a file "
+                          "mlcostd made: remove it (mlcostd makes its own), or "
+                          f"`chown {me} {path}` if you trust it")
+    if info.st_nlink != 1:
+        raise RefusedFile(f"{path} has {info.st_nlink} hard links (other names for the same "
+                          "file, which may be someone else's); mlcostd uses only a file with "
+                          f"one name: remove the other links (`find / -xdev -samefile {path}` "
+                          "lists them) or give mlcostd another path")
+
+
+def open_checked(path: str | os.PathLike[str], flags: int = os.O_RDONLY, *,
+                 create: bool = False) -> int:
+    """Open `path` without following a link and return the descriptor, once fstat says it is
+    a regular file of mlcostd's user with one link (`check_file`); with `create`, a missing
+    file is created 0600 (whatever the umask). Modes are left as they are (see open_private).
+    Raises RefusedFile for a link or a file that is not ours, FileNotFoundError when missing
+    (and not `create`), OSError otherwise."""
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    if create:
+        flags |= os.O_CREAT
+    try:
+        fd = os.open(path, flags, PRIVATE_FILE)
+    except OSError as exc:
+        # ELOOP: O_NOFOLLOW met a link (Linux); EISDIR/ENXIO: a folder or a FIFO/socket there
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.ENXIO):
+            try:
+                check_file(os.lstat(path), path)
+            except FileNotFoundError:
+                pass
+        raise
+    try:
+        info = os.fstat(fd)
+        check_file(info, path)
+        # O_NONBLOCK only kept a FIFO from hanging the open; a regular file does not need it
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_private(path: str | os.PathLike[str], flags: int = os.O_RDWR, *,
+                 create: bool = True) -> int:
+    """Open (creating if missing, unless not `create`) a private file of mlcostd's: checked
+    as open_checked does, and narrowed to 0600 with fchmod on the descriptor when it is wider.
+    Returns the descriptor. Raises RefusedFile, OSError."""
+    fd = open_checked(path, flags, create=create)
     try:
         mode = stat.S_IMODE(os.fstat(fd).st_mode)
         if mode & ~PRIVATE_FILE:
@@ -46,17 +148,148 @@ def open_private(path: str | os.PathLike[str], flags: int = os.O_RDWR) -> int:
 
 
 def private_database(path: str | os.PathLike[str]) -> None:
-    """Before SQLite opens `path`: the database file exists with mode 0600 (SQLite then creates
-    its WAL and SHM 0600 too), and a WAL or SHM left wider by an older mlcostd is narrowed.
-    Raises OSError."""
+    """Before SQLite opens `path`: the database file exists, ours, with mode 0600 (SQLite then
+    creates its WAL and SHM 0600 too), and a WAL or SHM there already is ours too and narrowed
+    when an older mlcostd left it wider. A link or someone else's file at any of the three is
+    refused (RefusedFile) and left alone. Raises OSError."""
     if os.fspath(path) in ("", ":memory:"):
         return  # no file
     os.close(open_private(path))
     for suffix in DB_SUFFIXES[1:]:
-        extra = os.fspath(path) + suffix
         try:
-            mode = stat.S_IMODE(os.stat(extra).st_mode)
+            os.close(open_private(os.fspath(path) + suffix, create=False))
         except FileNotFoundError:
+            continue  # SQLite makes it, with the database's mode
+
+
+def check_existing(path: str | os.PathLike[str]) -> None:
+    """Refuse (RefusedFile) what is at `path` now unless it is nothing or a file mlcostd may
+    use (`check_file`), before anything is created; the open checks it again on its
+    descriptor."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    check_file(info, path)
+
+
+def private_folder(folder: Path) -> bool:
+    """Create `folder` 0700 (the folders above it as the umask says) unless it exists; an
+    existing folder is used as it is (never chmodded: a folder shared with others must not
+    change). Returns whether it was created. Raises OSError when it cannot be created."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder, PRIVATE_FOLDER)
+    except FileExistsError:
+        return False
+    # just made by us: 0700 even under a umask like 0777; fchmod on the folder we opened
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, PRIVATE_FOLDER)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _folder_fault(folder: Path, sticky_ok: bool) -> tuple[Path, str] | None:
+    """(the folder at fault, why) for folder_problem; None when safe."""
+    path = Path(os.path.realpath(folder))
+    for current in (path, *path.parents):
+        try:
+            info = os.stat(current)
+        except FileNotFoundError:
+            continue  # made by mlcostd, 0700
+        except OSError as exc:
+            return current, f"cannot be checked ({exc.strerror})"
+        mode = stat.S_IMODE(info.st_mode)
+        sticky = bool(mode & stat.S_ISVTX) and (sticky_ok or current != path)
+        if not stat.S_ISDIR(info.st_mode):
+            return current, "is not a directory"
+        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+            missing = "" if mode & stat.S_ISVTX else " without the sticky bit"
+            return current, f"is writable by its group or by everyone (mode {mode:o}){missing}"
+        if info.st_uid not in (0, os.geteuid()):
+            return current, f"is owned by uid {info.st_uid} ({_user(info.st_uid)})"
+    return None
+
+
+def folder_problem(folder: Path, *, sticky_ok: bool = True) -> str | None:
+    """Why another user could replace what mlcostd keeps in `folder`, as the end of a sentence
+    about it ("is writable by its group or by everyone (mode 777) without the sticky bit", "is
+    inside /x, which is owned by uid 1000 (ann)"), or None when it is safe: the folder and
+    every folder above it (links resolved) are directories owned by root or mlcostd's user
+    that no one else can write, unless sticky like /tmp (with `sticky_ok` False, the folder
+    itself must not be writable by others even then). A folder that does not exist yet is
+    judged by those above it (mlcostd creates it 0700)."""
+    fault = _folder_fault(folder, sticky_ok)
+    if fault is None:
+        return None
+    culprit, reason = fault
+    return reason if culprit == Path(os.path.realpath(folder)) else \
+        f"is inside {culprit}, which {reason}"
+
+
+def check_folder(folder: Path, what: str, fix: str) -> None:
+    """Refuse (RefusedFile) the `what` folder `folder` (e.g. "database folder") when
+    folder_problem finds one (sticky folders like /tmp pass). The message names the folder at
+    fault and ends with the fix: `chmod go-w` it (or `chmod +t`, for a folder shared on
+    purpose), or `fix` (another path)."""
+    fault = _folder_fault(folder, sticky_ok=True)
+    if fault is None:
+        return
+    culprit, reason = fault
+    problem = folder_problem(folder)
+    hint = (f"run `chmod go-w {culprit}` (or `chmod +t {culprit}` if others must write there) "
+            "or " if "writable" in reason else "")
+    raise RefusedFile(f"the {what} {folder} {problem}, so another user could replace the "
+                      f"files mlcostd keeps there; {hint}{fix}")
+
+
+# -- temporary files -----------------------------------------------------------------------
+
+
+def temp_path(target: Path) -> Path:
+    """A fresh temporary name beside `target`: `.NAME.tmp-PID-RANDOM`, hidden from listings,
+    and found by remove_stale_temp_files once this process is gone."""
+    return target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid in a name made by temp_path, None for any other name (fullmatch: nothing may
+    follow, not even a newline)."""
+    found = _TEMP_NAME.fullmatch(name)
+    return int(found.group("pid")) if found else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process (mlcostd not root)
+    return True
+
+
+def remove_stale_temp_files(folder: Path) -> list[str]:
+    """Remove the temporary files (temp_path's names) in `folder` whose writer is gone (no
+    process has the pid in the name), as a writer killed with SIGKILL leaves them. Only our
+    own regular files, never followed: a link or someone else's file is left alone. Returns
+    the paths removed. Never raises."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        pid = temp_owner(name)
+        if pid is None or pid == os.getpid() or _alive(pid):
             continue
-        if mode & ~PRIVATE_FILE:
-            os.chmod(extra, mode & PRIVATE_FILE)
+        path = folder / name
+        try:
+            check_existing(path)
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(str(path))
+    return removed

@@ -22,21 +22,27 @@ class WriterLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        """Take the lock and write our pid into it. Raises StoreLocked when another mlcostd
+        holds it, daemon.store.files.RefusedFile for a link or a file that is not ours at the
+        lock's path, OSError otherwise."""
         while True:
-            fd = open_private(self.path)  # 0600 whatever the umask
+            # 0600 whatever the umask; a planted link or someone else's file is refused
+            # (RefusedFile), never written into
+            fd = open_private(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                os.close(fd)
-                try:
-                    owner = self.path.read_text().strip() or "another process"
+                try:  # the pid, read from the file we checked, not through the path again
+                    owner = os.pread(fd, 32, 0).decode(errors="replace").strip()
                 except OSError:
-                    owner = "another process"
+                    owner = ""
+                os.close(fd)
+                owner = owner or "another process"
                 raise StoreLocked(
                     f"another mlcostd (pid {owner}) holds the writer lock {self.path}; stop it "
                     f"or pass a different --db") from None
             try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+                same = os.lstat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
             if same:
@@ -51,7 +57,7 @@ class WriterLock:
         let go."""
         if self._fd is not None:
             try:
-                if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                if os.lstat(self.path).st_ino == os.fstat(self._fd).st_ino:
                     os.unlink(self.path)
             except OSError:
                 pass  # already gone, or a read-only folder now: the next start takes it over

@@ -51,7 +51,14 @@ import sqlite_utils
 
 from daemon.sources.owners import encode_owner
 from daemon.sources.sample import Sample
-from daemon.store.files import open_private, private_database, private_folder
+from daemon.store.files import (
+    DB_SUFFIXES,
+    RefusedFile,
+    check_existing,
+    open_private,
+    private_database,
+    private_folder,
+)
 from daemon.store.maintenance import Maintenance
 from daemon.store.reader import ReaderTimeout, StoreReader
 from daemon.store.schema import (
@@ -216,7 +223,9 @@ class Store(Maintenance):
         """Hold an exclusive flock on the database file itself: one writer per inode, whatever
         name or hard link it is opened by. (SQLite's own locks are fcntl locks: independent.)"""
         try:
-            fd = open_private(self.path, os.O_RDWR | os.O_CLOEXEC)  # 0600 whatever the umask
+            fd = open_private(self.path, os.O_RDWR)  # 0600 whatever the umask, never a link
+        except RefusedFile as error:  # a link, or not mlcostd's own file: left where it is
+            raise StoreError(str(error)) from None
         except OSError as error:
             raise StoreError(
                 f"cannot open the store {self.path}: {error.strerror}; check the path and its "
@@ -266,7 +275,7 @@ class Store(Maintenance):
         try:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
-            os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC))
+            os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL))
             target = sqlite3.connect(tmp)
             try:
                 self._conn.backup(target)
@@ -329,6 +338,8 @@ class Store(Maintenance):
     def _connect(self) -> sqlite_utils.Database:
         try:
             private_database(self.path)  # 0600 before SQLite creates it; its WAL/SHM follow
+        except RefusedFile as exc:  # a planted link or someone else's file: left alone
+            raise StoreError(str(exc)) from None
         except OSError as exc:
             raise StoreError(
                 f"cannot open or create the store {self.path}: {exc.strerror}; pass --db "
@@ -368,10 +379,17 @@ class Store(Maintenance):
         return db
 
     def _move_aside(self, error: BaseException) -> None:
+        """Rename a corrupt database (and its WAL and SHM) aside. Only our own regular files:
+        a link or someone else's file is refused (StoreError), never moved."""
+        try:
+            for suffix in DB_SUFFIXES:
+                check_existing(self.path + suffix)
+        except RefusedFile as refused:
+            raise StoreError(f"{refused} (SQLite cannot read the store: {error})") from None
         stamp = time.strftime("%Y%m%dT%H%M%S")
         aside = f"{self.path}.corrupt-{stamp}"
         n = 1
-        while os.path.exists(aside):
+        while os.path.lexists(aside):
             n += 1
             aside = f"{self.path}.corrupt-{stamp}-{n}"
         os.replace(self.path, aside)
