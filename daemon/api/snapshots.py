@@ -12,7 +12,9 @@ a thread (daemon.take_snapshot), one snapshot at a time.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,10 +23,15 @@ from aiohttp import web
 
 from daemon import clock
 from daemon.config import parse_duration, snapshots_folder
+from daemon.store.files import RefusedFile, open_checked
+
+log = logging.getLogger(__name__)
 
 MAX_SINCE_S = 7 * clock.DAY_S  # a snapshot longer than this is a store copy, not an incident
 DEFAULT_SINCE_S = 1800.0
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,200}\.(db|html)$")
+# matched with fullmatch: `$` would also match before a final newline ("a.db\n")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,200}\.(db|html)")
+CHUNK_BYTES = 1 << 20
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -52,6 +59,26 @@ def snapshot_range(body: dict[str, Any], now: float) -> tuple[float, float]:
             raise ValueError(f"until={raw_until!r} must be a past time (Unix seconds or ISO "
                              "8601)")
     return until - span, until
+
+
+def open_snapshot_file(folder: Path, name: str) -> int:
+    """A read-only descriptor of `folder/name` if it is a file mlcostd wrote there: named in
+    the folder's index with the identity it has now, opened without following a link, and a
+    regular file of mlcostd's user with one link. Raises FileNotFoundError (not in the index,
+    or another file now), RefusedFile (a link, someone else's file, a hard link), OSError."""
+    from daemon.store.snapshot import written_files
+
+    known = written_files(folder).get(name)
+    if known is None:
+        raise FileNotFoundError(f"{name} is not in the index of {folder}")
+    fd = open_checked(folder / name)
+    info = os.fstat(fd)
+    if (info.st_dev, info.st_ino) != known:
+        os.close(fd)
+        raise RefusedFile(f"{folder / name} is not the file mlcostd wrote under that name "
+                          "(it was replaced); mlcostd serves only its own snapshots: take a "
+                          "new one")
+    return fd
 
 
 def add_snapshot_routes(app: web.Application, daemon: Any,
@@ -96,16 +123,44 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
         return web.json_response({"folder": str(folder), "snapshots": found})
 
     async def download(request: web.Request) -> web.StreamResponse:
+        """Serve one file that mlcostd wrote into its snapshots folder (in its index), from a
+        descriptor opened without following links and checked: a regular file of mlcostd's
+        with one link, the very file (device, inode) the index names. Anything else is 404:
+        a root daemon must not become a way to read /etc/shadow through a planted link."""
+        import asyncio
+
         name = request.match_info["name"]
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             return _error(400, f"{name[:80]!r} is not a snapshot file name; list them at "
                                "/v1/snapshots")
-        path = snapshots_folder(daemon.config) / name
-        if not path.is_file() or path.is_symlink():
-            return _error(404, f"no snapshot {name!r}; list them at /v1/snapshots")
-        kind = "text/html; charset=utf-8" if name.endswith(".html") else \
-            "application/vnd.sqlite3"
-        return web.FileResponse(path, headers={"Content-Type": kind})
+        missing = _error(404, f"no snapshot {name!r}; list them at /v1/snapshots")
+        try:
+            fd = await asyncio.to_thread(open_snapshot_file, snapshots_folder(daemon.config),
+                                         name)
+        except RefusedFile as exc:
+            log.warning("not serving snapshot %s: %s", name, exc)
+            return missing
+        except OSError:
+            return missing
+        try:
+            size = os.fstat(fd).st_size
+            kind = "text/html; charset=utf-8" if name.endswith(".html") else \
+                "application/vnd.sqlite3"
+            response = web.StreamResponse(headers={"Content-Type": kind})
+            response.content_length = size
+            await response.prepare(request)
+            offset = 0
+            while offset < size:  # what was there when opened, never more
+                chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK_BYTES, size - offset),
+                                                offset)
+                if not chunk:
+                    break
+                await response.write(chunk)
+                offset += len(chunk)
+            await response.write_eof()
+            return response
+        finally:
+            os.close(fd)
 
     app.router.add_post("/v1/snapshots", take)
     app.router.add_get("/v1/snapshots", listing)

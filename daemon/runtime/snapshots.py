@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -29,12 +28,19 @@ from typing import Any
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, HOST_IDLE
 from daemon.config import Config, db_path, snapshots_folder
 from daemon.sources.sample import GPU_OK, Sample
-from daemon.store.files import open_private, private_folder
+from daemon.store.files import (
+    RefusedFile,
+    check_folder,
+    open_private,
+    private_folder,
+    temp_path,
+)
 from daemon.store.snapshot import (
     HTML_SUFFIX,
     SnapshotError,
     free_path,
     prune,
+    record_written,
     snapshot_name,
     write_snapshot,
 )
@@ -65,6 +71,13 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     if upload:
         s3_upload.parse_s3_url(upload)
     source = db or db_path(config)
+    if out is None:  # `mlcostd snapshot` without a daemon too: the folder the daemon checks
+        try:
+            check_folder(snapshots_folder(config), "snapshots folder",
+                         "set [snapshots] folder to a folder of its own (mlcostd creates a "
+                         "missing one 0700)")
+        except RefusedFile as exc:
+            raise SnapshotError(str(exc)) from None
     reason = "-".join(str(part) for part in ((trigger or {}).get("kind") or MANUAL,
                                                (trigger or {}).get("target")) if part)
     target = out or free_path(snapshots_folder(config), snapshot_name(
@@ -72,6 +85,8 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     trigger = dict(trigger or {"kind": MANUAL, "reason": "taken by hand"})
     trigger.setdefault("at", time.time())
     info = write_snapshot(source, target, since, until, trigger=trigger)
+    if out is None:  # in the snapshots folder: the API serves only files in its index
+        record_written(target)
     result = info.as_dict()
     result["html"] = None
     result["upload"] = []
@@ -79,6 +94,8 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     if html:
         html_path = target.with_suffix(HTML_SUFFIX)
         render_html_file(target, html_path)
+        if out is None:
+            record_written(html_path)
         result["html"] = str(html_path)
         files.append(html_path)
     if upload:
@@ -95,9 +112,10 @@ def render_html_file(snapshot: Path, html_path: Path) -> None:
 
     text = render_store(snapshot)
     private_folder(html_path.parent)
-    # a fresh name, created exclusively: never a file (or link) someone put there
-    tmp = html_path.with_name(f".{html_path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = open_private(tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC)
+    # a fresh name, created exclusively: never a file (or link) someone put there; found and
+    # removed by pruning if this process is killed before it is renamed
+    tmp = temp_path(html_path)
+    fd = open_private(tmp, os.O_WRONLY | os.O_EXCL)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

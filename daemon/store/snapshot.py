@@ -24,9 +24,9 @@ Blocking: callers on an event loop run it in a thread.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-import secrets
 import sqlite3
 import time
 import urllib.parse
@@ -38,7 +38,14 @@ import sqlite_utils
 
 from daemon import __version__
 from daemon.sources.redact import redact_document, redact_text
-from daemon.store.files import open_private, private_folder
+from daemon.store.files import (
+    check_existing,
+    open_checked,
+    open_private,
+    private_folder,
+    remove_stale_temp_files,
+    temp_path,
+)
 from daemon.store.schema import (
     HOUR,
     MIGRATIONS,
@@ -154,15 +161,15 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
     except OSError as exc:
         raise SnapshotError(f"cannot create the folder {target.parent} for {target.name}: "
                             f"{exc.strerror}; pass --out with a writable path") from None
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = temp_path(target)  # found and removed by prune() if this process is killed
     try:
-        os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC))
+        os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL))
     except OSError as exc:
         raise SnapshotError(f"cannot write into {target.parent}: {exc.strerror}; pass --out "
                             "with a writable path") from None
     try:
         ticks = _copy(source, tmp, since, until, trigger, timeout_s)
-        fd = os.open(tmp, os.O_RDONLY)
+        fd = open_checked(tmp)
         try:
             os.fsync(fd)
         finally:
@@ -303,7 +310,8 @@ def read_facts(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def list_snapshots(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The snapshot files in `folder`, newest first: path, bytes, the HTML beside it (if any),
-    and the facts each file holds. A file that cannot be read is listed with its error."""
+    and the facts each file holds. A file that cannot be read is listed with its error; a
+    link, or a file that is not mlcostd's own, is not listed (nor opened)."""
     base = Path(folder)
     if not base.is_dir():
         return []
@@ -312,6 +320,7 @@ def list_snapshots(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if file.name.startswith("."):
             continue  # a snapshot being written
         try:
+            check_existing(file)  # a link or someone else's file is not read, not listed
             size = file.stat().st_size
         except OSError:
             continue
@@ -327,6 +336,73 @@ def list_snapshots(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
         out.append(entry)
     out.sort(key=lambda e: (e.get("created_at") or 0.0, e["name"]), reverse=True)
     return out
+
+
+# -- the index: which files of the snapshots folder mlcostd wrote ----------------------------
+
+INDEX_NAME = ".mlcost-snapshots.index"  # hidden: never listed, pruned or served
+
+
+def record_written(path: str | os.PathLike[str]) -> None:
+    """Note in its folder's index that mlcostd wrote `path` (a snapshot or its HTML): its name
+    and identity (device, inode), so only files mlcostd wrote are ever served. One line
+    appended under a lock: writers in other processes (`mlcostd snapshot` direct) may append
+    too. Raises OSError (RefusedFile for a link or a file not ours at the index's path)."""
+    file = Path(path)
+    info = os.lstat(file)
+    fd = open_private(file.parent / INDEX_NAME, os.O_WRONLY | os.O_APPEND)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"{file.name}\t{info.st_dev}\t{info.st_ino}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def written_files(folder: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
+    """name -> (device, inode) of the files in `folder` that mlcostd wrote (record_written),
+    the latest entry per name; {} when there is no index. Raises OSError (RefusedFile for a
+    link or a file not ours at the index's path)."""
+    try:
+        fd = open_checked(Path(folder) / INDEX_NAME)
+    except FileNotFoundError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    found = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            found[parts[0]] = (int(parts[1]), int(parts[2]))
+    return found
+
+
+def _compact_index(folder: Path) -> None:
+    """Drop the index entries whose file is gone or is another file now (pruned). Never
+    raises: an index that cannot be compacted just keeps a few lines too many."""
+    try:
+        fd = open_private(folder / INDEX_NAME, os.O_RDWR, create=False)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        text = os.pread(fd, 1 << 24, 0).decode("utf-8", errors="replace")
+        kept = []
+        for line in text.splitlines():
+            parts = line.split("\t")
+            try:
+                info = os.lstat(folder / parts[0])
+            except (OSError, ValueError):
+                continue
+            if len(parts) == 3 and parts[1:] == [str(info.st_dev), str(info.st_ino)]:
+                kept.append(line + "\n")
+        new = "".join(kept).encode()
+        if new != text.encode():
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, new, 0)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def snapshot_name(hostname: str, at: float, reason: str = "manual") -> str:
@@ -352,11 +428,13 @@ def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
           now: float | None = None, keep: str | os.PathLike[str] | None = None) -> list[str]:
     """Delete the oldest snapshots (and their HTML) in `folder` until they are younger than
     `max_age_s` and take at most `max_bytes` together; `keep` (the one just taken) stays
-    whatever its size. Returns what was deleted."""
+    whatever its size. Temporary files of writers that are gone (killed mid-way) are deleted
+    too. Returns what was deleted."""
     now = time.time() if now is None else now
     base = Path(folder)
     if not base.is_dir():
         return []
+    deleted = remove_stale_temp_files(base)
     files = []
     for file in base.glob(f"*{SNAPSHOT_SUFFIX}"):
         if file.name.startswith("."):
@@ -370,7 +448,6 @@ def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
         files.append((info.st_mtime, file, html, size))
     files.sort()  # oldest first
     total = sum(f[3] for f in files)
-    deleted = []
     kept = Path(keep).resolve() if keep is not None else None
     for mtime, file, html, size in files:
         if file.resolve() == kept or (total <= max_bytes and now - mtime <= max_age_s):
@@ -384,5 +461,7 @@ def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
             except OSError:
                 continue
         total -= size
+    if deleted:
+        _compact_index(base)
     return deleted
 
