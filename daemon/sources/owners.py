@@ -31,19 +31,19 @@ SLURM_INFO_KEYS = ("account", "partition")
 _POD = re.compile(r"pod([a-f0-9_-]+)")
 _POD_UID_MIN = 32
 # The runtime's scope under the systemd cgroup driver; a bare id under the cgroupfs driver.
-_CONTAINER_SCOPE = re.compile(r"^(?:cri-containerd|crio|docker|libpod)-([0-9a-f]{64})\.scope$")
-_CONTAINER_ID = re.compile(r"^[0-9a-f]{64}$")
-_SLURM_JOB = re.compile(r"^job_(\d{1,20})$")
-_SLURM_STEP = re.compile(r"^step_(\d{1,10}|batch|extern|interactive)$")
-_UNIT = re.compile(r"^[A-Za-z0-9:_.@\\-]{1,200}\.(?:service|scope)$")
+_CONTAINER_SCOPE = re.compile(r"(?:cri-containerd|crio|docker|libpod)-([0-9a-f]{64})\.scope")
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+_SLURM_JOB = re.compile(r"job_(\d{1,20})")
+_SLURM_STEP = re.compile(r"step_(\d{1,10}|batch|extern|interactive)")
+_UNIT = re.compile(r"[A-Za-z0-9:_.@\\-]{1,200}\.(?:service|scope)")
 # Units that say nothing about whose work it is: a login session, a user's manager, cron,
 # the container runtimes themselves, transient `systemd-run` units.
 _GENERIC_UNIT = re.compile(
-    r"^(?:session-\w+\.scope|user@\d+\.service|init\.scope|run-[a-z0-9]+\.(?:scope|service)"
+    r"(?:session-\w+\.scope|user@\d+\.service|init\.scope|run-[a-z0-9]+\.(?:scope|service)"
     r"|(?:cron|crond|ssh|sshd|containerd|docker|kubelet|slurmd|slurmstepd|systemd-[a-z-]+"
-    r"|(?:serial-)?getty@[\w.-]*)\.(?:service|scope))$")
+    r"|(?:serial-)?getty@[\w.-]*)\.(?:service|scope))")
 # What a Slurm prolog may write: names as Slurm allows them, bounded.
-_SLURM_VALUE = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
+_SLURM_VALUE = re.compile(r"[A-Za-z0-9._+-]{1,64}")
 
 
 def cgroup_paths(text: str) -> list[str]:
@@ -78,7 +78,7 @@ def owner_from_path(path: str) -> dict[str, str]:
     if any(p == "user.slice" or p.startswith("user@") for p in parts):
         # A user's systemd manager may make cgroups of any name below its own (delegation):
         # a pod or a Slurm job there would be whatever its user claims. Only its unit counts.
-        units = [p for p in parts if p.endswith((".service", ".scope")) and _UNIT.match(p)]
+        units = [p for p in parts if p.endswith((".service", ".scope")) and _UNIT.fullmatch(p)]
         return {"systemd_unit": units[-1]} if units else {}
     in_pods = "kubepods" in path
     # Substring tests before each pattern: this runs for every new process at discovery.
@@ -89,25 +89,25 @@ def owner_from_path(path: str) -> dict[str, str]:
                 if len(uid) >= _POD_UID_MIN:
                     owner["pod_uid"] = uid
                     break
-        scope = _CONTAINER_SCOPE.match(part) if part.endswith(".scope") else None
+        scope = _CONTAINER_SCOPE.fullmatch(part) if part.endswith(".scope") else None
         if scope:
             owner["container_id"] = scope.group(1)
-        elif "pod_uid" in owner and len(part) == 64 and _CONTAINER_ID.match(part):
+        elif "pod_uid" in owner and len(part) == 64 and _CONTAINER_ID.fullmatch(part):
             owner["container_id"] = part  # cgroupfs driver: kubepods/burstable/pod<uid>/<id>
-        elif (part == "docker" and i + 1 < len(parts) and _CONTAINER_ID.match(parts[i + 1])):
+        elif (part == "docker" and i + 1 < len(parts) and _CONTAINER_ID.fullmatch(parts[i + 1])):
             owner["container_id"] = parts[i + 1]  # plain Docker, cgroupfs driver
         if part.startswith("job_"):
-            job = _SLURM_JOB.match(part)
+            job = _SLURM_JOB.fullmatch(part)
             if job and i > 0 and (parts[i - 1] == "slurmstepd.scope"
                                   or parts[i - 1].startswith("uid_") or "slurm" in parts[:i]):
                 owner["slurm_job"] = job.group(1)
         elif part.startswith("step_") and "slurm_job" in owner:
-            step = _SLURM_STEP.match(part)
+            step = _SLURM_STEP.fullmatch(part)
             if step:
                 owner["slurm_step"] = step.group(1)
     if "pod_uid" in owner or "slurm_job" in owner or "container_id" in owner:
         return owner
-    units = [p for p in parts if p.endswith((".service", ".scope")) and _UNIT.match(p)]
+    units = [p for p in parts if p.endswith((".service", ".scope")) and _UNIT.fullmatch(p)]
     if units:
         owner["systemd_unit"] = units[-1]
     return owner
@@ -151,7 +151,7 @@ def parse_slurm_info(text: str) -> dict[str, str]:
     for line in text.splitlines()[:32]:
         key, sep, value = line.partition("=")
         key, value = key.strip(), value.strip()
-        if sep and key in SLURM_INFO_KEYS and _SLURM_VALUE.match(value):
+        if sep and key in SLURM_INFO_KEYS and _SLURM_VALUE.fullmatch(value):
             info[f"slurm_{key}"] = value
     return info
 
@@ -184,7 +184,7 @@ def workload_label(owner: Mapping[str, str]) -> str | None:
     if owner.get("slurm_job"):
         return f"slurm {owner['slurm_job']}"
     unit = owner.get("systemd_unit")
-    if unit and not _GENERIC_UNIT.match(unit):
+    if unit and not _GENERIC_UNIT.fullmatch(unit):
         return unit
     return None
 
