@@ -1,0 +1,322 @@
+"""A hostile local user against the root daemon's files (issue 20, items 1, 3, 10 and 11, and
+"Files as root" in its Build list).
+
+mlcostd runs as root; a user who can write into a folder where it keeps files plants links
+and hard links there, hoping the daemon chmods, overwrites or serves the file they point at.
+These tests run as root too (like the daemon) and plant links only to files they made
+themselves in their own tmp_path (never a real /etc file): a 0644 "victim" whose mode and
+contents must come out unchanged, while the daemon refuses with a line naming the file.
+
+In-process tests pin the files module (daemon/store/files.py), the store and the writer lock;
+one real `mlcostd run --simulate` per class shows the refusal end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import livedaemon
+import pytest
+import yarl
+
+from daemon.store.files import (
+    RefusedFile,
+    check_folder,
+    folder_problem,
+    open_private,
+    remove_stale_temp_files,
+    temp_path,
+)
+from daemon.store.lock import WriterLock
+from daemon.store.snapshot import prune
+from daemon.store.writer import Store, StoreError
+
+VICTIM_TEXT = b"root:x:0:0:a file the attacker wants changed:/root:/bin/bash\n"
+HOSTILE = "hostile local user"
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def victim(folder: Path, name: str = "victim") -> Path:
+    """A 0644 file of the test's own, standing in for /etc/passwd."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(VICTIM_TEXT)
+    path.chmod(0o644)
+    return path
+
+
+def assert_untouched(path: Path) -> None:
+    assert mode(path) == 0o644, f"{path} was chmodded to {mode(path):o}"
+    assert path.read_bytes() == VICTIM_TEXT, f"{path} was written"
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def live_process() -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# -- item 1: the store's files --------------------------------------------------------------
+
+
+@pytest.mark.fault(HOSTILE, "the database path is a symlink to a 0644 file")
+def test_a_database_link_is_refused_never_followed_and_never_moved_aside(tmp_path):
+    target = victim(tmp_path / "elsewhere")
+    db = tmp_path / "state" / "mlcost.db"
+    db.parent.mkdir()
+    db.symlink_to(target)
+    with pytest.raises(StoreError, match=f"{db} is a symbolic link .* never follows a link"):
+        Store(db)
+    assert_untouched(target)
+    assert db.is_symlink() and os.readlink(db) == str(target)  # not moved aside
+    assert sorted(p.name for p in db.parent.iterdir()) == ["mlcost.db"]  # nothing created
+
+
+@pytest.mark.fault(HOSTILE, "-wal, -shm and .lock planted as symlinks beside the database")
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", ".lock"])
+def test_planted_wal_shm_and_lock_links_are_refused_and_their_targets_unchanged(
+        tmp_path, suffix):
+    target = victim(tmp_path / "elsewhere")
+    db = tmp_path / "state" / "m.db"
+    db.parent.mkdir()
+    Store(db).close()  # a real store: the planted file sits beside a database of ours
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    planted = Path(f"{db}{suffix}")
+    planted.symlink_to(target)
+    with pytest.raises((StoreError, RefusedFile), match=f"{planted} is a symbolic link"):
+        if suffix == ".lock":
+            WriterLock(db).acquire()
+        else:
+            Store(db)
+    assert_untouched(target)
+    assert planted.is_symlink()
+
+
+@pytest.mark.fault(HOSTILE, "the database path is a hard link to a 0644 file")
+def test_a_hard_linked_database_is_refused_and_the_other_file_unchanged(tmp_path):
+    target = victim(tmp_path / "elsewhere")
+    db = tmp_path / "state" / "mlcost.db"
+    db.parent.mkdir()
+    os.link(target, db)
+    with pytest.raises(StoreError, match=f"{db} has 2 hard links"):
+        Store(db)
+    assert_untouched(target)
+
+
+def test_the_files_module_refuses_links_fifos_and_other_users_files(tmp_path):
+    target = victim(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(RefusedFile, match="is a symbolic link"):
+        open_private(link)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(RefusedFile, match="is a FIFO"):  # refused, not waited on
+        open_private(fifo, os.O_WRONLY)
+    theirs = tmp_path / "theirs"
+    theirs.write_bytes(b"x")
+    theirs.chmod(0o644)
+    os.chown(theirs, 65534, -1)
+    with pytest.raises(RefusedFile, match="owned by uid 65534"):
+        open_private(theirs)
+    assert mode(theirs) == 0o644
+    assert_untouched(target)
+    mine = tmp_path / "mine"
+    mine.write_bytes(b"x")
+    mine.chmod(0o644)
+    os.close(open_private(mine))
+    assert mode(mine) == 0o600  # our own file: narrowed, on the descriptor
+
+
+def test_a_folder_others_can_write_is_refused_and_a_sticky_one_accepted(tmp_path):
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    open_folder.chmod(0o777)
+    assert folder_problem(open_folder) == (
+        "is writable by its group or by everyone (mode 777) without the sticky bit")
+    with pytest.raises(RefusedFile, match=f"run `chmod go-w {open_folder}`"):
+        check_folder(open_folder, "database folder", "pass --db elsewhere")
+    below = open_folder / "not-yet" / "state"  # judged by the folders above it
+    assert folder_problem(below) == f"is inside {open_folder}, which is writable by its " \
+        "group or by everyone (mode 777) without the sticky bit"
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # like /tmp
+    assert folder_problem(sticky) is None
+    check_folder(sticky, "database folder", "pass --db elsewhere")
+    assert folder_problem(sticky, sticky_ok=False) is not None  # the socket's stricter rule
+    assert mode(open_folder) == 0o777 and mode(sticky) == 0o1777  # never chmodded
+
+
+@pytest.mark.fault(HOSTILE, "mlcostd run --db through a symlink to a 0644 file")
+def test_the_daemon_refuses_a_database_link_before_anything_starts(tmp_path):
+    target = victim(tmp_path / "elsewhere")
+    folder = tmp_path / "daemon"
+    folder.mkdir()
+    (folder / "mlcost.db").symlink_to(target)
+    refused = livedaemon.start(folder, wait=False)
+    assert refused.wait_exit() == 2, refused.log_tail()
+    log = refused.log()
+    assert f"{folder / 'mlcost.db'} is a symbolic link (to {target})" in log, log
+    assert "Traceback" not in log and "simulating" not in log, log
+    assert_untouched(target)
+    assert (folder / "mlcost.db").is_symlink()
+    assert not [p for p in folder.iterdir() if ".corrupt-" in p.name or p.name.endswith(
+        (".lock", "-wal", "-shm"))]
+
+
+@pytest.mark.fault(HOSTILE, "mlcostd run --db in a world-writable folder without the sticky bit")
+def test_the_daemon_refuses_a_world_writable_state_folder(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    folder = tmp_path / "daemon"
+    refused = livedaemon.start(folder, wait=False, args=["--db", str(shared / "m.db")])
+    assert refused.wait_exit() == 2, refused.log_tail()
+    log = refused.log()
+    assert (f"the database folder {shared} is writable by its group or by everyone (mode 777) "
+            "without the sticky bit") in log, log
+    assert f"run `chmod go-w {shared}`" in log and "--db" in log, log
+    assert "Traceback" not in log and "simulating" not in log, log
+    assert list(shared.iterdir()) == [] and mode(shared) == 0o777
+
+
+# -- items 3, 10, 11: the snapshots folder, through one live daemon -------------------------
+
+
+@pytest.fixture(scope="module")
+def sleeper() -> Iterator[int]:
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory, sleeper) -> dict[str, Path]:
+    """Files the hostile user leaves in the snapshots folder before the daemon starts."""
+    base = tmp_path_factory.mktemp("hostile")
+    secret = victim(base / "elsewhere", "shadow")
+    snapshots = base / "daemon" / "snapshots"
+    snapshots.mkdir(parents=True)
+    os.link(secret, snapshots / "hard.db")
+    (snapshots / "soft.db").symlink_to(secret)
+    (snapshots / "plain.db").write_bytes(VICTIM_TEXT)  # ours to root, but not a snapshot
+    (snapshots / "a.db\n").write_bytes(VICTIM_TEXT)  # what `a.db%0a` would name
+    stale = snapshots / f".mlcost-x.db.tmp-{dead_pid()}-0123abcd"
+    live = snapshots / f".mlcost-y.db.tmp-{sleeper}-4567cdef"
+    for temp in (stale, live):
+        temp.write_bytes(b"half a snapshot")
+    return {"base": base, "secret": secret, "snapshots": snapshots, "stale": stale,
+            "live": live}
+
+
+@pytest.fixture(scope="module")
+def daemon(planted) -> Iterator[livedaemon.LiveDaemon]:
+    running = livedaemon.start(planted["base"] / "daemon", interval=0.2)
+    try:
+        yield running
+    finally:
+        assert running.stop() == 0, running.log_tail()
+
+
+async def _get(socket_path: Path, raw_path: str) -> tuple[int, bytes]:
+    url = yarl.URL("http://x" + raw_path, encoded=True)  # sent as written: %0a stays %0a
+    connector = aiohttp.UnixConnector(path=str(socket_path))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async with session.get(url) as response:
+            return response.status, await response.read()
+
+
+def get(daemon: livedaemon.LiveDaemon, raw_path: str) -> tuple[int, bytes]:
+    return asyncio.run(_get(daemon.socket, raw_path))
+
+
+@pytest.mark.fault(HOSTILE, "a hard link, a symlink and an unindexed file in the snapshots "
+                   "folder, fetched by name")
+@pytest.mark.parametrize("name", ["hard.db", "soft.db", "plain.db"])
+def test_a_planted_link_in_the_snapshots_folder_is_not_served(daemon, planted, name):
+    status, body = get(daemon, f"/v1/snapshots/{name}")
+    assert status == 404, body[:200]
+    assert VICTIM_TEXT not in body
+    assert_untouched(planted["secret"])
+
+
+def test_a_snapshot_the_daemon_wrote_is_still_served(daemon):
+    async def main() -> tuple[dict, int]:
+        async with daemon.client() as client:
+            taken = await client.take_snapshot(60)
+            return taken, await client.download_snapshot(
+                taken["name"], daemon.folder / "copy.db")
+
+    daemon.wait_for_ticks(2)
+    taken, size = asyncio.run(main())
+    assert size == taken["bytes"] > 0
+    assert (daemon.folder / "copy.db").read_bytes()[:16] == b"SQLite format 3\x00"
+
+
+@pytest.mark.fault(HOSTILE, "GET /v1/snapshots/a.db%0a (a name with a final newline)")
+def test_a_name_with_a_final_newline_is_refused(daemon, planted):
+    status, body = get(daemon, "/v1/snapshots/a.db%0a")
+    assert status == 400, body[:200]
+    assert b"is not a snapshot file name" in body
+    assert VICTIM_TEXT not in body
+
+
+@pytest.mark.fault(HOSTILE, "temp files of a snapshot writer killed with SIGKILL, at start")
+def test_stale_temp_files_are_removed_at_start_and_a_live_writers_kept(daemon, planted):
+    assert not planted["stale"].exists(), daemon.log_tail()
+    assert planted["live"].exists()
+    assert f"removed {planted['stale']}" in daemon.log()
+
+
+@pytest.mark.fault(HOSTILE, "temp files of a snapshot writer killed with SIGKILL, in pruning")
+def test_pruning_removes_temp_files_whose_writer_is_gone(tmp_path, live_process):
+    folder = tmp_path / "snapshots"
+    folder.mkdir()
+    target = victim(tmp_path / "elsewhere")
+    stale = temp_path(folder / "mlcost-host-20261201T120000Z-manual.db")
+    stale = stale.with_name(stale.name.replace(f"-{os.getpid()}-", f"-{dead_pid()}-"))
+    stale.write_bytes(b"5 MB of an unfinished snapshot")
+    live = folder / f".mlcost-b.db.tmp-{live_process.pid}-89abcdef"
+    live.write_bytes(b"being written")
+    linked = folder / f".mlcost-c.db.tmp-{dead_pid()}-00000000"
+    linked.symlink_to(target)  # a planted link with a temp name: left alone
+    removed = prune(folder, max_bytes=1 << 40, max_age_s=1e9)
+    assert removed == [str(stale)]
+    assert live.exists() and linked.is_symlink()
+    assert_untouched(target)
+    assert remove_stale_temp_files(folder) == []
+
+
+@pytest.mark.fault(HOSTILE, "a cgroup named 'job_42\\n' to claim a Slurm job")
+def test_owner_names_with_a_final_newline_are_not_taken():
+    from daemon.sources.owners import owner_from_path
+
+    assert owner_from_path("/system.slice/slurmstepd.scope/job_42/step_0") == {
+        "slurm_job": "42", "slurm_step": "0"}
+    assert "slurm_job" not in owner_from_path("/system.slice/slurmstepd.scope/job_42\n/step_0")
