@@ -178,12 +178,11 @@ class Daemon:
             raise DaemonError(str(exc)) from None
 
     def _remove_stale_temp_files(self) -> None:
-        """Temporary files left by a snapshot or a store copy whose writer was killed (its pid
-        is gone): removed at start, as pruning does later. Never raises."""
-        for folder in (self.db.parent, snapshots_folder(self.config)):
-            for path in remove_stale_temp_files(folder):
-                log.info("removed %s, left by a writer that was stopped before it finished",
-                         path)
+        """Temporary files in the snapshots folder whose writer was killed (its pid is gone):
+        removed at start, as pruning does later. Never raises."""
+        for path in remove_stale_temp_files(snapshots_folder(self.config)):
+            log.info("removed %s, left by a snapshot writer that was stopped before it "
+                     "finished", path)
 
     def _open_store(self) -> Store:
         try:
