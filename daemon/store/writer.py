@@ -270,6 +270,16 @@ class Store(Maintenance):
             return
         gone = not os.path.lexists(self.path)
         what = "deleted" if gone else "replaced by another file"
+        if not gone:
+            try:
+                check_existing(self.path)
+            except RefusedFile as refused:  # a link or someone else's file: never moved
+                self._set_problem(
+                    "file", f"the database {self.path} was replaced while mlcostd records "
+                    f"into it, and mlcostd leaves what is there now alone: {refused}; "
+                    "recording goes on into the open file and the database is recreated at "
+                    "its path once that is removed")
+                return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         tmp = f"{self.path}.recreating"
         try:

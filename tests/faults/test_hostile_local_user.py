@@ -125,6 +125,33 @@ def test_a_hard_linked_database_is_refused_and_the_other_file_unchanged(tmp_path
     assert_untouched(target)
 
 
+@pytest.mark.fault(HOSTILE, "the database replaced by a symlink while recording")
+def test_a_link_put_over_the_database_while_recording_is_left_alone(tmp_path):
+    from daemon.sources.sample import HostPressure, Sample
+
+    def tick(n: int) -> Sample:
+        return Sample(ts=1_750_000_000.0 + n, tick=n, gpus=(), processes=(),
+                      host=HostPressure(), nvml_status="ok")
+
+    target = victim(tmp_path / "elsewhere")
+    db = tmp_path / "state" / "mlcost.db"
+    db.parent.mkdir()
+    with Store(db) as store:
+        assert store.write(tick(1))
+        db.unlink()
+        db.symlink_to(target)
+        store.maintain(budget_s=1.0)
+        assert "is a symbolic link" in (store.health.problem or "")
+        assert db.is_symlink() and os.readlink(db) == str(target)  # not moved aside
+        assert not [p for p in db.parent.iterdir() if ".replaced-" in p.name]
+        assert_untouched(target)
+        assert store.write(tick(2))  # into the open file
+        db.unlink()  # what the message says to do
+        store.maintain(budget_s=1.0)
+        assert store.health.recreated and not db.is_symlink()
+    assert_untouched(target)
+
+
 def test_the_files_module_refuses_links_fifos_and_other_users_files(tmp_path):
     target = victim(tmp_path)
     link = tmp_path / "link"
