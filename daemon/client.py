@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,9 +188,11 @@ class Client:
         temporary name first). Returns its size."""
         import aiohttp
 
+        from daemon.store.files import open_checked, temp_path
+
         session = self._open()
         timeout = aiohttp.ClientTimeout(total=SNAPSHOT_TIMEOUT_S)
-        tmp = out.with_name(f".{out.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp = temp_path(out)  # a fresh name beside `out`, found by pruning if we are killed
         try:
             async with session.get(f"{self.base}/v1/snapshots/{name}",
                                    timeout=timeout) as response:
@@ -202,7 +203,10 @@ class Client:
                     except (ValueError, AttributeError):
                         message = text[:200]
                     raise ApiError(response.status, message)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                # never through a link; 0600 on the descriptor (mlcostd snapshot may run
+                # as root)
+                fd = open_checked(tmp, os.O_WRONLY | os.O_EXCL, create=True)
+                os.fchmod(fd, 0o600)
                 size = 0
                 with os.fdopen(fd, "wb") as f:
                     async for chunk in response.content.iter_chunked(1 << 16):

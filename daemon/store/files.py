@@ -104,7 +104,8 @@ def open_checked(path: str | os.PathLike[str], flags: int = os.O_RDONLY, *,
                  create: bool = False) -> int:
     """Open `path` without following a link and return the descriptor, once fstat says it is
     a regular file of mlcostd's user with one link (`check_file`); with `create`, a missing
-    file is created 0600 (whatever the umask). Modes are left as they are (see open_private).
+    file is created 0600 less the umask (never wider). Modes are left as they are (see
+    open_private).
     Raises RefusedFile for a link or a file that is not ours, FileNotFoundError when missing
     (and not `create`), OSError otherwise."""
     flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
