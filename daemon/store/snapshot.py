@@ -429,7 +429,8 @@ def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
     """Delete the oldest snapshots (and their HTML) in `folder` until they are younger than
     `max_age_s` and take at most `max_bytes` together; `keep` (the one just taken) stays
     whatever its size. Temporary files of writers that are gone (killed mid-way) are deleted
-    too. Returns what was deleted."""
+    too. A link or a file that is not mlcostd's own is left alone. Returns what was
+    deleted."""
     now = time.time() if now is None else now
     base = Path(folder)
     if not base.is_dir():
@@ -439,20 +440,27 @@ def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
     for file in base.glob(f"*{SNAPSHOT_SUFFIX}"):
         if file.name.startswith("."):
             continue
-        html = file.with_suffix(HTML_SUFFIX)
         try:
+            check_existing(file)  # a link or someone else's file: not ours to count or delete
             info = file.stat()
-            size = info.st_size + (html.stat().st_size if html.exists() else 0)
         except OSError:
             continue
-        files.append((info.st_mtime, file, html, size))
+        parts, size = [file], info.st_size
+        html = file.with_suffix(HTML_SUFFIX)
+        try:
+            check_existing(html)
+            size += html.stat().st_size
+            parts.append(html)
+        except OSError:
+            pass  # none, or not ours
+        files.append((info.st_mtime, file, parts, size))
     files.sort()  # oldest first
     total = sum(f[3] for f in files)
     kept = Path(keep).resolve() if keep is not None else None
-    for mtime, file, html, size in files:
+    for mtime, file, parts, size in files:
         if file.resolve() == kept or (total <= max_bytes and now - mtime <= max_age_s):
             continue
-        for part in (file, html):
+        for part in parts:
             try:
                 part.unlink()
                 deleted.append(str(part))

@@ -347,3 +347,21 @@ def test_owner_names_with_a_final_newline_are_not_taken():
     assert owner_from_path("/system.slice/slurmstepd.scope/job_42/step_0") == {
         "slurm_job": "42", "slurm_step": "0"}
     assert "slurm_job" not in owner_from_path("/system.slice/slurmstepd.scope/job_42\n/step_0")
+
+
+@pytest.mark.fault(HOSTILE, "links in the snapshots folder when it is pruned")
+def test_pruning_leaves_planted_links_alone(tmp_path):
+    folder = tmp_path / "snapshots"
+    folder.mkdir()
+    target = victim(tmp_path / "elsewhere")
+    soft = folder / "mlcost-old-soft.db"
+    soft.symlink_to(target)
+    hard = folder / "mlcost-old-hard.db"
+    os.link(target, hard)
+    ours = folder / "mlcost-old-ours.db"
+    ours.write_bytes(b"an old snapshot")
+    for path in (soft, hard, ours):
+        os.utime(path, (1, 1), follow_symlinks=False)  # older than any max_age
+    assert prune(folder, max_bytes=0, max_age_s=1) == [str(ours)]
+    assert soft.is_symlink() and hard.exists()
+    assert_untouched(target)
