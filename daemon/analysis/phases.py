@@ -22,12 +22,12 @@ shares per phase, with the top stacks of each and the reason they were classifie
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import re
 import stat
-from collections import Counter, defaultdict
+import threading
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -263,45 +263,86 @@ _NO_GRAD_FILES = ("*/torch/utils/_contextlib.py", "*/torch/autograd/grad_mode.py
 SourceLine = Callable[[Frame], "str | None"]
 
 
-def read_source_line(frame: Frame) -> str | None:
-    """The text of a frame's line from its file, or None where it cannot be read.
+def read_source_line(frame: Frame, reader_uid: int | None = None) -> str | None:
+    """The text of a frame's line from its file, or None where it cannot be read or where the
+    process whose frame it is could not read it either.
+
+    mlcostd runs as root and a frame's file name comes from the process: a user whose code
+    names /etc/shadow in a frame must not get a line of it back in the evidence. So the file is
+    opened once, checked on its descriptor (a regular file of at most 4 MiB, and readable by
+    `reader_uid`: that user's own file, or one anyone may read; `None` means anyone) and read
+    from that same descriptor.
 
     Not linecache: it keeps every file it read for good, and the daemon reads through
     /proc/PID/root, a new path for every process, so a host whose jobs come and go grew it
     without end (a whole file, up to 4 MiB, per process). Here one line is read and the last
-    few hundred lines read are kept, each by its file's size and mtime."""
-    if frame.filename.startswith("<"):
+    few hundred lines read are kept, each by its file's identity, size and mtime."""
+    if frame.filename.startswith("<") or frame.line < 1:
         return None
     try:
-        found = os.stat(frame.filename)
-    except OSError:
-        return None
-    if not stat.S_ISREG(found.st_mode) or found.st_size > 4 << 20:
-        return None  # not a source file anyone wrote by hand
-    return _line_of(frame.filename, frame.line, found.st_size, found.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=512)
-def _line_of(path: str, line: int, size: int, mtime_ns: int) -> str | None:
-    """Line `line` (1-based) of the file, read up to it; the size and mtime key the cache."""
-    if line < 1:
+        # O_PATH first: opening a device for reading can act (a watchdog arms, a tape rewinds),
+        # so the file is looked at before it is opened, and then opened as that same file.
+        handle = os.open(frame.filename, os.O_PATH | os.O_CLOEXEC)
+    except (OSError, ValueError):
         return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as source:
-            text = next(itertools.islice(source, line - 1, None), "")
+        found = os.fstat(handle)
+        if not stat.S_ISREG(found.st_mode) or found.st_size > 4 << 20:
+            return None  # not a source file anyone wrote by hand
+        if not _may_read(found, reader_uid):
+            return None
+        key = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, frame.line)
+        with _SOURCE_LINES_LOCK:
+            if key in _SOURCE_LINES:
+                _SOURCE_LINES.move_to_end(key)
+                return _SOURCE_LINES[key]
+        with open(f"/proc/self/fd/{handle}", encoding="utf-8", errors="replace") as source:
+            text = next(itertools.islice(source, frame.line - 1, None), "") or None
     except OSError:
         return None
-    return text or None
+    finally:
+        os.close(handle)
+    with _SOURCE_LINES_LOCK:
+        _SOURCE_LINES[key] = text
+        if len(_SOURCE_LINES) > SOURCE_LINES_KEPT:
+            _SOURCE_LINES.popitem(last=False)
+    return text
+
+
+SOURCE_LINES_KEPT = 512
+_SOURCE_LINES: OrderedDict[tuple[int, int, int, int, int], str | None] = OrderedDict()
+_SOURCE_LINES_LOCK = threading.Lock()  # the classifier may run on more than one thread
+
+
+def source_lines_kept() -> int:
+    """How many source lines the reader keeps now (never more than SOURCE_LINES_KEPT)."""
+    return len(_SOURCE_LINES)
+
+
+def _may_read(found: os.stat_result, uid: int | None) -> bool:
+    """Whether user `uid` could read the file: root, its owner with the owner's read bit, or
+    anyone where the file is world-readable. Group bits are not trusted: the process's groups
+    are not known here, and a line less in the evidence is the safe side."""
+    if found.st_mode & stat.S_IROTH:
+        return True
+    if uid is None:
+        return False
+    return uid == 0 or (found.st_uid == uid and bool(found.st_mode & stat.S_IRUSR))
 
 
 def source_reader(pid: int) -> SourceLine:
-    """Reads a frame's line through /proc/PID/root, so paths inside a container resolve."""
+    """Reads a frame's line through /proc/PID/root, so paths inside a container resolve, and
+    only where the process's own user could read the file."""
     root = f"/proc/{pid}/root"
+    try:
+        uid: int | None = os.stat(f"/proc/{pid}").st_uid  # the process's effective user
+    except OSError:
+        uid = None  # gone: only files anyone may read
 
     def read(frame: Frame) -> str | None:
         if frame.filename.startswith("<"):
             return None
-        return read_source_line(Frame(frame.name, root + frame.filename, frame.line))
+        return read_source_line(Frame(frame.name, root + frame.filename, frame.line), uid)
 
     return read
 

@@ -22,6 +22,7 @@ from daemon.analysis.phases import (
     classify,
     phase_balance,
     read_source_line,
+    source_reader,
     waits_on_data_queue,
 )
 from daemon.sources.stacks import (
@@ -393,9 +394,55 @@ def test_source_lines_are_read_without_keeping_every_file(tmp_path):
     for n, path in enumerate(paths):
         assert read_source_line(Frame("main", str(path), 2)) == f"time.sleep({n})  # line 2\n"
     assert not any(str(p) in linecache.cache for p in paths)
-    assert phases._line_of.cache_info().currsize <= 512
+    assert phases.source_lines_kept() <= phases.SOURCE_LINES_KEPT
     paths[0].write_text("import time\nwhile True: pass\n")  # edited: a new size and mtime
     assert read_source_line(Frame("main", str(paths[0]), 2)) == "while True: pass\n"
     assert read_source_line(Frame("main", str(paths[0]), 99)) is None  # past its end
     assert read_source_line(Frame("main", str(tmp_path), 1)) is None  # a folder
     assert read_source_line(Frame("main", "<frozen importlib._bootstrap>", 1)) is None
+
+
+def test_a_frame_never_makes_root_read_a_file_its_process_could_not(tmp_path):
+    """mlcostd reads a frame's line as root, and the file name comes from the process: code
+    that names a private file (here one 0600 of root's, standing for /etc/shadow) in a frame
+    must not get its line back in the evidence. The process's own files and files anyone may
+    read are still read; devices are never opened (opening one can act, as a watchdog does)."""
+    nobody = 65534
+    private = tmp_path / "shadow"
+    private.write_text("root:$6$secret-hash:19000::::::\n")
+    private.chmod(0o600)
+    readable = tmp_path / "train.py"
+    readable.write_text("loss.backward()\n")
+    readable.chmod(0o644)
+    own = tmp_path / "own.py"
+    own.write_text("batch = next(it)\n")
+    own.chmod(0o600)
+    os.chown(own, nobody, nobody)
+    link = tmp_path / "innocent.py"
+    link.symlink_to(private)
+
+    assert read_source_line(Frame("main", str(private), 1), nobody) is None
+    assert read_source_line(Frame("main", str(link), 1), nobody) is None
+    assert read_source_line(Frame("main", str(private), 1), 0) is not None  # root's own job
+    assert read_source_line(Frame("main", str(readable), 1), nobody) == "loss.backward()\n"
+    assert read_source_line(Frame("main", str(own), 1), nobody) == "batch = next(it)\n"
+    assert read_source_line(Frame("main", "/dev/null", 1), 0) is None
+
+
+def test_the_live_reader_reads_as_the_process_user(tmp_path):
+    """source_reader(pid) takes the process's user from /proc: a process of nobody's does not
+    get a line of a root-only file, while a file it may read still gives its line."""
+    private = tmp_path / "secret.py"
+    private.write_text("TOKEN = 'do-not-show'\n")
+    private.chmod(0o600)
+    public = tmp_path / "public.py"
+    public.write_text("print('hi')\n")
+    public.chmod(0o644)
+    child = subprocess.Popen(["sleep", "60"], user=65534)
+    try:
+        read = source_reader(child.pid)
+        assert read(Frame("main", str(private), 1)) is None
+        assert read(Frame("main", str(public), 1)) == "print('hi')\n"
+    finally:
+        child.kill()
+        child.wait()
