@@ -50,6 +50,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from daemon.sources.safe_text import lines, one_line
+
 REDACTED = "<redacted>"
 # An argument up to 4 KiB is kept whole (a long --config-json is still readable); Linux lets one
 # be 128 KiB and a command line 2 MiB, which nobody reads on a screen.
@@ -316,15 +318,19 @@ def redact_document(value: Any) -> Any:
 
 class RedactingFilter(logging.Filter):
     """A logging filter that redacts every record's formatted message (and its traceback
-    text), so no secret reaches the daemon's log whatever a message interpolates."""
+    text), so no secret reaches the daemon's log whatever a message interpolates; and shows
+    the control bytes left in them (daemon.sources.safe_text), so no escape sequence reaches
+    the terminal or journal that shows the log, and no newline inside a message forges a line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        redacted = redact_text(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
+        shown = one_line(redact_text(message))
+        if shown != message:
+            record.msg, record.args = shown, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = redact_text(record.exc_text)
+            record.exc_text = lines(redact_text(record.exc_text))
+        if record.stack_info:
+            record.stack_info = lines(redact_text(record.stack_info))
         return True
