@@ -175,7 +175,7 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
                 and not word[begin.end():].strip(" -\n\r\t"):
             # "-----BEGIN", "RSA", "PRIVATE", "KEY-----", "MIIE...", ...: the body follows.
             in_pem = True
-            words.append(word[:begin.start()] + REDACTED)
+            words.append(word[:begin.start()] + REDACTED + cut)
             continue
         hide_next = _is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
         previous = word
