@@ -2,7 +2,10 @@
 simulated host where 64 processes each carry one 64 KiB argument (8 GPU processes, each with 7
 children, as DataLoader workers would be), in the shapes that made redaction quadratic or
 recursive. Ticks keep being recorded and the API keeps answering; each command line is stored
-cut, with its marker. No time is asserted (bench/redact.py prints the figures)."""
+cut, with its marker. No time is asserted (bench/redact.py prints the figures).
+
+One GPU process also names itself with a terminal title sequence and the host name carries one:
+the API serves both in their visible form and the daemon's log holds no ESC byte."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ GPUS = 8
 CHILDREN = 7  # per GPU process: 8 + 8 * 7 = 64 processes with a long argument
 LONG = 64 << 10
 SHAPES = ("a" * LONG, "a=" * (LONG // 2), "x+" * (LONG // 2), "ab " * (LONG // 3))
+TITLE = "\x1b]0;PWNED-TITLE\x07"
 
 WORKLOAD = """
 import subprocess, sys, time
@@ -37,15 +41,16 @@ def scenario_text() -> str:
             f'region = "us-east-1"\n[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = {GPUS}\n')
     for gpu in range(GPUS):
         argv = [sys.executable, "-c", WORKLOAD.format(gpu=gpu, kids=CHILDREN),
-                SHAPES[gpu % len(SHAPES)]]
+                SHAPES[gpu % len(SHAPES)]] + ([TITLE] if gpu == 0 else [])
         text += (f'[[workloads]]\nname = "long{gpu}"\ngpus = [{gpu}]\n'
                  f"command = {json.dumps(argv)}\n")
     return text
 
 
-def test_64_processes_with_a_64_kib_argument_each_never_stop_the_ticks(tmp_path):
+def test_64_processes_with_a_64_kib_argument_each_never_stop_the_ticks(tmp_path, monkeypatch):
     path = tmp_path / "long.toml"
     path.write_text(scenario_text())
+    monkeypatch.setenv("MLCOST_HOSTNAME", "gpu-host" + TITLE)
     daemon = livedaemon.start(tmp_path / "run", str(path), interval=0.5)
     try:
         def cut_commands() -> list[str]:
@@ -56,6 +61,8 @@ def test_64_processes_with_a_64_kib_argument_each_never_stop_the_ticks(tmp_path)
         poll(lambda: len(cut_commands()) >= GPUS, 180, f"{GPUS} GPU processes recorded",
              explain=daemon.log_tail)
         assert all(len(c) < 2 * ARGUMENT_LIMIT for c in cut_commands())
+        assert any(c.endswith("\\x1b]0;PWNED-TITLE\\x07") for c in cut_commands())
+        assert daemon.now()["host"]["hostname"] == "gpu-host\\x1b]0;PWNED-TITLE\\x07"
         watched = poll(lambda: _watched(daemon) >= GPUS * (1 + CHILDREN), 180,
                        "the children with their long arguments watched", explain=daemon.log_tail)
         before = len(daemon.ticks())
@@ -68,6 +75,7 @@ def test_64_processes_with_a_64_kib_argument_each_never_stop_the_ticks(tmp_path)
         code = daemon.stop()
     log = daemon.log()
     assert code == 0 and "Traceback" not in log, log[-3000:]
+    assert "\x1b" not in log
     assert watched
 
 

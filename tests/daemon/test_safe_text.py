@@ -86,3 +86,12 @@ def test_wire_values_are_safe_to_print_whatever_the_daemon_sent():
     for text in texts:
         assert "\x1b" not in text and "\x9b" not in text and "\u202e" not in text, text
     assert "\n" not in process.command and "\\x1b]0;owned title" in process.command
+
+
+def test_check_and_report_text_show_control_bytes():
+    from daemon.commands import check, report
+
+    shown = check.render([check.Check("py-spy", check.WARN, "pid 7: \x1b]0;x\x07 failed",
+                                      "run \x1b[2J as root")])
+    assert "\x1b" not in shown and "\\x1b]0;x\\x07" in shown
+    assert report.short_command(one_line("python\x1b[2J -m x")) == "python\\x1b[2J -m x"
