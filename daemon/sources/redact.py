@@ -45,6 +45,7 @@ nested `a=b=c` values are walked in a loop, not by recursion. bench/redact.py pr
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
@@ -78,17 +79,28 @@ SECRET_ANNOUNCERS = frozenset({"token", "password", "passwd", "passphrase", "sec
 _NEGATION = re.compile(r"(?i)^(?:no|disable|skip|without)[-_]")
 
 
+_NAME_WORDS = re.compile(r"[-_.]")
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a flag, variable or key name looks like it holds a secret."""
+    # Names repeat (every `lr=` of a long config line): the short ones are remembered.
+    return _short_name_is_secret(name) if len(name) <= 64 else _name_is_secret(name)
+
+
+def _name_is_secret(name: str) -> bool:
     bare = name.strip().lstrip("-").lower()
     if not bare or _NEGATION.match(bare):
         return False
-    words = [w for w in re.split(r"[-_.]", bare) if w]
+    words = [w for w in _NAME_WORDS.split(bare) if w]
     if len(words) > 1 and words[-1] in CARRIER_WORDS:
         words = words[:-1]
     if words and words[-1] in SECRET_WORDS:
         return True
     return "".join(words).endswith(SECRET_SUFFIXES)
+
+
+_short_name_is_secret = functools.lru_cache(maxsize=4096)(_name_is_secret)
 
 
 # PEM: the header may be split from the body when a key is passed unquoted.
