@@ -57,6 +57,11 @@ def one_line(text: str) -> str:
     return _UNSAFE.sub(_shown, text)
 
 
+def is_safe(text: str) -> bool:
+    """Whether `text` has nothing `one_line` would change (one C-level scan)."""
+    return _UNSAFE.search(text) is None
+
+
 def lines(text: str) -> str:
     """Like `one_line`, but newlines and tabs are kept: for text of several lines."""
     return _UNSAFE_KEEPING_LINES.sub(_shown, text)
