@@ -38,9 +38,11 @@ Bounded work: an argument longer than ARGUMENT_LIMIT is kept up to the last spac
 limit (a word cut in two is dropped whole, so no head of a secret stays) and ends in a visible
 `<truncated: N characters>`; once a command line has COMMAND_LIMIT characters, the arguments
 after it become `<truncated: N more arguments>`. Every pattern runs in time linear in its input:
-each one starts at a literal or at the start of a word and no repetition is followed by one that
-can match the same characters (the unanchored URL-scheme pattern once took 3.7 s on 20 KB), and
-nested `a=b=c` values are walked in a loop, not by recursion. bench/redact.py prints the times.
+each one starts at a literal or at the start of a word (so a run of letters is scanned from one
+place, not from each of its letters: the unanchored URL-scheme pattern took 3.7 s on 20 KB), and
+what it repeats is bounded or ends where the run ends; nested `a=b=c` values are walked in a loop,
+not by recursion. bench/redact.py prints the times; _ASSIGNMENT_HERE is only ever `match`ed at a
+position, never searched.
 """
 
 from __future__ import annotations
