@@ -3,15 +3,26 @@
 Every type is a frozen dataclass with `from_dict`, which accepts documents from older and newer
 daemons: a missing key reads as None (shown as "-"), an unknown key is ignored. Cost, phase and
 recommendation keys arrive only once the daemon computes them, so all of them are optional.
+
+Every string a wire type holds is safe to print: control bytes are shown as `\\x1b`, never
+kept (daemon.sources.safe_text; re-exported here as `one_line` and `lines` for mlcost-top, which
+reads the daemon only through this module). One-line fields (command, user, host name, owner,
+target) show a newline as `\\n` too. The daemon cleans what it records, but a store written by
+an older mlcostd, a snapshot from elsewhere or a daemon that is not ours may hold anything.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.clock import utc_day
+from daemon.sources.safe_text import is_safe
+from daemon.sources.safe_text import lines as lines
+from daemon.sources.safe_text import one_line as one_line
 
 API_VERSION = 1
 
@@ -34,7 +45,49 @@ def _b(value: Any) -> bool | None:
 
 
 def _s(value: Any, default: str = "") -> str:
-    return value if isinstance(value, str) else default
+    """A string, safe to print (newlines kept), or `default`."""
+    return lines(value) if isinstance(value, str) else default
+
+
+def _line(value: Any, default: str = "") -> str:
+    """A one-line string (a command, a name), safe to print, or `default`."""
+    return one_line(value) if isinstance(value, str) else default
+
+
+def _text(value: Any) -> str | None:
+    """An optional string, safe to print."""
+    return lines(value) if isinstance(value, str) else None
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+_JSON_CONTROL = re.compile(r"\\(?:u00[01]|[btnfr])")
+
+
+def _tree(value: Any) -> Any:
+    """A JSON value (evidence, an action, phases with their stacks) with every string in it,
+    keys included, safe to print."""
+    if isinstance(value, Mapping | list | tuple):
+        # Nearly always there is nothing to change: one C-level encode and two scans say so,
+        # where walking every frame of every stack in Python tripled the cost of a /v1/now.
+        # JSON writes C0 controls as escapes (\\u001b, \\n): those are looked for too (a
+        # typed backslash-n only costs the walk).
+        try:
+            encoded = _ENCODER.encode(value)
+        except (TypeError, ValueError):
+            encoded = "\\u0000"  # not plain JSON (a replayed value): walk it
+        if is_safe(encoded) and _JSON_CONTROL.search(encoded) is None:
+            return value
+    return _walk(value)
+
+
+def _walk(value: Any) -> Any:
+    if isinstance(value, str):
+        return lines(value)
+    if isinstance(value, Mapping):
+        return {_walk(k) if isinstance(k, str) else k: _walk(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_walk(v) for v in value]
+    return value
 
 
 def _d(value: Any) -> dict[str, Any]:
@@ -77,8 +130,8 @@ class Health:
     def from_dict(cls, d: Mapping[str, Any]) -> Health:
         return cls(ok=bool(d.get("ok")), version=_s(d.get("version")),
                    uptime_s=_f(d.get("uptime_s")), tick=_i(d.get("tick")),
-                   nvml_status=_s(d.get("nvml_status"), "unknown"), store=_d(d.get("store")),
-                   hostname=_s(d.get("hostname")))
+                   nvml_status=_s(d.get("nvml_status"), "unknown"),
+                   store=_tree(_d(d.get("store"))), hostname=_line(d.get("hostname")))
 
 
 @dataclass(frozen=True)
@@ -110,8 +163,8 @@ class Gpu:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], burn: Mapping[str, Any] | None = None) -> Gpu:
         burn = burn or {}
-        return cls(index=_i(d.get("index")) or 0, uuid=_s(d.get("uuid")), name=_s(d.get("name")),
-                   status=_s(d.get("status"), "ok"), error=d.get("error") or None,
+        return cls(index=_i(d.get("index")) or 0, uuid=_s(d.get("uuid")), name=_line(d.get("name")),
+                   status=_s(d.get("status"), "ok"), error=_text(d.get("error")) or None,
                    utilization=_f(d.get("utilization")), sm_activity=_f(d.get("sm_activity")),
                    memory_used_bytes=_i(d.get("memory_used_bytes")),
                    memory_total_bytes=_i(d.get("memory_total_bytes")),
@@ -161,21 +214,20 @@ class Process:
         gpus = tuple(sorted({_i(g.get("index")) if isinstance(g, Mapping) else _i(g)
                              for g in _l(d.get("gpus"))} - {None}))  # type: ignore[type-var]
         return cls(key=_s(d.get("key")) or process_key(pid, start), pid=pid, start_time=start,
-                   ppid=_i(d.get("ppid")) or 0, user=_s(d.get("user")),
-                   command=_s(d.get("command")), gpus=gpus,  # type: ignore[arg-type]
+                   ppid=_i(d.get("ppid")) or 0, user=_line(d.get("user")),
+                   command=_line(d.get("command")), gpus=gpus,  # type: ignore[arg-type]
                    gpu_memory_bytes=_i(d.get("gpu_memory_bytes")),
                    sm_share=_f(d.get("sm_share")), cpu_percent=_f(d.get("cpu_percent")),
                    rss_bytes=_i(d.get("rss_bytes")), io_wait_percent=_f(d.get("io_wait_percent")),
                    read_bytes_per_s=_f(d.get("read_bytes_per_s")), state=_s(d.get("state"), "?"),
                    burn_per_hour=_f(pick("burn_per_hour")), cost=_f(pick("cost")),
-                   phase=pick("phase") if isinstance(pick("phase"), str) else None,
-                   phases=_d(pick("phases")),
-                   stack_status=pick("stack_status") if isinstance(pick("stack_status"), str)
-                   else None,
-                   phase_reasons=_d(d.get("phase_reasons")),
-                   owner={str(k): str(v) for k, v in _d(d.get("owner")).items()
+                   phase=_text(pick("phase")),
+                   phases=_tree(_d(pick("phases"))),
+                   stack_status=_text(pick("stack_status")),
+                   phase_reasons=_tree(_d(d.get("phase_reasons"))),
+                   owner={one_line(str(k)): one_line(v) for k, v in _d(d.get("owner")).items()
                           if isinstance(v, str)},
-                   workload=d.get("workload") if isinstance(d.get("workload"), str) else None)
+                   workload=_line(d.get("workload")) or None)
 
 
 @dataclass(frozen=True)
@@ -217,18 +269,18 @@ class Recommendation:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Recommendation:
         confidence = d.get("confidence")
-        return cls(id=_s(d.get("id")), rule=_s(d.get("rule")), target=_s(d.get("target")),
+        return cls(id=_s(d.get("id")), rule=_s(d.get("rule")), target=_line(d.get("target")),
                    summary=_s(d.get("summary")), savings_per_month=_f(d.get("savings_per_month")),
-                   method=_s(d.get("method")), evidence=_d(d.get("evidence")),
-                   action=_d(d.get("action")), snoozed_until=_f(d.get("snoozed_until")),
+                   method=_s(d.get("method")), evidence=_tree(_d(d.get("evidence"))),
+                   action=_tree(_d(d.get("action"))), snoozed_until=_f(d.get("snoozed_until")),
                    combined_savings_per_month=_f(d.get("combined_savings_per_month")),
                    savings_order=_i(d.get("savings_order")),
                    evidence_seconds=_f(d.get("evidence_seconds")),
                    evidence_needed_seconds=_f(d.get("evidence_needed_seconds")),
                    preliminary=bool(_b(d.get("preliminary"))),
-                   confidence=confidence if isinstance(confidence, str) else None,
+                   confidence=_text(confidence),
                    thresholds_shortened=bool(_b(d.get("thresholds_shortened"))),
-                   shortened_thresholds=_d(d.get("shortened_thresholds")))
+                   shortened_thresholds=_tree(_d(d.get("shortened_thresholds"))))
 
 
 @dataclass(frozen=True)
@@ -249,10 +301,11 @@ class Event:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Event:
         detail = d.get("detail")
-        return cls(id=_s(d.get("id")), kind=_s(d.get("kind")), target=str(d.get("target", "")),
+        return cls(id=_s(d.get("id")), kind=_s(d.get("kind")),
+                   target=one_line(str(d.get("target", ""))),
                    started_at=_f(d.get("started_at")), ended_at=_f(d.get("ended_at")),
                    cost_so_far=_f(d.get("cost_so_far")),
-                   detail=detail if isinstance(detail, str) else "",
+                   detail=_s(detail),
                    snapshot=_s(d.get("snapshot")))
 
 
@@ -342,9 +395,9 @@ class Now:
         if spend_today is None and cost.get("by_day") and d.get("ts") is not None:
             spend_today = _f(_d(cost.get("by_day")).get(utc_day(float(d["ts"]))))
         return cls(
-            ts=_f(d.get("ts")), tick=_i(d.get("tick")) or 0, hostname=_s(host.get("hostname")),
-            instance=_d(host.get("instance")),
-            simulated=host.get("simulated") if isinstance(host.get("simulated"), str) else None,
+            ts=_f(d.get("ts")), tick=_i(d.get("tick")) or 0,
+            hostname=_line(host.get("hostname")), instance=_tree(_d(host.get("instance"))),
+            simulated=_text(host.get("simulated")),
             nvml_status=_s(host.get("nvml_status"), "unknown"),
             gpus=tuple(Gpu.from_dict(g, burn_gpus.get(g.get("index")))
                        for g in _l(d.get("gpus")) if isinstance(g, Mapping)),
@@ -360,7 +413,7 @@ class Now:
             recommendations=tuple(Recommendation.from_dict(r)
                                   for r in _l(d.get("recommendations"))
                                   if isinstance(r, Mapping)),
-            store=_d(d.get("store")),
+            store=_tree(_d(d.get("store"))),
             potential_savings_per_month=_f(savings.get("potential_per_month")),
             bill_per_month=_f(savings.get("bill_per_month")),
             savings_order=_s(savings.get("order")),
@@ -398,7 +451,7 @@ class History:
             elif isinstance(p, Mapping):
                 points.append(Point(float(p["ts"]), float(p["avg"]), float(p["min"]),
                                     float(p["max"])))
-        return cls(metric=_s(d.get("metric")), target=_s(d.get("target")),
+        return cls(metric=_s(d.get("metric")), target=_line(d.get("target")),
                    since_s=_f(d.get("since_s")) or 0.0, points=tuple(points))
 
 
@@ -412,9 +465,8 @@ class Phases:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Phases:
         return cls(key=_s(d.get("key")), since_s=_f(d.get("since_s")) or 0.0,
-                   phases=_d(d.get("phases")),
-                   stack_status=d.get("stack_status") if isinstance(d.get("stack_status"), str)
-                   else None)
+                   phases=_tree(_d(d.get("phases"))),
+                   stack_status=_text(d.get("stack_status")))
 
 
 @dataclass(frozen=True)
@@ -434,9 +486,9 @@ class ActionResult:
     def from_dict(cls, d: Mapping[str, Any]) -> ActionResult:
         return cls(id=_s(d.get("id")), kind=_s(d.get("kind")), dry_run=bool(d.get("dry_run")),
                    done=bool(d.get("done")), message=_s(d.get("message")),
-                   commands=tuple(str(c) for c in _l(d.get("commands"))),
-                   patch=d.get("patch") if isinstance(d.get("patch"), str) else None,
-                   steps=tuple(str(s) for s in _l(d.get("steps"))))
+                   commands=tuple(lines(str(c)) for c in _l(d.get("commands"))),
+                   patch=_text(d.get("patch")),
+                   steps=tuple(lines(str(s)) for s in _l(d.get("steps"))))
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "dry_run": self.dry_run, "done": self.done,

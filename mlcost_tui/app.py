@@ -16,15 +16,17 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 
 from daemon.clock import local_time
-from daemon.wire import Now, Process, Recommendation
+from daemon.wire import Now, Process, Recommendation, lines
 from mlcost_tui import incidents
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.layout import Layout, layout_for
@@ -155,6 +157,14 @@ class MlcostTop(App):
         self.event_snapshots = incidents.EventSnapshots()
         self.screen_layout: Layout | None = None
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """A toast, never read as markup (whatever the caller asks): notifications quote
+        command lines, daemon errors and host names, where `[bold]` or `[link=...]` is text.
+        Control bytes are shown as `\\x1b` (daemon.wire.lines)."""
+        super().notify(lines(str(message)), title=lines(title), severity=severity,
+                       timeout=timeout, markup=False)
+
     @property
     def clients(self) -> list[Client]:
         return self.live.clients
@@ -193,7 +203,7 @@ class MlcostTop(App):
         header = self.query_one(HeaderPanel)
         header.show(None)
         if self.starting:
-            header.update(self.starting)
+            header.update(Text(self.starting))
         table = self.query_one("#fleet" if self.fleet else "#processes", DataTable)
         table.focus()
         if self.prometheus is not None:
@@ -202,7 +212,7 @@ class MlcostTop(App):
         self.apply_layout()
         if self.replay is not None:
             self.query_one(RecommendationTable).replaying = True
-            header.update(f"mlcost-top: opening the replay of {self.replay.path}…")
+            header.update(Text(f"mlcost-top: opening the replay of {self.replay.path}…"))
             self.replay_goto(0)
         elif self.first is not None and self.first.now is not None:
             self.live.last_now[0] = self.first.now
@@ -293,7 +303,7 @@ class MlcostTop(App):
             else:
                 snap = self.shown_host
                 if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
-                    header.update(self.starting)
+                    header.update(Text(self.starting))
                 else:
                     header.show(snap, self.paused, retry,
                                 self.replay.status(self.playing) if self.replay else None)

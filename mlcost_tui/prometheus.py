@@ -15,6 +15,8 @@ from typing import Any
 
 import aiohttp
 
+from daemon.wire import one_line
+
 QUERY_TIMEOUT_S = 10.0
 
 
@@ -89,7 +91,7 @@ class PrometheusFleet:
                                   f"({type(exc).__name__}: {exc}); check the URL") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
-            raise PrometheusError(f"Prometheus at {self.url} refused {expr!r}: {error}")
+            raise PrometheusError(one_line(f"Prometheus at {self.url} refused {expr!r}: {error}"))
         result = (body.get("data") or {}).get("result")
         return result if isinstance(result, list) else []
 
@@ -123,11 +125,13 @@ class PrometheusFleet:
         info, top = by_instance("info"), by_instance("top")
         hosts = []
         for instance in sorted(by_instance("up")):
-            labels = (info.get(instance) or {}).get("metric", {})
+            # Label values are whatever Prometheus holds: shown, never sent to the terminal raw.
+            labels = {str(k): one_line(str(v))
+                      for k, v in ((info.get(instance) or {}).get("metric") or {}).items()}
             best = top.get(instance)
             gpus, idle = value("gpus", instance), value("idle", instance)
             hosts.append(FleetHost(
-                instance=instance, up=value("up", instance) == 1.0,
+                instance=one_line(instance), up=value("up", instance) == 1.0,
                 hostname=labels.get("Hostname", ""),
                 instance_type=labels.get("instance_type", ""),
                 lifecycle=labels.get("lifecycle", ""),
@@ -135,7 +139,7 @@ class PrometheusFleet:
                 gpus=None if gpus is None else int(gpus),
                 idle_gpus=None if gpus is None else int(idle or 0),
                 savings_per_month=value("savings", instance),
-                top_rule=(best or {}).get("metric", {}).get("rule", ""),
+                top_rule=one_line(str((best or {}).get("metric", {}).get("rule", ""))),
                 top_rule_savings_per_month=value("top", instance),
                 api_port=labels.get("api_port", "")))
         return FleetView(tuple(hosts))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon.clock import local_time
-from daemon.wire import Now, Phases
+from daemon.wire import Now, Phases, one_line
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
 
@@ -50,7 +50,7 @@ class LiveSource:
             now = await client.now()
         except ClientError as exc:
             self.failures[index] += 1
-            return HostSnapshot(client.name, self.last_now[index], str(exc),
+            return HostSnapshot(client.name, self.last_now[index], one_line(str(exc)),
                                 time.monotonic() - started, fmt.clock(), self.failures[index])
         self.failures[index] = 0
         self.last_now[index] = now
@@ -131,7 +131,7 @@ class ReplaySource:
                 now = Now.from_dict(self.replay.state_at(ts))
             except Exception as exc:
                 return HostSnapshot(self.target, self.last_now,
-                                    f"cannot read {self.replay.path} at {ts:.3f}: {exc}",
+                                    one_line(f"cannot read {self.replay.path} at {ts:.3f}: {exc}"),
                                     time.monotonic() - started, fmt.clock(), 1)
             self.last_now = now
         return HostSnapshot(self.target, now, None, time.monotonic() - started, fmt.clock())

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from daemon.sources.redact import redact_argv
+from daemon.sources.safe_text import one_line
 from daemon.wire import ActionResult
 
 # How close a live process's create time must be to the recommendation's to be the same process.
@@ -75,7 +76,7 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
         proc = psutil.Process(pid)
         created = proc.create_time()
         # The live argv, through the same redaction as every stored command line.
-        command = redact_argv(proc.cmdline())[:120]
+        command = one_line(redact_argv(proc.cmdline()))[:120]
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
     except psutil.AccessDenied:

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.sources import safe_text
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 CAP_SYS_PTRACE = 19
 
@@ -286,13 +288,15 @@ def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
 
 
 def render(checks: list[Check]) -> str:
+    """The checks as text for a terminal: a detail quotes paths, py-spy's errors and the
+    store's recorded stacks, so control bytes are shown as `\\x1b` (safe_text), never sent."""
     marks = {OK: "ok  ", WARN: "warn", FAIL: "FAIL"}
     lines = []
     for check in checks:
         lines.append(f"[{marks[check.status]}] {check.name}: {check.detail}")
         if check.fix and check.status != OK:
             lines.append(f"       fix: {check.fix}")
-    return "\n".join(lines) + "\n"
+    return safe_text.lines("\n".join(lines) + "\n")
 
 
 def as_json(checks: list[Check]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 from daemon import __version__, clock
 from daemon import config as config_module
 from daemon.config import Config, ConfigError
+from daemon.sources.safe_text import lines
 
 log = logging.getLogger("mlcostd")
 
@@ -270,9 +271,9 @@ async def _watch(daemon: Any, first_after_s: float = 3.0, every_s: float = 5.0) 
     while True:
         text = await asyncio.to_thread(watch_text, db, recommendations_since_s)
         if sys.stdout.isatty():
-            sys.stdout.write("\x1b[2J\x1b[H")
-        sys.stdout.write(f"{clock.local_time(clock.now(), date=False)}  recording {db}  "
-                         f"(Ctrl-C stops the daemon and its workloads)\n\n{text}")
+            sys.stdout.write("\x1b[2J\x1b[H")  # our own clear; none from the text below
+        sys.stdout.write(lines(f"{clock.local_time(clock.now(), date=False)}  recording {db}  "
+                               f"(Ctrl-C stops the daemon and its workloads)\n\n{text}"))
         sys.stdout.flush()
         await asyncio.sleep(every_s)
 

@@ -17,6 +17,7 @@ from daemon.analysis.ledger import CostLedger
 from daemon.analysis.rules.combine import savings_document
 from daemon.config import Config
 from daemon.runtime import price_host
+from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
@@ -228,11 +229,16 @@ def fit(lines: list[str], width: int | None) -> list[str]:
 
 def render_text(report: dict[str, Any], width: int | None = None) -> str:
     """The report for a terminal `width` columns wide (lines wrap there), or for a pipe or
-    a file (None: no line is cut or wrapped)."""
+    a file (None: no line is cut or wrapped). Control bytes in what processes wrote (and in
+    anything else a store holds) are shown as `\\x1b` (daemon.sources.safe_text), never sent."""
+    return lines(_render_text(report, width))
+
+
+def _render_text(report: dict[str, Any], width: int | None) -> str:
     host = report["host"]
     window = report["window"]
     out = []
-    title = f"mlcost report: {host.get('hostname', '?')}"
+    title = f"mlcost report: {one_line(str(host.get('hostname', '?')))}"
     if host.get("simulated"):
         title += f" (simulated host, scenario {host['simulated']!r})"
     out.append(title)
@@ -297,15 +303,16 @@ def render_text(report: dict[str, Any], width: int | None = None) -> str:
     out.append("Processes (GPU processes and their workers)")
     rows = []
     for proc in report["processes"]:
-        command = short_command(proc["command"])
+        command = short_command(one_line(proc["command"]))
         if len(command) > 48:
             command = command[:47] + "…"
         gpus = ",".join(str(g) for g in proc["gpus"]) or "-"
-        rows.append([str(proc["pid"]), proc["user"], gpus, _bytes(proc["gpu_memory_bytes"]),
+        rows.append([str(proc["pid"]), one_line(proc["user"]), gpus, _bytes(proc["gpu_memory_bytes"]),
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
                      _pct(proc["cpu_percent"]), _bytes(proc["rss_bytes"]),
                      _bytes(proc["read_bytes"]), _num(proc["io_wait_seconds"], " s", 1),
-                     _money(proc.get("burn_per_hour")), proc.get("workload") or "-", command])
+                     _money(proc.get("burn_per_hour")), one_line(proc.get("workload") or "-"),
+                     command])
     if rows:
         out += ["  " + line for line in _table(
             ["PID", "user", "GPUs", "GPU mem", "SM", "CPU", "RSS", "read", "I/O wait",

@@ -37,6 +37,7 @@ from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import PodResources
 from daemon.sources.procs import ProcessSource, read_pressure
+from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GpuUse, Sample
 from daemon.store import facts, queries
 from daemon.store.files import (
@@ -351,8 +352,9 @@ class Daemon:
             if self.simulation is not None:
                 self._start_simulation()
             # In a pod the kernel's hostname is the pod's: the DaemonSet passes the node's name.
-            self.host.setdefault("hostname", os.environ.get("MLCOST_HOSTNAME")
-                                 or socket.gethostname())
+            # Whoever set it may be hostile: control bytes shown as \x1b (safe_text).
+            self.host.setdefault("hostname", one_line(os.environ.get("MLCOST_HOSTNAME")
+                                                      or socket.gethostname()))
             self.host["interval_s"] = self.config.daemon.interval
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
             self.store.set_meta("host", self.host)

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.sources.safe_text import one_line
+
 # DumpResult.status values.
 OK = "ok"
 RATE_LIMITED = "rate_limited"
@@ -86,9 +88,10 @@ def parse_dump(text: str) -> list[ThreadStack]:
     threads = []
     for item in data:
         frames = tuple(
+            # A function or file name is the target's text: control bytes shown, not kept.
             Frame(
-                name=str(fr.get("name") or "?"),
-                filename=str(fr.get("filename") or fr.get("short_filename") or "?"),
+                name=one_line(str(fr.get("name") or "?")),
+                filename=one_line(str(fr.get("filename") or fr.get("short_filename") or "?")),
                 line=int(fr.get("line") or 0),
             )
             for fr in item.get("frames") or ()
@@ -97,7 +100,8 @@ def parse_dump(text: str) -> list[ThreadStack]:
         threads.append(
             ThreadStack(
                 thread_id=int(item.get("thread_id") or 0),
-                thread_name=item.get("thread_name"),
+                thread_name=one_line(str(item["thread_name"]))
+                if item.get("thread_name") is not None else None,
                 active=bool(item.get("active")),
                 frames=frames,
                 os_thread_id=int(os_tid) if os_tid is not None else None,

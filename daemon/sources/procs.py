@@ -18,6 +18,7 @@ import psutil
 
 from daemon.sources.owners import OwnerReader
 from daemon.sources.redact import redact_argv, redact_text
+from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GpuUse, HostPressure, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,11 @@ class ProcessSource:
             self._forget(pid)
             return False
         owner = self.owners.owner_of(pid, devices)  # its cgroup: once, like the command line
-        self._known[pid] = _Known(pid, start_ticks, start_time, ppid, user, command, owner)
+        # Text a user wrote is data: control bytes shown as \x1b, never sent to a terminal.
+        # Done here, once per (pid, start time), like the redaction.
+        owner = {key: one_line(value) for key, value in owner.items()}
+        self._known[pid] = _Known(pid, start_ticks, start_time, ppid, one_line(user),
+                                  one_line(command), owner)
         return True
 
     def _forget(self, pid: int) -> None:

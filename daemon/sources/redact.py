@@ -23,18 +23,43 @@ What is hidden:
 
 A name is secret-looking when its last word (split on `-`, `_`, `.`) is one of SECRET_WORDS
 (`--hf-token`, `AWS_SECRET_ACCESS_KEY`, `--auth`), or it ends in one of SECRET_SUFFIXES
-(`PGPASSWORD`, `--apikey`). So `--max-tokens 512`, `--tokenizer t5` and `--key-size 2048` stay
-readable: in an ML tool those are ordinary arguments.
+(`PGPASSWORD`, `--apikey`), or its last word only says how the secret is spelled (one of
+CARRIER_WORDS: `--private-key-data`, `--client-secret-value`) after a secret-looking name. So
+`--max-tokens 512`, `--tokenizer t5` and `--key-size 2048` stay readable: in an ML tool those
+are ordinary arguments.
+
+Short options (argv only, where a word is an argument): `-pSECRET` (mysql's password, always
+glued to its `-p`) is hidden; `-p 8080` is not (with a space mysql prompts for the password, and
+everywhere else `-p` is a port). `-P VALUE` and `-PVALUE` (sqlcmd, bcp, isql: the password) are
+hidden unless VALUE is a port number, which is what `mysql -P 3306` and `scp -P 2222` mean. A
+bare `token`, `password`, `secret`... word hides the word after it (`vault login token X`).
+
+Bounded work: an argument longer than ARGUMENT_LIMIT is kept up to the last space before the
+limit (a word cut in two is dropped whole, so no head of a secret stays) and ends in a visible
+`<truncated: N characters>`; once a command line has COMMAND_LIMIT characters, the arguments
+after it become `<truncated: N more arguments>`. Every pattern runs in time linear in its input:
+each one starts at a literal or at the start of a word (so a run of letters is scanned from one
+place, not from each of its letters: the unanchored URL-scheme pattern took 3.7 s on 20 KB), and
+what it repeats is bounded or ends where the run ends; nested `a=b=c` values are walked in a loop,
+not by recursion. bench/redact.py prints the times; _ASSIGNMENT_HERE is only ever `match`ed at a
+position, never searched.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from daemon.sources.safe_text import lines, one_line
+
 REDACTED = "<redacted>"
+# An argument up to 4 KiB is kept whole (a long --config-json is still readable); Linux lets one
+# be 128 KiB and a command line 2 MiB, which nobody reads on a screen.
+ARGUMENT_LIMIT = 4096
+COMMAND_LIMIT = 16384
 
 # The last word of a secret-looking name, and endings of names written as one word.
 SECRET_WORDS = frozenset({
@@ -44,35 +69,63 @@ SECRET_WORDS = frozenset({
 })
 SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token", "apikey", "accesskey",
                    "privatekey", "secretkey", "accountkey", "credentials")
+# The last word of a name that says how a secret is given, not what it is: `--private-key-data`,
+# `--client-secret-value`, `TOKEN_B64`. Not "file" or "path": a path is not the secret.
+CARRIER_WORDS = frozenset({
+    "data", "value", "val", "string", "str", "text", "b64", "base64", "hex", "raw", "content",
+    "contents", "inline", "literal", "json", "pem",
+})
+# Bare argv words that announce a secret as the next argument (`vault login token X`).
+SECRET_ANNOUNCERS = frozenset({"token", "password", "passwd", "passphrase", "secret", "apikey"})
 # Negated boolean flags (`--no-auth`) take no value.
 _NEGATION = re.compile(r"(?i)^(?:no|disable|skip|without)[-_]")
 
 
+_NAME_WORDS = re.compile(r"[-_.]")
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a flag, variable or key name looks like it holds a secret."""
+    # Names repeat (every `lr=` of a long config line): the short ones are remembered.
+    return _short_name_is_secret(name) if len(name) <= 64 else _name_is_secret(name)
+
+
+def _name_is_secret(name: str) -> bool:
     bare = name.strip().lstrip("-").lower()
     if not bare or _NEGATION.match(bare):
         return False
-    words = [w for w in re.split(r"[-_.]", bare) if w]
+    words = [w for w in _NAME_WORDS.split(bare) if w]
+    if len(words) > 1 and words[-1] in CARRIER_WORDS:
+        words = words[:-1]
     if words and words[-1] in SECRET_WORDS:
         return True
-    return bare.replace("-", "").replace("_", "").replace(".", "").endswith(SECRET_SUFFIXES)
+    return "".join(words).endswith(SECRET_SUFFIXES)
+
+
+_short_name_is_secret = functools.lru_cache(maxsize=4096)(_name_is_secret)
 
 
 # PEM: the header may be split from the body when a key is passed unquoted.
-_PEM = re.compile(r"-----BEGIN[A-Z0-9 ]*-----.*?(?:-----END[A-Z0-9 ]*-----|\Z)", re.S)
-_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]*(?:-----)?")
-_PEM_END = re.compile(r"-----END[A-Z0-9 ]*(?:-----)?")
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/\s@]+)@", re.I)
+_PEM = re.compile(r"-----BEGIN[A-Z0-9 ]{0,64}-----.*?(?:-----END[A-Z0-9 ]{0,64}-----|\Z)", re.S)
+_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,64}(?:-----)?")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,64}(?:-----)?")
+# The scheme starts a word and is at most 32 characters (RFC 3986 schemes are short): unanchored
+# and unbounded, it was tried from every letter of a long word to its end.
+_URL_CREDENTIALS = re.compile(
+    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]{0,31}://)(?P<userinfo>[^/\s@]+)@", re.I)
 # Query parameters and connection-string parts whose value is a secret (after ? & or ;).
 _PARAMETER = re.compile(
     r"(?i)(?P<key>[?&;](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token"
     r"|x-goog-signature|x-goog-credential|access_token|refresh_token|id_token|client_secret"
     r"|token|api[_-]?key|key|password|passwd|pwd|secret|accountkey|sharedaccesskey"
     r"|sharedaccesssignature)=)(?P<value>[^&;\s#\"']+)")
-# NAME=value / NAME:value at the start of a word (the name is checked by is_secret_name).
+# NAME=value / NAME:value at the start of a word (the name is checked by is_secret_name); the
+# value is matched separately (_VALUE) only when the name is secret, so that a long `a=b=c=...`
+# is walked once (`_assignments`).
 _ASSIGNMENT = re.compile(r"(?:^|(?<=[\s\"'(,{\[]))(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])"
-                         r"(?P<value>[^\s\"']+)")
+                         r"(?=[^\s\"'])")
+_ASSIGNMENT_HERE = re.compile(r"(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])(?=[^\s\"'])")
+_VALUE = re.compile(r"[^\s\"']+")
 # "name": "value" and 'name': 'value' (JSON, Python reprs in logs).
 _QUOTED_PAIR = re.compile(r"(?P<key>[\"'](?P<name>[^\"'\s]{1,64})[\"']\s*:\s*[\"'])"
                           r"(?P<value>(?:[^\"'\\]|\\.)*)")
@@ -96,17 +149,25 @@ _SLACK_WEBHOOK = re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|trigg
 
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
-    """Join a process's argv into one line with every secret replaced by <redacted>.
+    """Join a process's argv into one line with every secret replaced by <redacted>, at most
+    about COMMAND_LIMIT characters long (the module docstring says how it is cut).
 
-    Beyond `redact_text` on each argument: the argument after a secret-looking flag is hidden
-    whatever it looks like (`--password -x9`), a PEM block passed unquoted (its header and body
-    in separate arguments) is hidden up to its END line, and header arguments
+    Beyond `redact_text` on each argument: the argument after a secret-looking flag or a bare
+    `token` is hidden whatever it looks like (`--password -x9`), a PEM block passed unquoted (its
+    header and body in separate arguments) is hidden up to its END line, and header arguments
     (`X-Api-Key: value`) are recognised.
     """
     words: list[str] = []
     hide_next = False
+    previous = ""
     in_pem = False
-    for word in argv:
+    left = COMMAND_LIMIT
+    for index, whole in enumerate(argv):
+        if left <= 0:
+            words.append(f"<truncated: {len(argv) - index} more arguments>")
+            break
+        word, cut = _cut(whole)
+        left -= len(word) + 1
         if in_pem:
             end = _PEM_END.search(word)
             if end is None:
@@ -114,24 +175,52 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
                     words.append(REDACTED)
                 continue
             in_pem = False
-            rest = redact_text(word[end.end():])
+            rest = redact_text(word[end.end():]) + cut
             if rest or not words or words[-1] != REDACTED:
                 words.append(REDACTED + rest)
             continue
         if hide_next:
             hide_next = False
-            words.append(REDACTED)
+            # mysql -P 3306, scp -P 2222: after -P a port is a port.
+            words.append(word if previous == "-P" and _is_port(word) else REDACTED + cut)
             continue
         begin = _PEM_BEGIN.search(word)
         if begin is not None and _PEM_END.search(word, begin.end()) is None \
                 and not word[begin.end():].strip(" -\n\r\t"):
             # "-----BEGIN", "RSA", "PRIVATE", "KEY-----", "MIIE...", ...: the body follows.
             in_pem = True
-            words.append(word[:begin.start()] + REDACTED)
+            words.append(word[:begin.start()] + REDACTED + cut)
             continue
-        hide_next = _is_secret_flag(word)
-        words.append(_redact_header(word))
+        hide_next = _is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
+        previous = word
+        words.append(_redact_header(word) + cut)
     return " ".join(words)
+
+
+def _cut(word: str) -> tuple[str, str]:
+    """(what is kept of an argument, the truncation marker or ""). A long argument is kept up
+    to the last space before ARGUMENT_LIMIT: the word the limit falls in is dropped whole, so
+    the head of a secret cut in two never stays."""
+    if len(word) <= ARGUMENT_LIMIT:
+        return word, ""
+    kept = word[:ARGUMENT_LIMIT]
+    if not word[ARGUMENT_LIMIT].isspace():
+        kept = kept[:max(kept.rfind(c) for c in " \t\n\r\x0b\x0c") + 1]
+    return kept, f"<truncated: {len(word)} characters>"
+
+
+def _is_port(value: str) -> bool:
+    return len(value) <= 5 and value.isascii() and value.isdigit() and 0 < int(value) <= 65535
+
+
+def _glued_password(word: str) -> str:
+    """`-pSECRET` (mysql: the password glued to -p) and `-PSECRET` (sqlcmd, bcp) hidden;
+    `-P3306` is a port."""
+    if len(word) > 2 and word[0] == "-" and word[1] in "pP" and word[2] != "-":
+        if word[1] == "P" and _is_port(word[2:]):
+            return word
+        return word[:2] + REDACTED
+    return word
 
 
 def _is_secret_flag(word: str) -> bool:
@@ -162,30 +251,53 @@ def redact_text(text: str) -> str:
     text = _SLACK_WEBHOOK.sub(lambda m: m.group(1) + REDACTED, text)
     text = _PARAMETER.sub(lambda m: m.group("key") + REDACTED, text)
     text = _QUOTED_PAIR.sub(_quoted_pair, text)
-    text = _ASSIGNMENT.sub(_assignment, text)
+    text = _assignments(text)
     text = _flag_values(text)
     text = _AUTHORIZATION.sub(lambda m: m.group("scheme") + m.group("space") + REDACTED, text)
     return _TOKENS.sub(REDACTED, text)
 
 
-def _assignment(match: re.Match[str]) -> str:
-    key, sep, value = match.group("key"), match.group("sep"), match.group("value")
-    if value.startswith("//"):  # a URL (https://...), not an assignment
-        return match.group(0)
-    if is_secret_name(key):
-        return key + sep + REDACTED
-    # --conf=db.password=x: the value may itself be an assignment.
-    return key + sep + _ASSIGNMENT.sub(_assignment, value)
+def _assignments(text: str) -> str:
+    """Every `NAME=value` whose name is secret-looking, with its value hidden. A value may itself
+    be an assignment (`--conf=db.password=x`): it is looked at from where the value starts, in
+    this loop (a recursion per `=` was one stack frame per character pair of `a=a=a=...`)."""
+    out: list[str] = []
+    done = 0  # text[:done] is in `out`
+    at = 0  # where to look for the next assignment
+    match = _ASSIGNMENT.search(text)
+    while match is not None:
+        key, value_at = match.group("key"), match.end()
+        if text.startswith("//", value_at):  # a URL (https://...), not an assignment
+            at = value_at
+        elif is_secret_name(key):
+            value = _VALUE.match(text, value_at)
+            end = value.end() if value is not None else value_at
+            out.append(text[done:value_at])
+            out.append(REDACTED)
+            done = at = end
+        else:
+            at = value_at
+            here = _ASSIGNMENT_HERE.match(text, at)
+            if here is not None:
+                match = here
+                continue
+        match = _ASSIGNMENT.search(text, at)
+    out.append(text[done:])
+    return "".join(out)
 
 
 def _flag_values(text: str) -> str:
-    """`--api-key VALUE` inside one string (a log message, a joined command line)."""
+    """`--api-key VALUE`, `-P VALUE` and `-pVALUE` inside one string (an argument, a log
+    message, a joined command line)."""
     if "-" not in text:
         return text
     parts = re.split(r"(\s+)", text)  # words at even indices, the spaces between at odd
-    for i in range(2, len(parts), 2):
-        if _is_secret_flag(parts[i - 2]) and parts[i]:
+    for i in range(0, len(parts), 2):
+        flag = parts[i - 2] if i >= 2 else ""
+        if parts[i] and (_is_secret_flag(flag) or flag == "-P" and not _is_port(parts[i])):
             parts[i] = REDACTED
+        else:
+            parts[i] = _glued_password(parts[i])
     return "".join(parts)
 
 
@@ -220,15 +332,19 @@ def redact_document(value: Any) -> Any:
 
 class RedactingFilter(logging.Filter):
     """A logging filter that redacts every record's formatted message (and its traceback
-    text), so no secret reaches the daemon's log whatever a message interpolates."""
+    text), so no secret reaches the daemon's log whatever a message interpolates; and shows
+    the control bytes left in them (daemon.sources.safe_text), so no escape sequence reaches
+    the terminal or journal that shows the log, and no newline inside a message forges a line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        redacted = redact_text(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
+        shown = one_line(redact_text(message))
+        if shown != message:
+            record.msg, record.args = shown, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = redact_text(record.exc_text)
+            record.exc_text = lines(redact_text(record.exc_text))
+        if record.stack_info:
+            record.stack_info = lines(redact_text(record.stack_info))
         return True

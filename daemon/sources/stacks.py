@@ -44,6 +44,7 @@ from daemon.sources.frames import (  # re-exported: the sampler's results are th
     stack_hash,
     to_json,
 )
+from daemon.sources.safe_text import one_line
 
 __all__ = [
     "ERROR", "NOT_PYTHON", "OK", "OVER_BUDGET", "PERMISSION_DENIED", "PROCESS_GONE",
@@ -71,7 +72,8 @@ def classify_error(stderr: str, pid: int) -> tuple[str, str]:
     # py-spy prints "Error: <msg>" then causes, then a Rust backtrace: keep the message part.
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     cut = next((i for i, ln in enumerate(lines) if ln.startswith("Stack backtrace")), len(lines))
-    message = " | ".join(lines[:cut])[:_MAX_ERROR_CHARS] or "py-spy failed without a message"
+    # py-spy's errors quote the target's names: control bytes shown, not kept.
+    message = one_line(" | ".join(lines[:cut])[:_MAX_ERROR_CHARS]) or "py-spy failed without a message"
     low = message.lower()
     if "permission denied" in low or "operation not permitted" in low or "os error 1)" in low:
         return PERMISSION_DENIED, f"pid {pid}: {message}. {PERMISSION_HINT}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
-from daemon.wire import History
+from daemon.wire import History, one_line
 from mlcost_tui import format as fmt
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import BAD, GOOD
@@ -120,7 +121,8 @@ class HistoryScreen(Screen):
 
     def done(self, error: str | None) -> None:
         other = RANGES[(self.range_index + 1) % len(RANGES)][1]
-        self.query_one("#history-status", Static).update(
-            f"history unavailable: {error}" if error else
+        # Text, not markup: the error quotes the daemon's answer.
+        self.query_one("#history-status", Static).update(Text(
+            f"history unavailable: {one_line(error)}" if error else
             f"range {RANGES[self.range_index][1]} (w: {other}) · from /v1/history at "
-            f"{fmt.clock_time(fmt.clock())} (r reloads)")
+            f"{fmt.clock_time(fmt.clock())} (r reloads)"))

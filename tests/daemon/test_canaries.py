@@ -52,6 +52,12 @@ CANARIES: list[tuple[tuple[str, ...], str]] = [
     (("AKIACANARY0015ABCDEF",), "AKIACANARY0015ABCDEF"),
     (("https://alice:canaryUrlPw0016@example.com/data",), "canaryUrlPw0016"),
     (("WANDB_API_KEY=canaryEnvKey0017",), "canaryEnvKey0017"),
+    # issue 20 item 5: found stored and served in clear
+    (("-pcanaryMysql0019",), "canaryMysql0019"),
+    (("--private-key-data", "canaryKeyData0020"), "canaryKeyData0020"),
+    (("--client-secret-value", "canaryClientSecret0021"), "canaryClientSecret0021"),
+    (("-P", "canaryBigP0022"), "canaryBigP0022"),
+    (("token", "canaryBareToken0023"), "canaryBareToken0023"),
 ]
 ARGV0 = "AWS_SECRET_ACCESS_KEY=canaryArgvZero0018"  # what the workload calls itself
 SECRETS = [secret for _, secret in CANARIES] + ["canaryArgvZero0018"]

@@ -74,6 +74,12 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEApemBodyLineOne\npemBody
     (["curl", "-H", "X-Api-Key: headerSecret123"], "headerSecret123"),
     (["curl", "-H", "Cookie: session=cookieSecret"], "cookieSecret"),
     (["x", "--conf=db.password=nestedSecret"], "nestedSecret"),
+    # issue 20 item 5
+    (["mysql", "-uroot", "-pmysqlSecret"], "mysqlSecret"),
+    (["x", "--private-key-data", "keyDataSecret"], "keyDataSecret"),
+    (["x", "--client-secret-value", "clientSecretValue"], "clientSecretValue"),
+    (["sqlcmd", "-P", "bigPSecret"], "bigPSecret"),
+    (["vault", "login", "token", "bareTokenSecret"], "bareTokenSecret"),
 ])
 def test_secrets_are_replaced(argv, secret):
     line = redact_argv(argv)

@@ -1,0 +1,67 @@
+"""Text from processes made safe to print: every control character shown as an escape, visibly.
+
+A command line, a user or job name, a host name, a path or a Python frame is written by whoever
+started the process, and mlcostd runs as root on hosts shared by many users. Printed raw, an
+`ESC ]0;` sets the operator's terminal title, `ESC [2J` clears the screen, `ESC ]52;c;` writes
+the clipboard, and a carriage return or a newline forges a log line. So such text is data: each
+control character is shown as the escape Python would write for it, never interpreted:
+
+- C0 controls and DEL (`\\x00`-`\\x1f`, `\\x7f`): ESC is the four characters `\\x1b`, a
+  newline `\\n`, a tab `\\t`, a carriage return `\\r`;
+- C1 controls (`\\x80`-`\\x9f`; `\\x9b` is a one-byte CSI on some terminals): `\\x9b`;
+- bidirectional overrides and isolates (`\\u202e`...), which reorder what a reader sees;
+- lone surrogates: a byte that was not UTF-8 in /proc (psutil decodes with surrogateescape) is
+  shown as that byte, `\\xff`; it could not even be written to a UTF-8 terminal or to SQLite.
+
+`one_line` shows newline and tab too: a command line, a name or a path is one line in a table
+and in the log, and a newline inside one is the forging trick. `lines` keeps newline and tab:
+for text of several lines that mlcostd wrote itself around such values (a report, a traceback
+in the log). A backslash is left as it is (Windows paths, regular expressions in arguments), so
+a real ESC and the four typed characters `\\x1b` look alike: both are harmless.
+
+Both functions are idempotent (what they return has no control character left) and linear in
+the length of the text. The process source applies `one_line` where text enters; the printers
+(TUI, report, check, --watch, the log) apply them again where text leaves for a terminal, so a
+store written by an older mlcostd or edited by hand is shown safely too.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Bidi embeddings, overrides and isolates, plus the invisible marks: "Trojan Source" reordering.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}\\ud800-\\udfff]")
+_UNSAFE_KEEPING_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}\\ud800-\\udfff]")
+
+
+# The three a reader knows by their Python names.
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the original byte
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}"
+
+
+def one_line(text: str) -> str:
+    """`text` with every control character (newline and tab included), bidi control and lone
+    surrogate replaced by its visible escape: `\\x1b`, `\\n`, `\\t`, `\\r`, `\\u202e`."""
+    return _UNSAFE.sub(_shown, text)
+
+
+def is_safe(text: str) -> bool:
+    """Whether `text` has nothing `one_line` would change (one C-level scan)."""
+    return _UNSAFE.search(text) is None
+
+
+def lines(text: str) -> str:
+    """Like `one_line`, but newlines and tabs are kept: for text of several lines."""
+    return _UNSAFE_KEEPING_LINES.sub(_shown, text)
