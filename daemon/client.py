@@ -168,13 +168,15 @@ class Client:
         return float(document["snoozed_until"])
 
     async def take_snapshot(self, since_s: float = 1800, until: float | None = None,
-                            html: bool = False, upload: str | None = None) -> dict[str, Any]:
-        """POST /v1/snapshots: the daemon writes a snapshot into its snapshots folder."""
+                            html: bool = False, upload: bool = False) -> dict[str, Any]:
+        """POST /v1/snapshots: the daemon writes a snapshot into its snapshots folder; with
+        `upload`, it uploads it to its configured [snapshots].upload (a client never says
+        where)."""
         body: dict[str, Any] = {"since": since_s, "html": html}
         if until is not None:
             body["until"] = until
         if upload:
-            body["upload"] = upload
+            body["upload"] = True
         document = await self._request("POST", "/v1/snapshots", body=body,
                                        timeout_s=SNAPSHOT_TIMEOUT_S)
         return document if isinstance(document, dict) else {}
