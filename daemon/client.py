@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # imported on the first request: mlcost-top draws its first f
 DEFAULT_TIMEOUT_S = 3.0
 HISTORY_TIMEOUT_S = 8.0
 SNAPSHOT_TIMEOUT_S = 120.0  # writing (and uploading) a snapshot takes a while
+# The largest JSON answer read from a daemon: /v1/now of 8 GPUs x 64 processes is ~1 MB; a
+# daemon that sends more (or never stops) is cut off here, not held in memory.
+MAX_ANSWER_BYTES = 32 << 20
 
 
 class ClientError(Exception):
@@ -44,6 +47,19 @@ class ApiError(ClientError):
 
 def default_target() -> str:
     return f"unix:{default_socket_path()}"
+
+
+async def read_answer(response: Any, *, max_bytes: int = MAX_ANSWER_BYTES,
+                      shown: str = "") -> bytes:
+    """The body of an aiohttp response, at most `max_bytes` (pricing.http.read_bounded, the one
+    bounded reader), for this client and mlcost-top's other HTTP clients; ClientError past the
+    cap. The caller's ClientTimeout bounds the time."""
+    from pricing.http import AnswerTooLarge, read_bounded
+
+    try:
+        return await read_bounded(response, max_bytes=max_bytes, shown=shown)
+    except AnswerTooLarge as exc:
+        raise ClientError(str(exc)) from None
 
 
 def read_token_file(path: str | Path) -> str:
@@ -101,7 +117,8 @@ class Client:
         try:
             async with session.request(method, self.base + path, params=params, json=body,
                                        timeout=timeout) as response:
-                text = await response.text()
+                raw = await read_answer(response, shown=f"{self.target}{path}")
+                text = raw.decode("utf-8", errors="replace")
                 status = response.status
         except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError,
                 OSError) as exc:
