@@ -314,6 +314,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from daemon.commands import report
     from daemon.store.reader import StoreReader
+    from daemon.store.shape import READ_ERRORS, StoreShapeError, check_shape, read_failure
 
     config = _load_config(args)
     try:
@@ -330,12 +331,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         reader = StoreReader(str(db), tidy=True)
         try:
+            check_shape(reader)  # a view or a missing column: refused before any row is read
             document = report.build(reader, since, config=config)
         finally:
             reader.close()
+    except StoreShapeError as exc:
+        print(f"mlcostd report: {exc}", file=sys.stderr)
+        return 2
     except sqlite3.DatabaseError as exc:
-        print(f"mlcostd report: {db} is not an mlcostd database ({exc}); pass the daemon's "
-              "database (--db, [daemon].db) or a copy of it", file=sys.stderr)
+        print(f"mlcostd report: {db} is not an mlcostd database "
+              f"({' '.join(str(exc).split())[:160]}); pass the daemon's database (--db, "
+              "[daemon].db) or a copy of it", file=sys.stderr)
+        return 2
+    except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
+        print(f"mlcostd report: {read_failure(db, exc)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(document, indent=2))

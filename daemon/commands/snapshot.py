@@ -152,6 +152,7 @@ def describe(result: dict[str, Any]) -> str:
 def _render(args: argparse.Namespace) -> int:
     from daemon.replay import Replay, ReplayError
     from daemon.runtime.snapshots import render_html_file
+    from daemon.store.shape import READ_ERRORS, read_failure
 
     source = Path(args.render)
     try:
@@ -162,6 +163,9 @@ def _render(args: argparse.Namespace) -> int:
     target = Path(args.out) if args.out else source.with_suffix(".html")
     try:
         render_html_file(source, target)
+    except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
+        print(f"mlcostd snapshot --render: {read_failure(source, exc)}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"mlcostd snapshot --render: cannot write {target}: {exc.strerror}",
               file=sys.stderr)
