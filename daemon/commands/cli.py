@@ -144,10 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     observed.add_argument("--observed", action="store_true",
                           help="list the instances that fit what the recorded GPU processes "
                                "needed (GPUs, peak memory), with the cost of one run")
-    observed.add_argument("--pid", type=int, help="with --observed: only this process")
+    observed.add_argument("--pid", type=pricing_cli.number_in(1, 1 << 22, whole=True),
+                          help="with --observed: only this process")
     observed.add_argument("--since", default="1h", metavar="DURATION",
                           help="with --observed: the window to read (default 1h)")
-    observed.add_argument("--run-hours", type=float, metavar="H",
+    observed.add_argument("--run-hours", type=pricing_cli.number_in(0.001, 24 * 366),
+                          metavar="H",
                           help="with --observed: hours of one run (default: the observed "
                                "runtime so far)")
     observed.add_argument("--config", metavar="FILE",
@@ -319,6 +321,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     config = _load_config(args)
     try:
         since = config_module.parse_duration(args.since)
+        if since < 1:
+            raise ValueError(f"{args.since!r} must be at least 1 s")
     except ValueError as exc:
         print(f"mlcostd report: --since {exc}", file=sys.stderr)
         return 2
@@ -366,6 +370,8 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
         return 1
     try:
         since = config_module.parse_duration(args.since)
+        if since < 1:
+            raise ValueError(f"{args.since!r} must be at least 1 s")
     except ValueError as exc:
         print(f"mlcostd prices: --since {exc}", file=sys.stderr)
         return 2

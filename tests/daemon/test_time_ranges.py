@@ -110,3 +110,26 @@ def test_the_command_line_refuses_out_of_range_times_in_one_line(tmp_path, args,
     assert done.returncode == 2, done
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert flag in done.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["report", "--since", "0"], "--since '0' must be at least 1 s"),
+    (["prices", "--observed", "--since", "0"], "--since '0' must be at least 1 s"),
+    (["prices", "--observed", "--run-hours", "inf"], "--run-hours: 'inf' is not a number"),
+    (["prices", "--fits", "nan"], "--fits: 'nan' is not a number from 0 to 100000"),
+    (["prices", "--fits", "10", "--headroom", "inf"], "--headroom: 'inf' is not a number"),
+    (["prices", "--fits", "10", "--limit", "-1"], "--limit: '-1' is not a whole number"),
+    (["prices", "--instance", "p5.48xlarge", "--managed", "--hours-per-month", "1e400"],
+     "--hours-per-month: '1e400' is not a number from 0 to 744"),
+], ids=["report-since-0", "observed-since-0", "run-hours-inf", "fits-nan", "headroom-inf",
+        "limit-negative", "hours-per-month-1e400"])
+def test_numeric_flags_refuse_inf_nan_and_out_of_range_values(tmp_path, args, words):
+    db = tmp_path / "mlcost.db"
+    db.write_bytes(b"")
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon.commands.cli", *args, "--db", str(db), "--cache",
+         str(tmp_path / "prices.json")] if args[0] == "prices" else
+        [sys.executable, "-m", "daemon.commands.cli", *args, "--db", str(db)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=os.environ)
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr and words in done.stderr, done.stderr
