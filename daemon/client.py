@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # imported on the first request: mlcost-top draws its first f
 DEFAULT_TIMEOUT_S = 3.0
 HISTORY_TIMEOUT_S = 8.0
 SNAPSHOT_TIMEOUT_S = 120.0  # writing (and uploading) a snapshot takes a while
+# The largest JSON answer read from a daemon: /v1/now of 8 GPUs x 64 processes is ~1 MB; a
+# daemon that sends more (or never stops) is cut off here, not held in memory.
+MAX_ANSWER_BYTES = 32 << 20
 
 
 class ClientError(Exception):
@@ -43,6 +46,19 @@ class ApiError(ClientError):
 
 def default_target() -> str:
     return f"unix:{default_socket_path()}"
+
+
+async def read_answer(response: Any, *, max_bytes: int = MAX_ANSWER_BYTES,
+                      shown: str = "") -> bytes:
+    """The body of an aiohttp response, at most `max_bytes` (pricing.http.read_bounded, the one
+    bounded reader), for this client and mlcost-top's other HTTP clients; ClientError past the
+    cap. The caller's ClientTimeout bounds the time."""
+    from pricing.http import AnswerTooLarge, read_bounded
+
+    try:
+        return await read_bounded(response, max_bytes=max_bytes, shown=shown)
+    except AnswerTooLarge as exc:
+        raise ClientError(str(exc)) from None
 
 
 def read_token_file(path: str | Path) -> str:
@@ -100,7 +116,8 @@ class Client:
         try:
             async with session.request(method, self.base + path, params=params, json=body,
                                        timeout=timeout) as response:
-                text = await response.text()
+                raw = await read_answer(response, shown=f"{self.target}{path}")
+                text = raw.decode("utf-8", errors="replace")
                 status = response.status
         except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError,
                 OSError) as exc:
@@ -167,13 +184,15 @@ class Client:
         return float(document["snoozed_until"])
 
     async def take_snapshot(self, since_s: float = 1800, until: float | None = None,
-                            html: bool = False, upload: str | None = None) -> dict[str, Any]:
-        """POST /v1/snapshots: the daemon writes a snapshot into its snapshots folder."""
+                            html: bool = False, upload: bool = False) -> dict[str, Any]:
+        """POST /v1/snapshots: the daemon writes a snapshot into its snapshots folder; with
+        `upload`, it uploads it to its configured [snapshots].upload (a client never says
+        where)."""
         body: dict[str, Any] = {"since": since_s, "html": html}
         if until is not None:
             body["until"] = until
         if upload:
-            body["upload"] = upload
+            body["upload"] = True
         document = await self._request("POST", "/v1/snapshots", body=body,
                                        timeout_s=SNAPSHOT_TIMEOUT_S)
         return document if isinstance(document, dict) else {}

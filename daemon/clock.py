@@ -4,6 +4,7 @@ day boundary or a time format is defined once."""
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime, timezone
 
@@ -36,21 +37,37 @@ def local_time(ts: float, *, date: bool = True, seconds: bool = True) -> str:
     return time.strftime(fmt, time.localtime(ts))
 
 
+# The times a store can hold: nothing was recorded before 2020 (mlcost did not exist), and a
+# time past 2200 is a unit slip (milliseconds for seconds). A time outside is refused rather
+# than read as an empty 1970 range.
+MIN_TIME = 1577836800.0  # 2020-01-01T00:00Z
+MAX_TIME = 7258118400.0  # 2200-01-01T00:00Z
+
+
 def parse_time(value: str | float | int) -> float:
     """A point in time from a person: Unix seconds, or an ISO 8601 time ('2026-12-01T09:30',
-    '2026-12-01 09:30:00+00:00'; without a zone it is local time). ValueError says the forms."""
+    '2026-12-01 09:30:00+00:00'; without a zone it is local time), between MIN_TIME (2020) and
+    MAX_TIME (2200). ValueError names the value and says the forms (never OverflowError)."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a time")
+    shown = f"{str(value)[:40]}..." if len(str(value)) > 40 else str(value)
+    forms = ("give Unix seconds or an ISO 8601 time such as 2026-12-01T09:30 (local) or "
+             "2026-12-01T09:30Z")
     if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{value!r} is not a time; give Unix seconds or an ISO 8601 time such "
-                         "as 2026-12-01T09:30 (local) or 2026-12-01T09:30Z") from None
-    return when.timestamp()
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        text = str(value).strip()[:100]
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                seconds = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+            except (ValueError, OverflowError, OSError):
+                raise ValueError(f"{shown!r} is not a time; {forms}") from None
+    if not (math.isfinite(seconds) and MIN_TIME <= seconds <= MAX_TIME):
+        raise ValueError(f"{shown!r} is outside the times a store can hold (2020-01-01 to "
+                         f"2200-01-01, Unix seconds {MIN_TIME:.0f} to {MAX_TIME:.0f}); {forms}")
+    return seconds

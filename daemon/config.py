@@ -6,6 +6,7 @@ A bad key or value fails at start with the key, the value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import stat
@@ -38,16 +39,62 @@ _SIZE_UNITS = {
 }
 
 
+# No duration anyone means is longer than a century; past it a number is a unit slip (ms for
+# s) or a hostile value (10**400 overflows float()).
+MAX_DURATION_S = 100 * 365 * 86400.0
+
+
 def parse_duration(value: str | int | float) -> float:
-    """'90s', '15m', '6h', '8d', '250ms' or a number of seconds -> seconds."""
+    """'90s', '15m', '6h', '8d', '250ms' or a number of seconds -> seconds: a finite number
+    no longer than MAX_DURATION_S either way (a caller checks its own range, e.g. > 0).
+    ValueError names the value and the forms (never OverflowError)."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
     if isinstance(value, int | float):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a duration (use e.g. 30s, 15m, 6h, 8d)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        match = _DURATION.match(str(value)[:100])
+        if not match:
+            raise ValueError(f"{str(value)[:80]!r} is not a duration (use e.g. 30s, 15m, 6h, "
+                             "8d)")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not (math.isfinite(seconds) and abs(seconds) <= MAX_DURATION_S):
+        shown = f"{str(value)[:40]}..." if len(str(value)) > 40 else str(value)
+        raise ValueError(f"{shown!r} is not a duration of at most {MAX_DURATION_S:.0f} s "
+                         "(100 years)")
+    return seconds
+
+
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+_S3_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()\-]{1,255}")
+MAX_S3_PREFIX = 512  # an S3 key is at most 1024 bytes; the file name needs the rest
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """s3://BUCKET/PREFIX -> (bucket, prefix without slashes at its ends), for
+    `[snapshots].upload`. The bucket follows S3's naming rules (3-63 lower-case letters,
+    digits, dots and dashes; no '..'; not an IP address); the prefix is segments of S3's safe
+    characters, none of them '.' or '..'. ValueError names the value and the form."""
+    form = ("give s3://BUCKET/PREFIX (a bucket of 3-63 lower-case letters, digits, dots and "
+            "dashes; a prefix of letters, digits and !_.*'()- between slashes)")
+    if not isinstance(url, str) or not url.startswith("s3://"):
+        raise ValueError(f"{str(url)[:80]!r} is not an S3 location; {form}")
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    if (not _S3_BUCKET.fullmatch(bucket) or ".." in bucket or ".-" in bucket
+            or "-." in bucket or re.fullmatch(r"[0-9.]+", bucket)):
+        raise ValueError(f"{url[:80]!r}: {bucket[:70]!r} is not a valid bucket name; {form}")
+    prefix = prefix.strip("/")
+    if len(prefix) > MAX_S3_PREFIX:
+        raise ValueError(f"{url[:80]!r}: the prefix is {len(prefix)} characters long; keep it "
+                         f"under {MAX_S3_PREFIX}")
+    for segment in prefix.split("/") if prefix else []:
+        if segment in (".", "..") or not _S3_PREFIX_SEGMENT.fullmatch(segment):
+            raise ValueError(f"{url[:80]!r}: the prefix segment {segment[:40]!r} is not "
+                             f"allowed ('.', '..', empty or unusual characters); {form}")
+    return bucket, prefix
 
 
 def format_duration(seconds: float) -> str:
@@ -312,7 +359,9 @@ class SnapshotsConfig:
         "snapshot when a new recommendation saves at least this many USD per month; 0: never",
         "number", 0, 1e9))
     upload: str = field(default="", metadata=_meta(
-        "also upload incident snapshots to s3://BUCKET/PREFIX; empty: keep them local"))
+        "where snapshots are uploaded, s3://BUCKET/PREFIX: every incident snapshot, and one "
+        "taken by hand that asks for it (the API and `mlcostd snapshot --upload` cannot name "
+        "another); empty: keep them local", "s3"))
     sse_kms_key_id: str = field(default="", metadata=_meta(
         "KMS key (id, alias or ARN) for SSE-KMS on upload; empty: the bucket's default"))
     storage_class: str = field(default="", metadata=_meta(
@@ -364,6 +413,12 @@ def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
         elif kind == "list":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError("must be a list of strings")
+            result = value
+        elif kind == "s3":
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            if value:
+                parse_s3_url(value)
             result = value
         elif kind == "address":
             if not isinstance(value, str):

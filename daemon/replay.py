@@ -37,6 +37,7 @@ from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.schema import SCHEMA_VERSION
+from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
 from daemon.wire import process_key
 
@@ -81,6 +82,7 @@ class Replay:
                 raise ReplayError(f"{self.path} was written by a newer mlcost (store schema "
                                   f"{version}, this one reads up to {SCHEMA_VERSION}); upgrade "
                                   "mlcost to replay it")
+            check_shape(self.reader)  # views, virtual tables, missing columns: refused here
             # A snapshot (daemon.store.snapshot) says what it is; a damaged or truncated one is
             # refused here rather than half shown (small files: the check is quick).
             self.snapshot: dict[str, Any] | None = _snapshot_facts(self.reader)
@@ -95,9 +97,13 @@ class Replay:
         except ReplayError:
             self.reader.close()
             raise
+        except StoreShapeError as exc:
+            self.reader.close()
+            raise ReplayError(str(exc)) from None
         except Exception as exc:  # sqlite3.DatabaseError and friends: not a store
             self.reader.close()
-            raise ReplayError(f"{self.path} is not an mlcostd store or snapshot ({exc}); give "
+            raise ReplayError(f"{self.path} is not an mlcostd store or snapshot "
+                              f"({' '.join(str(exc).split())[:160]}); give "
                               "the path of the daemon's database, a copy of it, or a snapshot "
                               "taken by `mlcostd snapshot`") from None
         self._all_ms = [r["ts"] for r in rows]

@@ -29,8 +29,9 @@ def describe(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def take(client: Client, upload: str | None = None) -> tuple[str, bool]:
-    """Take a snapshot of the last SNAPSHOT_SINCE_S through `client`: (text to show, ok)."""
+async def take(client: Client, upload: bool = False) -> tuple[str, bool]:
+    """Take a snapshot of the last SNAPSHOT_SINCE_S through `client` (with `upload`, to the
+    daemon's configured target): (text to show, ok)."""
     from daemon.client import ClientError
 
     try:

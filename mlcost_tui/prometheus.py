@@ -10,6 +10,8 @@ at once). A host's API is reachable from mlcost-top when its mlcostd serves the 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,10 @@ import aiohttp
 from daemon.wire import one_line
 
 QUERY_TIMEOUT_S = 10.0
+# The largest answer of one query: 10,000 hosts x ~300 bytes per series is ~3 MB.
+MAX_ANSWER_BYTES = 64 << 20
+# A host with more GPUs than this is a broken series, not a machine.
+MAX_GPUS_PER_HOST = 4096
 
 
 class PrometheusError(Exception):
@@ -79,16 +85,24 @@ class PrometheusFleet:
 
     async def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query's vector; PrometheusError on any failure."""
+        from daemon.client import ClientError, read_answer
+
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         try:
+            # the timeout covers the whole answer; read_answer caps its size
             async with self._session.get(f"{self.url}/api/v1/query", params={"query": expr},
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)
                                          ) as response:
-                body = await response.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+                raw = await read_answer(response, max_bytes=MAX_ANSWER_BYTES,
+                                        shown=f"{self.url}/api/v1/query")
+            body = json.loads(raw)
+        except ClientError as exc:
+            raise PrometheusError(f"Prometheus at {self.url}: {exc}") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError) as exc:
             raise PrometheusError(f"Prometheus at {self.url} did not answer "
-                                  f"({type(exc).__name__}: {exc}); check the URL") from None
+                                  f"({type(exc).__name__}: {str(exc)[:200]}); check the URL") \
+                from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
             raise PrometheusError(one_line(f"Prometheus at {self.url} refused {expr!r}: {error}"))
@@ -116,11 +130,19 @@ class PrometheusFleet:
             return {r.get("metric", {}).get("instance", ""): r for r in found[name]}
 
         def value(name: str, instance: str) -> float | None:
+            """A series' finite value (NaN, ±Inf and what does not parse read as unknown)."""
             row = by_instance(name).get(instance)
             try:
-                return float(row["value"][1]) if row else None
+                number = float(row["value"][1]) if row else None
             except (KeyError, IndexError, TypeError, ValueError):
                 return None
+            return number if number is not None and math.isfinite(number) else None
+
+        def count(name: str, instance: str) -> int | None:
+            """A count of GPUs: a whole number from 0 to MAX_GPUS_PER_HOST, else unknown."""
+            number = value(name, instance)
+            return int(number) if number is not None and 0 <= number <= MAX_GPUS_PER_HOST \
+                else None
 
         info, top = by_instance("info"), by_instance("top")
         hosts = []
@@ -129,15 +151,14 @@ class PrometheusFleet:
             labels = {str(k): one_line(str(v))
                       for k, v in ((info.get(instance) or {}).get("metric") or {}).items()}
             best = top.get(instance)
-            gpus, idle = value("gpus", instance), value("idle", instance)
+            gpus, idle = count("gpus", instance), count("idle", instance)
             hosts.append(FleetHost(
                 instance=one_line(instance), up=value("up", instance) == 1.0,
                 hostname=labels.get("Hostname", ""),
                 instance_type=labels.get("instance_type", ""),
                 lifecycle=labels.get("lifecycle", ""),
                 burn_per_hour=value("burn", instance), wasted_per_hour=value("wasted", instance),
-                gpus=None if gpus is None else int(gpus),
-                idle_gpus=None if gpus is None else int(idle or 0),
+                gpus=gpus, idle_gpus=None if gpus is None else (idle or 0),
                 savings_per_month=value("savings", instance),
                 top_rule=one_line(str((best or {}).get("metric", {}).get("rule", ""))),
                 top_rule_savings_per_month=value("top", instance),

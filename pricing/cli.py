@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -29,6 +30,24 @@ DEFAULT_REGIONS = {"aws": "us-east-1", "azure": "eastus", "gcp": "us-central1",
                    "sagemaker": "us-east-1", "vertex": "us-central1", "azureml": "eastus"}
 
 
+def number_in(low: float, high: float, *, whole: bool = False) -> Any:
+    """An argparse `type` for a number from `low` to `high` (a whole one with `whole`): inf,
+    nan and anything outside are refused with the value and the range, never taken as given."""
+
+    def parse(text: str) -> float | int:
+        try:
+            value: float | int = int(text) if whole else float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            kind = "a whole number" if whole else "a number"
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not {kind} from {low:g} to "
+                                             f"{high:g}")
+        return value
+
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `prices` options to `parser`."""
     parser.add_argument("--provider", help="only this cloud: aws, gcp, azure, lambda")
@@ -36,16 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="only this region (with --refresh: the region to fetch)")
     parser.add_argument("--instance", nargs="+", action="extend", metavar="TYPE",
                         help="only these instance types (with --refresh: the types to fetch)")
-    parser.add_argument("--fits", type=float, metavar="GIB",
+    parser.add_argument("--fits", type=number_in(0, 100_000), metavar="GIB",
                         help="cheapest instances whose accelerators each hold GIB of memory "
                              "(plus --headroom)")
-    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+    parser.add_argument("--gpus", type=number_in(1, 4096, whole=True), default=None, metavar="N",
                         help="with --fits: at least N accelerators (default 1)")
     parser.add_argument("--spot", action="store_true",
                         help="with --fits: rank by spot price instead of on-demand")
-    parser.add_argument("--headroom", type=float, default=0.1,
+    parser.add_argument("--headroom", type=number_in(0, 10), default=0.1,
                         help="with --fits: extra memory fraction to leave free (default 0.1)")
-    parser.add_argument("--limit", type=int, default=10, help="with --fits: rows (default 10)")
+    parser.add_argument("--limit", type=number_in(1, 10_000, whole=True), default=10,
+                        help="with --fits: rows (default 10)")
     parser.add_argument("--refresh", choices=REFRESH_SOURCES,
                         help="fetch live prices first: aws (Price List + spot history, needs "
                              "credentials), azure (Retail Prices API, no key), gcp (Cloud "
@@ -65,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "charge for that hardware (its accelerators and their count) "
                              "against the same hardware self-managed: monthly difference and "
                              "markup")
-    parser.add_argument("--hours-per-month", type=float, default=730.0, metavar="H",
+    parser.add_argument("--hours-per-month", type=number_in(0, 744), default=730.0, metavar="H",
                         help="with --managed: hours the workload runs a month (default 730)")
     parser.add_argument("--cache", default=None, metavar="FILE",
                         help=f"live price cache (default: [pricing].cache of the config, "

@@ -160,11 +160,16 @@ def _request(method: str, url: str, headers: Mapping[str, str], deadline: float)
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise ProbeError("time budget spent")
+    from pricing.http import FetchError, read_bounded_sync  # aiohttp only when probing
+
     request = urllib.request.Request(url, method=method, headers=dict(headers))
     try:
         with _OPENER.open(request, timeout=remaining) as response:
-            body = response.read(_MAX_BODY).decode("utf-8", errors="replace").strip()
-            return response.headers, body
+            raw = read_bounded_sync(response, max_bytes=_MAX_BODY, deadline=deadline,
+                                    shown=url)
+            return response.headers, raw.decode("utf-8", errors="replace").strip()
+    except FetchError as exc:  # too large, or past the probe's time budget
+        raise ProbeError(str(exc)) from None
     except urllib.error.HTTPError as exc:
         raise ProbeError(f"HTTP {exc.code} from {url}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -8,6 +8,7 @@ concerns, never a traceback.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -51,6 +52,25 @@ AWS_REGION_NAMES = {
 
 Progress = Callable[[str], None]
 
+# No instance costs more than this per hour (the largest AWS u7in-32tb lists ~$400/h); a price
+# above it is a unit slip (a monthly or per-term price) or a poisoned answer.
+MAX_PER_HOUR_USD = 10_000.0
+
+
+def price_problem(price: CachedPrice) -> str:
+    """What is wrong with a fetched price's numbers, in words naming the field and the value;
+    '' when each of per_hour, low and high is finite and within [0, MAX_PER_HOUR_USD] (a free
+    surcharge is 0; the sanity rules decide what a zero instance price means)."""
+    for name in ("per_hour", "low", "high"):
+        value = getattr(price, name)
+        if value is None and name != "per_hour":
+            continue
+        if not (isinstance(value, int | float) and math.isfinite(value)
+                and 0 <= value <= MAX_PER_HOUR_USD):
+            return (f"{price.provider} {price.region} {price.kind}: {name}={value!r} $/h is not "
+                    f"a price (a finite number from 0 to {MAX_PER_HOUR_USD:g})")
+    return ""
+
 
 @dataclass
 class RefreshResult:
@@ -69,7 +89,18 @@ class RefreshResult:
 
     def save(self) -> RefreshResult:
         """Merge what was fetched into the cache; a cache that cannot be written is an error of
-        this refresh (the prices fetched are still in `prices`)."""
+        this refresh (the prices fetched are still in `prices`). A price that is not finite or
+        not within [0, MAX_PER_HOUR_USD] is left out with an error naming it: the cache keeps
+        the previous one."""
+        kept = []
+        for price in self.prices:
+            problem = price_problem(price)
+            if problem:
+                self.errors.setdefault(price.instance_type, []).append(
+                    f"{problem}; refused, the previous price is kept")
+            else:
+                kept.append(price)
+        self.prices = kept
         if self.prices:
             try:
                 write_cache(self.cache_path, self.prices)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import csv
+import math
 import os
 import re
 import time
@@ -41,6 +42,10 @@ CATALOG_CLOUDS = tuple(CATALOG_SCHEMAS)
 DEFAULT_REGIONS = {"aws": ("us-east-1",), "gcp": ("us-central1", "us-east4"),
                    "azure": ("eastus",), "lambda": ("us-east-1",)}
 NOT_OFFERED = 700.0  # SkyPilot's placeholder price
+# The largest accelerator count a row can carry: a TPU v5p pod slice has 8960 chips; past this
+# a count is an error in the file, not a machine.
+MAX_ACCELERATORS = 10_000
+MAX_GPU_INFO = 4096  # GpuInfo is a ~200-byte dict literal; a longer one is not evaluated
 SOURCE = "SkyPilot catalog"
 # Per-accelerator memory (GiB) when GpuInfo does not say; a name SkyPilot uses for one
 # memory size gets our name for it.
@@ -80,15 +85,41 @@ def _num(text: str | None) -> float | None:
     return value
 
 
+def _count(text: str | None, line: int) -> float:
+    """AcceleratorCount as a number (blank: 0); ValueError naming the line and the value when it
+    is not a finite number from 0 to MAX_ACCELERATORS. Fractions are real (Azure's partial
+    GPUs, e.g. 0.125) and left to the caller."""
+    raw = (text or "").strip()
+    if not raw:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_ACCELERATORS):
+        raise ValueError(f"line {line}: AcceleratorCount={raw[:40]!r} is not a count (a "
+                         f"number from 0 to {MAX_ACCELERATORS})")
+    return value
+
+
 def _gpu_memory_mib(gpu_info: str) -> float | None:
     if not gpu_info.strip():
         return None
+    mib: float | None
     try:
+        if len(gpu_info) > MAX_GPU_INFO:
+            raise ValueError("too long to evaluate")
         info = ast.literal_eval(gpu_info)  # SkyPilot writes a Python dict literal
-        return float(info["Gpus"][0]["MemoryInfo"]["SizeInMiB"])
-    except (ValueError, SyntaxError, KeyError, IndexError, TypeError):
-        match = re.search(r"SizeInMiB'?\"?:\s*([0-9.]+)", gpu_info)
-        return float(match.group(1)) if match else None
+        mib = float(info["Gpus"][0]["MemoryInfo"]["SizeInMiB"])
+    except (ValueError, SyntaxError, KeyError, IndexError, TypeError, OverflowError,
+            RecursionError, MemoryError):
+        match = re.search(r"SizeInMiB'?\"?:\s*([0-9.]{1,20})", gpu_info)
+        try:
+            mib = float(match.group(1)) if match else None
+        except ValueError:
+            mib = None
+    # a GPU's memory is a finite size under 4 TiB; anything else is not a reading
+    return mib if mib is not None and math.isfinite(mib) and 0 < mib < (4 << 20) else None
 
 
 def _specific(a: str, b: str) -> str:
@@ -99,33 +130,41 @@ def _specific(a: str, b: str) -> str:
 def parse_vms_csv(cloud: str, text: str, regions: Sequence[str] | None = None,
                   fetched_at: float = 0.0, url: str = "") -> list[CachedPrice]:
     """The accelerator offers of one cloud's vms.csv as cached prices (on-demand and spot per
-    instance type and region). Raises ValueError when the file is not a vms.csv."""
+    instance type and region). Raises ValueError when the file is not a vms.csv, or a row
+    holds a count that is not one (inf, nan, negative, absurd) or a field longer than csv's
+    limit (128 KiB): such a file is refused whole, naming the line, the field and the value."""
     reader = csv.DictReader(text.splitlines())
-    need = {"InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region"}
-    if not reader.fieldnames or not need.issubset(reader.fieldnames):
-        raise ValueError(f"not a SkyPilot vms.csv (columns {reader.fieldnames}; need "
-                         f"{', '.join(sorted(need))})")
-    wanted = {r.lower() for r in regions} if regions else None
-    rows = [r for r in reader if wanted is None or (r.get("Region") or "").lower() in wanted]
+    try:
+        need = {"InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region"}
+        if not reader.fieldnames or not need.issubset(reader.fieldnames):
+            raise ValueError(f"not a SkyPilot vms.csv (columns {str(reader.fieldnames)[:200]}; "
+                             f"need {', '.join(sorted(need))})")
+        wanted = {r.lower() for r in regions} if regions else None
+        rows = [(reader.line_num, r) for r in reader
+                if wanted is None or (r.get("Region") or "").lower() in wanted]
+    except csv.Error as exc:  # a field past csv.field_size_limit(), a NUL byte ...
+        # the line being read when it failed is the one after the last one read
+        what = (f"a field longer than {csv.field_size_limit()} bytes"
+                if "field limit" in str(exc) else str(exc)[:100])
+        raise ValueError(f"line {reader.line_num + 1}: {what}; not a SkyPilot vms.csv") \
+            from None
+    counts = {id(r): _count(r.get("AcceleratorCount"), line) for line, r in rows}
     # GCP GPU rows: (accelerator, count, zone or region) -> (price, spot) for that many GPUs.
     gpu_parts: dict[tuple[str, int, str], tuple[float | None, float | None]] = {}
     if cloud == "gcp":
-        for r in rows:
+        for _, r in rows:
             if not (r.get("InstanceType") or "").strip() and (r.get("AcceleratorName") or "").strip():
-                count = int(float(r.get("AcceleratorCount") or 0))
+                count = int(counts[id(r)])
                 place = (r.get("AvailabilityZone") or r["Region"]).strip()
                 gpu_parts[(r["AcceleratorName"].strip(), count, place)] = (
                     _num(r.get("Price")), _num(r.get("SpotPrice")))
     offers: dict[tuple[str, str], _Offer] = {}
-    for r in rows:
+    for _, r in rows:
         itype = (r.get("InstanceType") or "").strip()
         accel = (r.get("AcceleratorName") or "").strip()
         if not itype or not accel:
             continue  # a GPU part (GCP) or a CPU-only VM
-        try:
-            count = int(float(r.get("AcceleratorCount") or 0))
-        except ValueError:
-            continue
+        count = int(counts[id(r)])
         if count <= 0:
             continue
         price, spot = _num(r.get("Price")), _num(r.get("SpotPrice"))

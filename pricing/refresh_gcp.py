@@ -127,7 +127,7 @@ def _unit_price(sku: dict[str, Any]) -> float | None:
         rates = sku["pricingInfo"][0]["pricingExpression"]["tieredRates"]
         money = rates[-1]["unitPrice"]  # the last tier: past any free tier
         return int(money.get("units") or 0) + int(money.get("nanos") or 0) / 1e9
-    except (KeyError, IndexError, TypeError, ValueError):
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError):  # save() checks range
         return None
 
 

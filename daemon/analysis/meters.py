@@ -7,6 +7,7 @@ hand their latest result to the ledger.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import urllib.request
@@ -20,6 +21,7 @@ from daemon.analysis.cost import HOURS_PER_MONTH
 DEFAULT_STORAGE_PRICE_PER_GB_MONTH = 0.08
 STORAGE_WALK_BUDGET_S = 2.0  # one storage walk stops after this and says it is partial
 UNIT_COST_TIMEOUT_S = 1.0
+MAX_EXPOSITION_BYTES = 4 << 20  # a process's /metrics is kilobytes; more is not a counter page
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +99,21 @@ def read_counter(url: str, metric: str, labels: Mapping[str, str] | None = None,
                  timeout_s: float = UNIT_COST_TIMEOUT_S) -> float:
     """The value of a Prometheus counter from a text exposition endpoint, summed over the
     series that carry `labels`. `metric` may be given with or without `_total`.
-    Raises OSError (unreachable, timeout) or ValueError (not there / not parseable)."""
+    The answer is read within `timeout_s` in all and MAX_EXPOSITION_BYTES; the value is a
+    finite number of at least 0. Raises OSError (unreachable, timeout, too large) or
+    ValueError (not there / not parseable / not a count)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    from pricing.http import FetchError, read_bounded_sync
+
+    deadline = time.monotonic() + timeout_s
     with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
-        text = response.read(4 << 20).decode("utf-8", errors="replace")
+        try:
+            raw = read_bounded_sync(response, max_bytes=MAX_EXPOSITION_BYTES,
+                                    deadline=deadline, shown=url)
+        except FetchError as exc:
+            raise TimeoutError(str(exc)) from None
+    text = raw.decode("utf-8", errors="replace")
     base = metric.removesuffix("_total")
     wanted = {metric, base, base + "_total"}
     found = False
@@ -114,7 +126,11 @@ def read_counter(url: str, metric: str, labels: Mapping[str, str] | None = None,
                 continue  # _created and the like
             if labels and any(sample.labels.get(k) != v for k, v in labels.items()):
                 continue
-            total += float(sample.value)
+            value = float(sample.value)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{url}: {sample.name}={sample.value!r} is not a count (a "
+                                 "finite number of at least 0)")
+            total += value
             found = True
     if not found:
         raise ValueError(f"{url} exposes no counter {metric!r}"

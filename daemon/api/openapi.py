@@ -216,11 +216,14 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "requestBody": _body({"type": "object", "properties": {
             "since": {"oneOf": [SNAPSHOT_SPAN, {"type": "string", "pattern": DURATION}],
                       "description": "how far back from until (default 30m)"},
-            "until": {"oneOf": [{"type": "number"}, {"type": "string"}],
-                      "description": "Unix seconds or ISO 8601 (default now)"},
+            "until": {"oneOf": [{"type": "number", "minimum": 1577836800},
+                                {"type": "string"}],
+                      "description": "Unix seconds or ISO 8601 (default now): a past time, "
+                                     "not before 2020-01-01"},
             "html": {"type": "boolean"},
-            "upload": {"type": "string", "pattern": "^s3://",
-                       "description": "s3://BUCKET/PREFIX"}}}),
+            "upload": {"type": "boolean",
+                       "description": "also upload to the daemon's [snapshots].upload; the "
+                                      "target is set in the config only (a string is a 400)"}}}),
         "responses": {"201": _json(_ref("Snapshot"), "the snapshot written"), "400": BAD,
                       "503": _error("the store cannot be read or the folder written now")},
     },

@@ -1,13 +1,15 @@
 """The /v1/snapshots handlers: take a snapshot, list them, download one.
 
     POST /v1/snapshots            {"since": "30m" | seconds, "until": time, "html": bool,
-                                   "upload": "s3://BUCKET/PREFIX"}  -> 201 the snapshot taken
+                                   "upload": bool}  -> 201 the snapshot taken
     GET  /v1/snapshots            -> {"folder": ..., "snapshots": [...]} newest first
     GET  /v1/snapshots/{name}     -> the file (a .db snapshot or its .html report)
 
 A snapshot is always written into the daemon's snapshots folder (a client never chooses a path
-the root daemon writes to); `mlcostd snapshot --out` downloads it from there. The work runs in
-a thread (daemon.take_snapshot), one snapshot at a time.
+the root daemon writes to); `mlcostd snapshot --out` downloads it from there. Nor does a client
+choose where it is uploaded: `"upload": true` asks for an upload to `[snapshots].upload` of the
+daemon's config, the only target the daemon's credentials are used for. The work runs in a
+thread (daemon.take_snapshot), one snapshot at a time.
 """
 
 from __future__ import annotations
@@ -38,26 +40,35 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def _shown(value: Any) -> str:
+    """A request's value for an error message: repr, cut to 60 characters."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**60 else \
+        f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def snapshot_range(body: dict[str, Any], now: float) -> tuple[float, float]:
-    """(since, until) in Unix seconds from a request body; ValueError names the bad value."""
+    """(since, until) in Unix seconds from a request body: since 1 s to 7 days before until,
+    until a time from 2020 (clock.MIN_TIME: nothing is recorded earlier) to a minute from now.
+    ValueError names the field, the value and what is allowed."""
     raw_since = body.get("since", DEFAULT_SINCE_S)
     try:
         span = parse_duration(raw_since)
     except (ValueError, TypeError):
-        raise ValueError(f"since={raw_since!r} is not a duration (e.g. 30m, 2h, or seconds)") \
-            from None
+        raise ValueError(f"since={_shown(raw_since)} is not a duration; give e.g. 30m, 2h or "
+                         f"seconds, from 1 s to {MAX_SINCE_S:g} s") from None
     if not (math.isfinite(span) and 1 <= span <= MAX_SINCE_S):
-        raise ValueError(f"since={raw_since!r} must be between 1 s and {MAX_SINCE_S:g} s")
+        raise ValueError(f"since={_shown(raw_since)} must be between 1 s and {MAX_SINCE_S:g} s")
     raw_until = body.get("until")
     until = now
     if raw_until is not None:
         try:
             until = clock.parse_time(raw_until)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise ValueError(f"until: {exc}") from None
-        if not (math.isfinite(until) and 0 < until <= now + 60):
-            raise ValueError(f"until={raw_until!r} must be a past time (Unix seconds or ISO "
-                             "8601)")
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"until={_shown(raw_until)}: {exc}") from None
+        if until > now + 60:
+            raise ValueError(f"until={_shown(raw_until)} must be a past time (Unix seconds or "
+                             "ISO 8601), not after now")
     return until - span, until
 
 
@@ -81,6 +92,24 @@ def open_snapshot_file(folder: Path, name: str) -> int:
     return fd
 
 
+def upload_asked(body: dict[str, Any], configured: str) -> bool:
+    """Whether a request asks for an upload (to `configured`, [snapshots].upload). ValueError
+    when it names a target (only the config does) or asks for one none is configured."""
+    upload = body.get("upload", False)
+    if isinstance(upload, str):
+        raise ValueError(
+            f"upload={_shown(upload)}: a request cannot say where to upload; the target is set "
+            "in the daemon's config ([snapshots].upload = \"s3://BUCKET/PREFIX\"); send "
+            "\"upload\": true to upload there")
+    if not isinstance(upload, bool):
+        raise ValueError(f"upload={_shown(upload)} must be true or false")
+    if upload and not configured:
+        raise ValueError("upload=true, but the daemon has no upload target; set "
+                         "[snapshots].upload = \"s3://BUCKET/PREFIX\" in its config and "
+                         "restart it")
+    return upload
+
+
 def add_snapshot_routes(app: web.Application, daemon: Any,
                         read_body: Any) -> None:
     """The /v1/snapshots routes over `daemon` (a runtime.daemon.Daemon); `read_body` is the
@@ -96,15 +125,15 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
             return _error(400, str(exc))
         html = body.get("html", False)
         if not isinstance(html, bool):
-            return _error(400, f"html={html!r} must be true or false")
-        upload = body.get("upload")
-        if upload is not None and (not isinstance(upload, str) or not upload.startswith(
-                "s3://")):
-            return _error(400, f"upload={str(upload)[:80]!r} must be s3://BUCKET/PREFIX")
+            return _error(400, f"html={_shown(html)} must be true or false")
+        try:
+            upload = upload_asked(body, daemon.config.snapshots.upload)
+        except ValueError as exc:
+            return _error(400, str(exc))
         try:
             result = await daemon.take_snapshot(since=since, until=until, html=html,
-                                                upload=upload or None)
-        except BadSnapshotRequest as exc:  # e.g. a malformed upload URL
+                                                upload=upload)
+        except BadSnapshotRequest as exc:  # the request is wrong, not the store or the disk
             return _error(400, str(exc))
         except SnapshotError as exc:  # the store cannot be read or the folder written now
             return _error(503, str(exc))

@@ -145,10 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     observed.add_argument("--observed", action="store_true",
                           help="list the instances that fit what the recorded GPU processes "
                                "needed (GPUs, peak memory), with the cost of one run")
-    observed.add_argument("--pid", type=int, help="with --observed: only this process")
+    observed.add_argument("--pid", type=pricing_cli.number_in(1, 1 << 22, whole=True),
+                          help="with --observed: only this process")
     observed.add_argument("--since", default="1h", metavar="DURATION",
                           help="with --observed: the window to read (default 1h)")
-    observed.add_argument("--run-hours", type=float, metavar="H",
+    observed.add_argument("--run-hours", type=pricing_cli.number_in(0.001, 24 * 366),
+                          metavar="H",
                           help="with --observed: hours of one run (default: the observed "
                                "runtime so far)")
     observed.add_argument("--config", metavar="FILE",
@@ -315,10 +317,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from daemon.commands import report
     from daemon.store.reader import StoreReader
+    from daemon.store.shape import READ_ERRORS, StoreShapeError, check_shape, read_failure
 
     config = _load_config(args)
     try:
         since = config_module.parse_duration(args.since)
+        if since < 1:
+            raise ValueError(f"{args.since!r} must be at least 1 s")
     except ValueError as exc:
         print(f"mlcostd report: --since {exc}", file=sys.stderr)
         return 2
@@ -331,12 +336,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         reader = StoreReader(str(db), tidy=True)
         try:
+            check_shape(reader)  # a view or a missing column: refused before any row is read
             document = report.build(reader, since, config=config)
         finally:
             reader.close()
+    except StoreShapeError as exc:
+        print(f"mlcostd report: {exc}", file=sys.stderr)
+        return 2
     except sqlite3.DatabaseError as exc:
-        print(f"mlcostd report: {db} is not an mlcostd database ({exc}); pass the daemon's "
-              "database (--db, [daemon].db) or a copy of it", file=sys.stderr)
+        print(f"mlcostd report: {db} is not an mlcostd database "
+              f"({' '.join(str(exc).split())[:160]}); pass the daemon's database (--db, "
+              "[daemon].db) or a copy of it", file=sys.stderr)
+        return 2
+    except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
+        print(f"mlcostd report: {read_failure(db, exc)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(document, indent=2))
@@ -358,6 +371,8 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
         return 1
     try:
         since = config_module.parse_duration(args.since)
+        if since < 1:
+            raise ValueError(f"{args.since!r} must be at least 1 s")
     except ValueError as exc:
         print(f"mlcostd prices: --since {exc}", file=sys.stderr)
         return 2

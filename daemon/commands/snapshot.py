@@ -31,9 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "[snapshots].folder or snapshots/ beside the database)")
     parser.add_argument("--html", action="store_true",
                         help="also write the HTML report beside it (FILE.html)")
-    parser.add_argument("--upload", metavar="s3://BUCKET/PREFIX",
-                        help="also upload the file(s) to S3 (boto3 credentials; "
-                             "[snapshots].sse_kms_key_id and storage_class apply)")
+    # A flag, not a place: with a daemon running the daemon uploads with its own credentials,
+    # so the target is its config's, never the caller's. An old-style URL gets a clear error.
+    parser.add_argument("--upload", nargs="?", const=True, default=False, metavar="",
+                        help="also upload the file(s) to S3, to [snapshots].upload of the "
+                             "config (boto3 credentials; [snapshots].sse_kms_key_id and "
+                             "storage_class apply); to put a copy elsewhere, `aws s3 cp` it")
     parser.add_argument("--render", metavar="FILE.db",
                         help="only write the HTML report of an existing snapshot or store "
                              "(to --out, default FILE.html)")
@@ -45,15 +48,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     if args.render:
         return _render(args)
+    if args.upload is not True and args.upload is not False:
+        print(f"mlcostd snapshot: --upload {args.upload!r}: --upload takes no target; the "
+              "target is [snapshots].upload in the config (the daemon's, when one is running), "
+              "so neither a client nor a request chooses where root's credentials upload; to "
+              f"put a copy elsewhere, `aws s3 cp FILE {args.upload}`", file=sys.stderr)
+        return 2
+    if args.upload and not config.snapshots.upload:
+        print(f"mlcostd snapshot: --upload, but the config ({config.source}) sets no "
+              "[snapshots].upload; add upload = \"s3://BUCKET/PREFIX\" under [snapshots]",
+              file=sys.stderr)
+        return 2
     try:
         span = config_module.parse_duration(args.since)
-        if span <= 0:
-            raise ValueError(f"{args.since!r} must be longer than 0 s")
+        if span < 1:
+            raise ValueError(f"{args.since!r} must be longer than 0 s (at least 1 s)")
     except ValueError as exc:
         print(f"mlcostd snapshot: --since {exc}", file=sys.stderr)
         return 2
     try:
         until = clock.parse_time(args.until) if args.until else clock.now()
+        if until > clock.now() + 60:
+            raise ValueError(f"{args.until!r} is in the future; give a past time")
     except ValueError as exc:
         print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
         return 2
@@ -67,7 +83,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
         try:
             result = take_snapshot(config, since=until - span, until=until, out=out,
-                                   html=args.html, upload=args.upload)
+                                   html=args.html,
+                                   upload=config.snapshots.upload if args.upload else None)
         except SnapshotError as exc:
             print(f"mlcostd snapshot: {exc}", file=sys.stderr)
             return 1
@@ -82,7 +99,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     return 0 if all(u.get("ok") for u in result.get("upload") or []) else 1
 
 
-def _through_api(config: Config, span: float, until: float, html: bool, upload: str | None,
+def _through_api(config: Config, span: float, until: float, html: bool, upload: bool,
                  out: Path | None) -> dict[str, Any] | None:
     """Take it through the running daemon; None when no daemon answers (go direct)."""
     from daemon.client import ApiError, Client, ClientError, DaemonUnavailable
@@ -135,6 +152,7 @@ def describe(result: dict[str, Any]) -> str:
 def _render(args: argparse.Namespace) -> int:
     from daemon.replay import Replay, ReplayError
     from daemon.runtime.snapshots import render_html_file
+    from daemon.store.shape import READ_ERRORS, read_failure
 
     source = Path(args.render)
     try:
@@ -145,6 +163,9 @@ def _render(args: argparse.Namespace) -> int:
     target = Path(args.out) if args.out else source.with_suffix(".html")
     try:
         render_html_file(source, target)
+    except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
+        print(f"mlcostd snapshot --render: {read_failure(source, exc)}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"mlcostd snapshot --render: cannot write {target}: {exc.strerror}",
               file=sys.stderr)

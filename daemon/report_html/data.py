@@ -19,6 +19,7 @@ from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.ledger import CostLedger
 from daemon.store import queries
 from daemon.store.reader import StoreReader
+from daemon.store.shape import check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
 
 SERIES_POINTS = 240  # points per chart line: plenty for a page, small for the file
@@ -60,9 +61,12 @@ def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
 
 def collect(path: str | Path, since: float | None = None,
             until: float | None = None) -> ReportData:
-    """Read the report of [since, until] (default: the snapshot's range, else all ticks)."""
+    """Read the report of [since, until] (default: the snapshot's range, else all ticks).
+    Raises StoreShapeError for a file not shaped like a store (checked before any row is
+    read), or one of daemon.store.shape.READ_ERRORS for a row that is not what it should be."""
     reader = StoreReader(str(path), timeout_s=30.0)
     try:
+        check_shape(reader)
         return _collect(reader, Path(path), since, until)
     finally:
         reader.close()

@@ -473,11 +473,13 @@ class Daemon:
     # -- snapshots (daemon/runtime/snapshots.py) -----------------------------------------------
 
     async def take_snapshot(self, *, since: float, until: float, html: bool,
-                            upload: str | None) -> dict[str, Any]:
-        """A snapshot by hand (the API's POST /v1/snapshots), written in a thread."""
+                            upload: bool) -> dict[str, Any]:
+        """A snapshot by hand (the API's POST /v1/snapshots), written in a thread; with
+        `upload`, uploaded to the config's [snapshots].upload (the only target there is)."""
         async with self._one_snapshot:
             result = await asyncio.to_thread(
-                take_snapshot, self.config, since=since, until=until, html=html, upload=upload,
+                take_snapshot, self.config, since=since, until=until, html=html,
+                upload=self.config.snapshots.upload if upload else None,
                 trigger={"kind": "manual", "reason": "taken by hand"}, db=self.db,
                 hostname=str(self.host.get("hostname", "")))
             if self.snapshots is not None:  # the folder stays bounded, whoever fills it

@@ -9,12 +9,11 @@ local file: `UploadResult.error` says why, in words, without any credential.
 from __future__ import annotations
 
 import mimetypes
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon import __version__
+from daemon import __version__, config
 from daemon.sources.redact import redact_text
 from daemon.store.snapshot import BadSnapshotRequest
 
@@ -23,8 +22,6 @@ CONTENT_TYPES = {".db": "application/vnd.sqlite3", ".html": "text/html; charset=
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 ATTEMPTS = 3
-
-_S3_URL = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
 
 
 class UploadError(BadSnapshotRequest):
@@ -43,12 +40,12 @@ class UploadResult:
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """s3://BUCKET/PREFIX -> (bucket, prefix without slashes at its ends)."""
-    match = _S3_URL.match(url.strip())
-    if not match:
-        raise UploadError(f"{url!r} is not an S3 location; give s3://BUCKET/PREFIX (a bucket "
-                          "name of 3-63 lower-case letters, digits, dots and dashes)")
-    return match.group("bucket"), (match.group("prefix") or "").strip("/")
+    """s3://BUCKET/PREFIX -> (bucket, prefix without slashes at its ends), by the config's rule
+    (daemon.config.parse_s3_url: no '..' segment, a valid bucket name); UploadError if not."""
+    try:
+        return config.parse_s3_url(url)
+    except ValueError as exc:
+        raise UploadError(str(exc)) from None
 
 
 def content_type(path: Path) -> str:

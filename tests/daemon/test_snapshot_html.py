@@ -121,7 +121,7 @@ def test_snapshot_command_errors_say_what_to_fix(tmp_path):
         (("--since", "soon"), 2, "--since 'soon' is not a duration"),
         (("--since", "0"), 2, "must be longer than 0 s"),
         (("--until", "yesterday-ish"), 2, "--until 'yesterday-ish' is not a time"),
-        (("--upload", "http://x/y"), 1, "is not an S3 location"),
+        (("--upload", "http://x/y"), 2, "--upload takes no target"),  # the config says where
         ((), 1, "no store at"),
     ):
         done = _cli("--db", str(tmp_path / "nothing.db"), "--socket", sock, *args)

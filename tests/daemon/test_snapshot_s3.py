@@ -158,14 +158,19 @@ def test_mlcostd_snapshot_upload_end_to_end(aws, files, tmp_path):
     command = [sys.executable, "-m", "daemon.commands.cli", "snapshot", "--db", str(db),
                "--socket", str(tmp_path / "none.sock"), "--since", "10m", "--html",
                "--out", str(tmp_path / "cli.db")]
-    done = subprocess.run(command + ["--upload", f"s3://{BUCKET}/cli"], capture_output=True,
+    def config(target: str) -> list[str]:  # the target is the config's, never a flag's
+        path = tmp_path / f"{target.split('/')[2]}.toml"
+        path.write_text(f'[snapshots]\nupload = "{target}"\n')
+        return ["--config", str(path), "--upload"]
+
+    done = subprocess.run(command + config(f"s3://{BUCKET}/cli"), capture_output=True,
                           text=True, timeout=120, cwd=ROOT, env=os.environ)
     assert done.returncode == 0, done.stderr
     assert f"uploaded: s3://{BUCKET}/cli/cli.db" in done.stdout
     assert f"uploaded: s3://{BUCKET}/cli/cli.html" in done.stdout
     body = boto3.client("s3").get_object(Bucket=BUCKET, Key="cli/cli.db")["Body"].read()
     assert body == (tmp_path / "cli.db").read_bytes()
-    failed = subprocess.run(command + ["--upload", "s3://missing-bucket-zz/cli"],
+    failed = subprocess.run(command + config("s3://missing-bucket-zz/cli"),
                             capture_output=True, text=True, timeout=120, cwd=ROOT,
                             env=os.environ)
     assert failed.returncode == 1

@@ -1,0 +1,142 @@
+"""A store file handed to mlcost may be damaged or built to hurt (issue 20, item 9): a text in a
+numeric column, a recursive view where a table belongs, a generated column computed on every
+read, a missing column, a virtual table, a JSON value that does not parse. Each reader path a
+user can point at a file (`mlcostd snapshot --render FILE`, `mlcostd report --db FILE`,
+`mlcost-top --replay FILE`) fails with one line on stderr naming the file, exit status 2, no
+traceback, in seconds (the recursive view ran 30 s into a traceback). The files are real
+snapshots, then changed with sqlite3 as a hostile user would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.store.snapshot import write_snapshot
+from tests.daemon.scripted import T0, recording_daemon
+from tests.livedaemon import ROOT
+
+RECURSIVE = ("WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM r) SELECT n AS ts, "
+             "0 AS gpu, 0 AS status, 1 AS util, 1 AS sm, 1 AS mem, 1 AS power_mw, 1 AS temp, "
+             "1 AS sm_clock, 1 AS mem_clock, NULL AS error FROM r")
+# What a hostile user does to a good snapshot, and the words the one line must hold.
+HOSTILE = {
+    "text-in-a-numeric-column": (
+        ["UPDATE gpu_samples SET util = 'lots', power_mw = 'x' WHERE gpu = 0"],
+        "a value of the wrong type"),
+    "recursive-view-for-a-table": (
+        ["DROP TABLE gpu_samples", f"CREATE VIEW gpu_samples AS {RECURSIVE}"],
+        "'gpu_samples' is a view, not a table"),
+    "recursive-view-for-ticks": (
+        ["DROP TABLE ticks", "CREATE VIEW ticks AS WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL "
+         "SELECT n + 1 FROM r) SELECT n AS tick, n AS ts, 1 AS n_gpus, 0 AS n_processes, "
+         "NULL AS nvml_status, 0 AS io_some, 0 AS io_full, 0 AS cpu_some, 0 AS io_some_us, "
+         "0 AS io_full_us, 0 AS cpu_some_us FROM r"],
+        "'ticks' is a view, not a table"),
+    "generated-column": (
+        ["DROP TABLE stacks", "CREATE TABLE stacks (hash TEXT PRIMARY KEY, frames TEXT "
+         "GENERATED ALWAYS AS (hex(zeroblob(50000000))) VIRTUAL)"],
+        "generated column(s) frames"),
+    "missing-column": (
+        ["ALTER TABLE gpu_samples DROP COLUMN temp"],
+        "table 'gpu_samples' lacks the column(s) temp"),
+    "virtual-table": (
+        ["DROP TABLE stacks", "CREATE VIRTUAL TABLE stacks USING fts5(hash, frames)"],
+        "'stacks' is not a plain table"),
+    "circular-view": (
+        ["DROP TABLE events", "CREATE VIEW events AS SELECT * FROM events"],
+        "'events' is a view, not a table"),
+}
+# mlcost-top would start its screen on a file whose damage is in the rows (it shows the error
+# there, in the app); the others it refuses before it starts.
+REFUSED_AT_OPEN = {"recursive-view-for-a-table", "recursive-view-for-ticks", "generated-column",
+                   "missing-column", "virtual-table", "circular-view"}
+MAX_SECONDS = 20.0  # each refusal is a schema check and a few queries: well under a second
+
+
+@pytest.fixture(scope="module")
+def good_snapshot(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("hostile")
+    daemon = recording_daemon(folder, 5.0, ticks=20)
+    assert daemon.store is not None
+    daemon.store.close()
+    snapshot = folder / "good.db"
+    write_snapshot(folder / "mlcost.db", snapshot, T0, T0 + 21)
+    return snapshot
+
+
+def hostile_copy(good: Path, folder: Path, name: str) -> Path:
+    path = folder / f"{name}.db"
+    shutil.copyfile(good, path)
+    conn = sqlite3.connect(path)
+    try:
+        for statement in HOSTILE[name][0]:
+            conn.execute(statement)
+        conn.commit()
+    except sqlite3.OperationalError as exc:  # e.g. an SQLite built without fts5
+        pytest.skip(f"this SQLite cannot build the {name} case: {exc}")
+    finally:
+        conn.close()
+    return path
+
+
+def run(*command: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run(list(command), capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "TERM": "dumb"}, stdin=subprocess.DEVNULL)
+    return done, time.monotonic() - started
+
+
+def assert_one_line(done: subprocess.CompletedProcess[str], took: float, path: Path,
+                    words: str) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.endswith("\n"), done.stderr
+    assert str(path) in done.stderr and words in done.stderr, done.stderr
+    assert took < MAX_SECONDS, f"{took:.1f} s"
+
+
+MLCOSTD = [sys.executable, "-m", "daemon"]
+MLCOST_TOP = [sys.executable, "-c", "import sys; from mlcost_tui.cli import main; "
+              "sys.exit(main(sys.argv[1:]))"]
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_snapshot_render_of_a_hostile_store_is_one_line(good_snapshot, tmp_path, name):
+    path = hostile_copy(good_snapshot, tmp_path, name)
+    done, took = run(*MLCOSTD, "snapshot", "--render", str(path), "--out",
+                     str(tmp_path / "out.html"))
+    assert_one_line(done, took, path, HOSTILE[name][1])
+    assert not (tmp_path / "out.html").exists()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_report_of_a_hostile_store_is_one_line(good_snapshot, tmp_path, name):
+    path = hostile_copy(good_snapshot, tmp_path, name)
+    done, took = run(*MLCOSTD, "report", "--db", str(path), "--since", "1d")
+    assert_one_line(done, took, path, HOSTILE[name][1])
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_AT_OPEN))
+def test_replay_of_a_hostile_store_is_one_line(good_snapshot, tmp_path, name):
+    path = hostile_copy(good_snapshot, tmp_path, name)
+    done, took = run(*MLCOST_TOP, "--replay", str(path))
+    assert_one_line(done, took, path, HOSTILE[name][1])
+
+
+def test_the_good_snapshot_still_renders_reports_and_opens(good_snapshot, tmp_path):
+    from daemon.replay import Replay
+
+    done, _ = run(*MLCOSTD, "snapshot", "--render", str(good_snapshot), "--out",
+                  str(tmp_path / "good.html"))
+    assert done.returncode == 0, done.stderr
+    done, _ = run(*MLCOSTD, "report", "--db", str(good_snapshot), "--since", "1d")
+    assert done.returncode == 0, done.stderr
+    with Replay(good_snapshot) as replay:
+        assert replay.times()
