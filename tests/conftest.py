@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import lifeline
 import livedaemon
 import pynvml
 import pytest
@@ -38,7 +39,9 @@ def mlcostd(tmp_path_factory) -> Iterator[Callable[..., livedaemon.LiveDaemon]]:
     """Start real daemons: `mlcostd(scenario, interval=..., config=..., args=...)` runs
     `mlcostd run --simulate` with its own db and socket and returns once /v1/health says ok.
     Every daemon still running at the end of the module is stopped with SIGTERM, and the
-    module fails if it did not exit 0 or left any process of its own tree running."""
+    module fails if it did not exit 0 or left any process of its own tree running; whatever is
+    left in its process group is then killed. Should pytest itself be killed, the daemons get
+    a parent-death SIGKILL (tests/lifeline.py)."""
     started: list[livedaemon.LiveDaemon] = []
 
     def start(scenario_name: str = "idle-host", **kwargs) -> livedaemon.LiveDaemon:
@@ -49,12 +52,16 @@ def mlcostd(tmp_path_factory) -> Iterator[Callable[..., livedaemon.LiveDaemon]]:
 
     yield start
     problems = []
-    for daemon in started:
-        if daemon.returncode is None:
-            code = daemon.stop(check_tree=False)
-            if code != 0:
-                problems.append(f"mlcostd pid {daemon.pid} exited {code}\n{daemon.log_tail()}")
-    for daemon in started:
-        daemon.wait_tree_gone()
+    try:
+        for daemon in started:
+            if daemon.returncode is None:
+                code = daemon.stop(check_tree=False)
+                if code != 0:
+                    problems.append(f"mlcostd pid {daemon.pid} exited {code}\n{daemon.log_tail()}")
+        for daemon in started:
+            daemon.wait_tree_gone()
+    finally:
+        for daemon in started:  # after the check, so a leak still fails the module
+            lifeline.kill_group(daemon.pid)
     if problems:
         pytest.fail("\n".join(problems))
