@@ -4,6 +4,7 @@ mlcostd daemons on simulated hosts (tests/livedaemon.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import lifeline
 import livedaemon
@@ -12,6 +13,28 @@ import pytest
 
 from daemon.sim import nvml as sim_nvml
 from daemon.sim import scenario
+
+# The fault suite's table of faults tried; a plugin so the xdist controller prints it too.
+pytest_plugins = ["faulttable"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (`-n N`, `--dist loadgroup` from pyproject.toml), a worker takes a
+    whole module at a time, so a module-scoped daemon starts once, not once per worker; tests
+    marked `xdist_group("serial")` (those that cannot share the machine with each other) all go
+    to one worker, one after another."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ByModuleOrGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # "path::test[param]@group"
+                return nodeid.split("@")[-1]
+            return nodeid.split("::", 1)[0]
+
+    return ByModuleOrGroup(config, log)
 
 
 @pytest.fixture
