@@ -3,6 +3,7 @@ mlcostd daemons on simulated hosts (tests/livedaemon.py)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -88,3 +89,29 @@ def mlcostd(tmp_path_factory) -> Iterator[Callable[..., livedaemon.LiveDaemon]]:
             lifeline.kill_group(daemon.pid)
     if problems:
         pytest.fail("\n".join(problems))
+
+
+@pytest.fixture(scope="session")
+def shared_daemon(tmp_path_factory) -> Iterator[livedaemon.LiveDaemon]:
+    """One real daemon for the whole session (per xdist worker), for the tests that only read
+    it: `mlcostd run --simulate idle-host --interval 0.5` with the API on its unix socket and
+    on TCP (its token beside the socket) and /metrics on a listener of its own. No actions
+    are allowed, and no idle event fires within a day, so what it serves does not change in
+    kind over the session (no recommendation, no incident snapshot). A test that changes what
+    it records or serves (actions, snoozes, faults, stopping it) starts its own with `mlcostd`.
+    Stopped at the end of the session; the session fails if it did not exit 0 or left any of
+    its processes running."""
+    daemon = livedaemon.start(
+        tmp_path_factory.mktemp("mlcostd-shared"), "idle-host", interval=0.5,
+        config={"idle": {"gpu_held_after": "24h", "gpu_unheld_after": "24h", "host_after": "24h"}},
+        args=["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+    try:
+        daemon.wait_for_ticks(3)
+        yield daemon
+        code = daemon.stop()  # checks that its process tree is gone
+        if code != 0:
+            pytest.fail(f"the shared mlcostd pid {daemon.pid} exited {code}\n{daemon.log_tail()}")
+    finally:
+        if daemon.returncode is None:
+            daemon.stop(signal.SIGKILL, check_tree=False)
+        lifeline.kill_group(daemon.pid)
