@@ -115,3 +115,29 @@ def shared_daemon(tmp_path_factory) -> Iterator[livedaemon.LiveDaemon]:
         if daemon.returncode is None:
             daemon.stop(signal.SIGKILL, check_tree=False)
         lifeline.kill_group(daemon.pid)
+
+
+@pytest.fixture
+def fresh_catalog() -> Iterator[None]:
+    """The price catalog is cached per process (pricing.catalog): a test that prices anything
+    starts and ends with that cache cleared, so it never sees another test's cache file or
+    extra catalogs. The one copy of this fixture (tests/pricing uses it for every test)."""
+    from pricing.catalog import clear_catalog_cache
+
+    clear_catalog_cache()
+    yield
+    clear_catalog_cache()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """One standalone moto server for the session, on a free localhost port: EC2 (spot price
+    history, the resize action) and S3/KMS (snapshot uploads). Tests keep apart by what they
+    create (their own bucket, their own instances)."""
+    from moto.server import ThreadedMotoServer  # moto[server] is in the test extra
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
