@@ -42,8 +42,8 @@ def recording_daemon(tmp_path: Path, idle_utilization: float, ticks: int = 5) ->
                    "idle_utilization_pct": idle_utilization}
     daemon.store.set_meta("host", daemon.host)
     daemon.analyzer = build_analyzer(config, PRICE, None)
-    script = (sample(i) for i in itertools.count(1))  # more ticks: call daemon._tick()
+    script = (sample(i) for i in itertools.count(1))  # more ticks: call daemon.tick_now()
     daemon.collect = lambda: next(script)  # type: ignore[method-assign]
     for _ in range(ticks):
-        daemon._tick()
+        daemon.tick_now()
     return daemon
