@@ -3,6 +3,7 @@ started when mlcost-top exits."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import shutil
@@ -11,9 +12,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 STOP_WAIT_S = 15.0
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with(parent: int) -> Callable[[], None]:
+    """In the daemon before exec: SIGTERM it (it then stops its workloads) when mlcost-top dies,
+    even by SIGKILL, so no demo is left running. Start it from the main thread: the kernel
+    signals when the forking thread exits."""
+    def preexec() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # mlcost-top died before prctl ran
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec
 
 
 class EmbeddedDaemon:
@@ -43,7 +62,7 @@ class EmbeddedDaemon:
                  "--config", str(config), "--db", str(self.folder / "demo.db"),
                  "--socket", str(self.socket)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_stop_with(os.getpid()))
 
     def wait_ready(self, timeout_s: float = 20.0) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from lifeline import kill_group, spawn_options
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -46,7 +47,7 @@ def load(url: str, script: str, screenshot: Path | None = None,
     proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}",
                              f"--window-size={size[0]},{size[1]}", "about:blank"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, **spawn_options())
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -61,6 +62,7 @@ def load(url: str, script: str, screenshot: Path | None = None,
     finally:
         proc.kill()
         proc.wait(30)
+        kill_group(proc.pid)  # its renderers and zygotes
         shutil.rmtree(profile, ignore_errors=True)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+from lifeline import kill_group, spawn_options
 from simhost import poll
 
 from daemon.client import Client, ClientError
@@ -168,7 +168,7 @@ class LiveDaemon:
             try:
                 self.proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                kill_group(self.proc.pid)
                 self.proc.wait()
                 self._log_file.close()
                 pytest.fail(f"mlcostd did not stop within {STOP_TIMEOUT_S:g} s of signal "
@@ -210,9 +210,10 @@ def start(folder: Path, scenario: str = "idle-host", *, interval: float | None =
         command += ["--config", str(config_file(folder, config))]
     command += list(args)
     log_file = open(folder / "mlcostd.log", "wb")
-    # Its own session: if it hangs on stop, its whole group can be killed without touching ours.
+    # Its own session: if it hangs on stop, its whole group can be killed without touching ours;
+    # and SIGKILL when pytest dies (its workloads then get their own parent-death SIGTERM).
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, **spawn_options())
     daemon = LiveDaemon(folder, proc, log_file)
     daemon.tree[proc.pid] = psutil.Process(proc.pid)
     if wait:

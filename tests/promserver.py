@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lifeline import spawn_options
 from simhost import poll
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -42,7 +43,7 @@ class Prometheus:
              f"--storage.tsdb.path={folder / 'data'}", "--web.listen-address=127.0.0.1:0",
              "--storage.tsdb.retention.time=1d"],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            **spawn_options())
         try:
             found = poll(lambda: self.proc.poll() is None and _LISTENING.search(self.log()), 60,
                          "prometheus listening", explain=self.log_tail)

@@ -567,6 +567,11 @@ class Daemon:
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
             host=read_pressure(), nvml_status=nvml_status, host_usage=read_host_usage())
 
+    def tick_now(self) -> None:
+        """Take and record one tick now, as the loop does once an interval: collect, store,
+        analyse, snapshot triggers. For drivers that step a daemon tick by tick (the tests)."""
+        self._tick()
+
     def _tick(self) -> None:
         sample = self.collect()
         self.tick = sample.tick

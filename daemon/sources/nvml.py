@@ -454,6 +454,13 @@ class NvmlSource:
         status, gpus, uses, _ = self._view()
         return status, gpus, uses
 
+    def read_at(self, index: int) -> float | None:
+        """When GPU `index`'s latest reading finished (time.monotonic()); None before its first.
+        A read-only view of each GPU reader's cadence."""
+        with self._lock:
+            reading = self._readings.get(index)
+        return reading.read_at if reading is not None else None
+
     def sick_holders(self) -> dict[int, float]:
         """pid -> when it was last seen (wall time) on a GPU that is now lost, failing or not
         answering, for the pids on no GPU that answers: their GPU use is unknown, but they may

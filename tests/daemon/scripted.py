@@ -16,10 +16,10 @@ from daemon.store.writer import Store
 
 PRICE = HostPrice(per_hour=4.0, gpu_count=2, lifecycle="on-demand", instance_type="g5.12xlarge",
                   provider="aws", region="us-east-1", source="test price", as_of=None)
-T0 = time.time() - 30
+T0 = time.time() - 30  # when this module is imported: under xdist, possibly minutes before a test
 
 
-def sample(i: int, utilization: tuple[float, float] = (12.0, 80.0)) -> Sample:
+def sample(i: int, utilization: tuple[float, float] = (12.0, 80.0), t0: float = T0) -> Sample:
     """Tick i: GPU 0 at 12 % (between the 5 % default and a 20 % setting), GPU 1 at 80 %; one
     process on GPU 1 that reads and computes."""
     gpus = tuple(GpuSample(n, f"GPU-{n}", "A10G", utilization=u, memory_used_bytes=1 << 30,
@@ -27,12 +27,15 @@ def sample(i: int, utilization: tuple[float, float] = (12.0, 80.0)) -> Sample:
     proc = ProcessSample(4242, 1000.5, 1, "alice", "python train.py",
                          gpus=(GpuUse(1, 2 << 30, 70.0),), cpu_seconds=0.5 * i, rss_bytes=1 << 28,
                          read_bytes=1_000_000 * i, write_bytes=0, iowait_seconds=0.1 * i)
-    return Sample(ts=T0 + i, tick=i, gpus=gpus, processes=(proc,))
+    return Sample(ts=t0 + i, tick=i, gpus=gpus, processes=(proc,))
 
 
-def recording_daemon(tmp_path: Path, idle_utilization: float, ticks: int = 5) -> Daemon:
+def recording_daemon(tmp_path: Path, idle_utilization: float, ticks: int = 5,
+                     t0: float = T0) -> Daemon:
     """A Daemon that has recorded `ticks` scripted samples through its real tick path (its
-    store open: close it with daemon.store.close())."""
+    store open: close it with daemon.store.close()), the first at t0 + 1. A test that asks for
+    the last minutes (`since_s`, a phase window) passes t0=time.time() - 30: T0 is fixed at
+    import, which may be long before the test runs."""
     config = config_module.from_dict({
         "daemon": {"db": str(tmp_path / "mlcost.db")},
         "idle": {"utilization": idle_utilization}}, where="test")
@@ -42,8 +45,8 @@ def recording_daemon(tmp_path: Path, idle_utilization: float, ticks: int = 5) ->
                    "idle_utilization_pct": idle_utilization}
     daemon.store.set_meta("host", daemon.host)
     daemon.analyzer = build_analyzer(config, PRICE, None)
-    script = (sample(i) for i in itertools.count(1))  # more ticks: call daemon._tick()
+    script = (sample(i, t0=t0) for i in itertools.count(1))  # more ticks: call daemon.tick_now()
     daemon.collect = lambda: next(script)  # type: ignore[method-assign]
     for _ in range(ticks):
-        daemon._tick()
+        daemon.tick_now()
     return daemon

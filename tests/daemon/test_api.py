@@ -324,35 +324,29 @@ def test_no_daemon_is_a_clear_error(tmp_path):
     run(main())
 
 
-def test_resize_dry_run_then_stop_modify_start_on_moto():
+def test_resize_dry_run_then_stop_modify_start_on_moto(moto_endpoint):
     import boto3
-    from moto import server as moto_server  # moto[server] is in the test extra
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        env = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    # the session's moto server (tests/conftest.py): these instances are this test's own
+    env = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
-        def ec2(region: str):
-            return boto3.client("ec2", region_name=region, endpoint_url=f"http://{host}:{port}",
-                                **env)
+    def ec2(region: str):
+        return boto3.client("ec2", region_name=region, endpoint_url=moto_endpoint,
+                            **env)
 
-        client = ec2("us-east-1")
-        image = client.describe_images()["Images"][0]["ImageId"]
-        instance = client.run_instances(ImageId=image, MinCount=1, MaxCount=1,
-                                        InstanceType="p4d.24xlarge")["Instances"][0]
-        rec = {"id": "rec-resize", "action": {
-            "kind": "resize", "provider": "aws", "region": "us-east-1",
-            "from": "p4d.24xlarge", "to": "g5.12xlarge", "instance_id": instance["InstanceId"]}}
-        dry = actions.apply(rec, True, ec2_factory=ec2)
-        assert not dry.done and "would stop" in dry.message and len(dry.steps) == 4
-        with pytest.raises(actions.ActionError):
-            actions.apply(rec, False, allow_actions=False, ec2_factory=ec2)
-        done = actions.apply(rec, False, allow_actions=True, ec2_factory=ec2)
-        assert done.done
-        described = client.describe_instances(InstanceIds=[instance["InstanceId"]])
-        now = described["Reservations"][0]["Instances"][0]
-        assert now["InstanceType"] == "g5.12xlarge"
-    finally:
-        server.stop()
+    client = ec2("us-east-1")
+    image = client.describe_images()["Images"][0]["ImageId"]
+    instance = client.run_instances(ImageId=image, MinCount=1, MaxCount=1,
+                                    InstanceType="p4d.24xlarge")["Instances"][0]
+    rec = {"id": "rec-resize", "action": {
+        "kind": "resize", "provider": "aws", "region": "us-east-1",
+        "from": "p4d.24xlarge", "to": "g5.12xlarge", "instance_id": instance["InstanceId"]}}
+    dry = actions.apply(rec, True, ec2_factory=ec2)
+    assert not dry.done and "would stop" in dry.message and len(dry.steps) == 4
+    with pytest.raises(actions.ActionError):
+        actions.apply(rec, False, allow_actions=False, ec2_factory=ec2)
+    done = actions.apply(rec, False, allow_actions=True, ec2_factory=ec2)
+    assert done.done
+    described = client.describe_instances(InstanceIds=[instance["InstanceId"]])
+    now = described["Reservations"][0]["Instances"][0]
+    assert now["InstanceType"] == "g5.12xlarge"

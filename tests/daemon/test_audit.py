@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -63,7 +64,7 @@ def run_api(tmp_path: Path, rec: dict, requests) -> tuple[list, list[dict]]:
     """A recording daemon that lists `rec`, its API on a real socket; `requests(post)` runs
     against it (post(body) -> (status, json)). Returns what it returned and the action events
     in the store afterwards."""
-    daemon = recording_daemon(tmp_path, idle_utilization=5.0)
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0, t0=time.time() - 30)  # a 600 s report
     daemon.config = config_module.with_overrides(daemon.config, "api", allow_actions=True)
     real_snapshot = daemon.analyzer.snapshot
     daemon.analyzer.snapshot = lambda: dict(real_snapshot(), recommendations=[rec])

@@ -8,6 +8,7 @@ sources are scripted (`collect` returns the samples below), so the values are kn
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.daemon.scripted import recording_daemon
 
 
 def test_live_and_replay_documents_of_one_tick_agree(tmp_path):
-    daemon = recording_daemon(tmp_path, idle_utilization=5.0)
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0, t0=time.time() - 30)
     live = daemon.now()
     daemon.store.close()
     with Replay(daemon.db) as replay:
@@ -47,7 +48,7 @@ def test_live_and_replay_documents_of_one_tick_agree(tmp_path):
 @pytest.mark.parametrize("idle_utilization, gpu0_busy", [(5.0, True), (20.0, False)])
 def test_the_idle_setting_decides_each_gpus_verdict_in_v1_now(tmp_path, idle_utilization,
                                                               gpu0_busy):
-    daemon = recording_daemon(tmp_path, idle_utilization)
+    daemon = recording_daemon(tmp_path, idle_utilization, t0=time.time() - 30)
 
     async def main():
         server = ApiServer(daemon, tmp_path / "run" / "mlcostd.sock")
@@ -68,7 +69,7 @@ def test_the_idle_setting_decides_each_gpus_verdict_in_v1_now(tmp_path, idle_uti
 
 
 def test_the_wasted_history_ends_where_the_header_is_for_a_steady_host(tmp_path):
-    daemon = recording_daemon(tmp_path, idle_utilization=20.0, ticks=8)
+    daemon = recording_daemon(tmp_path, idle_utilization=20.0, ticks=8, t0=time.time() - 30)
 
     async def main():
         server = ApiServer(daemon, tmp_path / "run" / "mlcostd.sock")

@@ -64,11 +64,10 @@ def promtool_check(text: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def daemon(mlcostd):
+def daemon(shared_daemon):
     """idle-host (a notebook holding its one GPU, doing nothing) with /metrics on its own
-    listener and the API on TCP."""
-    return mlcostd("idle-host", interval=0.5,
-                   args=["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+    listener and the API on TCP: the session's shared daemon (tests/conftest.py), only read."""
+    return shared_daemon
 
 
 def test_exposition_passes_promtool_but_for_dcgm_label_names(daemon):

@@ -37,9 +37,11 @@ def test_the_document_is_valid_openapi():
 
 
 @pytest.fixture(scope="module")
-def live(mlcostd):
-    """A real daemon on TCP (the token beside its socket), recording idle-host."""
-    daemon = mlcostd("idle-host", interval=0.5, args=["--listen", "127.0.0.1:0"])
+def live(shared_daemon):
+    """A real daemon on TCP (the token beside its socket), recording idle-host: the session's
+    shared daemon (tests/conftest.py). Without actions allowed, the only state the generated
+    requests can change is a snapshot file (POST /v1/snapshots), which no other test reads."""
+    daemon = shared_daemon
     port = poll(daemon.tcp_port, 30, "the TCP port", explain=daemon.log_tail)
     token = daemon.socket.with_name("mlcostd.token").read_text().strip()
     return daemon, f"http://127.0.0.1:{port}", token

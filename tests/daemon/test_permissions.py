@@ -8,7 +8,11 @@
   the umask.
 - A token file must belong to the daemon's user.
 
-Real daemons (tests/livedaemon.py), real sockets and files; each test only looks at what it made.
+Real sockets and files; each test only looks at what it made. Each refusal is a unit test of
+the check that makes it (daemon.api.server, daemon.store); one real daemon (tests/livedaemon.py)
+per class proves the start-up runs that check before it creates anything: the socket folder,
+the store's files, the token file. (tests/daemon/test_startup_errors.py does the same for the
+config and the database path.)
 """
 
 from __future__ import annotations
@@ -17,13 +21,11 @@ import asyncio
 import os
 import socket
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from livedaemon import START_TIMEOUT_S
-from simhost import poll
 
 from daemon.api.server import ApiError, ApiServer, read_token
 from daemon.store.writer import Store
@@ -51,11 +53,19 @@ def stale_socket(path: Path) -> None:
     sock.close()
 
 
-async def serve_once(folder_socket: Path) -> None:
-    """Start and stop the API alone on `folder_socket` (the socket part needs no daemon)."""
+async def serve_once(folder_socket: Path,
+                     while_serving: Callable[[], None] | None = None) -> None:
+    """Check, start and stop the API alone on `folder_socket` (the socket part needs no
+    daemon), as the daemon does at start-up (ApiServer.check first, before anything is
+    created); `while_serving()` runs while it listens."""
     server = ApiServer(object(), folder_socket)
+    server.check()
     await server.start()
-    await server.stop()
+    try:
+        if while_serving is not None:
+            while_serving()
+    finally:
+        await server.stop()
 
 
 # -- Security 1: the socket folder and the socket path ------------------------------------
@@ -87,18 +97,17 @@ def test_a_group_writable_folder_is_refused_too(tmp_path):
     assert mode(group) == 0o770 and not (group / "mlcostd.sock").exists()
 
 
-def test_a_safe_existing_folder_is_used_as_it_is(tmp_path, mlcostd):
+def test_a_safe_existing_folder_is_used_as_it_is(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     folder.chmod(0o750)  # safe (only its owner writes) but not 0700: must stay 0750
-    daemon = mlcostd("idle-host", wait=False, args=["--socket", str(folder / "mlcostd.sock")])
-    daemon.socket = folder / "mlcostd.sock"  # where the test's client looks for it
-    poll(daemon.healthy, START_TIMEOUT_S, f"mlcostd healthy on {daemon.socket}",
-         explain=daemon.log_tail)
+
+    def listening() -> None:
+        assert stat.S_ISSOCK(os.lstat(folder / "mlcostd.sock").st_mode)
+        assert mode(folder / "mlcostd.sock") == 0o660
+
+    asyncio.run(serve_once(folder / "mlcostd.sock", listening))
     assert mode(folder) == 0o750
-    assert stat.S_ISSOCK(os.lstat(folder / "mlcostd.sock").st_mode)
-    assert mode(folder / "mlcostd.sock") == 0o660
-    assert daemon.stop() == 0
 
 
 def test_a_folder_mlcostd_creates_is_0700_whatever_the_umask(tmp_path):
@@ -119,18 +128,17 @@ def test_a_folder_owned_by_another_user_is_refused(tmp_path):
     assert mode(folder) == 0o755
 
 
-def test_a_regular_file_at_the_socket_path_is_never_replaced(tmp_path, mlcostd):
+def test_a_regular_file_at_the_socket_path_is_never_replaced(tmp_path):
     folder = tmp_path / "api"
     folder.mkdir(mode=0o700)
     precious = folder / "mlcostd.sock"
     precious.write_text("not a socket: someone's file\n")
-    refused = mlcostd("idle-host", wait=False, args=["--socket", str(precious)])
-    assert refused.wait_exit() == 2
-    log = refused.log()
-    assert f"{precious} is a file that is not a socket" in log, refused.log_tail()
-    assert "move it away or pass a different --socket" in log and "Traceback" not in log
+    # ApiServer.check, which the daemon runs before it creates anything (as the shared-folder
+    # test above proves end to end), refuses it
+    with pytest.raises(ApiError, match=f"{precious} is a file that is not a socket.*move it "
+                                       "away or pass a different --socket"):
+        asyncio.run(serve_once(precious))
     assert precious.read_text() == "not a socket: someone's file\n"
-    assert not refused.db.exists() and "simulating" not in log, log  # refused first
 
 
 def test_a_symlink_at_the_socket_path_is_never_followed_or_replaced(tmp_path):
@@ -144,34 +152,36 @@ def test_a_symlink_at_the_socket_path_is_never_followed_or_replaced(tmp_path):
     assert (folder / "mlcostd.sock").is_symlink() and target.read_text() == "kept\n"
 
 
-def test_a_stale_socket_is_replaced(tmp_path, mlcostd):
-    def leave_stale_socket(folder: Path) -> None:
-        (folder / "api").mkdir(mode=0o700)
-        stale_socket(folder / "api" / "mlcostd.sock")
+def test_a_stale_socket_is_replaced(tmp_path):
+    (tmp_path / "api").mkdir(mode=0o700)
+    path = tmp_path / "api" / "mlcostd.sock"
+    stale_socket(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        with pytest.raises(ConnectionRefusedError):  # nobody listens on the stale one
+            client.connect(str(path))
 
-    daemon = mlcostd("idle-host", prepare=leave_stale_socket)
-    assert daemon.healthy()
-    assert daemon.stop() == 0
+    def answers() -> None:  # a new socket, listening where the stale one was
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(path))
+
+    asyncio.run(serve_once(path, answers))
 
 
 # -- Security 2: the store's files ----------------------------------------------------------
 
 
-def test_the_daemons_store_files_are_0600_whatever_the_umask(tmp_path, mlcostd):
+def test_the_daemons_state_folder_is_0700_and_its_store_files_0600_whatever_the_umask(
+        tmp_path, mlcostd):
+    state = tmp_path / "state"
     with umask(0):  # the daemon inherits it: everything it creates would be 0666/0777
-        daemon = mlcostd("idle-host")
+        daemon = mlcostd("idle-host", args=["--db", str(state / "mlcost.db")])
+    daemon.db = state / "mlcost.db"  # where the test reads its ticks
     daemon.wait_for_ticks(2)
+    assert mode(state) == 0o700
     for name in ("mlcost.db", "mlcost.db-wal", "mlcost.db-shm", "mlcost.db.lock"):
-        path = daemon.folder / name
+        path = state / name
         assert path.exists(), f"{path} missing (WAL mode keeps -wal and -shm while it runs)"
         assert mode(path) == 0o600, f"{path} is {mode(path):o}, not 600"
-    assert daemon.stop() == 0
-
-
-def test_the_daemon_creates_its_state_folder_0700_whatever_the_umask(tmp_path, mlcostd):
-    with umask(0):
-        daemon = mlcostd("idle-host", args=["--db", str(tmp_path / "state" / "mlcost.db")])
-    assert mode(tmp_path / "state") == 0o700
     assert daemon.stop() == 0
 
 

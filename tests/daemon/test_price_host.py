@@ -13,16 +13,11 @@ from daemon import config as config_module
 from daemon.analysis.cost import HostPrice
 from daemon.runtime import price_host
 from pricing.cache import CachedPrice, write_cache
-from pricing.catalog import clear_catalog_cache
 
 P5 = {"provider": "aws", "type": "p5.48xlarge", "region": "us-east-1"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_catalog():
-    clear_catalog_cache()
-    yield
-    clear_catalog_cache()
+pytestmark = pytest.mark.usefixtures("fresh_catalog")  # tests/conftest.py
 
 
 def make_config(tmp_path, **sections):

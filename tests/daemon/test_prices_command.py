@@ -11,15 +11,12 @@ import pytest
 
 from daemon.commands.cli import build_parser, main
 from pricing.cache import CachedPrice, write_cache
-from pricing.catalog import BUNDLED_CATALOG, clear_catalog_cache
+from pricing.catalog import BUNDLED_CATALOG
 
 
 @pytest.fixture(autouse=True)
-def _fresh_catalog(monkeypatch, tmp_path):
+def _fresh_catalog(monkeypatch, tmp_path, fresh_catalog):
     monkeypatch.setenv("MLCOST_PRICE_CACHE", str(tmp_path / "default-cache.json"))
-    clear_catalog_cache()
-    yield
-    clear_catalog_cache()
 
 
 def test_the_help_lists_every_refresh_source_audit_and_managed():

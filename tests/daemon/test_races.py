@@ -50,7 +50,7 @@ def test_apply_reads_the_analyzer_on_the_loop_while_ticks_run(tmp_path):
         async def tick_forever() -> int:  # the loop mutates the analyzer meanwhile
             ticks = 0
             while not stop.is_set():
-                daemon._tick()
+                daemon.tick_now()
                 ticks += 1
                 await asyncio.sleep(0)
             return ticks
@@ -97,7 +97,7 @@ def test_watch_reads_the_store_off_the_event_loop(tmp_path, monkeypatch, capsys)
 
         async def tick_until_watched(views: int) -> None:
             while len(builders) < views:  # the recorder keeps writing while the view reads
-                daemon._tick()
+                daemon.tick_now()
                 await asyncio.sleep(0.01)
 
         try:
@@ -147,7 +147,7 @@ def test_a_slow_phases_call_does_not_hold_the_tick(tmp_path):
                     await asyncio.sleep(0.01)
                 before = daemon.tick
                 for _ in range(5):  # ticks while the phases read is in progress
-                    daemon._tick()
+                    daemon.tick_now()
                     await asyncio.sleep(0)
                 ticked = daemon.tick - before
                 pending = not call.done()

@@ -14,16 +14,11 @@ from daemon.sources.sample import GpuSample, Sample
 from daemon.store.reader import StoreReader
 from daemon.store.writer import Store
 from pricing.cache import CachedPrice, write_cache
-from pricing.catalog import clear_catalog_cache
 
 P4D = {"provider": "aws", "type": "p4d.24xlarge", "region": "us-east-1"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_catalog():
-    clear_catalog_cache()
-    yield
-    clear_catalog_cache()
+pytestmark = pytest.mark.usefixtures("fresh_catalog")  # tests/conftest.py
 
 
 def make_config(tmp_path, **sections):

@@ -26,14 +26,8 @@ BUCKET = "mlcost-incidents"
 
 
 @pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer  # moto[server] is in the test extra
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+def endpoint(moto_endpoint) -> str:
+    return moto_endpoint  # the session's moto server (tests/conftest.py)
 
 
 @pytest.fixture

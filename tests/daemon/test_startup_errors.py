@@ -17,6 +17,9 @@ import pytest
 from livedaemon import MLCOSTD, ROOT
 from simhost import poll
 
+from daemon import config as config_module
+from daemon.api.server import ApiError, check_token_path
+from daemon.config import ConfigError
 from daemon.store.schema import SCHEMA_VERSION
 
 
@@ -76,10 +79,20 @@ def _huge(folder: Path) -> str:
     (_folder, ["not a regular file"]),
     (_huge, ["larger than 1 MiB"]),
 ], ids=["non-utf8", "fifo", "dev-zero", "directory", "huge"])
-def test_a_config_that_is_not_a_small_utf8_file_is_one_line(tmp_path, make_config, says):
+def test_a_config_that_is_not_a_small_utf8_file_is_refused_with_its_path(tmp_path, make_config,
+                                                                         says):
     config = make_config(tmp_path)
+    with pytest.raises(ConfigError) as refused:  # without blocking on the FIFO or /dev/zero
+        config_module.load(config)
+    for text in [config, *says]:
+        assert text in str(refused.value)
+
+
+def test_a_config_refused_at_start_is_one_line_and_leaves_nothing(tmp_path):
+    """End to end, once for the class: mlcostd loads the config before anything is created."""
+    config = _fifo(tmp_path)  # a start that opened it for reading would block
     before = files(tmp_path)
-    line = assert_refused(run(tmp_path, "--config", config), "config error", *says)
+    line = assert_refused(run(tmp_path, "--config", config), "config error", "not a regular file")
     assert config in line
     assert files(tmp_path) == before  # no database, no lock, no socket folder
 
@@ -100,12 +113,18 @@ def _db_folder(folder: Path) -> list[str]:
     return []
 
 
+def test_a_bad_listen_address_or_token_path_is_refused_by_the_checks(tmp_path):
+    # end to end below for --listen and --db, which run the same checks at start
+    with pytest.raises(ConfigError, match=r"\[api\]\.listen.*'localhost' is not HOST:PORT"):
+        config_module.load(_listen_in_config(tmp_path)[1])
+    with pytest.raises(ApiError, match="is a directory.*--token-file"):
+        check_token_path(Path(_token_folder(tmp_path)[-1]))
+
+
 @pytest.mark.parametrize("make_args, says", [
     (lambda folder: ["--listen", "nonsense"], ["--listen", "'nonsense' is not HOST:PORT"]),
-    (_listen_in_config, ["[api].listen", "'localhost' is not HOST:PORT"]),
-    (_token_folder, ["is a directory", "--token-file"]),
     (_db_folder, ["is a directory", "--db"]),
-], ids=["listen-flag", "listen-config", "token-file-folder", "db-folder"])
+], ids=["listen-flag", "db-folder"])
 def test_a_bad_setting_is_refused_before_anything_is_created(tmp_path, make_args, says):
     args = make_args(tmp_path)
     before = files(tmp_path)

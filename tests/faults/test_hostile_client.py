@@ -28,8 +28,11 @@ FLOOD = MAX_CONNECTIONS + 44  # idle connections, past the per-listener bound (b
 
 
 @pytest.fixture(scope="module")
-def daemon(mlcostd):
-    return mlcostd("idle-host", interval=0.5, args=["--listen", "127.0.0.1:0"])
+def daemon(shared_daemon):
+    """The session's shared daemon (tests/conftest.py): these clients send it bad bytes and
+    idle connections, which change nothing it records; the tests that need a daemon under a
+    descriptor limit or at debug logging start their own."""
+    return shared_daemon
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Fixtures for the pricing tests: a moto EC2 server and Price List responses shaped like AWS's."""
+"""Fixtures for the pricing tests: an EC2 client on the session's moto server
+(tests/conftest.py) and Price List responses shaped like AWS's."""
 
 from __future__ import annotations
 
@@ -8,15 +9,12 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pricing.catalog import clear_catalog_cache
 from pricing.refresh import AWS_REGION_NAMES
 
 
 @pytest.fixture(autouse=True)
-def _fresh_catalog():
-    clear_catalog_cache()
-    yield
-    clear_catalog_cache()
+def _fresh_catalog(fresh_catalog):
+    """Every pricing test starts with the catalog cache cleared (tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)
@@ -27,18 +25,6 @@ def _fake_aws_credentials(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint():
-    """A standalone moto server on a free localhost port (EC2 spot price history)."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
 
 
 @pytest.fixture

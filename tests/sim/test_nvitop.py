@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import nvitop  # noqa: E402  (in the test extra)
 import pynvml
+import pytest
 from simhost import GIB, attach_code, host_toml, wait_until
 
 from daemon.sim import nvml as sim_nvml
+
+# The simulated GPUs' utilization here is the duty cycle of real workload processes, which
+# stretches when other workloads crowd the CPUs: under pytest-xdist these modules run one after
+# another in one worker (tests/conftest.py pytest_xdist_make_scheduler).
+pytestmark = pytest.mark.xdist_group("serial")
 
 
 def test_nvitop_reads_the_same_memory_and_utilization(sim_host):

@@ -13,6 +13,11 @@ from simhost import GIB, attach_code, host_toml, wait_until
 
 from daemon.sim import nvml as sim_nvml
 
+# The simulated GPUs' utilization here is the duty cycle of real workload processes, which
+# stretches when other workloads crowd the CPUs: under pytest-xdist these modules run one after
+# another in one worker (tests/conftest.py pytest_xdist_make_scheduler).
+pytestmark = pytest.mark.xdist_group("serial")
+
 BUSY_HALF_SM = "dev.kernel(0.1, sm=0.5)"
 
 

@@ -11,6 +11,11 @@ from daemon.sim import nvml as sim_nvml
 from daemon.sim import scenario
 from tests.simhost import poll
 
+# The simulated GPUs' utilization here is the duty cycle of real workload processes, which
+# stretches when other workloads crowd the CPUs: under pytest-xdist these modules run one after
+# another in one worker (tests/conftest.py pytest_xdist_make_scheduler).
+pytestmark = pytest.mark.xdist_group("serial")
+
 GIB = 1 << 30
 
 

@@ -26,11 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def live_daemon(mlcostd):
-    """`mlcostd run --simulate idle-host` (tests/livedaemon.py) once it has a few ticks."""
-    daemon = mlcostd("idle-host", interval=0.5)
-    daemon.wait_for_ticks(3)
-    return f"unix:{daemon.socket}"
+def live_daemon(shared_daemon):
+    """`mlcostd run --simulate idle-host` once it has a few ticks: the session's shared daemon
+    (tests/conftest.py; no actions allowed, so `a` changes nothing)."""
+    return f"unix:{shared_daemon.socket}"
 
 
 def header_text(app: MlcostTop) -> str:

@@ -18,10 +18,8 @@ from mlcost_tui.sources import STARTING_RETRY_S, LiveSource
 
 
 @pytest.fixture(scope="module")
-def running(mlcostd):
-    daemon = mlcostd("idle-host", interval=0.5)
-    daemon.wait_for_ticks(2)
-    return f"unix:{daemon.socket}"
+def running(shared_daemon):
+    return f"unix:{shared_daemon.socket}"  # the session's shared daemon, a few ticks in
 
 
 def test_the_first_snapshot_comes_from_the_running_daemon(running):

@@ -15,6 +15,7 @@ import termios
 import threading
 
 import psutil
+from lifeline import spawn_options
 from simhost import poll
 
 # The session leader: takes the pty as its controlling terminal, ignores the hang-up like make,
@@ -32,7 +33,7 @@ def test_a_closed_terminal_stops_mlcost_top_its_demo_daemon_and_workloads():
     fcntl.ioctl(slave, termios.TIOCSWINSZ, b"\x18\x00\x50\x00\x00\x00\x00\x00")  # 24 x 80
     env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=os.pathsep.join(sys.path))
     leader = subprocess.Popen([sys.executable, "-c", LEADER], stdin=slave, stdout=slave,
-                              stderr=slave, start_new_session=True, env=env)
+                              stderr=slave, env=env, **spawn_options())
     os.close(slave)
     screen = bytearray()
 

@@ -44,9 +44,10 @@ async def test_a_document_without_host_usage_shows_no_host_line_even_on_a_local_
 
 
 @pytest.fixture(scope="module")
-def tcp_daemon(mlcostd):
-    """A real daemon on TCP with its token (the token file beside its socket)."""
-    daemon = mlcostd("idle-host", interval=0.5, args=["--listen", "127.0.0.1:0"])
+def tcp_daemon(shared_daemon):
+    """A real daemon on TCP with its token (the token file beside its socket): the session's
+    shared daemon (tests/conftest.py)."""
+    daemon = shared_daemon
     port = poll(daemon.tcp_port, 30, "the TCP port", explain=daemon.log_tail)
     token = daemon.socket.with_name("mlcostd.token").read_text().strip()
     daemon.wait_for_ticks(3)
