@@ -24,6 +24,7 @@ from daemon.analysis.budgets import BudgetWatch
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn, HostPrice, burn
 from daemon.analysis.idle import Event, IdleDetector
+from daemon.analysis.kinds import Kind
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, build_analysis, evaluate
@@ -115,9 +116,10 @@ class Analyzer:
 
     def analyze(self, inputs: tuple[list[tuple[Sample, Burn]], list[Event]],
                 phase_balances: Mapping[Any, Any] | None = None,
-                checkpoint_times: Mapping[str, Sequence[float]] | None = None
-                ) -> list[Finding]:
-        """The rules over a copied window; touches no shared state (safe in a thread)."""
+                checkpoint_times: Mapping[str, Sequence[float]] | None = None,
+                kinds: Mapping[str, Kind] | None = None) -> list[Finding]:
+        """The rules over a copied window; touches no shared state (safe in a thread).
+        `kinds`: each process's workload kind by 'pid:start_time' (daemon.analysis.kinds)."""
         window, budget_events = inputs
         if not window:
             return []
@@ -127,7 +129,7 @@ class Analyzer:
                                   burns=burns, jobs=self.ledger.labeler,
                                   checkpoint_times=checkpoint_times,
                                   budget_events=budget_events, limits=self.limits,
-                                  thresholds=self.thresholds)
+                                  thresholds=self.thresholds, kinds=kinds)
         return evaluate(analysis)
 
     def record(self, found: list[Finding]) -> list[dict[str, Any]]:

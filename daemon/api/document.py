@@ -97,8 +97,10 @@ def phase_known(balance: Mapping[str, Mapping[str, Any]] | None) -> bool:
 
 def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
                   balance: Mapping[str, Mapping[str, Any]] | None,
-                  stack_status: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One process: what it is, its rates, its burn and cost, its phase balance."""
+                  stack_status: Mapping[str, Any] | None,
+                  kind: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One process: what it is, its rates, its burn and cost, its phase balance, its kind."""
+    kind = kind or {}
     phases = {phase: part["share"] for phase, part in balance.items()} if balance else {}
     return {
         "key": proc.key, "pid": proc.pid, "start_time": proc.start_time, "ppid": proc.ppid,
@@ -122,6 +124,10 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
                           for phase, part in balance.items()} if balance else {},
         "owner": dict(proc.owner),
         "workload": workload_label(proc.owner),
+        # daemon.analysis.kinds: what it is (training, serving...), how sure, and why.
+        "kind": kind.get("kind"), "kind_confidence": kind.get("kind_confidence"),
+        "kind_evidence": list(kind.get("kind_evidence") or []),
+        "serves": bool(kind.get("serves")),
     }
 
 
@@ -137,6 +143,7 @@ def now_document(
     stack_statuses: Mapping[str, Mapping[str, Any]] | None = None,
     windows: list[dict[str, Any]] | None = None,
     store: dict[str, Any] | None = None,
+    kinds: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The /v1/now document. Phases, stack statuses and per-process costs are keyed by
     daemon.wire.process_key; a missing input reads as None or empty in the document."""
@@ -153,7 +160,7 @@ def now_document(
             doc["host_usage"] = host_usage_entry(model.host_usage)
         doc["processes"] = [
             process_entry(p, costs.get(p.key), (phases or {}).get(p.key),
-                          (stack_statuses or {}).get(p.key))
+                          (stack_statuses or {}).get(p.key), (kinds or {}).get(p.key))
             for p in model.processes]
     if cost is not None:
         doc["price"] = cost.price

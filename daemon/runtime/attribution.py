@@ -26,6 +26,7 @@ from typing import Any
 
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
+from daemon.analysis.kinds import frame_markers
 from daemon.analysis.phases import (
     HostSignals,
     classify,
@@ -134,6 +135,9 @@ class Attribution:
         self._main_threads = MainThreadClock()
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
+        # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
+        # while its main thread joins): (pid, start_time) -> marker -> when last seen.
+        self.frame_markers: dict[tuple[int, float], dict[str, float]] = {}
 
     # -- per tick --------------------------------------------------------------------------
 
@@ -174,6 +178,8 @@ class Attribution:
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
             del self._signals[key]
+        for key in [k for k in self.frame_markers if k not in live]:
+            del self.frame_markers[key]
         if len(self.status_by_key) > len(live) + STATUS_SLACK:  # keyed by process: bounded
             keys = {process_key(pid, start) for pid, start in live}
             self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
@@ -290,6 +296,10 @@ class Attribution:
                                             result.status, result.error)
         if result.status != OK:
             return []
+        markers = frame_markers(result.threads)
+        if markers:
+            seen = self.frame_markers.setdefault(proc.key, {})
+            seen.update(dict.fromkeys(markers, result.ts))
         thread = main_thread(result.threads)
         if thread is None or not thread.frames:
             return []

@@ -24,11 +24,13 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.analysis.kinds import kind_documents
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path, snapshots_folder
 from daemon.runtime import memory, systemd
 from daemon.runtime.attribution import Attribution
+from daemon.runtime.kinds import KindTracker
 from daemon.runtime.price_host import build_analyzer, price_host
 from daemon.runtime.simulation import Simulation, SimulationError
 from daemon.runtime.snapshots import SnapshotTriggers, take_snapshot
@@ -123,6 +125,8 @@ class Daemon:
         self.api: Any = None  # daemon.api.server.ApiServer while running
         self.analyzer: Analyzer | None = None
         self.attribution: Attribution | None = None
+        self.kinds = KindTracker()  # each GPU process's workload kind, refreshed by discovery
+        self._kinds_recorded: dict[str, Any] = {}
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
@@ -464,6 +468,7 @@ class Daemon:
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now, stack_statuses=statuses, windows=windows,
+            kinds=kind_documents(self.kinds.kinds),
             store=self.store.health.as_dict() if self.store is not None else None)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
@@ -522,7 +527,8 @@ class Daemon:
                     await asyncio.to_thread(self.analyzer.poll_slow)
                     # The rules take a while at many processes: in a thread, on a copy.
                     found = await asyncio.to_thread(
-                        self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints)
+                        self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints,
+                        dict(self.kinds.kinds))
                     recorded = self.analyzer.record(found)  # with how long each has stood
                     assert self.store is not None
                     for event in self.analyzer.idle.active():  # their cost so far grows
@@ -556,6 +562,22 @@ class Daemon:
             if process_key(pid, start) == key:
                 return balance
         return None
+
+    async def _refresh_kinds(self) -> None:
+        """Each GPU process's kind (runtime/kinds.py): its sockets and maps read in a thread,
+        each at most every few seconds; the kinds recorded in the store's meta for the report
+        when they change."""
+        sample = self.last_sample
+        if sample is None:
+            return
+        procs = [(p.pid, p.start_time, p.command) for p in sample.processes if p.gpus]
+        markers = ({key: dict(seen) for key, seen in self.attribution.frame_markers.items()}
+                   if self.attribution is not None else {})
+        await asyncio.to_thread(self.kinds.refresh, procs, markers, clock.now())
+        documents = kind_documents(self.kinds.kinds)
+        if documents != self._kinds_recorded and self.store is not None:
+            self.store.set_meta("kinds", documents)
+            self._kinds_recorded = documents
 
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""
@@ -610,4 +632,8 @@ class Daemon:
                 await asyncio.to_thread(self.procs.discover, set(uses), scan, devices, sick)
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
+            try:
+                await self._refresh_kinds()
+            except Exception:  # nor the kinds
+                log.exception("classifying workload kinds failed; retrying")
             await asyncio.sleep(DISCOVERY_INTERVAL_S)

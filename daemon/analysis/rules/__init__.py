@@ -24,6 +24,7 @@ __all__ = ["RULES", "Analysis", "Finding", "Rule", "build_analysis", "evaluate"]
 
 RULES: tuple[Rule, ...] = (
     idle.IDLE_GPU_HELD,
+    idle.IDLE_SERVER,
     idle.HOST_IDLE,
     provisioning.OVER_PROVISIONED,
     phases.DATALOADER_STARVATION,

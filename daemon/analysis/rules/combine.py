@@ -26,6 +26,7 @@ STOP_HOST, RELEASE_GPU, SHRINK, EFFICIENCY, SPOT, COMMITMENT, NO_SAVINGS = range
 STAGE_OF_RULE: dict[str, int] = {
     "host_idle": STOP_HOST,
     "idle_gpu_held": RELEASE_GPU,
+    "idle_server": RELEASE_GPU,
     "over_provisioned": SHRINK,
     "spot_training": SPOT,
     "steady_inference_commitment": COMMITMENT,

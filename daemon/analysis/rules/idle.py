@@ -7,11 +7,17 @@ classification saw its CPU and I/O). A starved job at 4% utilization is working:
 pipeline advice, never this one. Its SIGTERM action also needs the stacks to show the process
 waiting on input or sleeping (an idle phase); where no stack was sampled (py-spy missing or not
 permitted) the advice stays, with the command to look first instead of the SIGTERM.
+
+Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is online inference,
+or that listens and has served (accepted connections, serving frames in any thread), is left
+to `idle_server`, which advises scaling to zero, consolidating or sharing the GPU. So the
+SIGTERM stays for notebooks and stopped jobs.
 """
 
 from __future__ import annotations
 
 from daemon.analysis.cost import HOURS_PER_MONTH, HostPrice
+from daemon.analysis.kinds import ONLINE_INFERENCE
 from daemon.analysis.phases import IDLE, READ_MIN_PER_S
 from daemon.analysis.rules.base import UPPER_BOUND, Finding, Rule, money, process_evidence
 from daemon.analysis.rules.thresholds import HOST_IDLE_MIN_S, IDLE_HELD_MIN_S
@@ -48,6 +54,12 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
     return signs
 
 
+def is_server(proc: ProcessWindow) -> bool:
+    """A server is never offered SIGTERM: it serves (listens and has served) or is online
+    inference by its evidence."""
+    return proc.kind.serves or proc.kind.kind == ONLINE_INFERENCE
+
+
 def _sigterm(proc: ProcessWindow) -> dict[str, object]:
     return {"kind": "sigterm", "pid": proc.pid, "start_time": proc.start_time,
             "signal": "SIGTERM", "confirm": True,
@@ -70,6 +82,8 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
             continue
         if signs_of_work(proc):
             continue  # working, however slowly: the phase rules give the advice, not SIGTERM
+        if is_server(proc):
+            continue  # a server waits for requests: idle_server's advice, never SIGTERM
         waiting = proc.phases.get(IDLE) or {}  # its stacks waiting on input or sleeping
         idle_share = float(waiting.get("share", 0.0) or 0.0)
         idle_stacks = list(waiting.get("top_stacks") or [])
@@ -99,6 +113,42 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                                  "function": st.get("function"), "reason": st.get("reason")}
                                 for st in idle_stacks[:3]]}},
             _sigterm(proc) if waiting else _look_first(proc),
+            scope={"frees": list(proc.gpus)}))
+    return found
+
+
+def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
+    """A server whose GPUs idle at the end of the window: scale to zero, consolidate, share."""
+    found = []
+    for proc in a.processes:
+        if not is_server(proc) or proc.trailing_idle_s < a.limit("idle_held_min_s"):
+            continue
+        ports = ", ".join(str(p) for p in proc.kind.listening_ports[:4]) or "no port seen"
+        monthly = proc.burn_per_hour * HOURS_PER_MONTH
+        gib = proc.memory_peak_bytes / GIB
+        sm = proc.sm_activity_idle_mean
+        found.append(rule.make(
+            proc.id,
+            f"pid {proc.pid} ({proc.user}: {proc.job}) serves (TCP {ports}) and its GPU "
+            f"{', '.join(map(str, proc.gpus))} ({gib:.1f} GiB held) has been idle for "
+            f"{proc.trailing_idle_s / 60:.0f} min at {money(proc.burn_per_hour)}/h: scale it to "
+            "zero between requests, consolidate it with other models on one GPU, or share the "
+            "GPU (MPS, MIG, time-slicing)",
+            monthly,
+            f"{money(proc.burn_per_hour)}/h x {HOURS_PER_MONTH:g} h/month = {money(monthly)}"
+            f"/month if it stayed this idle and the GPU went to other work; the request rate is "
+            f"not measured here (configure a Prometheus counter for the cost per request); "
+            f"{UPPER_BOUND}",
+            {**process_evidence(a, proc), "idle_seconds": proc.trailing_idle_s,
+             "memory_peak_bytes": proc.memory_peak_bytes,
+             "utilization_mean": proc.gpu_utilization_mean,
+             "sm_activity_idle_mean": sm,
+             "kind": proc.kind.as_dict(),
+             "signs_of_work": signs_of_work(proc)},
+            {"kind": "advice",
+             "text": "a server is never stopped from here: scale it to zero behind its load "
+                     "balancer or autoscaler, move it onto a GPU it shares with other models, "
+                     "or give it a MIG slice"},
             scope={"frees": list(proc.gpus)}))
     return found
 
@@ -148,6 +198,12 @@ IDLE_GPU_HELD = Rule(
     f">= {IDLE_HELD_MIN_S / 60:g} min", "idle time, memory held, process",
     "release the GPU (SIGTERM after confirmation)", "process burn x 730 h",
     check_idle_gpu_held, limits=("idle_held_min_s",))
+IDLE_SERVER = Rule(
+    "idle_server", "GPU(s) held by a server (it listens and has served, or is online inference "
+    "by its kind) and idle (below [idle].utilization) at the end of the window",
+    f">= {IDLE_HELD_MIN_S / 60:g} min", "idle time, memory held, listening ports, kind evidence",
+    "scale to zero / consolidate / share the GPU (never SIGTERM)", "process burn x 730 h",
+    check_idle_server, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
     "host_idle", "no GPU process, or every GPU idle, at the end of the window",
     f">= {HOST_IDLE_MIN_S / 60:g} min", "idle time, per-GPU utilization, price",

@@ -18,6 +18,7 @@ from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
 from daemon.analysis.cost import Burn, HostPrice, burn
+from daemon.analysis.kinds import Kind
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.rules.thresholds import (
     CHECKPOINT_WRITE_MIN_BYTES,
@@ -75,6 +76,9 @@ class ProcessWindow:
     # Which signal sm_activity_mean is: "GPM SM activity" (the GPU's, as the GPU panel's SM
     # column shows it) or "process SM share" (NVML per-process utilization, without GPM).
     sm_signal: str | None = None
+    # Its workload kind (daemon.analysis.kinds); `serves`: it listens and has served, so no
+    # rule offers it SIGTERM.
+    kind: Kind = field(default_factory=Kind)
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -176,6 +180,7 @@ def build_analysis(
     limits: Mapping[str, float] | None = None,
     thresholds: IdleThresholds | None = None,
     inference_command: re.Pattern[str] = INFERENCE_COMMAND,
+    kinds: Mapping[str, Kind] | None = None,
 ) -> Analysis:
     """Aggregate a window of samples (oldest first) into an Analysis. `burns`, when given, are
     the burns of the same samples (saves recomputing them); `checkpoint_times` adds checkpoint
@@ -350,6 +355,7 @@ def build_analysis(
             phases=phases.get(pid_id) or phases.get(pid) or {},
             memory_by_gpu=mem_by_gpu,
             sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
+            kind=(kinds or {}).get(pid_id) or Kind(),
         ))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (

@@ -1,0 +1,175 @@
+"""The kind of a GPU workload — training, batch inference, online inference, notebook, other —
+from facts observable without changing its code, with the evidence and a confidence.
+
+Pure: `classify_kind` reads a process's command line (redacted), its sockets, mapped libraries
+and parent (daemon.sources.kindfacts) and the frame markers seen in any thread of its stacks
+(`frame_markers`). Each fact adds weight to one kind; the kind with the most weight wins and
+its confidence is its share of all the weight given (a lone weak hint stays below one half).
+Evidence strings are built from our own words and numbers only (no text of the process).
+
+A process is a server (`Kind.serves`) when it listens on a TCP port and has served: a connection
+accepted on that port was seen, or a serving frame (serve_forever, accept, an engine loop) in
+any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemon.sources.frames import ThreadStack
+from daemon.sources.kindfacts import KindFacts
+
+TRAINING = "training"
+BATCH_INFERENCE = "batch_inference"
+ONLINE_INFERENCE = "online_inference"
+NOTEBOOK = "notebook"
+OTHER = "other"
+KINDS = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE, NOTEBOOK, OTHER)
+
+# Frame markers: (marker, kind it points to, weight, test on (function name, file name)).
+SERVE_FRAMES = ("serve_forever", "accept", "server_loop", "engine_loop")
+_FRAME_TESTS: tuple[tuple[str, str, Any], ...] = (
+    ("optimizer_step", TRAINING,
+     lambda n, f: "torch/optim/" in f or n.endswith(("zero_grad", "optimizer_step"))),
+    ("backward", TRAINING, lambda n, f: "torch/autograd/" in f or n.endswith(".backward")
+     or n == "backward"),
+    ("trainer_loop", TRAINING, lambda n, f: n.endswith(("Trainer.train", "training_step",
+                                                       "_inner_training_loop", "fit_loop.run"))
+     or "lightning/pytorch/loops/fit_loop" in f),
+    ("serve_forever", ONLINE_INFERENCE, lambda n, f: n.endswith("serve_forever")),
+    ("accept", ONLINE_INFERENCE, lambda n, f: f.endswith("socket.py") and n.endswith("accept")),
+    ("server_loop", ONLINE_INFERENCE, lambda n, f: any(
+        part in f for part in ("uvicorn/", "aiohttp/web", "gunicorn/", "tornado/httpserver",
+                               "grpc/_server"))),
+    ("engine_loop", ONLINE_INFERENCE, lambda n, f: n.endswith(("run_busy_loop",
+                                                              "run_engine_core"))
+     or "text_generation_server/" in f),
+    ("generate", BATCH_INFERENCE, lambda n, f: n.split(".")[-1] == "generate"),
+    ("ipykernel", NOTEBOOK, lambda n, f: "ipykernel/" in f or "IPKernelApp" in n),
+)
+FRAME_KIND = {marker: kind for marker, kind, _ in _FRAME_TESTS}
+MAX_FRAMES_LOOKED_AT = 256  # per thread: a deep recursion is not read to its end
+
+LIBRARY_KIND = {"vllm": ONLINE_INFERENCE, "tgi": ONLINE_INFERENCE, "sglang": ONLINE_INFERENCE,
+                "triton_server": ONLINE_INFERENCE, "tensorrt": BATCH_INFERENCE,
+                "onnxruntime": BATCH_INFERENCE}
+PARENT_KIND = {"jupyter": NOTEBOOK, "torchrun": TRAINING, "deepspeed": TRAINING,
+               "accelerate": TRAINING, "slurmstepd": TRAINING, "mpirun": TRAINING,
+               "uvicorn": ONLINE_INFERENCE, "gunicorn": ONLINE_INFERENCE}
+COMMAND_HINTS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
+    (re.compile(r"ipykernel|kernel-[\w-]+\.json|jupyter", re.I), NOTEBOOK, 4.0,
+     "a Jupyter kernel command line"),
+    (re.compile(r"torchrun|torch\.distributed\.(run|launch)|deepspeed", re.I), TRAINING, 3.0,
+     "a distributed training launcher on its command line"),
+    (re.compile(r"vllm|sglang|text-generation-launcher|tritonserver|torchserve|uvicorn|"
+                r"gunicorn|api_server", re.I), ONLINE_INFERENCE, 2.0,
+     "a serving program on its command line"),
+    (re.compile(r"train|finetune|fine_tune|pretrain", re.I), TRAINING, 1.0,
+     "'train' on its command line"),
+    (re.compile(r"infer|predict|score|embed|batch_eval", re.I), BATCH_INFERENCE, 1.0,
+     "'infer'/'predict'/'score' on its command line"),
+    (re.compile(r"serve|server", re.I), ONLINE_INFERENCE, 1.0,
+     "'serve' on its command line"),
+)
+LISTEN_WEIGHT = 2.0
+ACCEPTED_WEIGHT = 2.0
+SERVE_FRAME_WEIGHT = 3.0
+FRAME_WEIGHT = 3.0
+LIBRARY_WEIGHT = 1.5
+PARENT_WEIGHT = 3.0
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A process's kind, how sure (0..1), why, and whether it serves."""
+
+    kind: str = OTHER
+    confidence: float = 0.0
+    evidence: tuple[str, ...] = ()
+    serves: bool = False  # listens and has served: never offered SIGTERM
+    listening_ports: tuple[int, ...] = ()
+    scores: Mapping[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
+                "kind_evidence": list(self.evidence), "serves": self.serves,
+                "listening_ports": list(self.listening_ports)}
+
+
+def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
+    """The markers seen in the frames of every thread (not only the main one)."""
+    found: set[str] = set()
+    for thread in threads:
+        for frame in thread.frames[:MAX_FRAMES_LOOKED_AT]:
+            name, filename = frame.name or "", frame.filename or ""
+            for marker, _, test in _FRAME_TESTS:
+                if marker not in found and test(name, filename):
+                    found.add(marker)
+    return found
+
+
+def classify_kind(command: str, facts: KindFacts | None,
+                  frames: Mapping[str, float] | None = None, *,
+                  now: float | None = None, window_s: float = 1800.0) -> Kind:
+    """The kind of one process. `frames`: frame marker -> when last seen (markers older than
+    `window_s` before `now` are not counted); `facts`: its sockets, libraries and parent."""
+    scores: dict[str, float] = dict.fromkeys(KINDS[:-1], 0.0)
+    evidence: list[str] = []
+
+    def add(kind: str, weight: float, why: str) -> None:
+        scores[kind] += weight
+        evidence.append(why)
+
+    recent = {m for m, ts in (frames or {}).items()
+              if now is None or now - ts <= window_s}
+    ports = facts.listening_ports if facts else ()
+    accepted_seen = facts is not None and facts.accepted_seen_at is not None and (
+        now is None or now - facts.accepted_seen_at <= window_s)
+    if ports:
+        add(ONLINE_INFERENCE, LISTEN_WEIGHT,
+            f"listens on TCP port{'s' if len(ports) > 1 else ''} "
+            + ", ".join(str(p) for p in ports[:4]))
+    if facts is not None and accepted_seen:
+        add(ONLINE_INFERENCE, ACCEPTED_WEIGHT,
+            f"accepted connections on its port ({facts.accepted_connections} open at the last "
+            f"read; seen in {facts.accepted_reads} reads)")
+    serving_frames = sorted(m for m in recent if m in SERVE_FRAMES)
+    for marker in sorted(recent):
+        kind = FRAME_KIND.get(marker)
+        if kind is None:
+            continue
+        if kind == ONLINE_INFERENCE:
+            continue  # counted once below, and only where it listens
+        if marker == "generate" and ports:
+            kind = ONLINE_INFERENCE  # generating for requests that arrive on its port
+        add(kind, FRAME_WEIGHT, f"{marker} frames in its stacks")
+    if serving_frames:
+        add(ONLINE_INFERENCE, SERVE_FRAME_WEIGHT if ports else 1.0,
+            f"serving frames in a thread ({', '.join(serving_frames)})")
+    for library in facts.libraries if facts else ():
+        kind = LIBRARY_KIND.get(library)
+        if kind is not None:
+            add(kind, LIBRARY_WEIGHT, f"maps {library}")
+    parent = facts.parent if facts else None
+    if parent in PARENT_KIND:
+        add(PARENT_KIND[parent], PARENT_WEIGHT, f"started by {parent}")
+    for pattern, kind, weight, why in COMMAND_HINTS:
+        if pattern.search(command or ""):
+            add(kind, weight, why)
+    total = sum(scores.values())
+    best = max(scores, key=lambda k: scores[k])
+    serves = bool(ports) and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
+    if total <= 0:
+        return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores)
+    # The share of all weight, and a lone weak hint (weight 1) never above 0.5.
+    confidence = scores[best] / (total + 1.0)
+    if serves and best != ONLINE_INFERENCE:
+        evidence.append("it listens and has served: treated as a server")
+    return Kind(best, confidence, tuple(evidence), serves, ports, scores)
+
+
+def kind_documents(kinds: Mapping[str, Kind]) -> dict[str, dict[str, Any]]:
+    return {key: kind.as_dict() for key, kind in kinds.items()}

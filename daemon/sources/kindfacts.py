@@ -1,0 +1,234 @@
+"""What a process shows of its kind without any change to its code: its TCP sockets, the
+libraries mapped into it, its parent's command line. Read as root, so bounded and safe:
+
+- Sockets: the inodes of `/proc/PID/fd/*` (readlink only: "socket:[N]"; nothing is opened or
+  followed), matched to `/proc/PID/net/tcp` and `tcp6` (the process's own network namespace).
+  A socket in LISTEN is a port it serves; an ESTABLISHED one whose local port is one of its
+  listening ports is a connection it accepted.
+- Libraries: `/proc/PID/maps`, matched against a fixed list of library markers.
+- Parent: the first bytes of `/proc/PPID/cmdline`, matched against a fixed list of launchers.
+
+Only marker names from our own vocabulary and numbers (ports, counts) leave this module: no text
+of the process does, so nothing here needs redaction. Every read has a byte cap and an entry cap;
+a truncated read says so. Reads are cached by (pid, start time) and refreshed at most every
+`sockets_every_s` (sockets) and `maps_every_s` (libraries, parent): the tick never reads here,
+discovery does, beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+MAX_FDS = 4096  # fd entries looked at per process
+MAX_NET_BYTES = 1 << 20  # of /proc/PID/net/tcp (+tcp6): ~6,800 sockets each
+MAX_MAPS_BYTES = 4 << 20  # of /proc/PID/maps: a large PyTorch process maps ~1 MB of lines
+MAX_CMDLINE_BYTES = 4096
+MAX_PORTS = 16  # listening ports kept per process
+SOCKETS_EVERY_S = 10.0
+MAPS_EVERY_S = 60.0
+
+TCP_LISTEN = "0A"
+TCP_ESTABLISHED = "01"
+
+# Path fragments of mapped files -> the library marker they show. Checked on the lowercased path.
+LIBRARY_MARKERS: tuple[tuple[str, str], ...] = (
+    ("libtorch_cuda", "torch"), ("libtorch_cpu", "torch"), ("libtorch_python", "torch"),
+    ("/vllm/", "vllm"), ("libnvinfer", "tensorrt"), ("/tensorrt", "tensorrt"),
+    ("onnxruntime", "onnxruntime"), ("libtritonserver", "triton_server"),
+    ("/triton/_c/", "triton"), ("xla_extension", "jax"), ("/jaxlib/", "jax"),
+    ("libtpu", "jax"), ("text_generation_server", "tgi"), ("/sglang/", "sglang"),
+    ("bitsandbytes", "bitsandbytes"), ("/zmq/", "zmq"), ("libzmq", "zmq"),
+    ("libnccl", "nccl"),
+)
+# Words in the parent's command line -> the launcher marker.
+PARENT_MARKERS: tuple[tuple[str, str], ...] = (
+    ("jupyter", "jupyter"), ("ipykernel", "jupyter"), ("torchrun", "torchrun"),
+    ("torch.distributed.run", "torchrun"), ("torch.distributed.launch", "torchrun"),
+    ("deepspeed", "deepspeed"), ("accelerate", "accelerate"), ("slurmstepd", "slurmstepd"),
+    ("srun", "slurmstepd"), ("mpirun", "mpirun"), ("uvicorn", "uvicorn"),
+    ("gunicorn", "gunicorn"), ("ray", "ray"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KindFacts:
+    """One process's sockets, libraries and parent, as last read."""
+
+    listening_ports: tuple[int, ...] = ()  # TCP ports it listens on (loopback included)
+    accepted_connections: int = 0  # ESTABLISHED sockets on one of its listening ports
+    other_connections: int = 0  # ESTABLISHED sockets it opened (clients, peers)
+    libraries: tuple[str, ...] = ()  # LIBRARY_MARKERS found in its maps
+    parent: str | None = None  # a PARENT_MARKERS launcher
+    truncated: tuple[str, ...] = ()  # which reads hit their cap
+    sockets_read_at: float = 0.0
+    maps_read_at: float = 0.0
+    # When a read last found an accepted connection (they come and go between reads: a server
+    # that has served keeps this), and how many reads ever found one.
+    accepted_seen_at: float | None = None
+    accepted_reads: int = 0
+
+
+def _read_capped(path: str, cap: int) -> tuple[bytes, bool]:
+    """Up to `cap` bytes of a /proc file (O_NOFOLLOW: a /proc path is never a user's link)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        chunks: list[bytes] = []
+        total = 0
+        while total < cap:
+            chunk = os.read(fd, min(65536, cap - total))
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks), bool(os.read(fd, 1))
+    finally:
+        os.close(fd)
+
+
+def socket_inodes(pid: int, cap: int = MAX_FDS) -> tuple[set[int], bool]:
+    """Inodes of the sockets among the first `cap` descriptors of pid; True if capped."""
+    inodes: set[int] = set()
+    seen = 0
+    with os.scandir(f"/proc/{pid}/fd") as entries:
+        for entry in entries:
+            seen += 1
+            if seen > cap:
+                return inodes, True
+            try:
+                target = os.readlink(entry.path)  # the link's text; never followed
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target.endswith("]"):
+                try:
+                    inodes.add(int(target[8:-1]))
+                except ValueError:
+                    continue
+    return inodes, False
+
+
+def parse_tcp_table(data: bytes) -> list[tuple[int, str, int]]:
+    """(local port, state hex, inode) of each row of a /proc/net/tcp(6) table; bad rows skipped."""
+    rows = []
+    for line in data.split(b"\n")[1:]:
+        parts = line.split()
+        if len(parts) < 10:
+            continue
+        local, state, inode = parts[1], parts[3], parts[9]
+        try:
+            port = int(local.rsplit(b":", 1)[1], 16)
+            rows.append((port, state.decode("ascii", "replace").upper(), int(inode)))
+        except (IndexError, ValueError):
+            continue
+    return rows
+
+
+def read_sockets(pid: int) -> tuple[tuple[int, ...], int, int, list[str]]:
+    """(listening ports, accepted connections, other connections, truncated reads) of pid."""
+    truncated: list[str] = []
+    inodes, capped = socket_inodes(pid)
+    if capped:
+        truncated.append("fd")
+    if not inodes:
+        return (), 0, 0, truncated
+    rows: list[tuple[int, str, int]] = []
+    for table in ("tcp", "tcp6"):
+        try:
+            data, cut = _read_capped(f"/proc/{pid}/net/{table}", MAX_NET_BYTES)
+        except OSError:
+            continue
+        if cut:
+            truncated.append(table)
+            data = data[:data.rfind(b"\n")]  # drop the torn last line
+        rows += [r for r in parse_tcp_table(data) if r[2] in inodes]
+    listening = sorted({port for port, state, _ in rows if state == TCP_LISTEN})
+    ports = set(listening)
+    established = [port for port, state, _ in rows if state == TCP_ESTABLISHED]
+    accepted = sum(1 for port in established if port in ports)
+    return tuple(listening[:MAX_PORTS]), accepted, len(established) - accepted, truncated
+
+
+def libraries_in_maps(data: bytes) -> tuple[str, ...]:
+    """The LIBRARY_MARKERS found in the text of /proc/PID/maps."""
+    found: set[str] = set()
+    seen_paths: set[bytes] = set()
+    for line in data.split(b"\n"):
+        slash = line.find(b"/")
+        if slash < 0:
+            continue
+        path = line[slash:]
+        if path in seen_paths:
+            continue
+        seen_paths.add(path)
+        low = path.lower().decode("utf-8", "replace")
+        found.update(marker for fragment, marker in LIBRARY_MARKERS if fragment in low)
+    return tuple(sorted(found))
+
+
+def parent_marker(cmdline: bytes) -> str | None:
+    low = cmdline.replace(b"\0", b" ").lower().decode("utf-8", "replace")
+    return next((marker for word, marker in PARENT_MARKERS if word in low), None)
+
+
+def _parent_of(pid: int) -> str | None:
+    data, _ = _read_capped(f"/proc/{pid}/stat", 4096)
+    ppid = int(data[data.rindex(b")") + 2:].split()[1])
+    if ppid <= 1:
+        return None
+    cmdline, _ = _read_capped(f"/proc/{ppid}/cmdline", MAX_CMDLINE_BYTES)
+    return parent_marker(cmdline)
+
+
+@dataclass
+class KindFactsReader:
+    """Reads KindFacts for the processes it is given, each at most every few seconds; keyed
+    by (pid, start time). `refresh` runs beside the tick (discovery's thread); `get` anywhere."""
+
+    sockets_every_s: float = SOCKETS_EVERY_S
+    maps_every_s: float = MAPS_EVERY_S
+    _facts: dict[tuple[int, float], KindFacts] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    reads: int = 0  # how many socket or maps reads were done (the cache's measure)
+
+    def refresh(self, keys: Iterable[tuple[int, float]], now: float) -> None:
+        """Re-read what is due for each process; forget processes not given."""
+        wanted = set(keys)
+        fresh: dict[tuple[int, float], KindFacts] = {}
+        for key in wanted:
+            old = self._facts.get(key)
+            try:
+                fresh[key] = self._read(key[0], old, now)
+            except (OSError, ValueError, IndexError):
+                if old is not None:
+                    fresh[key] = old  # gone or refused this time: keep the last reading
+        with self._lock:
+            self._facts = fresh
+
+    def _read(self, pid: int, old: KindFacts | None, now: float) -> KindFacts:
+        facts = old or KindFacts()
+        truncated = set(facts.truncated)
+        if old is None or now - old.sockets_read_at >= self.sockets_every_s:
+            ports, accepted, other, cut = read_sockets(pid)
+            self.reads += 1
+            truncated = (truncated - {"fd", "tcp", "tcp6"}) | set(cut)
+            facts = KindFacts(ports, accepted, other, facts.libraries, facts.parent,
+                              facts.truncated, now, facts.maps_read_at,
+                              now if accepted else facts.accepted_seen_at,
+                              facts.accepted_reads + (1 if accepted else 0))
+        if old is None or now - old.maps_read_at >= self.maps_every_s:
+            data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
+            self.reads += 1
+            truncated.discard("maps")
+            if cut_maps:
+                truncated.add("maps")
+            facts = KindFacts(facts.listening_ports, facts.accepted_connections,
+                              facts.other_connections, libraries_in_maps(data),
+                              _parent_of(pid), facts.truncated, facts.sockets_read_at, now,
+                              facts.accepted_seen_at, facts.accepted_reads)
+        return replace(facts, truncated=tuple(sorted(truncated)))
+
+    def get(self, key: tuple[int, float]) -> KindFacts | None:
+        with self._lock:
+            return self._facts.get(key)
