@@ -201,6 +201,12 @@ class Process:
     phase_reasons: dict[str, Any] = field(default_factory=dict)  # phase -> why (top stack)
     owner: dict[str, str] = field(default_factory=dict)  # pod, namespace, container, slurm_job, ... from cgroups
     workload: str | None = None  # short owner label for display: "ns/pod", "slurm 1234", "unit.service"
+    # Its workload kind (daemon.analysis.kinds): training, batch_inference, online_inference,
+    # notebook or other; how sure (0..1); why; and whether it serves (never offered SIGTERM).
+    kind: str | None = None
+    kind_confidence: float | None = None
+    kind_evidence: tuple[str, ...] = ()
+    serves: bool = False
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], cost: Mapping[str, Any] | None = None) -> Process:
@@ -227,7 +233,12 @@ class Process:
                    phase_reasons=_tree(_d(d.get("phase_reasons"))),
                    owner={one_line(str(k)): one_line(v) for k, v in _d(d.get("owner")).items()
                           if isinstance(v, str)},
-                   workload=_line(d.get("workload")) or None)
+                   workload=_line(d.get("workload")) or None,
+                   kind=_line(d.get("kind")) or None,
+                   kind_confidence=_f(d.get("kind_confidence")),
+                   kind_evidence=tuple(_line(e) for e in _l(d.get("kind_evidence"))[:16]
+                                       if isinstance(e, str)),
+                   serves=d.get("serves") is True)
 
 
 @dataclass(frozen=True)

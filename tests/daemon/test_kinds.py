@@ -1,0 +1,178 @@
+"""Workload kinds from facts (daemon.analysis.kinds), the bounded /proc reader of those facts
+(daemon.sources.kindfacts), and the rule that follows: a server is never offered SIGTERM."""
+
+import os
+import socket
+
+import psutil
+import pytest
+from test_rules import CATALOG, P4D, by_rule, phases_for, pid_id, window
+
+from daemon.analysis.kinds import (
+    BATCH_INFERENCE,
+    NOTEBOOK,
+    ONLINE_INFERENCE,
+    OTHER,
+    TRAINING,
+    Kind,
+    classify_kind,
+    frame_markers,
+)
+from daemon.analysis.rules import build_analysis, evaluate
+from daemon.sources.frames import Frame, ThreadStack
+from daemon.sources.kindfacts import (
+    KindFacts,
+    KindFactsReader,
+    libraries_in_maps,
+    parent_marker,
+    parse_tcp_table,
+    read_sockets,
+)
+
+NOW = 1_000_000.0
+
+
+def thread(*frames, main=False):
+    return ThreadStack(1 if main else 2, "MainThread" if main else "http", False,
+                       tuple(Frame(name, filename, 1) for name, filename in frames))
+
+
+def test_a_listening_server_serving_in_a_thread_is_online_inference_and_serves():
+    facts = KindFacts(listening_ports=(8080,), libraries=("torch",))
+    markers = frame_markers([
+        thread(("Thread.join", "/usr/lib/python3.11/threading.py"), main=True),
+        thread(("BaseSelector.select", "/usr/lib/python3.11/selectors.py"),
+               ("BaseServer.serve_forever", "/usr/lib/python3.11/socketserver.py"))])
+    assert "serve_forever" in markers
+    kind = classify_kind("python app.py", facts, dict.fromkeys(markers, NOW), now=NOW)
+    assert kind.kind == ONLINE_INFERENCE and kind.serves
+    assert "listens on TCP port 8080" in kind.evidence
+    assert kind.confidence > 0.5
+
+
+def test_accepted_connections_alone_make_a_listener_a_server():
+    facts = KindFacts(listening_ports=(9000,), accepted_connections=2,
+                      accepted_seen_at=NOW - 60, accepted_reads=3)
+    kind = classify_kind("python main.py", facts, {}, now=NOW)
+    assert kind.kind == ONLINE_INFERENCE and kind.serves
+    assert any("accepted connections" in e for e in kind.evidence)
+    # Served long ago (beyond the window) and no serving frame: it listens, but has not served.
+    old = classify_kind("python main.py", KindFacts(listening_ports=(9000,),
+                                                    accepted_seen_at=NOW - 7200), {}, now=NOW)
+    assert old.kind == ONLINE_INFERENCE and not old.serves
+
+
+def test_training_from_frames_and_launcher_even_when_rank_zero_listens():
+    # torchrun's rank 0 listens on the rendezvous store's port: still training.
+    facts = KindFacts(listening_ports=(29500,), accepted_connections=1, accepted_seen_at=NOW,
+                      accepted_reads=1, parent="torchrun", libraries=("nccl", "torch"))
+    markers = frame_markers([thread(("backward", "/x/torch/autograd/__init__.py"),
+                                    ("step", "/x/torch/optim/adamw.py"), main=True)])
+    kind = classify_kind("python train_lm.py", facts, dict.fromkeys(markers, NOW), now=NOW)
+    assert kind.kind == TRAINING
+    assert "started by torchrun" in kind.evidence
+
+
+def test_a_notebook_kernel_is_a_notebook_though_its_channels_listen():
+    facts = KindFacts(listening_ports=(50001, 50002), accepted_connections=3,
+                      accepted_seen_at=NOW, accepted_reads=2, parent="jupyter")
+    kind = classify_kind("python -m ipykernel_launcher -f /run/kernel-4f2a.json", facts, {},
+                         now=NOW)
+    assert kind.kind == NOTEBOOK and not kind.serves
+
+
+def test_batch_inference_from_runtime_libraries_and_generate_without_a_port():
+    facts = KindFacts(libraries=("onnxruntime",))
+    markers = frame_markers([thread(("Model.generate", "/x/transformers/generation/utils.py"),
+                                    main=True)])
+    kind = classify_kind("python run.py", facts, dict.fromkeys(markers, NOW), now=NOW)
+    assert kind.kind == BATCH_INFERENCE and not kind.serves
+
+
+def test_nothing_observed_is_other_with_no_confidence():
+    kind = classify_kind("python job.py", KindFacts(), {}, now=NOW)
+    assert kind.kind == OTHER and kind.confidence == 0.0
+
+
+def test_a_lone_command_line_hint_is_below_half_confidence():
+    kind = classify_kind("python train.py", None, {}, now=NOW)
+    assert kind.kind == TRAINING and kind.confidence <= 0.5
+
+
+def test_evidence_carries_no_text_of_the_process():
+    hostile = "python \x1b]0;pwned\x07 serve.py"
+    kind = classify_kind(hostile, KindFacts(listening_ports=(1,)), {}, now=NOW)
+    assert not any("\x1b" in e or "pwned" in e for e in kind.evidence)
+
+
+def test_tcp_table_rows_and_bad_rows():
+    data = (b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"
+            b"   uid  timeout inode\n"
+            b"   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000"
+            b"     0        0 4242 1 0000000000000000 100 0 0 10 0\n"
+            b"   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000"
+            b"     0        0 4343 1\n"
+            b"garbage line\n   2: zz:zz 00:00 0A 0 0 0 0 0 notanumber\n")
+    assert parse_tcp_table(data) == [(8080, "0A", 4242), (8080, "01", 4343)]
+
+
+def test_read_sockets_sees_this_process_listen_and_accept():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                ports, n_accepted, others, truncated = read_sockets(os.getpid())
+    assert port in ports and n_accepted >= 1 and others >= 1 and truncated == []
+    del client
+
+
+def test_reader_caches_by_process_and_rereads_only_when_due():
+    me = (os.getpid(), psutil.Process().create_time())
+    reader = KindFactsReader(sockets_every_s=10.0, maps_every_s=60.0)
+    reader.refresh([me], NOW)
+    assert reader.reads == 2  # sockets and maps, once each
+    reader.refresh([me], NOW + 5)
+    assert reader.reads == 2  # nothing due
+    reader.refresh([me], NOW + 11)
+    assert reader.reads == 3  # sockets only
+    reader.refresh([], NOW + 12)
+    assert reader.get(me) is None  # forgotten with the process
+
+
+def test_maps_and_parent_markers():
+    maps = (b"7f00-7f01 r-xp 0 08:01 1 /opt/venv/lib/python3.11/site-packages/torch/lib/"
+            b"libtorch_cuda.so\n7f02-7f03 r-xp 0 08:01 2 /opt/venv/lib/python3.11/"
+            b"site-packages/vllm/_C.abi3.so\n7f04-7f05 rw-p 0 0 0 [heap]\n")
+    assert libraries_in_maps(maps) == ("torch", "vllm")
+    assert parent_marker(b"/usr/bin/python3\0/usr/local/bin/torchrun\0--nproc=8") == "torchrun"
+    assert parent_marker(b"bash\0-c\0sleep 1") is None
+
+
+def kinds_for(samples, kind):
+    return {pid_id(samples): kind}
+
+
+def test_an_idle_server_gets_scale_to_zero_advice_never_sigterm():
+    quiet = [0.0] * 8
+    samples = window(n=61, utils=quiet, holders={0: 0.0}, command="python app.py")
+    server = classify_kind("python app.py", KindFacts(listening_ports=(8000,)),
+                           {"serve_forever": samples[-1].ts}, now=samples[-1].ts)
+    assert server.serves
+    found = evaluate(build_analysis(samples, phases_for(samples, idle=0.95), P4D, CATALOG,
+                                    host_cpus=32, kinds=kinds_for(samples, server)))
+    assert by_rule(found, "idle_gpu_held") == []
+    [rec] = by_rule(found, "idle_server")
+    assert "scale it to zero" in rec.summary and "8000" in rec.summary
+    assert all(r.action.get("kind") != "sigterm" for r in found)
+
+
+@pytest.mark.parametrize("kind", [Kind(NOTEBOOK, 0.8), Kind(TRAINING, 0.4), Kind()])
+def test_a_notebook_or_stopped_job_keeps_its_sigterm(kind):
+    quiet = [0.0] * 8
+    samples = window(n=61, utils=quiet, holders={0: 0.0})
+    found = evaluate(build_analysis(samples, phases_for(samples, idle=0.95), P4D, CATALOG,
+                                    host_cpus=32, kinds=kinds_for(samples, kind)))
+    [rec] = by_rule(found, "idle_gpu_held")
+    assert rec.action["kind"] == "sigterm"
+    assert by_rule(found, "idle_server") == []

@@ -1,0 +1,102 @@
+"""Workload kinds under a real mlcostd, on a program written without the classifier in mind:
+a standard-library HTTP scoring service (tests/daemon/corpus/tiny_http_scorer.py) with
+`serve_forever` in a thread (the main thread in Thread.join), and the same on the main thread,
+each on a simulated GPU, answering sparse requests sent by the test. Each comes out
+`online_inference` with its listening socket as evidence, and no rule offers it SIGTERM; an idle
+notebook-like job beside them still gets the SIGTERM advice.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from simhost import poll
+from test_corpus import CORPUS, FAST_STACKS, pytestmark, scenario_file  # noqa: F401
+
+SERVER = str(CORPUS / "tiny_http_scorer.py")
+
+
+def port_of(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def score(port: int) -> None:
+    """One request, as a client would send it (the server may be busy starting: errors pass)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/score", body=json.dumps([1, 2, 3, 4]),
+                     headers={"Content-Type": "application/json"})
+        assert conn.getresponse().status == 200
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+def test_http_servers_are_online_inference_and_never_offered_sigterm(mlcostd, tmp_path):
+    ports = {"threaded": tmp_path / "threaded.port", "main": tmp_path / "main.port"}
+    path = scenario_file(tmp_path, [
+        {"name": "threaded", "command": [sys.executable, SERVER, "--port-file",
+                                         str(ports["threaded"])]},
+        {"name": "main", "command": [sys.executable, SERVER, "--port-file", str(ports["main"]),
+                                     "--main-thread"]},
+        {"name": "notebook", "program": "idle_notebook"}])
+    daemon = mlcostd("idle-host", interval=1.0, args=["--simulate", str(path)], config={
+        **FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s"},
+        "cost": {"evaluate_every": "5s"}})
+    bound = poll(lambda: all(port_of(p) for p in ports.values()) and
+                 {name: port_of(p) for name, p in ports.items()}, 60, "both servers bound")
+
+    def name_of(proc: dict[str, Any]) -> str | None:
+        if "tiny_http_scorer" in proc["command"]:
+            return "main" if "--main-thread" in proc["command"] else "threaded"
+        return "notebook" if proc.get("gpus") else None
+
+    state: dict[str, Any] = {}
+
+    def settled() -> bool:
+        for port in bound.values():  # sparse traffic: one request per server per look
+            score(port)
+        procs = {name_of(p): p for p in daemon.now()["processes"] if name_of(p)}
+        recs: dict[str, list[Any]] = {name: [] for name in procs}
+        keys = {p["key"]: name for name, p in procs.items()}
+        for rec in daemon.call("recommendations"):
+            target = rec.target if rec.target in keys else rec.evidence.get(
+                "process", {}).get("id")
+            if target in keys:
+                recs[keys[target]].append(rec)
+        state.update(procs=procs, recs=recs)
+        servers_known = all(
+            procs.get(name, {}).get("kind") == "online_inference"
+            and procs[name].get("serves")
+            and f"listens on TCP port {bound[name]}" in procs[name].get("kind_evidence", [])
+            # serve_forever seen in the stacks: in a thread while the main thread joins it
+            and any(e.startswith("serving frames in a thread (")
+                    and "serve_forever" in e for e in procs[name].get("kind_evidence", []))
+            and any(r.rule == "idle_server" for r in recs.get(name, []))
+            for name in ("threaded", "main"))
+        return servers_known and any(r.rule == "idle_gpu_held" and (r.action or {}).get("kind")
+                                     == "sigterm" for r in recs.get("notebook", []))
+
+    poll(settled, 150, "both servers online_inference (socket evidence, idle_server advice) and "
+         "the notebook's SIGTERM advice", every=2.0,
+         explain=lambda: json.dumps({n: {k: p.get(k) for k in ("kind", "kind_confidence",
+                                                               "kind_evidence", "serves")}
+                                     for n, p in state.get("procs", {}).items()})
+         + "\n" + str({n: [r.rule for r in v] for n, v in state.get("recs", {}).items()})
+         + "\n" + daemon.log_tail())
+    for name in ("threaded", "main"):
+        assert not [r for r in state["recs"][name] if (r.action or {}).get("kind") == "sigterm"]
+        assert not [r for r in state["recs"][name] if r.rule == "idle_gpu_held"]
+    wire = {p.key: p for p in daemon.call("now").processes}  # the parsed daemon.wire.Process
+    for name in ("threaded", "main"):
+        proc = wire[state["procs"][name]["key"]]
+        assert proc.kind == "online_inference" and proc.serves
+        assert f"listens on TCP port {bound[name]}" in proc.kind_evidence
