@@ -29,16 +29,23 @@ NOTEBOOK = "notebook"
 OTHER = "other"
 KINDS = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE, NOTEBOOK, OTHER)
 
-# Frame markers: (marker, kind it points to, weight, test on (function name, file name)).
+# The function names that training loops are written with across the field (Keras/Flax
+# `train_step`, Lightning `training_step`, torchvision references' `train_one_epoch`) and the
+# checkpoint savers (HF Trainer `_save_checkpoint`, Lightning `save_checkpoint`).
+TRAIN_FUNCTIONS = frozenset({"train_step", "training_step", "train_one_epoch", "train_epoch",
+                             "train_loop", "_inner_training_loop"})
+CHECKPOINT_FUNCTIONS = frozenset({"save_checkpoint", "_save_checkpoint", "async_save"})
+# Frame markers: (marker, kind it points to, test on (function name, file name)).
 SERVE_FRAMES = ("serve_forever", "accept", "server_loop", "engine_loop")
 _FRAME_TESTS: tuple[tuple[str, str, Any], ...] = (
     ("optimizer_step", TRAINING,
      lambda n, f: "torch/optim/" in f or n.endswith(("zero_grad", "optimizer_step"))),
     ("backward", TRAINING, lambda n, f: "torch/autograd/" in f or n.endswith(".backward")
      or n == "backward"),
-    ("trainer_loop", TRAINING, lambda n, f: n.endswith(("Trainer.train", "training_step",
-                                                       "_inner_training_loop", "fit_loop.run"))
-     or "lightning/pytorch/loops/fit_loop" in f),
+    ("trainer_loop", TRAINING, lambda n, f: n.endswith(("Trainer.train", "fit_loop.run"))
+     or n.split(".")[-1] in TRAIN_FUNCTIONS or "lightning/pytorch/loops/fit_loop" in f),
+    ("checkpoint_save", TRAINING, lambda n, f: n.split(".")[-1] in CHECKPOINT_FUNCTIONS
+     or "torch/distributed/checkpoint/" in f),
     ("serve_forever", ONLINE_INFERENCE, lambda n, f: n.endswith("serve_forever")),
     ("accept", ONLINE_INFERENCE, lambda n, f: f.endswith("socket.py") and n.endswith("accept")),
     ("server_loop", ONLINE_INFERENCE, lambda n, f: any(

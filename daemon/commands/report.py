@@ -20,6 +20,7 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
+from daemon.wire import process_key
 from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 
 REPORT_VERSION = 1
@@ -55,8 +56,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     thresholds = IdleThresholds(idle_utilization_pct=float(recorded_idle) if isinstance(
         recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT)
     window_cost = _window_cost(reader, start, end, price, gpus, processes, interval, thresholds)
+    kinds = reader.meta("kinds")  # as the daemon last classified them (runtime/kinds.py)
+    kinds = kinds if isinstance(kinds, dict) else {}
     for proc in processes:
         key = (proc["pid"], proc["start_time"])
+        proc.update(_kind_json(kinds.get(process_key(*key))))
         proc["phases"] = _phases_json(balances.get(key))
         status = statuses.get(key)
         proc["stack_status"] = status["status"] if status else None
@@ -319,11 +323,38 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
              "$/h", "job", "command"], rows)]
     else:
         out.append("  no process used a GPU in this window")
+    out += _render_kinds(report["processes"])
     out += _render_phases(report["processes"])
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"))
     out += _render_managed((report.get("review") or {}).get("managed"))
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
     return "\n".join(fit(out, width)) + "\n"
+
+
+def _kind_json(kind: Any) -> dict[str, Any]:
+    """A process's kind as recorded; the store is data: bounded, one line each."""
+    kind = kind if isinstance(kind, dict) else {}
+    confidence = kind.get("kind_confidence")
+    evidence = kind.get("kind_evidence")
+    return {"kind": one_line(kind["kind"])[:32] if isinstance(kind.get("kind"), str) else None,
+            "kind_confidence": float(confidence) if isinstance(confidence, int | float) else None,
+            "kind_evidence": [one_line(e)[:200] for e in (evidence or [])[:16]
+                              if isinstance(e, str)] if isinstance(evidence, list) else [],
+            "serves": kind.get("serves") is True}
+
+
+def _render_kinds(processes: list[dict[str, Any]]) -> list[str]:
+    out = ["", "Workload kinds (what each GPU process is, how sure, and why)"]
+    shown = [p for p in processes if p.get("gpus") and p.get("kind")]
+    for proc in shown:
+        confidence = proc.get("kind_confidence")
+        sure = f" ({confidence:.0%} sure)" if isinstance(confidence, int | float) else ""
+        serves = "; serves: never offered SIGTERM" if proc.get("serves") else ""
+        out.append(f"  {proc['pid']} {proc['kind']}{sure}{serves}: "
+                   + "; ".join(proc.get("kind_evidence") or []))
+    if not shown:
+        out.append("  no kind recorded for this window's processes")
+    return out
 
 
 def _money(value: float | None) -> str:

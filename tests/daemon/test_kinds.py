@@ -73,6 +73,15 @@ def test_training_from_frames_and_launcher_even_when_rank_zero_listens():
     assert "started by torchrun" in kind.evidence
 
 
+def test_training_from_its_loop_and_checkpoint_functions():
+    markers = frame_markers([thread(("SlowVolume.write", "/srv/jobs/volume.py"),
+                                    ("save_checkpoint", "/srv/jobs/run.py"), main=True),
+                             thread(("train_step", "/srv/jobs/run.py"))])
+    assert markers == {"checkpoint_save", "trainer_loop"}
+    kind = classify_kind("python run.py", KindFacts(), dict.fromkeys(markers, NOW), now=NOW)
+    assert kind.kind == TRAINING and kind.confidence > 0.8
+
+
 def test_a_notebook_kernel_is_a_notebook_though_its_channels_listen():
     facts = KindFacts(listening_ports=(50001, 50002), accepted_connections=3,
                       accepted_seen_at=NOW, accepted_reads=2, parent="jupyter")

@@ -1,4 +1,7 @@
-"""A notebook kernel that loaded a model onto the GPU and now waits for the next cell."""
+"""A notebook kernel that loaded a model onto the GPU and now waits for the next cell.
+
+Like a Jupyter kernel it may be started with its connection file (`-f kernel-ID.json`, as
+Jupyter's kernel spec passes it; the file is not written here)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ def wait_for_input(channel: socket.socket) -> None:
 def main() -> None:
     p = _common.parser(__doc__ or "")
     p.add_argument("--memory-gib", type=float, default=12.0)
+    p.add_argument("-f", "--connection-file", help="where a front end would find the kernel")
     args = p.parse_args()
     log = _common.setup("idle_notebook")
     shell, frontend = socket.socketpair()
