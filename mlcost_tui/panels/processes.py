@@ -104,6 +104,18 @@ def _rate(value: float | None) -> str:
 
 
 DASH = fmt.DASH
+# The kind column's words: narrow, so it fits beside the others on a wide screen only.
+KIND_SHORT = {"training": "train", "batch_inference": "batch", "online_inference": "serve",
+              "notebook": "notebook", "other": "other"}
+
+
+@lru_cache(_CACHE)
+def _kind_cell(kind: str | None) -> Text:
+    if not kind:
+        return Text(DASH, style=MUTED)
+    return Text(KIND_SHORT.get(kind, kind[:8]), style=MUTED if kind == "other" else "")
+
+
 COLUMNS: tuple[ProcessColumn, ...] = (
     ProcessColumn("pid", "PID", PID_WIDTH, value=lambda r: (r.process.pid, r.branch),
                   draw=_pid_cell, sort=lambda p: p.pid, descending=False),
@@ -123,6 +135,9 @@ COLUMNS: tuple[ProcessColumn, ...] = (
                   sort=lambda p: p.burn_per_hour or 0.0),
     ProcessColumn("spent", "spent", 9, 4, value=lambda r: r.process.cost,
                   draw=lru_cache(_CACHE)(fmt.money), sort=lambda p: p.cost or 0.0),
+    # Dropped first (priority 9): shown on a wide screen (200 columns), not at 80.
+    ProcessColumn("kind", "kind", 8, 9, value=lambda r: r.process.kind, draw=_kind_cell,
+                  sort=lambda p: (p.kind or "~", -(p.burn_per_hour or 0.0)), descending=False),
     ProcessColumn("phase", "phase", 11, value=lambda r: r.process.phase,
                   draw=_phase_cell, sort=lambda p: p.phase or "", descending=False),
     ProcessColumn("phases", "phase balance", 13, 6, value=lambda r: r.process.phases,
@@ -156,6 +171,7 @@ class ProcessPanel(KeyedTable):
         self.inverted = False
         self.tree_mode = False
         self.show_jobs = False  # the job column: only when some process has one
+        self.show_kinds = False  # the kind column: only when the daemon classifies kinds
         self.processes: dict[str, Process] = {}
         self.width = 0
         self.border_title = "Processes"
@@ -165,7 +181,8 @@ class ProcessPanel(KeyedTable):
         return BY_KEY[self.sort_key]
 
     def columns_for(self, width: int) -> tuple[Column, ...]:
-        columns = [c for c in COLUMNS if c.key != "job" or self.show_jobs]
+        columns = [c for c in COLUMNS if (c.key != "job" or self.show_jobs)
+                   and (c.key != "kind" or self.show_kinds)]
         # The command says what a process is: it keeps a quarter of a wide screen.
         columns = [ProcessColumn(c.key, c.label, max(c.width or 0, width // 4), c.priority,
                                  c.flex, c.value, c.draw, c.sort, c.descending)
@@ -249,8 +266,9 @@ class ProcessPanel(KeyedTable):
     def show(self, now: Now) -> None:
         self.processes = {p.key: p for p in now.processes}
         jobs = any(p.workload for p in now.processes)
-        if jobs != self.show_jobs and self.width:
-            self.show_jobs = jobs
+        kinds = any(p.kind for p in now.processes)
+        if (jobs, kinds) != (self.show_jobs, self.show_kinds) and self.width:
+            self.show_jobs, self.show_kinds = jobs, kinds
             self.fit(self.width)
         columns = [BY_KEY[k] for k in self.shown_keys]
         values = [c.value for c in columns]

@@ -214,6 +214,16 @@ class DetailsScreen(Screen):
         if p.owner:  # who owns it: pod, Slurm job, systemd unit (from its cgroup)
             text.append("Owner ", style="bold")
             text.append("  ".join(f"{k} {v}" for k, v in sorted(p.owner.items())) + "\n")
+        if p.kind:  # what it is (daemon.analysis.kinds): how sure, and why
+            text.append("Kind ", style="bold")
+            sure = (f" ({p.kind_confidence:.0%} sure)" if p.kind_confidence is not None
+                    else "")
+            text.append(f"{p.kind}{sure}")
+            if p.serves:
+                text.append("  serves: never offered SIGTERM", style=MUTED)
+            text.append("\n")
+            for why in p.kind_evidence:
+                text.append(f"  {why}\n", style=MUTED)
         text.append("GPUs ", style="bold")
         text.append(f"{','.join(map(str, p.gpus)) or '-'}   GPU memory {fmt.size(p.gpu_memory_bytes)}"
                     f"   SM share {fmt.pct(p.sm_share)}   CPU {fmt.pct(p.cpu_percent)}"
