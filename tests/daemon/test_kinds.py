@@ -185,3 +185,15 @@ def test_a_notebook_or_stopped_job_keeps_its_sigterm(kind):
     [rec] = by_rule(found, "idle_gpu_held")
     assert rec.action["kind"] == "sigterm"
     assert by_rule(found, "idle_server") == []
+
+
+def test_a_server_waiting_for_requests_gets_no_dataloader_advice():
+    samples = window(n=61, command="python app.py")
+    server = classify_kind("python app.py", KindFacts(listening_ports=(8000,)),
+                           {"serve_forever": samples[-1].ts}, now=samples[-1].ts)
+    phases = phases_for(samples, data_wait=0.5, compute=0.5)
+    assert by_rule(evaluate(build_analysis(samples, phases, P4D, CATALOG, host_cpus=32)),
+                   "dataloader_starvation")  # without its kind: the old advice
+    found = evaluate(build_analysis(samples, phases, P4D, CATALOG, host_cpus=32,
+                                    kinds=kinds_for(samples, server)))
+    assert by_rule(found, "dataloader_starvation") == []

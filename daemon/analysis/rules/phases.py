@@ -34,6 +34,8 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
     def check(a: Analysis, rule: Rule) -> list[Finding]:
         found = []
         for proc in a.processes:
+            if phase == "data_wait" and proc.kind.serves:
+                continue  # a server waiting for requests is not starved of input data
             share, stacks = phase_share(proc, phase)
             if share <= threshold:
                 continue
