@@ -197,3 +197,19 @@ def test_a_server_waiting_for_requests_gets_no_dataloader_advice():
     found = evaluate(build_analysis(samples, phases, P4D, CATALOG, host_cpus=32,
                                     kinds=kinds_for(samples, server)))
     assert by_rule(found, "dataloader_starvation") == []
+
+
+def test_the_report_shows_recorded_kinds_and_treats_the_store_as_data():
+    from daemon.commands.report import _kind_json, _render_kinds
+
+    recorded = _kind_json({"kind": "online_inference\x1b[2J", "kind_confidence": 0.85,
+                           "kind_evidence": ["listens on TCP port 8000", 7, "x" * 500],
+                           "serves": True})
+    assert recorded["kind_evidence"][0] == "listens on TCP port 8000"
+    assert len(recorded["kind_evidence"]) == 2 and len(recorded["kind_evidence"][1]) <= 200
+    assert "\x1b" not in recorded["kind"]
+    assert _kind_json("not a dict") == {"kind": None, "kind_confidence": None,
+                                        "kind_evidence": [], "serves": False}
+    text = "\n".join(_render_kinds([{"pid": 7, "gpus": [0], **recorded}]))
+    assert "7 online_inference" in text and "85% sure" in text
+    assert "serves: never offered SIGTERM: listens on TCP port 8000" in text
