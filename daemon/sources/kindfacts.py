@@ -125,24 +125,48 @@ def parse_tcp_table(data: bytes) -> list[tuple[int, str, int]]:
     return rows
 
 
-def read_sockets(pid: int) -> tuple[tuple[int, ...], int, int, list[str]]:
-    """(listening ports, accepted connections, other connections, truncated reads) of pid."""
-    truncated: list[str] = []
-    inodes, capped = socket_inodes(pid)
-    if capped:
-        truncated.append("fd")
-    if not inodes:
-        return (), 0, 0, truncated
+# One read of a network namespace's TCP tables per refresh round: netns id -> (rows, cut tables).
+TcpTables = dict[str, tuple[list[tuple[int, str, int]], list[str]]]
+
+
+def _tcp_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, str, int]], list[str]]:
+    """The TCP rows of pid's network namespace, read once per namespace per round (the kernel
+    formats the whole table on each read: ~1 ms on a busy host)."""
+    try:
+        netns = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        netns = None
+    if tables is not None and netns is not None and netns in tables:
+        return tables[netns]
     rows: list[tuple[int, str, int]] = []
+    cut_tables: list[str] = []
     for table in ("tcp", "tcp6"):
         try:
             data, cut = _read_capped(f"/proc/{pid}/net/{table}", MAX_NET_BYTES)
         except OSError:
             continue
         if cut:
-            truncated.append(table)
+            cut_tables.append(table)
             data = data[:data.rfind(b"\n")]  # drop the torn last line
-        rows += [r for r in parse_tcp_table(data) if r[2] in inodes]
+        rows += parse_tcp_table(data)
+    if tables is not None and netns is not None:
+        tables[netns] = (rows, cut_tables)
+    return rows, cut_tables
+
+
+def read_sockets(pid: int, tables: TcpTables | None = None
+                 ) -> tuple[tuple[int, ...], int, int, list[str]]:
+    """(listening ports, accepted connections, other connections, truncated reads) of pid.
+    `tables`: a cache of namespaces' TCP tables shared by the reads of one round."""
+    truncated: list[str] = []
+    inodes, capped = socket_inodes(pid)
+    if capped:
+        truncated.append("fd")
+    if not inodes:
+        return (), 0, 0, truncated
+    all_rows, cut_tables = _tcp_rows(pid, tables)
+    truncated += cut_tables
+    rows = [r for r in all_rows if r[2] in inodes]
     listening = sorted({port for port, state, _ in rows if state == TCP_LISTEN})
     ports = set(listening)
     established = [port for port, state, _ in rows if state == TCP_ESTABLISHED]
@@ -196,21 +220,23 @@ class KindFactsReader:
         """Re-read what is due for each process; forget processes not given."""
         wanted = set(keys)
         fresh: dict[tuple[int, float], KindFacts] = {}
+        tables: TcpTables = {}  # this round's TCP tables, one read per network namespace
         for key in wanted:
             old = self._facts.get(key)
             try:
-                fresh[key] = self._read(key[0], old, now)
+                fresh[key] = self._read(key[0], old, now, tables)
             except (OSError, ValueError, IndexError):
                 if old is not None:
                     fresh[key] = old  # gone or refused this time: keep the last reading
         with self._lock:
             self._facts = fresh
 
-    def _read(self, pid: int, old: KindFacts | None, now: float) -> KindFacts:
+    def _read(self, pid: int, old: KindFacts | None, now: float,
+              tables: TcpTables) -> KindFacts:
         facts = old or KindFacts()
         truncated = set(facts.truncated)
         if old is None or now - old.sockets_read_at >= self.sockets_every_s:
-            ports, accepted, other, cut = read_sockets(pid)
+            ports, accepted, other, cut = read_sockets(pid, tables)
             self.reads += 1
             truncated = (truncated - {"fd", "tcp", "tcp6"}) | set(cut)
             facts = KindFacts(ports, accepted, other, facts.libraries, facts.parent,
