@@ -213,3 +213,16 @@ def test_the_report_shows_recorded_kinds_and_treats_the_store_as_data():
     text = "\n".join(_render_kinds([{"pid": 7, "gpus": [0], **recorded}]))
     assert "7 online_inference" in text and "85% sure" in text
     assert "serves: never offered SIGTERM: listens on TCP port 8000" in text
+
+
+def test_one_tcp_table_read_per_network_namespace_per_round():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        tables: dict = {}
+        first = read_sockets(os.getpid(), tables)
+        assert len(tables) == 1  # this process's namespace, read once
+        [netns] = tables
+        tables[netns] = ([], [])  # what the cache holds is what a second read of the round sees
+        again = read_sockets(os.getpid(), tables)
+        fresh = read_sockets(os.getpid(), {})
+    assert port in first[0] and again[0] == () and port in fresh[0]
