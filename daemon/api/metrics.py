@@ -45,6 +45,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from daemon.analysis.kinds import KINDS
 from daemon.api.limits import limited_log
 from daemon.wire import Now, process_key
 
@@ -246,6 +247,21 @@ class DaemonCollector(Collector):
         yield from self._workloads(document, now, analyzer, hostname)
         yield from self._advice(now, hostname)
         yield from self._budgets(analyzer, hostname)
+        yield self._kinds(now, hostname)
+
+    def _kinds(self, now: Now, hostname: str) -> Metric:
+        """GPU processes by workload kind (daemon.analysis.kinds): a bounded label, the five
+        kinds and `unknown` (not classified yet); never a pid."""
+        counts = dict.fromkeys((*KINDS, "unknown"), 0)
+        for proc in now.processes:
+            if proc.gpus:
+                kind = proc.kind if proc.kind in counts else "unknown"
+                counts[kind] += 1
+        family = GaugeMetricFamily("mlcost_gpu_processes_by_kind", "GPU processes on this host "
+                                   "by workload kind", labels=["kind", "Hostname"])
+        for kind, count in counts.items():
+            family.add_metric([kind, hostname], float(count))
+        return family
 
     # -- the host ---------------------------------------------------------------------------
 

@@ -287,3 +287,14 @@ def test_metrics_on_the_unix_socket_need_no_token(daemon):
     assert status == 200
     [info] = samples(text, "mlcost_host_info")
     assert info.labels["instance_type"] == "g5.xlarge"
+
+
+def test_gpu_processes_are_counted_by_kind_with_a_bounded_label():
+    fake = FakeDaemon()
+    fake.processes = [dict(process(1, 1.0), kind="online_inference"),
+                      dict(process(2, 1.0), kind="training"),
+                      dict(process(3, 1.0), kind="made-up\x1b[2J"), process(4, 1.0)]
+    counts = {s.labels["kind"]: s.value
+              for s in samples(Metrics(fake).render().decode(), "mlcost_gpu_processes_by_kind")}
+    assert counts == {"training": 1.0, "batch_inference": 0.0, "online_inference": 1.0,
+                      "notebook": 0.0, "other": 0.0, "unknown": 2.0}
