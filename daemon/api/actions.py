@@ -15,6 +15,9 @@ from typing import Any
 
 import psutil
 
+from daemon import clock
+from daemon.analysis.kinds import classify_kind
+from daemon.sources.kindfacts import read_kind_facts
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
 from daemon.wire import ActionResult
@@ -85,6 +88,7 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
     if abs(created - float(start)) > START_TIME_TOLERANCE_S:
         raise ActionError(f"pid {pid} is now a different process (started {created:.2f}, the "
                           f"recommendation is about {float(start):.2f}); not signalled", 410)
+    _refuse_a_server(pid, proc)
     step = f"kill -TERM {pid}   # {command}"
     if dry_run:
         return ActionResult(rec_id, "sigterm", True, False,
@@ -99,6 +103,24 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
             from None
     return ActionResult(rec_id, "sigterm", False, True, f"sent SIGTERM to pid {pid}",
                         steps=(step,))
+
+
+def _refuse_a_server(pid: int, proc: psutil.Process) -> None:
+    """The rules never offer a server SIGTERM; this checks again, live, right before a signal
+    (and in the dry run): a process that listens and has a client connected now is serving,
+    whatever the recommendation said when it was made. ActionError 409 when it serves."""
+    try:
+        facts = read_kind_facts(pid, clock.now())
+        argv = " ".join(proc.cmdline())[:4096]  # for the classifier only; never shown
+    except (OSError, psutil.Error):
+        return  # gone or unreadable: the signal itself says so
+    kind = classify_kind(argv, facts)
+    if kind.serves:
+        ports = ", ".join(str(p) for p in kind.listening_ports[:4])
+        raise ActionError(
+            f"pid {pid} is serving (it listens on TCP port {ports} and has "
+            f"{facts.accepted_connections} client(s) connected now); mlcostd never stops a "
+            "server: scale it down or stop it yourself", status=409)
 
 
 def _default_ec2(region: str) -> Any:

@@ -258,3 +258,9 @@ class KindFactsReader:
     def get(self, key: tuple[int, float]) -> KindFacts | None:
         with self._lock:
             return self._facts.get(key)
+
+
+def read_kind_facts(pid: int, now: float) -> KindFacts:
+    """One process's sockets, libraries and parent, read now (no cache): for a check made
+    once, such as the one before an action signals a process. Raises OSError when it is gone."""
+    return KindFactsReader()._read(pid, None, now, {})

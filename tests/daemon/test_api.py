@@ -237,6 +237,54 @@ def test_sigterm_needs_allow_actions_and_the_same_process():
         proc.wait()
 
 
+SERVER = """
+import socket, sys
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+clients = []
+while True:
+    conn, _ = listener.accept()
+    clients.append(conn)
+"""
+
+
+def test_a_sigterm_is_refused_live_for_a_process_that_is_serving():
+    """Whatever a recommendation said when it was made, the action checks again right before
+    the signal: a process that listens and has a client connected now is a server, and mlcostd
+    never stops a server (409, the process untouched). Once no client is connected, the same
+    recommendation's dry run goes through as before."""
+    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        rec = sigterm_rec(proc)
+        client = socket.create_connection(("127.0.0.1", port))
+        try:
+            # the connection is the server's once accept() returns: wait for that
+            poll(lambda: _dry_run_or_none(rec) is None, 30, "the server's accepted client")
+            for dry_run in (True, False):
+                with pytest.raises(actions.ActionError) as info:
+                    actions.apply(rec, dry_run, allow_actions=True)
+                assert info.value.status == 409, info.value
+                assert f"listens on TCP port {port}" in str(info.value)
+                assert "never stops a server" in str(info.value)
+            assert proc.poll() is None
+        finally:
+            client.close()
+        dry = poll(lambda: _dry_run_or_none(rec), 30, "the server with no client connected")
+        assert f"SIGTERM to pid {proc.pid}" in dry.message and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _dry_run_or_none(rec: dict):
+    try:
+        return actions.apply(rec, True)
+    except actions.ActionError:
+        return None  # the closed connection may still be ESTABLISHED on the server's side
+
+
 def test_apply_sigterm_through_the_daemon_stops_the_idle_notebook(daemon):
     # After the tests that look at the notebook: this one stops it.
     rec = advice(daemon, "idle_gpu_held")
