@@ -49,16 +49,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByModuleOrGroup(config, log)
 
 
-# Seconds each work unit took in a 4-worker run (setup, call and teardown of its tests), for a
-# checkout with no recorded figures yet (a fresh clone, CI): only the order matters, and only
-# for the units long enough to set the run's end. A run records its own figures per test in
-# pytest's cache (.pytest_cache, "mlcost/test_seconds"), and those win.
+# Seconds each work unit took in a 4-worker run (setup, call and teardown of its tests; measured
+# 2026-12-02 on the 2-core machine at load 6-14), for a checkout with no recorded figures yet (a
+# fresh clone, CI): only the order matters, and only for the units long enough to set the
+# run's end. A run records its own figures per test in pytest's cache (.pytest_cache,
+# "mlcost/test_seconds"), and those win.
 UNIT_SECONDS = {
-    "tests/daemon/test_service.py": 75, "serial": 60, "tests/faults/test_gpu_faults.py": 60,
-    "tests/daemon/test_replay_texts.py": 50, "tests/deploy/test_prometheus_rules.py": 50,
-    "tests/daemon/test_snoozes.py": 45, "tests/daemon/test_snapshot_live.py": 45,
-    "tests/daemon/test_corpus.py": 40, "tests/faults/test_hostile_client.py": 35,
-    "tests/faults/test_clock_and_processes.py": 30, "tests/daemon/test_store.py": 30,
+    "tests/daemon/test_store.py": 217, "tests/daemon/test_hostile_stores.py": 157,
+    "tests/tui/test_snapshots.py": 154, "tests/daemon/test_api.py": 127,
+    "tests/daemon/test_startup_errors.py": 118, "tests/daemon/test_openapi.py": 114,
+    "tests/daemon/test_service.py": 110, "tests/tui/test_app.py": 107,
+    "tests/tui/test_sizes.py": 90, "tests/daemon/test_snapshot_live.py": 89,
+    "tests/faults/test_store_faults.py": 88, "tests/tui/test_keyed_table.py": 78,
+    "tests/daemon/test_snapshot_s3.py": 61, "tests/faults/test_hostile_client.py": 60,
+    "tests/daemon/test_corpus.py": 58, "tests/tui/test_modes.py": 53,
+    "tests/daemon/test_replay_texts.py": 47, "tests/daemon/test_snapshot_html.py": 46,
+    "tests/faults/test_gpu_faults.py": 45, "tests/daemon/test_replay.py": 44,
+    "tests/deploy/test_prometheus_rules.py": 42, "tests/deploy/test_fleet.py": 40,
 }
 _CACHE_KEY = "mlcost/test_seconds"
 
