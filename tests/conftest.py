@@ -19,23 +19,92 @@ from daemon.sim import scenario
 pytest_plugins = ["faulttable"]
 
 
+def work_unit(nodeid: str) -> str:
+    """What an xdist worker takes whole: the test's xdist_group ("path::test@serial") or its
+    module."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):  # "path::test[param]@group"
+        return nodeid.split("@")[-1]
+    return nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (`-n N`, `--dist loadgroup` from pyproject.toml), a worker takes a
     whole module at a time, so a module-scoped daemon starts once, not once per worker; tests
     marked `xdist_group("serial")` (those that cannot share the machine with each other) all go
-    to one worker, one after another."""
+    to one worker, one after another. Work units are handed out in collection order, which
+    pytest_collection_modifyitems below makes the longest first."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
 
+    # xdist would hand out the units with the most tests first: a module of one 80 s test
+    # went last and alone set the run's end.
+    config.option.loadscopereorder = False
+
     class ByModuleOrGroup(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.rfind("@") > nodeid.rfind("]"):  # "path::test[param]@group"
-                return nodeid.split("@")[-1]
-            return nodeid.split("::", 1)[0]
+            return work_unit(nodeid)
 
     return ByModuleOrGroup(config, log)
+
+
+# Seconds each work unit took in a 4-worker run (setup, call and teardown of its tests; measured
+# 2026-12-02 on the 2-core machine at load 6-14), for a checkout with no recorded figures yet (a
+# fresh clone, CI): only the order matters, and only for the units long enough to set the
+# run's end. A run records its own figures per test in pytest's cache (.pytest_cache,
+# "mlcost/test_seconds"), and those win.
+UNIT_SECONDS = {
+    "tests/daemon/test_store.py": 217, "tests/daemon/test_hostile_stores.py": 157,
+    "tests/tui/test_snapshots.py": 154, "tests/daemon/test_api.py": 127,
+    "tests/daemon/test_startup_errors.py": 118, "tests/daemon/test_openapi.py": 114,
+    "tests/daemon/test_service.py": 110, "tests/tui/test_app.py": 107,
+    "tests/tui/test_sizes.py": 90, "tests/daemon/test_snapshot_live.py": 89,
+    "tests/faults/test_store_faults.py": 88, "tests/tui/test_keyed_table.py": 78,
+    "tests/daemon/test_snapshot_s3.py": 61, "tests/faults/test_hostile_client.py": 60,
+    "tests/daemon/test_corpus.py": 58, "tests/tui/test_modes.py": 53,
+    "tests/daemon/test_replay_texts.py": 47, "tests/daemon/test_snapshot_html.py": 46,
+    "tests/faults/test_gpu_faults.py": 45, "tests/daemon/test_replay.py": 44,
+    "tests/deploy/test_prometheus_rules.py": 42, "tests/deploy/test_fleet.py": 40,
+}
+_CACHE_KEY = "mlcost/test_seconds"
+
+
+@pytest.hookimpl(trylast=True)  # after xdist has added "@group" to the grouped tests' ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the longest work units first (longest-processing-time order), so the last
+    unit to start is a short one; tests keep their order within a unit."""
+    if not hasattr(config, "workerinput") or getattr(config, "cache", None) is None:
+        return
+    recorded: dict[str, float] = config.cache.get(_CACHE_KEY, {})
+    units: dict[str, float] = {}
+    for item in items:
+        unit = work_unit(item.nodeid)
+        units[unit] = units.get(unit, 0.0) + recorded.get(item.nodeid.split("@")[0], 0.0)
+    for unit, seen in units.items():
+        if seen == 0.0:
+            units[unit] = UNIT_SECONDS.get(unit, 0.0)
+    items.sort(key=lambda item: -units[work_unit(item.nodeid)])
+
+
+_test_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's seconds (setup, call, teardown), recorded where the run is reported: the
+    xdist controller, or the one process without -n."""
+    nodeid = report.nodeid.split("@")[0]
+    _test_seconds[nodeid] = _test_seconds.get(nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if hasattr(config, "workerinput") or getattr(config, "cache", None) is None \
+            or not _test_seconds:
+        return
+    recorded = config.cache.get(_CACHE_KEY, {})
+    recorded.update({nodeid: round(seconds, 2) for nodeid, seconds in _test_seconds.items()})
+    config.cache.set(_CACHE_KEY, recorded)
 
 
 @pytest.fixture

@@ -180,6 +180,16 @@ class LiveDaemon:
         return self.returncode
 
 
+# The demo host's config for the tests that wait on its events and advice:
+# daemon/sim/simulate.toml with its one-minute waits cut to the shortest the config allows, so
+# every event and rule has fired within ~30 s (tests/daemon/test_service.py,
+# test_snapshot_live.py).
+DEMO_CONFIG: dict[str, dict[str, Any]] = {
+    "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "2m"},
+    "cost": {"evaluate_every": "5s", "shrink_min_window": "10s", "spot_min_runtime": "10s"},
+}
+
+
 def config_file(folder: Path, tables: dict[str, dict[str, Any]]) -> Path:
     """A TOML config from {section: {key: value}} (strings, numbers, booleans)."""
     lines = []

@@ -1,4 +1,5 @@
-"""mlcostd end to end: `run --simulate`, `report --json`, clean exits and kill -9."""
+"""mlcostd end to end: `run --simulate`, `report --json`, the demo's savings within its bill, clean
+exits and kill -9."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from daemon.commands import report
 from daemon.sim import scenario
 from daemon.sources.procs import delay_accounting_enabled
 from daemon.store.reader import StoreReader
+from daemon.wire import Now
+from mlcost_tui.panels.recommendations import evidence_text, savings_text
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
 
@@ -37,12 +40,7 @@ def mlcostd_cli(*args, **kwargs):
                           **kwargs)
 
 
-# The demo host's config for these tests: daemon/sim/simulate.toml with its one-minute waits
-# cut to the shortest the config allows, so every event and rule has fired within ~30 s.
-DEMO_CONFIG = {
-    "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "2m"},
-    "cost": {"evaluate_every": "5s", "shrink_min_window": "10s", "spot_min_runtime": "10s"},
-}
+DEMO_CONFIG = livedaemon.DEMO_CONFIG
 DEMO_EVENTS = {("gpu_unheld_idle", "gpu:5"), ("gpu_held_idle", "gpu:3")}
 DEMO_RULES = {"idle_gpu_held", "dataloader_starvation", "blocking_checkpoint",
               "underbatched_inference", "spot_training", "over_provisioned"}
@@ -53,6 +51,9 @@ DEMO_RULES = {"idle_gpu_held", "dataloader_starvation", "blocking_checkpoint",
 DEMO_PHASES = {"data_starved": ("data_wait", True, 0.0),
                "checkpoint_heavy": ("checkpoint", True, 12.0),
                "healthy_train": ("compute", False, 0.0), "idle_notebook": ("idle", False, 0.0)}
+# What /v1/now must serve too: the shrink and batching advice among 4 or more.
+NOW_RULES = {"over_provisioned", "underbatched_inference"}
+NOW_MIN_RULES = 4
 DEMO_READY_TIMEOUT_S = 240.0  # ~30 s on an idle machine; generous for a busy CI runner
 
 
@@ -96,13 +97,21 @@ def demo_missing(db) -> list[str]:
 @pytest.fixture(scope="module")
 def demo_report(mlcostd):
     """Record the demo host until its store shows every event, recommendation and phase the
-    tests below look at, stop it with SIGTERM, and return the JSON and text reports."""
+    tests below look at, and its /v1/now serves the shrink and batching advice among 4 or more;
+    stop it with SIGTERM, and return the JSON and text reports and every /v1/now document
+    served on the way (the last one with that advice)."""
     daemon = mlcostd("demo", config=DEMO_CONFIG)
     last: list[list[str]] = [[]]
+    served: list[dict] = []
 
     def ready():
         daemon.record_tree()  # py-spy dumps come and go: remember them too
-        last[0] = demo_missing(daemon.db)
+        served.append(daemon.now())
+        rules = {r["rule"] for r in served[-1].get("recommendations") or []}
+        last[0] = demo_missing(daemon.db) + [
+            f"{rule} in /v1/now" for rule in sorted(NOW_RULES - rules)]
+        if len(rules) < NOW_MIN_RULES:
+            last[0].append(f"{NOW_MIN_RULES} recommendations in /v1/now")
         return not last[0]
 
     poll(ready, DEMO_READY_TIMEOUT_S, "the demo host's events, recommendations and phases",
@@ -112,7 +121,7 @@ def demo_report(mlcostd):
     assert report_json.returncode == 0, report_json.stderr
     text = mlcostd_cli("report", "--db", str(daemon.db), "--since", "5m")
     return {"rc": rc, "log": daemon.log(), "report": json.loads(report_json.stdout),
-            "text": text.stdout, "daemon": daemon, "db": daemon.db}
+            "text": text.stdout, "daemon": daemon, "db": daemon.db, "served": served}
 
 
 def test_daemon_exits_cleanly_and_leaves_nothing_running(demo_report):
@@ -301,3 +310,44 @@ def test_report_says_when_samples_start_later_than_the_window(demo_report):
     assert window["first_sample_at"] - window["since"] > 86400
     text = mlcostd_cli("report", "--db", str(demo_report["db"]), "--since", "2d").stdout
     assert "(samples from " in text
+
+
+def test_demo_savings_add_up_to_no_more_than_the_bill(demo_report):
+    """The recommendations' combined savings, shown as one "potential savings" figure, never
+    exceed the host's monthly bill, and the shrink advice is preliminary with its confidence."""
+    seen = demo_report["served"]
+    doc = seen[-1]
+    recs = doc["recommendations"]
+    bill = doc["price"]["per_hour"] * 730
+    savings = doc["savings"]
+    assert savings["bill_per_month"] == bill
+    combined = [r["combined_savings_per_month"] for r in recs]
+    assert savings["potential_per_month"] == pytest.approx(sum(combined))
+    assert sum(combined) <= bill and savings["potential_per_month"] <= bill
+    assert all(0 <= c <= r["savings_per_month"] + 1e-6
+               for c, r in zip(combined, recs, strict=True))
+    assert savings["thresholds_shortened"] is True
+    # Every document on the way there stayed within the bill too.
+    for earlier in seen:
+        if earlier.get("savings"):
+            assert earlier["savings"]["potential_per_month"] <= bill
+    [shrink] = [r for r in recs if r["rule"] == "over_provisioned"]
+    assert shrink["preliminary"] is True and shrink["confidence"] == "low"
+    assert shrink["evidence_needed_seconds"] == 30 * 3600
+    assert shrink["thresholds_shortened"] is True
+    assert "shrink_min_window_s" in shrink["shortened_thresholds"]
+    # What the screen shows next to the figure (recommendations panel, action screen).
+    now = Now.from_dict(doc)
+    assert now.potential_savings_per_month == savings["potential_per_month"]
+    [rec] = [r for r in now.recommendations if r.rule == "over_provisioned"]
+    assert evidence_text(rec).plain.startswith("preliminary ")
+    assert "shortened" in evidence_text(rec).plain
+    assert "confidence low" in savings_text(rec).plain
+    # The report combines what it lists the same way: one potential figure within the bill.
+    review = report_of(demo_report["db"], 600.0)
+    assert review["savings"]["bill_per_month"] == bill
+    assert 0 < review["savings"]["potential_per_month"] <= bill
+    assert sum(r["combined_savings_per_month"] for r in review["recommendations"]) <= bill
+    text = report.render_text(review, width=200)
+    assert f"potential savings ${review['savings']['potential_per_month']:,.0f}/month" in text
+    assert "preliminary:" in text and "thresholds shortened" in text

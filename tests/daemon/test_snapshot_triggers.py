@@ -151,3 +151,8 @@ def test_snapshots_settings_are_checked_with_the_key_and_value(tmp_path):
         config_module.db_path(default).parent / "snapshots"
     simulated = config_module.load(Path(config_module.__file__).parent / "sim" / "simulate.toml")
     assert simulated.snapshots.held_idle_after == 60.0  # the demo's idle-GPU snapshot
+    # ... and the demo's advice within minutes: the live tests run with these cut further
+    # (tests/livedaemon.py DEMO_CONFIG), so the shipped values are pinned here.
+    assert (simulated.idle.gpu_held_after, simulated.idle.gpu_unheld_after) == (60.0, 60.0)
+    assert (simulated.cost.evaluate_every, simulated.cost.shrink_min_window,
+            simulated.cost.spot_min_runtime) == (15.0, 60.0, 60.0)
