@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -57,7 +56,6 @@ HOSTILE = {
 # there, in the app); the others it refuses before it starts.
 REFUSED_AT_OPEN = {"recursive-view-for-a-table", "recursive-view-for-ticks", "generated-column",
                    "missing-column", "virtual-table", "circular-view"}
-MAX_SECONDS = 20.0  # each refusal is a schema check and a few queries: well under a second
 
 
 @pytest.fixture(scope="module")
@@ -86,20 +84,18 @@ def hostile_copy(good: Path, folder: Path, name: str) -> Path:
     return path
 
 
-def run(*command: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    started = time.monotonic()
-    done = subprocess.run(list(command), capture_output=True, text=True, timeout=120,
+def run(*command: str) -> subprocess.CompletedProcess[str]:
+    """The command's outcome; its bound is the timeout (a recursive view used to run 30 s and
+    end in a traceback): speed itself is bench/'s to measure, never a test's."""
+    return subprocess.run(list(command), capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env={**os.environ, "TERM": "dumb"}, stdin=subprocess.DEVNULL)
-    return done, time.monotonic() - started
 
 
-def assert_one_line(done: subprocess.CompletedProcess[str], took: float, path: Path,
-                    words: str) -> None:
+def assert_one_line(done: subprocess.CompletedProcess[str], path: Path, words: str) -> None:
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stderr.count("\n") == 1 and done.stderr.endswith("\n"), done.stderr
     assert str(path) in done.stderr and words in done.stderr, done.stderr
-    assert took < MAX_SECONDS, f"{took:.1f} s"
 
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
@@ -110,33 +106,33 @@ MLCOST_TOP = [sys.executable, "-c", "import sys; from mlcost_tui.cli import main
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_snapshot_render_of_a_hostile_store_is_one_line(good_snapshot, tmp_path, name):
     path = hostile_copy(good_snapshot, tmp_path, name)
-    done, took = run(*MLCOSTD, "snapshot", "--render", str(path), "--out",
+    done = run(*MLCOSTD, "snapshot", "--render", str(path), "--out",
                      str(tmp_path / "out.html"))
-    assert_one_line(done, took, path, HOSTILE[name][1])
+    assert_one_line(done, path, HOSTILE[name][1])
     assert not (tmp_path / "out.html").exists()
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_report_of_a_hostile_store_is_one_line(good_snapshot, tmp_path, name):
     path = hostile_copy(good_snapshot, tmp_path, name)
-    done, took = run(*MLCOSTD, "report", "--db", str(path), "--since", "1d")
-    assert_one_line(done, took, path, HOSTILE[name][1])
+    done = run(*MLCOSTD, "report", "--db", str(path), "--since", "1d")
+    assert_one_line(done, path, HOSTILE[name][1])
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED_AT_OPEN))
 def test_replay_of_a_hostile_store_is_one_line(good_snapshot, tmp_path, name):
     path = hostile_copy(good_snapshot, tmp_path, name)
-    done, took = run(*MLCOST_TOP, "--replay", str(path))
-    assert_one_line(done, took, path, HOSTILE[name][1])
+    done = run(*MLCOST_TOP, "--replay", str(path))
+    assert_one_line(done, path, HOSTILE[name][1])
 
 
 def test_the_good_snapshot_still_renders_reports_and_opens(good_snapshot, tmp_path):
     from daemon.replay import Replay
 
-    done, _ = run(*MLCOSTD, "snapshot", "--render", str(good_snapshot), "--out",
+    done = run(*MLCOSTD, "snapshot", "--render", str(good_snapshot), "--out",
                   str(tmp_path / "good.html"))
     assert done.returncode == 0, done.stderr
-    done, _ = run(*MLCOSTD, "report", "--db", str(good_snapshot), "--since", "1d")
+    done = run(*MLCOSTD, "report", "--db", str(good_snapshot), "--since", "1d")
     assert done.returncode == 0, done.stderr
     with Replay(good_snapshot) as replay:
         assert replay.times()

@@ -99,7 +99,7 @@ def test_main_thread_clock_sees_the_main_thread_not_its_helpers():
         assert first is not None
         process = psutil.Process(proc.pid)
         burnt = process.cpu_times()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a bound, not a speed: a loaded CI host is slow
         while sum(process.cpu_times()[:2]) - sum(burnt[:2]) < 0.5:
             assert time.monotonic() < deadline, "the helper thread never ran"
             time.sleep(0.05)
