@@ -444,3 +444,33 @@ def test_standing_in_the_book_counts_as_evidence_and_a_lapse_restarts_it():
     [entry] = book.active()
     assert entry.first_seen == 0.0 and entry.standing_since == 31 * 3600.0
     assert entry.as_dict()["preliminary"] is True
+
+
+def test_spot_batching_and_commitments_go_by_the_workload_kind():
+    """Spot is for training, batching and commitments for inference: a process's kind decides
+    (a notebook that checkpoints gets no spot advice, a trainer whose command says 'serve'
+    no batching advice, a server with a plain command line gets it), and the command line
+    only stands in where nothing pointed to a kind."""
+    from daemon.analysis.kinds import NOTEBOOK, ONLINE_INFERENCE, TRAINING, Kind
+
+    def kinds(samples, kind):
+        return {pid_id(samples): Kind(kind, 0.8, ("test",))}
+
+    training = spot_window(3600, 3 * 3600)
+    assert by_rule(recs(training, kinds=kinds(training, TRAINING)), "spot_training")
+    assert by_rule(recs(training, kinds=kinds(training, NOTEBOOK)), "spot_training") == []
+    assert by_rule(recs(training, kinds=kinds(training, ONLINE_INFERENCE)),
+                   "spot_training") == []
+
+    served = window(utils=[90.0] + [0.0] * 7, sm_activity=10.0, command="vllm serve m")
+    assert by_rule(recs(served), "underbatched_inference")  # no kind yet: the command says
+    assert by_rule(recs(served, kinds=kinds(served, TRAINING)), "underbatched_inference") == []
+    plain = window(utils=[90.0] + [0.0] * 7, sm_activity=10.0, command="python app.py")
+    assert by_rule(recs(plain), "underbatched_inference") == []
+    assert by_rule(recs(plain, kinds=kinds(plain, ONLINE_INFERENCE)), "underbatched_inference")
+
+    hours = rule_thresholds.STEADY_INFERENCE_MIN_HOURS * 3600
+    steady = window(command="vllm serve llama", pstart=100_000.0 + 600 - hours)
+    assert by_rule(recs(steady), "steady_inference_commitment")
+    assert by_rule(recs(steady, kinds=kinds(steady, NOTEBOOK)),
+                   "steady_inference_commitment") == []

@@ -5,6 +5,7 @@ underbatched inference (dynamic batching)."""
 from __future__ import annotations
 
 from daemon.analysis.cost import HOURS_PER_MONTH
+from daemon.analysis.kinds import NOTEBOOK
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -127,6 +128,12 @@ def _spot_relaunch(a: Analysis, proc: ProcessWindow, whole_host: bool) -> list[s
     return commands
 
 
+def spot_fits(proc: ProcessWindow) -> bool:
+    """Spot is advice for training: never for inference (proc.inference) or a notebook, whose
+    interruptions a person or a client would feel."""
+    return not proc.inference and proc.kind.kind != NOTEBOOK
+
+
 def check_spot(a: Analysis, rule: Rule) -> list[Finding]:
     p = a.price
     if p.lifecycle != "on-demand" or a.catalog is None or not p.provider or p.per_hour <= 0:
@@ -138,7 +145,7 @@ def check_spot(a: Analysis, rule: Rule) -> list[Finding]:
     found = []
     host_gpus = max(p.gpu_count, len(a.gpus), 1)
     for proc in a.processes:
-        if proc.inference or proc.runtime_s < a.limit("spot_min_runtime_s"):
+        if not spot_fits(proc) or proc.runtime_s < a.limit("spot_min_runtime_s"):
             continue
         cps = proc.checkpoint_times
         cadence = proc.checkpoint_interval_s

@@ -18,7 +18,7 @@ from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
 from daemon.analysis.cost import Burn, HostPrice, burn
-from daemon.analysis.kinds import Kind
+from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, OTHER, Kind
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.rules.thresholds import (
     CHECKPOINT_WRITE_MIN_BYTES,
@@ -335,6 +335,7 @@ def build_analysis(
         idle_s = trailing(process_idle(key, mine_final))
         idle_since = samples[last_i].ts - idle_s
         in_idle = [v for ts, v in sm_at if ts >= idle_since] if idle_s > 0 else []
+        kind = (kinds or {}).get(pid_id) or Kind()
         processes.append(ProcessWindow(
             id=pid_id, pid=pid, start_time=key[1], user=last_proc.user,
             command=last_proc.command, job=labeler.label(last_proc.command, last_proc.owner),
@@ -351,11 +352,11 @@ def build_analysis(
             d_state_fraction=d_ticks / ticks,
             read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
             checkpoint_times=tuple(cps),
-            inference=bool(inference_command.search(last_proc.command)),
+            inference=is_inference(kind, last_proc.command, inference_command),
             phases=phases.get(pid_id) or phases.get(pid) or {},
             memory_by_gpu=mem_by_gpu,
             sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
-            kind=(kinds or {}).get(pid_id) or Kind(),
+            kind=kind,
         ))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (
@@ -373,3 +374,12 @@ def build_analysis(
         limits={**DEFAULT_LIMITS, **(limits or {})},
         idle_utilization_pct=idle_pct,
     )
+
+
+def is_inference(kind: Kind, command: str, inference_command: re.Pattern[str]) -> bool:
+    """Whether batching and commitment advice fit a process: its workload kind decides
+    (batch or online inference; never training or a notebook), and only where nothing pointed
+    to a kind does its command line (INFERENCE_COMMAND) stand in."""
+    if kind.kind in (BATCH_INFERENCE, ONLINE_INFERENCE):
+        return True
+    return kind.kind == OTHER and inference_command.search(command) is not None
