@@ -3,7 +3,6 @@ started when mlcost-top exits."""
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import shutil
@@ -12,27 +11,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+from daemon.lifetime import die_with_parent
+
 STOP_WAIT_S = 15.0
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _stop_with(parent: int) -> Callable[[], None]:
-    """In the daemon before exec: SIGTERM it (it then stops its workloads) when mlcost-top dies,
-    even by SIGKILL, so no demo is left running. Start it from the main thread: the kernel
-    signals when the forking thread exits."""
-    def preexec() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != parent:  # mlcost-top died before prctl ran
-            os.kill(os.getpid(), signal.SIGTERM)
-    return preexec
 
 
 class EmbeddedDaemon:
@@ -62,7 +45,7 @@ class EmbeddedDaemon:
                  "--config", str(config), "--db", str(self.folder / "demo.db"),
                  "--socket", str(self.socket)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_stop_with(os.getpid()))
+                start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
 
     def wait_ready(self, timeout_s: float = 20.0) -> bool:
         deadline = time.monotonic() + timeout_s

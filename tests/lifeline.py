@@ -14,27 +14,17 @@ processes from the test's own thread, never from a short-lived worker thread.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 from typing import Any
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(parent: int, sig: int) -> Any:
-    def preexec() -> None:  # in the child, between fork and exec
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl ran: nothing would signal us
-            os.kill(os.getpid(), sig)
-    return preexec
+from daemon.lifetime import die_with_parent
 
 
 def spawn_options(sig: int = signal.SIGKILL) -> dict[str, Any]:
     """Popen keyword arguments: a new session (its own process group, so `kill_group` reaches
     everything it forks that stays in it) and `sig` when the process that spawns it dies."""
-    return {"start_new_session": True, "preexec_fn": _die_with(os.getpid(), sig)}
+    return {"start_new_session": True, "preexec_fn": die_with_parent(sig)}
 
 
 def kill_group(pgid: int) -> None:

@@ -20,7 +20,6 @@ A scenario file:
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import pkgutil
 import shutil
@@ -42,6 +41,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from daemon.lifetime import die_with_parent
 from daemon.sim import state
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -551,18 +551,6 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it if the daemon dies, even by SIGKILL."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 def start(
     sc: Scenario,
     state_dir: str | os.PathLike[str] | None = None,
@@ -600,7 +588,7 @@ def start(
                 proc = subprocess.Popen(
                     _workload_argv(w), env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent(signal.SIGTERM),
                 )
                 running._procs.append((w, proc))
     except BaseException:
