@@ -296,6 +296,10 @@ class CostConfig:
         "USD per GB-month for storage_paths", "number", 0, 100))
     evaluate_every: float = field(default=30.0, metadata=_meta(
         "how often the recommendation rules run", "duration", 5, 3600))
+    recommendation_hold: float = field(default=300.0, metadata=_meta(
+        "a recommendation stays shown until its condition has been false this long, then it "
+        "is resolved with a notice; 0: it goes at the first evaluation without it",
+        "duration", 0, 86400))
     shrink_min_window: float = field(default=600.0, metadata=_meta(
         "observe at least this long before advising a smaller instance", "duration", 10,
         30 * 86400))

@@ -266,6 +266,11 @@ class Recommendation:
     # name -> {"value": s, "default": s}.
     thresholds_shortened: bool = False
     shortened_thresholds: dict[str, Any] = field(default_factory=dict)
+    # Hysteresis (daemon.analysis.book): "active" (found in the latest evaluation) or "holding"
+    # (its condition false since condition_false_since; shown until resolves_at, then resolved).
+    status: str = "active"
+    condition_false_since: float | None = None
+    resolves_at: float | None = None
 
     @property
     def action_kind(self) -> str:
@@ -291,7 +296,10 @@ class Recommendation:
                    preliminary=bool(_b(d.get("preliminary"))),
                    confidence=_text(confidence),
                    thresholds_shortened=bool(_b(d.get("thresholds_shortened"))),
-                   shortened_thresholds=_tree(_d(d.get("shortened_thresholds"))))
+                   shortened_thresholds=_tree(_d(d.get("shortened_thresholds"))),
+                   status=_s(d.get("status"), "active"),
+                   condition_false_since=_f(d.get("condition_false_since")),
+                   resolves_at=_f(d.get("resolves_at")))
 
 
 @dataclass(frozen=True)

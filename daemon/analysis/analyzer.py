@@ -14,12 +14,13 @@ detector and the rules alike.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from daemon.analysis.book import RecommendationBook
+from daemon.analysis.book import DEFAULT_HOLD_S, RecommendationBook
 from daemon.analysis.budgets import BudgetWatch
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn, HostPrice, burn
@@ -35,6 +36,7 @@ from daemon.wire import process_key
 WINDOW_S = 1800.0  # the rules look at the last 30 minutes
 WINDOW_STEP_S = 5.0  # keep at most one sample per 5 s for the rules
 RECENT_EVENTS = 50
+PROCESS_TARGET = re.compile(r"\d+:\d+\.\d+")  # a process rule's target (wire.process_key)
 
 
 class Analyzer:
@@ -51,6 +53,7 @@ class Analyzer:
         window_s: float = WINDOW_S,
         window_step_s: float = WINDOW_STEP_S,
         limits: Mapping[str, float] | None = None,
+        recommendation_hold_s: float = DEFAULT_HOLD_S,
     ) -> None:
         self.thresholds = thresholds or IdleThresholds()
         # The rules' idle times default to the idle events' ([idle] settings); a config may
@@ -63,7 +66,7 @@ class Analyzer:
         self.gpu_totals = GpuTotals()  # per-GPU dollars and joules: the /metrics counters
         self.idle = IdleDetector(self.thresholds)
         self.budgets = BudgetWatch(budgets)
-        self.book = RecommendationBook()
+        self.book = RecommendationBook(hold_s=recommendation_hold_s)
         self.storage_paths = storage_paths or []
         for meter in unit_costs:
             self.ledger.add_meter(meter)
@@ -138,13 +141,23 @@ class Analyzer:
         as observed evidence): what the store should keep."""
         with self.lock:
             self._record(found)
-            entries = self.book.entries
-            return [entries[r.id].as_dict() if r.id in entries else r.as_dict() for r in found]
+            entries, hold = self.book.entries, self.book.hold_s
+            return [entries[r.id].as_dict(hold) if r.id in entries else r.as_dict()
+                    for r in found]
 
     def _record(self, found: list[Finding]) -> None:
         if found or self.window:
             ts = self.window[-1][0].ts if self.window else 0.0
-            self.book.record(found, ts)
+            last = self.latest_sample
+            present = ({process_key(*p.key) for p in last.processes} if last is not None
+                       else None)
+
+            def exited(target: str) -> bool:
+                """A process target ('pid:start_time') no longer in the latest sample."""
+                return (present is not None and PROCESS_TARGET.fullmatch(target) is not None
+                        and target not in present)
+
+            self.book.record(found, ts, exited)
 
     def poll_slow(self) -> None:
         """Blocking work: storage sizes and unit-cost counters. Run in a thread, rarely."""
@@ -174,6 +187,7 @@ class Analyzer:
         events = [e.as_dict() for e in self.idle.active()]
         events += [e.as_dict() for e in self.budgets.events()]
         events += [e.as_dict() for e in self.idle.closed][-20:]
+        events += list(self.book.resolved)  # recommendations that went, and why
         return {
             "burn": ({
                 "total_per_hour": b.total_per_hour, "wasted_per_hour": b.wasted_per_hour,
@@ -188,5 +202,5 @@ class Analyzer:
             "cost": {k: v for k, v in self.ledger.as_dict().items() if k != "by_process"},
             "processes": processes,
             "events": events,
-            "recommendations": [e.as_dict() for e in self.book.active()],
+            "recommendations": [e.as_dict(self.book.hold_s) for e in self.book.active()],
         }

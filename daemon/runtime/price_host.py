@@ -256,4 +256,5 @@ def build_analyzer(config: Config, price: HostPrice, catalog: Any) -> Analyzer:
                     budgets=cost.budgets,
                     storage_paths={path: cost.storage_price_per_gb_month
                                    for path in cost.storage_paths},
-                    unit_costs=meters, limits=limits)
+                    unit_costs=meters, limits=limits,
+                    recommendation_hold_s=cost.recommendation_hold)

@@ -241,7 +241,7 @@ def test_nothing_fires_on_a_healthy_full_host():
 def test_book_history():
     s = window()
     found = recs(s)
-    book = RecommendationBook()
+    book = RecommendationBook(hold_s=0)  # no hysteresis (test_book.py has it)
     book.record(found, 10.0)
     book.record(found, 20.0)
     [entry] = book.active()
