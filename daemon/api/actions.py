@@ -44,10 +44,13 @@ def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
     rec_id = str(recommendation.get("id", ""))
     if kind == "show_patch":
         patch = action.get("patch") or ""
-        where = action.get("file") or "your training script"
-        return ActionResult(rec_id, kind, dry_run, True,
-                            f"a patch for {where}: review it, apply it, restart the job",
-                            patch=str(patch))
+        # The rule words it for the workload's kind (rules.base.patch_text); older documents
+        # without a text get one that assumes no kind.
+        text = action.get("text")
+        if not isinstance(text, str) or not text:
+            text = f"a patch for {action.get('file') or 'your code'}: review it, apply it, " \
+                   "restart the program"
+        return ActionResult(rec_id, kind, dry_run, True, text, patch=str(patch))
     if kind == "copy_commands":
         # Built by the rules from command lines redacted at the source; not redacted again,
         # which would break their own shell (TOKEN=$(curl ...) is not a secret).

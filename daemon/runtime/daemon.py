@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
+EVALUATION_WINDOW_S = 1800.0  # the rules read the last 30 min of phase balances
 MAINTENANCE_BUDGET_S = 0.02
 CLOCK_JUMP_S = 30.0  # the wall clock moving this much more than the tick did is a clock step
 
@@ -128,6 +129,7 @@ class Daemon:
         self.kinds = KindTracker()  # each GPU process's workload kind, refreshed by discovery
         self._kinds_recorded: dict[str, Any] = {}
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
+        self.phases_window: tuple[float, float] | None = None  # what phases_now covers
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
         self.snoozed: dict[str, float] = {}
@@ -518,11 +520,12 @@ class Daemon:
         while True:
             try:
                 until = clock.now()
-                since = until - min(1800.0, max(60.0, until - self.started_at))
+                since = until - min(EVALUATION_WINDOW_S, max(60.0, until - self.started_at))
                 balances, checkpoints = await asyncio.to_thread(
                     self._read_attribution, since, until)
                 self.phases_now = {process_key(pid, start): balance
                                    for (pid, start), balance in balances.items()}
+                self.phases_window = (since, until)
                 if self.analyzer is not None:
                     await asyncio.to_thread(self.analyzer.poll_slow)
                     # The rules take a while at many processes: in a thread, on a copy.
@@ -555,7 +558,15 @@ class Daemon:
             reader.close()
 
     def phases_for(self, key: str, since_s: float) -> dict[str, Any] | None:
-        """Phase balance of one process ("pid:start_time") over the last since_s seconds."""
+        """Phase balance of one process ("pid:start_time") over the last since_s seconds. When
+        that covers the latest evaluation's window (at most the rules' 30 min), it is that
+        evaluation's balance, the one /v1/now and the recommendations quote, with its window
+        (`since_s`, `until`): one figure on every screen, not a fresher one beside it."""
+        window = self.phases_window
+        if (window is not None and key in self.phases_now
+                and window[1] - window[0] <= since_s <= EVALUATION_WINDOW_S):
+            return {"phases": self.phases_now[key], "since_s": window[1] - window[0],
+                    "until": window[1], "source": "the latest evaluation of the rules"}
         until = clock.now()
         balances, _ = self._read_attribution(until - since_s, until)
         for (pid, start), balance in balances.items():

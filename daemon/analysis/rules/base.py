@@ -143,13 +143,44 @@ def process_evidence(a: Analysis, proc: ProcessWindow) -> dict[str, Any]:
                        for k, v in proc.phases.items()}}
 
 
+# What a patch is for and what restarts it, in the words of the workload's kind
+# (daemon.analysis.kinds): a server is no "training script".
+_PROGRAM_OF_KIND = {
+    "training": ("training script", "the training loop", "restart the job"),
+    "batch_inference": ("inference script", "the inference loop", "restart the job"),
+    "online_inference": ("server", "the serving loop", "restart the server"),
+    "notebook": ("notebook", "the notebook's code", "re-run the cell"),
+}
+_PROGRAM = ("script", "the loop", "restart it")
+
+
+def program_words(proc: ProcessWindow) -> tuple[str, str, str]:
+    """(what its code is, its loop, how a change takes effect) for the process's kind."""
+    return _PROGRAM_OF_KIND.get(proc.kind.kind, _PROGRAM)
+
+
+def patch_text(proc: ProcessWindow, file: str | None) -> str:
+    """The action's line for a patch: where it goes, fitted to the workload's kind."""
+    program, _, restart = program_words(proc)
+    return f"a patch for {file or 'your ' + program}: review it, apply it, {restart}"
+
+
+def phase_window_s(proc: ProcessWindow) -> float:
+    """The time its phase balance covers (its time in the rules' window): the phase seconds
+    summed, else its seconds seen."""
+    total = sum(float(v.get("seconds") or 0.0) for v in proc.phases.values())
+    return total if total > 0 else proc.seconds
+
+
 def plural(count: int, one: str, many: str | None = None) -> str:
     """'1 GPU', '2 GPUs': a count with its noun, for the texts people read."""
     return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
 def duration(seconds: float) -> str:
-    """12 s, 7 min, 2.5 h: the unit that reads best."""
+    """0.4 s, 12 s, 7 min, 2.5 h: the unit that reads best (never "0 min")."""
+    if seconds < 10:
+        return f"{seconds:.1f} s" if seconds < 1 else f"{seconds:.0f} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:

@@ -9,8 +9,12 @@ from collections.abc import Callable
 from daemon.analysis.rules.base import (
     Finding,
     Rule,
+    duration,
+    patch_text,
     phase_share,
+    phase_window_s,
     process_evidence,
+    program_words,
     share_savings,
     stack_evidence,
     where_in,
@@ -41,14 +45,17 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
                 continue
             where = where_in(stacks) or "(no stack with a user frame yet)"
             savings, method = share_savings(proc, share, what)
+            # The share is the phase balance's (/v1/now's `phases`), over the window it covers.
+            covered = phase_window_s(proc)
             found.append(rule.make(
                 proc.id,
-                f"{proc.job} (pid {proc.pid}) spends {share:.0%} of its time in {what}: "
-                f"{headline} — {where}",
+                f"{proc.job} (pid {proc.pid}) spends {share:.0%} of its last "
+                f"{duration(covered)} in {what}: {headline} — {where}",
                 savings, method,
-                {**process_evidence(a, proc), "share": share, "top_stacks":
-                 stack_evidence(stacks), "where": where},
-                {"kind": "show_patch", "file": where_in(stacks), "patch": patch(proc, a, where)},
+                {**process_evidence(a, proc), "share": share, "phase_window_s": covered,
+                 "top_stacks": stack_evidence(stacks), "where": where},
+                {"kind": "show_patch", "file": where_in(stacks),
+                 "text": patch_text(proc, where_in(stacks)), "patch": patch(proc, a, where)},
                 scope={"gpus": list(proc.gpus)}))
         return found
     return check
@@ -61,7 +68,7 @@ def _workers(proc: ProcessWindow, a: Analysis) -> int:
 
 def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
     n = _workers(proc, a)
-    return (f"# {where}: the training loop waits here for its DataLoader.\n"
+    return (f"# {where}: {program_words(proc)[1]} waits here for its DataLoader.\n"
             "# Where that DataLoader is built, prefetch in workers:\n"
             "-loader = DataLoader(dataset, batch_size=batch_size, ...)\n"
             f"+loader = DataLoader(dataset, batch_size=batch_size, ...,\n"
@@ -74,7 +81,7 @@ def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
 
 def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
     n = _workers(proc, a)
-    return (f"# {where}: decoding/augmentation runs in the training process.\n"
+    return (f"# {where}: decoding/augmentation runs in {program_words(proc)[1]}'s process.\n"
             "# Move it into Dataset.__getitem__ (or a transform) and let workers run it:\n"
             f"+loader = DataLoader(dataset, ..., num_workers={n}, pin_memory=True,\n"
             "+                    prefetch_factor=4, persistent_workers=True)\n"
@@ -84,7 +91,8 @@ def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
 
 def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
     cadence = proc.checkpoint_interval_s
-    every = f" (now every {cadence / 60:.0f} min)" if cadence else ""
+    # The one cadence (ProcessWindow.checkpoint_interval_s) in the one format spot_training uses.
+    every = f" (now every {duration(cadence)})" if cadence else ""
     return (f"# {where}: training stops while the checkpoint is written{every}.\n"
             "-torch.save(state, path)\n"
             "+import torch.distributed.checkpoint as dcp\n"

@@ -5,7 +5,7 @@ underbatched inference (dynamic batching)."""
 from __future__ import annotations
 
 from daemon.analysis.cost import HOURS_PER_MONTH
-from daemon.analysis.kinds import NOTEBOOK
+from daemon.analysis.kinds import BATCH_INFERENCE, NOTEBOOK
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -255,6 +255,29 @@ def check_steady_inference(a: Analysis, rule: Rule) -> list[Finding]:
     return found
 
 
+def _batching_action(proc: ProcessWindow) -> dict[str, object]:
+    """Dynamic batching for a server (its runtime's settings); a larger batch for a batch job
+    (its own loop). The action's text says which, so no server reads "your training script"."""
+    if proc.kind.kind == BATCH_INFERENCE:
+        return {"kind": "show_patch", "file": None,
+                "text": "a patch for your inference script: larger batches per kernel; review "
+                        "it, apply it, restart the job",
+                "patch": ("# batch inference: give each forward pass more inputs\n"
+                          "-loader = DataLoader(dataset, batch_size=batch_size, ...)\n"
+                          "+loader = DataLoader(dataset, batch_size=4 * batch_size, ...)  "
+                          "# as far as GPU memory allows\n"
+                          "# generate(): pass a list of prompts (padding_side='left'), not one\n")}
+    return {"kind": "show_patch", "file": None,
+            "text": "settings for the server's runtime (vLLM, Triton, TorchServe): review them, "
+                    "apply them to its launch command or model config, restart the server",
+            "patch": ("# vLLM: let the scheduler batch more sequences\n"
+                      "+vllm serve MODEL --max-num-seqs 256 --max-num-batched-tokens 8192\n"
+                      "# Triton (config.pbtxt):\n"
+                      "+dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
+                      "# TorchServe: batch_size: 16, max_batch_delay: 10 (ms) in the model "
+                      "config\n")}
+
+
 def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
     found = []
     for proc in a.processes:
@@ -276,12 +299,7 @@ def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
             + f"; signal: {signal}",
             {**process_evidence(a, proc), "utilization_mean": util, "sm_activity_mean": sm,
              "sm_signal": signal},
-            {"kind": "show_patch", "file": None, "patch": (
-                "# vLLM: let the scheduler batch more sequences\n"
-                "+vllm serve MODEL --max-num-seqs 256 --max-num-batched-tokens 8192\n"
-                "# Triton (config.pbtxt):\n"
-                "+dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
-                "# TorchServe: batch_size: 16, max_batch_delay: 10 (ms) in the model config\n")},
+            _batching_action(proc),
             scope={"gpus": list(proc.gpus)}))
     return found
 

@@ -1,0 +1,75 @@
+"""A recommendation's headline, figures, evidence and action agree with each other, with the
+other recommendations on the same screen and with the panels (/v1/now's phases): the demo
+showed "(now every 0 min)" beside "checkpoints every 7 s", a server offered "a patch for your
+training script", and "spends 80%" beside a phase balance of 83%."""
+
+import re
+
+from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, TRAINING, Kind
+from daemon.analysis.rules.base import duration
+from daemon.api.actions import apply
+from tests.daemon.test_rules import by_rule, phases_for, pid_id, recs, window
+
+
+def kinds(samples, kind):
+    return {pid_id(samples): Kind(kind, 0.8, ("test",))}
+
+
+def test_checkpoint_cadence_is_one_figure_in_one_format_in_both_rules():
+    s = window(n=61, step=10.0)  # 600 s window, the process started 660 s before its end
+    every_7s = [s[0].ts + 7.0 * k for k in range(80)]
+    found = recs(s, phases_for(s, checkpoint=0.45, compute=0.55),
+                 checkpoint_times={pid_id(s): every_7s}, kinds=kinds(s, TRAINING),
+                 limits={"spot_min_runtime_s": 60.0})
+    [blocking] = by_rule(found, "blocking_checkpoint")
+    [spot] = by_rule(found, "spot_training")
+    assert "checkpoints every 7 s" in spot.summary
+    assert "(now every 7 s)" in blocking.action["patch"]
+    assert "0 min" not in blocking.action["patch"]
+    assert blocking.evidence["phases"]["checkpoint"]["share"] == 0.45
+    assert spot.evidence["checkpoint_interval_s"] == 7.0
+
+
+def test_duration_never_rounds_a_short_interval_to_nothing():
+    assert duration(0.4) == "0.4 s" and duration(7) == "7 s" and duration(420) == "7 min"
+    assert duration(9000) == "2.5 h"
+
+
+def test_a_servers_dry_run_speaks_of_the_server_and_a_batch_jobs_of_its_script():
+    served = window(utils=[90.0] + [0.0] * 7, sm_activity=10.0, command="python app.py")
+    [rec] = by_rule(recs(served, kinds=kinds(served, ONLINE_INFERENCE)),
+                    "underbatched_inference")
+    result = apply(rec.as_dict())
+    assert "training" not in result.message and "server" in result.message
+    assert "max-num-seqs" in result.patch
+    [batch] = by_rule(recs(served, kinds=kinds(served, BATCH_INFERENCE)),
+                      "underbatched_inference")
+    result = apply(batch.as_dict())
+    assert "inference script" in result.message and "batch_size" in result.patch
+    assert "dynamic_batching" not in result.patch
+
+
+def test_a_phase_patch_names_the_workload_by_its_kind():
+    s = window()
+    [server] = by_rule(recs(s, phases_for(s, host_preprocess=0.4), kinds=kinds(s, ONLINE_INFERENCE)),
+                       "main_thread_preprocessing")
+    message = apply(server.as_dict()).message
+    assert "training" not in message and "restart the server" in message
+    assert "training" not in server.action["patch"]
+    [trainer] = by_rule(recs(s, phases_for(s, data_wait=0.4), kinds=kinds(s, TRAINING)),
+                        "dataloader_starvation")
+    assert "training loop waits" in trainer.action["patch"]
+
+
+def test_an_old_document_without_a_text_assumes_no_kind():
+    result = apply({"id": "x", "action": {"kind": "show_patch", "file": None, "patch": "+x"}})
+    assert "training" not in result.message
+
+
+def test_a_phase_headline_quotes_the_phase_balance_and_its_window():
+    s = window()
+    phases = phases_for(s, data_wait=0.834, compute=0.166)  # 600 s of the process's time
+    [rec] = by_rule(recs(s, phases), "dataloader_starvation")
+    shown = f"{phases[pid_id(s)]['data_wait']['share']:.0%}"  # the details screen's format
+    assert re.search(rf"spends {shown} of its last 10 min in data wait", rec.summary)
+    assert rec.evidence["phase_window_s"] == 600.0
