@@ -352,6 +352,10 @@ class SnapshotsConfig:
         "write the HTML report beside each incident snapshot", "bool"))
     on_gpu_lost: bool = field(default=True, metadata=_meta(
         "snapshot when a GPU is lost or its readings time out", "bool"))
+    gpu_timeout_after: float = field(default=30.0, metadata=_meta(
+        "readings that time out are an incident only when they time out on at least half "
+        "the ticks of this span (3 or more): a loaded host answers late now and then",
+        "duration", 0, 3600))
     on_host_idle: bool = field(default=True, metadata=_meta(
         "snapshot when a host idle event opens", "bool"))
     held_idle_after: float = field(default=3600.0, metadata=_meta(

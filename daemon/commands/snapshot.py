@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -142,9 +143,16 @@ def describe(result: dict[str, Any]) -> str:
              f"{result.get('seconds', 0):.2f} s ({result.get('through', '')})"]
     if result.get("html"):
         lines.append(f"html:     {result['html']}")
-    for upload in result.get("upload") or []:
+    uploads = result.get("upload") or []
+    for upload in uploads:
         lines.append(f"uploaded: {upload['url']}" if upload["ok"] else
                      f"upload failed: {upload['error']}")
+    if any(u.get("credentials") for u in uploads):
+        # The daemon did the upload: this shell's AWS settings (names only) played no part.
+        shell = sorted(name for name in os.environ if name.startswith("AWS_"))[:6]
+        lines.append("note:     the daemon uploaded with its own AWS credentials, not this "
+                     "shell's" + (f" ({', '.join(shell)} played no part)" if shell else "")
+                     + "; README \"Uploading snapshots\" says how to set them")
     lines.append(f"replay:   mlcost-top --replay {result['path']}")
     return "\n".join(lines) + "\n"
 

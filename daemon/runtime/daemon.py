@@ -28,7 +28,7 @@ from daemon.analysis.kinds import kind_documents
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path, snapshots_folder
-from daemon.runtime import memory, systemd
+from daemon.runtime import memory, s3_upload, systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.kinds import KindTracker
 from daemon.runtime.price_host import build_analyzer, price_host
@@ -491,6 +491,8 @@ class Daemon:
                 hostname=str(self.host.get("hostname", "")))
             if self.snapshots is not None:  # the folder stays bounded, whoever fills it
                 await self.snapshots.prune(result["path"])
+            # The client's shell and its AWS_* variables played no part: say whose did.
+            result["upload"] = s3_upload.by_the_daemon(result.get("upload") or [])
             return result
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:

@@ -24,6 +24,28 @@ READ_TIMEOUT_S = 30.0
 ATTEMPTS = 3
 
 
+# Said with every upload the daemon does for a client (the API, `mlcostd snapshot --upload`
+# with a daemon running, `u` in mlcost-top): the shell's AWS_* variables never reach it.
+DAEMON_CREDENTIALS = (
+    "the daemon uploads with its own AWS credentials (its environment, its user's ~/.aws, or "
+    "the instance role), not those of the shell that asked; give it credentials in its systemd "
+    "unit (`systemctl edit mlcostd`: Environment=AWS_PROFILE=NAME, or "
+    "EnvironmentFile=/etc/mlcost/aws.env with mode 0600, then `systemctl restart mlcostd`) or "
+    "attach an instance role with s3:PutObject on the bucket")
+
+
+def by_the_daemon(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Upload results of an upload the daemon did for a client: each says whose credentials
+    were used (`credentials`), and a failure's error ends with how to give the daemon some."""
+    out = []
+    for result in results:
+        result = dict(result, credentials=DAEMON_CREDENTIALS)
+        if not result.get("ok") and result.get("error"):
+            result["error"] = f"{result['error']}. Note: {DAEMON_CREDENTIALS}"
+        out.append(result)
+    return out
+
+
 class UploadError(BadSnapshotRequest):
     """An s3:// URL that cannot be used; the message shows the form."""
 

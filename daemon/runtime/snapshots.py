@@ -6,8 +6,8 @@ that take them when something happens.
 it in a thread, one at a time.
 
 `SnapshotTriggers` watches what the tick and the rules already produce ([snapshots] in the
-config): a GPU lost or timing out, a host idle event, a GPU held idle past
-`held_idle_after`, a budget crossed, a new recommendation saving at least
+config): a GPU lost, or timing out on most ticks for `gpu_timeout_after`, a host idle
+event, a GPU held idle past `held_idle_after`, a budget crossed, a new recommendation saving at least
 `recommendation_savings` per month. Each takes one snapshot of [trigger - before, trigger +
 after], once `after` has passed; at most `max_per_hour`, the folder kept under `max_total_size`
 and `max_age`. The event and its snapshot point to each other: the event row's `snapshot`
@@ -27,7 +27,7 @@ from typing import Any
 
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, HOST_IDLE
 from daemon.config import Config, db_path, snapshots_folder
-from daemon.sources.sample import GPU_OK, Sample
+from daemon.sources.sample import GPU_OK, GPU_TIMEOUT, Sample
 from daemon.store.files import (
     RefusedFile,
     check_folder,
@@ -56,6 +56,12 @@ RECOMMENDATION = "recommendation"
 # A GPU that fails again within this long of its last failure is the same incident (a sick GPU
 # flaps between timing out and answering every few seconds).
 GPU_REARM_S = 600.0
+# Readings that time out are an incident only when they keep timing out: on at least half the
+# ticks of the last [snapshots].gpu_timeout_after, and 3 ticks or more. Under load (the Hopper
+# scenario beside busy CPUs) one NVML read overran its deadline and raised a false incident;
+# a hung GPU (each call blocking seconds) times out on most ticks, answering in between.
+GPU_TIMEOUT_SHARE = 0.5
+GPU_TIMEOUT_MIN_TICKS = 3
 
 
 def take_snapshot(config: Config, *, since: float, until: float, out: Path | None = None,
@@ -149,6 +155,8 @@ class SnapshotTriggers:
         # not new (a restart does not snapshot every standing recommendation again)
         self._fired: set[str] = {f"{RECOMMENDATION}:{r}" for r in known_recommendations}
         self._gpu_bad_at: dict[int, float] = {}  # GPU index -> when it was last not ok
+        # GPU index -> (its first tick, its recent ticks: (ts, timed out)) for _timing_out
+        self._gpu_ticks: dict[int, tuple[float, deque[tuple[float, bool]]]] = {}
         self._taken_at: deque[float] = deque()
         self._task: asyncio.Task[None] | None = None
         self.by_event: dict[str, str] = {}  # event id -> snapshot path
@@ -170,8 +178,9 @@ class SnapshotTriggers:
         s = self.settings
         if s.on_gpu_lost:
             for gpu in sample.gpus:
-                if gpu.status == GPU_OK:
-                    continue
+                late = self._timing_out(gpu.index, sample.ts, gpu.status == GPU_TIMEOUT)
+                if gpu.status == GPU_OK or (gpu.status == GPU_TIMEOUT and not late):
+                    continue  # a loaded host answers late now and then: no incident
                 last_bad = self._gpu_bad_at.get(gpu.index)
                 self._gpu_bad_at[gpu.index] = sample.ts
                 if last_bad is None or sample.ts - last_bad > GPU_REARM_S:
@@ -192,6 +201,21 @@ class SnapshotTriggers:
                 if event.kind == HELD_IDLE and sample.ts - event.started_at >= s.held_idle_after:
                     self._note(event.id, sample.ts, self._event_trigger(event, HELD_IDLE))
         self._start_due()
+
+    def _timing_out(self, index: int, ts: float, timed_out: bool) -> bool:
+        """Note one tick of GPU `index`; whether its readings time out enough to be an
+        incident: watched for gpu_timeout_after at least, and timed out on at least
+        GPU_TIMEOUT_SHARE of the ticks in that span (and GPU_TIMEOUT_MIN_TICKS of them). A sick
+        GPU that hangs stays mostly silent, flapping or not; a loaded host's sampler misses a
+        deadline now and then."""
+        span = self.settings.gpu_timeout_after
+        first, ticks = self._gpu_ticks.setdefault(index, (ts, deque()))
+        ticks.append((ts, timed_out))
+        while ticks and ticks[0][0] < ts - span:
+            ticks.popleft()
+        late = sum(1 for _, t in ticks if t)
+        return (timed_out and ts - first >= span and late >= GPU_TIMEOUT_MIN_TICKS
+                and late >= GPU_TIMEOUT_SHARE * len(ticks))
 
     def on_recommendations(self, recommendations: Iterable[dict[str, Any]], at: float) -> None:
         """One evaluation's recommendations: a new one saving enough is a trigger."""

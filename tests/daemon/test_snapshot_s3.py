@@ -171,3 +171,40 @@ def test_mlcostd_snapshot_upload_end_to_end(aws, files, tmp_path):
     assert "upload failed: uploading cli.db failed: bucket 'missing-bucket-zz' does not " \
            "exist" in failed.stdout
     assert (tmp_path / "cli.db").exists() and "Traceback" not in failed.stderr
+
+
+def test_an_upload_through_the_daemon_says_its_credentials_count_not_the_shells(
+        aws, mlcostd, tmp_path):
+    """Issue 25: a user exported AWS_PROFILE in the shell and asked for an upload; the daemon
+    did it with its own credentials and nothing said so. The command now names the shell's
+    AWS_* variables (never their values) that played no part, and each result says whose
+    credentials count and how to set the daemon's."""
+    target = f"s3://{BUCKET}/through-daemon"
+    daemon = mlcostd("idle-host", config={"snapshots": {"upload": target, "html": False}})
+    config = tmp_path / "client.toml"
+    config.write_text(f'[snapshots]\nupload = "{target}"\n')
+    shell = dict(os.environ, AWS_PROFILE="laptop-profile-zz")
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon.commands.cli", "snapshot", "--config", str(config),
+         "--socket", str(daemon.socket), "--since", "1m", "--upload"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=shell)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"uploaded: {target}/" in done.stdout
+    note = next(line for line in done.stdout.splitlines() if line.startswith("note:"))
+    assert "the daemon uploaded with its own AWS credentials, not this shell's" in note
+    assert "AWS_PROFILE" in note and "laptop-profile-zz" not in done.stdout
+    [result] = daemon.call("take_snapshot", 60, None, False, True)["upload"]
+    assert "systemd unit" in result["credentials"] and "Environment=" in result["credentials"]
+
+
+def test_a_failed_upload_by_the_daemon_ends_with_how_to_give_it_credentials():
+    from daemon.runtime.s3_upload import by_the_daemon
+
+    [failed, ok] = by_the_daemon([
+        {"file": "a.db", "url": None, "ok": False, "error": "uploading a.db failed: no AWS "
+                                                            "credentials found"},
+        {"file": "a.html", "url": "s3://b/a.html", "ok": True, "error": None}])
+    assert failed["error"].startswith("uploading a.db failed: no AWS credentials found. Note: "
+                                      "the daemon uploads with its own AWS credentials")
+    assert "EnvironmentFile=" in failed["error"] and ok["error"] is None
+    assert ok["credentials"] == failed["credentials"]

@@ -156,3 +156,28 @@ def test_snapshots_settings_are_checked_with_the_key_and_value(tmp_path):
     assert (simulated.idle.gpu_held_after, simulated.idle.gpu_unheld_after) == (60.0, 60.0)
     assert (simulated.cost.evaluate_every, simulated.cost.shrink_min_window,
             simulated.cost.spot_min_runtime) == (15.0, 60.0, 60.0)
+
+
+def test_readings_that_time_out_now_and_then_under_load_are_no_incident(tmp_path):
+    """The Hopper scenario on a loaded host: one NVML read overran its deadline now and then
+    and 'GPU 3 readings time out' became an incident. Timeouts count only when they are at
+    least half the ticks of [snapshots].gpu_timeout_after (3 or more); a hung GPU that answers
+    between its hangs is one; a lost GPU counts at once."""
+    config = _config(tmp_path, gpu_timeout_after="10s")
+    triggers = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: T0)
+
+    def late(i: int) -> object:
+        return _lost(i, status="timeout")
+
+    for i in range(1, 60):  # a busy host: a late reading in one tick of three
+        triggers.on_tick(late(i) if i % 3 == 0 else sample(i), [], [])
+    assert triggers._pending == {}
+    hung = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: T0)
+    for i in range(1, 12):  # each call hangs 3 s: late three ticks in four, for 11 s
+        hung.on_tick(sample(i) if i % 4 == 0 else late(i), [], [])
+    [(_, trigger)] = hung._pending.values()
+    assert trigger["reason"].startswith("GPU 0 readings time out")
+    assert trigger["at"] == sample(11).ts  # watched 10 s: the span is full
+    lost = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: T0)
+    lost.on_tick(_lost(1), [], [])
+    assert [t["reason"] for _, t in lost._pending.values()] == ["GPU 0 is lost (GPU is lost)"]
