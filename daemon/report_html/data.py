@@ -16,12 +16,16 @@ from typing import Any
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
-from daemon.analysis.ledger import CostLedger
+from daemon.analysis.ledger import CostLedger, JobLabeler
+from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.shape import check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
+from daemon.wire import process_key
 
+LABEL_CHARS = 32  # a timeline row's name: enough for 'train.py' or a module's last parts
+_LABELER = JobLabeler()  # the job label without configured jobs: script or module name
 SERIES_POINTS = 240  # points per chart line: plenty for a page, small for the file
 TOP_STACKS = 8
 
@@ -49,6 +53,20 @@ class ReportData:
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     spend: float | None = None
     wasted: float | None = None
+
+
+def process_label(target: str, names: dict[str, tuple[int, str]]) -> str:
+    """A low-utilization window's row label: 'pid NAME' (the script or module it runs, its
+    distinguishing tail when long), not the raw 'pid:start_time' key; control characters
+    shown as escapes (the renderer HTML-escapes the rest)."""
+    found = names.get(target)
+    if found is None:
+        return one_line(target)[:LABEL_CHARS]
+    pid, command = found
+    name = one_line(_LABELER.label(command))
+    if len(name) > LABEL_CHARS:
+        name = "…" + name[-(LABEL_CHARS - 1):]  # the tail tells workloads apart
+    return f"{pid} {name}"
 
 
 def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
@@ -138,13 +156,21 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         for phase, part in balance.items():
             for stack in part.get("top_stacks") or []:
                 entry = stacks.setdefault(stack["stack_hash"], dict(
-                    stack, phase=phase, pid=proc["pid"], command=proc["command"], samples=0))
+                    stack, phase=phase, pid=proc["pid"], start_time=proc["start_time"],
+                    command=proc["command"], samples=0))
                 entry["samples"] += stack["samples"]
     data.processes = sorted(processes, key=lambda p: -(p.get("cost") or 0.0))
-    data.stacks = sorted(stacks.values(), key=lambda s: -s["samples"])[:TOP_STACKS]
+    names = {process_key(p["pid"], p["start_time"]): (p["pid"], p.get("command") or "")
+             for p in processes}
+    data.stacks = [dict(s, label=process_label(process_key(s["pid"], s["start_time"]), names))
+                   for s in sorted(stacks.values(), key=lambda s: -s["samples"])[:TOP_STACKS]]
     events = queries.events(reader, start, end)
-    data.windows = [e for e in events if e["kind"] == LOW_UTILIZATION]
+    data.windows = [dict(e, label=process_label(e["target"], names))
+                    for e in events if e["kind"] == LOW_UTILIZATION]
     data.events = [e for e in events if e["kind"] != LOW_UTILIZATION]
-    data.recommendations = [r for r in queries.recommendations(reader, start)
+    # A recommendation about a process is shown by its name too ('22124 idle_notebook').
+    data.recommendations = [dict(r, target_label=process_label(str(r.get("target")), names))
+                            if str(r.get("target")) in names else r
+                            for r in queries.recommendations(reader, start)
                             if r["first_seen"] <= end]
     return data

@@ -11,7 +11,6 @@ data-points=K>` per series, which the browser test counts.
 from __future__ import annotations
 
 import html
-import json
 import math
 import time
 from typing import Any
@@ -29,10 +28,13 @@ PHASE_COLORS = {"compute": "#16a34a", "data_wait": "#dc2626", "host_preprocess":
 COMMAND_CHARS = 160
 
 CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#111;
-max-width:960px}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 24px;color:#111;
+max-width:2400px}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 8px;border-bottom:1px solid #ddd}
 .facts{color:#444}.facts b{color:#111}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,520px),1fr));
+gap:0 32px;align-items:start}
+.grid>section{min-width:0}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:3px 6px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}
@@ -43,6 +45,9 @@ svg text{font:11px system-ui,sans-serif;fill:#555}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 .trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
 .muted{color:#777}
+td.rec{width:34%}td.evidence{width:52%}
+ul.evidence{margin:4px 0;padding-left:18px}ul.evidence ul{padding-left:16px}
+ul.evidence li{margin:1px 0}ul.evidence .k{color:#555}
 """
 
 
@@ -115,24 +120,32 @@ def line_chart(name: str, series: dict[str, list[Point]], since: float, until: f
     return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
+TIMELINE_WIDTH, TIMELINE_LABEL_W = 1320, 250  # full page width: a wider viewBox, same text
+
+
 def timeline(windows: list[dict[str, Any]], since: float, until: float) -> str:
-    """Low-utilization windows: one row per process, one bar per window."""
+    """Low-utilization windows: one row per process (labelled 'pid name', the raw key in its
+    tooltip), one bar per window."""
     targets = sorted({w["target"] for w in windows})
+    labels = {w["target"]: w.get("label") or w["target"] for w in windows}
     row_h = 18
     height = PAD_TOP + row_h * max(len(targets), 1) + PAD_BOTTOM
     span = max(until - since, 1e-9)
-    plot_w = WIDTH - 170 - PAD_RIGHT
+    left_w = TIMELINE_LABEL_W
+    plot_w = TIMELINE_WIDTH - left_w - PAD_RIGHT
 
     def x(ts: float) -> float:
-        return 170 + (min(max(ts, since), until) - since) / span * plot_w
+        return left_w + (min(max(ts, since), until) - since) / span * plot_w
 
     parts = [f'<svg class="chart" data-chart="windows" data-series="{len(targets)}" '
-             f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="low-utilization windows" '
+             f'viewBox="0 0 {TIMELINE_WIDTH} {height}" role="img" '
+             'aria-label="low-utilization windows" '
              'xmlns="http://www.w3.org/2000/svg">']
     for row, target in enumerate(targets):
         top = PAD_TOP + row * row_h
         mine = [w for w in windows if w["target"] == target]
-        parts.append(f'<text x="4" y="{top + 12}">{_e(target)}</text>'
+        parts.append(f'<text x="4" y="{top + 12}">{_e(labels[target])}'
+                     f'<title>{_e(target)}</title></text>'
                      f'<g class="series" data-series="{_e(target)}" data-points="{len(mine)}">')
         for w in mine:
             left = x(w["started_at"])
@@ -187,15 +200,81 @@ def _short(command: str | None) -> str:
     return text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 1] + "…"
 
 
-def _evidence(evidence: dict[str, Any]) -> str:
+EVIDENCE_ITEMS = 14  # keys shown per level
+EVIDENCE_LIST_ITEMS = 6  # items shown of a list
+EVIDENCE_DEPTH = 3
+EVIDENCE_TEXT = 240
+_TIME_KEYS = ("start", "end", "since", "until", "first_seen", "last_seen", "standing_since")
+
+
+def _number(key: str, value: float) -> str:
+    """A figure as a person reads it: a time as a clock time, a share as a percent, bytes in
+    GiB, money in dollars, else three significant digits (never 16 of them)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if (key in _TIME_KEYS or key.endswith(("_at", "_times", "_time"))) and value > 1e9:
+        return clock.local_time(value)
+    if key.endswith(("share", "fraction")) and 0 <= value <= 1:
+        return f"{value:.0%}"
+    if key.endswith("_bytes"):
+        return f"{value / 2**30:.1f} GiB"
+    if key.endswith(("per_hour", "_per_month")) or key in ("cost", "cost_so_far"):
+        return _money(value)
+    if key.endswith(("seconds", "_s")):
+        return f"{value:,.0f} s" if abs(value) >= 10 else f"{value:.2g} s"
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _value(key: str, value: Any, depth: int) -> str:
+    """One evidence value as HTML: a nested list for a mapping, a short list for a list."""
+    if value is None:
+        return '<span class="muted">—</span>'
+    if isinstance(value, bool | int | float):
+        return _e(_number(key, value))
+    if isinstance(value, str):
+        return _e(value if len(value) <= EVIDENCE_TEXT else value[:EVIDENCE_TEXT - 1] + "…")
+    if isinstance(value, dict):
+        if depth >= EVIDENCE_DEPTH:
+            return f'<span class="muted">{len(value)} more fields</span>'
+        return _evidence(value, depth + 1)
+    if isinstance(value, list | tuple):
+        items = list(value)
+        more = len(items) - EVIDENCE_LIST_ITEMS
+        tail = f' <span class="muted">… {more} more</span>' if more > 0 else ""
+        shown = items[:EVIDENCE_LIST_ITEMS]
+        if not shown:
+            return '<span class="muted">none</span>'
+        if all(not isinstance(v, dict | list | tuple) for v in shown):
+            return ", ".join(_value(key, v, depth) for v in shown) + tail
+        rows = "".join(f"<li>{_inline(v, depth) if isinstance(v, dict) else _value(key, v, depth)}"
+                       "</li>" for v in shown)
+        return f'<ul class="evidence">{rows}</ul>{tail}'
+    return _e(str(value)[:EVIDENCE_TEXT])
+
+
+def _inline(item: dict[str, Any], depth: int) -> str:
+    """One item of a list (a GPU, a stack, an alternative) on one line: 'key value · ...'."""
+    parts = [f'<span class="k">{_e(str(k).replace("_", " "))}</span> '
+             f"{_value(str(k), v, EVIDENCE_DEPTH if isinstance(v, dict) else depth)}"
+             for k, v in list(item.items())[:EVIDENCE_ITEMS]]
+    return " · ".join(parts)
+
+
+def _evidence(evidence: dict[str, Any], depth: int = 0) -> str:
+    """A recommendation's evidence as a readable nested list (numbers rounded, times as clock
+    times, shares as percents), never raw JSON."""
     items = []
-    for key, value in list(evidence.items())[:12]:
-        shown = value if isinstance(value, str | int | float) else json.dumps(value, default=str)
-        shown = str(shown)
-        if len(shown) > 200:
-            shown = shown[:199] + "…"
-        items.append(f"<li><b>{_e(key)}</b>: <code>{_e(shown)}</code></li>")
-    return f"<ul>{''.join(items)}</ul>" if items else ""
+    entries = list(evidence.items())
+    for key, value in entries[:EVIDENCE_ITEMS]:
+        items.append(f'<li><span class="k">{_e(str(key).replace("_", " "))}</span>: '
+                     f"{_value(str(key), value, depth)}</li>")
+    if len(entries) > EVIDENCE_ITEMS:
+        items.append(f'<li class="muted">… {len(entries) - EVIDENCE_ITEMS} more</li>')
+    return f'<ul class="evidence">{"".join(items)}</ul>' if items else ""
 
 
 def render(data: ReportData) -> str:
@@ -233,23 +312,29 @@ def render(data: ReportData) -> str:
     if trigger:
         out.append(f'<div class="trigger">Taken because: <b>{_e(trigger.get("reason") or trigger.get("kind"))}</b>'
                    f' at {_e(_time(trigger.get("at")))}</div>')
+    # Side by side where the window is wide (a column each from 2 x 520 px), stacked where not.
+    out.append('<div class="grid"><section>')
     out.append("<h2>Burn and waste</h2>")
     out.append(line_chart("burn", data.burn, data.since, data.until, "$") if data.burn else
                '<p class="muted">no recorded price: no dollars to chart</p>')
+    out.append("</section><section>")
     out.append("<h2>GPU utilization</h2>")
     out.append(line_chart("gpu-utilization", {f"GPU {i}": p for i, p in
                                               data.gpu_utilization.items()},
                           data.since, data.until, "%", 100.0))
+    out.append("</section><section>")
     out.append("<h2>GPU memory used</h2>")
     total_gib = max((g.get("memory_total_bytes") or 0 for g in data.gpus), default=0) / 2**30
     out.append(line_chart("gpu-memory", {f"GPU {i}": p for i, p in data.gpu_memory.items()},
                           data.since, data.until, " GiB", total_gib or None))
+    out.append("</section><section><h2>GPUs</h2>")
     out.append(_table(["GPU", "name", "utilization", "memory", "power", "status"], [
         [_td(g["index"], num=True), _td(g.get("name")), _td(_pct(g.get("utilization")), True),
          _td(f"{(g.get('memory_used_bytes') or 0) / 2**30:.1f} / "
              f"{(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB", True),
          _td("—" if g.get("power_watts") is None else f"{g['power_watts']:.0f} W", True),
          _td(g.get("status"))] for g in data.gpus], "no GPU samples in this range"))
+    out.append("</section></div>")
     out.append("<h2>Processes</h2>")
     out.append(_table(["pid", "user", "command", "GPUs", "burn", "cost", "phase balance"], [
         [_td(p["pid"], num=True), _td(p.get("user")), _td(_short(p.get("command")), code=True),
@@ -264,12 +349,14 @@ def render(data: ReportData) -> str:
     out.append("<h2>Low-utilization windows</h2>")
     out.append(timeline(data.windows, data.since, data.until) if data.windows else
                '<p class="muted">no low-utilization window in this range</p>')
+    out.append('<div class="grid"><section>')
     out.append("<h2>Top stacks</h2>")
     out.append(_table(["where", "function", "phase", "samples", "process"], [
         [_td(f"{s.get('file')}:{s.get('line')}", code=True), _td(s.get("function"), code=True),
          _td(s.get("phase")), _td(s.get("samples"), True),
-         _td(f"{s.get('pid')} {_short(s.get('command'))[:60]}", code=True)]
+         _td(s.get("label") or f"{s.get('pid')} {_short(s.get('command'))[:60]}", code=True)]
         for s in data.stacks], "no stack was sampled in this range"))
+    out.append("</section><section>")
     out.append("<h2>Events</h2>")
     out.append(_table(["event", "target", "from", "to", "cost", "snapshot"], [
         [_td(e["kind"]), _td(e["target"]), _td(_time(e["started_at"])),
@@ -277,12 +364,15 @@ def render(data: ReportData) -> str:
          _td(_money(e.get("cost_so_far"), 4), True),
          _td(f"snapshot: {e['snapshot']}" if e.get("snapshot") else "", code=True)]
         for e in data.events], "no event in this range"))
+    out.append("</section></div>")
     out.append("<h2>Recommendations</h2>")
     out.append(_table(["recommendation", "savings", "method and evidence"], [
-        [f"<td><b>{_e(r.get('rule'))}</b> on {_e(r.get('target'))}<br>{_e(r.get('summary'))}"
-         "</td>",
+        [f'<td class="rec"><b>{_e(r.get("rule"))}</b> on '
+         f'{_e(r.get("target_label") or r.get("target"))}<br>'
+         f"{_e(r.get('summary'))}</td>",
          _td(_money(r.get("savings_per_month"), 0) + "/month", True),
-         f"<td>{_e(r.get('method'))}{_evidence(r.get('evidence') or {})}</td>"]
+         f'<td class="evidence">{_e(r.get("method"))}{_evidence(r.get("evidence") or {})}'
+         "</td>"]
         for r in data.recommendations], "no recommendation in this range"))
     made = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     version = snapshot.get("version") or __version__

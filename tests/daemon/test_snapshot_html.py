@@ -4,6 +4,7 @@ hostile command line is shown as text, never run."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon import clock
 from daemon.report_html import collect, render_store
 from daemon.runtime.snapshots import render_html_file
 from daemon.store import facts
@@ -38,8 +40,13 @@ def snapshot(tmp_path_factory) -> Path:
     facts.write_recommendations(store, [{
         "id": "r1", "rule": "dataloader_starvation", "target": "4242:1000.500",
         "summary": f"raise num_workers for {HOSTILE}", "savings_per_month": 812.0,
-        "method": "data-wait share x GPU price", "evidence": {"data_wait_share": 0.4,
-                                                             "top_stack": "/srv/train.py:88"}}],
+        "method": "data-wait share x GPU price", "evidence": {
+            "data_wait_share": 0.4, "top_stack": "/srv/train.py:88",
+            "window": {"start": T0 + 0.123456789, "end": T0 + 30.987654321,
+                       "seconds": 30.864197532},
+            "process": {"burn_per_hour": 4.096574074074074, "gpus": [0]},
+            "gpus": [{"index": 0, "memory_peak_bytes": 32212254720,
+                      "utilization_p95": 97.33333333333333}]}}],
         T0 + 25)
     store.close()
     conn = sqlite3.connect(folder / "mlcost.db")
@@ -128,3 +135,32 @@ def test_snapshot_command_errors_say_what_to_fix(tmp_path):
         assert done.returncode == code and words in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_report_uses_a_wide_window_names_processes_and_rounds_its_evidence(snapshot,
+                                                                               tmp_path):
+    """Issue 25: at 1400 px the page used about 650 px; the timeline labelled its rows
+    '13029:1796159472.170'; evidence was raw JSON with 16-digit floats."""
+    html = tmp_path / "wide.html"
+    html.write_text(render_store(snapshot))
+    script = """(() => {
+      const right = Math.max(...[...document.querySelectorAll('svg.chart, table')]
+        .map(e => e.getBoundingClientRect().right));
+      const rows = [...document.querySelectorAll('svg[data-chart=windows] > text')]
+        .filter(t => t.getAttribute('x') === '4').map(t => t.firstChild.textContent);
+      const evidence = [...document.querySelectorAll('td.evidence')].map(e => e.innerText);
+      return {right, width: window.innerWidth, rows, evidence};
+    })()"""
+    shot = tmp_path / "wide.png"
+    page = chromium.load(html.as_uri(), script, screenshot=shot, size=(1400, 1000))
+    assert page.console_errors == []
+    value = page.value
+    assert value["right"] >= 0.9 * value["width"], value  # the width is used
+    [row] = value["rows"]
+    assert row.startswith("4242 ") and "1000.500" not in row and "<script>" not in row
+    [evidence] = value["evidence"]
+    assert not re.search(r"\d\.\d{5,}", evidence), evidence  # no 16-digit floats
+    assert "$4.10" in evidence and "97.3" in evidence and "30.0 GiB" in evidence
+    assert "40%" in evidence  # a share as a percent
+    assert clock.local_time(T0 + 0.123456789) in evidence  # a time as a clock time
+    assert "{" not in evidence  # a list, not JSON
