@@ -73,3 +73,12 @@ def test_a_phase_headline_quotes_the_phase_balance_and_its_window():
     shown = f"{phases[pid_id(s)]['data_wait']['share']:.0%}"  # the details screen's format
     assert re.search(rf"spends {shown} of its last 10 min in data wait", rec.summary)
     assert rec.evidence["phase_window_s"] == 600.0
+
+
+def test_idle_advice_counts_its_gpus_and_its_minutes_as_the_panels_do():
+    s = window(utils=[0.0] * 8, holders={0: 0.0, 1: 0.0})
+    [rec] = by_rule(recs(s, limits={"idle_held_min_s": 60.0}), "idle_gpu_held")
+    assert "holds GPUs 0, 1 (10.0 GiB) idle for 10 min" in rec.summary
+    short = window(n=5, utils=[0.0] * 8, holders={3: 0.0})  # 40 s: never "idle for 1 min"
+    [rec] = by_rule(recs(short, limits={"idle_held_min_s": 30.0}), "idle_gpu_held")
+    assert "holds GPU 3 (10.0 GiB) idle for 40 s" in rec.summary

@@ -19,7 +19,14 @@ from __future__ import annotations
 from daemon.analysis.cost import HOURS_PER_MONTH, HostPrice
 from daemon.analysis.kinds import ONLINE_INFERENCE
 from daemon.analysis.phases import IDLE, READ_MIN_PER_S
-from daemon.analysis.rules.base import UPPER_BOUND, Finding, Rule, money, process_evidence
+from daemon.analysis.rules.base import (
+    UPPER_BOUND,
+    Finding,
+    Rule,
+    duration,
+    money,
+    process_evidence,
+)
 from daemon.analysis.rules.thresholds import HOST_IDLE_MIN_S, IDLE_HELD_MIN_S
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 
@@ -60,6 +67,11 @@ def is_server(proc: ProcessWindow) -> bool:
     return proc.kind.serves or proc.kind.kind == ONLINE_INFERENCE
 
 
+def _gpus(proc: ProcessWindow) -> str:
+    """'GPU 3', 'GPUs 0, 1': the GPUs it holds, as the GPU panel numbers them."""
+    return f"GPU{'s' if len(proc.gpus) != 1 else ''} {', '.join(map(str, proc.gpus))}"
+
+
 def _sigterm(proc: ProcessWindow) -> dict[str, object]:
     return {"kind": "sigterm", "pid": proc.pid, "start_time": proc.start_time,
             "signal": "SIGTERM", "confirm": True,
@@ -91,8 +103,8 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
         gib = proc.memory_peak_bytes / GIB
         found.append(rule.make(
             proc.id,
-            f"pid {proc.pid} ({proc.user}: {proc.job}) holds GPU {', '.join(map(str, proc.gpus))} "
-            f"({gib:.1f} GiB) idle for {proc.trailing_idle_s / 60:.0f} min, burning "
+            f"pid {proc.pid} ({proc.user}: {proc.job}) holds {_gpus(proc)} "
+            f"({gib:.1f} GiB) idle for {duration(proc.trailing_idle_s)}, burning "
             f"{money(proc.burn_per_hour)}/h"
             + ("" if waiting else " (no stack sampled to confirm it is waiting)"),
             monthly,
@@ -129,9 +141,10 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
         sm = proc.sm_activity_idle_mean
         found.append(rule.make(
             proc.id,
-            f"pid {proc.pid} ({proc.user}: {proc.job}) serves (TCP {ports}) and its GPU "
-            f"{', '.join(map(str, proc.gpus))} ({gib:.1f} GiB held) has been idle for "
-            f"{proc.trailing_idle_s / 60:.0f} min at {money(proc.burn_per_hour)}/h: scale it to "
+            f"pid {proc.pid} ({proc.user}: {proc.job}) serves (TCP {ports}) and its "
+            f"{_gpus(proc)} ({gib:.1f} GiB held) {'has' if len(proc.gpus) == 1 else 'have'} "
+            "been idle for "
+            f"{duration(proc.trailing_idle_s)} at {money(proc.burn_per_hour)}/h: scale it to "
             "zero between requests, consolidate it with other models on one GPU, or share the "
             "GPU (MPS, MIG, time-slicing)",
             monthly,
@@ -177,7 +190,7 @@ def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:
     monthly = a.price.per_hour * HOURS_PER_MONTH * min(fraction, 1.0)
     return [rule.make(
         "host",
-        f"the whole host has been idle for {a.host_trailing_idle_s / 60:.0f} min at "
+        f"the whole host has been idle for {duration(a.host_trailing_idle_s)} at "
         f"{money(a.price.per_hour)}/h: stop it",
         monthly,
         f"{money(a.price.per_hour)}/h x {HOURS_PER_MONTH:g} h/month x {min(fraction, 1):.0%} "
