@@ -1,5 +1,5 @@
 """A replay shows each recommendation's text as it was at the tick: a real mlcostd records an
-idle GPU whose advice grows ("idle for 0 min", then "1 min"), and the copy of its store, and a
+idle GPU whose advice grows ("idle for 16 s", then "21 s"), and the copy of its store, and a
 snapshot of it, replay the early text early and the late one late. A store of the schema
 before the text history keeps its recommendations readable once migrated."""
 
@@ -29,14 +29,15 @@ IDLE_CONFIG = {  # advice about the idle notebook within seconds, evaluated ever
     "cost": {"evaluate_every": "5s"},
 }
 RULE = "idle_gpu_held"
-ADVICE_TIMEOUT_S = 180.0  # the text's minute count moves on about 40 s in; generous under load
-_MINUTES = re.compile(r"idle for (\d+) min")
+ADVICE_TIMEOUT_S = 180.0  # the text's idle time moves on at each evaluation; generous under load
+_IDLE_FOR = re.compile(r"idle for (\d+(?:\.\d+)?) (s|min|h)\b")
 
 
-def minutes(summary: str) -> int:
-    found = _MINUTES.search(summary)
+def minutes(summary: str) -> float:
+    """The idle time a summary names, in minutes ('idle for 16 s', '3 min', '2.5 h')."""
+    found = _IDLE_FOR.search(summary)
     assert found, summary
-    return int(found.group(1))
+    return float(found.group(1)) / {"s": 60, "min": 1, "h": 1 / 60}[found.group(2)]
 
 
 @pytest.fixture(scope="module")
