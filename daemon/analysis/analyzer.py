@@ -67,6 +67,7 @@ class Analyzer:
         self.idle = IdleDetector(self.thresholds)
         self.budgets = BudgetWatch(budgets)
         self.book = RecommendationBook(hold_s=recommendation_hold_s)
+        self.resolved_unwritten: list[dict[str, Any]] = []  # notices the store has not yet
         self.storage_paths = storage_paths or []
         for meter in unit_costs:
             self.ledger.add_meter(meter)
@@ -157,7 +158,14 @@ class Analyzer:
                 return (present is not None and PROCESS_TARGET.fullmatch(target) is not None
                         and target not in present)
 
-            self.book.record(found, ts, exited)
+            self.resolved_unwritten += self.book.record(found, ts, exited)
+
+    def take_resolved(self) -> list[dict[str, Any]]:
+        """The "recommendation_resolved" notices since the last call (the store keeps them as
+        events, so reports and replays show when advice went)."""
+        with self.lock:
+            taken, self.resolved_unwritten = self.resolved_unwritten, []
+            return taken
 
     def poll_slow(self) -> None:
         """Blocking work: storage sizes and unit-cost counters. Run in a thread, rarely."""

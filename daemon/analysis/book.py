@@ -109,10 +109,9 @@ class RecommendationBook:
                 continue
             if entry.false_since is None:
                 entry.false_since = now  # shown until now: its condition is false from here
-            was_shown = (self.last_evaluated is None
-                         or self.last_evaluated - entry.false_since < self.hold_s)
-            if not was_shown:
-                continue
+            elif (self.last_evaluated is not None
+                  and self.last_evaluated - entry.false_since >= self.hold_s):
+                continue  # resolved before: said once
             if exited is not None and exited(entry.recommendation.target):
                 entry.false_since = now - self.hold_s  # gone for good: not shown from now
                 notices.append(resolved_notice(entry, now, self.hold_s, exited=True))

@@ -538,6 +538,8 @@ class Daemon:
                     assert self.store is not None
                     for event in self.analyzer.idle.active():  # their cost so far grows
                         facts.write_event(self.store, event.as_dict())
+                    for notice in self.analyzer.take_resolved():  # advice that went, and why
+                        facts.write_event(self.store, notice)
                     # A snoozed recommendation keeps its snooze in the store as it is seen again.
                     facts.write_recommendations(
                         self.store, [dict(r, snoozed_until=self.snoozed.get(r["id"]))

@@ -92,3 +92,14 @@ def test_the_analyzer_resolves_advice_about_a_process_gone_from_the_latest_sampl
     # the budget target looks like 'a:b' but is no process: held, not resolved
     assert [r["target"] for r in snap["recommendations"]] == ["user:bob:day:2026-12-02"]
     assert [e["rule"] for e in snap["events"] if e["kind"] == RESOLVED] == ["idle_gpu_held"]
+
+
+def test_the_resolved_notices_are_handed_to_the_store_once():
+    rec = shrink()
+    analyzer = Analyzer(P4D, recommendation_hold_s=0.0)
+    for sample in window(n=3):
+        analyzer.update(sample)
+    analyzer.record([rec])
+    analyzer.record([])
+    [notice] = analyzer.take_resolved()
+    assert notice["kind"] == RESOLVED and analyzer.take_resolved() == []
