@@ -39,11 +39,14 @@ def test_a_servers_dry_run_speaks_of_the_server_and_a_batch_jobs_of_its_script()
     served = window(utils=[90.0] + [0.0] * 7, sm_activity=10.0, command="python app.py")
     [rec] = by_rule(recs(served, kinds=kinds(served, ONLINE_INFERENCE)),
                     "underbatched_inference")
+    assert "(90% utilization over its last 10 min)" in rec.summary  # its window, not now's
+    assert rec.summary.endswith("batch requests dynamically")
     result = apply(rec.as_dict())
     assert "training" not in result.message and "server" in result.message
     assert "max-num-seqs" in result.patch
     [batch] = by_rule(recs(served, kinds=kinds(served, BATCH_INFERENCE)),
                       "underbatched_inference")
+    assert batch.summary.endswith("give each forward pass a larger batch")
     result = apply(batch.as_dict())
     assert "inference script" in result.message and "batch_size" in result.patch
     assert "dynamic_batching" not in result.patch

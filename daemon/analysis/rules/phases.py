@@ -143,9 +143,10 @@ def check_storage_bound(a: Analysis, rule: Rule) -> list[Finding]:
         where = where_in(stacks) or "the input pipeline"
         found.append(rule.make(
             proc.id,
-            f"{proc.job} (pid {proc.pid}) is storage-bound: I/O stalls {stall:.0%} of the "
-            f"window while its GPU is below {WELL_USED_UTILIZATION_PCT:g}% "
-            f"{proc.gpu_low_fraction:.0%} of the time — stage the data on local NVMe ({where})",
+            f"{proc.job} (pid {proc.pid}) is storage-bound: over its last "
+            f"{duration(proc.seconds)} I/O stalls {stall:.0%} of the time while its GPU is "
+            f"below {WELL_USED_UTILIZATION_PCT:g}% {proc.gpu_low_fraction:.0%} of the time — "
+            f"stage the data on local NVMe ({where})",
             savings, method,
             {**process_evidence(a, proc), "iowait_fraction": proc.iowait_fraction,
              "d_state_fraction": proc.d_state_fraction,

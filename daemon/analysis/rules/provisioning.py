@@ -293,8 +293,10 @@ def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
                 else f"its SM share is {sm:.0f}% (NVML process utilization; no GPM here)")
         found.append(rule.make(
             proc.id,
-            f"{proc.job} (pid {proc.pid}) looks busy ({util:.0f}% utilization) but {seen}: "
-            "many small kernels — batch requests dynamically",
+            f"{proc.job} (pid {proc.pid}) looks busy ({util:.0f}% utilization over its last "
+            f"{duration(proc.seconds)}) but {seen}: many small kernels — "
+            + ("give each forward pass a larger batch" if proc.kind.kind == BATCH_INFERENCE
+               else "batch requests dynamically"),
             savings, method.replace("of the window in", "of GPU time in")
             + f"; signal: {signal}",
             {**process_evidence(a, proc), "utilization_mean": util, "sm_activity_mean": sm,
