@@ -30,7 +30,7 @@ IDLE_CONFIG = {  # advice about the idle notebook within seconds, evaluated ever
 }
 RULE = "idle_gpu_held"
 ADVICE_TIMEOUT_S = 180.0  # the text's idle time moves on at each evaluation; generous under load
-_IDLE_FOR = re.compile(r"idle for (\d+(?:\.\d+)?) (s|min|h)\b")
+_IDLE_FOR = re.compile(r"idle for (?:at least )?(\d+(?:\.\d+)?) (s|min|h)\b")
 
 
 def minutes(summary: str) -> float:

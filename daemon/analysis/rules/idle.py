@@ -39,6 +39,7 @@ WORK_PHASE_MIN_SHARE = 0.02
 WORK_PHASES = ("data_wait", "host_preprocess", "checkpoint", "eval", "sync", "comm")
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
+WINDOW_EDGE_S = 10.0  # idle this close to the window's length: idle through all of it
 
 
 def signs_of_work(proc: ProcessWindow) -> list[str]:
@@ -65,6 +66,14 @@ def is_server(proc: ProcessWindow) -> bool:
     """A server is never offered SIGTERM: it serves (listens and has served) or is online
     inference by its evidence."""
     return proc.kind.serves or proc.kind.kind == ONLINE_INFERENCE
+
+
+def idle_for(seconds: float, a: Analysis) -> str:
+    """How long it has been idle, as far as the rules' window sees: idle through the whole
+    window reads "at least 30 min", so it never contradicts an idle event open for hours."""
+    if a.window_s > 0 and seconds >= a.window_s - WINDOW_EDGE_S:
+        return f"at least {duration(seconds)} (the whole window the rules read)"
+    return duration(seconds)
 
 
 def _gpus(proc: ProcessWindow) -> str:
@@ -104,7 +113,7 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
         found.append(rule.make(
             proc.id,
             f"pid {proc.pid} ({proc.user}: {proc.job}) holds {_gpus(proc)} "
-            f"({gib:.1f} GiB) idle for {duration(proc.trailing_idle_s)}, burning "
+            f"({gib:.1f} GiB) idle for {idle_for(proc.trailing_idle_s, a)}, burning "
             f"{money(proc.burn_per_hour)}/h"
             + ("" if waiting else " (no stack sampled to confirm it is waiting)"),
             monthly,
@@ -144,7 +153,7 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
             f"pid {proc.pid} ({proc.user}: {proc.job}) serves (TCP {ports}) and its "
             f"{_gpus(proc)} ({gib:.1f} GiB held) {'has' if len(proc.gpus) == 1 else 'have'} "
             "been idle for "
-            f"{duration(proc.trailing_idle_s)} at {money(proc.burn_per_hour)}/h: scale it to "
+            f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h: scale it to "
             "zero between requests, consolidate it with other models on one GPU, or share the "
             "GPU (MPS, MIG, time-slicing)",
             monthly,
@@ -190,7 +199,7 @@ def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:
     monthly = a.price.per_hour * HOURS_PER_MONTH * min(fraction, 1.0)
     return [rule.make(
         "host",
-        f"the whole host has been idle for {duration(a.host_trailing_idle_s)} at "
+        f"the whole host has been idle for {idle_for(a.host_trailing_idle_s, a)} at "
         f"{money(a.price.per_hour)}/h: stop it",
         monthly,
         f"{money(a.price.per_hour)}/h x {HOURS_PER_MONTH:g} h/month x {min(fraction, 1):.0%} "
