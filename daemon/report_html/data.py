@@ -167,7 +167,9 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     events = queries.events(reader, start, end)
     data.windows = [dict(e, label=process_label(e["target"], names))
                     for e in events if e["kind"] == LOW_UTILIZATION]
-    data.events = [e for e in events if e["kind"] != LOW_UTILIZATION]
+    data.events = [dict(e, target_label=process_label(e["target"], names))
+                   if e["target"] in names else e
+                   for e in events if e["kind"] != LOW_UTILIZATION]
     # A recommendation about a process is shown by its name too ('22124 idle_notebook').
     data.recommendations = [dict(r, target_label=process_label(str(r.get("target")), names))
                             if str(r.get("target")) in names else r

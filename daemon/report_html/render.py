@@ -359,7 +359,7 @@ def render(data: ReportData) -> str:
     out.append("</section><section>")
     out.append("<h2>Events</h2>")
     out.append(_table(["event", "target", "from", "to", "cost", "snapshot"], [
-        [_td(e["kind"]), _td(e["target"]), _td(_time(e["started_at"])),
+        [_td(e["kind"]), _td(e.get("target_label") or e["target"]), _td(_time(e["started_at"])),
          _td("ongoing" if e["ended_at"] is None else _time(e["ended_at"])),
          _td(_money(e.get("cost_so_far"), 4), True),
          _td(f"snapshot: {e['snapshot']}" if e.get("snapshot") else "", code=True)]

@@ -35,6 +35,8 @@ def snapshot(tmp_path_factory) -> Path:
         frames=(("read_shard", "/srv/<train>.py", 88),), phase="data_wait", gpu_util=2.0)])
     facts.write_event(store, {"kind": "low_utilization", "target": "4242:1000.500",
                               "started_at": T0 + 10, "ended_at": T0 + 16, "cost_so_far": 0.01})
+    facts.write_event(store, {"kind": "recommendation_resolved", "target": "4242:1000.500",
+                              "started_at": T0 + 3, "ended_at": T0 + 9, "cost_so_far": None})
     facts.write_event(store, {"kind": "gpu_held_idle", "target": "gpu:0",
                               "started_at": T0 + 5, "ended_at": None, "cost_so_far": 0.2})
     facts.write_recommendations(store, [{
@@ -149,7 +151,9 @@ def test_the_report_uses_a_wide_window_names_processes_and_rounds_its_evidence(s
       const rows = [...document.querySelectorAll('svg[data-chart=windows] > text')]
         .filter(t => t.getAttribute('x') === '4').map(t => t.firstChild.textContent);
       const evidence = [...document.querySelectorAll('td.evidence')].map(e => e.innerText);
-      return {right, width: window.innerWidth, rows, evidence};
+      const targets = [...document.querySelectorAll('h2')].filter(h => h.innerText === 'Events')
+        .map(h => h.nextElementSibling.innerText);
+      return {right, width: window.innerWidth, rows, evidence, targets};
     })()"""
     shot = tmp_path / "wide.png"
     page = chromium.load(html.as_uri(), script, screenshot=shot, size=(1400, 1000))
@@ -164,3 +168,5 @@ def test_the_report_uses_a_wide_window_names_processes_and_rounds_its_evidence(s
     assert "40%" in evidence  # a share as a percent
     assert clock.local_time(T0 + 0.123456789) in evidence  # a time as a clock time
     assert "{" not in evidence  # a list, not JSON
+    [events] = value["targets"]
+    assert "recommendation_resolved\t4242 " in events and "1000.500" not in events
