@@ -7,6 +7,11 @@ and parent (daemon.sources.kindfacts) and the frame markers seen in any thread o
 its confidence is its share of all the weight given (a lone weak hint stays below one half).
 Evidence strings are built from our own words and numbers only (no text of the process).
 
+The shape of its GPU use over time (`gpu_use_shape`: steady, bursty, idle, from whether its
+kernels ran at each of the last reads) is evidence too: steady use without a port it serves is a
+job (training, unless its runtime, frames or name say inference: the weight is below any
+of those), and use while it accepts connections is request-driven serving.
+
 A process is a server (`Kind.serves`) when it listens on a TCP port and has served: a connection
 accepted on that port was seen, or a serving frame (serve_forever, accept, an engine loop) in
 any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle).
@@ -15,7 +20,7 @@ any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +92,15 @@ SERVE_FRAME_WEIGHT = 3.0
 FRAME_WEIGHT = 3.0
 LIBRARY_WEIGHT = 1.5
 PARENT_WEIGHT = 3.0
+# GPU-use shape: steady when its kernels ran at >= STEADY_MIN of at least SHAPE_MIN_READS reads;
+# bursty when at some but fewer. Steady use is a weak sign of a job (below a command-line hint).
+STEADY = "steady"
+BURSTY = "bursty"
+IDLE_USE = "idle"
+STEADY_MIN = 0.7
+SHAPE_MIN_READS = 5
+STEADY_WEIGHT = 0.5
+REQUEST_DRIVEN_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -99,11 +113,21 @@ class Kind:
     serves: bool = False  # listens and has served: never offered SIGTERM
     listening_ports: tuple[int, ...] = ()
     scores: Mapping[str, float] = field(default_factory=dict)
+    gpu_use: str | None = None  # its GPU use's shape (gpu_use_shape); None: too few reads
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
                 "kind_evidence": list(self.evidence), "serves": self.serves,
-                "listening_ports": list(self.listening_ports)}
+                "listening_ports": list(self.listening_ports), "gpu_use": self.gpu_use}
+
+
+def gpu_use_shape(active: Sequence[bool]) -> str | None:
+    """steady, bursty or idle, from whether its kernels ran at each read (oldest first);
+    None with fewer than SHAPE_MIN_READS reads."""
+    if len(active) < SHAPE_MIN_READS:
+        return None
+    share = sum(active) / len(active)
+    return STEADY if share >= STEADY_MIN else BURSTY if share > 0 else IDLE_USE
 
 
 def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
@@ -120,9 +144,11 @@ def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
 
 def classify_kind(command: str, facts: KindFacts | None,
                   frames: Mapping[str, float] | None = None, *,
-                  now: float | None = None, window_s: float = 1800.0) -> Kind:
+                  now: float | None = None, window_s: float = 1800.0,
+                  gpu_use: str | None = None) -> Kind:
     """The kind of one process. `frames`: frame marker -> when last seen (markers older than
-    `window_s` before `now` are not counted); `facts`: its sockets, libraries and parent."""
+    `window_s` before `now` are not counted); `facts`: its sockets, libraries and parent;
+    `gpu_use`: the shape of its GPU use (gpu_use_shape)."""
     scores: dict[str, float] = dict.fromkeys(KINDS[:-1], 0.0)
     evidence: list[str] = []
 
@@ -160,6 +186,12 @@ def classify_kind(command: str, facts: KindFacts | None,
         kind = LIBRARY_KIND.get(library)
         if kind is not None:
             add(kind, LIBRARY_WEIGHT, f"maps {library}")
+    if gpu_use == STEADY and not ports:
+        add(TRAINING, STEADY_WEIGHT, "steady GPU use and no port it serves: a job (training "
+            "unless its runtime, frames or name say inference)")
+    if gpu_use in (STEADY, BURSTY) and ports and accepted_seen:
+        add(ONLINE_INFERENCE, REQUEST_DRIVEN_WEIGHT,
+            f"{gpu_use} GPU use while it accepts connections (request-driven)")
     parent = facts.parent if facts else None
     if parent in PARENT_KIND:
         add(PARENT_KIND[parent], PARENT_WEIGHT, f"started by {parent}")
@@ -170,12 +202,13 @@ def classify_kind(command: str, facts: KindFacts | None,
     best = max(scores, key=lambda k: scores[k])
     serves = bool(ports) and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
     if total <= 0:
-        return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores)
+        return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores,
+                    gpu_use)
     # The share of all weight, and a lone weak hint (weight 1) never above 0.5.
     confidence = scores[best] / (total + 1.0)
     if serves and best != ONLINE_INFERENCE:
         evidence.append("it listens and has served: treated as a server")
-    return Kind(best, confidence, tuple(evidence), serves, ports, scores)
+    return Kind(best, confidence, tuple(evidence), serves, ports, scores, gpu_use)
 
 
 def kind_documents(kinds: Mapping[str, Kind]) -> dict[str, dict[str, Any]]:

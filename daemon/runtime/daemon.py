@@ -573,7 +573,9 @@ class Daemon:
         procs = [(p.pid, p.start_time, p.command) for p in sample.processes if p.gpus]
         markers = ({key: dict(seen) for key, seen in self.attribution.frame_markers.items()}
                    if self.attribution is not None else {})
-        await asyncio.to_thread(self.kinds.refresh, procs, markers, clock.now())
+        active = {(p.pid, p.start_time): any(u.sm_share > 0 for u in p.gpus)
+                  for p in sample.processes if p.gpus}
+        await asyncio.to_thread(self.kinds.refresh, procs, markers, clock.now(), active)
         documents = kind_documents(self.kinds.kinds)
         if documents != self._kinds_recorded and self.store is not None:
             self.store.set_meta("kinds", documents)
