@@ -61,6 +61,10 @@ _FRAME_TESTS: tuple[tuple[str, str, Any], ...] = (
      or "text_generation_server/" in f),
     ("generate", BATCH_INFERENCE, lambda n, f: n.split(".")[-1] == "generate"),
     ("ipykernel", NOTEBOOK, lambda n, f: "ipykernel/" in f or "IPKernelApp" in n),
+    # Ranks of a distributed job meeting their peers: torch.distributed collectives, or a
+    # barrier between processes.
+    ("collective", TRAINING, lambda n, f: "torch/distributed/" in f
+     or (f.endswith("threading.py") and n.endswith("Barrier.wait"))),
 )
 FRAME_KIND = {marker: kind for marker, kind, _ in _FRAME_TESTS}
 MAX_FRAMES_LOOKED_AT = 256  # per thread: a deep recursion is not read to its end
@@ -71,6 +75,7 @@ LIBRARY_KIND = {"vllm": ONLINE_INFERENCE, "tgi": ONLINE_INFERENCE, "sglang": ONL
 PARENT_KIND = {"jupyter": NOTEBOOK, "torchrun": TRAINING, "deepspeed": TRAINING,
                "accelerate": TRAINING, "slurmstepd": TRAINING, "mpirun": TRAINING,
                "uvicorn": ONLINE_INFERENCE, "gunicorn": ONLINE_INFERENCE}
+RANK_ARGUMENT = re.compile(r"--(local[_-]|node[_-])?rank[= ]\d", re.I)
 COMMAND_HINTS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
     (re.compile(r"ipykernel|kernel-[\w-]+\.json|jupyter", re.I), NOTEBOOK, 4.0,
      "a Jupyter kernel command line"),
@@ -79,6 +84,8 @@ COMMAND_HINTS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
     (re.compile(r"vllm|sglang|text-generation-launcher|tritonserver|torchserve|uvicorn|"
                 r"gunicorn|api_server", re.I), ONLINE_INFERENCE, 2.0,
      "a serving program on its command line"),
+    (RANK_ARGUMENT, TRAINING, 2.0, "a rank argument on its command line (one process of a "
+     "distributed job)"),
     (re.compile(r"train|finetune|fine_tune|pretrain", re.I), TRAINING, 1.0,
      "'train' on its command line"),
     (re.compile(r"infer|predict|score|embed|batch_eval", re.I), BATCH_INFERENCE, 1.0,
@@ -161,6 +168,13 @@ def classify_kind(command: str, facts: KindFacts | None,
     ports = facts.listening_ports if facts else ()
     accepted_seen = facts is not None and facts.accepted_seen_at is not None and (
         now is None or now - facts.accepted_seen_at <= window_s)
+    if ports and ("collective" in recent or RANK_ARGUMENT.search(command or "")):
+        # A rank of a distributed job listens for its peers (the c10d store, gloo): not a
+        # service, and the connections it accepts are its peers'.
+        evidence.append(f"listens on TCP port{'s' if len(ports) > 1 else ''} "
+                        + ", ".join(str(p) for p in ports[:4])
+                        + " for its peers (a rank of a distributed job): not a service")
+        ports, accepted_seen = (), False
     if ports:
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,
             f"listens on TCP port{'s' if len(ports) > 1 else ''} "

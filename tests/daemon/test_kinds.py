@@ -274,3 +274,23 @@ def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
     tracker.refresh([(11, 2.0, "python wait.py")], {}, NOW + 20, {other: False})
     assert [k.split(":")[0] for k in tracker.kinds] == ["11"]
     assert set(tracker._gpu_use) == {other}  # the gone process's reads are not kept
+
+
+def test_a_rank_listening_for_its_peers_is_no_server():
+    facts = KindFacts(listening_ports=(29500,), accepted_seen_at=NOW, accepted_reads=3)
+    by_argument = classify_kind("python two_ranks.py --rank 0", facts, now=NOW)
+    assert by_argument.kind == TRAINING and not by_argument.serves
+    assert by_argument.listening_ports == ()
+    assert any("for its peers" in e for e in by_argument.evidence)
+    by_frames = classify_kind("python job.py", facts, {"collective": NOW}, now=NOW)
+    assert by_frames.kind == TRAINING and not by_frames.serves
+    # Without either sign the same facts are a server.
+    assert classify_kind("python job.py", facts, now=NOW).serves
+
+
+def test_collective_frames_in_any_thread_are_a_marker():
+    c10d = thread(("barrier", "/usr/lib/python3/dist-packages/torch/distributed/"
+                              "distributed_c10d.py"))
+    mp = thread(("Barrier.wait", "/usr/lib/python3.11/threading.py"), main=True)
+    assert "collective" in frame_markers([c10d])
+    assert "collective" in frame_markers([mp])
