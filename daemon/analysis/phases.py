@@ -707,17 +707,34 @@ def phase_balance(
     return result
 
 
+def _responsible_function(frames: Sequence[Frame]) -> tuple[str, str] | None:
+    """The user function a stack is spent in: a comprehension or nested function counts as
+    the function that holds it."""
+    where = user_frame(frames) or (frames[0] if frames else None)
+    return None if where is None else (where.filename, where.name.split(".<locals>.", 1)[0])
+
+
 def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
+    """The stacks of one phase, those of the user function with the most samples first.
+
+    By function before stack: work spread over a function's lines (a decode loop's
+    decompress, slice and comprehension are three stacks) outweighs one cheaper stack that
+    always looks the same (freeing the last result on the caller's line)."""
     counts = Counter(s.stack_hash for s in group)
     first: dict[str, StackSample] = {}
     for s in group:
         first.setdefault(s.stack_hash, s)
+    by_function: Counter[tuple[str, str] | None] = Counter()
+    for stack_hash, n in counts.items():
+        by_function[_responsible_function(first[stack_hash].frames)] += n
     stacks = []
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     for s in group:
         if s.reason:
             reasons[s.stack_hash][s.reason] += 1
-    for stack_hash, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
+    order = sorted(counts.items(), key=lambda kv: (
+        -by_function[_responsible_function(first[kv[0]].frames)], -kv[1], kv[0]))
+    for stack_hash, n in order[:top]:
         frames = first[stack_hash].frames
         said = reasons.get(stack_hash)
         where = user_frame(frames) or (frames[0] if frames else None)

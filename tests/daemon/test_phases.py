@@ -502,3 +502,20 @@ def test_ranks_waiting_at_a_multiprocessing_barrier_wait_on_peers_not_a_sync():
     result = classify(stack(*frames), gpu_busy=False, source_line=no_source, repeated_leaf=True,
                       signals=signals())
     assert result.phase == "comm", result
+
+
+def test_top_stack_is_in_the_function_with_most_samples_not_the_most_repeated_stack():
+    # decode_frames.py: decoding spreads over three lines of unpack_frame (decompress, slice,
+    # the comprehension); freeing the last result is one stack on the caller's line, more
+    # frequent than any one decoding stack but less than all of them.
+    src = "/home/me/decode.py"
+    caller = Frame("main", src, 40)
+    decode = [(Frame("unpack_frame", src, 22), caller),
+              (Frame("unpack_frame", src, 25), caller),
+              (Frame("unpack_frame.<locals>.<listcomp>", src, 26),
+               Frame("unpack_frame", src, 26), caller)]
+    samples = ([sample("host_preprocess", (caller,))] * 4
+               + [sample("host_preprocess", d) for d in decode for _ in range(3)])
+    top = phase_balance(samples, window_s=10.0, busy_seconds=0.0)["host_preprocess"]["top_stacks"]
+    assert top[0]["function"].split(".<locals>.")[0] == "unpack_frame"
+    assert [t["function"] for t in top][-1] == "main"  # still listed, after the decoder
