@@ -8,9 +8,9 @@ its confidence is its share of all the weight given (a lone weak hint stays belo
 Evidence strings are built from our own words and numbers only (no text of the process).
 
 The shape of its GPU use over time (`gpu_use_shape`: steady, bursty, idle, from whether its
-kernels ran at each of the last reads) is evidence too: steady use without a port it serves is a
-job (training, unless its runtime, frames or name say inference: the weight is below any
-of those), and use while it accepts connections is request-driven serving.
+kernels ran at each of the last reads) is evidence too: steady or bursty use without a port it
+serves is a job (training, unless its runtime, frames or name say inference: the weight is below
+any of those), and use while it accepts connections is request-driven serving.
 
 A process is a server (`Kind.serves`) when it listens on a TCP port and has served: a connection
 accepted on that port was seen, or a serving frame (serve_forever, accept, an engine loop) in
@@ -100,13 +100,14 @@ FRAME_WEIGHT = 3.0
 LIBRARY_WEIGHT = 1.5
 PARENT_WEIGHT = 3.0
 # GPU-use shape: steady when its kernels ran at >= STEADY_MIN of at least SHAPE_MIN_READS reads;
-# bursty when at some but fewer. Steady use is a weak sign of a job (below a command-line hint).
+# bursty when at some but fewer. Kernels of its own without a port are a weak sign of a job
+# (below a command-line hint).
 STEADY = "steady"
 BURSTY = "bursty"
 IDLE_USE = "idle"
 STEADY_MIN = 0.7
 SHAPE_MIN_READS = 5
-STEADY_WEIGHT = 0.5
+JOB_WEIGHT = 0.5
 REQUEST_DRIVEN_WEIGHT = 1.0
 
 
@@ -200,9 +201,11 @@ def classify_kind(command: str, facts: KindFacts | None,
         kind = LIBRARY_KIND.get(library)
         if kind is not None:
             add(kind, LIBRARY_WEIGHT, f"maps {library}")
-    if gpu_use == STEADY and not ports:
-        add(TRAINING, STEADY_WEIGHT, "steady GPU use and no port it serves: a job (training "
-            "unless its runtime, frames or name say inference)")
+    if gpu_use in (STEADY, BURSTY) and not ports:
+        # Steady, or bursty as a job starved of input is: kernels of its own and nobody to
+        # serve.
+        add(TRAINING, JOB_WEIGHT, f"{gpu_use} GPU use of its own and no port it serves: a job "
+            "(training unless its runtime, frames or name say inference)")
     if gpu_use in (STEADY, BURSTY) and ports and accepted_seen:
         add(ONLINE_INFERENCE, REQUEST_DRIVEN_WEIGHT,
             f"{gpu_use} GPU use while it accepts connections (request-driven)")

@@ -237,10 +237,12 @@ def test_gpu_use_shape_from_reads_of_its_kernels():
     assert gpu_use_shape([False] * 8) == "idle"
 
 
-def test_steady_gpu_use_is_a_weak_sign_of_a_job_below_any_named_evidence():
+def test_gpu_use_without_a_port_is_a_weak_sign_of_a_job_below_any_named_evidence():
     job = classify_kind("python persist.py", None, gpu_use="steady")
     assert job.kind == TRAINING and job.confidence < 0.5
     assert any("steady GPU use" in e for e in job.evidence)
+    starved = classify_kind("python persist.py", None, gpu_use="bursty")  # waits for input
+    assert starved.kind == TRAINING and starved.confidence < 0.5
     # A name saying inference outweighs it; a port makes it no job; idle use says nothing.
     assert classify_kind("python embed_docs.py", None, gpu_use="steady").kind == BATCH_INFERENCE
     assert classify_kind("python app.py", KindFacts(listening_ports=(8000,)),
