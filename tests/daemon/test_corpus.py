@@ -76,6 +76,15 @@ def balances(db: Path) -> dict[str, dict[str, Any]]:
         reader.close()
 
 
+# A top stack is judged on this many samples of its phase: on two (one decoding stack, one
+# freeing the last clip on main:40) the order was a tie, and the test failed now and then.
+TOP_STACK_SAMPLES = 8
+
+
+def sampled(phase: dict[str, Any]) -> int:
+    return sum(stack["samples"] for stack in phase.get("top_stacks") or [])
+
+
 def largest(balance: dict[str, Any]) -> str | None:
     return max(balance, key=lambda p: balance[p]["share"]) if balance else None
 
@@ -95,9 +104,12 @@ def test_corpus_subset_gets_its_labels(mlcostd, tmp_path):
         state["seen"] = {name: balance for command, balance in balances(daemon.db).items()
                          for name in names if f"/{name}" in command}
         return len(state["seen"]) == len(names) and all(
-            largest(state["seen"][name]) == expected[name]["phase"] for name in names)
+            largest(state["seen"][name]) == expected[name]["phase"]
+            and sampled(state["seen"][name][expected[name]["phase"]]) >= TOP_STACK_SAMPLES
+            for name in names)
 
-    poll(all_right, 90, "every corpus program with its labelled largest phase",
+    poll(all_right, 150, "every corpus program with its labelled largest phase, "
+         f"in at least {TOP_STACK_SAMPLES} stack samples",
          every=2.0, explain=lambda: json.dumps(
              {n: {p: round(v["share"], 2) for p, v in b.items()}
               for n, b in state.get("seen", {}).items()}))
@@ -183,7 +195,7 @@ def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that
             recs.setdefault(named.get(target, "?"), []).append(rec)
         found = balances(daemon.db)
         return {"procs": procs, "recs": recs,
-                "kinds": {named[p["key"]] + str(p["gpus"]): p.get("kind") for p in procs},
+                "kinds": {f"{named[p['key']]} {p['pid']}": p.get("kind") for p in procs},
                 "phases": {name: largest(b) for command, b in found.items()
                            for name in programs if name in command}}
 
@@ -204,12 +216,12 @@ def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that
     writer = {r.rule for r in state["recs"]["train_with_event_log"]}
     assert not writer & {"main_thread_preprocessing", "spot_training", "blocking_checkpoint"}
     [straggler] = [r for r in state["recs"]["train_shards_mp"] if r.rule == "straggler"]
-    slow_gpu = max(g for p in state["procs"] if "train_shards_mp" in p["command"]
+    slow_gpu = max(g["index"] for p in state["procs"] if "train_shards_mp" in p["command"]
                    for g in p["gpus"])
     assert straggler.evidence["straggler"]["gpus"] == [slow_gpu]  # the rank with 6x the shard
     assert straggler.evidence["straggler"]["phase"] == "host_preprocess"
     assert "hash_features" in straggler.summary or "train_shards_mp.py" in straggler.summary
-    assert not [r for r in state["recs"]["train_shards_mp"] if r.rule == "host_sync"]
+    assert ".item()" not in straggler.summary
     [notebook] = [r for r in state["recs"]["notebook_cells"] if r.rule == "idle_gpu_held"]
     assert (notebook.action or {}).get("kind") == "sigterm"
     for name in ("train_with_event_log", "train_shards_mp", "faq_answer"):
