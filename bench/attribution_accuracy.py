@@ -3,10 +3,11 @@ programs it was not written for, and whether any rule proposed a SIGTERM for a p
 was working. Prints the confusion tables and the shares right.
 
 The programs are tests/daemon/corpus/*.py, labelled in tests/daemon/corpus/labels.toml (the
-largest phase a reader of each program expects, and the user function responsible). They run in
-batches on a simulated host under a real `mlcostd run --simulate` (one GPU each; py-spy, /proc
-and the store are all real); after `--seconds` the daemon stops and `mlcostd report --json`
-gives each process's phase balance and top stacks, the same read path as the report.
+largest phase and the kind a reader of each program expects, and the user function
+responsible). They run in batches on a simulated host under a real `mlcostd run --simulate` (one
+GPU per process; py-spy, /proc and the store are all real); after `--seconds` the daemon stops
+and `mlcostd report --json` gives each process's phase balance, top stacks, kind and the
+recommendations, the same read path as the report.
 
 The idle thresholds are shortened (a GPU held idle for 10 s is flagged) so that a wrong
 "idle" verdict shows up as a SIGTERM proposal within a batch. A process is *working* unless its
@@ -19,8 +20,8 @@ must not change with the machine's load).
 
 Targets: >= 90% of processes with the right kind, >= 90% with the right largest phase, the top
 stack of that phase in the responsible function for >= 90% of the processes whose label is not
-compute, and no SIGTERM proposed for a working process: quiet and with --load 2.
-usage: python bench/attribution_accuracy.py [--seconds 45] [--batch 5] [--only NAME,...]
+compute and names a function, and no SIGTERM proposed for a working process: quiet and with --load 2.
+usage: python bench/attribution_accuracy.py [--seconds 45] [--batch 6] [--only NAME,...]
                                             [--load N] [--save FILE] [--compare FILE]
 """
 
@@ -234,7 +235,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=45.0,
                         help="how long each batch runs under mlcostd")
-    parser.add_argument("--batch", type=int, default=5, help="programs run at once")
+    parser.add_argument("--batch", type=int, default=6, help="processes run at once")
     parser.add_argument("--only", default="", help="comma-separated program names")
     parser.add_argument("--keep", action="store_true", help="keep the run folders")
     parser.add_argument("--load", type=int, default=0, metavar="N",
