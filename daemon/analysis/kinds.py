@@ -21,6 +21,7 @@ from typing import Any
 
 from daemon.sources.frames import ThreadStack
 from daemon.sources.kindfacts import KindFacts
+from daemon.sources.safe_text import one_line
 
 TRAINING = "training"
 BATCH_INFERENCE = "batch_inference"
@@ -28,6 +29,10 @@ ONLINE_INFERENCE = "online_inference"
 NOTEBOOK = "notebook"
 OTHER = "other"
 KINDS = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE, NOTEBOOK, OTHER)
+INFERENCE_KINDS = (BATCH_INFERENCE, ONLINE_INFERENCE)
+# Where a kind came from: classified from what the process shows, or set in the config.
+OBSERVED = "observed"
+CONFIGURED = "config"
 
 # The function names that training loops are written with across the field (Keras/Flax
 # `train_step`, Lightning `training_step`, torchvision references' `train_one_epoch`) and the
@@ -99,11 +104,12 @@ class Kind:
     serves: bool = False  # listens and has served: never offered SIGTERM
     listening_ports: tuple[int, ...] = ()
     scores: Mapping[str, float] = field(default_factory=dict)
+    source: str = OBSERVED  # OBSERVED (classified) or CONFIGURED ([kinds.jobs] of the config)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
                 "kind_evidence": list(self.evidence), "serves": self.serves,
-                "listening_ports": list(self.listening_ports)}
+                "listening_ports": list(self.listening_ports), "kind_source": self.source}
 
 
 def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
@@ -180,3 +186,23 @@ def classify_kind(command: str, facts: KindFacts | None,
 
 def kind_documents(kinds: Mapping[str, Kind]) -> dict[str, dict[str, Any]]:
     return {key: kind.as_dict() for key, kind in kinds.items()}
+
+
+def recorded_kind(value: Any) -> dict[str, Any]:
+    """A kind document as a store or snapshot holds it, read as data: the known fields only,
+    each of its type, one line and bounded (a hostile file's text reaches a terminal)."""
+    kind = value if isinstance(value, dict) else {}
+    confidence = kind.get("kind_confidence")
+    evidence = kind.get("kind_evidence")
+    ports = kind.get("listening_ports")
+    source = kind.get("kind_source")
+    return {"kind": one_line(kind["kind"])[:32] if isinstance(kind.get("kind"), str) else None,
+            "kind_confidence": float(confidence) if isinstance(confidence, int | float)
+            and not isinstance(confidence, bool) else None,
+            "kind_evidence": [one_line(e)[:200] for e in evidence[:16] if isinstance(e, str)]
+            if isinstance(evidence, list) else [],
+            "serves": kind.get("serves") is True,
+            "listening_ports": [p for p in ports[:16] if isinstance(p, int)
+                                and not isinstance(p, bool) and 0 < p < 65536]
+            if isinstance(ports, list) else [],
+            "kind_source": source if source in (OBSERVED, CONFIGURED) else None}

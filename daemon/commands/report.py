@@ -20,7 +20,6 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.wire import process_key
 from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 
 REPORT_VERSION = 1
@@ -56,11 +55,13 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     thresholds = IdleThresholds(idle_utilization_pct=float(recorded_idle) if isinstance(
         recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT)
     window_cost = _window_cost(reader, start, end, price, gpus, processes, interval, thresholds)
-    kinds = reader.meta("kinds")  # as the daemon last classified them (runtime/kinds.py)
-    kinds = kinds if isinstance(kinds, dict) else {}
+    # Each kind as it was at the window's end (the store's kind history), else as the daemon
+    # last classified it (a store from before the history: meta "kinds").
+    kinds_then = queries.process_kinds(reader, end)
+    kinds_last = queries.process_kinds(reader)
     for proc in processes:
         key = (proc["pid"], proc["start_time"])
-        proc.update(_kind_json(kinds.get(process_key(*key))))
+        proc.update(_kind_json(kinds_then.get(key, kinds_last.get(key))))
         proc["phases"] = _phases_json(balances.get(key))
         status = statuses.get(key)
         proc["stack_status"] = status["status"] if status else None
