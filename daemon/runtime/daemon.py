@@ -125,7 +125,8 @@ class Daemon:
         self.api: Any = None  # daemon.api.server.ApiServer while running
         self.analyzer: Analyzer | None = None
         self.attribution: Attribution | None = None
-        self.kinds = KindTracker()  # each GPU process's workload kind, refreshed by discovery
+        # each GPU process's workload kind, refreshed by discovery; [kinds.jobs] overrides
+        self.kinds = KindTracker(job_kinds=config.kinds.jobs, jobs=config.cost.jobs)
         self._kinds_recorded: dict[str, Any] = {}
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
@@ -570,13 +571,17 @@ class Daemon:
         sample = self.last_sample
         if sample is None:
             return
-        procs = [(p.pid, p.start_time, p.command) for p in sample.processes if p.gpus]
+        procs = [(p.pid, p.start_time, p.command, p.owner) for p in sample.processes if p.gpus]
         markers = ({key: dict(seen) for key, seen in self.attribution.frame_markers.items()}
                    if self.attribution is not None else {})
-        await asyncio.to_thread(self.kinds.refresh, procs, markers, clock.now())
+        now = clock.now()
+        await asyncio.to_thread(self.kinds.refresh, procs, markers, now)
         documents = kind_documents(self.kinds.kinds)
         if documents != self._kinds_recorded and self.store is not None:
             self.store.set_meta("kinds", documents)
+            # ... and their history, so a replay or a snapshot shows each as it was then
+            facts.write_process_kinds(self.store, {parse_process_key(key): doc
+                                                   for key, doc in documents.items()}, now)
             self._kinds_recorded = documents
 
     def collect(self) -> Sample:

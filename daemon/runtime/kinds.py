@@ -3,13 +3,17 @@
 stack sampler saw in any of its threads (runtime/attribution.py), classified by
 daemon.analysis.kinds. `refresh` runs in discovery's thread; `kinds` is swapped whole, so
 readers on the event loop see one round or the next, never half of one.
+
+A job whose kind the config sets ([kinds.jobs]: job label -> kind) gets that kind instead of the
+classified one, with the evidence "set in config" and what the classifier would have said.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from daemon.analysis.kinds import Kind, classify_kind
+from daemon.analysis.kinds import CONFIGURED, Kind, classify_kind
+from daemon.analysis.ledger import JobLabeler
 from daemon.sources.kindfacts import KindFactsReader
 from daemon.wire import process_key
 
@@ -18,27 +22,49 @@ from daemon.wire import process_key
 RECLASSIFY_EVERY_S = 60.0
 
 
+def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
+    """The kind [kinds.jobs] sets for job `label`, keeping what was observed as evidence (a
+    server stays a server: `serves` is what the process did, not what it is called)."""
+    said = (f"classified {observed.kind} ({observed.confidence:.0%} sure)"
+            if observed.confidence > 0 else "nothing observed points to a kind")
+    return Kind(kind, 1.0, (f"set in config: [kinds.jobs] job {label[:60]!r} = {kind!r}",
+                            said), observed.serves, observed.listening_ports, observed.scores,
+                source=CONFIGURED)
+
+
 class KindTracker:
-    def __init__(self, reader: KindFactsReader | None = None) -> None:
+    def __init__(self, reader: KindFactsReader | None = None, *,
+                 job_kinds: Mapping[str, str] | None = None,
+                 jobs: Mapping[str, str] | None = None) -> None:
+        """`job_kinds`: [kinds.jobs], job label -> kind; `jobs`: [cost.jobs], the patterns
+        that name job labels (daemon.analysis.ledger.JobLabeler, the ledger's labels)."""
         self.reader = reader if reader is not None else KindFactsReader()
         self.kinds: dict[str, Kind] = {}  # by 'pid:start_time'
+        self.job_kinds = dict(job_kinds or {})
+        self.labeler = JobLabeler(jobs)
         self._memo: dict[tuple[int, float], tuple[object, Kind]] = {}
 
-    def refresh(self, processes: Iterable[tuple[int, float, str]],
+    def refresh(self, processes: Iterable[tuple[int, float, str, Mapping[str, str]]],
                 markers: Mapping[tuple[int, float], Mapping[str, float]], now: float) -> None:
-        """(pid, start_time, command) of each GPU process, and the frame markers seen in its
-        stacks (a copy taken on the loop): read what is due, classify all."""
+        """(pid, start_time, command, owner) of each GPU process, and the frame markers seen in
+        its stacks (a copy taken on the loop): read what is due, classify all."""
         procs = list(processes)
-        self.reader.refresh(((pid, start) for pid, start, _ in procs), now)
+        self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)
         memo: dict[tuple[int, float], tuple[object, Kind]] = {}
-        for pid, start, command in procs:
+        for pid, start, command, owner in procs:
             key = (pid, start)
             facts = self.reader.get(key)
             seen = dict(markers.get(key) or {})
             signature = (facts, frozenset(seen.items()), command, now // RECLASSIFY_EVERY_S)
             last = self._memo.get(key)
-            kind = last[1] if last is not None and last[0] == signature else classify_kind(
-                command, facts, seen, now=now)
+            if last is not None and last[0] == signature:
+                kind = last[1]
+            else:
+                kind = classify_kind(command, facts, seen, now=now)
+                if self.job_kinds:
+                    label = self.labeler.label(command, owner)
+                    if label in self.job_kinds:
+                        kind = configured_kind(self.job_kinds[label], label, kind)
             memo[key] = (signature, kind)
         self._memo = memo
         self.kinds = {process_key(*key): kind for key, (_, kind) in memo.items()}
