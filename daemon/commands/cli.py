@@ -144,7 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the GPU selection matrix of a workload this host has run")
     observed.add_argument("--observed", action="store_true",
                           help="list the instances that fit what the recorded GPU processes "
-                               "needed (GPUs, peak memory), with the cost of one run")
+                               "needed (GPUs, peak memory), ranked per workload kind "
+                               "(training: cost of a run; batch inference: cost of the "
+                               "accelerator-hours; online inference: a month of serving), "
+                               "with Inferentia, Trainium and TPU rows that say what moving "
+                               "costs")
+    observed.add_argument("--kind", choices=("training", "batch_inference", "online_inference",
+                                             "all"),
+                          help="with --observed: rank for this kind (default: the kinds "
+                               "recorded for the processes, else all three)")
     observed.add_argument("--pid", type=pricing_cli.number_in(1, 1 << 22, whole=True),
                           help="with --observed: only this process")
     observed.add_argument("--since", default="1h", metavar="DURATION",
@@ -388,10 +396,13 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     catalog = Catalog.load(cache_path=args.cache, extra_catalogs=args.extra_catalogs)
     rows = selection.selection_matrix(need, catalog, provider=args.provider,
                                       region=args.region, limit=args.limit)
+    kinds, why = selection.kinds_to_rank(need, args.kind)
+    sections = [selection.kind_matrix(need, catalog, kind, provider=args.provider,
+                                      region=args.region, limit=args.limit) for kind in kinds]
     if args.json:
-        print(json.dumps(selection.as_json(need, rows), indent=2))
+        print(json.dumps(selection.as_json(need, rows, sections, why), indent=2))
     else:
-        sys.stdout.write(selection.render(need, rows))
+        sys.stdout.write(selection.render_kinds(need, sections, why))
     return 0
 
 
