@@ -33,6 +33,7 @@ from daemon import clock
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.ledger import CostLedger
 from daemon.api.document import CostView, now_document
@@ -219,8 +220,10 @@ class Replay:
             phases={process_key(pid, start): balance
                     for (pid, start), balance in balances.items()},
             stack_statuses=statuses, windows=windows, store=None,
-            kinds={process_key(pid, start): recorded_kind(doc) for (pid, start), doc
-                   in queries.process_kinds(self.reader, at).items()})
+            kinds={process_key(pid, start): {
+                **recorded_kind(doc), "inference": recorded_audit(
+                    doc.get("inference") if isinstance(doc, dict) else None)}
+                for (pid, start), doc in queries.process_kinds(self.reader, at).items()})
         if cost is None:  # no recorded price: what the store says happened, without dollars
             doc["events"], doc["recommendations"] = events, self._recommendations(at)
         return doc

@@ -63,6 +63,15 @@ _FRAME_TESTS: tuple[tuple[str, str, Any], ...] = (
     ("ipykernel", NOTEBOOK, lambda n, f: "ipykernel/" in f or "IPKernelApp" in n),
 )
 FRAME_KIND = {marker: kind for marker, kind, _ in _FRAME_TESTS}
+# Frame markers that point to no kind but to how a process runs its model: read by the
+# inference audit (daemon.analysis.inference_audit), by file path of the frame.
+RUNTIME_FRAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vllm", ("/vllm/",)), ("tgi", ("text_generation_server/",)),
+    ("tensorrt", ("/tensorrt/", "/tensorrt_llm/")), ("onnxruntime", ("/onnxruntime/",)),
+    ("torch_compile", ("torch/_dynamo/", "torch/_inductor/")),
+    ("bitsandbytes", ("/bitsandbytes/",)), ("awq", ("/awq/",)),
+    ("gptq", ("/auto_gptq/", "/gptqmodel/")),
+)
 MAX_FRAMES_LOOKED_AT = 256  # per thread: a deep recursion is not read to its end
 
 LIBRARY_KIND = {"vllm": ONLINE_INFERENCE, "tgi": ONLINE_INFERENCE, "sglang": ONLINE_INFERENCE,
@@ -120,6 +129,9 @@ def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
             name, filename = frame.name or "", frame.filename or ""
             for marker, _, test in _FRAME_TESTS:
                 if marker not in found and test(name, filename):
+                    found.add(marker)
+            for marker, fragments in RUNTIME_FRAMES:
+                if marker not in found and any(f in filename for f in fragments):
                     found.add(marker)
     return found
 

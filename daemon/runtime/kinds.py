@@ -10,8 +10,11 @@ classified one, with the evidence "set in config" and what the classifier would 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from daemon.analysis.inference_audit import InferenceAudit, audit_inference
 from daemon.analysis.kinds import CONFIGURED, Kind, classify_kind
 from daemon.analysis.ledger import JobLabeler
 from daemon.sources.kindfacts import KindFactsReader
@@ -20,6 +23,10 @@ from daemon.wire import process_key
 # A kind is classified again only when its facts or markers change, or after this long (the
 # evidence ages out of the 30-minute window; a minute late is soon enough).
 RECLASSIFY_EVERY_S = 60.0
+# SM share readings kept per process for the inference audit: one a discovery round (~2 s),
+# so about the last 5 minutes.
+SM_READINGS = 150
+MARKER_WINDOW_S = 1800.0  # frame markers seen this recently count (as for the kind)
 
 
 def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
@@ -43,12 +50,25 @@ class KindTracker:
         self.job_kinds = dict(job_kinds or {})
         self.labeler = JobLabeler(jobs)
         self._memo: dict[tuple[int, float], tuple[object, Kind]] = {}
+        # the inference audit of each inference process (daemon.analysis.inference_audit)
+        self.audits: dict[str, InferenceAudit] = {}
+        self._sm: dict[tuple[int, float], deque[float]] = {}
 
     def refresh(self, processes: Iterable[tuple[int, float, str, Mapping[str, str]]],
-                markers: Mapping[tuple[int, float], Mapping[str, float]], now: float) -> None:
-        """(pid, start_time, command, owner) of each GPU process, and the frame markers seen in
-        its stacks (a copy taken on the loop): read what is due, classify all."""
+                markers: Mapping[tuple[int, float], Mapping[str, float]], now: float,
+                sm_shares: Mapping[tuple[int, float], float] | None = None) -> None:
+        """(pid, start_time, command, owner) of each GPU process, the frame markers seen in
+        its stacks (a copy taken on the loop) and its SM share now (percent, over its GPUs):
+        read what is due, classify all, audit the inference ones."""
         procs = list(processes)
+        readings: dict[tuple[int, float], deque[float]] = {}
+        for pid, start, _, _ in procs:
+            kept = self._sm.get((pid, start)) or deque(maxlen=SM_READINGS)
+            share = (sm_shares or {}).get((pid, start))
+            if share is not None:
+                kept.append(share)
+            readings[(pid, start)] = kept
+        self._sm = readings
         self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)
         memo: dict[tuple[int, float], tuple[object, Kind]] = {}
         for pid, start, command, owner in procs:
@@ -68,3 +88,18 @@ class KindTracker:
             memo[key] = (signature, kind)
         self._memo = memo
         self.kinds = {process_key(*key): kind for key, (_, kind) in memo.items()}
+        audits = {}
+        for key, (_, kind) in memo.items():
+            recent = [m for m, ts in (markers.get(key) or {}).items()
+                      if now - ts <= MARKER_WINDOW_S]
+            audit = audit_inference(kind, self.reader.get(key), recent, readings.get(key, ()))
+            if audit is not None:
+                audits[process_key(*key)] = audit
+        self.audits = audits
+
+    def documents(self) -> dict[str, dict[str, Any]]:
+        """Each process's kind document (Kind.as_dict) with its inference audit under
+        "inference" (None for a process that is not an inference workload)."""
+        audits = self.audits
+        return {key: {**kind.as_dict(), "inference": audits[key].as_dict()
+                      if key in audits else None} for key, kind in self.kinds.items()}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from daemon.analysis.kinds import Kind
 from daemon.replay import Replay
 from daemon.store import facts, queries
@@ -84,6 +86,39 @@ def test_the_report_reads_the_kind_at_the_end_of_its_window(tmp_path):
         reader.close()
     assert [p["kind"] for p in early["processes"] if p["pid"] == PID] == ["training"]
     assert [p["kind"] for p in late["processes"] if p["pid"] == PID] == ["online_inference"]
+
+
+def test_the_report_prints_the_inference_audit_recorded_with_the_kind(tmp_path):
+    from daemon.analysis.inference_audit import audit_inference
+    from daemon.commands.report import build, render_text
+    from daemon.sources.kindfacts import KindFacts
+    from daemon.store.reader import StoreReader
+
+    daemon = recording_daemon(tmp_path, 5.0, ticks=40)
+    store = daemon.store
+    assert store is not None
+    serving = Kind("online_inference", 0.9, ("listens on TCP port 8000",), serves=True)
+    audit = audit_inference(serving, KindFacts(libraries=("torch",)), (), [5.0] * 20)
+    assert audit is not None
+    facts.write_process_kinds(store, {(PID, START): {**serving.as_dict(),
+                                                     "inference": audit.as_dict()}}, T0 + 5)
+    store.close()
+    reader = StoreReader(str(daemon.db))
+    try:
+        report = build(reader, 40, until=T0 + 40)
+    finally:
+        reader.close()
+    [proc] = [p for p in report["processes"] if p["pid"] == PID]
+    advice = proc["inference"]["advice"]
+    assert proc["inference"]["runtime"] == "PyTorch eager"
+    assert [a["name"] for a in advice] == ["dynamic_batching", "serving_runtime", "quantization"]
+    burn = proc["burn_per_hour"]
+    assert burn and advice[2]["saving_per_month"] == pytest.approx(0.5 * burn * 730, abs=0.01)
+    text = render_text(report, 200)
+    assert "Inference audit (runtime, quantization, batching; advice with its saving)" in text
+    assert f"  {PID} online_inference: runtime PyTorch eager (maps torch); quantization: none " \
+        "seen; SM share at load 5.0% (20 readings)" in text
+    assert "    - dynamic_batching: batch requests dynamically" in text
 
 
 def test_retention_keeps_the_kind_in_force_at_the_oldest_tick_and_hostile_rows_are_data(
