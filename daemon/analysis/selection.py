@@ -57,8 +57,9 @@ class Need:
 
 
 def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
-                  run_hours: float | None = None) -> Need:
-    """The need of process `pid`, or of all GPU processes of the host, over the last since_s."""
+                  run_hours: float | None = None, kind: str | None = None) -> Need:
+    """The need of process `pid`, or of all GPU processes of the host, over the last since_s;
+    with `kind`, of those recorded with that workload kind only."""
     until = time.time()
     since = until - since_s
     rows = reader.query(
@@ -70,6 +71,15 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
         rows = [r for r in rows if r["pid"] == pid]
         if not rows:
             raise ValueError(f"no GPU process with pid {pid} in the last {since_s:g} s")
+    recorded = queries.process_kinds(reader)
+
+    def kind_of(row: Any) -> str | None:
+        return recorded_kind(recorded.get((row["pid"], row["start_ms"] / 1000)))["kind"]
+
+    if kind is not None:
+        rows = [r for r in rows if kind_of(r) == kind]
+        if not rows:
+            raise ValueError(f"no GPU process recorded as {kind} in the last {since_s:g} s")
     # A GPU that a process held but hardly used is not part of the need (release it instead).
     working = [r for r in rows if (r["sm"] or 0) >= IDLE_SM_TENTHS] or rows
     if not working:
@@ -81,12 +91,10 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
     else:
         longest = max(r["last"] / 1000 - r["start_ms"] / 1000 for r in working)
         hours, source = longest / 3600, "observed runtime so far (pass --run-hours for a full run)"
-    what = "host (all GPU processes)"
+    what = "host (all GPU processes)" if kind is None else f"its {kind} processes"
     if pid is not None:
         what = f"pid {pid} ({working[0]['command'][:60]})"
-    recorded = queries.process_kinds(reader)
-    kinds = {recorded_kind(recorded.get((r["pid"], r["start_ms"] / 1000)))["kind"]
-             for r in working}
+    kinds = {kind_of(r) for r in working}
     names = reader.query("SELECT gpu, name FROM gpus")
     models = {n["name"] for n in names if n["gpu"] in {r["gpu"] for r in working}
               and isinstance(n["name"], str)}
@@ -261,7 +269,7 @@ def kind_matrix(need: Need, catalog: Catalog, kind: str, *, provider: str | None
         specialty_rows.append((rank, row))
     gpu_rows.sort(key=lambda item: (item[0], item[1]["instance_type"]))
     specialty_rows.sort(key=lambda item: (item[0], item[1]["instance_type"]))
-    return {"kind": kind, "ranked_by": KIND_RANKING[kind],
+    return {"kind": kind, "ranked_by": KIND_RANKING[kind], "need": asdict(need),
             "gpus": [row for _, row in gpu_rows[:limit]],
             "specialty": [row for _, row in specialty_rows[:limit]]}
 
@@ -292,6 +300,11 @@ def render_kinds(need: Need, sections: list[dict[str, Any]], why: str) -> str:
     for section in sections:
         kind = section["kind"]
         lines += ["", f"{kind}: ranked by {section['ranked_by']}"]
+        own = section.get("need") or {}
+        if own and own.get("what") != need.what:  # the need of this kind's processes alone
+            lines.append(f"  for {own['what']}: {own['gpus']} GPU(s) with >= "
+                         f"{own['peak_gib_per_gpu'] * (1 + HEADROOM):.1f} GiB each; one run = "
+                         f"{own['run_hours']:.2f} h")
         cost_name = {TRAINING: "run cost", BATCH_INFERENCE: "batch cost",
                      ONLINE_INFERENCE: "month"}[kind]
         if section["gpus"]:

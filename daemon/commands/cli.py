@@ -387,6 +387,11 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     reader = StoreReader(str(db), tidy=True)
     try:
         need = selection.observed_need(reader, since, pid=args.pid, run_hours=args.run_hours)
+        kinds, why = selection.kinds_to_rank(need, args.kind)
+        # Ranked for the kinds its processes had: each kind for what its own processes needed.
+        needs = {kind: selection.observed_need(reader, since, pid=args.pid,
+                                               run_hours=args.run_hours, kind=kind)
+                 if args.kind is None and len(need.kinds) > 1 else need for kind in kinds}
     except ValueError as exc:
         print(f"mlcostd prices: {exc}", file=sys.stderr)
         return 1
@@ -396,8 +401,7 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     catalog = Catalog.load(cache_path=args.cache, extra_catalogs=args.extra_catalogs)
     rows = selection.selection_matrix(need, catalog, provider=args.provider,
                                       region=args.region, limit=args.limit)
-    kinds, why = selection.kinds_to_rank(need, args.kind)
-    sections = [selection.kind_matrix(need, catalog, kind, provider=args.provider,
+    sections = [selection.kind_matrix(needs[kind], catalog, kind, provider=args.provider,
                                       region=args.region, limit=args.limit) for kind in kinds]
     if args.json:
         print(json.dumps(selection.as_json(need, rows, sections, why), indent=2))

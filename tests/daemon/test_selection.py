@@ -181,3 +181,32 @@ def test_the_recorded_kinds_choose_the_matrices_and_the_text_names_the_moving_co
     assert "AWS Neuron: moving costs: the AWS Neuron SDK" in out
     assert "Google TPU (XLA): moving costs: XLA compilation" in out
     assert "GPU rows' run cost assumes the work takes as long as it did here" in out
+
+
+def test_each_recorded_kind_is_ranked_for_what_its_own_processes_needed(tmp_path, capsys):
+    from daemon.analysis.kinds import Kind
+    from daemon.store import facts
+
+    path = tmp_path / "x.db"
+    record(path)  # pid 100: 2 GPUs, peak 30 GiB; pid 200: 1 GPU, 12 GiB, idle
+    store = Store(str(path))
+    starts = dict(store._conn.execute("SELECT pid, start_ms FROM processes").fetchall())
+    facts.write_process_kinds(store, {(100, starts[100] / 1000): Kind("training", 0.9).as_dict(),
+                                      (200, starts[200] / 1000):
+                                      Kind("online_inference", 0.9).as_dict()}, time.time())
+    store.close()
+    reader = Store.reader(str(path))
+    try:
+        serving = observed_need(reader, 3600, kind="online_inference")
+        with pytest.raises(ValueError, match="no GPU process recorded as batch_inference"):
+            observed_need(reader, 3600, kind="batch_inference")
+    finally:
+        reader.close()
+    assert serving.gpus == 1 and serving.peak_gib_per_gpu == pytest.approx(12)
+    assert serving.what == "its online_inference processes"
+    # The host's need: only the working trainer (the idle server is not part of it), so only
+    # training is ranked by default; --kind picks another.
+    assert main(["prices", "--observed", "--db", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [s["kind"] for s in document["kinds"]] == ["training"]
+    assert document["kinds"][0]["need"]["gpus"] == 2
