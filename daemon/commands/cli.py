@@ -50,7 +50,8 @@ refresh sources (--refresh):
   azureml    Azure ML's per-vCPU/GPU surcharges for --managed (Retail Prices API, no key)
 also: --audit lists what the sanity rules left out, --managed compares SageMaker, Vertex AI and
 Azure ML with the same hardware self-managed, --observed lists what fits the workloads this
-host ran.
+host ran, ranked per workload kind (--kind), with Inferentia, Trainium and TPU rows that say
+what moving to them costs.
 """
 
 
@@ -452,6 +453,10 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "prices":
             if args.observed:
                 return cmd_prices_observed(args)
+            if args.kind:
+                print("mlcostd prices: --kind goes with --observed (rank a recorded workload "
+                      "for a kind)", file=sys.stderr)
+                return 2
             from pricing import cli as pricing_cli
 
             return pricing_cli.run(_prices_defaults(args, config_module.load(args.config)))

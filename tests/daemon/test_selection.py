@@ -66,6 +66,8 @@ def test_cli_json_and_errors(tmp_path, capsys):
     assert document["need"]["gpus"] == 2 and document["instances"]
     assert main(["prices", "--observed", "--db", str(tmp_path / "none.db")]) == 1
     assert "no database" in capsys.readouterr().err
+    assert main(["prices", "--kind", "training"]) == 2
+    assert "--kind goes with --observed" in capsys.readouterr().err
 
 
 def test_the_table_says_every_prices_source_and_age_and_reads_the_cache(tmp_path, capsys):
@@ -132,7 +134,9 @@ def test_each_kind_ranks_by_what_it_buys():
     online = kind_matrix(need, catalog, "online_inference", limit=200)
     # training: one host with both GPUs, the cost of a 10 h run, at spot where listed
     assert all(r["accelerators"] >= 2 for r in training["gpus"])
-    assert all(r["lifecycle"] == "spot" for r in training["gpus"] if r["lifecycle"] != "on-demand")
+    for row in training["gpus"]:
+        offer = catalog.by_instance(row["provider"], row["instance_type"], row["region"])
+        assert row["lifecycle"] == ("spot" if offer.spot is not None else "on-demand")
     assert all(r["cost"] == pytest.approx(r["per_hour"] * 10, abs=0.01) for r in training["gpus"])
     # batch: the same 20 accelerator-hours anywhere, so one-GPU hosts count and the price per
     # accelerator-hour ranks
