@@ -26,6 +26,7 @@ from typing import Any
 
 from daemon.sources.frames import ThreadStack
 from daemon.sources.kindfacts import KindFacts
+from daemon.sources.safe_text import one_line
 
 TRAINING = "training"
 BATCH_INFERENCE = "batch_inference"
@@ -33,6 +34,10 @@ ONLINE_INFERENCE = "online_inference"
 NOTEBOOK = "notebook"
 OTHER = "other"
 KINDS = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE, NOTEBOOK, OTHER)
+INFERENCE_KINDS = (BATCH_INFERENCE, ONLINE_INFERENCE)
+# Where a kind came from: classified from what the process shows, or set in the config.
+OBSERVED = "observed"
+CONFIGURED = "config"
 
 # The function names that training loops are written with across the field (Keras/Flax
 # `train_step`, Lightning `training_step`, torchvision references' `train_one_epoch`) and the
@@ -67,6 +72,15 @@ _FRAME_TESTS: tuple[tuple[str, str, Any], ...] = (
      or (f.endswith("threading.py") and n.endswith("Barrier.wait"))),
 )
 FRAME_KIND = {marker: kind for marker, kind, _ in _FRAME_TESTS}
+# Frame markers that point to no kind but to how a process runs its model: read by the
+# inference audit (daemon.analysis.inference_audit), by file path of the frame.
+RUNTIME_FRAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vllm", ("/vllm/",)), ("tgi", ("text_generation_server/",)),
+    ("tensorrt", ("/tensorrt/", "/tensorrt_llm/")), ("onnxruntime", ("/onnxruntime/",)),
+    ("torch_compile", ("torch/_dynamo/", "torch/_inductor/")),
+    ("bitsandbytes", ("/bitsandbytes/",)), ("awq", ("/awq/",)),
+    ("gptq", ("/auto_gptq/", "/gptqmodel/")),
+)
 MAX_FRAMES_LOOKED_AT = 256  # per thread: a deep recursion is not read to its end
 
 LIBRARY_KIND = {"vllm": ONLINE_INFERENCE, "tgi": ONLINE_INFERENCE, "sglang": ONLINE_INFERENCE,
@@ -122,11 +136,13 @@ class Kind:
     listening_ports: tuple[int, ...] = ()
     scores: Mapping[str, float] = field(default_factory=dict)
     gpu_use: str | None = None  # its GPU use's shape (gpu_use_shape); None: too few reads
+    source: str = OBSERVED  # OBSERVED (classified) or CONFIGURED ([kinds.jobs] of the config)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
                 "kind_evidence": list(self.evidence), "serves": self.serves,
-                "listening_ports": list(self.listening_ports), "gpu_use": self.gpu_use}
+                "listening_ports": list(self.listening_ports), "gpu_use": self.gpu_use,
+                "kind_source": self.source}
 
 
 def gpu_use_shape(active: Sequence[bool]) -> str | None:
@@ -146,6 +162,9 @@ def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
             name, filename = frame.name or "", frame.filename or ""
             for marker, _, test in _FRAME_TESTS:
                 if marker not in found and test(name, filename):
+                    found.add(marker)
+            for marker, fragments in RUNTIME_FRAMES:
+                if marker not in found and any(f in filename for f in fragments):
                     found.add(marker)
     return found
 
@@ -230,3 +249,23 @@ def classify_kind(command: str, facts: KindFacts | None,
 
 def kind_documents(kinds: Mapping[str, Kind]) -> dict[str, dict[str, Any]]:
     return {key: kind.as_dict() for key, kind in kinds.items()}
+
+
+def recorded_kind(value: Any) -> dict[str, Any]:
+    """A kind document as a store or snapshot holds it, read as data: the known fields only,
+    each of its type, one line and bounded (a hostile file's text reaches a terminal)."""
+    kind = value if isinstance(value, dict) else {}
+    confidence = kind.get("kind_confidence")
+    evidence = kind.get("kind_evidence")
+    ports = kind.get("listening_ports")
+    source = kind.get("kind_source")
+    return {"kind": one_line(kind["kind"])[:32] if isinstance(kind.get("kind"), str) else None,
+            "kind_confidence": float(confidence) if isinstance(confidence, int | float)
+            and not isinstance(confidence, bool) else None,
+            "kind_evidence": [one_line(e)[:200] for e in evidence[:16] if isinstance(e, str)]
+            if isinstance(evidence, list) else [],
+            "serves": kind.get("serves") is True,
+            "listening_ports": [p for p in ports[:16] if isinstance(p, int)
+                                and not isinstance(p, bool) and 0 < p < 65536]
+            if isinstance(ports, list) else [],
+            "kind_source": source if source in (OBSERVED, CONFIGURED) else None}

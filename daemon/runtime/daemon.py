@@ -24,7 +24,6 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
-from daemon.analysis.kinds import kind_documents
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path, snapshots_folder
@@ -56,6 +55,7 @@ from daemon.wire import parse_process_key, process_key
 log = logging.getLogger(__name__)
 
 DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
+KINDS_RECORD_EVERY_S = 30.0  # kinds whose evidence or audit figures alone moved: recorded so often
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
@@ -125,8 +125,11 @@ class Daemon:
         self.api: Any = None  # daemon.api.server.ApiServer while running
         self.analyzer: Analyzer | None = None
         self.attribution: Attribution | None = None
-        self.kinds = KindTracker()  # each GPU process's workload kind, refreshed by discovery
+        # each GPU process's workload kind, refreshed by discovery; [kinds.jobs] overrides
+        self.kinds = KindTracker(job_kinds=config.kinds.jobs, jobs=config.cost.jobs)
         self._kinds_recorded: dict[str, Any] = {}
+        self._kinds_headline: dict[str, Any] = {}
+        self._kinds_recorded_at = 0.0
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
@@ -468,7 +471,7 @@ class Daemon:
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now, stack_statuses=statuses, windows=windows,
-            kinds=kind_documents(self.kinds.kinds),
+            kinds=self.kinds.documents(),
             store=self.store.health.as_dict() if self.store is not None else None)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
@@ -570,16 +573,27 @@ class Daemon:
         sample = self.last_sample
         if sample is None:
             return
-        procs = [(p.pid, p.start_time, p.command) for p in sample.processes if p.gpus]
+        procs = [(p.pid, p.start_time, p.command, p.owner) for p in sample.processes if p.gpus]
+        shares = {(p.pid, p.start_time): sum(u.sm_share for u in p.gpus)
+                  for p in sample.processes if p.gpus}
         markers = ({key: dict(seen) for key, seen in self.attribution.frame_markers.items()}
                    if self.attribution is not None else {})
-        active = {(p.pid, p.start_time): any(u.sm_share > 0 for u in p.gpus)
-                  for p in sample.processes if p.gpus}
-        await asyncio.to_thread(self.kinds.refresh, procs, markers, clock.now(), active)
-        documents = kind_documents(self.kinds.kinds)
-        if documents != self._kinds_recorded and self.store is not None:
+        now = clock.now()
+        await asyncio.to_thread(self.kinds.refresh, procs, markers, now, shares)
+        documents = self.kinds.documents()
+        # Recorded when a kind changes at once; when only evidence or the audit's figures move
+        # (they do every round), at most every KINDS_RECORD_EVERY_S.
+        headline = {key: (d["kind"], d["serves"], d["kind_source"]) for key, d in
+                    documents.items()}
+        due = now - self._kinds_recorded_at >= KINDS_RECORD_EVERY_S
+        if self.store is not None and documents != self._kinds_recorded and (
+                due or headline != self._kinds_headline):
             self.store.set_meta("kinds", documents)
-            self._kinds_recorded = documents
+            # ... and their history, so a replay or a snapshot shows each as it was then
+            facts.write_process_kinds(self.store, {parse_process_key(key): doc
+                                                   for key, doc in documents.items()}, now)
+            self._kinds_recorded, self._kinds_headline = documents, headline
+            self._kinds_recorded_at = now
 
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""

@@ -268,12 +268,12 @@ def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
     tracker = KindTracker(NoFacts())
     me, other = (10, 1.0), (11, 2.0)
     for i in range(6):
-        tracker.refresh([(10, 1.0, "python persist.py"), (11, 2.0, "python wait.py")], {},
-                        NOW + 2 * i, {me: True, other: False})
+        tracker.refresh([(10, 1.0, "python persist.py", {}), (11, 2.0, "python wait.py", {})],
+                        {}, NOW + 2 * i, {me: 35.0, other: 0.0})
     kinds = {k.split(":")[0]: v for k, v in tracker.kinds.items()}
     assert kinds["10"].gpu_use == "steady" and kinds["10"].kind == TRAINING
     assert kinds["11"].gpu_use == "idle" and kinds["11"].kind == OTHER
-    tracker.refresh([(11, 2.0, "python wait.py")], {}, NOW + 20, {other: False})
+    tracker.refresh([(11, 2.0, "python wait.py", {})], {}, NOW + 20, {other: 0.0})
     assert [k.split(":")[0] for k in tracker.kinds] == ["11"]
     assert set(tracker._gpu_use) == {other}  # the gone process's reads are not kept
 
