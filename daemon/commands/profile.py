@@ -185,7 +185,10 @@ def run(args: argparse.Namespace) -> int:
         baseline = gate_checks.read_baseline(args.baseline) if args.baseline else None
         duration = None
         if args.duration:
-            duration = config_module.parse_duration(args.duration)
+            try:
+                duration = config_module.parse_duration(args.duration)
+            except ValueError as exc:
+                raise UsageError(f"--duration {exc}") from None
             if duration <= 0:
                 raise UsageError(f"--duration {args.duration!r} must be more than 0 s")
         if args.progress:

@@ -256,6 +256,7 @@ class ProfileRecorder:
                 await self._next_tick()  # the command's end is in the record
                 found = await self.daemon.evaluate(self.result.started_at, clock.now())
                 self.result.recommendations = len(found)
+                await self._next_tick()  # the record reaches past the rules' round
                 if self.daemon.analyzer is not None:
                     self.result.unit_costs = self.daemon.analyzer.ledger.as_dict()["unit_costs"]
         finally:
@@ -280,37 +281,42 @@ class ProfileRecorder:
 
     async def _run_command(self) -> None:
         result = self.result
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[None] = loop.create_future()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *result.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(exited, limit=1 << 16, loop=loop), *result.argv,
+                stdin=None, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env=self._environment(), start_new_session=True,
                 preexec_fn=die_with_parent(signal.SIGTERM))
         except OSError as exc:
             result.error = f"cannot run {result.argv[0]!r}: {exc.strerror or exc}"
             return
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
         result.started_at = clock.now()
         self._group = proc.pid
         self.tree.start(proc.pid)
         await self.daemon.discover()  # recorded from its first tick, not the next round's
-        loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._interrupt, signum)
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer)),
                  asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer))]
         try:
-            await asyncio.wait_for(proc.wait(), self.duration_s)
+            await asyncio.wait_for(asyncio.shield(exited), self.duration_s)
         except asyncio.TimeoutError:
             result.stopped_after_duration = True
             log.info("--duration reached: stopping the command (SIGTERM to its process group)")
-            await self._stop_group(proc)
+            await self._stop_group(proc.pid, exited)
         result.ended_at = clock.now()
-        code = proc.returncode if proc.returncode is not None else await proc.wait()
+        code = proc.returncode
+        assert code is not None  # it exited: _Protocol said so
         result.exit_status = 128 - code if code < 0 else code
         result.left_running = await asyncio.to_thread(self._stop_leftovers)
         _, pending = await asyncio.wait(pumps, timeout=OUTPUT_DRAIN_S)
-        for task in pending:
+        for task in pending:  # a process that escaped even the leftovers holds the pipes
             task.cancel()
+        transport.close()
         self.progress.flush(clock.now())
         result.steps = self.progress.steps
         result.first_step_at = self.progress.first_step_at
@@ -336,13 +342,15 @@ class ProfileRecorder:
 
     _interrupted_once = False
 
-    async def _stop_group(self, proc: asyncio.subprocess.Process) -> None:
-        _signal_group(proc.pid, signal.SIGTERM)
+    @staticmethod
+    async def _stop_group(pgid: int, exited: asyncio.Future[None]) -> None:
+        """SIGTERM to the command's process group; SIGKILL when it has not exited in time."""
+        _signal_group(pgid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+            await asyncio.wait_for(asyncio.shield(exited), STOP_GRACE_S)
         except asyncio.TimeoutError:
-            _signal_group(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            _signal_group(pgid, signal.SIGKILL)
+            await exited
 
     def _stop_leftovers(self) -> int:
         """Stop what the command left running (SIGTERM, then SIGKILL); how many there were.
@@ -358,6 +366,21 @@ class ProfileRecorder:
             _signal(proc, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=STOP_GRACE_S)
         return len(left)
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol for a subprocess with pipes, that also says when the process exits:
+    Process.wait() waits for its pipes to close too, which a process it left running (holding
+    them) would put off for good."""
+
+    def __init__(self, exited: asyncio.Future[None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._exited_future = exited
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self._exited_future.done():
+            self._exited_future.set_result(None)
 
 
 def _write(out: BinaryIO, chunk: bytes) -> None:

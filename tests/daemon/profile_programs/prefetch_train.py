@@ -8,8 +8,9 @@ import queue
 import threading
 import zlib
 
-from daemon.sim.device import Device
 from remote_dataset import RemoteShard
+
+from daemon.sim.device import Device
 
 BATCH_BYTES = 1 << 20
 LOADERS = 4

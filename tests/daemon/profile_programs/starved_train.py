@@ -9,8 +9,9 @@ import subprocess
 import sys
 import zlib
 
-from daemon.sim.device import Device
 from remote_dataset import RemoteShard
+
+from daemon.sim.device import Device
 
 BATCH_BYTES = 1 << 20
 
@@ -20,13 +21,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--exit-status", type=int, default=0)
     parser.add_argument("--pid-file", help="write this process's pid here")
-    parser.add_argument("--leave-child", help="start a long sleeper and write its pid here")
+    parser.add_argument("--leave-child", help="start a helper that outlives this script (in a "
+                        "session of its own, as a daemonized tensorboard would) and write its "
+                        "pid here")
     args = parser.parse_args()
     if args.pid_file:
         with open(args.pid_file, "w") as f:
             f.write(str(os.getpid()))
     if args.leave_child:
-        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                   start_new_session=True)
         with open(args.leave_child, "w") as f:
             f.write(str(sleeper.pid))
     shard = RemoteShard(bytes_per_second=4e6)
