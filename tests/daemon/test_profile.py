@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -171,6 +172,34 @@ def test_duration_stops_a_longer_command_and_its_whole_group(tmp_path):
     assert facts["exit_status"] == 128 + 15  # SIGTERM
     assert gone(int(pid_file.read_text()))
     assert running_with(str(tmp_path)) == []
+
+
+def test_a_unit_cost_counter_prices_1k_tokens(tmp_path):
+    """[[cost.unit_costs]] as the daemon has it: a Prometheus counter of the command's own,
+    read while it runs, gives the cost per 1k tokens."""
+    with socket.socket() as probe:  # a free port for the benchmark's /metrics page
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "mlcost.toml"
+    config.write_text(f"""
+[cost.jobs]
+bench = "token_bench"
+
+[[cost.unit_costs]]
+target = "bench"
+url = "http://127.0.0.1:{port}/metrics"
+metric = "generated_tokens_total"
+unit = "tokens"
+per = 1000000
+""")
+    out = tmp_path / "tokens"
+    result = profile(out, "--simulate", "--config", str(config), "--", sys.executable,
+                     str(PROGRAMS / "token_bench.py"), "--port", str(port), "--steps", "200")
+    assert result.returncode == 0, result.stderr
+    (meter,) = document(out)["profile"]["unit_costs"]
+    assert meter["unit"] == "tokens" and meter["units"] > 0 and meter["spend"] > 0
+    assert meter["cost_per_1k"] == pytest.approx(meter["spend"] / meter["units"] * 1000)
+    assert "per 1k tokens" in (out / "summary.md").read_text()
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
