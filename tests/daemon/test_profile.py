@@ -293,3 +293,22 @@ def test_the_summary_shows_hostile_text_as_text():
     assert "<script>" not in text and "[x](http" not in text and "\x1b" not in text
     assert "evil \\| &lt;script&gt;alert(1)&lt;/script&gt; \\[x\\](http://e)" in text
     assert "`rm -rf`" not in text
+
+
+def test_a_profile_says_why_it_may_not_stand_for_the_workload():
+    from types import SimpleNamespace
+
+    from daemon.commands.profile import representativeness
+
+    facts = {"duration_s": 120.0, "stack_samples": 200, "gpus_used": [0],
+             "first_gpu_work_after_s": 80.0, "first_step_after_s": 90.0, "steps": 4,
+             "shared_gpus": {"0": [4242]}, "exit_status": 0,
+             "stopped_after_duration": False, "interrupted": False}
+    said = {w["code"]: w["message"] for w in representativeness(
+        facts, SimpleNamespace(step_timeline=[(1.0, 4)]))}
+    assert set(said) == {"startup", "startup_steps", "few_steps", "shared_gpu"}
+    assert "80 s of 120 s before the first GPU work" in said["startup"]
+    assert "pid 4242" in said["shared_gpu"]
+    steady = dict(facts, first_gpu_work_after_s=3.0, first_step_after_s=4.0, steps=500,
+                  shared_gpus={})
+    assert representativeness(steady, SimpleNamespace(step_timeline=[(1.0, 500)])) == []
