@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -202,6 +203,30 @@ per = 1000000
     assert meter["unit"] == "tokens" and meter["units"] > 0 and meter["spend"] > 0
     assert meter["cost_per_1k"] == pytest.approx(meter["spend"] / meter["units"] * 1000)
     assert "per 1k tokens" in (out / "summary.md").read_text()
+
+
+def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp_path):
+    out = tmp_path / "interrupted"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with subprocess.Popen([sys.executable, "-m", "daemon", "profile", "--out", str(out),
+                           "--simulate", "--", sys.executable, STARVED, "--steps", "100000"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the command runs under the profile: Ctrl-C now
+                if line.startswith("step 1/"):
+                    break
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, stderr  # Python's death by Ctrl-C
+    facts = document(out)["profile"]
+    assert facts["interrupted"] is True and facts["exit_status"] == 128 + signal.SIGINT
+    assert "interrupted" in {w["code"] for w in facts["warnings"]}
+    assert running_with(STARVED + " --steps 100000") == []
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
