@@ -32,6 +32,7 @@ from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.config import Config
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
+from daemon.wire import process_key
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +330,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "cost_per_step": cost / steps if cost is not None and steps else None,
         "cost_per_1k_steps": cost / steps * 1000 if cost is not None and steps else None,
         "unit_costs": unit_costs,
-        "workload_kind": gpu_procs[0].get("kind") if gpu_procs else None,
+        "workload_kind": _kind(gpu_procs[0], result.kinds) if gpu_procs else None,
         "gpus_used": used,
         "gpu_utilization": round(sum(utils) / len(utils), 2) if utils else None,
         "phase_balance": balance,
@@ -342,6 +343,15 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
     facts["warnings"] = representativeness(facts, result)
     facts["representative"] = not facts["warnings"]
     return facts
+
+
+def _kind(proc: dict[str, Any], seen: dict[str, dict[str, Any]]) -> str | None:
+    """A process's workload kind: as the report has it, else as it was while it ran (the
+    daemon forgets the kinds of processes that have exited)."""
+    if proc.get("kind"):
+        return str(proc["kind"])
+    kind = (seen.get(process_key(proc["pid"], proc["start_time"])) or {}).get("kind")
+    return one_line(kind)[:32] if isinstance(kind, str) else None
 
 
 def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str]]:

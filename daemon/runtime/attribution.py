@@ -173,6 +173,8 @@ class Attribution:
                 self._dips[key] = dip
             if dip is None:
                 continue
+            if proc.gpus and not dip.gpus:  # a profiled command that took its GPU since
+                dip.gpus = tuple(use.gpu_index for use in proc.gpus)
             if below or (holds_memory and share < config.high_sm_share):
                 dip.last_below = sample.ts
                 if not dip.qualified and (always or

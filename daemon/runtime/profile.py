@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 import psutil
 
 from daemon import clock
+from daemon.analysis.kinds import kind_documents
 from daemon.config import Config
 from daemon.lifetime import die_with_parent
 from daemon.runtime.daemon import Daemon
@@ -208,6 +209,9 @@ class RunResult:
     shared_gpus: dict[int, list[int]] = field(default_factory=dict)
     left_running: int = 0  # processes still running when the command exited, stopped
     unit_costs: list[dict[str, Any]] = field(default_factory=list)
+    # Each GPU process's workload kind as last classified while it ran ('pid:start_time' ->
+    # its kind document): the daemon keeps the kinds of running processes only.
+    kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
     recommendations: int = 0  # found by the rules over the whole run
     error: str | None = None  # the command could not be started
 
@@ -232,6 +236,8 @@ class ProfileRecorder:
         if self.result.first_gpu_work_at is None and self.result.started_at and any(
                 use.sm_share > 0 for proc in sample.processes for use in proc.gpus):
             self.result.first_gpu_work_at = sample.ts
+        if self.daemon.kinds.kinds:
+            self.result.kinds.update(kind_documents(self.daemon.kinds.kinds))
         self._ticked.set()
 
     async def _next_tick(self) -> None:
