@@ -104,6 +104,11 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     FrameRule(CONTEXT, _PL_OLD, "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
     FrameRule(CONTEXT, "*/safetensors/torch.py", "save*", CHECKPOINT, "safetensors save"),
     FrameRule(CONTEXT, "*/orbax/checkpoint/*", "*save*", CHECKPOINT, "Orbax checkpoint save"),
+    # -- start-up (context): importing modules reads .py/.pyc files, which the I/O signals
+    # would take for input; it is neither data wait nor preprocessing (mlcostd profile samples
+    # a command from its first second, imports included) --
+    FrameRule(CONTEXT, "<frozen importlib._bootstrap>", "_find_and_load", UNKNOWN,
+              "importing modules (start-up)"),
     # -- eval (context) --
     FrameRule(CONTEXT, _HF, "Trainer.evaluate", EVAL, "Hugging Face Trainer.evaluate"),
     FrameRule(CONTEXT, _HF, "Trainer.evaluation_loop", EVAL, "Hugging Face Trainer evaluation loop"),

@@ -1,4 +1,4 @@
-"""The `mlcostd` command: run, check, report, prices."""
+"""The `mlcostd` command: run, check, report, snapshot, prices, profile."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ examples:
   mlcostd check                           what works on this host and how to fix what doesn't
   mlcostd prices --instance p5.48xlarge   what an instance costs, where the price is from, its age
   mlcostd prices --refresh catalog        refresh prices from the public SkyPilot catalogs (no key)
+  mlcostd profile --max-data-wait 20% -- python train.py
+                                          profile one command (a CI step) and gate it on cost
 """
 
 PRICES_DESCRIPTION = """GPU instance prices: the catalog (bundled, dated; plus [pricing].extra_catalogs), overlaid with
@@ -132,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_common(snapshot)
     snapshot_command.add_arguments(snapshot)
+
+    from daemon.commands import profile as profile_command
+
+    profile = sub.add_parser("profile", help="run one command under observation: its cost, "
+                                             "phases, recommendations; CI gates (profile.json, "
+                                             "profile.html, summary.md, JUnit)",
+                             description=profile_command.DESCRIPTION,
+                             epilog=profile_command.EPILOG,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    profile_command.add_arguments(profile)
 
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
@@ -450,6 +462,10 @@ def _main(argv: list[str] | None) -> int:
             from daemon.commands import snapshot as snapshot_command
 
             return snapshot_command.run(args, _load_config(args))
+        if args.command == "profile":
+            from daemon.commands import profile as profile_command
+
+            return profile_command.run(args)
         if args.command == "prices":
             if args.observed:
                 return cmd_prices_observed(args)
