@@ -20,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from daemon.analysis.kinds import KINDS
 from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
@@ -319,6 +320,17 @@ class CostConfig:
 
 
 @dataclass(frozen=True)
+class KindsConfig:
+    """[kinds]: what a job is when the classifier cannot tell (README "Workload kinds")."""
+
+    jobs: dict = field(default_factory=dict, metadata=_meta(
+        "a workload kind per job label, e.g. \"my-job\" = \"online_inference\": the label "
+        "as [cost.jobs] names it (else the owner's workload such as \"ns/pod\" or \"slurm 42\", "
+        "else the script, e.g. \"serve.py\"); the kind is one of " + ", ".join(KINDS)
+        + "; it replaces the classified kind, with the evidence 'set in config'", "table"))
+
+
+@dataclass(frozen=True)
 class OwnersConfig:
     slurm_job_info_dir: str = field(default="", metadata=_meta(
         "folder where a Slurm prolog writes one file per job id with account= and partition= "
@@ -390,6 +402,7 @@ class Config:
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     idle: IdleConfig = field(default_factory=IdleConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    kinds: KindsConfig = field(default_factory=KindsConfig)
     owners: OwnersConfig = field(default_factory=OwnersConfig)
     snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
     source: str = "defaults"  # where this config came from, for logs and `check`
@@ -493,6 +506,10 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         except (re.error, TypeError) as exc:
             raise ConfigError(f"{where}: [cost.jobs].{name} = {pattern!r}: not a regular "
                               f"expression ({exc})") from None
+    for name, kind in config.kinds.jobs.items():
+        if kind not in KINDS:
+            raise ConfigError(f"{where}: [kinds.jobs].{name} = {kind!r}: not a workload kind; "
+                              f"allowed values are {', '.join(repr(k) for k in KINDS)}")
     if config.attribution.high_sm_share < config.attribution.low_sm_share:
         raise ConfigError(
             f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "
