@@ -50,6 +50,8 @@ def test_ranks_waiting_on_a_slow_rank_name_the_straggler_and_its_input():
     assert "equal shard" in rec.summary and ".item()" not in rec.summary
     assert sorted(w["pid"] for w in rec.evidence["waiting_ranks"]) == [1000, 1001]
     assert rec.savings_per_month > 0 and rec.scope["gpus"] == [0, 1]
+    # its dry run names the file to patch and the restart, like every patch (rules.base)
+    assert rec.action["text"].startswith("a patch for /srv/train.py:31: review it")
 
 
 def test_ranks_in_step_or_unrelated_processes_have_no_straggler():

@@ -19,6 +19,7 @@ from daemon.analysis.rules.base import (
     Finding,
     Rule,
     money,
+    patch_text,
     phase_share,
     plural,
     process_evidence,
@@ -117,6 +118,7 @@ def _finding(a: Analysis, rule: Rule, slowest: ProcessWindow, waiters: list[Proc
          "waiting_ranks": [{"pid": p.pid, "gpus": list(p.gpus), "waiting_share": waiting[p.id]}
                            for p in waiters]},
         {"kind": "show_patch", "file": where_in(stacks),
+         "text": patch_text(slowest, where_in(stacks)),
          "patch": f"# {where}: the other ranks wait here for this one.\n# {advice}.\n"},
         scope={"gpus": sorted({g for p in waiters for g in p.gpus})})
 
