@@ -16,7 +16,8 @@
   the history the daemon writes when a kind changes);
 - events, low-utilization windows and recommendations: as the store had them at ts (an event
   that ended later is shown open; a recommendation counts from its first sighting until
-  RECOMMENDATION_GRACE_S after its last one, since the rules run every ~30 s, with its text as
+  RECOMMENDATION_GRACE_S after its last one, since the rules run every ~30 s (plus the live
+  view's [cost].recommendation_hold, recorded in the host meta), with its text as
   it was at ts: daemon.store.queries.recommendation_texts).
 """
 
@@ -125,6 +126,11 @@ class Replay:
         self.idle_utilization_pct = float(recorded_idle) if isinstance(
             recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT
         self.thresholds = IdleThresholds(idle_utilization_pct=self.idle_utilization_pct)
+        # A recommendation stands after its last sighting for the grace, plus the hold the live
+        # view had ([cost].recommendation_hold, recorded since hysteresis; older stores none).
+        hold = self.host.get("recommendation_hold_s")
+        self.recommendation_grace_s = RECOMMENDATION_GRACE_S + (
+            float(hold) if isinstance(hold, int | float) and 0 <= hold <= 86400 else 0.0)
         self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
 
     # -- the timeline ------------------------------------------------------------------------
@@ -264,7 +270,7 @@ class Replay:
         recommendation_texts row at or before `at`). A text from after `at` (a store that
         kept texts only from a later upgrade on, or none: the recommendations row's latest)
         says when it is from."""
-        since = at - RECOMMENDATION_GRACE_S
+        since = at - self.recommendation_grace_s
         found = queries.recommendations(self.reader, since)
         texts = queries.recommendation_texts(self.reader, since, at)
         shown = []

@@ -389,6 +389,8 @@ class Daemon:
                                                       or socket.gethostname()))
             self.host["interval_s"] = self.config.daemon.interval
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
+            # replay holds a recommendation through its lapses as the live view did
+            self.host["recommendation_hold_s"] = self.config.cost.recommendation_hold
             self.store.set_meta("host", self.host)
             self.nvml.start()
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
