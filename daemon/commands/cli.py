@@ -132,6 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(snapshot)
     snapshot_command.add_arguments(snapshot)
 
+    from daemon.commands import compare as compare_command
+
+    compare = sub.add_parser("compare", help="before and after: two profiles, snapshots or "
+                                             "ranges, a verdict per figure",
+                             description=compare_command.__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(compare)
+    compare_command.add_arguments(compare)
+
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
     prices = sub.add_parser("prices", help="GPU instance prices with source and age; what "
@@ -434,6 +443,10 @@ def _main(argv: list[str] | None) -> int:
             from daemon.commands import snapshot as snapshot_command
 
             return snapshot_command.run(args, _load_config(args))
+        if args.command == "compare":
+            from daemon.commands import compare as compare_command
+
+            return compare_command.run(args, _load_config(args))
         if args.command == "prices":
             if args.observed:
                 return cmd_prices_observed(args)
