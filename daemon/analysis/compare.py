@@ -36,6 +36,7 @@ class Side:
     label: str
     document: dict[str, Any]
     job: str | None = None
+    command: str | None = None  # or narrowed to the processes running this command line
     processes: list[dict[str, Any]] = field(init=False)
     gpus: list[int] = field(init=False)
 
@@ -43,10 +44,12 @@ class Side:
         procs = [p for p in self.document.get("processes") or [] if isinstance(p, dict)]
         if self.job is not None:
             procs = [p for p in procs if self.job in (p.get("workload"), p.get("job"))]
+        if self.command is not None:
+            procs = [p for p in procs if p.get("command") == self.command]
         self.processes = procs
         held = sorted({int(g) for p in procs for g in p.get("gpus") or []
                        if isinstance(g, int)})
-        if self.job is None and not held:
+        if self.job is None and self.command is None and not held:
             held = [int(g["index"]) for g in self.document.get("gpus") or []
                     if isinstance(g, dict) and isinstance(g.get("index"), int)]
         self.gpus = held
@@ -150,7 +153,7 @@ def bucket_cost(side: Side, bucket: dict[str, Any]) -> float | None:
     procs = bucket.get("processes")
     if isinstance(procs, dict) and keys and any(k in procs for k in keys):
         return math.fsum(float((procs.get(k) or {}).get("burn_per_hour") or 0.0) for k in keys)
-    if side.job is None and bucket.get("burn_per_hour") is not None:
+    if side.job is None and side.command is None and bucket.get("burn_per_hour") is not None:
         return float(bucket["burn_per_hour"])
     return None
 
@@ -186,18 +189,24 @@ def phase_shares(side: Side) -> dict[str, float]:
     return {phase: s / total for phase, s in seconds.items()} if total > 0 else {}
 
 
-def phase_counts(side: Side) -> list[dict[str, int]]:
-    """Per bucket: the side's stack samples per phase (buckets without any left out)."""
+def phase_fractions(side: Side) -> list[dict[str, float]]:
+    """Per bucket where the side's processes ran: how its time split, as the phase balance
+    splits it: a bucket with stack samples (a low-utilization window) by its samples' phases,
+    one without as compute."""
     keys = side.keys
     out = []
     for bucket in side.buckets:
+        procs = bucket.get("processes") or {}
+        mine = [p for k, p in procs.items() if k in keys and isinstance(p, dict)]
+        if not mine:
+            continue
         counts: dict[str, int] = {}
-        for key, proc in (bucket.get("processes") or {}).items():
-            if key in keys and isinstance(proc, dict):
-                for phase, n in (proc.get("phases") or {}).items():
-                    counts[phase] = counts.get(phase, 0) + int(n)
-        if counts:
-            out.append(counts)
+        for proc in mine:
+            for phase, n in (proc.get("phases") or {}).items():
+                counts[str(phase)] = counts.get(str(phase), 0) + int(n)
+        total = sum(counts.values())
+        out.append({phase: n / total for phase, n in counts.items()} if total
+                   else {COMPUTE: 1.0})
     return out
 
 
@@ -236,40 +245,25 @@ def _series_figure(name: str, label: str, unit: str, higher: bool, a: Series, b:
 
 
 def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
-    """Each phase's share. Noise: a phase seen in stack samples takes the relative spread of
-    its fraction of the samples; compute (GPU busy time, not sampled) and phases without
-    samples take the relative spread of the GPU utilization."""
+    """Each phase's share of the processes' time, as the report's phase balance says. Noise:
+    the spread of the phase's mean fraction over the timeline's buckets (a bucket in a
+    low-utilization window split by its stack samples, one outside it compute), which also
+    carries how the windows fell (a start-up before the first window, a late one)."""
     shares = {"a": phase_shares(a), "b": phase_shares(b)}
-    counts = {"a": phase_counts(a), "b": phase_counts(b)}
-    util_rel = {"a": _relative_sd(utilization_series(a), rng),
-                "b": _relative_sd(utilization_series(b), rng)}
+    fractions = {"a": phase_fractions(a), "b": phase_fractions(b)}
     phases = sorted(set(shares["a"]) | set(shares["b"]),
                     key=lambda p: (p != COMPUTE, -max(shares["a"].get(p, 0.0),
                                                       shares["b"].get(p, 0.0)), p))
     out = []
     for phase in phases:
-        sds: dict[str, float | None] = {}
-        source = "GPU utilization buckets"
-        for side in ("a", "b"):
-            share = shares[side].get(phase, 0.0) if shares[side] else None
-            sampled = [c for c in counts[side] if c]
-            seen = sum(c.get(phase, 0) for c in sampled)
-            if phase != COMPUTE and seen:
-                def fraction(group: Sequence[dict[str, int]], phase: str = phase) -> float | None:
-                    total = sum(sum(c.values()) for c in group)
-                    return sum(c.get(phase, 0) for c in group) / total if total else None
-                frac = fraction(sampled)
-                sd = block_bootstrap_sd(sampled, fraction, rng)
-                sds[side] = None if sd is None or share is None or not frac else (
-                    share * sd / frac)
-                source = "bootstrap over stack samples per bucket"
-            else:
-                rel = util_rel[side]
-                sds[side] = None if rel is None or share is None else share * rel
+        sds = {side: block_bootstrap_sd([f.get(phase, 0.0) for f in fractions[side]], _mean,
+                                        rng)
+               for side in ("a", "b")}
         out.append(_Figure(f"phase.{phase}", f"{phase} share", "share",
                            shares["a"].get(phase, 0.0) if shares["a"] else None,
                            shares["b"].get(phase, 0.0) if shares["b"] else None,
-                           sds["a"], sds["b"], phase == COMPUTE, source))
+                           sds["a"], sds["b"], phase == COMPUTE,
+                           "bootstrap over timeline buckets (stack samples per phase)"))
     return out
 
 
@@ -295,8 +289,9 @@ def step_pairs(side: Side) -> list[tuple[float, float]]:
 
 
 def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
-    values = [side.profile.get("cost_per_step") for side in (a, b)]
-    if not all(isinstance(v, int | float) for v in values):
+    found = [side.profile.get("cost_per_step") for side in (a, b)]
+    values = [float(v) for v in found if isinstance(v, int | float)]
+    if len(values) != 2:
         return None
     sds: list[float | None] = []
     sources = []
@@ -304,14 +299,16 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
         pairs = step_pairs(side)
         sd = block_bootstrap_sd(pairs, _ratio, rng) if pairs else None
         if sd is not None and (ratio := _ratio(pairs)):
-            sds.append(float(value) * sd / ratio)
+            sds.append(value * sd / ratio)
             sources.append("bootstrap over steps per bucket")
         else:
             rel = _relative_sd(utilization_series(side), rng)
-            sds.append(None if rel is None else float(value) * rel)
+            sds.append(None if rel is None else value * rel)
             sources.append("GPU utilization buckets (no step times)")
-    return _Figure("cost_per_step", "cost per step", "$", float(values[0]), float(values[1]),
-                   sds[0], sds[1], False, " / ".join(sorted(set(sources))))
+    return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
+                   values[1] * 1000, None if sds[0] is None else sds[0] * 1000,
+                   None if sds[1] is None else sds[1] * 1000, False,
+                   " / ".join(sorted(set(sources))))
 
 
 def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
@@ -320,7 +317,7 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
         found = {}
         for meter in side.document.get("unit_costs") or []:
             if isinstance(meter, dict) and isinstance(meter.get("unit_cost"), int | float):
-                if side.job is None or meter.get("target") == side.job:
+                if side.command is None and side.job in (None, meter.get("target")):
                     per = f"{float(meter.get('per') or 1):g}".replace("1e+06", "1M").replace(
                         "1000", "1k")
                     found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
@@ -346,7 +343,8 @@ def _recommendations(side: Side) -> dict[str, dict[str, Any]]:
     for rec in side.document.get("recommendations") or []:
         if not isinstance(rec, dict) or not isinstance(rec.get("rule"), str):
             continue
-        if side.job is not None and str(rec.get("target")) not in keys:
+        if (side.job is not None or side.command is not None) and str(
+                rec.get("target")) not in keys:
             continue
         held = found.get(rec["rule"])
         if held is None or (rec.get("savings_per_month") or 0) > (

@@ -131,7 +131,7 @@ def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
             for ts, avg, _lo, _hi in reader.gpu_history(gpu, metric, start, end, points):
                 index = int((ts - start) // size)
                 per_gpu.setdefault(index, {}).setdefault(gpu, {})[metric] = avg
-    idle_pct = thresholds.idle_utilization_pct if thresholds is not None else None
+    idle_pct = (thresholds or IdleThresholds()).idle_utilization_pct
     out = []
     for index in sorted(per_gpu):
         gpus = per_gpu[index]
@@ -142,8 +142,7 @@ def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
             total = price.per_hour
             wasted = math.fsum(
                 gpu_wasted_per_hour(price.per_gpu, g.get("utilization"),
-                                    **({} if idle_pct is None
-                                       else {"idle_utilization_pct": idle_pct}))
+                                    idle_utilization_pct=idle_pct)
                 for g in gpus.values())
         out.append({
             "ts": start + index * size,

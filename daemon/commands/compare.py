@@ -17,6 +17,9 @@ examples:
   mlcostd compare old.db new.db --html diff.html   two snapshots, and an HTML page
   mlcostd compare --baseline 7d-ago/1h             the last hour against the same hour a week ago
   mlcostd compare 2h-ago/1h 1h --job train         one job: the hour before against the last
+  mlcostd compare --previous train                 job `train`'s last run against its run before
+  mlcostd compare --previous 4242:1733130000.123   a process's run against the previous run of
+                                                   the same command line
   mlcostd compare A B --json                       the JSON document described in the README
 
 exit status: 0 compared (whatever the verdict), 1 an input cannot be read, 2 a usage error.
@@ -30,6 +33,7 @@ import math
 import os
 import sqlite3
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", metavar="NAME",
                         help="only this job's processes (their job or owner label) on both "
                              "sides, and the GPUs they held")
+    parser.add_argument("--previous", metavar="JOB|PID:START",
+                        help="in the live store: the latest run of this job (or of this "
+                             "process's command line) against the run before it")
     parser.add_argument("--json", action="store_true",
                         help="print the JSON document described in the README")
     parser.add_argument("--html", metavar="FILE",
@@ -201,6 +208,49 @@ def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
             _document_from_store(db, since, until, config))
 
 
+def previous_runs(db: Path, target: str) -> tuple[str | None, str | None,
+                                                tuple[float, float], tuple[float, float]]:
+    """(job, command, A's range, B's range) for --previous: the runs in the store of job
+    `target`, or of the command line of process `target` ('PID:START'), a run being processes
+    whose lifetimes overlap; B the latest, A the one before it. CompareInputError when the
+    store holds fewer than two."""
+    from daemon.sources.owners import decode_owner, workload_label
+    from daemon.store.reader import StoreReader
+    from daemon.wire import parse_process_key
+
+    reader = StoreReader(str(db), tidy=True)
+    try:
+        rows = reader.query(
+            "SELECT p.pid, p.start_ms, p.command, p.owner, min(s.ts) AS lo, max(s.ts) AS hi "
+            "FROM processes p JOIN proc_samples s ON s.proc = p.id "
+            "WHERE p.id IN (SELECT DISTINCT proc FROM proc_gpu_samples) GROUP BY p.id")
+    finally:
+        reader.close()
+    job = command = None
+    try:
+        pid, start = parse_process_key(target)
+    except ValueError:
+        job = target
+        mine = [r for r in rows if workload_label(decode_owner(r["owner"])) == job]
+    else:
+        own = [r for r in rows if r["pid"] == pid and abs(r["start_ms"] / 1000 - start) < 0.001]
+        if not own:
+            raise CompareInputError(f"no GPU process {target} in {db}")
+        command = own[0]["command"]
+        mine = [r for r in rows if r["command"] == command]
+    runs: list[list[float]] = []
+    for row in sorted(mine, key=lambda r: r["lo"]):
+        if runs and row["lo"] / 1000 <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], row["hi"] / 1000)
+        else:
+            runs.append([row["lo"] / 1000, row["hi"] / 1000])
+    if len(runs) < 2:
+        what = f"job {target!r}" if job is not None else f"the command line of {target}"
+        raise CompareInputError(f"{db} holds {len(runs)} run(s) of {what}: nothing to compare "
+                                "with yet")
+    return job, command, (runs[-2][0], runs[-2][1]), (runs[-1][0], runs[-1][1])
+
+
 # -- text ---------------------------------------------------------------------------------
 
 
@@ -228,19 +278,19 @@ def _delta(value: float | None, unit: str, signed: bool = True) -> str:
     return f"{sign}${abs(value):.3g}"
 
 
-def _side_line(name: str, side: dict[str, Any]) -> str:
+def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     span = ""
     if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
         span = f", {side['until'] - side['since']:.0f} s"
     steps = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
-    return f"{name}: {one_line(str(side['label']))}{span}{steps}{job}"
+    return _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
 
 
 def render_text(result: dict[str, Any]) -> str:
     """The comparison for a terminal: 80 columns, text from the inputs made safe."""
-    out = ["mlcost compare", _side_line("A (before)", result["a"]),
-           _side_line("B (after) ", result["b"]), ""]
+    out = ["mlcost compare", *_side_lines("A (before)", result["a"]),
+           *_side_lines("B (after)", result["b"]), ""]
     header = f"{'':<20} {'before':>10} {'after':>10} {'change':>11} {'noise':>10}  verdict"
     out.append(header)
     for fig in result["figures"]:
@@ -272,10 +322,9 @@ def render_text(result: dict[str, Any]) -> str:
     return lines("\n".join(_fit(out)) + "\n")
 
 
-def _wrap(text: str) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, WIDTH - 1)
+def _wrap(text: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, WIDTH - 1, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=True)
 
 
 def _fit(rows: list[str]) -> list[str]:
@@ -288,6 +337,8 @@ def _fit(rows: list[str]) -> list[str]:
 def run(args: argparse.Namespace, config: Config) -> int:
     now = clock.now()
     a, b = args.a, args.b
+    if args.previous:
+        return _run_previous(args, config)
     if args.baseline:
         if b is not None:
             print("mlcostd compare: with --baseline give at most one more input (B)",
@@ -310,6 +361,30 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
         return 1
     sides = [analysis.Side(label_a, doc_a, args.job), analysis.Side(label_b, doc_b, args.job)]
+    return _show(args, sides)
+
+
+def _run_previous(args: argparse.Namespace, config: Config) -> int:
+    if args.a is not None or args.baseline:
+        print("mlcostd compare: --previous takes no A, B or --baseline", file=sys.stderr)
+        return 2
+    db = Path(config_module.db_path(config))
+    try:
+        if not db.exists():
+            raise CompareInputError(f"no database at {db}; pass --db")
+        job, command, (a0, a1), (b0, b1) = previous_runs(db, args.previous)
+        sides = [analysis.Side(f"previous run, {clock.local_time(a0)} to {clock.local_time(a1)}",
+                               _document_from_store(db, a0, a1, config), job, command),
+                 analysis.Side(f"latest run, {clock.local_time(b0)} to {clock.local_time(b1)}",
+                               _document_from_store(db, b0, b1, config), job, command)]
+    except CompareInputError as exc:
+        print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    return _show(args, sides)
+
+
+def _show(args: argparse.Namespace, sides: list[analysis.Side]) -> int:
+    """Print (and write) the comparison of two sides."""
     if args.job is not None:
         for side in sides:
             if not side.processes:

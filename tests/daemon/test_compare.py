@@ -231,9 +231,9 @@ def test_the_fix_is_better_and_its_advice_gone(runs, tmp_path):
     assert figures["phase.data_wait"]["b"] < figures["phase.data_wait"]["a"]
     assert figures["utilization"]["verdict"] == "better"
     assert figures["utilization"]["b"] > figures["utilization"]["a"]
-    assert figures["cost_per_step"]["verdict"] == "better"
-    assert figures["cost_per_step"]["b"] < figures["cost_per_step"]["a"]
-    assert figures["cost_per_step"]["noise_from"] == "bootstrap over steps per bucket"
+    assert figures["cost_per_1k_steps"]["verdict"] == "better"
+    assert figures["cost_per_1k_steps"]["b"] < figures["cost_per_1k_steps"]["a"]
+    assert figures["cost_per_1k_steps"]["noise_from"] == "bootstrap over steps per bucket"
     gone = {r["rule"] for r in result["recommendations"] if r["status"] == "gone"}
     assert "dataloader_starvation" in gone
     assert result["verdict"] == "better"
