@@ -23,7 +23,7 @@ TARGET_BUCKETS = 120  # ranges are cut into at most this many buckets of a nice 
 NICE_SIZES = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
               43200, 86400)
 RAW_MAX_SPAN_S = 3600  # up to an hour: raw samples (per-process figures too); beyond: rollups
-MAX_RAW_SAMPLES = 3600
+MAX_RAW_SAMPLES = 600  # as many as the report's cost pass reads: every 6th tick of 1 h at 1 s
 
 
 def bucket_size(span_s: float, interval_s: float = 1.0) -> int:

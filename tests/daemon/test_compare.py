@@ -18,6 +18,7 @@ from daemon.analysis import compare, timeline
 from daemon.commands import report
 from daemon.commands.compare import parse_range
 from daemon.store.reader import StoreReader
+from daemon.store.snapshot import write_snapshot
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
 WORKLOAD = Path(__file__).parent / "workloads" / "counted_starved.py"
@@ -260,6 +261,25 @@ def test_stores_compare_over_their_own_range(runs):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["a"]["ticks"] > 30 and result["b"]["ticks"] > 30
+    assert _figure(result, "utilization")["verdict"] == "better"
+
+
+def test_snapshots_compare_over_their_own_range(runs, tmp_path):
+    """A snapshot of the last 40 s of each store is compared over those 40 s."""
+    shots = []
+    for name in ("starved", "fixed"):
+        reader = StoreReader(str(runs[name]["db"]))
+        try:
+            last = reader.query("SELECT max(ts) AS hi FROM ticks")[0]["hi"] / 1000
+        finally:
+            reader.close()
+        shots.append(write_snapshot(runs[name]["db"], tmp_path / f"{name}.db", last - 40, last))
+    done = _compare(shots[0].path, shots[1].path, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for side, shot in zip((result["a"], result["b"]), shots, strict=True):
+        assert (side["since"], side["until"]) == (shot.since, shot.until)
+        assert 35 <= side["ticks"] <= 42
     assert _figure(result, "utilization")["verdict"] == "better"
 
 
