@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.cost import gpu_wasted_per_hour
+from daemon.wire import process_key
 
 COMPARE_VERSION = 1
 RESAMPLES = 1000
@@ -56,7 +57,7 @@ class Side:
 
     @property
     def keys(self) -> set[str]:
-        return {f"{p['pid']}:{float(p['start_time']):.3f}" for p in self.processes
+        return {process_key(p["pid"], float(p["start_time"])) for p in self.processes
                 if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
 
     @property
@@ -148,11 +149,16 @@ def utilization_series(side: Side) -> list[float]:
 
 def bucket_cost(side: Side, bucket: dict[str, Any]) -> float | None:
     """What the side burns in one bucket, $/h: its processes' burn where the timeline has
-    them (a profile, a job), else the host's (None: not known)."""
+    it (a profile, a job), else the host's (None: not known in this bucket, e.g. one holding
+    only a worker's stack samples)."""
     keys = side.keys
     procs = bucket.get("processes")
-    if isinstance(procs, dict) and keys and any(k in procs for k in keys):
-        return math.fsum(float((procs.get(k) or {}).get("burn_per_hour") or 0.0) for k in keys)
+    if isinstance(procs, dict) and keys:
+        known = [float(p["burn_per_hour"]) for k in keys
+                 if isinstance(p := procs.get(k), dict)
+                 and isinstance(p.get("burn_per_hour"), int | float)]
+        if known:
+            return math.fsum(known)
     if side.job is None and side.command is None and bucket.get("burn_per_hour") is not None:
         return float(bucket["burn_per_hour"])
     return None

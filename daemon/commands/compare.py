@@ -187,6 +187,8 @@ def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
                                     "`mlcostd profile --out` wrote, or a file")
         return f"profile {spec}", _document_from_json(profile)
     if path.exists():
+        if not path.is_file():
+            raise CompareInputError(f"{path} is neither a regular file nor a folder")
         try:
             with path.open("rb") as f:
                 head = f.read(len(SQLITE_MAGIC))
@@ -198,6 +200,8 @@ def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
     try:
         since, until = parse_range(spec, now)
     except ValueError as exc:
+        if path.suffix in (".json", ".db") or os.sep in spec and "-ago/" not in spec:
+            raise CompareInputError(f"{spec[:200]}: no such file or folder") from None
         raise CompareInputError(f"{spec[:120]!r} is not a file, a folder or a range: "
                                 f"{exc}") from None
     db = Path(config_module.db_path(config))

@@ -290,7 +290,8 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path):
     cases = {str(tmp_path / "empty"): "without profile.json",
              str(tmp_path / "notes.txt"): "is not JSON",
              str(tmp_path / "other.json"): "not a profile or report document",
-             "no-such-thing": "is not a file, a folder or a range"}
+             "no-such-thing": "is not a file, a folder or a range",
+             str(tmp_path / "gone" / "profile.json"): "no such file or folder"}
     for path, says in cases.items():
         done = _compare(path, path)
         assert done.returncode == 1 and says in done.stderr, (path, done.stderr)
