@@ -364,8 +364,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     except CompareInputError as exc:
         print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
         return 1
-    sides = [analysis.Side(label_a, doc_a, args.job), analysis.Side(label_b, doc_b, args.job)]
-    return _show(args, sides)
+    return _show(args, [(label_a, doc_a, args.job, None), (label_b, doc_b, args.job, None)])
 
 
 def _run_previous(args: argparse.Namespace, config: Config) -> int:
@@ -377,25 +376,34 @@ def _run_previous(args: argparse.Namespace, config: Config) -> int:
         if not db.exists():
             raise CompareInputError(f"no database at {db}; pass --db")
         job, command, (a0, a1), (b0, b1) = previous_runs(db, args.previous)
-        sides = [analysis.Side(f"previous run, {clock.local_time(a0)} to {clock.local_time(a1)}",
-                               _document_from_store(db, a0, a1, config), job, command),
-                 analysis.Side(f"latest run, {clock.local_time(b0)} to {clock.local_time(b1)}",
-                               _document_from_store(db, b0, b1, config), job, command)]
+        sides = [(f"previous run, {clock.local_time(a0)} to {clock.local_time(a1)}",
+                  _document_from_store(db, a0, a1, config), job, command),
+                 (f"latest run, {clock.local_time(b0)} to {clock.local_time(b1)}",
+                  _document_from_store(db, b0, b1, config), job, command)]
     except CompareInputError as exc:
         print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
         return 1
     return _show(args, sides)
 
 
-def _show(args: argparse.Namespace, sides: list[analysis.Side]) -> int:
-    """Print (and write) the comparison of two sides."""
+def _show(args: argparse.Namespace,
+          inputs: list[tuple[str, dict[str, Any], str | None, str | None]]) -> int:
+    """Print (and write) the comparison of two sides (label, document, job, command)."""
+    try:
+        sides = [analysis.Side(*side) for side in inputs]
+        result = analysis.compare(sides[0], sides[1], seed=args.seed)
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        # a document someone edited or wrote by hand: say so, never a traceback
+        print(f"mlcostd compare: cannot compare {one_line(inputs[0][0])} with "
+              f"{one_line(inputs[1][0])}: a field has the wrong type or value "
+              f"({type(exc).__name__}: {one_line(str(exc))[:160]})", file=sys.stderr)
+        return 1
     if args.job is not None:
         for side in sides:
             if not side.processes:
                 print(f"mlcostd compare: no process of job {one_line(args.job)!r} in "
                       f"{one_line(side.label)}", file=sys.stderr)
                 return 1
-    result = analysis.compare(sides[0], sides[1], seed=args.seed)
     if args.html:
         from daemon.report_html.compare import render as render_html
         from daemon.store.files import open_private

@@ -297,3 +297,16 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path):
         assert done.returncode == 1 and says in done.stderr, (path, done.stderr)
     done = _compare(str(tmp_path / "notes.txt"))
     assert done.returncode == 2 and "give two inputs" in done.stderr
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps({
+        "window": {}, "gpus": [{"index": "0"}], "burn": {"price_per_gpu": "x"},
+        "processes": [{"pid": 1, "start_time": "soon\x1b[2J", "gpus": [0],
+                       "phases": {"data_wait": {"seconds": "long"}}}],
+        "timeline": {"bucket_s": "1", "buckets": [{"ts": "then", "gpus": {"0": {}}}] * 5}}))
+    done = _compare(str(hostile), str(hostile))
+    assert done.returncode == 0 and "no figure" in done.stdout, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
+    hostile.write_text(hostile.read_text().replace('"bucket_s": "1"', '"bucket_s": "abc"'))
+    done = _compare(str(hostile), str(hostile))
+    assert done.returncode == 1 and "cannot compare" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
