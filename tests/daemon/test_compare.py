@@ -17,8 +17,11 @@ from simhost import poll
 from daemon.analysis import compare, timeline
 from daemon.commands import report
 from daemon.commands.compare import parse_range
+from daemon.sources.sample import HostPressure, Sample
 from daemon.store.reader import StoreReader
 from daemon.store.snapshot import write_snapshot
+from daemon.store.writer import Store
+from tests.daemon.test_store import T0, gpu, process
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
 WORKLOAD = Path(__file__).parent / "workloads" / "counted_starved.py"
@@ -310,3 +313,32 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path):
     done = _compare(str(hostile), str(hostile))
     assert done.returncode == 1 and "cannot compare" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_path):
+    """Two runs of one command line in a store (the second on a busier GPU): --previous with
+    the second's PID:START compares it with the first over their own lifetimes."""
+
+    rng = random.Random(3)
+    db = tmp_path / "runs.db"
+    with Store(db) as store:
+        for tick in range(1, 301):
+            ts = T0 + tick
+            pid = 100 if tick <= 120 else 200 if tick > 180 else None
+            util = 30.0 + rng.gauss(0, 5) if pid == 100 else 80.0 + rng.gauss(0, 5)
+            procs = () if pid is None else (process(pid, tick, rng, 1,
+                                                    command="python train.py --lr 3e-4"),)
+            store.write(Sample(ts=ts, tick=tick, gpus=(gpu(0, rng, utilization=util),),
+                               processes=procs, host=HostPressure(0, 0, 0, 0, 0, 0)))
+    latest = f"200:{T0 - 1000 + 200:.3f}"
+    done = _compare("--previous", latest, "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["a"]["since"] == pytest.approx(T0 + 1, abs=1)
+    assert result["a"]["until"] == pytest.approx(T0 + 120, abs=1)
+    assert result["b"]["since"] == pytest.approx(T0 + 181, abs=1)
+    assert _figure(result, "utilization")["verdict"] == "better"
+    done = _compare("--previous", f"100:{T0 - 1000 + 100:.3f}", "--db", str(tmp_path / "no.db"))
+    assert done.returncode == 1 and "no database" in done.stderr
+    done = _compare("--previous", "some-job", "--db", str(db))
+    assert done.returncode == 1 and "holds 0 run(s) of job 'some-job'" in done.stderr
