@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -66,27 +67,36 @@ def scenario_text(gpus: int, processes: int) -> str:
 
 class Parts:
     """CPU seconds spent in each part of the daemon, in whichever thread runs it: each part's
-    functions are wrapped to add the calling thread's CPU time (time.thread_time) they took."""
+    functions are wrapped to add the calling thread's CPU time (time.thread_time) they took,
+    less what parts called inside them took (each second is counted in one part)."""
 
     def __init__(self) -> None:
         self.spent: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._local = threading.local()  # this thread's stack of [inner seconds] per open part
+
+    def run(self, part: str, fn: Callable[..., object], *args: object,
+            **kwargs: object) -> object:
+        stack = self._local.__dict__.setdefault("stack", [])
+        stack.append(0.0)
+        began = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            elapsed = time.thread_time() - began
+            inner = stack.pop()
+            if stack:
+                stack[-1] += elapsed
+            with self._lock:
+                self.spent[part] = self.spent.get(part, 0.0) + elapsed - inner
 
     def wrap(self, owner: object, name: str, part: str) -> None:
         original = getattr(owner, name)
 
         def measured(*args: object, **kwargs: object) -> object:
-            began = time.thread_time()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.add(part, time.thread_time() - began)
+            return self.run(part, original, *args, **kwargs)
 
         setattr(owner, name, measured)
-
-    def add(self, part: str, seconds: float) -> None:
-        with self._lock:
-            self.spent[part] = self.spent.get(part, 0.0) + seconds
 
     def copy(self) -> dict[str, float]:
         with self._lock:
@@ -95,9 +105,10 @@ class Parts:
 
 PARTS_NOW: list[Parts] = [Parts()]  # the size being measured
 
-# The parts of a tick, as the issue names them, and the functions that make each up.
-PART_NAMES = ("NVML read", "/proc read", "discovery", "analysis", "rules + phase balances",
-              "store write", "API")
+# The parts, as the issue names them, and what the tick does besides (its own CPU, less the
+# parts inside it); "other" is what no part covers (the event loop, kinds' documents, GC ...).
+PART_NAMES = ("NVML read", "/proc read", "discovery", "kinds", "analysis",
+              "rules + phase balances", "store write", "API", "tick (rest)")
 
 
 def floor_round(handles: list, pids_fds: list[tuple[int, int]], since_us: int,
@@ -168,17 +179,14 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
         original_read = nvml_module._Device.read
 
         def read(device: nvml_module._Device) -> object:
-            began = time.thread_time()
-            try:
-                return original_read(device)
-            finally:
-                PARTS_NOW[0].add("NVML read", time.thread_time() - began)
+            return PARTS_NOW[0].run("NVML read", original_read, device)
 
         read.measured = True  # type: ignore[attr-defined]
         nvml_module._Device.read = read  # type: ignore[method-assign,assignment]
     parts.wrap(daemon.procs, "read", "/proc read")
     parts.wrap(daemon.procs, "discover", "discovery")
     parts.wrap(daemon, "_read_attribution", "rules + phase balances")
+    parts.wrap(daemon.kinds, "refresh", "kinds")
     tick_cpu: list[float] = []
     threads_at: list[dict[int, float]] = []
     parts_at: list[dict[str, float]] = []
@@ -211,7 +219,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
             parts_at.append(parts.copy())
             names.update({t.native_id: t.name for t in threading.enumerate()
                           if t.native_id is not None})
-        original()
+        parts.run("tick (rest)", original)
         daemon.now()  # a connected client's /v1/now each tick (the API part)
         tick_cpu.append(time.thread_time() - start)
         sample = daemon.last_sample
