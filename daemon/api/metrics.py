@@ -512,9 +512,21 @@ class Metrics:
         self.collector = DaemonCollector(daemon, label_values, api_port)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
+        self._cached: tuple[Any, bytes] | None = None  # (tick, its exposition)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition, rendered once per tick: every scrape in the same tick (several
+        Prometheus replicas, mlcost-top --prometheus, a person with curl) is served the bytes
+        the first one rendered. Everything the series say changes with the tick (the sample,
+        the ledger, the analyzer), so a tick's bytes are that tick's truth; a daemon-shaped
+        object without a `tick` is rendered on every call."""
+        tick = getattr(self.collector.daemon, "tick", None)
+        cached = self._cached
+        if tick is not None and cached is not None and cached[0] == tick:
+            return cached[1]
+        body = generate_latest(self.registry)
+        self._cached = None if tick is None else (tick, body)
+        return body
 
     # The text format every Prometheus release reads (2.x included).
     content_type = CONTENT_TYPE_PLAIN_0_0_4
