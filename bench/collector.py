@@ -13,6 +13,13 @@
 
 Targets: <= 5 ms CPU per tick, <= 64 bytes per GPU-sample, <= 50 ms for the 24 h read.
 usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64] [--page-cache-kib N]
+       python bench/collector.py --procs 8,64,256 [--ticks 40] [--json]
+
+`--procs` runs the daemon at each size in turn and prints, per size, the whole process's CPU per
+tick in steady state, split by thread (named) and by part (NVML read, /proc read, discovery,
+analysis, rules + phase balances, store write, API: one /v1/now per tick, as a connected client
+asks), the floor measured in the same process while the workloads run (the same NVML calls +
+pread of /proc/PID/{stat,io} of every process), and the ratio; then a table of all sizes.
 """
 
 from __future__ import annotations
@@ -21,18 +28,22 @@ import argparse
 import asyncio
 import ctypes
 import json
+import os
 import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pynvml
 
 from daemon import config as config_module
 from daemon.runtime.daemon import Daemon
+from daemon.sources import nvml as nvml_module
 from daemon.sources.host import read_host_usage
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.writer import PAGE_CACHE_KIB, Store
@@ -54,65 +65,243 @@ def scenario_text(gpus: int, processes: int) -> str:
     return text
 
 
-def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> None:
-    scenario = work / "bench.toml"
+class Parts:
+    """CPU seconds spent in each part of the daemon, in whichever thread runs it: each part's
+    functions are wrapped to add the calling thread's CPU time (time.thread_time) they took,
+    less what parts called inside them took (each second is counted in one part)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()  # this thread's stack of [inner seconds] per open part
+
+    def run(self, part: str, fn: Callable[..., object], *args: object,
+            **kwargs: object) -> object:
+        stack = self._local.__dict__.setdefault("stack", [])
+        stack.append(0.0)
+        began = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            elapsed = time.thread_time() - began
+            inner = stack.pop()
+            if stack:
+                stack[-1] += elapsed
+            with self._lock:
+                self.spent[part] = self.spent.get(part, 0.0) + elapsed - inner
+
+    def wrap(self, owner: object, name: str, part: str) -> None:
+        original = getattr(owner, name)
+
+        def measured(*args: object, **kwargs: object) -> object:
+            return self.run(part, original, *args, **kwargs)
+
+        setattr(owner, name, measured)
+
+    def copy(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.spent)
+
+
+PARTS_NOW: list[Parts] = [Parts()]  # the size being measured
+
+# The parts, as the issue names them, and what the tick does besides (its own CPU, less the
+# parts inside it); "other" is what no part covers (the event loop, kinds' documents, GC ...).
+PART_NAMES = ("NVML read", "/proc read", "discovery", "kinds", "analysis",
+              "rules + phase balances", "store write", "API", "tick (rest)")
+
+
+def floor_round(handles: list, pids_fds: list[tuple[int, int]], since_us: int,
+                lib: object) -> None:
+    """The floor: the same NVML calls the daemon's readers make per GPU (daemon/sources/nvml.py
+    _Device.read), then a pread of /proc/PID/stat and /proc/PID/io of every process, on fds
+    kept open. The simulated NVML is told a second has passed, as at a 1 s tick."""
+    reader = getattr(lib, "reader", None)
+    if reader is not None:
+        reader.snapshot_ns = 0
+    for h in handles:
+        pynvml.nvmlDeviceGetUtilizationRates(h)
+        try:
+            pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+        except TypeError:
+            pynvml.nvmlDeviceGetMemoryInfo(h)
+        pynvml.nvmlDeviceGetPowerUsage(h)
+        pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+        pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+        pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+        pynvml.nvmlDeviceGetComputeRunningProcesses_v3(h)
+        try:
+            pynvml.nvmlDeviceGetProcessUtilization(h, since_us)
+        except pynvml.NVMLError:
+            pass
+    for stat_fd, io_fd in pids_fds:
+        os.pread(stat_fd, 4096, 0)
+        os.pread(io_fd, 4096, 0)
+
+
+def measure_floor(pids: list[int], gpus: int, rounds: int = 20) -> float:
+    """CPU seconds of one floor round (median of `rounds`), in this thread, on this host."""
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
+    fds = []
+    for pid in pids:
+        try:
+            fds.append((os.open(f"/proc/{pid}/stat", os.O_RDONLY),
+                        os.open(f"/proc/{pid}/io", os.O_RDONLY)))
+        except OSError:
+            continue  # it exited
+    try:
+        spent = []
+        for _ in range(rounds):
+            began = time.thread_time()
+            floor_round(handles, fds, int((time.time() - 1.0) * 1e6), pynvml.nvmlLib)
+            spent.append(time.thread_time() - began)
+        return statistics.median(spent)
+    finally:
+        for pair in fds:
+            for fd in pair:
+                os.close(fd)
+
+
+def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, object]:
+    """Run the daemon for `ticks` ticks over `processes` workload processes; print and return
+    the whole process's CPU per tick in steady state, by thread and by part, and the floor."""
+    scenario = work / f"bench-{processes}.toml"
     scenario.write_text(scenario_text(gpus, processes))
     config = config_module.from_dict({
-        "daemon": {"interval": 1.0, "db": str(work / "tick.db")},
+        "daemon": {"interval": 1.0, "db": str(work / f"tick-{processes}.db")},
         "attribution": {"stacks": False},  # bench/stack_overhead.py measures stacks
-        "api": {"socket": str(work / "api.sock")},
+        "api": {"socket": str(work / f"api-{processes}.sock")},
     }, where="bench")
     daemon = Daemon(config, simulate=str(scenario), max_ticks=ticks)
+    parts = Parts()
+    PARTS_NOW[0] = parts  # the NVML readers' class is wrapped once, for every size
+    if not getattr(nvml_module._Device.read, "measured", False):
+        original_read = nvml_module._Device.read
+
+        def read(device: nvml_module._Device) -> object:
+            return PARTS_NOW[0].run("NVML read", original_read, device)
+
+        read.measured = True  # type: ignore[attr-defined]
+        nvml_module._Device.read = read  # type: ignore[method-assign,assignment]
+    parts.wrap(daemon.procs, "read", "/proc read")
+    parts.wrap(daemon.procs, "discover", "discovery")
+    parts.wrap(daemon, "_read_attribution", "rules + phase balances")
+    parts.wrap(daemon.kinds, "refresh", "kinds")
     tick_cpu: list[float] = []
     threads_at: list[dict[int, float]] = []
+    parts_at: list[dict[str, float]] = []
     counts: list[tuple[int, int]] = []
+    floor: list[float] = []
     original = daemon._tick
-
     steady_cpu: list[float] = []
+    wrapped: list[bool] = []
+    names: dict[int, str] = {}  # thread id -> name, while the threads run
+
+    def wrap_late() -> None:  # the store and the analyzer exist once the daemon runs
+        assert daemon.store is not None
+        parts.wrap(daemon.store, "write", "store write")
+        parts.wrap(daemon.store, "maintain", "store write")
+        if daemon.analyzer is not None:
+            parts.wrap(daemon.analyzer, "update", "analysis")
+            for name in ("poll_slow", "analyze", "record"):
+                parts.wrap(daemon.analyzer, name, "rules + phase balances")
+        parts.wrap(daemon, "now", "API")
+        wrapped.append(True)
 
     def measured_tick() -> None:
+        if not wrapped:
+            wrap_late()
         start = time.thread_time()
         if len(tick_cpu) in (10, ticks - 1):
             steady_cpu.append(time.process_time())
             threads_at.append({t.id: t.user_time + t.system_time
                                for t in psutil.Process().threads()})
-        original()
+            parts_at.append(parts.copy())
+            names.update({t.native_id: t.name for t in threading.enumerate()
+                          if t.native_id is not None})
+        parts.run("tick (rest)", original)
+        daemon.now()  # a connected client's /v1/now each tick (the API part)
         tick_cpu.append(time.thread_time() - start)
         sample = daemon.last_sample
         assert sample is not None
         counts.append((len(sample.gpus), sum(1 for p in sample.processes if p.gpus)))
+        if len(tick_cpu) == ticks:  # after the measured window, the workloads still running
+            floor.append(measure_floor([p.pid for p in sample.processes], len(sample.gpus)))
 
     daemon._tick = measured_tick  # type: ignore[method-assign]
     print(f"starting {processes} workload processes on {gpus} simulated GPUs ...", flush=True)
+    load = os.getloadavg()[0]
     cpu0, wall0 = time.process_time(), time.time()
     asyncio.run(daemon.run())
     cpu, wall = time.process_time() - cpu0, time.time() - wall0
-    # Steady state: skip the first 10 ticks (processes still being discovered).
+    load = max(load, os.getloadavg()[0])
+    seen = max(p for _, p in counts)
+    # Steady state: skip the first ticks (processes still being discovered).
     steady = [c for c, (g, p) in zip(tick_cpu, counts, strict=True) if p == processes][5:]
     if not steady:
-        print(f"  only saw {max(p for _, p in counts)} of {processes} GPU processes; "
-              f"figures below are for what was seen")
+        print(f"  only saw {seen} of {processes} GPU processes; figures below are for what "
+              f"was seen")
         steady = tick_cpu[10:]
     ms = sorted(c * 1000 for c in steady)
-    print(f"ticks recorded: {len(tick_cpu)}, at full size (8 GPUs, {processes} processes): "
+    print(f"ticks recorded: {len(tick_cpu)}, at full size ({gpus} GPUs, {processes} processes): "
           f"{len(steady)}")
-    print(f"tick CPU (collect + write + analyzer), main thread: median {statistics.median(ms):.2f}"
-          f" ms, p90 {ms[int(0.9 * (len(ms) - 1))]:.2f} ms, max {ms[-1]:.2f} ms  (target <= 5)")
+    print(f"tick CPU (collect + write + analyzer + one /v1/now), main thread: median "
+          f"{statistics.median(ms):.2f} ms, p90 {ms[int(0.9 * (len(ms) - 1))]:.2f} ms, "
+          f"max {ms[-1]:.2f} ms")
     steady_ticks = ticks - 1 - 10
+    whole = (steady_cpu[1] - steady_cpu[0]) / steady_ticks
     print(f"whole daemon process CPU per tick in steady state (ticks 10-{ticks - 1}: the tick, "
           f"the NVML reader threads on the simulated NVML, discovery, maintenance, rules): "
-          f"{(steady_cpu[1] - steady_cpu[0]) / steady_ticks * 1000:.2f} ms "
-          f"(with start-up: {cpu / max(1, len(tick_cpu)) * 1000:.2f} ms over {wall:.0f} s)")
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    spent = sorted(((threads_at[1].get(tid, 0) - threads_at[0].get(tid, 0), tid)
-                    for tid in threads_at[1]), reverse=True)[:6]
+          f"{whole * 1000:.2f} ms (with start-up: {cpu / max(1, len(tick_cpu)) * 1000:.2f} ms "
+          f"over {wall:.0f} s)")
+    by_thread: dict[str, float] = {}
+    for tid in threads_at[1]:
+        name = names.get(tid) or "exited thread"
+        by_thread[name] = by_thread.get(name, 0.0) + (
+            threads_at[1][tid] - threads_at[0].get(tid, 0.0)) / steady_ticks
+    by_part = {part: (parts_at[1].get(part, 0.0) - parts_at[0].get(part, 0.0)) / steady_ticks
+               for part in PART_NAMES}
+    by_part["other"] = max(0.0, whole - sum(by_part.values()))
+    top = sorted(by_thread.items(), key=lambda kv: kv[1], reverse=True)
+    groups: dict[str, float] = {}  # threads of one kind together: psutil counts 10 ms steps
+    for name, spent in top:
+        group = name.rstrip("0123456789") + "*" if name[-1:].isdigit() else name
+        groups[group] = groups.get(group, 0.0) + spent
     print("  per thread, ms per tick: " + ", ".join(
-        f"{names.get(tid, tid)} {cpu_s / steady_ticks * 1000:.2f}" for cpu_s, tid in spent))
+        f"{name} {spent * 1000:.2f}"
+        for name, spent in sorted(groups.items(), key=lambda kv: kv[1], reverse=True)))
+    print("  per part, ms per tick: " + ", ".join(f"{part} {spent * 1000:.2f}"
+                                                  for part, spent in by_part.items()))
+    print(f"  floor (the same NVML calls + pread of /proc/PID/{{stat,io}}, this process): "
+          f"{floor[0] * 1000:.2f} ms; whole process / floor: {whole / floor[0]:.1f}x "
+          f"(load average {load:.1f})")
     reads, began = 2000, time.thread_time()
     for _ in range(reads):
         read_host_usage()
     print(f"  of the tick, reading the host's CPU, memory and load (sources/host.py): "
           f"{(time.thread_time() - began) / reads * 1000:.3f} ms")
+    return {"procs": processes, "gpus": gpus, "procs_seen": seen, "ticks": ticks,
+            "whole_ms": whole * 1000, "tick_main_thread_ms": statistics.median(ms),
+            "floor_ms": floor[0] * 1000, "ratio": whole / floor[0],
+            "threads_ms": {name: spent * 1000 for name, spent in
+                           sorted(groups.items(), key=lambda kv: kv[1], reverse=True)},
+            "each_thread_ms": {name: spent * 1000 for name, spent in top},
+            "parts_ms": {part: spent * 1000 for part, spent in by_part.items()},
+            "load_average": load}
+
+
+def table(rows: list[dict[str, object]]) -> None:
+    """The sizes side by side, as the issue compares them."""
+    print()
+    print(f"{'GPUs x procs':>13} | {'whole ms/tick':>13} | {'floor ms':>8} | {'ratio':>6} | "
+          f"{'load':>5} | top threads")
+    for row in rows:
+        threads = row["threads_ms"]
+        assert isinstance(threads, dict)
+        tops = ", ".join(f"{n} {v:.1f}" for n, v in list(threads.items())[:3])
+        print(f"{row['gpus']:>5} x {row['procs']:<5} | {row['whole_ms']:>13.2f} | "
+              f"{row['floor_ms']:>8.2f} | {row['ratio']:>5.1f}x | {row['load_average']:>5.1f} | "
+              f"{tops}")
 
 
 def synthetic_sample(tick: int, ts: float, gpus: int, processes: int,
@@ -218,12 +407,31 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, default=60)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--processes", type=int, default=64)
+    parser.add_argument("--procs", default=None, metavar="N,N,...",
+                        help="process counts to run the daemon at, one after the other (e.g. "
+                             "8,64,256): prints the CPU per tick, by thread and by part, the "
+                             "floor and the ratio for each, and skips the store figures")
+    parser.add_argument("--json", action="store_true",
+                        help="with --procs: also print one JSON line of the figures, for "
+                             "tracking")
     parser.add_argument("--page-cache-kib", type=int, default=None,
                         help="the writer's page cache for the full-store figure (default: "
                              "daemon.store.writer.PAGE_CACHE_KIB), to compare sizes")
     args = parser.parse_args()
+    if args.ticks < 20:
+        parser.error("--ticks must be at least 20 (the first 10 are start-up)")
     with tempfile.TemporaryDirectory(prefix="mlcost-bench-") as tmp:
         work = Path(tmp)
+        if args.procs is not None:
+            try:
+                sizes = [int(n) for n in args.procs.split(",") if n.strip()]
+            except ValueError:
+                parser.error(f"--procs {args.procs!r}: give process counts like 8,64,256")
+            rows = [tick_cost(args.ticks, args.gpus, n, work) for n in sizes]
+            table(rows)
+            if args.json:
+                print(json.dumps({"bench": "collector", "sizes": rows}))
+            return 0
         tick_cost(args.ticks, args.gpus, args.processes, work)
         bytes_per_row(args.gpus, args.processes, work)
         history_read(args.gpus, work)

@@ -248,6 +248,30 @@ class DaemonCollector(Collector):
         yield from self._advice(now, hostname)
         yield from self._budgets(analyzer, hostname)
         yield self._kinds(now, hostname)
+        yield from self._latency(document, hostname)
+
+    def _latency(self, document: Mapping[str, Any], hostname: str) -> Iterator[Metric]:
+        """p50/p99 of each [[cost.latency]] histogram, beside the cost. Labelled by the job it
+        is configured for; a process target (PID:START) shows as `process #N` (its table's
+        number): never a pid label."""
+        meters = (document.get("cost") or {}).get("latency") or []
+        if not meters:
+            return
+        family = GaugeMetricFamily("mlcost_latency_seconds", "Serving latency quantiles from "
+                                   "the server's own histogram ([[cost.latency]]), over the "
+                                   "requests between mlcostd's last two polls",
+                                   labels=["target", "quantile", "Hostname"])
+        for number, meter in enumerate(meters, start=1):
+            if not isinstance(meter, Mapping):
+                continue
+            target = str(meter.get("target") or "")
+            shown = f"process #{number}" if ":" in target and target.split(":")[0].isdigit() \
+                else _clean(target)
+            for quantile, key in (("0.5", "p50_seconds"), ("0.99", "p99_seconds")):
+                value = meter.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    family.add_metric([shown, quantile, hostname], float(value))
+        yield family
 
     def _kinds(self, now: Now, hostname: str) -> Metric:
         """GPU processes by workload kind (daemon.analysis.kinds): a bounded label, the five
@@ -488,9 +512,21 @@ class Metrics:
         self.collector = DaemonCollector(daemon, label_values, api_port)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
+        self._cached: tuple[Any, bytes] | None = None  # (tick, its exposition)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition, rendered once per tick: every scrape in the same tick (several
+        Prometheus replicas, mlcost-top --prometheus, a person with curl) is served the bytes
+        the first one rendered. Everything the series say changes with the tick (the sample,
+        the ledger, the analyzer), so a tick's bytes are that tick's truth; a daemon-shaped
+        object without a `tick` is rendered on every call."""
+        tick = getattr(self.collector.daemon, "tick", None)
+        cached = self._cached
+        if tick is not None and cached is not None and cached[0] == tick:
+            return cached[1]
+        body = generate_latest(self.registry)
+        self._cached = None if tick is None else (tick, body)
+        return body
 
     # The text format every Prometheus release reads (2.x included).
     content_type = CONTENT_TYPE_PLAIN_0_0_4

@@ -145,6 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     profile_command.add_arguments(profile)
 
+    from daemon.commands import compare as compare_command
+
+    compare = sub.add_parser("compare", help="before and after: two profiles, snapshots or "
+                                             "ranges, a verdict per figure",
+                             description=compare_command.__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(compare)
+    compare_command.add_arguments(compare)
+
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
     prices = sub.add_parser("prices", help="GPU instance prices with source and age; what "
@@ -466,6 +475,11 @@ def _main(argv: list[str] | None) -> int:
             from daemon.commands import profile as profile_command
 
             return profile_command.run(args)
+
+        if args.command == "compare":
+            from daemon.commands import compare as compare_command
+
+            return compare_command.run(args, _load_config(args))
         if args.command == "prices":
             if args.observed:
                 return cmd_prices_observed(args)

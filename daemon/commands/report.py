@@ -16,6 +16,7 @@ from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.rules.combine import savings_document
+from daemon.analysis.timeline import build as build_timeline
 from daemon.config import Config
 from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
@@ -95,6 +96,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     }
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
     document["energy"] = _window_energy(reader, start, end, gpus, per_kwh, interval)
+    document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval)
     review = document.setdefault("review", {})
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(

@@ -298,3 +298,28 @@ def test_gpu_processes_are_counted_by_kind_with_a_bounded_label():
               for s in samples(Metrics(fake).render().decode(), "mlcost_gpu_processes_by_kind")}
     assert counts == {"training": 1.0, "batch_inference": 0.0, "online_inference": 1.0,
                       "notebook": 0.0, "other": 0.0, "unknown": 2.0}
+
+
+def test_a_tick_is_rendered_once_and_the_next_tick_renders_again():
+    class Ticking(FakeDaemon):
+        tick = 1
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def now(self) -> dict[str, Any]:
+            self.calls += 1
+            return super().now()
+
+    fake = Ticking()
+    metrics = Metrics(fake)
+    fake.processes = [process(1, 2.0)]
+    first = metrics.render()
+    fake.processes = [process(1, 5.0)]  # the ledger moved, but the tick did not
+    assert metrics.render() == first and fake.calls == 1  # every scrape of a tick: its bytes
+    [dollars] = samples(first.decode(), "mlcost_workload_dollars_total")
+    assert dollars.value == 2.0
+    fake.tick, fake.ts = 2, fake.ts + 1
+    [dollars] = samples(metrics.render().decode(), "mlcost_workload_dollars_total")
+    assert dollars.value == 5.0 and fake.calls == 2

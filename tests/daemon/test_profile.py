@@ -130,13 +130,19 @@ def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path
     assert "| --max-data-wait | 20% |" in (out / "summary.md").read_text()
 
 
-def test_the_fixed_script_keeps_its_gpu_busy_and_passes_the_gates(tmp_path):
-    out = tmp_path / "fixed"
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    out = tmp_path_factory.mktemp("fixed") / "profile"
     # The utilization is over the whole run, start-up included: a loaded machine's slow
     # start-up lowers it, so the floor here is below what the run reaches (~75%).
     result = profile(out, "--simulate", "--max-data-wait", "20%", "--min-utilization", "40%",
                      "--progress", STEP_REGEX, "--",
                      sys.executable, PREFETCH, "--steps", "80")
+    return out, result
+
+
+def test_the_fixed_script_keeps_its_gpu_busy_and_passes_the_gates(fixed):
+    out, result = fixed
     assert result.returncode == 0, result.stderr
     facts = document(out)["profile"]
     assert facts["largest_phase"] == "compute"
@@ -339,3 +345,23 @@ def test_a_profile_says_why_it_may_not_stand_for_the_workload():
     steady = dict(facts, first_gpu_work_after_s=3.0, first_step_after_s=4.0, steps=500,
                   shared_gpus={})
     assert representativeness(steady, SimpleNamespace(step_timeline=[(1.0, 500)])) == []
+
+
+def test_compare_of_the_two_profiles_says_the_fix_is_better(starved, fixed):
+    """The loop closed: the profiles `mlcostd profile` wrote, compared by `mlcostd compare`
+    (its step counts read from the profile's step timeline)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "daemon", "compare", str(starved[0]),
+                           str(fixed[0]), "--json"], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    figures = {f["name"]: f for f in result["figures"]}
+    assert figures["phase.data_wait"]["b"] < figures["phase.data_wait"]["a"]
+    assert figures["utilization"]["b"] > figures["utilization"]["a"]
+    per_step = figures["cost_per_1k_steps"]
+    assert per_step["b"] < per_step["a"]
+    assert per_step["noise_from"] == "bootstrap over steps per bucket"
+    gone = {r["rule"] for r in result["recommendations"] if r["status"] == "gone"}
+    assert "dataloader_starvation" in gone
+    assert result["verdict"] == "better", json.dumps(result["figures"], indent=1)
