@@ -65,8 +65,9 @@ def read_history(db: Path, since: float, until: float, for_s: float,
     else:
         largest = max((row["gap"] or 0) / 1000, row["lo"] / 1000 - (until - for_s),
                       until - row["hi"] / 1000)
-    widths = [p[1][0] - p[0][0] for p in (s for s in series.values() if len(s) > 1)]
-    width = max(min(widths) if widths else (until - since) / points, 1.0)
+    # The reader's bucket width: the smallest step between two buckets of any GPU.
+    steps = [b[0] - a[0] for s in series.values() for a, b in zip(s, s[1:], strict=False)]
+    width = max(min(steps) if steps else (until - since) / points, 1.0)
     return (idleness.History(since=since, until=until, width_s=width, first_tick=first_tick,
                              largest_gap_s=largest, gpus=series),
             width >= 60)

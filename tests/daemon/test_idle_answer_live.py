@@ -220,3 +220,23 @@ def test_the_demo_host_is_active_by_its_trainers_and_server(demo_target):
 def test_the_readme_snippets_never_stop_the_demo_host(demo_target, tmp_path, name):
     calls = run_snippet(readme_snippets()[name], tmp_path / name, demo_target)
     check_never_stopped(calls, name)
+
+
+# ---------------------------------------------------------------------------- the edges
+
+
+def test_the_api_answers_the_client_and_refuses_a_bad_for(shared_daemon):
+    from daemon.client import ApiError
+
+    answer = shared_daemon.call("idle", 0.0)
+    assert answer["version"] == 1 and isinstance(answer["active"], bool)
+    with pytest.raises(ApiError) as refused:
+        shared_daemon.call("_request", "GET", "/v1/idle", params={"for": "soon"})
+    assert refused.value.status == 400 and "for='soon'" in refused.value.message
+
+
+def test_a_bad_flag_exits_2_so_and_and_never_fires(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "daemon", "idle", "--for", "soon",
+                           "--connect", f"unix:{tmp_path}/no-daemon.sock"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--for" in done.stderr and done.stdout == ""
