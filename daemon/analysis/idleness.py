@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.analysis.phases import IDLE, UNKNOWN
+from daemon.analysis.phases import COMPUTE, IDLE, UNKNOWN
 
 IDLENESS_VERSION = 1
 
@@ -97,8 +97,11 @@ def process_evidence(proc: Mapping[str, Any]) -> list[tuple[str, float]]:
     cpu = proc.get("cpu_percent")
     if isinstance(cpu, int | float) and cpu >= CPU_PERCENT:
         found.append((f"CPU: {cpu:.0f}%", CPU_CONFIDENCE))
+    # A phase of work the GPU does not show (data wait, checkpoint, eval, sync ...), from its
+    # sampled stacks. Compute is left to the kernels, measured: the phase is the balance of a
+    # longer window and would keep a loop that stalled minutes ago "computing".
     phase = proc.get("phase")
-    if isinstance(phase, str) and phase not in (IDLE, UNKNOWN):
+    if isinstance(phase, str) and phase not in (IDLE, UNKNOWN, COMPUTE):
         found.append((f"phase: {phase}", PHASE_CONFIDENCE))
     return found
 

@@ -109,6 +109,7 @@ def test_a_server_waiting_for_requests_on_an_idle_gpu_is_active():
 def test_each_kind_of_evidence_makes_a_quiet_gpus_process_active():
     assert process_evidence(proc()) == []
     assert process_evidence(proc(phase=None)) == []
+    assert process_evidence(proc(phase="compute")) == []  # left to the kernels, measured
     for facts, word in (({"sm_share": 40.0}, "kernels"), ({"read_bytes_per_s": 5e6}, "I/O"),
                         ({"threads_in_d": 2}, "disk sleep"), ({"io_wait_percent": 30.0}, "I/O"),
                         ({"cpu_percent": 95.0}, "CPU"), ({"phase": "data_wait"}, "data_wait")):
