@@ -186,7 +186,8 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
     if for_s > 0 and (history.first_tick is None or history.first_tick > window_start):
         held = ts - history.first_tick if history.first_tick is not None else 0.0
         unknown.append(f"the history holds {held:.0f} s, less than the asked {for_s:.0f} s "
-                       "(the daemon has not been recording that long)")
+                       "(the daemon has not been recording that long, or keeps its ticks for less: "
+                       "[store].raw_retention, 6 h by default)")
     elif for_s > 0 and history.largest_gap_s > tolerance:
         unknown.append(f"the daemon recorded no tick for {history.largest_gap_s:.0f} s of the "
                        "asked window")
