@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # imported on the first request: mlcost-top draws its first f
 
 DEFAULT_TIMEOUT_S = 3.0
 HISTORY_TIMEOUT_S = 8.0
+IDLE_TIMEOUT_S = 8.0  # the daemon's own store read is cut off at 5 s (daemon.api.idle)
 SNAPSHOT_TIMEOUT_S = 120.0  # writing (and uploading) a snapshot takes a while
 # The largest JSON answer read from a daemon: /v1/now of 8 GPUs x 64 processes is ~1 MB; a
 # daemon that sends more (or never stops) is cut off here, not held in memory.
@@ -168,6 +169,15 @@ class Client:
     async def phases(self, key: str, since_s: float = 1800) -> Phases:
         return Phases.from_dict(await self._request(
             "GET", f"/v1/processes/{key}/phases", params={"since": str(since_s)}))
+
+    async def idle(self, for_s: float = 0.0) -> dict[str, Any]:
+        """GET /v1/idle: the idleness answer (README: Is this host idle?), as the daemon sent
+        it; `active` is true whenever the daemon could not tell."""
+        document = await self._request("GET", "/v1/idle", params={"for": f"{for_s:.3f}"},
+                                       timeout_s=IDLE_TIMEOUT_S)
+        if not isinstance(document, dict) or not isinstance(document.get("active"), bool):
+            raise ApiError(200, f"not an idleness answer from {self.target}")
+        return document
 
     async def recommendations(self) -> list[Recommendation]:
         document = await self._request("GET", "/v1/recommendations")

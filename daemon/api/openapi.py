@@ -140,6 +140,26 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "steps": {"type": "array", "items": {"type": "string"}},
         },
     },
+    "Idleness": {
+        "type": "object", "description": "README: Is this host idle? (autostop)",
+        "required": ["version", "active", "since", "reason", "basis", "confidence", "for_s",
+                     "gpus", "processes"],
+        "properties": {
+            "version": {"type": "integer"}, "active": {"type": "boolean"},
+            "since": {"type": "number", "nullable": True,
+                      "description": "Unix time the host has been idle since (idle) or active "
+                                     "since (active); null when not known"},
+            "since_is_history_start": {"type": "boolean"},
+            "idle_for_s": {"type": "number", "nullable": True},
+            "for_s": {"type": "number"}, "ts": {"type": "number", "nullable": True},
+            "reason": {"type": "string"},
+            "basis": {"type": "string", "enum": ["measured", "fail_safe"]},
+            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            "gpus": {"type": "array", "items": {"type": "object"}},
+            "processes": {"type": "array", "items": {"type": "object"}},
+            "history": {"type": "object", "nullable": True},
+        },
+    },
     "Snoozed": {"type": "object", "required": ["id", "snoozed_until"],
                 "properties": {"id": {"type": "string"}, "snoozed_until": {"type": "number"}}},
 }
@@ -185,6 +205,16 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/recommendations"): {
         "summary": "the active (not snoozed) recommendations",
         "responses": {"200": _json(_ref("Recommendations"), "recommendations")},
+    },
+    ("GET", "/v1/idle"): {
+        "summary": "is this host idle (for autostop): active or not, since when, the evidence "
+                   "per GPU and process, and how sure; anything unknown answers active",
+        "parameters": [_query("for", {"type": "number", "minimum": 0, "maximum": 30 * 86400},
+                              "seconds the host must have been idle to answer idle (default "
+                              "0: idle now)")],
+        "responses": {"200": _json(_ref("Idleness"), "the answer; also when it could not be "
+                                                     "known (active, basis fail_safe, reason)"),
+                      "400": BAD},
     },
     ("POST", "/v1/recommendations/{id}/apply"): {
         "summary": "what the recommendation's action does (dry run, the default) or did; a "

@@ -28,6 +28,7 @@ examples:
   mlcostd report --since 1h               what the GPUs and processes did in the last hour
   mlcostd report --since 30m --json       the same as a JSON document (see the README)
   mlcostd snapshot --since 30m --html     the last 30 min as a snapshot file and its HTML report
+  mlcostd idle --for 30m && shutdown      stop the host once idle for 30 min (README: autostop)
   mlcostd check                           what works on this host and how to fix what doesn't
   mlcostd prices --instance p5.48xlarge   what an instance costs, where the price is from, its age
   mlcostd prices --refresh catalog        refresh prices from the public SkyPilot catalogs (no key)
@@ -153,6 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_common(compare)
     compare_command.add_arguments(compare)
+
+    from daemon.commands import idle as idle_command
+
+    idle = sub.add_parser("idle", help="is this host idle? for autostop scripts (exit 0 idle, "
+                                       "1 active or unknown)",
+                          description=idle_command.__doc__,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    idle.add_argument("--config", metavar="FILE",
+                      help="TOML config file: [api].socket says where the daemon listens")
+    idle_command.add_arguments(idle)
 
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
@@ -480,6 +491,12 @@ def _main(argv: list[str] | None) -> int:
             from daemon.commands import compare as compare_command
 
             return compare_command.run(args, _load_config(args))
+
+        if args.command == "idle":
+            from daemon.commands import idle as idle_command
+
+            return idle_command.run(args, _load_config(args))
+
         if args.command == "prices":
             if args.observed:
                 return cmd_prices_observed(args)

@@ -1,0 +1,129 @@
+"""daemon.analysis.idleness: what answers idle, what answers active, and that anything unknown
+answers active (fail safe), on /v1/now documents and histories written by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.analysis.idleness import History, answer, fail_safe, process_evidence
+
+TS = 1_800_000_000.0
+IDLE_PCT = 5.0
+
+
+def gpu(index: int = 0, utilization: float | None = 0.0, status: str = "ok") -> dict[str, Any]:
+    busy = None if utilization is None else utilization >= IDLE_PCT
+    return {"index": index, "uuid": f"GPU-{index}", "status": status,
+            "utilization": utilization, "busy": busy}
+
+
+def proc(**facts: Any) -> dict[str, Any]:
+    base = {"key": "10:1.000", "pid": 10, "user": "ana", "command": "python nb.py",
+            "gpus": [{"index": 0}], "sm_share": 0.0, "cpu_percent": 0.5,
+            "read_bytes_per_s": 0.0, "write_bytes_per_s": 0.0, "io_wait_percent": 0.0,
+            "threads_in_d": 0, "phase": "idle", "kind": "notebook", "serves": False}
+    return {**base, **facts}
+
+
+def now(*, gpus: list[dict[str, Any]] | None = None,
+        processes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"ts": TS, "gpus": gpus if gpus is not None else [gpu()],
+            "processes": processes if processes is not None else [proc()]}
+
+
+def history(*, busy_until: float | None = None, recorded_s: float = 3600.0,
+            gpus: tuple[int, ...] = (0,), hole: tuple[float, float] | None = None,
+            largest_gap_s: float = 1.0) -> History:
+    """Buckets of 6 s over the last `recorded_s`, busy (90%) up to `busy_until`."""
+    width = 6.0
+    start = TS - recorded_s
+    points = []
+    t = start
+    while t < TS:
+        if not (hole and hole[0] <= t < hole[1]):
+            value = 90.0 if busy_until is not None and t + width <= busy_until else 0.0
+            points.append((t, value, value, value))
+        t += width
+    return History(since=TS - 3600, until=TS, width_s=width, first_tick=start,
+                   largest_gap_s=largest_gap_s, gpus={i: points for i in gpus})
+
+
+def ask(document: dict[str, Any], hist: History | None, for_s: float = 0.0) -> dict[str, Any]:
+    return answer(document, hist, for_s=for_s, idle_utilization_pct=IDLE_PCT, interval_s=1.0)
+
+
+def test_a_notebook_holding_an_idle_gpu_for_long_enough_is_idle_since_the_last_busy_moment():
+    result = ask(now(), history(busy_until=TS - 1200), for_s=900)
+    assert result["active"] is False and result["basis"] == "measured"
+    assert result["since"] == TS - 1200 and result["idle_for_s"] == 1200
+    assert result["since_is_history_start"] is False
+    assert result["processes"][0]["active"] is False
+
+
+def test_idle_for_less_than_asked_is_active_with_how_long_it_has_been_idle():
+    result = ask(now(), history(busy_until=TS - 600), for_s=1800)
+    assert result["active"] is True and result["since"] is None
+    assert result["idle_for_s"] == 600 and "only for 600 s" in result["reason"]
+
+
+def test_never_busy_in_the_history_is_idle_since_the_history_began():
+    result = ask(now(), history(recorded_s=2400), for_s=1800)
+    assert result["active"] is False and result["since_is_history_start"] is True
+    assert result["since"] == TS - 2400
+
+
+def test_a_history_shorter_than_asked_is_active_and_says_so():
+    result = ask(now(), history(recorded_s=300), for_s=1800)
+    assert result["active"] is True and result["basis"] == "fail_safe"
+    assert result["confidence"] == 0 and "less than the asked 1800 s" in result["reason"]
+
+
+def test_a_hole_in_the_ticks_or_in_a_gpus_readings_is_active():
+    gap = ask(now(), history(largest_gap_s=120), for_s=1800)
+    assert gap["active"] is True and "no tick for 120 s" in gap["reason"]
+    lost = ask(now(), history(hole=(TS - 900, TS - 600)), for_s=1800)
+    assert lost["active"] is True and "GPU 0 has no readings" in lost["reason"]
+
+
+def test_a_gpu_without_a_reading_now_is_active():
+    result = ask(now(gpus=[gpu(0), gpu(1, None, "lost")]), history(gpus=(0, 1)))
+    assert result["active"] is True and result["basis"] == "fail_safe"
+    assert "GPU 1 has no utilization reading (lost)" in result["reason"]
+
+
+def test_no_tick_no_gpus_or_no_history_is_active():
+    assert ask({"ts": None, "gpus": [], "processes": []}, history())["active"] is True
+    assert ask(now(gpus=[]), history())["active"] is True
+    assert ask(now(), None)["active"] is True
+    safe = fail_safe("no mlcostd", for_s=60)
+    assert safe["active"] is True and safe["confidence"] == 0 and safe["reason"] == "no mlcostd"
+
+
+def test_a_server_waiting_for_requests_on_an_idle_gpu_is_active():
+    server = proc(kind="online_inference", serves=True, kind_confidence=0.9, phase=None)
+    result = ask(now(processes=[server]), history(), for_s=1800)
+    assert result["active"] is True and result["basis"] == "measured"
+    assert result["confidence"] == 0.9 and "serves on a port" in result["reason"]
+
+
+def test_each_kind_of_evidence_makes_a_quiet_gpus_process_active():
+    assert process_evidence(proc()) == []
+    assert process_evidence(proc(phase=None)) == []
+    assert process_evidence(proc(phase="compute")) == []  # left to the kernels, measured
+    for facts, word in (({"sm_share": 40.0}, "kernels"), ({"read_bytes_per_s": 5e6}, "I/O"),
+                        ({"threads_in_d": 2}, "disk sleep"), ({"io_wait_percent": 30.0}, "I/O"),
+                        ({"cpu_percent": 95.0}, "CPU"), ({"phase": "data_wait"}, "data_wait")):
+        found = process_evidence(proc(**facts))
+        assert found and word in found[0][0], facts
+
+
+def test_a_busy_gpu_is_active_since_its_busy_stretch_began():
+    result = ask(now(gpus=[gpu(0, 97.0)], processes=[proc(sm_share=97.0, phase="compute")]),
+                 history(busy_until=TS + 6, recorded_s=600))
+    assert result["active"] is True and result["confidence"] == 1.0
+    assert result["since"] == TS - 600
+
+
+def test_an_unknown_phase_lowers_the_confidence_of_an_idle_answer():
+    result = ask(now(processes=[proc(phase=None)]), history(busy_until=TS - 1200), for_s=60)
+    assert result["active"] is False and result["confidence"] == 0.8
