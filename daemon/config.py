@@ -175,6 +175,8 @@ class InstanceConfig:
     provider: str = field(default="", metadata=_meta(
         "cloud provider override", choices=("", "aws", "gcp", "azure", "lambda", "on-prem")))
     type: str = field(default="", metadata=_meta("instance type override, e.g. p4d.24xlarge"))
+    id: str = field(default="", metadata=_meta(
+        "EC2 instance id a resize acts on (e.g. i-0abc...); empty: from the instance metadata"))
     region: str = field(default="", metadata=_meta("region override, e.g. us-east-1"))
     lifecycle: str = field(default="", metadata=_meta(
         "pricing lifecycle override (commit-1y/commit-3y where the catalog lists them, else "

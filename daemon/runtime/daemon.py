@@ -506,6 +506,8 @@ class Daemon:
                                               len(self.nvml.latest()[1]) or None)
         self.host["price"] = price.as_dict()
         self.host.setdefault("instance", instance)
+        if instance.get("id"):  # [instance].id on a simulated host too (the demo's EC2)
+            self.host["instance"]["id"] = instance["id"]
         assert self.store is not None
         self.store.set_meta("host", self.host)
         return build_analyzer(self.config, price, catalog)
