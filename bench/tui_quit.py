@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import re
 import pty
+import re
 import statistics
 import struct
 import subprocess
