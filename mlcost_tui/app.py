@@ -38,6 +38,7 @@ from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
+from mlcost_tui.screens.confirm import ConfirmScreen
 from mlcost_tui.screens.details import DetailsScreen
 from mlcost_tui.screens.gpu import GpuScreen
 from mlcost_tui.screens.help import HelpScreen
@@ -341,16 +342,14 @@ class MlcostTop(App):
         return self.query_one(RecommendationTable).about(process)
 
     def current_recommendation(self) -> Recommendation | None:
+        """What `a` and `x` act on: the recommendation a details screen shows, else the row
+        highlighted in the recommendations panel, whichever panel has the focus (its action
+        column says what `a` does to it)."""
         screen = self.screen
         if isinstance(screen, DetailsScreen):
             if screen.recommendation is not None:
                 return screen.recommendation
             return screen.related[0] if screen.related else None
-        if self.viewing is not None and self.query_one(ProcessPanel).has_focus:
-            process = self.selected_process()
-            related = self.recommendations_for(process) if process else ()
-            if related:
-                return related[0]
         return self.selected_recommendation()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -639,8 +638,7 @@ class MlcostTop(App):
             return
         rec = self.current_recommendation()
         if rec is None:
-            self.notify("no recommendation selected: tab to the recommendations panel",
-                        severity="warning")
+            self.notify("no recommendation to apply yet", severity="warning")
             return
         self.start_action(rec, dry_run=True)
 
@@ -663,10 +661,17 @@ class MlcostTop(App):
             return
         rec = self.current_recommendation()
         if rec is None:
-            self.notify("no recommendation selected: tab to the recommendations panel",
-                        severity="warning")
+            self.notify("no recommendation to snooze yet", severity="warning")
             return
-        self.run_snooze(rec)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_snooze(rec)
+
+        self.push_screen(ConfirmScreen(
+            f"Snooze this recommendation for {SNOOZE_HOURS:g} h? It leaves the list (here and "
+            f"for every client of this mlcostd) until then.\n\n{rec.rule}: {rec.summary}",
+            yes=f"Snooze {SNOOZE_HOURS:g} h (y)", no="Keep it (n)"), answered)
 
     def action_history(self) -> None:
         if self._refuse("history") or self.viewing is None or self.client is None:

@@ -42,10 +42,54 @@ def number(value: float | None, unit: str = "", digits: int = 0) -> str:
     return DASH if value is None else f"{value:.{digits}f}{unit}"
 
 
+ELLIPSIS = "…"
+
+
+def cut(text: str, width: int) -> str:
+    """`text` in at most `width` cells, cut at a word boundary with an ellipsis (mid-word only
+    when the first word alone is longer than half the width)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    head = text[: width - 1]
+    space = head.rstrip().rfind(" ")
+    if space >= width // 2:
+        head = head[:space]
+    return head.rstrip(" ,;:-—(") + ELLIPSIS
+
+
+def program_words(command: str) -> list[str]:
+    """The words of a command line that tell processes apart: the program's own name (no
+    folder), and for an interpreter running a module or a script, that module's last part
+    (`python -m pkg.workloads.data_starved` -> `python -m …data_starved`) or the script's
+    file name."""
+    words = command.split()
+    if not words:
+        return []
+    words[0] = words[0].rsplit("/", 1)[-1]
+    if words[0].startswith("python") and len(words) > 1:
+        if words[1] == "-m" and len(words) > 2 and "." in words[2]:
+            words[2] = ELLIPSIS + words[2].rsplit(".", 1)[-1]
+        elif words[1].endswith(".py"):
+            words[1] = words[1].rsplit("/", 1)[-1]
+    return words
+
+
 def short_command(command: str, width: int = 60) -> str:
-    head, _, rest = command.partition(" ")
-    text = (head.rsplit("/", 1)[-1] + (" " + rest if rest else "")) if head else command
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """A command line in `width` cells, what tells it apart first: the program and its module
+    or script (see program_words), then its arguments, cut at a word boundary. When even that
+    does not fit, the interpreter goes (`…data_starved --gpu 1`)."""
+    words = program_words(command)
+    if not words:
+        return cut(command, width)
+    text = " ".join(words)
+    if len(text) > width and len(words) > 2 and words[1] == "-m":
+        text = " ".join(words[2:])  # the module is what differs; "python -m" is on every row
+    elif len(text) > width and len(words) > 1 and words[1].endswith(".py") and \
+            words[0].startswith("python"):
+        text = " ".join(words[1:])
+    return cut(text, width)
 
 
 def sparkline(values: Sequence[float], width: int = 12, top: float = 100.0) -> str:

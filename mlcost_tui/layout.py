@@ -44,7 +44,8 @@ def layout_for(width: int, height: int, gpu_count: int, process_count: int = 0,
     chrome = 2 if compact else 3
     body = max(height - HEADER_ROWS - FOOTER_ROWS, 0)
     if height < COMPACT_BELOW_ROWS:
-        recommendation_rows = 1
+        # Three: moving through the list is never blind (at 80x24 the processes keep five).
+        recommendation_rows = 3 if height >= 24 else 1
     elif height < 40:
         recommendation_rows = 3
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from rich.text import Text
@@ -86,8 +86,9 @@ def _io_cell(value: float | None) -> Text:
 
 
 @lru_cache(_CACHE)
-def _command_cell(command: str) -> str:
-    return fmt.short_command(command, 200)
+def _command_cell(command: str, width: int = 200) -> str:
+    """The command in the column's width: what tells the rows apart first, cut at a word."""
+    return fmt.short_command(command, width)
 
 
 def compute_share(p: Process) -> float:
@@ -119,7 +120,7 @@ def _kind_cell(kind: str | None) -> Text:
 COLUMNS: tuple[ProcessColumn, ...] = (
     ProcessColumn("pid", "PID", PID_WIDTH, value=lambda r: (r.process.pid, r.branch),
                   draw=_pid_cell, sort=lambda p: p.pid, descending=False),
-    ProcessColumn("user", "user", 8, 5, value=lambda r: r.process.user,
+    ProcessColumn("user", "user", 8, 3, value=lambda r: r.process.user,
                   draw=lambda user: user[:8], sort=lambda p: p.user, descending=False),
     ProcessColumn("gpus", "GPU", 4, 1, value=lambda r: (r.process.gpus, r.parent_gpus),
                   draw=_gpus_cell, sort=lambda p: p.gpus, descending=False),
@@ -157,6 +158,7 @@ COLUMNS: tuple[ProcessColumn, ...] = (
                   draw=_command_cell, sort=lambda p: p.command, descending=False),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
+WIDE_COMMAND_FROM = 150
 DEFAULT_SORT = "cost"
 
 
@@ -183,10 +185,12 @@ class ProcessPanel(KeyedTable):
     def columns_for(self, width: int) -> tuple[Column, ...]:
         columns = [c for c in COLUMNS if (c.key != "job" or self.show_jobs)
                    and (c.key != "kind" or self.show_kinds)]
-        # The command says what a process is: it keeps a quarter of a wide screen.
-        columns = [ProcessColumn(c.key, c.label, max(c.width or 0, width // 4), c.priority,
-                                 c.flex, c.value, c.draw, c.sort, c.descending)
-                   if c.key == "command" else c for c in columns]
+        # The command says what a process is: it keeps a quarter of a wide screen (from
+        # WIDE_COMMAND_FROM columns; below, user, CPU, spent and I/O wait come first).
+        if width >= WIDE_COMMAND_FROM:
+            columns = [ProcessColumn(c.key, c.label, max(c.width or 0, width // 4), c.priority,
+                                     c.flex, c.value, c.draw, c.sort, c.descending)
+                       if c.key == "command" else c for c in columns]
         if self.tree_mode:
             columns = [ProcessColumn(c.key, c.label, TREE_PID_WIDTH, c.priority, c.flex,
                                      c.value, c.draw, c.sort, c.descending)
@@ -272,7 +276,9 @@ class ProcessPanel(KeyedTable):
             self.fit(self.width)
         columns = [BY_KEY[k] for k in self.shown_keys]
         values = [c.value for c in columns]
-        draws = [c.draw for c in columns]
+        widths = {c.key: c.width for c in self.columns_shown}
+        draws = [partial(_command_cell, width=widths.get(c.key) or 200)
+                 if c.key == "command" else c.draw for c in columns]
         cells_for = self.cells_for
         self.sync([(row.process.key,
                     cells_for(row.process.key, tuple(v(row) for v in values), draws))

@@ -140,6 +140,8 @@ class RecommendationTable(KeyedTable):
     def cells(self, r: Recommendation) -> dict[str, object]:
         alone = (fmt.money(r.savings_per_month)
                  if r.combined_savings_per_month is not None else "")
+        widths = {c.key: c.width for c in self.columns_shown}
         return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
                 "alone": Text(alone, style=MUTED), "evidence": evidence_text(r), "rule": r.rule,
-                "summary": r.summary, "action": action_label(r, self.on_ec2)}
+                "summary": fmt.cut(r.summary, widths.get("summary") or len(r.summary)),
+                "action": action_label(r, self.on_ec2)}
