@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, afte
     from daemon.replay import Replay
 
 SNOOZE_HOURS = 24.0
+SNAPSHOT_TOAST_S = 6.0  # long enough to read a file name; the demo's exit line repeats it
 
 
 class FilterInput(Input):
@@ -72,6 +73,10 @@ class MlcostTop(App):
         border: none; border-top: round $primary-darken-2; }
     GpuPanel.compact:focus-within, ProcessPanel.compact:focus-within,
     RecommendationTable.compact:focus-within { border: none; border-top: round $accent; }
+    /* Toasts at the top right, over the header and the GPU panel: never over the process
+       rows or the recommendations a key acts on (at 80x24 they covered seven process rows). */
+    ToastRack { dock: top; align: right top; margin-bottom: 0; margin-top: 3; }
+    Toast { padding: 0 1; max-width: 80%; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
     .hidden { display: none; }
@@ -249,6 +254,7 @@ class MlcostTop(App):
         gpus.group_idle = layout.group_idle_gpus
         gpus.styles.max_height = layout.gpu_rows + layout.chrome_rows
         recommendations.styles.max_height = layout.recommendation_rows + layout.chrome_rows
+        recommendations.max_lines = layout.recommendation_lines
         for panel in (gpus, processes, recommendations):
             panel.set_class(layout.compact, "compact")
             panel.fit(layout.table_width)
@@ -277,7 +283,7 @@ class MlcostTop(App):
             return  # a poll that finished while the app closes: no panels to draw on
         self.hosts = message.hosts
         for note in self.event_snapshots.news(self.hosts):
-            self.notify(note, title="incident snapshot", timeout=10)
+            self.notify(note, title="incident snapshot", timeout=SNAPSHOT_TOAST_S)
         if any(h.error is None and h.now is not None and h.now.ts is not None
                for h in self.hosts):
             self.starting = None  # the first tick's figures: no longer starting
@@ -687,7 +693,7 @@ class MlcostTop(App):
         self.notify("taking a snapshot of the last 30 minutes…", timeout=3)
         text, ok = await incidents.take(self.client)
         self.notify(text, title="snapshot", severity="information" if ok else "error",
-                    timeout=15)
+                    timeout=SNAPSHOT_TOAST_S if ok else 15)
 
     # -- workers for one-off requests -----------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -57,6 +58,16 @@ def cut(text: str, width: int) -> str:
     if space >= width // 2:
         head = head[:space]
     return head.rstrip(" ,;:-—(") + ELLIPSIS
+
+
+def wrap(text: str, width: int, lines: int | None = None) -> list[str]:
+    """`text` wrapped at words into lines of `width`; with `lines`, at most that many, the last
+    cut with an ellipsis when text is left over."""
+    wrapped = textwrap.wrap(text, max(width, 1), break_on_hyphens=False) or [""]
+    if lines is None or len(wrapped) <= lines:
+        return wrapped
+    # The rest is longer than one line (it wrapped): cut() ends it at a word with an ellipsis.
+    return [*wrapped[: lines - 1], cut(" ".join(wrapped[lines - 1:]), width)]
 
 
 def program_words(command: str) -> list[str]:

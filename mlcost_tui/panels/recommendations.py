@@ -104,6 +104,7 @@ class RecommendationTable(KeyedTable):
         self.recommendations: dict[str, Recommendation] = {}
         self.replaying = False  # a replay: no rules run, it shows what was recorded
         self.on_ec2 = False  # a resize can be done here (else its commands are shown)
+        self.max_lines = 1  # lines a recommendation's text may take (the layout's spare rows)
         self.snoozed_here: set[str] = set()  # snoozed here; the daemon drops them from the next poll
         self.border_title = "Recommendations"
 
@@ -113,6 +114,9 @@ class RecommendationTable(KeyedTable):
                                  -(r.savings_per_month or 0.0)))
         self.recommendations = {r.id: r for r in recs}
         self.on_ec2 = on_ec2(now)
+        width = self.summary_width
+        self.set_row_height(min(max((len(fmt.wrap(r.summary, width)) for r in recs), default=1),
+                                self.max_lines))
         shown = self.shown_keys
         self.sync([(r.id, tuple(cells[k] for k in shown))
                    for r, cells in ((r, self.cells(r)) for r in recs)])
@@ -129,6 +133,12 @@ class RecommendationTable(KeyedTable):
                       f"the {fmt.money(now.bill_per_month, '/month')} bill")
         self.border_title = title
 
+    @property
+    def summary_width(self) -> int:
+        """The recommendation text's column width (its text is wrapped or cut to it)."""
+        widths = {c.key: c.width for c in self.columns_shown}
+        return widths.get("summary") or 40
+
     def selected(self) -> Recommendation | None:
         key = self.selected_key
         return self.recommendations.get(key) if key else None
@@ -140,8 +150,7 @@ class RecommendationTable(KeyedTable):
     def cells(self, r: Recommendation) -> dict[str, object]:
         alone = (fmt.money(r.savings_per_month)
                  if r.combined_savings_per_month is not None else "")
-        widths = {c.key: c.width for c in self.columns_shown}
         return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
                 "alone": Text(alone, style=MUTED), "evidence": evidence_text(r), "rule": r.rule,
-                "summary": fmt.cut(r.summary, widths.get("summary") or len(r.summary)),
+                "summary": "\n".join(fmt.wrap(r.summary, self.summary_width, self.row_height)),
                 "action": action_label(r, self.on_ec2)}

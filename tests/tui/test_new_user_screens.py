@@ -191,12 +191,19 @@ async def test_at_200x50_the_recommendations_use_the_rows_the_processes_leave():
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=(200, 50)) as pilot:
         await shown(pilot)
-        lines = screen_text(app)
+        recs = app.query_one(RecommendationTable)
+        assert recs.row_height >= 2  # the rows the five processes leave
+        # the whole resize text, wrapped at words over the recommendation's lines
+        cell = str(recs.get_cell("rec-resize", "summary"))
+        assert "\n" in cell and cell.replace("\n", " ") == LONG
+        text = "\n".join(screen_text(app))
+        for line in cell.splitlines():
+            assert line in text, line
         procs = app.query_one(ProcessPanel)
         blank = procs.region.height - 3 - procs.row_count  # box and header, then the rows
-        assert blank <= 1, f"{blank} blank process rows"
-        text = "\n".join(lines)
-        assert "check the job's speed on it" in text  # the whole resize text, over two lines
+        cut = [r for r in recs.recommendations.values()
+               if "…" in str(recs.get_cell(r.id, "summary"))]
+        assert blank <= 1 or not cut, f"{blank} blank process rows while {len(cut)} are cut"
 
 
 def replay_status_line(app: MlcostTop) -> str:
@@ -223,3 +230,27 @@ async def test_the_replay_shows_its_tick_at_80_and_120_columns(width):
         line = replay_status_line(app)
         assert re.search(r"tick \d+/\d+", line), line
 
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+async def test_a_snapshot_toast_covers_no_process_or_recommendation_row(size):
+    from mlcost_tui.app import SNAPSHOT_TOAST_S
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await shown(pilot)
+        from mlcost_tui.incidents import describe
+
+        folder = "/home/someone/.local/state/mlcost/demo/20261202-142017-manual"
+        app.notify(describe({"path": folder + ".db", "html": folder + ".html", "ticks": 120,
+                             "bytes": 1_200_000}), title="snapshot", timeout=SNAPSHOT_TOAST_S)
+        await pilot.pause()
+        await pilot.pause()
+        toasts = list(app.screen.query("Toast"))
+        assert toasts
+        covered = [panel for panel in (app.query_one(ProcessPanel),
+                                       app.query_one(RecommendationTable))
+                   for toast in toasts if toast.region.overlaps(panel.region)]
+        assert not covered, [t.region for t in toasts]
+    assert SNAPSHOT_TOAST_S <= 10
