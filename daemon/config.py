@@ -121,7 +121,9 @@ def parse_size(value: str | int) -> int:
 def parse_address(value: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets) as (host, port); ValueError says what fits."""
     host, sep, port = value.rpartition(":")
-    if sep and host and port.isdigit() and 0 <= int(port) <= 65535:
+    if sep and host and port.isdigit():
+        if int(port) > 65535:
+            raise ValueError(f"{value!r}: port {int(port)} is out of range (0-65535)")
         return host.strip("[]"), int(port)
     raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
 

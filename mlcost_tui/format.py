@@ -103,6 +103,21 @@ def short_command(command: str, width: int = 60) -> str:
     return cut(text, width)
 
 
+def gpu_list(indices: Sequence[int], width: int | None = None) -> str:
+    """'0-3', '0,2,5', '0-3,6': GPU indices, runs as ranges; in `width`, when the list is
+    longer, the first and how many more ('0+4'), never a list cut mid-way ('0,1,')."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    text = ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+    if width is not None and len(text) > width and indices:
+        text = f"{min(indices)}+{len(indices) - 1}"
+    return text
+
+
 def sparkline(values: Sequence[float], width: int = 12, top: float = 100.0) -> str:
     """The last `width` values as block characters on a 0..top scale."""
     if not values:

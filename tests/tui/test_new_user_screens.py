@@ -254,3 +254,62 @@ async def test_a_snapshot_toast_covers_no_process_or_recommendation_row(size):
                    for toast in toasts if toast.region.overlaps(panel.region)]
         assert not covered, [t.region for t in toasts]
     assert SNAPSHOT_TOAST_S <= 10
+
+
+def multi_gpu_host() -> HostSnapshot:
+    """A 4-GPU job (GPUs 0-3, 70 GiB and 85% SM on each) beside an idle GPU whose process's
+    last sampled phase was compute."""
+    doc = now_document(processes=2, gpus=5)
+    gib = 1 << 30
+    doc["processes"][0]["gpus"] = [{"index": i, "memory_bytes": 70 * gib, "sm_share": 85.0}
+                                   for i in range(4)]
+    doc["processes"][0].update(gpu_memory_bytes=280 * gib, sm_share=340.0, phase="compute")
+    doc["processes"][1]["gpus"] = [{"index": 4, "memory_bytes": 8 * gib, "sm_share": 0.0}]
+    doc["processes"][1].update(phase="compute")
+    for gpu in doc["gpus"]:
+        gpu["busy"] = gpu["index"] != 4
+    return HostSnapshot("unix:/test.sock", Now.from_dict(doc), None, 0.01, TS)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+async def test_a_multi_gpu_process_reads_per_gpu_and_its_gpus_as_a_range(size):
+    from mlcost_tui.panels.gpus import GpuPanel
+    from mlcost_tui.screens.gpu import GpuScreen
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        app.post_message(SnapshotArrived((multi_gpu_host(),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        gpus_cell = str(procs.get_cell("1000:1700000000.000", "gpus"))
+        assert gpus_cell == "0-3"  # not "0,1," cut mid-list
+        # the phase column agrees with the GPU panel: GPU 4 is IDLE, so its process is idle
+        assert str(procs.get_cell("1001:1700000001.000", "phase")) == "idle"
+        assert str(procs.get_cell("1000:1700000000.000", "phase")) == "compute"
+        # GPU 0's page: the job's memory and SM share on GPU 0, not its sums over four GPUs
+        panel = app.query_one(GpuPanel)
+        panel.focus()
+        panel.move_cursor(row=0)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, GpuScreen)
+        body = str(app.screen.query_one("#gpu-body").render())
+        assert "70.0G" in body and "SM  85%" in body, body
+        assert "280.0G  SM" not in body and "340%" not in body
+        assert "on 4 GPUs: 0-3" in body
+
+
+def test_gpu_lists_never_stop_mid_list():
+    assert fmt.gpu_list((0, 1, 2, 3)) == "0-3"
+    assert fmt.gpu_list((0, 1)) == "0,1"
+    assert fmt.gpu_list((0, 2, 5, 7), 4) == "0+3"
+
+
+def test_both_fleet_tables_say_their_order_and_put_down_hosts_first():
+    from mlcost_tui.panels.fleet import FLEET_ORDER, fleet_order
+
+    up = HostSnapshot("unix:/a.sock", demo_host().now, None, 0.01, TS)
+    down = HostSnapshot("unix:/b.sock", None, "no mlcostd", 0.01, TS)
+    assert sorted([up, down], key=fleet_order) == [down, up]
+    assert "down hosts first" in FLEET_ORDER and "costliest first" in FLEET_ORDER
