@@ -95,11 +95,13 @@ def short_command(command: str, width: int = 60) -> str:
     if not words:
         return cut(command, width)
     text = " ".join(words)
-    if len(text) > width and len(words) > 2 and words[1] == "-m":
-        text = " ".join(words[2:])  # the module is what differs; "python -m" is on every row
-    elif len(text) > width and len(words) > 1 and words[1].endswith(".py") and \
-            words[0].startswith("python"):
-        text = " ".join(words[1:])
+    # In a narrow column the interpreter goes (it is on every row; the module or script is
+    # what differs): when it and its module would take over half the width.
+    if len(text) > width and words[0].startswith("python"):
+        skip = 2 if len(words) > 2 and words[1] == "-m" else \
+            1 if len(words) > 1 and words[1].endswith(".py") else 0
+        if skip and len(" ".join(words[: skip + 1])) > width // 2:
+            text = " ".join(words[skip:])
     return cut(text, width)
 
 
