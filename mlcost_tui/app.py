@@ -28,6 +28,7 @@ from textual.widgets import DataTable, Footer, Input
 
 from daemon.clock import local_time
 from daemon.wire import Now, Process, Recommendation, lines
+from mlcost_tui import format as fmt
 from mlcost_tui import incidents
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.layout import Layout, layout_for
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, afte
     from daemon.replay import Replay
 
 SNOOZE_HOURS = 24.0
+UNDO_S = 15.0  # how long after a snooze `u` brings the recommendation back
 SNAPSHOT_TOAST_S = 6.0  # long enough to read a file name; the demo's exit line repeats it
 
 
@@ -94,6 +96,7 @@ class MlcostTop(App):
         Binding("enter", "details", "Details", id="app.details", show=False),
         Binding("a", "apply_recommendation", "Apply", id="app.apply"),
         Binding("x", "snooze_recommendation", "Snooze", id="app.snooze"),
+        Binding("u", "undo_snooze", "Undo snooze", id="app.undo_snooze"),
         Binding("k", "kill", "Stop idle", id="app.kill"),
         Binding("h", "history", "History", id="app.history"),
         Binding("s", "snapshot", "Snapshot", id="app.snapshot", show=False),
@@ -119,6 +122,8 @@ class MlcostTop(App):
         ("apply_recommendation", "Apply recommendation",
          "dry run, then do it after confirmation (a)"),
         ("snooze_recommendation", "Snooze recommendation", f"hide it for {SNOOZE_HOURS:g} h (x)"),
+        ("undo_snooze", "Undo snooze", f"bring the last snoozed recommendation back, within "
+                                       f"{UNDO_S:g} s (u)"),
         ("kill", "Stop idle process", "SIGTERM via mlcostd, after confirmation (k)"),
         ("history", "History", "utilization and wasted $/h over 1 h and 24 h (h)"),
         ("snapshot", "Snapshot", "the last 30 min as a snapshot file and HTML report (s)"),
@@ -131,7 +136,7 @@ class MlcostTop(App):
     )
     # What needs a daemon to answer (not in replay), and what needs one host's view.
     NEEDS_DAEMON = ("apply_recommendation", "snooze_recommendation", "kill", "history",
-                    "snapshot")
+                    "snapshot", "undo_snooze")
     NEEDS_HOST = ("filter", "sort", "invert", "tree", "details", "apply_recommendation",
                   "snooze_recommendation", "kill", "history", "snapshot")
 
@@ -163,6 +168,8 @@ class MlcostTop(App):
         self.render_seconds = 0.0  # how long the last render took (the bench reads it)
         self.event_snapshots = incidents.EventSnapshots()
         self.screen_layout: Layout | None = None
+        # The last snooze, while `u` can undo it: (recommendation, monotonic time of the snooze)
+        self.last_snooze: tuple[Recommendation, float] | None = None
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
@@ -359,6 +366,9 @@ class MlcostTop(App):
         return self.selected_recommendation()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "undo_snooze":  # shown in the footer only while it can undo
+            return self.last_snooze is not None and \
+                time.monotonic() - self.last_snooze[1] < UNDO_S
         if action in ("replay_step", "replay_minute", "play"):
             return True if self.replay is not None else False
         if action == "pause" and self.replay is not None:
@@ -740,8 +750,32 @@ class MlcostTop(App):
             table.show(self.now)
         if isinstance(self.screen, DetailsScreen) and self.screen.recommendation is not None:
             self.pop_screen()
+        self.last_snooze = (rec, time.monotonic())
+        self.refresh_bindings()
+        self.set_timer(UNDO_S, self.refresh_bindings, name="undo snooze ends")
         self.notify(f"snoozed until {local_time(until, seconds=False)}: "
-                    f"{rec.summary[:60]}")
+                    f"{fmt.cut(rec.summary, 60)} — u: undo", timeout=UNDO_S)
+
+    @work(exclusive=True, group="snooze", exit_on_error=False,
+          description="undo the last snooze through mlcostd")
+    async def action_undo_snooze(self) -> None:
+        from daemon.client import ClientError
+
+        if self.last_snooze is None or self.client is None:
+            return
+        rec, _ = self.last_snooze
+        try:
+            await self.client.unsnooze(rec.id)
+        except ClientError as exc:
+            self.notify(f"undo failed: {exc}", severity="error", timeout=8)
+            return
+        self.last_snooze = None
+        self.refresh_bindings()
+        table = self.query_one(RecommendationTable)
+        table.snoozed_here.discard(rec.id)
+        if self.now is not None:
+            table.show(self.now)  # back at once if this snapshot has it; the next poll does too
+        self.notify(f"back in the list: {fmt.cut(rec.summary, 60)}", timeout=4)
 
     # -- the command palette -----------------------------------------------------------------
 

@@ -322,6 +322,18 @@ class Daemon:
                                         clock.now())
         return until
 
+    def unsnooze_recommendation(self, rec_id: str) -> bool:
+        """Show a snoozed recommendation again (an undo of snooze), here and in the store; False
+        if it is not snoozed."""
+        if self.snoozed.pop(rec_id, None) is None:
+            return False
+        if self.store is not None and self.analyzer is not None:
+            for rec in self.analyzer.snapshot()["recommendations"]:
+                if rec.get("id") == rec_id:
+                    facts.write_recommendations(self.store, [dict(rec, snoozed_until=None)],
+                                                clock.now())
+        return True
+
     def _load_snoozes(self) -> None:
         """Snoozes still running, as the store has them (a restart keeps them)."""
         try:

@@ -134,6 +134,14 @@ async def test_x_asks_before_snoozing_the_highlighted_recommendation(size):
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert client.snoozed == ["rec-resize"]
+        recs = app.query_one(RecommendationTable)
+        assert "rec-resize" not in recs.recommendations
+        assert app.check_action("undo_snooze", ()) is True  # `u` is offered (footer, toast)
+        await pilot.press("u")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert client.unsnoozed == ["rec-resize"] and "rec-resize" in recs.recommendations
+        assert app.check_action("undo_snooze", ()) is False  # one undo
 
 
 @pytest.mark.asyncio
