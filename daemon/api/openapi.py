@@ -143,7 +143,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Snoozed": {"type": "object", "required": ["id", "snoozed_until"],
                 "properties": {"id": {"type": "string"}, "snoozed_until": {"type": "number"}}},
     "Unsnoozed": {"type": "object", "required": ["id", "snoozed_until"],
-                  "properties": {"id": {"type": "string"}, "snoozed_until": {"type": "null"}}},
+                  "properties": {"id": {"type": "string"},
+                                 "snoozed_until": {"type": "number", "nullable": True}}},
 }
 
 # Answers any route may give: no token on TCP, a body too large or too slow, a full listener.
