@@ -170,8 +170,10 @@ async def test_recommendation_text_is_cut_at_a_word_with_an_ellipsis(size):
     async with app.run_test(size=size) as pilot:
         await shown(pilot)
         recs = app.query_one(RecommendationTable)
-        cell = recs.get_cell("rec-resize", "summary")
-        text = str(cell).replace("\n", " ")
+        cell = str(recs.get_cell("rec-resize", "summary"))
+        width = {c.key: c.width for c in recs.columns_shown}["summary"]
+        assert all(len(line) <= width for line in cell.splitlines()), (width, cell)
+        text = cell.replace("\n", " ")
         if text != LONG:
             assert text.endswith("…")
             kept = text[:-1].rstrip()
