@@ -87,13 +87,19 @@ def program_words(command: str) -> list[str]:
     return words
 
 
+def crop(text: str, width: int) -> str:
+    """`text` in `width` cells, cut where the width ends with an ellipsis (a command's
+    arguments are tokens, paths and flags: part of one tells more than none of it)."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + ELLIPSIS[:width]
+
+
 def short_command(command: str, width: int = 60) -> str:
     """A command line in `width` cells, what tells it apart first: the program and its module
-    or script (see program_words), then its arguments, cut at a word boundary. When even that
+    or script (see program_words), then its arguments, cut with an ellipsis. When even that
     does not fit, the interpreter goes (`…data_starved --gpu 1`)."""
     words = program_words(command)
     if not words:
-        return cut(command, width)
+        return crop(command, width)
     text = " ".join(words)
     # In a narrow column the interpreter goes (it is on every row; the module or script is
     # what differs): when it and its module would take over half the width.
@@ -102,7 +108,7 @@ def short_command(command: str, width: int = 60) -> str:
             1 if len(words) > 1 and words[1].endswith(".py") else 0
         if skip and len(" ".join(words[: skip + 1])) > width // 2:
             text = " ".join(words[skip:])
-    return cut(text, width)
+    return crop(text, width)
 
 
 def gpu_list(indices: Sequence[int], width: int | None = None) -> str:
