@@ -123,7 +123,7 @@ def parse_address(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if sep and host and port.isdigit():
         if int(port) > 65535:
-            raise ValueError(f"{value!r}: port {int(port)} is out of range (0-65535)")
+            raise ValueError(f"port {int(port)} is out of range (0-65535)")
         return host.strip("[]"), int(port)
     raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
 

@@ -194,7 +194,9 @@ def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
     try:
         return parse_address(listen)
     except ValueError as exc:  # what is wrong with it: the form, or the port's range
-        raise ApiError(f"{flag} {exc}") from None
+        detail = str(exc)
+        raise ApiError(f"{flag} {detail}" if repr(listen) in detail
+                       else f"{flag} {listen!r}: {detail}") from None
 
 
 def check_token_path(path: Path) -> None:
