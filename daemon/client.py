@@ -193,6 +193,10 @@ class Client:
                                        body={"hours": hours})
         return float(document["snoozed_until"])
 
+    async def unsnooze(self, rec_id: str) -> None:
+        """End a snooze (undo): the recommendation is listed again."""
+        await self._request("DELETE", f"/v1/recommendations/{rec_id}/snooze")
+
     async def take_snapshot(self, since_s: float = 1800, until: float | None = None,
                             html: bool = False, upload: bool = False) -> dict[str, Any]:
         """POST /v1/snapshots: the daemon writes a snapshot into its snapshots folder; with

@@ -122,7 +122,9 @@ def parse_size(value: str | int) -> int:
 def parse_address(value: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets) as (host, port); ValueError says what fits."""
     host, sep, port = value.rpartition(":")
-    if sep and host and port.isdigit() and 0 <= int(port) <= 65535:
+    if sep and host and port.isdigit():
+        if int(port) > 65535:
+            raise ValueError(f"port {int(port)} is out of range (0-65535)")
         return host.strip("[]"), int(port)
     raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
 
@@ -176,6 +178,8 @@ class InstanceConfig:
     provider: str = field(default="", metadata=_meta(
         "cloud provider override", choices=("", "aws", "gcp", "azure", "lambda", "on-prem")))
     type: str = field(default="", metadata=_meta("instance type override, e.g. p4d.24xlarge"))
+    id: str = field(default="", metadata=_meta(
+        "EC2 instance id a resize acts on (e.g. i-0abc...); empty: from the instance metadata"))
     region: str = field(default="", metadata=_meta("region override, e.g. us-east-1"))
     lifecycle: str = field(default="", metadata=_meta(
         "pricing lifecycle override (commit-1y/commit-3y where the catalog lists them, else "

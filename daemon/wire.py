@@ -178,6 +178,16 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class GpuShare:
+    """A process's use of one of its GPUs: its memory there and its SM share of that GPU (the
+    process's own gpu_memory_bytes and sm_share are its sums over its GPUs)."""
+
+    index: int
+    memory_bytes: int | None
+    sm_share: float | None
+
+
+@dataclass(frozen=True)
 class Process:
     key: str  # 'pid:start_time'
     pid: int
@@ -207,6 +217,11 @@ class Process:
     kind_confidence: float | None = None
     kind_evidence: tuple[str, ...] = ()
     serves: bool = False
+    per_gpu: tuple[GpuShare, ...] = ()  # by GPU index, from /v1/now's gpus list
+
+    def on_gpu(self, index: int) -> GpuShare | None:
+        """Its memory and SM share on GPU `index` (None: not on it, or not said)."""
+        return next((g for g in self.per_gpu if g.index == index), None)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], cost: Mapping[str, Any] | None = None) -> Process:
@@ -238,7 +253,12 @@ class Process:
                    kind_confidence=_f(d.get("kind_confidence")),
                    kind_evidence=tuple(_line(e) for e in _l(d.get("kind_evidence"))[:16]
                                        if isinstance(e, str)),
-                   serves=d.get("serves") is True)
+                   serves=d.get("serves") is True,
+                   per_gpu=tuple(sorted(
+                       (GpuShare(index, _i(g.get("memory_bytes")), _f(g.get("sm_share")))
+                        for g in _l(d.get("gpus"))[:64] if isinstance(g, Mapping)
+                        for index in (_i(g.get("index")),) if index is not None),
+                       key=lambda share: share.index)))
 
 
 @dataclass(frozen=True)

@@ -148,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if demo is not None:
             failure = demo.failure()
-            demo.stop()
+            demo.stop(wait=False)  # the shell comes back now; a reaper waits for the daemon
             if failure:
                 print(f"mlcost-top: {failure}", file=sys.stderr)
+            print(demo.exit_note())
     return 0
 
 

@@ -1,58 +1,176 @@
 """`mlcost-top --demo`: an embedded mlcostd on the simulated host, stopped with everything it
-started when mlcost-top exits."""
+started when mlcost-top exits.
+
+The simulated host acts like an EC2 instance: a local moto server (daemon.sim.ec2, the `demo`
+extra) holds an instance of the scenario's type, and the daemon's boto3 talks to it
+(AWS_ENDPOINT_URL_EC2, [instance].id), so `a` on the resize recommendation runs AWS's dry run,
+the confirmation and the resize itself through the daemon's real code. Without moto the demo
+runs on, and the resize shows its commands only.
+
+The demo's snapshots outlive it: they go to $XDG_STATE_HOME/mlcost/demo (~/.local/state/...),
+and the exit line says where they are and how to replay them.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from daemon.lifetime import die_with_parent
 
 STOP_WAIT_S = 15.0
+EC2_START_S = 60.0  # the simulated EC2's first answer (moto loads its EC2 models first)
+# What the environment of the demo's daemon must not carry over: its EC2 is the local one, and
+# a profile or endpoint of the user's would send the demo's calls to a real account.
+AWS_ENV_DROPPED = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL",
+                   "AWS_ENDPOINT_URL_EC2", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+# Runs detached after mlcost-top quits: waits for the daemon (which stops its workloads), then
+# kills what is left of its session and removes the demo's temporary folder.
+REAPER = """
+import os, shutil, signal, sys, time
+pid, folder, wait_s = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+deadline = time.monotonic() + wait_s
+while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+    time.sleep(0.1)
+try:
+    os.killpg(pid, signal.SIGKILL)
+except (ProcessLookupError, PermissionError):
+    pass
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+def state_home(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """$XDG_STATE_HOME, else ~/.local/state (the XDG base directory default)."""
+    xdg = environ.get("XDG_STATE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg)
+    return Path(environ.get("HOME") or Path.home()) / ".local" / "state"
+
+
+def snapshots_folder() -> Path:
+    """Where the demo's snapshots are kept between demos."""
+    return state_home() / "mlcost" / "demo"
 
 
 class EmbeddedDaemon:
-    """`mlcostd run --simulate SCENARIO` in its own session, with a temporary db and socket."""
+    """`mlcostd run --simulate SCENARIO` in its own session, with a temporary db and socket, and
+    beside it the simulated EC2 (when moto is installed)."""
 
-    def __init__(self, scenario: str = "demo", allow_actions: bool = True) -> None:
+    def __init__(self, scenario: str = "demo", allow_actions: bool = True,
+                 ec2: bool = True) -> None:
         self.scenario = scenario
         self.allow_actions = allow_actions
+        self.want_ec2 = ec2
         self.folder = Path(tempfile.mkdtemp(prefix="mlcost-demo-"))
         os.chmod(self.folder, 0o700)
+        self.snapshots = snapshots_folder()
         self.socket = self.folder / "api" / "mlcostd.sock"
         self.log = self.folder / "mlcostd.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.ec2_process: subprocess.Popen[bytes] | None = None
+        self.ec2: dict[str, Any] | None = None  # instance_id, type, env (endpoint, credentials)
+        self.ec2_note = ""  # why there is no simulated EC2, if there is none
+        self._stopping = threading.Event()
+        self._started = threading.Event()
+        self._boot: threading.Thread | None = None
 
     @property
     def target(self) -> str:
         return f"unix:{self.socket}"
 
     def start(self) -> None:
+        """Start the simulated EC2, then the daemon, in a thread: mlcost-top draws its first
+        frame meanwhile. The thread lives until stop(): the daemon's parent-death signal is tied
+        to the thread that started it."""
+        self._boot = threading.Thread(target=self._run, name="demo-daemon", daemon=True)
+        self._boot.start()
+
+    def _run(self) -> None:
+        try:
+            if self.want_ec2 and not self._stopping.is_set():
+                self.ec2 = self._start_ec2()
+            if not self._stopping.is_set():
+                self._start_daemon()
+        finally:
+            self._started.set()
+        self._stopping.wait()
+
+    def _start_ec2(self) -> dict[str, Any] | None:
+        with open(self.folder / "ec2.log", "wb") as log:
+            process = self.ec2_process = subprocess.Popen(
+                [sys.executable, "-m", "daemon.sim.ec2", "--scenario", self.scenario],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        assert process.stdout is not None
+        deadline = time.monotonic() + EC2_START_S
+        line = b""
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            ready, _, _ = select.select([process.stdout], [], [], 0.2)
+            if ready:
+                line = process.stdout.readline()
+                break
+            if process.poll() is not None:
+                break
+        try:
+            found = json.loads(line)
+            return {"instance_id": str(found["instance_id"]), "type": str(found["type"]),
+                    "env": {str(k): str(v) for k, v in dict(found["env"]).items()}}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            tail = (self.folder / "ec2.log").read_text(errors="replace").strip().splitlines()
+            self.ec2_note = (tail[-1] if tail else "the simulated EC2 did not start") + \
+                "; the resize shows its commands only"
+            return None
+
+    def config_text(self) -> str:
+        """The daemon's config: the simulated host's settings, the API's, the snapshots folder
+        that outlives the demo, and the simulated EC2's instance."""
+        text = simulate_config_text()
+        text += f"\n[api]\nallow_actions = {'true' if self.allow_actions else 'false'}\n"
+        folder = f"folder = {json.dumps(str(self.snapshots))}\n"
+        text = text.replace("[snapshots]\n", "[snapshots]\n" + folder, 1) \
+            if "[snapshots]\n" in text else text + "\n[snapshots]\n" + folder
+        if self.ec2 is not None:
+            text += f"\n[instance]\nid = {json.dumps(self.ec2['instance_id'])}\n"
+        return text
+
+    def daemon_environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in AWS_ENV_DROPPED}
+        if self.ec2 is not None:
+            env.update(self.ec2["env"], AWS_CONFIG_FILE=str(self.folder / "no-aws-config"),
+                       AWS_SHARED_CREDENTIALS_FILE=str(self.folder / "no-aws-credentials"))
+        return env
+
+    def _start_daemon(self) -> None:
         config = self.folder / "mlcostd.toml"
-        # The simulated host's own settings (short idle and advice thresholds), plus the API's.
-        config.write_text(simulate_config_text() +
-                          f"\n[api]\nallow_actions = {'true' if self.allow_actions else 'false'}\n")
+        config.write_text(self.config_text())
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "daemon", "run", "--simulate", self.scenario,
                  "--config", str(config), "--db", str(self.folder / "demo.db"),
                  "--socket", str(self.socket)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self.daemon_environment(),
                 start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
 
-    def wait_ready(self, timeout_s: float = 20.0) -> bool:
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.socket.exists():
                 return True
-            if self.process is not None and self.process.poll() is not None:
+            if self._started.is_set() and (self.process is None or
+                                           self.process.poll() is not None):
                 return False
             time.sleep(0.05)
         return False
@@ -64,24 +182,69 @@ class EmbeddedDaemon:
         tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
         return f"the demo mlcostd exited ({self.process.returncode}): " + " / ".join(tail)
 
-    def stop(self) -> None:
-        """SIGTERM (the daemon stops its workloads), then SIGKILL anything left in its session."""
-        process = self.process
-        if process is not None:
-            if process.poll() is None:
+    def stop(self, wait: bool = True) -> None:
+        """SIGTERM the daemon (it stops its workloads) and the simulated EC2. wait: until they
+        are gone, then SIGKILL anything left in their sessions and remove the temporary folder;
+        else a detached reaper does that, so quitting returns the shell at once."""
+        self._stopping.set()
+        if self._boot is not None and self._boot is not threading.current_thread():
+            self._boot.join(EC2_START_S)  # a boot under way stops at its next step
+        for process in (self.ec2_process, self.process):
+            if process is not None and process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(STOP_WAIT_S)
-                except subprocess.TimeoutExpired:
-                    pass
+        if not wait:
+            self._reap_in_background()
+            return
+        for process in (self.ec2_process, self.process):
+            if process is None:
+                continue
+            try:
+                process.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
             try:
                 os.killpg(process.pid, signal.SIGKILL)  # workloads left behind, if any
             except (ProcessLookupError, PermissionError):
                 pass
             if process.poll() is None:
                 process.wait(5)
-            self.process = None
+        self.process = self.ec2_process = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _reap_in_background(self) -> None:
+        pid = self.process.pid if self.process is not None and self.process.poll() is None \
+            else None
+        if self.ec2_process is not None and self.ec2_process.poll() is None:
+            try:
+                os.killpg(self.ec2_process.pid, signal.SIGKILL)  # nothing to save in it
+            except (ProcessLookupError, PermissionError):
+                pass
+        if pid is None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return
+        subprocess.Popen([sys.executable, "-c", REAPER, str(pid), str(self.folder),
+                          str(STOP_WAIT_S)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+
+    def snapshot_files(self) -> list[Path]:
+        """The demo's snapshots (this demo's and earlier ones'), newest first."""
+        try:
+            found = [p for p in self.snapshots.iterdir() if p.suffix == ".db" and p.is_file()]
+        except OSError:
+            return []
+        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+    def exit_note(self) -> str:
+        """The line printed after quitting: where the snapshots are and how to replay them."""
+        files = self.snapshot_files()
+        where = str(self.snapshots).replace(str(Path.home()), "~", 1)
+        if not files:
+            return (f"mlcost-top: the demo stopped; snapshots (s) are kept in {where}/ "
+                    "(none taken this time)")
+        newest = str(files[0]).replace(str(Path.home()), "~", 1)
+        return (f"mlcost-top: the demo stopped; its snapshots are kept in {where}/ "
+                f"({len(files)} there). Replay the newest: mlcost-top --replay {newest}")
 
 
 def simulate_config_text() -> str:

@@ -6,6 +6,7 @@ Kept out of the App (app.py only binds the key and calls these), away from the p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +18,22 @@ if TYPE_CHECKING:
 SNAPSHOT_SINCE_S = 1800.0  # `s`: the last 30 minutes
 
 
+def home_short(path: str) -> str:
+    """`path` with the home folder as ~ (a toast has few columns)."""
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home not in ("", "/") and path.startswith(home + "/") \
+        else path
+
+
 def describe(result: dict[str, Any]) -> str:
     """Where a snapshot went, in a notification's few lines."""
-    lines = [f"snapshot: {result.get('path')}",
-             f"{result.get('ticks', 0)} ticks, {(result.get('bytes') or 0) / 1e6:.1f} MB"]
-    if result.get("html"):
-        lines.append(f"html: {result['html']}")
+    path = str(result.get("path"))
+    html = str(result.get("html") or "")
+    lines = [f"snapshot: {home_short(path)}",
+             f"{result.get('ticks', 0)} ticks, {(result.get('bytes') or 0) / 1e6:.1f} MB"
+             + (", html beside it (.html)" if html == path.rsplit(".", 1)[0] + ".html" else "")]
+    if html and not lines[1].endswith("(.html)"):
+        lines.append(f"html: {home_short(html)}")
     for upload in result.get("upload") or []:
         lines.append(f"uploaded: {upload['url']}" if upload.get("ok")
                      else f"upload failed: {upload.get('error')}")
@@ -55,6 +66,7 @@ class EventSnapshots:
             for event in host.now.events if host.now is not None else ():
                 if event.snapshot and event.snapshot not in self.seen:
                     self.seen.add(event.snapshot)
-                    found.append(f"{event.kind} {event.target}\nsnapshot: {event.snapshot}")
+                    found.append(f"{event.kind} {event.target}\n"
+                                 f"snapshot: {home_short(event.snapshot)}")
         news, self.primed = (found if self.primed else []), True
         return news

@@ -102,6 +102,7 @@ class KeyedTable(DataTable):
     # not widen a column): a fixed width.
     WIDTHS: dict[str, int] = {}
     _deferred: tuple[bool, bool] | None = None  # (layout, recompose) asked for during a sync
+    row_height = 1  # lines per row (set_row_height changes it)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -139,6 +140,15 @@ class KeyedTable(DataTable):
         self.columns_shown = columns
         self._column_keys = [self.add_column(c.label, key=c.key, width=c.width)
                              for c in columns]
+        return True
+
+    def set_row_height(self, lines: int) -> bool:
+        """Rows of `lines` lines from now on (a change removes every row: sync again)."""
+        if lines == self.row_height:
+            return False
+        self._reselect = self.selected_key or self._reselect
+        self.clear_rows()
+        self.row_height = lines
         return True
 
     @property
@@ -214,7 +224,7 @@ class KeyedTable(DataTable):
             before = self._cells.get(key)
             if before is None:
                 first = own_cell(cells[0])
-                self.add_row(first, *map(as_cell, cells[1:]), key=key)
+                self.add_row(first, *map(as_cell, cells[1:]), key=key, height=self.row_height)
                 self._first[key] = first
                 current.append(key)
             elif before != cells:

@@ -15,7 +15,8 @@ FOOTER_ROWS = 1
 MIN_PROCESS_ROWS = 5
 # Below this height each panel has a title line only (no box): three rows back for the data.
 COMPACT_BELOW_ROWS = 28
-SCROLLBAR_COLUMNS = 1  # the panels' vertical scrollbar (CSS scrollbar-size-vertical: 1)
+SCROLLBAR_COLUMNS = 1
+MAX_RECOMMENDATION_LINES = 4  # a recommendation's text over at most this many lines  # the panels' vertical scrollbar (CSS scrollbar-size-vertical: 1)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Layout:
     gpu_rows: int  # GPU lines that fit (the panel scrolls past them)
     group_idle_gpus: bool  # identical idle GPUs share one line
     recommendation_rows: int
+    # Lines one recommendation may take (its text wrapped at words) when the processes leave
+    # rows over: 1 on a short screen.
+    recommendation_lines: int = 1
 
     @property
     def chrome_rows(self) -> int:
@@ -44,19 +48,28 @@ def layout_for(width: int, height: int, gpu_count: int, process_count: int = 0,
     chrome = 2 if compact else 3
     body = max(height - HEADER_ROWS - FOOTER_ROWS, 0)
     if height < COMPACT_BELOW_ROWS:
-        recommendation_rows = 1
+        # Three: moving through the list is never blind (at 80x24 the processes keep five).
+        recommendation_rows = 3 if height >= 24 else 1
     elif height < 40:
         recommendation_rows = 3
     else:
         recommendation_rows = 5
     left_for_gpus = body - (MIN_PROCESS_ROWS + chrome) - (recommendation_rows + chrome) - chrome
     gpu_rows = max(left_for_gpus, 1)
-    if not compact and recommendation_count > recommendation_rows:
+    lines = 1
+    if not compact and recommendation_count:
         used = (min(gpu_count, gpu_rows) + chrome) + (max(process_count, MIN_PROCESS_ROWS)
                                                       + chrome) + (recommendation_rows + chrome)
         spare = max(body - used, 0)
-        recommendation_rows += min(spare, recommendation_count - recommendation_rows)
+        more = min(spare, max(recommendation_count - recommendation_rows, 0))
+        recommendation_rows += more
+        spare -= more
+        # Rows still over: each recommendation's text may wrap onto more lines.
+        lines = min(MAX_RECOMMENDATION_LINES,
+                    max((recommendation_rows + spare) // recommendation_count, 1))
+        if lines > 1:
+            recommendation_rows = min(recommendation_rows + spare, recommendation_count * lines)
     table_width = width - (0 if compact else 2) - SCROLLBAR_COLUMNS
     return Layout(width=width, height=height, compact=compact, table_width=max(table_width, 20),
                   gpu_rows=gpu_rows, group_idle_gpus=compact or gpu_count > gpu_rows,
-                  recommendation_rows=recommendation_rows)
+                  recommendation_rows=recommendation_rows, recommendation_lines=lines)

@@ -153,9 +153,10 @@ class ReplaySource:
         state = "▶ playing" if playing else "⏸ paused"
         trigger = (self.replay.snapshot or {}).get("trigger") or {}
         why = f"  snapshot: {trigger.get('reason') or trigger.get('kind')}" if trigger else ""
-        return (f"⏵ replay {self.replay.path.name}{why}  {local_time(self.times[self.index])}  "
-                f"tick {self.index + 1}/{len(self.times)}  {state}  "
-                "([ ] tick, { } minute, space play)")
+        # Where it is first: the header cuts this line at the terminal's edge (80 columns).
+        return (f"⏵ replay tick {self.index + 1}/{len(self.times)} "
+                f"{local_time(self.times[self.index])}  {state}  "
+                f"([ ] tick, {{ }} minute, space play)  {self.replay.path.name}{why}")
 
     def close(self) -> None:
         self.replay.close()

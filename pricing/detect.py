@@ -45,6 +45,7 @@ class Instance:
     lifecycle: str | None  # "on-demand" | "spot" | "commit-1y" (config only) | None
     source: str
     detail: str = ""
+    instance_id: str | None = None  # AWS: what a resize acts on (IMDS instance-id)
 
     @property
     def on_cloud(self) -> bool:
@@ -199,8 +200,12 @@ def probe_aws(base: str, deadline: float) -> Instance:
     except ProbeError:
         life_cycle = ""
     lifecycle = {"spot": "spot", "on-demand": "on-demand"}.get(life_cycle)
+    try:
+        instance_id: str | None = get("instance-id").strip() or None
+    except ProbeError:
+        instance_id = None
     return Instance("aws", instance_type, region, lifecycle, "aws metadata (IMDSv2)",
-                    f"instance-life-cycle {life_cycle or 'not given'!r}")
+                    f"instance-life-cycle {life_cycle or 'not given'!r}", instance_id)
 
 
 def probe_gcp(base: str, deadline: float) -> Instance:

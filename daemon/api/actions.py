@@ -137,22 +137,38 @@ def _is_dry_run_ok(error: Exception) -> bool:
     return code == "DryRunOperation"
 
 
+# Why a resize is shown as commands only (the TUI says it before `a` too).
+NOT_ON_EC2 = ("this host has no EC2 instance id (it is not on EC2, or its metadata service "
+              "did not say; [instance].id sets it)")
+NO_INSTANCE_ID = "INSTANCE_ID"
+
+
+def resize_steps(region: str, instance_id: str, target: str) -> tuple[str, ...]:
+    """The AWS CLI commands of a resize, the same steps boto3 takes."""
+    return (f"aws ec2 stop-instances --region {region} --instance-ids {instance_id}",
+            f"aws ec2 wait instance-stopped --region {region} --instance-ids {instance_id}",
+            f"aws ec2 modify-instance-attribute --region {region} --instance-id {instance_id} "
+            f"--instance-type Value={target}",
+            f"aws ec2 start-instances --region {region} --instance-ids {instance_id}")
+
+
 def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions: bool,
             ec2_factory: Callable[[str], Any] | None, instance_id: str | None) -> ActionResult:
     if action.get("provider") not in (None, "aws"):
         raise ActionError(f"resizing is only automated on AWS, not {action.get('provider')}; "
                           "change the instance type in your provider's console", 422)
     target = action.get("to")
+    if not target:
+        raise ActionError(f"recommendation {rec_id} names no instance type to resize to", 422)
     instance_id = instance_id or action.get("instance_id")
-    if not target or not instance_id:
-        raise ActionError(f"recommendation {rec_id} lacks the instance id or the new type "
-                          "(is this host on EC2?)", 422)
     region = str(action.get("region") or "us-east-1")
-    steps = (f"aws ec2 stop-instances --region {region} --instance-ids {instance_id}",
-             f"aws ec2 wait instance-stopped --region {region} --instance-ids {instance_id}",
-             f"aws ec2 modify-instance-attribute --region {region} --instance-id {instance_id} "
-             f"--instance-type Value={target}",
-             f"aws ec2 start-instances --region {region} --instance-ids {instance_id}")
+    steps = resize_steps(region, str(instance_id or NO_INSTANCE_ID), str(target))
+    if not instance_id:
+        # Not a known EC2 instance: nothing to call, only the commands to run where it is.
+        return ActionResult(rec_id, "copy_commands", dry_run, False,
+                            f"mlcostd can only show the commands: {NOT_ON_EC2}; run them with "
+                            f"your AWS credentials, {NO_INSTANCE_ID} replaced by the "
+                            "instance's id", commands=steps)
     ec2 = (ec2_factory or _default_ec2)(region)
     # AWS's own dry run: permission and parameter checks without a change.
     checks = []

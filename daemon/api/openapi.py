@@ -162,6 +162,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "Snoozed": {"type": "object", "required": ["id", "snoozed_until"],
                 "properties": {"id": {"type": "string"}, "snoozed_until": {"type": "number"}}},
+    "Unsnoozed": {"type": "object", "required": ["id", "snoozed_until"],
+                  "properties": {"id": {"type": "string"},
+                                 "snoozed_until": {"type": "number", "nullable": True}}},
 }
 
 # Answers any route may give: no token on TCP, a body too large or too slow, a full listener.
@@ -239,6 +242,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                       "maximum": 24 * 90}}}),
         "responses": {"200": _json(_ref("Snoozed"), "snoozed until"), "400": BAD,
                       "404": NO_REC},
+    },
+    ("DELETE", "/v1/recommendations/{id}/snooze"): {
+        "summary": "end a snooze: the recommendation is shown again (mlcost-top's undo)",
+        "parameters": [REC_ID],
+        "responses": {"200": _json(_ref("Unsnoozed"), "shown again"),
+                      "404": _error("the recommendation is not snoozed")},
     },
     ("POST", "/v1/snapshots"): {
         "summary": "take a snapshot of a time range into the daemon's snapshots folder (a "

@@ -271,6 +271,12 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
                                    "/v1/recommendations")
         return web.json_response({"id": rec_id, "snoozed_until": until})
 
+    async def unsnooze(request: web.Request) -> web.Response:
+        rec_id = request.match_info["id"]
+        if not daemon.unsnooze_recommendation(rec_id):
+            return json_error(404, f"recommendation {rec_id!r} is not snoozed")
+        return web.json_response({"id": rec_id, "snoozed_until": None})
+
     app.router.add_get("/v1/health", health)
     app.router.add_get("/v1/now", now)
     app.router.add_get("/v1/history", history)
@@ -278,6 +284,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
     app.router.add_get("/v1/recommendations", recommendations)
     app.router.add_post("/v1/recommendations/{id}/apply", apply)
     app.router.add_post("/v1/recommendations/{id}/snooze", snooze)
+    app.router.add_delete("/v1/recommendations/{id}/snooze", unsnooze)
     app.router.add_get("/v1/openapi.json", openapi.serve)  # documents the routes: openapi.py
 
     from daemon.api.idle import add_idle_routes

@@ -193,8 +193,10 @@ def make_app(daemon: Any, *, token: str | None = None,
 def parse_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
     try:
         return parse_address(listen)
-    except ValueError:
-        raise ApiError(f"{flag} {listen!r} is not HOST:PORT (e.g. 127.0.0.1:9347)") from None
+    except ValueError as exc:  # what is wrong with it: the form, or the port's range
+        detail = str(exc)
+        raise ApiError(f"{flag} {detail}" if repr(listen) in detail
+                       else f"{flag} {listen!r}: {detail}") from None
 
 
 def check_token_path(path: Path) -> None:

@@ -350,6 +350,18 @@ class Daemon:
                                         clock.now())
         return until
 
+    def unsnooze_recommendation(self, rec_id: str) -> bool:
+        """Show a snoozed recommendation again (an undo of snooze), here and in the store; False
+        if it is not snoozed."""
+        if self.snoozed.pop(rec_id, None) is None:
+            return False
+        if self.store is not None and self.analyzer is not None:
+            for rec in self.analyzer.snapshot()["recommendations"]:
+                if rec.get("id") == rec_id:
+                    facts.write_recommendations(self.store, [dict(rec, snoozed_until=None)],
+                                                clock.now())
+        return True
+
     def _load_snoozes(self) -> None:
         """Snoozes still running, as the store has them (a restart keeps them)."""
         try:
@@ -540,6 +552,8 @@ class Daemon:
                                               len(self.nvml.latest()[1]) or None)
         self.host["price"] = price.as_dict()
         self.host.setdefault("instance", instance)
+        if instance.get("id"):  # [instance].id on a simulated host too (the demo's EC2)
+            self.host["instance"]["id"] = instance["id"]
         assert self.store is not None
         self.store.set_meta("host", self.host)
         return build_analyzer(self.config, price, catalog)

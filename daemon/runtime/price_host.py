@@ -81,6 +81,9 @@ def price_host(config: Config, simulated_instance: dict[str, Any] | None,
     recorded = {"provider": instance.provider, "type": instance.instance_type,
                 "region": instance.region, "lifecycle": instance.lifecycle,
                 "source": instance.source}
+    instance_id = wanted.id or instance.instance_id  # what a resize acts on (AWS only)
+    if instance_id:
+        recorded["id"] = instance_id
     return price, catalog, recorded
 
 

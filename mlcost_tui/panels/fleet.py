@@ -12,6 +12,16 @@ from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.messages import HostSnapshot
 from mlcost_tui.thresholds import BAD, GOOD
 
+# The order of both fleet tables (this one and --prometheus's), said in their titles: a down
+# host on top of a table read as "costliest first" looked like the costliest.
+FLEET_ORDER = "down hosts first, then costliest first"
+
+
+def fleet_order(snap: HostSnapshot) -> tuple[bool, float]:
+    """The sort key: unreachable hosts first, then the biggest burn."""
+    now = snap.now
+    return (now is not None, -((now.burn_per_hour or 0.0) if now is not None else 0.0))
+
 
 class FleetPanel(KeyedTable):
     COLUMNS = (("host", "host"), ("target", "daemon"), ("status", "status"),
@@ -23,7 +33,7 @@ class FleetPanel(KeyedTable):
 
     def show(self, hosts: tuple[HostSnapshot, ...]) -> None:
         rows: list[tuple[str, tuple[Any, ...]]] = []
-        for snap in hosts:
+        for snap in sorted(hosts, key=fleet_order):
             now = snap.now
             if now is None:
                 rows.append((snap.target, (fmt.DASH, snap.target,
@@ -40,4 +50,4 @@ class FleetPanel(KeyedTable):
                 str(len(now.recommendations)), fmt.money(saves if now.recommendations else None),
             )))
         self.sync(rows)
-        self.border_title = f"Fleet: {len(hosts)} daemons"
+        self.border_title = f"Fleet: {len(hosts)} daemons · {FLEET_ORDER}"

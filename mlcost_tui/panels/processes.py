@@ -7,9 +7,10 @@ COLUMNS."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from rich.text import Text
@@ -28,6 +29,7 @@ from mlcost_tui.thresholds import (
 _CACHE = 4096
 PID_WIDTH = 7  # Linux pids go up to 4194304
 TREE_PID_WIDTH = PID_WIDTH + 6  # three levels of branches
+GPU_WIDTH = 4  # '0-3', '0,1', '0+4' (mlcost_tui.format.gpu_list)
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Row:
     process: Process
     branch: str = ""
     parent_gpus: tuple[int, ...] = ()
+    gpus_idle: bool = False  # it holds GPUs and every one is IDLE now (the daemon's verdict)
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,9 @@ def _pid_cell(pid_branch: tuple[int, str]) -> str:
 def _gpus_cell(own_parent: tuple[tuple[int, ...], tuple[int, ...]]) -> Text:
     own, parent = own_parent
     if own:
-        return Text(",".join(map(str, own)))
+        return Text(fmt.gpu_list(own, GPU_WIDTH))
     if parent:  # a worker: the GPU it feeds, in brackets
-        return Text(f"({','.join(map(str, parent))})", style=MUTED)
+        return Text(f"({fmt.gpu_list(parent, GPU_WIDTH - 2)})", style=MUTED)
     return Text(fmt.DASH, style=MUTED)
 
 
@@ -76,7 +79,12 @@ def _burn_cell(value: float | None) -> Text:
 
 
 @lru_cache(_CACHE)
-def _phase_cell(phase: str | None) -> Text:
+def _phase_cell(phase_idle: tuple[str | None, bool]) -> Text:
+    phase, gpus_idle = phase_idle
+    if phase == "compute" and gpus_idle:
+        # The phase is the latest sampled; every GPU it holds is IDLE now (the GPU panel's
+        # verdict): it is not computing, whatever the last stacks said.
+        return Text("idle", style=MUTED)
     return Text(phase or fmt.DASH, style=MUTED if not phase or phase == fmt.DASH else "")
 
 
@@ -86,8 +94,9 @@ def _io_cell(value: float | None) -> Text:
 
 
 @lru_cache(_CACHE)
-def _command_cell(command: str) -> str:
-    return fmt.short_command(command, 200)
+def _command_cell(command: str, width: int = 200) -> str:
+    """The command in the column's width: what tells the rows apart first, cut at a word."""
+    return fmt.short_command(command, width)
 
 
 def compute_share(p: Process) -> float:
@@ -119,9 +128,9 @@ def _kind_cell(kind: str | None) -> Text:
 COLUMNS: tuple[ProcessColumn, ...] = (
     ProcessColumn("pid", "PID", PID_WIDTH, value=lambda r: (r.process.pid, r.branch),
                   draw=_pid_cell, sort=lambda p: p.pid, descending=False),
-    ProcessColumn("user", "user", 8, 5, value=lambda r: r.process.user,
+    ProcessColumn("user", "user", 8, 3, value=lambda r: r.process.user,
                   draw=lambda user: user[:8], sort=lambda p: p.user, descending=False),
-    ProcessColumn("gpus", "GPU", 4, 1, value=lambda r: (r.process.gpus, r.parent_gpus),
+    ProcessColumn("gpus", "GPU", GPU_WIDTH, 1, value=lambda r: (r.process.gpus, r.parent_gpus),
                   draw=_gpus_cell, sort=lambda p: p.gpus, descending=False),
     ProcessColumn("gpu_mem", "GPU mem", 7, 2, value=lambda r: r.process.gpu_memory_bytes,
                   draw=lru_cache(_CACHE)(_size), sort=lambda p: p.gpu_memory_bytes or 0),
@@ -138,7 +147,7 @@ COLUMNS: tuple[ProcessColumn, ...] = (
     # Dropped first (priority 9): shown on a wide screen (200 columns), not at 80.
     ProcessColumn("kind", "kind", 8, 9, value=lambda r: r.process.kind, draw=_kind_cell,
                   sort=lambda p: (p.kind or "~", -(p.burn_per_hour or 0.0)), descending=False),
-    ProcessColumn("phase", "phase", 11, value=lambda r: r.process.phase,
+    ProcessColumn("phase", "phase", 11, value=lambda r: (r.process.phase, r.gpus_idle),
                   draw=_phase_cell, sort=lambda p: p.phase or "", descending=False),
     ProcessColumn("phases", "phase balance", 13, 6, value=lambda r: r.process.phases,
                   draw=lambda phases: fmt.phase_bar(phases, 13), sort=compute_share),
@@ -157,6 +166,7 @@ COLUMNS: tuple[ProcessColumn, ...] = (
                   draw=_command_cell, sort=lambda p: p.command, descending=False),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
+WIDE_COMMAND_FROM = 150
 DEFAULT_SORT = "cost"
 
 
@@ -183,10 +193,12 @@ class ProcessPanel(KeyedTable):
     def columns_for(self, width: int) -> tuple[Column, ...]:
         columns = [c for c in COLUMNS if (c.key != "job" or self.show_jobs)
                    and (c.key != "kind" or self.show_kinds)]
-        # The command says what a process is: it keeps a quarter of a wide screen.
-        columns = [ProcessColumn(c.key, c.label, max(c.width or 0, width // 4), c.priority,
-                                 c.flex, c.value, c.draw, c.sort, c.descending)
-                   if c.key == "command" else c for c in columns]
+        # The command says what a process is: it keeps a quarter of a wide screen (from
+        # WIDE_COMMAND_FROM columns; below, user, CPU, spent and I/O wait come first).
+        if width >= WIDE_COMMAND_FROM:
+            columns = [ProcessColumn(c.key, c.label, max(c.width or 0, width // 4), c.priority,
+                                     c.flex, c.value, c.draw, c.sort, c.descending)
+                       if c.key == "command" else c for c in columns]
         if self.tree_mode:
             columns = [ProcessColumn(c.key, c.label, TREE_PID_WIDTH, c.priority, c.flex,
                                      c.value, c.draw, c.sort, c.descending)
@@ -272,9 +284,15 @@ class ProcessPanel(KeyedTable):
             self.fit(self.width)
         columns = [BY_KEY[k] for k in self.shown_keys]
         values = [c.value for c in columns]
-        draws = [c.draw for c in columns]
+        widths = {c.key: c.width for c in self.columns_shown}
+        draws = [partial(_command_cell, width=widths.get(c.key) or 200)
+                 if c.key == "command" else c.draw for c in columns]
         cells_for = self.cells_for
+        idle = {g.index for g in now.gpus if g.busy is False}
+        rows = [dataclasses.replace(row, gpus_idle=True)
+                if row.process.gpus and idle.issuperset(row.process.gpus) else row
+                for row in self.ordered(now.processes)]
         self.sync([(row.process.key,
                     cells_for(row.process.key, tuple(v(row) for v in values), draws))
-                   for row in self.ordered(now.processes)])
+                   for row in rows])
         self.border_title = self.title()

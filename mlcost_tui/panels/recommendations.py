@@ -17,6 +17,20 @@ from mlcost_tui.thresholds import GOOD, MUTED, WARN
 
 ACTION_LABELS = {"show_patch": "a: show patch", "copy_commands": "a: copy commands",
                  "sigterm": "a: stop process", "resize": "a: resize", "none": "advice"}
+# A resize on a host with no EC2 instance id (not on EC2): mlcostd can only show the commands.
+RESIZE_COMMANDS_ONLY = "a: commands only"
+
+
+def action_label(rec: Recommendation, on_ec2: bool) -> str:
+    """What `a` does to `rec`, said before it is pressed."""
+    if rec.action_kind == "resize" and not on_ec2:
+        return RESIZE_COMMANDS_ONLY
+    return ACTION_LABELS.get(rec.action_kind, rec.action_kind)
+
+
+def on_ec2(now: Now) -> bool:
+    """Whether the daemon knows this host's EC2 instance id (what a resize acts on)."""
+    return bool(now.instance.get("id")) and now.instance.get("provider") in (None, "aws")
 
 
 def is_about(rec: Recommendation, process: Process) -> bool:
@@ -89,6 +103,8 @@ class RecommendationTable(KeyedTable):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.recommendations: dict[str, Recommendation] = {}
         self.replaying = False  # a replay: no rules run, it shows what was recorded
+        self.on_ec2 = False  # a resize can be done here (else its commands are shown)
+        self.max_lines = 1  # lines a recommendation's text may take (the layout's spare rows)
         self.snoozed_here: set[str] = set()  # snoozed here; the daemon drops them from the next poll
         self.border_title = "Recommendations"
 
@@ -97,6 +113,10 @@ class RecommendationTable(KeyedTable):
         recs.sort(key=lambda r: (-(r.shown_savings_per_month or 0.0),
                                  -(r.savings_per_month or 0.0)))
         self.recommendations = {r.id: r for r in recs}
+        self.on_ec2 = on_ec2(now)
+        width = self.summary_width
+        self.set_row_height(min(max((len(fmt.wrap(r.summary, width)) for r in recs), default=1),
+                                self.max_lines))
         shown = self.shown_keys
         self.sync([(r.id, tuple(cells[k] for k in shown))
                    for r, cells in ((r, self.cells(r)) for r in recs)])
@@ -113,6 +133,12 @@ class RecommendationTable(KeyedTable):
                       f"the {fmt.money(now.bill_per_month, '/month')} bill")
         self.border_title = title
 
+    @property
+    def summary_width(self) -> int:
+        """The recommendation text's column width (its text is wrapped or cut to it)."""
+        widths = {c.key: c.width for c in self.columns_shown}
+        return widths.get("summary") or 40
+
     def selected(self) -> Recommendation | None:
         key = self.selected_key
         return self.recommendations.get(key) if key else None
@@ -126,4 +152,5 @@ class RecommendationTable(KeyedTable):
                  if r.combined_savings_per_month is not None else "")
         return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
                 "alone": Text(alone, style=MUTED), "evidence": evidence_text(r), "rule": r.rule,
-                "summary": r.summary, "action": ACTION_LABELS.get(r.action_kind, r.action_kind)}
+                "summary": "\n".join(fmt.wrap(r.summary, self.summary_width, self.row_height)),
+                "action": action_label(r, self.on_ec2)}

@@ -44,12 +44,13 @@ class ActionScreen(ModalScreen[str]):
     ]
     DEFAULT_CSS = """
     ActionScreen { align: center middle; }
-    ActionScreen > Vertical { width: 90%; max-width: 120; height: auto; max-height: 80%;
-        border: thick $accent; background: $surface; padding: 1 2; }
-    ActionScreen VerticalScroll { height: auto; max-height: 30; }
-    ActionScreen Horizontal { height: auto; margin-top: 1; }
+    ActionScreen > Vertical { width: 90%; max-width: 120; height: auto; max-height: 100%;
+        border: thick $accent; background: $surface; padding: 0 1; }
+    ActionScreen VerticalScroll { height: auto; }
+    ActionScreen Horizontal { dock: bottom; height: 3; }
     ActionScreen Button { margin-right: 2; }
     """
+    # The buttons are docked under the text, which scrolls: at 80x24 both fit.
 
     def __init__(self, recommendation: Recommendation, result: ActionResult,
                  readonly: bool = False) -> None:

@@ -44,10 +44,20 @@ def gpu_text(gpus: tuple[Gpu, ...], processes: tuple[Process, ...]) -> Text:
     if not on_it:
         text.append("  none: nothing holds memory on this GPU\n", style=MUTED)
     for p in sorted(on_it, key=lambda p: -(p.burn_per_hour or 0.0)):
+        # Its memory and SM share on these GPUs, not its sums over every GPU it holds (a 4-GPU
+        # job read "280.0G SM 340%" on GPU 0's page).
+        here = [share for share in p.per_gpu if share.index in indices]
+        memory = sum(s.memory_bytes or 0 for s in here) if here else p.gpu_memory_bytes
+        sm = max((s.sm_share or 0.0 for s in here), default=0.0) if here else p.sm_share
         text.append(f"  {p.pid:>7}  ", style="bold")
-        text.append(f"{fmt.money(p.burn_per_hour, '/h'):>9}  {fmt.size(p.gpu_memory_bytes):>7}  "
-                    f"SM {fmt.pct(p.sm_share):>4}  {(p.phase or fmt.DASH):<11} ")
-        text.append(fmt.short_command(p.command, 60) + "\n", style=MUTED)
+        text.append(f"{fmt.money(p.burn_per_hour, '/h'):>9}  {fmt.size(memory):>7}  "
+                    f"SM {fmt.pct(sm):>4}  {(p.phase or fmt.DASH):<11} ")
+        text.append(fmt.short_command(p.command, 60), style=MUTED)
+        if len(p.gpus) > 1:
+            text.append(f"  (on {fmt.plural(len(p.gpus), 'GPU')}: {fmt.gpu_list(p.gpus)}; "
+                        f"{fmt.size(p.gpu_memory_bytes)} in all; $/h for all of them)",
+                        style=MUTED)
+        text.append("\n")
     return text
 
 

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.panels.fleet import FLEET_ORDER
 from mlcost_tui.prometheus import FleetHost, FleetView, PrometheusError, PrometheusFleet
 from mlcost_tui.thresholds import BAD, GOOD, MUTED
 
@@ -51,7 +52,8 @@ class PrometheusFleetTable(KeyedTable):
                 fmt.money(host.top_rule_savings_per_month if host.top_rule else None),
                 fmt.money(host.savings_per_month))))
         self.sync(rows)
-        self.border_title = f"Fleet from Prometheus: {len(view.hosts)} daemons, {view.up} up"
+        self.border_title = (f"Fleet from Prometheus: {len(view.hosts)} daemons, {view.up} up"
+                             f" · {FLEET_ORDER}")
 
 
 def summary(url: str, view: FleetView | None, error: str | None) -> Text:

@@ -416,3 +416,18 @@ def test_resize_dry_run_then_stop_modify_start_on_moto(moto_endpoint):
     described = client.describe_instances(InstanceIds=[instance["InstanceId"]])
     now = described["Reservations"][0]["Instances"][0]
     assert now["InstanceType"] == "g5.12xlarge"
+
+
+def test_resize_off_ec2_shows_the_commands_and_calls_no_aws():
+    def no_aws(region: str):
+        raise AssertionError("no EC2 client off EC2")
+
+    rec = {"id": "rec-resize", "action": {
+        "kind": "resize", "provider": "aws", "region": "us-east-1",
+        "from": "p4d.24xlarge", "to": "g5.12xlarge"}}
+    for dry_run in (True, False):
+        shown = actions.apply(rec, dry_run, allow_actions=True, ec2_factory=no_aws)
+        assert shown.kind == "copy_commands" and not shown.done
+        assert "can only show the commands" in shown.message and "not on EC2" in shown.message
+        assert any("modify-instance-attribute" in c and "Value=g5.12xlarge" in c
+                   for c in shown.commands)

@@ -123,8 +123,10 @@ def test_a_bad_listen_address_or_token_path_is_refused_by_the_checks(tmp_path):
 
 @pytest.mark.parametrize("make_args, says", [
     (lambda folder: ["--listen", "nonsense"], ["--listen", "'nonsense' is not HOST:PORT"]),
+    (lambda folder: ["--listen", "127.0.0.1:99999"],
+     ["--listen", "'127.0.0.1:99999'", "port 99999 is out of range (0-65535)"]),
     (_db_folder, ["is a directory", "--db"]),
-], ids=["listen-flag", "db-folder"])
+], ids=["listen-flag", "listen-port-range", "db-folder"])
 def test_a_bad_setting_is_refused_before_anything_is_created(tmp_path, make_args, says):
     args = make_args(tmp_path)
     before = files(tmp_path)

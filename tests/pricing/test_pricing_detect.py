@@ -45,7 +45,7 @@ class FakeAWS:
     def __init__(self, lifecycle="spot", accept_tokens=True):
         self.lifecycle, self.accept_tokens = lifecycle, accept_tokens
         self.data = {"instance-type": "g5.xlarge", "placement/region": "us-east-1",
-                     "instance-life-cycle": lifecycle}
+                     "instance-life-cycle": lifecycle, "instance-id": "i-0123456789abcdef0"}
 
     def put(self, h):
         if h.path != "/latest/api/token" or not h.headers.get(
@@ -168,6 +168,7 @@ def test_aws_imdsv2_with_dmi(tmp_path, serve, closed_port):
     found = detect(dmi_root=root, endpoints={**everywhere(closed_port), "aws": url})
     assert (found.provider, found.instance_type, found.region, found.lifecycle) == (
         "aws", "g5.xlarge", "us-east-1", "spot")
+    assert found.instance_id == "i-0123456789abcdef0"  # what a resize acts on
     assert found.source == "aws metadata (IMDSv2) (cloud from DMI)"
     assert server.requests[0] == ("PUT", "/latest/api/token")
     # DMI named the cloud: only one service was asked.

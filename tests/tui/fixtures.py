@@ -107,6 +107,7 @@ class StubClient:
         self.ActionResult = ActionResult
         self.applied: list[tuple[str, bool]] = []
         self.snoozed: list[str] = []
+        self.unsnoozed: list[str] = []
 
     async def now(self):
         return Now.from_dict(now_document())
@@ -135,6 +136,9 @@ class StubClient:
     async def snooze(self, rec_id: str, hours: float = 24) -> float:
         self.snoozed.append(rec_id)
         return TS + hours * 3600
+
+    async def unsnooze(self, rec_id: str) -> None:
+        self.unsnoozed.append(rec_id)
 
     async def close(self) -> None:
         pass

@@ -17,6 +17,7 @@ from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
+from mlcost_tui.screens.confirm import ConfirmScreen
 from mlcost_tui.screens.details import DetailsScreen
 from mlcost_tui.screens.help import HelpScreen
 from mlcost_tui.screens.history import HistoryScreen
@@ -142,8 +143,13 @@ async def test_apply_dry_run_then_confirm_and_snooze():
         assert "num_workers=8" in app.clipboard
         assert isinstance(app.screen, ActionScreen)  # open: the text can be selected by hand
         await pilot.press("escape")
-        # snooze hides it
+        # snooze asks first (n keeps it), then hides it
         await pilot.press("x")
+        assert isinstance(app.screen, ConfirmScreen) and "rec-loader" in recs.recommendations
+        await pilot.press("n")
+        await pilot.pause()
+        assert client.snoozed == [] and not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("x", "y")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert client.snoozed == ["rec-loader"] and "rec-loader" not in recs.recommendations
@@ -254,7 +260,7 @@ async def test_enter_on_a_fleet_row_opens_that_host_and_escape_returns():
         app.post_message(SnapshotArrived(hosts))  # polls go on: the host's view follows
         await pilot.pause()
         assert processes.row_count == 6
-        await pilot.press("x")  # snooze goes to that host's daemon
+        await pilot.press("x", "y")  # snooze, confirmed, goes to that host's daemon
         await app.workers.wait_for_complete()
         assert clients[1].snoozed and not clients[0].snoozed
         await pilot.press("escape")

@@ -1,0 +1,75 @@
+"""The simulated host's EC2: a local moto server holding one instance of the scenario's type, so
+`a` on a resize recommendation in the demo runs the real boto3 path (AWS's dry run, stop, wait,
+modify-instance-attribute, start) against something that answers like EC2.
+
+`python -m daemon.sim.ec2 --scenario demo` starts the server on 127.0.0.1 (a free port), creates
+the instance, prints one JSON line ({"endpoint", "instance_id", "region", "type", "env"}) and serves
+until stdin closes or SIGTERM. mlcost-top --demo points its daemon at it with
+AWS_ENDPOINT_URL_EC2 and [instance].id. moto is the `demo` extra (`pip install 'mlcost[demo]'`,
+what `make demo` installs); without it this exits 3 and says so, and the demo shows the resize as
+commands only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+
+# Credentials for the local server only (moto accepts any); never a user's real keys.
+DEMO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "mlcost-demo", "AWS_SECRET_ACCESS_KEY": "mlcost-demo"}
+# An image id the instance is launched from (moto does not check that it exists).
+DEMO_IMAGE = "ami-12c6146b"
+NO_MOTO_EXIT = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m daemon.sim.ec2",
+                                     description="a local EC2 (moto) with the scenario's instance")
+    parser.add_argument("--scenario", default="demo", help="built-in scenario name or TOML file")
+    args = parser.parse_args(argv)
+
+    from daemon.sim import scenario
+
+    instance = scenario.load(args.scenario).instance
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        print("moto is not installed (pip install 'mlcost[demo]'): no simulated EC2",
+              file=sys.stderr)
+        return NO_MOTO_EXIT
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ.update(DEMO_CREDENTIALS, AWS_ENDPOINT_URL_EC2=endpoint)
+    import boto3
+
+    region = instance.region or "us-east-1"
+    ec2 = boto3.client("ec2", region_name=region)
+    made = ec2.run_instances(ImageId=DEMO_IMAGE, MinCount=1, MaxCount=1,
+                             InstanceType=instance.type)
+    instance_id = made["Instances"][0]["InstanceId"]
+    # What the daemon's environment needs to reach this EC2 with boto3's own configuration.
+    env = {**DEMO_CREDENTIALS, "AWS_ENDPOINT_URL_EC2": endpoint}
+    print(json.dumps({"endpoint": endpoint, "instance_id": instance_id, "region": region,
+                      "type": instance.type, "env": env}), flush=True)
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+
+    def until_stdin_closes() -> None:  # the demo that started it is gone
+        sys.stdin.read()
+        done.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    done.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The demo as a new user meets it (issue 25): the biggest recommendation, a resize, applies
+against the simulated EC2 (dry run, confirmation, the resize done: the instance's type changes
+in the simulated EC2), and the demo's snapshots outlive it in the user's state folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from simhost import pilot_wait_for
+
+from daemon.client import Client
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.demo import EmbeddedDaemon, snapshots_folder
+from mlcost_tui.panels.recommendations import RecommendationTable
+from mlcost_tui.screens.action import ActionScreen
+
+pytestmark = pytest.mark.xdist_group("serial")  # a whole demo host: eight GPUs, five workloads
+
+
+@pytest.fixture
+def state_home(tmp_path, monkeypatch):
+    """The user's folders in the test's own temp dir."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def demo(state_home):
+    daemon = EmbeddedDaemon("demo")
+    daemon.start()
+    try:
+        assert daemon.wait_ready(120), daemon.failure() or daemon.ec2_note
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def test_the_demo_keeps_snapshots_in_the_state_folder(state_home):
+    assert snapshots_folder() == state_home / "mlcost" / "demo"
+    text = EmbeddedDaemon("demo", ec2=False).config_text()
+    assert f'folder = {json.dumps(str(state_home / "mlcost" / "demo"))}' in text
+    assert text.count("[snapshots]") == 1
+
+
+def instance_type(demo: EmbeddedDaemon) -> str:
+    import boto3
+
+    env = demo.ec2["env"]
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=env["AWS_ENDPOINT_URL_EC2"],
+                       aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    found = ec2.describe_instances(InstanceIds=[demo.ec2["instance_id"]])
+    return found["Reservations"][0]["Instances"][0]["InstanceType"]
+
+
+@pytest.mark.asyncio
+async def test_a_resizes_the_demo_host_on_the_simulated_ec2_and_snapshots_stay(demo):
+    assert demo.ec2 is not None, demo.ec2_note  # moto is in the test extra
+    assert instance_type(demo) == "p4d.24xlarge"
+    app = MlcostTop([Client(demo.target)], interval_s=0.5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        recs = app.query_one(RecommendationTable)
+
+        def resize_row() -> int | None:
+            for i, rec in enumerate(recs.recommendations.values()):
+                if rec.action_kind == "resize":
+                    return i
+            return None
+
+        await pilot_wait_for(pilot, lambda: resize_row() is not None, 240,
+                             "the resize recommendation")
+        # The host has an instance id: the row offers the resize itself, not commands only.
+        assert recs.on_ec2
+        # s: a snapshot, into the state folder
+        await pilot.press("s")
+        await pilot_wait_for(pilot, lambda: list(snapshots_folder().glob("*.db")), 120,
+                             "the snapshot file")
+        recs.focus()
+        await pilot.pause()
+        recs.move_cursor(row=resize_row())
+        await pilot.pause()
+        rec = recs.selected()
+        assert rec is not None and rec.action_kind == "resize"
+        await pilot.press("a")
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, ActionScreen), 60,
+                             "the dry run")
+        dialog = app.screen
+        assert dialog.result.dry_run and dialog.can_do
+        assert f"would stop {demo.ec2['instance_id']}" in dialog.result.message
+        assert "stop: allowed" in dialog.result.message  # AWS's own dry run answered
+        target = rec.action["to"]
+        await pilot.press("y")
+        await pilot_wait_for(pilot, lambda: not isinstance(app.screen, ActionScreen), 30,
+                             "the dialog to close")
+        await pilot_wait_for(pilot, lambda: any(
+            f"resized to {target}" in str(n.message) for n in app._notifications), 120,
+            "the resize's answer")
+    assert instance_type(demo) == target
+    demo.stop()
+    kept = demo.snapshot_files()
+    assert kept and kept[0].parent == snapshots_folder()
+    note = demo.exit_note()
+    assert "snapshots are kept in" in note and "mlcost-top --replay" in note
+    assert kept[0].name in note
