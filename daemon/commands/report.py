@@ -25,11 +25,43 @@ from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 
 REPORT_VERSION = 1
 WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns instead of being cut
+DEFAULT_SPAN_S = 3600.0  # the window of a store a daemon records into, without --since
+BY_KEYS = ("kind", "job", "user", "gpu")  # what the review can split spend by (--by)
+
+
+def parse_by(value: str) -> tuple[str, ...]:
+    """--by 'kind,job,user' -> ('kind', 'job', 'user'); ValueError names a key it lacks."""
+    keys = tuple(k.strip() for k in value.split(",") if k.strip())
+    unknown = [k for k in keys if k not in BY_KEYS]
+    if unknown or not keys:
+        raise ValueError(f"--by {value[:80]!r}: use any of {', '.join(BY_KEYS)}, "
+                         "comma-separated")
+    return keys
+
+
+def resolve_window(reader: StoreReader, since_s: float | None,
+                   until: float | None) -> tuple[float, float]:
+    """The window [start, end] a report covers, from --since and --until (None: not given).
+
+    A store a daemon records into (or one not asked: `reader.recording` None) ends now and
+    reaches back 1 h by default. A snapshot or a stopped store ends at its last sample and, without
+    --since, covers its whole recorded range: a file read an hour after it was taken still
+    reports what it holds."""
+    recorded = queries.recorded_range(reader)
+    live = reader.recording is not False or recorded is None
+    if until is None:
+        until = clock.now() if live or recorded is None else recorded[1]
+    if since_s is None:
+        if live or recorded is None:
+            return until - DEFAULT_SPAN_S, until
+        return min(recorded[0], until), until
+    return until - since_s, until
 
 
 def build(reader: StoreReader, since_s: float, until: float | None = None,
           config: Config | None = None,
-          recommendations_since_s: float | None = None) -> dict[str, Any]:
+          recommendations_since_s: float | None = None,
+          by: tuple[str, ...] = ("kind", "job", "user")) -> dict[str, Any]:
     """The report over the last `since_s` seconds (ending now, or at `until`). `config` gives
     the price cache, extra catalogs, $/kWh and [pricing].compare_managed (default: defaults).
     `recommendations_since_s` widens the window for recommendations only (a live view shorter
@@ -68,6 +100,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     first = reader.query("SELECT min(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
                          (round(start * 1000), round(end * 1000)))[0]["ts"]
     window = dict(summary["window"], first_sample_at=first / 1000 if first else None)
+    recorded_range = queries.recorded_range(reader)
+    window["recorded"] = (None if recorded_range is None else
+                          {"first": recorded_range[0], "last": recorded_range[1]})
+    window["store"] = reader.path
+    host["recording"] = reader.recording
     recorded_price = HostPrice.from_dict(price)
     catalog = price_host.load_catalog(config)
     host["price_warning"] = price_host.warning_json(
@@ -262,7 +299,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
         out.append(f"NVML: {host['nvml_status']}")
     if not window["ticks"]:
         out.append("")
-        out.append("No samples in this window. Is mlcostd running? Try a longer --since.")
+        out += _no_samples(window, host.get("recording"))
         return "\n".join(fit(out, width)) + "\n"
     burn_now = report.get("burn") or {}
     if burn_now.get("total_per_hour") is not None:
@@ -329,6 +366,22 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_managed((report.get("review") or {}).get("managed"))
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
     return "\n".join(fit(out, width)) + "\n"
+
+
+def _no_samples(window: dict[str, Any], recording: bool | None) -> list[str]:
+    """Why the window is empty, with the range the file holds where it holds any."""
+    recorded = window.get("recorded")
+    store = one_line(str(window.get("store") or "the store"))
+    if not recorded:
+        return [f"No samples in {store} at all. Is mlcostd running? Start it with `mlcostd "
+                "run` (or `mlcostd run --simulate demo`), or pass the --db it records into."]
+    held = (f"{store} holds {clock.local_time(recorded['first'])} to "
+            f"{clock.local_time(recorded['last'])}")
+    if recording is False:
+        return [f"No samples in this window: {held} (no daemon records into it). Drop --since "
+                "and --until to report all of it, or give a window inside that range."]
+    return [f"No samples in this window: {held}. Is mlcostd running? Try a longer --since, "
+            "or an --until inside that range."]
 
 
 def _kind_json(kind: Any) -> dict[str, Any]:

@@ -103,3 +103,15 @@ def recommendation_texts(reader: StoreReader, since: float,
     at_ms = round(at * 1000)
     return {r["id"]: (r["last_seen"] / 1000, json.loads(r["latest"])) if r["last_seen"] <= at_ms
             else (r["ts"] / 1000, json.loads(unpack_text(r["body"]))) for r in rows}
+
+
+def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
+    """(first, last) time the store holds anything for, in Unix seconds: raw ticks and the
+    rollups kept after them (a rollup bucket counts from its start). None for an empty store."""
+    tick = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
+    rolled = reader.query("SELECT min(bucket) AS lo, max(bucket) AS hi FROM rollups")[0]
+    lows = [v for v in (tick["lo"], rolled["lo"]) if v is not None]
+    highs = [v for v in (tick["hi"], rolled["hi"]) if v is not None]
+    if not lows or not highs:
+        return None
+    return min(lows) / 1000, max(highs) / 1000

@@ -92,7 +92,10 @@ class StoreReader:
         self.path = str(path)
         self.timeout_s = timeout_s
         uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve()))
-        writable = tidy and os.access(self.path, os.W_OK) and not _writer_holds(self.path)
+        # Whether a daemon records into the file, asked only where it is safe (`tidy`): a
+        # command of its own, before its connection opens. None: not asked.
+        self.recording: bool | None = _writer_holds(self.path) if tidy else None
+        writable = tidy and os.access(self.path, os.W_OK) and not self.recording
         if not writable:
             uri += "?mode=ro"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
