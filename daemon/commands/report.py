@@ -14,7 +14,9 @@ from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.ledger import CostLedger
+from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.rules.combine import savings_document
+from daemon.commands import review as team_review
 from daemon.config import Config
 from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
@@ -26,7 +28,10 @@ from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 REPORT_VERSION = 1
 WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns instead of being cut
 DEFAULT_SPAN_S = 3600.0  # the window of a store a daemon records into, without --since
-BY_KEYS = ("kind", "job", "user", "gpu")  # what the review can split spend by (--by)
+# Longer windows read the rollups and the recorded hour spend (a day of 64 processes is
+# millions of raw rows: issue 23); shorter ones the raw samples, tick by tick.
+RAW_MAX_SPAN_S = 3600.0
+BY_KEYS = ("kind", "job", "user")  # what the review can split spend by (--by)
 
 
 def parse_by(value: str) -> tuple[str, ...]:
@@ -69,13 +74,14 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     config = config or Config()
     end = until if until is not None else clock.now()
     start = end - since_s
-    summary = reader.window_summary(start, end)
     recorded = reader.meta("host")
     host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
     latest = reader.latest()
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
     interval = float(host.get("interval_s") or 1.0)
+    rolled = _from_rollups(reader, start, end, interval)
+    summary = reader.rollup_summary(start, end) if rolled else reader.window_summary(start, end)
     # The recorder stopped (no sample for a while): open events were open when it stopped.
     stopped = latest is not None and end - latest.ts > max(60.0, 3 * interval)
     host["recording_stopped_at"] = latest.ts if stopped and latest is not None else None
@@ -87,7 +93,13 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     recorded_idle = host.get("idle_utilization_pct")  # [idle].utilization as the daemon ran
     thresholds = IdleThresholds(idle_utilization_pct=float(recorded_idle) if isinstance(
         recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT)
-    window_cost = _window_cost(reader, start, end, price, gpus, processes, interval, thresholds)
+    cost_meta = reader.meta("cost")  # [cost].jobs as the daemon ran (runtime/daemon.py)
+    jobs = (cost_meta.get("jobs") if isinstance(cost_meta, dict)
+            and isinstance(cost_meta.get("jobs"), dict) else None) or dict(config.cost.jobs)
+    readings = queries.meter_readings(reader, start, end)
+    window_cost = (_recorded_cost(reader, start, end, price, processes, jobs, readings)
+                   if rolled else None) or _window_cost(
+        reader, start, end, price, gpus, processes, interval, thresholds, jobs, readings)
     kinds = reader.meta("kinds")  # as the daemon last classified them (runtime/kinds.py)
     kinds = kinds if isinstance(kinds, dict) else {}
     for proc in processes:
@@ -99,7 +111,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         proc["stack_error"] = status["error"] if status else None
     first = reader.query("SELECT min(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
                          (round(start * 1000), round(end * 1000)))[0]["ts"]
-    window = dict(summary["window"], first_sample_at=first / 1000 if first else None)
+    window = dict(summary["window"], first_sample_at=first / 1000 if first else None,
+                  source="rollups" if rolled else "raw")
     recorded_range = queries.recorded_range(reader)
     window["recorded"] = (None if recorded_range is None else
                           {"first": recorded_range[0], "last": recorded_range[1]})
@@ -123,8 +136,12 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
             reader, end - max(since_s, recommendations_since_s or 0.0)), price, gpus),
     }
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
-    document["energy"] = _window_energy(reader, start, end, gpus, per_kwh, interval)
+    document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
+                          _window_energy(reader, start, end, gpus, per_kwh, interval))
     review = document.setdefault("review", {})
+    review.update(team_review.review(
+        reader, start, end, by=by, jobs=jobs, kinds=kinds, energy=document["energy"],
+        recommendations=document["recommendations"]))
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
@@ -168,6 +185,65 @@ def _window_energy(reader: StoreReader, start: float, end: float, gpus: list[dic
             "by_gpu": {str(index): rate for index, rate in sorted(by_gpu_mean.items())}}
 
 
+def _from_rollups(reader: StoreReader, start: float, end: float, interval: float) -> bool:
+    """Whether the window is read from the rollups: longer than RAW_MAX_SPAN_S, or reaching
+    back before the raw samples kept (older than [store].raw_retention) where rollups are."""
+    if end - start > RAW_MAX_SPAN_S:
+        return True
+    first_raw = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"]
+    recorded = queries.recorded_range(reader)
+    slack = 3 * interval + 60
+    return (first_raw is not None and recorded is not None and first_raw / 1000 > start + slack
+            and recorded[0] < first_raw / 1000 - slack)
+
+
+def _rollup_energy(gpus: list[dict[str, Any]], per_kwh: float, interval: float,
+                   span: float) -> dict[str, Any] | None:
+    """The energy of the window from the GPUs' mean power in the rollups (as _window_energy)."""
+    if per_kwh <= 0:
+        return None
+    by_gpu, cost, watts = {}, 0.0, 0.0
+    for gpu in gpus:
+        power = gpu.get("power_watts")
+        if not isinstance(power, int | float):
+            gpu["energy_per_hour"] = None
+            continue
+        rate = gpu["energy_per_hour"] = power / 1000 * per_kwh
+        by_gpu[str(gpu["index"])] = rate
+        watts += power
+        cost += rate * min(span, float(gpu.get("samples") or 0) * interval) / 3600
+    return {"electricity_per_kwh": per_kwh,
+            "energy_per_hour": sum(by_gpu.values()) if by_gpu else None,
+            "watts": watts if by_gpu else None, "cost": round(cost, 6), "by_gpu": by_gpu}
+
+
+def _recorded_cost(reader: StoreReader, start: float, end: float, price: dict[str, Any] | None,
+                   processes: list[dict[str, Any]], jobs: dict[str, str],
+                   readings: team_review.Readings) -> dict[str, Any] | None:
+    """Burn and spend over the window from the hour spend the daemon recorded (what its live
+    ledger charged); None when the store has none there (the caller recomputes instead)."""
+    host_price = HostPrice.from_dict(price)
+    found = team_review.recorded_ledger(reader, start, end, jobs)
+    if host_price is None or found is None:
+        return None
+    ledger, _ = found
+    hours = max(ledger.seconds, 1e-9) / 3600
+    for entry in processes:
+        cost = ledger.by_process.get((entry["pid"], entry["start_time"]))
+        entry["cost"] = cost
+        seen = max(1e-9, (entry["last_seen"] - entry["first_seen"]) / 3600)
+        entry["burn_per_hour"] = None if cost is None else cost / min(seen, hours)
+    ledger.set_storage(team_review.storage_items(readings, end))
+    spend = ledger.as_dict()
+    spend.pop("by_process", None)
+    spend["unit_costs"] = team_review.prorated_unit_costs(ledger, readings, start, end)
+    return {"burn": {"total_per_hour": ledger.total / hours, "wasted_per_hour":
+                     ledger.wasted / hours, "idle_per_hour": ledger.idle / hours,
+                     "price_source": host_price.source, "price_per_hour": host_price.per_hour,
+                     "price_per_gpu": host_price.per_gpu},
+            "spend": spend}
+
+
 def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
     if not balance:
         return {}
@@ -179,7 +255,9 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
 
 def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str, Any] | None,
                  gpus: list[dict[str, Any]], processes: list[dict[str, Any]],
-                 interval: float, thresholds: IdleThresholds) -> dict[str, Any]:
+                 interval: float, thresholds: IdleThresholds,
+                 jobs: dict[str, str] | None = None,
+                 readings: team_review.Readings | None = None) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples and the host's price.
 
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
@@ -194,12 +272,24 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
     if not samples:
         empty["burn"]["price_source"] = host_price.source
         return empty
-    ledger = CostLedger(max_gap_s=max(60.0, 3 * interval))
+    # The daemon's ledger, replayed: its job labels, the storage walk and the unit-cost
+    # counters as they were read (the meters observe at their readings' times).
+    ledger = CostLedger(jobs, max_gap_s=max(60.0, 3 * interval))
+    readings = readings or {}
+    meters = team_review.unit_meters(readings)
+    for meter in meters.values():
+        ledger.add_meter(meter)
+    pending = sorted((ts, name, value) for (kind, name), found in readings.items()
+                     if kind == "unit" for ts, value, _ in found)
     totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
     by_process: dict[tuple[int, float], list[float]] = {}
     for sample in samples:
         current = burn(sample, host_price, thresholds)
+        ledger.set_storage(team_review.storage_items(readings, sample.ts))
         ledger.add(current)
+        while pending and pending[0][0] <= sample.ts:
+            _, name, value = pending.pop(0)
+            _observe(meters[name], ledger, value)
         totals["total"] += current.total_per_hour
         totals["wasted"] += current.wasted_per_hour
         totals["idle"] += current.idle_per_hour
@@ -218,6 +308,10 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
                      "idle_per_hour": totals["idle"] / n, "price_source": host_price.source,
                      "price_per_hour": host_price.per_hour, "price_per_gpu": host_price.per_gpu},
             "spend": spend}
+
+
+def _observe(meter: UnitCostMeter, ledger: CostLedger, count: float) -> None:
+    meter.observe(ledger.cost_of(meter.target), count)
 
 
 def _bytes(value: float | int | None) -> str:
@@ -364,6 +458,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_phases(report["processes"])
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"))
     out += _render_managed((report.get("review") or {}).get("managed"))
+    out += render_review(report.get("review") or {})
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
     return "\n".join(fit(out, width)) + "\n"
 
@@ -382,6 +477,70 @@ def _no_samples(window: dict[str, Any], recording: bool | None) -> list[str]:
                 "and --until to report all of it, or give a window inside that range."]
     return [f"No samples in this window: {held}. Is mlcostd running? Try a longer --since, "
             "or an --until inside that range."]
+
+
+def _trend_text(pct: float | None) -> str:
+    return "" if pct is None else f" ({pct:+.1f}% on the period before)"
+
+
+def render_review(review: dict[str, Any]) -> list[str]:
+    """The review's lines (daemon.commands.review): spend and its trend, splits, unit costs,
+    storage, waste, energy, and what became of the recommendations."""
+    spend = review.get("spend")
+    if not spend:
+        return []
+    days = review.get("days") or 0
+    out = ["", f"Review: {clock.local_time(review['since'], seconds=False)} to "
+               f"{clock.local_time(review['until'], seconds=False)} ({days:g} days), against "
+               f"the {days:g} days before"]
+    previous = spend.get("previous_total")
+    out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day)"
+               + ("" if previous is None else f"; before: ${previous:,.2f}")
+               + _trend_text(spend.get("trend_pct")))
+    out += textwrap.wrap("  by month: " + ", ".join(
+        f"{month} ${value:,.2f}" for month, value in spend["by_month"].items()), WRAP_WIDTH,
+        subsequent_indent="    ")
+    out += textwrap.wrap("  by day: " + ", ".join(
+        f"{day[5:]} ${value:,.2f}" for day, value in spend["by_day"].items()), WRAP_WIDTH,
+        subsequent_indent="    ")
+    waste = review.get("waste") or {}
+    share = waste.get("wasted_share")
+    out.append(f"  waste: ${waste.get('wasted', 0):,.2f} of GPU time paid and unused"
+               + ("" if share is None else f" ({share:.0%} of spend)")
+               + f", ${waste.get('idle', 0):,.2f} with no process"
+               + _trend_text(waste.get("trend_pct")))
+    storage = review.get("storage") or {}
+    if storage.get("cost"):
+        out.append(f"  storage: ${storage['cost']:,.2f}")
+    energy = review.get("energy") or {}
+    if energy.get("cost") is not None:
+        out.append(f"  energy: ${energy['cost']:,.2f} at ${energy['electricity_per_kwh']:g}/kWh")
+    for key, rows in (review.get("by") or {}).items():
+        out += textwrap.wrap(f"  by {key}: " + ", ".join(
+            f"{one_line(str(r['name']))[:40]} ${r['cost']:,.2f}"
+            + ("" if r.get("trend_pct") is None else f" ({r['trend_pct']:+.0f}%)")
+            for r in rows[:10]), WRAP_WIDTH, subsequent_indent="    ")
+    for unit in review.get("unit_costs") or []:
+        cost = unit.get("unit_cost")
+        per = f"{unit['per']:g}".replace("1e+06", "1M").replace("1000", "1k")
+        out.append(f"  unit cost of {one_line(str(unit['target']))[:40]}: "
+                   + ("no units counted" if cost is None else
+                      f"${cost:,.4f} per {per} {one_line(str(unit['unit']))[:20]}")
+                   + _trend_text(unit.get("trend_pct")))
+    outcomes = review.get("recommendations") or {}
+    out.append(f"  recommendations: {len(outcomes.get('acted') or [])} acted on, "
+               f"{len(outcomes.get('snoozed') or [])} snoozed, "
+               f"{len(outcomes.get('ignored') or [])} ignored")
+    for state in ("acted", "snoozed", "ignored"):
+        for rec in outcomes.get(state) or []:
+            savings = rec.get("savings_per_month")
+            money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"
+            extra = (f": {one_line(str(rec.get('outcome')))[:40]}" if state == "acted" else
+                     f" until {clock.local_time(rec['snoozed_until'])}" if state == "snoozed"
+                     else "")
+            out.append(f"    {state}{extra} [{money}] "
+                       f"{one_line(str(rec.get('summary') or rec.get('id')))[:90]}")
+    return out
 
 
 def _kind_json(kind: Any) -> dict[str, Any]:

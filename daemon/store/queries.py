@@ -8,10 +8,20 @@ writer (`daemon.store.facts` writes them).
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from typing import Any
 
+from daemon.sources.owners import decode_owner
 from daemon.store.reader import StoreReader
-from daemon.store.schema import unpack_text
+from daemon.store.schema import (
+    HOUR,
+    KIND_GPU,
+    KIND_PROCESS,
+    KIND_SPEND,
+    MICRODOLLARS,
+    unpack_text,
+)
 
 
 def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
@@ -109,9 +119,83 @@ def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
     """(first, last) time the store holds anything for, in Unix seconds: raw ticks and the
     rollups kept after them (a rollup bucket counts from its start). None for an empty store."""
     tick = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
-    rolled = reader.query("SELECT min(bucket) AS lo, max(bucket) AS hi FROM rollups")[0]
+    rolled = reader.query(  # the samples' rollups: recorded spend counts from its hour's start
+        "SELECT min(bucket) AS lo, max(bucket) AS hi FROM rollups WHERE kind IN (?, ?)",
+        (KIND_GPU, KIND_PROCESS))[0]
     lows = [v for v in (tick["lo"], rolled["lo"]) if v is not None]
     highs = [v for v in (tick["hi"], rolled["hi"]) if v is not None]
     if not lows or not highs:
         return None
     return min(lows) / 1000, max(highs) / 1000
+
+
+def _has_table(reader: StoreReader, name: str) -> bool:
+    return bool(reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                             (name,)))
+
+
+def spend_hours(reader: StoreReader, since: float,
+                until: float) -> list[tuple[float, int, int, float, float]]:
+    """The hour spend the daemon's ledger recorded (schema.KIND_SPEND) for the UTC hours that
+    overlap [since, until]: (hour start in Unix seconds, key: 0 for the host or a process id,
+    metric code, seconds charged, dollars), oldest first. [] for a store written before."""
+    lo = (math.floor(since / HOUR) * HOUR) * 1000
+    rows = reader.query(
+        "SELECT bucket, key, metric, n, sum FROM rollups WHERE res = ? AND bucket >= ? AND "
+        "bucket <= ? AND kind = ? ORDER BY bucket", (HOUR, lo, round(until * 1000), KIND_SPEND))
+    return [(r["bucket"] / 1000, r["key"], r["metric"], r["n"] / 1000,
+             r["sum"] / MICRODOLLARS) for r in rows]
+
+
+def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """What the store knows of each process id: pid, start_time, user, command, owner (the
+    decoded object), first and last seen."""
+    wanted = sorted(set(ids))
+    out: dict[int, dict[str, Any]] = {}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i:i + 500]
+        for r in reader.query(
+                "SELECT id, pid, start_ms, ppid, user, command, owner, first_ts, last_ts FROM "
+                f"processes WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            out[r["id"]] = {"pid": r["pid"], "start_time": r["start_ms"] / 1000,
+                            "ppid": r["ppid"], "user": r["user"], "command": r["command"],
+                            "owner": decode_owner(r["owner"]),
+                            "first_ts": None if r["first_ts"] is None else r["first_ts"] / 1000,
+                            "last_ts": None if r["last_ts"] is None else r["last_ts"] / 1000}
+    return out
+
+
+def meter_readings(reader: StoreReader, since: float, until: float
+                   ) -> dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]]:
+    """What the meters read (storage sizes, unit-cost counters) in [since, until] and the last
+    reading before it: (kind, name) -> [(ts, value, detail)], oldest first. {} for a store
+    written before readings were kept."""
+    if not _has_table(reader, "meter_readings"):
+        return {}
+    lo, hi = round(since * 1000), round(until * 1000)
+    rows = reader.query(
+        "SELECT kind, name, ts, value, detail FROM meter_readings m WHERE ts <= :hi AND ts >= "
+        "coalesce((SELECT max(p.ts) FROM meter_readings p WHERE p.kind = m.kind AND "
+        "p.name = m.name AND p.ts <= :lo), :lo) ORDER BY ts", {"lo": lo, "hi": hi})
+    out: dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]] = {}
+    for r in rows:
+        detail = json.loads(r["detail"] or "{}")
+        out.setdefault((r["kind"], r["name"]), []).append(
+            (r["ts"] / 1000, float(r["value"]), detail if isinstance(detail, dict) else {}))
+    return out
+
+
+def snoozes_and_actions(reader: StoreReader, since: float,
+                        until: float) -> tuple[dict[str, float], dict[str, list[dict[str, Any]]]]:
+    """Each recommendation's snooze (id -> until when) and the actions taken on it in
+    [since, until] (id -> the audit trail's entries: daemon.api.audit), dry runs included."""
+    snoozed = {r["id"]: r["snoozed_until"] / 1000 for r in reader.query(
+        "SELECT id, snoozed_until FROM recommendations WHERE snoozed_until IS NOT NULL AND "
+        "last_seen >= ?", (round(since * 1000),))}
+    actions: dict[str, list[dict[str, Any]]] = {}
+    for event in events(reader, since, until):
+        detail = event["detail"]
+        if event["kind"] == "action" and isinstance(detail, dict) and detail.get("recommendation"):
+            actions.setdefault(str(detail["recommendation"]), []).append(
+                dict(detail, at=event["started_at"]))
+    return snoozed, actions
