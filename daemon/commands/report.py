@@ -479,6 +479,19 @@ def _no_samples(window: dict[str, Any], recording: bool | None) -> list[str]:
             "or an --until inside that range."]
 
 
+def _packed(head: str, items: list[str]) -> list[str]:
+    """`head` then the items, comma-separated, wrapped at WRAP_WIDTH between items only."""
+    out, line = [], head
+    for i, item in enumerate(items):
+        piece = item + ("," if i + 1 < len(items) else "")
+        if len(line) + 1 + len(piece) > WRAP_WIDTH and line.strip() != head.strip():
+            out.append(line)
+            line = "    " + piece
+        else:
+            line += (" " if line else "") + piece
+    return out + [line]
+
+
 def _trend_text(pct: float | None) -> str:
     return "" if pct is None else f" ({pct:+.1f}% on the period before)"
 
@@ -497,12 +510,10 @@ def render_review(review: dict[str, Any]) -> list[str]:
     out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day)"
                + ("" if previous is None else f"; before: ${previous:,.2f}")
                + _trend_text(spend.get("trend_pct")))
-    out += textwrap.wrap("  by month: " + ", ".join(
-        f"{month} ${value:,.2f}" for month, value in spend["by_month"].items()), WRAP_WIDTH,
-        subsequent_indent="    ")
-    out += textwrap.wrap("  by day: " + ", ".join(
-        f"{day[5:]} ${value:,.2f}" for day, value in spend["by_day"].items()), WRAP_WIDTH,
-        subsequent_indent="    ")
+    out += _packed("  by month:", [f"{month} ${value:,.2f}"
+                                    for month, value in spend["by_month"].items()])
+    out += _packed("  by day (UTC):", [f"{day[5:]} ${value:,.2f}"
+                                       for day, value in spend["by_day"].items()])
     waste = review.get("waste") or {}
     share = waste.get("wasted_share")
     out.append(f"  waste: ${waste.get('wasted', 0):,.2f} of GPU time paid and unused"
@@ -516,10 +527,10 @@ def render_review(review: dict[str, Any]) -> list[str]:
     if energy.get("cost") is not None:
         out.append(f"  energy: ${energy['cost']:,.2f} at ${energy['electricity_per_kwh']:g}/kWh")
     for key, rows in (review.get("by") or {}).items():
-        out += textwrap.wrap(f"  by {key}: " + ", ".join(
+        out += _packed(f"  by {key}:", [
             f"{one_line(str(r['name']))[:40]} ${r['cost']:,.2f}"
             + ("" if r.get("trend_pct") is None else f" ({r['trend_pct']:+.0f}%)")
-            for r in rows[:10]), WRAP_WIDTH, subsequent_indent="    ")
+            for r in rows[:10]])
     for unit in review.get("unit_costs") or []:
         cost = unit.get("unit_cost")
         per = f"{unit['per']:g}".replace("1e+06", "1M").replace("1000", "1k")

@@ -410,8 +410,17 @@ class StoreReader:
                         found[0] += n
                         found[1] += total
                         found[2], found[3] = min(found[2], low), max(found[3], high)
+            # The minutes not rolled up yet (the last one or two): raw ticks, counted; where
+            # nothing is rolled up at all (a store younger than its first rollup), read raw.
+            tail = max(lo, minute_done)
+            tail_ticks = conn.execute("SELECT count(*) FROM ticks WHERE ts >= ? AND ts <= ?",
+                                      (tail, hi)).fetchone()[0]
+            if not totals:
+                return {"window": {"since": since, "until": until, "ticks": tail_ticks},
+                        "gpus": self._gpu_summary(conn, tail, hi),
+                        "processes": self._process_summary(conn, tail, hi)}
             return {"window": {"since": since, "until": until,
-                               "ticks": self._covered_ticks(totals)},
+                               "ticks": self._covered_ticks(totals) + tail_ticks},
                     "gpus": self._gpu_rollup_summary(conn, totals),
                     "processes": self._process_rollup_summary(conn, totals, lo, hi)}
 
