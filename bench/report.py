@@ -71,6 +71,38 @@ def build_day(path: Path, gpus: int, processes: int, seconds: int, raw_hours: fl
     store.close()
 
 
+def backfill_spend(path: Path, gpus: int) -> bool:
+    """Add the hour spend to a day store built by code that did not record it (the code before
+    the change), from its own samples one a minute, through the same ledger as build_day.
+    Opening it with this code's Store migrates it. False when there is nothing to add."""
+    if not hasattr(facts, "write_spend"):
+        return False
+    from daemon.store.reader import StoreReader
+
+    reader = StoreReader(str(path))
+    try:
+        if reader.query("SELECT 1 FROM rollups WHERE kind = ? LIMIT 1", (schema.KIND_SPEND,)):
+            return False
+        lo, hi = [t / 1000 for t in reader.query(
+            "SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0].values()]
+    finally:
+        reader.close()
+    store = Store(str(path), raw_retention_s=(hi - lo) + 3600, max_bytes=1 << 34)
+    price = HostPrice.from_dict(dict(PRICE, gpus=gpus))
+    assert price is not None
+    ledger = CostLedger(max_gap_s=120.0)
+    reader = StoreReader(str(path), timeout_s=60.0)
+    try:
+        for chunk in range(int(lo), int(hi) + 1, 3600):
+            for sample in reader.samples(chunk, min(chunk + 3599.999, hi), max_samples=60):
+                ledger.add(burn(sample, price))
+            facts.write_spend(store, *ledger.take_unrecorded())
+    finally:
+        reader.close()
+        store.close()
+    return True
+
+
 def build_month(path: Path, gpus: int, processes: int, days: int) -> None:
     """Hour rollups for `days`, minute rollups for the last 8 of them, one raw hour at the end."""
     rng = random.Random(11)
@@ -174,6 +206,8 @@ def main() -> int:
             print(f"day store: {args.hours:g} h of 1 s ticks at {args.gpus} GPUs x "
                   f"{args.processes} processes, {day.stat().st_size / 1e6:.0f} MB, built in "
                   f"{time.perf_counter() - t0:.0f} s")
+        elif backfill_spend(day, args.gpus):
+            print("day store: hour spend added from its samples (built by code without it)")
         if not month.exists():
             t0 = time.perf_counter()
             build_month(month, args.gpus, args.processes, args.days)

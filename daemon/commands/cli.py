@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -131,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "comma-separated (default kind,job,user)")
     report.add_argument("--json", action="store_true",
                         help="print the JSON document described in the README")
+    report.add_argument("--html", metavar="FILE",
+                        help="also write the review as one self-contained HTML page")
 
     from daemon.commands import snapshot as snapshot_command
 
@@ -382,10 +385,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
         print(f"mlcostd report: {read_failure(db, exc)}", file=sys.stderr)
         return 2
+    if args.html:
+        from daemon.report_html import review as review_page
+        from daemon.store.files import open_private
+
+        try:
+            fd = open_private(args.html, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            with os.fdopen(fd, "w", encoding="utf-8") as page:
+                page.write(review_page.render(document))
+        except OSError as exc:
+            print(f"mlcostd report: cannot write --html {args.html}: "
+                  f"{exc.strerror or exc}; give a writable path", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps(document, indent=2))
     else:
         sys.stdout.write(report.render_text(document, terminal_width()))
+        if args.html:
+            print(f"html: {args.html}")
     return 0
 
 

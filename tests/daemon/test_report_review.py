@@ -135,3 +135,18 @@ def test_by_names_what_it_cannot_split_by(store):
     out = report(store, "--by", "kind,colour")
     assert out.returncode == 2
     assert "--by 'kind,colour': use any of kind, job, user" in out.stderr
+
+
+def test_the_review_as_an_html_page(store, tmp_path):
+    page = tmp_path / "review.html"
+    out = report(store, "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    assert f"html: {page}" in out.stdout
+    text = page.read_text()
+    assert "default-src 'none'" in text and "<script" not in text
+    assert 'data-chart="spend_by_day" data-bars="31"' in text or \
+        'data-chart="spend_by_day" data-bars="30"' in text
+    for said in ("By kind", "training", "llm-serve", "alice", "acted", "snoozed", "ignored",
+                 "$2,520.00"):
+        assert said in text
+    assert page.stat().st_mode & 0o077 == 0  # a private file, as every file mlcostd writes
