@@ -93,3 +93,20 @@ def test_until_is_checked_like_since(tmp_path):
         assert out.stderr.startswith("mlcostd report: --until") and said in out.stderr
     out = report(db, "--since", "0s")
     assert out.returncode == 2 and "--since '0s' must be at least 1 s" in out.stderr
+
+
+def test_a_snapshot_of_a_stopped_store_ends_at_its_last_sample(tmp_path):
+    db = tmp_path / "old.db"
+    start = time.time() - 3 * HOUR
+    record_past(db, start)
+    out = subprocess.run(
+        [sys.executable, "-m", "daemon", "snapshot", "--db", str(db), "--since", "1m",
+         "--socket", str(tmp_path / "no-daemon.sock"), "--out", str(tmp_path / "s.db"),
+         "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["ticks"] == 30
+    assert abs(result["until"] - (start + 29)) < 0.01
+    # and the snapshot reports its own range, without --since
+    document = json.loads(report(tmp_path / "s.db", "--json").stdout)
+    assert document["window"]["ticks"] == 30
