@@ -83,7 +83,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     rolled = _from_rollups(reader, start, end, interval)
     summary = reader.rollup_summary(start, end) if rolled else reader.window_summary(start, end)
     # The recorder stopped (no sample for a while): open events were open when it stopped.
-    stopped = latest is not None and end - latest.ts > max(60.0, 3 * interval)
+    # (A file no daemon records into has stopped, wherever its window ends.)
+    stopped = latest is not None and (reader.recording is False
+                                      or end - latest.ts > max(60.0, 3 * interval))
     host["recording_stopped_at"] = latest.ts if stopped and latest is not None else None
     balances = phase_balances(reader, start, end, interval, summary["processes"])
     statuses = queries.stack_statuses(reader)
@@ -97,8 +99,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     jobs = (cost_meta.get("jobs") if isinstance(cost_meta, dict)
             and isinstance(cost_meta.get("jobs"), dict) else None) or dict(config.cost.jobs)
     readings = queries.meter_readings(reader, start, end)
-    window_cost = (_recorded_cost(reader, start, end, price, processes, jobs, readings)
-                   if rolled else None) or _window_cost(
+    recorded_spend = team_review.recorded_ledger(reader, start, end, jobs) if rolled else None
+    window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
+                   if recorded_spend else None) or _window_cost(
         reader, start, end, price, gpus, processes, interval, thresholds, jobs, readings)
     kinds = reader.meta("kinds")  # as the daemon last classified them (runtime/kinds.py)
     kinds = kinds if isinstance(kinds, dict) else {}
@@ -141,7 +144,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     review = document.setdefault("review", {})
     review.update(team_review.review(
         reader, start, end, by=by, jobs=jobs, kinds=kinds, energy=document["energy"],
-        recommendations=document["recommendations"]))
+        recommendations=document["recommendations"],
+        current=recorded_spend))
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
@@ -217,14 +221,14 @@ def _rollup_energy(gpus: list[dict[str, Any]], per_kwh: float, interval: float,
             "watts": watts if by_gpu else None, "cost": round(cost, 6), "by_gpu": by_gpu}
 
 
-def _recorded_cost(reader: StoreReader, start: float, end: float, price: dict[str, Any] | None,
-                   processes: list[dict[str, Any]], jobs: dict[str, str],
-                   readings: team_review.Readings) -> dict[str, Any] | None:
+def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
+                   processes: list[dict[str, Any]], readings: team_review.Readings,
+                   start: float, end: float) -> dict[str, Any] | None:
     """Burn and spend over the window from the hour spend the daemon recorded (what its live
-    ledger charged); None when the store has none there (the caller recomputes instead)."""
+    ledger charged, `found`: review.recorded_ledger); None without a price (the caller
+    recomputes instead)."""
     host_price = HostPrice.from_dict(price)
-    found = team_review.recorded_ledger(reader, start, end, jobs)
-    if host_price is None or found is None:
+    if host_price is None:
         return None
     ledger, _ = found
     hours = max(ledger.seconds, 1e-9) / 3600

@@ -19,7 +19,7 @@ from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import StorageCost, UnitCostMeter
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import HOUR, SPEND_METRICS, SPEND_PROCESS
+from daemon.store.schema import SPEND_METRICS, SPEND_PROCESS
 from daemon.wire import process_key
 
 SPEND_NAMES = {code: name for name, code in SPEND_METRICS.items()}
@@ -28,32 +28,28 @@ Readings = Mapping[tuple[str, str], Sequence[tuple[float, float, dict[str, Any]]
 
 def recorded_ledger(reader: StoreReader, start: float, end: float,
                     jobs: Mapping[str, str] | None) -> tuple[CostLedger, dict[Any, Any]] | None:
-    """A CostLedger filled with the hour spend recorded over [start, end] (hours cut by the
-    range in proportion), and the process facts by (pid, start_time); None when the store
-    recorded no spend there (a store written before hour spend was kept)."""
-    rows = queries.spend_hours(reader, start, end)
+    """A CostLedger filled with the spend recorded over [start, end] (summed per UTC day;
+    hours cut by the range in proportion), and the process facts by (pid, start_time); None
+    when the store recorded no spend there (a store written before hour spend was kept)."""
+    rows = queries.spend_by_day(reader, start, end)
     if not rows:
         return None
     facts = queries.process_facts(reader, {key for _, key, metric, _, _ in rows
                                            if metric == SPEND_PROCESS})
-    hours: dict[float, tuple[dict[str, float], dict[Any, list[Any]], list[float]]] = {}
-    for hour, key, metric, seconds, dollars in rows:
-        share = max(0.0, min(end, hour + HOUR) - max(start, hour)) / HOUR
-        if share <= 0:
-            continue
-        host, procs, charged = hours.setdefault(hour, ({}, {}, [0.0]))
+    parts: dict[float, tuple[dict[str, float], dict[Any, list[Any]], list[float]]] = {}
+    for at, key, metric, seconds, dollars in rows:
+        host, procs, charged = parts.setdefault(at, ({}, {}, [0.0]))
         if metric == SPEND_PROCESS:
             fact = facts.get(key)
             if fact is not None:
                 procs[(fact["pid"], fact["start_time"])] = [
-                    dollars * share, fact["user"], fact["command"], fact["owner"]]
+                    dollars, fact["user"], fact["command"], fact["owner"]]
         elif metric in SPEND_NAMES:
-            host[SPEND_NAMES[metric]] = dollars * share
-            charged[0] = max(charged[0], seconds * share)
+            host[SPEND_NAMES[metric]] = dollars
+            charged[0] = max(charged[0], seconds)
     ledger = CostLedger(jobs)
-    for hour, (host, procs, charged) in sorted(hours.items()):
-        middle = (max(start, hour) + min(end, hour + HOUR)) / 2
-        ledger.add_recorded(middle, charged[0], host, {k: tuple(v) for k, v in procs.items()})
+    for at, (host, procs, charged) in sorted(parts.items()):
+        ledger.add_recorded(at, charged[0], host, {k: tuple(v) for k, v in procs.items()})
     by_key = {(f["pid"], f["start_time"]): f for f in facts.values()}
     return ledger, by_key
 
@@ -132,11 +128,12 @@ def _split(ledger: CostLedger, facts: Mapping[Any, Any], by: str,
 def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
            jobs: Mapping[str, str] | None, kinds: Mapping[str, Any],
            energy: Mapping[str, Any] | None,
-           recommendations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+           recommendations: Sequence[Mapping[str, Any]],
+           current: tuple[CostLedger, dict[Any, Any]] | None = None) -> dict[str, Any]:
     """The review's part of the report document (README "The review"): keys are added,
-    never renamed."""
+    never renamed. `current`: recorded_ledger over [start, end], where the caller has it."""
     span = end - start
-    current = recorded_ledger(reader, start, end, jobs)
+    current = current or recorded_ledger(reader, start, end, jobs)
     previous = recorded_ledger(reader, start - span, start, jobs)
     out: dict[str, Any] = {"since": start, "until": end, "days": round(span / 86400, 2),
                            "previous": {"since": start - span, "until": start},

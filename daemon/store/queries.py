@@ -8,7 +8,6 @@ writer (`daemon.store.facts` writes them).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +19,7 @@ from daemon.store.schema import (
     KIND_PROCESS,
     KIND_SPEND,
     MICRODOLLARS,
+    MINUTE,
     unpack_text,
 )
 
@@ -119,11 +119,15 @@ def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
     """(first, last) time the store holds anything for, in Unix seconds: raw ticks and the
     rollups kept after them (a rollup bucket counts from its start). None for an empty store."""
     tick = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
-    rolled = reader.query(  # the samples' rollups: recorded spend counts from its hour's start
-        "SELECT min(bucket) AS lo, max(bucket) AS hi FROM rollups WHERE kind IN (?, ?)",
-        (KIND_GPU, KIND_PROCESS))[0]
-    lows = [v for v in (tick["lo"], rolled["lo"]) if v is not None]
-    highs = [v for v in (tick["hi"], rolled["hi"]) if v is not None]
+    # The samples' rollups (recorded spend counts from its hour's start, before any sample),
+    # each end found along the primary key (res, bucket, ...): a month is millions of rows.
+    ends = [reader.query(
+        f"SELECT bucket FROM rollups WHERE res = ? AND kind IN (?, ?) ORDER BY bucket {order} "
+        "LIMIT 1", (res, KIND_GPU, KIND_PROCESS)) for res in (MINUTE, HOUR)
+        for order in ("ASC", "DESC")]
+    found = [rows[0]["bucket"] for rows in ends if rows]
+    lows = [v for v in (tick["lo"], min(found, default=None)) if v is not None]
+    highs = [v for v in (tick["hi"], max(found, default=None)) if v is not None]
     if not lows or not highs:
         return None
     return min(lows) / 1000, max(highs) / 1000
@@ -134,17 +138,41 @@ def _has_table(reader: StoreReader, name: str) -> bool:
                              (name,)))
 
 
-def spend_hours(reader: StoreReader, since: float,
-                until: float) -> list[tuple[float, int, int, float, float]]:
-    """The hour spend the daemon's ledger recorded (schema.KIND_SPEND) for the UTC hours that
-    overlap [since, until]: (hour start in Unix seconds, key: 0 for the host or a process id,
-    metric code, seconds charged, dollars), oldest first. [] for a store written before."""
-    lo = (math.floor(since / HOUR) * HOUR) * 1000
-    rows = reader.query(
-        "SELECT bucket, key, metric, n, sum FROM rollups WHERE res = ? AND bucket >= ? AND "
-        "bucket <= ? AND kind = ? ORDER BY bucket", (HOUR, lo, round(until * 1000), KIND_SPEND))
-    return [(r["bucket"] / 1000, r["key"], r["metric"], r["n"] / 1000,
-             r["sum"] / MICRODOLLARS) for r in rows]
+def spend_by_day(reader: StoreReader, since: float,
+                 until: float) -> list[tuple[float, int, int, float, float]]:
+    """The hour spend the daemon's ledger recorded (schema.KIND_SPEND) over [since, until],
+    summed per UTC day in SQL (a month of 64 processes is 46 000 hour rows): (a time inside
+    the part of the day in the range, key: 0 for the host or a process id, metric code,
+    seconds charged, dollars). An hour the range cuts counts in proportion to the part inside.
+    [] for a store written before hour spend was kept."""
+    hour_ms, day_ms = HOUR * 1000, 86400 * 1000
+    lo, hi = round(since * 1000), round(until * 1000)
+    whole_lo, whole_hi = -(-lo // hour_ms) * hour_ms, hi // hour_ms * hour_ms
+    out: list[tuple[float, int, int, float, float]] = []
+    if whole_hi > whole_lo:
+        for r in reader.query(
+                "SELECT bucket / :day AS d, min(bucket) AS first, max(bucket) AS last, key, "
+                "metric, sum(n) AS n, sum(sum) AS total FROM rollups WHERE res = :res AND "
+                "bucket >= :lo AND bucket < :hi AND kind = :kind GROUP BY d, key, metric",
+                {"day": day_ms, "res": HOUR, "lo": whole_lo, "hi": whole_hi,
+                 "kind": KIND_SPEND}):
+            middle = (r["first"] + r["last"] + hour_ms) / 2000
+            out.append((middle, r["key"], r["metric"], r["n"] / 1000,
+                        r["total"] / MICRODOLLARS))
+    edges = [(lo // hour_ms * hour_ms, min(whole_lo, hi))]
+    if whole_hi >= whole_lo:
+        edges.append((whole_hi, hi))
+    for a, b in edges:
+        if b <= a or b <= lo:
+            continue
+        for r in reader.query(
+                "SELECT bucket, key, metric, n, sum FROM rollups WHERE res = ? AND bucket = ? "
+                "AND kind = ?", (HOUR, a, KIND_SPEND)):
+            share = (min(b, a + hour_ms) - max(lo, a)) / hour_ms
+            if share > 0:
+                out.append(((max(lo, a) + min(b, a + hour_ms)) / 2000, r["key"], r["metric"],
+                            r["n"] / 1000 * share, r["sum"] / MICRODOLLARS * share))
+    return out
 
 
 def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
