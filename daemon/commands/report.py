@@ -28,9 +28,14 @@ from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 REPORT_VERSION = 1
 WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns instead of being cut
 DEFAULT_SPAN_S = 3600.0  # the window of a store a daemon records into, without --since
-# Longer windows read the rollups and the recorded hour spend (a day of 64 processes is
-# millions of raw rows: issue 23); shorter ones the raw samples, tick by tick.
-RAW_MAX_SPAN_S = 3600.0
+# Longer windows read the GPUs and processes from the rollups (a day of 64 processes is
+# millions of raw rows: issue 23; the reader's raw process reads stop at 15 min too); shorter
+# ones the raw samples. Spend comes from the samples (at most 600 of them, each charged like
+# a tick) up to SAMPLED_SPEND_MAX_S, from the hour spend the daemon recorded beyond (an hour
+# cut by the window counts in proportion: close enough over hours, not over minutes).
+RAW_MAX_SPAN_S = 900.0
+SAMPLED_SPEND_MAX_S = 6 * 3600.0
+COST_SAMPLES = 150  # ticks the spend of a window over RAW_MAX_SPAN_S is sampled at
 BY_KEYS = ("kind", "job", "user")  # what the review can split spend by (--by)
 
 
@@ -99,7 +104,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     jobs = (cost_meta.get("jobs") if isinstance(cost_meta, dict)
             and isinstance(cost_meta.get("jobs"), dict) else None) or dict(config.cost.jobs)
     readings = queries.meter_readings(reader, start, end)
-    recorded_spend = team_review.recorded_ledger(reader, start, end, jobs) if rolled else None
+    recorded_spend = (team_review.recorded_ledger(reader, start, end, jobs)
+                      if rolled and (end - start > SAMPLED_SPEND_MAX_S
+                                     or not _raw_covers(reader, start, interval)) else None)
     window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
                    if recorded_spend else None) or _window_cost(
         reader, start, end, price, gpus, processes, interval, thresholds, jobs, readings)
@@ -192,13 +199,17 @@ def _window_energy(reader: StoreReader, start: float, end: float, gpus: list[dic
 def _from_rollups(reader: StoreReader, start: float, end: float, interval: float) -> bool:
     """Whether the window is read from the rollups: longer than RAW_MAX_SPAN_S, or reaching
     back before the raw samples kept (older than [store].raw_retention) where rollups are."""
-    if end - start > RAW_MAX_SPAN_S:
-        return True
+    return end - start > RAW_MAX_SPAN_S or not _raw_covers(reader, start, interval)
+
+
+def _raw_covers(reader: StoreReader, start: float, interval: float) -> bool:
+    """False when the window starts before the raw samples kept while rollups reach further
+    back (older than [store].raw_retention); True otherwise, an empty or young store too."""
     first_raw = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"]
     recorded = queries.recorded_range(reader)
     slack = 3 * interval + 60
-    return (first_raw is not None and recorded is not None and first_raw / 1000 > start + slack
-            and recorded[0] < first_raw / 1000 - slack)
+    return not (first_raw is not None and recorded is not None
+                and first_raw / 1000 > start + slack and recorded[0] < first_raw / 1000 - slack)
 
 
 def _rollup_energy(gpus: list[dict[str, Any]], per_kwh: float, interval: float,
@@ -272,13 +283,19 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
     host_price = HostPrice.from_dict(price)
     if host_price is None:
         return empty
-    samples = reader.samples(start, end)
+    # Every tick of a short window (at most 600); a longer one, past the raw reads'
+    # budget, from COST_SAMPLES spread over it, each charged for its share of the window.
+    most = 600 if end - start <= RAW_MAX_SPAN_S else COST_SAMPLES
+    samples = reader.samples(start, end, max_samples=most)
     if not samples:
         empty["burn"]["price_source"] = host_price.source
         return empty
     # The daemon's ledger, replayed: its job labels, the storage walk and the unit-cost
     # counters as they were read (the meters observe at their readings' times).
-    ledger = CostLedger(jobs, max_gap_s=max(60.0, 3 * interval))
+    # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
+    # further apart than recorded ones by the sampling step, so the limit grows with it.
+    step = (end - start) / most
+    ledger = CostLedger(jobs, max_gap_s=max(60.0, 3 * interval, 3 * step))
     readings = readings or {}
     meters = team_review.unit_meters(readings)
     for meter in meters.values():
