@@ -112,6 +112,22 @@ def test_the_report_prices_jobs_unit_costs_and_storage_as_v1_now_does(tmp_path, 
         (s["path"], s["bytes"], s["per_month"]) for s in now_cost["storage_items"]]
     assert spend["storage_items"][0]["bytes"] >= 3 << 20
     assert spend["storage"] > 0
+    # The hour spend the daemon recorded (what a report of a long range reads) holds at least
+    # what /v1/now had counted when it was asked (the daemon charged on until it stopped).
+    recorded = _recorded_total(daemon.db)
+    assert recorded >= now_cost["total"] * 0.999 > 0
+
+
+def _recorded_total(db: Path) -> float:
+    from daemon.store.reader import StoreReader
+    from daemon.store.schema import KIND_SPEND, MICRODOLLARS, SPEND_METRICS
+
+    reader = StoreReader(str(db))
+    try:
+        return reader.query("SELECT sum(sum) AS s FROM rollups WHERE kind = ? AND metric = ?",
+                            (KIND_SPEND, SPEND_METRICS["total"]))[0]["s"] / MICRODOLLARS
+    finally:
+        reader.close()
 
 
 def _readings(db: Path) -> list[tuple]:
