@@ -117,7 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="what the host did over a window",
                             description="Summarise the recorded window: GPUs, GPU processes "
-                                        "and their workers.")
+                                        "and their workers, their cost, and the review (spend "
+                                        "per day and month against the period before, by "
+                                        "kind, job and user; unit costs, storage, waste, "
+                                        "energy; the recommendations acted on, snoozed or "
+                                        "ignored).")
     _add_common(report)
     report.add_argument("--since", metavar="DURATION",
                         help="how far back the window reaches from its end: 30s, 15m, 1h, "
@@ -128,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "2026-12-01T09:30 (default: now while a daemon records into the "
                              "store, else the store's last sample)")
     report.add_argument("--by", metavar="KEYS", default="kind,job,user",
-                        help="how the review splits spend: any of kind, job, user, gpu, "
+                        help="how the review splits spend: any of kind, job, user, "
                              "comma-separated (default kind,job,user)")
     report.add_argument("--json", action="store_true",
                         help="print the JSON document described in the README")
