@@ -20,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from daemon.analysis.kinds import KINDS
 from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
@@ -292,6 +293,10 @@ class CostConfig:
         "[[cost.unit_costs]] target = job name or PID:START, url = Prometheus /metrics URL, "
         "metric = counter name, unit = tokens|requests, per = 1000000 (labels optional)",
         "tables"))
+    latency: list = field(default_factory=list, metadata=_meta(
+        "[[cost.latency]] target = job name or PID:START, url = Prometheus /metrics URL, "
+        "metric = latency histogram name (seconds), labels optional: p50/p99 beside the cost",
+        "tables"))
     storage_price_per_gb_month: float = field(default=0.08, metadata=_meta(
         "USD per GB-month for storage_paths", "number", 0, 100))
     evaluate_every: float = field(default=30.0, metadata=_meta(
@@ -312,6 +317,17 @@ class CostConfig:
         "observe this long before commitment advice is confident (before: preliminary); "
         "AWS Cost Explorer's shortest Savings Plans look-back is 7 days", "duration", 60,
         365 * 86400))
+
+
+@dataclass(frozen=True)
+class KindsConfig:
+    """[kinds]: what a job is when the classifier cannot tell (README "Workload kinds")."""
+
+    jobs: dict = field(default_factory=dict, metadata=_meta(
+        "a workload kind per job label, e.g. \"my-job\" = \"online_inference\": the label "
+        "as [cost.jobs] names it (else the owner's workload such as \"ns/pod\" or \"slurm 42\", "
+        "else the script, e.g. \"serve.py\"); the kind is one of " + ", ".join(KINDS)
+        + "; it replaces the classified kind, with the evidence 'set in config'", "table"))
 
 
 @dataclass(frozen=True)
@@ -382,6 +398,7 @@ class Config:
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     idle: IdleConfig = field(default_factory=IdleConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    kinds: KindsConfig = field(default_factory=KindsConfig)
     owners: OwnersConfig = field(default_factory=OwnersConfig)
     snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
     source: str = "defaults"  # where this config came from, for logs and `check`
@@ -479,12 +496,21 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
             unit_cost_setting(meter)
         except ValueError as exc:
             raise ConfigError(f"{where}: [[cost.unit_costs]] #{number}: {exc}") from None
+    for number, histogram in enumerate(config.cost.latency, start=1):
+        try:
+            latency_setting(histogram)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: [[cost.latency]] #{number}: {exc}") from None
     for name, pattern in config.cost.jobs.items():
         try:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
             raise ConfigError(f"{where}: [cost.jobs].{name} = {pattern!r}: not a regular "
                               f"expression ({exc})") from None
+    for name, kind in config.kinds.jobs.items():
+        if kind not in KINDS:
+            raise ConfigError(f"{where}: [kinds.jobs].{name} = {kind!r}: not a workload kind; "
+                              f"allowed values are {', '.join(repr(k) for k in KINDS)}")
     if config.attribution.high_sm_share < config.attribution.low_sm_share:
         raise ConfigError(
             f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "
@@ -617,6 +643,41 @@ def unit_cost_setting(table: dict[str, Any]) -> UnitCostSetting:
     if table.get("per", 1) <= 0:
         raise ValueError(f"per = {table['per']!r}: must be > 0")
     return UnitCostSetting(**table)
+
+
+@dataclass(frozen=True)
+class LatencySetting:
+    """One [[cost.latency]] table, checked: a Prometheus latency histogram (in seconds) of a
+    server, for a job or a process. The runtime turns it into a
+    daemon.analysis.latency.LatencyMeter."""
+
+    target: str
+    url: str
+    metric: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+_LATENCY_KEYS: dict[str, type] = {"target": str, "url": str, "metric": str, "labels": dict}
+
+
+def latency_setting(table: dict[str, Any]) -> LatencySetting:
+    """A [[cost.latency]] table as a LatencySetting; ValueError names the key."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{table!r} is not a table")
+    for key, value in table.items():
+        if key not in _LATENCY_KEYS:
+            raise ValueError(f"unknown key {key!r}; allowed: {', '.join(_LATENCY_KEYS)}")
+        if not isinstance(value, _LATENCY_KEYS[key]):
+            raise ValueError(f"{key} = {value!r} has the wrong type")
+    for key in ("target", "url", "metric"):
+        if not table.get(key):
+            raise ValueError(f"{key} is required")
+    if not str(table["url"]).startswith(("http://", "https://")):
+        raise ValueError(f"url = {table['url']!r}: must be an http(s) URL of a /metrics page")
+    labels = table.get("labels") or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ValueError(f"labels = {labels!r}: names and values must be strings")
+    return LatencySetting(**table)
 
 
 unit_cost_meter = unit_cost_setting  # the old name, until tests/daemon/test_config.py moves on

@@ -12,6 +12,8 @@
   today's spend from a `CostLedger` over the day's stored samples (at most LEDGER_SAMPLES of
   them, evenly spread, so a long day is an estimate at a coarser step);
 - phases: `attribution.phase_balances` over the PHASE_WINDOW_S before ts;
+- workload kinds: each process's kind as it was at ts (daemon.store.queries.process_kinds,
+  the history the daemon writes when a kind changes);
 - events, low-utilization windows and recommendations: as the store had them at ts (an event
   that ended later is shown open; a recommendation counts from its first sighting until
   RECOMMENDATION_GRACE_S after its last one, since the rules run every ~30 s, with its text as
@@ -31,6 +33,8 @@ from daemon import clock
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.inference_audit import recorded_audit
+from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.ledger import CostLedger
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
@@ -215,7 +219,11 @@ class Replay:
             idle_utilization_pct=self.idle_utilization_pct, cost=cost,
             phases={process_key(pid, start): balance
                     for (pid, start), balance in balances.items()},
-            stack_statuses=statuses, windows=windows, store=None)
+            stack_statuses=statuses, windows=windows, store=None,
+            kinds={process_key(pid, start): {
+                **recorded_kind(doc), "inference": recorded_audit(
+                    doc.get("inference") if isinstance(doc, dict) else None)}
+                for (pid, start), doc in queries.process_kinds(self.reader, at).items()})
         if cost is None:  # no recorded price: what the store says happened, without dollars
             doc["events"], doc["recommendations"] = events, self._recommendations(at)
         return doc

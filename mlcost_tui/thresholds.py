@@ -34,6 +34,7 @@ PHASE_COLOURS = {
     "data_wait": "red",
     "host_preprocess": "magenta",
     "checkpoint": "yellow",
+    "output": "bright_yellow",
     "eval": "cyan",
     "sync": "bright_red",
     "comm": "blue",

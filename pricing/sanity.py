@@ -44,8 +44,10 @@ PER_GPU_HOUR_BANDS: dict[str, tuple[float, float]] = {
     "V100": (0.5, 5.0),         # p3.8xlarge 3.06
     "Inferentia2": (0.1, 2.5),  # inf2.48xlarge 1.08 .. inf2.8xlarge 1.97 (1 chip, 32 vCPU)
     "Trainium": (0.4, 2.5),     # trn1.32xlarge 1.34 .. trn1n 1.55
+    "Trainium2": (2.0, 8.0),    # trn2.48xlarge 85.964/16 = 5.37
     "TPU-v6e": (1.0, 5.0),      # 2.70 per chip
     "TPU-v5p": (1.5, 8.0),      # 4.20 per chip
+    "TPU-v5e": (0.5, 3.0),      # 1.20 per chip (us-central1)
 }
 
 # Rows a source is known to get wrong, by (provider, normalized instance type): left out.

@@ -25,6 +25,7 @@ from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn, HostPrice, burn
 from daemon.analysis.idle import Event, IdleDetector
 from daemon.analysis.kinds import Kind
+from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, build_analysis, evaluate
@@ -48,6 +49,7 @@ class Analyzer:
         budgets: Mapping[str, Any] | None = None,
         storage_paths: Mapping[str, float] | Sequence[str] | None = None,
         unit_costs: Sequence[UnitCostMeter] = (),
+        latency: Sequence[LatencyMeter] = (),
         window_s: float = WINDOW_S,
         window_step_s: float = WINDOW_STEP_S,
         limits: Mapping[str, float] | None = None,
@@ -67,6 +69,8 @@ class Analyzer:
         self.storage_paths = storage_paths or []
         for meter in unit_costs:
             self.ledger.add_meter(meter)
+        for histogram in latency:
+            self.ledger.add_latency(histogram)
         self.window_s = window_s
         self.window_step_s = window_step_s
         self.window: deque[tuple[Sample, Burn]] = deque()
@@ -152,6 +156,8 @@ class Analyzer:
             self.ledger.set_storage(storage_cost(self.storage_paths))
         if self.ledger.meters:
             self.ledger.poll_unit_costs()
+        if self.ledger.latency:
+            self.ledger.poll_latency()
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the API and the TUI."""

@@ -7,6 +7,11 @@ and parent (daemon.sources.kindfacts) and the frame markers seen in any thread o
 its confidence is its share of all the weight given (a lone weak hint stays below one half).
 Evidence strings are built from our own words and numbers only (no text of the process).
 
+The shape of its GPU use over time (`gpu_use_shape`: steady, bursty, idle, from whether its
+kernels ran at each of the last reads) is evidence too: steady or bursty use without a port it
+serves is a job (training, unless its runtime, frames or name say inference: the weight is below
+any of those), and use while it accepts connections is request-driven serving.
+
 A process is a server (`Kind.serves`) when it listens on a TCP port and has served: a connection
 accepted on that port was seen, or a serving frame (serve_forever, accept, an engine loop) in
 any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle).
@@ -15,12 +20,13 @@ any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.sources.frames import ThreadStack
 from daemon.sources.kindfacts import KindFacts
+from daemon.sources.safe_text import one_line
 
 TRAINING = "training"
 BATCH_INFERENCE = "batch_inference"
@@ -28,6 +34,10 @@ ONLINE_INFERENCE = "online_inference"
 NOTEBOOK = "notebook"
 OTHER = "other"
 KINDS = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE, NOTEBOOK, OTHER)
+INFERENCE_KINDS = (BATCH_INFERENCE, ONLINE_INFERENCE)
+# Where a kind came from: classified from what the process shows, or set in the config.
+OBSERVED = "observed"
+CONFIGURED = "config"
 
 # The function names that training loops are written with across the field (Keras/Flax
 # `train_step`, Lightning `training_step`, torchvision references' `train_one_epoch`) and the
@@ -56,8 +66,21 @@ _FRAME_TESTS: tuple[tuple[str, str, Any], ...] = (
      or "text_generation_server/" in f),
     ("generate", BATCH_INFERENCE, lambda n, f: n.split(".")[-1] == "generate"),
     ("ipykernel", NOTEBOOK, lambda n, f: "ipykernel/" in f or "IPKernelApp" in n),
+    # Ranks of a distributed job meeting their peers: torch.distributed collectives, or a
+    # barrier between processes.
+    ("collective", TRAINING, lambda n, f: "torch/distributed/" in f
+     or (f.endswith("threading.py") and n.endswith("Barrier.wait"))),
 )
 FRAME_KIND = {marker: kind for marker, kind, _ in _FRAME_TESTS}
+# Frame markers that point to no kind but to how a process runs its model: read by the
+# inference audit (daemon.analysis.inference_audit), by file path of the frame.
+RUNTIME_FRAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vllm", ("/vllm/",)), ("tgi", ("text_generation_server/",)),
+    ("tensorrt", ("/tensorrt/", "/tensorrt_llm/")), ("onnxruntime", ("/onnxruntime/",)),
+    ("torch_compile", ("torch/_dynamo/", "torch/_inductor/")),
+    ("bitsandbytes", ("/bitsandbytes/",)), ("awq", ("/awq/",)),
+    ("gptq", ("/auto_gptq/", "/gptqmodel/")),
+)
 MAX_FRAMES_LOOKED_AT = 256  # per thread: a deep recursion is not read to its end
 
 LIBRARY_KIND = {"vllm": ONLINE_INFERENCE, "tgi": ONLINE_INFERENCE, "sglang": ONLINE_INFERENCE,
@@ -66,6 +89,7 @@ LIBRARY_KIND = {"vllm": ONLINE_INFERENCE, "tgi": ONLINE_INFERENCE, "sglang": ONL
 PARENT_KIND = {"jupyter": NOTEBOOK, "torchrun": TRAINING, "deepspeed": TRAINING,
                "accelerate": TRAINING, "slurmstepd": TRAINING, "mpirun": TRAINING,
                "uvicorn": ONLINE_INFERENCE, "gunicorn": ONLINE_INFERENCE}
+RANK_ARGUMENT = re.compile(r"--(local[_-]|node[_-])?rank[= ]\d", re.I)
 COMMAND_HINTS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
     (re.compile(r"ipykernel|kernel-[\w-]+\.json|jupyter", re.I), NOTEBOOK, 4.0,
      "a Jupyter kernel command line"),
@@ -74,6 +98,8 @@ COMMAND_HINTS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
     (re.compile(r"vllm|sglang|text-generation-launcher|tritonserver|torchserve|uvicorn|"
                 r"gunicorn|api_server", re.I), ONLINE_INFERENCE, 2.0,
      "a serving program on its command line"),
+    (RANK_ARGUMENT, TRAINING, 2.0, "a rank argument on its command line (one process of a "
+     "distributed job)"),
     (re.compile(r"train|finetune|fine_tune|pretrain", re.I), TRAINING, 1.0,
      "'train' on its command line"),
     (re.compile(r"infer|predict|score|embed|batch_eval", re.I), BATCH_INFERENCE, 1.0,
@@ -87,6 +113,16 @@ SERVE_FRAME_WEIGHT = 3.0
 FRAME_WEIGHT = 3.0
 LIBRARY_WEIGHT = 1.5
 PARENT_WEIGHT = 3.0
+# GPU-use shape: steady when its kernels ran at >= STEADY_MIN of at least SHAPE_MIN_READS reads;
+# bursty when at some but fewer. Kernels of its own without a port are a weak sign of a job
+# (below a command-line hint).
+STEADY = "steady"
+BURSTY = "bursty"
+IDLE_USE = "idle"
+STEADY_MIN = 0.7
+SHAPE_MIN_READS = 5
+JOB_WEIGHT = 0.5
+REQUEST_DRIVEN_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -99,11 +135,23 @@ class Kind:
     serves: bool = False  # listens and has served: never offered SIGTERM
     listening_ports: tuple[int, ...] = ()
     scores: Mapping[str, float] = field(default_factory=dict)
+    gpu_use: str | None = None  # its GPU use's shape (gpu_use_shape); None: too few reads
+    source: str = OBSERVED  # OBSERVED (classified) or CONFIGURED ([kinds.jobs] of the config)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
                 "kind_evidence": list(self.evidence), "serves": self.serves,
-                "listening_ports": list(self.listening_ports)}
+                "listening_ports": list(self.listening_ports), "gpu_use": self.gpu_use,
+                "kind_source": self.source}
+
+
+def gpu_use_shape(active: Sequence[bool]) -> str | None:
+    """steady, bursty or idle, from whether its kernels ran at each read (oldest first);
+    None with fewer than SHAPE_MIN_READS reads."""
+    if len(active) < SHAPE_MIN_READS:
+        return None
+    share = sum(active) / len(active)
+    return STEADY if share >= STEADY_MIN else BURSTY if share > 0 else IDLE_USE
 
 
 def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
@@ -115,14 +163,19 @@ def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
             for marker, _, test in _FRAME_TESTS:
                 if marker not in found and test(name, filename):
                     found.add(marker)
+            for marker, fragments in RUNTIME_FRAMES:
+                if marker not in found and any(f in filename for f in fragments):
+                    found.add(marker)
     return found
 
 
 def classify_kind(command: str, facts: KindFacts | None,
                   frames: Mapping[str, float] | None = None, *,
-                  now: float | None = None, window_s: float = 1800.0) -> Kind:
+                  now: float | None = None, window_s: float = 1800.0,
+                  gpu_use: str | None = None) -> Kind:
     """The kind of one process. `frames`: frame marker -> when last seen (markers older than
-    `window_s` before `now` are not counted); `facts`: its sockets, libraries and parent."""
+    `window_s` before `now` are not counted); `facts`: its sockets, libraries and parent;
+    `gpu_use`: the shape of its GPU use (gpu_use_shape)."""
     scores: dict[str, float] = dict.fromkeys(KINDS[:-1], 0.0)
     evidence: list[str] = []
 
@@ -135,6 +188,13 @@ def classify_kind(command: str, facts: KindFacts | None,
     ports = facts.listening_ports if facts else ()
     accepted_seen = facts is not None and facts.accepted_seen_at is not None and (
         now is None or now - facts.accepted_seen_at <= window_s)
+    if ports and ("collective" in recent or RANK_ARGUMENT.search(command or "")):
+        # A rank of a distributed job listens for its peers (the c10d store, gloo): not a
+        # service, and the connections it accepts are its peers'.
+        evidence.append(f"listens on TCP port{'s' if len(ports) > 1 else ''} "
+                        + ", ".join(str(p) for p in ports[:4])
+                        + " for its peers (a rank of a distributed job): not a service")
+        ports, accepted_seen = (), False
     if ports:
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,
             f"listens on TCP port{'s' if len(ports) > 1 else ''} "
@@ -160,6 +220,14 @@ def classify_kind(command: str, facts: KindFacts | None,
         kind = LIBRARY_KIND.get(library)
         if kind is not None:
             add(kind, LIBRARY_WEIGHT, f"maps {library}")
+    if gpu_use in (STEADY, BURSTY) and not ports:
+        # Steady, or bursty as a job starved of input is: kernels of its own and nobody to
+        # serve.
+        add(TRAINING, JOB_WEIGHT, f"{gpu_use} GPU use of its own and no port it serves: a job "
+            "(training unless its runtime, frames or name say inference)")
+    if gpu_use in (STEADY, BURSTY) and ports and accepted_seen:
+        add(ONLINE_INFERENCE, REQUEST_DRIVEN_WEIGHT,
+            f"{gpu_use} GPU use while it accepts connections (request-driven)")
     parent = facts.parent if facts else None
     if parent in PARENT_KIND:
         add(PARENT_KIND[parent], PARENT_WEIGHT, f"started by {parent}")
@@ -170,13 +238,34 @@ def classify_kind(command: str, facts: KindFacts | None,
     best = max(scores, key=lambda k: scores[k])
     serves = bool(ports) and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
     if total <= 0:
-        return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores)
+        return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores,
+                    gpu_use)
     # The share of all weight, and a lone weak hint (weight 1) never above 0.5.
     confidence = scores[best] / (total + 1.0)
     if serves and best != ONLINE_INFERENCE:
         evidence.append("it listens and has served: treated as a server")
-    return Kind(best, confidence, tuple(evidence), serves, ports, scores)
+    return Kind(best, confidence, tuple(evidence), serves, ports, scores, gpu_use)
 
 
 def kind_documents(kinds: Mapping[str, Kind]) -> dict[str, dict[str, Any]]:
     return {key: kind.as_dict() for key, kind in kinds.items()}
+
+
+def recorded_kind(value: Any) -> dict[str, Any]:
+    """A kind document as a store or snapshot holds it, read as data: the known fields only,
+    each of its type, one line and bounded (a hostile file's text reaches a terminal)."""
+    kind = value if isinstance(value, dict) else {}
+    confidence = kind.get("kind_confidence")
+    evidence = kind.get("kind_evidence")
+    ports = kind.get("listening_ports")
+    source = kind.get("kind_source")
+    return {"kind": one_line(kind["kind"])[:32] if isinstance(kind.get("kind"), str) else None,
+            "kind_confidence": float(confidence) if isinstance(confidence, int | float)
+            and not isinstance(confidence, bool) else None,
+            "kind_evidence": [one_line(e)[:200] for e in evidence[:16] if isinstance(e, str)]
+            if isinstance(evidence, list) else [],
+            "serves": kind.get("serves") is True,
+            "listening_ports": [p for p in ports[:16] if isinstance(p, int)
+                                and not isinstance(p, bool) and 0 < p < 65536]
+            if isinstance(ports, list) else [],
+            "kind_source": source if source in (OBSERVED, CONFIGURED) else None}

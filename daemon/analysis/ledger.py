@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from daemon.analysis.cost import Burn, ProcessKey
+from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, StorageCost, UnitCostMeter, read_counter
 from daemon.clock import utc_day
 from daemon.sources.owners import workload_label
@@ -141,6 +142,7 @@ class CostLedger:
         # past range reads what this ledger charged.
         self.unrecorded_host: dict[int, list[float]] = {}
         self.unrecorded_processes: dict[tuple[int, ProcessKey], list[float]] = {}
+        self.latency: list[LatencyMeter] = []  # [[cost.latency]]: p50/p99 beside the cost
         # Held by every read and write of the tables above (the loop writes, threads read).
         self.lock = threading.RLock()
 
@@ -241,6 +243,19 @@ class CostLedger:
         with self.lock:
             self.storage_items = items
 
+    def add_latency(self, meter: LatencyMeter) -> None:
+        with self.lock:
+            self.latency.append(meter)
+
+    def poll_latency(self, timeout_s: float = UNIT_COST_TIMEOUT_S) -> list[LatencyMeter]:
+        """Read each configured latency histogram (blocking, `timeout_s` each), beside the
+        tick like the unit-cost counters."""
+        with self.lock:
+            meters = list(self.latency)
+        for meter in meters:
+            meter.poll(timeout_s)
+        return meters
+
     def add_meter(self, meter: UnitCostMeter) -> None:
         with self.lock:
             self.meters.append(meter)
@@ -307,4 +322,5 @@ class CostLedger:
             "by_process": {process_key(*k): v for k, v in self.by_process.items()},
             "storage_items": [s.as_dict() for s in self.storage_items],
             "unit_costs": [m.as_dict() for m in self.meters],
+            "latency": [m.as_dict() for m in self.latency],
         }

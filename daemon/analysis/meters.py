@@ -95,15 +95,9 @@ def storage_cost(
 # -- unit cost (Prometheus counters) ---------------------------------------------------------
 
 
-def read_counter(url: str, metric: str, labels: Mapping[str, str] | None = None,
-                 timeout_s: float = UNIT_COST_TIMEOUT_S) -> float:
-    """The value of a Prometheus counter from a text exposition endpoint, summed over the
-    series that carry `labels`. `metric` may be given with or without `_total`.
-    The answer is read within `timeout_s` in all and MAX_EXPOSITION_BYTES; the value is a
-    finite number of at least 0. Raises OSError (unreachable, timeout, too large) or
-    ValueError (not there / not parseable / not a count)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+def read_exposition(url: str, timeout_s: float) -> str:
+    """The text of a Prometheus /metrics page, read within `timeout_s` in all and
+    MAX_EXPOSITION_BYTES. Raises OSError (unreachable, timeout, too large)."""
     from pricing.http import FetchError, read_bounded_sync
 
     deadline = time.monotonic() + timeout_s
@@ -113,7 +107,19 @@ def read_counter(url: str, metric: str, labels: Mapping[str, str] | None = None,
                                     deadline=deadline, shown=url)
         except FetchError as exc:
             raise TimeoutError(str(exc)) from None
-    text = raw.decode("utf-8", errors="replace")
+    return raw.decode("utf-8", errors="replace")
+
+
+def read_counter(url: str, metric: str, labels: Mapping[str, str] | None = None,
+                 timeout_s: float = UNIT_COST_TIMEOUT_S) -> float:
+    """The value of a Prometheus counter from a text exposition endpoint, summed over the
+    series that carry `labels`. `metric` may be given with or without `_total`.
+    The answer is read within `timeout_s` in all and MAX_EXPOSITION_BYTES; the value is a
+    finite number of at least 0. Raises OSError (unreachable, timeout, too large) or
+    ValueError (not there / not parseable / not a count)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = read_exposition(url, timeout_s)
     base = metric.removesuffix("_total")
     wanted = {metric, base, base + "_total"}
     found = False

@@ -12,9 +12,16 @@ frame, so frames alone cannot tell a checkpoint from a host sync. `HostSignals` 
 call looks like from outside, measured by the attribution between dumps: the main thread's
 on-CPU time, the process's read and write bytes, D state and iowait, and whether its GPU was
 busy while the host waited. A host waiting while its GPU is idle is not a sync (a sync waits on
-a busy GPU); writing a lot is a checkpoint or output write; reading or blocking on a read is
+a busy GPU); writing a lot is a checkpoint; reading or blocking on a read is
 data wait; the main thread on-CPU with no I/O is host compute (eval where the frames say so).
 Every Classification carries its reason: the rule or signal that decided it.
+
+Writing output (logs, metrics, predictions, embeddings as JSON lines, CSV or text) is its own
+phase, `output`, told from the frames (json, csv, logging) and the user's line (a write of a
+formatted record, or a flush/fsync just after one), never from a write rate: a JSON-lines
+appender writes less per second on a loaded host, and must not turn into host preprocessing
+there. Checkpoints (pickle, torch.save, zip, raw arrays) stay `checkpoint`, whose cadence feeds
+the spot advice; output does not.
 
 `phase_balance` turns classified stack samples of one process over a window into seconds and
 shares per phase, with the top stacks of each and the reason they were classified so.
@@ -39,13 +46,15 @@ COMPUTE = "compute"
 DATA_WAIT = "data_wait"
 HOST_PREPROCESS = "host_preprocess"
 CHECKPOINT = "checkpoint"
+OUTPUT = "output"  # writing logs, metrics, predictions, embeddings: serialization plus writes
 EVAL = "eval"
 SYNC = "sync"
 COMM = "comm"
 IDLE = "idle"  # GPU memory held, nothing running
 UNKNOWN = "unknown"
 
-PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, EVAL, SYNC, COMM, IDLE, UNKNOWN)
+PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM, IDLE,
+          UNKNOWN)
 
 # Frame rule kinds, in the order classify() tries them (see its docstring).
 CONTEXT = "context"  # anywhere in the stack: the whole stack is spent in this phase
@@ -95,6 +104,11 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     FrameRule(CONTEXT, _PL_OLD, "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
     FrameRule(CONTEXT, "*/safetensors/torch.py", "save*", CHECKPOINT, "safetensors save"),
     FrameRule(CONTEXT, "*/orbax/checkpoint/*", "*save*", CHECKPOINT, "Orbax checkpoint save"),
+    # -- start-up (context): importing modules reads .py/.pyc files, which the I/O signals
+    # would take for input; it is neither data wait nor preprocessing (mlcostd profile samples
+    # a command from its first second, imports included) --
+    FrameRule(CONTEXT, "<frozen importlib._bootstrap>", "_find_and_load", UNKNOWN,
+              "importing modules (start-up)"),
     # -- eval (context) --
     FrameRule(CONTEXT, _HF, "Trainer.evaluate", EVAL, "Hugging Face Trainer.evaluate"),
     FrameRule(CONTEXT, _HF, "Trainer.evaluation_loop", EVAL, "Hugging Face Trainer evaluation loop"),
@@ -118,6 +132,11 @@ FRAME_RULES: tuple[FrameRule, ...] = (
         )
     ),
     FrameRule(LIBRARY, "*/torch/distributed/c10d_logger.py", "*", COMM, "torch.distributed collective"),
+    # Processes that wait for each other through multiprocessing (a Barrier, or a pipe to a
+    # peer or the parent): ranks of one job waiting for the slowest (see rules/stragglers.py).
+    FrameRule(LIBRARY, "*/multiprocessing/synchronize.py", "*", COMM,
+              "waiting for other processes at a multiprocessing barrier/lock"),
+    FrameRule(LIBRARY, "*/threading.py", "Barrier.wait", COMM, "waiting at a barrier"),
     # -- host/GPU sync (library) --
     FrameRule(LIBRARY, "*/torch/cuda/__init__.py", "synchronize", SYNC, "torch.cuda.synchronize"),
     FrameRule(LIBRARY, "*/torch/cuda/streams.py", "*.synchronize", SYNC, "CUDA stream/event synchronize"),
@@ -170,11 +189,23 @@ FRAME_RULES: tuple[FrameRule, ...] = (
             ("pyarrow/*", "*read*", "Arrow/Parquet"),
         )
     ),
+    # Writing output (logs, metrics, predictions, embeddings): serializing text records and
+    # writing them. Told by the frames, never by how fast the bytes go, which falls with load.
+    *(
+        FrameRule(IO, f"*/{file}", name, OUTPUT, f"writing output ({what})")
+        for file, name, what in (
+            ("json/__init__.py", "dump", "json.dump"),
+            ("json/__init__.py", "dumps", "json.dumps"),
+            ("json/encoder.py", "*", "JSON encoding"),
+            ("csv.py", "*", "csv writer"),
+            ("logging/__init__.py", "*", "logging"),
+            ("logging/handlers.py", "*", "logging"),
+        )
+    ),
     *(
         FrameRule(IO, f"*/{file}", name, CHECKPOINT, f"writing ({what})")
         for file, name, what in (
             ("zipfile.py", "*write*", "zip file"),
-            ("json/__init__.py", "dump", "json.dump"),
             ("numpy/lib/*npyio*.py", "save*", "numpy.save"),
             ("shutil.py", "copy*", "file copy"),
             ("pickle.py", "*dump*", "pickle"),
@@ -209,6 +240,11 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
     for pattern, phase, reason in (
         (r"\.(item|tolist|cpu|numpy)\(\s*\)|\bsynchronize\(|\.to\(\s*['\"]cpu", SYNC,
          "copying a result to the host (waits for the GPU)"),
+        (r"\bjson\.dumps?\(|\.writerows?\(|\bprint\(.*\bfile\s*=|"
+         r"\b(log|logger|logging)\.(debug|info|warning|error|exception|critical|log)\(",
+         OUTPUT, "writing output (serializing records)"),
+        (r"\.(write|writelines)\(.*(\bf['\"]|\.join\(|\\n|\bstr\(|\.format\(|%)",
+         OUTPUT, "writing output (text records)"),
         (r"\bos\.(fsync|fdatasync|sync)\(|\.(write|writelines|flush)\(|\bos\.(write|pwrite)\(",
          CHECKPOINT, "writing to a file"),
         (r"\.(read|readinto|readline|readlines|recv|recv_into|recvfrom|read_bytes|read_text)\(|"
@@ -468,7 +504,7 @@ def classify(
     if io is not None:
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
-    if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT):
+    if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
         return Classification(line_call[0], line_call[1], responsible)
     if library is not None:
         return _said(library, responsible)
@@ -573,8 +609,30 @@ def _source_call(frame: Frame | None, source_line: SourceLine | None) -> tuple[s
     code = text.split("#", 1)[0]
     for pattern, phase, reason in SOURCE_CALLS:
         if pattern.search(code):
+            if phase == CHECKPOINT and _writes_records_before(frame, source_line):
+                return OUTPUT, f"writing output (a flush/fsync after text records): " \
+                    f"`{code.strip()[:80]}`"
             return phase, f"{reason}: `{code.strip()[:80]}`"
     return None
+
+
+# How far up a function a bare write/flush/fsync line looks for the records it writes.
+RECORD_LINES_LOOKED_AT = 8
+
+
+def _writes_records_before(frame: Frame, source_line: SourceLine) -> bool:
+    """A bare write, flush or fsync whose function serialized text records just above it (a
+    JSON-lines log, a CSV of metrics) writes output, not a checkpoint."""
+    for back in range(1, min(RECORD_LINES_LOOKED_AT, frame.line - 1) + 1):
+        text = source_line(Frame(frame.name, frame.filename, frame.line - back))
+        if text is None:
+            return False
+        code = text.split("#", 1)[0]
+        if any(pattern.search(code) for pattern, phase, _ in SOURCE_CALLS if phase == OUTPUT):
+            return True
+        if code.lstrip().startswith(("def ", "async def ", "class ")):
+            return False  # the function's first line: nothing above it is this function's
+    return False
 
 
 def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str = "") -> Classification:
@@ -654,17 +712,34 @@ def phase_balance(
     return result
 
 
+def _responsible_function(frames: Sequence[Frame]) -> tuple[str, str] | None:
+    """The user function a stack is spent in: a comprehension or nested function counts as
+    the function that holds it."""
+    where = user_frame(frames) or (frames[0] if frames else None)
+    return None if where is None else (where.filename, where.name.split(".<locals>.", 1)[0])
+
+
 def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
+    """The stacks of one phase, those of the user function with the most samples first.
+
+    By function before stack: work spread over a function's lines (a decode loop's
+    decompress, slice and comprehension are three stacks) outweighs one cheaper stack that
+    always looks the same (freeing the last result on the caller's line)."""
     counts = Counter(s.stack_hash for s in group)
     first: dict[str, StackSample] = {}
     for s in group:
         first.setdefault(s.stack_hash, s)
+    by_function: Counter[tuple[str, str] | None] = Counter()
+    for stack_hash, n in counts.items():
+        by_function[_responsible_function(first[stack_hash].frames)] += n
     stacks = []
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     for s in group:
         if s.reason:
             reasons[s.stack_hash][s.reason] += 1
-    for stack_hash, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
+    order = sorted(counts.items(), key=lambda kv: (
+        -by_function[_responsible_function(first[kv[0]].frames)], -kv[1], kv[0]))
+    for stack_hash, n in order[:top]:
         frames = first[stack_hash].frames
         said = reasons.get(stack_hash)
         where = user_frame(frames) or (frames[0] if frames else None)

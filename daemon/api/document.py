@@ -18,6 +18,7 @@ from typing import Any
 
 from daemon.analysis.busy import gpu_is_busy
 from daemon.analysis.derive import GpuModel, HostUsageModel, ProcessModel, TickModel
+from daemon.analysis.inference_audit import with_savings
 from daemon.analysis.rules.combine import savings_document
 from daemon.sources.owners import workload_label
 from daemon.sources.sample import GPU_OK, GpuSample, Sample
@@ -128,6 +129,12 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "kind": kind.get("kind"), "kind_confidence": kind.get("kind_confidence"),
         "kind_evidence": list(kind.get("kind_evidence") or []),
         "serves": bool(kind.get("serves")),
+        # "observed" (classified) or "config" ([kinds.jobs]); None where no kind is known
+        "kind_source": kind.get("kind_source"),
+        # daemon.analysis.inference_audit: runtime, quantization, batching and advice with
+        # savings in $/month from this burn; None for a process that is not inference
+        "inference": with_savings(kind.get("inference"),
+                                  cost.get("burn_per_hour") if cost else None),
     }
 
 

@@ -248,6 +248,30 @@ class DaemonCollector(Collector):
         yield from self._advice(now, hostname)
         yield from self._budgets(analyzer, hostname)
         yield self._kinds(now, hostname)
+        yield from self._latency(document, hostname)
+
+    def _latency(self, document: Mapping[str, Any], hostname: str) -> Iterator[Metric]:
+        """p50/p99 of each [[cost.latency]] histogram, beside the cost. Labelled by the job it
+        is configured for; a process target (PID:START) shows as `process #N` (its table's
+        number): never a pid label."""
+        meters = (document.get("cost") or {}).get("latency") or []
+        if not meters:
+            return
+        family = GaugeMetricFamily("mlcost_latency_seconds", "Serving latency quantiles from "
+                                   "the server's own histogram ([[cost.latency]]), over the "
+                                   "requests between mlcostd's last two polls",
+                                   labels=["target", "quantile", "Hostname"])
+        for number, meter in enumerate(meters, start=1):
+            if not isinstance(meter, Mapping):
+                continue
+            target = str(meter.get("target") or "")
+            shown = f"process #{number}" if ":" in target and target.split(":")[0].isdigit() \
+                else _clean(target)
+            for quantile, key in (("0.5", "p50_seconds"), ("0.99", "p99_seconds")):
+                value = meter.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    family.add_metric([shown, quantile, hostname], float(value))
+        yield family
 
     def _kinds(self, now: Now, hostname: str) -> Metric:
         """GPU processes by workload kind (daemon.analysis.kinds): a bounded label, the five

@@ -1,4 +1,4 @@
-"""The `mlcostd` command: run, check, report, prices."""
+"""The `mlcostd` command: run, check, report, snapshot, prices, profile."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ examples:
   mlcostd check                           what works on this host and how to fix what doesn't
   mlcostd prices --instance p5.48xlarge   what an instance costs, where the price is from, its age
   mlcostd prices --refresh catalog        refresh prices from the public SkyPilot catalogs (no key)
+  mlcostd profile --max-data-wait 20% -- python train.py
+                                          profile one command (a CI step) and gate it on cost
 """
 
 PRICES_DESCRIPTION = """GPU instance prices: the catalog (bundled, dated; plus [pricing].extra_catalogs), overlaid with
@@ -51,7 +53,8 @@ refresh sources (--refresh):
   azureml    Azure ML's per-vCPU/GPU surcharges for --managed (Retail Prices API, no key)
 also: --audit lists what the sanity rules left out, --managed compares SageMaker, Vertex AI and
 Azure ML with the same hardware self-managed, --observed lists what fits the workloads this
-host ran.
+host ran, ranked per workload kind (--kind), with Inferentia, Trainium and TPU rows that say
+what moving to them costs.
 """
 
 
@@ -148,6 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(snapshot)
     snapshot_command.add_arguments(snapshot)
 
+    from daemon.commands import profile as profile_command
+
+    profile = sub.add_parser("profile", help="run one command under observation: its cost, "
+                                             "phases, recommendations; CI gates (profile.json, "
+                                             "profile.html, summary.md, JUnit)",
+                             description=profile_command.DESCRIPTION,
+                             epilog=profile_command.EPILOG,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    profile_command.add_arguments(profile)
+
+    from daemon.commands import compare as compare_command
+
+    compare = sub.add_parser("compare", help="before and after: two profiles, snapshots or "
+                                             "ranges, a verdict per figure",
+                             description=compare_command.__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(compare)
+    compare_command.add_arguments(compare)
+
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
     prices = sub.add_parser("prices", help="GPU instance prices with source and age; what "
@@ -160,7 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the GPU selection matrix of a workload this host has run")
     observed.add_argument("--observed", action="store_true",
                           help="list the instances that fit what the recorded GPU processes "
-                               "needed (GPUs, peak memory), with the cost of one run")
+                               "needed (GPUs, peak memory), ranked per workload kind "
+                               "(training: cost of a run; batch inference: cost of the "
+                               "accelerator-hours; online inference: a month of serving), "
+                               "with Inferentia, Trainium and TPU rows that say what moving "
+                               "costs")
+    observed.add_argument("--kind", choices=("training", "batch_inference", "online_inference",
+                                             "all"),
+                          help="with --observed: rank for this kind (default: the kinds "
+                               "recorded for the processes, else all three)")
     observed.add_argument("--pid", type=pricing_cli.number_in(1, 1 << 22, whole=True),
                           help="with --observed: only this process")
     observed.add_argument("--since", default="1h", metavar="DURATION",
@@ -431,6 +461,11 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     reader = StoreReader(str(db), tidy=True)
     try:
         need = selection.observed_need(reader, since, pid=args.pid, run_hours=args.run_hours)
+        kinds, why = selection.kinds_to_rank(need, args.kind)
+        # Ranked for the kinds its processes had: each kind for what its own processes needed.
+        needs = {kind: selection.observed_need(reader, since, pid=args.pid,
+                                               run_hours=args.run_hours, kind=kind)
+                 if args.kind is None and len(need.kinds) > 1 else need for kind in kinds}
     except ValueError as exc:
         print(f"mlcostd prices: {exc}", file=sys.stderr)
         return 1
@@ -440,10 +475,12 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     catalog = Catalog.load(cache_path=args.cache, extra_catalogs=args.extra_catalogs)
     rows = selection.selection_matrix(need, catalog, provider=args.provider,
                                       region=args.region, limit=args.limit)
+    sections = [selection.kind_matrix(needs[kind], catalog, kind, provider=args.provider,
+                                      region=args.region, limit=args.limit) for kind in kinds]
     if args.json:
-        print(json.dumps(selection.as_json(need, rows), indent=2))
+        print(json.dumps(selection.as_json(need, rows, sections, why), indent=2))
     else:
-        sys.stdout.write(selection.render(need, rows))
+        sys.stdout.write(selection.render_kinds(need, sections, why))
     return 0
 
 
@@ -486,9 +523,22 @@ def _main(argv: list[str] | None) -> int:
             from daemon.commands import snapshot as snapshot_command
 
             return snapshot_command.run(args, _load_config(args))
+        if args.command == "profile":
+            from daemon.commands import profile as profile_command
+
+            return profile_command.run(args)
+
+        if args.command == "compare":
+            from daemon.commands import compare as compare_command
+
+            return compare_command.run(args, _load_config(args))
         if args.command == "prices":
             if args.observed:
                 return cmd_prices_observed(args)
+            if args.kind:
+                print("mlcostd prices: --kind goes with --observed (rank a recorded workload "
+                      "for a kind)", file=sys.stderr)
+                return 2
             from pricing import cli as pricing_cli
 
             return pricing_cli.run(_prices_defaults(args, config_module.load(args.config)))

@@ -13,16 +13,17 @@ from daemon import clock
 from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.rules.combine import savings_document
+from daemon.analysis.timeline import build as build_timeline
 from daemon.commands import review as team_review
 from daemon.config import Config
 from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.wire import process_key
 from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 
 REPORT_VERSION = 1
@@ -110,11 +111,19 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
                    if recorded_spend else None) or _window_cost(
         reader, start, end, price, gpus, processes, interval, thresholds, jobs, readings)
-    kinds = reader.meta("kinds")  # as the daemon last classified them (runtime/kinds.py)
-    kinds = kinds if isinstance(kinds, dict) else {}
+    # Each kind as it was at the window's end (the store's kind history), else as the daemon
+    # last classified it (a store from before the history: meta "kinds").
+    kinds_then = queries.process_kinds(reader, end)
+    kinds_last = queries.process_kinds(reader)
     for proc in processes:
         key = (proc["pid"], proc["start_time"])
-        proc.update(_kind_json(kinds.get(process_key(*key))))
+        recorded = kinds_then.get(key, kinds_last.get(key))
+        proc.update(_kind_json(recorded))
+        # its inference audit (daemon.analysis.inference_audit) as recorded with its kind, the
+        # savings priced at this window's burn
+        proc["inference"] = with_savings(recorded_audit(
+            recorded.get("inference") if isinstance(recorded, dict) else None),
+            proc.get("burn_per_hour"))
         proc["phases"] = _phases_json(balances.get(key))
         status = statuses.get(key)
         proc["stack_status"] = status["status"] if status else None
@@ -148,9 +157,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
     document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
                           _window_energy(reader, start, end, gpus, per_kwh, interval))
+    document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval)
     review = document.setdefault("review", {})
     review.update(team_review.review(
-        reader, start, end, by=by, jobs=jobs, kinds=kinds, energy=document["energy"],
+        reader, start, end, by=by, jobs=jobs, kinds={**kinds_last, **kinds_then},
+        energy=document["energy"],
         recommendations=document["recommendations"],
         current=recorded_spend))
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
@@ -476,6 +487,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     else:
         out.append("  no process used a GPU in this window")
     out += _render_kinds(report["processes"])
+    out += _render_inference(report["processes"])
     out += _render_phases(report["processes"])
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"))
     out += _render_managed((report.get("review") or {}).get("managed"))
@@ -585,6 +597,32 @@ def _kind_json(kind: Any) -> dict[str, Any]:
             "kind_evidence": [one_line(e)[:200] for e in (evidence or [])[:16]
                               if isinstance(e, str)] if isinstance(evidence, list) else [],
             "serves": kind.get("serves") is True}
+
+
+def _render_inference(processes: list[dict[str, Any]]) -> list[str]:
+    """The inference audit of each inference process: runtime, quantization, batching, advice."""
+    audited = [p for p in processes if p.get("gpus") and isinstance(p.get("inference"), dict)]
+    if not audited:
+        return []
+    out = ["", "Inference audit (runtime, quantization, batching; advice with its saving)"]
+    for proc in audited:
+        audit = proc["inference"]
+        batching = audit.get("batching") or {}
+        at_load = batching.get("sm_share_at_load")
+        out.append(f"  {proc['pid']} {proc.get('kind') or '?'}: runtime {audit.get('runtime')} "
+                   f"({'; '.join(audit.get('runtime_evidence') or [])}); quantization: "
+                   + (", ".join(audit.get("quantization") or []) or "none seen")
+                   + (f"; SM share at load {at_load:.1f}% ({batching.get('sm_readings')} "
+                      "readings)" if isinstance(at_load, int | float) else
+                      "; SM share at load not measured yet"))
+        for advice in audit.get("advice") or []:
+            saving = advice.get("saving_per_month")
+            out.append(f"    - {advice.get('name')}: {advice.get('text')}"
+                       + (f" (saves up to {_money(saving)}/month)"
+                          if isinstance(saving, int | float) else ""))
+            out.append(f"      how: {advice.get('saving_method')}; "
+                       f"uncertainty: {advice.get('uncertainty')}")
+    return out
 
 
 def _render_kinds(processes: list[dict[str, Any]]) -> list[str]:

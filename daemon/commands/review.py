@@ -20,7 +20,6 @@ from daemon.analysis.meters import StorageCost, UnitCostMeter
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.schema import SPEND_METRICS, SPEND_PROCESS
-from daemon.wire import process_key
 
 SPEND_NAMES = {code: name for name, code in SPEND_METRICS.items()}
 Readings = Mapping[tuple[str, str], Sequence[tuple[float, float, dict[str, Any]]]]
@@ -111,14 +110,14 @@ def _trend(now: float | None, before: float | None) -> float | None:
 
 
 def _split(ledger: CostLedger, facts: Mapping[Any, Any], by: str,
-           kinds: Mapping[str, Any]) -> dict[str, float]:
+           kinds: Mapping[Any, Any]) -> dict[str, float]:
     if by == "job":
         return dict(ledger.by_job)
     if by == "user":
         return dict(ledger.by_user)
     out: dict[str, float] = {}
-    for key, cost in ledger.by_process.items():  # by kind
-        kind = kinds.get(process_key(*key))
+    for key, cost in ledger.by_process.items():  # by kind ((pid, start_time) -> its kind)
+        kind = kinds.get(key)
         name = kind.get("kind") if isinstance(kind, dict) else None
         name = name if isinstance(name, str) and name else "unknown"
         out[name] = out.get(name, 0.0) + cost
@@ -126,7 +125,7 @@ def _split(ledger: CostLedger, facts: Mapping[Any, Any], by: str,
 
 
 def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
-           jobs: Mapping[str, str] | None, kinds: Mapping[str, Any],
+           jobs: Mapping[str, str] | None, kinds: Mapping[Any, Any],
            energy: Mapping[str, Any] | None,
            recommendations: Sequence[Mapping[str, Any]],
            current: tuple[CostLedger, dict[Any, Any]] | None = None) -> dict[str, Any]:

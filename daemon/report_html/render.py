@@ -24,7 +24,7 @@ PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 14, 26
 PALETTE = ("#2563eb", "#dc2626", "#9ca3af", "#16a34a", "#9333ea", "#ea580c", "#0891b2",
            "#ca8a04", "#db2777", "#4b5563")
 PHASE_COLORS = {"compute": "#16a34a", "data_wait": "#dc2626", "host_preprocess": "#ea580c",
-                "checkpoint": "#9333ea", "eval": "#0891b2", "sync": "#ca8a04",
+                "checkpoint": "#9333ea", "output": "#a16207", "eval": "#0891b2", "sync": "#ca8a04",
                 "comm": "#db2777", "idle": "#9ca3af", "unknown": "#4b5563"}
 COMMAND_CHARS = 160
 

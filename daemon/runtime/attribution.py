@@ -120,8 +120,14 @@ def _written(first: _Snapshot, last: _Snapshot, seconds: float) -> float:
 class Attribution:
     def __init__(self, config: AttributionConfig, store: Store,
                  sampler: StackSampler | None = None, *,
-                 idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT) -> None:
+                 idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT,
+                 sample_always: bool = False) -> None:
         self.config = config
+        # `mlcostd profile`: every GPU process, and every process whose parent is not
+        # recorded (the profiled command before it touches a GPU), is in a window from its
+        # first tick and has its stacks sampled every tick, busy or not; the phase balance is
+        # then the share of its stack samples in each phase (compute included).
+        self.sample_always = sample_always
         self.idle_utilization_pct = idle_utilization_pct  # [idle].utilization: busy or not
         self.store = store
         self.sampler = sampler if sampler is not None else StackSampler(
@@ -147,26 +153,32 @@ class Attribution:
         children: dict[int, list[ProcessSample]] = {}
         seen = set()
         utilization = {g.index: g.utilization for g in sample.gpus}
+        recorded = {p.pid for p in sample.processes} if self.sample_always else set()
         for proc in sample.processes:
             self._update_signals(proc, sample.ts, utilization)
+            always = self.sample_always and (bool(proc.gpus) or proc.ppid not in recorded)
             if not proc.gpus:
                 children.setdefault(proc.ppid, []).append(proc)
-                continue
+                if not always:
+                    continue
             key = proc.key
             seen.add(key)
             holds_memory = any((use.memory_bytes or 0) > 0 for use in proc.gpus)
-            share = sum(use.sm_share for use in proc.gpus) / len(proc.gpus)
+            share = sum(use.sm_share for use in proc.gpus) / len(proc.gpus) if proc.gpus else 0.0
             dip = self._dips.get(key)
-            below = holds_memory and share < config.low_sm_share
+            below = always or (holds_memory and share < config.low_sm_share)
             if dip is None and below:
                 dip = _Dip(proc.pid, proc.start_time, sample.ts,
                            tuple(use.gpu_index for use in proc.gpus))
                 self._dips[key] = dip
             if dip is None:
                 continue
+            if proc.gpus and not dip.gpus:  # a profiled command that took its GPU since
+                dip.gpus = tuple(use.gpu_index for use in proc.gpus)
             if below or (holds_memory and share < config.high_sm_share):
                 dip.last_below = sample.ts
-                if not dip.qualified and sample.ts - dip.started_at >= config.min_window:
+                if not dip.qualified and (always or
+                                          sample.ts - dip.started_at >= config.min_window):
                     self._qualify(dip)
                 if config.stacks:
                     self._schedule(proc, share)

@@ -24,7 +24,6 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
-from daemon.analysis.kinds import kind_documents
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path, snapshots_folder
@@ -55,7 +54,11 @@ from daemon.wire import parse_process_key, process_key
 
 log = logging.getLogger(__name__)
 
+# GPU processes as NVML lists them (pid -> its uses) -> the processes to record.
+ProcessFilter = Callable[[dict[int, tuple[GpuUse, ...]]], dict[int, tuple[GpuUse, ...]]]
+
 DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
+KINDS_RECORD_EVERY_S = 30.0  # kinds whose evidence or audit figures alone moved: recorded so often
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
@@ -100,11 +103,27 @@ class Daemon:
         simulate: str | None = None,
         on_tick: Callable[[Sample], None] | None = None,
         max_ticks: int | None = None,
+        process_filter: ProcessFilter | None = None,
+        serve_api: bool = True,
+        sample_stacks_always: bool = False,
+        periodic_rules: bool = True,
     ) -> None:
         self.config = config
         self.simulate = simulate
         self.on_tick = on_tick
         self.max_ticks = max_ticks
+        # `mlcostd profile`: only one process tree is recorded (the filter gets NVML's GPU
+        # processes and returns the ones to record, adding the tree's processes that hold no
+        # GPU with no uses), no API is served, and the tree's stacks are sampled from its
+        # first tick on (runtime/attribution.py), not only in low-utilization windows; the
+        # rules run once, over the whole run, when it asks (`evaluate`): every
+        # [cost].evaluate_every only the unit-cost counters and storage are read.
+        self.process_filter = process_filter
+        self.serve_api = serve_api
+        self.sample_stacks_always = sample_stacks_always
+        self.periodic_rules = periodic_rules
+        self._discovery = asyncio.Lock()  # one discovery round at a time
+        self.ready = asyncio.Event()  # set once the first tick may run: sources and rules up
         self.db = db_path(config)
         self.tick = self.first_tick = 0
         self.started_at = clock.now()
@@ -125,8 +144,11 @@ class Daemon:
         self.api: Any = None  # daemon.api.server.ApiServer while running
         self.analyzer: Analyzer | None = None
         self.attribution: Attribution | None = None
-        self.kinds = KindTracker()  # each GPU process's workload kind, refreshed by discovery
+        # each GPU process's workload kind, refreshed by discovery; [kinds.jobs] overrides
+        self.kinds = KindTracker(job_kinds=config.kinds.jobs, jobs=config.cost.jobs)
         self._kinds_recorded: dict[str, Any] = {}
+        self._kinds_headline: dict[str, Any] = {}
+        self._kinds_recorded_at = 0.0
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
@@ -155,6 +177,8 @@ class Daemon:
             except SimulationError as exc:
                 raise DaemonError(str(exc)) from None
             self.simulation = simulation
+        if not self.serve_api:
+            return
         api = self._make_api()
         try:
             api.check()
@@ -255,6 +279,8 @@ class Daemon:
     async def _start_api(self) -> None:
         from daemon.api.server import ApiError
 
+        if self.api is None:  # serve_api=False
+            return
         try:
             await self.api.start()
         except ApiError as exc:
@@ -365,13 +391,15 @@ class Daemon:
             self.nvml.start()
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
             self.attribution = Attribution(self.config.attribution, self.store,
-                                           idle_utilization_pct=self.config.idle.utilization)
+                                           idle_utilization_pct=self.config.idle.utilization,
+                                           sample_always=self.sample_stacks_always)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
             await self._start_api()
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
             systemd.notify("READY=1")
+            self.ready.set()
             await self._loop()
         finally:
             systemd.notify("STOPPING=1")
@@ -469,7 +497,7 @@ class Daemon:
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now, stack_statuses=statuses, windows=windows,
-            kinds=kind_documents(self.kinds.kinds),
+            kinds=self.kinds.documents(),
             store=self.store.health.as_dict() if self.store is not None else None)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
@@ -541,32 +569,43 @@ class Daemon:
         while True:
             try:
                 until = clock.now()
-                since = until - min(1800.0, max(60.0, until - self.started_at))
-                balances, checkpoints = await asyncio.to_thread(
-                    self._read_attribution, since, until)
-                self.phases_now = {process_key(pid, start): balance
-                                   for (pid, start), balance in balances.items()}
-                if self.analyzer is not None:
+                if self.periodic_rules:
+                    await self.evaluate(
+                        until - min(1800.0, max(60.0, until - self.started_at)), until)
+                elif self.analyzer is not None:
                     await asyncio.to_thread(self.analyzer.poll_slow)
                     self._record_costs(until)
-                    # The rules take a while at many processes: in a thread, on a copy.
-                    found = await asyncio.to_thread(
-                        self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints,
-                        dict(self.kinds.kinds))
-                    recorded = self.analyzer.record(found)  # with how long each has stood
-                    assert self.store is not None
-                    for event in self.analyzer.idle.active():  # their cost so far grows
-                        facts.write_event(self.store, event.as_dict())
-                    # A snoozed recommendation keeps its snooze in the store as it is seen again.
-                    facts.write_recommendations(
-                        self.store, [dict(r, snoozed_until=self.snoozed.get(r["id"]))
-                                     for r in recorded], until)
-                    if self.snapshots is not None:
-                        self.snapshots.on_recommendations(self._not_snoozed(recorded), until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
             await asyncio.to_thread(memory.trim)  # what the round's reads freed goes back
             await asyncio.sleep(every)
+
+    async def evaluate(self, since: float, until: float) -> list[dict[str, Any]]:
+        """One round of the rules: phase balances over [since, until] from the store, the
+        slow meters, the rules, and what they found written to the store. Returns the
+        recommendations recorded. On the loop (the blocking parts run in threads)."""
+        balances, checkpoints = await asyncio.to_thread(self._read_attribution, since, until)
+        self.phases_now = {process_key(pid, start): balance
+                           for (pid, start), balance in balances.items()}
+        if self.analyzer is None:
+            return []
+        await asyncio.to_thread(self.analyzer.poll_slow)
+        self._record_costs(until)
+        # The rules take a while at many processes: in a thread, on a copy.
+        found = await asyncio.to_thread(
+            self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints,
+            dict(self.kinds.kinds))
+        recorded = self.analyzer.record(found)  # with how long each has stood
+        assert self.store is not None
+        for event in self.analyzer.idle.active():  # their cost so far grows
+            facts.write_event(self.store, event.as_dict())
+        # A snoozed recommendation keeps its snooze in the store as it is seen again.
+        facts.write_recommendations(
+            self.store, [dict(r, snoozed_until=self.snoozed.get(r["id"]))
+                         for r in recorded], until)
+        if self.snapshots is not None:
+            self.snapshots.on_recommendations(self._not_snoozed(recorded), until)
+        return recorded
 
     def _read_attribution(self, since: float,
                           until: float) -> tuple[dict[Any, Any], dict[str, list[float]]]:
@@ -594,21 +633,38 @@ class Daemon:
         sample = self.last_sample
         if sample is None:
             return
-        procs = [(p.pid, p.start_time, p.command) for p in sample.processes if p.gpus]
+        procs = [(p.pid, p.start_time, p.command, p.owner) for p in sample.processes if p.gpus]
+        shares = {(p.pid, p.start_time): sum(u.sm_share for u in p.gpus)
+                  for p in sample.processes if p.gpus}
         markers = ({key: dict(seen) for key, seen in self.attribution.frame_markers.items()}
                    if self.attribution is not None else {})
-        await asyncio.to_thread(self.kinds.refresh, procs, markers, clock.now())
-        documents = kind_documents(self.kinds.kinds)
-        if documents != self._kinds_recorded and self.store is not None:
+        now = clock.now()
+        await asyncio.to_thread(self.kinds.refresh, procs, markers, now, shares)
+        documents = self.kinds.documents()
+        # Recorded when a kind changes at once; when only evidence or the audit's figures move
+        # (they do every round), at most every KINDS_RECORD_EVERY_S.
+        headline = {key: (d["kind"], d["serves"], d["kind_source"]) for key, d in
+                    documents.items()}
+        due = now - self._kinds_recorded_at >= KINDS_RECORD_EVERY_S
+        if self.store is not None and documents != self._kinds_recorded and (
+                due or headline != self._kinds_headline):
             self.store.set_meta("kinds", documents)
-            self._kinds_recorded = documents
+            # ... and their history, so a replay or a snapshot shows each as it was then
+            facts.write_process_kinds(self.store, {parse_process_key(key): doc
+                                                   for key, doc in documents.items()}, now)
+            self._kinds_recorded, self._kinds_headline = documents, headline
+            self._kinds_recorded_at = now
+
+    def _recorded(self, uses: dict[int, tuple[GpuUse, ...]]) -> dict[int, tuple[GpuUse, ...]]:
+        """The processes to record: every GPU process, or what the process filter keeps."""
+        return uses if self.process_filter is None else self.process_filter(uses)
 
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""
         nvml_status, gpus, uses = self.nvml.latest()
         # Processes of a GPU that is lost or not answering still run: recorded without uses.
         held: dict[int, tuple[GpuUse, ...]] = dict.fromkeys(self.nvml.sick_holders(), ())
-        processes = self.procs.read({**uses, **held} if held else uses)
+        processes = self.procs.read(self._recorded({**uses, **held} if held else uses))
         return Sample(
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
             host=read_pressure(), nvml_status=nvml_status, host_usage=read_host_usage())
@@ -645,10 +701,19 @@ class Daemon:
     async def _discover_forever(self) -> None:
         rounds = 0
         while True:
-            _, gpus, uses = self.nvml.latest()
-            sick = self.nvml.sick_holders()
-            scan = rounds % CHILDREN_SCAN_EVERY == 0  # a full /proc pass: not every round
+            await self.discover(scan=rounds % CHILDREN_SCAN_EVERY == 0)
             rounds += 1
+            await asyncio.sleep(DISCOVERY_INTERVAL_S)
+
+    async def discover(self, scan: bool = True) -> None:
+        """One round of process discovery now (the loop runs one every DISCOVERY_INTERVAL_S;
+        `mlcostd profile` runs one as its command starts). `scan`: a full /proc pass for
+        children. Never raises."""
+        async with self._discovery:
+            _, gpus, uses = self.nvml.latest()
+            uses = self._recorded(uses)
+            # A filter keeps its own processes, sick GPUs or not: no others are looked for.
+            sick = self.nvml.sick_holders() if self.process_filter is None else {}
             uuids = {g.index: g.uuid for g in gpus}
             devices = {pid: tuple(uuids[u.gpu_index] for u in held if u.gpu_index in uuids)
                        for pid, held in uses.items()}  # for the owner's pod (pod-resources)
@@ -660,4 +725,3 @@ class Daemon:
                 await self._refresh_kinds()
             except Exception:  # nor the kinds
                 log.exception("classifying workload kinds failed; retrying")
-            await asyncio.sleep(DISCOVERY_INTERVAL_S)

@@ -3,42 +3,114 @@
 stack sampler saw in any of its threads (runtime/attribution.py), classified by
 daemon.analysis.kinds. `refresh` runs in discovery's thread; `kinds` is swapped whole, so
 readers on the event loop see one round or the next, never half of one.
+
+A job whose kind the config sets ([kinds.jobs]: job label -> kind) gets that kind instead of the
+classified one, with the evidence "set in config" and what the classifier would have said.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from daemon.analysis.kinds import Kind, classify_kind
+from daemon.analysis.inference_audit import InferenceAudit, audit_inference
+from daemon.analysis.kinds import CONFIGURED, Kind, classify_kind, gpu_use_shape
+from daemon.analysis.ledger import JobLabeler
 from daemon.sources.kindfacts import KindFactsReader
 from daemon.wire import process_key
 
 # A kind is classified again only when its facts or markers change, or after this long (the
 # evidence ages out of the 30-minute window; a minute late is soon enough).
 RECLASSIFY_EVERY_S = 60.0
+# Reads of whether its kernels ran, kept per process for the shape of its GPU use: at one read
+# per discovery round (2 s), the last minute.
+GPU_USE_READS = 30
+# SM share readings kept per process for the inference audit: one a discovery round (~2 s),
+# so about the last 5 minutes.
+SM_READINGS = 150
+MARKER_WINDOW_S = 1800.0  # frame markers seen this recently count (as for the kind)
+
+
+def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
+    """The kind [kinds.jobs] sets for job `label`, keeping what was observed as evidence (a
+    server stays a server: `serves` is what the process did, not what it is called)."""
+    said = (f"classified {observed.kind} ({observed.confidence:.0%} sure)"
+            if observed.confidence > 0 else "nothing observed points to a kind")
+    return Kind(kind, 1.0, (f"set in config: [kinds.jobs] job {label[:60]!r} = {kind!r}",
+                            said), observed.serves, observed.listening_ports, observed.scores,
+                gpu_use=observed.gpu_use, source=CONFIGURED)
 
 
 class KindTracker:
-    def __init__(self, reader: KindFactsReader | None = None) -> None:
+    def __init__(self, reader: KindFactsReader | None = None, *,
+                 job_kinds: Mapping[str, str] | None = None,
+                 jobs: Mapping[str, str] | None = None) -> None:
+        """`job_kinds`: [kinds.jobs], job label -> kind; `jobs`: [cost.jobs], the patterns
+        that name job labels (daemon.analysis.ledger.JobLabeler, the ledger's labels)."""
         self.reader = reader if reader is not None else KindFactsReader()
         self.kinds: dict[str, Kind] = {}  # by 'pid:start_time'
+        self.job_kinds = dict(job_kinds or {})
+        self.labeler = JobLabeler(jobs)
         self._memo: dict[tuple[int, float], tuple[object, Kind]] = {}
+        self._gpu_use: dict[tuple[int, float], deque[bool]] = {}
+        # the inference audit of each inference process (daemon.analysis.inference_audit)
+        self.audits: dict[str, InferenceAudit] = {}
+        self._sm: dict[tuple[int, float], deque[float]] = {}
 
-    def refresh(self, processes: Iterable[tuple[int, float, str]],
-                markers: Mapping[tuple[int, float], Mapping[str, float]], now: float) -> None:
-        """(pid, start_time, command) of each GPU process, and the frame markers seen in its
-        stacks (a copy taken on the loop): read what is due, classify all."""
+    def refresh(self, processes: Iterable[tuple[int, float, str, Mapping[str, str]]],
+                markers: Mapping[tuple[int, float], Mapping[str, float]], now: float,
+                sm_shares: Mapping[tuple[int, float], float] | None = None) -> None:
+        """(pid, start_time, command, owner) of each GPU process, the frame markers seen in
+        its stacks (a copy taken on the loop) and its SM share now (percent, over its GPUs;
+        above 0: its kernels ran at this read): read what is due, classify all, audit the
+        inference ones."""
         procs = list(processes)
-        self.reader.refresh(((pid, start) for pid, start, _ in procs), now)
+        readings: dict[tuple[int, float], deque[float]] = {}
+        uses: dict[tuple[int, float], deque[bool]] = {}
+        for pid, start, _, _ in procs:
+            key = (pid, start)
+            kept = self._sm.get(key) or deque(maxlen=SM_READINGS)
+            used = self._gpu_use.get(key) or deque(maxlen=GPU_USE_READS)
+            share = (sm_shares or {}).get(key)
+            if share is not None:
+                kept.append(share)
+                used.append(share > 0)
+            readings[key], uses[key] = kept, used
+        self._sm, self._gpu_use = readings, uses
+        self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)
         memo: dict[tuple[int, float], tuple[object, Kind]] = {}
-        for pid, start, command in procs:
+        for pid, start, command, owner in procs:
             key = (pid, start)
             facts = self.reader.get(key)
             seen = dict(markers.get(key) or {})
-            signature = (facts, frozenset(seen.items()), command, now // RECLASSIFY_EVERY_S)
+            shape = gpu_use_shape(uses[key])
+            signature = (facts, frozenset(seen.items()), command, shape,
+                         now // RECLASSIFY_EVERY_S)
             last = self._memo.get(key)
-            kind = last[1] if last is not None and last[0] == signature else classify_kind(
-                command, facts, seen, now=now)
+            if last is not None and last[0] == signature:
+                kind = last[1]
+            else:
+                kind = classify_kind(command, facts, seen, now=now, gpu_use=shape)
+                if self.job_kinds:
+                    label = self.labeler.label(command, owner)
+                    if label in self.job_kinds:
+                        kind = configured_kind(self.job_kinds[label], label, kind)
             memo[key] = (signature, kind)
         self._memo = memo
         self.kinds = {process_key(*key): kind for key, (_, kind) in memo.items()}
+        audits = {}
+        for key, (_, kind) in memo.items():
+            recent = [m for m, ts in (markers.get(key) or {}).items()
+                      if now - ts <= MARKER_WINDOW_S]
+            audit = audit_inference(kind, self.reader.get(key), recent, readings.get(key, ()))
+            if audit is not None:
+                audits[process_key(*key)] = audit
+        self.audits = audits
+
+    def documents(self) -> dict[str, dict[str, Any]]:
+        """Each process's kind document (Kind.as_dict) with its inference audit under
+        "inference" (None for a process that is not an inference workload)."""
+        audits = self.audits
+        return {key: {**kind.as_dict(), "inference": audits[key].as_dict()
+                      if key in audits else None} for key, kind in self.kinds.items()}

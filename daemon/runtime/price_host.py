@@ -22,8 +22,15 @@ from typing import Any
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import HostPrice, host_price
+from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.meters import UnitCostMeter
-from daemon.config import Config, UnitCostSetting, price_cache_path, unit_cost_setting
+from daemon.config import (
+    Config,
+    UnitCostSetting,
+    latency_setting,
+    price_cache_path,
+    unit_cost_setting,
+)
 from pricing.catalog import LIFECYCLES, Catalog, Price, PricingError
 from pricing.offcloud import HOURS_PER_MONTH, off_cloud_price
 from pricing.staleness import Staleness, price_staleness
@@ -256,4 +263,6 @@ def build_analyzer(config: Config, price: HostPrice, catalog: Any) -> Analyzer:
                     budgets=cost.budgets,
                     storage_paths={path: cost.storage_price_per_gb_month
                                    for path in cost.storage_paths},
-                    unit_costs=meters, limits=limits)
+                    unit_costs=meters, limits=limits,
+                    latency=[LatencyMeter(**dataclasses.asdict(latency_setting(table)))
+                             for table in cost.latency])

@@ -64,6 +64,12 @@ class Simulation:
                  loaded.gpu_model,
                  ", ".join(f"{name} (pid {pid})" for name, pid, _ in self._running.workloads))
 
+    @property
+    def state_dir(self) -> str | None:
+        """The running scenario's state dir: a process started with it in
+        daemon.sim.state.STATE_DIR_ENV attaches to the simulated GPUs (None: not running)."""
+        return str(self._running.state_dir) if self._running is not None else None
+
     def stop(self) -> None:
         if self._running is None:
             return

@@ -31,9 +31,7 @@ from daemon.sources.sample import GPU_OK, Sample
 from daemon.store.files import (
     RefusedFile,
     check_folder,
-    open_private,
-    private_folder,
-    temp_path,
+    write_private,
 )
 from daemon.store.snapshot import (
     HTML_SUFFIX,
@@ -110,24 +108,7 @@ def render_html_file(snapshot: Path, html_path: Path) -> None:
     """The HTML report of a snapshot (or any store), written atomically with mode 0600."""
     from daemon.report_html import render_store
 
-    text = render_store(snapshot)
-    private_folder(html_path.parent)
-    # a fresh name, created exclusively: never a file (or link) someone put there; found and
-    # removed by pruning if this process is killed before it is renamed
-    tmp = temp_path(html_path)
-    fd = open_private(tmp, os.O_WRONLY | os.O_EXCL)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, html_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_private(html_path, render_store(snapshot).encode("utf-8"))
 
 
 class SnapshotTriggers:

@@ -42,6 +42,12 @@ LIBRARY_MARKERS: tuple[tuple[str, str], ...] = (
     ("libtpu", "jax"), ("text_generation_server", "tgi"), ("/sglang/", "sglang"),
     ("bitsandbytes", "bitsandbytes"), ("/zmq/", "zmq"), ("libzmq", "zmq"),
     ("libnccl", "nccl"),
+    # quantized-weight kernels and FP8 kernels (read by the inference audit)
+    ("awq_ext", "awq"), ("/awq/", "awq"), ("autoawq", "awq"), ("auto_gptq", "gptq"),
+    ("autogptq", "gptq"), ("exllama", "gptq"), ("/gptqmodel/", "gptq"),
+    ("transformer_engine", "fp8"),
+    # kernels torch.compile (inductor) built and loaded, in its cache folder
+    ("/torchinductor_", "torch_compile"),
 )
 # Words in the parent's command line -> the launcher marker.
 PARENT_MARKERS: tuple[tuple[str, str], ...] = (

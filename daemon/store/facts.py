@@ -176,6 +176,44 @@ def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]
         store.write_facts(writes)
 
 
+# A kind's row in process_kinds: at once when what a person acts on changes (its kind, whether
+# it serves, where the kind came from); its confidence and evidence alone (counts move with
+# every socket read) at most every KIND_EVERY_S.
+_KIND_HEADLINE = ("kind", "serves", "kind_source")
+KIND_EVERY_S = 300.0
+
+
+def write_process_kinds(store: Store, kinds: dict[tuple[int, float], dict[str, Any]],
+                        ts: float) -> int:
+    """Append to process_kinds the kind of each process (pid, start_time) -> kind document
+    whose kind changed since the row last written for it (see _KIND_HEADLINE, KIND_EVERY_S).
+    Returns how many rows were handed to the store."""
+    at = round(ts * 1000)
+    with store._lock:
+        written = store._kinds_written  # (pid, start_ms) -> (document, headline, its time)
+        writes: list[FactWrite] = []
+        for (pid, start), doc in kinds.items():
+            key = (pid, round(start * 1000))
+            headline = tuple(doc.get(k) for k in _KIND_HEADLINE)
+            last = written.get(key)
+            if last is not None and (last[0] == doc or (
+                    last[1] == headline and at - last[2] < KIND_EVERY_S * 1000)):
+                continue
+            proc = _process_id(store, pid, start)
+            if proc is None:
+                continue  # not recorded yet: its next round writes it
+            written[key] = (doc, headline, at)
+            writes.append((("process_kind", proc, at),
+                           "INSERT OR REPLACE INTO process_kinds (proc, ts, kind, body) "
+                           "VALUES (?, ?, ?, ?)",
+                           (proc, at, doc.get("kind"), json.dumps(doc, sort_keys=True))))
+        for key in [k for k in written if k not in
+                    {(pid, round(start * 1000)) for pid, start in kinds}]:
+            del written[key]  # gone: bounded by the live processes
+        store.write_facts(writes)
+    return len(writes)
+
+
 def _process_id(store: Store, pid: int, start_time: float) -> int | None:
     start_ms = round(start_time * 1000)
     ident = store._processes.get((pid, start_ms))

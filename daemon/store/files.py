@@ -294,3 +294,24 @@ def remove_stale_temp_files(folder: Path) -> list[str]:
             continue
         removed.append(str(path))
     return removed
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically with mode 0600: a fresh temporary name beside it,
+    created exclusively (never a file or link someone put there), synced, then renamed over
+    `path`. The folder is created 0700 when missing. Raises RefusedFile, OSError."""
+    private_folder(path.parent)
+    tmp = temp_path(path)
+    fd = open_private(tmp, os.O_WRONLY | os.O_EXCL)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

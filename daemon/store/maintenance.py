@@ -262,6 +262,7 @@ class Maintenance:
             for table in ("gpu_samples", "proc_samples", "proc_gpu_samples", "ticks"):
                 deleted += conn.execute(f"DELETE FROM {table} WHERE ts < ?", (bound,)).rowcount
             deleted += conn.execute(_PRUNE_TEXTS, (bound, bound)).rowcount
+            deleted += conn.execute(_PRUNE_KINDS, (bound, bound)).rowcount
         self._health.rows_pruned += deleted
         return True
 
@@ -290,6 +291,7 @@ class Maintenance:
             return False
         with self._db.atomic():
             conn.executemany("DELETE FROM processes WHERE id = ?", [(i,) for i in gone])
+            conn.executemany("DELETE FROM process_kinds WHERE proc = ?", [(i,) for i in gone])
         gone_set = set(gone)
         self._processes = {k: v for k, v in self._processes.items() if v not in gone_set}
         return True
@@ -341,6 +343,13 @@ _PRUNE_TEXTS = (
     "DELETE FROM recommendation_texts WHERE ts < ? AND EXISTS (SELECT 1 FROM "
     "recommendation_texts newer WHERE newer.id = recommendation_texts.id AND "
     "newer.ts > recommendation_texts.ts AND newer.ts <= ?)"
+)
+
+# Kinds likewise: a kind row older than the oldest raw tick kept goes once a newer row of the
+# same process is in force there (each process keeps the kind of the oldest tick and its latest).
+_PRUNE_KINDS = (
+    "DELETE FROM process_kinds WHERE ts < ? AND EXISTS (SELECT 1 FROM process_kinds newer "
+    "WHERE newer.proc = process_kinds.proc AND newer.ts > process_kinds.ts AND newer.ts <= ?)"
 )
 
 _GPU_MINUTE_ROLLUP = f"""

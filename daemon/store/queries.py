@@ -227,3 +227,33 @@ def snoozes_and_actions(reader: StoreReader, since: float,
             actions.setdefault(str(detail["recommendation"]), []).append(
                 dict(detail, at=event["started_at"]))
     return snoozed, actions
+def process_kinds(reader: StoreReader, at: float | None = None) -> dict[tuple[int, float], Any]:
+    """Each process's workload kind as it was at `at` (None: the latest): (pid, start_time) ->
+    the kind document (parsed JSON: a hostile file's value may be anything; read it through
+    daemon.analysis.kinds.recorded_kind). From the process_kinds history; a store from before
+    the history (or a process without a row there) falls back to the meta "kinds" the daemon
+    last wrote, only when `at` is None: at a past tick that was not yet known."""
+    found: dict[tuple[int, float], Any] = {}
+    table = reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                         ("process_kinds",))
+    if table:
+        bound = "" if at is None else " AND x.ts <= :at"
+        rows = reader.query(
+            "SELECT p.pid, p.start_ms, k.body FROM process_kinds k JOIN processes p "
+            "ON p.id = k.proc WHERE k.ts = (SELECT max(x.ts) FROM process_kinds x "
+            f"WHERE x.proc = k.proc{bound})",
+            {} if at is None else {"at": round(at * 1000)})
+        for r in rows:
+            try:
+                found[(r["pid"], r["start_ms"] / 1000)] = json.loads(r["body"])
+            except (TypeError, ValueError):
+                continue  # a damaged row: no kind, as if none was recorded
+    if at is None:
+        recorded = reader.meta("kinds")
+        for key, doc in (recorded.items() if isinstance(recorded, dict) else ()):
+            pid, _, start = str(key).partition(":")
+            try:
+                found.setdefault((int(pid), float(start)), doc)
+            except ValueError:
+                continue
+    return found

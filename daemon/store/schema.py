@@ -296,6 +296,21 @@ def _migration_recommendation_texts(db: sqlite_utils.Database) -> None:
                "WHERE last_seen IS NOT NULL")
 
 
+def _migration_process_kinds(db: sqlite_utils.Database) -> None:
+    """Each process's workload kind over time (daemon.analysis.kinds): the meta "kinds" holds
+    only the last classification, so a replay or a snapshot showed the end of the recording's
+    kinds at earlier ticks. A row is appended when a process's kind changes (or, for its
+    confidence and evidence alone, at most every few minutes: daemon.store.facts), so replay
+    reads the kind as it was at any tick. `body` is the kind's JSON document (kind,
+    kind_confidence, kind_evidence, serves, listening_ports, kind_source); `kind` is its kind
+    alone, for queries. Keyed (proc, ts) like recommendation_texts; the ts index serves
+    retention."""
+    db.table("process_kinds").create(
+        {"proc": int, "ts": int, "kind": str, "body": str},
+        pk=("proc", "ts"), not_null={"proc", "ts"})
+    db.table("process_kinds").create_index(["ts"], index_name="process_kinds_ts")
+
+
 def _migration_meter_readings(db: sqlite_utils.Database) -> None:
     """What the meters beside the burn read, over time, so a report of a past range prices it
     as the live view did: each storage path's size (`kind` 'storage', `value` bytes) and each
@@ -311,5 +326,6 @@ def _migration_meter_readings(db: sqlite_utils.Database) -> None:
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_owners,
-    _migration_snapshots, _migration_recommendation_texts, _migration_meter_readings]
+    _migration_snapshots, _migration_recommendation_texts, _migration_process_kinds,
+    _migration_meter_readings]
 SCHEMA_VERSION = len(MIGRATIONS)

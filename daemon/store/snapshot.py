@@ -122,6 +122,11 @@ _RANGE_COPIES: tuple[tuple[str, str], ...] = (
      "id IN (SELECT id FROM src.recommendations WHERE last_seen >= :lo AND first_seen <= :hi) "
      "AND ts <= :hi AND ts >= coalesce((SELECT max(p.ts) FROM src.recommendation_texts p "
      "WHERE p.id = recommendation_texts.id AND p.ts <= :lo), :lo)"),
+    # each kept process's kinds in the range, and the one in force at its start
+    ("process_kinds",
+     "proc IN (SELECT id FROM temp.keep_procs) AND ts <= :hi AND ts >= coalesce((SELECT "
+     "max(p.ts) FROM src.process_kinds p WHERE p.proc = process_kinds.proc AND p.ts <= :lo), "
+     ":lo)"),
     ("meta", "1"),
 )
 
@@ -252,6 +257,8 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                 selected = columns.replace('"body"', 'redact_json("body")')
             elif table == "recommendation_texts":
                 selected = columns.replace('"body"', 'redact_packed_json("body")')
+            elif table == "process_kinds":
+                selected = columns.replace('"body"', 'redact_json("body")')
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
         ticks = conn.execute("SELECT count(*) FROM main.ticks").fetchone()[0]

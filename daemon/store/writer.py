@@ -199,6 +199,8 @@ class Store(Maintenance):
         self._pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]] = OrderedDict()
         self._texts_written: OrderedDict[str, tuple[bytes, bytes, int]] = OrderedDict()  # facts
         self._spend_writes = 0  # rounds of hour spend handed over (facts.write_spend)
+        # facts.write_process_kinds: each live process's kind as last written
+        self._kinds_written: dict[tuple[int, int], tuple[dict[str, Any], tuple[Any, ...], int]] = {}
         self._problem_kind: str | None = None
         self._problem_logged_at = 0.0
         self._problem_repeats = 0

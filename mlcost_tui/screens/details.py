@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +111,12 @@ def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
     return text
 
 
+def compare_command(process: Process) -> str:
+    """The command that compares this job's latest run with its previous one in the store (a
+    process without a job label: runs of the same command line)."""
+    return f"mlcostd compare --previous {shlex.quote(process.workload or process.key)}"
+
+
 class DetailsScreen(Screen):
     """Details of one process or one recommendation; escape goes back. A process's phase
     balance is loaded from `client` when there is one (a replay has none)."""
@@ -118,6 +125,7 @@ class DetailsScreen(Screen):
         Binding("escape,q", "app.pop_screen", "Back", id="details.back"),
         Binding("a", "app.apply_recommendation", "Apply", id="details.apply"),
         Binding("x", "app.snooze_recommendation", "Snooze", id="details.snooze"),
+        Binding("c", "compare_previous", "Compare runs", id="details.compare"),
     ]
     DEFAULT_CSS = """
     DetailsScreen VerticalScroll { padding: 0 1; }
@@ -198,6 +206,19 @@ class DetailsScreen(Screen):
         if self.is_mounted:
             self.query_one("#details-body", Static).update(self.render_body())
 
+    def action_compare_previous(self) -> None:
+        """Copy the compare command and show it: mlcostd compare reads the store, which this
+        screen reaches only through the API (it says when there is no earlier run)."""
+        if self.process is None:
+            self.notify("compare is for a process: open one from the process table",
+                        title="compare")
+            return
+        command = compare_command(self.process)
+        self.app.copy_to_clipboard(command)
+        self.notify(f"{command}\n(copied) run it on the host: this job's latest run against "
+                    "its previous one, figure by figure, better / worse / within noise",
+                    title="compare with the previous run", timeout=15)
+
     def render_body(self) -> Text:
         if self.process is not None:
             return self._process_text(self.process)
@@ -229,7 +250,10 @@ class DetailsScreen(Screen):
                     f"   SM share {fmt.pct(p.sm_share)}   CPU {fmt.pct(p.cpu_percent)}"
                     f"   RSS {fmt.size(p.rss_bytes)}   I/O wait {fmt.pct(p.io_wait_percent)}\n")
         text.append("Cost ", style="bold")
-        text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n\n")
+        text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n")
+        text.append("Compare ", style="bold")
+        text.append("with this job's previous run (c copies): ")
+        text.append(compare_command(p) + "\n\n", style=MUTED)
         text.append("Phase balance", style="bold")
         phases = self.phases.phases if self.phases and self.phases.phases else p.phases
         status = (self.phases.stack_status if self.phases and self.phases.stack_status

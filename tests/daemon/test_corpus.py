@@ -37,10 +37,15 @@ pytestmark = pytest.mark.skipif(find_py_spy() is None or os.geteuid() != 0,
 
 
 def scenario_file(folder: Path, workloads: list[dict[str, Any]]) -> Path:
+    """One GPU per workload, or `gpus` of them (a job with a process per GPU)."""
+    total = sum(w.get("gpus", 1) for w in workloads)
     text = ('[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
-            f'[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = {len(workloads)}\n')
-    for i, w in enumerate(workloads):
-        text += f'[[workloads]]\nname = "{w["name"]}"\ngpus = [{i}]\n'
+            f'[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = {total}\n')
+    at = 0
+    for w in workloads:
+        gpus = list(range(at, at + w.get("gpus", 1)))
+        at += len(gpus)
+        text += f'[[workloads]]\nname = "{w["name"]}"\ngpus = {gpus}\n'
         if "program" in w:
             text += f'program = "{w["program"]}"\n'
         else:
@@ -71,6 +76,15 @@ def balances(db: Path) -> dict[str, dict[str, Any]]:
         reader.close()
 
 
+# A top stack is judged on this many samples of its phase: on two (one decoding stack, one
+# freeing the last clip on main:40) the order was a tie, and the test failed now and then.
+TOP_STACK_SAMPLES = 8
+
+
+def sampled(phase: dict[str, Any]) -> int:
+    return sum(stack["samples"] for stack in phase.get("top_stacks") or [])
+
+
 def largest(balance: dict[str, Any]) -> str | None:
     return max(balance, key=lambda p: balance[p]["share"]) if balance else None
 
@@ -90,9 +104,12 @@ def test_corpus_subset_gets_its_labels(mlcostd, tmp_path):
         state["seen"] = {name: balance for command, balance in balances(daemon.db).items()
                          for name in names if f"/{name}" in command}
         return len(state["seen"]) == len(names) and all(
-            largest(state["seen"][name]) == expected[name]["phase"] for name in names)
+            largest(state["seen"][name]) == expected[name]["phase"]
+            and sampled(state["seen"][name][expected[name]["phase"]]) >= TOP_STACK_SAMPLES
+            for name in names)
 
-    poll(all_right, 90, "every corpus program with its labelled largest phase",
+    poll(all_right, 150, "every corpus program with its labelled largest phase, "
+         f"in at least {TOP_STACK_SAMPLES} stack samples",
          every=2.0, explain=lambda: json.dumps(
              {n: {p: round(v["share"], 2) for p, v in b.items()}
               for n, b in state.get("seen", {}).items()}))
@@ -145,3 +162,68 @@ def test_starved_dataloader_job_never_gets_sigterm_and_idle_notebook_does(mlcost
     # all the old rule looked at before it sent the SIGTERM advice.
     poll(lambda: [g for g in daemon.now()["gpus"] if g["index"] == 0][0]["busy"] is False, 30,
          "the starved job's GPU idle by the busy/idle verdict")
+
+
+def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that_fit(
+        mlcostd, tmp_path):
+    """Issue 21 on one simulated host: a JSON-lines appender is writing output (its own advice;
+    no preprocessing advice, no checkpoint cadence for spot), the multiprocessing job's slow
+    rank is named as the straggler, a notebook waiting on input() keeps its SIGTERM and a
+    sparse server never gets one."""
+    def corpus(*argv: str) -> list[str]:
+        return [sys.executable, *(str(CORPUS / a) if a.endswith(".py") else a for a in argv)]
+
+    path = scenario_file(tmp_path, [
+        {"name": "writer", "command": corpus("train_with_event_log.py")},
+        {"name": "shards", "command": corpus("train_shards_mp.py"), "gpus": 3},
+        {"name": "notebook", "command": corpus("jupyter_stub.py", "notebook_cells.py",
+                                               "--cells", "input")},
+        {"name": "faq", "command": corpus("faq_answer_service.py")}])
+    daemon = mlcostd("idle-host", interval=1.0, args=["--simulate", str(path)], config={
+        **FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s"},
+        "cost": {"evaluate_every": "5s"}})
+    programs = ("train_with_event_log", "train_shards_mp", "notebook_cells", "faq_answer")
+    state: dict[str, Any] = {}
+
+    def look() -> dict[str, Any]:
+        procs = [p for p in daemon.now()["processes"] if p.get("gpus")]
+        named = {p["key"]: next((n for n in programs if n in p["command"]), "?") for p in procs}
+        recs: dict[str, list[Any]] = {}
+        for rec in daemon.call("recommendations"):
+            target = rec.target if rec.target in named else rec.evidence.get(
+                "process", {}).get("id")
+            recs.setdefault(named.get(target, "?"), []).append(rec)
+        found = balances(daemon.db)
+        return {"procs": procs, "recs": recs,
+                "kinds": {f"{named[p['key']]} {p['pid']}": p.get("kind") for p in procs},
+                "phases": {name: largest(b) for command, b in found.items()
+                           for name in programs if name in command}}
+
+    def settled() -> bool:
+        state.update(look())
+        rules = {name: {r.rule for r in recs} for name, recs in state["recs"].items()}
+        return (state["phases"].get("train_with_event_log") == "output"
+                and "writing_output" in rules.get("train_with_event_log", set())
+                and "straggler" in rules.get("train_shards_mp", set())
+                and "idle_gpu_held" in rules.get("notebook_cells", set())
+                and "notebook" in state["kinds"].values()
+                and "online_inference" in state["kinds"].values())
+
+    poll(settled, 180, "output, straggler, notebook and server verdicts", every=3.0,
+         explain=lambda: json.dumps({"phases": state.get("phases"), "kinds": state.get("kinds"),
+                                     "rules": {n: sorted(r.rule for r in rs) for n, rs
+                                               in state.get("recs", {}).items()}}))
+    writer = {r.rule for r in state["recs"]["train_with_event_log"]}
+    assert not writer & {"main_thread_preprocessing", "spot_training", "blocking_checkpoint"}
+    [straggler] = [r for r in state["recs"]["train_shards_mp"] if r.rule == "straggler"]
+    slow_gpu = max(g["index"] for p in state["procs"] if "train_shards_mp" in p["command"]
+                   for g in p["gpus"])
+    assert straggler.evidence["straggler"]["gpus"] == [slow_gpu]  # the rank with 6x the shard
+    assert straggler.evidence["straggler"]["phase"] == "host_preprocess"
+    assert "hash_features" in straggler.summary or "train_shards_mp.py" in straggler.summary
+    assert ".item()" not in straggler.summary
+    [notebook] = [r for r in state["recs"]["notebook_cells"] if r.rule == "idle_gpu_held"]
+    assert (notebook.action or {}).get("kind") == "sigterm"
+    for name in ("train_with_event_log", "train_shards_mp", "faq_answer"):
+        assert not [r for r in state["recs"].get(name, [])
+                    if (r.action or {}).get("kind") == "sigterm"]

@@ -17,8 +17,10 @@ from daemon.analysis.kinds import (
     Kind,
     classify_kind,
     frame_markers,
+    gpu_use_shape,
 )
 from daemon.analysis.rules import build_analysis, evaluate
+from daemon.runtime.kinds import KindTracker
 from daemon.sources.frames import Frame, ThreadStack
 from daemon.sources.kindfacts import (
     KindFacts,
@@ -226,3 +228,71 @@ def test_one_tcp_table_read_per_network_namespace_per_round():
         again = read_sockets(os.getpid(), tables)
         fresh = read_sockets(os.getpid(), {})
     assert port in first[0] and again[0] == () and port in fresh[0]
+
+
+def test_gpu_use_shape_from_reads_of_its_kernels():
+    assert gpu_use_shape([True] * 4) is None  # too few reads to say
+    assert gpu_use_shape([True] * 9 + [False]) == "steady"
+    assert gpu_use_shape([True, False, False, True, False, False]) == "bursty"
+    assert gpu_use_shape([False] * 8) == "idle"
+
+
+def test_gpu_use_without_a_port_is_a_weak_sign_of_a_job_below_any_named_evidence():
+    job = classify_kind("python persist.py", None, gpu_use="steady")
+    assert job.kind == TRAINING and job.confidence < 0.5
+    assert any("steady GPU use" in e for e in job.evidence)
+    starved = classify_kind("python persist.py", None, gpu_use="bursty")  # waits for input
+    assert starved.kind == TRAINING and starved.confidence < 0.5
+    # A name saying inference outweighs it; a port makes it no job; idle use says nothing.
+    assert classify_kind("python embed_docs.py", None, gpu_use="steady").kind == BATCH_INFERENCE
+    assert classify_kind("python app.py", KindFacts(listening_ports=(8000,)),
+                         gpu_use="steady").kind == ONLINE_INFERENCE
+    assert classify_kind("python persist.py", None, gpu_use="idle").kind == OTHER
+
+
+def test_gpu_use_while_accepting_connections_is_request_driven():
+    facts = KindFacts(listening_ports=(8000,), accepted_seen_at=NOW, accepted_reads=2)
+    kind = classify_kind("python app.py", facts, now=NOW, gpu_use="bursty")
+    assert kind.kind == ONLINE_INFERENCE and kind.serves
+    assert any("request-driven" in e for e in kind.evidence)
+
+
+def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
+    class NoFacts:
+        def refresh(self, keys, now):
+            list(keys)
+
+        def get(self, key):
+            return None
+
+    tracker = KindTracker(NoFacts())
+    me, other = (10, 1.0), (11, 2.0)
+    for i in range(6):
+        tracker.refresh([(10, 1.0, "python persist.py", {}), (11, 2.0, "python wait.py", {})],
+                        {}, NOW + 2 * i, {me: 35.0, other: 0.0})
+    kinds = {k.split(":")[0]: v for k, v in tracker.kinds.items()}
+    assert kinds["10"].gpu_use == "steady" and kinds["10"].kind == TRAINING
+    assert kinds["11"].gpu_use == "idle" and kinds["11"].kind == OTHER
+    tracker.refresh([(11, 2.0, "python wait.py", {})], {}, NOW + 20, {other: 0.0})
+    assert [k.split(":")[0] for k in tracker.kinds] == ["11"]
+    assert set(tracker._gpu_use) == {other}  # the gone process's reads are not kept
+
+
+def test_a_rank_listening_for_its_peers_is_no_server():
+    facts = KindFacts(listening_ports=(29500,), accepted_seen_at=NOW, accepted_reads=3)
+    by_argument = classify_kind("python two_ranks.py --rank 0", facts, now=NOW)
+    assert by_argument.kind == TRAINING and not by_argument.serves
+    assert by_argument.listening_ports == ()
+    assert any("for its peers" in e for e in by_argument.evidence)
+    by_frames = classify_kind("python job.py", facts, {"collective": NOW}, now=NOW)
+    assert by_frames.kind == TRAINING and not by_frames.serves
+    # Without either sign the same facts are a server.
+    assert classify_kind("python job.py", facts, now=NOW).serves
+
+
+def test_collective_frames_in_any_thread_are_a_marker():
+    c10d = thread(("barrier", "/usr/lib/python3/dist-packages/torch/distributed/"
+                              "distributed_c10d.py"))
+    mp = thread(("Barrier.wait", "/usr/lib/python3.11/threading.py"), main=True)
+    assert "collective" in frame_markers([c10d])
+    assert "collective" in frame_markers([mp])

@@ -446,3 +446,76 @@ def test_the_live_reader_reads_as_the_process_user(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+# -- writing output: told by frames and lines, never by a write rate -------------------------
+
+JSON_APPEND = [(f"{STDLIB}/json/encoder.py", "JSONEncoder.encode", 200),
+               (f"{STDLIB}/json/__init__.py", "dumps", 231),
+               ("/home/me/events.py", "append_events", 21), ("/home/me/events.py", "main", 50)]
+
+
+@pytest.mark.parametrize("load", [
+    signals(write_per_s=6e6, main_thread_cpu=0.4),  # a quiet host: the writes go fast
+    signals(write_per_s=0.8e6, main_thread_cpu=0.97, process_cpu=0.99),  # load 7-16 on 2 cores
+], ids=["quiet", "loaded"])
+def test_a_json_lines_appender_is_writing_output_on_a_quiet_and_a_loaded_host(load):
+    result = classify(stack(*JSON_APPEND, active=True), gpu_busy=False, source_line=no_source,
+                      signals=load)
+    assert result.phase == "output", result
+    assert "json" in result.reason.lower()
+    assert result.frame == Frame("append_events", "/home/me/events.py", 21)
+
+
+def test_csv_and_logging_frames_are_writing_output():
+    for frames in ([(f"{STDLIB}/csv.py", "DictWriter.writerows", 157), (USER, "record", 9)],
+                   [(f"{STDLIB}/logging/__init__.py", "StreamHandler.flush", 1113),
+                    (f"{STDLIB}/logging/__init__.py", "Logger.info", 1489), (USER, "step", 3)]):
+        result = classify(stack(*frames, active=True), gpu_busy=False, source_line=no_source,
+                          signals=signals(main_thread_cpu=0.99))
+        assert result.phase == "output", (frames, result)
+
+
+def test_text_record_writes_and_their_fsync_are_output_binary_writes_stay_checkpoints(tmp_path):
+    src = tmp_path / "job.py"
+    src.write_text(
+        "def save_vectors(out, rows):\n"                                   # 1
+        "    for i, row in rows:\n"                                         # 2
+        "        out.write(f'{i}\\t' + ' '.join(map(str, row)) + '\\n')\n"  # 3
+        "    out.flush()\n"                                                 # 4
+        "    os.fsync(out.fileno())\n"                                      # 5
+        "def persist(state, fh):\n"                                         # 6
+        "    pickle.dump(state, fh)\n"                                      # 7
+        "    fh.flush()\n"                                                  # 8
+        "    os.fsync(fh.fileno())\n"                                       # 9
+        "    fh.write(blob)\n")                                             # 10
+    for line, expected in ((3, "output"), (4, "output"), (5, "output"), (8, "checkpoint"),
+                           (9, "checkpoint"), (10, "checkpoint")):
+        result = classify(stack((str(src), "f", line), active=True), gpu_busy=False)
+        assert result.phase == expected, (line, result)
+
+
+def test_ranks_waiting_at_a_multiprocessing_barrier_wait_on_peers_not_a_sync():
+    frames = [(f"{STDLIB}/multiprocessing/synchronize.py", "Condition.wait", 268),
+              (f"{STDLIB}/threading.py", "Barrier._wait", 707),
+              (f"{STDLIB}/threading.py", "Barrier.wait", 676), (USER, "run_rank", 31)]
+    result = classify(stack(*frames), gpu_busy=False, source_line=no_source, repeated_leaf=True,
+                      signals=signals())
+    assert result.phase == "comm", result
+
+
+def test_top_stack_is_in_the_function_with_most_samples_not_the_most_repeated_stack():
+    # decode_frames.py: decoding spreads over three lines of unpack_frame (decompress, slice,
+    # the comprehension); freeing the last result is one stack on the caller's line, more
+    # frequent than any one decoding stack but less than all of them.
+    src = "/home/me/decode.py"
+    caller = Frame("main", src, 40)
+    decode = [(Frame("unpack_frame", src, 22), caller),
+              (Frame("unpack_frame", src, 25), caller),
+              (Frame("unpack_frame.<locals>.<listcomp>", src, 26),
+               Frame("unpack_frame", src, 26), caller)]
+    samples = ([sample("host_preprocess", (caller,))] * 4
+               + [sample("host_preprocess", d) for d in decode for _ in range(3)])
+    top = phase_balance(samples, window_s=10.0, busy_seconds=0.0)["host_preprocess"]["top_stacks"]
+    assert top[0]["function"].split(".<locals>.")[0] == "unpack_frame"
+    assert [t["function"] for t in top][-1] == "main"  # still listed, after the decoder

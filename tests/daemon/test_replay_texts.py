@@ -20,7 +20,12 @@ from daemon.clock import local_time
 from daemon.replay import Replay
 from daemon.store import facts, queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION, unpack_text
+from daemon.store.schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    _migration_recommendation_texts,
+    unpack_text,
+)
 from daemon.store.snapshot import write_snapshot
 from tests.daemon.scripted import T0, recording_daemon
 
@@ -132,9 +137,10 @@ def old_store(path: Path) -> None:
     writer left it: first seen at T0+2, last seen (and last evaluated) at T0+20."""
     conn = sqlite3.connect(path)
     db = sqlite_utils.Database(conn)
-    for migration in MIGRATIONS[:-1]:
+    before_texts = MIGRATIONS.index(_migration_recommendation_texts)
+    for migration in MIGRATIONS[:before_texts]:
         migration(db)
-    conn.execute(f"PRAGMA user_version={len(MIGRATIONS) - 1}")
+    conn.execute(f"PRAGMA user_version={before_texts}")
     conn.execute(
         "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, snoozed_until, "
         "savings_per_month, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

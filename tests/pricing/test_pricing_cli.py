@@ -21,13 +21,13 @@ def run(*argv: str, **clients) -> tuple[int, str, str]:
 def test_table_of_the_whole_catalog(tmp_path):
     code, out, err = run("--cache", str(tmp_path / "c.json"))
     assert code == 0
-    assert err.startswith("warning: 61 of 61 prices shown are stale (date unknown, older than "
+    assert err.startswith("warning: 64 of 64 prices shown are stale (date unknown, older than "
                           "90 days, or from before a price cut); run `mlcostd prices --refresh "
                           "catalog`")
     table, sources = out.split("\n\nsources:\n")
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["PROVIDER", "REGION", "INSTANCE"]
-    assert len(lines) == 62
+    assert len(lines) == 65
     assert "bundled, catalog date unknown" in out
     assert len(sources.splitlines()) == len({ref for ref in re.findall(r"\[(\d+)\]", table)})
 
@@ -288,7 +288,7 @@ def test_every_price_in_the_table_says_its_source_and_age(tmp_path):
     code, out, _ = run("--cache", str(cache), "--provider", "aws")
     table, sources = out.split("\n\nsources:\n")
     rows = table.splitlines()[1:]
-    assert code == 0 and len(rows) == 36  # the bundled AWS rows
+    assert code == 0 and len(rows) == 37  # the bundled AWS rows
     notes = sources.splitlines()
     for row in rows:
         for ref in re.findall(r"\[(\d+)\]", row):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from daemon.analysis.rules import budget, idle, phases, provisioning
+from daemon.analysis.rules import budget, idle, output, phases, provisioning, stragglers
 from daemon.analysis.rules.base import Finding, Rule
 from daemon.analysis.rules.combine import bill_per_month, combine
 from daemon.analysis.rules.thresholds import DEFAULT_LIMITS
@@ -34,6 +34,8 @@ RULES: tuple[Rule, ...] = (
     phases.EVAL_DOMINATING,
     phases.HOST_SYNC,
     phases.COMMUNICATION_BOUND,
+    output.WRITING_OUTPUT,
+    stragglers.STRAGGLER,
     provisioning.SPOT_TRAINING,
     provisioning.STEADY_INFERENCE_COMMITMENT,
     provisioning.UNDERBATCHED_INFERENCE,

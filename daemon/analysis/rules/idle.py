@@ -29,7 +29,7 @@ OWN_KERNELS_MIN_PCT = 1.0
 # A phase of work (data wait, host compute, checkpoint...) in at least this share of the window
 # is a sign of work; 2% is one stack sample in fifty, above the noise of a stray dump.
 WORK_PHASE_MIN_SHARE = 0.02
-WORK_PHASES = ("data_wait", "host_preprocess", "checkpoint", "eval", "sync", "comm")
+WORK_PHASES = ("data_wait", "host_preprocess", "checkpoint", "output", "eval", "sync", "comm")
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
 

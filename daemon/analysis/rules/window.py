@@ -79,6 +79,7 @@ class ProcessWindow:
     # Its workload kind (daemon.analysis.kinds); `serves`: it listens and has served, so no
     # rule offers it SIGTERM.
     kind: Kind = field(default_factory=Kind)
+    ppid: int = 0  # its parent: ranks of one job share one (rules/stragglers.py)
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -330,7 +331,11 @@ def build_analysis(
         pid_id = process_key(*key)
         # Checkpoints seen in its stacks are exact; write bursts are the fallback without them.
         observed = (checkpoint_times or {}).get(pid_id)
-        cps = sorted(observed) if observed else _checkpoint_bursts(writes)
+        proc_phases = phases.get(pid_id) or phases.get(pid) or {}
+        # Writes its stacks show as output (logs, metrics) are no checkpoints: no cadence.
+        cps = (sorted(observed) if observed else
+               [] if "output" in proc_phases and "checkpoint" not in proc_phases else
+               _checkpoint_bursts(writes))
         mine_final = sorted(gpu_set)
         idle_s = trailing(process_idle(key, mine_final))
         idle_since = samples[last_i].ts - idle_s
@@ -353,10 +358,10 @@ def build_analysis(
             read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
             checkpoint_times=tuple(cps),
             inference=is_inference(kind, last_proc.command, inference_command),
-            phases=phases.get(pid_id) or phases.get(pid) or {},
+            phases=proc_phases,
             memory_by_gpu=mem_by_gpu,
             sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
-            kind=kind,
+            kind=kind, ppid=last_proc.ppid,
         ))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (

@@ -1,0 +1,461 @@
+"""Before and after: two report documents (a profile, a snapshot, a range of a store) compared
+figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated from
+the documents' own timelines by a seeded block bootstrap, and the recommendations that are new,
+gone or changed.
+
+Pure: documents in, a document out (its shape is the `compare --json` contract in the README).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemon.analysis.cost import gpu_wasted_per_hour
+from daemon.wire import process_key
+
+COMPARE_VERSION = 1
+RESAMPLES = 1000
+SEED = 20261202  # fixed: the same inputs give the same verdicts
+Z = 2.576  # a difference counts when it is past 99 % of what the noise alone would give
+BETTER, WORSE, NOISE, UNKNOWN = "better", "worse", "within noise", "no figure"
+SAVINGS_CHANGED = 0.2  # a recommendation "changed" when its savings moved by over 20 %
+COMPUTE = "compute"
+
+Series = Sequence[float]
+Stat = Callable[[Sequence[Any]], float | None]
+
+
+@dataclass
+class Side:
+    """One side of a comparison: its report document (a profile's includes `profile`), what
+    it is (shown to the reader), and the job it is narrowed to, if any."""
+
+    label: str
+    document: dict[str, Any]
+    job: str | None = None
+    command: str | None = None  # or narrowed to the processes running this command line
+    processes: list[dict[str, Any]] = field(init=False)
+    gpus: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        procs = [p for p in self.document.get("processes") or [] if isinstance(p, dict)]
+        if self.job is not None:
+            procs = [p for p in procs if self.job in (p.get("workload"), p.get("job"))]
+        if self.command is not None:
+            procs = [p for p in procs if p.get("command") == self.command]
+        self.processes = procs
+        held = sorted({int(g) for p in procs for g in p.get("gpus") or []
+                       if isinstance(g, int)})
+        if self.job is None and self.command is None and not held:
+            held = [int(g["index"]) for g in self.document.get("gpus") or []
+                    if isinstance(g, dict) and isinstance(g.get("index"), int)]
+        self.gpus = held
+
+    @property
+    def keys(self) -> set[str]:
+        return {process_key(p["pid"], float(p["start_time"])) for p in self.processes
+                if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
+
+    @property
+    def buckets(self) -> list[dict[str, Any]]:
+        timeline = self.document.get("timeline") or {}
+        return [b for b in timeline.get("buckets") or [] if isinstance(b, dict)]
+
+    @property
+    def bucket_s(self) -> float:
+        return float((self.document.get("timeline") or {}).get("bucket_s") or 1.0)
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        found = self.document.get("profile")
+        return found if isinstance(found, dict) else {}
+
+
+# -- the bootstrap ------------------------------------------------------------------------
+
+
+def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
+                       resamples: int = RESAMPLES) -> float | None:
+    """The standard deviation of `stat` over circular block-bootstrap resamples of `items`
+    (time-ordered buckets): blocks of about sqrt(n) buckets keep what neighbouring buckets
+    share (a slow pass over a shard, a checkpoint), which resampling single buckets would
+    count as independent. None with fewer than 4 items (no spread can be told from them)."""
+    n = len(items)
+    if n < 4:
+        return None
+    block = max(1, round(math.sqrt(n)))
+    values = []
+    for _ in range(resamples):
+        picked: list[Any] = []
+        while len(picked) < n:
+            start = rng.randrange(n)
+            picked += [items[(start + j) % n] for j in range(block)]
+        value = stat(picked[:n])
+        if value is not None and math.isfinite(value):
+            values.append(value)
+    if len(values) < 2:
+        return None
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def verdict(a: float | None, b: float | None, sd_a: float | None, sd_b: float | None,
+            higher_is_better: bool) -> dict[str, Any]:
+    """better / worse / within noise for a figure going from `a` to `b`, where each side's
+    noise (standard deviation of its estimate) is `sd_a`, `sd_b`: the change counts when it is
+    more than Z times the noise of the difference."""
+    if a is None or b is None:
+        return {"verdict": UNKNOWN, "change": None, "noise": None}
+    change = b - a
+    if sd_a is None or sd_b is None:
+        return {"verdict": UNKNOWN, "change": change, "noise": None,
+                "why": "too few buckets to estimate the noise"}
+    noise = Z * math.sqrt(sd_a ** 2 + sd_b ** 2)
+    if abs(change) <= noise:
+        return {"verdict": NOISE, "change": change, "noise": noise}
+    up = change > 0
+    return {"verdict": BETTER if up == higher_is_better else WORSE, "change": change,
+            "noise": noise}
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return math.fsum(known) / len(known) if known else None
+
+
+def _ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
+    den = math.fsum(p[1] for p in pairs)
+    return math.fsum(p[0] for p in pairs) / den if den > 0 else None
+
+
+# -- the figures of one side --------------------------------------------------------------
+
+
+def utilization_series(side: Side) -> list[float]:
+    """Per bucket: mean utilization (%) over the GPUs the side's processes held."""
+    out = []
+    for bucket in side.buckets:
+        gpus = bucket.get("gpus") or {}
+        values = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
+        value = _mean(values) if side.gpus else bucket.get("utilization")
+        if value is not None:
+            out.append(float(value))
+    return out
+
+
+def bucket_cost(side: Side, bucket: dict[str, Any]) -> float | None:
+    """What the side burns in one bucket, $/h: its processes' burn where the timeline has
+    it (a profile, a job), else the host's (None: not known in this bucket, e.g. one holding
+    only a worker's stack samples)."""
+    keys = side.keys
+    procs = bucket.get("processes")
+    if isinstance(procs, dict) and keys:
+        known = [float(p["burn_per_hour"]) for k in keys
+                 if isinstance(p := procs.get(k), dict)
+                 and isinstance(p.get("burn_per_hour"), int | float)]
+        if known:
+            return math.fsum(known)
+    if side.job is None and side.command is None and bucket.get("burn_per_hour") is not None:
+        return float(bucket["burn_per_hour"])
+    return None
+
+
+def cost_series(side: Side) -> list[float]:
+    """Per bucket that knows it: what the side burns in $/h."""
+    return [v for b in side.buckets if (v := bucket_cost(side, b)) is not None]
+
+
+def wasted_series(side: Side) -> list[float]:
+    """Per bucket: wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs whole)."""
+    per_gpu = (side.document.get("burn") or {}).get("price_per_gpu")
+    if not isinstance(per_gpu, int | float):
+        return []
+    out = []
+    for bucket in side.buckets:
+        gpus = bucket.get("gpus") or {}
+        utils = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
+        if any(u is not None for u in utils):
+            out.append(math.fsum(gpu_wasted_per_hour(float(per_gpu), u)
+                                 for u in utils if u is not None))
+    return out
+
+
+def phase_shares(side: Side) -> dict[str, float]:
+    """The side's phase balance: each phase's seconds over its processes' seconds."""
+    seconds: dict[str, float] = {}
+    for proc in side.processes:
+        for phase, part in (proc.get("phases") or {}).items():
+            if isinstance(part, dict) and isinstance(part.get("seconds"), int | float):
+                seconds[str(phase)] = seconds.get(str(phase), 0.0) + float(part["seconds"])
+    total = math.fsum(seconds.values())
+    return {phase: s / total for phase, s in seconds.items()} if total > 0 else {}
+
+
+def phase_fractions(side: Side) -> list[dict[str, float]]:
+    """Per bucket where the side's processes ran: how its time split, as the phase balance
+    splits it: a bucket with stack samples (a low-utilization window) by its samples' phases,
+    one without as compute."""
+    keys = side.keys
+    out = []
+    for bucket in side.buckets:
+        procs = bucket.get("processes") or {}
+        mine = [p for k, p in procs.items() if k in keys and isinstance(p, dict)]
+        if not mine:
+            continue
+        counts: dict[str, int] = {}
+        for proc in mine:
+            for phase, n in (proc.get("phases") or {}).items():
+                counts[str(phase)] = counts.get(str(phase), 0) + int(n)
+        total = sum(counts.values())
+        out.append({phase: n / total for phase, n in counts.items()} if total
+                   else {COMPUTE: 1.0})
+    return out
+
+
+def _relative_sd(series: Series, rng: random.Random) -> float | None:
+    mean = _mean(list(series))
+    sd = block_bootstrap_sd(series, _mean, rng)
+    if sd is None or not mean:
+        return None
+    return sd / abs(mean)
+
+
+@dataclass
+class _Figure:
+    name: str
+    label: str
+    unit: str
+    a: float | None
+    b: float | None
+    sd_a: float | None
+    sd_b: float | None
+    higher_is_better: bool
+    noise_from: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
+                "b": self.b, **verdict(self.a, self.b, self.sd_a, self.sd_b,
+                                       self.higher_is_better),
+                "higher_is_better": self.higher_is_better, "noise_from": self.noise_from}
+
+
+def _series_figure(name: str, label: str, unit: str, higher: bool, a: Series, b: Series,
+                   rng: random.Random) -> _Figure:
+    return _Figure(name, label, unit, _mean(list(a)), _mean(list(b)),
+                   block_bootstrap_sd(a, _mean, rng), block_bootstrap_sd(b, _mean, rng), higher,
+                   "bootstrap over timeline buckets")
+
+
+def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
+    """Each phase's share of the processes' time, as the report's phase balance says. Noise:
+    the spread of the phase's mean fraction over the timeline's buckets (a bucket in a
+    low-utilization window split by its stack samples, one outside it compute), which also
+    carries how the windows fell (a start-up before the first window, a late one)."""
+    shares = {"a": phase_shares(a), "b": phase_shares(b)}
+    fractions = {"a": phase_fractions(a), "b": phase_fractions(b)}
+    phases = sorted(set(shares["a"]) | set(shares["b"]),
+                    key=lambda p: (p != COMPUTE, -max(shares["a"].get(p, 0.0),
+                                                      shares["b"].get(p, 0.0)), p))
+    out = []
+    for phase in phases:
+        sds = {side: block_bootstrap_sd([f.get(phase, 0.0) for f in fractions[side]], _mean,
+                                        rng)
+               for side in ("a", "b")}
+        out.append(_Figure(f"phase.{phase}", f"{phase} share", "share",
+                           shares["a"].get(phase, 0.0) if shares["a"] else None,
+                           shares["b"].get(phase, 0.0) if shares["b"] else None,
+                           sds["a"], sds["b"], phase == COMPUTE,
+                           "bootstrap over timeline buckets (stack samples per phase)"))
+    return out
+
+
+def step_times(profile: dict[str, Any]) -> list[float]:
+    """When each step ended (Unix time): the profile's `step_times`, or what `mlcostd profile`
+    writes, `step_timeline` ([seconds after `started_at`, step number] whenever the count rose)."""
+    times = profile.get("step_times")
+    if isinstance(times, list):
+        return [float(t) for t in times if isinstance(t, int | float)]
+    timeline, started = profile.get("step_timeline"), profile.get("started_at")
+    if not isinstance(timeline, list) or not isinstance(started, int | float):
+        return []
+    out: list[float] = []
+    done = 0
+    for entry in timeline:
+        if (isinstance(entry, list) and len(entry) == 2
+                and all(isinstance(v, int | float) for v in entry)):
+            count = min(int(entry[1]), done + 100_000)  # bounded: a hostile count is cut
+            out += [started + float(entry[0])] * max(count - done, 0)
+            done = max(done, count)
+    return out
+
+
+def step_pairs(side: Side) -> list[tuple[float, float]]:
+    """Per bucket: (dollars spent, steps completed), from the profile's step times."""
+    times = step_times(side.profile)
+    if not times:
+        return []
+    size = side.bucket_s
+    since = float((side.document.get("timeline") or {}).get("since") or 0.0)
+    steps: dict[int, float] = {}
+    for ts in times:
+        if isinstance(ts, int | float):
+            index = int((ts - since) // size)
+            steps[index] = steps.get(index, 0.0) + 1
+    pairs = []
+    for bucket in side.buckets:
+        cost = bucket_cost(side, bucket)
+        if cost is not None:
+            index = round((float(bucket["ts"]) - since) / size)
+            pairs.append((cost * size / 3600, steps.get(index, 0.0)))
+    return pairs
+
+
+def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
+    found = [side.profile.get("cost_per_step") for side in (a, b)]
+    values = [float(v) for v in found if isinstance(v, int | float)]
+    if len(values) != 2:
+        return None
+    sds: list[float | None] = []
+    sources = []
+    for side, value in zip((a, b), values, strict=True):
+        pairs = step_pairs(side)
+        sd = block_bootstrap_sd(pairs, _ratio, rng) if pairs else None
+        if sd is not None and (ratio := _ratio(pairs)):
+            sds.append(value * sd / ratio)
+            sources.append("bootstrap over steps per bucket")
+        else:
+            rel = _relative_sd(utilization_series(side), rng)
+            sds.append(None if rel is None else value * rel)
+            sources.append("GPU utilization buckets (no step times)")
+    return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
+                   values[1] * 1000, None if sds[0] is None else sds[0] * 1000,
+                   None if sds[1] is None else sds[1] * 1000, False,
+                   " / ".join(sorted(set(sources))))
+
+
+def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
+    """Cost per 1M tokens, per 1k requests ... where both sides measured the same unit."""
+    def units(side: Side) -> dict[str, float]:
+        found = {}
+        for meter in side.document.get("unit_costs") or []:
+            if isinstance(meter, dict) and isinstance(meter.get("unit_cost"), int | float):
+                if side.command is None and side.job in (None, meter.get("target")):
+                    per = f"{float(meter.get('per') or 1):g}".replace("1e+06", "1M").replace(
+                        "1000", "1k")
+                    found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
+        return found
+    ua, ub = units(a), units(b)
+    rel = {"a": _relative_sd(utilization_series(a), rng),
+           "b": _relative_sd(utilization_series(b), rng)}
+    return [_Figure(f"unit_cost.{name}", f"cost per {name}", "$", ua[name], ub[name],
+                    None if rel["a"] is None else ua[name] * rel["a"],
+                    None if rel["b"] is None else ub[name] * rel["b"], False,
+                    "GPU utilization buckets (no per-bucket unit counts)")
+            for name in sorted(set(ua) & set(ub))]
+
+
+# -- recommendations ----------------------------------------------------------------------
+
+
+def _recommendations(side: Side) -> dict[str, dict[str, Any]]:
+    """The side's recommendations by rule (a run's pids differ from the other's; its rules
+    do not). Narrowed to a job: those whose target is one of its processes."""
+    keys = side.keys
+    found: dict[str, dict[str, Any]] = {}
+    for rec in side.document.get("recommendations") or []:
+        if not isinstance(rec, dict) or not isinstance(rec.get("rule"), str):
+            continue
+        if (side.job is not None or side.command is not None) and str(
+                rec.get("target")) not in keys:
+            continue
+        held = found.get(rec["rule"])
+        if held is None or (rec.get("savings_per_month") or 0) > (
+                held.get("savings_per_month") or 0):
+            found[rec["rule"]] = rec
+    return found
+
+
+def recommendation_changes(a: Side, b: Side) -> list[dict[str, Any]]:
+    """Each rule seen on either side: new (only after), gone (only before), changed (savings
+    moved by more than SAVINGS_CHANGED) or same."""
+    ra, rb = _recommendations(a), _recommendations(b)
+    out = []
+    for rule in sorted(set(ra) | set(rb)):
+        before, after = ra.get(rule), rb.get(rule)
+        sa = (before or {}).get("savings_per_month")
+        sb = (after or {}).get("savings_per_month")
+        if before is None:
+            status = "new"
+        elif after is None:
+            status = "gone"
+        elif isinstance(sa, int | float) and isinstance(sb, int | float) and abs(sb - sa) > (
+                SAVINGS_CHANGED * max(abs(sa), abs(sb), 1e-9)):
+            status = "changed"
+        else:
+            status = "same"
+        out.append({"rule": rule, "status": status, "savings_per_month_a": sa,
+                    "savings_per_month_b": sb,
+                    "summary": str((after or before or {}).get("summary") or "")[:300]})
+    return out
+
+
+# -- the comparison -----------------------------------------------------------------------
+
+
+def overall(figures: Sequence[dict[str, Any]]) -> str:
+    """better (some figures better, none worse), worse (the reverse), mixed (both), or
+    within noise (no figure moved past its noise)."""
+    verdicts = {f["verdict"] for f in figures}
+    if BETTER in verdicts and WORSE in verdicts:
+        return "mixed"
+    if BETTER in verdicts:
+        return BETTER
+    if WORSE in verdicts:
+        return WORSE
+    return NOISE if NOISE in verdicts else UNKNOWN
+
+
+def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
+    """The `compare --json` document: both sides described, the figures with verdicts, the
+    recommendation changes and the overall verdict."""
+    rng = random.Random(seed)
+    util_a, util_b = utilization_series(a), utilization_series(b)
+    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng),
+               _series_figure("cost_per_hour", "cost per hour", "$/h", False, cost_series(a),
+                              cost_series(b), rng),
+               _series_figure("wasted_per_hour", "wasted per hour", "$/h", False,
+                              wasted_series(a), wasted_series(b), rng)]
+    per_step = _per_step_figure(a, b, rng)
+    if per_step is not None:
+        figures.append(per_step)
+    figures += _unit_figures(a, b, rng)
+    figures += _phase_figures(a, b, rng)
+    shown = [f.as_dict() for f in figures]
+    return {
+        "version": COMPARE_VERSION,
+        "a": _describe(a),
+        "b": _describe(b),
+        "figures": shown,
+        "recommendations": recommendation_changes(a, b),
+        "verdict": overall(shown),
+        "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
+                   f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
+                   f"buckets, seed {seed}); a change counts past {Z} x the noise of the "
+                   "difference (99 %)"),
+    }
+
+
+def _describe(side: Side) -> dict[str, Any]:
+    window = side.document.get("window") or {}
+    profile = side.profile
+    return {"label": side.label, "job": side.job, "since": window.get("since"),
+            "until": window.get("until"), "ticks": window.get("ticks"),
+            "buckets": len(side.buckets), "bucket_s": side.bucket_s,
+            "gpus": side.gpus, "processes": len(side.processes),
+            "steps": profile.get("steps") if isinstance(profile.get("steps"), int) else None,
+            "command": profile.get("command") if isinstance(profile.get("command"), str)
+            else None}

@@ -1,0 +1,129 @@
+"""Waiting on peers: ranks of one job that wait at a barrier or collective (the `comm` phase)
+while one rank is still busy with something else. The cause is that rank, the straggler, not
+the collective and not a host sync: this rule names it (pid, GPU, phase, line) with the advice
+that fits what it was doing (rebalance the shards, fix its input, write from one rank).
+
+Ranks of one job are GPU processes with the same parent (torchrun, slurmstepd, a
+multiprocessing parent) running the same program; their rank arguments (`--rank 1`,
+`--local_rank=0`) are not part of the program.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from daemon.analysis.cost import HOURS_PER_MONTH
+from daemon.analysis.rules.base import (
+    UPPER_BOUND,
+    Finding,
+    Rule,
+    money,
+    phase_share,
+    plural,
+    process_evidence,
+    stack_evidence,
+    where_in,
+)
+from daemon.analysis.rules.window import Analysis, ProcessWindow
+
+# A rank waits on its peers when a fifth of its window is comm (as COMM_SHARE, our choice).
+WAITING_SHARE = 0.20
+# The straggler waits at most half as much as the ranks that wait for it.
+STRAGGLER_WAIT_RATIO = 0.5
+_RANK_ARGUMENT = re.compile(r"\s--?[\w-]*rank[\w-]*(=|\s+)\d+", re.IGNORECASE)
+WAIT_PHASES = ("comm",)
+NOT_THE_CAUSE = ("compute", "comm", "idle", "unknown")
+
+ADVICE = {
+    "host_preprocess": "its preprocessing is slower than the others': give every rank an equal "
+                       "shard (DistributedSampler splits evenly) and move the preprocessing into "
+                       "DataLoader workers",
+    "data_wait": "its input arrives slower than the others': check its shard's storage or "
+                 "network, prefetch in DataLoader workers, give every rank an equal shard",
+    "output": "it writes logs or outputs the others don't: write from one rank, buffered and "
+              "in a background thread",
+    "checkpoint": "it writes the checkpoint while the others wait: checkpoint asynchronously "
+                  "(torch.distributed.checkpoint.async_save) or shard the save across ranks",
+    "eval": "it evaluates while the others wait: evaluate on every rank's share, or in a "
+            "separate job",
+    "sync": "it syncs with its GPU where the others don't: remove the host sync from its path",
+}
+SLOWER_GPU = ("its GPU work takes longer than the others': an unequal batch or shard, or a "
+              "slower or throttled GPU (check clocks and temperature)")
+
+
+def job_of(proc: ProcessWindow) -> tuple[int, str] | None:
+    """The job a process is a rank of: its parent and its program without rank arguments."""
+    if proc.ppid <= 1:
+        return None
+    return proc.ppid, _RANK_ARGUMENT.sub("", " " + proc.command).strip()
+
+
+def _cause(proc: ProcessWindow) -> tuple[str, float]:
+    """What the straggler does instead of waiting: its largest phase that is work off the GPU."""
+    work = {name: float(entry.get("share", 0.0) or 0.0) for name, entry in proc.phases.items()
+            if name not in NOT_THE_CAUSE}
+    if not work:
+        return "compute", float((proc.phases.get("compute") or {}).get("share", 0.0) or 0.0)
+    name = max(work, key=lambda p: work[p])
+    return name, work[name]
+
+
+def check_stragglers(a: Analysis, rule: Rule) -> list[Finding]:
+    jobs: dict[tuple[int, str], list[ProcessWindow]] = defaultdict(list)
+    for proc in a.processes:
+        job = job_of(proc)
+        if job is not None and proc.gpus:
+            jobs[job].append(proc)
+    found = []
+    for ranks in jobs.values():
+        if len(ranks) < 2:
+            continue
+        waiting = {p.id: sum(phase_share(p, phase)[0] for phase in WAIT_PHASES) for p in ranks}
+        waiters = [p for p in ranks if waiting[p.id] >= WAITING_SHARE]
+        if not waiters:
+            continue
+        slowest = min(ranks, key=lambda p: waiting[p.id])
+        mean_wait = sum(waiting[p.id] for p in waiters) / len(waiters)
+        if slowest in waiters or waiting[slowest.id] > STRAGGLER_WAIT_RATIO * mean_wait:
+            continue
+        found.append(_finding(a, rule, slowest, waiters, waiting))
+    return found
+
+
+def _finding(a: Analysis, rule: Rule, slowest: ProcessWindow, waiters: list[ProcessWindow],
+             waiting: dict[str, float]) -> Finding:
+    cause, share = _cause(slowest)
+    _, stacks = phase_share(slowest, cause)
+    where = where_in(stacks) or "(no stack with a user frame yet)"
+    advice = ADVICE.get(cause, SLOWER_GPU)
+    lost = sum(p.burn_per_hour * waiting[p.id] for p in waiters)
+    monthly = lost * HOURS_PER_MONTH
+    method = (" + ".join(f"{money(p.burn_per_hour)}/h x {waiting[p.id]:.0%}" for p in waiters)
+              + f" waiting x {HOURS_PER_MONTH:g} h/month = {money(monthly)}/month; "
+              f"{UPPER_BOUND}")
+    gpus = ", ".join(str(g) for g in slowest.gpus)
+    peers = ", ".join(f"pid {p.pid}" for p in waiters)
+    summary = (f"{slowest.job}: {plural(len(waiters), 'rank')} ({peers}) wait for their peers "
+               f"{sum(waiting[p.id] for p in waiters) / len(waiters):.0%} of the time; the "
+               f"straggler is pid {slowest.pid} (GPU {gpus}), {share:.0%} in {cause} at "
+               f"{where} — {advice}")
+    return rule.make(
+        slowest.id, summary, monthly, method,
+        {**process_evidence(a, slowest), "straggler": {
+            "pid": slowest.pid, "gpus": list(slowest.gpus), "phase": cause, "share": share,
+            "where": where, "top_stacks": stack_evidence(stacks)},
+         "waiting_ranks": [{"pid": p.pid, "gpus": list(p.gpus), "waiting_share": waiting[p.id]}
+                           for p in waiters]},
+        {"kind": "show_patch", "file": where_in(stacks),
+         "patch": f"# {where}: the other ranks wait here for this one.\n# {advice}.\n"},
+        scope={"gpus": sorted({g for p in waiters for g in p.gpus})})
+
+
+STRAGGLER = Rule(
+    "straggler", "comm share of a job's ranks against its slowest rank's",
+    f">= {WAITING_SHARE:.0%} waiting on peers while one rank waits under "
+    f"{STRAGGLER_WAIT_RATIO:.0%} of that", "phases of each rank, the straggler's top stacks",
+    "rebalance the shards, fix the slow rank's input or writes",
+    "waiting ranks' burn x waiting share x 730 h", check_stragglers)

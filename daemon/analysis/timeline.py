@@ -1,0 +1,157 @@
+"""The report's `timeline`: a range cut into fixed buckets, each with the GPUs' mean utilization
+and memory, the burn in dollars per hour, and (over raw samples) each process's SM share, burn
+and stack samples per phase.
+
+One reader of the store's series for every "over time" figure: the profile's "GPU utilization
+and memory over time", and `mlcostd compare`, whose noise estimate resamples these buckets.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from daemon.analysis.busy import IdleThresholds
+from daemon.analysis.cost import HostPrice, burn, gpu_wasted_per_hour
+from daemon.store import queries
+from daemon.store.reader import StoreReader
+from daemon.wire import process_key
+
+TIMELINE_VERSION = 1
+TARGET_BUCKETS = 120  # ranges are cut into at most this many buckets of a nice size
+# Bucket sizes a person reads at a glance, seconds.
+NICE_SIZES = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+              43200, 86400)
+RAW_MAX_SPAN_S = 3600  # up to an hour: raw samples (per-process figures too); beyond: rollups
+MAX_RAW_SAMPLES = 600  # as many as the report's cost pass reads: every 6th tick of 1 h at 1 s
+
+
+def bucket_size(span_s: float, interval_s: float = 1.0) -> int:
+    """The bucket width for a range `span_s` long: the smallest nice size no shorter than the
+    sampling interval that cuts the range into at most TARGET_BUCKETS."""
+    wanted = max(span_s / TARGET_BUCKETS, interval_s, 1.0)
+    return next((size for size in NICE_SIZES if size >= wanted), math.ceil(wanted))
+
+
+def build(reader: StoreReader, start: float, end: float, price: HostPrice | None,
+          thresholds: IdleThresholds | None = None, interval_s: float = 1.0) -> dict[str, Any]:
+    """The timeline of [start, end]: `bucket_s`, `source` ("raw" or "rollups") and `buckets`,
+    oldest first, only those that hold data. Each bucket: `ts` (its start), `utilization` (mean
+    % over the GPUs), `memory_used_bytes` (summed over the GPUs), `burn_per_hour` and
+    `wasted_per_hour` (None without a price), `gpus` {index: {utilization, memory_used_bytes}};
+    over raw samples also `samples` and `processes` {pid:start_time: {sm_share, burn_per_hour,
+    phases: {phase: stack samples}}}."""
+    span = max(end - start, 0.0)
+    size = bucket_size(span, interval_s)
+    if span <= RAW_MAX_SPAN_S:
+        buckets = _from_samples(reader, start, end, size, price, thresholds)
+        source = "raw"
+    else:
+        buckets = _from_rollups(reader, start, end, size, price, thresholds)
+        source = "rollups"
+    return {"version": TIMELINE_VERSION, "since": start, "until": end, "bucket_s": size,
+            "source": source, "buckets": buckets}
+
+
+def _mean(values: list[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def _from_samples(reader: StoreReader, start: float, end: float, size: int,
+                  price: HostPrice | None,
+                  thresholds: IdleThresholds | None) -> list[dict[str, Any]]:
+    grouped: dict[int, dict[str, Any]] = {}
+    for sample in reader.samples(start, end, max_samples=MAX_RAW_SAMPLES):
+        index = int((sample.ts - start) // size)
+        acc = grouped.setdefault(index, {"util": [], "mem": [], "burn": [], "wasted": [],
+                                         "gpus": {}, "procs": {}, "n": 0})
+        acc["n"] += 1
+        utils = [g.utilization for g in sample.gpus if g.utilization is not None]
+        if utils:
+            acc["util"].append(math.fsum(utils) / len(utils))
+        mems = [g.memory_used_bytes for g in sample.gpus if g.memory_used_bytes is not None]
+        if mems:
+            acc["mem"].append(float(sum(mems)))
+        for gpu in sample.gpus:
+            entry = acc["gpus"].setdefault(gpu.index, {"util": [], "mem": []})
+            if gpu.utilization is not None:
+                entry["util"].append(gpu.utilization)
+            if gpu.memory_used_bytes is not None:
+                entry["mem"].append(float(gpu.memory_used_bytes))
+        costs = burn(sample, price, thresholds) if price is not None else None
+        if costs is not None:
+            acc["burn"].append(costs.total_per_hour)
+            acc["wasted"].append(costs.wasted_per_hour)
+        for proc in sample.processes:
+            if not proc.gpus:
+                continue
+            entry = acc["procs"].setdefault(process_key(*proc.key),
+                                            {"sm": [], "burn": [], "phases": {}})
+            entry["sm"].append(sum(use.sm_share or 0.0 for use in proc.gpus))
+            if costs is not None and proc.key in costs.processes:
+                entry["burn"].append(costs.processes[proc.key].burn_per_hour)
+    for row in queries.stack_samples(reader, start, end):
+        index = int((row["ts"] - start) // size)
+        acc = grouped.setdefault(index, {"util": [], "mem": [], "burn": [], "wasted": [],
+                                         "gpus": {}, "procs": {}, "n": 0})
+        entry = acc["procs"].setdefault(process_key(row["pid"], row["start_time"]),
+                                        {"sm": [], "burn": [], "phases": {}})
+        phase = str(row["phase"] or "unknown")
+        entry["phases"][phase] = entry["phases"].get(phase, 0) + 1
+    out = []
+    for index in sorted(grouped):
+        acc = grouped[index]
+        out.append({
+            "ts": start + index * size,
+            "samples": acc["n"],
+            "utilization": _mean(acc["util"]),
+            "memory_used_bytes": _mean(acc["mem"]),
+            "burn_per_hour": _mean(acc["burn"]),
+            "wasted_per_hour": _mean(acc["wasted"]),
+            "gpus": {str(i): {"utilization": _mean(g["util"]),
+                              "memory_used_bytes": _mean(g["mem"])}
+                     for i, g in sorted(acc["gpus"].items())},
+            "processes": {key: {"sm_share": _mean(p["sm"]), "burn_per_hour": _mean(p["burn"]),
+                                "phases": p["phases"]}
+                          for key, p in sorted(acc["procs"].items())},
+        })
+    return out
+
+
+def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
+                  price: HostPrice | None,
+                  thresholds: IdleThresholds | None) -> list[dict[str, Any]]:
+    """Per-GPU utilization and memory from the store's history (minute or hour rollups); the
+    wasted $/h from each bucket's mean utilization with the one wasted-$/h formula."""
+    indexes = [r["gpu"] for r in reader.query("SELECT gpu FROM gpus ORDER BY gpu")]
+    points = max(1, math.ceil((end - start) / size))
+    per_gpu: dict[int, dict[int, dict[str, float]]] = {}
+    for gpu in indexes:
+        for metric in ("utilization", "memory_used_bytes"):
+            for ts, avg, _lo, _hi in reader.gpu_history(gpu, metric, start, end, points):
+                index = int((ts - start) // size)
+                per_gpu.setdefault(index, {}).setdefault(gpu, {})[metric] = avg
+    idle_pct = (thresholds or IdleThresholds()).idle_utilization_pct
+    out = []
+    for index in sorted(per_gpu):
+        gpus = per_gpu[index]
+        utils = [g["utilization"] for g in gpus.values() if "utilization" in g]
+        mems = [g["memory_used_bytes"] for g in gpus.values() if "memory_used_bytes" in g]
+        total = wasted = None
+        if price is not None:
+            total = price.per_hour
+            wasted = math.fsum(
+                gpu_wasted_per_hour(price.per_gpu, g.get("utilization"),
+                                    idle_utilization_pct=idle_pct)
+                for g in gpus.values())
+        out.append({
+            "ts": start + index * size,
+            "utilization": _mean(utils),
+            "memory_used_bytes": math.fsum(mems) if mems else None,
+            "burn_per_hour": total,
+            "wasted_per_hour": wasted,
+            "gpus": {str(i): {"utilization": g.get("utilization"),
+                              "memory_used_bytes": g.get("memory_used_bytes")}
+                     for i, g in sorted(gpus.items())},
+        })
+    return out

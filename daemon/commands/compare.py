@@ -1,0 +1,424 @@
+"""Compare before and after: two profiles, snapshots, stores or ranges of the live store,
+figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated
+from the recorded samples, and which recommendations are new, gone or changed.
+
+A and B are each one of:
+  DIR or FILE.json    a profile (`mlcostd profile` writes DIR/profile.json) or a report
+                      document (`mlcostd report --json > FILE.json`)
+  FILE.db             a snapshot or any mlcostd store: its own recorded range
+  RANGE               a range of the live store (--db, else [daemon].db):
+                        1h                  the last hour
+                        7d-ago/1h           the hour that ended 7 days ago
+                        2026-12-01T09:00..2026-12-01T10:00   from .. to (ISO 8601 local
+                                            time, ...Z for UTC, or Unix seconds; `now`)
+
+examples:
+  mlcostd compare before/ after/                   two profiles (DIRs with profile.json)
+  mlcostd compare old.db new.db --html diff.html   two snapshots, and an HTML page
+  mlcostd compare --baseline 7d-ago/1h             the last hour against the same hour a week ago
+  mlcostd compare 2h-ago/1h 1h --job train         one job: the hour before against the last
+  mlcostd compare --previous train                 job `train`'s last run against its run before
+  mlcostd compare --previous 4242:1733130000.123   a process's run against the previous run of
+                                                   the same command line
+  mlcostd compare A B --json                       the JSON document described in the README
+
+exit status: 0 compared (whatever the verdict), 1 an input cannot be read, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sqlite3
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from daemon import clock
+from daemon import config as config_module
+from daemon.analysis import compare as analysis
+from daemon.config import Config
+from daemon.sources.safe_text import lines, one_line
+
+MAX_PROFILE_BYTES = 64 << 20
+SQLITE_MAGIC = b"SQLite format 3\x00"
+WIDTH = 80
+
+
+class CompareInputError(Exception):
+    """An input that cannot be compared; the message says which and why."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", nargs="?", metavar="A",
+                        help="before: a profile (DIR or FILE.json), a store or snapshot "
+                             "(FILE.db), or a RANGE of the live store")
+    parser.add_argument("b", nargs="?", metavar="B",
+                        help="after: the same forms (default with --baseline: the range of "
+                             "the baseline's length ending now)")
+    parser.add_argument("--baseline", metavar="RANGE",
+                        help="A as a range of the live store, e.g. 7d-ago/1h; B defaults to "
+                             "the last range of that length")
+    parser.add_argument("--job", metavar="NAME",
+                        help="only this job's processes (their job or owner label) on both "
+                             "sides, and the GPUs they held")
+    parser.add_argument("--previous", metavar="JOB|PID:START",
+                        help="in the live store: the latest run of this job (or of this "
+                             "process's command line) against the run before it")
+    parser.add_argument("--json", action="store_true",
+                        help="print the JSON document described in the README")
+    parser.add_argument("--html", metavar="FILE",
+                        help="also write a self-contained HTML page of the comparison")
+    parser.add_argument("--seed", type=int, default=analysis.SEED,
+                        help="seed of the bootstrap (default: fixed, so a comparison repeats)")
+
+
+# -- ranges -------------------------------------------------------------------------------
+
+
+def parse_range(text: str, now: float) -> tuple[float, float]:
+    """RANGE -> (since, until): 'D' (the last D), 'AGO-ago/D' (the D that ended AGO before
+    now), 'START..END' (times as clock.parse_time reads them; END may be 'now').
+    ValueError says the forms."""
+    forms = "use 1h, 7d-ago/1h or 2026-12-01T09:00..2026-12-01T10:00"
+    text = text.strip()
+    try:
+        if ".." in text:
+            start, _, end = text.partition("..")
+            since = clock.parse_time(start)
+            until = now if end.strip() in ("", "now") else clock.parse_time(end)
+        elif "/" in text:
+            ago, _, length = text.partition("/")
+            if not ago.endswith("-ago"):
+                raise ValueError(f"{ago!r} must end in -ago")
+            until = now - config_module.parse_duration(ago[:-4])
+            since = until - config_module.parse_duration(length)
+        else:
+            until = now
+            since = now - config_module.parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"{text[:80]!r} is not a range ({exc}); {forms}") from None
+    if not until > since:
+        raise ValueError(f"{text[:80]!r} ends before it starts; {forms}")
+    return since, until
+
+
+def _length(text: str, now: float) -> float:
+    since, until = parse_range(text, now)
+    return until - since
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+def _document_from_store(path: Path, since: float | None, until: float | None,
+                         config: Config) -> dict[str, Any]:
+    """The report document of a store over [since, until], or over its own range: a
+    snapshot's recorded range, else from its first to its last tick."""
+    from daemon.commands import report
+    from daemon.store.reader import StoreReader
+    from daemon.store.shape import READ_ERRORS, StoreShapeError, check_shape, read_failure
+    from daemon.store.snapshot import SnapshotError, read_facts
+
+    try:
+        if since is None or until is None:
+            facts = read_facts(path)
+            if facts and isinstance(facts.get("since"), int | float) and isinstance(
+                    facts.get("until"), int | float):
+                since, until = float(facts["since"]), float(facts["until"])
+        reader = StoreReader(str(path), tidy=True)
+        try:
+            check_shape(reader)
+            if since is None or until is None:
+                row = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
+                if row["lo"] is None:
+                    raise CompareInputError(f"{path}: the store holds no samples")
+                since, until = row["lo"] / 1000, row["hi"] / 1000
+            span = max(until - since, 1.0)
+            document = report.build(reader, span, until=since + span, config=config)
+        finally:
+            reader.close()
+    except (StoreShapeError, SnapshotError) as exc:
+        raise CompareInputError(f"{path}: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        raise CompareInputError(f"{path} is not an mlcostd store "
+                                f"({' '.join(str(exc).split())[:160]})") from None
+    except READ_ERRORS as exc:
+        raise CompareInputError(read_failure(path, exc)) from None
+    if not document["window"].get("ticks"):
+        raise CompareInputError(f"{path}: no samples between {clock.local_time(since)} and "
+                                f"{clock.local_time(until)}")
+    return document
+
+
+def _document_from_json(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+    except OSError as exc:
+        raise CompareInputError(f"cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise CompareInputError(f"{path} is larger than {MAX_PROFILE_BYTES >> 20} MiB; "
+                                "not a profile")
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise CompareInputError(f"{path} is not JSON ({str(exc)[:120]}); pass a profile.json, "
+                                "a report --json document or an mlcostd store") from None
+    if not (isinstance(document, dict) and isinstance(document.get("window"), dict)
+            and isinstance(document.get("processes"), list)):
+        raise CompareInputError(f"{path} is JSON but not a profile or report document (no "
+                                "`window` and `processes`); pass what `mlcostd profile` or "
+                                "`mlcostd report --json` wrote")
+    return document
+
+
+def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
+    """(label, report document) of one side: a profile, a JSON report, a store file or a
+    range of the live store. CompareInputError / ValueError say what is wrong."""
+    path = Path(spec)
+    if path.is_dir():
+        profile = path / "profile.json"
+        if not profile.exists():
+            raise CompareInputError(f"{path} is a folder without profile.json; pass the folder "
+                                    "`mlcostd profile --out` wrote, or a file")
+        return f"profile {spec}", _document_from_json(profile)
+    if path.exists():
+        if not path.is_file():
+            raise CompareInputError(f"{path} is neither a regular file nor a folder")
+        try:
+            with path.open("rb") as f:
+                head = f.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise CompareInputError(f"cannot read {path}: {exc.strerror}") from None
+        if head == SQLITE_MAGIC:
+            return f"store {spec}", _document_from_store(path, None, None, config)
+        return f"profile {spec}", _document_from_json(path)
+    try:
+        since, until = parse_range(spec, now)
+    except ValueError as exc:
+        if path.suffix in (".json", ".db") or os.sep in spec and "-ago/" not in spec:
+            raise CompareInputError(f"{spec[:200]}: no such file or folder") from None
+        raise CompareInputError(f"{spec[:120]!r} is not a file, a folder or a range: "
+                                f"{exc}") from None
+    db = Path(config_module.db_path(config))
+    if not db.exists():
+        raise CompareInputError(f"no database at {db} for the range {spec!r}; pass --db, or "
+                                "compare files")
+    return (f"{clock.local_time(since)} to {clock.local_time(until)}",
+            _document_from_store(db, since, until, config))
+
+
+def previous_runs(db: Path, target: str) -> tuple[str | None, str | None,
+                                                tuple[float, float], tuple[float, float]]:
+    """(job, command, A's range, B's range) for --previous: the runs in the store of job
+    `target`, or of the command line of process `target` ('PID:START'), a run being processes
+    whose lifetimes overlap; B the latest, A the one before it. CompareInputError when the
+    store holds fewer than two."""
+    from daemon.sources.owners import decode_owner, workload_label
+    from daemon.store.reader import StoreReader
+    from daemon.wire import parse_process_key
+
+    reader = StoreReader(str(db), tidy=True)
+    try:
+        rows = reader.query(
+            "SELECT p.pid, p.start_ms, p.command, p.owner, min(s.ts) AS lo, max(s.ts) AS hi "
+            "FROM processes p JOIN proc_samples s ON s.proc = p.id "
+            "WHERE p.id IN (SELECT DISTINCT proc FROM proc_gpu_samples) GROUP BY p.id")
+    finally:
+        reader.close()
+    job = command = None
+    try:
+        pid, start = parse_process_key(target)
+    except ValueError:
+        job = target
+        mine = [r for r in rows if workload_label(decode_owner(r["owner"])) == job]
+    else:
+        own = [r for r in rows if r["pid"] == pid and abs(r["start_ms"] / 1000 - start) < 0.001]
+        if not own:
+            raise CompareInputError(f"no GPU process {target} in {db}")
+        command = own[0]["command"]
+        mine = [r for r in rows if r["command"] == command]
+    runs: list[list[float]] = []
+    for row in sorted(mine, key=lambda r: r["lo"]):
+        if runs and row["lo"] / 1000 <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], row["hi"] / 1000)
+        else:
+            runs.append([row["lo"] / 1000, row["hi"] / 1000])
+    if len(runs) < 2:
+        what = f"job {target!r}" if job is not None else f"the command line of {target}"
+        raise CompareInputError(f"{db} holds {len(runs)} run(s) of {what}: nothing to compare "
+                                "with yet")
+    return job, command, (runs[-2][0], runs[-2][1]), (runs[-1][0], runs[-1][1])
+
+
+# -- text ---------------------------------------------------------------------------------
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "%":
+        return f"{value:.0f}%"
+    if unit == "share":
+        return f"{value:.0%}"
+    if unit == "$/h":
+        return f"${value:.2f}/h"
+    return f"${value:.4g}"
+
+
+def _delta(value: float | None, unit: str, signed: bool = True) -> str:
+    """A change (signed) or a noise (not) in the figure's unit: points for shares."""
+    if value is None:
+        return "-"
+    sign = ("+" if value >= 0 else "-") if signed else ""
+    if unit == "%":
+        return f"{sign}{abs(value):.1f} pt"
+    if unit == "share":
+        return f"{sign}{abs(value) * 100:.1f} pt"
+    return f"{sign}${abs(value):.3g}"
+
+
+def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
+    span = ""
+    if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
+        span = f", {side['until'] - side['since']:.0f} s"
+    steps = f", {side['steps']} steps" if side.get("steps") else ""
+    job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
+    return _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
+
+
+def render_text(result: dict[str, Any]) -> str:
+    """The comparison for a terminal: 80 columns, text from the inputs made safe."""
+    out = ["mlcost compare", *_side_lines("A (before)", result["a"]),
+           *_side_lines("B (after)", result["b"]), ""]
+    header = f"{'':<20} {'before':>10} {'after':>10} {'change':>11} {'noise':>10}  verdict"
+    out.append(header)
+    for fig in result["figures"]:
+        unit = fig["unit"]
+        noise = "-" if fig.get("noise") is None else "±" + _delta(fig["noise"], unit, False)
+        out.append(f"{one_line(fig['label'])[:20]:<20} {_value(fig['a'], unit):>10} "
+                   f"{_value(fig['b'], unit):>10} {_delta(fig.get('change'), unit):>11} "
+                   f"{noise:>10}  {fig['verdict']}")
+    out += ["", "Recommendations"]
+    changed = [r for r in result["recommendations"] if r["status"] != "same"]
+    for rec in changed:
+        money = []
+        for key, name in (("savings_per_month_a", "before"), ("savings_per_month_b", "after")):
+            if isinstance(rec.get(key), int | float):
+                money.append(f"{name} ${rec[key]:,.0f}/month")
+        out.append(f"  {rec['status']:<8} {one_line(rec['rule'])[:40]}"
+                   + (f" ({', '.join(money)})" if money else ""))
+    same = [r["rule"] for r in result["recommendations"] if r["status"] == "same"]
+    if same:
+        out.append(f"  same     {', '.join(one_line(r)[:40] for r in same)}")
+    if not result["recommendations"]:
+        out.append("  none on either side")
+    counts = {v: sum(1 for f in result["figures"] if f["verdict"] == v)
+              for v in (analysis.BETTER, analysis.WORSE, analysis.NOISE)}
+    out += ["", f"Verdict: {result['verdict']} ({counts[analysis.BETTER]} better, "
+            f"{counts[analysis.WORSE]} worse, {counts[analysis.NOISE]} within noise)"]
+    out.append("")
+    out += _wrap(result["method"])
+    return lines("\n".join(_fit(out)) + "\n")
+
+
+def _wrap(text: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, WIDTH - 1, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=True)
+
+
+def _fit(rows: list[str]) -> list[str]:
+    return [row if len(row) < WIDTH else row[:WIDTH - 2] + "…" for row in rows]
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    now = clock.now()
+    a, b = args.a, args.b
+    if args.previous:
+        return _run_previous(args, config)
+    if args.baseline:
+        if b is not None:
+            print("mlcostd compare: with --baseline give at most one more input (B)",
+                  file=sys.stderr)
+            return 2
+        try:
+            length = _length(args.baseline, now)
+        except ValueError as exc:
+            print(f"mlcostd compare: --baseline {exc}", file=sys.stderr)
+            return 2
+        a, b = args.baseline, a if a is not None else f"{math.ceil(length)}s"
+    if a is None or b is None:
+        print("mlcostd compare: give two inputs (A B), or --baseline RANGE; see "
+              "`mlcostd compare --help`", file=sys.stderr)
+        return 2
+    try:
+        label_a, doc_a = load(a, config, now)
+        label_b, doc_b = load(b, config, now)
+    except CompareInputError as exc:
+        print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    return _show(args, [(label_a, doc_a, args.job, None), (label_b, doc_b, args.job, None)])
+
+
+def _run_previous(args: argparse.Namespace, config: Config) -> int:
+    if args.a is not None or args.baseline:
+        print("mlcostd compare: --previous takes no A, B or --baseline", file=sys.stderr)
+        return 2
+    db = Path(config_module.db_path(config))
+    try:
+        if not db.exists():
+            raise CompareInputError(f"no database at {db}; pass --db")
+        job, command, (a0, a1), (b0, b1) = previous_runs(db, args.previous)
+        sides = [(f"previous run, {clock.local_time(a0)} to {clock.local_time(a1)}",
+                  _document_from_store(db, a0, a1, config), job, command),
+                 (f"latest run, {clock.local_time(b0)} to {clock.local_time(b1)}",
+                  _document_from_store(db, b0, b1, config), job, command)]
+    except CompareInputError as exc:
+        print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    return _show(args, sides)
+
+
+def _show(args: argparse.Namespace,
+          inputs: list[tuple[str, dict[str, Any], str | None, str | None]]) -> int:
+    """Print (and write) the comparison of two sides (label, document, job, command)."""
+    try:
+        sides = [analysis.Side(*side) for side in inputs]
+        result = analysis.compare(sides[0], sides[1], seed=args.seed)
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        # a document someone edited or wrote by hand: say so, never a traceback
+        print(f"mlcostd compare: cannot compare {one_line(inputs[0][0])} with "
+              f"{one_line(inputs[1][0])}: a field has the wrong type or value "
+              f"({type(exc).__name__}: {one_line(str(exc))[:160]})", file=sys.stderr)
+        return 1
+    if args.job is not None:
+        for side in sides:
+            if not side.processes:
+                print(f"mlcostd compare: no process of job {one_line(args.job)!r} in "
+                      f"{one_line(side.label)}", file=sys.stderr)
+                return 1
+    if args.html:
+        from daemon.report_html.compare import render as render_html
+        from daemon.store.files import open_private
+
+        try:
+            fd = open_private(args.html, os.O_WRONLY | os.O_TRUNC)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(render_html(result))
+        except OSError as exc:
+            print(f"mlcostd compare: cannot write {args.html}: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stdout.write(render_text(result))
+        if args.html:
+            print(f"html: {args.html}")
+    return 0

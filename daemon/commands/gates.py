@@ -1,0 +1,210 @@
+"""The release gates of `mlcostd profile`: limits on what a profile measured, each checked to a
+passed or failed Gate with a message that says by how much, and written as JUnit test cases.
+
+A gate that cannot be checked (no steps counted for a per-step limit, no GPU used for a
+utilization floor) fails, and its message says why: a CI gate fails closed.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GATE_EXIT_STATUS = 86  # outside 0-2, sysexits' 64-78, the shell's 126/127 and 128+signal
+
+
+@dataclass(frozen=True)
+class Gate:
+    flag: str  # "--max-data-wait"
+    limit_text: str  # as the user wrote it, normalized: "20%", "$0.50"
+    passed: bool
+    message: str  # "gate --max-data-wait 20%: data_wait was 71% (51 points over)"
+    value: float | None = None
+    limit: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.flag.lstrip('-')} {self.limit_text}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gate": self.flag.lstrip("-"), "flag": self.flag, "limit": self.limit,
+                "limit_text": self.limit_text, "value": self.value, "passed": self.passed,
+                "message": self.message}
+
+
+def parse_percent(text: str) -> float:
+    """'20%' or '20' -> 20.0; ValueError names the value."""
+    value = _number(text.strip().removesuffix("%"), text)
+    if not 0 <= value <= 100:
+        raise ValueError(f"{text!r} is not a percentage from 0 to 100")
+    return value
+
+
+def parse_regression(text: str) -> float:
+    """'10%' or '10' -> 10.0 (any non-negative percentage: 150% is a limit too)."""
+    value = _number(text.strip().removesuffix("%"), text)
+    if value < 0:
+        raise ValueError(f"{text!r} must be a percentage of at least 0")
+    return value
+
+
+def parse_dollars(text: str) -> float:
+    """'0.50' or '$0.50' -> 0.5; ValueError names the value."""
+    value = _number(text.strip().removeprefix("$"), text)
+    if value < 0:
+        raise ValueError(f"{text!r} must be a number of dollars of at least 0")
+    return value
+
+
+def _number(text: str, shown: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{shown!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{shown!r} is not a finite number")
+    return value
+
+
+def _money(value: float) -> str:
+    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
+
+
+def max_cost(limit: float, cost: float | None) -> Gate:
+    head = f"gate --max-cost {_money(limit)}"
+    if cost is None:
+        return Gate("--max-cost", _money(limit), False,
+                    f"{head}: the run's cost is unknown (no price for this host: set "
+                    "[instance] price_per_hour)", None, limit)
+    if cost > limit:
+        return Gate("--max-cost", _money(limit), False,
+                    f"{head}: the run cost {_money(cost)} ({_money(cost - limit)} over)",
+                    cost, limit)
+    return Gate("--max-cost", _money(limit), True,
+                f"{head}: the run cost {_money(cost)}", cost, limit)
+
+
+def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int) -> Gate:
+    flag = "--max-cost-per-1k-steps"
+    head = f"gate {flag} {_money(limit)}"
+    if per_1k is None:
+        why = ("no steps were counted: pass --progress REGEX matching the command's step "
+               "lines" if not steps else "the run's cost is unknown")
+        return Gate(flag, _money(limit), False, f"{head}: cannot be checked, {why}", None,
+                    limit)
+    if per_1k > limit:
+        return Gate(flag, _money(limit), False,
+                    f"{head}: 1k steps cost {_money(per_1k)} ({_money(per_1k - limit)} over)",
+                    per_1k, limit)
+    return Gate(flag, _money(limit), True, f"{head}: 1k steps cost {_money(per_1k)}", per_1k,
+                limit)
+
+
+def max_data_wait(limit: float, share: float | None) -> Gate:
+    head = f"gate --max-data-wait {limit:g}%"
+    if share is None:
+        return Gate("--max-data-wait", f"{limit:g}%", False,
+                    f"{head}: cannot be checked, no phase balance was recorded (no stack "
+                    "samples of a GPU process)", None, limit)
+    pct = 100 * share
+    if pct > limit:
+        return Gate("--max-data-wait", f"{limit:g}%", False,
+                    f"{head}: data_wait was {pct:.0f}% ({pct - limit:.0f} points over)", pct,
+                    limit)
+    return Gate("--max-data-wait", f"{limit:g}%", True, f"{head}: data_wait was {pct:.0f}%",
+                pct, limit)
+
+
+def min_utilization(limit: float, utilization: float | None) -> Gate:
+    head = f"gate --min-utilization {limit:g}%"
+    if utilization is None:
+        return Gate("--min-utilization", f"{limit:g}%", False,
+                    f"{head}: cannot be checked, the command used no GPU", None, limit)
+    if utilization < limit:
+        return Gate("--min-utilization", f"{limit:g}%", False,
+                    f"{head}: GPU utilization was {utilization:.0f}% "
+                    f"({limit - utilization:.0f} points under)", utilization, limit)
+    return Gate("--min-utilization", f"{limit:g}%", True,
+                f"{head}: GPU utilization was {utilization:.0f}%", utilization, limit)
+
+
+def regression_figure(profile: dict[str, Any]) -> tuple[str, float | None]:
+    """What a regression is measured on: ('cost per step', value) when the profile counted
+    steps, else ('cost per hour', value)."""
+    if profile.get("steps"):
+        return "cost per step", profile.get("cost_per_step")
+    return "cost per hour", profile.get("cost_per_hour")
+
+
+def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, Any],
+                   baseline_path: str) -> Gate:
+    flag = "--max-regression"
+    head = f"gate {flag} {limit:g}%"
+    what, new = regression_figure(profile)
+    old_what, old = regression_figure(baseline)
+    if what != old_what:
+        return Gate(flag, f"{limit:g}%", False,
+                    f"{head}: cannot be checked, this run has {what} and the baseline "
+                    f"({baseline_path}) has {old_what}: count steps in both or in neither",
+                    None, limit)
+    if new is None or old is None or old <= 0:
+        return Gate(flag, f"{limit:g}%", False,
+                    f"{head}: cannot be checked, {what} is unknown in "
+                    f"{'this run' if new is None else 'the baseline'}", None, limit)
+    change = 100 * (new - old) / old
+    said = (f"{head}: {what} was {_money(new)} against the baseline's {_money(old)} "
+            f"({change:+.0f}%")
+    if change > limit:
+        return Gate(flag, f"{limit:g}%", False, f"{said}, {change - limit:.0f} points over)",
+                    change, limit)
+    return Gate(flag, f"{limit:g}%", True, said + ")", change, limit)
+
+
+def read_baseline(path: str) -> dict[str, Any]:
+    """The `profile` key of an earlier profile.json; ValueError says what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(64 << 20)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{path} is not JSON; pass the profile.json an earlier "
+                         "`mlcostd profile` wrote") from None
+    profile = document.get("profile") if isinstance(document, dict) else None
+    if not isinstance(profile, dict):
+        raise ValueError(f"{path} has no 'profile' key; pass the profile.json an earlier "
+                         "`mlcostd profile` wrote")
+    return profile
+
+
+def junit_xml(gates: list[Gate], *, suite: str = "mlcostd profile gates",
+              seconds: float = 0.0) -> bytes:
+    """The gates as one JUnit test suite, one test case per gate; a failed gate's failure
+    message says by how much."""
+    failures = sum(1 for g in gates if not g.passed)
+    suites = ET.Element("testsuites", name="mlcostd profile", tests=str(len(gates)),
+                        failures=str(failures), errors="0", time=f"{seconds:.3f}")
+    element = ET.SubElement(suites, "testsuite", name=suite, tests=str(len(gates)),
+                            failures=str(failures), errors="0", skipped="0",
+                            time=f"{seconds:.3f}")
+    for gate in gates:
+        case = ET.SubElement(element, "testcase", classname="mlcost.gates", name=gate.name,
+                             time="0")
+        if not gate.passed:
+            failure = ET.SubElement(case, "failure", message=gate.message, type="gate")
+            failure.text = gate.message
+        else:
+            ET.SubElement(case, "system-out").text = gate.message
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def write_junit(path: Path, gates: list[Gate], seconds: float) -> None:
+    from daemon.store.files import write_private
+
+    write_private(path, junit_xml(gates, seconds=seconds))

@@ -1,0 +1,551 @@
+"""`mlcostd profile -- COMMAND`: run one command under observation and say what it cost.
+
+The recording is the daemon's own (runtime/profile.py): NVML, /proc and py-spy stack samples of
+the command's process tree only, from its first second, into a store of its own
+(OUT/profile.db). When the command exits (or after --duration) this writes to OUT:
+
+  profile.json  the report document (commands/report.py `build`) over the run's exact range,
+                plus a `profile` key: the command, its exit status, the run's times, steps,
+                cost (per step, per 1k steps, per 1k tokens/requests), workload kind, phase
+                balance and largest phase, GPU utilization, gates and representativeness
+  profile.html  the snapshot report's page of OUT/profile.db
+  summary.md    a short Markdown summary for a CI job summary ($GITHUB_STEP_SUMMARY)
+
+and exits with the command's status, or GATE_EXIT_STATUS when a gate is crossed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from daemon import config as config_module
+from daemon.commands import gates as gate_checks
+from daemon.commands.gates import GATE_EXIT_STATUS, Gate
+from daemon.config import Config
+from daemon.sources.redact import redact_argv
+from daemon.sources.safe_text import one_line
+from daemon.wire import process_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OUT = "mlcost-profile"
+DEFAULT_SCENARIO = "single-gpu"  # daemon/sim/scenarios/single-gpu.toml: one A10G, g5.xlarge
+# Ticks four times a second, stacks twice a second per process (py-spy's per-process limit
+# is checked against a tick's start, so ticks at the limit itself would skip every other one).
+PROFILE_INTERVAL_S = 0.25
+# Representativeness: below these a profile says it may not stand for the workload.
+MIN_DURATION_S = 30.0
+MIN_STACK_SAMPLES = 20
+MIN_STEPS = 10
+STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
+MAX_COMMAND_CHARS = 500
+TOP_RECOMMENDATIONS = 3
+
+DESCRIPTION = f"""\
+Run COMMAND under observation: its GPUs (NVML), its processes (/proc) and its Python stacks
+(py-spy, from the first second) — that process tree only — into a store of its own. When it
+exits, or after --duration, write profile.json, profile.html and summary.md to --out, print
+the verdict, and exit with the command's status, or with status {GATE_EXIT_STATUS} when a gate is crossed.
+
+Steps: --progress REGEX counts them in the command's own output (passed through unchanged):
+with a group the group is the step number (tqdm: '(\\d+)/\\d+', a log: 'step (\\d+)'), without
+one each match is a step. [[cost.unit_costs]] in --config prices tokens or requests too.
+
+Gates (any number; each is a JUnit test case with --junit):
+  --max-cost DOLLARS               the run's cost (the command's processes, by the cost model)
+  --max-cost-per-1k-steps DOLLARS  needs --progress
+  --max-data-wait PCT              the share of time the GPU processes waited for input
+  --min-utilization PCT            mean utilization of the GPUs the command used
+  --max-regression PCT --baseline OLD/profile.json
+                                   cost per step (per hour when no steps are counted) up by
+                                   more than PCT against an earlier profile
+
+Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
+stopped by --duration) and a gate was crossed; 127 when it cannot be started; 2 for a bad
+option or a recorder that cannot start.
+
+It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
+process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
+client does; in a container add --cap-add SYS_PTRACE). With --simulate the command runs on a
+simulated GPU host (default scenario {DEFAULT_SCENARIO!r}: one NVIDIA A10G of an AWS g5.xlarge, on-demand, no
+other workloads; a named scenario brings its workloads, which share its GPUs): the command
+attaches with daemon.sim.device.Device, whose state dir is in $MLCOST_SIM_DIR.
+"""
+
+EPILOG = """\
+examples:
+  mlcostd profile -- python train.py --epochs 1
+  mlcostd profile --duration 2m --progress 'step (\\d+)' -- python train.py
+  mlcostd profile --max-data-wait 20% --min-utilization 60% --junit gates.xml -- ./eval.sh
+  mlcostd profile --max-regression 10% --baseline main/profile.json --out pr -- python bench.py
+  mlcostd profile --simulate -- python my_script_using_daemon_sim_device.py
+  cat mlcost-profile/summary.md >> "$GITHUB_STEP_SUMMARY"
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML config file ([instance] price, [[cost.unit_costs]], ...)")
+    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                        help=f"folder for profile.json, profile.html, summary.md and the "
+                             f"profile's store profile.db (default ./{DEFAULT_OUT}/)")
+    parser.add_argument("--duration", metavar="DURATION",
+                        help="stop the command after this long (30s, 5m): SIGTERM to its "
+                             "process group, SIGKILL 5 s later; the profile then exits 0 "
+                             "unless a gate is crossed")
+    parser.add_argument("--simulate", nargs="?", const=DEFAULT_SCENARIO, metavar="SCENARIO",
+                        help=f"run on a simulated GPU host (default {DEFAULT_SCENARIO!r}); "
+                             "put -- before the command")
+    parser.add_argument("--progress", metavar="REGEX",
+                        help="count steps in the command's output (see above)")
+    parser.add_argument("--junit", metavar="FILE", help="write the gates as JUnit XML")
+    gates = parser.add_argument_group("gates")
+    gates.add_argument("--max-cost", metavar="DOLLARS")
+    gates.add_argument("--max-cost-per-1k-steps", metavar="DOLLARS")
+    gates.add_argument("--max-data-wait", metavar="PCT")
+    gates.add_argument("--min-utilization", metavar="PCT")
+    gates.add_argument("--max-regression", metavar="PCT")
+    gates.add_argument("--baseline", metavar="PROFILE_JSON",
+                       help="an earlier profile.json, for --max-regression")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
+                        help="the command to profile")
+
+
+class UsageError(ValueError):
+    """A bad option: the message names it and what is allowed."""
+
+
+def _limits(args: argparse.Namespace) -> dict[str, float]:
+    parsers = {"max_cost": gate_checks.parse_dollars,
+               "max_cost_per_1k_steps": gate_checks.parse_dollars,
+               "max_data_wait": gate_checks.parse_percent,
+               "min_utilization": gate_checks.parse_percent,
+               "max_regression": gate_checks.parse_regression}
+    limits = {}
+    for name, parse in parsers.items():
+        text = getattr(args, name)
+        if text is None:
+            continue
+        try:
+            limits[name] = parse(text)
+        except ValueError as exc:
+            raise UsageError(f"--{name.replace('_', '-')} {exc}") from None
+    return limits
+
+
+def profile_config(config: Config, out: Path) -> Config:
+    """The daemon's config for a profile: its own store in `out`, ticks four times a second,
+    stacks as often as py-spy may (the user asked for this run to be profiled), the
+    unit-cost counters read every 5 s, no incident snapshots."""
+    config = config_module.with_overrides(
+        config, "daemon", db=str(out / "profile.db"),
+        interval=min(config.daemon.interval, PROFILE_INTERVAL_S))
+    config = config_module.with_overrides(
+        config, "attribution", stacks=True, dump_interval=0.5,
+        dumps_per_second=max(config.attribution.dumps_per_second, 4.0),
+        cpu_budget=max(config.attribution.cpu_budget, 0.25))
+    config = config_module.with_overrides(config, "cost", evaluate_every=5.0)
+    return config_module.with_overrides(config, "snapshots", max_per_hour=0.0,
+                                        folder=str(out / "snapshots"))
+
+
+def _fresh_store(out: Path) -> None:
+    """A profile is of one run: an earlier profile's store in the same folder goes."""
+    from daemon.store.files import check_existing
+
+    for suffix in ("", "-wal", "-shm"):
+        path = out / f"profile.db{suffix}"
+        check_existing(path)  # a link or someone else's file is refused, not removed
+        path.unlink(missing_ok=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from daemon.runtime.daemon import DaemonError
+    from daemon.runtime.profile import ProfileRecorder
+    from daemon.store.files import RefusedFile
+
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    try:
+        if not argv:
+            raise UsageError("no command: put it after --, e.g. mlcostd profile -- python "
+                             "train.py")
+        limits = _limits(args)
+        if ("max_regression" in limits) != bool(args.baseline):
+            raise UsageError("--max-regression and --baseline go together: --max-regression "
+                             "10% --baseline OLD/profile.json")
+        baseline = gate_checks.read_baseline(args.baseline) if args.baseline else None
+        duration = None
+        if args.duration:
+            try:
+                duration = config_module.parse_duration(args.duration)
+            except ValueError as exc:
+                raise UsageError(f"--duration {exc}") from None
+            if duration <= 0:
+                raise UsageError(f"--duration {args.duration!r} must be more than 0 s")
+        if args.progress:
+            try:
+                re.compile(args.progress)
+            except re.error as exc:
+                raise UsageError(f"--progress {args.progress!r} is not a regular "
+                                 f"expression: {exc}") from None
+    except (UsageError, ValueError) as exc:
+        print(f"mlcostd profile: {exc}", file=sys.stderr)
+        return 2
+    config_path = args.config
+    if args.simulate and config_path is None:
+        from daemon.commands.cli import SIMULATE_CONFIG
+
+        config_path = str(SIMULATE_CONFIG)
+    out = Path(args.out)
+    config = profile_config(config_module.load(config_path), out)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s mlcostd profile %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        from daemon.store.files import private_folder
+
+        private_folder(out)
+        _fresh_store(out)
+    except (OSError, RefusedFile) as exc:
+        print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
+        return 2
+    recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
+                               progress=args.progress)
+    try:
+        result = asyncio.run(recorder.run())
+    except DaemonError as exc:
+        print(f"mlcostd profile: the recorder cannot start: {exc}", file=sys.stderr)
+        return 2
+    finally:  # the outputs are written next: a late Ctrl-C must not cut them to a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if result.error:
+        print(f"mlcostd profile: {result.error}", file=sys.stderr)
+        return 127
+    document = build_document(config, result, limits, baseline, args)
+    checked = [Gate(**{k: g[k] for k in ("flag", "limit_text", "passed", "message", "value",
+                                         "limit")}) for g in document["profile"]["gates"]]
+    write_outputs(out, document, config, args.junit, checked)
+    print(verdict_text(document, out), file=sys.stderr, end="")
+    failed = not result.stopped_after_duration and result.exit_status not in (0, None)
+    if failed:
+        return int(result.exit_status or 1)
+    return GATE_EXIT_STATUS if any(not g.passed for g in checked) else 0
+
+
+def build_document(config: Config, result: Any, limits: dict[str, float],
+                   baseline: dict[str, Any] | None, args: argparse.Namespace
+                   ) -> dict[str, Any]:
+    """The report document over the run, with the `profile` key."""
+    from daemon.commands import report
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+
+    db = config_module.db_path(config)
+    reader = StoreReader(str(db), tidy=True)
+    try:
+        latest = reader.latest()
+        start = result.started_at
+        until = max(result.ended_at, latest.ts if latest else result.ended_at)
+        document = report.build(reader, max(until - start, 0.001), until=until, config=config)
+        stack_samples = len(queries.stack_samples(reader, start, until))
+    finally:
+        reader.close()
+    document["profile"] = profile_facts(document, result, stack_samples)
+    profile = document["profile"]
+    profile["gates"] = [g.as_dict() for g in check_gates(limits, profile, baseline,
+                                                         args.baseline)]
+    profile["database"] = str(db)
+    return document
+
+
+def _phase_balance(processes: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds per phase of the tree's GPU processes (all its processes when none used a GPU),
+    as shares of their time together, largest first."""
+    chosen = [p for p in processes if p.get("gpus") and p.get("phases")]
+    if not chosen:
+        chosen = [p for p in processes if p.get("phases")]
+    seconds: dict[str, float] = {}
+    for proc in chosen:
+        for phase, part in proc["phases"].items():
+            seconds[phase] = seconds.get(phase, 0.0) + float(part.get("seconds") or 0.0)
+    total = sum(seconds.values())
+    if total <= 0:
+        return {}
+    return {phase: round(s / total, 4)
+            for phase, s in sorted(seconds.items(), key=lambda item: -item[1])}
+
+
+def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
+                  ) -> dict[str, Any]:
+    """The `profile` key: what this run was and cost (gates are added by the caller)."""
+    processes = document.get("processes") or []
+    duration = max(result.ended_at - result.started_at, 0.0)
+    costs = [p["cost"] for p in processes if isinstance(p.get("cost"), int | float)]
+    price = (document.get("burn") or {}).get("price_per_hour")
+    cost = sum(costs) if costs or price is not None else None
+    steps = result.steps
+    used = sorted({g for p in processes for g in (p.get("gpus") or [])})
+    gpus = [g for g in document.get("gpus") or [] if g.get("index") in used]
+    utils = [g["utilization"] for g in gpus if isinstance(g.get("utilization"), int | float)]
+    balance = _phase_balance(processes)
+    gpu_procs = sorted((p for p in processes if p.get("gpus")),
+                       key=lambda p: -(p.get("cost") or 0.0))
+    unit_costs = []
+    for meter in result.unit_costs:
+        per_unit = meter.get("unit_cost")
+        per = meter.get("per") or 0
+        unit_costs.append(dict(meter, cost_per_1k=(per_unit / per * 1000
+                                                   if per_unit is not None and per else None)))
+    facts = {
+        "command": one_line(redact_argv(result.argv))[:MAX_COMMAND_CHARS],
+        "exit_status": result.exit_status,
+        "stopped_after_duration": result.stopped_after_duration,
+        "interrupted": result.interrupted,
+        "started_at": result.started_at,
+        "ended_at": result.ended_at,
+        "duration_s": round(duration, 3),
+        "steps": steps,
+        "steps_source": "progress" if result.step_timeline or steps else None,
+        "first_step_after_s": (round(result.first_step_at - result.started_at, 3)
+                               if result.first_step_at else None),
+        "step_timeline": [[round(ts - result.started_at, 3), n]
+                          for ts, n in result.step_timeline],
+        "first_gpu_work_after_s": (round(result.first_gpu_work_at - result.started_at, 3)
+                                   if result.first_gpu_work_at else None),
+        "cost": round(cost, 6) if cost is not None else None,
+        "host_cost": (round(price * duration / 3600, 6) if isinstance(price, int | float)
+                      else None),
+        "cost_per_hour": (cost / (duration / 3600) if cost is not None and duration > 0
+                          else None),
+        "cost_per_step": cost / steps if cost is not None and steps else None,
+        "cost_per_1k_steps": cost / steps * 1000 if cost is not None and steps else None,
+        "unit_costs": unit_costs,
+        "workload_kind": _kind(gpu_procs[0], result.kinds) if gpu_procs else None,
+        "gpus_used": used,
+        "gpu_utilization": round(sum(utils) / len(utils), 2) if utils else None,
+        "phase_balance": balance,
+        "largest_phase": next(iter(balance), None),
+        "stack_samples": stack_samples,
+        "shared_gpus": {str(g): pids for g, pids in result.shared_gpus.items()},
+        "left_running": result.left_running,
+        "recommendations": len(document.get("recommendations") or []),
+    }
+    facts["warnings"] = representativeness(facts, result)
+    facts["representative"] = not facts["warnings"]
+    return facts
+
+
+def _kind(proc: dict[str, Any], seen: dict[str, dict[str, Any]]) -> str | None:
+    """A process's workload kind: as the report has it, else as it was while it ran (the
+    daemon forgets the kinds of processes that have exited)."""
+    if proc.get("kind"):
+        return str(proc["kind"])
+    kind = (seen.get(process_key(proc["pid"], proc["start_time"])) or {}).get("kind")
+    return one_line(kind)[:32] if isinstance(kind, str) else None
+
+
+def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str]]:
+    """Why this profile may not stand for the workload: each {code, message}."""
+    warnings = []
+    duration = facts["duration_s"]
+
+    def warn(code: str, message: str) -> None:
+        warnings.append({"code": code, "message": message})
+
+    if duration < MIN_DURATION_S:
+        warn("too_short", f"the run took {duration:.0f} s (under {MIN_DURATION_S:.0f} s): "
+                          "phases that come round less often (checkpoints, eval) may be "
+                          "missed; profile a longer run, or --duration on a longer one")
+    if facts["stack_samples"] < MIN_STACK_SAMPLES:
+        warn("few_stack_samples", f"{facts['stack_samples']} stack samples (under "
+                                  f"{MIN_STACK_SAMPLES}): the phase balance is rough")
+    first_work = facts["first_gpu_work_after_s"]
+    if not facts["gpus_used"]:
+        warn("no_gpu", "the command used no GPU")
+    elif first_work is None:
+        warn("no_gpu_work", "the command held a GPU but ran no work on it")
+    elif duration > 0 and first_work > STARTUP_SHARE * duration:
+        warn("startup", f"start-up (imports, compilation, loading) took {first_work:.0f} s of "
+                        f"{duration:.0f} s before the first GPU work: profile a longer run")
+    first_step = facts["first_step_after_s"]
+    if first_step is not None and duration > 0 and first_step > STARTUP_SHARE * duration:
+        warn("startup_steps", f"the first step came {first_step:.0f} s into a {duration:.0f} s "
+                              "run: most of it was start-up")
+    if result.step_timeline or facts["steps"]:
+        if facts["steps"] < MIN_STEPS:
+            warn("few_steps", f"{facts['steps']} steps counted (under {MIN_STEPS}): the cost "
+                              "per step is rough")
+    for gpu, pids in facts["shared_gpus"].items():
+        shown = ", ".join(str(p) for p in pids[:8]) + (" ..." if len(pids) > 8 else "")
+        warn("shared_gpu", f"GPU {gpu} was shared with {len(pids)} process(es) outside the "
+                           f"command's tree (pid {shown}): its utilization is not the "
+                           "command's alone")
+    status = facts["exit_status"]
+    if status not in (0, None) and not facts["stopped_after_duration"]:
+        warn("failed", f"the command exited with status {status}: a profile of a failed run")
+    if facts["interrupted"]:
+        warn("interrupted", "the run was interrupted (SIGINT/SIGTERM)")
+    return warnings
+
+
+def check_gates(limits: dict[str, float], profile: dict[str, Any],
+                baseline: dict[str, Any] | None, baseline_path: str | None) -> list[Gate]:
+    found = []
+    if "max_cost" in limits:
+        found.append(gate_checks.max_cost(limits["max_cost"], profile["cost"]))
+    if "max_cost_per_1k_steps" in limits:
+        found.append(gate_checks.max_cost_per_1k_steps(
+            limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"]))
+    if "max_data_wait" in limits:
+        balance = profile["phase_balance"]
+        found.append(gate_checks.max_data_wait(limits["max_data_wait"],
+                                               balance.get("data_wait", 0.0) if balance
+                                               else None))
+    if "min_utilization" in limits:
+        found.append(gate_checks.min_utilization(limits["min_utilization"],
+                                                 profile["gpu_utilization"]))
+    if "max_regression" in limits and baseline is not None:
+        found.append(gate_checks.max_regression(limits["max_regression"], profile, baseline,
+                                                baseline_path or "the baseline"))
+    return found
+
+
+# -- outputs ------------------------------------------------------------------------------------
+
+
+def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: str | None,
+                  checked: list[Gate]) -> None:
+    from daemon.runtime.snapshots import render_html_file
+    from daemon.store.files import write_private
+
+    write_private(out / "profile.json", (json.dumps(document, indent=2) + "\n").encode())
+    try:
+        render_html_file(config_module.db_path(config), out / "profile.html")
+    except Exception as exc:  # the page is a convenience: the JSON and summary still count
+        log.warning("cannot write %s: %s", out / "profile.html", exc)
+    write_private(out / "summary.md", summary_markdown(document).encode("utf-8"))
+    if junit:
+        gate_checks.write_junit(Path(junit), checked, document["profile"]["duration_s"])
+
+
+def _md(text: Any) -> str:
+    """Text from a process or a store, safe in a Markdown table cell: one line, control bytes
+    shown, nothing that makes a link, HTML or a new cell."""
+    shown = one_line(str(text))
+    for char, escaped in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"),
+                          ("[", "\\["), ("]", "\\]"), ("`", "'"), ("*", "\\*"), ("_", "\\_")):
+        shown = shown.replace(char, escaped)
+    return shown
+
+
+def _dollars(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
+
+
+def verdict(document: dict[str, Any]) -> str:
+    profile = document["profile"]
+    failed = [g for g in profile["gates"] if not g["passed"]]
+    status = profile["exit_status"]
+    if status not in (0, None) and not profile["stopped_after_duration"]:
+        return f"FAILED: the command exited with status {status}"
+    if failed:
+        return f"FAILED: {len(failed)} of {len(profile['gates'])} gates crossed"
+    if profile["gates"]:
+        return f"passed: {len(profile['gates'])} gates"
+    return "done (no gates)"
+
+
+def summary_markdown(document: dict[str, Any]) -> str:
+    """The CI job summary: verdict, gates, phase balance, cost, top recommendations."""
+    profile = document["profile"]
+    out = [f"## mlcost profile: `{profile['command'].replace('`', chr(39))}`", "",
+           f"**{_md(verdict(document))}**", ""]
+    host = document.get("host") or {}
+    instance = host.get("instance") or {}
+    where = " ".join(str(instance.get(k)) for k in ("provider", "type") if instance.get(k))
+    took = f"{profile['duration_s']:.0f} s"
+    if profile["stopped_after_duration"]:
+        took += " (stopped by --duration)"
+    out.append(f"Run: {took}, exit status {profile['exit_status']}"
+               + (f", on {_md(where)}" + (" (simulated)" if host.get("simulated") else "")
+                  if where else "") + ".")
+    out.append("")
+    if profile["gates"]:
+        out += ["| gate | limit | measured | result |", "|---|---|---|---|"]
+        for gate in profile["gates"]:
+            value = gate["value"]
+            measured = "-" if value is None else (
+                _dollars(value) if gate["limit_text"].startswith("$") else f"{value:.0f}%")
+            out.append(f"| {_md(gate['flag'])} | {_md(gate['limit_text'])} | {measured} | "
+                       f"{'passed' if gate['passed'] else 'FAILED'} |")
+        out += ["", *[f"- {_md(g['message'])}" for g in profile["gates"] if not g["passed"]]]
+        out.append("")
+    balance = profile["phase_balance"]
+    if balance:
+        out.append("Phase balance: " + ", ".join(f"{_md(phase)} {share:.0%}"
+                                                  for phase, share in balance.items())
+                   + f" (largest: **{_md(profile['largest_phase'])}**)")
+    else:
+        out.append("Phase balance: not recorded (no stack samples)")
+    util = profile["gpu_utilization"]
+    out.append("GPU utilization: " + (f"{util:.0f}%" if util is not None else "-")
+               + (f"; workload kind: {_md(profile['workload_kind'])}"
+                  if profile["workload_kind"] else ""))
+    money = f"Cost: {_dollars(profile['cost'])} for the run"
+    if profile["cost_per_hour"] is not None:
+        money += f" ({_dollars(profile['cost_per_hour'])}/h)"
+    if profile["steps"]:
+        money += (f"; {profile['steps']} steps, {_dollars(profile['cost_per_1k_steps'])} "
+                  "per 1k steps")
+    for meter in profile["unit_costs"]:
+        if meter.get("cost_per_1k") is not None:
+            money += f"; {_dollars(meter['cost_per_1k'])} per 1k {_md(meter.get('unit'))}"
+    out += ["", money, ""]
+    recs = (document.get("recommendations") or [])[:TOP_RECOMMENDATIONS]
+    if recs:
+        out.append("Top recommendations:")
+        for number, rec in enumerate(recs, start=1):
+            saves = rec.get("savings_per_month")
+            money_text = f" (up to {_dollars(saves)}/month)" if saves else ""
+            out.append(f"{number}. {_md(rec.get('summary', ''))}{money_text}")
+        out.append("")
+    if profile["warnings"]:
+        out.append("Not representative:")
+        out += [f"- {_md(w['message'])}" for w in profile["warnings"]]
+        out.append("")
+    out.append("Files: profile.json, profile.html, summary.md (mlcostd profile).")
+    return "\n".join(out) + "\n"
+
+
+def verdict_text(document: dict[str, Any], out: Path) -> str:
+    """What the profile prints when it is done (to stderr: stdout is the command's)."""
+    profile = document["profile"]
+    lines = [f"mlcostd profile: {verdict(document)}"]
+    balance = profile["phase_balance"]
+    if balance:
+        lines.append("  phases: " + ", ".join(f"{p} {s:.0%}" for p, s in balance.items()))
+    cost = f"  cost: {_dollars(profile['cost'])} in {profile['duration_s']:.0f} s"
+    if profile["steps"]:
+        cost += f", {profile['steps']} steps, {_dollars(profile['cost_per_1k_steps'])}/1k steps"
+    lines.append(cost)
+    for rec in (document.get("recommendations") or [])[:TOP_RECOMMENDATIONS]:
+        lines.append(f"  recommendation: {one_line(str(rec.get('summary', '')))}")
+    for gate in profile["gates"]:
+        lines.append(("  " if gate["passed"] else "  FAILED ") + gate["message"])
+    for warning in profile["warnings"]:
+        lines.append(f"  not representative: {warning['message']}")
+    lines.append(f"  wrote {out / 'profile.json'}, {out / 'profile.html'}, "
+                 f"{out / 'summary.md'}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,81 @@
+"""The HTML page of `mlcostd compare --html`: one self-contained page (the snapshot report's
+CSS and phase bars; no script, no network) made from the compare document."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from daemon import __version__, clock
+from daemon.report_html.render import CSS, phase_bar
+
+VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b7280",
+                   "mixed": "#ca8a04", "no figure": "#6b7280"}
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "%":
+        return f"{value:.1f} %"
+    if unit == "share":
+        return f"{value * 100:.1f} %"
+    if unit == "$/h":
+        return f"${value:,.2f}/h"
+    return f"${value:,.4g}"
+
+
+def _side(name: str, side: dict[str, Any]) -> str:
+    span = ""
+    if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
+        span = (f" — {_e(clock.local_time(side['since']))} to "
+                f"{_e(clock.local_time(side['until']))}")
+    extra = f", {side['steps']} steps" if side.get("steps") else ""
+    job = f", job <code>{_e(side['job'])}</code>" if side.get("job") else ""
+    return f"<li><b>{name}</b>: <code>{_e(side.get('label'))}</code>{span}{extra}{job}</li>"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The page; every text that came from an input is escaped."""
+    verdict = str(result.get("verdict"))
+    rows = []
+    for fig in result["figures"]:
+        unit = fig["unit"]
+        change = fig.get("change")
+        shown = "—" if change is None else ("+" if change >= 0 else "−") + _value(
+            abs(change), unit)
+        noise = "—" if fig.get("noise") is None else "± " + _value(fig["noise"], unit)
+        colour = VERDICT_COLOURS.get(fig["verdict"], "#111")
+        rows.append(f"<tr data-figure=\"{_e(fig['name'])}\"><td>{_e(fig['label'])}</td>"
+                    f"<td class=num>{_value(fig['a'], unit)}</td>"
+                    f"<td class=num>{_value(fig['b'], unit)}</td><td class=num>{shown}</td>"
+                    f"<td class=num>{noise}</td><td style=\"color:{colour}\">"
+                    f"{_e(fig['verdict'])}</td></tr>")
+    phases = {side: {f["name"][6:]: f[side] or 0.0 for f in result["figures"]
+                     if f["name"].startswith("phase.")} for side in ("a", "b")}
+    recs = "".join(
+        f"<tr><td>{_e(r['status'])}</td><td><code>{_e(r['rule'])}</code></td>"
+        f"<td class=num>{_value(r.get('savings_per_month_a'), '$')}</td>"
+        f"<td class=num>{_value(r.get('savings_per_month_b'), '$')}</td>"
+        f"<td>{_e(r.get('summary'))}</td></tr>" for r in result["recommendations"]) or (
+        "<tr><td colspan=5 class=muted>none on either side</td></tr>")
+    return (
+        "<!doctype html><html><head><meta charset=utf-8>"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'\"><title>mlcost compare</title>"
+        f"<style>{CSS}</style></head><body>"
+        f"<h1>mlcost compare: <span style=\"color:{VERDICT_COLOURS.get(verdict, '#111')}\">"
+        f"{_e(verdict)}</span></h1><ul class=facts>{_side('A (before)', result['a'])}"
+        f"{_side('B (after)', result['b'])}</ul>"
+        "<h2>Figures</h2><table><tr><th>figure</th><th>before</th><th>after</th>"
+        f"<th>change</th><th>noise</th><th>verdict</th></tr>{''.join(rows)}</table>"
+        "<h2>Phase balance</h2><table><tr><th>before</th><th>after</th></tr>"
+        f"<tr><td>{phase_bar(phases['a'])}</td><td>{phase_bar(phases['b'])}</td></tr></table>"
+        "<h2>Recommendations</h2><table><tr><th>status</th><th>rule</th><th>before $/month"
+        f"</th><th>after $/month</th><th>summary</th></tr>{recs}</table>"
+        f"<p class=muted>{_e(result.get('method'))}. mlcost {_e(__version__)}.</p>"
+        "</body></html>\n")

@@ -1,0 +1,411 @@
+"""`mlcostd profile`'s recording: one command, run under the daemon itself, its process tree only.
+
+The Daemon (runtime/daemon.py) records as it always does — NVML (or the simulated NVML), /proc,
+py-spy — with four settings: a process filter that keeps the command's tree (ProcessTree), no
+API, stacks sampled from the tree's first tick on, and the rules run once at the end over the
+whole run. This module starts the recorder, then the command (in a session and process group of
+its own, its output passed through unchanged and scanned for progress), stops the command after
+`duration` (SIGTERM to its group, then SIGKILL), stops whatever it left running, runs the rules,
+and stops the recorder. What the profile document says about the run is in commands/profile.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import psutil
+
+from daemon import clock
+from daemon.analysis.kinds import kind_documents
+from daemon.config import Config
+from daemon.lifetime import die_with_parent
+from daemon.runtime.daemon import Daemon
+from daemon.sources.sample import GpuUse, Sample
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL
+TREE_REFRESH_S = 1.0  # the command's process tree is re-read at most this often
+OUTPUT_DRAIN_S = 5.0  # after the command is gone, its output pipes get this long to close
+MAX_LINE_BYTES = 4096  # of each output line, only this much is matched against --progress
+MAX_TIMELINE_POINTS = 2000  # (seconds, steps) points kept for the document
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class ProgressCounter:
+    """Steps from the command's own output: `regex` matched against each line (a carriage
+    return ends a line too, as tqdm redraws with one). With a group, the group is the step
+    number (the largest seen counts); without one, each match counts one step.
+
+    The output is hostile and may be huge: each line is matched on its first MAX_LINE_BYTES
+    only, so a 64 KiB line costs what a 4 KiB one does."""
+
+    def __init__(self, regex: str | None) -> None:
+        self.pattern = re.compile(regex) if regex else None
+        self.numbered = bool(self.pattern and self.pattern.groups)
+        self.steps = 0
+        self.first_step_at: float | None = None
+        self.timeline: list[tuple[float, int]] = []  # (ts, steps) whenever the count moved
+        self._line = bytearray()
+        self._cut = False  # the current line is past MAX_LINE_BYTES: the rest is not kept
+
+    def feed(self, chunk: bytes, ts: float) -> None:
+        if self.pattern is None:
+            return
+        start = 0
+        while start < len(chunk):
+            ends = [i for i in (chunk.find(b"\n", start), chunk.find(b"\r", start)) if i >= 0]
+            end = min(ends) if ends else -1
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not self._cut:
+                room = MAX_LINE_BYTES - len(self._line)
+                self._line += piece[:room]
+                self._cut = len(piece) > room
+            if end < 0:
+                return
+            self._match(ts)
+            start = end + 1
+
+    def flush(self, ts: float) -> None:
+        """The output ended: the last line without a newline counts too."""
+        if self._line:
+            self._match(ts)
+
+    def _match(self, ts: float) -> None:
+        assert self.pattern is not None
+        text = self._line.decode("utf-8", "replace")
+        self._line.clear()
+        self._cut = False
+        before = self.steps
+        if self.numbered:
+            for match in self.pattern.finditer(text):
+                try:
+                    self.steps = max(self.steps, int(match.group(1)))
+                except (TypeError, ValueError):
+                    continue  # the group is not a number here
+        else:
+            self.steps += sum(1 for _ in self.pattern.finditer(text))
+        if self.steps > before:
+            if self.first_step_at is None:
+                self.first_step_at = ts
+            if len(self.timeline) < MAX_TIMELINE_POINTS:
+                self.timeline.append((ts, self.steps))
+            else:
+                self.timeline[-1] = (ts, self.steps)
+
+
+class ProcessTree:
+    """The command's processes: its root, the root's descendants, and any GPU process in the
+    root's session (a double fork leaves the tree but keeps the session). Used as the daemon's
+    process filter: it keeps the tree's GPU uses, adds the tree's other processes with no uses
+    (so the command is recorded before it touches a GPU), and notes every other process on a
+    GPU (is the GPU shared?)."""
+
+    def __init__(self) -> None:
+        self.root: psutil.Process | None = None
+        self.members: dict[int, psutil.Process] = {}
+        self.gpus: set[int] = set()  # GPUs the tree used
+        self.others_by_gpu: dict[int, set[int]] = {}  # GPU -> pids outside the tree on it
+        self._read_at = -1e9
+
+    def start(self, pid: int) -> None:
+        try:
+            self.root = psutil.Process(pid)
+        except psutil.Error:
+            self.root = None
+            return
+        self.members = {pid: self.root}
+        self._read_at = -1e9
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at < TREE_REFRESH_S or self.root is None:
+            return
+        self._read_at = now
+        alive = {pid: p for pid, p in self.members.items() if p.is_running()}
+        try:
+            for child in self.root.children(recursive=True):
+                alive.setdefault(child.pid, child)
+        except psutil.Error:
+            pass  # the root is gone: its orphans are still members while they run
+        self.members = alive
+
+    def _in_session(self, pid: int) -> bool:
+        if self.root is None:
+            return False
+        try:
+            if os.getsid(pid) != self.root.pid:
+                return False
+            self.members[pid] = psutil.Process(pid)
+            return True
+        except (OSError, psutil.Error):
+            return False
+
+    def filter(self, uses: dict[int, tuple[GpuUse, ...]]) -> dict[int, tuple[GpuUse, ...]]:
+        self._refresh()
+        kept = {pid: uses.get(pid, ()) for pid in self.members}
+        for pid, held in uses.items():
+            if pid in kept:
+                continue
+            if self._in_session(pid):
+                kept[pid] = held
+                continue
+            for use in held:
+                self.others_by_gpu.setdefault(use.gpu_index, set()).add(pid)
+        for held in kept.values():
+            self.gpus.update(use.gpu_index for use in held)
+        return kept
+
+    def shared_with(self) -> dict[int, list[int]]:
+        """The GPUs the tree used that processes outside it used too: GPU -> their pids."""
+        return {gpu: sorted(self.others_by_gpu[gpu]) for gpu in sorted(self.gpus)
+                if self.others_by_gpu.get(gpu)}
+
+    def leftovers(self) -> list[psutil.Process]:
+        """Processes of the tree, its process group or its session still running."""
+        found = {pid: p for pid, p in self.members.items() if p.is_running()}
+        if self.root is not None:
+            for proc in psutil.process_iter():
+                try:
+                    if self.root.pid in (os.getpgid(proc.pid), os.getsid(proc.pid)):
+                        found.setdefault(proc.pid, proc)
+                except (OSError, psutil.Error):
+                    continue
+        found.pop(os.getpid(), None)
+        return [p for p in found.values() if _running(p)]
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@dataclass
+class RunResult:
+    """What the recording of one command saw, beside what the store holds."""
+
+    argv: list[str]
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    exit_status: int | None = None  # the command's; 128 + N when a signal N ended it
+    stopped_after_duration: bool = False
+    interrupted: bool = False  # SIGINT/SIGTERM reached the profile
+    steps: int = 0
+    first_step_at: float | None = None
+    step_timeline: list[tuple[float, int]] = field(default_factory=list)
+    first_gpu_work_at: float | None = None  # first tick the tree's GPU processes ran kernels
+    shared_gpus: dict[int, list[int]] = field(default_factory=dict)
+    left_running: int = 0  # processes still running when the command exited, stopped
+    unit_costs: list[dict[str, Any]] = field(default_factory=list)
+    # Each GPU process's workload kind as last classified while it ran ('pid:start_time' ->
+    # its kind document): the daemon keeps the kinds of running processes only.
+    kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recommendations: int = 0  # found by the rules over the whole run
+    error: str | None = None  # the command could not be started
+
+
+class ProfileRecorder:
+    """Record one command under a Daemon with the profile's settings (see the module doc)."""
+
+    def __init__(self, config: Config, argv: Sequence[str], *, simulate: str | None = None,
+                 duration_s: float | None = None, progress: str | None = None) -> None:
+        self.config = config
+        self.result = RunResult(argv=list(argv))
+        self.duration_s = duration_s
+        self.progress = ProgressCounter(progress)
+        self.tree = ProcessTree()
+        self.daemon = Daemon(config, simulate=simulate, on_tick=self._on_tick,
+                             process_filter=self.tree.filter, serve_api=False,
+                             sample_stacks_always=True, periodic_rules=False)
+        self._ticked = asyncio.Event()
+        self._group: int | None = None
+
+    def _on_tick(self, sample: Sample) -> None:
+        if self.result.first_gpu_work_at is None and self.result.started_at and any(
+                use.sm_share > 0 for proc in sample.processes for use in proc.gpus):
+            self.result.first_gpu_work_at = sample.ts
+        if self.daemon.kinds.kinds:
+            self.result.kinds.update(kind_documents(self.daemon.kinds.kinds))
+        self._ticked.set()
+
+    async def _next_tick(self) -> None:
+        self._ticked.clear()
+        await asyncio.wait_for(self._ticked.wait(),
+                               timeout=10 * self.config.daemon.interval + 10)
+
+    async def run(self) -> RunResult:
+        """Start the recorder, run the command, stop both. Raises DaemonError when the
+        recorder cannot start (nothing of the command ran then)."""
+        recording = asyncio.create_task(self.daemon.run(), name="recorder")
+        ready = asyncio.create_task(self.daemon.ready.wait())
+        await asyncio.wait({recording, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if recording.done():
+            ready.cancel()
+            recording.result()  # raises DaemonError
+            raise RuntimeError("the recorder stopped before it started")
+        try:
+            await self._next_tick()
+            await self._run_command()
+            if self.result.exit_status is not None:
+                await self._next_tick()  # the command's end is in the record
+                found = await self.daemon.evaluate(self.result.started_at, clock.now())
+                self.result.recommendations = len(found)
+                await self._next_tick()  # the record reaches past the rules' round
+                if self.daemon.analyzer is not None:
+                    self.result.unit_costs = self.daemon.analyzer.ledger.as_dict()["unit_costs"]
+        finally:
+            self.daemon.request_stop()
+            await recording
+        self.result.shared_gpus = self.tree.shared_with()
+        return self.result
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        simulation = self.daemon.simulation
+        if simulation is not None and simulation.state_dir:
+            from daemon.sim.state import STATE_DIR_ENV
+
+            env[STATE_DIR_ENV] = simulation.state_dir
+            # The simulated GPU's client (daemon.sim.device) importable by the command.
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        if self.progress.pattern is not None:
+            env["PYTHONUNBUFFERED"] = "1"  # progress lines as they are printed, not at exit
+        return env
+
+    async def _run_command(self) -> None:
+        result = self.result
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[None] = loop.create_future()
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(exited, limit=1 << 16, loop=loop), *result.argv,
+                stdin=None, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env=self._environment(), start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM))
+        except OSError as exc:
+            result.error = f"cannot run {result.argv[0]!r}: {exc.strerror or exc}"
+            return
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
+        result.started_at = clock.now()
+        self._group = proc.pid
+        self.tree.start(proc.pid)
+        await self.daemon.discover()  # recorded from its first tick, not the next round's
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._interrupt, signum)
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer)),
+                 asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer))]
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), self.duration_s)
+        except asyncio.TimeoutError:
+            result.stopped_after_duration = True
+            log.info("--duration reached: stopping the command (SIGTERM to its process group)")
+            await self._stop_group(proc.pid, exited)
+        result.ended_at = clock.now()
+        code = proc.returncode
+        assert code is not None  # it exited: _Protocol said so
+        result.exit_status = 128 - code if code < 0 else code
+        result.left_running = await asyncio.to_thread(self._stop_leftovers)
+        _, pending = await asyncio.wait(pumps, timeout=OUTPUT_DRAIN_S)
+        for task in pending:  # a process that escaped even the leftovers holds the pipes
+            task.cancel()
+        transport.close()
+        self.progress.flush(clock.now())
+        result.steps = self.progress.steps
+        result.first_step_at = self.progress.first_step_at
+        result.step_timeline = list(self.progress.timeline)
+
+    async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO) -> None:
+        """The command's output to ours, unchanged, as it comes; counted on the way."""
+        while True:
+            chunk = await stream.read(1 << 16)
+            if not chunk:
+                return
+            self.progress.feed(chunk, clock.now())
+            await asyncio.to_thread(_write, out, chunk)  # a slow reader must not stop the ticks
+
+    def _interrupt(self, signum: int) -> None:
+        """Ctrl-C or SIGTERM: passed to the command's group (the profile then writes what it
+        saw); a second one kills the group."""
+        self.result.interrupted = True
+        if self._group is not None:
+            again = signal.SIGKILL if self._interrupted_once else signum
+            _signal_group(self._group, again)
+        self._interrupted_once = True
+
+    _interrupted_once = False
+
+    @staticmethod
+    async def _stop_group(pgid: int, exited: asyncio.Future[None]) -> None:
+        """SIGTERM to the command's process group; SIGKILL when it has not exited in time."""
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), STOP_GRACE_S)
+        except asyncio.TimeoutError:
+            _signal_group(pgid, signal.SIGKILL)
+            await exited
+
+    def _stop_leftovers(self) -> int:
+        """Stop what the command left running (SIGTERM, then SIGKILL); how many there were.
+        Blocking: run it in a thread."""
+        left = self.tree.leftovers()
+        if not left:
+            return 0
+        log.info("the command left %d processes running; stopping them", len(left))
+        for proc in left:
+            _signal(proc, signal.SIGTERM)
+        _, alive = psutil.wait_procs(left, timeout=STOP_GRACE_S)
+        for proc in alive:
+            _signal(proc, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+        return len(left)
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol for a subprocess with pipes, that also says when the process exits:
+    Process.wait() waits for its pipes to close too, which a process it left running (holding
+    them) would put off for good."""
+
+    def __init__(self, exited: asyncio.Future[None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._exited_future = exited
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self._exited_future.done():
+            self._exited_future.set_result(None)
+
+
+def _write(out: BinaryIO, chunk: bytes) -> None:
+    try:
+        out.write(chunk)
+        out.flush()
+    except (BrokenPipeError, ValueError):
+        pass  # our own output is closed: the command runs on, unseen
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal(proc: psutil.Process, signum: int) -> None:
+    try:
+        proc.send_signal(signum)
+    except psutil.Error:
+        pass

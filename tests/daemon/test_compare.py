@@ -1,0 +1,344 @@
+"""`mlcostd compare`: the verdict logic on constructed series, and before/after on real stores
+recorded by the daemon on the simulated GPU (a data-starved training loop, the same loop with
+more loader workers, and the starved loop run twice)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import livedaemon
+import pytest
+from simhost import poll
+
+from daemon.analysis import compare, timeline
+from daemon.commands import report
+from daemon.commands.compare import parse_range
+from daemon.sources.sample import HostPressure, Sample
+from daemon.store.reader import StoreReader
+from daemon.store.snapshot import write_snapshot
+from daemon.store.writer import Store
+from tests.daemon.test_store import T0, gpu, process
+
+MLCOSTD = [sys.executable, "-m", "daemon"]
+WORKLOAD = Path(__file__).parent / "workloads" / "counted_starved.py"
+RECORD_S = 75.0  # of steady training per run: enough buckets for the bootstrap
+STARVED = (1, 4.0)  # loader workers, MB/s each: ~4 steps/s of 50 ms, the GPU ~20 % busy
+FIXED = (4, 4.0)  # four loaders: ~16 steps/s, the GPU ~80 % busy
+CONFIG = {"cost": {"evaluate_every": "5s", "shrink_min_window": "10s",
+                   "spot_min_runtime": "10s"}}
+
+
+# -- the verdict logic on constructed series ---------------------------------------------
+
+
+def _noisy(mean: float, n: int, seed: int, spread: float = 10.0) -> list[float]:
+    rng = random.Random(seed)
+    return [mean + rng.gauss(0, spread) for _ in range(n)]
+
+
+def _side(utilization: list[float], label: str = "x") -> compare.Side:
+    buckets = [{"ts": 1_800_000_000 + i, "utilization": u, "gpus": {"0": {"utilization": u}}}
+               for i, u in enumerate(utilization)]
+    return compare.Side(label, {"window": {}, "processes": [],
+                                "gpus": [{"index": 0}],
+                                "burn": {"price_per_gpu": 1.0},
+                                "timeline": {"bucket_s": 1, "since": 1_800_000_000,
+                                             "buckets": buckets}})
+
+
+def _figure(result: dict, name: str) -> dict:
+    return next(f for f in result["figures"] if f["name"] == name)
+
+
+def test_identical_distributions_are_within_noise():
+    """Pairs drawn from one distribution: a verdict is wrong about 1 % of the time by design
+    (the 99 % line), so of 20 pairs at most two may claim a change."""
+    alarms = []
+    for pair in range(20):
+        result = compare.compare(_side(_noisy(50, 80, 2 * pair + 1)),
+                                 _side(_noisy(50, 80, 2 * pair + 2)))
+        util = _figure(result, "utilization")
+        assert util["noise"] is not None and util["noise"] > 0
+        if util["verdict"] != compare.NOISE:
+            alarms.append(util)
+    assert len(alarms) <= 2, alarms
+    result = compare.compare(_side(_noisy(50, 80, 5)), _side(_noisy(50, 80, 6)))
+    assert result["verdict"] == compare.NOISE, result["figures"]
+
+
+def test_a_clear_shift_is_better_or_worse_by_the_figure_s_direction():
+    low, high = _noisy(30, 80, 1), _noisy(60, 80, 2)
+    up = compare.compare(_side(low), _side(high))
+    assert _figure(up, "utilization")["verdict"] == compare.BETTER
+    # less utilization wastes more of the same GPU: wasted $/h goes up, which is worse
+    down = compare.compare(_side(high), _side(low))
+    assert _figure(down, "utilization")["verdict"] == compare.WORSE
+    assert _figure(down, "wasted_per_hour")["verdict"] == compare.WORSE
+    assert down["verdict"] == compare.WORSE
+
+
+def test_noise_is_estimated_from_the_samples_not_assumed():
+    """The same 5-point shift is a change on a steady series and noise on a jumpy one."""
+    steady = compare.compare(_side(_noisy(50, 80, 1, 1.0)), _side(_noisy(55, 80, 2, 1.0)))
+    jumpy = compare.compare(_side(_noisy(50, 80, 1, 30.0)), _side(_noisy(55, 80, 2, 30.0)))
+    assert _figure(steady, "utilization")["verdict"] == compare.BETTER
+    assert _figure(jumpy, "utilization")["verdict"] == compare.NOISE
+
+
+def test_the_bootstrap_is_seeded():
+    a, b = _side(_noisy(50, 60, 1)), _side(_noisy(52, 60, 2))
+    assert compare.compare(a, b) == compare.compare(a, b)
+
+
+def test_too_few_buckets_give_no_verdict_rather_than_a_guess():
+    util = _figure(compare.compare(_side([10, 20]), _side([80, 90])), "utilization")
+    assert util["verdict"] == compare.UNKNOWN and util["noise"] is None
+
+
+def test_recommendations_new_gone_changed():
+    a, b = _side([50] * 8), _side([50] * 8)
+    a.document["recommendations"] = [
+        {"rule": "dataloader_starvation", "savings_per_month": 300.0},
+        {"rule": "spot_training", "savings_per_month": 100.0}]
+    b.document["recommendations"] = [
+        {"rule": "spot_training", "savings_per_month": 200.0},
+        {"rule": "over_provisioned", "savings_per_month": 50.0}]
+    status = {r["rule"]: r["status"] for r in compare.recommendation_changes(a, b)}
+    assert status == {"dataloader_starvation": "gone", "spot_training": "changed",
+                      "over_provisioned": "new"}
+
+
+def test_ranges():
+    now = 1_800_000_000.0
+    assert parse_range("1h", now) == (now - 3600, now)
+    assert parse_range("7d-ago/1h", now) == (now - 7 * 86400 - 3600, now - 7 * 86400)
+    assert parse_range(f"{now - 60:.0f}..now", now) == (now - 60, now)
+    for bad in ("yesterday", "7d/1h", f"{now:.0f}..{now - 5:.0f}"):
+        with pytest.raises(ValueError, match="is not a range|ends before"):
+            parse_range(bad, now)
+
+
+def test_bucket_size_is_nice_and_bounded():
+    assert timeline.bucket_size(60) == 1
+    assert timeline.bucket_size(3600) == 30
+    assert timeline.bucket_size(30 * 86400) == 21600
+    assert timeline.bucket_size(60, interval_s=5) == 5
+    for span in (10, 600, 7200, 86400, 400 * 86400):
+        assert span / timeline.bucket_size(span) <= timeline.TARGET_BUCKETS
+
+
+# -- before and after on recorded stores -------------------------------------------------
+
+
+def _scenario(folder: Path, workers: int, read_mbps: float) -> Path:
+    argv = [sys.executable, str(WORKLOAD), str(folder / "steps.txt"), str(workers),
+            str(read_mbps)]
+    path = folder / "scenario.toml"
+    path.write_text('[instance]\nprovider = "aws"\ntype = "g5.xlarge"\nregion = "us-east-1"\n'
+                    'lifecycle = "on-demand"\n[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n'
+                    f'[[workloads]]\nname = "train"\ngpus = [0]\ncommand = {json.dumps(argv)}\n')
+    return path
+
+
+def _steps(folder: Path) -> list[float]:
+    try:
+        return [float(line) for line in (folder / "steps.txt").read_text().split()]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def _profile(db: Path, steps: list[float], out: Path) -> Path:
+    """profile.json as `mlcostd profile` writes it: the report document of the run's store over
+    its own range, plus `profile` (steps, cost per step, the steps' times)."""
+    reader = StoreReader(str(db))
+    try:
+        row = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
+        since, until = row["lo"] / 1000, row["hi"] / 1000
+        document = report.build(reader, until - since, until=until)
+    finally:
+        reader.close()
+    inside = [t for t in steps if since <= t <= until]
+    cost = sum(p.get("cost") or 0.0 for p in document["processes"] if p["gpus"])
+    document["profile"] = {"steps": len(inside), "cost_per_step": cost / len(inside),
+                           "step_times": inside}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profile.json").write_text(json.dumps(document))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Three recordings at once (so a busy machine slows all alike): the starved loop twice and
+    the fixed one; each until it has RECORD_S s of steps and the starved ones their prefetch
+    advice. Returns their profile folders and stores."""
+    plan = {"starved": STARVED, "starved-again": STARVED, "fixed": FIXED}
+    folders = {name: tmp_path_factory.mktemp(name) for name in plan}
+    daemons: dict[str, livedaemon.LiveDaemon] = {}
+    try:
+        for name in plan:
+            daemons[name] = livedaemon.start(folders[name] / "daemon", str(
+                _scenario(folders[name], *plan[name])), config=CONFIG)
+        return _record(daemons, folders)
+    finally:
+        for daemon in daemons.values():
+            daemon.stop(check_tree=False)
+
+
+def _record(daemons: dict, folders: dict) -> dict:
+
+    def missing() -> list[str]:
+        out = []
+        for name, daemon in daemons.items():
+            daemon.record_tree()
+            steps = _steps(folders[name])
+            if not steps or steps[-1] - steps[0] < RECORD_S:
+                out.append(f"{RECORD_S:g} s of steps in {name}")
+            elif name.startswith("starved"):
+                reader = StoreReader(str(daemon.db))
+                try:
+                    recs = report.build(reader, 600)["recommendations"]
+                finally:
+                    reader.close()
+                if "dataloader_starvation" not in {r["rule"] for r in recs}:
+                    out.append(f"the prefetch advice in {name}")
+        return out
+
+    left: list[list[str]] = [[]]
+    poll(lambda: not (left.__setitem__(0, missing()) or left[0]), 300.0,
+         "three recordings", every=2.0, explain=lambda: ", ".join(left[0]))
+    found = {}
+    for name, daemon in daemons.items():
+        assert daemon.stop() == 0, daemon.log_tail()
+        found[name] = {"profile": _profile(daemon.db, _steps(folders[name]),
+                                           folders[name] / "profile"), "db": daemon.db}
+    return found
+
+
+def _compare(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(MLCOSTD + ["compare", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_fix_is_better_and_its_advice_gone(runs, tmp_path):
+    page = tmp_path / "compare.html"
+    done = _compare(str(runs["starved"]["profile"]), str(runs["fixed"]["profile"]),
+                    "--json", "--html", str(page))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["version"] == compare.COMPARE_VERSION
+    figures = {f["name"]: f for f in result["figures"]}
+    assert figures["phase.data_wait"]["verdict"] == "better", figures["phase.data_wait"]
+    assert figures["phase.data_wait"]["b"] < figures["phase.data_wait"]["a"]
+    assert figures["utilization"]["verdict"] == "better"
+    assert figures["utilization"]["b"] > figures["utilization"]["a"]
+    assert figures["cost_per_1k_steps"]["verdict"] == "better"
+    assert figures["cost_per_1k_steps"]["b"] < figures["cost_per_1k_steps"]["a"]
+    assert figures["cost_per_1k_steps"]["noise_from"] == "bootstrap over steps per bucket"
+    gone = {r["rule"] for r in result["recommendations"] if r["status"] == "gone"}
+    assert "dataloader_starvation" in gone
+    assert result["verdict"] == "better"
+    html = page.read_text()
+    assert "<script" not in html and "dataloader_starvation" in html and "better" in html
+    text = _compare(str(runs["starved"]["profile"]), str(runs["fixed"]["profile"]))
+    assert text.returncode == 0, text.stderr
+    assert "Verdict: better" in text.stdout
+    assert all(len(line) <= 80 for line in text.stdout.splitlines()), text.stdout
+
+
+def test_two_runs_of_the_same_script_are_within_noise(runs):
+    done = _compare(str(runs["starved"]["profile"] / "profile.json"),
+                    str(runs["starved-again"]["profile"]), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    moved = [f for f in result["figures"] if f["verdict"] not in ("within noise", "no figure")]
+    assert result["verdict"] == "within noise", json.dumps(moved, indent=1)
+
+
+def test_stores_compare_over_their_own_range(runs):
+    """A store (or snapshot) file is read over its own recorded range, without --since."""
+    done = _compare(str(runs["starved"]["db"]), str(runs["fixed"]["db"]), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["a"]["ticks"] > 30 and result["b"]["ticks"] > 30
+    assert _figure(result, "utilization")["verdict"] == "better"
+
+
+def test_snapshots_compare_over_their_own_range(runs, tmp_path):
+    """A snapshot of the last 40 s of each store is compared over those 40 s."""
+    shots = []
+    for name in ("starved", "fixed"):
+        reader = StoreReader(str(runs[name]["db"]))
+        try:
+            last = reader.query("SELECT max(ts) AS hi FROM ticks")[0]["hi"] / 1000
+        finally:
+            reader.close()
+        shots.append(write_snapshot(runs[name]["db"], tmp_path / f"{name}.db", last - 40, last))
+    done = _compare(shots[0].path, shots[1].path, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for side, shot in zip((result["a"], result["b"]), shots, strict=True):
+        assert (side["since"], side["until"]) == (shot.since, shot.until)
+        assert 35 <= side["ticks"] <= 42
+    assert _figure(result, "utilization")["verdict"] == "better"
+
+
+def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    cases = {str(tmp_path / "empty"): "without profile.json",
+             str(tmp_path / "notes.txt"): "is not JSON",
+             str(tmp_path / "other.json"): "not a profile or report document",
+             "no-such-thing": "is not a file, a folder or a range",
+             str(tmp_path / "gone" / "profile.json"): "no such file or folder"}
+    for path, says in cases.items():
+        done = _compare(path, path)
+        assert done.returncode == 1 and says in done.stderr, (path, done.stderr)
+    done = _compare(str(tmp_path / "notes.txt"))
+    assert done.returncode == 2 and "give two inputs" in done.stderr
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps({
+        "window": {}, "gpus": [{"index": "0"}], "burn": {"price_per_gpu": "x"},
+        "processes": [{"pid": 1, "start_time": "soon\x1b[2J", "gpus": [0],
+                       "phases": {"data_wait": {"seconds": "long"}}}],
+        "timeline": {"bucket_s": "1", "buckets": [{"ts": "then", "gpus": {"0": {}}}] * 5}}))
+    done = _compare(str(hostile), str(hostile))
+    assert done.returncode == 0 and "no figure" in done.stdout, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
+    hostile.write_text(hostile.read_text().replace('"bucket_s": "1"', '"bucket_s": "abc"'))
+    done = _compare(str(hostile), str(hostile))
+    assert done.returncode == 1 and "cannot compare" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_path):
+    """Two runs of one command line in a store (the second on a busier GPU): --previous with
+    the second's PID:START compares it with the first over their own lifetimes."""
+
+    rng = random.Random(3)
+    db = tmp_path / "runs.db"
+    with Store(db) as store:
+        for tick in range(1, 301):
+            ts = T0 + tick
+            pid = 100 if tick <= 120 else 200 if tick > 180 else None
+            util = 30.0 + rng.gauss(0, 5) if pid == 100 else 80.0 + rng.gauss(0, 5)
+            procs = () if pid is None else (process(pid, tick, rng, 1,
+                                                    command="python train.py --lr 3e-4"),)
+            store.write(Sample(ts=ts, tick=tick, gpus=(gpu(0, rng, utilization=util),),
+                               processes=procs, host=HostPressure(0, 0, 0, 0, 0, 0)))
+    latest = f"200:{T0 - 1000 + 200:.3f}"
+    done = _compare("--previous", latest, "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["a"]["since"] == pytest.approx(T0 + 1, abs=1)
+    assert result["a"]["until"] == pytest.approx(T0 + 120, abs=1)
+    assert result["b"]["since"] == pytest.approx(T0 + 181, abs=1)
+    assert _figure(result, "utilization")["verdict"] == "better"
+    done = _compare("--previous", f"100:{T0 - 1000 + 100:.3f}", "--db", str(tmp_path / "no.db"))
+    assert done.returncode == 1 and "no database" in done.stderr
+    done = _compare("--previous", "some-job", "--db", str(db))
+    assert done.returncode == 1 and "holds 0 run(s) of job 'some-job'" in done.stderr

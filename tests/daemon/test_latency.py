@@ -1,0 +1,144 @@
+"""Serving latency beside cost ([[cost.latency]]): p50/p99 from a real server's Prometheus
+histogram, read over HTTP from a real aiohttp server that exports it with prometheus-client, in
+the analysis, in /v1/now and in /metrics of a running daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+
+import livedaemon
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from simhost import poll
+from test_metrics import fetch, metrics_port, samples
+
+from daemon import config
+from daemon.analysis.latency import LatencyMeter, quantile, read_histogram
+
+BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0)
+
+
+class Server:
+    """A model server's /metrics: an aiohttp app on a real socket in its own thread, with a
+    request-latency histogram made by prometheus-client."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram("request_latency_seconds", "End-to-end request latency",
+                                 ["model"], buckets=BUCKETS, registry=self.registry)
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        self.ready.wait(30)
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(self.registry),
+                                content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        self.runner = web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.ready.set()
+        self.loop.run_forever()
+
+    def observe(self, seconds: float, times: int, model: str = "llama") -> None:
+        for _ in range(times):
+            self.latency.labels(model=model).observe(seconds)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    found = Server()
+    yield found
+    found.stop()
+
+
+def test_quantiles_interpolate_inside_the_bucket_like_prometheus():
+    buckets = {0.1: 90.0, 0.5: 90.0, 1.0: 90.0, 2.5: 100.0, 5.0: 100.0, float("inf"): 100.0}
+    assert quantile(0.5, buckets) == pytest.approx(0.1 * 50 / 90)
+    assert quantile(0.99, buckets) == pytest.approx(1.0 + 1.5 * 9 / 10)
+    assert quantile(0.99, {0.1: 0.0, float("inf"): 0.0}) is None
+    assert quantile(0.99, {0.1: 1.0, float("inf"): 10.0}) == 0.1  # in +Inf: the last bound
+
+
+def test_p50_and_p99_from_a_real_server(server):
+    server.observe(0.05, 90)
+    server.observe(2.0, 10)
+    server.observe(4.0, 50, model="other")
+    buckets = read_histogram(server.url, "request_latency_seconds", {"model": "llama"})
+    assert buckets[float("inf")] == 100
+    assert quantile(0.99, buckets) == pytest.approx(2.35)
+    with pytest.raises(ValueError, match="no histogram"):
+        read_histogram(server.url, "tokens_total")
+    meter = LatencyMeter("chat", server.url, "request_latency_seconds", {"model": "llama"})
+    meter.poll()
+    first = meter.as_dict()
+    assert first["p99_seconds"] == pytest.approx(2.35) and first["error"] is None
+    # p99 swings while p50 stays: the next poll shows the requests since the last one only
+    server.observe(0.05, 50)
+    server.observe(4.0, 50)
+    meter.poll()
+    now = meter.as_dict()
+    assert now["requests"] == 100
+    assert now["p50_seconds"] < 0.5 and now["p99_seconds"] > 2.5
+    assert now["p99_seconds_since_server_start"] < now["p99_seconds"]
+    assert now["requests_since_server_start"] == 200
+    down = LatencyMeter("chat", "http://127.0.0.1:9/metrics", "request_latency_seconds")
+    down.poll(timeout_s=0.5)
+    assert down.error and down.as_dict()["p99_seconds"] is None
+
+
+def test_config_checks_each_latency_table(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[[cost.latency]]\ntarget = "chat"\nurl = "ftp://x"\nmetric = "m"\n')
+    with pytest.raises(config.ConfigError, match=r"\[\[cost.latency\]\] #1: url"):
+        config.load(path)
+    path.write_text('[[cost.latency]]\ntarget = "chat"\nurl = "http://x/metrics"\n'
+                    'metric = "m"\nquantile = 0.9\n')
+    with pytest.raises(config.ConfigError, match="unknown key 'quantile'"):
+        config.load(path)
+
+
+def test_the_daemon_shows_latency_in_now_and_metrics(server, tmp_path):
+    server.observe(0.05, 90)
+    server.observe(2.0, 10)
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "mlcostd.toml").write_text(
+        '[cost]\nevaluate_every = "5s"\n[[cost.latency]]\ntarget = "chat"\n'
+        f'url = {json.dumps(server.url)}\nmetric = "request_latency_seconds"\n'
+        'labels = { model = "llama" }\n')
+    daemon = livedaemon.start(folder, "idle-host", args=[
+        "--config", str(folder / "mlcostd.toml"), "--metrics-listen", "127.0.0.1:0"])
+    try:
+        def latency() -> dict | None:
+            found = (daemon.now().get("cost") or {}).get("latency") or []
+            return found[0] if found and found[0].get("p99_seconds") is not None else None
+
+        shown = poll(latency, 60, "p99 in /v1/now", explain=daemon.log_tail)
+        assert shown["target"] == "chat" and shown["p99_seconds"] == pytest.approx(2.35)
+        text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")[2]
+        exported = {s.labels["quantile"]: s.value
+                    for s in samples(text, "mlcost_latency_seconds")}
+        assert exported["0.99"] == pytest.approx(2.35)
+        assert exported["0.5"] == pytest.approx(0.1 * 50 / 90)
+    finally:
+        assert daemon.stop() == 0

@@ -1,0 +1,367 @@
+"""`mlcostd profile -- COMMAND` on the simulated GPU: real profiles of the training scripts in
+profile_programs/ (a starved one that reads each batch from slow storage in the loop, and the
+same loop fixed with loader threads reading ahead), their verdicts, gates, JUnit file, exit
+statuses, --duration and what is left running; and the parts that need no run (progress
+counting over hostile output, gate messages, JUnit XML, the Markdown summary)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from daemon.commands import gates
+from daemon.commands.gates import GATE_EXIT_STATUS
+from daemon.commands.profile import summary_markdown
+from daemon.runtime.profile import MAX_LINE_BYTES, ProgressCounter
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).parent / "profile_programs"
+STARVED = str(PROGRAMS / "starved_train.py")
+PREFETCH = str(PROGRAMS / "prefetch_train.py")
+STEP_REGEX = r"step (\d+)/"
+RUN_TIMEOUT_S = 300  # a bound on a hang only: the runs take ~10-30 s
+
+
+def profile(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`mlcostd profile --out OUT ARGS` as a user runs it; waits for it to exit."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "daemon", "profile", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL)
+
+
+def document(out: Path) -> dict[str, Any]:
+    return json.loads((out / "profile.json").read_text())
+
+
+def gone(pid: int) -> bool:
+    """Not running (exited, or a zombie waiting for whoever reaps orphans here)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def running_with(text: str) -> list[int]:
+    """Processes still running whose command line contains `text` (a test's own temp path)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and text in " ".join(
+                proc.info["cmdline"] or []):
+            found.append(proc.pid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def starved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    out = tmp_path_factory.mktemp("starved") / "profile"
+    result = profile(out, "--simulate", "--progress", STEP_REGEX, "--",
+                     sys.executable, STARVED, "--steps", "25")
+    return out, result
+
+
+def test_a_starved_script_profiles_to_data_wait_with_a_prefetch_recommendation(starved):
+    out, result = starved
+    assert result.returncode == 0, result.stderr
+    profile_doc = document(out)
+    facts = profile_doc["profile"]
+    assert facts["largest_phase"] == "data_wait"
+    assert facts["phase_balance"]["data_wait"] > 0.5
+    rules = {r["rule"]: r for r in profile_doc["recommendations"]}
+    assert "dataloader_starvation" in rules
+    assert "prefetch" in rules["dataloader_starvation"]["summary"]
+    assert rules["dataloader_starvation"]["savings_per_month"] > 0
+    assert facts["exit_status"] == 0 and facts["cost"] > 0 and facts["workload_kind"]
+    # the report contract's keys, over the run's own range, for this tree only
+    for key in ("host", "window", "gpus", "processes", "recommendations", "savings"):
+        assert key in profile_doc
+    assert profile_doc["host"]["simulated"] == "single-gpu"
+    assert [p["command"].split()[-3:] for p in profile_doc["processes"] if p["gpus"]] == [
+        [STARVED, "--steps", "25"]]
+    summary = (out / "summary.md").read_text()
+    assert "largest: **data\\_wait**" in summary and "prefetch" in summary
+    page = (out / "profile.html").read_text()
+    assert "data_wait" in page and "prefetch" in page
+    assert "data_wait" in result.stderr and "wrote" in result.stderr
+
+
+def test_progress_counts_the_steps_and_prices_each(starved):
+    out, result = starved
+    facts = document(out)["profile"]
+    assert facts["steps"] == 25
+    assert facts["step_timeline"][-1][1] == 25
+    assert facts["cost_per_1k_steps"] == pytest.approx(facts["cost"] / 25 * 1000, rel=1e-3)
+    # the command's own output reached ours unchanged
+    assert "step 25/25 loss" in result.stdout
+
+
+def test_a_short_run_says_it_is_not_representative(starved):
+    out, _ = starved
+    facts = document(out)["profile"]
+    codes = {w["code"] for w in facts["warnings"]}
+    assert "too_short" in codes and facts["representative"] is False
+
+
+def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path):
+    out, junit = tmp_path / "gated", tmp_path / "gates.xml"
+    result = profile(out, "--simulate", "--max-data-wait", "20%", "--max-cost", "$100",
+                     "--junit", str(junit), "--", sys.executable, STARVED, "--steps", "15")
+    assert result.returncode == GATE_EXIT_STATUS, result.stderr
+    assert "FAILED gate --max-data-wait 20%: data_wait was" in result.stderr
+    assert "points over" in result.stderr
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert set(cases) == {"max-data-wait 20%", "max-cost $100.00"}
+    failure = cases["max-data-wait 20%"].find("failure")
+    assert failure is not None and "points over" in failure.get("message", "")
+    assert cases["max-cost $100.00"].find("failure") is None
+    facts = document(out)["profile"]
+    assert {g["gate"]: g["passed"] for g in facts["gates"]} == {"max-data-wait": False,
+                                                                "max-cost": True}
+    assert "| --max-data-wait | 20% |" in (out / "summary.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    out = tmp_path_factory.mktemp("fixed") / "profile"
+    # The utilization is over the whole run, start-up included: a loaded machine's slow
+    # start-up lowers it, so the floor here is below what the run reaches (~75%).
+    result = profile(out, "--simulate", "--max-data-wait", "20%", "--min-utilization", "40%",
+                     "--progress", STEP_REGEX, "--",
+                     sys.executable, PREFETCH, "--steps", "80")
+    return out, result
+
+
+def test_the_fixed_script_keeps_its_gpu_busy_and_passes_the_gates(fixed):
+    out, result = fixed
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    assert facts["largest_phase"] == "compute"
+    assert facts["steps"] == 80
+    assert all(g["passed"] for g in facts["gates"])
+
+
+def test_on_a_shared_host_only_the_tree_is_recorded_its_status_passes_and_nothing_is_left(
+        tmp_path):
+    """The data-stall scenario runs a starved trainer of its own on GPU 0: the profile records
+    only the command's tree, says the GPU was shared, passes the command's status through, and
+    stops the helper the command left running in a session of its own."""
+    out, child = tmp_path / "shared", tmp_path / "helper.pid"
+    result = profile(out, "--simulate", "data-stall", "--", sys.executable, STARVED,
+                     "--steps", "4", "--exit-status", "3", "--leave-child", str(child))
+    assert result.returncode == 3, result.stderr
+    facts = document(out)["profile"]
+    assert facts["exit_status"] == 3
+    codes = {w["code"] for w in facts["warnings"]}
+    assert {"shared_gpu", "failed"} <= codes
+    assert facts["shared_gpus"]["0"]
+    recorded = {p["pid"] for p in document(out)["processes"]}
+    assert not recorded & set(facts["shared_gpus"]["0"])
+    assert facts["left_running"] >= 1
+    assert gone(int(child.read_text()))
+    assert running_with(str(tmp_path)) == []
+
+
+def test_duration_stops_a_longer_command_and_its_whole_group(tmp_path):
+    out, pid_file = tmp_path / "stopped", tmp_path / "train.pid"
+    result = profile(out, "--simulate", "--duration", "3s", "--", sys.executable, STARVED,
+                     "--steps", "100000", "--pid-file", str(pid_file))
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    assert facts["stopped_after_duration"] is True
+    assert facts["exit_status"] == 128 + 15  # SIGTERM
+    assert gone(int(pid_file.read_text()))
+    assert running_with(str(tmp_path)) == []
+
+
+def test_a_unit_cost_counter_prices_1k_tokens(tmp_path):
+    """[[cost.unit_costs]] as the daemon has it: a Prometheus counter of the command's own,
+    read while it runs, gives the cost per 1k tokens."""
+    with socket.socket() as probe:  # a free port for the benchmark's /metrics page
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "mlcost.toml"
+    config.write_text(f"""
+[cost.jobs]
+bench = "token_bench"
+
+[[cost.unit_costs]]
+target = "bench"
+url = "http://127.0.0.1:{port}/metrics"
+metric = "generated_tokens_total"
+unit = "tokens"
+per = 1000000
+""")
+    out = tmp_path / "tokens"
+    result = profile(out, "--simulate", "--config", str(config), "--", sys.executable,
+                     str(PROGRAMS / "token_bench.py"), "--port", str(port), "--steps", "200")
+    assert result.returncode == 0, result.stderr
+    (meter,) = document(out)["profile"]["unit_costs"]
+    assert meter["unit"] == "tokens" and meter["units"] > 0 and meter["spend"] > 0
+    assert meter["cost_per_1k"] == pytest.approx(meter["spend"] / meter["units"] * 1000)
+    assert "per 1k tokens" in (out / "summary.md").read_text()
+
+
+def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp_path):
+    out = tmp_path / "interrupted"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with subprocess.Popen([sys.executable, "-m", "daemon", "profile", "--out", str(out),
+                           "--simulate", "--", sys.executable, STARVED, "--steps", "100000"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the command runs under the profile: Ctrl-C now
+                if line.startswith("step 1/"):
+                    break
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, stderr  # Python's death by Ctrl-C
+    facts = document(out)["profile"]
+    assert facts["interrupted"] is True and facts["exit_status"] == 128 + signal.SIGINT
+    assert "interrupted" in {w["code"] for w in facts["warnings"]}
+    assert running_with(STARVED + " --steps 100000") == []
+
+
+def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
+    from daemon.commands.cli import main
+
+    marker = tmp_path / "ran"
+    command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    for args, said in ((["--max-data-wait", "lots"], "--max-data-wait 'lots' is not a number"),
+                       (["--max-regression", "10%"], "go together"),
+                       (["--baseline", str(tmp_path / "none.json"), "--max-regression", "5"],
+                        "cannot read"),
+                       (["--progress", "step ("], "not a regular expression"),
+                       (["--duration", "soon"], "--duration"),
+                       ([], "no command")):
+        status = main(["profile", "--out", str(tmp_path / "x"), *args,
+                       *(command if args else [])])
+        assert status == 2 and said in capsys.readouterr().err, args
+    assert not marker.exists() and not (tmp_path / "x").exists()
+
+
+# -- without a run ------------------------------------------------------------------------------
+
+
+def test_progress_with_a_group_takes_the_largest_step_number_tqdm_style():
+    counter = ProgressCounter(r"(\d+)/\d+")
+    counter.feed(b"  3%|#  | 3/100 [00:01<00:30]\r  7%|## | 7/100", 1.0)
+    counter.feed(b" [00:02<00:29]\r", 2.0)
+    assert counter.steps == 7 and counter.first_step_at == 1.0
+    assert counter.timeline == [(1.0, 3), (2.0, 7)]
+
+
+def test_progress_without_a_group_counts_each_match_and_the_last_unended_line():
+    counter = ProgressCounter(r"loss=")
+    counter.feed(b"loss=1 loss=2\nnothing\nloss=3", 5.0)
+    assert counter.steps == 2
+    counter.flush(6.0)
+    assert counter.steps == 3
+
+
+def test_progress_matches_only_the_first_bytes_of_a_hostile_line():
+    counter = ProgressCounter(r"step (\d+)")
+    counter.feed(b"x" * (64 << 10) + b" step 999\n", 1.0)  # past MAX_LINE_BYTES: not read
+    assert counter.steps == 0
+    # "step 6" straddles the bound: not read either; the line after it is
+    counter.feed(b"step 5\n" + b"y" * (MAX_LINE_BYTES - 3) + b"step 6 " + b"z" * 70000, 2.0)
+    counter.feed(b"\nstep 7\n", 3.0)
+    assert counter.steps == 7 and [n for _, n in counter.timeline] == [5, 7]
+
+
+def test_gate_messages_say_which_gate_and_by_how_much():
+    assert gates.max_data_wait(20, 0.71).message == (
+        "gate --max-data-wait 20%: data_wait was 71% (51 points over)")
+    assert gates.min_utilization(60, 14).message == (
+        "gate --min-utilization 60%: GPU utilization was 14% (46 points under)")
+    assert gates.max_cost(0.10, 0.23).message == (
+        "gate --max-cost $0.1000: the run cost $0.2300 ($0.1300 over)")
+    unknown = gates.max_cost_per_1k_steps(1.0, None, 0)
+    assert not unknown.passed and "--progress" in unknown.message
+    regression = gates.max_regression(10, {"steps": 100, "cost_per_step": 0.0012},
+                                      {"steps": 90, "cost_per_step": 0.0010}, "old.json")
+    assert not regression.passed and "+20%, 10 points over" in regression.message
+    per_hour = gates.max_regression(10, {"steps": 0, "cost_per_hour": 1.0},
+                                    {"steps": 0, "cost_per_hour": 0.95}, "old.json")
+    assert per_hour.passed and "cost per hour" in per_hour.message
+    assert gates.parse_percent("20%") == 20 and gates.parse_dollars("$0.5") == 0.5
+    with pytest.raises(ValueError):
+        gates.parse_percent("120%")
+
+
+def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():
+    checked = [gates.max_data_wait(20, 0.71), gates.min_utilization(60, 80)]
+    root = ET.fromstring(gates.junit_xml(checked, seconds=12.5))
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("tests") == "2" and suite.get("failures") == "1"
+    failures = [c.find("failure") for c in suite.iter("testcase")]
+    assert failures[0] is not None and "51 points over" in failures[0].get("message", "")
+    assert failures[1] is None
+
+
+def test_the_summary_shows_hostile_text_as_text():
+    hostile = "evil | <script>alert(1)</script> [x](http://e) \x1b[31m"
+    doc = {"profile": {"command": "python `rm -rf` train.py", "exit_status": 0,
+                       "stopped_after_duration": False, "duration_s": 40.0, "gates": [],
+                       "phase_balance": {"data_wait": 0.7, "compute": 0.3},
+                       "largest_phase": "data_wait", "gpu_utilization": 20.0,
+                       "workload_kind": "training", "cost": 0.01, "cost_per_hour": 0.9,
+                       "steps": 0, "cost_per_1k_steps": None, "unit_costs": [],
+                       "warnings": []},
+           "host": {}, "recommendations": [{"summary": hostile, "savings_per_month": 10.0}]}
+    text = summary_markdown(doc)
+    assert "<script>" not in text and "[x](http" not in text and "\x1b" not in text
+    assert "evil \\| &lt;script&gt;alert(1)&lt;/script&gt; \\[x\\](http://e)" in text
+    assert "`rm -rf`" not in text
+
+
+def test_a_profile_says_why_it_may_not_stand_for_the_workload():
+    from types import SimpleNamespace
+
+    from daemon.commands.profile import representativeness
+
+    facts = {"duration_s": 120.0, "stack_samples": 200, "gpus_used": [0],
+             "first_gpu_work_after_s": 80.0, "first_step_after_s": 90.0, "steps": 4,
+             "shared_gpus": {"0": [4242]}, "exit_status": 0,
+             "stopped_after_duration": False, "interrupted": False}
+    said = {w["code"]: w["message"] for w in representativeness(
+        facts, SimpleNamespace(step_timeline=[(1.0, 4)]))}
+    assert set(said) == {"startup", "startup_steps", "few_steps", "shared_gpu"}
+    assert "80 s of 120 s before the first GPU work" in said["startup"]
+    assert "pid 4242" in said["shared_gpu"]
+    steady = dict(facts, first_gpu_work_after_s=3.0, first_step_after_s=4.0, steps=500,
+                  shared_gpus={})
+    assert representativeness(steady, SimpleNamespace(step_timeline=[(1.0, 500)])) == []
+
+
+def test_compare_of_the_two_profiles_says_the_fix_is_better(starved, fixed):
+    """The loop closed: the profiles `mlcostd profile` wrote, compared by `mlcostd compare`
+    (its step counts read from the profile's step timeline)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "daemon", "compare", str(starved[0]),
+                           str(fixed[0]), "--json"], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    figures = {f["name"]: f for f in result["figures"]}
+    assert figures["phase.data_wait"]["b"] < figures["phase.data_wait"]["a"]
+    assert figures["utilization"]["b"] > figures["utilization"]["a"]
+    per_step = figures["cost_per_1k_steps"]
+    assert per_step["b"] < per_step["a"]
+    assert per_step["noise_from"] == "bootstrap over steps per bucket"
+    gone = {r["rule"] for r in result["recommendations"] if r["status"] == "gone"}
+    assert "dataloader_starvation" in gone
+    assert result["verdict"] == "better", json.dumps(result["figures"], indent=1)
