@@ -136,6 +136,12 @@ class CostLedger:
         self.user_of: dict[ProcessKey, str] = {}
         self.storage_items: list[StorageCost] = []
         self.meters: list[UnitCostMeter] = []
+        # What was charged and not yet handed to the store, by UTC hour (its start, Unix
+        # seconds): host [seconds, total, idle, wasted, storage], process [seconds, dollars].
+        # The daemon writes it every round (daemon.store.facts.write_spend), so a report of a
+        # past range reads what this ledger charged.
+        self.unrecorded_host: dict[int, list[float]] = {}
+        self.unrecorded_processes: dict[tuple[int, ProcessKey], list[float]] = {}
         self.latency: list[LatencyMeter] = []  # [[cost.latency]]: p50/p99 beside the cost
         # Held by every read and write of the tables above (the loop writes, threads read).
         self.lock = threading.RLock()
@@ -166,25 +172,70 @@ class CostLedger:
         self.seconds += dt
         self.by_day[day] += charged
         self.by_month[month] += charged
+        hour = int((ts - dt / 2) // 3600 * 3600)
+        host = self.unrecorded_host.setdefault(hour, [0.0, 0.0, 0.0, 0.0, 0.0])
+        host[0] += dt
+        host[1] += charged
+        host[2] += burn.idle_per_hour * hours
+        host[3] += burn.wasted_per_hour * hours
+        host[4] += storage
         for key, proc in burn.processes.items():
             cost = proc.burn_per_hour * hours
-            job = self.job_of.get(key)
-            if job is None:
-                job = self.job_of[key] = self.labeler.label(proc.command, proc.owner)
-                self.user_of[key] = proc.user
-                self.owner_jobs_of[key] = owner_jobs(proc.owner)
-            for owner_job in self.owner_jobs_of[key]:
-                self.by_owner[owner_job] += cost
-                self.by_owner_day[(owner_job, day)] += cost
-                self.by_owner_month[(owner_job, month)] += cost
-            self.by_process[key] += cost
-            self.by_user[proc.user] += cost
-            self.by_job[job] += cost
-            self.by_user_day[(proc.user, day)] += cost
-            self.by_job_day[(job, day)] += cost
-            self.by_user_month[(proc.user, month)] += cost
-            self.by_job_month[(job, month)] += cost
+            self._charge(key, cost, day, proc.user, proc.command, proc.owner)
+            spent = self.unrecorded_processes.setdefault((hour, key), [0.0, 0.0])
+            spent[0] += dt
+            spent[1] += cost
         return dt
+
+    def _charge(self, key: ProcessKey, cost: float, day: str, user: str, command: str,
+                owner: Mapping[str, str]) -> None:
+        """Charge one process's dollars of one interval to its process, user, job and owner
+        jobs, on `day` and its month."""
+        month = day[:7]
+        job = self.job_of.get(key)
+        if job is None:
+            job = self.job_of[key] = self.labeler.label(command, owner)
+            self.user_of[key] = user
+            self.owner_jobs_of[key] = owner_jobs(owner)
+        for owner_job in self.owner_jobs_of[key]:
+            self.by_owner[owner_job] += cost
+            self.by_owner_day[(owner_job, day)] += cost
+            self.by_owner_month[(owner_job, month)] += cost
+        self.by_process[key] += cost
+        self.by_user[user] += cost
+        self.by_job[job] += cost
+        self.by_user_day[(user, day)] += cost
+        self.by_job_day[(job, day)] += cost
+        self.by_user_month[(user, month)] += cost
+        self.by_job_month[(job, month)] += cost
+
+    def add_recorded(self, ts: float, seconds: float, host: Mapping[str, float],
+                     processes: Mapping[ProcessKey, tuple[float, str, str, Mapping[str, str]]]
+                     ) -> None:
+        """Charge dollars a store recorded (its hour spend, daemon.store.facts.write_spend)
+        for `seconds` around `ts`: `host` total, idle, wasted and storage; `processes` key ->
+        (dollars, user, command, owner). The same tables as `add` fill, by the same labels."""
+        with self.lock:
+            day = utc_day(ts)
+            month = day[:7]
+            total = host.get("total", 0.0)
+            self.total += total
+            self.idle += host.get("idle", 0.0)
+            self.wasted += host.get("wasted", 0.0)
+            self.storage += host.get("storage", 0.0)
+            self.seconds += seconds
+            self.by_day[day] += total
+            self.by_month[month] += total
+            for key, (cost, user, command, owner) in processes.items():
+                self._charge(key, cost, day, user, command, owner)
+
+    def take_unrecorded(self) -> tuple[dict[int, list[float]],
+                                       dict[tuple[int, ProcessKey], list[float]]]:
+        """What was charged since the last call (see `unrecorded_host`), handed over once."""
+        with self.lock:
+            taken = self.unrecorded_host, self.unrecorded_processes
+            self.unrecorded_host, self.unrecorded_processes = {}, {}
+            return taken
 
     def set_storage(self, items: Iterable[StorageCost]) -> None:
         """The latest storage walk; charged per hour from the next tick on."""

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -120,12 +121,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="what the host did over a window",
                             description="Summarise the recorded window: GPUs, GPU processes "
-                                        "and their workers.")
+                                        "and their workers, their cost, and the review (spend "
+                                        "per day and month against the period before, by "
+                                        "kind, job and user; unit costs, storage, waste, "
+                                        "energy; the recommendations acted on, snoozed or "
+                                        "ignored).")
     _add_common(report)
-    report.add_argument("--since", default="1h", metavar="DURATION",
-                        help="window ending now: 30s, 15m, 1h, 2d (default 1h)")
+    report.add_argument("--since", metavar="DURATION",
+                        help="how far back the window reaches from its end: 30s, 15m, 1h, "
+                             "30d (default: 1h of a store a daemon records into; the whole "
+                             "recorded range of a snapshot or a stopped store)")
+    report.add_argument("--until", metavar="TIME",
+                        help="where the window ends: Unix seconds or ISO 8601 such as "
+                             "2026-12-01T09:30 (default: now while a daemon records into the "
+                             "store, else the store's last sample)")
+    report.add_argument("--by", metavar="KEYS", default="kind,job,user",
+                        help="how the review splits spend: any of kind, job, user, "
+                             "comma-separated (default kind,job,user)")
     report.add_argument("--json", action="store_true",
                         help="print the JSON document described in the README")
+    report.add_argument("--html", metavar="FILE",
+                        help="also write the review as one self-contained HTML page")
 
     from daemon.commands import snapshot as snapshot_command
 
@@ -355,6 +371,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if any(c.status == check.FAIL for c in checks) else 0
 
 
+def range_arguments(since: str | None, until: str | None) -> tuple[float | None, float | None]:
+    """--since (a duration of at least 1 s) and --until (a past time), checked for range;
+    None where not given. ValueError names the flag and the value."""
+    span = None
+    if since is not None:
+        try:
+            span = config_module.parse_duration(since)
+        except ValueError as exc:
+            raise ValueError(f"--since {exc}") from None
+        if span < 1:
+            raise ValueError(f"--since {since!r} must be at least 1 s")
+    end = None
+    if until is not None:
+        try:
+            end = clock.parse_time(until)
+        except ValueError as exc:
+            raise ValueError(f"--until {exc}") from None
+        if end > clock.now() + 60:
+            raise ValueError(f"--until {until!r} is in the future; give a past time")
+    return span, end
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from daemon.commands import report
     from daemon.store.reader import StoreReader
@@ -362,11 +400,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     config = _load_config(args)
     try:
-        since = config_module.parse_duration(args.since)
-        if since < 1:
-            raise ValueError(f"{args.since!r} must be at least 1 s")
+        since, until = range_arguments(args.since, args.until)
+        by = report.parse_by(args.by)
     except ValueError as exc:
-        print(f"mlcostd report: --since {exc}", file=sys.stderr)
+        print(f"mlcostd report: {exc}", file=sys.stderr)
         return 2
     db = config_module.db_path(config)
     if not Path(db).exists():
@@ -378,7 +415,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         reader = StoreReader(str(db), tidy=True)
         try:
             check_shape(reader)  # a view or a missing column: refused before any row is read
-            document = report.build(reader, since, config=config)
+            start, end = report.resolve_window(reader, since, until)
+            document = report.build(reader, end - start, until=end, config=config, by=by)
         finally:
             reader.close()
     except StoreShapeError as exc:
@@ -392,10 +430,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
         print(f"mlcostd report: {read_failure(db, exc)}", file=sys.stderr)
         return 2
+    if args.html:
+        from daemon.report_html import review as review_page
+        from daemon.store.files import open_private
+
+        try:
+            fd = open_private(args.html, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            with os.fdopen(fd, "w", encoding="utf-8") as page:
+                page.write(review_page.render(document))
+        except OSError as exc:
+            print(f"mlcostd report: cannot write --html {args.html}: "
+                  f"{exc.strerror or exc}; give a writable path", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps(document, indent=2))
     else:
         sys.stdout.write(report.render_text(document, terminal_width()))
+        if args.html:
+            print(f"html: {args.html}")
     return 0
 
 

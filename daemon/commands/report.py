@@ -15,8 +15,10 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger
+from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import build as build_timeline
+from daemon.commands import review as team_review
 from daemon.config import Config
 from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
@@ -26,11 +28,51 @@ from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
 
 REPORT_VERSION = 1
 WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns instead of being cut
+DEFAULT_SPAN_S = 3600.0  # the window of a store a daemon records into, without --since
+# Longer windows read the GPUs and processes from the rollups (a day of 64 processes is
+# millions of raw rows: issue 23; the reader's raw process reads stop at 15 min too); shorter
+# ones the raw samples. Spend comes from the samples (at most 600 of them, each charged like
+# a tick) up to SAMPLED_SPEND_MAX_S, from the hour spend the daemon recorded beyond (an hour
+# cut by the window counts in proportion: close enough over hours, not over minutes).
+RAW_MAX_SPAN_S = 900.0
+SAMPLED_SPEND_MAX_S = 6 * 3600.0
+COST_SAMPLES = 150  # ticks the spend of a window over RAW_MAX_SPAN_S is sampled at
+BY_KEYS = ("kind", "job", "user")  # what the review can split spend by (--by)
+
+
+def parse_by(value: str) -> tuple[str, ...]:
+    """--by 'kind,job,user' -> ('kind', 'job', 'user'); ValueError names a key it lacks."""
+    keys = tuple(k.strip() for k in value.split(",") if k.strip())
+    unknown = [k for k in keys if k not in BY_KEYS]
+    if unknown or not keys:
+        raise ValueError(f"--by {value[:80]!r}: use any of {', '.join(BY_KEYS)}, "
+                         "comma-separated")
+    return keys
+
+
+def resolve_window(reader: StoreReader, since_s: float | None,
+                   until: float | None) -> tuple[float, float]:
+    """The window [start, end] a report covers, from --since and --until (None: not given).
+
+    A store a daemon records into (or one not asked: `reader.recording` None) ends now and
+    reaches back 1 h by default. A snapshot or a stopped store ends at its last sample and, without
+    --since, covers its whole recorded range: a file read an hour after it was taken still
+    reports what it holds."""
+    recorded = queries.recorded_range(reader)
+    live = reader.recording is not False or recorded is None
+    if until is None:
+        until = clock.now() if live or recorded is None else recorded[1]
+    if since_s is None:
+        if live or recorded is None:
+            return until - DEFAULT_SPAN_S, until
+        return min(recorded[0], until), until
+    return until - since_s, until
 
 
 def build(reader: StoreReader, since_s: float, until: float | None = None,
           config: Config | None = None,
-          recommendations_since_s: float | None = None) -> dict[str, Any]:
+          recommendations_since_s: float | None = None,
+          by: tuple[str, ...] = ("kind", "job", "user")) -> dict[str, Any]:
     """The report over the last `since_s` seconds (ending now, or at `until`). `config` gives
     the price cache, extra catalogs, $/kWh and [pricing].compare_managed (default: defaults).
     `recommendations_since_s` widens the window for recommendations only (a live view shorter
@@ -38,15 +80,18 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     config = config or Config()
     end = until if until is not None else clock.now()
     start = end - since_s
-    summary = reader.window_summary(start, end)
     recorded = reader.meta("host")
     host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
     latest = reader.latest()
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
     interval = float(host.get("interval_s") or 1.0)
+    rolled = _from_rollups(reader, start, end, interval)
+    summary = reader.rollup_summary(start, end) if rolled else reader.window_summary(start, end)
     # The recorder stopped (no sample for a while): open events were open when it stopped.
-    stopped = latest is not None and end - latest.ts > max(60.0, 3 * interval)
+    # (A file no daemon records into has stopped, wherever its window ends.)
+    stopped = latest is not None and (reader.recording is False
+                                      or end - latest.ts > max(60.0, 3 * interval))
     host["recording_stopped_at"] = latest.ts if stopped and latest is not None else None
     balances = phase_balances(reader, start, end, interval, summary["processes"])
     statuses = queries.stack_statuses(reader)
@@ -56,7 +101,16 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     recorded_idle = host.get("idle_utilization_pct")  # [idle].utilization as the daemon ran
     thresholds = IdleThresholds(idle_utilization_pct=float(recorded_idle) if isinstance(
         recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT)
-    window_cost = _window_cost(reader, start, end, price, gpus, processes, interval, thresholds)
+    cost_meta = reader.meta("cost")  # [cost].jobs as the daemon ran (runtime/daemon.py)
+    jobs = (cost_meta.get("jobs") if isinstance(cost_meta, dict)
+            and isinstance(cost_meta.get("jobs"), dict) else None) or dict(config.cost.jobs)
+    readings = queries.meter_readings(reader, start, end)
+    recorded_spend = (team_review.recorded_ledger(reader, start, end, jobs)
+                      if rolled and (end - start > SAMPLED_SPEND_MAX_S
+                                     or not _raw_covers(reader, start, interval)) else None)
+    window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
+                   if recorded_spend else None) or _window_cost(
+        reader, start, end, price, gpus, processes, interval, thresholds, jobs, readings)
     # Each kind as it was at the window's end (the store's kind history), else as the daemon
     # last classified it (a store from before the history: meta "kinds").
     kinds_then = queries.process_kinds(reader, end)
@@ -76,7 +130,13 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         proc["stack_error"] = status["error"] if status else None
     first = reader.query("SELECT min(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
                          (round(start * 1000), round(end * 1000)))[0]["ts"]
-    window = dict(summary["window"], first_sample_at=first / 1000 if first else None)
+    window = dict(summary["window"], first_sample_at=first / 1000 if first else None,
+                  source="rollups" if rolled else "raw")
+    recorded_range = queries.recorded_range(reader)
+    window["recorded"] = (None if recorded_range is None else
+                          {"first": recorded_range[0], "last": recorded_range[1]})
+    window["store"] = reader.path
+    host["recording"] = reader.recording
     recorded_price = HostPrice.from_dict(price)
     catalog = price_host.load_catalog(config)
     host["price_warning"] = price_host.warning_json(
@@ -95,9 +155,15 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
             reader, end - max(since_s, recommendations_since_s or 0.0)), price, gpus),
     }
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
-    document["energy"] = _window_energy(reader, start, end, gpus, per_kwh, interval)
+    document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
+                          _window_energy(reader, start, end, gpus, per_kwh, interval))
     document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval)
     review = document.setdefault("review", {})
+    review.update(team_review.review(
+        reader, start, end, by=by, jobs=jobs, kinds={**kinds_last, **kinds_then},
+        energy=document["energy"],
+        recommendations=document["recommendations"],
+        current=recorded_spend))
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
@@ -141,6 +207,69 @@ def _window_energy(reader: StoreReader, start: float, end: float, gpus: list[dic
             "by_gpu": {str(index): rate for index, rate in sorted(by_gpu_mean.items())}}
 
 
+def _from_rollups(reader: StoreReader, start: float, end: float, interval: float) -> bool:
+    """Whether the window is read from the rollups: longer than RAW_MAX_SPAN_S, or reaching
+    back before the raw samples kept (older than [store].raw_retention) where rollups are."""
+    return end - start > RAW_MAX_SPAN_S or not _raw_covers(reader, start, interval)
+
+
+def _raw_covers(reader: StoreReader, start: float, interval: float) -> bool:
+    """False when the window starts before the raw samples kept while rollups reach further
+    back (older than [store].raw_retention); True otherwise, an empty or young store too."""
+    first_raw = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"]
+    recorded = queries.recorded_range(reader)
+    slack = 3 * interval + 60
+    return not (first_raw is not None and recorded is not None
+                and first_raw / 1000 > start + slack and recorded[0] < first_raw / 1000 - slack)
+
+
+def _rollup_energy(gpus: list[dict[str, Any]], per_kwh: float, interval: float,
+                   span: float) -> dict[str, Any] | None:
+    """The energy of the window from the GPUs' mean power in the rollups (as _window_energy)."""
+    if per_kwh <= 0:
+        return None
+    by_gpu, cost, watts = {}, 0.0, 0.0
+    for gpu in gpus:
+        power = gpu.get("power_watts")
+        if not isinstance(power, int | float):
+            gpu["energy_per_hour"] = None
+            continue
+        rate = gpu["energy_per_hour"] = power / 1000 * per_kwh
+        by_gpu[str(gpu["index"])] = rate
+        watts += power
+        cost += rate * min(span, float(gpu.get("samples") or 0) * interval) / 3600
+    return {"electricity_per_kwh": per_kwh,
+            "energy_per_hour": sum(by_gpu.values()) if by_gpu else None,
+            "watts": watts if by_gpu else None, "cost": round(cost, 6), "by_gpu": by_gpu}
+
+
+def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
+                   processes: list[dict[str, Any]], readings: team_review.Readings,
+                   start: float, end: float) -> dict[str, Any] | None:
+    """Burn and spend over the window from the hour spend the daemon recorded (what its live
+    ledger charged, `found`: review.recorded_ledger); None without a price (the caller
+    recomputes instead)."""
+    host_price = HostPrice.from_dict(price)
+    if host_price is None:
+        return None
+    ledger, _ = found
+    hours = max(ledger.seconds, 1e-9) / 3600
+    for entry in processes:
+        cost = ledger.by_process.get((entry["pid"], entry["start_time"]))
+        entry["cost"] = cost
+        seen = max(1e-9, (entry["last_seen"] - entry["first_seen"]) / 3600)
+        entry["burn_per_hour"] = None if cost is None else cost / min(seen, hours)
+    ledger.set_storage(team_review.storage_items(readings, end))
+    spend = ledger.as_dict()
+    spend.pop("by_process", None)
+    spend["unit_costs"] = team_review.prorated_unit_costs(ledger, readings, start, end)
+    return {"burn": {"total_per_hour": ledger.total / hours, "wasted_per_hour":
+                     ledger.wasted / hours, "idle_per_hour": ledger.idle / hours,
+                     "price_source": host_price.source, "price_per_hour": host_price.per_hour,
+                     "price_per_gpu": host_price.per_gpu},
+            "spend": spend}
+
+
 def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
     if not balance:
         return {}
@@ -152,7 +281,9 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
 
 def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str, Any] | None,
                  gpus: list[dict[str, Any]], processes: list[dict[str, Any]],
-                 interval: float, thresholds: IdleThresholds) -> dict[str, Any]:
+                 interval: float, thresholds: IdleThresholds,
+                 jobs: dict[str, str] | None = None,
+                 readings: team_review.Readings | None = None) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples and the host's price.
 
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
@@ -163,16 +294,34 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
     host_price = HostPrice.from_dict(price)
     if host_price is None:
         return empty
-    samples = reader.samples(start, end)
+    # Every tick of a short window (at most 600); a longer one, past the raw reads'
+    # budget, from COST_SAMPLES spread over it, each charged for its share of the window.
+    most = 600 if end - start <= RAW_MAX_SPAN_S else COST_SAMPLES
+    samples = reader.samples(start, end, max_samples=most)
     if not samples:
         empty["burn"]["price_source"] = host_price.source
         return empty
-    ledger = CostLedger(max_gap_s=max(60.0, 3 * interval))
+    # The daemon's ledger, replayed: its job labels, the storage walk and the unit-cost
+    # counters as they were read (the meters observe at their readings' times).
+    # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
+    # further apart than recorded ones by the sampling step, so the limit grows with it.
+    step = (end - start) / most
+    ledger = CostLedger(jobs, max_gap_s=max(60.0, 3 * interval, 3 * step))
+    readings = readings or {}
+    meters = team_review.unit_meters(readings)
+    for meter in meters.values():
+        ledger.add_meter(meter)
+    pending = sorted((ts, name, value) for (kind, name), found in readings.items()
+                     if kind == "unit" for ts, value, _ in found)
     totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
     by_process: dict[tuple[int, float], list[float]] = {}
     for sample in samples:
         current = burn(sample, host_price, thresholds)
+        ledger.set_storage(team_review.storage_items(readings, sample.ts))
         ledger.add(current)
+        while pending and pending[0][0] <= sample.ts:
+            _, name, value = pending.pop(0)
+            _observe(meters[name], ledger, value)
         totals["total"] += current.total_per_hour
         totals["wasted"] += current.wasted_per_hour
         totals["idle"] += current.idle_per_hour
@@ -191,6 +340,10 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
                      "idle_per_hour": totals["idle"] / n, "price_source": host_price.source,
                      "price_per_hour": host_price.per_hour, "price_per_gpu": host_price.per_gpu},
             "spend": spend}
+
+
+def _observe(meter: UnitCostMeter, ledger: CostLedger, count: float) -> None:
+    meter.observe(ledger.cost_of(meter.target), count)
 
 
 def _bytes(value: float | int | None) -> str:
@@ -272,7 +425,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
         out.append(f"NVML: {host['nvml_status']}")
     if not window["ticks"]:
         out.append("")
-        out.append("No samples in this window. Is mlcostd running? Try a longer --since.")
+        out += _no_samples(window, host.get("recording"))
         return "\n".join(fit(out, width)) + "\n"
     burn_now = report.get("burn") or {}
     if burn_now.get("total_per_hour") is not None:
@@ -338,8 +491,100 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_phases(report["processes"])
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"))
     out += _render_managed((report.get("review") or {}).get("managed"))
+    out += render_review(report.get("review") or {})
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
     return "\n".join(fit(out, width)) + "\n"
+
+
+def _no_samples(window: dict[str, Any], recording: bool | None) -> list[str]:
+    """Why the window is empty, with the range the file holds where it holds any."""
+    recorded = window.get("recorded")
+    store = one_line(str(window.get("store") or "the store"))
+    if not recorded:
+        return [f"No samples in {store} at all. Is mlcostd running? Start it with `mlcostd "
+                "run` (or `mlcostd run --simulate demo`), or pass the --db it records into."]
+    held = (f"{store} holds {clock.local_time(recorded['first'])} to "
+            f"{clock.local_time(recorded['last'])}")
+    if recording is False:
+        return [f"No samples in this window: {held} (no daemon records into it). Drop --since "
+                "and --until to report all of it, or give a window inside that range."]
+    return [f"No samples in this window: {held}. Is mlcostd running? Try a longer --since, "
+            "or an --until inside that range."]
+
+
+def _packed(head: str, items: list[str]) -> list[str]:
+    """`head` then the items, comma-separated, wrapped at WRAP_WIDTH between items only."""
+    out, line = [], head
+    for i, item in enumerate(items):
+        piece = item + ("," if i + 1 < len(items) else "")
+        if len(line) + 1 + len(piece) > WRAP_WIDTH and line.strip() != head.strip():
+            out.append(line)
+            line = "    " + piece
+        else:
+            line += (" " if line else "") + piece
+    return out + [line]
+
+
+def _trend_text(pct: float | None) -> str:
+    return "" if pct is None else f" ({pct:+.1f}% on the period before)"
+
+
+def render_review(review: dict[str, Any]) -> list[str]:
+    """The review's lines (daemon.commands.review): spend and its trend, splits, unit costs,
+    storage, waste, energy, and what became of the recommendations."""
+    spend = review.get("spend")
+    if not spend:
+        return []
+    days = review.get("days") or 0
+    out = ["", f"Review: {clock.local_time(review['since'], seconds=False)} to "
+               f"{clock.local_time(review['until'], seconds=False)} ({days:g} days), against "
+               f"the {days:g} days before"]
+    previous = spend.get("previous_total")
+    out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day)"
+               + ("" if previous is None else f"; before: ${previous:,.2f}")
+               + _trend_text(spend.get("trend_pct")))
+    out += _packed("  by month:", [f"{month} ${value:,.2f}"
+                                    for month, value in spend["by_month"].items()])
+    out += _packed("  by day (UTC):", [f"{day[5:]} ${value:,.2f}"
+                                       for day, value in spend["by_day"].items()])
+    waste = review.get("waste") or {}
+    share = waste.get("wasted_share")
+    out.append(f"  waste: ${waste.get('wasted', 0):,.2f} of GPU time paid and unused"
+               + ("" if share is None else f" ({share:.0%} of spend)")
+               + f", ${waste.get('idle', 0):,.2f} with no process"
+               + _trend_text(waste.get("trend_pct")))
+    storage = review.get("storage") or {}
+    if storage.get("cost"):
+        out.append(f"  storage: ${storage['cost']:,.2f}")
+    energy = review.get("energy") or {}
+    if energy.get("cost") is not None:
+        out.append(f"  energy: ${energy['cost']:,.2f} at ${energy['electricity_per_kwh']:g}/kWh")
+    for key, rows in (review.get("by") or {}).items():
+        out += _packed(f"  by {key}:", [
+            f"{one_line(str(r['name']))[:40]} ${r['cost']:,.2f}"
+            + ("" if r.get("trend_pct") is None else f" ({r['trend_pct']:+.0f}%)")
+            for r in rows[:10]])
+    for unit in review.get("unit_costs") or []:
+        cost = unit.get("unit_cost")
+        per = f"{unit['per']:g}".replace("1e+06", "1M").replace("1000", "1k")
+        out.append(f"  unit cost of {one_line(str(unit['target']))[:40]}: "
+                   + ("no units counted" if cost is None else
+                      f"${cost:,.4f} per {per} {one_line(str(unit['unit']))[:20]}")
+                   + _trend_text(unit.get("trend_pct")))
+    outcomes = review.get("recommendations") or {}
+    out.append(f"  recommendations: {len(outcomes.get('acted') or [])} acted on, "
+               f"{len(outcomes.get('snoozed') or [])} snoozed, "
+               f"{len(outcomes.get('ignored') or [])} ignored")
+    for state in ("acted", "snoozed", "ignored"):
+        for rec in outcomes.get(state) or []:
+            savings = rec.get("savings_per_month")
+            money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"
+            extra = (f": {one_line(str(rec.get('outcome')))[:40]}" if state == "acted" else
+                     f" until {clock.local_time(rec['snoozed_until'])}" if state == "snoozed"
+                     else "")
+            out.append(f"    {state}{extra} [{money}] "
+                       f"{one_line(str(rec.get('summary') or rec.get('id')))[:90]}")
+    return out
 
 
 def _kind_json(kind: Any) -> dict[str, Any]:

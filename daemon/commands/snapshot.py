@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", default="30m", metavar="DURATION",
                         help="how far back the snapshot reaches from --until (default 30m)")
     parser.add_argument("--until", metavar="TIME",
-                        help="where it ends: Unix seconds or ISO 8601 (default: now)")
+                        help="where it ends: Unix seconds or ISO 8601 (default: now; a "
+                             "store no daemon records into: its last sample)")
     parser.add_argument("--out", metavar="FILE",
                         help="write the snapshot here (default: the snapshots folder, "
                              "[snapshots].folder or snapshots/ beside the database)")
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         from daemon.runtime.snapshots import take_snapshot
         from daemon.store.snapshot import SnapshotError
 
+        if not args.until:  # no daemon answers: a stopped store's range ends at its last tick
+            until = _last_recorded(config_module.db_path(config)) or until
         try:
             result = take_snapshot(config, since=until - span, until=until, out=out,
                                    html=args.html,
@@ -133,6 +136,26 @@ def _through_api(config: Config, span: float, until: float, html: bool, upload: 
             return result
 
     return asyncio.run(main())
+
+
+def _last_recorded(db: Path) -> float | None:
+    """The last time a store no daemon records into holds anything for; None for a store
+    being recorded, an empty one, or one that cannot be read (the snapshot then says why)."""
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+    from daemon.store.shape import READ_ERRORS
+
+    if not Path(db).exists():
+        return None
+    try:
+        reader = StoreReader(str(db), tidy=True)
+        try:
+            recorded = queries.recorded_range(reader)
+            return None if reader.recording or recorded is None else recorded[1]
+        finally:
+            reader.close()
+    except READ_ERRORS:
+        return None
 
 
 def describe(result: dict[str, Any]) -> str:

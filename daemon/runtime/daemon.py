@@ -428,6 +428,7 @@ class Daemon:
             self.nvml.stop()
             self.procs.close()
             self._stop_simulation()
+            self._record_costs(clock.now())  # the last round's spend, before the store closes
             self.store.close()  # recreates a database deleted under it first, from its copy
             self._lock.release()
             ticks = self.tick - self.first_tick
@@ -556,7 +557,29 @@ class Daemon:
             self.host["instance"]["id"] = instance["id"]
         assert self.store is not None
         self.store.set_meta("host", self.host)
+        # The report labels jobs as this daemon did ([cost].jobs), wherever it is read.
+        self.store.set_meta("cost", {"jobs": dict(self.config.cost.jobs)})
         return build_analyzer(self.config, price, catalog)
+
+    def _record_costs(self, ts: float) -> None:
+        """Hand the store what the ledger charged since the last round (hour spend) and what
+        the meters read (storage sizes, unit-cost counters), so a report of a past range says
+        what /v1/now said. The meters are written each round ([cost].evaluate_every, 30 s by
+        default; retention keeps them as long as the hour rollups)."""
+        if self.analyzer is None or self.store is None:
+            return
+        ledger = self.analyzer.ledger
+        facts.write_spend(self.store, *ledger.take_unrecorded())
+        with ledger.lock:
+            readings: list[tuple[str, str, float, dict[str, Any]]] = [("storage", item.path, float(item.bytes),
+                         {"price_per_gb_month": item.price_per_gb_month, "files": item.files,
+                          "complete": item.complete, "error": item.error})
+                        for item in ledger.storage_items]
+            readings += [("unit", f"{m.target} {m.url} {m.metric}", m.last_count,
+                          {"target": m.target, "unit": m.unit, "per": m.per, "url": m.url,
+                           "metric": m.metric, "labels": dict(m.labels)})
+                         for m in ledger.meters if m.base_count is not None and m.error is None]
+        facts.write_meter_readings(self.store, ts, readings)
 
     async def _evaluate_forever(self) -> None:
         """Every [cost].evaluate_every: phase balances from the store, then the rules."""
@@ -571,6 +594,7 @@ class Daemon:
                         until - min(EVALUATION_WINDOW_S, max(60.0, until - self.started_at)), until)
                 elif self.analyzer is not None:
                     await asyncio.to_thread(self.analyzer.poll_slow)
+                    self._record_costs(until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
             await asyncio.to_thread(memory.trim)  # what the round's reads freed goes back
@@ -587,6 +611,7 @@ class Daemon:
         if self.analyzer is None:
             return []
         await asyncio.to_thread(self.analyzer.poll_slow)
+        self._record_costs(until)
         # The rules take a while at many processes: in a thread, on a copy.
         found = await asyncio.to_thread(
             self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints,

@@ -17,7 +17,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from daemon.store.schema import pack_text
+from daemon.store.schema import (
+    HOUR,
+    KIND_SPEND,
+    MICRODOLLARS,
+    SPEND_METRICS,
+    SPEND_PROCESS,
+    pack_text,
+)
 
 if TYPE_CHECKING:  # readers (replay) import this module without loading the writer
     from daemon.store.writer import FactWrite, Store
@@ -218,3 +225,44 @@ def _process_id(store: Store, pid: int, start_time: float) -> int | None:
     except sqlite3.Error:  # cannot read now: the fact is dropped like one of an unknown process
         return None
     return row[0] if row else None
+
+
+def write_spend(store: Store, hosts: dict[int, list[float]],
+                processes: dict[tuple[int, tuple[int, float]], list[float]]) -> None:
+    """Add what the cost ledger charged to the hour spend rows (schema.KIND_SPEND): `hosts`
+    hour -> [seconds, total, idle, wasted, storage], `processes` (hour, (pid, start_time)) ->
+    [seconds, dollars]; hours are UTC hour starts in Unix seconds. Added to what is there, so
+    each round writes only its own share."""
+    upsert = ("INSERT INTO rollups (res, bucket, kind, key, metric, n, sum, min, max) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT (res, bucket, kind, key, metric) "
+              "DO UPDATE SET n = n + excluded.n, sum = sum + excluded.sum")
+    with store._lock:
+        store._spend_writes += 1
+        round_id = store._spend_writes  # additive rows: a waiting write is never replaced
+        writes: list[FactWrite] = []
+        for hour, (seconds, *dollars) in hosts.items():
+            for (name, metric), amount in zip(SPEND_METRICS.items(), dollars, strict=True):
+                writes.append((("spend", round_id, hour, 0, name), upsert, (
+                    HOUR, hour * 1000, KIND_SPEND, 0, metric, round(seconds * 1000),
+                    round(amount * MICRODOLLARS))))
+        for (hour, (pid, start_time)), (seconds, amount) in processes.items():
+            proc = _process_id(store, pid, start_time)
+            if proc is None:
+                continue
+            writes.append((("spend", round_id, hour, proc), upsert, (
+                HOUR, hour * 1000, KIND_SPEND, proc, SPEND_PROCESS, round(seconds * 1000),
+                round(amount * MICRODOLLARS))))
+        if writes:
+            store.write_facts(writes)
+
+
+def write_meter_readings(store: Store, ts: float,
+                         readings: Iterable[tuple[str, str, float, dict[str, Any]]]) -> None:
+    """Record what the meters read at `ts`: (kind 'storage' or 'unit', name, value, detail)."""
+    at = round(ts * 1000)
+    with store._lock:
+        store.write_facts([
+            (("meter", kind, name, at),
+             "INSERT OR REPLACE INTO meter_readings (kind, name, ts, value, detail) "
+             "VALUES (?, ?, ?, ?, ?)", (kind, name, at, value, json.dumps(detail, sort_keys=True)))
+            for kind, name, value, detail in readings])

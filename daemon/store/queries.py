@@ -8,10 +8,20 @@ writer (`daemon.store.facts` writes them).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
+from daemon.sources.owners import decode_owner
 from daemon.store.reader import StoreReader
-from daemon.store.schema import unpack_text
+from daemon.store.schema import (
+    HOUR,
+    KIND_GPU,
+    KIND_PROCESS,
+    KIND_SPEND,
+    MICRODOLLARS,
+    MINUTE,
+    unpack_text,
+)
 
 
 def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
@@ -105,6 +115,118 @@ def recommendation_texts(reader: StoreReader, since: float,
             else (r["ts"] / 1000, json.loads(unpack_text(r["body"]))) for r in rows}
 
 
+def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
+    """(first, last) time the store holds anything for, in Unix seconds: raw ticks and the
+    rollups kept after them (a rollup bucket counts from its start). None for an empty store."""
+    tick = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
+    # The samples' rollups (recorded spend counts from its hour's start, before any sample),
+    # each end found along the primary key (res, bucket, ...): a month is millions of rows.
+    ends = [reader.query(
+        f"SELECT bucket FROM rollups WHERE res = ? AND kind IN (?, ?) ORDER BY bucket {order} "
+        "LIMIT 1", (res, KIND_GPU, KIND_PROCESS)) for res in (MINUTE, HOUR)
+        for order in ("ASC", "DESC")]
+    found = [rows[0]["bucket"] for rows in ends if rows]
+    lows = [v for v in (tick["lo"], min(found, default=None)) if v is not None]
+    highs = [v for v in (tick["hi"], max(found, default=None)) if v is not None]
+    if not lows or not highs:
+        return None
+    return min(lows) / 1000, max(highs) / 1000
+
+
+def _has_table(reader: StoreReader, name: str) -> bool:
+    return bool(reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                             (name,)))
+
+
+def spend_by_day(reader: StoreReader, since: float,
+                 until: float) -> list[tuple[float, int, int, float, float]]:
+    """The hour spend the daemon's ledger recorded (schema.KIND_SPEND) over [since, until],
+    summed per UTC day in SQL (a month of 64 processes is 46 000 hour rows): (a time inside
+    the part of the day in the range, key: 0 for the host or a process id, metric code,
+    seconds charged, dollars). An hour the range cuts counts in proportion to the part inside.
+    [] for a store written before hour spend was kept."""
+    hour_ms, day_ms = HOUR * 1000, 86400 * 1000
+    lo, hi = round(since * 1000), round(until * 1000)
+    whole_lo, whole_hi = -(-lo // hour_ms) * hour_ms, hi // hour_ms * hour_ms
+    out: list[tuple[float, int, int, float, float]] = []
+    if whole_hi > whole_lo:
+        for r in reader.query(
+                "SELECT bucket / :day AS d, min(bucket) AS first, max(bucket) AS last, key, "
+                "metric, sum(n) AS n, sum(sum) AS total FROM rollups WHERE res = :res AND "
+                "bucket >= :lo AND bucket < :hi AND kind = :kind GROUP BY d, key, metric",
+                {"day": day_ms, "res": HOUR, "lo": whole_lo, "hi": whole_hi,
+                 "kind": KIND_SPEND}):
+            middle = (r["first"] + r["last"] + hour_ms) / 2000
+            out.append((middle, r["key"], r["metric"], r["n"] / 1000,
+                        r["total"] / MICRODOLLARS))
+    edges = [(lo // hour_ms * hour_ms, min(whole_lo, hi))]
+    if whole_hi >= whole_lo:
+        edges.append((whole_hi, hi))
+    for a, b in edges:
+        if b <= a or b <= lo:
+            continue
+        for r in reader.query(
+                "SELECT bucket, key, metric, n, sum FROM rollups WHERE res = ? AND bucket = ? "
+                "AND kind = ?", (HOUR, a, KIND_SPEND)):
+            share = (min(b, a + hour_ms) - max(lo, a)) / hour_ms
+            if share > 0:
+                out.append(((max(lo, a) + min(b, a + hour_ms)) / 2000, r["key"], r["metric"],
+                            r["n"] / 1000 * share, r["sum"] / MICRODOLLARS * share))
+    return out
+
+
+def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """What the store knows of each process id: pid, start_time, user, command, owner (the
+    decoded object), first and last seen."""
+    wanted = sorted(set(ids))
+    out: dict[int, dict[str, Any]] = {}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i:i + 500]
+        for r in reader.query(
+                "SELECT id, pid, start_ms, ppid, user, command, owner, first_ts, last_ts FROM "
+                f"processes WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            out[r["id"]] = {"pid": r["pid"], "start_time": r["start_ms"] / 1000,
+                            "ppid": r["ppid"], "user": r["user"], "command": r["command"],
+                            "owner": decode_owner(r["owner"]),
+                            "first_ts": None if r["first_ts"] is None else r["first_ts"] / 1000,
+                            "last_ts": None if r["last_ts"] is None else r["last_ts"] / 1000}
+    return out
+
+
+def meter_readings(reader: StoreReader, since: float, until: float
+                   ) -> dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]]:
+    """What the meters read (storage sizes, unit-cost counters) in [since, until] and the last
+    reading before it: (kind, name) -> [(ts, value, detail)], oldest first. {} for a store
+    written before readings were kept."""
+    if not _has_table(reader, "meter_readings"):
+        return {}
+    lo, hi = round(since * 1000), round(until * 1000)
+    rows = reader.query(
+        "SELECT kind, name, ts, value, detail FROM meter_readings m WHERE ts <= :hi AND ts >= "
+        "coalesce((SELECT max(p.ts) FROM meter_readings p WHERE p.kind = m.kind AND "
+        "p.name = m.name AND p.ts <= :lo), :lo) ORDER BY ts", {"lo": lo, "hi": hi})
+    out: dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]] = {}
+    for r in rows:
+        detail = json.loads(r["detail"] or "{}")
+        out.setdefault((r["kind"], r["name"]), []).append(
+            (r["ts"] / 1000, float(r["value"]), detail if isinstance(detail, dict) else {}))
+    return out
+
+
+def snoozes_and_actions(reader: StoreReader, since: float,
+                        until: float) -> tuple[dict[str, float], dict[str, list[dict[str, Any]]]]:
+    """Each recommendation's snooze (id -> until when) and the actions taken on it in
+    [since, until] (id -> the audit trail's entries: daemon.api.audit), dry runs included."""
+    snoozed = {r["id"]: r["snoozed_until"] / 1000 for r in reader.query(
+        "SELECT id, snoozed_until FROM recommendations WHERE snoozed_until IS NOT NULL AND "
+        "last_seen >= ?", (round(since * 1000),))}
+    actions: dict[str, list[dict[str, Any]]] = {}
+    for event in events(reader, since, until):
+        detail = event["detail"]
+        if event["kind"] == "action" and isinstance(detail, dict) and detail.get("recommendation"):
+            actions.setdefault(str(detail["recommendation"]), []).append(
+                dict(detail, at=event["started_at"]))
+    return snoozed, actions
 def process_kinds(reader: StoreReader, at: float | None = None) -> dict[tuple[int, float], Any]:
     """Each process's workload kind as it was at `at` (None: the latest): (pid, start_time) ->
     the kind document (parsed JSON: a hostile file's value may be anything; read it through

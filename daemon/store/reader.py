@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,10 @@ class StoreReader:
         self.path = str(path)
         self.timeout_s = timeout_s
         uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve()))
-        writable = tidy and os.access(self.path, os.W_OK) and not _writer_holds(self.path)
+        # Whether a daemon records into the file, asked only where it is safe (`tidy`): a
+        # command of its own, before its connection opens. None: not asked.
+        self.recording: bool | None = _writer_holds(self.path) if tidy else None
+        writable = tidy and os.access(self.path, os.W_OK) and not self.recording
         if not writable:
             uri += "?mode=ro"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
@@ -378,6 +381,113 @@ class StoreReader:
                 "processes": self._process_summary(conn, lo, hi),
             }
 
+    def rollup_summary(self, since: float, until: float) -> dict[str, Any]:
+        """What window_summary gives, from the rollups: hour rollups for the whole hours
+        rolled up so far, minute rollups around them. For ranges a raw read cannot answer in
+        time (a day of 64 processes is millions of rows). Averages are exact (sum and count);
+        memory is the largest seen; counters (CPU time, bytes read) and the processes' GPUs
+        are not in the rollups: a process's GPUs are those it held at its last raw sample
+        (none once raw samples are gone), its read and write bytes and I/O wait None."""
+        lo, hi = round(since * 1000), round(until * 1000)
+        with self._read() as conn:
+            minute_done, hour_done = self._meta(conn, "minute_done"), self._meta(conn, "hour_done")
+            h_lo = -(-lo // (HOUR * 1000)) * HOUR * 1000
+            h_hi = max(h_lo, min(hi // (HOUR * 1000) * HOUR * 1000, hour_done))
+            spans = [(HOUR, h_lo, h_hi), (MINUTE, lo, min(h_lo, hi)),
+                     (MINUTE, max(h_hi, lo), min(hi, minute_done))]
+            totals: dict[tuple[int, int, int], list[int]] = {}
+            for res, a, b in spans:
+                if b <= a:
+                    continue
+                for kind, key, metric, n, total, low, high in conn.execute(
+                        "SELECT kind, key, metric, sum(n), sum(sum), min(min), max(max) FROM "
+                        "rollups WHERE res = ? AND bucket >= ? AND bucket < ? AND kind IN (?, ?)"
+                        " GROUP BY kind, key, metric", (res, a, b, KIND_GPU, KIND_PROCESS)):
+                    found = totals.get((kind, key, metric))
+                    if found is None:
+                        totals[(kind, key, metric)] = [n, total, low, high]
+                    else:
+                        found[0] += n
+                        found[1] += total
+                        found[2], found[3] = min(found[2], low), max(found[3], high)
+            # The minutes not rolled up yet (the last one or two): raw ticks, counted; where
+            # nothing is rolled up at all (a store younger than its first rollup), read raw.
+            tail = max(lo, minute_done)
+            tail_ticks = conn.execute("SELECT count(*) FROM ticks WHERE ts >= ? AND ts <= ?",
+                                      (tail, hi)).fetchone()[0]
+            if not totals:
+                return {"window": {"since": since, "until": until, "ticks": tail_ticks},
+                        "gpus": self._gpu_summary(conn, tail, hi),
+                        "processes": self._process_summary(conn, tail, hi)}
+            return {"window": {"since": since, "until": until,
+                               "ticks": self._covered_ticks(totals) + tail_ticks},
+                    "gpus": self._gpu_rollup_summary(conn, totals),
+                    "processes": self._process_rollup_summary(conn, totals, lo, hi)}
+
+    @staticmethod
+    def _covered_ticks(totals: dict[tuple[int, int, int], list[int]]) -> int:
+        """Ticks the rollups cover: the utilization samples of the GPU seen most."""
+        counts = [v[0] for (kind, _, metric), v in totals.items()
+                  if kind == KIND_GPU and metric == GPU_METRICS["utilization"]]
+        return max(counts, default=0)
+
+    def _gpu_rollup_summary(self, conn: sqlite3.Connection,
+                            totals: dict[tuple[int, int, int], list[int]]) -> list[dict[str, Any]]:
+        def avg(key: int, metric: str) -> float | None:
+            found = totals.get((KIND_GPU, key, GPU_METRICS[metric]))
+            return found[1] / found[0] * METRIC_SCALE[metric] if found and found[0] else None
+
+        def high(key: int, metric: str) -> int | None:
+            found = totals.get((KIND_GPU, key, GPU_METRICS[metric]))
+            return found[3] if found else None
+
+        gpus = []
+        for index in sorted({key for kind, key, _ in totals if kind == KIND_GPU}):
+            facts = conn.execute(
+                "SELECT uuid, name, memory_total_bytes, memory_reserved_bytes FROM gpus"
+                " WHERE gpu = ?", (index,)).fetchone() or ("", "", None, None)
+            found = totals.get((KIND_GPU, index, GPU_METRICS["utilization"]))
+            gpus.append({"index": index, "uuid": facts[0], "name": facts[1],
+                         "utilization": avg(index, "utilization"),
+                         "sm_activity": avg(index, "sm_activity"),
+                         "memory_used_bytes": high(index, "memory_used_bytes"),
+                         "memory_total_bytes": facts[2], "memory_reserved_bytes": facts[3],
+                         "power_watts": avg(index, "power_watts"),
+                         "samples": found[0] if found else 0, "status": "ok"})
+        return gpus
+
+    def _process_rollup_summary(self, conn: sqlite3.Connection,
+                                totals: dict[tuple[int, int, int], list[int]], lo: int,
+                                hi: int) -> list[dict[str, Any]]:
+        procs = {key for kind, key, _ in totals if kind == KIND_PROCESS}
+        out = []
+        for proc, (pid, start_ms, ppid, user, command, owner_text) in self._process_facts(
+                conn, procs):
+            def metric(name: str, proc: int = proc) -> list[int] | None:
+                return totals.get((KIND_PROCESS, proc, PROCESS_METRICS[name]))
+
+            sm, memory, cpu, rss = (metric(n) for n in ("sm_share", "gpu_memory_bytes",
+                                                        "cpu_percent", "rss_bytes"))
+            first_ts, last_ts = conn.execute(
+                "SELECT first_ts, last_ts FROM processes WHERE id = ?", (proc,)).fetchone()
+            held = [r[0] for r in conn.execute(
+                "SELECT gpu FROM proc_gpu_samples WHERE ts = ? AND proc = ? ORDER BY gpu",
+                (last_ts, proc))] if last_ts is not None else []
+            out.append({
+                "pid": pid, "start_time": start_ms / 1000, "ppid": ppid, "user": user,
+                "command": command, "owner": (owner := decode_owner(owner_text)),
+                "workload": workload_label(owner), "gpus": held,
+                "gpu_memory_bytes": memory[3] if memory else 0,
+                "sm_share": sm[1] / sm[0] * METRIC_SCALE["sm_share"] if sm and sm[0] else 0.0,
+                "cpu_percent": (cpu[1] / cpu[0] * METRIC_SCALE["cpu_percent"]
+                                if cpu and cpu[0] else 0.0),
+                "rss_bytes": rss[3] if rss else None, "io_wait_seconds": None,
+                "read_bytes": None, "write_bytes": None, "threads_in_d_max": None,
+                "first_seen": max(lo, first_ts or lo) / 1000,
+                "last_seen": min(hi, last_ts or hi) / 1000,
+            })
+        return out
+
     def _gpu_summary(self, conn: sqlite3.Connection, lo: int, hi: int) -> list[dict[str, Any]]:
         gpus = []
         for gpu, samples, util, sm, power, last_ts in conn.execute(
@@ -491,7 +601,7 @@ class StoreReader:
         return out
 
     def _process_facts(
-        self, conn: sqlite3.Connection, procs: dict[int, Any]
+        self, conn: sqlite3.Connection, procs: Iterable[int]
     ) -> list[tuple[int, tuple[int, int, int, str, str, str | None]]]:
         rows = []
         for proc in procs:

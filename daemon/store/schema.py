@@ -27,6 +27,15 @@ HOUR = 3600
 # Rollup kinds and metrics (the long rollup table is keyed by these codes).
 KIND_GPU = 0
 KIND_PROCESS = 1
+# What the live cost ledger charged, per UTC hour (res HOUR): `n` the milliseconds charged,
+# `sum` the dollars in micro-dollars; key 0 with the host's SPEND_METRICS, or a process's id
+# with SPEND_PROCESS. Written by the daemon (daemon.store.facts.write_spend), so a report of
+# any past range reads what /v1/now counted instead of re-deriving it from rolled-up averages
+# (which lose each process's share of each GPU).
+KIND_SPEND = 2
+SPEND_METRICS: dict[str, int] = {"total": 20, "idle": 21, "wasted": 22, "storage": 23}
+SPEND_PROCESS = 24
+MICRODOLLARS = 1_000_000
 
 GPU_METRICS: dict[str, int] = {
     "utilization": 0,
@@ -302,8 +311,21 @@ def _migration_process_kinds(db: sqlite_utils.Database) -> None:
     db.table("process_kinds").create_index(["ts"], index_name="process_kinds_ts")
 
 
+def _migration_meter_readings(db: sqlite_utils.Database) -> None:
+    """What the meters beside the burn read, over time, so a report of a past range prices it
+    as the live view did: each storage path's size (`kind` 'storage', `value` bytes) and each
+    unit-cost counter (`kind` 'unit', `value` the count); `detail` the setting as JSON (price
+    per GB-month; the meter's target, unit and per)."""
+    _create_without_rowid(
+        db, "meter_readings",
+        {"kind": str, "name": str, "ts": int, "value": float, "detail": str},
+        ("kind", "name", "ts"))
+    db.table("meter_readings").create_index(["ts"], index_name="meter_readings_ts")
+
+
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_owners,
-    _migration_snapshots, _migration_recommendation_texts, _migration_process_kinds]
+    _migration_snapshots, _migration_recommendation_texts, _migration_process_kinds,
+    _migration_meter_readings]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -108,6 +108,10 @@ _RANGE_COPIES: tuple[tuple[str, str], ...] = (
     ("rollups", f"(res = {MINUTE} AND bucket >= :lo - {MINUTE * 1000} AND bucket <= :hi) OR "
                 f"(res = {HOUR} AND bucket >= :lo - {HOUR * 1000} AND bucket <= :hi)"),
     ("stack_samples", "ts >= :lo AND ts <= :hi"),
+    # each meter's readings in the range and the one before it (a unit cost is a difference)
+    ("meter_readings", "ts <= :hi AND ts >= coalesce((SELECT max(p.ts) FROM src.meter_readings "
+                       "p WHERE p.kind = meter_readings.kind AND p.name = meter_readings.name "
+                       "AND p.ts <= :lo), :lo)"),
     ("stacks", "hash IN (SELECT hash FROM src.stack_samples WHERE ts >= :lo AND ts <= :hi)"),
     ("stack_status", "proc IN (SELECT id FROM temp.keep_procs)"),
     ("processes", "id IN (SELECT id FROM temp.keep_procs)"),

@@ -198,6 +198,7 @@ class Store(Maintenance):
         self._last_seen: dict[int, int] = {}  # process id -> ts, not yet in processes.last_ts
         self._pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]] = OrderedDict()
         self._texts_written: OrderedDict[str, tuple[bytes, bytes, int]] = OrderedDict()  # facts
+        self._spend_writes = 0  # rounds of hour spend handed over (facts.write_spend)
         # facts.write_process_kinds: each live process's kind as last written
         self._kinds_written: dict[tuple[int, int], tuple[dict[str, Any], tuple[Any, ...], int]] = {}
         self._problem_kind: str | None = None

@@ -1,0 +1,201 @@
+"""The review a team signs off (`mlcostd report --since 30d --by kind,job,user`): spend per day
+and per month with the trend against the previous period of equal length, by kind, job and
+user, unit costs with their trend, storage, waste, energy, and what became of the
+recommendations (acted on, snoozed, ignored).
+
+Its dollars are what the daemon's cost ledger charged, as the store recorded them per UTC hour
+(daemon.store.facts.write_spend): the figures /v1/now showed, for any range the store keeps,
+read in a few thousand rows however long the range. An hour the range cuts counts in proportion
+to the part inside it. Meter readings (storage sizes, unit-cost counters) price what the meters
+measured then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from daemon.analysis.ledger import CostLedger
+from daemon.analysis.meters import StorageCost, UnitCostMeter
+from daemon.store import queries
+from daemon.store.reader import StoreReader
+from daemon.store.schema import SPEND_METRICS, SPEND_PROCESS
+
+SPEND_NAMES = {code: name for name, code in SPEND_METRICS.items()}
+Readings = Mapping[tuple[str, str], Sequence[tuple[float, float, dict[str, Any]]]]
+
+
+def recorded_ledger(reader: StoreReader, start: float, end: float,
+                    jobs: Mapping[str, str] | None) -> tuple[CostLedger, dict[Any, Any]] | None:
+    """A CostLedger filled with the spend recorded over [start, end] (summed per UTC day;
+    hours cut by the range in proportion), and the process facts by (pid, start_time); None
+    when the store recorded no spend there (a store written before hour spend was kept)."""
+    rows = queries.spend_by_day(reader, start, end)
+    if not rows:
+        return None
+    facts = queries.process_facts(reader, {key for _, key, metric, _, _ in rows
+                                           if metric == SPEND_PROCESS})
+    parts: dict[float, tuple[dict[str, float], dict[Any, list[Any]], list[float]]] = {}
+    for at, key, metric, seconds, dollars in rows:
+        host, procs, charged = parts.setdefault(at, ({}, {}, [0.0]))
+        if metric == SPEND_PROCESS:
+            fact = facts.get(key)
+            if fact is not None:
+                procs[(fact["pid"], fact["start_time"])] = [
+                    dollars, fact["user"], fact["command"], fact["owner"]]
+        elif metric in SPEND_NAMES:
+            host[SPEND_NAMES[metric]] = dollars
+            charged[0] = max(charged[0], seconds)
+    ledger = CostLedger(jobs)
+    for at, (host, procs, charged) in sorted(parts.items()):
+        ledger.add_recorded(at, charged[0], host, {k: tuple(v) for k, v in procs.items()})
+    by_key = {(f["pid"], f["start_time"]): f for f in facts.values()}
+    return ledger, by_key
+
+
+def storage_items(readings: Readings, at: float) -> list[StorageCost]:
+    """The storage walk in force at `at`: each path's latest reading at or before it."""
+    items = []
+    for (kind, path), found in readings.items():
+        if kind != "storage":
+            continue
+        before = [r for r in found if r[0] <= at] or list(found[:1])
+        ts, size, detail = before[-1]
+        price = float(detail.get("price_per_gb_month") or 0.0)
+        items.append(StorageCost(path, int(size), int(detail.get("files") or 0),
+                                 bool(detail.get("complete", True)), price,
+                                 size / 2**30 * price, detail.get("error")))
+    return items
+
+
+def unit_meters(readings: Readings) -> dict[str, UnitCostMeter]:
+    """A UnitCostMeter per unit-cost counter the store read, by its reading name."""
+    meters = {}
+    for (kind, name), found in readings.items():
+        if kind != "unit" or not found:
+            continue
+        detail = found[-1][2]
+        meters[name] = UnitCostMeter(
+            target=str(detail.get("target") or "?"), url=str(detail.get("url") or ""),
+            metric=str(detail.get("metric") or ""), unit=str(detail.get("unit") or "units"),
+            per=float(detail.get("per") or 1_000_000.0), labels=dict(detail.get("labels") or {}))
+    return meters
+
+
+def prorated_unit_costs(ledger: CostLedger, readings: Readings, start: float,
+                        end: float) -> list[dict[str, Any]]:
+    """Unit costs over a range from recorded spend: the target's dollars in the range, times the
+    share of the range its counter readings span, over the units counted (a counter reset
+    starts again from its new value)."""
+    out = []
+    for name, meter in unit_meters(readings).items():
+        found = [r for r in readings[("unit", name)] if start <= r[0] <= end]
+        if len(found) < 2:
+            out.append(meter.as_dict())
+            continue
+        units = sum(max(0.0, b[1] - a[1]) if b[1] >= a[1] else b[1]
+                    for a, b in zip(found, found[1:], strict=False))
+        spanned = (found[-1][0] - found[0][0]) / max(end - start, 1e-9)
+        meter.observe(0.0, 0.0)
+        meter.observe(ledger.cost_of(meter.target) * spanned, units)
+        out.append(meter.as_dict())
+    return out
+
+
+def _trend(now: float | None, before: float | None) -> float | None:
+    """Percent change from `before` to `now`; None where there is nothing to compare with."""
+    if now is None or before is None or before <= 0:
+        return None
+    return round((now - before) / before * 100, 1)
+
+
+def _split(ledger: CostLedger, facts: Mapping[Any, Any], by: str,
+           kinds: Mapping[Any, Any]) -> dict[str, float]:
+    if by == "job":
+        return dict(ledger.by_job)
+    if by == "user":
+        return dict(ledger.by_user)
+    out: dict[str, float] = {}
+    for key, cost in ledger.by_process.items():  # by kind ((pid, start_time) -> its kind)
+        kind = kinds.get(key)
+        name = kind.get("kind") if isinstance(kind, dict) else None
+        name = name if isinstance(name, str) and name else "unknown"
+        out[name] = out.get(name, 0.0) + cost
+    return out
+
+
+def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
+           jobs: Mapping[str, str] | None, kinds: Mapping[Any, Any],
+           energy: Mapping[str, Any] | None,
+           recommendations: Sequence[Mapping[str, Any]],
+           current: tuple[CostLedger, dict[Any, Any]] | None = None) -> dict[str, Any]:
+    """The review's part of the report document (README "The review"): keys are added,
+    never renamed. `current`: recorded_ledger over [start, end], where the caller has it."""
+    span = end - start
+    current = current or recorded_ledger(reader, start, end, jobs)
+    previous = recorded_ledger(reader, start - span, start, jobs)
+    out: dict[str, Any] = {"since": start, "until": end, "days": round(span / 86400, 2),
+                           "previous": {"since": start - span, "until": start},
+                           "from": "recorded hour spend" if current else None}
+    if current is None:
+        out["spend"] = None
+    else:
+        ledger, facts = current
+        before = previous[0] if previous else None
+        out["spend"] = {
+            "total": ledger.total, "previous_total": before.total if before else None,
+            "trend_pct": _trend(ledger.total, before.total if before else None),
+            "by_day": dict(sorted(ledger.by_day.items())),
+            "by_month": dict(sorted(ledger.by_month.items())),
+            "per_day": ledger.total / max(span / 86400, 1e-9),
+        }
+        out["waste"] = {
+            "idle": ledger.idle, "wasted": ledger.wasted,
+            "wasted_share": ledger.wasted / ledger.total if ledger.total > 0 else None,
+            "previous_wasted": before.wasted if before else None,
+            "trend_pct": _trend(ledger.wasted, before.wasted if before else None)}
+        out["storage"] = {"cost": ledger.storage,
+                          "previous_cost": before.storage if before else None}
+        out["by"] = {}
+        for key in by:
+            now_split = _split(ledger, facts, key, kinds)
+            before_split = _split(before, previous[1], key, kinds) if previous and before else {}
+            out["by"][key] = [{"name": name, "cost": cost,
+                               "previous": before_split.get(name),
+                               "trend_pct": _trend(cost, before_split.get(name))}
+                              for name, cost in sorted(now_split.items(), key=lambda i: -i[1])]
+        readings = queries.meter_readings(reader, start - span, end)
+        units_now = prorated_unit_costs(ledger, readings, start, end)
+        units_before = (prorated_unit_costs(before, readings, start - span, start)
+                        if before else [])
+        before_of = {(u["target"], u["metric"]): u.get("unit_cost") for u in units_before}
+        out["unit_costs"] = [dict(u, previous_unit_cost=before_of.get((u["target"], u["metric"])),
+                                  trend_pct=_trend(u.get("unit_cost"),
+                                                   before_of.get((u["target"], u["metric"]))))
+                             for u in units_now]
+    out["energy"] = dict(energy) if energy else None
+    out["recommendations"] = _outcomes(reader, start, end, recommendations)
+    return out
+
+
+def _outcomes(reader: StoreReader, start: float, end: float,
+              recommendations: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each recommendation of the range as acted on (a real action ran, its outcome), snoozed
+    (until when) or ignored (neither), with its monthly savings."""
+    snoozed, actions = queries.snoozes_and_actions(reader, start, end)
+    out: dict[str, list[dict[str, Any]]] = {"acted": [], "snoozed": [], "ignored": []}
+    for rec in recommendations:
+        rec_id = str(rec.get("id"))
+        entry = {"id": rec_id, "rule": rec.get("rule"), "target": rec.get("target"),
+                 "summary": rec.get("summary"),
+                 "savings_per_month": rec.get("savings_per_month"),
+                 "first_seen": rec.get("first_seen"), "last_seen": rec.get("last_seen")}
+        real = [a for a in actions.get(rec_id, []) if not a.get("dry_run")]
+        if real:
+            out["acted"].append(dict(entry, outcome=real[-1].get("outcome"),
+                                     who=real[-1].get("who"), at=real[-1].get("at")))
+        elif rec_id in snoozed:
+            out["snoozed"].append(dict(entry, snoozed_until=snoozed[rec_id]))
+        else:
+            out["ignored"].append(entry)
+    return out

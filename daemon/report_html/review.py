@@ -1,0 +1,138 @@
+"""The review a team signs off as one self-contained HTML page (`mlcostd report --html FILE`):
+spend per day (an SVG bar chart) and per month with the trend on the period before, spend by
+kind, job and user, unit costs, storage, waste, energy, and the recommendations acted on,
+snoozed or ignored. Made from the report document (daemon.commands.report.build), so the page,
+the text and `--json` say the same.
+
+Inline CSS and SVG only; the Content-Security-Policy forbids scripts and any fetch; every text
+that came from the host is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from daemon import __version__, clock
+
+CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#111;
+padding:0 16px}h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;text-align:left;
+border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.up{color:#b91c1c}.down{color:#15803d}.muted{color:#6b7280}svg{display:block}"""
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def _trend(pct: float | None) -> str:
+    if pct is None:
+        return '<span class="muted">-</span>'
+    css = "up" if pct > 0 else "down" if pct < 0 else "muted"
+    return f'<span class="{css}">{pct:+.1f}%</span>'
+
+
+def _bars(by_day: dict[str, float]) -> str:
+    """Spend per UTC day as SVG bars, one per day, the tallest the most spent."""
+    if not by_day:
+        return ""
+    width, height, pad = 1200, 160, 20
+    top = max(by_day.values()) or 1.0
+    step = (width - 2 * pad) / len(by_day)
+    bars = []
+    for i, (day, value) in enumerate(by_day.items()):
+        h = (height - 2 * pad) * value / top
+        bars.append(f'<rect x="{pad + i * step:.1f}" y="{height - pad - h:.1f}" '
+                    f'width="{max(step - 2, 1):.1f}" height="{h:.1f}" fill="#2563eb">'
+                    f"<title>{_e(day)} {_e(_money(value))}</title></rect>")
+    return (f'<svg class="chart" data-chart="spend_by_day" data-bars="{len(by_day)}" '
+            f'viewBox="0 0 {width} {height}" width="100%">{"".join(bars)}</svg>')
+
+
+def _unit_row(unit: dict[str, Any]) -> str:
+    cost, before = unit.get("unit_cost"), unit.get("previous_unit_cost")
+    return (f"<tr><td>{_e(unit['target'])}</td>"
+            f"<td class=n>{_e('-' if cost is None else f'${cost:,.4f}')}</td>"
+            f"<td>{_e(format(unit['per'], 'g'))} {_e(unit['unit'])}</td>"
+            f"<td class=n>{_e('-' if before is None else f'${before:,.4f}')}</td>"
+            f"<td>{_trend(unit.get('trend_pct'))}</td></tr>")
+
+
+def render(document: dict[str, Any]) -> str:
+    """The page of a report document's review (its `review` key)."""
+    review = document.get("review") or {}
+    host = document.get("host") or {}
+    title = f"mlcost review: {host.get('hostname', '?')}"
+    out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+           "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+           "style-src 'unsafe-inline'; img-src data:\">",
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           '<link rel="icon" href="data:,">',
+           f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
+           f"<h1>{_e(title)}</h1>"]
+    if review.get("since") is not None:
+        out.append(f"<p>{_e(clock.local_time(review['since'], seconds=False))} to "
+                   f"{_e(clock.local_time(review['until'], seconds=False))} "
+                   f"({_e(review.get('days'))} days), against the {_e(review.get('days'))} "
+                   "days before.</p>")
+    spend = review.get("spend")
+    if not spend:
+        out.append("<p>No recorded spend in this range: the store was written by an mlcostd "
+                   "that did not record its hour spend, or nothing was recorded then.</p>")
+    else:
+        out.append("<h2>Spend</h2><table>"
+                   f"<tr><th>this period</th><td class=n>{_e(_money(spend['total']))}</td></tr>"
+                   f"<tr><th>per day</th><td class=n>{_e(_money(spend['per_day']))}</td></tr>"
+                   f"<tr><th>the period before</th><td class=n>"
+                   f"{_e(_money(spend.get('previous_total')))}</td></tr>"
+                   f"<tr><th>trend</th><td class=n>{_trend(spend.get('trend_pct'))}</td></tr>"
+                   "</table>")
+        out.append(_bars(spend.get("by_day") or {}))
+        out.append("<table><tr><th>month</th><th>spend</th></tr>" + "".join(
+            f"<tr><td>{_e(m)}</td><td class=n>{_e(_money(v))}</td></tr>"
+            for m, v in (spend.get("by_month") or {}).items()) + "</table>")
+        waste = review.get("waste") or {}
+        storage = review.get("storage") or {}
+        energy = review.get("energy") or {}
+        out.append("<h2>Waste, storage, energy</h2><table>"
+                   f"<tr><th>paid GPU time unused</th><td class=n>"
+                   f"{_e(_money(waste.get('wasted')))}</td><td>"
+                   f"{_trend(waste.get('trend_pct'))}</td></tr>"
+                   f"<tr><th>with no process</th><td class=n>{_e(_money(waste.get('idle')))}"
+                   "</td><td></td></tr>"
+                   f"<tr><th>storage</th><td class=n>{_e(_money(storage.get('cost')))}</td>"
+                   "<td></td></tr>"
+                   f"<tr><th>energy</th><td class=n>{_e(_money(energy.get('cost')))}</td>"
+                   "<td></td></tr></table>")
+        for key, rows in (review.get("by") or {}).items():
+            out.append(f"<h2>By {_e(key)}</h2><table><tr><th>{_e(key)}</th><th>spend</th>"
+                       "<th>before</th><th>trend</th></tr>" + "".join(
+                           f"<tr><td>{_e(r['name'])}</td><td class=n>{_e(_money(r['cost']))}"
+                           f"</td><td class=n>{_e(_money(r.get('previous')))}</td><td>"
+                           f"{_trend(r.get('trend_pct'))}</td></tr>" for r in rows)
+                       + "</table>")
+        units = review.get("unit_costs") or []
+        if units:
+            out.append("<h2>Unit costs</h2><table><tr><th>of</th><th>cost</th><th>per</th>"
+                       "<th>before</th><th>trend</th></tr>"
+                       + "".join(_unit_row(u) for u in units) + "</table>")
+    outcomes = review.get("recommendations") or {}
+    out.append("<h2>Recommendations</h2><table><tr><th>state</th><th>savings/month</th>"
+               "<th>recommendation</th><th>detail</th></tr>")
+    for state in ("acted", "snoozed", "ignored"):
+        for rec in outcomes.get(state) or []:
+            detail = (rec.get("outcome") if state == "acted" else
+                      clock.local_time(rec["snoozed_until"]) if state == "snoozed" else "")
+            savings = rec.get("savings_per_month")
+            out.append(f"<tr><td>{_e(state)}</td><td class=n>"
+                       f"{_e(f'${savings:,.0f}' if isinstance(savings, int | float) else '-')}"
+                       f"</td><td>{_e(rec.get('summary') or rec.get('id'))}</td>"
+                       f"<td>{_e(detail)}</td></tr>")
+    out.append("</table>")
+    out.append(f'<p class="muted">mlcost {_e(__version__)}</p></body></html>')
+    return "\n".join(out) + "\n"

@@ -1,0 +1,112 @@
+"""`mlcostd report` over a range: --until, and a snapshot or stopped store reported over its own
+recorded range by default (issue 22, item 3): a file read an hour after it was taken used to say
+"No samples in this window. Is mlcostd running?"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.store.writer import Store
+from tests.livedaemon import ROOT
+
+HOUR = 3600.0
+
+
+def record_past(db: Path, start: float, ticks: int = 30) -> None:
+    """`ticks` 1 s samples of one busy GPU and its process from `start` (in the past)."""
+    store = Store(str(db))
+    for i in range(ticks):
+        gpu = GpuSample(0, "GPU-0", "A100", utilization=90.0, power_watts=300.0,
+                        memory_used_bytes=10 << 30, memory_total_bytes=40 << 30)
+        proc = ProcessSample(pid=4242, start_time=start - 100, ppid=1, user="alice",
+                             command="python train.py", gpus=(GpuUse(0, 10 << 30, 90.0),),
+                             cpu_seconds=float(i), rss_bytes=1 << 30)
+        store.write(Sample(ts=start + i, tick=i + 1, gpus=(gpu,), processes=(proc,)))
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                            "price": {"per_hour": 4.0, "gpus": 1, "source": "test"}})
+    store.close()
+
+
+def report(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_stopped_store_reports_its_own_range_without_since(tmp_path):
+    db = tmp_path / "snap.db"
+    start = time.time() - 2 * HOUR
+    record_past(db, start)
+    out = report(db, "--json")
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["window"]["ticks"] == 30
+    assert document["window"]["since"] <= start + 0.001
+    assert abs(document["window"]["until"] - (start + 29)) < 0.01
+    assert document["host"]["recording"] is False
+    assert [p["pid"] for p in document["processes"]] == [4242]
+
+
+def test_since_on_a_stopped_store_ends_at_its_last_sample(tmp_path):
+    db = tmp_path / "snap.db"
+    start = time.time() - HOUR
+    record_past(db, start, ticks=30)
+    document = json.loads(report(db, "--since", "10s", "--json").stdout)
+    assert abs(document["window"]["until"] - (start + 29)) < 0.01
+    assert document["window"]["ticks"] == 11  # start+19 .. start+29, both ends included
+
+
+def test_until_ends_the_window_where_asked(tmp_path):
+    db = tmp_path / "snap.db"
+    start = time.time() - HOUR
+    record_past(db, start, ticks=30)
+    document = json.loads(report(db, "--since", "5s", "--until", f"{start + 9:.3f}",
+                                 "--json").stdout)
+    assert document["window"]["ticks"] == 6  # start+4 .. start+9
+    assert abs(document["window"]["until"] - (start + 9)) < 0.01
+
+
+def test_a_window_that_misses_the_file_names_the_files_range(tmp_path):
+    db = tmp_path / "snap.db"
+    start = time.time() - 3 * HOUR
+    record_past(db, start)
+    out = report(db, "--since", "5m", "--until", f"{start + 2 * HOUR:.0f}")
+    assert out.returncode == 0, out.stderr
+    assert "No samples in this window" in out.stdout
+    assert str(db) in out.stdout and time.strftime(
+        "%Y-%m-%d %H:%M", time.localtime(start)) in out.stdout
+    assert "Is mlcostd running" not in out.stdout  # nothing records into a snapshot
+
+
+def test_until_is_checked_like_since(tmp_path):
+    db = tmp_path / "snap.db"
+    record_past(db, time.time() - HOUR)
+    for value, said in (("1969-12-31T00:00Z", "outside the times"),
+                        ("yesterday", "not a time"),
+                        (f"{time.time() + 86400:.0f}", "in the future")):
+        out = report(db, "--until", value)
+        assert out.returncode == 2
+        assert out.stderr.startswith("mlcostd report: --until") and said in out.stderr
+    out = report(db, "--since", "0s")
+    assert out.returncode == 2 and "--since '0s' must be at least 1 s" in out.stderr
+
+
+def test_a_snapshot_of_a_stopped_store_ends_at_its_last_sample(tmp_path):
+    db = tmp_path / "old.db"
+    start = time.time() - 3 * HOUR
+    record_past(db, start)
+    out = subprocess.run(
+        [sys.executable, "-m", "daemon", "snapshot", "--db", str(db), "--since", "1m",
+         "--socket", str(tmp_path / "no-daemon.sock"), "--out", str(tmp_path / "s.db"),
+         "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["ticks"] == 30
+    assert abs(result["until"] - (start + 29)) < 0.01
+    # and the snapshot reports its own range, without --since
+    document = json.loads(report(tmp_path / "s.db", "--json").stdout)
+    assert document["window"]["ticks"] == 30

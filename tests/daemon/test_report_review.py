@@ -1,0 +1,152 @@
+"""The review a team signs off (issue 22 item 3): `mlcostd report --since 30d --by kind,job,user`
+on a store holding 60 days of recorded hour spend, read from the rollups: spend per day and
+month, the trend against the 30 days before, by kind, job and user, waste, and what became of
+the recommendations (acted on, snoozed, ignored)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.store import facts
+from daemon.store.writer import Store
+from daemon.wire import process_key
+from tests.livedaemon import ROOT
+
+DAY = 86400.0
+TRAIN = ProcessSample(pid=100, start_time=1_780_000_000.0, ppid=1, user="alice",
+                      command="python train.py --epochs 90", gpus=(GpuUse(0, 30 << 30, 90.0),))
+SERVE = ProcessSample(pid=200, start_time=1_780_000_001.0, ppid=1, user="bob",
+                      command="python -m vllm.entrypoints.openai.api_server",
+                      gpus=(GpuUse(1, 20 << 30, 30.0),))
+
+
+def build_store(db: Path) -> float:
+    """60 days of hour spend as the daemon's ledger records it: in the last 30 days the trainer
+    costs $2/h and the server $1/h, in the 30 before $1/h each; the host $0.50/h more with no
+    process. Returns the store's last tick."""
+    end = time.time() - 120
+    store = Store(str(db))
+    for i in range(3):  # the processes exist in the store, as after any tick
+        gpus = tuple(GpuSample(g, f"GPU-{g}", "A100", utilization=60.0, power_watts=250.0,
+                               memory_used_bytes=20 << 30, memory_total_bytes=40 << 30)
+                     for g in range(2))
+        store.write(Sample(ts=end - 2 + i, tick=i + 1, gpus=gpus, processes=(TRAIN, SERVE)))
+    hosts, procs = {}, {}
+    first = int((end - 60 * DAY) // 3600 * 3600)
+    for hour in range(first, int(end) + 1, 3600):
+        recent = hour + 3600 > end - 30 * DAY
+        train = 2.0 if recent else 1.0
+        hosts[hour] = [3600.0, train + 1.5, 0.5, 1.0, 0.0]
+        procs[(hour, (TRAIN.pid, TRAIN.start_time))] = [3600.0, train]
+        procs[(hour, (SERVE.pid, SERVE.start_time))] = [3600.0, 1.0]
+    facts.write_spend(store, hosts, procs)
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                            "price": {"per_hour": 4.0, "gpus": 2, "source": "test"}})
+    store.set_meta("cost", {"jobs": {"llm-serve": "vllm"}})
+    store.set_meta("kinds", {process_key(TRAIN.pid, TRAIN.start_time): {"kind": "training"},
+                             process_key(SERVE.pid, SERVE.start_time): {"kind": "inference"}})
+    seen = end - 5 * DAY
+    recs = [{"id": f"r-{name}", "rule": "idle_gpu", "target": "100:1780000000.000",
+             "summary": f"recommendation {name}", "savings_per_month": savings}
+            for name, savings in (("acted", 900.0), ("snoozed", 500.0), ("ignored", 100.0))]
+    facts.write_recommendations(store, recs, seen)
+    facts.write_recommendations(store, [dict(recs[1], snoozed_until=end + DAY)], seen + 60)
+    facts.write_event(store, {"kind": "action", "target": "100:1780000000.000",
+                              "started_at": seen + 30, "ended_at": seen + 30,
+                              "cost_so_far": None, "detail": {
+                                  "who": "uid 1000", "recommendation": "r-acted",
+                                  "action": "sigterm", "dry_run": False, "outcome": "done"}})
+    store.close()
+    return end
+
+
+def report(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db),
+                           "--since", "30d", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("review") / "mlcost.db"
+    build_store(db)
+    return db
+
+
+def test_a_30_day_review_has_the_trend_against_the_30_days_before(store):
+    out = report(store, "--json")
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["window"]["source"] == "rollups"
+    review = document["review"]
+    spend = review["spend"]
+    assert spend["total"] == pytest.approx(3.5 * 720, rel=1e-6)
+    # (the hour the periods share is priced at the recent rate: within a dollar)
+    assert spend["previous_total"] == pytest.approx(2.5 * 720, abs=1.0)
+    assert spend["trend_pct"] == pytest.approx(40.0, abs=0.2)
+    assert sum(spend["by_day"].values()) == pytest.approx(spend["total"], rel=1e-6)
+    assert len(spend["by_day"]) in (30, 31)  # the window's ends cut two UTC days
+    assert sum(spend["by_month"].values()) == pytest.approx(spend["total"], rel=1e-6)
+    assert review["waste"]["wasted"] == pytest.approx(720.0, rel=1e-6)
+    assert review["waste"]["wasted_share"] == pytest.approx(1 / 3.5, rel=1e-6)
+
+
+def test_the_review_splits_by_kind_job_and_user_with_their_trends(store):
+    review = json.loads(report(store, "--json").stdout)["review"]
+    by = {key: {r["name"]: r for r in rows} for key, rows in review["by"].items()}
+    assert set(by) == {"kind", "job", "user"}
+    assert by["kind"]["training"]["cost"] == pytest.approx(1440.0, rel=1e-6)
+    assert by["kind"]["training"]["trend_pct"] == pytest.approx(100.0, abs=0.5)
+    assert by["kind"]["inference"]["trend_pct"] == pytest.approx(0.0, abs=0.5)
+    # the job labels the daemon ran with ([cost].jobs, recorded in the store)
+    assert set(by["job"]) == {"train.py", "llm-serve"}
+    assert by["user"]["alice"]["previous"] == pytest.approx(720.0, abs=1.0)
+    only_jobs = json.loads(report(store, "--json", "--by", "job").stdout)["review"]["by"]
+    assert list(only_jobs) == ["job"]
+
+
+def test_the_review_says_which_recommendations_were_acted_on_snoozed_or_ignored(store):
+    outcomes = json.loads(report(store, "--json").stdout)["review"]["recommendations"]
+    assert [r["id"] for r in outcomes["acted"]] == ["r-acted"]
+    assert outcomes["acted"][0]["outcome"] == "done"
+    assert [r["id"] for r in outcomes["snoozed"]] == ["r-snoozed"]
+    assert [r["id"] for r in outcomes["ignored"]] == ["r-ignored"]
+
+
+def test_the_review_reads_as_text(store):
+    out = report(store)
+    assert out.returncode == 0, out.stderr
+    assert "Review:" in out.stdout
+    assert re.search(r"spend \$2,520\.00 \(\$84\.00/day\); before: \$1,80\d\.\d\d "
+                     r"\(\+(39\.9|40\.0)% on the period before\)", out.stdout), out.stdout
+    assert "by kind: training $1,440.00 (+100%)" in out.stdout
+    assert "recommendations: 1 acted on, 1 snoozed, 1 ignored" in out.stdout
+
+
+def test_by_names_what_it_cannot_split_by(store):
+    out = report(store, "--by", "kind,colour")
+    assert out.returncode == 2
+    assert "--by 'kind,colour': use any of kind, job, user" in out.stderr
+
+
+def test_the_review_as_an_html_page(store, tmp_path):
+    page = tmp_path / "review.html"
+    out = report(store, "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    assert f"html: {page}" in out.stdout
+    text = page.read_text()
+    assert "default-src 'none'" in text and "<script" not in text
+    assert 'data-chart="spend_by_day" data-bars="31"' in text or \
+        'data-chart="spend_by_day" data-bars="30"' in text
+    for said in ("By kind", "training", "llm-serve", "alice", "acted", "snoozed", "ignored",
+                 "$2,520.00"):
+        assert said in text
+    assert page.stat().st_mode & 0o077 == 0  # a private file, as every file mlcostd writes
