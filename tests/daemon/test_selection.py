@@ -1,6 +1,7 @@
 """`mlcostd prices --observed`: the selection matrix from what a recorded workload needed."""
 
 import json
+import sqlite3
 import time
 
 import pytest
@@ -167,8 +168,9 @@ def test_the_recorded_kinds_choose_the_matrices_and_the_text_names_the_moving_co
 
     path = tmp_path / "x.db"
     record(path)
+    with sqlite3.connect(path) as db:
+        start = db.execute("SELECT start_ms FROM processes WHERE pid = 100").fetchone()[0]
     store = Store(str(path))
-    start = store._conn.execute("SELECT start_ms FROM processes WHERE pid = 100").fetchone()[0]
     facts.write_process_kinds(store, {(100, start / 1000): Kind("training", 0.9).as_dict()},
                               time.time())
     store.close()
@@ -193,8 +195,9 @@ def test_each_recorded_kind_is_ranked_for_what_its_own_processes_needed(tmp_path
 
     path = tmp_path / "x.db"
     record(path)  # pid 100: 2 GPUs, peak 30 GiB; pid 200: 1 GPU, 12 GiB, idle
+    with sqlite3.connect(path) as db:
+        starts = dict(db.execute("SELECT pid, start_ms FROM processes").fetchall())
     store = Store(str(path))
-    starts = dict(store._conn.execute("SELECT pid, start_ms FROM processes").fetchall())
     facts.write_process_kinds(store, {(100, starts[100] / 1000): Kind("training", 0.9).as_dict(),
                                       (200, starts[200] / 1000):
                                       Kind("online_inference", 0.9).as_dict()}, time.time())
