@@ -167,6 +167,7 @@ class MlcostTop(App):
         self._poll_timer: Timer | None = None
         self.render_seconds = 0.0  # how long the last render took (the bench reads it)
         self.event_snapshots = incidents.EventSnapshots()
+        self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
         # The last snooze, while `u` can undo it: (recommendation, monotonic time of the snooze)
         self.last_snooze: tuple[Recommendation, float] | None = None
@@ -291,6 +292,8 @@ class MlcostTop(App):
         self.hosts = message.hosts
         for note in self.event_snapshots.news(self.hosts):
             self.notify(note, title="incident snapshot", timeout=SNAPSHOT_TOAST_S)
+        for note in self.resolved_notices.news(self.hosts):
+            self.notify(note, title="recommendation gone", timeout=SNAPSHOT_TOAST_S)
         if any(h.error is None and h.now is not None and h.now.ts is not None
                for h in self.hosts):
             self.starting = None  # the first tick's figures: no longer starting

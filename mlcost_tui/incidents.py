@@ -70,3 +70,22 @@ class EventSnapshots:
                                  f"snapshot: {home_short(event.snapshot)}")
         news, self.primed = (found if self.primed else []), True
         return news
+
+
+class ResolvedNotices:
+    """Remembers which recommendation_resolved events were shown, so each is announced once:
+    a recommendation that goes says so (daemon.analysis.book's hysteresis)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.primed = False  # the first poll's notices are history, not news
+
+    def news(self, hosts: Iterable[HostSnapshot]) -> list[str]:
+        found = []
+        for host in hosts:
+            for event in host.now.events if host.now is not None else ():
+                if event.kind == "recommendation_resolved" and event.id not in self.seen:
+                    self.seen.add(event.id)
+                    found.append(event.detail or f"resolved: {event.target}")
+        news, self.primed = (found if self.primed else []), True
+        return news

@@ -54,6 +54,14 @@ def hours(seconds: float | None) -> str:
     return f"{h:.1f} h" if h < 10 else f"{h:.0f} h"
 
 
+def going(rec: Recommendation) -> str:
+    """'(going at 14:05) ' for a recommendation whose condition no longer holds and that is
+    kept through the daemon's hold ([cost].recommendation_hold) until then; '' otherwise."""
+    if rec.status != "holding":
+        return ""
+    return f"(going at {fmt.clock_time(rec.resolves_at)}) " if rec.resolves_at else "(going) "
+
+
 def evidence_text(rec: Recommendation) -> Text:
     """'preliminary 0.2/30 h', 'confident', '· shortened': the confidence next to the figure."""
     text = Text()
@@ -152,5 +160,6 @@ class RecommendationTable(KeyedTable):
                  if r.combined_savings_per_month is not None else "")
         return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
                 "alone": Text(alone, style=MUTED), "evidence": evidence_text(r), "rule": r.rule,
-                "summary": "\n".join(fmt.wrap(r.summary, self.summary_width, self.row_height)),
+                "summary": "\n".join(fmt.wrap(going(r) + r.summary, self.summary_width,
+                                                self.row_height)),
                 "action": action_label(r, self.on_ec2)}
