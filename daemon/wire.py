@@ -27,6 +27,8 @@ from daemon.sources.safe_text import one_line as one_line
 API_VERSION = 1
 
 
+SOCKET_PATH_MAX = 107  # bytes in a Unix socket's path: sockaddr_un's sun_path (108) less its NUL
+
 def _f(value: Any) -> float | None:
     """A number or None (bools and strings are not numbers on this wire)."""
     if isinstance(value, bool) or not isinstance(value, int | float):

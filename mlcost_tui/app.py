@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -144,8 +144,12 @@ class MlcostTop(App):
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
                  starting: str | None = None, replay: Replay | None = None,
                  prometheus: Screen | None = None,
-                 first: HostSnapshot | None = None) -> None:
+                 first: HostSnapshot | None = None,
+                 start_failure: Callable[[], str | None] | None = None) -> None:
         super().__init__()
+        # Why what `starting` waits for gave up (the demo's daemon exited), or None: shown
+        # instead of `starting`, so a failed start is not a screen that waits forever.
+        self.start_failure = start_failure
         # --prometheus: the fleet table from Prometheus (screens/prometheus_fleet.py), shown
         # first; enter there opens one daemon here through watch_daemon, escape goes back.
         self.prometheus = prometheus
@@ -321,7 +325,9 @@ class MlcostTop(App):
             else:
                 snap = self.shown_host
                 if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
-                    header.update(Text(self.starting))
+                    failed = self.start_failure() if self.start_failure is not None else None
+                    header.update(Text(lines(f"mlcost-top: {failed} (q quits)") if failed
+                                       else self.starting))
                 else:
                     header.show(snap, self.paused, retry,
                                 self.replay.status(self.playing) if self.replay else None)

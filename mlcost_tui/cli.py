@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         first = first_snapshot(targets[0], token)  # real figures on the first frame
     app = MlcostTop(clients, readonly=args.readonly, interval_s=args.interval, first=first,
                     starting="mlcost-top: starting the simulated demo host (mlcostd --simulate "
-                             f"{args.scenario})…" if demo else None)
+                             f"{args.scenario})…" if demo else None,
+                    start_failure=demo.failure if demo else None)
     def hang_up(signum: int, frame: object = None) -> None:
         if demo is not None:
             demo.stop()  # the terminal went away: take the embedded daemon down with us

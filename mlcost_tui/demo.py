@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon.lifetime import die_with_parent
+from daemon.wire import SOCKET_PATH_MAX
 
 STOP_WAIT_S = 15.0
+SOCKET_NAME = "api/mlcostd.sock"  # in the demo's folder
 EC2_START_S = 60.0  # the simulated EC2's first answer (moto loads its EC2 models first)
 # What the environment of the demo's daemon must not carry over: its EC2 is the local one, and
 # a profile or endpoint of the user's would send the demo's calls to a real account.
@@ -74,9 +76,13 @@ class EmbeddedDaemon:
         self.allow_actions = allow_actions
         self.want_ec2 = ec2
         self.folder = Path(tempfile.mkdtemp(prefix="mlcost-demo-"))
+        if len(os.fsencode(self.folder / SOCKET_NAME)) > SOCKET_PATH_MAX:
+            # A long $TMPDIR: the socket could not be bound there (the daemon would refuse).
+            os.rmdir(self.folder)
+            self.folder = Path(tempfile.mkdtemp(prefix="mlcost-demo-", dir="/tmp"))
         os.chmod(self.folder, 0o700)
         self.snapshots = snapshots_folder()
-        self.socket = self.folder / "api" / "mlcostd.sock"
+        self.socket = self.folder / SOCKET_NAME
         self.log = self.folder / "mlcostd.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.ec2_process: subprocess.Popen[bytes] | None = None

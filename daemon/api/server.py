@@ -31,6 +31,7 @@ from daemon.api.metrics import Metrics, add_metrics_route, metrics_only_app
 from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 from daemon.config import parse_address
 from daemon.store.files import RefusedFile, folder_problem, open_checked, private_folder
+from daemon.wire import SOCKET_PATH_MAX
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +297,11 @@ class ApiServer:
 
     async def _start_unix(self, app: web.Application) -> None:
         assert self.socket_path is not None
+        size = len(os.fsencode(self.socket_path))
+        if size > SOCKET_PATH_MAX:
+            raise ApiError(f"the socket path {self.socket_path} is {size} bytes long; a Unix "
+                           f"socket's path can be at most {SOCKET_PATH_MAX}: pass a shorter "
+                           "--socket")
         prepare_socket_folder(self.socket_path.parent)
         if check_socket_path(self.socket_path) is not None:
             if await _socket_answers(self.socket_path):

@@ -216,3 +216,18 @@ def test_interrupts_while_stopping_print_no_traceback(tmp_path):
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
     assert code == 0, log
     assert "stopped after" in log, log
+
+
+def test_a_socket_path_too_long_to_bind_is_refused_with_its_length(tmp_path):
+    """bind() failed with 'AF_UNIX path too long' in a traceback in the log, and mlcost-top's
+    demo waited on it for ever (a deep $TMPDIR)."""
+    deep = tmp_path / ("s" * 80) / ("t" * 40)
+    done = subprocess.run(MLCOSTD + ["run", "--simulate", "idle-host",
+                                     "--db", str(tmp_path / "state/mlcost.db"),
+                                     "--socket", str(deep / "mlcostd.sock")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output, output
+    assert "can be at most 107: pass a shorter --socket" in output, output

@@ -5,11 +5,16 @@ in the simulated EC2), and the demo's snapshots outlive it in the user's state f
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from simhost import pilot_wait_for
 
 from daemon.client import Client
+from daemon.wire import SOCKET_PATH_MAX
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.demo import EmbeddedDaemon, snapshots_folder
 from mlcost_tui.panels.recommendations import RecommendationTable
@@ -104,3 +109,18 @@ async def test_a_resizes_the_demo_host_on_the_simulated_ec2_and_snapshots_stay(d
     note = demo.exit_note()
     assert "snapshots are kept in" in note and "mlcost-top --replay" in note
     assert kept[0].name in note
+
+
+def test_a_long_tmpdir_puts_the_demo_where_its_socket_fits(state_home, tmp_path, monkeypatch):
+    """A $TMPDIR too deep for a Unix socket's path: the demo's daemon refused to bind there and
+    mlcost-top waited on "starting…" for ever; the demo now makes its folder in /tmp."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
+    demo = EmbeddedDaemon("demo", ec2=False)
+    try:
+        assert demo.folder.parent == Path("/tmp")
+        assert len(os.fsencode(demo.socket)) <= SOCKET_PATH_MAX
+    finally:
+        shutil.rmtree(demo.folder)
