@@ -459,3 +459,29 @@ def _describe(side: Side) -> dict[str, Any]:
             "steps": profile.get("steps") if isinstance(profile.get("steps"), int) else None,
             "command": profile.get("command") if isinstance(profile.get("command"), str)
             else None}
+
+
+def figure_text(value: float | None, unit: str) -> str:
+    """A figure in its unit, as compare's text and HTML both show it ('-' when none)."""
+    if value is None:
+        return "-"
+    if unit == "%":
+        return f"{value:.0f}%"
+    if unit == "share":
+        return f"{value:.0%}"
+    if unit == "$/h":
+        return f"${value:.2f}/h"
+    return f"${value:.4g}"
+
+
+def change_text(value: float | None, unit: str, signed: bool = True) -> str:
+    """A change (signed) or a noise (not) in the figure's unit: points for shares and
+    percentages, never a '%' that could read as a relative change."""
+    if value is None:
+        return "-"
+    sign = ("+" if value >= 0 else "-") if signed else ""
+    if unit == "%":
+        return f"{sign}{abs(value):.1f} pt"
+    if unit == "share":
+        return f"{sign}{abs(value) * 100:.1f} pt"
+    return f"{sign}${abs(value):.3g}"

@@ -40,6 +40,7 @@ from typing import Any
 from daemon import clock
 from daemon import config as config_module
 from daemon.analysis import compare as analysis
+from daemon.analysis.compare import change_text, figure_text
 from daemon.config import Config
 from daemon.sources.safe_text import lines, one_line
 
@@ -258,30 +259,6 @@ def previous_runs(db: Path, target: str) -> tuple[str | None, str | None,
 # -- text ---------------------------------------------------------------------------------
 
 
-def _value(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    if unit == "%":
-        return f"{value:.0f}%"
-    if unit == "share":
-        return f"{value:.0%}"
-    if unit == "$/h":
-        return f"${value:.2f}/h"
-    return f"${value:.4g}"
-
-
-def _delta(value: float | None, unit: str, signed: bool = True) -> str:
-    """A change (signed) or a noise (not) in the figure's unit: points for shares."""
-    if value is None:
-        return "-"
-    sign = ("+" if value >= 0 else "-") if signed else ""
-    if unit == "%":
-        return f"{sign}{abs(value):.1f} pt"
-    if unit == "share":
-        return f"{sign}{abs(value) * 100:.1f} pt"
-    return f"{sign}${abs(value):.3g}"
-
-
 def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     span = ""
     if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
@@ -299,9 +276,9 @@ def render_text(result: dict[str, Any]) -> str:
     out.append(header)
     for fig in result["figures"]:
         unit = fig["unit"]
-        noise = "-" if fig.get("noise") is None else "±" + _delta(fig["noise"], unit, False)
-        out.append(f"{one_line(fig['label'])[:20]:<20} {_value(fig['a'], unit):>10} "
-                   f"{_value(fig['b'], unit):>10} {_delta(fig.get('change'), unit):>11} "
+        noise = "-" if fig.get("noise") is None else "±" + change_text(fig["noise"], unit, False)
+        out.append(f"{one_line(fig['label'])[:20]:<20} {figure_text(fig['a'], unit):>10} "
+                   f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>11} "
                    f"{noise:>10}  {fig['verdict']}")
     out += ["", "Recommendations"]
     changed = [r for r in result["recommendations"] if r["status"] != "same"]

@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from daemon import __version__, clock
+from daemon.analysis.compare import change_text, figure_text
 from daemon.report_html.render import CSS, phase_bar
 
 VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b7280",
@@ -15,18 +16,6 @@ VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def _value(value: float | None, unit: str) -> str:
-    if value is None:
-        return "—"
-    if unit == "%":
-        return f"{value:.1f} %"
-    if unit == "share":
-        return f"{value * 100:.1f} %"
-    if unit == "$/h":
-        return f"${value:,.2f}/h"
-    return f"${value:,.4g}"
 
 
 def _side(name: str, side: dict[str, Any]) -> str:
@@ -46,21 +35,21 @@ def render(result: dict[str, Any]) -> str:
     for fig in result["figures"]:
         unit = fig["unit"]
         change = fig.get("change")
-        shown = "—" if change is None else ("+" if change >= 0 else "−") + _value(
-            abs(change), unit)
-        noise = "—" if fig.get("noise") is None else "± " + _value(fig["noise"], unit)
+        shown = change_text(change, unit)
+        noise = "-" if fig.get("noise") is None else "± " + change_text(fig["noise"], unit,
+                                                                         signed=False)
         colour = VERDICT_COLOURS.get(fig["verdict"], "#111")
         rows.append(f"<tr data-figure=\"{_e(fig['name'])}\"><td>{_e(fig['label'])}</td>"
-                    f"<td class=num>{_value(fig['a'], unit)}</td>"
-                    f"<td class=num>{_value(fig['b'], unit)}</td><td class=num>{shown}</td>"
+                    f"<td class=num>{figure_text(fig['a'], unit)}</td>"
+                    f"<td class=num>{figure_text(fig['b'], unit)}</td><td class=num>{shown}</td>"
                     f"<td class=num>{noise}</td><td style=\"color:{colour}\">"
                     f"{_e(fig['verdict'])}</td></tr>")
     phases = {side: {f["name"][6:]: f[side] or 0.0 for f in result["figures"]
                      if f["name"].startswith("phase.")} for side in ("a", "b")}
     recs = "".join(
         f"<tr><td>{_e(r['status'])}</td><td><code>{_e(r['rule'])}</code></td>"
-        f"<td class=num>{_value(r.get('savings_per_month_a'), '$')}</td>"
-        f"<td class=num>{_value(r.get('savings_per_month_b'), '$')}</td>"
+        f"<td class=num>{figure_text(r.get('savings_per_month_a'), '$')}</td>"
+        f"<td class=num>{figure_text(r.get('savings_per_month_b'), '$')}</td>"
         f"<td>{_e(r.get('summary'))}</td></tr>" for r in result["recommendations"]) or (
         "<tr><td colspan=5 class=muted>none on either side</td></tr>")
     return (
