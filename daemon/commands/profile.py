@@ -546,6 +546,8 @@ def verdict_text(document: dict[str, Any], out: Path) -> str:
         lines.append(("  " if gate["passed"] else "  FAILED ") + gate["message"])
     for warning in profile["warnings"]:
         lines.append(f"  not representative: {warning['message']}")
+    if profile["left_running"]:
+        lines.append(f"  stopped {profile['left_running']} process(es) the command left running")
     lines.append(f"  wrote {out / 'profile.json'}, {out / 'profile.html'}, "
                  f"{out / 'summary.md'}")
     return "\n".join(lines) + "\n"

@@ -5,8 +5,9 @@ py-spy — with four settings: a process filter that keeps the command's tree (P
 API, stacks sampled from the tree's first tick on, and the rules run once at the end over the
 whole run. This module starts the recorder, then the command (in a session and process group of
 its own, its output passed through unchanged and scanned for progress), stops the command after
-`duration` (SIGTERM to its group, then SIGKILL), stops whatever it left running, runs the rules,
-and stops the recorder. What the profile document says about the run is in commands/profile.py.
+`duration` (SIGTERM to its group, then SIGKILL), stops whatever it left running (the profile is a
+child subreaper, so that includes helpers it daemonized), runs the rules, and stops the
+recorder. What the profile document says about the run is in commands/profile.py.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import psutil
 from daemon import clock
 from daemon.analysis.kinds import kind_documents
 from daemon.config import Config
-from daemon.lifetime import die_with_parent
+from daemon.lifetime import become_subreaper, die_with_parent
 from daemon.runtime.daemon import Daemon
 from daemon.sources.sample import GpuUse, Sample
 
@@ -105,11 +106,12 @@ class ProgressCounter:
 
 
 class ProcessTree:
-    """The command's processes: its root, the root's descendants, and any GPU process in the
-    root's session (a double fork leaves the tree but keeps the session). Used as the daemon's
-    process filter: it keeps the tree's GPU uses, adds the tree's other processes with no uses
-    (so the command is recorded before it touches a GPU), and notes every other process on a
-    GPU (is the GPU shared?)."""
+    """The command's processes: its root, the root's descendants, the orphans among them (the
+    profile is a child subreaper: a helper daemonized by a double fork is re-parented to it, not
+    to init, however soon its parent exits), and any GPU process in the root's session. Used as
+    the daemon's process filter: it keeps the tree's GPU uses, adds the tree's other processes
+    with no uses (so the command is recorded before it touches a GPU), and notes every other
+    process on a GPU (is the GPU shared?)."""
 
     def __init__(self) -> None:
         self.root: psutil.Process | None = None
@@ -117,6 +119,11 @@ class ProcessTree:
         self.gpus: set[int] = set()  # GPUs the tree used
         self.others_by_gpu: dict[int, set[int]] = {}  # GPU -> pids outside the tree on it
         self._read_at = -1e9
+        # The profile's own children when the command started (the simulated host's
+        # workloads) and their sessions: an orphan re-parented to the profile from one of
+        # them is not the command's.
+        self._own: set[int] = set()
+        self._own_sessions: set[int] = set()
 
     def start(self, pid: int) -> None:
         try:
@@ -126,18 +133,40 @@ class ProcessTree:
             return
         self.members = {pid: self.root}
         self._read_at = -1e9
+        self._own = {c.pid for c in psutil.Process().children() if c.pid != pid}
+        self._own_sessions = {s for s in map(_session, self._own) if s is not None}
 
-    def _refresh(self) -> None:
+    def _adopted(self) -> list[psutil.Process]:
+        """The command's orphans, re-parented to the profile: its children that it did not
+        start. Its own (py-spy) run in its session; the command runs in a session of its own,
+        and its orphans in that one or in one they made. Those that exited are reaped here."""
+        own_session = os.getsid(0)
+        found = []
+        for child in psutil.Process().children():
+            pid = child.pid
+            if (self.root is None or pid == self.root.pid or pid in self._own
+                    or _session(pid) in (own_session, *self._own_sessions)):
+                continue
+            if not _running(child):
+                _reap(pid)
+                continue
+            found.append(child)
+        return found
+
+    def _refresh(self, force: bool = False) -> None:
         now = time.monotonic()
-        if now - self._read_at < TREE_REFRESH_S or self.root is None:
+        if (not force and now - self._read_at < TREE_REFRESH_S) or self.root is None:
             return
         self._read_at = now
         alive = {pid: p for pid, p in self.members.items() if p.is_running()}
-        try:
-            for child in self.root.children(recursive=True):
-                alive.setdefault(child.pid, child)
-        except psutil.Error:
-            pass  # the root is gone: its orphans are still members while they run
+        tops = [self.root, *self._adopted()]
+        for top in tops:
+            alive.setdefault(top.pid, top)
+            try:
+                for child in top.children(recursive=True):
+                    alive.setdefault(child.pid, child)
+            except psutil.Error:
+                pass  # gone: its orphans are still members while they run
         self.members = alive
 
     def _in_session(self, pid: int) -> bool:
@@ -172,7 +201,9 @@ class ProcessTree:
                 if self.others_by_gpu.get(gpu)}
 
     def leftovers(self) -> list[psutil.Process]:
-        """Processes of the tree, its process group or its session still running."""
+        """Processes of the tree (its orphans too), its process group or its session still
+        running."""
+        self._refresh(force=True)
         found = {pid: p for pid, p in self.members.items() if p.is_running()}
         if self.root is not None:
             for proc in psutil.process_iter():
@@ -183,6 +214,21 @@ class ProcessTree:
                     continue
         found.pop(os.getpid(), None)
         return [p for p in found.values() if _running(p)]
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def _reap(pid: int) -> None:
+    """Collect an exited orphan the profile adopted (no one else waits for it)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -289,6 +335,8 @@ class ProfileRecorder:
         result = self.result
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[None] = loop.create_future()
+        if not become_subreaper():
+            log.info("no child subreaper here: a helper the command daemonizes may go unseen")
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _Protocol(exited, limit=1 << 16, loop=loop), *result.argv,

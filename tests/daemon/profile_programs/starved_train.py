@@ -14,6 +14,22 @@ from remote_dataset import RemoteShard
 from daemon.sim.device import Device
 
 BATCH_BYTES = 1 << 20
+# A helper daemonizing itself: fork, a new session, fork again. Its parent exits at once; the
+# grandchild prints its pid, lets go of the pipe (so the caller's read ends) and sleeps, with
+# argv[1] (the test's temp path) on its command line.
+DAEMONIZE = """
+import os, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+print(os.getpid(), flush=True)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+time.sleep(600)
+"""
 
 
 def main() -> None:
@@ -21,18 +37,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--exit-status", type=int, default=0)
     parser.add_argument("--pid-file", help="write this process's pid here")
-    parser.add_argument("--leave-child", help="start a helper that outlives this script (in a "
-                        "session of its own, as a daemonized tensorboard would) and write its "
-                        "pid here")
+    parser.add_argument("--leave-child", help="start a helper that outlives this script, "
+                        "daemonized as a tensorboard or a server would be (a double fork: it is "
+                        "an orphan in a session of its own at once), and write its pid here")
     args = parser.parse_args()
     if args.pid_file:
         with open(args.pid_file, "w") as f:
             f.write(str(os.getpid()))
     if args.leave_child:
-        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                                   start_new_session=True)
+        helper = subprocess.run([sys.executable, "-c", DAEMONIZE, args.leave_child],
+                                check=True, capture_output=True, text=True)
         with open(args.leave_child, "w") as f:
-            f.write(str(sleeper.pid))
+            f.write(helper.stdout.strip())
     shard = RemoteShard(bytes_per_second=4e6)
     with Device(gpu_index=0) as gpu:
         gpu.alloc(8 << 30)
