@@ -430,7 +430,8 @@ def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: st
 
     write_private(out / "profile.json", (json.dumps(document, indent=2) + "\n").encode())
     try:
-        render_html_file(config_module.db_path(config), out / "profile.html")
+        render_html_file(config_module.db_path(config), out / "profile.html",
+                         title=f"mlcost profile of {document['profile']['command']}")
     except Exception as exc:  # the page is a convenience: the JSON and summary still count
         log.warning("cannot write %s: %s", out / "profile.html", exc)
     write_private(out / "summary.md", summary_markdown(document).encode("utf-8"))

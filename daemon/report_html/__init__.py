@@ -16,6 +16,10 @@ __all__ = ["ReportData", "collect", "render", "render_store"]
 
 
 def render_store(path: str | Path, since: float | None = None,
-                 until: float | None = None) -> str:
-    """The HTML report of the store or snapshot at `path` (its whole range by default)."""
-    return render(collect(path, since, until))
+                 until: float | None = None, title: str | None = None) -> str:
+    """The HTML report of the store or snapshot at `path` (its whole range by default), with
+    `title` in place of the snapshot's own (a profile's page says it is a profile)."""
+    data = collect(path, since, until)
+    if title is not None:
+        data.title = title
+    return render(data)

@@ -56,7 +56,13 @@ def _e(value: Any) -> str:
 
 
 def _money(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"${value:,.{digits}f}"
+    """Dollars to `digits` decimals, or to two significant digits where those would show less
+    (a 10-second profile's $0.0022 is not $0.00)."""
+    if value is None:
+        return "—"
+    if 0 < abs(value) < 1:
+        digits = max(digits, 1 - math.floor(math.log10(abs(value))))
+    return f"${value:,.{digits}f}"
 
 
 def _pct(value: float | None) -> str:

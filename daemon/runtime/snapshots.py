@@ -110,11 +110,11 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     return result
 
 
-def render_html_file(snapshot: Path, html_path: Path) -> None:
+def render_html_file(snapshot: Path, html_path: Path, title: str | None = None) -> None:
     """The HTML report of a snapshot (or any store), written atomically with mode 0600."""
     from daemon.report_html import render_store
 
-    write_private(html_path, render_store(snapshot).encode("utf-8"))
+    write_private(html_path, render_store(snapshot, title=title).encode("utf-8"))
 
 
 class SnapshotTriggers:

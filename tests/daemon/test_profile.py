@@ -92,6 +92,7 @@ def test_a_starved_script_profiles_to_data_wait_with_a_prefetch_recommendation(s
     assert "largest: **data\\_wait**" in summary and "prefetch" in summary
     page = (out / "profile.html").read_text()
     assert "data_wait" in page and "prefetch" in page
+    assert "<title>mlcost profile of " in page and "snapshot of" not in page
     assert "data_wait" in result.stderr and "wrote" in result.stderr
 
 

@@ -170,3 +170,19 @@ def test_the_report_uses_a_wide_window_names_processes_and_rounds_its_evidence(s
     assert "{" not in evidence  # a list, not JSON
     [events] = value["targets"]
     assert "recommendation_resolved\t4242 " in events and "1000.500" not in events
+
+
+def test_small_dollar_amounts_keep_their_figures_and_a_title_can_say_profile(snapshot):
+    """A 10-second profile spends $0.0022: the header said $0.00. The page of a profile says
+    it is one (it said 'snapshot')."""
+    from daemon.report_html import render
+
+    data = collect(snapshot)
+    data.spend, data.wasted = 0.0022, 0.000123
+    page = render(data)
+    assert "spent <b>$0.0022</b>, of which wasted <b>$0.00012</b>" in page
+    data.spend = 1234.5
+    assert "spent <b>$1,234.50</b>" in render(data)
+    titled = render_store(snapshot, title="mlcost profile of python <train>.py")
+    assert "<title>mlcost profile of python &lt;train&gt;.py</title>" in titled
+    assert "snapshot of" not in titled.split("</h1>")[0]
