@@ -1,7 +1,8 @@
 """Before and after: two report documents (a profile, a snapshot, a range of a store) compared
 figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated from
-the documents' own timelines by a seeded block bootstrap, and the recommendations that are new,
-gone or changed.
+the documents' own timelines (a seeded block bootstrap, floored by the figure's spread over each
+run's windows, so two runs of the same code are within noise), and the recommendations that are
+new, gone or changed.
 
 Pure: documents in, a document out (its shape is the `compare --json` contract in the README).
 """
@@ -12,6 +13,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from daemon.analysis.cost import gpu_wasted_per_hour
@@ -101,6 +103,36 @@ def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
         return None
     mean = math.fsum(values) / len(values)
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def window_sd(items: Sequence[Any], stat: Stat) -> float | None:
+    """The standard deviation of `stat` over the run's consecutive windows (as many as the
+    bootstrap's blocks, each about sqrt(n) buckets long): how far the figure wanders inside
+    one run as its conditions change (the host's load, a slow pass over a shard). None with
+    fewer than 4 items or 2 windows with a value."""
+    n = len(items)
+    if n < 4:
+        return None
+    count = max(2, n // max(1, round(math.sqrt(n))))
+    values = [v for k in range(count)
+              if (v := stat(items[k * n // count:(k + 1) * n // count])) is not None
+              and math.isfinite(v)]
+    if len(values) < 2:
+        return None
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random) -> float | None:
+    """A side's noise for the figure `stat` of its buckets: the block bootstrap's spread (how
+    well the run pins its own figure down), but never less than the spread of the figure over
+    the run's windows. Another run of the same code is another draw of the conditions the
+    windows saw, and a run may spend all of itself in one of them (load comes and goes slower
+    than a run's buckets), so two runs can differ by as much as two windows do. None when
+    either cannot be told (too few buckets)."""
+    boot = block_bootstrap_sd(items, stat, rng)
+    floor = window_sd(items, stat)
+    return None if boot is None or floor is None else max(boot, floor)
 
 
 def verdict(a: float | None, b: float | None, sd_a: float | None, sd_b: float | None,
@@ -218,7 +250,7 @@ def phase_fractions(side: Side) -> list[dict[str, float]]:
 
 def _relative_sd(series: Series, rng: random.Random) -> float | None:
     mean = _mean(list(series))
-    sd = block_bootstrap_sd(series, _mean, rng)
+    sd = noise_sd(series, _mean, rng)
     if sd is None or not mean:
         return None
     return sd / abs(mean)
@@ -237,16 +269,21 @@ class _Figure:
     noise_from: str
 
     def as_dict(self) -> dict[str, Any]:
+        judged = verdict(self.a, self.b, self.sd_a, self.sd_b, self.higher_is_better)
         return {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
-                "b": self.b, **verdict(self.a, self.b, self.sd_a, self.sd_b,
-                                       self.higher_is_better),
-                "higher_is_better": self.higher_is_better, "noise_from": self.noise_from}
+                "b": self.b, **judged,
+                "higher_is_better": self.higher_is_better, "noise_from": self.noise_from,
+                # as compare's text shows them, for a reader without this module (mlcost-top)
+                "a_text": figure_text(self.a, self.unit),
+                "b_text": figure_text(self.b, self.unit),
+                "change_text": change_text(judged["change"], self.unit),
+                "noise_text": change_text(judged["noise"], self.unit, signed=False)}
 
 
 def _series_figure(name: str, label: str, unit: str, higher: bool, a: Series, b: Series,
                    rng: random.Random) -> _Figure:
     return _Figure(name, label, unit, _mean(list(a)), _mean(list(b)),
-                   block_bootstrap_sd(a, _mean, rng), block_bootstrap_sd(b, _mean, rng), higher,
+                   noise_sd(a, _mean, rng), noise_sd(b, _mean, rng), higher,
                    "bootstrap over timeline buckets")
 
 
@@ -262,8 +299,7 @@ def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                                                       shares["b"].get(p, 0.0)), p))
     out = []
     for phase in phases:
-        sds = {side: block_bootstrap_sd([f.get(phase, 0.0) for f in fractions[side]], _mean,
-                                        rng)
+        sds = {side: noise_sd([f.get(phase, 0.0) for f in fractions[side]], _mean, rng)
                for side in ("a", "b")}
         out.append(_Figure(f"phase.{phase}", f"{phase} share", "share",
                            shares["a"].get(phase, 0.0) if shares["a"] else None,
@@ -323,7 +359,7 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
     sources = []
     for side, value in zip((a, b), values, strict=True):
         pairs = step_pairs(side)
-        sd = block_bootstrap_sd(pairs, _ratio, rng) if pairs else None
+        sd = noise_sd(pairs, _ratio, rng) if pairs else None
         if sd is not None and (ratio := _ratio(pairs)):
             sds.append(value * sd / ratio)
             sources.append("bootstrap over steps per bucket")
@@ -403,6 +439,56 @@ def recommendation_changes(a: Side, b: Side) -> list[dict[str, Any]]:
     return out
 
 
+# -- runs of a job in a store ------------------------------------------------------------
+
+
+class NoPreviousRun(LookupError):
+    """The store holds no process by that key, or fewer than two runs to compare."""
+
+
+def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
+        str | None, str | None, tuple[float, float], tuple[float, float]]:
+    """(job, command, A's range, B's range) for --previous: the runs in the store of job
+    `target`, or of the command line of process `target` ('PID:START'), a run being processes
+    whose lifetimes overlap; B the latest, A the one before it. NoPreviousRun when the
+    store holds fewer than two. One query over the store's GPU processes (blocking)."""
+    from daemon.sources.owners import decode_owner, workload_label
+    from daemon.store.reader import StoreReader
+    from daemon.wire import parse_process_key
+
+    reader = StoreReader(str(db), tidy=True, timeout_s=timeout_s)
+    try:
+        rows = reader.query(
+            "SELECT p.pid, p.start_ms, p.command, p.owner, min(s.ts) AS lo, max(s.ts) AS hi "
+            "FROM processes p JOIN proc_samples s ON s.proc = p.id "
+            "WHERE p.id IN (SELECT DISTINCT proc FROM proc_gpu_samples) GROUP BY p.id")
+    finally:
+        reader.close()
+    job = command = None
+    try:
+        pid, start = parse_process_key(target)
+    except ValueError:
+        job = target
+        mine = [r for r in rows if workload_label(decode_owner(r["owner"])) == job]
+    else:
+        own = [r for r in rows if r["pid"] == pid and abs(r["start_ms"] / 1000 - start) < 0.001]
+        if not own:
+            raise NoPreviousRun(f"no GPU process {target} in {db}")
+        command = own[0]["command"]
+        mine = [r for r in rows if r["command"] == command]
+    runs: list[list[float]] = []
+    for row in sorted(mine, key=lambda r: r["lo"]):
+        if runs and row["lo"] / 1000 <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], row["hi"] / 1000)
+        else:
+            runs.append([row["lo"] / 1000, row["hi"] / 1000])
+    if len(runs) < 2:
+        what = f"job {target!r}" if job is not None else f"the command line of {target}"
+        raise NoPreviousRun(f"{db} holds {len(runs)} run(s) of {what}: nothing to compare "
+                            "with yet")
+    return job, command, (runs[-2][0], runs[-2][1]), (runs[-1][0], runs[-1][1])
+
+
 # -- the comparison -----------------------------------------------------------------------
 
 
@@ -444,8 +530,9 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "verdict": overall(shown),
         "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
-                   f"buckets, seed {seed}); a change counts past {Z} x the noise of the "
-                   "difference (99 %)"),
+                   f"buckets, seed {seed}), at least its spread over the run's windows of "
+                   f"~sqrt(n) buckets (between-run variation); a change counts past {Z} x the "
+                   "noise of the difference (99 %)"),
     }
 
 

@@ -213,49 +213,6 @@ def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
             _document_from_store(db, since, until, config))
 
 
-def previous_runs(db: Path, target: str) -> tuple[str | None, str | None,
-                                                tuple[float, float], tuple[float, float]]:
-    """(job, command, A's range, B's range) for --previous: the runs in the store of job
-    `target`, or of the command line of process `target` ('PID:START'), a run being processes
-    whose lifetimes overlap; B the latest, A the one before it. CompareInputError when the
-    store holds fewer than two."""
-    from daemon.sources.owners import decode_owner, workload_label
-    from daemon.store.reader import StoreReader
-    from daemon.wire import parse_process_key
-
-    reader = StoreReader(str(db), tidy=True)
-    try:
-        rows = reader.query(
-            "SELECT p.pid, p.start_ms, p.command, p.owner, min(s.ts) AS lo, max(s.ts) AS hi "
-            "FROM processes p JOIN proc_samples s ON s.proc = p.id "
-            "WHERE p.id IN (SELECT DISTINCT proc FROM proc_gpu_samples) GROUP BY p.id")
-    finally:
-        reader.close()
-    job = command = None
-    try:
-        pid, start = parse_process_key(target)
-    except ValueError:
-        job = target
-        mine = [r for r in rows if workload_label(decode_owner(r["owner"])) == job]
-    else:
-        own = [r for r in rows if r["pid"] == pid and abs(r["start_ms"] / 1000 - start) < 0.001]
-        if not own:
-            raise CompareInputError(f"no GPU process {target} in {db}")
-        command = own[0]["command"]
-        mine = [r for r in rows if r["command"] == command]
-    runs: list[list[float]] = []
-    for row in sorted(mine, key=lambda r: r["lo"]):
-        if runs and row["lo"] / 1000 <= runs[-1][1]:
-            runs[-1][1] = max(runs[-1][1], row["hi"] / 1000)
-        else:
-            runs.append([row["lo"] / 1000, row["hi"] / 1000])
-    if len(runs) < 2:
-        what = f"job {target!r}" if job is not None else f"the command line of {target}"
-        raise CompareInputError(f"{db} holds {len(runs)} run(s) of {what}: nothing to compare "
-                                "with yet")
-    return job, command, (runs[-2][0], runs[-2][1]), (runs[-1][0], runs[-1][1])
-
-
 # -- text ---------------------------------------------------------------------------------
 
 
@@ -352,7 +309,10 @@ def _run_previous(args: argparse.Namespace, config: Config) -> int:
     try:
         if not db.exists():
             raise CompareInputError(f"no database at {db}; pass --db")
-        job, command, (a0, a1), (b0, b1) = previous_runs(db, args.previous)
+        try:
+            job, command, (a0, a1), (b0, b1) = analysis.previous_runs(db, args.previous)
+        except analysis.NoPreviousRun as exc:
+            raise CompareInputError(str(exc)) from None
         sides = [(f"previous run, {clock.local_time(a0)} to {clock.local_time(a1)}",
                   _document_from_store(db, a0, a1, config), job, command),
                  (f"latest run, {clock.local_time(b0)} to {clock.local_time(b1)}",
