@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.config import default_socket_path
-from daemon.wire import ActionResult, Health, History, Now, Phases, Recommendation
+from daemon.wire import ActionResult, Comparison, Health, History, Now, Phases, Recommendation
 
 if TYPE_CHECKING:  # imported on the first request: mlcost-top draws its first frame without it
     import aiohttp
 
 DEFAULT_TIMEOUT_S = 3.0
 HISTORY_TIMEOUT_S = 8.0
+COMPARE_TIMEOUT_S = 75.0  # the daemon cuts its comparison off at 60 s (daemon.api.compare)
 IDLE_TIMEOUT_S = 8.0  # the daemon's own store read is cut off at 5 s (daemon.api.idle)
 SNAPSHOT_TIMEOUT_S = 120.0  # writing (and uploading) a snapshot takes a while
 # The largest JSON answer read from a daemon: /v1/now of 8 GPUs x 64 processes is ~1 MB; a
@@ -169,6 +170,12 @@ class Client:
     async def phases(self, key: str, since_s: float = 1800) -> Phases:
         return Phases.from_dict(await self._request(
             "GET", f"/v1/processes/{key}/phases", params={"since": str(since_s)}))
+
+    async def compare_previous(self, target: str) -> Comparison:
+        """GET /v1/compare: job `target`'s (or process PID:START's command line's) latest run
+        against the run before it. ApiError 404 when the store holds no earlier run."""
+        return Comparison.from_dict(await self._request(
+            "GET", "/v1/compare", params={"previous": target}, timeout_s=COMPARE_TIMEOUT_S))
 
     async def idle(self, for_s: float = 0.0) -> dict[str, Any]:
         """GET /v1/idle: the idleness answer (README: Is this host idle?), as the daemon sent

@@ -511,6 +511,49 @@ class Phases:
 
 
 @dataclass(frozen=True)
+class ComparedFigure:
+    """One figure of a comparison (GET /v1/compare), as compare's text shows it."""
+
+    label: str
+    before: str
+    after: str
+    change: str
+    verdict: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ComparedFigure:
+        return cls(label=_line(d.get("label"))[:40], before=_line(d.get("a_text"), "-")[:20],
+                   after=_line(d.get("b_text"), "-")[:20],
+                   change=_line(d.get("change_text"), "-")[:20],
+                   verdict=_line(d.get("verdict"), "?")[:20])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A job's latest run against its previous one (GET /v1/compare?previous=...): both
+    runs' labels, each figure with its verdict, the overall verdict, and the recommendations
+    that are new, gone or changed ('status rule')."""
+
+    before: str
+    after: str
+    verdict: str
+    figures: tuple[ComparedFigure, ...]
+    recommendations: tuple[str, ...]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Comparison:
+        figures = tuple(ComparedFigure.from_dict(f) for f in _l(d.get("figures"))[:40]
+                        if isinstance(f, Mapping))
+        changed = tuple(f"{_line(r.get('status'))} {_line(r.get('rule'))}"[:60]
+                        for r in _l(d.get("recommendations"))[:20]
+                        if isinstance(r, Mapping) and r.get("status") != "same")
+        return cls(before=_line(_d(d.get("a")).get("label"))[:120],
+                   after=_line(_d(d.get("b")).get("label"))[:120],
+                   verdict=_line(d.get("verdict"), "?")[:20], figures=figures,
+                   recommendations=changed)
+
+
+@dataclass(frozen=True)
 class ActionResult:
     """What applying (or dry-running) a recommendation did or would do."""
 

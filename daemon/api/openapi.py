@@ -34,8 +34,9 @@ def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
 
 
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema,
+def _query(name: str, schema: dict[str, Any], description: str,
+           required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "schema": schema,
             "description": description}
 
 
@@ -140,6 +141,30 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "steps": {"type": "array", "items": {"type": "string"}},
         },
     },
+    "Comparison": {
+        "type": "object", "description": "README: Compare before and after (`compare --json`)",
+        "required": ["version", "a", "b", "figures", "recommendations", "verdict", "method"],
+        "properties": {
+            "version": {"type": "integer"},
+            "a": {"type": "object", "description": "the previous run (label, since, until ...)"},
+            "b": {"type": "object", "description": "the latest run"},
+            "figures": {"type": "array", "items": {
+                "type": "object",
+                "required": ["name", "label", "unit", "a", "b", "verdict", "a_text", "b_text"],
+                "properties": {
+                    "name": {"type": "string"}, "label": {"type": "string"},
+                    "unit": {"type": "string"}, "a": _NUMBER_OR_NULL, "b": _NUMBER_OR_NULL,
+                    "change": _NUMBER_OR_NULL, "noise": _NUMBER_OR_NULL,
+                    "verdict": {"type": "string",
+                                "enum": ["better", "worse", "within noise", "no figure"]},
+                    "a_text": {"type": "string"}, "b_text": {"type": "string"},
+                    "change_text": {"type": "string"}, "noise_text": {"type": "string"}}}},
+            "recommendations": {"type": "array", "items": {"type": "object"}},
+            "verdict": {"type": "string",
+                        "enum": ["better", "worse", "mixed", "within noise", "no figure"]},
+            "method": {"type": "string"},
+        },
+    },
     "Idleness": {
         "type": "object", "description": "README: Is this host idle? (autostop)",
         "required": ["version", "active", "since", "reason", "basis", "confidence", "for_s",
@@ -218,6 +243,18 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "responses": {"200": _json(_ref("Idleness"), "the answer; also when it could not be "
                                                      "known (active, basis fail_safe, reason)"),
                       "400": BAD},
+    },
+    ("GET", "/v1/compare"): {
+        "summary": "a job's latest run against the run before it, figure by figure (better, "
+                   "worse, within noise), as `mlcostd compare --previous` prints with --json",
+        "parameters": [_query("previous", {"type": "string", "minLength": 1, "maxLength": 200},
+                              "a job (its job or owner label) or a process's PID:START (runs "
+                              "of its command line)", required=True)],
+        "responses": {"200": _json(_ref("Comparison"), "the comparison"), "400": BAD,
+                      "404": _error("no such process, or fewer than two runs in the store"),
+                      "429": _error("a comparison is running now; ask again when it is done"),
+                      "503": _error("the store cannot be read, or the comparison failed or "
+                                    "ran past its 60 s")},
     },
     ("POST", "/v1/recommendations/{id}/apply"): {
         "summary": "what the recommendation's action does (dry run, the default) or did; a "

@@ -287,11 +287,13 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
     app.router.add_delete("/v1/recommendations/{id}/snooze", unsnooze)
     app.router.add_get("/v1/openapi.json", openapi.serve)  # documents the routes: openapi.py
 
+    from daemon.api.compare import add_compare_routes
     from daemon.api.idle import add_idle_routes
     from daemon.api.snapshots import add_snapshot_routes
 
     add_snapshot_routes(app, daemon, _body)
     add_idle_routes(app, daemon)
+    add_compare_routes(app, daemon)
 
 
 def _gpu_problems(sample: Any) -> list[str]:

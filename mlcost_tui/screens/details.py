@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
 from daemon.clock import local_time
-from daemon.wire import Phases, Process, Recommendation
+from daemon.wire import Comparison, Phases, Process, Recommendation
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
@@ -111,10 +111,36 @@ def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
     return text
 
 
+def compare_target(process: Process) -> str:
+    """What --previous names for this process: its job, else its PID:START (runs of its
+    command line)."""
+    return process.workload or process.key
+
+
 def compare_command(process: Process) -> str:
     """The command that compares this job's latest run with its previous one in the store (a
     process without a job label: runs of the same command line)."""
-    return f"mlcostd compare --previous {shlex.quote(process.workload or process.key)}"
+    return f"mlcostd compare --previous {shlex.quote(compare_target(process))}"
+
+
+VERDICT_STYLES = {"better": "bold green", "worse": "bold red", "mixed": "bold yellow"}
+
+
+def comparison_lines(result: Comparison) -> Text:
+    """The comparison with the previous run: the two runs, each figure's before, after,
+    change and verdict, the recommendations that moved, and the overall verdict."""
+    text = Text()
+    text.append(f"  before: {result.before}\n  after:  {result.after}\n", style=MUTED)
+    text.append(f"  {'figure':<20} {'before':>9} {'after':>9} {'change':>10}  verdict\n",
+                style=MUTED)
+    for fig in result.figures:
+        text.append(f"  {fig.label[:20]:<20} {fig.before:>9} {fig.after:>9} {fig.change:>10}  ")
+        text.append(fig.verdict + "\n", style=VERDICT_STYLES.get(fig.verdict, MUTED))
+    for rec in result.recommendations:
+        text.append(f"  recommendation {rec}\n")
+    text.append("  verdict: ")
+    text.append(result.verdict + "\n", style=VERDICT_STYLES.get(result.verdict, "bold"))
+    return text
 
 
 class DetailsScreen(Screen):
@@ -144,6 +170,10 @@ class DetailsScreen(Screen):
         self.related = related
         self.phases: Phases | None = None
         self.phases_error: str | None = None
+        self.comparison: Comparison | None = None
+        # what the comparison with the previous run is doing, or why there is none
+        self.comparison_note = ("comparing with the previous run…" if client is not None
+                                else "run the command on the host")
 
     @property
     def key(self) -> str:
@@ -161,6 +191,31 @@ class DetailsScreen(Screen):
     def on_mount(self) -> None:
         if self.process is not None:
             self.load_phases()
+            if self.client is not None:
+                self.load_comparison()
+
+    @work(exclusive=True, group="compare", exit_on_error=False,
+          description="compare this job's latest run with its previous one (GET /v1/compare)")
+    async def load_comparison(self) -> None:
+        from daemon.client import ApiError, ClientError
+
+        if self.process is None or self.client is None:
+            return
+        try:
+            result = await self.client.compare_previous(compare_target(self.process))
+        except ApiError as exc:
+            note = ("no earlier run of it in the store yet" if exc.status == 404 else
+                    f"the daemon could not compare: {exc.message}")
+            self.set_comparison(None, note)
+        except ClientError as exc:
+            self.set_comparison(None, f"cannot compare: {exc}")
+        else:
+            self.set_comparison(result, "")
+
+    def set_comparison(self, result: Comparison | None, note: str) -> None:
+        self.comparison, self.comparison_note = result, note
+        if self.is_mounted:
+            self.query_one("#details-body", Static).update(self.render_body())
 
     @work(exclusive=True, group="phases", exit_on_error=False,
           description="load a process's phase balance from mlcostd")
@@ -252,8 +307,14 @@ class DetailsScreen(Screen):
         text.append("Cost ", style="bold")
         text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n")
         text.append("Compare ", style="bold")
-        text.append("with this job's previous run (c copies): ")
-        text.append(compare_command(p) + "\n\n", style=MUTED)
+        text.append("with this job's previous run: ")
+        if self.comparison is not None:
+            text.append(self.comparison.verdict,
+                        style=VERDICT_STYLES.get(self.comparison.verdict, "bold"))
+            text.append(" (below)")
+        else:
+            text.append(self.comparison_note, style=MUTED)
+        text.append(f"\n  c copies: {compare_command(p)}\n\n", style=MUTED)
         text.append("Phase balance", style="bold")
         phases = self.phases.phases if self.phases and self.phases.phases else p.phases
         status = (self.phases.stack_status if self.phases and self.phases.stack_status
@@ -270,6 +331,9 @@ class DetailsScreen(Screen):
                 text.append(f"{rec.summary}\n")
                 text.append(f"    a {ACTION_TEXT.get(rec.action_kind, rec.action_kind)}\n",
                             style=MUTED)
+        if self.comparison is not None:
+            text.append("\nCompared with the previous run\n", style="bold")
+            text.append_text(comparison_lines(self.comparison))
         return text
 
     def _recommendation_text(self, r: Recommendation) -> Text:

@@ -4,10 +4,12 @@ more loader workers, and the starved loop run twice)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import livedaemon
@@ -344,18 +346,8 @@ def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_p
     """Two runs of one command line in a store (the second on a busier GPU): --previous with
     the second's PID:START compares it with the first over their own lifetimes."""
 
-    rng = random.Random(3)
     db = tmp_path / "runs.db"
-    with Store(db) as store:
-        for tick in range(1, 301):
-            ts = T0 + tick
-            pid = 100 if tick <= 120 else 200 if tick > 180 else None
-            util = 30.0 + rng.gauss(0, 5) if pid == 100 else 80.0 + rng.gauss(0, 5)
-            procs = () if pid is None else (process(pid, tick, rng, 1,
-                                                    command="python train.py --lr 3e-4"),)
-            store.write(Sample(ts=ts, tick=tick, gpus=(gpu(0, rng, utilization=util),),
-                               processes=procs, host=HostPressure(0, 0, 0, 0, 0, 0)))
-    latest = f"200:{T0 - 1000 + 200:.3f}"
+    latest = _two_runs(db, T0)
     done = _compare("--previous", latest, "--db", str(db), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -367,3 +359,48 @@ def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_p
     assert done.returncode == 1 and "no database" in done.stderr
     done = _compare("--previous", "some-job", "--db", str(db))
     assert done.returncode == 1 and "holds 0 run(s) of job 'some-job'" in done.stderr
+
+
+def _two_runs(db: Path, t0: float) -> str:
+    """Two runs of one command line (the second on a busier GPU), 300 s from t0; returns the
+    latest run's PID:START."""
+    rng = random.Random(3)
+    with Store(db) as store:
+        for tick in range(1, 301):
+            pid = 100 if tick <= 120 else 200 if tick > 180 else None
+            util = 30.0 + rng.gauss(0, 5) if pid == 100 else 80.0 + rng.gauss(0, 5)
+            procs = () if pid is None else (process(pid, tick, rng, 1,
+                                                    command="python train.py --lr 3e-4"),)
+            store.write(Sample(ts=t0 + tick, tick=tick, gpus=(gpu(0, rng, utilization=util),),
+                               processes=procs, host=HostPressure(0, 0, 0, 0, 0, 0)))
+    return f"200:{T0 - 1000 + 200:.3f}"
+
+
+def test_the_api_compares_a_run_with_the_previous_one(mlcostd):
+    """GET /v1/compare?previous=PID:START on a real daemon whose store holds two runs of one
+    command line: the comparison mlcostd compare --previous prints, through the client (what
+    mlcost-top's details screen shows); 404 with no earlier run, 400 for a bad target."""
+    from daemon.client import ApiError
+
+    t0 = time.time() - 600
+    latest: list[str] = []
+    daemon = mlcostd("idle-host", interval=0.5,
+                     prepare=lambda folder: latest.append(_two_runs(folder / "mlcost.db", t0)))
+
+    async def main() -> None:
+        async with daemon.client() as client:
+            result = await client.compare_previous(latest[0])
+            figures = {f.label: f for f in result.figures}
+            util = figures["GPU utilization"]
+            assert util.verdict == "better", result
+            assert util.before.endswith("%") and util.after.endswith("%")
+            assert util.change.startswith("+") and util.change.endswith(" pt")
+            assert "previous run" in result.before and "latest run" in result.after
+            with pytest.raises(ApiError) as missing:
+                await client.compare_previous("no-such-job")
+            assert missing.value.status == 404 and "0 run(s)" in missing.value.message
+            with pytest.raises(ApiError) as bad:
+                await client.compare_previous("x" * 300)
+            assert bad.value.status == 400
+
+    asyncio.run(main())

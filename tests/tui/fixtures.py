@@ -117,6 +117,11 @@ class StubClient:
 
         raise ApiError(404, "this mlcostd does not record phases yet (no stack sampling)")
 
+    async def compare_previous(self, target: str):
+        from daemon.client import ApiError
+
+        raise ApiError(404, f"the store holds 1 run(s) of job {target!r}: nothing to compare")
+
     async def process_history(self, key: str, metric: str = "sm_share", since_s: float = 3600,
                               points: int = 300):
         from daemon.wire import History, Point

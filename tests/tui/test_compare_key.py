@@ -48,3 +48,71 @@ async def test_c_on_a_process_copies_the_compare_command():
         await pilot.press("c")
         await pilot.pause()
         assert copied == ["mlcostd compare --previous ml/train-7b"]
+
+
+COMPARED = {  # what GET /v1/compare answers (daemon.analysis.compare's document, cut down)
+    "version": 1, "verdict": "better",
+    "a": {"label": "previous run, 09:00:00 to 09:20:00"},
+    "b": {"label": "latest run, 10:00:00 to 10:20:00"},
+    "figures": [
+        {"name": "utilization", "label": "GPU utilization", "unit": "%", "a": 20.0, "b": 77.0,
+         "verdict": "better", "a_text": "20%", "b_text": "77%", "change_text": "+57.0 pt"},
+        {"name": "phase.data_wait", "label": "data_wait share\x1b[2J", "unit": "share",
+         "a": 0.78, "b": 0.0, "verdict": "better", "a_text": "78%", "b_text": "0%",
+         "change_text": "-77.6 pt"},
+        {"name": "cost_per_hour", "label": "cost per hour", "unit": "$/h", "a": 1.0, "b": 1.0,
+         "verdict": "within noise", "a_text": "$1.01/h", "b_text": "$1.01/h",
+         "change_text": "+$0"}],
+    "recommendations": [{"rule": "dataloader_starvation", "status": "gone"},
+                        {"rule": "over_provisioned", "status": "same"}],
+}
+
+
+class ComparingClient(StubClient):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    async def compare_previous(self, target: str):
+        from daemon.wire import Comparison
+
+        self.asked.append(target)
+        return Comparison.from_dict(COMPARED)
+
+
+async def _details_body(client: StubClient, size: tuple[int, int]) -> str:
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        now = _now("ml/train-7b")
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        screen = DetailsScreen(now.processes[0], client=client)  # type: ignore[arg-type]
+        await app.push_screen(screen)
+        for _ in range(50):  # the comparison arrives from a worker
+            await pilot.pause()
+            if screen.comparison is not None or "no earlier run" in screen.comparison_note:
+                break
+        return str(screen.query_one("#details-body", Static).render())
+
+
+@pytest.mark.asyncio
+async def test_details_show_the_comparison_with_the_previous_run():
+    client = ComparingClient()
+    body = await _details_body(client, (120, 40))
+    assert client.asked == ["ml/train-7b"]
+    assert "with this job's previous run: better (below)" in body
+    lines = body.splitlines()
+    util = next(line for line in lines if "GPU utilization" in line)
+    assert util.split() == ["GPU", "utilization", "20%", "77%", "+57.0", "pt", "better"]
+    assert next(line for line in lines if "cost per hour" in line).endswith("within noise")
+    assert "recommendation gone dataloader_starvation" in body
+    assert "over_provisioned" not in body  # the same before and after: not news
+    assert "verdict: better" in body and "\x1b" not in body
+    assert "mlcostd compare --previous ml/train-7b" in body  # c still copies it
+
+
+@pytest.mark.asyncio
+async def test_details_say_when_there_is_no_earlier_run():
+    body = await _details_body(StubClient(), (80, 24))
+    assert "with this job's previous run: no earlier run of it in the store yet" in body
+    assert "Compared with the previous run" not in body
