@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from daemon.analysis.compare import NoPreviousRun, previous_runs
 from daemon.sources.safe_text import one_line
+from daemon.store.shape import READ_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ LOOKUP_TIMEOUT_S = 10.0
 COMPARE_TIMEOUT_S = 60.0
 MAX_ANSWER_BYTES = 4 << 20
 PREFIX = "mlcostd compare: "
+LOOKUP_ERRORS: tuple[type[BaseException], ...] = (*READ_ERRORS, OSError, asyncio.TimeoutError)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -84,7 +85,7 @@ def add_compare_routes(app: web.Application, daemon: Any) -> None:
                                                      LOOKUP_TIMEOUT_S), LOOKUP_TIMEOUT_S + 2)
         except NoPreviousRun as exc:
             return _error(404, one_line(str(exc))[:400])
-        except (sqlite3.Error, OSError, asyncio.TimeoutError) as exc:
+        except LOOKUP_ERRORS as exc:
             return _error(503, f"cannot read the store's runs now: "
                                f"{one_line(str(exc))[:200] or type(exc).__name__}")
         if running.locked():
