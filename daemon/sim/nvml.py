@@ -255,8 +255,11 @@ class _HostReader:
             gpu.sm_busy_ns += sm_busy
             gpu.processes.append((pid, memory, busy_pct, sm_pct, last_end))
         for gpu in gpus:
-            gpu.util_pct = min(100.0, gpu.util_pct)
-            gpu.sm_pct = min(100.0, gpu.sm_pct)
+            # A process's busy time read mid-kernel (counted up to now) can exceed what the
+            # same kernel later adds at its end, on a loaded host by more than the new work:
+            # a slightly negative rate, which NVML's unsigned int would show as 4294967295 %.
+            gpu.util_pct = min(100.0, max(0.0, gpu.util_pct))
+            gpu.sm_pct = min(100.0, max(0.0, gpu.sm_pct))
             gpu.processes.sort()
         self.gpus = gpus
         self.wall_offset_ns = time.time_ns() - time.monotonic_ns()

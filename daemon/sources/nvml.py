@@ -57,6 +57,12 @@ _MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
 _MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
 
 
+def percent(value: int) -> float | None:
+    """An NVML percentage, or None where it is not one (a driver's or a simulator's -1 in an
+    unsigned int reads 4294967295: recorded, it made a run's mean utilization 44 million %)."""
+    return float(value) if 0 <= value <= 100 else None
+
+
 class _ProcessInfoV1(ctypes.Structure):
     """nvmlProcessInfo_v1_t, for drivers that only have the unversioned symbol."""
 
@@ -181,7 +187,7 @@ class _Device:
             uuid=self.uuid,
             name=self.name,
             status=GPU_ERROR if self.errors else GPU_OK,
-            utilization=float(util.gpu) if util is not None else None,
+            utilization=percent(util.gpu) if util is not None else None,
             sm_activity=sm_activity,
             memory_used_bytes=memory_used,
             memory_total_bytes=self.memory_total,

@@ -326,3 +326,12 @@ def test_a_driver_that_rejects_the_v2_struct_version_falls_back_to_v1(sim_host, 
     assert src._devices[0].memory_version == 1 and gpu.memory_reserved_bytes is None
     assert gpu.status == GPU_OK
     assert "Argument version mismatch (NVML error 25)" in caplog.text
+
+
+def test_a_utilization_that_is_no_percentage_is_absent():
+    """A -1 in NVML's unsigned int reads 4294967295: once recorded, it made a compare of two
+    runs say the fixed run's GPU was 44 million % busy."""
+    from daemon.sources.nvml import percent
+
+    assert percent(0) == 0.0 and percent(100) == 100.0 and percent(37) == 37.0
+    assert percent(4294967295) is None and percent(101) is None and percent(-1) is None
