@@ -1,5 +1,6 @@
-"""The details screen: a process (phase balance, top stacks with file:line, its burn) or a
-recommendation (evidence, savings method, what its action will do)."""
+"""The details screen: a process (phase balance, top stacks with file:line, its burn, and its
+job's latest run compared with the previous one, through GET /v1/compare) or a recommendation
+(evidence, savings method, what its action will do)."""
 
 from __future__ import annotations
 
@@ -262,8 +263,8 @@ class DetailsScreen(Screen):
             self.query_one("#details-body", Static).update(self.render_body())
 
     def action_compare_previous(self) -> None:
-        """Copy the compare command and show it: mlcostd compare reads the store, which this
-        screen reaches only through the API (it says when there is no earlier run)."""
+        """Copy the compare command and show it (the screen shows the comparison itself when
+        the daemon has one; the command gives the text, JSON or HTML on the host)."""
         if self.process is None:
             self.notify("compare is for a process: open one from the process table",
                         title="compare")

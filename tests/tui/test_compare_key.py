@@ -1,6 +1,6 @@
-"""The process details screen offers "compare with this job's previous run": a line with the
-command, and `c` copies it (mlcostd compare reads the store, which the TUI reaches only through
-the API; the command says when the store holds no earlier run)."""
+"""The process details screen offers "compare with this job's previous run": the comparison
+itself (GET /v1/compare through the client: each figure's before, after, change and verdict),
+or why there is none, and `c` copies the command."""
 
 from __future__ import annotations
 
