@@ -5,6 +5,7 @@ the analysis, in /v1/now and in /metrics of a running daemon."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import json
 import threading
 from collections.abc import Iterator
@@ -140,5 +141,68 @@ def test_the_daemon_shows_latency_in_now_and_metrics(server, tmp_path):
                     for s in samples(text, "mlcost_latency_seconds")}
         assert exported["0.99"] == pytest.approx(2.35)
         assert exported["0.5"] == pytest.approx(0.1 * 50 / 90)
+    finally:
+        assert daemon.stop() == 0
+
+
+def _latency_requests(db) -> list[float]:
+    """The request counts of the latency readings the daemon recorded, oldest first."""
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+
+    reader = StoreReader(str(db))
+    try:
+        found = queries.meter_readings(reader, 0, 2e9)
+    finally:
+        reader.close()
+    return [value for (kind, _), rows in found.items() if kind == "latency"
+            for _, value, _ in rows]
+
+
+def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(server, tmp_path):
+    server.observe(0.05, 100)  # before the daemon: not in any range it reports
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "mlcostd.toml").write_text(
+        '[cost]\nevaluate_every = "5s"\n[cost.jobs]\nchat = "idle_notebook"\n'
+        f'[[cost.latency]]\ntarget = "chat"\nurl = {json.dumps(server.url)}\n'
+        'metric = "request_latency_seconds"\nlabels = { model = "llama" }\n')
+    daemon = livedaemon.start(folder, "idle-host", args=["--config", str(folder / "mlcostd.toml")])
+    try:
+        poll(lambda: 100 in _latency_requests(daemon.db), 60, "the first reading recorded",
+             explain=daemon.log_tail)
+        server.observe(0.05, 90)  # a window where p99 swings ...
+        server.observe(2.0, 10)
+        poll(lambda: 200 in _latency_requests(daemon.db), 60, "the second reading recorded",
+             explain=daemon.log_tail)
+        server.observe(0.05, 100)  # ... and one where it does not
+        poll(lambda: 300 in _latency_requests(daemon.db), 60, "the third reading recorded",
+             explain=daemon.log_tail)
+
+        def report(*form: str) -> str:
+            done = subprocess.run(livedaemon.MLCOSTD + ["report", "--db", str(daemon.db),
+                                                        "--since", "5m", *form],
+                                  capture_output=True, text=True, timeout=120,
+                                  cwd=livedaemon.ROOT)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        document = json.loads(report("--json"))
+        (entry,) = document["spend"]["latency"]
+        assert entry["target"] == "chat" and entry["requests"] == 200
+        assert entry["p50_seconds"] == pytest.approx(0.1 * 100 / 190)
+        assert entry["p99_seconds"] == pytest.approx(1.0 + 1.5 * (198 - 190) / 10)
+        assert entry["processes"] and entry["cost"] > 0 and entry["cost_per_request"] > 0
+        assert entry["gpu_utilization"] is not None and entry["sm_share"] is not None
+        windows = [w for b in document["timeline"]["buckets"] for w in b.get("latency", [])]
+        assert [w["requests"] for w in windows] == [100, 100]
+        assert windows[0]["p99_seconds"] == pytest.approx(2.35)  # p99 swings ...
+        assert windows[1]["p99_seconds"] < 0.1  # ... then it does not
+        assert [w["p50_seconds"] for w in windows] == pytest.approx([0.1 * 50 / 90, 0.05])
+        text = report()
+        assert "Serving latency" in text and "chat: p50 52.6 ms, p99 2.20 s over 200 requests" in text
+        page = tmp_path / "report.html"
+        report("--html", str(page))
+        assert 'data-table="latency"' in page.read_text() and "2.20 s" in page.read_text()
     finally:
         assert daemon.stop() == 0

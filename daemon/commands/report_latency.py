@@ -1,0 +1,48 @@
+"""The report's serving latency as text (daemon.analysis.latency_report builds it): per
+histogram p50/p99 over the range beside its target's utilization and cost per request, then
+its windows, in the report's text after the phase balance."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from daemon import clock
+from daemon.analysis.latency_report import cost_per_1k_text
+from daemon.sources.safe_text import one_line
+
+TARGET_CHARS = 40  # of a target's name in text
+WINDOWS_SHOWN = 12  # the last windows of the timeline, in text
+
+
+def render_text(report: Mapping[str, Any]) -> list[str]:
+    """The report's latency lines: per histogram p50/p99 over the range beside the target's
+    utilization and cost per request, then the windows where p99 swung."""
+    entries = (report.get("spend") or {}).get("latency") or []
+    if not entries:
+        return []
+    out = ["", "Serving latency ([[cost.latency]]; quantiles over the range's requests)"]
+    for entry in entries:
+        target = one_line(str(entry.get("target")))[:TARGET_CHARS]
+        if entry.get("error"):
+            out.append(f"  {target}: {one_line(str(entry['error']))[:120]}")
+            continue
+        sm, util = entry.get("sm_share"), entry.get("gpu_utilization")
+        out.append(f"  {target}: p50 {clock.latency_text(entry.get('p50_seconds'))}, p99 "
+                   f"{clock.latency_text(entry.get('p99_seconds'))} over "
+                   f"{entry.get('requests', 0):,.0f} requests; "
+                   + (f"SM {sm:.0f}%" if isinstance(sm, int | float) else "SM -")
+                   + (f" of GPUs at {util:.0f}%" if isinstance(util, int | float) else "")
+                   + f"; {cost_per_1k_text(entry.get('cost_per_request'))}")
+    windows = [(b["ts"], w) for b in (report.get("timeline") or {}).get("buckets") or []
+               for w in b.get("latency") or []]
+    if len(windows) > 1:
+        out.append("  by window (p50 / p99, requests; the timeline's windows):")
+        for ts, w in windows[-WINDOWS_SHOWN:]:
+            out.append(f"    {clock.local_time(ts, date=False)} "
+                       f"{one_line(str(w['target']))[:TARGET_CHARS]}: "
+                       f"{clock.latency_text(w['p50_seconds'])} / {clock.latency_text(w['p99_seconds'])}, "
+                       f"{w['requests']:,.0f}")
+    return out
+
+
