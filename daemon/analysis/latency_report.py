@@ -18,6 +18,9 @@ from daemon.analysis.latency import LATENCY_READING, Reading, recorded_latency, 
 from daemon.analysis.ledger import JobLabeler, is_owner_job, owner_jobs
 from daemon.wire import process_key
 
+# The target `mlcostd profile --latency` gives its histogram: every process its store recorded
+# (the profiled command's tree), whatever their job labels.
+PROFILED_COMMAND = "(command)"
 Readings = Mapping[tuple[str, str], Sequence[Reading]]  # as daemon.store.queries.meter_readings
 
 
@@ -69,7 +72,7 @@ def section(document: dict[str, Any], readings: Readings, start: float, end: flo
 def _is_target(proc: Mapping[str, Any], target: str, labeler: JobLabeler) -> bool:
     """Whether a report's process is (part of) the target: its process id, its job label as
     the daemon gave it ([cost].jobs, else its workload or script), or one of its owner jobs."""
-    if process_key(proc["pid"], proc["start_time"]) == target:
+    if target == PROFILED_COMMAND or process_key(proc["pid"], proc["start_time"]) == target:
         return True
     found = proc.get("owner")
     owner: dict[str, str] = found if isinstance(found, dict) else {}

@@ -583,6 +583,16 @@ class Daemon:
             readings += [row for row in map(latency_reading, ledger.latency) if row is not None]
         facts.write_meter_readings(self.store, ts, readings)
 
+    async def record_latency(self) -> None:
+        """Read the [[cost.latency]] histograms now and record what they read (`mlcostd
+        profile` does so every second while its command runs: a server that exits with the
+        command takes the requests after its last reading with it)."""
+        if self.analyzer is None or self.store is None or not self.analyzer.ledger.latency:
+            return
+        meters = await asyncio.to_thread(self.analyzer.ledger.poll_latency)
+        facts.write_meter_readings(self.store, clock.now(), [
+            row for row in map(latency_reading, meters) if row is not None])
+
     async def _evaluate_forever(self) -> None:
         """Every [cost].evaluate_every: phase balances from the store, then the rules."""
 

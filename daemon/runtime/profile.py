@@ -39,6 +39,7 @@ TREE_REFRESH_S = 1.0  # the command's process tree is re-read at most this often
 OUTPUT_DRAIN_S = 5.0  # after the command is gone, its output pipes get this long to close
 MAX_LINE_BYTES = 4096  # of each output line, only this much is matched against --progress
 MAX_TIMELINE_POINTS = 2000  # (seconds, steps) points kept for the document
+LATENCY_POLL_S = 1.0  # latency histograms are read this often while the command runs
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -308,6 +309,7 @@ class ProfileRecorder:
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer)),
                  asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer))]
+        latency = asyncio.create_task(self._read_latency(exited))
         try:
             await asyncio.wait_for(asyncio.shield(exited), self.duration_s)
         except asyncio.TimeoutError:
@@ -315,6 +317,7 @@ class ProfileRecorder:
             log.info("--duration reached: stopping the command (SIGTERM to its process group)")
             await self._stop_group(proc.pid, exited)
         result.ended_at = clock.now()
+        latency.cancel()
         code = proc.returncode
         assert code is not None  # it exited: _Protocol said so
         result.exit_status = 128 - code if code < 0 else code
@@ -327,6 +330,17 @@ class ProfileRecorder:
         result.steps = self.progress.steps
         result.first_step_at = self.progress.first_step_at
         result.step_timeline = list(self.progress.timeline)
+
+    async def _read_latency(self, exited: asyncio.Future[None]) -> None:
+        """Read the latency histograms (--latency, [[cost.latency]]) every LATENCY_POLL_S
+        while the command runs, into the store: the server it starts begins counting from
+        zero, and the requests between two readings are what the profile's p50/p99 are of."""
+        while not exited.done():
+            try:
+                await self.daemon.record_latency()
+            except Exception:  # a reading is a convenience: never the profile's end
+                log.exception("reading the latency histograms failed")
+            await asyncio.wait({exited}, timeout=LATENCY_POLL_S)
 
     async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO) -> None:
         """The command's output to ours, unchanged, as it comes; counted on the way."""

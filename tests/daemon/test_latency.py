@@ -5,8 +5,8 @@ the analysis, in /v1/now and in /metrics of a running daemon."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 
