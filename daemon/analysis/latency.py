@@ -144,6 +144,15 @@ def reading(meter: LatencyMeter) -> tuple[str, str, float, dict[str, Any]] | Non
              "labels": dict(meter.labels), "buckets": buckets})
 
 
+def zero_reading(row: tuple[str, str, float, dict[str, Any]]
+                 ) -> tuple[str, str, float, dict[str, Any]]:
+    """A reading row (`reading`) with every bucket at 0: what a server counted before it
+    started (recorded by `mlcostd profile` at its command's start for a server that was not
+    there yet then)."""
+    kind, name, _, detail = row
+    return kind, name, 0.0, dict(detail, buckets=[[bound, 0.0] for bound, _ in detail["buckets"]])
+
+
 def _buckets(detail: Mapping[str, Any]) -> dict[float, float]:
     """A reading's buckets back as {upper bound: count}; what is not a pair of numbers is
     dropped (the store is data)."""

@@ -27,6 +27,8 @@ import psutil
 
 from daemon import clock
 from daemon.analysis.kinds import kind_documents
+from daemon.analysis.latency import reading as latency_reading
+from daemon.analysis.latency import zero_reading
 from daemon.config import Config
 from daemon.lifetime import die_with_parent
 from daemon.runtime.daemon import Daemon
@@ -333,11 +335,21 @@ class ProfileRecorder:
 
     async def _read_latency(self, exited: asyncio.Future[None]) -> None:
         """Read the latency histograms (--latency, [[cost.latency]]) every LATENCY_POLL_S
-        while the command runs, into the store: the server it starts begins counting from
-        zero, and the requests between two readings are what the profile's p50/p99 are of."""
+        while the command runs, into the store; p50/p99 are of the requests between the
+        readings. A server not there at the command's start (the command starts it) counted
+        nothing then: a zero reading at the start makes its first second's requests count."""
+        absent_at_start: set[str] | None = None
         while not exited.done():
             try:
-                await self.daemon.record_latency()
+                meters = await self.daemon.record_latency()
+                if absent_at_start is None:
+                    absent_at_start = {m.url for m in meters if m.error is not None}
+                for meter in meters:
+                    row = latency_reading(meter)
+                    if row is not None and meter.url in absent_at_start:
+                        absent_at_start.discard(meter.url)
+                        self.daemon.record_meter_readings(self.result.started_at,
+                                                          [zero_reading(row)])
             except Exception:  # a reading is a convenience: never the profile's end
                 log.exception("reading the latency histograms failed")
             await asyncio.wait({exited}, timeout=LATENCY_POLL_S)
