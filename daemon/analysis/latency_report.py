@@ -16,7 +16,7 @@ from typing import Any
 
 from daemon.analysis.latency import LATENCY_READING, Reading, recorded_latency, recorded_windows
 from daemon.analysis.ledger import JobLabeler, is_owner_job, owner_jobs
-from daemon.wire import process_key
+from daemon.wire import cost_per_1k_text, process_key
 
 # The target `mlcostd profile --latency` gives its histogram: every process its store recorded
 # (the profiled command's tree), whatever their job labels.
@@ -94,6 +94,10 @@ def _target_cost(spend: Mapping[str, Any], mine: list[dict[str, Any]],
 
 
 
-def cost_per_1k_text(cost_per_request: float | None) -> str:
-    """'$0.0123 per 1k requests', or '-'."""
-    return "-" if cost_per_request is None else f"${cost_per_request * 1000:.4f} per 1k requests"
+def target_text(target: object) -> str:
+    """A histogram's target for a person: the profiled command says so, a job or process id
+    as it is."""
+    return "the command" if target == PROFILED_COMMAND else str(target)
+
+
+__all__ = ["PROFILED_COMMAND", "cost_per_1k_text", "section", "target_text"]

@@ -28,7 +28,7 @@ from typing import Any
 
 from daemon import clock
 from daemon import config as config_module
-from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text
+from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text, target_text
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.config import Config
@@ -305,8 +305,7 @@ def _latency(document: dict[str, Any]) -> list[dict[str, Any]]:
         found = {key: entry.get(key) for key in (
             "target", "url", "metric", "p50_seconds", "p99_seconds", "requests",
             "cost_per_request", "sm_share", "gpu_utilization", "error")}
-        if found["target"] == PROFILED_COMMAND:
-            found["target"] = "the command"
+        found["target"] = target_text(found["target"])
         out.append(found)
     return out
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from daemon import clock
-from daemon.analysis.latency_report import cost_per_1k_text
+from daemon.analysis.latency_report import cost_per_1k_text, target_text
 from daemon.sources.safe_text import one_line
 
 TARGET_CHARS = 40  # of a target's name in text
@@ -23,7 +23,7 @@ def render_text(report: Mapping[str, Any]) -> list[str]:
         return []
     out = ["", "Serving latency ([[cost.latency]]; quantiles over the range's requests)"]
     for entry in entries:
-        target = one_line(str(entry.get("target")))[:TARGET_CHARS]
+        target = one_line(target_text(entry.get("target")))[:TARGET_CHARS]
         if entry.get("error"):
             out.append(f"  {target}: {one_line(str(entry['error']))[:120]}")
             continue
@@ -40,7 +40,7 @@ def render_text(report: Mapping[str, Any]) -> list[str]:
         out.append("  by window (p50 / p99, requests; the timeline's windows):")
         for ts, w in windows[-WINDOWS_SHOWN:]:
             out.append(f"    {clock.local_time(ts, date=False)} "
-                       f"{one_line(str(w['target']))[:TARGET_CHARS]}: "
+                       f"{one_line(target_text(w['target']))[:TARGET_CHARS]}: "
                        f"{clock.latency_text(w['p50_seconds'])} / {clock.latency_text(w['p99_seconds'])}, "
                        f"{w['requests']:,.0f}")
     return out

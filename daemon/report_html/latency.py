@@ -8,7 +8,7 @@ from html import escape
 from typing import Any
 
 from daemon import clock
-from daemon.analysis.latency_report import cost_per_1k_text
+from daemon.analysis.latency_report import cost_per_1k_text, target_text
 from daemon.sources.safe_text import one_line
 
 
@@ -21,7 +21,7 @@ def table(entries: Sequence[Mapping[str, Any]]) -> str:
     for entry in entries:
         sm, util = entry.get("sm_share"), entry.get("gpu_utilization")
         rows.append(
-            f"<tr><td>{escape(one_line(str(entry.get('target'))))}</td>"
+            f"<tr><td>{escape(one_line(target_text(entry.get('target'))))}</td>"
             f"<td class=n>{escape(clock.latency_text(entry.get('p50_seconds')))}</td>"
             f"<td class=n>{escape(clock.latency_text(entry.get('p99_seconds')))}</td>"
             f"<td class=n>{entry.get('requests') or 0:,.0f}</td>"
