@@ -29,7 +29,8 @@ def section(document: dict[str, Any], readings: Readings, start: float, end: flo
     """Add the latency of [start, end] to the report `document`: `spend.latency` (a list like
     /v1/now's `cost.latency`, over the range, with the target's `cost`, `cost_per_request`,
     `sm_share` and `gpu_utilization`) and each timeline bucket's `latency` (a list of
-    {target, metric, p50_seconds, p99_seconds, requests}) where requests were counted."""
+    {target, metric, p50_seconds, p99_seconds, requests, and the target's sm_share and stack
+    samples per phase in that window}) where requests were counted."""
     found = {name: rows for (kind, name), rows in readings.items()
              if kind == LATENCY_READING and rows}
     spend = document.setdefault("spend", {})
@@ -66,7 +67,24 @@ def section(document: dict[str, Any], readings: Readings, start: float, end: flo
             bucket = buckets.get(index)
             if bucket is not None:
                 bucket.setdefault("latency", []).append(
-                    {"target": entry["target"], "metric": entry["metric"], **figures})
+                    {"target": entry["target"], "metric": entry["metric"], **figures,
+                     **_beside(bucket, entry["processes"])})
+
+
+def _beside(bucket: Mapping[str, Any], keys: list[str]) -> dict[str, Any]:
+    """What the target's processes did in a timeline window: their SM share (summed) and
+    their stack samples per phase (summed), where the window has them (raw timelines)."""
+    shares: list[float] = []
+    phases: dict[str, int] = {}
+    for key in keys:
+        proc = (bucket.get("processes") or {}).get(key)
+        if not isinstance(proc, Mapping):
+            continue
+        if isinstance(proc.get("sm_share"), int | float):
+            shares.append(float(proc["sm_share"]))
+        for phase, count in (proc.get("phases") or {}).items():
+            phases[phase] = phases.get(phase, 0) + int(count)
+    return {"sm_share": sum(shares) if shares else None, "phases": phases}
 
 
 def _is_target(proc: Mapping[str, Any], target: str, labeler: JobLabeler) -> bool:

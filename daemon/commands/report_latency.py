@@ -37,12 +37,22 @@ def render_text(report: Mapping[str, Any]) -> list[str]:
     windows = [(b["ts"], w) for b in (report.get("timeline") or {}).get("buckets") or []
                for w in b.get("latency") or []]
     if len(windows) > 1:
-        out.append("  by window (p50 / p99, requests; the timeline's windows):")
+        out.append("  by window (p50 / p99, requests; the target's SM share and phases then):")
         for ts, w in windows[-WINDOWS_SHOWN:]:
+            sm, phases = w.get("sm_share"), w.get("phases") or {}
             out.append(f"    {clock.local_time(ts, date=False)} "
                        f"{one_line(target_text(w['target']))[:TARGET_CHARS]}: "
-                       f"{clock.latency_text(w['p50_seconds'])} / {clock.latency_text(w['p99_seconds'])}, "
-                       f"{w['requests']:,.0f}")
+                       f"{clock.latency_text(w['p50_seconds'])} / "
+                       f"{clock.latency_text(w['p99_seconds'])}, {w['requests']:,.0f}"
+                       + (f"; SM {sm:.0f}%" if isinstance(sm, int | float) else "")
+                       + _phases_text(phases))
     return out
 
 
+def _phases_text(phases: Mapping[str, int]) -> str:
+    """'; compute 75%, data_wait 25%' from a window's stack samples per phase ('' without)."""
+    total = sum(phases.values())
+    if total <= 0:
+        return ""
+    return "; " + ", ".join(f"{one_line(str(phase))[:20]} {count / total:.0%}" for phase, count
+                            in sorted(phases.items(), key=lambda item: -item[1])[:3])

@@ -260,9 +260,10 @@ class DetailsScreen(Screen):
                 continue
             text.append(f"p50 {latency_text(histogram.p50_seconds)}   p99 "
                         f"{latency_text(histogram.p99_seconds)}   over "
-                        f"{fmt.number(histogram.requests, '', 0)} requests   SM share "
-                        f"{fmt.pct(p.sm_share)}   {cost_per_1k_text(histogram.cost_per_request)}")
-            text.append(f"   {histogram.metric} of {histogram.target}\n", style=MUTED)
+                        f"{fmt.number(histogram.requests, '', 0)} requests\n")
+            text.append(f"  beside SM share {fmt.pct(p.sm_share)}   "
+                        f"{cost_per_1k_text(histogram.cost_per_request)}")
+            text.append(f"   {histogram.metric}\n", style=MUTED)
         text.append("Compare ", style="bold")
         text.append("with this job's previous run (c copies): ")
         text.append(compare_command(p) + "\n\n", style=MUTED)
