@@ -206,3 +206,23 @@ def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(s
         assert 'data-table="latency"' in page.read_text() and "2.20 s" in page.read_text()
     finally:
         assert daemon.stop() == 0
+
+
+def test_a_range_sums_the_bucket_deltas_and_a_restart_counts_what_the_new_server_counted():
+    from daemon.analysis.latency import recorded_latency, recorded_windows
+
+    def at(ts: float, fast: float, slow: float) -> tuple[float, float, dict]:
+        return (ts, fast + slow, {"target": "chat", "url": "u", "metric": "m", "buckets": [
+            ["0.1", fast], ["2.5", fast + slow], ["+Inf", fast + slow]]})
+
+    found = [at(90, 500, 0), at(110, 590, 10), at(130, 10, 0), at(150, 100, 0)]
+    entry = recorded_latency(found, 100, 200)
+    # 90 + 10 before the restart, then the new server's 10 and 90 more
+    assert entry["requests"] == 200 and entry["readings"] == 4 and entry["error"] is None
+    assert entry["span_s"] == 50  # from the range's start to its last reading
+    assert entry["p99_seconds"] == pytest.approx(0.1 + 2.4 * (198 - 190) / 10)
+    windows = recorded_windows(found, 100, 200, 20)
+    assert {i: w["requests"] for i, w in windows.items()} == {0: 100, 1: 10, 2: 90}
+    assert windows[0]["p99_seconds"] > 2 > 0.1 > windows[2]["p99_seconds"]
+    one = recorded_latency(found[:1], 100, 200)
+    assert one["requests"] == 0 and one["p99_seconds"] is None and one["error"]
