@@ -394,13 +394,21 @@ def test_latency_gives_p50_p99_and_cost_per_request_of_the_server_the_command_ru
     assert "Latency: p50" in (out / "summary.md").read_text()
     assert "latency: p50" in result.stderr
     assert 'data-table="latency"' in (out / "profile.html").read_text()
+    # the same server without its slow requests: compare says p99 went down, better
+    fast = tmp_path / "fast"
+    result = profile(fast, "--simulate", "--latency", f"http://127.0.0.1:{port}/metrics",
+                     "request_latency_seconds", "--", sys.executable,
+                     str(PROGRAMS / "latency_server.py"), "--port", str(port),
+                     "--requests", str(requests))
+    assert result.returncode == 0, result.stderr
     done = subprocess.run([sys.executable, "-m", "daemon", "compare", str(out / "profile.json"),
-                           str(out / "profile.json"), "--json"], capture_output=True,
+                           str(fast / "profile.json"), "--json"], capture_output=True,
                           text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     figures = {f["name"]: f for f in json.loads(done.stdout)["figures"]}
     p99 = figures["latency.p99.(command).request_latency_seconds"]
-    assert p99["change"] == 0 and p99["verdict"] in ("within noise", "no figure")
+    assert p99["change"] < -1.0 and p99["verdict"] == "better", p99
+    assert figures["latency.p50.(command).request_latency_seconds"]["verdict"] != "worse"
 
 
 def test_latency_needs_an_http_url(tmp_path):
