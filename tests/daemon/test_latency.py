@@ -31,6 +31,7 @@ class Server:
         self.registry = CollectorRegistry()
         self.latency = Histogram("request_latency_seconds", "End-to-end request latency",
                                  ["model"], buckets=BUCKETS, registry=self.registry)
+        self.lock = threading.RLock()
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -42,8 +43,9 @@ class Server:
         asyncio.set_event_loop(self.loop)
 
         async def metrics(_: web.Request) -> web.Response:
-            return web.Response(body=generate_latest(self.registry),
-                                content_type="text/plain")
+            with self.lock:
+                body = generate_latest(self.registry)
+            return web.Response(body=body, content_type="text/plain")
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
@@ -56,8 +58,15 @@ class Server:
         self.loop.run_forever()
 
     def observe(self, seconds: float, times: int, model: str = "llama") -> None:
-        for _ in range(times):
-            self.latency.labels(model=model).observe(seconds)
+        with self.lock:  # a page shows all of a call's requests or none of them
+            for _ in range(times):
+                self.latency.labels(model=model).observe(seconds)
+
+    def observe_all(self, *batches: tuple[float, int]) -> None:
+        """Several observe() calls that a reader sees at once."""
+        with self.lock:
+            for seconds, times in batches:
+                self.observe(seconds, times)
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
@@ -171,8 +180,7 @@ def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(s
     try:
         poll(lambda: 100 in _latency_requests(daemon.db), 60, "the first reading recorded",
              explain=daemon.log_tail)
-        server.observe(0.05, 90)  # a window where p99 swings ...
-        server.observe(2.0, 10)
+        server.observe_all((0.05, 90), (2.0, 10))  # a window where p99 swings ...
         poll(lambda: 200 in _latency_requests(daemon.db), 60, "the second reading recorded",
              explain=daemon.log_tail)
         server.observe(0.05, 100)  # ... and one where it does not
