@@ -37,6 +37,14 @@ def local_time(ts: float, *, date: bool = True, seconds: bool = True) -> str:
     return time.strftime(fmt, time.localtime(ts))
 
 
+def latency_text(seconds: float | None) -> str:
+    """A request's latency for a person: 0.0123 -> '12.3 ms', 2.5 -> '2.50 s', None -> '-'
+    (the report, the profile, the HTML pages and mlcost-top write p50/p99 with it)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
 # The times a store can hold: nothing was recorded before 2020 (mlcost did not exist), and a
 # time past 2200 is a unit slip (milliseconds for seconds). A time outside is refused rather
 # than read as an empty 1970 range.

@@ -220,6 +220,7 @@ class Process:
     kind_evidence: tuple[str, ...] = ()
     serves: bool = False
     per_gpu: tuple[GpuShare, ...] = ()  # by GPU index, from /v1/now's gpus list
+    job: str | None = None  # its job label as the cost ledger has it ([cost].jobs, else script)
 
     def on_gpu(self, index: int) -> GpuShare | None:
         """Its memory and SM share on GPU `index` (None: not on it, or not said)."""
@@ -260,7 +261,8 @@ class Process:
                        (GpuShare(index, _i(g.get("memory_bytes")), _f(g.get("sm_share")))
                         for g in _l(d.get("gpus"))[:64] if isinstance(g, Mapping)
                         for index in (_i(g.get("index")),) if index is not None),
-                       key=lambda share: share.index)))
+                       key=lambda share: share.index)),
+                   job=_line(pick("job")) or None)
 
 
 @dataclass(frozen=True)
@@ -386,6 +388,36 @@ class HostUsage:
                    load=(load[0], load[1], load[2]) if len(load) == len(raw) == 3 else None)
 
 
+def cost_per_1k_text(cost_per_request: float | None) -> str:
+    """A latency histogram's cost per request for a person: '$0.0123 per 1k requests' or '-'
+    (the report, the profile, the HTML pages and mlcost-top write it so)."""
+    if cost_per_request is None:
+        return "-"
+    return f"${cost_per_request * 1000:.4f} per 1k requests"
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One [[cost.latency]] histogram (/v1/now's cost.latency): p50/p99 of the requests between
+    the daemon's last two readings (before two, of all the server counted), the requests, and
+    the target's dollars per request over them."""
+
+    target: str  # a job label or a process id 'pid:start_time'
+    metric: str
+    p50_seconds: float | None
+    p99_seconds: float | None
+    requests: float | None
+    cost_per_request: float | None
+    error: str | None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Latency:
+        return cls(target=_line(d.get("target")), metric=_line(d.get("metric")),
+                   p50_seconds=_f(d.get("p50_seconds")), p99_seconds=_f(d.get("p99_seconds")),
+                   requests=_f(d.get("requests")), cost_per_request=_f(d.get("cost_per_request")),
+                   error=_text(d.get("error")))
+
+
 @dataclass(frozen=True)
 class Now:
     """One /v1/now document: the host's latest state."""
@@ -414,6 +446,11 @@ class Now:
     energy_per_hour: float | None = None  # the GPUs' measured power priced ([instance] $/kWh)
     # The host line; None from an older daemon and in a replay of a store (not recorded).
     host_usage: HostUsage | None = None
+    latency: tuple[Latency, ...] = ()  # [[cost.latency]]: p50/p99 beside the cost
+
+    def latency_of(self, process: Process) -> tuple[Latency, ...]:
+        """The latency histograms configured for this process or for its job."""
+        return tuple(h for h in self.latency if h.target in (process.key, process.job))
 
     @property
     def idle_alerts(self) -> tuple[Event, ...]:
@@ -461,6 +498,8 @@ class Now:
             energy_per_hour=_f(burn.get("energy_per_hour")),
             host_usage=HostUsage.from_dict(d["host_usage"])
             if isinstance(d.get("host_usage"), Mapping) else None,
+            latency=tuple(Latency.from_dict(h) for h in _l(cost.get("latency"))[:64]
+                          if isinstance(h, Mapping)),
         )
 
 

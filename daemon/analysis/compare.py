@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.wire import process_key
 
@@ -394,6 +395,35 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
             for name in sorted(set(ua) & set(ub))]
 
 
+def _latency_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
+    """p50 and p99 of each latency histogram both sides measured (the report's
+    `spend.latency`, by target and metric), lower is better. Noise: the bootstrap over the
+    quantiles of the timeline's windows (each window's own requests)."""
+    def found(side: Side) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(str(e.get("target")), str(e.get("metric"))): e
+                for e in (side.document.get("spend") or {}).get("latency") or []
+                if isinstance(e, dict) and isinstance(e.get("p99_seconds"), int | float)}
+
+    def windows(side: Side, key: tuple[str, str], quantile: str) -> list[float]:
+        return [float(w[quantile]) for bucket in side.buckets
+                for w in bucket.get("latency") or [] if isinstance(w, dict)
+                and (str(w.get("target")), str(w.get("metric"))) == key
+                and isinstance(w.get(quantile), int | float)]
+
+    la, lb = found(a), found(b)
+    out = []
+    for key in sorted(set(la) & set(lb)):
+        target = key[0] if len(la) == 1 else f"{key[0]} {key[1]}"
+        for quantile in ("p50_seconds", "p99_seconds"):
+            out.append(_Figure(
+                f"latency.{quantile[:3]}.{key[0]}.{key[1]}", f"{quantile[:3]} latency of {target}",
+                "s", la[key][quantile], lb[key][quantile],
+                block_bootstrap_sd(windows(a, key, quantile), _mean, rng),
+                block_bootstrap_sd(windows(b, key, quantile), _mean, rng), False,
+                "bootstrap over the timeline windows' quantiles"))
+    return out
+
+
 # -- recommendations ----------------------------------------------------------------------
 
 
@@ -519,6 +549,7 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     if per_step is not None:
         figures.append(per_step)
     figures += _unit_figures(a, b, rng)
+    figures += _latency_figures(a, b, rng)
     figures += _phase_figures(a, b, rng)
     shown = [f.as_dict() for f in figures]
     return {
@@ -558,6 +589,8 @@ def figure_text(value: float | None, unit: str) -> str:
         return f"{value:.0%}"
     if unit == "$/h":
         return f"${value:.2f}/h"
+    if unit == "s":
+        return clock.latency_text(value)
     return f"${value:.4g}"
 
 
@@ -571,4 +604,6 @@ def change_text(value: float | None, unit: str, signed: bool = True) -> str:
         return f"{sign}{abs(value):.1f} pt"
     if unit == "share":
         return f"{sign}{abs(value) * 100:.1f} pt"
+    if unit == "s":
+        return sign + clock.latency_text(abs(value))
     return f"{sign}${abs(value):.3g}"

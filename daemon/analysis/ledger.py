@@ -249,11 +249,12 @@ class CostLedger:
 
     def poll_latency(self, timeout_s: float = UNIT_COST_TIMEOUT_S) -> list[LatencyMeter]:
         """Read each configured latency histogram (blocking, `timeout_s` each), beside the
-        tick like the unit-cost counters."""
+        tick like the unit-cost counters, with its target's dollars so far (cost per
+        request)."""
         with self.lock:
             meters = list(self.latency)
         for meter in meters:
-            meter.poll(timeout_s)
+            meter.poll(timeout_s, self.cost_of(meter.target))
         return meters
 
     def add_meter(self, meter: UnitCostMeter) -> None:

@@ -10,6 +10,7 @@ import textwrap
 from typing import Any
 
 from daemon import clock
+from daemon.analysis import latency_report
 from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
@@ -18,6 +19,7 @@ from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import build as build_timeline
+from daemon.commands import report_latency
 from daemon.commands import review as team_review
 from daemon.config import Config
 from daemon.runtime import price_host
@@ -158,6 +160,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
                           _window_energy(reader, start, end, gpus, per_kwh, interval))
     document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval)
+    latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
     review = document.setdefault("review", {})
     review.update(team_review.review(
         reader, start, end, by=by, jobs=jobs, kinds={**kinds_last, **kinds_then},
@@ -489,6 +492,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_kinds(report["processes"])
     out += _render_inference(report["processes"])
     out += _render_phases(report["processes"])
+    out += report_latency.render_text(report)
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"))
     out += _render_managed((report.get("review") or {}).get("managed"))
     out += render_review(report.get("review") or {})

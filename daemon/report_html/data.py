@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.analysis import latency_report
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
@@ -53,6 +54,7 @@ class ReportData:
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     spend: float | None = None
     wasted: float | None = None
+    latency: list[dict[str, Any]] = field(default_factory=list)  # [[cost.latency]] over the range
 
 
 def process_label(target: str, names: dict[str, tuple[int, str]]) -> str:
@@ -160,6 +162,13 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
                     command=proc["command"], samples=0))
                 entry["samples"] += stack["samples"]
     data.processes = sorted(processes, key=lambda p: -(p.get("cost") or 0.0))
+    # Serving latency beside each target's processes' cost (their jobs as the daemon labelled)
+    cost_meta = reader.meta("cost")
+    jobs = cost_meta.get("jobs") if isinstance(cost_meta, dict) else None
+    latency: dict[str, Any] = {"processes": processes, "gpus": data.gpus}
+    latency_report.section(latency, queries.meter_readings(reader, start, end), start, end,
+                           jobs if isinstance(jobs, dict) else None)
+    data.latency = latency["spend"]["latency"]
     names = {process_key(p["pid"], p["start_time"]): (p["pid"], p.get("command") or "")
              for p in processes}
     data.stacks = [dict(s, label=process_label(process_key(s["pid"], s["start_time"]), names))

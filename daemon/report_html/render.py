@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from daemon import __version__, clock
+from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
 
 WIDTH, HEIGHT = 880, 220
@@ -352,6 +353,7 @@ def render(data: ReportData) -> str:
     legend = "".join(f'<span><i style="background:{c}"></i>{_e(p)}</span>'
                      for p, c in PHASE_COLORS.items())
     out.append(f'<div class="legend">{legend}</div>')
+    out.append(latency.table(data.latency))
     out.append("<h2>Low-utilization windows</h2>")
     out.append(timeline(data.windows, data.since, data.until) if data.windows else
                '<p class="muted">no low-utilization window in this range</p>')

@@ -14,6 +14,7 @@ import html
 from typing import Any
 
 from daemon import __version__, clock
+from daemon.report_html import latency
 
 CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#111;
 padding:0 16px}h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
@@ -121,6 +122,7 @@ def render(document: dict[str, Any]) -> str:
             out.append("<h2>Unit costs</h2><table><tr><th>of</th><th>cost</th><th>per</th>"
                        "<th>before</th><th>trend</th></tr>"
                        + "".join(_unit_row(u) for u in units) + "</table>")
+    out.append(latency.table((document.get("spend") or {}).get("latency") or []))
     outcomes = review.get("recommendations") or {}
     out.append("<h2>Recommendations</h2><table><tr><th>state</th><th>savings/month</th>"
                "<th>recommendation</th><th>detail</th></tr>")

@@ -24,6 +24,8 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.analysis.latency import LatencyMeter
+from daemon.analysis.latency import reading as latency_reading
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.config import Config, db_path, snapshots_folder
@@ -563,7 +565,7 @@ class Daemon:
 
     def _record_costs(self, ts: float) -> None:
         """Hand the store what the ledger charged since the last round (hour spend) and what
-        the meters read (storage sizes, unit-cost counters), so a report of a past range says
+        the meters read (storage sizes, unit-cost counters, latency histograms), so a report of a past range says
         what /v1/now said. The meters are written each round ([cost].evaluate_every, 30 s by
         default; retention keeps them as long as the hour rollups)."""
         if self.analyzer is None or self.store is None:
@@ -579,7 +581,25 @@ class Daemon:
                           {"target": m.target, "unit": m.unit, "per": m.per, "url": m.url,
                            "metric": m.metric, "labels": dict(m.labels)})
                          for m in ledger.meters if m.base_count is not None and m.error is None]
+            readings += [row for row in map(latency_reading, ledger.latency) if row is not None]
         facts.write_meter_readings(self.store, ts, readings)
+
+    async def record_latency(self) -> list[LatencyMeter]:
+        """Read the [[cost.latency]] histograms now and record what they read (`mlcostd
+        profile` does so every second while its command runs: a server that exits with the
+        command takes the requests after its last reading with it). Returns the meters."""
+        if self.analyzer is None or self.store is None or not self.analyzer.ledger.latency:
+            return []
+        meters = await asyncio.to_thread(self.analyzer.ledger.poll_latency)
+        self.record_meter_readings(clock.now(), [
+            row for row in map(latency_reading, meters) if row is not None])
+        return meters
+
+    def record_meter_readings(self, ts: float,
+                              readings: list[tuple[str, str, float, dict[str, Any]]]) -> None:
+        """Write meter readings taken at `ts` (daemon.store.facts.write_meter_readings)."""
+        if self.store is not None and readings:
+            facts.write_meter_readings(self.store, ts, readings)
 
     async def _evaluate_forever(self) -> None:
         """Every [cost].evaluate_every: phase balances from the store, then the rules."""

@@ -28,6 +28,8 @@ import psutil
 
 from daemon import clock
 from daemon.analysis.kinds import kind_documents
+from daemon.analysis.latency import reading as latency_reading
+from daemon.analysis.latency import zero_reading
 from daemon.config import Config
 from daemon.lifetime import become_subreaper, die_with_parent
 from daemon.runtime.daemon import Daemon
@@ -40,6 +42,7 @@ TREE_REFRESH_S = 1.0  # the command's process tree is re-read at most this often
 OUTPUT_DRAIN_S = 5.0  # after the command is gone, its output pipes get this long to close
 MAX_LINE_BYTES = 4096  # of each output line, only this much is matched against --progress
 MAX_TIMELINE_POINTS = 2000  # (seconds, steps) points kept for the document
+LATENCY_POLL_S = 1.0  # latency histograms are read this often while the command runs
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -356,6 +359,7 @@ class ProfileRecorder:
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer)),
                  asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer))]
+        latency = asyncio.create_task(self._read_latency(exited))
         try:
             await asyncio.wait_for(asyncio.shield(exited), self.duration_s)
         except asyncio.TimeoutError:
@@ -363,6 +367,7 @@ class ProfileRecorder:
             log.info("--duration reached: stopping the command (SIGTERM to its process group)")
             await self._stop_group(proc.pid, exited)
         result.ended_at = clock.now()
+        latency.cancel()
         code = proc.returncode
         assert code is not None  # it exited: _Protocol said so
         result.exit_status = 128 - code if code < 0 else code
@@ -375,6 +380,27 @@ class ProfileRecorder:
         result.steps = self.progress.steps
         result.first_step_at = self.progress.first_step_at
         result.step_timeline = list(self.progress.timeline)
+
+    async def _read_latency(self, exited: asyncio.Future[None]) -> None:
+        """Read the latency histograms (--latency, [[cost.latency]]) every LATENCY_POLL_S
+        while the command runs, into the store; p50/p99 are of the requests between the
+        readings. A server not there at the command's start (the command starts it) counted
+        nothing then: a zero reading at the start makes its first second's requests count."""
+        absent_at_start: set[str] | None = None
+        while not exited.done():
+            try:
+                meters = await self.daemon.record_latency()
+                if absent_at_start is None:
+                    absent_at_start = {m.url for m in meters if m.error is not None}
+                for meter in meters:
+                    row = latency_reading(meter)
+                    if row is not None and meter.url in absent_at_start:
+                        absent_at_start.discard(meter.url)
+                        self.daemon.record_meter_readings(self.result.started_at,
+                                                          [zero_reading(row)])
+            except Exception:  # a reading is a convenience: never the profile's end
+                log.exception("reading the latency histograms failed")
+            await asyncio.wait({exited}, timeout=LATENCY_POLL_S)
 
     async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO) -> None:
         """The command's output to ours, unchanged, as it comes; counted on the way."""

@@ -258,7 +258,8 @@ def write_spend(store: Store, hosts: dict[int, list[float]],
 
 def write_meter_readings(store: Store, ts: float,
                          readings: Iterable[tuple[str, str, float, dict[str, Any]]]) -> None:
-    """Record what the meters read at `ts`: (kind 'storage' or 'unit', name, value, detail)."""
+    """Record what the meters read at `ts`: (kind 'storage', 'unit' or 'latency', name, value,
+    detail)."""
     at = round(ts * 1000)
     with store._lock:
         store.write_facts([

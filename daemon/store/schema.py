@@ -315,7 +315,9 @@ def _migration_meter_readings(db: sqlite_utils.Database) -> None:
     """What the meters beside the burn read, over time, so a report of a past range prices it
     as the live view did: each storage path's size (`kind` 'storage', `value` bytes) and each
     unit-cost counter (`kind` 'unit', `value` the count); `detail` the setting as JSON (price
-    per GB-month; the meter's target, unit and per)."""
+    per GB-month; the meter's target, unit and per). Later kinds use the same table: 'latency'
+    (a [[cost.latency]] histogram: `value` its requests, `detail` the setting and the cumulative
+    buckets, daemon.analysis.latency.reading)."""
     _create_without_rowid(
         db, "meter_readings",
         {"kind": str, "name": str, "ts": int, "value": float, "detail": str},

@@ -18,8 +18,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
-from daemon.clock import local_time
-from daemon.wire import Comparison, Phases, Process, Recommendation
+from daemon.clock import latency_text, local_time
+from daemon.wire import Comparison, Latency, Phases, Process, Recommendation, cost_per_1k_text
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
@@ -162,9 +162,11 @@ class DetailsScreen(Screen):
     def __init__(self, process: Process | None = None,
                  recommendation: Recommendation | None = None,
                  related: tuple[Recommendation, ...] = (), client: Client | None = None,
-                 recorded_phases: Callable[[str], Phases | None] | None = None) -> None:
+                 recorded_phases: Callable[[str], Phases | None] | None = None,
+                 latency: tuple[Latency, ...] = ()) -> None:
         super().__init__()
         self.client = client
+        self.latency = latency  # [[cost.latency]] of this process or its job, when opened
         self.recorded_phases = recorded_phases  # a replay's: the balance at the tick shown
         self.process = process
         self.recommendation = recommendation
@@ -307,6 +309,17 @@ class DetailsScreen(Screen):
                     f"   RSS {fmt.size(p.rss_bytes)}   I/O wait {fmt.pct(p.io_wait_percent)}\n")
         text.append("Cost ", style="bold")
         text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n")
+        for histogram in self.latency:  # [[cost.latency]] of this process or its job
+            text.append("Latency ", style="bold")
+            if histogram.error:
+                text.append(f"{histogram.metric}: {histogram.error}\n", style=MUTED)
+                continue
+            text.append(f"p50 {latency_text(histogram.p50_seconds)}   p99 "
+                        f"{latency_text(histogram.p99_seconds)}   over "
+                        f"{fmt.number(histogram.requests, '', 0)} requests\n")
+            text.append(f"  beside SM share {fmt.pct(p.sm_share)}   "
+                        f"{cost_per_1k_text(histogram.cost_per_request)}")
+            text.append(f"   {histogram.metric}\n", style=MUTED)
         text.append("Compare ", style="bold")
         text.append("with this job's previous run: ")
         if self.comparison is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 
@@ -30,6 +31,7 @@ class Server:
         self.registry = CollectorRegistry()
         self.latency = Histogram("request_latency_seconds", "End-to-end request latency",
                                  ["model"], buckets=BUCKETS, registry=self.registry)
+        self.lock = threading.RLock()
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -41,8 +43,9 @@ class Server:
         asyncio.set_event_loop(self.loop)
 
         async def metrics(_: web.Request) -> web.Response:
-            return web.Response(body=generate_latest(self.registry),
-                                content_type="text/plain")
+            with self.lock:
+                body = generate_latest(self.registry)
+            return web.Response(body=body, content_type="text/plain")
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
@@ -55,8 +58,15 @@ class Server:
         self.loop.run_forever()
 
     def observe(self, seconds: float, times: int, model: str = "llama") -> None:
-        for _ in range(times):
-            self.latency.labels(model=model).observe(seconds)
+        with self.lock:  # a page shows all of a call's requests or none of them
+            for _ in range(times):
+                self.latency.labels(model=model).observe(seconds)
+
+    def observe_all(self, *batches: tuple[float, int]) -> None:
+        """Several observe() calls that a reader sees at once."""
+        with self.lock:
+            for seconds, times in batches:
+                self.observe(seconds, times)
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
@@ -142,3 +152,85 @@ def test_the_daemon_shows_latency_in_now_and_metrics(server, tmp_path):
         assert exported["0.5"] == pytest.approx(0.1 * 50 / 90)
     finally:
         assert daemon.stop() == 0
+
+
+def _latency_requests(db) -> list[float]:
+    """The request counts of the latency readings the daemon recorded, oldest first."""
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+
+    reader = StoreReader(str(db))
+    try:
+        found = queries.meter_readings(reader, 0, 2e9)
+    finally:
+        reader.close()
+    return [value for (kind, _), rows in found.items() if kind == "latency"
+            for _, value, _ in rows]
+
+
+def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(server, tmp_path):
+    server.observe(0.05, 100)  # before the daemon: not in any range it reports
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "mlcostd.toml").write_text(
+        '[cost]\nevaluate_every = "5s"\n[cost.jobs]\nchat = "idle_notebook"\n'
+        f'[[cost.latency]]\ntarget = "chat"\nurl = {json.dumps(server.url)}\n'
+        'metric = "request_latency_seconds"\nlabels = { model = "llama" }\n')
+    daemon = livedaemon.start(folder, "idle-host", args=["--config", str(folder / "mlcostd.toml")])
+    try:
+        poll(lambda: 100 in _latency_requests(daemon.db), 60, "the first reading recorded",
+             explain=daemon.log_tail)
+        server.observe_all((0.05, 90), (2.0, 10))  # a window where p99 swings ...
+        poll(lambda: 200 in _latency_requests(daemon.db), 60, "the second reading recorded",
+             explain=daemon.log_tail)
+        server.observe(0.05, 100)  # ... and one where it does not
+        poll(lambda: 300 in _latency_requests(daemon.db), 60, "the third reading recorded",
+             explain=daemon.log_tail)
+
+        def report(*form: str) -> str:
+            done = subprocess.run(livedaemon.MLCOSTD + ["report", "--db", str(daemon.db),
+                                                        "--since", "5m", *form],
+                                  capture_output=True, text=True, timeout=120,
+                                  cwd=livedaemon.ROOT)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        document = json.loads(report("--json"))
+        (entry,) = document["spend"]["latency"]
+        assert entry["target"] == "chat" and entry["requests"] == 200
+        assert entry["p50_seconds"] == pytest.approx(0.1 * 100 / 190)
+        assert entry["p99_seconds"] == pytest.approx(1.0 + 1.5 * (198 - 190) / 10)
+        assert entry["processes"] and entry["cost"] > 0 and entry["cost_per_request"] > 0
+        assert entry["gpu_utilization"] is not None and entry["sm_share"] is not None
+        windows = [w for b in document["timeline"]["buckets"] for w in b.get("latency", [])]
+        assert [w["requests"] for w in windows] == [100, 100]
+        assert windows[0]["p99_seconds"] == pytest.approx(2.35)  # p99 swings ...
+        assert windows[1]["p99_seconds"] < 0.1  # ... then it does not
+        assert [w["p50_seconds"] for w in windows] == pytest.approx([0.1 * 50 / 90, 0.05])
+        text = report()
+        assert "Serving latency" in text and "chat: p50 52.6 ms, p99 2.20 s over 200 requests" in text
+        page = tmp_path / "report.html"
+        report("--html", str(page))
+        assert 'data-table="latency"' in page.read_text() and "2.20 s" in page.read_text()
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_a_range_sums_the_bucket_deltas_and_a_restart_counts_what_the_new_server_counted():
+    from daemon.analysis.latency import recorded_latency, recorded_windows
+
+    def at(ts: float, fast: float, slow: float) -> tuple[float, float, dict]:
+        return (ts, fast + slow, {"target": "chat", "url": "u", "metric": "m", "buckets": [
+            ["0.1", fast], ["2.5", fast + slow], ["+Inf", fast + slow]]})
+
+    found = [at(90, 500, 0), at(110, 590, 10), at(130, 10, 0), at(150, 100, 0)]
+    entry = recorded_latency(found, 100, 200)
+    # 90 + 10 before the restart, then the new server's 10 and 90 more
+    assert entry["requests"] == 200 and entry["readings"] == 4 and entry["error"] is None
+    assert entry["span_s"] == 50  # from the range's start to its last reading
+    assert entry["p99_seconds"] == pytest.approx(0.1 + 2.4 * (198 - 190) / 10)
+    windows = recorded_windows(found, 100, 200, 20)
+    assert {i: w["requests"] for i, w in windows.items()} == {0: 100, 1: 10, 2: 90}
+    assert windows[0]["p99_seconds"] > 2 > 0.1 > windows[2]["p99_seconds"]
+    one = recorded_latency(found[:1], 100, 200)
+    assert one["requests"] == 0 and one["p99_seconds"] is None and one["error"]

@@ -371,3 +371,50 @@ def test_compare_of_the_two_profiles_says_the_fix_is_better(starved, fixed):
     gone = {r["rule"] for r in result["recommendations"] if r["status"] == "gone"}
     assert "dataloader_starvation" in gone
     assert result["verdict"] == "better", json.dumps(result["figures"], indent=1)
+
+
+def test_latency_gives_p50_p99_and_cost_per_request_of_the_server_the_command_runs(tmp_path):
+    """--latency URL METRIC: the command's own aiohttp server exports a latency histogram
+    (prometheus-client), read every second while it runs; profile.json, summary.md and
+    profile.html say p50/p99 and the cost per request, and compare shows the latency change."""
+    with socket.socket() as probe:  # a free port for the server's /metrics page
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "serve"
+    requests = 160
+    result = profile(out, "--simulate", "--latency", f"http://127.0.0.1:{port}/metrics",
+                     "request_latency_seconds", "--", sys.executable,
+                     str(PROGRAMS / "latency_server.py"), "--port", str(port),
+                     "--requests", str(requests), "--slow-every", "20")
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    (latency,) = facts["latency"]
+    assert latency["target"] == "the command" and latency["error"] is None
+    # counted from the command's start (its server was not there) to the last reading
+    assert requests / 2 <= latency["requests"] <= requests
+    assert latency["p50_seconds"] < 0.1 and latency["p99_seconds"] > 1.0  # 1 in 20 is slow
+    assert latency["cost_per_request"] == pytest.approx(
+        facts["cost"] / latency["requests"], rel=0.5)
+    assert "Latency: p50" in (out / "summary.md").read_text()
+    assert "latency: p50" in result.stderr
+    assert 'data-table="latency"' in (out / "profile.html").read_text()
+    # the same server without its slow requests: compare says p99 went down, better
+    fast = tmp_path / "fast"
+    result = profile(fast, "--simulate", "--latency", f"http://127.0.0.1:{port}/metrics",
+                     "request_latency_seconds", "--", sys.executable,
+                     str(PROGRAMS / "latency_server.py"), "--port", str(port),
+                     "--requests", str(requests))
+    assert result.returncode == 0, result.stderr
+    done = subprocess.run([sys.executable, "-m", "daemon", "compare", str(out / "profile.json"),
+                           str(fast / "profile.json"), "--json"], capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    figures = {f["name"]: f for f in json.loads(done.stdout)["figures"]}
+    p99 = figures["latency.p99.(command).request_latency_seconds"]
+    assert p99["change"] < -1.0 and p99["verdict"] == "better", p99
+    assert figures["latency.p50.(command).request_latency_seconds"]["verdict"] != "worse"
+
+
+def test_latency_needs_an_http_url(tmp_path):
+    result = profile(tmp_path / "x", "--latency", "ftp://h/metrics", "m", "--", "true")
+    assert result.returncode == 2 and "--latency 'ftp://h/metrics' 'm': url" in result.stderr
