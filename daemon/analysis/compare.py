@@ -398,7 +398,8 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
 def _latency_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     """p50 and p99 of each latency histogram both sides measured (the report's
     `spend.latency`, by target and metric), lower is better. Noise: the bootstrap over the
-    quantiles of the timeline's windows (each window's own requests)."""
+    quantiles of the timeline's windows (each window's own requests), floored by their spread
+    like every figure's (noise_sd)."""
     def found(side: Side) -> dict[tuple[str, str], dict[str, Any]]:
         return {(str(e.get("target")), str(e.get("metric"))): e
                 for e in (side.document.get("spend") or {}).get("latency") or []
@@ -418,8 +419,8 @@ def _latency_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
             out.append(_Figure(
                 f"latency.{quantile[:3]}.{key[0]}.{key[1]}", f"{quantile[:3]} latency of {target}",
                 "s", la[key][quantile], lb[key][quantile],
-                block_bootstrap_sd(windows(a, key, quantile), _mean, rng),
-                block_bootstrap_sd(windows(b, key, quantile), _mean, rng), False,
+                noise_sd(windows(a, key, quantile), _mean, rng),
+                noise_sd(windows(b, key, quantile), _mean, rng), False,
                 "bootstrap over the timeline windows' quantiles"))
     return out
 
