@@ -278,6 +278,31 @@ def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
     assert set(tracker._gpu_use) == {other}  # the gone process's reads are not kept
 
 
+def test_the_shape_counts_kernels_at_any_tick_of_a_round_so_load_does_not_hide_them():
+    """A job whose loop a loaded host stretches runs a kernel every few rounds; read one tick a
+    round it looked idle (decode_frames.py flipped from training to other under --load). Told
+    whether its kernels ran at any tick since the last round, its shape stays a job's."""
+    class NoFacts:
+        def refresh(self, keys, now):
+            list(keys)
+
+        def get(self, key):
+            return None
+
+    quiet, loaded = KindTracker(NoFacts()), KindTracker(NoFacts())
+    me = (10, 1.0)
+    for i in range(12):
+        # quiet: a kernel in every round; loaded: in one round of three, and never at the tick
+        # the round reads its SM share from
+        quiet.refresh([(10, 1.0, "python decode.py", {})], {}, NOW + 2 * i, {me: 20.0},
+                      {me: True})
+        loaded.refresh([(10, 1.0, "python decode.py", {})], {}, NOW + 2 * i, {me: 0.0},
+                       {me: i % 3 == 0})
+    [fast], [slow] = quiet.kinds.values(), loaded.kinds.values()
+    assert (fast.gpu_use, slow.gpu_use) == ("steady", "bursty")
+    assert fast.kind == slow.kind == TRAINING
+
+
 def test_a_rank_listening_for_its_peers_is_no_server():
     facts = KindFacts(listening_ports=(29500,), accepted_seen_at=NOW, accepted_reads=3)
     by_argument = classify_kind("python two_ranks.py --rank 0", facts, now=NOW)
