@@ -39,7 +39,9 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
             if observed.confidence > 0 else "nothing observed points to a kind")
     return Kind(kind, 1.0, (f"set in config: [kinds.jobs] job {label[:60]!r} = {kind!r}",
                             said), observed.serves, observed.listening_ports, observed.scores,
-                gpu_use=observed.gpu_use, source=CONFIGURED)
+                gpu_use=observed.gpu_use, source=CONFIGURED,
+                connections_caught=observed.connections_caught,
+                connections_over_s=observed.connections_over_s)
 
 
 class KindTracker:
