@@ -265,8 +265,9 @@ READ_MIN_PER_S = 1e6
 # verdict does not flip with the machine's load: on a loaded host a writer (a compressor it
 # waits for) gets less CPU and writes fewer bytes a second, but as many per CPU-second. Only
 # over at least IO_MIN_SECONDS_WORTH seconds' worth of bytes at the line (a sleeping process's
-# few kilobytes over a sliver of CPU are no stream).
-IO_MIN_SECONDS_WORTH = 1.0
+# few kilobytes over a sliver of CPU are no stream); a quarter of a second's worth, as at load
+# 35-40 on 2 cores a compressor wrote ~3 MB in the 3 s the signals cover, under a second's 4 MB.
+IO_MIN_SECONDS_WORTH = 0.25
 # The main thread on a CPU (or waiting for one) at least half the time, with no I/O, is
 # computing on the host.
 ON_CPU_MIN = 0.5
@@ -296,8 +297,8 @@ class HostSignals:
 
     def streams(self, per_s: float, line: float) -> str | None:
         """How a rate of `per_s` bytes a second meets `line`: per wall second, or per
-        CPU-second it got (over at least IO_MIN_SECONDS_WORTH seconds' worth of bytes); None
-        if neither."""
+        CPU-second it got (over at least IO_MIN_SECONDS_WORTH seconds' worth of the line's
+        bytes); None if neither."""
         if per_s >= line:
             return f"{per_s / 1e6:.3g} MB/s"
         cpu = self.tree_cpu

@@ -547,3 +547,12 @@ def test_a_trickle_over_a_sliver_of_cpu_is_no_stream():
     # 60 kB in three seconds is no checkpoint nor input pipeline.
     trickle = signals(seconds=3.0, read_per_s=20e3, write_per_s=20e3, tree_cpu=0.002)
     assert opaque(signals=trickle).phase not in ("checkpoint", "data_wait")
+
+
+def test_a_compressor_starved_to_a_twentieth_of_a_core_still_writes():
+    # bench --load 4 at load 35-40 on 2 cores: 1.1 MB/s written and 2.2 MB/s read over 3 s by
+    # a tool given 5% of a core, where the read alone made it data wait.
+    starved = signals(seconds=3.0, read_per_s=2.2e6, write_per_s=1.1e6, tree_cpu=0.05)
+    result = classify(stack(*WAITS_ON_TOOL), gpu_busy=False, source_line=no_source,
+                      signals=starved)
+    assert result.phase == "checkpoint" and "per CPU-second" in result.reason
