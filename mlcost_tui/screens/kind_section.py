@@ -91,8 +91,9 @@ def audit_lines(audit: Mapping[str, Any]) -> Text:
     for item in advice[:MAX_ADVICE]:
         monthly = item.get("saving_per_month")
         text.append("  ")
+        # 0 is what an advice whose saving is not estimated yet carries: not "$0.00"
         text.append(f"{fmt.money(monthly)}/month" if isinstance(monthly, int | float)
-                    else "saving not priced", style="bold green")
+                    and monthly > 0 else "saving not estimated", style="bold green")
         text.append(f"  {item.get('name') or '?'}: {item.get('text') or ''}\n")
         for why in _strings(item.get("evidence"))[:MAX_EVIDENCE]:
             text.append(f"      {why}\n", style=MUTED)

@@ -120,3 +120,15 @@ def test_a_config_override_and_a_replayed_kind_say_where_the_kind_came_from():
     replayed = DetailsScreen(configured, recorded_phases=lambda key: None)
     assert "source history (the kind recorded at this tick), config override" in (
         replayed._process_text(configured).plain)
+
+
+def test_advice_whose_saving_is_not_estimated_yet_says_so_not_zero_dollars():
+    audit = dict(AUDIT, advice=[dict(AUDIT["advice"][0], saving_share=0.0,
+                                     saving_per_month=0.0,
+                                     saving_method="not estimated: fewer than 10 readings")])
+    doc = now_document(processes=1)
+    doc["processes"][0].update(kind="online_inference", kind_source="observed",
+                               inference=audit)
+    [proc] = Now.from_dict(doc).processes
+    text = DetailsScreen(proc)._process_text(proc).plain
+    assert "saving not estimated  dynamic_batching" in text and "$0.00/month" not in text
