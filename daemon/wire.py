@@ -219,6 +219,11 @@ class Process:
     kind_confidence: float | None = None
     kind_evidence: tuple[str, ...] = ()
     serves: bool = False
+    # Where its kind came from: "observed" (classified) or "config" ([kinds.jobs]); None where
+    # no kind is known. And its inference audit (daemon.analysis.inference_audit: runtime,
+    # quantization, batching, advice with savings), None for a process that is not inference.
+    kind_source: str | None = None
+    inference: dict[str, Any] | None = None
     per_gpu: tuple[GpuShare, ...] = ()  # by GPU index, from /v1/now's gpus list
     job: str | None = None  # its job label as the cost ledger has it ([cost].jobs, else script)
 
@@ -257,6 +262,8 @@ class Process:
                    kind_evidence=tuple(_line(e) for e in _l(d.get("kind_evidence"))[:16]
                                        if isinstance(e, str)),
                    serves=d.get("serves") is True,
+                   kind_source=_line(d.get("kind_source"))[:16] or None,
+                   inference=_tree(_d(d.get("inference"))) or None,
                    per_gpu=tuple(sorted(
                        (GpuShare(index, _i(g.get("memory_bytes")), _f(g.get("sm_share")))
                         for g in _l(d.get("gpus"))[:64] if isinstance(g, Mapping)

@@ -191,11 +191,19 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
 
 
 def config_file(folder: Path, tables: dict[str, dict[str, Any]]) -> Path:
-    """A TOML config from {section: {key: value}} (strings, numbers, booleans)."""
+    """A TOML config from {section: {key: value}} (strings, numbers, booleans; a list of
+    tables, such as [[cost.unit_costs]], as an array of tables)."""
     lines = []
     for section, values in tables.items():
         lines.append(f"[{section}]")
-        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+        arrays = {key: value for key, value in values.items() if isinstance(value, list)
+                  and value and all(isinstance(v, dict) for v in value)}
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()
+                  if key not in arrays]
+        for key, entries in arrays.items():
+            for entry in entries:
+                lines.append(f"[[{section}.{key}]]")
+                lines += [f"{k} = {json.dumps(v)}" for k, v in entry.items()]
     path = folder / "mlcostd.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -137,7 +137,8 @@ class Analyzer:
                                   burns=burns, jobs=self.ledger.labeler,
                                   checkpoint_times=checkpoint_times,
                                   budget_events=budget_events, limits=self.limits,
-                                  thresholds=self.thresholds, kinds=kinds)
+                                  thresholds=self.thresholds, kinds=kinds,
+                                  request_counters=self.request_counters())
         return evaluate(analysis)
 
     def record(self, found: list[Finding]) -> list[dict[str, Any]]:
@@ -170,6 +171,14 @@ class Analyzer:
         with self.lock:
             taken, self.resolved_unwritten = self.resolved_unwritten, []
             return taken
+
+    def request_counters(self) -> dict[str, dict[str, Any]]:
+        """The configured request counters ([[cost.unit_costs]] with unit "requests") by
+        their target (a job label or 'pid:start_time'), as last read: the idle server's rate
+        and cost per request."""
+        with self.ledger.lock:
+            meters = list(self.ledger.meters)
+        return {m.target: m.as_dict() for m in meters if m.unit == "requests"}
 
     def poll_slow(self) -> None:
         """Blocking work: storage sizes and unit-cost counters. Run in a thread, rarely."""

@@ -137,12 +137,17 @@ class Kind:
     scores: Mapping[str, float] = field(default_factory=dict)
     gpu_use: str | None = None  # its GPU use's shape (gpu_use_shape); None: too few reads
     source: str = OBSERVED  # OBSERVED (classified) or CONFIGURED ([kinds.jobs] of the config)
+    # Distinct connections accepted on its ports that the socket reads caught, over how many
+    # seconds of reads (KindFacts.connections_caught): a lower bound of its requests.
+    connections_caught: int = 0
+    connections_over_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
                 "kind_evidence": list(self.evidence), "serves": self.serves,
                 "listening_ports": list(self.listening_ports), "gpu_use": self.gpu_use,
-                "kind_source": self.source}
+                "kind_source": self.source, "connections_caught": self.connections_caught,
+                "connections_over_s": self.connections_over_s}
 
 
 def gpu_use_shape(active: Sequence[bool]) -> str | None:
@@ -237,14 +242,19 @@ def classify_kind(command: str, facts: KindFacts | None,
     total = sum(scores.values())
     best = max(scores, key=lambda k: scores[k])
     serves = bool(ports) and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
+    caught: dict[str, Any] = {}
+    if ports and facts is not None and facts.first_sockets_read_at is not None:
+        caught = {"connections_caught": facts.connections_caught,
+                  "connections_over_s": max(facts.sockets_read_at
+                                            - facts.first_sockets_read_at, 0.0)}
     if total <= 0:
         return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores,
-                    gpu_use)
+                    gpu_use, **caught)
     # The share of all weight, and a lone weak hint (weight 1) never above 0.5.
     confidence = scores[best] / (total + 1.0)
     if serves and best != ONLINE_INFERENCE:
         evidence.append("it listens and has served: treated as a server")
-    return Kind(best, confidence, tuple(evidence), serves, ports, scores, gpu_use)
+    return Kind(best, confidence, tuple(evidence), serves, ports, scores, gpu_use, **caught)
 
 
 def kind_documents(kinds: Mapping[str, Kind]) -> dict[str, dict[str, Any]]:
@@ -259,6 +269,8 @@ def recorded_kind(value: Any) -> dict[str, Any]:
     evidence = kind.get("kind_evidence")
     ports = kind.get("listening_ports")
     source = kind.get("kind_source")
+    caught = kind.get("connections_caught")
+    over = kind.get("connections_over_s")
     return {"kind": one_line(kind["kind"])[:32] if isinstance(kind.get("kind"), str) else None,
             "kind_confidence": float(confidence) if isinstance(confidence, int | float)
             and not isinstance(confidence, bool) else None,
@@ -268,4 +280,8 @@ def recorded_kind(value: Any) -> dict[str, Any]:
             "listening_ports": [p for p in ports[:16] if isinstance(p, int)
                                 and not isinstance(p, bool) and 0 < p < 65536]
             if isinstance(ports, list) else [],
-            "kind_source": source if source in (OBSERVED, CONFIGURED) else None}
+            "kind_source": source if source in (OBSERVED, CONFIGURED) else None,
+            "connections_caught": caught if isinstance(caught, int)
+            and not isinstance(caught, bool) and caught >= 0 else 0,
+            "connections_over_s": float(over) if isinstance(over, int | float)
+            and not isinstance(over, bool) and over >= 0 else None}

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon import clock
 from daemon.analysis.cost import HOURS_PER_MONTH
 
 # EBS gp3 in us-east-1 is $0.08 per GB-month (GB = 2^30 bytes, as the clouds bill).
@@ -163,12 +164,25 @@ class UnitCostMeter:
     last_cost: float = 0.0
     last_count: float = 0.0
     error: str | None = None
+    # When the baseline and the last reading were taken (seconds since the epoch): the span
+    # its units came in over, for a rate (requests a minute).
+    base_at: float | None = None
+    last_at: float | None = None
 
-    def observe(self, cost: float, count: float) -> None:
+    def observe(self, cost: float, count: float, at: float | None = None) -> None:
+        at = clock.now() if at is None else at
         if self.base_count is None or self.base_cost is None or count < self.last_count:
-            self.base_cost, self.base_count = cost, count
-        self.last_cost, self.last_count = cost, count
+            self.base_cost, self.base_count, self.base_at = cost, count, at
+        self.last_cost, self.last_count, self.last_at = cost, count, at
         self.error = None
+
+    @property
+    def units_per_second(self) -> float | None:
+        """Units a second between the baseline and the last reading; None before a span."""
+        if self.base_count is None or self.base_at is None or self.last_at is None:
+            return None
+        span = self.last_at - self.base_at
+        return None if span <= 0 else (self.last_count - self.base_count) / span
 
     @property
     def unit_cost(self) -> float | None:
@@ -183,6 +197,9 @@ class UnitCostMeter:
         units = None if self.base_count is None else self.last_count - self.base_count
         return {"target": self.target, "unit": self.unit, "per": self.per,
                 "unit_cost": self.unit_cost, "spend": cost, "units": units,
+                "units_per_second": self.units_per_second,
+                "seconds": (self.last_at - self.base_at if self.last_at is not None
+                            and self.base_at is not None else None),
                 "metric": self.metric, "url": self.url, "error": self.error,
                 "method": (f"spend ${cost:.4f} / {units:g} {self.unit} x {per}"
                            if cost is not None and units else "waiting for a counter increase")}

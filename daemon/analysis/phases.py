@@ -261,6 +261,13 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
 WRITE_MIN_PER_S = 4e6
 # Reading 1 MB/s while the GPU idles is the input pipeline, not a config file or a log tail.
 READ_MIN_PER_S = 1e6
+# The same lines per CPU-second the process and its children got (HostSignals.tree_cpu), so a
+# verdict does not flip with the machine's load: on a loaded host a writer (a compressor it
+# waits for) gets less CPU and writes fewer bytes a second, but as many per CPU-second. Only
+# over at least IO_MIN_SECONDS_WORTH seconds' worth of bytes at the line (a sleeping process's
+# few kilobytes over a sliver of CPU are no stream); a quarter of a second's worth, as at load
+# 35-40 on 2 cores a compressor wrote ~3 MB in the 3 s the signals cover, under a second's 4 MB.
+IO_MIN_SECONDS_WORTH = 0.25
 # The main thread on a CPU (or waiting for one) at least half the time, with no I/O, is
 # computing on the host.
 ON_CPU_MIN = 0.5
@@ -281,9 +288,25 @@ class HostSignals:
     process_cpu: float | None  # share of one core, all its threads
     read_per_s: float = 0.0
     write_per_s: float = 0.0
+    # CPU-seconds a second of the process and its children (waited-for ones included): the
+    # time it got to run, which a loaded host shares out. None: not measured.
+    tree_cpu: float | None = None
     d_state: bool = False  # a thread of it was in uninterruptible (disk) sleep
     iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
     gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)
+
+    def streams(self, per_s: float, line: float) -> str | None:
+        """How a rate of `per_s` bytes a second meets `line`: per wall second, or per
+        CPU-second it got (over at least IO_MIN_SECONDS_WORTH seconds' worth of the line's
+        bytes); None if neither."""
+        if per_s >= line:
+            return f"{per_s / 1e6:.3g} MB/s"
+        cpu = self.tree_cpu
+        if (cpu and per_s * self.seconds >= line * IO_MIN_SECONDS_WORTH
+                and per_s / cpu >= line):
+            return (f"{per_s / 1e6:.3g} MB/s, {per_s / cpu / 1e6:.3g} MB per CPU-second it "
+                    "got (the rate a loaded host slows)")
+        return None
 
     @property
     def on_cpu(self) -> float | None:
@@ -463,7 +486,8 @@ def classify(
     evaluation keep a GPU busy too); everything else is compute.
 
     With `signals` (HostSignals), after the library frames and before the waiting frames: a
-    process writing >= WRITE_MIN_PER_S is checkpointing, one reading >= READ_MIN_PER_S or in
+    process writing >= WRITE_MIN_PER_S (a second, or a CPU-second it got: HostSignals.streams)
+    is checkpointing, one reading >= READ_MIN_PER_S (likewise) or in
     D state or with iowait growing waits for data, a main thread on-CPU >= ON_CPU_MIN is host
     compute (eval under a torch.no_grad/inference_mode decorator); and the same line repeating,
     or a sync call on it, is a sync only if the GPU was busy (`signals.gpu_busy`): waiting on
@@ -543,14 +567,14 @@ def classify(
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,
                   responsible: Frame | None) -> Classification | None:
     """What the signals say when the frames named no library: see classify()."""
-    if signals.write_per_s >= WRITE_MIN_PER_S:
+    writing = signals.streams(signals.write_per_s, WRITE_MIN_PER_S)
+    if writing is not None:
         return Classification(
-            CHECKPOINT, f"writing {signals.write_per_s / 1e6:.0f} MB/s while the GPU idles "
-            "(a checkpoint or output write)", responsible)
-    if signals.read_per_s >= READ_MIN_PER_S:
-        return Classification(
-            DATA_WAIT, f"reading {signals.read_per_s / 1e6:.1f} MB/s while the GPU idles",
+            CHECKPOINT, f"writing {writing} while the GPU idles (a checkpoint or output write)",
             responsible)
+    reading = signals.streams(signals.read_per_s, READ_MIN_PER_S)
+    if reading is not None:
+        return Classification(DATA_WAIT, f"reading {reading} while the GPU idles", responsible)
     if signals.d_state:
         return Classification(DATA_WAIT, "blocked on I/O (a thread in D state) while the GPU "
                               "idles", responsible)

@@ -323,8 +323,8 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
         ledger.set_storage(team_review.storage_items(readings, sample.ts))
         ledger.add(current)
         while pending and pending[0][0] <= sample.ts:
-            _, name, value = pending.pop(0)
-            _observe(meters[name], ledger, value)
+            at, name, value = pending.pop(0)
+            _observe(meters[name], ledger, value, at)
         totals["total"] += current.total_per_hour
         totals["wasted"] += current.wasted_per_hour
         totals["idle"] += current.idle_per_hour
@@ -345,8 +345,8 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
             "spend": spend}
 
 
-def _observe(meter: UnitCostMeter, ledger: CostLedger, count: float) -> None:
-    meter.observe(ledger.cost_of(meter.target), count)
+def _observe(meter: UnitCostMeter, ledger: CostLedger, count: float, at: float) -> None:
+    meter.observe(ledger.cost_of(meter.target), count, at)
 
 
 def _bytes(value: float | int | None) -> str:

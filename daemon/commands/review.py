@@ -96,8 +96,8 @@ def prorated_unit_costs(ledger: CostLedger, readings: Readings, start: float,
         units = sum(max(0.0, b[1] - a[1]) if b[1] >= a[1] else b[1]
                     for a, b in zip(found, found[1:], strict=False))
         spanned = (found[-1][0] - found[0][0]) / max(end - start, 1e-9)
-        meter.observe(0.0, 0.0)
-        meter.observe(ledger.cost_of(meter.target) * spanned, units)
+        meter.observe(0.0, 0.0, found[0][0])
+        meter.observe(ledger.cost_of(meter.target) * spanned, units, found[-1][0])
         out.append(meter.as_dict())
     return out
 

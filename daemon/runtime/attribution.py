@@ -86,6 +86,8 @@ class _Snapshot:
     in_d: bool
     iowait: float | None
     gpu_utilization: float | None  # mean over the GPUs it holds
+    # its CPU time and its waited-for children's (whose I/O its counters include from then on)
+    tree_cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -216,7 +218,8 @@ class Attribution:
             None if proc.write_chars is None or proc.read_chars is None
             else proc.write_chars - proc.read_chars,
             proc.state == "D" or proc.threads_in_d > 0, proc.iowait_seconds,
-            sum(utils) / len(utils) if utils else None))
+            sum(utils) / len(utils) if utils else None,
+            proc.cpu_seconds + proc.children_cpu_seconds))
 
     def host_signals(self, proc: ProcessSample) -> HostSignals | None:
         """The signals of `proc` over its last snapshots, its children's I/O added; None until
@@ -231,6 +234,7 @@ class Attribution:
         read = _rate(first.read, last.read, seconds) or 0.0
         written = _written(first, last, seconds)
         in_d = any(s.in_d for s in own.snapshots)
+        tree_cpu = _rate(first.tree_cpu_seconds, last.tree_cpu_seconds, seconds) or 0.0
         for child in self._children.get(proc.pid, []):
             kid = self._signals.get(child.key)
             if kid is None or len(kid.snapshots) < 2:
@@ -238,6 +242,8 @@ class Attribution:
             span = kid.snapshots[-1].ts - kid.snapshots[0].ts
             read += _rate(kid.snapshots[0].read, kid.snapshots[-1].read, span) or 0.0
             written += _written(kid.snapshots[0], kid.snapshots[-1], span)
+            tree_cpu += _rate(kid.snapshots[0].tree_cpu_seconds,
+                              kid.snapshots[-1].tree_cpu_seconds, span) or 0.0
         mains = [s.main_cpu_seconds for s in own.snapshots if s.main_cpu_seconds is not None]
         main_span = [s.ts for s in own.snapshots if s.main_cpu_seconds is not None]
         main_cpu = (_rate(mains[0], mains[-1], main_span[-1] - main_span[0])
@@ -246,7 +252,7 @@ class Attribution:
         return HostSignals(
             seconds=seconds, main_thread_cpu=main_cpu,
             process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
-            read_per_s=read, write_per_s=written, d_state=in_d,
+            read_per_s=read, write_per_s=written, tree_cpu=tree_cpu, d_state=in_d,
             iowait_growing=(first.iowait is not None and last.iowait is not None
                             and last.iowait > first.iowait),
             gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)

@@ -152,6 +152,10 @@ class Daemon:
         self._kinds_recorded: dict[str, Any] = {}
         self._kinds_headline: dict[str, Any] = {}
         self._kinds_recorded_at = 0.0
+        # (pid, start_time) -> its kernels ran at some tick since the last kinds round: the
+        # shape of its GPU use reads every tick, not one tick a round (a loaded host stretches
+        # a job's loop, and one tick a round then misses most of its kernels).
+        self._kernels_since_round: dict[tuple[int, float], bool] = {}
         self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
         self.phases_window: tuple[float, float] | None = None  # what phases_now covers
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
@@ -689,8 +693,10 @@ class Daemon:
                   for p in sample.processes if p.gpus}
         markers = ({key: dict(seen) for key, seen in self.attribution.frame_markers.items()}
                    if self.attribution is not None else {})
+        ran, self._kernels_since_round = self._kernels_since_round, {}
         now = clock.now()
-        await asyncio.to_thread(self.kinds.refresh, procs, markers, now, shares)
+        await asyncio.to_thread(self.kinds.refresh, procs, markers, now, shares,
+                                {key: ran.get(key, False) or shares[key] > 0 for key in shares})
         documents = self.kinds.documents()
         # Recorded when a kind changes at once; when only evidence or the audit's figures move
         # (they do every round), at most every KINDS_RECORD_EVERY_S.
@@ -731,6 +737,11 @@ class Daemon:
         assert self.store is not None
         self.store.write(sample)
         self.previous_sample, self.last_sample = self.last_sample, sample
+        for proc in sample.processes:  # whether its kernels ran at any tick since the last round
+            if proc.gpus:
+                ran = self._kernels_since_round.get(proc.key, False)
+                self._kernels_since_round[proc.key] = ran or any(
+                    u.sm_share > 0 for u in proc.gpus)
         changed = self.analyzer.update(sample) if self.analyzer is not None else []
         for event in changed:
             facts.write_event(self.store, event.as_dict())

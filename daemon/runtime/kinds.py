@@ -39,7 +39,9 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
             if observed.confidence > 0 else "nothing observed points to a kind")
     return Kind(kind, 1.0, (f"set in config: [kinds.jobs] job {label[:60]!r} = {kind!r}",
                             said), observed.serves, observed.listening_ports, observed.scores,
-                gpu_use=observed.gpu_use, source=CONFIGURED)
+                gpu_use=observed.gpu_use, source=CONFIGURED,
+                connections_caught=observed.connections_caught,
+                connections_over_s=observed.connections_over_s)
 
 
 class KindTracker:
@@ -60,11 +62,12 @@ class KindTracker:
 
     def refresh(self, processes: Iterable[tuple[int, float, str, Mapping[str, str]]],
                 markers: Mapping[tuple[int, float], Mapping[str, float]], now: float,
-                sm_shares: Mapping[tuple[int, float], float] | None = None) -> None:
+                sm_shares: Mapping[tuple[int, float], float] | None = None,
+                kernels_ran: Mapping[tuple[int, float], bool] | None = None) -> None:
         """(pid, start_time, command, owner) of each GPU process, the frame markers seen in
-        its stacks (a copy taken on the loop) and its SM share now (percent, over its GPUs;
-        above 0: its kernels ran at this read): read what is due, classify all, audit the
-        inference ones."""
+        its stacks (a copy taken on the loop), its SM share now (percent, over its GPUs) and
+        whether its kernels ran since the last round (any tick; without it: its SM share now
+        above 0): read what is due, classify all, audit the inference ones."""
         procs = list(processes)
         readings: dict[tuple[int, float], deque[float]] = {}
         uses: dict[tuple[int, float], deque[bool]] = {}
@@ -75,7 +78,9 @@ class KindTracker:
             share = (sm_shares or {}).get(key)
             if share is not None:
                 kept.append(share)
-                used.append(share > 0)
+            ran = (kernels_ran or {}).get(key)
+            if ran is not None or share is not None:
+                used.append(bool(ran) if ran is not None else bool(share))
             readings[key], uses[key] = kept, used
         self._sm, self._gpu_use = readings, uses
         self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)

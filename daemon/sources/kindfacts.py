@@ -75,6 +75,12 @@ class KindFacts:
     # that has served keeps this), and how many reads ever found one.
     accepted_seen_at: float | None = None
     accepted_reads: int = 0
+    # Distinct accepted connections caught by the reads (by socket inode: a keep-alive
+    # connection open at several reads counts once) since the first socket read: a lower bound
+    # of the connections it accepted, as one that opens and closes between two reads is missed.
+    connections_caught: int = 0
+    first_sockets_read_at: float | None = None
+    caught_inodes: frozenset[int] = frozenset()  # those open at the last read
 
 
 def _read_capped(path: str, cap: int) -> tuple[bytes, bool]:
@@ -164,20 +170,28 @@ def read_sockets(pid: int, tables: TcpTables | None = None
                  ) -> tuple[tuple[int, ...], int, int, list[str]]:
     """(listening ports, accepted connections, other connections, truncated reads) of pid.
     `tables`: a cache of namespaces' TCP tables shared by the reads of one round."""
+    ports, accepted, other, truncated = read_sockets_with_inodes(pid, tables)
+    return ports, len(accepted), other, truncated
+
+
+def read_sockets_with_inodes(pid: int, tables: TcpTables | None = None
+                             ) -> tuple[tuple[int, ...], frozenset[int], int, list[str]]:
+    """As read_sockets, with the inodes of the accepted connections instead of their count."""
     truncated: list[str] = []
     inodes, capped = socket_inodes(pid)
     if capped:
         truncated.append("fd")
     if not inodes:
-        return (), 0, 0, truncated
+        return (), frozenset(), 0, truncated
     all_rows, cut_tables = _tcp_rows(pid, tables)
     truncated += cut_tables
     rows = [r for r in all_rows if r[2] in inodes]
     listening = sorted({port for port, state, _ in rows if state == TCP_LISTEN})
     ports = set(listening)
-    established = [port for port, state, _ in rows if state == TCP_ESTABLISHED]
-    accepted = sum(1 for port in established if port in ports)
-    return tuple(listening[:MAX_PORTS]), accepted, len(established) - accepted, truncated
+    established = [(port, inode) for port, state, inode in rows if state == TCP_ESTABLISHED]
+    accepted = frozenset(inode for port, inode in established if port in ports)
+    return (tuple(listening[:MAX_PORTS]), accepted, len(established) - len(accepted),
+            truncated)
 
 
 def libraries_in_maps(data: bytes) -> tuple[str, ...]:
@@ -242,13 +256,17 @@ class KindFactsReader:
         facts = old or KindFacts()
         truncated = set(facts.truncated)
         if old is None or now - old.sockets_read_at >= self.sockets_every_s:
-            ports, accepted, other, cut = read_sockets(pid, tables)
+            ports, inodes, other, cut = read_sockets_with_inodes(pid, tables)
+            accepted = len(inodes)
             self.reads += 1
             truncated = (truncated - {"fd", "tcp", "tcp6"}) | set(cut)
             facts = KindFacts(ports, accepted, other, facts.libraries, facts.parent,
                               facts.truncated, now, facts.maps_read_at,
                               now if accepted else facts.accepted_seen_at,
-                              facts.accepted_reads + (1 if accepted else 0))
+                              facts.accepted_reads + (1 if accepted else 0),
+                              facts.connections_caught + len(inodes - facts.caught_inodes),
+                              facts.first_sockets_read_at if facts.first_sockets_read_at
+                              is not None else now, inodes)
         if old is None or now - old.maps_read_at >= self.maps_every_s:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
             self.reads += 1
@@ -258,7 +276,9 @@ class KindFactsReader:
             facts = KindFacts(facts.listening_ports, facts.accepted_connections,
                               facts.other_connections, libraries_in_maps(data),
                               _parent_of(pid), facts.truncated, facts.sockets_read_at, now,
-                              facts.accepted_seen_at, facts.accepted_reads)
+                              facts.accepted_seen_at, facts.accepted_reads,
+                              facts.connections_caught, facts.first_sockets_read_at,
+                              facts.caught_inodes)
         return replace(facts, truncated=tuple(sorted(truncated)))
 
     def get(self, key: tuple[int, float]) -> KindFacts | None:

@@ -230,6 +230,7 @@ class ProcessSource:
         if state in GONE_STATES:
             return None  # exited, not yet reaped by its parent: gone, as far as costs go
         cpu_seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        children_cpu_seconds = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
         threads = int(fields[17])
         rss_bytes = int(fields[21]) * PAGE_SIZE
         blkio_ticks = int(fields[39]) if len(fields) > 39 else 0  # main thread only
@@ -266,6 +267,7 @@ class ProcessSource:
             command=known.command,
             gpus=uses,
             cpu_seconds=cpu_seconds,
+            children_cpu_seconds=children_cpu_seconds,
             rss_bytes=rss_bytes,
             read_bytes=read_bytes,
             write_bytes=write_bytes,

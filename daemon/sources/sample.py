@@ -63,6 +63,9 @@ class ProcessSample:
     command: str  # redacted at the source
     gpus: tuple[GpuUse, ...] = ()
     cpu_seconds: float = 0.0
+    # CPU time of its children that exited and were waited for (cutime + cstime): their I/O is
+    # in its own /proc/PID/io from then on, so a rate per CPU-second counts both.
+    children_cpu_seconds: float = 0.0
     rss_bytes: int = 0
     read_bytes: int | None = None  # bytes it made the storage layer read (/proc/PID/io)
     write_bytes: int | None = None  # ...and write (page cache dirtied counts)

@@ -24,6 +24,7 @@ from mlcost_tui import format as fmt
 from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
+from mlcost_tui.screens.kind_section import kind_section
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
 if TYPE_CHECKING:
@@ -293,16 +294,9 @@ class DetailsScreen(Screen):
         if p.owner:  # who owns it: pod, Slurm job, systemd unit (from its cgroup)
             text.append("Owner ", style="bold")
             text.append("  ".join(f"{k} {v}" for k, v in sorted(p.owner.items())) + "\n")
-        if p.kind:  # what it is (daemon.analysis.kinds): how sure, and why
-            text.append("Kind ", style="bold")
-            sure = (f" ({p.kind_confidence:.0%} sure)" if p.kind_confidence is not None
-                    else "")
-            text.append(f"{p.kind}{sure}")
-            if p.serves:
-                text.append("  serves: never offered SIGTERM", style=MUTED)
-            text.append("\n")
-            for why in p.kind_evidence:
-                text.append(f"  {why}\n", style=MUTED)
+        # what it is, how sure, from where, why; its inference audit (screens/kind_section.py)
+        text.append_text(kind_section(p, recorded=self.client is None
+                                      and self.recorded_phases is not None))
         text.append("GPUs ", style="bold")
         text.append(f"{','.join(map(str, p.gpus)) or '-'}   GPU memory {fmt.size(p.gpu_memory_bytes)}"
                     f"   SM share {fmt.pct(p.sm_share)}   CPU {fmt.pct(p.cpu_percent)}"

@@ -178,6 +178,78 @@ def test_an_idle_server_gets_scale_to_zero_advice_never_sigterm():
     assert all(r.action.get("kind") != "sigterm" for r in found)
 
 
+def idle_server_advice(facts, request_counters=None):
+    samples = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python app.py")
+    server = classify_kind("python app.py", facts, {"serve_forever": samples[-1].ts},
+                           now=samples[-1].ts)
+    found = evaluate(build_analysis(samples, phases_for(samples, idle=0.95), P4D, CATALOG,
+                                    host_cpus=32, kinds=kinds_for(samples, server),
+                                    request_counters=request_counters))
+    [rec] = by_rule(found, "idle_server")
+    return rec, rec.evidence["requests"], rec.evidence["process"]["burn_per_hour"]
+
+
+def test_an_idle_servers_request_rate_from_its_configured_counter():
+    """A [[cost.unit_costs]] counter of requests for its job: the rate and the cost per 1k
+    requests it measured, in the advice."""
+    counter = {"target": "app.py", "unit": "requests", "per": 1000.0, "units": 120.0,
+               "seconds": 600.0, "units_per_second": 0.2, "unit_cost": 5.5, "spend": 0.66,
+               "metric": "http_requests_total"}
+    rec, requests, _ = idle_server_advice(KindFacts(listening_ports=(8000,)), {"app.py": counter})
+    assert requests["source"] == "request counter" and requests["bound"] == "measured"
+    assert requests["requests_per_minute"] == pytest.approx(12.0)
+    assert requests["cost_per_1k_requests"] == pytest.approx(5.5)
+    assert "12 requests/min at $5.50 per 1k requests" in rec.summary
+    assert "http_requests_total" in rec.summary
+
+
+def test_an_idle_servers_request_rate_from_caught_connections_is_a_bound():
+    facts = KindFacts(listening_ports=(8000,), accepted_seen_at=NOW, accepted_reads=3,
+                      connections_caught=6, first_sockets_read_at=NOW - 600,
+                      sockets_read_at=NOW)
+    rec, requests, burn = idle_server_advice(facts)
+    assert requests["source"] == "socket reads"
+    assert requests["requests_per_minute"] == pytest.approx(0.6)  # 6 in 10 min, at least
+    assert requests["cost_per_1k_requests"] == pytest.approx(burn / 36 * 1000)
+    assert "at least 0.6 requests/min, so at most" in rec.summary
+
+
+def test_an_idle_server_whose_requests_no_read_caught_says_how_to_measure_them():
+    rec, requests, _ = idle_server_advice(KindFacts(listening_ports=(8000,)))
+    assert requests["bound"] == "not measured" and requests["requests_per_minute"] is None
+    assert "request rate not measured" in rec.summary and "[[cost.unit_costs]]" in rec.summary
+    assert rec.action["kind"] != "sigterm"
+
+
+def test_reads_count_each_accepted_connection_once_and_new_ones_again():
+    """A keep-alive connection open at two reads is one; a new one at the next read adds."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    reader = KindFactsReader(sockets_every_s=0.0)
+    me = (os.getpid(), psutil.Process().create_time())
+    first = socket.create_connection(("127.0.0.1", port))
+    accepted = [server.accept()[0]]
+    try:
+        reader.refresh([me], NOW)
+        reader.refresh([me], NOW + 10)
+        kept = reader.get(me)
+        second = socket.create_connection(("127.0.0.1", port))
+        accepted.append(server.accept()[0])
+        reader.refresh([me], NOW + 20)
+        again = reader.get(me)
+    finally:
+        for sock in (*accepted, first, server):
+            sock.close()
+        second.close()
+    assert kept is not None and again is not None
+    assert kept.connections_caught == 1 and kept.first_sockets_read_at == NOW
+    assert again.connections_caught == 2
+    kind = classify_kind("python app.py", again, now=NOW + 20)
+    assert (kind.connections_caught, kind.connections_over_s) == (2, 20.0)
+
+
 @pytest.mark.parametrize("kind", [Kind(NOTEBOOK, 0.8), Kind(TRAINING, 0.4), Kind()])
 def test_a_notebook_or_stopped_job_keeps_its_sigterm(kind):
     quiet = [0.0] * 8
@@ -276,6 +348,31 @@ def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
     tracker.refresh([(11, 2.0, "python wait.py", {})], {}, NOW + 20, {other: 0.0})
     assert [k.split(":")[0] for k in tracker.kinds] == ["11"]
     assert set(tracker._gpu_use) == {other}  # the gone process's reads are not kept
+
+
+def test_the_shape_counts_kernels_at_any_tick_of_a_round_so_load_does_not_hide_them():
+    """A job whose loop a loaded host stretches runs a kernel every few rounds; read one tick a
+    round it looked idle (decode_frames.py flipped from training to other under --load). Told
+    whether its kernels ran at any tick since the last round, its shape stays a job's."""
+    class NoFacts:
+        def refresh(self, keys, now):
+            list(keys)
+
+        def get(self, key):
+            return None
+
+    quiet, loaded = KindTracker(NoFacts()), KindTracker(NoFacts())
+    me = (10, 1.0)
+    for i in range(12):
+        # quiet: a kernel in every round; loaded: in one round of three, and never at the tick
+        # the round reads its SM share from
+        quiet.refresh([(10, 1.0, "python decode.py", {})], {}, NOW + 2 * i, {me: 20.0},
+                      {me: True})
+        loaded.refresh([(10, 1.0, "python decode.py", {})], {}, NOW + 2 * i, {me: 0.0},
+                       {me: i % 3 == 0})
+    [fast], [slow] = quiet.kinds.values(), loaded.kinds.values()
+    assert (fast.gpu_use, slow.gpu_use) == ("steady", "bursty")
+    assert fast.kind == slow.kind == TRAINING
 
 
 def test_a_rank_listening_for_its_peers_is_no_server():

@@ -9,13 +9,19 @@ notebook-like job beside them still gets the SIGTERM advice.
 from __future__ import annotations
 
 import http.client
+import http.server
 import json
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from simhost import poll
 from test_corpus import CORPUS, FAST_STACKS, pytestmark, scenario_file  # noqa: F401
+
+from daemon.analysis.ledger import JobLabeler
 
 SERVER = str(CORPUS / "tiny_http_scorer.py")
 
@@ -27,6 +33,9 @@ def port_of(path: Path) -> int | None:
         return None
 
 
+SENT = {"requests": 0}  # answered requests, as the service's load balancer would count them
+
+
 def score(port: int) -> None:
     """One request, as a client would send it (the server may be busy starting: errors pass)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -34,13 +43,47 @@ def score(port: int) -> None:
         conn.request("POST", "/score", body=json.dumps([1, 2, 3, 4]),
                      headers={"Content-Type": "application/json"})
         assert conn.getresponse().status == 200
+        SENT["requests"] += 1
     except OSError:
         pass
     finally:
         conn.close()
 
 
-def test_http_servers_are_online_inference_and_never_offered_sigterm(mlcostd, tmp_path):
+class RequestCounterPage(http.server.BaseHTTPRequestHandler):
+    """The Prometheus counter of the service's requests, as its load balancer exports it."""
+
+    def do_GET(self) -> None:
+        body = (f"# TYPE scorer_requests counter\n"
+                f"scorer_requests_total {SENT['requests']}\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def request_counter() -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving the requests counter; its /metrics URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RequestCounterPage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_http_servers_are_online_inference_and_never_offered_sigterm(mlcostd, tmp_path,
+                                                                     request_counter):
+    """... and the idle server's advice quotes its request rate and cost per 1k requests from
+    the request counter configured for its job ([[cost.unit_costs]], unit "requests")."""
     ports = {"threaded": tmp_path / "threaded.port", "main": tmp_path / "main.port"}
     path = scenario_file(tmp_path, [
         {"name": "threaded", "command": [sys.executable, SERVER, "--port-file",
@@ -50,7 +93,10 @@ def test_http_servers_are_online_inference_and_never_offered_sigterm(mlcostd, tm
         {"name": "notebook", "program": "idle_notebook"}])
     daemon = mlcostd("idle-host", interval=1.0, args=["--simulate", str(path)], config={
         **FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s"},
-        "cost": {"evaluate_every": "5s"}})
+        "cost": {"evaluate_every": "5s", "unit_costs": [
+            {"target": JobLabeler(None).label(f"{sys.executable} {SERVER}", {}),
+             "url": request_counter, "metric": "scorer_requests", "unit": "requests",
+             "per": 1000}]}})
     bound = poll(lambda: all(port_of(p) for p in ports.values()) and
                  {name: port_of(p) for name, p in ports.items()}, 60, "both servers bound")
 
@@ -80,7 +126,8 @@ def test_http_servers_are_online_inference_and_never_offered_sigterm(mlcostd, tm
             # serve_forever seen in the stacks: in a thread while the main thread joins it
             and any(e.startswith("serving frames in a thread (")
                     and "serve_forever" in e for e in procs[name].get("kind_evidence", []))
-            and any(r.rule == "idle_server" for r in recs.get(name, []))
+            and any(r.rule == "idle_server" and "per 1k requests (counter scorer_requests"
+                    in r.summary for r in recs.get(name, []))
             for name in ("threaded", "main"))
         return servers_known and any(r.rule == "idle_gpu_held" and (r.action or {}).get("kind")
                                      == "sigterm" for r in recs.get("notebook", []))
@@ -95,6 +142,10 @@ def test_http_servers_are_online_inference_and_never_offered_sigterm(mlcostd, tm
     for name in ("threaded", "main"):
         assert not [r for r in state["recs"][name] if (r.action or {}).get("kind") == "sigterm"]
         assert not [r for r in state["recs"][name] if r.rule == "idle_gpu_held"]
+        [advice] = [r for r in state["recs"][name] if r.rule == "idle_server"]
+        requests = advice.evidence["requests"]
+        assert requests["source"] == "request counter" and requests["requests"] > 0
+        assert requests["requests_per_minute"] > 0 and requests["cost_per_1k_requests"] > 0
     wire = {p.key: p for p in daemon.call("now").processes}  # the parsed daemon.wire.Process
     for name in ("threaded", "main"):
         proc = wire[state["procs"][name]["key"]]

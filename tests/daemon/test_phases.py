@@ -519,3 +519,40 @@ def test_top_stack_is_in_the_function_with_most_samples_not_the_most_repeated_st
     top = phase_balance(samples, window_s=10.0, busy_seconds=0.0)["host_preprocess"]["top_stacks"]
     assert top[0]["function"].split(".<locals>.")[0] == "unpack_frame"
     assert [t["function"] for t in top][-1] == "main"  # still listed, after the decoder
+
+
+# A main thread waiting for a compressor it started (subprocess.run -> Popen.wait): the child
+# reads 48 MB and writes 24 MB a round, using ~1.5 CPU-seconds for it. On a quiet host it gets a
+# whole core; at load 46 on 2 cores a twelfth of one, so its bytes a second fall below the
+# wall-clock lines, but its bytes per CPU-second stay (bench/attribution_accuracy.py --load:
+# ship_with_tool.py was a checkpoint quiet and data wait loaded).
+WAITS_ON_TOOL = [(f"{STDLIB}/subprocess.py", "Popen._wait", 2053),
+                 (f"{STDLIB}/subprocess.py", "Popen.wait", 1264),
+                 (f"{STDLIB}/subprocess.py", "run", 550),
+                 ("/home/me/ship.py", "ship_artifacts", 22), ("/home/me/ship.py", "main", 33)]
+
+
+@pytest.mark.parametrize("share", [1.0, 1 / 12], ids=["quiet", "loaded"])
+def test_io_lines_are_met_per_cpu_second_so_load_does_not_flip_the_phase(share):
+    tool = signals(seconds=3.0, read_per_s=32e6 * share, write_per_s=16e6 * share,
+                   tree_cpu=1.0 * share)
+    result = classify(stack(*WAITS_ON_TOOL), gpu_busy=False, source_line=no_source,
+                      signals=tool)
+    assert result.phase == "checkpoint", result
+    assert result.frame == Frame("ship_artifacts", "/home/me/ship.py", 22)
+
+
+def test_a_trickle_over_a_sliver_of_cpu_is_no_stream():
+    # 20 kB/s of log lines from a process that used 0.2% of a core: 10 MB per CPU-second, but
+    # 60 kB in three seconds is no checkpoint nor input pipeline.
+    trickle = signals(seconds=3.0, read_per_s=20e3, write_per_s=20e3, tree_cpu=0.002)
+    assert opaque(signals=trickle).phase not in ("checkpoint", "data_wait")
+
+
+def test_a_compressor_starved_to_a_twentieth_of_a_core_still_writes():
+    # bench --load 4 at load 35-40 on 2 cores: 1.1 MB/s written and 2.2 MB/s read over 3 s by
+    # a tool given 5% of a core, where the read alone made it data wait.
+    starved = signals(seconds=3.0, read_per_s=2.2e6, write_per_s=1.1e6, tree_cpu=0.05)
+    result = classify(stack(*WAITS_ON_TOOL), gpu_busy=False, source_line=no_source,
+                      signals=starved)
+    assert result.phase == "checkpoint" and "per CPU-second" in result.reason

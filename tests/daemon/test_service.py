@@ -54,6 +54,10 @@ DEMO_PHASES = {"data_starved": ("data_wait", True, 0.0),
 # What /v1/now must serve too: the shrink and batching advice among 4 or more.
 NOW_RULES = {"over_provisioned", "underbatched_inference"}
 NOW_MIN_RULES = 4
+# Issue 21's acceptance on the demo host: the kind each workload must be recorded with.
+DEMO_KINDS = {"healthy_train": "training", "data_starved": "training",
+              "checkpoint_heavy": "training", "idle_notebook": "notebook",
+              "inference_server": "online_inference"}
 DEMO_READY_TIMEOUT_S = 240.0  # ~30 s on an idle machine; generous for a busy CI runner
 
 
@@ -77,6 +81,10 @@ def demo_missing(db) -> list[str]:
                 sorted(DEMO_RULES - {r["rule"] for r in found["recommendations"]})]
     demo = scenario.load("demo")
     for workload in demo.workloads:
+        kind = DEMO_KINDS.get(workload.program)
+        proc = next((p for p in found["processes"] if p["gpus"] == list(workload.gpus)), None)
+        if kind is not None and (proc is None or proc.get("kind") != kind):
+            missing.append(f"kind {kind} of {workload.program}")
         if workload.program not in DEMO_PHASES:
             continue
         phase, with_stacks, min_seconds = DEMO_PHASES[workload.program]
@@ -302,6 +310,22 @@ def test_recommendations_with_savings(demo_report):
     shrink = recs["over_provisioned"]["action"]
     assert shrink["kind"] == "resize" and shrink["from"] == "p4d.24xlarge" and shrink["to"]
     assert recs["idle_gpu_held"]["action"]["kind"] == "sigterm"
+
+
+def test_demo_kinds_and_sigterm_only_for_the_notebook(demo_report):
+    """Issue 21's acceptance: the server is online_inference, the notebook a notebook, the
+    trainers training; the notebook gets the SIGTERM advice and the server never does, in the
+    report nor in any /v1/now served on the way."""
+    report = demo_report["report"]
+    procs = {program: _proc(report, program) for program in DEMO_KINDS}
+    assert {program: p["kind"] for program, p in procs.items()} == DEMO_KINDS
+    server, notebook = procs["inference_server"], procs["idle_notebook"]
+    assert server["serves"] is True
+    served = [r for doc in demo_report["served"] for r in doc.get("recommendations") or []]
+    sigterms = [r for r in [*report["recommendations"], *served]
+                if (r.get("action") or {}).get("kind") == "sigterm"]
+    assert {r["action"]["pid"] for r in sigterms} == {notebook["pid"]}
+    assert any(r["rule"] == "idle_gpu_held" for r in sigterms)
 
 
 def test_report_says_when_samples_start_later_than_the_window(demo_report):

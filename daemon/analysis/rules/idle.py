@@ -16,6 +16,8 @@ SIGTERM stays for notebooks and stopped jobs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from daemon.analysis.cost import HOURS_PER_MONTH, HostPrice
 from daemon.analysis.kinds import ONLINE_INFERENCE
 from daemon.analysis.phases import IDLE, READ_MIN_PER_S
@@ -29,6 +31,7 @@ from daemon.analysis.rules.base import (
 )
 from daemon.analysis.rules.thresholds import HOST_IDLE_MIN_S, IDLE_HELD_MIN_S
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+from daemon.sources.kindfacts import SOCKETS_EVERY_S
 
 # A process's own kernels: its SM share (or the GPM SM activity of its GPUs) averaged over the
 # window. A context that is merely open reads 0; any kernels at all read above 1%.
@@ -138,6 +141,49 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
     return found
 
 
+REQUESTS_PER = 1000  # cost per request is quoted per 1k requests, as [[cost.unit_costs]] do
+SOCKET_READS_EVERY_S = SOCKETS_EVERY_S
+
+
+def request_rate(a: Analysis, proc: ProcessWindow) -> tuple[str, dict[str, Any]]:
+    """A server's request rate and cost per 1k requests, as text and evidence: from a request
+    counter configured for it or its job ([[cost.unit_costs]] with unit "requests"), else a
+    lower bound from the connections its socket reads caught (and so an upper bound of the
+    cost per request), else what would measure it."""
+    counter = a.request_counters.get(proc.id) or a.request_counters.get(proc.job)
+    rate = counter.get("units_per_second") if counter else None
+    if counter and rate and counter.get("units"):
+        unit_cost = counter.get("unit_cost")
+        per_k = (float(unit_cost) * REQUESTS_PER / float(counter["per"]) if unit_cost
+                 else proc.burn_per_hour / (rate * 3600) * REQUESTS_PER)
+        return (f"{rate * 60:.3g} requests/min at {money(per_k)} per 1k requests (counter "
+                f"{counter.get('metric')}: {counter['units']:g} requests in "
+                f"{duration(float(counter.get('seconds') or 0))})",
+                {"source": "request counter", "requests_per_minute": rate * 60,
+                 "cost_per_1k_requests": per_k, "requests": counter["units"],
+                 "seconds": counter.get("seconds"), "metric": counter.get("metric"),
+                 "bound": "measured"})
+    caught, over = proc.kind.connections_caught, proc.kind.connections_over_s
+    if caught > 0 and over is not None:
+        # A single read spans no time: count it over the gap to the next one.
+        span = max(over, SOCKET_READS_EVERY_S)
+        least = caught / span
+        per_k = proc.burn_per_hour / (least * 3600) * REQUESTS_PER
+        return (f"at least {least * 60:.3g} requests/min, so at most {money(per_k)} per 1k "
+                f"requests ({caught} connection{'s' if caught != 1 else ''} caught by socket "
+                f"reads over {duration(span)}; one opened and closed between two reads, "
+                f"{SOCKET_READS_EVERY_S:g} s apart, is not seen)",
+                {"source": "socket reads", "requests_per_minute": least * 60,
+                 "cost_per_1k_requests": per_k, "connections_caught": caught,
+                 "seconds": span, "bound": "requests at least, cost at most"})
+    return ("request rate not measured: no connection was open at any socket read (requests "
+            f"shorter than the {SOCKET_READS_EVERY_S:g} s between reads are not seen); a "
+            "[[cost.unit_costs]] counter of its requests (unit = \"requests\", its own or its "
+            "load balancer's) gives the rate and the cost per request",
+            {"source": None, "requests_per_minute": None, "cost_per_1k_requests": None,
+             "connections_caught": caught, "seconds": over, "bound": "not measured"})
+
+
 def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
     """A server whose GPUs idle at the end of the window: scale to zero, consolidate, share."""
     found = []
@@ -148,20 +194,21 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
         monthly = proc.burn_per_hour * HOURS_PER_MONTH
         gib = proc.memory_peak_bytes / GIB
         sm = proc.sm_activity_idle_mean
+        rate_text, requests = request_rate(a, proc)
         found.append(rule.make(
             proc.id,
             f"pid {proc.pid} ({proc.user}: {proc.job}) serves (TCP {ports}) and its "
             f"{_gpus(proc)} ({gib:.1f} GiB held) {'has' if len(proc.gpus) == 1 else 'have'} "
             "been idle for "
-            f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h: scale it to "
-            "zero between requests, consolidate it with other models on one GPU, or share the "
-            "GPU (MPS, MIG, time-slicing)",
+            f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h, "
+            f"{rate_text}: scale it to zero between requests, consolidate it with other models "
+            "on one GPU, or share the GPU (MPS, MIG, time-slicing)",
             monthly,
             f"{money(proc.burn_per_hour)}/h x {HOURS_PER_MONTH:g} h/month = {money(monthly)}"
-            f"/month if it stayed this idle and the GPU went to other work; the request rate is "
-            f"not measured here (configure a Prometheus counter for the cost per request); "
-            f"{UPPER_BOUND}",
+            f"/month if it stayed this idle and the GPU went to other work; cost per request = "
+            f"its burn / its request rate; {UPPER_BOUND}",
             {**process_evidence(a, proc), "idle_seconds": proc.trailing_idle_s,
+             "requests": requests,
              "memory_peak_bytes": proc.memory_peak_bytes,
              "utilization_mean": proc.gpu_utilization_mean,
              "sm_activity_idle_mean": sm,

@@ -106,6 +106,9 @@ class Analysis:
     idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT
     # Time thresholds a config may shorten (a simulated host is watched for minutes, not days).
     limits: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    # Configured request counters by target (job label or 'pid:start_time'): UnitCostMeter
+    # documents with unit "requests" (daemon.analysis.meters).
+    request_counters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def limit(self, name: str) -> float:
         return self.limits.get(name, DEFAULT_LIMITS[name])
@@ -182,6 +185,7 @@ def build_analysis(
     thresholds: IdleThresholds | None = None,
     inference_command: re.Pattern[str] = INFERENCE_COMMAND,
     kinds: Mapping[str, Kind] | None = None,
+    request_counters: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Analysis:
     """Aggregate a window of samples (oldest first) into an Analysis. `burns`, when given, are
     the burns of the same samples (saves recomputing them); `checkpoint_times` adds checkpoint
@@ -378,6 +382,7 @@ def build_analysis(
         budget_events=tuple(budget_events),
         limits={**DEFAULT_LIMITS, **(limits or {})},
         idle_utilization_pct=idle_pct,
+        request_counters=dict(request_counters or {}),
     )
 
 
