@@ -103,6 +103,20 @@ def backfill_spend(path: Path, gpus: int) -> bool:
     return True
 
 
+def migrate(path: Path) -> str | None:
+    """Open a store built by older code with this code's Store, as a daemon would on start:
+    its migrations run (the covering series index). What it did, or None when nothing was due."""
+    conn = __import__("sqlite3").connect(str(path))
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    conn.close()
+    if version >= schema.SCHEMA_VERSION:
+        return None
+    t0 = time.perf_counter()
+    Store(str(path), max_bytes=1 << 34).close()
+    return (f"migrated from schema {version} to {schema.SCHEMA_VERSION} in "
+            f"{time.perf_counter() - t0:.1f} s")
+
+
 def build_month(path: Path, gpus: int, processes: int, days: int) -> None:
     """Hour rollups for `days`, minute rollups for the last 8 of them, one raw hour at the end."""
     rng = random.Random(11)
@@ -164,17 +178,19 @@ def build_month(path: Path, gpus: int, processes: int, days: int) -> None:
 _TIMED = ("import sys, time\n"
           "from daemon.commands import cli, report\n"
           "from daemon.store import reader\n"
-          "t0 = time.perf_counter()\n"
+          "t0, c0 = time.perf_counter(), time.process_time()\n"
           "try:\n"
           "    code = cli.main(sys.argv[1:])\n"
           "finally:\n"
-          "    sys.stderr.write(f'\\nTIMED {time.perf_counter() - t0:.4f}\\n')\n"
+          "    sys.stderr.write(f'\\nTIMED {time.perf_counter() - t0:.4f} '\n"
+          "                     f'{time.process_time() - c0:.4f}\\n')\n"
           "sys.exit(code)\n")
 
 
-def time_report(db: Path, since: str, runs: int) -> tuple[list[float], list[float], str]:
-    """Wall times of the whole command, times after its imports, and what it said."""
-    walls, inside, said = [], [], ""
+def time_report(db: Path, since: str,
+                runs: int) -> tuple[list[float], list[float], list[float], str]:
+    """Wall times of the whole command, wall and CPU times after its imports, what it said."""
+    walls, inside, cpu, said = [], [], [], ""
     for _ in range(runs):
         t0 = time.perf_counter()
         out = subprocess.run([sys.executable, "-c", _TIMED, "report", "--db", str(db),
@@ -183,10 +199,11 @@ def time_report(db: Path, since: str, runs: int) -> tuple[list[float], list[floa
         walls.append(time.perf_counter() - t0)
         timed = [line for line in out.stderr.splitlines() if line.startswith("TIMED ")]
         inside.append(float(timed[-1].split()[1]) if timed else float("nan"))
+        cpu.append(float(timed[-1].split()[2]) if timed else float("nan"))
         errors = "\n".join(line for line in out.stderr.splitlines()
                            if line.strip() and not line.startswith("TIMED "))
         said = "ok" if out.returncode == 0 else f"exit {out.returncode}: {errors[:160]}"
-    return walls, inside, said
+    return walls, inside, cpu, said
 
 
 def startup(runs: int) -> float:
@@ -226,6 +243,9 @@ def main() -> int:
                   f"{time.perf_counter() - t0:.0f} s")
         elif backfill_spend(day, args.gpus):
             print("day store: hour spend added from its samples (built by code without it)")
+        for db in (day, month):
+            if db.exists() and (done := migrate(db)):
+                print(f"{db.stem} store: {done}")
         if not month.exists():
             t0 = time.perf_counter()
             build_month(month, args.gpus, args.processes, args.days)
@@ -233,11 +253,14 @@ def main() -> int:
                   f"MB, built in {time.perf_counter() - t0:.0f} s")
         print(f"interpreter and imports alone: {startup(args.runs):.2f} s")
         for db, since in ((day, "1h"), (day, "24h"), (month, "30d")):
-            walls, inside, said = time_report(db, since, args.runs)
+            walls, inside, cpu, said = time_report(db, since, args.runs)
             print(f"report --since {since:>3} on the {db.stem} store: median "
                   f"{statistics.median(inside):.3f} s after imports "
-                  f"(runs: {', '.join(f'{t:.3f}' for t in inside)}), "
-                  f"{statistics.median(walls):.2f} s whole command; {said}")
+                  f"(runs: {', '.join(f'{t:.3f}' for t in inside)}), CPU "
+                  f"{statistics.median(cpu):.3f} s (runs: {', '.join(f'{t:.3f}' for t in cpu)}),"
+                  f" {statistics.median(walls):.2f} s whole command; {said}")
+    print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)")
     print("targets: --since 24h within 0.5 s, --since 30d within 1 s")
     return 0
 

@@ -59,6 +59,25 @@ _PROCESS_RAW = {
 }
 
 
+# Each series' totals over a span of rollups: one seek of the covering series index
+# (daemon.store.schema) per GPU metric and per metric of each process alive in the window,
+# instead of a scan of every rollup row in the span sorted by series (a month of hour rollups at
+# 64 processes is 213 000 rows; issue 23). A process's last_ts is written every minute or so
+# (daemon.store.maintenance), hence the slack.
+_LAST_SEEN_SLACK_MS = HOUR * 1000
+_SERIES_TOTALS = (
+    "WITH series(kind, key, metric) AS ("
+    f" SELECT {KIND_GPU}, gpu, m.column1 FROM gpus, (VALUES "
+    + ", ".join(f"({code})" for code in GPU_METRICS.values()) + ") AS m"
+    f" UNION ALL SELECT {KIND_PROCESS}, id, m.column1 FROM processes, (VALUES "
+    + ", ".join(f"({code})" for code in PROCESS_METRICS.values()) + ") AS m"
+    " WHERE (first_ts IS NULL OR first_ts <= :hi) AND (last_ts IS NULL OR last_ts >= :seen))"
+    " SELECT s.kind, s.key, s.metric, sum(r.n), sum(r.sum), min(r.min), max(r.max)"
+    " FROM series s JOIN rollups r INDEXED BY rollups_series ON r.kind = s.kind"
+    " AND r.key = s.key AND r.metric = s.metric AND r.res = :res AND r.bucket >= :a"
+    " AND r.bucket < :b GROUP BY s.kind, s.key, s.metric")
+
+
 class ReaderTimeout(Exception):
     """A read query ran past its deadline and was cut off."""
 
@@ -159,7 +178,9 @@ class StoreReader:
 
     def samples(self, since: float, until: float, max_samples: int = 600) -> list[Sample]:
         """Ticks in [since, until] rebuilt as Samples, at most `max_samples` evenly spread
-        (every k-th tick), oldest first. For window figures such as the report's cost."""
+        (every k-th tick), oldest first. For window figures such as the report's cost. The read
+        transaction fetches the rows; the Samples are built after it ends, so a loaded host
+        spends its slowness outside the reader's deadline and the WAL's read snapshot."""
         lo, hi = round(since * 1000), round(until * 1000)
         with self._read() as conn:
             count = conn.execute(
@@ -173,39 +194,46 @@ class StoreReader:
                 "SELECT ts, tick, nvml_status, io_some, io_full, cpu_some, io_some_us,"
                 f" io_full_us, cpu_some_us FROM ticks WHERE ts IN ({picked}) ORDER BY ts",
                 args).fetchall()
-            gpus: dict[int, list[GpuSample]] = {}
-            for r in conn.execute(
+            gpu_rows = conn.execute(
                 "SELECT s.ts, s.gpu, status, util, sm, mem, power_mw, temp, sm_clock, mem_clock,"
                 " error, g.uuid, g.name, g.memory_total_bytes, g.memory_reserved_bytes"
                 " FROM gpu_samples s"
                 f" LEFT JOIN gpus g ON g.gpu = s.gpu WHERE s.ts IN ({picked})", args,
-            ):
-                gpus.setdefault(r[0], []).append(GpuSample(
-                    index=r[1], uuid=r[11] or "", name=r[12] or "", status=decode_status(r[2]),
-                    utilization=unscale_tenths(r[3]), sm_activity=unscale_tenths(r[4]),
-                    memory_used_bytes=r[5], memory_total_bytes=r[13],
-                    memory_reserved_bytes=r[14],
-                    power_watts=unscale_millis(r[6]), temperature_c=r[7], sm_clock_mhz=r[8],
-                    memory_clock_mhz=r[9], error=r[10]))
-            uses: dict[tuple[int, int], list[GpuUse]] = {}
-            for ts, proc, gpu, mem, sm in conn.execute(
+            ).fetchall()
+            use_rows = conn.execute(
                 f"SELECT ts, proc, gpu, mem, sm FROM proc_gpu_samples WHERE ts IN ({picked})",
                 args,
-            ):
-                uses.setdefault((ts, proc), []).append(GpuUse(gpu, mem, sm / 10))
-            procs: dict[int, list[ProcessSample]] = {}
-            for r in conn.execute(
+            ).fetchall()
+            proc_rows = conn.execute(
                 "SELECT s.ts, p.id, p.pid, p.start_ms, p.ppid, p.user, p.command, s.cpu_ms,"
                 " s.rss, s.read_b, s.write_b, s.iowait_ms, s.state, s.threads, s.threads_d,"
                 f" p.owner FROM proc_samples s JOIN processes p ON p.id = s.proc WHERE s.ts IN ({picked})",
                 args,
-            ):
-                procs.setdefault(r[0], []).append(ProcessSample(
-                    pid=r[2], start_time=r[3] / 1000, ppid=r[4], user=r[5], command=r[6],
-                    gpus=tuple(uses.get((r[0], r[1]), ())), cpu_seconds=r[7] / 1000,
-                    rss_bytes=r[8], read_bytes=r[9], write_bytes=r[10],
-                    iowait_seconds=unscale_millis(r[11]), state=r[12], threads=r[13],
-                    threads_in_d=r[14], owner=decode_owner(r[15])))
+            ).fetchall()
+        gpus: dict[int, list[GpuSample]] = {}
+        for r in gpu_rows:
+            gpus.setdefault(r[0], []).append(GpuSample(
+                index=r[1], uuid=r[11] or "", name=r[12] or "", status=decode_status(r[2]),
+                utilization=unscale_tenths(r[3]), sm_activity=unscale_tenths(r[4]),
+                memory_used_bytes=r[5], memory_total_bytes=r[13],
+                memory_reserved_bytes=r[14],
+                power_watts=unscale_millis(r[6]), temperature_c=r[7], sm_clock_mhz=r[8],
+                memory_clock_mhz=r[9], error=r[10]))
+        uses: dict[tuple[int, int], list[GpuUse]] = {}
+        for ts, proc, gpu, mem, sm in use_rows:
+            uses.setdefault((ts, proc), []).append(GpuUse(gpu, mem, sm / 10))
+        owners: dict[str | None, dict[str, str]] = {}  # one process's owner, decoded once
+        procs: dict[int, list[ProcessSample]] = {}
+        for r in proc_rows:
+            owner = owners.get(r[15])
+            if owner is None:
+                owner = owners[r[15]] = decode_owner(r[15])
+            procs.setdefault(r[0], []).append(ProcessSample(
+                pid=r[2], start_time=r[3] / 1000, ppid=r[4], user=r[5], command=r[6],
+                gpus=tuple(uses.get((r[0], r[1]), ())), cpu_seconds=r[7] / 1000,
+                rss_bytes=r[8], read_bytes=r[9], write_bytes=r[10],
+                iowait_seconds=unscale_millis(r[11]), state=r[12], threads=r[13],
+                threads_in_d=r[14], owner=dict(owner)))
         return [Sample(ts=t[0] / 1000, tick=t[1],
                        gpus=tuple(sorted(gpus.get(t[0], []), key=lambda g: g.index)),
                        processes=tuple(sorted(procs.get(t[0], ()),
@@ -400,9 +428,8 @@ class StoreReader:
                 if b <= a:
                     continue
                 for kind, key, metric, n, total, low, high in conn.execute(
-                        "SELECT kind, key, metric, sum(n), sum(sum), min(min), max(max) FROM "
-                        "rollups WHERE res = ? AND bucket >= ? AND bucket < ? AND kind IN (?, ?)"
-                        " GROUP BY kind, key, metric", (res, a, b, KIND_GPU, KIND_PROCESS)):
+                        _SERIES_TOTALS, {"res": res, "a": a, "b": b,
+                                         "seen": lo - _LAST_SEEN_SLACK_MS, "hi": hi}):
                     found = totals.get((kind, key, metric))
                     if found is None:
                         totals[(kind, key, metric)] = [n, total, low, high]

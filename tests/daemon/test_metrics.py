@@ -323,3 +323,29 @@ def test_a_tick_is_rendered_once_and_the_next_tick_renders_again():
     fake.tick, fake.ts = 2, fake.ts + 1
     [dollars] = samples(metrics.render().decode(), "mlcost_workload_dollars_total")
     assert dollars.value == 5.0 and fake.calls == 2
+
+
+def test_the_exposition_is_prometheus_clients_byte_for_byte():
+    """Each series' labels are written once and kept from scrape to scrape: every scrape is
+    still what prometheus-client's generate_latest writes, whatever the labels hold, as series
+    come, change and go."""
+    from prometheus_client import generate_latest
+
+    fake = FakeDaemon()
+    metrics = Metrics(fake)
+    hostile = 'a "quoted" back\\slash\nnew line {brace} é'
+    fake.processes = [process(1, 2.0, owner={"pod": hostile, "namespace": "ml"}),
+                      process(2, 3.0, user=hostile, phases={"compute": 0.25, "idle": 0.75}),
+                      process(3, 1e-9, user="carol")]
+    first = metrics.render()
+    assert first == generate_latest(metrics.registry)
+    assert b'pod="a \\"quoted\\" back\\\\slash' in first  # escaped (the line break: a space)
+    for step in range(1, 4):
+        fake.ts += 10
+        fake.processes = [dict(p, cost=p["cost"] * 7.5 ** step) for p in fake.processes[1:]]
+        fake.processes.append(process(10 + step, 1.5e7 * step, user=f"user{step}"))
+        text = metrics.render()
+        assert text == generate_latest(metrics.registry)
+        assert text != first
+    assert len(metrics.exposition._series) == len(
+        [line for line in text.decode().splitlines() if line and not line.startswith("#")])

@@ -303,6 +303,34 @@ def test_history_reads_raw_minute_and_hour_data(tmp_path: Path) -> None:
             reader.gpu_history(0, "fan_speed", T0, last)
 
 
+def test_a_store_from_before_the_covering_series_index_is_migrated(tmp_path: Path) -> None:
+    """The series index carries the rollups' values once a daemon opens an older store; the
+    history it serves reads the same points, from the index alone."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        last = fill(store, 2 * 3600, n_gpus=1, n_processes=1)
+        drain(store)
+    history = "SELECT bucket, n, sum FROM rollups INDEXED BY rollups_series WHERE kind = 0" \
+        " AND key = 0 AND metric = 0 AND res = 60"
+    conn = sqlite3.connect(path)  # the index as schema version 9 made it
+    conn.execute("DROP INDEX rollups_series")
+    conn.execute("CREATE INDEX rollups_series ON rollups (kind, key, metric, res, bucket)")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    conn.commit()
+    assert "COVERING INDEX" not in str(conn.execute("EXPLAIN QUERY PLAN " + history).fetchall())
+    conn.close()
+    with Store.reader(path) as reader:
+        before = reader.gpu_history(0, "utilization", T0 - 1, last, max_points=100)
+    with Store(path) as store:
+        assert store.health.schema_version == SCHEMA_VERSION
+    assert [r[2] for r in rows(path, "PRAGMA index_info(rollups_series)")] == [
+        "kind", "key", "metric", "res", "bucket", "n", "sum", "min", "max"]
+    assert "COVERING INDEX rollups_series" in str(rows(path, "EXPLAIN QUERY PLAN " + history))
+    with Store.reader(path) as reader:
+        assert reader.gpu_history(0, "utilization", T0 - 1, last, max_points=100) == before
+        assert len(before) > 50
+
+
 # ------------------------------------------------------------------------ retention
 
 
