@@ -539,10 +539,10 @@ class NvmlSource:
             readings = dict(self._readings)
             devices = dict(self._devices)
             holders = dict(self._holders)
-        for index, device in devices.items():  # a hung call: the reader's other GPUs move
-            in_flight = device.in_flight
-            if in_flight is not None and now - in_flight[1] > deadline:
-                self._isolate(index, in_flight)
+        for index, hung in devices.items():  # a hung call: the reader's other GPUs move
+            flight = hung.in_flight
+            if flight is not None and now - flight[1] > deadline:
+                self._isolate(index, flight)
         for index in sorted(readings):
             reading = readings[index]
             gpu = reading.gpu
