@@ -19,6 +19,7 @@ any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,15 @@ COMMAND_HINTS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
     (re.compile(r"serve|server", re.I), ONLINE_INFERENCE, 1.0,
      "'serve' on its command line"),
 )
+
+
+@functools.lru_cache(maxsize=4096)
+def command_hints(command: str) -> tuple[tuple[str, float, str], ...]:
+    """(kind, weight, why) of each COMMAND_HINTS pattern the command line matches. A process's
+    command line never changes and every round classifies every process again: the regexes run
+    once per command (bounded: a host runs a few thousand distinct ones at most)."""
+    return tuple((kind, weight, why) for pattern, kind, weight, why in COMMAND_HINTS
+                 if pattern.search(command))
 LISTEN_WEIGHT = 2.0
 ACCEPTED_WEIGHT = 2.0
 SERVE_FRAME_WEIGHT = 3.0
@@ -236,9 +246,8 @@ def classify_kind(command: str, facts: KindFacts | None,
     parent = facts.parent if facts else None
     if parent in PARENT_KIND:
         add(PARENT_KIND[parent], PARENT_WEIGHT, f"started by {parent}")
-    for pattern, kind, weight, why in COMMAND_HINTS:
-        if pattern.search(command or ""):
-            add(kind, weight, why)
+    for kind, weight, why in command_hints(command or ""):
+        add(kind, weight, why)
     total = sum(scores.values())
     best = max(scores, key=lambda k: scores[k])
     serves = bool(ports) and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK

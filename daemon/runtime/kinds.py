@@ -59,6 +59,7 @@ class KindTracker:
         # the inference audit of each inference process (daemon.analysis.inference_audit)
         self.audits: dict[str, InferenceAudit] = {}
         self._sm: dict[tuple[int, float], deque[float]] = {}
+        self._documents: dict[str, dict[str, Any]] = {}  # documents(), this round's
 
     def refresh(self, processes: Iterable[tuple[int, float, str, Mapping[str, str]]],
                 markers: Mapping[tuple[int, float], Mapping[str, float]], now: float,
@@ -112,10 +113,12 @@ class KindTracker:
             if audit is not None:
                 audits[process_key(*key)] = audit
         self.audits = audits
+        self._documents = {key: {**kind.as_dict(), "inference": audits[key].as_dict()
+                                 if key in audits else None} for key, kind in self.kinds.items()}
 
     def documents(self) -> dict[str, dict[str, Any]]:
         """Each process's kind document (Kind.as_dict) with its inference audit under
-        "inference" (None for a process that is not an inference workload)."""
-        audits = self.audits
-        return {key: {**kind.as_dict(), "inference": audits[key].as_dict()
-                      if key in audits else None} for key, kind in self.kinds.items()}
+        "inference" (None for a process that is not an inference workload). Built once a
+        round, in `refresh` (every /v1/now asks for them): the same object until the next
+        round, to be read, never changed."""
+        return self._documents

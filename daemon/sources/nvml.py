@@ -6,10 +6,14 @@ Shape:
 - memory follows NVML's v2 memory info (nvmlDeviceGetMemoryInfo_v2): `used` excludes the memory
   the driver reserves, as nvidia-smi and nvitop show, and the reserved amount is kept beside
   it; a driver with only v1 is said once in the log and leaves memory_reserved_bytes absent;
-- one reader thread per GPU reads its dynamic fields once per interval, just before the tick,
-  so a hung or lost GPU delays only itself;
+- one reader thread reads every GPU's dynamic fields in turn, once per interval, just before
+  the tick (one thread per GPU cost 3-4x the NVML calls themselves at 8 GPUs: eight wake-ups
+  and eight GIL hand-offs a tick; bench/collector.py measures it). A lost GPU is retried on
+  its own backoff, the others keep their cadence;
 - the tick calls `latest()`, which never blocks: it hands over the newest reading of each GPU
-  and marks a GPU whose reading is overdue as timed out.
+  and marks a GPU whose reading is overdue as timed out. When a call has hung past
+  [nvml].call_deadline, the GPUs its thread would read after it go to a new reader thread, so
+  a hung GPU delays only itself (it keeps the stuck thread to itself from then on).
 
 Every NVML call goes through `daemon.sources.nvml_query.nvml_query`, the one place NVML errors
 are classified; a device's calls go through `_Device.query` and `_Device.call`, which turn an
@@ -91,6 +95,14 @@ _PROCESS_QUERIES: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = (
     ("nvmlDeviceGetComputeRunningProcesses_v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2),
     ("nvmlDeviceGetComputeRunningProcesses", _running_processes_v1),
 )
+
+
+class _Reader:
+    """One reader thread and the GPUs it reads, in turn. `indices` is replaced, never mutated,
+    under the source's lock (a hung GPU's reader is left with that GPU alone)."""
+
+    def __init__(self, indices: list[int]) -> None:
+        self.indices = indices
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +342,9 @@ class NvmlSource:
         # GPU index -> (the pids of its last complete reading, its wall time): what a GPU that
         # is lost or not answering was running, so those processes are still recorded
         self._holders: dict[int, tuple[frozenset[int], float]] = {}
+        self._due: dict[int, float] = {}  # GPU index -> when its next read is due (wall time)
+        self._backoff: dict[int, float] = {}  # GPU index -> its retry delay while it fails
+        self._readers: list[_Reader] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -348,7 +363,9 @@ class NvmlSource:
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(timeout=self.config.call_deadline + 1.0)
         if self._devices:
             stop_nvml()
@@ -368,11 +385,9 @@ class NvmlSource:
             count, self.driver_version = started
             self._set_status("ok")
             log.info("NVML started: driver %s, %d GPU(s)", self.driver_version, count)
-            for index in range(count):
-                thread = threading.Thread(
-                    target=self._read_gpu, args=(index,), name=f"nvml-gpu{index}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
+            if count:
+                with self._lock:
+                    self._start_reader(list(range(count)))
             self._ready.set()
             return
 
@@ -387,60 +402,100 @@ class NvmlSource:
 
     # -- one GPU ---------------------------------------------------------------------------
 
-    def _read_gpu(self, index: int) -> None:
-        """Read one GPU every interval, a little before the tick; back off while it is lost."""
-        device: _Device | None = None
-        backoff = self.config.retry_initial
-        lead = min(0.2, self.interval / 4)
+    def _start_reader(self, indices: list[int]) -> None:
+        """A reader thread for `indices`; the caller holds `_lock`."""
+        reader = _Reader(indices)
+        self._readers.append(reader)
+        thread = threading.Thread(target=self._read_gpus, args=(reader,),
+                                  name=f"nvml-reader{len(self._readers) - 1}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _read_gpus(self, reader: _Reader) -> None:
+        """Read each of the reader's GPUs when it is due: every interval, a little before the
+        tick, or on its own backoff while it fails."""
+        devices: dict[int, _Device | None] = {}
         while not self._stop.is_set():
-            try:
-                if device is None:
-                    handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
-                    if isinstance(handle, NvmlFailure):
-                        raise GpuFailed(handle)
-                    device = _Device(index, handle, self.config)
-                    with self._lock:
-                        self._devices[index] = device
-                reading = device.read()
-                with self._lock:
-                    self._readings[index] = reading
-                    self._holders[index] = (frozenset(pid for pid, _ in reading.uses),
-                                            time.time())
-                self._note_device(index, reading.gpu.status, reading.gpu.error)
-                backoff = self.config.retry_initial
-                now = time.time()
-                wake = math.ceil((now + lead) / self.interval) * self.interval - lead
-                if wake - now < self.interval / 2:
-                    wake += self.interval
-                wait = wake - now
-            except Exception as exc:  # noqa: BLE001 - the reader thread must never die
-                if isinstance(exc, GpuFailed):
-                    lost = exc.failure.kind == LOST
-                    message = exc.failure.message
-                else:  # not NVML's error (a bug, a bad value from the driver): this GPU only
-                    lost = False
-                    message = (f"reading GPU {index} failed: {type(exc).__name__}: {exc}; "
-                               f"retrying in {backoff:g} s (a bug in mlcostd: please report "
-                               "it with this line)")
-                status = GPU_LOST if lost else GPU_ERROR
-                with self._lock:
-                    previous = self._readings.get(index)
-                    base = previous.gpu if previous else GpuSample(
-                        index=index, uuid=device.uuid if device else f"GPU-index-{index}",
-                        name=device.name if device else "unknown GPU")
-                    self._readings[index] = GpuReading(
-                        gpu=GpuSample(index=index, uuid=base.uuid, name=base.name, status=status,
-                                      memory_total_bytes=base.memory_total_bytes,
-                                      memory_reserved_bytes=base.memory_reserved_bytes,
-                                      error=message),
-                        uses=(), read_at=time.monotonic(), uses_known=False)
-                self._note_device(index, status, message)
-                if lost:
-                    device = None  # take a fresh handle when it comes back
-                wait = backoff
-                backoff = min(backoff * 2, self.config.retry_max)
-            if self._stop.wait(wait):
+            now = time.time()
+            for index in reader.indices:
+                with self._lock:  # not read once it has gone to another reader
+                    if index not in reader.indices:
+                        continue
+                if self._due.get(index, 0.0) <= now:
+                    devices[index] = self._read_one(index, devices.get(index))
+            with self._lock:
+                due = min(self._due.get(i, 0.0) for i in reader.indices)
+            if self._stop.wait(max(0.0, due - time.time())):
                 return
+
+    def _read_one(self, index: int, device: _Device | None) -> _Device | None:
+        """Read one GPU, record its reading and when it is next due; returns its device (None
+        once it is lost: a fresh handle is taken when it comes back). Never raises."""
+        backoff = self._backoff.get(index, self.config.retry_initial)
+        try:
+            if device is None:
+                handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+                if isinstance(handle, NvmlFailure):
+                    raise GpuFailed(handle)
+                device = _Device(index, handle, self.config)
+                with self._lock:
+                    self._devices[index] = device
+            reading = device.read()
+            with self._lock:
+                self._readings[index] = reading
+                self._holders[index] = (frozenset(pid for pid, _ in reading.uses), time.time())
+            self._note_device(index, reading.gpu.status, reading.gpu.error)
+            self._backoff[index] = self.config.retry_initial
+            lead = min(0.2, self.interval / 4)
+            now = time.time()
+            wake = math.ceil((now + lead) / self.interval) * self.interval - lead
+            if wake - now < self.interval / 2:
+                wake += self.interval
+            self._due[index] = wake
+        except Exception as exc:  # noqa: BLE001 - the reader thread must never die
+            if isinstance(exc, GpuFailed):
+                lost = exc.failure.kind == LOST
+                message = exc.failure.message
+            else:  # not NVML's error (a bug, a bad value from the driver): this GPU only
+                lost = False
+                message = (f"reading GPU {index} failed: {type(exc).__name__}: {exc}; "
+                           f"retrying in {backoff:g} s (a bug in mlcostd: please report "
+                           "it with this line)")
+            status = GPU_LOST if lost else GPU_ERROR
+            with self._lock:
+                previous = self._readings.get(index)
+                base = previous.gpu if previous else GpuSample(
+                    index=index, uuid=device.uuid if device else f"GPU-index-{index}",
+                    name=device.name if device else "unknown GPU")
+                self._readings[index] = GpuReading(
+                    gpu=GpuSample(index=index, uuid=base.uuid, name=base.name, status=status,
+                                  memory_total_bytes=base.memory_total_bytes,
+                                  memory_reserved_bytes=base.memory_reserved_bytes,
+                                  error=message),
+                    uses=(), read_at=time.monotonic(), uses_known=False)
+            self._note_device(index, status, message)
+            if lost:
+                device = None  # take a fresh handle when it comes back
+            self._due[index] = time.time() + backoff
+            self._backoff[index] = min(backoff * 2, self.config.retry_max)
+        return device
+
+    def _isolate(self, index: int, in_flight: tuple[str, float]) -> None:
+        """GPU `index`'s call `in_flight` has hung past the deadline: the other GPUs of its
+        reader go to a new reader thread, unless the call has ended meanwhile."""
+        with self._lock:
+            device = self._devices.get(index)
+            if self._stop.is_set() or device is None or device.in_flight is not in_flight:
+                return
+            reader = next((r for r in self._readers if index in r.indices), None)
+            if reader is None or len(reader.indices) == 1:
+                return
+            others = [i for i in reader.indices if i != index]
+            reader.indices = [index]
+            self._start_reader(others)
+        log.warning("GPU %d: %s has not answered for %.1f s; the other GPUs it shared a "
+                    "reader with (%s) are read by a new thread", index, in_flight[0],
+                    time.monotonic() - in_flight[1], ", ".join(map(str, others)))
 
     def _note_device(self, index: int, status: str, error: str | None) -> None:
         """Log a GPU's status when it changes, not every second."""
@@ -490,6 +545,10 @@ class NvmlSource:
             readings = dict(self._readings)
             devices = dict(self._devices)
             holders = dict(self._holders)
+        for index, hung in devices.items():  # a hung call: the reader's other GPUs move
+            flight = hung.in_flight
+            if flight is not None and now - flight[1] > deadline:
+                self._isolate(index, flight)
         for index in sorted(readings):
             reading = readings[index]
             gpu = reading.gpu

@@ -207,8 +207,8 @@ def write_process_kinds(store: Store, kinds: dict[tuple[int, float], dict[str, A
                            "INSERT OR REPLACE INTO process_kinds (proc, ts, kind, body) "
                            "VALUES (?, ?, ?, ?)",
                            (proc, at, doc.get("kind"), json.dumps(doc, sort_keys=True))))
-        for key in [k for k in written if k not in
-                    {(pid, round(start * 1000)) for pid, start in kinds}]:
+        live = {(pid, round(start * 1000)) for pid, start in kinds}
+        for key in [k for k in written if k not in live]:
             del written[key]  # gone: bounded by the live processes
         store.write_facts(writes)
     return len(writes)

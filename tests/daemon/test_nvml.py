@@ -139,7 +139,7 @@ def test_a_hanging_call_times_out_one_gpu_only(sim_host, source):
 kind = "hang"
 gpu = 1
 call = "nvmlDeviceGetUtilizationRates"
-seconds = 3.0
+seconds = 8.0
 at = 1.0
 """), init=False)
     src = source(interval=0.5)
@@ -151,10 +151,12 @@ at = 1.0
     assert gpus[1].memory_total_bytes == 40 * GIB and gpus[1].memory_used_bytes is None
     assert gpus[1].memory_reserved_bytes is not None
     assert gpus[1].memory_reserved_bytes == gpus[0].memory_reserved_bytes
-    # GPU 0 goes on being read (two more readings) while GPU 1's call hangs.
+    # GPU 0 goes on being read (two more readings) while GPU 1's call hangs: one reader
+    # thread reads both GPUs in turn, and the hung call hands GPU 0 to a thread of its own.
     before = src.read_at(0)
     wait_until(lambda: src.read_at(0) - before >= 0.9, timeout=10)
     assert src.latest()[1][0].status == GPU_OK
+    assert src._devices[1].in_flight is not None, "GPU 0 was read only once GPU 1's hang ended"
 
 
 @pytest.mark.parametrize("kind, expected", [
