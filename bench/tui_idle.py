@@ -53,6 +53,7 @@ NVITOP = ("import sys\nfrom daemon.sim import nvml\nnvml.install()\n"
 READY_TIMEOUT_S = 120.0
 SETTLE_S = 5.0  # after the first frame with figures: the startup's imports and first layout
 MB = 1 << 20
+ROOT = str(Path(__file__).resolve().parents[1])  # this checkout
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Tool:
     argv: list[str]
     ready: tuple[bytes, ...]
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ROOT  # `python -m` imports from here first
     process: subprocess.Popen | None = None
     screen: bytearray = field(default_factory=bytearray)
     master: int = -1
@@ -71,7 +73,7 @@ class Tool:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         self.process = subprocess.Popen(self.argv, stdin=slave, stdout=slave, stderr=slave,
-                                        env=self.env, start_new_session=True)
+                                        env=self.env, cwd=self.cwd, start_new_session=True)
         os.close(slave)
         threading.Thread(target=self._drain, name=f"drain {self.name}", daemon=True).start()
 
@@ -162,6 +164,9 @@ def main() -> int:
     parser.add_argument("--size", default="200x50", help="terminal COLUMNSxROWS (default 200x50)")
     parser.add_argument("--procs", type=int, default=0,
                         help="simulate 8 GPUs x PROCS workload processes (default: the demo)")
+    parser.add_argument("--compare", metavar="CHECKOUT",
+                        help="also run the mlcost-top of another checkout (e.g. main, for a "
+                             "before/after under the same load)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
     args = parser.parse_args()
     columns, rows = (int(x) for x in args.size.lower().split("x"))
@@ -197,14 +202,19 @@ def main() -> int:
             env.pop("LINES", None)
             tools = [
                 Tool("mlcost-top", [sys.executable, "-m", "mlcost_tui.app", "--connect",
-                                    daemon.target], (b"$/h", b"train"), env),
+                                    daemon.target], (b"$/h", b"python"), env),
                 Tool("nvitop 1s", [sys.executable, "-c", NVITOP, "--interval", "1"],
                      (b"A100", b"MiB", b"python"), env),
                 Tool("nvitop 2s", [sys.executable, "-c", NVITOP], (b"A100", b"MiB", b"python"),
                      env),
             ]
-            if args.procs:
-                tools[0].ready = (b"$/h", b"python")
+            if args.compare:
+                other = os.path.abspath(args.compare)
+                tools.insert(1, Tool(f"{os.path.basename(other)}:top", [
+                    sys.executable, "-m", "mlcost_tui.app", "--connect", daemon.target],
+                    tools[0].ready, dict(env, PYTHONPATH=os.pathsep.join(
+                        [other] + [p for p in sys.path if p and not p.startswith(ROOT)])),
+                    cwd=other))
             runs, loads = [], []
             for run in range(args.runs):
                 loads.append(load())
