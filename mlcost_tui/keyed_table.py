@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
@@ -95,6 +96,28 @@ CLEAR_WHEN_STALE = 0.5
 @lru_cache(8192)
 def _plain(value: str) -> Text:
     return Text(value, end="")
+
+
+def _one_line(console: Console, cell: Any, width: int, padding: int, pre_style: Style,
+              post_style: Style) -> list[list[Segment]] | None:
+    """A one-line cell drawn as Rich draws it (Styled(Padding(cell)) in `width`), without Rich's
+    wrapping machinery, which is most of a cell's cost: for a Text that fits on one line, left
+    justified, with no tab or newline; None for anything else (Rich draws it)."""
+    if not isinstance(cell, Text) or cell.justify not in (None, "default", "left"):
+        return None
+    plain = cell.plain
+    inner = width - 2 * padding
+    length = cell.cell_len
+    if inner < 0 or length > inner or "\n" in plain or "\t" in plain:
+        return None
+    blank = Style.null()  # Padding's own style, as Rich gives it
+    # Text.render applies the Text's own style only beneath spans (Rich's console path makes
+    # it a span first)
+    body = list(cell.render(console, end="")) if cell.spans else \
+        [Segment(plain, console.get_style(cell.style) if cell.style else None)]
+    line = [Segment(" " * padding, blank), *body,
+            Segment(" " * (inner - length + padding), blank)]
+    return [list(Segment.apply_style([s for s in line if s.text], pre_style, post_style))]
 
 
 def as_cell(value: Any) -> Any:
@@ -331,13 +354,16 @@ class KeyedTable(DataTable):
         if drawn is None or drawn[0] is not cell:
             component_style, post_style = self._get_styles_to_render_cell(
                 header, False, False, hover, cursor, show_cursor, show_hover, css_fg, css_bg)
-            options = self.app.console_options.update_dimensions(width, height)
-            if height == 1:
-                options = options.update(no_wrap=True)
-            lines = self.app.console.render_lines(
-                Styled(Padding(cell, (0, self.cell_padding)),
-                       pre_style=base_style + component_style, post_style=post_style),
-                options)
+            pre_style = base_style + component_style
+            lines = _one_line(self.app.console, cell, width, self.cell_padding, pre_style,
+                              post_style) if height == 1 else None
+            if lines is None:
+                options = self.app.console_options.update_dimensions(width, height)
+                if height == 1:
+                    options = options.update(no_wrap=True)
+                lines = self.app.console.render_lines(
+                    Styled(Padding(cell, (0, self.cell_padding)), pre_style=pre_style,
+                           post_style=post_style), options)
             drawn = (cell, lines)
             self._drawn.set(key, drawn)
         meta = Style.from_meta({"row": row_index, "column": column_index})
