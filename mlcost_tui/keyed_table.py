@@ -328,19 +328,18 @@ class KeyedTable(DataTable):
         cell that moves to another row is not drawn again. Row labels, fixed rows or columns
         and auto-height rows (none in mlcost-top) take DataTable's own path."""
         header = row_index == -1
-        if column_index == -1 or self.fixed_rows or self.fixed_columns:
+        column_key = self._column_locations.get_key(column_index)
+        row_key = None if header else self._row_locations.get_key(row_index)
+        row = self.rows.get(row_key) if row_key is not None else None
+        plain_row = header or (row is not None and not (row.auto_height and row.height == 0))
+        if column_index == -1 or column_key is None or not plain_row or self.fixed_rows \
+                or self.fixed_columns:
             return super()._render_cell(row_index, column_index, base_style, width, cursor,
                                         hover)
-        column_key = self._column_locations.get_key(column_index)
-        if header:
+        if row_key is None or row is None:  # the header
             cell: Any = self.columns[column_key].label
             height = self.header_height
         else:
-            row_key = self._row_locations.get_key(row_index)
-            row = self.rows[row_key]
-            if row.auto_height and row.height == 0:
-                return super()._render_cell(row_index, column_index, base_style, width, cursor,
-                                            hover)
             height = row.height
             datum = self._data[row_key].get(column_key)
             cell = _EMPTY if datum is None else default_cell_formatter(
