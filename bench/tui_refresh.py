@@ -59,14 +59,15 @@ async def main() -> None:
         app.post_message(snapshot(0))
         await pilot.pause()
         first_frame = time.perf_counter() - STARTED
-        applied, walls = [], []
+        applied, walls, cpus = [], [], []
         for step in range(1, REFRESHES + 1):
             message = snapshot(step)  # parsing happens in the worker, not the UI: not timed
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.thread_time()
             app.post_message(message)
             await pilot.pause()
             walls.append(time.perf_counter() - began)
-            applied.append(app.render_seconds)
+            cpus.append(time.thread_time() - cpu)  # the UI's thread: what a loaded host adds
+            applied.append(app.render_seconds)     # to the wall time is not in it
     ms = 1000
     print(f"{PROCESSES} processes, {GPUS} GPUs, {REFRESHES} refreshes (every cell changing "
           "sort order too)")
@@ -75,6 +76,8 @@ async def main() -> None:
           f"(target <= 30 ms)")
     print(f"  message to next idle, incl. layout and paint: median "
           f"{statistics.median(walls) * ms:.1f} ms, max {max(walls) * ms:.1f} ms")
+    print(f"  message to next idle, CPU of the UI thread: median "
+          f"{statistics.median(cpus) * ms:.1f} ms, max {max(cpus) * ms:.1f} ms (target <= 30 ms)")
     print(f"  first frame with 500 processes in the test driver: {first_frame:.2f} s")
 
 

@@ -489,7 +489,7 @@ class MlcostTop(App):
         if self.now is not None:
             table.show(self.now)
         else:
-            table.border_title = table.title()
+            table.set_title(table.title())
 
     def action_sort(self, step: int) -> None:
         table = self.query_one(ProcessPanel)

@@ -4,8 +4,14 @@ cells are written with `update_cell`, new rows with `add_row`, gone rows with `r
 stays on its row (by key). Callers sync inside `App.batch_update()`, so a refresh repaints once.
 
 One refresh costs what changed, not what is shown: panels build each cell from its inputs only
-when those inputs changed (`cells_for`), and `sync` writes only the cells that are not the same.
-bench/tui_refresh.py measures it (target: one snapshot of 500 processes applied in <= 30 ms).
+when those inputs changed (`cells_for`), `sync` writes only the cells that are not the same, and
+repaints only the visible rows it changed (none when nothing did). Painting a row draws only the
+cells that changed: DataTable keys its drawn cells by a counter that every `update_cell` bumps, so
+one changed cell made it draw every visible cell again; here a drawn cell is keyed by the cell
+object itself (cells are immutable: a changed value is a new object), its width and its styles
+(`_render_cell`, the one DataTable internal this overrides).
+bench/tui_refresh.py measures it (target: one snapshot of 500 processes from message to idle,
+layout and paint included, in <= 30 ms); bench/tui_idle.py the idle cost beside nvitop.
 """
 
 from __future__ import annotations
@@ -15,9 +21,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.geometry import Region
+from textual.renderables.styled import Styled
 from textual.widgets import DataTable
+from textual.widgets._data_table import _EMPTY_TEXT as _EMPTY
+from textual.widgets._data_table import default_cell_formatter
 from textual.widgets.data_table import ColumnKey
 
 if TYPE_CHECKING:
@@ -70,6 +84,10 @@ def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
     return tuple(shown)
 
 
+# Drawn cells kept per table: a screenful of every column many times over (a cell's drawing is
+# reused whatever row it moves to).
+DRAWN_CELLS = 4096
+
 # More gone rows than this share of the table: one clear() and re-add beats remove_row, which
 # re-indexes every row on each call.
 CLEAR_WHEN_STALE = 0.5
@@ -78,6 +96,28 @@ CLEAR_WHEN_STALE = 0.5
 @lru_cache(8192)
 def _plain(value: str) -> Text:
     return Text(value, end="")
+
+
+def _one_line(console: Console, cell: Any, width: int, padding: int, pre_style: Style,
+              post_style: Style) -> list[list[Segment]] | None:
+    """A one-line cell drawn as Rich draws it (Styled(Padding(cell)) in `width`), without Rich's
+    wrapping machinery, which is most of a cell's cost: for a Text that fits on one line, left
+    justified, with no tab or newline; None for anything else (Rich draws it)."""
+    if not isinstance(cell, Text) or cell.justify not in (None, "default", "left"):
+        return None
+    plain = cell.plain
+    inner = width - 2 * padding
+    length = cell.cell_len
+    if inner < 0 or length > inner or "\n" in plain or "\t" in plain:
+        return None
+    blank = Style.null()  # Padding's own style, as Rich gives it
+    # Text.render applies the Text's own style only beneath spans (Rich's console path makes
+    # it a span first)
+    body = list(cell.render(console, end="")) if cell.spans else \
+        [Segment(plain, console.get_style(cell.style) if cell.style else None)]
+    line = [Segment(" " * padding, blank), *body,
+            Segment(" " * (inner - length + padding), blank)]
+    return [list(Segment.apply_style([s for s in line if s.text], pre_style, post_style))]
 
 
 def as_cell(value: Any) -> Any:
@@ -103,6 +143,7 @@ class KeyedTable(DataTable):
     WIDTHS: dict[str, int] = {}
     _deferred: tuple[bool, bool] | None = None  # (layout, recompose) asked for during a sync
     row_height = 1  # lines per row (set_row_height changes it)
+    _title_only = False  # set_title is setting the border title: repaint its line only
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -114,6 +155,12 @@ class KeyedTable(DataTable):
         self._reselect: str | None = None
         # row key -> (inputs, cells): the last cells built and what they were built from
         self._built: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+        # (id of the cell, its width and styles) -> (the cell, its lines drawn without position)
+        self._drawn: LRUCache[tuple[Any, ...], tuple[Any, list[list[Segment]]]] = \
+            LRUCache(DRAWN_CELLS)
+        self._changed: set[str] = set()  # rows whose cells a sync wrote
+        self._title: str | None = None  # the border title last set (set_title)
+        self._moved = False  # a sync added, removed, reordered rows or moved the cursor
 
     @classmethod
     def all_columns(cls) -> tuple[Column, ...]:
@@ -183,24 +230,50 @@ class KeyedTable(DataTable):
         self._built[key] = (inputs, cells)
         return cells
 
+    def set_title(self, title: str) -> None:
+        """The border title. The same title again repaints nothing, a new one the top border
+        line only (setting Widget.border_title repaints the whole table, every row drawn
+        again: a title that says the host's CPU changes every poll)."""
+        if title == self._title:
+            return
+        self._title = title
+        self._title_only = True
+        try:
+            self.border_title = title
+        finally:
+            self._title_only = False
+
     def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
                 recompose: bool = False) -> Self:
         """Widget.refresh; during a sync, one refresh for the whole sync (DataTable asks for one
         per cell written, and each costs what a repaint of the whole table costs to plan)."""
+        if self._title_only and not regions and not layout and not recompose:
+            x, y = self.content_offset  # the border line, in the content's coordinates
+            return super().refresh(Region(-x, -y, self.outer_size.width, 1))
         if self._deferred is not None:
             self._deferred = (self._deferred[0] or layout, self._deferred[1] or recompose)
             return self
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Make the table show `rows` (row key, cells), in this order."""
+        """Make the table show `rows` (row key, cells), in this order; repaint what changed."""
         self._deferred = (False, False)
+        self._changed.clear()
+        self._moved = False
         try:
             self._sync(rows)
+        except BaseException:
+            self._moved = True
+            raise
         finally:
             layout, recompose = self._deferred
             self._deferred = None
-            self.refresh(layout=layout, recompose=recompose)
+            if layout or recompose or self._moved:
+                self.refresh(layout=layout, recompose=recompose)
+            else:  # cells written in place: their rows, where they are on screen (else nothing)
+                for key in self._changed:
+                    self.refresh_row(self.get_row_index(key))
+            self._changed.clear()
 
     def _sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
         selected = self._reselect or self.selected_key
@@ -208,6 +281,7 @@ class KeyedTable(DataTable):
         order = [key for key, _ in rows]
         wanted = set(order)
         gone = [key for key in self._cells if key not in wanted]
+        self._moved = bool(gone) or len(order) != len(self._order)
         if gone and len(gone) > CLEAR_WHEN_STALE * len(self._cells):
             built = {key: self._built[key] for key in order if key in self._built}
             self.clear_rows()
@@ -231,17 +305,69 @@ class KeyedTable(DataTable):
                 if cells[0] is not before[0] and cells[0] != before[0]:
                     first = self._first[key] = own_cell(cells[0])
                     self.update_cell(key, columns[0], first)
+                    self._changed.add(key)
                 for column, old, new in zip(columns[1:], before[1:], cells[1:], strict=True):
                     if old is not new and old != new:
                         self.update_cell(key, column, as_cell(new))
+                        self._changed.add(key)
             self._cells[key] = cells
         if current != order:
             self._sort_as(order)
+            self._moved = True
         self._order = order
         if selected is not None and selected in wanted:
             index = self.get_row_index(selected)
             if index != self.cursor_row:
                 self.move_cursor(row=index, animate=False, scroll=False)
+                self._moved = True
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
+        """DataTable._render_cell, with drawn cells kept by what they show (see the module's
+        doc); the row and column (the mouse's meta) are added to each segment afterwards, so a
+        cell that moves to another row is not drawn again. Row labels, fixed rows or columns
+        and auto-height rows (none in mlcost-top) take DataTable's own path."""
+        header = row_index == -1
+        column_key = self._column_locations.get_key(column_index)
+        row_key = None if header else self._row_locations.get_key(row_index)
+        row = self.rows.get(row_key) if row_key is not None else None
+        plain_row = header or (row is not None and not (row.auto_height and row.height == 0))
+        if column_index == -1 or column_key is None or not plain_row or self.fixed_rows \
+                or self.fixed_columns:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor,
+                                        hover)
+        if row_key is None or row is None:  # the header
+            cell: Any = self.columns[column_key].label
+            height = self.header_height
+        else:
+            height = row.height
+            datum = self._data[row_key].get(column_key)
+            cell = _EMPTY if datum is None else default_cell_formatter(
+                datum, wrap=height != 1, height=height) or _EMPTY
+        show_cursor, show_hover = self.show_cursor, self._show_hover_cursor
+        css_fg = self.cursor_foreground_priority == "css"
+        css_bg = self.cursor_background_priority == "css"
+        key = (id(cell), width, height, base_style, header, cursor, hover, show_cursor,
+               show_hover, css_fg, css_bg, self._pseudo_class_state)
+        drawn = self._drawn.get(key)
+        if drawn is None or drawn[0] is not cell:
+            component_style, post_style = self._get_styles_to_render_cell(
+                header, False, False, hover, cursor, show_cursor, show_hover, css_fg, css_bg)
+            pre_style = base_style + component_style
+            lines = _one_line(self.app.console, cell, width, self.cell_padding, pre_style,
+                              post_style) if height == 1 else None
+            if lines is None:
+                options = self.app.console_options.update_dimensions(width, height)
+                if height == 1:
+                    options = options.update(no_wrap=True)
+                lines = self.app.console.render_lines(
+                    Styled(Padding(cell, (0, self.cell_padding)), pre_style=pre_style,
+                           post_style=post_style), options)
+            drawn = (cell, lines)
+            self._drawn.set(key, drawn)
+        meta = Style.from_meta({"row": row_index, "column": column_index})
+        return [[Segment(text, style + meta if style is not None else meta, control)
+                 for text, style, control in line] for line in drawn[1]]
 
     def _sort_as(self, order: list[str]) -> None:
         position = {id(self._first[key]): i for i, key in enumerate(order)}
@@ -254,6 +380,7 @@ class KeyedTable(DataTable):
 
     def clear_rows(self) -> None:
         """Remove every row (the cursor goes to the top)."""
+        self._moved = True
         self.clear()
         self._cells.clear()
         self._first.clear()

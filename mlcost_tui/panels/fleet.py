@@ -50,4 +50,4 @@ class FleetPanel(KeyedTable):
                 str(len(now.recommendations)), fmt.money(saves if now.recommendations else None),
             )))
         self.sync(rows)
-        self.border_title = f"Fleet: {len(hosts)} daemons · {FLEET_ORDER}"
+        self.set_title(f"Fleet: {len(hosts)} daemons · {FLEET_ORDER}")

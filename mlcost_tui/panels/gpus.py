@@ -45,7 +45,7 @@ class GpuPanel(KeyedTable):
         self.recent: dict[str, deque[float]] = {}
         self.group_idle = False
         self.gpus: dict[str, tuple[Gpu, ...]] = {}  # row key -> the GPUs on that row
-        self.border_title = "GPUs"
+        self.set_title("GPUs")
 
     def remember(self, now: Now) -> None:
         """Keep each GPU's recent utilization for the sparkline (also while paused)."""
@@ -55,7 +55,7 @@ class GpuPanel(KeyedTable):
                 series.append(gpu.utilization)
 
     def show(self, now: Now) -> None:
-        self.border_title = host_title(now.host_usage)
+        self.set_title(host_title(now.host_usage))
         rows = group_rows(sorted(now.gpus, key=lambda g: g.index), self.group_idle)
         self.gpus = {key: gpus for key, gpus in rows}
         shown = self.shown_keys

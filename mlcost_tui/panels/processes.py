@@ -184,7 +184,7 @@ class ProcessPanel(KeyedTable):
         self.show_kinds = False  # the kind column: only when the daemon classifies kinds
         self.processes: dict[str, Process] = {}
         self.width = 0
-        self.border_title = "Processes"
+        self.set_title("Processes")
 
     @property
     def sort_column(self) -> ProcessColumn:
@@ -295,4 +295,4 @@ class ProcessPanel(KeyedTable):
         self.sync([(row.process.key,
                     cells_for(row.process.key, tuple(v(row) for v in values), draws))
                    for row in rows])
-        self.border_title = self.title()
+        self.set_title(self.title())

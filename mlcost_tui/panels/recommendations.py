@@ -114,7 +114,7 @@ class RecommendationTable(KeyedTable):
         self.on_ec2 = False  # a resize can be done here (else its commands are shown)
         self.max_lines = 1  # lines a recommendation's text may take (the layout's spare rows)
         self.snoozed_here: set[str] = set()  # snoozed here; the daemon drops them from the next poll
-        self.border_title = "Recommendations"
+        self.set_title("Recommendations")
 
     def show(self, now: Now) -> None:
         recs = [r for r in now.recommendations if r.id not in self.snoozed_here]
@@ -139,7 +139,7 @@ class RecommendationTable(KeyedTable):
         if recs and now.potential_savings_per_month is not None:
             title += (f" · together {fmt.money(now.potential_savings_per_month, '/month')} of "
                       f"the {fmt.money(now.bill_per_month, '/month')} bill")
-        self.border_title = title
+        self.set_title(title)
 
     @property
     def summary_width(self) -> int:

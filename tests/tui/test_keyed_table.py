@@ -85,3 +85,78 @@ async def test_a_screen_updated_in_place_shows_what_a_fresh_screen_shows():
     fresh = await tables_after([2])
     assert updated == fresh
     assert len(updated["processes"]) == 5 and len(updated["recommendations"]) == 1
+
+
+class Recording(Table):
+    """A table in a border (where its title shows) that notes which of its content's lines
+    were drawn (y, from its top: 0 is the header)."""
+
+    DEFAULT_CSS = "Recording { border: round white; height: auto; }"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn: list[int] = []
+
+    def render_line(self, y: int):  # type: ignore[no-untyped-def]
+        self.drawn.append(y)
+        return super().render_line(y)
+
+
+def painted(table: KeyedTable) -> list[str]:
+    """The table's lines as drawn now (the text of each line of its content)."""
+    return [table.render_line(y).text for y in range(table.size.height)]
+
+
+@pytest.mark.asyncio
+async def test_a_sync_draws_only_the_rows_it_changed_and_what_it_draws_is_current():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = Recording()
+        await app.mount(table)
+        rows = [(f"k{i}", (f"row {i}", str(i), Text("ok", style="bold"))) for i in range(8)]
+        table.sync(rows)
+        await pilot.pause()
+        table.drawn.clear()
+        table.sync(list(rows))  # the same rows: nothing to draw
+        await pilot.pause()
+        assert table.drawn == []
+        rows[3] = ("k3", ("row 3", "Z", rows[3][1][2]))  # as wide: columns do not grow
+        table.sync(rows)
+        await pilot.pause()
+        assert set(table.drawn) == {4}  # the header is line 0: k3 is line 4, drawn alone
+        assert table.render_line(4).text.split()[:3] == ["row", "3", "Z"]
+        table.drawn.clear()
+        table.set_title("same")
+        await pilot.pause()
+        table.drawn.clear()
+        table.set_title("same")
+        table.set_title("other")  # the border line only: no row drawn again
+        await pilot.pause()
+        assert table.drawn == []
+        assert "other" in app.export_screenshot() and table.border_title == "other"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seed", range(2))
+async def test_a_table_synced_many_times_draws_what_a_fresh_table_draws(seed):
+    """Drawn cells are kept by the cell they show: after any sequence of syncs (cells changed,
+    rows moved, added, removed), every line drawn is what a table given the last rows at once
+    draws."""
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(30)]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 80)) as pilot:
+        table, fresh = Table(), Table()
+        await app.mount(table)
+        rows: list[tuple[str, tuple[object, ...]]] = []
+        for _ in range(SYNCS_PER_SEED):
+            rows = random_rows(rng, keys)
+            table.sync(rows)
+            await pilot.pause()
+            painted(table)  # drawn (and kept) at each step
+        await app.mount(fresh)
+        fresh.sync(rows)
+        table.move_cursor(row=0)
+        await pilot.pause()
+        assert table.size == fresh.size
+        assert painted(table) == painted(fresh)
