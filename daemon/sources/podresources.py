@@ -144,6 +144,12 @@ class PodResources:
         found = {a for d in device_ids for a in devices.get(d, ())}
         return found.pop() if len(found) == 1 else None
 
+    def cached(self) -> dict[str, list[Allocation]]:
+        """The latest List answer without asking again: never blocks on the kubelet (for
+        /metrics, rendered on the event loop); {} before the first answer. No lock: devices()
+        holds it through the call, and replaces the dict whole, never changes it."""
+        return self._devices
+
     def devices(self) -> dict[str, list[Allocation]]:
         """{device id: allocations} from the latest List (asked again after refresh_s)."""
         with self._lock:
