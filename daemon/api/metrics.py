@@ -46,6 +46,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from daemon.analysis.kinds import KINDS
+from daemon.api.activity_metrics import activity_families
 from daemon.api.limits import limited_log
 from daemon.api.usage_metrics import usage_cost_families
 from daemon.wire import Now, process_key
@@ -247,6 +248,7 @@ class DaemonCollector(Collector):
         yield from self._gpus(now, analyzer, hostname)
         yield from self._workloads(document, now, analyzer, hostname)
         yield from self._usage_cost(now, hostname)
+        yield from self._activity(now, hostname)
         yield from self._advice(now, hostname)
         yield from self._budgets(analyzer, hostname)
         yield self._kinds(now, hostname)
@@ -482,6 +484,16 @@ class DaemonCollector(Collector):
             return cap.value(_clean(raw), clock) if cap is not None else _clean(raw)
 
         yield from usage_cost_families(now, allocations, hostname, bound)
+
+    # -- where GPU activity comes from: DCGM or GPM (daemon.api.activity_metrics) ---------
+
+    def _activity(self, now: Now, hostname: str) -> Iterator[Metric]:
+        activity_sources = getattr(getattr(self.daemon, "nvml", None), "activity_sources", None)
+        if not callable(activity_sources):
+            return
+        labels = {g.index: [str(g.index), _clean(g.uuid), _clean(g.name), hostname]
+                  for g in now.gpus}
+        yield from activity_families(activity_sources(), labels)
 
     # -- advice and budgets -----------------------------------------------------------------
 

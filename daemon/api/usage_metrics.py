@@ -7,7 +7,8 @@ exporters can be scraped by one Prometheus without a clash) and add the split by
 (daemon.analysis.usage_cost):
 
 - `mlcost_node_gpu_hourly_cost{node}`: one GPU's price an hour (host price / GPU count);
-- `mlcost_node_gpu_count{node}`: the GPUs priced on this node;
+- `mlcost_node_gpus{node}`: the GPUs priced on this node (OpenCost's `node_gpu_count`; a
+  `_count` suffix belongs to histograms and summaries in Prometheus's naming);
 - `mlcost_container_gpu_allocation{namespace,pod,container,node}`: GPUs the kubelet allocated
   to a container; a GPU time-sliced between n containers counts 1/n to each (OpenCost counts
   it whole for every one of them);
@@ -50,7 +51,7 @@ def usage_cost_families(now: Now, allocations: Mapping[str, Sequence[Allocation]
     priced = [g for g in now.gpus if g.price_per_hour is not None]
     hourly = Metric("mlcost_node_gpu_hourly_cost", "One GPU's price an hour on this node (host "
                     "price / GPU count), as OpenCost's node_gpu_hourly_cost", "gauge")
-    count = Metric("mlcost_node_gpu_count", "GPUs priced on this node, as OpenCost's "
+    count = Metric("mlcost_node_gpus", "GPUs priced on this node, as OpenCost's "
                    "node_gpu_count", "gauge")
     if priced:
         hourly.add_sample(hourly.name, {"node": node}, float(priced[0].price_per_hour or 0.0))

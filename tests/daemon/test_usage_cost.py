@@ -149,7 +149,7 @@ def test_the_families_sit_beside_opencosts_and_sum_to_the_node_gpu_cost():
     fake = FakeDaemon(processes, 3, {"GPU-0": [ML, WEB], "GPU-1": [NOTEBOOK]})
     text = Metrics(fake).render().decode()
     [hourly] = samples(text, "mlcost_node_gpu_hourly_cost")
-    [count] = samples(text, "mlcost_node_gpu_count")
+    [count] = samples(text, "mlcost_node_gpus")
     assert (hourly.labels, hourly.value, count.value) == ({"node": "node-a"}, PRICE, 3.0)
     allocation = {(s.labels["namespace"], s.labels["pod"]): s.value
                   for s in samples(text, "mlcost_container_gpu_allocation")}
