@@ -20,7 +20,8 @@ A GPU that is lost or failing does no work: its price is held idle by whoever ho
 Who a part belongs to: a GPU the kubelet allocated to exactly one container is that container's
 (as dcgm-exporter labels a device by its pod-resources allocation); on a GPU shared between
 pods (time-slicing, MPS) or allocated to none, each process's own owner (its cgroup's pod,
-named through pod-resources) says it. A process outside any pod is charged with no pod labels.
+named through pod-resources; on a GPU time-sliced within one namespace, that namespace alone)
+says it. A process outside any pod is charged with no pod labels.
 """
 
 from __future__ import annotations

@@ -89,6 +89,17 @@ def test_a_time_sliced_gpu_nobody_runs_on_is_held_idle_equally_by_its_replicas()
     assert by_part(parts) == pytest.approx({(0, IDLE, ML): PRICE / 2, (0, IDLE, WEB): PRICE / 2})
 
 
+def test_on_a_gpu_shared_within_a_namespace_a_process_whose_pod_is_unknown_pays_its_namespace():
+    """The kubelet does not say which replica of a time-sliced GPU a process uses: when all its
+    pods are in one namespace, the owner reader gives the namespace alone (test_podresources)."""
+    serving = Allocation("serving", "", "")
+    pods = [Allocation("serving", "vllm-a", "vllm"), Allocation("serving", "vllm-b", "vllm")]
+    parts = split_gpu_cost(now([gpu(0)], [proc(1, [(0, 1 << 30, 25.0)], serving)]),
+                           {"GPU-0": pods})
+    assert by_part(parts) == pytest.approx({(0, USED, serving): 0.25 * PRICE,
+                                            (0, IDLE, serving): 0.75 * PRICE})
+
+
 def test_sm_shares_past_100_percent_are_scaled_so_used_never_exceeds_the_price():
     processes = [proc(1, [(0, 1 << 30, 90.0)], ML), proc(2, [(0, 1 << 30, 60.0)], WEB)]
     parts = split_gpu_cost(now([gpu(0)], processes), {})
