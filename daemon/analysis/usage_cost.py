@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from daemon.sources.podresources import Allocation
-from daemon.wire import Now
+from daemon.wire import GpuShare, Now, Process
 
 USED, IDLE, UNALLOCATED = "used", "idle", "unallocated"
 USAGES = (USED, IDLE, UNALLOCATED)
@@ -67,6 +67,11 @@ def split_gpu_cost(now: Now, allocations: Mapping[str, Sequence[Allocation]]) ->
         key = (index, usage, holder)
         parts[key] = parts.get(key, 0.0) + dollars
 
+    on_gpu: dict[int, list[tuple[Process, GpuShare | None]]] = {}
+    for proc in now.processes:
+        shares = {share.index: share for share in proc.per_gpu}
+        for index in dict.fromkeys((*proc.gpus, *shares)):
+            on_gpu.setdefault(index, []).append((proc, shares.get(index)))
     for gpu in now.gpus:
         price = gpu.price_per_hour
         if price is None:
@@ -74,8 +79,7 @@ def split_gpu_cost(now: Now, allocations: Mapping[str, Sequence[Allocation]]) ->
         uuids[gpu.index] = gpu.uuid
         allocated = list(dict.fromkeys(allocations.get(gpu.uuid, ())))  # replicas once each
         sole = allocated[0] if len(allocated) == 1 else None
-        users = [(proc, share) for proc in now.processes
-                 if (share := proc.on_gpu(gpu.index)) is not None or gpu.index in proc.gpus]
+        users = on_gpu.get(gpu.index, [])
         if not users and not allocated:
             add(gpu.index, UNALLOCATED, NOBODY, price)
             continue
