@@ -96,12 +96,19 @@ def hostengine_running(proc_root: str = "/proc") -> bool:
 
 
 def fetch_exposition(url: str, timeout_s: float) -> str:
-    """GET the exporter's /metrics, bounded. OSError/ValueError on failure."""
+    """GET the exporter's /metrics within `timeout_s` in all and MAX_EXPOSITION_BYTES (a
+    trickling or endless answer is cut, as every network read mlcost makes). OSError on
+    failure (unreachable, timeout, too large)."""
+    from pricing.http import FetchError, read_bounded_sync
+
+    deadline = time.monotonic() + timeout_s
     request = urllib.request.Request(url, headers={"Accept": "text/plain"})
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - config
-        data = response.read(MAX_EXPOSITION_BYTES + 1)
-    if len(data) > MAX_EXPOSITION_BYTES:
-        raise ValueError(f"the exposition is over {MAX_EXPOSITION_BYTES} bytes")
+        try:
+            data = read_bounded_sync(response, max_bytes=MAX_EXPOSITION_BYTES,
+                                     deadline=deadline, shown=url)
+        except FetchError as exc:
+            raise TimeoutError(str(exc)) from None
     return data.decode("utf-8", "replace")
 
 

@@ -16,6 +16,7 @@ import livedaemon
 import pynvml
 import pytest
 from dcgm_exporter import dcgm_exporter, exposition
+from hostile_http import ENDLESS, TRICKLE, HostileServer, finishes_within
 from livedaemon import MLCOSTD
 from prometheus_client.parser import text_string_to_metric_families
 from simhost import attach_code, host_toml, poll, wait_until
@@ -27,8 +28,10 @@ from daemon.sources.dcgm import (
     DCGM_EXPORTER,
     GPM,
     HOSTENGINE,
+    MAX_EXPOSITION_BYTES,
     DcgmActivity,
     ProfilingCounters,
+    fetch_exposition,
     hostengine_running,
     parse_exposition,
 )
@@ -61,6 +64,18 @@ def test_the_three_profiling_fields_are_read_per_gpu_uuid_and_nothing_else():
 def test_text_that_is_not_an_exposition_is_refused():
     with pytest.raises(ValueError):
         parse_exposition("<html><body>502 Bad Gateway {</body></html>\n")
+
+
+def test_a_trickling_exporter_is_cut_at_the_deadline_and_an_endless_one_at_the_cap():
+    with HostileServer(TRICKLE) as server:
+        done, outcome = finishes_within(10, fetch_exposition, server.url, 1.0)
+    assert done, "still reading a trickling exporter after 10 s"
+    assert isinstance(outcome, OSError) and "did not arrive in time" in str(outcome), outcome
+    with HostileServer(ENDLESS) as server:
+        done, outcome = finishes_within(30, fetch_exposition, server.url, 25.0)
+    assert done
+    assert isinstance(outcome, OSError), outcome
+    assert f"larger than {MAX_EXPOSITION_BYTES} bytes" in str(outcome)
 
 
 def fake_proc(root: Path, comms: dict[int, bytes]) -> str:
