@@ -165,6 +165,10 @@ class NvmlConfig:
         "first retry after NVML fails to start", "duration", 0.1, 600))
     retry_max: float = field(default=60.0, metadata=_meta(
         "longest wait between NVML retries", "duration", 1, 3600))
+    dcgm_exporter_url: str = field(default="", metadata=_meta(
+        "dcgm-exporter's /metrics (e.g. http://localhost:9400/metrics): SM, tensor and DRAM "
+        "activity are read from DCGM's profiling fields and GPM is never used; empty: GPM, "
+        "unless nv-hostengine runs"))
 
 
 @dataclass(frozen=True)
@@ -523,6 +527,11 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         if kind not in KINDS:
             raise ConfigError(f"{where}: [kinds.jobs].{name} = {kind!r}: not a workload kind; "
                               f"allowed values are {', '.join(repr(k) for k in KINDS)}")
+    url = config.nvml.dcgm_exporter_url
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: [nvml].dcgm_exporter_url = {url[:120]!r}: must be an "
+                          "http(s) URL of dcgm-exporter's /metrics, e.g. "
+                          "http://localhost:9400/metrics")
     if config.attribution.high_sm_share < config.attribution.low_sm_share:
         raise ConfigError(
             f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "

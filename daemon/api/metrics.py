@@ -48,7 +48,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from daemon.analysis.kinds import KINDS
+from daemon.api.activity_metrics import activity_families
 from daemon.api.limits import limited_log
+from daemon.api.usage_metrics import usage_cost_families
 from daemon.wire import Now, process_key
 
 DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
@@ -247,6 +249,8 @@ class DaemonCollector(Collector):
         yield from self._host(document, now, hostname, wall)
         yield from self._gpus(now, analyzer, hostname)
         yield from self._workloads(document, now, analyzer, hostname)
+        yield from self._usage_cost(now, hostname)
+        yield from self._activity(now, hostname)
         yield from self._advice(now, hostname)
         yield from self._budgets(analyzer, hostname)
         yield self._kinds(now, hostname)
@@ -468,6 +472,30 @@ class DaemonCollector(Collector):
         for label, cap in self.workloads.caps.items():
             folded.add_metric([hostname, label], cap.folded_total)
         yield from (burn, wasted, dollars, wasted_total, phases, folded)
+
+    # -- usage-based GPU cost beside OpenCost's names (daemon.api.usage_metrics) -----------
+
+    def _usage_cost(self, now: Now, hostname: str) -> Iterator[Metric]:
+        pod_allocations = getattr(self.daemon, "pod_allocations", None)
+        allocations = pod_allocations() if callable(pod_allocations) else {}
+        clock = time.monotonic()
+        caps = self.workloads.caps  # the workload series' caps: one fold per label value
+
+        def bound(label: str, raw: str) -> str:
+            cap = caps.get(label)
+            return cap.value(_clean(raw), clock) if cap is not None else _clean(raw)
+
+        yield from usage_cost_families(now, allocations, hostname, bound)
+
+    # -- where GPU activity comes from: DCGM or GPM (daemon.api.activity_metrics) ---------
+
+    def _activity(self, now: Now, hostname: str) -> Iterator[Metric]:
+        activity_sources = getattr(getattr(self.daemon, "nvml", None), "activity_sources", None)
+        if not callable(activity_sources):
+            return
+        labels = {g.index: [str(g.index), _clean(g.uuid), _clean(g.name), hostname]
+                  for g in now.gpus}
+        yield from activity_families(activity_sources(), labels)
 
     # -- advice and budgets -----------------------------------------------------------------
 

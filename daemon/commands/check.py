@@ -278,6 +278,35 @@ def owner_checks(config: Any) -> list[Check]:
     return checks
 
 
+def check_gpu_activity(config: Any, proc_root: str = "/proc") -> Check:
+    """Where SM, tensor and DRAM activity come from: DCGM (dcgm-exporter configured, or
+    nv-hostengine running: GPM left off, the two would skew each other) or NVML's GPM
+    (daemon.sources.dcgm)."""
+    from daemon.sources.dcgm import ProfilingCounters
+
+    name = "SM activity source"
+    url = config.nvml.dcgm_exporter_url
+    counters = ProfilingCounters(url, proc_root=proc_root)
+    if url:
+        counters.poll_once()
+        found = counters.latest()
+        if found:
+            return Check(name, OK, f"DCGM, through dcgm-exporter at {url}: SM, tensor and DRAM "
+                         f"activity for {len(found)} GPU(s); GPM left off")
+        return Check(name, WARN, f"DCGM, through dcgm-exporter at {url} (GPM left off), but "
+                     f"{counters.status}: SM activity is absent",
+                     "start dcgm-exporter there, or fix [nvml].dcgm_exporter_url; it must "
+                     "export DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and "
+                     "DCGM_FI_PROF_DRAM_ACTIVE (its counters CSV)")
+    if counters.hostengine():
+        return Check(name, WARN, "nv-hostengine (DCGM) runs on this host: GPM left off so "
+                     "neither skews the other; SM activity is absent",
+                     "set [nvml].dcgm_exporter_url = \"http://localhost:9400/metrics\" (where "
+                     "dcgm-exporter serves) to read DCGM's profiling fields")
+    return Check(name, OK, "NVML's GPM on GPUs that have it (Hopper and later); no DCGM on "
+                 "this host (a GPU whose counters another reader holds is left alone)")
+
+
 def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
     checks = [check_nvml(), check_py_spy(), check_delay_accounting(), check_psi(),
               check_process_io(), check_database(db)]

@@ -38,7 +38,7 @@ from daemon.runtime.snapshots import SnapshotTriggers, take_snapshot
 from daemon.sources.host import read_host_usage
 from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
-from daemon.sources.podresources import PodResources
+from daemon.sources.podresources import Allocation, PodResources
 from daemon.sources.procs import ProcessSource, read_pressure
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GpuUse, Sample
@@ -767,6 +767,12 @@ class Daemon:
             rounds += 1
             await asyncio.sleep(DISCOVERY_INTERVAL_S)
 
+    def pod_allocations(self) -> dict[str, list[Allocation]]:
+        """{GPU UUID: the pods the kubelet allocated it to}, as discovery last asked; {} outside
+        Kubernetes. Never blocks."""
+        pods = self.procs.owners.pod_resources
+        return pods.cached() if pods is not None else {}
+
     async def discover(self, scan: bool = True) -> None:
         """One round of process discovery now (the loop runs one every DISCOVERY_INTERVAL_S;
         `mlcostd profile` runs one as its command starts). `scan`: a full /proc pass for
@@ -783,6 +789,9 @@ class Daemon:
                 await asyncio.to_thread(self.procs.discover, set(uses), scan, devices, sick)
             except Exception:  # discovery must never take the daemon down
                 log.exception("process discovery failed; retrying")
+            pods = self.procs.owners.pod_resources
+            if pods is not None and pods.available():  # GPUs allocated to pods, for /metrics
+                await asyncio.to_thread(pods.devices)  # asks at most every REFRESH_S; never raises
             try:
                 await self._refresh_kinds()
             except Exception:  # nor the kinds

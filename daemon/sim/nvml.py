@@ -43,6 +43,7 @@ SUCCESS = pynvml.NVML_SUCCESS
 ERR_UNINITIALIZED = pynvml.NVML_ERROR_UNINITIALIZED
 ERR_INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
 ERR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+ERR_IN_USE = pynvml.NVML_ERROR_IN_USE
 ERR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 ERR_INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 ERR_LIBRARY_NOT_FOUND = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
@@ -317,7 +318,7 @@ class SimulatedNvml:
         self.init_faults = [f for f in faults if f["kind"] in ("nvml_missing", "driver_mismatch")]
         self.device_faults: list[list[dict[str, Any]]] = [[] for _ in self.gpus]
         for f in faults:
-            if f["kind"] in ("gpu_lost", "not_supported", "hang"):
+            if f["kind"] in ("gpu_lost", "not_supported", "in_use", "hang"):
                 targets = [f["gpu"]] if f.get("gpu") is not None else range(len(self.gpus))
                 for i in targets:
                     self.device_faults[i].append(f)
@@ -386,6 +387,8 @@ class SimulatedNvml:
                 return ERR_GPU_IS_LOST
             if kind == "not_supported" and name in f["symbols"]:
                 return ERR_NOT_SUPPORTED
+            if kind == "in_use" and name in f["symbols"]:
+                return ERR_IN_USE
             if kind == "hang" and name == f["symbol"]:
                 time.sleep(f["seconds"])  # a sick GPU: the call just does not come back
         return SUCCESS

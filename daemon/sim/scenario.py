@@ -13,8 +13,10 @@ A scenario file:
     [gpu]        model, count, and optionally memory_gib, power_idle_w, power_max_w, gpm
     [[workloads]] name, program (a module in daemon.sim.workloads) or command (argv list),
                  gpus = [indices], options = {key = value} passed as --key value
-    [[faults]]   kind = gpu_lost | not_supported | hang | nvml_missing | driver_mismatch |
-                 missing_symbol, with the keys listed in FAULT_KEYS; times in seconds from start
+    [[faults]]   kind = gpu_lost | not_supported | in_use | hang | nvml_missing |
+                 driver_mismatch | missing_symbol, with the keys listed in FAULT_KEYS; times in
+                 seconds from start (in_use: the calls answer NVML_ERROR_IN_USE, as GPM does
+                 while another reader such as DCGM holds the profiling counters)
 """
 
 from __future__ import annotations
@@ -52,11 +54,13 @@ GIB = 1 << 30
 
 LIFECYCLES = ("on-demand", "spot")
 FAULT_KINDS = (
-    "gpu_lost", "not_supported", "hang", "nvml_missing", "driver_mismatch", "missing_symbol",
+    "gpu_lost", "not_supported", "in_use", "hang", "nvml_missing", "driver_mismatch",
+    "missing_symbol",
 )
 FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "gpu_lost": ("gpu", "at", "until"),
     "not_supported": ("gpu", "calls", "at", "until"),
+    "in_use": ("gpu", "calls", "at", "until"),
     "hang": ("gpu", "call", "seconds", "at", "until"),
     "nvml_missing": ("at", "until"),
     "driver_mismatch": ("at", "until"),
@@ -134,7 +138,7 @@ class Fault:
     gpu: int | None = None
     at: float = 0.0
     until: float | None = None
-    symbols: tuple[str, ...] = ()  # not_supported: the calls; missing_symbol: the symbols
+    symbols: tuple[str, ...] = ()  # not_supported, in_use: the calls; missing_symbol: the symbols
     symbol: str | None = None  # hang: the call that hangs
     seconds: float = 0.0  # hang: how long each call blocks
 
@@ -363,7 +367,7 @@ def _parse_fault(check: _Checker, f: Any, n: int, gpu_count: int) -> Fault:
             raise check.fail(prefix + key, value, "NVML symbol names such as nvmlDeviceGetPowerUsage")
         return tuple(value)
 
-    if kind == "not_supported":
+    if kind in ("not_supported", "in_use"):
         return Fault(kind, gpu=gpu, at=at, until=until, symbols=symbols("calls", f.get("calls")))
     if kind == "hang":
         call = symbols("call", f.get("call"))

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import pynvml
 
+from daemon.sources.dcgm import GPM, DcgmActivity, ProfilingCounters
 from daemon.sources.nvml_query import (
     LOST,
     NOT_FOUND,
@@ -57,6 +58,11 @@ log = logging.getLogger(__name__)
 __all__ = ["NVML_FIXES", "GpuReading", "NvmlSource", "nvml_error_text"]
 
 _GPM_SM_UTIL = 2  # NVML_GPM_METRIC_SM_UTIL
+_NVML_ERROR_IN_USE = 19  # NVML_ERROR_IN_USE: another client holds what was asked for
+# Where a GPU's SM activity comes from, besides daemon.sources.dcgm's GPM, DCGM_EXPORTER and
+# HOSTENGINE: no GPM on this GPU, or its GPM refused because another reader holds the counters.
+NO_ACTIVITY = "none"
+HELD_BY_OTHER = "held by another reader"
 _MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
 _MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
 
@@ -126,10 +132,14 @@ class GpuFailed(Exception):
 class _Device:
     """One GPU: its handle, its static facts, and the reads of its dynamic fields."""
 
-    def __init__(self, index: int, handle: Any, config: NvmlConfig) -> None:
+    def __init__(self, index: int, handle: Any, config: NvmlConfig,
+                 profiling: ProfilingCounters | None = None) -> None:
         self.index = index
         self.handle = handle
         self.config = config
+        self.profiling = profiling if profiling is not None else ProfilingCounters()
+        self.activity_source = GPM  # who this GPU's SM activity comes from (daemon.sources.dcgm)
+        self.dcgm_activity: DcgmActivity | None = None
         self.unsupported: set[str] = set()
         # The call in flight and when it started, as ONE value: the watchdog (latest(), on
         # another thread) must never pair one call's name with another call's start time.
@@ -238,16 +248,42 @@ class _Device:
                  "memory_reserved_bytes is absent", self.index, why)
 
     def _sm_activity(self) -> float | None:
-        """SM activity from GPM (Hopper and later): needs two samples, so the first read is None."""
+        """SM activity in percent: from DCGM where it holds this GPU's profiling counters
+        (daemon.sources.dcgm), else from GPM (Hopper and later; two samples, so the first read
+        is None). GPM is never sampled on a GPU whose counters another reader holds."""
+        source, activity = self.profiling.source_for(self.uuid)
+        self.dcgm_activity = activity
+        if source != GPM:
+            if self.activity_source != source:
+                log.info("GPU %d: SM activity from %s; GPM left off (DCGM reads the same "
+                         "counters)", self.index, source)
+            self.activity_source = source
+            self._leave_gpm()
+            return activity.sm * 100.0 if activity is not None and activity.sm is not None \
+                else None
         if "gpm" in self.unsupported:
+            if self.activity_source == GPM:
+                self.activity_source = NO_ACTIVITY
             return None
+        self.activity_source = GPM
         sample = self.query("nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc)
         got = sample if isinstance(sample, NvmlFailure) else self.query(
             "nvmlGpmSampleGet", pynvml.nvmlGpmSampleGet, self.handle, sample)
         if isinstance(got, NvmlFailure):
+            if not isinstance(sample, NvmlFailure):
+                nvml_query(pynvml.nvmlGpmSampleFree, sample)
+            self._leave_gpm()
             self.unsupported.add("gpm")
-            log.info("GPU %d: GPM is not available (%s); SM activity shown as absent",
-                     self.index, got.describe())
+            if got.code == _NVML_ERROR_IN_USE:
+                self.activity_source = HELD_BY_OTHER
+                log.warning("GPU %d: another reader holds its profiling counters (%s); GPM "
+                            "left off so neither skews the other, SM activity shown as absent "
+                            "(set [nvml].dcgm_exporter_url if it is DCGM)", self.index,
+                            got.describe())
+            else:
+                self.activity_source = NO_ACTIVITY
+                log.info("GPU %d: GPM is not available (%s); SM activity shown as absent",
+                         self.index, got.describe())
             return None
         previous, self.gpm_previous = self.gpm_previous, sample
         if previous is None:
@@ -267,6 +303,12 @@ class _Device:
             return None
         value = float(request.metrics[0].value)
         return value if math.isfinite(value) else None
+
+    def _leave_gpm(self) -> None:
+        """Stop sampling GPM on this GPU: its last sample is freed."""
+        if self.gpm_previous is not None:
+            nvml_query(pynvml.nvmlGpmSampleFree, self.gpm_previous)
+            self.gpm_previous = None
 
     def _processes(self) -> tuple[tuple[int, GpuUse], ...]:
         infos = self._running_processes()
@@ -349,10 +391,14 @@ class NvmlSource:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._threads: list[threading.Thread] = []
+        # who reads each GPU's profiling counters: DCGM (exporter or host engine) or GPM
+        self.profiling = ProfilingCounters(config.dcgm_exporter_url, interval_s=interval,
+                                           timeout_s=min(1.0, max(interval, 0.2)))
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
+        self.profiling.start()
         thread = threading.Thread(target=self._supervise, name="nvml-supervisor", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -363,6 +409,7 @@ class NvmlSource:
 
     def stop(self) -> None:
         self._stop.set()
+        self.profiling.stop()
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
@@ -437,7 +484,7 @@ class NvmlSource:
                 handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
                 if isinstance(handle, NvmlFailure):
                     raise GpuFailed(handle)
-                device = _Device(index, handle, self.config)
+                device = _Device(index, handle, self.config, self.profiling)
                 with self._lock:
                     self._devices[index] = device
             reading = device.read()
@@ -514,6 +561,14 @@ class NvmlSource:
         """(nvml status, one sample per GPU, GPU uses per pid). Never blocks on NVML."""
         status, gpus, uses, _ = self._view()
         return status, gpus, uses
+
+    def activity_sources(self) -> dict[int, tuple[str, str, DcgmActivity | None]]:
+        """GPU index -> (UUID, where its SM activity comes from, DCGM's tensor/DRAM/SM
+        ratios when DCGM is the source): for `check` and /metrics. Never blocks on NVML."""
+        with self._lock:
+            devices = dict(self._devices)
+        return {index: (d.uuid, d.activity_source, d.dcgm_activity)
+                for index, d in sorted(devices.items())}
 
     def read_at(self, index: int) -> float | None:
         """When GPU `index`'s latest reading finished (time.monotonic()); None before its first.

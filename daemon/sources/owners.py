@@ -223,7 +223,13 @@ class OwnerReader:
     def _name_pod(self, owner: dict[str, str], devices: tuple[str, ...]) -> None:
         uid, container_id = owner["pod_uid"], owner.get("container_id")
         if uid not in self._pods and devices and self.pod_resources is not None:
-            allocation = self.pod_resources.allocation(devices)
+            candidates = self.pod_resources.candidates(devices)
+            allocation = next(iter(candidates)) if len(candidates) == 1 else None
+            namespaces = {c.namespace for c in candidates}
+            if allocation is None and len(namespaces) == 1:
+                # a GPU time-sliced between pods of one namespace: the namespace is certain, the
+                # pod is not (the kubelet does not say which replica a process uses)
+                owner["namespace"] = namespaces.pop()
             if allocation is not None:
                 if len(self._pods) >= POD_CACHE:
                     self._pods.clear()

@@ -138,11 +138,23 @@ class PodResources:
     def allocation(self, device_ids: tuple[str, ...]) -> Allocation | None:
         """Who the devices are allocated to: one pod and container, else None (unknown, or
         shared between several)."""
-        if not device_ids or not self.available():
-            return None
-        devices = self.devices()
-        found = {a for d in device_ids for a in devices.get(d, ())}
+        found = self.candidates(device_ids)
         return found.pop() if len(found) == 1 else None
+
+    def candidates(self, device_ids: tuple[str, ...]) -> set[Allocation]:
+        """Every container the devices are allocated to: one for a whole GPU, several for a
+        GPU time-sliced between pods (the kubelet does not say which replica a process
+        uses); empty when unknown."""
+        if not device_ids or not self.available():
+            return set()
+        devices = self.devices()
+        return {a for d in device_ids for a in devices.get(d, ())}
+
+    def cached(self) -> dict[str, list[Allocation]]:
+        """The latest List answer without asking again: never blocks on the kubelet (for
+        /metrics, rendered on the event loop); {} before the first answer. No lock: devices()
+        holds it through the call, and replaces the dict whole, never changes it."""
+        return self._devices
 
     def devices(self) -> dict[str, list[Allocation]]:
         """{device id: allocations} from the latest List (asked again after refresh_s)."""

@@ -95,3 +95,21 @@ def test_check_says_how_many_gpus_the_kubelet_allocates_and_warns_on_a_missing_s
     assert "3 device(s) allocated to pods" in pods.detail
     assert (slurm.name, slurm.status) == ("Slurm job info", "warn")
     assert "absent" in slurm.detail and "prolog" in slurm.fix
+
+
+def test_a_process_on_a_gpu_time_sliced_within_one_namespace_gets_the_namespace_not_a_pod(
+        tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "10").mkdir(parents=True)
+    (proc / "10" / "cgroup").write_text(
+        (CGROUPS / "containerd-v2-systemd-driver.cgroup").read_text())
+    mixed = kubelet.list_response([("serving", "vllm-a", [("vllm", [GPU2 + "::0"])]),
+                                   ("research", "nb-0", [("notebook", [GPU2 + "::1"])])])
+    for response, namespace in ((NODE, "serving"), (mixed, None)):
+        socket = tmp_path / f"kubelet-{namespace}.sock"
+        with kubelet.pod_resources_server(socket, response):
+            reader = OwnerReader(proc_root=str(proc), pod_resources=PodResources(str(socket)))
+            owner = reader.owner_of(10, (GPU2,))
+        assert "pod" not in owner and "container" not in owner  # which replica is unknown
+        assert owner.get("namespace") == namespace
+        assert owner["pod_uid"] == POD_UID

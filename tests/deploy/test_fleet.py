@@ -10,17 +10,21 @@ others and Prometheus do.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
+from contextlib import ExitStack
 from pathlib import Path
 
+import kubelet
 import livedaemon
 import pytest
 from promserver import Prometheus
 from simhost import pilot_wait_for, poll
 
 from daemon.client import read_token_file
+from daemon.sim import scenario
 from mlcost_tui import format as fmt
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.panels.processes import ProcessPanel
@@ -76,6 +80,14 @@ gpus = [0]
 options = { memory_gib = 8, step-seconds = 0.5 }
 """,
 }
+# Each host's kubelet: name -> [(namespace, pod, [(container, [GPU indexes])])]. The notebook
+# and the trainer are their GPU's pod; the empty host's GPU 0 is time-sliced between two pods
+# that run nothing yet, its other three GPUs are unallocated.
+PODS = {
+    "notebook": [("research", "notebook-0", [("notebook", [0])])],
+    "empty": [("ml", "eval-0", [("eval", [0])]), ("research", "notebook-1", [("notebook", [0])])],
+    "training": [("ml", "train-0", [("trainer", [0])])],
+}
 # Short waits so the daemons advise (host_idle, idle_gpu_held) within seconds.
 CONFIG = {"idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
           "cost": {"evaluate_every": "5s"}}
@@ -108,12 +120,21 @@ def fleet(tmp_path_factory):
     os.chmod(token_file, 0o600)
     daemons: dict[str, livedaemon.LiveDaemon] = {}
     prometheus = None
+    kubelets = ExitStack()
     try:
         for name, text in HOSTS.items():
-            scenario = folder / f"{name}.toml"
-            scenario.write_text(text)
-            daemons[name] = livedaemon.start(folder / name, str(scenario), interval=0.5,
-                                             config=CONFIG, args=[
+            host = folder / f"{name}.toml"
+            host.write_text(text)
+            uuid = scenario.load(host).gpu_uuid
+            socket = folder / f"pods-{name}" / "kubelet.sock"
+            socket.parent.mkdir()
+            kubelets.enter_context(kubelet.pod_resources_server(socket, kubelet.list_response(
+                [(namespace, pod, [(container, [uuid(i) for i in gpus])
+                                   for container, gpus in containers])
+                 for namespace, pod, containers in PODS[name]])))
+            config = {**CONFIG, "owners": {"pod_resources_socket": str(socket)}}
+            daemons[name] = livedaemon.start(folder / name, str(host), interval=0.5,
+                                             config=config, args=[
                 "--metrics-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0",
                 "--token-file", str(token_file)])
         instances = {name: f"127.0.0.1:{port_of(d, _METRICS_PORT)}"
@@ -130,6 +151,7 @@ def fleet(tmp_path_factory):
                  if d.returncode is None}
         for daemon in daemons.values():
             daemon.wait_tree_gone()
+        kubelets.close()
         assert all(code == 0 for code in codes.values()), codes
 
 
@@ -154,6 +176,50 @@ def test_fleet_burn_is_the_sum_of_the_host_prices(fleet):
     assert per_host == pytest.approx({fleet.instances[n]: p for n, p in prices.items()})
     types = fleet.prometheus.values("mlcost_host_info", by="instance_type")
     assert set(types) == {"g5.xlarge", "g5.12xlarge", "g5.2xlarge"}
+
+
+def test_per_namespace_used_idle_and_unallocated_gpu_cost_sum_to_each_node_gpu_cost(fleet):
+    """Issue 26's acceptance: the recording rules over mlcost_gpu_usage_hourly_cost give each
+    namespace's used, idle and unallocated GPU cost, summing to the node's GPU cost."""
+    prices = {fleet.instances[name]: price_of(d) for name, d in fleet.daemons.items()}
+    rule = "node_namespace_usage:mlcost_gpu_usage_hourly_cost:sum"
+
+    def split() -> dict[str, dict[tuple[str, str], float]]:
+        out: dict[str, dict[tuple[str, str], float]] = {}
+        for row in fleet.prometheus.query(rule):
+            labels = row["metric"]
+            out.setdefault(labels["instance"], {})[
+                (labels.get("namespace", ""), labels["usage"])] = float(row["value"][1])
+        return out
+
+    def summed() -> dict[str, dict[tuple[str, str], float]] | None:
+        found = split()
+        ok = found.keys() == prices.keys() and all(
+            abs(math.fsum(found[i].values()) - price) < 1e-6 for i, price in prices.items())
+        training = found.get(fleet.instances["training"], {})
+        return found if ok and training.get(("ml", "used"), 0) > 0 else None
+
+    found = poll(summed, WAIT_S, f"{rule} summing to each host's price, ml using its GPU",
+                 explain=lambda: f"{split()}\n{fleet.explain()}")
+    notebook, empty, training = (found[fleet.instances[n]]
+                                 for n in ("notebook", "empty", "training"))
+    assert set(notebook) == {("research", "idle")}  # held, its SMs quiet
+    assert set(training) <= {("ml", "used"), ("ml", "idle")}
+    gpu = prices[fleet.instances["empty"]] / 4  # time-sliced GPU 0: half each, held idle
+    assert empty == pytest.approx({("ml", "idle"): gpu / 2, ("research", "idle"): gpu / 2,
+                                   ("", "unallocated"): 3 * gpu})
+    # beside OpenCost's allocation cost: the notebook's namespace pays for the GPU either way
+    fleet_split = {(r["metric"].get("namespace", ""), r["metric"]["usage"]): float(r["value"][1])
+                   for r in fleet.prometheus.query(
+                       "namespace_usage:mlcost_gpu_usage_hourly_cost:sum")}
+    allocation = fleet.prometheus.values("namespace:mlcost_gpu_allocation_hourly_cost:sum",
+                                         by="namespace")
+    assert set(allocation) == {"ml", "research"}
+    assert allocation["research"] == pytest.approx(
+        prices[fleet.instances["notebook"]] + gpu / 2)
+    assert fleet_split[("research", "idle")] == pytest.approx(allocation["research"])
+    node_cost = fleet.prometheus.values("node:mlcost_gpu_hourly_cost:sum")
+    assert node_cost == pytest.approx(prices)
 
 
 def test_a_held_idle_gpu_alert_goes_pending(fleet):

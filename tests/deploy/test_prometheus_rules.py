@@ -38,7 +38,7 @@ def test_the_rules_are_valid():
     checked = promtool("check", "rules", str(RULES / "mlcost-rules.yml"),
                        str(RULES / "mlcost-alerts.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 14 rules found" in checked.stdout
+    assert "SUCCESS: 18 rules found" in checked.stdout
     assert "SUCCESS: 6 rules found" in checked.stdout
 
 
@@ -68,3 +68,16 @@ def test_the_unit_tests_catch_a_fleet_burn_that_is_not_a_sum(tmp_path):
     tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
     assert tested.returncode == 1
     assert "mlcost:fleet_burn_dollars_per_hour" in tested.stdout + tested.stderr
+
+
+def test_the_unit_tests_catch_a_per_namespace_usage_cost_that_drops_the_usage(tmp_path):
+    copy = copy_with_one_test_group(tmp_path, "per-namespace used, idle and unallocated")
+    rules = copy / "mlcost-rules.yml"
+    text = rules.read_text()
+    wrong = "expr: sum by (namespace) (mlcost_gpu_usage_hourly_cost)\n"
+    rules.write_text(text.replace(
+        "expr: sum by (namespace, usage) (mlcost_gpu_usage_hourly_cost)\n", wrong, 1))
+    assert wrong in rules.read_text()
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert "namespace_usage:mlcost_gpu_usage_hourly_cost:sum" in tested.stdout + tested.stderr
