@@ -29,6 +29,27 @@ settings.load_profile("mlcost")
 pytest_plugins = ["faulttable"]
 
 
+# Textual's pilot gives the app 30 s to handle what a key press or pause queued and then
+# raises WaitForScreenTimeout: on a loaded machine (load 30-90) whole TUI tests failed so. That
+# bound is for a hang, not a speed figure: the pilot waits up to the test's own bound instead
+# (pytest-timeout's, pyproject.toml).
+PILOT_WAIT_S = 300.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from textual.pilot import Pilot
+
+    wait = Pilot._wait_for_screen
+    if getattr(wait, "patient", False):
+        return
+
+    async def patient_wait(self: Pilot, timeout: float = PILOT_WAIT_S) -> bool:
+        return await wait(self, max(timeout, PILOT_WAIT_S))
+
+    patient_wait.patient = True  # type: ignore[attr-defined]
+    Pilot._wait_for_screen = patient_wait  # type: ignore[method-assign]
+
+
 def work_unit(nodeid: str) -> str:
     """What an xdist worker takes whole: the test's xdist_group ("path::test@serial") or its
     module."""
