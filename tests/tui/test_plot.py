@@ -5,6 +5,7 @@ clock times, and the label says what span the data covers."""
 from __future__ import annotations
 
 import pytest
+from simhost import pilot_wait_for
 
 from daemon.clock import local_time
 from daemon.wire import History, Point
@@ -85,6 +86,12 @@ class HistoryClient(StubClient):
                        tuple(Point(ts, 4.1, 4.1, 4.1) for ts, _ in constant(4.1)))
 
 
+def plotted(app: MlcostTop, plot: str) -> bool:
+    """The screen shows `plot` drawn from data (not 'loading…' or absent)."""
+    found = app.screen.query(plot)
+    return bool(found) and "loading" not in found.first(Plot).render().plain
+
+
 @pytest.mark.asyncio
 async def test_the_history_screen_plots_each_gpu_and_switches_to_24_hours(monkeypatch):
     monkeypatch.setattr(fmt, "clock", lambda: TS)
@@ -94,8 +101,10 @@ async def test_the_history_screen_plots_each_gpu_and_switches_to_24_hours(monkey
         app.post_message(SnapshotArrived((snapshot(),)))
         await pilot.pause()
         await pilot.press("h")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        # the history screen's worker may not have started when the key press returns (a
+        # loaded machine): wait for the charts themselves, not for the workers running now
+        await pilot_wait_for(pilot, lambda: plotted(app, "#gpu0") and plotted(app, "#wasted"),
+                             120, "the history charts")
         screen = app.screen
         full = screen.query_one("#gpu0", Plot).render().plain
         empty = screen.query_one("#gpu2", Plot).render().plain
@@ -104,8 +113,8 @@ async def test_the_history_screen_plots_each_gpu_and_switches_to_24_hours(monkey
         assert "last 6 min of 1 h" in label and "now 100%" in label
         assert "$0.00 └" in screen.query_one("#wasted", Plot).render().plain
         await pilot.press("w")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await pilot_wait_for(pilot, lambda: "of 24 h" in str(
+            screen.query_one("#gpu0-label").render()), 120, "the 24 h charts")
         assert ("gpu0", 86400) in client.asked
         assert "last 6 min of 24 h" in str(screen.query_one("#gpu0-label").render())
 
@@ -122,8 +131,8 @@ async def test_enter_on_a_gpu_shows_its_processes_and_history(monkeypatch):
         await pilot.pause()
         app.query_one(GpuPanel).focus()
         await pilot.press("enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, GpuScreen)
+                             and plotted(app, "#utilization"), 120, "the GPU's page")
         assert isinstance(app.screen, GpuScreen)
         body = str(app.screen.query_one("#gpu-body").render())
         assert "GPU 0" in body and "1 process on it" in body and "1000" in body

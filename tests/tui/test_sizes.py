@@ -89,31 +89,47 @@ def assert_what_matters_is_shown(lines: list[str], width: int, height: int) -> N
     assert re.search(r"\$1,898 .*pid 1003 .*a: stop process", text), "the top recommendation"
 
 
+async def paused_then_no_daemon(pilot) -> None:
+    """`p` pauses (the status line says so), `p` again plays; then a poll finds no daemon."""
+    app = pilot.app
+    await pilot.press("p")
+    await pilot.pause()
+    assert any("⏸ PAUSED" in line for line in screen_text(app)[:3])
+    await pilot.press("p")
+    gone = HostSnapshot("unix:/test.sock", demo_like(3).now, "no mlcostd at unix:/test.sock: "
+                        "start it with `sudo mlcostd run`", 0.01, TS + 3, attempt=2)
+    app.post_message(SnapshotArrived((gone,)))
+    await pilot.pause()
+    status = screen_text(app)[2]
+    assert status.lstrip().startswith("✕ no daemon")
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-async def test_what_matters_fits_at_every_size(size):
+async def test_what_matters_fits_at_every_size_and_the_status_line_says_paused_and_no_daemon(
+        size):
+    """A fresh app at each size: what matters is on screen; the widest shows the process
+    columns the others leave out (test_a_live_resize... compares the sizes' columns); the
+    status line says paused, then that no daemon answers. (One app per size: the status line
+    was a test of its own at 80x24 and 200x50, and the columns one of four more apps.)"""
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=size) as pilot:
         await three_frames(pilot)
-        assert_what_matters_is_shown(screen_text(app), *size)
+        lines = screen_text(app)
+        assert_what_matters_is_shown(lines, *size)
+        if size == (200, 50):
+            columns = header_row(lines, "PID").split()
+            assert "balance" in columns and "RSS" in columns, columns
+        await paused_then_no_daemon(pilot)
 
 
 @pytest.mark.asyncio
-async def test_wider_terminals_show_more_columns():
-    columns = {}
-    for size in SIZES:
-        app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
-        async with app.run_test(size=size) as pilot:
-            await three_frames(pilot)
-            columns[size] = header_row(screen_text(app), "PID").split()
-    counts = [len(columns[size]) for size in SIZES]
-    assert counts == sorted(counts) and counts[0] < counts[-1]
-    assert "balance" in columns[(200, 50)] and "RSS" in columns[(200, 50)]
-
-
-@pytest.mark.asyncio
-async def test_a_live_resize_lays_the_screen_out_again():
+async def test_a_live_resize_lays_the_screen_out_again_and_wider_terminals_show_more_columns():
+    """One app resized through the four sizes: what matters is shown again at each, before and
+    after new data, and the process table has more columns the wider the terminal (these
+    columns were compared across four fresh apps, one per size, in a test of their own)."""
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    columns = {}
     async with app.run_test(size=(200, 50)) as pilot:
         await three_frames(pilot)
         for step, size in enumerate([(80, 24), (120, 36), (100, 30), (200, 50)]):
@@ -122,25 +138,12 @@ async def test_a_live_resize_lays_the_screen_out_again():
             assert_what_matters_is_shown(screen_text(app), *size)  # no new data needed
             pilot.app.post_message(SnapshotArrived((demo_like(5 + step),)))
             await pilot.pause()
-            assert_what_matters_is_shown(screen_text(app), *size)
-
-
-@pytest.mark.asyncio
-@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
-async def test_the_status_line_is_shown_paused_and_without_a_daemon(size):
-    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
-    async with app.run_test(size=size) as pilot:
-        await three_frames(pilot)
-        await pilot.press("p")
-        await pilot.pause()
-        assert any("⏸ PAUSED" in line for line in screen_text(app)[:3])
-        await pilot.press("p")
-        gone = HostSnapshot("unix:/test.sock", demo_like(3).now, "no mlcostd at unix:/test.sock: "
-                            "start it with `sudo mlcostd run`", 0.01, TS + 3, attempt=2)
-        app.post_message(SnapshotArrived((gone,)))
-        await pilot.pause()
-        status = screen_text(app)[2]
-        assert status.lstrip().startswith("✕ no daemon")
+            lines = screen_text(app)
+            assert_what_matters_is_shown(lines, *size)
+            columns[size] = header_row(lines, "PID").split()
+    counts = [len(columns[size]) for size in SIZES]
+    assert counts == sorted(counts) and counts[0] < counts[-1], columns
+    assert "balance" in columns[(200, 50)] and "RSS" in columns[(200, 50)]
 
 
 @pytest.mark.asyncio
