@@ -184,19 +184,21 @@ class Tools:
             indexes = [g.get("index") for g in now.get("gpus") or []]
             raise ToolFailure(f"no GPU {gpu} on this host; its GPUs are {indexes}")
         idle = await self._ask("idle", 0.0)
-        cost = next((g for g in (now.get("burn") or {}).get("gpus") or []
-                     if g.get("index") == gpu), {})
+        cost: dict[str, Any] = next((g for g in (now.get("burn") or {}).get("gpus") or []
+                                     if g.get("index") == gpu), {})
         holders = [p for p in now.get("processes") or []
                    if gpu in [g.get("index") for g in p.get("gpus") or []]]
         keys = {p.get("key") for p in holders}
-        idle_gpu = next((g for g in idle.get("gpus") or [] if g.get("index") == gpu), {})
+        idle_gpu: dict[str, Any] = next((g for g in idle.get("gpus") or []
+                                         if g.get("index") == gpu), {})
         idle_procs = {p.get("key"): p for p in idle.get("processes") or []}
         recs = [r for r in now.get("recommendations") or []
                 if r.get("target") in keys or r.get("target") == f"gpu:{gpu}"
                 or gpu in ((r.get("savings_scope") or {}).get("gpus") or [])]
         processes = []
         for p in holders:
-            share = next((g for g in p.get("gpus") or [] if g.get("index") == gpu), {})
+            share: dict[str, Any] = next((g for g in p.get("gpus") or []
+                                          if g.get("index") == gpu), {})
             processes.append({
                 "key": p.get("key"), "pid": p.get("pid"), "user": p.get("user"),
                 "job": p.get("job"), "command": p.get("command"), "kind": p.get("kind"),
