@@ -89,7 +89,8 @@ def conversation(demo) -> dict[str, Any]:
     calls = [("why_idle", {"gpu": held}), ("why_idle", {"gpu": free}),
              ("recommendations", {"limit": 2}), ("costs_now", {}),
              ("report", {"since": "30s"}), ("compare", {"before": "40s-ago/20s", "after": "20s"}),
-             ("why_idle", {"gpu": 99}), ("report", {"since": "soon"})]
+             ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
+             ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "20s"})]
     tools, results = converse(demo.socket, calls)
     after = demo.now()
     return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
@@ -167,6 +168,19 @@ def test_a_bad_question_is_answered_with_what_is_wrong(conversation):
     assert gpu.is_error and "no GPU 99" in gpu.content[0].text
     report = conversation["results"]["report7"]
     assert report.is_error and "since" in report.content[0].text
+
+
+def test_compare_takes_ranges_only_never_a_path_the_assistant_names(conversation):
+    result = conversation["results"]["compare8"]  # the store itself: a file that exists
+    assert result.is_error and "is not a range" in result.content[0].text
+
+
+def test_without_the_sdk_mlcostd_mcp_says_which_extra_to_install(monkeypatch, capsys, tmp_path):
+    from daemon.commands.cli import main
+
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails
+    assert main(["mcp", "--socket", str(tmp_path / "s.sock")]) == 2
+    assert "pip install 'mlcost[mcp]'" in capsys.readouterr().err
 
 
 def test_no_daemon_is_a_clear_error_not_a_crash(tmp_path):
