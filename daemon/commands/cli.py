@@ -30,6 +30,7 @@ examples:
   mlcostd report --since 30m --json       the same as a JSON document (see the README)
   mlcostd snapshot --since 30m --html     the last 30 min as a snapshot file and its HTML report
   mlcostd idle --for 30m && shutdown      stop the host once idle for 30 min (README: autostop)
+  mlcostd mcp --socket PATH               read-only tools for an AI assistant (README: MCP)
   mlcostd check                           what works on this host and how to fix what doesn't
   mlcostd prices --instance p5.48xlarge   what an instance costs, where the price is from, its age
   mlcostd prices --refresh catalog        refresh prices from the public SkyPilot catalogs (no key)
@@ -180,6 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     idle.add_argument("--config", metavar="FILE",
                       help="TOML config file: [api].socket says where the daemon listens")
     idle_command.add_arguments(idle)
+
+    from daemon.commands import mcp as mcp_command
+
+    mcp = sub.add_parser("mcp", help="read-only tools for AI assistants (Model Context "
+                                     "Protocol, stdio): costs, idle GPUs, recommendations",
+                         description=mcp_command.__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    mcp_command.add_arguments(mcp)
 
     from pricing import cli as pricing_cli  # pricing is part of the distribution
 
@@ -549,6 +558,11 @@ def _main(argv: list[str] | None) -> int:
             from daemon.commands import idle as idle_command
 
             return idle_command.run(args, _load_config(args))
+
+        if args.command == "mcp":
+            from daemon.commands import mcp as mcp_command
+
+            return mcp_command.run(args, _load_config(args))
 
         if args.command == "prices":
             if args.observed:

@@ -155,6 +155,19 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
     return document
 
 
+def range_document(db: Path, spec: str, config: Config,
+                   now: float) -> tuple[str, dict[str, Any]]:
+    """(label, report document) of a RANGE of the store `db` (never a file: for callers that
+    must not open paths they are given, such as `mlcostd mcp`). CompareInputError says why
+    not."""
+    try:
+        since, until = parse_range(spec, now)
+    except ValueError as exc:
+        raise CompareInputError(str(exc)) from None
+    return (f"{clock.local_time(since)} to {clock.local_time(until)}",
+            _document_from_store(db, since, until, config))
+
+
 def _document_from_json(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as f:

@@ -1,0 +1,201 @@
+"""`mlcostd mcp` through the MCP SDK's own stdio client, against a real daemon on the demo host.
+
+The server runs as an assistant would start it (`python -m daemon mcp --socket ...`, a real
+subprocess speaking MCP on stdio); its answers are checked against what the daemon's /v1/now
+says, and its tool list against the promise that no tool acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from simhost import poll
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+from daemon.commands import mcp as mcp_command  # noqa: E402
+from daemon.sources.safe_text import is_safe  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CALL_TIMEOUT_S = 60.0
+ACTING_WORDS = ("apply", "snooze", "kill", "stop", "terminate", "resize", "signal", "delete",
+                "write", "set_")
+
+
+def converse(socket: Path, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any],
+                                                                         list[Any]]:
+    """One MCP session with `mlcostd mcp --socket SOCKET`: its tools, then each call's result."""
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "daemon", "mcp", "--socket", str(socket)],
+            env={"PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S) as session:
+                await session.initialize()
+                tools = (await session.list_tools()).tools
+                results = [await session.call_tool(name, arguments) for name, arguments in calls]
+                return tools, results
+
+    return asyncio.run(main())
+
+
+def answer(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        return dict(result.structured_content)
+    return json.loads(result.content[0].text)
+
+
+def holders(now: dict[str, Any], gpu: int) -> set[int]:
+    return {p["pid"] for p in now["processes"] if gpu in [g["index"] for g in p["gpus"]]}
+
+
+@pytest.fixture(scope="module")
+def demo(mlcostd) -> Any:
+    """The demo host once it has recorded a minute, stands by recommendations, and has an idle
+    GPU held by a notebook and an idle GPU no process holds."""
+    daemon = mlcostd("demo", interval=0.5)
+
+    def ready() -> bool:
+        now = daemon.now()
+        notebook_gpus = [g for p in now["processes"] if p.get("kind") == "notebook"
+                         for g in (x["index"] for x in p["gpus"])]
+        return (now["tick"] >= 120 and len(now["recommendations"]) >= 2 and bool(notebook_gpus)
+                and any(not holders(now, g["index"]) and not g["busy"] for g in now["gpus"]))
+
+    poll(ready, 240, "the demo recording a minute, with recommendations and a notebook",
+         every=1.0, explain=daemon.log_tail)
+    return daemon
+
+
+@pytest.fixture(scope="module")
+def conversation(demo) -> dict[str, Any]:
+    """One session with the server: the tools, and each tool asked once, beside /v1/now read
+    just before and just after."""
+    before = demo.now()
+    held = next(g for p in before["processes"] if p.get("kind") == "notebook"
+                for g in (x["index"] for x in p["gpus"]))
+    free = next(g["index"] for g in before["gpus"]
+                if not holders(before, g["index"]) and not g["busy"])
+    calls = [("why_idle", {"gpu": held}), ("why_idle", {"gpu": free}),
+             ("recommendations", {"limit": 2}), ("costs_now", {}),
+             ("report", {"since": "30s"}), ("compare", {"before": "40s-ago/20s", "after": "20s"}),
+             ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
+             ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "20s"})]
+    tools, results = converse(demo.socket, calls)
+    after = demo.now()
+    return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
+                                                results, strict=True)),
+            "before": before, "after": after, "held": held, "free": free}
+
+
+def test_the_tools_are_the_five_read_only_questions_and_none_acts(conversation):
+    tools = conversation["tools"]
+    assert sorted(t.name for t in tools) == sorted(mcp_command.TOOLS)
+    for tool in tools:
+        assert not any(word in tool.name for word in ACTING_WORDS), tool.name
+        assert tool.annotations.read_only_hint is True, tool.name
+        assert tool.annotations.destructive_hint is False, tool.name
+        assert tool.description, tool.name
+
+
+def test_why_idle_names_the_processes_holding_an_idle_gpu_as_v1_now_does(conversation):
+    now, gpu = conversation["before"], conversation["held"]
+    why = answer(conversation["results"]["why_idle0"])
+    assert why["gpu"] == gpu and why["busy"] is False
+    assert "held" in why["verdict"] and "held by no process" not in why["verdict"]
+    assert {p["pid"] for p in why["processes"]} == holders(now, gpu) == holders(
+        conversation["after"], gpu)
+    assert [p["kind"] for p in why["processes"]] == ["notebook"]
+    price = next(g for g in now["burn"]["gpus"] if g["index"] == gpu)
+    assert why["price_per_hour"] == pytest.approx(price["price_per_hour"])
+    assert why["wasted_per_hour"] == pytest.approx(why["price_per_hour"])  # idle: all wasted
+
+
+def test_why_idle_says_an_unheld_idle_gpu_is_paid_for_and_unused(conversation):
+    why = answer(conversation["results"]["why_idle1"])
+    assert why["gpu"] == conversation["free"] and why["processes"] == []
+    assert "held by no process" in why["verdict"]
+    assert why["cost_basis"] == "unheld"
+
+
+def test_recommendations_are_the_daemons_own_by_savings_with_evidence_and_what_to_do(
+        conversation):
+    recs = answer(conversation["results"]["recommendations2"])
+    standing = {r["id"]: r for doc in (conversation["before"], conversation["after"])
+                for r in doc["recommendations"]}
+    assert recs["shown"] == len(recs["recommendations"]) == 2
+    for rec in recs["recommendations"]:
+        assert rec["id"] in standing  # nothing made up
+        # the figures in a summary move with every evaluation; what it is about does not
+        assert (rec["rule"], rec["target"]) == (standing[rec["id"]]["rule"],
+                                                standing[rec["id"]]["target"])
+        assert rec["evidence"] and rec["what_to_do"]["kind"] and rec["savings_per_month"] > 0
+    savings = [r["savings_per_month"] for r in recs["recommendations"]]
+    assert savings == sorted(savings, reverse=True)
+
+
+def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
+    costs, now = answer(conversation["results"]["costs_now3"]), conversation["before"]
+    assert [g["index"] for g in costs["gpus"]] == [g["index"] for g in now["gpus"]]
+    assert costs["price"]["per_gpu_per_hour"] == pytest.approx(now["price"]["per_gpu_per_hour"])
+    assert {p["pid"] for p in costs["processes"]} <= {
+        p["pid"] for doc in (now, conversation["after"]) for p in doc["processes"]}
+    burns = [p["burn_per_hour"] for p in costs["processes"]]
+    assert burns == sorted(burns, reverse=True)
+
+
+def test_report_and_compare_cover_the_ranges_asked(conversation):
+    report = answer(conversation["results"]["report4"])
+    assert report["window"]["ticks"] > 0
+    assert report["window"]["until"] - report["window"]["since"] == pytest.approx(30, abs=1)
+    compared = answer(conversation["results"]["compare5"])
+    assert compared["a"]["ticks"] > 0 and compared["b"]["ticks"] > 0
+    assert compared["figures"]
+
+
+def test_a_bad_question_is_answered_with_what_is_wrong(conversation):
+    gpu = conversation["results"]["why_idle6"]
+    assert gpu.is_error and "no GPU 99" in gpu.content[0].text
+    report = conversation["results"]["report7"]
+    assert report.is_error and "since" in report.content[0].text
+
+
+def test_compare_takes_ranges_only_never_a_path_the_assistant_names(conversation):
+    result = conversation["results"]["compare8"]  # the store itself: a file that exists
+    assert result.is_error and "is not a range" in result.content[0].text
+
+
+def test_without_the_sdk_mlcostd_mcp_says_which_extra_to_install(monkeypatch, capsys, tmp_path):
+    from daemon.commands.cli import main
+
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails
+    assert main(["mcp", "--socket", str(tmp_path / "s.sock")]) == 2
+    assert "pip install 'mlcost[mcp]'" in capsys.readouterr().err
+
+
+def test_no_daemon_is_a_clear_error_not_a_crash(tmp_path):
+    _tools, (result,) = converse(tmp_path / "absent.sock", [("costs_now", {})])
+    assert result.is_error
+    text = result.content[0].text
+    assert "no mlcostd at unix:" in text and "mlcostd run" in text
+
+
+def test_text_from_processes_reaches_the_assistant_escaped_and_bounded():
+    hostile = "python train.py \x1b]52;c;aGk=\x07\n\u202eevil" + "x" * 5000
+    shown = mcp_command.bounded({"command": hostile, "evidence": [hostile] * 80,
+                                 "patch": "line 1\nline 2\x1b[2J"})
+    assert is_safe(shown["command"]) and "\\x1b" in shown["command"]
+    assert len(shown["command"]) <= mcp_command.MAX_TEXT_CHARS + 10
+    assert len(shown["evidence"]) == mcp_command.MAX_ITEMS + 1
+    assert shown["evidence"][-1] == "(30 more not shown)"
+    assert shown["patch"] == "line 1\nline 2\\x1b[2J"  # several lines kept, the escape shown
