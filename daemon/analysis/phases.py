@@ -109,6 +109,11 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     # a command from its first second, imports included) --
     FrameRule(CONTEXT, "<frozen importlib._bootstrap>", "_find_and_load", UNKNOWN,
               "importing modules (start-up)"),
+    # a path hook reading a zip archive on sys.path (seen as a D-state sample of a profiled
+    # command's first second, whose stack had no importlib frame left above it)
+    FrameRule(CONTEXT, "<frozen zipimport>", "*", UNKNOWN, "importing modules (start-up)"),
+    FrameRule(CONTEXT, "<frozen importlib._bootstrap_external>", "*", UNKNOWN,
+              "importing modules (start-up)"),
     # -- eval (context) --
     FrameRule(CONTEXT, _HF, "Trainer.evaluate", EVAL, "Hugging Face Trainer.evaluate"),
     FrameRule(CONTEXT, _HF, "Trainer.evaluation_loop", EVAL, "Hugging Face Trainer evaluation loop"),

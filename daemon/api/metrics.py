@@ -362,7 +362,7 @@ class DaemonCollector(Collector):
         util = family(GaugeMetricFamily, "mlcost_gpu_utilization_ratio",
                       "Fraction of time a kernel ran (NVML GPU utilization)")
         sm = family(GaugeMetricFamily, "mlcost_gpu_sm_activity_ratio",
-                    "SM activity (GPM; Hopper and later)")
+                    "SM activity (NVML GPM on Hopper and later, or dcgm-exporter when configured)")
         used = family(GaugeMetricFamily, "mlcost_gpu_memory_used_bytes",
                       "GPU memory used, as nvidia-smi shows it")
         total = family(GaugeMetricFamily, "mlcost_gpu_memory_total_bytes", "GPU memory in all")

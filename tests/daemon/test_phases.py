@@ -245,6 +245,20 @@ def test_reading_or_d_state_while_the_gpu_idles_is_data_wait():
     assert opaque(signals=signals(read_per_s=20e3)).phase != "data_wait"
 
 
+def test_importing_at_start_up_in_d_state_is_not_data_wait():
+    """A profiled command's first second: a zip archive on sys.path read by its path hook, in
+    D state, with no importlib frame left above it. Start-up, not the input pipeline (it gave a
+    fixed training script a 'prefetch in DataLoader workers' at 6% data wait)."""
+    for frames in ([("<frozen zipimport>", "_read_directory", 416),
+                    ("<frozen zipimport>", "zipimporter.__init__", 94)],
+                   [("<frozen importlib._bootstrap_external>", "FileLoader.get_data", 1131),
+                    (USER, "main", 2)]):
+        result = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                          signals=signals(d_state=True, read_per_s=6e6))
+        assert result.phase != "data_wait", (frames, result)
+        assert "start-up" in result.reason
+
+
 def test_main_thread_on_cpu_with_no_io_is_host_compute():
     result = opaque(signals=signals(main_thread_cpu=0.95, process_cpu=0.97))
     assert result.phase == "host_preprocess"
