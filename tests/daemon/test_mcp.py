@@ -13,16 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# The SDK is in the `test` extra (as in `mcp`): no skip, a missing SDK fails the suite.
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from simhost import poll
 
-pytest.importorskip("mcp")
-
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
-
-from daemon.commands import mcp as mcp_command  # noqa: E402
-from daemon.sources.safe_text import is_safe  # noqa: E402
+from daemon.commands import mcp as mcp_command
+from daemon.sources.safe_text import is_safe
 
 ROOT = Path(__file__).resolve().parents[2]
 CALL_TIMEOUT_S = 60.0
