@@ -10,7 +10,11 @@ Evidence strings are built from our own words and numbers only (no text of the p
 The shape of its GPU use over time (`gpu_use_shape`: steady, bursty, idle, from whether its
 kernels ran at each of the last reads) is evidence too: steady or bursty use without a port it
 serves is a job (training, unless its runtime, frames or name say inference: the weight is below
-any of those), and use while it accepts connections is request-driven serving.
+any of those), and use while it accepts connections is request-driven serving. A job's own
+kernels count within the same window as frame markers (`kernels_at`, when they last ran), not
+only within the shape's last minute: a loaded host stretches a job's loop past the shape's reads
+(mmap_rows.py, reading a table through page faults, flipped from training to other under
+--load), and a kind is what a process is, not whether its GPU ran in the last minute.
 
 A process is a server (`Kind.serves`) when it listens on a TCP port and has served: a connection
 accepted on that port was seen, or a serving frame (serve_forever, accept, an engine loop) in
@@ -187,10 +191,11 @@ def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
 def classify_kind(command: str, facts: KindFacts | None,
                   frames: Mapping[str, float] | None = None, *,
                   now: float | None = None, window_s: float = 1800.0,
-                  gpu_use: str | None = None) -> Kind:
+                  gpu_use: str | None = None, kernels_at: float | None = None) -> Kind:
     """The kind of one process. `frames`: frame marker -> when last seen (markers older than
     `window_s` before `now` are not counted); `facts`: its sockets, libraries and parent;
-    `gpu_use`: the shape of its GPU use (gpu_use_shape)."""
+    `gpu_use`: the shape of its GPU use (gpu_use_shape); `kernels_at`: when its own kernels
+    last ran (counted like a frame marker, within `window_s`)."""
     scores: dict[str, float] = dict.fromkeys(KINDS[:-1], 0.0)
     evidence: list[str] = []
 
@@ -235,11 +240,17 @@ def classify_kind(command: str, facts: KindFacts | None,
         kind = LIBRARY_KIND.get(library)
         if kind is not None:
             add(kind, LIBRARY_WEIGHT, f"maps {library}")
+    ran_lately = kernels_at is not None and (now is None or now - kernels_at <= window_s)
     if gpu_use in (STEADY, BURSTY) and not ports:
         # Steady, or bursty as a job starved of input is: kernels of its own and nobody to
         # serve.
         add(TRAINING, JOB_WEIGHT, f"{gpu_use} GPU use of its own and no port it serves: a job "
             "(training unless its runtime, frames or name say inference)")
+    elif ran_lately and not ports:
+        # The same fact over the markers' window: a loop that a loaded host slowed runs its
+        # kernels further apart than the shape's reads reach, and is the same job.
+        add(TRAINING, JOB_WEIGHT, f"kernels of its own in the last {window_s / 60:.0f} min and no "
+            "port it serves: a job (training unless its runtime, frames or name say inference)")
     if gpu_use in (STEADY, BURSTY) and ports and accepted_seen:
         add(ONLINE_INFERENCE, REQUEST_DRIVEN_WEIGHT,
             f"{gpu_use} GPU use while it accepts connections (request-driven)")

@@ -56,6 +56,9 @@ class KindTracker:
         self.labeler = JobLabeler(jobs)
         self._memo: dict[tuple[int, float], tuple[object, Kind]] = {}
         self._gpu_use: dict[tuple[int, float], deque[bool]] = {}
+        # when each process's kernels last ran (a read that said so): kind evidence over the
+        # markers' window, beyond the shape's last GPU_USE_READS reads
+        self._kernels_at: dict[tuple[int, float], float] = {}
         # the inference audit of each inference process (daemon.analysis.inference_audit)
         self.audits: dict[str, InferenceAudit] = {}
         self._sm: dict[tuple[int, float], deque[float]] = {}
@@ -72,6 +75,7 @@ class KindTracker:
         procs = list(processes)
         readings: dict[tuple[int, float], deque[float]] = {}
         uses: dict[tuple[int, float], deque[bool]] = {}
+        kernels_at: dict[tuple[int, float], float] = {}
         for pid, start, _, _ in procs:
             key = (pid, start)
             kept = self._sm.get(key) or deque(maxlen=SM_READINGS)
@@ -82,8 +86,12 @@ class KindTracker:
             ran = (kernels_ran or {}).get(key)
             if ran is not None or share is not None:
                 used.append(bool(ran) if ran is not None else bool(share))
+            if used and used[-1]:
+                kernels_at[key] = now
+            elif key in self._kernels_at:
+                kernels_at[key] = self._kernels_at[key]
             readings[key], uses[key] = kept, used
-        self._sm, self._gpu_use = readings, uses
+        self._sm, self._gpu_use, self._kernels_at = readings, uses, kernels_at
         self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)
         memo: dict[tuple[int, float], tuple[object, Kind]] = {}
         for pid, start, command, owner in procs:
@@ -91,13 +99,15 @@ class KindTracker:
             facts = self.reader.get(key)
             seen = dict(markers.get(key) or {})
             shape = gpu_use_shape(uses[key])
-            signature = (facts, frozenset(seen.items()), command, shape,
+            ran_at = kernels_at.get(key)
+            signature = (facts, frozenset(seen.items()), command, shape, ran_at is None,
                          now // RECLASSIFY_EVERY_S)
             last = self._memo.get(key)
             if last is not None and last[0] == signature:
                 kind = last[1]
             else:
-                kind = classify_kind(command, facts, seen, now=now, gpu_use=shape)
+                kind = classify_kind(command, facts, seen, now=now, window_s=MARKER_WINDOW_S,
+                                     gpu_use=shape, kernels_at=ran_at)
                 if self.job_kinds:
                     label = self.labeler.label(command, owner)
                     if label in self.job_kinds:

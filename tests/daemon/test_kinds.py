@@ -20,7 +20,7 @@ from daemon.analysis.kinds import (
     gpu_use_shape,
 )
 from daemon.analysis.rules import build_analysis, evaluate
-from daemon.runtime.kinds import KindTracker
+from daemon.runtime.kinds import GPU_USE_READS, KindTracker
 from daemon.sources.frames import Frame, ThreadStack
 from daemon.sources.kindfacts import (
     KindFacts,
@@ -373,6 +373,38 @@ def test_the_shape_counts_kernels_at_any_tick_of_a_round_so_load_does_not_hide_t
     [fast], [slow] = quiet.kinds.values(), loaded.kinds.values()
     assert (fast.gpu_use, slow.gpu_use) == ("steady", "bursty")
     assert fast.kind == slow.kind == TRAINING
+
+
+def test_a_job_whose_loop_load_stretched_past_the_shapes_reads_is_still_a_job():
+    """mmap_rows.py reads its rows through page faults; a loaded host stretched its loop so far
+    that its kernels ran further apart than the shape's last GPU_USE_READS reads, and its kind
+    went from training to other (nothing observed) between kernels. Its own kernels count for
+    the markers' 30 minutes; a process that never ran one is still nothing."""
+    class NoFacts:
+        def refresh(self, keys, now):
+            list(keys)
+
+        def get(self, key):
+            return None
+
+    tracker = KindTracker(NoFacts())
+    job, waiter = (10, 1.0), (11, 2.0)
+    rounds = GPU_USE_READS + 10
+    for i in range(rounds):
+        tracker.refresh([(10, 1.0, "python rows.py", {}), (11, 2.0, "python wait.py", {})], {},
+                        NOW + 2 * i, {job: 0.0, waiter: 0.0}, {job: i == 0, waiter: False})
+    kinds = {k.split(":")[0]: v for k, v in tracker.kinds.items()}
+    assert kinds["10"].gpu_use == "idle"  # the last minute's reads saw no kernel of it ...
+    assert kinds["10"].kind == TRAINING  # ... and it is the same job
+    assert any("kernels of its own in the last 30 min" in e for e in kinds["10"].evidence)
+    assert kinds["11"].kind == OTHER
+    # Past the window, as a frame marker would, the old kernels no longer count.
+    late = classify_kind("python rows.py", None, now=NOW + 1801, kernels_at=NOW)
+    assert late.kind == OTHER
+    assert classify_kind("python rows.py", None, now=NOW + 60, kernels_at=NOW).kind == TRAINING
+    # A port makes it no job, whenever its kernels ran.
+    assert classify_kind("python rows.py", KindFacts(listening_ports=(8000,)), now=NOW,
+                         kernels_at=NOW).kind == ONLINE_INFERENCE
 
 
 def test_a_rank_listening_for_its_peers_is_no_server():
