@@ -25,8 +25,9 @@ settings.register_profile("mlcost", deadline=None, derandomize=bool(os.environ.g
                                                  HealthCheck.data_too_large])
 settings.load_profile("mlcost")
 
-# The fault suite's table of faults tried; a plugin so the xdist controller prints it too.
-pytest_plugins = ["faulttable"]
+# The fault suite's table of faults tried and the CPU seconds by module; plugins, so the
+# xdist controller prints them too.
+pytest_plugins = ["faulttable", "cputable"]
 
 
 # Textual's pilot gives the app 30 s to handle what a key press or pause queued and then

@@ -245,6 +245,17 @@ def _compare(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+def _compare_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    """`mlcostd compare ARGS` in this process: daemon.commands.cli.main, what the command runs,
+    for the cases that read small files and answer at once (each `python -m daemon` start is
+    ~0.5 CPU-s); the comparisons of the recorded runs above go through the command itself."""
+    from daemon.commands.cli import main
+
+    code = main(["compare", *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 def test_the_fix_is_better_and_its_advice_gone(runs, tmp_path):
     page = tmp_path / "compare.html"
     done = _compare(str(runs["starved"]["profile"]), str(runs["fixed"]["profile"]),
@@ -313,7 +324,7 @@ def test_snapshots_compare_over_their_own_range(runs, tmp_path):
     assert _figure(result, "utilization")["verdict"] == "better"
 
 
-def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path):
+def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "other.json").write_text('{"a": 1}')
@@ -323,9 +334,9 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path):
              "no-such-thing": "is not a file, a folder or a range",
              str(tmp_path / "gone" / "profile.json"): "no such file or folder"}
     for path, says in cases.items():
-        done = _compare(path, path)
+        done = _compare_here(capsys, path, path)
         assert done.returncode == 1 and says in done.stderr, (path, done.stderr)
-    done = _compare(str(tmp_path / "notes.txt"))
+    done = _compare_here(capsys, str(tmp_path / "notes.txt"))
     assert done.returncode == 2 and "give two inputs" in done.stderr
     hostile = tmp_path / "hostile.json"
     hostile.write_text(json.dumps({
@@ -333,31 +344,32 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path):
         "processes": [{"pid": 1, "start_time": "soon\x1b[2J", "gpus": [0],
                        "phases": {"data_wait": {"seconds": "long"}}}],
         "timeline": {"bucket_s": "1", "buckets": [{"ts": "then", "gpus": {"0": {}}}] * 5}}))
-    done = _compare(str(hostile), str(hostile))
+    done = _compare_here(capsys, str(hostile), str(hostile))
     assert done.returncode == 0 and "no figure" in done.stdout, done.stderr
     assert "\x1b" not in done.stdout + done.stderr
     hostile.write_text(hostile.read_text().replace('"bucket_s": "1"', '"bucket_s": "abc"'))
-    done = _compare(str(hostile), str(hostile))
+    done = _compare_here(capsys, str(hostile), str(hostile))
     assert done.returncode == 1 and "cannot compare" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_path):
+def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_path, capsys):
     """Two runs of one command line in a store (the second on a busier GPU): --previous with
     the second's PID:START compares it with the first over their own lifetimes."""
 
     db = tmp_path / "runs.db"
     latest = _two_runs(db, T0)
-    done = _compare("--previous", latest, "--db", str(db), "--json")
+    done = _compare_here(capsys, "--previous", latest, "--db", str(db), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["a"]["since"] == pytest.approx(T0 + 1, abs=1)
     assert result["a"]["until"] == pytest.approx(T0 + 120, abs=1)
     assert result["b"]["since"] == pytest.approx(T0 + 181, abs=1)
     assert _figure(result, "utilization")["verdict"] == "better"
-    done = _compare("--previous", f"100:{T0 - 1000 + 100:.3f}", "--db", str(tmp_path / "no.db"))
+    done = _compare_here(capsys, "--previous", f"100:{T0 - 1000 + 100:.3f}", "--db",
+                         str(tmp_path / "no.db"))
     assert done.returncode == 1 and "no database" in done.stderr
-    done = _compare("--previous", "some-job", "--db", str(db))
+    done = _compare_here(capsys, "--previous", "some-job", "--db", str(db))
     assert done.returncode == 1 and "holds 0 run(s) of job 'some-job'" in done.stderr
 
 

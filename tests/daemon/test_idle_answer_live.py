@@ -26,6 +26,9 @@ import pytest
 import yaml
 from simhost import poll
 
+from daemon.commands import idle as idle_command
+from daemon.config import parse_duration
+
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Is this host idle? (autostop)"
 SNIPPET = re.compile(r"<!-- autostop: (\w+) -->\n```(\w+)\n(.*?)```", re.S)
@@ -115,6 +118,15 @@ def idle_json(target: str, for_: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+def idle_answer(target: str, for_: str) -> dict[str, Any]:
+    """What `mlcostd idle --connect TARGET --for FOR --json` prints, asked from this process
+    through the function the command runs (daemon.commands.idle.ask). For the waits, which ask
+    again and again: a `python -m daemon` start costs ~0.5 CPU-s, and polling the command every
+    0.2 s made this the costliest module of the suite (57 CPU-s); the checks themselves still
+    run the command (idle_json)."""
+    return idle_command.ask(target, None, parse_duration(for_), idle_command.DEFAULT_TIMEOUT_S)
+
+
 def check_never_stopped(calls: list[str], name: str) -> None:
     assert not any(c.startswith("shutdown") for c in calls), (name, calls)
     if name != "cron":  # the watch loop: the work started, and the loop kept waiting
@@ -133,10 +145,13 @@ def wait_idle(target: str) -> dict[str, Any]:
     last: list[dict[str, Any]] = [{}]
 
     def idle() -> dict[str, Any] | None:
-        code, last[0] = idle_json(target, SHORT_FOR)
+        last[0] = idle_answer(target, SHORT_FOR)
+        if last[0].get("active") is not False:
+            return None
+        code, last[0] = idle_json(target, SHORT_FOR)  # idle: the command answers the same
         return last[0] if code == 0 else None
 
-    return poll(idle, 90, f"the idle host answering idle for {SHORT_FOR}",
+    return poll(idle, 90, f"the idle host answering idle for {SHORT_FOR}", every=0.5,
                 explain=lambda: json.dumps(last[0], indent=1))
 
 
@@ -203,7 +218,7 @@ def demo_target(mlcostd) -> str:
     target = f"unix:{daemon.socket}"
 
     def ready() -> bool:
-        _code, answer = idle_json(target, SHORT_FOR)
+        answer = idle_answer(target, SHORT_FOR)
         kinds = {p["kind"] for p in answer["processes"] if p["active"]}
         return {"training", "online_inference"} <= kinds and any(
             p["serves"] for p in answer["processes"])

@@ -207,20 +207,9 @@ def test_report_without_database_says_how_to_start(tmp_path):
     assert "mlcostd run" in result.stderr
 
 
-def test_second_daemon_on_the_same_database_refuses(mlcostd):
-    first = mlcostd("idle-host")
-    second = mlcostd_cli("run", "--simulate", "idle-host", "--db", str(first.db),
-                         "--socket", str(first.folder / "second.sock"))
-    assert second.returncode == 2
-    assert f"pid {first.pid}" in second.stderr
-    assert first.stop() == 0
-
-
-def test_unknown_scenario_is_a_clear_error(tmp_path):
-    result = mlcostd_cli("run", "--simulate", "no-such-host", "--db", str(tmp_path / "x.db"),
-                     "--socket", str(tmp_path / "api.sock"))
-    assert result.returncode == 2
-    assert "no-such-host" in result.stderr and "demo" in result.stderr
+# A second daemon on the same database, and an unknown scenario, are refused in one line:
+# tests/daemon/test_startup_errors.py (test_a_clean_stop_removes_the_lock_file_and_a_refusal_
+# names_it, test_an_unknown_scenario_is_refused_before_the_store_is_created).
 
 
 def test_kill_9_at_random_points_loses_no_committed_tick(tmp_path):

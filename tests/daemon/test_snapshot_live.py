@@ -43,6 +43,33 @@ def snapshot_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProces
                           timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)
 
 
+def test_a_lost_gpu_and_a_timing_out_gpu_each_take_a_snapshot(mlcostd):
+    """The faults scenario: GPU 2 falls off the bus at 5 s, GPU 3's readings hang past their
+    deadline: one incident snapshot each, saying which GPU and what happened. First in the
+    module and stopped at its end: the module's demo host (0.2 CPU-s a second, its py-spy
+    dumps aside) does not run on beside it."""
+    daemon = mlcostd("faults", config={"snapshots": {
+        "before": "1m", "after": "2s", "max_per_hour": 10, "held_idle_after": 0,
+        "recommendation_savings": 0, "html": False}})
+
+    def gpu_incidents():
+        listed = daemon.call("snapshots")["snapshots"]
+        found = {s["trigger"]["target"]: s for s in listed
+                 if (s.get("trigger") or {}).get("kind") == "gpu_lost"}
+        return found if {"gpu:2", "gpu:3"} <= set(found) else None
+
+    found = poll(gpu_incidents, 120, "incident snapshots of GPUs 2 and 3",
+                 explain=daemon.log_tail)
+    assert "GPU 2 is lost" in found["gpu:2"]["trigger"]["reason"]
+    assert "GPU 3 readings time out" in found["gpu:3"]["trigger"]["reason"]
+    assert found["gpu:3"]["trigger"]["status"] == "timeout"
+    assert "gpu:0" not in found and "gpu:1" not in found  # healthy (or only NOT_SUPPORTED)
+    with Replay(found["gpu:2"]["path"]) as replay:
+        last = replay.state_at(replay.end)
+        assert [g["status"] for g in last["gpus"] if g["index"] == 2] == ["lost"]
+    assert daemon.stop() == 0, daemon.log_tail()
+
+
 def test_the_idle_gpu_trigger_takes_a_snapshot_once_the_gpu_is_held_idle_long_enough(demo):
     def held_idle_snapshot():
         listed = demo.call("snapshots")["snapshots"]
@@ -163,27 +190,3 @@ def test_bad_snapshot_requests_get_a_400_that_names_the_value(demo):
         demo.call("take_snapshot", 60, None, False, True)  # no [snapshots].upload configured
     assert not (demo.folder / "mlcost.db.html").exists()
     assert os.path.exists(demo.db)
-
-
-def test_a_lost_gpu_and_a_timing_out_gpu_each_take_a_snapshot(mlcostd):
-    """The faults scenario: GPU 2 falls off the bus at 5 s, GPU 3's readings hang past their
-    deadline: one incident snapshot each, saying which GPU and what happened."""
-    daemon = mlcostd("faults", config={"snapshots": {
-        "before": "1m", "after": "2s", "max_per_hour": 10, "held_idle_after": 0,
-        "recommendation_savings": 0, "html": False}})
-
-    def gpu_incidents():
-        listed = daemon.call("snapshots")["snapshots"]
-        found = {s["trigger"]["target"]: s for s in listed
-                 if (s.get("trigger") or {}).get("kind") == "gpu_lost"}
-        return found if {"gpu:2", "gpu:3"} <= set(found) else None
-
-    found = poll(gpu_incidents, 120, "incident snapshots of GPUs 2 and 3",
-                 explain=daemon.log_tail)
-    assert "GPU 2 is lost" in found["gpu:2"]["trigger"]["reason"]
-    assert "GPU 3 readings time out" in found["gpu:3"]["trigger"]["reason"]
-    assert found["gpu:3"]["trigger"]["status"] == "timeout"
-    assert "gpu:0" not in found and "gpu:1" not in found  # healthy (or only NOT_SUPPORTED)
-    with Replay(found["gpu:2"]["path"]) as replay:
-        last = replay.state_at(replay.end)
-        assert [g["status"] for g in last["gpus"] if g["index"] == 2] == ["lost"]
