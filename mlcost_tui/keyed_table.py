@@ -16,6 +16,7 @@ layout and paint included, in <= 30 ms); bench/tui_idle.py the idle cost beside 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,9 +27,11 @@ from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._segment_tools import line_crop
 from textual.cache import LRUCache
 from textual.geometry import Region
 from textual.renderables.styled import Styled
+from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets._data_table import _EMPTY_TEXT as _EMPTY
 from textual.widgets._data_table import default_cell_formatter
@@ -87,6 +90,9 @@ def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
 # Drawn cells kept per table: a screenful of every column many times over (a cell's drawing is
 # reused whatever row it moves to).
 DRAWN_CELLS = 4096
+
+# Drawn lines kept per table: a few screenfuls (a line is kept by its row and place on screen).
+DRAWN_LINES = 1024
 
 # More gone rows than this share of the table: one clear() and re-add beats remove_row, which
 # re-indexes every row on each call.
@@ -158,6 +164,9 @@ class KeyedTable(DataTable):
         # (id of the cell, its width and styles) -> (the cell, its lines drawn without position)
         self._drawn: LRUCache[tuple[Any, ...], tuple[Any, list[list[Segment]]]] = \
             LRUCache(DRAWN_CELLS)
+        # (row, its place, widths, cursor, hover, focus...) -> (its cells, the line drawn)
+        self._lines: LRUCache[tuple[Any, ...], tuple[tuple[Any, ...], Strip]] = \
+            LRUCache(DRAWN_LINES)
         self._changed: set[str] = set()  # rows whose cells a sync wrote
         self._title: str | None = None  # the border title last set (set_title)
         self._moved = False  # a sync added, removed, reordered rows or moved the cursor
@@ -327,6 +336,18 @@ class KeyedTable(DataTable):
         doc); the row and column (the mouse's meta) are added to each segment afterwards, so a
         cell that moves to another row is not drawn again. Row labels, fixed rows or columns
         and auto-height rows (none in mlcost-top) take DataTable's own path."""
+        drawn = self._draw_cell(row_index, column_index, base_style, width, cursor, hover)
+        if drawn is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor,
+                                        hover)
+        meta = Style.from_meta({"row": row_index, "column": column_index})
+        return [[Segment(text, style + meta if style is not None else meta, control)
+                 for text, style, control in line] for line in drawn]
+
+    def _draw_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                   cursor: bool, hover: bool) -> list[list[Segment]] | None:
+        """A cell's lines without the mouse's meta, kept by what the cell shows; None where
+        DataTable's own path must draw it (row labels, fixed rows or columns, auto-height)."""
         header = row_index == -1
         column_key = self._column_locations.get_key(column_index)
         row_key = None if header else self._row_locations.get_key(row_index)
@@ -334,8 +355,7 @@ class KeyedTable(DataTable):
         plain_row = header or (row is not None and not (row.auto_height and row.height == 0))
         if column_index == -1 or column_key is None or not plain_row or self.fixed_rows \
                 or self.fixed_columns:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor,
-                                        hover)
+            return None
         if row_key is None or row is None:  # the header
             cell: Any = self.columns[column_key].label
             height = self.header_height
@@ -365,9 +385,76 @@ class KeyedTable(DataTable):
                            post_style=post_style), options)
             drawn = (cell, lines)
             self._drawn.set(key, drawn)
-        meta = Style.from_meta({"row": row_index, "column": column_index})
-        return [[Segment(text, style + meta if style is not None else meta, control)
-                 for text, style, control in line] for line in drawn[1]]
+        return drawn[1]
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        """DataTable._render_line for one-line rows under a row cursor (every KeyedTable), kept
+        by what the line shows: DataTable keys its drawn lines by a counter that every
+        `update_cell` bumps, so one changed cell drew every visible line again, and drawing
+        one computed the header's style from the CSS. Here a line is drawn again only when
+        one of its cells is a new object, it moved, or the cursor, hover, widths or focus
+        changed. Anything else (fixed rows or columns, row labels, taller rows) takes
+        DataTable's own path."""
+        if self.fixed_columns or self.fixed_rows or self.cursor_type != "row" or (
+                self._labelled_row_exists and self.show_row_labels):
+            return super()._render_line(y, x1, x2, base_style)
+        width = self.size.width
+        try:
+            row_key, line_no = self._get_offsets(y)
+        except LookupError:
+            return Strip.blank(width, base_style)
+        columns = self.ordered_columns
+        header = row_key is self._header_row_key
+        if header:
+            row_index = -1
+            cells: tuple[Any, ...] = tuple(column.label for column in columns)
+        else:
+            row = self.rows.get(row_key)
+            index = self._row_locations.get(row_key)
+            if row is None or row.height != 1 or index is None:
+                return super()._render_line(y, x1, x2, base_style)
+            row_index = index
+            data = self._data[row_key]
+            cells = tuple(data.get(column.key) for column in columns)
+        widths = tuple(column.get_render_width(self) for column in columns)
+        on_cursor = row_index == self.cursor_coordinate.row
+        on_hover = row_index == self.hover_coordinate.row
+        key = (row_key, line_no, row_index, widths, x1, x2, width, base_style, on_cursor,
+               on_hover, self.show_cursor, self._show_hover_cursor, self._pseudo_class_state,
+               self.cursor_foreground_priority, self.cursor_background_priority)
+        cached = self._lines.get(key)
+        if cached is not None and len(cached[0]) == len(cells) and \
+                all(map(operator.is_, cached[0], cells)):
+            return cached[1]
+        row_style = self._get_row_style(row_index, base_style)  # the header's, or the base
+        segments: list[Segment] = []
+        if header:  # a click on a column's header sorts by it: each cell says its column
+            for column_index, column_width in enumerate(widths):
+                segments.extend(self._render_cell(row_index, column_index, row_style,
+                                                  column_width, on_cursor, on_hover)[line_no])
+        else:
+            # A row's cells all say (row, column 0), as DataTable says of the space right of
+            # the last column: under a row cursor a click or hover means the row, and
+            # neighbouring cells drawn alike become one segment (half the segments every
+            # later step of the paint goes through).
+            for column_index, column_width in enumerate(widths):
+                drawn = self._draw_cell(row_index, column_index, row_style, column_width,
+                                        on_cursor, on_hover)
+                if drawn is None:
+                    return super()._render_line(y, x1, x2, base_style)
+                segments.extend(drawn[line_no])
+            segments = list(Segment.apply_style(Segment.simplify(segments), None,
+                                                Style.from_meta({"row": row_index,
+                                                                 "column": 0})))
+        extend_style, _ = self._get_styles_to_render_cell(
+            header, False, False, on_hover, on_cursor, self.show_cursor,
+            self._show_hover_cursor, False, False)
+        extend_style = row_style + extend_style + Style.from_meta(
+            {"row": row_index, "column": 0, "out_of_bounds": True})
+        segments.append(Segment(" " * max(0, width - sum(widths)), extend_style))
+        strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style)
+        self._lines.set(key, (cells, strip))
+        return strip
 
     def _sort_as(self, order: list[str]) -> None:
         position = {id(self._first[key]): i for i, key in enumerate(order)}
