@@ -29,13 +29,14 @@ from rich.style import Style
 from rich.text import Text
 from textual._segment_tools import line_crop
 from textual.cache import LRUCache
+from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.renderables.styled import Styled
 from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets._data_table import _EMPTY_TEXT as _EMPTY
 from textual.widgets._data_table import default_cell_formatter
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -155,6 +156,9 @@ class KeyedTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._cells: dict[str, tuple[Any, ...]] = {}  # row key -> the cells last synced
         self._first: dict[str, Text] = {}  # row key -> its first cell as put in the table
+        # row key -> what builds its cells: a row off screen at the last sync, whose new cells
+        # are built and written only when it shows (render_lines) or is read (the getters)
+        self._pending: dict[str, Callable[[], Sequence[Any]]] = {}
         self._order: list[str] = []  # row keys in display order
         self._column_keys: list[ColumnKey] = []
         self.columns_shown: tuple[Column, ...] = ()
@@ -264,8 +268,11 @@ class KeyedTable(DataTable):
             return self
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
-    def sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Make the table show `rows` (row key, cells), in this order; repaint what changed."""
+    def sync(self, rows: Sequence[tuple[str, Sequence[Any] | Callable[[], Sequence[Any]]]]
+             ) -> None:
+        """Make the table show `rows` (row key, cells), in this order; repaint what changed.
+        Cells given as a function (no arguments) are built only for the rows on screen (and
+        new rows): the others when they come into view or are read."""
         self._deferred = (False, False)
         self._changed.clear()
         self._moved = False
@@ -284,7 +291,8 @@ class KeyedTable(DataTable):
                     self.refresh_row(self.get_row_index(key))
             self._changed.clear()
 
-    def _sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
+    def _sync(self, rows: Sequence[tuple[str, Sequence[Any] | Callable[[], Sequence[Any]]]]
+              ) -> None:
         selected = self._reselect or self.selected_key
         self._reselect = None
         order = [key for key, _ in rows]
@@ -301,25 +309,24 @@ class KeyedTable(DataTable):
                 self._forget(key)
         # What the table shows now: the rows kept in their order, then each added row.
         current = [key for key in self._order if key in wanted]
-        columns = self._column_keys
-        for key, cells in rows:
-            cells = tuple(cells)
+        window = self._window()
+        for index, (key, cells) in enumerate(rows):
             before = self._cells.get(key)
+            if callable(cells):
+                if before is not None and index not in window:
+                    self._pending[key] = cells  # built and written once it is on screen
+                    continue
+                cells = cells()
+            self._pending.pop(key, None)
             if before is None:
+                cells = tuple(cells)
                 first = own_cell(cells[0])
                 self.add_row(first, *map(as_cell, cells[1:]), key=key, height=self.row_height)
                 self._first[key] = first
+                self._cells[key] = cells
                 current.append(key)
-            elif before != cells:
-                if cells[0] is not before[0] and cells[0] != before[0]:
-                    first = self._first[key] = own_cell(cells[0])
-                    self.update_cell(key, columns[0], first)
-                    self._changed.add(key)
-                for column, old, new in zip(columns[1:], before[1:], cells[1:], strict=True):
-                    if old is not new and old != new:
-                        self.update_cell(key, column, as_cell(new))
-                        self._changed.add(key)
-            self._cells[key] = cells
+            else:
+                self._write(key, tuple(cells), before)
         if current != order:
             self._sort_as(order)
             self._moved = True
@@ -329,6 +336,64 @@ class KeyedTable(DataTable):
             if index != self.cursor_row:
                 self.move_cursor(row=index, animate=False, scroll=False)
                 self._moved = True
+
+    def _write(self, key: str, cells: tuple[Any, ...], before: tuple[Any, ...]) -> None:
+        """Write the cells of row `key` that differ from `before` (what it shows now)."""
+        if before != cells:
+            columns = self._column_keys
+            if cells[0] is not before[0] and cells[0] != before[0]:
+                first = self._first[key] = own_cell(cells[0])
+                self.update_cell(key, columns[0], first)
+                self._changed.add(key)
+            for column, old, new in zip(columns[1:], before[1:], cells[1:], strict=True):
+                if old is not new and old != new:
+                    self.update_cell(key, column, as_cell(new))
+                    self._changed.add(key)
+        self._cells[key] = cells
+
+    def _window(self) -> range:
+        """The indices of the rows on screen now, one more either side."""
+        top = self.scroll_offset.y // self.row_height
+        return range(max(top - 1, 0), top + self.size.height // self.row_height + 2)
+
+    def _fill(self, keys: Sequence[str]) -> None:
+        """Build and write the pending rows among `keys` (no repaint asked: see render_lines
+        and the getters, which call this)."""
+        deferred, self._deferred = self._deferred, (False, False)
+        try:
+            for key in keys:
+                build = self._pending.pop(key, None)
+                if build is not None:
+                    self._write(key, tuple(build()), self._cells[key])
+        finally:
+            self._deferred = deferred
+            self._changed.clear()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """DataTable.render_lines, the pending rows now on screen written first."""
+        if self._pending:
+            window = self._window()
+            self._fill([key for key in self._order[window.start:window.stop]
+                        if key in self._pending])
+        return super().render_lines(crop)
+
+    # What the table holds, read through DataTable's getters, is what a sync asked for: the
+    # rows still pending are written first.
+    def get_row(self, row_key: RowKey | str) -> list[Any]:
+        self._fill(list(self._pending))
+        return super().get_row(row_key)
+
+    def get_row_at(self, row_index: int) -> list[Any]:
+        self._fill(list(self._pending))
+        return super().get_row_at(row_index)
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Any:
+        self._fill(list(self._pending))
+        return super().get_cell(row_key, column_key)
+
+    def get_cell_at(self, coordinate: Coordinate) -> Any:
+        self._fill(list(self._pending))
+        return super().get_cell_at(coordinate)
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
@@ -461,6 +526,7 @@ class KeyedTable(DataTable):
         self.sort(self._column_keys[0], key=lambda first: position[id(first)])
 
     def _forget(self, key: str) -> None:
+        self._pending.pop(key, None)
         del self._cells[key]
         del self._first[key]
         self._built.pop(key, None)
@@ -470,6 +536,7 @@ class KeyedTable(DataTable):
         self._moved = True
         self.clear()
         self._cells.clear()
+        self._pending.clear()
         self._first.clear()
         self._built.clear()
         self._order = []
