@@ -151,6 +151,7 @@ class KeyedTable(DataTable):
     _deferred: tuple[bool, bool] | None = None  # (layout, recompose) asked for during a sync
     row_height = 1  # lines per row (set_row_height changes it)
     _title_only = False  # set_title is setting the border title: repaint its line only
+    _line_style: Style | None = None  # the widget's style, while render_lines runs
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -370,12 +371,27 @@ class KeyedTable(DataTable):
             self._changed.clear()
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """DataTable.render_lines, the pending rows now on screen written first."""
+        """DataTable.render_lines, the pending rows now on screen written first, and the
+        widget's style (computed from the CSS of every ancestor) read once, not per line."""
         if self._pending:
             window = self._window()
             self._fill([key for key in self._order[window.start:window.stop]
                         if key in self._pending])
-        return super().render_lines(crop)
+        self._line_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._line_style = None
+
+    def render_line(self, y: int) -> Strip:
+        """DataTable.render_line (the header stays on top, the rows scroll), with the style
+        render_lines read."""
+        if self.fixed_rows or self._line_style is None:
+            return super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        if y >= (self.header_height if self.show_header else 0):
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._line_style)
 
     # What the table holds, read through DataTable's getters, is what a sync asked for: the
     # rows still pending are written first.
@@ -429,13 +445,24 @@ class KeyedTable(DataTable):
             datum = self._data[row_key].get(column_key)
             cell = _EMPTY if datum is None else default_cell_formatter(
                 datum, wrap=height != 1, height=height) or _EMPTY
-        show_cursor, show_hover = self.show_cursor, self._show_hover_cursor
-        css_fg = self.cursor_foreground_priority == "css"
-        css_bg = self.cursor_background_priority == "css"
-        key = (id(cell), width, height, base_style, header, cursor, hover, show_cursor,
-               show_hover, css_fg, css_bg, self._pseudo_class_state)
+        return self._draw(cell, width, height, base_style, header, cursor, hover,
+                          self._cursor_state())
+
+    def _cursor_state(self) -> tuple[bool, bool, bool, bool, Any]:
+        """What besides its cell, place and width decides how a cell is drawn (read once per
+        line: these are reactives, costly to read per cell)."""
+        return (self.show_cursor, self._show_hover_cursor,
+                self.cursor_foreground_priority == "css",
+                self.cursor_background_priority == "css", self._pseudo_class_state)
+
+    def _draw(self, cell: Any, width: int, height: int, base_style: Style, header: bool,
+              cursor: bool, hover: bool, state: tuple[bool, bool, bool, bool, Any]
+              ) -> list[list[Segment]]:
+        """`cell` drawn in `width` x `height` (no meta), kept by the cell object itself."""
+        key = (id(cell), width, height, base_style, header, cursor, hover, state)
         drawn = self._drawn.get(key)
         if drawn is None or drawn[0] is not cell:
+            show_cursor, show_hover, css_fg, css_bg, _ = state
             component_style, post_style = self._get_styles_to_render_cell(
                 header, False, False, hover, cursor, show_cursor, show_hover, css_fg, css_bg)
             pre_style = base_style + component_style
@@ -485,8 +512,7 @@ class KeyedTable(DataTable):
         on_cursor = row_index == self.cursor_coordinate.row
         on_hover = row_index == self.hover_coordinate.row
         key = (row_key, line_no, row_index, widths, x1, x2, width, base_style, on_cursor,
-               on_hover, self.show_cursor, self._show_hover_cursor, self._pseudo_class_state,
-               self.cursor_foreground_priority, self.cursor_background_priority)
+               on_hover, self._cursor_state())
         cached = self._lines.get(key)
         if cached is not None and len(cached[0]) == len(cells) and \
                 all(map(operator.is_, cached[0], cells)):
@@ -502,12 +528,13 @@ class KeyedTable(DataTable):
             # the last column: under a row cursor a click or hover means the row, and
             # neighbouring cells drawn alike become one segment (half the segments every
             # later step of the paint goes through).
-            for column_index, column_width in enumerate(widths):
-                drawn = self._draw_cell(row_index, column_index, row_style, column_width,
-                                        on_cursor, on_hover)
-                if drawn is None:
-                    return super()._render_line(y, x1, x2, base_style)
-                segments.extend(drawn[line_no])
+            state = self._cursor_state()
+            draw = self._draw
+            for datum, column_width in zip(cells, widths, strict=True):
+                cell = datum if isinstance(datum, Text) else _EMPTY if datum is None else \
+                    default_cell_formatter(datum, wrap=False, height=1) or _EMPTY
+                segments.extend(draw(cell, column_width, 1, row_style, False, on_cursor,
+                                     on_hover, state)[0])
             segments = list(Segment.apply_style(Segment.simplify(segments), None,
                                                 Style.from_meta({"row": row_index,
                                                                  "column": 0})))
