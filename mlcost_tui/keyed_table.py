@@ -16,6 +16,7 @@ layout and paint included, in <= 30 ms); bench/tui_idle.py the idle cost beside 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,13 +27,16 @@ from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._segment_tools import line_crop
 from textual.cache import LRUCache
+from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.renderables.styled import Styled
+from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets._data_table import _EMPTY_TEXT as _EMPTY
 from textual.widgets._data_table import default_cell_formatter
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -87,6 +91,9 @@ def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
 # Drawn cells kept per table: a screenful of every column many times over (a cell's drawing is
 # reused whatever row it moves to).
 DRAWN_CELLS = 4096
+
+# Drawn lines kept per table: a few screenfuls (a line is kept by its row and place on screen).
+DRAWN_LINES = 1024
 
 # More gone rows than this share of the table: one clear() and re-add beats remove_row, which
 # re-indexes every row on each call.
@@ -144,11 +151,15 @@ class KeyedTable(DataTable):
     _deferred: tuple[bool, bool] | None = None  # (layout, recompose) asked for during a sync
     row_height = 1  # lines per row (set_row_height changes it)
     _title_only = False  # set_title is setting the border title: repaint its line only
+    _line_style: Style | None = None  # the widget's style, while render_lines runs
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._cells: dict[str, tuple[Any, ...]] = {}  # row key -> the cells last synced
         self._first: dict[str, Text] = {}  # row key -> its first cell as put in the table
+        # row key -> what builds its cells: a row off screen at the last sync, whose new cells
+        # are built and written only when it shows (render_lines) or is read (the getters)
+        self._pending: dict[str, Callable[[], Sequence[Any]]] = {}
         self._order: list[str] = []  # row keys in display order
         self._column_keys: list[ColumnKey] = []
         self.columns_shown: tuple[Column, ...] = ()
@@ -158,6 +169,9 @@ class KeyedTable(DataTable):
         # (id of the cell, its width and styles) -> (the cell, its lines drawn without position)
         self._drawn: LRUCache[tuple[Any, ...], tuple[Any, list[list[Segment]]]] = \
             LRUCache(DRAWN_CELLS)
+        # (row, its place, widths, cursor, hover, focus...) -> (its cells, the line drawn)
+        self._lines: LRUCache[tuple[Any, ...], tuple[tuple[Any, ...], Strip]] = \
+            LRUCache(DRAWN_LINES)
         self._changed: set[str] = set()  # rows whose cells a sync wrote
         self._title: str | None = None  # the border title last set (set_title)
         self._moved = False  # a sync added, removed, reordered rows or moved the cursor
@@ -255,8 +269,11 @@ class KeyedTable(DataTable):
             return self
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
-    def sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Make the table show `rows` (row key, cells), in this order; repaint what changed."""
+    def sync(self, rows: Sequence[tuple[str, Sequence[Any] | Callable[[], Sequence[Any]]]]
+             ) -> None:
+        """Make the table show `rows` (row key, cells), in this order; repaint what changed.
+        Cells given as a function (no arguments) are built only for the rows on screen (and
+        new rows): the others when they come into view or are read."""
         self._deferred = (False, False)
         self._changed.clear()
         self._moved = False
@@ -275,7 +292,8 @@ class KeyedTable(DataTable):
                     self.refresh_row(self.get_row_index(key))
             self._changed.clear()
 
-    def _sync(self, rows: Sequence[tuple[str, Sequence[Any]]]) -> None:
+    def _sync(self, rows: Sequence[tuple[str, Sequence[Any] | Callable[[], Sequence[Any]]]]
+              ) -> None:
         selected = self._reselect or self.selected_key
         self._reselect = None
         order = [key for key, _ in rows]
@@ -292,25 +310,24 @@ class KeyedTable(DataTable):
                 self._forget(key)
         # What the table shows now: the rows kept in their order, then each added row.
         current = [key for key in self._order if key in wanted]
-        columns = self._column_keys
-        for key, cells in rows:
-            cells = tuple(cells)
+        window = self._window()
+        for index, (key, cells) in enumerate(rows):
             before = self._cells.get(key)
+            if callable(cells):
+                if before is not None and index not in window:
+                    self._pending[key] = cells  # built and written once it is on screen
+                    continue
+                cells = cells()
+            self._pending.pop(key, None)
             if before is None:
+                cells = tuple(cells)
                 first = own_cell(cells[0])
                 self.add_row(first, *map(as_cell, cells[1:]), key=key, height=self.row_height)
                 self._first[key] = first
+                self._cells[key] = cells
                 current.append(key)
-            elif before != cells:
-                if cells[0] is not before[0] and cells[0] != before[0]:
-                    first = self._first[key] = own_cell(cells[0])
-                    self.update_cell(key, columns[0], first)
-                    self._changed.add(key)
-                for column, old, new in zip(columns[1:], before[1:], cells[1:], strict=True):
-                    if old is not new and old != new:
-                        self.update_cell(key, column, as_cell(new))
-                        self._changed.add(key)
-            self._cells[key] = cells
+            else:
+                self._write(key, tuple(cells), before)
         if current != order:
             self._sort_as(order)
             self._moved = True
@@ -321,12 +338,97 @@ class KeyedTable(DataTable):
                 self.move_cursor(row=index, animate=False, scroll=False)
                 self._moved = True
 
+    def _write(self, key: str, cells: tuple[Any, ...], before: tuple[Any, ...]) -> None:
+        """Write the cells of row `key` that differ from `before` (what it shows now)."""
+        if before != cells:
+            columns = self._column_keys
+            if cells[0] is not before[0] and cells[0] != before[0]:
+                first = self._first[key] = own_cell(cells[0])
+                self.update_cell(key, columns[0], first)
+                self._changed.add(key)
+            for column, old, new in zip(columns[1:], before[1:], cells[1:], strict=True):
+                if old is not new and old != new:
+                    self.update_cell(key, column, as_cell(new))
+                    self._changed.add(key)
+        self._cells[key] = cells
+
+    def _window(self) -> range:
+        """The indices of the rows on screen now, one more either side."""
+        top = self.scroll_offset.y // self.row_height
+        return range(max(top - 1, 0), top + self.size.height // self.row_height + 2)
+
+    def _fill(self, keys: Sequence[str]) -> None:
+        """Build and write the pending rows among `keys` (no repaint asked: see render_lines
+        and the getters, which call this)."""
+        deferred, self._deferred = self._deferred, (False, False)
+        try:
+            for key in keys:
+                build = self._pending.pop(key, None)
+                if build is not None:
+                    self._write(key, tuple(build()), self._cells[key])
+        finally:
+            self._deferred = deferred
+            self._changed.clear()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """DataTable.render_lines, the pending rows now on screen written first, and the
+        widget's style (computed from the CSS of every ancestor) read once, not per line."""
+        if self._pending:
+            window = self._window()
+            self._fill([key for key in self._order[window.start:window.stop]
+                        if key in self._pending])
+        self._line_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._line_style = None
+
+    def render_line(self, y: int) -> Strip:
+        """DataTable.render_line (the header stays on top, the rows scroll), with the style
+        render_lines read."""
+        if self.fixed_rows or self._line_style is None:
+            return super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        if y >= (self.header_height if self.show_header else 0):
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._line_style)
+
+    # What the table holds, read through DataTable's getters, is what a sync asked for: the
+    # rows still pending are written first.
+    def get_row(self, row_key: RowKey | str) -> list[Any]:
+        self._fill(list(self._pending))
+        return super().get_row(row_key)
+
+    def get_row_at(self, row_index: int) -> list[Any]:
+        self._fill(list(self._pending))
+        return super().get_row_at(row_index)
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Any:
+        self._fill(list(self._pending))
+        return super().get_cell(row_key, column_key)
+
+    def get_cell_at(self, coordinate: Coordinate) -> Any:
+        self._fill(list(self._pending))
+        return super().get_cell_at(coordinate)
+
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
         """DataTable._render_cell, with drawn cells kept by what they show (see the module's
         doc); the row and column (the mouse's meta) are added to each segment afterwards, so a
         cell that moves to another row is not drawn again. Row labels, fixed rows or columns
         and auto-height rows (none in mlcost-top) take DataTable's own path."""
+        drawn = self._draw_cell(row_index, column_index, base_style, width, cursor, hover)
+        if drawn is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor,
+                                        hover)
+        meta = Style.from_meta({"row": row_index, "column": column_index})
+        return [[Segment(text, style + meta if style is not None else meta, control)
+                 for text, style, control in line] for line in drawn]
+
+    def _draw_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                   cursor: bool, hover: bool) -> list[list[Segment]] | None:
+        """A cell's lines without the mouse's meta, kept by what the cell shows; None where
+        DataTable's own path must draw it (row labels, fixed rows or columns, auto-height)."""
         header = row_index == -1
         column_key = self._column_locations.get_key(column_index)
         row_key = None if header else self._row_locations.get_key(row_index)
@@ -334,8 +436,7 @@ class KeyedTable(DataTable):
         plain_row = header or (row is not None and not (row.auto_height and row.height == 0))
         if column_index == -1 or column_key is None or not plain_row or self.fixed_rows \
                 or self.fixed_columns:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor,
-                                        hover)
+            return None
         if row_key is None or row is None:  # the header
             cell: Any = self.columns[column_key].label
             height = self.header_height
@@ -344,13 +445,24 @@ class KeyedTable(DataTable):
             datum = self._data[row_key].get(column_key)
             cell = _EMPTY if datum is None else default_cell_formatter(
                 datum, wrap=height != 1, height=height) or _EMPTY
-        show_cursor, show_hover = self.show_cursor, self._show_hover_cursor
-        css_fg = self.cursor_foreground_priority == "css"
-        css_bg = self.cursor_background_priority == "css"
-        key = (id(cell), width, height, base_style, header, cursor, hover, show_cursor,
-               show_hover, css_fg, css_bg, self._pseudo_class_state)
+        return self._draw(cell, width, height, base_style, header, cursor, hover,
+                          self._cursor_state())
+
+    def _cursor_state(self) -> tuple[bool, bool, bool, bool, Any]:
+        """What besides its cell, place and width decides how a cell is drawn (read once per
+        line: these are reactives, costly to read per cell)."""
+        return (self.show_cursor, self._show_hover_cursor,
+                self.cursor_foreground_priority == "css",
+                self.cursor_background_priority == "css", self._pseudo_class_state)
+
+    def _draw(self, cell: Any, width: int, height: int, base_style: Style, header: bool,
+              cursor: bool, hover: bool, state: tuple[bool, bool, bool, bool, Any]
+              ) -> list[list[Segment]]:
+        """`cell` drawn in `width` x `height` (no meta), kept by the cell object itself."""
+        key = (id(cell), width, height, base_style, header, cursor, hover, state)
         drawn = self._drawn.get(key)
         if drawn is None or drawn[0] is not cell:
+            show_cursor, show_hover, css_fg, css_bg, _ = state
             component_style, post_style = self._get_styles_to_render_cell(
                 header, False, False, hover, cursor, show_cursor, show_hover, css_fg, css_bg)
             pre_style = base_style + component_style
@@ -365,15 +477,83 @@ class KeyedTable(DataTable):
                            post_style=post_style), options)
             drawn = (cell, lines)
             self._drawn.set(key, drawn)
-        meta = Style.from_meta({"row": row_index, "column": column_index})
-        return [[Segment(text, style + meta if style is not None else meta, control)
-                 for text, style, control in line] for line in drawn[1]]
+        return drawn[1]
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        """DataTable._render_line for one-line rows under a row cursor (every KeyedTable), kept
+        by what the line shows: DataTable keys its drawn lines by a counter that every
+        `update_cell` bumps, so one changed cell drew every visible line again, and drawing
+        one computed the header's style from the CSS. Here a line is drawn again only when
+        one of its cells is a new object, it moved, or the cursor, hover, widths or focus
+        changed. Anything else (fixed rows or columns, row labels, taller rows) takes
+        DataTable's own path."""
+        if self.fixed_columns or self.fixed_rows or self.cursor_type != "row" or (
+                self._labelled_row_exists and self.show_row_labels):
+            return super()._render_line(y, x1, x2, base_style)
+        width = self.size.width
+        try:
+            row_key, line_no = self._get_offsets(y)
+        except LookupError:
+            return Strip.blank(width, base_style)
+        columns = self.ordered_columns
+        header = row_key is self._header_row_key
+        if header:
+            row_index = -1
+            cells: tuple[Any, ...] = tuple(column.label for column in columns)
+        else:
+            row = self.rows.get(row_key)
+            index = self._row_locations.get(row_key)
+            if row is None or row.height != 1 or index is None:
+                return super()._render_line(y, x1, x2, base_style)
+            row_index = index
+            data = self._data[row_key]
+            cells = tuple(data.get(column.key) for column in columns)
+        widths = tuple(column.get_render_width(self) for column in columns)
+        on_cursor = row_index == self.cursor_coordinate.row
+        on_hover = row_index == self.hover_coordinate.row
+        key = (row_key, line_no, row_index, widths, x1, x2, width, base_style, on_cursor,
+               on_hover, self._cursor_state())
+        cached = self._lines.get(key)
+        if cached is not None and len(cached[0]) == len(cells) and \
+                all(map(operator.is_, cached[0], cells)):
+            return cached[1]
+        row_style = self._get_row_style(row_index, base_style)  # the header's, or the base
+        segments: list[Segment] = []
+        if header:  # a click on a column's header sorts by it: each cell says its column
+            for column_index, column_width in enumerate(widths):
+                segments.extend(self._render_cell(row_index, column_index, row_style,
+                                                  column_width, on_cursor, on_hover)[line_no])
+        else:
+            # A row's cells all say (row, column 0), as DataTable says of the space right of
+            # the last column: under a row cursor a click or hover means the row, and
+            # neighbouring cells drawn alike become one segment (half the segments every
+            # later step of the paint goes through).
+            state = self._cursor_state()
+            draw = self._draw
+            for datum, column_width in zip(cells, widths, strict=True):
+                cell = datum if isinstance(datum, Text) else _EMPTY if datum is None else \
+                    default_cell_formatter(datum, wrap=False, height=1) or _EMPTY
+                segments.extend(draw(cell, column_width, 1, row_style, False, on_cursor,
+                                     on_hover, state)[0])
+            segments = list(Segment.apply_style(Segment.simplify(segments), None,
+                                                Style.from_meta({"row": row_index,
+                                                                 "column": 0})))
+        extend_style, _ = self._get_styles_to_render_cell(
+            header, False, False, on_hover, on_cursor, self.show_cursor,
+            self._show_hover_cursor, False, False)
+        extend_style = row_style + extend_style + Style.from_meta(
+            {"row": row_index, "column": 0, "out_of_bounds": True})
+        segments.append(Segment(" " * max(0, width - sum(widths)), extend_style))
+        strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style)
+        self._lines.set(key, (cells, strip))
+        return strip
 
     def _sort_as(self, order: list[str]) -> None:
         position = {id(self._first[key]): i for i, key in enumerate(order)}
         self.sort(self._column_keys[0], key=lambda first: position[id(first)])
 
     def _forget(self, key: str) -> None:
+        self._pending.pop(key, None)
         del self._cells[key]
         del self._first[key]
         self._built.pop(key, None)
@@ -383,6 +563,7 @@ class KeyedTable(DataTable):
         self._moved = True
         self.clear()
         self._cells.clear()
+        self._pending.clear()
         self._first.clear()
         self._built.clear()
         self._order = []

@@ -5,6 +5,7 @@ the connection to the daemon."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual.visual import VisualType
 from textual.widgets import Static
 
 from mlcost_tui import format as fmt
@@ -133,3 +134,12 @@ class HeaderPanel(Static):
         # One line each, cut at the terminal's edge (never wrapped: the status line is the
         # third line at every width).
         self.update(Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2, line3]))
+
+    def update(self, content: VisualType = "", *, layout: bool = False) -> None:
+        """Static.update without a layout: the header is 3 lines high and as wide as the
+        screen whatever it says, and a layout re-renders every panel (at 500 processes, most
+        of a refresh's cost). The same text again repaints nothing."""
+        if isinstance(content, Text) and isinstance(self.content, Text) and \
+                content == self.content:
+            return
+        super().update(content, layout=layout)

@@ -289,10 +289,12 @@ class ProcessPanel(KeyedTable):
                  if c.key == "command" else c.draw for c in columns]
         cells_for = self.cells_for
         idle = {g.index for g in now.gpus if g.busy is False}
-        rows = [dataclasses.replace(row, gpus_idle=True)
-                if row.process.gpus and idle.issuperset(row.process.gpus) else row
-                for row in self.ordered(now.processes)]
-        self.sync([(row.process.key,
-                    cells_for(row.process.key, tuple(v(row) for v in values), draws))
-                   for row in rows])
+
+        def cells(row: Row) -> tuple[Any, ...]:
+            if row.process.gpus and idle.issuperset(row.process.gpus):
+                row = dataclasses.replace(row, gpus_idle=True)
+            return cells_for(row.process.key, tuple(v(row) for v in values), draws)
+
+        # Every row sorted; cells built for the rows on screen (the rest when they show).
+        self.sync([(row.process.key, partial(cells, row)) for row in self.ordered(now.processes)])
         self.set_title(self.title())

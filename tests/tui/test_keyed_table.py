@@ -5,6 +5,7 @@ order, and the cursor stays on its row; and a screen updated in place shows what
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import pytest
 from rich.text import Text
@@ -168,3 +169,56 @@ async def test_a_table_synced_many_times_draws_what_a_fresh_table_draws(seed):
         await pilot.pause()
         assert table.size == fresh.size
         assert painted(table) == painted(fresh)
+
+
+class Short(Table):
+    DEFAULT_CSS = "Short { height: 10; }"
+
+
+class ShortApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Short()
+
+
+@pytest.mark.asyncio
+async def test_rows_off_screen_are_built_when_they_show_or_are_read_and_show_what_is_current():
+    """Cells given as functions are built for the rows on screen (and new rows) only; a row
+    off screen is built when it is scrolled to or read, and then shows what a table given
+    every row's cells at once shows."""
+    built: list[str] = []
+
+    def build(key: str, cells: tuple[object, ...]) -> tuple[object, ...]:
+        built.append(key)
+        return cells
+
+    def lazy(rows: list[tuple[str, tuple[object, ...]]]) -> list[tuple[str, object]]:
+        return [(key, partial(build, key, cells)) for key, cells in rows]
+
+    rng = random.Random(7)
+    keys = [f"k{i}" for i in range(200)]
+    app = ShortApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(Short)
+        rows = [(key, (f"row {key}", "0", "a")) for key in keys]
+        table.sync(lazy(rows))  # type: ignore[arg-type]
+        await pilot.pause()
+        for step in range(1, 4):
+            rows = [(key, (f"row {key}", str(step), "a")) for key in keys]
+            rng.shuffle(rows)
+            built.clear()
+            table.sync(lazy(rows))  # type: ignore[arg-type]
+            await pilot.pause()
+            # A 10-line table shows 9 rows: those at the sync, and those where the cursor,
+            # following its row, scrolled the table to (±1 each); not 200.
+            assert 0 < len(built) <= 2 * 13
+        table.scroll_end(animate=False)
+        await pilot.pause()
+        fresh = Short()
+        await app.mount(fresh)
+        fresh.sync(rows)
+        await pilot.pause()
+        fresh.scroll_end(animate=False)
+        await pilot.pause()
+        assert table.scroll_offset == fresh.scroll_offset and table.scroll_offset.y > 0
+        assert painted(table) == painted(fresh)
+        assert shown(table) == [cells for _, cells in rows]  # every row reads as it is now
