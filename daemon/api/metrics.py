@@ -50,8 +50,9 @@ from prometheus_client.utils import floatToGoString
 from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
 from daemon.api.limits import limited_log
+from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
-from daemon.wire import Now, process_key
+from daemon.wire import process_key
 
 DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
 OTHER = "other"
@@ -240,36 +241,47 @@ class DaemonCollector(Collector):
         with self._lock:
             yield from self._collect()
 
+    def state(self) -> MetricsState:
+        """This tick's state: the daemon's typed state where it offers it (`metrics_state()`),
+        else its /v1/now document read through daemon.wire."""
+        typed = getattr(self.daemon, "metrics_state", None)
+        if callable(typed):
+            state: MetricsState = typed()
+            return state
+        return MetricsState.from_document(self.daemon.now())
+
     def _collect(self) -> Iterator[Metric]:
-        document = self.daemon.now()
-        now = Now.from_dict(document)
+        state = self.state()
         analyzer = getattr(self.daemon, "analyzer", None)
         wall = time.time()
-        hostname = _clean(now.hostname)
-        yield from self._host(document, now, hostname, wall)
-        yield from self._gpus(now, analyzer, hostname)
-        yield from self._workloads(document, now, analyzer, hostname)
-        yield from self._usage_cost(now, hostname)
-        yield from self._activity(now, hostname)
-        yield from self._advice(now, hostname)
+        hostname = _clean(state.hostname)
+        yield from self._host(state, hostname, wall)
+        yield from self._gpus(state, analyzer, hostname)
+        yield from self._workloads(state, analyzer, hostname)
+        yield from self._usage_cost(state, hostname)
+        yield from self._activity(state, hostname)
+        yield from self._advice(state, hostname)
         yield from self._budgets(analyzer, hostname)
-        yield self._kinds(now, hostname)
-        yield from self._latency(document, hostname)
+        yield self._kinds(state, hostname)
+        yield from self._latency(state, hostname)
 
-    def _latency(self, document: Mapping[str, Any], hostname: str) -> Iterator[Metric]:
-        """p50/p99 of each [[cost.latency]] histogram, beside the cost. Labelled by the job it
-        is configured for; a process target (PID:START) shows as `process #N` (its table's
-        number): never a pid label."""
-        meters = (document.get("cost") or {}).get("latency") or []
+    def _latency(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
+        """p50/p99 of each [[cost.latency]] histogram, and the dollars per request over the
+        same requests, beside the cost. Labelled by the job it is configured for; a process
+        target (PID:START) shows as `process #N` (its table's number): never a pid label."""
+        meters = state.latency
         if not meters:
             return
         family = GaugeMetricFamily("mlcost_latency_seconds", "Serving latency quantiles from "
                                    "the server's own histogram ([[cost.latency]]), over the "
                                    "requests between mlcostd's last two polls",
                                    labels=["target", "quantile", "Hostname"])
+        per_request = GaugeMetricFamily(
+            "mlcost_latency_cost_per_request_dollars", "Dollars per request of a "
+            "[[cost.latency]] target: its dollars over the requests between mlcostd's last two "
+            "polls, divided by those requests (beside mlcost_latency_seconds)",
+            labels=["target", "Hostname"])
         for number, meter in enumerate(meters, start=1):
-            if not isinstance(meter, Mapping):
-                continue
             target = str(meter.get("target") or "")
             shown = f"process #{number}" if ":" in target and target.split(":")[0].isdigit() \
                 else _clean(target)
@@ -277,13 +289,17 @@ class DaemonCollector(Collector):
                 value = meter.get(key)
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     family.add_metric([shown, quantile, hostname], float(value))
+            cost = meter.get("cost_per_request")
+            if isinstance(cost, int | float) and not isinstance(cost, bool):
+                per_request.add_metric([shown, hostname], float(cost))
         yield family
+        yield per_request
 
-    def _kinds(self, now: Now, hostname: str) -> Metric:
+    def _kinds(self, state: MetricsState, hostname: str) -> Metric:
         """GPU processes by workload kind (daemon.analysis.kinds): a bounded label, the five
         kinds and `unknown` (not classified yet); never a pid."""
         counts = dict.fromkeys((*KINDS, "unknown"), 0)
-        for proc in now.processes:
+        for proc in state.processes:
             if proc.gpus:
                 kind = proc.kind if proc.kind in counts else "unknown"
                 counts[kind] += 1
@@ -295,10 +311,9 @@ class DaemonCollector(Collector):
 
     # -- the host ---------------------------------------------------------------------------
 
-    def _host(self, document: Mapping[str, Any], now: Now, hostname: str,
-              wall: float) -> Iterator[Metric]:
-        host = document.get("host") or {}
-        price = document.get("price") or {}
+    def _host(self, state: MetricsState, hostname: str, wall: float) -> Iterator[Metric]:
+        host = state.host
+        price = state.price
         instance = host.get("instance") or {}
         info = InfoMetricFamily("mlcost_host", "This host: its instance and where its price is "
                                 "from (value 1; join on Hostname or instance)")
@@ -315,7 +330,7 @@ class DaemonCollector(Collector):
         })
         yield info
         labels = ["Hostname"]
-        ledger = document.get("cost") or {}
+        ledger = state.ledger
 
         def gauge(name: str, text: str, value: Any) -> GaugeMetricFamily | None:
             if not isinstance(value, int | float) or isinstance(value, bool):
@@ -335,15 +350,15 @@ class DaemonCollector(Collector):
             gauge("mlcost_price_age_seconds", "Age of the host's price (its as-of date)",
                   _age_s(price.get("as_of"), wall)),
             gauge("mlcost_host_burn_dollars_per_hour", "The host's burn now (all GPUs)",
-                  now.burn_per_hour),
+                  state.burn_per_hour),
             gauge("mlcost_host_wasted_dollars_per_hour", "Dollars an hour the GPUs spend not "
-                  "computing: price x (1 - utilization), idle GPUs whole", now.wasted_per_hour),
+                  "computing: price x (1 - utilization), idle GPUs whole", state.wasted_per_hour),
             gauge("mlcost_idle_burn_dollars_per_hour", "Burn of GPUs no process holds",
-                  now.idle_per_hour),
+                  state.idle_per_hour),
             gauge("mlcost_nvml_up", "1 when NVML answers, 0 when it is missing or failing",
-                  1.0 if now.nvml_status == "ok" else 0.0),
+                  1.0 if state.nvml_status == "ok" else 0.0),
             gauge("mlcost_last_sample_timestamp_seconds", "When the latest sample was taken",
-                  now.ts),
+                  state.ts),
             counter("mlcost_host_burn_dollars", "Dollars the host burned since mlcostd started",
                     ledger.get("total")),
             counter("mlcost_host_wasted_dollars", "Wasted dollars since mlcostd started",
@@ -355,7 +370,7 @@ class DaemonCollector(Collector):
 
     # -- GPUs -------------------------------------------------------------------------------
 
-    def _gpus(self, now: Now, analyzer: Any, hostname: str) -> Iterator[Metric]:
+    def _gpus(self, state: MetricsState, analyzer: Any, hostname: str) -> Iterator[Metric]:
         def family(kind: type, name: str, text: str) -> Any:
             return kind(name, text, labels=list(GPU_LABELS))
 
@@ -383,11 +398,11 @@ class DaemonCollector(Collector):
         energy = family(CounterMetricFamily, "mlcost_gpu_energy_joules",
                         "Energy the GPU used since mlcostd started (measured power x time)")
         held: dict[int, int] = {}
-        for proc in now.processes:
+        for proc in state.processes:
             for index in proc.gpus:
                 held[index] = held.get(index, 0) + 1
         uuids: dict[str, list[str]] = {}
-        for gpu in now.gpus:
+        for gpu in state.gpus:
             labels = [str(gpu.index), _clean(gpu.uuid), _clean(gpu.name), hostname]
             uuids[gpu.uuid or f"gpu{gpu.index}"] = labels
             up.add_metric(labels, 1.0 if gpu.status == "ok" else 0.0)
@@ -411,13 +426,11 @@ class DaemonCollector(Collector):
 
     # -- workloads --------------------------------------------------------------------------
 
-    def _workloads(self, document: Mapping[str, Any], now: Now, analyzer: Any,
+    def _workloads(self, state: MetricsState, analyzer: Any,
                    hostname: str) -> Iterator[Metric]:
         latest = getattr(analyzer, "latest", None)  # this tick's Burn
         clock = time.monotonic()
-        jobs = {p.get("key"): p.get("job") for p in document.get("processes") or []
-                if isinstance(p, Mapping)}
-        gpu_wasted = {g.index: g.wasted_per_hour or 0.0 for g in now.gpus}
+        gpu_wasted = {g.index: g.wasted_per_hour or 0.0 for g in state.gpus}
         wasted_of: dict[str, float] = {}  # $/h now
         for key, proc in (getattr(latest, "processes", None) or {}).items():
             wasted_of[process_key(*key)] = math.fsum(
@@ -427,21 +440,19 @@ class DaemonCollector(Collector):
                          if totals is not None else {})
         rows = []
         rates: dict[WorkloadKey, list[float]] = {}
-        for proc in now.processes:
-            if proc.cost is None or jobs.get(proc.key) is None:
+        for proc in state.processes:
+            if proc.cost is None or proc.job is None:
                 continue  # the ledger has not charged it yet (its first tick): no job label
-            raw = {"job_name": _clean(jobs.get(proc.key)), "user": proc.user}
+            raw = {"job_name": _clean(proc.job), "user": proc.user}
             for label, key in OWNER_KEYS.items():
                 raw[label] = _clean(proc.owner.get(key))
             workload = self.workloads.workload_of(raw, clock)
-            shares = {phase: float(share) for phase, share in proc.phases.items()
-                      if isinstance(share, int | float) and not isinstance(share, bool)}
             rows.append((proc.key, workload, proc.cost,
-                         float(wasted_so_far.get(proc.key, 0.0)), shares))
+                         float(wasted_so_far.get(proc.key, 0.0)), proc.phases))
             rate = rates.setdefault(workload, [0.0, 0.0])
             rate[0] += proc.burn_per_hour or 0.0
             rate[1] += wasted_of.get(proc.key, 0.0)
-        self.workloads.update(rows, now.ts, clock)
+        self.workloads.update(rows, state.ts, clock)
         # Only the labels a workload has (an empty label is an absent one to PromQL), and no
         # Hostname (the scrape's instance names the host; mlcost_host_info joins it): the
         # most numerous series stay cheap to render and to store.
@@ -475,7 +486,7 @@ class DaemonCollector(Collector):
 
     # -- usage-based GPU cost beside OpenCost's names (daemon.api.usage_metrics) -----------
 
-    def _usage_cost(self, now: Now, hostname: str) -> Iterator[Metric]:
+    def _usage_cost(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
         pod_allocations = getattr(self.daemon, "pod_allocations", None)
         allocations = pod_allocations() if callable(pod_allocations) else {}
         clock = time.monotonic()
@@ -485,41 +496,41 @@ class DaemonCollector(Collector):
             cap = caps.get(label)
             return cap.value(_clean(raw), clock) if cap is not None else _clean(raw)
 
-        yield from usage_cost_families(now, allocations, hostname, bound)
+        yield from usage_cost_families(state, allocations, hostname, bound)
 
     # -- where GPU activity comes from: DCGM or GPM (daemon.api.activity_metrics) ---------
 
-    def _activity(self, now: Now, hostname: str) -> Iterator[Metric]:
+    def _activity(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
         activity_sources = getattr(getattr(self.daemon, "nvml", None), "activity_sources", None)
         if not callable(activity_sources):
             return
         labels = {g.index: [str(g.index), _clean(g.uuid), _clean(g.name), hostname]
-                  for g in now.gpus}
+                  for g in state.gpus}
         yield from activity_families(activity_sources(), labels)
 
     # -- advice and budgets -----------------------------------------------------------------
 
-    def _advice(self, now: Now, hostname: str) -> Iterator[Metric]:
+    def _advice(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
         savings = GaugeMetricFamily("mlcost_recommendation_savings_dollars_per_month",
                                     "Savings of the active recommendations per rule (combined: "
                                     "never more than the bill)", labels=["Hostname", "rule"])
         count = GaugeMetricFamily("mlcost_recommendations", "Active recommendations per rule",
                                   labels=["Hostname", "rule"])
         by_rule: dict[str, list[float]] = {}
-        for rec in now.recommendations:
-            entry = by_rule.setdefault(_clean(rec.rule), [0.0, 0.0])
-            entry[0] += rec.shown_savings_per_month or 0.0
+        for rule, shown_savings in state.recommendations:
+            entry = by_rule.setdefault(_clean(rule), [0.0, 0.0])
+            entry[0] += shown_savings or 0.0
             entry[1] += 1
         for rule, (dollars, n) in sorted(by_rule.items()):
             savings.add_metric([hostname, rule], dollars)
             count.add_metric([hostname, rule], n)
         yield savings
         yield count
-        if now.potential_savings_per_month is not None:
+        if state.potential_savings_per_month is not None:
             potential = GaugeMetricFamily("mlcost_potential_savings_dollars_per_month",
                                           "The recommendations' combined savings",
                                           labels=["Hostname"])
-            potential.add_metric([hostname], now.potential_savings_per_month)
+            potential.add_metric([hostname], state.potential_savings_per_month)
             yield potential
 
     def _budgets(self, analyzer: Any, hostname: str) -> Iterator[Metric]:

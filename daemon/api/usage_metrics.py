@@ -28,9 +28,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import Metric
 
-from daemon.analysis.usage_cost import split_gpu_cost
+from daemon.analysis.usage_cost import Host, split_gpu_cost
 from daemon.sources.podresources import Allocation
-from daemon.wire import Now
 
 HOLDER_LABELS = ("namespace", "pod", "container")
 Bound = Callable[[str, str], str]  # (label, raw value) -> the value shown ("" leaves it out)
@@ -43,7 +42,7 @@ def _holder_labels(holder: Allocation, bound: Bound) -> LabelKey:
                  if (shown := bound(label, raw)))
 
 
-def usage_cost_families(now: Now, allocations: Mapping[str, Sequence[Allocation]],
+def usage_cost_families(now: Host, allocations: Mapping[str, Sequence[Allocation]],
                         node: str, bound: Bound) -> Iterator[Metric]:
     """The four families of one scrape. `allocations`: the kubelet's {GPU UUID: allocations};
     `bound` gives a pod label's value as shown (cleaned, capped, folded into `other`), so
