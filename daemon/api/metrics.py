@@ -35,7 +35,6 @@ from functools import lru_cache
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -45,10 +44,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
+from daemon.api.exposition import Exposition, Family, LabelPairs
 from daemon.api.limits import limited_log
 from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
@@ -140,10 +139,22 @@ class WorkloadTotals:
         self.caps = {label: LabelCap(limit) for label in WORKLOAD_LABELS}
         self.seen: dict[str, _Seen] = {}
         self.retired: dict[WorkloadKey, _Retired] = {}
+        self._shown: dict[tuple[str, Any], str] = {}  # this scrape's answers of `shown`
+        self._shown_at: float | None = None
+
+    def shown(self, label: str, raw: Any, now: float) -> str:
+        """The value of `label` as the series show it (cleaned, capped, maybe `other`). The
+        caps are asked once per value per scrape (`now`: the scrape's clock); the hundreds of
+        series of one pod or user ask again for the same value."""
+        if now != self._shown_at:
+            self._shown, self._shown_at = {}, now
+        value = self._shown.get((label, raw))
+        if value is None:
+            value = self._shown[label, raw] = self.caps[label].value(_clean(raw), now)
+        return value
 
     def workload_of(self, raw: Mapping[str, str], now: float) -> WorkloadKey:
-        return tuple(self.caps[label].value(_clean(raw.get(label)), now)
-                     for label in WORKLOAD_LABELS)
+        return tuple(self.shown(label, raw.get(label), now) for label in WORKLOAD_LABELS)
 
     def update(self, processes: Sequence[tuple[str, WorkloadKey, float, float,
                                                Mapping[str, float]]],
@@ -200,11 +211,22 @@ class WorkloadTotals:
 
 
 @lru_cache(maxsize=4096)
-def _present(workload: WorkloadKey) -> dict[str, str]:
-    """The labels a workload has (cached: the same few hundred workloads every scrape; the
-    dict is shared, never changed)."""
-    return {label: value for label, value in zip(WORKLOAD_LABELS, workload, strict=True)
-            if value}
+def _present(workload: WorkloadKey) -> LabelPairs:
+    """The labels a workload has (cached: the same few hundred workloads every scrape)."""
+    return tuple((label, value) for label, value in zip(WORKLOAD_LABELS, workload, strict=True)
+                 if value)
+
+
+@lru_cache(maxsize=16384)
+def _with_phase(labels: LabelPairs, phase: str) -> LabelPairs:
+    return (*labels, ("phase", phase))
+
+
+@lru_cache(maxsize=1024)
+def _gpu_labels(index: int, uuid: str, name: str, hostname: str) -> LabelPairs:
+    """A GPU's labels (dcgm-exporter's names), cached: the same GPUs every scrape."""
+    return tuple(zip(GPU_LABELS, (str(index), _clean(uuid), _clean(name), hostname),
+                     strict=True))
 
 
 def _ratio(percent: float | None) -> float | None:
@@ -238,8 +260,14 @@ class DaemonCollector(Collector):
         return []  # families depend on the host: no registration-time check
 
     def collect(self) -> Iterator[Metric]:
+        """prometheus-client's Metrics (the registry's view; Metrics.render writes `families`)."""
+        for family in self.families():
+            yield family.metric() if isinstance(family, Family) else family
+
+    def families(self) -> list[Metric | Family]:
+        """The families of one scrape, in the order they are written."""
         with self._lock:
-            yield from self._collect()
+            return list(self._collect())
 
     def state(self) -> MetricsState:
         """This tick's state: the daemon's typed state where it offers it (`metrics_state()`),
@@ -250,15 +278,15 @@ class DaemonCollector(Collector):
             return state
         return MetricsState.from_document(self.daemon.now())
 
-    def _collect(self) -> Iterator[Metric]:
+    def _collect(self) -> Iterator[Metric | Family]:
         state = self.state()
         analyzer = getattr(self.daemon, "analyzer", None)
-        wall = time.time()
+        wall, clock = time.time(), time.monotonic()
         hostname = _clean(state.hostname)
         yield from self._host(state, hostname, wall)
         yield from self._gpus(state, analyzer, hostname)
-        yield from self._workloads(state, analyzer, hostname)
-        yield from self._usage_cost(state, hostname)
+        yield from self._workloads(state, analyzer, hostname, clock)
+        yield from self._usage_cost(state, hostname, clock)
         yield from self._activity(state, hostname)
         yield from self._advice(state, hostname)
         yield from self._budgets(analyzer, hostname)
@@ -370,66 +398,65 @@ class DaemonCollector(Collector):
 
     # -- GPUs -------------------------------------------------------------------------------
 
-    def _gpus(self, state: MetricsState, analyzer: Any, hostname: str) -> Iterator[Metric]:
-        def family(kind: type, name: str, text: str) -> Any:
-            return kind(name, text, labels=list(GPU_LABELS))
+    def _gpus(self, state: MetricsState, analyzer: Any, hostname: str) -> Iterator[Family]:
+        def family(kind: str, name: str, text: str) -> Family:
+            return Family(name, text, kind)
 
-        util = family(GaugeMetricFamily, "mlcost_gpu_utilization_ratio",
+        util = family("gauge", "mlcost_gpu_utilization_ratio",
                       "Fraction of time a kernel ran (NVML GPU utilization)")
-        sm = family(GaugeMetricFamily, "mlcost_gpu_sm_activity_ratio",
+        sm = family("gauge", "mlcost_gpu_sm_activity_ratio",
                     "SM activity (NVML GPM on Hopper and later, or dcgm-exporter when configured)")
-        used = family(GaugeMetricFamily, "mlcost_gpu_memory_used_bytes",
+        used = family("gauge", "mlcost_gpu_memory_used_bytes",
                       "GPU memory used, as nvidia-smi shows it")
-        total = family(GaugeMetricFamily, "mlcost_gpu_memory_total_bytes", "GPU memory in all")
-        power = family(GaugeMetricFamily, "mlcost_gpu_power_watts", "Power draw")
-        up = family(GaugeMetricFamily, "mlcost_gpu_up", "1 when the GPU reads ok, 0 when lost, "
+        total = family("gauge", "mlcost_gpu_memory_total_bytes", "GPU memory in all")
+        power = family("gauge", "mlcost_gpu_power_watts", "Power draw")
+        up = family("gauge", "mlcost_gpu_up", "1 when the GPU reads ok, 0 when lost, "
                     "timed out or failing")
-        busy = family(GaugeMetricFamily, "mlcost_gpu_busy", "1 busy, 0 idle under [idle]."
+        busy = family("gauge", "mlcost_gpu_busy", "1 busy, 0 idle under [idle]."
                       "utilization (the daemon's verdict); absent when unknown")
-        holders = family(GaugeMetricFamily, "mlcost_gpu_processes", "Processes holding the GPU")
-        burn = family(GaugeMetricFamily, "mlcost_gpu_burn_dollars_per_hour",
+        holders = family("gauge", "mlcost_gpu_processes", "Processes holding the GPU")
+        burn = family("gauge", "mlcost_gpu_burn_dollars_per_hour",
                       "The GPU's price an hour (host price / GPU count)")
-        wasted = family(GaugeMetricFamily, "mlcost_gpu_wasted_dollars_per_hour",
+        wasted = family("gauge", "mlcost_gpu_wasted_dollars_per_hour",
                         "Wasted dollars an hour: price x (1 - utilization), idle whole")
-        burn_total = family(CounterMetricFamily, "mlcost_gpu_burn_dollars",
+        burn_total = family("counter", "mlcost_gpu_burn_dollars",
                             "Dollars the GPU burned since mlcostd started")
-        wasted_total = family(CounterMetricFamily, "mlcost_gpu_wasted_dollars",
+        wasted_total = family("counter", "mlcost_gpu_wasted_dollars",
                               "Wasted dollars since mlcostd started")
-        energy = family(CounterMetricFamily, "mlcost_gpu_energy_joules",
+        energy = family("counter", "mlcost_gpu_energy_joules",
                         "Energy the GPU used since mlcostd started (measured power x time)")
         held: dict[int, int] = {}
         for proc in state.processes:
             for index in proc.gpus:
                 held[index] = held.get(index, 0) + 1
-        uuids: dict[str, list[str]] = {}
+        uuids: dict[str, LabelPairs] = {}
         for gpu in state.gpus:
-            labels = [str(gpu.index), _clean(gpu.uuid), _clean(gpu.name), hostname]
+            labels = _gpu_labels(gpu.index, gpu.uuid, gpu.name, hostname)
             uuids[gpu.uuid or f"gpu{gpu.index}"] = labels
-            up.add_metric(labels, 1.0 if gpu.status == "ok" else 0.0)
-            holders.add_metric(labels, float(held.get(gpu.index, 0)))
+            up.add(labels, 1.0 if gpu.status == "ok" else 0.0)
+            holders.add(labels, float(held.get(gpu.index, 0)))
             for fam, value in ((util, _ratio(gpu.utilization)), (sm, _ratio(gpu.sm_activity)),
                                (used, gpu.memory_used_bytes), (total, gpu.memory_total_bytes),
                                (power, gpu.power_watts), (burn, gpu.price_per_hour),
                                (wasted, gpu.wasted_per_hour),
                                (busy, None if gpu.busy is None else float(gpu.busy))):
                 if value is not None:
-                    fam.add_metric(labels, float(value))
+                    fam.add(labels, float(value))
         totals = analyzer.gpu_totals.snapshot() if hasattr(analyzer, "gpu_totals") else []
         for t in totals:
-            labels = uuids.get(t.uuid) or [str(t.index), _clean(t.uuid), _clean(t.name),
-                                           hostname]
-            burn_total.add_metric(labels, t.burn_dollars)
-            wasted_total.add_metric(labels, t.wasted_dollars)
-            energy.add_metric(labels, t.energy_joules)
+            labels = uuids.get(t.uuid) or _gpu_labels(t.index, t.uuid, t.name, hostname)
+            burn_total.add(labels, t.burn_dollars, "_total")
+            wasted_total.add(labels, t.wasted_dollars, "_total")
+            energy.add(labels, t.energy_joules, "_total")
         yield from (util, sm, used, total, power, up, busy, holders, burn, wasted, burn_total,
                     wasted_total, energy)
 
     # -- workloads --------------------------------------------------------------------------
 
-    def _workloads(self, state: MetricsState, analyzer: Any,
-                   hostname: str) -> Iterator[Metric]:
+    def _workloads(self, state: MetricsState, analyzer: Any, hostname: str,
+                   clock: float) -> Iterator[Metric | Family]:
+        """`clock`: the scrape's time.monotonic() (when a label value was last seen)."""
         latest = getattr(analyzer, "latest", None)  # this tick's Burn
-        clock = time.monotonic()
         gpu_wasted = {g.index: g.wasted_per_hour or 0.0 for g in state.gpus}
         wasted_of: dict[str, float] = {}  # $/h now
         for key, proc in (getattr(latest, "processes", None) or {}).items():
@@ -443,9 +470,9 @@ class DaemonCollector(Collector):
         for proc in state.processes:
             if proc.cost is None or proc.job is None:
                 continue  # the ledger has not charged it yet (its first tick): no job label
-            raw = {"job_name": _clean(proc.job), "user": proc.user}
+            raw = {"job_name": proc.job, "user": proc.user}
             for label, key in OWNER_KEYS.items():
-                raw[label] = _clean(proc.owner.get(key))
+                raw[label] = proc.owner.get(key, "")
             workload = self.workloads.workload_of(raw, clock)
             rows.append((proc.key, workload, proc.cost,
                          float(wasted_so_far.get(proc.key, 0.0)), proc.phases))
@@ -456,26 +483,26 @@ class DaemonCollector(Collector):
         # Only the labels a workload has (an empty label is an absent one to PromQL), and no
         # Hostname (the scrape's instance names the host; mlcost_host_info joins it): the
         # most numerous series stay cheap to render and to store.
-        burn = Metric("mlcost_workload_burn_dollars_per_hour",
+        burn = Family("mlcost_workload_burn_dollars_per_hour",
                       "Burn of a workload's processes (their GPU shares)", "gauge")
-        wasted = Metric("mlcost_workload_wasted_dollars_per_hour",
+        wasted = Family("mlcost_workload_wasted_dollars_per_hour",
                         "Wasted dollars an hour on the GPU shares a workload holds", "gauge")
         for workload, (per_hour, wasted_per_hour) in rates.items():
             labels = _present(workload)
-            burn.add_sample(burn.name, labels, per_hour)
-            wasted.add_sample(wasted.name, labels, wasted_per_hour)
-        dollars = Metric("mlcost_workload_dollars",
+            burn.add(labels, per_hour)
+            wasted.add(labels, wasted_per_hour)
+        dollars = Family("mlcost_workload_dollars",
                          "Dollars charged to a workload since mlcostd started", "counter")
-        wasted_total = Metric("mlcost_workload_wasted_dollars", "Wasted dollars on the GPU "
+        wasted_total = Family("mlcost_workload_wasted_dollars", "Wasted dollars on the GPU "
                               "shares a workload held, since mlcostd started", "counter")
-        phases = Metric("mlcost_workload_phase_seconds", "Seconds a workload's processes spent "
+        phases = Family("mlcost_workload_phase_seconds", "Seconds a workload's processes spent "
                         "in each phase (by their phase balance)", "counter")
         for workload, total in self.workloads.totals().items():
             labels = _present(workload)
-            dollars.add_sample(dollars.name + "_total", labels, total.dollars)
-            wasted_total.add_sample(wasted_total.name + "_total", labels, total.wasted)
+            dollars.add(labels, total.dollars, "_total")
+            wasted_total.add(labels, total.wasted, "_total")
             for phase, seconds in sorted(total.phases.items()):
-                phases.add_sample(phases.name + "_total", {**labels, "phase": phase}, seconds)
+                phases.add(_with_phase(labels, phase), seconds, "_total")
         folded = CounterMetricFamily("mlcost_metrics_folded_values",
                                      "Distinct label values folded into \"other\" by the "
                                      "per-label limit ([api].metrics_label_values)",
@@ -486,15 +513,16 @@ class DaemonCollector(Collector):
 
     # -- usage-based GPU cost beside OpenCost's names (daemon.api.usage_metrics) -----------
 
-    def _usage_cost(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
+    def _usage_cost(self, state: MetricsState, hostname: str,
+                    clock: float) -> Iterator[Family]:
         pod_allocations = getattr(self.daemon, "pod_allocations", None)
         allocations = pod_allocations() if callable(pod_allocations) else {}
-        clock = time.monotonic()
-        caps = self.workloads.caps  # the workload series' caps: one fold per label value
+        workloads = self.workloads  # the workload series' caps: one fold per label value
 
         def bound(label: str, raw: str) -> str:
-            cap = caps.get(label)
-            return cap.value(_clean(raw), clock) if cap is not None else _clean(raw)
+            if label in workloads.caps:
+                return workloads.shown(label, raw, clock)
+            return _clean(raw)
 
         yield from usage_cost_families(state, allocations, hostname, bound)
 
@@ -544,62 +572,6 @@ class DaemonCollector(Collector):
         yield limit
 
 
-class _One:
-    """A collector of one family: what generate_latest writes for it alone."""
-
-    def __init__(self, metric: Metric) -> None:
-        self.metric = metric
-
-    def collect(self) -> list[Metric]:
-        return [self.metric]
-
-
-# Samples that generate_latest moves out of their family (OpenMetrics-only series), and samples
-# with a timestamp: a family holding any is written by generate_latest whole, every scrape.
-_MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
-
-
-class Exposition:
-    """generate_latest's text exposition, byte for byte, with each family's HELP and TYPE lines
-    and each series' name and labels written once: a series keeps its labels from scrape to
-    scrape, so a scrape writes only the values of the series it wrote before (prometheus-client's
-    float format). What is new to a scrape (a family, a series) is written by generate_latest
-    itself, and kept for the next scrape while it lasts; what a scrape no longer has is dropped.
-    At 500 series, this is most of what a scrape costs (issue 23: 5 ms a scrape)."""
-
-    def __init__(self) -> None:
-        self._heads: dict[tuple[str, str, str], str] = {}
-        self._series: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
-
-    def render(self, registry: Collector) -> bytes:
-        out: list[str] = []
-        heads: dict[tuple[str, str, str], str] = {}
-        series: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
-        for metric in registry.collect():
-            moved = tuple(metric.name + suffix for suffix in _MOVED_SUFFIXES)
-            if any(s.timestamp is not None or s.name in moved for s in metric.samples):
-                out.append(generate_latest(_One(metric)).decode())
-                continue
-            head_key = (metric.name, metric.type, metric.documentation)
-            head = self._heads.get(head_key)
-            if head is None:
-                head = generate_latest(_One(Metric(metric.name, metric.documentation,
-                                                   metric.type))).decode()
-            heads[head_key] = head
-            out.append(head)
-            for sample in metric.samples:
-                key = (sample.name, tuple(sample.labels.items()))
-                prefix = self._series.get(key) or series.get(key)
-                if prefix is None:
-                    alone = Metric(metric.name, metric.documentation, metric.type)
-                    alone.samples = [sample._replace(value=0.0)]
-                    prefix = generate_latest(_One(alone)).decode()[len(head):].rsplit(" ", 1)[0]
-                series[key] = prefix
-                out.append(f"{prefix} {floatToGoString(sample.value)}\n")
-        self._heads, self._series = heads, series
-        return "".join(out).encode("utf-8")
-
-
 class Metrics:
     """The daemon's /metrics: one collector in its own registry (no process or platform
     collectors: the series are about the GPUs), in prometheus-client's text exposition."""
@@ -622,7 +594,7 @@ class Metrics:
         cached = self._cached
         if tick is not None and cached is not None and cached[0] == tick:
             return cached[1]
-        body = self.exposition.render(self.registry)
+        body = self.exposition.render(self.collector.families())
         self._cached = None if tick is None else (tick, body)
         return body
 
