@@ -1,9 +1,10 @@
 """`/metrics` for Prometheus: a prometheus-client Collector over what the running daemon holds.
 
-Each scrape builds the families from the daemon's latest state (the /v1/now document, the
-cost ledger, the per-GPU totals), on the event loop, where that state lives, once per tick.
-Nothing is hand-formatted: prometheus-client writes the exposition (`Exposition` keeps the
-lines it wrote for a series' name and labels, and writes only the values of known series).
+Each scrape builds the families from the daemon's typed state of the tick
+(daemon.api.metrics_state: the sample, the analyzer's burn and ledger, the per-GPU totals), on
+the event loop, where that state lives, once per tick; one function per family group.
+Nothing is hand-formatted: prometheus-client writes the exposition (daemon.api.exposition keeps
+the lines it wrote for a series' name and labels, and writes only the values of known series).
 
 Conventions (Prometheus naming practice; README "On a fleet"):
 - one prefix `mlcost_`, base units in the name (`_bytes`, `_watts`, `_joules`, `_seconds`,
@@ -246,8 +247,8 @@ def _age_s(as_of: Any, now: float) -> float | None:
 
 
 class DaemonCollector(Collector):
-    """The families of one scrape, from `daemon` (runtime.daemon.Daemon or anything with its
-    `now()`, `analyzer`, `host` and `config`). Call collect() on the event loop."""
+    """The families of one scrape, from `daemon` (runtime.daemon.Daemon: its `metrics_state()`
+    and `analyzer`; or anything with a `now()` document). Call it on the event loop."""
 
     def __init__(self, daemon: Any, label_values: int = DEFAULT_LABEL_VALUES,
                  api_port: int | None = None) -> None:
