@@ -58,12 +58,16 @@ DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
 OTHER = "other"
 MAX_LABEL_CHARS = 128  # a longer value is cut: labels are names, not documents
 FORGET_AFTER_S = 3600.0  # a workload unseen this long leaves the exposition and frees its slot
+# How long a label cap's answer is reused before the cap is asked again: a minute of lag in
+# "last seen" against FORGET_AFTER_S, and a freed slot taken at most this much later.
+ANSWERS_KEPT_S = 60.0
 MAX_PHASE_GAP_S = 600.0  # phase time between two scrapes further apart is not counted
 GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
 WORKLOAD_LABELS = ("job_name", "pod", "namespace", "container", "slurm_job", "user")
 # Where each workload label comes from in a process's owner (daemon.wire.Process.owner).
 OWNER_KEYS = {"pod": "pod", "namespace": "namespace", "container": "container",
               "slurm_job": "slurm_job"}
+assert WORKLOAD_LABELS == ("job_name", *OWNER_KEYS, "user")  # the order _workloads builds
 
 WorkloadKey = tuple[str, ...]  # the values of WORKLOAD_LABELS, in that order
 
@@ -140,22 +144,39 @@ class WorkloadTotals:
         self.caps = {label: LabelCap(limit) for label in WORKLOAD_LABELS}
         self.seen: dict[str, _Seen] = {}
         self.retired: dict[WorkloadKey, _Retired] = {}
-        self._shown: dict[tuple[str, Any], str] = {}  # this scrape's answers of `shown`
-        self._shown_at: float | None = None
+        # The caps' answers, kept for ANSWERS_KEPT_S (then asked again, which keeps a value
+        # seen): (label, raw value) -> value shown; raw values in WORKLOAD_LABELS order ->
+        # their workload.
+        self._shown: dict[tuple[str, Any], str] = {}
+        self._workloads: dict[tuple[Any, ...], WorkloadKey] = {}
+        self._answered_at = -math.inf
+
+    def _answers(self, now: float) -> None:
+        if not 0.0 <= now - self._answered_at < ANSWERS_KEPT_S:
+            self._shown, self._workloads, self._answered_at = {}, {}, now
 
     def shown(self, label: str, raw: Any, now: float) -> str:
         """The value of `label` as the series show it (cleaned, capped, maybe `other`). The
-        caps are asked once per value per scrape (`now`: the scrape's clock); the hundreds of
-        series of one pod or user ask again for the same value."""
-        if now != self._shown_at:
-            self._shown, self._shown_at = {}, now
+        caps are asked once per value per ANSWERS_KEPT_S, not for each of the hundreds of
+        series of one pod or user on every scrape."""
+        self._answers(now)
         value = self._shown.get((label, raw))
         if value is None:
             value = self._shown[label, raw] = self.caps[label].value(_clean(raw), now)
         return value
 
+    def workload(self, values: tuple[Any, ...], now: float) -> WorkloadKey:
+        """The workload of raw label values in WORKLOAD_LABELS order (missing: "")."""
+        self._answers(now)
+        workload = self._workloads.get(values)
+        if workload is None:
+            workload = self._workloads[values] = tuple(
+                self.shown(label, raw, now)
+                for label, raw in zip(WORKLOAD_LABELS, values, strict=True))
+        return workload
+
     def workload_of(self, raw: Mapping[str, str], now: float) -> WorkloadKey:
-        return tuple(self.shown(label, raw.get(label), now) for label in WORKLOAD_LABELS)
+        return self.workload(tuple(raw.get(label, "") for label in WORKLOAD_LABELS), now)
 
     def update(self, processes: Sequence[tuple[str, WorkloadKey, float, float,
                                                Mapping[str, float]]],
@@ -471,10 +492,10 @@ class DaemonCollector(Collector):
         for proc in state.processes:
             if proc.cost is None or proc.job is None:
                 continue  # the ledger has not charged it yet (its first tick): no job label
-            raw = {"job_name": proc.job, "user": proc.user}
-            for label, key in OWNER_KEYS.items():
-                raw[label] = proc.owner.get(key, "")
-            workload = self.workloads.workload_of(raw, clock)
+            owner = proc.owner
+            workload = self.workloads.workload(
+                (proc.job, *[owner.get(key, "") for key in OWNER_KEYS.values()], proc.user),
+                clock)
             rows.append((proc.key, workload, proc.cost,
                          float(wasted_so_far.get(proc.key, 0.0)), proc.phases))
             rate = rates.setdefault(workload, [0.0, 0.0])

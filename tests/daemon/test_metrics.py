@@ -265,6 +265,16 @@ def test_a_label_value_frees_its_slot_an_hour_after_it_was_last_seen():
     assert cap.value("second", 3700.0) == "second"
 
 
+def test_a_workloads_labels_are_asked_of_the_caps_again_after_a_minute():
+    totals = WorkloadTotals(limit=1)
+    assert totals.shown("user", "alice", 0.0) == "alice"
+    assert totals.shown("user", "bob", 1.0) == OTHER  # the one slot is alice's
+    totals.update([], None, 3700.0)  # alice unseen for an hour: her slot is free
+    assert totals.shown("user", "bob", 30.0) == OTHER  # within the minute: the answer kept
+    assert totals.shown("user", "bob", 3700.0) == "bob"  # asked again: the free slot
+    assert totals.caps["user"].admitted == {"bob": 3700.0}
+
+
 def test_a_render_that_fails_is_a_500_that_says_so(caplog):
     class Broken(FakeDaemon):
         def now(self) -> dict[str, Any]:
