@@ -25,13 +25,33 @@ from daemon.wire import Gpu, GpuShare, Now, process_key
 
 if TYPE_CHECKING:
     from daemon.analysis.analyzer import Analyzer
-    from daemon.sources.sample import Sample
+    from daemon.sources.sample import GpuUse, Sample
 
 
 @lru_cache(maxsize=8192)
 def _line(text: str) -> str:
     """daemon.wire's one-line text (cached: the same users, owners and jobs every tick)."""
     return one_line(text)
+
+
+@lru_cache(maxsize=8192)
+def _identity(pid: int, start_time: float, user: str,
+              owner: tuple[tuple[str, Any], ...]) -> tuple[str, str, Mapping[str, str]]:
+    """A process's key, user and owner as daemon.wire has them (cached: they stay for the
+    process's life; the owner is shared, never changed)."""
+    return (process_key(pid, start_time), _line(user),
+            {_line(k): _line(v) for k, v in owner if isinstance(v, str)})
+
+
+def _indices(uses: tuple[GpuUse, ...]) -> tuple[int, ...]:
+    if len(uses) == 1:  # most processes hold one GPU
+        return (uses[0].gpu_index,)
+    return tuple(sorted({u.gpu_index for u in uses}))
+
+
+def _shares(uses: tuple[GpuUse, ...]) -> tuple[GpuShare, ...]:
+    return tuple(sorted((GpuShare(u.gpu_index, u.memory_bytes, float(u.sm_share)) for u in uses),
+                        key=lambda share: share.index))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +141,8 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
         priced_processes = burn.processes if burn is not None else {}
         ledger = analyzer.ledger if analyzer is not None else None
         for proc in sample.processes:
-            key = process_key(proc.pid, proc.start_time)
+            key, user, owner = _identity(proc.pid, proc.start_time, proc.user,
+                                         tuple(proc.owner.items()))
             balance = phases.get(key)
             kind = (kinds.get(key) or {}).get("kind")
             priced_proc = priced_processes.get(proc.key)
@@ -129,11 +150,8 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
             if priced_proc is not None and ledger is not None:
                 cost, job = ledger.process_cost(proc.key)
             processes.append(ProcessState(
-                key=key, user=_line(proc.user),
-                owner={_line(k): _line(v) for k, v in proc.owner.items() if isinstance(v, str)},
-                gpus=tuple(sorted({u.gpu_index for u in proc.gpus})),
-                per_gpu=tuple(sorted((GpuShare(u.gpu_index, u.memory_bytes, float(u.sm_share))
-                                      for u in proc.gpus), key=lambda share: share.index)),
+                key=key, user=user, owner=owner, gpus=_indices(proc.gpus),
+                per_gpu=_shares(proc.gpus),
                 kind=_line(kind) or None if isinstance(kind, str) else None,
                 burn_per_hour=priced_proc.burn_per_hour if priced_proc is not None else None,
                 cost=cost, job=_line(job) or None if job is not None else None,
