@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from daemon.analysis.rules.combine import savings_document
 from daemon.api.document import gpu_busy
@@ -43,6 +43,16 @@ def _identity(pid: int, start_time: float, user: str,
             {_line(k): _line(v) for k, v in owner if isinstance(v, str)})
 
 
+def _phase_shares(balance: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """{phase: share} of a phase balance ({phase: {share, seconds, top_stacks}})."""
+    shares = {}
+    for phase, part in balance.items():
+        share = part.get("share")
+        if isinstance(share, int | float) and not isinstance(share, bool):
+            shares[phase] = float(share)
+    return shares
+
+
 def _indices(uses: tuple[GpuUse, ...]) -> tuple[int, ...]:
     if len(uses) == 1:  # most processes hold one GPU
         return (uses[0].gpu_index,)
@@ -54,9 +64,9 @@ def _shares(uses: tuple[GpuUse, ...]) -> tuple[GpuShare, ...]:
                         key=lambda share: share.index))
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessState:
-    """One process as /metrics counts it (never by pid: `key` only keeps its totals apart)."""
+class ProcessState(NamedTuple):
+    """One process as /metrics counts it (never by pid: `key` only keeps its totals apart). A
+    NamedTuple: made for every process every tick, at a third of a frozen dataclass's cost."""
 
     key: str  # daemon.wire.process_key
     user: str
@@ -155,9 +165,7 @@ def metrics_state(*, host: Mapping[str, Any], nvml_status: str, sample: Sample |
                 kind=_line(kind) or None if isinstance(kind, str) else None,
                 burn_per_hour=priced_proc.burn_per_hour if priced_proc is not None else None,
                 cost=cost, job=_line(job) or None if job is not None else None,
-                phases={phase: float(part["share"]) for phase, part in balance.items()
-                        if isinstance(part.get("share"), int | float)
-                        and not isinstance(part.get("share"), bool)} if balance else {}))
+                phases=_phase_shares(balance) if balance else {}))
     ledger_totals: dict[str, float] = {}
     latency: tuple[Mapping[str, Any], ...] = ()
     if analyzer is not None:
