@@ -225,5 +225,13 @@ class Analyzer:
             "cost": {k: v for k, v in self.ledger.as_dict().items() if k != "by_process"},
             "processes": processes,
             "events": events,
-            "recommendations": [e.as_dict(self.book.hold_s) for e in self.book.active()],
+            "recommendations": self._recommendations(),
         }
+
+    def recommendations(self) -> list[dict[str, Any]]:
+        """The active recommendations' documents (the snapshot's, without the rest of it)."""
+        with self.lock:
+            return self._recommendations()
+
+    def _recommendations(self) -> list[dict[str, Any]]:
+        return [e.as_dict(self.book.hold_s) for e in self.book.active()]

@@ -29,9 +29,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from daemon.sources.podresources import Allocation
-from daemon.wire import GpuShare, Now, Process
+from daemon.wire import Gpu, GpuShare
 
 USED, IDLE, UNALLOCATED = "used", "idle", "unallocated"
 USAGES = (USED, IDLE, UNALLOCATED)
@@ -49,6 +50,27 @@ class CostPart:
     per_hour: float
 
 
+class Holder(Protocol):
+    """A process as the split reads it (daemon.wire.Process, or /metrics' ProcessState)."""
+
+    @property
+    def gpus(self) -> tuple[int, ...]: ...
+    @property
+    def per_gpu(self) -> tuple[GpuShare, ...]: ...
+    @property
+    def owner(self) -> Mapping[str, str]: ...
+
+
+class Host(Protocol):
+    """A host at one tick: its priced GPUs and its processes (daemon.wire.Now, or /metrics'
+    MetricsState)."""
+
+    @property
+    def gpus(self) -> Sequence[Gpu]: ...
+    @property
+    def processes(self) -> Sequence[Holder]: ...
+
+
 def _holder(owner: Mapping[str, str], sole: Allocation | None) -> Allocation:
     if sole is not None:
         return sole
@@ -56,7 +78,7 @@ def _holder(owner: Mapping[str, str], sole: Allocation | None) -> Allocation:
                       owner.get("container", ""))
 
 
-def split_gpu_cost(now: Now, allocations: Mapping[str, Sequence[Allocation]]) -> list[CostPart]:
+def split_gpu_cost(now: Host, allocations: Mapping[str, Sequence[Allocation]]) -> list[CostPart]:
     """Every GPU's price split into parts (see the module's docstring); `allocations` is the
     kubelet's {GPU UUID: [allocations]} (empty outside Kubernetes). Parts of the same GPU,
     usage and holder are merged; used parts of zero dollars are left out."""
@@ -67,7 +89,7 @@ def split_gpu_cost(now: Now, allocations: Mapping[str, Sequence[Allocation]]) ->
         key = (index, usage, holder)
         parts[key] = parts.get(key, 0.0) + dollars
 
-    on_gpu: dict[int, list[tuple[Process, GpuShare | None]]] = {}
+    on_gpu: dict[int, list[tuple[Holder, GpuShare | None]]] = {}
     for proc in now.processes:
         shares = {share.index: share for share in proc.per_gpu}
         for index in dict.fromkeys((*proc.gpus, *shares)):

@@ -1,9 +1,10 @@
 """`/metrics` for Prometheus: a prometheus-client Collector over what the running daemon holds.
 
-Each scrape builds the families from the daemon's latest state (the /v1/now document, the
-cost ledger, the per-GPU totals), on the event loop, where that state lives, once per tick.
-Nothing is hand-formatted: prometheus-client writes the exposition (`Exposition` keeps the
-lines it wrote for a series' name and labels, and writes only the values of known series).
+Each scrape builds the families from the daemon's typed state of the tick
+(daemon.api.metrics_state: the sample, the analyzer's burn and ledger, the per-GPU totals), on
+the event loop, where that state lives, once per tick; one function per family group.
+Nothing is hand-formatted: prometheus-client writes the exposition (daemon.api.exposition keeps
+the lines it wrote for a series' name and labels, and writes only the values of known series).
 
 Conventions (Prometheus naming practice; README "On a fleet"):
 - one prefix `mlcost_`, base units in the name (`_bytes`, `_watts`, `_joules`, `_seconds`,
@@ -35,7 +36,6 @@ from functools import lru_cache
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -45,24 +45,29 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
+from daemon.api.exposition import Exposition, Family, LabelPairs
 from daemon.api.limits import limited_log
+from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
-from daemon.wire import Now, process_key
+from daemon.wire import process_key
 
 DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
 OTHER = "other"
 MAX_LABEL_CHARS = 128  # a longer value is cut: labels are names, not documents
 FORGET_AFTER_S = 3600.0  # a workload unseen this long leaves the exposition and frees its slot
+# How long a label cap's answer is reused before the cap is asked again: a minute of lag in
+# "last seen" against FORGET_AFTER_S, and a freed slot taken at most this much later.
+ANSWERS_KEPT_S = 60.0
 MAX_PHASE_GAP_S = 600.0  # phase time between two scrapes further apart is not counted
 GPU_LABELS = ("gpu", "UUID", "modelName", "Hostname")
 WORKLOAD_LABELS = ("job_name", "pod", "namespace", "container", "slurm_job", "user")
 # Where each workload label comes from in a process's owner (daemon.wire.Process.owner).
 OWNER_KEYS = {"pod": "pod", "namespace": "namespace", "container": "container",
               "slurm_job": "slurm_job"}
+assert WORKLOAD_LABELS == ("job_name", *OWNER_KEYS, "user")  # the order _workloads builds
 
 WorkloadKey = tuple[str, ...]  # the values of WORKLOAD_LABELS, in that order
 
@@ -139,10 +144,39 @@ class WorkloadTotals:
         self.caps = {label: LabelCap(limit) for label in WORKLOAD_LABELS}
         self.seen: dict[str, _Seen] = {}
         self.retired: dict[WorkloadKey, _Retired] = {}
+        # The caps' answers, kept for ANSWERS_KEPT_S (then asked again, which keeps a value
+        # seen): (label, raw value) -> value shown; raw values in WORKLOAD_LABELS order ->
+        # their workload.
+        self._shown: dict[tuple[str, Any], str] = {}
+        self._workloads: dict[tuple[Any, ...], WorkloadKey] = {}
+        self._answered_at = -math.inf
+
+    def _answers(self, now: float) -> None:
+        if not 0.0 <= now - self._answered_at < ANSWERS_KEPT_S:
+            self._shown, self._workloads, self._answered_at = {}, {}, now
+
+    def shown(self, label: str, raw: Any, now: float) -> str:
+        """The value of `label` as the series show it (cleaned, capped, maybe `other`). The
+        caps are asked once per value per ANSWERS_KEPT_S, not for each of the hundreds of
+        series of one pod or user on every scrape."""
+        self._answers(now)
+        value = self._shown.get((label, raw))
+        if value is None:
+            value = self._shown[label, raw] = self.caps[label].value(_clean(raw), now)
+        return value
+
+    def workload(self, values: tuple[Any, ...], now: float) -> WorkloadKey:
+        """The workload of raw label values in WORKLOAD_LABELS order (missing: "")."""
+        self._answers(now)
+        workload = self._workloads.get(values)
+        if workload is None:
+            workload = self._workloads[values] = tuple(
+                self.shown(label, raw, now)
+                for label, raw in zip(WORKLOAD_LABELS, values, strict=True))
+        return workload
 
     def workload_of(self, raw: Mapping[str, str], now: float) -> WorkloadKey:
-        return tuple(self.caps[label].value(_clean(raw.get(label)), now)
-                     for label in WORKLOAD_LABELS)
+        return self.workload(tuple(raw.get(label, "") for label in WORKLOAD_LABELS), now)
 
     def update(self, processes: Sequence[tuple[str, WorkloadKey, float, float,
                                                Mapping[str, float]]],
@@ -199,11 +233,22 @@ class WorkloadTotals:
 
 
 @lru_cache(maxsize=4096)
-def _present(workload: WorkloadKey) -> dict[str, str]:
-    """The labels a workload has (cached: the same few hundred workloads every scrape; the
-    dict is shared, never changed)."""
-    return {label: value for label, value in zip(WORKLOAD_LABELS, workload, strict=True)
-            if value}
+def _present(workload: WorkloadKey) -> LabelPairs:
+    """The labels a workload has (cached: the same few hundred workloads every scrape)."""
+    return tuple((label, value) for label, value in zip(WORKLOAD_LABELS, workload, strict=True)
+                 if value)
+
+
+@lru_cache(maxsize=16384)
+def _with_phase(labels: LabelPairs, phase: str) -> LabelPairs:
+    return (*labels, ("phase", phase))
+
+
+@lru_cache(maxsize=1024)
+def _gpu_labels(index: int, uuid: str, name: str, hostname: str) -> LabelPairs:
+    """A GPU's labels (dcgm-exporter's names), cached: the same GPUs every scrape."""
+    return tuple(zip(GPU_LABELS, (str(index), _clean(uuid), _clean(name), hostname),
+                     strict=True))
 
 
 def _ratio(percent: float | None) -> float | None:
@@ -223,8 +268,8 @@ def _age_s(as_of: Any, now: float) -> float | None:
 
 
 class DaemonCollector(Collector):
-    """The families of one scrape, from `daemon` (runtime.daemon.Daemon or anything with its
-    `now()`, `analyzer`, `host` and `config`). Call collect() on the event loop."""
+    """The families of one scrape, from `daemon` (runtime.daemon.Daemon: its `metrics_state()`
+    and `analyzer`; or anything with a `now()` document). Call it on the event loop."""
 
     def __init__(self, daemon: Any, label_values: int = DEFAULT_LABEL_VALUES,
                  api_port: int | None = None) -> None:
@@ -237,39 +282,56 @@ class DaemonCollector(Collector):
         return []  # families depend on the host: no registration-time check
 
     def collect(self) -> Iterator[Metric]:
+        """prometheus-client's Metrics (the registry's view; Metrics.render writes `families`)."""
+        for family in self.families():
+            yield family.metric() if isinstance(family, Family) else family
+
+    def families(self) -> list[Metric | Family]:
+        """The families of one scrape, in the order they are written."""
         with self._lock:
-            yield from self._collect()
+            return list(self._collect())
 
-    def _collect(self) -> Iterator[Metric]:
-        document = self.daemon.now()
-        now = Now.from_dict(document)
+    def state(self) -> MetricsState:
+        """This tick's state: the daemon's typed state where it offers it (`metrics_state()`),
+        else its /v1/now document read through daemon.wire."""
+        typed = getattr(self.daemon, "metrics_state", None)
+        if callable(typed):
+            state: MetricsState = typed()
+            return state
+        return MetricsState.from_document(self.daemon.now())
+
+    def _collect(self) -> Iterator[Metric | Family]:
+        state = self.state()
         analyzer = getattr(self.daemon, "analyzer", None)
-        wall = time.time()
-        hostname = _clean(now.hostname)
-        yield from self._host(document, now, hostname, wall)
-        yield from self._gpus(now, analyzer, hostname)
-        yield from self._workloads(document, now, analyzer, hostname)
-        yield from self._usage_cost(now, hostname)
-        yield from self._activity(now, hostname)
-        yield from self._advice(now, hostname)
+        wall, clock = time.time(), time.monotonic()
+        hostname = _clean(state.hostname)
+        yield from self._host(state, hostname, wall)
+        yield from self._gpus(state, analyzer, hostname)
+        yield from self._workloads(state, analyzer, hostname, clock)
+        yield from self._usage_cost(state, hostname, clock)
+        yield from self._activity(state, hostname)
+        yield from self._advice(state, hostname)
         yield from self._budgets(analyzer, hostname)
-        yield self._kinds(now, hostname)
-        yield from self._latency(document, hostname)
+        yield self._kinds(state, hostname)
+        yield from self._latency(state, hostname)
 
-    def _latency(self, document: Mapping[str, Any], hostname: str) -> Iterator[Metric]:
-        """p50/p99 of each [[cost.latency]] histogram, beside the cost. Labelled by the job it
-        is configured for; a process target (PID:START) shows as `process #N` (its table's
-        number): never a pid label."""
-        meters = (document.get("cost") or {}).get("latency") or []
+    def _latency(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
+        """p50/p99 of each [[cost.latency]] histogram, and the dollars per request over the
+        same requests, beside the cost. Labelled by the job it is configured for; a process
+        target (PID:START) shows as `process #N` (its table's number): never a pid label."""
+        meters = state.latency
         if not meters:
             return
         family = GaugeMetricFamily("mlcost_latency_seconds", "Serving latency quantiles from "
                                    "the server's own histogram ([[cost.latency]]), over the "
                                    "requests between mlcostd's last two polls",
                                    labels=["target", "quantile", "Hostname"])
+        per_request = GaugeMetricFamily(
+            "mlcost_latency_cost_per_request_dollars", "Dollars per request of a "
+            "[[cost.latency]] target: its dollars over the requests between mlcostd's last two "
+            "polls, divided by those requests (beside mlcost_latency_seconds)",
+            labels=["target", "Hostname"])
         for number, meter in enumerate(meters, start=1):
-            if not isinstance(meter, Mapping):
-                continue
             target = str(meter.get("target") or "")
             shown = f"process #{number}" if ":" in target and target.split(":")[0].isdigit() \
                 else _clean(target)
@@ -277,13 +339,17 @@ class DaemonCollector(Collector):
                 value = meter.get(key)
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     family.add_metric([shown, quantile, hostname], float(value))
+            cost = meter.get("cost_per_request")
+            if isinstance(cost, int | float) and not isinstance(cost, bool):
+                per_request.add_metric([shown, hostname], float(cost))
         yield family
+        yield per_request
 
-    def _kinds(self, now: Now, hostname: str) -> Metric:
+    def _kinds(self, state: MetricsState, hostname: str) -> Metric:
         """GPU processes by workload kind (daemon.analysis.kinds): a bounded label, the five
         kinds and `unknown` (not classified yet); never a pid."""
         counts = dict.fromkeys((*KINDS, "unknown"), 0)
-        for proc in now.processes:
+        for proc in state.processes:
             if proc.gpus:
                 kind = proc.kind if proc.kind in counts else "unknown"
                 counts[kind] += 1
@@ -295,10 +361,9 @@ class DaemonCollector(Collector):
 
     # -- the host ---------------------------------------------------------------------------
 
-    def _host(self, document: Mapping[str, Any], now: Now, hostname: str,
-              wall: float) -> Iterator[Metric]:
-        host = document.get("host") or {}
-        price = document.get("price") or {}
+    def _host(self, state: MetricsState, hostname: str, wall: float) -> Iterator[Metric]:
+        host = state.host
+        price = state.price
         instance = host.get("instance") or {}
         info = InfoMetricFamily("mlcost_host", "This host: its instance and where its price is "
                                 "from (value 1; join on Hostname or instance)")
@@ -315,7 +380,7 @@ class DaemonCollector(Collector):
         })
         yield info
         labels = ["Hostname"]
-        ledger = document.get("cost") or {}
+        ledger = state.ledger
 
         def gauge(name: str, text: str, value: Any) -> GaugeMetricFamily | None:
             if not isinstance(value, int | float) or isinstance(value, bool):
@@ -335,15 +400,15 @@ class DaemonCollector(Collector):
             gauge("mlcost_price_age_seconds", "Age of the host's price (its as-of date)",
                   _age_s(price.get("as_of"), wall)),
             gauge("mlcost_host_burn_dollars_per_hour", "The host's burn now (all GPUs)",
-                  now.burn_per_hour),
+                  state.burn_per_hour),
             gauge("mlcost_host_wasted_dollars_per_hour", "Dollars an hour the GPUs spend not "
-                  "computing: price x (1 - utilization), idle GPUs whole", now.wasted_per_hour),
+                  "computing: price x (1 - utilization), idle GPUs whole", state.wasted_per_hour),
             gauge("mlcost_idle_burn_dollars_per_hour", "Burn of GPUs no process holds",
-                  now.idle_per_hour),
+                  state.idle_per_hour),
             gauge("mlcost_nvml_up", "1 when NVML answers, 0 when it is missing or failing",
-                  1.0 if now.nvml_status == "ok" else 0.0),
+                  1.0 if state.nvml_status == "ok" else 0.0),
             gauge("mlcost_last_sample_timestamp_seconds", "When the latest sample was taken",
-                  now.ts),
+                  state.ts),
             counter("mlcost_host_burn_dollars", "Dollars the host burned since mlcostd started",
                     ledger.get("total")),
             counter("mlcost_host_wasted_dollars", "Wasted dollars since mlcostd started",
@@ -355,69 +420,66 @@ class DaemonCollector(Collector):
 
     # -- GPUs -------------------------------------------------------------------------------
 
-    def _gpus(self, now: Now, analyzer: Any, hostname: str) -> Iterator[Metric]:
-        def family(kind: type, name: str, text: str) -> Any:
-            return kind(name, text, labels=list(GPU_LABELS))
+    def _gpus(self, state: MetricsState, analyzer: Any, hostname: str) -> Iterator[Family]:
+        def family(kind: str, name: str, text: str) -> Family:
+            return Family(name, text, kind)
 
-        util = family(GaugeMetricFamily, "mlcost_gpu_utilization_ratio",
+        util = family("gauge", "mlcost_gpu_utilization_ratio",
                       "Fraction of time a kernel ran (NVML GPU utilization)")
-        sm = family(GaugeMetricFamily, "mlcost_gpu_sm_activity_ratio",
+        sm = family("gauge", "mlcost_gpu_sm_activity_ratio",
                     "SM activity (NVML GPM on Hopper and later, or dcgm-exporter when configured)")
-        used = family(GaugeMetricFamily, "mlcost_gpu_memory_used_bytes",
+        used = family("gauge", "mlcost_gpu_memory_used_bytes",
                       "GPU memory used, as nvidia-smi shows it")
-        total = family(GaugeMetricFamily, "mlcost_gpu_memory_total_bytes", "GPU memory in all")
-        power = family(GaugeMetricFamily, "mlcost_gpu_power_watts", "Power draw")
-        up = family(GaugeMetricFamily, "mlcost_gpu_up", "1 when the GPU reads ok, 0 when lost, "
+        total = family("gauge", "mlcost_gpu_memory_total_bytes", "GPU memory in all")
+        power = family("gauge", "mlcost_gpu_power_watts", "Power draw")
+        up = family("gauge", "mlcost_gpu_up", "1 when the GPU reads ok, 0 when lost, "
                     "timed out or failing")
-        busy = family(GaugeMetricFamily, "mlcost_gpu_busy", "1 busy, 0 idle under [idle]."
+        busy = family("gauge", "mlcost_gpu_busy", "1 busy, 0 idle under [idle]."
                       "utilization (the daemon's verdict); absent when unknown")
-        holders = family(GaugeMetricFamily, "mlcost_gpu_processes", "Processes holding the GPU")
-        burn = family(GaugeMetricFamily, "mlcost_gpu_burn_dollars_per_hour",
+        holders = family("gauge", "mlcost_gpu_processes", "Processes holding the GPU")
+        burn = family("gauge", "mlcost_gpu_burn_dollars_per_hour",
                       "The GPU's price an hour (host price / GPU count)")
-        wasted = family(GaugeMetricFamily, "mlcost_gpu_wasted_dollars_per_hour",
+        wasted = family("gauge", "mlcost_gpu_wasted_dollars_per_hour",
                         "Wasted dollars an hour: price x (1 - utilization), idle whole")
-        burn_total = family(CounterMetricFamily, "mlcost_gpu_burn_dollars",
+        burn_total = family("counter", "mlcost_gpu_burn_dollars",
                             "Dollars the GPU burned since mlcostd started")
-        wasted_total = family(CounterMetricFamily, "mlcost_gpu_wasted_dollars",
+        wasted_total = family("counter", "mlcost_gpu_wasted_dollars",
                               "Wasted dollars since mlcostd started")
-        energy = family(CounterMetricFamily, "mlcost_gpu_energy_joules",
+        energy = family("counter", "mlcost_gpu_energy_joules",
                         "Energy the GPU used since mlcostd started (measured power x time)")
         held: dict[int, int] = {}
-        for proc in now.processes:
+        for proc in state.processes:
             for index in proc.gpus:
                 held[index] = held.get(index, 0) + 1
-        uuids: dict[str, list[str]] = {}
-        for gpu in now.gpus:
-            labels = [str(gpu.index), _clean(gpu.uuid), _clean(gpu.name), hostname]
+        uuids: dict[str, LabelPairs] = {}
+        for gpu in state.gpus:
+            labels = _gpu_labels(gpu.index, gpu.uuid, gpu.name, hostname)
             uuids[gpu.uuid or f"gpu{gpu.index}"] = labels
-            up.add_metric(labels, 1.0 if gpu.status == "ok" else 0.0)
-            holders.add_metric(labels, float(held.get(gpu.index, 0)))
+            up.add(labels, 1.0 if gpu.status == "ok" else 0.0)
+            holders.add(labels, float(held.get(gpu.index, 0)))
             for fam, value in ((util, _ratio(gpu.utilization)), (sm, _ratio(gpu.sm_activity)),
                                (used, gpu.memory_used_bytes), (total, gpu.memory_total_bytes),
                                (power, gpu.power_watts), (burn, gpu.price_per_hour),
                                (wasted, gpu.wasted_per_hour),
                                (busy, None if gpu.busy is None else float(gpu.busy))):
                 if value is not None:
-                    fam.add_metric(labels, float(value))
+                    fam.add(labels, float(value))
         totals = analyzer.gpu_totals.snapshot() if hasattr(analyzer, "gpu_totals") else []
         for t in totals:
-            labels = uuids.get(t.uuid) or [str(t.index), _clean(t.uuid), _clean(t.name),
-                                           hostname]
-            burn_total.add_metric(labels, t.burn_dollars)
-            wasted_total.add_metric(labels, t.wasted_dollars)
-            energy.add_metric(labels, t.energy_joules)
+            labels = uuids.get(t.uuid) or _gpu_labels(t.index, t.uuid, t.name, hostname)
+            burn_total.add(labels, t.burn_dollars, "_total")
+            wasted_total.add(labels, t.wasted_dollars, "_total")
+            energy.add(labels, t.energy_joules, "_total")
         yield from (util, sm, used, total, power, up, busy, holders, burn, wasted, burn_total,
                     wasted_total, energy)
 
     # -- workloads --------------------------------------------------------------------------
 
-    def _workloads(self, document: Mapping[str, Any], now: Now, analyzer: Any,
-                   hostname: str) -> Iterator[Metric]:
+    def _workloads(self, state: MetricsState, analyzer: Any, hostname: str,
+                   clock: float) -> Iterator[Metric | Family]:
+        """`clock`: the scrape's time.monotonic() (when a label value was last seen)."""
         latest = getattr(analyzer, "latest", None)  # this tick's Burn
-        clock = time.monotonic()
-        jobs = {p.get("key"): p.get("job") for p in document.get("processes") or []
-                if isinstance(p, Mapping)}
-        gpu_wasted = {g.index: g.wasted_per_hour or 0.0 for g in now.gpus}
+        gpu_wasted = {g.index: g.wasted_per_hour or 0.0 for g in state.gpus}
         wasted_of: dict[str, float] = {}  # $/h now
         for key, proc in (getattr(latest, "processes", None) or {}).items():
             wasted_of[process_key(*key)] = math.fsum(
@@ -427,44 +489,42 @@ class DaemonCollector(Collector):
                          if totals is not None else {})
         rows = []
         rates: dict[WorkloadKey, list[float]] = {}
-        for proc in now.processes:
-            if proc.cost is None or jobs.get(proc.key) is None:
+        for proc in state.processes:
+            if proc.cost is None or proc.job is None:
                 continue  # the ledger has not charged it yet (its first tick): no job label
-            raw = {"job_name": _clean(jobs.get(proc.key)), "user": proc.user}
-            for label, key in OWNER_KEYS.items():
-                raw[label] = _clean(proc.owner.get(key))
-            workload = self.workloads.workload_of(raw, clock)
-            shares = {phase: float(share) for phase, share in proc.phases.items()
-                      if isinstance(share, int | float) and not isinstance(share, bool)}
+            owner = proc.owner
+            workload = self.workloads.workload(
+                (proc.job, *[owner.get(key, "") for key in OWNER_KEYS.values()], proc.user),
+                clock)
             rows.append((proc.key, workload, proc.cost,
-                         float(wasted_so_far.get(proc.key, 0.0)), shares))
+                         float(wasted_so_far.get(proc.key, 0.0)), proc.phases))
             rate = rates.setdefault(workload, [0.0, 0.0])
             rate[0] += proc.burn_per_hour or 0.0
             rate[1] += wasted_of.get(proc.key, 0.0)
-        self.workloads.update(rows, now.ts, clock)
+        self.workloads.update(rows, state.ts, clock)
         # Only the labels a workload has (an empty label is an absent one to PromQL), and no
         # Hostname (the scrape's instance names the host; mlcost_host_info joins it): the
         # most numerous series stay cheap to render and to store.
-        burn = Metric("mlcost_workload_burn_dollars_per_hour",
+        burn = Family("mlcost_workload_burn_dollars_per_hour",
                       "Burn of a workload's processes (their GPU shares)", "gauge")
-        wasted = Metric("mlcost_workload_wasted_dollars_per_hour",
+        wasted = Family("mlcost_workload_wasted_dollars_per_hour",
                         "Wasted dollars an hour on the GPU shares a workload holds", "gauge")
         for workload, (per_hour, wasted_per_hour) in rates.items():
             labels = _present(workload)
-            burn.add_sample(burn.name, labels, per_hour)
-            wasted.add_sample(wasted.name, labels, wasted_per_hour)
-        dollars = Metric("mlcost_workload_dollars",
+            burn.add(labels, per_hour)
+            wasted.add(labels, wasted_per_hour)
+        dollars = Family("mlcost_workload_dollars",
                          "Dollars charged to a workload since mlcostd started", "counter")
-        wasted_total = Metric("mlcost_workload_wasted_dollars", "Wasted dollars on the GPU "
+        wasted_total = Family("mlcost_workload_wasted_dollars", "Wasted dollars on the GPU "
                               "shares a workload held, since mlcostd started", "counter")
-        phases = Metric("mlcost_workload_phase_seconds", "Seconds a workload's processes spent "
+        phases = Family("mlcost_workload_phase_seconds", "Seconds a workload's processes spent "
                         "in each phase (by their phase balance)", "counter")
         for workload, total in self.workloads.totals().items():
             labels = _present(workload)
-            dollars.add_sample(dollars.name + "_total", labels, total.dollars)
-            wasted_total.add_sample(wasted_total.name + "_total", labels, total.wasted)
+            dollars.add(labels, total.dollars, "_total")
+            wasted_total.add(labels, total.wasted, "_total")
             for phase, seconds in sorted(total.phases.items()):
-                phases.add_sample(phases.name + "_total", {**labels, "phase": phase}, seconds)
+                phases.add(_with_phase(labels, phase), seconds, "_total")
         folded = CounterMetricFamily("mlcost_metrics_folded_values",
                                      "Distinct label values folded into \"other\" by the "
                                      "per-label limit ([api].metrics_label_values)",
@@ -475,51 +535,52 @@ class DaemonCollector(Collector):
 
     # -- usage-based GPU cost beside OpenCost's names (daemon.api.usage_metrics) -----------
 
-    def _usage_cost(self, now: Now, hostname: str) -> Iterator[Metric]:
+    def _usage_cost(self, state: MetricsState, hostname: str,
+                    clock: float) -> Iterator[Family]:
         pod_allocations = getattr(self.daemon, "pod_allocations", None)
         allocations = pod_allocations() if callable(pod_allocations) else {}
-        clock = time.monotonic()
-        caps = self.workloads.caps  # the workload series' caps: one fold per label value
+        workloads = self.workloads  # the workload series' caps: one fold per label value
 
         def bound(label: str, raw: str) -> str:
-            cap = caps.get(label)
-            return cap.value(_clean(raw), clock) if cap is not None else _clean(raw)
+            if label in workloads.caps:
+                return workloads.shown(label, raw, clock)
+            return _clean(raw)
 
-        yield from usage_cost_families(now, allocations, hostname, bound)
+        yield from usage_cost_families(state, allocations, hostname, bound)
 
     # -- where GPU activity comes from: DCGM or GPM (daemon.api.activity_metrics) ---------
 
-    def _activity(self, now: Now, hostname: str) -> Iterator[Metric]:
+    def _activity(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
         activity_sources = getattr(getattr(self.daemon, "nvml", None), "activity_sources", None)
         if not callable(activity_sources):
             return
         labels = {g.index: [str(g.index), _clean(g.uuid), _clean(g.name), hostname]
-                  for g in now.gpus}
+                  for g in state.gpus}
         yield from activity_families(activity_sources(), labels)
 
     # -- advice and budgets -----------------------------------------------------------------
 
-    def _advice(self, now: Now, hostname: str) -> Iterator[Metric]:
+    def _advice(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
         savings = GaugeMetricFamily("mlcost_recommendation_savings_dollars_per_month",
                                     "Savings of the active recommendations per rule (combined: "
                                     "never more than the bill)", labels=["Hostname", "rule"])
         count = GaugeMetricFamily("mlcost_recommendations", "Active recommendations per rule",
                                   labels=["Hostname", "rule"])
         by_rule: dict[str, list[float]] = {}
-        for rec in now.recommendations:
-            entry = by_rule.setdefault(_clean(rec.rule), [0.0, 0.0])
-            entry[0] += rec.shown_savings_per_month or 0.0
+        for rule, shown_savings in state.recommendations:
+            entry = by_rule.setdefault(_clean(rule), [0.0, 0.0])
+            entry[0] += shown_savings or 0.0
             entry[1] += 1
         for rule, (dollars, n) in sorted(by_rule.items()):
             savings.add_metric([hostname, rule], dollars)
             count.add_metric([hostname, rule], n)
         yield savings
         yield count
-        if now.potential_savings_per_month is not None:
+        if state.potential_savings_per_month is not None:
             potential = GaugeMetricFamily("mlcost_potential_savings_dollars_per_month",
                                           "The recommendations' combined savings",
                                           labels=["Hostname"])
-            potential.add_metric([hostname], now.potential_savings_per_month)
+            potential.add_metric([hostname], state.potential_savings_per_month)
             yield potential
 
     def _budgets(self, analyzer: Any, hostname: str) -> Iterator[Metric]:
@@ -531,62 +592,6 @@ class DaemonCollector(Collector):
             limit.add_metric([hostname, budget.scope, _clean(budget.name), budget.period],
                              budget.limit)
         yield limit
-
-
-class _One:
-    """A collector of one family: what generate_latest writes for it alone."""
-
-    def __init__(self, metric: Metric) -> None:
-        self.metric = metric
-
-    def collect(self) -> list[Metric]:
-        return [self.metric]
-
-
-# Samples that generate_latest moves out of their family (OpenMetrics-only series), and samples
-# with a timestamp: a family holding any is written by generate_latest whole, every scrape.
-_MOVED_SUFFIXES = ("_created", "_gsum", "_gcount")
-
-
-class Exposition:
-    """generate_latest's text exposition, byte for byte, with each family's HELP and TYPE lines
-    and each series' name and labels written once: a series keeps its labels from scrape to
-    scrape, so a scrape writes only the values of the series it wrote before (prometheus-client's
-    float format). What is new to a scrape (a family, a series) is written by generate_latest
-    itself, and kept for the next scrape while it lasts; what a scrape no longer has is dropped.
-    At 500 series, this is most of what a scrape costs (issue 23: 5 ms a scrape)."""
-
-    def __init__(self) -> None:
-        self._heads: dict[tuple[str, str, str], str] = {}
-        self._series: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
-
-    def render(self, registry: Collector) -> bytes:
-        out: list[str] = []
-        heads: dict[tuple[str, str, str], str] = {}
-        series: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
-        for metric in registry.collect():
-            moved = tuple(metric.name + suffix for suffix in _MOVED_SUFFIXES)
-            if any(s.timestamp is not None or s.name in moved for s in metric.samples):
-                out.append(generate_latest(_One(metric)).decode())
-                continue
-            head_key = (metric.name, metric.type, metric.documentation)
-            head = self._heads.get(head_key)
-            if head is None:
-                head = generate_latest(_One(Metric(metric.name, metric.documentation,
-                                                   metric.type))).decode()
-            heads[head_key] = head
-            out.append(head)
-            for sample in metric.samples:
-                key = (sample.name, tuple(sample.labels.items()))
-                prefix = self._series.get(key) or series.get(key)
-                if prefix is None:
-                    alone = Metric(metric.name, metric.documentation, metric.type)
-                    alone.samples = [sample._replace(value=0.0)]
-                    prefix = generate_latest(_One(alone)).decode()[len(head):].rsplit(" ", 1)[0]
-                series[key] = prefix
-                out.append(f"{prefix} {floatToGoString(sample.value)}\n")
-        self._heads, self._series = heads, series
-        return "".join(out).encode("utf-8")
 
 
 class Metrics:
@@ -611,7 +616,7 @@ class Metrics:
         cached = self._cached
         if tick is not None and cached is not None and cached[0] == tick:
             return cached[1]
-        body = self.exposition.render(self.registry)
+        body = self.exposition.render(self.collector.families())
         self._cached = None if tick is None else (tick, body)
         return body
 

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from prometheus_client.core import Metric
-
-from daemon.analysis.usage_cost import split_gpu_cost
+from daemon.analysis.usage_cost import Host, split_gpu_cost
+from daemon.api.exposition import Family
 from daemon.sources.podresources import Allocation
-from daemon.wire import Now
 
 HOLDER_LABELS = ("namespace", "pod", "container")
 Bound = Callable[[str, str], str]  # (label, raw value) -> the value shown ("" leaves it out)
@@ -43,20 +41,20 @@ def _holder_labels(holder: Allocation, bound: Bound) -> LabelKey:
                  if (shown := bound(label, raw)))
 
 
-def usage_cost_families(now: Now, allocations: Mapping[str, Sequence[Allocation]],
-                        node: str, bound: Bound) -> Iterator[Metric]:
+def usage_cost_families(now: Host, allocations: Mapping[str, Sequence[Allocation]],
+                        node: str, bound: Bound) -> Iterator[Family]:
     """The four families of one scrape. `allocations`: the kubelet's {GPU UUID: allocations};
     `bound` gives a pod label's value as shown (cleaned, capped, folded into `other`), so
     series that fold into one are summed, never repeated."""
     priced = [g for g in now.gpus if g.price_per_hour is not None]
-    hourly = Metric("mlcost_node_gpu_hourly_cost", "One GPU's price an hour on this node (host "
+    hourly = Family("mlcost_node_gpu_hourly_cost", "One GPU's price an hour on this node (host "
                     "price / GPU count), as OpenCost's node_gpu_hourly_cost", "gauge")
-    count = Metric("mlcost_node_gpus", "GPUs priced on this node, as OpenCost's "
+    count = Family("mlcost_node_gpus", "GPUs priced on this node, as OpenCost's "
                    "node_gpu_count", "gauge")
     if priced:
-        hourly.add_sample(hourly.name, {"node": node}, float(priced[0].price_per_hour or 0.0))
-        count.add_sample(count.name, {"node": node}, float(len(priced)))
-    allocation = Metric("mlcost_container_gpu_allocation", "GPUs the kubelet allocated to a "
+        hourly.add((("node", node),), float(priced[0].price_per_hour or 0.0))
+        count.add((("node", node),), float(len(priced)))
+    allocation = Family("mlcost_container_gpu_allocation", "GPUs the kubelet allocated to a "
                         "container; a GPU shared by n containers counts 1/n", "gauge")
     shares: dict[LabelKey, float] = {}
     for gpu in now.gpus:
@@ -65,17 +63,20 @@ def usage_cost_families(now: Now, allocations: Mapping[str, Sequence[Allocation]
             key = _holder_labels(holder, bound)
             shares[key] = shares.get(key, 0.0) + 1.0 / len(holders)
     for key, gpus in shares.items():
-        allocation.add_sample(allocation.name, {**dict(key), "node": node}, gpus)
-    usage = Metric("mlcost_gpu_usage_hourly_cost", "A GPU's price an hour split by use: used "
+        allocation.add((*key, ("node", node)), gpus)
+    usage = Family("mlcost_gpu_usage_hourly_cost", "A GPU's price an hour split by use: used "
                    "(SM share), idle (held, unused) and unallocated; per GPU they sum to its "
                    "price", "gauge")
     uuids = {g.index: g.uuid for g in now.gpus}
+    labels_of: dict[Allocation, LabelKey] = {}  # each holder's labels, once a scrape
     dollars: dict[LabelKey, float] = {}
     for part in split_gpu_cost(now, allocations):
+        labels = labels_of.get(part.holder)
+        if labels is None:
+            labels = labels_of[part.holder] = _holder_labels(part.holder, bound)
         key = (("node", node), ("gpu", str(part.gpu_index)),
-               ("UUID", bound("UUID", uuids[part.gpu_index])), ("usage", part.usage),
-               *_holder_labels(part.holder, bound))
+               ("UUID", bound("UUID", uuids[part.gpu_index])), ("usage", part.usage), *labels)
         dollars[key] = dollars.get(key, 0.0) + part.per_hour
     for key, value in dollars.items():
-        usage.add_sample(usage.name, dict(key), value)
+        usage.add(key, value)
     yield from (hourly, count, allocation, usage)

@@ -28,6 +28,7 @@ from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
+from daemon.api.metrics_state import MetricsState, metrics_state
 from daemon.config import Config, db_path, snapshots_folder
 from daemon.runtime import memory, s3_upload, systemd
 from daemon.runtime.attribution import Attribution
@@ -306,7 +307,7 @@ class Daemon:
         """The recommendations of the latest evaluation that are not snoozed. On the loop."""
         if self.analyzer is None:
             return []
-        return self._not_snoozed(self.analyzer.snapshot()["recommendations"])
+        return self._not_snoozed(self.analyzer.recommendations())
 
     def _not_snoozed(self, recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Not snoozed, and not about a process that has exited since the last evaluation
@@ -525,6 +526,15 @@ class Daemon:
         for event in document.get("events") or []:
             event["snapshot"] = taken.get(event.get("id"))
         return document
+
+    def metrics_state(self) -> MetricsState:
+        """What /metrics shows of the latest tick, from the typed state (daemon.api.
+        metrics_state), without building the /v1/now document. On the event loop."""
+        return metrics_state(
+            host=self.host, nvml_status=self.nvml.status, sample=self.last_sample,
+            idle_utilization_pct=self.config.idle.utilization, analyzer=self.analyzer,
+            phases=self.phases_now, kinds=self.kinds.documents(),
+            recommendations=self.active_recommendations())
 
     # -- snapshots (daemon/runtime/snapshots.py) -----------------------------------------------
 

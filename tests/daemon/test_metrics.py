@@ -265,6 +265,16 @@ def test_a_label_value_frees_its_slot_an_hour_after_it_was_last_seen():
     assert cap.value("second", 3700.0) == "second"
 
 
+def test_a_workloads_labels_are_asked_of_the_caps_again_after_a_minute():
+    totals = WorkloadTotals(limit=1)
+    assert totals.shown("user", "alice", 0.0) == "alice"
+    assert totals.shown("user", "bob", 1.0) == OTHER  # the one slot is alice's
+    totals.update([], None, 3700.0)  # alice unseen for an hour: her slot is free
+    assert totals.shown("user", "bob", 30.0) == OTHER  # within the minute: the answer kept
+    assert totals.shown("user", "bob", 3700.0) == "bob"  # asked again: the free slot
+    assert totals.caps["user"].admitted == {"bob": 3700.0}
+
+
 def test_a_render_that_fails_is_a_500_that_says_so(caplog):
     class Broken(FakeDaemon):
         def now(self) -> dict[str, Any]:
@@ -349,3 +359,130 @@ def test_the_exposition_is_prometheus_clients_byte_for_byte():
         assert text != first
     assert len(metrics.exposition._series) == len(
         [line for line in text.decode().splitlines() if line and not line.startswith("#")])
+
+
+# -- the typed state (Daemon.metrics_state) against the /v1/now document ------------------------
+
+
+class TypedHost:
+    """A daemon's state built the way mlcostd builds it: an Analyzer fed real Samples (an idle
+    notebook in a pod holding GPU 0, a Slurm training job on GPU 1, an unheld GPU 2), a latency
+    histogram with its cost, the recommendations found, phase balances and kinds. It offers
+    both what /metrics reads, `metrics_state()`, and the /v1/now document, `now()`."""
+
+    def __init__(self) -> None:
+        from daemon.analysis.analyzer import Analyzer
+        from daemon.analysis.cost import HostPrice
+        from daemon.analysis.latency import LatencyMeter
+
+        price = HostPrice(32.77, 3, "on-demand", "p4d.24xlarge", "aws", "us-east-1",
+                          "test catalog", "")  # no as-of: no price age, which moves with time
+        self.analyzer = Analyzer(price)
+        meter = LatencyMeter("train.py", "http://127.0.0.1:9/metrics", "latency_seconds")
+        meter.observe({0.1: 10.0, float("inf"): 10.0}, cost=1.0)
+        meter.observe({0.1: 50.0, 1.0: 60.0, float("inf"): 60.0}, cost=1.5)
+        self.analyzer.ledger.add_latency(meter)
+        self.host = {"hostname": "gpu-a\x1b[2J", "instance": {"provider": "aws"},
+                     "simulated": "test"}
+        self.phases = {"101:2.000": {"compute": {"share": 0.75, "top_stacks": []},
+                                     "data_wait": {"share": 0.25, "top_stacks": []}}}
+        self.kinds = {"100:1.000": {"kind": "notebook"}, "101:2.000": {"kind": "training"}}
+        self.tick = 0
+        self.samples: list[Any] = []
+        for ts in range(0, 1300, 5):  # long enough for the idle notebook's recommendation
+            self.step(float(ts))
+        self.analyzer.evaluate()
+
+    def step(self, ts: float) -> None:
+        from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+
+        gib = 1 << 30
+        sm = 60.0 + (ts % 7)  # the training job's share moves from tick to tick
+        self.tick += 1
+        self.samples.append(Sample(
+            ts=1_800_000_000.0 + ts, tick=self.tick,
+            gpus=tuple(GpuSample(i, f"GPU-{i}", "NVIDIA A100-SXM4-40GB",
+                                 utilization=(0.0, sm, 0.0)[i], memory_used_bytes=20 * gib,
+                                 memory_total_bytes=40 * gib, power_watts=250.0 + i)
+                       for i in range(3)),
+            processes=(ProcessSample(100, 1.0, 1, "alice", "jupyter-lab",
+                                     gpus=(GpuUse(0, 2 * gib, 0.0),),
+                                     owner={"pod": "nb-0", "namespace": "research",
+                                            "container": "lab"}),
+                       ProcessSample(101, 2.0, 1, "bob\nsmith", "python train.py",
+                                     gpus=(GpuUse(1, 8 * gib, sm),),
+                                     owner={"slurm_job": "42"}))))
+        self.analyzer.update(self.samples[-1])
+
+    def metrics_state(self) -> Any:
+        from daemon.api.metrics_state import metrics_state
+
+        return metrics_state(host=self.host, nvml_status="ok", sample=self.samples[-1],
+                             idle_utilization_pct=5.0, analyzer=self.analyzer,
+                             phases=self.phases, kinds=self.kinds,
+                             recommendations=self.analyzer.recommendations())
+
+    def now(self) -> dict[str, Any]:
+        from daemon.api.document import CostView, now_document
+
+        snapshot = self.analyzer.snapshot()
+        return now_document(
+            host=dict(self.host, nvml_status="ok"), sample=self.samples[-1],
+            previous=self.samples[-2], tick=self.tick, idle_utilization_pct=5.0,
+            cost=CostView.from_snapshot(snapshot, snapshot["recommendations"]),
+            phases=self.phases, kinds=self.kinds)
+
+
+class DocumentOnly:
+    """The same host seen only through its /v1/now document (as /metrics read it before)."""
+
+    def __init__(self, host: TypedHost) -> None:
+        self.host, self.analyzer = host, host.analyzer
+
+    @property
+    def tick(self) -> int:
+        return self.host.tick
+
+    def now(self) -> dict[str, Any]:
+        return self.host.now()
+
+
+def test_the_typed_state_renders_what_the_document_rendered_tick_after_tick():
+    host = TypedHost()
+    typed, documented = Metrics(host), Metrics(DocumentOnly(host))
+    for _ in range(4):
+        text = typed.render()
+        assert text == documented.render()
+        host.step(host.samples[-1].ts - 1_800_000_000.0 + 5)
+    decoded = text.decode()
+    names = {f.name for f in text_string_to_metric_families(decoded)}
+    # every family group has series here, so the comparison covers each of them
+    assert {"mlcost_host_info", "mlcost_gpu_utilization_ratio", "mlcost_workload_dollars",
+            "mlcost_workload_phase_seconds", "mlcost_gpu_usage_hourly_cost",
+            "mlcost_recommendations", "mlcost_potential_savings_dollars_per_month",
+            "mlcost_gpu_processes_by_kind", "mlcost_latency_seconds",
+            "mlcost_latency_cost_per_request_dollars"} <= names
+    [rule] = samples(decoded, "mlcost_recommendations")
+    assert rule.labels["rule"] == "idle_gpu_held" and rule.value == 1
+    users = {s.labels["user"] for s in samples(decoded, "mlcost_workload_dollars_total")}
+    assert users == {"alice", "bob\\nsmith"}  # made safe to print, as daemon.wire does
+    [info] = samples(decoded, "mlcost_host_info")
+    assert info.labels["Hostname"] == "gpu-a\\x1b[2J"
+
+
+def test_cost_per_request_stands_beside_the_latency_quantiles():
+    fake = FakeDaemon()
+    document = fake.now()
+    document["cost"]["latency"] = [
+        {"target": "chat", "p50_seconds": 0.1, "p99_seconds": 2.0, "cost_per_request": 0.004},
+        {"target": "1234:1700000000.000", "p50_seconds": 0.2, "p99_seconds": 0.9,
+         "cost_per_request": None}]  # not known yet: no series rather than a made-up 0
+    fake.now = lambda: document  # type: ignore[method-assign]
+    text = Metrics(fake).render().decode()
+    per_request = samples(text, "mlcost_latency_cost_per_request_dollars")
+    assert [(s.labels, s.value) for s in per_request] == [
+        ({"target": "chat", "Hostname": "gpu-a"}, 0.004)]
+    quantiles = {(s.labels["target"], s.labels["quantile"]): s.value
+                 for s in samples(text, "mlcost_latency_seconds")}
+    assert quantiles == {("chat", "0.5"): 0.1, ("chat", "0.99"): 2.0,
+                         ("process #2", "0.5"): 0.2, ("process #2", "0.99"): 0.9}
