@@ -130,6 +130,7 @@ class EnergyMeter:
         self.job_of: dict[ProcessKey, str] = {}
         self.by_job: dict[str, float] = {}
         self.by_namespace: dict[str, float] = {}
+        self.by_workload: dict[tuple[str, str], float] = {}  # (job, namespace) -> joules
         self.by_gpu: dict[str, float] = {}
         self.gpu_index: dict[str, int] = {}
         self.gpu_watts: dict[str, tuple[float, float]] = {}  # uuid -> (watts, idle watts) now
@@ -145,8 +146,8 @@ class EnergyMeter:
                 for gpu in sample.gpus:
                     watts = gpu.power_watts
                     if watts is not None and math.isfinite(watts) and watts >= 0:
-                        key = gpu.uuid or f"gpu{gpu.index}"
-                        self.floors[key] = min(self.floors.get(key, watts), watts)
+                        uuid = gpu.uuid or f"gpu{gpu.index}"
+                        self.floors[uuid] = min(self.floors.get(uuid, watts), watts)
             splits = split_power(sample, self.floors)
             procs = {p.key: p for p in sample.processes}
             watts_now: dict[ProcessKey, float] = {}
@@ -167,7 +168,9 @@ class EnergyMeter:
                 if job is None:
                     job = self.job_of[key] = self._label(proc.command, proc.owner)
                 self.by_job[job] = self.by_job.get(job, 0.0) + joules
-                namespace = proc.owner.get("namespace")
+                namespace = proc.owner.get("namespace") or ""
+                workload = (job, namespace)
+                self.by_workload[workload] = self.by_workload.get(workload, 0.0) + joules
                 if namespace:
                     self.by_namespace[namespace] = self.by_namespace.get(namespace, 0.0) + joules
             self.watts_now = watts_now
@@ -175,6 +178,12 @@ class EnergyMeter:
                 self.by_process = {k: v for k, v in self.by_process.items() if k in procs}
                 self.job_of = {k: v for k, v in self.job_of.items() if k in procs}
             return splits
+
+    def workloads(self) -> tuple[dict[tuple[str, str], float], float]:
+        """Joules so far per (job, namespace) ("" outside a namespace), and the host's idle
+        line's: together they are all the GPUs' energy (the /metrics counters)."""
+        with self.lock:
+            return dict(self.by_workload), self.host_idle_joules
 
     def process(self, key: ProcessKey) -> EnergyTotal | None:
         """A process's joules so far and its watts now; None if it never drew any."""
@@ -190,13 +199,13 @@ class EnergyMeter:
     def snapshot(self, grid: GridIntensity) -> dict[str, Any]:
         """JSON-ready totals: the host, each GPU, jobs and namespaces (bounded), the grid used."""
         with self.lock:
-            gpus = [{"index": self.gpu_index[uuid], "uuid": uuid, "joules": joules,
-                     "watts": self.gpu_watts.get(uuid, (None, None))[0],
-                     "idle_watts": self.gpu_watts.get(uuid, (None, None))[1]}
-                    for uuid, joules in self.by_gpu.items()]
+            gpus: list[dict[str, Any]] = [
+                {"index": self.gpu_index[uuid], "uuid": uuid, "joules": joules,
+                 "watts": self.gpu_watts[uuid][0], "idle_watts": self.gpu_watts[uuid][1]}
+                for uuid, joules in self.by_gpu.items()]
             by_job, by_namespace = bounded(self.by_job), bounded(self.by_namespace)
             host_idle, host_idle_watts = self.host_idle_joules, self.host_idle_watts
-        total = math.fsum(g["joules"] for g in gpus)
+        total = math.fsum(float(g["joules"]) for g in gpus)
         return {
             **EnergyTotal(total).as_dict(grid),
             "grid": grid.as_dict(),

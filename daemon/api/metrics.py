@@ -49,6 +49,7 @@ from prometheus_client.utils import floatToGoString
 
 from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
+from daemon.api.energy_metrics import energy_families
 from daemon.api.limits import limited_log
 from daemon.api.usage_metrics import usage_cost_families
 from daemon.wire import Now, process_key
@@ -255,6 +256,20 @@ class DaemonCollector(Collector):
         yield from self._budgets(analyzer, hostname)
         yield self._kinds(now, hostname)
         yield from self._latency(document, hostname)
+        yield from self._energy(analyzer, hostname)
+
+    def _energy(self, analyzer: Any, hostname: str) -> Iterator[Metric]:
+        """Energy and carbon per workload (daemon.api.energy_metrics), bounded as above."""
+        meter = getattr(analyzer, "energy", None)
+        if meter is None:
+            return
+        clock, caps = time.monotonic(), self.workloads.caps
+
+        def bound(label: str, raw: str) -> str:
+            return caps[label].value(_clean(raw), clock)
+
+        by_workload, host_idle = meter.workloads()
+        yield from energy_families(by_workload, host_idle, analyzer.grid(), hostname, bound)
 
     def _latency(self, document: Mapping[str, Any], hostname: str) -> Iterator[Metric]:
         """p50/p99 of each [[cost.latency]] histogram, beside the cost. Labelled by the job it

@@ -212,3 +212,30 @@ def test_v1_now_uses_the_configured_intensity_and_says_when_carbon_is_unknown(tm
     assert "carbon unknown" in unknown.energy.grid_source
     assert unknown.energy.total is not None and unknown.energy.total.co2e_grams is None
     assert all(p.energy is None or p.energy.co2e_grams is None for p in unknown.processes)
+
+
+def test_metrics_apportion_the_gpus_energy_to_workloads_and_the_idle_line_with_carbon(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from daemon.api.metrics import Metrics
+
+    daemon = energy_daemon(tmp_path)
+    try:
+        text = Metrics(daemon).render().decode()
+    finally:
+        daemon.store.close()
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for family in text_string_to_metric_families(text) for s in family.samples}
+    joules = {dict(labels).get("job_name", ""): (dict(labels).get("namespace"), value)
+              for (name, labels), value in found.items() if name == "mlcost_energy_joules_total"}
+    assert joules == {"ml/p-0": ("ml", pytest.approx(5 * 255)),
+                      "lab/p-0": ("lab", pytest.approx(5 * 45)),
+                      "__idle__": (None, pytest.approx(5 * 55))}
+    gpu_joules = [v for (name, _), v in found.items() if name == "mlcost_gpu_energy_joules_total"]
+    assert math.fsum(v for _, v in joules.values()) == pytest.approx(math.fsum(gpu_joules))
+    grams = {dict(labels)["job_name"]: value for (name, labels), value in found.items()
+             if name == "mlcost_energy_co2e_grams_total"}
+    assert grams["ml/p-0"] == pytest.approx(5 * 255 / JOULES_PER_KWH * 379.07)
+    [(labels, intensity)] = [(dict(labels), v) for (name, labels), v in found.items()
+                             if name == "mlcost_grid_intensity_grams_per_kwh"]
+    assert intensity == pytest.approx(379.07) and labels["source"] == "table"
