@@ -99,6 +99,8 @@ def grid_intensity(provider: str | None, region: str | None, *,
         return GridIntensity(None, f"carbon unknown: the host's cloud region is not known "
                                    f"(off-cloud or undetected); {UNKNOWN_FIX}", None,
                              provider, region)
-    year = f", {row.data_year} data" if row.data_year else ""
-    return GridIntensity(row.g_per_kwh, f"grid table: {row.source} (annual average{year})",
+    year = f"{row.data_year} data, " if row.data_year else ""
+    origin = row.source.split("; via ")[0]  # the file names the table it was read from too
+    return GridIntensity(row.g_per_kwh, f"grid table, annual average: {origin} ({year}"
+                                        f"{row.provider}/{row.region} as of {row.as_of})",
                          row.as_of, row.provider, row.region)

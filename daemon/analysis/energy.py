@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,3 +232,19 @@ def window_floors(samples: Iterable[Sample]) -> dict[str, float]:
 def process_entries(meter: EnergyMeter, grid: GridIntensity) -> dict[str, dict[str, Any]]:
     """Each process's energy document by 'pid:start_time'."""
     return {process_key(*key): total.as_dict(grid) for key, total in meter.processes().items()}
+
+
+def window_meter(samples: Sequence[Sample], label: Labeler,
+                 max_gap_s: float) -> tuple[EnergyMeter, float]:
+    """The meter of a recorded window (the report): its samples in order, each charged the
+    time since the one before (at most `max_gap_s`: a gap longer than that, the daemon
+    stopped, counts nothing), with the window's own idle floors. Returns it and the seconds
+    it covered."""
+    meter = EnergyMeter(label, window_floors(samples), learn_floors=False)
+    covered, previous = 0.0, None
+    for sample in samples:
+        seconds = 0.0 if previous is None else min(max(sample.ts - previous, 0.0), max_gap_s)
+        meter.add(sample, seconds)
+        covered += seconds
+        previous = sample.ts
+    return meter, covered

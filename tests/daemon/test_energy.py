@@ -239,3 +239,63 @@ def test_metrics_apportion_the_gpus_energy_to_workloads_and_the_idle_line_with_c
     [(labels, intensity)] = [(dict(labels), v) for (name, labels), v in found.items()
                              if name == "mlcost_grid_intensity_grams_per_kwh"]
     assert intensity == pytest.approx(379.07) and labels["source"] == "table"
+
+
+def run_report(db: Path, *args: str) -> str:
+    import subprocess
+    import sys
+
+    from tests.livedaemon import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A store the real tick path wrote: six ticks of the trainer and the notebook."""
+    from daemon.store import facts
+
+    folder = tmp_path_factory.mktemp("energy")
+    daemon = energy_daemon(folder)
+    hour = int(time.time() // 3600 * 3600) - 3600  # an hour of spend, as the ledger records it
+    facts.write_spend(daemon.store, {hour: [3600.0, 8.0, 2.0, 2.0, 0.0]},
+                      {(hour, TRAIN): [3600.0, 4.0], (hour, NOTEBOOK): [3600.0, 2.0]})
+    daemon.store.close()
+    return folder / "mlcost.db"
+
+
+def test_the_report_gives_kwh_and_carbon_per_process_job_and_namespace(recorded):
+    import json
+
+    document = json.loads(run_report(recorded, "--since", "1h", "--json"))
+    carbon = document["carbon"]
+    # the window's floor is GPU 0's least reading (60 W at the first tick): as live
+    assert carbon["joules"] == pytest.approx(5 * 355)
+    assert carbon["host_idle"]["joules"] == pytest.approx(5 * 55)
+    assert carbon["grid"]["g_per_kwh"] == pytest.approx(379.07)
+    assert carbon["by_namespace"]["ml"]["kwh"] == pytest.approx(5 * 255 / JOULES_PER_KWH)
+    procs = {p["pid"]: p for p in document["processes"]}
+    assert procs[TRAIN[0]]["energy"]["co2e_grams"] == pytest.approx(
+        5 * 255 / JOULES_PER_KWH * 379.07)
+    assert procs[NOTEBOOK[0]]["energy"]["joules"] == pytest.approx(5 * 45)
+    text = run_report(recorded, "--since", "1h")
+    assert "energy used: 0.000 kWh 0.2 g CO2e at 379.07 g CO2e/kWh (grid table, annual average: EPA eGRID2020" in text
+    assert "by namespace: ml 0.000 kWh 0.1 g CO2e, lab 0.000 kWh 0.0 g CO2e" in text
+
+
+def test_the_30_day_review_carries_energy_and_carbon_in_text_json_and_html(recorded, tmp_path):
+    import json
+
+    review = json.loads(run_report(recorded, "--since", "30d", "--json"))["review"]
+    assert review["carbon"]["joules"] == pytest.approx(5 * 355)
+    assert set(review["carbon"]["by_job"]) == {"ml/p-0", "lab/p-0"}
+    text = run_report(recorded, "--since", "30d")
+    assert "  energy used: 0.000 kWh 0.2 g CO2e at 379.07 g CO2e/kWh" in text
+    assert "by job: ml/p-0" in text
+    page = tmp_path / "review.html"
+    run_report(recorded, "--since", "30d", "--html", str(page))
+    html = page.read_text()
+    assert "energy used" in html and "job ml/p-0" in html and "379.07 g CO2e/kWh" in html
