@@ -63,7 +63,8 @@ def _amount(kwh: float, grams: float | None) -> str:
     energy = f"{kwh:,.3f} kWh" if kwh < 10 else f"{kwh:,.1f} kWh"
     if grams is None:
         return energy
-    carbon = f"{grams / 1000:,.2f} kg" if grams >= 1000 else f"{grams:,.1f} g"
+    carbon = (f"{grams / 1000:,.2f} kg" if grams >= 1000 else f"{grams:,.1f} g" if grams >= 10
+              else f"{grams:.2f} g")
     return f"{energy} {carbon} CO2e"
 
 

@@ -282,8 +282,8 @@ def test_the_report_gives_kwh_and_carbon_per_process_job_and_namespace(recorded)
         5 * 255 / JOULES_PER_KWH * 379.07)
     assert procs[NOTEBOOK[0]]["energy"]["joules"] == pytest.approx(5 * 45)
     text = run_report(recorded, "--since", "1h")
-    assert "energy used: 0.000 kWh 0.2 g CO2e at 379.07 g CO2e/kWh (grid table, annual average: EPA eGRID2020" in text
-    assert "by namespace: ml 0.000 kWh 0.1 g CO2e, lab 0.000 kWh 0.0 g CO2e" in text
+    assert "energy used: 0.000 kWh 0.19 g CO2e at 379.07 g CO2e/kWh (grid table, annual average: EPA eGRID2020" in text
+    assert "by namespace: ml 0.000 kWh 0.13 g CO2e, lab 0.000 kWh 0.02 g CO2e" in text
 
 
 def test_the_30_day_review_carries_energy_and_carbon_in_text_json_and_html(recorded, tmp_path):
@@ -293,7 +293,7 @@ def test_the_30_day_review_carries_energy_and_carbon_in_text_json_and_html(recor
     assert review["carbon"]["joules"] == pytest.approx(5 * 355)
     assert set(review["carbon"]["by_job"]) == {"ml/p-0", "lab/p-0"}
     text = run_report(recorded, "--since", "30d")
-    assert "  energy used: 0.000 kWh 0.2 g CO2e at 379.07 g CO2e/kWh" in text
+    assert "  energy used: 0.000 kWh 0.19 g CO2e at 379.07 g CO2e/kWh" in text
     assert "by job: ml/p-0" in text
     page = tmp_path / "review.html"
     run_report(recorded, "--since", "30d", "--html", str(page))
