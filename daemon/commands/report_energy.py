@@ -9,16 +9,19 @@ window (older than [store].raw_retention), the figures cover what they reach, an
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from daemon.analysis.energy import METHOD, EnergyMeter, bounded, window_meter
 from daemon.analysis.ledger import JobLabeler
-from daemon.config import Config
+from daemon.config import Config, format_duration
 from daemon.sources.safe_text import one_line
 from daemon.store.reader import StoreReader
 from pricing.grid import GridIntensity, grid_intensity
 
 TOP = 8  # jobs, namespaces and processes named in the text
+WRAP_WIDTH = 118  # as daemon.commands.report's lists
+GAP_NOTED_S = 300.0  # the text says how much of the window the samples covered past this gap
 
 
 def report_grid(price: dict[str, Any] | None, config: Config) -> GridIntensity:
@@ -76,30 +79,35 @@ def grid_text(grid: dict[str, Any]) -> str:
     return f"at {grid['g_per_kwh']:g} g CO2e/kWh ({source})"
 
 
+def _wrapped(line: str) -> list[str]:
+    """A long list wraps inside the report's 120 columns (as its other lists do)."""
+    return textwrap.wrap(line, WRAP_WIDTH, initial_indent="", subsequent_indent="    ")
+
+
 def text_lines(document: dict[str, Any]) -> list[str]:
     """The report's energy and carbon lines (empty when no GPU power was recorded)."""
     carbon = document.get("carbon")
     if not carbon or not carbon.get("joules"):
         return []
-    out = [f"energy used: {_amount(carbon['kwh'], carbon.get('co2e_grams'))} "
-           + grid_text(carbon.get("grid") or {})]
+    out = _wrapped(f"energy used: {_amount(carbon['kwh'], carbon.get('co2e_grams'))} "
+                   + grid_text(carbon.get("grid") or {}))
     covered, span = carbon.get("covered_s") or 0.0, carbon.get("span_s") or 0.0
-    if span and covered < 0.9 * span:
-        out.append(f"  (over {covered / 3600:,.1f} h of the window's {span / 3600:,.1f} h: "
-                   "the recorded samples reach no further)")
+    if span - covered > max(0.1 * span, GAP_NOTED_S):
+        out.append(f"  (over {format_duration(round(covered))} of the window's "
+                   f"{format_duration(round(span))}: the raw samples reach no further)")
     idle = carbon.get("host_idle") or {}
     if idle.get("joules"):
         out.append(f"  GPUs no process held: {_amount(idle['kwh'], idle.get('co2e_grams'))}")
     for key in ("by_job", "by_namespace"):
         rows = sorted((carbon.get(key) or {}).items(), key=lambda item: -item[1]["joules"])
         if rows:
-            out.append(f"  {key.replace('_', ' ')}: " + ", ".join(
+            out += _wrapped(f"  {key.replace('_', ' ')}: " + ", ".join(
                 f"{one_line(str(name))[:40]} {_amount(v['kwh'], v.get('co2e_grams'))}"
                 for name, v in rows[:TOP]))
     procs = sorted((p for p in document.get("processes") or [] if p.get("energy")),
                    key=lambda p: -p["energy"]["joules"])
     if procs:
-        out.append("  by process: " + ", ".join(
+        out += _wrapped("  by process: " + ", ".join(
             f"{p['pid']} {_amount(p['energy']['kwh'], p['energy'].get('co2e_grams'))}"
             for p in procs[:TOP]))
     return out
