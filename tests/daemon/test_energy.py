@@ -299,3 +299,17 @@ def test_the_30_day_review_carries_energy_and_carbon_in_text_json_and_html(recor
     run_report(recorded, "--since", "30d", "--html", str(page))
     html = page.read_text()
     assert "energy used" in html and "job ml/p-0" in html and "379.07 g CO2e/kWh" in html
+
+
+def test_check_says_which_grid_intensity_carbon_uses_or_how_to_set_one(tmp_path):
+    from daemon.commands.check import OK, WARN, check_carbon
+
+    on_prem = config_module.from_dict({"instance": {"provider": "on-prem",
+                                                    "price_per_hour": 10.0}}, where="test")
+    unknown = check_carbon(on_prem)
+    assert unknown.status == WARN and "carbon unknown" in unknown.detail
+    assert "[energy].grid_intensity_g_per_kwh" in (unknown.fix or "")
+    own = check_carbon(config_module.from_dict({
+        "instance": {"provider": "on-prem", "price_per_hour": 10.0},
+        "energy": {"grid_intensity_g_per_kwh": 250}}, where="test"))
+    assert own.status == OK and own.detail.startswith("250 g CO2e/kWh (config [energy]")
