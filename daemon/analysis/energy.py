@@ -70,13 +70,15 @@ def split_power(sample: Sample, floors: Mapping[str, float]) -> list[PowerSplit]
             splits.append(PowerSplit(gpu.index, key, watts, idle, {}, watts))
             continue
         by_process: dict[ProcessKey, float] = {}
-        sm = [max(s, 0.0) if gpu.status == GPU_OK else 0.0 for _, _, s in holders]
+        sm = [s if gpu.status == GPU_OK and math.isfinite(s) and s > 0 else 0.0
+              for _, _, s in holders]
         sm_total = math.fsum(sm)
         held = idle if sm_total > 0 else watts  # no SM sample: all of it to the holders
         if sm_total > 0:
             for (proc_key, _, _), share in zip(holders, sm, strict=True):
                 if share > 0:
-                    by_process[proc_key] = (watts - idle) * share / sm_total
+                    by_process[proc_key] = (by_process.get(proc_key, 0.0)
+                                            + (watts - idle) * share / sm_total)
         memory = [float(max(m or 0, 0)) for _, m, _ in holders]
         weights = memory if math.fsum(memory) > 0 else [1.0] * len(holders)
         weight_total = math.fsum(weights)

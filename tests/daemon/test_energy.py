@@ -313,3 +313,12 @@ def test_check_says_which_grid_intensity_carbon_uses_or_how_to_set_one(tmp_path)
         "instance": {"provider": "on-prem", "price_per_hour": 10.0},
         "energy": {"grid_intensity_g_per_kwh": 250}}, where="test"))
     assert own.status == OK and own.detail.startswith("250 g CO2e/kWh (config [energy]")
+
+
+def test_hostile_readings_neither_break_the_sum_nor_reach_a_process():
+    # a NaN SM share and a negative one count as no sample; a NaN or negative power is no reading
+    tick = sample(1.0, (gpu(0, 200.0), gpu(1, float("nan")), gpu(2, -5.0)),
+                  proc(TRAIN, (0, GIB, float("nan"))), proc(NOTEBOOK, (0, GIB, -3.0)))
+    (split,) = split_power(tick, {"GPU-0": 50.0})
+    assert split.by_process == {TRAIN: pytest.approx(100.0), NOTEBOOK: pytest.approx(100.0)}
+    assert per_gpu_sum(split) == pytest.approx(200.0)
