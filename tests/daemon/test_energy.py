@@ -322,3 +322,23 @@ def test_hostile_readings_neither_break_the_sum_nor_reach_a_process():
     (split,) = split_power(tick, {"GPU-0": 50.0})
     assert split.by_process == {TRAIN: pytest.approx(100.0), NOTEBOOK: pytest.approx(100.0)}
     assert per_gpu_sum(split) == pytest.approx(200.0)
+
+
+def test_a_replay_of_the_store_shows_the_energy_the_live_daemon_showed(tmp_path):
+    from daemon import clock
+    from daemon.replay import Replay
+
+    daemon = energy_daemon(tmp_path)
+    live = Now.from_dict(daemon.now())
+    daemon.store.close()
+    with Replay(daemon.db) as replay:
+        replayed = Now.from_dict(replay.state_at(live.ts or 0.0))
+    assert replayed.energy is not None and replayed.energy.g_per_kwh == pytest.approx(379.07)
+    if clock.utc_day_start(live.ts or 0.0) > (live.ts or 0.0) - 10:
+        pytest.skip("the recording crosses UTC midnight: a replay counts from the day's start")
+    for mine, theirs in zip(live.processes, replayed.processes, strict=True):
+        assert mine.energy is not None and theirs.energy is not None
+        assert theirs.energy.joules == pytest.approx(mine.energy.joules)
+    assert replayed.energy.host_idle is not None and live.energy is not None
+    assert live.energy.host_idle is not None
+    assert replayed.energy.host_idle.joules == pytest.approx(live.energy.host_idle.joules)
