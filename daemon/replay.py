@@ -46,7 +46,7 @@ from daemon.store.schema import SCHEMA_VERSION
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
 from daemon.wire import process_key
-from pricing.grid import grid_intensity
+from pricing.grid import GridIntensity, grid_intensity
 
 MAX_TIMES = 3000  # times() returns at most this many tick timestamps, evenly spread
 PHASE_WINDOW_S = 300.0
@@ -208,7 +208,8 @@ class Replay:
         if self.price is not None:
             current = burn(sample, self.price, self.thresholds)
             ledger, meter = self._ledger(at)
-            grid = grid_intensity(self.price.provider, self.price.region)  # no [energy] here
+            grid = (GridIntensity.from_dict(self.host.get("grid"))  # as the daemon ran
+                    or grid_intensity(self.price.provider, self.price.region))
             spent = ledger.as_dict()
             by_process = spent.pop("by_process")
             processes = {process_key(*key): {"burn_per_hour": proc.burn_per_hour,

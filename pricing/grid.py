@@ -55,6 +55,24 @@ class GridIntensity:
         return {"g_per_kwh": self.g_per_kwh, "source": self.source, "as_of": self.as_of,
                 "provider": self.provider, "region": self.region}
 
+    @classmethod
+    def from_dict(cls, recorded: Any) -> GridIntensity | None:
+        """The intensity a daemon recorded (`as_dict()` in the store's host facts), None when
+        there is none or it is malformed."""
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("source"), str):
+            return None
+        value = recorded.get("g_per_kwh")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 < value <= 2000):
+            return None
+
+        def text(key: str) -> str | None:
+            found = recorded.get(key)
+            return found[:64] if isinstance(found, str) else None
+
+        return cls(None if value is None else float(value), recorded["source"][:400],
+                   text("as_of"), text("provider"), text("region"))
+
 
 @functools.cache
 def grid_table(path: Path = BUNDLED_GRID_TABLE) -> dict[tuple[str, str], GridRow]:

@@ -24,9 +24,14 @@ WRAP_WIDTH = 118  # as daemon.commands.report's lists
 GAP_NOTED_S = 300.0  # the text says how much of the window the samples covered past this gap
 
 
-def report_grid(price: dict[str, Any] | None, config: Config) -> GridIntensity:
-    """The grid intensity for the report: [energy], else the recorded price's region."""
-    price = price or {}
+def report_grid(host: dict[str, Any], config: Config) -> GridIntensity:
+    """The grid intensity for the report: [energy] of the config given, else the one the
+    daemon recorded, else the recorded price's region's."""
+    energy = config.energy
+    recorded = GridIntensity.from_dict(host.get("grid"))
+    if recorded is not None and not (energy.grid_intensity_g_per_kwh > 0 or energy.region):
+        return recorded
+    price = host.get("price") or {}
     provider, region = price.get("provider"), price.get("region")
     return grid_intensity(provider if isinstance(provider, str) else None,
                           region if isinstance(region, str) else None,
@@ -38,7 +43,7 @@ def section(document: dict[str, Any], reader: StoreReader, start: float, end: fl
             max_samples: int, max_gap_s: float, jobs: dict[str, str] | None,
             config: Config) -> None:
     """Sets document["carbon"] and each process's "energy" (None where it drew nothing)."""
-    grid = report_grid((document.get("host") or {}).get("price"), config)
+    grid = report_grid(document.get("host") or {}, config)
     samples = reader.samples(start, end, max_samples=max_samples)
     meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s)
     by_process = meter.processes()

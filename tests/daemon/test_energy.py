@@ -342,3 +342,32 @@ def test_a_replay_of_the_store_shows_the_energy_the_live_daemon_showed(tmp_path)
     assert replayed.energy.host_idle is not None and live.energy is not None
     assert live.energy.host_idle is not None
     assert replayed.energy.host_idle.joules == pytest.approx(live.energy.host_idle.joules)
+
+
+def test_the_store_keeps_the_intensity_the_daemon_ran_with_for_reports_and_replays(tmp_path):
+    import json
+
+    from daemon.replay import Replay
+
+    config = config_module.from_dict({
+        "daemon": {"db": str(tmp_path / "mlcost.db")},
+        "instance": {"provider": "on-prem", "price_per_hour": 4.0},
+        "energy": {"grid_intensity_g_per_kwh": 100}}, where="test")
+    daemon = Daemon(config)
+    daemon.store = Store(str(daemon.db))
+    daemon.host = {"hostname": "testhost", "interval_s": 1.0}
+    daemon.analyzer = daemon._make_analyzer()  # the runtime's own: prices, records the host
+    t0 = time.time() - 30
+    script = (sample(t0 + i, (gpu(0, 300.0),), proc(TRAIN, (0, GIB, 50.0)))
+              for i in itertools.count(1))
+    daemon.collect = lambda: next(script)  # type: ignore[method-assign]
+    for _ in range(4):
+        daemon.tick_now()
+    daemon.store.close()
+    # read without that config: the report and a replay use what the daemon recorded
+    carbon = json.loads(run_report(daemon.db, "--since", "1h", "--json"))["carbon"]
+    assert carbon["grid"]["g_per_kwh"] == 100.0 and carbon["grid"]["source"] == CONFIG_SOURCE
+    assert carbon["co2e_grams"] == pytest.approx(3 * 300 / JOULES_PER_KWH * 100)
+    with Replay(daemon.db) as replay:
+        replayed = Now.from_dict(replay.state_at(time.time()))
+    assert replayed.energy is not None and replayed.energy.g_per_kwh == 100.0
