@@ -22,6 +22,7 @@ else:  # pragma: no cover - Python 3.10
 
 from daemon.analysis.kinds import KINDS
 from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
+from pricing.grid import find_region, grid_table
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; this bound keeps /dev/zero out of memory
@@ -403,6 +404,19 @@ class SnapshotsConfig:
 
 
 @dataclass(frozen=True)
+class EnergyConfig:
+    """[energy]: the grid intensity that turns the GPUs' measured energy into grams CO2e."""
+
+    grid_intensity_g_per_kwh: float = field(default=0.0, metadata=_meta(
+        "grams CO2e per kWh of this host's electricity (your utility's or grid operator's "
+        "figure, on premises or where the table lacks the region); 0: the bundled table's "
+        "annual average for the cloud region, else carbon unknown", "number", 0, 2000))
+    region: str = field(default="", metadata=_meta(
+        "cloud region whose grid average to use from the bundled table (e.g. us-east-1, "
+        "us-central1, eastus); empty: the detected or [instance] region"))
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -417,6 +431,7 @@ class Config:
     kinds: KindsConfig = field(default_factory=KindsConfig)
     owners: OwnersConfig = field(default_factory=OwnersConfig)
     snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
     source: str = "defaults"  # where this config came from, for logs and `check`
 
 
@@ -532,6 +547,10 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         raise ConfigError(f"{where}: [nvml].dcgm_exporter_url = {url[:120]!r}: must be an "
                           "http(s) URL of dcgm-exporter's /metrics, e.g. "
                           "http://localhost:9400/metrics")
+    try:
+        check_energy(config.energy)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     if config.attribution.high_sm_share < config.attribution.low_sm_share:
         raise ConfigError(
             f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "
@@ -546,6 +565,22 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
             f"{where}: [nvml].retry_max = {config.nvml.retry_max:g} is below "
             f"[nvml].retry_initial = {config.nvml.retry_initial:g}; it must be at least as long")
     return config
+
+
+def check_energy(energy: EnergyConfig) -> None:
+    """One grid intensity: a figure or a region, and a region the table knows. ValueError
+    names the key, the value and the fix."""
+    region = energy.region.strip()
+    if energy.grid_intensity_g_per_kwh > 0 and region:
+        raise ValueError(f"[energy].grid_intensity_g_per_kwh = "
+                         f"{energy.grid_intensity_g_per_kwh:g} and [energy].region = "
+                         f"{region[:64]!r} are two ways to set the grid intensity; keep one")
+    if region and find_region(region) is None:
+        known = sorted({r for _, r in grid_table()})
+        raise ValueError(f"[energy].region = {region[:64]!r} is not in the grid table "
+                         f"(pricing/data/grid_intensity.csv, {len(known)} regions, e.g. "
+                         f"{', '.join(known[:6])}); set [energy].grid_intensity_g_per_kwh "
+                         "to your grid's figure instead")
 
 
 def check_instance_price(instance: InstanceConfig) -> None:

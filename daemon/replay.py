@@ -34,6 +34,7 @@ from daemon import clock
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.energy import EnergyMeter
 from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.ledger import CostLedger
@@ -45,6 +46,7 @@ from daemon.store.schema import SCHEMA_VERSION
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
 from daemon.wire import process_key
+from pricing.grid import GridIntensity, grid_intensity
 
 MAX_TIMES = 3000  # times() returns at most this many tick timestamps, evenly spread
 PHASE_WINDOW_S = 300.0
@@ -205,13 +207,18 @@ class Replay:
         cost = None
         if self.price is not None:
             current = burn(sample, self.price, self.thresholds)
-            ledger = self._ledger(at)
+            ledger, meter = self._ledger(at)
+            grid = (GridIntensity.from_dict(self.host.get("grid"))  # as the daemon ran
+                    or grid_intensity(self.price.provider, self.price.region))
             spent = ledger.as_dict()
             by_process = spent.pop("by_process")
             processes = {process_key(*key): {"burn_per_hour": proc.burn_per_hour,
                                              "cost": by_process.get(process_key(*key), 0.0),
-                                             "job": None}
-                         for key, proc in current.processes.items()}
+                                             "job": None,
+                                             "energy": None if energy is None
+                                             else energy.as_dict(grid)}
+                         for key, proc in current.processes.items()
+                         for energy in (meter.process(key),)}
             live_burn = current.as_dict()  # the analyzer's snapshot keys, no more
             cost = CostView(
                 price=self.price.as_dict(),
@@ -219,7 +226,7 @@ class Replay:
                                                 "idle_per_hour", "price_per_gpu",
                                                 "price_source", "gpus")},
                 ledger=spent, processes=processes, events=events,
-                recommendations=self._recommendations(at))
+                recommendations=self._recommendations(at), energy=meter.snapshot(grid))
         doc = now_document(
             host=host, sample=sample, previous=previous, tick=sample.tick,
             idle_utilization_pct=self.idle_utilization_pct, cost=cost,
@@ -234,17 +241,19 @@ class Replay:
             doc["events"], doc["recommendations"] = events, self._recommendations(at)
         return doc
 
-    def _ledger(self, at: float) -> CostLedger:
-        """Spend from the start of ts's UTC day (or of the recording) up to ts."""
+    def _ledger(self, at: float) -> tuple[CostLedger, EnergyMeter]:
+        """Spend and energy from the start of ts's UTC day (or of the recording) up to ts
+        (the energy split as the live daemon's, over the same sampled ticks)."""
         day_start = clock.utc_day_start(at)
         since = max(day_start, self.start)
         samples = self.reader.samples(since, at, max_samples=LEDGER_SAMPLES)
         step = (at - since) / max(len(samples) - 1, 1)
         ledger = CostLedger(max_gap_s=max(60.0, 3 * self.interval_s, 1.5 * step))
+        meter = EnergyMeter(ledger.labeler.label)
         assert self.price is not None
         for sample in samples:
-            ledger.add(burn(sample, self.price, self.thresholds))
-        return ledger
+            meter.add(sample, ledger.add(burn(sample, self.price, self.thresholds)))
+        return ledger, meter
 
     def _events(self, at: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(events, open low-utilization windows) as the store had them at `at`: an event that

@@ -190,6 +190,56 @@ class GpuShare:
 
 
 @dataclass(frozen=True)
+class EnergyFigure:
+    """Energy so far of a process, job, namespace or the host (daemon.analysis.energy): joules,
+    kWh, grams CO2e (None: the grid intensity is unknown) and, for a process, its watts now."""
+
+    joules: float | None
+    kwh: float | None
+    co2e_grams: float | None
+    watts: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> EnergyFigure | None:
+        if not isinstance(d, Mapping) or _f(d.get("joules")) is None:
+            return None
+        return cls(joules=_f(d.get("joules")), kwh=_f(d.get("kwh")),
+                   co2e_grams=_f(d.get("co2e_grams")), watts=_f(d.get("watts")))
+
+
+@dataclass(frozen=True)
+class Energy:
+    """The host's energy and carbon so far (/v1/now "energy"): the total, the host's idle line
+    (GPUs no process holds), the grid intensity used and its source, and the largest jobs and
+    namespaces (the rest under "other")."""
+
+    total: EnergyFigure | None
+    host_idle: EnergyFigure | None
+    g_per_kwh: float | None
+    grid_source: str
+    grid_as_of: str | None
+    by_job: tuple[tuple[str, EnergyFigure], ...] = ()
+    by_namespace: tuple[tuple[str, EnergyFigure], ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Energy | None:
+        if not isinstance(d, Mapping):
+            return None
+        grid = _d(d.get("grid"))
+
+        def groups(value: Any) -> tuple[tuple[str, EnergyFigure], ...]:
+            found = [(_line(name)[:80], figure) for name, item in list(_d(value).items())[:64]
+                     if (figure := EnergyFigure.from_dict(item)) is not None]
+            return tuple(sorted(found, key=lambda pair: -(pair[1].joules or 0.0)))
+
+        return cls(total=EnergyFigure.from_dict(d), host_idle=EnergyFigure.from_dict(
+                       d.get("host_idle")),
+                   g_per_kwh=_f(grid.get("g_per_kwh")), grid_source=_s(grid.get("source")),
+                   grid_as_of=_text(grid.get("as_of")), by_job=groups(d.get("by_job")),
+                   by_namespace=groups(d.get("by_namespace")))
+
+
+@dataclass(frozen=True)
 class Process:
     key: str  # 'pid:start_time'
     pid: int
@@ -226,6 +276,7 @@ class Process:
     inference: dict[str, Any] | None = None
     per_gpu: tuple[GpuShare, ...] = ()  # by GPU index, from /v1/now's gpus list
     job: str | None = None  # its job label as the cost ledger has it ([cost].jobs, else script)
+    energy: EnergyFigure | None = None  # its watts now, joules, kWh and grams CO2e so far
 
     def on_gpu(self, index: int) -> GpuShare | None:
         """Its memory and SM share on GPU `index` (None: not on it, or not said)."""
@@ -269,7 +320,8 @@ class Process:
                         for g in _l(d.get("gpus"))[:64] if isinstance(g, Mapping)
                         for index in (_i(g.get("index")),) if index is not None),
                        key=lambda share: share.index)),
-                   job=_line(pick("job")) or None)
+                   job=_line(pick("job")) or None,
+                   energy=EnergyFigure.from_dict(pick("energy")))
 
 
 @dataclass(frozen=True)
@@ -454,6 +506,7 @@ class Now:
     # The host line; None from an older daemon and in a replay of a store (not recorded).
     host_usage: HostUsage | None = None
     latency: tuple[Latency, ...] = ()  # [[cost.latency]]: p50/p99 beside the cost
+    energy: Energy | None = None  # energy and carbon so far (daemon.analysis.energy)
 
     def latency_of(self, process: Process) -> tuple[Latency, ...]:
         """The latency histograms configured for this process or for its job."""
@@ -507,6 +560,7 @@ class Now:
             if isinstance(d.get("host_usage"), Mapping) else None,
             latency=tuple(Latency.from_dict(h) for h in _l(cost.get("latency"))[:64]
                           if isinstance(h, Mapping)),
+            energy=Energy.from_dict(d.get("energy")),
         )
 
 

@@ -24,6 +24,7 @@ from daemon.analysis.book import DEFAULT_HOLD_S, RecommendationBook
 from daemon.analysis.budgets import BudgetWatch
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn, HostPrice, burn
+from daemon.analysis.energy import EnergyMeter
 from daemon.analysis.idle import Event, IdleDetector
 from daemon.analysis.kinds import Kind
 from daemon.analysis.latency import LatencyMeter
@@ -33,6 +34,7 @@ from daemon.analysis.rules import Finding, build_analysis, evaluate
 from daemon.analysis.totals import GpuTotals
 from daemon.sources.sample import Sample
 from daemon.wire import process_key
+from pricing.grid import GridIntensity, grid_intensity
 
 WINDOW_S = 1800.0  # the rules look at the last 30 minutes
 WINDOW_STEP_S = 5.0  # keep at most one sample per 5 s for the rules
@@ -56,6 +58,8 @@ class Analyzer:
         window_step_s: float = WINDOW_STEP_S,
         limits: Mapping[str, float] | None = None,
         recommendation_hold_s: float = DEFAULT_HOLD_S,
+        grid_g_per_kwh: float = 0.0,
+        grid_region: str = "",
     ) -> None:
         self.thresholds = thresholds or IdleThresholds()
         # The rules' idle times default to the idle events' ([idle] settings); a config may
@@ -66,6 +70,8 @@ class Analyzer:
         self.catalog = catalog
         self.ledger = CostLedger(jobs)
         self.gpu_totals = GpuTotals()  # per-GPU dollars and joules: the /metrics counters
+        self.energy = EnergyMeter(self.ledger.labeler.label)  # joules per process, job, ns
+        self.grid_setting = (grid_g_per_kwh, grid_region)  # [energy]
         self.idle = IdleDetector(self.thresholds)
         self.budgets = BudgetWatch(budgets)
         self.book = RecommendationBook(hold_s=recommendation_hold_s)
@@ -95,7 +101,9 @@ class Analyzer:
     def _update(self, sample: Sample) -> list[Event]:
         current = burn(sample, self.price, self.thresholds)
         self.latest, self.latest_sample = current, sample
-        self.gpu_totals.add(sample, current, self.ledger.add(current))
+        seconds = self.ledger.add(current)
+        self.gpu_totals.add(sample, current, seconds)
+        self.energy.add(sample, seconds)
         events = self.idle.update(sample, current)
         events += self.budgets.update(self.ledger, sample.ts)
         self.recent.extend(events)
@@ -189,6 +197,12 @@ class Analyzer:
         if self.ledger.latency:
             self.ledger.poll_latency()
 
+    def grid(self) -> GridIntensity:
+        """The grid intensity for carbon: [energy], else the priced host's region."""
+        g_per_kwh, region = self.grid_setting
+        return grid_intensity(self.price.provider, self.price.region,
+                              override_g_per_kwh=g_per_kwh, override_region=region)
+
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the API and the TUI."""
         with self.lock:
@@ -197,15 +211,18 @@ class Analyzer:
     def _snapshot(self) -> dict[str, Any]:
         b = self.latest
         processes: dict[str, Any] = {}
+        grid = self.grid()
         if b is not None:
             for key, proc in b.processes.items():
                 cost, job = self.ledger.process_cost(key)
+                energy = self.energy.process(key)
                 processes[process_key(*key)] = {
                     "pid": key[0], "start_time": key[1], "user": proc.user,
                     "job": job,
                     "burn_per_hour": proc.burn_per_hour,
                     "cost": cost,
                     "shares": [s.as_dict() for s in proc.shares],
+                    "energy": energy.as_dict(grid) if energy is not None else None,
                 }
         events = [e.as_dict() for e in self.idle.active()]
         events += [e.as_dict() for e in self.budgets.events()]
@@ -226,6 +243,7 @@ class Analyzer:
             "processes": processes,
             "events": events,
             "recommendations": self._recommendations(),
+            "energy": self.energy.snapshot(grid),
         }
 
     def recommendations(self) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ class CostView:
     processes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     recommendations: list[dict[str, Any]] = field(default_factory=list)
+    energy: Mapping[str, Any] | None = None  # daemon.analysis.energy: joules, kWh, CO2e so far
 
     @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any],
@@ -51,7 +52,7 @@ class CostView:
         price = burn.pop("price")
         return cls(price=price, burn=burn, ledger=dict(snapshot["cost"]),
                    processes=snapshot["processes"], events=list(snapshot["events"]),
-                   recommendations=recommendations)
+                   recommendations=recommendations, energy=snapshot.get("energy"))
 
 
 def gpu_busy(gpu: GpuSample, idle_utilization_pct: float) -> bool | None:
@@ -116,6 +117,8 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "burn_per_hour": cost.get("burn_per_hour") if cost else None,
         "cost": cost.get("cost") if cost else None,
         "job": cost.get("job") if cost else None,
+        # daemon.analysis.energy: its watts now, joules, kWh and grams CO2e so far
+        "energy": cost.get("energy") if cost else None,
         "phases": phases,
         "phase": max(phases, key=lambda p: phases[p]) if phases and phase_known(balance) else None,
         "stack_status": stack_status["status"] if stack_status else None,
@@ -180,6 +183,7 @@ def now_document(
             for entry in doc["gpus"]:
                 entry["energy_per_hour"] = by_gpu.get(entry["index"])
         doc["cost"] = cost.ledger
+        doc["energy"] = dict(cost.energy) if cost.energy is not None else None
         doc["events"] = cost.events
         gpus = [g.index for g in sample.gpus] if sample is not None else []
         doc["recommendations"], doc["savings"] = savings_document(

@@ -48,6 +48,7 @@ from prometheus_client.registry import Collector
 
 from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
+from daemon.api.energy_metrics import energy_families
 from daemon.api.exposition import Exposition, Family, LabelPairs
 from daemon.api.limits import limited_log
 from daemon.api.metrics_state import MetricsState
@@ -314,6 +315,20 @@ class DaemonCollector(Collector):
         yield from self._budgets(analyzer, hostname)
         yield self._kinds(state, hostname)
         yield from self._latency(state, hostname)
+        yield from self._energy(analyzer, hostname)
+
+    def _energy(self, analyzer: Any, hostname: str) -> Iterator[Metric]:
+        """Energy and carbon per workload (daemon.api.energy_metrics), bounded as above."""
+        meter = getattr(analyzer, "energy", None)
+        if meter is None:
+            return
+        clock, caps = time.monotonic(), self.workloads.caps
+
+        def bound(label: str, raw: str) -> str:
+            return caps[label].value(_clean(raw), clock)
+
+        by_workload, host_idle = meter.workloads()
+        yield from energy_families(by_workload, host_idle, analyzer.grid(), hostname, bound)
 
     def _latency(self, state: MetricsState, hostname: str) -> Iterator[Metric]:
         """p50/p99 of each [[cost.latency]] histogram, and the dollars per request over the

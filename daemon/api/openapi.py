@@ -113,7 +113,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                            "processes": {"type": "array", "items": {"type": "object"}},
                            "host_usage": HOST_USAGE,
                            "recommendations": {"type": "array", "items": {"type": "object"}},
-                           "events": {"type": "array", "items": {"type": "object"}}}},
+                           "events": {"type": "array", "items": {"type": "object"}},
+                           "energy": {"type": "object", "nullable": True,
+                                      "description": "energy and carbon so far: joules, kwh, "
+                                                     "co2e_grams, grid, host_idle, gpus, "
+                                                     "by_job, by_namespace (README: Energy "
+                                                     "and carbon)"}}},
     "History": {
         "type": "object", "required": ["metric", "target", "since_s", "until", "points"],
         "properties": {

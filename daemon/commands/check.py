@@ -240,7 +240,27 @@ def price_checks(config: Any, simulated_instance: dict[str, Any] | None = None) 
     """The host's price and the failed refreshes in the price cache the daemon reads."""
     from daemon.config import price_cache_path
 
-    return [check_price(config, simulated_instance), *check_refreshes(price_cache_path(config))]
+    return [check_price(config, simulated_instance), check_carbon(config, simulated_instance),
+            *check_refreshes(price_cache_path(config))]
+
+
+def check_carbon(config: Any, simulated_instance: dict[str, Any] | None = None) -> Check:
+    """The grid intensity carbon is figured at ([energy], else the region's annual average
+    from the bundled table), or why carbon is unknown and how to set it."""
+    from daemon.runtime.price_host import price_host
+    from pricing.grid import UNKNOWN_FIX, grid_intensity
+
+    try:
+        price, _, _ = price_host(config, simulated_instance, None)
+        provider, region = price.provider, price.region
+    except (OSError, ValueError):
+        provider = region = None
+    grid = grid_intensity(provider, region,
+                          override_g_per_kwh=config.energy.grid_intensity_g_per_kwh,
+                          override_region=config.energy.region)
+    if grid.g_per_kwh is None:
+        return Check("carbon", WARN, grid.source.split("; " + UNKNOWN_FIX)[0], UNKNOWN_FIX)
+    return Check("carbon", OK, f"{grid.g_per_kwh:g} g CO2e/kWh ({grid.source})")
 
 
 def owner_checks(config: Any) -> list[Check]:

@@ -31,6 +31,7 @@ from daemon import config as config_module
 from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text, target_text
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
+from daemon.commands.report_energy import grid_text
 from daemon.config import Config
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
@@ -397,6 +398,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "shared_gpus": {str(g): pids for g, pids in result.shared_gpus.items()},
         "left_running": result.left_running,
         "recommendations": len(document.get("recommendations") or []),
+        "energy": run_energy(document),
     }
     facts["warnings"] = representativeness(facts, result)
     facts["representative"] = not facts["warnings"]
@@ -526,6 +528,31 @@ def verdict(document: dict[str, Any]) -> str:
     return "done (no gates)"
 
 
+def run_energy(document: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's energy and carbon: its processes' shares of their GPUs' measured power
+    (daemon.commands.report_energy), with the grid intensity used; None when no power was
+    measured."""
+    figures = [p["energy"] for p in document.get("processes") or [] if p.get("energy")]
+    if not figures:
+        return None
+    grid = (document.get("carbon") or {}).get("grid") or {}
+    grams = [f.get("co2e_grams") for f in figures]
+    return {"joules": sum(f["joules"] for f in figures),
+            "kwh": sum(f["kwh"] for f in figures),
+            "co2e_grams": None if None in grams else sum(g for g in grams if g is not None),
+            "grid": grid}
+
+
+def energy_line(profile: dict[str, Any]) -> str | None:
+    """The run's energy in a line ("Energy: 0.004 kWh, 1.5 g CO2e at ..."), None without."""
+    energy = profile.get("energy")
+    if not energy:
+        return None
+    grams = energy.get("co2e_grams")
+    carbon = "" if grams is None else f", {grams:,.2f} g CO2e"
+    return f"{energy['kwh']:,.4f} kWh{carbon} {grid_text(energy.get('grid') or {})}"
+
+
 def summary_markdown(document: dict[str, Any]) -> str:
     """The CI job summary: verdict, gates, phase balance, cost, top recommendations."""
     profile = document["profile"]
@@ -572,6 +599,9 @@ def summary_markdown(document: dict[str, Any]) -> str:
         if meter.get("cost_per_1k") is not None:
             money += f"; {_dollars(meter['cost_per_1k'])} per 1k {_md(meter.get('unit'))}"
     out += ["", money, ""]
+    energy = energy_line(profile)
+    if energy is not None:
+        out += [f"Energy: {_md(energy)}", ""]
     for line in _latency_lines(profile):
         out += [f"Latency: {_md(line)}", ""]
     recs = (document.get("recommendations") or [])[:TOP_RECOMMENDATIONS]
@@ -601,6 +631,9 @@ def verdict_text(document: dict[str, Any], out: Path) -> str:
     if profile["steps"]:
         cost += f", {profile['steps']} steps, {_dollars(profile['cost_per_1k_steps'])}/1k steps"
     lines.append(cost)
+    energy = energy_line(profile)
+    if energy is not None:
+        lines.append(f"  energy: {energy}")
     lines += [f"  latency: {line}" for line in _latency_lines(profile)]
     for rec in (document.get("recommendations") or [])[:TOP_RECOMMENDATIONS]:
         lines.append(f"  recommendation: {one_line(str(rec.get('summary', '')))}")

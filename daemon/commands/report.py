@@ -19,7 +19,7 @@ from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import build as build_timeline
-from daemon.commands import report_latency
+from daemon.commands import report_energy, report_latency
 from daemon.commands import review as team_review
 from daemon.config import Config
 from daemon.runtime import price_host
@@ -159,6 +159,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
     document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
                           _window_energy(reader, start, end, gpus, per_kwh, interval))
+    most = 600 if end - start <= RAW_MAX_SPAN_S else COST_SAMPLES  # as _window_cost reads
+    report_energy.section(document, reader, start, end, most,
+                          max(60.0, 3 * interval, 3 * (end - start) / most), jobs, config)
     document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval)
     latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
     review = document.setdefault("review", {})
@@ -167,6 +170,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         energy=document["energy"],
         recommendations=document["recommendations"],
         current=recorded_spend))
+    review["carbon"] = report_energy.review_entry(document["carbon"])
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
@@ -445,6 +449,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                    f"({energy['watts'] / 1000:.2f} kW measured at "
                    f"${energy['electricity_per_kwh']:g}/kWh), "
                    f"${energy['cost']:.{2 if energy['cost'] >= 1 else 4}f} in the window")
+    out += report_energy.text_lines(report)
     spend = report.get("spend") or {}
     if spend.get("by_day"):
         days = ", ".join(f"{day} ${value:.2f}" for day, value in spend["by_day"].items())
@@ -563,6 +568,7 @@ def render_review(review: dict[str, Any]) -> list[str]:
     energy = review.get("energy") or {}
     if energy.get("cost") is not None:
         out.append(f"  energy: ${energy['cost']:,.2f} at ${energy['electricity_per_kwh']:g}/kWh")
+    out += report_energy.review_line(review)
     for key, rows in (review.get("by") or {}).items():
         out += _packed(f"  by {key}:", [
             f"{one_line(str(r['name']))[:40]} ${r['cost']:,.2f}"

@@ -64,6 +64,27 @@ def _unit_row(unit: dict[str, Any]) -> str:
             f"<td>{_trend(unit.get('trend_pct'))}</td></tr>")
 
 
+def _carbon_rows(carbon: dict[str, Any]) -> str:
+    """Energy used and its carbon (daemon.commands.report_energy), overall and by job."""
+    if not carbon.get("joules"):
+        return ""
+    grid = carbon.get("grid") or {}
+
+    def amount(figure: dict[str, Any]) -> str:
+        grams = figure.get("co2e_grams")
+        return f"{figure['kwh']:,.3f} kWh" + ("" if grams is None else
+                                              f", {grams / 1000:,.3f} kg CO2e")
+
+    how = (f"{grid['g_per_kwh']:g} g CO2e/kWh: " if grid.get("g_per_kwh") is not None
+           else "") + str(grid.get("source") or "")
+    rows = [f"<tr><th>energy used</th><td class=n>{_e(amount(carbon))}</td>"
+            f"<td>{_e(how)}</td></tr>"]
+    rows += [f"<tr><th>job {_e(name)}</th><td class=n>{_e(amount(figure))}</td><td></td></tr>"
+             for name, figure in sorted((carbon.get("by_job") or {}).items(),
+                                        key=lambda item: -item[1]["joules"])]
+    return "".join(rows)
+
+
 def render(document: dict[str, Any]) -> str:
     """The page of a report document's review (its `review` key)."""
     review = document.get("review") or {}
@@ -109,7 +130,7 @@ def render(document: dict[str, Any]) -> str:
                    f"<tr><th>storage</th><td class=n>{_e(_money(storage.get('cost')))}</td>"
                    "<td></td></tr>"
                    f"<tr><th>energy</th><td class=n>{_e(_money(energy.get('cost')))}</td>"
-                   "<td></td></tr></table>")
+                   "<td></td></tr>" + _carbon_rows(review.get("carbon") or {}) + "</table>")
         for key, rows in (review.get("by") or {}).items():
             out.append(f"<h2>By {_e(key)}</h2><table><tr><th>{_e(key)}</th><th>spend</th>"
                        "<th>before</th><th>trend</th></tr>" + "".join(

@@ -572,10 +572,12 @@ class Daemon:
         if instance.get("id"):  # [instance].id on a simulated host too (the demo's EC2)
             self.host["instance"]["id"] = instance["id"]
         assert self.store is not None
+        analyzer = build_analyzer(self.config, price, catalog)
+        self.host["grid"] = analyzer.grid().as_dict()  # carbon's intensity, for reports, replays
         self.store.set_meta("host", self.host)
         # The report labels jobs as this daemon did ([cost].jobs), wherever it is read.
         self.store.set_meta("cost", {"jobs": dict(self.config.cost.jobs)})
-        return build_analyzer(self.config, price, catalog)
+        return analyzer
 
     def _record_costs(self, ts: float) -> None:
         """Hand the store what the ledger charged since the last round (hour spend) and what

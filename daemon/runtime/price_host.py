@@ -268,5 +268,7 @@ def build_analyzer(config: Config, price: HostPrice, catalog: Any) -> Analyzer:
                                    for path in cost.storage_paths},
                     unit_costs=meters, limits=limits,
                     recommendation_hold_s=cost.recommendation_hold,
+                    grid_g_per_kwh=config.energy.grid_intensity_g_per_kwh,
+                    grid_region=config.energy.region,
                     latency=[LatencyMeter(**dataclasses.asdict(latency_setting(table)))
                              for table in cost.latency])

@@ -24,6 +24,7 @@ from mlcost_tui import format as fmt
 from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
+from mlcost_tui.screens.energy_section import energy_section
 from mlcost_tui.screens.kind_section import kind_section
 from mlcost_tui.thresholds import MUTED, PHASE_COLOURS
 
@@ -303,6 +304,7 @@ class DetailsScreen(Screen):
                     f"   RSS {fmt.size(p.rss_bytes)}   I/O wait {fmt.pct(p.io_wait_percent)}\n")
         text.append("Cost ", style="bold")
         text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n")
+        text.append_text(energy_section(p))  # its watts, kWh and CO2e (screens/energy_section.py)
         for histogram in self.latency:  # [[cost.latency]] of this process or its job
             text.append("Latency ", style="bold")
             if histogram.error:

@@ -418,3 +418,21 @@ def test_latency_gives_p50_p99_and_cost_per_request_of_the_server_the_command_ru
 def test_latency_needs_an_http_url(tmp_path):
     result = profile(tmp_path / "x", "--latency", "ftp://h/metrics", "m", "--", "true")
     assert result.returncode == 2 and "--latency 'ftp://h/metrics' 'm': url" in result.stderr
+
+
+def test_the_profile_gives_the_runs_energy_and_carbon(starved):
+    out, result = starved
+    assert result.returncode == 0, result.stderr
+    profile_doc = document(out)
+    energy = profile_doc["profile"]["energy"]
+    # the simulated GPU draws power; the run's process holds it: its share is the run's
+    (proc,) = [p for p in profile_doc["processes"] if p["gpus"]]
+    assert energy["joules"] == proc["energy"]["joules"] > 0
+    grid = profile_doc["carbon"]["grid"]
+    if grid["g_per_kwh"] is None:
+        assert energy["co2e_grams"] is None and "carbon unknown" in grid["source"]
+    else:
+        assert energy["co2e_grams"] == pytest.approx(energy["kwh"] * grid["g_per_kwh"])
+    summary = (out / "summary.md").read_text()
+    assert f"Energy: {energy['kwh']:,.4f} kWh" in summary
+    assert "energy: " in result.stderr

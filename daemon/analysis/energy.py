@@ -1,0 +1,252 @@
+"""Per-process energy and carbon: each GPU's measured power apportioned to the processes on it.
+
+At each tick a GPU's power P (NVML power usage) is split in two:
+
+- **idle power**: the least power this GPU has drawn since mlcostd started (its floor, learnt
+  tick by tick; the report uses the least of its window), at most P. It is what the GPU draws
+  for being on and held. It goes to the processes holding memory on the GPU, by memory held
+  (equally when NVML gives no memory figure), or to the host's idle line when no process holds
+  the GPU;
+- **active power**: P less the idle power, what running kernels add. It goes to the processes
+  by their SM share (NVML per-process utilization); when no process has an SM sample, it goes
+  with the idle power to the memory holders (nobody can be seen running, so whoever holds it).
+
+So per GPU the processes' watts plus the host's idle watts equal P, and joules (watts x the
+seconds the cost ledger charged) sum to the GPU's energy in daemon.analysis.totals. A GPU
+without a power reading (unsupported, lost) adds nothing. kWh = J / 3.6e6; grams CO2e = kWh x
+the grid intensity (pricing.grid: config, else the region's annual average, else unknown).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.sources.sample import GPU_OK, Sample
+from daemon.wire import process_key
+from pricing.grid import JOULES_PER_KWH, GridIntensity
+
+ProcessKey = tuple[int, float]
+Labeler = Callable[[str, Mapping[str, str]], str]  # (command, owner) -> job label
+OTHER = "other"  # the rest of a bounded breakdown
+MAX_GROUPS = 50  # jobs or namespaces listed in a document; the rest fold into OTHER
+METHOD = ("each GPU's measured power: the part above its idle floor (least power seen) by SM "
+          "share, the idle floor by memory held, or to the host's idle line when no process "
+          "holds the GPU; grams CO2e = kWh x grid intensity")
+
+
+@dataclass(frozen=True, slots=True)
+class PowerSplit:
+    """One GPU's power at one tick, split: watts per process and the host's idle line's."""
+
+    gpu_index: int
+    uuid: str
+    watts: float
+    idle_watts: float  # the floor used for this tick (at most `watts`)
+    by_process: Mapping[ProcessKey, float]
+    host_idle_watts: float
+
+
+def split_power(sample: Sample, floors: Mapping[str, float]) -> list[PowerSplit]:
+    """Every GPU's power at this tick split as the module says; `floors`: idle watts by GPU
+    UUID (a GPU not in it is all idle power). GPUs without a power reading are left out."""
+    users: dict[int, list[tuple[ProcessKey, int | None, float]]] = {}
+    for proc in sample.processes:
+        for use in proc.gpus:
+            users.setdefault(use.gpu_index, []).append(
+                (proc.key, use.memory_bytes, use.sm_share))
+    splits = []
+    for gpu in sample.gpus:
+        watts = gpu.power_watts
+        if watts is None or not math.isfinite(watts) or watts < 0:
+            continue
+        key = gpu.uuid or f"gpu{gpu.index}"
+        idle = min(max(floors.get(key, watts), 0.0), watts)
+        holders = users.get(gpu.index, [])
+        if not holders:
+            splits.append(PowerSplit(gpu.index, key, watts, idle, {}, watts))
+            continue
+        by_process: dict[ProcessKey, float] = {}
+        sm = [s if gpu.status == GPU_OK and math.isfinite(s) and s > 0 else 0.0
+              for _, _, s in holders]
+        sm_total = math.fsum(sm)
+        held = idle if sm_total > 0 else watts  # no SM sample: all of it to the holders
+        if sm_total > 0:
+            for (proc_key, _, _), share in zip(holders, sm, strict=True):
+                if share > 0:
+                    by_process[proc_key] = (by_process.get(proc_key, 0.0)
+                                            + (watts - idle) * share / sm_total)
+        memory = [float(max(m or 0, 0)) for _, m, _ in holders]
+        weights = memory if math.fsum(memory) > 0 else [1.0] * len(holders)
+        weight_total = math.fsum(weights)
+        for (proc_key, _, _), weight in zip(holders, weights, strict=True):
+            if weight > 0:
+                by_process[proc_key] = (by_process.get(proc_key, 0.0)
+                                        + held * weight / weight_total)
+        splits.append(PowerSplit(gpu.index, key, watts, idle, by_process, 0.0))
+    return splits
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyTotal:
+    """Joules so far of one process, job or namespace, with kWh and grams CO2e."""
+
+    joules: float
+    watts: float | None = None  # its power at the latest tick (processes only)
+
+    def as_dict(self, grid: GridIntensity) -> dict[str, Any]:
+        out = {"joules": self.joules, "kwh": self.joules / JOULES_PER_KWH,
+               "co2e_grams": grid.grams(self.joules)}
+        if self.watts is not None:
+            out["watts"] = self.watts
+        return out
+
+
+def bounded(totals: Mapping[str, float], most: int = MAX_GROUPS) -> dict[str, float]:
+    """The `most` largest entries, the rest summed under OTHER."""
+    ranked = sorted(totals.items(), key=lambda item: -item[1])
+    kept = dict(ranked[:most])
+    rest = math.fsum(v for _, v in ranked[most:])
+    if rest > 0 or len(ranked) > most:
+        kept[OTHER] = kept.get(OTHER, 0.0) + rest
+    return kept
+
+
+class EnergyMeter:
+    """Joules per process, job, namespace, GPU and the host's idle line, tick by tick.
+
+    `add` runs on the tick; `snapshot` and the getters may run in other threads (the lock).
+    Exited processes are forgotten after a while; their jobs and namespaces keep their joules.
+    """
+
+    def __init__(self, label: Labeler, floors: Mapping[str, float] | None = None,
+                 learn_floors: bool = True) -> None:
+        self._label = label
+        self.floors: dict[str, float] = dict(floors or {})
+        self._learn = learn_floors
+        self.by_process: dict[ProcessKey, float] = {}
+        self.watts_now: dict[ProcessKey, float] = {}
+        self.job_of: dict[ProcessKey, str] = {}
+        self.by_job: dict[str, float] = {}
+        self.by_namespace: dict[str, float] = {}
+        self.by_workload: dict[tuple[str, str], float] = {}  # (job, namespace) -> joules
+        self.by_gpu: dict[str, float] = {}
+        self.gpu_index: dict[str, int] = {}
+        self.gpu_watts: dict[str, tuple[float, float]] = {}  # uuid -> (watts, idle watts) now
+        self.host_idle_joules = 0.0
+        self.host_idle_watts = 0.0
+        self.lock = threading.Lock()
+
+    def add(self, sample: Sample, seconds: float) -> list[PowerSplit]:
+        """Charge one tick of `seconds` (what the ledger charged); returns the split."""
+        seconds = max(seconds, 0.0)
+        with self.lock:
+            if self._learn:
+                for gpu in sample.gpus:
+                    watts = gpu.power_watts
+                    if watts is not None and math.isfinite(watts) and watts >= 0:
+                        uuid = gpu.uuid or f"gpu{gpu.index}"
+                        self.floors[uuid] = min(self.floors.get(uuid, watts), watts)
+            splits = split_power(sample, self.floors)
+            procs = {p.key: p for p in sample.processes}
+            watts_now: dict[ProcessKey, float] = {}
+            self.host_idle_watts = 0.0
+            for split in splits:
+                self.gpu_index[split.uuid] = split.gpu_index
+                self.gpu_watts[split.uuid] = (split.watts, split.idle_watts)
+                self.by_gpu[split.uuid] = self.by_gpu.get(split.uuid, 0.0) + split.watts * seconds
+                self.host_idle_watts += split.host_idle_watts
+                self.host_idle_joules += split.host_idle_watts * seconds
+                for key, watts in split.by_process.items():
+                    watts_now[key] = watts_now.get(key, 0.0) + watts
+            for key, watts in watts_now.items():
+                joules = watts * seconds
+                self.by_process[key] = self.by_process.get(key, 0.0) + joules
+                proc = procs[key]
+                job = self.job_of.get(key)
+                if job is None:
+                    job = self.job_of[key] = self._label(proc.command, proc.owner)
+                self.by_job[job] = self.by_job.get(job, 0.0) + joules
+                namespace = proc.owner.get("namespace") or ""
+                workload = (job, namespace)
+                self.by_workload[workload] = self.by_workload.get(workload, 0.0) + joules
+                if namespace:
+                    self.by_namespace[namespace] = self.by_namespace.get(namespace, 0.0) + joules
+            self.watts_now = watts_now
+            if len(self.by_process) > 4 * max(len(procs), 64):  # exited processes: forgotten
+                self.by_process = {k: v for k, v in self.by_process.items() if k in procs}
+                self.job_of = {k: v for k, v in self.job_of.items() if k in procs}
+            return splits
+
+    def workloads(self) -> tuple[dict[tuple[str, str], float], float]:
+        """Joules so far per (job, namespace) ("" outside a namespace), and the host's idle
+        line's: together they are all the GPUs' energy (the /metrics counters)."""
+        with self.lock:
+            return dict(self.by_workload), self.host_idle_joules
+
+    def process(self, key: ProcessKey) -> EnergyTotal | None:
+        """A process's joules so far and its watts now; None if it never drew any."""
+        with self.lock:
+            joules = self.by_process.get(key)
+            return None if joules is None else EnergyTotal(joules, self.watts_now.get(key, 0.0))
+
+    def processes(self) -> dict[ProcessKey, EnergyTotal]:
+        with self.lock:
+            return {k: EnergyTotal(v, self.watts_now.get(k, 0.0))
+                    for k, v in self.by_process.items()}
+
+    def snapshot(self, grid: GridIntensity) -> dict[str, Any]:
+        """JSON-ready totals: the host, each GPU, jobs and namespaces (bounded), the grid used."""
+        with self.lock:
+            gpus: list[dict[str, Any]] = [
+                {"index": self.gpu_index[uuid], "uuid": uuid, "joules": joules,
+                 "watts": self.gpu_watts[uuid][0], "idle_watts": self.gpu_watts[uuid][1]}
+                for uuid, joules in self.by_gpu.items()]
+            by_job, by_namespace = bounded(self.by_job), bounded(self.by_namespace)
+            host_idle, host_idle_watts = self.host_idle_joules, self.host_idle_watts
+        total = math.fsum(float(g["joules"]) for g in gpus)
+        return {
+            **EnergyTotal(total).as_dict(grid),
+            "grid": grid.as_dict(),
+            "host_idle": {**EnergyTotal(host_idle).as_dict(grid), "watts": host_idle_watts},
+            "gpus": sorted(gpus, key=lambda g: g["index"]),
+            "by_job": {k: EnergyTotal(v).as_dict(grid) for k, v in by_job.items()},
+            "by_namespace": {k: EnergyTotal(v).as_dict(grid) for k, v in by_namespace.items()},
+            "method": METHOD,
+        }
+
+
+def window_floors(samples: Iterable[Sample]) -> dict[str, float]:
+    """The least power each GPU drew over `samples` (the report's idle floors)."""
+    floors: dict[str, float] = {}
+    for sample in samples:
+        for gpu in sample.gpus:
+            watts = gpu.power_watts
+            if watts is not None and math.isfinite(watts) and watts >= 0:
+                key = gpu.uuid or f"gpu{gpu.index}"
+                floors[key] = min(floors.get(key, watts), watts)
+    return floors
+
+
+def process_entries(meter: EnergyMeter, grid: GridIntensity) -> dict[str, dict[str, Any]]:
+    """Each process's energy document by 'pid:start_time'."""
+    return {process_key(*key): total.as_dict(grid) for key, total in meter.processes().items()}
+
+
+def window_meter(samples: Sequence[Sample], label: Labeler,
+                 max_gap_s: float) -> tuple[EnergyMeter, float]:
+    """The meter of a recorded window (the report): its samples in order, each charged the
+    time since the one before (at most `max_gap_s`: a gap longer than that, the daemon
+    stopped, counts nothing), with the window's own idle floors. Returns it and the seconds
+    it covered."""
+    meter = EnergyMeter(label, window_floors(samples), learn_floors=False)
+    covered, previous = 0.0, None
+    for sample in samples:
+        seconds = 0.0 if previous is None else min(max(sample.ts - previous, 0.0), max_gap_s)
+        meter.add(sample, seconds)
+        covered += seconds
+        previous = sample.ts
+    return meter, covered
