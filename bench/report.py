@@ -40,19 +40,19 @@ from daemon.store.writer import Store
 sys.path.insert(0, str(Path(__file__).parent))
 from collector import synthetic_sample  # noqa: E402  (the collector bench's synthetic host)
 
-PRICE = {"per_hour": 32.77, "gpus": 8, "lifecycle": "on-demand", "instance_type": "p4d.24xlarge",
+PRICE = {"per_hour": 32.77, "gpus": 8, "gpu_count": 8, "lifecycle": "on-demand", "instance_type": "p4d.24xlarge",
          "provider": "aws", "region": "us-east-1", "source": "bench"}
 
 
 def host_meta(gpus: int) -> dict[str, object]:
-    return {"hostname": "bench", "interval_s": 1.0, "price": dict(PRICE, gpus=gpus)}
+    return {"hostname": "bench", "interval_s": 1.0, "price": dict(PRICE, gpus=gpus, gpu_count=gpus)}
 
 
 def build_day(path: Path, gpus: int, processes: int, seconds: int, raw_hours: float) -> None:
     rng = random.Random(7)
     store = Store(str(path), raw_retention_s=raw_hours * 3600, max_bytes=1 << 34)
     store.set_meta("host", host_meta(gpus))
-    price = HostPrice.from_dict(dict(PRICE, gpus=gpus))
+    price = HostPrice.from_dict(dict(PRICE, gpus=gpus, gpu_count=gpus))
     assert price is not None
     ledger = CostLedger(max_gap_s=120.0)
     spend = hasattr(facts, "write_spend")  # the code before the change has no hour spend
@@ -88,7 +88,7 @@ def backfill_spend(path: Path, gpus: int) -> bool:
     finally:
         reader.close()
     store = Store(str(path), raw_retention_s=(hi - lo) + 3600, max_bytes=1 << 34)
-    price = HostPrice.from_dict(dict(PRICE, gpus=gpus))
+    price = HostPrice.from_dict(dict(PRICE, gpus=gpus, gpu_count=gpus))
     assert price is not None
     ledger = CostLedger(max_gap_s=120.0)
     reader = StoreReader(str(path), timeout_s=60.0)
