@@ -602,8 +602,9 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
-                   f"~sqrt(n) buckets (between-run variation); a change counts past {Z} x the "
-                   "noise of the difference (99 %)"),
+                   f"~sqrt(n) buckets (between-run variation); phase shares: of their stack "
+                   f"samples in time order, scaled by the time in low-utilization windows; a "
+                   f"change counts past {Z} x the noise of the difference (99 %)"),
     }
 
 
