@@ -557,9 +557,11 @@ def render_review(review: dict[str, Any]) -> list[str]:
                f"{clock.local_time(review['until'], seconds=False)} ({days:g} days), against "
                f"the {days:g} days before"]
     previous = spend.get("previous_total")
+    untrended = (review.get("previous") or {}).get("trend")
     out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day)"
                + ("" if previous is None else f"; before: ${previous:,.2f}")
-               + _trend_text(spend.get("trend_pct")))
+               + _trend_text(spend.get("trend_pct"))
+               + (f" ({one_line(str(untrended))})" if untrended else ""))
     out += _packed("  by month:", [f"{month} ${value:,.2f}"
                                     for month, value in spend["by_month"].items()])
     out += _packed("  by day (UTC):", [f"{day[5:]} ${value:,.2f}"
