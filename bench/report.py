@@ -187,15 +187,24 @@ _TIMED = ("import sys, time\n"
           "sys.exit(code)\n")
 
 
+def _checkout() -> str:
+    """The folder holding the `daemon` package this bench imported."""
+    import daemon
+
+    return str(Path(daemon.__file__).resolve().parent.parent)
+
+
 def time_report(db: Path, since: str,
                 runs: int) -> tuple[list[float], list[float], list[float], str]:
     """Wall times of the whole command, wall and CPU times after its imports, what it said."""
     walls, inside, cpu, said = [], [], [], ""
     for _ in range(runs):
         t0 = time.perf_counter()
+        # run in the checkout whose `daemon` built the stores: `python -c` puts the working
+        # folder before PYTHONPATH, so another checkout's folder would time its code instead
         out = subprocess.run([sys.executable, "-c", _TIMED, "report", "--db", str(db),
                               "--since", since, "--json"], capture_output=True, text=True,
-                             env=os.environ, timeout=600)
+                             env=os.environ, timeout=600, cwd=_checkout())
         walls.append(time.perf_counter() - t0)
         timed = [line for line in out.stderr.splitlines() if line.startswith("TIMED ")]
         inside.append(float(timed[-1].split()[1]) if timed else float("nan"))
