@@ -40,19 +40,19 @@ from daemon.store.writer import Store
 sys.path.insert(0, str(Path(__file__).parent))
 from collector import synthetic_sample  # noqa: E402  (the collector bench's synthetic host)
 
-PRICE = {"per_hour": 32.77, "gpus": 8, "lifecycle": "on-demand", "instance_type": "p4d.24xlarge",
+PRICE = {"per_hour": 32.77, "gpus": 8, "gpu_count": 8, "lifecycle": "on-demand", "instance_type": "p4d.24xlarge",
          "provider": "aws", "region": "us-east-1", "source": "bench"}
 
 
 def host_meta(gpus: int) -> dict[str, object]:
-    return {"hostname": "bench", "interval_s": 1.0, "price": dict(PRICE, gpus=gpus)}
+    return {"hostname": "bench", "interval_s": 1.0, "price": dict(PRICE, gpus=gpus, gpu_count=gpus)}
 
 
 def build_day(path: Path, gpus: int, processes: int, seconds: int, raw_hours: float) -> None:
     rng = random.Random(7)
     store = Store(str(path), raw_retention_s=raw_hours * 3600, max_bytes=1 << 34)
     store.set_meta("host", host_meta(gpus))
-    price = HostPrice.from_dict(dict(PRICE, gpus=gpus))
+    price = HostPrice.from_dict(dict(PRICE, gpus=gpus, gpu_count=gpus))
     assert price is not None
     ledger = CostLedger(max_gap_s=120.0)
     spend = hasattr(facts, "write_spend")  # the code before the change has no hour spend
@@ -88,7 +88,7 @@ def backfill_spend(path: Path, gpus: int) -> bool:
     finally:
         reader.close()
     store = Store(str(path), raw_retention_s=(hi - lo) + 3600, max_bytes=1 << 34)
-    price = HostPrice.from_dict(dict(PRICE, gpus=gpus))
+    price = HostPrice.from_dict(dict(PRICE, gpus=gpus, gpu_count=gpus))
     assert price is not None
     ledger = CostLedger(max_gap_s=120.0)
     reader = StoreReader(str(path), timeout_s=60.0)
@@ -187,15 +187,24 @@ _TIMED = ("import sys, time\n"
           "sys.exit(code)\n")
 
 
+def _checkout() -> str:
+    """The folder holding the `daemon` package this bench imported."""
+    import daemon
+
+    return str(Path(daemon.__file__).resolve().parent.parent)
+
+
 def time_report(db: Path, since: str,
                 runs: int) -> tuple[list[float], list[float], list[float], str]:
     """Wall times of the whole command, wall and CPU times after its imports, what it said."""
     walls, inside, cpu, said = [], [], [], ""
     for _ in range(runs):
         t0 = time.perf_counter()
+        # run in the checkout whose `daemon` built the stores: `python -c` puts the working
+        # folder before PYTHONPATH, so another checkout's folder would time its code instead
         out = subprocess.run([sys.executable, "-c", _TIMED, "report", "--db", str(db),
                               "--since", since, "--json"], capture_output=True, text=True,
-                             env=os.environ, timeout=600)
+                             env=os.environ, timeout=600, cwd=_checkout())
         walls.append(time.perf_counter() - t0)
         timed = [line for line in out.stderr.splitlines() if line.startswith("TIMED ")]
         inside.append(float(timed[-1].split()[1]) if timed else float("nan"))

@@ -8,9 +8,13 @@
 - host: the store's meta "host" (hostname, instance, price, [idle].utilization) as recorded;
 - gpus and processes: the stored sample at ts and the one before it, through the derived model
   (daemon.analysis.derive: CPU %, I/O wait % are rates between the two);
-- price and burn: `daemon.analysis.cost.burn` with the recorded host price; per-process cost so far and
-  today's spend from a `CostLedger` over the day's stored samples (at most LEDGER_SAMPLES of
-  them, evenly spread, so a long day is an estimate at a coarser step);
+- price and burn: `daemon.analysis.cost.burn` with the recorded host price; per-process cost so far,
+  job label ([cost].jobs as the daemon ran, meta "cost") and today's spend from a `CostLedger`
+  over the day's stored samples (at most LEDGER_SAMPLES of them, evenly spread, so a long day is
+  an estimate at a coarser step);
+- serving latency ([[cost.latency]]): each recorded histogram's p50/p99 over the requests between
+  its last two readings at or before ts, and the dollars per request over them, as the live
+  meter said at that tick;
 - phases: `attribution.phase_balances` over the PHASE_WINDOW_S before ts;
 - workload kinds: each process's kind as it was at ts (daemon.store.queries.process_kinds,
   the history the daemon writes when a kind changes);
@@ -37,6 +41,7 @@ from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import EnergyMeter
 from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
+from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
 from daemon.analysis.ledger import CostLedger
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
@@ -133,6 +138,10 @@ class Replay:
         hold = self.host.get("recommendation_hold_s")
         self.recommendation_grace_s = RECOMMENDATION_GRACE_S + (
             float(hold) if isinstance(hold, int | float) and 0 <= hold <= 86400 else 0.0)
+        cost_meta = self.reader.meta("cost")  # [cost].jobs as the daemon ran
+        jobs = cost_meta.get("jobs") if isinstance(cost_meta, dict) else None
+        self.jobs: dict[str, str] = {str(k): str(v) for k, v in jobs.items()} if isinstance(
+            jobs, dict) else {}
         self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
 
     # -- the timeline ------------------------------------------------------------------------
@@ -214,7 +223,7 @@ class Replay:
             by_process = spent.pop("by_process")
             processes = {process_key(*key): {"burn_per_hour": proc.burn_per_hour,
                                              "cost": by_process.get(process_key(*key), 0.0),
-                                             "job": None,
+                                             "job": ledger.process_cost(key)[1],
                                              "energy": None if energy is None
                                              else energy.as_dict(grid)}
                          for key, proc in current.processes.items()
@@ -242,18 +251,33 @@ class Replay:
         return doc
 
     def _ledger(self, at: float) -> tuple[CostLedger, EnergyMeter]:
-        """Spend and energy from the start of ts's UTC day (or of the recording) up to ts
-        (the energy split as the live daemon's, over the same sampled ticks)."""
+        """Spend and energy from the start of ts's UTC day (or of the recording) up to ts, with
+        the job labels the daemon gave (the energy split as the live daemon's, over the same
+        sampled ticks), and its latency meters fed the readings up to ts as the ledger's charges
+        pass them (the live daemon reads them beside its ticks, with the target's dollars so
+        far: the cost per request)."""
         day_start = clock.utc_day_start(at)
         since = max(day_start, self.start)
         samples = self.reader.samples(since, at, max_samples=LEDGER_SAMPLES)
         step = (at - since) / max(len(samples) - 1, 1)
-        ledger = CostLedger(max_gap_s=max(60.0, 3 * self.interval_s, 1.5 * step))
-        meter = EnergyMeter(ledger.labeler.label)
+        ledger = CostLedger(self.jobs, max_gap_s=max(60.0, 3 * self.interval_s, 1.5 * step))
+        energy = EnergyMeter(ledger.labeler.label)
+        readings = queries.meter_readings(self.reader, since, at)
+        meters = replayed_meters(readings)
+        for meter in meters.values():
+            ledger.add_latency(meter)
+        pending = sorted(((ts, name, detail) for (kind, name), found in readings.items()
+                          if kind == LATENCY_READING for ts, _, detail in found if ts <= at),
+                         key=lambda reading: (reading[0], reading[1]))
         assert self.price is not None
         for sample in samples:
-            meter.add(sample, ledger.add(burn(sample, self.price, self.thresholds)))
-        return ledger, meter
+            energy.add(sample, ledger.add(burn(sample, self.price, self.thresholds)))
+            while pending and pending[0][0] <= sample.ts:
+                _, name, detail = pending.pop(0)
+                observe_reading(meters[name], detail, ledger.cost_of(meters[name].target))
+        for _, name, detail in pending:  # read after the last sample, at or before ts
+            observe_reading(meters[name], detail, ledger.cost_of(meters[name].target))
+        return ledger, energy
 
     def _events(self, at: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(events, open low-utilization windows) as the store had them at `at`: an event that

@@ -249,6 +249,47 @@ def phase_fractions(side: Side) -> list[dict[str, float]]:
     return out
 
 
+def stack_phases(side: Side) -> list[str]:
+    """The phases of the side's processes' stack samples, oldest first (per timeline bucket,
+    as counted there): what its phase balance splits the low-utilization windows' time by."""
+    keys = side.keys
+    out: list[str] = []
+    for bucket in side.buckets:
+        for key, proc in sorted((bucket.get("processes") or {}).items()):
+            if key in keys and isinstance(proc, dict):
+                for phase, n in sorted((proc.get("phases") or {}).items()):
+                    out += [str(phase)] * max(0, int(n))
+    return out
+
+
+def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
+                rng: random.Random) -> float | None:
+    """The noise (standard deviation) of the side's share of `phase`. The balance splits the
+    time of its low-utilization windows by the phases of the stack samples taken in them, so
+    the share is pinned down by those samples, not by the timeline's buckets (a bucket
+    without a sample is not compute time): a block bootstrap over the samples in time order
+    (blocks keep a slow pass together) of the fraction in `phase`, scaled by the share of the
+    run's time the windows hold (the rest is compute, known without sampling). With fewer than
+    4 samples, the spread of the phase's fraction over the buckets (`fractions`) instead."""
+    samples = stack_phases(side)
+    if len(samples) < 4:
+        return noise_sd([f.get(phase, 0.0) for f in fractions], _mean, rng)
+    boot = block_bootstrap_sd([1.0 if s == phase else 0.0 for s in samples], _mean, rng)
+    if boot is None:
+        return None
+    # never under the binomial spread at the add-one rate: a run that happened to sample one
+    # phase only (or never) would otherwise claim to know its share exactly
+    rate = (samples.count(phase) + 1) / (len(samples) + 2)
+    boot = max(boot, math.sqrt(rate * (1 - rate) / len(samples)))
+    counted = {p: samples.count(p) / len(samples) for p in set(samples)}
+    shares = phase_shares(side)
+    sampled = math.fsum(f for p, f in counted.items() if p != COMPUTE)
+    # window time / all time: the non-compute share over the samples' non-compute fraction
+    windows = (math.fsum(shares.get(p, 0.0) for p in counted if p != COMPUTE) / sampled
+               if sampled > 0 else 1.0)
+    return boot * min(windows, 1.0)
+
+
 def _relative_sd(series: Series, rng: random.Random) -> float | None:
     mean = _mean(list(series))
     sd = noise_sd(series, _mean, rng)
@@ -290,9 +331,7 @@ def _series_figure(name: str, label: str, unit: str, higher: bool, a: Series, b:
 
 def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     """Each phase's share of the processes' time, as the report's phase balance says. Noise:
-    the spread of the phase's mean fraction over the timeline's buckets (a bucket in a
-    low-utilization window split by its stack samples, one outside it compute), which also
-    carries how the windows fell (a start-up before the first window, a late one)."""
+    a block bootstrap over the stack samples the balance splits its windows by (phase_noise)."""
     shares = {"a": phase_shares(a), "b": phase_shares(b)}
     fractions = {"a": phase_fractions(a), "b": phase_fractions(b)}
     phases = sorted(set(shares["a"]) | set(shares["b"]),
@@ -300,13 +339,13 @@ def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                                                       shares["b"].get(p, 0.0)), p))
     out = []
     for phase in phases:
-        sds = {side: noise_sd([f.get(phase, 0.0) for f in fractions[side]], _mean, rng)
-               for side in ("a", "b")}
+        sds = {"a": phase_noise(a, phase, fractions["a"], rng),
+               "b": phase_noise(b, phase, fractions["b"], rng)}
         out.append(_Figure(f"phase.{phase}", f"{phase} share", "share",
                            shares["a"].get(phase, 0.0) if shares["a"] else None,
                            shares["b"].get(phase, 0.0) if shares["b"] else None,
                            sds["a"], sds["b"], phase == COMPUTE,
-                           "bootstrap over timeline buckets (stack samples per phase)"))
+                           "block bootstrap over the stack samples in time order"))
     return out
 
 
@@ -563,8 +602,9 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
-                   f"~sqrt(n) buckets (between-run variation); a change counts past {Z} x the "
-                   "noise of the difference (99 %)"),
+                   f"~sqrt(n) buckets (between-run variation); phase shares: of their stack "
+                   f"samples in time order, scaled by the time in low-utilization windows; a "
+                   f"change counts past {Z} x the noise of the difference (99 %)"),
     }
 
 

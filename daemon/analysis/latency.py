@@ -144,6 +144,29 @@ def reading(meter: LatencyMeter) -> tuple[str, str, float, dict[str, Any]] | Non
              "labels": dict(meter.labels), "buckets": buckets})
 
 
+def replayed_meters(found: Mapping[tuple[str, str], Sequence[Reading]]
+                    ) -> dict[str, LatencyMeter]:
+    """A LatencyMeter per recorded histogram (`found`: meter readings as
+    daemon.store.queries.meter_readings returns them, by (kind, name)), by reading name, not yet
+    observed: a replay feeds it the readings up to its tick (`observe_reading`), so it says
+    what the live daemon's meter said then."""
+    meters = {}
+    for (kind, name), rows in found.items():
+        if kind != LATENCY_READING or not rows:
+            continue
+        detail = rows[-1][2]
+        meters[name] = LatencyMeter(
+            target=str(detail.get("target") or "?"), url=str(detail.get("url") or ""),
+            metric=str(detail.get("metric") or ""), labels=dict(detail.get("labels") or {}))
+    return meters
+
+
+def observe_reading(meter: LatencyMeter, detail: Mapping[str, Any],
+                    cost: float | None = None) -> None:
+    """Feed `meter` one recorded reading (its `detail`), with the target's dollars then."""
+    meter.observe(_buckets(detail), cost)
+
+
 def zero_reading(row: tuple[str, str, float, dict[str, Any]]
                  ) -> tuple[str, str, float, dict[str, Any]]:
     """A reading row (`reading`) with every bucket at 0: what a server counted before it

@@ -57,10 +57,11 @@ class Need:
 
 
 def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
-                  run_hours: float | None = None, kind: str | None = None) -> Need:
-    """The need of process `pid`, or of all GPU processes of the host, over the last since_s;
-    with `kind`, of those recorded with that workload kind only."""
-    until = time.time()
+                  run_hours: float | None = None, kind: str | None = None,
+                  until: float | None = None) -> Need:
+    """The need of process `pid`, or of all GPU processes of the host, over the since_s before
+    `until` (None: now); with `kind`, of those recorded with that workload kind only."""
+    until = time.time() if until is None else until
     since = until - since_s
     rows = reader.query(
         "SELECT p.pid, p.start_ms, p.command, s.gpu, max(s.mem) AS peak, min(s.ts) AS first,"

@@ -9,10 +9,13 @@ and memory over time", and `mlcostd compare`, whose noise estimate resamples the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.busy import IdleThresholds
-from daemon.analysis.cost import HostPrice, burn, gpu_wasted_per_hour
+from daemon.analysis.cost import Burn, HostPrice, burn, gpu_wasted_per_hour
+from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.wire import process_key
@@ -24,6 +27,34 @@ NICE_SIZES = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 108
               43200, 86400)
 RAW_MAX_SPAN_S = 3600  # up to an hour: raw samples (per-process figures too); beyond: rollups
 MAX_RAW_SAMPLES = 600  # as many as the report's cost pass reads: every 6th tick of 1 h at 1 s
+# A raw read rebuilds every process of every tick it picks (~1 ms of CPU per tick of 64
+# processes, and as much again to price it), so it is bounded in process rows, not ticks: a
+# profile's few processes keep all MAX_RAW_SAMPLES ticks, a 64-process host ~64 of an hour
+# (one a minute), and no host is read below MIN_RAW_SAMPLES (the noise estimate's buckets).
+RAW_PROCESS_ROWS = 4096
+MIN_RAW_SAMPLES = 30
+
+
+def raw_sample_count(processes: int, most: int = MAX_RAW_SAMPLES) -> int:
+    """How many ticks a raw read of a window with `processes` processes picks: at most `most`,
+    within RAW_PROCESS_ROWS process rows, never under MIN_RAW_SAMPLES (nor over `most`)."""
+    return min(most, max(MIN_RAW_SAMPLES, RAW_PROCESS_ROWS // max(processes, 1)))
+
+
+@dataclass(frozen=True)
+class RawWindow:
+    """The ticks a report read of its window, each with its burn (None without a price): read
+    and priced once, for the timeline, the cost pass and the energy alike."""
+
+    samples: Sequence[Sample]
+    costs: Sequence[Burn | None]
+
+    @classmethod
+    def read(cls, reader: StoreReader, start: float, end: float, max_samples: int,
+             price: HostPrice | None, thresholds: IdleThresholds | None) -> RawWindow:
+        samples = reader.samples(start, end, max_samples=max_samples)
+        return cls(samples, [burn(s, price, thresholds) if price is not None else None
+                             for s in samples])
 
 
 def bucket_size(span_s: float, interval_s: float = 1.0) -> int:
@@ -34,19 +65,30 @@ def bucket_size(span_s: float, interval_s: float = 1.0) -> int:
 
 
 def build(reader: StoreReader, start: float, end: float, price: HostPrice | None,
-          thresholds: IdleThresholds | None = None, interval_s: float = 1.0) -> dict[str, Any]:
+          thresholds: IdleThresholds | None = None, interval_s: float = 1.0,
+          raw: RawWindow | None = None) -> dict[str, Any]:
     """The timeline of [start, end]: `bucket_s`, `source` ("raw" or "rollups") and `buckets`,
     oldest first, only those that hold data. Each bucket: `ts` (its start), `utilization` (mean
     % over the GPUs), `memory_used_bytes` (summed over the GPUs), `burn_per_hour` and
     `wasted_per_hour` (None without a price), `gpus` {index: {utilization, memory_used_bytes}};
     over raw samples also `samples` and `processes` {pid:start_time: {sm_share, burn_per_hour,
-    phases: {phase: stack samples}}}."""
+    phases: {phase: stack samples}}}. `raw`: the window's ticks as the caller read them (else
+    up to MAX_RAW_SAMPLES are read here); buckets are no narrower than the ticks read are
+    apart, so none in the recorded range is empty."""
     span = max(end - start, 0.0)
-    size = bucket_size(span, interval_s)
     if span <= RAW_MAX_SPAN_S:
-        buckets = _from_samples(reader, start, end, size, price, thresholds)
+        if raw is None:
+            raw = RawWindow.read(reader, start, end, MAX_RAW_SAMPLES, price, thresholds)
+        picked = raw.samples
+        # the ticks read are this far apart where they were recorded (a store younger than the
+        # window covers only part of it: the span alone would make its buckets too wide)
+        apart = ((picked[-1].ts - picked[0].ts) / (len(picked) - 1) if len(picked) > 1
+                 else interval_s)
+        size = bucket_size(span, max(interval_s, apart))
+        buckets = _from_samples(reader, start, end, size, raw)
         source = "raw"
     else:
+        size = bucket_size(span, interval_s)
         buckets = _from_rollups(reader, start, end, size, price, thresholds)
         source = "rollups"
     return {"version": TIMELINE_VERSION, "since": start, "until": end, "bucket_s": size,
@@ -58,10 +100,9 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _from_samples(reader: StoreReader, start: float, end: float, size: int,
-                  price: HostPrice | None,
-                  thresholds: IdleThresholds | None) -> list[dict[str, Any]]:
+                  raw: RawWindow) -> list[dict[str, Any]]:
     grouped: dict[int, dict[str, Any]] = {}
-    for sample in reader.samples(start, end, max_samples=MAX_RAW_SAMPLES):
+    for sample, costs in zip(raw.samples, raw.costs, strict=True):
         index = int((sample.ts - start) // size)
         acc = grouped.setdefault(index, {"util": [], "mem": [], "burn": [], "wasted": [],
                                          "gpus": {}, "procs": {}, "n": 0})
@@ -78,7 +119,6 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
                 entry["util"].append(gpu.utilization)
             if gpu.memory_used_bytes is not None:
                 entry["mem"].append(float(gpu.memory_used_bytes))
-        costs = burn(sample, price, thresholds) if price is not None else None
         if costs is not None:
             acc["burn"].append(costs.total_per_hour)
             acc["wasted"].append(costs.wasted_per_hour)

@@ -215,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --observed: only this process")
     observed.add_argument("--since", default="1h", metavar="DURATION",
                           help="with --observed: the window to read (default 1h)")
+    observed.add_argument("--until", metavar="TIME",
+                          help="with --observed: where the window ends (Unix seconds or ISO "
+                               "8601, local time; default: now, or the last sample of a "
+                               "store no daemon records into, such as a snapshot)")
     observed.add_argument("--run-hours", type=pricing_cli.number_in(0.001, 24 * 366),
                           metavar="H",
                           help="with --observed: hours of one run (default: the observed "
@@ -473,19 +477,23 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     try:
-        since = config_module.parse_duration(args.since)
-        if since < 1:
-            raise ValueError(f"{args.since!r} must be at least 1 s")
+        span, until = range_arguments(args.since, args.until)
     except ValueError as exc:
-        print(f"mlcostd prices: --since {exc}", file=sys.stderr)
+        print(f"mlcostd prices: {exc}", file=sys.stderr)
         return 2
+    from daemon.commands.report import resolve_window
+
     reader = StoreReader(str(db), tidy=True)
     try:
-        need = selection.observed_need(reader, since, pid=args.pid, run_hours=args.run_hours)
+        # as the report's window: a snapshot or a stopped store ends at its last sample
+        start, end = resolve_window(reader, span, until)
+        since = end - start
+        need = selection.observed_need(reader, since, pid=args.pid, run_hours=args.run_hours,
+                                       until=end)
         kinds, why = selection.kinds_to_rank(need, args.kind)
         # Ranked for the kinds its processes had: each kind for what its own processes needed.
         needs = {kind: selection.observed_need(reader, since, pid=args.pid,
-                                               run_hours=args.run_hours, kind=kind)
+                                               run_hours=args.run_hours, kind=kind, until=end)
                  if args.kind is None and len(need.kinds) > 1 else need for kind in kinds}
     except ValueError as exc:
         print(f"mlcostd prices: {exc}", file=sys.stderr)

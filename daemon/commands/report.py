@@ -13,11 +13,13 @@ from daemon import clock
 from daemon.analysis import latency_report
 from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
-from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.rules.combine import savings_document
+from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
+from daemon.analysis.timeline import RawWindow, raw_sample_count
 from daemon.analysis.timeline import build as build_timeline
 from daemon.commands import report_energy, report_latency
 from daemon.commands import review as team_review
@@ -107,12 +109,23 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     jobs = (cost_meta.get("jobs") if isinstance(cost_meta, dict)
             and isinstance(cost_meta.get("jobs"), dict) else None) or dict(config.cost.jobs)
     readings = queries.meter_readings(reader, start, end)
+    recorded_price = HostPrice.from_dict(price)
+    # The window's raw ticks, read and priced once for the timeline, the cost pass and the
+    # energy (an hour or less; beyond, the timeline reads the rollups and the cost pass its
+    # own COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).
+    raw = (RawWindow.read(reader, start, end, raw_sample_count(len(processes)), recorded_price,
+                          thresholds) if round(end - start, 3) <= TIMELINE_RAW_MAX_SPAN_S
+           else None)
     recorded_spend = (team_review.recorded_ledger(reader, start, end, jobs)
                       if rolled and (end - start > SAMPLED_SPEND_MAX_S
                                      or not _raw_covers(reader, start, interval)) else None)
+    # The ticks the cost pass and the energy split read: the raw window, else an even spread.
+    sampled = raw or RawWindow.read(reader, start, end,
+                                    raw_sample_count(len(processes), COST_SAMPLES),
+                                    recorded_price, thresholds)
     window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
                    if recorded_spend else None) or _window_cost(
-        reader, start, end, price, gpus, processes, interval, thresholds, jobs, readings)
+        sampled, start, end, price, processes, interval, jobs, readings)
     # Each kind as it was at the window's end (the store's kind history), else as the daemon
     # last classified it (a store from before the history: meta "kinds").
     kinds_then = queries.process_kinds(reader, end)
@@ -139,7 +152,6 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                           {"first": recorded_range[0], "last": recorded_range[1]})
     window["store"] = reader.path
     host["recording"] = reader.recording
-    recorded_price = HostPrice.from_dict(price)
     catalog = price_host.load_catalog(config)
     host["price_warning"] = price_host.warning_json(
         None if recorded_price is None else price_host.price_warning(recorded_price, catalog,
@@ -158,11 +170,14 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     }
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
     document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
-                          _window_energy(reader, start, end, gpus, per_kwh, interval))
-    most = 600 if end - start <= RAW_MAX_SPAN_S else COST_SAMPLES  # as _window_cost reads
-    report_energy.section(document, reader, start, end, most,
-                          max(60.0, 3 * interval, 3 * (end - start) / most), jobs, config)
-    document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval)
+                          _window_energy(raw or RawWindow.read(
+                              reader, start, end, raw_sample_count(len(processes)), None, None),
+                              gpus, per_kwh, interval))
+    report_energy.section(document, sampled.samples, start, end,
+                          max(60.0, 3 * interval, 3 * (end - start) / max(len(sampled.samples), 1)),
+                          jobs, config)
+    document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval,
+                                          raw)
     latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
     review = document.setdefault("review", {})
     review.update(team_review.review(
@@ -184,14 +199,14 @@ def _recorded_per_kwh(price: dict[str, Any] | None) -> float:
     return float(value) if isinstance(value, int | float) and value > 0 else 0.0
 
 
-def _window_energy(reader: StoreReader, start: float, end: float, gpus: list[dict[str, Any]],
-                   per_kwh: float, interval: float) -> dict[str, Any] | None:
+def _window_energy(raw: RawWindow, gpus: list[dict[str, Any]], per_kwh: float,
+                   interval: float) -> dict[str, Any] | None:
     """The GPUs' measured power priced at `per_kwh` over the window: mean $/h per GPU and for
     the host, and the energy cost of the window (gaps longer than the ledger's count nothing).
     None when no electricity price is set. Adds `energy_per_hour` to each GPU entry."""
     if per_kwh <= 0:
         return None
-    samples = reader.samples(start, end)
+    samples = raw.samples
     max_gap = max(60.0, 3 * interval)
     rates: dict[int, list[float]] = {}
     host_rates, watts, cost = [], [], 0.0
@@ -286,12 +301,12 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
             for phase, part in balance.items()}
 
 
-def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str, Any] | None,
-                 gpus: list[dict[str, Any]], processes: list[dict[str, Any]],
-                 interval: float, thresholds: IdleThresholds,
+def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any] | None,
+                 processes: list[dict[str, Any]], interval: float,
                  jobs: dict[str, str] | None = None,
                  readings: team_review.Readings | None = None) -> dict[str, Any]:
-    """Burn and spend over the window from the recorded samples and the host's price.
+    """Burn and spend over the window from the recorded samples the report read (`raw`, each
+    priced with the host's price) and the host's price.
 
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
     sample, so the report and the live view agree.
@@ -301,18 +316,17 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
     host_price = HostPrice.from_dict(price)
     if host_price is None:
         return empty
-    # Every tick of a short window (at most 600); a longer one, past the raw reads'
-    # budget, from COST_SAMPLES spread over it, each charged for its share of the window.
-    most = 600 if end - start <= RAW_MAX_SPAN_S else COST_SAMPLES
-    samples = reader.samples(start, end, max_samples=most)
-    if not samples:
+    # The ticks read (every tick of a short window of a few processes; fewer, evenly spread,
+    # as the window or the host grows), each charged for its share of the window.
+    samples = raw.samples
+    if not samples or raw.costs[0] is None:
         empty["burn"]["price_source"] = host_price.source
         return empty
     # The daemon's ledger, replayed: its job labels, the storage walk and the unit-cost
     # counters as they were read (the meters observe at their readings' times).
     # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
     # further apart than recorded ones by the sampling step, so the limit grows with it.
-    step = (end - start) / most
+    step = (end - start) / len(samples)
     ledger = CostLedger(jobs, max_gap_s=max(60.0, 3 * interval, 3 * step))
     readings = readings or {}
     meters = team_review.unit_meters(readings)
@@ -322,8 +336,8 @@ def _window_cost(reader: StoreReader, start: float, end: float, price: dict[str,
                      if kind == "unit" for ts, value, _ in found)
     totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
     by_process: dict[tuple[int, float], list[float]] = {}
-    for sample in samples:
-        current = burn(sample, host_price, thresholds)
+    for sample, current in zip(samples, raw.costs, strict=True):
+        assert current is not None  # priced: the host has a price
         ledger.set_storage(team_review.storage_items(readings, sample.ts))
         ledger.add(current)
         while pending and pending[0][0] <= sample.ts:
@@ -549,9 +563,11 @@ def render_review(review: dict[str, Any]) -> list[str]:
                f"{clock.local_time(review['until'], seconds=False)} ({days:g} days), against "
                f"the {days:g} days before"]
     previous = spend.get("previous_total")
+    untrended = (review.get("previous") or {}).get("trend")
     out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day)"
                + ("" if previous is None else f"; before: ${previous:,.2f}")
-               + _trend_text(spend.get("trend_pct")))
+               + _trend_text(spend.get("trend_pct"))
+               + (f" ({one_line(str(untrended))})" if untrended else ""))
     out += _packed("  by month:", [f"{month} ${value:,.2f}"
                                     for month, value in spend["by_month"].items()])
     out += _packed("  by day (UTC):", [f"{day[5:]} ${value:,.2f}"

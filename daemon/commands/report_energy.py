@@ -10,13 +10,14 @@ window (older than [store].raw_retention), the figures cover what they reach, an
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from daemon.analysis.energy import METHOD, EnergyMeter, bounded, window_meter
 from daemon.analysis.ledger import JobLabeler
 from daemon.config import Config, format_duration
 from daemon.sources.safe_text import one_line
-from daemon.store.reader import StoreReader
+from daemon.sources.sample import Sample
 from pricing.grid import GridIntensity, grid_intensity
 
 TOP = 8  # jobs, namespaces and processes named in the text
@@ -39,12 +40,11 @@ def report_grid(host: dict[str, Any], config: Config) -> GridIntensity:
                           override_region=config.energy.region)
 
 
-def section(document: dict[str, Any], reader: StoreReader, start: float, end: float,
-            max_samples: int, max_gap_s: float, jobs: dict[str, str] | None,
-            config: Config) -> None:
-    """Sets document["carbon"] and each process's "energy" (None where it drew nothing)."""
+def section(document: dict[str, Any], samples: Sequence[Sample], start: float, end: float,
+            max_gap_s: float, jobs: dict[str, str] | None, config: Config) -> None:
+    """Sets document["carbon"] and each process's "energy" (None where it drew nothing), from
+    the window's ticks as the report's cost pass read them."""
     grid = report_grid(document.get("host") or {}, config)
-    samples = reader.samples(start, end, max_samples=max_samples)
     meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s)
     by_process = meter.processes()
     for proc in document.get("processes") or []:

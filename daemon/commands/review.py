@@ -102,6 +102,11 @@ def prorated_unit_costs(ledger: CostLedger, readings: Readings, start: float,
     return out
 
 
+# A trend needs a period before that was recorded about as long as this one: a store that began
+# recording a day before a 30-day range would otherwise show +100,000 %.
+TREND_MIN_COVERAGE = 0.5  # the period before's recorded time over this period's
+
+
 def _trend(now: float | None, before: float | None) -> float | None:
     """Percent change from `before` to `now`; None where there is nothing to compare with."""
     if now is None or before is None or before <= 0:
@@ -141,9 +146,20 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
         out["spend"] = None
     else:
         ledger, facts = current
-        before = previous[0] if previous else None
+        recorded_before = previous[0] if previous else None
+        # its figures are shown; trends only against a period recorded about as long
+        comparable = (recorded_before is not None and recorded_before.seconds
+                      >= TREND_MIN_COVERAGE * ledger.seconds)
+        before = recorded_before if comparable else None
+        out["previous"].update(
+            recorded_s=recorded_before.seconds if recorded_before else 0.0,
+            trend=None if comparable else (
+                f"no trend: the period before was recorded for "
+                f"{(recorded_before.seconds if recorded_before else 0.0) / 3600:.1f} h, "
+                f"under half of this period's {ledger.seconds / 3600:.1f} h"))
         out["spend"] = {
-            "total": ledger.total, "previous_total": before.total if before else None,
+            "total": ledger.total,
+            "previous_total": recorded_before.total if recorded_before else None,
             "trend_pct": _trend(ledger.total, before.total if before else None),
             "by_day": dict(sorted(ledger.by_day.items())),
             "by_month": dict(sorted(ledger.by_month.items())),
@@ -152,10 +168,10 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
         out["waste"] = {
             "idle": ledger.idle, "wasted": ledger.wasted,
             "wasted_share": ledger.wasted / ledger.total if ledger.total > 0 else None,
-            "previous_wasted": before.wasted if before else None,
+            "previous_wasted": recorded_before.wasted if recorded_before else None,
             "trend_pct": _trend(ledger.wasted, before.wasted if before else None)}
         out["storage"] = {"cost": ledger.storage,
-                          "previous_cost": before.storage if before else None}
+                          "previous_cost": recorded_before.storage if recorded_before else None}
         out["by"] = {}
         for key in by:
             now_split = _split(ledger, facts, key, kinds)

@@ -168,9 +168,14 @@ def _latency_requests(db) -> list[float]:
             for _, value, _ in rows]
 
 
-def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(server, tmp_path):
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Iterator[livedaemon.LiveDaemon]:
+    """A daemon that recorded three readings of a server's histogram for the job "chat": 100
+    requests before it started, then a window where p99 swings (90 fast, 10 slow), then one
+    where it does not (100 fast). Stopped (and the server with it) after the module."""
+    server = Server()
     server.observe(0.05, 100)  # before the daemon: not in any range it reports
-    folder = tmp_path / "d"
+    folder = tmp_path_factory.mktemp("latency") / "d"
     folder.mkdir()
     (folder / "mlcostd.toml").write_text(
         '[cost]\nevaluate_every = "5s"\n[cost.jobs]\nchat = "idle_notebook"\n'
@@ -186,34 +191,76 @@ def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(s
         server.observe(0.05, 100)  # ... and one where it does not
         poll(lambda: 300 in _latency_requests(daemon.db), 60, "the third reading recorded",
              explain=daemon.log_tail)
-
-        def report(*form: str) -> str:
-            done = subprocess.run(livedaemon.MLCOSTD + ["report", "--db", str(daemon.db),
-                                                        "--since", "5m", *form],
-                                  capture_output=True, text=True, timeout=120,
-                                  cwd=livedaemon.ROOT)
-            assert done.returncode == 0, done.stderr
-            return done.stdout
-
-        document = json.loads(report("--json"))
-        (entry,) = document["spend"]["latency"]
-        assert entry["target"] == "chat" and entry["requests"] == 200
-        assert entry["p50_seconds"] == pytest.approx(0.1 * 100 / 190)
-        assert entry["p99_seconds"] == pytest.approx(1.0 + 1.5 * (198 - 190) / 10)
-        assert entry["processes"] and entry["cost"] > 0 and entry["cost_per_request"] > 0
-        assert entry["gpu_utilization"] is not None and entry["sm_share"] is not None
-        windows = [w for b in document["timeline"]["buckets"] for w in b.get("latency", [])]
-        assert [w["requests"] for w in windows] == [100, 100]
-        assert windows[0]["p99_seconds"] == pytest.approx(2.35)  # p99 swings ...
-        assert windows[1]["p99_seconds"] < 0.1  # ... then it does not
-        assert [w["p50_seconds"] for w in windows] == pytest.approx([0.1 * 50 / 90, 0.05])
-        text = report()
-        assert "Serving latency" in text and "chat: p50 52.6 ms, p99 2.20 s over 200 requests" in text
-        page = tmp_path / "report.html"
-        report("--html", str(page))
-        assert 'data-table="latency"' in page.read_text() and "2.20 s" in page.read_text()
+        yield daemon
     finally:
-        assert daemon.stop() == 0
+        try:
+            assert daemon.stop() == 0
+        finally:
+            server.stop()
+
+
+def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(recorded,
+                                                                               tmp_path):
+    daemon = recorded
+
+    def report(*form: str) -> str:
+        done = subprocess.run(livedaemon.MLCOSTD + ["report", "--db", str(daemon.db),
+                                                    "--since", "5m", *form],
+                              capture_output=True, text=True, timeout=120,
+                              cwd=livedaemon.ROOT)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    document = json.loads(report("--json"))
+    (entry,) = document["spend"]["latency"]
+    assert entry["target"] == "chat" and entry["requests"] == 200
+    assert entry["p50_seconds"] == pytest.approx(0.1 * 100 / 190)
+    assert entry["p99_seconds"] == pytest.approx(1.0 + 1.5 * (198 - 190) / 10)
+    assert entry["processes"] and entry["cost"] > 0 and entry["cost_per_request"] > 0
+    assert entry["gpu_utilization"] is not None and entry["sm_share"] is not None
+    windows = [w for b in document["timeline"]["buckets"] for w in b.get("latency", [])]
+    assert [w["requests"] for w in windows] == [100, 100]
+    assert windows[0]["p99_seconds"] == pytest.approx(2.35)  # p99 swings ...
+    assert windows[1]["p99_seconds"] < 0.1  # ... then it does not
+    assert [w["p50_seconds"] for w in windows] == pytest.approx([0.1 * 50 / 90, 0.05])
+    text = report()
+    assert "Serving latency" in text and "chat: p50 52.6 ms, p99 2.20 s over 200 requests" in text
+    page = tmp_path / "report.html"
+    report("--html", str(page))
+    assert 'data-table="latency"' in page.read_text() and "2.20 s" in page.read_text()
+
+
+def test_a_replay_shows_p50_and_p99_where_the_live_view_did(recorded):
+    """mlcost-top --replay: at each recorded tick, each histogram over the requests between its
+    last two readings then (as the live meter said), on the job's processes' details."""
+    from daemon.replay import Replay
+    from daemon.store import queries
+    from daemon.wire import Now
+
+    with Replay(recorded.db) as replay:
+        found = queries.meter_readings(replay.reader, 0, 2e9)
+        (rows,) = [rows for (kind, _), rows in found.items() if kind == "latency"]
+        # the first reading, the one after the swing, the one after the calm (later readings
+        # of an unchanged histogram follow: the daemon reads it every round)
+        first, swings, steady = (min(ts for ts, count, _ in rows if count == requests)
+                                 for requests in (100, 200, 300))
+
+        def after(ts: float) -> Now:  # the state at the first tick at or after a reading
+            return Now.from_dict(replay.state_at(min(t for t in replay.times() if t >= ts)))
+
+        before = after(first)
+        assert [(h.requests, h.p99_seconds) for h in before.latency] == [
+            (100, pytest.approx(0.1 * 99 / 100))]  # one reading: all the server counted
+        at_swing = after(swings)
+        (chat,) = [p for p in at_swing.processes if at_swing.latency_of(p)]
+        assert chat.job == "chat"
+        (shown,) = at_swing.latency_of(chat)
+        assert shown.requests == 100 and shown.p99_seconds == pytest.approx(2.35)
+        assert shown.p50_seconds == pytest.approx(0.1 * 50 / 90)
+        assert shown.cost_per_request is not None and shown.cost_per_request > 0
+        later = after(steady)
+        assert [(h.requests, h.p99_seconds) for h in later.latency] == [
+            (100, pytest.approx(0.1 * 99 / 100))]
 
 
 def test_a_range_sums_the_bucket_deltas_and_a_restart_counts_what_the_new_server_counted():

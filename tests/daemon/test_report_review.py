@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.store import facts
+from daemon.store import facts, schema
 from daemon.store.writer import Store
 from daemon.wire import process_key
 from tests.livedaemon import ROOT
@@ -97,6 +98,29 @@ def test_a_30_day_review_has_the_trend_against_the_30_days_before(store):
     assert sum(spend["by_month"].values()) == pytest.approx(spend["total"], rel=1e-6)
     assert review["waste"]["wasted"] == pytest.approx(720.0, rel=1e-6)
     assert review["waste"]["wasted_share"] == pytest.approx(1 / 3.5, rel=1e-6)
+
+
+def test_no_trend_against_a_period_before_that_was_hardly_recorded(tmp_path):
+    """A store that began recording a day before the 30 days: the period before's spend is
+    shown, but no trend against it (it would read as +2,800 %), and the text says why."""
+    db = tmp_path / "young.db"
+    end = build_store(db)
+    conn = sqlite3.connect(db)  # the period before: only its last day stays recorded
+    with conn:
+        conn.execute("DELETE FROM rollups WHERE kind = ? AND bucket < ?",
+                     (schema.KIND_SPEND, round((end - 31 * DAY) * 1000)))
+    conn.close()
+    out = report(db, "--json")
+    assert out.returncode == 0, out.stderr
+    review = json.loads(out.stdout)["review"]
+    assert review["spend"]["previous_total"] == pytest.approx(2.5 * 24, abs=3.0)
+    assert review["spend"]["trend_pct"] is None and review["waste"]["trend_pct"] is None
+    assert all(row["trend_pct"] is None for row in review["by"]["job"])
+    assert review["previous"]["recorded_s"] == pytest.approx(DAY, abs=3600)
+    assert "no trend" in review["previous"]["trend"]
+    text = report(db).stdout
+    assert "no trend: the period before was recorded for 2" in text and "%" not in text.split(
+        "spend $", 1)[1].split("\n", 1)[0]
 
 
 def test_the_review_splits_by_kind_job_and_user_with_their_trends(store):

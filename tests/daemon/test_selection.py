@@ -15,10 +15,11 @@ from pricing import Catalog
 GIB = 1 << 30
 
 
-def record(path, ticks=120):
-    """A host where pid 100 trains on GPUs 0-1 (peak 30 GiB) and pid 200 holds GPU 2 idly."""
+def record(path, ticks=120, ended_ago=0.0):
+    """A host where pid 100 trains on GPUs 0-1 (peak 30 GiB) and pid 200 holds GPU 2 idly,
+    until `ended_ago` seconds ago."""
     store = Store(str(path))
-    start = time.time() - ticks
+    start = time.time() - ended_ago - ticks
     for tick in range(1, ticks + 1):
         memory = (20 + 10 * (tick == 60)) * GIB  # one peak at 30 GiB
         train = ProcessSample(100, start - 3600, 1, "alice", "python train.py",
@@ -43,6 +44,21 @@ def test_need_counts_working_gpus_and_peak_memory(tmp_path):
     with pytest.raises(ValueError, match="pid 999"):
         observed_need(reader, 3600, pid=999)
     reader.close()
+
+
+def test_a_recording_that_ended_hours_ago_is_read_over_its_own_end_or_until(tmp_path, capsys):
+    """A copy or snapshot read later: the window ends at its last sample (as the report's),
+    and --until moves it, checked like the report's."""
+    path = tmp_path / "x.db"
+    record(path, ended_ago=3 * 3600)
+    assert main(["prices", "--observed", "--db", str(path), "--json", "--provider", "aws"]) == 0
+    assert json.loads(capsys.readouterr().out)["need"]["gpus"] == 2
+    before = time.time() - 5 * 3600
+    assert main(["prices", "--observed", "--db", str(path), "--since", "1h", "--until",
+                 str(before)]) == 1
+    assert "no GPU process" in capsys.readouterr().err
+    assert main(["prices", "--observed", "--db", str(path), "--until", "tomorrow"]) == 2
+    assert "--until" in capsys.readouterr().err
 
 
 def test_matrix_fits_and_prices_a_run():

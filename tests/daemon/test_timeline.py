@@ -55,3 +55,38 @@ def test_a_long_window_reads_rollups_and_keeps_the_mean(two_hours):
     raw = rows(path, "SELECT avg(util) FROM gpu_samples")[0][0] / 10
     mean = sum(b["utilization"] for b in buckets) / len(buckets)
     assert mean == pytest.approx(raw, abs=0.5)  # equal minutes; the last one may be partial
+
+
+def test_a_report_reads_a_crowded_host_s_ticks_once_within_the_row_budget(tmp_path,
+                                                                         monkeypatch):
+    """`report --since 1h` on a host of many processes: the raw ticks are read (and priced)
+    once for the timeline, the cost and the energy, and no more of them than the process-row
+    budget allows, so a short range costs no more than a long one read from the rollups."""
+    from daemon.commands import report
+    from daemon.store.reader import StoreReader
+
+    path = tmp_path / "crowded.db"
+    processes = 2 * 4096 // 30  # twice the rows of 30 ticks in the budget of process rows
+    with Store(path) as store:
+        store.set_meta("host", {"interval_s": 1.0, "price": {"per_hour": 8.0, "gpu_count": 2,
+                                                             "electricity_per_kwh": 0.2}})
+        last = fill(store, 120, n_gpus=2, n_processes=processes)
+    reads: list[int] = []
+    real = StoreReader.samples
+
+    def counted(self, since, until, max_samples=600):
+        found = real(self, since, until, max_samples=max_samples)
+        if until > since:  # a window, not the latest tick alone (reader.latest)
+            reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(StoreReader, "samples", counted)
+    with Store.reader(path) as reader:
+        document = report.build(reader, 120, until=last)
+    assert reads == [30]  # one read, 30 of the 120 ticks
+    assert document["timeline"]["source"] == "raw" and document["timeline"]["bucket_s"] == 5
+    buckets = document["timeline"]["buckets"]  # no narrower than the ticks read: none empty
+    assert len(buckets) >= 120 // 5 - 1 and all(b["samples"] >= 1 for b in buckets)
+    assert document["burn"]["total_per_hour"] == pytest.approx(8.0)
+    assert document["energy"]["watts"] > 0 and document["spend"]["total"] > 0
+    assert timeline.raw_sample_count(3) == timeline.MAX_RAW_SAMPLES  # a profile's few: all
