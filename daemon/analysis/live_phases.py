@@ -13,11 +13,11 @@ window (and by MAX_SAMPLES_PER_PROCESS stack samples per process). On the event 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.analysis.phases import StackSample, phase_balance
+from daemon.analysis.phases import SampleSplit, StackSample, balance_of, sample_split
 from daemon.sources.frames import Frame
 from daemon.sources.sample import Sample
 
@@ -26,6 +26,7 @@ MAX_SAMPLES_PER_PROCESS = 4096  # a bound beside the window's: the sampler is ra
 CHECKPOINT = "checkpoint"
 
 ProcessId = tuple[int, float]  # (pid, start_time)
+NO_SAMPLES = SampleSplit()
 
 
 @dataclass
@@ -37,6 +38,9 @@ class _Process:
     windows: list[list[float | None]] = field(default_factory=list)
     samples: deque[StackSample] = field(
         default_factory=lambda: deque(maxlen=MAX_SAMPLES_PER_PROCESS))
+    # the split of the samples last asked for, by (first, last, count): computed once per
+    # new sample, not once per tick (the time arithmetic is per tick)
+    split: tuple[tuple[float, float, int], SampleSplit] | None = None
 
 
 class LivePhases:
@@ -122,15 +126,26 @@ class LivePhases:
         for key, proc in self._processes.items():
             if proc.last_seen < since or proc.first_seen > until:
                 continue
-            samples = [s for s in proc.samples if since <= s.ts <= until]
+            samples: Sequence[StackSample] = proc.samples  # all in range, as a rule: no copy
+            if samples and (samples[0].ts < since or samples[-1].ts > until):
+                samples = [s for s in samples if since <= s.ts <= until]
             held_gpu = proc.last_with_gpu is not None and proc.last_with_gpu >= since
             if not held_gpu and not samples:
                 continue
             seen_s = (min(proc.last_seen, until) - max(proc.first_seen, since)
                       + self.interval_s)
             busy = max(0.0, seen_s - self._low_seconds(proc, since, until)) if held_gpu else 0.0
-            result[key] = phase_balance(samples, seen_s, busy)
+            result[key] = balance_of(self._split(proc, samples), seen_s, busy)
         return result
+
+    @staticmethod
+    def _split(proc: _Process, samples: Sequence[StackSample]) -> SampleSplit:
+        if not samples:
+            return NO_SAMPLES
+        which = (samples[0].ts, samples[-1].ts, len(samples))
+        if proc.split is None or proc.split[0] != which:
+            proc.split = (which, sample_split(samples))
+        return proc.split[1]
 
     @staticmethod
     def _low_seconds(proc: _Process, since: float, until: float) -> float:
