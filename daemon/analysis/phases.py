@@ -739,6 +739,12 @@ def balance_of(split: SampleSplit, window_s: float,
         return {}
     busy = min(max(busy_seconds, 0.0), window_s)
     quiet = window_s - busy
+    if not split.parts:  # no stacks (most processes, most of the time): compute and unknown
+        parts = [(COMPUTE, busy, 0.0), (UNKNOWN, quiet, quiet)]
+        if quiet > busy:
+            parts.reverse()
+        return {phase: {"seconds": spent, "share": spent / window_s, "gpu_idle_seconds": idle,
+                        "top_stacks": []} for phase, spent, idle in parts if spent > 0}
     seconds: dict[str, float] = defaultdict(float)
     idle: dict[str, float] = defaultdict(float)
     stacks: dict[str, list[dict[str, Any]]] = {}

@@ -205,7 +205,10 @@ class Attribution:
 
     def _update_signals(self, proc: ProcessSample, ts: float,
                         utilization: dict[int, float | None]) -> None:
-        signals = self._signals.setdefault(proc.key, _Signals())
+        key = proc.key
+        signals = self._signals.get(key)
+        if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
+            signals = self._signals[key] = _Signals()
         signals.state = proc.state
         if proc.iowait_seconds is not None and signals.iowait is not None:
             signals.iowait_growing = proc.iowait_seconds > signals.iowait
@@ -214,7 +217,7 @@ class Attribution:
         signals.iowait = proc.iowait_seconds
         # The main thread's clock only for processes in a dip: one pread each, and only there.
         main_cpu = (self._main_threads.busy_seconds(proc.pid, proc.start_time)
-                    if proc.key in self._dips else None)
+                    if key in self._dips else None)
         utils = [u for u in (utilization.get(use.gpu_index) for use in proc.gpus) if u is not None]
         signals.snapshots.append(_Snapshot(
             ts, proc.cpu_seconds, main_cpu, _larger(proc.read_bytes, proc.read_chars),
