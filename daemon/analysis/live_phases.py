@@ -24,6 +24,7 @@ from daemon.sources.sample import Sample
 WINDOW_S = 1800.0  # as the rules' window (runtime/daemon.py EVALUATION_WINDOW_S)
 MAX_SAMPLES_PER_PROCESS = 4096  # a bound beside the window's: the sampler is rate-limited anyway
 CHECKPOINT = "checkpoint"
+FORGET_EVERY_S = 10.0  # facts past the window are dropped this often (memory, not results)
 
 ProcessId = tuple[int, float]  # (pid, start_time)
 NO_SAMPLES = SampleSplit()
@@ -52,6 +53,7 @@ class LivePhases:
         self.since: float | None = None  # the earliest time this holds every fact of
         self._processes: dict[ProcessId, _Process] = {}
         self._frames: dict[str, tuple[Frame, ...]] = {}  # one tuple per stack, shared
+        self._forgot_at = float("-inf")
         self.version = 0  # changes with every fact: a balance computed at one version holds
 
     def _process(self, key: ProcessId, ts: float) -> _Process:
@@ -76,7 +78,9 @@ class LivePhases:
         self.version += 1
         horizon = ts - self.window_s
         self.since = max(self.since, horizon)
-        self._forget_before(horizon)
+        if horizon - self._forgot_at >= FORGET_EVERY_S:  # balances read only their range
+            self._forget_before(horizon)
+            self._forgot_at = horizon
 
     def window_opened(self, key: ProcessId, started_at: float) -> None:
         """A low-utilization window of `key` qualified (it began at `started_at`)."""
