@@ -685,19 +685,35 @@ class Daemon:
                                             live.balances(since, until).items()})
         return self._phases_shown[1]
 
-    def phases_for(self, key: str, since_s: float) -> dict[str, Any] | None:
-        """Phase balance of one process ("pid:start_time") over the last since_s seconds:
-        from memory, as of the last tick, when memory holds that range (the rules' 30 min, since
-        this daemon started); else read from the store. Blocking in the second case: the API
-        runs it in a thread."""
+    def phases_in_memory(self, key: str,
+                         since_s: float) -> tuple[bool, dict[str, Any] | None]:
+        """(whether memory answers, the answer): the phase balance of one process
+        ("pid:start_time") over the last since_s seconds, as of the last tick, when that is at
+        most the 30 min kept in memory (since this daemon started, if that is sooner: the
+        window covered is in `since_s`); the 30-minute one is /v1/now's. The answer is None for
+        a process memory has not seen. (False, None): ask `phases_for` (the store). On the
+        loop, where the tick feeds what it reads."""
         live = self.attribution.phases if self.attribution is not None else None
+        if live is None or live.since is None or self.last_sample is None \
+                or since_s > live.window_s:
+            return False, None
+        until = self.last_sample.ts
+        if since_s >= EVALUATION_WINDOW_S:
+            balance = self.phases_now().get(key)
+        else:
+            balance = next((b for (pid, start), b in live.balances(until - since_s,
+                                                                     until).items()
+                            if process_key(pid, start) == key), None)
+        if balance is None:
+            return True, None
+        return True, {"phases": balance, "until": until,
+                      "since_s": until - max(until - since_s, live.since),
+                      "source": "kept in memory as stack samples arrive"}
+
+    def phases_for(self, key: str, since_s: float) -> dict[str, Any] | None:
+        """Phase balance of one process ("pid:start_time") over the last since_s seconds, read
+        from the store (blocking: the API runs it in a thread, after `phases_in_memory`)."""
         until = clock.now()
-        if live is not None and since_s <= live.window_s and live.covers(until - since_s):
-            for (pid, start), balance in live.balances(until - since_s, until).items():
-                if process_key(pid, start) == key:
-                    return {"phases": balance, "since_s": since_s, "until": until,
-                            "source": "kept in memory as stack samples arrive"}
-            return None
         balances, _ = self._read_attribution(until - since_s, until)
         for (pid, start), balance in balances.items():
             if process_key(pid, start) == key:
