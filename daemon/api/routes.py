@@ -217,8 +217,8 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         _process_key(key)
         since = _number(request.query, "since", 1800, 1, MAX_HISTORY_SINCE_S)
         # the live balance (on the loop, where the tick feeds it), else the store, off the loop
-        held, result = daemon.phases_in_memory(key, since)
-        if not held:
+        result = daemon.phases_in_memory(key, since)
+        if result is None:
             result = await asyncio.to_thread(daemon.phases_for, key, since)
         if result is None:
             return json_error(404, f"no process {key} on this host")

@@ -685,32 +685,31 @@ class Daemon:
                                             live.balances(since, until).items()})
         return self._phases_shown[1]
 
-    def phases_in_memory(self, key: str,
-                         since_s: float) -> tuple[bool, dict[str, Any] | None]:
-        """(whether memory answers, the answer): the phase balance of one process
-        ("pid:start_time") over the last since_s seconds, as of the last tick, when memory holds
-        that range; and over the 30 min /v1/now shows, since this daemon started if that is
-        sooner (the window covered is in `since_s`), as the rules see it. The answer is None
-        for a process memory has not seen. (False, None): ask `phases_for` (the store). On the
-        loop, where the tick feeds what it reads."""
+    def phases_in_memory(self, key: str, since_s: float) -> dict[str, Any] | None:
+        """The phase balance of one process ("pid:start_time") over the last since_s seconds,
+        as of the last tick, when memory holds that range; and over the 30 min /v1/now shows,
+        since this daemon started if that is sooner (the window covered is in `since_s`), as
+        the rules see it. None where memory
+        cannot answer (the range, or a process it has not seen): ask `phases_for` (the store).
+        On the loop, where the tick feeds what it reads."""
         live = self.attribution.phases if self.attribution is not None else None
         if live is None or live.since is None or self.last_sample is None:
-            return False, None
+            return None
         until = self.last_sample.ts
         whole = since_s >= EVALUATION_WINDOW_S
         if since_s > live.window_s or not (whole or live.covers(until - since_s)):
-            return False, None  # longer than memory keeps, or from before this daemon started
+            return None  # longer than memory keeps, or from before this daemon started
         if whole:
             balance = self.phases_now().get(key)
         else:
             balance = next((b for (pid, start), b in live.balances(until - since_s,
                                                                      until).items()
                             if process_key(pid, start) == key), None)
-        if balance is None:
-            return True, None
-        return True, {"phases": balance, "until": until,
-                      "since_s": until - max(until - since_s, live.since) if whole else since_s,
-                      "source": "kept in memory as stack samples arrive"}
+        if balance is None:  # not seen since this daemon started: the store may know it
+            return None
+        return {"phases": balance, "until": until,
+                "since_s": until - max(until - since_s, live.since) if whole else since_s,
+                "source": "kept in memory as stack samples arrive"}
 
     def phases_for(self, key: str, since_s: float) -> dict[str, Any] | None:
         """Phase balance of one process ("pid:start_time") over the last since_s seconds, read

@@ -87,8 +87,8 @@ def test_a_new_stack_sample_shows_in_the_next_ticks_balance(tmp_path, fixture, p
         assert after.get(phase, 0) > 0.5  # all of the quiet time now has a sampled phase
         assert sum(after.values()) == pytest.approx(1.0)
         # the details screen's question (GET /v1/processes/{key}/phases) gets the same figure
-        held, found = daemon.phases_in_memory(key, 1800)
-        assert held and {p: part["share"] for p, part in found["phases"].items()} == after
+        found = daemon.phases_in_memory(key, 1800)
+        assert found is not None and {p: part["share"] for p, part in found["phases"].items()} == after
         assert 0 < found["since_s"] < 1800  # what memory covers: since the daemon started
         live = daemon.attribution.phases
         until = daemon.last_sample.ts
