@@ -42,6 +42,9 @@ class _Process:
     # the split of the samples last asked for, by (first, last, count): computed once per
     # new sample, not once per tick (the time arithmetic is per tick)
     split: tuple[tuple[float, float, int], SampleSplit] | None = None
+    facts: int = 0  # windows and samples handed over: a change makes its balance new
+    # the balance last shown with some drift allowed: (facts, held a GPU, until, balance)
+    shown: tuple[int, bool, float, dict[str, Any]] | None = None
 
 
 class LivePhases:
@@ -87,12 +90,14 @@ class LivePhases:
         proc = self._process(key, started_at)
         if not proc.windows or proc.windows[-1][1] is not None:
             proc.windows.append([started_at, None])
+        proc.facts += 1
         self.version += 1
 
     def window_closed(self, key: ProcessId, ended_at: float) -> None:
         proc = self._processes.get(key)
         if proc is not None and proc.windows and proc.windows[-1][1] is None:
             proc.windows[-1][1] = ended_at
+            proc.facts += 1
             self.version += 1
 
     def add_stack(self, key: ProcessId, ts: float, thread_id: int, stack_hash: str,
@@ -102,8 +107,10 @@ class LivePhases:
         shared = self._frames.get(stack_hash)
         if shared is None:
             shared = self._frames[stack_hash] = tuple(Frame(*f) for f in frames)
-        self._process(key, ts).samples.append(StackSample(
+        proc = self._process(key, ts)
+        proc.samples.append(StackSample(
             ts, key[0], thread_id, stack_hash, shared, phase, gpu_util or 0.0, reason or ""))
+        proc.facts += 1
         self.version += 1
 
     def _forget_before(self, horizon: float) -> None:
@@ -123,9 +130,13 @@ class LivePhases:
         """Whether every fact from `since` on is held here (else read the store)."""
         return self.since is not None and since >= self.since - self.interval_s
 
-    def balances(self, since: float, until: float) -> dict[ProcessId, dict[str, Any]]:
+    def balances(self, since: float, until: float,
+                 drift: float = 0.0) -> dict[ProcessId, dict[str, Any]]:
         """Phase balance of every process seen in [since, until], as balance.phase_balances
-        computes it from the store."""
+        computes it from the store. `drift` > 0 (a live view asking every tick, over a window
+        that moves with it): a process whose windows and samples did not change keeps the
+        balance it was last given while its time grew by at most `drift` of it (its shares
+        then moved by at most that much), instead of one built anew per process per tick."""
         result = {}
         for key, proc in self._processes.items():
             if proc.last_seen < since or proc.first_seen > until:
@@ -138,8 +149,15 @@ class LivePhases:
                 continue
             seen_s = (min(proc.last_seen, until) - max(proc.first_seen, since)
                       + self.interval_s)
+            shown = proc.shown
+            if (drift > 0 and shown is not None and shown[0] == proc.facts
+                    and shown[1] == held_gpu and 0 <= until - shown[2] <= drift * seen_s):
+                result[key] = shown[3]
+                continue
             busy = max(0.0, seen_s - self._low_seconds(proc, since, until)) if held_gpu else 0.0
             result[key] = balance_of(self._split(proc, samples), seen_s, busy)
+            if drift > 0:
+                proc.shown = (proc.facts, held_gpu, until, result[key])
         return result
 
     @staticmethod

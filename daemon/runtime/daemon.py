@@ -65,7 +65,10 @@ CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of kn
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 EVALUATION_WINDOW_S = 1800.0  # the rules read the last 30 min of phase balances
 MAINTENANCE_BUDGET_S = 0.02
-CLOCK_JUMP_S = 30.0  # the wall clock moving this much more than the tick did is a clock step
+CLOCK_JUMP_S = 30.0
+# /v1/now's phase balances: one whose process's windows and samples did not change is rebuilt
+# once its time grew by 1% (its shares moved by at most a percentage point): not every tick
+PHASES_SHOWN_DRIFT = 0.01  # the wall clock moving this much more than the tick did is a clock step
 
 
 class DaemonError(RuntimeError):
@@ -682,7 +685,8 @@ class Daemon:
             until = self.last_sample.ts if self.last_sample is not None else clock.now()
             since = until - EVALUATION_WINDOW_S
             self._phases_shown = (version, {process_key(*key): balance for key, balance in
-                                            live.balances(since, until).items()})
+                                            live.balances(since, until,
+                                                          drift=PHASES_SHOWN_DRIFT).items()})
         return self._phases_shown[1]
 
     def phases_in_memory(self, key: str, since_s: float) -> dict[str, Any] | None:

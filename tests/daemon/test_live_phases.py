@@ -130,3 +130,24 @@ def test_facts_older_than_the_window_are_dropped():
     live.on_tick(dataclasses.replace(quiet(30, t0), processes=()))  # it exited long ago
     assert live.balances(t0, t0 + 30) == {}
     assert not live.covers(t0 + 5) and live.covers(t0 + 25)  # the window moved on
+
+
+def test_a_live_view_rebuilds_a_balance_on_new_facts_or_past_its_drift():
+    from daemon.analysis.live_phases import LivePhases
+
+    live = LivePhases(interval_s=1.0)
+    t0, key = 1_000_000.0, (4242, 1000.5)
+    for i in range(1, 101):
+        live.on_tick(quiet(i, t0))
+    live.window_opened(key, t0 + 50)
+    first = live.balances(t0, t0 + 100, drift=0.01)[key]
+    live.on_tick(quiet(101, t0))  # 1 s more of 101 s: within 1 %
+    assert live.balances(t0, t0 + 101, drift=0.01)[key] is first
+    live.add_stack(key, t0 + 101, 1, "h", [("read", "x.py", 3)], "data_wait", 0.0, "")
+    with_sample = live.balances(t0, t0 + 101, drift=0.01)[key]  # a new fact: rebuilt at once
+    assert "data_wait" in with_sample and "data_wait" not in first
+    for i in range(102, 104):
+        live.on_tick(quiet(i, t0))
+    later = live.balances(t0, t0 + 103, drift=0.01)[key]  # 2 s of 103: past 1 %
+    assert later is not with_sample
+    assert later == live.balances(t0, t0 + 103)[key]  # what no drift gives
