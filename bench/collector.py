@@ -20,6 +20,9 @@ tick in steady state, split by thread (named) and by part (NVML read, /proc read
 analysis, rules + phase balances, store write, API: one /v1/now per tick, as a connected client
 asks), the floor measured in the same process while the workloads run (the same NVML calls +
 pread of /proc/PID/{stat,io} of every process), and the ratio; then a table of all sizes.
+The bench itself plays the connected client (`Daemon.now()` once per tick, the document a TUI
+asks for every second; the HTTP and JSON encoding are not counted): the ratio is printed with
+that client and without it (the whole process less the API part), the recorder on its own.
 """
 
 from __future__ import annotations
@@ -272,8 +275,10 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
         for name, spent in sorted(groups.items(), key=lambda kv: kv[1], reverse=True)))
     print("  per part, ms per tick: " + ", ".join(f"{part} {spent * 1000:.2f}"
                                                   for part, spent in by_part.items()))
+    alone = whole - by_part["API"]  # the recorder with no client asking for /v1/now
     print(f"  floor (the same NVML calls + pread of /proc/PID/{{stat,io}}, this process): "
-          f"{floor[0] * 1000:.2f} ms; whole process / floor: {whole / floor[0]:.1f}x "
+          f"{floor[0] * 1000:.2f} ms; whole process / floor: {whole / floor[0]:.1f}x with one "
+          f"/v1/now a tick, {alone / floor[0]:.1f}x without a client ({alone * 1000:.2f} ms) "
           f"(load average {load:.1f})")
     reads, began = 2000, time.thread_time()
     for _ in range(reads):
@@ -283,6 +288,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
     return {"procs": processes, "gpus": gpus, "procs_seen": seen, "ticks": ticks,
             "whole_ms": whole * 1000, "tick_main_thread_ms": statistics.median(ms),
             "floor_ms": floor[0] * 1000, "ratio": whole / floor[0],
+            "whole_without_client_ms": alone * 1000, "ratio_without_client": alone / floor[0],
             "threads_ms": {name: spent * 1000 for name, spent in
                            sorted(groups.items(), key=lambda kv: kv[1], reverse=True)},
             "each_thread_ms": {name: spent * 1000 for name, spent in top},
@@ -294,13 +300,14 @@ def table(rows: list[dict[str, object]]) -> None:
     """The sizes side by side, as the issue compares them."""
     print()
     print(f"{'GPUs x procs':>13} | {'whole ms/tick':>13} | {'floor ms':>8} | {'ratio':>6} | "
-          f"{'load':>5} | top threads")
+          f"{'no client':>9} | {'load':>5} | top threads")
     for row in rows:
         threads = row["threads_ms"]
         assert isinstance(threads, dict)
         tops = ", ".join(f"{n} {v:.1f}" for n, v in list(threads.items())[:3])
         print(f"{row['gpus']:>5} x {row['procs']:<5} | {row['whole_ms']:>13.2f} | "
-              f"{row['floor_ms']:>8.2f} | {row['ratio']:>5.1f}x | {row['load_average']:>5.1f} | "
+              f"{row['floor_ms']:>8.2f} | {row['ratio']:>5.1f}x | "
+              f"{row['ratio_without_client']:>8.1f}x | {row['load_average']:>5.1f} | "
               f"{tops}")
 
 

@@ -112,8 +112,9 @@ class Analyzer:
             window.append((sample, current))
         while window and sample.ts - window[0][0].ts > self.window_s:
             window.popleft()
-        self.ledger.forget_exited({p.key for p in sample.processes},
-                                  keep=4 * max(len(sample.processes), 64))
+        keep = 4 * max(len(sample.processes), 64)
+        if len(self.ledger.by_process) > keep:  # (the set of live keys only when it is used)
+            self.ledger.forget_exited({p.key for p in sample.processes}, keep=keep)
         return events
 
     def evaluate(self, phase_balances: Mapping[Any, Any] | None = None,

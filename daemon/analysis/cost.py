@@ -284,11 +284,13 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
                             gpu_wasted_per_hour(per_gpu, util, ok, idle_pct)))
     processes = {}
     for proc in sample.processes:
-        own = shares.get(proc.key)
+        key = proc.key
+        own = shares.get(key)
         if own:
-            processes[proc.key] = ProcessBurn(proc.key, proc.user, proc.command,
-                                              math.fsum(s.per_hour for s in own), tuple(own),
-                                              proc.owner)
+            processes[key] = ProcessBurn(key, proc.user, proc.command,
+                                         own[0].per_hour if len(own) == 1 else
+                                         math.fsum(s.per_hour for s in own), tuple(own),
+                                         proc.owner)
     idle_per_hour = math.fsum(g.idle_per_hour for g in gpus)
     total = math.fsum(p.burn_per_hour for p in processes.values()) + idle_per_hour
     return Burn(sample.ts, price, per_gpu, total, idle_per_hour,

@@ -20,7 +20,7 @@ from typing import Any
 
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn
-from daemon.sources.sample import GPU_OK, Sample
+from daemon.sources.sample import GPU_OK, GpuUse, ProcessSample, Sample
 from daemon.wire import process_key
 
 GPU_HELD_IDLE = "gpu_held_idle"
@@ -83,26 +83,29 @@ class IdleDetector:
         ts = sample.ts
         t = self.t
         changed: list[Event] = []
-        holders: dict[int, list[dict[str, Any]]] = {}
+        uses: dict[int, list[tuple[ProcessSample, GpuUse]]] = {}
         for proc in sample.processes:
             for use in proc.gpus:
-                holders.setdefault(use.gpu_index, []).append({
-                    "id": process_key(*proc.key), "pid": proc.pid, "start_time": proc.start_time,
-                    "user": proc.user, "command": proc.command, "memory_bytes": use.memory_bytes,
-                })
+                uses.setdefault(use.gpu_index, []).append((proc, use))
         per_gpu = burn.price_per_gpu if burn is not None else 0.0
         ok_gpus = [g for g in sample.gpus if g.status == GPU_OK and g.utilization is not None]
         idle = {g.index: t.gpu_is_busy(g.utilization) is False for g in ok_gpus}
         all_quiet = bool(ok_gpus) and all(idle.values())
         for gpu in ok_gpus:
             util: float = gpu.utilization  # type: ignore[assignment]
-            held = holders.get(gpu.index, [])
+            target = f"gpu:{gpu.index}"
+            if not idle[gpu.index] and target not in self._periods:
+                continue  # busy, and no idle period to end: nothing to do (as _step says)
+            # the holders, described only for a GPU that is or was idle (an event's detail)
+            held = [{"id": process_key(proc.pid, proc.start_time), "pid": proc.pid,
+                     "start_time": proc.start_time, "user": proc.user, "command": proc.command,
+                     "memory_bytes": use.memory_bytes} for proc, use in uses.get(gpu.index, ())]
             kind = GPU_HELD_IDLE if held else GPU_UNHELD_IDLE
             after = t.gpu_held_after_s if held else t.gpu_unheld_after_s
             detail = {"gpu": gpu.index, "uuid": gpu.uuid, "name": gpu.name,
                       "utilization": util, "holders": held,
                       "price_per_hour": per_gpu}
-            self._step(f"gpu:{gpu.index}", kind, ts, idle[gpu.index],
+            self._step(target, kind, ts, idle[gpu.index],
                        util >= t.resume_utilization_pct, after, per_gpu, detail, changed)
         gpu_procs = sum(1 for p in sample.processes if p.gpus)
         host_quiet = gpu_procs == 0 or all_quiet

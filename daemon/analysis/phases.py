@@ -709,23 +709,51 @@ def phase_balance(
     stack was put in this phase (its most frequent one).
     Phases with no time are left out; shares add up to 1 when window_s > 0.
     """
+    return balance_of(sample_split(samples, top=top), window_s, busy_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleSplit:
+    """What one process's stack samples say, apart from how long it ran (phase_balance in two
+    steps: a caller that keeps the samples computes this once per new sample, the time
+    arithmetic once per tick). Per phase: its share of the samples, its samples' mean GPU
+    utilization (0-1), its top stacks (to be read, never changed)."""
+
+    parts: tuple[tuple[str, float, float, list[dict[str, Any]]], ...] = ()
+
+
+def sample_split(samples: Sequence[StackSample], *, top: int = 5) -> SampleSplit:
+    by_phase: dict[str, list[StackSample]] = defaultdict(list)
+    for s in samples:
+        by_phase[s.phase if s.phase in PHASES else UNKNOWN].append(s)
+    return SampleSplit(tuple(
+        (phase, len(group) / len(samples),
+         sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group) / 100.0,
+         _top_stacks(group, top)) for phase, group in by_phase.items()))
+
+
+def balance_of(split: SampleSplit, window_s: float,
+               busy_seconds: float) -> dict[str, dict[str, Any]]:
+    """phase_balance from the samples' split, the window and the GPU's busy seconds in it."""
     if window_s <= 0:
         return {}
     busy = min(max(busy_seconds, 0.0), window_s)
     quiet = window_s - busy
-    by_phase: dict[str, list[StackSample]] = defaultdict(list)
-    for s in samples:
-        by_phase[s.phase if s.phase in PHASES else UNKNOWN].append(s)
+    if not split.parts:  # no stacks (most processes, most of the time): compute and unknown
+        parts = [(COMPUTE, busy, 0.0), (UNKNOWN, quiet, quiet)]
+        if quiet > busy:
+            parts.reverse()
+        return {phase: {"seconds": spent, "share": spent / window_s, "gpu_idle_seconds": idle,
+                        "top_stacks": []} for phase, spent, idle in parts if spent > 0}
     seconds: dict[str, float] = defaultdict(float)
     idle: dict[str, float] = defaultdict(float)
+    stacks: dict[str, list[dict[str, Any]]] = {}
     seconds[COMPUTE] += busy
-    if samples:
-        for phase, group in by_phase.items():
-            share = quiet * len(group) / len(samples)
-            mean_util = sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group)
-            seconds[phase] += share
-            idle[phase] += share * (1.0 - mean_util / 100.0)
-    elif quiet > 0:
+    for phase, share, mean_util, top_stacks in split.parts:
+        seconds[phase] += quiet * share
+        idle[phase] += quiet * share * (1.0 - mean_util)
+        stacks[phase] = top_stacks
+    if not split.parts and quiet > 0:
         seconds[UNKNOWN] += quiet
         idle[UNKNOWN] += quiet
     result: dict[str, dict[str, Any]] = {}
@@ -736,7 +764,7 @@ def phase_balance(
             "seconds": seconds[phase],
             "share": seconds[phase] / window_s,
             "gpu_idle_seconds": idle[phase],
-            "top_stacks": _top_stacks(by_phase.get(phase, []), top),
+            "top_stacks": stacks.get(phase, []),
         }
     return result
 

@@ -216,8 +216,10 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         key = request.match_info["key"]
         _process_key(key)
         since = _number(request.query, "since", 1800, 1, MAX_HISTORY_SINCE_S)
-        # phases_for reads the store through its own reader: off the loop
-        result = await asyncio.to_thread(daemon.phases_for, key, since)
+        # the live balance (on the loop, where the tick feeds it), else the store, off the loop
+        result = daemon.phases_in_memory(key, since)
+        if result is None:
+            result = await asyncio.to_thread(daemon.phases_for, key, since)
         if result is None:
             return json_error(404, f"no process {key} on this host")
         if not isinstance(result, dict) or "phases" not in result:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
 from daemon.analysis.kinds import frame_markers
+from daemon.analysis.live_phases import LivePhases
 from daemon.analysis.phases import (
     HostSignals,
     classify,
@@ -123,7 +124,7 @@ class Attribution:
     def __init__(self, config: AttributionConfig, store: Store,
                  sampler: StackSampler | None = None, *,
                  idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT,
-                 sample_always: bool = False) -> None:
+                 sample_always: bool = False, interval_s: float = 1.0) -> None:
         self.config = config
         # `mlcostd profile`: every GPU process, and every process whose parent is not
         # recorded (the profiled command before it touches a GPU), is in a window from its
@@ -146,12 +147,15 @@ class Attribution:
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
         # while its main thread joins): (pid, start_time) -> marker -> when last seen.
         self.frame_markers: dict[tuple[int, float], dict[str, float]] = {}
+        # each process's phase balance over the last 30 min, fed what the store is fed
+        self.phases = LivePhases(interval_s)
 
     # -- per tick --------------------------------------------------------------------------
 
     def on_tick(self, sample: Sample) -> None:
         """Update windows and signals; schedule dumps for processes in a dip. Cheap."""
         config = self.config
+        self.phases.on_tick(sample)
         children: dict[int, list[ProcessSample]] = {}
         seen = set()
         utilization = {g.index: g.utilization for g in sample.gpus}
@@ -201,7 +205,10 @@ class Attribution:
 
     def _update_signals(self, proc: ProcessSample, ts: float,
                         utilization: dict[int, float | None]) -> None:
-        signals = self._signals.setdefault(proc.key, _Signals())
+        key = proc.key
+        signals = self._signals.get(key)
+        if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
+            signals = self._signals[key] = _Signals()
         signals.state = proc.state
         if proc.iowait_seconds is not None and signals.iowait is not None:
             signals.iowait_growing = proc.iowait_seconds > signals.iowait
@@ -210,7 +217,7 @@ class Attribution:
         signals.iowait = proc.iowait_seconds
         # The main thread's clock only for processes in a dip: one pread each, and only there.
         main_cpu = (self._main_threads.busy_seconds(proc.pid, proc.start_time)
-                    if proc.key in self._dips else None)
+                    if key in self._dips else None)
         utils = [u for u in (utilization.get(use.gpu_index) for use in proc.gpus) if u is not None]
         signals.snapshots.append(_Snapshot(
             ts, proc.cpu_seconds, main_cpu, _larger(proc.read_bytes, proc.read_chars),
@@ -261,13 +268,23 @@ class Attribution:
     def _qualify(self, dip: _Dip) -> None:
         dip.qualified = True
         facts.write_event(self.store, self._event(dip, None))
+        self.phases.window_opened((dip.pid, dip.start_time), dip.started_at)
         if dip.pending:
-            self.samples_kept += facts.write_stacks(self.store, dip.pending)
+            self._write_stacks(dip.pending)
             dip.pending = []
+
+    def _write_stacks(self, rows: list[StackRow]) -> None:
+        """Stack samples of a window: to the store (the record) and to the live balance."""
+        self.samples_kept += facts.write_stacks(self.store, rows)
+        for row in rows:
+            self.phases.add_stack((row.pid, row.start_time), row.ts, row.thread_id,
+                                  row.stack_hash, row.frames, row.phase, row.gpu_util,
+                                  row.reason)
 
     def _end(self, key: tuple[int, float], dip: _Dip, ts: float) -> None:
         if dip.qualified:
             facts.write_event(self.store, self._event(dip, ts))
+            self.phases.window_closed(key, ts)
         del self._dips[key]
 
     @staticmethod
@@ -340,7 +357,7 @@ class Attribution:
         if dip is None or not rows:
             return  # the dip ended while py-spy ran: too short to count
         if dip.qualified:
-            self.samples_kept += facts.write_stacks(self.store, rows)
+            self._write_stacks(rows)
         elif len(dip.pending) < MAX_PENDING_ROWS:
             dip.pending.extend(rows)
 

@@ -66,7 +66,10 @@ CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of kn
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 EVALUATION_WINDOW_S = 1800.0  # the rules read the last 30 min of phase balances
 MAINTENANCE_BUDGET_S = 0.02
-CLOCK_JUMP_S = 30.0  # the wall clock moving this much more than the tick did is a clock step
+CLOCK_JUMP_S = 30.0
+# /v1/now's phase balances: one whose process's windows and samples did not change is rebuilt
+# once its time grew by 1% (its shares moved by at most a percentage point): not every tick
+PHASES_SHOWN_DRIFT = 0.01  # the wall clock moving this much more than the tick did is a clock step
 
 
 class DaemonError(RuntimeError):
@@ -157,8 +160,9 @@ class Daemon:
         # shape of its GPU use reads every tick, not one tick a round (a loaded host stretches
         # a job's loop, and one tick a round then misses most of its kernels).
         self._kernels_since_round: dict[tuple[int, float], bool] = {}
-        self.phases_now: dict[str, dict[str, Any]] = {}  # process key -> recent phase balance
-        self.phases_window: tuple[float, float] | None = None  # what phases_now covers
+        # the live phase balances (attribution.phases) as /v1/now shows them: built when
+        # asked, once per (tick, fact) version
+        self._phases_shown: tuple[object, dict[str, dict[str, Any]]] = (None, {})
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
         self.snoozed: dict[str, float] = {}
@@ -415,7 +419,8 @@ class Daemon:
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
             self.attribution = Attribution(self.config.attribution, self.store,
                                            idle_utilization_pct=self.config.idle.utilization,
-                                           sample_always=self.sample_stacks_always)
+                                           sample_always=self.sample_stacks_always,
+                                           interval_s=self.config.daemon.interval)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
@@ -519,7 +524,7 @@ class Daemon:
         document = now_document(
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
-            phases=self.phases_now, stack_statuses=statuses, windows=windows,
+            phases=self.phases_now(), stack_statuses=statuses, windows=windows,
             kinds=self.kinds.documents(),
             store=self.store.health.as_dict() if self.store is not None else None)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
@@ -637,13 +642,18 @@ class Daemon:
             await asyncio.sleep(every)
 
     async def evaluate(self, since: float, until: float) -> list[dict[str, Any]]:
-        """One round of the rules: phase balances over [since, until] from the store, the
-        slow meters, the rules, and what they found written to the store. Returns the
-        recommendations recorded. On the loop (the blocking parts run in threads)."""
-        balances, checkpoints = await asyncio.to_thread(self._read_attribution, since, until)
-        self.phases_now = {process_key(pid, start): balance
-                           for (pid, start), balance in balances.items()}
-        self.phases_window = (since, until)
+        """One round of the rules: phase balances over [since, until] (kept in memory; from
+        the store when the range starts before what memory holds), the slow meters, the rules,
+        and what they found written to the store. Returns the recommendations recorded. On
+        the loop (the blocking parts run in threads)."""
+        live = self.attribution.phases if self.attribution is not None else None
+        if live is not None and live.covers(since):
+            balances = live.balances(since, until)
+            checkpoints = {process_key(*key): times for key, times in
+                           live.checkpoint_times(since, until).items()}
+        else:
+            balances, checkpoints = await asyncio.to_thread(self._read_attribution, since,
+                                                            until)
         if self.analyzer is None:
             return []
         await asyncio.to_thread(self.analyzer.poll_slow)
@@ -676,16 +686,50 @@ class Daemon:
         finally:
             reader.close()
 
+    def phases_now(self) -> dict[str, dict[str, Any]]:
+        """Each process's phase balance over the rules' window (30 min, or since start), as
+        of the last tick: what /v1/now shows. On the loop (the tick feeds what it reads)."""
+        live = self.attribution.phases if self.attribution is not None else None
+        if live is None:
+            return {}
+        version = (self.tick, live.version)
+        if self._phases_shown[0] != version:
+            until = self.last_sample.ts if self.last_sample is not None else clock.now()
+            since = until - EVALUATION_WINDOW_S
+            self._phases_shown = (version, {process_key(*key): balance for key, balance in
+                                            live.balances(since, until,
+                                                          drift=PHASES_SHOWN_DRIFT).items()})
+        return self._phases_shown[1]
+
+    def phases_in_memory(self, key: str, since_s: float) -> dict[str, Any] | None:
+        """The phase balance of one process ("pid:start_time") over the last since_s seconds,
+        as of the last tick, when memory holds that range; and over the 30 min /v1/now shows,
+        since this daemon started if that is sooner (the window covered is in `since_s`), as
+        the rules see it. None where memory
+        cannot answer (the range, or a process it has not seen): ask `phases_for` (the store).
+        On the loop, where the tick feeds what it reads."""
+        live = self.attribution.phases if self.attribution is not None else None
+        if live is None or live.since is None or self.last_sample is None:
+            return None
+        until = self.last_sample.ts
+        whole = since_s >= EVALUATION_WINDOW_S
+        if since_s > live.window_s or not (whole or live.covers(until - since_s)):
+            return None  # longer than memory keeps, or from before this daemon started
+        if whole:
+            balance = self.phases_now().get(key)
+        else:
+            balance = next((b for (pid, start), b in live.balances(until - since_s,
+                                                                     until).items()
+                            if process_key(pid, start) == key), None)
+        if balance is None:  # not seen since this daemon started: the store may know it
+            return None
+        return {"phases": balance, "until": until,
+                "since_s": until - max(until - since_s, live.since) if whole else since_s,
+                "source": "kept in memory as stack samples arrive"}
+
     def phases_for(self, key: str, since_s: float) -> dict[str, Any] | None:
-        """Phase balance of one process ("pid:start_time") over the last since_s seconds. When
-        that covers the latest evaluation's window (at most the rules' 30 min), it is that
-        evaluation's balance, the one /v1/now and the recommendations quote, with its window
-        (`since_s`, `until`): one figure on every screen, not a fresher one beside it."""
-        window = self.phases_window
-        if (window is not None and key in self.phases_now
-                and window[1] - window[0] <= since_s <= EVALUATION_WINDOW_S):
-            return {"phases": self.phases_now[key], "since_s": window[1] - window[0],
-                    "until": window[1], "source": "the latest evaluation of the rules"}
+        """Phase balance of one process ("pid:start_time") over the last since_s seconds, read
+        from the store (blocking: the API runs it in a thread, after `phases_in_memory`)."""
         until = clock.now()
         balances, _ = self._read_attribution(until - since_s, until)
         for (pid, start), balance in balances.items():

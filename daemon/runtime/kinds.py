@@ -63,6 +63,7 @@ class KindTracker:
         self.audits: dict[str, InferenceAudit] = {}
         self._sm: dict[tuple[int, float], deque[float]] = {}
         self._documents: dict[str, dict[str, Any]] = {}  # documents(), this round's
+        self._documents_of: dict[str, tuple[Kind, dict[str, Any]]] = {}  # ... and their kinds
 
     def refresh(self, processes: Iterable[tuple[int, float, str, Mapping[str, str]]],
                 markers: Mapping[tuple[int, float], Mapping[str, float]], now: float,
@@ -123,8 +124,16 @@ class KindTracker:
             if audit is not None:
                 audits[process_key(*key)] = audit
         self.audits = audits
-        self._documents = {key: {**kind.as_dict(), "inference": audits[key].as_dict()
-                                 if key in audits else None} for key, kind in self.kinds.items()}
+        # A kind that did not change keeps its document (most rounds classify nothing anew);
+        # an inference audit's figures move every round, so its document is built again.
+        before = self._documents_of
+        self._documents_of = {
+            key: (kind, before[key][1] if key not in audits and key in before
+                  and before[key][0] is kind else
+                  {**kind.as_dict(), "inference": audits[key].as_dict()
+                   if key in audits else None})
+            for key, kind in self.kinds.items()}
+        self._documents = {key: doc for key, (_, doc) in self._documents_of.items()}
 
     def documents(self) -> dict[str, dict[str, Any]]:
         """Each process's kind document (Kind.as_dict) with its inference audit under

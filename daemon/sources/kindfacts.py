@@ -253,6 +253,9 @@ class KindFactsReader:
 
     def _read(self, pid: int, old: KindFacts | None, now: float,
               tables: TcpTables) -> KindFacts:
+        if (old is not None and now - old.sockets_read_at < self.sockets_every_s
+                and now - old.maps_read_at < self.maps_every_s):
+            return old  # nothing due (most rounds): the same reading, not a copy of it
         facts = old or KindFacts()
         truncated = set(facts.truncated)
         if old is None or now - old.sockets_read_at >= self.sockets_every_s:

@@ -173,9 +173,9 @@ def test_phases_of_the_idle_notebook(daemon):
 
 
 def test_a_process_phases_are_the_balance_now_and_the_rules_quote(daemon):
-    """The details screen asks for 30 min of phases; it gets the latest evaluation's balance
-    (what /v1/now's phases and the recommendations' shares are), with the window it covers,
-    not a fresher read that says 83% beside a recommendation's 80%."""
+    """The details screen asks for 30 min of phases; it gets the balance /v1/now shows (the one
+    kept in memory, as of the last tick), with the window it covers, not another read that says
+    83% beside /v1/now's 80%."""
     def same():
         now = {p["key"]: p for p in daemon.now()["processes"] if p["gpus"] and p["phases"]}
         if not now:
@@ -187,7 +187,7 @@ def test_a_process_phases_are_the_balance_now_and_the_rules_quote(daemon):
 
     found = poll(same, ADVICE_TIMEOUT_S, "the phases endpoint quoting /v1/now's balance",
                  every=0.5, explain=daemon.log_tail)
-    assert 0 < found.since_s < 1800  # the evaluation's window (the daemon ran < 30 min)
+    assert 0 < found.since_s < 1800  # what memory covers (the daemon ran < 30 min)
 
 
 def test_recommendations_apply_and_snooze(daemon):

@@ -1,0 +1,196 @@
+"""Each process's phase balance over a rolling window, kept in memory as the facts arrive.
+
+What daemon.analysis.balance reads back from the store (the processes' first and last sample,
+their low-utilization windows, their stack samples), kept here as the tick, the windows and
+the sampler hand them over, so the daemon's phase column and its rules read a balance that is
+as new as the last tick, without a store read. The store stays the record: reports and replay
+read it (balance.py); both feed the same `phase_balance`.
+
+Everything older than the window is dropped as new facts come in, so memory is bounded by the
+window (and by MAX_SAMPLES_PER_PROCESS stack samples per process). On the event loop only.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemon.analysis.phases import SampleSplit, StackSample, balance_of, sample_split
+from daemon.sources.frames import Frame
+from daemon.sources.sample import Sample
+
+WINDOW_S = 1800.0  # as the rules' window (runtime/daemon.py EVALUATION_WINDOW_S)
+MAX_SAMPLES_PER_PROCESS = 4096  # a bound beside the window's: the sampler is rate-limited anyway
+CHECKPOINT = "checkpoint"
+FORGET_EVERY_S = 10.0  # facts past the window are dropped this often (memory, not results)
+
+ProcessId = tuple[int, float]  # (pid, start_time)
+NO_SAMPLES = SampleSplit()
+
+
+@dataclass
+class _Process:
+    first_seen: float
+    last_seen: float
+    last_with_gpu: float | None = None  # the last tick it held a GPU
+    # low-utilization windows: [started_at, ended_at or None while open]
+    windows: list[list[float | None]] = field(default_factory=list)
+    samples: deque[StackSample] = field(
+        default_factory=lambda: deque(maxlen=MAX_SAMPLES_PER_PROCESS))
+    # the split of the samples last asked for, by (first, last, count): computed once per
+    # new sample, not once per tick (the time arithmetic is per tick)
+    split: tuple[tuple[float, float, int], SampleSplit] | None = None
+    facts: int = 0  # windows and samples handed over: a change makes its balance new
+    # the balance last shown with some drift allowed: (facts, held a GPU, until, balance)
+    shown: tuple[int, bool, float, dict[str, Any]] | None = None
+
+
+class LivePhases:
+    """Phase balances and checkpoint times over the last `window_s`, as new as the last fact."""
+
+    def __init__(self, interval_s: float, window_s: float = WINDOW_S) -> None:
+        self.interval_s = interval_s
+        self.window_s = window_s
+        self.since: float | None = None  # the earliest time this holds every fact of
+        self._processes: dict[ProcessId, _Process] = {}
+        self._frames: dict[str, tuple[Frame, ...]] = {}  # one tuple per stack, shared
+        self._forgot_at = float("-inf")
+        self.version = 0  # changes with every fact: a balance computed at one version holds
+
+    def _process(self, key: ProcessId, ts: float) -> _Process:
+        proc = self._processes.get(key)
+        if proc is None:
+            proc = self._processes[key] = _Process(ts, ts)
+        return proc
+
+    def on_tick(self, sample: Sample) -> None:
+        """The processes this tick saw (and which of them hold a GPU); older facts dropped."""
+        ts = sample.ts
+        if self.since is None:
+            self.since = ts
+        processes = self._processes
+        for p in sample.processes:
+            proc = processes.get(p.key)
+            if proc is None:
+                proc = processes[p.key] = _Process(ts, ts)
+            proc.last_seen = ts
+            if p.gpus:
+                proc.last_with_gpu = ts
+        self.version += 1
+        horizon = ts - self.window_s
+        self.since = max(self.since, horizon)
+        if horizon - self._forgot_at >= FORGET_EVERY_S:  # balances read only their range
+            self._forget_before(horizon)
+            self._forgot_at = horizon
+
+    def window_opened(self, key: ProcessId, started_at: float) -> None:
+        """A low-utilization window of `key` qualified (it began at `started_at`)."""
+        proc = self._process(key, started_at)
+        if not proc.windows or proc.windows[-1][1] is not None:
+            proc.windows.append([started_at, None])
+        proc.facts += 1
+        self.version += 1
+
+    def window_closed(self, key: ProcessId, ended_at: float) -> None:
+        proc = self._processes.get(key)
+        if proc is not None and proc.windows and proc.windows[-1][1] is None:
+            proc.windows[-1][1] = ended_at
+            proc.facts += 1
+            self.version += 1
+
+    def add_stack(self, key: ProcessId, ts: float, thread_id: int, stack_hash: str,
+                  frames: Iterable[tuple[str, str, int]], phase: str,
+                  gpu_util: float | None, reason: str | None) -> None:
+        """One classified stack sample kept in a window (what the store gets too)."""
+        shared = self._frames.get(stack_hash)
+        if shared is None:
+            shared = self._frames[stack_hash] = tuple(Frame(*f) for f in frames)
+        proc = self._process(key, ts)
+        proc.samples.append(StackSample(
+            ts, key[0], thread_id, stack_hash, shared, phase, gpu_util or 0.0, reason or ""))
+        proc.facts += 1
+        self.version += 1
+
+    def _forget_before(self, horizon: float) -> None:
+        for key in [k for k, p in self._processes.items() if p.last_seen < horizon]:
+            del self._processes[key]
+        for proc in self._processes.values():
+            samples = proc.samples
+            while samples and samples[0].ts < horizon:
+                samples.popleft()
+            while proc.windows and (proc.windows[0][1] or float("inf")) < horizon:
+                del proc.windows[0]
+        if len(self._frames) > 4 * MAX_SAMPLES_PER_PROCESS:  # stacks no sample refers to
+            used = {s.stack_hash for p in self._processes.values() for s in p.samples}
+            self._frames = {h: f for h, f in self._frames.items() if h in used}
+
+    def covers(self, since: float) -> bool:
+        """Whether every fact from `since` on is held here (else read the store)."""
+        return self.since is not None and since >= self.since - self.interval_s
+
+    def balances(self, since: float, until: float,
+                 drift: float = 0.0) -> dict[ProcessId, dict[str, Any]]:
+        """Phase balance of every process seen in [since, until], as balance.phase_balances
+        computes it from the store. `drift` > 0 (a live view asking every tick, over a window
+        that moves with it): a process whose windows and samples did not change keeps the
+        balance it was last given while its time grew by at most `drift` of it (its shares
+        then moved by at most that much), instead of one built anew per process per tick."""
+        result = {}
+        for key, proc in self._processes.items():
+            if proc.last_seen < since or proc.first_seen > until:
+                continue
+            samples: Sequence[StackSample] = proc.samples  # all in range, as a rule: no copy
+            if samples and (samples[0].ts < since or samples[-1].ts > until):
+                samples = [s for s in samples if since <= s.ts <= until]
+            held_gpu = proc.last_with_gpu is not None and proc.last_with_gpu >= since
+            if not held_gpu and not samples:
+                continue
+            seen_s = (min(proc.last_seen, until) - max(proc.first_seen, since)
+                      + self.interval_s)
+            shown = proc.shown
+            if (drift > 0 and shown is not None and shown[0] == proc.facts
+                    and shown[1] == held_gpu and 0 <= until - shown[2] <= drift * seen_s):
+                result[key] = shown[3]
+                continue
+            busy = max(0.0, seen_s - self._low_seconds(proc, since, until)) if held_gpu else 0.0
+            result[key] = balance_of(self._split(proc, samples), seen_s, busy)
+            if drift > 0:
+                proc.shown = (proc.facts, held_gpu, until, result[key])
+        return result
+
+    @staticmethod
+    def _split(proc: _Process, samples: Sequence[StackSample]) -> SampleSplit:
+        if not samples:
+            return NO_SAMPLES
+        which = (samples[0].ts, samples[-1].ts, len(samples))
+        if proc.split is None or proc.split[0] != which:
+            proc.split = (which, sample_split(samples))
+        return proc.split[1]
+
+    @staticmethod
+    def _low_seconds(proc: _Process, since: float, until: float) -> float:
+        low = 0.0
+        for started, ended in proc.windows:
+            assert started is not None
+            low += max(0.0, min(until if ended is None else ended, until) - max(started, since))
+        return low
+
+    def checkpoint_times(self, since: float, until: float) -> dict[ProcessId, list[float]]:
+        """Per process: the start of each window in [since, until] its stacks show
+        checkpointing (balance.checkpoint_times, keyed by (pid, start_time))."""
+        found: dict[ProcessId, list[float]] = {}
+        for key, proc in self._processes.items():
+            starts = set()
+            for s in proc.samples:
+                if s.phase != CHECKPOINT or not since <= s.ts <= until:
+                    continue
+                for started, ended in proc.windows:
+                    assert started is not None
+                    end = until if ended is None else ended
+                    if started <= s.ts <= end + 1.0 and started <= until and end >= since:
+                        starts.add(started)
+            if starts:
+                found[key] = sorted(starts)
+        return found

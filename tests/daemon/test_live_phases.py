@@ -1,0 +1,153 @@
+"""The phase balance is kept in memory as stack samples arrive: a new sample shows in the next
+tick's /v1/now, and the balance agrees with the one the store gives (the record, which reports
+and replay read).
+
+The daemon is the real one with a real store (tests/daemon/scripted.py); its process samples
+are scripted so the process sits in a low-utilization window, and its stack sampler hands over
+a recorded py-spy dump (tests/daemon/fixtures/pyspy) instead of running py-spy: the point here
+is where a classified sample goes, not how it is taken (test_phases.py runs py-spy)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.runtime.attribution import Attribution
+from daemon.sources.frames import OK, DumpResult, parse_dump
+from daemon.sources.sample import GpuUse
+from daemon.store.writer import Store
+from daemon.wire import process_key
+from tests.daemon.scripted import recording_daemon, sample
+
+FIXTURES = Path(__file__).parent / "fixtures" / "pyspy"
+
+
+class RecordedSampler:
+    """Hands over a recorded dump when the test releases one: at most one per release, taken
+    at the scripted host's time (`clock`)."""
+
+    def __init__(self, name: str, clock: Callable[[], float]) -> None:
+        self.threads = parse_dump((FIXTURES / f"{name}.json").read_text())
+        self.clock = clock
+        self.released = 0
+
+    async def dump(self, pid: int) -> DumpResult:
+        if self.released <= 0:
+            return DumpResult(pid, self.clock(), "rate_limited", error="held by the test")
+        self.released -= 1
+        return DumpResult(pid, self.clock(), OK, self.threads)
+
+
+def quiet(i: int, t0: float):
+    """Tick i of the scripted host with its process holding GPU 1's memory, its kernels idle."""
+    s = sample(i, t0=t0)
+    (proc,) = s.processes
+    return dataclasses.replace(s, processes=(dataclasses.replace(
+        proc, gpus=(GpuUse(1, 2 << 30, 0.0),)),))
+
+
+@pytest.mark.parametrize("fixture, phase", [("loader_starved", "data_wait"),
+                                            ("checkpoint_save", "checkpoint")])
+def test_a_new_stack_sample_shows_in_the_next_ticks_balance(tmp_path, fixture, phase):
+    t0 = time.time() - 60
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0, ticks=0, t0=t0)
+    script = (quiet(i, t0) for i in itertools.count(1))
+    daemon.collect = lambda: next(script)  # type: ignore[method-assign]
+    sampler = RecordedSampler(fixture, lambda: daemon.last_sample.ts + 0.5)
+    daemon.attribution = Attribution(daemon.config.attribution, daemon.store, sampler,
+                                     idle_utilization_pct=5.0, interval_s=1.0)
+    key = process_key(4242, 1000.5)
+
+    def shown() -> dict[str, float]:
+        (proc,) = daemon.now()["processes"]
+        assert proc["key"] == key
+        return proc["phases"]
+
+    async def drive() -> tuple[dict[str, float], dict[str, float]]:
+        for _ in range(5):  # past min_window: a low-utilization window, no stacks yet
+            daemon.tick_now()
+        before = shown()
+        sampler.released = 1
+        daemon.tick_now()  # schedules a dump; the sampler hands over the recorded one
+        while daemon.attribution._tasks:  # the dump task keeps its sample: wait for it
+            await asyncio.gather(*list(daemon.attribution._tasks))
+        daemon.tick_now()  # the next tick
+        return before, shown()
+
+    try:
+        before, after = asyncio.run(drive())
+        assert phase not in before and before.get("unknown", 0) > 0  # quiet time, no stacks
+        assert after.get(phase, 0) > 0.5  # all of the quiet time now has a sampled phase
+        assert sum(after.values()) == pytest.approx(1.0)
+        # the details screen's question (GET /v1/processes/{key}/phases) gets the same figure
+        found = daemon.phases_in_memory(key, 1800)
+        assert found is not None and {p: part["share"] for p, part in found["phases"].items()} == after
+        assert 0 < found["since_s"] < 1800  # what memory covers: since the daemon started
+        live = daemon.attribution.phases
+        until = daemon.last_sample.ts
+        in_memory = live.balances(until - 1800, until)
+        live_checkpoints = live.checkpoint_times(until - 1800, until)
+    finally:
+        daemon.store.close()
+    # the same balance as the store's record of the same facts
+    reader = Store.reader(str(daemon.db))
+    try:
+        recorded = phase_balances(reader, until - 1800, until, 1.0)
+        recorded_checkpoints = checkpoint_times(reader, until - 1800, until)
+    finally:
+        reader.close()
+    assert set(in_memory) == set(recorded) == {(4242, 1000.5)}
+    mine, theirs = in_memory[(4242, 1000.5)], recorded[(4242, 1000.5)]
+    assert set(mine) == set(theirs)
+    for name in mine:
+        assert mine[name]["share"] == pytest.approx(theirs[name]["share"], abs=0.02), name
+        assert [s["stack_hash"] for s in mine[name]["top_stacks"]] == [
+            s["stack_hash"] for s in theirs[name]["top_stacks"]]
+    live_by_key = {process_key(*k): v for k, v in live_checkpoints.items()}
+    assert set(live_by_key) == set(recorded_checkpoints)
+    for name, times in recorded_checkpoints.items():
+        assert live_by_key[name] == pytest.approx(times, abs=0.01)  # the store keeps ms
+    assert bool(recorded_checkpoints) == (phase == "checkpoint")
+
+
+def test_facts_older_than_the_window_are_dropped():
+    from daemon.analysis.live_phases import LivePhases
+
+    live = LivePhases(interval_s=1.0, window_s=10.0)
+    t0 = 1_000_000.0
+    live.on_tick(quiet(1, t0))
+    live.window_opened((4242, 1000.5), t0 + 1)
+    live.add_stack((4242, 1000.5), t0 + 2, 1, "h", [("read", "x.py", 3)], "data_wait", 0.0, "")
+    live.window_closed((4242, 1000.5), t0 + 3)
+    assert live.balances(t0, t0 + 3)[(4242, 1000.5)]["data_wait"]["share"] > 0
+    live.on_tick(dataclasses.replace(quiet(30, t0), processes=()))  # it exited long ago
+    assert live.balances(t0, t0 + 30) == {}
+    assert not live.covers(t0 + 5) and live.covers(t0 + 25)  # the window moved on
+
+
+def test_a_live_view_rebuilds_a_balance_on_new_facts_or_past_its_drift():
+    from daemon.analysis.live_phases import LivePhases
+
+    live = LivePhases(interval_s=1.0)
+    t0, key = 1_000_000.0, (4242, 1000.5)
+    for i in range(1, 101):
+        live.on_tick(quiet(i, t0))
+    live.window_opened(key, t0 + 50)
+    first = live.balances(t0, t0 + 100, drift=0.01)[key]
+    live.on_tick(quiet(101, t0))  # 1 s more of 101 s: within 1 %
+    assert live.balances(t0, t0 + 101, drift=0.01)[key] is first
+    live.add_stack(key, t0 + 101, 1, "h", [("read", "x.py", 3)], "data_wait", 0.0, "")
+    with_sample = live.balances(t0, t0 + 101, drift=0.01)[key]  # a new fact: rebuilt at once
+    assert "data_wait" in with_sample and "data_wait" not in first
+    for i in range(102, 104):
+        live.on_tick(quiet(i, t0))
+    later = live.balances(t0, t0 + 103, drift=0.01)[key]  # 2 s of 103: past 1 %
+    assert later is not with_sample
+    assert later == live.balances(t0, t0 + 103)[key]  # what no drift gives
