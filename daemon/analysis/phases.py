@@ -53,6 +53,14 @@ COMM = "comm"
 IDLE = "idle"  # GPU memory held, nothing running
 UNKNOWN = "unknown"
 
+# How sure a phase is: "high" from Python stacks (or the GPU's own busy time), "low" from /proc
+# alone where py-spy may not read the process (daemon.analysis.proc_phases).
+HIGH_CONFIDENCE = "high"
+LOW_CONFIDENCE = "low"
+# A fallback sample's reason starts with this, and its one pseudo-frame is in this file.
+NO_STACKS_EVIDENCE = "from /proc, no stacks"
+NO_STACK_FILE = "<proc>"
+
 PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM, IDLE,
           UNKNOWN)
 
@@ -695,6 +703,11 @@ class StackSample:
     gpu_util: float  # percent (0-100) of the process's GPU(s) when the stack was taken
     reason: str = ""  # the rule or signal that decided the phase (Classification.reason)
 
+    @property
+    def from_proc(self) -> bool:
+        """Classified from /proc alone, without a Python stack (daemon.analysis.proc_phases)."""
+        return bool(self.frames) and self.frames[0].filename == NO_STACK_FILE
+
 
 def phase_balance(
     samples: Sequence[StackSample], window_s: float, busy_seconds: float, *, top: int = 5
@@ -706,7 +719,8 @@ def phase_balance(
     each phase (no samples: unknown). Each phase carries its GPU-idle seconds (its time times
     one minus its samples' mean utilization; compute's busy time is not idle) and its top
     stacks by sample count, with the innermost user frame's file and line and the reason the
-    stack was put in this phase (its most frequent one).
+    stack was put in this phase (its most frequent one), and its confidence: LOW_CONFIDENCE
+    when most of its samples came from /proc without a stack, else HIGH_CONFIDENCE.
     Phases with no time are left out; shares add up to 1 when window_s > 0.
     """
     if window_s <= 0:
@@ -737,8 +751,14 @@ def phase_balance(
             "share": seconds[phase] / window_s,
             "gpu_idle_seconds": idle[phase],
             "top_stacks": _top_stacks(by_phase.get(phase, []), top),
+            "confidence": _confidence(by_phase.get(phase, [])),
         }
     return result
+
+
+def _confidence(group: Sequence[StackSample]) -> str:
+    from_proc = sum(1 for s in group if s.from_proc)
+    return LOW_CONFIDENCE if group and from_proc * 2 > len(group) else HIGH_CONFIDENCE
 
 
 def _responsible_function(frames: Sequence[Frame]) -> tuple[str, str] | None:

@@ -13,6 +13,11 @@ thread's CPU time (run or waiting for a core). A dump is classified with the Hos
 blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
 and each stored stack sample keeps the reason of its phase.
 
+Where py-spy may not read a process (ptrace denied: its status is permission_denied) or stacks
+are off (`[attribution] stacks = false`, `mlcostd run --no-stacks`), each sample is classified
+from /proc alone instead (daemon.analysis.proc_phases): a lower-confidence phase whose evidence
+says "from /proc, no stacks". A process denied once is not handed to py-spy again.
+
 The tick only updates windows and schedules dumps; the dumps run as asyncio tasks beside it.
 """
 
@@ -34,11 +39,15 @@ from daemon.analysis.phases import (
     user_frame,
     waits_on_data_queue,
 )
+from daemon.analysis.proc_phases import classify_from_proc
+from daemon.analysis.proc_phases import where as proc_where
 from daemon.config import AttributionConfig
+from daemon.sources.proc_state import read_facts
 from daemon.sources.procs import MainThreadClock
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import (
     OK,
+    PERMISSION_DENIED,
     RATE_LIMITED,
     DumpResult,
     StackSampler,
@@ -141,6 +150,9 @@ class Attribution:
         self._tasks: set[asyncio.Task[None]] = set()
         self._children: dict[int, list[ProcessSample]] = {}
         self._main_threads = MainThreadClock()
+        # Processes py-spy may not read (permission denied): classified from /proc from then on.
+        self._denied: set[tuple[int, float]] = set()
+        self._proc_sampled_at: dict[tuple[int, float], float] = {}
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
@@ -182,8 +194,10 @@ class Attribution:
                 if not dip.qualified and (always or
                                           sample.ts - dip.started_at >= config.min_window):
                     self._qualify(dip)
-                if config.stacks:
+                if config.stacks and key not in self._denied:
                     self._schedule(proc, share)
+                else:
+                    self._sample_from_proc(proc, share, sample.ts)
             else:
                 self._end(key, dip, sample.ts)
         for key in [k for k in self._dips if k not in seen]:
@@ -194,6 +208,9 @@ class Attribution:
             del self._signals[key]
         for key in [k for k in self.frame_markers if k not in live]:
             del self.frame_markers[key]
+        self._denied &= live
+        for key in [k for k in self._proc_sampled_at if k not in live]:
+            del self._proc_sampled_at[key]
         if len(self.status_by_key) > len(live) + STATUS_SLACK:  # keyed by process: bounded
             keys = {process_key(pid, start) for pid, start in live}
             self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
@@ -306,12 +323,34 @@ class Attribution:
         finally:
             self._in_flight.discard(proc.pid)
 
+    def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
+        """One /proc-only sample (no ptrace), at most one per dump_interval per process."""
+        last = self._proc_sampled_at.get(proc.key)
+        if last is not None and ts - last < self.config.dump_interval:
+            return
+        self._proc_sampled_at[proc.key] = ts
+        try:
+            self._keep(proc.key, [self._proc_row(proc, share, ts)])
+        except Exception:  # attribution must never take the daemon down
+            log.exception("/proc sampling of pid %d failed", proc.pid)
+
+    def _proc_row(self, proc: ProcessSample, share: float, ts: float) -> StackRow:
+        facts_now = read_facts(proc.pid)
+        verdict = classify_from_proc(facts_now, self.host_signals(proc))
+        frame = proc_where(facts_now)
+        return StackRow(ts, proc.pid, proc.start_time, proc.pid, stack_hash([frame]),
+                        ((frame.name, frame.filename, frame.line),), verdict.phase, share,
+                        verdict.reason)
+
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float) -> list[StackRow]:
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
             facts.write_stack_status(self.store, proc.pid, proc.start_time, result.ts,
                                             result.status, result.error)
+        if result.status == PERMISSION_DENIED:
+            self._denied.add(proc.key)  # ptrace denied: /proc from now on (see the docstring)
+            return [self._proc_row(proc, share, result.ts)]
         if result.status != OK:
             return []
         markers = frame_markers(result.threads)
