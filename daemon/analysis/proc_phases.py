@@ -33,16 +33,22 @@ from daemon.analysis.phases import (
 from daemon.sources.frames import Frame
 from daemon.sources.proc_state import ProcFacts
 
-# Kernel wait points (wchan) and system calls that mean "waiting for bytes": a read on a pipe or
-# socket, a network receive. Waiting there with the GPU idle is waiting for input.
-_READ_WAITS = ("pipe_read", "unix_stream_read", "sk_wait_data", "tcp_recvmsg", "wait_woken",
-               "unix_stream_data_wait", "skb_wait_for_more_packets")
+# Kernel wait points (wchan: the function names change between kernels, so parts of names) and
+# system calls that mean "waiting for bytes": a read on a pipe or a socket. Waiting there with
+# the GPU idle is waiting for input (6.18: anon_pipe_read, unix_stream_read_generic).
+_READ_WAITS = ("pipe_read", "unix_stream_read", "unix_stream_data_wait", "sk_wait_data",
+               "tcp_recvmsg", "udp_recvmsg", "skb_wait_for_more_packets", "wait_woken")
 _READ_CALLS = ("read", "pread64", "readv", "recvfrom", "recvmsg")
-# ...and "waiting for nothing in particular": a timer, a lock or a condition, an event loop.
-_IDLE_WAITS = ("hrtimer_nanosleep", "do_nanosleep", "futex_wait", "futex_wait_queue",
-               "do_select", "do_sys_poll", "ep_poll", "do_epoll_wait", "do_wait")
+# ...and "waiting for nothing in particular": a timer, a lock or a condition, an event loop, a
+# child, a server's accept (6.18: hrtimer_nanosleep, futex_do_wait, do_epoll_wait).
+_IDLE_WAITS = ("nanosleep", "futex", "select", "poll", "do_wait", "inet_csk_accept",
+               "unix_accept")
 _IDLE_CALLS = ("nanosleep", "clock_nanosleep", "futex", "select", "pselect6", "poll", "ppoll",
                "epoll_wait", "epoll_pwait", "epoll_pwait2", "wait4")
+
+
+def _waits_for(wait: str, waits: tuple[str, ...], calls: tuple[str, ...]) -> bool:
+    return wait in calls or any(part in wait for part in waits)
 
 
 def _said(phase: str, why: str) -> Classification:
@@ -85,13 +91,12 @@ def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
     if facts is not None and facts.main_state == "R":
         return _said(HOST_PREPROCESS, "main thread running with no I/O while the GPU idles")
     wait = _wait_point(facts)
-    if wait is not None and (wait in _READ_WAITS or wait in _READ_CALLS):
+    if wait is not None and _waits_for(wait, _READ_WAITS, _READ_CALLS):
         return _said(DATA_WAIT, f"main thread waiting for input ({wait}) while the GPU idles")
     if facts is not None and facts.running:
         return _said(HOST_PREPROCESS, f"{facts.running} thread(s) running while the main "
                      "thread waits and the GPU idles")
-    if wait is not None and (wait in _IDLE_WAITS or wait in _IDLE_CALLS or
-                             wait.startswith("futex")):
+    if wait is not None and _waits_for(wait, _IDLE_WAITS, _IDLE_CALLS):
         return _said(IDLE, f"waiting ({wait}), no CPU and no I/O, with the GPU idle")
     if facts is not None and facts.main_state == "S" and cpu is not None:
         return _said(IDLE, f"sleeping, on-CPU {cpu:.0%}, no I/O, with the GPU idle")

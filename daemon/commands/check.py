@@ -114,6 +114,7 @@ def check_py_spy() -> Check:
 
 PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 TRACING_LISTED = 8  # untraceable processes named in the detail; the rest are counted
+COMMAND_CHARS = 160  # of each one's command line (redacted)
 
 
 def gpu_process_pids() -> list[int]:
@@ -193,7 +194,7 @@ def _command_of(pid: int, proc_root: str) -> str:
     except OSError:
         return "?"
     args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-    return safe_text.one_line(redact_argv(args))[:60] or "?"
+    return safe_text.one_line(redact_argv(args))[:COMMAND_CHARS] or "?"
 
 
 def check_delay_accounting() -> Check:
