@@ -220,3 +220,52 @@ def test_check_says_ok_where_every_process_can_be_traced(tmp_path):
         child.wait()
     assert found.status == OK and "no yama ptrace_scope" in found.detail
     assert "all 1 GPU process(es) can be traced" in found.detail
+
+
+# -- live: a real mlcostd with py-spy off (--no-stacks) -------------------------------------
+
+def test_a_daemon_without_stacks_shows_low_confidence_phases_from_proc(mlcostd, tmp_path):
+    """Two corpus programs under `mlcostd run --no-stacks`: a job that waits for a trigger
+    (idle, sleeping in the kernel) and one decoding frames on the CPU (host preprocessing).
+    py-spy never runs (no stack status), /v1/now marks both phases low confidence with the
+    /proc evidence, the report shows them with ~, and no SIGTERM is proposed from it."""
+    from test_corpus import CORPUS, FAST_STACKS, scenario_file
+
+    path = scenario_file(tmp_path, [
+        {"name": "waits", "command": [sys.executable, str(CORPUS / "await_trigger.py")]},
+        {"name": "decodes", "command": [sys.executable, str(CORPUS / "decode_frames.py")]}])
+    daemon = mlcostd("idle-host", interval=1.0, config={
+        **FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s"},
+        "cost": {"evaluate_every": "5s"}}, args=["--simulate", str(path), "--no-stacks"])
+    expected = {"await_trigger": IDLE, "decode_frames": HOST_PREPROCESS}
+    state: dict = {}
+
+    def all_from_proc() -> bool:
+        procs = [p for p in daemon.now()["processes"] if p.get("gpus")]
+        state["seen"] = {name: p for p in procs for name in expected if name in p["command"]}
+        return len(state["seen"]) == 2 and all(
+            p["phase"] == expected[name] and p["phase_confidence"] == "low"
+            for name, p in state["seen"].items())
+
+    poll(all_from_proc, 120, "both processes' phases from /proc, low confidence",
+         explain=lambda: json.dumps({n: {k: p.get(k) for k in ("phase", "phase_confidence",
+                                                                 "phase_reasons", "phases")}
+                                     for n, p in state.get("seen", {}).items()}, indent=1))
+    for name, proc in state["seen"].items():
+        assert proc["stack_status"] is None  # py-spy was never run
+        assert proc["phase_reasons"][expected[name]].startswith(NO_STACKS_EVIDENCE)
+        shown = Process.from_dict(proc)
+        assert phase_label(shown.phase, shown.phase_confidence) == expected[name] + "~"
+    waiting = state["seen"]["await_trigger"]
+
+    def idle_advice() -> list:
+        return [r for r in daemon.call("recommendations")
+                if r.rule == "idle_gpu_held" and r.target == waiting["key"]]
+
+    [advice] = poll(idle_advice, 90, "the idle-GPU advice for the waiting job")
+    assert advice.action_kind != "sigterm"  # /proc evidence alone: look first
+    report = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(daemon.db),
+                             "--since", "10m"], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT)
+    assert "host_preprocess~" in report.stdout and "idle~" in report.stdout, report.stdout
+    assert "low confidence, from /proc, no stacks" in report.stdout
