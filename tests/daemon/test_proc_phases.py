@@ -269,3 +269,68 @@ def test_a_daemon_without_stacks_shows_low_confidence_phases_from_proc(mlcostd, 
                             cwd=ROOT)
     assert "host_preprocess~" in report.stdout and "idle~" in report.stdout, report.stdout
     assert "low confidence, from /proc, no stacks" in report.stdout
+
+
+# -- attribution: py-spy really refused ------------------------------------------------------
+
+def test_a_process_py_spy_may_not_read_is_classified_from_proc_and_not_dumped_again(tmp_path):
+    """A real refusal: the target makes itself non-dumpable (PR_SET_DUMPABLE 0) and py-spy runs
+    without CAP_SYS_PTRACE (as nobody where the test is root), so the kernel denies it."""
+    import asyncio
+    import shutil
+
+    from daemon.config import AttributionConfig
+    from daemon.runtime.attribution import Attribution
+    from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.sources.stacks import PERMISSION_DENIED, StackSampler, find_py_spy
+    from daemon.store.writer import Store
+
+    py_spy = find_py_spy()
+    if py_spy is None:
+        pytest.skip("py-spy is not installed")
+    drop = ""
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: cannot run py-spy without CAP_SYS_PTRACE")
+        drop = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(f"#!/bin/sh\nexec {drop}{py_spy} \"$@\"\n")
+    wrapper.chmod(0o755)
+    program = tmp_path / "gpu_job.py"
+    program.write_text(UNTRACEABLE)
+    target = subprocess.Popen([sys.executable, str(program)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    store = Store(tmp_path / "mlcost.db")
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        import psutil
+
+        start = psutil.Process(target.pid).create_time()
+        proc = ProcessSample(target.pid, start, os.getpid(), "ann", "python gpu_job.py",
+                             (GpuUse(0, 1 << 30, 0.0),))
+        gpu = GpuSample(0, "u0", "A100-SXM4-40GB", "ok", 0.0, None, 1 << 30, 40 << 30)
+        sampler = StackSampler(py_spy=str(wrapper), min_interval_s=0.0, global_max_per_s=100.0,
+                               cpu_budget_ratio=1.0, timeout_s=20.0)
+        attribution = Attribution(AttributionConfig(min_window=0.5, dump_interval=0.5), store,
+                                  sampler)
+
+        async def run() -> None:
+            result = await sampler.dump(target.pid)
+            assert result.status == PERMISSION_DENIED, result.error
+            [row] = attribution._rows(proc, result, 0.0)
+            # it blocks reading its stdin pipe: waiting for input, from /proc
+            assert row.reason.startswith(NO_STACKS_EVIDENCE) and row.phase == DATA_WAIT, row
+            assert row.frames[0][1] == NO_STACK_FILE
+            dumps = sampler.dumps_total
+            for tick in range(3):  # in a dip: /proc samples from now on, no more py-spy
+                attribution.on_tick(Sample(1000.0 + tick, tick, gpus=(gpu,), processes=(proc,)))
+                await asyncio.sleep(0)
+            assert sampler.dumps_total == dumps
+            assert attribution.samples_kept >= 2  # its window's /proc samples, stored
+            await attribution.stop()
+
+        asyncio.run(run())
+    finally:
+        store.close()
+        target.kill()
+        target.wait()
