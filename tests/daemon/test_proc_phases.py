@@ -128,8 +128,9 @@ def test_the_wire_reads_the_confidence_and_marks_the_phase():
 # -- rules: never a SIGTERM from /proc evidence alone -----------------------------------------
 
 def _idle_window_recs(idle_part: dict) -> list:
-    from daemon.analysis.rules import build_analysis, evaluate
     from test_rules import CATALOG, P4D, window
+
+    from daemon.analysis.rules import build_analysis, evaluate
 
     # Held idle for 10 min, its CPU working all along (1 CPU-second a second).
     samples = window(n=61, utils=[0.0] * 8, holders={0: 0.0},
