@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from daemon.analysis.phases import (
     CHECKPOINT,
+    COMM,
     COMPUTE,
     DATA_WAIT,
     HOST_PREPROCESS,
@@ -67,9 +68,20 @@ def where(facts: ProcFacts | None) -> Frame:
     return Frame(f"state {facts.main_state or '?'}", NO_STACK_FILE, 0)
 
 
+# Bytes a second a blocked read must bring for the wait to be for input: a prompt's input() or a
+# pipe nobody writes to brings none, and waiting there with the GPU idle is idle.
+READ_TRICKLE_PER_S = 1024.0
+
+
 def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
-                       gpu_busy: bool = False) -> Classification:
-    """The phase from /proc alone (see the module docstring); never raises."""
+                       gpu_busy: bool = False, busy_workers: int = 0,
+                       busy_peers: int = 0) -> Classification:
+    """The phase from /proc alone (see the module docstring); never raises.
+
+    `busy_workers`: its child processes without a GPU (DataLoader workers) that run or read
+    now; `busy_peers`: processes holding GPUs with the same parent (ranks of its job) that run
+    now. Waiting while its workers work is data wait; while its peers work, communication
+    (waiting for them at a barrier or a collective)."""
     if gpu_busy:
         return _said(COMPUTE, "its GPU busy")
     if signals is not None:
@@ -91,8 +103,18 @@ def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
     if facts is not None and facts.main_state == "R":
         return _said(HOST_PREPROCESS, "main thread running with no I/O while the GPU idles")
     wait = _wait_point(facts)
+    if busy_workers:
+        return _said(DATA_WAIT, f"waiting ({wait or 'blocked'}) while {busy_workers} of its "
+                     "worker processes run (a data loader) and the GPU idles")
+    if busy_peers:
+        return _said(COMM, f"waiting ({wait or 'blocked'}) while {busy_peers} peer "
+                     "process(es) of its job (same parent) run: waiting for them")
     if wait is not None and _waits_for(wait, _READ_WAITS, _READ_CALLS):
-        return _said(DATA_WAIT, f"main thread waiting for input ({wait}) while the GPU idles")
+        if signals is None or signals.read_per_s >= READ_TRICKLE_PER_S:
+            return _said(DATA_WAIT, f"main thread waiting for input ({wait}) while the GPU "
+                         "idles")
+        return _said(IDLE, f"waiting on a read ({wait}) that brings no bytes, with the GPU "
+                     "idle (a prompt, or a pipe nobody writes to)")
     if facts is not None and facts.running:
         return _said(HOST_PREPROCESS, f"{facts.running} thread(s) running while the main "
                      "thread waits and the GPU idles")

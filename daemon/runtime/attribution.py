@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_ROWS = 64  # stack rows kept per dip before it qualifies
 SIGNAL_TICKS = 4  # snapshots kept per process: the signals cover the last ~3 ticks (a dump's gap)
+WORKING_CPU = 0.25  # a worker or a peer on a CPU this share of the time is working
 STATUS_SLACK = 64  # stack statuses of exited processes kept before they are pruned
 
 
@@ -149,6 +151,7 @@ class Attribution:
         self._in_flight: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._children: dict[int, list[ProcessSample]] = {}
+        self._gpu_children: dict[int, list[ProcessSample]] = {}  # GPU processes by parent
         self._main_threads = MainThreadClock()
         # Processes py-spy may not read (permission denied): classified from /proc from then on.
         self._denied: set[tuple[int, float]] = set()
@@ -203,6 +206,11 @@ class Attribution:
         for key in [k for k in self._dips if k not in seen]:
             self._end(key, self._dips[key], sample.ts)
         self._children = children
+        gpu_children: dict[int, list[ProcessSample]] = {}
+        for proc in sample.processes:
+            if proc.gpus:
+                gpu_children.setdefault(proc.ppid, []).append(proc)
+        self._gpu_children = gpu_children
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
             del self._signals[key]
@@ -336,11 +344,30 @@ class Attribution:
 
     def _proc_row(self, proc: ProcessSample, share: float, ts: float) -> StackRow:
         facts_now = read_facts(proc.pid)
-        verdict = classify_from_proc(facts_now, self.host_signals(proc))
+        busy_workers = sum(1 for child in self._children.get(proc.pid, [])
+                           if self._works(child))
+        # Ranks of one job share a parent; mlcostd's own children (simulated workloads) are not
+        # a job.
+        busy_peers = 0 if proc.ppid in (0, 1, os.getpid()) else sum(
+            1 for peer in self._gpu_children.get(proc.ppid, [])
+            if peer.key != proc.key and self._works(peer))
+        verdict = classify_from_proc(facts_now, self.host_signals(proc),
+                                     busy_workers=busy_workers, busy_peers=busy_peers)
         frame = proc_where(facts_now)
         return StackRow(ts, proc.pid, proc.start_time, proc.pid, stack_hash([frame]),
                         ((frame.name, frame.filename, frame.line),), verdict.phase, share,
                         verdict.reason)
+
+    def _works(self, proc: ProcessSample) -> bool:
+        """Running, blocked on disk, or on a CPU >= WORKING_CPU over its last snapshots."""
+        if proc.state in ("R", "D") or proc.threads_in_d:
+            return True
+        own = self._signals.get(proc.key)
+        if own is None or len(own.snapshots) < 2:
+            return False
+        first, last = own.snapshots[0], own.snapshots[-1]
+        cpu = _rate(first.cpu_seconds, last.cpu_seconds, last.ts - first.ts)
+        return cpu is not None and cpu >= WORKING_CPU
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float) -> list[StackRow]:
         if result.status != RATE_LIMITED:

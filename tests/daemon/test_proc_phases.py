@@ -16,6 +16,7 @@ from simhost import poll
 
 from daemon.analysis.phases import (
     CHECKPOINT,
+    COMM,
     COMPUTE,
     DATA_WAIT,
     HIGH_CONFIDENCE,
@@ -51,9 +52,9 @@ def signals(**kw) -> HostSignals:
     (facts(), signals(write_per_s=50e6), CHECKPOINT),
     (facts(), signals(read_per_s=8e6), DATA_WAIT),
     (facts(in_d=1), signals(), DATA_WAIT),
-    (facts(wchan="anon_pipe_read"), signals(), DATA_WAIT),
-    (facts(wchan="unix_stream_read_generic"), signals(), DATA_WAIT),
-    (facts(syscall="recvfrom"), signals(), DATA_WAIT),
+    (facts(wchan="anon_pipe_read"), signals(read_per_s=300e3), DATA_WAIT),
+    (facts(wchan="unix_stream_read_generic"), signals(read_per_s=300e3), DATA_WAIT),
+    (facts(syscall="recvfrom"), signals(read_per_s=300e3), DATA_WAIT),
     (facts(main_state="R", running=1), signals(main_thread_cpu=0.97), HOST_PREPROCESS),
     (facts(wchan="futex_do_wait", running=2), signals(process_cpu=1.5), HOST_PREPROCESS),
     (facts(wchan="hrtimer_nanosleep"), signals(), IDLE),
@@ -65,6 +66,17 @@ def test_the_fallback_reads_the_phase_from_proc_and_says_so(seen, said, phase):
     assert verdict.phase == phase, verdict.reason
     assert verdict.reason.startswith(NO_STACKS_EVIDENCE + ": ")
     assert verdict.frame is None  # no stack: no line is named
+
+
+def test_waiting_while_workers_or_peers_work_and_a_read_that_brings_nothing():
+    waiting = facts(wchan="poll_schedule_timeout.constprop.0")
+    assert classify_from_proc(waiting, signals(), busy_workers=2).phase == DATA_WAIT
+    assert classify_from_proc(facts(wchan="futex_do_wait"), signals(),
+                              busy_peers=1).phase == COMM
+    assert classify_from_proc(waiting, signals()).phase == IDLE  # nobody works: idle
+    prompt = facts(wchan="anon_pipe_read")  # input() at a prompt: no bytes come
+    assert classify_from_proc(prompt, signals(read_per_s=0.0)).phase == IDLE
+    assert classify_from_proc(prompt, signals(read_per_s=200e3)).phase == DATA_WAIT
 
 
 def test_a_busy_gpu_is_compute_and_nothing_seen_is_unknown():
