@@ -350,10 +350,12 @@ def main() -> None:
             bad = "WRONG: it works" if working(entry) else "it waits"
             print(f"    {' ' * width}  SIGTERM proposed by {', '.join(v['sigterm'])} ({bad})")
         if entry["name"] in fallback:
-            f = fallback[entry["name"]]
-            print(f"    {' ' * width}  no stacks: {'ok ' if f['got'] == entry['phase'] else 'BAD'}"
-                  f" got {f['got']:<15} shares {f.get('shares')}  reason: {f['reason']}"
-                  + (f"; SIGTERM proposed by {', '.join(f['sigterm'])}" if f["sigterm"] else ""))
+            alone = fallback[entry["name"]]
+            print(f"    {' ' * width}  no stacks: "
+                  f"{'ok ' if alone['got'] == entry['phase'] else 'BAD'} got {alone['got']:<15} "
+                  f"shares {alone.get('shares')}  reason: {alone['reason']}"
+                  + (f"; SIGTERM proposed by {', '.join(alone['sigterm'])}"
+                     if alone["sigterm"] else ""))
     confusion_table("phase confusion", [(e["phase"], v["got"]) for e, v in results], PHASES)
     confusion_table("kind confusion", [(e.get("kind", "?"), v["kind"]) for e, v in results],
                     KINDS)
