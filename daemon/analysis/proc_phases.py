@@ -68,18 +68,13 @@ def where(facts: ProcFacts | None) -> Frame:
     return Frame(f"state {facts.main_state or '?'}", NO_STACK_FILE, 0)
 
 
-# Bytes a second a blocked read must bring for the wait to be for input: a prompt's input() or a
-# pipe nobody writes to brings none, and waiting there with the GPU idle is idle.
-READ_TRICKLE_PER_S = 1024.0
-
-
 def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
                        gpu_busy: bool = False, busy_workers: int = 0,
                        busy_peers: int = 0) -> Classification:
     """The phase from /proc alone (see the module docstring); never raises.
 
-    `busy_workers`: its child processes without a GPU (DataLoader workers) that run or read
-    now; `busy_peers`: processes holding GPUs with the same parent (ranks of its job) that run
+    `busy_workers`: its worker processes (children without a GPU: DataLoader workers), which
+    it waits on whether they compute or wait on storage themselves; `busy_peers`: processes holding GPUs with the same parent (ranks of its job) that run
     now. Waiting while its workers work is data wait; while its peers work, communication
     (waiting for them at a barrier or a collective)."""
     if gpu_busy:
@@ -104,17 +99,16 @@ def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
         return _said(HOST_PREPROCESS, "main thread running with no I/O while the GPU idles")
     wait = _wait_point(facts)
     if busy_workers:
-        return _said(DATA_WAIT, f"waiting ({wait or 'blocked'}) while {busy_workers} of its "
-                     "worker processes run (a data loader) and the GPU idles")
+        return _said(DATA_WAIT, f"waiting ({wait or 'blocked'}) on its {busy_workers} worker "
+                     "process(es) (a data loader) while the GPU idles")
     if busy_peers:
         return _said(COMM, f"waiting ({wait or 'blocked'}) while {busy_peers} peer "
                      "process(es) of its job (same parent) run: waiting for them")
+    # A read that brings nothing (input() at a prompt) looks the same from here as a slow feed
+    # whose bytes came just outside the last seconds (seen at load 25 on 2 cores): data wait,
+    # the side that never calls a working job idle.
     if wait is not None and _waits_for(wait, _READ_WAITS, _READ_CALLS):
-        if signals is None or signals.read_per_s >= READ_TRICKLE_PER_S:
-            return _said(DATA_WAIT, f"main thread waiting for input ({wait}) while the GPU "
-                         "idles")
-        return _said(IDLE, f"waiting on a read ({wait}) that brings no bytes, with the GPU "
-                     "idle (a prompt, or a pipe nobody writes to)")
+        return _said(DATA_WAIT, f"main thread waiting for input ({wait}) while the GPU idles")
     if facts is not None and facts.running:
         return _said(HOST_PREPROCESS, f"{facts.running} thread(s) running while the main "
                      "thread waits and the GPU idles")

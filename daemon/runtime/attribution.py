@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_ROWS = 64  # stack rows kept per dip before it qualifies
 SIGNAL_TICKS = 4  # snapshots kept per process: the signals cover the last ~3 ticks (a dump's gap)
+_HELPERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 WORKING_CPU = 0.25  # a worker or a peer on a CPU this share of the time is working
 STATUS_SLACK = 64  # stack statuses of exited processes kept before they are pruned
 
@@ -344,8 +345,10 @@ class Attribution:
 
     def _proc_row(self, proc: ProcessSample, share: float, ts: float) -> StackRow:
         facts_now = read_facts(proc.pid)
+        # Its workers: children without a GPU, but not multiprocessing's helpers (a
+        # resource tracker or a forkserver waits for nothing the job needs).
         busy_workers = sum(1 for child in self._children.get(proc.pid, [])
-                           if self._works(child))
+                           if not any(helper in child.command for helper in _HELPERS))
         # Ranks of one job share a parent; mlcostd's own children (simulated workloads) are not
         # a job.
         busy_peers = 0 if proc.ppid in (0, 1, os.getpid()) else sum(

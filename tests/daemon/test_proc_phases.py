@@ -68,15 +68,12 @@ def test_the_fallback_reads_the_phase_from_proc_and_says_so(seen, said, phase):
     assert verdict.frame is None  # no stack: no line is named
 
 
-def test_waiting_while_workers_or_peers_work_and_a_read_that_brings_nothing():
+def test_waiting_on_workers_is_data_wait_and_on_working_peers_comm():
     waiting = facts(wchan="poll_schedule_timeout.constprop.0")
     assert classify_from_proc(waiting, signals(), busy_workers=2).phase == DATA_WAIT
     assert classify_from_proc(facts(wchan="futex_do_wait"), signals(),
                               busy_peers=1).phase == COMM
     assert classify_from_proc(waiting, signals()).phase == IDLE  # nobody works: idle
-    prompt = facts(wchan="anon_pipe_read")  # input() at a prompt: no bytes come
-    assert classify_from_proc(prompt, signals(read_per_s=0.0)).phase == IDLE
-    assert classify_from_proc(prompt, signals(read_per_s=200e3)).phase == DATA_WAIT
 
 
 def test_a_busy_gpu_is_compute_and_nothing_seen_is_unknown():
