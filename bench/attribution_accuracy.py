@@ -16,6 +16,10 @@ The idle thresholds are shortened (a GPU held idle for 10 s is flagged) so that 
 label says it waits with nothing to do (phase idle) and it is not a server (a server waiting
 for requests is serving): a SIGTERM proposed for a working process is a wrong one.
 
+`--no-stacks` runs the corpus a second time with py-spy off (`[attribution] stacks = false`, as
+on a host that denies ptrace: phases from /proc alone, daemon.analysis.proc_phases) and prints
+that fallback's largest phase beside the full one's, per process and in total.
+
 `--load N` runs N busy CPU loops beside the corpus, as on a busy training host; `--save FILE`
 keeps the verdicts and `--compare FILE` prints where they differ from a saved run (the verdicts
 must not change with the machine's load).
@@ -25,6 +29,7 @@ stack of that phase in the responsible function for >= 90% of the processes whos
 compute and names a function, and no SIGTERM proposed for a working process: quiet and with --load 2.
 usage: python bench/attribution_accuracy.py [--seconds 45] [--batch 6] [--only NAME,...]
                                             [--load N] [--save FILE] [--compare FILE]
+                                            [--no-stacks]
 """
 
 from __future__ import annotations
@@ -108,14 +113,17 @@ def scenario(batch: list[dict[str, Any]]) -> tuple[str, dict[str, int]]:
     return text, first
 
 
+NO_STACKS_CONFIG = CONFIG.replace("[attribution]\n", "[attribution]\nstacks = false\n", 1)
+
+
 def run_batch(batch: list[dict[str, Any]], seconds: float,
-              folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
+              folder: Path, config: str = CONFIG) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
     """Run one batch under a real mlcostd: the report's processes (GPU processes only), its
     recommendations and each command's first GPU."""
     folder.mkdir(parents=True, exist_ok=True)
     text, first_gpu = scenario(batch)
     (folder / "corpus.toml").write_text(text)
-    (folder / "mlcostd.toml").write_text(CONFIG)
+    (folder / "mlcostd.toml").write_text(config)
     db = folder / "mlcost.db"
     command = [sys.executable, "-m", "daemon", "run", "--simulate", str(folder / "corpus.toml"),
                "--db", str(db), "--socket", str(folder / "api" / "mlcostd.sock"),
@@ -271,6 +279,34 @@ def compare(results: list[tuple[dict[str, Any], dict[str, Any]]], path: str) -> 
     print(f"verdicts changed against {path}: {changed}")
 
 
+def print_fallback(results: list[tuple[dict[str, Any], dict[str, Any]]],
+                   fallback: dict[str, dict[str, Any]]) -> None:
+    """The /proc-only run's accuracy beside the full run's (--no-stacks)."""
+    pairs = [(e, v, fallback[e["name"]]) for e, v in results if e["name"] in fallback]
+    if not pairs:
+        return
+    confusion_table("phase confusion, no stacks (/proc only)",
+                    [(e["phase"], f["got"]) for e, _, f in pairs], PHASES)
+    n = len(pairs)
+    full = sum(1 for e, v, _ in pairs if v["got"] == e["phase"])
+    proc = sum(1 for e, _, f in pairs if f["got"] == e["phase"])
+    print(f"\n{'':<44}{'stacks':>12}{'no stacks':>14}")
+    print(f"{'largest phase right':<44}{f'{full}/{n} {full / n:.0%}':>12}"
+          f"{f'{proc}/{n} {proc / n:.0%}':>14}")
+    workers = [(e, v, f) for e, v, f in pairs if working(e)]
+    if workers:
+        full_kill = sum(1 for _, v, _ in workers if v["sigterm"])
+        proc_kill = sum(1 for _, _, f in workers if f["sigterm"])
+        w = len(workers)
+        print(f"{'SIGTERM proposed for a working process':<44}{f'{full_kill}/{w}':>12}"
+              f"{f'{proc_kill}/{w}':>14}")
+    per_phase: dict[str, list[bool]] = {}
+    for e, _, f in pairs:
+        per_phase.setdefault(e["phase"], []).append(f["got"] == e["phase"])
+    print("no stacks, right by expected phase: " + ", ".join(
+        f"{phase} {sum(oks)}/{len(oks)}" for phase, oks in per_phase.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=45.0,
@@ -280,6 +316,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the run folders")
     parser.add_argument("--load", type=int, default=0, metavar="N",
                         help="run N busy CPU loops beside the corpus (a busy host)")
+    parser.add_argument("--no-stacks", action="store_true",
+                        help="run the corpus again with py-spy off (phases from /proc alone, "
+                             "as where ptrace is denied) and print its accuracy beside")
     parser.add_argument("--save", metavar="FILE", help="write the verdicts to FILE (JSON)")
     parser.add_argument("--compare", metavar="FILE",
                         help="print where the verdicts differ from a --save'd run")
@@ -299,6 +338,7 @@ def main() -> None:
         batches[-1].extend(group)
     base = Path(tempfile.mkdtemp(prefix="mlcost-accuracy-"))
     results = []
+    fallback: dict[str, dict[str, Any]] = {}  # --no-stacks: name -> verdict from /proc alone
     started = time.monotonic()
     loops = busy_loops(args.load)
     try:
@@ -310,6 +350,14 @@ def main() -> None:
             for entry in batch:
                 results.append((entry, verdict(entry, match(entry, processes, first_gpu),
                                                recommendations)))
+        if args.no_stacks:
+            for n, batch in enumerate(batches):
+                print(f"no stacks, batch {n + 1}/{len(batches)}", flush=True)
+                processes, recommendations, first_gpu = run_batch(
+                    batch, args.seconds, base / f"no-stacks-{n}", NO_STACKS_CONFIG)
+                for entry in batch:
+                    fallback[entry["name"]] = verdict(
+                        entry, match(entry, processes, first_gpu), recommendations)
     finally:
         for loop in loops:
             loop.kill()
@@ -333,6 +381,13 @@ def main() -> None:
         if v["sigterm"]:
             bad = "WRONG: it works" if working(entry) else "it waits"
             print(f"    {' ' * width}  SIGTERM proposed by {', '.join(v['sigterm'])} ({bad})")
+        if entry["name"] in fallback:
+            alone = fallback[entry["name"]]
+            print(f"    {' ' * width}  no stacks: "
+                  f"{'ok ' if alone['got'] == entry['phase'] else 'BAD'} got {alone['got']:<15} "
+                  f"shares {alone.get('shares')}  reason: {alone['reason']}"
+                  + (f"; SIGTERM proposed by {', '.join(alone['sigterm'])}"
+                     if alone["sigterm"] else ""))
     confusion_table("phase confusion", [(e["phase"], v["got"]) for e, v in results], PHASES)
     confusion_table("kind confusion", [(e.get("kind", "?"), v["kind"]) for e, v in results],
                     KINDS)
@@ -353,6 +408,8 @@ def main() -> None:
         print(f"SIGTERM proposed for a working process: {len(killed)}/{len(workers)} = "
               f"{len(killed) / len(workers):.0%} (target 0)"
               + (f": {', '.join(e['name'] for e, _ in killed)}" if killed else ""))
+    if fallback:
+        print_fallback(results, fallback)
     if args.save:
         with open(args.save, "w") as f:
             json.dump([{"name": e["name"], **{k: v[k] for k in ("kind", "got", "line_ok",

@@ -266,7 +266,8 @@ class AttributionConfig:
     min_window: float = field(default=3.0, metadata=_meta(
         "how long a dip must last to count as a window", "duration", 0.5, 600))
     stacks: bool = field(default=True, metadata=_meta(
-        "sample Python stacks with py-spy during windows", "bool"))
+        "sample Python stacks with py-spy during windows; false: phases from /proc alone "
+        "(lower confidence, as where ptrace is denied)", "bool"))
     dump_interval: float = field(default=2.0, metadata=_meta(
         "at most one stack dump per process this often", "duration", 0.5, 600))
     dumps_per_second: float = field(default=2.0, metadata=_meta(

@@ -61,6 +61,24 @@ def _text(value: Any) -> str | None:
     return lines(value) if isinstance(value, str) else None
 
 
+PHASE_CONFIDENCES = ("high", "low")  # Process.phase_confidence
+# Shown after a phase decided from /proc alone (no stack): "data_wait~" (README "When ptrace is
+# denied").
+LOW_CONFIDENCE_MARK = "~"
+
+
+def phase_label(phase: str | None, confidence: str | None) -> str:
+    """A phase as a screen or a report shows it: marked when its confidence is low."""
+    if phase is None:
+        return "-"
+    return phase + LOW_CONFIDENCE_MARK if confidence == "low" else phase
+
+
+def _confidence(value: Any) -> str | None:
+    """A phase confidence the client knows, else None (a newer daemon's word is not guessed)."""
+    return value if value in PHASE_CONFIDENCES else None
+
+
 _ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 _JSON_CONTROL = re.compile(r"\\(?:u00[01]|[btnfr])")
 
@@ -261,6 +279,9 @@ class Process:
     phases: dict[str, Any] = field(default_factory=dict)  # phase -> {share, seconds, top_stacks}
     stack_status: str | None = None
     phase_reasons: dict[str, Any] = field(default_factory=dict)  # phase -> why (top stack)
+    # How sure `phase` is: "high" (Python stacks) or "low" (/proc alone: ptrace denied or
+    # stacks off); None where no phase is known or an older daemon does not say.
+    phase_confidence: str | None = None
     owner: dict[str, str] = field(default_factory=dict)  # pod, namespace, container, slurm_job, ... from cgroups
     workload: str | None = None  # short owner label for display: "ns/pod", "slurm 1234", "unit.service"
     # Its workload kind (daemon.analysis.kinds): training, batch_inference, online_inference,
@@ -305,6 +326,7 @@ class Process:
                    phases=_tree(_d(pick("phases"))),
                    stack_status=_text(pick("stack_status")),
                    phase_reasons=_tree(_d(d.get("phase_reasons"))),
+                   phase_confidence=_confidence(d.get("phase_confidence")),
                    owner={one_line(str(k)): one_line(v) for k, v in _d(d.get("owner")).items()
                           if isinstance(v, str)},
                    workload=_line(d.get("workload")) or None,

@@ -53,6 +53,14 @@ COMM = "comm"
 IDLE = "idle"  # GPU memory held, nothing running
 UNKNOWN = "unknown"
 
+# How sure a phase is: "high" from Python stacks (or the GPU's own busy time), "low" from /proc
+# alone where py-spy may not read the process (daemon.analysis.proc_phases).
+HIGH_CONFIDENCE = "high"
+LOW_CONFIDENCE = "low"
+# A fallback sample's reason starts with this, and its one pseudo-frame is in this file.
+NO_STACKS_EVIDENCE = "from /proc, no stacks"
+NO_STACK_FILE = "<proc>"
+
 PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM, IDLE,
           UNKNOWN)
 
@@ -695,6 +703,11 @@ class StackSample:
     gpu_util: float  # percent (0-100) of the process's GPU(s) when the stack was taken
     reason: str = ""  # the rule or signal that decided the phase (Classification.reason)
 
+    @property
+    def from_proc(self) -> bool:
+        """Classified from /proc alone, without a Python stack (daemon.analysis.proc_phases)."""
+        return bool(self.frames) and self.frames[0].filename == NO_STACK_FILE
+
 
 def phase_balance(
     samples: Sequence[StackSample], window_s: float, busy_seconds: float, *, top: int = 5
@@ -706,7 +719,8 @@ def phase_balance(
     each phase (no samples: unknown). Each phase carries its GPU-idle seconds (its time times
     one minus its samples' mean utilization; compute's busy time is not idle) and its top
     stacks by sample count, with the innermost user frame's file and line and the reason the
-    stack was put in this phase (its most frequent one).
+    stack was put in this phase (its most frequent one), and its confidence: LOW_CONFIDENCE
+    when most of its samples came from /proc without a stack, else HIGH_CONFIDENCE.
     Phases with no time are left out; shares add up to 1 when window_s > 0.
     """
     return balance_of(sample_split(samples, top=top), window_s, busy_seconds)
@@ -717,9 +731,9 @@ class SampleSplit:
     """What one process's stack samples say, apart from how long it ran (phase_balance in two
     steps: a caller that keeps the samples computes this once per new sample, the time
     arithmetic once per tick). Per phase: its share of the samples, its samples' mean GPU
-    utilization (0-1), its top stacks (to be read, never changed)."""
+    utilization (0-1), its top stacks (to be read, never changed), its confidence."""
 
-    parts: tuple[tuple[str, float, float, list[dict[str, Any]]], ...] = ()
+    parts: tuple[tuple[str, float, float, list[dict[str, Any]], str], ...] = ()
 
 
 def sample_split(samples: Sequence[StackSample], *, top: int = 5) -> SampleSplit:
@@ -729,7 +743,7 @@ def sample_split(samples: Sequence[StackSample], *, top: int = 5) -> SampleSplit
     return SampleSplit(tuple(
         (phase, len(group) / len(samples),
          sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group) / 100.0,
-         _top_stacks(group, top)) for phase, group in by_phase.items()))
+         _top_stacks(group, top), _confidence(group)) for phase, group in by_phase.items()))
 
 
 def balance_of(split: SampleSplit, window_s: float,
@@ -744,15 +758,18 @@ def balance_of(split: SampleSplit, window_s: float,
         if quiet > busy:
             parts.reverse()
         return {phase: {"seconds": spent, "share": spent / window_s, "gpu_idle_seconds": idle,
-                        "top_stacks": []} for phase, spent, idle in parts if spent > 0}
+                        "top_stacks": [], "confidence": HIGH_CONFIDENCE}
+                for phase, spent, idle in parts if spent > 0}
     seconds: dict[str, float] = defaultdict(float)
     idle: dict[str, float] = defaultdict(float)
     stacks: dict[str, list[dict[str, Any]]] = {}
+    confidence: dict[str, str] = {}
     seconds[COMPUTE] += busy
-    for phase, share, mean_util, top_stacks in split.parts:
+    for phase, share, mean_util, top_stacks, sure in split.parts:
         seconds[phase] += quiet * share
         idle[phase] += quiet * share * (1.0 - mean_util)
         stacks[phase] = top_stacks
+        confidence[phase] = sure
     if not split.parts and quiet > 0:
         seconds[UNKNOWN] += quiet
         idle[UNKNOWN] += quiet
@@ -765,8 +782,14 @@ def balance_of(split: SampleSplit, window_s: float,
             "share": seconds[phase] / window_s,
             "gpu_idle_seconds": idle[phase],
             "top_stacks": stacks.get(phase, []),
+            "confidence": confidence.get(phase, HIGH_CONFIDENCE),
         }
     return result
+
+
+def _confidence(group: Sequence[StackSample]) -> str:
+    from_proc = sum(1 for s in group if s.from_proc)
+    return LOW_CONFIDENCE if group and from_proc * 2 > len(group) else HIGH_CONFIDENCE
 
 
 def _responsible_function(frames: Sequence[Frame]) -> tuple[str, str] | None:

@@ -104,6 +104,8 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
     """One process: what it is, its rates, its burn and cost, its phase balance, its kind."""
     kind = kind or {}
     phases = {phase: part["share"] for phase, part in balance.items()} if balance else {}
+    top_phase = (max(phases, key=lambda p: phases[p]) if phases and phase_known(balance)
+                 else None)
     return {
         "key": proc.key, "pid": proc.pid, "start_time": proc.start_time, "ppid": proc.ppid,
         "user": proc.user, "command": proc.command,
@@ -120,7 +122,10 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         # daemon.analysis.energy: its watts now, joules, kWh and grams CO2e so far
         "energy": cost.get("energy") if cost else None,
         "phases": phases,
-        "phase": max(phases, key=lambda p: phases[p]) if phases and phase_known(balance) else None,
+        "phase": top_phase,
+        # "high" from stacks, "low" from /proc alone (ptrace denied or stacks off); None: no phase
+        "phase_confidence": (balance or {}).get(top_phase, {}).get("confidence", "high")
+        if top_phase else None,
         "stack_status": stack_status["status"] if stack_status else None,
         # Why each phase was decided, from its top stack's classification.
         "phase_reasons": {phase: (part["top_stacks"][0].get("reason")

@@ -112,6 +112,91 @@ def check_py_spy() -> Check:
     return Check("py-spy", WARN, detail, how)
 
 
+PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+TRACING_LISTED = 8  # untraceable processes named in the detail; the rest are counted
+COMMAND_CHARS = 160  # of each one's command line (redacted)
+
+
+def gpu_process_pids() -> list[int]:
+    """The pids NVML lists on any GPU (compute processes), [] where NVML does not start."""
+    import pynvml
+
+    from daemon.sources.nvml_query import NvmlFailure, nvml_query, start_nvml, stop_nvml
+
+    started = start_nvml()
+    if isinstance(started, NvmlFailure):
+        return []
+    pids: set[int] = set()
+    try:
+        for index in range(started[0]):
+            handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+            if isinstance(handle, NvmlFailure):
+                continue
+            running = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+            if not isinstance(running, NvmlFailure):
+                pids.update(int(p.pid) for p in running)
+    finally:
+        stop_nvml()
+    return sorted(pids)
+
+
+def how_to_grant_ptrace(scope: str | None) -> str:
+    """What lets mlcostd read other processes' stacks, for this host's yama setting."""
+    ways = ["in Kubernetes, add SYS_PTRACE to the DaemonSet's container securityContext."
+            "capabilities.add (deploy/kubernetes/ has it)",
+            "elsewhere run mlcostd as root, or give it CAP_SYS_PTRACE "
+            "(systemd: AmbientCapabilities=CAP_SYS_PTRACE)"]
+    if scope in ("1", "2"):
+        ways.append(f"kernel.yama.ptrace_scope={scope} also forbids it without the capability: "
+                    "`sysctl -w kernel.yama.ptrace_scope=1` keeps yama and lets CAP_SYS_PTRACE "
+                    "trace (0 lets any same-user tracer)")
+    elif scope == "3":
+        ways.append("kernel.yama.ptrace_scope=3 forbids all tracing until a reboot; set "
+                    "kernel.yama.ptrace_scope=1 in /etc/sysctl.d/ and reboot")
+    return "; ".join(ways) + ". Until then phases come from /proc (marked ~, low confidence)"
+
+
+def check_tracing(pids: list[int], *, proc_root: str = "/proc",
+                  scope_path: str = PTRACE_SCOPE) -> Check:
+    """Which GPU processes py-spy may read (ptrace), and how to grant it for the rest.
+
+    The probe is /proc/PID/syscall, which the kernel guards with the same ptrace check
+    (PTRACE_MODE_ATTACH, yama included) that py-spy meets, so nothing is attached to."""
+    from daemon.sources.proc_state import may_trace
+
+    try:
+        scope: str | None = Path(scope_path).read_text().strip()[:4]
+    except OSError:
+        scope = None  # no yama on this kernel
+    yama = f"yama ptrace_scope={scope}" if scope is not None else "no yama ptrace_scope"
+    name = "tracing (py-spy)"
+    if not pids:
+        return Check(name, OK, f"no GPU process to trace now ({yama})")
+    traced = {pid: may_trace(pid, proc_root) for pid in pids}
+    denied = sorted(pid for pid, ok in traced.items() if ok is False)
+    readable = sum(1 for ok in traced.values() if ok)
+    if not denied:
+        return Check(name, OK, f"all {readable} GPU process(es) can be traced ({yama})")
+    listed = ", ".join(f"pid {pid} ({_command_of(pid, proc_root)})"
+                       for pid in denied[:TRACING_LISTED])
+    more = f" and {len(denied) - TRACING_LISTED} more" if len(denied) > TRACING_LISTED else ""
+    return Check(name, WARN,
+                 f"{readable} GPU process(es) can be traced, {len(denied)} cannot ({yama}): "
+                 f"{listed}{more}; their phases come from /proc, no stacks (low confidence)",
+                 how_to_grant_ptrace(scope))
+
+
+def _command_of(pid: int, proc_root: str) -> str:
+    from daemon.sources.redact import redact_argv
+
+    try:
+        raw = Path(f"{proc_root}/{pid}/cmdline").read_bytes()[:4096]
+    except OSError:
+        return "?"
+    args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    return safe_text.one_line(redact_argv(args))[:COMMAND_CHARS] or "?"
+
+
 def check_delay_accounting() -> Check:
     from daemon.sources.procs import delay_accounting_enabled
 
@@ -328,8 +413,8 @@ def check_gpu_activity(config: Any, proc_root: str = "/proc") -> Check:
 
 
 def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
-    checks = [check_nvml(), check_py_spy(), check_delay_accounting(), check_psi(),
-              check_process_io(), check_database(db)]
+    checks = [check_nvml(), check_py_spy(), check_tracing(gpu_process_pids()),
+              check_delay_accounting(), check_psi(), check_process_io(), check_database(db)]
     recorded = check_recorded_stacks(db)
     if recorded is not None:
         checks.append(recorded)

@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-listen", metavar="HOST:PORT",
                      help="also serve Prometheus /metrics alone on TCP, without a token "
                           "(default: [api].metrics_listen; /metrics is always on the API too)")
+    run.add_argument("--no-stacks", action="store_true",
+                     help="never run py-spy: phases come from /proc alone (wchan, thread "
+                          "states, I/O, CPU), shown with low confidence, as on a host that "
+                          "denies ptrace ([attribution] stacks = false)")
     run.add_argument("--watch", action="store_true",
                      help="also print a live summary of the last 10 s every 5 s")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
@@ -261,6 +265,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("[daemon].interval", "value")) from None
         config = config_module.with_overrides(config, "daemon", interval=interval)
+    if args.no_stacks:
+        config = config_module.with_overrides(config, "attribution", stacks=False)
     api_flags = {name: getattr(args, flag) for name, flag in
                  (("socket", "socket"), ("listen", "listen"), ("token_file", "token_file"),
                   ("metrics_listen", "metrics_listen"))

@@ -13,6 +13,11 @@ thread's CPU time (run or waiting for a core). A dump is classified with the Hos
 blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
 and each stored stack sample keeps the reason of its phase.
 
+Where py-spy may not read a process (ptrace denied: its status is permission_denied) or stacks
+are off (`[attribution] stacks = false`, `mlcostd run --no-stacks`), each sample is classified
+from /proc alone instead (daemon.analysis.proc_phases): a lower-confidence phase whose evidence
+says "from /proc, no stacks". A process denied once is not handed to py-spy again.
+
 The tick only updates windows and schedules dumps; the dumps run as asyncio tasks beside it.
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -35,11 +41,15 @@ from daemon.analysis.phases import (
     user_frame,
     waits_on_data_queue,
 )
+from daemon.analysis.proc_phases import classify_from_proc
+from daemon.analysis.proc_phases import where as proc_where
 from daemon.config import AttributionConfig
+from daemon.sources.proc_state import read_facts
 from daemon.sources.procs import MainThreadClock
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import (
     OK,
+    PERMISSION_DENIED,
     RATE_LIMITED,
     DumpResult,
     StackSampler,
@@ -55,6 +65,8 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_ROWS = 64  # stack rows kept per dip before it qualifies
 SIGNAL_TICKS = 4  # snapshots kept per process: the signals cover the last ~3 ticks (a dump's gap)
+_HELPERS = ("resource_tracker", "forkserver", "semaphore_tracker")
+WORKING_CPU = 0.25  # a worker or a peer on a CPU this share of the time is working
 STATUS_SLACK = 64  # stack statuses of exited processes kept before they are pruned
 
 
@@ -141,7 +153,11 @@ class Attribution:
         self._in_flight: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._children: dict[int, list[ProcessSample]] = {}
+        self._gpu_children: dict[int, list[ProcessSample]] = {}  # GPU processes by parent
         self._main_threads = MainThreadClock()
+        # Processes py-spy may not read (permission denied): classified from /proc from then on.
+        self._denied: set[tuple[int, float]] = set()
+        self._proc_sampled_at: dict[tuple[int, float], float] = {}
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
@@ -186,18 +202,28 @@ class Attribution:
                 if not dip.qualified and (always or
                                           sample.ts - dip.started_at >= config.min_window):
                     self._qualify(dip)
-                if config.stacks:
+                if config.stacks and key not in self._denied:
                     self._schedule(proc, share)
+                else:
+                    self._sample_from_proc(proc, share, sample.ts)
             else:
                 self._end(key, dip, sample.ts)
         for key in [k for k in self._dips if k not in seen]:
             self._end(key, self._dips[key], sample.ts)
         self._children = children
+        gpu_children: dict[int, list[ProcessSample]] = {}
+        for proc in sample.processes:
+            if proc.gpus:
+                gpu_children.setdefault(proc.ppid, []).append(proc)
+        self._gpu_children = gpu_children
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
             del self._signals[key]
         for key in [k for k in self.frame_markers if k not in live]:
             del self.frame_markers[key]
+        self._denied &= live
+        for key in [k for k in self._proc_sampled_at if k not in live]:
+            del self._proc_sampled_at[key]
         if len(self.status_by_key) > len(live) + STATUS_SLACK:  # keyed by process: bounded
             keys = {process_key(pid, start) for pid, start in live}
             self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
@@ -323,12 +349,55 @@ class Attribution:
         finally:
             self._in_flight.discard(proc.pid)
 
+    def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
+        """One /proc-only sample (no ptrace), at most one per dump_interval per process."""
+        last = self._proc_sampled_at.get(proc.key)
+        if last is not None and ts - last < self.config.dump_interval:
+            return
+        self._proc_sampled_at[proc.key] = ts
+        try:
+            self._keep(proc.key, [self._proc_row(proc, share, ts)])
+        except Exception:  # attribution must never take the daemon down
+            log.exception("/proc sampling of pid %d failed", proc.pid)
+
+    def _proc_row(self, proc: ProcessSample, share: float, ts: float) -> StackRow:
+        facts_now = read_facts(proc.pid)
+        # Its workers: children without a GPU, but not multiprocessing's helpers (a
+        # resource tracker or a forkserver waits for nothing the job needs).
+        busy_workers = sum(1 for child in self._children.get(proc.pid, [])
+                           if not any(helper in child.command for helper in _HELPERS))
+        # Ranks of one job share a parent; mlcostd's own children (simulated workloads) are not
+        # a job.
+        busy_peers = 0 if proc.ppid in (0, 1, os.getpid()) else sum(
+            1 for peer in self._gpu_children.get(proc.ppid, [])
+            if peer.key != proc.key and self._works(peer))
+        verdict = classify_from_proc(facts_now, self.host_signals(proc),
+                                     busy_workers=busy_workers, busy_peers=busy_peers)
+        frame = proc_where(facts_now)
+        return StackRow(ts, proc.pid, proc.start_time, proc.pid, stack_hash([frame]),
+                        ((frame.name, frame.filename, frame.line),), verdict.phase, share,
+                        verdict.reason)
+
+    def _works(self, proc: ProcessSample) -> bool:
+        """Running, blocked on disk, or on a CPU >= WORKING_CPU over its last snapshots."""
+        if proc.state in ("R", "D") or proc.threads_in_d:
+            return True
+        own = self._signals.get(proc.key)
+        if own is None or len(own.snapshots) < 2:
+            return False
+        first, last = own.snapshots[0], own.snapshots[-1]
+        cpu = _rate(first.cpu_seconds, last.cpu_seconds, last.ts - first.ts)
+        return cpu is not None and cpu >= WORKING_CPU
+
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float) -> list[StackRow]:
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
             facts.write_stack_status(self.store, proc.pid, proc.start_time, result.ts,
                                             result.status, result.error)
+        if result.status == PERMISSION_DENIED:
+            self._denied.add(proc.key)  # ptrace denied: /proc from now on (see the docstring)
+            return [self._proc_row(proc, share, result.ts)]
         if result.status != OK:
             return []
         markers = frame_markers(result.threads)

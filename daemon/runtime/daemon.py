@@ -538,7 +538,7 @@ class Daemon:
         return metrics_state(
             host=self.host, nvml_status=self.nvml.status, sample=self.last_sample,
             idle_utilization_pct=self.config.idle.utilization, analyzer=self.analyzer,
-            phases=self.phases_now, kinds=self.kinds.documents(),
+            phases=self.phases_now(), kinds=self.kinds.documents(),
             recommendations=self.active_recommendations())
 
     # -- snapshots (daemon/runtime/snapshots.py) -----------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.text import Text
 
-from daemon.wire import Now, Process
+from daemon.wire import Now, Process, phase_label
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import (
@@ -79,13 +79,16 @@ def _burn_cell(value: float | None) -> Text:
 
 
 @lru_cache(_CACHE)
-def _phase_cell(phase_idle: tuple[str | None, bool]) -> Text:
-    phase, gpus_idle = phase_idle
+def _phase_cell(phase_idle: tuple[str | None, bool, str | None]) -> Text:
+    phase, gpus_idle, confidence = phase_idle
     if phase == "compute" and gpus_idle:
         # The phase is the latest sampled; every GPU it holds is IDLE now (the GPU panel's
         # verdict): it is not computing, whatever the last stacks said.
         return Text("idle", style=MUTED)
-    return Text(phase or fmt.DASH, style=MUTED if not phase or phase == fmt.DASH else "")
+    if not phase or phase == fmt.DASH:
+        return Text(fmt.DASH, style=MUTED)
+    # "data_wait~": decided from /proc alone, no stack (README "When ptrace is denied")
+    return Text(phase_label(phase, confidence), style=MUTED if confidence == "low" else "")
 
 
 @lru_cache(_CACHE)
@@ -147,7 +150,8 @@ COLUMNS: tuple[ProcessColumn, ...] = (
     # Dropped first (priority 9): shown on a wide screen (200 columns), not at 80.
     ProcessColumn("kind", "kind", 8, 9, value=lambda r: r.process.kind, draw=_kind_cell,
                   sort=lambda p: (p.kind or "~", -(p.burn_per_hour or 0.0)), descending=False),
-    ProcessColumn("phase", "phase", 11, value=lambda r: (r.process.phase, r.gpus_idle),
+    ProcessColumn("phase", "phase", 11, value=lambda r: (r.process.phase, r.gpus_idle,
+                                                  r.process.phase_confidence),
                   draw=_phase_cell, sort=lambda p: p.phase or "", descending=False),
     ProcessColumn("phases", "phase balance", 13, 6, value=lambda r: r.process.phases,
                   draw=lambda phases: fmt.phase_bar(phases, 13), sort=compute_share),

@@ -19,7 +19,15 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
 from daemon.clock import latency_text, local_time
-from daemon.wire import Comparison, Latency, Phases, Process, Recommendation, cost_per_1k_text
+from daemon.wire import (
+    Comparison,
+    Latency,
+    Phases,
+    Process,
+    Recommendation,
+    cost_per_1k_text,
+    phase_label,
+)
 from mlcost_tui import format as fmt
 from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
@@ -55,8 +63,11 @@ def phase_lines(phases: Mapping[str, Any]) -> Text:
     for name, share in shares:
         value = phases.get(name)
         seconds = value.get("seconds") if isinstance(value, Mapping) else None
-        text.append(f"  {name:<16}", style=PHASE_COLOURS.get(name, ""))
-        text.append(f"{share:>6.0%}  {fmt.number(seconds, ' s', 0):>8}\n")
+        confidence = value.get("confidence") if isinstance(value, Mapping) else None
+        text.append(f"  {phase_label(name, confidence):<16}", style=PHASE_COLOURS.get(name, ""))
+        text.append(f"{share:>6.0%}  {fmt.number(seconds, ' s', 0):>8}")
+        text.append("  (low confidence, no stacks)\n" if confidence == "low" else "\n",
+                    style=MUTED)
     text.append("\nTop stacks\n", style="bold")
     any_stack = False
     for name, _ in shares:
@@ -330,6 +341,10 @@ class DetailsScreen(Screen):
         status = (self.phases.stack_status if self.phases and self.phases.stack_status
                   else p.stack_status)
         text.append(f"  (stack sampling: {status or '-'})\n", style=MUTED)
+        if p.phase_confidence == "low":
+            text.append(f"  {phase_label(p.phase, 'low')}: low confidence, from /proc, no stacks "
+                        "(py-spy may not read this process; README \"When ptrace is denied\")\n",
+                        style=MUTED)
         if self.phases_error:
             text.append(f"  {self.phases_error}\n", style=MUTED)
         text.append_text(phase_lines(phases))

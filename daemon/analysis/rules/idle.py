@@ -6,7 +6,10 @@ data wait, host compute, checkpoint, eval, sync or comm in its phase balance (wh
 classification saw its CPU and I/O). A starved job at 4% utilization is working: it gets the
 pipeline advice, never this one. Its SIGTERM action also needs the stacks to show the process
 waiting on input or sleeping (an idle phase); where no stack was sampled (py-spy missing or not
-permitted) the advice stays, with the command to look first instead of the SIGTERM.
+permitted) the advice stays, with the command to look first instead of the SIGTERM. Nor does
+a low-confidence idle phase (from /proc alone, where ptrace is denied: daemon.analysis.
+proc_phases) earn a SIGTERM: /proc cannot tell a process waiting for nothing from one waiting on
+a peer, a lock or a socket that is about to answer, so it gets the look-first action too.
 
 Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is online inference,
 or that listens and has served (accepted connections, serving frames in any thread), is left
@@ -20,7 +23,7 @@ from typing import Any
 
 from daemon.analysis.cost import HOURS_PER_MONTH, HostPrice
 from daemon.analysis.kinds import ONLINE_INFERENCE
-from daemon.analysis.phases import IDLE, READ_MIN_PER_S
+from daemon.analysis.phases import IDLE, LOW_CONFIDENCE, READ_MIN_PER_S
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -99,6 +102,26 @@ def _look_first(proc: ProcessWindow) -> dict[str, object]:
             "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
+def _look_first_no_stacks(proc: ProcessWindow) -> dict[str, object]:
+    """Only /proc says it waits (ptrace denied): what to look at without a stack."""
+    return {"kind": "copy_commands",
+            "text": f"only /proc says pid {proc.pid} is waiting (low confidence, no stacks): "
+                    "look at what it does, then close it or stop it",
+            "commands": [f"cat /proc/{proc.pid}/wchan; echo; grep -E 'State|Threads' "
+                         f"/proc/{proc.pid}/status", f"cat /proc/{proc.pid}/io",
+                         f"ls -l /proc/{proc.pid}/fd | grep -c socket",
+                         f"kill -TERM {proc.pid}"]}
+
+
+def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
+    """SIGTERM only where stacks show it waiting; else what to look at first."""
+    if not waiting:
+        return _look_first(proc)
+    if waiting.get("confidence") == LOW_CONFIDENCE:
+        return _look_first_no_stacks(proc)
+    return _sigterm(proc)
+
+
 def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
     found = []
     for proc in a.processes:
@@ -108,7 +131,7 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
             continue  # working, however slowly: the phase rules give the advice, not SIGTERM
         if is_server(proc):
             continue  # a server waits for requests: idle_server's advice, never SIGTERM
-        waiting = proc.phases.get(IDLE) or {}  # its stacks waiting on input or sleeping
+        waiting = dict(proc.phases.get(IDLE) or {})  # its stacks waiting on input or sleeping
         idle_share = float(waiting.get("share", 0.0) or 0.0)
         idle_stacks = list(waiting.get("top_stacks") or [])
         monthly = proc.burn_per_hour * HOURS_PER_MONTH
@@ -118,7 +141,9 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
             f"pid {proc.pid} ({proc.user}: {proc.job}) holds {_gpus(proc)} "
             f"({gib:.1f} GiB) idle for {idle_for(proc.trailing_idle_s, a)}, burning "
             f"{money(proc.burn_per_hour)}/h"
-            + ("" if waiting else " (no stack sampled to confirm it is waiting)"),
+            + ("" if waiting and waiting.get("confidence") != LOW_CONFIDENCE
+               else " (only /proc, no stacks, says it is waiting)" if waiting
+               else " (no stack sampled to confirm it is waiting)"),
             monthly,
             f"{money(proc.burn_per_hour)}/h x {HOURS_PER_MONTH:g} h/month = {money(monthly)}"
             f"/month if it stayed idle; money comes back only when the freed GPU is used or the "
@@ -136,7 +161,7 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                  "waiting_in": [{"file": st.get("file"), "line": st.get("line"),
                                  "function": st.get("function"), "reason": st.get("reason")}
                                 for st in idle_stacks[:3]]}},
-            _sigterm(proc) if waiting else _look_first(proc),
+            _idle_action(proc, waiting),
             scope={"frees": list(proc.gpus)}))
     return found
 

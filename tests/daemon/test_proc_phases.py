@@ -1,0 +1,346 @@
+"""When ptrace is denied: phases from /proc alone (daemon.analysis.proc_phases), their low
+confidence through the balance, the rules and the wire, and `check` naming the processes it
+cannot trace with the way to grant it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from simhost import poll
+
+from daemon.analysis.phases import (
+    CHECKPOINT,
+    COMM,
+    COMPUTE,
+    DATA_WAIT,
+    HIGH_CONFIDENCE,
+    HOST_PREPROCESS,
+    IDLE,
+    LOW_CONFIDENCE,
+    NO_STACK_FILE,
+    NO_STACKS_EVIDENCE,
+    HostSignals,
+    StackSample,
+    phase_balance,
+)
+from daemon.analysis.proc_phases import classify_from_proc, where
+from daemon.sources.frames import Frame, stack_hash
+from daemon.sources.proc_state import ProcFacts, may_trace, read_facts
+from daemon.wire import Process, phase_label
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def facts(**kw) -> ProcFacts:
+    base = {"pid": 1, "threads": 1, "running": 0, "in_d": 0, "main_state": "S", "wchan": None,
+            "syscall": None, "traceable": False}
+    return ProcFacts(**{**base, **kw})
+
+
+def signals(**kw) -> HostSignals:
+    return HostSignals(**{"seconds": 3.0, "main_thread_cpu": 0.01, "process_cpu": 0.01,
+                          "tree_cpu": 0.01, **kw})
+
+
+@pytest.mark.parametrize("seen, said, phase", [
+    (facts(), signals(write_per_s=50e6), CHECKPOINT),
+    (facts(), signals(read_per_s=8e6), DATA_WAIT),
+    (facts(in_d=1), signals(), DATA_WAIT),
+    (facts(wchan="anon_pipe_read"), signals(read_per_s=300e3), DATA_WAIT),
+    (facts(wchan="unix_stream_read_generic"), signals(read_per_s=300e3), DATA_WAIT),
+    (facts(syscall="recvfrom"), signals(read_per_s=300e3), DATA_WAIT),
+    (facts(main_state="R", running=1), signals(main_thread_cpu=0.97), HOST_PREPROCESS),
+    (facts(wchan="futex_do_wait", running=2), signals(process_cpu=1.5), HOST_PREPROCESS),
+    (facts(wchan="hrtimer_nanosleep"), signals(), IDLE),
+    (facts(wchan="futex_do_wait"), signals(), IDLE),
+    (facts(wchan="do_epoll_wait"), signals(), IDLE),
+])
+def test_the_fallback_reads_the_phase_from_proc_and_says_so(seen, said, phase):
+    verdict = classify_from_proc(seen, said)
+    assert verdict.phase == phase, verdict.reason
+    assert verdict.reason.startswith(NO_STACKS_EVIDENCE + ": ")
+    assert verdict.frame is None  # no stack: no line is named
+
+
+def test_waiting_on_workers_is_data_wait_and_on_working_peers_comm():
+    waiting = facts(wchan="poll_schedule_timeout.constprop.0")
+    assert classify_from_proc(waiting, signals(), busy_workers=2).phase == DATA_WAIT
+    assert classify_from_proc(facts(wchan="futex_do_wait"), signals(),
+                              busy_peers=1).phase == COMM
+    assert classify_from_proc(waiting, signals()).phase == IDLE  # nobody works: idle
+
+
+def test_a_busy_gpu_is_compute_and_nothing_seen_is_unknown():
+    assert classify_from_proc(facts(), signals(), gpu_busy=True).phase == COMPUTE
+    assert classify_from_proc(None, None).phase == "unknown"
+
+
+def _child(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("code, phase", [
+    ("import sys; sys.stdin.buffer.read(1)", DATA_WAIT),  # blocked reading a pipe
+    ("import time; time.sleep(120)", IDLE),
+    ("while True: pass", HOST_PREPROCESS),
+])
+def test_real_processes_read_from_proc_without_a_stack(code, phase):
+    child = _child(code)
+    try:
+        def verdict() -> str | None:
+            seen = read_facts(child.pid)
+            if seen is None or seen.main_state not in ("S", "R") or (
+                    seen.main_state == "S" and not (seen.wchan or seen.syscall)):
+                return None  # starting up, or its wait point not there yet
+            found = classify_from_proc(seen, None)
+            return found.phase if found.phase == phase else None
+
+        poll(verdict, 30, f"pid {child.pid} read as {phase} from /proc",
+             explain=lambda: f"{read_facts(child.pid)}")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _sample(ts: float, phase: str, frames: tuple[Frame, ...], reason: str = "") -> StackSample:
+    return StackSample(ts, 7, 7, stack_hash(frames), frames, phase, 0.0, reason)
+
+
+def test_a_phase_from_proc_samples_has_low_confidence_and_one_from_stacks_high():
+    proc_frame = where(facts(wchan="anon_pipe_read"))
+    assert proc_frame.filename == NO_STACK_FILE and "anon_pipe_read" in proc_frame.name
+    stack = (Frame("load", "/srv/train.py", 12),)
+    samples = [_sample(i, DATA_WAIT, (proc_frame,), f"{NO_STACKS_EVIDENCE}: reading")
+               for i in range(3)] + [_sample(10 + i, IDLE, stack) for i in range(2)]
+    balance = phase_balance(samples, window_s=10.0, busy_seconds=0.0)
+    assert balance[DATA_WAIT]["confidence"] == LOW_CONFIDENCE
+    assert balance[IDLE]["confidence"] == HIGH_CONFIDENCE
+    assert balance[DATA_WAIT]["top_stacks"][0]["reason"].startswith(NO_STACKS_EVIDENCE)
+
+
+def test_the_wire_reads_the_confidence_and_marks_the_phase():
+    low = Process.from_dict({"pid": 1, "phase": "data_wait", "phase_confidence": "low"})
+    assert low.phase_confidence == "low"
+    assert phase_label(low.phase, low.phase_confidence) == "data_wait~"
+    assert phase_label("data_wait", "high") == "data_wait"
+    odd = Process.from_dict({"pid": 1, "phase": "idle", "phase_confidence": "\x1b[31mhuh"})
+    assert odd.phase_confidence is None  # an unknown word is not shown
+
+
+# -- rules: never a SIGTERM from /proc evidence alone -----------------------------------------
+
+def _idle_window_recs(idle_part: dict) -> list:
+    from test_rules import CATALOG, P4D, window
+
+    from daemon.analysis.rules import build_analysis, evaluate
+
+    # Held idle for 10 min, its CPU working all along (1 CPU-second a second).
+    samples = window(n=61, utils=[0.0] * 8, holders={0: 0.0},
+                     proc_kw=lambda i: {"cpu_seconds": float(i * 10)})
+    key = f"42:{samples[0].processes[0].start_time:.3f}"
+    phases = {key: {IDLE: {"seconds": 570.0, "share": 0.95, "gpu_idle_seconds": 570.0,
+                           **idle_part}}}
+    found = evaluate(build_analysis(samples, phases, P4D, CATALOG, host_cpus=32))
+    return [r for r in found if r.rule == "idle_gpu_held"]
+
+
+def test_no_sigterm_for_a_working_process_from_low_confidence_proc_evidence_alone():
+    from_proc = {"confidence": LOW_CONFIDENCE, "top_stacks": [{
+        "frames": ["<proc>:0 kernel wait futex_do_wait"], "file": NO_STACK_FILE, "line": 0,
+        "function": "kernel wait futex_do_wait", "samples": 30,
+        "reason": f"{NO_STACKS_EVIDENCE}: waiting (futex_do_wait), no CPU and no I/O"}]}
+    [rec] = _idle_window_recs(from_proc)
+    assert rec.action["kind"] != "sigterm"
+    assert "only /proc" in rec.action["text"] and "only /proc" in rec.summary
+    # The same evidence from stacks does propose it: the test above can fail.
+    from_stacks = {"confidence": HIGH_CONFIDENCE, "top_stacks": [{
+        "frames": ["train.py:88 main"], "file": "/srv/train.py", "line": 88,
+        "function": "main", "samples": 30, "reason": "sleeping or waiting"}]}
+    [rec] = _idle_window_recs(from_stacks)
+    assert rec.action["kind"] == "sigterm"
+
+
+# -- check: which processes can be traced ---------------------------------------------------
+
+UNTRACEABLE = textwrap.dedent("""
+    import ctypes, sys
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: only CAP_SYS_PTRACE may trace
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+# Runs check_tracing as a tracer without CAP_SYS_PTRACE: as root, after dropping to nobody
+# (modules imported first); as another user, as that user.
+CHECKER = textwrap.dedent("""
+    import json, os, sys
+    from daemon.commands.check import check_tracing, how_to_grant_ptrace
+    import daemon.sources.proc_state, daemon.sources.redact, daemon.sources.safe_text
+    scope = os.open(sys.argv[1], os.O_RDONLY)  # before the drop: the test's folder is 0700
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    pids = [int(p) for p in sys.argv[2].split(",")]
+    result = check_tracing(pids, scope_path=f"/proc/self/fd/{scope}")
+    print(json.dumps({"status": result.status, "detail": result.detail, "fix": result.fix}))
+""")
+
+
+def test_check_names_a_process_it_cannot_trace_and_how_to_grant_it(tmp_path):
+    scope = tmp_path / "ptrace_scope"
+    scope.write_text("2\n")
+    program = tmp_path / "gpu_job.py"
+    program.write_text(UNTRACEABLE)
+    target = subprocess.Popen([sys.executable, str(program), "--epochs", "3"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        result = subprocess.run([sys.executable, "-c", CHECKER, str(scope), str(target.pid)],
+                                capture_output=True, text=True, timeout=60, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 0, result.stderr
+        said = json.loads(result.stdout)
+    finally:
+        target.kill()
+        target.wait()
+    assert said["status"] == "warn"
+    assert f"pid {target.pid} (" in said["detail"] and "gpu_job.py --epochs 3" in said["detail"]
+    assert "0 GPU process(es) can be traced, 1 cannot (yama ptrace_scope=2)" in said["detail"]
+    assert "SYS_PTRACE" in said["fix"] and "securityContext" in said["fix"]
+    assert "sysctl -w kernel.yama.ptrace_scope=1" in said["fix"]
+
+
+def test_check_says_ok_where_every_process_can_be_traced(tmp_path):
+    from daemon.commands.check import OK, check_tracing
+
+    child = _child("import sys; sys.stdin.buffer.read(1)")
+    try:
+        if not may_trace(child.pid):
+            pytest.skip("this host lets no one trace even its own child (yama scope 3?)")
+        found = check_tracing([child.pid], scope_path=str(tmp_path / "no-yama"))
+    finally:
+        child.kill()
+        child.wait()
+    assert found.status == OK and "no yama ptrace_scope" in found.detail
+    assert "all 1 GPU process(es) can be traced" in found.detail
+
+
+# -- live: a real mlcostd with py-spy off (--no-stacks) -------------------------------------
+
+def test_a_daemon_without_stacks_shows_low_confidence_phases_from_proc(mlcostd, tmp_path):
+    """Two corpus programs under `mlcostd run --no-stacks`: a job that waits for a trigger
+    (idle, sleeping in the kernel) and one decoding frames on the CPU (host preprocessing).
+    py-spy never runs (no stack status), /v1/now marks both phases low confidence with the
+    /proc evidence, the report shows them with ~, and no SIGTERM is proposed from it."""
+    from test_corpus import CORPUS, FAST_STACKS, scenario_file
+
+    path = scenario_file(tmp_path, [
+        {"name": "waits", "command": [sys.executable, str(CORPUS / "await_trigger.py")]},
+        {"name": "decodes", "command": [sys.executable, str(CORPUS / "decode_frames.py")]}])
+    daemon = mlcostd("idle-host", interval=1.0, config={
+        **FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s"},
+        "cost": {"evaluate_every": "5s"}}, args=["--simulate", str(path), "--no-stacks"])
+    expected = {"await_trigger": IDLE, "decode_frames": HOST_PREPROCESS}
+    state: dict = {}
+
+    def all_from_proc() -> bool:
+        procs = [p for p in daemon.now()["processes"] if p.get("gpus")]
+        state["seen"] = {name: p for p in procs for name in expected if name in p["command"]}
+        return len(state["seen"]) == 2 and all(
+            p["phase"] == expected[name] and p["phase_confidence"] == "low"
+            for name, p in state["seen"].items())
+
+    poll(all_from_proc, 120, "both processes' phases from /proc, low confidence",
+         explain=lambda: json.dumps({n: {k: p.get(k) for k in ("phase", "phase_confidence",
+                                                                 "phase_reasons", "phases")}
+                                     for n, p in state.get("seen", {}).items()}, indent=1))
+    for name, proc in state["seen"].items():
+        assert proc["stack_status"] is None  # py-spy was never run
+        assert proc["phase_reasons"][expected[name]].startswith(NO_STACKS_EVIDENCE)
+        shown = Process.from_dict(proc)
+        assert phase_label(shown.phase, shown.phase_confidence) == expected[name] + "~"
+    waiting = state["seen"]["await_trigger"]
+
+    def idle_advice() -> list:
+        return [r for r in daemon.call("recommendations")
+                if r.rule == "idle_gpu_held" and r.target == waiting["key"]]
+
+    [advice] = poll(idle_advice, 90, "the idle-GPU advice for the waiting job")
+    assert advice.action_kind != "sigterm"  # /proc evidence alone: look first
+    report = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(daemon.db),
+                             "--since", "10m"], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT)
+    assert "host_preprocess~" in report.stdout and "idle~" in report.stdout, report.stdout
+    assert "low confidence, from /proc, no stacks" in report.stdout
+
+
+# -- attribution: py-spy really refused ------------------------------------------------------
+
+def test_a_process_py_spy_may_not_read_is_classified_from_proc_and_not_dumped_again(tmp_path):
+    """A real refusal: the target makes itself non-dumpable (PR_SET_DUMPABLE 0) and py-spy runs
+    without CAP_SYS_PTRACE (as nobody where the test is root), so the kernel denies it."""
+    import asyncio
+    import shutil
+
+    from daemon.config import AttributionConfig
+    from daemon.runtime.attribution import Attribution
+    from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.sources.stacks import PERMISSION_DENIED, StackSampler, find_py_spy
+    from daemon.store.writer import Store
+
+    py_spy = find_py_spy()
+    if py_spy is None:
+        pytest.skip("py-spy is not installed")
+    drop = ""
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: cannot run py-spy without CAP_SYS_PTRACE")
+        drop = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(f"#!/bin/sh\nexec {drop}{py_spy} \"$@\"\n")
+    wrapper.chmod(0o755)
+    program = tmp_path / "gpu_job.py"
+    program.write_text(UNTRACEABLE)
+    target = subprocess.Popen([sys.executable, str(program)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    store = Store(tmp_path / "mlcost.db")
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        import psutil
+
+        start = psutil.Process(target.pid).create_time()
+        proc = ProcessSample(target.pid, start, os.getpid(), "ann", "python gpu_job.py",
+                             (GpuUse(0, 1 << 30, 0.0),))
+        gpu = GpuSample(0, "u0", "A100-SXM4-40GB", "ok", 0.0, None, 1 << 30, 40 << 30)
+        sampler = StackSampler(py_spy=str(wrapper), min_interval_s=0.0, global_max_per_s=100.0,
+                               cpu_budget_ratio=1.0, timeout_s=20.0)
+        attribution = Attribution(AttributionConfig(min_window=0.5, dump_interval=0.5), store,
+                                  sampler)
+
+        async def run() -> None:
+            result = await sampler.dump(target.pid)
+            assert result.status == PERMISSION_DENIED, result.error
+            [row] = attribution._rows(proc, result, 0.0)
+            # it blocks reading its stdin pipe: waiting for input, from /proc
+            assert row.reason.startswith(NO_STACKS_EVIDENCE) and row.phase == DATA_WAIT, row
+            assert row.frames[0][1] == NO_STACK_FILE
+            dumps = sampler.dumps_total
+            for tick in range(3):  # in a dip: /proc samples from now on, no more py-spy
+                attribution.on_tick(Sample(1000.0 + tick, tick, gpus=(gpu,), processes=(proc,)))
+                await asyncio.sleep(0)
+            assert sampler.dumps_total == dumps
+            assert attribution.samples_kept >= 2  # its window's /proc samples, stored
+            await attribution.stop()
+
+        asyncio.run(run())
+    finally:
+        store.close()
+        target.kill()
+        target.wait()
