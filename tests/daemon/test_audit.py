@@ -66,8 +66,7 @@ def run_api(tmp_path: Path, rec: dict, requests) -> tuple[list, list[dict]]:
     in the store afterwards."""
     daemon = recording_daemon(tmp_path, idle_utilization=5.0, t0=time.time() - 30)  # a 600 s report
     daemon.config = config_module.with_overrides(daemon.config, "api", allow_actions=True)
-    real_snapshot = daemon.analyzer.snapshot
-    daemon.analyzer.snapshot = lambda: dict(real_snapshot(), recommendations=[rec])
+    daemon.analyzer.recommendations = lambda: [rec]  # the active ones, as the API reads them
     # The counter is not a process of the recorded sample, and the daemon drops advice about a
     # process its last sample does not show (it exited): no sample here, so the gate is tested.
     daemon.last_sample = None

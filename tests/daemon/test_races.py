@@ -31,15 +31,14 @@ STRESS_TIMEOUT_S = 60.0
 def test_apply_reads_the_analyzer_on_the_loop_while_ticks_run(tmp_path):
     daemon = recording_daemon(tmp_path, idle_utilization=5.0)
     analyzer = daemon.analyzer
-    real_snapshot = analyzer.snapshot
+    real_recommendations = analyzer.recommendations
     readers: set[int] = set()
 
-    def snapshot():  # who reads the analyzer's state, with one known recommendation in it
+    def recommendations():  # who reads the analyzer's advice, with one known recommendation
         readers.add(threading.get_ident())
-        found = real_snapshot()
-        return dict(found, recommendations=[*found["recommendations"], COPY_REC])
+        return [*real_recommendations(), COPY_REC]
 
-    analyzer.snapshot = snapshot
+    analyzer.recommendations = recommendations
 
     async def main() -> tuple[int, list[int], int]:
         loop_thread = threading.get_ident()

@@ -61,7 +61,8 @@ def test_a_pre_cut_price_warns_in_json_and_text(tmp_path):
     text = report.render_text(document)
     assert "warning: aws/us-east-1/p4d.24xlarge on-demand price $32.7726/h may be wrong" in text
     assert f"  run: {warning['refresh_command']}\n" in text  # whole, to be copied
-    assert document["energy"] is None and "energy" not in text.split("GPUs")[0]
+    # no electricity price: no energy cost line (the kWh and carbon line is not a cost)
+    assert document["energy"] is None and "energy: $" not in text
 
 
 def test_a_fresh_price_has_no_warning(tmp_path):
