@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
@@ -68,6 +69,9 @@ SIGNAL_TICKS = 4  # snapshots kept per process: the signals cover the last ~3 ti
 _HELPERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 WORKING_CPU = 0.25  # a worker or a peer on a CPU this share of the time is working
 STATUS_SLACK = 64  # stack statuses of exited processes kept before they are pruned
+# /proc samples (a few preads each, no ptrace) a second over all processes in windows without
+# stacks: four times py-spy's default dumps_per_second, as each costs ~1/100 of a dump
+PROC_SAMPLES_PER_S = 8.0
 
 
 @dataclass
@@ -158,6 +162,7 @@ class Attribution:
         # Processes py-spy may not read (permission denied): classified from /proc from then on.
         self._denied: set[tuple[int, float]] = set()
         self._proc_sampled_at: dict[tuple[int, float], float] = {}
+        self._proc_samples_per_tick = max(1, math.ceil(PROC_SAMPLES_PER_S * interval_s))
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
@@ -176,6 +181,7 @@ class Attribution:
         seen = set()
         utilization = {g.index: g.utilization for g in sample.gpus}
         recorded = {p.pid for p in sample.processes} if self.sample_always else set()
+        from_proc: list[tuple[ProcessSample, float]] = []  # in a window, no stacks: /proc
         for proc in sample.processes:
             self._update_signals(proc, sample.ts, utilization)
             always = self.sample_always and (bool(proc.gpus) or proc.ppid not in recorded)
@@ -205,12 +211,13 @@ class Attribution:
                 if config.stacks and key not in self._denied:
                     self._schedule(proc, share)
                 else:
-                    self._sample_from_proc(proc, share, sample.ts)
+                    from_proc.append((proc, share))
             else:
                 self._end(key, dip, sample.ts)
         for key in [k for k in self._dips if k not in seen]:
             self._end(key, self._dips[key], sample.ts)
         self._children = children
+        self._sample_due_from_proc(from_proc, sample.ts)
         gpu_children: dict[int, list[ProcessSample]] = {}
         for proc in sample.processes:
             if proc.gpus:
@@ -348,6 +355,20 @@ class Attribution:
             log.exception("stack sampling of pid %d failed", proc.pid)
         finally:
             self._in_flight.discard(proc.pid)
+
+    def _sample_due_from_proc(self, candidates: list[tuple[ProcessSample, float]],
+                              ts: float) -> None:
+        """/proc samples of the processes in a window whose turn it is (one per dump_interval
+        each), the longest unsampled first, at most PROC_SAMPLES_PER_S a second over all: a
+        host of hundreds of processes in windows costs the same per tick as one of a dozen,
+        and each process still gets its turn (less often)."""
+        never = float("-inf")
+        due = [(self._proc_sampled_at.get(proc.key, never), proc, share)
+               for proc, share in candidates
+               if ts - self._proc_sampled_at.get(proc.key, never) >= self.config.dump_interval]
+        due.sort(key=lambda entry: entry[0])
+        for _, proc, share in due[:self._proc_samples_per_tick]:
+            self._sample_from_proc(proc, share, ts)
 
     def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
         """One /proc-only sample (no ptrace), at most one per dump_interval per process."""

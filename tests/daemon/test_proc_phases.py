@@ -344,3 +344,40 @@ def test_a_process_py_spy_may_not_read_is_classified_from_proc_and_not_dumped_ag
         store.close()
         target.kill()
         target.wait()
+
+
+def test_proc_samples_are_bounded_per_tick_and_every_process_gets_its_turn(tmp_path):
+    """Forty GPU processes in a window on a host without stacks: a tick samples at most
+    PROC_SAMPLES_PER_S a second of them from /proc (bounded work, whatever the host's size),
+    the longest unsampled first, so all forty are sampled within 40 / 8 = 5 ticks."""
+    import asyncio
+
+    from daemon.config import AttributionConfig
+    from daemon.runtime.attribution import PROC_SAMPLES_PER_S, Attribution
+    from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.store.writer import Store
+
+    store = Store(tmp_path / "mlcost.db")
+    # forty processes /proc can read (this one, under forty start times), idle on their GPU
+    procs = tuple(ProcessSample(os.getpid(), 1000.0 + i, os.getppid(), "ann", "python job.py",
+                                (GpuUse(0, 1 << 30, 0.0),)) for i in range(40))
+    gpu = GpuSample(0, "u0", "A100-SXM4-40GB", "ok", 0.0, None, 40 << 30, 40 << 30)
+    attribution = Attribution(AttributionConfig(min_window=0.5, dump_interval=60.0,
+                                                stacks=False), store, interval_s=1.0)
+    per_tick = int(PROC_SAMPLES_PER_S)
+    kept = []
+
+    async def run() -> None:
+        for tick in range(6):
+            attribution.on_tick(Sample(2000.0 + tick, tick, gpus=(gpu,), processes=procs))
+            kept.append(attribution.samples_kept)
+        await attribution.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+    # the window qualifies on the second tick: the first tick's samples are written with it
+    assert kept[1] == 2 * per_tick and kept[4] == 40, kept
+    # none sampled twice within its dump_interval (60 s): forty rows are the forty processes
+    assert kept[5] == 40
