@@ -281,9 +281,27 @@ READ_MIN_PER_S = 1e6
 # few kilobytes over a sliver of CPU are no stream); a quarter of a second's worth, as at load
 # 35-40 on 2 cores a compressor wrote ~3 MB in the 3 s the signals cover, under a second's 4 MB.
 IO_MIN_SECONDS_WORTH = 0.25
-# The main thread on a CPU (or waiting for one) at least half the time, with no I/O, is
-# computing on the host.
+# The main thread on a CPU at least half of the time it was not waiting for a core (see
+# cpu_demand), with no I/O, is computing on the host.
 ON_CPU_MIN = 0.5
+
+
+def cpu_demand(on_cpu_s: float, queued_s: float, wall_s: float) -> float | None:
+    """The share of a thread's time that it ran, leaving out the time it waited for a core.
+
+    A runnable thread waiting on a run queue does no work, so it is not counted as running;
+    nor is it counted as sleeping, since it wanted the CPU. That time is left out of the
+    denominator, and the share is run / (run + sleep), the thread's own demand: a CPU-bound
+    thread reads ~1 and a thread that mostly waits on the GPU or a loader reads low, however
+    loaded the host (at load 31 on 2 cores a main thread ran 3.2% of the wall time and queued
+    68.1%: it reads 10%, not 71%). All the time queued: it wanted a CPU throughout, 1.0.
+    None: no time passed."""
+    if wall_s <= 0:
+        return None
+    own = wall_s - max(queued_s, 0.0)
+    if own <= 0:
+        return 1.0
+    return min(max(on_cpu_s, 0.0) / own, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +314,8 @@ class HostSignals:
     """
 
     seconds: float
-    # Share of the time its main thread ran or waited for a core (wanted a CPU), 0-1.
+    # Share of the time its main thread ran, out of the time it was not waiting for a core
+    # (cpu_demand), 0-1: its run-queue wait is neither host work nor idle.
     main_thread_cpu: float | None
     process_cpu: float | None  # share of one core, all its threads
     read_per_s: float = 0.0
