@@ -279,14 +279,15 @@ class Attribution:
             tree_cpu += _rate(kid.snapshots[0].tree_cpu_seconds,
                               kid.snapshots[-1].tree_cpu_seconds, span) or 0.0
         mains = [(s.ts, t) for s in own.snapshots if (t := s.main_times) is not None]
-        main_cpu = None
+        main_cpu = main_queued = None
         if len(mains) >= 2:
             (since, before), (until, after) = mains[0], mains[-1]
             main_cpu = cpu_demand(after.on_cpu - before.on_cpu, after.queued - before.queued,
                                   until - since)
+            main_queued = _rate(before.queued, after.queued, until - since)
         utils = [s.gpu_utilization for s in own.snapshots if s.gpu_utilization is not None]
         return HostSignals(
-            seconds=seconds, main_thread_cpu=main_cpu,
+            seconds=seconds, main_thread_cpu=main_cpu, main_thread_queued=main_queued,
             process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
             read_per_s=read, write_per_s=written, tree_cpu=tree_cpu, d_state=in_d,
             iowait_growing=(first.iowait is not None and last.iowait is not None
