@@ -281,9 +281,31 @@ READ_MIN_PER_S = 1e6
 # few kilobytes over a sliver of CPU are no stream); a quarter of a second's worth, as at load
 # 35-40 on 2 cores a compressor wrote ~3 MB in the 3 s the signals cover, under a second's 4 MB.
 IO_MIN_SECONDS_WORTH = 0.25
-# The main thread on a CPU (or waiting for one) at least half the time, with no I/O, is
-# computing on the host.
+# The main thread on a CPU at least half of the time it was not waiting for a core (see
+# cpu_demand), with no I/O, is computing on the host.
 ON_CPU_MIN = 0.5
+
+
+# A main thread waiting for a core at least a quarter of the time is slowed by the host's load.
+QUEUED_MIN = 0.25
+
+
+def cpu_demand(on_cpu_s: float, queued_s: float, wall_s: float) -> float | None:
+    """The share of a thread's time that it ran, leaving out the time it waited for a core.
+
+    A runnable thread waiting on a run queue does no work, so it is not counted as running;
+    nor is it counted as sleeping, since it wanted the CPU. That time is left out of the
+    denominator, and the share is run / (run + sleep), the thread's own demand: a CPU-bound
+    thread reads ~1 and a thread that mostly waits on the GPU or a loader reads low, however
+    loaded the host (at load 31 on 2 cores a main thread ran 3.2% of the wall time and queued
+    68.1%: it reads 10%, not 71%). All the time queued: it wanted a CPU throughout, 1.0.
+    None: no time passed."""
+    if wall_s <= 0:
+        return None
+    own = wall_s - max(queued_s, 0.0)
+    if own <= 0:
+        return 1.0
+    return min(max(on_cpu_s, 0.0) / own, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,9 +318,13 @@ class HostSignals:
     """
 
     seconds: float
-    # Share of the time its main thread ran or waited for a core (wanted a CPU), 0-1.
+    # Share of the time its main thread ran, out of the time it was not waiting for a core
+    # (cpu_demand), 0-1: its run-queue wait is neither host work nor idle.
     main_thread_cpu: float | None
     process_cpu: float | None  # share of one core, all its threads
+    # Share of the wall time its main thread was runnable but waiting for a core (schedstat),
+    # 0-1. None: not measured.
+    main_thread_queued: float | None = None
     read_per_s: float = 0.0
     write_per_s: float = 0.0
     # CPU-seconds a second of the process and its children (waited-for ones included): the
@@ -567,6 +593,13 @@ def classify(
                     f"busy GPU){_cpu_text(signals)}", responsible)
         elif line_call is not None and line_call[0] == SYNC:
             return Classification(SYNC, line_call[1] + _busy_text(signals), responsible)
+        elif _queued_text(signals) and thread is not None and thread.active:
+            # The line repeats because the thread is runnable and waits for a core, not for its
+            # GPU: the step's GPU work (busy meanwhile) is what runs, a loaded host its delay.
+            return Classification(
+                COMPUTE if signals is not None and signals.gpu_busy else UNKNOWN,
+                "the same user line repeats while the main thread is runnable"
+                + _queued_text(signals) + _busy_text(signals), responsible)
         else:
             return Classification(
                 SYNC, "the same user line repeats while the host waits (a host sync such as "
@@ -574,7 +607,8 @@ def classify(
             )
     if thread is not None and not thread.active:
         return Classification(IDLE, "main thread blocked with the GPU idle", responsible)
-    return Classification(UNKNOWN, "host code running while the GPU idles", responsible)
+    return Classification(UNKNOWN, "host code running while the GPU idles"
+                          + _queued_text(signals), responsible)
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,
@@ -605,6 +639,15 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals,
             HOST_PREPROCESS, f"{who} on-CPU {cpu:.0%} with no I/O while the GPU idles "
             "(host-side compute)", responsible)
     return None
+
+
+def _queued_text(signals: HostSignals | None) -> str:
+    """Why host code that is no host compute kept the GPU waiting on a loaded host."""
+    queued = None if signals is None else signals.main_thread_queued
+    if queued is None or queued < QUEUED_MIN:
+        return ""
+    return (f", its main thread waiting for a CPU core {min(queued, 1.0):.0%} of the time (a loaded "
+            "host: it needs a core, not less work)")
 
 
 def _cpu_text(signals: HostSignals) -> str:

@@ -95,7 +95,9 @@ def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
     if cpu is not None and cpu >= ON_CPU_MIN:
         return _said(HOST_PREPROCESS, f"on-CPU {cpu:.0%} with no I/O while the GPU idles "
                      "(host compute; eval cannot be told apart without a stack)")
-    if facts is not None and facts.main_state == "R":
+    # State R also means runnable and waiting for a core: only where the main thread's clocks
+    # were not read does one sampled R stand for host compute.
+    if cpu is None and facts is not None and facts.main_state == "R":
         return _said(HOST_PREPROCESS, "main thread running with no I/O while the GPU idles")
     wait = _wait_point(facts)
     if busy_workers:
@@ -109,8 +111,9 @@ def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
     # the side that never calls a working job idle.
     if wait is not None and _waits_for(wait, _READ_WAITS, _READ_CALLS):
         return _said(DATA_WAIT, f"main thread waiting for input ({wait}) while the GPU idles")
-    if facts is not None and facts.running:
-        return _said(HOST_PREPROCESS, f"{facts.running} thread(s) running while the main "
+    others = 0 if facts is None else facts.running - (facts.main_state == "R")
+    if others > 0:
+        return _said(HOST_PREPROCESS, f"{others} thread(s) running while the main "
                      "thread waits and the GPU idles")
     if wait is not None and _waits_for(wait, _IDLE_WAITS, _IDLE_CALLS):
         return _said(IDLE, f"waiting ({wait}), no CPU and no I/O, with the GPU idle")

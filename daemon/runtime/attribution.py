@@ -38,6 +38,7 @@ from daemon.analysis.live_phases import LivePhases
 from daemon.analysis.phases import (
     HostSignals,
     classify,
+    cpu_demand,
     source_reader,
     user_frame,
     waits_on_data_queue,
@@ -46,7 +47,7 @@ from daemon.analysis.proc_phases import classify_from_proc
 from daemon.analysis.proc_phases import where as proc_where
 from daemon.config import AttributionConfig
 from daemon.sources.proc_state import read_facts
-from daemon.sources.procs import MainThreadClock
+from daemon.sources.procs import MainThreadClock, ThreadTimes
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import (
     OK,
@@ -93,7 +94,7 @@ class _Snapshot(NamedTuple):
 
     ts: float
     cpu_seconds: float
-    main_cpu_seconds: float | None
+    main_times: ThreadTimes | None  # its main thread's clocks (only while in a dip)
     read: int | None  # the larger of storage bytes and syscall bytes
     written: int | None  # storage bytes (what reaches a file system)
     # Syscall bytes written less those read: bytes a process sends out (a socket, a pipe to
@@ -249,11 +250,11 @@ class Attribution:
             signals.iowait_growing = proc.threads_in_d > 0
         signals.iowait = proc.iowait_seconds
         # The main thread's clock only for processes in a dip: one pread each, and only there.
-        main_cpu = (self._main_threads.busy_seconds(proc.pid, proc.start_time)
-                    if key in self._dips else None)
+        main = (self._main_threads.times(proc.pid, proc.start_time)
+                if key in self._dips else None)
         utils = [u for u in (utilization.get(use.gpu_index) for use in proc.gpus) if u is not None]
         signals.snapshots.append(_Snapshot(
-            ts, proc.cpu_seconds, main_cpu, _larger(proc.read_bytes, proc.read_chars),
+            ts, proc.cpu_seconds, main, _larger(proc.read_bytes, proc.read_chars),
             proc.write_bytes,
             None if proc.write_chars is None or proc.read_chars is None
             else proc.write_chars - proc.read_chars,
@@ -284,13 +285,16 @@ class Attribution:
             written += _written(kid.snapshots[0], kid.snapshots[-1], span)
             tree_cpu += _rate(kid.snapshots[0].tree_cpu_seconds,
                               kid.snapshots[-1].tree_cpu_seconds, span) or 0.0
-        mains = [s.main_cpu_seconds for s in own.snapshots if s.main_cpu_seconds is not None]
-        main_span = [s.ts for s in own.snapshots if s.main_cpu_seconds is not None]
-        main_cpu = (_rate(mains[0], mains[-1], main_span[-1] - main_span[0])
-                    if len(mains) >= 2 else None)
+        mains = [(s.ts, t) for s in own.snapshots if (t := s.main_times) is not None]
+        main_cpu = main_queued = None
+        if len(mains) >= 2:
+            (since, before), (until, after) = mains[0], mains[-1]
+            main_cpu = cpu_demand(after.on_cpu - before.on_cpu, after.queued - before.queued,
+                                  until - since)
+            main_queued = _rate(before.queued, after.queued, until - since)
         utils = [s.gpu_utilization for s in own.snapshots if s.gpu_utilization is not None]
         return HostSignals(
-            seconds=seconds, main_thread_cpu=main_cpu,
+            seconds=seconds, main_thread_cpu=main_cpu, main_thread_queued=main_queued,
             process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
             read_per_s=read, write_per_s=written, tree_cpu=tree_cpu, d_state=in_d,
             iowait_growing=(first.iowait is not None and last.iowait is not None

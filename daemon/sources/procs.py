@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import psutil
 
@@ -302,34 +303,46 @@ class ProcessSource:
 GONE_STATES = frozenset({"Z", "X", "x"})
 
 
+class ThreadTimes(NamedTuple):
+    """A thread's cumulative clocks, in seconds: on a CPU, and runnable but waiting for a core
+    (0.0 where the kernel keeps no schedstat and the wait cannot be told apart)."""
+
+    on_cpu: float
+    queued: float
+
+
 class MainThreadClock:
-    """How much of the time a process's main thread wanted a CPU: ran, or waited for a core.
+    """How long a process's main thread ran on a CPU, and how long it waited for a core.
 
     A process's CPU time says little when a loader or logging thread spins beside a main thread
     blocked in a C call; the main thread's own time says whether the Python code its stacks show
-    is running or waiting. Read from /proc/PID/task/PID/schedstat (nanoseconds on a CPU and
-    waiting on a run queue): on a loaded host a CPU-bound thread gets a core only part of the
-    time, and utime + stime alone would read it as half idle. Where schedstat is missing, utime
-    + stime of /proc/PID/task/PID/stat. Read only for the processes someone asks about (those
-    in a low-utilization window), through a descriptor kept open per process: one pread a tick.
+    is running or waiting. Read from /proc/PID/task/PID/schedstat (field 1: nanoseconds on a
+    CPU; field 2: nanoseconds runnable on a run queue, waiting for a core). The two are kept
+    apart: a thread waiting for a core shows state R, "running", but does no work, and at load
+    31 on 2 cores a main thread that ran 3.2% of the time waited 68% (daemon.analysis.phases.
+    cpu_demand turns both into a share a loaded host does not change). Where schedstat is
+    missing, utime + stime of /proc/PID/task/PID/stat, with no queue time. Read only for the
+    processes someone asks about (those in a low-utilization window), through a descriptor kept
+    open per process: one pread a tick.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, proc: str = "/proc") -> None:
+        self._proc = proc  # another root only for tests that replay recorded files
         self._fds: dict[tuple[int, float], tuple[int, bool]] = {}  # key -> (fd, is schedstat)
 
-    def busy_seconds(self, pid: int, start_time: float) -> float | None:
-        """Seconds the main thread has run or waited for a core so far; None when it is gone."""
+    def times(self, pid: int, start_time: float) -> ThreadTimes | None:
+        """The main thread's clocks so far; None when it is gone."""
         key = (pid, start_time)
         try:
             if key not in self._fds:
-                self._fds[key] = _open_thread_clock(pid)
+                self._fds[key] = _open_thread_clock(self._proc, pid)
             fd, schedstat = self._fds[key]
             data = _reread(fd)
             if schedstat:
-                on_cpu_ns, waiting_ns = data.split()[:2]
-                return (int(on_cpu_ns) + int(waiting_ns)) / 1e9
+                on_cpu_ns, queued_ns = data.split()[:2]
+                return ThreadTimes(int(on_cpu_ns) / 1e9, int(queued_ns) / 1e9)
             fields = _after_name(data)
-            return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+            return ThreadTimes((int(fields[11]) + int(fields[12])) / CLOCK_TICKS, 0.0)
         except (OSError, ValueError, IndexError):
             self.forget(pid, start_time)
             return None
@@ -348,13 +361,13 @@ class MainThreadClock:
         self.keep_only(set())
 
 
-def _open_thread_clock(pid: int) -> tuple[int, bool]:
+def _open_thread_clock(proc: str, pid: int) -> tuple[int, bool]:
     try:
-        return os.open(f"/proc/{pid}/task/{pid}/schedstat", os.O_RDONLY), True
+        return os.open(f"{proc}/{pid}/task/{pid}/schedstat", os.O_RDONLY), True
     except FileNotFoundError:
-        if not os.path.isdir(f"/proc/{pid}"):
+        if not os.path.isdir(f"{proc}/{pid}"):
             raise
-        return os.open(f"/proc/{pid}/task/{pid}/stat", os.O_RDONLY), False
+        return os.open(f"{proc}/{pid}/task/{pid}/stat", os.O_RDONLY), False
 
 
 def _close(known: _Known) -> None:

@@ -4,6 +4,7 @@ starved-DataLoader run, table-driven negatives, and phase_balance arithmetic."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -20,6 +21,7 @@ from daemon.analysis.phases import (
     HostSignals,
     StackSample,
     classify,
+    cpu_demand,
     phase_balance,
     read_source_line,
     source_reader,
@@ -267,6 +269,28 @@ def test_main_thread_on_cpu_with_no_io_is_host_compute():
     assert opaque(signals=signals(main_thread_cpu=0.02, process_cpu=1.0)).phase != "host_preprocess"
     # Without the main thread's clock (a worker), the process's CPU stands in.
     assert opaque(signals=signals(main_thread_cpu=None, process_cpu=0.9)).phase == "host_preprocess"
+
+
+def test_a_main_thread_that_mostly_waits_for_a_core_is_not_host_compute():
+    # Recorded at load ~31 on 2 cores: over 3 s the main thread ran 0.096 s and waited on a
+    # run queue 2.043 s (schedstat). Its demand is ~10%, not the 71% that counting the wait
+    # as running gave; the reason says the host's load kept the GPU waiting.
+    said = signals(main_thread_cpu=cpu_demand(0.096, 2.043, 3.0), main_thread_queued=0.681,
+                   process_cpu=0.2)
+    # py-spy reads a runnable thread (state R, queued or not) as active.
+    result = classify(stack(*OPAQUE, active=True), gpu_busy=False, source_line=no_source,
+                      signals=said)
+    assert result.phase not in ("host_preprocess", "idle"), result
+    assert "waiting for a CPU core 68% of the time" in result.reason
+    # The same line in sample after sample, its GPU busy: it queues for a core, no host sync.
+    queued = classify(stack(*OPAQUE, active=True), gpu_busy=False, source_line=no_source,
+                      signals=dataclasses.replace(said, gpu_busy=True),
+                      repeated_leaf=True)
+    assert queued.phase == "compute", queued
+    assert "waiting for a CPU core 68%" in queued.reason
+    # A CPU-bound thread that got a core 6% of the time is still host compute.
+    busy = signals(main_thread_cpu=cpu_demand(0.18, 2.82, 3.0), main_thread_queued=0.94)
+    assert opaque(signals=busy).phase == "host_preprocess"
 
 
 def test_host_compute_under_no_grad_decorator_is_eval():

@@ -27,6 +27,7 @@ from daemon.analysis.phases import (
     NO_STACKS_EVIDENCE,
     HostSignals,
     StackSample,
+    cpu_demand,
     phase_balance,
 )
 from daemon.analysis.proc_phases import classify_from_proc, where
@@ -56,6 +57,9 @@ def signals(**kw) -> HostSignals:
     (facts(wchan="unix_stream_read_generic"), signals(read_per_s=300e3), DATA_WAIT),
     (facts(syscall="recvfrom"), signals(read_per_s=300e3), DATA_WAIT),
     (facts(main_state="R", running=1), signals(main_thread_cpu=0.97), HOST_PREPROCESS),
+    # A CPU-bound main thread that got a core 6% of the time on a loaded host: still busy.
+    (facts(main_state="R", running=1), signals(main_thread_cpu=cpu_demand(0.18, 2.82, 3.0)),
+     HOST_PREPROCESS),
     (facts(wchan="futex_do_wait", running=2), signals(process_cpu=1.5), HOST_PREPROCESS),
     (facts(wchan="hrtimer_nanosleep"), signals(), IDLE),
     (facts(wchan="futex_do_wait"), signals(), IDLE),
@@ -66,6 +70,17 @@ def test_the_fallback_reads_the_phase_from_proc_and_says_so(seen, said, phase):
     assert verdict.phase == phase, verdict.reason
     assert verdict.reason.startswith(NO_STACKS_EVIDENCE + ": ")
     assert verdict.frame is None  # no stack: no line is named
+
+
+def test_a_main_thread_waiting_for_a_core_is_not_host_compute():
+    # finetune_with_loader at load ~31 on 2 cores: over 3 s its main thread ran 3.2% of the
+    # time and waited on a run queue 68.1%, sampled in state R ("running") beside its busy
+    # DataLoader workers. Counted as running it read 71% busy: host_preprocess.
+    queued = facts(main_state="R", running=1)
+    said = signals(main_thread_cpu=cpu_demand(0.096, 2.043, 3.0), process_cpu=0.2)
+    assert said.main_thread_cpu < 0.11
+    verdict = classify_from_proc(queued, said, busy_workers=2)
+    assert verdict.phase == DATA_WAIT, verdict.reason
 
 
 def test_waiting_on_workers_is_data_wait_and_on_working_peers_comm():
