@@ -312,6 +312,7 @@ class _Figure:
     higher_is_better: bool
     noise_from: str
     why_no_noise: str | None = None  # said instead of "too few buckets" when known
+    in_overall: bool = True  # counted in the overall verdict
 
     def as_dict(self) -> dict[str, Any]:
         judged = verdict(self.a, self.b, self.sd_a, self.sd_b, self.higher_is_better)
@@ -320,6 +321,7 @@ class _Figure:
         return {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
                 "b": self.b, **judged,
                 "higher_is_better": self.higher_is_better, "noise_from": self.noise_from,
+                "in_overall": self.in_overall,
                 # as compare's text shows them, for a reader without this module (mlcost-top)
                 "a_text": figure_text(self.a, self.unit),
                 "b_text": figure_text(self.b, self.unit),
@@ -520,10 +522,11 @@ def _energy_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     why = None if None not in rel.values() else (
         "no per-bucket GPU power in a side's timeline: shown side by side, no verdict")
 
-    def figure(name: str, label: str, unit: str, values: dict[str, float | None]) -> _Figure:
+    def figure(name: str, label: str, unit: str, values: dict[str, float | None],
+               in_overall: bool = True) -> _Figure:
         sds = {k: _scaled(v, rel[k]) for k, v in values.items()}
         return _Figure(name, label, unit, values["a"], values["b"], sds["a"], sds["b"], False,
-                       ENERGY_NOISE, why)
+                       ENERGY_NOISE, why, in_overall)
 
     def per_hour(index: int) -> dict[str, float | None]:
         out: dict[str, float | None] = {}
@@ -532,8 +535,10 @@ def _energy_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
             out[k] = None if amount is None or not hours else amount / hours
         return out
 
-    figures = [figure("kwh_per_hour", "kWh per hour", "kWh/h", per_hour(0)),
-               figure("co2e_grams_per_hour", "g CO2e per hour", "g CO2e/h", per_hour(1))]
+    # A busier GPU draws more per hour: a fix that runs faster is not worse for it, so the
+    # per-hour figures are judged but left out of the overall verdict (per step counts).
+    figures = [figure("kwh_per_hour", "kWh per hour", "kWh/h", per_hour(0), False),
+               figure("co2e_grams_per_hour", "g CO2e per hour", "g CO2e/h", per_hour(1), False)]
     steps = {k: n for k, side in (("a", a), ("b", b))
              if isinstance(n := side.profile.get("steps"), int) and n > 0}
     if len(steps) == 2:
@@ -642,8 +647,8 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
 
 def overall(figures: Sequence[dict[str, Any]]) -> str:
     """better (some figures better, none worse), worse (the reverse), mixed (both), or
-    within noise (no figure moved past its noise)."""
-    verdicts = {f["verdict"] for f in figures}
+    within noise (no figure moved past its noise), over the figures `in_overall`."""
+    verdicts = {f["verdict"] for f in figures if f.get("in_overall", True)}
     if BETTER in verdicts and WORSE in verdicts:
         return "mixed"
     if BETTER in verdicts:

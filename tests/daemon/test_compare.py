@@ -210,7 +210,9 @@ def test_energy_per_hour_and_carbon_get_a_verdict_from_the_gpus_power_noise():
     assert kwh["verdict"] == compare.BETTER and kwh["noise"] > 0  # less energy is better
     carbon = _figure(result, "co2e_grams_per_hour")
     assert carbon["b"] == pytest.approx(kwh["b"] * 400) and carbon["verdict"] == compare.BETTER
-    assert compare.compare(after, before)["verdict"] == compare.WORSE
+    # per hour is judged, not counted overall: a faster run draws more per hour
+    assert compare.compare(after, before)["verdict"] == compare.NOISE
+    assert not kwh["in_overall"] and not carbon["in_overall"]
     same = compare.compare(_energy_side(_noisy(300, 80, 1, 30.0)),
                            _energy_side(_noisy(300, 80, 3, 30.0)))
     assert _figure(same, "kwh_per_hour")["verdict"] == compare.NOISE
@@ -240,6 +242,7 @@ def test_energy_narrowed_to_a_job_is_its_processes_and_per_step_where_both_count
     per_step = _figure(result, "kwh_per_1k_steps")
     assert per_step["a"] == pytest.approx(1000 * a.document["carbon"]["kwh"] / 2 / 400)
     assert per_step["verdict"] == compare.BETTER  # twice the steps for about the same energy
+    assert per_step["in_overall"] and result["verdict"] == compare.BETTER
     # documents from before energy was reported: no energy figure at all
     plain = compare.compare(_side(_noisy(50, 40, 1)), _side(_noisy(50, 40, 2)))
     assert not [f for f in plain["figures"] if "kwh" in f["name"]]
