@@ -27,6 +27,8 @@ Z = 2.576  # a difference counts when it is past 99 % of what the noise alone wo
 BETTER, WORSE, NOISE, UNKNOWN = "better", "worse", "within noise", "no figure"
 SAVINGS_CHANGED = 0.2  # a recommendation "changed" when its savings moved by over 20 %
 COMPUTE = "compute"
+ENERGY_UNITS = ("kWh/h", "g CO2e/h", "kWh")  # shown in their unit, not as dollars
+ENERGY_NOISE = "GPU power over timeline buckets"
 
 Series = Sequence[float]
 Stat = Callable[[Sequence[Any]], float | None]
@@ -309,12 +311,17 @@ class _Figure:
     sd_b: float | None
     higher_is_better: bool
     noise_from: str
+    why_no_noise: str | None = None  # said instead of "too few buckets" when known
+    in_overall: bool = True  # counted in the overall verdict
 
     def as_dict(self) -> dict[str, Any]:
         judged = verdict(self.a, self.b, self.sd_a, self.sd_b, self.higher_is_better)
+        if self.why_no_noise and "why" in judged:
+            judged["why"] = self.why_no_noise
         return {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
                 "b": self.b, **judged,
                 "higher_is_better": self.higher_is_better, "noise_from": self.noise_from,
+                "in_overall": self.in_overall,
                 # as compare's text shows them, for a reader without this module (mlcost-top)
                 "a_text": figure_text(self.a, self.unit),
                 "b_text": figure_text(self.b, self.unit),
@@ -464,6 +471,82 @@ def _latency_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     return out
 
 
+def power_series(side: Side) -> list[float]:
+    """Per bucket: the watts the side's GPUs drew (the timeline's per-GPU power; buckets of a
+    document recorded before it had power, or GPUs without a reading, give none)."""
+    out = []
+    for bucket in side.buckets:
+        gpus = bucket.get("gpus") or {}
+        watts = [w for i in side.gpus
+                 if isinstance(w := (gpus.get(str(i)) or {}).get("power_watts"), int | float)]
+        if watts:
+            out.append(math.fsum(watts))
+    return out
+
+
+def side_energy(side: Side) -> tuple[float | None, float | None, float | None]:
+    """(kWh, grams CO2e, hours covered) of the side, from its report's energy (the window's
+    document["carbon"], or its processes' "energy" when narrowed to a job or command); None
+    where the document has no energy (recorded before it, no power) or carbon is unknown."""
+    carbon = side.document.get("carbon")
+    if not isinstance(carbon, dict) or not isinstance(carbon.get("kwh"), int | float):
+        return None, None, None
+    covered = carbon.get("covered_s")
+    hours = float(covered) / 3600 if isinstance(covered, int | float) and covered > 0 else None
+    if side.job is None and side.command is None:
+        grams = carbon.get("co2e_grams")
+        return (float(carbon["kwh"]), float(grams) if isinstance(grams, int | float) else None,
+                hours)
+    figures = [p["energy"] for p in side.processes if isinstance(p.get("energy"), dict)]
+    if not figures:
+        return 0.0, 0.0 if (carbon.get("grid") or {}).get("g_per_kwh") else None, hours
+    grams_each = [f.get("co2e_grams") for f in figures]
+    return (math.fsum(float(f.get("kwh") or 0.0) for f in figures),
+            math.fsum(grams_each) if all(isinstance(g, int | float) for g in grams_each)
+            else None, hours)
+
+
+def _scaled(value: float | None, factor: float | None) -> float | None:
+    return None if value is None or factor is None else value * factor
+
+
+def _energy_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
+    """kWh per hour and grams CO2e per hour of each side (and kWh per 1k steps where both are
+    profiles with steps), lower is better. Noise: the relative spread of the side's GPUs' power
+    over the timeline buckets (noise_sd, as the other per-hour figures), applied to the
+    figure; a document without per-bucket power gives the figures side by side, no verdict."""
+    energy = {"a": side_energy(a), "b": side_energy(b)}
+    if all(e[0] is None for e in energy.values()):
+        return []
+    rel = {"a": _relative_sd(power_series(a), rng), "b": _relative_sd(power_series(b), rng)}
+    why = None if None not in rel.values() else (
+        "no per-bucket GPU power in a side's timeline: shown side by side, no verdict")
+
+    def figure(name: str, label: str, unit: str, values: dict[str, float | None],
+               in_overall: bool = True) -> _Figure:
+        sds = {k: _scaled(v, rel[k]) for k, v in values.items()}
+        return _Figure(name, label, unit, values["a"], values["b"], sds["a"], sds["b"], False,
+                       ENERGY_NOISE, why, in_overall)
+
+    def per_hour(index: int) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for k, (kwh, grams, hours) in energy.items():
+            amount = (kwh, grams)[index]
+            out[k] = None if amount is None or not hours else amount / hours
+        return out
+
+    # A busier GPU draws more per hour: a fix that runs faster is not worse for it, so the
+    # per-hour figures are judged but left out of the overall verdict (per step counts).
+    figures = [figure("kwh_per_hour", "kWh per hour", "kWh/h", per_hour(0), False),
+               figure("co2e_grams_per_hour", "g CO2e per hour", "g CO2e/h", per_hour(1), False)]
+    steps = {k: n for k, side in (("a", a), ("b", b))
+             if isinstance(n := side.profile.get("steps"), int) and n > 0}
+    if len(steps) == 2:
+        figures.append(figure("kwh_per_1k_steps", "kWh per 1k steps", "kWh", {
+            k: _scaled(energy[k][0], 1000 / steps[k]) for k in ("a", "b")}))
+    return figures
+
+
 # -- recommendations ----------------------------------------------------------------------
 
 
@@ -564,8 +647,8 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
 
 def overall(figures: Sequence[dict[str, Any]]) -> str:
     """better (some figures better, none worse), worse (the reverse), mixed (both), or
-    within noise (no figure moved past its noise)."""
-    verdicts = {f["verdict"] for f in figures}
+    within noise (no figure moved past its noise), over the figures `in_overall`."""
+    verdicts = {f["verdict"] for f in figures if f.get("in_overall", True)}
     if BETTER in verdicts and WORSE in verdicts:
         return "mixed"
     if BETTER in verdicts:
@@ -590,6 +673,7 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         figures.append(per_step)
     figures += _unit_figures(a, b, rng)
     figures += _latency_figures(a, b, rng)
+    figures += _energy_figures(a, b, rng)
     figures += _phase_figures(a, b, rng)
     shown = [f.as_dict() for f in figures]
     return {
@@ -632,6 +716,8 @@ def figure_text(value: float | None, unit: str) -> str:
         return f"${value:.2f}/h"
     if unit == "s":
         return clock.latency_text(value)
+    if unit in ENERGY_UNITS:  # the unit is in the label: the columns stay 10 wide
+        return f"{value:.3g}"
     return f"${value:.4g}"
 
 
@@ -647,4 +733,6 @@ def change_text(value: float | None, unit: str, signed: bool = True) -> str:
         return f"{sign}{abs(value) * 100:.1f} pt"
     if unit == "s":
         return sign + clock.latency_text(abs(value))
+    if unit in ENERGY_UNITS:
+        return f"{sign}{abs(value):.3g}"
     return f"{sign}${abs(value):.3g}"

@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GPU_OK, Sample
 from daemon.wire import process_key
-from pricing.grid import JOULES_PER_KWH, GridIntensity
+from pricing.grid import JOULES_PER_KWH, GridIntensity, grid_intensity
 
 ProcessKey = tuple[int, float]
 Labeler = Callable[[str, Mapping[str, str]], str]  # (command, owner) -> job label
@@ -250,3 +251,51 @@ def window_meter(samples: Sequence[Sample], label: Labeler,
         covered += seconds
         previous = sample.ts
     return meter, covered
+
+
+def recorded_grid(host: Mapping[str, Any], override_g_per_kwh: float = 0.0,
+                  override_region: str = "") -> GridIntensity:
+    """The grid intensity for a recorded window: the override given (a config's [energy]),
+    else the one the daemon recorded in the host facts, else the recorded price's region's."""
+    recorded = GridIntensity.from_dict(host.get("grid"))
+    if recorded is not None and not (override_g_per_kwh > 0 or override_region):
+        return recorded
+    price = host.get("price") or {}
+    provider, region = price.get("provider"), price.get("region")
+    return grid_intensity(provider if isinstance(provider, str) else None,
+                          region if isinstance(region, str) else None,
+                          override_g_per_kwh=override_g_per_kwh, override_region=override_region)
+
+
+def window_summary(meter: EnergyMeter, grid: GridIntensity, covered_s: float,
+                   span_s: float) -> dict[str, Any]:
+    """A recorded window's totals (EnergyMeter.snapshot without the "now" watts), with the
+    seconds its samples covered of the window's."""
+    snapshot = meter.snapshot(grid)
+    for gpu in snapshot["gpus"]:  # a window's figures: no "now"
+        gpu.pop("watts", None)
+    snapshot["host_idle"].pop("watts", None)
+    snapshot["covered_s"] = covered_s
+    snapshot["span_s"] = span_s
+    return snapshot
+
+
+def amount_text(kwh: float, grams: float | None) -> str:
+    """An amount of energy as the report prints it: kWh, and its carbon where known."""
+    if 0 < kwh < 0.001:  # a short run's figures: two significant digits, not "0.000"
+        energy = f"{kwh:.{1 - math.floor(math.log10(kwh))}f} kWh"
+    else:
+        energy = f"{kwh:,.3f} kWh" if kwh < 10 else f"{kwh:,.1f} kWh"
+    if grams is None:
+        return energy
+    carbon = (f"{grams / 1000:,.2f} kg" if grams >= 1000 else f"{grams:,.1f} g" if grams >= 10
+              else f"{grams:.2f} g")
+    return f"{energy} {carbon} CO2e"
+
+
+def grid_text(grid: dict[str, Any]) -> str:
+    """How carbon was figured, in a line: the intensity and its source, or why it is unknown."""
+    source = one_line(str(grid.get("source") or ""))[:200]
+    if grid.get("g_per_kwh") is None:
+        return source
+    return f"at {grid['g_per_kwh']:g} g CO2e/kWh ({source})"

@@ -114,11 +114,13 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
         if mems:
             acc["mem"].append(float(sum(mems)))
         for gpu in sample.gpus:
-            entry = acc["gpus"].setdefault(gpu.index, {"util": [], "mem": []})
+            entry = acc["gpus"].setdefault(gpu.index, {"util": [], "mem": [], "power": []})
             if gpu.utilization is not None:
                 entry["util"].append(gpu.utilization)
             if gpu.memory_used_bytes is not None:
                 entry["mem"].append(float(gpu.memory_used_bytes))
+            if gpu.power_watts is not None and math.isfinite(gpu.power_watts):
+                entry["power"].append(gpu.power_watts)
         if costs is not None:
             acc["burn"].append(costs.total_per_hour)
             acc["wasted"].append(costs.wasted_per_hour)
@@ -149,7 +151,8 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
             "burn_per_hour": _mean(acc["burn"]),
             "wasted_per_hour": _mean(acc["wasted"]),
             "gpus": {str(i): {"utilization": _mean(g["util"]),
-                              "memory_used_bytes": _mean(g["mem"])}
+                              "memory_used_bytes": _mean(g["mem"]),
+                              "power_watts": _mean(g["power"])}  # compare's energy noise
                      for i, g in sorted(acc["gpus"].items())},
             "processes": {key: {"sm_share": _mean(p["sm"]), "burn_per_hour": _mean(p["burn"]),
                                 "phases": p["phases"]}
@@ -167,7 +170,7 @@ def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
     points = max(1, math.ceil((end - start) / size))
     per_gpu: dict[int, dict[int, dict[str, float]]] = {}
     for gpu in indexes:
-        for metric in ("utilization", "memory_used_bytes"):
+        for metric in ("utilization", "memory_used_bytes", "power_watts"):
             for ts, avg, _lo, _hi in reader.gpu_history(gpu, metric, start, end, points):
                 index = int((ts - start) // size)
                 per_gpu.setdefault(index, {}).setdefault(gpu, {})[metric] = avg
@@ -191,7 +194,8 @@ def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
             "burn_per_hour": total,
             "wasted_per_hour": wasted,
             "gpus": {str(i): {"utilization": g.get("utilization"),
-                              "memory_used_bytes": g.get("memory_used_bytes")}
+                              "memory_used_bytes": g.get("memory_used_bytes"),
+                              "power_watts": g.get("power_watts")}
                      for i, g in sorted(gpus.items())},
         })
     return out

@@ -250,6 +250,9 @@ def render_text(result: dict[str, Any]) -> str:
         out.append(f"{one_line(fig['label'])[:20]:<20} {figure_text(fig['a'], unit):>10} "
                    f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>11} "
                    f"{noise:>10}  {fig['verdict']}")
+    for why in sorted({str(f["why"]) for f in result["figures"] if f.get("noise_from") ==
+                       analysis.ENERGY_NOISE and f.get("why")}):
+        out += _wrap(f"  (energy: {why})", "    ")
     out += ["", "Recommendations"]
     changed = [r for r in result["recommendations"] if r["status"] != "same"]
     for rec in changed:

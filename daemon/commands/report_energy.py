@@ -13,12 +13,20 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from daemon.analysis.energy import METHOD, EnergyMeter, bounded, window_meter
+from daemon.analysis.energy import (
+    METHOD,
+    amount_text,
+    bounded,
+    grid_text,
+    recorded_grid,
+    window_meter,
+    window_summary,
+)
 from daemon.analysis.ledger import JobLabeler
 from daemon.config import Config, format_duration
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import Sample
-from pricing.grid import GridIntensity, grid_intensity
+from pricing.grid import GridIntensity
 
 TOP = 8  # jobs, namespaces and processes named in the text
 WRAP_WIDTH = 118  # as daemon.commands.report's lists
@@ -28,16 +36,7 @@ GAP_NOTED_S = 300.0  # the text says how much of the window the samples covered 
 def report_grid(host: dict[str, Any], config: Config) -> GridIntensity:
     """The grid intensity for the report: [energy] of the config given, else the one the
     daemon recorded, else the recorded price's region's."""
-    energy = config.energy
-    recorded = GridIntensity.from_dict(host.get("grid"))
-    if recorded is not None and not (energy.grid_intensity_g_per_kwh > 0 or energy.region):
-        return recorded
-    price = host.get("price") or {}
-    provider, region = price.get("provider"), price.get("region")
-    return grid_intensity(provider if isinstance(provider, str) else None,
-                          region if isinstance(region, str) else None,
-                          override_g_per_kwh=config.energy.grid_intensity_g_per_kwh,
-                          override_region=config.energy.region)
+    return recorded_grid(host, config.energy.grid_intensity_g_per_kwh, config.energy.region)
 
 
 def section(document: dict[str, Any], samples: Sequence[Sample], start: float, end: float,
@@ -51,37 +50,7 @@ def section(document: dict[str, Any], samples: Sequence[Sample], start: float, e
         found = by_process.get((proc["pid"], proc["start_time"]))
         proc["energy"] = None if found is None else {
             k: v for k, v in found.as_dict(grid).items() if k != "watts"}
-    document["carbon"] = summary(meter, grid, covered, end - start)
-
-
-def summary(meter: EnergyMeter, grid: GridIntensity, covered_s: float,
-            span_s: float) -> dict[str, Any]:
-    """The window's totals (EnergyMeter.snapshot without the "now" watts), with the seconds
-    its samples covered of the window's."""
-    snapshot = meter.snapshot(grid)
-    for gpu in snapshot["gpus"]:  # a window's figures: no "now"
-        gpu.pop("watts", None)
-    snapshot["host_idle"].pop("watts", None)
-    snapshot["covered_s"] = covered_s
-    snapshot["span_s"] = span_s
-    return snapshot
-
-
-def _amount(kwh: float, grams: float | None) -> str:
-    energy = f"{kwh:,.3f} kWh" if kwh < 10 else f"{kwh:,.1f} kWh"
-    if grams is None:
-        return energy
-    carbon = (f"{grams / 1000:,.2f} kg" if grams >= 1000 else f"{grams:,.1f} g" if grams >= 10
-              else f"{grams:.2f} g")
-    return f"{energy} {carbon} CO2e"
-
-
-def grid_text(grid: dict[str, Any]) -> str:
-    """How carbon was figured, in a line: the intensity and its source, or why it is unknown."""
-    source = one_line(str(grid.get("source") or ""))[:200]
-    if grid.get("g_per_kwh") is None:
-        return source
-    return f"at {grid['g_per_kwh']:g} g CO2e/kWh ({source})"
+    document["carbon"] = window_summary(meter, grid, covered, end - start)
 
 
 def _wrapped(line: str) -> list[str]:
@@ -94,7 +63,7 @@ def text_lines(document: dict[str, Any]) -> list[str]:
     carbon = document.get("carbon")
     if not carbon or not carbon.get("joules"):
         return []
-    out = _wrapped(f"energy used: {_amount(carbon['kwh'], carbon.get('co2e_grams'))} "
+    out = _wrapped(f"energy used: {amount_text(carbon['kwh'], carbon.get('co2e_grams'))} "
                    + grid_text(carbon.get("grid") or {}))
     covered, span = carbon.get("covered_s") or 0.0, carbon.get("span_s") or 0.0
     if span - covered > max(0.1 * span, GAP_NOTED_S):
@@ -102,18 +71,18 @@ def text_lines(document: dict[str, Any]) -> list[str]:
                    f"{format_duration(round(span))}: the raw samples reach no further)")
     idle = carbon.get("host_idle") or {}
     if idle.get("joules"):
-        out.append(f"  GPUs no process held: {_amount(idle['kwh'], idle.get('co2e_grams'))}")
+        out.append(f"  GPUs no process held: {amount_text(idle['kwh'], idle.get('co2e_grams'))}")
     for key in ("by_job", "by_namespace"):
         rows = sorted((carbon.get(key) or {}).items(), key=lambda item: -item[1]["joules"])
         if rows:
             out += _wrapped(f"  {key.replace('_', ' ')}: " + ", ".join(
-                f"{one_line(str(name))[:40]} {_amount(v['kwh'], v.get('co2e_grams'))}"
+                f"{one_line(str(name))[:40]} {amount_text(v['kwh'], v.get('co2e_grams'))}"
                 for name, v in rows[:TOP]))
     procs = sorted((p for p in document.get("processes") or [] if p.get("energy")),
                    key=lambda p: -p["energy"]["joules"])
     if procs:
         out += _wrapped("  by process: " + ", ".join(
-            f"{p['pid']} {_amount(p['energy']['kwh'], p['energy'].get('co2e_grams'))}"
+            f"{p['pid']} {amount_text(p['energy']['kwh'], p['energy'].get('co2e_grams'))}"
             for p in procs[:TOP]))
     return out
 
@@ -136,10 +105,10 @@ def review_line(review: dict[str, Any]) -> list[str]:
     if not carbon.get("joules"):
         return []
     jobs = sorted((carbon.get("by_job") or {}).items(), key=lambda item: -item[1]["joules"])
-    line = (f"  energy used: {_amount(carbon['kwh'], carbon.get('co2e_grams'))} "
+    line = (f"  energy used: {amount_text(carbon['kwh'], carbon.get('co2e_grams'))} "
             + grid_text(carbon.get("grid") or {}))
     if jobs:
         line += "; by job: " + ", ".join(
-            f"{one_line(str(name))[:30]} {_amount(v['kwh'], v.get('co2e_grams'))}"
+            f"{one_line(str(name))[:30]} {amount_text(v['kwh'], v.get('co2e_grams'))}"
             for name, v in jobs[:3])
     return [line]

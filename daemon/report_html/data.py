@@ -17,6 +17,7 @@ from daemon.analysis import latency_report
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.ledger import CostLedger, JobLabeler
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
@@ -55,6 +56,9 @@ class ReportData:
     spend: float | None = None
     wasted: float | None = None
     latency: list[dict[str, Any]] = field(default_factory=list)  # [[cost.latency]] over the range
+    # The window's energy and carbon as the report's document["carbon"]; each process's
+    # "energy" as the report's (daemon.commands.report_energy); None: no sample in the range.
+    carbon: dict[str, Any] | None = None
 
 
 def process_label(target: str, names: dict[str, tuple[int, str]]) -> str:
@@ -120,9 +124,9 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     # Burn and waste over the range, and each process's cost, with the live cost model.
     samples = reader.samples(start, end, max_samples=SERIES_POINTS)
     by_process: dict[tuple[int, float], list[float]] = {}
+    max_gap_s = max(60.0, 3 * interval, 1.5 * (end - start) / max(len(samples) - 1, 1))
     if price is not None and samples:
-        ledger = CostLedger(max_gap_s=max(60.0, 3 * interval,
-                                          1.5 * (end - start) / max(len(samples) - 1, 1)))
+        ledger = CostLedger(max_gap_s=max_gap_s)
         total, wasted, idle = [], [], []
         for sample in samples:
             current = burn(sample, price, thresholds)
@@ -145,6 +149,16 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         data.gpu_memory[index] = [(t, avg / 2**30) for t, avg, _, _ in reader.gpu_history(
             index, "memory_used_bytes", start, end, SERIES_POINTS)]
 
+    # Energy and carbon over the same samples; the grid the daemon recorded (no config here).
+    cost_meta = reader.meta("cost")
+    jobs = cost_meta.get("jobs") if isinstance(cost_meta, dict) else None
+    jobs = jobs if isinstance(jobs, dict) else None
+    grid = recorded_grid(host)
+    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s)
+    energies = meter.processes()
+    if samples:
+        data.carbon = window_summary(meter, grid, covered, end - start)
+
     balances = phase_balances(reader, start, end, interval, processes)
     stacks: dict[str, dict[str, Any]] = {}
     for proc in processes:
@@ -152,6 +166,9 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         rates = by_process.get(key)
         proc["burn_per_hour"] = sum(rates) / len(rates) if rates else None
         proc["cost"] = costs.get(key)
+        energy = energies.get(key)
+        proc["energy"] = None if energy is None else {
+            k: v for k, v in energy.as_dict(grid).items() if k != "watts"}
         balance = balances.get(key) or {}
         proc["phases"] = {phase: part["share"] for phase, part in balance.items()
                           if part.get("share")}
@@ -163,11 +180,8 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
                 entry["samples"] += stack["samples"]
     data.processes = sorted(processes, key=lambda p: -(p.get("cost") or 0.0))
     # Serving latency beside each target's processes' cost (their jobs as the daemon labelled)
-    cost_meta = reader.meta("cost")
-    jobs = cost_meta.get("jobs") if isinstance(cost_meta, dict) else None
     latency: dict[str, Any] = {"processes": processes, "gpus": data.gpus}
-    latency_report.section(latency, queries.meter_readings(reader, start, end), start, end,
-                           jobs if isinstance(jobs, dict) else None)
+    latency_report.section(latency, queries.meter_readings(reader, start, end), start, end, jobs)
     data.latency = latency["spend"]["latency"]
     names = {process_key(p["pid"], p["start_time"]): (p["pid"], p.get("command") or "")
              for p in processes}

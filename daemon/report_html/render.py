@@ -16,8 +16,10 @@ import time
 from typing import Any
 
 from daemon import __version__, clock
+from daemon.analysis.energy import amount_text, grid_text
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
+from daemon.sources.safe_text import one_line
 
 WIDTH, HEIGHT = 880, 220
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 14, 26
@@ -27,6 +29,7 @@ PHASE_COLORS = {"compute": "#16a34a", "data_wait": "#dc2626", "host_preprocess":
                 "checkpoint": "#9333ea", "output": "#a16207", "eval": "#0891b2", "sync": "#ca8a04",
                 "comm": "#db2777", "idle": "#9ca3af", "unknown": "#4b5563"}
 COMMAND_CHARS = 160
+ENERGY_ROWS = 8  # processes and jobs named in the energy block, the most kWh first
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 24px;color:#111;
@@ -284,6 +287,43 @@ def _evidence(evidence: dict[str, Any], depth: int = 0) -> str:
     return f'<ul class="evidence">{"".join(items)}</ul>' if items else ""
 
 
+def energy_block(data: ReportData) -> str:
+    """Energy and carbon of the range (the report's document["carbon"] and each process's
+    "energy"): the totals, the grid intensity and its source or why carbon is unknown, and the
+    processes and jobs that used the most."""
+    carbon = data.carbon or {}
+    if not carbon.get("joules"):
+        return ('<h2>Energy and carbon</h2><p class="muted">no GPU power was recorded in this '
+                "range</p>")
+    out = ['<h2>Energy and carbon</h2><p class="facts" id="energy-total">used '
+           f"<b>{_e(amount_text(carbon['kwh'], carbon.get('co2e_grams')))}</b> "
+           f"{_e(grid_text(carbon.get('grid') or {}))}</p>"]
+    covered, span = carbon.get("covered_s") or 0.0, carbon.get("span_s") or 0.0
+    idle = carbon.get("host_idle") or {}
+    notes = []
+    if idle.get("joules"):
+        notes.append(f"GPUs no process held: {amount_text(idle['kwh'], idle.get('co2e_grams'))}")
+    if span > 0 and covered < 0.9 * span:
+        notes.append(f"the samples cover {covered:,.0f} s of the range's {span:,.0f} s")
+    if notes:
+        out.append(f'<p class="muted">{_e(" · ".join(notes))}</p>')
+    procs = sorted((p for p in data.processes if p.get("energy")),
+                   key=lambda p: -p["energy"]["joules"])[:ENERGY_ROWS]
+    jobs = sorted((carbon.get("by_job") or {}).items(),
+                  key=lambda item: -item[1]["joules"])[:ENERGY_ROWS]
+    out.append('<div class="grid"><section>')
+    out.append(_table(["pid", "command", "energy"], [
+        [_td(p["pid"], num=True), _td(one_line(_short(p.get("command")))[:80], code=True),
+         _td(amount_text(p["energy"]["kwh"], p["energy"].get("co2e_grams")), True)]
+        for p in procs], "no process drew GPU power in this range"))
+    out.append("</section><section>")
+    out.append(_table(["job", "energy"], [
+        [_td(one_line(str(name))[:60], code=True), _td(amount_text(v["kwh"], v.get("co2e_grams")), True)]
+        for name, v in jobs], "no job drew GPU power in this range"))
+    out.append("</section></div>")
+    return "".join(out)
+
+
 def render(data: ReportData) -> str:
     """The whole page."""
     host, price = data.host, data.price or {}
@@ -353,6 +393,7 @@ def render(data: ReportData) -> str:
     legend = "".join(f'<span><i style="background:{c}"></i>{_e(p)}</span>'
                      for p, c in PHASE_COLORS.items())
     out.append(f'<div class="legend">{legend}</div>')
+    out.append(energy_block(data))
     out.append(latency.table(data.latency))
     out.append("<h2>Low-utilization windows</h2>")
     out.append(timeline(data.windows, data.since, data.until) if data.windows else

@@ -17,6 +17,7 @@ import pytest
 from simhost import poll
 
 from daemon.analysis import compare, timeline
+from daemon.commands import compare as compare_command
 from daemon.commands import report
 from daemon.commands.compare import parse_range
 from daemon.sources.sample import HostPressure, Sample
@@ -174,6 +175,77 @@ def test_the_bootstrap_is_seeded():
 def test_too_few_buckets_give_no_verdict_rather_than_a_guess():
     util = _figure(compare.compare(_side([10, 20]), _side([80, 90])), "utilization")
     assert util["verdict"] == compare.UNKNOWN and util["noise"] is None
+
+
+def _energy_side(watts: list[float] | None, grid: float | None = 400.0,
+                 steps: int | None = None) -> compare.Side:
+    """A side whose GPU drew `watts` per 1-s bucket (none recorded: None), with the report's
+    energy for them (its "carbon" and the one process's "energy")."""
+    side = _side([50.0] * len(watts or [0.0] * 40))
+    if watts is not None:
+        for bucket, w in zip(side.document["timeline"]["buckets"], watts, strict=True):
+            bucket["gpus"]["0"]["power_watts"] = w
+    joules = sum(watts or [300.0] * 40)
+    kwh = joules / 3.6e6
+    grams = None if grid is None else kwh * grid
+    side.document["carbon"] = {"joules": joules, "kwh": kwh, "co2e_grams": grams,
+                               "grid": {"g_per_kwh": grid, "source": "test"},
+                               "covered_s": float(len(watts or [0.0] * 40)),
+                               "span_s": float(len(watts or [0.0] * 40))}
+    side.document["processes"] = [{"pid": 1, "start_time": 1.0, "gpus": [0], "workload": "ml",
+                                   "energy": {"joules": joules / 2, "kwh": kwh / 2,
+                                              "co2e_grams": None if grams is None
+                                              else grams / 2}}]
+    if steps is not None:
+        side.document["profile"] = {"steps": steps}
+    return side
+
+
+def test_energy_per_hour_and_carbon_get_a_verdict_from_the_gpus_power_noise():
+    before, after = _energy_side(_noisy(300, 80, 1)), _energy_side(_noisy(200, 80, 2))
+    result = compare.compare(before, after)
+    kwh = _figure(result, "kwh_per_hour")
+    assert kwh["a"] == pytest.approx(sum(before.document["timeline"]["buckets"][i]["gpus"]["0"]
+                                         ["power_watts"] for i in range(80)) / 80 / 1000)
+    assert kwh["verdict"] == compare.BETTER and kwh["noise"] > 0  # less energy is better
+    carbon = _figure(result, "co2e_grams_per_hour")
+    assert carbon["b"] == pytest.approx(kwh["b"] * 400) and carbon["verdict"] == compare.BETTER
+    # per hour is judged, not counted overall: a faster run draws more per hour
+    assert compare.compare(after, before)["verdict"] == compare.NOISE
+    assert not kwh["in_overall"] and not carbon["in_overall"]
+    same = compare.compare(_energy_side(_noisy(300, 80, 1, 30.0)),
+                           _energy_side(_noisy(300, 80, 3, 30.0)))
+    assert _figure(same, "kwh_per_hour")["verdict"] == compare.NOISE
+    text = compare_command.render_text(result)
+    assert "kWh per hour" in text and "g CO2e per hour" in text
+
+
+def test_energy_without_per_bucket_power_is_side_by_side_and_says_why():
+    result = compare.compare(_energy_side(None), _energy_side(None, grid=None))
+    kwh = _figure(result, "kwh_per_hour")
+    assert kwh["a"] == pytest.approx(0.3) and kwh["b"] == pytest.approx(0.3)
+    assert kwh["verdict"] == compare.UNKNOWN and "no per-bucket GPU power" in kwh["why"]
+    carbon = _figure(result, "co2e_grams_per_hour")
+    assert carbon["a"] == pytest.approx(120.0) and carbon["b"] is None  # carbon unknown in B
+    assert "(energy: no per-bucket GPU power" in compare_command.render_text(result)
+
+
+def test_energy_narrowed_to_a_job_is_its_processes_and_per_step_where_both_count_steps():
+    a = _energy_side(_noisy(300, 40, 1), steps=400)
+    b = _energy_side(_noisy(300, 40, 2), steps=800)
+    a.job = b.job = "ml"
+    a.__post_init__()
+    b.__post_init__()
+    result = compare.compare(a, b)
+    kwh = _figure(result, "kwh_per_hour")
+    assert kwh["a"] == pytest.approx(a.document["carbon"]["kwh"] / 2 / (40 / 3600))
+    per_step = _figure(result, "kwh_per_1k_steps")
+    assert per_step["a"] == pytest.approx(1000 * a.document["carbon"]["kwh"] / 2 / 400)
+    assert per_step["verdict"] == compare.BETTER  # twice the steps for about the same energy
+    assert per_step["in_overall"] and result["verdict"] == compare.BETTER
+    # documents from before energy was reported: no energy figure at all
+    plain = compare.compare(_side(_noisy(50, 40, 1)), _side(_noisy(50, 40, 2)))
+    assert not [f for f in plain["figures"] if "kwh" in f["name"]]
 
 
 def test_recommendations_new_gone_changed():

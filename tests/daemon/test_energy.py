@@ -282,8 +282,8 @@ def test_the_report_gives_kwh_and_carbon_per_process_job_and_namespace(recorded)
         5 * 255 / JOULES_PER_KWH * 379.07)
     assert procs[NOTEBOOK[0]]["energy"]["joules"] == pytest.approx(5 * 45)
     text = run_report(recorded, "--since", "1h")
-    assert "energy used: 0.000 kWh 0.19 g CO2e at 379.07 g CO2e/kWh (grid table, annual average: EPA eGRID2020" in text
-    assert "by namespace: ml 0.000 kWh 0.13 g CO2e, lab 0.000 kWh 0.02 g CO2e" in text
+    assert "energy used: 0.00049 kWh 0.19 g CO2e at 379.07 g CO2e/kWh (grid table, annual average: EPA eGRID2020" in text
+    assert "by namespace: ml 0.00035 kWh 0.13 g CO2e, lab 0.000063 kWh 0.02 g CO2e" in text
 
 
 def test_the_30_day_review_carries_energy_and_carbon_in_text_json_and_html(recorded, tmp_path):
@@ -293,12 +293,64 @@ def test_the_30_day_review_carries_energy_and_carbon_in_text_json_and_html(recor
     assert review["carbon"]["joules"] == pytest.approx(5 * 355)
     assert set(review["carbon"]["by_job"]) == {"ml/p-0", "lab/p-0"}
     text = run_report(recorded, "--since", "30d")
-    assert "  energy used: 0.000 kWh 0.19 g CO2e at 379.07 g CO2e/kWh" in text
+    assert "  energy used: 0.00049 kWh 0.19 g CO2e at 379.07 g CO2e/kWh" in text
     assert "by job: ml/p-0" in text
     page = tmp_path / "review.html"
     run_report(recorded, "--since", "30d", "--html", str(page))
     html = page.read_text()
     assert "energy used" in html and "job ml/p-0" in html and "379.07 g CO2e/kWh" in html
+
+
+def test_the_snapshot_page_shows_energy_carbon_the_grid_and_the_top_users(recorded, tmp_path):
+    """The HTML page of a recording (`snapshot --html`, profile.html) has the report's energy:
+    the same totals as `report --json`, the grid and its source, processes and jobs by kWh."""
+    from daemon.report_html import collect, render_store
+    from tests import chromium
+
+    data = collect(recorded)
+    assert data.carbon is not None and data.carbon["joules"] == pytest.approx(5 * 355)
+    energies = {p["pid"]: p["energy"]["joules"] for p in data.processes}
+    assert energies == {TRAIN[0]: pytest.approx(5 * 255), NOTEBOOK[0]: pytest.approx(5 * 45)}
+    page = tmp_path / "snapshot.html"
+    page.write_text(render_store(recorded))
+    loaded = chromium.load(page.as_uri(), "document.body.innerText")
+    assert loaded.console_errors == []
+    text = loaded.value
+    assert ("used 0.00049 kWh 0.19 g CO2e at 379.07 g CO2e/kWh (grid table, annual average: "
+            "EPA eGRID2020") in text
+    assert "GPUs no process held: 0.000076 kWh" in text  # GPU 1: 55 W, nobody on it
+    lines = text.splitlines()
+    trainer = next(i for i, line in enumerate(lines) if "0.00035 kWh 0.13 g CO2e" in line)
+    notebook = next(i for i, line in enumerate(lines) if "0.000063 kWh 0.02 g CO2e" in line)
+    assert trainer < notebook  # the most kWh first
+    assert "ml/p-0" in text and "lab/p-0" in text
+
+
+def test_the_pages_energy_block_escapes_hostile_names_and_says_why_carbon_is_unknown():
+    from daemon.report_html.data import ReportData
+    from daemon.report_html.render import render
+
+    hostile = '<script>window.pwned=1</script>"&'
+    figure = {"joules": 3.6e6, "kwh": 1.0, "co2e_grams": None}
+    data = ReportData(title="t", since=0.0, until=3600.0, host={}, price=None, snapshot=None,
+                      processes=[{"pid": 7, "command": f"python {hostile}", "energy": figure}],
+                      carbon={**figure, "grid": {"g_per_kwh": None, "source": (
+                          "carbon unknown: the host's cloud region is not known")},
+                          "host_idle": {"joules": 0.0}, "by_job": {hostile + "\x1b[2J": figure},
+                          "covered_s": 3600.0, "span_s": 3600.0})
+    page = render(data)
+    assert "<script>" not in page and "\x1b" not in page
+    assert "used <b>1.000 kWh</b> carbon unknown: the host&#x27;s cloud region" in page
+    assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in page
+
+
+def test_the_snapshot_page_says_when_no_gpu_power_was_recorded():
+    from daemon.report_html.data import ReportData
+    from daemon.report_html.render import render
+
+    page = render(ReportData(title="t", since=0.0, until=60.0, host={}, price=None,
+                             snapshot=None))
+    assert "Energy and carbon</h2><p class=\"muted\">no GPU power was recorded" in page
 
 
 def test_check_says_which_grid_intensity_carbon_uses_or_how_to_set_one(tmp_path):
