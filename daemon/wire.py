@@ -641,13 +641,15 @@ class ComparedFigure:
     after: str
     change: str
     verdict: str
+    counted: bool = True  # False: judged but left out of the overall verdict (energy per hour)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ComparedFigure:
         return cls(label=_line(d.get("label"))[:40], before=_line(d.get("a_text"), "-")[:20],
                    after=_line(d.get("b_text"), "-")[:20],
                    change=_line(d.get("change_text"), "-")[:20],
-                   verdict=_line(d.get("verdict"), "?")[:20])
+                   verdict=_line(d.get("verdict"), "?")[:20],
+                   counted=d.get("in_overall") is not False)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,13 @@ def comparison_lines(result: Comparison) -> Text:
                 style=MUTED)
     for fig in result.figures:
         text.append(f"  {fig.label[:20]:<20} {fig.before:>9} {fig.after:>9} {fig.change:>10}  ")
-        text.append(fig.verdict + "\n", style=VERDICT_STYLES.get(fig.verdict, MUTED))
+        if fig.counted:
+            text.append(fig.verdict + "\n", style=VERDICT_STYLES.get(fig.verdict, MUTED))
+        else:
+            text.append(fig.verdict + "*\n", style=MUTED)
+    if not all(fig.counted for fig in result.figures):
+        text.append("  * not counted in the verdict: a busier GPU draws more per hour\n",
+                    style=MUTED)
     for rec in result.recommendations:
         text.append(f"  recommendation {rec}\n")
     text.append("  verdict: ")
