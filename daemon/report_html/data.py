@@ -172,6 +172,10 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         balance = balances.get(key) or {}
         proc["phases"] = {phase: part["share"] for phase, part in balance.items()
                           if part.get("share")}
+        # "low" when a phase came from /proc alone (no Python stacks: ptrace denied), as the
+        # text report says it
+        proc["phase_confidence"] = ("low" if any(part.get("confidence") == "low"
+                                                 for part in balance.values()) else "high")
         for phase, part in balance.items():
             for stack in part.get("top_stacks") or []:
                 entry = stacks.setdefault(stack["stack_hash"], dict(

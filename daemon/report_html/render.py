@@ -20,6 +20,7 @@ from daemon.analysis.energy import amount_text, grid_text
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
 from daemon.sources.safe_text import one_line
+from daemon.wire import LOW_CONFIDENCE_MARK
 
 WIDTH, HEIGHT = 880, 220
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 14, 26
@@ -188,6 +189,14 @@ def phase_bar(phases: dict[str, float]) -> str:
         left += width
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _low_confidence(process: dict[str, Any]) -> str:
+    """Said next to a phase balance read from /proc alone (no Python stacks)."""
+    if process.get("phase_confidence") != "low":
+        return ""
+    return (f' <span class="muted" data-confidence="low">{LOW_CONFIDENCE_MARK} low confidence, '
+            "from /proc, no stacks</span>")
 
 
 def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
@@ -388,7 +397,8 @@ def render(data: ReportData) -> str:
          _td(",".join(str(g) for g in p.get("gpus") or []) or "—"),
          _td(_money(p.get("burn_per_hour")) + "/h" if p.get("burn_per_hour") is not None
              else "—", True), _td(_money(p.get("cost"), 4), True),
-         f"<td>{phase_bar(p.get('phases') or {})}</td>"] for p in data.processes],
+         f"<td>{phase_bar(p.get('phases') or {})}{_low_confidence(p)}</td>"]
+        for p in data.processes],
         "no process in this range"))
     legend = "".join(f'<span><i style="background:{c}"></i>{_e(p)}</span>'
                      for p, c in PHASE_COLORS.items())
