@@ -176,7 +176,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                               gpus, per_kwh, interval))
     report_energy.section(document, sampled.samples, start, end,
                           max(60.0, 3 * interval, 3 * (end - start) / max(len(sampled.samples), 1)),
-                          jobs, config)
+                          jobs, config, rollup_interval=interval if rolled else None)
     document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval,
                                           raw)
     latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
