@@ -150,4 +150,9 @@ def review_line(review: dict[str, Any]) -> list[str]:
         line += "; by job: " + ", ".join(
             f"{one_line(str(name))[:30]} {amount_text(v['kwh'], v.get('co2e_grams'))}"
             for name, v in jobs[:3])
+    whole = carbon.get("whole_window") or {}
+    if whole.get("covered_s", 0.0) > (carbon.get("covered_s") or 0.0) and whole.get("kwh"):
+        return [line, f"    (by process over {_about(carbon.get('covered_s') or 0.0)} of raw "
+                      f"samples; all GPUs over {_about(whole['covered_s'])} from the rollups: "
+                      f"{amount_text(whole['kwh'], whole.get('co2e_grams'))})"]
     return [line]

@@ -455,3 +455,7 @@ def test_a_window_past_raw_retention_gives_all_gpus_energy_from_the_rollups(tmp_
     text = report.render_text(document)
     assert "(over 30 min of the window's 3.0 h: the raw samples reach no further)" in text, text
     assert "all GPUs over 119 min from the rollups' mean power:" in text, text
+    from daemon.commands.report_energy import review_line
+
+    review = review_line(document["review"])  # the 30-day review's energy line
+    assert any("all GPUs over 119 min from the rollups:" in line for line in review), review
