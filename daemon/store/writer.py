@@ -43,7 +43,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from daemon.store.files import (
     private_database,
     private_folder,
 )
+from daemon.store.health import StoreHealth
 from daemon.store.maintenance import Maintenance
 from daemon.store.reader import ReaderTimeout, StoreReader
 from daemon.store.schema import (
@@ -112,29 +113,6 @@ PAGE_CACHE_KIB = 4000
 
 class StoreError(Exception):
     """The store cannot be opened (permission, newer schema, ...). Says what to do."""
-
-
-@dataclass
-class StoreHealth:
-    """What happened to the store since it was opened; reported by `mlcostd check` and /v1/health."""
-
-    path: str
-    schema_version: int = 0
-    corrupt_moved_aside: str | None = None
-    ticks_written: int = 0
-    writes_failed: int = 0  # write attempts (transactions) that failed
-    samples_buffered: int = 0  # waiting in memory now
-    samples_dropped: int = 0  # lost: buffer overflow or a sample SQLite rejected
-    last_error: str | None = None
-    rows_pruned: int = 0
-    bytes_on_disk: int = 0  # database + WAL
-    problem: str | None = None  # what stops recording now (disk full, ...); None when all is well
-    facts_pending: int = 0  # events, stack samples, ... waiting in memory to be written
-    facts_dropped: int = 0  # lost: the pending list overflowed or SQLite rejected one
-    recreated: str | None = None  # the database was deleted or replaced and recreated: when, how
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _error_code(error: BaseException) -> int | None:
