@@ -305,7 +305,7 @@ def check_refreshes(cache_path: Path) -> list[Check]:
     """One warning per price source whose last `mlcostd prices --refresh` failed (the previous
     prices were kept; the errors say why)."""
     from pricing.cache import read_refresh_log
-    from pricing.catalog import format_age
+    from pricing.offer import format_age
 
     checks = []
     for source, record in sorted(read_refresh_log(cache_path).items()):
