@@ -14,6 +14,10 @@ from typing import Literal
 Lifecycle = Literal["on-demand", "spot", "commit-1y", "commit-3y"]
 LIFECYCLES: tuple[Lifecycle, ...] = ("on-demand", "spot", "commit-1y", "commit-3y")
 COMMITMENTS: tuple[Lifecycle, ...] = ("commit-1y", "commit-3y")
+# The clouds' billing year and month: a price per hour times these is a price per year or month
+# (a 1- or 3-year term spread over its hours; "x 730 h" in every monthly savings estimate).
+HOURS_PER_YEAR = 8760.0
+HOURS_PER_MONTH = HOURS_PER_YEAR / 12  # 730
 # Accelerators that are not CUDA GPUs: a GPU workload cannot simply move onto them.
 NON_GPU_PREFIXES = ("inferentia", "trainium", "tpu")
 

@@ -36,7 +36,7 @@ from daemon.store import queries
 from daemon.store.reader import StoreReader
 from pricing import Catalog
 from pricing.catalog import InstanceOffer
-from pricing.offcloud import HOURS_PER_MONTH
+from pricing.offer import HOURS_PER_MONTH
 
 GIB = 1 << 30
 HEADROOM = 0.10

@@ -29,7 +29,8 @@ from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.wire import LOW_CONFIDENCE_MARK, phase_label
-from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
+from pricing.offcloud import gpus_energy_per_hour
+from pricing.offer import HOURS_PER_MONTH
 
 REPORT_VERSION = 1
 WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns instead of being cut

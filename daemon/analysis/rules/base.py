@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon import wire
-from daemon.analysis.cost import HOURS_PER_MONTH
 from daemon.analysis.rules.thresholds import SPOT_CADENCE_TOLERANCE
 from daemon.analysis.rules.window import Analysis, ProcessWindow, checkpoint_interval
+from pricing.offer import HOURS_PER_MONTH
 
 UPPER_BOUND = "an upper bound: fixing one bottleneck exposes the next"
 

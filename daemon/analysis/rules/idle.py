@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.analysis.cost import HOURS_PER_MONTH, HostPrice
+from daemon.analysis.cost import HostPrice
 from daemon.analysis.kinds import ONLINE_INFERENCE
 from daemon.analysis.phases import IDLE, LOW_CONFIDENCE, READ_MIN_PER_S
 from daemon.analysis.rules.base import (
@@ -35,6 +35,7 @@ from daemon.analysis.rules.base import (
 from daemon.analysis.rules.thresholds import HOST_IDLE_MIN_S, IDLE_HELD_MIN_S
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
+from pricing.offer import HOURS_PER_MONTH
 
 # A process's own kernels: its SM share (or the GPM SM activity of its GPUs) averaged over the
 # window. A context that is merely open reads 0; any kernels at all read above 1%.

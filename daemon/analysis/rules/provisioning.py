@@ -4,7 +4,6 @@ underbatched inference (dynamic batching)."""
 
 from __future__ import annotations
 
-from daemon.analysis.cost import HOURS_PER_MONTH
 from daemon.analysis.kinds import BATCH_INFERENCE, NOTEBOOK
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
@@ -33,6 +32,7 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+from pricing.offer import HOURS_PER_MONTH
 
 
 def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:

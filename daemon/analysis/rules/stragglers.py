@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from daemon.analysis.cost import HOURS_PER_MONTH
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -27,6 +26,7 @@ from daemon.analysis.rules.base import (
     where_in,
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
+from pricing.offer import HOURS_PER_MONTH
 
 # A rank waits on its peers when a fifth of its window is comm (as COMM_SHARE, our choice).
 WAITING_SHARE = 0.20
