@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.kinds import ONLINE_INFERENCE
 from daemon.analysis.phases import IDLE, LOW_CONFIDENCE, READ_MIN_PER_S
@@ -32,7 +33,6 @@ from daemon.analysis.rules.base import (
     money,
     process_evidence,
 )
-from daemon.analysis.rules.thresholds import HOST_IDLE_MIN_S, IDLE_HELD_MIN_S
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from pricing.offer import HOURS_PER_MONTH
@@ -290,17 +290,18 @@ IDLE_GPU_HELD = Rule(
     "idle_gpu_held", "GPU(s) held by a process and idle (below [idle].utilization, "
     "default 5%) at the end of the window, the process showing no sign of work in it (no "
     "kernels, reads or D state; stacks waiting on input or sleeping)",
-    f">= {IDLE_HELD_MIN_S / 60:g} min", "idle time, memory held, process",
+    f">= {DEFAULT_GPU_HELD_AFTER_S / 60:g} min", "idle time, memory held, process",
     "release the GPU (SIGTERM after confirmation)", "process burn x 730 h",
     check_idle_gpu_held, limits=("idle_held_min_s",))
 IDLE_SERVER = Rule(
     "idle_server", "GPU(s) held by a server (it listens and has served, or is online inference "
     "by its kind) and idle (below [idle].utilization) at the end of the window",
-    f">= {IDLE_HELD_MIN_S / 60:g} min", "idle time, memory held, listening ports, kind evidence",
+    f">= {DEFAULT_GPU_HELD_AFTER_S / 60:g} min",
+    "idle time, memory held, listening ports, kind evidence",
     "scale to zero / consolidate / share the GPU (never SIGTERM)", "process burn x 730 h",
     check_idle_server, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
     "host_idle", "no GPU process, or every GPU idle, at the end of the window",
-    f">= {HOST_IDLE_MIN_S / 60:g} min", "idle time, per-GPU utilization, price",
+    f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
     "stop this instance", "host price x 730 h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))
