@@ -53,6 +53,7 @@ from daemon.api.exposition import Exposition, Family, LabelPairs
 from daemon.api.limits import limited_log
 from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
+from daemon.wire import UNKNOWN as UNKNOWN_PHASE
 from daemon.wire import process_key
 
 DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
@@ -199,7 +200,7 @@ class WorkloadTotals:
             if sample_ts is not None:
                 if seen.ts is not None and 0 < sample_ts - seen.ts <= MAX_PHASE_GAP_S:
                     elapsed = sample_ts - seen.ts
-                    for phase, share in (shares.items() if shares else (("unknown", 1.0),)):
+                    for phase, share in (shares.items() if shares else ((UNKNOWN_PHASE, 1.0),)):
                         seen.phases[phase] = seen.phases.get(phase, 0.0) + elapsed * share
                 if seen.ts is None or sample_ts > seen.ts:
                     seen.ts = sample_ts

@@ -35,7 +35,7 @@ from daemon.commands.report_energy import grid_text
 from daemon.config import Config
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
-from daemon.wire import process_key
+from daemon.wire import DATA_WAIT, process_key
 
 log = logging.getLogger(__name__)
 
@@ -469,7 +469,7 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
     if "max_data_wait" in limits:
         balance = profile["phase_balance"]
         found.append(gate_checks.max_data_wait(limits["max_data_wait"],
-                                               balance.get("data_wait", 0.0) if balance
+                                               balance.get(DATA_WAIT, 0.0) if balance
                                                else None))
     if "min_utilization" in limits:
         found.append(gate_checks.min_utilization(limits["min_utilization"],

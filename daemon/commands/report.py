@@ -28,7 +28,13 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.wire import LOW_CONFIDENCE_MARK, phase_label
+from daemon.wire import (
+    COMPUTE,
+    HIGH_CONFIDENCE,
+    LOW_CONFIDENCE,
+    LOW_CONFIDENCE_MARK,
+    phase_label,
+)
 from pricing.offcloud import gpus_energy_per_hour
 from pricing.offer import HOURS_PER_MONTH
 
@@ -300,7 +306,7 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
     return {phase: {"seconds": round(part["seconds"], 1), "share": round(part["share"], 4),
                     "gpu_idle_seconds": round(part["gpu_idle_seconds"], 1),
                     "top_stacks": part["top_stacks"],
-                    "confidence": part.get("confidence", "high")}
+                    "confidence": part.get("confidence", HIGH_CONFIDENCE)}
             for phase, part in balance.items()}
 
 
@@ -685,12 +691,12 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
         shown = True
         parts = ", ".join(f"{phase_label(phase, part.get('confidence'))} {part['share']:.0%}"
                           for phase, part in phases.items())
-        low = any(part.get("confidence") == "low" for part in phases.values())
+        low = any(part.get("confidence") == LOW_CONFIDENCE for part in phases.values())
         out.append(f"  {proc['pid']} {short_command(proc['command'])[:40]}: {parts}"
                    + (f" ({LOW_CONFIDENCE_MARK}: low confidence, from /proc, no stacks)"
                       if low else ""))
         for phase, part in phases.items():
-            if phase == "compute" or not part["top_stacks"]:
+            if phase == COMPUTE or not part["top_stacks"]:
                 continue
             top = part["top_stacks"][0]
             where = f"{top['file']}:{top['line']}" if top.get("file") else "?"

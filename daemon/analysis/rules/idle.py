@@ -24,7 +24,7 @@ from typing import Any
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.kinds import ONLINE_INFERENCE
-from daemon.analysis.phases import IDLE, LOW_CONFIDENCE, READ_MIN_PER_S
+from daemon.analysis.phases import READ_MIN_PER_S
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -35,6 +35,17 @@ from daemon.analysis.rules.base import (
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
+from daemon.wire import (
+    CHECKPOINT,
+    COMM,
+    DATA_WAIT,
+    EVAL,
+    HOST_PREPROCESS,
+    IDLE,
+    LOW_CONFIDENCE,
+    OUTPUT,
+    SYNC,
+)
 from pricing.offer import HOURS_PER_MONTH
 
 # A process's own kernels: its SM share (or the GPM SM activity of its GPUs) averaged over the
@@ -43,7 +54,7 @@ OWN_KERNELS_MIN_PCT = 1.0
 # A phase of work (data wait, host compute, checkpoint...) in at least this share of the window
 # is a sign of work; 2% is one stack sample in fifty, above the noise of a stray dump.
 WORK_PHASE_MIN_SHARE = 0.02
-WORK_PHASES = ("data_wait", "host_preprocess", "checkpoint", "output", "eval", "sync", "comm")
+WORK_PHASES = (DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM)
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
 WINDOW_EDGE_S = 10.0  # idle this close to the window's length: idle through all of it
