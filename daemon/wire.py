@@ -93,6 +93,17 @@ def phase_label(phase: str | None, confidence: str | None) -> str:
     return phase + LOW_CONFIDENCE_MARK if confidence == LOW_CONFIDENCE else phase
 
 
+def money(value: float | None, digits: int = 2, *, small: bool = False) -> str:
+    """Dollars as reports, recommendations and snapshots write them: '$1,234.56', '-' when
+    unknown. `small`: four decimals below $1, where a short run's cost would read $0.00
+    (profiles and their gates: '$0.0022')."""
+    if value is None:
+        return "-"
+    if small and abs(value) < 1:
+        digits = 4
+    return f"${value:,.{digits}f}"
+
+
 def _confidence(value: Any) -> str | None:
     """A phase confidence the client knows, else None (a newer daemon's word is not guessed)."""
     return value if value in PHASE_CONFIDENCES else None

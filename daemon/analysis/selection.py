@@ -34,6 +34,7 @@ from daemon.analysis.kinds import (
 )
 from daemon.store import queries
 from daemon.store.reader import StoreReader
+from daemon.wire import money
 from pricing import Catalog
 from pricing.catalog import InstanceOffer
 from pricing.offer import HOURS_PER_MONTH
@@ -289,9 +290,6 @@ def render_kinds(need: Need, sections: list[dict[str, Any]], why: str) -> str:
 
     def note(row: dict[str, Any]) -> str:
         return f"[{footnotes.setdefault(row['price_source'], len(footnotes) + 1)}]"
-
-    def money(value: float | None, digits: int = 2) -> str:
-        return "-" if value is None else f"${value:,.{digits}f}"
 
     def table(header: list[str], body: list[list[str]]) -> list[str]:
         widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]

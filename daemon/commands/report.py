@@ -33,6 +33,7 @@ from daemon.wire import (
     HIGH_CONFIDENCE,
     LOW_CONFIDENCE,
     LOW_CONFIDENCE_MARK,
+    money,
     phase_label,
 )
 from pricing.offcloud import gpus_energy_per_hour
@@ -491,7 +492,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                _pct(gpu.get("sm_activity")), memory, _num(gpu["power_watts"], " W"),
                status if status == "ok" else f"{status}"]
         if energy:
-            row.insert(6, _money(gpu.get("energy_per_hour")))
+            row.insert(6, money(gpu.get("energy_per_hour")))
         rows.append(row)
     header = ["GPU", "model", "util", "SM", "memory", "power", "status"]
     if energy:
@@ -509,7 +510,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
                      _pct(proc["cpu_percent"]), _bytes(proc["rss_bytes"]),
                      _bytes(proc["read_bytes"]), _num(proc["io_wait_seconds"], " s", 1),
-                     _money(proc.get("burn_per_hour")), one_line(proc.get("workload") or "-"),
+                     money(proc.get("burn_per_hour")), one_line(proc.get("workload") or "-"),
                      command])
     if rows:
         out += ["  " + line for line in _table(
@@ -653,7 +654,7 @@ def _render_inference(processes: list[dict[str, Any]]) -> list[str]:
         for advice in audit.get("advice") or []:
             saving = advice.get("saving_per_month")
             out.append(f"    - {advice.get('name')}: {advice.get('text')}"
-                       + (f" (saves up to {_money(saving)}/month)"
+                       + (f" (saves up to {money(saving)}/month)"
                           if isinstance(saving, int | float) else ""))
             out.append(f"      how: {advice.get('saving_method')}; "
                        f"uncertainty: {advice.get('uncertainty')}")
@@ -672,10 +673,6 @@ def _render_kinds(processes: list[dict[str, Any]]) -> list[str]:
     if not shown:
         out.append("  no kind recorded for this window's processes")
     return out
-
-
-def _money(value: float | None) -> str:
-    return "-" if value is None else f"${value:.2f}"
 
 
 def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
@@ -728,7 +725,7 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
             state = f"open when the recording stopped at {clock.local_time(stopped_at)}"
         else:
             state = "ongoing"
-        cost = _money(event.get("cost_so_far"))
+        cost = money(event.get("cost_so_far"))
         out.append(f"  {event['kind']} {event['target']}: since "
                    f"{clock.local_time(event['started_at'], date=False)} "
                    f"({state}), {cost} so far")
