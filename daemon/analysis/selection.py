@@ -22,10 +22,10 @@ ported and measured, so each says what moving costs (MIGRATION) and is ranked by
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from daemon import clock
 from daemon.analysis.kinds import (
     BATCH_INFERENCE,
     ONLINE_INFERENCE,
@@ -62,7 +62,7 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
                   until: float | None = None) -> Need:
     """The need of process `pid`, or of all GPU processes of the host, over the since_s before
     `until` (None: now); with `kind`, of those recorded with that workload kind only."""
-    until = time.time() if until is None else until
+    until = clock.now() if until is None else until
     since = until - since_s
     rows = reader.query(
         "SELECT p.pid, p.start_ms, p.command, s.gpu, max(s.mem) AS peak, min(s.ts) AS first,"

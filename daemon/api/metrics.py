@@ -46,6 +46,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from daemon import clock as daemon_clock
 from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
 from daemon.api.energy_metrics import energy_families
@@ -305,7 +306,7 @@ class DaemonCollector(Collector):
     def _collect(self) -> Iterator[Metric | Family]:
         state = self.state()
         analyzer = getattr(self.daemon, "analyzer", None)
-        wall, clock = time.time(), time.monotonic()
+        wall, clock = daemon_clock.now(), time.monotonic()
         hostname = _clean(state.hostname)
         yield from self._host(state, hostname, wall)
         yield from self._gpus(state, analyzer, hostname)
