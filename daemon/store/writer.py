@@ -51,6 +51,14 @@ import sqlite_utils
 
 from daemon.sources.owners import encode_owner
 from daemon.sources.sample import Sample
+from daemon.store.errors import (
+    SQLITE_FULL,
+    TRANSIENT,
+    StoreError,
+    error_code,
+    free_bytes,
+    is_corruption,
+)
 from daemon.store.files import (
     DB_SUFFIXES,
     RefusedFile,
@@ -76,20 +84,6 @@ __all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader"]
 
 log = logging.getLogger(__name__)
 
-# Primary SQLite result codes (extended code & 0xff).
-_SQLITE_CORRUPT = 11
-_SQLITE_NOTADB = 26
-# Errors that say "not now" rather than "never": keep the sample and retry.
-_TRANSIENT = {
-    5,  # BUSY
-    6,  # LOCKED
-    8,  # READONLY (e.g. remounted read-only)
-    10,  # IOERR
-    13,  # FULL
-    14,  # CANTOPEN
-    15,  # PROTOCOL
-}
-_SQLITE_FULL = 13
 _LOG_EVERY_S = 60.0  # a lasting condition is logged again at most this often
 _PENDING_FACTS_LIMIT = 5000  # fact upserts kept in memory while the store cannot be written
 # One fact write: (key: a later write with the same key supersedes it, SQL, parameters).
@@ -109,32 +103,6 @@ PROCESS_CACHE_MAX = 4096  # process ids kept in memory; past it, only the live o
 # 16 MB than with 4 MB, and a 16 MB cache grew the daemon's RSS with the store for its first
 # 16 MB (bench/soak.py: ~5 MB/h on the demo host, never flat within the 2 h).
 PAGE_CACHE_KIB = 4000
-
-
-class StoreError(Exception):
-    """The store cannot be opened (permission, newer schema, ...). Says what to do."""
-
-
-def _error_code(error: BaseException) -> int | None:
-    code = getattr(error, "sqlite_errorcode", None)
-    return None if code is None else code & 0xFF
-
-
-def _free_bytes(path: str) -> int | None:
-    """Bytes free to this user on the filesystem holding `path` (None: cannot tell)."""
-    try:
-        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def _is_corruption(error: sqlite3.DatabaseError) -> bool:
-    code = _error_code(error)
-    if code is not None:
-        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-    text = str(error)
-    return "not a database" in text or "malformed" in text
 
 
 class Store(Maintenance):
@@ -353,9 +321,9 @@ class Store(Maintenance):
             return db
         except sqlite3.DatabaseError as error:
             db.conn.close()
-            if not (_is_corruption(error) or str(error).startswith("quick_check")):
-                free = _free_bytes(self.path)
-                if _error_code(error) == _SQLITE_FULL or free == 0:
+            if not (is_corruption(error) or str(error).startswith("quick_check")):
+                free = free_bytes(self.path)
+                if error_code(error) == SQLITE_FULL or free == 0:
                     raise StoreError(
                         f"cannot open the store {self.path}: the disk holding it is full "
                         f"({free} bytes free; SQLite: {error}); free space on that disk or "
@@ -465,7 +433,7 @@ class Store(Maintenance):
         try:
             self._run_facts([(sql, params) for _, sql, params in writes])
         except sqlite3.Error as error:
-            if _error_code(error) in _TRANSIENT:
+            if error_code(error) in TRANSIENT:
                 for key, sql, params in writes:
                     self._queue_fact(key, sql, params)
                 self._write_failed(error)
@@ -512,7 +480,7 @@ class Store(Maintenance):
             try:
                 self._run_facts([self._pending_facts[k] for k in keys])
             except sqlite3.Error as error:
-                if _error_code(error) in _TRANSIENT:
+                if error_code(error) in TRANSIENT:
                     self._write_failed(error)
                     break
                 # one of them can never be written: write them one by one, drop the bad ones
@@ -520,7 +488,7 @@ class Store(Maintenance):
                     try:
                         self._run_facts([self._pending_facts[key]])
                     except sqlite3.Error as one:
-                        if _error_code(one) in _TRANSIENT:
+                        if error_code(one) in TRANSIENT:
                             self._write_failed(one)
                             self._health.facts_pending = len(self._pending_facts)
                             return
@@ -538,12 +506,12 @@ class Store(Maintenance):
         """A write failed for a "not now" reason: say so (rate-limited) and in health."""
         self._health.writes_failed += 1
         self._health.last_error = f"write failed: {error}"
-        code = _error_code(error)
+        code = error_code(error)
         waiting = (f"{len(self._buffer)} ticks wait in memory (at most {self.buffer_limit}; "
                    f"{self._health.samples_dropped} dropped so far) and are written when it can")
-        if code == _SQLITE_FULL:
+        if code == SQLITE_FULL:
             text = (f"cannot write the store {self.path}: the disk is full "
-                    f"({_free_bytes(self.path)} bytes free); {waiting}; free space on that disk "
+                    f"({free_bytes(self.path)} bytes free); {waiting}; free space on that disk "
                     "or lower [store].max_size")
         else:
             text = f"cannot write the store {self.path}: {error}; {waiting}"
@@ -618,10 +586,10 @@ class Store(Maintenance):
             try:
                 self._commit(batch)
             except Exception as error:  # never raise to the tick
-                code = _error_code(error)
-                if code in _TRANSIENT:
+                code = error_code(error)
+                if code in TRANSIENT:
                     self._write_failed(error)
-                    if code == _SQLITE_FULL:
+                    if code == SQLITE_FULL:
                         self._prune_for_space()
                     return
                 self._health.writes_failed += 1
