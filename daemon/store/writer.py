@@ -12,9 +12,9 @@ aside to `<path>.corrupt-<timestamp>` and a fresh store is created.
 
 The other writes (events, stack samples and statuses, recommendations, host facts: see
 `daemon.store.facts`) are upserts: one that fails for a "not now" reason waits, keyed, in a
-bounded pending list and is written after the buffered ticks. A condition that stops writing
-(disk full, I/O error) is logged once when it starts, then at most once a minute with how many
-more came, and once when it clears; `StoreHealth.problem` says it while it lasts.
+bounded pending list and is written after the buffered ticks (the `PendingWrites` mixin,
+daemon.store.pending, which also tells a condition that stops writing, once and then at most
+once a minute).
 
 One writer per database *file*, and the file at the path is the one recorded into: the
 `DatabaseFile` mixin (daemon.store.database_file) holds the lock and recreates a database
@@ -58,6 +58,7 @@ from daemon.store.files import (
 )
 from daemon.store.health import StoreHealth
 from daemon.store.maintenance import Maintenance
+from daemon.store.pending import PendingWrites
 from daemon.store.reader import ReaderTimeout, StoreReader
 from daemon.store.schema import (
     MIGRATIONS,
@@ -72,12 +73,6 @@ from daemon.store.schema import (
 __all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader"]
 
 log = logging.getLogger(__name__)
-
-_LOG_EVERY_S = 60.0  # a lasting condition is logged again at most this often
-_PENDING_FACTS_LIMIT = 5000  # fact upserts kept in memory while the store cannot be written
-# One fact write: (key: a later write with the same key supersedes it, SQL, parameters).
-FactWrite = tuple[Hashable, str, Sequence[object]]
-
 
 _PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")
 
@@ -94,9 +89,9 @@ PROCESS_CACHE_MAX = 4096  # process ids kept in memory; past it, only the live o
 PAGE_CACHE_KIB = 4000
 
 
-class Store(DatabaseFile, Maintenance):
-    """The single writer of one SQLite store file (its file: `DatabaseFile`; its housekeeping:
-    `Maintenance`)."""
+class Store(DatabaseFile, PendingWrites, Maintenance):
+    """The single writer of one SQLite store file (its file: `DatabaseFile`; what waits while it
+    cannot be written: `PendingWrites`; its housekeeping: `Maintenance`)."""
 
     def __init__(
         self,
@@ -259,34 +254,6 @@ class Store(DatabaseFile, Maintenance):
             self.write_facts([(("meta", key), "INSERT OR REPLACE INTO meta (key, value) "
                                "VALUES (?, ?)", (f"json:{key}", json.dumps(value, sort_keys=True)))])
 
-    # ---------------------------------------------------------------------------- facts
-
-    def write_facts(self, writes: Sequence[FactWrite]) -> bool:
-        """Run fact upserts in one transaction; caller holds _lock. Never raises. When the
-        store cannot be written now they wait (a later write of the same key replaces the
-        waiting one) and go in after the buffered ticks. True when written now."""
-        if not writes:
-            return True
-        if self._buffer or self._pending_facts:  # keep the order: ticks, older facts, these
-            for key, sql, params in writes:
-                self._queue_fact(key, sql, params)
-            if not self._buffer:
-                self._flush()
-            return False
-        try:
-            self._run_facts([(sql, params) for _, sql, params in writes])
-        except sqlite3.Error as error:
-            if error_code(error) in TRANSIENT:
-                for key, sql, params in writes:
-                    self._queue_fact(key, sql, params)
-                self._write_failed(error)
-            else:
-                self._health.facts_dropped += len(writes)
-                self._health.last_error = f"a fact write was rejected: {error}"
-                log.warning("the store rejected a write (%s); it is dropped", error)
-            return False
-        return True
-
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT; rolled back on any failure, which is raised."""
@@ -302,86 +269,6 @@ class Store(DatabaseFile, Maintenance):
                 except sqlite3.Error:
                     pass
             raise
-
-    def _run_facts(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
-        with self._transaction() as conn:
-            for sql, params in statements:
-                conn.execute(sql, params)
-
-    def _queue_fact(self, key: Hashable, sql: str, params: Sequence[object]) -> None:
-        self._pending_facts.pop(key, None)
-        self._pending_facts[key] = (sql, params)
-        while len(self._pending_facts) > _PENDING_FACTS_LIMIT:
-            self._pending_facts.popitem(last=False)
-            self._health.facts_dropped += 1
-        self._health.facts_pending = len(self._pending_facts)
-
-    def _flush_facts(self) -> None:
-        """Write the waiting facts, oldest first (at most 1000 a call). Caller holds _lock."""
-        while self._pending_facts:
-            keys = list(itertools.islice(self._pending_facts, 1000))
-            try:
-                self._run_facts([self._pending_facts[k] for k in keys])
-            except sqlite3.Error as error:
-                if error_code(error) in TRANSIENT:
-                    self._write_failed(error)
-                    break
-                # one of them can never be written: write them one by one, drop the bad ones
-                for key in keys:
-                    try:
-                        self._run_facts([self._pending_facts[key]])
-                    except sqlite3.Error as one:
-                        if error_code(one) in TRANSIENT:
-                            self._write_failed(one)
-                            self._health.facts_pending = len(self._pending_facts)
-                            return
-                        self._health.facts_dropped += 1
-                        self._health.last_error = f"a fact write was rejected: {one}"
-                    del self._pending_facts[key]
-                continue
-            for key in keys:
-                del self._pending_facts[key]
-        self._health.facts_pending = len(self._pending_facts)
-
-    # ------------------------------------------------------------------------ problems
-
-    def _write_failed(self, error: BaseException) -> None:
-        """A write failed for a "not now" reason: say so (rate-limited) and in health."""
-        self._health.writes_failed += 1
-        self._health.last_error = f"write failed: {error}"
-        code = error_code(error)
-        waiting = (f"{len(self._buffer)} ticks wait in memory (at most {self.buffer_limit}; "
-                   f"{self._health.samples_dropped} dropped so far) and are written when it can")
-        if code == SQLITE_FULL:
-            text = (f"cannot write the store {self.path}: the disk is full "
-                    f"({free_bytes(self.path)} bytes free); {waiting}; free space on that disk "
-                    "or lower [store].max_size")
-        else:
-            text = f"cannot write the store {self.path}: {error}; {waiting}"
-        self._set_problem(f"write:{code}", text)
-
-    def _set_problem(self, kind: str, text: str) -> None:
-        self._health.problem = text
-        now = time.monotonic()
-        if kind != self._problem_kind:
-            self._problem_kind = kind
-            self._problem_logged_at = now
-            self._problem_repeats = 0
-            log.error("%s", text)
-            return
-        self._problem_repeats += 1
-        if now - self._problem_logged_at >= _LOG_EVERY_S:
-            log.error("%s (%d more like this)", text, self._problem_repeats)
-            self._problem_logged_at = now
-            self._problem_repeats = 0
-
-    def _clear_problem(self, how: str) -> None:
-        if self._problem_kind is None:
-            return
-        log.warning("recording into %s again: %s", self.path, how)
-        self._problem_kind = None
-        self._problem_repeats = 0
-        self._health.problem = None
 
     def pragma(self, name: str, argument: int | str | None = None) -> tuple[Any, ...] | None:
         """`PRAGMA name` or `PRAGMA name(argument)` on the writer's connection, under its lock;
@@ -412,12 +299,6 @@ class Store(DatabaseFile, Maintenance):
             self._flush()
             self._trim_buffer()
             return not self._buffer
-
-    def _trim_buffer(self) -> None:
-        while len(self._buffer) > self.buffer_limit:
-            self._buffer.popleft()
-            self._health.samples_dropped += 1
-        self._health.samples_buffered = len(self._buffer)
 
     def _flush(self) -> None:
         """Commit buffered samples oldest first, at most `flush_chunk` of them per call."""
