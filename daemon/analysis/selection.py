@@ -138,9 +138,9 @@ KIND_RANKING: dict[str, str] = {
     BATCH_INFERENCE: "the cost of the same accelerator-hours, at spot where listed (a batch "
                      "splits across smaller hosts and is retried), else on demand: the price "
                      "per accelerator-hour ranks",
-    ONLINE_INFERENCE: "a month of serving (730 h) on demand or at the cheapest commitment "
-                      "listed, never spot (a reclaimed host drops requests); one replica per "
-                      "host",
+    ONLINE_INFERENCE: f"a month of serving ({HOURS_PER_MONTH:g} h) on demand or at the cheapest "
+                      "commitment listed, never spot (a reclaimed host drops requests); one "
+                      "replica per host",
 }
 KIND_ORDER = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE)
 

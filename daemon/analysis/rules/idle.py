@@ -302,17 +302,18 @@ IDLE_GPU_HELD = Rule(
     "default 5%) at the end of the window, the process showing no sign of work in it (no "
     "kernels, reads or D state; stacks waiting on input or sleeping)",
     f">= {DEFAULT_GPU_HELD_AFTER_S / 60:g} min", "idle time, memory held, process",
-    "release the GPU (SIGTERM after confirmation)", "process burn x 730 h",
+    "release the GPU (SIGTERM after confirmation)", f"process burn x {HOURS_PER_MONTH:g} h",
     check_idle_gpu_held, limits=("idle_held_min_s",))
 IDLE_SERVER = Rule(
     "idle_server", "GPU(s) held by a server (it listens and has served, or is online inference "
     "by its kind) and idle (below [idle].utilization) at the end of the window",
     f">= {DEFAULT_GPU_HELD_AFTER_S / 60:g} min",
     "idle time, memory held, listening ports, kind evidence",
-    "scale to zero / consolidate / share the GPU (never SIGTERM)", "process burn x 730 h",
+    "scale to zero / consolidate / share the GPU (never SIGTERM)",
+    f"process burn x {HOURS_PER_MONTH:g} h",
     check_idle_server, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
     "host_idle", "no GPU process, or every GPU idle, at the end of the window",
     f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
-    "stop this instance", "host price x 730 h x idle fraction", check_host_idle,
+    "stop this instance", f"host price x {HOURS_PER_MONTH:g} h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))

@@ -32,6 +32,7 @@ from daemon.analysis.rules.thresholds import (
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
 from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
+from pricing.offer import HOURS_PER_MONTH
 
 
 def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, Analysis, str], str],
@@ -169,42 +170,43 @@ DATALOADER_STARVATION = Rule(
     "dataloader_starvation", "data_wait share of the window",
     f"> {DATA_WAIT_SHARE:.0%} (PyTorch profiler)", "phase share, DataLoader top stacks",
     "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers",
-    "process burn x share x 730 h",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(DATA_WAIT, DATA_WAIT_SHARE, _dataloader_patch, "data wait",
                 "prefetch in DataLoader workers"))
 MAIN_THREAD_PREPROCESSING = Rule(
     "main_thread_preprocessing", "host_preprocess share of the window",
     f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
-    "move preprocessing into DataLoader workers", "process burn x share x 730 h",
+    "move preprocessing into DataLoader workers", f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(HOST_PREPROCESS, HOST_PREPROCESS_SHARE, _preprocess_patch,
                 "main-thread preprocessing", "move it into DataLoader workers"))
 STORAGE_BOUND = Rule(
     "storage_bound", "iowait / D-state fraction while the GPU is low",
     f"> {IO_STALL_FRACTION:.0%} stalled and > {GPU_LOW_FRACTION:.0%} GPU-low "
     "(SageMaker IOBottleneck)", "iowait, D state, read rate, top stacks",
-    "stage the data on local NVMe", "process burn x GPU-low fraction x 730 h",
+    "stage the data on local NVMe", f"process burn x GPU-low fraction x {HOURS_PER_MONTH:g} h",
     check_storage_bound)
 BLOCKING_CHECKPOINT = Rule(
     "blocking_checkpoint", "checkpoint share of the window",
     f"> {CHECKPOINT_SHARE:.0%}", "phase share, checkpoint cadence, top stacks",
-    "async checkpointing, or checkpoint less often", "process burn x share x 730 h",
+    "async checkpointing, or checkpoint less often",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(CHECKPOINT, CHECKPOINT_SHARE, _checkpoint_patch, "checkpointing",
                 "checkpoint asynchronously or less often"))
 EVAL_DOMINATING = Rule(
     "eval_dominating", "eval share of the window", f"> {EVAL_SHARE:.0%}",
     "phase share, top stacks", "evaluate less often / on a subset",
-    "process burn x share x 730 h",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(EVAL, EVAL_SHARE, _eval_patch, "evaluation",
                 "evaluate less often or on a subset"))
 HOST_SYNC = Rule(
     "host_sync", "sync share of the window", f"> {SYNC_SHARE:.0%}",
     "phase share, the repeating user line", "remove host syncs from the loop",
-    "process burn x share x 730 h",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(SYNC, SYNC_SHARE, _sync_patch, "host-GPU syncs",
                 "keep values on the GPU, sync only when logging"))
 COMMUNICATION_BOUND = Rule(
     "communication_bound", "comm share of the window", f"> {COMM_SHARE:.0%}",
     "phase share, collective top stacks", "overlap / bucket communication",
-    "process burn x share x 730 h",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(COMM, COMM_SHARE, _comm_patch, "communication",
                 "overlap and bucket collectives"))

@@ -140,4 +140,4 @@ STRAGGLER = Rule(
     f">= {WAITING_SHARE:.0%} waiting on peers while one rank waits under "
     f"{STRAGGLER_WAIT_RATIO:.0%} of that", "phases of each rank, the straggler's top stacks",
     "rebalance the shards, fix the slow rank's input or writes",
-    "waiting ranks' burn x waiting share x 730 h", check_stragglers)
+    f"waiting ranks' burn x waiting share x {HOURS_PER_MONTH:g} h", check_stragglers)
