@@ -201,7 +201,7 @@ def main() -> int:
             env.pop("COLUMNS", None)
             env.pop("LINES", None)
             tools = [
-                Tool("mlcost-top", [sys.executable, "-m", "mlcost_tui.app", "--connect",
+                Tool("mlcost-top", [sys.executable, "-m", "mlcost_tui", "--connect",
                                     daemon.target], (b"$/h", b"python"), env),
                 Tool("nvitop 1s", [sys.executable, "-c", NVITOP, "--interval", "1"],
                      (b"A100", b"MiB", b"python"), env),
@@ -211,7 +211,7 @@ def main() -> int:
             if args.compare:
                 other = os.path.abspath(args.compare)
                 tools.insert(1, Tool(f"{os.path.basename(other)}:top", [
-                    sys.executable, "-m", "mlcost_tui.app", "--connect", daemon.target],
+                    sys.executable, "-m", "mlcost_tui", "--connect", daemon.target],
                     tools[0].ready, dict(env, PYTHONPATH=os.pathsep.join(
                         [other] + [p for p in sys.path if p and not p.startswith(ROOT)])),
                     cwd=other))

@@ -12,6 +12,7 @@ import json
 import socket
 import time
 
+from daemon import clock
 from daemon.wire import Now
 from mlcost_tui.messages import HostSnapshot
 
@@ -60,4 +61,4 @@ def first_snapshot(target: str, token: str | None = None,
         now = Now.from_dict(document)
     except (OSError, ValueError, http.client.HTTPException):
         return None
-    return HostSnapshot(target, now, None, time.monotonic() - started, time.time())
+    return HostSnapshot(target, now, None, time.monotonic() - started, clock.now())

@@ -18,7 +18,7 @@ from typing import Any
 
 from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
-from daemon.wire import process_key
+from daemon.wire import COMPUTE, process_key
 
 COMPARE_VERSION = 1
 RESAMPLES = 1000
@@ -26,7 +26,6 @@ SEED = 20261202  # fixed: the same inputs give the same verdicts
 Z = 2.576  # a difference counts when it is past 99 % of what the noise alone would give
 BETTER, WORSE, NOISE, UNKNOWN = "better", "worse", "within noise", "no figure"
 SAVINGS_CHANGED = 0.2  # a recommendation "changed" when its savings moved by over 20 %
-COMPUTE = "compute"
 ENERGY_UNITS = ("kWh/h", "g CO2e/h", "kWh")  # shown in their unit, not as dollars
 ENERGY_NOISE = "GPU power over timeline buckets"
 
