@@ -123,6 +123,10 @@ def test_gpu_lost_not_supported_and_hang(sim_host):
         '[[faults]]\nkind = "gpu_lost"\ngpu = 0\nat_tick = 1\nuntil_tick = 2\n'
         '[[faults]]\nkind = "not_supported"\ngpu = 1\ncalls = ["nvmlDeviceGetPowerUsage"]\n'
         '[[faults]]\nkind = "hang"\ngpu = 1\ncall = "nvmlDeviceGetTemperature"\nseconds = 0.3\n'
+        # timed in seconds and due in an hour: not on now (a fault ending at `until` seconds:
+        # test_init_faults_recover_after_until)
+        '[[faults]]\nkind = "not_supported"\ngpu = 0\ncalls = ["nvmlDeviceGetTemperature"]\n'
+        'at = 3600.0\n'
     )
     running = sim_host(host_toml(gpus=2, faults=faults), wait=0)
     gpu0, gpu1 = handles(2)
@@ -135,7 +139,8 @@ def test_gpu_lost_not_supported_and_hang(sim_host):
     t = time.monotonic()
     pynvml.nvmlDeviceGetTemperature(gpu1, 0)
     assert time.monotonic() - t >= 0.3  # the hang happened (a lower bound: never flaky)
-    pynvml.nvmlDeviceGetTemperature(gpu0, 0)  # GPU 0 answers (how fast is bench/ business)
+    pynvml.nvmlDeviceGetTemperature(gpu0, 0)  # GPU 0 answers (how fast is bench/ business),
+    # its own fault not being due for an hour
 
     def memory_error(handle) -> type[pynvml.NVMLError] | None:
         try:
