@@ -18,7 +18,9 @@ from simhost import poll
 
 CONFIG = {"nvml": {"retry_initial": "0.5s", "retry_max": "1s"}}
 LOST_AT_TICK, LOST_UNTIL_TICK = 4, 18
-HANG_UNTIL_TICK = 10
+# Each hung call returns after 3 s (6 ticks): until tick 16, so that GPU 2 is first read (its
+# process first seen) and then timed out on more than one call, however late the first read.
+HANG_UNTIL_TICK = 16
 GPU_FAULTS = f"""
 [[faults]]
 kind = "gpu_lost"
@@ -94,7 +96,7 @@ def test_a_lost_gpus_process_is_recorded_in_every_tick_and_the_gpu_comes_back(si
     assert sick_host["seen"]["problems_after"] == []
 
 
-@pytest.mark.fault("GPU hung", "every utilization call on GPU 2 blocks 3 s, for 10 ticks")
+@pytest.mark.fault("GPU hung", "every utilization call on GPU 2 blocks 3 s, for 16 ticks")
 def test_a_hung_gpus_process_is_recorded_in_every_tick(sick_host):
     samples, pid = sick_host["samples"], sick_host["pids"]["w2"]
     followed = present_from_first_sight(samples, pid)
