@@ -214,9 +214,12 @@ class Analyzer:
         processes: dict[str, Any] = {}
         grid = self.grid()
         if b is not None:
+            # each table read under one hold of its lock, not once per process
+            costs = self.ledger.process_costs(b.processes)
+            energies = self.energy.processes()
             for key, proc in b.processes.items():
-                cost, job = self.ledger.process_cost(key)
-                energy = self.energy.process(key)
+                cost, job = costs[key]
+                energy = energies.get(key)
                 processes[process_key(*key)] = {
                     "pid": key[0], "start_time": key[1], "user": proc.user,
                     "job": job,
@@ -240,7 +243,7 @@ class Analyzer:
                 "price_per_gpu": self.price.per_gpu, "price_source": self.price.source,
                 "price": self.price.as_dict(), "gpus": [],
             }),
-            "cost": {k: v for k, v in self.ledger.as_dict().items() if k != "by_process"},
+            "cost": self.ledger.as_dict(by_process=False),
             "processes": processes,
             "events": events,
             "recommendations": self._recommendations(),

@@ -279,6 +279,14 @@ class CostLedger:
         with self.lock:
             return self.by_process.get(key, 0.0), self.job_of.get(key)
 
+    def process_costs(self, keys: Iterable[ProcessKey]
+                      ) -> dict[ProcessKey, tuple[float, str | None]]:
+        """`process_cost` of each key, under one hold of the lock (a /v1/now asks for every
+        process each tick)."""
+        with self.lock:
+            by_process, job_of = self.by_process, self.job_of
+            return {key: (by_process.get(key, 0.0), job_of.get(key)) for key in keys}
+
     def poll_unit_costs(self, timeout_s: float = UNIT_COST_TIMEOUT_S) -> list[UnitCostMeter]:
         """Read each configured counter (blocking, `timeout_s` each): run beside the tick. The
         lock is held only to read the cost, never across the HTTP read."""
@@ -308,20 +316,24 @@ class CostLedger:
             if len(self.by_process) > keep:
                 self.forget([k for k in self.by_process if k not in live])
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, by_process: bool = True) -> dict[str, Any]:
+        """The totals, JSON-ready; without `by_process` (a key per process, which /v1/now
+        leaves out) when it is False."""
         with self.lock:
-            return self._as_dict()
+            return self._as_dict(by_process)
 
-    def _as_dict(self) -> dict[str, Any]:
-        return {
+    def _as_dict(self, by_process: bool = True) -> dict[str, Any]:
+        totals: dict[str, Any] = {
             "total": self.total, "idle": self.idle, "wasted": self.wasted,
             "storage": self.storage, "seconds": self.seconds,
             "unaccounted_seconds": self.unaccounted_seconds,
             "by_user": dict(self.by_user), "by_job": dict(self.by_job),
             "by_owner": dict(self.by_owner),
             "by_day": dict(self.by_day),
-            "by_process": {process_key(*k): v for k, v in self.by_process.items()},
-            "storage_items": [s.as_dict() for s in self.storage_items],
-            "unit_costs": [m.as_dict() for m in self.meters],
-            "latency": [m.as_dict() for m in self.latency],
         }
+        if by_process:
+            totals["by_process"] = {process_key(*k): v for k, v in self.by_process.items()}
+        totals["storage_items"] = [s.as_dict() for s in self.storage_items]
+        totals["unit_costs"] = [m.as_dict() for m in self.meters]
+        totals["latency"] = [m.as_dict() for m in self.latency]
+        return totals

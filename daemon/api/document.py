@@ -91,11 +91,33 @@ PHASE_KNOWN_AFTER_S = 10.0
 
 
 def phase_known(balance: Mapping[str, Mapping[str, Any]] | None) -> bool:
+    """Whether a stack was sampled, or the process watched PHASE_KNOWN_AFTER_S."""
+    return _phase_fields(balance)[1] is not None
+
+
+def _phase_fields(balance: Mapping[str, Mapping[str, Any]] | None
+                  ) -> tuple[dict[str, Any], str | None, str | None, dict[str, Any]]:
+    """A balance's shares by phase, its top phase (None until `phase_known`), that phase's
+    confidence and each phase's reason (its top stack's), in one pass over the balance."""
     if not balance:
-        return False
-    watched = sum(float(part.get("seconds") or 0.0) for part in balance.values())
-    sampled = any(part.get("top_stacks") for part in balance.values())
-    return sampled or watched >= PHASE_KNOWN_AFTER_S
+        return {}, None, None, {}
+    phases: dict[str, Any] = {}
+    reasons: dict[str, Any] = {}
+    seconds = []
+    sampled = False
+    for phase, part in balance.items():
+        phases[phase] = part["share"]
+        seconds.append(float(part.get("seconds") or 0.0))
+        stacks = part.get("top_stacks")
+        if stacks:
+            sampled = True
+            reasons[phase] = stacks[0].get("reason")
+        else:
+            reasons[phase] = None
+    if not (sampled or sum(seconds) >= PHASE_KNOWN_AFTER_S):  # its phase is not known yet
+        return phases, None, None, reasons
+    top = max(phases, key=phases.__getitem__)
+    return phases, top, balance[top].get("confidence", HIGH_CONFIDENCE), reasons
 
 
 def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
@@ -104,9 +126,12 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
                   kind: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One process: what it is, its rates, its burn and cost, its phase balance, its kind."""
     kind = kind or {}
-    phases = {phase: part["share"] for phase, part in balance.items()} if balance else {}
-    top_phase = (max(phases, key=lambda p: phases[p]) if phases and phase_known(balance)
-                 else None)
+    phases, top_phase, confidence, reasons = _phase_fields(balance)
+    if cost:
+        burn_per_hour, spent, job, energy = (cost.get("burn_per_hour"), cost.get("cost"),
+                                             cost.get("job"), cost.get("energy"))
+    else:
+        burn_per_hour = spent = job = energy = None
     return {
         "key": proc.key, "pid": proc.pid, "start_time": proc.start_time, "ppid": proc.ppid,
         "user": proc.user, "command": proc.command,
@@ -117,21 +142,18 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "read_bytes_per_s": proc.read_bytes_per_s, "write_bytes_per_s": proc.write_bytes_per_s,
         "io_wait_percent": proc.io_wait_percent, "state": proc.state,
         "threads": proc.threads, "threads_in_d": proc.threads_in_d,
-        "burn_per_hour": cost.get("burn_per_hour") if cost else None,
-        "cost": cost.get("cost") if cost else None,
-        "job": cost.get("job") if cost else None,
+        "burn_per_hour": burn_per_hour,
+        "cost": spent,
+        "job": job,
         # daemon.analysis.energy: its watts now, joules, kWh and grams CO2e so far
-        "energy": cost.get("energy") if cost else None,
+        "energy": energy,
         "phases": phases,
         "phase": top_phase,
         # "high" from stacks, "low" from /proc alone (ptrace denied or stacks off); None: no phase
-        "phase_confidence": (balance or {}).get(top_phase, {}).get("confidence", HIGH_CONFIDENCE)
-        if top_phase else None,
+        "phase_confidence": confidence,
         "stack_status": stack_status["status"] if stack_status else None,
         # Why each phase was decided, from its top stack's classification.
-        "phase_reasons": {phase: (part["top_stacks"][0].get("reason")
-                                  if part.get("top_stacks") else None)
-                          for phase, part in balance.items()} if balance else {},
+        "phase_reasons": reasons,
         "owner": dict(proc.owner),
         "workload": workload_label(proc.owner),
         # daemon.analysis.kinds: what it is (training, serving...), how sure, and why.
@@ -142,8 +164,7 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "kind_source": kind.get("kind_source"),
         # daemon.analysis.inference_audit: runtime, quantization, batching and advice with
         # savings in $/month from this burn; None for a process that is not inference
-        "inference": with_savings(kind.get("inference"),
-                                  cost.get("burn_per_hour") if cost else None),
+        "inference": with_savings(kind.get("inference"), burn_per_hour),
     }
 
 
@@ -174,9 +195,10 @@ def now_document(
         doc["gpus"] = [gpu_entry(g) for g in model.gpus]
         if model.host_usage is not None:
             doc["host_usage"] = host_usage_entry(model.host_usage)
+        phases, stack_statuses, kinds = phases or {}, stack_statuses or {}, kinds or {}
         doc["processes"] = [
-            process_entry(p, costs.get(p.key), (phases or {}).get(p.key),
-                          (stack_statuses or {}).get(p.key), (kinds or {}).get(p.key))
+            process_entry(p, costs.get(p.key), phases.get(p.key), stack_statuses.get(p.key),
+                          kinds.get(p.key))
             for p in model.processes]
     if cost is not None:
         doc["price"] = cost.price
