@@ -391,6 +391,10 @@ class Daemon:
 
     async def run(self) -> int:
         """Record until SIGTERM/SIGINT (or max_ticks). Returns the process exit code."""
+        with memory.collector_tuned():  # the garbage collector's share: see runtime/memory.py
+            return await self._run()
+
+    async def _run(self) -> int:
         self._check_start()
         memory.limit_arenas()  # before the reader threads start: see runtime/memory.py
         loop = asyncio.get_running_loop()
@@ -425,6 +429,7 @@ class Daemon:
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
             await self._start_api()
+            memory.freeze_start_up()  # kept out of the collections while the ticks run
             log.info("recording into %s every %g s", self.db, self.config.daemon.interval)
             systemd.notify("READY=1")
             self.ready.set()
