@@ -803,14 +803,15 @@ class Daemon:
                 ran = self._kernels_since_round.get(proc.key, False)
                 self._kernels_since_round[proc.key] = ran or any(
                     u.sm_share > 0 for u in proc.gpus)
-        changed = self.analyzer.update(sample) if self.analyzer is not None else []
-        for event in changed:
-            facts.write_event(self.store, event.as_dict())
-        if self.snapshots is not None:
-            self.snapshots.on_tick(sample, changed, self.analyzer.idle.active()
-                                   if self.analyzer is not None else ())
-        if self.attribution is not None:
-            self.attribution.on_tick(sample)
+        with self.store.facts_batched():  # the tick's events and stack samples: one commit
+            changed = self.analyzer.update(sample) if self.analyzer is not None else []
+            for event in changed:
+                facts.write_event(self.store, event.as_dict())
+            if self.snapshots is not None:
+                self.snapshots.on_tick(sample, changed, self.analyzer.idle.active()
+                                       if self.analyzer is not None else ())
+            if self.attribution is not None:
+                self.attribution.on_tick(sample)
         if self.on_tick is not None:
             self.on_tick(sample)
         if self.simulation is not None:  # the simulated host's faults are timed in ticks

@@ -128,6 +128,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         self._last_seen_flushed = time.monotonic()
         self._last_seen: dict[int, int] = {}  # process id -> ts, not yet in processes.last_ts
         self._pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]] = OrderedDict()
+        self._batching = 0  # open facts_batched() blocks (daemon.store.pending)
         self._texts_written: OrderedDict[str, tuple[bytes, bytes, int]] = OrderedDict()  # facts
         self._spend_writes = 0  # rounds of hour spend handed over (facts.write_spend)
         # facts.write_process_kinds: each live process's kind as last written

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
+from daemon.store import facts
 from daemon.store.schema import GPU_METRICS, PROCESS_METRICS, SCHEMA_VERSION
 from daemon.store.writer import ReaderTimeout, Store
 
@@ -758,3 +759,23 @@ def test_the_writer_page_cache_stays_bounded_as_the_store_grows(tmp_path: Path) 
     held = sqlite.sqlite3_memory_used() - before
     store.close()
     assert held < 8 << 20, f"{held / 1e6:.1f} MB for a {tick}-tick store"
+
+
+def test_fact_writes_in_a_batch_land_together_when_it_ends(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 2)
+        events = [{"kind": "low_utilization", "target": f"100:{n}.000", "started_at": T0 + n,
+                   "ended_at": None, "detail": {"n": n}} for n in range(3)]
+        with store.facts_batched():
+            for event in events:
+                facts.write_event(store, event)
+            facts.write_event(store, dict(events[0], ended_at=T0 + 5))  # the same event, later
+            assert rows(path, "SELECT count(*) FROM events") == [(0,)]  # none written yet
+            assert store.health.facts_pending == 3
+        assert store.health.facts_pending == 0
+        assert rows(path, "SELECT target, ended_at FROM events ORDER BY target") == [
+            ("100:0.000", round((T0 + 5) * 1000)), ("100:1.000", None), ("100:2.000", None)]
+        facts.write_event(store, dict(events[1], ended_at=T0 + 6))  # outside: at once
+        assert rows(path, "SELECT ended_at FROM events WHERE target = '100:1.000'") == [
+            (round((T0 + 6) * 1000),)]
