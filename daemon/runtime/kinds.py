@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import fields
 from typing import Any
 
 from daemon.analysis.inference_audit import InferenceAudit, audit_inference
 from daemon.analysis.kinds import CONFIGURED, Kind, classify_kind, gpu_use_shape
 from daemon.analysis.ledger import JobLabeler
-from daemon.sources.kindfacts import KindFactsReader
+from daemon.sources.kindfacts import KindFacts, KindFactsReader
 from daemon.wire import process_key
 
 # A kind is classified again only when its facts or markers change, or after this long (the
@@ -30,6 +31,21 @@ GPU_USE_READS = 30
 # so about the last 5 minutes.
 SM_READINGS = 150
 MARKER_WINDOW_S = 1800.0  # frame markers seen this recently count (as for the kind)
+
+
+# KindFacts' fields that say when a read was made, not what it found
+_READ_TIMES = ("sockets_read_at", "maps_read_at")
+_FOUND = tuple(f.name for f in fields(KindFacts) if f.name not in _READ_TIMES)
+
+
+def facts_signature(facts: KindFacts | None) -> tuple[object, ...] | None:
+    """What of `facts` the classifier reads: all but when each read was made (a re-read that
+    found the same sockets and libraries changes nothing), save the span over which a listening
+    process's connections were caught (its evidence says it)."""
+    if facts is None:
+        return None
+    return (*(getattr(facts, name) for name in _FOUND),
+            facts.sockets_read_at if facts.listening_ports else None)
 
 
 def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
@@ -101,8 +117,8 @@ class KindTracker:
             seen = dict(markers.get(key) or {})
             shape = gpu_use_shape(uses[key])
             ran_at = kernels_at.get(key)
-            signature = (facts, frozenset(seen.items()), command, shape, ran_at is None,
-                         now // RECLASSIFY_EVERY_S)
+            signature = (facts_signature(facts), frozenset(seen.items()), command, shape,
+                         ran_at is None, now // RECLASSIFY_EVERY_S)
             last = self._memo.get(key)
             if last is not None and last[0] == signature:
                 kind = last[1]

@@ -3,11 +3,13 @@
 
 import os
 import socket
+from dataclasses import replace
 
 import psutil
 import pytest
 from test_rules import CATALOG, P4D, by_rule, phases_for, pid_id, window
 
+import daemon.runtime.kinds as runtime_kinds
 from daemon.analysis.kinds import (
     BATCH_INFERENCE,
     NOTEBOOK,
@@ -425,3 +427,36 @@ def test_collective_frames_in_any_thread_are_a_marker():
     mp = thread(("Barrier.wait", "/usr/lib/python3.11/threading.py"), main=True)
     assert "collective" in frame_markers([c10d])
     assert "collective" in frame_markers([mp])
+
+
+def test_a_re_read_that_found_the_same_facts_classifies_nothing_anew(monkeypatch):
+    """Sockets are re-read every 10 s per process: a reading that found what the last one did
+    (only its read time moved) keeps the kind as it was, without running the classifier; one
+    that found a new library classifies it again."""
+    class Reader:
+        facts = KindFacts(libraries=("torch",), sockets_read_at=NOW, maps_read_at=NOW)
+
+        def refresh(self, keys, now):
+            list(keys)
+
+        def get(self, key):
+            return self.facts
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return classify_kind(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_kinds, "classify_kind", counted)
+    reader = Reader()
+    tracker = KindTracker(reader)
+    procs = [(10, 1.0, "python train.py", {})]
+    tracker.refresh(procs, {}, NOW)
+    first = tracker.kinds["10:1.000"]
+    reader.facts = replace(reader.facts, sockets_read_at=NOW + 10)  # read again: the same
+    tracker.refresh(procs, {}, NOW + 10)
+    assert len(calls) == 1 and tracker.kinds["10:1.000"] is first
+    reader.facts = replace(reader.facts, libraries=("torch", "vllm"), maps_read_at=NOW + 20)
+    tracker.refresh(procs, {}, NOW + 20)
+    assert len(calls) == 2
