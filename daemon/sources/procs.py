@@ -54,6 +54,7 @@ class _Known:
     io_fd: int = -1
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
     forgotten: bool = False  # its descriptors are closed; the tick must not open new ones
+    read_by_tick: bool = False  # the tick's last read of it succeeded, since discovery looked
 
 
 def _read(path: str) -> bytes:
@@ -188,10 +189,16 @@ class ProcessSource:
     def _still_there(self, known: _Known) -> bool:
         """Whether a known process still runs, through the descriptor the tick reads it by: a
         pread of an exited process's file fails, and it never shows a process that reused the
-        pid. False when the tick has not opened it yet (then its start time is read again)."""
+        pid. False when the tick has not opened it yet (then its start time is read again).
+        Where the tick read it since the last round, that read answers (one pread a process a
+        round saved: an exit is then noticed a round later, and the tick's reads of an exited
+        process fail from the start, so nothing is recorded for it meanwhile)."""
         with self._fds:
             if known.forgotten or known.stat_fd < 0:
                 return False
+            if known.read_by_tick:  # the tick's read says so: no read of our own
+                known.read_by_tick = False
+                return True
             try:
                 _reread(known.stat_fd)
             except OSError:
@@ -232,6 +239,7 @@ class ProcessSource:
 
     def _read_one(self, known: _Known, uses: tuple[GpuUse, ...]) -> ProcessSample | None:
         """One process's counters; the caller holds `_fds`."""
+        known.read_by_tick = False  # until this read succeeds
         try:
             if known.stat_fd < 0:
                 known.stat_fd = os.open(f"/proc/{known.pid}/stat", os.O_RDONLY)
@@ -274,6 +282,7 @@ class ProcessSource:
             # Doing I/O this tick: look at every thread (a loader thread may be the one waiting).
             threads_in_d, known.blkio_ticks = _task_stalls(known.pid)
         known.last_io = io_marker
+        known.read_by_tick = True
         blkio = max(known.blkio_ticks, blkio_ticks)
         iowait = blkio / CLOCK_TICKS if self.delay_accounting else None
         return ProcessSample(

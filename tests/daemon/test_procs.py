@@ -11,6 +11,7 @@ import pytest
 from simhost import run_concurrently
 
 from daemon.analysis.phases import ON_CPU_MIN, cpu_demand
+from daemon.sources import procs as procs_module
 from daemon.sources.procs import MainThreadClock, ProcessSource, ThreadTimes, read_pressure
 from daemon.sources.sample import GpuUse
 
@@ -355,3 +356,27 @@ def test_a_zombie_is_a_gone_process():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_discovery_takes_the_ticks_read_as_proof_a_process_still_runs(monkeypatch):
+    """A process the tick read since the last round is not read again by discovery; one whose
+    last read failed (it exited, its pid may be reused) is looked at again."""
+    proc = spawn("import time; time.sleep(30)")
+    try:
+        source = ProcessSource(children=False)
+        source.discover({proc.pid})
+        assert len(source.read({proc.pid: USE})) == 1
+        rereads = []
+        real = procs_module._reread
+        monkeypatch.setattr(procs_module, "_reread",
+                            lambda fd: rereads.append(fd) or real(fd))
+        source.discover({proc.pid})
+        assert rereads == []  # the tick's read answered
+        source.discover({proc.pid})
+        assert len(rereads) == 1  # no tick read since: one pread of its own
+    finally:
+        proc.kill()
+        proc.wait()
+    assert source.read({proc.pid: USE}) == ()
+    source.discover(set())
+    assert source.read({proc.pid: USE}) == ()
