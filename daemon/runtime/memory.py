@@ -11,10 +11,10 @@ Python's cycle collector runs a young collection every 700 container objects all
 yet freed, and now and then a full one over every object the process holds. A tick at 256
 processes leaves ~5,000 such objects for a moment (samples, models, the /v1/now document), so
 it ran ~8 young and ~0.7 middle collections a tick, and a full one (~25 ms over what start-up
-imported) every ten ticks: 4.5-5 ms of the tick's ~37 ms (bench/collector.py --procs 256).
+imported) every ten ticks: 3-5 ms of the tick's ~37 ms (bench/collector.py --procs 256).
 While the daemon runs, a young collection waits for GC_YOUNG_THRESHOLD objects and what start-up
 built is frozen (gc.freeze: kept out of every collection; freed as usual when its count drops):
-0.2 ms a tick. Almost nothing the tick builds is cyclic, so the garbage left waiting is small.
+~0.15 ms a tick. Almost nothing the tick builds is cyclic, so the garbage left waiting is small.
 """
 
 from __future__ import annotations
