@@ -13,8 +13,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import default_socket_path
-from daemon.wire import ActionResult, Comparison, Health, History, Now, Phases, Recommendation
+from daemon.wire import (
+    ActionResult,
+    Comparison,
+    Health,
+    History,
+    Now,
+    Phases,
+    Recommendation,
+    default_socket_path,
+)
 
 if TYPE_CHECKING:  # imported on the first request: mlcost-top draws its first frame without it
     import aiohttp
