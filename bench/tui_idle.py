@@ -8,12 +8,11 @@ own pty of --size:
 - nvitop's TUI reading the same simulated NVML (daemon.sim.nvml installed in its process, as
   tests/sim/test_nvitop.py does), at `--interval 1` (mlcost-top's cadence) and at its default
   2 s.
-Once each screen shows the host's data (the GPU's model and a workload's pid, as /v1/now gives
-them, found in what the terminal shows: its output with the escape sequences removed, so neither
-a style change inside a word nor a narrow column that drops a command's interpreter hides them)
-and a few seconds more have passed, each process's CPU
-time (user + system) is read at the start and the end of the window, its RSS every second, and
-the bytes it wrote to its terminal counted (what it repaints). nvitop's CPU includes its own
+Once each screen shows the host's data (a workload's pid, as /v1/now gives it, found in what the
+terminal shows: its output with the escape sequences removed, so neither a style change inside
+a word nor a narrow column that drops a command's interpreter hides it) and a few seconds more
+have passed, each process's CPU time (user + system) is read at the start and the end of the
+window, its RSS every second, and the bytes it wrote to its terminal counted (what it repaints). nvitop's CPU includes its own
 collection (NVML + /proc); mlcost-top's includes reading and parsing /v1/now.
 
     .venv/bin/python bench/tui_idle.py [--seconds 60] [--runs 3] [--size 200x50]
@@ -90,8 +89,8 @@ def visible_text(stream: bytes) -> bytes:
 
 @dataclass
 class Tool:
-    """One TUI on its own pty. `ready` is the data it must show (e.g. the GPU's model and a
-    workload's pid, from mlcostd's /v1/now): each a regular expression over what the screen
+    """One TUI on its own pty. `ready` is the data it must show (a workload's pid, from
+    mlcostd's /v1/now): each a regular expression over what the screen
     shows (`visible_text`), so a word split by a style change still counts, and a drawing that
     only moves the cursor does not."""
 
@@ -154,15 +153,14 @@ class Tool:
 
 
 def shows_data(snapshot: HostSnapshot) -> tuple[re.Pattern[bytes], ...]:
-    """What a screen with the host's data shows, whichever tool draws it: the first GPU's model
-    (as nvitop shortens it, without "NVIDIA " and the form factor) and the pid of at least one
-    workload (a whole number: never part of a longer one). Both come from the data; neither is
-    a column title drawn before it, nor cut by a narrow column (a command line's interpreter
-    is, when the column is narrow)."""
+    """What a screen with the host's data shows, whichever tool draws it: the pid of at least
+    one workload (a whole number, never part of a longer one). It comes from the data, so it
+    is neither a column title drawn before the data nor anything a narrow screen drops (a
+    command line's interpreter is, in a narrow command column; mlcost-top's GPU model column
+    goes before the PID column does)."""
     assert snapshot.now is not None
-    model = (snapshot.now.gpus[0].name or "").removeprefix("NVIDIA ").split("-")[0]
     pids = b"|".join(str(p.pid).encode() for p in snapshot.now.processes)
-    return (re.compile(re.escape(model.encode())), re.compile(rb"(?<!\d)(?:" + pids + rb")(?!\d)"))
+    return (re.compile(rb"(?<!\d)(?:" + pids + rb")(?!\d)"),)
 
 
 def cpu_seconds(process: psutil.Process) -> float:
