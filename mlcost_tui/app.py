@@ -235,8 +235,10 @@ class MlcostTop(App):
             header.update(Text(f"mlcost-top: opening the replay of {self.replay.path}…"))
             self.replay_goto(0)
         elif self.first is not None and self.first.now is not None:
-            self.live.last_now[0] = self.first.now
-            self.on_snapshot_arrived(SnapshotArrived((self.first,)))  # before the first paint
+            # handed over, not kept: the next poll replaces it (a whole /v1/now held twice)
+            first, self.first = self.first, None
+            self.live.last_now[0] = first.now
+            self.on_snapshot_arrived(SnapshotArrived((first,)))  # before the first paint
             if self.polling:
                 self._poll_timer = self.set_timer(self.live.interval_s, self.poll,
                                                   name="next poll")
