@@ -261,7 +261,7 @@ def main() -> int:
             env.pop("LINES", None)
             ready = shows_data(snap)
             tools = [
-                Tool("mlcost-top", [sys.executable, "-m", "mlcost_tui.app", "--connect",
+                Tool("mlcost-top", [sys.executable, "-m", "mlcost_tui", "--connect",
                                     daemon.target], env, ready=ready),
                 Tool("nvitop 1s", [sys.executable, "-c", NVITOP, "--interval", "1"], env,
                      ready=ready),
@@ -270,7 +270,7 @@ def main() -> int:
             if args.compare:
                 other = os.path.abspath(args.compare)
                 tools.insert(1, Tool(f"{os.path.basename(other)}:top", [
-                    sys.executable, "-m", "mlcost_tui.app", "--connect", daemon.target],
+                    sys.executable, "-m", "mlcost_tui", "--connect", daemon.target],
                     dict(env, PYTHONPATH=os.pathsep.join(
                         [other] + [p for p in sys.path if p and not p.startswith(ROOT)])),
                     cwd=other, ready=ready))

@@ -20,6 +20,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from daemon.analysis.busy import (
+    DEFAULT_GPU_HELD_AFTER_S,
+    DEFAULT_GPU_UNHELD_AFTER_S,
+    DEFAULT_HOST_IDLE_AFTER_S,
+    DEFAULT_IDLE_UTILIZATION_PCT,
+)
 from daemon.analysis.kinds import KINDS
 from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
 from daemon.wire import default_socket_path as default_socket_path
@@ -279,14 +285,14 @@ class AttributionConfig:
 
 @dataclass(frozen=True)
 class IdleConfig:
-    utilization: float = field(default=5.0, metadata=_meta(
+    utilization: float = field(default=DEFAULT_IDLE_UTILIZATION_PCT, metadata=_meta(
         "a GPU below this utilization (%) is idle", "number", 0, 100))
-    gpu_held_after: float = field(default=600.0, metadata=_meta(
+    gpu_held_after: float = field(default=DEFAULT_GPU_HELD_AFTER_S, metadata=_meta(
         "a GPU held by a process but idle this long raises an idle event", "duration", 10,
         86400))
-    gpu_unheld_after: float = field(default=600.0, metadata=_meta(
+    gpu_unheld_after: float = field(default=DEFAULT_GPU_UNHELD_AFTER_S, metadata=_meta(
         "a GPU with no process, idle this long, raises an idle event", "duration", 10, 86400))
-    host_after: float = field(default=1800.0, metadata=_meta(
+    host_after: float = field(default=DEFAULT_HOST_IDLE_AFTER_S, metadata=_meta(
         "every GPU idle (or none in use) this long: 'stop this instance'", "duration", 10,
         7 * 86400))
 

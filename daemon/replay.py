@@ -39,6 +39,7 @@ from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import EnergyMeter
+from daemon.analysis.idle import event_id
 from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
@@ -292,7 +293,7 @@ class Replay:
                 if event["ended_at"] is None:
                     windows.append(event)
                 continue
-            event["id"] = f"{event['kind']}:{event['target']}:{event['started_at']:.3f}"
+            event["id"] = event_id(event["kind"], event["target"], event["started_at"])
             detail = event.get("detail")  # as live: a text detail, else the target is shown
             event["detail"] = detail if isinstance(detail, str) else ""
             events.append(event)

@@ -72,7 +72,26 @@ def _text(value: Any) -> str | None:
     return lines(value) if isinstance(value, str) else None
 
 
-PHASE_CONFIDENCES = ("high", "low")  # Process.phase_confidence
+# A process's phases (Process.phase, the keys of Process.phases), named once: the daemon's
+# classifier (daemon.analysis.phases) decides them, reports and mlcost-top show them.
+COMPUTE = "compute"
+DATA_WAIT = "data_wait"
+HOST_PREPROCESS = "host_preprocess"
+CHECKPOINT = "checkpoint"
+OUTPUT = "output"  # writing logs, metrics, predictions, embeddings: serialization plus writes
+EVAL = "eval"
+SYNC = "sync"
+COMM = "comm"
+IDLE = "idle"  # GPU memory held, nothing running
+UNKNOWN = "unknown"
+PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM, IDLE,
+          UNKNOWN)
+
+# How sure a phase is (Process.phase_confidence): "high" from Python stacks (or the GPU's own
+# busy time), "low" from /proc alone where py-spy may not read the process.
+HIGH_CONFIDENCE = "high"
+LOW_CONFIDENCE = "low"
+PHASE_CONFIDENCES = (HIGH_CONFIDENCE, LOW_CONFIDENCE)
 # Shown after a phase decided from /proc alone (no stack): "data_wait~" (README "When ptrace is
 # denied").
 LOW_CONFIDENCE_MARK = "~"
@@ -82,7 +101,18 @@ def phase_label(phase: str | None, confidence: str | None) -> str:
     """A phase as a screen or a report shows it: marked when its confidence is low."""
     if phase is None:
         return "-"
-    return phase + LOW_CONFIDENCE_MARK if confidence == "low" else phase
+    return phase + LOW_CONFIDENCE_MARK if confidence == LOW_CONFIDENCE else phase
+
+
+def money(value: float | None, digits: int = 2, *, small: bool = False) -> str:
+    """Dollars as reports, recommendations and snapshots write them: '$1,234.56', '-' when
+    unknown. `small`: four decimals below $1, where a short run's cost would read $0.00
+    (profiles and their gates: '$0.0022')."""
+    if value is None:
+        return "-"
+    if small and abs(value) < 1:
+        digits = 4
+    return f"${value:,.{digits}f}"
 
 
 def _confidence(value: Any) -> str | None:
@@ -652,13 +682,15 @@ class ComparedFigure:
     after: str
     change: str
     verdict: str
+    counted: bool = True  # False: judged but left out of the overall verdict (energy per hour)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ComparedFigure:
         return cls(label=_line(d.get("label"))[:40], before=_line(d.get("a_text"), "-")[:20],
                    after=_line(d.get("b_text"), "-")[:20],
                    change=_line(d.get("change_text"), "-")[:20],
-                   verdict=_line(d.get("verdict"), "?")[:20])
+                   verdict=_line(d.get("verdict"), "?")[:20],
+                   counted=d.get("in_overall") is not False)
 
 
 @dataclass(frozen=True)

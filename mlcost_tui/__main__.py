@@ -1,5 +1,5 @@
 """`python -m mlcost_tui`: the same as the console script `mlcost-top`."""
 
-from mlcost_tui.app import console
+from mlcost_tui.cli import console
 
 console()

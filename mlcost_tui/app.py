@@ -11,8 +11,6 @@ the same message, so live and replayed states are rendered by the same code.
 from __future__ import annotations
 
 import gc
-import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -805,26 +803,4 @@ class MlcostTop(App):
             self.replay.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """mlcost-top's work (mlcost_tui.cli), returning its exit status (tests call this)."""
-    from mlcost_tui.cli import main as run
-
-    return run(argv)
-
-
-def console() -> None:
-    """The console script `mlcost-top`: main(), then exit without the interpreter's teardown.
-    Once the app has quit and the demo's daemon is handed to its reaper nothing is left to save,
-    and collecting the app's objects at exit took 3 s of the 3.4 s from `q` to the shell on the
-    demo (2 CPUs; bench/tui_quit.py)."""
-    status = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
-
-
-__all__ = ["MlcostTop", "console", "main"]
-
-
-if __name__ == "__main__":
-    console()
+__all__ = ["MlcostTop"]

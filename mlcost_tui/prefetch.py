@@ -10,6 +10,7 @@ import http.client
 import json
 import time
 
+from daemon import clock
 from daemon.client import connection_to
 from daemon.wire import Now
 from mlcost_tui.messages import HostSnapshot
@@ -42,4 +43,4 @@ def first_snapshot(target: str, token: str | None = None,
         now = Now.from_dict(document)
     except (OSError, ValueError, http.client.HTTPException):
         return None
-    return HostSnapshot(target, now, None, time.monotonic() - started, time.time())
+    return HostSnapshot(target, now, None, time.monotonic() - started, clock.now())

@@ -5,6 +5,19 @@ Whether a GPU is idle is not decided here: the daemon sends its verdict (Gpu.bus
 
 from __future__ import annotations
 
+from daemon.wire import (
+    CHECKPOINT,
+    COMM,
+    COMPUTE,
+    DATA_WAIT,
+    EVAL,
+    HOST_PREPROCESS,
+    IDLE,
+    OUTPUT,
+    SYNC,
+    UNKNOWN,
+)
+
 # Utilization colours (load, not the idle verdict): below LOW red, below HIGH yellow, else green.
 LOW_UTILIZATION_PCT = 30.0
 HIGH_UTILIZATION_PCT = 70.0
@@ -30,16 +43,16 @@ MONEY = "bold"
 MUTED_TRACK = "grey30"  # the empty part of a load bar
 
 PHASE_COLOURS = {
-    "compute": "green",
-    "data_wait": "red",
-    "host_preprocess": "magenta",
-    "checkpoint": "yellow",
-    "output": "bright_yellow",
-    "eval": "cyan",
-    "sync": "bright_red",
-    "comm": "blue",
-    "idle": "grey35",
-    "unknown": "grey62",
+    COMPUTE: "green",
+    DATA_WAIT: "red",
+    HOST_PREPROCESS: "magenta",
+    CHECKPOINT: "yellow",
+    OUTPUT: "bright_yellow",
+    EVAL: "cyan",
+    SYNC: "bright_red",
+    COMM: "blue",
+    IDLE: "grey35",
+    UNKNOWN: "grey62",
 }
 
 

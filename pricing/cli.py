@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from pricing.cache import default_cache_path, read_cache
 from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
+from pricing.offer import HOURS_PER_MONTH
 from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 
 EXIT_OK = 0
@@ -85,8 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "charge for that hardware (its accelerators and their count) "
                              "against the same hardware self-managed: monthly difference and "
                              "markup")
-    parser.add_argument("--hours-per-month", type=number_in(0, 744), default=730.0, metavar="H",
-                        help="with --managed: hours the workload runs a month (default 730)")
+    parser.add_argument("--hours-per-month", type=number_in(0, 744), default=HOURS_PER_MONTH,
+                        metavar="H", help="with --managed: hours the workload runs a month "
+                                          f"(default {HOURS_PER_MONTH:g})")
     parser.add_argument("--cache", default=None, metavar="FILE",
                         help=f"live price cache (default: [pricing].cache of the config, "
                              f"else {default_cache_path()})")

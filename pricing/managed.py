@@ -35,7 +35,7 @@ from pricing.catalog import (
     _parse_date,
     normalize_instance_type,
 )
-from pricing.offcloud import HOURS_PER_MONTH
+from pricing.offer import HOURS_PER_MONTH
 from pricing.refresh import (
     AWS_REGION_NAMES,
     PRICE_LIST_URL,

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HOURS_PER_YEAR = 8760.0
-HOURS_PER_MONTH = HOURS_PER_YEAR / 12  # 730
+from pricing.offer import HOURS_PER_MONTH, HOURS_PER_YEAR
 
 
 @dataclass(frozen=True)

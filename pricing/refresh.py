@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from pricing.cache import CachedPrice, write_cache
+from pricing.offer import HOURS_PER_YEAR
 
 # The Price List API lives in us-east-1 (also ap-south-1, eu-central-1); us-east-1 serves all.
 PRICING_API_REGION = "us-east-1"
@@ -196,7 +197,6 @@ def parse_on_demand(price_list: Iterable[str | dict[str, Any]]) -> tuple[float |
     return best, attributes
 
 
-HOURS_PER_YEAR = 8760
 RESERVED_SOURCE = "AWS Price List API (pricing.get_products, Reserved standard)"
 PRICE_LIST_URL = "https://api.pricing.us-east-1.amazonaws.com (GetProducts)"
 

@@ -20,11 +20,11 @@ import aiohttp
 
 from pricing.cache import CachedPrice
 from pricing.http import DEFAULT_TIMEOUT_S, FetchError, fetch
+from pricing.offer import HOURS_PER_YEAR
 from pricing.refresh import Progress, RefreshResult
 
 AZURE_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 SOURCE = "Azure Retail Prices API"
-HOURS_PER_YEAR = 8760
 MAX_PAGES = 50  # a filtered VM query is a few pages; more means the filter is wrong
 # SKUs per request: the OData filter is a URL; ~10 `or` clauses stay far below URL limits.
 SKUS_PER_REQUEST = 10

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pricing.catalog import InstanceOffer
+    from pricing.offer import InstanceOffer
 
 # Plausible on-demand $ per accelerator-hour, (low, high). Reasoning: the low end sits below the
 # cheapest public list price we know for that accelerator (neoclouds such as Lambda) by ~30 %,
@@ -92,7 +92,7 @@ def _family(accelerator: str) -> str:
 
 def check_offers(offers: Sequence[InstanceOffer]) -> tuple[list[InstanceOffer], list[Rejection]]:
     """(offers that pass, with failing spot/commitment prices removed; what was left out)."""
-    from pricing.catalog import normalize_instance_type
+    from pricing.offer import normalize_instance_type
 
     kept: list[InstanceOffer] = []
     rejected: list[Rejection] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import lifeline
@@ -181,7 +182,7 @@ def mlcostd(tmp_path_factory) -> Iterator[Callable[..., livedaemon.LiveDaemon]]:
     started: list[livedaemon.LiveDaemon] = []
 
     def start(scenario_name: str = "idle-host", **kwargs) -> livedaemon.LiveDaemon:
-        folder = tmp_path_factory.mktemp(f"mlcostd-{scenario_name}")
+        folder = tmp_path_factory.mktemp(f"mlcostd-{Path(scenario_name).stem}")  # a name or a file
         daemon = livedaemon.start(folder, scenario_name, **kwargs)
         started.append(daemon)
         return daemon

@@ -47,6 +47,20 @@ def attach_code(gpu: int, alloc_gib: float, loop: str = "time.sleep(60)") -> str
     )
 
 
+def attached(running: Any, gpu: int, alloc_gib: float = 0.0, sm: float | None = None) -> Any:
+    """This test process on a simulated GPU, as a workload would be, without spawning one:
+    holding `alloc_gib` GiB and, with `sm`, running a kernel on that share of the SMs until it
+    is closed (a Device: use it in a `with`). For tests of what NVML reports, not of how a
+    workload behaves."""
+    from daemon.sim.device import Device
+
+    device = Device(gpu_index=gpu, state_dir=running.state_dir)
+    device.alloc(int(alloc_gib * GIB))
+    if sm is not None:
+        device.launch(sm)
+    return device
+
+
 def poll(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.2,
          explain: Callable[[], str] | None = None) -> Any:
     """Call predicate() until it returns something truthy (returned), or fail the test naming

@@ -10,7 +10,7 @@ from daemon.analysis.phases import StackSample, phase_balance
 from daemon.sources.frames import Frame
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.wire import process_key
+from daemon.wire import CHECKPOINT, process_key
 
 LOW_UTILIZATION = "low_utilization"  # the event kind of a window
 
@@ -74,7 +74,7 @@ def checkpoint_times(reader: StoreReader, since: float,
             windows.setdefault(event["target"], []).append((event["started_at"], end))
     found: dict[str, set[float]] = {}
     for row in queries.stack_samples(reader, since, until):
-        if row["phase"] != "checkpoint":
+        if row["phase"] != CHECKPOINT:
             continue
         key = process_key(row["pid"], row["start_time"])
         for start, end in windows.get(key, ()):

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 # 5% is where nvidia-smi readings of an idle GPU with a CUDA context open stop (periodic
 # housekeeping); the default of [idle].utilization.
 DEFAULT_IDLE_UTILIZATION_PCT = 5.0
+# How long idle becomes an event, and advice (defaults of [idle].gpu_held_after, gpu_unheld_after
+# and host_after; our choice): 10 minutes held idle is long past any eval or checkpoint pause of
+# a healthy job; a host idle for 30 minutes costs a full on-demand hour on most clouds' minds.
+DEFAULT_GPU_HELD_AFTER_S = 600.0
+DEFAULT_GPU_UNHELD_AFTER_S = 600.0
+DEFAULT_HOST_IDLE_AFTER_S = 1800.0
 
 
 def gpu_is_busy(utilization_pct: float | None, idle_utilization_pct: float) -> bool | None:
@@ -26,17 +32,15 @@ def gpu_is_busy(utilization_pct: float | None, idle_utilization_pct: float) -> b
 
 @dataclass(frozen=True)
 class IdleThresholds:
-    """The [idle] settings: what idle is and when it becomes an event. Defaults: 5% is the
-    utilization of a GPU with only a CUDA context open; 10 minutes held idle is long past any
-    eval or checkpoint pause of a healthy job; a host idle for 30 minutes costs a full on-demand
-    hour on most clouds' minds. `resume_utilization_pct` is the hysteresis of an open event
-    (activity must reach it, for `close_after_s`, to close the event)."""
+    """The [idle] settings: what idle is and when it becomes an event (defaults: above).
+    `resume_utilization_pct` is the hysteresis of an open event (activity must reach it, for
+    `close_after_s`, to close the event)."""
 
     idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT
     resume_utilization_pct: float = 10.0
-    gpu_held_after_s: float = 600.0
-    gpu_unheld_after_s: float = 600.0
-    host_after_s: float = 1800.0
+    gpu_held_after_s: float = DEFAULT_GPU_HELD_AFTER_S
+    gpu_unheld_after_s: float = DEFAULT_GPU_UNHELD_AFTER_S
+    host_after_s: float = DEFAULT_HOST_IDLE_AFTER_S
     close_after_s: float = 30.0
     history: int = 200  # closed events kept
 

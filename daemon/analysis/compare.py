@@ -18,7 +18,7 @@ from typing import Any
 
 from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
-from daemon.wire import process_key
+from daemon.wire import COMPUTE, process_key
 
 COMPARE_VERSION = 1
 RESAMPLES = 1000
@@ -26,7 +26,6 @@ SEED = 20261202  # fixed: the same inputs give the same verdicts
 Z = 2.576  # a difference counts when it is past 99 % of what the noise alone would give
 BETTER, WORSE, NOISE, UNKNOWN = "better", "worse", "within noise", "no figure"
 SAVINGS_CHANGED = 0.2  # a recommendation "changed" when its savings moved by over 20 %
-COMPUTE = "compute"
 ENERGY_UNITS = ("kWh/h", "g CO2e/h", "kWh")  # shown in their unit, not as dollars
 ENERGY_NOISE = "GPU power over timeline buckets"
 
@@ -643,6 +642,28 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
 
 
 # -- the comparison -----------------------------------------------------------------------
+
+
+NOT_COUNTED_MARK = "*"
+NOT_COUNTED_NOTE = ("* judged, not counted in the overall verdict: a GPU that does more work "
+                    "draws more per hour (kWh per 1k steps counts)")
+
+
+def shown_verdict(figure: dict[str, Any]) -> str:
+    """A figure's verdict as a person reads it: marked when it is left out of the overall
+    verdict (energy and carbon per hour), so 'worse' there does not read as a regression."""
+    counted = figure.get("in_overall", True) is not False
+    return str(figure.get("verdict")) + ("" if counted else NOT_COUNTED_MARK)
+
+
+def verdict_counts(figures: Sequence[dict[str, Any]]) -> str:
+    """'5 better, 0 worse, 2 within noise' over the figures the overall verdict counts, and
+    '; 2 not counted' when some are left out."""
+    counted = [f for f in figures if f.get("in_overall", True) is not False]
+    text = ", ".join(f"{sum(1 for f in counted if f.get('verdict') == v)} {v}"
+                     for v in (BETTER, WORSE, NOISE))
+    left_out = len(figures) - len(counted)
+    return text + (f"; {left_out} not counted" if left_out else "")
 
 
 def overall(figures: Sequence[dict[str, Any]]) -> str:

@@ -30,7 +30,6 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, g
 from daemon.sources.sample import GPU_OK, Sample
 from daemon.wire import process_key
 
-HOURS_PER_MONTH = 730.0  # the clouds' billing month (365 * 24 / 12)
 NO_PRICE_SOURCE = "no price: set [instance].price_per_hour"
 
 ProcessKey = tuple[int, float]

@@ -29,6 +29,12 @@ HOST_IDLE = "host_idle"
 BUDGET_EXCEEDED = "budget_exceeded"  # raised by daemon.analysis.budgets, same Event type
 
 
+def event_id(kind: str, target: str, started_at: float) -> str:
+    """An idle event's id, 'kind:target:started_at' (the start to the millisecond): the same
+    for the live event and its replay from the store."""
+    return f"{kind}:{target}:{started_at:.3f}"
+
+
 @dataclass(frozen=True)
 class Event:
     kind: str
@@ -44,7 +50,7 @@ class Event:
 
     @property
     def id(self) -> str:
-        return f"{self.kind}:{self.target}:{self.started_at:.3f}"
+        return event_id(self.kind, self.target, self.started_at)
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "target": self.target,

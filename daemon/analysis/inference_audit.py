@@ -31,8 +31,8 @@ from typing import Any
 from daemon.analysis.kinds import INFERENCE_KINDS, ONLINE_INFERENCE, Kind
 from daemon.sources.kindfacts import KindFacts
 from daemon.sources.safe_text import one_line
+from pricing.offer import HOURS_PER_MONTH
 
-HOURS_PER_MONTH = 730.0
 # What a well-batched server keeps its GPU at under load: the underbatched rule's "well used"
 # line (rules/thresholds.py WELL_USED_UTILIZATION_PCT, SageMaker Debugger's p95 70%).
 BATCHED_SM_SHARE_PCT = 70.0

@@ -20,10 +20,10 @@ from typing import Any
 from daemon.analysis.phases import SampleSplit, StackSample, balance_of, sample_split
 from daemon.sources.frames import Frame
 from daemon.sources.sample import Sample
+from daemon.wire import CHECKPOINT
 
 WINDOW_S = 1800.0  # as the rules' window (runtime/daemon.py EVALUATION_WINDOW_S)
 MAX_SAMPLES_PER_PROCESS = 4096  # a bound beside the window's: the sampler is rate-limited anyway
-CHECKPOINT = "checkpoint"
 FORGET_EVERY_S = 10.0  # facts past the window are dropped this often (memory, not results)
 
 ProcessId = tuple[int, float]  # (pid, start_time)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon import clock
-from daemon.analysis.cost import HOURS_PER_MONTH
+from pricing.offer import HOURS_PER_MONTH
 
 # EBS gp3 in us-east-1 is $0.08 per GB-month (GB = 2^30 bytes, as the clouds bill).
 DEFAULT_STORAGE_PRICE_PER_GB_MONTH = 0.08

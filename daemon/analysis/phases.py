@@ -41,28 +41,27 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from daemon.sources.frames import Frame, ThreadStack, main_thread
+from daemon.wire import (
+    CHECKPOINT,
+    COMM,
+    COMPUTE,
+    DATA_WAIT,
+    EVAL,
+    HIGH_CONFIDENCE,
+    HOST_PREPROCESS,
+    IDLE,
+    LOW_CONFIDENCE,
+    OUTPUT,
+    PHASES,
+    SYNC,
+    UNKNOWN,
+)
 
-COMPUTE = "compute"
-DATA_WAIT = "data_wait"
-HOST_PREPROCESS = "host_preprocess"
-CHECKPOINT = "checkpoint"
-OUTPUT = "output"  # writing logs, metrics, predictions, embeddings: serialization plus writes
-EVAL = "eval"
-SYNC = "sync"
-COMM = "comm"
-IDLE = "idle"  # GPU memory held, nothing running
-UNKNOWN = "unknown"
-
-# How sure a phase is: "high" from Python stacks (or the GPU's own busy time), "low" from /proc
-# alone where py-spy may not read the process (daemon.analysis.proc_phases).
-HIGH_CONFIDENCE = "high"
-LOW_CONFIDENCE = "low"
+# The phase names and confidences are the wire's (daemon.wire); imported from here too. "low":
+# from /proc alone where py-spy may not read the process (daemon.analysis.proc_phases).
 # A fallback sample's reason starts with this, and its one pseudo-frame is in this file.
 NO_STACKS_EVIDENCE = "from /proc, no stacks"
 NO_STACK_FILE = "<proc>"
-
-PHASES = (COMPUTE, DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM, IDLE,
-          UNKNOWN)
 
 # Frame rule kinds, in the order classify() tries them (see its docstring).
 CONTEXT = "context"  # anywhere in the stack: the whole stack is spent in this phase

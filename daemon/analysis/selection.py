@@ -22,10 +22,10 @@ ported and measured, so each says what moving costs (MIGRATION) and is ranked by
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from daemon import clock
 from daemon.analysis.kinds import (
     BATCH_INFERENCE,
     ONLINE_INFERENCE,
@@ -34,9 +34,10 @@ from daemon.analysis.kinds import (
 )
 from daemon.store import queries
 from daemon.store.reader import StoreReader
+from daemon.wire import money
 from pricing import Catalog
 from pricing.catalog import InstanceOffer
-from pricing.offcloud import HOURS_PER_MONTH
+from pricing.offer import HOURS_PER_MONTH
 
 GIB = 1 << 30
 HEADROOM = 0.10
@@ -61,7 +62,7 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
                   until: float | None = None) -> Need:
     """The need of process `pid`, or of all GPU processes of the host, over the since_s before
     `until` (None: now); with `kind`, of those recorded with that workload kind only."""
-    until = time.time() if until is None else until
+    until = clock.now() if until is None else until
     since = until - since_s
     rows = reader.query(
         "SELECT p.pid, p.start_ms, p.command, s.gpu, max(s.mem) AS peak, min(s.ts) AS first,"
@@ -137,9 +138,9 @@ KIND_RANKING: dict[str, str] = {
     BATCH_INFERENCE: "the cost of the same accelerator-hours, at spot where listed (a batch "
                      "splits across smaller hosts and is retried), else on demand: the price "
                      "per accelerator-hour ranks",
-    ONLINE_INFERENCE: "a month of serving (730 h) on demand or at the cheapest commitment "
-                      "listed, never spot (a reclaimed host drops requests); one replica per "
-                      "host",
+    ONLINE_INFERENCE: f"a month of serving ({HOURS_PER_MONTH:g} h) on demand or at the cheapest "
+                      "commitment listed, never spot (a reclaimed host drops requests); one "
+                      "replica per host",
 }
 KIND_ORDER = (TRAINING, BATCH_INFERENCE, ONLINE_INFERENCE)
 
@@ -289,9 +290,6 @@ def render_kinds(need: Need, sections: list[dict[str, Any]], why: str) -> str:
 
     def note(row: dict[str, Any]) -> str:
         return f"[{footnotes.setdefault(row['price_source'], len(footnotes) + 1)}]"
-
-    def money(value: float | None, digits: int = 2) -> str:
-        return "-" if value is None else f"${value:,.{digits}f}"
 
     def table(header: list[str], body: list[list[str]]) -> list[str]:
         widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]

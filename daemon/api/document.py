@@ -22,6 +22,7 @@ from daemon.analysis.inference_audit import with_savings
 from daemon.analysis.rules.combine import savings_document
 from daemon.sources.owners import workload_label
 from daemon.sources.sample import GPU_OK, GpuSample, Sample
+from daemon.wire import HIGH_CONFIDENCE
 from pricing.offcloud import gpus_energy_per_hour
 
 DOCUMENT_VERSION = 1
@@ -124,7 +125,7 @@ def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
         "phases": phases,
         "phase": top_phase,
         # "high" from stacks, "low" from /proc alone (ptrace denied or stacks off); None: no phase
-        "phase_confidence": (balance or {}).get(top_phase, {}).get("confidence", "high")
+        "phase_confidence": (balance or {}).get(top_phase, {}).get("confidence", HIGH_CONFIDENCE)
         if top_phase else None,
         "stack_status": stack_status["status"] if stack_status else None,
         # Why each phase was decided, from its top stack's classification.

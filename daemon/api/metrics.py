@@ -46,6 +46,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from daemon import clock as daemon_clock
 from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
 from daemon.api.energy_metrics import energy_families
@@ -53,6 +54,7 @@ from daemon.api.exposition import Exposition, Family, LabelPairs
 from daemon.api.limits import limited_log
 from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
+from daemon.wire import UNKNOWN as UNKNOWN_PHASE
 from daemon.wire import process_key
 
 DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
@@ -199,7 +201,7 @@ class WorkloadTotals:
             if sample_ts is not None:
                 if seen.ts is not None and 0 < sample_ts - seen.ts <= MAX_PHASE_GAP_S:
                     elapsed = sample_ts - seen.ts
-                    for phase, share in (shares.items() if shares else (("unknown", 1.0),)):
+                    for phase, share in (shares.items() if shares else ((UNKNOWN_PHASE, 1.0),)):
                         seen.phases[phase] = seen.phases.get(phase, 0.0) + elapsed * share
                 if seen.ts is None or sample_ts > seen.ts:
                     seen.ts = sample_ts
@@ -304,7 +306,7 @@ class DaemonCollector(Collector):
     def _collect(self) -> Iterator[Metric | Family]:
         state = self.state()
         analyzer = getattr(self.daemon, "analyzer", None)
-        wall, clock = time.time(), time.monotonic()
+        wall, clock = daemon_clock.now(), time.monotonic()
         hostname = _clean(state.hostname)
         yield from self._host(state, hostname, wall)
         yield from self._gpus(state, analyzer, hostname)

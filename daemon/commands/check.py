@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon import clock
 from daemon.sources import safe_text
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -305,7 +305,7 @@ def check_refreshes(cache_path: Path) -> list[Check]:
     """One warning per price source whose last `mlcostd prices --refresh` failed (the previous
     prices were kept; the errors say why)."""
     from pricing.cache import read_refresh_log
-    from pricing.catalog import format_age
+    from pricing.offer import format_age
 
     checks = []
     for source, record in sorted(read_refresh_log(cache_path).items()):
@@ -314,7 +314,7 @@ def check_refreshes(cache_path: Path) -> list[Check]:
         errors = "; ".join(record.errors) or "no error recorded"
         checks.append(Check(
             f"price refresh ({source})", WARN,
-            f"last {source} refresh failed: {errors} ({format_age(time.time() - record.at)} "
+            f"last {source} refresh failed: {errors} ({format_age(clock.now() - record.at)} "
             f"ago, {record.fetched} price(s) fetched; the previous prices were kept)",
             f"fix what the error says, then `mlcostd prices --refresh {source}` "
             f"(cache {cache_path})"))

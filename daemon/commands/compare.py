@@ -249,7 +249,9 @@ def render_text(result: dict[str, Any]) -> str:
         noise = "-" if fig.get("noise") is None else "±" + change_text(fig["noise"], unit, False)
         out.append(f"{one_line(fig['label'])[:20]:<20} {figure_text(fig['a'], unit):>10} "
                    f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>11} "
-                   f"{noise:>10}  {fig['verdict']}")
+                   f"{noise:>10}  {analysis.shown_verdict(fig)}")
+    if any(fig.get("in_overall", True) is False for fig in result["figures"]):
+        out += _wrap(analysis.NOT_COUNTED_NOTE, "  ")
     for why in sorted({str(f["why"]) for f in result["figures"] if f.get("noise_from") ==
                        analysis.ENERGY_NOISE and f.get("why")}):
         out += _wrap(f"  (energy: {why})", "    ")
@@ -267,10 +269,7 @@ def render_text(result: dict[str, Any]) -> str:
         out.append(f"  same     {', '.join(one_line(r)[:40] for r in same)}")
     if not result["recommendations"]:
         out.append("  none on either side")
-    counts = {v: sum(1 for f in result["figures"] if f["verdict"] == v)
-              for v in (analysis.BETTER, analysis.WORSE, analysis.NOISE)}
-    out += ["", f"Verdict: {result['verdict']} ({counts[analysis.BETTER]} better, "
-            f"{counts[analysis.WORSE]} worse, {counts[analysis.NOISE]} within noise)"]
+    out += ["", f"Verdict: {result['verdict']} ({analysis.verdict_counts(result['figures'])})"]
     out.append("")
     out += _wrap(result["method"])
     return lines("\n".join(_fit(out)) + "\n")

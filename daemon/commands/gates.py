@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.wire import money
+
 GATE_EXIT_STATUS = 86  # outside 0-2, sysexits' 64-78, the shell's 126/127 and 128+signal
 
 
@@ -69,37 +71,34 @@ def _number(text: str, shown: str) -> float:
     return value
 
 
-def _money(value: float) -> str:
-    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
-
-
 def max_cost(limit: float, cost: float | None) -> Gate:
-    head = f"gate --max-cost {_money(limit)}"
+    shown = money(limit, small=True)
+    head = f"gate --max-cost {shown}"
     if cost is None:
-        return Gate("--max-cost", _money(limit), False,
+        return Gate("--max-cost", shown, False,
                     f"{head}: the run's cost is unknown (no price for this host: set "
                     "[instance] price_per_hour)", None, limit)
     if cost > limit:
-        return Gate("--max-cost", _money(limit), False,
-                    f"{head}: the run cost {_money(cost)} ({_money(cost - limit)} over)",
-                    cost, limit)
-    return Gate("--max-cost", _money(limit), True,
-                f"{head}: the run cost {_money(cost)}", cost, limit)
+        return Gate("--max-cost", shown, False,
+                    f"{head}: the run cost {money(cost, small=True)} "
+                    f"({money(cost - limit, small=True)} over)", cost, limit)
+    return Gate("--max-cost", shown, True,
+                f"{head}: the run cost {money(cost, small=True)}", cost, limit)
 
 
 def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int) -> Gate:
     flag = "--max-cost-per-1k-steps"
-    head = f"gate {flag} {_money(limit)}"
+    shown = money(limit, small=True)
+    head = f"gate {flag} {shown}"
     if per_1k is None:
         why = ("no steps were counted: pass --progress REGEX matching the command's step "
                "lines" if not steps else "the run's cost is unknown")
-        return Gate(flag, _money(limit), False, f"{head}: cannot be checked, {why}", None,
-                    limit)
+        return Gate(flag, shown, False, f"{head}: cannot be checked, {why}", None, limit)
     if per_1k > limit:
-        return Gate(flag, _money(limit), False,
-                    f"{head}: 1k steps cost {_money(per_1k)} ({_money(per_1k - limit)} over)",
-                    per_1k, limit)
-    return Gate(flag, _money(limit), True, f"{head}: 1k steps cost {_money(per_1k)}", per_1k,
+        return Gate(flag, shown, False,
+                    f"{head}: 1k steps cost {money(per_1k, small=True)} "
+                    f"({money(per_1k - limit, small=True)} over)", per_1k, limit)
+    return Gate(flag, shown, True, f"{head}: 1k steps cost {money(per_1k, small=True)}", per_1k,
                 limit)
 
 
@@ -155,8 +154,8 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
                     f"{head}: cannot be checked, {what} is unknown in "
                     f"{'this run' if new is None else 'the baseline'}", None, limit)
     change = 100 * (new - old) / old
-    said = (f"{head}: {what} was {_money(new)} against the baseline's {_money(old)} "
-            f"({change:+.0f}%")
+    said = (f"{head}: {what} was {money(new, small=True)} against the baseline's "
+            f"{money(old, small=True)} ({change:+.0f}%")
     if change > limit:
         return Gate(flag, f"{limit:g}%", False, f"{said}, {change - limit:.0f} points over)",
                     change, limit)

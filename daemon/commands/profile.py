@@ -35,7 +35,7 @@ from daemon.commands.report_energy import grid_text
 from daemon.config import Config
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
-from daemon.wire import process_key
+from daemon.wire import DATA_WAIT, money, process_key
 
 log = logging.getLogger(__name__)
 
@@ -469,7 +469,7 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
     if "max_data_wait" in limits:
         balance = profile["phase_balance"]
         found.append(gate_checks.max_data_wait(limits["max_data_wait"],
-                                               balance.get("data_wait", 0.0) if balance
+                                               balance.get(DATA_WAIT, 0.0) if balance
                                                else None))
     if "min_utilization" in limits:
         found.append(gate_checks.min_utilization(limits["min_utilization"],
@@ -507,12 +507,6 @@ def _md(text: Any) -> str:
                           ("[", "\\["), ("]", "\\]"), ("`", "'"), ("*", "\\*"), ("_", "\\_")):
         shown = shown.replace(char, escaped)
     return shown
-
-
-def _dollars(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
 
 
 def verdict(document: dict[str, Any]) -> str:
@@ -573,7 +567,7 @@ def summary_markdown(document: dict[str, Any]) -> str:
         for gate in profile["gates"]:
             value = gate["value"]
             measured = "-" if value is None else (
-                _dollars(value) if gate["limit_text"].startswith("$") else f"{value:.0f}%")
+                money(value, small=True) if gate["limit_text"].startswith("$") else f"{value:.0f}%")
             out.append(f"| {_md(gate['flag'])} | {_md(gate['limit_text'])} | {measured} | "
                        f"{'passed' if gate['passed'] else 'FAILED'} |")
         out += ["", *[f"- {_md(g['message'])}" for g in profile["gates"] if not g["passed"]]]
@@ -589,16 +583,16 @@ def summary_markdown(document: dict[str, Any]) -> str:
     out.append("GPU utilization: " + (f"{util:.0f}%" if util is not None else "-")
                + (f"; workload kind: {_md(profile['workload_kind'])}"
                   if profile["workload_kind"] else ""))
-    money = f"Cost: {_dollars(profile['cost'])} for the run"
+    cost = f"Cost: {money(profile['cost'], small=True)} for the run"
     if profile["cost_per_hour"] is not None:
-        money += f" ({_dollars(profile['cost_per_hour'])}/h)"
+        cost += f" ({money(profile['cost_per_hour'], small=True)}/h)"
     if profile["steps"]:
-        money += (f"; {profile['steps']} steps, {_dollars(profile['cost_per_1k_steps'])} "
-                  "per 1k steps")
+        cost += (f"; {profile['steps']} steps, {money(profile['cost_per_1k_steps'], small=True)} "
+                 "per 1k steps")
     for meter in profile["unit_costs"]:
         if meter.get("cost_per_1k") is not None:
-            money += f"; {_dollars(meter['cost_per_1k'])} per 1k {_md(meter.get('unit'))}"
-    out += ["", money, ""]
+            cost += f"; {money(meter['cost_per_1k'], small=True)} per 1k {_md(meter.get('unit'))}"
+    out += ["", cost, ""]
     energy = energy_line(profile)
     if energy is not None:
         out += [f"Energy: {_md(energy)}", ""]
@@ -609,7 +603,7 @@ def summary_markdown(document: dict[str, Any]) -> str:
         out.append("Top recommendations:")
         for number, rec in enumerate(recs, start=1):
             saves = rec.get("savings_per_month")
-            money_text = f" (up to {_dollars(saves)}/month)" if saves else ""
+            money_text = f" (up to {money(saves, small=True)}/month)" if saves else ""
             out.append(f"{number}. {_md(rec.get('summary', ''))}{money_text}")
         out.append("")
     if profile["warnings"]:
@@ -627,9 +621,10 @@ def verdict_text(document: dict[str, Any], out: Path) -> str:
     balance = profile["phase_balance"]
     if balance:
         lines.append("  phases: " + ", ".join(f"{p} {s:.0%}" for p, s in balance.items()))
-    cost = f"  cost: {_dollars(profile['cost'])} in {profile['duration_s']:.0f} s"
+    cost = f"  cost: {money(profile['cost'], small=True)} in {profile['duration_s']:.0f} s"
     if profile["steps"]:
-        cost += f", {profile['steps']} steps, {_dollars(profile['cost_per_1k_steps'])}/1k steps"
+        cost += (f", {profile['steps']} steps, "
+                 f"{money(profile['cost_per_1k_steps'], small=True)}/1k steps")
     lines.append(cost)
     energy = energy_line(profile)
     if energy is not None:

@@ -28,8 +28,16 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.wire import LOW_CONFIDENCE_MARK, phase_label
-from pricing.offcloud import HOURS_PER_MONTH, gpus_energy_per_hour
+from daemon.wire import (
+    COMPUTE,
+    HIGH_CONFIDENCE,
+    LOW_CONFIDENCE,
+    LOW_CONFIDENCE_MARK,
+    money,
+    phase_label,
+)
+from pricing.offcloud import gpus_energy_per_hour
+from pricing.offer import HOURS_PER_MONTH
 
 REPORT_VERSION = 1
 WRAP_WIDTH = 118  # long price lines wrap inside render_text's 120 columns instead of being cut
@@ -176,7 +184,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                               gpus, per_kwh, interval))
     report_energy.section(document, sampled.samples, start, end,
                           max(60.0, 3 * interval, 3 * (end - start) / max(len(sampled.samples), 1)),
-                          jobs, config)
+                          jobs, config, rollup_interval=interval if rolled else None)
     document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval,
                                           raw)
     latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
@@ -299,7 +307,7 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
     return {phase: {"seconds": round(part["seconds"], 1), "share": round(part["share"], 4),
                     "gpu_idle_seconds": round(part["gpu_idle_seconds"], 1),
                     "top_stacks": part["top_stacks"],
-                    "confidence": part.get("confidence", "high")}
+                    "confidence": part.get("confidence", HIGH_CONFIDENCE)}
             for phase, part in balance.items()}
 
 
@@ -484,7 +492,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                _pct(gpu.get("sm_activity")), memory, _num(gpu["power_watts"], " W"),
                status if status == "ok" else f"{status}"]
         if energy:
-            row.insert(6, _money(gpu.get("energy_per_hour")))
+            row.insert(6, money(gpu.get("energy_per_hour")))
         rows.append(row)
     header = ["GPU", "model", "util", "SM", "memory", "power", "status"]
     if energy:
@@ -502,7 +510,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
                      _pct(proc["cpu_percent"]), _bytes(proc["rss_bytes"]),
                      _bytes(proc["read_bytes"]), _num(proc["io_wait_seconds"], " s", 1),
-                     _money(proc.get("burn_per_hour")), one_line(proc.get("workload") or "-"),
+                     money(proc.get("burn_per_hour")), one_line(proc.get("workload") or "-"),
                      command])
     if rows:
         out += ["  " + line for line in _table(
@@ -646,7 +654,7 @@ def _render_inference(processes: list[dict[str, Any]]) -> list[str]:
         for advice in audit.get("advice") or []:
             saving = advice.get("saving_per_month")
             out.append(f"    - {advice.get('name')}: {advice.get('text')}"
-                       + (f" (saves up to {_money(saving)}/month)"
+                       + (f" (saves up to {money(saving)}/month)"
                           if isinstance(saving, int | float) else ""))
             out.append(f"      how: {advice.get('saving_method')}; "
                        f"uncertainty: {advice.get('uncertainty')}")
@@ -667,10 +675,6 @@ def _render_kinds(processes: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _money(value: float | None) -> str:
-    return "-" if value is None else f"${value:.2f}"
-
-
 def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
     out = ["", "Where the time goes (phase balance; stacks sampled while a GPU waits)"]
     shown = False
@@ -684,12 +688,12 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
         shown = True
         parts = ", ".join(f"{phase_label(phase, part.get('confidence'))} {part['share']:.0%}"
                           for phase, part in phases.items())
-        low = any(part.get("confidence") == "low" for part in phases.values())
+        low = any(part.get("confidence") == LOW_CONFIDENCE for part in phases.values())
         out.append(f"  {proc['pid']} {short_command(proc['command'])[:40]}: {parts}"
                    + (f" ({LOW_CONFIDENCE_MARK}: low confidence, from /proc, no stacks)"
                       if low else ""))
         for phase, part in phases.items():
-            if phase == "compute" or not part["top_stacks"]:
+            if phase == COMPUTE or not part["top_stacks"]:
                 continue
             top = part["top_stacks"][0]
             where = f"{top['file']}:{top['line']}" if top.get("file") else "?"
@@ -721,7 +725,7 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
             state = f"open when the recording stopped at {clock.local_time(stopped_at)}"
         else:
             state = "ongoing"
-        cost = _money(event.get("cost_so_far"))
+        cost = money(event.get("cost_so_far"))
         out.append(f"  {event['kind']} {event['target']}: since "
                    f"{clock.local_time(event['started_at'], date=False)} "
                    f"({state}), {cost} so far")

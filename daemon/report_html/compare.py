@@ -7,7 +7,13 @@ import html
 from typing import Any
 
 from daemon import __version__, clock
-from daemon.analysis.compare import change_text, figure_text
+from daemon.analysis.compare import (
+    NOT_COUNTED_NOTE,
+    change_text,
+    figure_text,
+    shown_verdict,
+    verdict_counts,
+)
 from daemon.report_html.render import CSS, phase_bar
 
 VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b7280",
@@ -38,12 +44,15 @@ def render(result: dict[str, Any]) -> str:
         shown = change_text(change, unit)
         noise = "-" if fig.get("noise") is None else "± " + change_text(fig["noise"], unit,
                                                                          signed=False)
-        colour = VERDICT_COLOURS.get(fig["verdict"], "#111")
+        colour = (VERDICT_COLOURS.get(fig["verdict"], "#111")
+                  if fig.get("in_overall", True) is not False else "#777")
         rows.append(f"<tr data-figure=\"{_e(fig['name'])}\"><td>{_e(fig['label'])}</td>"
                     f"<td class=num>{figure_text(fig['a'], unit)}</td>"
                     f"<td class=num>{figure_text(fig['b'], unit)}</td><td class=num>{shown}</td>"
                     f"<td class=num>{noise}</td><td style=\"color:{colour}\">"
-                    f"{_e(fig['verdict'])}</td></tr>")
+                    f"{_e(shown_verdict(fig))}</td></tr>")
+    note = (f"<p class=muted>{_e(NOT_COUNTED_NOTE)}</p>"
+            if any(f.get("in_overall", True) is False for f in result["figures"]) else "")
     phases = {side: {f["name"][6:]: f[side] or 0.0 for f in result["figures"]
                      if f["name"].startswith("phase.")} for side in ("a", "b")}
     recs = "".join(
@@ -58,10 +67,11 @@ def render(result: dict[str, Any]) -> str:
         "style-src 'unsafe-inline'\"><title>mlcost compare</title>"
         f"<style>{CSS}</style></head><body>"
         f"<h1>mlcost compare: <span style=\"color:{VERDICT_COLOURS.get(verdict, '#111')}\">"
-        f"{_e(verdict)}</span></h1><ul class=facts>{_side('A (before)', result['a'])}"
+        f"{_e(verdict)}</span> <span class=muted>({_e(verdict_counts(result['figures']))})"
+        f"</span></h1><ul class=facts>{_side('A (before)', result['a'])}"
         f"{_side('B (after)', result['b'])}</ul>"
         "<h2>Figures</h2><table><tr><th>figure</th><th>before</th><th>after</th>"
-        f"<th>change</th><th>noise</th><th>verdict</th></tr>{''.join(rows)}</table>"
+        f"<th>change</th><th>noise</th><th>verdict</th></tr>{''.join(rows)}</table>{note}"
         "<h2>Phase balance</h2><table><tr><th>before</th><th>after</th></tr>"
         f"<tr><td>{phase_bar(phases['a'])}</td><td>{phase_bar(phases['b'])}</td></tr></table>"
         "<h2>Recommendations</h2><table><tr><th>status</th><th>rule</th><th>before $/month"

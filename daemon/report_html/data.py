@@ -24,7 +24,7 @@ from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.shape import check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
-from daemon.wire import process_key
+from daemon.wire import HIGH_CONFIDENCE, LOW_CONFIDENCE, process_key
 
 LABEL_CHARS = 32  # a timeline row's name: enough for 'train.py' or a module's last parts
 _LABELER = JobLabeler()  # the job label without configured jobs: script or module name
@@ -172,6 +172,11 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         balance = balances.get(key) or {}
         proc["phases"] = {phase: part["share"] for phase, part in balance.items()
                           if part.get("share")}
+        # low when a phase came from /proc alone (no Python stacks: ptrace denied), as the
+        # text report says it
+        proc["phase_confidence"] = (
+            LOW_CONFIDENCE if any(part.get("confidence") == LOW_CONFIDENCE
+                                  for part in balance.values()) else HIGH_CONFIDENCE)
         for phase, part in balance.items():
             for stack in part.get("top_stacks") or []:
                 entry = stacks.setdefault(stack["stack_hash"], dict(

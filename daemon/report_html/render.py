@@ -20,14 +20,28 @@ from daemon.analysis.energy import amount_text, grid_text
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
 from daemon.sources.safe_text import one_line
+from daemon.wire import (
+    CHECKPOINT,
+    COMM,
+    COMPUTE,
+    DATA_WAIT,
+    EVAL,
+    HOST_PREPROCESS,
+    IDLE,
+    LOW_CONFIDENCE,
+    LOW_CONFIDENCE_MARK,
+    OUTPUT,
+    SYNC,
+    UNKNOWN,
+)
 
 WIDTH, HEIGHT = 880, 220
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 14, 26
 PALETTE = ("#2563eb", "#dc2626", "#9ca3af", "#16a34a", "#9333ea", "#ea580c", "#0891b2",
            "#ca8a04", "#db2777", "#4b5563")
-PHASE_COLORS = {"compute": "#16a34a", "data_wait": "#dc2626", "host_preprocess": "#ea580c",
-                "checkpoint": "#9333ea", "output": "#a16207", "eval": "#0891b2", "sync": "#ca8a04",
-                "comm": "#db2777", "idle": "#9ca3af", "unknown": "#4b5563"}
+PHASE_COLORS = {COMPUTE: "#16a34a", DATA_WAIT: "#dc2626", HOST_PREPROCESS: "#ea580c",
+                CHECKPOINT: "#9333ea", OUTPUT: "#a16207", EVAL: "#0891b2", SYNC: "#ca8a04",
+                COMM: "#db2777", IDLE: "#9ca3af", UNKNOWN: "#4b5563"}
 COMMAND_CHARS = 160
 ENERGY_ROWS = 8  # processes and jobs named in the energy block, the most kWh first
 
@@ -188,6 +202,14 @@ def phase_bar(phases: dict[str, float]) -> str:
         left += width
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _low_confidence(process: dict[str, Any]) -> str:
+    """Said next to a phase balance read from /proc alone (no Python stacks)."""
+    if process.get("phase_confidence") != LOW_CONFIDENCE:
+        return ""
+    return (f' <span class="muted" data-confidence="low">{LOW_CONFIDENCE_MARK} low confidence, '
+            "from /proc, no stacks</span>")
 
 
 def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
@@ -388,7 +410,8 @@ def render(data: ReportData) -> str:
          _td(",".join(str(g) for g in p.get("gpus") or []) or "—"),
          _td(_money(p.get("burn_per_hour")) + "/h" if p.get("burn_per_hour") is not None
              else "—", True), _td(_money(p.get("cost"), 4), True),
-         f"<td>{phase_bar(p.get('phases') or {})}</td>"] for p in data.processes],
+         f"<td>{phase_bar(p.get('phases') or {})}{_low_confidence(p)}</td>"]
+        for p in data.processes],
         "no process in this range"))
     legend = "".join(f'<span><i style="background:{c}"></i>{_e(p)}</span>'
                      for p, c in PHASE_COLORS.items())

@@ -15,6 +15,7 @@ from typing import Any
 
 from daemon import __version__, clock
 from daemon.report_html import latency
+from daemon.wire import money
 
 CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#111;
 padding:0 16px}h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
@@ -25,10 +26,6 @@ border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-
 
 def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def _money(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.2f}"
 
 
 def _trend(pct: float | None) -> str:
@@ -50,7 +47,7 @@ def _bars(by_day: dict[str, float]) -> str:
         h = (height - 2 * pad) * value / top
         bars.append(f'<rect x="{pad + i * step:.1f}" y="{height - pad - h:.1f}" '
                     f'width="{max(step - 2, 1):.1f}" height="{h:.1f}" fill="#2563eb">'
-                    f"<title>{_e(day)} {_e(_money(value))}</title></rect>")
+                    f"<title>{_e(day)} {_e(money(value))}</title></rect>")
     return (f'<svg class="chart" data-chart="spend_by_day" data-bars="{len(by_day)}" '
             f'viewBox="0 0 {width} {height}" width="100%">{"".join(bars)}</svg>')
 
@@ -108,34 +105,34 @@ def render(document: dict[str, Any]) -> str:
                    "that did not record its hour spend, or nothing was recorded then.</p>")
     else:
         out.append("<h2>Spend</h2><table>"
-                   f"<tr><th>this period</th><td class=n>{_e(_money(spend['total']))}</td></tr>"
-                   f"<tr><th>per day</th><td class=n>{_e(_money(spend['per_day']))}</td></tr>"
+                   f"<tr><th>this period</th><td class=n>{_e(money(spend['total']))}</td></tr>"
+                   f"<tr><th>per day</th><td class=n>{_e(money(spend['per_day']))}</td></tr>"
                    f"<tr><th>the period before</th><td class=n>"
-                   f"{_e(_money(spend.get('previous_total')))}</td></tr>"
+                   f"{_e(money(spend.get('previous_total')))}</td></tr>"
                    f"<tr><th>trend</th><td class=n>{_trend(spend.get('trend_pct'))}</td></tr>"
                    "</table>")
         out.append(_bars(spend.get("by_day") or {}))
         out.append("<table><tr><th>month</th><th>spend</th></tr>" + "".join(
-            f"<tr><td>{_e(m)}</td><td class=n>{_e(_money(v))}</td></tr>"
+            f"<tr><td>{_e(m)}</td><td class=n>{_e(money(v))}</td></tr>"
             for m, v in (spend.get("by_month") or {}).items()) + "</table>")
         waste = review.get("waste") or {}
         storage = review.get("storage") or {}
         energy = review.get("energy") or {}
         out.append("<h2>Waste, storage, energy</h2><table>"
                    f"<tr><th>paid GPU time unused</th><td class=n>"
-                   f"{_e(_money(waste.get('wasted')))}</td><td>"
+                   f"{_e(money(waste.get('wasted')))}</td><td>"
                    f"{_trend(waste.get('trend_pct'))}</td></tr>"
-                   f"<tr><th>with no process</th><td class=n>{_e(_money(waste.get('idle')))}"
+                   f"<tr><th>with no process</th><td class=n>{_e(money(waste.get('idle')))}"
                    "</td><td></td></tr>"
-                   f"<tr><th>storage</th><td class=n>{_e(_money(storage.get('cost')))}</td>"
+                   f"<tr><th>storage</th><td class=n>{_e(money(storage.get('cost')))}</td>"
                    "<td></td></tr>"
-                   f"<tr><th>energy</th><td class=n>{_e(_money(energy.get('cost')))}</td>"
+                   f"<tr><th>energy</th><td class=n>{_e(money(energy.get('cost')))}</td>"
                    "<td></td></tr>" + _carbon_rows(review.get("carbon") or {}) + "</table>")
         for key, rows in (review.get("by") or {}).items():
             out.append(f"<h2>By {_e(key)}</h2><table><tr><th>{_e(key)}</th><th>spend</th>"
                        "<th>before</th><th>trend</th></tr>" + "".join(
-                           f"<tr><td>{_e(r['name'])}</td><td class=n>{_e(_money(r['cost']))}"
-                           f"</td><td class=n>{_e(_money(r.get('previous')))}</td><td>"
+                           f"<tr><td>{_e(r['name'])}</td><td class=n>{_e(money(r['cost']))}"
+                           f"</td><td class=n>{_e(money(r.get('previous')))}</td><td>"
                            f"{_trend(r.get('trend_pct'))}</td></tr>" for r in rows)
                        + "</table>")
         units = review.get("unit_costs") or []

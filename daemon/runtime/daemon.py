@@ -808,6 +808,8 @@ class Daemon:
             self.attribution.on_tick(sample)
         if self.on_tick is not None:
             self.on_tick(sample)
+        if self.simulation is not None:  # the simulated host's faults are timed in ticks
+            self.simulation.ticked(self.tick - self.first_tick)
 
     def _maintain_until(self, next_tick: float) -> None:
         """Rollups and retention in the gap before the next tick, within a small budget."""

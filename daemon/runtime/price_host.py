@@ -32,7 +32,8 @@ from daemon.config import (
     unit_cost_setting,
 )
 from pricing.catalog import LIFECYCLES, Catalog, Price, PricingError
-from pricing.offcloud import HOURS_PER_MONTH, off_cloud_price
+from pricing.offcloud import off_cloud_price
+from pricing.offer import HOURS_PER_MONTH
 from pricing.staleness import Staleness, price_staleness
 
 log = logging.getLogger(__name__)

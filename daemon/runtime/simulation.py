@@ -70,6 +70,12 @@ class Simulation:
         daemon.sim.state.STATE_DIR_ENV attaches to the simulated GPUs (None: not running)."""
         return str(self._running.state_dir) if self._running is not None else None
 
+    def ticked(self, ticks: int) -> None:
+        """The daemon has recorded `ticks` ticks since the simulation started: the simulated
+        host's clock, by which faults with at_tick/until_tick go on and off."""
+        if self._running is not None:
+            self._running.set_tick(ticks)
+
     def stop(self) -> None:
         if self._running is None:
             return

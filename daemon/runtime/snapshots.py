@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from daemon import clock as daemon_clock
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, HOST_IDLE
 from daemon.config import Config, db_path, snapshots_folder
 from daemon.sources.sample import GPU_OK, GPU_TIMEOUT, Sample
@@ -87,7 +87,7 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     target = out or free_path(snapshots_folder(config), snapshot_name(
         hostname or os.uname().nodename, until, reason))
     trigger = dict(trigger or {"kind": MANUAL, "reason": "taken by hand"})
-    trigger.setdefault("at", time.time())
+    trigger.setdefault("at", daemon_clock.now())
     info = write_snapshot(source, target, since, until, trigger=trigger)
     if out is None:  # in the snapshots folder: the API serves only files in its index
         record_written(target)
@@ -123,7 +123,7 @@ class SnapshotTriggers:
 
     def __init__(self, config: Config, *, hostname: Callable[[], str],
                  on_taken: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
-                 clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = daemon_clock.now,
                  known_recommendations: Iterable[str] = ()) -> None:
         self.config = config
         self.settings = config.snapshots

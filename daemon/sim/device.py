@@ -62,6 +62,7 @@ class Device:
         self._sm_busy_ns = 0
         self._last_kernel_end_ns = 0
         self._attach_ns = time.monotonic_ns()
+        self._kernel: tuple[int, float] | None = None  # the running kernel's start (ns) and sm
         self._lock = threading.Lock()
         allow_any_tracer()
 
@@ -79,7 +80,7 @@ class Device:
             raise
         self._fd = fd
         self._seq = 0
-        self._write(kernel_start_ns=0, kernel_sm=0.0)
+        self._write()
         os.replace(tmp, self.path)  # readers only ever see a complete record
         self._closed = False
         atexit.register(self.close)
@@ -97,13 +98,13 @@ class Device:
                     f"{self.memory_total} bytes, this process holds {self._memory}, asked {nbytes}"
                 )
             self._memory += nbytes
-            self._write(kernel_start_ns=0, kernel_sm=0.0)
+            self._write()
 
     def free(self, nbytes: int) -> None:
         """Release `nbytes` of simulated device memory (never below zero)."""
         with self._lock:
             self._memory = max(0, self._memory - nbytes)
-            self._write(kernel_start_ns=0, kernel_sm=0.0)
+            self._write()
 
     @property
     def memory(self) -> int:
@@ -111,21 +112,36 @@ class Device:
 
     def kernel(self, seconds: float, sm: float = 0.9) -> None:
         """Run a kernel for `seconds` with `sm` of the SMs active, blocking until it ends."""
-        if not 0.0 < sm <= 1.0:
-            raise ValueError(f"kernel(sm={sm}): sm is the fraction of SMs active, in (0, 1]")
-        start = time.monotonic_ns()
-        with self._lock:
-            self._write(kernel_start_ns=start, kernel_sm=sm)
+        self.launch(sm)
         try:
             time.sleep(max(0.0, seconds))
         finally:
-            end = time.monotonic_ns()
-            with self._lock:
-                self._busy_ns += end - start
-                self._sm_busy_ns += int((end - start) * sm)
-                self._last_kernel_end_ns = end
-                if not self._closed:
-                    self._write(kernel_start_ns=0, kernel_sm=0.0)
+            self.synchronize()
+
+    def launch(self, sm: float = 0.9) -> None:
+        """Start a kernel with `sm` of the SMs active and return at once, as a CUDA launch does:
+        the GPU is busy until synchronize(). (A test sets a busy GPU this way, without a
+        workload process.) One kernel at a time: a launch while one runs is refused."""
+        if not 0.0 < sm <= 1.0:
+            raise ValueError(f"kernel(sm={sm}): sm is the fraction of SMs active, in (0, 1]")
+        with self._lock:
+            if self._kernel is not None:
+                raise RuntimeError("a kernel is already running on this Device: synchronize()")
+            self._kernel = (time.monotonic_ns(), sm)
+            self._write()
+
+    def synchronize(self) -> None:
+        """End the running kernel (if any): its time counts as busy, and the GPU is idle."""
+        end = time.monotonic_ns()
+        with self._lock:
+            if self._kernel is None:
+                return
+            (start, sm), self._kernel = self._kernel, None
+            self._busy_ns += end - start
+            self._sm_busy_ns += int((end - start) * sm)
+            self._last_kernel_end_ns = end
+            if not self._closed:
+                self._write()
 
     def close(self) -> None:
         """Detach: the process no longer appears on the GPU. Idempotent."""
@@ -153,10 +169,11 @@ class Device:
 
     # -- the record ---------------------------------------------------------------------------
 
-    def _write(self, *, kernel_start_ns: int, kernel_sm: float) -> None:
+    def _write(self) -> None:
         # Begin counter (at the end) first, then the data, then the end counter (at the start):
         # a reader that sees both counters equal read a record no write overlapped.
         self._seq += 1
+        kernel_start_ns, kernel_sm = self._kernel or (0, 0.0)
         mm = self._mm
         state.SEQ.pack_into(mm, state.SEQ_BEGIN_OFFSET, self._seq)
         state.DATA.pack_into(

@@ -323,6 +323,7 @@ class SimulatedNvml:
                 for i in targets:
                     self.device_faults[i].append(f)
         self.init_count = 0
+        self.clock = state.TickClock(self.state_dir)
         self.reader = _HostReader(self.state_dir, len(self.gpus))
         self._handle_blocks = [ctypes.create_string_buffer(16) for _ in self.gpus]
         self._handle_index = {
@@ -374,13 +375,21 @@ class SimulatedNvml:
         fn.__name__ = fn.__qualname__ = name
         return fn
 
-    def _elapsed(self) -> float:
-        return time.time() - self.start_epoch
+    def _on(self, fault: dict[str, Any]) -> bool:
+        """Whether a fault is on now: by the wall clock (at/until, seconds since the host
+        started) and by the host's tick (at_tick/until_tick); a fault sets one or neither."""
+        t = time.time() - self.start_epoch
+        if not fault.get("at", 0.0) <= t < (fault.get("until") or float("inf")):
+            return False
+        at_tick, until_tick = fault.get("at_tick", 0), fault.get("until_tick")
+        if not at_tick and until_tick is None:
+            return True
+        tick = self.clock.tick
+        return at_tick <= tick and (until_tick is None or tick < until_tick)
 
     def _fault(self, index: int, name: str) -> int:
-        t = self._elapsed()
         for f in self.device_faults[index]:
-            if not (f.get("at", 0.0) <= t < (f.get("until") or float("inf"))):
+            if not self._on(f):
                 continue
             kind = f["kind"]
             if kind == "gpu_lost":
@@ -396,14 +405,11 @@ class SimulatedNvml:
     def _lost(self, index: int) -> bool:
         if not self.device_faults[index]:
             return False
-        t = self._elapsed()
-        return any(
-            f["kind"] == "gpu_lost" and f.get("at", 0.0) <= t < (f.get("until") or float("inf"))
-            for f in self.device_faults[index]
-        )
+        return any(f["kind"] == "gpu_lost" and self._on(f) for f in self.device_faults[index])
 
     def close(self) -> None:
         self.reader.close()
+        self.clock.close()
 
 
 class _Symbols:
@@ -413,9 +419,8 @@ class _Symbols:
     # -- library ------------------------------------------------------------------------------
 
     def nvmlInitWithFlags(lib: SimulatedNvml, flags: Any = 0) -> int:
-        t = lib._elapsed()
         for f in lib.init_faults:
-            if f.get("at", 0.0) <= t < (f.get("until") or float("inf")):
+            if lib._on(f):
                 if f["kind"] == "nvml_missing":
                     return ERR_LIBRARY_NOT_FOUND
                 return ERR_LIB_RM_VERSION_MISMATCH

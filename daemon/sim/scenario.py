@@ -14,9 +14,12 @@ A scenario file:
     [[workloads]] name, program (a module in daemon.sim.workloads) or command (argv list),
                  gpus = [indices], options = {key = value} passed as --key value
     [[faults]]   kind = gpu_lost | not_supported | in_use | hang | nvml_missing |
-                 driver_mismatch | missing_symbol, with the keys listed in FAULT_KEYS; times in
-                 seconds from start (in_use: the calls answer NVML_ERROR_IN_USE, as GPM does
-                 while another reader such as DCGM holds the profiling counters)
+                 driver_mismatch | missing_symbol, with the keys listed in FAULT_KEYS; on from
+                 `at` until `until` in seconds from start, or from `at_tick` until `until_tick`
+                 in the host's ticks (the daemon's ticks since it started the simulation, or
+                 what a test sets with Running.set_tick: deterministic, what tests use); no
+                 times: on from the start (in_use: the calls answer NVML_ERROR_IN_USE, as GPM
+                 does while another reader such as DCGM holds the profiling counters)
 """
 
 from __future__ import annotations
@@ -57,13 +60,16 @@ FAULT_KINDS = (
     "gpu_lost", "not_supported", "in_use", "hang", "nvml_missing", "driver_mismatch",
     "missing_symbol",
 )
+# When a fault is on: from `at` to `until` in seconds since the host started (wall clock), or
+# from `at_tick` to `until_tick` in the host's ticks (state.TickClock), never both.
+WHEN = ("at", "until", "at_tick", "until_tick")
 FAULT_KEYS: dict[str, tuple[str, ...]] = {
-    "gpu_lost": ("gpu", "at", "until"),
-    "not_supported": ("gpu", "calls", "at", "until"),
-    "in_use": ("gpu", "calls", "at", "until"),
-    "hang": ("gpu", "call", "seconds", "at", "until"),
-    "nvml_missing": ("at", "until"),
-    "driver_mismatch": ("at", "until"),
+    "gpu_lost": ("gpu", *WHEN),
+    "not_supported": ("gpu", "calls", *WHEN),
+    "in_use": ("gpu", "calls", *WHEN),
+    "hang": ("gpu", "call", "seconds", *WHEN),
+    "nvml_missing": WHEN,
+    "driver_mismatch": WHEN,
     "missing_symbol": ("symbol", "symbols"),
 }
 
@@ -138,6 +144,8 @@ class Fault:
     gpu: int | None = None
     at: float = 0.0
     until: float | None = None
+    at_tick: int = 0
+    until_tick: int | None = None
     symbols: tuple[str, ...] = ()  # not_supported, in_use: the calls; missing_symbol: the symbols
     symbol: str | None = None  # hang: the call that hangs
     seconds: float = 0.0  # hang: how long each call blocks
@@ -233,6 +241,12 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
             raise self.fail(prefix + key, value, f"a number >= {minimum:g}")
         return float(value)
+
+    def count(self, data: dict[str, Any], key: str, prefix: str, default: int | None = None) -> int:
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(prefix + key, value, "a whole number >= 0")
+        return value
 
     def gpu_index(self, value: Any, key: str, count: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
@@ -348,15 +362,28 @@ def _parse_fault(check: _Checker, f: Any, n: int, gpu_count: int) -> Fault:
     if kind not in FAULT_KINDS:
         raise check.fail(prefix + "kind", kind, f"one of {', '.join(FAULT_KINDS)}")
     check.table(f, prefix, ("kind", *FAULT_KEYS[kind]))
+    if any(k in f for k in ("at", "until")) and any(k in f for k in ("at_tick", "until_tick")):
+        raise check.fail(f"faults[{n}]", f, "at/until (seconds) or at_tick/until_tick (ticks), "
+                         "not both")
     at = check.number(f, "at", prefix, 0.0)
     until = f.get("until")
     if until is not None:
         until = check.number(f, "until", prefix)
         if until <= at:
             raise check.fail(prefix + "until", until, f"a time after at ({at:g})")
+    at_tick = check.count(f, "at_tick", prefix, 0)
+    until_tick = f.get("until_tick")
+    if until_tick is not None:
+        until_tick = check.count(f, "until_tick", prefix)
+        if until_tick <= at_tick:
+            raise check.fail(prefix + "until_tick", until_tick, f"a tick after at_tick ({at_tick})")
     gpu = f.get("gpu")
     if gpu is not None or kind in ("gpu_lost", "hang"):
         gpu = check.gpu_index(gpu, prefix + "gpu", gpu_count)
+
+    def timed(**details: Any) -> Fault:
+        return Fault(kind, gpu=gpu, at=at, until=until, at_tick=at_tick, until_tick=until_tick,
+                     **details)
 
     def symbols(key: str, value: Any) -> tuple[str, ...]:
         if isinstance(value, str):
@@ -368,17 +395,17 @@ def _parse_fault(check: _Checker, f: Any, n: int, gpu_count: int) -> Fault:
         return tuple(value)
 
     if kind in ("not_supported", "in_use"):
-        return Fault(kind, gpu=gpu, at=at, until=until, symbols=symbols("calls", f.get("calls")))
+        return timed(symbols=symbols("calls", f.get("calls")))
     if kind == "hang":
         call = symbols("call", f.get("call"))
         if len(call) != 1:
             raise check.fail(prefix + "call", f.get("call"), "one NVML symbol name")
         seconds = check.number(f, "seconds", prefix, minimum=0.001)
-        return Fault(kind, gpu=gpu, at=at, until=until, symbol=call[0], seconds=seconds)
+        return timed(symbol=call[0], seconds=seconds)
     if kind == "missing_symbol":
         key = "symbols" if "symbols" in f else "symbol"
         return Fault(kind, symbols=symbols(key, f.get(key)))
-    return Fault(kind, gpu=gpu, at=at, until=until)
+    return timed()
 
 
 # -- the host description readers use -----------------------------------------------------------
@@ -410,6 +437,7 @@ def host_description(sc: Scenario, start_epoch: float) -> dict[str, Any]:
     faults = [
         {
             "kind": f.kind, "gpu": f.gpu, "at": f.at, "until": f.until,
+            "at_tick": f.at_tick, "until_tick": f.until_tick,
             "symbols": list(f.symbols), "symbol": f.symbol, "seconds": f.seconds,
         }
         for f in sc.faults
@@ -457,6 +485,8 @@ class Running:
         self._procs: list[tuple[Workload, subprocess.Popen[bytes]]] = []
         self._stopped = False
         self._lock = threading.Lock()
+        self._clock = state.TickClock(state_dir, writable=True)
+        self._clock.set(0)  # a reused state dir starts its clock again
 
     @property
     def workloads(self) -> list[tuple[str, int, tuple[int, ...]]]:
@@ -466,6 +496,15 @@ class Running:
     @property
     def log_path(self) -> Path:
         return self.state_dir / state.LOG_FILE
+
+    @property
+    def tick(self) -> int:
+        return self._clock.tick
+
+    def set_tick(self, tick: int) -> None:
+        """Set the host's clock in ticks: faults with at_tick/until_tick go on and off by it
+        (at the next NVML call in any process reading this host)."""
+        self._clock.set(tick)
 
     def wait_ready(self, timeout: float = 10.0) -> bool:
         """Wait until every workload has attached to the GPUs it lists (or exited); False on
@@ -516,11 +555,12 @@ class Running:
             for pgid in groups:
                 _signal_group(pgid, signal.SIGKILL)
             time.sleep(0.02)
+        self._clock.close()
         if not (self.keep if keep is None else keep):
             if self._owns_dir:
                 shutil.rmtree(self.state_dir, ignore_errors=True)
             else:
-                for name in (state.HOST_FILE, state.LOG_FILE):
+                for name in (state.HOST_FILE, state.LOG_FILE, state.CLOCK_FILE):
                     (self.state_dir / name).unlink(missing_ok=True)
                 shutil.rmtree(self.state_dir / state.ATTACH_DIR, ignore_errors=True)
 
@@ -575,10 +615,10 @@ def start(
         owns = not path.exists()
         path.mkdir(parents=True, exist_ok=True)
     (path / state.ATTACH_DIR).mkdir(exist_ok=True)
+    running = Running(sc, path, owns, keep)  # its clock exists before any reader finds the host
     host = host_description(sc, time.time())
     state.write_host(path, host)
 
-    running = Running(sc, path, owns, keep)
     atexit.register(running.stop)
     env = dict(os.environ)
     env[state.STATE_DIR_ENV] = str(path)

@@ -2,6 +2,7 @@
 
 Layout of a state dir:
   host.json            the host (scenario name, GPUs, faults) and the start epoch
+  clock                the host's tick: one 8-byte counter, mmap'd (see TickClock)
   attach/gpuG-pidP.att one fixed-size record per (process, GPU), mmap'd by both sides
   workloads.log        what the workloads print
 
@@ -16,6 +17,7 @@ one without reading /proc.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 
 STATE_DIR_ENV = "MLCOST_SIM_DIR"
 HOST_FILE = "host.json"
+CLOCK_FILE = "clock"
 ATTACH_DIR = "attach"
 LOG_FILE = "workloads.log"
 
@@ -36,6 +39,52 @@ SEQ_BEGIN_OFFSET = DATA_OFFSET + DATA.size
 RECORD = struct.Struct("<Q" + DATA.format[1:] + "Q")
 RECORD_SIZE = 128  # RECORD.size rounded up: room to grow without changing the file size
 assert RECORD.size <= RECORD_SIZE
+
+
+# The tick counter: one aligned 8-byte word, written with one store by its only writer (the
+# daemon's tick, or a test), so a reader never sees half of a change.
+TICK = struct.Struct("<q")
+
+
+class TickClock:
+    """A simulated host's clock in ticks: faults scheduled with at_tick/until_tick fire by it.
+
+    `mlcostd run --simulate` sets it to the number of ticks it has begun since the simulation
+    started; a test that reads NVML without a daemon sets it itself. Readers in any process map
+    the same file; a host without the file (or not yet ticked) reads tick 0.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str], writable: bool = False) -> None:
+        path = Path(state_dir) / CLOCK_FILE
+        flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
+        self._mm: mmap.mmap | None = None
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            return
+        try:
+            if writable and os.fstat(fd).st_size < TICK.size:
+                os.ftruncate(fd, TICK.size)
+            if os.fstat(fd).st_size >= TICK.size:
+                prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+                self._mm = mmap.mmap(fd, TICK.size, prot=prot)
+        finally:
+            os.close(fd)
+
+    @property
+    def tick(self) -> int:
+        mm = self._mm
+        return TICK.unpack_from(mm, 0)[0] if mm is not None else 0
+
+    def set(self, tick: int) -> None:
+        if self._mm is None:
+            raise RuntimeError("this clock was opened read-only or its state dir is gone")
+        TICK.pack_into(self._mm, 0, tick)
+
+    def close(self) -> None:
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
 
 
 def attach_file_name(gpu_index: int, pid: int) -> str:

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pynvml
 
@@ -50,8 +50,21 @@ from daemon.sources.nvml_query import (
 from daemon.sources.nvml_query import text as _text
 from daemon.sources.sample import GPU_ERROR, GPU_LOST, GPU_OK, GPU_TIMEOUT, GpuSample, GpuUse
 
-if TYPE_CHECKING:  # the source reads its settings; it does not load the config machinery
-    from daemon.config import NvmlConfig
+
+class NvmlSettings(Protocol):
+    """What the GPU source reads of its settings ([nvml] in the config: daemon.config.NvmlConfig
+    has these fields). Declared here so that sources never import the config, which sits above
+    them."""
+
+    @property
+    def call_deadline(self) -> float: ...
+    @property
+    def retry_initial(self) -> float: ...
+    @property
+    def retry_max(self) -> float: ...
+    @property
+    def dcgm_exporter_url(self) -> str: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +145,7 @@ class GpuFailed(Exception):
 class _Device:
     """One GPU: its handle, its static facts, and the reads of its dynamic fields."""
 
-    def __init__(self, index: int, handle: Any, config: NvmlConfig,
+    def __init__(self, index: int, handle: Any, config: NvmlSettings,
                  profiling: ProfilingCounters | None = None) -> None:
         self.index = index
         self.handle = handle
@@ -373,7 +386,7 @@ class _Device:
 class NvmlSource:
     """Keeps the latest reading of every GPU; `latest()` is what the tick calls."""
 
-    def __init__(self, config: NvmlConfig, interval: float) -> None:
+    def __init__(self, config: NvmlSettings, interval: float) -> None:
         self.config = config
         self.interval = interval
         self.status = "starting"

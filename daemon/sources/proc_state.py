@@ -37,6 +37,17 @@ SYSCALL_NAMES_X86_64 = {
     75: "fdatasync", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait", 270: "pselect6",
     271: "ppoll", 281: "epoll_pwait", 441: "epoll_pwait2",
 }
+# The same calls on aarch64 (the kernel's generic table, include/uapi/asm-generic/unistd.h),
+# which has no read-only poll/select/epoll_wait: ppoll, pselect6 and epoll_pwait stand in.
+SYSCALL_NAMES_AARCH64 = {
+    22: "epoll_pwait", 63: "read", 64: "write", 65: "readv", 66: "writev", 67: "pread64",
+    68: "pwrite64", 72: "pselect6", 73: "ppoll", 82: "fsync", 83: "fdatasync", 98: "futex",
+    101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom", 212: "recvmsg", 260: "wait4",
+    441: "epoll_pwait2",
+}
+SYSCALL_NAMES = {"x86_64": SYSCALL_NAMES_X86_64, "amd64": SYSCALL_NAMES_X86_64,
+                 "aarch64": SYSCALL_NAMES_AARCH64, "arm64": SYSCALL_NAMES_AARCH64}
+_THIS_MACHINE = os.uname().machine
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +117,13 @@ def _syscall_name(text: str | None) -> str | None:
         return None
     if number < 0:
         return None  # -1: blocked, but not in a system call
-    return SYSCALL_NAMES_X86_64.get(number, f"syscall {number}") if os.uname().machine in (
-        "x86_64", "amd64") else f"syscall {number}"
+    return syscall_name(number)
+
+
+def syscall_name(number: int, machine: str = _THIS_MACHINE) -> str:
+    """A blocking system call's name on this machine's architecture ('syscall N' when the
+    number is not one of the waits mlcost reads, or the architecture is not known)."""
+    return SYSCALL_NAMES.get(machine, {}).get(number, f"syscall {number}")
 
 
 def read_facts(pid: int, proc_root: str = "/proc") -> ProcFacts | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from daemon import clock as daemon_clock
 from daemon.sources.frames import (  # re-exported: the sampler's results are these types
     ERROR,
     NOT_PYTHON,
@@ -184,7 +185,7 @@ class StackSampler:
 
     async def dump(self, pid: int) -> DumpResult:
         """Dump `pid`'s Python threads; a status (never an exception) says what happened."""
-        ts = time.time()
+        ts = daemon_clock.now()
         if not self.py_spy or not _is_executable(self.py_spy):
             return self._record(DumpResult(pid, ts, PY_SPY_MISSING, error=(
                 f"py-spy not found (looked for {self.py_spy or 'py-spy beside ' + sys.executable + ' and on PATH'}); "

@@ -27,7 +27,8 @@ from daemon.store.schema import (
 )
 
 if TYPE_CHECKING:  # readers (replay) import this module without loading the writer
-    from daemon.store.writer import FactWrite, Store
+    from daemon.store.pending import FactWrite
+    from daemon.store.writer import Store
 
 
 @dataclass(frozen=True, slots=True)

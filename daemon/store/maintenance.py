@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
 
     from daemon.sources.sample import Sample
-    from daemon.store.writer import StoreHealth
+    from daemon.store.health import StoreHealth
 
 _RAW_BATCH_TICKS = 30  # ticks deleted per retention batch (x GPUs x processes rows)
 _MINUTE_BATCH_MS = 10 * MINUTE * 1000

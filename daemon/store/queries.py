@@ -22,6 +22,7 @@ from daemon.store.schema import (
     MINUTE,
     unpack_text,
 )
+from daemon.wire import parse_process_key
 
 
 def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
@@ -251,9 +252,8 @@ def process_kinds(reader: StoreReader, at: float | None = None) -> dict[tuple[in
     if at is None:
         recorded = reader.meta("kinds")
         for key, doc in (recorded.items() if isinstance(recorded, dict) else ()):
-            pid, _, start = str(key).partition(":")
             try:
-                found.setdefault((int(pid), float(start)), doc)
+                found.setdefault(parse_process_key(str(key)), doc)
             except ValueError:
                 continue
     return found

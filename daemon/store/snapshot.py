@@ -36,7 +36,7 @@ from typing import Any
 
 import sqlite_utils
 
-from daemon import __version__
+from daemon import __version__, clock
 from daemon.sources.redact import redact_document, redact_text
 from daemon.store.files import (
     check_existing,
@@ -192,7 +192,7 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
             pass
         raise
     return SnapshotInfo(path=str(target), bytes=target.stat().st_size, since=since, until=until,
-                        ticks=ticks, created_at=time.time(), trigger=trigger,
+                        ticks=ticks, created_at=clock.now(), trigger=trigger,
                         seconds=time.perf_counter() - started,
                         cpu_seconds=time.thread_time() - cpu_started)
 
@@ -270,7 +270,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
         facts = {
             "version": __version__,
             "schema_version": SCHEMA_VERSION,
-            "created_at": time.time(),
+            "created_at": clock.now(),
             "since": since,
             "until": until,
             "ticks": ticks,
@@ -442,7 +442,7 @@ def prune(folder: str | os.PathLike[str], max_bytes: int, max_age_s: float,
     whatever its size. Temporary files of writers that are gone (killed mid-way) are deleted
     too. A link or a file that is not mlcostd's own is left alone. Returns what was
     deleted."""
-    now = time.time() if now is None else now
+    now = time.time() if now is None else now  # the OS's clock, as the files' mtimes
     base = Path(folder)
     if not base.is_dir():
         return []

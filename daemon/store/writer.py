@@ -12,27 +12,18 @@ aside to `<path>.corrupt-<timestamp>` and a fresh store is created.
 
 The other writes (events, stack samples and statuses, recommendations, host facts: see
 `daemon.store.facts`) are upserts: one that fails for a "not now" reason waits, keyed, in a
-bounded pending list and is written after the buffered ticks. A condition that stops writing
-(disk full, I/O error) is logged once when it starts, then at most once a minute with how many
-more came, and once when it clears; `StoreHealth.problem` says it while it lasts.
+bounded pending list and is written after the buffered ticks (the `PendingWrites` mixin,
+daemon.store.pending, which also tells a condition that stops writing, once and then at most
+once a minute).
 
-One writer per database *file*: the Store holds an exclusive `flock` on the database file itself
-(its inode), so a second writer is refused whatever name or hard link it opens the file by, and
-whether or not the `.lock` file beside it still exists.
-
-The database deleted (or replaced) while recording: every maintenance round compares the open
-file with the path (device and inode). When they differ, the store is recreated at the path
-from the open copy (SQLite's backup), so nothing recorded is lost; a file that replaced it is
-moved aside to `<path>.replaced-<timestamp>` first. This is logged and kept in
-`StoreHealth.recreated`; if recreating fails (e.g. the disk is full) `problem` says so and it is
-tried again the next round.
+One writer per database *file*, and the file at the path is the one recorded into: the
+`DatabaseFile` mixin (daemon.store.database_file) holds the lock and recreates a database
+deleted or replaced while recording.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import itertools
 import json
 import logging
@@ -43,7 +34,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +42,23 @@ import sqlite_utils
 
 from daemon.sources.owners import encode_owner
 from daemon.sources.sample import Sample
+from daemon.store.database_file import DatabaseFile
+from daemon.store.errors import (
+    SQLITE_FULL,
+    TRANSIENT,
+    StoreError,
+    error_code,
+    free_bytes,
+    is_corruption,
+)
 from daemon.store.files import (
-    DB_SUFFIXES,
     RefusedFile,
-    check_existing,
-    open_private,
     private_database,
     private_folder,
 )
+from daemon.store.health import StoreHealth
 from daemon.store.maintenance import Maintenance
+from daemon.store.pending import PendingWrites
 from daemon.store.reader import ReaderTimeout, StoreReader
 from daemon.store.schema import (
     MIGRATIONS,
@@ -74,26 +73,6 @@ from daemon.store.schema import (
 __all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader"]
 
 log = logging.getLogger(__name__)
-
-# Primary SQLite result codes (extended code & 0xff).
-_SQLITE_CORRUPT = 11
-_SQLITE_NOTADB = 26
-# Errors that say "not now" rather than "never": keep the sample and retry.
-_TRANSIENT = {
-    5,  # BUSY
-    6,  # LOCKED
-    8,  # READONLY (e.g. remounted read-only)
-    10,  # IOERR
-    13,  # FULL
-    14,  # CANTOPEN
-    15,  # PROTOCOL
-}
-_SQLITE_FULL = 13
-_LOG_EVERY_S = 60.0  # a lasting condition is logged again at most this often
-_PENDING_FACTS_LIMIT = 5000  # fact upserts kept in memory while the store cannot be written
-# One fact write: (key: a later write with the same key supersedes it, SQL, parameters).
-FactWrite = tuple[Hashable, str, Sequence[object]]
-
 
 _PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")
 
@@ -110,57 +89,9 @@ PROCESS_CACHE_MAX = 4096  # process ids kept in memory; past it, only the live o
 PAGE_CACHE_KIB = 4000
 
 
-class StoreError(Exception):
-    """The store cannot be opened (permission, newer schema, ...). Says what to do."""
-
-
-@dataclass
-class StoreHealth:
-    """What happened to the store since it was opened; reported by `mlcostd check` and /v1/health."""
-
-    path: str
-    schema_version: int = 0
-    corrupt_moved_aside: str | None = None
-    ticks_written: int = 0
-    writes_failed: int = 0  # write attempts (transactions) that failed
-    samples_buffered: int = 0  # waiting in memory now
-    samples_dropped: int = 0  # lost: buffer overflow or a sample SQLite rejected
-    last_error: str | None = None
-    rows_pruned: int = 0
-    bytes_on_disk: int = 0  # database + WAL
-    problem: str | None = None  # what stops recording now (disk full, ...); None when all is well
-    facts_pending: int = 0  # events, stack samples, ... waiting in memory to be written
-    facts_dropped: int = 0  # lost: the pending list overflowed or SQLite rejected one
-    recreated: str | None = None  # the database was deleted or replaced and recreated: when, how
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-
-def _error_code(error: BaseException) -> int | None:
-    code = getattr(error, "sqlite_errorcode", None)
-    return None if code is None else code & 0xFF
-
-
-def _free_bytes(path: str) -> int | None:
-    """Bytes free to this user on the filesystem holding `path` (None: cannot tell)."""
-    try:
-        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def _is_corruption(error: sqlite3.DatabaseError) -> bool:
-    code = _error_code(error)
-    if code is not None:
-        return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-    text = str(error)
-    return "not a database" in text or "malformed" in text
-
-
-class Store(Maintenance):
-    """The single writer of one SQLite store file (its housekeeping: `Maintenance`)."""
+class Store(DatabaseFile, PendingWrites, Maintenance):
+    """The single writer of one SQLite store file (its file: `DatabaseFile`; what waits while it
+    cannot be written: `PendingWrites`; its housekeeping: `Maintenance`)."""
 
     def __init__(
         self,
@@ -220,132 +151,6 @@ class Store(Maintenance):
             self._unlock_file()
             raise
 
-    # ------------------------------------------------------------------------ the file
-
-    def _lock_file(self) -> None:
-        """Hold an exclusive flock on the database file itself: one writer per inode, whatever
-        name or hard link it is opened by. (SQLite's own locks are fcntl locks: independent.)"""
-        try:
-            fd = open_private(self.path, os.O_RDWR)  # 0600 whatever the umask, never a link
-        except RefusedFile as error:  # a link, or not mlcostd's own file: left where it is
-            raise StoreError(str(error)) from None
-        except OSError as error:
-            raise StoreError(
-                f"cannot open the store {self.path}: {error.strerror}; check the path and its "
-                "permissions, or pass --db with a writable path") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            os.close(fd)
-            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise StoreError(f"cannot lock the store {self.path}: {error.strerror}; "
-                                 "put the database on a local filesystem") from None
-            raise StoreError(
-                f"another mlcostd is already recording into {self.path} (it holds the "
-                "database file's lock, under this name or another link to the same file); "
-                "stop it or pass a different --db") from None
-        self._unlock_file()
-        self._file_fd = fd
-
-    def _unlock_file(self) -> None:
-        if self._file_fd is not None:
-            os.close(self._file_fd)
-            self._file_fd = None
-
-    def _same_file(self) -> bool | None:
-        """Is the path still the file we hold open? None when it cannot be told."""
-        if self._file_fd is None:
-            return None
-        try:
-            mine = os.fstat(self._file_fd)
-            there = os.stat(self.path)
-        except FileNotFoundError:
-            return False
-        except OSError:
-            return None
-        return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
-
-    def _check_file(self) -> None:
-        """The database deleted or replaced under us: recreate it at the path from the open
-        copy (nothing recorded is lost). Caller holds _lock. Never raises."""
-        same = self._same_file()
-        if same is None or same:
-            return
-        gone = not os.path.lexists(self.path)
-        what = "deleted" if gone else "replaced by another file"
-        if not gone:
-            try:
-                check_existing(self.path)
-            except RefusedFile as refused:  # a link or someone else's file: never moved
-                self._set_problem(
-                    "file", f"the database {self.path} was replaced while mlcostd records "
-                    f"into it, and mlcostd leaves what is there now alone: {refused}; "
-                    "recording goes on into the open file and the database is recreated at "
-                    "its path once that is removed")
-                return
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        tmp = f"{self.path}.recreating"
-        try:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL))
-            target = sqlite3.connect(tmp)
-            try:
-                self._conn.backup(target)
-            finally:
-                target.close()
-        except (OSError, sqlite3.Error) as error:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            self._set_problem(
-                "file", f"the database {self.path} was {what} while mlcostd records into it, "
-                f"and recreating it failed: {error}; recording goes on into the open file "
-                "(it has no name now) and recreating is tried again every few seconds; free "
-                "space on that disk, or stop mlcostd with SIGTERM and start it again")
-            return
-        aside = None
-        if not gone:
-            aside = f"{self.path}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
-            try:
-                os.replace(self.path, aside)
-            except OSError:
-                aside = None
-        try:
-            self._conn.close()
-        except sqlite3.Error:
-            pass
-        for suffix in ("-wal", "-shm"):  # the deleted file's: its content is in the copy
-            try:
-                os.unlink(self.path + suffix)
-            except OSError:
-                pass
-        try:
-            os.replace(tmp, self.path)
-            self._lock_file()
-            self._db = self._open()
-            self._conn = self._db.conn
-            kept = self._conn.execute("SELECT count(*) FROM ticks").fetchone()[0]
-        except (OSError, sqlite3.Error, StoreError) as error:
-            self._db = self._open()  # a fresh store at the path rather than none
-            self._conn = self._db.conn
-            self._lock_file()
-            self._set_problem(
-                "file", f"the database {self.path} was {what} while mlcostd records into it; "
-                f"putting the copy back failed ({error}), so a new empty store was started "
-                f"there; the copy may be at {tmp}")
-            return
-        note = (f"the database {self.path} was {what} at about {stamp} while mlcostd recorded "
-                f"into it; recreated it there from the open copy ({kept} ticks kept)")
-        if aside:
-            note += f"; the file found at the path was moved aside to {aside}"
-        self._health.recreated = note
-        self._health.last_error = note
-        log.error("%s", note)
-        if self._problem_kind == "file":
-            self._clear_problem("the database file is back at its path")
-
     # ----------------------------------------------------------------------------- open
 
     def _connect(self) -> sqlite_utils.Database:
@@ -375,9 +180,9 @@ class Store(Maintenance):
             return db
         except sqlite3.DatabaseError as error:
             db.conn.close()
-            if not (_is_corruption(error) or str(error).startswith("quick_check")):
-                free = _free_bytes(self.path)
-                if _error_code(error) == _SQLITE_FULL or free == 0:
+            if not (is_corruption(error) or str(error).startswith("quick_check")):
+                free = free_bytes(self.path)
+                if error_code(error) == SQLITE_FULL or free == 0:
                     raise StoreError(
                         f"cannot open the store {self.path}: the disk holding it is full "
                         f"({free} bytes free; SQLite: {error}); free space on that disk or "
@@ -390,27 +195,6 @@ class Store(Maintenance):
         db = self._connect()
         self._configure(db)
         return db
-
-    def _move_aside(self, error: BaseException) -> None:
-        """Rename a corrupt database (and its WAL and SHM) aside. Only our own regular files:
-        a link or someone else's file is refused (StoreError), never moved."""
-        try:
-            for suffix in DB_SUFFIXES:
-                check_existing(self.path + suffix)
-        except RefusedFile as refused:
-            raise StoreError(f"{refused} (SQLite cannot read the store: {error})") from None
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        aside = f"{self.path}.corrupt-{stamp}"
-        n = 1
-        while os.path.lexists(aside):
-            n += 1
-            aside = f"{self.path}.corrupt-{stamp}-{n}"
-        os.replace(self.path, aside)
-        for suffix in ("-wal", "-shm"):
-            if os.path.exists(self.path + suffix):
-                os.replace(self.path + suffix, aside + suffix)
-        self._health.corrupt_moved_aside = aside
-        self._health.last_error = f"corrupt store moved aside to {aside}: {error}"
 
     def _configure(self, db: sqlite_utils.Database) -> None:
         conn = db.conn
@@ -470,34 +254,6 @@ class Store(Maintenance):
             self.write_facts([(("meta", key), "INSERT OR REPLACE INTO meta (key, value) "
                                "VALUES (?, ?)", (f"json:{key}", json.dumps(value, sort_keys=True)))])
 
-    # ---------------------------------------------------------------------------- facts
-
-    def write_facts(self, writes: Sequence[FactWrite]) -> bool:
-        """Run fact upserts in one transaction; caller holds _lock. Never raises. When the
-        store cannot be written now they wait (a later write of the same key replaces the
-        waiting one) and go in after the buffered ticks. True when written now."""
-        if not writes:
-            return True
-        if self._buffer or self._pending_facts:  # keep the order: ticks, older facts, these
-            for key, sql, params in writes:
-                self._queue_fact(key, sql, params)
-            if not self._buffer:
-                self._flush()
-            return False
-        try:
-            self._run_facts([(sql, params) for _, sql, params in writes])
-        except sqlite3.Error as error:
-            if _error_code(error) in _TRANSIENT:
-                for key, sql, params in writes:
-                    self._queue_fact(key, sql, params)
-                self._write_failed(error)
-            else:
-                self._health.facts_dropped += len(writes)
-                self._health.last_error = f"a fact write was rejected: {error}"
-                log.warning("the store rejected a write (%s); it is dropped", error)
-            return False
-        return True
-
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT; rolled back on any failure, which is raised."""
@@ -513,86 +269,6 @@ class Store(Maintenance):
                 except sqlite3.Error:
                     pass
             raise
-
-    def _run_facts(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
-        with self._transaction() as conn:
-            for sql, params in statements:
-                conn.execute(sql, params)
-
-    def _queue_fact(self, key: Hashable, sql: str, params: Sequence[object]) -> None:
-        self._pending_facts.pop(key, None)
-        self._pending_facts[key] = (sql, params)
-        while len(self._pending_facts) > _PENDING_FACTS_LIMIT:
-            self._pending_facts.popitem(last=False)
-            self._health.facts_dropped += 1
-        self._health.facts_pending = len(self._pending_facts)
-
-    def _flush_facts(self) -> None:
-        """Write the waiting facts, oldest first (at most 1000 a call). Caller holds _lock."""
-        while self._pending_facts:
-            keys = list(itertools.islice(self._pending_facts, 1000))
-            try:
-                self._run_facts([self._pending_facts[k] for k in keys])
-            except sqlite3.Error as error:
-                if _error_code(error) in _TRANSIENT:
-                    self._write_failed(error)
-                    break
-                # one of them can never be written: write them one by one, drop the bad ones
-                for key in keys:
-                    try:
-                        self._run_facts([self._pending_facts[key]])
-                    except sqlite3.Error as one:
-                        if _error_code(one) in _TRANSIENT:
-                            self._write_failed(one)
-                            self._health.facts_pending = len(self._pending_facts)
-                            return
-                        self._health.facts_dropped += 1
-                        self._health.last_error = f"a fact write was rejected: {one}"
-                    del self._pending_facts[key]
-                continue
-            for key in keys:
-                del self._pending_facts[key]
-        self._health.facts_pending = len(self._pending_facts)
-
-    # ------------------------------------------------------------------------ problems
-
-    def _write_failed(self, error: BaseException) -> None:
-        """A write failed for a "not now" reason: say so (rate-limited) and in health."""
-        self._health.writes_failed += 1
-        self._health.last_error = f"write failed: {error}"
-        code = _error_code(error)
-        waiting = (f"{len(self._buffer)} ticks wait in memory (at most {self.buffer_limit}; "
-                   f"{self._health.samples_dropped} dropped so far) and are written when it can")
-        if code == _SQLITE_FULL:
-            text = (f"cannot write the store {self.path}: the disk is full "
-                    f"({_free_bytes(self.path)} bytes free); {waiting}; free space on that disk "
-                    "or lower [store].max_size")
-        else:
-            text = f"cannot write the store {self.path}: {error}; {waiting}"
-        self._set_problem(f"write:{code}", text)
-
-    def _set_problem(self, kind: str, text: str) -> None:
-        self._health.problem = text
-        now = time.monotonic()
-        if kind != self._problem_kind:
-            self._problem_kind = kind
-            self._problem_logged_at = now
-            self._problem_repeats = 0
-            log.error("%s", text)
-            return
-        self._problem_repeats += 1
-        if now - self._problem_logged_at >= _LOG_EVERY_S:
-            log.error("%s (%d more like this)", text, self._problem_repeats)
-            self._problem_logged_at = now
-            self._problem_repeats = 0
-
-    def _clear_problem(self, how: str) -> None:
-        if self._problem_kind is None:
-            return
-        log.warning("recording into %s again: %s", self.path, how)
-        self._problem_kind = None
-        self._problem_repeats = 0
-        self._health.problem = None
 
     def pragma(self, name: str, argument: int | str | None = None) -> tuple[Any, ...] | None:
         """`PRAGMA name` or `PRAGMA name(argument)` on the writer's connection, under its lock;
@@ -624,12 +300,6 @@ class Store(Maintenance):
             self._trim_buffer()
             return not self._buffer
 
-    def _trim_buffer(self) -> None:
-        while len(self._buffer) > self.buffer_limit:
-            self._buffer.popleft()
-            self._health.samples_dropped += 1
-        self._health.samples_buffered = len(self._buffer)
-
     def _flush(self) -> None:
         """Commit buffered samples oldest first, at most `flush_chunk` of them per call."""
         budget = self.flush_chunk
@@ -640,10 +310,10 @@ class Store(Maintenance):
             try:
                 self._commit(batch)
             except Exception as error:  # never raise to the tick
-                code = _error_code(error)
-                if code in _TRANSIENT:
+                code = error_code(error)
+                if code in TRANSIENT:
                     self._write_failed(error)
-                    if code == _SQLITE_FULL:
+                    if code == SQLITE_FULL:
                         self._prune_for_space()
                     return
                 self._health.writes_failed += 1

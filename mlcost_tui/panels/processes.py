@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.text import Text
 
-from daemon.wire import Now, Process, phase_label
+from daemon.wire import COMPUTE, IDLE, LOW_CONFIDENCE, Now, Process, phase_label
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import (
@@ -81,14 +81,14 @@ def _burn_cell(value: float | None) -> Text:
 @lru_cache(_CACHE)
 def _phase_cell(phase_idle: tuple[str | None, bool, str | None]) -> Text:
     phase, gpus_idle, confidence = phase_idle
-    if phase == "compute" and gpus_idle:
+    if phase == COMPUTE and gpus_idle:
         # The phase is the latest sampled; every GPU it holds is IDLE now (the GPU panel's
         # verdict): it is not computing, whatever the last stacks said.
-        return Text("idle", style=MUTED)
+        return Text(IDLE, style=MUTED)
     if not phase or phase == fmt.DASH:
         return Text(fmt.DASH, style=MUTED)
     # "data_wait~": decided from /proc alone, no stack (README "When ptrace is denied")
-    return Text(phase_label(phase, confidence), style=MUTED if confidence == "low" else "")
+    return Text(phase_label(phase, confidence), style=MUTED if confidence == LOW_CONFIDENCE else "")
 
 
 @lru_cache(_CACHE)
@@ -104,7 +104,7 @@ def _command_cell(command: str, width: int = 200) -> str:
 
 def compute_share(p: Process) -> float:
     """The share of its time a process computes (the phase balance column sorts by it)."""
-    return dict(fmt.phase_shares(p.phases)).get("compute", 0.0)
+    return dict(fmt.phase_shares(p.phases)).get(COMPUTE, 0.0)
 
 
 def _size(value: float | None) -> str:

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Label, Static
 
 from daemon.clock import latency_text, local_time
 from daemon.wire import (
+    LOW_CONFIDENCE,
     Comparison,
     Latency,
     Phases,
@@ -66,7 +67,7 @@ def phase_lines(phases: Mapping[str, Any]) -> Text:
         confidence = value.get("confidence") if isinstance(value, Mapping) else None
         text.append(f"  {phase_label(name, confidence):<16}", style=PHASE_COLOURS.get(name, ""))
         text.append(f"{share:>6.0%}  {fmt.number(seconds, ' s', 0):>8}")
-        text.append("  (low confidence, no stacks)\n" if confidence == "low" else "\n",
+        text.append("  (low confidence, no stacks)\n" if confidence == LOW_CONFIDENCE else "\n",
                     style=MUTED)
     text.append("\nTop stacks\n", style="bold")
     any_stack = False
@@ -149,7 +150,13 @@ def comparison_lines(result: Comparison) -> Text:
                 style=MUTED)
     for fig in result.figures:
         text.append(f"  {fig.label[:20]:<20} {fig.before:>9} {fig.after:>9} {fig.change:>10}  ")
-        text.append(fig.verdict + "\n", style=VERDICT_STYLES.get(fig.verdict, MUTED))
+        if fig.counted:
+            text.append(fig.verdict + "\n", style=VERDICT_STYLES.get(fig.verdict, MUTED))
+        else:
+            text.append(fig.verdict + "*\n", style=MUTED)
+    if not all(fig.counted for fig in result.figures):
+        text.append("  * not counted in the verdict: a busier GPU draws more per hour\n",
+                    style=MUTED)
     for rec in result.recommendations:
         text.append(f"  recommendation {rec}\n")
     text.append("  verdict: ")
@@ -341,9 +348,9 @@ class DetailsScreen(Screen):
         status = (self.phases.stack_status if self.phases and self.phases.stack_status
                   else p.stack_status)
         text.append(f"  (stack sampling: {status or '-'})\n", style=MUTED)
-        if p.phase_confidence == "low":
-            text.append(f"  {phase_label(p.phase, 'low')}: low confidence, from /proc, no stacks "
-                        "(py-spy may not read this process; README \"When ptrace is denied\")\n",
+        if p.phase_confidence == LOW_CONFIDENCE:
+            text.append(f"  {phase_label(p.phase, LOW_CONFIDENCE)}: low confidence, from /proc, "
+                        "no stacks (py-spy may not read this process; README \"When ptrace is denied\")\n",
                         style=MUTED)
         if self.phases_error:
             text.append(f"  {self.phases_error}\n", style=MUTED)

@@ -400,9 +400,12 @@ def test_resize_dry_run_then_stop_modify_start_on_moto(moto_endpoint):
         return boto3.client("ec2", region_name=region, endpoint_url=moto_endpoint,
                             **env)
 
+    from daemon.sim.ec2 import DEMO_IMAGE
+
     client = ec2("us-east-1")
-    image = client.describe_images()["Images"][0]["ImageId"]
-    instance = client.run_instances(ImageId=image, MinCount=1, MaxCount=1,
+    # An image id moto does not check; describe_images() to find one took moto 10-19 s on the
+    # 2-core machine (it lists every AMI it knows), two thirds of this test.
+    instance = client.run_instances(ImageId=DEMO_IMAGE, MinCount=1, MaxCount=1,
                                     InstanceType="p4d.24xlarge")["Instances"][0]
     rec = {"id": "rec-resize", "action": {
         "kind": "resize", "provider": "aws", "region": "us-east-1",

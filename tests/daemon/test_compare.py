@@ -220,6 +220,28 @@ def test_energy_per_hour_and_carbon_get_a_verdict_from_the_gpus_power_noise():
     assert "kWh per hour" in text and "g CO2e per hour" in text
 
 
+def test_a_figure_left_out_of_the_verdict_is_marked_and_not_counted_where_people_read_it():
+    """A run that works the GPU harder draws more per hour: text, HTML and the TUI's wire mark
+    energy per hour 'worse*' with the reason, and the verdict's counts leave it out."""
+    from daemon.report_html.compare import render
+    from daemon.wire import Comparison
+
+    result = compare.compare(_energy_side(_noisy(200, 80, 1)), _energy_side(_noisy(300, 80, 2)))
+    assert _figure(result, "kwh_per_hour")["verdict"] == compare.WORSE
+    assert result["verdict"] != compare.WORSE
+    text = compare_command.render_text(result)
+    row = next(line for line in text.splitlines() if line.startswith("kWh per hour"))
+    assert row.endswith("worse*")
+    assert "* judged, not counted in the overall verdict" in text
+    counted = [f for f in result["figures"] if f["in_overall"]]
+    worse = sum(1 for f in counted if f["verdict"] == compare.WORSE)
+    assert f"{worse} worse" in text and "; 2 not counted)" in text
+    page = render(result)
+    assert "worse*" in page and "not counted in the overall verdict" in page
+    figures = {f.label: f for f in Comparison.from_dict(result).figures}
+    assert not figures["kWh per hour"].counted and figures["GPU utilization"].counted
+
+
 def test_energy_without_per_bucket_power_is_side_by_side_and_says_why():
     result = compare.compare(_energy_side(None), _energy_side(None, grid=None))
     kwh = _figure(result, "kwh_per_hour")

@@ -19,7 +19,7 @@ from dcgm_exporter import dcgm_exporter, exposition
 from hostile_http import ENDLESS, TRICKLE, HostileServer, finishes_within
 from livedaemon import MLCOSTD
 from prometheus_client.parser import text_string_to_metric_families
-from simhost import attach_code, host_toml, poll, wait_until
+from simhost import attach_code, attached, host_toml, poll, wait_until
 
 from daemon.commands.check import OK, WARN, check_gpu_activity
 from daemon.config import Config, ConfigError, NvmlConfig, load
@@ -36,8 +36,6 @@ from daemon.sources.dcgm import (
     parse_exposition,
 )
 from daemon.sources.nvml import HELD_BY_OTHER, NvmlSource
-
-pytestmark = pytest.mark.xdist_group("serial")  # the simulated GPUs' duty cycles need the CPUs
 
 FAST = dict(call_deadline=0.5, retry_initial=0.2, retry_max=0.5)
 HOPPER = "NVIDIA H100 80GB HBM3"
@@ -115,6 +113,23 @@ def gpm_calls(monkeypatch):
 
 
 @pytest.fixture
+def hopper(sim_host):
+    """Start a simulated Hopper host (GPM available) whose GPU 0 runs a kernel on half its SMs
+    (this process's, closed at the end: no workload process to wait for)."""
+    devices = []
+
+    def start(gpus: int = 1, faults: str = "") -> scenario.Running:
+        running = sim_host(host_toml(gpus=gpus, model=HOPPER, gpm=True, faults=faults),
+                           init=False)
+        devices.append(attached(running, 0, 2, sm=0.5))
+        return running
+
+    yield start
+    for device in devices:
+        device.close()
+
+
+@pytest.fixture
 def source():
     started = []
 
@@ -137,8 +152,8 @@ def first_gpu(src: NvmlSource, ready=lambda gpu: True):
 
 
 def test_with_dcgm_exporter_configured_activity_is_dcgms_and_gpm_is_never_sampled(
-        sim_host, source, gpm_calls):
-    sim_host(host_toml(gpus=1, model=HOPPER, gpm=True, workloads=BUSY), init=False)
+        hopper, source, gpm_calls):
+    hopper()
     with dcgm_exporter("") as exporter:
         src = source(NvmlConfig(**FAST, dcgm_exporter_url=exporter.url))
         uuid = first_gpu(src).uuid
@@ -153,8 +168,8 @@ def test_with_dcgm_exporter_configured_activity_is_dcgms_and_gpm_is_never_sample
     assert gpm_calls == []  # the counters are DCGM's: never sampled
 
 
-def test_an_exporter_that_does_not_answer_still_keeps_gpm_off(sim_host, source, gpm_calls):
-    sim_host(host_toml(gpus=1, model=HOPPER, gpm=True, workloads=BUSY), init=False)
+def test_an_exporter_that_does_not_answer_still_keeps_gpm_off(hopper, source, gpm_calls):
+    hopper()
     with dcgm_exporter("") as exporter:
         url = exporter.url
     src = source(NvmlConfig(**FAST, dcgm_exporter_url=url))  # nothing listens there now
@@ -167,8 +182,8 @@ def test_an_exporter_that_does_not_answer_still_keeps_gpm_off(sim_host, source, 
     assert gpm_calls == []
 
 
-def test_with_nv_hostengine_running_gpm_stays_off(sim_host, source, gpm_calls, tmp_path):
-    sim_host(host_toml(gpus=1, model=HOPPER, gpm=True, workloads=BUSY), init=False)
+def test_with_nv_hostengine_running_gpm_stays_off(hopper, source, gpm_calls, tmp_path):
+    hopper()
     engine = ProfilingCounters(proc_root=fake_proc(tmp_path / "proc", {77: b"nv-hostengine\n"}))
     src = source(NvmlConfig(**FAST), profiling=engine)
     wait_until(lambda: src.activity_sources().get(0, ("", ""))[1] == HOSTENGINE, timeout=10)
@@ -178,14 +193,14 @@ def test_with_nv_hostengine_running_gpm_stays_off(sim_host, source, gpm_calls, t
     assert gpm_calls == []
 
 
-def test_a_gpu_whose_gpm_is_in_use_by_another_reader_is_left_alone(sim_host, source,
+def test_a_gpu_whose_gpm_is_in_use_by_another_reader_is_left_alone(hopper, source,
                                                                     gpm_calls):
-    sim_host(host_toml(gpus=2, model=HOPPER, gpm=True, workloads=BUSY, faults="""
+    hopper(gpus=2, faults="""
 [[faults]]
 kind = "in_use"
 gpu = 0
 calls = ["nvmlGpmSampleGet"]
-"""), init=False)
+""")
     src = source(NvmlConfig(**FAST))
     wait_until(lambda: src.activity_sources().get(0, ("", ""))[1] == HELD_BY_OTHER, timeout=10)
     asked = len(gpm_calls)

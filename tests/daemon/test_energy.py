@@ -423,3 +423,39 @@ def test_the_store_keeps_the_intensity_the_daemon_ran_with_for_reports_and_repla
     with Replay(daemon.db) as replay:
         replayed = Now.from_dict(replay.state_at(time.time()))
     assert replayed.energy is not None and replayed.energy.g_per_kwh == 100.0
+
+
+def test_a_window_past_raw_retention_gives_all_gpus_energy_from_the_rollups(tmp_path):
+    """Raw ticks (the split by process) are kept 6 h by default; a 30-day review reads the
+    rollups. Its energy is then all GPUs' mean power there times the time each was recorded,
+    not only what the raw samples left covered."""
+    import random
+
+    from daemon.commands import report
+    from tests.daemon.test_store import T0, drain, fill, make_sample
+
+    path = tmp_path / "mlcost.db"
+    with Store(path, raw_retention_s=1800) as store:
+        last = fill(store, 2 * 3600, n_gpus=2, n_processes=1)
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0})
+        drain(store)
+    rng = random.Random(1)  # the same draws fill made: every tick's power, 1 s each
+    joules = sum(g.power_watts or 0.0 for tick in range(1, 2 * 3600 + 1)
+                 for g in make_sample(tick, T0, rng, n_gpus=2, n_processes=1).gpus)
+    with Store.reader(path) as reader:
+        document = report.build(reader, 3 * 3600, until=last + 1)
+    assert document["window"]["source"] == "rollups"
+    carbon = document["carbon"]
+    assert carbon["covered_s"] < 3600  # the raw samples kept reach back 30 min
+    whole = carbon["whole_window"]
+    # the rollups hold the whole minutes (the last, partial one is rolled up when it ends)
+    assert 2 * 3600 - 60 <= whole["covered_s"] <= 2 * 3600
+    assert whole["joules"] / whole["covered_s"] == pytest.approx(joules / (2 * 3600), rel=1e-2)
+    assert whole["joules"] > 2 * carbon["joules"]
+    text = report.render_text(document)
+    assert "(over 30 min of the window's 3.0 h: the raw samples reach no further)" in text, text
+    assert "all GPUs over 119 min from the rollups' mean power:" in text, text
+    from daemon.commands.report_energy import review_line
+
+    review = review_line(document["review"])  # the 30-day review's energy line
+    assert any("all GPUs over 119 min from the rollups:" in line for line in review), review

@@ -60,7 +60,7 @@ def holders(now: dict[str, Any], gpu: int) -> set[int]:
 
 @pytest.fixture(scope="module")
 def demo(mlcostd) -> Any:
-    """The demo host once it has recorded 45 s (the compare below asks for the 20 s from 40 s
+    """The demo host once it has recorded 25 s (the compare below asks for the 10 s from 20 s
     ago), stands by recommendations, and has an idle GPU held by a notebook and an idle GPU no
     process holds. With the tests' short waits (livedaemon.DEMO_CONFIG): under the demo's own
     one-minute waits it ran a minute or more longer for the same answers, at ~0.2 CPU-s a
@@ -71,10 +71,10 @@ def demo(mlcostd) -> Any:
         now = daemon.now()
         notebook_gpus = [g for p in now["processes"] if p.get("kind") == "notebook"
                          for g in (x["index"] for x in p["gpus"])]
-        return (now["tick"] >= 90 and len(now["recommendations"]) >= 2 and bool(notebook_gpus)
+        return (now["tick"] >= 50 and len(now["recommendations"]) >= 2 and bool(notebook_gpus)
                 and any(not holders(now, g["index"]) and not g["busy"] for g in now["gpus"]))
 
-    poll(ready, 240, "the demo recording a minute, with recommendations and a notebook",
+    poll(ready, 240, "the demo recording 25 s, with recommendations and a notebook",
          every=1.0, explain=daemon.log_tail)
     return daemon
 
@@ -90,9 +90,9 @@ def conversation(demo) -> dict[str, Any]:
                 if not holders(before, g["index"]) and not g["busy"])
     calls = [("why_idle", {"gpu": held}), ("why_idle", {"gpu": free}),
              ("recommendations", {"limit": 2}), ("costs_now", {}),
-             ("report", {"since": "30s"}), ("compare", {"before": "40s-ago/20s", "after": "20s"}),
+             ("report", {"since": "15s"}), ("compare", {"before": "20s-ago/10s", "after": "10s"}),
              ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
-             ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "20s"})]
+             ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "10s"})]
     tools, results = converse(demo.socket, calls)
     after = demo.now()
     return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
@@ -159,7 +159,7 @@ def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
 def test_report_and_compare_cover_the_ranges_asked(conversation):
     report = answer(conversation["results"]["report4"])
     assert report["window"]["ticks"] > 0
-    assert report["window"]["until"] - report["window"]["since"] == pytest.approx(30, abs=1)
+    assert report["window"]["until"] - report["window"]["since"] == pytest.approx(15, abs=1)
     compared = answer(conversation["results"]["compare5"])
     assert compared["a"]["ticks"] > 0 and compared["b"]["ticks"] > 0
     assert compared["figures"]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import threading
 import time
 
 import pynvml
 import pytest
-from simhost import GIB, attach_code, host_toml, run_concurrently, wait_until
+from simhost import GIB, attached, host_toml, run_concurrently, wait_until
 
 from daemon.config import NvmlConfig
 from daemon.sources.nvml import NvmlSource, _Device
@@ -22,10 +24,9 @@ from daemon.sources.nvml_query import (
 )
 from daemon.sources.sample import GPU_LOST, GPU_OK, GPU_TIMEOUT
 
-# The simulated GPUs' utilization here is the duty cycle of real workload processes, which
-# stretches when other workloads crowd the CPUs: under pytest-xdist these modules run one after
-# another in one worker (tests/conftest.py pytest_xdist_make_scheduler).
-pytestmark = pytest.mark.xdist_group("serial")
+# The simulated GPUs' state is set by this process (simhost.attached: memory held, a kernel
+# running) and faults go on when a test moves the host's clock (Running.set_tick), so nothing
+# here depends on how fast another process runs on a crowded machine.
 
 FAST = NvmlConfig(call_deadline=0.5, retry_initial=0.2, retry_max=0.5)
 
@@ -52,26 +53,21 @@ def readings(src, count, timeout=8.0):
 
 
 def test_gpus_and_processes_as_the_workloads_asked(sim_host, source):
-    running = sim_host(host_toml(gpus=3, workloads=[
-        {"name": "busy", "gpus": [0], "code": attach_code(0, 6, "dev.kernel(0.2, sm=0.8)")},
-        {"name": "holder", "gpus": [1], "code": attach_code(1, 3)},
-    ]), init=False)
-    busy_pid = running.workloads[0][1]
-    holder_pid = running.workloads[1][1]
-    src = source()
-    assert src.wait_ready(5)
+    running = sim_host(host_toml(gpus=3), init=False)
+    pid = os.getpid()  # this process holds both GPUs: busy on GPU 0, holding memory on GPU 1
+    with attached(running, 0, 6, sm=0.8), attached(running, 1, 3):
+        src = source()
+        assert src.wait_ready(5)
 
-    def settled():
-        status, gpus, uses = src.latest()
-        if len(gpus) < 3 or busy_pid not in uses or holder_pid not in uses:
-            return None
-        if not (70 <= uses[busy_pid][0].sm_share <= 90):
-            return None
-        if gpus[0].utilization is None or gpus[0].utilization < 90:  # a full busy window
-            return None
-        return status, gpus, uses
+        def settled():
+            status, gpus, uses = src.latest()
+            if len(gpus) < 3 or len(uses.get(pid, ())) < 2:
+                return None
+            if gpus[0].utilization is None or gpus[0].utilization < 90:  # a full busy window
+                return None
+            return status, gpus, uses
 
-    status, gpus, uses = wait_until(settled, timeout=10)
+        status, gpus, uses = wait_until(settled, timeout=10)
     assert status == "ok"
     by_index = {g.index: g for g in gpus}
     assert by_index[0].name == "NVIDIA A100-SXM4-40GB"
@@ -80,21 +76,20 @@ def test_gpus_and_processes_as_the_workloads_asked(sim_host, source):
     assert by_index[2].utilization == 0  # no process: idle
     assert by_index[2].power_watts is not None and by_index[2].power_watts < by_index[0].power_watts
     assert by_index[0].sm_activity is None  # A100: no GPM, absent rather than 0
-    (busy,) = uses[busy_pid]
+    busy, holder = sorted(uses[pid], key=lambda u: u.gpu_index)
     assert busy.gpu_index == 0 and busy.memory_bytes == 6 * GIB
-    (holder,) = uses[holder_pid]
+    assert 70 <= busy.sm_share <= 90  # the kernel's 80 % of the SMs
     assert holder.gpu_index == 1 and holder.memory_bytes == 3 * GIB
     assert holder.sm_share == 0.0  # no sample since the last second reads 0%
     assert all(g.status == GPU_OK for g in gpus)
 
 
 def test_gpm_sm_activity_on_hopper(sim_host, source):
-    sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3", gpm=True, workloads=[
-        {"name": "busy", "gpus": [0], "code": attach_code(0, 2, "dev.kernel(0.2, sm=0.5)")},
-    ]), init=False)
-    src = source()
-    gpu = wait_until(lambda: (lambda g: g[0] if g and g[0].sm_activity is not None else None)(
-        src.latest()[1]), timeout=10)
+    running = sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3", gpm=True), init=False)
+    with attached(running, 0, 2, sm=0.5):
+        src = source()
+        gpu = wait_until(lambda: (lambda g: g[0] if g and g[0].sm_activity is not None else None)(
+            src.latest()[1]), timeout=10)
     assert 35 <= gpu.sm_activity <= 60
 
 
@@ -113,14 +108,16 @@ calls = ["nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature"]
 
 
 def test_lost_gpu_is_marked_and_the_others_keep_their_cadence(sim_host, source):
-    sim_host(host_toml(gpus=3, faults="""
+    running = sim_host(host_toml(gpus=3, faults="""
 [[faults]]
 kind = "gpu_lost"
 gpu = 1
-at = 1.0
+at_tick = 1
 """), init=False)
     src = source(interval=0.5)
-    readings(src, 3)
+    _, gpus, _ = readings(src, 3)
+    assert gpus[1].status == GPU_OK  # read before the fault...
+    running.set_tick(1)  # ...and lost from now on
     gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_LOST else None)(
         src.latest()[1]), timeout=6)
     assert "GPU is lost" in gpus[1].error
@@ -134,19 +131,22 @@ at = 1.0
 
 
 def test_a_hanging_call_times_out_one_gpu_only(sim_host, source):
-    sim_host(host_toml(gpus=2, faults="""
+    running = sim_host(host_toml(gpus=2, faults="""
 [[faults]]
 kind = "hang"
 gpu = 1
 call = "nvmlDeviceGetUtilizationRates"
 seconds = 8.0
-at = 1.0
+at_tick = 1
 """), init=False)
     src = source(interval=0.5)
     readings(src, 2)
-    gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_TIMEOUT else None)(
+    running.set_tick(1)
+    # Timed out, naming the call that hangs. (On a loaded machine the reading can first be
+    # overdue while the call is not yet past its deadline: "no reading for 1.0 s", then this.)
+    gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_TIMEOUT and
+                               "nvmlDeviceGetUtilizationRates" in g[1].error else None)(
         src.latest()[1]), timeout=6)
-    assert "nvmlDeviceGetUtilizationRates" in gpus[1].error
     # the GPU's memory facts stay known while its reading is overdue; the reading itself does not
     assert gpus[1].memory_total_bytes == 40 * GIB and gpus[1].memory_used_bytes is None
     assert gpus[1].memory_reserved_bytes is not None
@@ -164,31 +164,30 @@ at = 1.0
     ("driver_mismatch", "reboot"),
 ])
 def test_nvml_unavailable_is_a_status_then_recovers(sim_host, source, kind, expected):
-    sim_host(host_toml(gpus=1, faults=f"""
+    running = sim_host(host_toml(gpus=1, faults=f"""
 [[faults]]
 kind = "{kind}"
-until = 1.5
+until_tick = 1
 """), init=False)
     src = source()
     src.wait_ready(5)
     status, gpus, _ = src.latest()
     assert status.startswith("NVML unavailable") and expected in status
     assert gpus == ()
+    running.set_tick(1)  # the library answers again: the next retry starts it
     status, gpus, _ = readings(src, 1, timeout=8)
     assert status == "ok"
 
 
 def test_process_query_falls_back_by_symbol(sim_host, source):
-    running = sim_host(host_toml(gpus=1, workloads=[
-        {"name": "holder", "gpus": [0], "code": attach_code(0, 2)},
-    ], faults="""
+    running = sim_host(host_toml(gpus=1, faults="""
 [[faults]]
 kind = "missing_symbol"
 symbols = ["nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"]
 """), init=False)
-    pid = running.workloads[0][1]
-    src = source()
-    uses = wait_until(lambda: src.latest()[2].get(pid), timeout=8)
+    with attached(running, 0, 2):
+        src = source()
+        uses = wait_until(lambda: src.latest()[2].get(os.getpid()), timeout=8)
     assert uses[0].memory_bytes == 2 * GIB
     assert src._devices[0].process_query[0] == "nvmlDeviceGetComputeRunningProcesses"
 
@@ -275,27 +274,28 @@ symbols = ["nvmlDeviceGetComputeRunningProcesses_v3"]
     assert has_symbol("nvmlDeviceGetComputeRunningProcesses_v2")
 
 
+@contextlib.contextmanager
 def _holder_reading(sim_host, source, faults: str = ""):
-    """One GPU with a process holding 3 GiB; the source's first reading that shows it."""
-    sim_host(host_toml(gpus=1, workloads=[
-        {"name": "holder", "gpus": [0], "code": attach_code(0, 3)},
-    ], faults=faults), init=False)
-    src = source()
-    gpu = wait_until(lambda: next((g for g in src.latest()[1]
-                                   if g.memory_used_bytes and g.memory_used_bytes >= 3 * GIB),
-                                  None), timeout=8)
-    return src, gpu
+    """One GPU with a process (this one) holding 3 GiB, for the `with` block; the source and
+    its first reading showing it."""
+    running = sim_host(host_toml(gpus=1, faults=faults), init=False)
+    with attached(running, 0, 3):
+        src = source()
+        gpu = wait_until(lambda: next((g for g in src.latest()[1]
+                                       if g.memory_used_bytes and g.memory_used_bytes >= 3 * GIB),
+                                      None), timeout=8)
+        yield src, gpu
 
 
 def test_memory_used_follows_v2_memory_info_as_nvidia_smi_shows_it(sim_host, source):
     from daemon.sim.nvml import RESERVED_MEMORY
 
-    src, gpu = _holder_reading(sim_host, source)
+    with _holder_reading(sim_host, source) as (src, gpu):
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
     assert src._devices[0].memory_version == 2
     # v2: used is what processes hold; the driver's reservation is beside it, not in it
     assert gpu.memory_used_bytes == 3 * GIB
     assert gpu.memory_reserved_bytes == RESERVED_MEMORY
-    v1 = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
     assert v1.used == gpu.memory_used_bytes + gpu.memory_reserved_bytes  # v1 counts it as used
 
 
@@ -304,11 +304,12 @@ def test_a_driver_without_v2_memory_info_is_read_through_v1_and_says_so(sim_host
     from daemon.sim.nvml import RESERVED_MEMORY
 
     caplog.set_level("INFO", logger="daemon.sources.nvml")
-    src, gpu = _holder_reading(sim_host, source, faults="""
+    with _holder_reading(sim_host, source, faults="""
 [[faults]]
 kind = "missing_symbol"
 symbols = ["nvmlDeviceGetMemoryInfo_v2"]
-""")
+""") as (src, gpu):
+        pass
     assert src._devices[0].memory_version == 1
     assert gpu.memory_used_bytes == 3 * GIB + RESERVED_MEMORY  # v1's used includes it
     assert gpu.memory_reserved_bytes is None  # the field says "not known" on such a driver
@@ -324,7 +325,8 @@ def test_a_driver_that_rejects_the_v2_struct_version_falls_back_to_v1(sim_host, 
 
     caplog.set_level("INFO", logger="daemon.sources.nvml")
     monkeypatch.setattr(nvml_source, "_MEMORY_V2", pynvml.nvmlMemory_v2 + (1 << 24))
-    src, gpu = _holder_reading(sim_host, source)
+    with _holder_reading(sim_host, source) as (src, gpu):
+        pass
     assert src._devices[0].memory_version == 1 and gpu.memory_reserved_bytes is None
     assert gpu.status == GPU_OK
     assert "Argument version mismatch (NVML error 25)" in caplog.text

@@ -32,7 +32,7 @@ from daemon.analysis.phases import (
 )
 from daemon.analysis.proc_phases import classify_from_proc, where
 from daemon.sources.frames import Frame, stack_hash
-from daemon.sources.proc_state import ProcFacts, may_trace, read_facts
+from daemon.sources.proc_state import ProcFacts, may_trace, read_facts, syscall_name
 from daemon.wire import Process, phase_label
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -396,3 +396,19 @@ def test_proc_samples_are_bounded_per_tick_and_every_process_gets_its_turn(tmp_p
     assert kept[1] == 2 * per_tick and kept[4] == 40, kept
     # none sampled twice within its dump_interval (60 s): forty rows are the forty processes
     assert kept[5] == 40
+
+
+@pytest.mark.parametrize("machine, number, name, phase", [
+    ("x86_64", 0, "read", DATA_WAIT), ("aarch64", 63, "read", DATA_WAIT),
+    ("x86_64", 202, "futex", IDLE), ("aarch64", 98, "futex", IDLE),
+    ("x86_64", 232, "epoll_wait", IDLE), ("aarch64", 22, "epoll_pwait", IDLE),
+    ("aarch64", 73, "ppoll", IDLE), ("aarch64", 207, "recvfrom", DATA_WAIT),
+])
+def test_blocking_calls_are_named_on_x86_64_and_aarch64(machine, number, name, phase):
+    """/proc/PID/syscall gives a number of the machine's own table: on an arm64 host (Grace
+    Hopper, Graviton) 63 is read and 0 is io_setup, so the x86_64 table would misname it."""
+    assert syscall_name(number, machine) == name
+    said = signals(read_per_s=300e3) if phase == DATA_WAIT else signals()
+    assert classify_from_proc(facts(syscall=name), said).phase == phase
+    assert syscall_name(0, "aarch64") == "syscall 0"  # io_setup: not a wait mlcost reads
+    assert syscall_name(63, "riscv64") == "syscall 63"  # an architecture without a table

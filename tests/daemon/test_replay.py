@@ -163,7 +163,7 @@ def test_mlcost_top_replay_of_a_bad_file_says_why(tmp_path):
     for path, expected in ((not_a_store, "is not an mlcostd store"),
                            (tmp_path / "missing.db", "no store at")):
         result = subprocess.run(
-            [sys.executable, "-c", "import sys; from mlcost_tui.app import main; sys.exit(main())",
+            [sys.executable, "-c", "import sys; from mlcost_tui.cli import main; sys.exit(main())",
              "--replay", str(path)], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2
         assert expected in result.stderr

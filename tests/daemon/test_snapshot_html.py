@@ -186,3 +186,37 @@ def test_small_dollar_amounts_keep_their_figures_and_a_title_can_say_profile(sna
     titled = render_store(snapshot, title="mlcost profile of python <train>.py")
     assert "<title>mlcost profile of python &lt;train&gt;.py</title>" in titled
     assert "snapshot of" not in titled.split("</h1>")[0]
+
+
+def test_a_phase_balance_read_from_proc_alone_says_its_low_confidence(tmp_path):
+    """Without Python stacks (ptrace denied) the phases come from /proc: the page says so next
+    to the bar, as the text report and mlcost-top do; stacks from py-spy say nothing."""
+    from daemon.analysis.phases import NO_STACK_FILE
+
+    daemon = recording_daemon(tmp_path, 5.0, ticks=30)
+    store = daemon.store
+    assert store is not None
+    facts.write_stacks(store, [facts.StackRow(
+        ts=T0 + t, pid=4242, start_time=1000.5, thread_id=1, stack_hash="p1",
+        frames=(("D state (disk wait)", NO_STACK_FILE, 0),), phase="data_wait", gpu_util=2.0)
+        for t in (10, 12, 14)])
+    facts.write_event(store, {"kind": "low_utilization", "target": "4242:1000.500",
+                              "started_at": T0 + 10, "ended_at": T0 + 16, "cost_so_far": 0.01})
+    store.close()
+    page = render_store(tmp_path / "mlcost.db")
+    assert 'data-confidence="low"' in page and "low confidence, from /proc" in page
+
+    stacked = tmp_path / "stacked"
+    stacked.mkdir()
+    daemon = recording_daemon(stacked, 5.0, ticks=30)
+    assert daemon.store is not None
+    facts.write_stacks(daemon.store, [facts.StackRow(
+        ts=T0 + t, pid=4242, start_time=1000.5, thread_id=1, stack_hash="s1",
+        frames=(("read_shard", "/srv/train.py", 88),), phase="data_wait", gpu_util=2.0)
+        for t in (10, 12, 14)])
+    facts.write_event(daemon.store, {"kind": "low_utilization", "target": "4242:1000.500",
+                                     "started_at": T0 + 10, "ended_at": T0 + 16,
+                                     "cost_so_far": 0.01})
+    daemon.store.close()
+    page = render_store(stacked / "mlcost.db")
+    assert "data-phase=\"data_wait\"" in page and 'data-confidence="low"' not in page

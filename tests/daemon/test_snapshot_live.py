@@ -22,7 +22,7 @@ from daemon.client import ApiError
 from daemon.replay import Replay
 from tests import chromium
 from tests.livedaemon import DEMO_CONFIG, ROOT
-from tests.simhost import poll
+from tests.simhost import attach_code, host_toml, poll
 
 TRIGGER_TIMEOUT_S = 240.0  # the event opens at ~10 s, the snapshot 5 s later; generous under load
 # daemon/sim/simulate.toml's snapshot settings with the waits cut to the shortest the config
@@ -43,14 +43,42 @@ def snapshot_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProces
                           timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL)
 
 
-def test_a_lost_gpu_and_a_timing_out_gpu_each_take_a_snapshot(mlcostd):
-    """The faults scenario: GPU 2 falls off the bus at 5 s, GPU 3's readings hang past their
-    deadline: one incident snapshot each, saying which GPU and what happened. First in the
-    module and stopped at its end: the module's demo host (0.2 CPU-s a second, its py-spy
-    dumps aside) does not run on beside it."""
-    daemon = mlcostd("faults", config={"snapshots": {
+# The built-in `faults` scenario's faults on four GPUs with a small busy workload each (what
+# the workloads do is not what is tested): GPU 2 falls off the bus after the daemon's third tick,
+# GPU 1 has no power reading, GPU 3's utilization call hangs past its deadline throughout.
+FAULTS = """
+[[faults]]
+kind = "gpu_lost"
+gpu = 2
+at_tick = 3
+
+[[faults]]
+kind = "not_supported"
+gpu = 1
+calls = ["nvmlDeviceGetPowerUsage"]
+
+[[faults]]
+kind = "hang"
+gpu = 3
+call = "nvmlDeviceGetUtilizationRates"
+seconds = 3.0
+"""
+
+
+def test_a_lost_gpu_and_a_timing_out_gpu_each_take_a_snapshot(mlcostd, tmp_path):
+    """GPU 2 falls off the bus at tick 3, GPU 3's readings hang past their deadline: one
+    incident snapshot each, saying which GPU and what happened. First in the module and stopped
+    at its end: the module's demo host (0.2 CPU-s a second, its py-spy dumps aside) does not
+    run on beside it."""
+    busy = "dev.kernel(0.05, sm=0.6); time.sleep(0.05)"
+    scenario = tmp_path / "faults.toml"
+    scenario.write_text('name = "faults"\n' + host_toml(gpus=4, workloads=[
+        {"name": f"train-{i}", "gpus": [i], "code": attach_code(i, 2, busy)} for i in range(4)],
+        faults=FAULTS))
+    daemon = mlcostd(str(scenario), interval=0.5, config={"snapshots": {
         "before": "1m", "after": "2s", "max_per_hour": 10, "held_idle_after": 0,
-        "recommendation_savings": 0, "html": False}})
+        "recommendation_savings": 0, "html": False,
+        "gpu_timeout_after": "5s"}})  # (30 s by default) GPU 3 times out on most ticks of 5 s
 
     def gpu_incidents():
         listed = daemon.call("snapshots")["snapshots"]

@@ -16,7 +16,9 @@ from daemon.store.reader import StoreReader
 
 # "simulating 'x': ..., workloads a (pid 12), b (pid 13)" (runtime/simulation.py)
 _WORKLOAD = re.compile(r"(\S+) \(pid (\d+)\)")
-BUSY = "dev.kernel(0.05, sm=0.6); time.sleep(0.05)"
+# A kernel, a little work on the CPU (~15 ms a second, so that a process whose GPU is sick is
+# seen to run on within a few ticks), a pause.
+BUSY = "dev.kernel(0.05, sm=0.6); sum(range(100_000)); time.sleep(0.05)"
 
 
 def scenario(folder: Path, gpus: int, faults: str = "", name: str = "faults") -> str:

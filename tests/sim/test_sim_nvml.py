@@ -9,7 +9,7 @@ import time
 
 import pynvml
 import pytest
-from simhost import GIB, attach_code, host_toml, wait_until
+from simhost import GIB, attach_code, attached, host_toml, wait_until
 
 from daemon.sim import nvml as sim_nvml
 
@@ -85,28 +85,28 @@ def test_process_utilization_honours_last_seen_timestamp(sim_host, tmp_path):
 
 
 def test_process_query_versions_and_a_missing_symbol(sim_host):
-    running = sim_host(host_toml(gpus=1, workloads=[
-        {"name": "holder", "gpus": [0], "code": attach_code(0, 2)},
-    ], faults='[[faults]]\nkind = "missing_symbol"\nsymbol = "nvmlDeviceGetComputeRunningProcesses_v3"\n'))
-    pid = running.workloads[0][1]
-    (gpu,) = handles(1)
-    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-        pynvml.nvmlDeviceGetComputeRunningProcesses_v3(gpu)
-    v2 = pynvml.nvmlDeviceGetComputeRunningProcesses_v2(gpu)
-    assert [(p.pid, p.usedGpuMemory) for p in v2] == [(pid, 2 * GIB)]
-    assert v2[0].gpuInstanceId == 0xFFFFFFFF
+    running = sim_host(host_toml(gpus=1, faults=(
+        '[[faults]]\nkind = "missing_symbol"\nsymbol = "nvmlDeviceGetComputeRunningProcesses_v3"\n')))
+    with attached(running, 0, 2) as holder:  # this process holds 2 GiB
+        pid = holder.pid
+        (gpu,) = handles(1)
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetComputeRunningProcesses_v3(gpu)
+        v2 = pynvml.nvmlDeviceGetComputeRunningProcesses_v2(gpu)
+        assert [(p.pid, p.usedGpuMemory) for p in v2] == [(pid, 2 * GIB)]
+        assert v2[0].gpuInstanceId == 0xFFFFFFFF
 
-    class ProcessInfoV1(ctypes.Structure):  # nvml.h nvmlProcessInfo_v1_t
-        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+        class ProcessInfoV1(ctypes.Structure):  # nvml.h nvmlProcessInfo_v1_t
+            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
 
-    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
-    count = ctypes.c_uint(0)
-    assert fn(gpu, ctypes.byref(count), None) == pynvml.NVML_ERROR_INSUFFICIENT_SIZE
-    assert count.value == 1
-    infos = (ProcessInfoV1 * 4)()
-    count.value = 4
-    assert fn(gpu, ctypes.byref(count), infos) == pynvml.NVML_SUCCESS
-    assert (count.value, infos[0].pid, infos[0].usedGpuMemory) == (1, pid, 2 * GIB)
+        fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+        count = ctypes.c_uint(0)
+        assert fn(gpu, ctypes.byref(count), None) == pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        assert count.value == 1
+        infos = (ProcessInfoV1 * 4)()
+        count.value = 4
+        assert fn(gpu, ctypes.byref(count), infos) == pynvml.NVML_SUCCESS
+        assert (count.value, infos[0].pid, infos[0].usedGpuMemory) == (1, pid, 2 * GIB)
 
 
 def test_calls_before_init_are_uninitialized(sim_host):
@@ -120,13 +120,17 @@ def test_calls_before_init_are_uninitialized(sim_host):
 
 def test_gpu_lost_not_supported_and_hang(sim_host):
     faults = (
-        '[[faults]]\nkind = "gpu_lost"\ngpu = 0\nat = 1.0\nuntil = 2.0\n'
+        '[[faults]]\nkind = "gpu_lost"\ngpu = 0\nat_tick = 1\nuntil_tick = 2\n'
         '[[faults]]\nkind = "not_supported"\ngpu = 1\ncalls = ["nvmlDeviceGetPowerUsage"]\n'
         '[[faults]]\nkind = "hang"\ngpu = 1\ncall = "nvmlDeviceGetTemperature"\nseconds = 0.3\n'
+        # timed in seconds and due in an hour: not on now (a fault ending at `until` seconds:
+        # test_init_faults_recover_after_until)
+        '[[faults]]\nkind = "not_supported"\ngpu = 0\ncalls = ["nvmlDeviceGetTemperature"]\n'
+        'at = 3600.0\n'
     )
-    sim_host(host_toml(gpus=2, faults=faults), wait=0)
+    running = sim_host(host_toml(gpus=2, faults=faults), wait=0)
     gpu0, gpu1 = handles(2)
-    pynvml.nvmlDeviceGetMemoryInfo(gpu0)  # fine before `at`
+    pynvml.nvmlDeviceGetMemoryInfo(gpu0)  # fine before `at_tick`
 
     with pytest.raises(pynvml.NVMLError_NotSupported):
         pynvml.nvmlDeviceGetPowerUsage(gpu1)
@@ -135,7 +139,8 @@ def test_gpu_lost_not_supported_and_hang(sim_host):
     t = time.monotonic()
     pynvml.nvmlDeviceGetTemperature(gpu1, 0)
     assert time.monotonic() - t >= 0.3  # the hang happened (a lower bound: never flaky)
-    pynvml.nvmlDeviceGetTemperature(gpu0, 0)  # GPU 0 answers (how fast is bench/ business)
+    pynvml.nvmlDeviceGetTemperature(gpu0, 0)  # GPU 0 answers (how fast is bench/ business),
+    # its own fault not being due for an hour
 
     def memory_error(handle) -> type[pynvml.NVMLError] | None:
         try:
@@ -144,13 +149,15 @@ def test_gpu_lost_not_supported_and_hang(sim_host):
             return type(error)
         return None
 
-    # Lost from `at` (1 s) ...
-    wait_until(lambda: memory_error(gpu0) is pynvml.NVMLError_GpuIsLost, timeout=5, every=0.02)
+    # Lost at `at_tick` (the host's clock is at tick 1: from the next call on) ...
+    running.set_tick(1)
+    assert memory_error(gpu0) is pynvml.NVMLError_GpuIsLost
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         pynvml.nvmlDeviceGetHandleByIndex(0)
     pynvml.nvmlDeviceGetMemoryInfo(gpu1)  # one GPU lost, not all
-    # ... and back after `until` (2 s).
-    wait_until(lambda: memory_error(gpu0) is None, timeout=5, every=0.02)
+    # ... and back at `until_tick`.
+    running.set_tick(2)
+    assert memory_error(gpu0) is None
 
 
 @pytest.mark.parametrize(("kind", "error"), [
@@ -189,26 +196,25 @@ def test_dead_processes_disappear(sim_host):
 
 
 def test_gpm_on_hopper_only(sim_host):
-    sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3", workloads=[
-        {"name": "busy", "gpus": [0], "code": attach_code(0, 1, BUSY_HALF_SM)},
-    ]))
-    (gpu,) = handles(1)
-    assert pynvml.nvmlGpmQueryDeviceSupport(gpu).isSupportedDevice == 1
-    first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
-    pynvml.nvmlGpmSampleGet(gpu, first)
-    time.sleep(0.6)
-    pynvml.nvmlGpmSampleGet(gpu, second)
-    request = pynvml.c_nvmlGpmMetricsGet_t()
-    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-    request.numMetrics = 2
-    request.sample1, request.sample2 = first, second
-    request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
-    request.metrics[1].metricId = pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC
-    pynvml.nvmlGpmMetricsGet(request)
-    assert 40 <= request.metrics[0].value <= 52
-    assert request.metrics[1].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
-    pynvml.nvmlGpmSampleFree(first)
-    pynvml.nvmlGpmSampleFree(second)
+    running = sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3"))
+    with attached(running, 0, 1, sm=0.5):  # a kernel on half the SMs throughout
+        (gpu,) = handles(1)
+        assert pynvml.nvmlGpmQueryDeviceSupport(gpu).isSupportedDevice == 1
+        first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+        pynvml.nvmlGpmSampleGet(gpu, first)
+        time.sleep(0.6)
+        pynvml.nvmlGpmSampleGet(gpu, second)
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.sample1, request.sample2 = first, second
+        request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+        request.metrics[1].metricId = pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC
+        pynvml.nvmlGpmMetricsGet(request)
+        assert 40 <= request.metrics[0].value <= 52
+        assert request.metrics[1].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+        pynvml.nvmlGpmSampleFree(first)
+        pynvml.nvmlGpmSampleFree(second)
 
 
 def test_no_gpm_on_ampere(sim_host):

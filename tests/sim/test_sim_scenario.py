@@ -46,6 +46,12 @@ def test_demo_host():
      'call = "nvmlDeviceGetPowerUsage"\n', "faults[0].seconds"),
     (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\nkind = "gpu_lost"\ngpu = 0\n'
      'at = 5\nuntil = 2\n', "faults[0].until"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\nkind = "gpu_lost"\ngpu = 0\n'
+     'at_tick = 5\nuntil_tick = 5\n', "faults[0].until_tick"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\nkind = "gpu_lost"\ngpu = 0\n'
+     'at_tick = 1.5\n', "faults[0].at_tick"),
+    (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n[[faults]]\nkind = "nvml_missing"\n'
+     'at = 1.0\nuntil_tick = 4\n', "faults[0]"),
     ("[gpu\n", "(file)"),
 ])
 def test_bad_scenarios_name_the_key(text, key):

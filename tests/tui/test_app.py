@@ -9,7 +9,8 @@ import pytest
 from simhost import pilot_wait_for
 
 from daemon.client import Client
-from mlcost_tui.app import MlcostTop, main
+from mlcost_tui.app import MlcostTop
+from mlcost_tui.cli import main
 from mlcost_tui.messages import SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel

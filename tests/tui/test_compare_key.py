@@ -116,3 +116,24 @@ async def test_details_say_when_there_is_no_earlier_run():
     body = await _details_body(StubClient(), (80, 24))
     assert "with this job's previous run: no earlier run of it in the store yet" in body
     assert "Compared with the previous run" not in body
+
+
+def test_a_figure_left_out_of_the_verdict_is_marked_on_the_details_screen():
+    """Energy per hour is judged but not counted: shown 'worse*' (muted, not red) with why."""
+    from daemon.wire import Comparison
+    from mlcost_tui.screens.details import comparison_lines
+
+    figure = {"label": "kWh per hour", "a_text": "0.117", "b_text": "0.293",
+              "change_text": "+0.176", "verdict": "worse"}
+    result = Comparison.from_dict({
+        "a": {"label": "before"}, "b": {"label": "after"}, "verdict": "better",
+        "figures": [dict(figure, in_overall=False),
+                    dict(figure, label="GPU utilization", verdict="better")]})
+    text = comparison_lines(result)
+    rows = text.plain.splitlines()
+    assert next(r for r in rows if "kWh per hour" in r).endswith("worse*")
+    assert next(r for r in rows if "GPU utilization" in r).endswith("better")
+    assert any("not counted in the verdict" in r for r in rows)
+    worse = text.plain.index("worse*")
+    assert not any(span.style == "bold red" for span in text.spans
+                   if span.start <= worse < span.end)

@@ -133,7 +133,7 @@ def assert_no_payload_reached(out: bytes) -> None:
 
 def test_mlcost_top_replay_shows_hostile_strings_without_sending_them(hostile_store):
     out = run_in_pty([sys.executable, "-c",
-                      "import sys; from mlcost_tui.app import main; sys.exit(main())",
+                      "import sys; from mlcost_tui.cli import main; sys.exit(main())",
                       "--replay", str(hostile_store)], quit_when=b"CLEARED")
     assert_no_payload_reached(out)
     assert b"\\x1b]0;PWNED-TITLE" in out and b"\\x1b[2JCLEARED" in out, out[-2000:]

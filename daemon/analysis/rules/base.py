@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon import wire
-from daemon.analysis.cost import HOURS_PER_MONTH
 from daemon.analysis.rules.thresholds import SPOT_CADENCE_TOLERANCE
 from daemon.analysis.rules.window import Analysis, ProcessWindow, checkpoint_interval
+from daemon.wire import money
+from pricing.offer import HOURS_PER_MONTH
 
 UPPER_BOUND = "an upper bound: fixing one bottleneck exposes the next"
 
@@ -103,10 +104,6 @@ class Rule:
                        max(savings_per_month, 0.0), method,
                        {"signal": self.signal, "threshold": self.threshold, **evidence},
                        action, scope=dict(scope or {}), evidence_needed_s=evidence_needed_s)
-
-
-def money(x: float) -> str:
-    return f"${x:,.2f}"
 
 
 def share_savings(proc: ProcessWindow, share: float, what: str) -> tuple[float, str]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.analysis.cost import HOURS_PER_MONTH
+from pricing.offer import HOURS_PER_MONTH
 
 # The stated order: stop what idles, then right-size, then make the jobs efficient, then buy
 # what is left more cheaply (the FinOps order: eliminate, rightsize, then purchase options).

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.analysis.cost import HOURS_PER_MONTH, HostPrice
+from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
+from daemon.analysis.cost import HostPrice
 from daemon.analysis.kinds import ONLINE_INFERENCE
-from daemon.analysis.phases import IDLE, LOW_CONFIDENCE, READ_MIN_PER_S
+from daemon.analysis.phases import READ_MIN_PER_S
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -32,9 +33,20 @@ from daemon.analysis.rules.base import (
     money,
     process_evidence,
 )
-from daemon.analysis.rules.thresholds import HOST_IDLE_MIN_S, IDLE_HELD_MIN_S
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
+from daemon.wire import (
+    CHECKPOINT,
+    COMM,
+    DATA_WAIT,
+    EVAL,
+    HOST_PREPROCESS,
+    IDLE,
+    LOW_CONFIDENCE,
+    OUTPUT,
+    SYNC,
+)
+from pricing.offer import HOURS_PER_MONTH
 
 # A process's own kernels: its SM share (or the GPM SM activity of its GPUs) averaged over the
 # window. A context that is merely open reads 0; any kernels at all read above 1%.
@@ -42,7 +54,7 @@ OWN_KERNELS_MIN_PCT = 1.0
 # A phase of work (data wait, host compute, checkpoint...) in at least this share of the window
 # is a sign of work; 2% is one stack sample in fifty, above the noise of a stray dump.
 WORK_PHASE_MIN_SHARE = 0.02
-WORK_PHASES = ("data_wait", "host_preprocess", "checkpoint", "output", "eval", "sync", "comm")
+WORK_PHASES = (DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM)
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
 WINDOW_EDGE_S = 10.0  # idle this close to the window's length: idle through all of it
@@ -289,17 +301,19 @@ IDLE_GPU_HELD = Rule(
     "idle_gpu_held", "GPU(s) held by a process and idle (below [idle].utilization, "
     "default 5%) at the end of the window, the process showing no sign of work in it (no "
     "kernels, reads or D state; stacks waiting on input or sleeping)",
-    f">= {IDLE_HELD_MIN_S / 60:g} min", "idle time, memory held, process",
-    "release the GPU (SIGTERM after confirmation)", "process burn x 730 h",
+    f">= {DEFAULT_GPU_HELD_AFTER_S / 60:g} min", "idle time, memory held, process",
+    "release the GPU (SIGTERM after confirmation)", f"process burn x {HOURS_PER_MONTH:g} h",
     check_idle_gpu_held, limits=("idle_held_min_s",))
 IDLE_SERVER = Rule(
     "idle_server", "GPU(s) held by a server (it listens and has served, or is online inference "
     "by its kind) and idle (below [idle].utilization) at the end of the window",
-    f">= {IDLE_HELD_MIN_S / 60:g} min", "idle time, memory held, listening ports, kind evidence",
-    "scale to zero / consolidate / share the GPU (never SIGTERM)", "process burn x 730 h",
+    f">= {DEFAULT_GPU_HELD_AFTER_S / 60:g} min",
+    "idle time, memory held, listening ports, kind evidence",
+    "scale to zero / consolidate / share the GPU (never SIGTERM)",
+    f"process burn x {HOURS_PER_MONTH:g} h",
     check_idle_server, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
     "host_idle", "no GPU process, or every GPU idle, at the end of the window",
-    f">= {HOST_IDLE_MIN_S / 60:g} min", "idle time, per-GPU utilization, price",
-    "stop this instance", "host price x 730 h x idle fraction", check_host_idle,
+    f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
+    "stop this instance", f"host price x {HOURS_PER_MONTH:g} h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))

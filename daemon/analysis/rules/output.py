@@ -8,6 +8,8 @@ from __future__ import annotations
 from daemon.analysis.rules.base import Rule
 from daemon.analysis.rules.phases import _phase_rule
 from daemon.analysis.rules.window import Analysis, ProcessWindow
+from daemon.wire import OUTPUT
+from pricing.offer import HOURS_PER_MONTH
 
 # The PyTorch profiler's 5% rule, as for checkpoints and host syncs (our choice by analogy):
 # a log line per step is well under it; a record per example with an fsync is not.
@@ -38,6 +40,6 @@ WRITING_OUTPUT = Rule(
     f"> {OUTPUT_SHARE:.0%} (PyTorch profiler rule, by analogy)",
     "phase share, the json/csv/logging frames or the write line, top stacks",
     "buffer the records, write them from a thread, write (and fsync) less often",
-    "process burn x share x 730 h",
-    _phase_rule("output", OUTPUT_SHARE, _output_patch, "writing output",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
+    _phase_rule(OUTPUT, OUTPUT_SHARE, _output_patch, "writing output",
                 "buffer it, write asynchronously, write less often"))

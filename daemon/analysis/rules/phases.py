@@ -31,6 +31,8 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
+from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
+from pricing.offer import HOURS_PER_MONTH
 
 
 def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, Analysis, str], str],
@@ -38,7 +40,7 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
     def check(a: Analysis, rule: Rule) -> list[Finding]:
         found = []
         for proc in a.processes:
-            if phase == "data_wait" and proc.kind.serves:
+            if phase == DATA_WAIT and proc.kind.serves:
                 continue  # a server waiting for requests is not starved of input data
             share, stacks = phase_share(proc, phase)
             if share <= threshold:
@@ -135,8 +137,8 @@ def check_storage_bound(a: Analysis, rule: Rule) -> list[Finding]:
         stall = max(proc.iowait_fraction, proc.d_state_fraction)
         if stall <= IO_STALL_FRACTION or proc.gpu_low_fraction <= GPU_LOW_FRACTION:
             continue
-        share_dw, stacks_dw = phase_share(proc, "data_wait")
-        share_pp, stacks_pp = phase_share(proc, "host_preprocess")
+        share_dw, stacks_dw = phase_share(proc, DATA_WAIT)
+        share_pp, stacks_pp = phase_share(proc, HOST_PREPROCESS)
         stacks = stacks_dw + stacks_pp
         share = min(proc.gpu_low_fraction, 1.0)
         savings, method = share_savings(proc, share, "I/O-starved low GPU use")
@@ -168,42 +170,43 @@ DATALOADER_STARVATION = Rule(
     "dataloader_starvation", "data_wait share of the window",
     f"> {DATA_WAIT_SHARE:.0%} (PyTorch profiler)", "phase share, DataLoader top stacks",
     "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers",
-    "process burn x share x 730 h",
-    _phase_rule("data_wait", DATA_WAIT_SHARE, _dataloader_patch, "data wait",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
+    _phase_rule(DATA_WAIT, DATA_WAIT_SHARE, _dataloader_patch, "data wait",
                 "prefetch in DataLoader workers"))
 MAIN_THREAD_PREPROCESSING = Rule(
     "main_thread_preprocessing", "host_preprocess share of the window",
     f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
-    "move preprocessing into DataLoader workers", "process burn x share x 730 h",
-    _phase_rule("host_preprocess", HOST_PREPROCESS_SHARE, _preprocess_patch,
+    "move preprocessing into DataLoader workers", f"process burn x share x {HOURS_PER_MONTH:g} h",
+    _phase_rule(HOST_PREPROCESS, HOST_PREPROCESS_SHARE, _preprocess_patch,
                 "main-thread preprocessing", "move it into DataLoader workers"))
 STORAGE_BOUND = Rule(
     "storage_bound", "iowait / D-state fraction while the GPU is low",
     f"> {IO_STALL_FRACTION:.0%} stalled and > {GPU_LOW_FRACTION:.0%} GPU-low "
     "(SageMaker IOBottleneck)", "iowait, D state, read rate, top stacks",
-    "stage the data on local NVMe", "process burn x GPU-low fraction x 730 h",
+    "stage the data on local NVMe", f"process burn x GPU-low fraction x {HOURS_PER_MONTH:g} h",
     check_storage_bound)
 BLOCKING_CHECKPOINT = Rule(
     "blocking_checkpoint", "checkpoint share of the window",
     f"> {CHECKPOINT_SHARE:.0%}", "phase share, checkpoint cadence, top stacks",
-    "async checkpointing, or checkpoint less often", "process burn x share x 730 h",
-    _phase_rule("checkpoint", CHECKPOINT_SHARE, _checkpoint_patch, "checkpointing",
+    "async checkpointing, or checkpoint less often",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
+    _phase_rule(CHECKPOINT, CHECKPOINT_SHARE, _checkpoint_patch, "checkpointing",
                 "checkpoint asynchronously or less often"))
 EVAL_DOMINATING = Rule(
     "eval_dominating", "eval share of the window", f"> {EVAL_SHARE:.0%}",
     "phase share, top stacks", "evaluate less often / on a subset",
-    "process burn x share x 730 h",
-    _phase_rule("eval", EVAL_SHARE, _eval_patch, "evaluation",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
+    _phase_rule(EVAL, EVAL_SHARE, _eval_patch, "evaluation",
                 "evaluate less often or on a subset"))
 HOST_SYNC = Rule(
     "host_sync", "sync share of the window", f"> {SYNC_SHARE:.0%}",
     "phase share, the repeating user line", "remove host syncs from the loop",
-    "process burn x share x 730 h",
-    _phase_rule("sync", SYNC_SHARE, _sync_patch, "host-GPU syncs",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
+    _phase_rule(SYNC, SYNC_SHARE, _sync_patch, "host-GPU syncs",
                 "keep values on the GPU, sync only when logging"))
 COMMUNICATION_BOUND = Rule(
     "communication_bound", "comm share of the window", f"> {COMM_SHARE:.0%}",
     "phase share, collective top stacks", "overlap / bucket communication",
-    "process burn x share x 730 h",
-    _phase_rule("comm", COMM_SHARE, _comm_patch, "communication",
+    f"process burn x share x {HOURS_PER_MONTH:g} h",
+    _phase_rule(COMM, COMM_SHARE, _comm_patch, "communication",
                 "overlap and bucket collectives"))

@@ -4,7 +4,6 @@ underbatched inference (dynamic batching)."""
 
 from __future__ import annotations
 
-from daemon.analysis.cost import HOURS_PER_MONTH
 from daemon.analysis.kinds import BATCH_INFERENCE, NOTEBOOK
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
@@ -33,6 +32,7 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+from pricing.offer import HOURS_PER_MONTH
 
 
 def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
@@ -310,26 +310,27 @@ OVER_PROVISIONED = Rule(
     "over_provisioned", "GPUs used and peak GPU memory vs the catalog",
     f"a fitting instance >= {SHRINK_MIN_SAVING:.0%} cheaper, window >= "
     f"{SHRINK_MIN_WINDOW_S / 60:g} min", "GPUs used, peak memory, alternatives",
-    "shrink to the named instance", "(price now - new price) x 730 h",
+    "shrink to the named instance", f"(price now - new price) x {HOURS_PER_MONTH:g} h",
     check_over_provisioned, limits=("shrink_min_window_s", "rightsize_evidence_s"))
 SPOT_TRAINING = Rule(
     "spot_training", "on-demand training runtime and checkpoint cadence",
     f"runtime >= {SPOT_MIN_RUNTIME_S / 3600:g} h, >= {SPOT_MIN_CHECKPOINTS} regular "
     f"checkpoints at most {SPOT_MAX_CADENCE_S / 60:g} min apart",
     "runtime, checkpoint times, catalog spot price", "run it on spot",
-    "(on-demand - spot) x its GPUs' share x 730 h - expected lost work", check_spot,
+    f"(on-demand - spot) x its GPUs' share x {HOURS_PER_MONTH:g} h - expected lost work",
+    check_spot,
     limits=("spot_min_runtime_s", "spot_evidence_s"))
 STEADY_INFERENCE_COMMITMENT = Rule(
     "steady_inference_commitment", "steady inference hours on on-demand",
     f">= {STEADY_INFERENCE_MIN_HOURS:g} h, GPU busy >= "
     f"{STEADY_INFERENCE_WELL_USED_FRACTION:.0%} of ticks", "runtime, busy fraction, catalog",
     "buy the cheapest commitment listed (1 or 3 years)",
-    "(on-demand - best commitment) x GPU share x 730 h", check_steady_inference,
+    f"(on-demand - best commitment) x GPU share x {HOURS_PER_MONTH:g} h", check_steady_inference,
     limits=("commitment_evidence_s",))
 UNDERBATCHED_INFERENCE = Rule(
     "underbatched_inference",
     "device utilization vs GPM SM activity, else the process's SM share (inference)",
     f"utilization >= {WELL_USED_UTILIZATION_PCT:g}% and SM activity < "
     f"{UNDERBATCH_SM_ACTIVITY_PCT:g}%", "utilization, SM activity",
-    "dynamic batching", "process burn x (1 - SM activity / utilization) x 730 h",
+    "dynamic batching", f"process burn x (1 - SM activity / utilization) x {HOURS_PER_MONTH:g} h",
     check_underbatched)

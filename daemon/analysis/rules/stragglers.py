@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from daemon.analysis.cost import HOURS_PER_MONTH
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -27,28 +26,41 @@ from daemon.analysis.rules.base import (
     where_in,
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
+from daemon.wire import (
+    CHECKPOINT,
+    COMM,
+    COMPUTE,
+    DATA_WAIT,
+    EVAL,
+    HOST_PREPROCESS,
+    IDLE,
+    OUTPUT,
+    SYNC,
+    UNKNOWN,
+)
+from pricing.offer import HOURS_PER_MONTH
 
 # A rank waits on its peers when a fifth of its window is comm (as COMM_SHARE, our choice).
 WAITING_SHARE = 0.20
 # The straggler waits at most half as much as the ranks that wait for it.
 STRAGGLER_WAIT_RATIO = 0.5
 _RANK_ARGUMENT = re.compile(r"\s--?[\w-]*rank[\w-]*(=|\s+)\d+", re.IGNORECASE)
-WAIT_PHASES = ("comm",)
-NOT_THE_CAUSE = ("compute", "comm", "idle", "unknown")
+WAIT_PHASES = (COMM,)
+NOT_THE_CAUSE = (COMPUTE, COMM, IDLE, UNKNOWN)
 
 ADVICE = {
-    "host_preprocess": "its preprocessing is slower than the others': give every rank an equal "
+    HOST_PREPROCESS: "its preprocessing is slower than the others': give every rank an equal "
                        "shard (DistributedSampler splits evenly) and move the preprocessing into "
                        "DataLoader workers",
-    "data_wait": "its input arrives slower than the others': check its shard's storage or "
+    DATA_WAIT: "its input arrives slower than the others': check its shard's storage or "
                  "network, prefetch in DataLoader workers, give every rank an equal shard",
-    "output": "it writes logs or outputs the others don't: write from one rank, buffered and "
+    OUTPUT: "it writes logs or outputs the others don't: write from one rank, buffered and "
               "in a background thread",
-    "checkpoint": "it writes the checkpoint while the others wait: checkpoint asynchronously "
+    CHECKPOINT: "it writes the checkpoint while the others wait: checkpoint asynchronously "
                   "(torch.distributed.checkpoint.async_save) or shard the save across ranks",
-    "eval": "it evaluates while the others wait: evaluate on every rank's share, or in a "
+    EVAL: "it evaluates while the others wait: evaluate on every rank's share, or in a "
             "separate job",
-    "sync": "it syncs with its GPU where the others don't: remove the host sync from its path",
+    SYNC: "it syncs with its GPU where the others don't: remove the host sync from its path",
 }
 SLOWER_GPU = ("its GPU work takes longer than the others': an unequal batch or shard, or a "
               "slower or throttled GPU (check clocks and temperature)")
@@ -66,7 +78,7 @@ def _cause(proc: ProcessWindow) -> tuple[str, float]:
     work = {name: float(entry.get("share", 0.0) or 0.0) for name, entry in proc.phases.items()
             if name not in NOT_THE_CAUSE}
     if not work:
-        return "compute", float((proc.phases.get("compute") or {}).get("share", 0.0) or 0.0)
+        return COMPUTE, float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     name = max(work, key=lambda p: work[p])
     return name, work[name]
 
@@ -128,4 +140,4 @@ STRAGGLER = Rule(
     f">= {WAITING_SHARE:.0%} waiting on peers while one rank waits under "
     f"{STRAGGLER_WAIT_RATIO:.0%} of that", "phases of each rank, the straggler's top stacks",
     "rebalance the shards, fix the slow rank's input or writes",
-    "waiting ranks' burn x waiting share x 730 h", check_stragglers)
+    f"waiting ranks' burn x waiting share x {HOURS_PER_MONTH:g} h", check_stragglers)

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import re
 
-# Held idle this long at the end of the window: past any eval or checkpoint pause (our choice,
-# same default as daemon.analysis.idle.IdleThresholds.gpu_held_after_s).
-IDLE_HELD_MIN_S = 600.0
-# Whole host idle this long: stop it (our choice; daemon.analysis.idle.IdleThresholds.host_after_s).
-HOST_IDLE_MIN_S = 1800.0
+from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
+
 # PyTorch profiler (TensorBoard plugin): DataLoader time > 5% of step time -> raise num_workers.
 DATA_WAIT_SHARE = 0.05
 # Same PyTorch profiler rule: with num_workers=0 the loading runs in the main process.
@@ -70,8 +67,9 @@ INFERENCE_COMMAND = re.compile(
     r"vllm|sglang|text-generation|tgi\b|tritonserver|torchserve|ray\s+serve|serve\b|"
     r"uvicorn|gunicorn|inference|server", re.IGNORECASE)
 DEFAULT_LIMITS: dict[str, float] = {
-    "idle_held_min_s": IDLE_HELD_MIN_S,
-    "host_idle_min_s": HOST_IDLE_MIN_S,
+    # held idle this long at the end of the window; whole host idle this long: stop it
+    "idle_held_min_s": DEFAULT_GPU_HELD_AFTER_S,
+    "host_idle_min_s": DEFAULT_HOST_IDLE_AFTER_S,
     "shrink_min_window_s": SHRINK_MIN_WINDOW_S,
     "spot_min_runtime_s": SPOT_MIN_RUNTIME_S,
     "rightsize_evidence_s": RIGHTSIZE_CONFIDENT_S,

@@ -27,7 +27,7 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.sources.sample import GPU_OK, Sample
-from daemon.wire import process_key
+from daemon.wire import CHECKPOINT, OUTPUT, process_key
 
 GIB = 2**30
 
@@ -338,7 +338,7 @@ def build_analysis(
         proc_phases = phases.get(pid_id) or phases.get(pid) or {}
         # Writes its stacks show as output (logs, metrics) are no checkpoints: no cadence.
         cps = (sorted(observed) if observed else
-               [] if "output" in proc_phases and "checkpoint" not in proc_phases else
+               [] if OUTPUT in proc_phases and CHECKPOINT not in proc_phases else
                _checkpoint_bursts(writes))
         mine_final = sorted(gpu_set)
         idle_s = trailing(process_idle(key, mine_final))

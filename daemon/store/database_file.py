@@ -1,0 +1,198 @@
+"""The store's database file: one writer per file, and the file at the path is the one recorded
+into.
+
+`DatabaseFile` is a mixin of `daemon.store.writer.Store` (like `Maintenance`), working on the
+Store's state under the Store's lock.
+
+One writer per database *file*: the Store holds an exclusive `flock` on the database file itself
+(its inode), so a second writer is refused whatever name or hard link it opens the file by, and
+whether or not the `.lock` file beside it still exists.
+
+The database deleted (or replaced) while recording: every maintenance round compares the open
+file with the path (device and inode). When they differ, the store is recreated at the path
+from the open copy (SQLite's backup), so nothing recorded is lost; a file that replaced it is
+moved aside to `<path>.replaced-<timestamp>` first. This is logged and kept in
+`StoreHealth.recreated`; if recreating fails (e.g. the disk is full) `problem` says so and it is
+tried again the next round.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import sqlite3
+import time
+from typing import TYPE_CHECKING
+
+from daemon.store.errors import StoreError
+from daemon.store.files import DB_SUFFIXES, RefusedFile, check_existing, open_private
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from daemon.store.health import StoreHealth
+
+log = logging.getLogger("daemon.store.writer")  # the Store's log, as before this code moved here
+
+
+class DatabaseFile:
+    """The lock on the Store's database file and the checks that it is still at its path."""
+
+    if TYPE_CHECKING:  # the Store's state this mixin works on (set in Store.__init__)
+        path: str
+        _file_fd: int | None
+        _db: sqlite_utils.Database
+        _conn: sqlite3.Connection
+        _health: StoreHealth
+        _problem_kind: str | None
+
+        def _open(self) -> sqlite_utils.Database: ...
+        def _set_problem(self, kind: str, text: str) -> None: ...
+        def _clear_problem(self, how: str) -> None: ...
+
+    def _lock_file(self) -> None:
+        """Hold an exclusive flock on the database file itself: one writer per inode, whatever
+        name or hard link it is opened by. (SQLite's own locks are fcntl locks: independent.)"""
+        try:
+            fd = open_private(self.path, os.O_RDWR)  # 0600 whatever the umask, never a link
+        except RefusedFile as error:  # a link, or not mlcostd's own file: left where it is
+            raise StoreError(str(error)) from None
+        except OSError as error:
+            raise StoreError(
+                f"cannot open the store {self.path}: {error.strerror}; check the path and its "
+                "permissions, or pass --db with a writable path") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise StoreError(f"cannot lock the store {self.path}: {error.strerror}; "
+                                 "put the database on a local filesystem") from None
+            raise StoreError(
+                f"another mlcostd is already recording into {self.path} (it holds the "
+                "database file's lock, under this name or another link to the same file); "
+                "stop it or pass a different --db") from None
+        self._unlock_file()
+        self._file_fd = fd
+
+    def _unlock_file(self) -> None:
+        if self._file_fd is not None:
+            os.close(self._file_fd)
+            self._file_fd = None
+
+    def _same_file(self) -> bool | None:
+        """Is the path still the file we hold open? None when it cannot be told."""
+        if self._file_fd is None:
+            return None
+        try:
+            mine = os.fstat(self._file_fd)
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return None
+        return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def _check_file(self) -> None:
+        """The database deleted or replaced under us: recreate it at the path from the open
+        copy (nothing recorded is lost). Caller holds _lock. Never raises."""
+        same = self._same_file()
+        if same is None or same:
+            return
+        gone = not os.path.lexists(self.path)
+        what = "deleted" if gone else "replaced by another file"
+        if not gone:
+            try:
+                check_existing(self.path)
+            except RefusedFile as refused:  # a link or someone else's file: never moved
+                self._set_problem(
+                    "file", f"the database {self.path} was replaced while mlcostd records "
+                    f"into it, and mlcostd leaves what is there now alone: {refused}; "
+                    "recording goes on into the open file and the database is recreated at "
+                    "its path once that is removed")
+                return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        tmp = f"{self.path}.recreating"
+        try:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.close(open_private(tmp, os.O_WRONLY | os.O_EXCL))
+            target = sqlite3.connect(tmp)
+            try:
+                self._conn.backup(target)
+            finally:
+                target.close()
+        except (OSError, sqlite3.Error) as error:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            self._set_problem(
+                "file", f"the database {self.path} was {what} while mlcostd records into it, "
+                f"and recreating it failed: {error}; recording goes on into the open file "
+                "(it has no name now) and recreating is tried again every few seconds; free "
+                "space on that disk, or stop mlcostd with SIGTERM and start it again")
+            return
+        aside = None
+        if not gone:
+            aside = f"{self.path}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                aside = None
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+        for suffix in ("-wal", "-shm"):  # the deleted file's: its content is in the copy
+            try:
+                os.unlink(self.path + suffix)
+            except OSError:
+                pass
+        try:
+            os.replace(tmp, self.path)
+            self._lock_file()
+            self._db = self._open()
+            self._conn = self._db.conn
+            kept = self._conn.execute("SELECT count(*) FROM ticks").fetchone()[0]
+        except (OSError, sqlite3.Error, StoreError) as error:
+            self._db = self._open()  # a fresh store at the path rather than none
+            self._conn = self._db.conn
+            self._lock_file()
+            self._set_problem(
+                "file", f"the database {self.path} was {what} while mlcostd records into it; "
+                f"putting the copy back failed ({error}), so a new empty store was started "
+                f"there; the copy may be at {tmp}")
+            return
+        note = (f"the database {self.path} was {what} at about {stamp} while mlcostd recorded "
+                f"into it; recreated it there from the open copy ({kept} ticks kept)")
+        if aside:
+            note += f"; the file found at the path was moved aside to {aside}"
+        self._health.recreated = note
+        self._health.last_error = note
+        log.error("%s", note)
+        if self._problem_kind == "file":
+            self._clear_problem("the database file is back at its path")
+
+    def _move_aside(self, error: BaseException) -> None:
+        """Rename a corrupt database (and its WAL and SHM) aside. Only our own regular files:
+        a link or someone else's file is refused (StoreError), never moved."""
+        try:
+            for suffix in DB_SUFFIXES:
+                check_existing(self.path + suffix)
+        except RefusedFile as refused:
+            raise StoreError(f"{refused} (SQLite cannot read the store: {error})") from None
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = f"{self.path}.corrupt-{stamp}"
+        n = 1
+        while os.path.lexists(aside):
+            n += 1
+            aside = f"{self.path}.corrupt-{stamp}-{n}"
+        os.replace(self.path, aside)
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(self.path + suffix):
+                os.replace(self.path + suffix, aside + suffix)
+        self._health.corrupt_moved_aside = aside
+        self._health.last_error = f"corrupt store moved aside to {aside}: {error}"
