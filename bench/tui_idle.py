@@ -8,9 +8,11 @@ own pty of --size:
 - nvitop's TUI reading the same simulated NVML (daemon.sim.nvml installed in its process, as
   tests/sim/test_nvitop.py does), at `--interval 1` (mlcost-top's cadence) and at its default
   2 s.
-Once each screen shows the host's figures and a few seconds more have passed, each process's CPU
-time (user + system) is read at the start and the end of the window, its RSS every second, and
-the bytes it wrote to its terminal counted (what it repaints). nvitop's CPU includes its own
+Once each screen shows the host's data (a workload's pid, as /v1/now gives it, found in what the
+terminal shows: its output with the escape sequences removed, so neither a style change inside
+a word nor a narrow column that drops a command's interpreter hides it) and a few seconds more
+have passed, each process's CPU time (user + system) is read at the start and the end of the
+window, its RSS every second, and the bytes it wrote to its terminal counted (what it repaints). nvitop's CPU includes its own
 collection (NVML + /proc); mlcost-top's includes reading and parsing /v1/now.
 
     .venv/bin/python bench/tui_idle.py [--seconds 60] [--runs 3] [--size 200x50]
@@ -26,6 +28,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import signal
 import statistics
 import struct
@@ -45,6 +48,7 @@ from collector import scenario_text  # noqa: E402
 
 from daemon.sim.state import STATE_DIR_ENV  # noqa: E402
 from mlcost_tui.demo import EmbeddedDaemon  # noqa: E402
+from mlcost_tui.messages import HostSnapshot  # noqa: E402
 from mlcost_tui.prefetch import first_snapshot  # noqa: E402
 
 # nvitop's own entry point, in a process whose pynvml reads the simulated host.
@@ -56,39 +60,84 @@ MB = 1 << 20
 ROOT = str(Path(__file__).resolve().parents[1])  # this checkout
 
 
+# What a terminal shows, without how it is drawn: escape sequences (CSI, OSC, charset
+# designations) and control bytes removed. A style change (SGR, CSI ... m) joins the text on either
+# side (it can fall inside a word: "A1" bold, "00" not); any other sequence (a cursor move) becomes
+# a space, so text from two places on the screen never runs together into a false match.
+_SGR = re.compile(rb"\x1b\[[0-9;:]*m")
+_ESCAPE = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]"  # CSI: cursor moves, styles, modes
+                     rb"|\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC: titles, clipboard
+                     rb"|[ -/]+[0-~]"  # charset designations (curses' line drawing)
+                     rb"|[0-Z\\^-~])")  # one-byte escapes (ESC 7, ESC =, ESC M)
+_INCOMPLETE_MAX = 4096  # an unterminated sequence longer than this is noise: shown as is
+_CONTROL = bytes(range(32)).replace(b"\n", b"") + b"\x7f"
+_BLANK_CONTROL = bytes.maketrans(_CONTROL, b" " * len(_CONTROL))
+
+
+@dataclass
+class Screen:
+    """One run's terminal output: its size and what it showed (`visible_text`)."""
+
+    written: int = 0
+    text: bytearray = field(default_factory=bytearray)
+
+
+def visible_text(stream: bytes) -> bytes:
+    """`stream` (complete escape sequences only) as the text it puts on a screen."""
+    return _ESCAPE.sub(b" ", _SGR.sub(b"", stream)).translate(_BLANK_CONTROL)
+
+
 @dataclass
 class Tool:
-    """One TUI on its own pty; `ready` is what its screen shows once it has the host's data."""
+    """One TUI on its own pty. `ready` is the data it must show (a workload's pid, from
+    mlcostd's /v1/now): each a regular expression over what the screen
+    shows (`visible_text`), so a word split by a style change still counts, and a drawing that
+    only moves the cursor does not."""
 
     name: str
     argv: list[str]
-    ready: tuple[bytes, ...]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = ROOT  # `python -m` imports from here first
+    ready: tuple[re.Pattern[bytes], ...] = ()
     process: subprocess.Popen | None = None
-    screen: bytearray = field(default_factory=bytearray)
+    screen: Screen = field(default_factory=Screen)  # this run's
     master: int = -1
 
     def start(self, rows: int, columns: int) -> None:
+        self.screen = Screen()
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         self.process = subprocess.Popen(self.argv, stdin=slave, stdout=slave, stderr=slave,
                                         env=self.env, cwd=self.cwd, start_new_session=True)
         os.close(slave)
-        threading.Thread(target=self._drain, name=f"drain {self.name}", daemon=True).start()
+        # This run's descriptor and screen, passed in: a reader left from the last run can
+        # never read this run's terminal (a reused descriptor number) or write to its screen.
+        threading.Thread(target=self._drain, args=(self.master, self.screen),
+                         name=f"drain {self.name}", daemon=True).start()
 
-    def _drain(self) -> None:
+    @staticmethod
+    def _drain(master: int, screen: Screen) -> None:
+        pending = b""  # an escape sequence cut at the end of a read: completed by the next
         while True:
             try:
-                chunk = os.read(self.master, 65536)
+                chunk = os.read(master, 65536)
             except OSError:
                 return
             if not chunk:
                 return
-            self.screen.extend(chunk)
+            screen.written += len(chunk)
+            data = pending + chunk
+            cut = data.rfind(b"\x1b")
+            pending = b""
+            if cut >= 0 and not _ESCAPE.match(data, cut) and len(data) - cut < _INCOMPLETE_MAX:
+                data, pending = data[:cut], data[cut:]
+            screen.text.extend(visible_text(data))
 
     def is_ready(self) -> bool:
-        return all(word in self.screen for word in self.ready)
+        return all(pattern.search(self.screen.text) for pattern in self.ready)
+
+    def tail(self) -> str:
+        return " ".join(bytes(self.screen.text[-1200:]).decode(errors="replace").split())
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -103,6 +152,17 @@ class Tool:
             self.master = -1
 
 
+def shows_data(snapshot: HostSnapshot) -> tuple[re.Pattern[bytes], ...]:
+    """What a screen with the host's data shows, whichever tool draws it: the pid of at least
+    one workload (a whole number, never part of a longer one). It comes from the data, so it
+    is neither a column title drawn before the data nor anything a narrow screen drops (a
+    command line's interpreter is, in a narrow command column; mlcost-top's GPU model column
+    goes before the PID column does)."""
+    assert snapshot.now is not None
+    pids = b"|".join(str(p.pid).encode() for p in snapshot.now.processes)
+    return (re.compile(rb"(?<!\d)(?:" + pids + rb")(?!\d)"),)
+
+
 def cpu_seconds(process: psutil.Process) -> float:
     times = process.cpu_times()
     return times.user + times.system
@@ -110,7 +170,6 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 def one_run(tools: list[Tool], seconds: float, rows: int, columns: int) -> dict[str, dict]:
     for tool in tools:
-        tool.screen.clear()
         tool.start(rows, columns)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -122,14 +181,14 @@ def one_run(tools: list[Tool], seconds: float, rows: int, columns: int) -> dict[
                     first[tool.name] = time.monotonic() - started
                 assert tool.process is not None
                 if tool.process.poll() is not None or time.monotonic() > deadline:
-                    tail = bytes(tool.screen[-400:]).decode(errors="replace")
-                    raise SystemExit(f"{tool.name} shows no data: {tail!r}")
+                    raise SystemExit(f"{tool.name} shows no data (looked for "
+                                     f"{[p.pattern for p in tool.ready]}): {tool.tail()!r}")
             time.sleep(0.05)
         time.sleep(SETTLE_S)
         handles = {t.name: psutil.Process(t.process.pid) for t in tools  # type: ignore[union-attr]
                    }
         cpu0 = {name: cpu_seconds(p) for name, p in handles.items()}
-        bytes0 = {t.name: len(t.screen) for t in tools}
+        bytes0 = {t.name: t.screen.written for t in tools}
         rss: dict[str, list[int]] = {name: [] for name in handles}
         began = time.monotonic()
         while (elapsed := time.monotonic() - began) < seconds:
@@ -144,7 +203,7 @@ def one_run(tools: list[Tool], seconds: float, rows: int, columns: int) -> dict[
                 "cpu_percent": 100 * (cpu_seconds(p) - cpu0[tool.name]) / wall,
                 "rss_mb": statistics.median(rss[tool.name]) / MB,
                 "rss_max_mb": max(rss[tool.name]) / MB,
-                "terminal_kb_per_s": (len(tool.screen) - bytes0[tool.name]) / wall / 1024,
+                "terminal_kb_per_s": (tool.screen.written - bytes0[tool.name]) / wall / 1024,
                 "first_data_s": first[tool.name],
             }
         return out
@@ -200,21 +259,21 @@ def main() -> int:
                        **{STATE_DIR_ENV: sim_dir})
             env.pop("COLUMNS", None)
             env.pop("LINES", None)
+            ready = shows_data(snap)
             tools = [
                 Tool("mlcost-top", [sys.executable, "-m", "mlcost_tui", "--connect",
-                                    daemon.target], (b"$/h", b"python"), env),
-                Tool("nvitop 1s", [sys.executable, "-c", NVITOP, "--interval", "1"],
-                     (b"A100", b"MiB", b"python"), env),
-                Tool("nvitop 2s", [sys.executable, "-c", NVITOP], (b"A100", b"MiB", b"python"),
-                     env),
+                                    daemon.target], env, ready=ready),
+                Tool("nvitop 1s", [sys.executable, "-c", NVITOP, "--interval", "1"], env,
+                     ready=ready),
+                Tool("nvitop 2s", [sys.executable, "-c", NVITOP], env, ready=ready),
             ]
             if args.compare:
                 other = os.path.abspath(args.compare)
                 tools.insert(1, Tool(f"{os.path.basename(other)}:top", [
                     sys.executable, "-m", "mlcost_tui", "--connect", daemon.target],
-                    tools[0].ready, dict(env, PYTHONPATH=os.pathsep.join(
+                    dict(env, PYTHONPATH=os.pathsep.join(
                         [other] + [p for p in sys.path if p and not p.startswith(ROOT)])),
-                    cwd=other))
+                    cwd=other, ready=ready))
             runs, loads = [], []
             for run in range(args.runs):
                 loads.append(load())

@@ -33,7 +33,7 @@ def one_run(home: str) -> tuple[float, float, str]:
     env = dict(os.environ, TERM="xterm-256color", HOME=home,
                XDG_STATE_HOME=os.path.join(home, "state"),
                PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, "-m", "mlcost_tui.app", "--demo"], stdin=slave,
+    proc = subprocess.Popen([sys.executable, "-m", "mlcost_tui", "--demo"], stdin=slave,
                             stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     screen = bytearray()

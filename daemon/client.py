@@ -1,23 +1,42 @@
 """The API client: `Client("unix:/run/mlcost/mlcostd.sock")` or `Client("http://host:9347", token)`.
 
 Every method returns wire types (daemon.wire). A daemon that is not there raises
-`DaemonUnavailable` with how to start one; an answer with an error status raises `ApiError`
-with the daemon's message.
+`DaemonUnavailable` with how to start one; one that does not answer in time raises it saying so;
+an answer with an error status raises `ApiError` with the daemon's message.
+
+HTTP through the standard library (http.client), each request on its own connection in a daemon
+thread, awaited with the request's deadline. A client asks for one JSON document at a time: for
+that aiohttp added 8-10 MB to mlcost-top's 57 (bench/tui_idle.py), and the daemon alone needs it.
+A request abandoned at quit dies with the process (a daemon thread), as aiohttp's did.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
+from urllib.parse import urlencode, urlsplit
 
-from daemon.config import default_socket_path
-from daemon.wire import ActionResult, Comparison, Health, History, Now, Phases, Recommendation
+from daemon.wire import (
+    ActionResult,
+    Comparison,
+    Health,
+    History,
+    Now,
+    Phases,
+    Recommendation,
+    default_socket_path,
+)
 
-if TYPE_CHECKING:  # imported on the first request: mlcost-top draws its first frame without it
-    import aiohttp
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 3.0
 HISTORY_TIMEOUT_S = 8.0
@@ -53,14 +72,76 @@ def default_target() -> str:
 async def read_answer(response: Any, *, max_bytes: int = MAX_ANSWER_BYTES,
                       shown: str = "") -> bytes:
     """The body of an aiohttp response, at most `max_bytes` (pricing.http.read_bounded, the one
-    bounded reader), for this client and mlcost-top's other HTTP clients; ClientError past the
-    cap. The caller's ClientTimeout bounds the time."""
+    bounded reader), for mlcost-top's other HTTP clients (Prometheus); ClientError past the cap.
+    The caller's ClientTimeout bounds the time."""
     from pricing.http import AnswerTooLarge, read_bounded
 
     try:
         return await read_bounded(response, max_bytes=max_bytes, shown=shown)
     except AnswerTooLarge as exc:
         raise ClientError(str(exc)) from None
+
+
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (the daemon's default transport)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("mlcostd", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def connection_to(target: str, timeout_s: float) -> tuple[http.client.HTTPConnection, str]:
+    """A (not yet connected) connection to `target` (unix:PATH, http:// or https://) and the
+    path prefix its requests start with; ValueError for any other target."""
+    if target.startswith("unix:"):
+        return UnixConnection(target[len("unix:"):], timeout_s), ""
+    parts = urlsplit(target)
+    if parts.scheme == "http" and parts.netloc:
+        return http.client.HTTPConnection(parts.netloc, timeout=timeout_s), \
+            parts.path.rstrip("/")
+    if parts.scheme == "https" and parts.netloc:
+        return http.client.HTTPSConnection(parts.netloc, timeout=timeout_s), \
+            parts.path.rstrip("/")
+    raise ValueError(f"target {target!r} is neither unix:PATH nor http://HOST:PORT")
+
+
+async def in_thread(call: Callable[[], T]) -> T:
+    """`call()` in a daemon thread, awaited: the event loop runs on meanwhile, and a call the
+    caller stops waiting for (a deadline, the app quitting) never holds the process."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return  # the caller stopped waiting
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = call()
+        except Exception as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:
+            pass  # the loop has closed: nobody waits for this answer
+
+    threading.Thread(target=run, name="mlcost-client", daemon=True).start()
+    return await future
 
 
 def read_token_file(path: str | Path) -> str:
@@ -71,22 +152,20 @@ def read_token_file(path: str | Path) -> str:
 
 
 class Client:
-    """One daemon. Open lazily, close with `await client.close()` (or `async with`)."""
+    """One daemon. Each request opens its own connection; `close()` (or `async with`) is kept
+    for callers and has nothing to release."""
 
     def __init__(self, target: str | None = None, token: str | None = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.target = target or default_target()
         self.token = token
         self.timeout_s = timeout_s
-        if self.target.startswith("unix:"):
-            self.socket_path: str | None = self.target[len("unix:"):]
-            self.base = "http://mlcostd"
-        elif self.target.startswith(("http://", "https://")):
-            self.socket_path = None
-            self.base = self.target.rstrip("/")
-        else:
-            raise ClientError(f"target {self.target!r} is neither unix:PATH nor http://HOST:PORT")
-        self._session: aiohttp.ClientSession | None = None
+        self.socket_path = self.target[len("unix:"):] if self.target.startswith("unix:") \
+            else None
+        try:
+            connection_to(self.target, timeout_s)
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
 
     @property
     def name(self) -> str:
@@ -98,36 +177,56 @@ class Client:
                     f"{self.socket_path}`) or try `mlcost-top --demo`")
         return "check that mlcostd runs there with --listen, and the address and port"
 
-    def _open(self) -> aiohttp.ClientSession:
-        import aiohttp
+    def _headers(self, body: bytes | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return headers
 
-        if self._session is None or self._session.closed:
-            connector = (aiohttp.UnixConnector(path=self.socket_path)
-                         if self.socket_path is not None else aiohttp.TCPConnector(limit=4))
-            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-            self._session = aiohttp.ClientSession(connector=connector, headers=headers)
-        return self._session
+    def _exchange(self, method: str, path: str, body: bytes | None,
+                  timeout_s: float) -> tuple[int, bytes]:
+        """One request, blocking (in a client thread): the status and the bounded body."""
+        from pricing.http import AnswerTooLarge, FetchError, read_bounded_sync
+
+        deadline = time.monotonic() + timeout_s
+        connection, prefix = connection_to(self.target, timeout_s)
+        try:
+            connection.request(method, prefix + path, body=body, headers=self._headers(body))
+            response = connection.getresponse()
+            try:
+                raw = read_bounded_sync(response, max_bytes=MAX_ANSWER_BYTES,
+                                        deadline=deadline, shown=f"{self.target}{path}")
+            except AnswerTooLarge as exc:
+                raise ClientError(str(exc)) from None
+            except FetchError:
+                raise TimeoutError from None  # past the deadline: the caller says so
+            return response.status, raw
+        finally:
+            connection.close()
+
+    def _unavailable(self, exc: BaseException, timeout_s: float) -> DaemonUnavailable:
+        if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+            return DaemonUnavailable(f"mlcostd at {self.target} did not answer within "
+                                     f"{timeout_s:g} s")
+        return DaemonUnavailable(f"no mlcostd at {self.target}: {self._hint()} "
+                                 f"({type(exc).__name__}: {exc})")
 
     async def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                        body: dict[str, Any] | None = None,
                        timeout_s: float | None = None) -> Any:
-        import aiohttp
-
-        session = self._open()
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        timeout = timeout_s or self.timeout_s
+        if params:
+            path = f"{path}?{urlencode(params)}"
+        data = json.dumps(body).encode() if body is not None else None
         try:
-            async with session.request(method, self.base + path, params=params, json=body,
-                                       timeout=timeout) as response:
-                raw = await read_answer(response, shown=f"{self.target}{path}")
-                text = raw.decode("utf-8", errors="replace")
-                status = response.status
-        except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError,
-                OSError) as exc:
-            raise DaemonUnavailable(f"no mlcostd at {self.target}: {self._hint()} "
-                                    f"({type(exc).__name__}: {exc})") from None
-        except asyncio.TimeoutError:
-            raise DaemonUnavailable(f"mlcostd at {self.target} did not answer within "
-                                    f"{timeout.total:g} s") from None
+            status, raw = await asyncio.wait_for(
+                in_thread(partial(self._exchange, method, path, data, timeout)), timeout)
+        except (asyncio.TimeoutError, OSError, http.client.HTTPException) as exc:
+            # TimeoutError first (it is an OSError): a daemon that is there but slow
+            raise self._unavailable(exc, timeout) from None
+        text = raw.decode("utf-8", errors="replace")
         try:
             document = json.loads(text) if text else {}
         except ValueError:
@@ -226,47 +325,59 @@ class Client:
     async def download_snapshot(self, name: str, out: Path) -> int:
         """Save one file of the daemon's snapshots folder to `out` (mode 0600, written to a
         temporary name first). Returns its size."""
-        import aiohttp
+        try:
+            return await asyncio.wait_for(
+                in_thread(partial(self._download, name, out)), SNAPSHOT_TIMEOUT_S)
+        except (asyncio.TimeoutError, OSError, http.client.HTTPException) as exc:
+            raise self._unavailable(exc, SNAPSHOT_TIMEOUT_S) from None  # writing: ClientError
 
+    def _download(self, name: str, out: Path) -> int:
+        """download_snapshot's work, blocking (in a client thread); it cleans up after itself,
+        past its deadline too."""
         from daemon.store.files import open_checked, temp_path
 
-        session = self._open()
-        timeout = aiohttp.ClientTimeout(total=SNAPSHOT_TIMEOUT_S)
+        deadline = time.monotonic() + SNAPSHOT_TIMEOUT_S
+        path = f"/v1/snapshots/{name}"
+        connection, prefix = connection_to(self.target, SNAPSHOT_TIMEOUT_S)
         tmp = temp_path(out)  # a fresh name beside `out`, found by pruning if we are killed
         try:
-            async with session.get(f"{self.base}/v1/snapshots/{name}",
-                                   timeout=timeout) as response:
-                if response.status >= 400:
-                    text = await response.text()
-                    try:
-                        message = json.loads(text).get("error") or text[:200]
-                    except (ValueError, AttributeError):
-                        message = text[:200]
-                    raise ApiError(response.status, message)
-                # never through a link; 0600 on the descriptor (mlcostd snapshot may run
-                # as root)
+            connection.request("GET", prefix + path, headers=self._headers())
+            response = connection.getresponse()
+            if response.status >= 400:
+                text = response.read(64 << 10).decode("utf-8", errors="replace")
+                try:
+                    message = json.loads(text).get("error") or text[:200]
+                except (ValueError, AttributeError):
+                    message = text[:200]
+                raise ApiError(response.status, message)
+            # never through a link; 0600 on the descriptor (mlcostd snapshot may run as root)
+            try:
                 fd = open_checked(tmp, os.O_WRONLY | os.O_EXCL, create=True)
                 os.fchmod(fd, 0o600)
-                size = 0
-                with os.fdopen(fd, "wb") as f:
-                    async for chunk in response.content.iter_chunked(1 << 16):
-                        f.write(chunk)
-                        size += len(chunk)
-            os.replace(tmp, out)
-            return size
-        except (aiohttp.ClientConnectionError, OSError) as exc:
-            if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
+            except OSError as exc:
                 raise ClientError(f"cannot write {out}: {exc}") from None
-            raise DaemonUnavailable(f"no mlcostd at {self.target}: {self._hint()} "
-                                    f"({type(exc).__name__}: {exc})") from None
+            size = 0
+            with os.fdopen(fd, "wb") as f:
+                while chunk := response.read1(1 << 16):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                    try:
+                        f.write(chunk)
+                    except OSError as exc:
+                        raise ClientError(f"cannot write {out}: {exc}") from None
+                    size += len(chunk)
+            try:
+                os.replace(tmp, out)
+            except OSError as exc:
+                raise ClientError(f"cannot write {out}: {exc}") from None
+            return size
         finally:
+            connection.close()
             if tmp.exists():
                 tmp.unlink()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Nothing to release (each request closes its own connection)."""
 
     async def __aenter__(self) -> Client:
         return self

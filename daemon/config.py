@@ -28,6 +28,7 @@ from daemon.analysis.busy import (
 )
 from daemon.analysis.kinds import KINDS
 from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
+from daemon.wire import default_socket_path as default_socket_path
 from pricing.grid import find_region, grid_table
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
@@ -792,14 +793,6 @@ def default_db_path() -> Path:
         return Path("/var/lib/mlcost/mlcost.db")
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(state) / "mlcost" / "mlcost.db"
-
-
-def default_socket_path() -> Path:
-    """Where the API's unix socket lives when neither the config nor --socket says."""
-    if os.geteuid() == 0:
-        return Path("/run/mlcost/mlcostd.sock")
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/mlcost-{os.geteuid()}"
-    return Path(runtime) / "mlcost" / "mlcostd.sock"
 
 
 def socket_path(config: Config) -> Path:

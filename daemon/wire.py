@@ -14,9 +14,11 @@ an older mlcostd, a snapshot from elsewhere or a daemon that is not ours may hol
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from daemon.clock import utc_day
@@ -28,6 +30,15 @@ API_VERSION = 1
 
 
 SOCKET_PATH_MAX = 107  # bytes in a Unix socket's path: sockaddr_un's sun_path (108) less its NUL
+
+
+def default_socket_path() -> Path:
+    """Where the API's unix socket lives when neither the config nor --socket says (here, not in
+    daemon.config, so a client finds the daemon without loading the config and the catalog)."""
+    if os.geteuid() == 0:
+        return Path("/run/mlcost/mlcostd.sock")
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/mlcost-{os.geteuid()}"
+    return Path(runtime) / "mlcost" / "mlcostd.sock"
 
 def _f(value: Any) -> float | None:
     """A number or None (bools and strings are not numbers on this wire)."""

@@ -45,7 +45,7 @@ from mlcost_tui.screens.help import HelpScreen
 from mlcost_tui.screens.history import HistoryScreen
 from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
 
-if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, after the first frame
+if TYPE_CHECKING:
     from daemon.client import Client
     from daemon.replay import Replay
 
@@ -233,12 +233,13 @@ class MlcostTop(App):
             header.update(Text(f"mlcost-top: opening the replay of {self.replay.path}…"))
             self.replay_goto(0)
         elif self.first is not None and self.first.now is not None:
-            self.live.last_now[0] = self.first.now
-            self.on_snapshot_arrived(SnapshotArrived((self.first,)))  # before the first paint
+            # handed over, not kept: the next poll replaces it (a whole /v1/now held twice)
+            first, self.first = self.first, None
+            self.live.last_now[0] = first.now
+            self.on_snapshot_arrived(SnapshotArrived((first,)))  # before the first paint
             if self.polling:
                 self._poll_timer = self.set_timer(self.live.interval_s, self.poll,
                                                   name="next poll")
-                self.call_after_refresh(self.preload_client)
         elif self.polling:
             self.poll()
         # What is alive after the first paint (modules, widgets, styles: most of the heap)
@@ -275,11 +276,6 @@ class MlcostTop(App):
             panel.set_class(layout.compact, "compact")
             panel.fit(layout.table_width)
         return True
-
-    @work(thread=True, exclusive=True, group="preload", exit_on_error=False,
-          description="import the HTTP client after the first frame, before the next poll")
-    def preload_client(self) -> None:
-        import aiohttp  # noqa: F401
 
     # -- polling -----------------------------------------------------------------------------
 

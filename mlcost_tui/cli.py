@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                     starting="mlcost-top: starting the simulated demo host (mlcostd --simulate "
                              f"{args.scenario})…" if demo else None,
                     start_failure=demo.failure if demo else None)
+    del first  # the App's now: it lets go of it once drawn (a whole /v1/now)
     def hang_up(signum: int, frame: object = None) -> None:
         if demo is not None:
             demo.stop()  # the terminal went away: take the embedded daemon down with us

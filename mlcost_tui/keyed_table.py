@@ -88,9 +88,13 @@ def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
     return tuple(shown)
 
 
-# Drawn cells kept per table: a screenful of every column many times over (a cell's drawing is
-# reused whatever row it moves to).
-DRAWN_CELLS = 4096
+# Drawn cells kept per table: what the table shows, a few times over (this frame's cells, the
+# ones they replaced, their cursor and hover variants; a cell's drawing is reused whatever row it
+# moves to), at least DRAWN_CELLS_MIN. A fixed 4096 kept drawings of values long gone: the demo's
+# GPU panel (88 cells on screen) drew ~9 new ones a second and held them for 8 minutes, part of
+# mlcost-top's RSS growing 2 MB a minute (bench/tui_idle.py measures the first minute only).
+DRAWN_SCREENS = 3
+DRAWN_CELLS_MIN = 256
 
 # Drawn lines kept per table: a few screenfuls (a line is kept by its row and place on screen).
 DRAWN_LINES = 1024
@@ -100,7 +104,14 @@ DRAWN_LINES = 1024
 CLEAR_WHEN_STALE = 0.5
 
 
-@lru_cache(8192)
+# Text cells kept for the strings they show, shared by every table: two screenfuls of a wide
+# terminal's cells (a string on screen now and at the last poll gives the same Text, so its
+# drawing is reused). At 8192 the demo filled it in ~1.6 h with values long gone, ~3.5 MB
+# (tracemalloc: ~430 bytes a Text).
+PLAIN_CELLS = 2048
+
+
+@lru_cache(PLAIN_CELLS)
 def _plain(value: str) -> Text:
     return Text(value, end="")
 
@@ -168,7 +179,7 @@ class KeyedTable(DataTable):
         self._built: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
         # (id of the cell, its width and styles) -> (the cell, its lines drawn without position)
         self._drawn: LRUCache[tuple[Any, ...], tuple[Any, list[list[Segment]]]] = \
-            LRUCache(DRAWN_CELLS)
+            LRUCache(DRAWN_CELLS_MIN)
         # (row, its place, widths, cursor, hover, focus...) -> (its cells, the line drawn)
         self._lines: LRUCache[tuple[Any, ...], tuple[tuple[Any, ...], Strip]] = \
             LRUCache(DRAWN_LINES)
@@ -377,6 +388,10 @@ class KeyedTable(DataTable):
             window = self._window()
             self._fill([key for key in self._order[window.start:window.stop]
                         if key in self._pending])
+        shown = DRAWN_SCREENS * len(self._column_keys) * (self.size.height + 2)
+        if max(shown, DRAWN_CELLS_MIN) != self._drawn.maxsize:
+            # a new cache: Textual's LRUCache, once full, keeps its length whatever maxsize says
+            self._drawn = LRUCache(max(shown, DRAWN_CELLS_MIN))
         self._line_style = self.rich_style
         try:
             return super().render_lines(crop)

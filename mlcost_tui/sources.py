@@ -21,7 +21,7 @@ from daemon.wire import Now, Phases, one_line
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
 
-if TYPE_CHECKING:  # the client pulls in aiohttp: imported when first used, after the first frame
+if TYPE_CHECKING:
     from daemon.client import Client
     from daemon.replay import Replay
 

@@ -3,14 +3,45 @@ sanity rules, staleness, managed-platform and off-cloud prices.
 
 Imports neither `daemon` nor `mlcost_tui`. The refreshers (`pricing.refresh` for AWS through
 boto3; `refresh_azure`, `refresh_catalog`, `refresh_gcp` through aiohttp) and `pricing.managed`
-are imported on demand.
+are imported on demand. The names below are loaded when first asked for (PEP 562), so a client
+that needs only `pricing.http` (mlcost-top's, through daemon.client) does not load the catalog.
 """
 
-from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
-from pricing.detect import Instance, detect
-from pricing.offcloud import OffCloudPrice, off_cloud_price
-from pricing.sanity import Rejection
-from pricing.staleness import STALE_AFTER_DAYS, Staleness, price_staleness, refresh_command
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
+    from pricing.detect import Instance, detect
+    from pricing.offcloud import OffCloudPrice, off_cloud_price
+    from pricing.sanity import Rejection
+    from pricing.staleness import (
+        STALE_AFTER_DAYS,
+        Staleness,
+        price_staleness,
+        refresh_command,
+    )
+
+_MODULE_OF = {
+    "Catalog": "pricing.catalog", "InstanceOffer": "pricing.catalog", "Price": "pricing.catalog",
+    "PricingError": "pricing.catalog", "Instance": "pricing.detect", "detect": "pricing.detect",
+    "OffCloudPrice": "pricing.offcloud", "off_cloud_price": "pricing.offcloud",
+    "Rejection": "pricing.sanity", "STALE_AFTER_DAYS": "pricing.staleness",
+    "Staleness": "pricing.staleness", "price_staleness": "pricing.staleness",
+    "refresh_command": "pricing.staleness",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pricing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # asked once
+    return value
+
 
 __all__ = ["STALE_AFTER_DAYS", "Catalog", "Instance", "InstanceOffer", "OffCloudPrice", "Price",
            "PricingError", "Rejection", "Staleness", "detect", "off_cloud_price",

@@ -3,10 +3,10 @@ a total deadline, so an endless or trickling answer costs at most `max_bytes` of
 `timeout_s` of time.
 
 - `fetch` (aiohttp) for the credential-free price refreshers, with a bounded Retry-After on 429;
-- `read_bounded` (aiohttp) for any other aiohttp client (the daemon's API client, mlcost-top's
-  Prometheus queries);
-- `read_bounded_sync` (urllib) for the blocking readers (instance metadata, unit-cost counters,
-  budget webhooks).
+- `read_bounded` (aiohttp) for any other aiohttp client (mlcost-top's Prometheus queries);
+- `read_bounded_sync` (urllib, http.client) for the blocking readers (instance metadata,
+  unit-cost counters, budget webhooks, the daemon's API client).
+aiohttp is imported by the functions that use it: the blocking readers run without it.
 
 Every failure becomes a `FetchError` whose message names the URL (with secrets removed), what
 went wrong and what to do. Query parameters listed in `secret_params` never reach a message.
@@ -19,10 +19,11 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import aiohttp
+if TYPE_CHECKING:
+    import aiohttp
 
 DEFAULT_TIMEOUT_S = 30.0
 # The largest answer a price refresh reads: SkyPilot's biggest vms.csv (GCP) is ~6 MB, a
@@ -128,6 +129,8 @@ async def fetch(session: aiohttp.ClientSession, url: str, *,
     FetchError. Each attempt has `timeout_s` in all (connecting, headers and the whole body:
     a trickling answer is cut there) and reads at most `max_bytes` (AnswerTooLarge past it).
     Header values (an API key) never appear in a message."""
+    import aiohttp
+
     secrets = [v for v in (headers or {}).values() if v]
     shown = redact_url(url if not params else f"{url}?{urlencode(dict(params))}", secret_params)
     attempt = 0
@@ -165,6 +168,8 @@ async def _get_once(session: aiohttp.ClientSession, url: str,
                     shown: str, as_json: bool, max_bytes: int, timeout_s: float) -> Any:
     """One GET: the parsed answer, or _Throttled on a 429; FetchError on an HTTP error, a body
     past `max_bytes` or one that does not parse."""
+    import aiohttp
+
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with session.get(url, params=params, timeout=timeout,
                            headers={"User-Agent": USER_AGENT, **(headers or {})}) as response:

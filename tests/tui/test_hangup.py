@@ -24,7 +24,7 @@ LEADER = """
 import fcntl, signal, subprocess, sys, termios
 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 signal.signal(signal.SIGHUP, lambda *_: None)
-sys.exit(subprocess.call([sys.executable, "-m", "mlcost_tui.app", "--demo"]))
+sys.exit(subprocess.call([sys.executable, "-m", "mlcost_tui", "--demo"]))
 """
 
 

@@ -1,0 +1,61 @@
+"""daemon.client over the standard library: a daemon that is there but silent is told apart from
+one that is not there, within the request's deadline, and a request left waiting never holds the
+caller (it runs in a daemon thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import pytest
+
+from daemon.client import Client, DaemonUnavailable
+
+
+@pytest.fixture
+def silent_socket(tmp_path):
+    """A unix socket that accepts connections and never answers."""
+    path = tmp_path / "silent.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(8)
+    yield path
+    server.close()
+
+
+def test_a_silent_daemon_did_not_answer_within_the_deadline(silent_socket):
+    async def ask() -> DaemonUnavailable:
+        with pytest.raises(DaemonUnavailable) as raised:
+            await Client(f"unix:{silent_socket}", timeout_s=0.3).now()
+        return raised.value
+
+    error = asyncio.run(ask())
+    assert str(error) == f"mlcostd at unix:{silent_socket} did not answer within 0.3 s"
+
+
+def test_no_daemon_says_how_to_start_one(tmp_path):
+    async def ask() -> DaemonUnavailable:
+        with pytest.raises(DaemonUnavailable) as raised:
+            await Client(f"unix:{tmp_path}/none.sock").health()
+        return raised.value
+
+    message = str(asyncio.run(ask()))
+    assert message.startswith(f"no mlcostd at unix:{tmp_path}/none.sock: start it with")
+    assert "FileNotFoundError" in message
+
+
+def test_a_request_given_up_on_does_not_keep_the_loop_from_closing(silent_socket):
+    async def give_up() -> None:
+        request = asyncio.ensure_future(Client(f"unix:{silent_socket}", timeout_s=30).now())
+        while not waiting():
+            await asyncio.sleep(0.01)
+        request.cancel()
+
+    def waiting() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "mlcost-client"]
+
+    asyncio.run(give_up())
+    # the loop has closed without joining it: the request still waits on the silent socket,
+    # in a thread that cannot keep the process from exiting
+    assert waiting() and all(t.daemon for t in waiting())
