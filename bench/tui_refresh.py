@@ -59,25 +59,36 @@ async def main() -> None:
         app.post_message(snapshot(0))
         await pilot.pause()
         first_frame = time.perf_counter() - STARTED
-        applied, walls, cpus = [], [], []
+        applied, walls, cpus, idles = [], [], [], []
         for step in range(1, REFRESHES + 1):
             message = snapshot(step)  # parsing happens in the worker, not the UI: not timed
+            painted = asyncio.Event()
             began, cpu = time.perf_counter(), time.thread_time()
             app.post_message(message)
-            await pilot.pause()
+            # Queued behind the snapshot; the screen runs it once it has laid out and painted
+            # what the snapshot changed (App.call_after_refresh, Textual's public API).
+            app.call_after_refresh(painted.set)
+            await painted.wait()
             walls.append(time.perf_counter() - began)
             cpus.append(time.thread_time() - cpu)  # the UI's thread: what a loaded host adds
             applied.append(app.render_seconds)     # to the wall time is not in it
+            # Textual's test idle detector returns only after a 20 ms sleep with no work in
+            # it (textual._wait.wait_for_idle): its own time, after the paint; shown apart.
+            await pilot.pause()
+            idles.append(time.perf_counter() - began)
     ms = 1000
     print(f"{PROCESSES} processes, {GPUS} GPUs, {REFRESHES} refreshes (every cell changing "
           "sort order too)")
     print(f"  apply one snapshot (batch_update of every panel): median "
           f"{statistics.median(applied) * ms:.1f} ms, max {max(applied) * ms:.1f} ms "
           f"(target <= 30 ms)")
-    print(f"  message to next idle, incl. layout and paint: median "
-          f"{statistics.median(walls) * ms:.1f} ms, max {max(walls) * ms:.1f} ms")
-    print(f"  message to next idle, CPU of the UI thread: median "
+    print(f"  message to painted (layout and paint included), wall: median "
+          f"{statistics.median(walls) * ms:.1f} ms, max {max(walls) * ms:.1f} ms "
+          f"(target <= 30 ms)")
+    print(f"  message to painted, CPU of the UI thread: median "
           f"{statistics.median(cpus) * ms:.1f} ms, max {max(cpus) * ms:.1f} ms (target <= 30 ms)")
+    print(f"  message to idle as Textual's pilot.pause() sees it (its detector's own >= 20 ms "
+          f"sleep included): median {statistics.median(idles) * ms:.1f} ms")
     print(f"  first frame with 500 processes in the test driver: {first_frame:.2f} s")
 
 

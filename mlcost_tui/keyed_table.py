@@ -163,6 +163,8 @@ class KeyedTable(DataTable):
     row_height = 1  # lines per row (set_row_height changes it)
     _title_only = False  # set_title is setting the border title: repaint its line only
     _line_style: Style | None = None  # the widget's style, while render_lines runs
+    # the columns in on-screen order and their drawn widths, while render_lines runs
+    _line_columns: tuple[list[Any], tuple[int, ...]] | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -383,7 +385,8 @@ class KeyedTable(DataTable):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """DataTable.render_lines, the pending rows now on screen written first, and the
-        widget's style (computed from the CSS of every ancestor) read once, not per line."""
+        widget's style (computed from the CSS of every ancestor), the columns and their widths
+        (each read through reactives) read once, not per line."""
         if self._pending:
             window = self._window()
             self._fill([key for key in self._order[window.start:window.stop]
@@ -393,10 +396,14 @@ class KeyedTable(DataTable):
             # a new cache: Textual's LRUCache, once full, keeps its length whatever maxsize says
             self._drawn = LRUCache(max(shown, DRAWN_CELLS_MIN))
         self._line_style = self.rich_style
+        columns = self.ordered_columns
+        self._line_columns = (columns, tuple(column.get_render_width(self)
+                                             for column in columns))
         try:
             return super().render_lines(crop)
         finally:
             self._line_style = None
+            self._line_columns = None
 
     def render_line(self, y: int) -> Strip:
         """DataTable.render_line (the header stays on top, the rows scroll), with the style
@@ -510,7 +517,11 @@ class KeyedTable(DataTable):
             row_key, line_no = self._get_offsets(y)
         except LookupError:
             return Strip.blank(width, base_style)
-        columns = self.ordered_columns
+        if self._line_columns is not None:
+            columns, widths = self._line_columns
+        else:
+            columns = self.ordered_columns
+            widths = tuple(column.get_render_width(self) for column in columns)
         header = row_key is self._header_row_key
         if header:
             row_index = -1
@@ -523,7 +534,6 @@ class KeyedTable(DataTable):
             row_index = index
             data = self._data[row_key]
             cells = tuple(data.get(column.key) for column in columns)
-        widths = tuple(column.get_render_width(self) for column in columns)
         on_cursor = row_index == self.cursor_coordinate.row
         on_hover = row_index == self.hover_coordinate.row
         key = (row_key, line_no, row_index, widths, x1, x2, width, base_style, on_cursor,
