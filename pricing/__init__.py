@@ -5,6 +5,8 @@ Imports neither `daemon` nor `mlcost_tui`. The refreshers (`pricing.refresh` for
 boto3; `refresh_azure`, `refresh_catalog`, `refresh_gcp` through aiohttp) and `pricing.managed`
 are imported on demand. The names below are loaded when first asked for (PEP 562), so a client
 that needs only `pricing.http` (mlcost-top's, through daemon.client) does not load the catalog.
+`detect` is not among them: `pricing.detect` is also the module's name, and once the module is
+imported the package attribute is the module; import it as `from pricing.detect import detect`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
-    from pricing.detect import Instance, detect
+    from pricing.detect import Instance
     from pricing.offcloud import OffCloudPrice, off_cloud_price
     from pricing.sanity import Rejection
     from pricing.staleness import (
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 
 _MODULE_OF = {
     "Catalog": "pricing.catalog", "InstanceOffer": "pricing.catalog", "Price": "pricing.catalog",
-    "PricingError": "pricing.catalog", "Instance": "pricing.detect", "detect": "pricing.detect",
+    "PricingError": "pricing.catalog", "Instance": "pricing.detect",
     "OffCloudPrice": "pricing.offcloud", "off_cloud_price": "pricing.offcloud",
     "Rejection": "pricing.sanity", "STALE_AFTER_DAYS": "pricing.staleness",
     "Staleness": "pricing.staleness", "price_staleness": "pricing.staleness",
@@ -44,5 +46,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["STALE_AFTER_DAYS", "Catalog", "Instance", "InstanceOffer", "OffCloudPrice", "Price",
-           "PricingError", "Rejection", "Staleness", "detect", "off_cloud_price",
+           "PricingError", "Rejection", "Staleness", "off_cloud_price",
            "price_staleness", "refresh_command"]

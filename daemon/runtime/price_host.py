@@ -57,7 +57,7 @@ def price_host(config: Config, simulated_instance: dict[str, Any] | None,
                gpus_seen: int | None) -> tuple[HostPrice, Any, dict[str, Any]]:
     """(the host's price, the catalog, the instance as recorded in the host meta). Blocking:
     detection may probe a metadata endpoint, so run it in a thread."""
-    from pricing import detect
+    from pricing.detect import detect
 
     wanted = config.instance
     override: dict[str, Any] = {

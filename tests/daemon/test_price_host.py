@@ -168,3 +168,27 @@ def test_the_review_of_a_gcp_or_azure_host_compares_its_own_platform(tmp_path):
     review = price_host.managed_review(config, price, catalog)
     assert review is not None and review["platform"] == "Azure ML"
     assert review["managed_per_hour"] == review["self_managed_per_hour"] == 27.197
+
+
+def test_the_host_is_priced_whichever_pricing_module_was_imported_first(tmp_path):
+    """`pricing` loads its names lazily; `pricing.detect` is also a module, and once it was
+    imported (in the test order CI met) the package's `detect` was the module, and every
+    daemon start failed with "'module' object is not callable". A fresh interpreter that
+    imports the module first, then prices a host."""
+    import subprocess
+    import sys
+
+    from tests.livedaemon import ROOT
+
+    code = ("import pricing.detect, pricing.cache\n"
+            "from daemon import config\n"
+            "from daemon.runtime.price_host import price_host\n"
+            "cfg = config.from_dict({'pricing': {'cache': sys.argv[1]}}, where='test')\n"
+            "price, _, recorded = price_host(cfg, {'provider': 'aws', 'type': 'p5.48xlarge',"
+            " 'region': 'us-east-1', 'lifecycle': 'on-demand', 'source': 'test'}, 8)\n"
+            "print(recorded['type'], price.per_hour > 0)\n")
+    done = subprocess.run([sys.executable, "-c", "import sys\n" + code,
+                           str(tmp_path / "prices.json")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["p5.48xlarge", "True"]
