@@ -59,7 +59,7 @@ class TickClock:
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._mm: mmap.mmap | None = None
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
             return
         try:

@@ -370,13 +370,18 @@ class MainThreadClock:
         self.keep_only(set())
 
 
+# A process's own /proc files, never a link followed (the paths are the kernel's, but a test
+# root or a reused path must not redirect a root daemon's open).
+_PROC_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _open_thread_clock(proc: str, pid: int) -> tuple[int, bool]:
     try:
-        return os.open(f"{proc}/{pid}/task/{pid}/schedstat", os.O_RDONLY), True
+        return os.open(f"{proc}/{pid}/task/{pid}/schedstat", _PROC_FLAGS), True
     except FileNotFoundError:
         if not os.path.isdir(f"{proc}/{pid}"):
             raise
-        return os.open(f"{proc}/{pid}/task/{pid}/stat", os.O_RDONLY), False
+        return os.open(f"{proc}/{pid}/task/{pid}/stat", _PROC_FLAGS), False
 
 
 def _close(known: _Known) -> None:
