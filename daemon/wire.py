@@ -177,6 +177,18 @@ def parse_process_key(key: str) -> tuple[int, float]:
                          "(e.g. 1234:1700000000.12)") from None
 
 
+def target_pid(target: str) -> int | None:
+    """The PID an event's or a recommendation's target names: 'process:PID[:START]' or a
+    process key 'PID:START'; None for 'gpu:N', 'host' or anything else."""
+    rest = target.removeprefix("process:")
+    if rest != target and rest.isdigit():
+        return int(rest)
+    try:
+        return parse_process_key(rest)[0]
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Health:
     ok: bool

@@ -55,7 +55,7 @@ from daemon.api.limits import limited_log
 from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
 from daemon.wire import UNKNOWN as UNKNOWN_PHASE
-from daemon.wire import process_key
+from daemon.wire import process_key, target_pid
 
 DEFAULT_LABEL_VALUES = 128  # dcgm-exporter's cap (PR #652): per label, per host
 OTHER = "other"
@@ -350,8 +350,7 @@ class DaemonCollector(Collector):
             labels=["target", "Hostname"])
         for number, meter in enumerate(meters, start=1):
             target = str(meter.get("target") or "")
-            shown = f"process #{number}" if ":" in target and target.split(":")[0].isdigit() \
-                else _clean(target)
+            shown = f"process #{number}" if target_pid(target) is not None else _clean(target)
             for quantile, key in (("0.5", "p50_seconds"), ("0.99", "p99_seconds")):
                 value = meter.get(key)
                 if isinstance(value, int | float) and not isinstance(value, bool):

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.visual import VisualType
 from textual.widgets import Static
 
+from daemon.wire import target_pid
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
 from mlcost_tui.thresholds import BAD, GOOD, MUTED, SLOW_RESPONSE_S, WARN
@@ -52,10 +53,9 @@ def target_label(target: str) -> str:
     kind, _, rest = target.partition(":")
     if kind == "gpu" and rest:
         return f"GPU {rest} idle"
-    if kind == "process" and rest:
-        return f"process {rest.partition(':')[0]}"
-    if kind.isdigit() and rest:
-        return f"process {kind}"
+    pid = target_pid(target)
+    if pid is not None:
+        return f"process {pid}"
     return "the whole host" if target == "host" else target
 
 

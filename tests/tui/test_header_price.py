@@ -10,7 +10,7 @@ import pytest
 from daemon.wire import Now
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import HostSnapshot, SnapshotArrived
-from mlcost_tui.panels.header import HeaderPanel, price_warning, stale_price_badge
+from mlcost_tui.panels.header import HeaderPanel, price_warning, stale_price_badge, target_label
 from tests.tui.fixtures import TS, StubClient, now_document
 
 WARNING = ("aws/us-east-1/p4d.24xlarge on-demand price $32.7726/h may be wrong: it predates a "
@@ -55,3 +55,13 @@ async def test_the_header_shows_the_badge_only_for_a_stale_price(warned):
         text = str(app.query_one(HeaderPanel).render())
         assert ("⚠ stale price · mlcostd prices --refresh aws" in text) is warned
         assert "price $" in text
+
+
+@pytest.mark.parametrize(("target", "label"), [
+    ("gpu:5", "GPU 5 idle"), ("host", "the whole host"),
+    ("process:1234:1700000000.000", "process 1234"), ("process:1234", "process 1234"),
+    ("1234:1700000000.125", "process 1234"),
+    # not process keys: shown as they are, never half-parsed into a PID
+    ("1234:soon", "1234:soon"), ("process:", "process:"), ("http://a:80", "http://a:80")])
+def test_an_alert_s_target_in_words(target, label):
+    assert target_label(target) == label
