@@ -2,14 +2,17 @@
 
 A raw `Sample` (daemon.sources.sample) holds facts as read: cumulative CPU seconds, bytes read,
 I/O wait seconds. What a person wants to see (CPU %, bytes per second, I/O wait %) is a rate
-between two samples, so it is computed here, once, in typed frozen models (below's
-`Model::new(sample, last)`). The live daemon and replay both build the /v1/now document from
-these, so the two cannot compute a rate two ways.
+between two samples, so it is computed here, once, in typed immutable models (below's
+`Model::new(sample, last)`). ProcessModel is a named tuple: one is built per process
+per /v1/now, and a frozen dataclass's init costs ~5x as much (a setattr per field). The live
+daemon and replay both build the /v1/now document from these, so the two cannot compute a rate
+two ways.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from daemon.sources.sample import GpuSample, HostUsageSample, ProcessSample, Sample
 from daemon.wire import process_key
@@ -31,8 +34,7 @@ class GpuUseModel:
     sm_share: float
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessModel:
+class ProcessModel(NamedTuple):
     """One process this tick, with its rates since the tick before (None on its first tick)."""
 
     key: str  # daemon.wire.process_key: 'pid:start_time'
@@ -64,8 +66,7 @@ class ProcessModel:
             read = _rate(proc.read_bytes, before.read_bytes, seconds)
             write = _rate(proc.write_bytes, before.write_bytes, seconds)
             iowait = _rate(proc.iowait_seconds, before.iowait_seconds, seconds)
-        # Built once per process per /v1/now: one pass over its GPUs, fields by position (a
-        # frozen dataclass's keyword init costs a fifth more at 256 processes a tick).
+        # Built once per process per /v1/now: one pass over its GPUs.
         gpu_memory: int | None = None
         sm_share: float | None = None
         uses: tuple[GpuUseModel, ...] = ()
