@@ -78,6 +78,8 @@ NO_ACTIVITY = "none"
 HELD_BY_OTHER = "held by another reader"
 _MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
 _MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
+# A process's memory NVML does not know (read once: it was two lookups per process per tick)
+_MEMORY_NOT_AVAILABLE = (pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value, None)
 
 
 def percent(value: int) -> float | None:
@@ -329,14 +331,12 @@ class _Device:
             return ()
         shares = self._sm_shares()
         uses = []
+        index = self.index
         for info in infos:
             memory = int(info.usedGpuMemory)
-            if memory in (pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value, None):
-                memory_bytes = None
-            else:
-                memory_bytes = memory
             pid = int(info.pid)
-            uses.append((pid, GpuUse(self.index, memory_bytes, shares.get(pid, 0.0))))
+            uses.append((pid, GpuUse(index, None if memory in _MEMORY_NOT_AVAILABLE else memory,
+                                     shares.get(pid, 0.0))))
         return tuple(uses)
 
     def _running_processes(self) -> list[Any]:
