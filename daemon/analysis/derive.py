@@ -2,14 +2,17 @@
 
 A raw `Sample` (daemon.sources.sample) holds facts as read: cumulative CPU seconds, bytes read,
 I/O wait seconds. What a person wants to see (CPU %, bytes per second, I/O wait %) is a rate
-between two samples, so it is computed here, once, in typed frozen models (below's
-`Model::new(sample, last)`). The live daemon and replay both build the /v1/now document from
-these, so the two cannot compute a rate two ways.
+between two samples, so it is computed here, once, in typed immutable models (below's
+`Model::new(sample, last)`). ProcessModel is a named tuple: one is built per process
+per /v1/now, and a frozen dataclass's init costs ~5x as much (a setattr per field). The live
+daemon and replay both build the /v1/now document from these, so the two cannot compute a rate
+two ways.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from daemon.sources.sample import GpuSample, HostUsageSample, ProcessSample, Sample
 from daemon.wire import process_key
@@ -31,8 +34,7 @@ class GpuUseModel:
     sm_share: float
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessModel:
+class ProcessModel(NamedTuple):
     """One process this tick, with its rates since the tick before (None on its first tick)."""
 
     key: str  # daemon.wire.process_key: 'pid:start_time'
@@ -64,18 +66,24 @@ class ProcessModel:
             read = _rate(proc.read_bytes, before.read_bytes, seconds)
             write = _rate(proc.write_bytes, before.write_bytes, seconds)
             iowait = _rate(proc.iowait_seconds, before.iowait_seconds, seconds)
-        uses = tuple(GpuUseModel(u.gpu_index, u.memory_bytes, u.sm_share) for u in proc.gpus)
+        # Built once per process per /v1/now: one pass over its GPUs.
+        gpu_memory: int | None = None
+        sm_share: float | None = None
+        uses: tuple[GpuUseModel, ...] = ()
+        if proc.gpus:
+            gpu_memory, sm_share = 0, 0
+            models = []
+            for u in proc.gpus:
+                models.append(GpuUseModel(u.gpu_index, u.memory_bytes, u.sm_share))
+                gpu_memory += u.memory_bytes or 0
+                sm_share += u.sm_share
+            uses = tuple(models)
         return cls(
-            key=process_key(proc.pid, proc.start_time), pid=proc.pid,
-            start_time=proc.start_time, ppid=proc.ppid, user=proc.user, command=proc.command,
-            gpus=uses,
-            gpu_memory_bytes=sum(u.memory_bytes or 0 for u in uses) if uses else None,
-            sm_share=sum(u.sm_share for u in uses) if uses else None,
-            cpu_percent=None if cpu is None else 100.0 * cpu,
-            rss_bytes=proc.rss_bytes, read_bytes_per_s=read, write_bytes_per_s=write,
-            io_wait_percent=None if iowait is None else 100.0 * iowait,
-            state=proc.state, threads=proc.threads, threads_in_d=proc.threads_in_d,
-            owner=proc.owner)
+            process_key(proc.pid, proc.start_time), proc.pid, proc.start_time, proc.ppid,
+            proc.user, proc.command, uses, gpu_memory, sm_share,
+            None if cpu is None else 100.0 * cpu, proc.rss_bytes, read, write,
+            None if iowait is None else 100.0 * iowait, proc.state, proc.threads,
+            proc.threads_in_d, proc.owner)
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,17 +183,27 @@ class Attribution:
         utilization = {g.index: g.utilization for g in sample.gpus}
         recorded = {p.pid for p in sample.processes} if self.sample_always else set()
         from_proc: list[tuple[ProcessSample, float]] = []  # in a window, no stacks: /proc
+        gpu_children: dict[int, list[ProcessSample]] = {}
         for proc in sample.processes:
-            self._update_signals(proc, sample.ts, utilization)
-            always = self.sample_always and (bool(proc.gpus) or proc.ppid not in recorded)
-            if not proc.gpus:
+            key = proc.key
+            self._update_signals(proc, key, sample.ts, utilization)
+            uses = proc.gpus
+            always = self.sample_always and (bool(uses) or proc.ppid not in recorded)
+            if not uses:
                 children.setdefault(proc.ppid, []).append(proc)
                 if not always:
                     continue
-            key = proc.key
+            else:
+                gpu_children.setdefault(proc.ppid, []).append(proc)
             seen.add(key)
-            holds_memory = any((use.memory_bytes or 0) > 0 for use in proc.gpus)
-            share = sum(use.sm_share for use in proc.gpus) / len(proc.gpus) if proc.gpus else 0.0
+            # (one loop, not any() and sum() over generators: this runs per process per tick)
+            holds_memory = False
+            share = 0.0
+            for use in uses:
+                holds_memory = holds_memory or (use.memory_bytes or 0) > 0
+                share += use.sm_share
+            if uses:
+                share /= len(uses)
             dip = self._dips.get(key)
             below = always or (holds_memory and share < config.low_sm_share)
             if dip is None and below:
@@ -219,10 +229,6 @@ class Attribution:
             self._end(key, self._dips[key], sample.ts)
         self._children = children
         self._sample_due_from_proc(from_proc, sample.ts)
-        gpu_children: dict[int, list[ProcessSample]] = {}
-        for proc in sample.processes:
-            if proc.gpus:
-                gpu_children.setdefault(proc.ppid, []).append(proc)
         self._gpu_children = gpu_children
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
@@ -237,9 +243,8 @@ class Attribution:
             self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
         self._main_threads.keep_only(set(self._dips))
 
-    def _update_signals(self, proc: ProcessSample, ts: float,
+    def _update_signals(self, proc: ProcessSample, key: tuple[int, float], ts: float,
                         utilization: dict[int, float | None]) -> None:
-        key = proc.key
         signals = self._signals.get(key)
         if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
             signals = self._signals[key] = _Signals()
@@ -252,7 +257,11 @@ class Attribution:
         # The main thread's clock only for processes in a dip: one pread each, and only there.
         main = (self._main_threads.times(proc.pid, proc.start_time)
                 if key in self._dips else None)
-        utils = [u for u in (utilization.get(use.gpu_index) for use in proc.gpus) if u is not None]
+        utils = []
+        for use in proc.gpus:
+            util = utilization.get(use.gpu_index)
+            if util is not None:
+                utils.append(util)
         signals.snapshots.append(_Snapshot(
             ts, proc.cpu_seconds, main, _larger(proc.read_bytes, proc.read_chars),
             proc.write_bytes,

@@ -779,9 +779,9 @@ class Daemon:
 
     def collect(self) -> Sample:
         """Build this tick's Sample from what the sources hold. Never blocks on a source."""
-        nvml_status, gpus, uses = self.nvml.latest()
+        nvml_status, gpus, uses, sick = self.nvml.latest_and_sick()
         # Processes of a GPU that is lost or not answering still run: recorded without uses.
-        held: dict[int, tuple[GpuUse, ...]] = dict.fromkeys(self.nvml.sick_holders(), ())
+        held: dict[int, tuple[GpuUse, ...]] = dict.fromkeys(sick, ())
         processes = self.procs.read(self._recorded({**uses, **held} if held else uses))
         return Sample(
             ts=clock.now(), tick=self.tick + 1, gpus=gpus, processes=processes,
@@ -798,11 +798,12 @@ class Daemon:
         assert self.store is not None
         self.store.write(sample)
         self.previous_sample, self.last_sample = self.last_sample, sample
+        ran = self._kernels_since_round
         for proc in sample.processes:  # whether its kernels ran at any tick since the last round
             if proc.gpus:
-                ran = self._kernels_since_round.get(proc.key, False)
-                self._kernels_since_round[proc.key] = ran or any(
-                    u.sm_share > 0 for u in proc.gpus)
+                key = proc.key
+                if not ran.get(key):  # once they ran, no need to look again this round
+                    ran[key] = any(u.sm_share > 0 for u in proc.gpus)
         with self.store.facts_batched():  # the tick's events and stack samples: one commit
             changed = self.analyzer.update(sample) if self.analyzer is not None else []
             for event in changed:

@@ -78,6 +78,8 @@ NO_ACTIVITY = "none"
 HELD_BY_OTHER = "held by another reader"
 _MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
 _MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
+# A process's memory NVML does not know (read once: it was two lookups per process per tick)
+_MEMORY_NOT_AVAILABLE = (pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value, None)
 
 
 def percent(value: int) -> float | None:
@@ -329,14 +331,12 @@ class _Device:
             return ()
         shares = self._sm_shares()
         uses = []
+        index = self.index
         for info in infos:
             memory = int(info.usedGpuMemory)
-            if memory in (pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value, None):
-                memory_bytes = None
-            else:
-                memory_bytes = memory
             pid = int(info.pid)
-            uses.append((pid, GpuUse(self.index, memory_bytes, shares.get(pid, 0.0))))
+            uses.append((pid, GpuUse(index, None if memory in _MEMORY_NOT_AVAILABLE else memory,
+                                     shares.get(pid, 0.0))))
         return tuple(uses)
 
     def _running_processes(self) -> list[Any]:
@@ -575,6 +575,13 @@ class NvmlSource:
         status, gpus, uses, _ = self._view()
         return status, gpus, uses
 
+    def latest_and_sick(self) -> tuple[str, tuple[GpuSample, ...],
+                                       dict[int, tuple[GpuUse, ...]], dict[int, float]]:
+        """`latest()` and `sick_holders()` from one look at the readers (the tick asks for
+        both: one pass over every GPU's processes, not two). Never blocks on NVML."""
+        status, gpus, uses, stale = self._view()
+        return status, gpus, uses, {pid: seen for pid, seen in stale.items() if pid not in uses}
+
     def activity_sources(self) -> dict[int, tuple[str, str, DcgmActivity | None]]:
         """GPU index -> (UUID, where its SM activity comes from, DCGM's tensor/DRAM/SM
         ratios when DCGM is the source): for `check` and /metrics. Never blocks on NVML."""
@@ -594,8 +601,7 @@ class NvmlSource:
         """pid -> when it was last seen (wall time) on a GPU that is now lost, failing or not
         answering, for the pids on no GPU that answers: their GPU use is unknown, but they may
         still run, and their CPU, memory and I/O are recorded. Never blocks on NVML."""
-        _, _, uses, stale = self._view()
-        return {pid: seen for pid, seen in stale.items() if pid not in uses}
+        return self.latest_and_sick()[3]
 
     def _view(self) -> tuple[str, tuple[GpuSample, ...], dict[int, tuple[GpuUse, ...]],
                              dict[int, float]]:
