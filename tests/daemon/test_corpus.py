@@ -119,6 +119,9 @@ def test_corpus_subset_gets_its_labels(mlcostd, tmp_path):
         assert top["file"].endswith(name), (name, top)
         assert top["function"].split(".<locals>.")[0] in expected[name]["responsible"], (name, top)
         assert top["reason"], (name, top)  # every classification says why
+    # Stopped here, not at the module's end: its workloads (decode_frames.py alone burns a
+    # core) would go on through the tests below (the mlcostd fixture still checks its tree).
+    assert daemon.stop() == 0, daemon.log_tail()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the job needs torch")
@@ -162,6 +165,7 @@ def test_starved_dataloader_job_never_gets_sigterm_and_idle_notebook_does(mlcost
     # all the old rule looked at before it sent the SIGTERM advice.
     poll(lambda: [g for g in daemon.now()["gpus"] if g["index"] == 0][0]["busy"] is False, 30,
          "the starved job's GPU idle by the busy/idle verdict")
+    assert daemon.stop() == 0, daemon.log_tail()
 
 
 def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that_fit(
@@ -227,3 +231,4 @@ def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that
     for name in ("train_with_event_log", "train_shards_mp", "faq_answer"):
         assert not [r for r in state["recs"].get(name, [])
                     if (r.action or {}).get("kind") == "sigterm"]
+    assert daemon.stop() == 0, daemon.log_tail()

@@ -60,9 +60,9 @@ def holders(now: dict[str, Any], gpu: int) -> set[int]:
 
 @pytest.fixture(scope="module")
 def demo(mlcostd) -> Any:
-    """The demo host once it has recorded 25 s (the compare below asks for the 10 s from 20 s
-    ago), stands by recommendations, and has an idle GPU held by a notebook and an idle GPU no
-    process holds. With the tests' short waits (livedaemon.DEMO_CONFIG): under the demo's own
+    """The demo host once it has recorded 17 s (the report below asks for the last 15 s, the
+    compare for the 5 s from 10 s ago), stands by recommendations, and has an idle GPU held by
+    a notebook and an idle GPU no process holds. With the tests' short waits (livedaemon.DEMO_CONFIG): under the demo's own
     one-minute waits it ran a minute or more longer for the same answers, at ~0.2 CPU-s a
     second."""
     daemon = mlcostd("demo", interval=0.5, config=DEMO_CONFIG)
@@ -71,10 +71,10 @@ def demo(mlcostd) -> Any:
         now = daemon.now()
         notebook_gpus = [g for p in now["processes"] if p.get("kind") == "notebook"
                          for g in (x["index"] for x in p["gpus"])]
-        return (now["tick"] >= 50 and len(now["recommendations"]) >= 2 and bool(notebook_gpus)
+        return (now["tick"] >= 34 and len(now["recommendations"]) >= 2 and bool(notebook_gpus)
                 and any(not holders(now, g["index"]) and not g["busy"] for g in now["gpus"]))
 
-    poll(ready, 240, "the demo recording 25 s, with recommendations and a notebook",
+    poll(ready, 240, "the demo recording 17 s, with recommendations and a notebook",
          every=1.0, explain=daemon.log_tail)
     return daemon
 
@@ -90,7 +90,7 @@ def conversation(demo) -> dict[str, Any]:
                 if not holders(before, g["index"]) and not g["busy"])
     calls = [("why_idle", {"gpu": held}), ("why_idle", {"gpu": free}),
              ("recommendations", {"limit": 2}), ("costs_now", {}),
-             ("report", {"since": "15s"}), ("compare", {"before": "20s-ago/10s", "after": "10s"}),
+             ("report", {"since": "15s"}), ("compare", {"before": "10s-ago/5s", "after": "5s"}),
              ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
              ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "10s"})]
     tools, results = converse(demo.socket, calls)

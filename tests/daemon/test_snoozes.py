@@ -38,7 +38,11 @@ def listed(daemon) -> set[str]:
     return in_now | in_list
 
 
-def test_a_snooze_survives_a_restart(tmp_path):
+def test_a_snooze_survives_a_restart_and_can_be_undone(tmp_path):
+    """... and mlcost-top's undo (`u` after `x`) in the second run: DELETE .../snooze lists it
+    again, in the store too (one test: each run waits ~15 s for the idle-host advice)."""
+    from daemon.client import ApiError
+
     first = livedaemon.start(tmp_path, "idle-host", interval=0.5, config=IDLE_CONFIG)
     try:
         rec = poll(lambda: next((r for r in first.now().get("recommendations") or []
@@ -63,6 +67,16 @@ def test_a_snooze_survives_a_restart(tmp_path):
         # ... and it stays snoozed: hidden from /v1/now and /v1/recommendations, snooze kept
         assert rec["id"] not in listed(second)
         assert recommendation_row(second.db, rec["id"])[1] == kept
+        # undone, the snooze read back at start and one made in this run alike: listed
+        # again, the snooze gone from the store; a second undo says why not
+        for _ in ("read back", "made here"):
+            second.call("unsnooze", rec["id"])
+            assert rec["id"] in listed(second)
+            assert recommendation_row(second.db, rec["id"])[1] is None
+            with pytest.raises(ApiError, match="not snoozed"):
+                second.call("unsnooze", rec["id"])
+            second.call("snooze", rec["id"], 2)
+            assert rec["id"] not in listed(second)
     finally:
         assert second.stop() == 0, second.log_tail()
 
@@ -85,24 +99,3 @@ def test_advice_about_a_process_that_exited_goes_with_it():
     assert [r["id"] for r in shown] == ["stop", "host", "gpu"]
     daemon.last_sample = None  # before the first tick: nothing to judge by
     assert len(Daemon._not_snoozed(daemon, recs)) == 5  # type: ignore[arg-type]
-
-
-def test_a_snooze_can_be_undone(tmp_path):
-    """mlcost-top's undo (`u` after `x`): DELETE .../snooze lists it again, in the store too."""
-    from daemon.client import ApiError
-
-    daemon = livedaemon.start(tmp_path, "idle-host", interval=0.5, config=IDLE_CONFIG)
-    try:
-        rec = poll(lambda: next((r for r in daemon.now().get("recommendations") or []
-                                 if r["rule"] == RULE), None),
-                   ADVICE_TIMEOUT_S, f"a {RULE} recommendation", every=0.5,
-                   explain=daemon.log_tail)
-        daemon.call("snooze", rec["id"], 2)
-        assert rec["id"] not in listed(daemon)
-        daemon.call("unsnooze", rec["id"])
-        assert rec["id"] in listed(daemon)
-        assert recommendation_row(daemon.db, rec["id"])[1] is None
-        with pytest.raises(ApiError, match="not snoozed"):
-            daemon.call("unsnooze", rec["id"])
-    finally:
-        assert daemon.stop() == 0, daemon.log_tail()

@@ -31,9 +31,31 @@ def state_home(tmp_path, monkeypatch):
     return tmp_path / "state"
 
 
+# The demo's own rules advise the smaller instance after a minute and more (daemon/sim/
+# simulate.toml: [cost] shrink_min_window = "1m", evaluated every 15 s, and the notebook's GPU
+# counts as working until [idle] gpu_held_after = "1m" calls it held idle): this test is about
+# applying the resize, so its demo waits the shortest the config allows. That the rule waits
+# for its window is tests/daemon/test_rules.py's test_shrink_needs_a_long_enough_window; that
+# a GPU held idle is not counted as working, test_release_then_shrink_counts_the_idle_gpu_once.
+QUICK_SHRINK = {'evaluate_every = "15s"': 'evaluate_every = "5s"',
+                'shrink_min_window = "1m"': 'shrink_min_window = "10s"',
+                'gpu_held_after = "1m"': 'gpu_held_after = "10s"'}
+
+
+class QuickShrinkDemo(EmbeddedDaemon):
+    """The demo, its config as the demo writes it but with QUICK_SHRINK's settings."""
+
+    def config_text(self) -> str:
+        text = super().config_text()
+        for demo_line, quick_line in QUICK_SHRINK.items():
+            assert demo_line in text, f"{demo_line} is no longer in the demo's config"
+            text = text.replace(demo_line, quick_line, 1)
+        return text
+
+
 @pytest.fixture
 def demo(state_home):
-    daemon = EmbeddedDaemon("demo")
+    daemon = QuickShrinkDemo("demo")
     daemon.start()
     try:
         assert daemon.wait_ready(120), daemon.failure() or daemon.ec2_note
