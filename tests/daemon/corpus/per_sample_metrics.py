@@ -36,7 +36,7 @@ def main() -> None:
             step = 0
             while True:
                 step += 1
-                gpu.kernel(0.03, sm=0.9)
+                gpu.kernel(0.005, sm=0.9)
                 losses = [rng.random() for _ in range(len(STATS))]  # from the step
                 record_batch(writer, step, losses)
                 fh.flush()

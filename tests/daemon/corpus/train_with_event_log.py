@@ -35,14 +35,13 @@ def main() -> None:
             while True:
                 for _ in range(3):
                     step += 1
-                    gpu.kernel(0.01, sm=0.9)
+                    gpu.kernel(0.002, sm=0.9)
                 # what the last step returned for each example of its batch
                 losses = [rng.random() for _ in range(128)]
                 logits = LOGITS[step % 7:] + LOGITS[:step % 7]
                 append_events(fh, step, losses, logits)
-                if fh.tell() > 256 << 20:
+                if fh.tell() > 256 << 20:  # a ring: write over the oldest records
                     fh.seek(0)
-                    fh.truncate()
     finally:
         os.unlink(path)
 
