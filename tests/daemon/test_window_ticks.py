@@ -35,25 +35,40 @@ def tick(s: Sample, previous: WindowTick | None = None) -> WindowTick:
     return window_tick(s, burn(s, PRICE), previous)
 
 
-def test_a_steady_process_shares_its_unchanged_values_with_the_tick_before():
+def test_a_steady_host_shares_keys_parents_and_commands_with_the_tick_before():
     first = tick(sample(0.0))
     second = tick(sample(5.0), first)
-    before, now = first.processes[0], second.processes[0]
-    assert now.key is before.key and now.who is before.who and now.gpus is before.gpus
-    assert now.read_bytes is before.read_bytes and now.write_bytes is before.write_bytes
-    assert now.iowait_seconds is before.iowait_seconds
-    assert now.burn_per_hour is before.burn_per_hour
+    assert second.keys is first.keys and second.ppids is first.ppids
+    assert second.who is first.who
     assert second.ts == 5.0 and second.total_per_hour == first.total_per_hour
+
+
+def test_a_tick_gives_back_what_its_sample_said():
+    child = ProcessSample(9, 60.0, 7, "ann", "loader", state="D")
+    s = sample(0.0, trainer(0.0), child)
+    t = tick(s)
+    parent, loader = t.process(0), t.process(1)
+    assert parent.key == (7, 50.0) and parent.ppid == 1 and parent.pid == 7
+    assert (parent.user, parent.command, parent.owner) == ("ann", "python train.py",
+                                                           {"pod": "trainer-0"})
+    assert parent.gpus == (GpuUse(0, 8 * GIB, 40.0),) and not parent.in_d
+    assert (parent.iowait_seconds, parent.read_bytes, parent.write_bytes) == (1.5, 10 * GIB,
+                                                                             3 * GIB)
+    assert parent.burn_per_hour == burn(s, PRICE).processes[(7, 50.0)].burn_per_hour
+    assert loader.gpus == () and loader.in_d and loader.ppid == 7
+    assert (loader.iowait_seconds, loader.read_bytes, loader.write_bytes) == (None, None, None)
+    assert t.holds_gpu(0) and not t.holds_gpu(1)
 
 
 def test_values_that_changed_are_the_new_ones():
     first = tick(sample(0.0))
-    changed = trainer(5.0, command="python eval.py", gpus=(GpuUse(0, 9 * GIB, 10.0),),
+    changed = trainer(5.0, command="python eval.py", gpus=(GpuUse(0, None, 10.0),
+                                                           GpuUse(3, 9 * GIB, 20.0)),
                       write_bytes=4 * GIB, state="D", owner={"pod": "trainer-1"})
-    now = tick(sample(5.0, changed), first).processes[0]
+    now = tick(sample(5.0, changed), first).process(0)
     assert (now.command, now.owner, now.write_bytes) == ("python eval.py",
                                                          {"pod": "trainer-1"}, 4 * GIB)
-    assert now.gpus == (GpuUse(0, 9 * GIB, 10.0),) and now.in_d
+    assert now.gpus == (GpuUse(0, None, 10.0), GpuUse(3, 9 * GIB, 20.0)) and now.in_d
     assert now.read_bytes == 10 * GIB  # unchanged
 
 
@@ -83,6 +98,6 @@ def test_the_analyzer_keeps_ticks_and_concludes_as_from_the_samples_it_kept():
 def test_a_process_missing_from_the_burn_reads_zero_burn():
     s = sample(0.0)
     t = window_tick(s, replace(burn(s, PRICE), processes={}))
-    assert t.processes[0].burn_per_hour is None
+    assert t.process(0).burn_per_hour is None
     analysis = analysis_of_ticks([t], {}, PRICE, CATALOG, host_cpus=8)
     assert analysis.processes[0].burn_per_hour == 0.0

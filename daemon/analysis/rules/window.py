@@ -26,7 +26,7 @@ from daemon.analysis.rules.thresholds import (
     INFERENCE_COMMAND,
     WELL_USED_UTILIZATION_PCT,
 )
-from daemon.analysis.window_ticks import ProcessTick, WindowTick, window_tick
+from daemon.analysis.window_ticks import WindowTick, window_tick
 from daemon.sources.sample import GPU_OK, Sample
 from daemon.wire import CHECKPOINT, OUTPUT, process_key
 
@@ -250,9 +250,7 @@ def analysis_of_ticks(
             if g.memory_used_bytes is not None:
                 mem_peak[g.index] = max(mem_peak.get(g.index, 0), g.memory_used_bytes)
         util_at.append(tick_utils)
-        for p in s.processes:
-            for use in p.gpus:
-                held.add(use.gpu_index)
+        held.update(s.use_gpu)
 
     def trailing(idle_at: Callable[[int], bool | None]) -> float:
         """Seconds at the end of the window for which idle_at(i) held (None: stop)."""
@@ -280,24 +278,29 @@ def analysis_of_ticks(
             statistics.fmean(sm) if sm else None, index in held,
             trailing(gpu_idle(index))))
     # Per process (GPU processes; children fold into their parent's I/O evidence).
+    # Each tick's process positions by key and by parent (ticks with the same processes share
+    # their key and parent columns, and so these maps).
     seen: dict[tuple[int, float], list[int]] = {}
-    by_key: list[dict[tuple[int, float], ProcessTick]] = []
-    children: list[dict[int, list[ProcessTick]]] = []
+    by_key: list[dict[tuple[int, float], int]] = []
+    children: list[dict[int, list[int]]] = []
+    keys: dict[tuple[int, float], int] = {}
+    kids: dict[int, list[int]] = {}
     for i, s in enumerate(ticks):
-        keys: dict[tuple[int, float], ProcessTick] = {}
-        kids: dict[int, list[ProcessTick]] = {}
-        for p in s.processes:
-            keys[p.key] = p
-            kids.setdefault(p.ppid, []).append(p)
-            if p.gpus:
-                seen.setdefault(p.key, []).append(i)
+        if i == 0 or s.keys is not ticks[i - 1].keys or s.ppids is not ticks[i - 1].ppids:
+            keys, kids = {}, {}
+            for j, (key, ppid) in enumerate(zip(s.keys, s.ppids, strict=True)):
+                keys[key] = j
+                kids.setdefault(ppid, []).append(j)
+        for key, j in keys.items():
+            if s.holds_gpu(j):
+                seen.setdefault(key, []).append(i)
         by_key.append(keys)
         children.append(kids)
     processes = []
     for key, idx in seen.items():
         first_i, last_i = idx[0], idx[-1]
         pid = key[0]
-        last_proc = by_key[last_i][key]
+        last_proc = ticks[last_i].process(by_key[last_i][key])
         gpu_set: set[int] = set()
         mem_by_gpu: dict[int, int] = {}
         utils, sms, burn_rates = [], [], []
@@ -312,8 +315,8 @@ def analysis_of_ticks(
         prev_written: dict[tuple[int, float], int] = {}
         for i in idx:
             s = ticks[i]
-            me = by_key[i][key]
-            tree = [me, *children[i].get(pid, ())]
+            me = s.process(by_key[i][key])
+            tree = [me, *(s.process(j) for j in children[i].get(pid, ()))]
             mine = [u.gpu_index for u in me.gpus]
             gpu_set.update(mine)
             for use in me.gpus:
@@ -392,7 +395,7 @@ def analysis_of_ticks(
         ))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (
-        not any(p.gpus for p in ticks[i].processes)
+        not any(ticks[i].holds_gpu(j) for j in range(len(ticks[i].keys)))
         or all(idle(u) for u in util_at[i].values())))
     return Analysis(
         window_s=window, start=start, end=end, price=price, catalog=catalog,
