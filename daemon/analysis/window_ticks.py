@@ -22,7 +22,8 @@ WINDOW_S = 1800.0  # the rules, the live phase balance and the kind markers look
 
 ProcessKey = tuple[int, float]  # (pid, start_time)
 Who = tuple[str, str, dict[str, str]]  # user, command (redacted), owner
-NUMBERS = 4  # per process in WindowTick.numbers: iowait_seconds, read_bytes, write_bytes, burn
+NUMBERS = 4  # per process in WindowTick.numbers, at these offsets:
+IOWAIT, READ, WRITE, BURN = range(NUMBERS)  # iowait_seconds, read_bytes, write_bytes, burn/h
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,9 @@ class WindowTick:
 
     def process(self, i: int) -> ProcessTick:
         """The i-th process as the rules read it (built on each call, dropped after use)."""
-        iowait, read, write, burn = self.numbers[NUMBERS * i:NUMBERS * i + NUMBERS]
+        at = NUMBERS * i
+        iowait, read, write, burn = (self.numbers[at + IOWAIT], self.numbers[at + READ],
+                                     self.numbers[at + WRITE], self.numbers[at + BURN])
         first = self.use_first[i]
         uses = tuple(GpuUse(self.use_gpu[j], _int(self.use_memory[j]), self.use_sm[j])
                      for j in range(first, self.use_first[i + 1]))
@@ -103,7 +106,7 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) 
         key = p.key
         pb = burns.get(key)
         numbers.extend((_nan(p.iowait_seconds), _nan(p.read_bytes), _nan(p.write_bytes),
-                        _nan(pb.burn_per_hour if pb is not None else None)))
+                        _nan(pb.burn_per_hour if pb is not None else None)))  # IOWAIT ... BURN
         for use in p.gpus:
             gpu.append(use.gpu_index)
             memory.append(_nan(use.memory_bytes))

@@ -14,6 +14,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from math import isnan
 from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
@@ -26,7 +27,15 @@ from daemon.analysis.rules.thresholds import (
     INFERENCE_COMMAND,
     WELL_USED_UTILIZATION_PCT,
 )
-from daemon.analysis.window_ticks import WindowTick, window_tick
+from daemon.analysis.window_ticks import (
+    BURN,
+    IOWAIT,
+    NUMBERS,
+    READ,
+    WRITE,
+    WindowTick,
+    window_tick,
+)
 from daemon.sources.sample import GPU_OK, Sample
 from daemon.wire import CHECKPOINT, OUTPUT, process_key
 
@@ -157,7 +166,7 @@ def _normalize_phases(phase_balances: Mapping[Any, Any] | None) -> dict[Any, Map
     return out
 
 
-def _checkpoint_bursts(times_deltas: Sequence[tuple[float, int]]) -> list[float]:
+def _checkpoint_bursts(times_deltas: Sequence[tuple[float, float]]) -> list[float]:
     """Times of write bursts >= CHECKPOINT_WRITE_MIN_BYTES; consecutive ticks merge."""
     bursts: list[float] = []
     in_burst = False
@@ -300,7 +309,7 @@ def analysis_of_ticks(
     for key, idx in seen.items():
         first_i, last_i = idx[0], idx[-1]
         pid = key[0]
-        last_proc = ticks[last_i].process(by_key[last_i][key])
+        last_proc = ticks[last_i].process(by_key[last_i][key])  # who it is, as last seen
         gpu_set: set[int] = set()
         mem_by_gpu: dict[int, int] = {}
         utils, sms, burn_rates = [], [], []
@@ -309,19 +318,22 @@ def analysis_of_ticks(
         low = well_used = d_ticks = 0
         io_first: dict[tuple[int, float], float] = {}
         io_last: dict[tuple[int, float], float] = {}
-        read_first: dict[tuple[int, float], int] = {}
-        read_last: dict[tuple[int, float], int] = {}
-        writes: list[tuple[float, int]] = []
-        prev_written: dict[tuple[int, float], int] = {}
+        read_first: dict[tuple[int, float], float] = {}
+        read_last: dict[tuple[int, float], float] = {}
+        writes: list[tuple[float, float]] = []
+        prev_written: dict[tuple[int, float], float] = {}
+        # The tick's columns, read in place (WindowTick: NaN for None; byte counts below 2**53
+        # are exact as doubles, and so are their differences).
         for i in idx:
             s = ticks[i]
-            me = s.process(by_key[i][key])
-            tree = [me, *(s.process(j) for j in children[i].get(pid, ()))]
-            mine = [u.gpu_index for u in me.gpus]
+            me = by_key[i][key]
+            tree = [me, *children[i].get(pid, [])]
+            first, past = s.use_first[me], s.use_first[me + 1]
+            mine = s.use_gpu[first:past].tolist()
             gpu_set.update(mine)
-            for use in me.gpus:
-                mem_by_gpu[use.gpu_index] = max(mem_by_gpu.get(use.gpu_index, 0),
-                                                use.memory_bytes or 0)
+            for held_index, memory in zip(mine, s.use_memory[first:past], strict=True):
+                mem_by_gpu[held_index] = max(mem_by_gpu.get(held_index, 0),
+                                             0 if isnan(memory) else int(memory))
             vals = [util_at[i][g] for g in mine if g in util_at[i]]
             if vals:
                 mean = sum(vals) / len(vals)
@@ -334,25 +346,29 @@ def analysis_of_ticks(
             if sm_vals:
                 sms.append(sum(sm_vals) / len(sm_vals))
                 sm_at.append((s.ts, sms[-1]))
-            elif me.gpus:
+            elif mine:
                 # No GPM (before Hopper): the process's own SM share stands in for activity.
-                own_sm.append(sum(u.sm_share for u in me.gpus) / len(me.gpus))
+                own_sm.append(sum(s.use_sm[first:past]) / len(mine))
                 sm_at.append((s.ts, own_sm[-1]))
-            burn_rates.append(me.burn_per_hour if me.burn_per_hour is not None else 0.0)
-            if any(p.in_d for p in tree):
+            burned = s.numbers[NUMBERS * me + BURN]
+            burn_rates.append(0.0 if isnan(burned) else burned)
+            if any(s.in_d[t] for t in tree):
                 d_ticks += 1
-            written = 0
-            for p in tree:
-                if p.iowait_seconds is not None:
-                    io_first.setdefault(p.key, p.iowait_seconds)
-                    io_last[p.key] = p.iowait_seconds
-                if p.read_bytes is not None:
-                    read_first.setdefault(p.key, p.read_bytes)
-                    read_last[p.key] = p.read_bytes
-                if p.write_bytes is not None:
-                    if p.key in prev_written:
-                        written += max(p.write_bytes - prev_written[p.key], 0)
-                    prev_written[p.key] = p.write_bytes
+            written = 0.0
+            for t in tree:
+                at, tree_key = NUMBERS * t, s.keys[t]
+                iowait_s, read_b, write_b = (s.numbers[at + IOWAIT], s.numbers[at + READ],
+                                             s.numbers[at + WRITE])
+                if not isnan(iowait_s):
+                    io_first.setdefault(tree_key, iowait_s)
+                    io_last[tree_key] = iowait_s
+                if not isnan(read_b):
+                    read_first.setdefault(tree_key, read_b)
+                    read_last[tree_key] = read_b
+                if not isnan(write_b):
+                    if tree_key in prev_written:
+                        written += max(write_b - prev_written[tree_key], 0)
+                    prev_written[tree_key] = write_b
             writes.append((s.ts, written))
         seconds = ticks[last_i].ts - ticks[first_i].ts
         ticks_seen = len(idx)
