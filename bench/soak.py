@@ -7,7 +7,10 @@ recorded, and whether /v1/health answers ok. At the end it prints the RSS growth
 first 10 minutes (target: within 10 MB) and stops the daemon.
 
 Not part of the test suite: a figure to read, not an assertion.
-usage: python bench/soak.py [--minutes 120] [--scenario demo] [--interval 1] [--every 60]
+usage: python bench/soak.py [--minutes 120] [--scenario demo | --procs 64 [--gpus 8]] [--interval 1]
+                            [--every 60]
+`--procs N` runs N workload processes on `--gpus` simulated GPUs (bench/collector.py's scenario:
+each process keeps one GPU busy), the size the issue's targets name (8 x 64, 8 x 256).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 from pathlib import Path
 
 import psutil
+from collector import scenario_text  # bench/ is sys.path[0] when run as a script
 
 from daemon.client import Client, ClientError
 
@@ -54,23 +58,33 @@ async def health(socket: Path) -> tuple[bool, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=120.0)
-    parser.add_argument("--scenario", default="demo")
+    parser.add_argument("--scenario", default="demo",
+                        help="a built-in scenario or a scenario .toml file (default: demo)")
+    parser.add_argument("--procs", type=int, metavar="N",
+                        help="instead of --scenario: N workload processes on --gpus GPUs")
+    parser.add_argument("--gpus", type=int, default=8, help="with --procs (default: 8)")
     parser.add_argument("--interval", type=float, default=1.0, help="the daemon's tick, seconds")
     parser.add_argument("--every", type=float, default=60.0, help="seconds between lines")
     parser.add_argument("--folder", help="keep the run's files here (default: a temp folder)")
     args = parser.parse_args()
+    if args.procs is not None and (args.procs < 1 or args.gpus < 1):
+        parser.error(f"--procs {args.procs} --gpus {args.gpus}: both must be at least 1")
 
     folder = Path(args.folder or tempfile.mkdtemp(prefix="mlcost-soak-"))
     folder.mkdir(parents=True, exist_ok=True)
     db, socket = folder / "mlcost.db", folder / "api" / "mlcostd.sock"
+    scenario = args.scenario
+    if args.procs is not None:
+        scenario = str(folder / f"soak-{args.gpus}x{args.procs}.toml")
+        Path(scenario).write_text(scenario_text(args.gpus, args.procs))
     log = open(folder / "mlcostd.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "run", "--simulate", args.scenario, "--db", str(db),
+        [sys.executable, "-m", "daemon", "run", "--simulate", scenario, "--db", str(db),
          "--socket", str(socket), "--interval", str(args.interval)],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True)
     daemon = psutil.Process(proc.pid)
-    print(f"# mlcostd pid {proc.pid}, --simulate {args.scenario}, folder {folder}", flush=True)
+    print(f"# mlcostd pid {proc.pid}, --simulate {scenario}, folder {folder}", flush=True)
     print(f"{'min':>6} {'rss_mb':>8} {'anon_mb':>8} {'fds':>5} {'threads':>7} {'db_mb':>8} "
           f"{'ticks':>7} {'health':>6}", flush=True)
     rss: list[tuple[float, float]] = []

@@ -30,13 +30,14 @@ from daemon.analysis.kinds import Kind
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
-from daemon.analysis.rules import Finding, build_analysis, evaluate
+from daemon.analysis.rules import Finding, evaluate
+from daemon.analysis.rules.window import analysis_of_ticks
 from daemon.analysis.totals import GpuTotals
+from daemon.analysis.window_ticks import WINDOW_S, WindowTick, window_tick
 from daemon.sources.sample import Sample
 from daemon.wire import process_key
 from pricing.grid import GridIntensity, grid_intensity
 
-WINDOW_S = 1800.0  # the rules look at the last 30 minutes
 WINDOW_STEP_S = 5.0  # keep at most one sample per 5 s for the rules
 RECENT_EVENTS = 50
 PROCESS_TARGET = re.compile(r"\d+:\d+\.\d+")  # a process rule's target (wire.process_key)
@@ -83,7 +84,8 @@ class Analyzer:
             self.ledger.add_latency(histogram)
         self.window_s = window_s
         self.window_step_s = window_step_s
-        self.window: deque[tuple[Sample, Burn]] = deque()
+        # compact ticks (window_ticks.WindowTick), not whole Samples: 360 of them stay in memory
+        self.window: deque[WindowTick] = deque()
         self.latest: Burn | None = None
         self.latest_sample: Sample | None = None
         self.recent: deque[Event] = deque(maxlen=RECENT_EVENTS)
@@ -108,9 +110,9 @@ class Analyzer:
         events += self.budgets.update(self.ledger, sample.ts)
         self.recent.extend(events)
         window = self.window
-        if not window or sample.ts - window[-1][0].ts >= self.window_step_s:
-            window.append((sample, current))
-        while window and sample.ts - window[0][0].ts > self.window_s:
+        if not window or sample.ts - window[-1].ts >= self.window_step_s:
+            window.append(window_tick(sample, current, window[-1] if window else None))
+        while window and sample.ts - window[0].ts > self.window_s:
             window.popleft()
         keep = 4 * max(len(sample.processes), 64)
         if len(self.ledger.by_process) > keep:  # (the set of live keys only when it is used)
@@ -125,13 +127,13 @@ class Analyzer:
         self.record(found)
         return found
 
-    def inputs(self) -> tuple[list[tuple[Sample, Burn]], list[Event]]:
+    def inputs(self) -> tuple[list[WindowTick], list[Event]]:
         """A copy of what the rules read, taken where the ticks run (cheap), so `analyze` can
         run in another thread while ticks go on."""
         with self.lock:
             return list(self.window), list(self.budgets.events())
 
-    def analyze(self, inputs: tuple[list[tuple[Sample, Burn]], list[Event]],
+    def analyze(self, inputs: tuple[list[WindowTick], list[Event]],
                 phase_balances: Mapping[Any, Any] | None = None,
                 checkpoint_times: Mapping[str, Sequence[float]] | None = None,
                 kinds: Mapping[str, Kind] | None = None) -> list[Finding]:
@@ -140,14 +142,12 @@ class Analyzer:
         window, budget_events = inputs
         if not window:
             return []
-        samples = [s for s, _ in window]
-        burns = [b for _, b in window]
-        analysis = build_analysis(samples, phase_balances, self.price, self.catalog,
-                                  burns=burns, jobs=self.ledger.labeler,
-                                  checkpoint_times=checkpoint_times,
-                                  budget_events=budget_events, limits=self.limits,
-                                  thresholds=self.thresholds, kinds=kinds,
-                                  request_counters=self.request_counters())
+        analysis = analysis_of_ticks(window, phase_balances, self.price, self.catalog,
+                                     jobs=self.ledger.labeler,
+                                     checkpoint_times=checkpoint_times,
+                                     budget_events=budget_events, limits=self.limits,
+                                     thresholds=self.thresholds, kinds=kinds,
+                                     request_counters=self.request_counters())
         return evaluate(analysis)
 
     def record(self, found: list[Finding]) -> list[dict[str, Any]]:
@@ -162,7 +162,7 @@ class Analyzer:
 
     def _record(self, found: list[Finding]) -> None:
         if found or self.window:
-            ts = self.window[-1][0].ts if self.window else 0.0
+            ts = self.window[-1].ts if self.window else 0.0
             last = self.latest_sample
             present = ({process_key(*p.key) for p in last.processes} if last is not None
                        else None)

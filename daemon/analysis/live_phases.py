@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.phases import SampleSplit, StackSample, balance_of, sample_split
+from daemon.analysis.window_ticks import WINDOW_S
 from daemon.sources.frames import Frame
 from daemon.sources.sample import Sample
 from daemon.wire import CHECKPOINT
 
-WINDOW_S = 1800.0  # as the rules' window (runtime/daemon.py EVALUATION_WINDOW_S)
 MAX_SAMPLES_PER_PROCESS = 4096  # a bound beside the window's: the sampler is rate-limited anyway
 FORGET_EVERY_S = 10.0  # facts past the window are dropped this often (memory, not results)
 

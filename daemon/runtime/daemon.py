@@ -26,6 +26,7 @@ from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
+from daemon.analysis.window_ticks import WINDOW_S as EVALUATION_WINDOW_S  # phase balances too
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, now_document
 from daemon.api.metrics_state import MetricsState, metrics_state
@@ -64,7 +65,6 @@ DISCOVERY_INTERVAL_S = 2.0  # how soon a new GPU process is picked up
 KINDS_RECORD_EVERY_S = 30.0  # kinds whose evidence or audit figures alone moved: recorded so often
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
-EVALUATION_WINDOW_S = 1800.0  # the rules read the last 30 min of phase balances
 MAINTENANCE_BUDGET_S = 0.02
 CLOCK_JUMP_S = 30.0
 # /v1/now's phase balances: one whose process's windows and samples did not change is rebuilt

@@ -19,6 +19,7 @@ from typing import Any
 from daemon.analysis.inference_audit import InferenceAudit, audit_inference
 from daemon.analysis.kinds import CONFIGURED, Kind, classify_kind, gpu_use_shape
 from daemon.analysis.ledger import JobLabeler
+from daemon.analysis.window_ticks import WINDOW_S as MARKER_WINDOW_S  # markers this recent count
 from daemon.sources.kindfacts import KindFacts, KindFactsReader
 from daemon.wire import process_key
 
@@ -31,7 +32,6 @@ GPU_USE_READS = 30
 # SM share readings kept per process for the inference audit: one a discovery round (~2 s),
 # so about the last 5 minutes.
 SM_READINGS = 150
-MARKER_WINDOW_S = 1800.0  # frame markers seen this recently count (as for the kind)
 
 
 # KindFacts' fields that say when a read was made, not what it found

@@ -53,7 +53,7 @@ def test_the_analyzer_shows_held_recommendations_and_the_resolved_notice_in_its_
     analyzer = Analyzer(P4D, recommendation_hold_s=60.0)
     for sample in window(n=3):
         analyzer.update(sample)
-    ts = analyzer.window[-1][0].ts
+    ts = analyzer.window[-1].ts
     analyzer.book.record([rec], ts)
     analyzer.book.record([], ts + 30)
     [held] = analyzer.snapshot()["recommendations"]

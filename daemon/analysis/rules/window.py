@@ -14,6 +14,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from math import isnan
 from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
@@ -25,6 +26,15 @@ from daemon.analysis.rules.thresholds import (
     DEFAULT_LIMITS,
     INFERENCE_COMMAND,
     WELL_USED_UTILIZATION_PCT,
+)
+from daemon.analysis.window_ticks import (
+    BURN,
+    IOWAIT,
+    NUMBERS,
+    READ,
+    WRITE,
+    WindowTick,
+    window_tick,
 )
 from daemon.sources.sample import GPU_OK, Sample
 from daemon.wire import CHECKPOINT, OUTPUT, process_key
@@ -156,7 +166,7 @@ def _normalize_phases(phase_balances: Mapping[Any, Any] | None) -> dict[Any, Map
     return out
 
 
-def _checkpoint_bursts(times_deltas: Sequence[tuple[float, int]]) -> list[float]:
+def _checkpoint_bursts(times_deltas: Sequence[tuple[float, float]]) -> list[float]:
     """Times of write bursts >= CHECKPOINT_WRITE_MIN_BYTES; consecutive ticks merge."""
     bursts: list[float] = []
     in_burst = False
@@ -177,6 +187,30 @@ def build_analysis(
     catalog: Any = None,
     *,
     burns: Sequence[Burn] | None = None,
+    thresholds: IdleThresholds | None = None,
+    **options: Any,
+) -> Analysis:
+    """Aggregate a window of samples (oldest first) into an Analysis. `burns`, when given, are
+    the burns of the same samples (saves recomputing them); `thresholds` (the [idle] settings)
+    say what a busy GPU is, here and in the burns computed when none are given; `options` are
+    `analysis_of_ticks`'s."""
+    if not samples:
+        raise ValueError("build_analysis needs at least one sample")
+    thresholds = thresholds or IdleThresholds()
+    burns = list(burns) if burns is not None else [burn(s, price, thresholds) for s in samples]
+    ticks: list[WindowTick] = []
+    for s, b in zip(samples, burns, strict=True):
+        ticks.append(window_tick(s, b, ticks[-1] if ticks else None))
+    return analysis_of_ticks(ticks, phase_balances, price, catalog, thresholds=thresholds,
+                             **options)
+
+
+def analysis_of_ticks(
+    ticks: Sequence[WindowTick],
+    phase_balances: Mapping[Any, Any] | None,
+    price: HostPrice,
+    catalog: Any = None,
+    *,
     jobs: Mapping[str, str] | JobLabeler | None = None,
     checkpoint_times: Mapping[str, Sequence[float]] | None = None,
     budget_events: Iterable[Any] = (),
@@ -187,22 +221,20 @@ def build_analysis(
     kinds: Mapping[str, Kind] | None = None,
     request_counters: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Analysis:
-    """Aggregate a window of samples (oldest first) into an Analysis. `burns`, when given, are
-    the burns of the same samples (saves recomputing them); `checkpoint_times` adds checkpoint
-    times per process id to those seen as write bursts; `thresholds` (the [idle] settings) say
-    what a busy GPU is, here and in the burns computed when none are given."""
-    if not samples:
-        raise ValueError("build_analysis needs at least one sample")
+    """Aggregate a window of ticks (oldest first; daemon.analysis.window_ticks) into an
+    Analysis. `checkpoint_times` adds checkpoint times per process id to those seen as write
+    bursts; `thresholds` (the [idle] settings) say what a busy GPU is."""
+    if not ticks:
+        raise ValueError("analysis_of_ticks needs at least one tick")
     thresholds = thresholds or IdleThresholds()
     idle_pct = thresholds.idle_utilization_pct
 
     def idle(utilization: float | None) -> bool:
         return gpu_is_busy(utilization, idle_pct) is False
 
-    burns = list(burns) if burns is not None else [burn(s, price, thresholds) for s in samples]
     labeler = jobs if isinstance(jobs, JobLabeler) else JobLabeler(jobs)
     phases = _normalize_phases(phase_balances)
-    start, end = samples[0].ts, samples[-1].ts
+    start, end = ticks[0].ts, ticks[-1].ts
     window = max(end - start, 0.0)
     # Per GPU.
     util_series: dict[int, list[float]] = {}
@@ -212,7 +244,7 @@ def build_analysis(
     names: dict[int, str] = {}
     held: set[int] = set()
     util_at: list[dict[int, float]] = []
-    for s in samples:
+    for s in ticks:
         tick_utils: dict[int, float] = {}
         for g in s.gpus:
             names[g.index] = g.name
@@ -227,17 +259,15 @@ def build_analysis(
             if g.memory_used_bytes is not None:
                 mem_peak[g.index] = max(mem_peak.get(g.index, 0), g.memory_used_bytes)
         util_at.append(tick_utils)
-        for p in s.processes:
-            for use in p.gpus:
-                held.add(use.gpu_index)
+        held.update(s.use_gpu)
 
     def trailing(idle_at: Callable[[int], bool | None]) -> float:
         """Seconds at the end of the window for which idle_at(i) held (None: stop)."""
         since = None
-        for i in range(len(samples) - 1, -1, -1):
+        for i in range(len(ticks) - 1, -1, -1):
             if not idle_at(i):
                 break
-            since = samples[i].ts
+            since = ticks[i].ts
         return 0.0 if since is None else end - since
 
     def gpu_idle(index: int) -> Callable[[int], bool]:
@@ -257,24 +287,29 @@ def build_analysis(
             statistics.fmean(sm) if sm else None, index in held,
             trailing(gpu_idle(index))))
     # Per process (GPU processes; children fold into their parent's I/O evidence).
+    # Each tick's process positions by key and by parent (ticks with the same processes share
+    # their key and parent columns, and so these maps).
     seen: dict[tuple[int, float], list[int]] = {}
-    by_key: list[dict[tuple[int, float], Any]] = []
-    children: list[dict[int, list[Any]]] = []
-    for i, s in enumerate(samples):
-        keys: dict[tuple[int, float], Any] = {}
-        kids: dict[int, list[Any]] = {}
-        for p in s.processes:
-            keys[p.key] = p
-            kids.setdefault(p.ppid, []).append(p)
-            if p.gpus:
-                seen.setdefault(p.key, []).append(i)
+    by_key: list[dict[tuple[int, float], int]] = []
+    children: list[dict[int, list[int]]] = []
+    keys: dict[tuple[int, float], int] = {}
+    kids: dict[int, list[int]] = {}
+    for i, s in enumerate(ticks):
+        if i == 0 or s.keys is not ticks[i - 1].keys or s.ppids is not ticks[i - 1].ppids:
+            keys, kids = {}, {}
+            for j, (key, ppid) in enumerate(zip(s.keys, s.ppids, strict=True)):
+                keys[key] = j
+                kids.setdefault(ppid, []).append(j)
+        for key, j in keys.items():
+            if s.holds_gpu(j):
+                seen.setdefault(key, []).append(i)
         by_key.append(keys)
         children.append(kids)
     processes = []
     for key, idx in seen.items():
         first_i, last_i = idx[0], idx[-1]
         pid = key[0]
-        last_proc = by_key[last_i][key]
+        last_proc = ticks[last_i].process(by_key[last_i][key])  # who it is, as last seen
         gpu_set: set[int] = set()
         mem_by_gpu: dict[int, int] = {}
         utils, sms, burn_rates = [], [], []
@@ -283,23 +318,27 @@ def build_analysis(
         low = well_used = d_ticks = 0
         io_first: dict[tuple[int, float], float] = {}
         io_last: dict[tuple[int, float], float] = {}
-        read_first: dict[tuple[int, float], int] = {}
-        read_last: dict[tuple[int, float], int] = {}
-        writes: list[tuple[float, int]] = []
-        prev_written: dict[tuple[int, float], int] = {}
+        read_first: dict[tuple[int, float], float] = {}
+        read_last: dict[tuple[int, float], float] = {}
+        writes: list[tuple[float, float]] = []
+        prev_written: dict[tuple[int, float], float] = {}
+        # The tick's columns, read in place (WindowTick: NaN for None; byte counts below 2**53
+        # are exact as doubles, and so are their differences).
         for i in idx:
-            s = samples[i]
+            s = ticks[i]
             me = by_key[i][key]
-            tree = [me, *children[i].get(pid, ())]
-            mine = [u.gpu_index for u in me.gpus]
+            tree = [me, *children[i].get(pid, [])]
+            first, past = s.use_first[me], s.use_first[me + 1]
+            mine = s.use_gpu[first:past].tolist()
             gpu_set.update(mine)
-            for u in me.gpus:
-                mem_by_gpu[u.gpu_index] = max(mem_by_gpu.get(u.gpu_index, 0), u.memory_bytes or 0)
+            for held_index, memory in zip(mine, s.use_memory[first:past], strict=True):
+                mem_by_gpu[held_index] = max(mem_by_gpu.get(held_index, 0),
+                                             0 if isnan(memory) else int(memory))
             vals = [util_at[i][g] for g in mine if g in util_at[i]]
             if vals:
-                u = sum(vals) / len(vals)
-                utils.append(u)
-                if u < WELL_USED_UTILIZATION_PCT:
+                mean = sum(vals) / len(vals)
+                utils.append(mean)
+                if mean < WELL_USED_UTILIZATION_PCT:
                     low += 1
                 else:
                     well_used += 1
@@ -307,29 +346,32 @@ def build_analysis(
             if sm_vals:
                 sms.append(sum(sm_vals) / len(sm_vals))
                 sm_at.append((s.ts, sms[-1]))
-            elif me.gpus:
+            elif mine:
                 # No GPM (before Hopper): the process's own SM share stands in for activity.
-                own_sm.append(sum(u.sm_share for u in me.gpus) / len(me.gpus))
+                own_sm.append(sum(s.use_sm[first:past]) / len(mine))
                 sm_at.append((s.ts, own_sm[-1]))
-            pb = burns[i].processes.get(key)
-            burn_rates.append(pb.burn_per_hour if pb else 0.0)
-            if any(p.state == "D" or p.threads_in_d > 0 for p in tree):
+            burned = s.numbers[NUMBERS * me + BURN]
+            burn_rates.append(0.0 if isnan(burned) else burned)
+            if any(s.in_d[t] for t in tree):
                 d_ticks += 1
-            written = 0
-            for p in tree:
-                if p.iowait_seconds is not None:
-                    io_first.setdefault(p.key, p.iowait_seconds)
-                    io_last[p.key] = p.iowait_seconds
-                if p.read_bytes is not None:
-                    read_first.setdefault(p.key, p.read_bytes)
-                    read_last[p.key] = p.read_bytes
-                if p.write_bytes is not None:
-                    if p.key in prev_written:
-                        written += max(p.write_bytes - prev_written[p.key], 0)
-                    prev_written[p.key] = p.write_bytes
+            written = 0.0
+            for t in tree:
+                at, tree_key = NUMBERS * t, s.keys[t]
+                iowait_s, read_b, write_b = (s.numbers[at + IOWAIT], s.numbers[at + READ],
+                                             s.numbers[at + WRITE])
+                if not isnan(iowait_s):
+                    io_first.setdefault(tree_key, iowait_s)
+                    io_last[tree_key] = iowait_s
+                if not isnan(read_b):
+                    read_first.setdefault(tree_key, read_b)
+                    read_last[tree_key] = read_b
+                if not isnan(write_b):
+                    if tree_key in prev_written:
+                        written += max(write_b - prev_written[tree_key], 0)
+                    prev_written[tree_key] = write_b
             writes.append((s.ts, written))
-        seconds = samples[last_i].ts - samples[first_i].ts
-        ticks = len(idx)
+        seconds = ticks[last_i].ts - ticks[first_i].ts
+        ticks_seen = len(idx)
         iowait = sum(max(io_last[k] - io_first[k], 0.0) for k in io_last)
         read = sum(max(read_last[k] - read_first[k], 0) for k in read_last)
         pid_id = process_key(*key)
@@ -342,7 +384,7 @@ def build_analysis(
                _checkpoint_bursts(writes))
         mine_final = sorted(gpu_set)
         idle_s = trailing(process_idle(key, mine_final))
-        idle_since = samples[last_i].ts - idle_s
+        idle_since = ticks[last_i].ts - idle_s
         in_idle = [v for ts, v in sm_at if ts >= idle_since] if idle_s > 0 else []
         kind = (kinds or {}).get(pid_id) or Kind()
         processes.append(ProcessWindow(
@@ -352,13 +394,13 @@ def build_analysis(
             burn_per_hour=statistics.fmean(burn_rates) if burn_rates else 0.0,
             memory_peak_bytes=max(mem_by_gpu.values(), default=0),
             gpu_utilization_mean=statistics.fmean(utils) if utils else 0.0,
-            gpu_well_used_fraction=well_used / ticks, gpu_low_fraction=low / ticks,
+            gpu_well_used_fraction=well_used / ticks_seen, gpu_low_fraction=low / ticks_seen,
             sm_activity_mean=(statistics.fmean(sms) if sms else
                               statistics.fmean(own_sm) if own_sm else None),
             trailing_idle_s=idle_s,
             sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
             iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
-            d_state_fraction=d_ticks / ticks,
+            d_state_fraction=d_ticks / ticks_seen,
             read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
             checkpoint_times=tuple(cps),
             inference=is_inference(kind, last_proc.command, inference_command),
@@ -369,14 +411,14 @@ def build_analysis(
         ))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (
-        not any(p.gpus for p in samples[i].processes)
+        not any(ticks[i].holds_gpu(j) for j in range(len(ticks[i].keys)))
         or all(idle(u) for u in util_at[i].values())))
     return Analysis(
         window_s=window, start=start, end=end, price=price, catalog=catalog,
         gpus=tuple(gpus), processes=tuple(processes),
-        burn_per_hour=statistics.fmean(b.total_per_hour for b in burns),
-        idle_per_hour=statistics.fmean(b.idle_per_hour for b in burns),
-        wasted_per_hour=statistics.fmean(b.wasted_per_hour for b in burns),
+        burn_per_hour=statistics.fmean(t.total_per_hour for t in ticks),
+        idle_per_hour=statistics.fmean(t.idle_per_hour for t in ticks),
+        wasted_per_hour=statistics.fmean(t.wasted_per_hour for t in ticks),
         host_trailing_idle_s=host_trailing,
         host_cpus=host_cpus or os.cpu_count() or 1,
         budget_events=tuple(budget_events),

@@ -1,0 +1,140 @@
+"""The rules' 30-minute window: its length (defined here, once) and the compact record of one
+tick kept in it.
+
+The analyzer keeps one tick per ~5 s for 30 minutes (361 at the default step). Keeping each
+tick's whole frozen Sample and Burn cost ~58 kB a tick at 8 GPUs x 64 processes (+20 MB of RSS
+once the window filled, measured with bench/soak.py); a `WindowTick` keeps only what
+`daemon.analysis.rules.window` reads, its numbers in arrays of doubles (8 bytes each, not an
+object each), and shares the previous tick's keys and command lines when they did not change.
+`WindowTick.processes` gives the processes back as `ProcessTick`s when the rules run.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass
+
+from daemon.analysis.cost import Burn
+from daemon.sources.sample import GpuSample, GpuUse, Sample
+
+WINDOW_S = 1800.0  # the rules, the live phase balance and the kind markers look back this far
+
+ProcessKey = tuple[int, float]  # (pid, start_time)
+Who = tuple[str, str, dict[str, str]]  # user, command (redacted), owner
+NUMBERS = 4  # per process in WindowTick.numbers, at these offsets:
+IOWAIT, READ, WRITE, BURN = range(NUMBERS)  # iowait_seconds, read_bytes, write_bytes, burn/h
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessTick:
+    """One process at one tick, as the rules read it."""
+
+    key: ProcessKey
+    ppid: int
+    who: Who
+    gpus: tuple[GpuUse, ...]
+    in_d: bool  # it, or a thread of it, in uninterruptible (disk) sleep
+    iowait_seconds: float | None
+    read_bytes: int | None
+    write_bytes: int | None
+    burn_per_hour: float | None  # None: the tick's burn has no entry for it
+
+    @property
+    def pid(self) -> int:
+        return self.key[0]
+
+    @property
+    def user(self) -> str:
+        return self.who[0]
+
+    @property
+    def command(self) -> str:
+        return self.who[1]
+
+    @property
+    def owner(self) -> dict[str, str]:
+        return self.who[2]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowTick:
+    """One tick in the rules' window: its time, the GPUs' readings, the host's burn totals and
+    the processes in columns (the i-th process is keys[i], ppids[i] ..., `process(i)`; NaN
+    stands for None)."""
+
+    ts: float
+    gpus: tuple[GpuSample, ...]
+    total_per_hour: float
+    idle_per_hour: float
+    wasted_per_hour: float
+    keys: tuple[ProcessKey, ...]
+    ppids: tuple[int, ...]
+    who: tuple[Who, ...]
+    in_d: bytes  # 1: it, or a thread of it, in D state
+    numbers: array[float]  # NUMBERS per process
+    use_first: array[int]  # process i's GPU uses are use_*[use_first[i]:use_first[i + 1]]
+    use_gpu: array[int]
+    use_memory: array[float]
+    use_sm: array[float]
+
+    def process(self, i: int) -> ProcessTick:
+        """The i-th process as the rules read it (built on each call, dropped after use)."""
+        at = NUMBERS * i
+        iowait, read, write, burn = (self.numbers[at + IOWAIT], self.numbers[at + READ],
+                                     self.numbers[at + WRITE], self.numbers[at + BURN])
+        first = self.use_first[i]
+        uses = tuple(GpuUse(self.use_gpu[j], _int(self.use_memory[j]), self.use_sm[j])
+                     for j in range(first, self.use_first[i + 1]))
+        return ProcessTick(self.keys[i], self.ppids[i], self.who[i], uses, self.in_d[i] == 1,
+                           _float(iowait), _int(read), _int(write), _float(burn))
+
+    def holds_gpu(self, i: int) -> bool:
+        """Whether the i-th process holds a GPU at this tick."""
+        return self.use_first[i + 1] > self.use_first[i]
+
+
+def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) -> WindowTick:
+    """The compact record of `sample` and its `burn`; keys, parents and command lines equal to
+    `previous`'s are shared with it."""
+    burns = burn.processes
+    numbers, first = array("d"), array("I", [0])
+    gpu, memory, sm = array("I"), array("d"), array("d")
+    keys, who = [], []
+    before = dict(zip(previous.keys, previous.who, strict=True)) if previous is not None else {}
+    for p in sample.processes:
+        key = p.key
+        pb = burns.get(key)
+        numbers.extend((_nan(p.iowait_seconds), _nan(p.read_bytes), _nan(p.write_bytes),
+                        _nan(pb.burn_per_hour if pb is not None else None)))  # IOWAIT ... BURN
+        for use in p.gpus:
+            gpu.append(use.gpu_index)
+            memory.append(_nan(use.memory_bytes))
+            sm.append(use.sm_share)
+        first.append(len(gpu))
+        mine = (p.user, p.command, p.owner)
+        last = before.get(key)
+        keys.append(key)
+        who.append(last if last is not None and last == mine else mine)
+    key_column, ppids, who_column = tuple(keys), tuple(p.ppid for p in sample.processes), tuple(who)
+    if previous is not None:  # a steady host: the same processes as 5 s ago, one copy
+        key_column = previous.keys if previous.keys == key_column else key_column
+        ppids = previous.ppids if previous.ppids == ppids else ppids
+        who_column = previous.who if previous.who == who_column else who_column
+    return WindowTick(
+        sample.ts, sample.gpus, burn.total_per_hour, burn.idle_per_hour, burn.wasted_per_hour,
+        key_column, ppids, who_column,
+        bytes(1 if p.state == "D" or p.threads_in_d > 0 else 0 for p in sample.processes),
+        numbers, first, gpu, memory, sm)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _float(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _int(value: float) -> int | None:
+    return None if math.isnan(value) else int(value)
