@@ -464,6 +464,12 @@ class Attribution:
         elif len(dip.pending) < MAX_PENDING_ROWS:
             dip.pending.extend(rows)
 
+    async def dumps_finished(self) -> None:
+        """Wait until the stack dumps in flight have been read and kept (a driver that steps
+        the daemon tick by tick: the tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()

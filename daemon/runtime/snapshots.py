@@ -146,6 +146,16 @@ class SnapshotTriggers:
 
     # -- noticing --------------------------------------------------------------------------
 
+    @property
+    def pending(self) -> dict[str, dict[str, Any]]:
+        """The triggers noted and waiting for their `after` delay, by key (a copy)."""
+        return {key: trigger for key, (_, trigger) in self._pending.items()}
+
+    @property
+    def taking(self) -> bool:
+        """Whether an incident snapshot is being written now (it runs in a thread)."""
+        return self._task is not None and not self._task.done()
+
     def _note(self, key: str, at: float, trigger: dict[str, Any]) -> None:
         if key in self._fired or key in self._pending:
             return
@@ -225,7 +235,7 @@ class SnapshotTriggers:
     # -- taking ----------------------------------------------------------------------------
 
     def _start_due(self) -> None:
-        if self._task is not None and not self._task.done():
+        if self.taking:
             return  # one at a time; the next one starts when this one is done
         now = self.clock()
         due = [(at, key) for key, (at, _) in self._pending.items() if at <= now]

@@ -76,8 +76,7 @@ def test_a_new_stack_sample_shows_in_the_next_ticks_balance(tmp_path, fixture, p
         before = shown()
         sampler.released = 1
         daemon.tick_now()  # schedules a dump; the sampler hands over the recorded one
-        while daemon.attribution._tasks:  # the dump task keeps its sample: wait for it
-            await asyncio.gather(*list(daemon.attribution._tasks))
+        await daemon.attribution.dumps_finished()  # the dump task keeps its sample
         daemon.tick_now()  # the next tick
         return before, shown()
 

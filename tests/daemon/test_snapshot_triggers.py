@@ -36,8 +36,7 @@ def _lost(i: int, later_s: float = 0.0, status: str = "lost") -> object:
 async def _settle(triggers: SnapshotTriggers) -> None:
     """Let a snapshot started by the triggers finish (it runs in a thread)."""
     for _ in range(600):
-        task = triggers._task
-        if task is None or task.done():
+        if not triggers.taking:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the incident snapshot did not finish within 30 s")
@@ -171,13 +170,13 @@ def test_readings_that_time_out_now_and_then_under_load_are_no_incident(tmp_path
 
     for i in range(1, 60):  # a busy host: a late reading in one tick of three
         triggers.on_tick(late(i) if i % 3 == 0 else sample(i), [], [])
-    assert triggers._pending == {}
+    assert triggers.pending == {}
     hung = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: T0)
     for i in range(1, 12):  # each call hangs 3 s: late three ticks in four, for 11 s
         hung.on_tick(sample(i) if i % 4 == 0 else late(i), [], [])
-    [(_, trigger)] = hung._pending.values()
+    [trigger] = hung.pending.values()
     assert trigger["reason"].startswith("GPU 0 readings time out")
     assert trigger["at"] == sample(11).ts  # watched 10 s: the span is full
     lost = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: T0)
     lost.on_tick(_lost(1), [], [])
-    assert [t["reason"] for _, t in lost._pending.values()] == ["GPU 0 is lost (GPU is lost)"]
+    assert [t["reason"] for t in lost.pending.values()] == ["GPU 0 is lost (GPU is lost)"]

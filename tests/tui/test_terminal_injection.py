@@ -72,7 +72,7 @@ def hostile_store(tmp_path_factory) -> Path:
     script = (hostile_sample(i, t0) for i in itertools.count(1))
     daemon.collect = lambda: next(script)  # type: ignore[method-assign]
     for _ in range(6):
-        daemon._tick()
+        daemon.tick_now()
     daemon.store.close()
     return db
 
