@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -79,8 +79,7 @@ NO_ACTIVITY = "none"
 HELD_BY_OTHER = "held by another reader"
 _MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
 _MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
-# A process's memory NVML does not know: pynvml's v2/v3 lists say None, the v1 struct says
-# NVML_VALUE_NOT_AVAILABLE (read once: it was two lookups per process per tick)
+# A process's memory NVML does not know (MIG, vGPU, Windows WDDM)
 _MEMORY_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 # pynvml's structs read every field through a Python-level __getattribute__ (it decodes byte
 # strings); the ctypes field descriptors read the same integers directly: 3 fields of 32 samples
@@ -107,28 +106,46 @@ class _ProcessInfoV1(ctypes.Structure):
     _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
 
 
-def _running_processes_v1(handle: Any) -> list[Any]:
-    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
-    count = ctypes.c_uint(0)
-    ret = fn(handle, ctypes.byref(count), None)
-    if ret == pynvml.NVML_SUCCESS:
-        return []
-    if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-        raise pynvml.NVMLError(ret)
-    count.value = count.value * 2 + 5
-    infos = (_ProcessInfoV1 * count.value)()
-    ret = fn(handle, ctypes.byref(count), infos)
-    if ret != pynvml.NVML_SUCCESS:
-        raise pynvml.NVMLError(ret)
-    return list(infos[: count.value])
+def _process_query(symbol: str, info: type[ctypes.Structure]) -> Callable[[Any], list[Any]]:
+    """NVML's `symbol` (nvmlDeviceGetComputeRunningProcesses, _v2 or _v3) called as pynvml's
+    wrapper of it calls it: the symbol found through pynvml, the count asked first, the array
+    of `info` structs oversized for processes that start meanwhile, NVMLError(code) raised on
+    any other answer. Returns (pid, usedGpuMemory) per process, read from the C array by the
+    struct's field descriptors: pynvml's wrappers turn each struct into an object field by field
+    through a Python __getattribute__, a third of a GPU's whole read at 32 processes a GPU
+    (bench/nvml_read.py --profile)."""
+    pid_of = info.pid.__get__  # type: ignore[attr-defined]
+    memory_of = info.usedGpuMemory.__get__  # type: ignore[attr-defined]
+
+    def query(handle: Any) -> list[Any]:
+        fn = pynvml._nvmlGetFunctionPointer(symbol)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == pynvml.NVML_SUCCESS:
+            return []  # no process
+        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        count.value = count.value * 2 + 5
+        infos = (info * count.value)()
+        ret = fn(handle, ctypes.byref(count), infos)
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        found = infos[: count.value]
+        return list(zip(map(pid_of, found), map(memory_of, found), strict=True))
+
+    query.__name__ = query.__qualname__ = symbol  # a failure names the NVML call
+    return query
 
 
-# Newest first; the first whose symbol the library has is used from then on.
-_PROCESS_QUERIES: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = (
-    ("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.nvmlDeviceGetComputeRunningProcesses_v3),
-    ("nvmlDeviceGetComputeRunningProcesses_v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2),
-    ("nvmlDeviceGetComputeRunningProcesses", _running_processes_v1),
-)
+# Newest first; the first whose symbol the library has is used from then on. The structs are
+# pynvml's own (nvmlProcessInfo_v2_t; v3 takes the same) but for v1, which pynvml lacks.
+_PROCESS_QUERIES: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = tuple(
+    (symbol, _process_query(symbol, info)) for symbol, info in (
+        ("nvmlDeviceGetComputeRunningProcesses_v3",
+         getattr(pynvml, "c_nvmlProcessInfo_v3_t", pynvml.c_nvmlProcessInfo_v2_t)),
+        ("nvmlDeviceGetComputeRunningProcesses_v2", pynvml.c_nvmlProcessInfo_v2_t),
+        ("nvmlDeviceGetComputeRunningProcesses", _ProcessInfoV1),
+    ))
 
 
 class _Reader:
@@ -144,7 +161,9 @@ class GpuReading:
     """One reader thread's latest result for its GPU."""
 
     gpu: GpuSample
-    uses: tuple[tuple[int, GpuUse], ...]  # (pid, use)
+    # pid -> its uses of this GPU (one, or one per MIG instance), never changed once made: the
+    # tick merges every GPU's with dict.update instead of a loop over every process
+    uses: Mapping[int, tuple[GpuUse, ...]]
     read_at: float  # time.monotonic() when the reading finished
     uses_known: bool = True  # False: the GPU could not be read (lost, failed), nor its processes
 
@@ -356,23 +375,22 @@ class _Device:
             nvml_query(pynvml.nvmlGpmSampleFree, self.gpm_previous)
             self.gpm_previous = None
 
-    def _processes(self) -> tuple[tuple[int, GpuUse], ...]:
+    def _processes(self) -> dict[int, tuple[GpuUse, ...]]:
         infos = self._running_processes()
         if not infos:
-            return ()
+            return {}
         shares = self._sm_shares()
-        uses = []
+        uses: dict[int, tuple[GpuUse, ...]] = {}
         index = self.index
-        for info in infos:
-            memory = info.usedGpuMemory
-            pid = int(info.pid)
-            uses.append((pid, GpuUse(
-                index, None if memory is None or memory == _MEMORY_NOT_AVAILABLE else int(memory),
-                shares.get(pid, 0.0))))
-        return tuple(uses)
+        for pid, memory in infos:
+            use = GpuUse(index, None if memory == _MEMORY_NOT_AVAILABLE else memory,
+                         shares.get(pid, 0.0))
+            held = uses.get(pid)
+            uses[pid] = (use,) if held is None else (*held, use)
+        return uses
 
-    def _running_processes(self) -> list[Any]:
-        """Compute processes through the newest query whose symbol the library has (v3 -> v2 ->
+    def _running_processes(self) -> list[tuple[int, int]]:
+        """(pid, used memory) of the compute processes, through the newest query whose symbol the library has (v3 -> v2 ->
         v1), chosen once and kept."""
         if "processes" in self.unsupported:
             return []
@@ -542,7 +560,7 @@ class NvmlSource:
             reading = device.read()
             with self._lock:
                 self._readings[index] = reading
-                self._holders[index] = (frozenset(pid for pid, _ in reading.uses), time.time())
+                self._holders[index] = (frozenset(reading.uses), time.time())
             self._note_device(index, reading.gpu.status, reading.gpu.error)
             self._backoff[index] = self.config.retry_initial
             lead = min(0.2, self.interval / 4)
@@ -571,7 +589,7 @@ class NvmlSource:
                                   memory_total_bytes=base.memory_total_bytes,
                                   memory_reserved_bytes=base.memory_reserved_bytes,
                                   error=message),
-                    uses=(), read_at=time.monotonic(), uses_known=False)
+                    uses={}, read_at=time.monotonic(), uses_known=False)
             self._note_device(index, status, message)
             if lost:
                 device = None  # take a fresh handle when it comes back
@@ -647,7 +665,7 @@ class NvmlSource:
         now = time.monotonic()
         deadline = self.config.call_deadline
         gpus = []
-        uses: dict[int, list[GpuUse]] = {}
+        known: list[Mapping[int, tuple[GpuUse, ...]]] = []  # the uses of each GPU that answers
         stale: dict[int, float] = {}
 
         def held(index: int) -> None:
@@ -678,10 +696,17 @@ class NvmlSource:
             elif not reading.uses_known:
                 held(index)
             else:
-                for pid, use in reading.uses:
-                    uses.setdefault(pid, []).append(use)
+                known.append(reading.uses)
             gpus.append(gpu)
-        return self.status, tuple(gpus), {pid: tuple(u) for pid, u in uses.items()}, stale
+        uses: dict[int, tuple[GpuUse, ...]] = {}
+        for of_gpu in known:
+            uses.update(of_gpu)
+        if len(uses) < sum(map(len, known)):  # a process on several GPUs: its uses joined
+            uses = {}
+            for of_gpu in known:
+                for pid, on_gpu in of_gpu.items():
+                    uses[pid] = (*uses[pid], *on_gpu) if pid in uses else on_gpu
+        return self.status, tuple(gpus), uses, stale
 
     @staticmethod
     def _timed_out(gpu: GpuSample, why: str) -> GpuSample:

@@ -179,17 +179,22 @@ until_tick = 1
     assert status == "ok"
 
 
-def test_process_query_falls_back_by_symbol(sim_host, source):
-    running = sim_host(host_toml(gpus=1, faults="""
+@pytest.mark.parametrize("missing, used", [
+    ('"nvmlDeviceGetComputeRunningProcesses_v3"', "nvmlDeviceGetComputeRunningProcesses_v2"),
+    ('"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"',
+     "nvmlDeviceGetComputeRunningProcesses"),
+])
+def test_process_query_falls_back_by_symbol(sim_host, source, missing, used):
+    running = sim_host(host_toml(gpus=1, faults=f"""
 [[faults]]
 kind = "missing_symbol"
-symbols = ["nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"]
+symbols = [{missing}]
 """), init=False)
     with attached(running, 0, 2):
         src = source()
         uses = wait_until(lambda: src.latest()[2].get(os.getpid()), timeout=8)
     assert uses[0].memory_bytes == 2 * GIB
-    assert src._devices[0].process_query[0] == "nvmlDeviceGetComputeRunningProcesses"
+    assert src._devices[0].process_query[0] == used
 
 
 def test_real_library_missing_without_simulation(source):
@@ -395,22 +400,32 @@ def test_a_slow_field_that_failed_is_asked_again_at_the_next_read(sim_host, monk
     assert len(temperatures) == 2
 
 
-def test_a_process_whose_memory_nvml_does_not_know_reads_as_unknown(sim_host):
-    """pynvml's v2/v3 lists say None for NVML_VALUE_NOT_AVAILABLE (MIG, vGPU), the v1 struct
-    says the value itself: both are 'not known', and the GPU reads as OK."""
+def test_a_process_whose_memory_nvml_does_not_know_reads_as_unknown(sim_host, monkeypatch):
+    """NVML says NVML_VALUE_NOT_AVAILABLE for a process's memory under MIG or vGPU: 'not known',
+    and the GPU reads as OK (pynvml's own wrapper turns it into None: int(None) failed the whole
+    GPU's read before the source read the structs itself)."""
+    from daemon.sim import nvml as sim_nvml
     from daemon.sources.nvml import _MEMORY_NOT_AVAILABLE
     from daemon.sources.sample import GpuUse
 
-    sim_host(host_toml(gpus=1))
-    device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
-    infos = [pynvml.nvmlFriendlyObject({"pid": 7, "usedGpuMemory": None}),
-             pynvml.nvmlFriendlyObject({"pid": 8, "usedGpuMemory": _MEMORY_NOT_AVAILABLE}),
-             pynvml.nvmlFriendlyObject({"pid": 9, "usedGpuMemory": 3 * GIB})]
-    device.process_query = ("nvmlDeviceGetComputeRunningProcesses_v3", lambda handle: infos)
-    reading = device.read()
+    running = sim_host(host_toml(gpus=1))
+    lib = sim_nvml.installed()
+    real = lib.nvmlDeviceGetComputeRunningProcesses_v3
+
+    def not_available(handle, count, infos):  # the driver's answer, in the same C array
+        ret = real(handle, count, infos)
+        if infos is not None:
+            infos[0].usedGpuMemory = _MEMORY_NOT_AVAILABLE
+        return ret
+
+    with attached(running, 0, 3):
+        device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+        assert device.read().uses == {os.getpid(): (GpuUse(0, 3 * GIB, 0.0),)}
+        monkeypatch.setitem(pynvml._nvmlGetFunctionPointer_cache,
+                            "nvmlDeviceGetComputeRunningProcesses_v3", not_available)
+        reading = device.read()
     assert reading.gpu.status == GPU_OK, reading.gpu.error
-    assert reading.uses == ((7, GpuUse(0, None, 0.0)), (8, GpuUse(0, None, 0.0)),
-                            (9, GpuUse(0, 3 * GIB, 0.0)))
+    assert reading.uses == {os.getpid(): (GpuUse(0, None, 0.0),)}
 
 
 def test_each_process_gets_its_newest_utilization_sample_whatever_type_pynvml_gives(
@@ -421,10 +436,10 @@ def test_each_process_gets_its_newest_utilization_sample_whatever_type_pynvml_gi
     pid = os.getpid()
     with attached(running, 0, 1, sm=0.8):
         device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
-        share = wait_until(lambda: dict(device.read().uses)[pid].sm_share, timeout=5)
+        share = wait_until(lambda: device.read().uses[pid][0].sm_share, timeout=5)
         assert 0 < share <= 100  # from pynvml's own struct, through its field descriptors
         older, newer = (SimpleNamespace(pid=pid, timeStamp=t, smUtil=u) for t, u in
                         ((10, 90), (20, 30)))
         monkeypatch.setattr(pynvml, "nvmlDeviceGetProcessUtilization",
                             lambda handle, since: [newer, older])
-        assert dict(device.read().uses)[pid].sm_share == 30.0
+        assert device.read().uses[pid][0].sm_share == 30.0
