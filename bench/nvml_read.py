@@ -1,6 +1,7 @@
 """The NVML read part of a tick, against its floor, on the simulated NVML. Prints figures.
 
     python bench/nvml_read.py [--gpus 8] [--per-gpu 8,32] [--rounds 300] [--profile]
+                              [--model "NVIDIA H100 80GB HBM3"]
 
 Starts PER_GPU real processes each attached to every GPU (8 x 8 = the collector bench's 64
 processes, 8 x 32 = its 256), then, in this thread, times rounds of
@@ -8,7 +9,9 @@ processes, 8 x 32 = its 256), then, in this thread, times rounds of
   daemon makes per GPU, through pynvml);
 - the daemon: `_Device.read()` of every GPU, as the NVML reader thread runs it each tick.
 Every round forces a fresh read of the simulated records first (as a second passing does), so
-both pay the simulation's own cost. `--profile` prints where the daemon's rounds spend it.
+both pay the simulation's own cost. `--profile` prints where the daemon's rounds spend it. On a
+GPU with GPM (`--model "NVIDIA H100 80GB HBM3"`) the daemon also reads SM activity, which the
+floor does not.
 """
 
 from __future__ import annotations
@@ -62,10 +65,10 @@ def rounds_cpu(fn, lib: sim_nvml.SimulatedNvml, rounds: int) -> list[float]:
     return spent
 
 
-def measure(gpus: int, per_gpu: int, rounds: int, profile: bool) -> None:
+def measure(gpus: int, per_gpu: int, rounds: int, profile: bool, model: str) -> None:
     sc = scenario.loads(
         f'[instance]\nprovider="aws"\ntype="p4d.24xlarge"\nregion="us-east-1"\n'
-        f'[gpu]\nmodel="NVIDIA A100-SXM4-40GB"\ncount={gpus}\n', default_name="bench")
+        f'[gpu]\nmodel="{model}"\ncount={gpus}\n', default_name="bench")
     with tempfile.TemporaryDirectory() as d, scenario.start(sc, d) as running:
         ctx = mp.get_context("fork")
         stop = ctx.Event()
@@ -134,12 +137,14 @@ def main() -> int:
                         help="processes on each GPU, one size after the other (8,32: the "
                              "collector bench's 64 and 256)")
     parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--model", default="NVIDIA A100-SXM4-40GB",
+                        help="the simulated GPU model (one with GPM: NVIDIA H100 80GB HBM3)")
     parser.add_argument("--profile", action="store_true",
                         help="also print a cProfile of the daemon's rounds, by own time")
     args = parser.parse_args()
     print(f"load average {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
     for n in (int(x) for x in args.per_gpu.split(",")):
-        measure(args.gpus, n, args.rounds, args.profile)
+        measure(args.gpus, n, args.rounds, args.profile, args.model)
     return 0
 
 

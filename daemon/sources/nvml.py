@@ -192,7 +192,9 @@ class _Device:
         # another thread) must never pair one call's name with another call's start time.
         self.in_flight: tuple[str, float] | None = None
         self.process_query: tuple[str, Callable[[Any], list[Any]]] | None = None
-        self.gpm_previous: Any = None
+        self.gpm_previous: Any = None  # the GPM sample taken at the last read
+        self.gpm_spare: Any = None  # the one before it, to take the next sample into
+        self.gpm_request: Any = None  # the metrics request, made once and reused
         self.errors: list[str] = []
         # field -> (when read, time.monotonic(); the field it moves with, then; its value)
         self.slow_fields: dict[str, tuple[float, object, Any]] = {}
@@ -331,7 +333,11 @@ class _Device:
                 self.activity_source = NO_ACTIVITY
             return None
         self.activity_source = GPM
-        sample = self.query("nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc)
+        # Two samples, taken into in turn (as NVML's GPM example does): not one allocated and
+        # one freed every read, two NVML calls a GPU a tick.
+        sample, self.gpm_spare = self.gpm_spare, None
+        if sample is None:
+            sample = self.query("nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc)
         got = sample if isinstance(sample, NvmlFailure) else self.query(
             "nvmlGpmSampleGet", pynvml.nvmlGpmSampleGet, self.handle, sample)
         if isinstance(got, NvmlFailure):
@@ -353,16 +359,16 @@ class _Device:
         previous, self.gpm_previous = self.gpm_previous, sample
         if previous is None:
             return None
-        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request = self.gpm_request
+        if request is None:
+            request = self.gpm_request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = 1
         request.sample1 = previous
         request.sample2 = sample
         request.metrics[0].metricId = _GPM_SM_UTIL
-        try:
-            result = self.query("nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
-        finally:
-            nvml_query(pynvml.nvmlGpmSampleFree, previous)
+        self.gpm_spare = previous  # the next read's sample goes into it
+        result = self.query("nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
         if isinstance(result, NvmlFailure):
             self.errors.append(result.describe())
             return None
@@ -370,10 +376,11 @@ class _Device:
         return value if math.isfinite(value) else None
 
     def _leave_gpm(self) -> None:
-        """Stop sampling GPM on this GPU: its last sample is freed."""
-        if self.gpm_previous is not None:
-            nvml_query(pynvml.nvmlGpmSampleFree, self.gpm_previous)
-            self.gpm_previous = None
+        """Stop sampling GPM on this GPU: its samples are freed."""
+        for sample in (self.gpm_previous, self.gpm_spare):
+            if sample is not None:
+                nvml_query(pynvml.nvmlGpmSampleFree, sample)
+        self.gpm_previous = self.gpm_spare = None
 
     def _processes(self) -> dict[int, tuple[GpuUse, ...]]:
         infos = self._running_processes()

@@ -443,3 +443,22 @@ def test_each_process_gets_its_newest_utilization_sample_whatever_type_pynvml_gi
         monkeypatch.setattr(pynvml, "nvmlDeviceGetProcessUtilization",
                             lambda handle, since: [newer, older])
         assert device.read().uses[pid][0].sm_share == 30.0
+
+
+def test_gpm_samples_are_taken_into_two_buffers_in_turn(sim_host, monkeypatch):
+    """Not one allocated and one freed at every read: two NVML calls a GPU a tick."""
+    from daemon.sim import nvml as sim_nvml
+
+    sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3", gpm=True))
+    lib = sim_nvml.installed()
+    allocs = _counted(monkeypatch, "nvmlGpmSampleAlloc")
+    frees = _counted(monkeypatch, "nvmlGpmSampleFree")
+    device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+    activity = []
+    for _ in range(4):
+        lib.reader.snapshot_ns = 0  # a fresh reading of the GPU, as a second later
+        gpu = device.read().gpu
+        assert gpu.status == GPU_OK, gpu.error
+        activity.append(gpu.sm_activity)
+    assert activity[0] is None and None not in activity[1:]  # GPM needs two samples
+    assert len(allocs) == 2 and frees == [] and len(lib._gpm_samples) == 2
