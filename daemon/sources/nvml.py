@@ -412,7 +412,7 @@ class _Device:
         symbol, query = self.process_query
         result = self.query(symbol, query, self.handle)
         if not isinstance(result, NvmlFailure):
-            return list(result)
+            return result
         if result.kind == UNSUPPORTED:
             self.unsupported.add("processes")
         else:
