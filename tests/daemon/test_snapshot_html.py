@@ -191,7 +191,7 @@ def test_small_dollar_amounts_keep_their_figures_and_a_title_can_say_profile(sna
 def test_a_phase_balance_read_from_proc_alone_says_its_low_confidence(tmp_path):
     """Without Python stacks (ptrace denied) the phases come from /proc: the page says so next
     to the bar, as the text report and mlcost-top do; stacks from py-spy say nothing."""
-    from daemon.analysis.phases import NO_STACK_FILE
+    from daemon.analysis.phase_balance import NO_STACK_FILE
 
     daemon = recording_daemon(tmp_path, 5.0, ticks=30)
     store = daemon.store
