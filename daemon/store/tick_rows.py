@@ -17,6 +17,10 @@ from daemon.store.schema import STATUS_CODES, encode_status, hundredths, millis,
 
 # A GPU's facts as the gpus table keeps them: uuid, name, total and driver-reserved memory.
 GpuFacts = tuple[str, str, int | None, int | None]
+# A row of proc_samples: ts, proc, cpu_ms, rss, read_b, write_b, iowait_ms, state, threads,
+# threads_d; of proc_gpu_samples: ts, proc, gpu, mem, sm.
+ProcessSampleRow = tuple[int, int, int, int, int | None, int | None, int | None, str, int, int]
+GpuUseRow = tuple[int, int, int, int | None, int]
 
 INSERT_TICK = (
     "INSERT INTO ticks (ts, tick, nvml_status, n_gpus, n_processes, io_some, io_full,"
@@ -73,7 +77,7 @@ def process_row(ts: int, proc: ProcessSample, start_ms: int) -> tuple[object, ..
 
 
 def process_sample_rows(ts: int, processes: Sequence[ProcessSample],
-                        idents: Sequence[int]) -> list[tuple[object, ...]]:
+                        idents: Sequence[int]) -> list[ProcessSampleRow]:
     """Each process's row in `proc_samples`; `idents[i]` is the id of `processes[i]`."""
     return [(ts, ident, round(proc.cpu_seconds * 1000), proc.rss_bytes, proc.read_bytes,
              proc.write_bytes,
@@ -83,7 +87,7 @@ def process_sample_rows(ts: int, processes: Sequence[ProcessSample],
 
 
 def gpu_use_rows(ts: int, processes: Sequence[ProcessSample],
-                 idents: Sequence[int]) -> list[tuple[int, int, int, int | None, int]]:
+                 idents: Sequence[int]) -> list[GpuUseRow]:
     """What each process holds on each GPU, its rows in `proc_gpu_samples` (one per process and
     GPU: of a GPU listed twice, the last reading, as INSERT OR REPLACE would keep), a process's
     rows next to each other."""

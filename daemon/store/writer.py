@@ -59,10 +59,11 @@ from daemon.store.files import (
 )
 from daemon.store.health import StoreHealth
 from daemon.store.maintenance import Maintenance
+from daemon.store.minute_tally import ProcessMinutes
 from daemon.store.pending import PendingWrites
 from daemon.store.reader import ReaderTimeout, StoreReader
 from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
-from daemon.store.tick_rows import GpuFacts
+from daemon.store.tick_rows import GpuFacts, GpuUseRow, ProcessSampleRow
 
 __all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader"]
 
@@ -228,6 +229,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         newest = conn.execute("SELECT max(ts) FROM ticks").fetchone()[0]
         self._newest_ts = newest or 0
         self._last_assigned_ts = self._newest_ts
+        self._minutes = ProcessMinutes(self._newest_ts)  # the processes' minute rollups
         self._minute_done = self._meta("minute_done")
         self._hour_done = self._meta("hour_done")
 
@@ -331,8 +333,10 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         new_gpus: dict[int, GpuFacts] = {}
         seen: dict[int, int] = {}
         with self._transaction():
-            for ts, sample in batch:
-                self._insert(ts, sample, new_processes, new_gpus, seen)
+            written = [(ts, *self._insert(ts, sample, new_processes, new_gpus, seen))
+                       for ts, sample in batch]
+        for ts, proc_rows, use_rows in written:
+            self._minutes.add(ts, proc_rows, use_rows)
         # Only now are the new rows' ids real.
         self._processes.update(new_processes)
         if len(self._processes) > PROCESS_CACHE_MAX:  # keyed by process: bounded (soak.py)
@@ -349,7 +353,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         new_processes: dict[tuple[int, int], int],
         new_gpus: dict[int, GpuFacts],
         seen: dict[int, int],
-    ) -> tuple[list[tuple[object, ...]], list[tuple[int, int, int, int | None, int]]]:
+    ) -> tuple[list[ProcessSampleRow], list[GpuUseRow]]:
         """Insert one tick's rows (built by daemon.store.tick_rows); its process and GPU-use
         rows are returned for the minute tally."""
         conn = self._conn
