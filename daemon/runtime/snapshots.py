@@ -153,8 +153,9 @@ def _malloc_trim() -> Callable[[int], int] | None:
 # tens of thousands of small objects it reads and drops (samples of every process) would stay
 # in the daemon as fragmented allocator arenas: +20 MB RSS after one snapshot at 8 x 64
 # (bench/snapshot_memory.py), which malloc_trim cannot give back while the ticks' objects
-# live in the same arenas.
-_RENDER = ("import sys; from pathlib import Path; "
+# live in the same arenas. The child resolves `daemon` as this process did (same interpreter,
+# folder and PYTHONPATH); the folder this one's came from is searched last, as a fallback.
+_RENDER = ("import sys; sys.path.append(sys.argv[3]); from pathlib import Path; "
            "from daemon.runtime.snapshots import render_html_file; "
            "render_html_file(Path(sys.argv[1]), Path(sys.argv[2]))")
 RENDER_TIMEOUT_S = 120.0
@@ -165,12 +166,9 @@ def render_html_apart(snapshot: Path, html_path: Path) -> None:
     package, so that what it reads never grows this process. Raises SnapshotError with the
     child's last words when it fails."""
     package_root = str(Path(__file__).resolve().parents[2])
-    path = os.environ.get("PYTHONPATH")
-    env = {**os.environ,
-           "PYTHONPATH": package_root if not path else os.pathsep.join((package_root, path))}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _RENDER, str(snapshot), str(html_path)], env=env,
+            [sys.executable, "-c", _RENDER, str(snapshot), str(html_path), package_root],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             timeout=RENDER_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
