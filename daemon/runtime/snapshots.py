@@ -168,8 +168,12 @@ def render_html_apart(snapshot: Path, html_path: Path) -> None:
     package_root = str(Path(__file__).resolve().parents[2])
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _RENDER, str(snapshot), str(html_path), package_root],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            # -I: isolated (no PYTHON* variables, no user site, and not the current folder
+            # first on sys.path, which a root daemon started in a user's folder would import
+            # a planted `daemon` package from); cwd="/" for the same reason
+            [sys.executable, "-I", "-c", _RENDER, str(snapshot.absolute()), str(html_path.absolute()),
+             package_root],
+            cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             timeout=RENDER_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise SnapshotError(f"writing the HTML report {html_path} ran past "

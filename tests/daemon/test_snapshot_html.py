@@ -235,6 +235,23 @@ def test_the_report_built_apart_from_the_daemon_is_the_same_page(snapshot, tmp_p
     assert stamp.sub(b"", apart.read_bytes()) == stamp.sub(b"", here.read_bytes())
 
 
+def test_the_child_does_not_import_from_the_folder_it_was_started_in(snapshot, tmp_path,
+                                                                   monkeypatch):
+    """The report's child Python runs isolated: a `daemon` package planted in the folder a root
+    daemon was started from (or named by PYTHONPATH) is never imported; relative paths still
+    mean the caller's folder."""
+    planted = tmp_path / "planted" / "daemon"
+    planted.mkdir(parents=True)
+    marker = tmp_path / "imported"
+    (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path / "planted")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "planted"))
+    (tmp_path / "planted" / "snap.db").write_bytes(snapshot.read_bytes())
+    render_html_apart(Path("snap.db"), Path("report.html"))
+    assert (tmp_path / "planted" / "report.html").read_bytes().startswith(b"<!")
+    assert not marker.exists()
+
+
 def test_a_report_the_child_cannot_build_fails_with_its_reason(tmp_path):
     not_a_store = tmp_path / "notes.db"
     not_a_store.write_text("not a database\n" * 100)
