@@ -530,7 +530,9 @@ class Daemon:
         change what it reads."""
         host = dict(self.host, nvml_status=self.nvml.status,
                     driver_version=self.nvml.driver_version)
-        key = self._now_key(host)
+        # (the store's health is a copy with its size measured now: taken once a call)
+        store = self.store.health.as_dict() if self.store is not None else None
+        key = self._now_key(host, store)
         wall = clock.now()
         document = self._now.get(key, wall)
         if document is not None:
@@ -538,7 +540,7 @@ class Daemon:
         # a snooze that runs out shows its recommendation again: the document holds until then
         expires = min((until for until in self.snoozed.values() if until > wall),
                       default=math.inf)
-        return self._now.put(key, self._build_now(host), valid_until=expires)
+        return self._now.put(key, self._build_now(host, store), valid_until=expires)
 
     @property
     def now_builds(self) -> int:
@@ -550,14 +552,13 @@ class Daemon:
         self.now()
         return self._now.body()
 
-    def _now_key(self, host: dict[str, Any]) -> tuple[Any, ...]:
+    def _now_key(self, host: dict[str, Any], store: dict[str, Any] | None) -> tuple[Any, ...]:
         """What /v1/now is built from, compared element by element (the same object, or an
         equal value) with the last document's: the tick first (it changes most often), then
         what changes between ticks: the rules' round and the slow meters (`_shown_changes`),
         snoozes, a stack sampler's status, a phase fact, a kinds round, an incident snapshot
         taken, the store's health."""
-        analyzer, attribution, snapshots, store = (self.analyzer, self.attribution,
-                                                   self.snapshots, self.store)
+        analyzer, attribution, snapshots = self.analyzer, self.attribution, self.snapshots
         book = analyzer.book if analyzer is not None else None
         return (
             self.tick, self.last_sample, self.previous_sample, self._shown_changes,
@@ -571,10 +572,9 @@ class Daemon:
             attribution.phases.version if attribution is not None else None,
             self.kinds.documents(),
             snapshots, len(snapshots.by_event) if snapshots is not None else 0,
-            store, dict(vars(store.health)) if store is not None else None,
-            host, self.config.idle.utilization)
+            self.store, store, host, self.config.idle.utilization)
 
-    def _build_now(self, host: dict[str, Any]) -> dict[str, Any]:
+    def _build_now(self, host: dict[str, Any], store: dict[str, Any] | None) -> dict[str, Any]:
         cost = None
         if self.analyzer is not None:
             snapshot = self.analyzer.snapshot(shares=False)
@@ -586,9 +586,7 @@ class Daemon:
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now(), stack_statuses=statuses, windows=windows,
-            kinds=self.kinds.documents(),
-            store=self.store.health.as_dict() if self.store is not None else None,
-            entries=self._now_entries)
+            kinds=self.kinds.documents(), store=store, entries=self._now_entries)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
             event["snapshot"] = taken.get(event.get("id"))
