@@ -177,3 +177,41 @@ def test_each_change_shows_in_the_next_v1_now_and_nothing_else_rebuilds_it(tmp_p
         asyncio.run(main())
     finally:
         daemon.store.close()
+
+
+def test_kept_entry_parts_give_the_entries_process_entry_builds():
+    from daemon.analysis.derive import TickModel
+    from daemon.api.document import ProcessEntries, process_entry
+
+    t0 = time.time() - 60
+    entries = ProcessEntries()
+    balance = {"compute": {"seconds": 20.0, "share": 1.0, "top_stacks": [],
+                           "confidence": "high"}}
+    kind = {"kind": "training", "kind_confidence": 0.5, "kind_evidence": ["steady"],
+            "serves": False, "kind_source": "observed", "inference": None}
+    status = None
+    for i in range(2, 9):
+        if i == 4:  # a new balance (a stack sample arrived), then the same object again
+            balance = {"data_wait": {"seconds": 30.0, "share": 1.0, "top_stacks": [
+                {"reason": "reads a file"}], "confidence": "high"}}
+        if i == 5:  # a new kind document with the same content, then another kind
+            kind = dict(kind)
+        if i == 6:
+            kind = dict(kind, kind="serving", serves=True, inference={
+                "runtime": "vllm", "advice": [{"saving_share": 0.5}]})
+        if i == 7:
+            status = {"status": NOT_PYTHON, "error": None, "ts": 0.0}
+        model = TickModel.from_samples(sample(i, t0=t0), sample(i - 1, t0=t0), {})
+        (proc,) = model.processes
+        owner = {"slurm_job": "42"} if i >= 8 else proc.owner  # its owner learned
+        proc = proc._replace(owner=owner)
+        cost = {"burn_per_hour": 1.5 + i, "cost": 0.1 * i, "job": "train", "energy": None}
+        kept = entries.entry(proc, cost, balance, status, kind)
+        built = process_entry(proc, cost, balance, status, kind)
+        assert kept == built and list(kept) == list(built), i
+        assert json.dumps(kept) == json.dumps(built)
+    assert kept["workload"] == "slurm 42" and kept["stack_status"] == NOT_PYTHON
+    assert kept["phase"] == "data_wait" and kept["kind"] == "serving"
+    assert kept["inference"]["advice"][0]["saving_per_month"] is not None
+    entries.keep_only(set())  # it exited: nothing kept for it
+    assert entries.entry(proc, cost, balance, status, kind) == built
