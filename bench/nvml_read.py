@@ -88,7 +88,7 @@ def measure(gpus: int, per_gpu: int, rounds: int, profile: bool, model: str) -> 
             seen = sum(len(d.read().uses) for d in devices)
 
             def floor() -> None:
-                floor_round(handles, [], int((time.time() - 1.0) * 1e6), lib)
+                floor_round(handles, [], int((time.time() - 1.0) * 1e6), lib, liveness=False)
 
             def daemon() -> None:
                 for device in devices:
