@@ -50,6 +50,12 @@ class _Known:
     command: str
     owner: dict[str, str]
     last_io: int = -1  # read_bytes + write_bytes + iowait ticks at the last tick
+    # What the last read saw, and the sample built from it: a process whose /proc/PID/stat
+    # and /proc/PID/io read the same bytes (an idle worker, a helper) and whose GPU uses are
+    # the same gets the same sample again, not parsed and built anew.
+    last_stat: bytes = b""
+    last_io_data: bytes = b""
+    last_sample: ProcessSample | None = None
     stat_fd: int = -1  # /proc/PID/stat and /proc/PID/io kept open: re-read with pread(0)
     io_fd: int = -1
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
@@ -57,8 +63,13 @@ class _Known:
     read_by_tick: bool = False  # the tick's last read of it succeeded, since discovery looked
 
 
+# A process's own /proc files, never a link followed (the paths are the kernel's, but a test
+# root or a reused path must not redirect a root daemon's open), never inherited by a child.
+_PROC_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, _PROC_FLAGS)
     try:
         return os.read(fd, 4096)
     finally:
@@ -226,14 +237,15 @@ class ProcessSource:
             kids = children_of.get(pid)
             if kids:
                 pids.update(dict.fromkeys(kids))
-        for pid in pids:
-            known = known_by_pid.get(pid)
-            if known is None:
-                continue  # discovery has not seen it yet; it will within a few seconds
-            with lock:
-                sample = None if known.forgotten else self._read_one(known, gpu_uses.get(pid, ()))
-            if sample is not None:
-                samples.append(sample)
+        read_one, no_uses = self._read_one, ()
+        with lock:  # once a tick, not once a process: discovery waits the tick's few ms
+            for pid in pids:
+                known = known_by_pid.get(pid)
+                if known is None or known.forgotten:
+                    continue  # discovery has not seen it yet; it will within a few seconds
+                sample = read_one(known, gpu_uses.get(pid, no_uses))
+                if sample is not None:
+                    samples.append(sample)
         return tuple(samples)
 
     def _read_one(self, known: _Known, uses: tuple[GpuUse, ...]) -> ProcessSample | None:
@@ -241,14 +253,44 @@ class ProcessSource:
         known.read_by_tick = False  # until this read succeeds
         try:
             if known.stat_fd < 0:
-                known.stat_fd = os.open(f"/proc/{known.pid}/stat", os.O_RDONLY)
+                known.stat_fd = os.open(f"/proc/{known.pid}/stat", _PROC_FLAGS)
                 if int(_after_name(_reread(known.stat_fd))[19]) != known.start_ticks:
                     # The pid was reused: a different process. Discovery learns the new one.
                     _close(known)
                     return None
-            fields = _after_name(_reread(known.stat_fd))
+            data = os.pread(known.stat_fd, 4096, 0)
         except (OSError, ValueError, IndexError):
             return None  # exited, possibly mid-read
+        io_data = b""
+        if self.io_readable:
+            try:
+                if known.io_fd < 0:
+                    known.io_fd = os.open(f"/proc/{known.pid}/io", _PROC_FLAGS)
+                io_data = os.pread(known.io_fd, 4096, 0)
+            except PermissionError:
+                self.io_readable = False
+                log.warning("cannot read /proc/%d/io (needs root across users): read and write "
+                            "bytes are not recorded", known.pid)
+            except OSError:
+                return None
+        last = known.last_sample
+        if (last is not None and data == known.last_stat and io_data == known.last_io_data
+                and uses == last.gpus and last.state != "D" and not last.threads_in_d):
+            known.read_by_tick = True  # nothing moved since the last tick: the same sample
+            return last
+        try:
+            fields = data[data.rindex(b")") + 2:].split()
+            sample = self._sample(known, uses, fields, io_data)
+        except (ValueError, IndexError):
+            return None  # a torn or unexpected read: not this tick
+        if sample is not None:
+            known.last_stat, known.last_io_data, known.last_sample = data, io_data, sample
+        return sample
+
+    def _sample(self, known: _Known, uses: tuple[GpuUse, ...], fields: list[bytes],
+                io_data: bytes) -> ProcessSample | None:
+        """The sample of one read: `fields` of /proc/PID/stat after the command name, and
+        /proc/PID/io as read (b"" where it is not readable)."""
         state = fields[0].decode()
         if state in GONE_STATES:
             return None  # exited, not yet reaped by its parent: gone, as far as costs go
@@ -258,23 +300,14 @@ class ProcessSource:
         rss_bytes = int(fields[21]) * PAGE_SIZE
         blkio_ticks = int(fields[39]) if len(fields) > 39 else 0  # main thread only
         read_bytes = write_bytes = read_chars = write_chars = None
-        if self.io_readable:
-            try:
-                if known.io_fd < 0:
-                    known.io_fd = os.open(f"/proc/{known.pid}/io", os.O_RDONLY)
-                # "rchar: N wchar: N syscr: N syscw: N read_bytes: N write_bytes: N ...",
-                # one split for all (a split per line cost as much as the read)
-                io = _reread(known.io_fd).split()
-                read_chars = int(io[1])
-                write_chars = int(io[3])
-                read_bytes = int(io[9])
-                write_bytes = int(io[11])
-            except PermissionError:
-                self.io_readable = False
-                log.warning("cannot read /proc/%d/io (needs root across users): read and write "
-                            "bytes are not recorded", known.pid)
-            except (OSError, ValueError, IndexError):
-                return None
+        if io_data:
+            # "rchar: N wchar: N syscr: N syscw: N read_bytes: N write_bytes: N ...",
+            # one split for all (a split per line cost as much as the read)
+            io = io_data.split()
+            read_chars = int(io[1])
+            write_chars = int(io[3])
+            read_bytes = int(io[9])
+            write_bytes = int(io[11])
         io_marker = (read_bytes or 0) + (write_bytes or 0) + blkio_ticks
         threads_in_d = 0
         if state == "D" or io_marker != known.last_io:
@@ -284,8 +317,8 @@ class ProcessSource:
         known.read_by_tick = True
         blkio = max(known.blkio_ticks, blkio_ticks)
         iowait = blkio / CLOCK_TICKS if self.delay_accounting else None
-        # by position, in ProcessSample's field order: a frozen dataclass's keyword init costs
-        # a fifth more, once per process per tick
+        # by position, in ProcessSample's field order: a keyword init costs more, once per
+        # process per tick
         return ProcessSample(
             known.pid, known.start_time, known.ppid, known.user, known.command, uses,
             cpu_seconds, children_cpu_seconds, rss_bytes, read_bytes, write_bytes, read_chars,
@@ -353,11 +386,6 @@ class MainThreadClock:
 
     def close(self) -> None:
         self.keep_only(set())
-
-
-# A process's own /proc files, never a link followed (the paths are the kernel's, but a test
-# root or a reused path must not redirect a root daemon's open).
-_PROC_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _open_thread_clock(proc: str, pid: int) -> tuple[int, bool]:
