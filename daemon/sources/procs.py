@@ -112,6 +112,7 @@ class ProcessSource:
         self._fds = threading.Lock()
         self._known: dict[int, _Known] = {}
         self._children_of: dict[int, tuple[int, ...]] = {}
+        self._parents = _Parents()
         self.delay_accounting = delay_accounting_enabled()
         self.io_readable = True  # False once /proc/PID/io is refused (not root)
 
@@ -140,14 +141,14 @@ class ProcessSource:
                                      if self._learn(k))
         new = {pid for pid in gpu_pids if pid not in self._children_of}
         scan = self.children and (scan_children or bool(new))
-        kids_by_parent = _children_by_parent() if scan else {}
+        kids_by_parent = self._parents.children_by_parent() if scan else {}
         for pid in gpu_pids:
             self._learn(pid, devices.get(pid, ()))
             if self.children and not scan and pid in self._children_of:
                 children_of[pid] = tuple(k for k in self._children_of[pid] if self._learn(k))
             elif self.children and pid in self._known:
                 found = []
-                for kid in _descendants(pid, kids_by_parent):
+                for kid in self._parents.descendants(pid, kids_by_parent):
                     if self._learn(kid):
                         found.append(kid)
                 children_of[pid] = tuple(found)
@@ -406,30 +407,72 @@ def _close(known: _Known) -> None:
     known.stat_fd = known.io_fd = -1
 
 
-def _children_by_parent() -> dict[int, list[int]]:
-    """Every process's children, from one pass over /proc/PID/stat (psutil's children() makes
-    one pass per parent, which at 64 GPU processes costs more than everything else together;
-    psutil.process_iter costs 5-6x this read, building a Process object for each)."""
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            ppid = int(_stat_fields(int(name))[1])
-        except (OSError, ValueError, IndexError):
-            continue  # exited meanwhile
-        if ppid:
-            kids.setdefault(ppid, []).append(int(name))
-    return kids
+# Scans for children between full ones, which read every process's parent anew: a process
+# whose parent exited has another one since, and a pid may be reused between two scans.
+FULL_SCAN_EVERY = 6
 
 
-def _descendants(pid: int, kids_by_parent: dict[int, list[int]]) -> list[int]:
-    found, todo = [], list(kids_by_parent.get(pid, ()))
-    while todo:
-        kid = todo.pop()
-        found.append(kid)
-        todo.extend(kids_by_parent.get(kid, ()))
-    return found
+class _Parents:
+    """Every host process's parent, from /proc/PID/stat, kept from one scan to the next.
+
+    Finding the children of GPU processes means knowing every process's parent (psutil's
+    children() makes one pass per parent, which at 64 GPU processes cost more than everything
+    else together; psutil.process_iter costs 5-6x this read, building a Process object for
+    each). A parent does not change while a process lives, so a scan reads the stat of the
+    pids it has not seen before, and only every FULL_SCAN_EVERY-th scan reads them all; the
+    descendants of a GPU process found through remembered parents are read again to confirm
+    them (a pid reused since has another parent), a read per child, not per host process."""
+
+    def __init__(self) -> None:
+        self._ppid: dict[int, int] = {}
+        self._remembered: set[int] = set()  # pids whose parent was not read by the last scan
+        self._scans = 0
+
+    def children_by_parent(self) -> dict[int, list[int]]:
+        remembered = self._ppid if self._scans % FULL_SCAN_EVERY else {}
+        self._scans += 1
+        ppids: dict[int, int] = {}
+        kept = set()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            ppid = remembered.get(pid)
+            if ppid is not None:
+                kept.add(pid)
+            else:
+                try:
+                    ppid = int(_stat_fields(pid)[1])
+                except (OSError, ValueError, IndexError):
+                    continue  # exited meanwhile
+            ppids[pid] = ppid
+        self._ppid = ppids  # only what is listed now: the pids of exited processes go
+        self._remembered = kept
+        kids: dict[int, list[int]] = {}
+        for pid, ppid in ppids.items():
+            if ppid:
+                kids.setdefault(ppid, []).append(pid)
+        return kids
+
+    def descendants(self, pid: int, kids_by_parent: dict[int, list[int]]) -> list[int]:
+        """`pid`'s children, theirs, and so on, as the last scan saw them; a parent remembered
+        from an earlier scan is read again, and a process whose parent is another is left out
+        (and its parent corrected)."""
+        found, todo = [], list(kids_by_parent.get(pid, ()))
+        while todo:
+            kid = todo.pop()
+            if kid in self._remembered:
+                try:
+                    ppid = int(_stat_fields(kid)[1])
+                except (OSError, ValueError, IndexError):
+                    continue  # exited since
+                self._remembered.discard(kid)
+                if ppid != self._ppid.get(kid):
+                    self._ppid[kid] = ppid  # a pid reused since: not this parent's child
+                    continue
+            found.append(kid)
+            todo.extend(kids_by_parent.get(kid, ()))
+        return found
 
 
 def _task_stalls(pid: int) -> tuple[int, int]:

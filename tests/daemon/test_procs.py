@@ -444,3 +444,46 @@ def test_descriptors_stay_bounded_by_the_processes_watched():
         source.discover(pids)  # still listed on a GPU (a stale NVML list), but exited
         assert _open_descriptors() == before
     source.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reusing a pid on purpose needs root")
+def test_a_childs_pid_reused_by_another_process_is_not_taken_for_a_child():
+    """Scans between full ones remember every process's parent; a pid reused since is read
+    again before it counts as a child, and a new child is found by such a scan."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         "kid = subprocess.Popen(['sleep', '30'])\n"
+         "print(kid.pid, flush=True)\n"
+         "sys.stdin.readline(); kid.kill(); kid.wait()\n"  # told: its child exits
+         "print('KILLED', flush=True)\n"
+         "sys.stdin.readline()\n"  # told again: a new child
+         "kid = subprocess.Popen(['sleep', '30'])\n"
+         "print(kid.pid, flush=True)\n"
+         "time.sleep(30)\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    stranger = None
+    try:
+        kid = int(parent.stdout.readline())
+        source = ProcessSource(children=True)
+        source.discover({parent.pid})  # a full scan
+        assert {s.pid for s in source.read({parent.pid: USE})} == {parent.pid, kid}
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline().strip() == "KILLED"
+        stranger = _spawn_with_pid(kid, "import time; time.sleep(30)")  # not its child
+        source.discover({parent.pid})  # a scan between full ones
+        assert {s.pid for s in source.read({parent.pid: USE})} == {parent.pid}
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        new_kid = int(parent.stdout.readline())
+        source.discover({parent.pid})
+        assert {s.pid for s in source.read({parent.pid: USE})} == {parent.pid, new_kid}
+        source.close()
+    finally:
+        for child in psutil.Process(parent.pid).children():
+            child.kill()
+        for proc in (parent, stranger):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
