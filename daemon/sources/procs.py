@@ -56,6 +56,9 @@ class _Known:
     last_stat: bytes = b""
     last_io_data: bytes = b""
     last_sample: ProcessSample | None = None
+    # /proc/PID/io's counters as last parsed: (read_bytes, write_bytes, read_chars, write_chars)
+    last_io_counters: tuple[int | None, int | None, int | None, int | None] = (
+        None, None, None, None)
     stat_fd: int = -1  # /proc/PID/stat and /proc/PID/io kept open: re-read with pread(0)
     io_fd: int = -1
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
@@ -286,6 +289,8 @@ class ProcessSource:
             return None  # a torn or unexpected read: not this tick
         if sample is not None:
             known.last_stat, known.last_io_data, known.last_sample = data, io_data, sample
+            known.last_io_counters = (sample.read_bytes, sample.write_bytes, sample.read_chars,
+                                      sample.write_chars)
         return sample
 
     def _sample(self, known: _Known, uses: tuple[GpuUse, ...], fields: list[bytes],
@@ -300,8 +305,9 @@ class ProcessSource:
         threads = int(fields[17])
         rss_bytes = int(fields[21]) * PAGE_SIZE
         blkio_ticks = int(fields[39]) if len(fields) > 39 else 0  # main thread only
-        read_bytes = write_bytes = read_chars = write_chars = None
-        if io_data:
+        if io_data == known.last_io_data:  # no I/O since the last tick (most processes)
+            read_bytes, write_bytes, read_chars, write_chars = known.last_io_counters
+        elif io_data:
             # "rchar: N wchar: N syscr: N syscw: N read_bytes: N write_bytes: N ...",
             # one split for all (a split per line cost as much as the read)
             io = io_data.split()
@@ -309,6 +315,8 @@ class ProcessSource:
             write_chars = int(io[3])
             read_bytes = int(io[9])
             write_bytes = int(io[11])
+        else:
+            read_bytes = write_bytes = read_chars = write_chars = None
         io_marker = (read_bytes or 0) + (write_bytes or 0) + blkio_ticks
         threads_in_d = 0
         if state == "D" or io_marker != known.last_io:
