@@ -325,8 +325,8 @@ class MlcostTop(App):
     @property
     def covered(self) -> bool:
         """Another screen is over the main one (details, history, a dialog, the palette): the
-        main screen is not drawn until it is back. --prometheus's fleet screen is drawn over
-        and over like a main screen."""
+        main screen is not drawn until it is back. --prometheus's fleet table is not a cover:
+        the host's panels under it stay current, for escape to show them at once."""
         return self.screen is not self.screen_stack[0] and self.screen is not self.prometheus
 
     def _redraw(self) -> None:
