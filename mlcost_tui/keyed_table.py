@@ -96,8 +96,13 @@ def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
 DRAWN_SCREENS = 3
 DRAWN_CELLS_MIN = 256
 
-# Drawn lines kept per table: a few screenfuls (a line is kept by its row and place on screen).
-DRAWN_LINES = 1024
+# Drawn lines kept per table: DRAWN_SCREENS screenfuls of the table's height, at least
+# DRAWN_LINES_MIN (a line is kept by its row, its place on screen and its cells, so a line is
+# drawn again from the cache only as the last frame showed it, or its cursor or hover variant).
+# A fixed 1024 held the lines of frames long gone: each sorted refresh of 500 processes moves
+# every row on screen, and each line keeps a Strip with the crops and styles Textual derived
+# from it.
+DRAWN_LINES_MIN = 64
 
 # More gone rows than this share of the table: one clear() and re-add beats remove_row, which
 # re-indexes every row on each call.
@@ -184,7 +189,7 @@ class KeyedTable(DataTable):
             LRUCache(DRAWN_CELLS_MIN)
         # (row, its place, widths, cursor, hover, focus...) -> (its cells, the line drawn)
         self._lines: LRUCache[tuple[Any, ...], tuple[tuple[Any, ...], Strip]] = \
-            LRUCache(DRAWN_LINES)
+            LRUCache(DRAWN_LINES_MIN)
         self._changed: set[str] = set()  # rows whose cells a sync wrote
         self._title: str | None = None  # the border title last set (set_title)
         self._moved = False  # a sync added, removed, reordered rows or moved the cursor
@@ -397,6 +402,9 @@ class KeyedTable(DataTable):
         if max(shown, DRAWN_CELLS_MIN) != self._drawn.maxsize:
             # a new cache: Textual's LRUCache, once full, keeps its length whatever maxsize says
             self._drawn = LRUCache(max(shown, DRAWN_CELLS_MIN))
+        lines = max(DRAWN_SCREENS * (self.size.height + 2), DRAWN_LINES_MIN)
+        if lines != self._lines.maxsize:
+            self._lines = LRUCache(lines)
         self._line_style = self.rich_style
         columns = self.ordered_columns
         self._line_columns = (columns, tuple(column.get_render_width(self)
