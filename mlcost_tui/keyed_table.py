@@ -157,6 +157,24 @@ def own_cell(value: Any) -> Text:
     return Text(value if isinstance(value, str) else str(value), end="")
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """What drawing a line reads besides its row, read once per render_lines: each is a
+    reactive or a property over reactives, and ~15 reads a line were ~1,300 a refresh of the
+    process panel."""
+
+    own_path: bool  # one-line rows under a row cursor, no fixed rows or columns, no labels
+    fixed_rows: int
+    scroll: tuple[int, int]
+    header_rows: int  # lines above the rows (0 without a header)
+    width: int
+    cursor_row: int
+    hover_row: int
+    show_cursor: bool
+    show_hover: bool
+    state: tuple[bool, bool, bool, bool, Any]  # _cursor_state()
+
+
 class KeyedTable(DataTable):
     """Columns are (key, label) pairs; `sync` takes [(row_key, cells)] in display order."""
 
@@ -170,6 +188,8 @@ class KeyedTable(DataTable):
     _line_style: Style | None = None  # the widget's style, while render_lines runs
     # the columns in on-screen order and their drawn widths, while render_lines runs
     _line_columns: tuple[list[Any], tuple[int, ...]] | None = None
+    # what else every line reads, while render_lines runs (reactives, costly to read per line)
+    _line_frame: _Frame | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -409,21 +429,37 @@ class KeyedTable(DataTable):
         columns = self.ordered_columns
         self._line_columns = (columns, tuple(column.get_render_width(self)
                                              for column in columns))
+        # DataTable.render_lines reads it too, before its lines: read first, for the frame
+        self._pseudo_class_state = self.get_pseudo_class_state()
+        self._line_frame = self._read_frame()
         try:
             return super().render_lines(crop)
         finally:
             self._line_style = None
             self._line_columns = None
+            self._line_frame = None
+
+    def _read_frame(self) -> _Frame:
+        scroll = self.scroll_offset
+        return _Frame(
+            own_path=not (self.fixed_columns or self.fixed_rows or self.cursor_type != "row"
+                          or (self._labelled_row_exists and self.show_row_labels)),
+            fixed_rows=self.fixed_rows, scroll=(scroll.x, scroll.y),
+            header_rows=self.header_height if self.show_header else 0, width=self.size.width,
+            cursor_row=self.cursor_coordinate.row, hover_row=self.hover_coordinate.row,
+            show_cursor=self.show_cursor, show_hover=self._show_hover_cursor,
+            state=self._cursor_state())
 
     def render_line(self, y: int) -> Strip:
         """DataTable.render_line (the header stays on top, the rows scroll), with the style
         render_lines read."""
-        if self.fixed_rows or self._line_style is None:
+        frame = self._line_frame
+        if frame is None or frame.fixed_rows or self._line_style is None:
             return super().render_line(y)
-        scroll_x, scroll_y = self.scroll_offset
-        if y >= (self.header_height if self.show_header else 0):
+        scroll_x, scroll_y = frame.scroll
+        if y >= frame.header_rows:
             y += scroll_y
-        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._line_style)
+        return self._render_line(y, scroll_x, scroll_x + frame.width, self._line_style)
 
     # What the table holds, read through DataTable's getters, is what a sync asked for: the
     # rows still pending are written first.
@@ -519,10 +555,10 @@ class KeyedTable(DataTable):
         one of its cells is a new object, it moved, or the cursor, hover, widths or focus
         changed. Anything else (fixed rows or columns, row labels, taller rows) takes
         DataTable's own path."""
-        if self.fixed_columns or self.fixed_rows or self.cursor_type != "row" or (
-                self._labelled_row_exists and self.show_row_labels):
+        frame = self._line_frame or self._read_frame()
+        if not frame.own_path:
             return super()._render_line(y, x1, x2, base_style)
-        width = self.size.width
+        width = frame.width
         try:
             row_key, line_no = self._get_offsets(y)
         except LookupError:
@@ -544,10 +580,10 @@ class KeyedTable(DataTable):
             row_index = index
             data = self._data[row_key]
             cells = tuple(data.get(column.key) for column in columns)
-        on_cursor = row_index == self.cursor_coordinate.row
-        on_hover = row_index == self.hover_coordinate.row
+        on_cursor = row_index == frame.cursor_row
+        on_hover = row_index == frame.hover_row
         key = (row_key, line_no, row_index, widths, x1, x2, width, base_style, on_cursor,
-               on_hover, self._cursor_state())
+               on_hover, frame.state)
         cached = self._lines.get(key)
         if cached is not None and len(cached[0]) == len(cells) and \
                 all(map(operator.is_, cached[0], cells)):
@@ -563,7 +599,7 @@ class KeyedTable(DataTable):
             # the last column: under a row cursor a click or hover means the row, and
             # neighbouring cells drawn alike become one segment (half the segments every
             # later step of the paint goes through).
-            state = self._cursor_state()
+            state = frame.state
             draw = self._draw
             for datum, column_width in zip(cells, widths, strict=True):
                 cell = datum if isinstance(datum, Text) else _EMPTY if datum is None else \
@@ -574,8 +610,8 @@ class KeyedTable(DataTable):
                                                 Style.from_meta({"row": row_index,
                                                                  "column": 0})))
         extend_style, _ = self._get_styles_to_render_cell(
-            header, False, False, on_hover, on_cursor, self.show_cursor,
-            self._show_hover_cursor, False, False)
+            header, False, False, on_hover, on_cursor, frame.show_cursor, frame.show_hover,
+            False, False)
         extend_style = row_style + extend_style + Style.from_meta(
             {"row": row_index, "column": 0, "out_of_bounds": True})
         segments.append(Segment(" " * max(0, width - sum(widths)), extend_style))
