@@ -1,11 +1,17 @@
 """mlcost-top: a thin Textual App. It owns the keys, the actions and the layout; panels live in
 mlcost_tui/panels, screens in mlcost_tui/screens, the data sources in mlcost_tui/sources.py and the
-command line in mlcost_tui/cli.py.
+command line in mlcost_tui/cli.py. Replay's controls (replay_control.py), the fleet's navigation
+(fleet_control.py) and the actions on a daemon (action_control.py) live beside it; the App binds
+their keys and calls them.
 
 A worker polls the source (never overlapping: the next poll is scheduled when the last finished)
 and hands one frozen snapshot to the UI in a SnapshotArrived message; the UI applies it inside
 batch_update(). Paused or behind a modal, polling goes on and rendering is skipped. A replay posts
 the same message, so live and replayed states are rendered by the same code.
+
+What stays loaded is what the main screen needs: the other screens (details, a GPU, history,
+help, the dialogs) are imported when their key is pressed, not at start (mlcost-top runs for
+hours, and a module once imported stays; tests/tui/test_main_screen_imports.py checks).
 """
 
 from __future__ import annotations
@@ -21,15 +27,13 @@ from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
-from textual.screen import ModalScreen, Screen
-from textual.timer import Timer
+from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
-from daemon.clock import local_time
 from daemon.wire import Now, Process, Recommendation, lines
-from mlcost_tui import format as fmt
 from mlcost_tui import incidents
-from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.action_control import SNAPSHOT_TOAST_S, SNOOZE_HOURS, UNDO_S, ActionControl
+from mlcost_tui.fleet_control import FleetControl
 from mlcost_tui.layout import Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
@@ -37,21 +41,16 @@ from mlcost_tui.panels.gpus import GpuPanel
 from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
-from mlcost_tui.screens.action import ActionScreen
-from mlcost_tui.screens.confirm import ConfirmScreen
-from mlcost_tui.screens.details import DetailsScreen
-from mlcost_tui.screens.gpu import GpuScreen
-from mlcost_tui.screens.help import HelpScreen
-from mlcost_tui.screens.history import HistoryScreen
+from mlcost_tui.replay_control import ReplayControl
 from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
 
 if TYPE_CHECKING:
+    from textual.timer import Timer
+
     from daemon.client import Client
     from daemon.replay import Replay
 
-SNOOZE_HOURS = 24.0
-UNDO_S = 15.0  # how long after a snooze `u` brings the recommendation back
-SNAPSHOT_TOAST_S = 6.0  # long enough to read a file name; the demo's exit line repeats it
+__all__ = ["SNAPSHOT_TOAST_S", "MlcostTop"]
 
 
 class FilterInput(Input):
@@ -156,8 +155,10 @@ class MlcostTop(App):
         self.first_data_at: float | None = None  # perf_counter when real figures were first set
         self.live = LiveSource(clients, interval_s)
         self.replay = ReplaySource(replay) if replay is not None else None
-        self.playing = False
-        self._play_timer: Timer | None = None
+        self.replay_control = ReplayControl(self, self.replay, self._redraw) \
+            if self.replay is not None else None
+        self.fleet_control = FleetControl(self)
+        self.actions = ActionControl(self)
         # Whose full view is shown: 0 with one daemon (or a replay), the chosen row's host in a
         # fleet after enter, None while the fleet table is shown.
         self.viewing: int | None = None if len(self.clients) > 1 else 0
@@ -172,8 +173,6 @@ class MlcostTop(App):
         self.event_snapshots = incidents.EventSnapshots()
         self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
-        # The last snooze, while `u` can undo it: (recommendation, monotonic time of the snooze)
-        self.last_snooze: tuple[Recommendation, float] | None = None
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
@@ -191,6 +190,11 @@ class MlcostTop(App):
     def replay_index(self) -> int:
         """The replayed tick shown (0 when live)."""
         return self.replay.index if self.replay is not None else 0
+
+    @property
+    def playing(self) -> bool:
+        """A replay plays (space)."""
+        return self.replay_control is not None and self.replay_control.playing
 
     @property
     def fleet(self) -> bool:
@@ -231,7 +235,8 @@ class MlcostTop(App):
         if self.replay is not None:
             self.query_one(RecommendationTable).replaying = True
             header.update(Text(f"mlcost-top: opening the replay of {self.replay.path}…"))
-            self.replay_goto(0)
+            assert self.replay_control is not None
+            self.replay_control.goto(0)
         elif self.first is not None and self.first.now is not None:
             # handed over, not kept: the next poll replaces it (a whole /v1/now held twice)
             first, self.first = self.first, None
@@ -313,10 +318,20 @@ class MlcostTop(App):
             self.query_one(GpuPanel).remember(shown.now)
             if self.screen_layout is not None:
                 self.apply_layout()  # the GPU count known now (or changed): group idle ones?
-        if self.paused or isinstance(self.screen, ModalScreen | DetailsScreen | HistoryScreen
-                                        | GpuScreen):
+        if self.paused or self.covered:
             return  # keep polling, skip the render
         self.render_hosts()
+
+    @property
+    def covered(self) -> bool:
+        """Another screen is over the main one (details, history, a dialog, the palette): the
+        main screen is not drawn until it is back. --prometheus's fleet table is not a cover:
+        the host's panels under it stay current, for escape to show them at once."""
+        return self.screen is not self.screen_stack[0] and self.screen is not self.prometheus
+
+    def _redraw(self) -> None:
+        if self.hosts:
+            self.render_hosts()
 
     def render_hosts(self) -> None:
         """Apply the latest snapshot to every panel in one batch."""
@@ -375,6 +390,8 @@ class MlcostTop(App):
         highlighted in the recommendations panel, whichever panel has the focus (its action
         column says what `a` does to it)."""
         screen = self.screen
+        from mlcost_tui.screens.details import DetailsScreen
+
         if isinstance(screen, DetailsScreen):
             if screen.recommendation is not None:
                 return screen.recommendation
@@ -383,8 +400,7 @@ class MlcostTop(App):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "undo_snooze":  # shown in the footer only while it can undo
-            return self.last_snooze is not None and \
-                time.monotonic() - self.last_snooze[1] < UNDO_S
+            return self.actions.can_undo
         if action in ("replay_step", "replay_minute", "play"):
             return True if self.replay is not None else False
         if action == "pause" and self.replay is not None:
@@ -420,6 +436,8 @@ class MlcostTop(App):
     # -- keys --------------------------------------------------------------------------------
 
     def action_help(self) -> None:
+        from mlcost_tui.screens.help import HelpScreen
+
         self.push_screen(HelpScreen(self.help_sections(), self.mode_name))
 
     @property
@@ -524,11 +542,12 @@ class MlcostTop(App):
         self._rerender_processes()
 
     def action_play(self) -> None:
-        self.toggle_play()
+        if self.replay_control is not None:
+            self.replay_control.toggle_play()
 
     def action_pause(self) -> None:
-        if self.replay is not None:
-            self.toggle_play()
+        if self.replay_control is not None:
+            self.replay_control.toggle_play()
             return
         self.paused = not self.paused
         if self.paused:
@@ -537,106 +556,36 @@ class MlcostTop(App):
         else:
             self.render_hosts()
 
-    # -- the fleet: one host's full view -------------------------------------------------------
+    # -- the fleet (fleet_control.py) and replay (replay_control.py) ---------------------------
 
     def open_host(self, index: int) -> None:
         """Show host `index` of the fleet with every panel, through its own daemon."""
-        if not self.fleet or not 0 <= index < len(self.clients):
-            return
-        if self.viewing != index:
-            panels: tuple[KeyedTable, ...] = (self.query_one(GpuPanel),
-                                              self.query_one(ProcessPanel),
-                                              self.query_one(RecommendationTable))
-            for panel in panels:
-                panel.clear_rows()
-            self.query_one(GpuPanel).recent.clear()
-        self.viewing = index
-        self.query_one(FleetPanel).add_class("hidden")
-        for name in ("#gpus", "#processes", "#recommendations"):
-            self.query_one(name).remove_class("hidden")
-        self.query_one(ProcessPanel).focus()
-        self.refresh_bindings()
-        if self.hosts:
-            self.render_hosts()
+        self.fleet_control.open_host(index)
 
     def watch_daemon(self, client: Client) -> None:
         """--prometheus: show this daemon's full view (the one before it is closed)."""
-        old, self.live = self.live, LiveSource([client], self.live.interval_s)
-        self.run_worker(old.close(), exit_on_error=False, description="close the last daemon")
-        self.hosts, self.viewing = (), 0
-        for panel in (self.query_one(GpuPanel), self.query_one(ProcessPanel),
-                      self.query_one(RecommendationTable)):
-            panel.clear_rows()
-        self.query_one(GpuPanel).recent.clear()
-        self.pop_screen()
-        self.refresh_bindings()
-        self.poll()
+        self.fleet_control.watch_daemon(client)
 
     def action_back_to_fleet(self) -> None:
-        if self.prometheus is not None:
-            if self.screen is not self.prometheus:
-                self.push_screen("prometheus")
-            return
-        if not self.fleet or self.viewing is None:
-            return
-        self.viewing = None
-        self.close_filter(clear=True)
-        for name in ("#gpus", "#processes", "#recommendations"):
-            self.query_one(name).add_class("hidden")
-        fleet = self.query_one(FleetPanel)
-        fleet.remove_class("hidden")
-        fleet.focus()
-        self.refresh_bindings()
-        if self.hosts:
-            self.render_hosts()
-
-    # -- replay --------------------------------------------------------------------------------
-
-    def replay_goto(self, index: int) -> None:
-        replay = self.replay
-        if replay is None or not replay.times:
-            return
-        replay.index = replay.clamp(index)
-        self.load_replay(replay.times[replay.index])
+        self.fleet_control.back_to_fleet()
 
     def action_replay_step(self, step: int) -> None:
-        self.replay_goto(self.replay_index + step)
+        if self.replay_control is not None:
+            self.replay_control.step(step)
 
     def action_replay_minute(self, step: int) -> None:
-        if self.replay is not None and self.replay.times:
-            self.replay_goto(self.replay.minute_from_here(step))
-
-    def toggle_play(self) -> None:
-        self.playing = not self.playing
-        if self._play_timer is not None:
-            self._play_timer.stop()
-            self._play_timer = None
-        if self.playing and self.replay is not None:
-            if self.replay.at_end:
-                self.replay.index = -1  # at the end: play from the start
-            period = min(max(self.replay.interval_s, 0.1), 1.0)
-            self._play_timer = self.set_interval(period, self._play_step, name="replay play")
-            self._play_step()
-        elif self.hosts:
-            self.render_hosts()
-
-    def _play_step(self) -> None:
-        if self.replay is None or self.replay.at_end:
-            self.toggle_play()  # the end of the recording
-            return
-        self.replay_goto(self.replay.index + 1)
-
-    @work(thread=True, exclusive=True, group="replay", exit_on_error=False,
-          description="read one recorded tick from the replay store")
-    def load_replay(self, ts: float) -> None:
-        assert self.replay is not None
-        self.post_message(SnapshotArrived((self.replay.read(ts),)))
+        if self.replay_control is not None:
+            self.replay_control.minute(step)
 
     def action_details(self) -> None:
         if self.viewing is None:
             return
+        from mlcost_tui.screens.details import DetailsScreen
+
         focused = self.focused
         if isinstance(focused, GpuPanel):
+            from mlcost_tui.screens.gpu import GpuScreen
+
             gpus = focused.selected_gpus()
             if gpus and self.now is not None:
                 self.push_screen(GpuScreen(gpus, self.now.processes, self.client))
@@ -666,133 +615,40 @@ class MlcostTop(App):
             event.stop()
             self.action_details()
 
+    # -- actions on the daemon (action_control.py) -------------------------------------------
+
     def action_apply_recommendation(self) -> None:
-        if self._refuse("apply_recommendation"):
-            return
-        rec = self.current_recommendation()
-        if rec is None:
-            self.notify("no recommendation to apply yet", severity="warning")
-            return
-        self.start_action(rec, dry_run=True)
+        if not self._refuse("apply_recommendation"):
+            self.actions.apply(self.current_recommendation())
 
     def action_kill(self) -> None:
         if self._refuse("kill"):
             return
         process = self.selected_process()
-        if process is None:
-            self.notify("select a process first", severity="warning")
-            return
-        for rec in self.recommendations_for(process):
-            if rec.action_kind == "sigterm":
-                self.start_action(rec, dry_run=True)
-                return
-        self.notify(f"mlcostd stops only processes it recommends stopping (GPUs held idle); "
-                    f"pid {process.pid} is not one", severity="warning")
+        self.actions.kill(process, self.recommendations_for(process) if process else ())
 
     def action_snooze_recommendation(self) -> None:
-        if self._refuse("snooze_recommendation"):
-            return
-        rec = self.current_recommendation()
-        if rec is None:
-            self.notify("no recommendation to snooze yet", severity="warning")
-            return
+        if not self._refuse("snooze_recommendation"):
+            self.actions.snooze(self.current_recommendation())
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.run_snooze(rec)
-
-        self.push_screen(ConfirmScreen(
-            f"Snooze this recommendation for {SNOOZE_HOURS:g} h? It leaves the list (here and "
-            f"for every client of this mlcostd) until then.\n\n{rec.rule}: {rec.summary}",
-            yes=f"Snooze {SNOOZE_HOURS:g} h (y)", no="Keep it (n)"), answered)
+    def action_undo_snooze(self) -> None:
+        if self.actions.last_snooze is not None and self.client is not None:
+            self.actions.undo_snooze()
 
     def action_history(self) -> None:
         if self._refuse("history") or self.viewing is None or self.client is None:
             return
+        from mlcost_tui.screens.history import HistoryScreen
+
         gpus = tuple(g.index for g in self.now.gpus) if self.now else ()
         self.push_screen(HistoryScreen(gpus, self.client))
 
-    @work(exclusive=True, group="snapshot", exit_on_error=False,
-          description="take a snapshot of the last 30 minutes through mlcostd")
-    async def action_snapshot(self) -> None:
-        if self._refuse("snapshot") or self.client is None:
-            return
-        self.notify("taking a snapshot of the last 30 minutes…", timeout=3)
-        text, ok = await incidents.take(self.client)
-        self.notify(text, title="snapshot", severity="information" if ok else "error",
-                    timeout=SNAPSHOT_TOAST_S if ok else 15)
-
-    # -- workers for one-off requests -----------------------------------------------------------
-
-    @work(exclusive=True, group="action", exit_on_error=False,
-          description="dry-run or apply a recommendation through mlcostd")
-    async def start_action(self, rec: Recommendation, dry_run: bool) -> None:
-        from daemon.client import ClientError
-
-        try:
-            assert self.client is not None
-            result = await self.client.apply(rec.id, dry_run)
-        except ClientError as exc:
-            self.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
-            return
-        self.post_message(ActionFinished(rec.id, result, None, dry_run))
-        if dry_run:
-            def after(choice: str | None) -> None:
-                if choice == "do":
-                    self.start_action(rec, dry_run=False)
-
-            self.push_screen(ActionScreen(rec, result, readonly=self.readonly), after)
+    def action_snapshot(self) -> None:
+        if not self._refuse("snapshot") and self.client is not None:
+            self.actions.snapshot()
 
     def on_action_finished(self, message: ActionFinished) -> None:
-        if message.error is not None:
-            self.notify(f"{'dry run' if message.dry_run else 'action'} failed: {message.error}",
-                        severity="error", timeout=8)
-        elif not message.dry_run and message.result is not None:
-            self.notify(message.result.message, title="done", timeout=6)
-
-    @work(exclusive=True, group="snooze", exit_on_error=False,
-          description="snooze a recommendation through mlcostd")
-    async def run_snooze(self, rec: Recommendation) -> None:
-        from daemon.client import ClientError
-
-        try:
-            assert self.client is not None
-            until = await self.client.snooze(rec.id, SNOOZE_HOURS)
-        except ClientError as exc:
-            self.notify(f"snooze failed: {exc}", severity="error", timeout=8)
-            return
-        table = self.query_one(RecommendationTable)
-        table.snoozed_here.add(rec.id)
-        if self.now is not None:
-            table.show(self.now)
-        if isinstance(self.screen, DetailsScreen) and self.screen.recommendation is not None:
-            self.pop_screen()
-        self.last_snooze = (rec, time.monotonic())
-        self.refresh_bindings()
-        self.set_timer(UNDO_S, self.refresh_bindings, name="undo snooze ends")
-        self.notify(f"snoozed until {local_time(until, seconds=False)}: "
-                    f"{fmt.cut(rec.summary, 60)} — u: undo", timeout=UNDO_S)
-
-    @work(exclusive=True, group="snooze", exit_on_error=False,
-          description="undo the last snooze through mlcostd")
-    async def action_undo_snooze(self) -> None:
-        from daemon.client import ClientError
-
-        if self.last_snooze is None or self.client is None:
-            return
-        rec, _ = self.last_snooze
-        try:
-            await self.client.unsnooze(rec.id)
-        except ClientError as exc:
-            self.notify(f"undo failed: {exc}", severity="error", timeout=8)
-            return
-        self.last_snooze = None
-        self.refresh_bindings()
-        table = self.query_one(RecommendationTable)
-        table.snoozed_here.discard(rec.id)
-        if self.now is not None:
-            table.show(self.now)  # back at once if this snapshot has it; the next poll does too
-        self.notify(f"back in the list: {fmt.cut(rec.summary, 60)}", timeout=4)
+        self.actions.finished(message)
 
     # -- the command palette -----------------------------------------------------------------
 
@@ -809,5 +665,3 @@ class MlcostTop(App):
         if self.replay is not None:
             self.replay.close()
 
-
-__all__ = ["MlcostTop"]

@@ -96,8 +96,13 @@ def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
 DRAWN_SCREENS = 3
 DRAWN_CELLS_MIN = 256
 
-# Drawn lines kept per table: a few screenfuls (a line is kept by its row and place on screen).
-DRAWN_LINES = 1024
+# Drawn lines kept per table: DRAWN_SCREENS screenfuls of the table's height, at least
+# DRAWN_LINES_MIN (a line is kept by its row, its place on screen and its cells, so a line is
+# drawn again from the cache only as the last frame showed it, or its cursor or hover variant).
+# A fixed 1024 held the lines of frames long gone: each sorted refresh of 500 processes moves
+# every row on screen, and each line keeps a Strip with the crops and styles Textual derived
+# from it.
+DRAWN_LINES_MIN = 64
 
 # More gone rows than this share of the table: one clear() and re-add beats remove_row, which
 # re-indexes every row on each call.
@@ -152,6 +157,24 @@ def own_cell(value: Any) -> Text:
     return Text(value if isinstance(value, str) else str(value), end="")
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """What drawing a line reads besides its row, read once per render_lines: each is a
+    reactive or a property over reactives, and ~15 reads a line were ~1,300 a refresh of the
+    process panel."""
+
+    own_path: bool  # one-line rows under a row cursor, no fixed rows or columns, no labels
+    fixed_rows: int
+    scroll: tuple[int, int]
+    header_rows: int  # lines above the rows (0 without a header)
+    width: int
+    cursor_row: int
+    hover_row: int
+    show_cursor: bool
+    show_hover: bool
+    state: tuple[bool, bool, bool, bool, Any]  # _cursor_state()
+
+
 class KeyedTable(DataTable):
     """Columns are (key, label) pairs; `sync` takes [(row_key, cells)] in display order."""
 
@@ -165,6 +188,8 @@ class KeyedTable(DataTable):
     _line_style: Style | None = None  # the widget's style, while render_lines runs
     # the columns in on-screen order and their drawn widths, while render_lines runs
     _line_columns: tuple[list[Any], tuple[int, ...]] | None = None
+    # what else every line reads, while render_lines runs (reactives, costly to read per line)
+    _line_frame: _Frame | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -184,7 +209,7 @@ class KeyedTable(DataTable):
             LRUCache(DRAWN_CELLS_MIN)
         # (row, its place, widths, cursor, hover, focus...) -> (its cells, the line drawn)
         self._lines: LRUCache[tuple[Any, ...], tuple[tuple[Any, ...], Strip]] = \
-            LRUCache(DRAWN_LINES)
+            LRUCache(DRAWN_LINES_MIN)
         self._changed: set[str] = set()  # rows whose cells a sync wrote
         self._title: str | None = None  # the border title last set (set_title)
         self._moved = False  # a sync added, removed, reordered rows or moved the cursor
@@ -212,7 +237,9 @@ class KeyedTable(DataTable):
         self.clear_rows()
         self.clear(columns=True)
         self.columns_shown = columns
-        self._column_keys = [self.add_column(c.label, key=c.key, width=c.width)
+        # Labels as Text: a str label is parsed as Rich markup, which loads Rich's table of
+        # emoji names (~0.85 MB of RSS kept for the app's life) for labels that have none.
+        self._column_keys = [self.add_column(Text(c.label), key=c.key, width=c.width)
                              for c in columns]
         return True
 
@@ -395,25 +422,44 @@ class KeyedTable(DataTable):
         if max(shown, DRAWN_CELLS_MIN) != self._drawn.maxsize:
             # a new cache: Textual's LRUCache, once full, keeps its length whatever maxsize says
             self._drawn = LRUCache(max(shown, DRAWN_CELLS_MIN))
+        lines = max(DRAWN_SCREENS * (self.size.height + 2), DRAWN_LINES_MIN)
+        if lines != self._lines.maxsize:
+            self._lines = LRUCache(lines)
         self._line_style = self.rich_style
         columns = self.ordered_columns
         self._line_columns = (columns, tuple(column.get_render_width(self)
                                              for column in columns))
+        # DataTable.render_lines reads it too, before its lines: read first, for the frame
+        self._pseudo_class_state = self.get_pseudo_class_state()
+        self._line_frame = self._read_frame()
         try:
             return super().render_lines(crop)
         finally:
             self._line_style = None
             self._line_columns = None
+            self._line_frame = None
+
+    def _read_frame(self) -> _Frame:
+        scroll = self.scroll_offset
+        return _Frame(
+            own_path=not (self.fixed_columns or self.fixed_rows or self.cursor_type != "row"
+                          or (self._labelled_row_exists and self.show_row_labels)),
+            fixed_rows=self.fixed_rows, scroll=(scroll.x, scroll.y),
+            header_rows=self.header_height if self.show_header else 0, width=self.size.width,
+            cursor_row=self.cursor_coordinate.row, hover_row=self.hover_coordinate.row,
+            show_cursor=self.show_cursor, show_hover=self._show_hover_cursor,
+            state=self._cursor_state())
 
     def render_line(self, y: int) -> Strip:
         """DataTable.render_line (the header stays on top, the rows scroll), with the style
         render_lines read."""
-        if self.fixed_rows or self._line_style is None:
+        frame = self._line_frame
+        if frame is None or frame.fixed_rows or self._line_style is None:
             return super().render_line(y)
-        scroll_x, scroll_y = self.scroll_offset
-        if y >= (self.header_height if self.show_header else 0):
+        scroll_x, scroll_y = frame.scroll
+        if y >= frame.header_rows:
             y += scroll_y
-        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._line_style)
+        return self._render_line(y, scroll_x, scroll_x + frame.width, self._line_style)
 
     # What the table holds, read through DataTable's getters, is what a sync asked for: the
     # rows still pending are written first.
@@ -509,10 +555,10 @@ class KeyedTable(DataTable):
         one of its cells is a new object, it moved, or the cursor, hover, widths or focus
         changed. Anything else (fixed rows or columns, row labels, taller rows) takes
         DataTable's own path."""
-        if self.fixed_columns or self.fixed_rows or self.cursor_type != "row" or (
-                self._labelled_row_exists and self.show_row_labels):
+        frame = self._line_frame or self._read_frame()
+        if not frame.own_path:
             return super()._render_line(y, x1, x2, base_style)
-        width = self.size.width
+        width = frame.width
         try:
             row_key, line_no = self._get_offsets(y)
         except LookupError:
@@ -534,10 +580,10 @@ class KeyedTable(DataTable):
             row_index = index
             data = self._data[row_key]
             cells = tuple(data.get(column.key) for column in columns)
-        on_cursor = row_index == self.cursor_coordinate.row
-        on_hover = row_index == self.hover_coordinate.row
+        on_cursor = row_index == frame.cursor_row
+        on_hover = row_index == frame.hover_row
         key = (row_key, line_no, row_index, widths, x1, x2, width, base_style, on_cursor,
-               on_hover, self._cursor_state())
+               on_hover, frame.state)
         cached = self._lines.get(key)
         if cached is not None and len(cached[0]) == len(cells) and \
                 all(map(operator.is_, cached[0], cells)):
@@ -553,7 +599,7 @@ class KeyedTable(DataTable):
             # the last column: under a row cursor a click or hover means the row, and
             # neighbouring cells drawn alike become one segment (half the segments every
             # later step of the paint goes through).
-            state = self._cursor_state()
+            state = frame.state
             draw = self._draw
             for datum, column_width in zip(cells, widths, strict=True):
                 cell = datum if isinstance(datum, Text) else _EMPTY if datum is None else \
@@ -564,8 +610,8 @@ class KeyedTable(DataTable):
                                                 Style.from_meta({"row": row_index,
                                                                  "column": 0})))
         extend_style, _ = self._get_styles_to_render_cell(
-            header, False, False, on_hover, on_cursor, self.show_cursor,
-            self._show_hover_cursor, False, False)
+            header, False, False, on_hover, on_cursor, frame.show_cursor, frame.show_hover,
+            False, False)
         extend_style = row_style + extend_style + Style.from_meta(
             {"row": row_index, "column": 0, "out_of_bounds": True})
         segments.append(Segment(" " * max(0, width - sum(widths)), extend_style))

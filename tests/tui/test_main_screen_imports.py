@@ -1,7 +1,8 @@
 """mlcost-top's main screen is what stays on for hours, so what it loads is what it keeps: its
 client asks the daemon for one JSON document a second through the standard library, and the
 config, the price catalog and aiohttp (8-10 MB of its RSS together, bench/tui_idle.py) stay
-with the daemon and the screens that need them. A fresh interpreter takes the path `mlcost-top
+with the daemon and the screens that need them; the other screens (details, a GPU, history,
+help, the dialogs) load when their key is pressed. A fresh interpreter takes the path `mlcost-top
 --connect` takes (cli's parser, the client, the App polling it until it shows the failed poll)
 and reports which modules it loaded."""
 
@@ -15,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # (pricing.http, the bounded reader, is for it; the catalog and instance detection are not)
 NOT_FOR_THE_MAIN_SCREEN = ("aiohttp", "yarl", "multidict", "daemon.config", "pricing.catalog",
-                           "pricing.detect")
+                           "pricing.detect", "mlcost_tui.screens", "mlcost_tui.plot")
 
 POLL_IN_A_FRESH_INTERPRETER = """
 import asyncio, json, sys
@@ -38,7 +39,7 @@ print(json.dumps({"error": error, "modules": sorted(sys.modules)}))
 """
 
 
-def test_polling_a_daemon_loads_neither_aiohttp_nor_the_config_nor_the_catalog(tmp_path):
+def test_polling_a_daemon_loads_neither_aiohttp_nor_the_config_nor_the_catalog_nor_other_screens(tmp_path):
     result = subprocess.run([sys.executable, "-c", POLL_IN_A_FRESH_INTERPRETER,
                              str(tmp_path / "no-daemon.sock")],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)

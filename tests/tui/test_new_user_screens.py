@@ -12,7 +12,7 @@ import re
 import pytest
 
 from daemon.wire import ActionResult, Now
-from mlcost_tui import app as app_module
+from mlcost_tui import action_control
 from mlcost_tui import format as fmt
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import HostSnapshot, SnapshotArrived
@@ -179,7 +179,7 @@ async def test_three_recommendations_reachable_and_a_acts_on_the_highlighted_row
 async def test_x_asks_before_snoozing_the_highlighted_recommendation(size, monkeypatch):
     # `u` undoes within UNDO_S (15 s) of the snooze: a loaded machine took longer than that
     # between the snooze and the check, and the window had closed; the window is not the test.
-    monkeypatch.setattr(app_module, "UNDO_S", 3600.0)
+    monkeypatch.setattr(action_control, "UNDO_S", 3600.0)
     client = StubClient()
     app = MlcostTop([client], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=size) as pilot:

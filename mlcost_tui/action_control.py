@@ -1,0 +1,176 @@
+"""mlcost-top's actions on the daemon, beside the App: `a` applies a recommendation (a dry run,
+then after confirmation the action), `k` stops an idle process the daemon recommends stopping,
+`x` snoozes a recommendation and `u` undoes it, `s` takes a snapshot. Each request runs in a
+worker; the screens they open (the dry run's dialog, the confirmation) are loaded on the key
+press, not with the main screen. The App binds the keys, says why a key cannot act here
+(`_refuse`) and calls these."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from daemon.clock import local_time
+from daemon.wire import Process, Recommendation
+from mlcost_tui import format as fmt
+from mlcost_tui import incidents
+from mlcost_tui.messages import ActionFinished
+from mlcost_tui.panels.recommendations import RecommendationTable
+
+if TYPE_CHECKING:
+    from mlcost_tui.app import MlcostTop
+
+SNOOZE_HOURS = 24.0
+UNDO_S = 15.0  # how long after a snooze `u` brings the recommendation back
+SNAPSHOT_TOAST_S = 6.0  # long enough to read a file name; the demo's exit line repeats it
+
+
+class ActionControl:
+    """Requests that change something through the shown host's daemon (`app.client`)."""
+
+    def __init__(self, app: MlcostTop) -> None:
+        self.app = app
+        # The last snooze, while `u` can undo it: (recommendation, monotonic time of the snooze)
+        self.last_snooze: tuple[Recommendation, float] | None = None
+
+    @property
+    def can_undo(self) -> bool:
+        return self.last_snooze is not None and time.monotonic() - self.last_snooze[1] < UNDO_S
+
+    def apply(self, rec: Recommendation | None) -> None:
+        """`a`: the dry run of `rec`'s action, then its dialog (do it, copy, cancel)."""
+        if rec is None:
+            self.app.notify("no recommendation to apply yet", severity="warning")
+            return
+        self.start_action(rec, dry_run=True)
+
+    def kill(self, process: Process | None, related: tuple[Recommendation, ...]) -> None:
+        """`k`: the dry run of the SIGTERM the daemon recommends for `process`, if it does."""
+        if process is None:
+            self.app.notify("select a process first", severity="warning")
+            return
+        for rec in related:
+            if rec.action_kind == "sigterm":
+                self.start_action(rec, dry_run=True)
+                return
+        self.app.notify(f"mlcostd stops only processes it recommends stopping (GPUs held "
+                        f"idle); pid {process.pid} is not one", severity="warning")
+
+    def snooze(self, rec: Recommendation | None) -> None:
+        """`x`: asks, then snoozes `rec` for SNOOZE_HOURS for every client of the daemon."""
+        from mlcost_tui.screens.confirm import ConfirmScreen
+
+        if rec is None:
+            self.app.notify("no recommendation to snooze yet", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.app.run_worker(self._snooze(rec), exclusive=True, group="snooze",
+                                    exit_on_error=False,
+                                    description="snooze a recommendation through mlcostd")
+
+        self.app.push_screen(ConfirmScreen(
+            f"Snooze this recommendation for {SNOOZE_HOURS:g} h? It leaves the list (here and "
+            f"for every client of this mlcostd) until then.\n\n{rec.rule}: {rec.summary}",
+            yes=f"Snooze {SNOOZE_HOURS:g} h (y)", no="Keep it (n)"), answered)
+
+    def undo_snooze(self) -> None:
+        """`u`, within UNDO_S of a snooze: the recommendation is back."""
+        self.app.run_worker(self._undo_snooze(), exclusive=True, group="snooze",
+                            exit_on_error=False,
+                            description="undo the last snooze through mlcostd")
+
+    def snapshot(self) -> None:
+        """`s`: a snapshot of the last 30 minutes through the daemon; a toast says where."""
+        self.app.run_worker(self._snapshot(), exclusive=True, group="snapshot",
+                            exit_on_error=False,
+                            description="take a snapshot of the last 30 minutes through mlcostd")
+
+    def start_action(self, rec: Recommendation, dry_run: bool) -> None:
+        self.app.run_worker(self._action(rec, dry_run), exclusive=True, group="action",
+                            exit_on_error=False,
+                            description="dry-run or apply a recommendation through mlcostd")
+
+    def finished(self, message: ActionFinished) -> None:
+        """What an action's answer says, as a toast."""
+        if message.error is not None:
+            self.app.notify(f"{'dry run' if message.dry_run else 'action'} failed: "
+                            f"{message.error}", severity="error", timeout=8)
+        elif not message.dry_run and message.result is not None:
+            self.app.notify(message.result.message, title="done", timeout=6)
+
+    # -- the requests (workers) ----------------------------------------------------------------
+
+    async def _snapshot(self) -> None:
+        client = self.app.client
+        if client is None:
+            return
+        self.app.notify("taking a snapshot of the last 30 minutes…", timeout=3)
+        text, ok = await incidents.take(client)
+        self.app.notify(text, title="snapshot", severity="information" if ok else "error",
+                        timeout=SNAPSHOT_TOAST_S if ok else 15)
+
+    async def _action(self, rec: Recommendation, dry_run: bool) -> None:
+        from daemon.client import ClientError
+
+        app = self.app
+        try:
+            assert app.client is not None
+            result = await app.client.apply(rec.id, dry_run)
+        except ClientError as exc:
+            app.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
+            return
+        app.post_message(ActionFinished(rec.id, result, None, dry_run))
+        if dry_run:
+            from mlcost_tui.screens.action import ActionScreen
+
+            def after(choice: str | None) -> None:
+                if choice == "do":
+                    self.start_action(rec, dry_run=False)
+
+            app.push_screen(ActionScreen(rec, result, readonly=app.readonly), after)
+
+    async def _snooze(self, rec: Recommendation) -> None:
+        from daemon.client import ClientError
+
+        app = self.app
+        try:
+            assert app.client is not None
+            until = await app.client.snooze(rec.id, SNOOZE_HOURS)
+        except ClientError as exc:
+            app.notify(f"snooze failed: {exc}", severity="error", timeout=8)
+            return
+        table = app.query_one(RecommendationTable)
+        table.snoozed_here.add(rec.id)
+        if app.now is not None:
+            table.show(app.now)
+        from mlcost_tui.screens.details import DetailsScreen
+
+        if isinstance(app.screen, DetailsScreen) and app.screen.recommendation is not None:
+            app.pop_screen()  # the details of the recommendation just snoozed
+        self.last_snooze = (rec, time.monotonic())
+        app.refresh_bindings()
+        app.set_timer(UNDO_S, app.refresh_bindings, name="undo snooze ends")
+        app.notify(f"snoozed until {local_time(until, seconds=False)}: "
+                   f"{fmt.cut(rec.summary, 60)} — u: undo", timeout=UNDO_S)
+
+    async def _undo_snooze(self) -> None:
+        from daemon.client import ClientError
+
+        app = self.app
+        if self.last_snooze is None or app.client is None:
+            return
+        rec, _ = self.last_snooze
+        try:
+            await app.client.unsnooze(rec.id)
+        except ClientError as exc:
+            app.notify(f"undo failed: {exc}", severity="error", timeout=8)
+            return
+        self.last_snooze = None
+        app.refresh_bindings()
+        table = app.query_one(RecommendationTable)
+        table.snoozed_here.discard(rec.id)
+        if app.now is not None:
+            table.show(app.now)  # back at once if this snapshot has it; the next poll does too
+        app.notify(f"back in the list: {fmt.cut(rec.summary, 60)}", timeout=4)
