@@ -387,6 +387,7 @@ def test_an_idle_process_is_read_again_as_soon_as_it_moves():
     after it moves (pipe traffic, another GPU share) shows the new counters."""
     code = (
         "import os, sys\n"
+        "print('READY', flush=True)\n"  # started: no more reads or CPU until told
         "for line in sys.stdin:\n"  # idle until told; then 1 MiB through a pipe of its own
         "    r, w = os.pipe()\n"
         "    for _ in range(16):\n"
@@ -396,6 +397,8 @@ def test_an_idle_process_is_read_again_as_soon_as_it_moves():
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
+        # until then Python is still starting: reading its modules moves read_chars
+        assert proc.stdout.readline().strip() == "READY"
         source = ProcessSource()
         source.discover({proc.pid})
         (first,) = source.read({proc.pid: USE})
