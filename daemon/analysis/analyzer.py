@@ -23,7 +23,7 @@ from typing import Any
 from daemon.analysis.book import DEFAULT_HOLD_S, RecommendationBook
 from daemon.analysis.budgets import BudgetWatch
 from daemon.analysis.busy import IdleThresholds
-from daemon.analysis.cost import Burn, HostPrice, burn
+from daemon.analysis.cost import Burn, HostPrice, burn, gpu_holders
 from daemon.analysis.energy import EnergyMeter
 from daemon.analysis.idle import Event, IdleDetector
 from daemon.analysis.kinds import Kind
@@ -101,11 +101,12 @@ class Analyzer:
             return self._update(sample)
 
     def _update(self, sample: Sample) -> list[Event]:
-        current = burn(sample, self.price, self.thresholds)
+        holders = gpu_holders(sample)  # grouped once for the burn and the energy split
+        current = burn(sample, self.price, self.thresholds, holders)
         self.latest, self.latest_sample = current, sample
         seconds = self.ledger.add(current)
         self.gpu_totals.add(sample, current, seconds)
-        self.energy.add(sample, seconds)
+        self.energy.add(sample, seconds, holders)
         events = self.idle.update(sample, current)
         events += self.budgets.update(self.ledger, sample.ts)
         self.recent.extend(events)
