@@ -800,10 +800,14 @@ class Daemon:
         self.previous_sample, self.last_sample = self.last_sample, sample
         ran = self._kernels_since_round
         for proc in sample.processes:  # whether its kernels ran at any tick since the last round
-            if proc.gpus:
+            uses = proc.gpus
+            if uses:
                 key = proc.key
-                if not ran.get(key):  # once they ran, no need to look again this round
-                    ran[key] = any(u.sm_share > 0 for u in proc.gpus)
+                if key not in ran:  # once they ran, no need to look again this round
+                    for use in uses:  # (a loop, not any() over a generator: per process)
+                        if use.sm_share > 0:
+                            ran[key] = True
+                            break
         with self.store.facts_batched():  # the tick's events and stack samples: one commit
             changed = self.analyzer.update(sample) if self.analyzer is not None else []
             for event in changed:
