@@ -58,7 +58,8 @@ class ProcessModel(NamedTuple):
         # (a named tuple's own __new__ is a Python call).
         cpu = read = write = iowait = None
         if before is not None and seconds > 0:
-            now, then = proc.cpu_seconds, before.cpu_seconds
+            now: float | None = proc.cpu_seconds
+            then: float | None = before.cpu_seconds
             if now is not None and then is not None:
                 cpu = 100.0 * ((now - then) / seconds)
             now, then = proc.read_bytes, before.read_bytes

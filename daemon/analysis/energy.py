@@ -53,13 +53,13 @@ class PowerSplit:
 
 
 def split_power(sample: Sample, floors: Mapping[str, float],
-                holders: Mapping[int, list[tuple[ProcessKey, int | None, float]]] | None = None
+                by_gpu: Mapping[int, list[tuple[ProcessKey, int | None, float]]] | None = None
                 ) -> list[PowerSplit]:
     """Every GPU's power at this tick split as the module says; `floors`: idle watts by GPU
     UUID (a GPU not in it is all idle power). GPUs without a power reading are left out.
-    `holders`: (key, memory, SM share) of each process on each GPU, in the sample's order,
-    where the caller grouped them already (`gpu_holders`)."""
-    users = holders if holders is not None else gpu_holders(sample)[0]
+    `by_gpu`: (key, memory, SM share) of each process on each GPU, in the sample's order,
+    where the caller grouped them already (cost.gpu_holders)."""
+    users = by_gpu if by_gpu is not None else gpu_holders(sample)[0]
     splits = []
     for gpu in sample.gpus:
         watts = gpu.power_watts

@@ -208,21 +208,21 @@ class LivePhases:
         processes = self._processes
         reorder = False
         for key in look_at:
-            proc = processes.get(key)
-            entry = self._entry(proc, since, until, drift) if proc is not None else None
-            if entry is None:
+            kept = processes.get(key)
+            entry = self._entry(kept, since, until, drift) if kept is not None else None
+            if entry is None or kept is None:
                 shown.pop(key, None)
                 kept_until.pop(key, None)
-                if proc is not None and proc.first_seen > until:  # (looked at each call)
+                if kept is not None and kept.first_seen > until:  # (looked at each call)
                     kept_until[key] = until
-                    heapq.heappush(due, (until, proc.order, key))
+                    heapq.heappush(due, (until, kept.order, key))
                 continue
-            if key not in shown and proc.order < view.last_order:
+            if key not in shown and kept.order < view.last_order:
                 reorder = True  # a process kept before the last one listed comes back
             shown[key] = entry[0]
-            view.last_order = max(view.last_order, proc.order)
+            view.last_order = max(view.last_order, kept.order)
             kept_until[key] = entry[1]
-            heapq.heappush(due, (entry[1], proc.order, key))
+            heapq.heappush(due, (entry[1], kept.order, key))
         if reorder:  # listed in the order the processes were first kept, as a walk lists them
             view.shown = {key: shown[key] for key in processes if key in shown}
         if len(due) > 2 * len(kept_until) + 64:  # entries that later looks replaced
@@ -262,7 +262,8 @@ class LivePhases:
         # u - shown_until <= drift * seen_s(u), where seen_s falls by at most u - until.
         length = until - since
         stays = proc.last_seen + length
-        stays = min(stays, proc.last_with_gpu + length if held_gpu
+        gpu_at = proc.last_with_gpu
+        stays = min(stays, gpu_at + length if held_gpu and gpu_at is not None
                     else samples[-1].ts + length)
         slack = (drift * seen_s - (until - shown[2])) / (1.0 + drift)
         return balance, min(stays, until + slack) - KEEP_MARGIN_S
