@@ -264,11 +264,23 @@ def gpu_holders(sample: Sample) -> Holders:
     return users, procs
 
 
+class BurnMemo:
+    """The last tick's split of each GPU with the inputs it was made from, for `burn`: a GPU
+    whose inputs did not change since (an idle GPU split by the memory its holders keep, most
+    ticks) keeps its split instead of one built again per holder."""
+
+    def __init__(self) -> None:
+        # GPU index -> (inputs, its GpuBurn, (holder, its ProcessShare) in the holders' order)
+        self.gpus: dict[int, tuple[tuple[Any, ...], GpuBurn,
+                                   list[tuple[ProcessKey, ProcessShare]]]] = {}
+
+
 def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = None,
-         holders: Holders | None = None) -> Burn:
+         holders: Holders | None = None, memo: BurnMemo | None = None) -> Burn:
     """Split the host price over GPUs and the processes holding them, for one sample; busy and
     idle as `thresholds` (the [idle] settings) say. `holders`: gpu_holders(sample), where the
-    caller has it already (the analyzer shares it with the energy meter)."""
+    caller has it already (the analyzer shares it with the energy meter); `memo`: the splits
+    of the caller's last call, reused for the GPUs whose inputs are the same (and updated)."""
     # Runs per process per tick: the per-process named tuples are built with tuple.__new__
     # (their generated __new__ is a Python call each).
     idle_pct = (thresholds.idle_utilization_pct if thresholds is not None
@@ -278,11 +290,25 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
     shares: dict[ProcessKey, list[ProcessShare]] = {}
     new_share = tuple.__new__
     gpus = []
+    last_splits = memo.gpus if memo is not None else {}
+    splits: dict[int, tuple[tuple[Any, ...], GpuBurn, list[tuple[ProcessKey, ProcessShare]]]] = {}
     for gpu in sample.gpus:
         util = gpu.utilization
+        users = users_by_gpu.get(gpu.index, ())
+        inputs = (per_gpu, idle_pct, gpu.status, util, users)
+        last = last_splits.get(gpu.index)
+        if last is not None and last[0] == inputs:  # (NaN never equals: split again)
+            for key, one in last[2]:
+                own = shares.get(key)
+                if own is None:
+                    shares[key] = [one]
+                else:
+                    own.append(one)
+            gpus.append(last[1])
+            splits[gpu.index] = last
+            continue
         ok = gpu.status == GPU_OK
         busy = gpu_is_busy(util, idle_pct) if ok else None
-        users = users_by_gpu.get(gpu.index, ())
         weights: list[float] = []
         basis = "unheld"
         if users:
@@ -298,11 +324,13 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
         total_weight = math.fsum(weights)
         allocated = []
         index = gpu.index
+        given = []
         for (key, _, _), weight in zip(users, weights, strict=False):
             share = weight / total_weight
             amount = per_gpu * share
             allocated.append(amount)
             one = new_share(ProcessShare, (index, share, basis, amount))
+            given.append((key, one))
             own = shares.get(key)
             if own is None:
                 shares[key] = [one]
@@ -310,8 +338,12 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
                 own.append(one)
         allocated_sum = math.fsum(allocated)
         idle = per_gpu - allocated_sum if users else per_gpu
-        gpus.append(GpuBurn(index, per_gpu, util, busy, basis, allocated_sum, max(idle, 0.0),
-                            gpu_wasted_per_hour(per_gpu, util, ok, idle_pct)))
+        split = GpuBurn(index, per_gpu, util, busy, basis, allocated_sum, max(idle, 0.0),
+                        gpu_wasted_per_hour(per_gpu, util, ok, idle_pct))
+        gpus.append(split)
+        splits[index] = (inputs, split, given)
+    if memo is not None:
+        memo.gpus = splits
     processes = {}
     for key, proc in holding.items():
         own = shares.get(key)
