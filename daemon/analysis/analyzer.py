@@ -206,12 +206,14 @@ class Analyzer:
         return grid_intensity(self.price.provider, self.price.region,
                               override_g_per_kwh=g_per_kwh, override_region=region)
 
-    def snapshot(self) -> dict[str, Any]:
-        """JSON-ready state for the API and the TUI."""
+    def snapshot(self, shares: bool = True) -> dict[str, Any]:
+        """JSON-ready state for the API and the TUI. `shares=False`: without each process's
+        split of its burn by GPU ("shares", which /v1/now does not show), a list per process
+        per tick less."""
         with self.lock:
-            return self._snapshot()
+            return self._snapshot(shares)
 
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self, shares: bool = True) -> dict[str, Any]:
         b = self.latest
         processes: dict[str, Any] = {}
         grid = self.grid()
@@ -227,7 +229,7 @@ class Analyzer:
                     "job": job,
                     "burn_per_hour": proc.burn_per_hour,
                     "cost": cost,
-                    "shares": [s.as_dict() for s in proc.shares],
+                    "shares": [s.as_dict() for s in proc.shares] if shares else [],
                     "energy": energy.as_dict(grid) if energy is not None else None,
                 }
         events = [e.as_dict() for e in self.idle.active()]

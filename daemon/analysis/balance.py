@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.analysis.phases import StackSample, phase_balance
+from daemon.analysis.phase_balance import StackSample, phase_balance
 from daemon.sources.frames import Frame
 from daemon.store import queries
 from daemon.store.reader import StoreReader

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.analysis.phases import COMPUTE, IDLE, UNKNOWN
+from daemon.wire import COMPUTE, IDLE, UNKNOWN
 
 IDLENESS_VERSION = 1
 

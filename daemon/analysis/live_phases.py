@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.analysis.phases import SampleSplit, StackSample, balance_of, sample_split
+from daemon.analysis.phase_balance import SampleSplit, StackSample, balance_of, sample_split
 from daemon.analysis.window_ticks import WINDOW_S
 from daemon.sources.frames import Frame
 from daemon.sources.sample import Sample

@@ -2,8 +2,8 @@
 stacks = false`), from what /proc shows without ptrace: the lower-confidence fallback.
 
 Inputs are the same HostSignals the stack classifier uses (CPU, read and write bytes with
-sockets and pipes, D state, iowait, whether its GPU was busy: daemon.analysis.phases) plus one
-look at /proc (daemon.sources.proc_state: thread states, the main thread's wchan and blocked
+sockets and pipes, D state, iowait, whether its GPU was busy: daemon.analysis.host_signals) plus
+one look at /proc (daemon.sources.proc_state: thread states, the main thread's wchan and blocked
 system call where readable). The order mirrors `phases.classify`'s signal steps: writing a lot
 is a checkpoint, reading or blocking on I/O is data wait, the main thread on a CPU is host
 compute, a thread blocked with nothing moving is idle. Without frames it cannot tell eval from
@@ -15,24 +15,12 @@ evidence came from.
 
 from __future__ import annotations
 
-from daemon.analysis.phases import (
-    CHECKPOINT,
-    COMM,
-    COMPUTE,
-    DATA_WAIT,
-    HOST_PREPROCESS,
-    IDLE,
-    NO_STACK_FILE,
-    NO_STACKS_EVIDENCE,
-    ON_CPU_MIN,
-    READ_MIN_PER_S,
-    UNKNOWN,
-    WRITE_MIN_PER_S,
-    Classification,
-    HostSignals,
-)
+from daemon.analysis.host_signals import ON_CPU_MIN, READ_MIN_PER_S, WRITE_MIN_PER_S, HostSignals
+from daemon.analysis.phase_balance import NO_STACK_FILE
+from daemon.analysis.phases import NO_STACKS_EVIDENCE, Classification
 from daemon.sources.frames import Frame
 from daemon.sources.proc_state import ProcFacts
+from daemon.wire import CHECKPOINT, COMM, COMPUTE, DATA_WAIT, HOST_PREPROCESS, IDLE, UNKNOWN
 
 # Kernel wait points (wchan: the function names change between kernels, so parts of names) and
 # system calls that mean "waiting for bytes": a read on a pipe or a socket. Waiting there with

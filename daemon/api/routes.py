@@ -154,7 +154,9 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         })
 
     async def now(request: web.Request) -> web.Response:
-        return web.json_response(daemon.now())
+        # the body encoded once per document (Daemon.now_body), as web.json_response sends it
+        return web.Response(body=daemon.now_body(), content_type="application/json",
+                            charset="utf-8")
 
     async def history(request: web.Request) -> web.Response:
         from daemon.store.schema import GPU_METRICS, PROCESS_METRICS

@@ -33,18 +33,14 @@ from typing import Any, NamedTuple
 
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
+from daemon.analysis.host_signals import HostSignals, cpu_demand
 from daemon.analysis.kinds import frame_markers
 from daemon.analysis.live_phases import LivePhases
-from daemon.analysis.phases import (
-    HostSignals,
-    classify,
-    cpu_demand,
-    source_reader,
-    user_frame,
-    waits_on_data_queue,
-)
+from daemon.analysis.phases import classify, waits_on_data_queue
 from daemon.analysis.proc_phases import classify_from_proc
 from daemon.analysis.proc_phases import where as proc_where
+from daemon.analysis.source_lines import source_reader
+from daemon.analysis.stack_rules import user_frame
 from daemon.config import AttributionConfig
 from daemon.sources.proc_state import read_facts
 from daemon.sources.procs import MainThreadClock, ThreadTimes

@@ -28,8 +28,9 @@ from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
 from daemon.analysis.window_ticks import WINDOW_S as EVALUATION_WINDOW_S  # phase balances too
 from daemon.api.audit import ActionGate
-from daemon.api.document import CostView, now_document
+from daemon.api.document import CostView, ProcessEntries, now_document
 from daemon.api.metrics_state import MetricsState, metrics_state
+from daemon.api.now_cache import NowCache
 from daemon.config import Config, db_path, snapshots_folder
 from daemon.runtime import memory, s3_upload, systemd
 from daemon.runtime.attribution import Attribution
@@ -163,6 +164,12 @@ class Daemon:
         # the live phase balances (attribution.phases) as /v1/now shows them: built when
         # asked, once per (tick, fact) version
         self._phases_shown: tuple[object, dict[str, dict[str, Any]]] = (None, {})
+        # /v1/now: the latest document and its body (api/now_cache.py), the parts of its process
+        # entries kept between documents, and a count of the changes to what it shows made
+        # outside a tick (a rules round, the slow meters, snoozes, an incident snapshot)
+        self._now = NowCache()
+        self._now_entries = ProcessEntries()
+        self._shown_changes = 0
         # recommendation id -> snoozed until (epoch s): the one place snoozes are kept; written
         # to the store's recommendations table and read back at start, so they survive a restart
         self.snoozed: dict[str, float] = {}
@@ -316,6 +323,8 @@ class Daemon:
     def _not_snoozed(self, recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Not snoozed, and not about a process that has exited since the last evaluation
         (the rules run every [cost].evaluate_every; advice must not outlive its process)."""
+        if not recommendations:  # (no set of the live processes' keys to build)
+            return []
         wall = clock.now()
         alive = ({process_key(p.pid, p.start_time) for p in self.last_sample.processes}
                  if self.last_sample is not None else None)
@@ -367,7 +376,7 @@ class Daemon:
         if self.snoozed.pop(rec_id, None) is None:
             return False
         if self.store is not None and self.analyzer is not None:
-            for rec in self.analyzer.snapshot()["recommendations"]:
+            for rec in self.analyzer.recommendations():
                 if rec.get("id") == rec_id:
                     facts.write_recommendations(self.store, [dict(rec, snoozed_until=None)],
                                                 clock.now())
@@ -516,12 +525,59 @@ class Daemon:
 
     def now(self) -> dict[str, Any]:
         """The latest state as a JSON-ready document (the API's /v1/now; see the README).
-        Call it on the event loop: the tick and the analyzer change what it reads."""
+        Built at most once per change of what it shows (`_now_key`): the same document until
+        then, to be read, never changed. Call it on the event loop: the tick and the analyzer
+        change what it reads."""
         host = dict(self.host, nvml_status=self.nvml.status,
                     driver_version=self.nvml.driver_version)
+        # (the store's health is a copy with its size measured now: taken once a call)
+        store = self.store.health.as_dict() if self.store is not None else None
+        key = self._now_key(host, store)
+        wall = clock.now()
+        document = self._now.get(key, wall)
+        if document is not None:
+            return document
+        # a snooze that runs out shows its recommendation again: the document holds until then
+        expires = min((until for until in self.snoozed.values() if until > wall),
+                      default=math.inf)
+        return self._now.put(key, self._build_now(host, store), valid_until=expires)
+
+    @property
+    def now_builds(self) -> int:
+        """How many /v1/now documents were built (not served from the last one) so far."""
+        return self._now.builds
+
+    def now_body(self) -> bytes:
+        """/v1/now's response body: `now()` as JSON, encoded once per document."""
+        self.now()
+        return self._now.body()
+
+    def _now_key(self, host: dict[str, Any], store: dict[str, Any] | None) -> tuple[Any, ...]:
+        """What /v1/now is built from, compared element by element (the same object, or an
+        equal value) with the last document's: the tick first (it changes most often), then
+        what changes between ticks: the rules' round and the slow meters (`_shown_changes`),
+        snoozes, a stack sampler's status, a phase fact, a kinds round, an incident snapshot
+        taken, the store's health."""
+        analyzer, attribution, snapshots = self.analyzer, self.attribution, self.snapshots
+        book = analyzer.book if analyzer is not None else None
+        return (
+            self.tick, self.last_sample, self.previous_sample, self._shown_changes,
+            tuple(self.snoozed.items()),
+            analyzer, analyzer.latest if analyzer is not None else None,
+            analyzer.price if analyzer is not None else None,
+            book.last_evaluated if book is not None else None,
+            len(book.resolved) if book is not None else None,
+            attribution,
+            tuple(attribution.status_by_key.items()) if attribution is not None else (),
+            attribution.phases.version if attribution is not None else None,
+            self.kinds.documents(),
+            snapshots, len(snapshots.by_event) if snapshots is not None else 0,
+            self.store, store, host, self.config.idle.utilization)
+
+    def _build_now(self, host: dict[str, Any], store: dict[str, Any] | None) -> dict[str, Any]:
         cost = None
         if self.analyzer is not None:
-            snapshot = self.analyzer.snapshot()
+            snapshot = self.analyzer.snapshot(shares=False)
             cost = CostView.from_snapshot(snapshot,
                                           self._not_snoozed(snapshot["recommendations"]))
         statuses = self.attribution.status_by_key if self.attribution is not None else {}
@@ -530,8 +586,7 @@ class Daemon:
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now(), stack_statuses=statuses, windows=windows,
-            kinds=self.kinds.documents(),
-            store=self.store.health.as_dict() if self.store is not None else None)
+            kinds=self.kinds.documents(), store=store, entries=self._now_entries)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
             event["snapshot"] = taken.get(event.get("id"))
@@ -566,6 +621,7 @@ class Daemon:
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
         """An incident snapshot is written: its event points to it. On the loop."""
+        self._shown_changes += 1  # /v1/now's event names it
         event = trigger.get("event")
         if event and self.store is not None:
             facts.write_event_snapshot(self.store, event["kind"], event["target"],
@@ -617,6 +673,7 @@ class Daemon:
         if self.analyzer is None or self.store is None or not self.analyzer.ledger.latency:
             return []
         meters = await asyncio.to_thread(self.analyzer.ledger.poll_latency)
+        self._shown_changes += 1
         self.record_meter_readings(clock.now(), [
             row for row in map(latency_reading, meters) if row is not None])
         return meters
@@ -640,6 +697,7 @@ class Daemon:
                         until - min(EVALUATION_WINDOW_S, max(60.0, until - self.started_at)), until)
                 elif self.analyzer is not None:
                     await asyncio.to_thread(self.analyzer.poll_slow)
+                    self._shown_changes += 1
                     self._record_costs(until)
             except Exception:  # the rules must never take the recorder down
                 log.exception("evaluating recommendations failed; trying again later")
@@ -662,12 +720,14 @@ class Daemon:
         if self.analyzer is None:
             return []
         await asyncio.to_thread(self.analyzer.poll_slow)
+        self._shown_changes += 1  # the slow meters' figures are in /v1/now's cost
         self._record_costs(until)
         # The rules take a while at many processes: in a thread, on a copy.
         found = await asyncio.to_thread(
             self.analyzer.analyze, self.analyzer.inputs(), balances, checkpoints,
             dict(self.kinds.kinds))
         recorded = self.analyzer.record(found)  # with how long each has stood
+        self._shown_changes += 1
         assert self.store is not None
         for event in self.analyzer.idle.active():  # their cost so far grows
             facts.write_event(self.store, event.as_dict())

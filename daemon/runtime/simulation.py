@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from daemon.analysis import phases
+from daemon.analysis.stack_rules import register_runtime
+from daemon.wire import COMPUTE
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class Simulation:
         sim_nvml.install(self._running.state_dir)
         # The simulated GPU's kernel call blocks while the GPU works, as a CUDA kernel would:
         # a stack inside it is compute, and its frames are not the user's code.
-        phases.register_runtime("*/daemon/sim/device.py", "*kernel", phases.COMPUTE,
+        register_runtime("*/daemon/sim/device.py", "*kernel", COMPUTE,
                                 "running a kernel on the (simulated) GPU")
         self.host = {
             "simulated": loaded.name,

@@ -2,7 +2,8 @@
 
 Shape:
 - one supervisor thread starts NVML (retrying with backoff while it is missing or mismatched)
-  and finds the devices; static facts (name, UUID, total memory) are read once per device;
+  and finds the devices; static facts (name, UUID, total memory) are read once per device,
+  slow ones (temperature, memory clock) every SLOW_FIELD_MAX_AGE_S, the rest every tick;
 - memory follows NVML's v2 memory info (nvmlDeviceGetMemoryInfo_v2): `used` excludes the memory
   the driver reserves, as nvidia-smi and nvitop show, and the reserved amount is kept beside
   it; a driver with only v1 is said once in the log and leaves memory_reserved_bytes absent;
@@ -28,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -78,8 +79,19 @@ NO_ACTIVITY = "none"
 HELD_BY_OTHER = "held by another reader"
 _MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
 _MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
-# A process's memory NVML does not know (read once: it was two lookups per process per tick)
-_MEMORY_NOT_AVAILABLE = (pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value, None)
+# A process's memory NVML does not know (MIG, vGPU, Windows WDDM)
+_MEMORY_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+# pynvml's structs read every field through a Python-level __getattribute__ (it decodes byte
+# strings); the ctypes field descriptors read the same integers directly: 3 fields of 32 samples
+# took 88 us that way, 15 us this way (x 8 GPUs a tick). Used only on pynvml's own struct type.
+_UTIL_SAMPLE = pynvml.c_nvmlProcessUtilizationSample_t
+_SAMPLE_PID = _UTIL_SAMPLE.pid.__get__
+_SAMPLE_STAMP = _UTIL_SAMPLE.timeStamp.__get__
+_SAMPLE_SM = _UTIL_SAMPLE.smUtil.__get__
+# Fields that change slowly are read every few seconds, not every tick (nvitop caches them so
+# too): a GPU's temperature moves by thermal inertia; its memory clock moves with the P-state,
+# which moves the SM clock too, so it is read again at once when the SM clock changes.
+SLOW_FIELD_MAX_AGE_S = 5.0
 
 
 def percent(value: int) -> float | None:
@@ -94,28 +106,46 @@ class _ProcessInfoV1(ctypes.Structure):
     _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
 
 
-def _running_processes_v1(handle: Any) -> list[Any]:
-    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
-    count = ctypes.c_uint(0)
-    ret = fn(handle, ctypes.byref(count), None)
-    if ret == pynvml.NVML_SUCCESS:
-        return []
-    if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-        raise pynvml.NVMLError(ret)
-    count.value = count.value * 2 + 5
-    infos = (_ProcessInfoV1 * count.value)()
-    ret = fn(handle, ctypes.byref(count), infos)
-    if ret != pynvml.NVML_SUCCESS:
-        raise pynvml.NVMLError(ret)
-    return list(infos[: count.value])
+def _process_query(symbol: str, info: type[ctypes.Structure]) -> Callable[[Any], list[Any]]:
+    """NVML's `symbol` (nvmlDeviceGetComputeRunningProcesses, _v2 or _v3) called as pynvml's
+    wrapper of it calls it: the symbol found through pynvml, the count asked first, the array
+    of `info` structs oversized for processes that start meanwhile, NVMLError(code) raised on
+    any other answer. Returns (pid, usedGpuMemory) per process, read from the C array by the
+    struct's field descriptors: pynvml's wrappers turn each struct into an object field by field
+    through a Python __getattribute__, a third of a GPU's whole read at 32 processes a GPU
+    (bench/nvml_read.py --profile)."""
+    pid_of = info.pid.__get__  # type: ignore[attr-defined]
+    memory_of = info.usedGpuMemory.__get__  # type: ignore[attr-defined]
+
+    def query(handle: Any) -> list[Any]:
+        fn = pynvml._nvmlGetFunctionPointer(symbol)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == pynvml.NVML_SUCCESS:
+            return []  # no process
+        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        count.value = count.value * 2 + 5
+        infos = (info * count.value)()
+        ret = fn(handle, ctypes.byref(count), infos)
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        found = infos[: count.value]
+        return list(zip(map(pid_of, found), map(memory_of, found), strict=True))
+
+    query.__name__ = query.__qualname__ = symbol  # a failure names the NVML call
+    return query
 
 
-# Newest first; the first whose symbol the library has is used from then on.
-_PROCESS_QUERIES: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = (
-    ("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.nvmlDeviceGetComputeRunningProcesses_v3),
-    ("nvmlDeviceGetComputeRunningProcesses_v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2),
-    ("nvmlDeviceGetComputeRunningProcesses", _running_processes_v1),
-)
+# Newest first; the first whose symbol the library has is used from then on. The structs are
+# pynvml's own (nvmlProcessInfo_v2_t; v3 takes the same) but for v1, which pynvml lacks.
+_PROCESS_QUERIES: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = tuple(
+    (symbol, _process_query(symbol, info)) for symbol, info in (
+        ("nvmlDeviceGetComputeRunningProcesses_v3",
+         getattr(pynvml, "c_nvmlProcessInfo_v3_t", pynvml.c_nvmlProcessInfo_v2_t)),
+        ("nvmlDeviceGetComputeRunningProcesses_v2", pynvml.c_nvmlProcessInfo_v2_t),
+        ("nvmlDeviceGetComputeRunningProcesses", _ProcessInfoV1),
+    ))
 
 
 class _Reader:
@@ -131,7 +161,9 @@ class GpuReading:
     """One reader thread's latest result for its GPU."""
 
     gpu: GpuSample
-    uses: tuple[tuple[int, GpuUse], ...]  # (pid, use)
+    # pid -> its uses of this GPU (one, or one per MIG instance), never changed once made: the
+    # tick merges every GPU's with dict.update instead of a loop over every process
+    uses: Mapping[int, tuple[GpuUse, ...]]
     read_at: float  # time.monotonic() when the reading finished
     uses_known: bool = True  # False: the GPU could not be read (lost, failed), nor its processes
 
@@ -160,8 +192,12 @@ class _Device:
         # another thread) must never pair one call's name with another call's start time.
         self.in_flight: tuple[str, float] | None = None
         self.process_query: tuple[str, Callable[[Any], list[Any]]] | None = None
-        self.gpm_previous: Any = None
+        self.gpm_previous: Any = None  # the GPM sample taken at the last read
+        self.gpm_spare: Any = None  # the one before it, to take the next sample into
+        self.gpm_request: Any = None  # the metrics request, made once and reused
         self.errors: list[str] = []
+        # field -> (when read, time.monotonic(); the field it moves with, then; its value)
+        self.slow_fields: dict[str, tuple[float, object, Any]] = {}
         # 2 while the driver answers v2 memory info, 1 once it has been found to lack it.
         self.memory_version = 2 if has_symbol(_MEMORY_V2_SYMBOL) else 1
         if self.memory_version == 1:
@@ -212,11 +248,12 @@ class _Device:
         util = self.call("utilization", pynvml.nvmlDeviceGetUtilizationRates)
         _, memory_used, memory_reserved = self._memory()
         power_mw = self.call("power", pynvml.nvmlDeviceGetPowerUsage)
-        temperature = self.call(
-            "temperature", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
+        now = time.monotonic()
+        temperature = self._slow("temperature", now, None, pynvml.nvmlDeviceGetTemperature, h,
+                                 pynvml.NVML_TEMPERATURE_GPU)
         sm_clock = self.call("sm_clock", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
-        mem_clock = self.call(
-            "memory_clock", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
+        mem_clock = self._slow("memory_clock", now, sm_clock, pynvml.nvmlDeviceGetClockInfo, h,
+                               pynvml.NVML_CLOCK_MEM)
         sm_activity = self._sm_activity()
         uses = self._processes()
         gpu = GpuSample(
@@ -236,6 +273,21 @@ class _Device:
             error="; ".join(self.errors) or None,
         )
         return GpuReading(gpu=gpu, uses=uses, read_at=time.monotonic())
+
+    def _slow(self, field: str, now: float, depends_on: object, fn: Callable[..., Any],
+              *args: Any) -> Any:
+        """A slow field's value: the one read within SLOW_FIELD_MAX_AGE_S while `depends_on`
+        (a faster field it moves with) has not changed since, else a new read (as `call`). A
+        failed read is not kept: the next tick asks again and its error shows meanwhile."""
+        kept = self.slow_fields.get(field)
+        if kept is not None and now - kept[0] < SLOW_FIELD_MAX_AGE_S and kept[1] == depends_on:
+            return kept[2]
+        value = self.call(field, fn, *args)
+        if value is None:
+            self.slow_fields.pop(field, None)
+        else:
+            self.slow_fields[field] = (now, depends_on, value)
+        return value
 
     def _memory(self) -> tuple[int | None, int | None, int | None]:
         """(total, used, reserved) bytes: v2 memory info while the driver has it (used without
@@ -281,7 +333,11 @@ class _Device:
                 self.activity_source = NO_ACTIVITY
             return None
         self.activity_source = GPM
-        sample = self.query("nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc)
+        # Two samples, taken into in turn (as NVML's GPM example does): not one allocated and
+        # one freed every read, two NVML calls a GPU a tick.
+        sample, self.gpm_spare = self.gpm_spare, None
+        if sample is None:
+            sample = self.query("nvmlGpmSampleAlloc", pynvml.nvmlGpmSampleAlloc)
         got = sample if isinstance(sample, NvmlFailure) else self.query(
             "nvmlGpmSampleGet", pynvml.nvmlGpmSampleGet, self.handle, sample)
         if isinstance(got, NvmlFailure):
@@ -303,16 +359,16 @@ class _Device:
         previous, self.gpm_previous = self.gpm_previous, sample
         if previous is None:
             return None
-        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request = self.gpm_request
+        if request is None:
+            request = self.gpm_request = pynvml.c_nvmlGpmMetricsGet_t()
         request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         request.numMetrics = 1
         request.sample1 = previous
         request.sample2 = sample
         request.metrics[0].metricId = _GPM_SM_UTIL
-        try:
-            result = self.query("nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
-        finally:
-            nvml_query(pynvml.nvmlGpmSampleFree, previous)
+        self.gpm_spare = previous  # the next read's sample goes into it
+        result = self.query("nvmlGpmMetricsGet", pynvml.nvmlGpmMetricsGet, request)
         if isinstance(result, NvmlFailure):
             self.errors.append(result.describe())
             return None
@@ -320,27 +376,28 @@ class _Device:
         return value if math.isfinite(value) else None
 
     def _leave_gpm(self) -> None:
-        """Stop sampling GPM on this GPU: its last sample is freed."""
-        if self.gpm_previous is not None:
-            nvml_query(pynvml.nvmlGpmSampleFree, self.gpm_previous)
-            self.gpm_previous = None
+        """Stop sampling GPM on this GPU: its samples are freed."""
+        for sample in (self.gpm_previous, self.gpm_spare):
+            if sample is not None:
+                nvml_query(pynvml.nvmlGpmSampleFree, sample)
+        self.gpm_previous = self.gpm_spare = None
 
-    def _processes(self) -> tuple[tuple[int, GpuUse], ...]:
+    def _processes(self) -> dict[int, tuple[GpuUse, ...]]:
         infos = self._running_processes()
         if not infos:
-            return ()
+            return {}
         shares = self._sm_shares()
-        uses = []
+        uses: dict[int, tuple[GpuUse, ...]] = {}
         index = self.index
-        for info in infos:
-            memory = int(info.usedGpuMemory)
-            pid = int(info.pid)
-            uses.append((pid, GpuUse(index, None if memory in _MEMORY_NOT_AVAILABLE else memory,
-                                     shares.get(pid, 0.0))))
-        return tuple(uses)
+        for pid, memory in infos:
+            use = GpuUse(index, None if memory == _MEMORY_NOT_AVAILABLE else memory,
+                         shares.get(pid, 0.0))
+            held = uses.get(pid)
+            uses[pid] = (use,) if held is None else (*held, use)
+        return uses
 
-    def _running_processes(self) -> list[Any]:
-        """Compute processes through the newest query whose symbol the library has (v3 -> v2 ->
+    def _running_processes(self) -> list[tuple[int, int]]:
+        """(pid, used memory) of the compute processes, through the newest query whose symbol the library has (v3 -> v2 ->
         v1), chosen once and kept."""
         if "processes" in self.unsupported:
             return []
@@ -355,7 +412,7 @@ class _Device:
         symbol, query = self.process_query
         result = self.query(symbol, query, self.handle)
         if not isinstance(result, NvmlFailure):
-            return list(result)
+            return result
         if result.kind == UNSUPPORTED:
             self.unsupported.add("processes")
         else:
@@ -375,12 +432,19 @@ class _Device:
             elif samples.kind != NOT_FOUND:  # NOT_FOUND: no process has run a kernel lately
                 self.errors.append(samples.describe())
             return {}
-        shares: dict[int, tuple[int, float]] = {}
-        for sample in samples:
-            pid, stamp = int(sample.pid), int(sample.timeStamp)
-            if pid not in shares or stamp > shares[pid][0]:
-                shares[pid] = (stamp, float(sample.smUtil))
-        return {pid: share for pid, (_, share) in shares.items()}
+        if samples and type(samples[0]) is _UTIL_SAMPLE:
+            fields: Iterable[tuple[int, int, int]] = zip(
+                map(_SAMPLE_PID, samples), map(_SAMPLE_STAMP, samples), map(_SAMPLE_SM, samples),
+                strict=True)
+        else:  # another pynvml's type: through its attributes
+            fields = ((int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples)
+        stamps: dict[int, int] = {}
+        shares: dict[int, float] = {}
+        for pid, stamp, share in fields:  # each pid's newest sample
+            if pid not in stamps or stamp > stamps[pid]:
+                stamps[pid] = stamp
+                shares[pid] = float(share)
+        return shares
 
 
 class NvmlSource:
@@ -503,7 +567,7 @@ class NvmlSource:
             reading = device.read()
             with self._lock:
                 self._readings[index] = reading
-                self._holders[index] = (frozenset(pid for pid, _ in reading.uses), time.time())
+                self._holders[index] = (frozenset(reading.uses), time.time())
             self._note_device(index, reading.gpu.status, reading.gpu.error)
             self._backoff[index] = self.config.retry_initial
             lead = min(0.2, self.interval / 4)
@@ -532,7 +596,7 @@ class NvmlSource:
                                   memory_total_bytes=base.memory_total_bytes,
                                   memory_reserved_bytes=base.memory_reserved_bytes,
                                   error=message),
-                    uses=(), read_at=time.monotonic(), uses_known=False)
+                    uses={}, read_at=time.monotonic(), uses_known=False)
             self._note_device(index, status, message)
             if lost:
                 device = None  # take a fresh handle when it comes back
@@ -608,7 +672,7 @@ class NvmlSource:
         now = time.monotonic()
         deadline = self.config.call_deadline
         gpus = []
-        uses: dict[int, list[GpuUse]] = {}
+        known: list[Mapping[int, tuple[GpuUse, ...]]] = []  # the uses of each GPU that answers
         stale: dict[int, float] = {}
 
         def held(index: int) -> None:
@@ -639,10 +703,17 @@ class NvmlSource:
             elif not reading.uses_known:
                 held(index)
             else:
-                for pid, use in reading.uses:
-                    uses.setdefault(pid, []).append(use)
+                known.append(reading.uses)
             gpus.append(gpu)
-        return self.status, tuple(gpus), {pid: tuple(u) for pid, u in uses.items()}, stale
+        uses: dict[int, tuple[GpuUse, ...]] = {}
+        for of_gpu in known:
+            uses.update(of_gpu)
+        if len(uses) < sum(map(len, known)):  # a process on several GPUs: its uses joined
+            uses = {}
+            for of_gpu in known:
+                for pid, on_gpu in of_gpu.items():
+                    uses[pid] = (*uses[pid], *on_gpu) if pid in uses else on_gpu
+        return self.status, tuple(gpus), uses, stale
 
     @staticmethod
     def _timed_out(gpu: GpuSample, why: str) -> GpuSample:

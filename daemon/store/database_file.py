@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from daemon.store.health import StoreHealth
+    from daemon.store.minute_tally import ProcessMinutes
 
 log = logging.getLogger("daemon.store.writer")  # the Store's log, as before this code moved here
 
@@ -47,6 +48,8 @@ class DatabaseFile:
         _conn: sqlite3.Connection
         _health: StoreHealth
         _problem_kind: str | None
+        _minutes: ProcessMinutes
+        _last_assigned_ts: int
 
         def _open(self) -> sqlite_utils.Database: ...
         def _set_problem(self, kind: str, text: str) -> None: ...
@@ -151,6 +154,8 @@ class DatabaseFile:
                 os.unlink(self.path + suffix)
             except OSError:
                 pass
+        # The minutes tallied so far may not match the file reopened: read from its raw rows.
+        self._minutes.forget(self._last_assigned_ts)
         try:
             os.replace(tmp, self.path)
             self._lock_file()

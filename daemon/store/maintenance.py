@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from daemon.sources.sample import Sample
     from daemon.store.health import StoreHealth
+    from daemon.store.minute_tally import ProcessMinutes
 
 _RAW_BATCH_TICKS = 30  # ticks deleted per retention batch (x GPUs x processes rows)
 _MINUTE_BATCH_MS = 10 * MINUTE * 1000
@@ -62,6 +63,7 @@ class Maintenance:
         _last_seen_flushed: float
         _processes: dict[tuple[int, int], int]
         _last_checkpoint: float
+        _minutes: ProcessMinutes
         _ticks_at_checkpoint: int
 
         _pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]]
@@ -134,12 +136,17 @@ class Maintenance:
                 return True
             with self._db.atomic():
                 self._conn.execute(_GPU_MINUTE_ROLLUP, {"b": bucket, "e": end})
-                self._conn.executemany(_INSERT_ROLLUP, self._process_minute_rows(bucket, end))
+                rows = self._minutes.rows(bucket)  # tallied as its ticks were written
+                if rows is None:
+                    rows = self._process_minute_rows(bucket, end)
+                self._conn.executemany(_INSERT_ROLLUP, rows)
                 self._set_meta("minute_done", end)
             self._minute_done = end
 
     def _process_minute_rows(self, bucket: int, end: int) -> list[tuple[int, ...]]:
         """Minute rollup rows of every process; cpu_percent (tenths) from consecutive samples.
+        Read from the raw rows where the writer's tally (daemon.store.minute_tally) did not see
+        the whole minute; the tally computes the same numbers.
 
         Computed in Python: SQLite's window functions cost 3x more here.
         """

@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from daemon.store.errors import SQLITE_FULL, TRANSIENT, error_code, free_bytes
@@ -98,8 +99,9 @@ class PendingWrites:
 
     def _run_facts(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
         with self._transaction() as conn:
-            for sql, params in statements:
-                conn.execute(sql, params)
+            # in order; a run of the same statement (a tick's stack samples) bound in one call
+            for sql, run in itertools.groupby(statements, key=itemgetter(0)):
+                conn.executemany(sql, [params for _, params in run])
 
     def _queue_fact(self, key: Hashable, sql: str, params: Sequence[object]) -> None:
         self._pending_facts.pop(key, None)

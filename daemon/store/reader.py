@@ -204,11 +204,15 @@ class StoreReader:
                 f"SELECT ts, proc, gpu, mem, sm FROM proc_gpu_samples WHERE ts IN ({picked})",
                 args,
             ).fetchall()
+            # A process's facts once, not on each of its samples' rows: at 64 processes x 240
+            # samples its command and user were 15 000 strings a snapshot's report held at once.
+            process_rows = conn.execute(
+                "SELECT id, pid, start_ms, ppid, user, command, owner FROM processes WHERE id IN"
+                f" (SELECT DISTINCT proc FROM proc_samples WHERE ts IN ({picked}))", args,
+            ).fetchall()
             proc_rows = conn.execute(
-                "SELECT s.ts, p.id, p.pid, p.start_ms, p.ppid, p.user, p.command, s.cpu_ms,"
-                " s.rss, s.read_b, s.write_b, s.iowait_ms, s.state, s.threads, s.threads_d,"
-                f" p.owner FROM proc_samples s JOIN processes p ON p.id = s.proc WHERE s.ts IN ({picked})",
-                args,
+                "SELECT ts, proc, cpu_ms, rss, read_b, write_b, iowait_ms, state, threads,"
+                f" threads_d FROM proc_samples WHERE ts IN ({picked})", args,
             ).fetchall()
         gpus: dict[int, list[GpuSample]] = {}
         for r in gpu_rows:
@@ -222,18 +226,20 @@ class StoreReader:
         uses: dict[tuple[int, int], list[GpuUse]] = {}
         for ts, proc, gpu, mem, sm in use_rows:
             uses.setdefault((ts, proc), []).append(GpuUse(gpu, mem, sm / 10))
-        owners: dict[str | None, dict[str, str]] = {}  # one process's owner, decoded once
+        known = {r[0]: (r[1], r[2] / 1000, r[3], r[4], r[5], decode_owner(r[6]))
+                 for r in process_rows}
         procs: dict[int, list[ProcessSample]] = {}
         for r in proc_rows:
-            owner = owners.get(r[15])
-            if owner is None:
-                owner = owners[r[15]] = decode_owner(r[15])
+            facts = known.get(r[1])
+            if facts is None:
+                continue  # its process row is gone (retention): as the join left it out
+            pid, start_time, ppid, user, command, owner = facts
             procs.setdefault(r[0], []).append(ProcessSample(
-                pid=r[2], start_time=r[3] / 1000, ppid=r[4], user=r[5], command=r[6],
-                gpus=tuple(uses.get((r[0], r[1]), ())), cpu_seconds=r[7] / 1000,
-                rss_bytes=r[8], read_bytes=r[9], write_bytes=r[10],
-                iowait_seconds=unscale_millis(r[11]), state=r[12], threads=r[13],
-                threads_in_d=r[14], owner=dict(owner)))
+                pid=pid, start_time=start_time, ppid=ppid, user=user, command=command,
+                gpus=tuple(uses.get((r[0], r[1]), ())), cpu_seconds=r[2] / 1000,
+                rss_bytes=r[3], read_bytes=r[4], write_bytes=r[5],
+                iowait_seconds=unscale_millis(r[6]), state=r[7], threads=r[8],
+                threads_in_d=r[9], owner=dict(owner)))
         return [Sample(ts=t[0] / 1000, tick=t[1],
                        gpus=tuple(sorted(gpus.get(t[0], []), key=lambda g: g.index)),
                        processes=tuple(sorted(procs.get(t[0], ()),

@@ -1,6 +1,7 @@
 """The recorder: every tick's Sample into SQLite, with recovery when the file or the disk fails.
 
-One writer (`Store`), one transaction per tick. Rollups, retention and checkpoints are in
+One writer (`Store`), one transaction per tick; the rows a tick writes are built, by position,
+in `daemon.store.tick_rows`. Rollups, retention and checkpoints are in
 `daemon.store.maintenance` (the `Maintenance` mixin), run by `Store.maintain()`. Readers
 (`Store.reader`, see `daemon.store.reader`) use their own read-only connections with a deadline.
 
@@ -40,8 +41,8 @@ from typing import Any
 
 import sqlite_utils
 
-from daemon.sources.owners import encode_owner
-from daemon.sources.sample import Sample
+from daemon.sources.sample import ProcessSample, Sample
+from daemon.store import tick_rows
 from daemon.store.database_file import DatabaseFile
 from daemon.store.errors import (
     SQLITE_FULL,
@@ -58,27 +59,17 @@ from daemon.store.files import (
 )
 from daemon.store.health import StoreHealth
 from daemon.store.maintenance import Maintenance
+from daemon.store.minute_tally import ProcessMinutes
 from daemon.store.pending import PendingWrites
 from daemon.store.reader import ReaderTimeout, StoreReader
-from daemon.store.schema import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    STATUS_CODES,
-    encode_status,
-    hundredths,
-    millis,
-    tenths,
-)
+from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
+from daemon.store.tick_rows import GpuFacts, GpuUseRow, ProcessSampleRow
 
 __all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader"]
 
 log = logging.getLogger(__name__)
 
 _PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")
-
-
-# A GPU's facts as the gpus table keeps them: uuid, name, total and driver-reserved memory.
-GpuFacts = tuple[str, str, int | None, int | None]
 
 
 PROCESS_CACHE_MAX = 4096  # process ids kept in memory; past it, only the live ones stay
@@ -238,6 +229,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         newest = conn.execute("SELECT max(ts) FROM ticks").fetchone()[0]
         self._newest_ts = newest or 0
         self._last_assigned_ts = self._newest_ts
+        self._minutes = ProcessMinutes(self._newest_ts)  # the processes' minute rollups
         self._minute_done = self._meta("minute_done")
         self._hour_done = self._meta("hour_done")
 
@@ -341,8 +333,10 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         new_gpus: dict[int, GpuFacts] = {}
         seen: dict[int, int] = {}
         with self._transaction():
-            for ts, sample in batch:
-                self._insert(ts, sample, new_processes, new_gpus, seen)
+            written = [(ts, *self._insert(ts, sample, new_processes, new_gpus, seen))
+                       for ts, sample in batch]
+        for ts, proc_rows, use_rows in written:
+            self._minutes.add(ts, proc_rows, use_rows)
         # Only now are the new rows' ids real.
         self._processes.update(new_processes)
         if len(self._processes) > PROCESS_CACHE_MAX:  # keyed by process: bounded (soak.py)
@@ -359,113 +353,51 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         new_processes: dict[tuple[int, int], int],
         new_gpus: dict[int, GpuFacts],
         seen: dict[int, int],
-    ) -> None:
+    ) -> tuple[list[ProcessSampleRow], list[GpuUseRow]]:
+        """Insert one tick's rows (built by daemon.store.tick_rows); its process and GPU-use
+        rows are returned for the minute tally."""
         conn = self._conn
-        host = sample.host
-        conn.execute(
-            "INSERT INTO ticks (ts, tick, nvml_status, n_gpus, n_processes, io_some, io_full,"
-            " cpu_some, io_some_us, io_full_us, cpu_some_us) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                ts,
-                sample.tick,
-                encode_status(sample.nvml_status),
-                len(sample.gpus),
-                len(sample.processes),
-                hundredths(host.io_some_avg10),
-                hundredths(host.io_full_avg10),
-                hundredths(host.cpu_some_avg10),
-                host.io_some_total_us,
-                host.io_full_total_us,
-                host.cpu_some_total_us,
-            ),
-        )
-        gpu_rows = []
+        conn.execute(tick_rows.INSERT_TICK, tick_rows.tick_row(ts, sample))
         for gpu in sample.gpus:
-            facts = (gpu.uuid, gpu.name, gpu.memory_total_bytes, gpu.memory_reserved_bytes)
-            known = new_gpus.get(gpu.index) or self._gpus.get(gpu.index)
-            # A reading without the memory facts (a lost GPU) keeps the ones recorded.
-            if known != facts and not (known and known[:2] == facts[:2]
-                                       and (facts[2] is None or facts[3] is None)):
-                conn.execute(
-                    "INSERT OR REPLACE INTO gpus (gpu, uuid, name, memory_total_bytes,"
-                    " memory_reserved_bytes) VALUES (?,?,?,?,?)",
-                    (gpu.index, *facts),
-                )
+            facts = tick_rows.gpu_facts(gpu)
+            if tick_rows.facts_changed(new_gpus.get(gpu.index) or self._gpus.get(gpu.index),
+                                       facts):
+                conn.execute(tick_rows.INSERT_GPU, (gpu.index, *facts))
                 new_gpus[gpu.index] = facts
-            gpu_rows.append(
-                (
-                    ts,
-                    gpu.index,
-                    STATUS_CODES.get(gpu.status, gpu.status),
-                    tenths(gpu.utilization),
-                    tenths(gpu.sm_activity),
-                    gpu.memory_used_bytes,
-                    millis(gpu.power_watts),
-                    gpu.temperature_c,
-                    gpu.sm_clock_mhz,
-                    gpu.memory_clock_mhz,
-                    gpu.error,
-                )
-            )
-        if gpu_rows:
-            conn.executemany(
-                "INSERT OR REPLACE INTO gpu_samples (ts, gpu, status, util, sm, mem, power_mw,"
-                " temp, sm_clock, mem_clock, error) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                gpu_rows,
-            )
-        proc_rows = []
-        use_rows = []
-        known_processes = self._processes
-        for proc in sample.processes:
-            key = (proc.pid, round(proc.start_time * 1000))
-            ident = known_processes.get(key) or new_processes.get(key)
-            if ident is None:  # not seen lately: recorded before (a restart), or new
-                row = conn.execute("SELECT id FROM processes WHERE pid = ? AND start_ms = ?",
-                                   key).fetchone()
-                if row is not None:
-                    ident = new_processes[key] = int(row[0])
-            if ident is None:
-                cursor = conn.execute(
-                    "INSERT INTO processes (pid, start_ms, ppid, user, command, first_ts,"
-                    " last_ts, owner) VALUES (?,?,?,?,?,?,?,?)",
-                    (proc.pid, key[1], proc.ppid, proc.user, proc.command, ts, ts,
-                     encode_owner(proc.owner)),
-                )
-                ident = cursor.lastrowid
-                assert ident is not None
-                new_processes[key] = ident
-            seen[ident] = ts
-            iowait = proc.iowait_seconds
-            proc_rows.append(
-                (
-                    ts,
-                    ident,
-                    round(proc.cpu_seconds * 1000),
-                    proc.rss_bytes,
-                    proc.read_bytes,
-                    proc.write_bytes,
-                    None if iowait is None else round(iowait * 1000),
-                    proc.state,
-                    proc.threads,
-                    proc.threads_in_d,
-                )
-            )
-            for use in proc.gpus:
-                use_rows.append(
-                    (ts, ident, use.gpu_index, use.memory_bytes, round(use.sm_share * 10))
-                )
+        if sample.gpus:
+            conn.executemany(tick_rows.INSERT_GPU_SAMPLES,
+                             tick_rows.gpu_sample_rows(ts, sample.gpus))
+        processes = sample.processes
+        idents = self._process_ids(ts, processes, new_processes)
+        seen.update(dict.fromkeys(idents, ts))
+        proc_rows = tick_rows.process_sample_rows(ts, processes, idents)
+        use_rows = tick_rows.gpu_use_rows(ts, processes, idents)
         if proc_rows:
-            conn.executemany(
-                "INSERT OR REPLACE INTO proc_samples (ts, proc, cpu_ms, rss, read_b, write_b,"
-                " iowait_ms, state, threads, threads_d) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                proc_rows,
-            )
+            conn.executemany(tick_rows.INSERT_PROCESS_SAMPLES, proc_rows)
         if use_rows:
-            conn.executemany(
-                "INSERT OR REPLACE INTO proc_gpu_samples (ts, proc, gpu, mem, sm)"
-                " VALUES (?,?,?,?,?)",
-                use_rows,
-            )
+            conn.executemany(tick_rows.INSERT_GPU_USES, use_rows)
+        return proc_rows, use_rows
+
+    def _process_ids(self, ts: int, processes: Sequence[ProcessSample],
+                     new_processes: dict[tuple[int, int], int]) -> list[int]:
+        """The id in `processes` of each process, in order; one not seen lately is looked up
+        (recorded before a restart) or recorded now, in `new_processes` until committed."""
+        known = self._processes
+        idents = []
+        for proc in processes:
+            key = (proc.pid, round(proc.start_time * 1000))
+            ident = known.get(key) or new_processes.get(key)
+            if ident is None:
+                row = self._conn.execute(tick_rows.FIND_PROCESS, key).fetchone()
+                if row is not None:
+                    ident = int(row[0])
+                else:
+                    ident = self._conn.execute(tick_rows.INSERT_PROCESS,
+                                               tick_rows.process_row(ts, proc, key[1])).lastrowid
+                    assert ident is not None
+                new_processes[key] = ident
+            idents.append(ident)
+        return idents
 
     # ------------------------------------------------------------------------- status
 

@@ -1,8 +1,10 @@
 """Config: defaults for everything, and errors that name the key, the value and what fits."""
 
 import re
+from pathlib import Path
 
 import pytest
+import tomllib
 
 from daemon import config
 from daemon.config import ConfigError
@@ -96,7 +98,7 @@ metric = "vllm:generation_tokens_total"
     assert loaded.idle.gpu_held_after == 300
     assert loaded.cost.jobs["llm"] == "train_llm"
     assert loaded.cost.budgets == {"host": {"daily": 500}}
-    assert config.unit_cost_meter(loaded.cost.unit_costs[0]).per == 1_000_000
+    assert config.unit_cost_setting(loaded.cost.unit_costs[0]).per == 1_000_000
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -116,7 +118,7 @@ def test_the_readme_config_example_is_valid():
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     example = readme.split("```toml", 1)[1].split("```", 1)[0]
-    loaded = config.from_dict(config.tomllib.loads(example), where="README.md")
+    loaded = config.from_dict(tomllib.loads(example), where="README.md")
     assert loaded.cost.budgets["host"]["daily"] == 800
     assert loaded.store.max_size == 1024 << 20
 
@@ -143,7 +145,7 @@ compare_managed = true
     assert loaded.instance.purchase_price == 300000 and loaded.instance.amortization_years == 4
     assert loaded.instance.electricity_per_kwh == 0.14
     assert loaded.pricing.extra_catalogs == [str(sheet)] and loaded.pricing.compare_managed
-    assert config.price_cache_path(loaded) == config.Path("/var/lib/mlcost/prices.json")
+    assert config.price_cache_path(loaded) == Path("/var/lib/mlcost/prices.json")
     per_gpu = config.from_dict({"instance": {"price_per_gpu_hour": 2.2,
                                              "lifecycle": "commit-3y"}})
     assert per_gpu.instance.price_per_gpu_hour == 2.2 and per_gpu.instance.lifecycle == "commit-3y"

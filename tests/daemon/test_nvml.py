@@ -179,17 +179,22 @@ until_tick = 1
     assert status == "ok"
 
 
-def test_process_query_falls_back_by_symbol(sim_host, source):
-    running = sim_host(host_toml(gpus=1, faults="""
+@pytest.mark.parametrize("missing, used", [
+    ('"nvmlDeviceGetComputeRunningProcesses_v3"', "nvmlDeviceGetComputeRunningProcesses_v2"),
+    ('"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"',
+     "nvmlDeviceGetComputeRunningProcesses"),
+])
+def test_process_query_falls_back_by_symbol(sim_host, source, missing, used):
+    running = sim_host(host_toml(gpus=1, faults=f"""
 [[faults]]
 kind = "missing_symbol"
-symbols = ["nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"]
+symbols = [{missing}]
 """), init=False)
     with attached(running, 0, 2):
         src = source()
         uses = wait_until(lambda: src.latest()[2].get(os.getpid()), timeout=8)
     assert uses[0].memory_bytes == 2 * GIB
-    assert src._devices[0].process_query[0] == "nvmlDeviceGetComputeRunningProcesses"
+    assert src._devices[0].process_query[0] == used
 
 
 def test_real_library_missing_without_simulation(source):
@@ -339,3 +344,121 @@ def test_a_utilization_that_is_no_percentage_is_absent():
 
     assert percent(0) == 0.0 and percent(100) == 100.0 and percent(37) == 37.0
     assert percent(4294967295) is None and percent(101) is None and percent(-1) is None
+
+
+def _counted(monkeypatch, name, fail_first=0):
+    """pynvml.`name`, replaced by a wrapper that counts its calls (by their arguments) and
+    raises NVML's Unknown Error for the first `fail_first` of them."""
+    import functools
+
+    real = getattr(pynvml, name)
+    calls: list[tuple] = []
+
+    @functools.wraps(real)
+    def counted(*args):
+        calls.append(args[1:])
+        if len(calls) <= fail_first:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return real(*args)
+
+    monkeypatch.setattr(pynvml, name, counted)
+    return calls
+
+
+def test_slow_fields_are_read_every_few_seconds_and_the_memory_clock_when_the_sm_clock_moves(
+        sim_host, monkeypatch):
+    from daemon.sources import nvml as nvml_source
+
+    running = sim_host(host_toml(gpus=1))
+    temperatures = _counted(monkeypatch, "nvmlDeviceGetTemperature")
+    clocks = _counted(monkeypatch, "nvmlDeviceGetClockInfo")
+    device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+    first, second, third = (device.read().gpu for _ in range(3))
+    assert len(temperatures) == 1 and first.temperature_c is not None
+    assert third.temperature_c == first.temperature_c and third.status == GPU_OK
+    assert clocks.count((pynvml.NVML_CLOCK_SM,)) == 3  # the SM clock: every read
+    assert clocks.count((pynvml.NVML_CLOCK_MEM,)) == 1 and third.memory_clock_mhz == 1215
+    with attached(running, 0, 1, sm=0.8):  # a kernel runs: the SM clock boosts...
+        boosted = wait_until(lambda: (lambda g: g if g.sm_clock_mhz != first.sm_clock_mhz
+                                      else None)(device.read().gpu), timeout=5)
+    assert clocks.count((pynvml.NVML_CLOCK_MEM,)) == 2  # ...and the memory clock is read again
+    assert boosted.memory_clock_mhz == 1215
+    monkeypatch.setattr(nvml_source, "SLOW_FIELD_MAX_AGE_S", 0.0)  # as once they are old
+    asked = len(temperatures)
+    device.read()
+    assert len(temperatures) == asked + 1
+
+
+def test_a_slow_field_that_failed_is_asked_again_at_the_next_read(sim_host, monkeypatch):
+    sim_host(host_toml(gpus=1))
+    temperatures = _counted(monkeypatch, "nvmlDeviceGetTemperature", fail_first=1)
+    device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+    failed = device.read().gpu
+    assert failed.temperature_c is None and "nvmlDeviceGetTemperature" in failed.error
+    read = device.read().gpu
+    assert read.temperature_c is not None and read.status == GPU_OK
+    assert len(temperatures) == 2
+
+
+def test_a_process_whose_memory_nvml_does_not_know_reads_as_unknown(sim_host, monkeypatch):
+    """NVML says NVML_VALUE_NOT_AVAILABLE for a process's memory under MIG or vGPU: 'not known',
+    and the GPU reads as OK (pynvml's own wrapper turns it into None: int(None) failed the whole
+    GPU's read before the source read the structs itself)."""
+    from daemon.sim import nvml as sim_nvml
+    from daemon.sources.nvml import _MEMORY_NOT_AVAILABLE
+    from daemon.sources.sample import GpuUse
+
+    running = sim_host(host_toml(gpus=1))
+    lib = sim_nvml.installed()
+    real = lib.nvmlDeviceGetComputeRunningProcesses_v3
+
+    def not_available(handle, count, infos):  # the driver's answer, in the same C array
+        ret = real(handle, count, infos)
+        if infos is not None:
+            infos[0].usedGpuMemory = _MEMORY_NOT_AVAILABLE
+        return ret
+
+    with attached(running, 0, 3):
+        device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+        assert device.read().uses == {os.getpid(): (GpuUse(0, 3 * GIB, 0.0),)}
+        monkeypatch.setitem(pynvml._nvmlGetFunctionPointer_cache,
+                            "nvmlDeviceGetComputeRunningProcesses_v3", not_available)
+        reading = device.read()
+    assert reading.gpu.status == GPU_OK, reading.gpu.error
+    assert reading.uses == {os.getpid(): (GpuUse(0, None, 0.0),)}
+
+
+def test_each_process_gets_its_newest_utilization_sample_whatever_type_pynvml_gives(
+        sim_host, monkeypatch):
+    from types import SimpleNamespace
+
+    running = sim_host(host_toml(gpus=1))
+    pid = os.getpid()
+    with attached(running, 0, 1, sm=0.8):
+        device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+        share = wait_until(lambda: device.read().uses[pid][0].sm_share, timeout=5)
+        assert 0 < share <= 100  # from pynvml's own struct, through its field descriptors
+        older, newer = (SimpleNamespace(pid=pid, timeStamp=t, smUtil=u) for t, u in
+                        ((10, 90), (20, 30)))
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetProcessUtilization",
+                            lambda handle, since: [newer, older])
+        assert device.read().uses[pid][0].sm_share == 30.0
+
+
+def test_gpm_samples_are_taken_into_two_buffers_in_turn(sim_host, monkeypatch):
+    """Not one allocated and one freed at every read: two NVML calls a GPU a tick."""
+    from daemon.sim import nvml as sim_nvml
+
+    sim_host(host_toml(gpus=1, model="NVIDIA H100 80GB HBM3", gpm=True))
+    lib = sim_nvml.installed()
+    allocs = _counted(monkeypatch, "nvmlGpmSampleAlloc")
+    frees = _counted(monkeypatch, "nvmlGpmSampleFree")
+    device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+    activity = []
+    for _ in range(4):
+        lib.reader.snapshot_ns = 0  # a fresh reading of the GPU, as a second later
+        gpu = device.read().gpu
+        assert gpu.status == GPU_OK, gpu.error
+        activity.append(gpu.sm_activity)
+    assert activity[0] is None and None not in activity[1:]  # GPM needs two samples
+    assert len(allocs) == 2 and frees == [] and len(lib._gpm_samples) == 2

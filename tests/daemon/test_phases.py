@@ -15,18 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from daemon.analysis import phases
-from daemon.analysis.phases import (
-    Classification,
-    HostSignals,
-    StackSample,
-    classify,
-    cpu_demand,
-    phase_balance,
-    read_source_line,
-    source_reader,
-    waits_on_data_queue,
-)
+from daemon.analysis import host_signals, phases, source_lines, stack_rules
+from daemon.analysis.host_signals import HostSignals, cpu_demand
+from daemon.analysis.phase_balance import StackSample, phase_balance
+from daemon.analysis.phases import Classification, classify, waits_on_data_queue
+from daemon.analysis.source_lines import read_source_line, source_reader
 from daemon.sources.stacks import (
     Frame,
     StackSampler,
@@ -86,7 +79,7 @@ def test_recorded_stack_is_classified(name):
     assert result.phase in accepted, result
     assert reason in result.reason
     assert result.frame is not None and result.frame.filename.endswith(user_file)
-    assert phases.is_user_code(result.frame)
+    assert stack_rules.is_user_code(result.frame)
 
 
 def test_starved_worker_dump_shows_the_reading_line():
@@ -205,9 +198,11 @@ def test_empty_stack():
 
 
 def test_classifier_does_not_know_our_demo_workloads():
-    text = Path(phases.__file__).read_text()
-    for name in ("daemon/sim", "daemon.sim", "read_shard", "Almanac", "ShardStream", "loader_starved"):
-        assert name not in text
+    for module in (phases, stack_rules, host_signals, source_lines):
+        text = Path(module.__file__).read_text()
+        for name in ("daemon/sim", "daemon.sim", "read_shard", "Almanac", "ShardStream",
+                     "loader_starved"):
+            assert name not in text, (module.__name__, name)
 
 
 # -- signals: a blocking call into C seen from outside ---------------------------------------
@@ -422,8 +417,6 @@ def test_source_lines_are_read_without_keeping_every_file(tmp_path):
     a file changed on disk is read again."""
     import linecache
 
-    from daemon.analysis import phases
-
     paths = []
     for n in range(600):  # more files than the cache keeps
         path = tmp_path / f"job_{n}.py"
@@ -432,7 +425,7 @@ def test_source_lines_are_read_without_keeping_every_file(tmp_path):
     for n, path in enumerate(paths):
         assert read_source_line(Frame("main", str(path), 2)) == f"time.sleep({n})  # line 2\n"
     assert not any(str(p) in linecache.cache for p in paths)
-    assert phases.source_lines_kept() <= phases.SOURCE_LINES_KEPT
+    assert source_lines.source_lines_kept() <= source_lines.SOURCE_LINES_KEPT
     paths[0].write_text("import time\nwhile True: pass\n")  # edited: a new size and mtime
     assert read_source_line(Frame("main", str(paths[0]), 2)) == "while True: pass\n"
     assert read_source_line(Frame("main", str(paths[0]), 99)) is None  # past its end

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from simhost import poll
 
-from daemon.analysis.phases import (
+from daemon.analysis.host_signals import HostSignals, cpu_demand
+from daemon.analysis.phase_balance import NO_STACK_FILE, StackSample, phase_balance
+from daemon.analysis.phases import NO_STACKS_EVIDENCE
+from daemon.analysis.proc_phases import classify_from_proc, where
+from daemon.sources.frames import Frame, stack_hash
+from daemon.sources.proc_state import ProcFacts, may_trace, read_facts, syscall_name
+from daemon.wire import (
     CHECKPOINT,
     COMM,
     COMPUTE,
@@ -23,17 +29,9 @@ from daemon.analysis.phases import (
     HOST_PREPROCESS,
     IDLE,
     LOW_CONFIDENCE,
-    NO_STACK_FILE,
-    NO_STACKS_EVIDENCE,
-    HostSignals,
-    StackSample,
-    cpu_demand,
-    phase_balance,
+    Process,
+    phase_label,
 )
-from daemon.analysis.proc_phases import classify_from_proc, where
-from daemon.sources.frames import Frame, stack_hash
-from daemon.sources.proc_state import ProcFacts, may_trace, read_facts, syscall_name
-from daemon.wire import Process, phase_label
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 from simhost import run_concurrently
 
-from daemon.analysis.phases import ON_CPU_MIN, cpu_demand
+from daemon.analysis.host_signals import ON_CPU_MIN, cpu_demand
 from daemon.sources import procs as procs_module
 from daemon.sources.procs import MainThreadClock, ProcessSource, ThreadTimes, read_pressure
 from daemon.sources.sample import GpuUse

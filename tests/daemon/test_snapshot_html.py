@@ -14,9 +14,10 @@ import pytest
 
 from daemon import clock
 from daemon.report_html import collect, render_store
-from daemon.runtime.snapshots import render_html_file
+from daemon.runtime import snapshots
+from daemon.runtime.snapshots import give_back_freed_memory, render_html_apart, render_html_file
 from daemon.store import facts
-from daemon.store.snapshot import write_snapshot
+from daemon.store.snapshot import SnapshotError, write_snapshot
 from tests import chromium
 from tests.daemon.scripted import T0, recording_daemon
 from tests.livedaemon import ROOT
@@ -191,7 +192,7 @@ def test_small_dollar_amounts_keep_their_figures_and_a_title_can_say_profile(sna
 def test_a_phase_balance_read_from_proc_alone_says_its_low_confidence(tmp_path):
     """Without Python stacks (ptrace denied) the phases come from /proc: the page says so next
     to the bar, as the text report and mlcost-top do; stacks from py-spy say nothing."""
-    from daemon.analysis.phases import NO_STACK_FILE
+    from daemon.analysis.phase_balance import NO_STACK_FILE
 
     daemon = recording_daemon(tmp_path, 5.0, ticks=30)
     store = daemon.store
@@ -220,3 +221,49 @@ def test_a_phase_balance_read_from_proc_alone_says_its_low_confidence(tmp_path):
     daemon.store.close()
     page = render_store(stacked / "mlcost.db")
     assert "data-phase=\"data_wait\"" in page and 'data-confidence="low"' not in page
+
+
+def test_the_report_built_apart_from_the_daemon_is_the_same_page(snapshot, tmp_path):
+    """Inside the daemon the report is built in a child Python (what it reads would otherwise
+    stay in the daemon's memory): the same page, written 0600."""
+    here, apart = tmp_path / "here.html", tmp_path / "apart.html"
+    render_html_file(snapshot, here)
+    render_html_apart(snapshot, apart)
+    assert apart.stat().st_mode & 0o777 == 0o600
+    # the page says when it was built; the rest is the same
+    stamp = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d)?[^<\"]*")
+    assert stamp.sub(b"", apart.read_bytes()) == stamp.sub(b"", here.read_bytes())
+
+
+def test_the_child_does_not_import_from_the_folder_it_was_started_in(snapshot, tmp_path,
+                                                                   monkeypatch):
+    """The report's child Python runs isolated: a `daemon` package planted in the folder a root
+    daemon was started from (or named by PYTHONPATH) is never imported; relative paths still
+    mean the caller's folder."""
+    planted = tmp_path / "planted" / "daemon"
+    planted.mkdir(parents=True)
+    marker = tmp_path / "imported"
+    (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path / "planted")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "planted"))
+    (tmp_path / "planted" / "snap.db").write_bytes(snapshot.read_bytes())
+    render_html_apart(Path("snap.db"), Path("report.html"))
+    assert (tmp_path / "planted" / "report.html").read_bytes().startswith(b"<!")
+    assert not marker.exists()
+
+
+def test_a_report_the_child_cannot_build_fails_with_its_reason(tmp_path):
+    not_a_store = tmp_path / "notes.db"
+    not_a_store.write_text("not a database\n" * 100)
+    html = tmp_path / "report.html"
+    with pytest.raises(SnapshotError) as raised:
+        render_html_apart(not_a_store, html)
+    message = str(raised.value)
+    assert str(html) in message and "\n" not in message
+    assert not html.exists()
+
+
+def test_memory_is_given_back_after_a_snapshot_even_without_glibc(monkeypatch):
+    give_back_freed_memory()  # glibc here: trims
+    monkeypatch.setattr(snapshots, "_malloc_trim", lambda: None)
+    give_back_freed_memory()  # no C library to ask: nothing happens

@@ -18,6 +18,7 @@ from daemon.runtime.snapshots import GPU_REARM_S, SnapshotTriggers
 from daemon.store import facts
 from daemon.store.snapshot import list_snapshots, read_facts
 from tests.daemon.scripted import T0, recording_daemon, sample
+from tests.livedaemon import ROOT
 
 
 def _config(folder: Path, **snapshots: object) -> config_module.Config:
@@ -148,7 +149,7 @@ def test_snapshots_settings_are_checked_with_the_key_and_value(tmp_path):
     default = config_module.Config()
     assert config_module.snapshots_folder(default) == \
         config_module.db_path(default).parent / "snapshots"
-    simulated = config_module.load(Path(config_module.__file__).parent / "sim" / "simulate.toml")
+    simulated = config_module.load(ROOT / "daemon" / "sim" / "simulate.toml")
     assert simulated.snapshots.held_idle_after == 60.0  # the demo's idle-GPU snapshot
     # ... and the demo's advice within minutes: the live tests run with these cut further
     # (tests/livedaemon.py DEMO_CONFIG), so the shipped values are pinned here.

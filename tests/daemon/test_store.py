@@ -277,6 +277,46 @@ def test_rollups_equal_aggregates_of_raw_rows(tmp_path: Path) -> None:
     assert hours == 3
 
 
+def test_minute_rollups_tallied_as_ticks_are_written_equal_those_read_from_raw_rows(
+        tmp_path: Path) -> None:
+    """The writer tallies each minute's process rollups as its ticks commit (no re-read of the
+    raw rows); a store reopened mid-minute cannot, and reads them. Both give the same rows, with
+    processes coming and going, two GPUs a process, unknown memory, gaps between ticks."""
+    rng = random.Random(7)
+    samples, ts = [], T0 + 17.3
+    for tick in range(1, 400):
+        procs = []
+        for j in range(8):
+            if rng.random() < 0.2:
+                continue  # not seen this tick
+            uses: tuple[GpuUse, ...] = (GpuUse(j % 2, rng.randint(1, 9) << 20, 12.5),)
+            if j % 3 == 0:
+                uses = (GpuUse(0, None, rng.randint(0, 1000) / 10),
+                        GpuUse(1, rng.choice([None, 5 << 20]), 1.25))
+            procs.append(process(100 + j, tick, rng, 2, gpus=uses))
+        samples.append(Sample(ts=ts, tick=tick, gpus=(gpu(0, rng), gpu(1, rng)),
+                              processes=tuple(procs)))
+        ts += rng.choice([0.5, 1.0, 1.0, 2.0, 7.0, 40.0])
+    tallied, reopened = tmp_path / "tallied.db", tmp_path / "reopened.db"
+    with Store(tallied) as store:
+        for sample in samples:
+            store.write(sample)
+            store.maintain(1.0)  # between ticks, as the daemon does
+    store = Store(reopened)
+    for i, sample in enumerate(samples):
+        store.write(sample)
+        if i % 97 == 0:  # a restart: the minute it falls in is read from the raw rows
+            store.close()
+            store = Store(reopened)
+    store.close()
+    with Store(reopened) as store:
+        drain(store)
+    query = "SELECT * FROM rollups WHERE res = 60 AND kind = ? ORDER BY bucket, key, metric"
+    expected = rows(reopened, query, (1,))
+    assert len(expected) > 1000
+    assert rows(tallied, query, (1,)) == expected
+
+
 def test_history_reads_raw_minute_and_hour_data(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with Store(path) as store:

@@ -9,6 +9,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import tomllib
 import yaml
 
 from daemon import config as config_module
@@ -67,7 +68,7 @@ def test_the_daemonset_has_what_mlcostd_needs_and_no_more():
 def test_the_mounted_config_is_one_mlcostd_accepts_and_serves_the_metrics_port():
     found = objects(MANIFEST)
     text = found["ConfigMap"]["data"]["mlcostd.toml"]
-    loaded = config_module.from_dict(config_module.tomllib.loads(text), where="ConfigMap")
+    loaded = config_module.from_dict(tomllib.loads(text), where="ConfigMap")
     [container] = found["DaemonSet"]["spec"]["template"]["spec"]["containers"]
     [port] = container["ports"]
     assert loaded.api.metrics_listen == f"0.0.0.0:{port['containerPort']}"

@@ -23,8 +23,8 @@ from typing import Any
 
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
 from daemon.analysis.cost import HostPrice
+from daemon.analysis.host_signals import READ_MIN_PER_S
 from daemon.analysis.kinds import ONLINE_INFERENCE
-from daemon.analysis.phases import READ_MIN_PER_S
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,

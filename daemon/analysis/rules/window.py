@@ -1,7 +1,7 @@
 """The window the rules read: per-GPU and per-process aggregates of a run of raw Samples.
 
 `build_analysis` turns samples (oldest first) and their burns into an `Analysis`: GPU windows,
-process windows (with the phase balance from daemon.analysis.phases, I/O stall evidence and
+process windows (with the phase balance from daemon.analysis.phase_balance, I/O stall evidence and
 checkpoint cadence), budget events and the price catalog. Busy and idle are
 `daemon.analysis.busy.gpu_is_busy` at the Analysis's `idle_utilization_pct` ([idle].utilization).
 """

@@ -1,0 +1,96 @@
+"""What a process did over the last seconds, seen from outside its Python stack.
+
+A blocking call into C (pickle.dump, array.tofile, a read inside a C extension) leaves no Python
+frame, so frames alone cannot tell a checkpoint from a host sync. `HostSignals` are what such a
+call looks like from outside, measured by the attribution between dumps: the main thread's
+on-CPU time, the process's read and write bytes, D state and iowait, and whether its GPU was
+busy while the host waited. The thresholds here are where the classifier (daemon.analysis.phases)
+and its /proc fallback (daemon.analysis.proc_phases) read a signal as a phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Signal thresholds (HostSignals). A log line or a metrics write is kilobytes a second; a
+# checkpoint or an output file is megabytes: 4 MB/s written while the GPU idles is the latter.
+WRITE_MIN_PER_S = 4e6
+# Reading 1 MB/s while the GPU idles is the input pipeline, not a config file or a log tail.
+READ_MIN_PER_S = 1e6
+# The same lines per CPU-second the process and its children got (HostSignals.tree_cpu), so a
+# verdict does not flip with the machine's load: on a loaded host a writer (a compressor it
+# waits for) gets less CPU and writes fewer bytes a second, but as many per CPU-second. Only
+# over at least IO_MIN_SECONDS_WORTH seconds' worth of bytes at the line (a sleeping process's
+# few kilobytes over a sliver of CPU are no stream); a quarter of a second's worth, as at load
+# 35-40 on 2 cores a compressor wrote ~3 MB in the 3 s the signals cover, under a second's 4 MB.
+IO_MIN_SECONDS_WORTH = 0.25
+# The main thread on a CPU at least half of the time it was not waiting for a core (see
+# cpu_demand), with no I/O, is computing on the host.
+ON_CPU_MIN = 0.5
+
+
+# A main thread waiting for a core at least a quarter of the time is slowed by the host's load.
+QUEUED_MIN = 0.25
+
+
+def cpu_demand(on_cpu_s: float, queued_s: float, wall_s: float) -> float | None:
+    """The share of a thread's time that it ran, leaving out the time it waited for a core.
+
+    A runnable thread waiting on a run queue does no work, so it is not counted as running;
+    nor is it counted as sleeping, since it wanted the CPU. That time is left out of the
+    denominator, and the share is run / (run + sleep), the thread's own demand: a CPU-bound
+    thread reads ~1 and a thread that mostly waits on the GPU or a loader reads low, however
+    loaded the host (at load 31 on 2 cores a main thread ran 3.2% of the wall time and queued
+    68.1%: it reads 10%, not 71%). All the time queued: it wanted a CPU throughout, 1.0.
+    None: no time passed."""
+    if wall_s <= 0:
+        return None
+    own = wall_s - max(queued_s, 0.0)
+    if own <= 0:
+        return 1.0
+    return min(max(on_cpu_s, 0.0) / own, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSignals:
+    """What a process did over the last seconds, seen from outside its Python stack.
+
+    Rates are over `seconds`; the read and write rates are the larger of storage bytes and
+    syscall bytes (pipes and sockets count as reading), summed over the process and its
+    children. None: not measured (the kernel would not say, or too few ticks yet).
+    """
+
+    seconds: float
+    # Share of the time its main thread ran, out of the time it was not waiting for a core
+    # (cpu_demand), 0-1: its run-queue wait is neither host work nor idle.
+    main_thread_cpu: float | None
+    process_cpu: float | None  # share of one core, all its threads
+    # Share of the wall time its main thread was runnable but waiting for a core (schedstat),
+    # 0-1. None: not measured.
+    main_thread_queued: float | None = None
+    read_per_s: float = 0.0
+    write_per_s: float = 0.0
+    # CPU-seconds a second of the process and its children (waited-for ones included): the
+    # time it got to run, which a loaded host shares out. None: not measured.
+    tree_cpu: float | None = None
+    d_state: bool = False  # a thread of it was in uninterruptible (disk) sleep
+    iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
+    gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)
+
+    def streams(self, per_s: float, line: float) -> str | None:
+        """How a rate of `per_s` bytes a second meets `line`: per wall second, or per
+        CPU-second it got (over at least IO_MIN_SECONDS_WORTH seconds' worth of the line's
+        bytes); None if neither."""
+        if per_s >= line:
+            return f"{per_s / 1e6:.3g} MB/s"
+        cpu = self.tree_cpu
+        if (cpu and per_s * self.seconds >= line * IO_MIN_SECONDS_WORTH
+                and per_s / cpu >= line):
+            return (f"{per_s / 1e6:.3g} MB/s, {per_s / cpu / 1e6:.3g} MB per CPU-second it "
+                    "got (the rate a loaded host slows)")
+        return None
+
+    @property
+    def on_cpu(self) -> float | None:
+        """The main thread's on-CPU share, or the whole process's where that is not known."""
+        return self.main_thread_cpu if self.main_thread_cpu is not None else self.process_cpu

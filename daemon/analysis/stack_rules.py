@@ -1,0 +1,283 @@
+"""The rules the phase classifier applies to a Python stack, as data.
+
+FRAME_RULES: frames of the real libraries (torch DataLoader, torch.save and distributed
+checkpoint, Hugging Face Trainer, Lightning loops, torch.cuda synchronize, c10d collectives,
+vLLM's engine loop) and the I/O and waiting frames of the standard library. SOURCE_CALLS: what
+the innermost user line calls, for calls into C that leave no Python frame. Which frame is the
+user's (is_user_code, user_frame) is decided here too, since a GPU runtime that declares its
+blocking call (register_runtime) is not user code. The order in which the rules are applied is
+daemon.analysis.phases.classify's. Nothing here knows the names of mlcost's own demo workloads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from daemon.sources.frames import Frame
+from daemon.wire import (
+    CHECKPOINT,
+    COMM,
+    COMPUTE,
+    DATA_WAIT,
+    EVAL,
+    HOST_PREPROCESS,
+    IDLE,
+    OUTPUT,
+    SYNC,
+    UNKNOWN,
+)
+
+# Frame rule kinds, in the order classify() tries them (see its docstring).
+CONTEXT = "context"  # anywhere in the stack: the whole stack is spent in this phase
+LIBRARY = "library"  # the innermost matching library frame decides
+IO = "io"  # a stdlib/library I/O frame below the innermost user frame
+WAIT = "wait"  # a stdlib waiting frame below the innermost user frame
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRule:
+    """A frame pattern: `file` and `name` are fnmatch globs on the path and qualified name."""
+
+    kind: str
+    file: str
+    name: str
+    phase: str
+    reason: str
+
+
+_DL = "*/torch/utils/data/dataloader.py"
+_C10D = "*/torch/distributed/distributed_c10d.py"
+_HF = "*/transformers/trainer.py"
+_PL = "*/lightning/pytorch/*"
+_PL_OLD = "*/pytorch_lightning/*"
+
+# Function names are 3.11+ qualified names; on older Pythons py-spy gives the bare name, which
+# name_matches accepts for a pattern's last component.
+FRAME_RULES: tuple[FrameRule, ...] = (
+    # -- checkpoint (context) --
+    FrameRule(CONTEXT, "*/torch/serialization.py", "save", CHECKPOINT, "torch.save"),
+    FrameRule(CONTEXT, "*/torch/serialization.py", "_save", CHECKPOINT, "torch.save"),
+    FrameRule(CONTEXT, "*/torch/serialization.py", "_legacy_save", CHECKPOINT, "torch.save"),
+    FrameRule(CONTEXT, "*/torch/distributed/checkpoint/*", "*save*", CHECKPOINT,
+         "torch.distributed.checkpoint save"),
+    FrameRule(CONTEXT, "*/torch/distributed/checkpoint/filesystem.py", "*_write_*", CHECKPOINT,
+         "torch.distributed.checkpoint writing files"),
+    FrameRule(CONTEXT, _HF, "Trainer._save_checkpoint", CHECKPOINT, "Hugging Face Trainer checkpoint"),
+    FrameRule(CONTEXT, _HF, "Trainer.save_model", CHECKPOINT, "Hugging Face Trainer save_model"),
+    FrameRule(CONTEXT, "*/lightning/*", "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
+    FrameRule(CONTEXT, _PL_OLD, "*save_checkpoint", CHECKPOINT, "Lightning save_checkpoint"),
+    FrameRule(CONTEXT, "*/safetensors/torch.py", "save*", CHECKPOINT, "safetensors save"),
+    FrameRule(CONTEXT, "*/orbax/checkpoint/*", "*save*", CHECKPOINT, "Orbax checkpoint save"),
+    # -- start-up (context): importing modules reads .py/.pyc files, which the I/O signals
+    # would take for input; it is neither data wait nor preprocessing (mlcostd profile samples
+    # a command from its first second, imports included) --
+    FrameRule(CONTEXT, "<frozen importlib._bootstrap>", "_find_and_load", UNKNOWN,
+              "importing modules (start-up)"),
+    # a path hook reading a zip archive on sys.path (seen as a D-state sample of a profiled
+    # command's first second, whose stack had no importlib frame left above it)
+    FrameRule(CONTEXT, "<frozen zipimport>", "*", UNKNOWN, "importing modules (start-up)"),
+    FrameRule(CONTEXT, "<frozen importlib._bootstrap_external>", "*", UNKNOWN,
+              "importing modules (start-up)"),
+    # -- eval (context) --
+    FrameRule(CONTEXT, _HF, "Trainer.evaluate", EVAL, "Hugging Face Trainer.evaluate"),
+    FrameRule(CONTEXT, _HF, "Trainer.evaluation_loop", EVAL, "Hugging Face Trainer evaluation loop"),
+    FrameRule(CONTEXT, _HF, "Trainer.prediction_step", EVAL, "Hugging Face Trainer prediction step"),
+    FrameRule(CONTEXT, _HF, "Trainer.predict", EVAL, "Hugging Face Trainer.predict"),
+    FrameRule(CONTEXT, "*/lightning/pytorch/loops/evaluation_loop.py", "*", EVAL,
+         "Lightning evaluation loop"),
+    FrameRule(CONTEXT, "*/pytorch_lightning/loops/evaluation_loop.py", "*", EVAL,
+         "Lightning evaluation loop"),
+    FrameRule(CONTEXT, "*/lightning/pytorch/loops/prediction_loop.py", "*", EVAL,
+         "Lightning prediction loop"),
+    # -- communication (library) --
+    *(
+        FrameRule(LIBRARY, _C10D, fn, COMM, f"torch.distributed {fn}")
+        for fn in (
+            "all_reduce", "all_reduce_coalesced", "broadcast", "barrier", "monitored_barrier",
+            "all_gather", "all_gather_into_tensor", "all_gather_object", "all_gather_coalesced",
+            "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+            "all_to_all_single", "gather", "gather_object", "scatter", "scatter_object_list",
+            "broadcast_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+        )
+    ),
+    FrameRule(LIBRARY, "*/torch/distributed/c10d_logger.py", "*", COMM, "torch.distributed collective"),
+    # Processes that wait for each other through multiprocessing (a Barrier, or a pipe to a
+    # peer or the parent): ranks of one job waiting for the slowest (see rules/stragglers.py).
+    FrameRule(LIBRARY, "*/multiprocessing/synchronize.py", "*", COMM,
+              "waiting for other processes at a multiprocessing barrier/lock"),
+    FrameRule(LIBRARY, "*/threading.py", "Barrier.wait", COMM, "waiting at a barrier"),
+    # -- host/GPU sync (library) --
+    FrameRule(LIBRARY, "*/torch/cuda/__init__.py", "synchronize", SYNC, "torch.cuda.synchronize"),
+    FrameRule(LIBRARY, "*/torch/cuda/streams.py", "*.synchronize", SYNC, "CUDA stream/event synchronize"),
+    FrameRule(LIBRARY, "*/torch/cuda/streams.py", "Event.wait", SYNC, "CUDA event wait"),
+    # -- data loading (library) --
+    FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._try_get_data", DATA_WAIT,
+         "DataLoader waiting for a batch from its workers"),
+    FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._get_data", DATA_WAIT,
+         "DataLoader waiting for a batch from its workers"),
+    FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._next_data", DATA_WAIT,
+         "DataLoader waiting for a batch from its workers"),
+    FrameRule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
+         "DataLoader loading samples in the main process (num_workers=0)"),
+    FrameRule(LIBRARY, "*/torch/utils/data/_utils/collate.py", "*", HOST_PREPROCESS,
+         "DataLoader collating a batch in the main process"),
+    FrameRule(LIBRARY, _DL, "_SingleProcessDataLoaderIter._next_data", HOST_PREPROCESS,
+         "DataLoader loading samples in the main process (num_workers=0)"),
+    FrameRule(LIBRARY, _DL, "_BaseDataLoaderIter.__next__", DATA_WAIT, "waiting on the DataLoader"),
+    FrameRule(LIBRARY, "*/lightning/pytorch/loops/fetchers.py", "*.__next__", DATA_WAIT,
+         "Lightning waiting on the next batch"),
+    FrameRule(LIBRARY, "*/pytorch_lightning/loops/fetchers.py", "*.__next__", DATA_WAIT,
+         "Lightning waiting on the next batch"),
+    FrameRule(LIBRARY, "*/torchvision/transforms/*", "*", HOST_PREPROCESS, "torchvision transforms"),
+    FrameRule(LIBRARY, "*/PIL/*", "*", HOST_PREPROCESS, "PIL image decoding"),
+    FrameRule(LIBRARY, "*/transformers/tokenization_utils*", "*", HOST_PREPROCESS, "tokenization"),
+    # -- serving (library): vLLM v1 engine core --
+    FrameRule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_input_queue", IDLE,
+         "vLLM engine waiting for requests (no traffic)"),
+    FrameRule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_engine_step", COMPUTE,
+         "vLLM engine step"),
+    # -- I/O called from user code (io) --
+    *(
+        FrameRule(IO, f"*/{file}", name, DATA_WAIT, f"reading ({what})")
+        for file, name, what in (
+            ("socket.py", "*readinto", "socket"),
+            ("socket.py", "*recv*", "socket"),
+            ("ssl.py", "*read", "TLS socket"),
+            ("ssl.py", "*recv*", "TLS socket"),
+            ("http/client.py", "*read*", "HTTP"),
+            ("_compression.py", "*read*", "compressed file"),
+            ("gzip.py", "*read*", "gzip file"),
+            ("zipfile.py", "ZipExtFile.*", "zip member"),
+            ("tarfile.py", "*", "tar file"),
+            ("numpy/lib/*npyio*.py", "load*", "numpy.load"),
+            ("numpy/lib/format.py", "read_array", "numpy.load"),
+            ("torch/serialization.py", "load", "torch.load"),
+            ("urllib3/*", "*read*", "HTTP"),
+            ("botocore/response.py", "*read*", "S3 object"),
+            ("fsspec/*", "*read*", "fsspec file"),
+            ("pyarrow/*", "*read*", "Arrow/Parquet"),
+        )
+    ),
+    # Writing output (logs, metrics, predictions, embeddings): serializing text records and
+    # writing them. Told by the frames, never by how fast the bytes go, which falls with load.
+    *(
+        FrameRule(IO, f"*/{file}", name, OUTPUT, f"writing output ({what})")
+        for file, name, what in (
+            ("json/__init__.py", "dump", "json.dump"),
+            ("json/__init__.py", "dumps", "json.dumps"),
+            ("json/encoder.py", "*", "JSON encoding"),
+            ("csv.py", "*", "csv writer"),
+            ("logging/__init__.py", "*", "logging"),
+            ("logging/handlers.py", "*", "logging"),
+        )
+    ),
+    *(
+        FrameRule(IO, f"*/{file}", name, CHECKPOINT, f"writing ({what})")
+        for file, name, what in (
+            ("zipfile.py", "*write*", "zip file"),
+            ("numpy/lib/*npyio*.py", "save*", "numpy.save"),
+            ("shutil.py", "copy*", "file copy"),
+            ("pickle.py", "*dump*", "pickle"),
+        )
+    ),
+    # -- waiting with nothing to do (wait) --
+    *(
+        FrameRule(WAIT, f"*/{file}", name, IDLE, f"waiting in {what}")
+        for file, name, what in (
+            ("queue.py", "*.get", "queue.get"),
+            ("threading.py", "Condition.wait", "Condition.wait"),
+            ("threading.py", "Event.wait", "Event.wait"),
+            ("threading.py", "Thread.join", "Thread.join"),
+            ("threading.py", "*._wait_for_tstate_lock", "Thread.join"),
+            ("selectors.py", "*.select", "select"),
+            ("asyncio/base_events.py", "*._run_once", "the asyncio event loop"),
+            ("multiprocessing/connection.py", "*", "a multiprocessing pipe"),
+            ("multiprocessing/queues.py", "*.get", "multiprocessing queue.get"),
+            ("subprocess.py", "*", "a subprocess"),
+            ("socketserver.py", "*serve_forever", "a server loop"),
+            ("code.py", "*", "an interactive prompt"),
+            ("zmq/*", "*", "ZeroMQ (a Jupyter kernel waiting)"),
+            ("tornado/*", "*", "the tornado event loop"),
+        )
+    ),
+)
+
+# What the innermost user line calls, for calls that leave no Python frame (C functions):
+# (regex on the source line, phase, reason). The first match wins.
+SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(pattern), phase, reason)
+    for pattern, phase, reason in (
+        (r"\.(item|tolist|cpu|numpy)\(\s*\)|\bsynchronize\(|\.to\(\s*['\"]cpu", SYNC,
+         "copying a result to the host (waits for the GPU)"),
+        (r"\bjson\.dumps?\(|\.writerows?\(|\bprint\(.*\bfile\s*=|"
+         r"\b(log|logger|logging)\.(debug|info|warning|error|exception|critical|log)\(",
+         OUTPUT, "writing output (serializing records)"),
+        (r"\.(write|writelines)\(.*(\bf['\"]|\.join\(|\\n|\bstr\(|\.format\(|%)",
+         OUTPUT, "writing output (text records)"),
+        (r"\bos\.(fsync|fdatasync|sync)\(|\.(write|writelines|flush)\(|\bos\.(write|pwrite)\(",
+         CHECKPOINT, "writing to a file"),
+        (r"\.(read|readinto|readline|readlines|recv|recv_into|recvfrom|read_bytes|read_text)\(|"
+         r"\bos\.(read|pread|readv|preadv)\(|\bnp\.(load|fromfile)\(|\burlopen\(|"
+         r"\bImage\.open\(|\bopen\([^)]*['\"]r?b?['\"]|\bopen\([^,)]*\)",
+         DATA_WAIT, "reading a file or socket"),
+        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join|acquire)\(|\bselect\(|\.get\(\s*(block|timeout|\))",
+         IDLE, "sleeping or waiting"),
+    )
+)
+
+
+def is_user_code(frame: Frame) -> bool:
+    """Not the standard library, not an installed package, not an interpreter-made frame."""
+    path = frame.filename.replace("\\", "/")
+    if path.startswith("<frozen") or "/site-packages/" in path or "/dist-packages/" in path:
+        return False
+    if any(fnmatchcase(path, rule.file) for rule in _RUNTIME_FRAME_RULES):
+        return False  # a GPU runtime's own code, like torch.cuda: not the user's
+    return not re.search(r"/lib/python3(\.\d+)?/", path)
+
+
+def user_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame in user code."""
+    return next((f for f in frames if is_user_code(f)), None)
+
+
+def name_matches(name: str, pattern: str) -> bool:
+    """A frame's function name matches a rule's glob (a qualified glob matches a bare name by
+    its last part)."""
+    if fnmatchcase(name, pattern):
+        return True
+    # pre-3.11 py-spy names are bare ("get"); a qualified pattern still matches its last part
+    return "." not in name and fnmatchcase(name, pattern.rsplit(".", 1)[-1])
+
+
+# Frames of GPU runtimes that declare themselves at run time (register_runtime).
+_RUNTIME_FRAME_RULES: list[FrameRule] = []
+
+
+def register_runtime(file_glob: str, name_glob: str, phase: str, reason: str) -> None:
+    """Declare a GPU runtime's blocking call (e.g. a kernel launch that waits for the GPU):
+    its frames are not user code, and a stack inside it is in `phase`."""
+    rule = FrameRule(LIBRARY, file_glob, name_glob, phase, reason)
+    if rule not in _RUNTIME_FRAME_RULES:
+        _RUNTIME_FRAME_RULES.append(rule)
+
+
+def rule_for(frame: Frame, kind: str) -> FrameRule | None:
+    """The first rule of `kind` (built in, then declared runtimes) that matches `frame`."""
+    path = frame.filename.replace("\\", "/")
+    for rule in (*FRAME_RULES, *_RUNTIME_FRAME_RULES):
+        if rule.kind == kind and fnmatchcase(path, rule.file) and name_matches(frame.name, rule.name):
+            return rule
+    return None
+
+
+def first_match(frames: Iterable[Frame], kind: str) -> tuple[FrameRule, Frame] | None:
+    """The first of `frames` (innermost first) that a rule of `kind` matches, with that rule."""
+    for frame in frames:
+        rule = rule_for(frame, kind)
+        if rule is not None:
+            return rule, frame
+    return None

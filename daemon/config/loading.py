@@ -1,0 +1,197 @@
+"""Reading a config file and turning its TOML into a checked Config: a bad section, key or value
+fails at start with the file, the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from daemon.analysis.kinds import KINDS
+from daemon.config.checks import check_energy, check_instance_price, check_pricing
+from daemon.config.cost_tables import check_budgets, latency_setting, unit_cost_setting
+from daemon.config.sections import SECTIONS, Config
+from daemon.config.values import parse_address, parse_duration, parse_s3_url, parse_size
+
+DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; this bound keeps /dev/zero out of memory
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the key, the value and what fits."""
+
+
+def load(path: str | os.PathLike[str] | None) -> Config:
+    """Read a config file; None reads the default path if it exists, else returns defaults."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            return Config()
+        path = DEFAULT_CONFIG_PATH
+    return from_dict(parse_file(Path(path)), where=str(path))
+
+
+def parse_file(path: Path) -> dict[str, Any]:
+    """The TOML in `path`, read only if it is a regular file of at most MAX_CONFIG_BYTES (a FIFO
+    would block the start, /dev/zero would fill memory). ConfigError says what is wrong."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: opened, not waited on
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too, then cannot be read
+        os.close(fd)
+        raise ConfigError(f"config file {path} is not a regular file; pass --config with a "
+                          "TOML file")
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; "
+                          "is it the right file?")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} on line "
+                          f"{line}); save the file as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return data
+
+
+def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
+    meta = f.metadata
+    kind, low, high, choices = meta["kind"], meta["low"], meta["high"], meta["choices"]
+    key = f"[{section}].{f.name}"
+    try:
+        if kind == "duration":
+            result: Any = parse_duration(value)
+        elif kind == "size":
+            result = parse_size(value)
+        elif kind == "table":
+            if not isinstance(value, dict):
+                raise ValueError("must be a table")
+            result = value
+        elif kind == "tables":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise ValueError("must be a list of tables ([[...]] in TOML)")
+            result = value
+        elif kind == "list":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError("must be a list of strings")
+            result = value
+        elif kind == "s3":
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            if value:
+                parse_s3_url(value)
+            result = value
+        elif kind == "address":
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            if value:
+                parse_address(value)
+            result = value
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError("must be true or false")
+            result = value
+        elif kind == "number":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError("must be a number")
+            result = float(value)
+        else:
+            if not isinstance(value, str):
+                raise ValueError("must be a string")
+            result = value
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {key} = {value!r}: {exc}; {meta['help']}") from None
+    if choices and result not in choices:
+        allowed = ", ".join(repr(c) for c in choices if c) + (" or empty" if "" in choices else "")
+        raise ConfigError(f"{where}: {key} = {value!r}: allowed values are {allowed}")
+    if low is not None and not (low <= result <= high):
+        unit = {"duration": " seconds", "size": " bytes"}.get(kind, "")
+        raise ConfigError(
+            f"{where}: {key} = {value!r}: must be between {low:g} and {high:g}{unit} ({meta['help']})")
+    return result
+
+
+def from_dict(data: dict[str, Any], where: str = "config") -> Config:
+    """Build a Config from parsed TOML, rejecting unknown sections and keys."""
+    sections: dict[str, Any] = {}
+    for name, body in data.items():
+        if name not in SECTIONS:
+            raise ConfigError(
+                f"{where}: unknown section [{name}]; allowed sections: {', '.join(SECTIONS)}")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: [{name}] must be a table, got {body!r}")
+        cls = SECTIONS[name]
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for key, value in body.items():
+            if key not in known:
+                raise ConfigError(
+                    f"{where}: unknown key [{name}].{key}; allowed keys in [{name}]: "
+                    f"{', '.join(known)}")
+            values[key] = _convert(name, known[key], value, where)
+        sections[name] = cls(**values)
+    config = Config(**sections, source=where)
+    try:
+        check_budgets(config.cost.budgets)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: [cost.budgets]: {exc}") from None
+    for number, meter in enumerate(config.cost.unit_costs, start=1):
+        try:
+            unit_cost_setting(meter)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: [[cost.unit_costs]] #{number}: {exc}") from None
+    for number, histogram in enumerate(config.cost.latency, start=1):
+        try:
+            latency_setting(histogram)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: [[cost.latency]] #{number}: {exc}") from None
+    for name, pattern in config.cost.jobs.items():
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            raise ConfigError(f"{where}: [cost.jobs].{name} = {pattern!r}: not a regular "
+                              f"expression ({exc})") from None
+    for name, kind in config.kinds.jobs.items():
+        if kind not in KINDS:
+            raise ConfigError(f"{where}: [kinds.jobs].{name} = {kind!r}: not a workload kind; "
+                              f"allowed values are {', '.join(repr(k) for k in KINDS)}")
+    url = config.nvml.dcgm_exporter_url
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: [nvml].dcgm_exporter_url = {url[:120]!r}: must be an "
+                          "http(s) URL of dcgm-exporter's /metrics, e.g. "
+                          "http://localhost:9400/metrics")
+    try:
+        check_energy(config.energy)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if config.attribution.high_sm_share < config.attribution.low_sm_share:
+        raise ConfigError(
+            f"{where}: [attribution].high_sm_share = {config.attribution.high_sm_share:g} is "
+            f"below low_sm_share = {config.attribution.low_sm_share:g}; it must be at least that")
+    try:
+        check_instance_price(config.instance)
+        check_pricing(config.pricing)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if config.nvml.retry_max < config.nvml.retry_initial:
+        raise ConfigError(
+            f"{where}: [nvml].retry_max = {config.nvml.retry_max:g} is below "
+            f"[nvml].retry_initial = {config.nvml.retry_initial:g}; it must be at least as long")
+    return config

@@ -1,0 +1,106 @@
+"""The forms a setting's value takes, in the config file and on the command line: durations
+('15m'), sizes ('512MiB'), HOST:PORT addresses and s3:// locations. Each parser raises
+ValueError naming the value and the forms it accepts; the loader adds the key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, None: 1,
+}
+
+
+# No duration anyone means is longer than a century; past it a number is a unit slip (ms for
+# s) or a hostile value (10**400 overflows float()).
+MAX_DURATION_S = 100 * 365 * 86400.0
+
+
+def parse_duration(value: str | int | float) -> float:
+    """'90s', '15m', '6h', '8d', '250ms' or a number of seconds -> seconds: a finite number
+    no longer than MAX_DURATION_S either way (a caller checks its own range, e.g. > 0).
+    ValueError names the value and the forms (never OverflowError)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        match = _DURATION.match(str(value)[:100])
+        if not match:
+            raise ValueError(f"{str(value)[:80]!r} is not a duration (use e.g. 30s, 15m, 6h, "
+                             "8d)")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not (math.isfinite(seconds) and abs(seconds) <= MAX_DURATION_S):
+        shown = f"{str(value)[:40]}..." if len(str(value)) > 40 else str(value)
+        raise ValueError(f"{shown!r} is not a duration of at most {MAX_DURATION_S:.0f} s "
+                         "(100 years)")
+    return seconds
+
+
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+_S3_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()\-]{1,255}")
+MAX_S3_PREFIX = 512  # an S3 key is at most 1024 bytes; the file name needs the rest
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """s3://BUCKET/PREFIX -> (bucket, prefix without slashes at its ends), for
+    `[snapshots].upload`. The bucket follows S3's naming rules (3-63 lower-case letters,
+    digits, dots and dashes; no '..'; not an IP address); the prefix is segments of S3's safe
+    characters, none of them '.' or '..'. ValueError names the value and the form."""
+    form = ("give s3://BUCKET/PREFIX (a bucket of 3-63 lower-case letters, digits, dots and "
+            "dashes; a prefix of letters, digits and !_.*'()- between slashes)")
+    if not isinstance(url, str) or not url.startswith("s3://"):
+        raise ValueError(f"{str(url)[:80]!r} is not an S3 location; {form}")
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    if (not _S3_BUCKET.fullmatch(bucket) or ".." in bucket or ".-" in bucket
+            or "-." in bucket or re.fullmatch(r"[0-9.]+", bucket)):
+        raise ValueError(f"{url[:80]!r}: {bucket[:70]!r} is not a valid bucket name; {form}")
+    prefix = prefix.strip("/")
+    if len(prefix) > MAX_S3_PREFIX:
+        raise ValueError(f"{url[:80]!r}: the prefix is {len(prefix)} characters long; keep it "
+                         f"under {MAX_S3_PREFIX}")
+    for segment in prefix.split("/") if prefix else []:
+        if segment in (".", "..") or not _S3_PREFIX_SEGMENT.fullmatch(segment):
+            raise ValueError(f"{url[:80]!r}: the prefix segment {segment[:40]!r} is not "
+                             f"allowed ('.', '..', empty or unusual characters); {form}")
+    return bucket, prefix
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds -> the largest whole unit: 21600 -> '6h', 90 -> '90s'."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_size(value: str | int) -> int:
+    """'512MiB', '1GiB', '2GB' or a number of bytes -> bytes."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size (use e.g. 512MiB, 1GiB)")
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as (host, port); ValueError says what fits."""
+    host, sep, port = value.rpartition(":")
+    if sep and host and port.isdigit():
+        if int(port) > 65535:
+            raise ValueError(f"port {int(port)} is out of range (0-65535)")
+        return host.strip("[]"), int(port)
+    raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
