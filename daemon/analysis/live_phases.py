@@ -164,6 +164,14 @@ class LivePhases:
                 samples.popleft()
             while proc.windows and (proc.windows[0][1] or float("inf")) < horizon:
                 del proc.windows[0]
+        # Changes no view will look at (none kept, or of processes it neither lists nor kept)
+        # go: with no client asking, they would pile up.
+        view = self._view
+        if view is None:
+            self._dirty.clear()
+        else:
+            self._dirty = {key for key in self._dirty if key in self._processes
+                           or key in view.shown or key in view.kept_until}
         if len(self._frames) > 4 * MAX_SAMPLES_PER_PROCESS:  # stacks no sample refers to
             used = {s.stack_hash for p in self._processes.values() for s in p.samples}
             self._frames = {h: f for h, f in self._frames.items() if h in used}
