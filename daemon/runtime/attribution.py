@@ -8,8 +8,8 @@ dip that ends sooner is dropped with its samples. When the main process waits on
 queue, its worker processes are dumped too, so the worker's reading line is found.
 
 Beside the stacks, each tick keeps a few snapshots of every process's counters (CPU, read and
-write bytes, D state, iowait, its GPUs' utilization) and, for processes in a dip only, its main
-thread's CPU time (run or waiting for a core). A dump is classified with the HostSignals of those last seconds, so a
+write bytes, D state, iowait, its GPUs' utilization) and, for processes in a dip whose sample
+may come within those snapshots only, its main thread's CPU time (run or waiting for a core). A dump is classified with the HostSignals of those last seconds, so a
 blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
 and each stored stack sample keeps the reason of its phase.
 
@@ -160,6 +160,9 @@ class Attribution:
         self._denied: set[tuple[int, float]] = set()
         self._proc_sampled_at: dict[tuple[int, float], float] = {}
         self._proc_samples_per_tick = max(1, math.ceil(PROC_SAMPLES_PER_S * interval_s))
+        # Processes in a window sampled from /proc whose main-thread clock is read this tick:
+        # those whose turn may come within the signals' snapshots (see _clocks_due).
+        self._clock_due: set[tuple[int, float]] = set()
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
@@ -225,6 +228,7 @@ class Attribution:
             self._end(key, self._dips[key], sample.ts)
         self._children = children
         self._sample_due_from_proc(from_proc, sample.ts)
+        self._clock_due = self._clocks_due(from_proc)
         self._gpu_children = gpu_children
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
@@ -250,9 +254,11 @@ class Attribution:
         else:
             signals.iowait_growing = proc.threads_in_d > 0
         signals.iowait = proc.iowait_seconds
-        # The main thread's clock only for processes in a dip: one pread each, and only there.
+        # The main thread's clock only for processes in a dip whose sample may come within the
+        # snapshots kept: one pread each, and only there.
         main = (self._main_threads.times(proc.pid, proc.start_time)
-                if key in self._dips else None)
+                if key in self._dips and (key in self._clock_due or (
+                    self.config.stacks and key not in self._denied)) else None)
         utils = []
         for use in proc.gpus:
             util = utilization.get(use.gpu_index)
@@ -378,6 +384,19 @@ class Attribution:
         due.sort(key=lambda entry: entry[0])
         for _, proc, share in due[:self._proc_samples_per_tick]:
             self._sample_from_proc(proc, share, ts)
+
+    def _clocks_due(self, candidates: list[tuple[ProcessSample, float]]
+                    ) -> set[tuple[int, float]]:
+        """The processes sampled from /proc whose main-thread clock the next ticks read: those
+        whose turn may come before SIGNAL_TICKS more ticks have passed, the longest unsampled
+        first as `_sample_due_from_proc` takes them. A sample's signals then have the clock
+        over all their snapshots, as if it were read every tick, at a bounded number of reads a
+        tick (SIGNAL_TICKS times the samples a tick) instead of one per process in a window:
+        130-250 at 256 processes."""
+        never = float("-inf")
+        keys = sorted((proc.key for proc, _ in candidates),
+                      key=lambda key: self._proc_sampled_at.get(key, never))
+        return set(keys[:SIGNAL_TICKS * self._proc_samples_per_tick])
 
     def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
         """One /proc-only sample (no ptrace), at most one per dump_interval per process."""

@@ -50,6 +50,15 @@ class _Known:
     command: str
     owner: dict[str, str]
     last_io: int = -1  # read_bytes + write_bytes + iowait ticks at the last tick
+    # What the last read saw, and the sample built from it: a process whose /proc/PID/stat
+    # and /proc/PID/io read the same bytes (an idle worker, a helper) and whose GPU uses are
+    # the same gets the same sample again, not parsed and built anew.
+    last_stat: bytes = b""
+    last_io_data: bytes = b""
+    last_sample: ProcessSample | None = None
+    # /proc/PID/io's counters as last parsed: (read_bytes, write_bytes, read_chars, write_chars)
+    last_io_counters: tuple[int | None, int | None, int | None, int | None] = (
+        None, None, None, None)
     stat_fd: int = -1  # /proc/PID/stat and /proc/PID/io kept open: re-read with pread(0)
     io_fd: int = -1
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
@@ -57,8 +66,13 @@ class _Known:
     read_by_tick: bool = False  # the tick's last read of it succeeded, since discovery looked
 
 
+# A process's own /proc files, never a link followed (the paths are the kernel's, but a test
+# root or a reused path must not redirect a root daemon's open), never inherited by a child.
+_PROC_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, _PROC_FLAGS)
     try:
         return os.read(fd, 4096)
     finally:
@@ -101,6 +115,7 @@ class ProcessSource:
         self._fds = threading.Lock()
         self._known: dict[int, _Known] = {}
         self._children_of: dict[int, tuple[int, ...]] = {}
+        self._parents = _Parents()
         self.delay_accounting = delay_accounting_enabled()
         self.io_readable = True  # False once /proc/PID/io is refused (not root)
 
@@ -129,14 +144,14 @@ class ProcessSource:
                                      if self._learn(k))
         new = {pid for pid in gpu_pids if pid not in self._children_of}
         scan = self.children and (scan_children or bool(new))
-        kids_by_parent = _children_by_parent() if scan else {}
+        kids_by_parent = self._parents.children_by_parent() if scan else {}
         for pid in gpu_pids:
             self._learn(pid, devices.get(pid, ()))
             if self.children and not scan and pid in self._children_of:
                 children_of[pid] = tuple(k for k in self._children_of[pid] if self._learn(k))
             elif self.children and pid in self._known:
                 found = []
-                for kid in _descendants(pid, kids_by_parent):
+                for kid in self._parents.descendants(pid, kids_by_parent):
                     if self._learn(kid):
                         found.append(kid)
                 children_of[pid] = tuple(found)
@@ -226,14 +241,15 @@ class ProcessSource:
             kids = children_of.get(pid)
             if kids:
                 pids.update(dict.fromkeys(kids))
-        for pid in pids:
-            known = known_by_pid.get(pid)
-            if known is None:
-                continue  # discovery has not seen it yet; it will within a few seconds
-            with lock:
-                sample = None if known.forgotten else self._read_one(known, gpu_uses.get(pid, ()))
-            if sample is not None:
-                samples.append(sample)
+        read_one, no_uses = self._read_one, ()
+        with lock:  # once a tick, not once a process: discovery waits the tick's few ms
+            for pid in pids:
+                known = known_by_pid.get(pid)
+                if known is None or known.forgotten:
+                    continue  # discovery has not seen it yet; it will within a few seconds
+                sample = read_one(known, gpu_uses.get(pid, no_uses))
+                if sample is not None:
+                    samples.append(sample)
         return tuple(samples)
 
     def _read_one(self, known: _Known, uses: tuple[GpuUse, ...]) -> ProcessSample | None:
@@ -241,14 +257,46 @@ class ProcessSource:
         known.read_by_tick = False  # until this read succeeds
         try:
             if known.stat_fd < 0:
-                known.stat_fd = os.open(f"/proc/{known.pid}/stat", os.O_RDONLY)
+                known.stat_fd = os.open(f"/proc/{known.pid}/stat", _PROC_FLAGS)
                 if int(_after_name(_reread(known.stat_fd))[19]) != known.start_ticks:
                     # The pid was reused: a different process. Discovery learns the new one.
                     _close(known)
                     return None
-            fields = _after_name(_reread(known.stat_fd))
+            data = os.pread(known.stat_fd, 4096, 0)
         except (OSError, ValueError, IndexError):
             return None  # exited, possibly mid-read
+        io_data = b""
+        if self.io_readable:
+            try:
+                if known.io_fd < 0:
+                    known.io_fd = os.open(f"/proc/{known.pid}/io", _PROC_FLAGS)
+                io_data = os.pread(known.io_fd, 4096, 0)
+            except PermissionError:
+                self.io_readable = False
+                log.warning("cannot read /proc/%d/io (needs root across users): read and write "
+                            "bytes are not recorded", known.pid)
+            except OSError:
+                return None
+        last = known.last_sample
+        if (last is not None and data == known.last_stat and io_data == known.last_io_data
+                and uses == last.gpus and last.state != "D" and not last.threads_in_d):
+            known.read_by_tick = True  # nothing moved since the last tick: the same sample
+            return last
+        try:
+            fields = data[data.rindex(b")") + 2:].split()
+            sample = self._sample(known, uses, fields, io_data)
+        except (ValueError, IndexError):
+            return None  # a torn or unexpected read: not this tick
+        if sample is not None:
+            known.last_stat, known.last_io_data, known.last_sample = data, io_data, sample
+            known.last_io_counters = (sample.read_bytes, sample.write_bytes, sample.read_chars,
+                                      sample.write_chars)
+        return sample
+
+    def _sample(self, known: _Known, uses: tuple[GpuUse, ...], fields: list[bytes],
+                io_data: bytes) -> ProcessSample | None:
+        """The sample of one read: `fields` of /proc/PID/stat after the command name, and
+        /proc/PID/io as read (b"" where it is not readable)."""
         state = fields[0].decode()
         if state in GONE_STATES:
             return None  # exited, not yet reaped by its parent: gone, as far as costs go
@@ -257,24 +305,18 @@ class ProcessSource:
         threads = int(fields[17])
         rss_bytes = int(fields[21]) * PAGE_SIZE
         blkio_ticks = int(fields[39]) if len(fields) > 39 else 0  # main thread only
-        read_bytes = write_bytes = read_chars = write_chars = None
-        if self.io_readable:
-            try:
-                if known.io_fd < 0:
-                    known.io_fd = os.open(f"/proc/{known.pid}/io", os.O_RDONLY)
-                # "rchar: N wchar: N syscr: N syscw: N read_bytes: N write_bytes: N ...",
-                # one split for all (a split per line cost as much as the read)
-                io = _reread(known.io_fd).split()
-                read_chars = int(io[1])
-                write_chars = int(io[3])
-                read_bytes = int(io[9])
-                write_bytes = int(io[11])
-            except PermissionError:
-                self.io_readable = False
-                log.warning("cannot read /proc/%d/io (needs root across users): read and write "
-                            "bytes are not recorded", known.pid)
-            except (OSError, ValueError, IndexError):
-                return None
+        if io_data == known.last_io_data:  # no I/O since the last tick (most processes)
+            read_bytes, write_bytes, read_chars, write_chars = known.last_io_counters
+        elif io_data:
+            # "rchar: N wchar: N syscr: N syscw: N read_bytes: N write_bytes: N ...",
+            # one split for all (a split per line cost as much as the read)
+            io = io_data.split()
+            read_chars = int(io[1])
+            write_chars = int(io[3])
+            read_bytes = int(io[9])
+            write_bytes = int(io[11])
+        else:
+            read_bytes = write_bytes = read_chars = write_chars = None
         io_marker = (read_bytes or 0) + (write_bytes or 0) + blkio_ticks
         threads_in_d = 0
         if state == "D" or io_marker != known.last_io:
@@ -284,8 +326,8 @@ class ProcessSource:
         known.read_by_tick = True
         blkio = max(known.blkio_ticks, blkio_ticks)
         iowait = blkio / CLOCK_TICKS if self.delay_accounting else None
-        # by position, in ProcessSample's field order: a frozen dataclass's keyword init costs
-        # a fifth more, once per process per tick
+        # by position, in ProcessSample's field order: a keyword init costs more, once per
+        # process per tick
         return ProcessSample(
             known.pid, known.start_time, known.ppid, known.user, known.command, uses,
             cpu_seconds, children_cpu_seconds, rss_bytes, read_bytes, write_bytes, read_chars,
@@ -355,11 +397,6 @@ class MainThreadClock:
         self.keep_only(set())
 
 
-# A process's own /proc files, never a link followed (the paths are the kernel's, but a test
-# root or a reused path must not redirect a root daemon's open).
-_PROC_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def _open_thread_clock(proc: str, pid: int) -> tuple[int, bool]:
     try:
         return os.open(f"{proc}/{pid}/task/{pid}/schedstat", _PROC_FLAGS), True
@@ -378,30 +415,72 @@ def _close(known: _Known) -> None:
     known.stat_fd = known.io_fd = -1
 
 
-def _children_by_parent() -> dict[int, list[int]]:
-    """Every process's children, from one pass over /proc/PID/stat (psutil's children() makes
-    one pass per parent, which at 64 GPU processes costs more than everything else together;
-    psutil.process_iter costs 5-6x this read, building a Process object for each)."""
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            ppid = int(_stat_fields(int(name))[1])
-        except (OSError, ValueError, IndexError):
-            continue  # exited meanwhile
-        if ppid:
-            kids.setdefault(ppid, []).append(int(name))
-    return kids
+# Scans for children between full ones, which read every process's parent anew: a process
+# whose parent exited has another one since, and a pid may be reused between two scans.
+FULL_SCAN_EVERY = 6
 
 
-def _descendants(pid: int, kids_by_parent: dict[int, list[int]]) -> list[int]:
-    found, todo = [], list(kids_by_parent.get(pid, ()))
-    while todo:
-        kid = todo.pop()
-        found.append(kid)
-        todo.extend(kids_by_parent.get(kid, ()))
-    return found
+class _Parents:
+    """Every host process's parent, from /proc/PID/stat, kept from one scan to the next.
+
+    Finding the children of GPU processes means knowing every process's parent (psutil's
+    children() makes one pass per parent, which at 64 GPU processes cost more than everything
+    else together; psutil.process_iter costs 5-6x this read, building a Process object for
+    each). A parent does not change while a process lives, so a scan reads the stat of the
+    pids it has not seen before, and only every FULL_SCAN_EVERY-th scan reads them all; the
+    descendants of a GPU process found through remembered parents are read again to confirm
+    them (a pid reused since has another parent), a read per child, not per host process."""
+
+    def __init__(self) -> None:
+        self._ppid: dict[int, int] = {}
+        self._remembered: set[int] = set()  # pids whose parent was not read by the last scan
+        self._scans = 0
+
+    def children_by_parent(self) -> dict[int, list[int]]:
+        remembered = self._ppid if self._scans % FULL_SCAN_EVERY else {}
+        self._scans += 1
+        ppids: dict[int, int] = {}
+        kept = set()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            ppid = remembered.get(pid)
+            if ppid is not None:
+                kept.add(pid)
+            else:
+                try:
+                    ppid = int(_stat_fields(pid)[1])
+                except (OSError, ValueError, IndexError):
+                    continue  # exited meanwhile
+            ppids[pid] = ppid
+        self._ppid = ppids  # only what is listed now: the pids of exited processes go
+        self._remembered = kept
+        kids: dict[int, list[int]] = {}
+        for pid, ppid in ppids.items():
+            if ppid:
+                kids.setdefault(ppid, []).append(pid)
+        return kids
+
+    def descendants(self, pid: int, kids_by_parent: dict[int, list[int]]) -> list[int]:
+        """`pid`'s children, theirs, and so on, as the last scan saw them; a parent remembered
+        from an earlier scan is read again, and a process whose parent is another is left out
+        (and its parent corrected)."""
+        found, todo = [], list(kids_by_parent.get(pid, ()))
+        while todo:
+            kid = todo.pop()
+            if kid in self._remembered:
+                try:
+                    ppid = int(_stat_fields(kid)[1])
+                except (OSError, ValueError, IndexError):
+                    continue  # exited since
+                self._remembered.discard(kid)
+                if ppid != self._ppid.get(kid):
+                    self._ppid[kid] = ppid  # a pid reused since: not this parent's child
+                    continue
+            found.append(kid)
+            todo.extend(kids_by_parent.get(kid, ()))
+        return found
 
 
 def _task_stalls(pid: int) -> tuple[int, int]:

@@ -47,13 +47,17 @@ class GpuUse:
     sm_share: float  # percent of the GPU's SMs this process kept busy; 0 when NVML had no sample
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProcessSample:
     """One process (a GPU process or a child of one, e.g. a DataLoader worker) at one tick.
 
     Keyed by (pid, start_time): a pid can be reused, a start time cannot.
     Counters (cpu_seconds, read_bytes, write_bytes, iowait_seconds) are cumulative since the
     process started; None where the kernel would not tell us (permissions, no delay accounting).
+
+    Never changed once built, like the other samples, but not declared frozen: one is built per
+    process per tick, and a frozen dataclass's __init__ (object.__setattr__ per field) cost 3.4
+    us against 0.5 for a plain one, 0.7 ms a tick at 256 processes (measured, Python 3.11).
     """
 
     pid: int

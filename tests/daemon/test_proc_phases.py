@@ -396,6 +396,63 @@ def test_proc_samples_are_bounded_per_tick_and_every_process_gets_its_turn(tmp_p
     assert kept[5] == 40
 
 
+def test_main_thread_clocks_are_read_only_for_processes_whose_proc_sample_is_near(tmp_path):
+    """Forty processes in a window without stacks, eight /proc samples a tick: the main
+    thread's clock is read for those whose turn comes within the signals' snapshots, at most
+    SIGNAL_TICKS x 8 a tick, not for all forty; and every sample taken once the window is
+    under way still has the main thread's CPU in its signals."""
+    import asyncio
+
+    from daemon.config import AttributionConfig
+    from daemon.runtime.attribution import PROC_SAMPLES_PER_S, SIGNAL_TICKS, Attribution
+    from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.store.writer import Store
+
+    store = Store(tmp_path / "mlcost.db")
+    procs = tuple(ProcessSample(os.getpid(), 1000.0 + i, os.getppid(), "ann", "python job.py",
+                                (GpuUse(0, 1 << 30, 0.0),)) for i in range(40))
+    gpu = GpuSample(0, "u0", "A100-SXM4-40GB", "ok", 0.0, None, 40 << 30, 40 << 30)
+    attribution = Attribution(AttributionConfig(min_window=0.5, dump_interval=2.0,
+                                                stacks=False), store, interval_s=1.0)
+    reads_this_tick = []
+    clock_times = attribution._main_threads.times
+
+    def counted(pid, start_time):
+        reads_this_tick.append((pid, start_time))
+        return clock_times(pid, start_time)
+
+    attribution._main_threads.times = counted  # type: ignore[method-assign]
+    signals_at_sample = []  # (tick, main thread CPU known) of each /proc sample
+    host_signals = attribution.host_signals
+    tick_now = [0]
+
+    def observed(proc):
+        said = host_signals(proc)
+        signals_at_sample.append((tick_now[0], said is not None
+                                  and said.main_thread_cpu is not None))
+        return said
+
+    attribution.host_signals = observed  # type: ignore[method-assign]
+    reads = []
+
+    async def run() -> None:
+        for tick in range(20):
+            tick_now[0] = tick
+            reads_this_tick.clear()
+            attribution.on_tick(Sample(3000.0 + tick, tick, gpus=(gpu,), processes=procs))
+            reads.append(len(reads_this_tick))
+        await attribution.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+    bound = SIGNAL_TICKS * int(PROC_SAMPLES_PER_S)
+    assert max(reads) <= bound < len(procs), reads
+    later = [known for tick, known in signals_at_sample if tick >= 2 * SIGNAL_TICKS]
+    assert len(later) >= 8 * int(PROC_SAMPLES_PER_S) and all(later), signals_at_sample
+
+
 @pytest.mark.parametrize("machine, number, name, phase", [
     ("x86_64", 0, "read", DATA_WAIT), ("aarch64", 63, "read", DATA_WAIT),
     ("x86_64", 202, "futex", IDLE), ("aarch64", 98, "futex", IDLE),

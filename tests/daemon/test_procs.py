@@ -380,3 +380,110 @@ def test_discovery_takes_the_ticks_read_as_proof_a_process_still_runs(monkeypatc
     assert source.read({proc.pid: USE}) == ()
     source.discover(set())
     assert source.read({proc.pid: USE}) == ()
+
+
+def test_an_idle_process_is_read_again_as_soon_as_it_moves():
+    """A process whose /proc files read the same bytes gets the same sample again; the tick
+    after it moves (pipe traffic, another GPU share) shows the new counters."""
+    code = (
+        "import os, sys\n"
+        "for line in sys.stdin:\n"  # idle until told; then 1 MiB through a pipe of its own
+        "    r, w = os.pipe()\n"
+        "    for _ in range(16):\n"
+        "        os.write(w, b'x' * 65536); os.read(r, 65536)\n"
+        "    print('DONE', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        source = ProcessSource()
+        source.discover({proc.pid})
+        (first,) = source.read({proc.pid: USE})
+        (again,) = source.read({proc.pid: USE})
+        assert again == first
+        other = (GpuUse(gpu_index=1, memory_bytes=1 << 30, sm_share=10.0),)
+        (moved_gpu,) = source.read({proc.pid: other})
+        assert moved_gpu.gpus == other
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "DONE"
+        (after,) = source.read({proc.pid: USE})
+        assert after.write_chars - first.write_chars >= 16 * 65536
+        assert after.read_chars - first.read_chars >= 16 * 65536
+        assert after.gpus == USE
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _open_descriptors():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_descriptors_stay_bounded_by_the_processes_watched():
+    """The tick keeps two descriptors open per process it reads; discovery closes those of
+    processes that exited or are no longer watched, so rounds of processes starting and exiting
+    leave the daemon's descriptor count where it started."""
+    source = ProcessSource(children=True)
+    before = _open_descriptors()
+    for _ in range(3):
+        batch = [spawn("import time; time.sleep(30)") for _ in range(20)]
+        try:
+            pids = {p.pid for p in batch}
+            deadline = time.time() + 10
+            while len(source.read({pid: USE for pid in pids})) < len(pids):
+                assert time.time() < deadline, "discovery never saw every process"
+                source.discover(pids)
+            assert _open_descriptors() <= before + 2 * len(pids)
+        finally:
+            for p in batch:
+                p.kill()
+            for p in batch:
+                p.wait()
+        assert source.read({pid: USE for pid in pids}) == ()  # exited: nothing read
+        source.discover(pids)  # still listed on a GPU (a stale NVML list), but exited
+        assert _open_descriptors() == before
+    source.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reusing a pid on purpose needs root")
+def test_a_childs_pid_reused_by_another_process_is_not_taken_for_a_child():
+    """Scans between full ones remember every process's parent; a pid reused since is read
+    again before it counts as a child, and a new child is found by such a scan."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         "kid = subprocess.Popen(['sleep', '30'])\n"
+         "print(kid.pid, flush=True)\n"
+         "sys.stdin.readline(); kid.kill(); kid.wait()\n"  # told: its child exits
+         "print('KILLED', flush=True)\n"
+         "sys.stdin.readline()\n"  # told again: a new child
+         "kid = subprocess.Popen(['sleep', '30'])\n"
+         "print(kid.pid, flush=True)\n"
+         "time.sleep(30)\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    stranger = None
+    try:
+        kid = int(parent.stdout.readline())
+        source = ProcessSource(children=True)
+        source.discover({parent.pid})  # a full scan
+        assert {s.pid for s in source.read({parent.pid: USE})} == {parent.pid, kid}
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline().strip() == "KILLED"
+        stranger = _spawn_with_pid(kid, "import time; time.sleep(30)")  # not its child
+        source.discover({parent.pid})  # a scan between full ones
+        assert {s.pid for s in source.read({parent.pid: USE})} == {parent.pid}
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        new_kid = int(parent.stdout.readline())
+        source.discover({parent.pid})
+        assert {s.pid for s in source.read({parent.pid: USE})} == {parent.pid, new_kid}
+        source.close()
+    finally:
+        for child in psutil.Process(parent.pid).children():
+            child.kill()
+        for proc in (parent, stranger):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
