@@ -23,7 +23,7 @@ from typing import Any
 from daemon.analysis.book import DEFAULT_HOLD_S, RecommendationBook
 from daemon.analysis.budgets import BudgetWatch
 from daemon.analysis.busy import IdleThresholds
-from daemon.analysis.cost import Burn, HostPrice, burn
+from daemon.analysis.cost import Burn, BurnMemo, HostPrice, burn, gpu_holders
 from daemon.analysis.energy import EnergyMeter
 from daemon.analysis.idle import Event, IdleDetector
 from daemon.analysis.kinds import Kind
@@ -87,6 +87,7 @@ class Analyzer:
         # compact ticks (window_ticks.WindowTick), not whole Samples: 360 of them stay in memory
         self.window: deque[WindowTick] = deque()
         self.latest: Burn | None = None
+        self._burn_memo = BurnMemo()  # each GPU's last split: kept while its inputs are
         self.latest_sample: Sample | None = None
         self.recent: deque[Event] = deque(maxlen=RECENT_EVENTS)
         self.lock = threading.Lock()  # see the module docstring
@@ -101,11 +102,12 @@ class Analyzer:
             return self._update(sample)
 
     def _update(self, sample: Sample) -> list[Event]:
-        current = burn(sample, self.price, self.thresholds)
+        holders = gpu_holders(sample)  # grouped once for the burn and the energy split
+        current = burn(sample, self.price, self.thresholds, holders, self._burn_memo)
         self.latest, self.latest_sample = current, sample
         seconds = self.ledger.add(current)
         self.gpu_totals.add(sample, current, seconds)
-        self.energy.add(sample, seconds)
+        self.energy.add(sample, seconds, holders)
         events = self.idle.update(sample, current)
         events += self.budgets.update(self.ledger, sample.ts)
         self.recent.extend(events)

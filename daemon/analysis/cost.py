@@ -21,18 +21,21 @@ meters' (daemon.analysis.meters).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
-from daemon.sources.sample import GPU_OK, Sample
+from daemon.sources.sample import GPU_OK, ProcessSample, Sample
 from daemon.wire import process_key
 
 NO_PRICE_SOURCE = "no price: set [instance].price_per_hour"
 
 ProcessKey = tuple[int, float]
+# (key, memory held, SM share) of the processes on each GPU, in the sample's order; and the
+# processes that hold a GPU, by key, in that order (gpu_holders)
+Holders = tuple[dict[int, list[tuple[ProcessKey, int | None, float]]],
+                dict[ProcessKey, ProcessSample]]
 
 
 # -- host price ------------------------------------------------------------------------------
@@ -241,23 +244,71 @@ def gpu_wasted_per_hour(price_per_gpu: float, utilization_pct: float | None, ok:
     return price_per_gpu * (1.0 - min(utilization_pct or 0.0, 100.0) / 100.0)
 
 
-def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = None) -> Burn:
+def gpu_holders(sample: Sample) -> Holders:
+    """(key, memory, SM share) of the processes on each GPU, in the sample's order, and the
+    processes that hold a GPU by key: one pass over the sample."""
+    users: dict[int, list[tuple[ProcessKey, int | None, float]]] = {}
+    procs: dict[ProcessKey, ProcessSample] = {}
+    for proc in sample.processes:
+        uses = proc.gpus
+        if not uses:
+            continue
+        key = proc.key
+        procs[key] = proc
+        for use in uses:
+            held = users.get(use.gpu_index)
+            if held is None:
+                users[use.gpu_index] = [(key, use.memory_bytes, use.sm_share)]
+            else:
+                held.append((key, use.memory_bytes, use.sm_share))
+    return users, procs
+
+
+class BurnMemo:
+    """The last tick's split of each GPU with the inputs it was made from, for `burn`: a GPU
+    whose inputs did not change since (an idle GPU split by the memory its holders keep, most
+    ticks) keeps its split instead of one built again per holder."""
+
+    def __init__(self) -> None:
+        # GPU index -> (inputs, its GpuBurn, (holder, its ProcessShare) in the holders' order)
+        self.gpus: dict[int, tuple[tuple[Any, ...], GpuBurn,
+                                   list[tuple[ProcessKey, ProcessShare]]]] = {}
+
+
+def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = None,
+         holders: Holders | None = None, memo: BurnMemo | None = None) -> Burn:
     """Split the host price over GPUs and the processes holding them, for one sample; busy and
-    idle as `thresholds` (the [idle] settings) say."""
+    idle as `thresholds` (the [idle] settings) say. `holders`: gpu_holders(sample), where the
+    caller has it already (the analyzer shares it with the energy meter); `memo`: the splits
+    of the caller's last call, reused for the GPUs whose inputs are the same (and updated)."""
+    # Runs per process per tick: the per-process named tuples are built with tuple.__new__
+    # (their generated __new__ is a Python call each).
     idle_pct = (thresholds.idle_utilization_pct if thresholds is not None
                 else DEFAULT_IDLE_UTILIZATION_PCT)
     per_gpu = price.per_gpu
-    holders: dict[int, list[tuple[ProcessKey, float | None, float]]] = defaultdict(list)
-    for proc in sample.processes:
-        for use in proc.gpus:
-            holders[use.gpu_index].append((proc.key, use.memory_bytes, use.sm_share))
-    shares: dict[ProcessKey, list[ProcessShare]] = defaultdict(list)
+    users_by_gpu, holding = holders if holders is not None else gpu_holders(sample)
+    shares: dict[ProcessKey, list[ProcessShare]] = {}
+    new_share = tuple.__new__
     gpus = []
+    last_splits = memo.gpus if memo is not None else {}
+    splits: dict[int, tuple[tuple[Any, ...], GpuBurn, list[tuple[ProcessKey, ProcessShare]]]] = {}
     for gpu in sample.gpus:
         util = gpu.utilization
+        users = users_by_gpu.get(gpu.index, ())
+        inputs = (per_gpu, idle_pct, gpu.status, util, users)
+        last = last_splits.get(gpu.index)
+        if last is not None and last[0] == inputs:  # (NaN never equals: split again)
+            for key, one in last[2]:
+                own = shares.get(key)
+                if own is None:
+                    shares[key] = [one]
+                else:
+                    own.append(one)
+            gpus.append(last[1])
+            splits[gpu.index] = last
+            continue
         ok = gpu.status == GPU_OK
         busy = gpu_is_busy(util, idle_pct) if ok else None
-        users = holders.get(gpu.index, ())
         weights: list[float] = []
         basis = "unheld"
         if users:
@@ -272,29 +323,39 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
                 basis = "equal"
         total_weight = math.fsum(weights)
         allocated = []
+        index = gpu.index
+        given = []
         for (key, _, _), weight in zip(users, weights, strict=False):
             share = weight / total_weight
             amount = per_gpu * share
             allocated.append(amount)
-            shares[key].append(ProcessShare(gpu.index, share, basis, amount))
+            one = new_share(ProcessShare, (index, share, basis, amount))
+            given.append((key, one))
+            own = shares.get(key)
+            if own is None:
+                shares[key] = [one]
+            else:
+                own.append(one)
         allocated_sum = math.fsum(allocated)
         idle = per_gpu - allocated_sum if users else per_gpu
-        gpus.append(GpuBurn(gpu.index, per_gpu, util, busy, basis, allocated_sum, max(idle, 0.0),
-                            gpu_wasted_per_hour(per_gpu, util, ok, idle_pct)))
+        split = GpuBurn(index, per_gpu, util, busy, basis, allocated_sum, max(idle, 0.0),
+                        gpu_wasted_per_hour(per_gpu, util, ok, idle_pct))
+        gpus.append(split)
+        splits[index] = (inputs, split, given)
+    if memo is not None:
+        memo.gpus = splits
     processes = {}
-    for proc in sample.processes:
-        key = proc.key
+    for key, proc in holding.items():
         own = shares.get(key)
         if own:
-            processes[key] = ProcessBurn(key, proc.user, proc.command,
-                                         own[0].per_hour if len(own) == 1 else
-                                         math.fsum(s.per_hour for s in own), tuple(own),
-                                         proc.owner)
+            processes[key] = new_share(ProcessBurn, (
+                key, proc.user, proc.command,
+                own[0].per_hour if len(own) == 1 else math.fsum(s.per_hour for s in own),
+                tuple(own), proc.owner))
     idle_per_hour = math.fsum(g.idle_per_hour for g in gpus)
     total = math.fsum(p.burn_per_hour for p in processes.values()) + idle_per_hour
     return Burn(sample.ts, price, per_gpu, total, idle_per_hour,
                 math.fsum(g.wasted_per_hour for g in gpus), tuple(gpus), processes, idle_pct)
-
 
 
 

@@ -18,13 +18,6 @@ from daemon.sources.sample import GpuSample, HostUsageSample, ProcessSample, Sam
 from daemon.wire import process_key
 
 
-def _rate(now: float | None, before: float | None, seconds: float) -> float | None:
-    """(now - before) / seconds, or None when either side or the interval is unknown."""
-    if now is None or before is None or seconds <= 0:
-        return None
-    return (now - before) / seconds
-
-
 @dataclass(frozen=True, slots=True)
 class GpuUseModel:
     """What one process holds on one GPU this tick."""
@@ -60,16 +53,28 @@ class ProcessModel(NamedTuple):
     def from_samples(cls, proc: ProcessSample, before: ProcessSample | None,
                      seconds: float) -> ProcessModel:
         """The model of `proc`, with rates over the `seconds` since `before` (same process)."""
+        # Built once per process per /v1/now: the rates inline (None where either side or the
+        # interval is unknown), one pass over its GPUs, and the tuple made by tuple.__new__
+        # (a named tuple's own __new__ is a Python call).
         cpu = read = write = iowait = None
-        if before is not None:
-            cpu = _rate(proc.cpu_seconds, before.cpu_seconds, seconds)
-            read = _rate(proc.read_bytes, before.read_bytes, seconds)
-            write = _rate(proc.write_bytes, before.write_bytes, seconds)
-            iowait = _rate(proc.iowait_seconds, before.iowait_seconds, seconds)
-        # Built once per process per /v1/now: one pass over its GPUs.
+        if before is not None and seconds > 0:
+            now: float | None = proc.cpu_seconds
+            then: float | None = before.cpu_seconds
+            if now is not None and then is not None:
+                cpu = 100.0 * ((now - then) / seconds)
+            now, then = proc.read_bytes, before.read_bytes
+            if now is not None and then is not None:
+                read = (now - then) / seconds
+            now, then = proc.write_bytes, before.write_bytes
+            if now is not None and then is not None:
+                write = (now - then) / seconds
+            now, then = proc.iowait_seconds, before.iowait_seconds
+            if now is not None and then is not None:
+                iowait = 100.0 * ((now - then) / seconds)
         gpu_memory: int | None = None
         sm_share: float | None = None
         uses: tuple[GpuUseModel, ...] = ()
+        new_tuple = tuple.__new__
         if proc.gpus:
             gpu_memory, sm_share = 0, 0
             models = []
@@ -78,12 +83,10 @@ class ProcessModel(NamedTuple):
                 gpu_memory += u.memory_bytes or 0
                 sm_share += u.sm_share
             uses = tuple(models)
-        return cls(
+        return new_tuple(cls, (
             process_key(proc.pid, proc.start_time), proc.pid, proc.start_time, proc.ppid,
-            proc.user, proc.command, uses, gpu_memory, sm_share,
-            None if cpu is None else 100.0 * cpu, proc.rss_bytes, read, write,
-            None if iowait is None else 100.0 * iowait, proc.state, proc.threads,
-            proc.threads_in_d, proc.owner)
+            proc.user, proc.command, uses, gpu_memory, sm_share, cpu, proc.rss_bytes, read,
+            write, iowait, proc.state, proc.threads, proc.threads_in_d, proc.owner))
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.analysis.cost import Holders, gpu_holders
 from daemon.sources.safe_text import one_line
-from daemon.sources.sample import GPU_OK, Sample
+from daemon.sources.sample import GPU_OK, ProcessSample, Sample
 from daemon.wire import process_key
 from pricing.grid import JOULES_PER_KWH, GridIntensity, grid_intensity
 
@@ -51,14 +52,14 @@ class PowerSplit:
     host_idle_watts: float
 
 
-def split_power(sample: Sample, floors: Mapping[str, float]) -> list[PowerSplit]:
+def split_power(sample: Sample, floors: Mapping[str, float],
+                by_gpu: Mapping[int, list[tuple[ProcessKey, int | None, float]]] | None = None
+                ) -> list[PowerSplit]:
     """Every GPU's power at this tick split as the module says; `floors`: idle watts by GPU
-    UUID (a GPU not in it is all idle power). GPUs without a power reading are left out."""
-    users: dict[int, list[tuple[ProcessKey, int | None, float]]] = {}
-    for proc in sample.processes:
-        for use in proc.gpus:
-            users.setdefault(use.gpu_index, []).append(
-                (proc.key, use.memory_bytes, use.sm_share))
+    UUID (a GPU not in it is all idle power). GPUs without a power reading are left out.
+    `by_gpu`: (key, memory, SM share) of each process on each GPU, in the sample's order,
+    where the caller grouped them already (cost.gpu_holders)."""
+    users = by_gpu if by_gpu is not None else gpu_holders(sample)[0]
     splits = []
     for gpu in sample.gpus:
         watts = gpu.power_watts
@@ -139,10 +140,14 @@ class EnergyMeter:
         self.gpu_watts: dict[str, tuple[float, float]] = {}  # uuid -> (watts, idle watts) now
         self.host_idle_joules = 0.0
         self.host_idle_watts = 0.0
+        # process -> (owner, job, namespace, (job, namespace)): what `add` charges it under
+        self._groups: dict[ProcessKey, tuple[Mapping[str, str], str, str, tuple[str, str]]] = {}
         self.lock = threading.Lock()
 
-    def add(self, sample: Sample, seconds: float) -> list[PowerSplit]:
-        """Charge one tick of `seconds` (what the ledger charged); returns the split."""
+    def add(self, sample: Sample, seconds: float, holders: Holders | None = None
+            ) -> list[PowerSplit]:
+        """Charge one tick of `seconds` (what the ledger charged); returns the split.
+        `holders`: gpu_holders(sample), where the caller has it already."""
         seconds = max(seconds, 0.0)
         with self.lock:
             if self._learn:
@@ -151,8 +156,8 @@ class EnergyMeter:
                     if watts is not None and math.isfinite(watts) and watts >= 0:
                         uuid = gpu.uuid or f"gpu{gpu.index}"
                         self.floors[uuid] = min(self.floors.get(uuid, watts), watts)
-            splits = split_power(sample, self.floors)
-            procs = {p.key: p for p in sample.processes}
+            users, procs = holders if holders is not None else gpu_holders(sample)
+            splits = split_power(sample, self.floors, users)
             watts_now: dict[ProcessKey, float] = {}
             self.host_idle_watts = 0.0
             for split in splits:
@@ -163,24 +168,38 @@ class EnergyMeter:
                 self.host_idle_joules += split.host_idle_watts * seconds
                 for key, watts in split.by_process.items():
                     watts_now[key] = watts_now.get(key, 0.0) + watts
+            by_process, by_job, by_workload = self.by_process, self.by_job, self.by_workload
+            by_namespace, job_of, groups = self.by_namespace, self.job_of, self._groups
             for key, watts in watts_now.items():
                 joules = watts * seconds
-                self.by_process[key] = self.by_process.get(key, 0.0) + joules
+                by_process[key] = by_process.get(key, 0.0) + joules
                 proc = procs[key]
-                job = self.job_of.get(key)
-                if job is None:
-                    job = self.job_of[key] = self._label(proc.command, proc.owner)
-                self.by_job[job] = self.by_job.get(job, 0.0) + joules
-                namespace = proc.owner.get("namespace") or ""
-                workload = (job, namespace)
-                self.by_workload[workload] = self.by_workload.get(workload, 0.0) + joules
+                group = groups.get(key)
+                if group is None or group[0] is not proc.owner or group[1] is not job_of.get(key):
+                    group = self._group(key, proc)
+                _, job, namespace, workload = group
+                by_job[job] = by_job.get(job, 0.0) + joules
+                by_workload[workload] = by_workload.get(workload, 0.0) + joules
                 if namespace:
-                    self.by_namespace[namespace] = self.by_namespace.get(namespace, 0.0) + joules
+                    by_namespace[namespace] = by_namespace.get(namespace, 0.0) + joules
             self.watts_now = watts_now
-            if len(self.by_process) > 4 * max(len(procs), 64):  # exited processes: forgotten
-                self.by_process = {k: v for k, v in self.by_process.items() if k in procs}
-                self.job_of = {k: v for k, v in self.job_of.items() if k in procs}
+            if len(self.by_process) > 4 * max(len(sample.processes), 64):  # exited: forgotten
+                live = {p.key for p in sample.processes}
+                self.by_process = {k: v for k, v in self.by_process.items() if k in live}
+                self.job_of = {k: v for k, v in self.job_of.items() if k in live}
+                self._groups = {k: v for k, v in self._groups.items() if k in live}
             return splits
+
+    def _group(self, key: ProcessKey, proc: ProcessSample
+               ) -> tuple[Mapping[str, str], str, str, tuple[str, str]]:
+        """(its owner, job, namespace, (job, namespace)) of a process, kept while its owner
+        is the same object (a process's owner is read once): not looked up per tick."""
+        job = self.job_of.get(key)
+        if job is None:
+            job = self.job_of[key] = self._label(proc.command, proc.owner)
+        namespace = proc.owner.get("namespace") or ""
+        group = self._groups[key] = (proc.owner, job, namespace, (job, namespace))
+        return group
 
     def workloads(self) -> tuple[dict[tuple[str, str], float], float]:
         """Joules so far per (job, namespace) ("" outside a namespace), and the host's idle

@@ -143,6 +143,8 @@ class CostLedger:
         self.unrecorded_host: dict[int, list[float]] = {}
         self.unrecorded_processes: dict[tuple[int, ProcessKey], list[float]] = {}
         self.latency: list[LatencyMeter] = []  # [[cost.latency]]: p50/p99 beside the cost
+        # process -> the keys its dollars go to this hour (`_keys_of`), forgotten with it
+        self._charge_keys: dict[ProcessKey, tuple[Any, ...]] = {}
         # Held by every read and write of the tables above (the loop writes, threads read).
         self.lock = threading.RLock()
 
@@ -179,13 +181,55 @@ class CostLedger:
         host[2] += burn.idle_per_hour * hours
         host[3] += burn.wasted_per_hour * hours
         host[4] += storage
+        # Per process per tick: the keys it is charged under are built once per process and
+        # UTC day (_charge's tables, in _charge's order), not a tuple each per tick.
+        unrecorded = self.unrecorded_processes
+        keys_of = self._charge_keys
+        by_process, by_user, by_job = self.by_process, self.by_user, self.by_job
+        by_user_day, by_job_day = self.by_user_day, self.by_job_day
+        by_user_month, by_job_month = self.by_user_month, self.by_job_month
+        by_owner, by_owner_day = self.by_owner, self.by_owner_day
+        by_owner_month = self.by_owner_month
         for key, proc in burn.processes.items():
             cost = proc.burn_per_hour * hours
-            self._charge(key, cost, day, proc.user, proc.command, proc.owner)
-            spent = self.unrecorded_processes.setdefault((hour, key), [0.0, 0.0])
+            user = proc.user
+            keys = keys_of.get(key)
+            if keys is None or keys[0] != hour or keys[1] != day or keys[2] != user:
+                keys = self._keys_of(key, hour, day, user, proc.command, proc.owner)
+            _, _, _, job, user_day, job_day, user_month, job_month, owners, spent_key = keys
+            for owner_job, owner_day, owner_month in owners:
+                by_owner[owner_job] += cost
+                by_owner_day[owner_day] += cost
+                by_owner_month[owner_month] += cost
+            by_process[key] += cost
+            by_user[user] += cost
+            by_job[job] += cost
+            by_user_day[user_day] += cost
+            by_job_day[job_day] += cost
+            by_user_month[user_month] += cost
+            by_job_month[job_month] += cost
+            spent = unrecorded.get(spent_key)
+            if spent is None:
+                spent = unrecorded[spent_key] = [0.0, 0.0]
             spent[0] += dt
             spent[1] += cost
         return dt
+
+    def _keys_of(self, key: ProcessKey, hour: int, day: str, user: str, command: str,
+                 owner: Mapping[str, str]) -> tuple[Any, ...]:
+        """The table keys a process's dollars go to in `hour` of `day` (what `_charge` charges),
+        kept for its next ticks; its job and owner jobs are fixed at its first charge."""
+        month = day[:7]
+        job = self.job_of.get(key)
+        if job is None:
+            job = self.job_of[key] = self.labeler.label(command, owner)
+            self.user_of[key] = user
+            self.owner_jobs_of[key] = owner_jobs(owner)
+        owners = tuple((o, (o, day), (o, month)) for o in self.owner_jobs_of[key])
+        keys = (hour, day, user, job, (user, day), (job, day), (user, month), (job, month),
+                owners, (hour, key))
+        self._charge_keys[key] = keys
+        return keys
 
     def _charge(self, key: ProcessKey, cost: float, day: str, user: str, command: str,
                 owner: Mapping[str, str]) -> None:
@@ -309,6 +353,7 @@ class CostLedger:
                 self.job_of.pop(key, None)
                 self.user_of.pop(key, None)
                 self.owner_jobs_of.pop(key, None)
+                self._charge_keys.pop(key, None)
 
     def forget_exited(self, live: set[ProcessKey], keep: int) -> None:
         """Forget every process not in `live`, once more than `keep` are tracked."""

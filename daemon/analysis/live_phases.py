@@ -12,6 +12,7 @@ window (and by MAX_SAMPLES_PER_PROCESS stack samples per process). On the event 
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ MAX_SAMPLES_PER_PROCESS = 4096  # a bound beside the window's: the sampler is ra
 FORGET_EVERY_S = 10.0  # facts past the window are dropped this often (memory, not results)
 
 ProcessId = tuple[int, float]  # (pid, start_time)
+KEEP_MARGIN_S = 1e-3  # a kept balance is looked at again this much before it may run out
 NO_SAMPLES = SampleSplit()
 
 
@@ -45,6 +47,21 @@ class _Process:
     facts: int = 0  # windows and samples handed over: a change makes its balance new
     # the balance last shown with some drift allowed: (facts, held a GPU, until, balance)
     shown: tuple[int, bool, float, dict[str, Any]] | None = None
+    order: int = 0  # when it was first kept (the order balances lists processes in)
+
+
+@dataclass
+class _View:
+    """The balances a live view was last given (LivePhases.balances with drift), by process,
+    in the order the processes were first kept."""
+
+    drift: float
+    length: float  # until - since: the window moves with the ticks, its length stays
+    until: float
+    shown: dict[ProcessId, dict[str, Any]] = field(default_factory=dict)
+    due: list[tuple[float, int, ProcessId]] = field(default_factory=list)  # a heap
+    kept_until: dict[ProcessId, float] = field(default_factory=dict)  # its latest in `due`
+    last_order: int = 0  # the latest-kept process listed
 
 
 class LivePhases:
@@ -58,11 +75,24 @@ class LivePhases:
         self._frames: dict[str, tuple[Frame, ...]] = {}  # one tuple per stack, shared
         self._forgot_at = float("-inf")
         self.version = 0  # changes with every fact: a balance computed at one version holds
+        self._created = 0  # processes kept so far (their `order`)
+        self._last_tick: float | None = None  # the last tick's time (on_tick)
+        # A live view's balances (drift > 0), kept between calls over a window that moves with
+        # the ticks: each process is looked at again only when a fact of it changed (`_dirty`)
+        # or when its balance may no longer stand (`_due`: a heap of (until, order, key)).
+        self._view: _View | None = None
+        self._dirty: set[ProcessId] = set()
 
     def _process(self, key: ProcessId, ts: float) -> _Process:
         proc = self._processes.get(key)
         if proc is None:
-            proc = self._processes[key] = _Process(ts, ts)
+            proc = self._new(key, ts)
+        return proc
+
+    def _new(self, key: ProcessId, ts: float) -> _Process:
+        self._created += 1
+        proc = self._processes[key] = _Process(ts, ts, order=self._created)
+        self._dirty.add(key)
         return proc
 
     def on_tick(self, sample: Sample) -> None:
@@ -71,13 +101,21 @@ class LivePhases:
         if self.since is None:
             self.since = ts
         processes = self._processes
+        dirty = self._dirty
+        before = self._last_tick
         for p in sample.processes:
-            proc = processes.get(p.key)
+            key = p.key
+            proc = processes.get(key)
             if proc is None:
-                proc = processes[p.key] = _Process(ts, ts)
+                proc = self._new(key, ts)
+            elif proc.last_seen != before:  # seen again after a gap: may be back in range
+                dirty.add(key)
             proc.last_seen = ts
             if p.gpus:
+                if proc.last_with_gpu != before:  # holds a GPU again: its balance may change
+                    dirty.add(key)
                 proc.last_with_gpu = ts
+        self._last_tick = ts
         self.version += 1
         horizon = ts - self.window_s
         self.since = max(self.since, horizon)
@@ -92,6 +130,7 @@ class LivePhases:
             proc.windows.append([started_at, None])
         proc.facts += 1
         self.version += 1
+        self._dirty.add(key)
 
     def window_closed(self, key: ProcessId, ended_at: float) -> None:
         proc = self._processes.get(key)
@@ -99,6 +138,7 @@ class LivePhases:
             proc.windows[-1][1] = ended_at
             proc.facts += 1
             self.version += 1
+            self._dirty.add(key)
 
     def add_stack(self, key: ProcessId, ts: float, thread_id: int, stack_hash: str,
                   frames: Iterable[tuple[str, str, int]], phase: str,
@@ -112,16 +152,26 @@ class LivePhases:
             ts, key[0], thread_id, stack_hash, shared, phase, gpu_util or 0.0, reason or ""))
         proc.facts += 1
         self.version += 1
+        self._dirty.add(key)
 
     def _forget_before(self, horizon: float) -> None:
         for key in [k for k, p in self._processes.items() if p.last_seen < horizon]:
             del self._processes[key]
+            self._dirty.add(key)
         for proc in self._processes.values():
             samples = proc.samples
             while samples and samples[0].ts < horizon:
                 samples.popleft()
             while proc.windows and (proc.windows[0][1] or float("inf")) < horizon:
                 del proc.windows[0]
+        # Changes no view will look at (none kept, or of processes it neither lists nor kept)
+        # go: with no client asking, they would pile up.
+        view = self._view
+        if view is None:
+            self._dirty.clear()
+        else:
+            self._dirty = {key for key in self._dirty if key in self._processes
+                           or key in view.shown or key in view.kept_until}
         if len(self._frames) > 4 * MAX_SAMPLES_PER_PROCESS:  # stacks no sample refers to
             used = {s.stack_hash for p in self._processes.values() for s in p.samples}
             self._frames = {h: f for h, f in self._frames.items() if h in used}
@@ -136,29 +186,95 @@ class LivePhases:
         computes it from the store. `drift` > 0 (a live view asking every tick, over a window
         that moves with it): a process whose windows and samples did not change keeps the
         balance it was last given while its time grew by at most `drift` of it (its shares
-        then moved by at most that much), instead of one built anew per process per tick."""
-        result = {}
-        for key, proc in self._processes.items():
-            if proc.last_seen < since or proc.first_seen > until:
+        then moved by at most that much), instead of one built anew per process per tick; and
+        between two such calls only the processes whose facts changed, or whose kept balance
+        may have run out, are looked at (the answer is the same as a walk over all)."""
+        if drift <= 0:
+            result = {}
+            for key, proc in self._processes.items():
+                entry = self._entry(proc, since, until, drift)
+                if entry is not None:
+                    result[key] = entry[0]
+            return result
+        view = self._view
+        if (view is None or view.drift != drift or view.length != until - since
+                or until < view.until):
+            view = self._view = _View(drift, until - since, until)
+            self._dirty.clear()
+            look_at: Iterable[ProcessId] = list(self._processes)
+        else:
+            view.until = until
+            due = view.due
+            look_at = self._dirty
+            kept_until = view.kept_until
+            while due and due[0][0] < until:
+                at, _, key = heapq.heappop(due)
+                if kept_until.get(key) == at:  # (not an entry a later look replaced)
+                    look_at.add(key)
+            self._dirty = set()
+        shown, due, kept_until = view.shown, view.due, view.kept_until
+        processes = self._processes
+        reorder = False
+        for key in look_at:
+            kept = processes.get(key)
+            entry = self._entry(kept, since, until, drift) if kept is not None else None
+            if entry is None or kept is None:
+                shown.pop(key, None)
+                kept_until.pop(key, None)
+                if kept is not None and kept.first_seen > until:  # (looked at each call)
+                    kept_until[key] = until
+                    heapq.heappush(due, (until, kept.order, key))
                 continue
-            samples: Sequence[StackSample] = proc.samples  # all in range, as a rule: no copy
-            if samples and (samples[0].ts < since or samples[-1].ts > until):
-                samples = [s for s in samples if since <= s.ts <= until]
-            held_gpu = proc.last_with_gpu is not None and proc.last_with_gpu >= since
-            if not held_gpu and not samples:
-                continue
-            seen_s = (min(proc.last_seen, until) - max(proc.first_seen, since)
-                      + self.interval_s)
-            shown = proc.shown
-            if (drift > 0 and shown is not None and shown[0] == proc.facts
-                    and shown[1] == held_gpu and 0 <= until - shown[2] <= drift * seen_s):
-                result[key] = shown[3]
-                continue
+            if key not in shown and kept.order < view.last_order:
+                reorder = True  # a process kept before the last one listed comes back
+            shown[key] = entry[0]
+            view.last_order = max(view.last_order, kept.order)
+            kept_until[key] = entry[1]
+            heapq.heappush(due, (entry[1], kept.order, key))
+        if reorder:  # listed in the order the processes were first kept, as a walk lists them
+            view.shown = {key: shown[key] for key in processes if key in shown}
+        if len(due) > 2 * len(kept_until) + 64:  # entries that later looks replaced
+            view.due = [(at, processes[key].order, key) for key, at in kept_until.items()]
+            heapq.heapify(view.due)
+        return dict(view.shown)
+
+    def _entry(self, proc: _Process, since: float, until: float,
+               drift: float) -> tuple[dict[str, Any], float] | None:
+        """One process's balance over [since, until] (None: not in range), and until when a
+        live view (`drift` > 0, the window moving with the ticks) may keep it without looking
+        at it again, whatever the ticks bring but new facts (then `_dirty` says so): its time
+        in range, its GPU and its samples stay in range, and its drift stays within bounds."""
+        if proc.last_seen < since or proc.first_seen > until:
+            return None
+        samples: Sequence[StackSample] = proc.samples  # all in range, as a rule: no copy
+        if samples and (samples[0].ts < since or samples[-1].ts > until):
+            samples = [s for s in samples if since <= s.ts <= until]
+        held_gpu = proc.last_with_gpu is not None and proc.last_with_gpu >= since
+        if not held_gpu and not samples:
+            return None
+        seen_s = (min(proc.last_seen, until) - max(proc.first_seen, since)
+                  + self.interval_s)
+        shown = proc.shown
+        if (drift > 0 and shown is not None and shown[0] == proc.facts
+                and shown[1] == held_gpu and 0 <= until - shown[2] <= drift * seen_s):
+            balance = shown[3]
+        else:
             busy = max(0.0, seen_s - self._low_seconds(proc, since, until)) if held_gpu else 0.0
-            result[key] = balance_of(self._split(proc, samples), seen_s, busy)
+            balance = balance_of(self._split(proc, samples), seen_s, busy)
             if drift > 0:
-                proc.shown = (proc.facts, held_gpu, until, result[key])
-        return result
+                proc.shown = shown = (proc.facts, held_gpu, until, balance)
+        if drift <= 0 or shown is None:
+            return balance, until
+        # Kept while, at a later `until` u (since = u - length), it stays in range even if it
+        # is not seen again (last_seen >= since), holds its GPU or a sample in range, and
+        # u - shown_until <= drift * seen_s(u), where seen_s falls by at most u - until.
+        length = until - since
+        stays = proc.last_seen + length
+        gpu_at = proc.last_with_gpu
+        stays = min(stays, gpu_at + length if held_gpu and gpu_at is not None
+                    else samples[-1].ts + length)
+        slack = (drift * seen_s - (until - shown[2])) / (1.0 + drift)
+        return balance, min(stays, until + slack) - KEEP_MARGIN_S
 
     @staticmethod
     def _split(proc: _Process, samples: Sequence[StackSample]) -> SampleSplit:

@@ -62,9 +62,14 @@ class GpuTotals:
                     totals[2] += gpu.power_watts * seconds
             wasted = self._wasted_by_process
             for process, proc in burn.processes.items():
-                wasted[process] = wasted.get(process, 0.0) + hours * math.fsum(
-                    s.share * by_index[s.gpu_index].wasted_per_hour
-                    for s in proc.shares if s.gpu_index in by_index)
+                shares = proc.shares
+                if len(shares) == 1:  # most processes hold one GPU: no fsum of one term
+                    one = by_index.get(shares[0].gpu_index)
+                    held = shares[0].share * one.wasted_per_hour if one is not None else 0.0
+                else:
+                    held = math.fsum(s.share * by_index[s.gpu_index].wasted_per_hour
+                                     for s in shares if s.gpu_index in by_index)
+                wasted[process] = wasted.get(process, 0.0) + hours * held
             if len(wasted) > 4 * max(len(burn.processes), 64):  # exited processes: forgotten
                 self._wasted_by_process = {k: v for k, v in wasted.items()
                                            if k in burn.processes}

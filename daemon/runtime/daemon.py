@@ -819,13 +819,14 @@ class Daemon:
         await asyncio.to_thread(self.kinds.refresh, procs, markers, now, shares,
                                 {key: ran.get(key, False) or shares[key] > 0 for key in shares})
         documents = self.kinds.documents()
+        if self.store is None or documents == self._kinds_recorded:
+            return  # (most rounds: the same documents, compared by identity first)
         # Recorded when a kind changes at once; when only evidence or the audit's figures move
         # (they do every round), at most every KINDS_RECORD_EVERY_S.
         headline = {key: (d["kind"], d["serves"], d["kind_source"]) for key, d in
                     documents.items()}
         due = now - self._kinds_recorded_at >= KINDS_RECORD_EVERY_S
-        if self.store is not None and documents != self._kinds_recorded and (
-                due or headline != self._kinds_headline):
+        if due or headline != self._kinds_headline:
             self.store.set_meta("kinds", documents)
             # ... and their history, so a replay or a snapshot shows each as it was then
             facts.write_process_kinds(self.store, {parse_process_key(key): doc
@@ -860,10 +861,14 @@ class Daemon:
         self.previous_sample, self.last_sample = self.last_sample, sample
         ran = self._kernels_since_round
         for proc in sample.processes:  # whether its kernels ran at any tick since the last round
-            if proc.gpus:
+            uses = proc.gpus
+            if uses:
                 key = proc.key
-                if not ran.get(key):  # once they ran, no need to look again this round
-                    ran[key] = any(u.sm_share > 0 for u in proc.gpus)
+                if key not in ran:  # once they ran, no need to look again this round
+                    for use in uses:  # (a loop, not any() over a generator: per process)
+                        if use.sm_share > 0:
+                            ran[key] = True
+                            break
         with self.store.facts_batched():  # the tick's events and stack samples: one commit
             changed = self.analyzer.update(sample) if self.analyzer is not None else []
             for event in changed:

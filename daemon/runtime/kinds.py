@@ -14,10 +14,16 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from daemon.analysis.inference_audit import InferenceAudit, audit_inference
-from daemon.analysis.kinds import CONFIGURED, Kind, classify_kind, gpu_use_shape
+from daemon.analysis.kinds import (
+    CONFIGURED,
+    INFERENCE_KINDS,
+    Kind,
+    classify_kind,
+    gpu_use_shape,
+)
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.window_ticks import WINDOW_S as MARKER_WINDOW_S  # markers this recent count
 from daemon.sources.kindfacts import KindFacts, KindFactsReader
@@ -61,6 +67,16 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                 connections_over_s=observed.connections_over_s)
 
 
+class _Classified(NamedTuple):
+    """One process's kind as the last round left it, with what it was classified from."""
+
+    signature: tuple[object, ...]  # what the classifier read: the same again, the same kind
+    kind: Kind
+    facts: KindFacts | None  # the reading signed, and its signature (facts_signature)
+    facts_signature: tuple[object, ...] | None
+    text_key: str  # daemon.wire.process_key
+
+
 class KindTracker:
     def __init__(self, reader: KindFactsReader | None = None, *,
                  job_kinds: Mapping[str, str] | None = None,
@@ -71,7 +87,7 @@ class KindTracker:
         self.kinds: dict[str, Kind] = {}  # by 'pid:start_time'
         self.job_kinds = dict(job_kinds or {})
         self.labeler = JobLabeler(jobs)
-        self._memo: dict[tuple[int, float], tuple[object, Kind]] = {}
+        self._memo: dict[tuple[int, float], _Classified] = {}
         self._gpu_use: dict[tuple[int, float], deque[bool]] = {}
         # when each process's kernels last ran (a read that said so): kind evidence over the
         # markers' window, beyond the shape's last GPU_USE_READS reads
@@ -91,62 +107,75 @@ class KindTracker:
         whether its kernels ran since the last round (any tick; without it: its SM share now
         above 0): read what is due, classify all, audit the inference ones."""
         procs = list(processes)
+        shares_now = sm_shares or {}
+        ran_now = kernels_ran or {}
         readings: dict[tuple[int, float], deque[float]] = {}
         uses: dict[tuple[int, float], deque[bool]] = {}
         kernels_at: dict[tuple[int, float], float] = {}
+        old_sm, old_uses, old_at = self._sm, self._gpu_use, self._kernels_at
         for pid, start, _, _ in procs:
             key = (pid, start)
-            kept = self._sm.get(key) or deque(maxlen=SM_READINGS)
-            used = self._gpu_use.get(key) or deque(maxlen=GPU_USE_READS)
-            share = (sm_shares or {}).get(key)
+            kept = old_sm.get(key) or deque(maxlen=SM_READINGS)
+            used = old_uses.get(key) or deque(maxlen=GPU_USE_READS)
+            share = shares_now.get(key)
             if share is not None:
                 kept.append(share)
-            ran = (kernels_ran or {}).get(key)
+            ran = ran_now.get(key)
             if ran is not None or share is not None:
                 used.append(bool(ran) if ran is not None else bool(share))
             if used and used[-1]:
                 kernels_at[key] = now
-            elif key in self._kernels_at:
-                kernels_at[key] = self._kernels_at[key]
+            elif key in old_at:
+                kernels_at[key] = old_at[key]
             readings[key], uses[key] = kept, used
         self._sm, self._gpu_use, self._kernels_at = readings, uses, kernels_at
         self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)
-        memo: dict[tuple[int, float], tuple[object, Kind]] = {}
+        reading = self.reader.get
+        round_of = now // RECLASSIFY_EVERY_S
+        before = self._memo
+        memo: dict[tuple[int, float], _Classified] = {}
         for pid, start, command, owner in procs:
             key = (pid, start)
-            facts = self.reader.get(key)
-            seen = dict(markers.get(key) or {})
+            facts = reading(key)
+            last = before.get(key)
+            # A reading the reader handed back unchanged (most rounds) keeps its signature.
+            signed = (last.facts_signature if last is not None and last.facts is facts
+                      else facts_signature(facts))
+            seen = markers.get(key) or {}
             shape = gpu_use_shape(uses[key])
             ran_at = kernels_at.get(key)
-            signature = (facts_signature(facts), frozenset(seen.items()), command, shape,
-                         ran_at is None, now // RECLASSIFY_EVERY_S)
-            last = self._memo.get(key)
-            if last is not None and last[0] == signature:
-                kind = last[1]
+            signature = (signed, frozenset(seen.items()), command, shape, ran_at is None,
+                         round_of)
+            if last is not None and last.signature == signature:
+                kind = last.kind
             else:
-                kind = classify_kind(command, facts, seen, now=now, window_s=MARKER_WINDOW_S,
-                                     gpu_use=shape, kernels_at=ran_at)
+                kind = classify_kind(command, facts, dict(seen), now=now,
+                                     window_s=MARKER_WINDOW_S, gpu_use=shape, kernels_at=ran_at)
                 if self.job_kinds:
                     label = self.labeler.label(command, owner)
                     if label in self.job_kinds:
                         kind = configured_kind(self.job_kinds[label], label, kind)
-            memo[key] = (signature, kind)
+            memo[key] = _Classified(signature, kind, facts, signed,
+                                    last.text_key if last is not None else process_key(*key))
         self._memo = memo
-        self.kinds = {process_key(*key): kind for key, (_, kind) in memo.items()}
+        self.kinds = {c.text_key: c.kind for c in memo.values()}
         audits = {}
-        for key, (_, kind) in memo.items():
+        for key, classified in memo.items():
+            kind = classified.kind
+            if kind.kind not in INFERENCE_KINDS:
+                continue  # (audit_inference's answer for every other kind: no audit)
             recent = [m for m, ts in (markers.get(key) or {}).items()
                       if now - ts <= MARKER_WINDOW_S]
-            audit = audit_inference(kind, self.reader.get(key), recent, readings.get(key, ()))
+            audit = audit_inference(kind, classified.facts, recent, readings.get(key, ()))
             if audit is not None:
-                audits[process_key(*key)] = audit
+                audits[classified.text_key] = audit
         self.audits = audits
         # A kind that did not change keeps its document (most rounds classify nothing anew);
         # an inference audit's figures move every round, so its document is built again.
-        before = self._documents_of
+        shown = self._documents_of
         self._documents_of = {
-            key: (kind, before[key][1] if key not in audits and key in before
-                  and before[key][0] is kind else
+            key: (kind, shown[key][1] if key not in audits and key in shown
+                  and shown[key][0] is kind else
                   {**kind.as_dict(), "inference": audits[key].as_dict()
                    if key in audits else None})
             for key, kind in self.kinds.items()}

@@ -216,13 +216,20 @@ def parent_marker(cmdline: bytes) -> str | None:
     return next((marker for word, marker in PARENT_MARKERS if word in low), None)
 
 
-def _parent_of(pid: int) -> str | None:
+def _parent_of(pid: int, parents: dict[int, str | None] | None = None) -> str | None:
+    """The launcher marker of pid's parent. `parents`: the markers of the parents read this
+    round, by pid (processes started by one launcher share it: its command line read once)."""
     data, _ = _read_capped(f"/proc/{pid}/stat", 4096)
     ppid = int(data[data.rindex(b")") + 2:].split()[1])
     if ppid <= 1:
         return None
+    if parents is not None and ppid in parents:
+        return parents[ppid]
     cmdline, _ = _read_capped(f"/proc/{ppid}/cmdline", MAX_CMDLINE_BYTES)
-    return parent_marker(cmdline)
+    marker = parent_marker(cmdline)
+    if parents is not None:
+        parents[ppid] = marker
+    return marker
 
 
 @dataclass
@@ -241,18 +248,19 @@ class KindFactsReader:
         wanted = set(keys)
         fresh: dict[tuple[int, float], KindFacts] = {}
         tables: TcpTables = {}  # this round's TCP tables, one read per network namespace
+        parents: dict[int, str | None] = {}  # this round's parents' markers, by pid
         for key in wanted:
             old = self._facts.get(key)
             try:
-                fresh[key] = self._read(key[0], old, now, tables)
+                fresh[key] = self._read(key[0], old, now, tables, parents)
             except (OSError, ValueError, IndexError):
                 if old is not None:
                     fresh[key] = old  # gone or refused this time: keep the last reading
         with self._lock:
             self._facts = fresh
 
-    def _read(self, pid: int, old: KindFacts | None, now: float,
-              tables: TcpTables) -> KindFacts:
+    def _read(self, pid: int, old: KindFacts | None, now: float, tables: TcpTables,
+              parents: dict[int, str | None] | None = None) -> KindFacts:
         if (old is not None and now - old.sockets_read_at < self.sockets_every_s
                 and now - old.maps_read_at < self.maps_every_s):
             return old  # nothing due (most rounds): the same reading, not a copy of it
@@ -278,8 +286,9 @@ class KindFactsReader:
                 truncated.add("maps")
             facts = KindFacts(facts.listening_ports, facts.accepted_connections,
                               facts.other_connections, libraries_in_maps(data),
-                              _parent_of(pid), facts.truncated, facts.sockets_read_at, now,
-                              facts.accepted_seen_at, facts.accepted_reads,
+                              _parent_of(pid, parents), facts.truncated,
+                              facts.sockets_read_at, now, facts.accepted_seen_at,
+                              facts.accepted_reads,
                               facts.connections_caught, facts.first_sockets_read_at,
                               facts.caught_inodes)
         return replace(facts, truncated=tuple(sorted(truncated)))
