@@ -1,8 +1,9 @@
 """Tie low-utilization time to code: windows per process, stacks in them, phase balance.
 
 A process holding GPU memory whose SM share drops below `low_sm_share` starts a dip. From the
-first tick of the dip, its Python stack is dumped with py-spy (rate-limited by the sampler)
-and classified. When the dip has lasted `min_window` seconds it becomes a low-utilization
+first tick of the dip, its Python stack is dumped with py-spy and classified: each tick, as many
+dumps as the sampler's rate limit allows go to the processes in a dip that have waited longest
+since their last dump, so at hundreds of processes every one gets its turn (less often). When the dip has lasted `min_window` seconds it becomes a low-utilization
 window: stored as an event with its start, end and GPUs, and its stack samples are stored. A
 dip that ends sooner is dropped with its samples. When the main process waits on a DataLoader
 queue, its worker processes are dumped too, so the worker's reading line is found.
@@ -160,8 +161,12 @@ class Attribution:
         self._denied: set[tuple[int, float]] = set()
         self._proc_sampled_at: dict[tuple[int, float], float] = {}
         self._proc_samples_per_tick = max(1, math.ceil(PROC_SAMPLES_PER_S * interval_s))
-        # Processes in a window sampled from /proc whose main-thread clock is read this tick:
-        # those whose turn may come within the signals' snapshots (see _clocks_due).
+        # When each process in a window was last handed to py-spy (the longest waiting first),
+        # and how many dumps a tick the sampler allows on average (for the clocks read).
+        self._dumped_at: dict[tuple[int, float], float] = {}
+        self._dumps_per_tick = max(1, math.ceil(config.dumps_per_second * interval_s))
+        # Processes in a window whose main-thread clock is read this tick: those whose stack
+        # dump or /proc sample may come within the signals' snapshots (see _clocks_due).
         self._clock_due: set[tuple[int, float]] = set()
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
@@ -182,6 +187,7 @@ class Attribution:
         utilization = {g.index: g.utilization for g in sample.gpus}
         recorded = {p.pid for p in sample.processes} if self.sample_always else set()
         from_proc: list[tuple[ProcessSample, float]] = []  # in a window, no stacks: /proc
+        stacked: list[tuple[ProcessSample, float]] = []  # in a window, py-spy may dump it
         gpu_children: dict[int, list[ProcessSample]] = {}
         for proc in sample.processes:
             key = proc.key
@@ -219,7 +225,7 @@ class Attribution:
                                           sample.ts - dip.started_at >= config.min_window):
                     self._qualify(dip)
                 if config.stacks and key not in self._denied:
-                    self._schedule(proc, share)
+                    stacked.append((proc, share))
                 else:
                     from_proc.append((proc, share))
             else:
@@ -228,7 +234,10 @@ class Attribution:
             self._end(key, self._dips[key], sample.ts)
         self._children = children
         self._sample_due_from_proc(from_proc, sample.ts)
-        self._clock_due = self._clocks_due(from_proc)
+        self._dump_due(stacked, sample.ts)
+        self._clock_due = (
+            self._clocks_due(from_proc, self._proc_sampled_at, self._proc_samples_per_tick)
+            | self._clocks_due(stacked, self._dumped_at, self._dumps_per_tick))
         self._gpu_children = gpu_children
         live = {p.key for p in sample.processes}
         for key in [k for k in self._signals if k not in live]:
@@ -238,6 +247,8 @@ class Attribution:
         self._denied &= live
         for key in [k for k in self._proc_sampled_at if k not in live]:
             del self._proc_sampled_at[key]
+        for key in [k for k in self._dumped_at if k not in live]:
+            del self._dumped_at[key]
         if len(self.status_by_key) > len(live) + STATUS_SLACK:  # keyed by process: bounded
             keys = {process_key(pid, start) for pid, start in live}
             self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
@@ -257,8 +268,7 @@ class Attribution:
         # The main thread's clock only for processes in a dip whose sample may come within the
         # snapshots kept: one pread each, and only there.
         main = (self._main_threads.times(proc.pid, proc.start_time)
-                if key in self._dips and (key in self._clock_due or (
-                    self.config.stacks and key not in self._denied)) else None)
+                if key in self._clock_due and key in self._dips else None)
         utils = []
         for use in proc.gpus:
             util = utilization.get(use.gpu_index)
@@ -346,18 +356,37 @@ class Attribution:
 
     # -- stacks ----------------------------------------------------------------------------
 
-    def _schedule(self, proc: ProcessSample, share: float) -> None:
-        if proc.pid in self._in_flight:
+    def _dump_due(self, candidates: list[tuple[ProcessSample, float]], ts: float) -> None:
+        """Stack dumps of the processes in a window whose turn it is (one per dump_interval
+        each), the longest undumped first, as many as the sampler allows now: the rate limit
+        goes round all of them instead of to the first in process order, and a tick makes a
+        task per dump taken, not per process in a window."""
+        allowed = self.sampler.available()
+        if allowed <= 0 or not candidates:
             return
+        never = float("-inf")
+        due = []
+        for proc, share in candidates:
+            last = self._dumped_at.get(proc.key, never)
+            if ts - last >= self.config.dump_interval and proc.pid not in self._in_flight:
+                due.append((last, proc, share))
+        due.sort(key=lambda entry: entry[0])
+        for last, proc, share in due[:allowed]:
+            self._dumped_at[proc.key] = ts
+            self._schedule(proc, share, last)
+
+    def _schedule(self, proc: ProcessSample, share: float, dumped_before: float) -> None:
         self._in_flight.add(proc.pid)
         task = asyncio.get_running_loop().create_task(
-            self._sample(proc, share), name=f"stacks-{proc.pid}")
+            self._sample(proc, share, dumped_before), name=f"stacks-{proc.pid}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _sample(self, proc: ProcessSample, share: float) -> None:
+    async def _sample(self, proc: ProcessSample, share: float, dumped_before: float) -> None:
         try:
             result = await self.sampler.dump(proc.pid)
+            if result.status == RATE_LIMITED and proc.key in self._dumped_at:
+                self._dumped_at[proc.key] = dumped_before  # not dumped: its turn stays
             rows = self._rows(proc, result, share)
             if rows and result.ok:
                 thread = main_thread(result.threads)
@@ -385,18 +414,23 @@ class Attribution:
         for _, proc, share in due[:self._proc_samples_per_tick]:
             self._sample_from_proc(proc, share, ts)
 
-    def _clocks_due(self, candidates: list[tuple[ProcessSample, float]]
+    @staticmethod
+    def _clocks_due(candidates: list[tuple[ProcessSample, float]],
+                    sampled_at: dict[tuple[int, float], float], per_tick: int
                     ) -> set[tuple[int, float]]:
-        """The processes sampled from /proc whose main-thread clock the next ticks read: those
-        whose turn may come before SIGNAL_TICKS more ticks have passed, the longest unsampled
-        first as `_sample_due_from_proc` takes them. A sample's signals then have the clock
-        over all their snapshots, as if it were read every tick, at a bounded number of reads a
-        tick (SIGNAL_TICKS times the samples a tick) instead of one per process in a window:
-        130-250 at 256 processes."""
+        """The processes in a window whose main-thread clock the next ticks read: those whose
+        turn (a /proc sample, or a stack dump) may come before SIGNAL_TICKS more ticks have
+        passed, the longest unsampled first as `_sample_due_from_proc` and `_dump_due` take
+        them (`sampled_at`: when each was last sampled; `per_tick`: samples a tick). A
+        sample's signals then have the clock over all their snapshots, as if it were read every
+        tick, at a bounded number of reads a tick (SIGNAL_TICKS times the samples a tick)
+        instead of one per process in a window: 130-250 at 256 processes."""
+        if not candidates:
+            return set()
         never = float("-inf")
         keys = sorted((proc.key for proc, _ in candidates),
-                      key=lambda key: self._proc_sampled_at.get(key, never))
-        return set(keys[:SIGNAL_TICKS * self._proc_samples_per_tick])
+                      key=lambda key: sampled_at.get(key, never))
+        return set(keys[:SIGNAL_TICKS * per_tick])
 
     def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
         """One /proc-only sample (no ptrace), at most one per dump_interval per process."""

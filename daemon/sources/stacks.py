@@ -173,6 +173,7 @@ class StackSampler:
         self._last_by_pid: dict[int, float] = {}
         self._tokens = self.global_burst
         self._tokens_at = clock()
+        self._waiting = 0  # dump() calls not yet past the limits (waiting for the lock)
         self._cpu_spent: deque[tuple[float, float]] = deque()  # (clock, cpu seconds)
         #: last status of a dump that actually ran or failed (not rate_limited), by pid
         self.status_by_pid: OrderedDict[int, str] = OrderedDict()
@@ -191,33 +192,22 @@ class StackSampler:
                 f"py-spy not found (looked for {self.py_spy or 'py-spy beside ' + sys.executable + ' and on PATH'}); "
                 "install it with `pip install py-spy`"
             )))
-        async with self._lock:  # one py-spy at a time
-            now = self._clock()
-            last = self._last_by_pid.get(pid)
-            if last is not None and now - last < self.min_interval_s:
-                return DumpResult(pid, ts, RATE_LIMITED, error=(
-                    f"pid {pid} was dumped {now - last:.2f}s ago (min_interval_s={self.min_interval_s})"
-                ))
-            self._refill(now)
-            if self._tokens < 1.0:
-                return DumpResult(pid, ts, RATE_LIMITED, error=(
-                    f"global limit of {self.global_max_per_s}/s dumps reached"
-                ))
-            spent = self.cpu_seconds_in_window(now)
-            budget = self.cpu_budget_ratio * self.budget_window_s
-            if spent >= budget:
-                return DumpResult(pid, ts, OVER_BUDGET, error=(
-                    f"py-spy used {spent:.3f} CPU s in the last {self.budget_window_s:.0f}s, "
-                    f"over the budget of {budget:.3f}s (cpu_budget_ratio={self.cpu_budget_ratio})"
-                ))
-            if not psutil.pid_exists(pid):
-                return self._record(DumpResult(pid, ts, PROCESS_GONE, error=f"pid {pid} does not exist"))
-            self._tokens -= 1.0
-            self._last_by_pid[pid] = now
-            result = await self._run(pid, ts)
-            if result.status == ERROR and _TORN in (result.error or ""):
-                result = await self._run(pid, ts)  # --nonblocking read a frame mid-change: once more
-            return self._record(result)
+        self._waiting += 1
+        try:
+            await self._lock.acquire()  # one py-spy at a time
+        finally:
+            self._waiting -= 1
+        try:
+            return await self._dump_locked(pid, ts)
+        finally:
+            self._lock.release()
+
+    def available(self) -> int:
+        """How many dumps the global limit allows now, less those asked for and not yet
+        started: a caller that asks for no more is not answered rate_limited for the global
+        limit, so it can choose which processes get the dumps (daemon.runtime.attribution)."""
+        self._refill(self._clock())
+        return max(0, int(self._tokens) - self._waiting)
 
     def cpu_seconds_in_window(self, now: float | None = None) -> float:
         """py-spy CPU seconds spent within the last budget_window_s."""
@@ -233,6 +223,35 @@ class StackSampler:
             self.status_by_pid.pop(pid, None)
 
     # -- internals ------------------------------------------------------------------------
+
+    async def _dump_locked(self, pid: int, ts: float) -> DumpResult:
+        """dump() once it holds the lock: the limits, then py-spy."""
+        now = self._clock()
+        last = self._last_by_pid.get(pid)
+        if last is not None and now - last < self.min_interval_s:
+            return DumpResult(pid, ts, RATE_LIMITED, error=(
+                f"pid {pid} was dumped {now - last:.2f}s ago (min_interval_s={self.min_interval_s})"
+            ))
+        self._refill(now)
+        if self._tokens < 1.0:
+            return DumpResult(pid, ts, RATE_LIMITED, error=(
+                f"global limit of {self.global_max_per_s}/s dumps reached"
+            ))
+        spent = self.cpu_seconds_in_window(now)
+        budget = self.cpu_budget_ratio * self.budget_window_s
+        if spent >= budget:
+            return DumpResult(pid, ts, OVER_BUDGET, error=(
+                f"py-spy used {spent:.3f} CPU s in the last {self.budget_window_s:.0f}s, "
+                f"over the budget of {budget:.3f}s (cpu_budget_ratio={self.cpu_budget_ratio})"
+            ))
+        if not psutil.pid_exists(pid):
+            return self._record(DumpResult(pid, ts, PROCESS_GONE, error=f"pid {pid} does not exist"))
+        self._tokens -= 1.0
+        self._last_by_pid[pid] = now
+        result = await self._run(pid, ts)
+        if result.status == ERROR and _TORN in (result.error or ""):
+            result = await self._run(pid, ts)  # --nonblocking read a frame mid-change: once more
+        return self._record(result)
 
     def _refill(self, now: float) -> None:
         elapsed = max(0.0, now - self._tokens_at)

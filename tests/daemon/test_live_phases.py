@@ -38,6 +38,9 @@ class RecordedSampler:
         self.clock = clock
         self.released = 0
 
+    def available(self) -> int:
+        return self.released
+
     async def dump(self, pid: int) -> DumpResult:
         if self.released <= 0:
             return DumpResult(pid, self.clock(), "rate_limited", error="held by the test")

@@ -40,6 +40,9 @@ class HeldSampler:
     def __init__(self) -> None:
         self.release = asyncio.Event()
 
+    def available(self) -> int:
+        return 1
+
     async def dump(self, pid: int) -> DumpResult:
         await self.release.wait()
         return DumpResult(pid, time.time(), NOT_PYTHON, error="not a Python process")
