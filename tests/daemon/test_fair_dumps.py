@@ -88,3 +88,35 @@ def test_the_rate_limit_goes_round_every_process_in_a_window(tmp_path):
     assert max(sampler.dumps.values()) <= most, sampler.dumps.most_common(3)
     assert sampler.refused == 0
     assert max(clocks_read) <= SIGNAL_TICKS * DUMPS_PER_TICK < len(procs), clocks_read
+
+
+def test_the_sampler_counts_a_dump_asked_for_and_not_yet_started_as_taken():
+    """available() is what a caller may still ask for: the tokens, less the dumps waiting for
+    the one py-spy at a time (they take theirs once they run)."""
+    import os
+    import sys
+
+    from daemon.sources.stacks import StackSampler
+
+    class NoPySpy(StackSampler):
+        async def _run(self, pid: int, ts: float) -> DumpResult:
+            return DumpResult(pid, ts, NOT_PYTHON, error="not run")
+
+    now = [100.0]
+    sampler = NoPySpy(py_spy=sys.executable, global_max_per_s=2.0, global_burst=4.0,
+                      clock=lambda: now[0])
+
+    async def run() -> list[int]:
+        seen = [sampler.available()]
+        await sampler._lock.acquire()  # a dump is running
+        waiting = asyncio.create_task(sampler.dump(os.getpid()))
+        while sampler._waiting == 0:
+            await asyncio.sleep(0)
+        seen.append(sampler.available())
+        sampler._lock.release()
+        result = await waiting
+        assert result.status == NOT_PYTHON
+        seen.append(sampler.available())
+        return seen
+
+    assert asyncio.run(run()) == [4, 3, 3]
