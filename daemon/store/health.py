@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass
@@ -27,4 +27,10 @@ class StoreHealth:
     recreated: str | None = None  # the database was deleted or replaced and recreated: when, how
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        # Every field is a str, an int or None: a flat copy is what dataclasses.asdict gives,
+        # at a fiftieth of its cost (/v1/now and /v1/health ask on every call).
+        return dict(vars(self))
+
+    def copy(self) -> StoreHealth:
+        """A copy (flat: every field is a value), to hand out while the writer counts on."""
+        return replace(self)

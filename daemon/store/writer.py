@@ -35,7 +35,6 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -412,7 +411,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
                 pass
         self._health.bytes_on_disk = size
         self._health.samples_buffered = len(self._buffer)
-        return StoreHealth(**asdict(self._health))
+        return self._health.copy()
 
     @property
     def processes_cached(self) -> int:
