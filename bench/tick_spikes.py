@@ -27,9 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.collector import scenario_text  # noqa: E402
+from collector import scenario_text  # noqa: E402
+
 from daemon import config as config_module  # noqa: E402
 from daemon.runtime.daemon import Daemon  # noqa: E402
 
