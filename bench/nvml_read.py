@@ -24,7 +24,6 @@ import statistics
 import sys
 import tempfile
 import time
-from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 import pynvml
@@ -32,26 +31,12 @@ import pynvml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from collector import floor_round  # noqa: E402
+from sim_read import hold_gpus  # noqa: E402
 
 from daemon.config import NvmlConfig  # noqa: E402
 from daemon.sim import nvml as sim_nvml  # noqa: E402
 from daemon.sim import scenario  # noqa: E402
-from daemon.sim.device import Device  # noqa: E402
 from daemon.sources.nvml import _Device  # noqa: E402
-
-
-def _hold_gpus(state_dir: str, gpus: int, ready: EventType, stop: EventType) -> None:
-    devices = [Device(gpu_index=g, state_dir=state_dir) for g in range(gpus)]
-    for d in devices:
-        d.alloc(2 << 30)
-    ready.set()
-    k = 0
-    while not stop.is_set():
-        devices[k % gpus].kernel(0.02, sm=0.6)
-        k += 1
-        stop.wait(0.05)
-    for d in devices:
-        d.close()
 
 
 def rounds_cpu(fn, lib: sim_nvml.SimulatedNvml, rounds: int) -> list[float]:
@@ -75,8 +60,9 @@ def measure(gpus: int, per_gpu: int, rounds: int, profile: bool, model: str) -> 
         holders = []
         for _ in range(per_gpu):
             ready = ctx.Event()
-            proc = ctx.Process(target=_hold_gpus,
-                               args=(str(running.state_dir), gpus, ready, stop))
+            proc = ctx.Process(target=hold_gpus,
+                               args=(str(running.state_dir), gpus, ready, stop),
+                               kwargs={"alloc": 2 << 30, "sm": 0.6, "period_s": 0.05})
             proc.start()
             ready.wait(30)
             holders.append(proc)

@@ -26,16 +26,19 @@ from daemon.sim import scenario
 from daemon.sim.device import Device
 
 
-def _hold_gpus(state_dir: str, gpus: int, ready: EventType, stop: EventType) -> None:
+def hold_gpus(state_dir: str, gpus: int, ready: EventType, stop: EventType,
+               alloc: int = 64 << 20, sm: float = 0.5, period_s: float = 0.2) -> None:
+    """A process attached to every GPU (`alloc` bytes each), running a 20 ms kernel at `sm`
+    on the next GPU every `period_s` until `stop`."""
     devices = [Device(gpu_index=g, state_dir=state_dir) for g in range(gpus)]
     for d in devices:
-        d.alloc(64 << 20)
+        d.alloc(alloc)
     ready.set()
     k = 0
     while not stop.is_set():
-        devices[k % gpus].kernel(0.02, sm=0.5)
+        devices[k % gpus].kernel(0.02, sm=sm)
         k += 1
-        stop.wait(0.2)
+        stop.wait(period_s)
     for d in devices:
         d.close()
 
@@ -71,7 +74,7 @@ def main() -> None:
         holders = []
         for _ in range(args.processes):
             ready = ctx.Event()
-            proc = ctx.Process(target=_hold_gpus, args=(str(running.state_dir), args.gpus, ready, stop))
+            proc = ctx.Process(target=hold_gpus, args=(str(running.state_dir), args.gpus, ready, stop))
             proc.start()
             ready.wait(30)
             holders.append(proc)
