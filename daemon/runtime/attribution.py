@@ -364,14 +364,8 @@ class Attribution:
         allowed = self.sampler.available()
         if allowed <= 0 or not candidates:
             return
-        never = float("-inf")
-        due = []
-        for proc, share in candidates:
-            last = self._dumped_at.get(proc.key, never)
-            if ts - last >= self.config.dump_interval and proc.pid not in self._in_flight:
-                due.append((last, proc, share))
-        due.sort(key=lambda entry: entry[0])
-        for last, proc, share in due[:allowed]:
+        waiting = [(proc, share) for proc, share in candidates if proc.pid not in self._in_flight]
+        for last, proc, share in self._turns(waiting, self._dumped_at, ts, allowed):
             self._dumped_at[proc.key] = ts
             self._schedule(proc, share, last)
 
@@ -406,13 +400,23 @@ class Attribution:
         each), the longest unsampled first, at most PROC_SAMPLES_PER_S a second over all: a
         host of hundreds of processes in windows costs the same per tick as one of a dozen,
         and each process still gets its turn (less often)."""
-        never = float("-inf")
-        due = [(self._proc_sampled_at.get(proc.key, never), proc, share)
-               for proc, share in candidates
-               if ts - self._proc_sampled_at.get(proc.key, never) >= self.config.dump_interval]
-        due.sort(key=lambda entry: entry[0])
-        for _, proc, share in due[:self._proc_samples_per_tick]:
+        for _, proc, share in self._turns(candidates, self._proc_sampled_at, ts,
+                                          self._proc_samples_per_tick):
             self._sample_from_proc(proc, share, ts)
+
+    def _turns(self, candidates: list[tuple[ProcessSample, float]],
+               sampled_at: dict[tuple[int, float], float], ts: float, limit: int
+               ) -> list[tuple[float, ProcessSample, float]]:
+        """(last sampled, process, share) of the candidates whose turn it is (none in the last
+        dump_interval), the longest unsampled first, at most `limit` of them."""
+        never = float("-inf")
+        due = []
+        for proc, share in candidates:
+            last = sampled_at.get(proc.key, never)
+            if ts - last >= self.config.dump_interval:
+                due.append((last, proc, share))
+        due.sort(key=lambda entry: entry[0])
+        return due[:limit]
 
     @staticmethod
     def _clocks_due(candidates: list[tuple[ProcessSample, float]],
