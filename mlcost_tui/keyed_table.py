@@ -140,7 +140,82 @@ def _one_line(console: Console, cell: Any, width: int, padding: int, pre_style: 
         [Segment(plain, console.get_style(cell.style) if cell.style else None)]
     line = [Segment(" " * padding, blank), *body,
             Segment(" " * (inner - length + padding), blank)]
-    return [list(Segment.apply_style([s for s in line if s.text], pre_style, post_style))]
+    return [[Segment(text, None if control else _styled(pre_style, style, post_style), control)
+             for text, style, control in line if text]]
+
+
+# Styles a drawn cell's segment was given, kept by the identity of what made it (a cell's own
+# style, the table's style beneath and the cursor's above), at most STYLE_SUMS of them.
+STYLE_SUMS = 4096
+_style_sums: dict[tuple[int, int, int], tuple[Style | None, Style, Style, Style]] = {}
+
+
+def _styled(pre_style: Style, style: Style | None, post_style: Style) -> Style:
+    """(pre_style + style) + post_style, as Segment.apply_style adds them. Rich caches its
+    additions by equal styles, and comparing two styles is a Python call: a new cell's three
+    segments cost ~20 of them. Kept here by the objects themselves (held, so an id is never
+    reused while kept); a style with a link is never kept (Rich copies those each time)."""
+    key = (id(pre_style), id(style), id(post_style))
+    kept = _style_sums.get(key)
+    if kept is not None:
+        return kept[3]
+    combined = pre_style + style if pre_style else style
+    combined = combined + post_style if combined else post_style
+    if not combined.link:
+        if len(_style_sums) >= STYLE_SUMS:
+            _style_sums.clear()
+        _style_sums[key] = (style, pre_style, post_style, combined)
+    return combined
+
+
+# Row meta styles kept: one a row index up to this (a style's additions are cached by the
+# style objects they join, so the same row's meta must be the same object, frame after frame).
+ROW_METAS = 1024
+
+
+@lru_cache(ROW_METAS)
+def _row_meta(row_index: int, out_of_bounds: bool) -> Style:
+    """What a click or hover on row `row_index` reads (DataTable's meta): one object per row,
+    reused by every frame. Style.from_meta makes a style unlike any other (it carries a new
+    link id), so a new one per line made every style addition with it a miss in Rich's cache
+    of additions: each line's ~30 segments each built a new Style."""
+    if out_of_bounds:
+        return Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+    return Style.from_meta({"row": row_index, "column": 0})
+
+
+def _with_meta(segments: list[Segment], meta: Style) -> list[Segment]:
+    """`segments` with neighbours of the same style joined and `meta` added to every style
+    (Segment.simplify, then Segment.apply_style(post_style=meta), in one pass: a style is
+    joined with the meta once a line, not once a segment)."""
+    out: list[Segment] = []
+    joined: dict[Style | None, Style] = {}
+    text = ""
+    style: Style | None = None
+    started = False
+    for segment_text, segment_style, control in segments:
+        if control:  # none in a table's cells; kept as they are, as apply_style does
+            if started:
+                out.append(Segment(text, _joined(joined, style, meta)))
+                started = False
+            out.append(Segment(segment_text, None, control))
+            continue
+        if started and (segment_style is style or segment_style == style):
+            text += segment_text
+            continue
+        if started:
+            out.append(Segment(text, _joined(joined, style, meta)))
+        text, style, started = segment_text, segment_style, True
+    if started:
+        out.append(Segment(text, _joined(joined, style, meta)))
+    return out
+
+
+def _joined(joined: dict[Style | None, Style], style: Style | None, meta: Style) -> Style:
+    combined = joined.get(style)
+    if combined is None:
+        combined = joined[style] = style + meta if style else meta
+    return combined
 
 
 def as_cell(value: Any) -> Any:
@@ -606,16 +681,20 @@ class KeyedTable(DataTable):
                     default_cell_formatter(datum, wrap=False, height=1) or _EMPTY
                 segments.extend(draw(cell, column_width, 1, row_style, False, on_cursor,
                                      on_hover, state)[0])
-            segments = list(Segment.apply_style(Segment.simplify(segments), None,
-                                                Style.from_meta({"row": row_index,
-                                                                 "column": 0})))
+            segments = _with_meta(segments, _row_meta(row_index, False))
         extend_style, _ = self._get_styles_to_render_cell(
             header, False, False, on_hover, on_cursor, frame.show_cursor, frame.show_hover,
             False, False)
-        extend_style = row_style + extend_style + Style.from_meta(
-            {"row": row_index, "column": 0, "out_of_bounds": True})
-        segments.append(Segment(" " * max(0, width - sum(widths)), extend_style))
-        strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width, base_style)
+        extend_style = row_style + extend_style + _row_meta(row_index, True)
+        drawn_width = sum(widths)
+        segments.append(Segment(" " * max(0, width - drawn_width), extend_style))
+        if x1 == 0 and x2 >= width >= drawn_width:
+            # Every cell is drawn in its column's width: the line is `width` cells as it is
+            # (no crop to measure it segment by segment, no second Strip to pad it).
+            strip = Strip(segments, width)
+        else:
+            strip = Strip(line_crop(segments, x1, x2, width)).adjust_cell_length(width,
+                                                                               base_style)
         self._lines.set(key, (cells, strip))
         return strip
 
