@@ -17,6 +17,7 @@ import os  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from typing import Any  # noqa: E402
 
 from daemon.wire import Now, process_key  # noqa: E402
 from mlcost_tui.app import MlcostTop  # noqa: E402
@@ -76,6 +77,7 @@ async def main() -> None:
             # it (textual._wait.wait_for_idle): its own time, after the paint; shown apart.
             await pilot.pause()
             idles.append(time.perf_counter() - began)
+        calls = await calls_per_refresh(app, pilot)
     ms = 1000
     print(f"{PROCESSES} processes, {GPUS} GPUs, {REFRESHES} refreshes (every cell changing "
           "sort order too)")
@@ -89,7 +91,30 @@ async def main() -> None:
           f"{statistics.median(cpus) * ms:.1f} ms, max {max(cpus) * ms:.1f} ms (target <= 30 ms)")
     print(f"  message to idle as Textual's pilot.pause() sees it (its detector's own >= 20 ms "
           f"sleep included): median {statistics.median(idles) * ms:.1f} ms")
+    print(f"  Python function calls from message to painted (cProfile, load-independent: "
+          f"compare old and new with it on a loaded host): median {calls:,.0f} a refresh")
     print(f"  first frame with 500 processes in the test driver: {first_frame:.2f} s")
+
+
+async def calls_per_refresh(app: MlcostTop, pilot: Any) -> float:
+    """The median number of Python function calls one refresh makes, message to painted (as
+    the timed loop above, under cProfile: its times are not used, only its counts)."""
+    import cProfile
+    import pstats
+
+    counts = []
+    for step in range(REFRESHES + 1, REFRESHES + 11):
+        message = snapshot(step)
+        painted = asyncio.Event()
+        profile = cProfile.Profile()
+        profile.enable()
+        app.post_message(message)
+        app.call_after_refresh(painted.set)
+        await painted.wait()
+        profile.disable()
+        counts.append(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+        await pilot.pause()
+    return statistics.median(counts)
 
 
 # A child process: mlcost-top's own start path (prefetch, App) headless; prints when the first
