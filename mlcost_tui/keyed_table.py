@@ -403,9 +403,25 @@ class KeyedTable(DataTable):
             if layout or recompose or self._moved:
                 self.refresh(layout=layout, recompose=recompose)
             else:  # cells written in place: their rows, where they are on screen (else nothing)
-                for key in self._changed:
-                    self.refresh_row(self.get_row_index(key))
+                self._refresh_rows(self._changed)
             self._changed.clear()
+
+    def _refresh_rows(self, keys: set[str]) -> None:
+        """Repaint rows `keys` where they are on screen. DataTable.refresh_row finds a row's
+        place by adding the heights of every row above it, from a list of rows it builds again
+        after each update_cell, and the width by reading every column's: here every row is
+        `row_height` lines (add_row is always given it; set_row_height clears the rows)."""
+        if not keys:
+            return
+        top = self.header_height if self.show_header else 0
+        width = max(self.size.width, self.virtual_size.width)
+        window = self.window_region
+        scroll = self.scroll_offset
+        for key in keys:
+            region = Region(0, top + self.get_row_index(key) * self.row_height, width,
+                            self.row_height)
+            if window.overlaps(region):
+                self.refresh(region.translate(-scroll))
 
     def _sync(self, rows: Sequence[tuple[str, Sequence[Any] | Callable[[], Sequence[Any]]]]
               ) -> None:

@@ -146,6 +146,30 @@ async def test_a_sync_draws_only_the_rows_it_changed_and_what_it_draws_is_curren
 
 
 @pytest.mark.asyncio
+async def test_a_changed_row_in_a_scrolled_table_is_drawn_where_it_shows_and_only_there():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = Recording()
+        table.styles.height = 12  # 10 rows under the header, inside the border
+        await app.mount(table)
+        rows = [(f"k{i}", (f"row {i}", str(i), Text("ok", style="bold"))) for i in range(60)]
+        table.sync(rows)
+        await pilot.pause()
+        table.scroll_to(y=30, animate=False)
+        await pilot.pause()
+        top = table.scroll_offset.y
+        assert top > 0
+        table.drawn.clear()
+        mid = top + 2  # as wide as before: columns do not grow
+        rows[mid] = (f"k{mid}", (f"new {mid}", "Z", rows[mid][1][2]))
+        rows[0] = ("k0", ("new 0", "Z", rows[0][1][2]))  # scrolled off: nothing to draw
+        table.sync(rows)
+        await pilot.pause()
+        assert set(table.drawn) == {3}  # the header is line 0: the third row on screen
+        assert table.render_line(3).text.split()[:3] == ["new", str(mid), "Z"]
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("seed", range(2))
 async def test_a_table_synced_many_times_draws_what_a_fresh_table_draws(seed):
     """Drawn cells are kept by the cell they show: after any sequence of syncs (cells changed,
