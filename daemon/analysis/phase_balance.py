@@ -102,7 +102,9 @@ def balance_of(split: SampleSplit, window_s: float,
     # GPU-idle seconds that times one minus its mean utilization; the split has each phase
     # once. Rebuilt for every process whose time moved (a live view: each tick, while young),
     # so one pass and one sort of a few rows.
-    rows: list[tuple[float, int, str, float, list[dict[str, Any]], str]] = []
+    # Rows sort as tuples: the longest phase first, equal times in the order of PHASES (each
+    # phase once, so no two rows get past their first two items).
+    rows: list[tuple[float, int, str, float, float, list[dict[str, Any]], str]] = []
     compute_seen = False
     for phase, share, mean_util, top_stacks, sure in split.parts:
         spent = quiet * share
@@ -110,19 +112,13 @@ def balance_of(split: SampleSplit, window_s: float,
         if phase == COMPUTE:
             compute_seen = True
             spent = busy + spent
-        rows.append((spent, _PHASE_ORDER[phase], phase, idle, top_stacks, sure))
+        rows.append((-spent, _PHASE_ORDER[phase], phase, spent, idle, top_stacks, sure))
     if not compute_seen:
-        rows.append((busy, _PHASE_ORDER[COMPUTE], COMPUTE, 0.0, [], HIGH_CONFIDENCE))
-    rows.sort(key=_by_time)
+        rows.append((-busy, _PHASE_ORDER[COMPUTE], COMPUTE, busy, 0.0, [], HIGH_CONFIDENCE))
+    rows.sort()
     return {phase: {"seconds": spent, "share": spent / window_s, "gpu_idle_seconds": idle,
                     "top_stacks": top_stacks, "confidence": sure}
-            for spent, _, phase, idle, top_stacks, sure in rows if spent > 0}
-
-
-def _by_time(row: tuple[float, int, str, float, list[dict[str, Any]], str]
-             ) -> tuple[float, int]:
-    """The longest phase first; equal times in the order of PHASES."""
-    return -row[0], row[1]
+            for _, _, phase, spent, idle, top_stacks, sure in rows if spent > 0}
 
 
 def _confidence(group: Sequence[StackSample]) -> str:
