@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.analysis.stack_rules import user_frame
+from daemon.analysis.stack_rules import runtime_rules_count, user_frame
 from daemon.sources.frames import Frame
 from daemon.wire import COMPUTE, HIGH_CONFIDENCE, LOW_CONFIDENCE, PHASES, UNKNOWN
 
 # A sample classified from /proc without a stack (daemon.analysis.proc_phases) has one
 # pseudo-frame, in this file.
 NO_STACK_FILE = "<proc>"
+_PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}  # a phase -> its place in PHASES
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +70,14 @@ class SampleSplit:
 
 
 def sample_split(samples: Sequence[StackSample], *, top: int = 5) -> SampleSplit:
-    by_phase: dict[str, list[StackSample]] = defaultdict(list)
+    by_phase: dict[str, list[StackSample]] = {}
     for s in samples:
-        by_phase[s.phase if s.phase in PHASES else UNKNOWN].append(s)
+        phase = s.phase if s.phase in _PHASE_ORDER else UNKNOWN
+        group = by_phase.get(phase)
+        if group is None:
+            by_phase[phase] = [s]
+        else:
+            group.append(s)
     return SampleSplit(tuple(
         (phase, len(group) / len(samples),
          sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group) / 100.0,
@@ -92,31 +98,27 @@ def balance_of(split: SampleSplit, window_s: float,
         return {phase: {"seconds": spent, "share": spent / window_s, "gpu_idle_seconds": idle,
                         "top_stacks": [], "confidence": HIGH_CONFIDENCE}
                 for phase, spent, idle in parts if spent > 0}
-    seconds: dict[str, float] = defaultdict(float)
-    idle: dict[str, float] = defaultdict(float)
-    stacks: dict[str, list[dict[str, Any]]] = {}
-    confidence: dict[str, str] = {}
-    seconds[COMPUTE] += busy
+    # Each phase's seconds are its share of the quiet time (compute: plus the busy time), its
+    # GPU-idle seconds that times one minus its mean utilization; the split has each phase
+    # once. Rebuilt for every process whose time moved (a live view: each tick, while young),
+    # so one pass and one sort of a few rows.
+    # Rows sort as tuples: the longest phase first, equal times in the order of PHASES (each
+    # phase once, so no two rows get past their first two items).
+    rows: list[tuple[float, int, str, float, float, list[dict[str, Any]], str]] = []
+    compute_seen = False
     for phase, share, mean_util, top_stacks, sure in split.parts:
-        seconds[phase] += quiet * share
-        idle[phase] += quiet * share * (1.0 - mean_util)
-        stacks[phase] = top_stacks
-        confidence[phase] = sure
-    if not split.parts and quiet > 0:
-        seconds[UNKNOWN] += quiet
-        idle[UNKNOWN] += quiet
-    result: dict[str, dict[str, Any]] = {}
-    for phase in sorted(seconds, key=lambda p: (-seconds[p], PHASES.index(p))):
-        if seconds[phase] <= 0:
-            continue
-        result[phase] = {
-            "seconds": seconds[phase],
-            "share": seconds[phase] / window_s,
-            "gpu_idle_seconds": idle[phase],
-            "top_stacks": stacks.get(phase, []),
-            "confidence": confidence.get(phase, HIGH_CONFIDENCE),
-        }
-    return result
+        spent = quiet * share
+        idle = spent * (1.0 - mean_util)
+        if phase == COMPUTE:
+            compute_seen = True
+            spent = busy + spent
+        rows.append((-spent, _PHASE_ORDER[phase], phase, spent, idle, top_stacks, sure))
+    if not compute_seen:
+        rows.append((-busy, _PHASE_ORDER[COMPUTE], COMPUTE, busy, 0.0, [], HIGH_CONFIDENCE))
+    rows.sort()
+    return {phase: {"seconds": spent, "share": spent / window_s, "gpu_idle_seconds": idle,
+                    "top_stacks": top_stacks, "confidence": sure}
+            for _, _, phase, spent, idle, top_stacks, sure in rows if spent > 0}
 
 
 def _confidence(group: Sequence[StackSample]) -> str:
@@ -124,11 +126,37 @@ def _confidence(group: Sequence[StackSample]) -> str:
     return LOW_CONFIDENCE if group and from_proc * 2 > len(group) else HIGH_CONFIDENCE
 
 
-def _responsible_function(frames: Sequence[Frame]) -> tuple[str, str] | None:
-    """The user function a stack is spent in: a comprehension or nested function counts as
-    the function that holds it."""
+@dataclass(frozen=True, slots=True)
+class _Stack:
+    """What the top stacks say of one stack: its frames as text, where it is (its innermost
+    user frame, else its innermost frame) and the user function it is spent in (a
+    comprehension or nested function counts as the function that holds it)."""
+
+    frames: tuple[str, ...]
+    where: Frame | None
+    function: tuple[str, str] | None
+
+
+# stack hash -> (its frames, runtime rules then, what they say): worked out once per stack, not
+# once per split (a live balance's split is redone with each new sample of its process, and
+# user_frame's path rules cost ~10 us a stack). Bounded: cleared when full.
+_STACKS: dict[str, tuple[tuple[Frame, ...], int, _Stack]] = {}
+MAX_STACKS_KEPT = 4096
+
+
+def _stack(stack_hash: str, frames: tuple[Frame, ...]) -> _Stack:
+    rules = runtime_rules_count()
+    kept = _STACKS.get(stack_hash)
+    if kept is not None and kept[1] == rules and (kept[0] is frames or kept[0] == frames):
+        return kept[2]
     where = user_frame(frames) or (frames[0] if frames else None)
-    return None if where is None else (where.filename, where.name.split(".<locals>.", 1)[0])
+    stack = _Stack(tuple(f"{f.filename}:{f.line} {f.name}" for f in frames), where,
+                   None if where is None
+                   else (where.filename, where.name.split(".<locals>.", 1)[0]))
+    if len(_STACKS) >= MAX_STACKS_KEPT:
+        _STACKS.clear()
+    _STACKS[stack_hash] = (frames, rules, stack)
+    return stack
 
 
 def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
@@ -138,26 +166,27 @@ def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
     decompress, slice and comprehension are three stacks) outweighs one cheaper stack that
     always looks the same (freeing the last result on the caller's line)."""
     counts = Counter(s.stack_hash for s in group)
-    first: dict[str, StackSample] = {}
+    stack_of: dict[str, _Stack] = {}
     for s in group:
-        first.setdefault(s.stack_hash, s)
+        if s.stack_hash not in stack_of:
+            stack_of[s.stack_hash] = _stack(s.stack_hash, s.frames)
     by_function: Counter[tuple[str, str] | None] = Counter()
     for stack_hash, n in counts.items():
-        by_function[_responsible_function(first[stack_hash].frames)] += n
+        by_function[stack_of[stack_hash].function] += n
     stacks = []
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     for s in group:
         if s.reason:
             reasons[s.stack_hash][s.reason] += 1
     order = sorted(counts.items(), key=lambda kv: (
-        -by_function[_responsible_function(first[kv[0]].frames)], -kv[1], kv[0]))
+        -by_function[stack_of[kv[0]].function], -kv[1], kv[0]))
     for stack_hash, n in order[:top]:
-        frames = first[stack_hash].frames
+        stack = stack_of[stack_hash]
         said = reasons.get(stack_hash)
-        where = user_frame(frames) or (frames[0] if frames else None)
+        where = stack.where
         stacks.append({
             "stack_hash": stack_hash,
-            "frames": [f"{f.filename}:{f.line} {f.name}" for f in frames],
+            "frames": list(stack.frames),
             "file": where.filename if where else None,
             "line": where.line if where else None,
             "function": where.name if where else None,

@@ -257,6 +257,12 @@ def name_matches(name: str, pattern: str) -> bool:
 _RUNTIME_FRAME_RULES: list[FrameRule] = []
 
 
+def runtime_rules_count() -> int:
+    """How many runtimes declared themselves so far (the list only grows): what `user_frame`
+    decided of a stack holds while this count stays."""
+    return len(_RUNTIME_FRAME_RULES)
+
+
 def register_runtime(file_glob: str, name_glob: str, phase: str, reason: str) -> None:
     """Declare a GPU runtime's blocking call (e.g. a kernel launch that waits for the GPU):
     its frames are not user code, and a stack inside it is in `phase`."""

@@ -29,6 +29,7 @@ from daemon.sources.stacks import (
     stack_hash,
     worker_pids,
 )
+from daemon.wire import PHASES
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "pyspy"
@@ -409,6 +410,64 @@ def test_top_stacks_carry_the_reason_of_their_phase():
     out = phase_balance(samples, window_s=10.0, busy_seconds=0.0)
     assert out["checkpoint"]["top_stacks"][0]["reason"] == "torch.save (serialization.py:1003 save)"
     assert out["data_wait"]["top_stacks"][0]["reason"] is None  # a store written before reasons
+
+
+def plain_balance(samples: list[StackSample], window_s: float,
+                  busy_seconds: float) -> dict[str, dict[str, object]]:
+    """phase_balance's arithmetic written the plain way, phase by phase (top stacks aside)."""
+    if window_s <= 0:
+        return {}
+    busy = min(max(busy_seconds, 0.0), window_s)
+    quiet = window_s - busy
+    groups: dict[str, list[StackSample]] = {}
+    for s in samples:
+        groups.setdefault(s.phase if s.phase in PHASES else "unknown", []).append(s)
+    seconds = {"compute": busy}
+    idle = {"compute": 0.0}
+    if not groups:
+        seconds["unknown"] = idle["unknown"] = quiet
+    for phase, group in groups.items():
+        spent = quiet * (len(group) / len(samples))
+        mean = sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group) / 100.0
+        seconds[phase] = seconds.get(phase, 0.0) + spent
+        idle[phase] = idle.get(phase, 0.0) + spent * (1.0 - mean)
+    order = sorted(seconds, key=lambda p: (-seconds[p], PHASES.index(p)))
+    return {p: {"seconds": seconds[p], "share": seconds[p] / window_s,
+                "gpu_idle_seconds": idle[p]} for p in order if seconds[p] > 0}
+
+
+def test_phase_balance_is_the_plain_sums_phase_by_phase():
+    import random
+
+    rnd = random.Random(23)
+    stacks = [READ, SAVE, SAVE2, (Frame("wait", "<proc>", 0),)]
+    for _ in range(3000):
+        samples = [sample(rnd.choice([*PHASES, "not a phase"]), rnd.choice(stacks),
+                          util=rnd.choice([0.0, 12.5, 33.3, 100.0, 150.0, -5.0]))
+                   for _ in range(rnd.randint(0, 9))]
+        window = rnd.choice([0.0, 1.0, 30.0, 1800.0, rnd.uniform(0.0, 100.0)])
+        busy = rnd.choice([0.0, -1.0, window, window / 3, 2 * window, rnd.uniform(0.0, 100.0)])
+        out = phase_balance(samples, window_s=window, busy_seconds=busy)
+        assert {p: {k: part[k] for k in ("seconds", "share", "gpu_idle_seconds")}
+                for p, part in out.items()} == plain_balance(samples, window, busy)
+        assert list(out) == list(plain_balance(samples, window, busy))
+
+
+def test_a_stack_seen_before_a_runtime_declared_itself_is_decided_anew():
+    """What a stack's top-stack entry says is worked out once per stack, and again once a GPU
+    runtime declares itself: its frames are no longer the user's."""
+    runtime = "/opt/declared_runtime/launch.py"
+    frames = (Frame("launch", runtime, 7), Frame("train", USER, 40))
+    samples = [sample("compute", frames)]
+    before = phase_balance(samples, window_s=10.0, busy_seconds=0.0)
+    assert before["compute"]["top_stacks"][0]["file"] == runtime
+    stack_rules.register_runtime("/opt/declared_runtime/*", "launch", "compute", "its launch")
+    try:
+        after = phase_balance(samples, window_s=10.0, busy_seconds=0.0)
+        assert after["compute"]["top_stacks"][0]["file"] == USER
+        assert after["compute"]["top_stacks"][0]["line"] == 40
+    finally:
+        stack_rules._RUNTIME_FRAME_RULES.pop()
 
 
 def test_source_lines_are_read_without_keeping_every_file(tmp_path):
