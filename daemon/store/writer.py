@@ -364,17 +364,16 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
                 conn.execute(tick_rows.INSERT_GPU, (gpu.index, *facts))
                 new_gpus[gpu.index] = facts
         if sample.gpus:
-            conn.executemany(tick_rows.INSERT_GPU_SAMPLES,
-                             tick_rows.gpu_sample_rows(ts, sample.gpus))
+            tick_rows.INSERT_GPU_SAMPLES.run(conn, tick_rows.gpu_sample_rows(ts, sample.gpus))
         processes = sample.processes
         idents = self._process_ids(ts, processes, new_processes)
         seen.update(dict.fromkeys(idents, ts))
         proc_rows = tick_rows.process_sample_rows(ts, processes, idents)
         use_rows = tick_rows.gpu_use_rows(ts, processes, idents)
         if proc_rows:
-            conn.executemany(tick_rows.INSERT_PROCESS_SAMPLES, proc_rows)
+            tick_rows.INSERT_PROCESS_SAMPLES.run(conn, proc_rows)
         if use_rows:
-            conn.executemany(tick_rows.INSERT_GPU_USES, use_rows)
+            tick_rows.INSERT_GPU_USES.run(conn, use_rows)
         return proc_rows, use_rows
 
     def _process_ids(self, ts: int, processes: Sequence[ProcessSample],
