@@ -9,7 +9,8 @@ Raw samples become 1-minute rollups, 1-minute rollups become 1-hour rollups; eac
 sum, min and max so it re-aggregates exactly. Raw rows are deleted only once their minute is
 rolled up, minute rows only once their hour is; recommendation texts go with the raw rows
 (each keeps the one in force at the oldest tick kept). Deletes run in bounded batches so the
-tick is never blocked for long. Each round first checks that the path still names the database
+tick is never blocked for long; by age they run once a minute, raw rows a whole minute of them
+at a time (kept up to a minute past the raw retention). Each round first checks that the path still names the database
 file the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
 """
 
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
     from daemon.store.minute_tally import ProcessMinutes
 
 _RAW_BATCH_TICKS = 30  # ticks deleted per retention batch (x GPUs x processes rows)
+# Raw rows past their age go a whole minute at a time, so once a minute: one tick's a tick
+# (what a store past its raw retention did) cost every tick a transaction, the texts' and
+# kinds' prune queries and a delete per table for ~500 rows at 256 processes. Raw rows are
+# kept up to this much longer than the raw retention.
+_RAW_STEP_MS = MINUTE * 1000
 _MINUTE_BATCH_MS = 10 * MINUTE * 1000
 _HOUR_BATCH_MS = 24 * HOUR * 1000
 _VACUUM_PAGES = 2048
@@ -65,6 +71,8 @@ class Maintenance:
         _last_checkpoint: float
         _minutes: ProcessMinutes
         _ticks_at_checkpoint: int
+        _age_retained_for: tuple[int, int, int]  # (minute of the newest tick, minute_done,
+        # hour_done) of the last retention by age that finished
 
         _pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]]
 
@@ -231,7 +239,13 @@ class Maintenance:
 
     def _retain_by_age(self, deadline: float) -> bool:
         newest = self._newest_ts
+        # The cuts move on with a new minute of ticks or a rollup; between them a round would
+        # only find nothing to delete (~60 us a tick, most of it an empty write transaction).
+        cuts_from = (newest - newest % _RAW_STEP_MS, self._minute_done, self._hour_done)
+        if cuts_from == self._age_retained_for:
+            return False
         raw_cut = min(newest - self.raw_retention_ms, self._minute_done)
+        raw_cut -= raw_cut % _RAW_STEP_MS
         minute_cut = min(newest - self.minute_retention_ms, self._hour_done)
         hour_cut = newest - self.hour_retention_ms
         while self._delete_raw_batch(raw_cut):
@@ -251,6 +265,7 @@ class Maintenance:
         with self._db.atomic():
             self._health.rows_pruned += self._conn.execute(
                 "DELETE FROM meter_readings WHERE ts < ?", (hour_cut,)).rowcount
+        self._age_retained_for = cuts_from
         return False
 
     def _delete_raw_batch(self, cut: int) -> bool:

@@ -115,6 +115,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         self._last_assigned_ts = 0
         self._last_checkpoint = time.monotonic()
         self._ticks_at_checkpoint = 0
+        self._age_retained_for = (0, 0, 0)  # maintenance: when retention by age last finished
         self._last_seen_flushed = time.monotonic()
         self._last_seen: dict[int, int] = {}  # process id -> ts, not yet in processes.last_ts
         self._pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]] = OrderedDict()

@@ -385,7 +385,8 @@ def test_retention_by_age_keeps_what_is_not_rolled_up(tmp_path: Path) -> None:
         minute_done, hour_done = store.minute_done, store.hour_done
     newest = round(last * 1000)
     oldest_raw = rows(path, "SELECT min(ts) FROM ticks")[0][0]
-    assert newest - 600_000 <= oldest_raw < newest - 600_000 + 10_000
+    cut = newest - 600_000  # raw rows go a whole minute at a time: the cut's minute is kept
+    assert cut - cut % 60_000 <= oldest_raw < cut - cut % 60_000 + 10_000
     for table in ("gpu_samples", "proc_samples", "proc_gpu_samples"):
         assert rows(path, f"SELECT min(ts) FROM {table}")[0][0] >= oldest_raw
     oldest_minute = rows(path, "SELECT min(bucket) FROM rollups WHERE res = 60")[0][0]
@@ -396,6 +397,30 @@ def test_retention_by_age_keeps_what_is_not_rolled_up(tmp_path: Path) -> None:
     )
     # Every minute between the minute rollups and the raw rows is still covered.
     assert minute_done >= oldest_raw
+
+
+def test_raw_rows_past_their_retention_go_a_minute_at_a_time_once_a_minute(
+        tmp_path: Path) -> None:
+    """Past its raw retention a store deletes a minute of raw rows once a minute, not a tick's
+    every tick, and keeps every raw row for at least the retention, at most a minute longer."""
+    path = tmp_path / "s.db"
+    rng = random.Random(3)
+    oldest_seen = []
+    with Store(path, raw_retention_s=120) as store:
+        for tick in range(1, 8 * 60):
+            ts = T0 + tick
+            assert store.write(make_sample(tick, ts, rng))
+            assert store.maintain(0.5) is False
+            if tick > 4 * 60:  # past the retention (and its minute) for 3 minutes and more
+                oldest = rows(path, "SELECT min(ts) FROM ticks")[0][0]
+                newest = round(ts * 1000)
+                assert newest - 120_000 - 60_000 < oldest <= newest - 120_000
+                for table in ("gpu_samples", "proc_samples", "proc_gpu_samples"):
+                    assert rows(path, f"SELECT min(ts) FROM {table}")[0][0] == oldest
+                oldest_seen.append(oldest)
+    changes = [(a, b) for a, b in zip(oldest_seen, oldest_seen[1:], strict=False) if a != b]
+    assert len(changes) in (3, 4)  # once in each of the minutes written past the retention
+    assert all(b - a == 60_000 and b % 60_000 == 0 for a, b in changes)
 
 
 def test_retention_keeps_each_recommendation_text_in_force_at_the_oldest_tick(
