@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import sqlite_utils
 
 from daemon.store.schema import HOUR, KIND_GPU, KIND_PROCESS, MINUTE, PROCESS_METRICS
+from daemon.store.wide_insert import WideInsert
 
 if TYPE_CHECKING:
     from collections import OrderedDict
@@ -147,7 +148,7 @@ class Maintenance:
                 rows = self._minutes.rows(bucket)  # tallied as its ticks were written
                 if rows is None:
                     rows = self._process_minute_rows(bucket, end)
-                self._conn.executemany(_INSERT_ROLLUP, rows)
+                _INSERT_ROLLUPS.run(self._conn, rows)
                 self._set_meta("minute_done", end)
             self._minute_done = end
 
@@ -385,10 +386,9 @@ SELECT {MINUTE}, :b, {KIND_GPU}, gpu, metric, count(v), sum(v), min(v), max(v) F
 ) GROUP BY gpu, metric HAVING count(v) > 0
 """
 
-_INSERT_ROLLUP = (
-    "INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)"
-    " VALUES (?,?,?,?,?,?,?,?,?)"
-)
+# (a minute of 256 processes is ~1 000 rows)
+_INSERT_ROLLUPS = WideInsert(
+    "INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)", 9)
 
 # Per sample, a process's SM share and GPU memory are summed over the GPUs it holds.
 _PROCESS_GPU_MINUTE = """

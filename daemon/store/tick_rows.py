@@ -9,13 +9,12 @@ statement cache prepares it once; a tick's many rows of a table go in through `W
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
-from itertools import chain
 
 from daemon.sources.owners import encode_owner
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.schema import STATUS_CODES, encode_status, hundredths, millis, tenths
+from daemon.store.wide_insert import WideInsert
 
 # A GPU's facts as the gpus table keeps them: uuid, name, total and driver-reserved memory.
 GpuFacts = tuple[str, str, int | None, int | None]
@@ -30,35 +29,6 @@ INSERT_TICK = (
 INSERT_GPU = (
     "INSERT OR REPLACE INTO gpus (gpu, uuid, name, memory_total_bytes, memory_reserved_bytes)"
     " VALUES (?,?,?,?,?)")
-
-# Rows a wide statement binds at once (x 11 columns at most: under SQLite's oldest limit of
-# 999 parameters). 64: at 256 processes 16 rows a statement cost 25 % more, 128 no less.
-WIDE_ROWS = 64
-
-
-class WideInsert:
-    """One table's rows of a tick inserted many to a statement: `executemany` binds and steps
-    the statement once per row, and that round trip was ~40 % of the insert at 256 processes
-    (a tick's process rows 0.67-0.85 ms through executemany, 0.46 ms 64 to a statement).
-    Rows that do not fill a wide statement go 8 to a statement, the last few one by one, so
-    three statements are ever prepared (SQLite's statement cache keeps them)."""
-
-    def __init__(self, head: str, columns: int) -> None:
-        one = "(" + ",".join("?" * columns) + ")"
-        self.statements = [(rows, f"{head} VALUES {','.join([one] * rows)}")
-                           for rows in (WIDE_ROWS, 8)]
-        self.one_row = f"{head} VALUES {one}"
-
-    def run(self, conn: sqlite3.Connection, rows: Sequence[Sequence[object]]) -> None:
-        """Insert `rows` (tuples of the statement's columns, in order) on `conn`."""
-        start, total = 0, len(rows)
-        for size, statement in self.statements:
-            while total - start >= size:
-                conn.execute(statement, tuple(chain.from_iterable(rows[start:start + size])))
-                start += size
-        if start < total:
-            conn.executemany(self.one_row, rows[start:])
-
 
 INSERT_GPU_SAMPLES = WideInsert(
     "INSERT OR REPLACE INTO gpu_samples (ts, gpu, status, util, sm, mem, power_mw, temp,"
