@@ -162,9 +162,7 @@ class ProcessMinutes:
                 stats = tally.get(proc)
                 if stats is None:
                     stats = tally[proc] = [None, None, None, None]
-                known = _known(rss)
-                if known:
-                    stats[3] = _merge(stats[3], known)
+                stats[3] = _merge(stats[3], cast("tuple[int, ...]", rss))  # never None
                 # tenths of a percent of one CPU, rounded half up, from consecutive samples
                 percents = [((after - before) * 2000 // step + 1) // 2 for before, after, step
                             in zip(cpu, cpu[1:], steps, strict=False) if after >= before]
