@@ -72,6 +72,7 @@ class Maintenance:
         _last_checkpoint: float
         _minutes: ProcessMinutes
         _ticks_at_checkpoint: int
+        _ids_committed: tuple[list[tuple[int, float]], list[int]]
         _age_retained_for: tuple[int, int, int]  # (minute of the newest tick, minute_done,
         # hour_done) of the last retention by age that finished
 
@@ -317,6 +318,7 @@ class Maintenance:
             conn.executemany("DELETE FROM process_kinds WHERE proc = ?", [(i,) for i in gone])
         gone_set = set(gone)
         self._processes = {k: v for k, v in self._processes.items() if v not in gone_set}
+        self._ids_committed = ([], [])  # (the writer's ids of the last tick: looked up again)
         return True
 
     def _retain_by_size(self, deadline: float) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import random
 import signal
@@ -205,6 +206,38 @@ def test_pid_reuse_is_two_processes(tmp_path: Path) -> None:
         ]
         assert reader.process_history(500, T0 + 5, "rss_bytes", T0, T0 + 20) != []
         assert len(reader.process_history(500, T0 - 100, "rss_bytes", T0, T0 + 20)) == 1
+
+
+def test_each_tick_s_rows_name_its_own_processes_as_the_list_changes(tmp_path: Path) -> None:
+    """The writer reuses the last tick's process ids while the list is the same; a list in
+    another order, a pid reused, a process back after a gap, a tick that waited while the
+    database was locked: each row still names the process it was written for."""
+    path = tmp_path / "s.db"
+    rng = random.Random(4)
+    a, b = process(700, 1, rng, 1), process(701, 1, rng, 1)
+    reused = process(700, 1, rng, 1, start_time=T0 + 30)
+    lists = [(a, b), (a, b), (a, b), (b, a), (b, a), (b, reused), (b, reused), (a, b),
+             (a, b), (), (a, b)]
+    written: set[tuple[int, int, int, int]] = set()
+    with Store(path) as store:
+        for tick, procs in enumerate(lists, start=1):
+            # each process's CPU time says which tick and process it was written for
+            sample = Sample(ts=T0 + tick, tick=tick, processes=tuple(
+                dataclasses.replace(p, cpu_seconds=tick + p.start_time % 1000)
+                for p in procs))
+            if tick == 6:  # the database locked: this tick waits in memory, the next
+                other = sqlite3.connect(path)  # commits both
+                other.execute("BEGIN IMMEDIATE")
+                assert store.write(sample) is False
+                other.rollback()
+                other.close()
+            else:
+                assert store.write(sample)
+            written |= {(round(sample.ts * 1000), p.pid, round(p.start_time * 1000),
+                         round(p.cpu_seconds * 1000)) for p in sample.processes}
+    stored = rows(path, "SELECT s.ts, p.pid, p.start_ms, s.cpu_ms FROM proc_samples s "
+                  "JOIN processes p ON p.id = s.proc")
+    assert set(stored) == written and len(stored) == len(written)
 
 
 # ------------------------------------------------------------------------ rollups
