@@ -9,7 +9,8 @@ Raw samples become 1-minute rollups, 1-minute rollups become 1-hour rollups; eac
 sum, min and max so it re-aggregates exactly. Raw rows are deleted only once their minute is
 rolled up, minute rows only once their hour is; recommendation texts go with the raw rows
 (each keeps the one in force at the oldest tick kept). Deletes run in bounded batches so the
-tick is never blocked for long. Each round first checks that the path still names the database
+tick is never blocked for long; by age they run once a minute, raw rows a whole minute of them
+at a time (kept up to a minute past the raw retention). Each round first checks that the path still names the database
 file the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
 """
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import sqlite_utils
 
 from daemon.store.schema import HOUR, KIND_GPU, KIND_PROCESS, MINUTE, PROCESS_METRICS
+from daemon.store.wide_insert import WideInsert
 
 if TYPE_CHECKING:
     from collections import OrderedDict
@@ -34,6 +36,11 @@ if TYPE_CHECKING:
     from daemon.store.minute_tally import ProcessMinutes
 
 _RAW_BATCH_TICKS = 30  # ticks deleted per retention batch (x GPUs x processes rows)
+# Raw rows past their age go a whole minute at a time, so once a minute: one tick's a tick
+# (what a store past its raw retention did) cost every tick a transaction, the texts' and
+# kinds' prune queries and a delete per table for ~500 rows at 256 processes. Raw rows are
+# kept up to this much longer than the raw retention.
+_RAW_STEP_MS = MINUTE * 1000
 _MINUTE_BATCH_MS = 10 * MINUTE * 1000
 _HOUR_BATCH_MS = 24 * HOUR * 1000
 _VACUUM_PAGES = 2048
@@ -65,6 +72,9 @@ class Maintenance:
         _last_checkpoint: float
         _minutes: ProcessMinutes
         _ticks_at_checkpoint: int
+        _ids_committed: tuple[list[tuple[int, float]], list[int]]
+        _age_retained_for: tuple[int, int, int]  # (minute of the newest tick, minute_done,
+        # hour_done) of the last retention by age that finished
 
         _pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]]
 
@@ -139,7 +149,7 @@ class Maintenance:
                 rows = self._minutes.rows(bucket)  # tallied as its ticks were written
                 if rows is None:
                     rows = self._process_minute_rows(bucket, end)
-                self._conn.executemany(_INSERT_ROLLUP, rows)
+                _INSERT_ROLLUPS.run(self._conn, rows)
                 self._set_meta("minute_done", end)
             self._minute_done = end
 
@@ -231,7 +241,13 @@ class Maintenance:
 
     def _retain_by_age(self, deadline: float) -> bool:
         newest = self._newest_ts
+        # The cuts move on with a new minute of ticks or a rollup; between them a round would
+        # only find nothing to delete (~60 us a tick, most of it an empty write transaction).
+        cuts_from = (newest - newest % _RAW_STEP_MS, self._minute_done, self._hour_done)
+        if cuts_from == self._age_retained_for:
+            return False
         raw_cut = min(newest - self.raw_retention_ms, self._minute_done)
+        raw_cut -= raw_cut % _RAW_STEP_MS
         minute_cut = min(newest - self.minute_retention_ms, self._hour_done)
         hour_cut = newest - self.hour_retention_ms
         while self._delete_raw_batch(raw_cut):
@@ -251,6 +267,7 @@ class Maintenance:
         with self._db.atomic():
             self._health.rows_pruned += self._conn.execute(
                 "DELETE FROM meter_readings WHERE ts < ?", (hour_cut,)).rowcount
+        self._age_retained_for = cuts_from
         return False
 
     def _delete_raw_batch(self, cut: int) -> bool:
@@ -301,6 +318,7 @@ class Maintenance:
             conn.executemany("DELETE FROM process_kinds WHERE proc = ?", [(i,) for i in gone])
         gone_set = set(gone)
         self._processes = {k: v for k, v in self._processes.items() if v not in gone_set}
+        self._ids_committed = ([], [])  # (the writer's ids of the last tick: looked up again)
         return True
 
     def _retain_by_size(self, deadline: float) -> bool:
@@ -370,10 +388,9 @@ SELECT {MINUTE}, :b, {KIND_GPU}, gpu, metric, count(v), sum(v), min(v), max(v) F
 ) GROUP BY gpu, metric HAVING count(v) > 0
 """
 
-_INSERT_ROLLUP = (
-    "INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)"
-    " VALUES (?,?,?,?,?,?,?,?,?)"
-)
+# (a minute of 256 processes is ~1 000 rows)
+_INSERT_ROLLUPS = WideInsert(
+    "INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)", 9)
 
 # Per sample, a process's SM share and GPU memory are summed over the GPUs it holds.
 _PROCESS_GPU_MINUTE = """

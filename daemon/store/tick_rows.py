@@ -4,7 +4,7 @@ proc_samples and proc_gpu_samples tables, by position, in the compact units of
 
 Kept apart from the writer (`daemon.store.writer`), which decides when and in which transaction
 they go in and what happens when they cannot. Each statement is one constant, so SQLite's
-statement cache prepares it once and `executemany` binds a tick's rows to it.
+statement cache prepares it once; a tick's many rows of a table go in through `WideInsert`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from daemon.sources.owners import encode_owner
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.schema import STATUS_CODES, encode_status, hundredths, millis, tenths
+from daemon.store.wide_insert import WideInsert
 
 # A GPU's facts as the gpus table keeps them: uuid, name, total and driver-reserved memory.
 GpuFacts = tuple[str, str, int | None, int | None]
@@ -28,18 +29,19 @@ INSERT_TICK = (
 INSERT_GPU = (
     "INSERT OR REPLACE INTO gpus (gpu, uuid, name, memory_total_bytes, memory_reserved_bytes)"
     " VALUES (?,?,?,?,?)")
-INSERT_GPU_SAMPLES = (
+
+INSERT_GPU_SAMPLES = WideInsert(
     "INSERT OR REPLACE INTO gpu_samples (ts, gpu, status, util, sm, mem, power_mw, temp,"
-    " sm_clock, mem_clock, error) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+    " sm_clock, mem_clock, error)", 11)
 INSERT_PROCESS = (
     "INSERT INTO processes (pid, start_ms, ppid, user, command, first_ts, last_ts, owner)"
     " VALUES (?,?,?,?,?,?,?,?)")
 FIND_PROCESS = "SELECT id FROM processes WHERE pid = ? AND start_ms = ?"
-INSERT_PROCESS_SAMPLES = (
+INSERT_PROCESS_SAMPLES = WideInsert(
     "INSERT OR REPLACE INTO proc_samples (ts, proc, cpu_ms, rss, read_b, write_b, iowait_ms,"
-    " state, threads, threads_d) VALUES (?,?,?,?,?,?,?,?,?,?)")
-INSERT_GPU_USES = (
-    "INSERT OR REPLACE INTO proc_gpu_samples (ts, proc, gpu, mem, sm) VALUES (?,?,?,?,?)")
+    " state, threads, threads_d)", 10)
+INSERT_GPU_USES = WideInsert(
+    "INSERT OR REPLACE INTO proc_gpu_samples (ts, proc, gpu, mem, sm)", 5)
 
 
 def tick_row(ts: int, sample: Sample) -> tuple[object, ...]:

@@ -35,6 +35,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 _PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?[0-9]+")
 
 
+_SAMPLE_KEY = attrgetter("pid", "start_time")  # a ProcessSample's key, read in C
 PROCESS_CACHE_MAX = 4096  # process ids kept in memory; past it, only the live ones stay
 # The writer's SQLite page cache. Ticks append at the right edge of each table, so the pages
 # they touch are few: a 2 h store at 8 GPUs x 64 processes wrote and maintained no faster with
@@ -115,6 +117,11 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         self._last_assigned_ts = 0
         self._last_checkpoint = time.monotonic()
         self._ticks_at_checkpoint = 0
+        self._age_retained_for = (0, 0, 0)  # maintenance: when retention by age last finished
+        # ((pid, start_time) of each process, their ids) of the last tick committed, and of the
+        # last inserted in the open transaction (daemon.store.writer._process_ids)
+        self._ids_committed: tuple[list[tuple[int, float]], list[int]] = ([], [])
+        self._ids_inserted = self._ids_committed
         self._last_seen_flushed = time.monotonic()
         self._last_seen: dict[int, int] = {}  # process id -> ts, not yet in processes.last_ts
         self._pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]] = OrderedDict()
@@ -337,6 +344,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         for ts, proc_rows, use_rows in written:
             self._minutes.add(ts, proc_rows, use_rows)
         # Only now are the new rows' ids real.
+        self._ids_committed = self._ids_inserted
         self._processes.update(new_processes)
         if len(self._processes) > PROCESS_CACHE_MAX:  # keyed by process: bounded (soak.py)
             live = {(p.pid, round(p.start_time * 1000)) for p in batch[-1][1].processes}
@@ -364,25 +372,30 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
                 conn.execute(tick_rows.INSERT_GPU, (gpu.index, *facts))
                 new_gpus[gpu.index] = facts
         if sample.gpus:
-            conn.executemany(tick_rows.INSERT_GPU_SAMPLES,
-                             tick_rows.gpu_sample_rows(ts, sample.gpus))
+            tick_rows.INSERT_GPU_SAMPLES.run(conn, tick_rows.gpu_sample_rows(ts, sample.gpus))
         processes = sample.processes
         idents = self._process_ids(ts, processes, new_processes)
         seen.update(dict.fromkeys(idents, ts))
         proc_rows = tick_rows.process_sample_rows(ts, processes, idents)
         use_rows = tick_rows.gpu_use_rows(ts, processes, idents)
         if proc_rows:
-            conn.executemany(tick_rows.INSERT_PROCESS_SAMPLES, proc_rows)
+            tick_rows.INSERT_PROCESS_SAMPLES.run(conn, proc_rows)
         if use_rows:
-            conn.executemany(tick_rows.INSERT_GPU_USES, use_rows)
+            tick_rows.INSERT_GPU_USES.run(conn, use_rows)
         return proc_rows, use_rows
 
     def _process_ids(self, ts: int, processes: Sequence[ProcessSample],
                      new_processes: dict[tuple[int, int], int]) -> list[int]:
         """The id in `processes` of each process, in order; one not seen lately is looked up
-        (recorded before a restart) or recorded now, in `new_processes` until committed."""
+        (recorded before a restart) or recorded now, in `new_processes` until committed. Most
+        ticks have the processes of the tick before, in the same order: they take its ids, one
+        comparison of the keys instead of a rounding and a look-up per process."""
+        keys = list(map(_SAMPLE_KEY, processes))
+        if keys == self._ids_committed[0]:  # the last committed tick's processes, in order
+            self._ids_inserted = self._ids_committed
+            return self._ids_committed[1]
         known = self._processes
-        idents = []
+        idents: list[int] = []
         for proc in processes:
             key = (proc.pid, round(proc.start_time * 1000))
             ident = known.get(key) or new_processes.get(key)
@@ -396,6 +409,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
                     assert ident is not None
                 new_processes[key] = ident
             idents.append(ident)
+        self._ids_inserted = (keys, idents)
         return idents
 
     # ------------------------------------------------------------------------- status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import random
 import signal
@@ -207,6 +208,38 @@ def test_pid_reuse_is_two_processes(tmp_path: Path) -> None:
         assert len(reader.process_history(500, T0 - 100, "rss_bytes", T0, T0 + 20)) == 1
 
 
+def test_each_tick_s_rows_name_its_own_processes_as_the_list_changes(tmp_path: Path) -> None:
+    """The writer reuses the last tick's process ids while the list is the same; a list in
+    another order, a pid reused, a process back after a gap, a tick that waited while the
+    database was locked: each row still names the process it was written for."""
+    path = tmp_path / "s.db"
+    rng = random.Random(4)
+    a, b = process(700, 1, rng, 1), process(701, 1, rng, 1)
+    reused = process(700, 1, rng, 1, start_time=T0 + 30)
+    lists = [(a, b), (a, b), (a, b), (b, a), (b, a), (b, reused), (b, reused), (a, b),
+             (a, b), (), (a, b)]
+    written: set[tuple[int, int, int, int]] = set()
+    with Store(path) as store:
+        for tick, procs in enumerate(lists, start=1):
+            # each process's CPU time says which tick and process it was written for
+            sample = Sample(ts=T0 + tick, tick=tick, processes=tuple(
+                dataclasses.replace(p, cpu_seconds=tick + p.start_time % 1000)
+                for p in procs))
+            if tick == 6:  # the database locked: this tick waits in memory, the next
+                other = sqlite3.connect(path)  # commits both
+                other.execute("BEGIN IMMEDIATE")
+                assert store.write(sample) is False
+                other.rollback()
+                other.close()
+            else:
+                assert store.write(sample)
+            written |= {(round(sample.ts * 1000), p.pid, round(p.start_time * 1000),
+                         round(p.cpu_seconds * 1000)) for p in sample.processes}
+    stored = rows(path, "SELECT s.ts, p.pid, p.start_ms, s.cpu_ms FROM proc_samples s "
+                  "JOIN processes p ON p.id = s.proc")
+    assert set(stored) == written and len(stored) == len(written)
+
+
 # ------------------------------------------------------------------------ rollups
 
 
@@ -385,7 +418,8 @@ def test_retention_by_age_keeps_what_is_not_rolled_up(tmp_path: Path) -> None:
         minute_done, hour_done = store.minute_done, store.hour_done
     newest = round(last * 1000)
     oldest_raw = rows(path, "SELECT min(ts) FROM ticks")[0][0]
-    assert newest - 600_000 <= oldest_raw < newest - 600_000 + 10_000
+    cut = newest - 600_000  # raw rows go a whole minute at a time: the cut's minute is kept
+    assert cut - cut % 60_000 <= oldest_raw < cut - cut % 60_000 + 10_000
     for table in ("gpu_samples", "proc_samples", "proc_gpu_samples"):
         assert rows(path, f"SELECT min(ts) FROM {table}")[0][0] >= oldest_raw
     oldest_minute = rows(path, "SELECT min(bucket) FROM rollups WHERE res = 60")[0][0]
@@ -396,6 +430,30 @@ def test_retention_by_age_keeps_what_is_not_rolled_up(tmp_path: Path) -> None:
     )
     # Every minute between the minute rollups and the raw rows is still covered.
     assert minute_done >= oldest_raw
+
+
+def test_raw_rows_past_their_retention_go_a_minute_at_a_time_once_a_minute(
+        tmp_path: Path) -> None:
+    """Past its raw retention a store deletes a minute of raw rows once a minute, not a tick's
+    every tick, and keeps every raw row for at least the retention, at most a minute longer."""
+    path = tmp_path / "s.db"
+    rng = random.Random(3)
+    oldest_seen = []
+    with Store(path, raw_retention_s=120) as store:
+        for tick in range(1, 8 * 60):
+            ts = T0 + tick
+            assert store.write(make_sample(tick, ts, rng))
+            assert store.maintain(0.5) is False
+            if tick > 4 * 60:  # past the retention (and its minute) for 3 minutes and more
+                oldest = rows(path, "SELECT min(ts) FROM ticks")[0][0]
+                newest = round(ts * 1000)
+                assert newest - 120_000 - 60_000 < oldest <= newest - 120_000
+                for table in ("gpu_samples", "proc_samples", "proc_gpu_samples"):
+                    assert rows(path, f"SELECT min(ts) FROM {table}")[0][0] == oldest
+                oldest_seen.append(oldest)
+    changes = [(a, b) for a, b in zip(oldest_seen, oldest_seen[1:], strict=False) if a != b]
+    assert len(changes) in (3, 4)  # once in each of the minutes written past the retention
+    assert all(b - a == 60_000 and b % 60_000 == 0 for a, b in changes)
 
 
 def test_retention_keeps_each_recommendation_text_in_force_at_the_oldest_tick(
