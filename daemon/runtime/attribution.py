@@ -8,8 +8,9 @@ window: stored as an event with its start, end and GPUs, and its stack samples a
 dip that ends sooner is dropped with its samples. When the main process waits on a DataLoader
 queue, its worker processes are dumped too, so the worker's reading line is found.
 
-Beside the stacks, each tick keeps a few snapshots of every process's counters (CPU, read and
-write bytes, D state, iowait, its GPUs' utilization) and, for processes in a dip whose sample
+Beside the stacks, each tick keeps every process's last few samples as the tick read them (CPU,
+read and write bytes, D state, iowait, its GPUs' utilization; the counters' snapshots are
+worked out from them only for a process being sampled) and, for processes in a dip whose sample
 may come within those snapshots only, its main thread's CPU time (run or waiting for a core). A dump is classified with the HostSignals of those last seconds, so a
 blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
 and each stored stack sample keeps the reason of its phase.
@@ -105,15 +106,55 @@ class _Snapshot(NamedTuple):
     tree_cpu_seconds: float = 0.0
 
 
+# One process at one tick as the tick saw it: (ts, its sample, its main thread's clocks (only
+# while in a dip), the GPUs' utilization that tick by index). A plain tuple of what the tick
+# already holds: kept per process per tick, turned into a _Snapshot only when a sample of the
+# process (or of its parent) reads its signals, a few processes a tick.
+_Seen = tuple[float, ProcessSample, ThreadTimes | None, dict[int, float | None]]
+
+
+def _snapshot(seen: _Seen) -> _Snapshot:
+    ts, proc, main, utilization = seen
+    utils = []
+    for use in proc.gpus:
+        util = utilization.get(use.gpu_index)
+        if util is not None:
+            utils.append(util)
+    return _Snapshot(
+        ts, proc.cpu_seconds, main, _larger(proc.read_bytes, proc.read_chars), proc.write_bytes,
+        None if proc.write_chars is None or proc.read_chars is None
+        else proc.write_chars - proc.read_chars,
+        proc.state == "D" or proc.threads_in_d > 0, proc.iowait_seconds,
+        sum(utils) / len(utils) if utils else None,
+        proc.cpu_seconds + proc.children_cpu_seconds)
+
+
 @dataclass
 class _Signals:
-    """What the classifier needs from consecutive samples of one process."""
+    """What the classifier needs from consecutive samples of one process: the last
+    SIGNAL_TICKS ticks' views of it, and the user frame its last stack dump stopped in."""
 
-    state: str = "S"
-    iowait: float | None = None
-    iowait_growing: bool = False
+    seen: deque[_Seen] = field(default_factory=lambda: deque(maxlen=SIGNAL_TICKS))
     last_leaf: str | None = None
-    snapshots: deque[_Snapshot] = field(default_factory=lambda: deque(maxlen=SIGNAL_TICKS))
+
+    @property
+    def snapshots(self) -> list[_Snapshot]:
+        return [_snapshot(seen) for seen in self.seen]
+
+    @property
+    def state(self) -> str:
+        return self.seen[-1][1].state if self.seen else "S"
+
+    @property
+    def iowait_growing(self) -> bool:
+        """Its iowait grew since the tick before; where that is not known, a thread in D."""
+        if not self.seen:
+            return False
+        proc = self.seen[-1][1]
+        before = self.seen[-2][1].iowait_seconds if len(self.seen) >= 2 else None
+        if proc.iowait_seconds is not None and before is not None:
+            return proc.iowait_seconds > before
+        return proc.threads_in_d > 0
 
 
 def _larger(a: int | None, b: int | None) -> int | None:
@@ -168,6 +209,7 @@ class Attribution:
         # Processes in a window whose main-thread clock is read this tick: those whose stack
         # dump or /proc sample may come within the signals' snapshots (see _clocks_due).
         self._clock_due: set[tuple[int, float]] = set()
+        self._dips_ended = False  # since the main-thread clocks last closed those not in a dip
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
@@ -239,7 +281,21 @@ class Attribution:
             self._clocks_due(from_proc, self._proc_sampled_at, self._proc_samples_per_tick)
             | self._clocks_due(stacked, self._dumped_at, self._dumps_per_tick))
         self._gpu_children = gpu_children
-        live = {p.key for p in sample.processes}
+        # Every process of this tick has its signals: more signals than processes, and some
+        # process left since the last tick. Only then is what is kept per process pruned (most
+        # ticks none left). (A dump that finishes after its process left may add a marker or
+        # a denial for it: pruned at the next departure.)
+        if len(self._signals) > len(sample.processes):
+            self._forget_gone({p.key for p in sample.processes})
+        if len(self.status_by_key) > len(sample.processes) + STATUS_SLACK:  # bounded
+            keys = {process_key(*p.key) for p in sample.processes}
+            self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
+        if self._dips_ended:  # their main threads' clocks are read no more
+            self._dips_ended = False
+            self._main_threads.keep_only(set(self._dips))
+
+    def _forget_gone(self, live: set[tuple[int, float]]) -> None:
+        """Drop what is kept for processes no longer on the host (not in `live`)."""
         for key in [k for k in self._signals if k not in live]:
             del self._signals[key]
         for key in [k for k in self.frame_markers if k not in live]:
@@ -249,71 +305,51 @@ class Attribution:
             del self._proc_sampled_at[key]
         for key in [k for k in self._dumped_at if k not in live]:
             del self._dumped_at[key]
-        if len(self.status_by_key) > len(live) + STATUS_SLACK:  # keyed by process: bounded
-            keys = {process_key(pid, start) for pid, start in live}
-            self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
-        self._main_threads.keep_only(set(self._dips))
 
     def _update_signals(self, proc: ProcessSample, key: tuple[int, float], ts: float,
                         utilization: dict[int, float | None]) -> None:
         signals = self._signals.get(key)
         if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
             signals = self._signals[key] = _Signals()
-        signals.state = proc.state
-        if proc.iowait_seconds is not None and signals.iowait is not None:
-            signals.iowait_growing = proc.iowait_seconds > signals.iowait
-        else:
-            signals.iowait_growing = proc.threads_in_d > 0
-        signals.iowait = proc.iowait_seconds
         # The main thread's clock only for processes in a dip whose sample may come within the
         # snapshots kept: one pread each, and only there.
         main = (self._main_threads.times(proc.pid, proc.start_time)
                 if key in self._clock_due and key in self._dips else None)
-        utils = []
-        for use in proc.gpus:
-            util = utilization.get(use.gpu_index)
-            if util is not None:
-                utils.append(util)
-        signals.snapshots.append(_Snapshot(
-            ts, proc.cpu_seconds, main, _larger(proc.read_bytes, proc.read_chars),
-            proc.write_bytes,
-            None if proc.write_chars is None or proc.read_chars is None
-            else proc.write_chars - proc.read_chars,
-            proc.state == "D" or proc.threads_in_d > 0, proc.iowait_seconds,
-            sum(utils) / len(utils) if utils else None,
-            proc.cpu_seconds + proc.children_cpu_seconds))
+        signals.seen.append((ts, proc, main, utilization))
 
     def host_signals(self, proc: ProcessSample) -> HostSignals | None:
         """The signals of `proc` over its last snapshots, its children's I/O added; None until
         two ticks have been seen."""
         own = self._signals.get(proc.key)
-        if own is None or len(own.snapshots) < 2:
+        if own is None or len(own.seen) < 2:
             return None
-        first, last = own.snapshots[0], own.snapshots[-1]
+        snapshots = own.snapshots
+        first, last = snapshots[0], snapshots[-1]
         seconds = last.ts - first.ts
         if seconds <= 0:
             return None
         read = _rate(first.read, last.read, seconds) or 0.0
         written = _written(first, last, seconds)
-        in_d = any(s.in_d for s in own.snapshots)
+        in_d = any(s.in_d for s in snapshots)
         tree_cpu = _rate(first.tree_cpu_seconds, last.tree_cpu_seconds, seconds) or 0.0
         for child in self._children.get(proc.pid, []):
             kid = self._signals.get(child.key)
-            if kid is None or len(kid.snapshots) < 2:
+            if kid is None or len(kid.seen) < 2:
                 continue
-            span = kid.snapshots[-1].ts - kid.snapshots[0].ts
-            read += _rate(kid.snapshots[0].read, kid.snapshots[-1].read, span) or 0.0
-            written += _written(kid.snapshots[0], kid.snapshots[-1], span)
-            tree_cpu += _rate(kid.snapshots[0].tree_cpu_seconds,
-                              kid.snapshots[-1].tree_cpu_seconds, span) or 0.0
-        mains = [(s.ts, t) for s in own.snapshots if (t := s.main_times) is not None]
+            kid_first, kid_last = _snapshot(kid.seen[0]), _snapshot(kid.seen[-1])
+            span = kid_last.ts - kid_first.ts
+            read += _rate(kid_first.read, kid_last.read, span) or 0.0
+            written += _written(kid_first, kid_last, span)
+            tree_cpu += _rate(kid_first.tree_cpu_seconds, kid_last.tree_cpu_seconds,
+                              span) or 0.0
+        mains = [(s.ts, t) for s in snapshots if (t := s.main_times) is not None]
         main_cpu = main_queued = None
         if len(mains) >= 2:
             (since, before), (until, after) = mains[0], mains[-1]
             main_cpu = cpu_demand(after.on_cpu - before.on_cpu, after.queued - before.queued,
                                   until - since)
             main_queued = _rate(before.queued, after.queued, until - since)
-        utils = [s.gpu_utilization for s in own.snapshots if s.gpu_utilization is not None]
+        utils = [s.gpu_utilization for s in snapshots if s.gpu_utilization is not None]
         return HostSignals(
             seconds=seconds, main_thread_cpu=main_cpu, main_thread_queued=main_queued,
             process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
@@ -344,6 +380,7 @@ class Attribution:
             facts.write_event(self.store, self._event(dip, ts))
             self.phases.window_closed(key, ts)
         del self._dips[key]
+        self._dips_ended = True
 
     @staticmethod
     def _event(dip: _Dip, ended_at: float | None) -> dict[str, Any]:
@@ -470,10 +507,10 @@ class Attribution:
         if proc.state in ("R", "D") or proc.threads_in_d:
             return True
         own = self._signals.get(proc.key)
-        if own is None or len(own.snapshots) < 2:
+        if own is None or len(own.seen) < 2:
             return False
-        first, last = own.snapshots[0], own.snapshots[-1]
-        cpu = _rate(first.cpu_seconds, last.cpu_seconds, last.ts - first.ts)
+        (first_ts, first, _, _), (last_ts, last, _, _) = own.seen[0], own.seen[-1]
+        cpu = _rate(first.cpu_seconds, last.cpu_seconds, last_ts - first_ts)
         return cpu is not None and cpu >= WORKING_CPU
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float) -> list[StackRow]:
