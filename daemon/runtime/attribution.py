@@ -31,6 +31,8 @@ import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from daemon.analysis.balance import LOW_UTILIZATION
@@ -157,6 +159,11 @@ class _Signals:
         return proc.threads_in_d > 0
 
 
+# One process waiting for its turn: (when it was last sampled, the process, its SM share).
+_InLine = tuple[float, ProcessSample, float]
+_LAST_SAMPLED = itemgetter(0)
+
+
 def _larger(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
@@ -275,11 +282,14 @@ class Attribution:
         for key in [k for k in self._dips if k not in seen]:
             self._end(key, self._dips[key], sample.ts)
         self._children = children
-        self._sample_due_from_proc(from_proc, sample.ts)
-        self._dump_due(stacked, sample.ts)
-        self._clock_due = (
-            self._clocks_due(from_proc, self._proc_sampled_at, self._proc_samples_per_tick)
-            | self._clocks_due(stacked, self._dumped_at, self._dumps_per_tick))
+        # Each kind of sample takes its turns from one line of its candidates, the longest
+        # unsampled first (one sort a tick), and the clocks are read for the next in that line.
+        line = self._line(from_proc, self._proc_sampled_at)
+        taken = self._sample_due_from_proc(line, sample.ts)
+        self._clock_due = self._clocks_due(line, taken, self._proc_samples_per_tick)
+        line = self._line(stacked, self._dumped_at)
+        taken = self._dump_due(line, sample.ts)
+        self._clock_due |= self._clocks_due(line, taken, self._dumps_per_tick)
         self._gpu_children = gpu_children
         # Every process of this tick has its signals: more signals than processes, and some
         # process left since the last tick. Only then is what is kept per process pruned (most
@@ -393,18 +403,24 @@ class Attribution:
 
     # -- stacks ----------------------------------------------------------------------------
 
-    def _dump_due(self, candidates: list[tuple[ProcessSample, float]], ts: float) -> None:
+    def _dump_due(self, line: list[_InLine], ts: float) -> set[tuple[int, float]]:
         """Stack dumps of the processes in a window whose turn it is (one per dump_interval
-        each), the longest undumped first, as many as the sampler allows now: the rate limit
-        goes round all of them instead of to the first in process order, and a tick makes a
-        task per dump taken, not per process in a window."""
+        each), the longest undumped first (`line`, see `_line`), as many as the sampler allows
+        now: the rate limit goes round all of them instead of to the first in process order,
+        and a tick makes a task per dump taken, not per process in a window. Returns the
+        processes handed to py-spy."""
         allowed = self.sampler.available()
-        if allowed <= 0 or not candidates:
-            return
-        waiting = [(proc, share) for proc, share in candidates if proc.pid not in self._in_flight]
-        for last, proc, share in self._turns(waiting, self._dumped_at, ts, allowed):
-            self._dumped_at[proc.key] = ts
+        if allowed <= 0 or not line:
+            return set()
+        in_flight = self._in_flight
+        taken = set()
+        for last, proc, share in self._turns(
+                [entry for entry in line if entry[1].pid not in in_flight], ts, allowed):
+            key = proc.key
+            self._dumped_at[key] = ts
+            taken.add(key)
             self._schedule(proc, share, last)
+        return taken
 
     def _schedule(self, proc: ProcessSample, share: float, dumped_before: float) -> None:
         self._in_flight.add(proc.pid)
@@ -431,47 +447,51 @@ class Attribution:
         finally:
             self._in_flight.discard(proc.pid)
 
-    def _sample_due_from_proc(self, candidates: list[tuple[ProcessSample, float]],
-                              ts: float) -> None:
+    def _sample_due_from_proc(self, line: list[_InLine], ts: float) -> set[tuple[int, float]]:
         """/proc samples of the processes in a window whose turn it is (one per dump_interval
-        each), the longest unsampled first, at most PROC_SAMPLES_PER_S a second over all: a
-        host of hundreds of processes in windows costs the same per tick as one of a dozen,
-        and each process still gets its turn (less often)."""
-        for _, proc, share in self._turns(candidates, self._proc_sampled_at, ts,
-                                          self._proc_samples_per_tick):
+        each), the longest unsampled first (`line`, see `_line`), at most PROC_SAMPLES_PER_S a
+        second over all: a host of hundreds of processes in windows costs the same per tick as
+        one of a dozen, and each process still gets its turn (less often). Returns the
+        processes sampled."""
+        taken = set()
+        for _, proc, share in self._turns(line, ts, self._proc_samples_per_tick):
+            taken.add(proc.key)
             self._sample_from_proc(proc, share, ts)
-
-    def _turns(self, candidates: list[tuple[ProcessSample, float]],
-               sampled_at: dict[tuple[int, float], float], ts: float, limit: int
-               ) -> list[tuple[float, ProcessSample, float]]:
-        """(last sampled, process, share) of the candidates whose turn it is (none in the last
-        dump_interval), the longest unsampled first, at most `limit` of them."""
-        never = float("-inf")
-        due = []
-        for proc, share in candidates:
-            last = sampled_at.get(proc.key, never)
-            if ts - last >= self.config.dump_interval:
-                due.append((last, proc, share))
-        due.sort(key=lambda entry: entry[0])
-        return due[:limit]
+        return taken
 
     @staticmethod
-    def _clocks_due(candidates: list[tuple[ProcessSample, float]],
-                    sampled_at: dict[tuple[int, float], float], per_tick: int
+    def _line(candidates: list[tuple[ProcessSample, float]],
+              sampled_at: dict[tuple[int, float], float]) -> list[_InLine]:
+        """(last sampled, process, share) of each candidate, the longest unsampled first (the
+        never sampled in the candidates' order)."""
+        never = float("-inf")
+        line = [(sampled_at.get(proc.key, never), proc, share) for proc, share in candidates]
+        line.sort(key=_LAST_SAMPLED)
+        return line
+
+    def _turns(self, line: list[_InLine], ts: float, limit: int) -> list[_InLine]:
+        """The first `limit` of `line` whose turn it is (none in the last dump_interval): in a
+        line the longest unsampled first, those are its first ones."""
+        interval = self.config.dump_interval
+        return [entry for entry in line[:limit] if ts - entry[0] >= interval]
+
+    @staticmethod
+    def _clocks_due(line: list[_InLine], taken: set[tuple[int, float]], per_tick: int
                     ) -> set[tuple[int, float]]:
         """The processes in a window whose main-thread clock the next ticks read: those whose
         turn (a /proc sample, or a stack dump) may come before SIGNAL_TICKS more ticks have
-        passed, the longest unsampled first as `_sample_due_from_proc` and `_dump_due` take
-        them (`sampled_at`: when each was last sampled; `per_tick`: samples a tick). A
-        sample's signals then have the clock over all their snapshots, as if it were read every
-        tick, at a bounded number of reads a tick (SIGNAL_TICKS times the samples a tick)
-        instead of one per process in a window: 130-250 at 256 processes."""
-        if not candidates:
-            return set()
-        never = float("-inf")
-        keys = sorted((proc.key for proc, _ in candidates),
-                      key=lambda key: sampled_at.get(key, never))
-        return set(keys[:SIGNAL_TICKS * per_tick])
+        passed, the first SIGNAL_TICKS x `per_tick` (samples a tick) of `line` once the
+        processes `taken` this tick have gone to its end, as `_sample_due_from_proc` and
+        `_dump_due` take them. A sample's signals then have the clock over all their
+        snapshots, as if it were read every tick, at a bounded number of reads a tick instead
+        of one per process in a window: 130-250 at 256 processes."""
+        wanted = SIGNAL_TICKS * per_tick
+        keys = set(islice((key for _, proc, _ in line if (key := proc.key) not in taken),
+                          wanted))
+        if len(keys) < wanted:  # fewer waiting than that: the ones just sampled come next
+            keys |= set(islice((key for _, proc, _ in line if (key := proc.key) in taken),
+                               wanted - len(keys)))
+        return keys
 
     def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
         """One /proc-only sample (no ptrace), at most one per dump_interval per process."""
