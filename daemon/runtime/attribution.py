@@ -203,7 +203,9 @@ class Attribution:
         self._in_flight: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._children: dict[int, list[ProcessSample]] = {}
-        self._gpu_children: dict[int, list[ProcessSample]] = {}  # GPU processes by parent
+        # the last tick's processes, and its GPU processes by parent (built when first asked)
+        self._processes: tuple[ProcessSample, ...] = ()
+        self._gpu_children: dict[int, list[ProcessSample]] | None = None
         self._main_threads = MainThreadClock()
         # Processes py-spy may not read (permission denied): classified from /proc from then on.
         self._denied: set[tuple[int, float]] = set()
@@ -233,24 +235,34 @@ class Attribution:
         self.phases.on_tick(sample)
         children: dict[int, list[ProcessSample]] = {}
         seen = set()
+        ts = sample.ts
         utilization = {g.index: g.utilization for g in sample.gpus}
-        recorded = {p.pid for p in sample.processes} if self.sample_always else set()
+        always_sampled = self.sample_always
+        recorded = {p.pid for p in sample.processes} if always_sampled else set()
         from_proc: list[tuple[ProcessSample, float]] = []  # in a window, no stacks: /proc
         stacked: list[tuple[ProcessSample, float]] = []  # in a window, py-spy may dump it
-        gpu_children: dict[int, list[ProcessSample]] = {}
+        # (this loop runs per process per tick: what it reads of self and the config is read
+        # once, and one process's signals are updated here, not through a call)
+        signals_of, dips, denied = self._signals, self._dips, self._denied
+        clock_due = self._clock_due
+        low, high, stacks = config.low_sm_share, config.high_sm_share, config.stacks
         for proc in sample.processes:
             key = proc.key
-            self._update_signals(proc, key, sample.ts, utilization)
+            signals = signals_of.get(key)
+            if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
+                signals = signals_of[key] = _Signals()
+            # The main thread's clock only for processes in a dip whose sample may come within
+            # the snapshots kept: one pread each, and only there.
+            signals.seen.append((ts, proc, self._main_threads.times(proc.pid, proc.start_time)
+                                 if key in clock_due and key in dips else None, utilization))
             uses = proc.gpus
-            always = self.sample_always and (bool(uses) or proc.ppid not in recorded)
+            always = always_sampled and (bool(uses) or proc.ppid not in recorded)
             if not uses:
                 children.setdefault(proc.ppid, []).append(proc)
                 if not always:
                     continue
-            else:
-                gpu_children.setdefault(proc.ppid, []).append(proc)
             seen.add(key)
-            # (one loop, not any() and sum() over generators: this runs per process per tick)
+            # (one loop, not any() and sum() over generators)
             holds_memory = False
             share = 0.0
             for use in uses:
@@ -258,30 +270,29 @@ class Attribution:
                 share += use.sm_share
             if uses:
                 share /= len(uses)
-            dip = self._dips.get(key)
-            below = always or (holds_memory and share < config.low_sm_share)
+            dip = dips.get(key)
+            below = always or (holds_memory and share < low)
             if dip is None and below:
-                dip = _Dip(proc.pid, proc.start_time, sample.ts,
-                           tuple(use.gpu_index for use in proc.gpus))
-                self._dips[key] = dip
+                dip = dips[key] = _Dip(proc.pid, proc.start_time, ts,
+                                       tuple(use.gpu_index for use in uses))
             if dip is None:
                 continue
-            if proc.gpus and not dip.gpus:  # a profiled command that took its GPU since
-                dip.gpus = tuple(use.gpu_index for use in proc.gpus)
-            if below or (holds_memory and share < config.high_sm_share):
-                dip.last_below = sample.ts
-                if not dip.qualified and (always or
-                                          sample.ts - dip.started_at >= config.min_window):
+            if uses and not dip.gpus:  # a profiled command that took its GPU since
+                dip.gpus = tuple(use.gpu_index for use in uses)
+            if below or (holds_memory and share < high):
+                dip.last_below = ts
+                if not dip.qualified and (always or ts - dip.started_at >= config.min_window):
                     self._qualify(dip)
-                if config.stacks and key not in self._denied:
+                if stacks and key not in denied:
                     stacked.append((proc, share))
                 else:
                     from_proc.append((proc, share))
             else:
-                self._end(key, dip, sample.ts)
-        for key in [k for k in self._dips if k not in seen]:
-            self._end(key, self._dips[key], sample.ts)
+                self._end(key, dip, ts)
+        for key in [k for k in dips if k not in seen]:
+            self._end(key, dips[key], ts)
         self._children = children
+        self._processes, self._gpu_children = sample.processes, None  # (built when asked)
         # Each kind of sample takes its turns from one line of its candidates, the longest
         # unsampled first (one sort a tick), and the clocks are read for the next in that line.
         line = self._line(from_proc, self._proc_sampled_at)
@@ -290,7 +301,6 @@ class Attribution:
         line = self._line(stacked, self._dumped_at)
         taken = self._dump_due(line, sample.ts)
         self._clock_due |= self._clocks_due(line, taken, self._dumps_per_tick)
-        self._gpu_children = gpu_children
         # Every process of this tick has its signals: more signals than processes, and some
         # process left since the last tick. Only then is what is kept per process pruned (most
         # ticks none left). (A dump that finishes after its process left may add a marker or
@@ -315,17 +325,6 @@ class Attribution:
             del self._proc_sampled_at[key]
         for key in [k for k in self._dumped_at if k not in live]:
             del self._dumped_at[key]
-
-    def _update_signals(self, proc: ProcessSample, key: tuple[int, float], ts: float,
-                        utilization: dict[int, float | None]) -> None:
-        signals = self._signals.get(key)
-        if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
-            signals = self._signals[key] = _Signals()
-        # The main thread's clock only for processes in a dip whose sample may come within the
-        # snapshots kept: one pread each, and only there.
-        main = (self._main_threads.times(proc.pid, proc.start_time)
-                if key in self._clock_due and key in self._dips else None)
-        signals.seen.append((ts, proc, main, utilization))
 
     def host_signals(self, proc: ProcessSample) -> HostSignals | None:
         """The signals of `proc` over its last snapshots, its children's I/O added; None until
@@ -513,7 +512,7 @@ class Attribution:
         # Ranks of one job share a parent; mlcostd's own children (simulated workloads) are not
         # a job.
         busy_peers = 0 if proc.ppid in (0, 1, os.getpid()) else sum(
-            1 for peer in self._gpu_children.get(proc.ppid, [])
+            1 for peer in self._gpu_processes_of(proc.ppid)
             if peer.key != proc.key and self._works(peer))
         verdict = classify_from_proc(facts_now, self.host_signals(proc),
                                      busy_workers=busy_workers, busy_peers=busy_peers)
@@ -521,6 +520,15 @@ class Attribution:
         return StackRow(ts, proc.pid, proc.start_time, proc.pid, stack_hash([frame]),
                         ((frame.name, frame.filename, frame.line),), verdict.phase, share,
                         verdict.reason)
+
+    def _gpu_processes_of(self, ppid: int) -> list[ProcessSample]:
+        """The last tick's GPU processes whose parent is `ppid` (the ranks of one job)."""
+        if self._gpu_children is None:
+            self._gpu_children = {}
+            for proc in self._processes:
+                if proc.gpus:
+                    self._gpu_children.setdefault(proc.ppid, []).append(proc)
+        return self._gpu_children.get(ppid, [])
 
     def _works(self, proc: ProcessSample) -> bool:
         """Running, blocked on disk, or on a CPU >= WORKING_CPU over its last snapshots."""
