@@ -376,7 +376,7 @@ def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
     assert kinds["11"].gpu_use == "idle" and kinds["11"].kind == OTHER
     tracker.refresh([(11, 2.0, "python wait.py", {})], {}, NOW + 20, {other: 0.0})
     assert [k.split(":")[0] for k in tracker.kinds] == ["11"]
-    assert set(tracker._gpu_use) == {other}  # the gone process's reads are not kept
+    assert set(tracker._processes) == {other}  # the gone process's reads are not kept
 
 
 def test_the_shape_counts_kernels_at_any_tick_of_a_round_so_load_does_not_hide_them():
@@ -487,3 +487,33 @@ def test_a_re_read_that_found_the_same_facts_classifies_nothing_anew(monkeypatch
     reader.facts = replace(reader.facts, libraries=("torch", "vllm"), maps_read_at=NOW + 20)
     tracker.refresh(procs, {}, NOW + 20)
     assert len(calls) == 2
+
+
+def test_rounds_that_change_no_kind_keep_the_same_documents():
+    """Most rounds classify nothing anew: the kinds and their documents stay the same objects
+    (a /v1/now, a kinds record compare them by identity first), and so do the kinds classified
+    again when their minute comes round and found the same; a kind that changes gets a new
+    document."""
+    class NoFacts:
+        def refresh(self, keys, now):
+            list(keys)
+
+        def get(self, key):
+            return None
+
+    tracker = KindTracker(NoFacts())
+    procs = [(10, 1.0, "python persist.py", {}), (11, 2.0, "python wait.py", {})]
+    job, waiter = (10, 1.0), (11, 2.0)
+    for i in range(8):
+        tracker.refresh(procs, {}, NOW + 2 * i, {job: 35.0, waiter: 0.0})
+    documents, kinds = tracker.documents(), tracker.kinds
+    assert documents["10:1.000"]["kind"] == TRAINING
+    tracker.refresh(procs, {}, NOW + 16, {job: 35.0, waiter: 0.0})
+    assert tracker.documents() is documents and tracker.kinds is kinds
+    tracker.refresh(procs, {}, NOW + 60, {job: 35.0, waiter: 0.0})  # the next minute
+    assert tracker.documents() is documents and tracker.kinds is kinds
+    tracker.refresh(procs, {waiter: {"serve_forever": NOW + 60}}, NOW + 62,
+                    {job: 35.0, waiter: 0.0})
+    assert tracker.documents() is not documents
+    assert tracker.documents()["11:2.000"]["kind"] == ONLINE_INFERENCE
+    assert tracker.documents()["10:1.000"] is documents["10:1.000"]  # that kind did not change
