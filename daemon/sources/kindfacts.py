@@ -294,9 +294,11 @@ class KindFactsReader:
         this round: those last read `every_s` ago or more, the longest unread first, at most
         REREAD_SLACK times their share of the processes over the `since` seconds since the last
         round. Processes read together the first time spread over the next rounds."""
-        facts, failed, never = self._facts, self._failed_at, -math.inf
-        due = [(at, key) for key in keys if (old := facts.get(key)) is not None
-               and now - (at := max(read_at(old), failed.get(key, never))) >= every_s]
+        facts, failed = self._facts, self._failed_at
+        due = [(at, key) for key in keys
+               if (old := facts.get(key)) is not None and now - (at := read_at(old)) >= every_s]
+        if failed:  # (rare: a re-read that failed is tried again a period after it failed)
+            due = [(at, key) for at, key in due if now - failed.get(key, at) >= every_s]
         if since is None or every_s <= 0:
             return {key for _, key in due}
         share = math.ceil(len(keys) * min(since, every_s) / every_s * REREAD_SLACK)
