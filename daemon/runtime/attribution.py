@@ -8,8 +8,9 @@ window: stored as an event with its start, end and GPUs, and its stack samples a
 dip that ends sooner is dropped with its samples. When the main process waits on a DataLoader
 queue, its worker processes are dumped too, so the worker's reading line is found.
 
-Beside the stacks, each tick keeps a few snapshots of every process's counters (CPU, read and
-write bytes, D state, iowait, its GPUs' utilization) and, for processes in a dip whose sample
+Beside the stacks, each tick keeps every process's last few samples as the tick read them (CPU,
+read and write bytes, D state, iowait, its GPUs' utilization; the counters' snapshots are
+worked out from them only for a process being sampled) and, for processes in a dip whose sample
 may come within those snapshots only, its main thread's CPU time (run or waiting for a core). A dump is classified with the HostSignals of those last seconds, so a
 blocking call into C that leaves no Python frame is still told apart (daemon.analysis.phases),
 and each stored stack sample keeps the reason of its phase.
@@ -30,6 +31,8 @@ import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from daemon.analysis.balance import LOW_UTILIZATION
@@ -105,15 +108,60 @@ class _Snapshot(NamedTuple):
     tree_cpu_seconds: float = 0.0
 
 
+# One process at one tick as the tick saw it: (ts, its sample, its main thread's clocks (only
+# while in a dip), the GPUs' utilization that tick by index). A plain tuple of what the tick
+# already holds: kept per process per tick, turned into a _Snapshot only when a sample of the
+# process (or of its parent) reads its signals, a few processes a tick.
+_Seen = tuple[float, ProcessSample, ThreadTimes | None, dict[int, float | None]]
+
+
+def _snapshot(seen: _Seen) -> _Snapshot:
+    ts, proc, main, utilization = seen
+    utils = []
+    for use in proc.gpus:
+        util = utilization.get(use.gpu_index)
+        if util is not None:
+            utils.append(util)
+    return _Snapshot(
+        ts, proc.cpu_seconds, main, _larger(proc.read_bytes, proc.read_chars), proc.write_bytes,
+        None if proc.write_chars is None or proc.read_chars is None
+        else proc.write_chars - proc.read_chars,
+        proc.state == "D" or proc.threads_in_d > 0, proc.iowait_seconds,
+        sum(utils) / len(utils) if utils else None,
+        proc.cpu_seconds + proc.children_cpu_seconds)
+
+
 @dataclass
 class _Signals:
-    """What the classifier needs from consecutive samples of one process."""
+    """What the classifier needs from consecutive samples of one process: the last
+    SIGNAL_TICKS ticks' views of it, and the user frame its last stack dump stopped in."""
 
-    state: str = "S"
-    iowait: float | None = None
-    iowait_growing: bool = False
+    seen: deque[_Seen] = field(default_factory=lambda: deque(maxlen=SIGNAL_TICKS))
     last_leaf: str | None = None
-    snapshots: deque[_Snapshot] = field(default_factory=lambda: deque(maxlen=SIGNAL_TICKS))
+
+    @property
+    def snapshots(self) -> list[_Snapshot]:
+        return [_snapshot(seen) for seen in self.seen]
+
+    @property
+    def state(self) -> str:
+        return self.seen[-1][1].state if self.seen else "S"
+
+    @property
+    def iowait_growing(self) -> bool:
+        """Its iowait grew since the tick before; where that is not known, a thread in D."""
+        if not self.seen:
+            return False
+        proc = self.seen[-1][1]
+        before = self.seen[-2][1].iowait_seconds if len(self.seen) >= 2 else None
+        if proc.iowait_seconds is not None and before is not None:
+            return proc.iowait_seconds > before
+        return proc.threads_in_d > 0
+
+
+# One process waiting for its turn: (when it was last sampled, the process, its SM share).
+_InLine = tuple[float, ProcessSample, float]
+_LAST_SAMPLED = itemgetter(0)
 
 
 def _larger(a: int | None, b: int | None) -> int | None:
@@ -155,7 +203,9 @@ class Attribution:
         self._in_flight: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._children: dict[int, list[ProcessSample]] = {}
-        self._gpu_children: dict[int, list[ProcessSample]] = {}  # GPU processes by parent
+        # the last tick's processes, and its GPU processes by parent (built when first asked)
+        self._processes: tuple[ProcessSample, ...] = ()
+        self._gpu_children: dict[int, list[ProcessSample]] | None = None
         self._main_threads = MainThreadClock()
         # Processes py-spy may not read (permission denied): classified from /proc from then on.
         self._denied: set[tuple[int, float]] = set()
@@ -168,6 +218,7 @@ class Attribution:
         # Processes in a window whose main-thread clock is read this tick: those whose stack
         # dump or /proc sample may come within the signals' snapshots (see _clocks_due).
         self._clock_due: set[tuple[int, float]] = set()
+        self._dips_ended = False  # since the main-thread clocks last closed those not in a dip
         self.status_by_key: dict[str, dict[str, Any]] = {}
         self.samples_kept = 0
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
@@ -184,24 +235,34 @@ class Attribution:
         self.phases.on_tick(sample)
         children: dict[int, list[ProcessSample]] = {}
         seen = set()
+        ts = sample.ts
         utilization = {g.index: g.utilization for g in sample.gpus}
-        recorded = {p.pid for p in sample.processes} if self.sample_always else set()
+        always_sampled = self.sample_always
+        recorded = {p.pid for p in sample.processes} if always_sampled else set()
         from_proc: list[tuple[ProcessSample, float]] = []  # in a window, no stacks: /proc
         stacked: list[tuple[ProcessSample, float]] = []  # in a window, py-spy may dump it
-        gpu_children: dict[int, list[ProcessSample]] = {}
+        # (this loop runs per process per tick: what it reads of self and the config is read
+        # once, and one process's signals are updated here, not through a call)
+        signals_of, dips, denied = self._signals, self._dips, self._denied
+        clock_due = self._clock_due
+        low, high, stacks = config.low_sm_share, config.high_sm_share, config.stacks
         for proc in sample.processes:
             key = proc.key
-            self._update_signals(proc, key, sample.ts, utilization)
+            signals = signals_of.get(key)
+            if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
+                signals = signals_of[key] = _Signals()
+            # The main thread's clock only for processes in a dip whose sample may come within
+            # the snapshots kept: one pread each, and only there.
+            signals.seen.append((ts, proc, self._main_threads.times(proc.pid, proc.start_time)
+                                 if key in clock_due and key in dips else None, utilization))
             uses = proc.gpus
-            always = self.sample_always and (bool(uses) or proc.ppid not in recorded)
+            always = always_sampled and (bool(uses) or proc.ppid not in recorded)
             if not uses:
                 children.setdefault(proc.ppid, []).append(proc)
                 if not always:
                     continue
-            else:
-                gpu_children.setdefault(proc.ppid, []).append(proc)
             seen.add(key)
-            # (one loop, not any() and sum() over generators: this runs per process per tick)
+            # (one loop, not any() and sum() over generators)
             holds_memory = False
             share = 0.0
             for use in uses:
@@ -209,37 +270,52 @@ class Attribution:
                 share += use.sm_share
             if uses:
                 share /= len(uses)
-            dip = self._dips.get(key)
-            below = always or (holds_memory and share < config.low_sm_share)
+            dip = dips.get(key)
+            below = always or (holds_memory and share < low)
             if dip is None and below:
-                dip = _Dip(proc.pid, proc.start_time, sample.ts,
-                           tuple(use.gpu_index for use in proc.gpus))
-                self._dips[key] = dip
+                dip = dips[key] = _Dip(proc.pid, proc.start_time, ts,
+                                       tuple(use.gpu_index for use in uses))
             if dip is None:
                 continue
-            if proc.gpus and not dip.gpus:  # a profiled command that took its GPU since
-                dip.gpus = tuple(use.gpu_index for use in proc.gpus)
-            if below or (holds_memory and share < config.high_sm_share):
-                dip.last_below = sample.ts
-                if not dip.qualified and (always or
-                                          sample.ts - dip.started_at >= config.min_window):
+            if uses and not dip.gpus:  # a profiled command that took its GPU since
+                dip.gpus = tuple(use.gpu_index for use in uses)
+            if below or (holds_memory and share < high):
+                dip.last_below = ts
+                if not dip.qualified and (always or ts - dip.started_at >= config.min_window):
                     self._qualify(dip)
-                if config.stacks and key not in self._denied:
+                if stacks and key not in denied:
                     stacked.append((proc, share))
                 else:
                     from_proc.append((proc, share))
             else:
-                self._end(key, dip, sample.ts)
-        for key in [k for k in self._dips if k not in seen]:
-            self._end(key, self._dips[key], sample.ts)
+                self._end(key, dip, ts)
+        for key in [k for k in dips if k not in seen]:
+            self._end(key, dips[key], ts)
         self._children = children
-        self._sample_due_from_proc(from_proc, sample.ts)
-        self._dump_due(stacked, sample.ts)
-        self._clock_due = (
-            self._clocks_due(from_proc, self._proc_sampled_at, self._proc_samples_per_tick)
-            | self._clocks_due(stacked, self._dumped_at, self._dumps_per_tick))
-        self._gpu_children = gpu_children
-        live = {p.key for p in sample.processes}
+        self._processes, self._gpu_children = sample.processes, None  # (built when asked)
+        # Each kind of sample takes its turns from one line of its candidates, the longest
+        # unsampled first (one sort a tick), and the clocks are read for the next in that line.
+        line = self._line(from_proc, self._proc_sampled_at)
+        taken = self._sample_due_from_proc(line, sample.ts)
+        self._clock_due = self._clocks_due(line, taken, self._proc_samples_per_tick)
+        line = self._line(stacked, self._dumped_at)
+        taken = self._dump_due(line, sample.ts)
+        self._clock_due |= self._clocks_due(line, taken, self._dumps_per_tick)
+        # Every process of this tick has its signals: more signals than processes, and some
+        # process left since the last tick. Only then is what is kept per process pruned (most
+        # ticks none left). (A dump that finishes after its process left may add a marker or
+        # a denial for it: pruned at the next departure.)
+        if len(self._signals) > len(sample.processes):
+            self._forget_gone({p.key for p in sample.processes})
+        if len(self.status_by_key) > len(sample.processes) + STATUS_SLACK:  # bounded
+            keys = {process_key(*p.key) for p in sample.processes}
+            self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
+        if self._dips_ended:  # their main threads' clocks are read no more
+            self._dips_ended = False
+            self._main_threads.keep_only(set(self._dips))
+
+    def _forget_gone(self, live: set[tuple[int, float]]) -> None:
+        """Drop what is kept for processes no longer on the host (not in `live`)."""
         for key in [k for k in self._signals if k not in live]:
             del self._signals[key]
         for key in [k for k in self.frame_markers if k not in live]:
@@ -249,71 +325,40 @@ class Attribution:
             del self._proc_sampled_at[key]
         for key in [k for k in self._dumped_at if k not in live]:
             del self._dumped_at[key]
-        if len(self.status_by_key) > len(live) + STATUS_SLACK:  # keyed by process: bounded
-            keys = {process_key(pid, start) for pid, start in live}
-            self.status_by_key = {k: v for k, v in self.status_by_key.items() if k in keys}
-        self._main_threads.keep_only(set(self._dips))
-
-    def _update_signals(self, proc: ProcessSample, key: tuple[int, float], ts: float,
-                        utilization: dict[int, float | None]) -> None:
-        signals = self._signals.get(key)
-        if signals is None:  # (not setdefault: that builds a _Signals per process per tick)
-            signals = self._signals[key] = _Signals()
-        signals.state = proc.state
-        if proc.iowait_seconds is not None and signals.iowait is not None:
-            signals.iowait_growing = proc.iowait_seconds > signals.iowait
-        else:
-            signals.iowait_growing = proc.threads_in_d > 0
-        signals.iowait = proc.iowait_seconds
-        # The main thread's clock only for processes in a dip whose sample may come within the
-        # snapshots kept: one pread each, and only there.
-        main = (self._main_threads.times(proc.pid, proc.start_time)
-                if key in self._clock_due and key in self._dips else None)
-        utils = []
-        for use in proc.gpus:
-            util = utilization.get(use.gpu_index)
-            if util is not None:
-                utils.append(util)
-        signals.snapshots.append(_Snapshot(
-            ts, proc.cpu_seconds, main, _larger(proc.read_bytes, proc.read_chars),
-            proc.write_bytes,
-            None if proc.write_chars is None or proc.read_chars is None
-            else proc.write_chars - proc.read_chars,
-            proc.state == "D" or proc.threads_in_d > 0, proc.iowait_seconds,
-            sum(utils) / len(utils) if utils else None,
-            proc.cpu_seconds + proc.children_cpu_seconds))
 
     def host_signals(self, proc: ProcessSample) -> HostSignals | None:
         """The signals of `proc` over its last snapshots, its children's I/O added; None until
         two ticks have been seen."""
         own = self._signals.get(proc.key)
-        if own is None or len(own.snapshots) < 2:
+        if own is None or len(own.seen) < 2:
             return None
-        first, last = own.snapshots[0], own.snapshots[-1]
+        snapshots = own.snapshots
+        first, last = snapshots[0], snapshots[-1]
         seconds = last.ts - first.ts
         if seconds <= 0:
             return None
         read = _rate(first.read, last.read, seconds) or 0.0
         written = _written(first, last, seconds)
-        in_d = any(s.in_d for s in own.snapshots)
+        in_d = any(s.in_d for s in snapshots)
         tree_cpu = _rate(first.tree_cpu_seconds, last.tree_cpu_seconds, seconds) or 0.0
         for child in self._children.get(proc.pid, []):
             kid = self._signals.get(child.key)
-            if kid is None or len(kid.snapshots) < 2:
+            if kid is None or len(kid.seen) < 2:
                 continue
-            span = kid.snapshots[-1].ts - kid.snapshots[0].ts
-            read += _rate(kid.snapshots[0].read, kid.snapshots[-1].read, span) or 0.0
-            written += _written(kid.snapshots[0], kid.snapshots[-1], span)
-            tree_cpu += _rate(kid.snapshots[0].tree_cpu_seconds,
-                              kid.snapshots[-1].tree_cpu_seconds, span) or 0.0
-        mains = [(s.ts, t) for s in own.snapshots if (t := s.main_times) is not None]
+            kid_first, kid_last = _snapshot(kid.seen[0]), _snapshot(kid.seen[-1])
+            span = kid_last.ts - kid_first.ts
+            read += _rate(kid_first.read, kid_last.read, span) or 0.0
+            written += _written(kid_first, kid_last, span)
+            tree_cpu += _rate(kid_first.tree_cpu_seconds, kid_last.tree_cpu_seconds,
+                              span) or 0.0
+        mains = [(s.ts, t) for s in snapshots if (t := s.main_times) is not None]
         main_cpu = main_queued = None
         if len(mains) >= 2:
             (since, before), (until, after) = mains[0], mains[-1]
             main_cpu = cpu_demand(after.on_cpu - before.on_cpu, after.queued - before.queued,
                                   until - since)
             main_queued = _rate(before.queued, after.queued, until - since)
-        utils = [s.gpu_utilization for s in own.snapshots if s.gpu_utilization is not None]
+        utils = [s.gpu_utilization for s in snapshots if s.gpu_utilization is not None]
         return HostSignals(
             seconds=seconds, main_thread_cpu=main_cpu, main_thread_queued=main_queued,
             process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
@@ -344,6 +389,7 @@ class Attribution:
             facts.write_event(self.store, self._event(dip, ts))
             self.phases.window_closed(key, ts)
         del self._dips[key]
+        self._dips_ended = True
 
     @staticmethod
     def _event(dip: _Dip, ended_at: float | None) -> dict[str, Any]:
@@ -356,18 +402,24 @@ class Attribution:
 
     # -- stacks ----------------------------------------------------------------------------
 
-    def _dump_due(self, candidates: list[tuple[ProcessSample, float]], ts: float) -> None:
+    def _dump_due(self, line: list[_InLine], ts: float) -> set[tuple[int, float]]:
         """Stack dumps of the processes in a window whose turn it is (one per dump_interval
-        each), the longest undumped first, as many as the sampler allows now: the rate limit
-        goes round all of them instead of to the first in process order, and a tick makes a
-        task per dump taken, not per process in a window."""
+        each), the longest undumped first (`line`, see `_line`), as many as the sampler allows
+        now: the rate limit goes round all of them instead of to the first in process order,
+        and a tick makes a task per dump taken, not per process in a window. Returns the
+        processes handed to py-spy."""
         allowed = self.sampler.available()
-        if allowed <= 0 or not candidates:
-            return
-        waiting = [(proc, share) for proc, share in candidates if proc.pid not in self._in_flight]
-        for last, proc, share in self._turns(waiting, self._dumped_at, ts, allowed):
-            self._dumped_at[proc.key] = ts
+        if allowed <= 0 or not line:
+            return set()
+        in_flight = self._in_flight
+        taken = set()
+        for last, proc, share in self._turns(
+                [entry for entry in line if entry[1].pid not in in_flight], ts, allowed):
+            key = proc.key
+            self._dumped_at[key] = ts
+            taken.add(key)
             self._schedule(proc, share, last)
+        return taken
 
     def _schedule(self, proc: ProcessSample, share: float, dumped_before: float) -> None:
         self._in_flight.add(proc.pid)
@@ -394,47 +446,51 @@ class Attribution:
         finally:
             self._in_flight.discard(proc.pid)
 
-    def _sample_due_from_proc(self, candidates: list[tuple[ProcessSample, float]],
-                              ts: float) -> None:
+    def _sample_due_from_proc(self, line: list[_InLine], ts: float) -> set[tuple[int, float]]:
         """/proc samples of the processes in a window whose turn it is (one per dump_interval
-        each), the longest unsampled first, at most PROC_SAMPLES_PER_S a second over all: a
-        host of hundreds of processes in windows costs the same per tick as one of a dozen,
-        and each process still gets its turn (less often)."""
-        for _, proc, share in self._turns(candidates, self._proc_sampled_at, ts,
-                                          self._proc_samples_per_tick):
+        each), the longest unsampled first (`line`, see `_line`), at most PROC_SAMPLES_PER_S a
+        second over all: a host of hundreds of processes in windows costs the same per tick as
+        one of a dozen, and each process still gets its turn (less often). Returns the
+        processes sampled."""
+        taken = set()
+        for _, proc, share in self._turns(line, ts, self._proc_samples_per_tick):
+            taken.add(proc.key)
             self._sample_from_proc(proc, share, ts)
-
-    def _turns(self, candidates: list[tuple[ProcessSample, float]],
-               sampled_at: dict[tuple[int, float], float], ts: float, limit: int
-               ) -> list[tuple[float, ProcessSample, float]]:
-        """(last sampled, process, share) of the candidates whose turn it is (none in the last
-        dump_interval), the longest unsampled first, at most `limit` of them."""
-        never = float("-inf")
-        due = []
-        for proc, share in candidates:
-            last = sampled_at.get(proc.key, never)
-            if ts - last >= self.config.dump_interval:
-                due.append((last, proc, share))
-        due.sort(key=lambda entry: entry[0])
-        return due[:limit]
+        return taken
 
     @staticmethod
-    def _clocks_due(candidates: list[tuple[ProcessSample, float]],
-                    sampled_at: dict[tuple[int, float], float], per_tick: int
+    def _line(candidates: list[tuple[ProcessSample, float]],
+              sampled_at: dict[tuple[int, float], float]) -> list[_InLine]:
+        """(last sampled, process, share) of each candidate, the longest unsampled first (the
+        never sampled in the candidates' order)."""
+        never = float("-inf")
+        line = [(sampled_at.get(proc.key, never), proc, share) for proc, share in candidates]
+        line.sort(key=_LAST_SAMPLED)
+        return line
+
+    def _turns(self, line: list[_InLine], ts: float, limit: int) -> list[_InLine]:
+        """The first `limit` of `line` whose turn it is (none in the last dump_interval): in a
+        line the longest unsampled first, those are its first ones."""
+        interval = self.config.dump_interval
+        return [entry for entry in line[:limit] if ts - entry[0] >= interval]
+
+    @staticmethod
+    def _clocks_due(line: list[_InLine], taken: set[tuple[int, float]], per_tick: int
                     ) -> set[tuple[int, float]]:
         """The processes in a window whose main-thread clock the next ticks read: those whose
         turn (a /proc sample, or a stack dump) may come before SIGNAL_TICKS more ticks have
-        passed, the longest unsampled first as `_sample_due_from_proc` and `_dump_due` take
-        them (`sampled_at`: when each was last sampled; `per_tick`: samples a tick). A
-        sample's signals then have the clock over all their snapshots, as if it were read every
-        tick, at a bounded number of reads a tick (SIGNAL_TICKS times the samples a tick)
-        instead of one per process in a window: 130-250 at 256 processes."""
-        if not candidates:
-            return set()
-        never = float("-inf")
-        keys = sorted((proc.key for proc, _ in candidates),
-                      key=lambda key: sampled_at.get(key, never))
-        return set(keys[:SIGNAL_TICKS * per_tick])
+        passed, the first SIGNAL_TICKS x `per_tick` (samples a tick) of `line` once the
+        processes `taken` this tick have gone to its end, as `_sample_due_from_proc` and
+        `_dump_due` take them. A sample's signals then have the clock over all their
+        snapshots, as if it were read every tick, at a bounded number of reads a tick instead
+        of one per process in a window: 130-250 at 256 processes."""
+        wanted = SIGNAL_TICKS * per_tick
+        keys = set(islice((key for _, proc, _ in line if (key := proc.key) not in taken),
+                          wanted))
+        if len(keys) < wanted:  # fewer waiting than that: the ones just sampled come next
+            keys |= set(islice((key for _, proc, _ in line if (key := proc.key) in taken),
+                               wanted - len(keys)))
+        return keys
 
     def _sample_from_proc(self, proc: ProcessSample, share: float, ts: float) -> None:
         """One /proc-only sample (no ptrace), at most one per dump_interval per process."""
@@ -456,7 +512,7 @@ class Attribution:
         # Ranks of one job share a parent; mlcostd's own children (simulated workloads) are not
         # a job.
         busy_peers = 0 if proc.ppid in (0, 1, os.getpid()) else sum(
-            1 for peer in self._gpu_children.get(proc.ppid, [])
+            1 for peer in self._gpu_processes_of(proc.ppid)
             if peer.key != proc.key and self._works(peer))
         verdict = classify_from_proc(facts_now, self.host_signals(proc),
                                      busy_workers=busy_workers, busy_peers=busy_peers)
@@ -465,15 +521,24 @@ class Attribution:
                         ((frame.name, frame.filename, frame.line),), verdict.phase, share,
                         verdict.reason)
 
+    def _gpu_processes_of(self, ppid: int) -> list[ProcessSample]:
+        """The last tick's GPU processes whose parent is `ppid` (the ranks of one job)."""
+        if self._gpu_children is None:
+            self._gpu_children = {}
+            for proc in self._processes:
+                if proc.gpus:
+                    self._gpu_children.setdefault(proc.ppid, []).append(proc)
+        return self._gpu_children.get(ppid, [])
+
     def _works(self, proc: ProcessSample) -> bool:
         """Running, blocked on disk, or on a CPU >= WORKING_CPU over its last snapshots."""
         if proc.state in ("R", "D") or proc.threads_in_d:
             return True
         own = self._signals.get(proc.key)
-        if own is None or len(own.snapshots) < 2:
+        if own is None or len(own.seen) < 2:
             return False
-        first, last = own.snapshots[0], own.snapshots[-1]
-        cpu = _rate(first.cpu_seconds, last.cpu_seconds, last.ts - first.ts)
+        (first_ts, first, _, _), (last_ts, last, _, _) = own.seen[0], own.seen[-1]
+        cpu = _rate(first.cpu_seconds, last.cpu_seconds, last_ts - first_ts)
         return cpu is not None and cpu >= WORKING_CPU
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float) -> list[StackRow]:

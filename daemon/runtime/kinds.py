@@ -77,6 +77,23 @@ class _Classified(NamedTuple):
     text_key: str  # daemon.wire.process_key
 
 
+_NO_MARKERS: frozenset[tuple[str, float]] = frozenset()
+
+
+class _Process:
+    """One GPU process as the kinds rounds keep it (one object, updated in place each round)."""
+
+    __slots__ = ("sm", "gpu_use", "kernels_at", "classified")
+
+    def __init__(self) -> None:
+        self.sm: deque[float] = deque(maxlen=SM_READINGS)  # its SM share, a reading a round
+        self.gpu_use: deque[bool] = deque(maxlen=GPU_USE_READS)  # its kernels ran, a round
+        # when its kernels last ran (a read that said so): kind evidence over the markers'
+        # window, beyond the shape's last GPU_USE_READS reads
+        self.kernels_at: float | None = None
+        self.classified: _Classified | None = None  # its kind as the last round left it
+
+
 class KindTracker:
     def __init__(self, reader: KindFactsReader | None = None, *,
                  job_kinds: Mapping[str, str] | None = None,
@@ -87,14 +104,9 @@ class KindTracker:
         self.kinds: dict[str, Kind] = {}  # by 'pid:start_time'
         self.job_kinds = dict(job_kinds or {})
         self.labeler = JobLabeler(jobs)
-        self._memo: dict[tuple[int, float], _Classified] = {}
-        self._gpu_use: dict[tuple[int, float], deque[bool]] = {}
-        # when each process's kernels last ran (a read that said so): kind evidence over the
-        # markers' window, beyond the shape's last GPU_USE_READS reads
-        self._kernels_at: dict[tuple[int, float], float] = {}
+        self._processes: dict[tuple[int, float], _Process] = {}
         # the inference audit of each inference process (daemon.analysis.inference_audit)
         self.audits: dict[str, InferenceAudit] = {}
-        self._sm: dict[tuple[int, float], deque[float]] = {}
         self._documents: dict[str, dict[str, Any]] = {}  # documents(), this round's
         self._documents_of: dict[str, tuple[Kind, dict[str, Any]]] = {}  # ... and their kinds
 
@@ -109,66 +121,71 @@ class KindTracker:
         procs = list(processes)
         shares_now = sm_shares or {}
         ran_now = kernels_ran or {}
-        readings: dict[tuple[int, float], deque[float]] = {}
-        uses: dict[tuple[int, float], deque[bool]] = {}
-        kernels_at: dict[tuple[int, float], float] = {}
-        old_sm, old_uses, old_at = self._sm, self._gpu_use, self._kernels_at
-        for pid, start, _, _ in procs:
-            key = (pid, start)
-            kept = old_sm.get(key) or deque(maxlen=SM_READINGS)
-            used = old_uses.get(key) or deque(maxlen=GPU_USE_READS)
-            share = shares_now.get(key)
-            if share is not None:
-                kept.append(share)
-            ran = ran_now.get(key)
-            if ran is not None or share is not None:
-                used.append(bool(ran) if ran is not None else bool(share))
-            if used and used[-1]:
-                kernels_at[key] = now
-            elif key in old_at:
-                kernels_at[key] = old_at[key]
-            readings[key], uses[key] = kept, used
-        self._sm, self._gpu_use, self._kernels_at = readings, uses, kernels_at
         self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)
         reading = self.reader.get
         round_of = now // RECLASSIFY_EVERY_S
-        before = self._memo
-        memo: dict[tuple[int, float], _Classified] = {}
+        before = self._processes
+        kept: dict[tuple[int, float], _Process] = {}
+        changed = len(procs) != len(before)  # a process came or went, or a kind changed
         for pid, start, command, owner in procs:
             key = (pid, start)
+            state = before.get(key)
+            if state is None:
+                state = _Process()
+                changed = True
+            kept[key] = state
+            share = shares_now.get(key)
+            if share is not None:
+                state.sm.append(share)
+            ran = ran_now.get(key)
+            used = state.gpu_use
+            if ran is not None or share is not None:
+                used.append(bool(ran) if ran is not None else bool(share))
+            if used and used[-1]:
+                state.kernels_at = now
             facts = reading(key)
-            last = before.get(key)
+            last = state.classified
             # A reading the reader handed back unchanged (most rounds) keeps its signature.
             signed = (last.facts_signature if last is not None and last.facts is facts
                       else facts_signature(facts))
-            seen = markers.get(key) or {}
-            shape = gpu_use_shape(uses[key])
-            ran_at = kernels_at.get(key)
-            signature = (signed, frozenset(seen.items()), command, shape, ran_at is None,
-                         round_of)
+            seen = markers.get(key)
+            shape = gpu_use_shape(used)
+            signature = (signed, frozenset(seen.items()) if seen else _NO_MARKERS, command,
+                         shape, state.kernels_at is None, round_of)
             if last is not None and last.signature == signature:
-                kind = last.kind
+                if last.facts is not facts:  # a re-read that found the same
+                    state.classified = last._replace(facts=facts, facts_signature=signed)
+                continue
+            kind = classify_kind(command, facts, dict(seen or {}), now=now,
+                                 window_s=MARKER_WINDOW_S, gpu_use=shape,
+                                 kernels_at=state.kernels_at)
+            if self.job_kinds:
+                label = self.labeler.label(command, owner)
+                if label in self.job_kinds:
+                    kind = configured_kind(self.job_kinds[label], label, kind)
+            if last is not None and kind == last.kind:
+                kind = last.kind  # classified again (a minute passed), the same: kept as it was
             else:
-                kind = classify_kind(command, facts, dict(seen), now=now,
-                                     window_s=MARKER_WINDOW_S, gpu_use=shape, kernels_at=ran_at)
-                if self.job_kinds:
-                    label = self.labeler.label(command, owner)
-                    if label in self.job_kinds:
-                        kind = configured_kind(self.job_kinds[label], label, kind)
-            memo[key] = _Classified(signature, kind, facts, signed,
-                                    last.text_key if last is not None else process_key(*key))
-        self._memo = memo
-        self.kinds = {c.text_key: c.kind for c in memo.values()}
+                changed = True
+            state.classified = _Classified(signature, kind, facts, signed,
+                                           last.text_key if last is not None
+                                           else process_key(*key))
+        self._processes = kept
+        if changed:
+            self.kinds = {c.text_key: c.kind for state in kept.values()
+                          if (c := state.classified) is not None}
         audits = {}
-        for key, classified in memo.items():
-            kind = classified.kind
-            if kind.kind not in INFERENCE_KINDS:
+        for key, state in kept.items():
+            classified = state.classified
+            if classified is None or classified.kind.kind not in INFERENCE_KINDS:
                 continue  # (audit_inference's answer for every other kind: no audit)
             recent = [m for m, ts in (markers.get(key) or {}).items()
                       if now - ts <= MARKER_WINDOW_S]
-            audit = audit_inference(kind, classified.facts, recent, readings.get(key, ()))
+            audit = audit_inference(classified.kind, classified.facts, recent, state.sm)
             if audit is not None:
                 audits[classified.text_key] = audit
+        if not changed and not audits and not self.audits:
+            return  # the same kinds and no audits (most rounds): the same documents
         self.audits = audits
         # A kind that did not change keeps its document (most rounds classify nothing anew);
         # an inference audit's figures move every round, so its document is built again.
@@ -183,7 +200,7 @@ class KindTracker:
 
     def documents(self) -> dict[str, dict[str, Any]]:
         """Each process's kind document (Kind.as_dict) with its inference audit under
-        "inference" (None for a process that is not an inference workload). Built once a
-        round, in `refresh` (every /v1/now asks for them): the same object until the next
-        round, to be read, never changed."""
+        "inference" (None for a process that is not an inference workload). Built in
+        `refresh` when a round changed a kind, or has inference audits (every /v1/now asks for
+        them): the same object until then, to be read, never changed."""
         return self._documents

@@ -12,15 +12,19 @@ Only marker names from our own vocabulary and numbers (ports, counts) leave this
 of the process does, so nothing here needs redaction. Every read has a byte cap and an entry cap;
 a truncated read says so. Reads are cached by (pid, start time) and refreshed at most every
 `sockets_every_s` (sockets) and `maps_every_s` (libraries, parent): the tick never reads here,
-discovery does, beside it.
+discovery does, beside it. Processes found together (a job's ranks, a restart) would all come due
+together again every period: a round re-reads only its share of the processes due (the longest
+unread first), so the re-reads spread over the rounds instead of one round reading them all.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 MAX_FDS = 4096  # fd entries looked at per process
 MAX_NET_BYTES = 1 << 20  # of /proc/PID/net/tcp (+tcp6): ~6,800 sockets each
@@ -29,6 +33,10 @@ MAX_CMDLINE_BYTES = 4096
 MAX_PORTS = 16  # listening ports kept per process
 SOCKETS_EVERY_S = 10.0
 MAPS_EVERY_S = 60.0
+# A round re-reads at most this many times its share of the processes (all of them once per
+# period, over the time since the last round): a little more than the pace, so what a late round
+# left over is caught up, never piled up.
+REREAD_SLACK = 1.25
 
 TCP_LISTEN = "0A"
 TCP_ESTABLISHED = "01"
@@ -81,6 +89,10 @@ class KindFacts:
     connections_caught: int = 0
     first_sockets_read_at: float | None = None
     caught_inodes: frozenset[int] = frozenset()  # those open at the last read
+
+
+_SOCKETS_READ_AT = attrgetter("sockets_read_at")
+_MAPS_READ_AT = attrgetter("maps_read_at")
 
 
 def _read_capped(path: str, cap: int) -> tuple[bytes, bool]:
@@ -242,31 +254,67 @@ class KindFactsReader:
     _facts: dict[tuple[int, float], KindFacts] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     reads: int = 0  # how many socket or maps reads were done (the cache's measure)
+    _refreshed_at: float | None = None  # when the last round ran
+    # when a re-read of a process last failed (its last reading kept): by (pid, start time)
+    _failed_at: dict[tuple[int, float], float] = field(default_factory=dict)
 
     def refresh(self, keys: Iterable[tuple[int, float]], now: float) -> None:
-        """Re-read what is due for each process; forget processes not given."""
+        """Read what is due for each process (a new one: all of it, now); forget processes not
+        given."""
         wanted = set(keys)
+        since = None if self._refreshed_at is None else now - self._refreshed_at
+        self._refreshed_at = now
+        sockets_due = self._due(wanted, _SOCKETS_READ_AT, self.sockets_every_s, now, since)
+        maps_due = self._due(wanted, _MAPS_READ_AT, self.maps_every_s, now, since)
         fresh: dict[tuple[int, float], KindFacts] = {}
         tables: TcpTables = {}  # this round's TCP tables, one read per network namespace
         parents: dict[int, str | None] = {}  # this round's parents' markers, by pid
+        failed = self._failed_at
         for key in wanted:
             old = self._facts.get(key)
+            sockets, maps = key in sockets_due, key in maps_due
+            if old is not None and not sockets and not maps:
+                fresh[key] = old  # nothing due (most rounds): the same reading, not a copy
+                continue
             try:
-                fresh[key] = self._read(key[0], old, now, tables, parents)
+                fresh[key] = self._read(key[0], old, now, tables, parents,
+                                        sockets=sockets or old is None,
+                                        maps=maps or old is None)
             except (OSError, ValueError, IndexError):
                 if old is not None:
-                    fresh[key] = old  # gone or refused this time: keep the last reading
+                    fresh[key] = old  # gone or refused this time: keep the last reading ...
+                    failed[key] = now  # ... and try again a period later, not first in line
+        self._failed_at = {key: at for key, at in failed.items() if key in fresh}
         with self._lock:
             self._facts = fresh
 
+    def _due(self, keys: set[tuple[int, float]], read_at: Callable[[KindFacts], float],
+             every_s: float, now: float, since: float | None) -> set[tuple[int, float]]:
+        """The processes read before whose re-read (`read_at`: when it was last made) is due
+        this round: those last read `every_s` ago or more, the longest unread first, at most
+        REREAD_SLACK times their share of the processes over the `since` seconds since the last
+        round. Processes read together the first time spread over the next rounds."""
+        facts, failed = self._facts, self._failed_at
+        due = [(at, key) for key in keys
+               if (old := facts.get(key)) is not None and now - (at := read_at(old)) >= every_s]
+        if failed:  # (rare: a re-read that failed is tried again a period after it failed)
+            due = [(at, key) for at, key in due if now - failed.get(key, at) >= every_s]
+        if since is None or every_s <= 0:
+            return {key for _, key in due}
+        share = math.ceil(len(keys) * min(since, every_s) / every_s * REREAD_SLACK)
+        if len(due) > share:
+            due.sort()
+            del due[share:]
+        return {key for _, key in due}
+
     def _read(self, pid: int, old: KindFacts | None, now: float, tables: TcpTables,
-              parents: dict[int, str | None] | None = None) -> KindFacts:
-        if (old is not None and now - old.sockets_read_at < self.sockets_every_s
-                and now - old.maps_read_at < self.maps_every_s):
-            return old  # nothing due (most rounds): the same reading, not a copy of it
+              parents: dict[int, str | None] | None = None, *, sockets: bool = True,
+              maps: bool = True) -> KindFacts:
+        """Read pid's sockets and/or its libraries and parent (`sockets`, `maps`) into a new
+        reading; what is not read is kept from `old`."""
         facts = old or KindFacts()
         truncated = set(facts.truncated)
-        if old is None or now - old.sockets_read_at >= self.sockets_every_s:
+        if sockets:
             ports, inodes, other, cut = read_sockets_with_inodes(pid, tables)
             accepted = len(inodes)
             self.reads += 1
@@ -278,7 +326,7 @@ class KindFactsReader:
                               facts.connections_caught + len(inodes - facts.caught_inodes),
                               facts.first_sockets_read_at if facts.first_sockets_read_at
                               is not None else now, inodes)
-        if old is None or now - old.maps_read_at >= self.maps_every_s:
+        if maps:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
             self.reads += 1
             truncated.discard("maps")

@@ -153,6 +153,33 @@ def test_reader_caches_by_process_and_rereads_only_when_due():
     assert reader.get(me) is None  # forgotten with the process
 
 
+def test_processes_found_together_are_re_read_spread_over_the_rounds():
+    """Processes found in one round (a job's ranks) came due together every 10 s, and that
+    round read all their sockets (3.9-6.5 ms at 256 processes, every fifth round): each round
+    re-reads its share of them instead, the longest unread first, and none waits past a period
+    and a round once they are spread."""
+    pid = os.getpid()
+    keys = [(pid, float(i)) for i in range(50)]  # one process read as 50: the reads are real
+    reader = KindFactsReader(sockets_every_s=10.0, maps_every_s=60.0)
+    reader.refresh(keys, NOW)
+    assert reader.reads == 100  # found: sockets and maps of each, at once
+    per_round = []
+    for i in range(1, 61):  # 2 minutes of rounds, one every 2 s
+        now = NOW + 2 * i
+        before = reader.reads
+        reader.refresh(keys, now)
+        per_round.append(reader.reads - before)
+        ages = [now - facts.sockets_read_at for facts in map(reader.get, keys) if facts]
+        assert len(ages) == 50 and min(ages) >= 0
+        if i >= 10:  # spread by then
+            assert max(ages) <= 10.0 + 2.0
+    # 50 re-reads every 10 s (and 50 of the maps every 60 s), never all in one round: at most
+    # 13 of the sockets (50 x 2 s / 10 s, and a quarter) and 3 of the maps a round
+    assert max(per_round) <= 13 + 3
+    assert 50 * 12 - 60 <= sum(per_round) <= 50 * 12 + 60 + 100
+    assert sum(per_round) == reader.reads - 100
+
+
 def test_maps_and_parent_markers():
     maps = (b"7f00-7f01 r-xp 0 08:01 1 /opt/venv/lib/python3.11/site-packages/torch/lib/"
             b"libtorch_cuda.so\n7f02-7f03 r-xp 0 08:01 2 /opt/venv/lib/python3.11/"
@@ -349,7 +376,7 @@ def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
     assert kinds["11"].gpu_use == "idle" and kinds["11"].kind == OTHER
     tracker.refresh([(11, 2.0, "python wait.py", {})], {}, NOW + 20, {other: 0.0})
     assert [k.split(":")[0] for k in tracker.kinds] == ["11"]
-    assert set(tracker._gpu_use) == {other}  # the gone process's reads are not kept
+    assert set(tracker._processes) == {other}  # the gone process's reads are not kept
 
 
 def test_the_shape_counts_kernels_at_any_tick_of_a_round_so_load_does_not_hide_them():
@@ -460,3 +487,33 @@ def test_a_re_read_that_found_the_same_facts_classifies_nothing_anew(monkeypatch
     reader.facts = replace(reader.facts, libraries=("torch", "vllm"), maps_read_at=NOW + 20)
     tracker.refresh(procs, {}, NOW + 20)
     assert len(calls) == 2
+
+
+def test_rounds_that_change_no_kind_keep_the_same_documents():
+    """Most rounds classify nothing anew: the kinds and their documents stay the same objects
+    (a /v1/now, a kinds record compare them by identity first), and so do the kinds classified
+    again when their minute comes round and found the same; a kind that changes gets a new
+    document."""
+    class NoFacts:
+        def refresh(self, keys, now):
+            list(keys)
+
+        def get(self, key):
+            return None
+
+    tracker = KindTracker(NoFacts())
+    procs = [(10, 1.0, "python persist.py", {}), (11, 2.0, "python wait.py", {})]
+    job, waiter = (10, 1.0), (11, 2.0)
+    for i in range(8):
+        tracker.refresh(procs, {}, NOW + 2 * i, {job: 35.0, waiter: 0.0})
+    documents, kinds = tracker.documents(), tracker.kinds
+    assert documents["10:1.000"]["kind"] == TRAINING
+    tracker.refresh(procs, {}, NOW + 16, {job: 35.0, waiter: 0.0})
+    assert tracker.documents() is documents and tracker.kinds is kinds
+    tracker.refresh(procs, {}, NOW + 60, {job: 35.0, waiter: 0.0})  # the next minute
+    assert tracker.documents() is documents and tracker.kinds is kinds
+    tracker.refresh(procs, {waiter: {"serve_forever": NOW + 60}}, NOW + 62,
+                    {job: 35.0, waiter: 0.0})
+    assert tracker.documents() is not documents
+    assert tracker.documents()["11:2.000"]["kind"] == ONLINE_INFERENCE
+    assert tracker.documents()["10:1.000"] is documents["10:1.000"]  # that kind did not change
