@@ -114,7 +114,11 @@ async def _drive(port: int, url: str, script: str, screenshot: Path | None) -> P
                     await call(f"{domain}.enable")
                 await call("Page.navigate", url=url)
                 await asyncio.wait_for(loaded, LOAD_TIMEOUT_S)
-                await asyncio.sleep(0.2)  # late console messages of the load
+                # Late console messages of the load: the answer to this comes once the page's
+                # queued tasks and its next frame have run, after the events they raised (CDP
+                # keeps their order), however slow the host.
+                await call("Runtime.evaluate", awaitPromise=True, expression=(
+                    "new Promise(done => requestAnimationFrame(() => setTimeout(done, 0)))"))
                 result = await call("Runtime.evaluate", expression=f"JSON.stringify({script})",
                                     returnByValue=True)
                 page.value = json.loads(result["result"]["value"])

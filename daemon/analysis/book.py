@@ -12,7 +12,9 @@ until its condition has been false for `hold_s` ([cost].recommendation_hold, def
 then it is resolved: it leaves the active list and a "recommendation_resolved" notice says so.
 A lapse shorter than the hold does not restart its standing; a longer one does. Advice about a
 process that has exited goes at once (no condition of a gone process can come back), with a
-notice that says so.
+notice that says so. So does a held finding that a newer one of its rule supersedes: a rule that
+finds one thing at a time for something wider than its target (one straggler per job, the
+target its rank) gives its findings a slot (Finding.slot), and the book shows one per slot.
 Snoozes are not kept here: the runtime holds them (and the store persists them), in one place.
 """
 
@@ -59,13 +61,17 @@ class BookEntry:
                 "resolves_at": None if false_since is None else false_since + hold_s}
 
 
-def resolved_notice(entry: BookEntry, at: float, hold_s: float,
-                    exited: bool = False) -> dict[str, Any]:
+def resolved_notice(entry: BookEntry, at: float, hold_s: float, exited: bool = False,
+                    superseded_by: Finding | None = None) -> dict[str, Any]:
     """The event document that says a recommendation went: an Event of /v1/now's events."""
     rec = entry.recommendation
-    why = ("its process exited" if exited else
-           f"its condition has been false for {duration(at - (entry.false_since or at))}, the "
-           f"hold is {duration(hold_s)}")
+    if exited:
+        why = "its process exited"
+    elif superseded_by is not None:
+        why = f"superseded by a newer {rec.rule} finding, about {superseded_by.target}"
+    else:
+        why = (f"its condition has been false for {duration(at - (entry.false_since or at))}, "
+               f"the hold is {duration(hold_s)}")
     return {"id": f"{RESOLVED}:{rec.id}:{at:.3f}", "kind": RESOLVED,
             "target": f"{rec.rule} {rec.target}", "started_at": entry.first_seen,
             "ended_at": at, "cost_so_far": None, "recommendation_id": rec.id,
@@ -93,8 +99,10 @@ class RecommendationBook:
     def record(self, recommendations: Iterable[Finding], now: float,
                exited: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
         """One evaluation's findings at `now`; returns the resolved notices it produced.
-        `exited(target)`: whether a target is a process that has exited (resolved at once)."""
+        `exited(target)`: whether a target is a process that has exited (resolved at once).
+        A finding with a slot resolves at once the others of its rule in that slot."""
         found = {rec.id: rec for rec in recommendations}
+        newest = {(rec.rule, rec.slot): rec for rec in found.values() if rec.slot is not None}
         for rec_id, rec in found.items():
             entry = self.entries.get(rec_id)
             if entry is None:
@@ -105,16 +113,21 @@ class RecommendationBook:
             entry.recommendation, entry.last_seen, entry.false_since = rec, now, None
         notices = []
         for entry in self.entries.values():
-            if entry.recommendation.id in found:
+            old = entry.recommendation
+            if old.id in found:
                 continue
             if entry.false_since is None:
                 entry.false_since = now  # shown until now: its condition is false from here
             elif (self.last_evaluated is not None
                   and self.last_evaluated - entry.false_since >= self.hold_s):
                 continue  # resolved before: said once
-            if exited is not None and exited(entry.recommendation.target):
+            newer = None if old.slot is None else newest.get((old.rule, old.slot))
+            if exited is not None and exited(old.target):
                 entry.false_since = now - self.hold_s  # gone for good: not shown from now
                 notices.append(resolved_notice(entry, now, self.hold_s, exited=True))
+            elif newer is not None:
+                entry.false_since = now - self.hold_s  # its slot has a newer one: not shown
+                notices.append(resolved_notice(entry, now, self.hold_s, superseded_by=newer))
             elif now - entry.false_since >= self.hold_s:
                 notices.append(resolved_notice(entry, now, self.hold_s))
         self.resolved.extend(notices)

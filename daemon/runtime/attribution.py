@@ -21,6 +21,12 @@ from /proc alone instead (daemon.analysis.proc_phases): a lower-confidence phase
 says "from /proc, no stacks". A process denied once is not handed to py-spy again.
 
 The tick only updates windows and schedules dumps; the dumps run as asyncio tasks beside it.
+Each dump starts at a random point within its tick (`dump_spread_s`, the daemon's tick, at most
+half of dump_interval): on the tick grid alone, a loop whose period is a multiple or fraction of
+the interval between dumps (0.25 s, 0.5 s, 1 s) was read at the same point of its step every
+time, and a loaded host that stretched that interval to two steps of the starved profile's loop
+read its 32% of compute as half of its time. The turns still come every dump_interval on
+average; the sampler's own limit per process is dump_interval less the spread.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import asyncio
 import logging
 import math
 import os
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
@@ -186,8 +193,13 @@ class Attribution:
     def __init__(self, config: AttributionConfig, store: Store,
                  sampler: StackSampler | None = None, *,
                  idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT,
-                 sample_always: bool = False, interval_s: float = 1.0) -> None:
+                 sample_always: bool = False, interval_s: float = 1.0,
+                 dump_spread_s: float = 0.0) -> None:
         self.config = config
+        # Each dump waits a random 0..dump_spread_s first (see the module doc); a test on its
+        # own clock leaves it 0.
+        self.dump_spread_s = max(0.0, min(dump_spread_s, config.dump_interval / 2))
+        self._delayed = 0  # dumps taken but waiting for their point in the tick
         # `mlcostd profile`: every GPU process, and every process whose parent is not
         # recorded (the profiled command before it touches a GPU), is in a window from its
         # first tick and has its stacks sampled every tick, busy or not; the phase balance is
@@ -196,7 +208,8 @@ class Attribution:
         self.idle_utilization_pct = idle_utilization_pct  # [idle].utilization: busy or not
         self.store = store
         self.sampler = sampler if sampler is not None else StackSampler(
-            min_interval_s=config.dump_interval, global_max_per_s=config.dumps_per_second,
+            min_interval_s=config.dump_interval - self.dump_spread_s,
+            global_max_per_s=config.dumps_per_second,
             cpu_budget_ratio=config.cpu_budget)
         self._dips: dict[tuple[int, float], _Dip] = {}
         self._signals: dict[tuple[int, float], _Signals] = {}
@@ -408,7 +421,7 @@ class Attribution:
         now: the rate limit goes round all of them instead of to the first in process order,
         and a tick makes a task per dump taken, not per process in a window. Returns the
         processes handed to py-spy."""
-        allowed = self.sampler.available()
+        allowed = self.sampler.available() - self._delayed
         if allowed <= 0 or not line:
             return set()
         in_flight = self._in_flight
@@ -430,6 +443,12 @@ class Attribution:
 
     async def _sample(self, proc: ProcessSample, share: float, dumped_before: float) -> None:
         try:
+            if self.dump_spread_s > 0:
+                self._delayed += 1
+                try:
+                    await asyncio.sleep(random.uniform(0.0, self.dump_spread_s))
+                finally:
+                    self._delayed -= 1
             result = await self.sampler.dump(proc.pid)
             if result.status == RATE_LIMITED and proc.key in self._dumped_at:
                 self._dumped_at[proc.key] = dumped_before  # not dumped: its turn stays

@@ -103,3 +103,25 @@ def test_the_resolved_notices_are_handed_to_the_store_once():
     analyzer.record([])
     [notice] = analyzer.take_resolved()
     assert notice["kind"] == RESOLVED and analyzer.take_resolved() == []
+
+
+def test_a_newer_finding_in_the_same_slot_supersedes_a_held_one_at_once():
+    """One finding of a rule per slot (a job has one straggler): when the rule names another
+    target there, the one it named before goes at once with a notice that says why, instead of
+    standing beside the new one through the hold; other slots and slotless findings hold."""
+    first = replace(shrink(), id="a", target="1000:1.000", slot="job 500 train.py")
+    second = replace(first, id="b", target="1002:1.000")
+    elsewhere = replace(first, id="c", target="2000:1.000", slot="job 600 train.py")
+    slotless = replace(first, id="d", target="3000:1.000", slot=None)
+    book = RecommendationBook(hold_s=300.0)
+    book.record([first, elsewhere, slotless], 0.0)
+    [notice] = book.record([second], 30.0)
+    assert sorted(e.recommendation.id for e in book.active()) == ["b", "c", "d"]
+    event = Event.from_dict(notice)
+    assert event.kind == RESOLVED and notice["recommendation_id"] == "a"
+    assert "superseded by a newer over_provisioned finding, about 1002:1.000" in event.detail
+    assert book.record([second], 60.0) == []  # said once
+    [notice] = book.record([first], 90.0)  # the first target back: the second goes
+    assert notice["recommendation_id"] == "b"
+    assert [e.recommendation.id for e in book.active() if e.recommendation.slot
+            == "job 500 train.py"] == ["a"]

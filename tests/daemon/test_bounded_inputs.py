@@ -58,8 +58,7 @@ def test_an_api_answer_past_the_cap_is_a_client_error():
 
     # a daemon that sends one byte more than the cap, then holds the connection open
     with HostileServer(("limited", MAX_ANSWER_BYTES + 1), "application/json") as server:
-        started = time.monotonic()
         outcome = asyncio.run(ask(server.url))
     assert isinstance(outcome, ClientError), outcome
+    # (the cap's error, not the 30 s timeout's: it stopped reading at the cap)
     assert f"larger than {MAX_ANSWER_BYTES} bytes" in str(outcome), outcome
-    assert time.monotonic() - started < 20

@@ -265,7 +265,9 @@ def test_phase_balance_points_at_the_lines_responsible(demo_report):
     assert healthy["phases"]["compute"]["share"] >= 0.9
     notebook = _proc(report, "idle_notebook")
     assert _largest(notebook["phases"]) == "idle"
-    assert starved["stack_status"] == "ok"
+    # py-spy read it (its top stack above); its latest try may have been held back by the CPU
+    # budget (1.2 CPU s a minute: py-spy costs more CPU on a loaded host), never an error
+    assert starved["stack_status"] in ("ok", "over_budget"), starved["stack_status"]
     text = demo_report["text"]
     assert "data_starved.py:" in text and "read_shard" in text
 

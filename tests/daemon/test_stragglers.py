@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from test_rules import CATALOG, GIB, P4D, by_rule, pid_id, spot_window, window
 
+from daemon.analysis.book import RecommendationBook
 from daemon.analysis.kinds import TRAINING, Kind
 from daemon.analysis.rules import build_analysis, evaluate
 from daemon.analysis.rules.stragglers import job_of
@@ -52,6 +53,42 @@ def test_ranks_waiting_on_a_slow_rank_name_the_straggler_and_its_input():
     assert rec.savings_per_month > 0 and rec.scope["gpus"] == [0, 1]
     # its dry run names the file to patch and the restart, like every patch (rules.base)
     assert rec.action["text"].startswith("a patch for /srv/train.py:31: review it")
+
+
+def test_a_rank_without_stack_samples_is_not_named_the_straggler():
+    """Under load a rank may have no stack sample yet (the sampler shares its dumps among all
+    processes): with no phase balance it waits 0% by the numbers, but it may be the straggler
+    as well as a waiter, so the job gets no verdict until every rank has one."""
+    samples = ranks_window(["python train.py"] * 3)
+    phases = rank_phases([{}, {"comm": 0.55, "compute": 0.3, "host_preprocess": 0.15},
+                          {"host_preprocess": 0.65, "compute": 0.3, "comm": 0.05}])
+    assert by_rule(evaluate(build_analysis(samples, phases, P4D, CATALOG, host_cpus=32)),
+                   "straggler") == []
+    phases = rank_phases([{"comm": 0.6, "compute": 0.4}, {"comm": 0.55, "compute": 0.45}, {}])
+    assert by_rule(evaluate(build_analysis(samples, phases, P4D, CATALOG, host_cpus=32)),
+                   "straggler") == []
+
+
+def test_a_job_shows_one_straggler_when_another_rank_becomes_the_slowest():
+    """The book holds a finding through a lapse; a straggler finding is of its job (its slot),
+    so when another rank is the slowest now the finding about the first goes at once, with a
+    notice, and the job never shows two stragglers."""
+    samples = ranks_window(["python train.py"] * 3)
+    book = RecommendationBook(hold_s=300.0)
+    before = rank_phases([{"comm": 0.6, "compute": 0.4}, {"host_preprocess": 0.7, "compute": 0.3},
+                          {"comm": 0.55, "compute": 0.45}])
+    after = rank_phases([{"comm": 0.6, "compute": 0.4}, {"comm": 0.55, "compute": 0.45},
+                         {"host_preprocess": 0.7, "compute": 0.3}])
+    [first] = by_rule(evaluate(build_analysis(samples, before, P4D, CATALOG, host_cpus=32)),
+                      "straggler")
+    [second] = by_rule(evaluate(build_analysis(samples, after, P4D, CATALOG, host_cpus=32)),
+                       "straggler")
+    assert first.evidence["straggler"]["pid"] == 1001
+    assert second.evidence["straggler"]["pid"] == 1002
+    book.record([first], START)
+    [notice] = book.record([second], START + 30)
+    assert [e.recommendation.evidence["straggler"]["pid"] for e in book.active()] == [1002]
+    assert notice["recommendation_id"] == first.id and "superseded" in notice["detail"]
 
 
 def test_ranks_in_step_or_unrelated_processes_have_no_straggler():

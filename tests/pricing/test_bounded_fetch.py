@@ -128,18 +128,15 @@ def test_mlcostd_prices_refresh_catalog_on_an_endless_answer_exits_cleanly(tmp_p
         resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
 
     with StreamingServer({CSV_PATH: [endless_csv]}) as server:
-        started = time.monotonic()
         done = subprocess.run(
             [sys.executable, "-m", "daemon", "prices", "--refresh", "catalog", "--provider",
              "lambda", "--catalog-url", server.url, "--cache", str(cache)],
             capture_output=True, text=True, timeout=120, cwd=ROOT, env=os.environ,
             preexec_fn=cap_memory)
-        took = time.monotonic() - started
     assert done.returncode != 0, done
     assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr, done.stderr
     assert "the answer is larger than 67108864 bytes" in done.stderr, done.stderr
     assert "previous lambda prices kept" in done.stderr
-    assert took < 60
     assert_cache_kept(cache)
 
 

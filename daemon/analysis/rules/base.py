@@ -54,6 +54,10 @@ class Finding:
     # Its share after the ones before it in the stated order (combine.py), and its place there.
     combined_savings_per_month: float | None = None
     savings_order: int | None = None
+    # What the finding is one of, when a rule finds one at a time for something wider than its
+    # target (a job has one straggler; the target is the rank): the book shows one finding of
+    # the rule per slot, a new one superseding a held one at once. Not on the wire.
+    slot: str | None = None
 
     def evidence_seconds(self, standing_s: float = 0.0) -> float:
         """Observed evidence: the rules' window plus how long the finding has stood."""
@@ -99,11 +103,12 @@ class Rule:
     def make(self, target: str, summary: str, savings_per_month: float, method: str,
              evidence: Mapping[str, Any], action: Mapping[str, Any], *,
              scope: Mapping[str, Any] | None = None,
-             evidence_needed_s: float | None = None) -> Finding:
+             evidence_needed_s: float | None = None, slot: str | None = None) -> Finding:
         return Finding(recommendation_id(self.name, target), self.name, target, summary,
                        max(savings_per_month, 0.0), method,
                        {"signal": self.signal, "threshold": self.threshold, **evidence},
-                       action, scope=dict(scope or {}), evidence_needed_s=evidence_needed_s)
+                       action, scope=dict(scope or {}), evidence_needed_s=evidence_needed_s,
+                       slot=slot)
 
 
 def share_savings(proc: ProcessWindow, share: float, what: str) -> tuple[float, str]:

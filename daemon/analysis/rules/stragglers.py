@@ -5,7 +5,10 @@ that fits what it was doing (rebalance the shards, fix its input, write from one
 
 Ranks of one job are GPU processes with the same parent (torchrun, slurmstepd, a
 multiprocessing parent) running the same program; their rank arguments (`--rank 1`,
-`--local_rank=0`) are not part of the program.
+`--local_rank=0`) are not part of the program. A job has one straggler at a time: its finding's
+slot is the job, so when another rank becomes the slowest the book replaces the held finding
+about the first at once; and a rank with no phase balance yet (no stack sample taken: a loaded
+host, a rank started late) holds the verdict back, as it may be the straggler.
 """
 
 from __future__ import annotations
@@ -90,9 +93,11 @@ def check_stragglers(a: Analysis, rule: Rule) -> list[Finding]:
         if job is not None and proc.gpus:
             jobs[job].append(proc)
     found = []
-    for ranks in jobs.values():
+    for job, ranks in jobs.items():
         if len(ranks) < 2:
             continue
+        if not all(p.phases for p in ranks):
+            continue  # a rank with no stack samples yet can be neither named nor ruled out
         waiting = {p.id: sum(phase_share(p, phase)[0] for phase in WAIT_PHASES) for p in ranks}
         waiters = [p for p in ranks if waiting[p.id] >= WAITING_SHARE]
         if not waiters:
@@ -101,12 +106,12 @@ def check_stragglers(a: Analysis, rule: Rule) -> list[Finding]:
         mean_wait = sum(waiting[p.id] for p in waiters) / len(waiters)
         if slowest in waiters or waiting[slowest.id] > STRAGGLER_WAIT_RATIO * mean_wait:
             continue
-        found.append(_finding(a, rule, slowest, waiters, waiting))
+        found.append(_finding(a, rule, job, slowest, waiters, waiting))
     return found
 
 
-def _finding(a: Analysis, rule: Rule, slowest: ProcessWindow, waiters: list[ProcessWindow],
-             waiting: dict[str, float]) -> Finding:
+def _finding(a: Analysis, rule: Rule, job: tuple[int, str], slowest: ProcessWindow,
+             waiters: list[ProcessWindow], waiting: dict[str, float]) -> Finding:
     cause, share = _cause(slowest)
     _, stacks = phase_share(slowest, cause)
     where = where_in(stacks) or "(no stack with a user frame yet)"
@@ -132,7 +137,8 @@ def _finding(a: Analysis, rule: Rule, slowest: ProcessWindow, waiters: list[Proc
         {"kind": "show_patch", "file": where_in(stacks),
          "text": patch_text(slowest, where_in(stacks)),
          "patch": f"# {where}: the other ranks wait here for this one.\n# {advice}.\n"},
-        scope={"gpus": sorted({g for p in waiters for g in p.gpus})})
+        scope={"gpus": sorted({g for p in waiters for g in p.gpus})},
+        slot=f"job {job[0]} {job[1]}")  # one straggler a job: a newer one supersedes this
 
 
 STRAGGLER = Rule(

@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--exit-status", type=int, default=0)
     parser.add_argument("--pid-file", help="write this process's pid here")
+    parser.add_argument("--storage-bytes-per-s", type=float, default=4e6,
+                        help="how fast the remote storage serves the batches")
     parser.add_argument("--leave-child", help="start a helper that outlives this script, "
                         "daemonized as a tensorboard or a server would be (a double fork: it is "
                         "an orphan in a session of its own at once), and write its pid here")
@@ -49,7 +51,7 @@ def main() -> None:
                                 check=True, capture_output=True, text=True)
         with open(args.leave_child, "w") as f:
             f.write(helper.stdout.strip())
-    shard = RemoteShard(bytes_per_second=4e6)
+    shard = RemoteShard(bytes_per_second=args.storage_bytes_per_s)
     with Device(gpu_index=0) as gpu:
         gpu.alloc(8 << 30)
         for step in range(1, args.steps + 1):
