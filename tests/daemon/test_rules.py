@@ -123,6 +123,18 @@ def test_phase_rules_at_threshold(phase, rule, threshold):
     assert by_rule(recs(s, phases_for(s, **{phase: threshold - 0.001})), rule) == []
 
 
+def test_a_phase_rule_wants_more_than_one_stack_sample():
+    """One stray sample of data wait over the 5% line (a fixed loop read ~16 times) is an
+    anecdote, not a starved loader; two samples are a finding."""
+    s = window()
+    one = phases_for(s, data_wait=0.06)
+    one[pid_id(s)]["data_wait"]["top_stacks"][0]["samples"] = 1
+    assert by_rule(recs(s, one), "dataloader_starvation") == []
+    two = phases_for(s, data_wait=0.06)
+    two[pid_id(s)]["data_wait"]["top_stacks"][0]["samples"] = rule_thresholds.MIN_PHASE_SAMPLES
+    assert len(by_rule(recs(s, two), "dataloader_starvation")) == 1
+
+
 def test_dataloader_patch_names_the_knobs():
     s = window()
     [rec] = by_rule(recs(s, phases_for(s, data_wait=0.4)), "dataloader_starvation")

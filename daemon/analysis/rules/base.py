@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon import wire
-from daemon.analysis.rules.thresholds import SPOT_CADENCE_TOLERANCE
+from daemon.analysis.rules.thresholds import MIN_PHASE_SAMPLES, SPOT_CADENCE_TOLERANCE
 from daemon.analysis.rules.window import Analysis, ProcessWindow, checkpoint_interval
 from daemon.wire import money
 from pricing.offer import HOURS_PER_MONTH
@@ -120,6 +120,15 @@ def share_savings(proc: ProcessWindow, share: float, what: str) -> tuple[float, 
 def phase_share(proc: ProcessWindow, phase: str) -> tuple[float, list[Mapping[str, Any]]]:
     entry = proc.phases.get(phase) or {}
     return float(entry.get("share", 0.0) or 0.0), list(entry.get("top_stacks", []) or [])
+
+
+def phase_samples(stacks: Sequence[Mapping[str, Any]]) -> int:
+    """The stack samples behind a phase, counted from its top stacks (all of them unless it
+    has more than the top few stacks, and then more than a rule asks for). A phase given
+    without stacks (no counts to read) counts as enough."""
+    if not stacks:
+        return MIN_PHASE_SAMPLES
+    return sum(int(s.get("samples") or 0) for s in stacks)
 
 
 def where_in(stacks: Sequence[Mapping[str, Any]]) -> str | None:

@@ -11,6 +11,7 @@ from daemon.analysis.rules.base import (
     Rule,
     duration,
     patch_text,
+    phase_samples,
     phase_share,
     phase_window_s,
     process_evidence,
@@ -27,6 +28,7 @@ from daemon.analysis.rules.thresholds import (
     GPU_LOW_FRACTION,
     HOST_PREPROCESS_SHARE,
     IO_STALL_FRACTION,
+    MIN_PHASE_SAMPLES,
     SYNC_SHARE,
     WELL_USED_UTILIZATION_PCT,
 )
@@ -43,7 +45,7 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
             if phase == DATA_WAIT and proc.kind.serves:
                 continue  # a server waiting for requests is not starved of input data
             share, stacks = phase_share(proc, phase)
-            if share <= threshold:
+            if share <= threshold or phase_samples(stacks) < MIN_PHASE_SAMPLES:
                 continue
             where = where_in(stacks) or "(no stack with a user frame yet)"
             savings, method = share_savings(proc, share, what)

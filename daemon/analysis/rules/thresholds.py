@@ -13,6 +13,10 @@ from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFT
 
 # PyTorch profiler (TensorBoard plugin): DataLoader time > 5% of step time -> raise num_workers.
 DATA_WAIT_SHARE = 0.05
+# A phase rule wants at least this many stack samples in its phase (our choice): one sample is
+# an anecdote. A fixed loop profiled for 30 s is read ~16 times; one stray sample of data wait
+# there is 6% of it, over the 5% line, and turned a fix's "gone" into "changed".
+MIN_PHASE_SAMPLES = 2
 # Same PyTorch profiler rule: with num_workers=0 the loading runs in the main process.
 HOST_PREPROCESS_SHARE = 0.05
 # SageMaker Debugger IOBottleneck: iowait > 50% while the GPU is low for > 50% of the time.
