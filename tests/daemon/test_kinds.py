@@ -358,14 +358,17 @@ def test_gpu_use_while_accepting_connections_is_request_driven():
     assert any("request-driven" in e for e in kind.evidence)
 
 
+class NoFacts:
+    """A facts reader that reads nothing: the tracker's rounds on GPU use alone."""
+
+    def refresh(self, keys, now):
+        list(keys)
+
+    def get(self, key):
+        return None
+
+
 def test_tracker_keeps_each_processs_gpu_use_and_forgets_gone_ones():
-    class NoFacts:
-        def refresh(self, keys, now):
-            list(keys)
-
-        def get(self, key):
-            return None
-
     tracker = KindTracker(NoFacts())
     me, other = (10, 1.0), (11, 2.0)
     for i in range(6):
@@ -383,13 +386,6 @@ def test_the_shape_counts_kernels_at_any_tick_of_a_round_so_load_does_not_hide_t
     """A job whose loop a loaded host stretches runs a kernel every few rounds; read one tick a
     round it looked idle (decode_frames.py flipped from training to other under --load). Told
     whether its kernels ran at any tick since the last round, its shape stays a job's."""
-    class NoFacts:
-        def refresh(self, keys, now):
-            list(keys)
-
-        def get(self, key):
-            return None
-
     quiet, loaded = KindTracker(NoFacts()), KindTracker(NoFacts())
     me = (10, 1.0)
     for i in range(12):
@@ -409,13 +405,6 @@ def test_a_job_whose_loop_load_stretched_past_the_shapes_reads_is_still_a_job():
     that its kernels ran further apart than the shape's last GPU_USE_READS reads, and its kind
     went from training to other (nothing observed) between kernels. Its own kernels count for
     the markers' 30 minutes; a process that never ran one is still nothing."""
-    class NoFacts:
-        def refresh(self, keys, now):
-            list(keys)
-
-        def get(self, key):
-            return None
-
     tracker = KindTracker(NoFacts())
     job, waiter = (10, 1.0), (11, 2.0)
     rounds = GPU_USE_READS + 10
@@ -494,13 +483,6 @@ def test_rounds_that_change_no_kind_keep_the_same_documents():
     (a /v1/now, a kinds record compare them by identity first), and so do the kinds classified
     again when their minute comes round and found the same; a kind that changes gets a new
     document."""
-    class NoFacts:
-        def refresh(self, keys, now):
-            list(keys)
-
-        def get(self, key):
-            return None
-
     tracker = KindTracker(NoFacts())
     procs = [(10, 1.0, "python persist.py", {}), (11, 2.0, "python wait.py", {})]
     job, waiter = (10, 1.0), (11, 2.0)
