@@ -215,16 +215,21 @@ class CostLedger:
             spent[1] += cost
         return dt
 
-    def _keys_of(self, key: ProcessKey, hour: int, day: str, user: str, command: str,
-                 owner: Mapping[str, str]) -> tuple[Any, ...]:
-        """The table keys a process's dollars go to in `hour` of `day` (what `_charge` charges),
-        kept for its next ticks; its job and owner jobs are fixed at its first charge."""
-        month = day[:7]
+    def _job(self, key: ProcessKey, user: str, command: str, owner: Mapping[str, str]) -> str:
+        """The process's job; at its first charge its job, user and owner jobs are fixed."""
         job = self.job_of.get(key)
         if job is None:
             job = self.job_of[key] = self.labeler.label(command, owner)
             self.user_of[key] = user
             self.owner_jobs_of[key] = owner_jobs(owner)
+        return job
+
+    def _keys_of(self, key: ProcessKey, hour: int, day: str, user: str, command: str,
+                 owner: Mapping[str, str]) -> tuple[Any, ...]:
+        """The table keys a process's dollars go to in `hour` of `day` (what `_charge` charges),
+        kept for its next ticks; its job and owner jobs are fixed at its first charge."""
+        month = day[:7]
+        job = self._job(key, user, command, owner)
         owners = tuple((o, (o, day), (o, month)) for o in self.owner_jobs_of[key])
         keys = (hour, day, user, job, (user, day), (job, day), (user, month), (job, month),
                 owners, (hour, key))
@@ -236,11 +241,7 @@ class CostLedger:
         """Charge one process's dollars of one interval to its process, user, job and owner
         jobs, on `day` and its month."""
         month = day[:7]
-        job = self.job_of.get(key)
-        if job is None:
-            job = self.job_of[key] = self.labeler.label(command, owner)
-            self.user_of[key] = user
-            self.owner_jobs_of[key] = owner_jobs(owner)
+        job = self._job(key, user, command, owner)
         for owner_job in self.owner_jobs_of[key]:
             self.by_owner[owner_job] += cost
             self.by_owner_day[(owner_job, day)] += cost
