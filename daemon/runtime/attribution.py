@@ -3,9 +3,10 @@
 A process holding GPU memory whose SM share drops below `low_sm_share` starts a dip. From the
 first tick of the dip, its Python stack is dumped with py-spy and classified: each tick, as many
 dumps as the sampler's rate limit allows go to the processes in a dip that have waited longest
-since their last dump, so at hundreds of processes every one gets its turn (less often). When the dip has lasted `min_window` seconds it becomes a low-utilization
-window: stored as an event with its start, end and GPUs, and its stack samples are stored. A
-dip that ends sooner is dropped with its samples. When the main process waits on a DataLoader
+since their last dump, so at hundreds of processes every one gets its turn (less often). When
+the dip has lasted `min_window` seconds it becomes a low-utilization window: stored as an event
+with its start, end and GPUs, and its stack samples are stored. A dip that ends sooner is
+dropped with its samples. When the main process waits on a DataLoader
 queue, its worker processes are dumped too, so the worker's reading line is found.
 
 Beside the stacks, each tick keeps every process's last few samples as the tick read them (CPU,

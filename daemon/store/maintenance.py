@@ -10,8 +10,9 @@ sum, min and max so it re-aggregates exactly. Raw rows are deleted only once the
 rolled up, minute rows only once their hour is; recommendation texts go with the raw rows
 (each keeps the one in force at the oldest tick kept). Deletes run in bounded batches so the
 tick is never blocked for long; by age they run once a minute, raw rows a whole minute of them
-at a time (kept up to a minute past the raw retention). Each round first checks that the path still names the database
-file the Store holds open (`Store._check_file`: a deleted or replaced file is recreated from it).
+at a time (kept up to a minute past the raw retention). Each round first checks that the path
+still names the database file the Store holds open (`Store._check_file`: a deleted or replaced
+file is recreated from it).
 """
 
 from __future__ import annotations
