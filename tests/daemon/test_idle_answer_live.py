@@ -182,8 +182,15 @@ def test_the_idle_host_is_active_for_longer_than_it_has_recorded(idle_target):
 
 @pytest.mark.parametrize("name", ["cron", "skypilot", "dstack"])
 def test_the_readme_snippets_stop_the_idle_host(idle_target, tmp_path, name):
-    wait_idle(idle_target)
-    calls = run_snippet(readme_snippets()[name], tmp_path / name, idle_target)
+    # The shared daemon can miss ticks on a loaded machine between the wait and the snippet's
+    # own check, and a hole in its history rightly answers active: the snippet must then not
+    # stop the host, and is run again once the host answers idle again (3 tries at most).
+    for attempt in range(3):
+        wait_idle(idle_target)
+        calls = run_snippet(readme_snippets()[name], tmp_path / f"{name}-{attempt}", idle_target)
+        if "mlcostd exit 0" in calls:
+            break
+        assert not any(c.startswith("shutdown") for c in calls), calls
     assert "mlcostd exit 0" in calls, calls
     if name == "cron":
         assert calls[-1] == 'shutdown -h now mlcostd: GPUs idle for 30 min', calls
