@@ -18,11 +18,12 @@ usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64] [--pag
 `--procs` runs the daemon at each size in turn and prints, per size, the whole process's CPU per
 tick in steady state, split by thread (named) and by part (NVML read, /proc read, discovery,
 analysis, rules + phase balances, store write, API: one /v1/now per tick, as a connected client
-asks), the floor measured in the same process while the workloads run (the same NVML calls +
+asks, split into the document and its JSON body), the floor measured in the same process while the workloads run (the same NVML calls +
 pread of /proc/PID/{stat,io} of every process), and the ratio; then a table of all sizes.
-The bench itself plays the connected client (`Daemon.now()` once per tick, the document a TUI
-asks for every second; the HTTP and JSON encoding are not counted): the ratio is printed with
-that client and without it (the whole process less the API part), the recorder on its own.
+The bench itself plays the connected client (`Daemon.now_body()` once per tick: the document a
+TUI asks for every second and its JSON body, which each connected client costs; only aiohttp's
+HTTP handling is not counted): the ratio is printed with that client and without it (the whole
+process less the two API parts), the recorder on its own.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ PARTS_NOW: list[Parts] = [Parts()]  # the size being measured
 # The parts, as the issue names them, and what the tick does besides (its own CPU, less the
 # parts inside it); "other" is what no part covers (the event loop, kinds' documents, GC ...).
 PART_NAMES = ("NVML read", "/proc read", "discovery", "kinds", "analysis",
-              "rules + phase balances", "store write", "API", "tick (rest)")
+              "rules + phase balances", "store write", "API", "API body", "tick (rest)")
 
 
 def floor_round(handles: list, pids_fds: list[tuple[int, int]], since_us: int,
@@ -215,6 +216,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
             for name in ("poll_slow", "analyze", "record"):
                 parts.wrap(daemon.analyzer, name, "rules + phase balances")
         parts.wrap(daemon, "now", "API")
+        parts.wrap(daemon, "now_body", "API body")  # less the document it builds inside
         wrapped.append(True)
 
     def measured_tick() -> None:
@@ -229,7 +231,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
             names.update({t.native_id: t.name for t in threading.enumerate()
                           if t.native_id is not None})
         parts.run("tick (rest)", original)
-        daemon.now()  # a connected client's /v1/now each tick (the API part)
+        daemon.now_body()  # a connected client's /v1/now each tick (the two API parts)
         tick_cpu.append(time.thread_time() - start)
         sample = daemon.last_sample
         assert sample is not None
@@ -283,7 +285,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
         for name, spent in sorted(groups.items(), key=lambda kv: kv[1], reverse=True)))
     print("  per part, ms per tick: " + ", ".join(f"{part} {spent * 1000:.2f}"
                                                   for part, spent in by_part.items()))
-    alone = whole - by_part["API"]  # the recorder with no client asking for /v1/now
+    alone = whole - by_part["API"] - by_part["API body"]  # no client asking for /v1/now
     print(f"  floor (the same NVML calls + pread of /proc/PID/{{stat,io}}, this process): "
           f"{floor[0] * 1000:.2f} ms; whole process / floor: {whole / floor[0]:.1f}x with one "
           f"/v1/now a tick, {alone / floor[0]:.1f}x without a client ({alone * 1000:.2f} ms) "
