@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.busy import gpu_is_busy
+from daemon.analysis.cost_state import CostState, ProcessCost
 from daemon.analysis.derive import GpuModel, HostUsageModel, ProcessModel, TickModel
 from daemon.analysis.inference_audit import with_savings
 from daemon.analysis.rules.combine import savings_document
@@ -34,25 +35,34 @@ class CostView:
 
     `burn` is the host's burn (total/wasted/idle per hour, price per GPU, per-GPU split),
     `ledger` the cumulative spend (CostLedger.as_dict without by_process), `processes` maps a
-    process key to {burn_per_hour, cost, job}; events and recommendations are the active ones.
+    process key to its ProcessCost; events and recommendations are the active ones.
     """
 
     price: dict[str, Any]
     burn: dict[str, Any]
     ledger: dict[str, Any]
-    processes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    processes: Mapping[str, ProcessCost] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     energy: Mapping[str, Any] | None = None  # daemon.analysis.energy: joules, kWh, CO2e so far
 
     @classmethod
+    def from_state(cls, state: CostState, recommendations: list[dict[str, Any]]) -> CostView:
+        """From Analyzer.cost_state(), with the recommendations the caller lets through."""
+        return cls(price=state.price, burn=state.burn, ledger=state.ledger,
+                   processes=state.processes, events=state.events,
+                   recommendations=recommendations, energy=state.energy)
+
+    @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any],
                       recommendations: list[dict[str, Any]]) -> CostView:
-        """From Analyzer.snapshot(), with the recommendations the caller lets through."""
+        """From Analyzer.snapshot() (tools that hold its dict), as `from_state` reads it."""
         burn = dict(snapshot["burn"])
         price = burn.pop("price")
+        processes = {key: ProcessCost(p["burn_per_hour"], p["cost"], p["job"], p.get("energy"))
+                     for key, p in snapshot["processes"].items()}
         return cls(price=price, burn=burn, ledger=dict(snapshot["cost"]),
-                   processes=snapshot["processes"], events=list(snapshot["events"]),
+                   processes=processes, events=list(snapshot["events"]),
                    recommendations=recommendations, energy=snapshot.get("energy"))
 
 
@@ -120,7 +130,7 @@ def _phase_fields(balance: Mapping[str, Mapping[str, Any]] | None
     return phases, top, balance[top].get("confidence", HIGH_CONFIDENCE), reasons
 
 
-def process_entry(proc: ProcessModel, cost: Mapping[str, Any] | None,
+def process_entry(proc: ProcessModel, cost: ProcessCost | None,
                   balance: Mapping[str, Mapping[str, Any]] | None,
                   stack_status: Mapping[str, Any] | None,
                   kind: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -134,7 +144,7 @@ def _identity_fields(proc: ProcessModel) -> dict[str, Any]:
             "user": proc.user, "command": proc.command}
 
 
-def _entry(identity: dict[str, Any], proc: ProcessModel, cost: Mapping[str, Any] | None,
+def _entry(identity: dict[str, Any], proc: ProcessModel, cost: ProcessCost | None,
            phases: dict[str, Any], kinds: dict[str, Any],
            kind: Mapping[str, Any] | None) -> dict[str, Any]:
     """A process entry from its identity, phase and kind fields, with what changes every tick:
@@ -144,11 +154,14 @@ def _entry(identity: dict[str, Any], proc: ProcessModel, cost: Mapping[str, Any]
             "inference": _inference(kind, ticks["burn_per_hour"])}
 
 
-def _tick_fields(proc: ProcessModel, cost: Mapping[str, Any] | None) -> dict[str, Any]:
+def _tick_fields(proc: ProcessModel, cost: ProcessCost | None) -> dict[str, Any]:
     """What changes every tick: its GPUs and rates, its burn, cost and energy."""
-    if cost:
-        burn_per_hour, spent, job, energy = (cost.get("burn_per_hour"), cost.get("cost"),
-                                             cost.get("job"), cost.get("energy"))
+    burn_per_hour: float | None
+    spent: float | None
+    job: str | None
+    energy: dict[str, Any] | None
+    if cost is not None:
+        burn_per_hour, spent, job, energy = cost
     else:
         burn_per_hour = spent = job = energy = None
     return {
@@ -236,7 +249,7 @@ class ProcessEntries:
     def __init__(self) -> None:
         self._kept: dict[str, _KeptEntry] = {}  # process key -> its kept parts
 
-    def entry(self, proc: ProcessModel, cost: Mapping[str, Any] | None,
+    def entry(self, proc: ProcessModel, cost: ProcessCost | None,
               balance: Mapping[str, Mapping[str, Any]] | None,
               stack_status: Mapping[str, Any] | None,
               kind: Mapping[str, Any] | None) -> dict[str, Any]:
