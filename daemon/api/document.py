@@ -113,19 +113,21 @@ def _phase_fields(balance: Mapping[str, Mapping[str, Any]] | None
         return {}, None, None, {}
     phases: dict[str, Any] = {}
     reasons: dict[str, Any] = {}
-    seconds: float = 0  # summed in order, as sum() would
     sampled = False
     for phase, part in balance.items():
         phases[phase] = part["share"]
-        seconds += float(part.get("seconds") or 0.0)
         stacks = part.get("top_stacks")
         if stacks:
             sampled = True
             reasons[phase] = stacks[0].get("reason")
         else:
             reasons[phase] = None
-    if not (sampled or seconds >= PHASE_KNOWN_AFTER_S):  # its phase is not known yet
-        return phases, None, None, reasons
+    if not sampled:  # known once watched long enough (its seconds summed in order, as sum())
+        seconds: float = 0
+        for part in balance.values():
+            seconds += float(part.get("seconds") or 0.0)
+        if not seconds >= PHASE_KNOWN_AFTER_S:  # its phase is not known yet
+            return phases, None, None, reasons
     top = max(phases, key=phases.__getitem__)
     return phases, top, balance[top].get("confidence", HIGH_CONFIDENCE), reasons
 
