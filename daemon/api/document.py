@@ -59,7 +59,8 @@ class CostView:
         """From Analyzer.snapshot() (tools that hold its dict), as `from_state` reads it."""
         burn = dict(snapshot["burn"])
         price = burn.pop("price")
-        processes = {key: ProcessCost(p["burn_per_hour"], p["cost"], p["job"], p.get("energy"))
+        processes = {key: ProcessCost(p.get("burn_per_hour"), p.get("cost"), p.get("job"),
+                                      p.get("energy"))
                      for key, p in snapshot["processes"].items()}
         return cls(price=price, burn=burn, ledger=dict(snapshot["cost"]),
                    processes=processes, events=list(snapshot["events"]),
