@@ -38,6 +38,7 @@ from daemon import clock
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
+from daemon.analysis.cost_state import ProcessCost
 from daemon.analysis.energy import EnergyMeter
 from daemon.analysis.idle import event_id
 from daemon.analysis.inference_audit import recorded_audit
@@ -222,13 +223,10 @@ class Replay:
                     or grid_intensity(self.price.provider, self.price.region))
             spent = ledger.as_dict()
             by_process = spent.pop("by_process")
-            processes = {process_key(*key): {"burn_per_hour": proc.burn_per_hour,
-                                             "cost": by_process.get(process_key(*key), 0.0),
-                                             "job": ledger.process_cost(key)[1],
-                                             "energy": None if energy is None
-                                             else energy.as_dict(grid)}
-                         for key, proc in current.processes.items()
-                         for energy in (meter.process(key),)}
+            processes = {process_key(*key): ProcessCost(
+                proc.burn_per_hour, by_process.get(process_key(*key), 0.0),
+                ledger.process_cost(key)[1], None if energy is None else energy.as_dict(grid))
+                for key, proc in current.processes.items() for energy in (meter.process(key),)}
             live_burn = current.as_dict()  # the analyzer's snapshot keys, no more
             cost = CostView(
                 price=self.price.as_dict(),

@@ -24,6 +24,7 @@ from daemon.analysis.book import DEFAULT_HOLD_S, RecommendationBook
 from daemon.analysis.budgets import BudgetWatch
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import Burn, BurnMemo, HostPrice, burn, gpu_holders
+from daemon.analysis.cost_state import CostState, ProcessCost
 from daemon.analysis.energy import EnergyMeter
 from daemon.analysis.idle import Event, IdleDetector
 from daemon.analysis.kinds import Kind
@@ -207,15 +208,34 @@ class Analyzer:
                               override_g_per_kwh=g_per_kwh, override_region=region)
 
     def snapshot(self, shares: bool = True) -> dict[str, Any]:
-        """JSON-ready state for the API and the TUI. `shares=False`: without each process's
-        split of its burn by GPU ("shares", which /v1/now does not show), a list per process
-        per tick less."""
+        """JSON-ready state for the tests and tools that read a dict (the API reads
+        `cost_state`). `shares=False`: without each process's split of its burn by GPU."""
         with self.lock:
-            return self._snapshot(shares)
+            state = self._cost_state()
+            b = self.latest
+            processes: dict[str, Any] = {}
+            if b is not None:
+                for key, proc in b.processes.items():
+                    shown = state.processes[process_key(*key)]
+                    processes[process_key(*key)] = {
+                        "pid": key[0], "start_time": key[1], "user": proc.user,
+                        "job": shown.job, "burn_per_hour": shown.burn_per_hour,
+                        "cost": shown.cost,
+                        "shares": [s.as_dict() for s in proc.shares] if shares else [],
+                        "energy": shown.energy,
+                    }
+        return {"burn": dict(state.burn, price=state.price), "cost": state.ledger,
+                "processes": processes, "events": state.events,
+                "recommendations": state.recommendations, "energy": state.energy}
 
-    def _snapshot(self, shares: bool = True) -> dict[str, Any]:
+    def cost_state(self) -> CostState:
+        """The state /v1/now shows, typed (see CostState). On the loop or in a thread."""
+        with self.lock:
+            return self._cost_state()
+
+    def _cost_state(self) -> CostState:
         b = self.latest
-        processes: dict[str, Any] = {}
+        processes: dict[str, ProcessCost] = {}
         grid = self.grid()
         if b is not None:
             # each table read under one hold of its lock, not once per process
@@ -224,35 +244,30 @@ class Analyzer:
             for key, proc in b.processes.items():
                 cost, job = costs[key]
                 energy = energies.get(key)
-                processes[process_key(*key)] = {
-                    "pid": key[0], "start_time": key[1], "user": proc.user,
-                    "job": job,
-                    "burn_per_hour": proc.burn_per_hour,
-                    "cost": cost,
-                    "shares": [s.as_dict() for s in proc.shares] if shares else [],
-                    "energy": energy.as_dict(grid) if energy is not None else None,
-                }
+                processes[process_key(*key)] = ProcessCost(
+                    proc.burn_per_hour, cost, job,
+                    energy.as_dict(grid) if energy is not None else None)
         events = [e.as_dict() for e in self.idle.active()]
         events += [e.as_dict() for e in self.budgets.events()]
         events += [e.as_dict() for e in self.idle.closed][-20:]
         events += list(self.book.resolved)  # recommendations that went, and why
-        return {
-            "burn": ({
+        price = b.price if b is not None else self.price
+        return CostState(
+            price=price.as_dict(),
+            burn=({
                 "total_per_hour": b.total_per_hour, "wasted_per_hour": b.wasted_per_hour,
                 "idle_per_hour": b.idle_per_hour, "price_per_gpu": b.price_per_gpu,
-                "price_source": b.price.source, "price": b.price.as_dict(),
-                "gpus": [g.as_dict() for g in b.gpus],
+                "price_source": b.price.source, "gpus": [g.as_dict() for g in b.gpus],
             } if b is not None else {
                 "total_per_hour": 0.0, "wasted_per_hour": 0.0, "idle_per_hour": 0.0,
                 "price_per_gpu": self.price.per_gpu, "price_source": self.price.source,
-                "price": self.price.as_dict(), "gpus": [],
+                "gpus": [],
             }),
-            "cost": self.ledger.as_dict(by_process=False),
-            "processes": processes,
-            "events": events,
-            "recommendations": self._recommendations(),
-            "energy": self.energy.snapshot(grid),
-        }
+            ledger=self.ledger.as_dict(by_process=False),
+            processes=processes,
+            events=events,
+            recommendations=self._recommendations(),
+            energy=self.energy.snapshot(grid))
 
     def recommendations(self) -> list[dict[str, Any]]:
         """The active recommendations' documents (the snapshot's, without the rest of it)."""

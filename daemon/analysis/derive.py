@@ -3,8 +3,9 @@
 A raw `Sample` (daemon.sources.sample) holds facts as read: cumulative CPU seconds, bytes read,
 I/O wait seconds. What a person wants to see (CPU %, bytes per second, I/O wait %) is a rate
 between two samples, so it is computed here, once, in typed immutable models (below's
-`Model::new(sample, last)`). ProcessModel is a named tuple: one is built per process
-per /v1/now, and a frozen dataclass's init costs ~5x as much (a setattr per field). The live
+`Model::new(sample, last)`). ProcessModel and GpuUseModel are named tuples: one is built per
+process (per GPU use) per /v1/now, and a frozen dataclass's init costs ~5x as much (a setattr
+per field). The live
 daemon and replay both build the /v1/now document from these, so the two cannot compute a rate
 two ways.
 """
@@ -18,11 +19,11 @@ from daemon.sources.sample import GpuSample, HostUsageSample, ProcessSample, Sam
 from daemon.wire import process_key
 
 
-@dataclass(frozen=True, slots=True)
-class GpuUseModel:
-    """What one process holds on one GPU this tick."""
+class GpuUseModel(NamedTuple):
+    """What one process holds on one GPU this tick (a named tuple, as ProcessModel: one is
+    built per GPU use per /v1/now)."""
 
-    index: int
+    gpu_index: int
     memory_bytes: int | None
     sm_share: float
 
@@ -79,7 +80,7 @@ class ProcessModel(NamedTuple):
             gpu_memory, sm_share = 0, 0
             models = []
             for u in proc.gpus:
-                models.append(GpuUseModel(u.gpu_index, u.memory_bytes, u.sm_share))
+                models.append(new_tuple(GpuUseModel, (u.gpu_index, u.memory_bytes, u.sm_share)))
                 gpu_memory += u.memory_bytes or 0
                 sm_share += u.sm_share
             uses = tuple(models)

@@ -214,6 +214,7 @@ class LivePhases:
             self._dirty = set()
         shown, due, kept_until = view.shown, view.due, view.kept_until
         processes = self._processes
+        heappush = heapq.heappush
         reorder = False
         for key in look_at:
             kept = processes.get(key)
@@ -227,10 +228,12 @@ class LivePhases:
                 continue
             if key not in shown and kept.order < view.last_order:
                 reorder = True  # a process kept before the last one listed comes back
-            shown[key] = entry[0]
-            view.last_order = max(view.last_order, kept.order)
-            kept_until[key] = entry[1]
-            heapq.heappush(due, (entry[1], kept.order, key))
+            balance, keep_until = entry
+            shown[key] = balance
+            if kept.order > view.last_order:
+                view.last_order = kept.order
+            kept_until[key] = keep_until
+            heappush(due, (keep_until, kept.order, key))
         if reorder:  # listed in the order the processes were first kept, as a walk lists them
             view.shown = {key: shown[key] for key in processes if key in shown}
         if len(due) > 2 * len(kept_until) + 64:  # entries that later looks replaced
@@ -244,22 +247,28 @@ class LivePhases:
         live view (`drift` > 0, the window moving with the ticks) may keep it without looking
         at it again, whatever the ticks bring but new facts (then `_dirty` says so): its time
         in range, its GPU and its samples stay in range, and its drift stays within bounds."""
-        if proc.last_seen < since or proc.first_seen > until:
+        # (min and max spelled out: this runs per process per tick while processes are young)
+        last_seen, first_seen, gpu_at = proc.last_seen, proc.first_seen, proc.last_with_gpu
+        if last_seen < since or first_seen > until:
             return None
         samples: Sequence[StackSample] = proc.samples  # all in range, as a rule: no copy
         if samples and (samples[0].ts < since or samples[-1].ts > until):
             samples = [s for s in samples if since <= s.ts <= until]
-        held_gpu = proc.last_with_gpu is not None and proc.last_with_gpu >= since
+        held_gpu = gpu_at is not None and gpu_at >= since
         if not held_gpu and not samples:
             return None
-        seen_s = (min(proc.last_seen, until) - max(proc.first_seen, since)
-                  + self.interval_s)
+        seen_s = ((last_seen if last_seen <= until else until)
+                  - (first_seen if first_seen >= since else since) + self.interval_s)
         shown = proc.shown
         if (drift > 0 and shown is not None and shown[0] == proc.facts
                 and shown[1] == held_gpu and 0 <= until - shown[2] <= drift * seen_s):
             balance = shown[3]
         else:
-            busy = max(0.0, seen_s - self._low_seconds(proc, since, until)) if held_gpu else 0.0
+            busy = 0.0
+            if held_gpu:
+                busy = seen_s - self._low_seconds(proc, since, until)
+                if not busy > 0.0:
+                    busy = 0.0
             balance = balance_of(self._split(proc, samples), seen_s, busy)
             if drift > 0:
                 proc.shown = shown = (proc.facts, held_gpu, until, balance)
@@ -269,12 +278,13 @@ class LivePhases:
         # is not seen again (last_seen >= since), holds its GPU or a sample in range, and
         # u - shown_until <= drift * seen_s(u), where seen_s falls by at most u - until.
         length = until - since
-        stays = proc.last_seen + length
-        gpu_at = proc.last_with_gpu
-        stays = min(stays, gpu_at + length if held_gpu and gpu_at is not None
-                    else samples[-1].ts + length)
-        slack = (drift * seen_s - (until - shown[2])) / (1.0 + drift)
-        return balance, min(stays, until + slack) - KEEP_MARGIN_S
+        stays = last_seen + length
+        holds = (gpu_at + length if held_gpu and gpu_at is not None
+                 else samples[-1].ts + length)
+        if holds < stays:
+            stays = holds
+        slack = until + (drift * seen_s - (until - shown[2])) / (1.0 + drift)
+        return balance, (stays if stays <= slack else slack) - KEEP_MARGIN_S
 
     @staticmethod
     def _split(proc: _Process, samples: Sequence[StackSample]) -> SampleSplit:
@@ -290,7 +300,10 @@ class LivePhases:
         low = 0.0
         for started, ended in proc.windows:
             assert started is not None
-            low += max(0.0, min(until if ended is None else ended, until) - max(started, since))
+            end = until if ended is None or ended > until else ended
+            spent = end - (started if started > since else since)
+            if spent > 0.0:
+                low += spent
         return low
 
     def checkpoint_times(self, since: float, until: float) -> dict[ProcessId, list[float]]:

@@ -578,9 +578,8 @@ class Daemon:
     def _build_now(self, host: dict[str, Any], store: dict[str, Any] | None) -> dict[str, Any]:
         cost = None
         if self.analyzer is not None:
-            snapshot = self.analyzer.snapshot(shares=False)
-            cost = CostView.from_snapshot(snapshot,
-                                          self._not_snoozed(snapshot["recommendations"]))
+            state = self.analyzer.cost_state()
+            cost = CostView.from_state(state, self._not_snoozed(state.recommendations))
         statuses = self.attribution.status_by_key if self.attribution is not None else {}
         windows = self.attribution.active_windows() if self.attribution is not None else []
         document = now_document(

@@ -178,6 +178,7 @@ def test_workloads_whose_maps_show_the_libraries_are_audited(workloads):
     assert by["eager"]["inference"]["batching"]["sm_share_at_load"] == 6.0
     assert by["eager"]["inference"]["batching"]["sm_readings"] == 12
     # The /v1/now entry of each: the audit with its savings priced at the process's burn.
+    from daemon.analysis.cost_state import ProcessCost
     from daemon.api.document import CostView, now_document
     from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 
@@ -188,7 +189,7 @@ def test_workloads_whose_maps_show_the_libraries_are_audited(workloads):
         pid, start, 1, "alice", command, gpus=(GpuUse(0, 1 << 30, 6.0),)),))
     key = process_key(pid, start)
     cost = CostView(price={}, burn={}, ledger={},
-                    processes={key: {"burn_per_hour": 1.0, "cost": 0.0, "job": "serve.py"}})
+                    processes={key: ProcessCost(1.0, 0.0, "serve.py", None)})
     document = now_document(host={}, sample=sample, previous=None, tick=1,
                             idle_utilization_pct=5.0, cost=cost, kinds=documents)
     [entry] = document["processes"]

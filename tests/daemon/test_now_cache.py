@@ -183,6 +183,7 @@ def test_each_change_shows_in_the_next_v1_now_and_nothing_else_rebuilds_it(tmp_p
 
 
 def test_kept_entry_parts_give_the_entries_process_entry_builds():
+    from daemon.analysis.cost_state import ProcessCost
     from daemon.analysis.derive import TickModel
     from daemon.api.document import ProcessEntries, process_entry
 
@@ -208,7 +209,7 @@ def test_kept_entry_parts_give_the_entries_process_entry_builds():
         (proc,) = model.processes
         owner = {"slurm_job": "42"} if i >= 8 else proc.owner  # its owner learned
         proc = proc._replace(owner=owner)
-        cost = {"burn_per_hour": 1.5 + i, "cost": 0.1 * i, "job": "train", "energy": None}
+        cost = ProcessCost(1.5 + i, 0.1 * i, "train", None)
         kept = entries.entry(proc, cost, balance, status, kind)
         built = process_entry(proc, cost, balance, status, kind)
         assert kept == built and list(kept) == list(built), i
