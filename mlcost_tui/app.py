@@ -28,12 +28,13 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from daemon.wire import Now, Process, Recommendation, lines
 from mlcost_tui import incidents
 from mlcost_tui.action_control import SNAPSHOT_TOAST_S, SNOOZE_HOURS, UNDO_S, ActionControl
 from mlcost_tui.fleet_control import FleetControl
+from mlcost_tui.footer import KeyFooter
 from mlcost_tui.layout import Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
@@ -219,7 +220,7 @@ class MlcostTop(App):
         yield RecommendationTable(id="recommendations", classes=hidden)
         yield FilterInput(placeholder="filter processes: text in the command, user or PID "
                                       "(enter keeps it, escape clears)", id="filter")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         header = self.query_one(HeaderPanel)

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from daemon.clock import latency_text, local_time
 from daemon.wire import (
@@ -30,6 +30,7 @@ from daemon.wire import (
     phase_label,
 )
 from mlcost_tui import format as fmt
+from mlcost_tui.footer import KeyFooter
 from mlcost_tui.panels.header import target_label
 from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
@@ -209,7 +210,7 @@ class DetailsScreen(Screen):
                 yield Label("SM share over the last hour", id="sm-label")
                 yield Plot(id="sm", empty="loading the SM share history…")
             yield Static(self.render_body(), id="details-body")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         if self.process is not None:

@@ -11,10 +11,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from daemon.wire import Gpu, Process
 from mlcost_tui import format as fmt
+from mlcost_tui.footer import KeyFooter
 from mlcost_tui.plot import Chart, Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import GOOD, MUTED, WARN
 
@@ -83,7 +84,7 @@ class GpuScreen(Screen):
                 yield Plot(id="utilization")
                 yield Label(f"GPU {gpu.index} memory used", id="memory-label")
                 yield Plot(id="memory")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.load_history()

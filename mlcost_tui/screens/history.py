@@ -13,10 +13,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from daemon.wire import History, one_line
 from mlcost_tui import format as fmt
+from mlcost_tui.footer import KeyFooter
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.thresholds import BAD, GOOD
 
@@ -59,7 +60,7 @@ class HistoryScreen(Screen):
             for index in self.gpus:
                 yield Label(f"GPU {index} utilization", id=f"gpu{index}-label")
                 yield Plot(id=f"gpu{index}")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.action_refresh_history()

@@ -11,9 +11,10 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from mlcost_tui import format as fmt
+from mlcost_tui.footer import KeyFooter
 from mlcost_tui.keyed_table import KeyedTable
 from mlcost_tui.panels.fleet import FLEET_ORDER
 from mlcost_tui.prometheus import FleetHost, FleetView, PrometheusError, PrometheusFleet
@@ -90,7 +91,7 @@ class PrometheusFleetScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(summary(self.source.url, None, None), id="prometheus-summary")
         yield PrometheusFleetTable(id="prometheus-fleet")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one(PrometheusFleetTable).focus()
