@@ -67,10 +67,10 @@ KINDS_RECORD_EVERY_S = 30.0  # kinds whose evidence or audit figures alone moved
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
-CLOCK_JUMP_S = 30.0
+CLOCK_JUMP_S = 30.0  # a tick this far behind is a clock step, not a slow tick
 # /v1/now's phase balances: one whose process's windows and samples did not change is rebuilt
 # once its time grew by 1% (its shares moved by at most a percentage point): not every tick
-PHASES_SHOWN_DRIFT = 0.01  # the wall clock moving this much more than the tick did is a clock step
+PHASES_SHOWN_DRIFT = 0.01
 
 
 class DaemonError(RuntimeError):
