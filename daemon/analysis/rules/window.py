@@ -331,15 +331,15 @@ def analysis_of_ticks(
         for i in idx:
             s = ticks[i]
             me = by_key[i][key]
-            kids = children[i].get(pid)
+            workers = children[i].get(pid)  # its children at this tick, if any
             numbers, in_d = s.numbers, s.in_d
             first, past = s.use_first[me], s.use_first[me + 1]
             mine = s.use_gpu[first:past].tolist()
             gpu_set.update(mine)
             for held_index, memory in zip(mine, s.use_memory[first:past], strict=True):
-                held = 0 if isnan(memory) else int(memory)
+                used = 0 if isnan(memory) else int(memory)
                 most = mem_by_gpu.get(held_index, 0)
-                mem_by_gpu[held_index] = held if held > most else most
+                mem_by_gpu[held_index] = used if used > most else most
             tick_utils = util_at[i]
             vals = [tick_utils[g] for g in mine if g in tick_utils]
             if vals:
@@ -360,10 +360,10 @@ def analysis_of_ticks(
                 sm_at.append((s.ts, own_sm[-1]))
             burned = numbers[NUMBERS * me + BURN]
             burn_rates.append(0.0 if isnan(burned) else burned)
-            if in_d[me] or (kids and any(in_d[t] for t in kids)):
+            if in_d[me] or (workers and any(in_d[t] for t in workers)):
                 d_ticks += 1
             written = 0.0
-            for t in (me, *kids) if kids else (me,):
+            for t in (me, *workers) if workers else (me,):
                 at, tree_key = NUMBERS * t, s.keys[t]
                 iowait_s, read_b, write_b = (numbers[at + IOWAIT], numbers[at + READ],
                                              numbers[at + WRITE])
