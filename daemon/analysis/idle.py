@@ -89,10 +89,9 @@ class IdleDetector:
         ts = sample.ts
         t = self.t
         changed: list[Event] = []
-        uses: dict[int, list[tuple[ProcessSample, GpuUse]]] = {}
-        for proc in sample.processes:
-            for use in proc.gpus:
-                uses.setdefault(use.gpu_index, []).append((proc, use))
+        # each GPU's holders: grouped once a tick, and only for a tick with a GPU that is or
+        # was idle (most ticks of a busy host have none: a pass over every process less)
+        uses: dict[int, list[tuple[ProcessSample, GpuUse]]] | None = None
         per_gpu = burn.price_per_gpu if burn is not None else 0.0
         ok_gpus = [g for g in sample.gpus if g.status == GPU_OK and g.utilization is not None]
         idle = {g.index: t.gpu_is_busy(g.utilization) is False for g in ok_gpus}
@@ -102,6 +101,11 @@ class IdleDetector:
             target = f"gpu:{gpu.index}"
             if not idle[gpu.index] and target not in self._periods:
                 continue  # busy, and no idle period to end: nothing to do (as _step says)
+            if uses is None:
+                uses = {}
+                for proc in sample.processes:
+                    for use in proc.gpus:
+                        uses.setdefault(use.gpu_index, []).append((proc, use))
             # the holders, described only for a GPU that is or was idle (an event's detail)
             held = [{"id": process_key(proc.pid, proc.start_time), "pid": proc.pid,
                      "start_time": proc.start_time, "user": proc.user, "command": proc.command,

@@ -15,6 +15,12 @@ a truncated read says so. Reads are cached by (pid, start time) and refreshed at
 discovery does, beside it. Processes found together (a job's ranks, a restart) would all come due
 together again every period: a round re-reads only its share of the processes due (the longest
 unread first), so the re-reads spread over the rounds instead of one round reading them all.
+
+A process whose last socket read found no socket at all (most training ranks between their
+collectives' setup and exit) and whose descriptor count is still the same (the kernel's count,
+one stat of /proc/PID/fd, Linux 6.2+) has its due re-read answered from that count: to open a
+socket or accept a connection it must add a descriptor. A file closed as a socket opens leaves
+the count the same, so its descriptors are still listed every `maps_every_s`.
 """
 
 from __future__ import annotations
@@ -89,6 +95,12 @@ class KindFacts:
     connections_caught: int = 0
     first_sockets_read_at: float | None = None
     caught_inodes: frozenset[int] = frozenset()  # those open at the last read
+    # Its descriptor count when the last listing of them found no socket (a due re-read is
+    # answered from the count while it is the same); None: it had sockets, or the count is not
+    # known (a kernel before 6.2, a count that moved while they were listed). And when its
+    # descriptors were last listed.
+    fds_without_sockets: int | None = None
+    sockets_listed_at: float = 0.0
 
 
 _SOCKETS_READ_AT = attrgetter("sockets_read_at")
@@ -112,15 +124,29 @@ def _read_capped(path: str, cap: int) -> tuple[bytes, bool]:
         os.close(fd)
 
 
+def fd_count(pid: int) -> int:
+    """How many descriptors pid has open, as the kernel counts them (the size of /proc/PID/fd,
+    Linux 6.2+; 0 before). Raises OSError when it is gone."""
+    return os.stat(f"/proc/{pid}/fd").st_size
+
+
 def socket_inodes(pid: int, cap: int = MAX_FDS) -> tuple[set[int], bool]:
     """Inodes of the sockets among the first `cap` descriptors of pid; True if capped."""
+    inodes, capped, _ = _socket_inodes(pid, cap)
+    return inodes, capped
+
+
+def _socket_inodes(pid: int, cap: int = MAX_FDS) -> tuple[set[int], bool, int | None]:
+    """As socket_inodes, with the descriptor count where no socket was found among them
+    and the kernel's count was the same before and after they were listed (else None)."""
+    before = fd_count(pid)
     inodes: set[int] = set()
     seen = 0
     with os.scandir(f"/proc/{pid}/fd") as entries:
         for entry in entries:
             seen += 1
             if seen > cap:
-                return inodes, True
+                return inodes, True, None
             try:
                 target = os.readlink(entry.path)  # the link's text; never followed
             except OSError:
@@ -130,7 +156,9 @@ def socket_inodes(pid: int, cap: int = MAX_FDS) -> tuple[set[int], bool]:
                     inodes.add(int(target[8:-1]))
                 except ValueError:
                     continue
-    return inodes, False
+    # (a count of 0 is a kernel that does not count: never taken as "the same")
+    quiet = not inodes and 0 < seen == before == fd_count(pid)
+    return inodes, False, seen if quiet else None
 
 
 def parse_tcp_table(data: bytes) -> list[tuple[int, str, int]]:
@@ -189,12 +217,20 @@ def read_sockets(pid: int, tables: TcpTables | None = None
 def read_sockets_with_inodes(pid: int, tables: TcpTables | None = None
                              ) -> tuple[tuple[int, ...], frozenset[int], int, list[str]]:
     """As read_sockets, with the inodes of the accepted connections instead of their count."""
+    ports, accepted, other, truncated, _ = _read_sockets(pid, tables)
+    return ports, accepted, other, truncated
+
+
+def _read_sockets(pid: int, tables: TcpTables | None = None
+                  ) -> tuple[tuple[int, ...], frozenset[int], int, list[str], int | None]:
+    """As read_sockets_with_inodes, with the descriptor count where it had no socket
+    (_socket_inodes)."""
     truncated: list[str] = []
-    inodes, capped = socket_inodes(pid)
+    inodes, capped, quiet_fds = _socket_inodes(pid)
     if capped:
         truncated.append("fd")
     if not inodes:
-        return (), frozenset(), 0, truncated
+        return (), frozenset(), 0, truncated, quiet_fds
     all_rows, cut_tables = _tcp_rows(pid, tables)
     truncated += cut_tables
     rows = [r for r in all_rows if r[2] in inodes]
@@ -203,7 +239,7 @@ def read_sockets_with_inodes(pid: int, tables: TcpTables | None = None
     established = [(port, inode) for port, state, inode in rows if state == TCP_ESTABLISHED]
     accepted = frozenset(inode for port, inode in established if port in ports)
     return (tuple(listening[:MAX_PORTS]), accepted, len(established) - len(accepted),
-            truncated)
+            truncated, None)
 
 
 def libraries_in_maps(data: bytes) -> tuple[str, ...]:
@@ -254,6 +290,8 @@ class KindFactsReader:
     _facts: dict[tuple[int, float], KindFacts] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     reads: int = 0  # how many socket or maps reads were done (the cache's measure)
+    # how many due socket re-reads were answered by an unchanged descriptor count instead
+    fd_checks: int = 0
     _refreshed_at: float | None = None  # when the last round ran
     # when a re-read of a process last failed (its last reading kept): by (pid, start time)
     _failed_at: dict[tuple[int, float], float] = field(default_factory=dict)
@@ -277,6 +315,10 @@ class KindFactsReader:
                 fresh[key] = old  # nothing due (most rounds): the same reading, not a copy
                 continue
             try:
+                if sockets and not maps and old is not None and self._no_new_sockets(
+                        key[0], old, now):
+                    fresh[key] = replace(old, sockets_read_at=now)  # (what it read holds)
+                    continue
                 fresh[key] = self._read(key[0], old, now, tables, parents,
                                         sockets=sockets or old is None,
                                         maps=maps or old is None)
@@ -307,6 +349,17 @@ class KindFactsReader:
             del due[share:]
         return {key for _, key in due}
 
+    def _no_new_sockets(self, pid: int, old: KindFacts, now: float) -> bool:
+        """Whether pid's due socket re-read may be skipped: its last listing found no socket,
+        it has as many descriptors as then, and that listing is not `maps_every_s` old (see
+        the module doc). Raises OSError when it is gone."""
+        if old.fds_without_sockets is None or now - old.sockets_listed_at >= self.maps_every_s:
+            return False
+        if fd_count(pid) != old.fds_without_sockets:
+            return False
+        self.fd_checks += 1
+        return True
+
     def _read(self, pid: int, old: KindFacts | None, now: float, tables: TcpTables,
               parents: dict[int, str | None] | None = None, *, sockets: bool = True,
               maps: bool = True) -> KindFacts:
@@ -315,7 +368,7 @@ class KindFactsReader:
         facts = old or KindFacts()
         truncated = set(facts.truncated)
         if sockets:
-            ports, inodes, other, cut = read_sockets_with_inodes(pid, tables)
+            ports, inodes, other, cut, quiet_fds = _read_sockets(pid, tables)
             accepted = len(inodes)
             self.reads += 1
             truncated = (truncated - {"fd", "tcp", "tcp6"}) | set(cut)
@@ -325,7 +378,7 @@ class KindFactsReader:
                               facts.accepted_reads + (1 if accepted else 0),
                               facts.connections_caught + len(inodes - facts.caught_inodes),
                               facts.first_sockets_read_at if facts.first_sockets_read_at
-                              is not None else now, inodes)
+                              is not None else now, inodes, quiet_fds, now)
         if maps:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
             self.reads += 1
@@ -338,7 +391,8 @@ class KindFactsReader:
                               facts.sockets_read_at, now, facts.accepted_seen_at,
                               facts.accepted_reads,
                               facts.connections_caught, facts.first_sockets_read_at,
-                              facts.caught_inodes)
+                              facts.caught_inodes, facts.fds_without_sockets,
+                              facts.sockets_listed_at)
         return replace(facts, truncated=tuple(sorted(truncated)))
 
     def get(self, key: tuple[int, float]) -> KindFacts | None:

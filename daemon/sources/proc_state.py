@@ -137,8 +137,10 @@ def read_facts(pid: int, proc_root: str = "/proc") -> ProcFacts | None:
     except OSError:
         tids = [str(pid)]
     running = in_d = read = 0
+    main_tid = str(pid)
     for tid in tids[:MAX_THREADS_READ]:
-        state = _state_of(_read(f"{base}/task/{tid}/stat"))
+        # the main thread's state is the one /proc/PID/stat gave (the leader's): not read twice
+        state = main_state if tid == main_tid else _state_of(_read(f"{base}/task/{tid}/stat"))
         if state is None:
             continue  # exited while we looked
         read += 1

@@ -3,6 +3,8 @@
 
 import os
 import socket
+import subprocess
+import sys
 from dataclasses import replace
 
 import psutil
@@ -27,6 +29,7 @@ from daemon.sources.frames import Frame, ThreadStack
 from daemon.sources.kindfacts import (
     KindFacts,
     KindFactsReader,
+    fd_count,
     libraries_in_maps,
     parent_marker,
     parse_tcp_table,
@@ -148,7 +151,8 @@ def test_reader_caches_by_process_and_rereads_only_when_due():
     reader.refresh([me], NOW + 5)
     assert reader.reads == 2  # nothing due
     reader.refresh([me], NOW + 11)
-    assert reader.reads == 3  # sockets only
+    # sockets only: read, or answered from its unchanged descriptor count where it has none
+    assert reader.reads + reader.fd_checks == 3
     reader.refresh([], NOW + 12)
     assert reader.get(me) is None  # forgotten with the process
 
@@ -164,11 +168,15 @@ def test_processes_found_together_are_re_read_spread_over_the_rounds():
     reader.refresh(keys, NOW)
     assert reader.reads == 100  # found: sockets and maps of each, at once
     per_round = []
+
+    def done():  # re-reads made, or answered from an unchanged descriptor count (no sockets)
+        return reader.reads + reader.fd_checks
+
     for i in range(1, 61):  # 2 minutes of rounds, one every 2 s
         now = NOW + 2 * i
-        before = reader.reads
+        before = done()
         reader.refresh(keys, now)
-        per_round.append(reader.reads - before)
+        per_round.append(done() - before)
         ages = [now - facts.sockets_read_at for facts in map(reader.get, keys) if facts]
         assert len(ages) == 50 and min(ages) >= 0
         if i >= 10:  # spread by then
@@ -177,7 +185,7 @@ def test_processes_found_together_are_re_read_spread_over_the_rounds():
     # 13 of the sockets (50 x 2 s / 10 s, and a quarter) and 3 of the maps a round
     assert max(per_round) <= 13 + 3
     assert 50 * 12 - 60 <= sum(per_round) <= 50 * 12 + 60 + 100
-    assert sum(per_round) == reader.reads - 100
+    assert sum(per_round) == done() - 100
 
 
 def test_maps_and_parent_markers():
@@ -277,6 +285,76 @@ def test_reads_count_each_accepted_connection_once_and_new_ones_again():
     assert again.connections_caught == 2
     kind = classify_kind("python app.py", again, now=NOW + 20)
     assert (kind.connections_caught, kind.connections_over_s) == (2, 20.0)
+
+
+# A process that opens a listening socket when told: "listen" adds a descriptor, "swap" closes
+# a file it holds as it opens one (its descriptor count stays the same). Prints the port.
+SOCKET_LATER = """
+import socket, sys
+held = open(sys.executable, "rb")
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() == "swap":
+        held.close()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    print(server.getsockname()[1], flush=True)
+"""
+
+
+@pytest.fixture
+def socket_later():
+    child = subprocess.Popen([sys.executable, "-c", SOCKET_LATER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        if fd_count(child.pid) == 0:
+            pytest.skip("this kernel does not count a process's descriptors (Linux < 6.2)")
+        yield child, (child.pid, psutil.Process(child.pid).create_time())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def tell(child, what):
+    """Have the child open its listening socket; returns its port once it listens."""
+    child.stdin.write(what + "\n")
+    child.stdin.flush()
+    return int(child.stdout.readline())
+
+
+def test_a_process_without_sockets_is_re_read_once_its_descriptor_count_moves(socket_later):
+    """A due re-read of a process whose last read found no socket is answered from its
+    descriptor count while that is the same; a socket it opens adds one, and is read."""
+    child, key = socket_later
+    reader = KindFactsReader(sockets_every_s=10.0, maps_every_s=60.0)
+    reader.refresh([key], NOW)
+    assert reader.reads == 2 and reader.get(key).listening_ports == ()
+    reader.refresh([key], NOW + 11)
+    assert (reader.reads, reader.fd_checks) == (2, 1)  # the same count: nothing to read
+    assert reader.get(key).sockets_read_at == NOW + 11  # ... and its next turn in 10 s
+    port = tell(child, "listen")
+    reader.refresh([key], NOW + 22)
+    assert reader.reads == 3 and reader.get(key).listening_ports == (port,)
+    reader.refresh([key], NOW + 33)  # it has a socket now: read each time it is due
+    assert (reader.reads, reader.fd_checks) == (4, 1)
+
+
+def test_a_socket_opened_as_a_file_closes_is_found_within_the_maps_period(socket_later):
+    """A listening socket opened as a file closed leaves the descriptor count the same: the
+    descriptors are listed again once the last listing is maps_every_s old, so a server is
+    never taken for a job that serves nothing for longer than that."""
+    child, key = socket_later
+    reader = KindFactsReader(sockets_every_s=10.0, maps_every_s=60.0)
+    reader.refresh([key], NOW)
+    port = tell(child, "swap")
+    for i in range(1, 6):
+        reader.refresh([key], NOW + 11 * i)
+    assert reader.get(key).listening_ports == ()  # answered from the count, 5 times
+    assert (reader.reads, reader.fd_checks) == (2, 5)
+    reader.refresh([key], NOW + 66)
+    assert reader.get(key).listening_ports == (port,)
 
 
 @pytest.mark.parametrize("kind", [Kind(NOTEBOOK, 0.8), Kind(TRAINING, 0.4), Kind()])

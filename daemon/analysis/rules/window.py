@@ -305,6 +305,10 @@ def analysis_of_ticks(
                 seen.setdefault(key, []).append(i)
         by_key.append(keys)
         children.append(kids)
+    # Each tick's GPUs that report SM activity (GPM, Hopper on), in the tick's order: looked up
+    # once per tick, not per process per tick.
+    sm_at_tick = [tuple((g.index, g.sm_activity) for g in s.gpus if g.sm_activity is not None)
+                  for s in ticks]
     processes = []
     for key, idx in seen.items():
         first_i, last_i = idx[0], idx[-1]
@@ -327,14 +331,17 @@ def analysis_of_ticks(
         for i in idx:
             s = ticks[i]
             me = by_key[i][key]
-            tree = [me, *children[i].get(pid, [])]
+            workers = children[i].get(pid)  # its children at this tick, if any
+            numbers, in_d = s.numbers, s.in_d
             first, past = s.use_first[me], s.use_first[me + 1]
             mine = s.use_gpu[first:past].tolist()
             gpu_set.update(mine)
             for held_index, memory in zip(mine, s.use_memory[first:past], strict=True):
-                mem_by_gpu[held_index] = max(mem_by_gpu.get(held_index, 0),
-                                             0 if isnan(memory) else int(memory))
-            vals = [util_at[i][g] for g in mine if g in util_at[i]]
+                used = 0 if isnan(memory) else int(memory)
+                most = mem_by_gpu.get(held_index, 0)
+                mem_by_gpu[held_index] = used if used > most else most
+            tick_utils = util_at[i]
+            vals = [tick_utils[g] for g in mine if g in tick_utils]
             if vals:
                 mean = sum(vals) / len(vals)
                 utils.append(mean)
@@ -342,7 +349,8 @@ def analysis_of_ticks(
                     low += 1
                 else:
                     well_used += 1
-            sm_vals = [g.sm_activity for g in s.gpus if g.index in mine and g.sm_activity is not None]
+            sm_here = sm_at_tick[i]  # (most ticks: none, before Hopper)
+            sm_vals = [sm for index, sm in sm_here if index in mine] if sm_here else None
             if sm_vals:
                 sms.append(sum(sm_vals) / len(sm_vals))
                 sm_at.append((s.ts, sms[-1]))
@@ -350,15 +358,15 @@ def analysis_of_ticks(
                 # No GPM (before Hopper): the process's own SM share stands in for activity.
                 own_sm.append(sum(s.use_sm[first:past]) / len(mine))
                 sm_at.append((s.ts, own_sm[-1]))
-            burned = s.numbers[NUMBERS * me + BURN]
+            burned = numbers[NUMBERS * me + BURN]
             burn_rates.append(0.0 if isnan(burned) else burned)
-            if any(s.in_d[t] for t in tree):
+            if in_d[me] or (workers and any(in_d[t] for t in workers)):
                 d_ticks += 1
             written = 0.0
-            for t in tree:
+            for t in (me, *workers) if workers else (me,):
                 at, tree_key = NUMBERS * t, s.keys[t]
-                iowait_s, read_b, write_b = (s.numbers[at + IOWAIT], s.numbers[at + READ],
-                                             s.numbers[at + WRITE])
+                iowait_s, read_b, write_b = (numbers[at + IOWAIT], numbers[at + READ],
+                                             numbers[at + WRITE])
                 if not isnan(iowait_s):
                     io_first.setdefault(tree_key, iowait_s)
                     io_last[tree_key] = iowait_s
