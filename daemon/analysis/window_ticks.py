@@ -16,7 +16,7 @@ from array import array
 from dataclasses import dataclass
 
 from daemon.analysis.cost import Burn
-from daemon.sources.sample import GpuSample, GpuUse, Sample
+from daemon.sources.sample import GPU_OK, GpuSample, GpuUse, Sample
 
 WINDOW_S = 1800.0  # the rules, the live phase balance and the kind markers look back this far
 
@@ -77,6 +77,13 @@ class WindowTick:
     use_gpu: array[int]
     use_memory: array[float]
     use_sm: array[float]
+    # Per process, worked out once when the tick enters the window (the rules read each tick
+    # at every evaluation, ~60 times over its 30 minutes): the mean utilization of the GPUs it
+    # holds that read OK, the mean GPM SM activity of those that report it (Hopper on), and
+    # its own SM share per GPU held; NaN where there is none.
+    util_mean: array[float]
+    gpm_mean: array[float]
+    own_sm: array[float]
 
     def process(self, i: int) -> ProcessTick:
         """The i-th process as the rules read it (built on each call, dropped after use)."""
@@ -100,6 +107,10 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) 
     burns = burn.processes
     numbers, first = array("d"), array("I", [0])
     gpu, memory, sm = array("I"), array("d"), array("d")
+    util_mean, gpm_mean, own_sm = array("d"), array("d"), array("d")
+    utils = {g.index: g.utilization for g in sample.gpus
+             if g.status == GPU_OK and g.utilization is not None}
+    gpm = [(g.index, g.sm_activity) for g in sample.gpus if g.sm_activity is not None]
     keys, who = [], []
     before = dict(zip(previous.keys, previous.who, strict=True)) if previous is not None else {}
     for p in sample.processes:
@@ -107,15 +118,22 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) 
         pb = burns.get(key)
         numbers.extend((_nan(p.iowait_seconds), _nan(p.read_bytes), _nan(p.write_bytes),
                         _nan(pb.burn_per_hour if pb is not None else None)))  # IOWAIT ... BURN
+        mine = [use.gpu_index for use in p.gpus]
         for use in p.gpus:
             gpu.append(use.gpu_index)
             memory.append(_nan(use.memory_bytes))
             sm.append(use.sm_share)
         first.append(len(gpu))
-        mine = (p.user, p.command, p.owner)
+        # (the same sums, in the same order, as the rules made from the columns before)
+        vals = [utils[g] for g in mine if g in utils]
+        util_mean.append(sum(vals) / len(vals) if vals else math.nan)
+        sm_vals = [activity for index, activity in gpm if index in mine]
+        gpm_mean.append(sum(sm_vals) / len(sm_vals) if sm_vals else math.nan)
+        own_sm.append(sum(sm[len(sm) - len(mine):]) / len(mine) if mine else math.nan)
+        person = (p.user, p.command, p.owner)
         last = before.get(key)
         keys.append(key)
-        who.append(last if last is not None and last == mine else mine)
+        who.append(last if last is not None and last == person else person)
     key_column, ppids, who_column = tuple(keys), tuple(p.ppid for p in sample.processes), tuple(who)
     if previous is not None:  # a steady host: the same processes as 5 s ago, one copy
         key_column = previous.keys if previous.keys == key_column else key_column
@@ -125,7 +143,7 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) 
         sample.ts, sample.gpus, burn.total_per_hour, burn.idle_per_hour, burn.wasted_per_hour,
         key_column, ppids, who_column,
         bytes(1 if p.state == "D" or p.threads_in_d > 0 else 0 for p in sample.processes),
-        numbers, first, gpu, memory, sm)
+        numbers, first, gpu, memory, sm, util_mean, gpm_mean, own_sm)
 
 
 def _nan(value: float | None) -> float:

@@ -1,5 +1,6 @@
 """The rules' window keeps compact ticks: what the rules read, unchanged values kept once."""
 
+import math
 from dataclasses import replace
 
 from daemon.analysis.analyzer import Analyzer
@@ -41,6 +42,22 @@ def test_a_steady_host_shares_keys_parents_and_commands_with_the_tick_before():
     assert second.keys is first.keys and second.ppids is first.ppids
     assert second.who is first.who
     assert second.ts == 5.0 and second.total_per_hour == first.total_per_hour
+
+
+def test_a_tick_keeps_each_process_s_means_over_the_gpus_it_holds():
+    """Worked out once as the tick enters the window: the utilization of the GPUs it holds
+    that read OK, the GPM SM activity of those that report it, its own SM share per GPU."""
+    gpus = (GpuSample(0, "u0", "H100", utilization=30.0, sm_activity=20.0),
+            GpuSample(1, "u1", "H100", utilization=90.0),
+            GpuSample(2, "u2", "H100", status="lost"),
+            GpuSample(3, "u3", "H100", utilization=10.0, sm_activity=60.0))
+    both = trainer(0.0, gpus=(GpuUse(0, GIB, 10.0), GpuUse(1, GIB, 30.0), GpuUse(2, GIB, 5.0)))
+    lost = trainer(0.0, pid=8, gpus=(GpuUse(2, GIB, 7.0),))
+    loader = ProcessSample(9, 60.0, 7, "ann", "loader")
+    t = tick(Sample(0.0, 0, gpus=gpus, processes=(both, lost, loader)))
+    assert t.util_mean[0] == 60.0 and t.gpm_mean[0] == 20.0 and t.own_sm[0] == 15.0
+    assert math.isnan(t.util_mean[1]) and math.isnan(t.gpm_mean[1]) and t.own_sm[1] == 7.0
+    assert all(math.isnan(column[2]) for column in (t.util_mean, t.gpm_mean, t.own_sm))
 
 
 def test_a_tick_gives_back_what_its_sample_said():

@@ -305,10 +305,6 @@ def analysis_of_ticks(
                 seen.setdefault(key, []).append(i)
         by_key.append(keys)
         children.append(kids)
-    # Each tick's GPUs that report SM activity (GPM, Hopper on), in the tick's order: looked up
-    # once per tick, not per process per tick.
-    sm_at_tick = [tuple((g.index, g.sm_activity) for g in s.gpus if g.sm_activity is not None)
-                  for s in ticks]
     processes = []
     for key, idx in seen.items():
         first_i, last_i = idx[0], idx[-1]
@@ -340,23 +336,21 @@ def analysis_of_ticks(
                 used = 0 if isnan(memory) else int(memory)
                 most = mem_by_gpu.get(held_index, 0)
                 mem_by_gpu[held_index] = used if used > most else most
-            tick_utils = util_at[i]
-            vals = [tick_utils[g] for g in mine if g in tick_utils]
-            if vals:
-                mean = sum(vals) / len(vals)
+            # (its means at this tick, worked out when the tick entered the window; NaN: none)
+            mean = s.util_mean[me]
+            if not isnan(mean):
                 utils.append(mean)
                 if mean < WELL_USED_UTILIZATION_PCT:
                     low += 1
                 else:
                     well_used += 1
-            sm_here = sm_at_tick[i]  # (most ticks: none, before Hopper)
-            sm_vals = [sm for index, sm in sm_here if index in mine] if sm_here else None
-            if sm_vals:
-                sms.append(sum(sm_vals) / len(sm_vals))
-                sm_at.append((s.ts, sms[-1]))
+            activity = s.gpm_mean[me]
+            if not isnan(activity):
+                sms.append(activity)
+                sm_at.append((s.ts, activity))
             elif mine:
                 # No GPM (before Hopper): the process's own SM share stands in for activity.
-                own_sm.append(sum(s.use_sm[first:past]) / len(mine))
+                own_sm.append(s.own_sm[me])
                 sm_at.append((s.ts, own_sm[-1]))
             burned = numbers[NUMBERS * me + BURN]
             burn_rates.append(0.0 if isnan(burned) else burned)
