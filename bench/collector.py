@@ -18,8 +18,9 @@ usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64] [--pag
 `--procs` runs the daemon at each size in turn and prints, per size, the whole process's CPU per
 tick in steady state, split by thread (named) and by part (NVML read, /proc read, discovery,
 analysis, rules + phase balances, store write, API: one /v1/now per tick, as a connected client
-asks, split into the document and its JSON body), the floor measured in the same process while the workloads run (the same NVML calls +
-pread of /proc/PID/{stat,io} of every process), and the ratio; then a table of all sizes.
+asks, split into the document and its JSON body), the floor measured in the same process
+while the workloads run (the same NVML calls + pread of /proc/PID/{stat,io} of every process),
+and the ratio; then a table of all sizes.
 The bench itself plays the connected client (`Daemon.now_body()` once per tick: the document a
 TUI asks for every second and its JSON body, which each connected client costs; only aiohttp's
 HTTP handling is not counted): the ratio is printed with that client and without it (the whole

@@ -4,9 +4,10 @@
 
 Target: Analyzer.update <= 2 ms per tick. Synthetic samples; prints figures, asserts nothing.
 CPU time of this thread (time.thread_time: a loaded host does not move it much). The rules'
-evaluation runs every [cost].evaluate_every (30 s by default) over the whole window, so its cost is also printed
-spread over the ticks between two evaluations: what a daemon that has run for the window's
-length pays a tick, which bench/collector.py's short runs (a window of a few ticks) do not see.
+evaluation runs every [cost].evaluate_every (30 s by default) over the whole window, so its
+cost is also printed spread over the ticks between two evaluations: what a daemon that has run
+for the window's length pays a tick, which bench/collector.py's short runs (a window of a few
+ticks) do not see.
 Also the combining of savings that every /v1/now document does (savings_document) over 64
 recommendations of every stage.
 """

@@ -248,10 +248,11 @@ class ProcessEntries:
     Each process's entry starts as a copy of a template kept for it (its identity, phase and
     kind fields in place, in the entry's key order), the fields that change every tick stored
     into it: a dict copy and a store per key cost a third of a dict display that unpacks three
-    dicts and a new dict of the tick's fields (measured: 1.2 against 3.4 us). (Their JSON is not kept: json.dumps of the whole document
-    in C is quicker than joining kept pieces in Python, measured at 256 processes: the
-    entries' kept parts as JSON, joined with each tick's fields encoded, saved 12% of the
-    body's 6.3 ms when the phases are kept too, nothing when they are not.)"""
+    dicts and a new dict of the tick's fields (measured: 1.2 against 3.4 us). (Their JSON is
+    not kept: json.dumps of the whole document in C is quicker than joining kept pieces in
+    Python, measured at 256 processes: the entries' kept parts as JSON, joined with each
+    tick's fields encoded, saved 12% of the body's 6.3 ms when the phases are kept too,
+    nothing when they are not.)"""
 
     def __init__(self) -> None:
         self._kept: dict[str, _KeptEntry] = {}  # process key -> its kept parts
