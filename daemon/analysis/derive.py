@@ -5,9 +5,8 @@ I/O wait seconds. What a person wants to see (CPU %, bytes per second, I/O wait 
 between two samples, so it is computed here, once, in typed immutable models (below's
 `Model::new(sample, last)`). ProcessModel and GpuUseModel are named tuples: one is built per
 process (per GPU use) per /v1/now, and a frozen dataclass's init costs ~5x as much (a setattr
-per field). The live
-daemon and replay both build the /v1/now document from these, so the two cannot compute a rate
-two ways.
+per field). The live daemon and replay both build the /v1/now document from these, so the two
+cannot compute a rate two ways.
 """
 
 from __future__ import annotations
