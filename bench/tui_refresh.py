@@ -12,6 +12,7 @@ import time
 
 STARTED = time.perf_counter()
 
+import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
@@ -202,6 +203,9 @@ def start_figures() -> None:
 
 
 if __name__ == "__main__":
-    if "--start" not in sys.argv[1:]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--start", action="store_true",
+                        help="the start figures alone (no 500-process refreshes)")
+    if not parser.parse_args().start:
         asyncio.run(main())
     start_figures()
