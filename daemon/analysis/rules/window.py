@@ -171,13 +171,6 @@ def _normalize_phases(phase_balances: Mapping[Any, Any] | None) -> dict[Any, Map
     return out
 
 
-def _checkpoint_bursts(times: Sequence[float], deltas: Sequence[float]) -> list[float]:
-    """Times of write bursts (deltas[i] written by times[i]) >= CHECKPOINT_WRITE_MIN_BYTES;
-    consecutive ticks merge: a burst starts at a tick at or above it after one below."""
-    big = [delta >= CHECKPOINT_WRITE_MIN_BYTES for delta in deltas]
-    return list(compress(times, map(gt, big, [False, *big[:-1]])))
-
-
 # Runs shorter than this are read tick by tick: on a churning host (every tick a different
 # layout) setting up a run's columns costs more than it saves.
 SHORT_RUN = 4
@@ -185,10 +178,11 @@ SHORT_RUN = 4
 
 class _Run:
     """Consecutive ticks ticks[start:stop] whose process columns line up: the same keys, parents
-    and GPU uses, so a process is at the same position j at each of them and its readings over
-    the run are columns (`_column`) read and summed at C speed, not tick by tick. A steady host
-    makes a few runs of a window's 361 ticks (WindowTick shares the keys and parents tuples with
-    the tick before when they did not change)."""
+    and GPU uses, so a process is at the same position j at each of them. Each column of the
+    run's ticks is joined into one array (tick after tick), where a process's readings over the
+    run are one strided slice (`of`), read and summed at C speed, not tick by tick. A steady
+    host makes a few runs of a window's 361 ticks (WindowTick shares the keys and parents tuples
+    with the tick before when they did not change)."""
 
     def __init__(self, ticks: Sequence[WindowTick], start: int,
                  positions: dict[ProcessKey, int], children: dict[int, list[int]]) -> None:
@@ -196,34 +190,54 @@ class _Run:
         self.start, self.stop = start, start + len(ticks)
         self.positions = positions  # each process's j
         self.children = children  # by parent pid: its children's js
+        self.width = len(ticks[0].keys)  # processes at each tick
+        self.uses = len(ticks[0].use_gpu)  # GPU uses at each tick
 
     @cached_property
-    def ts(self) -> list[float]:
-        return [t.ts for t in self.ticks]
+    def ts(self) -> array[float]:
+        return array("d", [t.ts for t in self.ticks])
 
     @cached_property
-    def numbers(self) -> list[array[float]]:
-        return [t.numbers for t in self.ticks]
+    def numbers(self) -> memoryview[float]:
+        return _joined(t.numbers for t in self.ticks)
 
     @cached_property
-    def util_mean(self) -> list[array[float]]:
-        return [t.util_mean for t in self.ticks]
+    def util_mean(self) -> memoryview[float]:
+        return _joined(t.util_mean for t in self.ticks)
 
     @cached_property
-    def gpm_mean(self) -> list[array[float]]:
-        return [t.gpm_mean for t in self.ticks]
+    def gpm_mean(self) -> memoryview[float]:
+        return _joined(t.gpm_mean for t in self.ticks)
 
     @cached_property
-    def own_sm(self) -> list[array[float]]:
-        return [t.own_sm for t in self.ticks]
+    def own_sm(self) -> memoryview[float]:
+        return _joined(t.own_sm for t in self.ticks)
 
     @cached_property
-    def use_memory(self) -> list[array[float]]:
-        return [t.use_memory for t in self.ticks]
+    def use_memory(self) -> memoryview[float]:
+        return _joined(t.use_memory for t in self.ticks)
 
     @cached_property
-    def in_d(self) -> list[bytes]:
-        return [t.in_d for t in self.ticks]
+    def in_d(self) -> bytes:
+        return b"".join(t.in_d for t in self.ticks)
+
+    @cached_property
+    def gpm(self) -> bool:
+        """Whether a GPU reported GPM SM activity at a tick of the run (none: no process's
+        gpm_mean is anything but NaN)."""
+        return any(g.sm_activity is not None for t in self.ticks for g in t.gpus)
+
+    def of(self, joined: memoryview[float], at: int, per_tick: int) -> memoryview[float]:
+        """The run's readings at `at` of a joined column with `per_tick` values a tick (a view:
+        nothing copied)."""
+        return joined[at::per_tick]
+
+
+def _joined(columns: Iterable[array[float]]) -> memoryview[float]:
+    """The columns of a run's ticks, one after the other, as one sequence of doubles: a view of
+    the one copy (at 256 processes a window's numbers are 3 MB; copying them again into an
+    array cost ~1 ms more, most of it page faults, measured)."""
+    return memoryview(b"".join(columns)).cast("d")
 
 
 def _same_layout(a: WindowTick, b: WindowTick) -> bool:
@@ -253,26 +267,39 @@ def _layout_runs(ticks: Sequence[WindowTick]) -> list[_Run]:
     return runs
 
 
-def _column(rows: Sequence[Sequence[Any]], at: int) -> list[Any]:
-    """rows[i][at] for each row (a value across a run's ticks)."""
-    return list(map(itemgetter(at), rows))
+def _readings(values: memoryview[float]) -> memoryview[float] | array[float]:
+    """The values that are not NaN (unread)."""
+    # (a sum is NaN when a value is, or when +inf meets -inf: then filtered all the same)
+    return values if not isnan(sum(values)) else array("d", filterfalse(isnan, values))
 
 
-def _write_growth(column: list[float], before: float | None) -> tuple[list[float], float | None]:
+def _extend(series: array[float], values: memoryview[float] | array[float]) -> None:
+    """series += values, copied as bytes (a strided view's too)."""
+    series.frombytes(values.tobytes())
+
+
+def _write_growth(column: memoryview[float],
+                  before: float | None) -> tuple[list[float], float | None]:
     """Each tick's growth of a write counter (NaN: unread) over its reading before, `before`
     at the first; 0 where it was not read or is lower (a counter that restarted wrote nothing).
     And its last reading (`before` if none)."""
-    if any(map(isnan, column)):
-        growth: list[float] = []
-        for value in column:
-            if isnan(value):
-                growth.append(0)
-                continue
-            growth.append(0 if before is None else max(value - before, 0))
-            before = value
-        return growth, before
-    return [0 if before is None else max(column[0] - before, 0),
-            *map(max, map(sub, column[1:], column), repeat(0))], column[-1]
+    growth: list[float] = []
+    for value in column:
+        if isnan(value):
+            growth.append(0)
+            continue
+        growth.append(0 if before is None else max(value - before, 0))
+        before = value
+    return growth, before
+
+
+def _steady(column: memoryview[float]) -> bool:
+    """Whether a counter was read at every tick and never went down (its growth is then the
+    difference of its readings: nothing to clamp)."""
+    if isnan(sum(column)):
+        return False
+    listed = column.tolist()
+    return sorted(listed) == listed  # (sorting a sorted list is one pass)
 
 
 class _ProcessTrack:
@@ -284,26 +311,29 @@ class _ProcessTrack:
     def __init__(self, key: ProcessKey, id: str, phases: Mapping[str, Any],
                  checkpoints: list[float] | None) -> None:
         self.key, self.id, self.phases = key, id, phases
-        # Its checkpoints from its stacks; None: from write bursts (then `written` is gathered).
+        # Its checkpoints from its stacks; None: from write bursts, gathered in `bursts`.
         self.checkpoints = checkpoints
         self.last: tuple[WindowTick, int]  # where it was last seen
-        self.ts: list[float] = []  # the ticks it held a GPU at
-        self.utils: list[float] = []  # the mean utilization of its GPUs, where read
+        self.ts = array("d")  # the ticks it held a GPU at
+        self.utils = array("d")  # the mean utilization of its GPUs, where read
         self.low = 0  # ... of those, below WELL_USED_UTILIZATION_PCT
-        self.sms: list[float] = []  # GPM SM activity, where there is
-        self.own_sm: list[float] = []  # its own SM share, where there is no GPM
-        self.signal: list[float] = []  # one of the two at each tick
-        self.burn_rates: list[float] = []
+        self.sms = array("d")  # GPM SM activity, where there is
+        self.own_sm = array("d")  # its own SM share, where there is no GPM
+        self.signal = array("d")  # one of the two at each tick
+        self.burn_rates = array("d")
         self.d_ticks = 0  # ticks with a thread of it or its children in D state
         self.memory_by_gpu: dict[int, int] = {}
         # Per process of its tree (it and its children): first and last counter readings, its
-        # last write counter reading, and the tree's writes at each tick.
+        # last write counter reading.
         self.io_first: dict[ProcessKey, float] = {}
         self.io_last: dict[ProcessKey, float] = {}
         self.read_first: dict[ProcessKey, float] = {}
         self.read_last: dict[ProcessKey, float] = {}
         self.prev_written: dict[ProcessKey, float] = {}
-        self.written: list[float] = []
+        # Times of its tree's write bursts >= CHECKPOINT_WRITE_MIN_BYTES (consecutive ticks
+        # merge), and whether its last tick was in one.
+        self.bursts: list[float] = []
+        self.in_burst = False
 
     def add(self, run: _Run, me: int) -> None:
         """Its readings at the run's ticks, where it is the me-th process."""
@@ -360,7 +390,7 @@ class _ProcessTrack:
                     written += max(write_b - self.prev_written[tree_key], 0)
                 self.prev_written[tree_key] = write_b
         if self.checkpoints is None:
-            self.written.append(written)
+            self._add_writes((s.ts,), (written,))
 
     def add_run(self, run: _Run, me: int, workers: list[int] | None) -> None:
         """Its readings at the run's ticks, by columns: the same as add_tick at each."""
@@ -368,52 +398,141 @@ class _ProcessTrack:
         first, past = s.use_first[me], s.use_first[me + 1]
         mem_by_gpu = self.memory_by_gpu
         for use in range(first, past):
-            top = max(filterfalse(isnan, _column(run.use_memory, use)), default=None)
+            top = max(_readings(run.of(run.use_memory, use, run.uses)), default=None)
             used = 0 if top is None else int(top)
             held_index = s.use_gpu[use]
             most = mem_by_gpu.get(held_index, 0)
             mem_by_gpu[held_index] = used if used > most else most
         self.ts += run.ts
-        utils = list(filterfalse(isnan, _column(run.util_mean, me)))
-        self.utils += utils
+        utils = _readings(run.of(run.util_mean, me, run.width))
+        _extend(self.utils, utils)
         self.low += sum(map(lt, utils, repeat(WELL_USED_UTILIZATION_PCT)))
-        activity = _column(run.gpm_mean, me)
-        sms = list(filterfalse(isnan, activity))
-        self.sms += sms
+        activity = run.of(run.gpm_mean, me, run.width)
+        sms = _readings(activity) if run.gpm else array("d")
+        _extend(self.sms, sms)
         if len(sms) == len(activity):
-            self.signal += activity
+            _extend(self.signal, activity)
         else:
-            own = _column(run.own_sm, me)
+            own = run.of(run.own_sm, me, run.width)
             if not sms:
-                self.own_sm += own
-                self.signal += own
+                _extend(self.own_sm, own)
+                _extend(self.signal, own)
             else:
                 for gpm, own_share in zip(activity, own, strict=True):
                     if isnan(gpm):
                         self.own_sm.append(own_share)
                     self.signal.append(own_share if isnan(gpm) else gpm)
-        burned = _column(run.numbers, NUMBERS * me + BURN)
-        if any(map(isnan, burned)):
-            burned = [0.0 if isnan(rate) else rate for rate in burned]
-        self.burn_rates += burned
+        burned = run.of(run.numbers, NUMBERS * me + BURN, NUMBERS * run.width)
+        _extend(self.burn_rates, burned if not isnan(sum(burned)) else
+                array("d", (0.0 if isnan(rate) else rate for rate in burned)))
         tree = (me, *workers) if workers else (me,)
         if workers:
-            self.d_ticks += sum(map(any, map(itemgetter(*tree), run.in_d)))
+            columns = [run.in_d[t::run.width] for t in tree]
+            self.d_ticks += sum(map(any, zip(*columns, strict=True)))
         else:
-            in_d = _column(run.in_d, me)
+            in_d = run.in_d[me::run.width]
             self.d_ticks += len(in_d) - in_d.count(0)
         self._add_counter(run, tree, IOWAIT, self.io_first, self.io_last)
         self._add_counter(run, tree, READ, self.read_first, self.read_last)
         if self.checkpoints is None:
-            written: list[float] | None = None
-            for t in tree:
-                tree_key = s.keys[t]
-                growth, last = _write_growth(_column(run.numbers, NUMBERS * t + WRITE),
-                                             self.prev_written.get(tree_key))
+            self._add_writes(run.ts, self._run_writes(run, tree))
+
+    def _run_writes(self, run: _Run, tree: Sequence[int]) -> list[float]:
+        """What its tree wrote at each of the run's ticks (add_tick's `written`): the growth of
+        the sum of the counters that only grew (exact: byte counts below 2**53), plus the
+        clamped growth of the others; for a process without children, its counter's growth
+        unclamped (a fall stays below the burst line all the same)."""
+        keys = run.ticks[0].keys
+        if len(tree) == 1:  # (most processes have no children)
+            tree_key = keys[tree[0]]
+            writes = run.of(run.numbers, NUMBERS * tree[0] + WRITE, NUMBERS * run.width)
+            before = self.prev_written.get(tree_key)
+            if isnan(sum(writes)):
+                growth, last = _write_growth(writes, before)
                 if last is not None:
                     self.prev_written[tree_key] = last
-                written = growth if written is None else list(map(add, written, growth))
-            self.written += written or ()
+                return growth
+            self.prev_written[tree_key] = writes[-1]
+            # (growth below 0 is clamped to 0: below the burst line either way)
+            return [0 if before is None else max(writes[0] - before, 0),
+                    *map(sub, writes[1:], writes)]
+        steady: list[memoryview[float]] = []
+        first = 0.0  # at the run's first tick, over each counter's reading before the run
+        others: list[list[float]] = []
+        for t in tree:
+            tree_key = keys[t]
+            writes = run.of(run.numbers, NUMBERS * t + WRITE, NUMBERS * run.width)
+            before = self.prev_written.get(tree_key)
+            if _steady(writes):
+                steady.append(writes)
+                if before is not None:
+                    first += max(writes[0] - before, 0)
+                self.prev_written[tree_key] = writes[-1]
+            else:
+                growth, last = _write_growth(writes, before)
+                others.append(growth)
+                if last is not None:
+                    self.prev_written[tree_key] = last
+        written = [first]
+        if steady:
+            total = steady[0] if len(steady) == 1 else list(map(sum, zip(*steady, strict=True)))
+            written += map(sub, total[1:], total)
+        else:
+            written += repeat(0.0, len(run.ticks) - 1)
+        for growth in others:
+            written = list(map(add, written, growth))
+        return written
+
+    def _add_writes(self, times: Sequence[float], written: Sequence[float]) -> None:
+        """Its tree's writes at these ticks: a burst starts at one at or above
+        CHECKPOINT_WRITE_MIN_BYTES after one below."""
+        if max(written) < CHECKPOINT_WRITE_MIN_BYTES:
+            self.in_burst = False
+            return
+        big = [delta >= CHECKPOINT_WRITE_MIN_BYTES for delta in written]
+        self.bursts += compress(times, map(gt, big, [self.in_burst, *big[:-1]]))
+        self.in_burst = big[-1]
+
+    def window(self, idle_s: float, end: float, labeler: JobLabeler, kind: Kind,
+               inference_command: re.Pattern[str]) -> ProcessWindow:
+        """Its ProcessWindow; its GPUs idle for its last `idle_s`, the window ending at `end`."""
+        pid, start_time = self.key
+        last_tick, last_j = self.last
+        last_proc = last_tick.process(last_j)  # who it is, as last seen
+        ts = self.ts
+        seconds = ts[-1] - ts[0]
+        ticks_seen = len(ts)
+        iowait = sum(max(self.io_last[k] - self.io_first[k], 0.0) for k in self.io_last)
+        read = sum(max(self.read_last[k] - self.read_first[k], 0) for k in self.read_last)
+        idle_since = ts[-1] - idle_s
+        in_idle = ([v for at, v in zip(ts, self.signal, strict=True) if at >= idle_since]
+                   if idle_s > 0 else [])
+        utils, sms, own_sm = self.utils, self.sms, self.own_sm
+        return ProcessWindow(
+            id=self.id, pid=pid, start_time=start_time, user=last_proc.user,
+            command=last_proc.command, job=labeler.label(last_proc.command, last_proc.owner),
+            gpus=tuple(sorted(self.memory_by_gpu)), seconds=seconds,
+            runtime_s=max(end - start_time, 0.0),
+            burn_per_hour=statistics.fmean(self.burn_rates),
+            memory_peak_bytes=max(self.memory_by_gpu.values(), default=0),
+            gpu_utilization_mean=statistics.fmean(utils) if utils else 0.0,
+            gpu_well_used_fraction=(len(utils) - self.low) / ticks_seen,
+            gpu_low_fraction=self.low / ticks_seen,
+            sm_activity_mean=(statistics.fmean(sms) if sms else
+                              statistics.fmean(own_sm) if own_sm else None),
+            trailing_idle_s=idle_s,
+            sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
+            iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
+            d_state_fraction=self.d_ticks / ticks_seen,
+            read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
+            checkpoint_times=tuple(self.checkpoints if self.checkpoints is not None else
+                                   self.bursts),
+            inference=is_inference(kind, last_proc.command, inference_command),
+            phases=self.phases,
+            memory_by_gpu=self.memory_by_gpu,
+            sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
+            kind=kind, ppid=last_proc.ppid,
+        )
 
     @staticmethod
     def _add_counter(run: _Run, tree: Sequence[int], offset: int,
@@ -422,21 +541,48 @@ class _ProcessTrack:
         each process of the tree; one first read here goes in where add_tick would put it (by
         tick, then place in the tree)."""
         new = []
+        numbers, stride = run.numbers, NUMBERS * run.width
         for place, t in enumerate(tree):
-            readings = _column(run.numbers, NUMBERS * t + offset)
-            at = next((i for i, value in enumerate(readings) if not isnan(value)), None)
-            if at is None:
+            readings = range(NUMBERS * t + offset, len(numbers), stride)  # where, tick by tick
+            # (a counter is read at nearly every tick: both searches stop at once)
+            opened = next((at for at in readings if not isnan(numbers[at])), None)
+            if opened is None:
                 continue  # never read in this run
-            opening = readings[at]
-            closing = next(value for value in reversed(readings) if not isnan(value))
+            closed = next(at for at in reversed(readings) if not isnan(numbers[at]))
             tree_key = run.ticks[0].keys[t]
             if tree_key in last:
-                last[tree_key] = closing
+                last[tree_key] = numbers[closed]
             else:
-                new.append((at, place, tree_key, opening, closing))
+                new.append((opened // stride, place, tree_key, numbers[opened], numbers[closed]))
         for _, _, tree_key, opening, closing in sorted(new, key=itemgetter(0, 1)):
             first[tree_key] = opening
             last[tree_key] = closing
+
+
+def _process_tracks(runs: Sequence[_Run], phases: Mapping[Any, Mapping[str, Any]],
+                    checkpoint_times: Mapping[str, Sequence[float]] | None,
+                    ) -> dict[ProcessKey, _ProcessTrack]:
+    """Each process that held a GPU in the window, in the order they first did, with its
+    readings at the ticks it did."""
+    tracks: dict[ProcessKey, _ProcessTrack] = {}
+    for run in runs:
+        use_first = run.ticks[0].use_first
+        for key, j in run.positions.items():
+            if use_first[j + 1] > use_first[j]:  # it holds a GPU
+                track = tracks.get(key)
+                if track is None:
+                    pid_id = process_key(*key)
+                    # Checkpoints seen in its stacks are exact; write bursts are the fallback
+                    # without them. Writes its stacks show as output (logs, metrics) are no
+                    # checkpoints: no cadence.
+                    observed = (checkpoint_times or {}).get(pid_id)
+                    proc_phases = phases.get(pid_id) or phases.get(key[0]) or {}
+                    cps = (sorted(observed) if observed else
+                           [] if OUTPUT in proc_phases and CHECKPOINT not in proc_phases else
+                           None)
+                    track = tracks[key] = _ProcessTrack(key, pid_id, proc_phases, cps)
+                track.add(run, j)
+    return tracks
 
 
 def build_analysis(
@@ -495,13 +641,15 @@ def analysis_of_ticks(
     phases = _normalize_phases(phase_balances)
     start, end = ticks[0].ts, ticks[-1].ts
     window = max(end - start, 0.0)
+    # The window in runs of ticks whose process columns line up (a steady host: a few).
+    runs = _layout_runs(ticks)
     # Per GPU.
     util_series: dict[int, list[float]] = {}
     sm_series: dict[int, list[float]] = {}
     mem_peak: dict[int, int] = {}
     mem_total: dict[int, int] = {}
     names: dict[int, str] = {}
-    held: set[int] = set()
+    held = {index for run in runs for index in run.ticks[0].use_gpu}  # (a run's, at each tick)
     util_at: list[dict[int, float]] = []
     for s in ticks:
         tick_utils: dict[int, float] = {}
@@ -518,7 +666,6 @@ def analysis_of_ticks(
             if g.memory_used_bytes is not None:
                 mem_peak[g.index] = max(mem_peak.get(g.index, 0), g.memory_used_bytes)
         util_at.append(tick_utils)
-        held.update(s.use_gpu)
 
     def trailing(idle_at: Callable[[int], bool | None]) -> float:
         """Seconds at the end of the window for which idle_at(i) held (None: stop)."""
@@ -564,70 +711,12 @@ def analysis_of_ticks(
             statistics.fmean(series) if series else 0.0, _p95(series),
             statistics.fmean(sm) if sm else None, index in held,
             trailing_from(busy_until(index) + 1)))
-    # Per process (GPU processes; children fold into their parent's I/O evidence), gathered run
-    # by run of ticks whose process columns line up (a steady host: a few runs per window).
-    runs = _layout_runs(ticks)
-    tracks: dict[ProcessKey, _ProcessTrack] = {}
-    for run in runs:
-        use_first = run.ticks[0].use_first
-        for key, j in run.positions.items():
-            if use_first[j + 1] > use_first[j]:  # it holds a GPU
-                track = tracks.get(key)
-                if track is None:
-                    pid_id = process_key(*key)
-                    # Checkpoints seen in its stacks are exact; write bursts are the fallback
-                    # without them. Writes its stacks show as output (logs, metrics) are no
-                    # checkpoints: no cadence.
-                    observed = (checkpoint_times or {}).get(pid_id)
-                    proc_phases = phases.get(pid_id) or phases.get(key[0]) or {}
-                    cps = (sorted(observed) if observed else
-                           [] if OUTPUT in proc_phases and CHECKPOINT not in proc_phases else
-                           None)
-                    track = tracks[key] = _ProcessTrack(key, pid_id, proc_phases, cps)
-                track.add(run, j)
+    # Per process (GPU processes; children fold into their parent's I/O evidence), run by run.
     processes = []
-    for key, track in tracks.items():
-        pid = key[0]
-        last_tick, last_j = track.last
-        last_proc = last_tick.process(last_j)  # who it is, as last seen
-        ts = track.ts
-        seconds = ts[-1] - ts[0]
-        ticks_seen = len(ts)
-        iowait = sum(max(track.io_last[k] - track.io_first[k], 0.0) for k in track.io_last)
-        read = sum(max(track.read_last[k] - track.read_first[k], 0) for k in track.read_last)
-        cps = (track.checkpoints if track.checkpoints is not None else
-               _checkpoint_bursts(ts, track.written))
-        mem_by_gpu = track.memory_by_gpu
-        mine_final = sorted(mem_by_gpu)
-        idle_s = trailing_from(idle_from(key, mine_final))
-        idle_since = ts[-1] - idle_s
-        in_idle = ([v for at, v in zip(ts, track.signal, strict=True) if at >= idle_since]
-                   if idle_s > 0 else [])
-        utils, sms, own_sm = track.utils, track.sms, track.own_sm
-        kind = (kinds or {}).get(track.id) or Kind()
-        processes.append(ProcessWindow(
-            id=track.id, pid=pid, start_time=key[1], user=last_proc.user,
-            command=last_proc.command, job=labeler.label(last_proc.command, last_proc.owner),
-            gpus=tuple(mine_final), seconds=seconds, runtime_s=max(end - key[1], 0.0),
-            burn_per_hour=statistics.fmean(track.burn_rates),
-            memory_peak_bytes=max(mem_by_gpu.values(), default=0),
-            gpu_utilization_mean=statistics.fmean(utils) if utils else 0.0,
-            gpu_well_used_fraction=(len(utils) - track.low) / ticks_seen,
-            gpu_low_fraction=track.low / ticks_seen,
-            sm_activity_mean=(statistics.fmean(sms) if sms else
-                              statistics.fmean(own_sm) if own_sm else None),
-            trailing_idle_s=idle_s,
-            sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
-            iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
-            d_state_fraction=track.d_ticks / ticks_seen,
-            read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
-            checkpoint_times=tuple(cps),
-            inference=is_inference(kind, last_proc.command, inference_command),
-            phases=track.phases,
-            memory_by_gpu=mem_by_gpu,
-            sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
-            kind=kind, ppid=last_proc.ppid,
-        ))
+    for key, track in _process_tracks(runs, phases, checkpoint_times).items():
+        idle_s = trailing_from(idle_from(key, sorted(track.memory_by_gpu)))
+        processes.append(track.window(idle_s, end, labeler, (kinds or {}).get(track.id) or Kind(),
+                                      inference_command))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (
         not ticks[i].use_gpu  # no process holds a GPU
