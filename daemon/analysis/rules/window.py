@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress, filterfalse, repeat
+from itertools import chain, compress, filterfalse, repeat
 from math import isnan
 from operator import add, gt, itemgetter, lt, sub
 from typing import Any
@@ -267,18 +267,43 @@ def _layout_runs(ticks: Sequence[WindowTick]) -> list[_Run]:
     return runs
 
 
-def _readings(values: memoryview[float]) -> memoryview[float] | array[float]:
-    """The values that are not NaN (unread)."""
-    # (a sum is NaN when a value is, or when +inf meets -inf: then filtered all the same)
-    return values if not isnan(sum(values)) else array("d", filterfalse(isnan, values))
+class _Series:
+    """A process's values over the window, for a mean, which needs no order: those read tick
+    by tick and the views of runs' columns, not copied into one list."""
+
+    __slots__ = ("at_ticks", "runs")
+
+    def __init__(self) -> None:
+        self.at_ticks = array("d")
+        self.runs: list[Sequence[float]] = []
+
+    def fmean(self) -> tuple[float, int]:
+        """statistics.fmean of its values, and how many they are (none: 0.0). fmean is
+        math.fsum over the count: correctly rounded in any order, the same from pieces."""
+        count = len(self.at_ticks) + sum(map(len, self.runs))
+        return (math.fsum(chain(self.at_ticks, *self.runs)) / count if count else 0.0), count
+
+    def fmean_read(self, *, unread_as_zero: bool = False) -> tuple[float, int]:
+        """fmean of its values that are not NaN (unread), or of all with NaN read as 0."""
+        mean, count = self.fmean()
+        if not isnan(mean):  # (nothing unread: the usual case)
+            return mean, count
+        values = chain(self.at_ticks, *self.runs)
+        read = _Series()
+        read.at_ticks.extend((0.0 if isnan(value) else value for value in values)
+                             if unread_as_zero else filterfalse(isnan, values))
+        return read.fmean()
 
 
-def _extend(series: array[float], values: memoryview[float] | array[float]) -> None:
-    """series += values, copied as bytes (a strided view's too)."""
-    series.frombytes(values.tobytes())
+def _highest(values: Sequence[float]) -> float | None:
+    """The highest value that is not NaN; None: none."""
+    top = max(values, default=None)  # (max passes over a NaN, unless it comes first)
+    if top is None or not isnan(top):
+        return top
+    return max(filterfalse(isnan, values), default=None)
 
 
-def _write_growth(column: memoryview[float],
+def _write_growth(column: Sequence[float],
                   before: float | None) -> tuple[list[float], float | None]:
     """Each tick's growth of a write counter (NaN: unread) over its reading before, `before`
     at the first; 0 where it was not read or is lower (a counter that restarted wrote nothing).
@@ -293,20 +318,20 @@ def _write_growth(column: memoryview[float],
     return growth, before
 
 
-def _steady(column: memoryview[float]) -> bool:
+def _steady(column: Sequence[float]) -> bool:
     """Whether a counter was read at every tick and never went down (its growth is then the
     difference of its readings: nothing to clamp)."""
     if isnan(sum(column)):
         return False
-    listed = column.tolist()
+    listed = list(column)
     return sorted(listed) == listed  # (sorting a sorted list is one pass)
 
 
 class _ProcessTrack:
     """One GPU process over the window, gathered run by run, oldest first: what its
     ProcessWindow is made of. `add_tick` and `add_run` gather the same readings, tick by tick
-    and by columns; each reading's order over the ticks is kept (first and last I/O counters,
-    write bursts, the trailing idle SM mean), so both give the same window."""
+    and by columns; what depends on the order of the ticks (first and last I/O counters, write
+    bursts, the SM signal by time) is kept in order, so both give the same window."""
 
     def __init__(self, key: ProcessKey, id: str, phases: Mapping[str, Any],
                  checkpoints: list[float] | None) -> None:
@@ -315,12 +340,15 @@ class _ProcessTrack:
         self.checkpoints = checkpoints
         self.last: tuple[WindowTick, int]  # where it was last seen
         self.ts = array("d")  # the ticks it held a GPU at
-        self.utils = array("d")  # the mean utilization of its GPUs, where read
-        self.low = 0  # ... of those, below WELL_USED_UTILIZATION_PCT
-        self.sms = array("d")  # GPM SM activity, where there is
-        self.own_sm = array("d")  # its own SM share, where there is no GPM
-        self.signal = array("d")  # one of the two at each tick
-        self.burn_rates = array("d")
+        # At each: the mean utilization of its GPUs (NaN: none read), how many were below
+        # WELL_USED_UTILIZATION_PCT, its burn (NaN: not in the tick's burn), and its SM signal:
+        # GPM SM activity where there is, else its own SM share.
+        self.utils = _Series()
+        self.low = 0
+        self.burn_rates = _Series()
+        self.sms = _Series()
+        self.own_sm = _Series()
+        self.signal = array("d")  # the one or the other, in tick order (as ts)
         self.d_ticks = 0  # ticks with a thread of it or its children in D state
         self.memory_by_gpu: dict[int, int] = {}
         # Per process of its tree (it and its children): first and last counter readings, its
@@ -359,19 +387,17 @@ class _ProcessTrack:
         self.ts.append(s.ts)
         # (its means at this tick, worked out when the tick entered the window; NaN: none)
         mean = s.util_mean[me]
-        if not isnan(mean):
-            self.utils.append(mean)
-            if mean < WELL_USED_UTILIZATION_PCT:
-                self.low += 1
+        self.utils.at_ticks.append(mean)
+        if mean < WELL_USED_UTILIZATION_PCT:
+            self.low += 1
         activity = s.gpm_mean[me]
         if not isnan(activity):
-            self.sms.append(activity)
+            self.sms.at_ticks.append(activity)
             self.signal.append(activity)
         else:  # No GPM (before Hopper): its own SM share stands in for activity.
-            self.own_sm.append(s.own_sm[me])
+            self.own_sm.at_ticks.append(s.own_sm[me])
             self.signal.append(s.own_sm[me])
-        burned = numbers[NUMBERS * me + BURN]
-        self.burn_rates.append(0.0 if isnan(burned) else burned)
+        self.burn_rates.at_ticks.append(numbers[NUMBERS * me + BURN])
         if in_d[me] or (workers and any(in_d[t] for t in workers)):
             self.d_ticks += 1
         written = 0.0
@@ -398,33 +424,30 @@ class _ProcessTrack:
         first, past = s.use_first[me], s.use_first[me + 1]
         mem_by_gpu = self.memory_by_gpu
         for use in range(first, past):
-            top = max(_readings(run.of(run.use_memory, use, run.uses)), default=None)
+            top = _highest(run.of(run.use_memory, use, run.uses))
             used = 0 if top is None else int(top)
             held_index = s.use_gpu[use]
             most = mem_by_gpu.get(held_index, 0)
             mem_by_gpu[held_index] = used if used > most else most
         self.ts += run.ts
-        utils = _readings(run.of(run.util_mean, me, run.width))
-        _extend(self.utils, utils)
-        self.low += sum(map(lt, utils, repeat(WELL_USED_UTILIZATION_PCT)))
+        utils = run.of(run.util_mean, me, run.width)
+        self.utils.runs.append(utils)
+        self.low += sum(map(lt, utils, repeat(WELL_USED_UTILIZATION_PCT)))  # (NaN: not low)
         activity = run.of(run.gpm_mean, me, run.width)
-        sms = _readings(activity) if run.gpm else array("d")
-        _extend(self.sms, sms)
-        if len(sms) == len(activity):
-            _extend(self.signal, activity)
+        if run.gpm and not isnan(sum(activity)):  # GPM at each tick
+            self.sms.runs.append(activity)
+            self.signal.frombytes(activity.tobytes())
+        elif not run.gpm:  # none
+            own = run.of(run.own_sm, me, run.width)
+            self.own_sm.runs.append(own)
+            self.signal.frombytes(own.tobytes())
         else:
             own = run.of(run.own_sm, me, run.width)
-            if not sms:
-                _extend(self.own_sm, own)
-                _extend(self.signal, own)
-            else:
-                for gpm, own_share in zip(activity, own, strict=True):
-                    if isnan(gpm):
-                        self.own_sm.append(own_share)
-                    self.signal.append(own_share if isnan(gpm) else gpm)
-        burned = run.of(run.numbers, NUMBERS * me + BURN, NUMBERS * run.width)
-        _extend(self.burn_rates, burned if not isnan(sum(burned)) else
-                array("d", (0.0 if isnan(rate) else rate for rate in burned)))
+            self.sms.runs.append(array("d", filterfalse(isnan, activity)))
+            self.own_sm.runs.append(array("d", compress(own, map(isnan, activity))))
+            self.signal.extend(own_share if isnan(gpm) else gpm
+                               for gpm, own_share in zip(activity, own, strict=True))
+        self.burn_rates.runs.append(run.of(run.numbers, NUMBERS * me + BURN, NUMBERS * run.width))
         tree = (me, *workers) if workers else (me,)
         if workers:
             columns = [run.in_d[t::run.width] for t in tree]
@@ -435,27 +458,32 @@ class _ProcessTrack:
         self._add_counter(run, tree, IOWAIT, self.io_first, self.io_last)
         self._add_counter(run, tree, READ, self.read_first, self.read_last)
         if self.checkpoints is None:
-            self._add_writes(run.ts, self._run_writes(run, tree))
+            self._add_run_writes(run, tree)
 
-    def _run_writes(self, run: _Run, tree: Sequence[int]) -> list[float]:
-        """What its tree wrote at each of the run's ticks (add_tick's `written`): the growth of
-        the sum of the counters that only grew (exact: byte counts below 2**53), plus the
-        clamped growth of the others; for a process without children, its counter's growth
-        unclamped (a fall stays below the burst line all the same)."""
+    def _add_run_writes(self, run: _Run, tree: Sequence[int]) -> None:
+        """Its tree's writes at the run's ticks (add_tick's `written`): the growth of the sum of
+        the counters that only grew (exact: byte counts below 2**53), plus the clamped growth
+        of the others."""
         keys = run.ticks[0].keys
         if len(tree) == 1:  # (most processes have no children)
             tree_key = keys[tree[0]]
             writes = run.of(run.numbers, NUMBERS * tree[0] + WRITE, NUMBERS * run.width)
             before = self.prev_written.get(tree_key)
-            if isnan(sum(writes)):
-                growth, last = _write_growth(writes, before)
-                if last is not None:
-                    self.prev_written[tree_key] = last
-                return growth
-            self.prev_written[tree_key] = writes[-1]
-            # (growth below 0 is clamped to 0: below the burst line either way)
-            return [0 if before is None else max(writes[0] - before, 0),
-                    *map(sub, writes[1:], writes)]
+            if not isnan(sum(writes)):
+                self.prev_written[tree_key] = writes[-1]
+                first = 0 if before is None else max(writes[0] - before, 0)
+                # (a fall, unclamped, stays below the burst line all the same)
+                if (first < CHECKPOINT_WRITE_MIN_BYTES and
+                        max(map(sub, writes[1:], writes), default=0) < CHECKPOINT_WRITE_MIN_BYTES):
+                    self.in_burst = False  # (no burst: the usual case)
+                else:
+                    self._add_writes(run.ts, [first, *map(sub, writes[1:], writes)])
+                return
+            growth, last = _write_growth(writes, before)
+            if last is not None:
+                self.prev_written[tree_key] = last
+            self._add_writes(run.ts, growth)
+            return
         steady: list[memoryview[float]] = []
         first = 0.0  # at the run's first tick, over each counter's reading before the run
         others: list[list[float]] = []
@@ -481,7 +509,7 @@ class _ProcessTrack:
             written += repeat(0.0, len(run.ticks) - 1)
         for growth in others:
             written = list(map(add, written, growth))
-        return written
+        self._add_writes(run.ts, written)
 
     def _add_writes(self, times: Sequence[float], written: Sequence[float]) -> None:
         """Its tree's writes at these ticks: a burst starts at one at or above
@@ -507,19 +535,21 @@ class _ProcessTrack:
         idle_since = ts[-1] - idle_s
         in_idle = ([v for at, v in zip(ts, self.signal, strict=True) if at >= idle_since]
                    if idle_s > 0 else [])
-        utils, sms, own_sm = self.utils, self.sms, self.own_sm
+        utilization, read_utils = self.utils.fmean_read()
+        burn_per_hour, _ = self.burn_rates.fmean_read(unread_as_zero=True)
+        sm_activity, with_gpm = self.sms.fmean()
+        own_sm, with_own = self.own_sm.fmean()
         return ProcessWindow(
             id=self.id, pid=pid, start_time=start_time, user=last_proc.user,
             command=last_proc.command, job=labeler.label(last_proc.command, last_proc.owner),
             gpus=tuple(sorted(self.memory_by_gpu)), seconds=seconds,
             runtime_s=max(end - start_time, 0.0),
-            burn_per_hour=statistics.fmean(self.burn_rates),
+            burn_per_hour=burn_per_hour,
             memory_peak_bytes=max(self.memory_by_gpu.values(), default=0),
-            gpu_utilization_mean=statistics.fmean(utils) if utils else 0.0,
-            gpu_well_used_fraction=(len(utils) - self.low) / ticks_seen,
+            gpu_utilization_mean=utilization,
+            gpu_well_used_fraction=(read_utils - self.low) / ticks_seen,
             gpu_low_fraction=self.low / ticks_seen,
-            sm_activity_mean=(statistics.fmean(sms) if sms else
-                              statistics.fmean(own_sm) if own_sm else None),
+            sm_activity_mean=(sm_activity if with_gpm else own_sm if with_own else None),
             trailing_idle_s=idle_s,
             sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
             iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
@@ -530,7 +560,8 @@ class _ProcessTrack:
             inference=is_inference(kind, last_proc.command, inference_command),
             phases=self.phases,
             memory_by_gpu=self.memory_by_gpu,
-            sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
+            sm_signal=("GPM SM activity" if with_gpm else "process SM share" if with_own else
+                       None),
             kind=kind, ppid=last_proc.ppid,
         )
 
