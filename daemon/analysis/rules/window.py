@@ -179,10 +179,11 @@ SHORT_RUN = 4
 class _Run:
     """Consecutive ticks ticks[start:stop] whose process columns line up: the same keys, parents
     and GPU uses, so a process is at the same position j at each of them. Each column of the
-    run's ticks is joined into one array (tick after tick), where a process's readings over the
-    run are one strided slice (`of`), read and summed at C speed, not tick by tick. A steady
-    host makes a few runs of a window's 361 ticks (WindowTick shares the keys and parents tuples
-    with the tick before when they did not change)."""
+    run's ticks is joined into one sequence (tick after tick), where a process's readings over
+    the run are one strided view (`of`), read and summed at C speed, not tick by tick: the rules
+    read each tick at ~60 evaluations, and a steady host makes a few runs of a window's 361
+    ticks (WindowTick shares the keys and parents tuples with the tick before when they did not
+    change)."""
 
     def __init__(self, ticks: Sequence[WindowTick], start: int,
                  positions: dict[ProcessKey, int], children: dict[int, list[int]]) -> None:
