@@ -416,8 +416,13 @@ class _ProcessTrack:
                 if tree_key in self.prev_written:
                     written += max(write_b - self.prev_written[tree_key], 0)
                 self.prev_written[tree_key] = write_b
-        if self.checkpoints is None:
-            self._add_writes((s.ts,), (written,))
+        if self.checkpoints is None:  # (_add_writes, for one tick)
+            if written >= CHECKPOINT_WRITE_MIN_BYTES:
+                if not self.in_burst:
+                    self.bursts.append(s.ts)
+                self.in_burst = True
+            else:
+                self.in_burst = False
 
     def add_run(self, run: _Run, me: int, workers: list[int] | None) -> None:
         """Its readings at the run's ticks, by columns: the same as add_tick at each."""
@@ -681,7 +686,9 @@ def analysis_of_ticks(
     mem_peak: dict[int, int] = {}
     mem_total: dict[int, int] = {}
     names: dict[int, str] = {}
-    held = {index for run in runs for index in run.ticks[0].use_gpu}  # (a run's, at each tick)
+    held: set[int] = set()
+    for run in runs:
+        held.update(run.ticks[0].use_gpu)  # (a run's GPU uses are those of each of its ticks)
     util_at: list[dict[int, float]] = []
     for s in ticks:
         tick_utils: dict[int, float] = {}
