@@ -12,9 +12,13 @@ import math
 import os
 import re
 import statistics
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import chain, compress, filterfalse, repeat
 from math import isnan
+from operator import add, gt, itemgetter, lt, sub
 from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
@@ -33,6 +37,7 @@ from daemon.analysis.window_ticks import (
     NUMBERS,
     READ,
     WRITE,
+    ProcessKey,
     WindowTick,
     window_tick,
 )
@@ -166,18 +171,455 @@ def _normalize_phases(phase_balances: Mapping[Any, Any] | None) -> dict[Any, Map
     return out
 
 
-def _checkpoint_bursts(times_deltas: Sequence[tuple[float, float]]) -> list[float]:
-    """Times of write bursts >= CHECKPOINT_WRITE_MIN_BYTES; consecutive ticks merge."""
-    bursts: list[float] = []
-    in_burst = False
-    for ts, delta in times_deltas:
-        if delta >= CHECKPOINT_WRITE_MIN_BYTES:
-            if not in_burst:
-                bursts.append(ts)
-            in_burst = True
+# Runs shorter than this are read tick by tick: on a churning host (every tick a different
+# layout) setting up a run's columns costs more than it saves.
+SHORT_RUN = 4
+
+
+class _Run:
+    """Consecutive ticks ticks[start:stop] whose process columns line up: the same keys, parents
+    and GPU uses, so a process is at the same position j at each of them. Each column of the
+    run's ticks is joined into one sequence (tick after tick), where a process's readings over
+    the run are one strided view (`of`), read and summed at C speed, not tick by tick: the rules
+    read each tick at ~60 evaluations, and a steady host makes a few runs of a window's 361
+    ticks (WindowTick shares the keys and parents tuples with the tick before when they did not
+    change)."""
+
+    def __init__(self, ticks: Sequence[WindowTick], start: int,
+                 positions: dict[ProcessKey, int], children: dict[int, list[int]]) -> None:
+        self.ticks = ticks
+        self.start, self.stop = start, start + len(ticks)
+        self.positions = positions  # each process's j
+        self.children = children  # by parent pid: its children's js
+        self.width = len(ticks[0].keys)  # processes at each tick
+        self.uses = len(ticks[0].use_gpu)  # GPU uses at each tick
+
+    @cached_property
+    def ts(self) -> array[float]:
+        return array("d", [t.ts for t in self.ticks])
+
+    @cached_property
+    def numbers(self) -> memoryview[float]:
+        return _joined(t.numbers for t in self.ticks)
+
+    @cached_property
+    def util_mean(self) -> memoryview[float]:
+        return _joined(t.util_mean for t in self.ticks)
+
+    @cached_property
+    def gpm_mean(self) -> memoryview[float]:
+        return _joined(t.gpm_mean for t in self.ticks)
+
+    @cached_property
+    def own_sm(self) -> memoryview[float]:
+        return _joined(t.own_sm for t in self.ticks)
+
+    @cached_property
+    def use_memory(self) -> memoryview[float]:
+        return _joined(t.use_memory for t in self.ticks)
+
+    @cached_property
+    def in_d(self) -> bytes:
+        return b"".join(t.in_d for t in self.ticks)
+
+    @cached_property
+    def gpm(self) -> bool:
+        """Whether a GPU reported GPM SM activity at a tick of the run (none: no process's
+        gpm_mean is anything but NaN)."""
+        return any(g.sm_activity is not None for t in self.ticks for g in t.gpus)
+
+    def of(self, joined: memoryview[float], at: int, per_tick: int) -> memoryview[float]:
+        """The run's readings at `at` of a joined column with `per_tick` values a tick (a view:
+        nothing copied)."""
+        return joined[at::per_tick]
+
+
+def _joined(columns: Iterable[array[float]]) -> memoryview[float]:
+    """The columns of a run's ticks, one after the other, as one sequence of doubles: a view of
+    the one copy (at 256 processes a window's numbers are 3 MB; copying them again into an
+    array cost ~1 ms more, most of it page faults, measured)."""
+    return memoryview(b"".join(columns)).cast("d")
+
+
+def _same_layout(a: WindowTick, b: WindowTick) -> bool:
+    """Whether process j of tick a is process j of tick b, with the same parent and GPUs."""
+    return ((a.keys is b.keys or a.keys == b.keys) and (a.ppids is b.ppids or a.ppids == b.ppids)
+            and a.use_first == b.use_first and a.use_gpu == b.use_gpu)
+
+
+def _layout_runs(ticks: Sequence[WindowTick]) -> list[_Run]:
+    """The window cut into maximal runs of ticks with the same layout (_same_layout)."""
+    runs: list[_Run] = []
+    positions: dict[ProcessKey, int] = {}
+    children: dict[int, list[int]] = {}
+    start = 0
+    for stop in range(1, len(ticks) + 1):
+        if stop < len(ticks) and _same_layout(ticks[stop - 1], ticks[stop]):
+            continue
+        s = ticks[start]
+        if start == 0 or s.keys is not ticks[start - 1].keys or s.ppids is not ticks[
+                start - 1].ppids:  # (the same tuples: the same maps)
+            positions, children = {}, {}
+            for j, (key, ppid) in enumerate(zip(s.keys, s.ppids, strict=True)):
+                positions[key] = j
+                children.setdefault(ppid, []).append(j)
+        runs.append(_Run(ticks[start:stop], start, positions, children))
+        start = stop
+    return runs
+
+
+class _Series:
+    """A process's values over the window, for a mean, which needs no order: those read tick
+    by tick and the views of runs' columns, not copied into one list."""
+
+    __slots__ = ("at_ticks", "runs")
+
+    def __init__(self) -> None:
+        self.at_ticks = array("d")
+        self.runs: list[Sequence[float]] = []
+
+    def fmean(self) -> tuple[float, int]:
+        """statistics.fmean of its values, and how many they are (none: 0.0). fmean is
+        math.fsum over the count: correctly rounded in any order, the same from pieces."""
+        count = len(self.at_ticks) + sum(map(len, self.runs))
+        return (math.fsum(chain(self.at_ticks, *self.runs)) / count if count else 0.0), count
+
+    def fmean_read(self, *, unread_as_zero: bool = False) -> tuple[float, int]:
+        """fmean of its values that are not NaN (unread), or of all with NaN read as 0."""
+        mean, count = self.fmean()
+        if not isnan(mean):  # (nothing unread: the usual case)
+            return mean, count
+        values = chain(self.at_ticks, *self.runs)
+        read = _Series()
+        read.at_ticks.extend((0.0 if isnan(value) else value for value in values)
+                             if unread_as_zero else filterfalse(isnan, values))
+        return read.fmean()
+
+
+def _highest(values: Sequence[float]) -> float | None:
+    """The highest value that is not NaN; None: none."""
+    top = max(values, default=None)  # (max passes over a NaN, unless it comes first)
+    if top is None or not isnan(top):
+        return top
+    return max(filterfalse(isnan, values), default=None)
+
+
+def _write_growth(column: Sequence[float],
+                  before: float | None) -> tuple[list[float], float | None]:
+    """Each tick's growth of a write counter (NaN: unread) over its reading before, `before`
+    at the first; 0 where it was not read or is lower (a counter that restarted wrote nothing).
+    And its last reading (`before` if none)."""
+    growth: list[float] = []
+    for value in column:
+        if isnan(value):
+            growth.append(0)
+            continue
+        growth.append(0 if before is None else max(value - before, 0))
+        before = value
+    return growth, before
+
+
+def _steady(column: Sequence[float]) -> bool:
+    """Whether a counter was read at every tick and never went down (its growth is then the
+    difference of its readings: nothing to clamp)."""
+    if isnan(sum(column)):
+        return False
+    listed = list(column)
+    return sorted(listed) == listed  # (sorting a sorted list is one pass)
+
+
+class _ProcessTrack:
+    """One GPU process over the window, gathered run by run, oldest first: what its
+    ProcessWindow is made of. `add_tick` and `add_run` gather the same readings, tick by tick
+    and by columns; what depends on the order of the ticks (first and last I/O counters, write
+    bursts, the SM signal by time) is kept in order, so both give the same window."""
+
+    def __init__(self, key: ProcessKey, id: str, phases: Mapping[str, Any],
+                 checkpoints: list[float] | None) -> None:
+        self.key, self.id, self.phases = key, id, phases
+        # Its checkpoints from its stacks; None: from write bursts, gathered in `bursts`.
+        self.checkpoints = checkpoints
+        self.last: tuple[WindowTick, int]  # where it was last seen
+        self.ts = array("d")  # the ticks it held a GPU at
+        # At each: the mean utilization of its GPUs (NaN: none read), how many were below
+        # WELL_USED_UTILIZATION_PCT, its burn (NaN: not in the tick's burn), and its SM signal:
+        # GPM SM activity where there is, else its own SM share.
+        self.utils = _Series()
+        self.low = 0
+        self.burn_rates = _Series()
+        self.sms = _Series()
+        self.own_sm = _Series()
+        self.signal = array("d")  # the one or the other, in tick order (as ts)
+        self.d_ticks = 0  # ticks with a thread of it or its children in D state
+        self.memory_by_gpu: dict[int, int] = {}
+        # Per process of its tree (it and its children): first and last counter readings, its
+        # last write counter reading.
+        self.io_first: dict[ProcessKey, float] = {}
+        self.io_last: dict[ProcessKey, float] = {}
+        self.read_first: dict[ProcessKey, float] = {}
+        self.read_last: dict[ProcessKey, float] = {}
+        self.prev_written: dict[ProcessKey, float] = {}
+        # Times of its tree's write bursts >= CHECKPOINT_WRITE_MIN_BYTES (consecutive ticks
+        # merge), and whether its last tick was in one.
+        self.bursts: list[float] = []
+        self.in_burst = False
+
+    def add(self, run: _Run, me: int) -> None:
+        """Its readings at the run's ticks, where it is the me-th process."""
+        workers = run.children.get(self.key[0])  # its children, if any
+        self.last = (run.ticks[-1], me)
+        if len(run.ticks) < SHORT_RUN:
+            for s in run.ticks:
+                self.add_tick(s, me, workers)
         else:
-            in_burst = False
-    return bursts
+            self.add_run(run, me, workers)
+
+    def add_tick(self, s: WindowTick, me: int, workers: list[int] | None) -> None:
+        """Its readings at one tick (WindowTick: NaN for None; byte counts below 2**53 are
+        exact as doubles, and so are their differences)."""
+        numbers, in_d = s.numbers, s.in_d
+        first, past = s.use_first[me], s.use_first[me + 1]
+        mem_by_gpu = self.memory_by_gpu
+        for held_index, memory in zip(s.use_gpu[first:past], s.use_memory[first:past],
+                                      strict=True):
+            used = 0 if isnan(memory) else int(memory)
+            most = mem_by_gpu.get(held_index, 0)
+            mem_by_gpu[held_index] = used if used > most else most
+        self.ts.append(s.ts)
+        # (its means at this tick, worked out when the tick entered the window; NaN: none)
+        mean = s.util_mean[me]
+        self.utils.at_ticks.append(mean)
+        if mean < WELL_USED_UTILIZATION_PCT:
+            self.low += 1
+        activity = s.gpm_mean[me]
+        if not isnan(activity):
+            self.sms.at_ticks.append(activity)
+            self.signal.append(activity)
+        else:  # No GPM (before Hopper): its own SM share stands in for activity.
+            self.own_sm.at_ticks.append(s.own_sm[me])
+            self.signal.append(s.own_sm[me])
+        self.burn_rates.at_ticks.append(numbers[NUMBERS * me + BURN])
+        if in_d[me] or (workers and any(in_d[t] for t in workers)):
+            self.d_ticks += 1
+        written = 0.0
+        for t in (me, *workers) if workers else (me,):
+            at, tree_key = NUMBERS * t, s.keys[t]
+            iowait_s, read_b, write_b = (numbers[at + IOWAIT], numbers[at + READ],
+                                         numbers[at + WRITE])
+            if not isnan(iowait_s):
+                self.io_first.setdefault(tree_key, iowait_s)
+                self.io_last[tree_key] = iowait_s
+            if not isnan(read_b):
+                self.read_first.setdefault(tree_key, read_b)
+                self.read_last[tree_key] = read_b
+            if self.checkpoints is None and not isnan(write_b):
+                if tree_key in self.prev_written:
+                    written += max(write_b - self.prev_written[tree_key], 0)
+                self.prev_written[tree_key] = write_b
+        if self.checkpoints is None:  # (_add_writes, for one tick)
+            if written >= CHECKPOINT_WRITE_MIN_BYTES:
+                if not self.in_burst:
+                    self.bursts.append(s.ts)
+                self.in_burst = True
+            else:
+                self.in_burst = False
+
+    def add_run(self, run: _Run, me: int, workers: list[int] | None) -> None:
+        """Its readings at the run's ticks, by columns: the same as add_tick at each."""
+        s = run.ticks[0]
+        first, past = s.use_first[me], s.use_first[me + 1]
+        mem_by_gpu = self.memory_by_gpu
+        for use in range(first, past):
+            top = _highest(run.of(run.use_memory, use, run.uses))
+            used = 0 if top is None else int(top)
+            held_index = s.use_gpu[use]
+            most = mem_by_gpu.get(held_index, 0)
+            mem_by_gpu[held_index] = used if used > most else most
+        self.ts += run.ts
+        utils = run.of(run.util_mean, me, run.width)
+        self.utils.runs.append(utils)
+        self.low += sum(map(lt, utils, repeat(WELL_USED_UTILIZATION_PCT)))  # (NaN: not low)
+        activity = run.of(run.gpm_mean, me, run.width)
+        if run.gpm and not isnan(sum(activity)):  # GPM at each tick
+            self.sms.runs.append(activity)
+            self.signal.frombytes(activity.tobytes())
+        elif not run.gpm:  # none
+            own = run.of(run.own_sm, me, run.width)
+            self.own_sm.runs.append(own)
+            self.signal.frombytes(own.tobytes())
+        else:
+            own = run.of(run.own_sm, me, run.width)
+            self.sms.runs.append(array("d", filterfalse(isnan, activity)))
+            self.own_sm.runs.append(array("d", compress(own, map(isnan, activity))))
+            self.signal.extend(own_share if isnan(gpm) else gpm
+                               for gpm, own_share in zip(activity, own, strict=True))
+        self.burn_rates.runs.append(run.of(run.numbers, NUMBERS * me + BURN, NUMBERS * run.width))
+        tree = (me, *workers) if workers else (me,)
+        if workers:
+            columns = [run.in_d[t::run.width] for t in tree]
+            self.d_ticks += sum(map(any, zip(*columns, strict=True)))
+        else:
+            in_d = run.in_d[me::run.width]
+            self.d_ticks += len(in_d) - in_d.count(0)
+        self._add_counter(run, tree, IOWAIT, self.io_first, self.io_last)
+        self._add_counter(run, tree, READ, self.read_first, self.read_last)
+        if self.checkpoints is None:
+            self._add_run_writes(run, tree)
+
+    def _add_run_writes(self, run: _Run, tree: Sequence[int]) -> None:
+        """Its tree's writes at the run's ticks (add_tick's `written`): the growth of the sum of
+        the counters that only grew (exact: byte counts below 2**53), plus the clamped growth
+        of the others."""
+        keys = run.ticks[0].keys
+        if len(tree) == 1:  # (most processes have no children)
+            tree_key = keys[tree[0]]
+            writes = run.of(run.numbers, NUMBERS * tree[0] + WRITE, NUMBERS * run.width)
+            before = self.prev_written.get(tree_key)
+            if not isnan(sum(writes)):
+                self.prev_written[tree_key] = writes[-1]
+                first = 0 if before is None else max(writes[0] - before, 0)
+                # (a fall, unclamped, stays below the burst line all the same)
+                if (first < CHECKPOINT_WRITE_MIN_BYTES and
+                        max(map(sub, writes[1:], writes), default=0) < CHECKPOINT_WRITE_MIN_BYTES):
+                    self.in_burst = False  # (no burst: the usual case)
+                else:
+                    self._add_writes(run.ts, [first, *map(sub, writes[1:], writes)])
+                return
+            growth, last = _write_growth(writes, before)
+            if last is not None:
+                self.prev_written[tree_key] = last
+            self._add_writes(run.ts, growth)
+            return
+        steady: list[memoryview[float]] = []
+        first = 0.0  # at the run's first tick, over each counter's reading before the run
+        others: list[list[float]] = []
+        for t in tree:
+            tree_key = keys[t]
+            writes = run.of(run.numbers, NUMBERS * t + WRITE, NUMBERS * run.width)
+            before = self.prev_written.get(tree_key)
+            if _steady(writes):
+                steady.append(writes)
+                if before is not None:
+                    first += max(writes[0] - before, 0)
+                self.prev_written[tree_key] = writes[-1]
+            else:
+                growth, last = _write_growth(writes, before)
+                others.append(growth)
+                if last is not None:
+                    self.prev_written[tree_key] = last
+        written = [first]
+        if steady:
+            total = steady[0] if len(steady) == 1 else list(map(sum, zip(*steady, strict=True)))
+            written += map(sub, total[1:], total)
+        else:
+            written += repeat(0.0, len(run.ticks) - 1)
+        for growth in others:
+            written = list(map(add, written, growth))
+        self._add_writes(run.ts, written)
+
+    def _add_writes(self, times: Sequence[float], written: Sequence[float]) -> None:
+        """Its tree's writes at these ticks: a burst starts at one at or above
+        CHECKPOINT_WRITE_MIN_BYTES after one below."""
+        if max(written) < CHECKPOINT_WRITE_MIN_BYTES:
+            self.in_burst = False
+            return
+        big = [delta >= CHECKPOINT_WRITE_MIN_BYTES for delta in written]
+        self.bursts += compress(times, map(gt, big, [self.in_burst, *big[:-1]]))
+        self.in_burst = big[-1]
+
+    def window(self, idle_s: float, end: float, labeler: JobLabeler, kind: Kind,
+               inference_command: re.Pattern[str]) -> ProcessWindow:
+        """Its ProcessWindow; its GPUs idle for its last `idle_s`, the window ending at `end`."""
+        pid, start_time = self.key
+        last_tick, last_j = self.last
+        last_proc = last_tick.process(last_j)  # who it is, as last seen
+        ts = self.ts
+        seconds = ts[-1] - ts[0]
+        ticks_seen = len(ts)
+        iowait = sum(max(self.io_last[k] - self.io_first[k], 0.0) for k in self.io_last)
+        read = sum(max(self.read_last[k] - self.read_first[k], 0) for k in self.read_last)
+        idle_since = ts[-1] - idle_s
+        in_idle = ([v for at, v in zip(ts, self.signal, strict=True) if at >= idle_since]
+                   if idle_s > 0 else [])
+        utilization, read_utils = self.utils.fmean_read()
+        burn_per_hour, _ = self.burn_rates.fmean_read(unread_as_zero=True)
+        sm_activity, with_gpm = self.sms.fmean()
+        own_sm, with_own = self.own_sm.fmean()
+        return ProcessWindow(
+            id=self.id, pid=pid, start_time=start_time, user=last_proc.user,
+            command=last_proc.command, job=labeler.label(last_proc.command, last_proc.owner),
+            gpus=tuple(sorted(self.memory_by_gpu)), seconds=seconds,
+            runtime_s=max(end - start_time, 0.0),
+            burn_per_hour=burn_per_hour,
+            memory_peak_bytes=max(self.memory_by_gpu.values(), default=0),
+            gpu_utilization_mean=utilization,
+            gpu_well_used_fraction=(read_utils - self.low) / ticks_seen,
+            gpu_low_fraction=self.low / ticks_seen,
+            sm_activity_mean=(sm_activity if with_gpm else own_sm if with_own else None),
+            trailing_idle_s=idle_s,
+            sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
+            iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
+            d_state_fraction=self.d_ticks / ticks_seen,
+            read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
+            checkpoint_times=tuple(self.checkpoints if self.checkpoints is not None else
+                                   self.bursts),
+            inference=is_inference(kind, last_proc.command, inference_command),
+            phases=self.phases,
+            memory_by_gpu=self.memory_by_gpu,
+            sm_signal=("GPM SM activity" if with_gpm else "process SM share" if with_own else
+                       None),
+            kind=kind, ppid=last_proc.ppid,
+        )
+
+    @staticmethod
+    def _add_counter(run: _Run, tree: Sequence[int], offset: int,
+                     first: dict[ProcessKey, float], last: dict[ProcessKey, float]) -> None:
+        """The first and last readings over the run of a counter (at `offset` in numbers) of
+        each process of the tree; one first read here goes in where add_tick would put it (by
+        tick, then place in the tree)."""
+        new = []
+        numbers, stride = run.numbers, NUMBERS * run.width
+        for place, t in enumerate(tree):
+            readings = range(NUMBERS * t + offset, len(numbers), stride)  # where, tick by tick
+            # (a counter is read at nearly every tick: both searches stop at once)
+            opened = next((at for at in readings if not isnan(numbers[at])), None)
+            if opened is None:
+                continue  # never read in this run
+            closed = next(at for at in reversed(readings) if not isnan(numbers[at]))
+            tree_key = run.ticks[0].keys[t]
+            if tree_key in last:
+                last[tree_key] = numbers[closed]
+            else:
+                new.append((opened // stride, place, tree_key, numbers[opened], numbers[closed]))
+        for _, _, tree_key, opening, closing in sorted(new, key=itemgetter(0, 1)):
+            first[tree_key] = opening
+            last[tree_key] = closing
+
+
+def _process_tracks(runs: Sequence[_Run], phases: Mapping[Any, Mapping[str, Any]],
+                    checkpoint_times: Mapping[str, Sequence[float]] | None,
+                    ) -> dict[ProcessKey, _ProcessTrack]:
+    """Each process that held a GPU in the window, in the order they first did, with its
+    readings at the ticks it did."""
+    tracks: dict[ProcessKey, _ProcessTrack] = {}
+    for run in runs:
+        use_first = run.ticks[0].use_first
+        for key, j in run.positions.items():
+            if use_first[j + 1] > use_first[j]:  # it holds a GPU
+                track = tracks.get(key)
+                if track is None:
+                    pid_id = process_key(*key)
+                    # Checkpoints seen in its stacks are exact; write bursts are the fallback
+                    # without them. Writes its stacks show as output (logs, metrics) are no
+                    # checkpoints: no cadence.
+                    observed = (checkpoint_times or {}).get(pid_id)
+                    proc_phases = phases.get(pid_id) or phases.get(key[0]) or {}
+                    cps = (sorted(observed) if observed else
+                           [] if OUTPUT in proc_phases and CHECKPOINT not in proc_phases else
+                           None)
+                    track = tracks[key] = _ProcessTrack(key, pid_id, proc_phases, cps)
+                track.add(run, j)
+    return tracks
 
 
 def build_analysis(
@@ -236,6 +678,8 @@ def analysis_of_ticks(
     phases = _normalize_phases(phase_balances)
     start, end = ticks[0].ts, ticks[-1].ts
     window = max(end - start, 0.0)
+    # The window in runs of ticks whose process columns line up (a steady host: a few).
+    runs = _layout_runs(ticks)
     # Per GPU.
     util_series: dict[int, list[float]] = {}
     sm_series: dict[int, list[float]] = {}
@@ -243,6 +687,8 @@ def analysis_of_ticks(
     mem_total: dict[int, int] = {}
     names: dict[int, str] = {}
     held: set[int] = set()
+    for run in runs:
+        held.update(run.ticks[0].use_gpu)  # (a run's GPU uses are those of each of its ticks)
     util_at: list[dict[int, float]] = []
     for s in ticks:
         tick_utils: dict[int, float] = {}
@@ -259,7 +705,6 @@ def analysis_of_ticks(
             if g.memory_used_bytes is not None:
                 mem_peak[g.index] = max(mem_peak.get(g.index, 0), g.memory_used_bytes)
         util_at.append(tick_utils)
-        held.update(s.use_gpu)
 
     def trailing(idle_at: Callable[[int], bool | None]) -> float:
         """Seconds at the end of the window for which idle_at(i) held (None: stop)."""
@@ -270,12 +715,31 @@ def analysis_of_ticks(
             since = ticks[i].ts
         return 0.0 if since is None else end - since
 
-    def gpu_idle(index: int) -> Callable[[int], bool]:
-        return lambda i: idle(util_at[i].get(index))
+    def trailing_from(i: int) -> float:
+        """Seconds from tick i to the end of the window (0 from past the last tick)."""
+        return 0.0 if i >= len(ticks) else end - ticks[i].ts
 
-    def process_idle(key: tuple[int, float], mine: list[int]) -> Callable[[int], bool]:
-        """Still there, and every GPU it holds idle, at sample i."""
-        return lambda i: key in by_key[i] and all(idle(util_at[i].get(g)) for g in mine)
+    last_busy: dict[int, int] = {}
+
+    def busy_until(index: int) -> int:
+        """The last tick at which GPU `index` was not idle (-1: idle throughout)."""
+        if index not in last_busy:
+            i = len(ticks) - 1
+            while i >= 0 and idle(util_at[i].get(index)):
+                i -= 1
+            last_busy[index] = i
+        return last_busy[index]
+
+    def idle_from(key: ProcessKey, mine: list[int]) -> int:
+        """The first tick of the window's end at each of which process `key` was there and
+        every GPU in `mine` idle (len(ticks): not at the last tick)."""
+        since = 1 + max(busy_until(index) for index in mine)
+        for run in reversed(runs):
+            if run.stop <= since:
+                break
+            if key not in run.positions:
+                return run.stop
+        return since
 
     gpus = []
     for index in sorted(names):
@@ -285,135 +749,16 @@ def analysis_of_ticks(
             index, names[index], mem_total.get(index, 0), mem_peak.get(index, 0),
             statistics.fmean(series) if series else 0.0, _p95(series),
             statistics.fmean(sm) if sm else None, index in held,
-            trailing(gpu_idle(index))))
-    # Per process (GPU processes; children fold into their parent's I/O evidence).
-    # Each tick's process positions by key and by parent (ticks with the same processes share
-    # their key and parent columns, and so these maps).
-    seen: dict[tuple[int, float], list[int]] = {}
-    by_key: list[dict[tuple[int, float], int]] = []
-    children: list[dict[int, list[int]]] = []
-    keys: dict[tuple[int, float], int] = {}
-    kids: dict[int, list[int]] = {}
-    for i, s in enumerate(ticks):
-        if i == 0 or s.keys is not ticks[i - 1].keys or s.ppids is not ticks[i - 1].ppids:
-            keys, kids = {}, {}
-            for j, (key, ppid) in enumerate(zip(s.keys, s.ppids, strict=True)):
-                keys[key] = j
-                kids.setdefault(ppid, []).append(j)
-        for key, j in keys.items():
-            if s.holds_gpu(j):
-                seen.setdefault(key, []).append(i)
-        by_key.append(keys)
-        children.append(kids)
+            trailing_from(busy_until(index) + 1)))
+    # Per process (GPU processes; children fold into their parent's I/O evidence), run by run.
     processes = []
-    for key, idx in seen.items():
-        first_i, last_i = idx[0], idx[-1]
-        pid = key[0]
-        last_proc = ticks[last_i].process(by_key[last_i][key])  # who it is, as last seen
-        gpu_set: set[int] = set()
-        mem_by_gpu: dict[int, int] = {}
-        utils, sms, burn_rates = [], [], []
-        own_sm: list[float] = []
-        sm_at: list[tuple[float, float]] = []  # (ts, the SM signal at that tick)
-        low = well_used = d_ticks = 0
-        io_first: dict[tuple[int, float], float] = {}
-        io_last: dict[tuple[int, float], float] = {}
-        read_first: dict[tuple[int, float], float] = {}
-        read_last: dict[tuple[int, float], float] = {}
-        writes: list[tuple[float, float]] = []
-        prev_written: dict[tuple[int, float], float] = {}
-        # The tick's columns, read in place (WindowTick: NaN for None; byte counts below 2**53
-        # are exact as doubles, and so are their differences).
-        for i in idx:
-            s = ticks[i]
-            me = by_key[i][key]
-            workers = children[i].get(pid)  # its children at this tick, if any
-            numbers, in_d = s.numbers, s.in_d
-            first, past = s.use_first[me], s.use_first[me + 1]
-            mine = s.use_gpu[first:past].tolist()
-            gpu_set.update(mine)
-            for held_index, memory in zip(mine, s.use_memory[first:past], strict=True):
-                used = 0 if isnan(memory) else int(memory)
-                most = mem_by_gpu.get(held_index, 0)
-                mem_by_gpu[held_index] = used if used > most else most
-            # (its means at this tick, worked out when the tick entered the window; NaN: none)
-            mean = s.util_mean[me]
-            if not isnan(mean):
-                utils.append(mean)
-                if mean < WELL_USED_UTILIZATION_PCT:
-                    low += 1
-                else:
-                    well_used += 1
-            activity = s.gpm_mean[me]
-            if not isnan(activity):
-                sms.append(activity)
-                sm_at.append((s.ts, activity))
-            elif mine:
-                # No GPM (before Hopper): the process's own SM share stands in for activity.
-                own_sm.append(s.own_sm[me])
-                sm_at.append((s.ts, own_sm[-1]))
-            burned = numbers[NUMBERS * me + BURN]
-            burn_rates.append(0.0 if isnan(burned) else burned)
-            if in_d[me] or (workers and any(in_d[t] for t in workers)):
-                d_ticks += 1
-            written = 0.0
-            for t in (me, *workers) if workers else (me,):
-                at, tree_key = NUMBERS * t, s.keys[t]
-                iowait_s, read_b, write_b = (numbers[at + IOWAIT], numbers[at + READ],
-                                             numbers[at + WRITE])
-                if not isnan(iowait_s):
-                    io_first.setdefault(tree_key, iowait_s)
-                    io_last[tree_key] = iowait_s
-                if not isnan(read_b):
-                    read_first.setdefault(tree_key, read_b)
-                    read_last[tree_key] = read_b
-                if not isnan(write_b):
-                    if tree_key in prev_written:
-                        written += max(write_b - prev_written[tree_key], 0)
-                    prev_written[tree_key] = write_b
-            writes.append((s.ts, written))
-        seconds = ticks[last_i].ts - ticks[first_i].ts
-        ticks_seen = len(idx)
-        iowait = sum(max(io_last[k] - io_first[k], 0.0) for k in io_last)
-        read = sum(max(read_last[k] - read_first[k], 0) for k in read_last)
-        pid_id = process_key(*key)
-        # Checkpoints seen in its stacks are exact; write bursts are the fallback without them.
-        observed = (checkpoint_times or {}).get(pid_id)
-        proc_phases = phases.get(pid_id) or phases.get(pid) or {}
-        # Writes its stacks show as output (logs, metrics) are no checkpoints: no cadence.
-        cps = (sorted(observed) if observed else
-               [] if OUTPUT in proc_phases and CHECKPOINT not in proc_phases else
-               _checkpoint_bursts(writes))
-        mine_final = sorted(gpu_set)
-        idle_s = trailing(process_idle(key, mine_final))
-        idle_since = ticks[last_i].ts - idle_s
-        in_idle = [v for ts, v in sm_at if ts >= idle_since] if idle_s > 0 else []
-        kind = (kinds or {}).get(pid_id) or Kind()
-        processes.append(ProcessWindow(
-            id=pid_id, pid=pid, start_time=key[1], user=last_proc.user,
-            command=last_proc.command, job=labeler.label(last_proc.command, last_proc.owner),
-            gpus=tuple(mine_final), seconds=seconds, runtime_s=max(end - key[1], 0.0),
-            burn_per_hour=statistics.fmean(burn_rates) if burn_rates else 0.0,
-            memory_peak_bytes=max(mem_by_gpu.values(), default=0),
-            gpu_utilization_mean=statistics.fmean(utils) if utils else 0.0,
-            gpu_well_used_fraction=well_used / ticks_seen, gpu_low_fraction=low / ticks_seen,
-            sm_activity_mean=(statistics.fmean(sms) if sms else
-                              statistics.fmean(own_sm) if own_sm else None),
-            trailing_idle_s=idle_s,
-            sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
-            iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
-            d_state_fraction=d_ticks / ticks_seen,
-            read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
-            checkpoint_times=tuple(cps),
-            inference=is_inference(kind, last_proc.command, inference_command),
-            phases=proc_phases,
-            memory_by_gpu=mem_by_gpu,
-            sm_signal=("GPM SM activity" if sms else "process SM share" if own_sm else None),
-            kind=kind, ppid=last_proc.ppid,
-        ))
+    for key, track in _process_tracks(runs, phases, checkpoint_times).items():
+        idle_s = trailing_from(idle_from(key, sorted(track.memory_by_gpu)))
+        processes.append(track.window(idle_s, end, labeler, (kinds or {}).get(track.id) or Kind(),
+                                      inference_command))
     processes.sort(key=lambda p: -p.burn_per_hour)
     host_trailing = trailing(lambda i: (
-        not any(ticks[i].holds_gpu(j) for j in range(len(ticks[i].keys)))
+        not ticks[i].use_gpu  # no process holds a GPU
         or all(idle(u) for u in util_at[i].values())))
     return Analysis(
         window_s=window, start=start, end=end, price=price, catalog=catalog,
