@@ -20,7 +20,10 @@ tick in steady state, split by thread (named) and by part (NVML read, /proc read
 analysis, rules + phase balances, store write, API: one /v1/now per tick, as a connected client
 asks, split into the document and its JSON body), the floor measured in the same process
 while the workloads run (the same NVML calls + pread of /proc/PID/{stat,io} of every process),
-and the ratio; then a table of all sizes.
+and the ratio; what a rules round costs over a full 30-minute window at that size (the daemon's
+own run holds only its first minute, and the rules run every [cost].evaluate_every over the
+whole window: a daemon that has run for 30 minutes pays it spread over its ticks), and the
+whole process and ratio with it; then a table of all sizes.
 The bench itself plays the connected client (`Daemon.now_body()` once per tick: the document a
 TUI asks for every second and its JSON body, which each connected client costs; only aiohttp's
 HTTP handling is not counted): the ratio is printed with that client and without it (the whole
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import dataclasses
 import json
 import os
 import random
@@ -47,6 +51,10 @@ import psutil
 import pynvml
 
 from daemon import config as config_module
+from daemon.analysis.analyzer import Analyzer
+from daemon.analysis.cost import burn
+from daemon.analysis.kinds import Kind
+from daemon.analysis.window_ticks import WINDOW_S, WindowTick, window_tick
 from daemon.runtime.daemon import Daemon
 from daemon.sources import nvml as nvml_module
 from daemon.sources.host import read_host_usage
@@ -173,6 +181,25 @@ def measure_floor(pids: list[int], gpus: int, rounds: int = 20,
                 os.close(fd)
 
 
+def full_window_round(analyzer: Analyzer, sample: Sample, kinds: dict[str, Kind],
+                      rounds: int = 3) -> float:
+    """CPU seconds of one rules round (Analyzer.analyze, median of `rounds`, this thread) over
+    a full window: `sample` as a steady host shows it at every window step for WINDOW_S, what a
+    daemon that has run for 30 minutes evaluates every [cost].evaluate_every. The daemon's own
+    run above holds only its first minute of ticks in the window."""
+    window: list[WindowTick] = []
+    for step in range(int(WINDOW_S / analyzer.window_step_s) + 1):
+        at = dataclasses.replace(sample, ts=sample.ts + step * analyzer.window_step_s)
+        window.append(window_tick(at, burn(at, analyzer.price, analyzer.thresholds),
+                                  window[-1] if window else None))
+    spent = []
+    for _ in range(rounds):
+        began = time.thread_time()
+        analyzer.analyze((window, []), {}, {}, kinds)
+        spent.append(time.thread_time() - began)
+    return statistics.median(spent)
+
+
 def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, object]:
     """Run the daemon for `ticks` ticks over `processes` workload processes; print and return
     the whole process's CPU per tick in steady state, by thread and by part, and the floor."""
@@ -293,6 +320,14 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
           f"(load average {load:.1f}); without the simulated NVML's check of which processes "
           f"are alive, which the daemon pays each tick: floor {floor[1] * 1000:.2f} ms, "
           f"{whole / floor[1]:.1f}x")
+    assert daemon.analyzer is not None and daemon.last_sample is not None
+    rules_round = full_window_round(daemon.analyzer, daemon.last_sample, dict(daemon.kinds.kinds))
+    spread = rules_round / config.cost.evaluate_every  # per 1 s tick
+    print(f"  a rules round over a full {WINDOW_S / 60:.0f}-minute window (this host's last "
+          f"sample at every window step; the run above held only its first minute): "
+          f"{rules_round * 1000:.1f} ms every {config.cost.evaluate_every:g} s, "
+          f"{spread * 1000:.2f} ms a tick; whole process with it: {(whole + spread) * 1000:.2f} "
+          f"ms, {(whole + spread) / floor[0]:.1f}x the floor")
     reads, began = 2000, time.thread_time()
     for _ in range(reads):
         read_host_usage()
@@ -303,6 +338,8 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
             "floor_ms": floor[0] * 1000, "ratio": whole / floor[0],
             "floor_without_liveness_ms": floor[1] * 1000,
             "whole_without_client_ms": alone * 1000, "ratio_without_client": alone / floor[0],
+            "rules_full_window_round_ms": rules_round * 1000,
+            "whole_with_full_window_ms": (whole + spread) * 1000,
             "threads_ms": {name: spent * 1000 for name, spent in
                            sorted(groups.items(), key=lambda kv: kv[1], reverse=True)},
             "each_thread_ms": {name: spent * 1000 for name, spent in top},
@@ -314,14 +351,18 @@ def table(rows: list[dict[str, object]]) -> None:
     """The sizes side by side, as the issue compares them."""
     print()
     print(f"{'GPUs x procs':>13} | {'whole ms/tick':>13} | {'floor ms':>8} | {'ratio':>6} | "
-          f"{'no client':>9} | {'load':>5} | top threads")
+          f"{'no client':>9} | {'30-min window':>13} | {'load':>5} | top threads")
     for row in rows:
-        threads = row["threads_ms"]
+        threads, with_window, floor = (row["threads_ms"], row["whole_with_full_window_ms"],
+                                       row["floor_ms"])
         assert isinstance(threads, dict)
+        assert isinstance(with_window, float) and isinstance(floor, float)
         tops = ", ".join(f"{n} {v:.1f}" for n, v in list(threads.items())[:3])
         print(f"{row['gpus']:>5} x {row['procs']:<5} | {row['whole_ms']:>13.2f} | "
               f"{row['floor_ms']:>8.2f} | {row['ratio']:>5.1f}x | "
-              f"{row['ratio_without_client']:>8.1f}x | {row['load_average']:>5.1f} | "
+              f"{row['ratio_without_client']:>8.1f}x | "
+              f"{with_window / floor:>12.1f}x | "
+              f"{row['load_average']:>5.1f} | "
               f"{tops}")
 
 
