@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-import grpc
+from daemon.sources.podresources import import_grpc
 
 
 def _varint(value: int) -> bytes:
@@ -52,9 +53,12 @@ def list_response(pods: list[tuple[str, str, list[tuple[str, list[str]]]]]) -> b
 @contextmanager
 def pod_resources_server(socket_path: Path, response: bytes) -> Iterator[list[bytes]]:
     """Serve `response` to every List call; yields the requests received."""
+    # loaded as the daemon loads it, with gRPC's fork support off: the tests start daemons and
+    # Prometheus with a preexec_fn (a fork) while this server's threads run
+    grpc = import_grpc()
     requests: list[bytes] = []
 
-    def list_pods(request: bytes, context: grpc.ServicerContext) -> bytes:
+    def list_pods(request: bytes, context: Any) -> bytes:
         requests.append(request)
         return response
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,36 @@ LIST_METHOD = "/v1.PodResourcesLister/List"
 CALL_TIMEOUT_S = 1.0
 REFRESH_S = 5.0  # List at most this often (it walks every pod on the node)
 MAX_RESPONSE_BYTES = 16 << 20
+_GRPC_FORK_SUPPORT = "GRPC_ENABLE_FORK_SUPPORT"
+
+
+def import_grpc() -> Any:
+    """grpcio, loaded with its fork support off.
+
+    The daemon starts children with a `preexec_fn` (the simulated host's workloads, the command
+    `mlcostd profile` runs), which means fork() rather than vfork(). With gRPC's fork support on
+    (its default), fork() runs gRPC's handlers, which start its poller threads again in the
+    child; they then find the descriptors the child closes before exec gone ("epoll_wait error:
+    Bad file descriptor") and the child may never become the program it was to run. Nothing here
+    uses gRPC in a forked child, so the support is off. grpcio reads the setting once, when it
+    loads; the variable is put back afterwards so the children's environment is the user's, and
+    a value the user set is kept."""
+    if "grpc" not in sys.modules and os.environ.get(_GRPC_FORK_SUPPORT) is None:
+        os.environ[_GRPC_FORK_SUPPORT] = "false"
+        try:
+            return _load_grpc()
+        finally:
+            del os.environ[_GRPC_FORK_SUPPORT]
+    return _load_grpc()
+
+
+def _load_grpc() -> Any:
+    try:
+        import grpc
+    except ImportError:
+        raise RuntimeError("grpcio is not installed (pip install 'mlcost[kubernetes]')") \
+            from None
+    return grpc
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +206,7 @@ class PodResources:
             return self._devices
 
     def _call(self) -> bytes:
-        try:
-            import grpc
-        except ImportError:
-            raise RuntimeError("grpcio is not installed (pip install 'mlcost[kubernetes]')") \
-                from None
+        grpc = import_grpc()
         options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
                    ("grpc.enable_http_proxy", 0)]
         with grpc.insecure_channel(f"unix://{self.socket_path}", options=options) as channel:

@@ -4,6 +4,9 @@ workers; a missing socket or a broken answer is a status, never an exception."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import kubelet
@@ -13,6 +16,7 @@ from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import Allocation, PodResources, parse_list_response
 
 CGROUPS = Path(__file__).parent / "fixtures" / "cgroups"
+ROOT = Path(__file__).resolve().parents[2]
 GPU0, GPU1, GPU2 = (f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3))
 POD_UID = "8e3b1a2c-4f5d-4e6a-9b7c-1d2e3f4a5b6c"
 TRAINER = "06ea17a8981d25b0315ff17bd1ebad3d95c15a3f8b764eaadb93612d9b61a54e"
@@ -113,3 +117,39 @@ def test_a_process_on_a_gpu_time_sliced_within_one_namespace_gets_the_namespace_
         assert "pod" not in owner and "container" not in owner  # which replica is unknown
         assert owner.get("namespace") == namespace
         assert owner["pod_uid"] == POD_UID
+
+
+# In a process of its own: gRPC loaded as the daemon loads it, a kubelet server and a call to it
+# (gRPC's threads running), then a fork as a Popen with a preexec_fn does; the child counts its
+# threads where it would exec.
+_FORK_WHILE_GRPC_RUNS = """
+import os, sys
+from pathlib import Path
+import kubelet
+from daemon.sources.podresources import PodResources
+with kubelet.pod_resources_server(Path(sys.argv[1]), b"") as requests:
+    client = PodResources(sys.argv[1])
+    client.allocation(("GPU-x",))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, str(len(os.listdir("/proc/self/task"))).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print(client.status, len(requests), os.read(read, 16).decode(),
+          os.environ.get("GRPC_ENABLE_FORK_SUPPORT"))
+"""
+
+
+def test_a_fork_while_grpc_runs_starts_no_grpc_threads_in_the_child(tmp_path):
+    # With gRPC's fork support on (its default), its fork handler starts its pollers again in
+    # the child (6-7 threads here), which then race the child closing its descriptors before
+    # exec: a Prometheus started so in tests/deploy/test_fleet.py once never ran.
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    out = subprocess.run([sys.executable, "-c", _FORK_WHILE_GRPC_RUNS,
+                          str(tmp_path / "kubelet.sock")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    # asked and answered, one thread in the child, and the variable gone again from the
+    # process's environment (the children it starts get the user's)
+    assert out.stdout.split() == ["ok", "1", "1", "None"], out.stderr
