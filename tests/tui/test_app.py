@@ -44,7 +44,9 @@ async def test_live_host_keys_and_screens(live_daemon):
     async with app.run_test(size=(160, 48)) as pilot:
         gpus, procs = app.query_one(GpuPanel), app.query_one(ProcessPanel)
         await pilot_wait_for(pilot, lambda: gpus.row_count == 1 and procs.row_count >= 1)
-        assert "idle-host" in header_text(app) and "● live" in header_text(app)
+        header = header_text(app)
+        # answering: live, or slow on a loaded machine (tests/tui/test_header_price.py)
+        assert "idle-host" in header and ("● live" in header or "● slow daemon" in header)
         key = procs.selected_key
         assert key is not None and key.count(":") == 1
         # sort < > in on-screen column order, and invert

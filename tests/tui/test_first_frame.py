@@ -51,7 +51,9 @@ async def test_the_first_frame_has_the_prefetched_figures(running):
         # no pause, no poll: on_mount rendered it
         assert app.query_one(GpuPanel).row_count == 1
         header = str(app.query_one(HeaderPanel).render())
-        assert "burn $" in header and "● live" in header and "connecting" not in header
+        # answering: live, or slow on a loaded machine (tests/tui/test_header_price.py)
+        assert "burn $" in header and ("● live" in header or "● slow daemon" in header)
+        assert "connecting" not in header
         assert app.first_data_at is not None
 
 

@@ -1,5 +1,6 @@
 """The header's stale-price badge: shown when the daemon says its price may be stale (the
-price's `warning` in /v1/now), with the command that refreshes it; absent otherwise."""
+price's `warning` in /v1/now), with the command that refreshes it; absent otherwise. And the
+connection's state beside it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ import pytest
 from daemon.wire import Now
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import HostSnapshot, SnapshotArrived
-from mlcost_tui.panels.header import HeaderPanel, price_warning, stale_price_badge, target_label
-from tests.tui.fixtures import TS, StubClient, now_document
+from mlcost_tui.panels.header import (
+    HeaderPanel,
+    connection_text,
+    price_warning,
+    stale_price_badge,
+    target_label,
+)
+from mlcost_tui.thresholds import SLOW_RESPONSE_S
+from tests.tui.fixtures import TS, StubClient, now_document, snapshot
 
 WARNING = ("aws/us-east-1/p4d.24xlarge on-demand price $32.7726/h may be wrong: it predates a "
            "known price cut; run `mlcostd prices --refresh aws --region us-east-1 --instance "
@@ -65,3 +73,18 @@ async def test_the_header_shows_the_badge_only_for_a_stale_price(warned):
     ("1234:soon", "1234:soon"), ("process:", "process:"), ("http://a:80", "http://a:80")])
 def test_an_alert_s_target_in_words(target, label):
     assert target_label(target) == label
+
+
+def test_the_connection_reads_live_slow_or_gone_by_the_last_answer():
+    # The live-daemon tests accept live or slow (how fast a daemon answers on a loaded machine
+    # is not theirs to say); which one a given answer time shows is decided here.
+    answered = snapshot()
+    quick = dataclasses.replace(answered, latency_s=SLOW_RESPONSE_S / 2)
+    slow = dataclasses.replace(answered, latency_s=SLOW_RESPONSE_S + 0.5)
+    gone = dataclasses.replace(answered, now=None, error="connection refused")
+    assert connection_text(None, False, None).plain == "● connecting…"
+    assert connection_text(quick, False, None).plain == "● live"
+    took = f"{SLOW_RESPONSE_S + 0.5:.1f}s"
+    assert connection_text(slow, False, None).plain == f"● slow daemon ({took})"
+    assert connection_text(gone, False, 4.0).plain == "✕ no daemon · retrying in 4s"
+    assert connection_text(quick, True, None).plain == "● live  ⏸ PAUSED (p to resume)"
