@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, compress, filterfalse, repeat
 from math import isnan
-from operator import add, gt, itemgetter, lt, sub
+from operator import add, attrgetter, gt, itemgetter, lt, sub
 from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
@@ -178,12 +178,13 @@ SHORT_RUN = 4
 
 class _Run:
     """Consecutive ticks ticks[start:stop] whose process columns line up: the same keys, parents
-    and GPU uses, so a process is at the same position j at each of them. Each column of the
-    run's ticks is joined into one sequence (tick after tick), where a process's readings over
-    the run are one strided view (`of`), read and summed at C speed, not tick by tick: the rules
+    and GPU uses, so a process is at the same position j at each of them. A column of the
+    run's ticks joined into one sequence (tick after tick) holds a process's readings over the
+    run as one strided view (`of`), read and summed at C speed, not tick by tick: the rules
     read each tick at ~60 evaluations, and a steady host makes a few runs of a window's 361
     ticks (WindowTick shares the keys and parents tuples with the tick before when they did not
-    change)."""
+    change). Each column is joined by the pass over the run's processes that reads it
+    (`_add_run`) and dropped after it: at 256 processes a window's columns together are ~6 MB."""
 
     def __init__(self, ticks: Sequence[WindowTick], start: int,
                  positions: dict[ProcessKey, int], children: dict[int, list[int]]) -> None:
@@ -198,29 +199,18 @@ class _Run:
     def ts(self) -> array[float]:
         return array("d", [t.ts for t in self.ticks])
 
-    @cached_property
-    def numbers(self) -> memoryview[float]:
-        return _joined(t.numbers for t in self.ticks)
+    def joined(self, column: Callable[[WindowTick], array[float]]) -> memoryview[float]:
+        """A column of its ticks (`attrgetter("util_mean")`, ...), one after the other."""
+        return _joined(map(column, self.ticks))
 
-    @cached_property
-    def util_mean(self) -> memoryview[float]:
-        return _joined(t.util_mean for t in self.ticks)
-
-    @cached_property
-    def gpm_mean(self) -> memoryview[float]:
-        return _joined(t.gpm_mean for t in self.ticks)
-
-    @cached_property
-    def own_sm(self) -> memoryview[float]:
-        return _joined(t.own_sm for t in self.ticks)
-
-    @cached_property
-    def use_memory(self) -> memoryview[float]:
-        return _joined(t.use_memory for t in self.ticks)
-
-    @cached_property
-    def in_d(self) -> bytes:
-        return b"".join(t.in_d for t in self.ticks)
+    def field(self, offset: int) -> memoryview[float]:
+        """One of the processes' numbers (WRITE, BURN, ...) at its ticks, one after the other:
+        `width` a tick. (Sliced tick by tick: ~0.5 ms at 256 processes over 361 ticks, where
+        joining all four and slicing once costs a 3 MB column, measured.)"""
+        joined = bytearray()
+        for t in self.ticks:
+            joined += t.numbers[offset::NUMBERS]  # (each slice dropped at once)
+        return memoryview(joined).cast("d")
 
     @cached_property
     def gpm(self) -> bool:
@@ -236,9 +226,15 @@ class _Run:
 
 def _joined(columns: Iterable[array[float]]) -> memoryview[float]:
     """The columns of a run's ticks, one after the other, as one sequence of doubles: a view of
-    the one copy (at 256 processes a window's numbers are 3 MB; copying them again into an
-    array cost ~1 ms more, most of it page faults, measured)."""
+    the one copy (copying a window's numbers, 3 MB at 256 processes, again into an array cost
+    ~1 ms more, most of it page faults, measured)."""
     return memoryview(b"".join(columns)).cast("d")
+
+
+def _kept(view: memoryview[float]) -> array[float]:
+    """A process's readings of a joined column, copied out to be kept past the column's pass
+    (a view would keep the whole column)."""
+    return array("d", view.tobytes())
 
 
 def _same_layout(a: WindowTick, b: WindowTick) -> bool:
@@ -330,9 +326,10 @@ def _steady(column: Sequence[float]) -> bool:
 
 class _ProcessTrack:
     """One GPU process over the window, gathered run by run, oldest first: what its
-    ProcessWindow is made of. `add_tick` and `add_run` gather the same readings, tick by tick
-    and by columns; what depends on the order of the ticks (first and last I/O counters, write
-    bursts, the SM signal by time) is kept in order, so both give the same window."""
+    ProcessWindow is made of. `add_tick` and the `add_run_*` passes gather the same readings,
+    tick by tick and by columns; what depends on the order of the ticks (first and last I/O
+    counters, write bursts, the SM signal by time) is kept in order, so both give the same
+    window. What it keeps of a run's columns is copied out (`_kept`), not viewed."""
 
     def __init__(self, key: ProcessKey, id: str, phases: Mapping[str, Any],
                  checkpoints: list[float] | None) -> None:
@@ -363,16 +360,6 @@ class _ProcessTrack:
         # merge), and whether its last tick was in one.
         self.bursts: list[float] = []
         self.in_burst = False
-
-    def add(self, run: _Run, me: int) -> None:
-        """Its readings at the run's ticks, where it is the me-th process."""
-        workers = run.children.get(self.key[0])  # its children, if any
-        self.last = (run.ticks[-1], me)
-        if len(run.ticks) < SHORT_RUN:
-            for s in run.ticks:
-                self.add_tick(s, me, workers)
-        else:
-            self.add_run(run, me, workers)
 
     def add_tick(self, s: WindowTick, me: int, workers: list[int] | None) -> None:
         """Its readings at one tick (WindowTick: NaN for None; byte counts below 2**53 are
@@ -424,56 +411,82 @@ class _ProcessTrack:
             else:
                 self.in_burst = False
 
-    def add_run(self, run: _Run, me: int, workers: list[int] | None) -> None:
-        """Its readings at the run's ticks, by columns: the same as add_tick at each."""
-        s = run.ticks[0]
-        first, past = s.use_first[me], s.use_first[me + 1]
-        mem_by_gpu = self.memory_by_gpu
-        for use in range(first, past):
-            top = _highest(run.of(run.use_memory, use, run.uses))
-            used = 0 if top is None else int(top)
-            held_index = s.use_gpu[use]
-            most = mem_by_gpu.get(held_index, 0)
-            mem_by_gpu[held_index] = used if used > most else most
-        self.ts += run.ts
-        utils = run.of(run.util_mean, me, run.width)
+    # add_run_*: its readings at a run's ticks, by columns, each method reading one column for
+    # every process before the next is joined (_add_run); together the same as add_tick at each.
+
+    def add_run_burn(self, run: _Run, burns: memoryview[float], me: int) -> None:
+        """Its burn at each tick (`burns`: the run's burns, run.field(BURN))."""
+        self.burn_rates.runs.append(_kept(run.of(burns, me, run.width)))
+
+    def add_run_io(self, run: _Run, writes: memoryview[float] | None,
+                   tree: Sequence[int]) -> None:
+        """Its tree's I/O counters, and their writes unless its checkpoints are known (`writes`:
+        the run's write counters, run.field(WRITE); None when no process needs them)."""
+        self._add_counter(run, tree, IOWAIT, self.io_first, self.io_last)
+        self._add_counter(run, tree, READ, self.read_first, self.read_last)
+        if self.checkpoints is None:
+            assert writes is not None
+            self._add_run_writes(run, writes, tree)
+
+    def add_run_utils(self, run: _Run, util_mean: memoryview[float], me: int) -> None:
+        """The mean utilization of its GPUs at each tick, and how often it was low."""
+        utils = _kept(run.of(util_mean, me, run.width))
         self.utils.runs.append(utils)
         self.low += sum(map(lt, utils, repeat(WELL_USED_UTILIZATION_PCT)))  # (NaN: not low)
-        activity = run.of(run.gpm_mean, me, run.width)
-        if run.gpm and not isnan(sum(activity)):  # GPM at each tick
-            self.sms.runs.append(activity)
+
+    def add_run_signal(self, run: _Run, gpm_mean: memoryview[float] | None,
+                       own_sm: memoryview[float] | None, me: int) -> bool:
+        """Its SM signal: GPM SM activity where its GPUs report it, else its own SM share
+        (`gpm_mean`: None where no GPU reports GPM in the run). False, with nothing added, where
+        it needs `own_sm` and that is None."""
+        activity = run.of(gpm_mean, me, run.width) if gpm_mean is not None else None
+        if activity is not None and not isnan(sum(activity)):  # GPM at each tick
+            self.sms.runs.append(_kept(activity))
             self.signal.frombytes(activity.tobytes())
-        elif not run.gpm:  # none
-            own = run.of(run.own_sm, me, run.width)
-            self.own_sm.runs.append(own)
+        elif own_sm is None:
+            return False
+        elif activity is None:  # none
+            own = run.of(own_sm, me, run.width)
+            self.own_sm.runs.append(_kept(own))
             self.signal.frombytes(own.tobytes())
         else:
-            own = run.of(run.own_sm, me, run.width)
+            own = run.of(own_sm, me, run.width)
             self.sms.runs.append(array("d", filterfalse(isnan, activity)))
             self.own_sm.runs.append(array("d", compress(own, map(isnan, activity))))
             self.signal.extend(own_share if isnan(gpm) else gpm
                                for gpm, own_share in zip(activity, own, strict=True))
-        self.burn_rates.runs.append(run.of(run.numbers, NUMBERS * me + BURN, NUMBERS * run.width))
-        tree = (me, *workers) if workers else (me,)
-        if workers:
-            columns = [run.in_d[t::run.width] for t in tree]
+        self.ts += run.ts
+        return True
+
+    def add_run_memory(self, run: _Run, use_memory: memoryview[float], me: int) -> None:
+        """The most memory it held on each of its GPUs."""
+        s = run.ticks[0]
+        mem_by_gpu = self.memory_by_gpu
+        for use in range(s.use_first[me], s.use_first[me + 1]):
+            top = _highest(run.of(use_memory, use, run.uses))
+            used = 0 if top is None else int(top)
+            held_index = s.use_gpu[use]
+            most = mem_by_gpu.get(held_index, 0)
+            mem_by_gpu[held_index] = used if used > most else most
+
+    def add_run_d(self, run: _Run, in_d: bytes, me: int, tree: Sequence[int]) -> None:
+        """The ticks at which a thread of it or of its children was in D state."""
+        if len(tree) > 1:
+            columns = [in_d[t::run.width] for t in tree]
             self.d_ticks += sum(map(any, zip(*columns, strict=True)))
         else:
-            in_d = run.in_d[me::run.width]
-            self.d_ticks += len(in_d) - in_d.count(0)
-        self._add_counter(run, tree, IOWAIT, self.io_first, self.io_last)
-        self._add_counter(run, tree, READ, self.read_first, self.read_last)
-        if self.checkpoints is None:
-            self._add_run_writes(run, tree)
+            mine = in_d[me::run.width]
+            self.d_ticks += len(mine) - mine.count(0)
 
-    def _add_run_writes(self, run: _Run, tree: Sequence[int]) -> None:
+    def _add_run_writes(self, run: _Run, writes_at: memoryview[float], tree: Sequence[int],
+                        ) -> None:
         """Its tree's writes at the run's ticks (add_tick's `written`): the growth of the sum of
         the counters that only grew (exact: byte counts below 2**53), plus the clamped growth
         of the others."""
         keys = run.ticks[0].keys
         if len(tree) == 1:  # (most processes have no children)
             tree_key = keys[tree[0]]
-            writes = run.of(run.numbers, NUMBERS * tree[0] + WRITE, NUMBERS * run.width)
+            writes = run.of(writes_at, tree[0], run.width)
             before = self.prev_written.get(tree_key)
             if not isnan(sum(writes)):
                 self.prev_written[tree_key] = writes[-1]
@@ -495,7 +508,7 @@ class _ProcessTrack:
         others: list[list[float]] = []
         for t in tree:
             tree_key = keys[t]
-            writes = run.of(run.numbers, NUMBERS * t + WRITE, NUMBERS * run.width)
+            writes = run.of(writes_at, t, run.width)
             before = self.prev_written.get(tree_key)
             if _steady(writes):
                 steady.append(writes)
@@ -578,19 +591,22 @@ class _ProcessTrack:
         each process of the tree; one first read here goes in where add_tick would put it (by
         tick, then place in the tree)."""
         new = []
-        numbers, stride = run.numbers, NUMBERS * run.width
+        ticks = run.ticks
         for place, t in enumerate(tree):
-            readings = range(NUMBERS * t + offset, len(numbers), stride)  # where, tick by tick
+            at = NUMBERS * t + offset
             # (a counter is read at nearly every tick: both searches stop at once)
-            opened = next((at for at in readings if not isnan(numbers[at])), None)
+            opened = next((i for i, tick in enumerate(ticks) if not isnan(tick.numbers[at])),
+                          None)
             if opened is None:
                 continue  # never read in this run
-            closed = next(at for at in reversed(readings) if not isnan(numbers[at]))
-            tree_key = run.ticks[0].keys[t]
+            closed = next(i for i in range(len(ticks) - 1, -1, -1)
+                          if not isnan(ticks[i].numbers[at]))
+            tree_key = ticks[0].keys[t]
             if tree_key in last:
-                last[tree_key] = numbers[closed]
+                last[tree_key] = ticks[closed].numbers[at]
             else:
-                new.append((opened // stride, place, tree_key, numbers[opened], numbers[closed]))
+                new.append((opened, place, tree_key, ticks[opened].numbers[at],
+                            ticks[closed].numbers[at]))
         for _, _, tree_key, opening, closing in sorted(new, key=itemgetter(0, 1)):
             first[tree_key] = opening
             last[tree_key] = closing
@@ -604,6 +620,7 @@ def _process_tracks(runs: Sequence[_Run], phases: Mapping[Any, Mapping[str, Any]
     tracks: dict[ProcessKey, _ProcessTrack] = {}
     for run in runs:
         use_first = run.ticks[0].use_first
+        members: list[tuple[_ProcessTrack, int]] = []  # the run's GPU processes and their js
         for key, j in run.positions.items():
             if use_first[j + 1] > use_first[j]:  # it holds a GPU
                 track = tracks.get(key)
@@ -618,8 +635,56 @@ def _process_tracks(runs: Sequence[_Run], phases: Mapping[Any, Mapping[str, Any]
                            [] if OUTPUT in proc_phases and CHECKPOINT not in proc_phases else
                            None)
                     track = tracks[key] = _ProcessTrack(key, pid_id, proc_phases, cps)
-                track.add(run, j)
+                track.last = (run.ticks[-1], j)
+                members.append((track, j))
+        if len(run.ticks) < SHORT_RUN:
+            for track, j in members:
+                workers = run.children.get(track.key[0])  # its children, if any
+                for s in run.ticks:
+                    track.add_tick(s, j, workers)
+        else:
+            _add_run(run, members)
     return tracks
+
+
+def _add_run(run: _Run, members: Sequence[tuple[_ProcessTrack, int]]) -> None:
+    """The run's readings of its GPU processes (track, j), column by column: each column is
+    joined, read for every process, and dropped before the next is joined. (Each process's
+    readings of one column go to its own state, so the order of the passes does not matter.)"""
+    trees = [(track, j, (j, *workers) if (workers := run.children.get(track.key[0])) else (j,))
+             for track, j in members]  # (with its children's js)
+    # The SM signal first, while little is kept: GPM where the GPUs report it, else the
+    # processes' own SM shares; both only for a process with GPM at some of the ticks.
+    gpm_mean = run.joined(attrgetter("gpm_mean")) if run.gpm else None
+    own_sm = None if run.gpm else run.joined(attrgetter("own_sm"))
+    mixed = []  # (those with GPM at some of the run's ticks only)
+    for track, j, _ in trees:
+        if not track.add_run_signal(run, gpm_mean, own_sm, j):
+            mixed.append((track, j))
+    if mixed:
+        own_sm = run.joined(attrgetter("own_sm"))
+        for track, j in mixed:
+            track.add_run_signal(run, gpm_mean, own_sm, j)
+    del gpm_mean, own_sm
+    burns = run.field(BURN)
+    for track, j, _ in trees:
+        track.add_run_burn(run, burns, j)
+    del burns
+    writes = run.field(WRITE) if any(t.checkpoints is None for t, _ in members) else None
+    for track, _, tree in trees:
+        track.add_run_io(run, writes, tree)
+    del writes
+    util_mean = run.joined(attrgetter("util_mean"))
+    for track, j, _ in trees:
+        track.add_run_utils(run, util_mean, j)
+    del util_mean
+    use_memory = run.joined(attrgetter("use_memory"))
+    for track, j, _ in trees:
+        track.add_run_memory(run, use_memory, j)
+    del use_memory
+    in_d = b"".join(t.in_d for t in run.ticks)
+    for track, j, tree in trees:
+        track.add_run_d(run, in_d, j, tree)
 
 
 def build_analysis(
