@@ -422,7 +422,7 @@ def test_the_fix_is_better_and_its_advice_gone(runs, tmp_path):
     figures = {f["name"]: f for f in result["figures"]}
     assert figures["phase.data_wait"]["verdict"] == "better", figures["phase.data_wait"]
     assert figures["phase.data_wait"]["b"] < figures["phase.data_wait"]["a"]
-    assert figures["utilization"]["verdict"] == "better"
+    assert figures["utilization"]["verdict"] == "better", figures["utilization"]
     assert figures["utilization"]["b"] > figures["utilization"]["a"]
     assert figures["cost_per_1k_steps"]["verdict"] == "better"
     assert figures["cost_per_1k_steps"]["b"] < figures["cost_per_1k_steps"]["a"]
@@ -458,7 +458,7 @@ def test_stores_compare_over_their_own_range(runs):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["a"]["ticks"] > 30 and result["b"]["ticks"] > 30
-    assert _figure(result, "utilization")["verdict"] == "better"
+    assert _figure(result, "utilization")["verdict"] == "better", _figure(result, "utilization")
 
 
 def test_snapshots_compare_over_their_own_range(runs, tmp_path):
@@ -477,7 +477,7 @@ def test_snapshots_compare_over_their_own_range(runs, tmp_path):
     for side, shot in zip((result["a"], result["b"]), shots, strict=True):
         assert (side["since"], side["until"]) == (shot.since, shot.until)
         assert 35 <= side["ticks"] <= 42
-    assert _figure(result, "utilization")["verdict"] == "better"
+    assert _figure(result, "utilization")["verdict"] == "better", _figure(result, "utilization")
 
 
 def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
