@@ -67,10 +67,14 @@ class _View:
 class LivePhases:
     """Phase balances and checkpoint times over the last `window_s`, as new as the last fact."""
 
-    def __init__(self, interval_s: float, window_s: float = WINDOW_S) -> None:
+    def __init__(self, interval_s: float, window_s: float = WINDOW_S,
+                 since: float | None = None) -> None:
+        """`since`: when it began to be handed every fact (the daemon's start: nothing of
+        its run comes before it, and what the store holds from before is a previous run's);
+        else from its first tick on."""
         self.interval_s = interval_s
         self.window_s = window_s
-        self.since: float | None = None  # the earliest time this holds every fact of
+        self.since: float | None = since  # the earliest time this holds every fact of
         self._processes: dict[ProcessId, _Process] = {}
         self._frames: dict[str, tuple[Frame, ...]] = {}  # one tuple per stack, shared
         self._forgot_at = float("-inf")

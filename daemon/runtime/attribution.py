@@ -195,7 +195,7 @@ class Attribution:
                  sampler: StackSampler | None = None, *,
                  idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT,
                  sample_always: bool = False, interval_s: float = 1.0,
-                 dump_spread_s: float = 0.0) -> None:
+                 dump_spread_s: float = 0.0, started_at: float | None = None) -> None:
         self.config = config
         # Each dump waits a random 0..dump_spread_s first (see the module doc); a test on its
         # own clock leaves it 0.
@@ -238,8 +238,9 @@ class Attribution:
         # Kind markers seen in ANY thread of a dump (a server's serve_forever runs in a thread
         # while its main thread joins): (pid, start_time) -> marker -> when last seen.
         self.frame_markers: dict[tuple[int, float], dict[str, float]] = {}
-        # each process's phase balance over the last 30 min, fed what the store is fed
-        self.phases = LivePhases(interval_s)
+        # each process's phase balance over the last 30 min, fed what the store is fed from
+        # `started_at` (the daemon's start) on
+        self.phases = LivePhases(interval_s, since=started_at)
 
     # -- per tick --------------------------------------------------------------------------
 

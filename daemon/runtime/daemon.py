@@ -434,7 +434,8 @@ class Daemon:
                                            idle_utilization_pct=self.config.idle.utilization,
                                            sample_always=self.sample_stacks_always,
                                            interval_s=self.config.daemon.interval,
-                                           dump_spread_s=self.config.daemon.interval)
+                                           dump_spread_s=self.config.daemon.interval,
+                                           started_at=self.started_at)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)

@@ -18,13 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from daemon import config as config_module
 from daemon.analysis.balance import checkpoint_times, phase_balances
 from daemon.runtime.attribution import Attribution
+from daemon.runtime.daemon import Daemon
 from daemon.sources.frames import OK, DumpResult, parse_dump
 from daemon.sources.sample import GpuUse
 from daemon.store.writer import Store
 from daemon.wire import process_key
 from tests.daemon.scripted import recording_daemon, sample
+from tests.simhost import attach_code, host_toml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pyspy"
 
@@ -132,6 +135,86 @@ def test_facts_older_than_the_window_are_dropped():
     live.on_tick(dataclasses.replace(quiet(30, t0), processes=()))  # it exited long ago
     assert live.balances(t0, t0 + 30) == {}
     assert not live.covers(t0 + 5) and live.covers(t0 + 25)  # the window moved on
+
+
+def test_it_covers_from_when_it_was_told_it_is_handed_every_fact():
+    """Given the daemon's start, it covers a range from that start before its first tick and
+    after it (nothing of the run precedes its start); without it, from the first tick only."""
+    from daemon.analysis.live_phases import LivePhases
+
+    t0 = 1_000_000.0
+    started = LivePhases(interval_s=1.0, since=t0 - 4)
+    assert started.covers(t0 - 4) and not started.covers(t0 - 6)
+    assert started.balances(t0 - 4, t0) == {}  # nothing handed yet: no balance, not a guess
+    started.on_tick(quiet(1, t0))
+    assert started.covers(t0 - 4) and not started.covers(t0 - 6)
+    assert set(started.balances(t0 - 4, t0 + 1)) == {(4242, 1000.5)}
+    first_tick = LivePhases(interval_s=1.0)
+    assert not first_tick.covers(t0 - 4)
+    first_tick.on_tick(quiet(1, t0))
+    assert first_tick.covers(t0 + 1) and not first_tick.covers(t0 - 4)
+
+
+def test_a_rules_round_since_the_start_takes_the_balances_kept_in_memory(tmp_path):
+    """A real daemon on a simulated host, a few ticks in: a rules round over its whole run so
+    far (what it evaluates every 30 s in its first 30 minutes) reads the phase balances it
+    keeps, not the store's stack samples again (a read that grew with the run: at 64
+    processes ~160 ms a round by its 9th minute)."""
+    scenario = tmp_path / "host.toml"
+    scenario.write_text('name = "quiet"\n' + host_toml(gpus=1, workloads=[
+        {"name": "held", "gpus": [0], "code": attach_code(0, 1)}]))
+    config = config_module.from_dict({
+        "daemon": {"db": str(tmp_path / "mlcost.db"), "interval": 0.2},
+        "attribution": {"stacks": False},
+        "api": {"socket": str(tmp_path / "api" / "mlcostd.sock")}}, where="test")
+    daemon = Daemon(config, simulate=str(scenario))
+    store_reads: list[tuple[float, float]] = []
+    read_store = daemon._read_attribution
+
+    def counted(since: float, until: float) -> tuple[dict, dict]:
+        store_reads.append((since, until))
+        return read_store(since, until)
+
+    daemon._read_attribution = counted  # type: ignore[method-assign]
+    found: dict[str, object] = {}
+
+    async def round_after_ticks() -> None:
+        try:
+            deadline = time.monotonic() + 60.0
+            while not (daemon.last_sample is not None and daemon.last_sample.processes
+                       and daemon.tick - daemon.first_tick >= 5):
+                assert time.monotonic() < deadline, "no GPU process recorded within 60 s"
+                await asyncio.sleep(0.05)
+            until = daemon.last_sample.ts
+            await daemon.evaluate(daemon.started_at, until)
+            live = daemon.attribution.phases
+            found["balances"] = live.balances(daemon.started_at, until)
+            found["range"] = (daemon.started_at, until)
+            found["pid"] = daemon.last_sample.processes[0].pid
+        finally:
+            daemon.request_stop()
+
+    async def main() -> int:
+        probe = asyncio.create_task(round_after_ticks())
+        code = await daemon.run()
+        await probe
+        return code
+
+    assert asyncio.run(asyncio.wait_for(main(), 120.0)) == 0
+    # (its own rounds in its first minute look 60 s back, before its start: those read the
+    # store, which may hold a previous run's samples)
+    assert [r for r in store_reads if r[0] >= daemon.started_at] == [], store_reads
+    in_memory = found["balances"]
+    assert found["pid"] in {pid for pid, _ in in_memory}  # the round had its balance
+    reader = Store.reader(str(daemon.db))  # the same as the store's record of the same range
+    try:
+        recorded = phase_balances(reader, *found["range"], 0.2)
+    finally:
+        reader.close()
+    assert set(in_memory) == set(recorded)
+    for key, mine in in_memory.items():
+        assert {p: pytest.approx(part["share"], abs=0.02) for p, part in mine.items()} == {
+            p: part["share"] for p, part in recorded[key].items()}
 
 
 def test_a_live_view_rebuilds_a_balance_on_new_facts_or_past_its_drift():
