@@ -14,6 +14,7 @@
 Targets: <= 5 ms CPU per tick, <= 64 bytes per GPU-sample, <= 50 ms for the 24 h read.
 usage: python bench/collector.py [--ticks 60] [--gpus 8] [--processes 64] [--page-cache-kib N]
        python bench/collector.py --procs 8,64,256 [--ticks 40] [--json]
+       python bench/collector.py --procs 64 --ticks 600 --every 50
 
 `--procs` runs the daemon at each size in turn and prints, per size, the whole process's CPU per
 tick in steady state, split by thread (named) and by part (NVML read, /proc read, discovery,
@@ -28,6 +29,8 @@ The bench itself plays the connected client (`Daemon.now_body()` once per tick: 
 TUI asks for every second and its JSON body, which each connected client costs; only aiohttp's
 HTTP handling is not counted): the ratio is printed with that client and without it (the whole
 process less the two API parts), the recorder on its own.
+`--every N` also prints each stretch of N ticks as it ends, whole and by part: with a long run,
+what grows as the daemon ages (a rules round's window fills over its first 30 minutes).
 """
 
 from __future__ import annotations
@@ -200,9 +203,22 @@ def full_window_round(analyzer: Analyzer, sample: Sample, kinds: dict[str, Kind]
     return statistics.median(spent)
 
 
-def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, object]:
+def stretch_line(ticks: int, spent: tuple[float, float], parts: tuple[dict[str, float],
+                 dict[str, float]], count: int) -> str:
+    """One stretch of `count` ticks ending at tick `ticks`: the whole process's CPU per tick
+    (`spent`, process CPU at its start and end) and the parts' (their totals at both ends)."""
+    whole = (spent[1] - spent[0]) / count * 1000
+    by_part = ", ".join(f"{part} {(parts[1].get(part, 0.0) - parts[0].get(part, 0.0)) / count * 1000:.2f}"
+                        for part in PART_NAMES)
+    return f"  ticks {ticks - count + 1}-{ticks}: whole {whole:.2f} ms a tick; {by_part}"
+
+
+def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
+              every: int = 0) -> dict[str, object]:
     """Run the daemon for `ticks` ticks over `processes` workload processes; print and return
-    the whole process's CPU per tick in steady state, by thread and by part, and the floor."""
+    the whole process's CPU per tick in steady state, by thread and by part, and the floor.
+    `every` > 0: also print the CPU per tick, whole and by part, of each stretch of that many
+    ticks as it ends (what grows with the daemon's age shows)."""
     scenario = work / f"bench-{processes}.toml"
     scenario.write_text(scenario_text(gpus, processes))
     config = config_module.from_dict({
@@ -247,9 +263,17 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path) -> dict[str, ob
         parts.wrap(daemon, "now_body", "API body")  # less the document it builds inside
         wrapped.append(True)
 
+    stretch: list[tuple[float, dict[str, float]]] = []  # at the last stretch's end
+
     def measured_tick() -> None:
         if not wrapped:
             wrap_late()
+        if every and len(tick_cpu) % every == 0:
+            stretch.append((time.process_time(), parts.copy()))
+            if len(stretch) > 1:
+                (cpu0, parts0), (cpu1, parts1) = stretch[-2], stretch[-1]
+                print(stretch_line(len(tick_cpu), (cpu0, cpu1), (parts0, parts1), every),
+                      flush=True)
         start = time.thread_time()
         if len(tick_cpu) in (10, ticks - 1):
             steady_cpu.append(time.process_time())
@@ -473,6 +497,10 @@ def main() -> int:
                         help="process counts to run the daemon at, one after the other (e.g. "
                              "8,64,256): prints the CPU per tick, by thread and by part, the "
                              "floor and the ratio for each, and skips the store figures")
+    parser.add_argument("--every", type=int, default=0, metavar="N",
+                        help="also print the CPU per tick, whole and by part, of every N "
+                             "ticks as they end: with a long --ticks, what grows as the daemon "
+                             "ages (its window fills over 30 min)")
     parser.add_argument("--json", action="store_true",
                         help="with --procs: also print one JSON line of the figures, for "
                              "tracking")
@@ -489,12 +517,12 @@ def main() -> int:
                 sizes = [int(n) for n in args.procs.split(",") if n.strip()]
             except ValueError:
                 parser.error(f"--procs {args.procs!r}: give process counts like 8,64,256")
-            rows = [tick_cost(args.ticks, args.gpus, n, work) for n in sizes]
+            rows = [tick_cost(args.ticks, args.gpus, n, work, args.every) for n in sizes]
             table(rows)
             if args.json:
                 print(json.dumps({"bench": "collector", "sizes": rows}))
             return 0
-        tick_cost(args.ticks, args.gpus, args.processes, work)
+        tick_cost(args.ticks, args.gpus, args.processes, work, args.every)
         bytes_per_row(args.gpus, args.processes, work)
         history_read(args.gpus, work)
         full_store_writes(args.gpus, args.processes, work, args.page_cache_kib)
