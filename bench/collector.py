@@ -203,13 +203,19 @@ def full_window_round(analyzer: Analyzer, sample: Sample, kinds: dict[str, Kind]
     return statistics.median(spent)
 
 
+def parts_per_tick(before: dict[str, float], after: dict[str, float],
+                   ticks: int) -> dict[str, float]:
+    """Each part's CPU seconds per tick between two of Parts' copies `ticks` ticks apart."""
+    return {part: (after.get(part, 0.0) - before.get(part, 0.0)) / ticks for part in PART_NAMES}
+
+
 def stretch_line(ticks: int, spent: tuple[float, float], parts: tuple[dict[str, float],
                  dict[str, float]], count: int) -> str:
     """One stretch of `count` ticks ending at tick `ticks`: the whole process's CPU per tick
     (`spent`, process CPU at its start and end) and the parts' (their totals at both ends)."""
     whole = (spent[1] - spent[0]) / count * 1000
-    by_part = ", ".join(f"{part} {(parts[1].get(part, 0.0) - parts[0].get(part, 0.0)) / count * 1000:.2f}"
-                        for part in PART_NAMES)
+    by_part = ", ".join(f"{part} {spent_s * 1000:.2f}"
+                        for part, spent_s in parts_per_tick(*parts, count).items())
     return f"  ticks {ticks - count + 1}-{ticks}: whole {whole:.2f} ms a tick; {by_part}"
 
 
@@ -324,8 +330,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
         name = names.get(tid) or "exited thread"
         by_thread[name] = by_thread.get(name, 0.0) + (
             threads_at[1][tid] - threads_at[0].get(tid, 0.0)) / steady_ticks
-    by_part = {part: (parts_at[1].get(part, 0.0) - parts_at[0].get(part, 0.0)) / steady_ticks
-               for part in PART_NAMES}
+    by_part = parts_per_tick(parts_at[0], parts_at[1], steady_ticks)
     by_part["other"] = max(0.0, whole - sum(by_part.values()))
     top = sorted(by_thread.items(), key=lambda kv: kv[1], reverse=True)
     groups: dict[str, float] = {}  # threads of one kind together: psutil counts 10 ms steps
