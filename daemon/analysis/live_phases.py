@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
-from daemon.analysis.phase_balance import SampleSplit, StackSample, balance_of, sample_split
+from daemon.analysis.phase_balance import (
+    NO_SAMPLES,
+    SampleSplit,
+    SampleTally,
+    StackSample,
+    balance_of,
+    sample_split,
+)
 from daemon.analysis.window_ticks import WINDOW_S
 from daemon.sources.frames import Frame
 from daemon.sources.sample import Sample
@@ -29,7 +37,6 @@ FORGET_EVERY_S = 10.0  # facts past the window are dropped this often (memory, n
 
 ProcessId = tuple[int, float]  # (pid, start_time)
 KEEP_MARGIN_S = 1e-3  # a kept balance is looked at again this much before it may run out
-NO_SAMPLES = SampleSplit()
 
 
 @dataclass
@@ -39,11 +46,13 @@ class _Process:
     last_with_gpu: float | None = None  # the last tick it held a GPU
     # low-utilization windows: [started_at, ended_at or None while open]
     windows: list[list[float | None]] = field(default_factory=list)
-    samples: deque[StackSample] = field(
-        default_factory=lambda: deque(maxlen=MAX_SAMPLES_PER_PROCESS))
-    # the split of the samples last asked for, by (first, last, count): computed once per
-    # new sample, not once per tick (the time arithmetic is per tick)
-    split: tuple[tuple[float, float, int], SampleSplit] | None = None
+    samples: deque[StackSample] = field(default_factory=deque)  # in time order
+    # what a split needs of `samples`, kept as they come and go: a split costs the process's
+    # phases and stacks, not its samples (up to MAX_SAMPLES_PER_PROCESS each)
+    tally: SampleTally = field(default_factory=SampleTally)
+    # the split last asked for, by (the tally's version, samples left out before and after
+    # the range asked for): computed once per new sample, not once per tick
+    split: tuple[tuple[int, int, int], SampleSplit] | None = None
     facts: int = 0  # windows and samples handed over: a change makes its balance new
     # the balance last shown with some drift allowed: (facts, held a GPU, until, balance)
     shown: tuple[int, bool, float, dict[str, Any]] | None = None
@@ -152,8 +161,19 @@ class LivePhases:
         if shared is None:
             shared = self._frames[stack_hash] = tuple(Frame(*f) for f in frames)
         proc = self._process(key, ts)
-        proc.samples.append(StackSample(
-            ts, key[0], thread_id, stack_hash, shared, phase, gpu_util or 0.0, reason or ""))
+        samples, tally = proc.samples, proc.tally
+        if len(samples) >= MAX_SAMPLES_PER_PROCESS:
+            tally.remove(samples.popleft())
+        sample = StackSample(
+            ts, key[0], thread_id, stack_hash, shared, phase, gpu_util or 0.0, reason or "")
+        if samples and ts < samples[-1].ts:  # a dump that ended after a later one: in place
+            at = len(samples)
+            while at and samples[at - 1].ts > ts:
+                at -= 1
+            samples.insert(at, sample)
+        else:
+            samples.append(sample)
+        tally.add(sample)
         proc.facts += 1
         self.version += 1
         self._dirty.add(key)
@@ -163,9 +183,9 @@ class LivePhases:
             del self._processes[key]
             self._dirty.add(key)
         for proc in self._processes.values():
-            samples = proc.samples
+            samples, tally = proc.samples, proc.tally
             while samples and samples[0].ts < horizon:
-                samples.popleft()
+                tally.remove(samples.popleft())
             while proc.windows and (proc.windows[0][1] or float("inf")) < horizon:
                 del proc.windows[0]
         # Changes no view will look at (none kept, or of processes it neither lists nor kept)
@@ -255,11 +275,26 @@ class LivePhases:
         last_seen, first_seen, gpu_at = proc.last_seen, proc.first_seen, proc.last_with_gpu
         if last_seen < since or first_seen > until:
             return None
-        samples: Sequence[StackSample] = proc.samples  # all in range, as a rule: no copy
-        if samples and (samples[0].ts < since or samples[-1].ts > until):
-            samples = [s for s in samples if since <= s.ts <= until]
+        samples = proc.samples
+        # Samples before `since` and after `until` (at either end: they come in time order);
+        # the rest are in range, the latest at `last_sample`.
+        before = after = 0
+        last_sample = samples[-1].ts if samples else None
+        if samples and samples[0].ts < since:
+            for s in samples:
+                if s.ts >= since:
+                    break
+                before += 1
+        if samples and last_sample is not None and last_sample > until:
+            last_sample = None
+            for s in reversed(samples):
+                if s.ts <= until:
+                    last_sample = s.ts
+                    break
+                after += 1
+        in_range = len(samples) - before - after
         held_gpu = gpu_at is not None and gpu_at >= since
-        if not held_gpu and not samples:
+        if not held_gpu and in_range <= 0:
             return None
         seen_s = ((last_seen if last_seen <= until else until)
                   - (first_seen if first_seen >= since else since) + self.interval_s)
@@ -273,7 +308,7 @@ class LivePhases:
                 busy = seen_s - self._low_seconds(proc, since, until)
                 if not busy > 0.0:
                     busy = 0.0
-            balance = balance_of(self._split(proc, samples), seen_s, busy)
+            balance = balance_of(self._split(proc, before, after), seen_s, busy)
             if drift > 0:
                 proc.shown = shown = (proc.facts, held_gpu, until, balance)
         if drift <= 0 or shown is None:
@@ -284,20 +319,36 @@ class LivePhases:
         length = until - since
         stays = last_seen + length
         holds = (gpu_at + length if held_gpu and gpu_at is not None
-                 else samples[-1].ts + length)
+                 else (last_sample or 0.0) + length)
         if holds < stays:
             stays = holds
         slack = until + (drift * seen_s - (until - shown[2])) / (1.0 + drift)
         return balance, (stays if stays <= slack else slack) - KEEP_MARGIN_S
 
     @staticmethod
-    def _split(proc: _Process, samples: Sequence[StackSample]) -> SampleSplit:
-        if not samples:
+    def _split(proc: _Process, before: int, after: int) -> SampleSplit:
+        """The split of `proc`'s samples but the first `before` and the last `after`: its
+        tally's, less those left out (a few: the oldest samples wait up to FORGET_EVERY_S to
+        be dropped), or a tally of those kept where most are left out."""
+        samples, tally = proc.samples, proc.tally
+        if len(samples) <= before + after:
             return NO_SAMPLES
-        which = (samples[0].ts, samples[-1].ts, len(samples))
-        if proc.split is None or proc.split[0] != which:
-            proc.split = (which, sample_split(samples))
-        return proc.split[1]
+        which = (tally.version, before, after)
+        if proc.split is not None and proc.split[0] == which:
+            return proc.split[1]
+        if not before and not after:
+            split = tally.split()
+        elif before + after <= len(samples) // 2:
+            less = tally.copy()
+            for s in islice(samples, before):
+                less.remove(s)
+            for s in islice(reversed(samples), after):
+                less.remove(s)
+            split = less.split()
+        else:
+            split = sample_split(islice(samples, before, len(samples) - after))
+        proc.split = (which, split)
+        return split
 
     @staticmethod
     def _low_seconds(proc: _Process, since: float, until: float) -> float:

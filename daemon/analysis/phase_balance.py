@@ -8,8 +8,8 @@ arithmetic only: the samples come from the store (daemon.analysis.balance) or fr
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,19 +69,132 @@ class SampleSplit:
     parts: tuple[tuple[str, float, float, list[dict[str, Any]], str], ...] = ()
 
 
-def sample_split(samples: Sequence[StackSample], *, top: int = 5) -> SampleSplit:
-    by_phase: dict[str, list[StackSample]] = {}
+NO_SAMPLES = SampleSplit()
+
+
+def sample_split(samples: Iterable[StackSample], *, top: int = 5) -> SampleSplit:
+    """The split of `samples` (SampleTally's, over them all)."""
+    tally = SampleTally()
     for s in samples:
+        tally.add(s)
+    return tally.split(top)
+
+
+# Every double is an integer multiple of 2**-1074: utilizations kept as such integers add up
+# exactly, so a tally's mean is the same whatever order its samples came and went in.
+_UTIL_EXPONENT = 1074
+
+
+def _exact_util(util: float) -> int:
+    """A sample's GPU utilization clamped to 0-100 (not a number: 0), as an exact integer count
+    of 2**-1074."""
+    u = util if 0.0 <= util <= 100.0 else (100.0 if util > 100.0 else 0.0)
+    numerator, denominator = u.as_integer_ratio()  # the denominator is a power of two
+    return numerator << (_UTIL_EXPONENT - denominator.bit_length() + 1)
+
+
+class _PhaseTally:
+    """One phase's samples in a tally: how many, their utilizations' exact sum, how many came
+    from /proc alone, and per stack its count, frames and reasons (reason -> count)."""
+
+    __slots__ = ("count", "util", "from_proc", "stacks", "frames", "reasons")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.util = 0
+        self.from_proc = 0
+        self.stacks: dict[str, int] = {}
+        self.frames: dict[str, tuple[Frame, ...]] = {}
+        self.reasons: dict[str, dict[str, int]] = {}
+
+    def copy(self) -> _PhaseTally:
+        other = _PhaseTally()
+        other.count, other.util, other.from_proc = self.count, self.util, self.from_proc
+        other.stacks, other.frames = dict(self.stacks), dict(self.frames)
+        other.reasons = {h: dict(said) for h, said in self.reasons.items()}
+        return other
+
+
+class SampleTally:
+    """What a split needs of a set of stack samples, kept as samples come and go: a caller that
+    keeps a process's samples as they arrive and age out (daemon.analysis.live_phases) adds
+    and removes each one once, and a split then costs its phases and distinct stacks, not
+    its samples. `version` changes with every sample added or removed."""
+
+    __slots__ = ("count", "phases", "version")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.phases: dict[str, _PhaseTally] = {}
+        self.version = 0
+
+    def add(self, s: StackSample) -> None:
         phase = s.phase if s.phase in _PHASE_ORDER else UNKNOWN
-        group = by_phase.get(phase)
-        if group is None:
-            by_phase[phase] = [s]
+        kept = self.phases.get(phase)
+        if kept is None:
+            kept = self.phases[phase] = _PhaseTally()
+        kept.count += 1
+        kept.util += _exact_util(s.gpu_util)
+        kept.from_proc += s.from_proc
+        stack_hash = s.stack_hash
+        n = kept.stacks.get(stack_hash)
+        if n is None:
+            kept.stacks[stack_hash] = 1
+            kept.frames[stack_hash] = s.frames
         else:
-            group.append(s)
-    return SampleSplit(tuple(
-        (phase, len(group) / len(samples),
-         sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group) / 100.0,
-         _top_stacks(group, top), _confidence(group)) for phase, group in by_phase.items()))
+            kept.stacks[stack_hash] = n + 1
+        if s.reason:
+            said = kept.reasons.setdefault(stack_hash, {})
+            said[s.reason] = said.get(s.reason, 0) + 1
+        self.count += 1
+        self.version += 1
+
+    def remove(self, s: StackSample) -> None:
+        """Take away a sample added before (the same one: its phase, stack and reason)."""
+        phase = s.phase if s.phase in _PHASE_ORDER else UNKNOWN
+        kept = self.phases[phase]
+        kept.count -= 1
+        if not kept.count:
+            del self.phases[phase]
+        else:
+            kept.util -= _exact_util(s.gpu_util)
+            kept.from_proc -= s.from_proc
+            stack_hash = s.stack_hash
+            n = kept.stacks[stack_hash] - 1
+            if n:
+                kept.stacks[stack_hash] = n
+            else:
+                del kept.stacks[stack_hash], kept.frames[stack_hash]
+            if s.reason:
+                said = kept.reasons[stack_hash]
+                left = said[s.reason] - 1
+                if left:
+                    said[s.reason] = left
+                else:
+                    del said[s.reason]
+                    if not said:
+                        del kept.reasons[stack_hash]
+        self.count -= 1
+        self.version += 1
+
+    def copy(self) -> SampleTally:
+        other = SampleTally()
+        other.count, other.version = self.count, self.version
+        other.phases = {phase: kept.copy() for phase, kept in self.phases.items()}
+        return other
+
+    def split(self, top: int = 5) -> SampleSplit:
+        """Per phase (in the order of PHASES): its share of the samples, their mean GPU
+        utilization (0-1), its top stacks, its confidence (LOW_CONFIDENCE when most of its
+        samples came from /proc without a stack)."""
+        if not self.count:
+            return NO_SAMPLES
+        return SampleSplit(tuple(
+            (phase, kept.count / self.count,
+             kept.util / (1 << _UTIL_EXPONENT) / kept.count / 100.0,
+             _top_stacks(kept, top),
+             LOW_CONFIDENCE if kept.from_proc * 2 > kept.count else HIGH_CONFIDENCE)
+            for phase, kept in sorted(self.phases.items(), key=lambda pk: _PHASE_ORDER[pk[0]])))
 
 
 def balance_of(split: SampleSplit, window_s: float,
@@ -121,11 +234,6 @@ def balance_of(split: SampleSplit, window_s: float,
             for _, _, phase, spent, idle, top_stacks, sure in rows if spent > 0}
 
 
-def _confidence(group: Sequence[StackSample]) -> str:
-    from_proc = sum(1 for s in group if s.from_proc)
-    return LOW_CONFIDENCE if group and from_proc * 2 > len(group) else HIGH_CONFIDENCE
-
-
 @dataclass(frozen=True, slots=True)
 class _Stack:
     """What the top stacks say of one stack: its frames as text, where it is (its innermost
@@ -159,30 +267,24 @@ def _stack(stack_hash: str, frames: tuple[Frame, ...]) -> _Stack:
     return stack
 
 
-def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
-    """The stacks of one phase, those of the user function with the most samples first.
+def _top_stacks(kept: _PhaseTally, top: int) -> list[dict[str, Any]]:
+    """The stacks of one phase, those of the user function with the most samples first, each
+    with its most frequent reason (the first in sort order among equals).
 
     By function before stack: work spread over a function's lines (a decode loop's
     decompress, slice and comprehension are three stacks) outweighs one cheaper stack that
     always looks the same (freeing the last result on the caller's line)."""
-    counts = Counter(s.stack_hash for s in group)
-    stack_of: dict[str, _Stack] = {}
-    for s in group:
-        if s.stack_hash not in stack_of:
-            stack_of[s.stack_hash] = _stack(s.stack_hash, s.frames)
+    stack_of = {stack_hash: _stack(stack_hash, frames)
+                for stack_hash, frames in kept.frames.items()}
     by_function: Counter[tuple[str, str] | None] = Counter()
-    for stack_hash, n in counts.items():
+    for stack_hash, n in kept.stacks.items():
         by_function[stack_of[stack_hash].function] += n
-    stacks = []
-    reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    for s in group:
-        if s.reason:
-            reasons[s.stack_hash][s.reason] += 1
-    order = sorted(counts.items(), key=lambda kv: (
+    order = sorted(kept.stacks.items(), key=lambda kv: (
         -by_function[stack_of[kv[0]].function], -kv[1], kv[0]))
+    stacks = []
     for stack_hash, n in order[:top]:
         stack = stack_of[stack_hash]
-        said = reasons.get(stack_hash)
+        said = kept.reasons.get(stack_hash)
         where = stack.where
         stacks.append({
             "stack_hash": stack_hash,
@@ -191,6 +293,6 @@ def _top_stacks(group: Sequence[StackSample], top: int) -> list[dict[str, Any]]:
             "line": where.line if where else None,
             "function": where.name if where else None,
             "samples": n,
-            "reason": said.most_common(1)[0][0] if said else None,
+            "reason": min(said, key=lambda r: (-said[r], r)) if said else None,
         })
     return stacks

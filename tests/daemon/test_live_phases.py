@@ -236,3 +236,82 @@ def test_a_live_view_rebuilds_a_balance_on_new_facts_or_past_its_drift():
     later = live.balances(t0, t0 + 103, drift=0.01)[key]  # 2 s of 103: past 1 %
     assert later is not with_sample
     assert later == live.balances(t0, t0 + 103)[key]  # what no drift gives
+
+
+@pytest.mark.parametrize("window_s, cap", [(10_000.0, 40), (20.0, 4096)])
+def test_a_balance_is_the_one_its_samples_in_range_give_as_samples_come_and_go(
+        monkeypatch, window_s, cap):
+    """The live balance keeps a tally of each process's samples as they arrive, are dropped
+    at the per-process cap, come out of order or age out of the window; over any range it
+    equals the balance worked out afresh from the samples in that range."""
+    import bisect
+    import random
+
+    from daemon.analysis import live_phases
+    from daemon.analysis.phase_balance import StackSample, phase_balance
+    from daemon.sources.frames import Frame
+
+    monkeypatch.setattr(live_phases, "MAX_SAMPLES_PER_PROCESS", cap)
+    rng = random.Random(23)
+    live = live_phases.LivePhases(interval_s=1.0, window_s=window_s)
+    t0, key = 1_000_000.0, (4242, 1000.5)
+    stacks = {f"h{i}": [(f"fn{i}", rng.choice(["loader.py", "train.py", "<proc>"]), i)]
+              for i in range(6)}
+    held: list = []  # what the cap leaves, in time order (no forgetting in the first case)
+    for i in range(1, 120):
+        tick = dataclasses.replace(quiet(i, t0), ts=t0 + i)
+        (proc,) = tick.processes
+        live.on_tick(dataclasses.replace(tick, processes=(dataclasses.replace(proc, gpus=()),)))
+        for _ in range(rng.randint(0, 3)):
+            ts = t0 + i - rng.choice([0.0, 0.0, 0.0, 0.4, 1.5])  # now and then out of order
+            stack_hash = rng.choice(list(stacks))
+            phase = rng.choice(["data_wait", "idle", "checkpoint", "host_preprocess", "odd"])
+            util = rng.choice([0.0, 3.0, 33.333333333333336, 100.0, 140.0])
+            reason = rng.choice(["", "read", "sleep"])
+            live.add_stack(key, ts, 1, stack_hash, stacks[stack_hash], phase, util, reason)
+            if len(held) >= cap:
+                del held[0]
+            bisect.insort_right(held, (ts, stack_hash, phase, util, reason), key=lambda h: h[0])
+        until = t0 + i
+        for since in {max(t0, until - window_s), until - 7.3, until - 30.0}:
+            if not live.covers(since):
+                continue
+            for end in (until, until - 0.7):
+                got = live.balances(since, end).get(key)
+                in_range = [h for h in held if since <= h[0] <= end]
+                if not in_range:
+                    assert got is None
+                    continue
+                seen_s = min(until, end) - max(t0 + 1, since) + 1.0
+                samples = [StackSample(ts, key[0], 1, stack_hash,
+                                       tuple(Frame(*f) for f in stacks[stack_hash]),
+                                       phase, util, reason)
+                           for ts, stack_hash, phase, util, reason in in_range]
+                assert got == phase_balance(samples, seen_s, 0.0), (i, since, end)
+
+
+def test_a_live_view_does_not_walk_a_process_s_samples_again_for_each_new_one(monkeypatch):
+    """A process stalled for the whole window holds thousands of samples: its balance takes
+    each new one into its tally, and reads the tally, not all of its samples, each tick."""
+    from daemon.analysis import phase_balance
+    from daemon.analysis.live_phases import LivePhases
+
+    live = LivePhases(interval_s=1.0, window_s=400.0)
+    t0, key = 1_000_000.0, (4242, 1000.5)
+    live.window_opened(key, t0)
+    for i in range(1, 401):
+        live.on_tick(quiet(i, t0))
+        for n in range(8):
+            live.add_stack(key, t0 + i, 1, f"h{n % 3}", [("read", "x.py", n % 3)],
+                           "data_wait" if n % 2 else "idle", 0.0, "")
+    live.balances(t0 + 1, t0 + 400, drift=0.01)
+    added: list[object] = []
+    real_add = phase_balance.SampleTally.add
+    monkeypatch.setattr(phase_balance.SampleTally, "add",
+                        lambda tally, s: (added.append(s), real_add(tally, s)))
+    live.on_tick(quiet(401, t0))
+    for _ in range(8):
+        live.add_stack(key, t0 + 401, 1, "h0", [("read", "x.py", 0)], "data_wait", 0.0, "")
+    balance = live.balances(t0 + 1, t0 + 401, drift=0.01)[key]
+    assert len(added) == 8  # the new samples, once each
+    assert sum(s["samples"] for s in balance["data_wait"]["top_stacks"]) == 4 * 400 + 8

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 from daemon.analysis import host_signals, phases, source_lines, stack_rules
 from daemon.analysis.host_signals import HostSignals, cpu_demand
-from daemon.analysis.phase_balance import StackSample, phase_balance
+from daemon.analysis.phase_balance import SampleTally, StackSample, phase_balance, sample_split
 from daemon.analysis.phases import Classification, classify, waits_on_data_queue
 from daemon.analysis.source_lines import read_source_line, source_reader
 from daemon.sources.stacks import (
@@ -428,7 +429,7 @@ def plain_balance(samples: list[StackSample], window_s: float,
         seconds["unknown"] = idle["unknown"] = quiet
     for phase, group in groups.items():
         spent = quiet * (len(group) / len(samples))
-        mean = sum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group) / 100.0
+        mean = math.fsum(min(max(s.gpu_util, 0.0), 100.0) for s in group) / len(group) / 100.0
         seconds[phase] = seconds.get(phase, 0.0) + spent
         idle[phase] = idle.get(phase, 0.0) + spent * (1.0 - mean)
     order = sorted(seconds, key=lambda p: (-seconds[p], PHASES.index(p)))
@@ -451,6 +452,44 @@ def test_phase_balance_is_the_plain_sums_phase_by_phase():
         assert {p: {k: part[k] for k in ("seconds", "share", "gpu_idle_seconds")}
                 for p, part in out.items()} == plain_balance(samples, window, busy)
         assert list(out) == list(plain_balance(samples, window, busy))
+
+
+def test_a_tally_taken_down_is_the_split_of_what_is_left_whatever_the_order():
+    """A live balance adds each sample to its process's tally as it comes and removes it as
+    it ages out; the split is then exactly the one of the samples left, mean utilization
+    included (kept as an exact sum), in whatever order they came and went."""
+    import random
+
+    rnd = random.Random(5)
+    stacks = [READ, SAVE, SAVE2, (Frame("wait", "<proc>", 0),)]
+    for _ in range(500):
+        samples = [sample(rnd.choice([*PHASES, "not a phase"]), rnd.choice(stacks),
+                          util=rnd.choice([0.0, 12.5, 33.3, 0.1, 100.0, 150.0, -5.0,
+                                           float("nan")]),
+                          reason=rnd.choice(["", "a", "b"]))
+                   for _ in range(rnd.randint(0, 30))]
+        tally = SampleTally()
+        for s in rnd.sample(samples, len(samples)):
+            tally.add(s)
+        gone = rnd.sample(samples, rnd.randint(0, len(samples)))
+        for s in gone:
+            tally.remove(s)
+        left = list(samples)
+        for s in gone:
+            left.remove(s)
+        assert tally.split() == sample_split(left) == sample_split(reversed(left))
+        assert tally.count == len(left)
+
+
+def test_a_stack_s_reason_is_its_most_frequent_one_and_the_first_in_order_among_equals():
+    """The same whichever sample came first: a balance from the store and one kept live
+    agree."""
+    first = [sample("idle", READ, reason="b"), sample("idle", READ, reason="a")]
+    for samples in (first, first[::-1]):
+        out = phase_balance(samples, window_s=10.0, busy_seconds=0.0)
+        assert out["idle"]["top_stacks"][0]["reason"] == "a"
+    out = phase_balance(first + [sample("idle", READ, reason="b")], 10.0, 0.0)
+    assert out["idle"]["top_stacks"][0]["reason"] == "b"
 
 
 def test_a_stack_seen_before_a_runtime_declared_itself_is_decided_anew():
