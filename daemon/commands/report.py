@@ -17,6 +17,7 @@ from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter
+from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
 from daemon.analysis.timeline import RawWindow, raw_sample_count
@@ -698,7 +699,7 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
             top = part["top_stacks"][0]
             where = f"{top['file']}:{top['line']}" if top.get("file") else "?"
             out.append(f"      {phase}: {where} {top.get('function') or ''} "
-                       f"({top['samples']} samples)")
+                       f"({plural(top['samples'], 'sample')})")
             if top.get("reason"):
                 out.append(f"        why: {top['reason']}")
     if not shown:

@@ -80,7 +80,9 @@ def phase_lines(phases: Mapping[str, Any]) -> Text:
             where = f"{stack.get('file')}:{stack.get('line')}" if stack.get("file") else "?"
             text.append(f"  [{name}] ", style=PHASE_COLOURS.get(name, ""))
             text.append(f"{where} in {stack.get('function') or '?'}", style="bold")
-            text.append(f"  ({stack.get('samples', '?')} samples)\n", style=MUTED)
+            samples = stack.get("samples")
+            count = fmt.plural(samples, "sample") if isinstance(samples, int) else "? samples"
+            text.append(f"  ({count})\n", style=MUTED)
             if stack.get("reason"):
                 text.append(f"      why: {stack['reason']}\n")
             for frame in (stack.get("frames") or [])[:6]:

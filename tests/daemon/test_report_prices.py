@@ -122,3 +122,14 @@ def test_a_managed_host_without_its_price_says_how_to_fetch_it(tmp_path):
     assert "--refresh sagemaker" in document["review"]["managed"]["error"]
     assert "    run: mlcostd prices --refresh sagemaker --region us-east-1 --instance " \
            "p4d.24xlarge" in report.render_text(document)
+
+
+def test_the_report_s_top_stack_says_how_many_samples_it_has_in_words():
+    """'(1 sample)', not '(1 samples)'."""
+    stack = {"file": "/srv/train.py", "line": 42, "function": "train_step", "reason": ""}
+    lines = report._render_phases([{
+        "pid": 42, "command": "python train.py", "phases": {
+            "data_wait": {"share": 0.5, "top_stacks": [{**stack, "samples": 1}]},
+            "checkpoint": {"share": 0.5, "top_stacks": [{**stack, "samples": 3}]}}}])
+    assert any(line.endswith("(1 sample)") for line in lines), lines
+    assert any(line.endswith("(3 samples)") for line in lines), lines

@@ -21,3 +21,12 @@ def test_the_details_say_which_phases_came_without_stacks():
     compute_line = next(line for line in text.splitlines() if line.strip().startswith("compute"))
     assert "idle~" in idle_line and "low confidence, no stacks" in idle_line
     assert "~" not in compute_line and "no stacks" not in compute_line
+
+
+def test_a_top_stack_says_how_many_samples_it_has_in_words():
+    stack = {"file": "/srv/train.py", "line": 42, "function": "train_step", "frames": []}
+    text = phase_lines({"data_wait": {"share": 1.0, "seconds": 60.0, "top_stacks": [
+        {**stack, "samples": 1}, {**stack, "line": 43, "samples": 12}, {**stack, "line": 44}]}}
+    ).plain
+    assert "(1 sample)" in text and "(12 samples)" in text and "(? samples)" in text
+    assert "(1 samples)" not in text
