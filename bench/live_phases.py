@@ -1,12 +1,14 @@
 """The live phase balances as a daemon ages with stalled processes. Prints figures.
 
-    .venv/bin/python bench/live_phases.py [--procs 64] [--stalled 8,1] [--ticks 2400]
+    .venv/bin/python bench/live_phases.py [--procs 64] [--stalled 16,4] [--ticks 2400]
+                                          [--dump-interval 2]
 
 LivePhases (daemon/analysis/live_phases.py) on its own, fed as a daemon feeds it: one tick a
 second over --procs processes, --stalled of them in a low-utilization window from the start,
-and 8 classified stack samples a second shared among those (what `[attribution] stacks =
-false` samples from /proc; py-spy's sampler adds more). At each of a few ticks it prints, as
-medians over the 30 ticks before:
+and classified samples of those as attribution takes them from /proc (`[attribution] stacks =
+false`, or ptrace denied): one per process per --dump-interval ([attribution].dump_interval,
+2 s by default), at most 8 a second over all. At each of a few ticks it prints, as medians
+over the 30 ticks before:
 - the live view's balances (`balances(..., drift=PHASES_SHOWN_DRIFT)` over the rules' window),
   what /v1/now and /metrics ask every tick while a client is connected;
 - a rules round's balances over the same window (no drift), every [cost].evaluate_every;
@@ -26,14 +28,14 @@ from daemon.analysis.window_ticks import WINDOW_S
 from daemon.runtime.daemon import PHASES_SHOWN_DRIFT
 from daemon.sources.sample import GpuUse, ProcessSample, Sample
 
-SAMPLES_PER_S = 8
+SAMPLES_PER_S = 8  # attribution's PROC_SAMPLES_PER_S
 STACKS = ([("kernel wait hrtimer_nanosleep", "<proc>", 0)],
           [("read", "loader.py", 12), ("next", "train.py", 40)],
           [("save", "torch/serialization.py", 1003), ("train", "train.py", 77)])
 PHASES = ("idle", "data_wait", "checkpoint")
 
 
-def run(processes: int, stalled: int, ticks: int, marks: set[int]) -> None:
+def run(processes: int, stalled: int, ticks: int, every: int, marks: set[int]) -> None:
     t0 = 1_000_000.0
     live = LivePhases(1.0, since=t0)
     procs = tuple(ProcessSample(
@@ -48,8 +50,8 @@ def run(processes: int, stalled: int, ticks: int, marks: set[int]) -> None:
     for tick in range(1, ticks + 1):
         ts = t0 + tick
         live.on_tick(Sample(ts=ts, tick=tick, gpus=(), processes=procs))
-        for n in range(SAMPLES_PER_S):
-            proc = procs[(tick * SAMPLES_PER_S + n) % stalled]
+        due = [(n, proc) for n, proc in enumerate(procs[:stalled]) if (tick + n) % every == 0]
+        for n, proc in due[:SAMPLES_PER_S]:
             which = (tick + n) % len(STACKS)
             live.add_stack(proc.key, ts, proc.pid, f"stack{which}", STACKS[which],
                            PHASES[which], 5.0, "from /proc")
@@ -70,15 +72,18 @@ def run(processes: int, stalled: int, ticks: int, marks: set[int]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--procs", type=int, default=64)
-    parser.add_argument("--stalled", default="8,1", metavar="N,N",
+    parser.add_argument("--stalled", default="16,4", metavar="N,N",
                         help="processes in a window, one run for each count")
     parser.add_argument("--ticks", type=int, default=2400,
                         help="seconds of a daemon's life (the window fills at 1800)")
+    parser.add_argument("--dump-interval", type=int, default=2,
+                        help="seconds between two samples of one process")
     args = parser.parse_args()
     marks = {t for t in (60, 300, 600, 1200, 1800, 2400, args.ticks) if t <= args.ticks}
     for stalled in (int(n) for n in args.stalled.split(",")):
-        print(f"{args.procs} processes, {stalled} stalled, {SAMPLES_PER_S} samples a second:")
-        run(args.procs, stalled, args.ticks, marks)
+        print(f"{args.procs} processes, {stalled} stalled, one sample each every "
+              f"{args.dump_interval} s, at most {SAMPLES_PER_S} a second:")
+        run(args.procs, stalled, args.ticks, args.dump_interval, marks)
     return 0
 
 
