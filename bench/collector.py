@@ -30,7 +30,11 @@ TUI asks for every second and its JSON body, which each connected client costs; 
 HTTP handling is not counted): the ratio is printed with that client and without it (the whole
 process less the two API parts), the recorder on its own.
 `--every N` also prints each stretch of N ticks as it ends, whole and by part: with a long run,
-what grows as the daemon ages (a rules round's window fills over its first 30 minutes).
+what grows as the daemon ages (a rules round's window fills over its first 30 minutes). Each
+stretch also says how many low-utilization windows were open at its end and how many phase
+samples were kept in it: the workloads dip into windows at a different tick in each run, and
+sampling the processes in them (8 /proc samples a second) adds ~2 ms a tick to "tick (rest)"
+at 64 processes, so two runs compare only where these match.
 """
 
 from __future__ import annotations
@@ -210,13 +214,17 @@ def parts_per_tick(before: dict[str, float], after: dict[str, float],
 
 
 def stretch_line(ticks: int, spent: tuple[float, float], parts: tuple[dict[str, float],
-                 dict[str, float]], count: int) -> str:
+                 dict[str, float]], count: int, windows: int, samples: int) -> str:
     """One stretch of `count` ticks ending at tick `ticks`: the whole process's CPU per tick
-    (`spent`, process CPU at its start and end) and the parts' (their totals at both ends)."""
+    (`spent`, process CPU at its start and end) and the parts' (their totals at both ends);
+    the low-utilization windows open at its end and the phase samples kept in it (the
+    workloads dip now and then, and each process in a window is sampled: "tick (rest)"
+    grows with them, so two runs compare only where these match)."""
     whole = (spent[1] - spent[0]) / count * 1000
     by_part = ", ".join(f"{part} {spent_s * 1000:.2f}"
                         for part, spent_s in parts_per_tick(*parts, count).items())
-    return f"  ticks {ticks - count + 1}-{ticks}: whole {whole:.2f} ms a tick; {by_part}"
+    return (f"  ticks {ticks - count + 1}-{ticks}: whole {whole:.2f} ms a tick; {by_part}; "
+            f"{windows} windows open, {samples} phase samples kept")
 
 
 def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
@@ -269,17 +277,20 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
         parts.wrap(daemon, "now_body", "API body")  # less the document it builds inside
         wrapped.append(True)
 
-    stretch: list[tuple[float, dict[str, float]]] = []  # at the last stretch's end
+    stretch: list[tuple[float, dict[str, float], int]] = []  # at the last stretch's end
 
     def measured_tick() -> None:
         if not wrapped:
             wrap_late()
         if every and len(tick_cpu) % every == 0:
-            stretch.append((time.process_time(), parts.copy()))
+            attribution = daemon.attribution
+            kept = attribution.samples_kept if attribution is not None else 0
+            stretch.append((time.process_time(), parts.copy(), kept))
             if len(stretch) > 1:
-                (cpu0, parts0), (cpu1, parts1) = stretch[-2], stretch[-1]
-                print(stretch_line(len(tick_cpu), (cpu0, cpu1), (parts0, parts1), every),
-                      flush=True)
+                (cpu0, parts0, kept0), (cpu1, parts1, kept1) = stretch[-2], stretch[-1]
+                windows = len(attribution.active_windows()) if attribution is not None else 0
+                print(stretch_line(len(tick_cpu), (cpu0, cpu1), (parts0, parts1), every,
+                                   windows, kept1 - kept0), flush=True)
         start = time.thread_time()
         if len(tick_cpu) in (10, ticks - 1):
             steady_cpu.append(time.process_time())
@@ -505,7 +516,8 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=0, metavar="N",
                         help="also print the CPU per tick, whole and by part, of every N "
                              "ticks as they end: with a long --ticks, what grows as the daemon "
-                             "ages (its window fills over 30 min)")
+                             "ages (its window fills over 30 min), with the windows open and "
+                             "the phase samples kept")
     parser.add_argument("--json", action="store_true",
                         help="with --procs: also print one JSON line of the figures, for "
                              "tracking")
