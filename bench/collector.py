@@ -217,9 +217,8 @@ def stretch_line(ticks: int, spent: tuple[float, float], parts: tuple[dict[str, 
                  dict[str, float]], count: int, windows: int, samples: int) -> str:
     """One stretch of `count` ticks ending at tick `ticks`: the whole process's CPU per tick
     (`spent`, process CPU at its start and end) and the parts' (their totals at both ends);
-    the low-utilization windows open at its end and the phase samples kept in it (the
-    workloads dip now and then, and each process in a window is sampled: "tick (rest)"
-    grows with them, so two runs compare only where these match)."""
+    the low-utilization windows open at its end and the phase samples kept in it (why: the
+    module's docstring, on --every)."""
     whole = (spent[1] - spent[0]) / count * 1000
     by_part = ", ".join(f"{part} {spent_s * 1000:.2f}"
                         for part, spent_s in parts_per_tick(*parts, count).items())
