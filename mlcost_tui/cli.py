@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mlcost_tui.sources import POLL_INTERVAL_S
+from mlcost_tui.sources import POLL_INTERVAL_RANGE_S, POLL_INTERVAL_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="never change anything: no SIGTERM, no resize (dry runs and copy "
                              "still work)")
     parser.add_argument("--interval", type=float, default=POLL_INTERVAL_S, metavar="SECONDS",
-                        help="seconds between polls (default 1)")
+                        help=f"seconds between polls, {POLL_INTERVAL_RANGE_S[0]:g} to "
+                             f"{POLL_INTERVAL_RANGE_S[1]:g} (default {POLL_INTERVAL_S:g})")
     parser.add_argument("--replay", metavar="FILE",
                         help="replay a snapshot (`mlcostd snapshot`) or a recorded mlcostd "
                              "store (the daemon's database or a copy); [ ] step a tick, "
@@ -76,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     from daemon.client import Client, ClientError, default_target, read_token_file
     from mlcost_tui.app import MlcostTop
 
-    if args.interval < 0.1:
-        print(f"mlcost-top: --interval {args.interval} is below 0.1 s", file=sys.stderr)
+    lowest, highest = POLL_INTERVAL_RANGE_S
+    if not lowest <= args.interval <= highest:  # (nan and inf too: a busy loop, a frozen view)
+        print(f"mlcost-top: --interval {args.interval:g} is not between {lowest:g} and "
+              f"{highest:g} seconds", file=sys.stderr)
         return 2
     token = None
     if args.token_file:

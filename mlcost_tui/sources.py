@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from daemon.replay import Replay
 
 POLL_INTERVAL_S = 1.0
+# --interval's range: faster polls cost the daemon a /v1/now each; an hour apart is no live view
+POLL_INTERVAL_RANGE_S = (0.1, 3600.0)
 RETRY_MAX_S = 10.0
 STARTING_RETRY_S = 0.5
 PHASE_WINDOW_S = 300.0  # a replayed process's phases: the 5 minutes before the tick shown  # an embedded daemon that is still starting: look again soon

@@ -236,6 +236,15 @@ def test_without_a_daemon_the_command_says_how_to_start_one(tmp_path, monkeypatc
     assert "mlcost-top --demo" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("interval", ["nan", "inf", "-1", "0.05", "3601", "1e400"])
+def test_an_interval_that_is_no_polling_rate_is_refused_before_anything_starts(
+        interval, tmp_path, monkeypatch, capsys):
+    # nan polled in a busy loop (81% CPU) and inf froze the view at its first frames
+    monkeypatch.setattr("daemon.client.default_target", lambda: f"unix:{tmp_path}/none.sock")
+    assert main(["--interval", interval]) == 2
+    assert "--interval" in capsys.readouterr().err
+
+
 class NamedStub(StubClient):
     def __init__(self, name: str) -> None:
         super().__init__()
