@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 from daemon.wire import (
+    TOKEN_MAX_BYTES,
+    TOKEN_MIN_CHARS,
     ActionResult,
     Comparison,
     Health,
@@ -145,10 +148,29 @@ async def in_thread(call: Callable[[], T]) -> T:
 
 
 def read_token_file(path: str | Path) -> str:
+    """The bearer token in `path` (--token-file): one line of at least TOKEN_MIN_CHARS, read
+    only from a regular file and at most TOKEN_MAX_BYTES of it (a FIFO would hang the start,
+    /dev/zero fill memory, a second line break the request's header). ClientError says what is
+    wrong, never what the file holds."""
     try:
-        return Path(path).read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: not waited on
     except OSError as exc:
         raise ClientError(f"cannot read the token file {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too
+        os.close(fd)
+        raise ClientError(f"the token file {path} is not a regular file; pass --token-file "
+                          "with the file that holds the daemon's [api].token_file token")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            raw = f.read(TOKEN_MAX_BYTES + 1)
+        except OSError as exc:
+            raise ClientError(f"cannot read the token file {path}: {exc.strerror}") from None
+    token = raw.decode("utf-8", errors="replace").strip()
+    if len(raw) > TOKEN_MAX_BYTES or len(token) < TOKEN_MIN_CHARS or not token.isprintable():
+        raise ClientError(f"the token file {path} holds no token: a token is one line of "
+                          f"{TOKEN_MIN_CHARS} to {TOKEN_MAX_BYTES} characters (copy the "
+                          "daemon's [api].token_file)")
+    return token
 
 
 class Client:

@@ -31,6 +31,10 @@ API_VERSION = 1
 
 
 SOCKET_PATH_MAX = 107  # bytes in a Unix socket's path: sockaddr_un's sun_path (108) less its NUL
+# The API's bearer token (a token file's text, stripped): what mlcostd accepts from its
+# [api].token_file and what a client reads from --token-file.
+TOKEN_MIN_CHARS = 16
+TOKEN_MAX_BYTES = 4096
 
 
 def default_socket_path() -> Path:

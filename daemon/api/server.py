@@ -31,7 +31,7 @@ from daemon.api.metrics import Metrics, add_metrics_route, metrics_only_app
 from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 from daemon.config import parse_address
 from daemon.store.files import RefusedFile, folder_problem, open_checked, private_folder
-from daemon.wire import SOCKET_PATH_MAX
+from daemon.wire import SOCKET_PATH_MAX, TOKEN_MAX_BYTES, TOKEN_MIN_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,10 @@ def read_token(path: Path) -> str:
         if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ApiError(f"token file {path} is readable by others (mode "
                            f"{stat.S_IMODE(info.st_mode):o}); run `chmod 600 {path}`")
-        token = f.read(4096).decode("utf-8", errors="replace").strip()
-    if len(token) < 16:
-        raise ApiError(f"token file {path} holds no usable token (at least 16 characters); "
-                       "delete it to have mlcostd generate one")
+        token = f.read(TOKEN_MAX_BYTES).decode("utf-8", errors="replace").strip()
+    if len(token) < TOKEN_MIN_CHARS:
+        raise ApiError(f"token file {path} holds no usable token (at least {TOKEN_MIN_CHARS} "
+                       "characters); delete it to have mlcostd generate one")
     return token
 
 

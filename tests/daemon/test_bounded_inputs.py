@@ -1,18 +1,22 @@
 """The daemon's own network reads are bounded in bytes and time (issue 20, item 7): a unit-cost
 counter page or an instance-metadata answer that trickles stops at its deadline, one that never
 ends stops at its byte cap, a counter of +Inf or NaN is refused naming the value, and an API
-answer past the client's cap is a ClientError, not gigabytes in memory."""
+answer past the client's cap is a ClientError, not gigabytes in memory. A client's --token-file
+is read the same way: a FIFO, a device or a file of megabytes is refused, not waited on or
+sent."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
 from hostile_http import ENDLESS, TRICKLE, HostileServer, finishes_within
 
 from daemon.analysis.meters import read_counter
-from daemon.client import MAX_ANSWER_BYTES, Client, ClientError
+from daemon.client import MAX_ANSWER_BYTES, Client, ClientError, read_token_file
+from daemon.wire import TOKEN_MAX_BYTES, TOKEN_MIN_CHARS
 from pricing.detect import ProbeError, _request
 
 
@@ -62,3 +66,35 @@ def test_an_api_answer_past_the_cap_is_a_client_error():
     assert isinstance(outcome, ClientError), outcome
     # (the cap's error, not the 30 s timeout's: it stopped reading at the cap)
     assert f"larger than {MAX_ANSWER_BYTES} bytes" in str(outcome), outcome
+
+
+def test_a_token_file_that_is_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)  # no writer: an open that waits for one never returns
+    for path in (fifo, "/dev/null", tmp_path):
+        done, outcome = finishes_within(10, read_token_file, path)
+        assert done, f"reading the token file {path} was still waiting after 10 s"
+        assert isinstance(outcome, ClientError), (path, outcome)
+        assert f"the token file {path} is not a regular file" in str(outcome), outcome
+
+
+@pytest.mark.parametrize("text", [
+    "x" * (TOKEN_MAX_BYTES + 1),  # past the cap: read no further than it, never sent
+    "first-line-of-a-file\nsecond-line-of-it\n",  # a header cannot hold two lines
+    "x" * (TOKEN_MIN_CHARS - 1) + "\n",  # shorter than any token the daemon accepts
+    "\x1b[2J" + "x" * TOKEN_MIN_CHARS,  # a control character
+    "",
+], ids=["past the cap", "two lines", "too short", "a control character", "empty"])
+def test_a_token_file_that_holds_no_token_is_refused_without_showing_it(tmp_path, text):
+    path = tmp_path / "token"
+    path.write_text(text)
+    with pytest.raises(ClientError) as caught:
+        read_token_file(path)
+    assert "holds no token" in str(caught.value), caught.value
+    assert "second-line" not in str(caught.value) and "xxxx" not in str(caught.value)
+
+
+def test_a_token_file_gives_its_one_line_without_the_line_break(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("  a-token-of-the-daemon-0123456789 with a space\n")
+    assert read_token_file(path) == "a-token-of-the-daemon-0123456789 with a space"
