@@ -37,6 +37,7 @@ from daemon.wire import (
     Phases,
     Recommendation,
     default_socket_path,
+    without_url_credentials,
 )
 
 T = TypeVar("T")
@@ -109,13 +110,17 @@ def connection_to(target: str, timeout_s: float) -> tuple[http.client.HTTPConnec
     if target.startswith("unix:"):
         return UnixConnection(target[len("unix:"):], timeout_s), ""
     parts = urlsplit(target)
+    if "@" in parts.netloc and parts.scheme in ("http", "https"):  # (never shown: a secret)
+        raise ValueError(f"target {without_url_credentials(target)!r} has a user or password; "
+                         "mlcostd's API takes a bearer token instead: --token-file FILE")
     if parts.scheme == "http" and parts.netloc:
         return http.client.HTTPConnection(parts.netloc, timeout=timeout_s), \
             parts.path.rstrip("/")
     if parts.scheme == "https" and parts.netloc:
         return http.client.HTTPSConnection(parts.netloc, timeout=timeout_s), \
             parts.path.rstrip("/")
-    raise ValueError(f"target {target!r} is neither unix:PATH nor http://HOST:PORT")
+    raise ValueError(f"target {without_url_credentials(target)!r} is neither unix:PATH nor "
+                     "http://HOST:PORT")
 
 
 async def in_thread(call: Callable[[], T]) -> T:

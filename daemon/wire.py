@@ -26,6 +26,7 @@ from daemon.clock import utc_day
 from daemon.sources.safe_text import is_safe
 from daemon.sources.safe_text import lines as lines
 from daemon.sources.safe_text import one_line as one_line
+from daemon.sources.safe_text import without_url_credentials as without_url_credentials
 
 API_VERSION = 1
 

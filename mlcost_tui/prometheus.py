@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from daemon.wire import one_line
+from daemon.wire import one_line, without_url_credentials
 
 QUERY_TIMEOUT_S = 10.0
 # The largest answer of one query: 10,000 hosts x ~300 bytes per series is ~3 MB.
@@ -76,9 +76,13 @@ class PrometheusFleet:
     def __init__(self, url: str, job: str = "mlcost.*", timeout_s: float = QUERY_TIMEOUT_S
                  ) -> None:
         if not url.startswith(("http://", "https://")):
-            raise PrometheusError(f"--prometheus {url!r} is not an http(s):// URL (e.g. "
+            raise PrometheusError(f"--prometheus {without_url_credentials(url)!r} is not an "
+                                  "http(s):// URL (e.g. "
                                   "http://prometheus:9090)")
         self.url = url.rstrip("/")
+        # as it is shown (title, errors): a user and password in the URL (basic auth, which
+        # aiohttp sends from it) never reach the screen
+        self.shown_url = without_url_credentials(self.url)
         self.job = job
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
@@ -95,17 +99,19 @@ class PrometheusFleet:
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)
                                          ) as response:
                 raw = await read_answer(response, max_bytes=MAX_ANSWER_BYTES,
-                                        shown=f"{self.url}/api/v1/query")
+                                        shown=f"{self.shown_url}/api/v1/query")
             body = json.loads(raw)
         except ClientError as exc:
-            raise PrometheusError(f"Prometheus at {self.url}: {exc}") from None
+            raise PrometheusError(f"Prometheus at {self.shown_url}: {exc}") from None
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError) as exc:
-            raise PrometheusError(f"Prometheus at {self.url} did not answer "
-                                  f"({type(exc).__name__}: {str(exc)[:200]}); check the URL") \
+            raise PrometheusError(f"Prometheus at {self.shown_url} did not answer "
+                                  f"({type(exc).__name__}: "
+                                  f"{without_url_credentials(str(exc)[:200])}); check the URL") \
                 from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
-            raise PrometheusError(one_line(f"Prometheus at {self.url} refused {expr!r}: {error}"))
+            raise PrometheusError(one_line(f"Prometheus at {self.shown_url} refused {expr!r}: "
+                                           f"{error}"))
         result = (body.get("data") or {}).get("result")
         return result if isinstance(result, list) else []
 

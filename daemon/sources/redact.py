@@ -53,9 +53,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from daemon.sources.safe_text import lines, one_line
+from daemon.sources.safe_text import REDACTED as REDACTED  # (the marker, named where it is used)
+from daemon.sources.safe_text import lines, one_line, without_url_credentials
 
-REDACTED = "<redacted>"
 # An argument up to 4 KiB is kept whole (a long --config-json is still readable); Linux lets one
 # be 128 KiB and a command line 2 MiB, which nobody reads on a screen.
 ARGUMENT_LIMIT = 4096
@@ -109,10 +109,6 @@ _short_name_is_secret = functools.lru_cache(maxsize=4096)(_name_is_secret)
 _PEM = re.compile(r"-----BEGIN[A-Z0-9 ]{0,64}-----.*?(?:-----END[A-Z0-9 ]{0,64}-----|\Z)", re.S)
 _PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,64}(?:-----)?")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,64}(?:-----)?")
-# The scheme starts a word and is at most 32 characters (RFC 3986 schemes are short): unanchored
-# and unbounded, it was tried from every letter of a long word to its end.
-_URL_CREDENTIALS = re.compile(
-    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]{0,31}://)(?P<userinfo>[^/\s@]+)@", re.I)
 # Query parameters and connection-string parts whose value is a secret (after ? & or ;).
 _PARAMETER = re.compile(
     r"(?i)(?P<key>[?&;](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token"
@@ -247,7 +243,7 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     text = _PEM.sub(REDACTED, text)
-    text = _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + REDACTED + "@", text)
+    text = without_url_credentials(text)
     text = _SLACK_WEBHOOK.sub(lambda m: m.group(1) + REDACTED, text)
     text = _PARAMETER.sub(lambda m: m.group("key") + REDACTED, text)
     text = _QUOTED_PAIR.sub(_quoted_pair, text)

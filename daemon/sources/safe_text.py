@@ -23,6 +23,10 @@ Both functions are idempotent (what they return has no control character left) a
 the length of the text. The process source applies `one_line` where text enters; the printers
 (TUI, report, check, --watch, the log) apply them again where text leaves for a terminal, so a
 store written by an older mlcostd or edited by hand is shown safely too.
+
+`without_url_credentials` hides a URL's user and password (`http://user:pw@host`) wherever
+text holding one is shown: a URL the user gave (mlcost-top's --prometheus title and errors) as
+well as a command line (daemon.sources.redact).
 """
 
 from __future__ import annotations
@@ -65,3 +69,17 @@ def is_safe(text: str) -> bool:
 def lines(text: str) -> str:
     """Like `one_line`, but newlines and tabs are kept: for text of several lines."""
     return _UNSAFE_KEEPING_LINES.sub(_shown, text)
+
+
+# Marks what was hidden (daemon.sources.redact hides secrets of command lines with it too).
+REDACTED = "<redacted>"
+# The scheme starts a word and is at most 32 characters (RFC 3986 schemes are short): unanchored
+# and unbounded, it was tried from every letter of a long word to its end.
+_URL_CREDENTIALS = re.compile(
+    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]{0,31}://)(?P<userinfo>[^/\s@]+)@", re.I)
+
+
+def without_url_credentials(text: str) -> str:
+    """`text` with the user and password of each URL in it (`scheme://USERINFO@`) replaced by
+    REDACTED: the host and path stay, to say where."""
+    return _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + REDACTED + "@", text)

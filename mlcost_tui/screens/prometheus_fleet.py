@@ -89,7 +89,7 @@ class PrometheusFleetScreen(Screen):
         self.error: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(summary(self.source.url, None, None), id="prometheus-summary")
+        yield Static(summary(self.source.shown_url, None, None), id="prometheus-summary")
         yield PrometheusFleetTable(id="prometheus-fleet")
         yield KeyFooter()
 
@@ -108,7 +108,7 @@ class PrometheusFleetScreen(Screen):
             if self.is_attached:
                 self.set_timer(self.interval_s, self.poll, name="next Prometheus poll")
         self.query_one("#prometheus-summary", Static).update(
-            summary(self.source.url, self.view, self.error))
+            summary(self.source.shown_url, self.view, self.error))
         if self.view is not None:
             with self.app.batch_update():
                 self.query_one(PrometheusFleetTable).show(self.view)

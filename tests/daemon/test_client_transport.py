@@ -1,6 +1,7 @@
 """daemon.client over the standard library: a daemon that is there but silent is told apart from
 one that is not there, within the request's deadline, and a request left waiting never holds the
-caller (it runs in a daemon thread)."""
+caller (it runs in a daemon thread). A target with a user and password in it is refused without
+showing them (the API takes a bearer token)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 
 import pytest
 
-from daemon.client import Client, DaemonUnavailable
+from daemon.client import Client, ClientError, DaemonUnavailable
 
 
 @pytest.fixture
@@ -59,3 +60,13 @@ def test_a_request_given_up_on_does_not_keep_the_loop_from_closing(silent_socket
     # the loop has closed without joining it: the request still waits on the silent socket,
     # in a thread that cannot keep the process from exiting
     assert waiting() and all(t.daemon for t in waiting())
+
+
+@pytest.mark.parametrize("target", ["http://alice:s3cret-pw@127.0.0.1:9347",
+                                    "https://s3cret-pw@gpu1:9347/api"])
+def test_a_target_with_a_password_is_refused_without_showing_it(target):
+    with pytest.raises(ClientError) as refused:
+        Client(target)
+    message = str(refused.value)
+    assert "has a user or password" in message and "--token-file" in message, message
+    assert "s3cret" not in message and "<redacted>@" in message, message

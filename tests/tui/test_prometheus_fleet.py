@@ -1,17 +1,20 @@
 """mlcost-top --prometheus without a Prometheus to read: a clear error at the command line for a
-URL that is not one, and a screen that says Prometheus does not answer (and keeps trying). The
-fleet table itself is tested against a real Prometheus in tests/deploy/test_fleet.py."""
+URL that is not one, and a screen that says Prometheus does not answer (and keeps trying). A user
+and password in the URL go to Prometheus as basic auth and never to the screen. The fleet table
+itself is tested against a real Prometheus in tests/deploy/test_fleet.py."""
 
 from __future__ import annotations
 
+import base64
 import socket
 import time
 
 import pytest
+from aiohttp import web
 
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.cli import main
-from mlcost_tui.prometheus import FleetHost, PrometheusFleet
+from mlcost_tui.prometheus import FleetHost, PrometheusError, PrometheusFleet
 from mlcost_tui.screens.prometheus_fleet import PrometheusFleetScreen
 
 
@@ -52,3 +55,47 @@ async def test_a_prometheus_that_does_not_answer_is_said_and_retried():
         await pilot.press("enter")  # nothing to open: the screen stays
         await pilot.pause()
         assert app.screen is screen
+
+
+@pytest.mark.asyncio
+async def test_a_password_in_the_url_is_sent_as_basic_auth_and_never_shown():
+    async def query(request: web.Request) -> web.Response:
+        expected = "Basic " + base64.b64encode(b"alice:s3cret-pw").decode()
+        if request.headers.get("Authorization") != expected:
+            return web.json_response({"status": "error", "error": "unauthorized"}, status=401)
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": []}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    right = PrometheusFleet(f"http://alice:s3cret-pw@127.0.0.1:{port}", timeout_s=5)
+    wrong = PrometheusFleet(f"http://alice:wrong-s3cret@127.0.0.1:{port}", timeout_s=5)
+    try:
+        assert await right.query("up") == []  # the credentials went as basic auth
+        assert right.shown_url == f"http://<redacted>@127.0.0.1:{port}"
+        with pytest.raises(PrometheusError) as refused:
+            await wrong.query("up")
+        assert "s3cret" not in str(refused.value), refused.value
+        assert f"127.0.0.1:{port}" in str(refused.value)
+    finally:
+        for fleet in (right, wrong):
+            if fleet._session is not None:
+                await fleet._session.close()
+        await runner.cleanup()
+
+    url = f"http://alice:s3cret-pw@127.0.0.1:{closed_port()}"  # and on the screen
+    screen = PrometheusFleetScreen(PrometheusFleet(url, timeout_s=2), interval_s=0.2)
+    top = MlcostTop([], prometheus=screen)
+    async with top.run_test(size=(160, 30)) as pilot:
+        summary = screen.query_one("#prometheus-summary")
+        deadline = time.monotonic() + 20
+        while "did not answer" not in str(summary.render()):
+            assert time.monotonic() < deadline, str(summary.render())
+            await pilot.pause(0.1)
+        shown = str(summary.render())
+        assert "s3cret" not in shown and "<redacted>@127.0.0.1" in shown, shown
