@@ -34,7 +34,7 @@ from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import grid_text
 from daemon.config import Config
 from daemon.sources.redact import redact_argv
-from daemon.sources.safe_text import one_line
+from daemon.sources.safe_text import one_line, without_url_credentials
 from daemon.wire import DATA_WAIT, money, process_key
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,8 @@ def _latency_table(url: str, metric: str) -> dict[str, str]:
     try:
         config_module.latency_setting(table)
     except ValueError as exc:
-        raise UsageError(f"--latency {url[:200]!r} {metric[:100]!r}: {exc}") from None
+        raise UsageError(f"--latency {without_url_credentials(url)[:200]!r} {metric[:100]!r}: "
+                         f"{exc}") from None
     return table
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
+
+from daemon.sources.safe_text import without_url_credentials
 
 BUDGET_PERIODS = ("daily", "monthly")
 
@@ -40,6 +43,18 @@ def _check_periods(limits: Any, where: str) -> None:
             raise ValueError(f"{where}.{period} = {limit!r}: must be a number of dollars > 0")
 
 
+def check_metrics_url(url: str) -> None:
+    """The URL of a server's /metrics page: http(s), without a user or password (they would be
+    neither sent nor hidden: the URL is shown in /v1/now, reports and profiles). ValueError
+    shows it without them."""
+    shown = without_url_credentials(str(url))
+    if not str(url).startswith(("http://", "https://")):
+        raise ValueError(f"url = {shown!r}: must be an http(s) URL of a /metrics page")
+    if "@" in urlsplit(url).netloc:
+        raise ValueError(f"url = {shown!r}: a user or password in the URL is not sent; serve "
+                         "the /metrics page without them (e.g. on localhost)")
+
+
 @dataclass(frozen=True)
 class UnitCostSetting:
     """One [[cost.unit_costs]] table, checked: dollars per `per` units of a Prometheus counter
@@ -67,8 +82,7 @@ def unit_cost_setting(table: dict[str, Any]) -> UnitCostSetting:
     for key in ("target", "url", "metric"):
         if not table.get(key):
             raise ValueError(f"{key} is required")
-    if not str(table["url"]).startswith(("http://", "https://")):
-        raise ValueError(f"url = {table['url']!r}: must be an http(s) URL of a /metrics page")
+    check_metrics_url(table["url"])
     if table.get("per", 1) <= 0:
         raise ValueError(f"per = {table['per']!r}: must be > 0")
     return UnitCostSetting(**table)
@@ -101,8 +115,7 @@ def latency_setting(table: dict[str, Any]) -> LatencySetting:
     for key in ("target", "url", "metric"):
         if not table.get(key):
             raise ValueError(f"{key} is required")
-    if not str(table["url"]).startswith(("http://", "https://")):
-        raise ValueError(f"url = {table['url']!r}: must be an http(s) URL of a /metrics page")
+    check_metrics_url(table["url"])
     labels = table.get("labels") or {}
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise ValueError(f"labels = {labels!r}: names and values must be strings")

@@ -113,6 +113,19 @@ def test_bad_cost_and_attribution_settings(tmp_path, text, expected):
         config.load(write(tmp_path, text))
 
 
+@pytest.mark.parametrize("table", ["unit_costs", "latency"])
+@pytest.mark.parametrize("url", ["http://bob:hunter2-pw@127.0.0.1:8000/metrics",
+                                 "ftp://bob:hunter2-pw@127.0.0.1:8000/metrics"])
+def test_a_metrics_url_with_a_password_is_refused_without_showing_it(tmp_path, table, url):
+    text = f'[[cost.{table}]]\ntarget = "x"\nurl = "{url}"\nmetric = "m"\n'
+    with pytest.raises(ConfigError) as refused:
+        config.load(write(tmp_path, text))
+    message = str(refused.value)
+    assert "hunter2" not in message and "<redacted>@127.0.0.1:8000" in message, message
+    if url.startswith("http://"):  # (it is sent nowhere: urllib does not send it either)
+        assert "a user or password in the URL is not sent" in message, message
+
+
 def test_the_readme_config_example_is_valid():
     from pathlib import Path
 

@@ -421,6 +421,10 @@ def test_latency_gives_p50_p99_and_cost_per_request_of_the_server_the_command_ru
 def test_latency_needs_an_http_url(tmp_path):
     result = profile(tmp_path / "x", "--latency", "ftp://h/metrics", "m", "--", "true")
     assert result.returncode == 2 and "--latency 'ftp://h/metrics' 'm': url" in result.stderr
+    result = profile(tmp_path / "x", "--latency", "http://bob:hunter2-pw@h/metrics", "m", "--",
+                     "true")
+    assert result.returncode == 2 and "hunter2" not in result.stderr, result.stderr
+    assert "--latency 'http://<redacted>@h/metrics' 'm'" in result.stderr, result.stderr
 
 
 def test_the_profile_gives_the_runs_energy_and_carbon(starved):
