@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from pricing.cache import default_cache_path, read_cache
 from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
@@ -223,6 +224,9 @@ def _check_usage(args: argparse.Namespace) -> str:
         return f"--refresh {args.refresh} conflicts with --provider {args.provider}"
     if args.managed and not args.instance:
         return "--managed needs --instance TYPE (e.g. --instance p4d.24xlarge)"
+    if args.catalog_url and "@" in urlsplit(args.catalog_url).netloc:  # (not echoed: a secret)
+        return ("--catalog-url has a user or password in it, which would be kept and shown "
+                "with each price as its source; serve the catalogs without them")
     if args.managed and args.hours_per_month <= 0:
         return f"--hours-per-month must be > 0, not {args.hours_per_month:g}"
     return ""

@@ -6,6 +6,7 @@ ValueError names the keys, the values and the fix; the loader adds the file.
 from __future__ import annotations
 
 from daemon.config.sections import EnergyConfig, InstanceConfig, PricingConfig
+from daemon.config.values import check_http_url
 from pricing.grid import find_region, grid_table
 
 
@@ -52,9 +53,9 @@ def check_instance_price(instance: InstanceConfig) -> None:
 
 def check_pricing(pricing: PricingConfig) -> None:
     """[pricing]: an http(s) catalog_url, and extra catalogs that exist and parse."""
-    if pricing.catalog_url and not pricing.catalog_url.startswith(("http://", "https://")):
-        raise ValueError(f"[pricing].catalog_url = {pricing.catalog_url!r}: must be an http(s) "
-                         "URL of a folder holding <cloud>/vms.csv")
+    if pricing.catalog_url:
+        check_http_url("[pricing].catalog_url", pricing.catalog_url,
+                       "a folder holding <cloud>/vms.csv")
     from pricing.catalog import load_offers_csv
 
     for path in pricing.extra_catalogs:

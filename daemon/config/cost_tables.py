@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-from daemon.sources.safe_text import without_url_credentials
+from daemon.config.values import check_http_url
 
 BUDGET_PERIODS = ("daily", "monthly")
 
@@ -20,8 +19,7 @@ def check_budgets(table: dict[str, Any]) -> None:
     (The budgets themselves are built by daemon.analysis.budgets; config stays plain data.)"""
     for key, value in table.items():
         if key == "webhook":
-            if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-                raise ValueError(f"[budgets].webhook = {value!r}: must be an http(s) URL")
+            check_http_url("[budgets].webhook", value, "a webhook")
         elif key == "host":
             _check_periods(value, "[budgets.host]")
         elif key in ("user", "job"):
@@ -41,18 +39,6 @@ def _check_periods(limits: Any, where: str) -> None:
             raise ValueError(f"{where}.{period}: unknown period; allowed: daily, monthly")
         if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
             raise ValueError(f"{where}.{period} = {limit!r}: must be a number of dollars > 0")
-
-
-def check_metrics_url(url: str) -> None:
-    """The URL of a server's /metrics page: http(s), without a user or password (they would be
-    neither sent nor hidden: the URL is shown in /v1/now, reports and profiles). ValueError
-    shows it without them."""
-    shown = without_url_credentials(str(url))
-    if not str(url).startswith(("http://", "https://")):
-        raise ValueError(f"url = {shown!r}: must be an http(s) URL of a /metrics page")
-    if "@" in urlsplit(url).netloc:
-        raise ValueError(f"url = {shown!r}: a user or password in the URL is not sent; serve "
-                         "the /metrics page without them (e.g. on localhost)")
 
 
 @dataclass(frozen=True)
@@ -82,7 +68,7 @@ def unit_cost_setting(table: dict[str, Any]) -> UnitCostSetting:
     for key in ("target", "url", "metric"):
         if not table.get(key):
             raise ValueError(f"{key} is required")
-    check_metrics_url(table["url"])
+    check_http_url("url", table["url"], "a /metrics page")
     if table.get("per", 1) <= 0:
         raise ValueError(f"per = {table['per']!r}: must be > 0")
     return UnitCostSetting(**table)
@@ -115,7 +101,7 @@ def latency_setting(table: dict[str, Any]) -> LatencySetting:
     for key in ("target", "url", "metric"):
         if not table.get(key):
             raise ValueError(f"{key} is required")
-    check_metrics_url(table["url"])
+    check_http_url("url", table["url"], "a /metrics page")
     labels = table.get("labels") or {}
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise ValueError(f"labels = {labels!r}: names and values must be strings")

@@ -21,7 +21,13 @@ from daemon.analysis.kinds import KINDS
 from daemon.config.checks import check_energy, check_instance_price, check_pricing
 from daemon.config.cost_tables import check_budgets, latency_setting, unit_cost_setting
 from daemon.config.sections import SECTIONS, Config
-from daemon.config.values import parse_address, parse_duration, parse_s3_url, parse_size
+from daemon.config.values import (
+    check_http_url,
+    parse_address,
+    parse_duration,
+    parse_s3_url,
+    parse_size,
+)
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; this bound keeps /dev/zero out of memory
@@ -172,11 +178,12 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         if kind not in KINDS:
             raise ConfigError(f"{where}: [kinds.jobs].{name} = {kind!r}: not a workload kind; "
                               f"allowed values are {', '.join(repr(k) for k in KINDS)}")
-    url = config.nvml.dcgm_exporter_url
-    if url and not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: [nvml].dcgm_exporter_url = {url[:120]!r}: must be an "
-                          "http(s) URL of dcgm-exporter's /metrics, e.g. "
-                          "http://localhost:9400/metrics")
+    if config.nvml.dcgm_exporter_url:
+        try:
+            check_http_url("[nvml].dcgm_exporter_url", config.nvml.dcgm_exporter_url,
+                           "dcgm-exporter's /metrics (e.g. http://localhost:9400/metrics)")
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     try:
         check_energy(config.energy)
     except ValueError as exc:

@@ -1,5 +1,5 @@
 """The forms a setting's value takes, in the config file and on the command line: durations
-('15m'), sizes ('512MiB'), HOST:PORT addresses and s3:// locations. Each parser raises
+('15m'), sizes ('512MiB'), HOST:PORT addresses, s3:// locations and http(s) URLs. Each parser raises
 ValueError naming the value and the forms it accepts; the loader adds the key.
 """
 
@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 import re
+from urllib.parse import urlsplit
+
+from daemon.sources.safe_text import without_url_credentials
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -104,3 +107,15 @@ def parse_address(value: str) -> tuple[str, int]:
             raise ValueError(f"port {int(port)} is out of range (0-65535)")
         return host.strip("[]"), int(port)
     raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
+
+
+def check_http_url(key: str, url: object, what: str) -> None:
+    """`key = url` is an http(s) URL of `what`, with no user or password in it: mlcostd shows
+    the URLs it reads (in /v1/now, reports, profiles, price sources, errors). ValueError shows
+    the URL without them."""
+    shown = without_url_credentials(str(url))[:200]
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"{key} = {shown!r}: must be an http(s) URL of {what}")
+    if "@" in urlsplit(url).netloc:
+        raise ValueError(f"{key} = {shown!r}: a user or password in the URL would be shown "
+                         f"wherever the URL is; give the URL of {what} without them")

@@ -53,7 +53,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from daemon.sources.safe_text import REDACTED as REDACTED  # (the marker, named where it is used)
+from daemon.sources.safe_text import REDACTED as REDACTED  # (re-exported: the hidden marker)
 from daemon.sources.safe_text import lines, one_line, without_url_credentials
 
 # An argument up to 4 KiB is kept whole (a long --config-json is still readable); Linux lets one

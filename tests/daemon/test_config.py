@@ -122,8 +122,21 @@ def test_a_metrics_url_with_a_password_is_refused_without_showing_it(tmp_path, t
         config.load(write(tmp_path, text))
     message = str(refused.value)
     assert "hunter2" not in message and "<redacted>@127.0.0.1:8000" in message, message
-    if url.startswith("http://"):  # (it is sent nowhere: urllib does not send it either)
-        assert "a user or password in the URL is not sent" in message, message
+    if url.startswith("http://"):
+        assert "a user or password in the URL would be shown" in message, message
+
+
+@pytest.mark.parametrize("text", [
+    '[nvml]\ndcgm_exporter_url = "http://bob:hunter2-pw@127.0.0.1:8000/metrics"\n',
+    '[pricing]\ncatalog_url = "https://bob:hunter2-pw@127.0.0.1:8000/sky"\n',
+    '[cost.budgets]\nwebhook = "https://bob:hunter2-pw@127.0.0.1:8000/hook"\n',
+])
+def test_a_url_setting_with_a_password_is_refused_without_showing_it(tmp_path, text):
+    with pytest.raises(ConfigError) as refused:
+        config.load(write(tmp_path, text))
+    message = str(refused.value)
+    assert "hunter2" not in message and "<redacted>@127.0.0.1:8000" in message, message
+    assert "a user or password in the URL would be shown" in message, message
 
 
 def test_the_readme_config_example_is_valid():

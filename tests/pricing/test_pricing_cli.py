@@ -75,6 +75,11 @@ def test_usage_errors(tmp_path):
     assert code == 2 and "no price for aws/p9.48xlarge; known AWS GPU types" in err
     code, out, _ = run("--cache", cache, "--fits", "500")
     assert code == 0 and "no instance fits 500 GiB" in out
+    # a user and password would be kept with each price as its source: refused, not echoed
+    code, out, err = run("--cache", cache, "--refresh", "catalog", "--catalog-url",
+                         "https://bob:hunter2-pw@mirror.example/sky")
+    assert code == 2 and "--catalog-url has a user or password in it" in err
+    assert "hunter2" not in out + err
 
 
 def test_refresh_prints_progress_then_live_and_bundled(tmp_path, pricing_stub, ec2_client):
