@@ -17,7 +17,6 @@ import http.client
 import json
 import os
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from daemon.wire import (
     default_socket_path,
     without_url_credentials,
 )
+from pricing.key_file import UNREADABLE, KeyFileError, read_key_file
 
 T = TypeVar("T")
 
@@ -153,29 +153,17 @@ async def in_thread(call: Callable[[], T]) -> T:
 
 
 def read_token_file(path: str | Path) -> str:
-    """The bearer token in `path` (--token-file): one line of at least TOKEN_MIN_CHARS, read
-    only from a regular file and at most TOKEN_MAX_BYTES of it (a FIFO would hang the start,
+    """The bearer token in `path` (--token-file): one line of TOKEN_MIN_CHARS to
+    TOKEN_MAX_BYTES from a regular file (pricing.key_file: a FIFO would hang the start,
     /dev/zero fill memory, a second line break the request's header). ClientError says what is
     wrong, never what the file holds."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: not waited on
-    except OSError as exc:
-        raise ClientError(f"cannot read the token file {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too
-        os.close(fd)
-        raise ClientError(f"the token file {path} is not a regular file; pass --token-file "
-                          "with the file that holds the daemon's [api].token_file token")
-    with os.fdopen(fd, "rb") as f:
-        try:
-            raw = f.read(TOKEN_MAX_BYTES + 1)
-        except OSError as exc:
-            raise ClientError(f"cannot read the token file {path}: {exc.strerror}") from None
-    token = raw.decode("utf-8", errors="replace").strip()
-    if len(raw) > TOKEN_MAX_BYTES or len(token) < TOKEN_MIN_CHARS or not token.isprintable():
-        raise ClientError(f"the token file {path} holds no token: a token is one line of "
-                          f"{TOKEN_MIN_CHARS} to {TOKEN_MAX_BYTES} characters (copy the "
-                          "daemon's [api].token_file)")
-    return token
+        return read_key_file(path, max_bytes=TOKEN_MAX_BYTES, min_chars=TOKEN_MIN_CHARS)
+    except KeyFileError as exc:
+        fix = "" if exc.kind == UNREADABLE else (
+            f"; a token is one line of {TOKEN_MIN_CHARS} to {TOKEN_MAX_BYTES} characters: pass "
+            "--token-file with a copy of the daemon's [api].token_file")
+        raise ClientError(f"the token file {path}{exc}{fix}") from None
 
 
 class Client:

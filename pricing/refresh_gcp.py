@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ import aiohttp
 from pricing.cache import CachedPrice
 from pricing.catalog import InstanceOffer
 from pricing.http import DEFAULT_TIMEOUT_S, FetchError, fetch
+from pricing.key_file import NOT_A_KEY, UNREADABLE, KeyFileError, read_key_file
 from pricing.refresh import Progress, RefreshResult
 
 COMPUTE_ENGINE_SERVICE = "6F81-5844-456A"
@@ -97,25 +97,21 @@ def machine_families(machine_type: str) -> list[str]:
 
 
 class GcpKeyError(ValueError):
-    """The API key file is missing, empty or readable by others; the message says the fix."""
+    """The API key file is missing, not a key file or readable by others; the message says the
+    fix."""
 
 
 def read_api_key(path: str | os.PathLike[str]) -> str:
-    """The key in `path`; refuses a file that group or others can read (a key is a secret)."""
+    """The key in `path`: one line of a regular file (pricing.key_file) that neither group nor
+    others can read (a key is a secret)."""
     file = Path(path).expanduser()
     try:
-        mode = file.stat().st_mode
-    except OSError as exc:
-        raise GcpKeyError(f"GCP API key file {file}: {exc.strerror}; create it with the key "
-                          f"on one line and `chmod 600 {file}`, and set "
-                          "[pricing].gcp_api_key_file") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise GcpKeyError(f"GCP API key file {file} has mode {stat.S_IMODE(mode):04o}, readable "
-                          f"by others; run `chmod 600 {file}`")
-    key = file.read_text(encoding="utf-8").strip()
-    if not key:
-        raise GcpKeyError(f"GCP API key file {file} is empty; put the API key on one line")
-    return key
+        return read_key_file(file, private=True)
+    except KeyFileError as exc:
+        fix = {UNREADABLE: f"; create it with the key on one line and `chmod 600 {file}`, and "
+                           "set [pricing].gcp_api_key_file",
+               NOT_A_KEY: "; put the API key on one line in a file of its own"}.get(exc.kind, "")
+        raise GcpKeyError(f"GCP API key file {file}{exc}{fix}") from None
 
 
 def skus_url(base_url: str, service: str) -> str:

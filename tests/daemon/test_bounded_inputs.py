@@ -90,7 +90,8 @@ def test_a_token_file_that_holds_no_token_is_refused_without_showing_it(tmp_path
     path.write_text(text)
     with pytest.raises(ClientError) as caught:
         read_token_file(path)
-    assert "holds no token" in str(caught.value), caught.value
+    assert f"a token is one line of {TOKEN_MIN_CHARS} to {TOKEN_MAX_BYTES} characters" in str(
+        caught.value), caught.value
     assert "second-line" not in str(caught.value) and "xxxx" not in str(caught.value)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import pytest
 from local_http import LocalServer, ok
@@ -65,6 +66,24 @@ def test_a_key_file_readable_by_others_is_refused_with_the_fix(tmp_path, key_fil
                                   f"others; run `chmod 600 {key_file}`")
     with pytest.raises(GcpKeyError, match="create it with the key on one line"):
         read_api_key(tmp_path / "missing.key")
+
+
+def test_a_key_file_that_is_no_file_of_one_line_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "gcp.key"
+    os.mkfifo(fifo, 0o600)  # no writer: an open that waits for one never returns
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)  # (was: "run `chmod 600` on it")
+    two_lines = tmp_path / "two.key"
+    two_lines.write_text(KEY + "\n" + KEY + "\n")
+    two_lines.chmod(0o600)
+    for path, reason in ((fifo, "is not a regular file"), (folder, "is not a regular file"),
+                         (two_lines, "holds more than one line")):
+        with pytest.raises(GcpKeyError) as refused:
+            read_api_key(path)
+        assert str(refused.value) == (f"GCP API key file {path} {reason}"
+                                      + ", or control characters" * (path == two_lines)
+                                      + "; put the API key on one line in a file of its own")
+        assert KEY not in str(refused.value)
 
 
 def test_refresh_composes_host_prices_from_sku_parts(tmp_path, key_file, caplog):
