@@ -4,7 +4,8 @@ sanity rules, staleness, managed-platform and off-cloud prices.
 Imports neither `daemon` nor `mlcost_tui`. The refreshers (`pricing.refresh` for AWS through
 boto3; `refresh_azure`, `refresh_catalog`, `refresh_gcp` through aiohttp) and `pricing.managed`
 are imported on demand. The names below are loaded when first asked for (PEP 562), so a client
-that needs only `pricing.http` (mlcost-top's, through daemon.client) does not load the catalog.
+that needs only `pricing.http` or `pricing.key_file` (mlcost-top's, through daemon.client: its
+--token-file is read as a cloud API key file is) does not load the catalog.
 `detect` is not among them: `pricing.detect` is also the module's name, and once the module is
 imported the package attribute is the module; import it as `from pricing.detect import detect`.
 """
