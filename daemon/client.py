@@ -38,7 +38,8 @@ from daemon.wire import (
     default_socket_path,
     without_url_credentials,
 )
-from pricing.key_file import UNREADABLE, KeyFileError, read_key_file
+from pricing.key_file import read_key_file
+from pricing.small_file import MISSING, UNREADABLE, SmallFileError
 
 T = TypeVar("T")
 
@@ -159,8 +160,8 @@ def read_token_file(path: str | Path) -> str:
     wrong, never what the file holds."""
     try:
         return read_key_file(path, max_bytes=TOKEN_MAX_BYTES, min_chars=TOKEN_MIN_CHARS)
-    except KeyFileError as exc:
-        fix = "" if exc.kind == UNREADABLE else (
+    except SmallFileError as exc:
+        fix = "" if exc.kind in (MISSING, UNREADABLE) else (
             f"; a token is one line of {TOKEN_MIN_CHARS} to {TOKEN_MAX_BYTES} characters: pass "
             "--token-file with a copy of the daemon's [api].token_file")
         raise ClientError(f"the token file {path}{exc}{fix}") from None

@@ -24,8 +24,9 @@ import aiohttp
 from pricing.cache import CachedPrice
 from pricing.catalog import InstanceOffer
 from pricing.http import DEFAULT_TIMEOUT_S, FetchError, fetch
-from pricing.key_file import NOT_A_KEY, UNREADABLE, KeyFileError, read_key_file
+from pricing.key_file import read_key_file
 from pricing.refresh import Progress, RefreshResult
+from pricing.small_file import MISSING, NOT_PRIVATE, UNREADABLE, SmallFileError
 
 COMPUTE_ENGINE_SERVICE = "6F81-5844-456A"
 BILLING_URL = "https://cloudbilling.googleapis.com/v1"
@@ -107,10 +108,14 @@ def read_api_key(path: str | os.PathLike[str]) -> str:
     file = Path(path).expanduser()
     try:
         return read_key_file(file, private=True)
-    except KeyFileError as exc:
-        fix = {UNREADABLE: f"; create it with the key on one line and `chmod 600 {file}`, and "
-                           "set [pricing].gcp_api_key_file",
-               NOT_A_KEY: "; put the API key on one line in a file of its own"}.get(exc.kind, "")
+    except SmallFileError as exc:
+        if exc.kind in (MISSING, UNREADABLE):
+            fix = (f"; create it with the key on one line and `chmod 600 {file}`, and set "
+                   "[pricing].gcp_api_key_file")
+        elif exc.kind == NOT_PRIVATE:
+            fix = ""  # (the mode's fix is in its message)
+        else:
+            fix = "; put the API key on one line in a file of its own"
         raise GcpKeyError(f"GCP API key file {file}{exc}{fix}") from None
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from daemon.config.values import (
     parse_s3_url,
     parse_size,
 )
+from pricing.small_file import NOT_REGULAR, TOO_LARGE, UNREADABLE, SmallFileError, read_small_file
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; this bound keeps /dev/zero out of memory
@@ -47,33 +47,33 @@ def load(path: str | os.PathLike[str] | None) -> Config:
 
 
 def parse_file(path: Path) -> dict[str, Any]:
-    """The TOML in `path`, read only if it is a regular file of at most MAX_CONFIG_BYTES (a FIFO
-    would block the start, /dev/zero would fill memory). ConfigError says what is wrong."""
+    """The TOML in `path`, read only if it is a regular file of at most MAX_CONFIG_BYTES
+    (pricing.small_file: a FIFO would block the start, /dev/zero would fill memory).
+    ConfigError says what is wrong."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: opened, not waited on
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too, then cannot be read
-        os.close(fd)
-        raise ConfigError(f"config file {path} is not a regular file; pass --config with a "
-                          "TOML file")
-    with os.fdopen(fd, "rb") as f:
-        raw = f.read(MAX_CONFIG_BYTES + 1)
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; "
-                          "is it the right file?")
+        raw = read_small_file(path, MAX_CONFIG_BYTES)
+    except SmallFileError as exc:
+        if exc.kind == UNREADABLE:
+            raise ConfigError(f"cannot read config file {path}{exc}") from None
+        fix = {NOT_REGULAR: "; pass --config with a TOML file",
+               TOO_LARGE: "; is it the right file?"}.get(exc.kind, "")
+        raise ConfigError(f"config file {path}{exc}{fix}") from None
+    return parse_toml(raw, str(path))
+
+
+def parse_toml(raw: bytes, where: str) -> dict[str, Any]:
+    """TOML from bytes read from `where`; ConfigError names the line of a byte that is not
+    UTF-8 and what TOML found wrong."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} on line "
+        raise ConfigError(f"{where}: not UTF-8 text (byte {raw[exc.start]:#04x} on line "
                           f"{line}); save the file as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
     return data
 
 

@@ -48,12 +48,14 @@ except ModuleNotFoundError:  # Python 3.10
 
 from daemon.lifetime import die_with_parent
 from daemon.sim import state
+from pricing.small_file import SmallFileError, read_small_file
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 WORKLOAD_PACKAGE = "daemon.sim.workloads"
 STOP_GRACE_S = 3.0
 _UUID_NAMESPACE = uuid.UUID("6f1c2a56-4d0e-4c7b-9a43-9b1f0f6d2e11")
 GIB = 1 << 30
+MAX_SCENARIO_BYTES = 1 << 20  # a scenario of 256 workloads is ~80 kB
 
 LIFECYCLES = ("on-demand", "spot")
 FAULT_KINDS = (
@@ -199,10 +201,18 @@ def load(name_or_path: str | os.PathLike[str]) -> Scenario:
                 f"a built-in scenario ({', '.join(builtin_names())}) or a path to a .toml file",
             )
         path = builtin
+    try:  # (a FIFO, /dev/zero or a folder there: refused, not waited on or read forever)
+        raw = read_small_file(path, MAX_SCENARIO_BYTES)
+    except SmallFileError as e:
+        raise ScenarioError(str(path), "scenario", str(path),
+                            f"a readable TOML file (this one{e})") from None
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScenarioError(str(path), "scenario", str(path), f"a readable file ({e.strerror})") from e
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ScenarioError(str(path), "scenario", str(path),
+                            f"a TOML file in UTF-8 (byte {raw[e.start]:#04x} on line {line} "
+                            "is not)") from None
     return loads(text, source=str(path), default_name=path.stem)
 
 

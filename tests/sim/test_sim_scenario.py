@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
 import pytest
+from hostile_http import finishes_within
 
 from daemon.sim import scenario
 
@@ -59,6 +61,20 @@ def test_bad_scenarios_name_the_key(text, key):
         scenario.loads(text)
     assert e.value.key == key
     assert key in str(e.value) and "not valid" in str(e.value)
+
+
+def test_a_scenario_path_that_is_no_toml_file_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "host.toml"
+    os.mkfifo(fifo)  # no writer: an open that waits for one never returns
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(BASE.encode() + b"name = \"\xc6\"\n")  # (was a UnicodeDecodeError)
+    for path, why in ((fifo, "this one is not a regular file"), (tmp_path, "is not a regular"),
+                      ("/dev/null", "is not a regular file"),
+                      (binary, "byte 0xc6 on line 5 is not")):
+        done, outcome = finishes_within(10, scenario.load, str(path))
+        assert done, f"loading the scenario {path} was still going after 10 s"
+        assert isinstance(outcome, scenario.ScenarioError), (path, outcome)
+        assert why in str(outcome) and "scenario" in str(outcome), outcome
 
 
 def test_unknown_builtin_lists_the_builtins():
