@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pricing.small_file import read_small_file
+
 CACHE_VERSION = 1
+MAX_CACHE_BYTES = 64 << 20  # every cloud's refreshed prices: a few MB
 CACHE_ENV = "MLCOST_PRICE_CACHE"
 
 
@@ -50,14 +54,8 @@ def default_cache_path() -> Path:
 
 def read_cache(path: str | os.PathLike[str]) -> list[CachedPrice]:
     """Every cached price in the file; [] when the file is missing, unreadable or foreign."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-        return []
     prices = []
-    for item in data.get("prices", []):
+    for item in _read_raw(path).get("prices", []):
         try:
             prices.append(
                 CachedPrice(
@@ -91,9 +89,11 @@ class RefreshRecord:
 
 
 def _read_raw(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The file's document; {} when it is missing, unreadable (a FIFO, a device or a folder
+    there included: pricing.small_file), not JSON or of another version."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_small_file(path, MAX_CACHE_BYTES))
+    except (ValueError, RecursionError):  # (SmallFileError and UnicodeDecodeError are too)
         return {}
     return data if isinstance(data, dict) and data.get("version") == CACHE_VERSION else {}
 
@@ -127,6 +127,12 @@ def write_cache(path: str | os.PathLike[str], new_prices: list[CachedPrice]) -> 
 def _write(path: str | os.PathLike[str], prices: list[CachedPrice],
            refreshes: dict[str, RefreshRecord]) -> None:
     target = Path(path)
+    try:  # replaced whole: only a regular file, never a link, a FIFO or a device named there
+        if not stat.S_ISREG(os.lstat(target).st_mode):
+            raise OSError(f"{target} is not a regular file (a link, a folder, a FIFO or a "
+                          "device): it is left as it is")
+    except FileNotFoundError:
+        pass
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "version": CACHE_VERSION,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pricing.cache import CachedPrice, read_cache
 from pricing.offer import LIFECYCLES, InstanceOffer, Lifecycle, Price, normalize_instance_type
+from pricing.small_file import read_small_file
 
 if TYPE_CHECKING:
     from pricing.sanity import Rejection
@@ -30,6 +31,7 @@ PRICE_UNITS = ("host-hour", "gpu-hour")
 # A row's status: "current", "pre-cut" (predates a known price cut), or "estimate".
 ROW_STATUSES = ("current", "pre-cut", "estimate")
 BUNDLED_CATALOG = Path(__file__).resolve().parent / "data" / "catalog.csv"
+MAX_CATALOG_BYTES = 64 << 20  # a catalog CSV ([pricing].extra_catalogs): the bundled one is 11 kB
 
 
 class PricingError(LookupError):
@@ -122,7 +124,7 @@ def _row_to_offer(row: dict[str, str], where: str = "catalog") -> InstanceOffer:
 def load_offers_csv(path: str | os.PathLike[str]) -> list[InstanceOffer]:
     """The offers of a catalog CSV in the bundled format (pricing/data/catalog.csv's header;
     `price_unit`, `commit_3y`, `status` and `note` may be absent), in file order."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_small_file(path, MAX_CATALOG_BYTES).decode("utf-8")
     return [_row_to_offer(row, str(path)) for row in csv.DictReader(text.splitlines())]
 
 

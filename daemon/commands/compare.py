@@ -41,10 +41,11 @@ from daemon import clock
 from daemon import config as config_module
 from daemon.analysis import compare as analysis
 from daemon.analysis.compare import change_text, figure_text
+from daemon.commands.gates import MAX_PROFILE_BYTES
 from daemon.config import Config
 from daemon.sources.safe_text import lines, one_line
+from pricing.small_file import TOO_LARGE, SmallFileError, read_small_file
 
-MAX_PROFILE_BYTES = 64 << 20
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WIDTH = 80
 
@@ -170,13 +171,10 @@ def range_document(db: Path, spec: str, config: Config,
 
 def _document_from_json(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_PROFILE_BYTES + 1)
-    except OSError as exc:
-        raise CompareInputError(f"cannot read {path}: {exc.strerror}") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise CompareInputError(f"{path} is larger than {MAX_PROFILE_BYTES >> 20} MiB; "
-                                "not a profile")
+        raw = read_small_file(path, MAX_PROFILE_BYTES)
+    except SmallFileError as exc:
+        raise CompareInputError(f"{path}{exc}" + ("; not a profile" if exc.kind == TOO_LARGE
+                                                  else "")) from None
     try:
         document = json.loads(raw)
     except (ValueError, RecursionError) as exc:

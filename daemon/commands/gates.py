@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from daemon.wire import money
+from pricing.small_file import SmallFileError, read_small_file
+
+# A profile.json or report document read back (--baseline, `mlcostd compare`): the largest is
+# a few MB.
+MAX_PROFILE_BYTES = 64 << 20
 
 GATE_EXIT_STATUS = 86  # outside 0-2, sysexits' 64-78, the shell's 126/127 and 128+signal
 
@@ -163,15 +168,16 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
 
 
 def read_baseline(path: str) -> dict[str, Any]:
-    """The `profile` key of an earlier profile.json; ValueError says what is wrong."""
+    """The `profile` key of an earlier profile.json (a regular file of at most
+    MAX_PROFILE_BYTES: pricing.small_file); ValueError says what is wrong."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(64 << 20)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        raw = read_small_file(path, MAX_PROFILE_BYTES)
+    except SmallFileError as exc:
+        raise ValueError(f"--baseline {path}{exc}; pass the profile.json an earlier "
+                         "`mlcostd profile` wrote") from None
     try:
-        document = json.loads(text)
-    except ValueError:
+        document = json.loads(raw)
+    except (ValueError, RecursionError):
         raise ValueError(f"{path} is not JSON; pass the profile.json an earlier "
                          "`mlcostd profile` wrote") from None
     profile = document.get("profile") if isinstance(document, dict) else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from daemon.config.sections import EnergyConfig, InstanceConfig, PricingConfig
 from daemon.config.values import check_http_url
 from pricing.grid import find_region, grid_table
+from pricing.small_file import SmallFileError
 
 
 def check_energy(energy: EnergyConfig) -> None:
@@ -61,9 +62,9 @@ def check_pricing(pricing: PricingConfig) -> None:
     for path in pricing.extra_catalogs:
         try:
             load_offers_csv(path)
-        except OSError as exc:
-            raise ValueError(f"[pricing].extra_catalogs: cannot read {path!r}: "
-                             f"{exc.strerror or exc}; fix the path or remove it") from None
+        except SmallFileError as exc:  # missing, unreadable, a FIFO, a device, a folder...
+            raise ValueError(f"[pricing].extra_catalogs: {path!r}{exc}; fix the path or "
+                             "remove it") from None
         except (KeyError, ValueError, TypeError) as exc:
             raise ValueError(f"[pricing].extra_catalogs: {path!r} is not a catalog CSV ({exc}); "
                              "use the header of pricing/data/catalog.csv") from None

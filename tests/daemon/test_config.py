@@ -196,7 +196,7 @@ def test_the_price_cache_defaults_to_the_pricing_default(monkeypatch, tmp_path):
                                                       "must be a number"]),
     ("[instance]\nlifecycle = \"commit-5y\"\n", ["'commit-5y'", "'commit-3y'"]),
     ("[pricing]\ncatalog_url = \"ftp://x\"\n", ["catalog_url = 'ftp://x'", "http(s) URL"]),
-    ("[pricing]\nextra_catalogs = [\"/no/such.csv\"]\n", ["/no/such.csv", "cannot read"]),
+    ("[pricing]\nextra_catalogs = [\"/no/such.csv\"]\n", ["/no/such.csv", "does not exist", "fix the path"]),
     ("[pricing]\nextra_catalogs = \"/one.csv\"\n", ["[pricing].extra_catalogs", "list of strings"]),
     ("[pricing]\ncompare_managed = \"yes\"\n", ["[pricing].compare_managed", "true or false"]),
     ("[pricing]\ncahce = \"x\"\n", ["[pricing].cahce", "cache, extra_catalogs"]),

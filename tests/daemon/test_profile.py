@@ -248,11 +248,15 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
     from daemon.commands.cli import main
 
     marker = tmp_path / "ran"
+    fifo = tmp_path / "baseline.json"
+    os.mkfifo(fifo)  # no writer: an open that waits for one never returns
     command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
     for args, said in ((["--max-data-wait", "lots"], "--max-data-wait 'lots' is not a number"),
                        (["--max-regression", "10%"], "go together"),
                        (["--baseline", str(tmp_path / "none.json"), "--max-regression", "5"],
-                        "cannot read"),
+                        "none.json does not exist"),
+                       (["--baseline", str(fifo), "--max-regression", "5"],  # (was: waited on)
+                        "baseline.json is not a regular file"),
                        (["--progress", "step ("], "not a regular expression"),
                        (["--duration", "soon"], "--duration"),
                        ([], "no command")):

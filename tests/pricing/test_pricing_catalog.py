@@ -1,3 +1,4 @@
+import os
 import time
 
 import pytest
@@ -327,3 +328,28 @@ def test_nvml_gpu_names_read_as_catalog_accelerators(gpu_name, expected):
     from pricing.catalog import catalog_accelerator
 
     assert catalog_accelerator(gpu_name) == expected
+
+
+def test_a_cache_or_catalog_path_that_is_no_regular_file_is_neither_waited_on_nor_replaced(
+        tmp_path):
+    from hostile_http import finishes_within
+
+    from pricing.cache import read_cache
+    from pricing.catalog import load_offers_csv
+    from pricing.small_file import SmallFileError
+
+    fifo = tmp_path / "prices.json"
+    os.mkfifo(fifo)  # no writer: an open that waits for one never returns
+    done, outcome = finishes_within(10, read_cache, fifo)
+    assert done and outcome == [], outcome  # a cache that is not one holds no prices
+    done, outcome = finishes_within(10, load_offers_csv, fifo)
+    assert done and isinstance(outcome, SmallFileError), outcome
+    assert "is not a regular file" in str(outcome)
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    price = CachedPrice("lambda", "us-east-1", "gpu_1x_h100_pcie", "on-demand", 2.49, 1.0e9,
+                        "a test")
+    for path in (fifo, link):  # (a refresh replaced a FIFO or /dev/zero with its JSON)
+        with pytest.raises(OSError, match="is not a regular file"):
+            write_cache(path, [price])
+    assert fifo.is_fifo() and link.is_symlink() and not (tmp_path / "elsewhere.json").exists()
