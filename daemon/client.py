@@ -350,8 +350,12 @@ class Client:
     def _download(self, name: str, out: Path) -> int:
         """download_snapshot's work, blocking (in a client thread); it cleans up after itself,
         past its deadline too."""
-        from daemon.store.files import open_checked, temp_path
+        from daemon.store.files import check_existing, open_checked, temp_path
 
+        try:  # replaced at the end: never a link, a FIFO, a device or someone else's file
+            check_existing(out)
+        except OSError as exc:
+            raise ClientError(f"cannot write {out}: {exc}") from None
         deadline = time.monotonic() + SNAPSHOT_TIMEOUT_S
         path = f"/v1/snapshots/{name}"
         connection, prefix = connection_to(self.target, SNAPSHOT_TIMEOUT_S)

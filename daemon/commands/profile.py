@@ -197,7 +197,7 @@ def _fresh_store(out: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from daemon.runtime.daemon import DaemonError
     from daemon.runtime.profile import ProfileRecorder
-    from daemon.store.files import RefusedFile
+    from daemon.store.files import RefusedFile, check_existing
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -226,6 +226,11 @@ def run(args: argparse.Namespace) -> int:
             except re.error as exc:
                 raise UsageError(f"--progress {args.progress!r} is not a regular "
                                  f"expression: {exc}") from None
+        if args.junit:  # replaced after the run: a link, FIFO or device there is refused now
+            try:
+                check_existing(args.junit)
+            except OSError as exc:
+                raise UsageError(f"cannot use --junit {args.junit}: {exc}") from None
     except (UsageError, ValueError) as exc:
         print(f"mlcostd profile: {exc}", file=sys.stderr)
         return 2
@@ -247,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
 
         private_folder(out)
         _fresh_store(out)
+        for name in ("profile.json", "profile.html", "summary.md"):  # replaced at the end
+            check_existing(out / name)
     except (OSError, RefusedFile) as exc:
         print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
         return 2
@@ -265,7 +272,11 @@ def run(args: argparse.Namespace) -> int:
     document = build_document(config, result, limits, baseline, args)
     checked = [Gate(**{k: g[k] for k in ("flag", "limit_text", "passed", "message", "value",
                                          "limit")}) for g in document["profile"]["gates"]]
-    write_outputs(out, document, config, args.junit, checked)
+    try:
+        write_outputs(out, document, config, args.junit, checked)
+    except OSError as exc:  # (RefusedFile too: a link or FIFO put there while it ran)
+        print(f"mlcostd profile: cannot write the profile: {exc}", file=sys.stderr)
+        return 2
     print(verdict_text(document, out), file=sys.stderr, end="")
     failed = not result.stopped_after_duration and result.exit_status not in (0, None)
     if failed:

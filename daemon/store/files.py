@@ -299,7 +299,10 @@ def remove_stale_temp_files(folder: Path) -> list[str]:
 def write_private(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically with mode 0600: a fresh temporary name beside it,
     created exclusively (never a file or link someone put there), synced, then renamed over
-    `path`. The folder is created 0700 when missing. Raises RefusedFile, OSError."""
+    `path`, which must be nothing yet or a file mlcostd may use (`check_existing`: a link,
+    a FIFO, a device or someone else's file there is refused, not replaced). The folder is
+    created 0700 when missing. Raises RefusedFile, OSError."""
+    check_existing(path)
     private_folder(path.parent)
     tmp = temp_path(path)
     fd = open_private(tmp, os.O_WRONLY | os.O_EXCL)

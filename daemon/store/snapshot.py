@@ -39,6 +39,7 @@ import sqlite_utils
 from daemon import __version__, clock
 from daemon.sources.redact import redact_document, redact_text
 from daemon.store.files import (
+    RefusedFile,
     check_existing,
     open_checked,
     open_private,
@@ -165,6 +166,10 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
         if target.exists() and own.exists() and os.path.samefile(target, own):
             raise SnapshotError(f"{target} is the store itself ({source}); give --out another "
                                 "file name")
+    try:  # replaced at the end: only a file mlcostd may use, never a link, FIFO or device
+        check_existing(target)
+    except RefusedFile as exc:
+        raise SnapshotError(str(exc)) from None
     started, cpu_started = time.perf_counter(), time.thread_time()
     try:
         private_folder(target.parent)

@@ -257,6 +257,8 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
                         "none.json does not exist"),
                        (["--baseline", str(fifo), "--max-regression", "5"],  # (was: waited on)
                         "baseline.json is not a regular file"),
+                       (["--junit", str(fifo)],  # (was: replaced by the XML after the run)
+                        "cannot use --junit"),
                        (["--progress", "step ("], "not a regular expression"),
                        (["--duration", "soon"], "--duration"),
                        ([], "no command")):

@@ -33,9 +33,10 @@ from daemon.store.files import (
     open_private,
     remove_stale_temp_files,
     temp_path,
+    write_private,
 )
 from daemon.store.lock import WriterLock
-from daemon.store.snapshot import prune
+from daemon.store.snapshot import SnapshotError, prune, write_snapshot
 from daemon.store.writer import Store, StoreError
 
 VICTIM_TEXT = b"root:x:0:0:a file the attacker wants changed:/root:/bin/bash\n"
@@ -175,6 +176,28 @@ def test_the_files_module_refuses_links_fifos_and_other_users_files(tmp_path):
     mine.chmod(0o644)
     os.close(open_private(mine))
     assert mode(mine) == 0o600  # our own file: narrowed, on the descriptor
+
+
+@pytest.mark.fault(HOSTILE, "snapshot --out, profile outputs and --junit planted as a link or "
+                            "a FIFO")
+@pytest.mark.parametrize("plant", ["link", "fifo"])
+def test_an_output_planted_as_a_link_or_a_fifo_is_refused_not_replaced(tmp_path, plant):
+    target = victim(tmp_path)
+    out = tmp_path / "out.db"
+    if plant == "link":
+        out.symlink_to(target)
+    else:
+        os.mkfifo(out)
+    store = Store(str(tmp_path / "mlcost.db"))
+    store.close()
+    # (both wrote a temporary file and renamed it over what was planted there)
+    with pytest.raises(SnapshotError, match="is a symbolic link|is a FIFO"):
+        write_snapshot(tmp_path / "mlcost.db", out, 0.0, 1.0)
+    with pytest.raises(RefusedFile, match="is a symbolic link|is a FIFO"):
+        write_private(out, b"<testsuites/>")  # profile.json, summary.md, --junit
+    assert out.is_symlink() if plant == "link" else out.is_fifo()
+    assert_untouched(target)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_a_folder_others_can_write_is_refused_and_a_sticky_one_accepted(tmp_path):
