@@ -39,18 +39,23 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
+async def said_unanswered(pilot, screen: PrometheusFleetScreen) -> str:
+    """The screen's summary once it says Prometheus did not answer."""
+    summary = screen.query_one("#prometheus-summary")
+    deadline = time.monotonic() + 20
+    while "did not answer" not in str(summary.render()):
+        assert time.monotonic() < deadline, str(summary.render())
+        await pilot.pause(0.1)
+    return str(summary.render())
+
+
 @pytest.mark.asyncio
 async def test_a_prometheus_that_does_not_answer_is_said_and_retried():
     url = f"http://127.0.0.1:{closed_port()}"
     screen = PrometheusFleetScreen(PrometheusFleet(url, timeout_s=2), interval_s=0.2)
     app = MlcostTop([], prometheus=screen)
     async with app.run_test(size=(160, 30)) as pilot:
-        summary = screen.query_one("#prometheus-summary")
-        deadline = time.monotonic() + 20
-        while "did not answer" not in str(summary.render()):
-            assert time.monotonic() < deadline, str(summary.render())
-            await pilot.pause(0.1)
-        assert url in str(summary.render())
+        assert url in await said_unanswered(pilot, screen)
         assert app.screen is screen
         await pilot.press("enter")  # nothing to open: the screen stays
         await pilot.pause()
@@ -92,10 +97,5 @@ async def test_a_password_in_the_url_is_sent_as_basic_auth_and_never_shown():
     screen = PrometheusFleetScreen(PrometheusFleet(url, timeout_s=2), interval_s=0.2)
     top = MlcostTop([], prometheus=screen)
     async with top.run_test(size=(160, 30)) as pilot:
-        summary = screen.query_one("#prometheus-summary")
-        deadline = time.monotonic() + 20
-        while "did not answer" not in str(summary.render()):
-            assert time.monotonic() < deadline, str(summary.render())
-            await pilot.pause(0.1)
-        shown = str(summary.render())
+        shown = await said_unanswered(pilot, screen)
         assert "s3cret" not in shown and "<redacted>@127.0.0.1" in shown, shown
