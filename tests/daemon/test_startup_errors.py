@@ -141,6 +141,18 @@ def test_an_unknown_scenario_is_refused_before_the_store_is_created(tmp_path):
     assert files(tmp_path) == set()
 
 
+def test_a_fifo_at_the_price_cache_path_does_not_hold_the_start(tmp_path):
+    fifo = tmp_path / "prices.json"
+    os.mkfifo(fifo)  # no writer: an open that waits for one never returns (nor stops on SIGTERM)
+    daemon = livedaemon.start(tmp_path / "d", interval=0.2,
+                              config={"pricing": {"cache": str(fifo)}})
+    try:  # (it held the start after "NVML started": no live price there, the catalog's)
+        assert daemon.now()["host"]["price"]["per_hour"] > 0
+    finally:
+        assert daemon.stop() == 0
+    assert fifo.is_fifo()
+
+
 # ------------------------------------------------ refused by the file system or the store
 
 def test_a_read_only_file_system_is_one_line(tmp_path):
