@@ -58,22 +58,16 @@ def parse_file(path: Path) -> dict[str, Any]:
         fix = {NOT_REGULAR: "; pass --config with a TOML file",
                TOO_LARGE: "; is it the right file?"}.get(exc.kind, "")
         raise ConfigError(f"config file {path}{exc}{fix}") from None
-    return parse_toml(raw, str(path))
-
-
-def parse_toml(raw: bytes, where: str) -> dict[str, Any]:
-    """TOML from bytes read from `where`; ConfigError names the line of a byte that is not
-    UTF-8 and what TOML found wrong."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{where}: not UTF-8 text (byte {raw[exc.start]:#04x} on line "
+        raise ConfigError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} on line "
                           f"{line}); save the file as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     return data
 
 

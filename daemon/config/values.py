@@ -1,6 +1,6 @@
 """The forms a setting's value takes, in the config file and on the command line: durations
-('15m'), sizes ('512MiB'), HOST:PORT addresses, s3:// locations and http(s) URLs. Each parser raises
-ValueError naming the value and the forms it accepts; the loader adds the key.
+('15m'), sizes ('512MiB'), HOST:PORT addresses, s3:// locations and http(s) URLs. Each parser
+or check raises ValueError naming the value and the forms it accepts; the loader adds the key.
 """
 
 from __future__ import annotations
