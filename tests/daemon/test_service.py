@@ -79,6 +79,11 @@ def demo_missing(db) -> list[str]:
                sorted(DEMO_EVENTS - {(e["kind"], e["target"]) for e in found["events"]})]
     missing += [f"recommendation {rule}" for rule in
                 sorted(DEMO_RULES - {r["rule"] for r in found["recommendations"]})]
+    # SIGTERM is offered once a stack sample shows the notebook waiting; before that (py-spy
+    # not through yet on a loaded machine, or only /proc samples) it is "look first" commands
+    held = next((r for r in found["recommendations"] if r["rule"] == "idle_gpu_held"), None)
+    if held is not None and (held.get("action") or {}).get("kind") != "sigterm":
+        missing.append("idle_gpu_held's SIGTERM (a stack showing the notebook waiting)")
     demo = scenario.load("demo")
     for workload in demo.workloads:
         kind = DEMO_KINDS.get(workload.program)
