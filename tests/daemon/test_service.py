@@ -262,8 +262,15 @@ def test_phase_balance_points_at_the_lines_responsible(demo_report):
     top = starved["phases"]["data_wait"]["top_stacks"][0]
     assert top["file"].endswith("daemon/sim/workloads/data_starved.py") and top["line"] > 0
     assert top["function"] == "read_shard"
+    # Of the time its GPU waits, the checkpoint takes the most. Its share of all the time is
+    # no fixed figure: on a loaded host each step runs longer while a checkpoint still takes
+    # ~4 s (the volume's pace), so the GPU's busy share grows (0.30 with 6 CPU burners on 2
+    # cores, 0.13 once on a CI runner); the fixture waited for 12 s of it (three stalls).
     checkpoint = _proc(report, "checkpoint_heavy")
-    assert checkpoint["phases"].get("checkpoint", {}).get("share", 0) >= 0.15
+    waiting = {phase: p["seconds"] for phase, p in checkpoint["phases"].items()
+               if phase != "compute"}
+    assert max(waiting, key=waiting.__getitem__) == "checkpoint", checkpoint["phases"]
+    assert waiting["checkpoint"] >= DEMO_PHASES["checkpoint_heavy"][2], checkpoint["phases"]
     assert checkpoint["phases"]["checkpoint"]["top_stacks"][0]["file"].endswith(
         "checkpoint_heavy.py")
     healthy = _proc(report, "healthy_train")
