@@ -17,8 +17,13 @@ def read_key_file(path: str | os.PathLike[str], *, max_bytes: int = 4096, min_ch
                   private: bool = False) -> str:
     """The one line in `path`, stripped. `private`: refuse a file its group or others may
     read. SmallFileError (its `kind` one of pricing.small_file's or NOT_A_KEY) otherwise."""
-    key = read_small_file(path, max_bytes, private=private).decode(
-        "utf-8", errors="replace").strip()
+    return key_from_bytes(read_small_file(path, max_bytes, private=private), min_chars)
+
+
+def key_from_bytes(data: bytes, min_chars: int = 1) -> str:
+    """The one line in `data` (a key file's bytes), stripped; SmallFileError(NOT_A_KEY)
+    otherwise. For a reader that opened the file its own way (mlcostd's token file)."""
+    key = data.decode("utf-8", errors="replace").strip()
     if not key:
         raise SmallFileError(NOT_A_KEY, " is empty")
     if not key.isprintable():

@@ -32,6 +32,8 @@ from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 from daemon.config import parse_address
 from daemon.store.files import RefusedFile, folder_problem, open_checked, private_folder
 from daemon.wire import SOCKET_PATH_MAX, TOKEN_MAX_BYTES, TOKEN_MIN_CHARS
+from pricing.key_file import NOT_A_KEY, key_from_bytes
+from pricing.small_file import SmallFileError
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +72,15 @@ def read_token(path: Path) -> str:
         if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ApiError(f"token file {path} is readable by others (mode "
                            f"{stat.S_IMODE(info.st_mode):o}); run `chmod 600 {path}`")
-        token = f.read(TOKEN_MAX_BYTES).decode("utf-8", errors="replace").strip()
-    if len(token) < TOKEN_MIN_CHARS:
-        raise ApiError(f"token file {path} holds no usable token (at least {TOKEN_MIN_CHARS} "
-                       "characters); delete it to have mlcostd generate one")
-    return token
+        data = f.read(TOKEN_MAX_BYTES + 1)
+    try:  # the shape the client accepts (daemon.client.read_token_file), not a cut-off prefix
+        if len(data) > TOKEN_MAX_BYTES:
+            raise SmallFileError(NOT_A_KEY, f" is larger than {TOKEN_MAX_BYTES} bytes")
+        return key_from_bytes(data, TOKEN_MIN_CHARS)
+    except SmallFileError as exc:
+        raise ApiError(f"token file {path}{exc}: no usable token (one line of {TOKEN_MIN_CHARS} "
+                       f"to {TOKEN_MAX_BYTES} characters); delete it to have mlcostd generate "
+                       "one") from None
 
 
 def _user_name(uid: int) -> str:

@@ -21,10 +21,10 @@ from simhost import poll
 from daemon.api import actions
 from daemon.api.server import MAX_BODY_BYTES, ApiError, read_token
 from daemon.client import ApiError as ClientApiError
-from daemon.client import Client, DaemonUnavailable
+from daemon.client import Client, ClientError, DaemonUnavailable, read_token_file
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.writer import Store
-from daemon.wire import process_key
+from daemon.wire import TOKEN_MAX_BYTES, TOKEN_MIN_CHARS, process_key
 
 T0 = time.time() - 120
 RECORDED = process_key(4242, 1000.5)  # a process of the history written before the daemon ran
@@ -359,6 +359,26 @@ def test_token_file_readable_by_others_is_refused(tmp_path, mlcostd):
                       args=["--listen", "127.0.0.1:0", "--token-file", str(token_file)])
     assert refused.wait_exit() == 2
     assert "chmod 600" in refused.log() and "Traceback" not in refused.log()
+
+
+@pytest.mark.parametrize("held", ["x" * (TOKEN_MAX_BYTES + 1), "a" * 20 + "\n" + "b" * 20,
+                                  "short"], ids=["over 4096 bytes", "two lines", "too short"])
+def test_the_daemon_takes_a_token_only_where_its_client_would_send_it(tmp_path, held):
+    """Longer than TOKEN_MAX_BYTES (the daemon used its first 4096 bytes, which no client
+    sends: it refuses the file), two lines (no header can carry it), too short: refused at the
+    start by both sides, never the file's text in the message."""
+    token_file = tmp_path / "token"
+    token_file.write_text(held)
+    token_file.chmod(0o600)
+    with pytest.raises(ApiError, match="no usable token") as refused:
+        read_token(token_file)
+    with pytest.raises(ClientError) as client_refused:
+        read_token_file(token_file)
+    for text in (str(refused.value), str(client_refused.value)):
+        assert held[:16] not in text and "x" * 16 not in text
+    token_file.write_text(held[:40].replace("\n", "") + "\n")
+    if len(held) >= TOKEN_MIN_CHARS:
+        assert read_token(token_file) == read_token_file(token_file) == held[:40].replace("\n", "")
 
 
 def test_a_live_socket_is_not_taken_over(mlcostd):
