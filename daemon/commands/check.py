@@ -10,6 +10,7 @@ from typing import Any
 
 from daemon import clock
 from daemon.sources import safe_text
+from daemon.store.files import RefusedFile, check_existing
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 CAP_SYS_PTRACE = 19
@@ -230,6 +231,11 @@ def check_process_io() -> Check:
 
 
 def check_database(db: Path) -> Check:
+    try:  # what `mlcostd run` refuses at the path (a link, a FIFO, a device, a folder)
+        check_existing(db)
+    except RefusedFile as exc:
+        return Check("database", FAIL, str(exc), "pass --db with a path to a regular file, or "
+                     "set [daemon].db")
     folder = db.parent
     probe = folder
     while not probe.exists() and probe != probe.parent:
@@ -242,7 +248,7 @@ def check_database(db: Path) -> Check:
 
 def check_recorded_stacks(db: Path) -> Check | None:
     """What the recorder's stack sampling met, per process, from the store (if there is one)."""
-    if not db.exists():
+    if not db.is_file():  # nothing there yet, or what check_database refuses
         return None
     from daemon.store.queries import stack_statuses
     from daemon.store.reader import StoreReader

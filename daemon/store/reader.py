@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -78,6 +79,9 @@ _SERIES_TOTALS = (
     " AND r.bucket < :b GROUP BY s.kind, s.key, s.metric")
 
 
+NOT_A_REGULAR_FILE = "not a regular file: a store is an SQLite file"
+
+
 class ReaderTimeout(Exception):
     """A read query ran past its deadline and was cut off."""
 
@@ -110,6 +114,11 @@ class StoreReader:
         last to close, leaves both beside the database. Never in the daemon's own process."""
         self.path = str(path)
         self.timeout_s = timeout_s
+        # A FIFO held the open below (and _writer_holds') without end; a device or folder is no
+        # store either. Missing or unreadable: SQLite's own error below says so.
+        with contextlib.suppress(OSError):
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                raise sqlite3.DatabaseError(NOT_A_REGULAR_FILE)
         uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve()))
         # Whether a daemon records into the file, asked only where it is safe (`tidy`): a
         # command of its own, before its connection opens. None: not asked.

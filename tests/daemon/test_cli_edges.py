@@ -56,6 +56,27 @@ def test_report_of_a_file_that_is_not_a_store_says_so(tmp_path):
     assert "is not an mlcostd database" in result.stderr and str(junk) in result.stderr
 
 
+def test_a_store_path_that_is_a_fifo_device_or_folder_is_refused_not_waited_on(tmp_path):
+    """`report --db FIFO` waited for a writer without end (the reader opened it); `check` said
+    such a path was writable; `snapshot` and mlcost-top --replay said "no store at" a file that
+    is there. Each now names what is wrong."""
+    fifo = tmp_path / "store.fifo"
+    os.mkfifo(fifo)  # no writer: an open that waits for one never returns
+    for path in (fifo, "/dev/zero", tmp_path):
+        result = cli("report", "--db", str(path))  # (cli's timeout: 120 s)
+        assert result.returncode == 2, result.stderr
+        assert f"{path} is not an mlcostd database (not a regular file" in result.stderr
+        snapshot = cli("snapshot", "--db", str(path), "--out", str(tmp_path / "out.db"))
+        assert f"{path} is not a regular file" in snapshot.stderr, snapshot.stderr
+        replay = subprocess.run(
+            [sys.executable, "-c", "import sys; from mlcost_tui.cli import main; sys.exit(main())",
+             "--replay", str(path)], capture_output=True, text=True, timeout=60)
+        assert replay.returncode == 2 and f"{path} is not a regular file" in replay.stderr
+    check = cli("check", "--simulate", "idle-host", "--db", str(fifo))
+    assert f"[FAIL] database: {fifo} is a FIFO, not a regular file" in check.stdout, check.stdout
+    assert "is writable" not in check.stdout and "Traceback" not in check.stderr
+
+
 def test_help_lists_every_scenario_and_describes_check():
     run_help = " ".join(cli("run", "--help").stdout.split())
     for name in builtin_names():
