@@ -4,9 +4,10 @@ A process holding GPU memory whose SM share drops below `low_sm_share` starts a 
 first tick of the dip, its Python stack is dumped with py-spy and classified: each tick, as many
 dumps as the sampler's rate limit allows go to the processes in a dip that have waited longest
 since their last dump, so at hundreds of processes every one gets its turn (less often). When
-the dip has lasted `min_window` seconds it becomes a low-utilization window: stored as an event
-with its start, end and GPUs, and its stack samples are stored. A dip that ends sooner is
-dropped with its samples. When the main process waits on a DataLoader
+the dip has lasted `min_window` seconds (by the tick grid: a few ms of tick jitter do not count)
+it becomes a low-utilization window: stored as an event with its start, end and GPUs, and its
+stack samples are stored. A dip that ends sooner is dropped with its samples. When the main
+process waits on a DataLoader
 queue, its worker processes are dumped too, so the worker's reading line is found.
 
 Beside the stacks, each tick keeps every process's last few samples as the tick read them (CPU,
@@ -206,6 +207,11 @@ class Attribution:
         # first tick and has its stacks sampled every tick, busy or not; the phase balance is
         # then the share of its stack samples in each phase (compute included).
         self.sample_always = sample_always
+        # A dip is a window once it has lasted min_window by the tick grid: ticks come
+        # interval_s apart give or take a few ms, and `ts - started_at >= 3.0` dropped a 4-tick
+        # dip whose ticks were 2.999 s apart (half the demo's 4-s checkpoint stalls).
+        ticks = max(1, math.ceil(config.min_window / interval_s - 1e-9))
+        self._window_after_s = (ticks - 0.5) * interval_s
         self.idle_utilization_pct = idle_utilization_pct  # [idle].utilization: busy or not
         self.store = store
         self.sampler = sampler if sampler is not None else StackSampler(
@@ -261,6 +267,7 @@ class Attribution:
         signals_of, dips, denied = self._signals, self._dips, self._denied
         clock_due = self._clock_due
         low, high, stacks = config.low_sm_share, config.high_sm_share, config.stacks
+        window_after = self._window_after_s
         for proc in sample.processes:
             key = proc.key
             signals = signals_of.get(key)
@@ -296,7 +303,7 @@ class Attribution:
                 dip.gpus = tuple(use.gpu_index for use in uses)
             if below or (holds_memory and share < high):
                 dip.last_below = ts
-                if not dip.qualified and (always or ts - dip.started_at >= config.min_window):
+                if not dip.qualified and (always or ts - dip.started_at >= window_after):
                     self._qualify(dip)
                 if stacks and key not in denied:
                     stacked.append((proc, share))
