@@ -48,7 +48,7 @@ from daemon.analysis.ledger import CostLedger
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
-from daemon.store.reader import NOT_A_REGULAR_FILE, StoreReader
+from daemon.store.reader import StoreReader, no_store_at
 from daemon.store.schema import SCHEMA_VERSION
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
@@ -87,9 +87,7 @@ class Replay:
     def __init__(self, path: str | Path, *, timeout_s: float = 10.0) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            there = (f"no store at {self.path}" if not self.path.exists() else
-                     f"{self.path} is {NOT_A_REGULAR_FILE}")
-            raise ReplayError(f"{there}; give the path of an mlcostd database "
+            raise ReplayError(f"{no_store_at(self.path)}; give the path of an mlcostd database "
                               "(a copy: sqlite3 /var/lib/mlcost/mlcost.db \"VACUUM INTO 'x.db'\")")
         self.reader = StoreReader(self.path, timeout_s=timeout_s)
         try:

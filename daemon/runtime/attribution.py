@@ -7,8 +7,8 @@ since their last dump, so at hundreds of processes every one gets its turn (less
 the dip has lasted `min_window` seconds (by the tick grid: a few ms of tick jitter do not count)
 it becomes a low-utilization window: stored as an event with its start, end and GPUs, and its
 stack samples are stored. A dip that ends sooner is dropped with its samples. When the main
-process waits on a DataLoader
-queue, its worker processes are dumped too, so the worker's reading line is found.
+process waits on a DataLoader queue, its worker processes are dumped too, so the worker's
+reading line is found.
 
 Beside the stacks, each tick keeps every process's last few samples as the tick read them (CPU,
 read and write bytes, D state, iowait, its GPUs' utilization; the counters' snapshots are

@@ -82,6 +82,12 @@ _SERIES_TOTALS = (
 NOT_A_REGULAR_FILE = "not a regular file: a store is an SQLite file"
 
 
+def no_store_at(path: str | os.PathLike[str]) -> str:
+    """Why there is no store to open at `path` (one that is no regular file): nothing there,
+    or something else there."""
+    return f"{path} is {NOT_A_REGULAR_FILE}" if os.path.exists(path) else f"no store at {path}"
+
+
 class ReaderTimeout(Exception):
     """A read query ran past its deadline and was cut off."""
 
@@ -116,9 +122,12 @@ class StoreReader:
         self.timeout_s = timeout_s
         # A FIFO held the open below (and _writer_holds') without end; a device or folder is no
         # store either. Missing or unreadable: SQLite's own error below says so.
-        with contextlib.suppress(OSError):
-            if not stat.S_ISREG(os.stat(self.path).st_mode):
-                raise sqlite3.DatabaseError(NOT_A_REGULAR_FILE)
+        try:
+            mode: int | None = os.stat(self.path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise sqlite3.DatabaseError(NOT_A_REGULAR_FILE)
         uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve()))
         # Whether a daemon records into the file, asked only where it is safe (`tidy`): a
         # command of its own, before its connection opens. None: not asked.

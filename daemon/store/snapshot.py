@@ -47,7 +47,7 @@ from daemon.store.files import (
     remove_stale_temp_files,
     temp_path,
 )
-from daemon.store.reader import NOT_A_REGULAR_FILE
+from daemon.store.reader import no_store_at
 from daemon.store.schema import (
     HOUR,
     MIGRATIONS,
@@ -158,9 +158,7 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
     (atomically, mode 0600). Raises SnapshotError saying what went wrong and what to do."""
     source, target = Path(db), Path(out)
     if not source.is_file():
-        there = (f"no store at {source}" if not source.exists() else
-                 f"{source} is {NOT_A_REGULAR_FILE}")
-        raise SnapshotError(f"{there}; start the recorder (`mlcostd run`) or pass "
+        raise SnapshotError(f"{no_store_at(source)}; start the recorder (`mlcostd run`) or pass "
                             "--db with the daemon's database")
     if until < since:
         raise BadSnapshotRequest(f"the range ends ({until:.0f}) before it starts ({since:.0f}); "
