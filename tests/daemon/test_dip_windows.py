@@ -5,6 +5,8 @@ and its checkpoint share came out at a third of what it was."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from daemon.config import AttributionConfig
@@ -18,8 +20,8 @@ PROC = ProcessSample(2**22 + 17, 1000.0, 1, "ann", "python train.py", ())
 
 
 def tick(n: int, ts: float, sm_share: float) -> Sample:
-    proc = ProcessSample(PROC.pid, PROC.start_time, PROC.ppid, PROC.user, PROC.command,
-                         (GpuUse(0, 1 << 30, sm_share),))
+    """Tick n at `ts`: the process holds 1 GiB of GPU 0 at this SM share (%)."""
+    proc = dataclasses.replace(PROC, gpus=(GpuUse(0, 1 << 30, sm_share),))
     return Sample(ts, n, gpus=(GPU,), processes=(proc,))
 
 
