@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -228,10 +229,15 @@ def start(folder: Path, scenario: str = "idle-host", *, interval: float | None =
         command += ["--config", str(config_file(folder, config))]
     command += list(args)
     log_file = open(folder / "mlcostd.log", "wb")
+    # What it and its workloads make in $TMPDIR (the simulated host's folder) stays in its own
+    # folder, also when a test SIGKILLs it and nothing gets to remove it.
+    temp = folder / "tmp"
+    temp.mkdir(exist_ok=True)
     # Its own session: if it hangs on stop, its whole group can be killed without touching ours;
     # and SIGKILL when pytest dies (its workloads then get their own parent-death SIGTERM).
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, **spawn_options())
+                            stdin=subprocess.DEVNULL, env=dict(os.environ, TMPDIR=str(temp)),
+                            **spawn_options())
     daemon = LiveDaemon(folder, proc, log_file)
     daemon.tree[proc.pid] = psutil.Process(proc.pid)
     if wait:

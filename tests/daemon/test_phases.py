@@ -331,9 +331,11 @@ def test_every_classification_says_why():
 
 @pytest.mark.skipif(find_py_spy() is None or os.geteuid() != 0, reason="needs py-spy and root")
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the workload needs torch")
-def test_live_starved_loader_main_waits_and_worker_reads():
+def test_live_starved_loader_main_waits_and_worker_reads(tmp_path):
+    # killed at the end: what it makes in $TMPDIR (its shards, its GPU's folder) stays here
     proc = subprocess.Popen([sys.executable, str(WORKLOADS / "loader_starved.py")],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp_path)))
     try:
         assert proc.stdout.readline().strip() == "READY"
         sampler = StackSampler(min_interval_s=0.0, global_max_per_s=100.0, cpu_budget_ratio=1.0)

@@ -7,9 +7,11 @@ while other daemons or `mlcost-top --demo` run on the machine."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -53,12 +55,17 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
 def test_a_killed_test_run_leaves_no_daemon_or_workload_running(tmp_path):
     (tmp_path / "test_inner.py").write_text(INNER)
     holding = tmp_path / "holding"
-    env = dict(os.environ, MLCOST_TEST_HOLDING=str(holding),
+    # What the killed run's processes leave (the daemon's simulated host folder: a SIGKILL
+    # leaves no time to remove it) goes into a folder of this test's, removed at its end: the
+    # inner run's temp dir and basetemp. A short one: its daemon's socket path must fit.
+    temp = Path(tempfile.mkdtemp(prefix="mlcost-killed-run-"))
+    env = dict(os.environ, MLCOST_TEST_HOLDING=str(holding), TMPDIR=str(temp),
                PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), os.environ.get("PYTHONPATH", "")]))
     log = open(tmp_path / "inner.log", "wb")
     inner = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
-         "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")],
+         "--rootdir", str(tmp_path), "--basetemp", str(temp / "b"),
+         str(tmp_path / "test_inner.py")],
         cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         **spawn_options())
     tree: list[psutil.Process] = []
@@ -81,3 +88,4 @@ def test_a_killed_test_run_leaves_no_daemon_or_workload_running(tmp_path):
             proc.kill()
         inner.wait()
         log.close()
+        shutil.rmtree(temp, ignore_errors=True)

@@ -66,7 +66,11 @@ def demo(state_home):
 
 def test_the_demo_keeps_snapshots_in_the_state_folder(state_home):
     assert snapshots_folder() == state_home / "mlcost" / "demo"
-    text = EmbeddedDaemon("demo", ec2=False).config_text()
+    demo = EmbeddedDaemon("demo", ec2=False)
+    try:
+        text = demo.config_text()
+    finally:
+        demo.stop()  # never started: it removes the folder it made
     assert f'folder = {json.dumps(str(state_home / "mlcost" / "demo"))}' in text
     assert text.count("[snapshots]") == 1
 
