@@ -2,8 +2,10 @@
 HTML report, an upload to S3; `--render FILE.db` makes the HTML report of an existing file.
 
 With a daemon running, the snapshot is taken through its API (POST /v1/snapshots: the daemon
-writes it into its snapshots folder; `--out` downloads it from there). With none, it is taken
-directly from --db. Either way it is the same code: daemon.runtime.snapshots.take_snapshot.
+writes it into its snapshots folder; `--out` downloads it from there). With none, or with
+`--db FILE` and no `--socket` (that file, not the running daemon's store), it is taken
+directly from the store.
+Either way it is the same code: daemon.runtime.snapshots.take_snapshot.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only write the HTML report of an existing snapshot or store "
                              "(to --out, default FILE.html)")
     parser.add_argument("--socket", metavar="FILE",
-                        help="the running daemon's API socket (default: [api].socket)")
+                        help="ask the daemon at this API socket (default: [api].socket); "
+                             "with --db and no --socket no daemon is asked: that file is read")
     parser.add_argument("--json", action="store_true", help="print what was done as JSON")
 
 
@@ -78,7 +81,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
     out = Path(args.out) if args.out else None
     if args.socket:
         config = config_module.with_overrides(config, "api", socket=args.socket)
-    result = _through_api(config, span, until, args.html, args.upload, out)
+    # --db alone names the store to read: the daemon [api].socket finds would snapshot its own.
+    # With --socket too, that daemon is asked first and --db is read when none answers.
+    asked = args.socket or not args.db
+    result = _through_api(config, span, until, args.html, args.upload, out) if asked else None
     if result is None:
         from daemon.runtime.snapshots import take_snapshot
         from daemon.store.snapshot import SnapshotError

@@ -192,6 +192,24 @@ def test_snapshot_directly_on_the_database_when_no_daemon_answers(demo, tmp_path
         assert len(replay.times()) > 10
 
 
+def test_snapshot_of_a_named_database_reads_it_not_the_running_daemons_store(demo, tmp_path):
+    """With a daemon answering on [api].socket, `snapshot --db FILE` took the daemon's own
+    store and said so only in its last line. The file named is the one read."""
+    poll(lambda: demo.now()["tick"] >= 12, 120, "12 ticks", explain=demo.log_tail)
+    other = tmp_path / "other.db"
+    copied = snapshot_cli("--since", "2m", "--socket", str(demo.socket), "--out", str(other))
+    assert copied.returncode == 0 and "the daemon at unix:" in copied.stdout, copied.stderr
+    config = tmp_path / "mlcostd.toml"
+    config.write_text(f"[api]\nsocket = {json.dumps(str(demo.socket))}\n")
+    out = tmp_path / "of-other.db"
+    done = snapshot_cli("--config", str(config), "--since", "2m", "--db", str(other), "--out",
+                        str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"directly from {other}" in done.stdout and "the daemon" not in done.stdout
+    with Replay(out) as replay:
+        assert len(replay.times()) > 10
+
+
 def test_bad_snapshot_requests_get_a_400_that_names_the_value(demo):
     async def main() -> list[tuple[int, str]]:
         out = []
