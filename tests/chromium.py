@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -44,10 +45,12 @@ def load(url: str, script: str, screenshot: Path | None = None,
     """Open `url`, wait for its load event, evaluate `script` (an expression whose value is
     JSON-serialisable), take a full-page screenshot when asked."""
     profile = Path(tempfile.mkdtemp(prefix="mlcost-chromium-"))
+    # Its singleton socket's folder goes in $TMPDIR, and a killed browser leaves it behind.
     proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}",
                              f"--window-size={size[0]},{size[1]}", "about:blank"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, **spawn_options())
+                            stderr=subprocess.DEVNULL, env=dict(os.environ, TMPDIR=str(profile)),
+                            **spawn_options())
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + START_TIMEOUT_S
