@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pricing.cache import default_cache_path, read_cache
 from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
-from pricing.offer import HOURS_PER_MONTH
+from pricing.offer import HOURS_PER_MONTH, normalize_instance_type
 from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 
 EXIT_OK = 0
@@ -147,6 +147,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
 
     catalog = _catalog(args, cache_path)
     lifecycle = "spot" if args.spot else "on-demand"
+    # Each --instance that has no row gets its own reason, on stderr.
+    explain_each = bool(args.instance) and args.refresh is None and args.fits is None
     try:
         if args.fits is not None:
             offers = catalog.cheapest_fitting(
@@ -173,7 +175,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         json.dump(payload, out, indent=2)
         out.write("\n")
     elif not offers:
-        print(_nothing_found(args, catalog), file=out)
+        if not explain_each:
+            print(_nothing_found(args, catalog), file=out)
     else:
         if args.fits is not None:
             need = args.fits * (1 + args.headroom)
@@ -187,13 +190,25 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             print(f"  [{number}] {source}", file=out)
         for line in stale_warnings(offers, lifecycle):
             print(line, file=err)
-    if args.instance and args.refresh is None and args.fits is None:
+    if explain_each:
         for itype in args.instance:
-            if not catalog.filter(provider=args.provider, instance_types=[itype]):
-                print(f"mlcostd prices: {catalog.explain_missing(args.provider or _guess_provider(itype), itype)}",
-                      file=err)
+            if not any(normalize_instance_type(o.instance_type) == normalize_instance_type(itype)
+                       for o in offers):
+                print(f"mlcostd prices: {_instance_missing(catalog, args, itype)}", file=err)
                 status = max(status, EXIT_USAGE)
     return status
+
+
+def _instance_missing(catalog: Catalog, args: argparse.Namespace, itype: str) -> str:
+    """Why --instance ITYPE shows no row: no provider lists it, not in --region, or not with
+    --accelerator; each names what the catalog has."""
+    listed = catalog.filter(provider=args.provider, instance_types=[itype])
+    if listed and args.accelerator and not catalog.filter(
+            provider=args.provider, region=args.region, accelerator=args.accelerator,
+            instance_types=[itype]):
+        return (f"{itype} has {listed[0].accelerator}, not {args.accelerator} (--accelerator)")
+    provider = args.provider or (listed[0].provider if listed else _guess_provider(itype))
+    return catalog.explain_missing(provider, itype, args.region)
 
 
 def _catalog(args: argparse.Namespace, cache_path: str | None) -> Catalog:
@@ -457,6 +472,12 @@ def _nothing_found(args: argparse.Namespace, catalog: Catalog) -> str:
         return (f"no instance fits {args.fits:g} GiB x {plural(args.gpus or 1, 'accelerator')} with "
                 f"{args.headroom:.0%} headroom and the given filters (largest accelerator "
                 f"memory in the catalog: {biggest:g} GiB)")
+    if args.region and not catalog.filter(provider=args.provider, region=args.region):
+        regions = sorted({o.region for o in catalog.filter(provider=args.provider)})
+        return (f"no prices in region {args.region!r}"
+                f"{' for ' + args.provider if args.provider else ''}; regions with prices: "
+                f"{', '.join(regions)} (`mlcostd prices --refresh aws|azure|gcp --region "
+                "REGION` fetches live ones)")
     return "no instance matches the given filters"
 
 

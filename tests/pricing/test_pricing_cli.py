@@ -45,6 +45,24 @@ def test_filters(tmp_path):
     assert code == 0 and len(out.split("\n\n")[0].splitlines()) == 2 and "4.0966" in out
 
 
+def test_an_instance_without_a_row_says_why_and_draws_no_empty_table(tmp_path):
+    """`--instance p4d.24xlarge --region mars-1` printed "no instance matches the given
+    filters" and exited 0; `--instance nope` printed that line too, then the reason."""
+    cache = str(tmp_path / "c.json")
+    code, out, err = run("--cache", cache, "--instance", "p4d.24xlarge", "--region", "mars-1")
+    assert code == 2 and out == ""
+    assert "no price for aws/p4d.24xlarge in mars-1; known in: us-east-1" in err
+    code, out, err = run("--cache", cache, "--instance", "p4d.24xlarge", "--accelerator", "H100")
+    assert code == 2 and out == "" and "p4d.24xlarge has A100-40GB, not H100" in err
+    code, out, err = run("--cache", cache, "--instance", "p4d.24xlarge", "--instance",
+                         "p9.48xlarge")
+    assert code == 2 and "p4d.24xlarge" in out.splitlines()[1]  # the one found: its row
+    assert "no price for aws/p9.48xlarge" in err and "no price for aws/p4d" not in err
+    code, out, err = run("--cache", cache, "--region", "mars-1")
+    assert code == 0 and out.startswith("no prices in region 'mars-1'; regions with prices: ")
+    assert "us-east-1" in out
+
+
 def test_fits_json(tmp_path):
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--fits", "20", "--provider", "aws",
                        "--json")
