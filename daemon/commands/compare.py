@@ -108,11 +108,6 @@ def parse_range(text: str, now: float) -> tuple[float, float]:
     return since, until
 
 
-def _length(text: str, now: float) -> float:
-    since, until = parse_range(text, now)
-    return until - since
-
-
 # -- inputs -------------------------------------------------------------------------------
 
 
@@ -296,9 +291,17 @@ def run(args: argparse.Namespace, config: Config) -> int:
                   file=sys.stderr)
             return 2
         try:
-            length = _length(args.baseline, now)
+            since, until = parse_range(args.baseline, now)
         except ValueError as exc:
             print(f"mlcostd compare: --baseline {exc}", file=sys.stderr)
+            return 2
+        length = until - since
+        if a is None and until >= now:  # B would be the same range: every verdict "same"
+            print(f"mlcostd compare: --baseline {one_line(args.baseline)[:80]!r} ends now, as "
+                  "does B by default (the last range of its length): the same range; give "
+                  "one that ended before, e.g. --baseline 1d-ago/"
+                  f"{config_module.format_duration(math.ceil(length))} (the same length a day "
+                  "before), or B", file=sys.stderr)
             return 2
         a, b = args.baseline, a if a is not None else f"{math.ceil(length)}s"
     if a is None or b is None:

@@ -494,6 +494,13 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
         assert done.returncode == 1 and says in done.stderr, (path, done.stderr)
     done = _compare_here(capsys, str(tmp_path / "notes.txt"))
     assert done.returncode == 2 and "give two inputs" in done.stderr
+    # a baseline that ends now is the range B defaults to: every figure compared with itself
+    for baseline in ("5m", "2026-12-01T09:00..now"):
+        done = _compare_here(capsys, "--db", str(tmp_path / "none.db"), "--baseline", baseline)
+        assert done.returncode == 2 and "ends now" in done.stderr, done.stderr
+        assert "the same range" in done.stderr
+    done = _compare_here(capsys, "--db", str(tmp_path / "none.db"), "--baseline", "5m")
+    assert "e.g. --baseline 1d-ago/5m" in done.stderr
     hostile = tmp_path / "hostile.json"
     hostile.write_text(json.dumps({
         "window": {}, "gpus": [{"index": "0"}], "burn": {"price_per_gpu": "x"},
