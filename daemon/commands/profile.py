@@ -210,6 +210,9 @@ def run(args: argparse.Namespace) -> int:
         if ("max_regression" in limits) != bool(args.baseline):
             raise UsageError("--max-regression and --baseline go together: --max-regression "
                              "10% --baseline OLD/profile.json")
+        if "max_cost_per_1k_steps" in limits and not args.progress:  # found out at the end
+            raise UsageError("--max-cost-per-1k-steps needs --progress REGEX to count steps "
+                             "in the command's output, e.g. --progress 'step (\\d+)'")
         baseline = gate_checks.read_baseline(args.baseline) if args.baseline else None
         duration = None
         if args.duration:

@@ -260,6 +260,8 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
                        (["--junit", str(fifo)],  # (was: replaced by the XML after the run)
                         "cannot use --junit"),
                        (["--progress", "step ("], "not a regular expression"),
+                       (["--max-cost-per-1k-steps", "2"],  # (was: exit 86 once it had run)
+                        "--max-cost-per-1k-steps needs --progress"),
                        (["--duration", "soon"], "--duration"),
                        ([], "no command")):
         status = main(["profile", "--out", str(tmp_path / "x"), *args,
