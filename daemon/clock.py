@@ -37,6 +37,17 @@ def local_time(ts: float, *, date: bool = True, seconds: bool = True) -> str:
     return time.strftime(fmt, time.localtime(ts))
 
 
+def span_text(seconds: float) -> str:
+    """A period's length for a person: '30 days', '1 day', '6 h', '5 min' (a review of a
+    snapshot's 5 minutes read "0.0 days")."""
+    if seconds >= 86400:
+        days = round(seconds / 86400, 1)
+        return f"{days:g} day" + ("" if days == 1 else "s")
+    if seconds >= 3600:
+        return f"{round(seconds / 3600, 1):g} h"
+    return f"{round(seconds / 60):g} min" if seconds >= 30 else f"{seconds:.0f} s"
+
+
 def latency_text(seconds: float | None) -> str:
     """A request's latency for a person: 0.0123 -> '12.3 ms', 2.5 -> '2.50 s', None -> '-'
     (the report, the profile, the HTML pages and mlcost-top write p50/p99 with it)."""

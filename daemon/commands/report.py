@@ -47,7 +47,7 @@ DEFAULT_SPAN_S = 3600.0  # the window of a store a daemon records into, without 
 # millions of raw rows: issue 23; the reader's raw process reads stop at 15 min too); shorter
 # ones the raw samples. Spend comes from the samples (at most 600 of them, each charged like
 # a tick) up to SAMPLED_SPEND_MAX_S, from the hour spend the daemon recorded beyond (an hour
-# cut by the window counts in proportion: close enough over hours, not over minutes).
+# cut by the window is placed by its raw ticks: queries.spend_by_day).
 RAW_MAX_SPAN_S = 900.0
 SAMPLED_SPEND_MAX_S = 6 * 3600.0
 COST_SAMPLES = 150  # ticks the spend of a window over RAW_MAX_SPAN_S is sampled at
@@ -569,10 +569,10 @@ def render_review(review: dict[str, Any]) -> list[str]:
     spend = review.get("spend")
     if not spend:
         return []
-    days = review.get("days") or 0
+    span = clock.span_text(review["until"] - review["since"])
     out = ["", f"Review: {clock.local_time(review['since'], seconds=False)} to "
-               f"{clock.local_time(review['until'], seconds=False)} ({days:g} days), against "
-               f"the {days:g} days before"]
+               f"{clock.local_time(review['until'], seconds=False)} ({span}), against "
+               f"the {span} before"]
     previous = spend.get("previous_total")
     untrended = (review.get("previous") or {}).get("trend")
     out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day)"

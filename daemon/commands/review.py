@@ -5,8 +5,8 @@ recommendations (acted on, snoozed, ignored).
 
 Its dollars are what the daemon's cost ledger charged, as the store recorded them per UTC hour
 (daemon.store.facts.write_spend): the figures /v1/now showed, for any range the store keeps,
-read in a few thousand rows however long the range. An hour the range cuts counts in proportion
-to the part inside it. Meter readings (storage sizes, unit-cost counters) price what the meters
+read in a few thousand rows however long the range. An hour the range cuts counts by its raw
+ticks inside the range (by the clock where raw retention removed them: queries.spend_by_day). Meter readings (storage sizes, unit-cost counters) price what the meters
 measured then.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from daemon import clock
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import StorageCost, UnitCostMeter
 from daemon.store import queries
@@ -28,8 +29,9 @@ Readings = Mapping[tuple[str, str], Sequence[tuple[float, float, dict[str, Any]]
 def recorded_ledger(reader: StoreReader, start: float, end: float,
                     jobs: Mapping[str, str] | None) -> tuple[CostLedger, dict[Any, Any]] | None:
     """A CostLedger filled with the spend recorded over [start, end] (summed per UTC day;
-    hours cut by the range in proportion), and the process facts by (pid, start_time); None
-    when the store recorded no spend there (a store written before hour spend was kept)."""
+    hours cut by the range placed by their ticks), and the process facts by (pid,
+    start_time); None when the store recorded no spend there (a store written before hour
+    spend was kept)."""
     rows = queries.spend_by_day(reader, start, end)
     if not rows:
         return None
@@ -155,8 +157,8 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
             recorded_s=recorded_before.seconds if recorded_before else 0.0,
             trend=None if comparable else (
                 f"no trend: the period before was recorded for "
-                f"{(recorded_before.seconds if recorded_before else 0.0) / 3600:.1f} h, "
-                f"under half of this period's {ledger.seconds / 3600:.1f} h"))
+                f"{clock.span_text(recorded_before.seconds if recorded_before else 0.0)}, "
+                f"under half of this period's {clock.span_text(ledger.seconds)}"))
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,

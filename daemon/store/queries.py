@@ -8,6 +8,7 @@ writer (`daemon.store.facts` writes them).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +21,7 @@ from daemon.store.schema import (
     KIND_SPEND,
     MICRODOLLARS,
     MINUTE,
+    SPEND_PROCESS,
     unpack_text,
 )
 from daemon.wire import parse_process_key
@@ -144,7 +146,8 @@ def spend_by_day(reader: StoreReader, since: float,
     """The hour spend the daemon's ledger recorded (schema.KIND_SPEND) over [since, until],
     summed per UTC day in SQL (a month of 64 processes is 46 000 hour rows): (a time inside
     the part of the day in the range, key: 0 for the host or a process id, metric code,
-    seconds charged, dollars). An hour the range cuts counts in proportion to the part inside.
+    seconds charged, dollars). An hour the range cuts counts by its ticks inside
+    (`_recorded_shares`).
     [] for a store written before hour spend was kept."""
     hour_ms, day_ms = HOUR * 1000, 86400 * 1000
     lo, hi = round(since * 1000), round(until * 1000)
@@ -166,14 +169,57 @@ def spend_by_day(reader: StoreReader, since: float,
     for a, b in edges:
         if b <= a or b <= lo:
             continue
-        for r in reader.query(
-                "SELECT bucket, key, metric, n, sum FROM rollups WHERE res = ? AND bucket = ? "
-                "AND kind = ?", (HOUR, a, KIND_SPEND)):
-            share = (min(b, a + hour_ms) - max(lo, a)) / hour_ms
+        rows = reader.query("SELECT bucket, key, metric, n, sum FROM rollups WHERE res = ? AND "
+                            "bucket = ? AND kind = ?", (HOUR, a, KIND_SPEND))
+        inside = (max(lo, a), min(b, a + hour_ms))
+        shares = _recorded_shares(reader, a, inside, rows) if rows else None
+        clock_share = (inside[1] - inside[0]) / hour_ms
+        for r in rows:
+            share = clock_share if shares is None else shares.get(r["key"], shares[0])
             if share > 0:
-                out.append(((max(lo, a) + min(b, a + hour_ms)) / 2000, r["key"], r["metric"],
+                out.append(((inside[0] + inside[1]) / 2000, r["key"], r["metric"],
                             r["n"] / 1000 * share, r["sum"] / MICRODOLLARS * share))
     return out
+
+
+def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
+                     rows: list[dict[str, Any]]) -> dict[int, float] | None:
+    """The part of an hour's recorded spend that falls in `inside` (ms), by key (0: the host,
+    else a process id), from the hour's raw ticks: each tick charged the interval before it,
+    so a part is its ticks (a process's: those it held a GPU at; none, none of its spend)
+    times the interval, over the milliseconds the row charged. An hour recorded from 14:03 to 14:23 puts a quarter of its
+    spend in 14:18-14:23 and none in 14:12-14:18 (the clock's share would be 1/12 and 1/12; a
+    snapshot holds its range's ticks, and the period before it was not recorded at all).
+    None where the hour's raw ticks are gone, wholly or in part (minute rollups from before its
+    first tick: raw retention cut it): the clock's share then."""
+    lo, hi = inside
+    end = hour + HOUR * 1000
+    ticks = reader.query("SELECT count(*) AS n, min(ts) AS first, max(ts) AS last, "
+                         "coalesce(sum(ts >= ? AND ts < ?), 0) AS inside FROM ticks "
+                         "WHERE ts >= ? AND ts < ?", (lo, hi, hour, end))[0]
+    if not ticks["n"] or reader.query(
+            "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket < ? LIMIT 1",
+            (MINUTE, hour, ticks["first"] - MINUTE * 1000)):
+        return None
+    charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
+    host_ms = charged.get(0) or max(charged.values(), default=0)
+    if host_ms <= 0:
+        return None
+    # The tick interval; a gap (the daemon stopped) stretches first..last, not the charge.
+    interval = min((ticks["last"] - ticks["first"]) / (ticks["n"] - 1) if ticks["n"] > 1
+                   else math.inf, host_ms / ticks["n"])
+    procs = [key for key in charged if key]
+    # (a process with no GPU sample among the hour's ticks was charged outside them)
+    shares = {0: min(1.0, ticks["inside"] * interval / host_ms), **dict.fromkeys(procs, 0.0)}
+    for i in range(0, len(procs), 500):
+        chunk = procs[i:i + 500]
+        for r in reader.query(  # (only the part inside: a report's cost grows with it)
+                "SELECT proc, count(DISTINCT ts) AS inside FROM proc_gpu_samples WHERE ts >= ? "
+                f"AND ts < ? AND proc IN ({','.join('?' * len(chunk))}) GROUP BY proc",
+                (lo, hi, *chunk)):
+            if charged[r["proc"]] > 0:
+                shares[r["proc"]] = min(1.0, r["inside"] * interval / charged[r["proc"]])
+    return shares
 
 
 def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:

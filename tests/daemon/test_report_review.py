@@ -34,6 +34,7 @@ def build_store(db: Path) -> float:
     costs $2/h and the server $1/h, in the 30 before $1/h each; the host $0.50/h more with no
     process. Returns the store's last tick."""
     end = time.time() - 120
+    end -= 180 if end % 3600 < 180 else 0  # a minute of its last hour before its ticks (below)
     store = Store(str(db))
     for i in range(3):  # the processes exist in the store, as after any tick
         gpus = tuple(GpuSample(g, f"GPU-{g}", "A100", utilization=60.0, power_watts=250.0,
@@ -66,6 +67,17 @@ def build_store(db: Path) -> float:
                                   "who": "uid 1000", "recommendation": "r-acted",
                                   "action": "sigterm", "dry_run": False, "outcome": "done"}})
     store.close()
+    # Raw ticks for its last 3 s only, as raw retention leaves a store: its minute rollups
+    # before them (so the last hour's spend is placed by the clock, not on those 3 ticks).
+    conn = sqlite3.connect(db)
+    with conn:
+        last_hour = int((end - 2) // 3600 * 3600)
+        conn.executemany(
+            "INSERT OR IGNORE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max) "
+            "VALUES (?, ?, ?, 0, 0, 60, 36000, 600, 600)",
+            [(schema.MINUTE, minute * 1000, schema.KIND_GPU)
+             for minute in range(last_hour, int(end - 2) - 60, 60)])
+    conn.close()
     return end
 
 
@@ -119,8 +131,9 @@ def test_no_trend_against_a_period_before_that_was_hardly_recorded(tmp_path):
     assert review["previous"]["recorded_s"] == pytest.approx(DAY, abs=3600)
     assert "no trend" in review["previous"]["trend"]
     text = report(db).stdout
-    assert "no trend: the period before was recorded for 2" in text and "%" not in text.split(
-        "spend $", 1)[1].split("\n", 1)[0]
+    assert re.search(r"no trend: the period before was recorded for (2\d\.\d h|1 day), under "
+                     r"half of this period's 30 days", text), text
+    assert "%" not in text.split("spend $", 1)[1].split("\n", 1)[0]
 
 
 def test_the_review_splits_by_kind_job_and_user_with_their_trends(store):
@@ -174,3 +187,46 @@ def test_the_review_as_an_html_page(store, tmp_path):
                  "$2,520.00"):
         assert said in text
     assert page.stat().st_mode & 0o077 == 0  # a private file, as every file mlcostd writes
+
+
+def test_an_hour_the_range_cuts_puts_its_spend_where_its_ticks_are(tmp_path):
+    """A daemon that records from 10 minutes past an hour for 20 minutes: one hour spend row
+    charged 1,200 s. The review of its last 5 minutes placed 5/60 of that row in them (a quarter
+    of what they cost) and as much again in the 5 minutes before it, which were not recorded
+    (a trend of +0.0 %); a snapshot's review did the same. The hour's raw ticks place it."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600  # a whole past hour
+    start, ticks, rate = hour + 600, 1200, 7.2  # $/h: $0.002 a second
+    early = ProcessSample(pid=300, start_time=1_780_000_002.0, ppid=1, user="carol",
+                          command="python warmup.py", gpus=(GpuUse(1, 10 << 30, 50.0),))
+    store = Store(str(db))
+    gpus = tuple(GpuSample(g, f"GPU-{g}", "A100", utilization=60.0, power_watts=250.0,
+                           memory_used_bytes=20 << 30, memory_total_bytes=40 << 30)
+                 for g in range(2))
+    for i in range(ticks):  # the warm-up holds GPU 1 for its first 10 minutes only
+        store.write(Sample(ts=start + i + 1, tick=i + 1, gpus=gpus,
+                           processes=(TRAIN, early) if i < 600 else (TRAIN,)))
+    facts.write_spend(store, {hour: [ticks, rate / 3600 * ticks, 0.0, 0.0, 0.0]}, {
+        (hour, (TRAIN.pid, TRAIN.start_time)): [ticks, 3.6 / 3600 * ticks],
+        (hour, (early.pid, early.start_time)): [600.0, 3.6 / 3600 * 600]})
+    store.close()
+
+    review = json.loads(subprocess.run(
+        [sys.executable, "-m", "daemon", "report", "--db", str(db), "--since", "5m", "--by",
+         "job", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        check=True).stdout)["review"]
+    assert review["spend"]["total"] == pytest.approx(rate / 3600 * 300, rel=0.01)  # was 1/4
+    assert review["spend"]["previous_total"] == pytest.approx(rate / 3600 * 300, rel=0.01)
+    assert review["spend"]["trend_pct"] == pytest.approx(0.0, abs=1.0)
+    jobs = {row["name"]: row["cost"] for row in review["by"]["job"]}
+    assert jobs == {"train.py": pytest.approx(3.6 / 3600 * 300, rel=0.01)}  # warm-up: before
+
+    first = json.loads(subprocess.run(  # the first 5 minutes: nothing recorded before them
+        [sys.executable, "-m", "daemon", "report", "--db", str(db), "--since", "5m", "--until",
+         str(start + 300), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        check=True).stdout)["review"]
+    assert first["spend"]["total"] == pytest.approx(rate / 3600 * 300, rel=0.01)
+    assert first["spend"]["previous_total"] is None and first["spend"]["trend_pct"] is None
+    text = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                           "5m"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
+    assert "(5 min), against the 5 min before" in text  # (was "(0.0 days)")
