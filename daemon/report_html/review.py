@@ -36,18 +36,24 @@ def _trend(pct: float | None) -> str:
 
 
 def _bars(by_day: dict[str, float]) -> str:
-    """Spend per UTC day as SVG bars, one per day, the tallest the most spent."""
+    """Spend per UTC day as SVG bars, one per day, the tallest the most spent; each bar at
+    most a fourteenth of the width (one day is a bar, not a block) and, up to 31 days, its
+    date under it."""
     if not by_day:
         return ""
     width, height, pad = 1200, 160, 20
     top = max(by_day.values()) or 1.0
-    step = (width - 2 * pad) / len(by_day)
+    step = (width - 2 * pad) / max(len(by_day), 14)
     bars = []
     for i, (day, value) in enumerate(by_day.items()):
         h = (height - 2 * pad) * value / top
         bars.append(f'<rect x="{pad + i * step:.1f}" y="{height - pad - h:.1f}" '
                     f'width="{max(step - 2, 1):.1f}" height="{h:.1f}" fill="#2563eb">'
                     f"<title>{_e(day)} {_e(money(value))}</title></rect>")
+        if len(by_day) <= 31:
+            bars.append(f'<text x="{pad + i * step + step / 2:.1f}" y="{height - 4}" '
+                        f'font-size="11" text-anchor="middle" fill="#555">{_e(day[5:])}'
+                        "</text>")
     return (f'<svg class="chart" data-chart="spend_by_day" data-bars="{len(by_day)}" '
             f'viewBox="0 0 {width} {height}" width="100%">{"".join(bars)}</svg>')
 

@@ -183,6 +183,7 @@ def test_the_review_as_an_html_page(store, tmp_path):
     assert "default-src 'none'" in text and "<script" not in text
     assert 'data-chart="spend_by_day" data-bars="31"' in text or \
         'data-chart="spend_by_day" data-bars="30"' in text
+    assert text.count('text-anchor="middle"') in (30, 31)  # each bar's date under it
     for said in ("By kind", "training", "llm-serve", "alice", "acted", "snoozed", "ignored",
                  "$2,520.00"):
         assert said in text
