@@ -104,7 +104,11 @@ def test_a_hung_gpus_process_is_recorded_in_every_tick(sick_host):
     assert hung, [gpu_of(s, 2).status for s in followed]
     assert gpu_of(followed[-1], 2).status == "ok"
     healthy = present_from_first_sight(samples, sick_host["pids"]["w0"])
-    assert all(gpu_of(s, 0).status == "ok" for s in healthy)  # the others read on
+    # The others read on: GPU 2's reader hands its other GPUs to a new thread once its call is
+    # past the deadline. Left waiting behind it, GPU 0 would time out for ~6 ticks a hung call;
+    # on a loaded machine (CI's six workers) the handover itself can make it late for a tick.
+    late = [(s.tick, gpu_of(s, 0).status) for s in healthy if gpu_of(s, 0).status != "ok"]
+    assert len(late) <= 2, (late, [s.tick for s in hung])
 
 
 NVML_BACK_TICK = 8
