@@ -206,7 +206,7 @@ def _instance_missing(catalog: Catalog, args: argparse.Namespace, itype: str) ->
     if listed and args.accelerator and not catalog.filter(
             provider=args.provider, region=args.region, accelerator=args.accelerator,
             instance_types=[itype]):
-        return (f"{itype} has {listed[0].accelerator}, not {args.accelerator} (--accelerator)")
+        return f"{itype} has {listed[0].accelerator}, not {args.accelerator} (--accelerator)"
     provider = args.provider or (listed[0].provider if listed else _guess_provider(itype))
     return catalog.explain_missing(provider, itype, args.region)
 

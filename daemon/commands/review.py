@@ -6,8 +6,8 @@ recommendations (acted on, snoozed, ignored).
 Its dollars are what the daemon's cost ledger charged, as the store recorded them per UTC hour
 (daemon.store.facts.write_spend): the figures /v1/now showed, for any range the store keeps,
 read in a few thousand rows however long the range. An hour the range cuts counts by its raw
-ticks inside the range (by the clock where raw retention removed them: queries.spend_by_day). Meter readings (storage sizes, unit-cost counters) price what the meters
-measured then.
+ticks inside the range (by the clock where raw retention removed them: queries.spend_by_day).
+Meter readings (storage sizes, unit-cost counters) price what the meters measured then.
 """
 
 from __future__ import annotations

@@ -187,9 +187,10 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     """The part of an hour's recorded spend that falls in `inside` (ms), by key (0: the host,
     else a process id), from the hour's raw ticks: each tick charged the interval before it,
     so a part is its ticks (a process's: those it held a GPU at; none, none of its spend)
-    times the interval, over the milliseconds the row charged. An hour recorded from 14:03 to 14:23 puts a quarter of its
-    spend in 14:18-14:23 and none in 14:12-14:18 (the clock's share would be 1/12 and 1/12; a
-    snapshot holds its range's ticks, and the period before it was not recorded at all).
+    times the interval, over the milliseconds the row charged. An hour recorded from 14:03 to
+    14:23 puts a quarter of its spend in 14:18-14:23 and none in 14:12-14:18 (the clock's
+    share would be 1/12 and 1/12; a snapshot holds its range's ticks, and the period before it
+    was not recorded at all).
     None where the hour's raw ticks are gone, wholly or in part (minute rollups from before its
     first tick: raw retention cut it): the clock's share then."""
     lo, hi = inside
