@@ -158,7 +158,7 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
             trend=None if comparable else (
                 f"no trend: the period before was recorded for "
                 f"{clock.span_text(recorded_before.seconds if recorded_before else 0.0)}, "
-                f"under half of this period's {clock.span_text(ledger.seconds)}"))
+                f"under half of the {clock.span_text(ledger.seconds)} recorded in this one"))
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,

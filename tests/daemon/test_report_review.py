@@ -132,7 +132,7 @@ def test_no_trend_against_a_period_before_that_was_hardly_recorded(tmp_path):
     assert "no trend" in review["previous"]["trend"]
     text = report(db).stdout
     assert re.search(r"no trend: the period before was recorded for (2\d\.\d h|1 day), under "
-                     r"half of this period's 30 days", text), text
+                     r"half of the 30 days recorded in this one", text), text
     assert "%" not in text.split("spend $", 1)[1].split("\n", 1)[0]
 
 
