@@ -3,7 +3,8 @@
 Asks the running daemon (GET /v1/idle) and prints its answer: active or idle, since when, why,
 and the evidence per GPU and process. Exit status: 0 idle, 1 active, and 1 also whenever the
 answer cannot be known (no daemon, a timeout, an error, a history shorter than --for), so
-`mlcostd idle --for 30m && sudo shutdown -h now` never stops a host we could not see.
+`mlcostd idle --for 30m && sudo shutdown -h now` never stops a host we could not see; 2 for a
+bad flag (a --connect no client can use among them).
 
 examples:
   mlcostd idle                          idle right now? (exit 0 idle, 1 active)
@@ -63,6 +64,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd idle: --timeout {args.timeout:g} must be between 0 and 600 seconds",
               file=sys.stderr)
         return USAGE_EXIT
+    if args.connect:  # a target no client can reach is a mistake in the script, not "active"
+        from daemon.client import connection_to
+
+        try:
+            connection_to(args.connect, args.timeout)
+        except ValueError as exc:
+            print(f"mlcostd idle: --connect {one_line(str(exc))}", file=sys.stderr)
+            return USAGE_EXIT
     target = args.connect or f"unix:{config_module.socket_path(config)}"
     document = ask(target, args.token_file, for_s, args.timeout)
     if args.json:

@@ -274,3 +274,10 @@ def test_a_bad_flag_exits_2_so_and_and_never_fires(tmp_path):
                            "--connect", f"unix:{tmp_path}/no-daemon.sock"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--for" in done.stderr and done.stdout == ""
+    # a --connect no client can use is the script's mistake: said as one (was: "active", 1)
+    for target, said in (("ftp://gpu1:9347", "is neither unix:PATH nor http://HOST:PORT"),
+                         ("http://ops:hunter2@gpu1:9347", "has a user or password")):
+        done = subprocess.run([sys.executable, "-m", "daemon", "idle", "--connect", target],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and said in done.stderr and done.stdout == "", done
+        assert "hunter2" not in done.stderr
