@@ -22,6 +22,7 @@ ported and measured, so each says what moving costs (MIGRATION) and is ranked by
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -65,7 +66,7 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
     until = clock.now() if until is None else until
     since = until - since_s
     rows = reader.query(
-        "SELECT p.pid, p.start_ms, p.command, s.gpu, max(s.mem) AS peak, min(s.ts) AS first,"
+        "SELECT s.proc, p.pid, p.start_ms, p.command, s.gpu, min(s.ts) AS first,"
         " max(s.ts) AS last, avg(s.sm) AS sm FROM proc_gpu_samples s JOIN processes p"
         " ON p.id = s.proc WHERE s.ts >= ? AND s.ts <= ? GROUP BY s.proc, s.gpu",
         (round(since * 1000), round(until * 1000)))
@@ -87,7 +88,14 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
     if not working:
         raise ValueError(f"no GPU process was recorded in the last {since_s:g} s")
     gpus = len({r["gpu"] for r in working})
-    peak = max(r["peak"] or 0 for r in working) / GIB
+    # Per GPU, what its working processes held together at once (8 processes of 2 GiB on a GPU
+    # need 16 GiB of it, not 2), at the tick that held the most.
+    peak = (reader.query(
+        "SELECT max(held) AS peak FROM (SELECT sum(mem) AS held FROM proc_gpu_samples WHERE "
+        "ts >= ? AND ts <= ? AND (proc, gpu) IN (SELECT json_extract(value, '$[0]'), "
+        "json_extract(value, '$[1]') FROM json_each(?)) GROUP BY ts, gpu)",
+        (round(since * 1000), round(until * 1000),
+         json.dumps(sorted({(r["proc"], r["gpu"]) for r in working}))))[0]["peak"] or 0) / GIB
     if run_hours is not None:
         hours, source = run_hours, "--run-hours"
     else:

@@ -46,6 +46,33 @@ def test_need_counts_working_gpus_and_peak_memory(tmp_path):
     reader.close()
 
 
+def test_processes_sharing_a_gpu_need_what_they_hold_together(tmp_path):
+    """Four working processes of 6 GiB each on one GPU need 24 GiB of it (25 at the tick one
+    held 7): the need said 7 (the largest process's peak) and ranked GPUs too small to hold
+    them."""
+    path = tmp_path / "x.db"
+    store = Store(str(path))
+    start = time.time() - 60
+    for tick in range(1, 31):
+        procs = tuple(ProcessSample(300 + i, start - 100 + i, 1, "carol", f"python shard.py {i}",
+                                    gpus=(GpuUse(0, (6 + (tick == 20 and i == 0)) * GIB, 60.0),))
+                      for i in range(4))
+        gpus = (GpuSample(0, "GPU-0", "NVIDIA A100-SXM4-40GB", utilization=90.0,
+                          memory_total_bytes=40 * GIB),)
+        store.write(Sample(ts=start + tick, tick=tick, gpus=gpus, processes=procs))
+    store.close()
+    reader = Store.reader(str(path))
+    try:
+        need = observed_need(reader, 3600)
+        one = observed_need(reader, 3600, pid=301)
+    finally:
+        reader.close()
+    assert need.gpus == 1 and need.peak_gib_per_gpu == pytest.approx(25.0)  # 7 + 3 x 6 at tick 20
+    assert one.peak_gib_per_gpu == pytest.approx(6.0)
+    fits = {row["gib_per_gpu"] for row in selection_matrix(need, Catalog.load(), limit=50)}
+    assert fits and min(fits) >= 25.0 * 1.1
+
+
 def test_a_recording_that_ended_hours_ago_is_read_over_its_own_end_or_until(tmp_path, capsys):
     """A copy or snapshot read later: the window ends at its last sample (as the report's),
     and --until moves it, checked like the report's."""
