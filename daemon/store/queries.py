@@ -199,8 +199,8 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
                          "coalesce(sum(ts >= ? AND ts < ?), 0) AS inside FROM ticks "
                          "WHERE ts >= ? AND ts < ?", (lo, hi, hour, end))[0]
     if not ticks["n"] or reader.query(
-            "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket < ? LIMIT 1",
-            (MINUTE, hour, ticks["first"] - MINUTE * 1000)):
+            "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
+            (MINUTE, hour, ticks["first"] - MINUTE * 1000)):  # (a minute wholly before it)
         return None
     charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
     host_ms = charged.get(0) or max(charged.values(), default=0)
