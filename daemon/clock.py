@@ -37,15 +37,18 @@ def local_time(ts: float, *, date: bool = True, seconds: bool = True) -> str:
     return time.strftime(fmt, time.localtime(ts))
 
 
-def span_text(seconds: float) -> str:
-    """A period's length for a person: '30 days', '1 day', '6 h', '5 min' (a review of a
-    snapshot's 5 minutes read "0.0 days")."""
-    if seconds >= 86400:
-        days = round(seconds / 86400, 1)
-        return f"{days:g} day" + ("" if days == 1 else "s")
-    if seconds >= 3600:
-        return f"{round(seconds / 3600, 1):g} h"
-    return f"{round(seconds / 60):g} min" if seconds >= 30 else f"{seconds:.0f} s"
+def duration(seconds: float) -> str:
+    """A length of time for a person, in the unit that reads best: 0.4 s, 12 s, 7 min, 2.5 h,
+    30 days (never "0 min"; a review of a snapshot's 5 minutes once read "0.0 days")."""
+    if seconds < 10:
+        return f"{seconds:.1f} s" if seconds < 1 else f"{seconds:.0f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{round(seconds / 86400, 1):g} days"
 
 
 def latency_text(seconds: float | None) -> str:

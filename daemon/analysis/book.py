@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.rules import Finding
-from daemon.analysis.rules.base import duration
+from daemon.clock import duration
 
 # A recommendation stays shown this long after its condition was last true (our choice: ten
 # evaluations at the default 30 s, longer than the flicker of a cadence or a phase share

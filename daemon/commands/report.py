@@ -569,7 +569,7 @@ def render_review(review: dict[str, Any]) -> list[str]:
     spend = review.get("spend")
     if not spend:
         return []
-    span = clock.span_text(review["until"] - review["since"])
+    span = clock.duration(review["until"] - review["since"])
     out = ["", f"Review: {clock.local_time(review['since'], seconds=False)} to "
                f"{clock.local_time(review['until'], seconds=False)} ({span}), against "
                f"the {span} before"]

@@ -101,7 +101,7 @@ def render(document: dict[str, Any]) -> str:
            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
            f"<h1>{_e(title)}</h1>"]
     if review.get("since") is not None:
-        span = clock.span_text(review["until"] - review["since"])
+        span = clock.duration(review["until"] - review["since"])
         out.append(f"<p>{_e(clock.local_time(review['since'], seconds=False))} to "
                    f"{_e(clock.local_time(review['until'], seconds=False))} "
                    f"({_e(span)}), against the {_e(span)} before.</p>")

@@ -6,8 +6,8 @@ training script", and "spends 80%" beside a phase balance of 83%."""
 import re
 
 from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, TRAINING, Kind
-from daemon.analysis.rules.base import duration
 from daemon.api.actions import apply
+from daemon.clock import duration
 from tests.daemon.test_rules import by_rule, phases_for, pid_id, recs, window
 
 
@@ -33,6 +33,7 @@ def test_checkpoint_cadence_is_one_figure_in_one_format_in_both_rules():
 def test_duration_never_rounds_a_short_interval_to_nothing():
     assert duration(0.4) == "0.4 s" and duration(7) == "7 s" and duration(420) == "7 min"
     assert duration(9000) == "2.5 h"
+    assert duration(86400) == "24.0 h" and duration(30 * 86400) == "30 days"  # (the review's)
 
 
 def test_a_servers_dry_run_speaks_of_the_server_and_a_batch_jobs_of_its_script():

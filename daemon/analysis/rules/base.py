@@ -188,17 +188,6 @@ def plural(count: int, one: str, many: str | None = None) -> str:
     return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
-def duration(seconds: float) -> str:
-    """0.4 s, 12 s, 7 min, 2.5 h: the unit that reads best (never "0 min")."""
-    if seconds < 10:
-        return f"{seconds:.1f} s" if seconds < 1 else f"{seconds:.0f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def checkpoint_cadence(times: Sequence[float]) -> float | None:
     """The one estimate of a job's checkpoint interval (window.checkpoint_interval); rules read
     it as ProcessWindow.checkpoint_interval_s."""

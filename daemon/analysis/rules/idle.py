@@ -29,11 +29,11 @@ from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
     Rule,
-    duration,
     money,
     process_evidence,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from daemon.wire import (
     CHECKPOINT,

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from daemon.analysis.rules.base import (
     Finding,
     Rule,
-    duration,
     patch_text,
     phase_samples,
     phase_share,
@@ -33,6 +32,7 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
+from daemon.clock import duration
 from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
 from pricing.offer import HOURS_PER_MONTH
 

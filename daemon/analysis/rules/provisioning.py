@@ -9,7 +9,6 @@ from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
     Rule,
-    duration,
     money,
     plural,
     process_evidence,
@@ -32,6 +31,7 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+from daemon.clock import duration
 from pricing.offer import HOURS_PER_MONTH
 
 
