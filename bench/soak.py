@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,7 +66,8 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8, help="with --procs (default: 8)")
     parser.add_argument("--interval", type=float, default=1.0, help="the daemon's tick, seconds")
     parser.add_argument("--every", type=float, default=60.0, help="seconds between lines")
-    parser.add_argument("--folder", help="keep the run's files here (default: a temp folder)")
+    parser.add_argument("--folder", help="keep the run's files here (default: a temp folder, "
+                                         "removed at the end unless the daemon failed)")
     args = parser.parse_args()
     if args.procs is not None and (args.procs < 1 or args.gpus < 1):
         parser.error(f"--procs {args.procs} --gpus {args.gpus}: both must be at least 1")
@@ -119,6 +121,8 @@ def main() -> int:
               f"(growth {settled[-1] - settled[0]:+.1f} MB, max {max(settled):.1f} MB; "
               "target within 10 MB)")
     print(f"# stopped: exit {proc.returncode}")
+    if not args.folder:  # its store is ~50 MB an hour at 8 x 64; a failed run keeps it (above)
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 
