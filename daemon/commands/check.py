@@ -278,13 +278,25 @@ def check_recorded_stacks(db: Path) -> Check | None:
     return Check("stack sampling", WARN, f"{ok} ok, {len(bad)} not: " + "; ".join(lines), fix)
 
 
+def gpus_seen() -> int | None:
+    """How many GPUs NVML counts on this host (a price per GPU-hour is charged for each), or
+    None where NVML does not start."""
+    from daemon.sources.nvml_query import NvmlFailure, start_nvml, stop_nvml
+
+    started = start_nvml()
+    if isinstance(started, NvmlFailure):
+        return None
+    stop_nvml()
+    return started[0] or None
+
+
 def check_price(config: Any, simulated_instance: dict[str, Any] | None = None) -> Check:
     """The price the daemon would charge this host at, from where, and whether it can be
     trusted today (pricing.staleness); a stale one warns with the refresh command."""
     from daemon.runtime.price_host import is_managed_instance, price_host, price_warning
 
     try:
-        price, catalog, instance = price_host(config, simulated_instance, None)
+        price, catalog, instance = price_host(config, simulated_instance, gpus_seen())
     except (OSError, ValueError) as exc:
         return Check("price", FAIL, f"cannot price this host: {exc}",
                      "fix [instance] / [pricing] in the config as said")

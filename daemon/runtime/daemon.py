@@ -68,6 +68,7 @@ CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of kn
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
 CLOCK_JUMP_S = 30.0  # a tick this far behind is a clock step, not a slow tick
+NVML_START_WAIT_S = 10.0  # at start, how long pricing waits for NVML to count the GPUs
 # /v1/now's phase balances: one whose process's windows and samples did not change is rebuilt
 # once its time grew by 1% (its shares moved by at most a percentage point): not every tick
 PHASES_SHOWN_DRIFT = 0.01
@@ -632,8 +633,10 @@ class Daemon:
         """Price the host (config, simulated scenario, or detection) and build the analyzer.
         Blocking (detection may probe the network): run in a thread at start."""
         simulated = self.host.get("instance") if self.simulate else None
-        price, catalog, instance = price_host(self.config, simulated,
-                                              len(self.nvml.latest()[1]) or None)
+        # A price per GPU-hour needs the GPU count: NVML's start counts them before any GPU
+        # is read (the first readings come a tick later; they priced an 8-GPU host as 1).
+        self.nvml.wait_ready(NVML_START_WAIT_S)
+        price, catalog, instance = price_host(self.config, simulated, self.nvml.gpu_count or None)
         self.host["price"] = price.as_dict()
         self.host.setdefault("instance", instance)
         if instance.get("id"):  # [instance].id on a simulated host too (the demo's EC2)

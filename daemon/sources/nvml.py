@@ -455,6 +455,7 @@ class NvmlSource:
         self.interval = interval
         self.status = "starting"
         self.driver_version: str | None = None
+        self.gpu_count: int | None = None  # what NVML counted at its start; None before it
         self._readings: dict[int, GpuReading] = {}
         self._devices: dict[int, _Device] = {}
         self._device_status: dict[int, tuple[str, str | None]] = {}
@@ -507,6 +508,7 @@ class NvmlSource:
                 delay = min(delay * 2, self.config.retry_max)
                 continue
             count, self.driver_version = started
+            self.gpu_count = count
             self._set_status("ok")
             log.info("NVML started: driver %s, %d GPU(s)", self.driver_version, count)
             if count:

@@ -145,3 +145,15 @@ def test_a_managed_host_without_its_price_says_how_to_fetch_it(tmp_path):
     assert found.status == WARN
     assert found.fix.startswith("mlcostd prices --refresh sagemaker --region us-west-2 "
                                 "--instance ml.g5.xlarge")
+
+
+def test_a_price_per_gpu_hour_is_charged_for_every_gpu_nvml_counts(tmp_path):
+    config = tmp_path / "mlcostd.toml"
+    config.write_text("[instance]\nprice_per_gpu_hour = 2.0\n")
+    result = subprocess.run(MLCOSTD + ["check", "--simulate", "demo", "--json", "--config",
+                                       str(config), "--db", str(tmp_path / "x.db")],
+                            capture_output=True, text=True, timeout=60)
+    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    assert "8 GPUs" in checks["NVML"]["detail"]
+    price = checks["price"]["detail"]  # it was "$2.0000/h ... priced as 1 GPU"
+    assert "$16.0000/h" in price and "x 8 GPU(s)" in price, price

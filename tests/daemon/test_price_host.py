@@ -192,3 +192,16 @@ def test_the_host_is_priced_whichever_pricing_module_was_imported_first(tmp_path
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["p5.48xlarge", "True"]
+
+
+def test_the_daemon_charges_a_price_per_gpu_hour_for_every_gpu_of_the_host(mlcostd):
+    # Pricing runs at start, before the first GPU reading: it once saw no GPU there and
+    # priced the 8-GPU demo host (and an 8-GPU H200 server, on real NVML) as one GPU.
+    daemon = mlcostd("demo", config={"instance": {"price_per_gpu_hour": 2.0},
+                                     "idle": {"host_after": "24h"}})
+    now = daemon.now()
+    price = now["host"]["price"]
+    assert len(now["gpus"]) == 8
+    assert price["per_hour"] == pytest.approx(16.0) and price["gpu_count"] == 8
+    assert "x 8 GPU(s)" in price["source"]
+    assert sum(gpu["price_per_hour"] for gpu in now["burn"]["gpus"]) == pytest.approx(16.0)
