@@ -20,6 +20,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
+import json
 import logging
 import os
 import subprocess
@@ -153,9 +154,10 @@ def _malloc_trim() -> Callable[[int], int] | None:
 # tens of thousands of small objects it reads and drops (samples of every process) would stay
 # in the daemon as fragmented allocator arenas: +20 MB RSS after one snapshot at 8 x 64
 # (bench/snapshot_memory.py), which malloc_trim cannot give back while the ticks' objects
-# live in the same arenas. The child resolves `daemon` as this process did (same interpreter,
-# folder and PYTHONPATH); the folder this one's came from is searched last, as a fallback.
-_RENDER = ("import sys; sys.path.append(sys.argv[3]); from pathlib import Path; "
+# live in the same arenas. The child imports as this process does: the same interpreter and
+# this process's import path (its PYTHONPATH, site-packages) less its first entry, the folder
+# it was started from or its script's; the folder this `daemon` came from is searched last.
+_RENDER = ("import json, sys; sys.path[:] = json.loads(sys.argv[3]); from pathlib import Path; "
            "from daemon.runtime.snapshots import render_html_file; "
            "render_html_file(Path(sys.argv[1]), Path(sys.argv[2]))")
 RENDER_TIMEOUT_S = 120.0
@@ -166,13 +168,16 @@ def render_html_apart(snapshot: Path, html_path: Path) -> None:
     package, so that what it reads never grows this process. Raises SnapshotError with the
     child's last words when it fails."""
     package_root = str(Path(__file__).resolve().parents[2])
+    # Absolute entries only, and not sys.path[0]: the current folder (python -m) or the
+    # script's, where a root daemon started in a user's folder would import a `daemon`
+    # package planted there after its start.
+    path = [entry for entry in sys.path[1:] if os.path.isabs(entry)] + [package_root]
     try:
         done = subprocess.run(
-            # -I: isolated (no PYTHON* variables, no user site, and not the current folder
-            # first on sys.path, which a root daemon started in a user's folder would import
-            # a planted `daemon` package from); cwd="/" for the same reason
+            # -I: isolated (the environment as it is now is not read: no PYTHON* variables,
+            # no user site, no current folder); cwd="/" for the same reason
             [sys.executable, "-I", "-c", _RENDER, str(snapshot.absolute()), str(html_path.absolute()),
-             package_root],
+             json.dumps(path)],
             cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             timeout=RENDER_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:

@@ -4,6 +4,7 @@ hostile command line is shown as text, never run."""
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import subprocess
@@ -267,3 +268,32 @@ def test_memory_is_given_back_after_a_snapshot_even_without_glibc(monkeypatch):
     give_back_freed_memory()  # glibc here: trims
     monkeypatch.setattr(snapshots, "_malloc_trim", lambda: None)
     give_back_freed_memory()  # no C library to ask: nothing happens
+
+
+def test_the_child_finds_what_the_daemon_imported_through_its_pythonpath(snapshot, tmp_path):
+    """A daemon whose libraries come through PYTHONPATH (a source checkout, a --target folder:
+    scripts/gpu-check on a GPU host) builds its incident snapshots' pages too: the isolated
+    child once lost that path and failed with "No module named 'sqlite_utils'". The folder
+    the daemon was started from (`python -m`) is still not searched: a `daemon` package
+    planted there after the start is not imported."""
+    import site
+
+    folder = tmp_path / "started-here"
+    folder.mkdir()
+    marker = tmp_path / "imported"
+    planted = f"open({str(marker)!r}, 'w').close()\n"
+    (folder / "render_it.py").write_text(
+        "import sys\nfrom pathlib import Path\n"
+        "from daemon.runtime.snapshots import render_html_apart\n"
+        "Path('daemon').mkdir()\n"
+        f"Path('daemon', '__init__.py').write_text({planted!r})\n"
+        "render_html_apart(Path(sys.argv[1]), Path(sys.argv[2]))\n")
+    base = getattr(sys, "_base_executable", sys.executable)  # the interpreter without the venv
+    html = tmp_path / "report.html"
+    done = subprocess.run(
+        [base, "-m", "render_it", str(snapshot), str(html)], cwd=folder,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([*site.getsitepackages(), str(ROOT)])),
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert html.read_bytes().startswith(b"<!")
+    assert (folder / "daemon" / "__init__.py").exists() and not marker.exists()
