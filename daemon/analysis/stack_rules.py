@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from itertools import islice
 
 from daemon.sources.frames import Frame
 from daemon.wire import (
@@ -39,13 +40,15 @@ WAIT = "wait"  # a stdlib waiting frame below the innermost user frame
 
 @dataclass(frozen=True, slots=True)
 class FrameRule:
-    """A frame pattern: `file` and `name` are fnmatch globs on the path and qualified name."""
+    """A frame pattern: `file` and `name` are fnmatch globs on the path and qualified name;
+    with `within` (file, name globs) the rule matches only below (inside) such a frame."""
 
     kind: str
     file: str
     name: str
     phase: str
     reason: str
+    within: tuple[str, str] | None = None
 
 
 _DL = "*/torch/utils/data/dataloader.py"
@@ -120,6 +123,9 @@ FRAME_RULES: tuple[FrameRule, ...] = (
          "DataLoader waiting for a batch from its workers"),
     FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._next_data", DATA_WAIT,
          "DataLoader waiting for a batch from its workers"),
+    FrameRule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
+         "a DataLoader worker process loading samples",
+         within=("*/torch/utils/data/_utils/worker.py", "_worker_loop")),
     FrameRule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
          "DataLoader loading samples in the main process (num_workers=0)"),
     FrameRule(LIBRARY, "*/torch/utils/data/_utils/collate.py", "*", HOST_PREPROCESS,
@@ -271,19 +277,28 @@ def register_runtime(file_glob: str, name_glob: str, phase: str, reason: str) ->
         _RUNTIME_FRAME_RULES.append(rule)
 
 
-def rule_for(frame: Frame, kind: str) -> FrameRule | None:
-    """The first rule of `kind` (built in, then declared runtimes) that matches `frame`."""
+def _is(frame: Frame, file: str, name: str) -> bool:
+    return fnmatchcase(frame.filename.replace("\\", "/"), file) and name_matches(frame.name, name)
+
+
+def rule_for(frame: Frame, kind: str, stack: Sequence[Frame] = (),
+             callers_from: int = 0) -> FrameRule | None:
+    """The first rule of `kind` (built in, then declared runtimes) that matches `frame`, whose
+    callers are `stack[callers_from:]` (innermost first)."""
     path = frame.filename.replace("\\", "/")
     for rule in (*FRAME_RULES, *_RUNTIME_FRAME_RULES):
         if rule.kind == kind and fnmatchcase(path, rule.file) and name_matches(frame.name, rule.name):
-            return rule
+            if rule.within is None or any(_is(caller, *rule.within)
+                                          for caller in islice(stack, callers_from, None)):
+                return rule
     return None
 
 
 def first_match(frames: Iterable[Frame], kind: str) -> tuple[FrameRule, Frame] | None:
     """The first of `frames` (innermost first) that a rule of `kind` matches, with that rule."""
-    for frame in frames:
-        rule = rule_for(frame, kind)
+    stack = tuple(frames)
+    for depth, frame in enumerate(stack):
+        rule = rule_for(frame, kind, stack, depth + 1)
         if rule is not None:
             return rule, frame
     return None

@@ -90,6 +90,16 @@ def test_starved_worker_dump_shows_the_reading_line():
     assert ".read(" in local_source(result.frame)
 
 
+def test_a_worker_loading_samples_is_said_to_be_a_worker_not_the_main_process():
+    # Seen on an H200 (scripts/gpu-check): the workers of a num_workers=2 DataLoader whose
+    # Dataset sleeps were "loading samples in the main process (num_workers=0)".
+    worker = on("loader_starved.worker", source_line=None)  # its read not seen: CPU work
+    assert worker.phase == "host_preprocess"
+    assert "DataLoader worker process" in worker.reason and "num_workers=0" not in worker.reason
+    inline = on("loader_inline")
+    assert inline.phase == "host_preprocess" and "main process (num_workers=0)" in inline.reason
+
+
 def test_main_process_waiting_on_workers_asks_for_worker_dumps():
     assert waits_on_data_queue(load("loader_starved"))
     assert waits_on_data_queue(load("lightning_data_wait"))
