@@ -157,8 +157,10 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
             recorded_s=recorded_before.seconds if recorded_before else 0.0,
             trend=None if comparable else (
                 f"no trend: the period before was recorded for "
-                f"{clock.duration(recorded_before.seconds if recorded_before else 0.0)}, "
-                f"under half of the {clock.duration(ledger.seconds)} recorded in this one"))
+                f"{clock.duration(recorded_before.seconds)}, under half of the "
+                f"{clock.duration(ledger.seconds)} recorded in this one"
+                if recorded_before is not None and recorded_before.seconds > 0 else
+                "no trend: nothing was recorded in the period before"))
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,

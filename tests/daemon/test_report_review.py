@@ -228,6 +228,8 @@ def test_an_hour_the_range_cuts_puts_its_spend_where_its_ticks_are(tmp_path):
         check=True).stdout)["review"]
     assert first["spend"]["total"] == pytest.approx(rate / 3600 * 300, rel=0.01)
     assert first["spend"]["previous_total"] is None and first["spend"]["trend_pct"] is None
+    # (was "the period before was recorded for 0.0 s, under half of the 5 min ...")
+    assert first["previous"]["trend"] == "no trend: nothing was recorded in the period before"
     text = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
                            "5m"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
     assert "(5 min), against the 5 min before" in text  # (was "(0.0 days)")
