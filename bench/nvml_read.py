@@ -12,6 +12,10 @@ Every round forces a fresh read of the simulated records first (as a second pass
 both pay the simulation's own cost. `--profile` prints where the daemon's rounds spend it. On a
 GPU with GPM (`--model "NVIDIA H100 80GB HBM3"`) the daemon also reads SM activity, which the
 floor does not.
+
+`--real` times the same two on this host's own NVML (a GPU host: nothing is simulated and no
+process is started; run it beside the workloads you want counted), in CPU and in wall time,
+since a driver call also waits for the driver.
 """
 
 from __future__ import annotations
@@ -116,6 +120,50 @@ def measure(gpus: int, per_gpu: int, rounds: int, profile: bool, model: str) -> 
             sim_nvml.uninstall()
 
 
+def measure_real(rounds: int, profile: bool) -> None:
+    """Floor and `_Device.read()` on this host's NVML: CPU and wall time, medians."""
+    pynvml.nvmlInit()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        devices = [_Device(i, h, NvmlConfig()) for i, h in enumerate(handles)]
+        seen = sum(len(d.read().uses) for d in devices)
+        names = sorted({pynvml.nvmlDeviceGetName(h) for h in handles})
+
+        def floor() -> None:
+            floor_round(handles, [], int((time.time() - 1.0) * 1e6), None, liveness=False)
+
+        def daemon() -> None:
+            for device in devices:
+                device.read()
+
+        timed: dict[str, tuple[list[float], list[float]]] = {"floor": ([], []), "daemon": ([], [])}
+        for _ in range(3):  # interleaved, so both see the same load
+            for name, fn in (("floor", floor), ("daemon", daemon)):
+                for _ in range(rounds // 3):
+                    cpu, wall = time.thread_time(), time.perf_counter()
+                    fn()
+                    timed[name][0].append(time.thread_time() - cpu)
+                    timed[name][1].append(time.perf_counter() - wall)
+        (f_cpu, f_wall), (d_cpu, d_wall) = ((statistics.median(c) * 1e3, statistics.median(w) * 1e3)
+                                            for c, w in timed.values())
+        print(f"this host's NVML: {count} GPU(s) ({', '.join(map(str, names))}), {seen} GPU "
+              f"uses; median of {len(timed['floor'][0])} rounds each\n"
+              f"  floor's NVML calls:           CPU {f_cpu:.3f} ms, wall {f_wall:.3f} ms\n"
+              f"  daemon's _Device.read of all: CPU {d_cpu:.3f} ms, wall {d_wall:.3f} ms "
+              f"({d_cpu / f_cpu if f_cpu else float('nan'):.2f}x CPU, "
+              f"{d_wall / f_wall:.2f}x wall)", flush=True)
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(rounds):
+                daemon()
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=8)
@@ -127,7 +175,13 @@ def main() -> int:
                         help="the simulated GPU model (one with GPM: NVIDIA H100 80GB HBM3)")
     parser.add_argument("--profile", action="store_true",
                         help="also print a cProfile of the daemon's rounds, by own time")
+    parser.add_argument("--real", action="store_true",
+                        help="on this host's own NVML instead (a GPU host): no simulation, no "
+                             "processes started; CPU and wall time")
     args = parser.parse_args()
+    if args.real:
+        measure_real(args.rounds, args.profile)
+        return 0
     print(f"load average {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
     for n in (int(x) for x in args.per_gpu.split(",")):
         measure(args.gpus, n, args.rounds, args.profile, args.model)
