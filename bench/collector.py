@@ -29,6 +29,9 @@ The bench itself plays the connected client (`Daemon.now_body()` once per tick: 
 TUI asks for every second and its JSON body, which each connected client costs; only aiohttp's
 HTTP handling is not counted): the ratio is printed with that client and without it (the whole
 process less the two API parts), the recorder on its own.
+`--real` runs the same measurement on this host's own NVML (a GPU host): no simulated host and
+no workloads are started; it records whatever GPU processes run (start them first, and say how
+many with --processes), and its floor is the same NVML calls and /proc reads on them.
 `--every N` also prints each stretch of N ticks as it ends, whole and by part: with a long run,
 what grows as the daemon ages (a rules round's window fills over its first 30 minutes). Each
 stretch also says how many low-utilization windows were open at its end and how many phase
@@ -227,19 +230,20 @@ def stretch_line(ticks: int, spent: tuple[float, float], parts: tuple[dict[str, 
 
 
 def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
-              every: int = 0) -> dict[str, object]:
+              every: int = 0, real: bool = False) -> dict[str, object]:
     """Run the daemon for `ticks` ticks over `processes` workload processes; print and return
     the whole process's CPU per tick in steady state, by thread and by part, and the floor.
     `every` > 0: also print the CPU per tick, whole and by part, of each stretch of that many
     ticks as it ends (what grows with the daemon's age shows)."""
-    scenario = work / f"bench-{processes}.toml"
-    scenario.write_text(scenario_text(gpus, processes))
+    scenario = None if real else work / f"bench-{processes}.toml"
+    if scenario is not None:
+        scenario.write_text(scenario_text(gpus, processes))
     config = config_module.from_dict({
         "daemon": {"interval": 1.0, "db": str(work / f"tick-{processes}.db")},
         "attribution": {"stacks": False},  # bench/stack_overhead.py measures stacks
         "api": {"socket": str(work / f"api-{processes}.sock")},
     }, where="bench")
-    daemon = Daemon(config, simulate=str(scenario), max_ticks=ticks)
+    daemon = Daemon(config, simulate=str(scenario) if scenario else None, max_ticks=ticks)
     parts = Parts()
     PARTS_NOW[0] = parts  # the NVML readers' class is wrapped once, for every size
     if not getattr(nvml_module._Device.read, "measured", False):
@@ -310,7 +314,8 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
             floor.append(measure_floor(pids, len(sample.gpus), liveness=False))
 
     daemon._tick = measured_tick  # type: ignore[method-assign]
-    print(f"starting {processes} workload processes on {gpus} simulated GPUs ...", flush=True)
+    print(f"recording this host's GPUs, {processes} GPU processes expected ..." if real else
+          f"starting {processes} workload processes on {gpus} simulated GPUs ...", flush=True)
     load = os.getloadavg()[0]
     cpu0, wall0 = time.process_time(), time.time()
     asyncio.run(daemon.run())
@@ -318,6 +323,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
     load = max(load, os.getloadavg()[0])
     seen = max(p for _, p in counts)
     # Steady state: skip the first ticks (processes still being discovered).
+    gpus = max(g for g, _ in counts) if real else gpus
     steady = [c for c, (g, p) in zip(tick_cpu, counts, strict=True) if p == processes][5:]
     if not steady:
         print(f"  only saw {seen} of {processes} GPU processes; figures below are for what "
@@ -332,7 +338,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
     steady_ticks = ticks - 1 - 10
     whole = (steady_cpu[1] - steady_cpu[0]) / steady_ticks
     print(f"whole daemon process CPU per tick in steady state (ticks 10-{ticks - 1}: the tick, "
-          f"the NVML reader threads on the simulated NVML, discovery, maintenance, rules): "
+          f"the NVML reader threads, discovery, maintenance, rules): "
           f"{whole * 1000:.2f} ms (with start-up: {cpu / max(1, len(tick_cpu)) * 1000:.2f} ms "
           f"over {wall:.0f} s)")
     by_thread: dict[str, float] = {}
@@ -356,9 +362,10 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
     print(f"  floor (the same NVML calls + pread of /proc/PID/{{stat,io}}, this process): "
           f"{floor[0] * 1000:.2f} ms; whole process / floor: {whole / floor[0]:.1f}x with one "
           f"/v1/now a tick, {alone / floor[0]:.1f}x without a client ({alone * 1000:.2f} ms) "
-          f"(load average {load:.1f}); without the simulated NVML's check of which processes "
+          f"(load average {load:.1f})" + ("" if real else
+          f"; without the simulated NVML's check of which processes "
           f"are alive, which the daemon pays each tick: floor {floor[1] * 1000:.2f} ms, "
-          f"{whole / floor[1]:.1f}x")
+          f"{whole / floor[1]:.1f}x"))
     assert daemon.analyzer is not None and daemon.last_sample is not None
     rules_round = full_window_round(daemon.analyzer, daemon.last_sample, dict(daemon.kinds.kinds))
     spread = rules_round / config.cost.evaluate_every  # per 1 s tick
@@ -517,6 +524,9 @@ def main() -> int:
                              "ticks as they end: with a long --ticks, what grows as the daemon "
                              "ages (its window fills over 30 min), with the windows open and "
                              "the phase samples kept")
+    parser.add_argument("--real", action="store_true",
+                        help="on this host's own NVML (a GPU host): record the GPU processes "
+                             "already running, --processes of them; CPU per tick and floor only")
     parser.add_argument("--json", action="store_true",
                         help="with --procs: also print one JSON line of the figures, for "
                              "tracking")
@@ -538,7 +548,9 @@ def main() -> int:
             if args.json:
                 print(json.dumps({"bench": "collector", "sizes": rows}))
             return 0
-        tick_cost(args.ticks, args.gpus, args.processes, work, args.every)
+        tick_cost(args.ticks, args.gpus, args.processes, work, args.every, args.real)
+        if args.real:
+            return 0
         bytes_per_row(args.gpus, args.processes, work)
         history_read(args.gpus, work)
         full_store_writes(args.gpus, args.processes, work, args.page_cache_kib)
