@@ -41,7 +41,7 @@ SM_READINGS = 150
 
 
 # KindFacts' fields that say when or how a read was made, not what it found
-_READ_TIMES = ("sockets_read_at", "maps_read_at", "fds_without_sockets", "sockets_listed_at")
+_READ_TIMES = ("sockets_read_at", "maps_read_at", "fds_without_tcp", "sockets_listed_at")
 _FOUND = tuple(f.name for f in fields(KindFacts) if f.name not in _READ_TIMES)
 _found = attrgetter(*_FOUND)  # one C call per process per round, not a getattr per field
 
