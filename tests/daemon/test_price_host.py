@@ -196,7 +196,8 @@ def test_the_host_is_priced_whichever_pricing_module_was_imported_first(tmp_path
 
 def test_the_daemon_charges_a_price_per_gpu_hour_for_every_gpu_of_the_host(mlcostd):
     # Pricing runs at start, before the first GPU reading: it once saw no GPU there and
-    # priced the 8-GPU demo host (and an 8-GPU H200 server, on real NVML) as one GPU.
+    # priced the 8-GPU demo host as one GPU (on real NVML, an H200 host's log said "no GPU
+    # seen at start" a line after NVML had counted its GPU).
     daemon = mlcostd("demo", config={"instance": {"price_per_gpu_hour": 2.0},
                                      "idle": {"host_after": "24h"}})
     now = daemon.now()
