@@ -152,6 +152,7 @@ class Daemon:
         self._lock = WriterLock(self.db)
         self.api: Any = None  # daemon.api.server.ApiServer while running
         self.analyzer: Analyzer | None = None
+        self.priced_for_gpus: int | None = None  # the GPUs NVML had counted when the host was priced
         self.attribution: Attribution | None = None
         # each GPU process's workload kind, refreshed by discovery; [kinds.jobs] overrides
         self.kinds = KindTracker(job_kinds=config.kinds.jobs, jobs=config.cost.jobs)
@@ -636,7 +637,8 @@ class Daemon:
         # A price per GPU-hour needs the GPU count: NVML's start counts them before any GPU
         # is read (the first readings come a tick later; they priced an 8-GPU host as 1).
         self.nvml.wait_ready(NVML_START_WAIT_S)
-        price, catalog, instance = price_host(self.config, simulated, self.nvml.gpu_count or None)
+        self.priced_for_gpus = self.nvml.gpu_count
+        price, catalog, instance = price_host(self.config, simulated, self.priced_for_gpus or None)
         self.host["price"] = price.as_dict()
         self.host.setdefault("instance", instance)
         if instance.get("id"):  # [instance].id on a simulated host too (the demo's EC2)
@@ -688,13 +690,31 @@ class Daemon:
         if self.store is not None and readings:
             facts.write_meter_readings(self.store, ts, readings)
 
+    async def _price_once_counted(self) -> None:
+        """A host priced before NVML counted its GPUs (the driver came up after the daemon, or
+        NVML took over NVML_START_WAIT_S to start) is priced again once NVML has counted them:
+        a price per GPU-hour was for 1 GPU, a whole-host price split over none. On the loop."""
+        counted = self.nvml.gpu_count
+        if self.priced_for_gpus is not None or not counted or self.analyzer is None:
+            return
+        self.priced_for_gpus = counted
+        simulated = self.host.get("instance") if self.simulate else None
+        price, _, _ = await asyncio.to_thread(price_host, self.config, simulated, counted)
+        self.analyzer.set_price(price)
+        self.host["price"] = price.as_dict()
+        if self.store is not None:
+            self.store.set_meta("host", self.host)
+        log.info("price: priced again for the %d GPU(s) NVML counted after the start", counted)
+
     async def _evaluate_forever(self) -> None:
-        """Every [cost].evaluate_every: phase balances from the store, then the rules."""
+        """Every [cost].evaluate_every: the price once NVML has counted the GPUs (where it had
+        not at start), phase balances from the store, then the rules."""
 
         every = self.config.cost.evaluate_every
         await asyncio.sleep(min(every, FIRST_EVALUATION_S))
         while True:
             try:
+                await self._price_once_counted()
                 until = clock.now()
                 if self.periodic_rules:
                     await self.evaluate(

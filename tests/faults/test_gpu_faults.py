@@ -122,13 +122,20 @@ until_tick = {NVML_BACK_TICK}
 @pytest.mark.fault("NVML missing", "libnvidia-ml cannot be loaded for the first 8 ticks")
 def test_nvml_missing_for_a_while_keeps_recording_and_says_so(tmp_path):
     scenario = faultkit.scenario(tmp_path, gpus=2, faults=NVML_MISSING, name="no-nvml")
-    daemon = livedaemon.start(tmp_path / "run", scenario, interval=0.5, config=CONFIG)
+    # priced per GPU-hour: at start NVML counts no GPU, so the host is priced as 1 GPU, and
+    # again for both once NVML has counted them (it stayed at 1 GPU until a restart)
+    config = {**CONFIG, "instance": {"price_per_gpu_hour": 2.0}, "cost": {"evaluate_every": "5s"}}
+    daemon = livedaemon.start(tmp_path / "run", scenario, interval=0.5, config=config)
     try:
         poll(lambda: "not found" in faultkit.health(daemon)["nvml_status"], 30,
              "health to say NVML is not found", explain=daemon.log_tail)
+        assert daemon.now()["host"]["price"]["per_hour"] == 2.0
         poll(lambda: faultkit.health(daemon)["nvml_status"] == "ok" and all(
             faultkit.gpu_status(daemon, i) == "ok" for i in (0, 1)), 90, "NVML back",
              explain=daemon.log_tail)
+        poll(lambda: daemon.now()["host"]["price"]["per_hour"] == 4.0, 60,
+             "the host priced for its 2 GPUs", explain=daemon.log_tail)
+        assert "x 2 GPU(s)" in daemon.now()["host"]["price"]["source"]
         daemon.wait_for_ticks(len(daemon.ticks()) + 4)
         assert daemon.healthy()
     finally:
