@@ -575,7 +575,9 @@ def render_review(review: dict[str, Any]) -> list[str]:
                f"the {span} before"]
     previous = spend.get("previous_total")
     untrended = (review.get("previous") or {}).get("trend")
-    out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day)"
+    basis = spend.get("per_day_basis")
+    out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day"
+               + (f" {one_line(str(basis))}" if basis else "") + ")"
                + ("" if previous is None else f"; before: ${previous:,.2f}")
                + _trend_text(spend.get("trend_pct"))
                + (f" ({one_line(str(untrended))})" if untrended else ""))

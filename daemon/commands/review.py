@@ -161,13 +161,20 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
                 f"{clock.duration(ledger.seconds)} recorded in this one"
                 if recorded_before is not None and recorded_before.seconds > 0 else
                 "no trend: nothing was recorded in the period before"))
+        # Per day of the window; a store younger than the window counts its days from its
+        # first record (a 2-minute-old store read "$33.86/day" over 10 minutes for $190/day).
+        first = queries.first_recorded(reader)
+        counted = end - max(start, first) if first is not None else span
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,
             "trend_pct": _trend(ledger.total, before.total if before else None),
             "by_day": dict(sorted(ledger.by_day.items())),
             "by_month": dict(sorted(ledger.by_month.items())),
-            "per_day": ledger.total / max(span / 86400, 1e-9),
+            "per_day": ledger.total / max(counted / 86400, 1e-9),
+            "per_day_over_s": counted,
+            "per_day_basis": (f"over the {clock.duration(counted)} the store holds"
+                              if counted < span else None),
         }
         out["waste"] = {
             "idle": ledger.idle, "wasted": ledger.wasted,

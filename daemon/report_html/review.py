@@ -112,7 +112,9 @@ def render(document: dict[str, Any]) -> str:
     else:
         out.append("<h2>Spend</h2><table>"
                    f"<tr><th>this period</th><td class=n>{_e(money(spend['total']))}</td></tr>"
-                   f"<tr><th>per day</th><td class=n>{_e(money(spend['per_day']))}</td></tr>"
+                   f"<tr><th>per day</th><td class=n>{_e(money(spend['per_day']))}"
+                   + (f" <span class=muted>{_e(spend['per_day_basis'])}</span>"
+                      if spend.get("per_day_basis") else "") + "</td></tr>"
                    f"<tr><th>the period before</th><td class=n>"
                    f"{_e(money(spend.get('previous_total')))}</td></tr>"
                    f"<tr><th>trend</th><td class=n>{_trend(spend.get('trend_pct'))}</td></tr>"

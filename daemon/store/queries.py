@@ -136,6 +136,23 @@ def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
     return min(lows) / 1000, max(highs) / 1000
 
 
+def first_recorded(reader: StoreReader) -> float | None:
+    """When the store's recording began, in Unix seconds: its first raw tick, or, where raw
+    retention has removed the ticks of a rollup (a bucket, the samples' or the hour spend's,
+    that ends by the first tick left), the first bucket's start. None for an empty store.
+    (recorded_range's first counts from a bucket's start: up to an hour before a young store's
+    first tick.)"""
+    lo = reader.query("SELECT min(ts) AS lo FROM ticks")[0]["lo"]
+    buckets = [(rows[0]["bucket"], res) for res in (MINUTE, HOUR) if (rows := reader.query(
+        "SELECT bucket FROM rollups WHERE res = ? AND kind IN (?, ?, ?) ORDER BY bucket "
+        "LIMIT 1", (res, KIND_GPU, KIND_PROCESS, KIND_SPEND)))]
+    if buckets:
+        bucket, res = min(buckets)
+        if lo is None or bucket + res * 1000 <= lo:
+            return float(bucket) / 1000
+    return None if lo is None else float(lo) / 1000
+
+
 def _has_table(reader: StoreReader, name: str) -> bool:
     return bool(reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                              (name,)))

@@ -230,6 +230,14 @@ def test_an_hour_the_range_cuts_puts_its_spend_where_its_ticks_are(tmp_path):
     assert first["spend"]["previous_total"] is None and first["spend"]["trend_pct"] is None
     # (was "the period before was recorded for 0.0 s, under half of the 5 min ...")
     assert first["previous"]["trend"] == "no trend: nothing was recorded in the period before"
+    assert review["spend"]["per_day"] == pytest.approx(rate * 24, rel=0.01)
+    assert review["spend"]["per_day_basis"] is None  # the store holds the whole window
+    young = subprocess.run(  # 30 minutes that end 2 minutes after the store's first tick
+        [sys.executable, "-m", "daemon", "report", "--db", str(db), "--since", "30m",
+         "--until", str(start + 120)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        check=True).stdout
+    # per day of the 2 minutes recorded: was $0.24 / 30 min, "$11.52/day", for $172.80
+    assert re.search(r"\(\$17[23]\.\d\d/day over the 119 s the store holds\)", young), young
     text = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
                            "5m"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
     assert "(5 min), against the 5 min before" in text  # (was "(0.0 days)")
