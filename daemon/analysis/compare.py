@@ -716,8 +716,16 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
 def _describe(side: Side) -> dict[str, Any]:
     window = side.document.get("window") or {}
     profile = side.profile
-    return {"label": side.label, "job": side.job, "since": window.get("since"),
+    since, first = window.get("since"), window.get("first_recorded")
+    interval = (side.document.get("host") or {}).get("interval_s")
+    step = interval if isinstance(interval, int | float) and interval > 0 else 1.0
+    # a store whose recording began more than two ticks into the range
+    young = (isinstance(since, int | float) and isinstance(first, int | float)
+             and first - since > 2 * step)
+    return {"label": side.label, "job": side.job, "since": since,
             "until": window.get("until"), "ticks": window.get("ticks"),
+            # a store younger than its range (a snapshot of 30 min taken 2 min after the start)
+            "recorded_from": first if young else None,
             "buckets": len(side.buckets), "bucket_s": side.bucket_s,
             "gpus": side.gpus, "processes": len(side.processes),
             "steps": profile.get("steps") if isinstance(profile.get("steps"), int) else None,

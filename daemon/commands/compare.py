@@ -116,6 +116,7 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
     """The report document of a store over [since, until], or over its own range: a
     snapshot's recorded range, else from its first to its last tick."""
     from daemon.commands import report
+    from daemon.store import queries
     from daemon.store.reader import StoreReader
     from daemon.store.shape import READ_ERRORS, StoreShapeError, check_shape, read_failure
     from daemon.store.snapshot import SnapshotError, read_facts
@@ -136,6 +137,8 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
                 since, until = row["lo"] / 1000, row["hi"] / 1000
             span = max(until - since, 1.0)
             document = report.build(reader, span, until=since + span, config=config)
+            # when its recording began (a snapshot's range may reach before it)
+            document["window"]["first_recorded"] = queries.first_recorded(reader)
         finally:
             reader.close()
     except (StoreShapeError, SnapshotError) as exc:
@@ -226,6 +229,8 @@ def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     span = ""
     if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
         span = f", {side['until'] - side['since']:.0f} s"
+        if isinstance(side.get("recorded_from"), int | float):
+            span += f", {clock.duration(side['until'] - side['recorded_from'])} of it recorded"
     steps = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
     return _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")

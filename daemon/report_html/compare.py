@@ -29,6 +29,8 @@ def _side(name: str, side: dict[str, Any]) -> str:
     if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
         span = (f" — {_e(clock.local_time(side['since']))} to "
                 f"{_e(clock.local_time(side['until']))}")
+        if isinstance(side.get("recorded_from"), int | float):
+            span += (f", recorded from {_e(clock.local_time(side['recorded_from']))}")
     extra = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job <code>{_e(side['job'])}</code>" if side.get("job") else ""
     return f"<li><b>{name}</b>: <code>{_e(side.get('label'))}</code>{span}{extra}{job}</li>"

@@ -16,6 +16,7 @@ import livedaemon
 import pytest
 from simhost import poll
 
+from daemon import clock
 from daemon.analysis import compare, timeline
 from daemon.commands import compare as compare_command
 from daemon.commands import report
@@ -579,3 +580,24 @@ def test_the_api_compares_a_run_with_the_previous_one(mlcostd):
             assert bad.value.status == 400
 
     asyncio.run(main())
+
+
+def test_a_store_younger_than_its_range_says_how_much_of_it_was_recorded(runs, tmp_path):
+    """A snapshot whose range begins 5 minutes before its store did holds only what was
+    recorded since: the label said the range's seconds alone, as if all was recorded."""
+    reader = StoreReader(str(runs["fixed"]["db"]))
+    try:
+        first, last = (v / 1000 for v in reader.query(
+            "SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0].values())
+    finally:
+        reader.close()
+    young = write_snapshot(runs["fixed"]["db"], tmp_path / "young.db", first - 300, last)
+    whole = write_snapshot(runs["fixed"]["db"], tmp_path / "whole.db", first, last)
+    done = _compare(young.path, whole.path, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["a"]["recorded_from"] == pytest.approx(first, abs=0.01)
+    assert result["b"]["recorded_from"] is None  # its range begins at its first tick
+    text = _compare(young.path, whole.path).stdout
+    assert (f"{last - first + 300:.0f} s, {clock.duration(last - first)} of it recorded"
+            in text), text
