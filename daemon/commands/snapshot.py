@@ -164,12 +164,24 @@ def _last_recorded(db: Path) -> float | None:
         return None
 
 
+# A first tick this far after the range's start: the store began inside the range (a tick
+# interval is at most 60 s, so a store recording before the range has one sooner)
+YOUNG_AFTER_S = 60.0
+
+
 def describe(result: dict[str, Any]) -> str:
     """What was written, for a person."""
+    first = result.get("first_tick")
+    since = float(result["since"])
+    young = isinstance(first, int | float) and first - since > YOUNG_AFTER_S
+    shown = float(first) if young and first is not None else since
     lines = [f"snapshot: {result['path']}",
-             f"  {result['ticks']} ticks from {clock.local_time(result['since'])} to "
+             f"  {result['ticks']} ticks from {clock.local_time(shown)} to "
              f"{clock.local_time(result['until'])}, {result['bytes'] / 1e6:.2f} MB, written in "
              f"{result.get('seconds', 0):.2f} s ({result.get('through', '')})"]
+    if young:
+        lines.append(f"  (the range asked for began {clock.local_time(since)}: "
+                     "nothing was recorded before its first tick)")
     if result.get("html"):
         lines.append(f"html:     {result['html']}")
     uploads = result.get("upload") or []

@@ -86,6 +86,7 @@ class SnapshotInfo:
     trigger: dict[str, Any] | None
     seconds: float = 0.0  # wall time the copy took
     cpu_seconds: float = 0.0  # CPU time of the writing thread
+    first_tick: float | None = None  # its first raw tick (after `since` in a young store)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,7 +185,7 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
         raise SnapshotError(f"cannot write into {target.parent}: {exc.strerror}; pass --out "
                             "with a writable path") from None
     try:
-        ticks = _copy(source, tmp, since, until, trigger, timeout_s)
+        ticks, first_tick = _copy(source, tmp, since, until, trigger, timeout_s)
         fd = open_checked(tmp)
         try:
             os.fsync(fd)
@@ -201,7 +202,7 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
     return SnapshotInfo(path=str(target), bytes=target.stat().st_size, since=since, until=until,
                         ticks=ticks, created_at=clock.now(), trigger=trigger,
                         seconds=time.perf_counter() - started,
-                        cpu_seconds=time.thread_time() - cpu_started)
+                        cpu_seconds=time.thread_time() - cpu_started, first_tick=first_tick)
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -218,7 +219,8 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def _copy(source: Path, tmp: Path, since: float, until: float,
-          trigger: dict[str, Any] | None, timeout_s: float) -> int:
+          trigger: dict[str, Any] | None, timeout_s: float) -> tuple[int, float | None]:
+    """Copy the range into `tmp`: (its ticks, the first one's time or None)."""
     conn = sqlite3.connect(_uri(tmp, "rw"), uri=True, isolation_level=None)
     deadline = time.perf_counter() + timeout_s
     conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline else 0, 1000)
@@ -272,7 +274,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                 selected = columns.replace('"body"', 'redact_json("body")')
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
-        ticks = conn.execute("SELECT count(*) FROM main.ticks").fetchone()[0]
+        ticks, first_ms = conn.execute("SELECT count(*), min(ts) FROM main.ticks").fetchone()
         host_row = conn.execute("SELECT value FROM src.meta WHERE key = 'json:host'").fetchone()
         conn.execute("COMMIT")
         host = json.loads(host_row[0]) if host_row else {}
@@ -296,7 +298,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                           for k, v in facts.items()])
         conn.execute("DETACH DATABASE src")
         conn.execute("PRAGMA journal_mode=DELETE")
-        return int(ticks)
+        return int(ticks), None if first_ms is None else first_ms / 1000
     except sqlite3.OperationalError as exc:
         if "interrupted" in str(exc):
             raise SnapshotError(f"copying {source} into a snapshot ran past {timeout_s:g} s; "

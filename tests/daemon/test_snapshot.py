@@ -261,3 +261,21 @@ def test_snapshot_table_is_only_in_snapshots(source):
     conn.close()
     assert SNAPSHOT_TABLE not in tables
     assert read_facts(source) is None
+
+
+def test_a_snapshot_of_a_range_reaching_before_the_store_says_where_its_ticks_begin(source,
+                                                                                  tmp_path):
+    """`mlcostd snapshot --since 30m` of a store 40 s old said "40 ticks from <30 minutes ago>":
+    it says from its first tick, and when the range asked for began."""
+    from daemon import clock
+    from daemon.commands.snapshot import describe
+
+    young = write_snapshot(source, tmp_path / "young.db", T0 - 1800, T0 + TICKS + 0.5)
+    assert young.ticks == TICKS and young.first_tick == pytest.approx(T0 + 1)
+    text = describe(dict(young.as_dict(), through="test"))
+    assert f"{TICKS} ticks from {clock.local_time(T0 + 1)} to " in text
+    assert f"(the range asked for began {clock.local_time(T0 - 1800)}: nothing" in text
+    inside = write_snapshot(source, tmp_path / "inside.db", T0 + 10.5, T0 + 30.5)
+    text = describe(dict(inside.as_dict(), through="test"))
+    assert f"20 ticks from {clock.local_time(T0 + 10.5)} to " in text
+    assert "range asked for" not in text
