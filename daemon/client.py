@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -189,6 +190,14 @@ class Client:
 
     def _hint(self) -> str:
         if self.socket_path is not None:
+            try:
+                mode = os.stat(self.socket_path).st_mode
+            except OSError:
+                mode = None
+            if mode is not None and not stat.S_ISSOCK(mode):
+                what = "a folder" if stat.S_ISDIR(mode) else "a file"
+                return (f"{self.socket_path} is {what}, not a socket: give the daemon's API "
+                        "socket ([api].socket; as root /run/mlcost/mlcostd.sock)")
             return ("start it with `sudo mlcostd run` (or `mlcostd run --socket "
                     f"{self.socket_path}`) or try `mlcost-top --demo`")
         return "check that mlcostd runs there with --listen, and the address and port"

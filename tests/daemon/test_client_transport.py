@@ -46,6 +46,23 @@ def test_no_daemon_says_how_to_start_one(tmp_path):
     assert "FileNotFoundError" in message
 
 
+def test_a_path_that_is_not_a_socket_is_said_to_be_one(tmp_path):
+    """`mlcostd idle --connect unix:/etc/passwd` said to start a daemon with `--socket
+    /etc/passwd`: a file or a folder given for the socket is named as such."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a socket\n")
+
+    async def ask(target: str) -> str:
+        with pytest.raises(DaemonUnavailable) as raised:
+            await Client(target).health()
+        return str(raised.value)
+
+    for path, what in ((notes, "a file"), (tmp_path, "a folder")):
+        message = asyncio.run(ask(f"unix:{path}"))
+        assert f"{path} is {what}, not a socket: give the daemon's API socket" in message
+        assert "--socket" not in message
+
+
 def test_a_request_given_up_on_does_not_keep_the_loop_from_closing(silent_socket):
     async def give_up() -> None:
         request = asyncio.ensure_future(Client(f"unix:{silent_socket}", timeout_s=30).now())
