@@ -164,7 +164,7 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
         # Per day of the window; a store younger than the window counts its days from its
         # first record (a 2-minute-old store read "$33.86/day" over 10 minutes for $190/day).
         first = queries.first_recorded(reader)
-        counted = end - max(start, first) if first is not None else span
+        counted = span if first is None or first <= start or first >= end else end - first
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,
