@@ -117,7 +117,10 @@ def render(document: dict[str, Any]) -> str:
                       if spend.get("per_day_basis") else "") + "</td></tr>"
                    f"<tr><th>the period before</th><td class=n>"
                    f"{_e(money(spend.get('previous_total')))}</td></tr>"
-                   f"<tr><th>trend</th><td class=n>{_trend(spend.get('trend_pct'))}</td></tr>"
+                   f"<tr><th>trend</th><td class=n>{_trend(spend.get('trend_pct'))}"
+                   + (f" <span class=muted>({_e(untrended)})</span>"
+                      if (untrended := (review.get("previous") or {}).get("trend")) else "")
+                   + "</td></tr>"
                    "</table>")
         out.append(_bars(spend.get("by_day") or {}))
         out.append("<table><tr><th>month</th><th>spend</th></tr>" + "".join(

@@ -134,6 +134,10 @@ def test_no_trend_against_a_period_before_that_was_hardly_recorded(tmp_path):
     assert re.search(r"no trend: the period before was recorded for (2\d\.\d h|1 day), under "
                      r"half of the 30 days recorded in this one", text), text
     assert "%" not in text.split("spend $", 1)[1].split("\n", 1)[0]
+    page = tmp_path / "review.html"  # the page says why too (it showed "-" alone)
+    assert report(db, "--html", str(page)).returncode == 0
+    assert re.search(r"trend</th><td class=n>.*\(no trend: the period before was recorded for "
+                     r"(2\d\.\d h|1 day), under half", page.read_text())
 
 
 def test_the_review_splits_by_kind_job_and_user_with_their_trends(store):
