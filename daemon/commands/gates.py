@@ -135,6 +135,24 @@ def min_utilization(limit: float, utilization: float | None) -> Gate:
                 f"{head}: GPU utilization was {utilization:.0f}%", utilization, limit)
 
 
+def max_gpu_memory(limit: float, peak: dict[str, Any] | None) -> Gate:
+    """The fullest GPU the command used, its peak memory as a share of the GPU's: a model that
+    grew past what the production GPU holds fails here, not in an out-of-memory error there."""
+    head = f"gate --max-gpu-memory {limit:g}%"
+    pct = None if peak is None else peak.get("percent")
+    if peak is None or pct is None:
+        why = ("the command used no GPU" if peak is None
+               else "the GPU's total memory is unknown")
+        return Gate("--max-gpu-memory", f"{limit:g}%", False,
+                    f"{head}: cannot be checked, {why}", None, limit)
+    said = (f"{head}: GPU {peak['gpu']} peaked at {peak['peak_bytes'] / 2**30:,.1f} GiB, "
+            f"{pct:.0f}% of its {peak['total_bytes'] / 2**30:,.0f} GiB")
+    if pct > limit:
+        return Gate("--max-gpu-memory", f"{limit:g}%", False,
+                    f"{said} ({pct - limit:.0f} points over)", pct, limit)
+    return Gate("--max-gpu-memory", f"{limit:g}%", True, said, pct, limit)
+
+
 def regression_figure(profile: dict[str, Any]) -> tuple[str, float | None]:
     """What a regression is measured on: ('cost per step', value) when the profile counted
     steps, else ('cost per hour', value)."""

@@ -7,7 +7,8 @@ the command's process tree only, from its first second, into a store of its own
   profile.json  the report document (commands/report.py `build`) over the run's exact range,
                 plus a `profile` key: the command, its exit status, the run's times, steps,
                 cost (per step, per 1k steps, per 1k tokens/requests), workload kind, phase
-                balance and largest phase, GPU utilization, gates and representativeness
+                balance and largest phase, GPU utilization, peak GPU memory, gates and
+                representativeness
   profile.html  the snapshot report's page of OUT/profile.db
   summary.md    a short Markdown summary for a CI job summary ($GITHUB_STEP_SUMMARY)
 
@@ -73,6 +74,8 @@ Gates (any number; each is a JUnit test case with --junit):
   --max-cost-per-1k-steps DOLLARS  needs --progress
   --max-data-wait PCT              the share of time the GPU processes waited for input
   --min-utilization PCT            mean utilization of the GPUs the command used
+  --max-gpu-memory PCT             peak memory of the fullest GPU it used, as a share of that
+                                   GPU's: fail in CI, not with out-of-memory in production
   --max-regression PCT --baseline OLD/profile.json
                                    cost per step (per hour when no steps are counted) up by
                                    more than PCT against an earlier profile
@@ -127,6 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gates.add_argument("--max-cost-per-1k-steps", metavar="DOLLARS")
     gates.add_argument("--max-data-wait", metavar="PCT")
     gates.add_argument("--min-utilization", metavar="PCT")
+    gates.add_argument("--max-gpu-memory", metavar="PCT")
     gates.add_argument("--max-regression", metavar="PCT")
     gates.add_argument("--baseline", metavar="PROFILE_JSON",
                        help="an earlier profile.json, for --max-regression")
@@ -143,6 +147,7 @@ def _limits(args: argparse.Namespace) -> dict[str, float]:
                "max_cost_per_1k_steps": gate_checks.parse_dollars,
                "max_data_wait": gate_checks.parse_percent,
                "min_utilization": gate_checks.parse_percent,
+               "max_gpu_memory": gate_checks.parse_percent,
                "max_regression": gate_checks.parse_regression}
     limits = {}
     for name, parse in parsers.items():
@@ -407,6 +412,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "workload_kind": _kind(gpu_procs[0], result.kinds) if gpu_procs else None,
         "gpus_used": used,
         "gpu_utilization": round(sum(utils) / len(utils), 2) if utils else None,
+        "gpu_memory_peak": memory_peak(gpus),
         "phase_balance": balance,
         "largest_phase": next(iter(balance), None),
         "stack_samples": stack_samples,
@@ -418,6 +424,40 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
     facts["warnings"] = representativeness(facts, result)
     facts["representative"] = not facts["warnings"]
     return facts
+
+
+def memory_peak(gpus: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The most memory any GPU the command used held at once during the run (the report's
+    `memory_peak_bytes`; `memory_used_bytes` is the latest, after the command exited), as a
+    share of that GPU's memory: {gpu, gpus, peak_bytes, total_bytes, percent}. None where no
+    GPU was used or its memory was not read."""
+    peaks = [g for g in gpus if isinstance(g.get("memory_peak_bytes"), int)]
+    if not peaks:
+        return None
+
+    def share(gpu: dict[str, Any]) -> float | None:
+        total = gpu.get("memory_total_bytes")
+        return 100 * gpu["memory_peak_bytes"] / total if isinstance(total, int) and total else None
+
+    top = max(peaks, key=lambda g: (share(g) or 0.0, g["memory_peak_bytes"]))
+    percent = share(top)
+    return {"gpu": top.get("index"), "gpus": len(peaks), "peak_bytes": top["memory_peak_bytes"],
+            "total_bytes": top.get("memory_total_bytes"),
+            "percent": None if percent is None else round(percent, 2)}
+
+
+def memory_peak_text(profile: dict[str, Any]) -> str | None:
+    """"peak 3.3 GiB of 140 GiB (2%) on GPU 0", None without a reading."""
+    peak = profile.get("gpu_memory_peak")
+    if not peak:
+        return None
+    text = f"peak {peak['peak_bytes'] / 2**30:,.1f} GiB"
+    if peak.get("total_bytes"):
+        text += f" of {peak['total_bytes'] / 2**30:,.0f} GiB ({peak['percent']:.0f}%)"
+    text += f" on GPU {peak['gpu']}"
+    if peak["gpus"] > 1:
+        text += f", the fullest of the {peak['gpus']} it used"
+    return text
 
 
 def _kind(proc: dict[str, Any], seen: dict[str, dict[str, Any]]) -> str | None:
@@ -489,6 +529,9 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
     if "min_utilization" in limits:
         found.append(gate_checks.min_utilization(limits["min_utilization"],
                                                  profile["gpu_utilization"]))
+    if "max_gpu_memory" in limits:
+        found.append(gate_checks.max_gpu_memory(limits["max_gpu_memory"],
+                                                profile["gpu_memory_peak"]))
     if "max_regression" in limits and baseline is not None:
         found.append(gate_checks.max_regression(limits["max_regression"], profile, baseline,
                                                 baseline_path or "the baseline"))
@@ -598,6 +641,9 @@ def summary_markdown(document: dict[str, Any]) -> str:
     out.append("GPU utilization: " + (f"{util:.0f}%" if util is not None else "-")
                + (f"; workload kind: {_md(profile['workload_kind'])}"
                   if profile["workload_kind"] else ""))
+    memory = memory_peak_text(profile)
+    if memory is not None:
+        out += ["", f"GPU memory: {memory}"]
     cost = f"Cost: {money(profile['cost'], small=True)} for the run"
     if profile["cost_per_hour"] is not None:
         cost += f" ({money(profile['cost_per_hour'], small=True)}/h)"
@@ -641,6 +687,9 @@ def verdict_text(document: dict[str, Any], out: Path) -> str:
         cost += (f", {profile['steps']} steps, "
                  f"{money(profile['cost_per_1k_steps'], small=True)}/1k steps")
     lines.append(cost)
+    memory = memory_peak_text(profile)
+    if memory is not None:
+        lines.append(f"  GPU memory: {memory}")
     energy = energy_line(profile)
     if energy is not None:
         lines.append(f"  energy: {energy}")

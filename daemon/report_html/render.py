@@ -397,10 +397,13 @@ def render(data: ReportData) -> str:
     out.append(line_chart("gpu-memory", {f"GPU {i}": p for i, p in data.gpu_memory.items()},
                           data.since, data.until, " GiB", total_gib or None))
     out.append("</section><section><h2>GPUs</h2>")
-    out.append(_table(["GPU", "name", "utilization", "memory", "power", "status"], [
+    out.append(_table(["GPU", "name", "utilization", "memory at the end", "peak memory",
+                       "power", "status"], [
         [_td(g["index"], num=True), _td(g.get("name")), _td(_pct(g.get("utilization")), True),
          _td(f"{(g.get('memory_used_bytes') or 0) / 2**30:.1f} / "
              f"{(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB", True),
+         _td("—" if g.get("memory_peak_bytes") is None
+             else f"{g['memory_peak_bytes'] / 2**30:.1f} GiB", True),
          _td("—" if g.get("power_watts") is None else f"{g['power_watts']:.0f} W", True),
          _td(g.get("status"))] for g in data.gpus], "no GPU samples in this range"))
     out.append("</section></div>")

@@ -502,6 +502,7 @@ class StoreReader:
                          "utilization": avg(index, "utilization"),
                          "sm_activity": avg(index, "sm_activity"),
                          "memory_used_bytes": high(index, "memory_used_bytes"),
+                         "memory_peak_bytes": high(index, "memory_used_bytes"),
                          "memory_total_bytes": facts[2], "memory_reserved_bytes": facts[3],
                          "power_watts": avg(index, "power_watts"),
                          "samples": found[0] if found else 0, "status": "ok"})
@@ -529,6 +530,7 @@ class StoreReader:
                 "command": command, "owner": (owner := decode_owner(owner_text)),
                 "workload": workload_label(owner), "gpus": held,
                 "gpu_memory_bytes": memory[3] if memory else 0,
+                "gpu_memory_peak_bytes": memory[3] if memory else 0,
                 "sm_share": sm[1] / sm[0] * METRIC_SCALE["sm_share"] if sm and sm[0] else 0.0,
                 "cpu_percent": (cpu[1] / cpu[0] * METRIC_SCALE["cpu_percent"]
                                 if cpu and cpu[0] else 0.0),
@@ -541,9 +543,9 @@ class StoreReader:
 
     def _gpu_summary(self, conn: sqlite3.Connection, lo: int, hi: int) -> list[dict[str, Any]]:
         gpus = []
-        for gpu, samples, util, sm, power, last_ts in conn.execute(
-            "SELECT gpu, count(*), avg(util), avg(sm), avg(power_mw), max(ts) FROM gpu_samples"
-            " WHERE ts >= ? AND ts <= ? GROUP BY gpu ORDER BY gpu",
+        for gpu, samples, util, sm, power, peak, last_ts in conn.execute(
+            "SELECT gpu, count(*), avg(util), avg(sm), avg(power_mw), max(mem), max(ts)"
+            " FROM gpu_samples WHERE ts >= ? AND ts <= ? GROUP BY gpu ORDER BY gpu",
             (lo, hi),
         ).fetchall():
             facts = conn.execute(
@@ -561,6 +563,7 @@ class StoreReader:
                     "utilization": unscale(util, 0.1),
                     "sm_activity": unscale(sm, 0.1),
                     "memory_used_bytes": mem,
+                    "memory_peak_bytes": peak,
                     "memory_total_bytes": facts[2],
                     "memory_reserved_bytes": facts[3],
                     "power_watts": unscale(power, 0.001),
@@ -599,13 +602,22 @@ class StoreReader:
         }
         sm_sum: dict[int, int] = {}
         gpus_held: dict[int, list[int]] = {}
-        for proc, gpu, sm in conn.execute(
-            "SELECT proc, gpu, sum(sm) FROM proc_gpu_samples WHERE ts >= ? AND ts <= ?"
+        peak: dict[int, int | None] = {}  # the most GPU memory it held at once
+        for proc, gpu, sm, most in conn.execute(
+            "SELECT proc, gpu, sum(sm), max(mem) FROM proc_gpu_samples WHERE ts >= ? AND ts <= ?"
             " GROUP BY proc, gpu ORDER BY proc, gpu",
             (lo, hi),
         ):
             sm_sum[proc] = sm_sum.get(proc, 0) + sm
             gpus_held.setdefault(proc, []).append(gpu)
+            peak[proc] = most
+        # On one GPU its peak is that GPU's; on several, the largest sum of one tick.
+        several = [proc for proc, held in gpus_held.items() if len(held) > 1]
+        if several:  # one pass over the window for all of them
+            peak.update(conn.execute(
+                "SELECT proc, max(m) FROM (SELECT proc, sum(mem) AS m FROM proc_gpu_samples"
+                " WHERE ts >= ? AND ts <= ? AND proc IN (SELECT value FROM json_each(?))"
+                " GROUP BY ts, proc) GROUP BY proc", (lo, hi, json.dumps(several))))
         out = []
         for proc, (pid, start_ms, ppid, user, command, owner_text) in self._process_facts(
                 conn, first):
@@ -638,6 +650,7 @@ class StoreReader:
                     "workload": workload_label(owner),
                     "gpus": gpus_held.get(proc, []),
                     "gpu_memory_bytes": last_mem,
+                    "gpu_memory_peak_bytes": peak.get(proc, 0),
                     "sm_share": sm_sum.get(proc, 0) / 10 / samples,
                     "cpu_percent": (cpu_delta or 0) / wall_ms * 100 if wall_ms > 0 else 0.0,
                     "rss_bytes": l_[5],

@@ -21,7 +21,7 @@ import pytest
 
 from daemon.commands import gates
 from daemon.commands.gates import GATE_EXIT_STATUS
-from daemon.commands.profile import summary_markdown
+from daemon.commands.profile import memory_peak, memory_peak_text, summary_markdown
 from daemon.runtime.profile import MAX_LINE_BYTES, ProgressCounter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +99,26 @@ def test_a_starved_script_profiles_to_data_wait_with_a_prefetch_recommendation(s
     assert "data_wait" in result.stderr and "wrote" in result.stderr
 
 
+def test_the_profile_gives_the_gpu_memory_the_run_held_at_its_peak(starved):
+    """The script holds 8 GiB while it runs; the report's window ends at the tick after it
+    exited, when the GPU holds nothing: the latest reading is 0, the peak is the 8 GiB."""
+    out, result = starved
+    profile_doc = document(out)
+    (gpu,) = profile_doc["gpus"]
+    assert gpu["memory_used_bytes"] == 0 and gpu["memory_peak_bytes"] == 8 << 30
+    total = gpu["memory_total_bytes"]
+    assert profile_doc["profile"]["gpu_memory_peak"] == {
+        "gpu": 0, "gpus": 1, "peak_bytes": 8 << 30, "total_bytes": total,
+        "percent": round(100 * (8 << 30) / total, 2)}
+    (trainer,) = [p for p in profile_doc["processes"] if p["gpus"]]
+    assert trainer["gpu_memory_peak_bytes"] == 8 << 30
+    said = f"peak 8.0 GiB of {total / 2**30:.0f} GiB ({100 * (8 << 30) / total:.0f}%) on GPU 0"
+    assert f"GPU memory: {said}" in result.stderr
+    assert f"GPU memory: {said}" in (out / "summary.md").read_text()
+    page = (out / "profile.html").read_text()
+    assert "peak memory" in page and ">8.0 GiB<" in page
+
+
 def test_progress_counts_the_steps_and_prices_each(starved):
     out, result = starved
     facts = document(out)["profile"]
@@ -118,19 +138,24 @@ def test_a_short_run_says_it_is_not_representative(starved):
 
 def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path):
     out, junit = tmp_path / "gated", tmp_path / "gates.xml"
+    # the script holds 8 GiB of the simulated A10G's 24: 33%
     result = profile(out, "--simulate", "--max-data-wait", "20%", "--max-cost", "$100",
-                     "--junit", str(junit), "--", sys.executable, STARVED, "--steps", "15")
+                     "--max-gpu-memory", "30%", "--junit", str(junit), "--",
+                     sys.executable, STARVED, "--steps", "15")
     assert result.returncode == GATE_EXIT_STATUS, result.stderr
     assert "FAILED gate --max-data-wait 20%: data_wait was" in result.stderr
     assert "points over" in result.stderr
+    assert ("FAILED gate --max-gpu-memory 30%: GPU 0 peaked at 8.0 GiB, 33% of its 24 GiB "
+            "(3 points over)") in result.stderr
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
-    assert set(cases) == {"max-data-wait 20%", "max-cost $100.00"}
+    assert set(cases) == {"max-data-wait 20%", "max-cost $100.00", "max-gpu-memory 30%"}
     failure = cases["max-data-wait 20%"].find("failure")
     assert failure is not None and "points over" in failure.get("message", "")
     assert cases["max-cost $100.00"].find("failure") is None
+    assert cases["max-gpu-memory 30%"].find("failure") is not None
     facts = document(out)["profile"]
-    assert {g["gate"]: g["passed"] for g in facts["gates"]} == {"max-data-wait": False,
-                                                                "max-cost": True}
+    assert {g["gate"]: g["passed"] for g in facts["gates"]} == {
+        "max-data-wait": False, "max-cost": True, "max-gpu-memory": False}
     assert "| --max-data-wait | 20% |" in (out / "summary.md").read_text()
 
 
@@ -140,7 +165,7 @@ def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     # The utilization is over the whole run, start-up included: a loaded machine's slow
     # start-up lowers it, so the floor here is below what the run reaches (~75%).
     result = profile(out, "--simulate", "--max-data-wait", "20%", "--min-utilization", "40%",
-                     "--progress", STEP_REGEX, "--",
+                     "--max-gpu-memory", "40%", "--progress", STEP_REGEX, "--",
                      sys.executable, PREFETCH, "--steps", "80")
     return out, result
 
@@ -152,6 +177,8 @@ def test_the_fixed_script_keeps_its_gpu_busy_and_passes_the_gates(fixed):
     assert facts["largest_phase"] == "compute"
     assert facts["steps"] == 80
     assert all(g["passed"] for g in facts["gates"])
+    assert {g["gate"] for g in facts["gates"]} == {"max-data-wait", "min-utilization",
+                                                   "max-gpu-memory"}
 
 
 def test_on_a_shared_host_only_the_tree_is_recorded_its_status_passes_and_nothing_is_left(
@@ -314,9 +341,30 @@ def test_gate_messages_say_which_gate_and_by_how_much():
     per_hour = gates.max_regression(10, {"steps": 0, "cost_per_hour": 1.0},
                                     {"steps": 0, "cost_per_hour": 0.95}, "old.json")
     assert per_hour.passed and "cost per hour" in per_hour.message
+    no_gpu = gates.max_gpu_memory(90, None)
+    assert not no_gpu.passed and no_gpu.message == (
+        "gate --max-gpu-memory 90%: cannot be checked, the command used no GPU")
+    no_total = gates.max_gpu_memory(90, {"gpu": 0, "gpus": 1, "peak_bytes": 1 << 30,
+                                         "total_bytes": None, "percent": None})
+    assert not no_total.passed and "total memory is unknown" in no_total.message
+    fits = gates.max_gpu_memory(90, {"gpu": 3, "gpus": 8, "peak_bytes": 70 << 30,
+                                     "total_bytes": 80 << 30, "percent": 87.5})
+    assert fits.passed and fits.message == (
+        "gate --max-gpu-memory 90%: GPU 3 peaked at 70.0 GiB, 88% of its 80 GiB")
     assert gates.parse_percent("20%") == 20 and gates.parse_dollars("$0.5") == 0.5
     with pytest.raises(ValueError):
         gates.parse_percent("120%")
+
+
+def test_the_peak_memory_is_the_fullest_gpus_as_a_share_of_its_own():
+    gpus = [{"index": 0, "memory_peak_bytes": 40 << 30, "memory_total_bytes": 80 << 30},
+            {"index": 1, "memory_peak_bytes": 20 << 30, "memory_total_bytes": 24 << 30},
+            {"index": 2, "memory_peak_bytes": None, "memory_total_bytes": 80 << 30}]
+    assert memory_peak(gpus) == {"gpu": 1, "gpus": 2, "peak_bytes": 20 << 30,
+                                 "total_bytes": 24 << 30, "percent": 83.33}
+    assert memory_peak_text({"gpu_memory_peak": memory_peak(gpus)}) == (
+        "peak 20.0 GiB of 24 GiB (83%) on GPU 1, the fullest of the 2 it used")
+    assert memory_peak(gpus[2:]) is None and memory_peak([]) is None
 
 
 def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():

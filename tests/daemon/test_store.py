@@ -18,7 +18,7 @@ import pytest
 
 from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
 from daemon.store import facts
-from daemon.store.schema import GPU_METRICS, PROCESS_METRICS, SCHEMA_VERSION
+from daemon.store.schema import GPU_METRICS, MINUTE, PROCESS_METRICS, SCHEMA_VERSION
 from daemon.store.writer import ReaderTimeout, Store
 
 T0 = 1_750_000_000.0  # a round start time, seconds
@@ -377,6 +377,33 @@ def test_history_reads_raw_minute_and_hour_data(tmp_path: Path) -> None:
             reader.gpu_history(0, "fan_speed", T0, last)
 
 
+def test_the_peak_memory_of_a_range_is_the_same_from_raw_rows_and_from_rollups(
+        tmp_path: Path) -> None:
+    """`memory_peak_bytes` (a GPU) and `gpu_memory_peak_bytes` (a process) are the most held
+    at one tick, read from raw rows or from the minute rollups alike."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        last = fill(store, 300, n_gpus=2, n_processes=3)
+        drain(store)
+    # The minutes rolled up (the rollups leave out the last minute or two, still raw).
+    buckets = rows(path, "SELECT min(bucket), max(bucket) FROM rollups WHERE res = ?",
+                   (MINUTE,))[0]
+    lo, hi = buckets[0], buckets[1] + MINUTE * 1000 - 1
+    assert hi - lo >= 3 * 60_000 and hi < round(last * 1000)
+    gpu_peak = dict(rows(path, "SELECT gpu, max(mem) FROM gpu_samples WHERE ts BETWEEN ? AND ?"
+                               " GROUP BY gpu", (lo, hi)))
+    proc_peak = dict(rows(path, "SELECT p.pid, max(g.mem) FROM proc_gpu_samples g JOIN processes"
+                                " p ON p.id = g.proc WHERE g.ts BETWEEN ? AND ? GROUP BY g.proc",
+                          (lo, hi)))
+    with Store.reader(path) as reader:
+        for summary in (reader.window_summary(lo / 1000, hi / 1000),
+                        reader.rollup_summary(lo / 1000, hi / 1000)):
+            assert {g["index"]: g["memory_peak_bytes"] for g in summary["gpus"]} == gpu_peak
+            assert {p["pid"]: p["gpu_memory_peak_bytes"]
+                    for p in summary["processes"]} == proc_peak
+    assert len(set(gpu_peak.values())) == 2  # two GPUs, each its own figure
+
+
 def test_a_store_from_before_the_covering_series_index_is_migrated(tmp_path: Path) -> None:
     """The series index carries the rollups' values once a daemon opens an older store; the
     history it serves reads the same points, from the index alone."""
@@ -682,6 +709,7 @@ def test_window_summary_figures(tmp_path: Path) -> None:
         "utilization": 15.0,  # mean of 10 and 20: the lost tick is not a 0
         "sm_activity": None,  # never read
         "memory_used_bytes": None,  # latest: lost
+        "memory_peak_bytes": 2 << 30,  # the 9 GiB tick is outside the window
         "memory_total_bytes": 40 << 30,
         "memory_reserved_bytes": 512 << 20,  # kept from before the GPU was lost
         "power_watts": 200.0,
@@ -699,6 +727,9 @@ def test_window_summary_figures(tmp_path: Path) -> None:
         "workload": "slurm 42",
         "gpus": [0, 1],
         "gpu_memory_bytes": 0,  # holds nothing at its last sample
+        # the most at one tick, over its GPUs: 1 + 2 GiB, then 3 GiB (not each GPU's peak
+        # summed, 3 + 2)
+        "gpu_memory_peak_bytes": 3 << 30,
         "sm_share": 30.0,  # (60 + 30 + 0) / 3 samples
         "cpu_percent": 50.0,  # 2 CPU seconds over 4 s
         "rss_bytes": 3000 * 4096,
@@ -714,6 +745,7 @@ def test_window_summary_figures(tmp_path: Path) -> None:
     assert (pb["cpu_percent"], pb["write_bytes"], pb["read_bytes"]) == (0.0, 0, None)
     assert pb["first_seen"] == pb["last_seen"] == T0 + 2
     assert pb["sm_share"] == 0.0
+    assert pb["gpu_memory_peak_bytes"] == 0  # never held a GPU
 
 
 # ------------------------------------------------------------------------ size on disk
