@@ -129,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "and their workers, their cost, and the review (spend "
                                         "per day and month against the period before, by "
                                         "kind, job and user; unit costs, storage, waste, "
-                                        "energy; the recommendations acted on, snoozed or "
-                                        "ignored).")
+                                        "energy; the recommendations acted on, snoozed, "
+                                        "ignored or new).")
     _add_common(report)
     report.add_argument("--since", metavar="DURATION",
                         help="how far back the window reaches from its end: 30s, 15m, 1h, "

@@ -613,8 +613,9 @@ def render_review(review: dict[str, Any]) -> list[str]:
     outcomes = review.get("recommendations") or {}
     out.append(f"  recommendations: {len(outcomes.get('acted') or [])} acted on, "
                f"{len(outcomes.get('snoozed') or [])} snoozed, "
-               f"{len(outcomes.get('ignored') or [])} ignored")
-    for state in ("acted", "snoozed", "ignored"):
+               f"{len(outcomes.get('ignored') or [])} ignored, "
+               f"{len(outcomes.get('new') or [])} new (raised in the last day)")
+    for state in ("acted", "snoozed", "ignored", "new"):
         for rec in outcomes.get(state) or []:
             savings = rec.get("savings_per_month")
             money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"

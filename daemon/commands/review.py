@@ -1,7 +1,7 @@
 """The review a team signs off (`mlcostd report --since 30d --by kind,job,user`): spend per day
 and per month with the trend against the previous period of equal length, by kind, job and
 user, unit costs with their trend, storage, waste, energy, and what became of the
-recommendations (acted on, snoozed, ignored).
+recommendations (acted on, snoozed, ignored, new).
 
 Its dollars are what the daemon's cost ledger charged, as the store recorded them per UTC hour
 (daemon.store.facts.write_spend): the figures /v1/now showed, for any range the store keeps,
@@ -107,6 +107,9 @@ def prorated_unit_costs(ledger: CostLedger, readings: Readings, start: float,
 # A trend needs a period before that was recorded about as long as this one: a store that began
 # recording a day before a 30-day range would otherwise show +100,000 %.
 TREND_MIN_COVERAGE = 0.5  # the period before's recorded time over this period's
+# A recommendation first raised this close to the range's end, neither acted on nor snoozed,
+# is new, not ignored: nobody has had a working day to act on it yet.
+NEW_RECOMMENDATION_S = 24 * 3600.0
 
 
 def _trend(now: float | None, before: float | None) -> float | None:
@@ -208,9 +211,11 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
 def _outcomes(reader: StoreReader, start: float, end: float,
               recommendations: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Each recommendation of the range as acted on (a real action ran, its outcome), snoozed
-    (until when) or ignored (neither), with its monthly savings."""
+    (until when), new (neither, first raised in the NEW_RECOMMENDATION_S before the range's
+    end) or ignored (neither, and older), with its monthly savings."""
     snoozed, actions = queries.snoozes_and_actions(reader, start, end)
-    out: dict[str, list[dict[str, Any]]] = {"acted": [], "snoozed": [], "ignored": []}
+    out: dict[str, list[dict[str, Any]]] = {"acted": [], "snoozed": [], "ignored": [],
+                                            "new": []}
     for rec in recommendations:
         rec_id = str(rec.get("id"))
         entry = {"id": rec_id, "rule": rec.get("rule"), "target": rec.get("target"),
@@ -223,6 +228,9 @@ def _outcomes(reader: StoreReader, start: float, end: float,
                                      who=real[-1].get("who"), at=real[-1].get("at")))
         elif rec_id in snoozed:
             out["snoozed"].append(dict(entry, snoozed_until=snoozed[rec_id]))
+        elif (isinstance(entry["first_seen"], int | float)
+              and entry["first_seen"] > end - NEW_RECOMMENDATION_S):
+            out["new"].append(entry)
         else:
             out["ignored"].append(entry)
     return out

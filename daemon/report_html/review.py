@@ -155,7 +155,7 @@ def render(document: dict[str, Any]) -> str:
     outcomes = review.get("recommendations") or {}
     out.append("<h2>Recommendations</h2><table><tr><th>state</th><th>savings/month</th>"
                "<th>recommendation</th><th>detail</th></tr>")
-    for state in ("acted", "snoozed", "ignored"):
+    for state in ("acted", "snoozed", "ignored", "new"):
         for rec in outcomes.get(state) or []:
             detail = (rec.get("outcome") if state == "acted" else
                       clock.local_time(rec["snoozed_until"]) if state == "snoozed" else "")

@@ -61,6 +61,9 @@ def build_store(db: Path) -> float:
             for name, savings in (("acted", 900.0), ("snoozed", 500.0), ("ignored", 100.0))]
     facts.write_recommendations(store, recs, seen)
     facts.write_recommendations(store, [dict(recs[1], snoozed_until=end + DAY)], seen + 60)
+    # raised an hour ago: new, not ignored
+    facts.write_recommendations(store, [dict(recs[2], id="r-new", summary="recommendation new",
+                                             savings_per_month=50.0)], end - 3600)
     facts.write_event(store, {"kind": "action", "target": "100:1780000000.000",
                               "started_at": seen + 30, "ended_at": seen + 30,
                               "cost_so_far": None, "detail": {
@@ -154,12 +157,13 @@ def test_the_review_splits_by_kind_job_and_user_with_their_trends(store):
     assert list(only_jobs) == ["job"]
 
 
-def test_the_review_says_which_recommendations_were_acted_on_snoozed_or_ignored(store):
+def test_the_review_says_which_recommendations_were_acted_on_snoozed_ignored_or_new(store):
     outcomes = json.loads(report(store, "--json").stdout)["review"]["recommendations"]
     assert [r["id"] for r in outcomes["acted"]] == ["r-acted"]
     assert outcomes["acted"][0]["outcome"] == "done"
     assert [r["id"] for r in outcomes["snoozed"]] == ["r-snoozed"]
     assert [r["id"] for r in outcomes["ignored"]] == ["r-ignored"]
+    assert [r["id"] for r in outcomes["new"]] == ["r-new"]
 
 
 def test_the_review_reads_as_text(store):
@@ -169,7 +173,9 @@ def test_the_review_reads_as_text(store):
     assert re.search(r"spend \$2,520\.00 \(\$84\.00/day\); before: \$1,80\d\.\d\d "
                      r"\(\+(39\.9|40\.0)% on the period before\)", out.stdout), out.stdout
     assert "by kind: training $1,440.00 (+100%)" in out.stdout
-    assert "recommendations: 1 acted on, 1 snoozed, 1 ignored" in out.stdout
+    assert ("recommendations: 1 acted on, 1 snoozed, 1 ignored, 1 new (raised in the last day)"
+            in out.stdout)
+    assert "    new [$50/month] recommendation new" in out.stdout
 
 
 def test_by_names_what_it_cannot_split_by(store):
@@ -189,7 +195,7 @@ def test_the_review_as_an_html_page(store, tmp_path):
         'data-chart="spend_by_day" data-bars="30"' in text
     assert text.count('text-anchor="middle"') in (30, 31)  # each bar's date under it
     for said in ("By kind", "training", "llm-serve", "alice", "acted", "snoozed", "ignored",
-                 "$2,520.00"):
+                 "<td>new</td>", "recommendation new", "$2,520.00"):
         assert said in text
     assert page.stat().st_mode & 0o077 == 0  # a private file, as every file mlcostd writes
 
