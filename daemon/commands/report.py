@@ -657,9 +657,11 @@ def _render_inference(processes: list[dict[str, Any]]) -> list[str]:
                       "; SM share at load not measured yet"))
         for advice in audit.get("advice") or []:
             saving = advice.get("saving_per_month")
+            # 0 is what an advice whose saving is not estimated yet carries: not "$0.00"
             out.append(f"    - {advice.get('name')}: {advice.get('text')}"
                        + (f" (saves up to {money(saving)}/month)"
-                          if isinstance(saving, int | float) else ""))
+                          if isinstance(saving, int | float) and saving > 0
+                          else " (saving not estimated)"))
             out.append(f"      how: {advice.get('saving_method')}; "
                        f"uncertainty: {advice.get('uncertainty')}")
     return out

@@ -121,6 +121,26 @@ def test_the_report_prints_the_inference_audit_recorded_with_the_kind(tmp_path):
     assert "    - dynamic_batching: batch requests dynamically" in text
 
 
+def test_an_advice_whose_saving_is_not_estimated_yet_says_so_not_zero_dollars():
+    """With under 10 SM share readings the runtime advice carries a saving of 0: the report
+    says it is not estimated (as mlcost-top does), not "saves up to $0.00/month"."""
+    from daemon.analysis.inference_audit import audit_inference, with_savings
+    from daemon.commands.report import _render_inference
+    from daemon.sources.kindfacts import KindFacts
+
+    serving = Kind("online_inference", 0.9, ("listens on TCP port 8000",), serves=True)
+    audit = audit_inference(serving, KindFacts(libraries=("torch",)), (), [5.0] * 3)
+    assert audit is not None
+    proc = {"pid": PID, "gpus": [0], "kind": "online_inference",
+            "inference": with_savings(audit.as_dict(), 2.0)}
+    lines = [line for line in _render_inference([proc]) if line.startswith("    - ")]
+    runtime = [line for line in lines if "serving_runtime" in line]
+    assert runtime and runtime[0].endswith("(saving not estimated)")
+    quantization = [line for line in lines if "quantization" in line]
+    assert quantization and quantization[0].endswith("(saves up to $730.00/month)")
+    assert "$0.00" not in "\n".join(lines)
+
+
 def test_retention_keeps_the_kind_in_force_at_the_oldest_tick_and_hostile_rows_are_data(
         tmp_path):
     daemon = recording_daemon(tmp_path, 5.0, ticks=40)
