@@ -165,9 +165,14 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
                 if recorded_before is not None and recorded_before.seconds > 0 else
                 "no trend: nothing was recorded in the period before"))
         # Per day of the window; a store younger than the window counts its days from its
-        # first record (a 2-minute-old store read "$33.86/day" over 10 minutes for $190/day).
+        # first record (a 2-minute-old store read "$33.86/day" over 10 minutes for $190/day)
+        # to where its recorded spend reaches (a live daemon hands it over every round: a
+        # minute-old store read "$1,040.76/day" for a $1,321/day host).
         first = queries.first_recorded(reader)
-        counted = span if first is None or first <= start or first >= end else end - first
+        counted = span
+        if first is not None and start < first < end:
+            through = queries.spend_through(reader)
+            counted = (through if through is not None and first < through < end else end) - first
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,

@@ -660,6 +660,9 @@ class Daemon:
             return
         ledger = self.analyzer.ledger
         facts.write_spend(self.store, *ledger.take_unrecorded())
+        # How far the recorded spend reaches: a report of a store younger than its range
+        # counts its days up to here, not to the last tick (up to a round later).
+        self.store.set_meta(queries.SPEND_THROUGH, ts)
         with ledger.lock:
             readings: list[tuple[str, str, float, dict[str, Any]]] = [("storage", item.path, float(item.bytes),
                          {"price_per_gb_month": item.price_per_gb_month, "files": item.files,

@@ -153,6 +153,19 @@ def first_recorded(reader: StoreReader) -> float | None:
     return None if lo is None else float(lo) / 1000
 
 
+# The meta key of the time the daemon last handed the store its hour spend (each
+# [cost].evaluate_every round and at its stop): the recorded spend covers the ticks up to it.
+SPEND_THROUGH = "spend_through"
+
+
+def spend_through(reader: StoreReader) -> float | None:
+    """Up to when the store's hour spend was recorded (Unix seconds); None for a store
+    written before this was kept, or where the value is not a time."""
+    value = reader.meta(SPEND_THROUGH)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
 def _has_table(reader: StoreReader, name: str) -> bool:
     return bool(reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                              (name,)))

@@ -183,7 +183,11 @@ class StoreReader:
     def meta(self, key: str) -> object | None:
         """A fact recorded with Store.set_meta, or None."""
         rows = self.query("SELECT value FROM meta WHERE key = ?", (f"json:{key}",))
-        return json.loads(rows[0]["value"]) if rows else None
+        if not rows:
+            return None
+        value = rows[0]["value"]
+        # The column's INTEGER affinity stores a number's JSON text as that number.
+        return value if isinstance(value, int | float) else json.loads(value)
 
     def latest(self) -> Sample | None:
         """The newest committed tick, rebuilt as model objects."""

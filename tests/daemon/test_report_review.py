@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.store import facts, schema
+from daemon.store import facts, queries, schema
 from daemon.store.writer import Store
 from daemon.wire import process_key
 from tests.livedaemon import ROOT
@@ -182,6 +182,58 @@ def test_by_names_what_it_cannot_split_by(store):
     out = report(store, "--by", "kind,colour")
     assert out.returncode == 2
     assert "--by 'kind,colour': use any of kind, job, user" in out.stderr
+
+
+def test_a_young_live_stores_spend_per_day_counts_to_where_its_recorded_spend_reaches(tmp_path):
+    """A live daemon hands the store its spend every round: two minutes into a store, the
+    ticks reach two minutes and the spend 90 s. Per day counted to the last tick read
+    $5.40/day for a $7.20/day host; counted to where the spend reaches (the store's
+    spend_through), the host's rate."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    start, rate = hour + 600, 0.3  # $/h
+    store = Store(str(db))
+    gpus = (GpuSample(0, "GPU-0", "A100", utilization=60.0, memory_total_bytes=40 << 30),)
+    for i in range(120):
+        store.write(Sample(ts=start + i + 1, tick=i + 1, gpus=gpus, processes=(TRAIN,)))
+    facts.write_spend(store, {hour: [90.0, rate / 3600 * 90, 0.0, 0.0, 0.0]},
+                      {(hour, (TRAIN.pid, TRAIN.start_time)): [90.0, rate / 3600 * 90]})
+    store.close()
+
+    def per_day() -> dict:
+        return json.loads(subprocess.run(
+            [sys.executable, "-m", "daemon", "report", "--db", str(db), "--since", "30m",
+             "--until", str(start + 120), "--json"], cwd=ROOT, capture_output=True, text=True,
+            timeout=120, check=True).stdout)["review"]["spend"]
+
+    unknown = per_day()  # a store from before spend_through: to the range's end, as before
+    assert unknown["per_day_over_s"] == pytest.approx(119.0)
+    store = Store(str(db))
+    store.set_meta(queries.SPEND_THROUGH, start + 90)
+    store.close()
+    spend = per_day()
+    # (the hour's ticks place its spend: the tick at the range's end is not inside it)
+    assert spend["total"] == pytest.approx(rate / 3600 * 90, rel=0.01)
+    assert spend["per_day_over_s"] == pytest.approx(89.0)
+    assert spend["per_day"] == pytest.approx(rate * 24, rel=0.02)  # was 0.75 of it
+    assert unknown["per_day"] == pytest.approx(rate * 24 * 89 / 119, rel=0.02)
+    assert spend["per_day_basis"] == "over the 89 s the store holds"
+
+
+def test_the_daemon_records_where_its_spend_reaches(mlcostd):
+    """mlcostd writes spend_through with each round's spend (here: the round at its stop)."""
+    from daemon.store.reader import StoreReader
+
+    daemon = mlcostd("idle-host", args=["--no-stacks"])
+    daemon.wait_for_ticks(2)
+    assert daemon.stop() == 0
+    reader = StoreReader(str(daemon.db))
+    try:
+        through = queries.spend_through(reader)
+        last_tick = reader.latest()
+    finally:
+        reader.close()
+    assert through is not None and last_tick is not None and through >= last_tick.ts
 
 
 def test_the_review_as_an_html_page(store, tmp_path):
