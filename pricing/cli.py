@@ -50,6 +50,33 @@ def number_in(low: float, high: float, *, whole: bool = False) -> Any:
     return parse
 
 
+# Memory size units --fits reads, in GiB. GPU memory is sold in GiB called GB (an "80GB" H100
+# holds 80 GiB), so GB and G are read as GiB too.
+_GIB_PER_UNIT = {"": 1.0, "g": 1.0, "gb": 1.0, "gib": 1.0, "m": 1 / 1024, "mb": 1 / 1024,
+                 "mib": 1 / 1024, "t": 1024.0, "tb": 1024.0, "tib": 1024.0}
+
+
+def gib_size(low: float, high: float) -> Any:
+    """An argparse `type` for a memory size in GiB: 70, 70GiB, 70G, 70GB (read as GiB),
+    512MiB, 1.5TiB; from `low` to `high` GiB."""
+
+    def parse(text: str) -> float:
+        stripped = text.strip()
+        number = stripped.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+        unit = _GIB_PER_UNIT.get(stripped[len(number):].strip().lower())
+        try:
+            value = float(number) * unit if unit is not None else math.nan
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} is not a memory size from {low:g} to {high:g} GiB: give GiB, "
+                "as 70 or 70GiB (also 70G or 70GB, read as GiB; 512MiB; 1.5TiB)")
+        return value
+
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `prices` options to `parser`."""
     parser.add_argument("--provider", help="only this cloud: aws, gcp, azure, lambda")
@@ -57,9 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="only this region (with --refresh: the region to fetch)")
     parser.add_argument("--instance", nargs="+", action="extend", metavar="TYPE",
                         help="only these instance types (with --refresh: the types to fetch)")
-    parser.add_argument("--fits", type=number_in(0, 100_000), metavar="GIB",
+    parser.add_argument("--fits", type=gib_size(0, 100_000), metavar="GIB",
                         help="cheapest instances whose accelerators each hold GIB of memory "
-                             "(plus --headroom)")
+                             "(plus --headroom): 70, 70GiB, 70GB (read as GiB), 512MiB")
     parser.add_argument("--gpus", type=number_in(1, 4096, whole=True), default=None, metavar="N",
                         help="with --fits: at least N accelerators (default 1)")
     parser.add_argument("--spot", action="store_true",

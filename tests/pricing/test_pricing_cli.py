@@ -73,6 +73,25 @@ def test_fits_json(tmp_path):
     assert data["fits"] == {"gpu_memory_gib": 20.0, "gpus": 1, "headroom": 0.1, "spot": False}
 
 
+def test_fits_reads_a_size_with_its_unit(tmp_path):
+    """--fits 70GiB (or 70G, 70GB: GPU memory is sold in GiB called GB) is 70 GiB, 512MiB
+    half a GiB; a unit it does not know is refused with what it takes."""
+    cache = str(tmp_path / "c.json")
+    for given, gib in (("70GiB", 70.0), ("70 G", 70.0), ("80GB", 80.0), ("512MiB", 0.5),
+                       ("1.5TiB", 1536.0), ("1e1gib", 10.0)):
+        code, out, _ = run("--cache", cache, "--fits", given, "--json")
+        assert code == 0 and json.loads(out)["fits"]["gpu_memory_gib"] == gib, given
+    parser = argparse.ArgumentParser(prog="mlcostd prices")
+    cli.add_arguments(parser)
+    for bad in ("70XB", "GiB", "inf", "-1G"):
+        try:
+            parser.parse_args(["--fits", bad])
+        except SystemExit as exit_:
+            assert exit_.code == 2
+        else:
+            raise AssertionError(f"--fits {bad} was taken")
+
+
 def test_fits_spot_multi_gpu_table(tmp_path):
     code, out, _ = run("--cache", str(tmp_path / "c.json"), "--fits", "70", "--gpus", "8",
                        "--spot", "--provider", "aws")
