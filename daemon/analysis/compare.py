@@ -470,6 +470,49 @@ def _latency_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     return out
 
 
+def memory_peak(side: Side) -> float | None:
+    """The most GPU memory the side held at one tick, GiB: its fullest GPU's peak (the
+    report's `memory_peak_bytes`), or, narrowed to a job or command, its largest process's
+    (`gpu_memory_peak_bytes`). None for a document from before peaks were reported."""
+    if side.job is None and side.command is None:
+        found = [g.get("memory_peak_bytes") for g in side.document.get("gpus") or []
+                 if isinstance(g, dict) and g.get("index") in side.gpus]
+    else:
+        found = [p.get("gpu_memory_peak_bytes") for p in side.processes]
+    peaks = [float(v) for v in found if isinstance(v, int | float) and not isinstance(v, bool)]
+    return max(peaks) / 2**30 if peaks else None
+
+
+def memory_series(side: Side) -> list[float]:
+    """Per bucket: the memory of the side's fullest GPU, GiB (the bucket's mean per GPU)."""
+    out = []
+    for bucket in side.buckets:
+        gpus = bucket.get("gpus") or {}
+        held = [m for i in side.gpus
+                if isinstance(m := (gpus.get(str(i)) or {}).get("memory_used_bytes"), int | float)]
+        if held:
+            out.append(max(held) / 2**30)
+    return out
+
+
+def _most(values: Sequence[float]) -> float | None:
+    return max(values) if values else None
+
+
+def _memory_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
+    """Peak GPU memory, lower is better, not in the overall verdict (a larger batch that
+    keeps the GPU busier holds more on purpose). Noise: the bootstrap of the largest bucket,
+    floored by the spread of the windows' largest (noise_sd): a run whose memory climbs has
+    noise, a steady one next to none, so a model that grew by a layer shows."""
+    peaks = memory_peak(a), memory_peak(b)
+    if peaks == (None, None):
+        return None
+    return _Figure("gpu_memory_peak", "peak GPU memory", "GiB", peaks[0], peaks[1],
+                   noise_sd(memory_series(a), _most, rng), noise_sd(memory_series(b), _most, rng),
+                   False, "bootstrap over the timeline buckets' largest GPU memory",
+                   in_overall=False)
+
+
 def power_series(side: Side) -> list[float]:
     """Per bucket: the watts the side's GPUs drew (the timeline's per-GPU power; buckets of a
     document recorded before it had power, or GPUs without a reading, give none)."""
@@ -646,7 +689,8 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
 
 NOT_COUNTED_MARK = "*"
 NOT_COUNTED_NOTE = ("* judged, not counted in the overall verdict: a GPU that does more work "
-                    "draws more per hour (kWh per 1k steps counts)")
+                    "draws more per hour (kWh per 1k steps counts) and may hold more memory "
+                    "(a larger batch)")
 
 
 def shown_verdict(figure: dict[str, Any]) -> str:
@@ -695,6 +739,9 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     figures += _unit_figures(a, b, rng)
     figures += _latency_figures(a, b, rng)
     figures += _energy_figures(a, b, rng)
+    memory = _memory_figure(a, b, rng)
+    if memory is not None:
+        figures.append(memory)
     figures += _phase_figures(a, b, rng)
     shown = [f.as_dict() for f in figures]
     return {
@@ -745,6 +792,8 @@ def figure_text(value: float | None, unit: str) -> str:
         return f"${value:.2f}/h"
     if unit == "s":
         return clock.latency_text(value)
+    if unit == "GiB":
+        return f"{value:.1f} GiB"
     if unit in ENERGY_UNITS:  # the unit is in the label: the columns stay 10 wide
         return f"{value:.3g}"
     return f"${value:.4g}"
@@ -762,6 +811,8 @@ def change_text(value: float | None, unit: str, signed: bool = True) -> str:
         return f"{sign}{abs(value) * 100:.1f} pt"
     if unit == "s":
         return sign + clock.latency_text(abs(value))
+    if unit == "GiB":
+        return f"{sign}{abs(value):.2f} GiB"
     if unit in ENERGY_UNITS:
         return f"{sign}{abs(value):.3g}"
     return f"{sign}${abs(value):.3g}"

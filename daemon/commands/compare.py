@@ -240,13 +240,14 @@ def render_text(result: dict[str, Any]) -> str:
     """The comparison for a terminal: 80 columns, text from the inputs made safe."""
     out = ["mlcost compare", *_side_lines("A (before)", result["a"]),
            *_side_lines("B (after)", result["b"]), ""]
-    header = f"{'':<20} {'before':>10} {'after':>10} {'change':>11} {'noise':>10}  verdict"
+    # 79 columns with the longest verdict, "within noise*"
+    header = f"{'':<20} {'before':>10} {'after':>10} {'change':>10} {'noise':>10}  verdict"
     out.append(header)
     for fig in result["figures"]:
         unit = fig["unit"]
         noise = "-" if fig.get("noise") is None else "±" + change_text(fig["noise"], unit, False)
         out.append(f"{one_line(fig['label'])[:20]:<20} {figure_text(fig['a'], unit):>10} "
-                   f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>11} "
+                   f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>10} "
                    f"{noise:>10}  {analysis.shown_verdict(fig)}")
     if any(fig.get("in_overall", True) is False for fig in result["figures"]):
         out += _wrap(analysis.NOT_COUNTED_NOTE, "  ")

@@ -276,6 +276,40 @@ def test_energy_narrowed_to_a_job_is_its_processes_and_per_step_where_both_count
     assert not [f for f in plain["figures"] if "kwh" in f["name"]]
 
 
+def _memory_side(per_bucket_gib: list[float], label: str = "x") -> compare.Side:
+    side = _side([80.0] * len(per_bucket_gib), label)
+    for bucket, gib in zip(side.document["timeline"]["buckets"], per_bucket_gib, strict=True):
+        bucket["gpus"]["0"]["memory_used_bytes"] = gib * 2**30
+    side.document["gpus"] = [{"index": 0, "memory_peak_bytes": round(max(per_bucket_gib)
+                                                                      * 2**30)}]
+    return side
+
+
+def test_peak_gpu_memory_is_compared_and_judged_but_not_counted_overall():
+    """A model that grew by a layer holds 1 GiB more on a steady run: worse, past a noise the
+    steady buckets put near 0; the same memory is within noise; not counted overall (a larger
+    batch holds more on purpose), and said so where people read it."""
+    steady = _memory_side([20.0] * 20)
+    grown = compare.compare(steady, _memory_side([21.0] * 20))
+    figure = _figure(grown, "gpu_memory_peak")
+    assert (figure["a"], figure["b"], figure["verdict"]) == (20.0, 21.0, compare.WORSE)
+    assert figure["in_overall"] is False and figure["label"] == "peak GPU memory"
+    assert (figure["a_text"], figure["change_text"]) == ("20.0 GiB", "+1.00 GiB")
+    assert grown["verdict"] == compare.NOISE  # utilization alike; memory is not counted
+    same = compare.compare(steady, _memory_side([20.0] * 20))
+    assert _figure(same, "gpu_memory_peak")["verdict"] == compare.NOISE
+    # a run whose memory climbs bucket to bucket has noise of its own: 1 GiB is inside it
+    climbing = _memory_side([10.0 + i for i in range(20)])
+    other = _memory_side([11.0 + i for i in range(20)])
+    assert _figure(compare.compare(climbing, other), "gpu_memory_peak")["verdict"] == \
+        compare.NOISE
+    text = compare_command.render_text(grown)
+    assert "peak GPU memory" in text and "more memory" in text
+    # a document from before peaks were reported: no figure
+    old = _side([80.0] * 20)
+    assert all(f["name"] != "gpu_memory_peak" for f in compare.compare(old, old)["figures"])
+
+
 def test_recommendations_new_gone_changed():
     a, b = _side([50] * 8), _side([50] * 8)
     a.document["recommendations"] = [
