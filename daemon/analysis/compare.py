@@ -483,16 +483,24 @@ def memory_peak(side: Side) -> float | None:
     return max(peaks) / 2**30 if peaks else None
 
 
-def memory_series(side: Side) -> list[float]:
-    """Per bucket: the memory of the side's fullest GPU, GiB (the bucket's mean per GPU)."""
+def gpu_series(side: Side, metric: str,
+               combine: Callable[[list[float]], float]) -> list[float]:
+    """Per bucket: `metric` of the side's GPUs in the timeline, combined (summed, the
+    largest); buckets where none of them has it (recorded before the timeline carried it, no
+    reading) give none."""
     out = []
     for bucket in side.buckets:
         gpus = bucket.get("gpus") or {}
-        held = [m for i in side.gpus
-                if isinstance(m := (gpus.get(str(i)) or {}).get("memory_used_bytes"), int | float)]
-        if held:
-            out.append(max(held) / 2**30)
+        values = [float(v) for i in side.gpus
+                  if isinstance(v := (gpus.get(str(i)) or {}).get(metric), int | float)]
+        if values:
+            out.append(combine(values))
     return out
+
+
+def memory_series(side: Side) -> list[float]:
+    """Per bucket: the memory of the side's fullest GPU, GiB (the bucket's mean per GPU)."""
+    return gpu_series(side, "memory_used_bytes", lambda held: max(held) / 2**30)
 
 
 def _most(values: Sequence[float]) -> float | None:
@@ -516,14 +524,7 @@ def _memory_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
 def power_series(side: Side) -> list[float]:
     """Per bucket: the watts the side's GPUs drew (the timeline's per-GPU power; buckets of a
     document recorded before it had power, or GPUs without a reading, give none)."""
-    out = []
-    for bucket in side.buckets:
-        gpus = bucket.get("gpus") or {}
-        watts = [w for i in side.gpus
-                 if isinstance(w := (gpus.get(str(i)) or {}).get("power_watts"), int | float)]
-        if watts:
-            out.append(math.fsum(watts))
-    return out
+    return gpu_series(side, "power_watts", math.fsum)
 
 
 def side_energy(side: Side) -> tuple[float | None, float | None, float | None]:
