@@ -158,8 +158,8 @@ def comparison_lines(result: Comparison) -> Text:
         else:
             text.append(fig.verdict + "*\n", style=MUTED)
     if not all(fig.counted for fig in result.figures):
-        text.append("  * not counted in the verdict: a busier GPU draws more per hour\n",
-                    style=MUTED)
+        text.append("  * not in the verdict: a busier GPU draws more per hour, may hold more "
+                    "memory\n", style=MUTED)
     for rec in result.recommendations:
         text.append(f"  recommendation {rec}\n")
     text.append("  verdict: ")
