@@ -10,7 +10,8 @@ command, as a user runs it) for --since 1h, 24h and 30d, three runs each:
   build in minutes).
 - month: 30 days of hour rollups (and 8 days of minute rollups, as retention keeps them),
   inserted straight into the rollups table in the schema's units (daemon.store.schema), with
-  hour spend rows, and one hour of raw ticks at its end. 2.6 M ticks through the writer would
+  hour spend rows, and one hour of raw ticks at its end, rolled up by the store's maintenance
+  as a daemon's are (all but its last minute, which a report reads raw). 2.6 M ticks through the writer would
   take hours; what the report reads of a month is the rollups, so the rollups are what is
   built.
 
@@ -127,6 +128,8 @@ def build_month(path: Path, gpus: int, processes: int, days: int) -> None:
     raw_start = end - 3600
     for tick in range(1, 3601, 10):  # the last hour, every 10 s: processes and GPUs exist
         store.write(synthetic_sample(tick, raw_start + tick, gpus, processes, rng_sample))
+    while store.maintain(0.5):  # rolled up as a daemon's store is: all but its last minute
+        pass
     store.close()
     conn = __import__("sqlite3").connect(str(path))
     procs = [r[0] for r in conn.execute("SELECT id FROM processes ORDER BY id")]
@@ -167,8 +170,10 @@ def build_month(path: Path, gpus: int, processes: int, days: int) -> None:
     conn.executemany("INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum,"
                      " min, max) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     conn.execute("UPDATE processes SET first_ts = ?", (first_hour * 1000,))
-    for key, value in (("minute_done", last_hour * 1000), ("hour_done", last_hour * 1000)):
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+    for key in ("minute_done", "hour_done"):  # the raw hour's rollups are done already
+        done = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                     (key, max(last_hour * 1000, int(done[0]) if done else 0)))
     conn.commit()
     conn.close()
 

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import sqlite_utils
 
-from daemon.store.schema import HOUR, KIND_GPU, KIND_PROCESS, MINUTE, PROCESS_METRICS
+from daemon.store import rollup_rows
+from daemon.store.schema import HOUR, MINUTE
 from daemon.store.wide_insert import WideInsert
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ _RAW_STEP_MS = MINUTE * 1000
 _MINUTE_BATCH_MS = 10 * MINUTE * 1000
 _HOUR_BATCH_MS = 24 * HOUR * 1000
 _VACUUM_PAGES = 2048
-_CPU_LOOKBACK_MS = 30 * 1000  # a cpu_percent pair needs its previous sample this close
 _CHECKPOINT_EVERY_S = 10.0
 _CHECKPOINT_EVERY_TICKS = 30  # or sooner when ticks come fast (backfill, tests)
 _LAST_SEEN_EVERY_S = 60.0
@@ -146,7 +146,9 @@ class Maintenance:
             if time.perf_counter() >= deadline:
                 return True
             with self._db.atomic():
-                self._conn.execute(_GPU_MINUTE_ROLLUP, {"b": bucket, "e": end})
+                _INSERT_ROLLUPS.run(self._conn, [
+                    (MINUTE, bucket, *row) for row in rollup_rows.gpu_rows(self._conn, bucket,
+                                                                           end)])
                 rows = self._minutes.rows(bucket)  # tallied as its ticks were written
                 if rows is None:
                     rows = self._process_minute_rows(bucket, end)
@@ -155,59 +157,11 @@ class Maintenance:
             self._minute_done = end
 
     def _process_minute_rows(self, bucket: int, end: int) -> list[tuple[int, ...]]:
-        """Minute rollup rows of every process; cpu_percent (tenths) from consecutive samples.
-        Read from the raw rows where the writer's tally (daemon.store.minute_tally) did not see
-        the whole minute; the tally computes the same numbers.
-
-        Computed in Python: SQLite's window functions cost 3x more here.
-        """
-        conn = self._conn
-        rows: list[tuple[int, ...]] = []
-        head = (MINUTE, bucket, KIND_PROCESS)
-        for proc, *values in conn.execute(_PROCESS_GPU_MINUTE, {"b": bucket, "e": end}):
-            if values[0]:
-                rows.append((*head, proc, PROCESS_METRICS["sm_share"], *values[0:4]))
-            if values[4]:
-                rows.append((*head, proc, PROCESS_METRICS["gpu_memory_bytes"], *values[4:8]))
-        stats: dict[tuple[int, int], list[int]] = {}
-        previous: dict[int, tuple[int, int]] = {}
-        cpu_metric = PROCESS_METRICS["cpu_percent"]
-        rss_metric = PROCESS_METRICS["rss_bytes"]
-
-        def add(key: tuple[int, int], value: int) -> None:
-            acc = stats.get(key)
-            if acc is None:
-                stats[key] = [1, value, value, value]
-                return
-            acc[0] += 1
-            acc[1] += value
-            if value < acc[2]:
-                acc[2] = value
-            elif value > acc[3]:
-                acc[3] = value
-
-        for ts, proc, cpu_ms, rss in conn.execute(
-            "SELECT ts, proc, cpu_ms, rss FROM proc_samples WHERE ts >= ? AND ts < ?",
-            (self._previous_tick(bucket), end),
-        ):
-            before = previous.get(proc)
-            previous[proc] = (ts, cpu_ms)
-            if ts < bucket:
-                continue
-            if rss is not None:
-                add((proc, rss_metric), rss)
-            if before is not None and ts > before[0] and cpu_ms >= before[1]:
-                # tenths of a percent of one CPU, rounded half up
-                add((proc, cpu_metric), ((cpu_ms - before[1]) * 2000 // (ts - before[0]) + 1) // 2)
-        rows.extend((*head, proc, metric, *acc) for (proc, metric), acc in stats.items())
-        return rows
-
-    def _previous_tick(self, ts: int) -> int:
-        """The tick before `ts` if it is recent enough to pair CPU counters with, else `ts`."""
-        row = self._conn.execute(
-            "SELECT max(ts) FROM ticks WHERE ts < ? AND ts >= ?", (ts, ts - _CPU_LOOKBACK_MS)
-        ).fetchone()
-        return ts if row[0] is None else row[0]
+        """Minute rollup rows of every process, read from the raw rows where the writer's
+        tally (daemon.store.minute_tally) did not see the whole minute; the tally computes the
+        same numbers."""
+        return [(MINUTE, bucket, *row) for row in rollup_rows.process_rows(self._conn, bucket,
+                                                                            end)]
 
     def _rollup_hours(self, deadline: float) -> bool:
         ms = HOUR * 1000
@@ -378,29 +332,9 @@ _PRUNE_KINDS = (
     "WHERE newer.proc = process_kinds.proc AND newer.ts > process_kinds.ts AND newer.ts <= ?)"
 )
 
-_GPU_MINUTE_ROLLUP = f"""
-INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)
-SELECT {MINUTE}, :b, {KIND_GPU}, gpu, metric, count(v), sum(v), min(v), max(v) FROM (
-    SELECT gpu, 0 AS metric, util AS v FROM gpu_samples WHERE ts >= :b AND ts < :e
-    UNION ALL SELECT gpu, 1, sm FROM gpu_samples WHERE ts >= :b AND ts < :e
-    UNION ALL SELECT gpu, 2, mem FROM gpu_samples WHERE ts >= :b AND ts < :e
-    UNION ALL SELECT gpu, 3, power_mw FROM gpu_samples WHERE ts >= :b AND ts < :e
-    UNION ALL SELECT gpu, 4, temp FROM gpu_samples WHERE ts >= :b AND ts < :e
-) GROUP BY gpu, metric HAVING count(v) > 0
-"""
-
 # (a minute of 256 processes is ~1 000 rows)
 _INSERT_ROLLUPS = WideInsert(
     "INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)", 9)
-
-# Per sample, a process's SM share and GPU memory are summed over the GPUs it holds.
-_PROCESS_GPU_MINUTE = """
-SELECT proc, count(sm), sum(sm), min(sm), max(sm), count(mem), sum(mem), min(mem), max(mem)
-FROM (
-    SELECT proc, sum(sm) AS sm, sum(mem) AS mem FROM proc_gpu_samples
-    WHERE ts >= :b AND ts < :e GROUP BY ts, proc
-) GROUP BY proc
-"""
 
 _HOUR_ROLLUP = f"""
 INSERT OR REPLACE INTO rollups (res, bucket, kind, key, metric, n, sum, min, max)

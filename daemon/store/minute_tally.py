@@ -4,7 +4,7 @@ minute: ~55 ms a minute, most of the writer's housekeeping; issue 23).
 
 `ProcessMinutes` is fed each committed tick's process and GPU-use rows (daemon.store.tick_rows),
 keeps the minute's columns it needs, and when the minute ends tallies, per process and metric,
-count, sum, min and max: the rows of `rollups` that `Maintenance._process_minute_rows` computes
+count, sum, min and max: the rows of `rollups` that `rollup_rows.process_rows` computes
 from the raw rows, the same numbers. Column by column, in runs of ticks with the same processes:
 a tally per row, as each tick came, cost 0.35 ms a tick at 256 processes. It answers only
 for a minute whose every tick it saw, from the tick before it on (the CPU percentage of a

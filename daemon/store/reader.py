@@ -25,6 +25,7 @@ import sqlite_utils
 
 from daemon.sources.owners import decode_owner, workload_label
 from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
+from daemon.store import rollup_rows
 from daemon.store.schema import (
     GPU_METRIC_COLUMN,
     GPU_METRICS,
@@ -465,8 +466,9 @@ class StoreReader:
                         found[0] += n
                         found[1] += total
                         found[2], found[3] = min(found[2], low), max(found[3], high)
-            # The minutes not rolled up yet (the last one or two): raw ticks, counted; where
-            # nothing is rolled up at all (a store younger than its first rollup), read raw.
+            # The minutes not rolled up yet (the last one or two): their raw ticks, as the
+            # rollups they will become (a process that started a minute ago is in the report);
+            # where nothing is rolled up at all (a store younger than its first rollup), raw.
             tail = max(lo, minute_done)
             tail_ticks = conn.execute("SELECT count(*) FROM ticks WHERE ts >= ? AND ts <= ?",
                                       (tail, hi)).fetchone()[0]
@@ -474,8 +476,19 @@ class StoreReader:
                 return {"window": {"since": since, "until": until, "ticks": tail_ticks},
                         "gpus": self._gpu_summary(conn, tail, hi),
                         "processes": self._process_summary(conn, tail, hi)}
-            return {"window": {"since": since, "until": until,
-                               "ticks": self._covered_ticks(totals) + tail_ticks},
+            covered = self._covered_ticks(totals) + tail_ticks
+            if tail_ticks:
+                for kind, key, metric, n, total, low, high in (
+                        rollup_rows.gpu_rows(conn, tail, hi + 1)
+                        + rollup_rows.process_rows(conn, tail, hi + 1)):
+                    found = totals.get((kind, key, metric))
+                    if found is None:
+                        totals[(kind, key, metric)] = [n, total, low, high]
+                    else:
+                        found[0] += n
+                        found[1] += total
+                        found[2], found[3] = min(found[2], low), max(found[3], high)
+            return {"window": {"since": since, "until": until, "ticks": covered},
                     "gpus": self._gpu_rollup_summary(conn, totals),
                     "processes": self._process_rollup_summary(conn, totals, lo, hi)}
 

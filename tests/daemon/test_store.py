@@ -404,6 +404,41 @@ def test_the_peak_memory_of_a_range_is_the_same_from_raw_rows_and_from_rollups(
     assert len(set(gpu_peak.values())) == 2  # two GPUs, each its own figure
 
 
+def test_a_report_from_rollups_counts_the_minutes_not_rolled_up_yet(tmp_path: Path) -> None:
+    """The last minute or two are raw until maintenance rolls them up: a report from the
+    rollups left them out of its averages and peaks, and left out a process that started in
+    them (a job started a minute ago was missing from `report --since 24h`)."""
+    path = tmp_path / "s.db"
+    start = -(-T0 // 60) * 60  # a whole minute
+    rng = random.Random(3)
+    with Store(path) as store:
+        for tick in range(1, 301):
+            sample = make_sample(tick, start + tick - 1, rng, n_gpus=2, n_processes=2)
+            if tick > 280:  # a process of the last 20 s, never rolled up here
+                sample = dataclasses.replace(
+                    sample, processes=(*sample.processes, process(999, tick, rng, 2)))
+            assert store.write(sample)
+        drain(store)
+    last = start + 299
+    assert rows(path, "SELECT max(bucket) FROM rollups WHERE res = ?", (MINUTE,))[0][0] < \
+        round((last - 20) * 1000)  # its minute is not rolled up
+    with Store.reader(path) as reader:
+        raw = reader.window_summary(start, last)
+        rolled = reader.rollup_summary(start, last)
+    assert rolled["window"]["ticks"] == raw["window"]["ticks"] == 300
+    assert [p["pid"] for p in rolled["processes"]] == [p["pid"] for p in raw["processes"]] \
+        == [100, 101, 999]
+    for a, b in zip(raw["gpus"], rolled["gpus"], strict=True):
+        assert b["utilization"] == pytest.approx(a["utilization"])
+        assert b["power_watts"] == pytest.approx(a["power_watts"])
+        assert b["memory_peak_bytes"] == a["memory_peak_bytes"]
+    for a, b in zip(raw["processes"], rolled["processes"], strict=True):
+        assert b["sm_share"] == pytest.approx(a["sm_share"])
+        assert b["gpu_memory_peak_bytes"] == a["gpu_memory_peak_bytes"]
+    newest = rolled["processes"][2]
+    assert newest["first_seen"] == start + 280 and newest["last_seen"] == last
+
+
 def test_a_store_from_before_the_covering_series_index_is_migrated(tmp_path: Path) -> None:
     """The series index carries the rollups' values once a daemon opens an older store; the
     history it serves reads the same points, from the index alone."""
