@@ -479,7 +479,8 @@ def memory_peak(side: Side) -> float | None:
                  if isinstance(g, dict) and g.get("index") in side.gpus]
     else:
         found = [p.get("gpu_memory_peak_bytes") for p in side.processes]
-    peaks = [float(v) for v in found if isinstance(v, int | float) and not isinstance(v, bool)]
+    peaks = [float(v) for v in found if isinstance(v, int | float) and not isinstance(v, bool)
+             and math.isfinite(v) and v >= 0]  # a document is data: Infinity reads as JSON
     return max(peaks) / 2**30 if peaks else None
 
 
@@ -492,7 +493,8 @@ def gpu_series(side: Side, metric: str,
     for bucket in side.buckets:
         gpus = bucket.get("gpus") or {}
         values = [float(v) for i in side.gpus
-                  if isinstance(v := (gpus.get(str(i)) or {}).get(metric), int | float)]
+                  if isinstance(v := (gpus.get(str(i)) or {}).get(metric), int | float)
+                  and math.isfinite(v)]
         if values:
             out.append(combine(values))
     return out

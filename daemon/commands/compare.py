@@ -44,6 +44,7 @@ from daemon.analysis.compare import change_text, figure_text
 from daemon.commands.gates import MAX_PROFILE_BYTES
 from daemon.config import Config
 from daemon.sources.safe_text import lines, one_line
+from pricing.http import loads_finite
 from pricing.small_file import TOO_LARGE, SmallFileError, read_small_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -173,8 +174,8 @@ def _document_from_json(path: Path) -> dict[str, Any]:
     except SmallFileError as exc:
         raise CompareInputError(f"{path}{exc}" + ("; not a profile" if exc.kind == TOO_LARGE
                                                   else "")) from None
-    try:
-        document = json.loads(raw)
+    try:  # every number finite: an Infinity read as a figure would judge it
+        document = loads_finite(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         raise CompareInputError(f"{path} is not JSON ({str(exc)[:120]}); pass a profile.json, "
                                 "a report --json document or an mlcostd store") from None

@@ -7,13 +7,13 @@ utilization floor) fails, and its message says why: a CI gate fails closed.
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from daemon.wire import money
+from pricing.http import loads_finite
 from pricing.small_file import SmallFileError, read_small_file
 
 # A profile.json or report document read back (--baseline, `mlcostd compare`): the largest is
@@ -193,11 +193,11 @@ def read_baseline(path: str) -> dict[str, Any]:
     except SmallFileError as exc:
         raise ValueError(f"--baseline {path}{exc}; pass the profile.json an earlier "
                          "`mlcostd profile` wrote") from None
-    try:
-        document = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise ValueError(f"{path} is not JSON; pass the profile.json an earlier "
-                         "`mlcostd profile` wrote") from None
+    try:  # every number finite: an Infinity baseline would pass any regression gate
+        document = loads_finite(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is not JSON ({str(exc)[:120]}); pass the profile.json an "
+                         "earlier `mlcostd profile` wrote") from None
     profile = document.get("profile") if isinstance(document, dict) else None
     if not isinstance(profile, dict):
         raise ValueError(f"{path} has no 'profile' key; pass the profile.json an earlier "

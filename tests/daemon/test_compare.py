@@ -519,8 +519,13 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "other.json").write_text('{"a": 1}')
+    # Python's json reads Infinity; a figure of it was judged ("cost per 1k steps $inf")
+    (tmp_path / "infinite.json").write_text(
+        '{"window": {}, "processes": [], "profile": {"cost_per_step": Infinity}}')
     cases = {str(tmp_path / "empty"): "without profile.json",
              str(tmp_path / "notes.txt"): "is not JSON",
+             str(tmp_path / "infinite.json"): "is not JSON (Infinity, which is not a number "
+                                              "JSON allows)",
              str(tmp_path / "other.json"): "not a profile or report document",
              "no-such-thing": "is not a file, a folder or a range",
              str(tmp_path / "gone" / "profile.json"): "no such file or folder"}

@@ -367,6 +367,17 @@ def test_the_peak_memory_is_the_fullest_gpus_as_a_share_of_its_own():
     assert memory_peak(gpus[2:]) is None and memory_peak([]) is None
 
 
+def test_a_baseline_with_a_number_json_does_not_allow_is_refused(tmp_path):
+    """An Infinity cost per step in the baseline made any regression 'nan %': it passed."""
+    baseline = tmp_path / "profile.json"
+    baseline.write_text('{"profile": {"steps": 10, "cost_per_step": Infinity}}')
+    with pytest.raises(ValueError, match="is not JSON .Infinity, which is not a number JSON "
+                                         "allows"):
+        gates.read_baseline(str(baseline))
+    baseline.write_text('{"profile": {"steps": 10, "cost_per_step": 0.5}}')
+    assert gates.read_baseline(str(baseline))["cost_per_step"] == 0.5
+
+
 def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():
     checked = [gates.max_data_wait(20, 0.71), gates.min_utilization(60, 80)]
     root = ET.fromstring(gates.junit_xml(checked, seconds=12.5))
