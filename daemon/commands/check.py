@@ -290,16 +290,31 @@ def gpus_seen() -> int | None:
     return started[0] or None
 
 
-def check_price(config: Any, simulated_instance: dict[str, Any] | None = None) -> Check:
-    """The price the daemon would charge this host at, from where, and whether it can be
-    trusted today (pricing.staleness); a stale one warns with the refresh command."""
-    from daemon.runtime.price_host import is_managed_instance, price_host, price_warning
+Priced = tuple[Any, Any, dict[str, Any]]  # price_host's answer
+
+
+def _price(config: Any, simulated_instance: dict[str, Any] | None) -> Priced | Exception:
+    """The host priced as the daemon would price it (with the GPUs NVML counts), or why it
+    cannot be; its staleness is a check of its own, not a logged warning too."""
+    from daemon.runtime.price_host import price_host
 
     try:
-        price, catalog, instance = price_host(config, simulated_instance, gpus_seen())
+        return price_host(config, simulated_instance, gpus_seen(), log_warning=False)
     except (OSError, ValueError) as exc:
-        return Check("price", FAIL, f"cannot price this host: {exc}",
+        return exc
+
+
+def check_price(config: Any, simulated_instance: dict[str, Any] | None = None,
+                priced: Priced | Exception | None = None) -> Check:
+    """The price the daemon would charge this host at, from where, and whether it can be
+    trusted today (pricing.staleness); a stale one warns with the refresh command."""
+    from daemon.runtime.price_host import is_managed_instance, price_warning
+
+    found = _price(config, simulated_instance) if priced is None else priced
+    if isinstance(found, Exception):
+        return Check("price", FAIL, f"cannot price this host: {found}",
                      "fix [instance] / [pricing] in the config as said")
+    price, catalog, instance = found
     where = " ".join(str(v) for v in (instance.get("provider"), instance.get("type"),
                                        instance.get("region")) if v) or "this host"
     if price.per_hour <= 0:
@@ -343,21 +358,21 @@ def price_checks(config: Any, simulated_instance: dict[str, Any] | None = None) 
     """The host's price and the failed refreshes in the price cache the daemon reads."""
     from daemon.config import price_cache_path
 
-    return [check_price(config, simulated_instance), check_carbon(config, simulated_instance),
+    priced = _price(config, simulated_instance)  # once: its warning is said once
+    return [check_price(config, simulated_instance, priced),
+            check_carbon(config, simulated_instance, priced),
             *check_refreshes(price_cache_path(config))]
 
 
-def check_carbon(config: Any, simulated_instance: dict[str, Any] | None = None) -> Check:
+def check_carbon(config: Any, simulated_instance: dict[str, Any] | None = None,
+                 priced: Priced | Exception | None = None) -> Check:
     """The grid intensity carbon is figured at ([energy], else the region's annual average
     from the bundled table), or why carbon is unknown and how to set it."""
-    from daemon.runtime.price_host import price_host
     from pricing.grid import UNKNOWN_FIX, grid_intensity
 
-    try:
-        price, _, _ = price_host(config, simulated_instance, None)
-        provider, region = price.provider, price.region
-    except (OSError, ValueError):
-        provider = region = None
+    found = _price(config, simulated_instance) if priced is None else priced
+    provider = None if isinstance(found, Exception) else found[0].provider
+    region = None if isinstance(found, Exception) else found[0].region
     grid = grid_intensity(provider, region,
                           override_g_per_kwh=config.energy.grid_intensity_g_per_kwh,
                           override_region=config.energy.region)

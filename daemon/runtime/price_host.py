@@ -54,9 +54,11 @@ def load_catalog(config: Config) -> Catalog:
 
 
 def price_host(config: Config, simulated_instance: dict[str, Any] | None,
-               gpus_seen: int | None) -> tuple[HostPrice, Any, dict[str, Any]]:
+               gpus_seen: int | None, *, log_warning: bool = True
+               ) -> tuple[HostPrice, Any, dict[str, Any]]:
     """(the host's price, the catalog, the instance as recorded in the host meta). Blocking:
-    detection may probe a metadata endpoint, so run it in a thread."""
+    detection may probe a metadata endpoint, so run it in a thread. `log_warning`: log a
+    price that may be stale (`mlcostd check` shows it as a check of its own instead)."""
     from pricing.detect import detect
 
     wanted = config.instance
@@ -75,7 +77,7 @@ def price_host(config: Config, simulated_instance: dict[str, Any] | None,
                            gpu_count_seen=gpus_seen)
     log.info("price: $%.4f/h for the host (%s)", price.per_hour, price.source)
     warning = price_warning(price, catalog)
-    if warning is not None:
+    if warning is not None and log_warning:
         log.warning("price: %s", warning.message)
     price = _annotate(price, warning="" if warning is None else warning.message,
                       electricity_per_kwh=wanted.electricity_per_kwh or None)

@@ -137,6 +137,19 @@ def test_check_json_has_the_price_of_the_simulated_host(tmp_path):
     assert "mlcostd prices --refresh aws" in checks["price"]["fix"]
 
 
+def test_a_stale_price_is_said_once_as_its_check(tmp_path):
+    """It was logged twice before the checks (the price and the carbon check each priced the
+    host), then said again as the price check."""
+    env = {**os.environ, "MLCOST_PRICE_CACHE": str(tmp_path / "prices.json")}
+    result = subprocess.run(MLCOSTD + ["check", "--simulate", "demo",
+                                       "--db", str(tmp_path / "x.db")],
+                            capture_output=True, text=True, timeout=60, env=env)
+    said = result.stdout + result.stderr
+    assert said.count("may be wrong") == 1, said
+    assert said.count("from before the cut") == 1, said
+    assert "[warn] price: $32.7726/h for aws p4d.24xlarge" in result.stdout, said
+
+
 def test_a_managed_host_without_its_price_says_how_to_fetch_it(tmp_path):
     from daemon.commands.check import WARN, check_price
 
