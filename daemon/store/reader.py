@@ -453,12 +453,10 @@ class StoreReader:
             spans = [(HOUR, h_lo, h_hi), (MINUTE, lo, min(h_lo, hi)),
                      (MINUTE, max(h_hi, lo), min(hi, minute_done))]
             totals: dict[tuple[int, int, int], list[int]] = {}
-            for res, a, b in spans:
-                if b <= a:
-                    continue
-                for kind, key, metric, n, total, low, high in conn.execute(
-                        _SERIES_TOTALS, {"res": res, "a": a, "b": b,
-                                         "seen": lo - _LAST_SEEN_SLACK_MS, "hi": hi}):
+
+            def add(rows: Iterable[Sequence[int]]) -> None:
+                """Sum rollup rows (kind, key, metric, n, sum, min, max) into `totals`."""
+                for kind, key, metric, n, total, low, high in rows:
                     found = totals.get((kind, key, metric))
                     if found is None:
                         totals[(kind, key, metric)] = [n, total, low, high]
@@ -466,6 +464,12 @@ class StoreReader:
                         found[0] += n
                         found[1] += total
                         found[2], found[3] = min(found[2], low), max(found[3], high)
+
+            for res, a, b in spans:
+                if b <= a:
+                    continue
+                add(conn.execute(_SERIES_TOTALS, {"res": res, "a": a, "b": b,
+                                                  "seen": lo - _LAST_SEEN_SLACK_MS, "hi": hi}))
             # The minutes not rolled up yet (the last one or two): their raw ticks, as the
             # rollups they will become (a process that started a minute ago is in the report);
             # where nothing is rolled up at all (a store younger than its first rollup), raw.
@@ -478,16 +482,8 @@ class StoreReader:
                         "processes": self._process_summary(conn, tail, hi)}
             covered = self._covered_ticks(totals) + tail_ticks
             if tail_ticks:
-                for kind, key, metric, n, total, low, high in (
-                        rollup_rows.gpu_rows(conn, tail, hi + 1)
-                        + rollup_rows.process_rows(conn, tail, hi + 1)):
-                    found = totals.get((kind, key, metric))
-                    if found is None:
-                        totals[(kind, key, metric)] = [n, total, low, high]
-                    else:
-                        found[0] += n
-                        found[1] += total
-                        found[2], found[3] = min(found[2], low), max(found[3], high)
+                add(rollup_rows.gpu_rows(conn, tail, hi + 1))
+                add(rollup_rows.process_rows(conn, tail, hi + 1))
             return {"window": {"since": since, "until": until, "ticks": covered},
                     "gpus": self._gpu_rollup_summary(conn, totals),
                     "processes": self._process_rollup_summary(conn, totals, lo, hi)}
