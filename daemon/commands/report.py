@@ -489,15 +489,17 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     for gpu in report["gpus"]:
         memory = f"{_bytes(gpu['memory_used_bytes'])} / {_bytes(gpu['memory_total_bytes'])}"
         status = gpu.get("status") or "ok"
+        peak = gpu.get("memory_peak_bytes")
         row = [str(gpu["index"]), gpu["name"], _pct(gpu["utilization"]),
-               _pct(gpu.get("sm_activity")), memory, _num(gpu["power_watts"], " W"),
+               _pct(gpu.get("sm_activity")), memory,
+               "-" if peak is None else _bytes(peak), _num(gpu["power_watts"], " W"),
                status if status == "ok" else f"{status}"]
         if energy:
-            row.insert(6, money(gpu.get("energy_per_hour")))
+            row.insert(7, money(gpu.get("energy_per_hour")))
         rows.append(row)
-    header = ["GPU", "model", "util", "SM", "memory", "power", "status"]
+    header = ["GPU", "model", "util", "SM", "memory", "peak", "power", "status"]
     if energy:
-        header.insert(6, "energy $/h")
+        header.insert(7, "energy $/h")
     out += ["  " + line for line in _table(header, rows)]
     out.append("")
     out.append("Processes (GPU processes and their workers)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 from daemon.commands import gates
 from daemon.commands.gates import GATE_EXIT_STATUS
 from daemon.commands.profile import memory_peak, memory_peak_text, summary_markdown
+from daemon.commands.report import render_text
 from daemon.runtime.profile import MAX_LINE_BYTES, ProgressCounter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +119,9 @@ def test_the_profile_gives_the_gpu_memory_the_run_held_at_its_peak(starved):
     assert f"GPU memory: {said}" in (out / "summary.md").read_text()
     page = (out / "profile.html").read_text()
     assert "peak memory" in page and ">8.0 GiB<" in page
+    text = render_text(profile_doc, 200)  # `mlcostd report --db OUT/profile.db` says it too
+    assert re.search(r"memory\s+peak\s+power", text)
+    assert re.search(rf"0 B / {total / 2**30:.1f} GiB\s+8\.0 GiB\s", text), text
 
 
 def test_progress_counts_the_steps_and_prices_each(starved):
