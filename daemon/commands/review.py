@@ -169,10 +169,16 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
         # to where its recorded spend reaches (a live daemon hands it over every round: a
         # minute-old store read "$1,040.76/day" for a $1,321/day host).
         first = queries.first_recorded(reader)
-        counted = span
+        counted, basis = span, None
         if first is not None and start < first < end:
             through = queries.spend_through(reader)
-            counted = (through if through is not None and first < through < end else end) - first
+            if through is not None and first < through < end:
+                counted = through - first
+                basis = (f"over the {clock.duration(counted)} of spend the store holds (to "
+                         f"{clock.local_time(through, date=False)})")
+            else:
+                counted = end - first
+                basis = f"over the {clock.duration(counted)} the store holds"
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,
@@ -181,8 +187,7 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
             "by_month": dict(sorted(ledger.by_month.items())),
             "per_day": ledger.total / max(counted / 86400, 1e-9),
             "per_day_over_s": counted,
-            "per_day_basis": (f"over the {clock.duration(counted)} the store holds"
-                              if counted < span else None),
+            "per_day_basis": basis,
         }
         out["waste"] = {
             "idle": ledger.idle, "wasted": ledger.wasted,

@@ -217,7 +217,10 @@ def test_a_young_live_stores_spend_per_day_counts_to_where_its_recorded_spend_re
     assert spend["per_day_over_s"] == pytest.approx(89.0)
     assert spend["per_day"] == pytest.approx(rate * 24, rel=0.02)  # was 0.75 of it
     assert unknown["per_day"] == pytest.approx(rate * 24 * 89 / 119, rel=0.02)
-    assert spend["per_day_basis"] == "over the 89 s the store holds"
+    # said, with where the spend reaches: the window's own spend, from its ticks, reaches on
+    assert re.fullmatch(r"over the 89 s of spend the store holds \(to \d\d:\d\d:\d\d\)",
+                        spend["per_day_basis"]), spend["per_day_basis"]
+    assert unknown["per_day_basis"] == "over the 119 s the store holds"
 
 
 def test_the_daemon_records_where_its_spend_reaches(mlcostd):
