@@ -9,7 +9,7 @@ the command's process tree only, from its first second, into a store of its own
                 cost (per step, per 1k steps, per 1k tokens/requests), workload kind, phase
                 balance and largest phase, GPU utilization, peak GPU memory, gates and
                 representativeness
-  profile.html  the snapshot report's page of OUT/profile.db
+  profile.html  the snapshot report's page of OUT/profile.db, the verdict above its charts
   summary.md    a short Markdown summary for a CI job summary ($GITHUB_STEP_SUMMARY)
 
 and exits with the command's status, or GATE_EXIT_STATUS when a gate is crossed.
@@ -549,7 +549,8 @@ def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: st
     write_private(out / "profile.json", (json.dumps(document, indent=2) + "\n").encode())
     try:
         render_html_file(config_module.db_path(config), out / "profile.html",
-                         title=f"mlcost profile of {document['profile']['command']}")
+                         title=f"mlcost profile of {document['profile']['command']}",
+                         summary=[line.strip() for line in verdict_lines(document)])
     except Exception as exc:  # the page is a convenience: the JSON and summary still count
         log.warning("cannot write %s: %s", out / "profile.html", exc)
     write_private(out / "summary.md", summary_markdown(document).encode("utf-8"))
@@ -677,6 +678,14 @@ def summary_markdown(document: dict[str, Any]) -> str:
 
 def verdict_text(document: dict[str, Any], out: Path) -> str:
     """What the profile prints when it is done (to stderr: stdout is the command's)."""
+    return "\n".join([*verdict_lines(document),
+                      f"  wrote {out / 'profile.json'}, {out / 'profile.html'}, "
+                      f"{out / 'summary.md'}"]) + "\n"
+
+
+def verdict_lines(document: dict[str, Any]) -> list[str]:
+    """The verdict, phases, cost, memory, energy, latency, recommendations, gates and
+    warnings, a line each: printed when the profile is done and shown atop profile.html."""
     profile = document["profile"]
     lines = [f"mlcostd profile: {verdict(document)}"]
     balance = profile["phase_balance"]
@@ -702,6 +711,4 @@ def verdict_text(document: dict[str, Any], out: Path) -> str:
         lines.append(f"  not representative: {warning['message']}")
     if profile["left_running"]:
         lines.append(f"  stopped {profile['left_running']} process(es) the command left running")
-    lines.append(f"  wrote {out / 'profile.json'}, {out / 'profile.html'}, "
-                 f"{out / 'summary.md'}")
-    return "\n".join(lines) + "\n"
+    return lines

@@ -44,6 +44,9 @@ class ReportData:
     host: dict[str, Any]
     price: dict[str, Any] | None
     snapshot: dict[str, Any] | None  # the snapshot's own facts (trigger, version), if it is one
+    # What made the page, in lines of text: a profile's verdict, gates and figures (the store
+    # does not hold them), shown above the charts.
+    summary: list[str] = field(default_factory=list)
     burn: dict[str, list[Point]] = field(default_factory=dict)  # series name -> points ($/h)
     gpu_utilization: dict[int, list[Point]] = field(default_factory=dict)
     gpu_memory: dict[int, list[Point]] = field(default_factory=dict)  # GiB

@@ -62,6 +62,7 @@ svg text{font:11px system-ui,sans-serif;fill:#555}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 .trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
+.summary{background:#f8fafc;border:1px solid #cbd5e1;padding:8px;margin:8px 0;white-space:pre-wrap}
 .muted{color:#777}
 td.rec{width:34%}td.evidence{width:52%}
 ul.evidence{margin:4px 0;padding-left:18px}ul.evidence ul{padding-left:16px}
@@ -376,6 +377,9 @@ def render(data: ReportData) -> str:
         f"({span}) · spent <b>{_money(data.spend)}</b>, of which wasted "
         f"<b>{_money(data.wasted)}</b></p>",
     ]
+    if data.summary:
+        out.append('<div class="summary">' + "<br>".join(_e(line) for line in data.summary)
+                   + "</div>")
     snapshot = data.snapshot or {}
     trigger = snapshot.get("trigger") or {}
     if trigger:

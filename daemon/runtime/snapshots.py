@@ -26,7 +26,7 @@ import os
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,11 +192,14 @@ def render_html_apart(snapshot: Path, html_path: Path) -> None:
                             f"{one_line(words[-1][:500]) if words else f'exit {done.returncode}'}")
 
 
-def render_html_file(snapshot: Path, html_path: Path, title: str | None = None) -> None:
-    """The HTML report of a snapshot (or any store), written atomically with mode 0600."""
+def render_html_file(snapshot: Path, html_path: Path, title: str | None = None,
+                     summary: Sequence[str] = ()) -> None:
+    """The HTML report of a snapshot (or any store), written atomically with mode 0600;
+    `summary`: lines shown above its charts (a profile's verdict)."""
     from daemon.report_html import render_store
 
-    write_private(html_path, render_store(snapshot, title=title).encode("utf-8"))
+    write_private(html_path, render_store(snapshot, title=title,
+                                          summary=summary).encode("utf-8"))
 
 
 class SnapshotTriggers:

@@ -162,6 +162,13 @@ def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path
     assert {g["gate"]: g["passed"] for g in facts["gates"]} == {
         "max-data-wait": False, "max-cost": True, "max-gpu-memory": False}
     assert "| --max-data-wait | 20% |" in (out / "summary.md").read_text()
+    # the page (a CI artifact) says what stderr said, above its charts
+    page = (out / "profile.html").read_text()
+    summary = page.split('<div class="summary">', 1)[1].split("</div>", 1)[0]
+    assert summary.startswith("mlcostd profile: FAILED: 2 of 3 gates crossed<br>")
+    assert "FAILED gate --max-data-wait 20%: data_wait was" in summary
+    assert "FAILED gate --max-gpu-memory 30%: GPU 0 peaked at 8.0 GiB" in summary
+    assert page.index('<div class="summary">') < page.index("<h2>Burn and waste</h2>")
 
 
 @pytest.fixture(scope="module")
