@@ -31,6 +31,12 @@ def utc_day_start(ts: float) -> float:
     return ts - (ts % DAY_S)
 
 
+def utc_month_start(ts: float) -> float:
+    """The epoch second at which ts's UTC month began."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(
+        day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
 def local_time(ts: float, *, date: bool = True, seconds: bool = True) -> str:
     """ts as local time for a person: '2026-12-01 09:49:25', or '09:49:25' without the date."""
     fmt = ("%Y-%m-%d " if date else "") + ("%H:%M:%S" if seconds else "%H:%M")

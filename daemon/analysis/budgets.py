@@ -23,7 +23,7 @@ import logging
 import queue
 import threading
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,20 +136,35 @@ class BudgetWatch:
         self.budgets, url = parse_budgets(config)
         self.webhook = webhook or (Webhook(url) if url else None)
         self.fired: dict[tuple[Budget, str], Event] = {}
+        # What the runs before this daemon spent, as the store recorded it (`resume`): a budget
+        # is for a day or a month, not for the time since the daemon last started.
+        self.recorded: CostLedger | None = None
+
+    def resume(self, recorded: CostLedger | None, raised: Iterable[Mapping[str, Any]]) -> None:
+        """Carry on from the runs before this one: `recorded` holds what they spent in the
+        current day and month (daemon.analysis.recorded_spend), added to this run's ledger;
+        `raised` are the budget_exceeded events they recorded (as daemon.store.queries.events
+        reads them): a budget already crossed in its period does not fire (nor post) again."""
+        self.recorded = recorded
+        for event in raised:
+            detail = event.get("detail")
+            if event.get("kind") != BUDGET_EXCEEDED or not isinstance(detail, dict):
+                continue
+            for budget in self.budgets:
+                if (budget.target == event.get("target") and budget.period == detail.get("period")
+                        and budget.limit == detail.get("limit")):
+                    self.fired[(budget, str(detail.get("period_id")))] = Event(
+                        BUDGET_EXCEEDED, budget.target, float(event["started_at"]), None,
+                        float(event.get("cost_so_far") or 0.0), detail)
 
     def spent(self, ledger: CostLedger, budget: Budget, day: str) -> tuple[str, float]:
-        """The period id ('2025-01-31' or '2025-01') and the dollars spent in it."""
+        """The period id ('2025-01-31' or '2025-01') and the dollars spent in it: this run's
+        and, after `resume`, what the runs before it recorded."""
         period_id = day if budget.period == "daily" else day[:7]
-        if budget.scope == "host":
-            table: Mapping[Any, float] = ledger.by_day if budget.period == "daily" else ledger.by_month
-            return period_id, table.get(period_id, 0.0)
-        if budget.scope == "user":
-            table = ledger.by_user_day if budget.period == "daily" else ledger.by_user_month
-        elif is_owner_job(budget.name):  # [cost.budgets.job."namespace:ml"]
-            table = ledger.by_owner_day if budget.period == "daily" else ledger.by_owner_month
-        else:
-            table = ledger.by_job_day if budget.period == "daily" else ledger.by_job_month
-        return period_id, table.get((budget.name, period_id), 0.0)
+        spent = _spent_in(ledger, budget, period_id)
+        if self.recorded is not None:
+            spent += _spent_in(self.recorded, budget, period_id)
+        return period_id, spent
 
     def update(self, ledger: CostLedger, ts: float) -> list[Event]:
         """New crossings since the last call (each budget fires once per period)."""
@@ -179,3 +194,18 @@ class BudgetWatch:
 
     def events(self) -> list[Event]:
         return list(self.fired.values())
+
+
+def _spent_in(ledger: CostLedger, budget: Budget, period_id: str) -> float:
+    """The dollars `ledger` charged to `budget`'s host, user or job in the period `period_id`."""
+    daily = budget.period == "daily"
+    if budget.scope == "host":
+        return (ledger.by_day if daily else ledger.by_month).get(period_id, 0.0)
+    table: Mapping[tuple[str, str], float]
+    if budget.scope == "user":
+        table = ledger.by_user_day if daily else ledger.by_user_month
+    elif is_owner_job(budget.name):  # [cost.budgets.job."namespace:ml"]
+        table = ledger.by_owner_day if daily else ledger.by_owner_month
+    else:
+        table = ledger.by_job_day if daily else ledger.by_job_month
+    return table.get((budget.name, period_id), 0.0)

@@ -29,6 +29,11 @@ from daemon.wire import process_key
 MAX_TICK_GAP_S = 60.0
 
 
+def recording_gap_s(interval_s: float) -> float:
+    """How long without a tick means the recording stopped (or stalled), at this interval."""
+    return max(MAX_TICK_GAP_S, 3 * interval_s)
+
+
 # Owner keys a process is also charged to (`by_owner`), each as "key:value": a budget or a
 # unit cost names one as its job ([cost.budgets.job."namespace:ml"]). A pod is "ns/name".
 OWNER_JOB_KEYS = ("namespace", "pod", "slurm_job", "slurm_account", "slurm_partition",

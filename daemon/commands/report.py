@@ -15,8 +15,9 @@ from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
-from daemon.analysis.ledger import CostLedger
+from daemon.analysis.ledger import CostLedger, recording_gap_s
 from daemon.analysis.meters import UnitCostMeter
+from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
@@ -29,6 +30,7 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
+from daemon.store.schema import ended_by_recording_stop
 from daemon.wire import (
     COMPUTE,
     HIGH_CONFIDENCE,
@@ -105,7 +107,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # The recorder stopped (no sample for a while): open events were open when it stopped.
     # (A file no daemon records into has stopped, wherever its window ends.)
     stopped = latest is not None and (reader.recording is False
-                                      or end - latest.ts > max(60.0, 3 * interval))
+                                      or end - latest.ts > recording_gap_s(interval))
     host["recording_stopped_at"] = latest.ts if stopped and latest is not None else None
     balances = phase_balances(reader, start, end, interval, summary["processes"])
     statuses = queries.stack_statuses(reader)
@@ -126,7 +128,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     raw = (RawWindow.read(reader, start, end, raw_sample_count(len(processes)), recorded_price,
                           thresholds) if round(end - start, 3) <= TIMELINE_RAW_MAX_SPAN_S
            else None)
-    recorded_spend = (team_review.recorded_ledger(reader, start, end, jobs)
+    recorded_spend = (recorded_ledger(reader, start, end, jobs)
                       if rolled and (end - start > SAMPLED_SPEND_MAX_S
                                      or not _raw_covers(reader, start, interval)) else None)
     # The ticks the cost pass and the energy split read: the raw window, else an even spread.
@@ -217,7 +219,7 @@ def _window_energy(raw: RawWindow, gpus: list[dict[str, Any]], per_kwh: float,
     if per_kwh <= 0:
         return None
     samples = raw.samples
-    max_gap = max(60.0, 3 * interval)
+    max_gap = recording_gap_s(interval)
     rates: dict[int, list[float]] = {}
     host_rates, watts, cost = [], [], 0.0
     for i, sample in enumerate(samples):
@@ -279,7 +281,7 @@ def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
                    processes: list[dict[str, Any]], readings: team_review.Readings,
                    start: float, end: float) -> dict[str, Any] | None:
     """Burn and spend over the window from the hour spend the daemon recorded (what its live
-    ledger charged, `found`: review.recorded_ledger); None without a price (the caller
+    ledger charged, `found`: recorded_spend.recorded_ledger); None without a price (the caller
     recomputes instead)."""
     host_price = HostPrice.from_dict(price)
     if host_price is None:
@@ -727,7 +729,9 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
                        f"{detail.get('who', '?')}: {what} {detail.get('action', '?')} on "
                        f"{event['target']}: {detail.get('outcome', '?')}")
             continue
-        if event["ended_at"] is not None:
+        if event["ended_at"] is not None and ended_by_recording_stop(event):
+            state = f"open when the recording stopped at {clock.local_time(event['ended_at'])}"
+        elif event["ended_at"] is not None:
             state = "ended"
         elif stopped_at is not None:
             state = f"open when the recording stopped at {clock.local_time(stopped_at)}"

@@ -18,41 +18,11 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import StorageCost, UnitCostMeter
+from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import SPEND_METRICS, SPEND_PROCESS
 
-SPEND_NAMES = {code: name for name, code in SPEND_METRICS.items()}
 Readings = Mapping[tuple[str, str], Sequence[tuple[float, float, dict[str, Any]]]]
-
-
-def recorded_ledger(reader: StoreReader, start: float, end: float,
-                    jobs: Mapping[str, str] | None) -> tuple[CostLedger, dict[Any, Any]] | None:
-    """A CostLedger filled with the spend recorded over [start, end] (summed per UTC day;
-    hours cut by the range placed by their ticks), and the process facts by (pid,
-    start_time); None when the store recorded no spend there (a store written before hour
-    spend was kept)."""
-    rows = queries.spend_by_day(reader, start, end)
-    if not rows:
-        return None
-    facts = queries.process_facts(reader, {key for _, key, metric, _, _ in rows
-                                           if metric == SPEND_PROCESS})
-    parts: dict[float, tuple[dict[str, float], dict[Any, list[Any]], list[float]]] = {}
-    for at, key, metric, seconds, dollars in rows:
-        host, procs, charged = parts.setdefault(at, ({}, {}, [0.0]))
-        if metric == SPEND_PROCESS:
-            fact = facts.get(key)
-            if fact is not None:
-                procs[(fact["pid"], fact["start_time"])] = [
-                    dollars, fact["user"], fact["command"], fact["owner"]]
-        elif metric in SPEND_NAMES:
-            host[SPEND_NAMES[metric]] = dollars
-            charged[0] = max(charged[0], seconds)
-    ledger = CostLedger(jobs)
-    for at, (host, procs, charged) in sorted(parts.items()):
-        ledger.add_recorded(at, charged[0], host, {k: tuple(v) for k, v in procs.items()})
-    by_key = {(f["pid"], f["start_time"]): f for f in facts.values()}
-    return ledger, by_key
 
 
 def storage_items(readings: Readings, at: float) -> list[StorageCost]:

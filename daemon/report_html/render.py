@@ -20,6 +20,7 @@ from daemon.analysis.energy import amount_text, grid_text
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
 from daemon.sources.safe_text import one_line
+from daemon.store.schema import ended_by_recording_stop
 from daemon.wire import (
     CHECKPOINT,
     COMM,
@@ -90,6 +91,15 @@ def _pct(value: float | None) -> str:
 
 def _time(ts: float | None) -> str:
     return "—" if ts is None else clock.local_time(ts)
+
+
+def _event_end(event: dict[str, Any]) -> str:
+    """An event's end: its time, 'ongoing', or when its recording stopped with it open."""
+    if event["ended_at"] is None:
+        return "ongoing"
+    if ended_by_recording_stop(event):
+        return f"{_time(event['ended_at'])} (open when the recording stopped)"
+    return _time(event["ended_at"])
 
 
 def _nice_max(value: float) -> float:
@@ -439,7 +449,7 @@ def render(data: ReportData) -> str:
     out.append("<h2>Events</h2>")
     out.append(_table(["event", "target", "from", "to", "cost", "snapshot"], [
         [_td(e["kind"]), _td(e.get("target_label") or e["target"]), _td(_time(e["started_at"])),
-         _td("ongoing" if e["ended_at"] is None else _time(e["ended_at"])),
+         _td(_event_end(e)),
          _td(_money(e.get("cost_so_far"), 4), True),
          _td(f"snapshot: {e['snapshot']}" if e.get("snapshot") else "", code=True)]
         for e in data.events], "no event in this range"))

@@ -21,6 +21,7 @@ from daemon.store.schema import (
     HOUR,
     KIND_SPEND,
     MICRODOLLARS,
+    RECORDING_STOPPED,
     SPEND_METRICS,
     SPEND_PROCESS,
     pack_text,
@@ -96,6 +97,25 @@ def write_event(store: Store, event: dict[str, Any]) -> None:
             (event["kind"], event["target"], started,
              None if event.get("ended_at") is None else round(event["ended_at"] * 1000),
              event.get("cost_so_far"), json.dumps(event.get("detail") or {})))])
+
+
+def end_events_left_open(store: Store, kinds: Iterable[str], gap_s: float) -> None:
+    """At a daemon's start, end the events of `kinds` that a run before it left open (it
+    stopped, or crashed, while a GPU sat idle): each ends at that run's last tick (the first
+    tick after its start that no tick follows within `gap_s`), its detail marked
+    `"recording_stopped": true`, so no report calls it ongoing for as long as the recording
+    was down, and no later run carries it on."""
+    kinds = sorted(kinds)
+    with store._lock:
+        store.write_facts([(
+            ("events_left_open",),
+            "UPDATE events SET ended_at = coalesce((SELECT min(t.ts) FROM ticks t "
+            "WHERE t.ts >= events.started_at AND NOT EXISTS (SELECT 1 FROM ticks u "
+            "WHERE u.ts > t.ts AND u.ts <= t.ts + ?)), started_at), "
+            "detail = json_set(CASE WHEN json_valid(detail) AND json_type(detail) = 'object' "
+            f"THEN detail ELSE '{{}}' END, '$.{RECORDING_STOPPED}', json('true')) "
+            f"WHERE ended_at IS NULL AND kind IN ({', '.join('?' * len(kinds))})",
+            (round(gap_s * 1000), *kinds))])
 
 
 def write_event_snapshot(store: Store, kind: str, target: str, started_at: float,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import sqlite_utils
 
@@ -36,6 +37,16 @@ KIND_SPEND = 2
 SPEND_METRICS: dict[str, int] = {"total": 20, "idle": 21, "wasted": 22, "storage": 23}
 SPEND_PROCESS = 24
 MICRODOLLARS = 1_000_000
+
+# An event's detail key: true where the event did not end but the run recording it stopped
+# (its `ended_at` is that run's last tick; daemon.store.facts.end_events_left_open).
+RECORDING_STOPPED = "recording_stopped"
+
+
+def ended_by_recording_stop(event: dict[str, Any]) -> bool:
+    """Whether an event (as queries.events reads it) was open when its recording stopped."""
+    detail = event.get("detail")
+    return isinstance(detail, dict) and detail.get(RECORDING_STOPPED) is True
 
 GPU_METRICS: dict[str, int] = {
     "utilization": 0,

@@ -81,6 +81,44 @@ def test_just_below_does_not_fire():
     assert [e.target for e in watch.update(ledger, DAY + 100)] == ["job:train.py"]
 
 
+def test_a_restart_counts_the_period_spent_before_it(receiver):
+    """A daemon that starts again mid-day counts what the runs before it recorded (resume):
+    the daily $1 budget, $0.80 of it spent before the start, is crossed 20 s in, not 100 s;
+    the monthly one, crossed and posted before the start, is neither raised nor posted again
+    (a budget whose limit changed since is a new one: it may fire)."""
+    before = CostLedger()
+    for i in range(0, 81):  # 80 s charged before the restart: $0.80
+        tick(before, DAY + i)
+    raised = [{"kind": BUDGET_EXCEEDED, "target": "user:alice", "started_at": DAY + 50,
+               "ended_at": None, "cost_so_far": 0.5,
+               "detail": {"period": "monthly", "period_id": "2025-03", "limit": 0.5}},
+              {"kind": BUDGET_EXCEEDED, "target": "host", "started_at": DAY + 50,
+               "ended_at": None, "cost_so_far": 0.5,
+               "detail": {"period": "daily", "period_id": "2025-03-10", "limit": 0.4}}]
+    watch = BudgetWatch({"user": {"alice": {"daily": 1.0, "monthly": 0.5}},
+                         "host": {"daily": 0.6}, "webhook": receiver})
+    watch.resume(before, raised)
+    assert [e.detail["period_id"] for e in watch.events()] == ["2025-03"]  # what stands
+    ledger = CostLedger()  # this run's, from its start
+    fired = []
+    for i in range(1000, 1030):
+        tick(ledger, DAY + i)
+        fired += [(i - 1000, e) for e in watch.update(ledger, DAY + i)]
+    # the host's $0.60 was passed before the start: at the first tick (its $0.40 crossing
+    # before the start was another budget's)
+    assert [(i, e.target, e.detail["period"]) for i, e in fired] == [
+        (0, "host", "daily"), (20, "user:alice", "daily")]
+    assert fired[1][1].detail["spent"] == pytest.approx(1.0)
+    assert watch.webhook.flush(5.0)
+    assert [(b["target"], b["detail"]["period"]) for b in _Receiver.received] == [
+        ("host", "daily"), ("user:alice", "daily")]
+    # without what was recorded, the same run would cross the daily $1 100 s in
+    fresh, ledger = BudgetWatch({"user": {"alice": {"daily": 1.0}}}), CostLedger()
+    for i in range(1000, 1030):
+        tick(ledger, DAY + i)
+        assert fresh.update(ledger, DAY + i) == []
+
+
 def test_webhook_failure_is_counted_not_raised():
     hook = Webhook("http://127.0.0.1:9/nothing", timeout_s=0.5)
     hook.post({"x": 1})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
 import os
 import random
 import signal
@@ -437,6 +438,41 @@ def test_a_report_from_rollups_counts_the_minutes_not_rolled_up_yet(tmp_path: Pa
         assert b["gpu_memory_peak_bytes"] == a["gpu_memory_peak_bytes"]
     newest = rolled["processes"][2]
     assert newest["first_seen"] == start + 280 and newest["last_seen"] == last
+
+
+def test_events_a_run_left_open_end_at_its_last_tick(tmp_path: Path) -> None:
+    """Each event left open ends at the last tick of the run it started in: the first tick
+    after its start that no tick follows within the gap (a store on which a version that did
+    not end them ran again, and stopped with them open), marked as ended by the recording's
+    stop; ended events, other kinds and a detail that is not an object are dealt with."""
+    path = tmp_path / "m.db"
+    rng = random.Random(3)
+    store = Store(str(path))
+    runs = [(T0, 100), (T0 + 3600, 50)]  # two runs an hour apart
+    for start, count in runs:
+        for i in range(count):
+            assert store.write(make_sample(i + 1, start + i, rng))
+    opened = [("gpu_unheld_idle", "gpu:1", T0 + 10, None, {"gpu": 1}),
+              ("host_idle", "host", T0 + 3600 + 5, None, {"why": "every GPU is idle"}),
+              ("gpu_held_idle", "gpu:0", T0 + 20, T0 + 30, {"gpu": 0}),  # ended: kept
+              ("budget_exceeded", "host", T0 + 40, None, {"period": "daily"}),  # not lasting
+              ("low_utilization", "1:2.000", T0 + 3600 + 40, None, [1, 2])]
+    for kind, target, started, ended, detail in opened:
+        facts.write_event(store, {"kind": kind, "target": target, "started_at": started,
+                                  "ended_at": ended, "cost_so_far": 0.5, "detail": detail})
+    facts.end_events_left_open(
+        store, ("gpu_unheld_idle", "gpu_held_idle", "host_idle", "low_utilization"), 60.0)
+    store.close()
+    found = {(kind, target): (ended, json.loads(detail)) for kind, target, ended, detail in rows(
+        path, "SELECT kind, target, ended_at, detail FROM events")}
+    assert found == {
+        ("gpu_unheld_idle", "gpu:1"): ((T0 + 99) * 1000, {"gpu": 1, "recording_stopped": True}),
+        ("host_idle", "host"): ((T0 + 3649) * 1000,
+                                {"why": "every GPU is idle", "recording_stopped": True}),
+        ("gpu_held_idle", "gpu:0"): ((T0 + 30) * 1000, {"gpu": 0}),
+        ("budget_exceeded", "host"): (None, {"period": "daily"}),
+        ("low_utilization", "1:2.000"): ((T0 + 3649) * 1000, {"recording_stopped": True}),
+    }
 
 
 def test_a_store_from_before_the_covering_series_index_is_migrated(tmp_path: Path) -> None:

@@ -1,0 +1,121 @@
+"""A daemon that starts again on the store of a run before it (an upgrade, a reboot, a crash):
+what that run left open ends with it, and the budgets count the day and month, not the time
+since the start. Two real runs of `mlcostd run --simulate single-gpu` (its one GPU unheld and
+idle) on one database; a real webhook receiver on a local port."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import livedaemon
+import pytest
+from livedaemon import poll
+
+from daemon import clock
+
+TIMEOUT_S = 60.0
+IDLE = {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"}  # the least
+
+
+class _Hook(BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+
+    def do_POST(self):  # noqa: N802
+        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hook():
+    _Hook.bodies = []
+    server = HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook"
+    server.shutdown()
+
+
+def rows(db, sql, params=()):
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def events(db, kind):
+    """(started_at, ended_at, detail) of each event of `kind`, in seconds."""
+    return [(s / 1000, None if e is None else e / 1000, json.loads(d)) for s, e, d in rows(
+        db, "SELECT started_at, ended_at, detail FROM events WHERE kind = ? ORDER BY id",
+        (kind,))]
+
+
+def recorded_host_spend(db, since):
+    """The host's dollars recorded in the hour spend rows from the hour of `since` on."""
+    (micro,) = rows(db, "SELECT coalesce(sum(sum), 0) FROM rollups WHERE kind = 2 AND key = 0 "
+                        "AND metric = 20 AND bucket >= ?", (int(since // 3600 * 3600 * 1000),))[0]
+    return micro / 1e6
+
+
+def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path, hook):
+    month = clock.utc_month_start(clock.now())
+    config = {"idle": IDLE, "cost": {"evaluate_every": "5s"}, "cost.budgets": {"webhook": hook},
+              "cost.budgets.host": {"daily": 0.0001}}  # crossed at the first charged tick
+    first = livedaemon.start(tmp_path, "single-gpu", interval=0.5, config=config)
+    try:
+        poll(lambda: events(first.db, "gpu_unheld_idle") and events(first.db, "host_idle")
+             and events(first.db, "budget_exceeded"), TIMEOUT_S,
+             "the first run's idle events and its budget crossing in the store",
+             explain=first.log_tail)
+    finally:
+        assert first.stop() == 0, first.log_tail()
+    (last_tick,) = rows(first.db, "SELECT max(ts) FROM ticks")[0]
+    left_open = events(first.db, "gpu_unheld_idle") + events(first.db, "host_idle")
+    assert [ended for _, ended, _ in left_open] == [None, None]  # open when it stopped
+    spent_before = recorded_host_spend(first.db, month)
+    assert spent_before > 0.0001
+    ticks_before = len(first.ticks())
+    poll(lambda: _Hook.bodies, TIMEOUT_S, "the first run's crossing posted")
+
+    # The second run: the same daily budget, and a monthly one half of what the first spent.
+    second = livedaemon.start(tmp_path, "single-gpu", interval=0.5, config={
+        **config, "cost.budgets.host": {"daily": 0.0001, "monthly": spent_before / 2}})
+    try:
+        # what the first run left open ended at its last tick, said to be its recording's stop
+        for started, ended, detail in [e for e in events(second.db, "gpu_unheld_idle")
+                                       + events(second.db, "host_idle") if e[0] < last_tick]:
+            assert ended == last_tick / 1000 and detail["recording_stopped"] is True
+            assert "price_per_hour" in detail  # the rest of its detail kept
+        # ... and the second run opens its own (a later start)
+        poll(lambda: any(s > last_tick / 1000 for s, _, _ in events(second.db, "host_idle")),
+             TIMEOUT_S, "the second run's own host_idle event", explain=second.log_tail)
+        monthly = poll(lambda: [e for e in events(second.db, "budget_exceeded")
+                                if e[2]["period"] == "monthly"], TIMEOUT_S,
+                       "the monthly budget crossed", explain=second.log_tail)
+        # crossed counting the first run's spend (alone, this run would cross it at half)
+        assert monthly[0][2]["spent"] >= spent_before * 0.999
+        second.wait_for_ticks(ticks_before + 6)  # ticks enough to cross the daily again
+        poll(lambda: len(_Hook.bodies) >= 2, TIMEOUT_S, "the monthly crossing posted")
+        now = second.now()
+        assert [(e["detail"]["period"]) for e in now["events"]
+                if e["kind"] == "budget_exceeded"] == ["daily", "monthly"]
+    finally:
+        assert second.stop() == 0, second.log_tail()
+    # the daily crossing stands once for its day, posted once; the monthly posted once
+    assert [d["period"] for _, _, d in events(second.db, "budget_exceeded")] == [
+        "daily", "monthly"]
+    assert [b["detail"]["period"] for b in _Hook.bodies] == ["daily", "monthly"]
+    # the report of the whole range calls the first run's events what they were
+    text = subprocess.run(
+        [sys.executable, "-m", "daemon", "report", "--db", str(second.db), "--since", "1h"],
+        capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "open when the recording stopped at" in text
+    assert text.count("(ongoing)") <= 2  # the second run's own, at most
