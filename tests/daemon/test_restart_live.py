@@ -90,8 +90,10 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         **config, "cost.budgets.host": {"daily": 0.0001, "monthly": spent_before / 2}})
     try:
         # what the first run left open ended at its last tick, said to be its recording's stop
-        for started, ended, detail in [e for e in events(second.db, "gpu_unheld_idle")
-                                       + events(second.db, "host_idle") if e[0] < last_tick]:
+        ended_with_it = [e for e in events(second.db, "gpu_unheld_idle")
+                         + events(second.db, "host_idle") if e[0] < last_tick / 1000]
+        assert len(ended_with_it) == 2
+        for _, ended, detail in ended_with_it:
             assert ended == last_tick / 1000 and detail["recording_stopped"] is True
             assert "price_per_hour" in detail  # the rest of its detail kept
         # ... and the second run opens its own (a later start)
