@@ -234,7 +234,8 @@ class Replay:
                                                 "idle_per_hour", "price_per_gpu",
                                                 "price_source", "gpus")},
                 ledger=spent, processes=processes, events=events,
-                recommendations=self._recommendations(at), energy=meter.snapshot(grid))
+                recommendations=self._recommendations(at), energy=meter.snapshot(grid),
+                spend_today=ledger.by_day.get(clock.utc_day(at), 0.0))  # from the day's start
         doc = now_document(
             host=host, sample=sample, previous=previous, tick=sample.tick,
             idle_utilization_pct=self.idle_utilization_pct, cost=cost,

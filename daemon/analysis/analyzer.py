@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from daemon.analysis.book import DEFAULT_HOLD_S, RecommendationBook
@@ -35,6 +35,7 @@ from daemon.analysis.rules import Finding, evaluate
 from daemon.analysis.rules.window import analysis_of_ticks
 from daemon.analysis.totals import GpuTotals
 from daemon.analysis.window_ticks import WINDOW_S, WindowTick, window_tick
+from daemon.clock import utc_day
 from daemon.sources.sample import Sample
 from daemon.wire import process_key
 from pricing.grid import GridIntensity, grid_intensity
@@ -76,6 +77,9 @@ class Analyzer:
         self.grid_setting = (grid_g_per_kwh, grid_region)  # [energy]
         self.idle = IdleDetector(self.thresholds)
         self.budgets = BudgetWatch(budgets)
+        # This month's spend the runs before this one recorded (`resume`): "today" is the UTC
+        # day's, not the time since this start.
+        self.spent_before: CostLedger | None = None
         self.book = RecommendationBook(hold_s=recommendation_hold_s)
         self.resolved_unwritten: list[dict[str, Any]] = []  # notices the store has not yet
         self.storage_paths = storage_paths or []
@@ -92,6 +96,19 @@ class Analyzer:
         self.latest_sample: Sample | None = None
         self.recent: deque[Event] = deque(maxlen=RECENT_EVENTS)
         self.lock = threading.Lock()  # see the module docstring
+
+    def resume(self, spent_before: CostLedger | None,
+               budget_events: Iterable[Mapping[str, Any]]) -> None:
+        """Carry on from the runs before this daemon on its store: what they spent this month
+        (daemon.analysis.recorded_spend) and the budget crossings they raised."""
+        self.spent_before = spent_before
+        self.budgets.resume(spent_before, budget_events)
+
+    def spend_today(self, ts: float) -> float:
+        """The host's spend on ts's UTC day: recorded before this start, and charged since."""
+        day = utc_day(ts)
+        before = self.spent_before.by_day.get(day, 0.0) if self.spent_before is not None else 0.0
+        return before + self.ledger.by_day.get(day, 0.0)
 
     def set_price(self, price: HostPrice) -> None:
         """A new price (live refresh, config reload) applies from the next tick."""
@@ -267,7 +284,8 @@ class Analyzer:
             processes=processes,
             events=events,
             recommendations=self._recommendations(),
-            energy=self.energy.snapshot(grid))
+            energy=self.energy.snapshot(grid),
+            spend_today=self.spend_today(b.ts) if b is not None else None)
 
     def recommendations(self) -> list[dict[str, Any]]:
         """The active recommendations' documents (the snapshot's, without the rest of it)."""

@@ -22,7 +22,8 @@ class ProcessCost(NamedTuple):
 class CostState(NamedTuple):
     """The analyzer's state at this tick, JSON-ready where /v1/now shows it as it is: the
     host's burn (price apart), the ledger, each process's `ProcessCost` by process key, the
-    events shown and the active recommendations, the energy so far."""
+    events shown and the active recommendations, the energy so far, and the host's spend on
+    the UTC day of this tick (Analyzer.spend_today: before this daemon's start too)."""
 
     price: dict[str, Any]
     burn: dict[str, Any]
@@ -31,3 +32,4 @@ class CostState(NamedTuple):
     events: list[dict[str, Any]]
     recommendations: list[dict[str, Any]]
     energy: dict[str, Any]
+    spend_today: float | None = None

@@ -45,13 +45,15 @@ class CostView:
     events: list[dict[str, Any]] = field(default_factory=list)
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     energy: Mapping[str, Any] | None = None  # daemon.analysis.energy: joules, kWh, CO2e so far
+    spend_today: float | None = None  # the UTC day's, runs before this start included
 
     @classmethod
     def from_state(cls, state: CostState, recommendations: list[dict[str, Any]]) -> CostView:
         """From Analyzer.cost_state(), with the recommendations the caller lets through."""
         return cls(price=state.price, burn=state.burn, ledger=state.ledger,
                    processes=state.processes, events=state.events,
-                   recommendations=recommendations, energy=state.energy)
+                   recommendations=recommendations, energy=state.energy,
+                   spend_today=state.spend_today)
 
     @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any],
@@ -335,6 +337,8 @@ def now_document(
             for entry in doc["gpus"]:
                 entry["energy_per_hour"] = by_gpu.get(entry["index"])
         doc["cost"] = cost.ledger
+        if cost.spend_today is not None:  # else a client reads cost.by_day (daemon.wire)
+            doc["spend_today"] = cost.spend_today
         doc["energy"] = dict(cost.energy) if cost.energy is not None else None
         doc["events"] = cost.events
         gpus = [g.index for g in sample.gpus] if sample is not None else []

@@ -114,6 +114,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                            "host_usage": HOST_USAGE,
                            "recommendations": {"type": "array", "items": {"type": "object"}},
                            "events": {"type": "array", "items": {"type": "object"}},
+                           "spend_today": {"type": "number", "description": "the host's spend "
+                                           "on the UTC day of this tick, dollars, the runs "
+                                           "before this daemon's start included"},
                            "energy": {"type": "object", "nullable": True,
                                       "description": "energy and carbon so far: joules, kwh, "
                                                      "co2e_grams, grid, host_idle, gpus, "

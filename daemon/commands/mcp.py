@@ -34,6 +34,7 @@ from daemon import clock
 from daemon import config as config_module
 from daemon.config import Config
 from daemon.sources.safe_text import lines, one_line
+from daemon.wire import Now
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -171,6 +172,7 @@ class Tools:
             "burn_per_hour": burn.get("total_per_hour"),
             "wasted_per_hour": burn.get("wasted_per_hour"),
             "unallocated_per_hour": burn.get("idle_per_hour"),
+            "spend_today": Now.from_dict(now).spend_today,  # the UTC day's, in dollars
             "gpus": gpus, "processes": processes,
             "how": "a GPU costs the host's price / its GPU count; a process's burn is that "
                    "price times its SM share when the GPU is busy, its memory share when "

@@ -421,7 +421,7 @@ class Daemon:
             loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
         # What a run before this one left open (a GPU idle when it stopped) ended with it: this
-        # run sees for itself (a budget crossing stands for its period: see _resume_budgets).
+        # run sees for itself (a budget crossing stands for its period: see _resume).
         facts.end_events_left_open(self.store, LASTING_EVENTS,
                                    recording_gap_s(self.config.daemon.interval))
         self._remove_stale_temp_files()
@@ -655,17 +655,17 @@ class Daemon:
             self.host["instance"]["id"] = instance["id"]
         assert self.store is not None
         analyzer = build_analyzer(self.config, price, catalog)
-        if analyzer.budgets.budgets:
-            self._resume_budgets(analyzer)
+        self._resume(analyzer)
         self.host["grid"] = analyzer.grid().as_dict()  # carbon's intensity, for reports, replays
         self.store.set_meta("host", self.host)
         # The report labels jobs as this daemon did ([cost].jobs), wherever it is read.
         self.store.set_meta("cost", {"jobs": dict(self.config.cost.jobs)})
         return analyzer
 
-    def _resume_budgets(self, analyzer: Analyzer) -> None:
-        """Budgets count the day and month, not the time since this start: what the runs
-        before spent in them, and the crossings they raised (not raised, nor posted, again)."""
+    def _resume(self, analyzer: Analyzer) -> None:
+        """The day's spend and the budgets count the UTC day and month, not the time since
+        this start: what the runs before spent in them, and the budget crossings they raised
+        (not raised, nor posted, again)."""
         now = clock.now()
         month = clock.utc_month_start(now)
         try:
@@ -677,10 +677,10 @@ class Daemon:
             finally:
                 reader.close()
         except Exception as exc:  # a store that cannot be read now must not stop recording
-            log.warning("cannot read this month's recorded spend from %s (%s); budgets count "
-                        "from this start", self.db, exc)
+            log.warning("cannot read this month's recorded spend from %s (%s); the day's spend "
+                        "and the budgets count from this start", self.db, exc)
             return
-        analyzer.budgets.resume(found[0] if found is not None else None, raised)
+        analyzer.resume(found[0] if found is not None else None, raised)
 
     def _record_costs(self, ts: float) -> None:
         """Hand the store what the ledger charged since the last round (hour spend) and what

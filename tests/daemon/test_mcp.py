@@ -154,6 +154,8 @@ def test_costs_now_prices_every_gpu_and_process_of_v1_now(conversation):
         p["pid"] for doc in (now, conversation["after"]) for p in doc["processes"]}
     burns = [p["burn_per_hour"] for p in costs["processes"]]
     assert burns == sorted(burns, reverse=True)
+    # the day's spend, between what /v1/now said before and after the call
+    assert now["spend_today"] <= costs["spend_today"] <= conversation["after"]["spend_today"]
 
 
 def test_report_and_compare_cover_the_ranges_asked(conversation):

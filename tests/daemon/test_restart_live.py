@@ -17,6 +17,7 @@ import pytest
 from livedaemon import poll
 
 from daemon import clock
+from daemon.wire import Now
 
 TIMEOUT_S = 60.0
 IDLE = {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"}  # the least
@@ -107,6 +108,11 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         second.wait_for_ticks(ticks_before + 6)  # ticks enough to cross the daily again
         poll(lambda: len(_Hook.bodies) >= 2, TIMEOUT_S, "the monthly crossing posted")
         now = second.now()
+        # the day's spend counts the first run's too (mlcost-top's "today")
+        today = recorded_host_spend(second.db, clock.utc_day_start(now["ts"]))
+        assert now["spend_today"] >= min(today, spent_before) * 0.999
+        assert now["spend_today"] > now["cost"]["by_day"][clock.utc_day(now["ts"])]
+        assert Now.from_dict(now).spend_today == now["spend_today"]
         assert [(e["detail"]["period"]) for e in now["events"]
                 if e["kind"] == "budget_exceeded"] == ["daily", "monthly"]
     finally:
