@@ -121,6 +121,51 @@ def money(value: float | None, digits: int = 2, *, small: bool = False) -> str:
     return f"${value:,.{digits}f}"
 
 
+ELLIPSIS = "…"
+
+
+def program_words(command: str) -> list[str]:
+    """The words of a command line that tell processes apart: the program's own name (no
+    folder), and for an interpreter running a module or a script, that module's last part
+    (`python -m pkg.workloads.data_starved` -> `python -m …data_starved`) or the script's
+    file name."""
+    words = command.split()
+    if not words:
+        return []
+    words[0] = words[0].rsplit("/", 1)[-1]
+    if words[0].startswith("python") and len(words) > 1:
+        if words[1] == "-m" and len(words) > 2 and "." in words[2]:
+            words[2] = ELLIPSIS + words[2].rsplit(".", 1)[-1]
+        elif words[1].endswith(".py"):
+            words[1] = words[1].rsplit("/", 1)[-1]
+    return words
+
+
+def crop(text: str, width: int) -> str:
+    """`text` in `width` cells, cut where the width ends with an ellipsis (a command's
+    arguments are tokens, paths and flags: part of one tells more than none of it)."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + ELLIPSIS[:width]
+
+
+def short_command(command: str, width: int = 60) -> str:
+    """A command line in `width` cells, what tells it apart first: the program and its module
+    or script (see program_words), then its arguments, cut with an ellipsis. When even that
+    does not fit, the interpreter goes (`…data_starved --gpu 1`). mlcost-top's columns and
+    the reports' lines alike."""
+    words = program_words(command)
+    if not words:
+        return crop(command, width)
+    text = " ".join(words)
+    # In a narrow column the interpreter goes (it is on every row; the module or script is
+    # what differs): when it and its module would take over half the width.
+    if len(text) > width and words[0].startswith("python"):
+        skip = 2 if len(words) > 2 and words[1] == "-m" else \
+            1 if len(words) > 1 and words[1].endswith(".py") else 0
+        if skip and len(" ".join(words[: skip + 1])) > width // 2:
+            text = " ".join(words[skip:])
+    return crop(text, width)
+
+
 def _confidence(value: Any) -> str | None:
     """A phase confidence the client knows, else None (a newer daemon's word is not guessed)."""
     return value if value in PHASE_CONFIDENCES else None

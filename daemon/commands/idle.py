@@ -26,6 +26,7 @@ from daemon import config as config_module
 from daemon.analysis import idleness
 from daemon.config import Config
 from daemon.sources.safe_text import one_line
+from daemon.wire import short_command
 
 IDLE_EXIT = 0
 ACTIVE_EXIT = 1  # also: could not tell (fail safe)
@@ -125,7 +126,7 @@ def render_text(document: dict[str, Any]) -> str:
             last, int | float) else ""
         out.append(f"  GPU {gpu.get('index')}  {state:7} {util_text}{last_text}")
     for proc in document.get("processes") or []:
-        command = one_line(str(proc.get("command") or ""))[:COMMAND_CHARS]
+        command = short_command(one_line(str(proc.get("command") or "")), COMMAND_CHARS)
         state = "active" if proc.get("active") else "idle"
         kind = one_line(str(proc.get("kind") or "?"))
         evidence = "; ".join(one_line(str(e)) for e in proc.get("evidence") or []) or "-"

@@ -36,8 +36,10 @@ from daemon.wire import (
     HIGH_CONFIDENCE,
     LOW_CONFIDENCE,
     LOW_CONFIDENCE_MARK,
+    crop,
     money,
     phase_label,
+    short_command,
 )
 from pricing.offcloud import gpus_energy_per_hour
 from pricing.offer import HOURS_PER_MONTH
@@ -406,12 +408,6 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def short_command(command: str) -> str:
-    """'/opt/venv/bin/python3 -m pkg.train --x 1' -> 'python3 -m pkg.train --x 1'."""
-    head, _, rest = command.partition(" ")
-    return (head.rsplit("/", 1)[-1] + (" " + rest if rest else "")) if head else command
-
-
 def fit(lines: list[str], width: int | None) -> list[str]:
     """Lines longer than `width` wrapped under their own indent (None: as they are, for a
     pipe or a file, where nothing may be cut)."""
@@ -507,9 +503,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out.append("Processes (GPU processes and their workers)")
     rows = []
     for proc in report["processes"]:
-        command = short_command(one_line(proc["command"]))
-        if len(command) > 48:
-            command = command[:47] + "…"
+        command = short_command(one_line(proc["command"]), 48)
         gpus = ",".join(str(g) for g in proc["gpus"]) or "-"
         rows.append([str(proc["pid"]), one_line(proc["user"]), gpus, _bytes(proc["gpu_memory_bytes"]),
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
@@ -604,15 +598,15 @@ def render_review(review: dict[str, Any]) -> list[str]:
     out += report_energy.review_line(review)
     for key, rows in (review.get("by") or {}).items():
         out += _packed(f"  by {key}:", [
-            f"{one_line(str(r['name']))[:40]} ${r['cost']:,.2f}"
+            f"{crop(one_line(str(r['name'])), 60)} ${r['cost']:,.2f}"
             + ("" if r.get("trend_pct") is None else f" ({r['trend_pct']:+.0f}%)")
             for r in rows[:10]])
     for unit in review.get("unit_costs") or []:
         cost = unit.get("unit_cost")
         per = f"{unit['per']:g}".replace("1e+06", "1M").replace("1000", "1k")
-        out.append(f"  unit cost of {one_line(str(unit['target']))[:40]}: "
+        out.append(f"  unit cost of {crop(one_line(str(unit['target'])), 60)}: "
                    + ("no units counted" if cost is None else
-                      f"${cost:,.4f} per {per} {one_line(str(unit['unit']))[:20]}")
+                      f"${cost:,.4f} per {per} {crop(one_line(str(unit['unit'])), 20)}")
                    + _trend_text(unit.get("trend_pct")))
     outcomes = review.get("recommendations") or {}
     out.append(f"  recommendations: {len(outcomes.get('acted') or [])} acted on, "
@@ -623,11 +617,11 @@ def render_review(review: dict[str, Any]) -> list[str]:
         for rec in outcomes.get(state) or []:
             savings = rec.get("savings_per_month")
             money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"
-            extra = (f": {one_line(str(rec.get('outcome')))[:40]}" if state == "acted" else
+            extra = (f": {crop(one_line(str(rec.get('outcome'))), 60)}" if state == "acted" else
                      f" until {clock.local_time(rec['snoozed_until'])}" if state == "snoozed"
                      else "")
             out.append(f"    {state}{extra} [{money}] "
-                       f"{one_line(str(rec.get('summary') or rec.get('id')))[:90]}")
+                       f"{crop(one_line(str(rec.get('summary') or rec.get('id'))), 90)}")
     return out
 
 
@@ -699,7 +693,7 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
         parts = ", ".join(f"{phase_label(phase, part.get('confidence'))} {part['share']:.0%}"
                           for phase, part in phases.items())
         low = any(part.get("confidence") == LOW_CONFIDENCE for part in phases.values())
-        out.append(f"  {proc['pid']} {short_command(proc['command'])[:40]}: {parts}"
+        out.append(f"  {proc['pid']} {short_command(one_line(proc['command']), 40)}: {parts}"
                    + (f" ({LOW_CONFIDENCE_MARK}: low confidence, from /proc, no stacks)"
                       if low else ""))
         for phase, part in phases.items():

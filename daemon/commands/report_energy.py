@@ -26,6 +26,7 @@ from daemon.analysis.ledger import JobLabeler
 from daemon.config import Config
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import Sample
+from daemon.wire import crop
 from pricing.grid import GridIntensity
 
 TOP = 8  # jobs, namespaces and processes named in the text
@@ -114,7 +115,7 @@ def text_lines(document: dict[str, Any]) -> list[str]:
         rows = sorted((carbon.get(key) or {}).items(), key=lambda item: -item[1]["joules"])
         if rows:
             out += _wrapped(f"  {key.replace('_', ' ')}: " + ", ".join(
-                f"{one_line(str(name))[:40]} {amount_text(v['kwh'], v.get('co2e_grams'))}"
+                f"{crop(one_line(str(name)), 60)} {amount_text(v['kwh'], v.get('co2e_grams'))}"
                 for name, v in rows[:TOP]))
     procs = sorted((p for p in document.get("processes") or [] if p.get("energy")),
                    key=lambda p: -p["energy"]["joules"])
@@ -148,7 +149,7 @@ def review_line(review: dict[str, Any]) -> list[str]:
             + grid_text(carbon.get("grid") or {}))
     if jobs:
         line += "; by job: " + ", ".join(
-            f"{one_line(str(name))[:30]} {amount_text(v['kwh'], v.get('co2e_grams'))}"
+            f"{crop(one_line(str(name)), 40)} {amount_text(v['kwh'], v.get('co2e_grams'))}"
             for name, v in jobs[:3])
     whole = carbon.get("whole_window") or {}
     if whole.get("covered_s", 0.0) > (carbon.get("covered_s") or 0.0) and whole.get("kwh"):

@@ -95,3 +95,30 @@ def test_check_and_report_text_show_control_bytes():
                                       "run \x1b[2J as root")])
     assert "\x1b" not in shown and "\\x1b]0;x\\x07" in shown
     assert report.short_command(one_line("python\x1b[2J -m x")) == "python\\x1b[2J -m x"
+
+
+def test_texts_keep_what_tells_processes_and_jobs_apart():
+    """Commands and names are bounded where they are printed, by what tells them apart (the
+    module's or script's own name, then its arguments) and cut with an ellipsis that says so:
+    two jobs alike in their first 40 characters are two lines a reader tells apart."""
+    from daemon.commands import idle, report
+
+    command = "/opt/conda/envs/train/bin/python3 -m team.research.workloads.resnet50_finetune --lr 0.1"
+    answer = idle.render_text({"active": True, "reason": "kernels", "gpus": [], "processes": [
+        {"pid": 7, "active": True, "kind": "training", "command": command, "evidence": []}]})
+    assert "[python3 -m …resnet50_finetune --lr 0.1]" in answer
+    phases = report._render_phases([{"pid": 7, "command": command, "phases": {
+        "compute": {"share": 1.0, "top_stacks": []}}}])
+    assert "  7 python3 -m …resnet50_finetune --lr 0.1: compute 100%" in phases
+    jobs = ["team.research.workloads.resnet50_finetune_run1",
+            "team.research.workloads.resnet50_finetune_run2"]
+    lines = "\n".join(report.render_review({
+        "since": 0.0, "until": 3600.0, "spend": {"total": 2.0, "per_day": 48.0, "by_month": {},
+                                                "by_day": {}},
+        "by": {"job": [{"name": name, "cost": 1.0} for name in jobs]}}))
+    assert all(f"{name} $1.00" in lines for name in jobs)
+    long = report.render_review({
+        "since": 0.0, "until": 3600.0, "spend": {"total": 1.0, "per_day": 24.0, "by_month": {},
+                                                "by_day": {}},
+        "by": {"job": [{"name": "j" * 500, "cost": 1.0}]}})
+    assert f"{'j' * 59}… $1.00" in "\n".join(long)
