@@ -1,9 +1,7 @@
-import json
-import threading
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from webhook_receiver import receiving
 
 from daemon.analysis.budgets import BudgetWatch, Webhook, parse_budgets
 from daemon.analysis.cost import HostPrice, burn
@@ -22,32 +20,16 @@ def tick(ledger, ts):
     ledger.add(burn(s, PRICE))
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    received: list = []
-
-    def do_POST(self):  # noqa: N802
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def receiver():
-    _Receiver.received = []
-    server = HTTPServer(("127.0.0.1", 0), _Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/hook"
-    server.shutdown()
+    with receiving() as found:
+        yield found
 
 
 def test_budget_crosses_once_and_webhook_receives(receiver):
     # $36/h = $0.01/s: the daily $1 budget is crossed after 100 s
     watch = BudgetWatch({"user": {"alice": {"daily": 1.0}}, "host": {"monthly": 100},
-                         "webhook": receiver})
+                         "webhook": receiver.url})
     ledger = CostLedger()
     fired = []
     for i in range(0, 200):
@@ -61,9 +43,9 @@ def test_budget_crosses_once_and_webhook_receives(receiver):
     assert event.detail["spent"] == pytest.approx(1.0)
     assert event.detail["period_id"] == "2025-03-10"
     assert watch.webhook.flush(5.0)
-    assert len(_Receiver.received) == 1
-    assert _Receiver.received[0]["target"] == "user:alice"
-    assert _Receiver.received[0]["detail"]["limit"] == 1.0
+    assert len(receiver.bodies) == 1
+    assert receiver.bodies[0]["target"] == "user:alice"
+    assert receiver.bodies[0]["detail"]["limit"] == 1.0
     # the next day starts a new period: it may fire again
     for i in range(86400, 86400 + 102):
         tick(ledger, DAY + i)
@@ -96,7 +78,7 @@ def test_a_restart_counts_the_period_spent_before_it(receiver):
                "ended_at": None, "cost_so_far": 0.5,
                "detail": {"period": "daily", "period_id": "2025-03-10", "limit": 0.4}}]
     watch = BudgetWatch({"user": {"alice": {"daily": 1.0, "monthly": 0.5}},
-                         "host": {"daily": 0.6}, "webhook": receiver})
+                         "host": {"daily": 0.6}, "webhook": receiver.url})
     watch.resume(before, raised)
     assert [e.detail["period_id"] for e in watch.events()] == ["2025-03"]  # what stands
     ledger = CostLedger()  # this run's, from its start
@@ -110,7 +92,7 @@ def test_a_restart_counts_the_period_spent_before_it(receiver):
         (0, "host", "daily"), (20, "user:alice", "daily")]
     assert fired[1][1].detail["spent"] == pytest.approx(1.0)
     assert watch.webhook.flush(5.0)
-    assert [(b["target"], b["detail"]["period"]) for b in _Receiver.received] == [
+    assert [(b["target"], b["detail"]["period"]) for b in receiver.bodies] == [
         ("host", "daily"), ("user:alice", "daily")]
     # without what was recorded, the same run would cross the daily $1 100 s in
     fresh, ledger = BudgetWatch({"user": {"alice": {"daily": 1.0}}}), CostLedger()

@@ -9,12 +9,11 @@ import json
 import sqlite3
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import livedaemon
 import pytest
 from livedaemon import poll
+from webhook_receiver import receiving
 
 from daemon import clock
 from daemon.wire import Now
@@ -23,25 +22,10 @@ TIMEOUT_S = 60.0
 IDLE = {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"}  # the least
 
 
-class _Hook(BaseHTTPRequestHandler):
-    bodies: list[dict] = []
-
-    def do_POST(self):  # noqa: N802
-        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def hook():
-    _Hook.bodies = []
-    server = HTTPServer(("127.0.0.1", 0), _Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/hook"
-    server.shutdown()
+    with receiving() as found:
+        yield found
 
 
 def rows(db, sql, params=()):
@@ -68,7 +52,7 @@ def recorded_host_spend(db, since):
 
 def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path, hook):
     month = clock.utc_month_start(clock.now())
-    config = {"idle": IDLE, "cost": {"evaluate_every": "5s"}, "cost.budgets": {"webhook": hook},
+    config = {"idle": IDLE, "cost": {"evaluate_every": "5s"}, "cost.budgets": {"webhook": hook.url},
               "cost.budgets.host": {"daily": 0.0001}}  # crossed at the first charged tick
     first = livedaemon.start(tmp_path, "single-gpu", interval=0.5, config=config)
     try:
@@ -84,7 +68,7 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
     spent_before = recorded_host_spend(first.db, month)
     assert spent_before > 0.0001
     ticks_before = len(first.ticks())
-    poll(lambda: _Hook.bodies, TIMEOUT_S, "the first run's crossing posted")
+    poll(lambda: hook.bodies, TIMEOUT_S, "the first run's crossing posted")
 
     # The second run: the same daily budget, and a monthly one half of what the first spent.
     second = livedaemon.start(tmp_path, "single-gpu", interval=0.5, config={
@@ -106,7 +90,7 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         # crossed counting the first run's spend (alone, this run would cross it at half)
         assert monthly[0][2]["spent"] >= spent_before * 0.999
         second.wait_for_ticks(ticks_before + 6)  # ticks enough to cross the daily again
-        poll(lambda: len(_Hook.bodies) >= 2, TIMEOUT_S, "the monthly crossing posted")
+        poll(lambda: len(hook.bodies) >= 2, TIMEOUT_S, "the monthly crossing posted")
         now = second.now()
         # the day's spend counts the first run's too (mlcost-top's "today")
         today = recorded_host_spend(second.db, clock.utc_day_start(now["ts"]))
@@ -120,7 +104,7 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
     # the daily crossing stands once for its day, posted once; the monthly posted once
     assert [d["period"] for _, _, d in events(second.db, "budget_exceeded")] == [
         "daily", "monthly"]
-    assert [b["detail"]["period"] for b in _Hook.bodies] == ["daily", "monthly"]
+    assert [b["detail"]["period"] for b in hook.bodies] == ["daily", "monthly"]
     # the report of the whole range calls the first run's events what they were
     text = subprocess.run(
         [sys.executable, "-m", "daemon", "report", "--db", str(second.db), "--since", "1h"],
