@@ -680,7 +680,13 @@ class Daemon:
             log.warning("cannot read this month's recorded spend from %s (%s); the day's spend "
                         "and the budgets count from this start", self.db, exc)
             return
-        analyzer.resume(found[0] if found is not None else None, raised)
+        before = found[0] if found is not None else None
+        analyzer.resume(before, raised)
+        if before is not None and before.total > 0:
+            log.info("spend the store recorded before this start: $%.2f today, $%.2f this month "
+                     "(UTC); today's spend and the budgets count on from there",
+                     before.by_day.get(clock.utc_day(now), 0.0),
+                     before.by_month.get(clock.utc_month(now), 0.0))
 
     def _record_costs(self, ts: float) -> None:
         """Hand the store what the ledger charged since the last round (hour spend) and what

@@ -68,6 +68,7 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
     spent_before = recorded_host_spend(first.db, month)
     assert spent_before > 0.0001
     ticks_before = len(first.ticks())
+    first_log = first.log()  # (the second run writes its log in the same folder)
     poll(lambda: hook.bodies, TIMEOUT_S, "the first run's crossing posted")
 
     # The second run: the same daily budget, and a monthly one half of what the first spent.
@@ -97,6 +98,8 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         assert now["spend_today"] >= min(today, spent_before) * 0.999
         assert now["spend_today"] > now["cost"]["by_day"][clock.utc_day(now["ts"])]
         assert Now.from_dict(now).spend_today == now["spend_today"]
+        said = "spend the store recorded before this start: $"
+        assert said in second.log() and said not in first_log
         assert [(e["detail"]["period"]) for e in now["events"]
                 if e["kind"] == "budget_exceeded"] == ["daily", "monthly"]
     finally:
