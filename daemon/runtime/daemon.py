@@ -23,19 +23,16 @@ from typing import Any
 
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
-from daemon.analysis.balance import LOW_UTILIZATION, checkpoint_times, phase_balances
-from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE
+from daemon.analysis.balance import checkpoint_times, phase_balances
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
-from daemon.analysis.ledger import recording_gap_s
-from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.analysis.window_ticks import WINDOW_S as EVALUATION_WINDOW_S  # phase balances too
 from daemon.api.audit import ActionGate
 from daemon.api.document import CostView, ProcessEntries, now_document
 from daemon.api.metrics_state import MetricsState, metrics_state
 from daemon.api.now_cache import NowCache
 from daemon.config import Config, db_path, snapshots_folder
-from daemon.runtime import memory, s3_upload, systemd
+from daemon.runtime import memory, resume, s3_upload, systemd
 from daemon.runtime.attribution import Attribution
 from daemon.runtime.kinds import KindTracker
 from daemon.runtime.price_host import build_analyzer, price_host
@@ -59,9 +56,6 @@ from daemon.store.files import (
 from daemon.store.lock import StoreLocked, WriterLock
 from daemon.store.writer import Store, StoreError
 from daemon.wire import parse_process_key, process_key
-
-# Events that last while a condition holds: a run leaves them open when it stops.
-LASTING_EVENTS = (GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE, LOW_UTILIZATION)
 
 log = logging.getLogger(__name__)
 
@@ -420,10 +414,7 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
-        # What a run before this one left open (a GPU idle when it stopped) ended with it: this
-        # run sees for itself (a budget crossing stands for its period: see _resume).
-        facts.end_events_left_open(self.store, LASTING_EVENTS,
-                                   recording_gap_s(self.config.daemon.interval))
+        resume.end_left_open(self.store, self.config)
         self._remove_stale_temp_files()
         self.tick = self.first_tick = self.store.last_tick  # numbering goes on across restarts
         self.started_at = clock.now()
@@ -655,38 +646,12 @@ class Daemon:
             self.host["instance"]["id"] = instance["id"]
         assert self.store is not None
         analyzer = build_analyzer(self.config, price, catalog)
-        self._resume(analyzer)
+        resume.spend_before(analyzer, self.db, self.config)
         self.host["grid"] = analyzer.grid().as_dict()  # carbon's intensity, for reports, replays
         self.store.set_meta("host", self.host)
         # The report labels jobs as this daemon did ([cost].jobs), wherever it is read.
         self.store.set_meta("cost", {"jobs": dict(self.config.cost.jobs)})
         return analyzer
-
-    def _resume(self, analyzer: Analyzer) -> None:
-        """The day's spend and the budgets count the UTC day and month, not the time since
-        this start: what the runs before spent in them, and the budget crossings they raised
-        (not raised, nor posted, again)."""
-        now = clock.now()
-        month = clock.utc_month_start(now)
-        try:
-            reader = Store.reader(str(self.db), timeout_s=5.0)
-            try:
-                found = recorded_ledger(reader, month, now, self.config.cost.jobs)
-                raised = [e for e in queries.events(reader, month, now)
-                          if e["kind"] == BUDGET_EXCEEDED]
-            finally:
-                reader.close()
-        except Exception as exc:  # a store that cannot be read now must not stop recording
-            log.warning("cannot read this month's recorded spend from %s (%s); the day's spend "
-                        "and the budgets count from this start", self.db, exc)
-            return
-        before = found[0] if found is not None else None
-        analyzer.resume(before, raised)
-        if before is not None and before.total > 0:
-            log.info("spend the store recorded before this start: $%.2f today, $%.2f this month "
-                     "(UTC); today's spend and the budgets count on from there",
-                     before.by_day.get(clock.utc_day(now), 0.0),
-                     before.by_month.get(clock.utc_month(now), 0.0))
 
     def _record_costs(self, ts: float) -> None:
         """Hand the store what the ledger charged since the last round (hour spend) and what

@@ -1,0 +1,61 @@
+"""What a daemon that starts on a store takes on from the runs before it (an upgrade, a reboot,
+a crash): the events they left open end with them, and the spend they recorded this month, with
+the budget crossings they raised, goes to the analyzer, so that "today" and the budgets count
+the UTC day and month, not the time since this start.
+
+Both run once, at start, before the first tick. Neither stops the daemon: a store that cannot be
+read now is said in the log, and the day's spend and the budgets then count from this start.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from daemon import clock
+from daemon.analysis.analyzer import Analyzer
+from daemon.analysis.balance import LOW_UTILIZATION
+from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE
+from daemon.analysis.ledger import recording_gap_s
+from daemon.analysis.recorded_spend import recorded_ledger
+from daemon.config import Config
+from daemon.store import facts, queries
+from daemon.store.writer import Store
+
+log = logging.getLogger(__name__)
+
+# Events that last while a condition holds: a run leaves them open when it stops. (A budget
+# crossing stands for its period: it stays, and `spend_before` hands it to the budgets.)
+LASTING_EVENTS = (GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE, LOW_UTILIZATION)
+
+
+def end_left_open(store: Store, config: Config) -> None:
+    """End what the run before this one left open (a GPU idle when it stopped) at its last
+    tick: this run sees for itself what holds now."""
+    facts.end_events_left_open(store, LASTING_EVENTS, recording_gap_s(config.daemon.interval))
+
+
+def spend_before(analyzer: Analyzer, db: Path, config: Config) -> None:
+    """Hand `analyzer` this month's spend that the store recorded before this start and the
+    budget crossings raised in it (not raised, nor posted, again)."""
+    now = clock.now()
+    month = clock.utc_month_start(now)
+    try:
+        reader = Store.reader(str(db), timeout_s=5.0)
+        try:
+            found = recorded_ledger(reader, month, now, config.cost.jobs)
+            raised = [e for e in queries.events(reader, month, now)
+                      if e["kind"] == BUDGET_EXCEEDED]
+        finally:
+            reader.close()
+    except Exception as exc:  # a store that cannot be read now must not stop recording
+        log.warning("cannot read this month's recorded spend from %s (%s); the day's spend "
+                    "and the budgets count from this start", db, exc)
+        return
+    before = found[0] if found is not None else None
+    analyzer.resume(before, raised)
+    if before is not None and before.total > 0:
+        log.info("spend the store recorded before this start: $%.2f today, $%.2f this month "
+                 "(UTC); today's spend and the budgets count on from there",
+                 before.by_day.get(clock.utc_day(now), 0.0),
+                 before.by_month.get(clock.utc_month(now), 0.0))
