@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemon.store.queries import SPEND_THROUGH
 from daemon.store.schema import (
     HOUR,
     KIND_SPEND,
@@ -102,7 +103,8 @@ def write_event(store: Store, event: dict[str, Any]) -> None:
 def end_events_left_open(store: Store, kinds: Iterable[str], gap_s: float) -> None:
     """At a daemon's start, end the events of `kinds` that a run before it left open (it
     stopped, or crashed, while a GPU sat idle): each ends at that run's last tick (the first
-    tick after its start that no tick follows within `gap_s`), its detail marked
+    tick after its start that no tick follows within `gap_s`; where retention removed those
+    ticks, where the recorded spend reaches, else its start), its detail marked
     `"recording_stopped": true`, so no report calls it ongoing for as long as the recording
     was down, and no later run carries it on."""
     kinds = sorted(kinds)
@@ -111,11 +113,15 @@ def end_events_left_open(store: Store, kinds: Iterable[str], gap_s: float) -> No
             ("events_left_open",),
             "UPDATE events SET ended_at = coalesce((SELECT min(t.ts) FROM ticks t "
             "WHERE t.ts >= events.started_at AND NOT EXISTS (SELECT 1 FROM ticks u "
-            "WHERE u.ts > t.ts AND u.ts <= t.ts + ?)), started_at), "
+            "WHERE u.ts > t.ts AND u.ts <= t.ts + ?1) AND EXISTS (SELECT 1 FROM ticks v "
+            "WHERE v.ts >= events.started_at AND v.ts <= events.started_at + ?1)), "
+            "(SELECT CAST(value * 1000 AS INTEGER) "
+            "FROM meta WHERE key = ?2 AND typeof(value) IN ('integer', 'real') "
+            "AND value * 1000 >= events.started_at), started_at), "
             "detail = json_set(CASE WHEN json_valid(detail) AND json_type(detail) = 'object' "
             f"THEN detail ELSE '{{}}' END, '$.{RECORDING_STOPPED}', json('true')) "
-            f"WHERE ended_at IS NULL AND kind IN ({', '.join('?' * len(kinds))})",
-            (round(gap_s * 1000), *kinds))])
+            "WHERE ended_at IS NULL AND kind IN (SELECT value FROM json_each(?3))",
+            (round(gap_s * 1000), f"json:{SPEND_THROUGH}", json.dumps(kinds)))])
 
 
 def write_event_snapshot(store: Store, kind: str, target: str, started_at: float,

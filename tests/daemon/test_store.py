@@ -457,21 +457,29 @@ def test_events_a_run_left_open_end_at_its_last_tick(tmp_path: Path) -> None:
               ("gpu_held_idle", "gpu:0", T0 + 20, T0 + 30, {"gpu": 0}),  # ended: kept
               ("budget_exceeded", "host", T0 + 40, None, {"period": "daily"}),  # not lasting
               ("low_utilization", "1:2.000", T0 + 3600 + 40, None, [1, 2])]
+    # and one from a run whose ticks retention removed: it ends where its spend reached
+    opened.append(("host_idle", "host", T0 - 86400, None, {}))
+    store.set_meta("spend_through", T0 - 86400 + 600.5)
     for kind, target, started, ended, detail in opened:
         facts.write_event(store, {"kind": kind, "target": target, "started_at": started,
                                   "ended_at": ended, "cost_so_far": 0.5, "detail": detail})
     facts.end_events_left_open(
         store, ("gpu_unheld_idle", "gpu_held_idle", "host_idle", "low_utilization"), 60.0)
     store.close()
-    found = {(kind, target): (ended, json.loads(detail)) for kind, target, ended, detail in rows(
-        path, "SELECT kind, target, ended_at, detail FROM events")}
+    found = {(kind, target, started): (ended, json.loads(detail))
+             for kind, target, started, ended, detail in rows(
+                 path, "SELECT kind, target, started_at / 1000, ended_at, detail FROM events")}
     assert found == {
-        ("gpu_unheld_idle", "gpu:1"): ((T0 + 99) * 1000, {"gpu": 1, "recording_stopped": True}),
-        ("host_idle", "host"): ((T0 + 3649) * 1000,
-                                {"why": "every GPU is idle", "recording_stopped": True}),
-        ("gpu_held_idle", "gpu:0"): ((T0 + 30) * 1000, {"gpu": 0}),
-        ("budget_exceeded", "host"): (None, {"period": "daily"}),
-        ("low_utilization", "1:2.000"): ((T0 + 3649) * 1000, {"recording_stopped": True}),
+        ("host_idle", "host", T0 - 86400): ((T0 - 86400 + 600.5) * 1000,
+                                            {"recording_stopped": True}),
+        ("gpu_unheld_idle", "gpu:1", T0 + 10): ((T0 + 99) * 1000,
+                                                {"gpu": 1, "recording_stopped": True}),
+        ("host_idle", "host", T0 + 3605): ((T0 + 3649) * 1000,
+                                           {"why": "every GPU is idle", "recording_stopped": True}),
+        ("gpu_held_idle", "gpu:0", T0 + 20): ((T0 + 30) * 1000, {"gpu": 0}),
+        ("budget_exceeded", "host", T0 + 40): (None, {"period": "daily"}),
+        ("low_utilization", "1:2.000", T0 + 3640): ((T0 + 3649) * 1000,
+                                                    {"recording_stopped": True}),
     }
 
 
