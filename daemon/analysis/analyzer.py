@@ -98,11 +98,12 @@ class Analyzer:
         self.lock = threading.Lock()  # see the module docstring
 
     def resume(self, spent_before: CostLedger | None,
-               budget_events: Iterable[Mapping[str, Any]]) -> None:
+               budget_events: Iterable[Mapping[str, Any]], ts: float) -> list[Event]:
         """Carry on from the runs before this daemon on its store: what they spent this month
-        (daemon.analysis.recorded_spend) and the budget crossings they raised."""
+        (daemon.analysis.recorded_spend) and the budget crossings they left open. Returns
+        those of periods over by `ts`, ended (BudgetWatch.resume), for the store."""
         self.spent_before = spent_before
-        self.budgets.resume(spent_before, budget_events)
+        return self.budgets.resume(spent_before, budget_events, ts)
 
     def spend_today(self, ts: float) -> float:
         """The host's spend on ts's UTC day: recorded before this start, and charged since."""

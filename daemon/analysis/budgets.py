@@ -24,7 +24,8 @@ import queue
 import threading
 import urllib.request
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from daemon.analysis.idle import BUDGET_EXCEEDED, Event
@@ -139,39 +140,55 @@ class BudgetWatch:
         # What the runs before this daemon spent, as the store recorded it (`resume`): a budget
         # is for a day or a month, not for the time since the daemon last started.
         self.recorded: CostLedger | None = None
+        self._day: str | None = None  # the UTC day of the last update
 
-    def resume(self, recorded: CostLedger | None, raised: Iterable[Mapping[str, Any]]) -> None:
+    def resume(self, recorded: CostLedger | None, raised: Iterable[Mapping[str, Any]],
+               ts: float) -> list[Event]:
         """Carry on from the runs before this one: `recorded` holds what they spent in the
         current day and month (daemon.analysis.recorded_spend), added to this run's ledger;
-        `raised` are the budget_exceeded events they recorded (as daemon.store.queries.events
-        reads them): a budget already crossed in its period does not fire (nor post) again."""
+        `raised` are the budget_exceeded events the store holds open (as
+        daemon.store.queries.open_events reads them): a budget already crossed in its current
+        period does not fire (nor post) again, and a crossing whose period is over is returned
+        ended at its period's end, for the store."""
         self.recorded = recorded
+        day = utc_day(ts)
+        ended = []
         for event in raised:
             detail = event.get("detail")
             if event.get("kind") != BUDGET_EXCEEDED or not isinstance(detail, dict):
                 continue
+            period, period_id = str(detail.get("period")), str(detail.get("period_id"))
+            stored = Event(BUDGET_EXCEEDED, str(event.get("target")), float(event["started_at"]),
+                           None, float(event.get("cost_so_far") or 0.0), detail)
+            if period_id != _current(period, day):
+                end = period_end(period, period_id)
+                if end is not None and end <= ts:
+                    ended.append(replace(stored, ended_at=end))
+                continue
             for budget in self.budgets:
-                if (budget.target == event.get("target") and budget.period == detail.get("period")
+                if (budget.target == stored.target and budget.period == period
                         and budget.limit == detail.get("limit")):
-                    self.fired[(budget, str(detail.get("period_id")))] = Event(
-                        BUDGET_EXCEEDED, budget.target, float(event["started_at"]), None,
-                        float(event.get("cost_so_far") or 0.0), detail)
+                    self.fired[(budget, period_id)] = stored
+        return ended
 
     def spent(self, ledger: CostLedger, budget: Budget, day: str) -> tuple[str, float]:
         """The period id ('2025-01-31' or '2025-01') and the dollars spent in it: this run's
         and, after `resume`, what the runs before it recorded."""
-        period_id = day if budget.period == "daily" else day[:7]
+        period_id = _current(budget.period, day)
         spent = _spent_in(ledger, budget, period_id)
         if self.recorded is not None:
             spent += _spent_in(self.recorded, budget, period_id)
         return period_id, spent
 
     def update(self, ledger: CostLedger, ts: float) -> list[Event]:
-        """New crossings since the last call (each budget fires once per period)."""
+        """New crossings since the last call (each budget fires once per period), and the
+        crossings whose period ended since, ended at its end: a budget crossed yesterday is
+        not a standing event (nor recommendation) today."""
         if not self.budgets:
             return []
         day = utc_day(ts)
-        new = []
+        new = self._end_past(day) if day != self._day else []
+        self._day = day
         for budget in self.budgets:
             period_id, spent = self.spent(ledger, budget, day)
             if spent < budget.limit or (budget, period_id) in self.fired:
@@ -186,14 +203,43 @@ class BudgetWatch:
             new.append(event)
             if self.webhook is not None:
                 self.webhook.post({"source": "mlcost", **event.as_dict()})
-        if len(self.fired) > 4 * len(self.budgets) + 100:
-            # Old periods: keep only the current ones.
-            current = {day, day[:7]}
-            self.fired = {k: v for k, v in self.fired.items() if k[1] in current}
         return new
+
+    def _end_past(self, day: str) -> list[Event]:
+        """The crossings of periods before `day`'s, ended at their period's end, and let go."""
+        ended = []
+        for key, event in list(self.fired.items()):
+            budget, period_id = key
+            if period_id != _current(budget.period, day):
+                del self.fired[key]
+                end = period_end(budget.period, period_id)
+                ended.append(replace(event, ended_at=end if end is not None else event.started_at))
+        return ended
 
     def events(self) -> list[Event]:
         return list(self.fired.values())
+
+
+def _current(period: str, day: str) -> str:
+    """The id of the `period` ('daily' or 'monthly') that UTC `day` is in."""
+    return day if period == "daily" else day[:7]
+
+
+def period_end(period: str, period_id: str) -> float | None:
+    """When a budget period ends (epoch s, UTC): the day's or the month's end; None for an id
+    that is not such a date."""
+    try:
+        if period == "daily":
+            start = datetime.strptime(period_id, "%Y-%m-%d")
+            end = start + timedelta(days=1)
+        elif period == "monthly":
+            start = datetime.strptime(period_id, "%Y-%m")
+            end = (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+        else:
+            return None
+    except ValueError:
+        return None
+    return end.replace(tzinfo=timezone.utc).timestamp()
 
 
 def _spent_in(ledger: CostLedger, budget: Budget, period_id: str) -> float:

@@ -646,7 +646,7 @@ class Daemon:
             self.host["instance"]["id"] = instance["id"]
         assert self.store is not None
         analyzer = build_analyzer(self.config, price, catalog)
-        resume.spend_before(analyzer, self.db, self.config)
+        resume.spend_before(analyzer, self.store, self.config)
         self.host["grid"] = analyzer.grid().as_dict()  # carbon's intensity, for reports, replays
         self.store.set_meta("host", self.host)
         # The report labels jobs as this daemon did ([cost].jobs), wherever it is read.

@@ -10,7 +10,6 @@ read now is said in the log, and the day's spend and the budgets then count from
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
@@ -35,25 +34,26 @@ def end_left_open(store: Store, config: Config) -> None:
     facts.end_events_left_open(store, LASTING_EVENTS, recording_gap_s(config.daemon.interval))
 
 
-def spend_before(analyzer: Analyzer, db: Path, config: Config) -> None:
+def spend_before(analyzer: Analyzer, store: Store, config: Config) -> None:
     """Hand `analyzer` this month's spend that the store recorded before this start and the
-    budget crossings raised in it (not raised, nor posted, again)."""
+    budget crossings left open (not raised, nor posted, again in their period; ended in the
+    store where their period is over)."""
     now = clock.now()
     month = clock.utc_month_start(now)
     try:
-        reader = Store.reader(str(db), timeout_s=5.0)
+        reader = Store.reader(store.path, timeout_s=5.0)
         try:
             found = recorded_ledger(reader, month, now, config.cost.jobs)
-            raised = [e for e in queries.events(reader, month, now)
-                      if e["kind"] == BUDGET_EXCEEDED]
+            raised = queries.open_events(reader, BUDGET_EXCEEDED)
         finally:
             reader.close()
     except Exception as exc:  # a store that cannot be read now must not stop recording
         log.warning("cannot read this month's recorded spend from %s (%s); the day's spend "
-                    "and the budgets count from this start", db, exc)
+                    "and the budgets count from this start", store.path, exc)
         return
     before = found[0] if found is not None else None
-    analyzer.resume(before, raised)
+    for event in analyzer.resume(before, raised, now):
+        facts.write_event(store, event.as_dict())
     if before is not None and before.total > 0:
         log.info("spend the store recorded before this start: $%.2f today, $%.2f this month "
                  "(UTC); today's spend and the budgets count on from there",

@@ -63,12 +63,22 @@ def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any
 def events(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
     """Events that overlap [since, until] (open ones included), each with the incident
     snapshot taken for it (`snapshot`: its path, or None)."""
+    return _events(reader, "started_at <= ? AND (ended_at IS NULL OR ended_at >= ?)",
+                   (round(until * 1000), round(since * 1000)))
+
+
+def open_events(reader: StoreReader, kind: str) -> list[dict[str, Any]]:
+    """The events of `kind` the store holds open (no `ended_at`), oldest first, as `events`
+    reads them."""
+    return _events(reader, "kind = ? AND ended_at IS NULL", (kind,))
+
+
+def _events(reader: StoreReader, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
     columns = {r["name"] for r in reader.query("PRAGMA table_info(events)")}
     snapshot = "snapshot" if "snapshot" in columns else "NULL AS snapshot"
     rows = reader.query(
         f"SELECT kind, target, started_at, ended_at, cost, detail, {snapshot} FROM events "
-        "WHERE started_at <= ? AND (ended_at IS NULL OR ended_at >= ?) ORDER BY started_at",
-        (round(until * 1000), round(since * 1000)))
+        f"WHERE {where} ORDER BY started_at", params)
     return [{"kind": r["kind"], "target": r["target"], "started_at": r["started_at"] / 1000,
              "ended_at": None if r["ended_at"] is None else r["ended_at"] / 1000,
              "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}"),

@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 import pytest
 from webhook_receiver import receiving
 
-from daemon.analysis.budgets import BudgetWatch, Webhook, parse_budgets
+from daemon.analysis.budgets import BudgetWatch, Webhook, parse_budgets, period_end
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.idle import BUDGET_EXCEEDED
 from daemon.analysis.ledger import CostLedger
@@ -46,11 +46,21 @@ def test_budget_crosses_once_and_webhook_receives(receiver):
     assert len(receiver.bodies) == 1
     assert receiver.bodies[0]["target"] == "user:alice"
     assert receiver.bodies[0]["detail"]["limit"] == 1.0
-    # the next day starts a new period: it may fire again
+    # the next day starts a new period: the day before's crossing ends at midnight (UTC),
+    # written as ended, no longer standing; the new day's may fire again
+    changed = []
     for i in range(86400, 86400 + 102):
         tick(ledger, DAY + i)
-        watch.update(ledger, DAY + i)
-    assert [e.detail["period_id"] for e in watch.events()] == ["2025-03-10", "2025-03-11"]
+        changed += watch.update(ledger, DAY + i)
+    assert [(e.detail["period_id"], e.ended_at) for e in changed] == [
+        ("2025-03-10", DAY + 86400), ("2025-03-11", None)]
+    assert [e.detail["period_id"] for e in watch.events()] == ["2025-03-11"]
+    # and the month's end ends a monthly crossing at the first of the next month
+    assert period_end("monthly", "2025-12") == datetime(2026, 1, 1, tzinfo=timezone.utc
+                                                        ).timestamp()
+    assert period_end("daily", "2025-02-28") == datetime(2025, 3, 1, tzinfo=timezone.utc
+                                                         ).timestamp()
+    assert period_end("daily", "not a day") is None
 
 
 def test_just_below_does_not_fire():
@@ -76,10 +86,15 @@ def test_a_restart_counts_the_period_spent_before_it(receiver):
                "detail": {"period": "monthly", "period_id": "2025-03", "limit": 0.5}},
               {"kind": BUDGET_EXCEEDED, "target": "host", "started_at": DAY + 50,
                "ended_at": None, "cost_so_far": 0.5,
-               "detail": {"period": "daily", "period_id": "2025-03-10", "limit": 0.4}}]
+               "detail": {"period": "daily", "period_id": "2025-03-10", "limit": 0.4}},
+              {"kind": BUDGET_EXCEEDED, "target": "user:alice", "started_at": DAY - 5000,
+               "ended_at": None, "cost_so_far": 1.2,  # the day before's, left open
+               "detail": {"period": "daily", "period_id": "2025-03-09", "limit": 1.0}}]
     watch = BudgetWatch({"user": {"alice": {"daily": 1.0, "monthly": 0.5}},
                          "host": {"daily": 0.6}, "webhook": receiver.url})
-    watch.resume(before, raised)
+    ended = watch.resume(before, raised, DAY + 1000)
+    assert [(e.detail["period_id"], e.started_at, e.ended_at) for e in ended] == [
+        ("2025-03-09", DAY - 5000, DAY)]  # for the store: ended at its midnight
     assert [e.detail["period_id"] for e in watch.events()] == ["2025-03"]  # what stands
     ledger = CostLedger()  # this run's, from its start
     fired = []
