@@ -188,7 +188,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                               reader, start, end, raw_sample_count(len(processes)), None, None),
                               gpus, per_kwh, interval))
     report_energy.section(document, sampled.samples, start, end,
-                          max(60.0, 3 * interval, 3 * (end - start) / max(len(sampled.samples), 1)),
+                          max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
                           jobs, config, rollup_interval=interval if rolled else None)
     document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval,
                                           raw)
@@ -342,7 +342,7 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
     # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
     # further apart than recorded ones by the sampling step, so the limit grows with it.
     step = (end - start) / len(samples)
-    ledger = CostLedger(jobs, max_gap_s=max(60.0, 3 * interval, 3 * step))
+    ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step))
     readings = readings or {}
     meters = team_review.unit_meters(readings)
     for meter in meters.values():

@@ -18,7 +18,7 @@ from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
-from daemon.analysis.ledger import CostLedger, JobLabeler
+from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -127,7 +127,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     # Burn and waste over the range, and each process's cost, with the live cost model.
     samples = reader.samples(start, end, max_samples=SERIES_POINTS)
     by_process: dict[tuple[int, float], list[float]] = {}
-    max_gap_s = max(60.0, 3 * interval, 1.5 * (end - start) / max(len(samples) - 1, 1))
+    max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(samples) - 1, 1))
     if price is not None and samples:
         ledger = CostLedger(max_gap_s=max_gap_s)
         total, wasted, idle = [], [], []
