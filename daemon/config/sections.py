@@ -205,7 +205,8 @@ class CostConfig:
         "is resolved with a notice; 0: it goes at the first evaluation without it",
         "duration", 0, 86400))
     shrink_min_window: float = field(default=600.0, metadata=_meta(
-        "observe at least this long before advising a smaller instance", "duration", 10,
+        "observe at least this long before advising a smaller instance (or a process dynamic "
+        "batching)", "duration", 10,
         30 * 86400))
     spot_min_runtime: float = field(default=7200.0, metadata=_meta(
         "a training job running this long (with regular checkpoints) is advised spot",

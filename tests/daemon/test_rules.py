@@ -237,6 +237,23 @@ def test_underbatched_at_thresholds():
     assert by_rule(recs(no_inference), "underbatched_inference") == []
 
 
+def test_underbatched_wants_the_process_watched_as_long_as_shrink_advice():
+    """One tick of a busy-looking server is not a serving pattern: a daemon started seconds
+    before its first rules round said 'looks busy (83% utilization over its last 0.0 s)' and
+    claimed $2,630/month. Under [cost].shrink_min_window (10 min) it says nothing; a config
+    that shortens it gets the finding, marked so."""
+    def served(n):  # a process seen for the whole window, from its first sample
+        return window(n=n, utils=[90.0] + [0.0] * 7, sm_activity=10.0,
+                      command="vllm serve m", pstart=100_000.0)
+    assert by_rule(recs(served(1)), "underbatched_inference") == []
+    assert by_rule(recs(served(50)), "underbatched_inference") == []  # 8 min
+    [rec] = by_rule(recs(served(62)), "underbatched_inference")  # 10 min and more
+    assert not rec.shortened
+    [short] = by_rule(recs(served(7), limits={"shrink_min_window_s": 60.0}),
+                      "underbatched_inference")
+    assert "over its last 60 s" in short.summary and short.shortened
+
+
 def test_budget_rule_and_dedup():
     event = Event(BUDGET_EXCEEDED, "user:ann", 1.0, None, 12.0,
                   {"period": "daily", "period_id": "2025-01-01", "summary": "over"})

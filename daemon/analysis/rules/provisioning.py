@@ -284,7 +284,9 @@ def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
         sm = proc.sm_activity_mean
         util = proc.gpu_utilization_mean
         if (not proc.inference or sm is None or util < WELL_USED_UTILIZATION_PCT
-                or sm >= UNDERBATCH_SM_ACTIVITY_PCT):
+                or sm >= UNDERBATCH_SM_ACTIVITY_PCT
+                # a serving pattern, not one tick of it: watched as long as shrink advice is
+                or proc.seconds < a.limit("shrink_min_window_s")):
             continue
         share = 1 - sm / util if util > 0 else 0.0
         savings, method = share_savings(proc, share, "busy-looking but SM-idle time")
@@ -331,6 +333,7 @@ UNDERBATCHED_INFERENCE = Rule(
     "underbatched_inference",
     "device utilization vs GPM SM activity, else the process's SM share (inference)",
     f"utilization >= {WELL_USED_UTILIZATION_PCT:g}% and SM activity < "
-    f"{UNDERBATCH_SM_ACTIVITY_PCT:g}%", "utilization, SM activity",
+    f"{UNDERBATCH_SM_ACTIVITY_PCT:g}% over >= {SHRINK_MIN_WINDOW_S / 60:g} min",
+    "utilization, SM activity",
     "dynamic batching", f"process burn x (1 - SM activity / utilization) x {HOURS_PER_MONTH:g} h",
-    check_underbatched)
+    check_underbatched, limits=("shrink_min_window_s",))
