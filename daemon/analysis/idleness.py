@@ -223,7 +223,8 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
     if idle_for < for_s:
         return {**base, "active": True, "since": None, "since_is_history_start": False,
                 "idle_for_s": idle_for,
-                "reason": f"idle now, but only for {idle_for:.0f} s of the asked "
+                # whole seconds down: 4.6 s of 5 asked is not "5 s of the asked 5 s"
+                "reason": f"idle now, but only for {int(idle_for)} s of the asked "
                           f"{for_s:.0f} s: a GPU was busy until then",
                 "basis": MEASURED, "confidence": KERNELS_CONFIDENCE}
     held = f"at least {idle_for:.0f} s (all the history holds)" if from_start \

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from daemon.analysis.idleness import History, answer, fail_safe, process_evidence
 
 TS = 1_800_000_000.0
@@ -64,6 +66,10 @@ def test_idle_for_less_than_asked_is_active_with_how_long_it_has_been_idle():
     result = ask(now(), history(busy_until=TS - 600), for_s=1800)
     assert result["active"] is True and result["since"] is None
     assert result["idle_for_s"] == 600 and "only for 600 s" in result["reason"]
+    # just short of what was asked reads short of it (once 'only for 5 s of the asked 5 s')
+    short = ask(now(), history(busy_until=TS - 6.5, recorded_s=3600.6), for_s=7)
+    assert short["idle_for_s"] == pytest.approx(6.6)  # the last busy bucket ended at TS - 6.6
+    assert short["active"] is True and "only for 6 s of the asked 7 s" in short["reason"]
 
 
 def test_never_busy_in_the_history_is_idle_since_the_history_began():
