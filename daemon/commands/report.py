@@ -521,7 +521,8 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_inference(report["processes"])
     out += _render_phases(report["processes"])
     out += report_latency.render_text(report)
-    out += _render_events(report.get("events") or [], host.get("recording_stopped_at"))
+    out += _render_events(report.get("events") or [], host.get("recording_stopped_at"),
+                          window["until"])
     out += _render_managed((report.get("review") or {}).get("managed"))
     out += render_review(report.get("review") or {})
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
@@ -710,33 +711,53 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None) -> list[str]:
+# Events the text lists (the costliest; actions, the audit trail, always): a month's report
+# would otherwise run to hundreds of lines. `--json` and the HTML page list them all.
+EVENTS_SHOWN = 20
+
+
+def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None,
+                   until: float | None = None) -> list[str]:
     idle = [e for e in events if e["kind"] != "low_utilization"]
     if not idle:
         return []
+    costly = sorted((e for e in idle if e["kind"] != "action"),
+                    key=lambda e: -(e.get("cost_so_far") or 0.0))
+    left = costly[EVENTS_SHOWN:]
+    shown = [e for e in idle if e["kind"] == "action" or e not in left]
+    end_day = clock.local_time(until if until is not None else clock.now())[:10]
+
+    def when(ts: float) -> str:
+        """Its time; with its date where that is not the window's last day."""
+        text = clock.local_time(ts)
+        return text[11:] if text[:10] == end_day else text
+
     out = ["", "Events"]
-    for event in idle:
+    for event in shown:
+        start = when(event["started_at"])
         if event["kind"] == "action":  # the audit trail (daemon/api/audit.py)
             detail = event.get("detail") or {}
             what = "dry run of" if detail.get("dry_run") else "action"
-            out.append(f"  {clock.local_time(event['started_at'], date=False)} "
+            out.append(f"  {start} "
                        f"{detail.get('who', '?')}: {what} {detail.get('action', '?')} on "
                        f"{event['target']}: {detail.get('outcome', '?')}")
             continue
         if event["ended_at"] is not None and ended_by_recording_stop(event):
-            state = f"open when the recording stopped at {clock.local_time(event['ended_at'])}"
+            state = f"open when the recording stopped at {when(event['ended_at'])}"
         elif event["ended_at"] is not None:
             state = "ended"
         elif stopped_at is not None:
-            state = f"open when the recording stopped at {clock.local_time(stopped_at)}"
+            state = f"open when the recording stopped at {when(stopped_at)}"
         else:
             state = "ongoing"
         cost = money(event.get("cost_so_far"))
-        out.append(f"  {event['kind']} {event['target']}: since "
-                   f"{clock.local_time(event['started_at'], date=False)} "
+        out.append(f"  {event['kind']} {event['target']}: since {start} "
                    f"({state}), {cost} so far")
         if event.get("snapshot"):
             out.append(f"    snapshot: {event['snapshot']}")
+    if left:
+        spent = sum(e.get("cost_so_far") or 0.0 for e in left)
+        out.append(f"  … and {len(left)} more ({money(spent)} so far; `--json` lists them all)")
     return out
 
 

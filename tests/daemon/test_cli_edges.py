@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 from daemon.commands import report
 from daemon.sim.scenario import builtin_names
@@ -38,6 +39,27 @@ def test_events_of_a_stopped_recorder_are_open_when_it_stopped_not_ongoing():
     stopped = report._render_events([event], stopped_at=1.7e9 + 600)
     assert "(ongoing)" in live[-1]
     assert "ongoing" not in stopped[-1] and "open when the recording stopped at" in stopped[-1]
+
+
+def test_a_long_range_lists_its_costliest_events_with_their_dates():
+    """A month's report once listed every idle event (hundreds of lines), each by its time of
+    day alone: which day was '09:12:00'? The text lists the 20 costliest (actions, the audit
+    trail, all), says how many more and what they cost, and dates what is not on the
+    window's last day."""
+    end = time.mktime((2026, 11, 14, 12, 0, 0, 0, 0, -1))  # local noon
+    events = [{"kind": "gpu_held_idle", "target": f"gpu:{i % 8}", "started_at": end - i * 3600,
+               "ended_at": end - i * 3600 + 600, "cost_so_far": float(i)} for i in range(1, 31)]
+    action = {"kind": "action", "target": "rec", "started_at": end - 30 * 3600,
+              "ended_at": end - 30 * 3600, "cost_so_far": None,
+              "detail": {"who": "ana", "action": "snooze", "outcome": "ok"}}
+    lines = report._render_events(events + [action], until=end)
+    listed = [line for line in lines if "gpu_held_idle" in line]
+    assert len(listed) == 20 and all("$1.00 " not in line for line in listed)  # the costliest
+    assert "  … and 10 more ($55.00 so far; `--json` lists them all)" in lines
+    assert any("2026-11-13 06:00:00 ana: action snooze on rec: ok" in line for line in lines)
+    assert "  gpu_held_idle gpu:7: since 2026-11-13 21:00:00 (ended), $15.00 so far" in lines
+    assert "  gpu_held_idle gpu:1: since 11:00:00 (ended), $1.00 so far" in (
+        report._render_events(events[:1], until=end))
 
 
 def test_check_with_an_unknown_scenario_says_which_exist(tmp_path):
