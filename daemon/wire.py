@@ -640,6 +640,7 @@ class Now:
     host_usage: HostUsage | None = None
     latency: tuple[Latency, ...] = ()  # [[cost.latency]]: p50/p99 beside the cost
     energy: Energy | None = None  # energy and carbon so far (daemon.analysis.energy)
+    evaluate_every_s: float | None = None  # how often the rules run; None from older daemons
 
     def latency_of(self, process: Process) -> tuple[Latency, ...]:
         """The latency histograms configured for this process or for its job."""
@@ -670,6 +671,7 @@ class Now:
             hostname=_line(host.get("hostname")), instance=_tree(_d(host.get("instance"))),
             simulated=_text(host.get("simulated")),
             nvml_status=_s(host.get("nvml_status"), "unknown"),
+            evaluate_every_s=_f(host.get("evaluate_every_s")),
             gpus=tuple(Gpu.from_dict(g, burn_gpus.get(g.get("index")))
                        for g in _l(d.get("gpus")) if isinstance(g, Mapping)),
             processes=tuple(Process.from_dict(p, _d(costs.get(_s(p.get("key")))))

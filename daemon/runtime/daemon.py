@@ -430,6 +430,7 @@ class Daemon:
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
             # replay holds a recommendation through its lapses as the live view did
             self.host["recommendation_hold_s"] = self.config.cost.recommendation_hold
+            self.host["evaluate_every_s"] = self.config.cost.evaluate_every  # "none yet" says it
             self.store.set_meta("host", self.host)
             self.nvml.start()
             self.analyzer = await asyncio.to_thread(self._make_analyzer)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from daemon.clock import duration
 from daemon.wire import Now, Process, Recommendation, process_key
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import Column, KeyedTable
@@ -135,7 +136,7 @@ class RecommendationTable(KeyedTable):
             self.scroll_to(y=0, animate=False)
         title = f"Recommendations ({len(recs)})" if recs else \
             "Recommendations (none at this recorded tick)" if self.replaying else \
-            "Recommendations (none yet: rules run every ~30 s)"
+            f"Recommendations (none yet: the rules look every {_every(now)})"
         if recs and now.potential_savings_per_month is not None:
             title += (f" · together {fmt.money(now.potential_savings_per_month, '/month')} of "
                       f"the {fmt.money(now.bill_per_month, '/month')} bill")
@@ -163,3 +164,9 @@ class RecommendationTable(KeyedTable):
                 "summary": "\n".join(fmt.wrap(going(r) + r.summary, self.summary_width,
                                                 self.row_height)),
                 "action": action_label(r, self.on_ec2)}
+
+
+def _every(now: Now) -> str:
+    """How often the daemon's rules run, as its host says ([cost].evaluate_every)."""
+    every = now.evaluate_every_s
+    return "~30 s" if every is None or not every > 0 else duration(every)

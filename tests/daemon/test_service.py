@@ -313,6 +313,8 @@ def test_recommendations_with_savings(demo_report):
     shrink = recs["over_provisioned"]["action"]
     assert shrink["kind"] == "resize" and shrink["from"] == "p4d.24xlarge" and shrink["to"]
     assert recs["idle_gpu_held"]["action"]["kind"] == "sigterm"
+    # /v1/now says how often the rules run (mlcost-top's "none yet" title reads it)
+    assert demo_report["served"][-1]["host"]["evaluate_every_s"] == 5.0  # DEMO_CONFIG
 
 
 def test_demo_kinds_and_sigterm_only_for_the_notebook(demo_report):

@@ -59,6 +59,24 @@ async def test_panel_and_header_show_combined_savings_and_confidence():
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("every, said", [(15.0, "every 15 s"), (None, "every ~30 s")])
+async def test_no_recommendation_yet_says_how_often_the_rules_look(every, said):
+    """The simulated host's rules run every 15 s; the title said '~30 s' whatever the daemon
+    ran them at. A daemon that does not say (older) reads as the default."""
+    doc = now_document()
+    doc["recommendations"] = []
+    if every is not None:
+        doc["host"]["evaluate_every_s"] = every
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
+                                                       None, 0.01, TS),)))
+        await pilot.pause()
+        title = str(app.query_one(RecommendationTable).border_title)
+        assert title == f"Recommendations (none yet: the rules look {said})"
+
+
+@pytest.mark.asyncio
 async def test_action_screen_shows_the_confidence_next_to_the_figure():
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=(160, 48)) as pilot:
