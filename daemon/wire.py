@@ -611,6 +611,30 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """One [cost.budgets] budget in its current UTC period (/v1/now's `budgets`)."""
+
+    target: str  # "host", "user:NAME" or "job:NAME"
+    period: str  # "daily" or "monthly"
+    limit: float
+    spent: float
+    crossed: bool
+
+    @property
+    def share(self) -> float:
+        """The part of the limit spent (1.0 at the limit)."""
+        return self.spent / self.limit if self.limit > 0 else 0.0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Budget | None:
+        limit, spent = _f(d.get("limit")), _f(d.get("spent"))
+        if limit is None or spent is None:
+            return None
+        return cls(target=_line(d.get("target")), period=_line(d.get("period")), limit=limit,
+                   spent=spent, crossed=d.get("crossed") is True)
+
+
+@dataclass(frozen=True)
 class Now:
     """One /v1/now document: the host's latest state."""
 
@@ -641,6 +665,13 @@ class Now:
     latency: tuple[Latency, ...] = ()  # [[cost.latency]]: p50/p99 beside the cost
     energy: Energy | None = None  # energy and carbon so far (daemon.analysis.energy)
     evaluate_every_s: float | None = None  # how often the rules run; None from older daemons
+    budgets: tuple[Budget, ...] = ()  # [cost.budgets] in their current period
+
+    @property
+    def host_budget_today(self) -> Budget | None:
+        """The host's daily budget, where one is set: what `spend_today` is measured against."""
+        return next((b for b in self.budgets if b.target == "host" and b.period == "daily"),
+                    None)
 
     def latency_of(self, process: Process) -> tuple[Latency, ...]:
         """The latency histograms configured for this process or for its job."""
@@ -672,6 +703,8 @@ class Now:
             simulated=_text(host.get("simulated")),
             nvml_status=_s(host.get("nvml_status"), "unknown"),
             evaluate_every_s=_f(host.get("evaluate_every_s")),
+            budgets=tuple(b for b in (Budget.from_dict(x) for x in _l(d.get("budgets"))
+                                      if isinstance(x, Mapping)) if b is not None),
             gpus=tuple(Gpu.from_dict(g, burn_gpus.get(g.get("index")))
                        for g in _l(d.get("gpus")) if isinstance(g, Mapping)),
             processes=tuple(Process.from_dict(p, _d(costs.get(_s(p.get("key")))))

@@ -286,7 +286,8 @@ class Analyzer:
             events=events,
             recommendations=self._recommendations(),
             energy=self.energy.snapshot(grid),
-            spend_today=self.spend_today(b.ts) if b is not None else None)
+            spend_today=self.spend_today(b.ts) if b is not None else None,
+            budgets=self.budgets.status(self.ledger, b.ts) if b is not None else [])
 
     def recommendations(self) -> list[dict[str, Any]]:
         """The active recommendations' documents (the snapshot's, without the rest of it)."""

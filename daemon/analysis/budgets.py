@@ -219,6 +219,20 @@ class BudgetWatch:
     def events(self) -> list[Event]:
         return list(self.fired.values())
 
+    def status(self, ledger: CostLedger, ts: float) -> list[dict[str, Any]]:
+        """Where each budget stands in its current period (`/v1/now`'s `budgets`): its target,
+        period, limit, the dollars spent (the runs before this start included) and whether it
+        was crossed."""
+        day = utc_day(ts)
+        out = []
+        for budget in self.budgets:
+            period_id, spent = self.spent(ledger, budget, day)
+            out.append({"scope": budget.scope, "name": budget.name, "target": budget.target,
+                        "period": budget.period, "period_id": period_id,
+                        "limit": budget.limit, "spent": spent,
+                        "crossed": (budget, period_id) in self.fired})
+        return out
+
 
 def _current(period: str, day: str) -> str:
     """The id of the `period` ('daily' or 'monthly') that UTC `day` is in."""

@@ -23,7 +23,8 @@ class CostState(NamedTuple):
     """The analyzer's state at this tick, JSON-ready where /v1/now shows it as it is: the
     host's burn (price apart), the ledger, each process's `ProcessCost` by process key, the
     events shown and the active recommendations, the energy so far, and the host's spend on
-    the UTC day of this tick (Analyzer.spend_today: before this daemon's start too)."""
+    the UTC day of this tick (Analyzer.spend_today: before this daemon's start too), and where
+    each budget stands."""
 
     price: dict[str, Any]
     burn: dict[str, Any]
@@ -33,3 +34,4 @@ class CostState(NamedTuple):
     recommendations: list[dict[str, Any]]
     energy: dict[str, Any]
     spend_today: float | None = None
+    budgets: list[dict[str, Any]] = []  # BudgetWatch.status: each budget's current period

@@ -46,6 +46,7 @@ class CostView:
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     energy: Mapping[str, Any] | None = None  # daemon.analysis.energy: joules, kWh, CO2e so far
     spend_today: float | None = None  # the UTC day's, runs before this start included
+    budgets: list[dict[str, Any]] = field(default_factory=list)  # BudgetWatch.status
 
     @classmethod
     def from_state(cls, state: CostState, recommendations: list[dict[str, Any]]) -> CostView:
@@ -53,7 +54,7 @@ class CostView:
         return cls(price=state.price, burn=state.burn, ledger=state.ledger,
                    processes=state.processes, events=state.events,
                    recommendations=recommendations, energy=state.energy,
-                   spend_today=state.spend_today)
+                   spend_today=state.spend_today, budgets=state.budgets)
 
     @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any],
@@ -339,6 +340,7 @@ def now_document(
         doc["cost"] = cost.ledger
         if cost.spend_today is not None:  # else a client reads cost.by_day (daemon.wire)
             doc["spend_today"] = cost.spend_today
+        doc["budgets"] = cost.budgets
         doc["energy"] = dict(cost.energy) if cost.energy is not None else None
         doc["events"] = cost.events
         gpus = [g.index for g in sample.gpus] if sample is not None else []

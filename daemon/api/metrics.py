@@ -314,7 +314,7 @@ class DaemonCollector(Collector):
         yield from self._usage_cost(state, hostname, clock)
         yield from self._activity(state, hostname)
         yield from self._advice(state, hostname)
-        yield from self._budgets(analyzer, hostname)
+        yield from self._budgets(analyzer, hostname, state.ts)
         yield self._kinds(state, hostname)
         yield from self._latency(state, hostname)
         yield from self._energy(analyzer, hostname)
@@ -599,15 +599,27 @@ class DaemonCollector(Collector):
             potential.add_metric([hostname], state.potential_savings_per_month)
             yield potential
 
-    def _budgets(self, analyzer: Any, hostname: str) -> Iterator[Metric]:
-        budgets = getattr(getattr(analyzer, "budgets", None), "budgets", None) or []
+    def _budgets(self, analyzer: Any, hostname: str, ts: float | None) -> Iterator[Metric]:
+        watch = getattr(analyzer, "budgets", None)
+        budgets = getattr(watch, "budgets", None) or []
+        labels = ["Hostname", "scope", "name", "period"]
         limit = GaugeMetricFamily("mlcost_budget_limit_dollars",
-                                  "A configured budget ([cost.budgets])",
-                                  labels=["Hostname", "scope", "name", "period"])
+                                  "A configured budget ([cost.budgets])", labels=labels)
         for budget in budgets:
             limit.add_metric([hostname, budget.scope, _clean(budget.name), budget.period],
                              budget.limit)
         yield limit
+        spent = GaugeMetricFamily(
+            "mlcost_budget_spent_dollars",
+            "Spent in the budget's current UTC day or month (the runs before this start too)",
+            labels=labels)
+        if watch is not None and budgets and ts is not None:
+            with analyzer.ledger.lock:  # the loop writes the ledger; a scrape reads it
+                found = watch.status(analyzer.ledger, ts)
+            for entry in found:
+                spent.add_metric([hostname, entry["scope"], _clean(entry["name"]),
+                                  entry["period"]], entry["spent"])
+        yield spent
 
 
 class Metrics:

@@ -117,6 +117,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                            "spend_today": {"type": "number", "description": "the host's spend "
                                            "on the UTC day of this tick, dollars, the runs "
                                            "before this daemon's start included"},
+                           "budgets": {"type": "array", "items": {"type": "object"},
+                                       "description": "each [cost.budgets] budget in its "
+                                                      "current UTC period: scope, name, "
+                                                      "target, period, period_id, limit, "
+                                                      "spent, crossed"},
                            "energy": {"type": "object", "nullable": True,
                                       "description": "energy and carbon so far: joules, kwh, "
                                                      "co2e_grams, grid, host_idle, gpus, "

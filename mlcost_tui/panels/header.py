@@ -100,6 +100,11 @@ class HeaderPanel(Static):
                          style="bold " + BAD if wasted and wasted > 0.005 else "bold")
             line2.append("  today ")
             line2.append(fmt.money(now.spend_today), style="bold")
+            budget = now.host_budget_today
+            if budget is not None:  # [cost.budgets.host] daily: how much of it is gone
+                line2.append(f" of {fmt.money(budget.limit)} ({budget.share:.0%})",
+                             style=BAD if budget.crossed else WARN if budget.share >= 0.8
+                             else MUTED)
             if now.potential_savings_per_month is not None:
                 # The combined figure: what the recommendations save together (<= the bill).
                 line2.append("  potential savings ")

@@ -116,6 +116,29 @@ def test_a_restart_counts_the_period_spent_before_it(receiver):
         assert fresh.update(ledger, DAY + i) == []
 
 
+def test_status_says_where_each_budget_stands_in_its_period():
+    """/v1/now's `budgets` and /metrics's mlcost_budget_spent_dollars: each budget's limit,
+    what its current period spent (the runs before the start included) and whether it was
+    crossed."""
+    before = CostLedger()
+    for i in range(0, 31):  # $0.30 before the start
+        tick(before, DAY + i)
+    watch = BudgetWatch({"user": {"alice": {"daily": 1.0}}, "host": {"monthly": 100}})
+    watch.resume(before, [], DAY + 100)
+    ledger = CostLedger()
+    for i in range(100, 181):  # $0.80 since: $1.10 of alice's $1 today
+        tick(ledger, DAY + i)
+        watch.update(ledger, DAY + i)
+    status = {s["target"]: s for s in watch.status(ledger, DAY + 180)}
+    assert status["user:alice"]["spent"] == pytest.approx(1.1)
+    assert status["user:alice"]["crossed"] is True and status["user:alice"]["limit"] == 1.0
+    assert status["host"]["spent"] == pytest.approx(1.1)
+    assert status["host"]["crossed"] is False and status["host"]["period_id"] == "2025-03"
+    # the next day: alice's day starts again, the month goes on
+    status = {s["target"]: s for s in watch.status(ledger, DAY + 86400)}
+    assert status["user:alice"]["spent"] == 0.0 and status["host"]["spent"] == pytest.approx(1.1)
+
+
 def test_webhook_failure_is_counted_not_raised():
     hook = Webhook("http://127.0.0.1:9/nothing", timeout_s=0.5)
     hook.post({"x": 1})

@@ -5,14 +5,17 @@ idle) on one database; a real webhook receiver on a local port."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
 import sys
 
+import aiohttp
 import livedaemon
 import pytest
 from livedaemon import poll
+from prometheus_client.parser import text_string_to_metric_families
 from webhook_receiver import receiving
 
 from daemon import clock
@@ -41,6 +44,18 @@ def events(db, kind):
     return [(s / 1000, None if e is None else e / 1000, json.loads(d)) for s, e, d in rows(
         db, "SELECT started_at, ended_at, detail FROM events WHERE kind = ? ORDER BY id",
         (kind,))]
+
+
+def metric_samples(daemon, name):
+    """The samples of one series of the daemon's /metrics, over its unix socket."""
+    async def get() -> str:
+        connector = aiohttp.UnixConnector(path=str(daemon.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://mlcostd/metrics") as response:
+                return await response.text()
+
+    return [s for f in text_string_to_metric_families(asyncio.run(get())) for s in f.samples
+            if s.name == name]
 
 
 def recorded_host_spend(db, since):
@@ -100,6 +115,16 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         assert Now.from_dict(now).spend_today == now["spend_today"]
         said = "spend the store recorded before this start: $"
         assert said in second.log() and said not in first_log
+        # where each budget stands: the daily one crossed, the month's counting run 1's spend
+        standing = {b["period"]: b for b in now["budgets"]}
+        assert standing["daily"]["crossed"] is True
+        assert standing["daily"]["spent"] == pytest.approx(now["spend_today"])
+        assert standing["monthly"]["crossed"] is True
+        assert standing["monthly"]["spent"] >= spent_before * 0.999
+        assert Now.from_dict(now).host_budget_today.limit == 0.0001
+        scraped = {s.labels["period"]: s.value for s in metric_samples(
+            second, "mlcost_budget_spent_dollars")}
+        assert scraped["monthly"] >= spent_before * 0.999 and scraped["daily"] > 0
         assert [(e["detail"]["period"]) for e in now["events"]
                 if e["kind"] == "budget_exceeded"] == ["daily", "monthly"]
     finally:

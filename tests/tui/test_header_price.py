@@ -65,6 +65,32 @@ async def test_the_header_shows_the_badge_only_for_a_stale_price(warned):
         assert "price $" in text
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("spent, crossed, shown", [
+    (None, False, None), (612.0, False, "of $800.00 (76%)"), (900.0, True, "of $800.00 (112%)")])
+async def test_today_says_how_much_of_the_hosts_daily_budget_it_is(spent, crossed, shown):
+    """`today` beside [cost.budgets.host] daily, where one is set (a user or monthly budget is
+    not today's); nothing where none is."""
+    doc = now_document()
+    doc["spend_today"] = spent if spent is not None else 12.0
+    if spent is not None:
+        doc["budgets"] = [
+            {"scope": "user", "name": "ana", "target": "user:ana", "period": "daily",
+             "period_id": "2026-12-04", "limit": 10.0, "spent": 9.0, "crossed": False},
+            {"scope": "host", "name": "host", "target": "host", "period": "daily",
+             "period_id": "2026-12-04", "limit": 800.0, "spent": spent, "crossed": crossed}]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 48)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
+                                                       None, 0.01, TS),)))
+        await pilot.pause()
+        text = str(app.query_one(HeaderPanel).render())
+        if shown is None:
+            assert "today $12.00  " in text and "today $12.00 of" not in text
+        else:
+            assert f"today {'$' + format(spent, ',.2f')} {shown}" in text
+
+
 @pytest.mark.parametrize(("target", "label"), [
     ("gpu:5", "GPU 5 idle"), ("host", "the whole host"),
     ("process:1234:1700000000.000", "process 1234"), ("process:1234", "process 1234"),
