@@ -77,9 +77,6 @@ class Analyzer:
         self.grid_setting = (grid_g_per_kwh, grid_region)  # [energy]
         self.idle = IdleDetector(self.thresholds)
         self.budgets = BudgetWatch(budgets)
-        # This month's spend the runs before this one recorded (`resume`): "today" is the UTC
-        # day's, not the time since this start.
-        self.spent_before: CostLedger | None = None
         self.book = RecommendationBook(hold_s=recommendation_hold_s)
         self.resolved_unwritten: list[dict[str, Any]] = []  # notices the store has not yet
         self.storage_paths = storage_paths or []
@@ -102,14 +99,15 @@ class Analyzer:
         """Carry on from the runs before this daemon on its store: what they spent this month
         (daemon.analysis.recorded_spend) and the budget crossings they left open. Returns
         those of periods over by `ts`, ended (BudgetWatch.resume), for the store."""
-        self.spent_before = spent_before
         return self.budgets.resume(spent_before, budget_events, ts)
 
     def spend_today(self, ts: float) -> float:
-        """The host's spend on ts's UTC day: recorded before this start, and charged since."""
+        """The host's spend on ts's UTC day: recorded before this start (kept by the budgets,
+        which count the same day), and charged since."""
         day = utc_day(ts)
-        before = self.spent_before.by_day.get(day, 0.0) if self.spent_before is not None else 0.0
-        return before + self.ledger.by_day.get(day, 0.0)
+        before = self.budgets.recorded
+        return (before.by_day.get(day, 0.0) if before is not None else 0.0) \
+            + self.ledger.by_day.get(day, 0.0)
 
     def set_price(self, price: HostPrice) -> None:
         """A new price (live refresh, config reload) applies from the next tick."""
@@ -287,7 +285,7 @@ class Analyzer:
             recommendations=self._recommendations(),
             energy=self.energy.snapshot(grid),
             spend_today=self.spend_today(b.ts) if b is not None else None,
-            budgets=self.budgets.status(self.ledger, b.ts) if b is not None else [])
+            budgets=tuple(self.budgets.status(self.ledger, b.ts)) if b is not None else ())
 
     def recommendations(self) -> list[dict[str, Any]]:
         """The active recommendations' documents (the snapshot's, without the rest of it)."""

@@ -34,4 +34,4 @@ class CostState(NamedTuple):
     recommendations: list[dict[str, Any]]
     energy: dict[str, Any]
     spend_today: float | None = None
-    budgets: list[dict[str, Any]] = []  # BudgetWatch.status: each budget's current period
+    budgets: tuple[dict[str, Any], ...] = ()  # BudgetWatch.status: each budget's period

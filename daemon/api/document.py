@@ -12,7 +12,7 @@ Keys are documented in the README; later features add keys, never rename them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,7 @@ class CostView:
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     energy: Mapping[str, Any] | None = None  # daemon.analysis.energy: joules, kWh, CO2e so far
     spend_today: float | None = None  # the UTC day's, runs before this start included
-    budgets: list[dict[str, Any]] = field(default_factory=list)  # BudgetWatch.status
+    budgets: Sequence[dict[str, Any]] = ()  # BudgetWatch.status
 
     @classmethod
     def from_state(cls, state: CostState, recommendations: list[dict[str, Any]]) -> CostView:
@@ -340,7 +340,7 @@ def now_document(
         doc["cost"] = cost.ledger
         if cost.spend_today is not None:  # else a client reads cost.by_day (daemon.wire)
             doc["spend_today"] = cost.spend_today
-        doc["budgets"] = cost.budgets
+        doc["budgets"] = list(cost.budgets)
         doc["energy"] = dict(cost.energy) if cost.energy is not None else None
         doc["events"] = cost.events
         gpus = [g.index for g in sample.gpus] if sample is not None else []

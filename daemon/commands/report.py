@@ -724,7 +724,8 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
     costly = sorted((e for e in idle if e["kind"] != "action"),
                     key=lambda e: -(e.get("cost_so_far") or 0.0))
     left = costly[EVENTS_SHOWN:]
-    shown = [e for e in idle if e["kind"] == "action" or e not in left]
+    left_out = {id(e) for e in left}  # by identity: one pass, however many events
+    shown = [e for e in idle if id(e) not in left_out]
     end_day = clock.local_time(until if until is not None else clock.now())[:10]
 
     def when(ts: float) -> str:
