@@ -36,8 +36,10 @@ def test_memory_utilization_and_sm_share_follow_the_processes(sim_host):
     ]))
     busy_pid, holder_pid = (pid for _, pid, _ in running.workloads)
     gpu0, gpu1 = handles(2)
-    # Until a full utilization window of the busy workload has passed.
+    # Until a full utilization window of the busy workload has passed and both workloads hold
+    # their memory (each attaches on its own: the busy one can fill a window first).
     wait_until(lambda: pynvml.nvmlDeviceGetUtilizationRates(gpu0).gpu >= 90, timeout=10)
+    wait_until(lambda: pynvml.nvmlDeviceGetMemoryInfo(gpu0).used >= 4 * GIB, timeout=10)
 
     assert pynvml.nvmlDeviceGetCount() == 2
     assert pynvml.nvmlDeviceGetName(gpu0) == "NVIDIA A100-SXM4-40GB"
@@ -188,6 +190,8 @@ def test_dead_processes_disappear(sim_host):
     (gpu,) = handles(1)
     pid_a, pid_b = (pid for _, pid, _ in running.workloads)
     assert {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu)} == {pid_a, pid_b}
+    # Each holds its memory once it has attached: until both have, the sum is short.
+    wait_until(lambda: pynvml.nvmlDeviceGetMemoryInfo(gpu).used >= 3 * GIB, timeout=10)
     os.killpg(pid_a, signal.SIGKILL)  # no clean close: its record stays behind
     wait_until(lambda: [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(gpu)] == [pid_b],
                timeout=3)
