@@ -92,6 +92,10 @@ PODS = {
 CONFIG = {"idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"},
           "cost": {"evaluate_every": "5s"}}
 
+# The trainer's host has spent its day's budget at its first charged tick; its month's is out of
+# reach.
+BUDGETS = {"training": {"cost.budgets.host": {"daily": 0.0001, "monthly": 1e9}}}
+
 
 class Fleet:
     def __init__(self, daemons: dict[str, livedaemon.LiveDaemon], prometheus: Prometheus,
@@ -132,7 +136,8 @@ def fleet(tmp_path_factory):
                 [(namespace, pod, [(container, [uuid(i) for i in gpus])
                                    for container, gpus in containers])
                  for namespace, pod, containers in PODS[name]])))
-            config = {**CONFIG, "owners": {"pod_resources_socket": str(socket)}}
+            config = {**CONFIG, "owners": {"pod_resources_socket": str(socket)},
+                      **BUDGETS.get(name, {})}
             daemons[name] = livedaemon.start(folder / name, str(host), interval=0.5,
                                              config=config, args=[
                 "--metrics-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0",
@@ -242,6 +247,41 @@ def test_a_held_idle_gpu_alert_goes_pending(fleet):
     poll(lambda: hosts_idle() >= expected, WAIT_S, "MlcostHostIdle pending for both idle hosts",
          explain=fleet.explain)
     assert hosts_idle() == expected
+
+
+def test_a_crossed_budget_alerts_and_the_projection_adds_the_burn_to_what_was_spent(fleet):
+    training = fleet.instances["training"]
+
+    def crossed() -> list[dict]:
+        return [a for a in fleet.prometheus.alerts()
+                if a["labels"]["alertname"] == "MlcostBudgetCrossed" and a["state"] == "firing"]
+
+    found = poll(crossed, WAIT_S, "MlcostBudgetCrossed firing", explain=fleet.explain)
+    assert [(a["labels"]["instance"], a["labels"]["period"]) for a in found] == [
+        (training, "daily")]  # not the month's, nor a host without budgets
+    assert not [a for a in fleet.prometheus.alerts()
+                if a["labels"]["alertname"] == "MlcostBudgetRunRate"]  # crossed, not on course
+    # Every series as the rules saw them when they last ran: the projection is what was spent
+    # plus the burn to the end of the UTC day or month.
+    evaluated = fleet.prometheus.values(
+        f'timestamp(mlcost:budget_projected_dollars{{instance="{training}", period="daily"}})')
+    at = str(evaluated[training])
+
+    def at_once(expr: str) -> dict[str, float]:
+        return {r["metric"]["period"]: float(r["value"][1]) for r in fleet.prometheus.api(
+            "query", query=expr, time=at)["result"]}
+
+    spent = at_once(f'mlcost_budget_spent_dollars{{instance="{training}"}}')
+    projected = at_once(f'mlcost:budget_projected_dollars{{instance="{training}"}}')
+    hours_left = at_once("mlcost:budget_period_hours_left")
+    burn = fleet.prometheus.api("query", query=f'mlcost_host_burn_dollars_per_hour{{instance='
+                                f'"{training}"}}', time=at)["result"]
+    assert set(spent) == set(projected) == {"daily", "monthly"} and spent["daily"] > 0
+    per_hour = float(burn[0]["value"][1])
+    assert per_hour == pytest.approx(price_of(fleet.daemons["training"]))
+    for period in ("daily", "monthly"):
+        assert projected[period] == pytest.approx(spent[period] + per_hour * hours_left[period])
+    assert 0 < hours_left["daily"] <= 24 and hours_left["daily"] <= hours_left["monthly"] <= 744
 
 
 def dashboard_queries() -> list[tuple[str, str]]:

@@ -39,7 +39,7 @@ def test_the_rules_are_valid():
                        str(RULES / "mlcost-alerts.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 18 rules found" in checked.stdout
-    assert "SUCCESS: 6 rules found" in checked.stdout
+    assert "SUCCESS: 10 rules found" in checked.stdout
 
 
 def test_the_rules_unit_tests_pass():
@@ -81,3 +81,20 @@ def test_the_unit_tests_catch_a_per_namespace_usage_cost_that_drops_the_usage(tm
     tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
     assert tested.returncode == 1
     assert "namespace_usage:mlcost_gpu_usage_hourly_cost:sum" in tested.stdout + tested.stderr
+
+
+def test_the_unit_tests_catch_a_budget_projection_that_forgets_what_was_spent(tmp_path):
+    """The run-rate alert this replaced: the burn times the whole period, whatever the period
+    had already spent and however much of it was left."""
+    copy = copy_with_one_test_group(tmp_path, "a budget whose spend so far")
+    alerts = copy / "mlcost-alerts.yml"
+    text = alerts.read_text()
+    right = ("mlcost_budget_spent_dollars\n          + mlcost:budget_burn_dollars_per_hour * on (period)"
+             " group_left mlcost:budget_period_hours_left")
+    assert text.count(right) == 1
+    alerts.write_text(text.replace(right, (
+        "0 * mlcost_budget_spent_dollars\n          + mlcost:budget_burn_dollars_per_hour"
+        " * on (period) group_left () (0 * mlcost:budget_period_hours_left + 24)")))
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert "MlcostBudgetRunRate" in tested.stdout + tested.stderr
