@@ -216,12 +216,15 @@ class Maintenance:
                 return True
         if self._delete_processes(hour_cut):
             return time.perf_counter() >= deadline
-        # Meter readings (storage sizes, unit-cost counters) price reports as long as the hour
-        # spend they go with is kept.
-        # (A few rows a minute: one statement, through the ts index.)
+        # Meter readings (storage sizes, unit-cost counters, the price) price reports as long
+        # as the hour spend they go with is kept; each meter's last reading before the cut stays
+        # while it is the one in force there (a price recorded once, at a start months ago).
+        # (A few rows a minute: one statement, through the ts index and the primary key.)
         with self._db.atomic():
             self._health.rows_pruned += self._conn.execute(
-                "DELETE FROM meter_readings WHERE ts < ?", (hour_cut,)).rowcount
+                "DELETE FROM meter_readings WHERE ts < :cut AND ts < (SELECT max(p.ts) FROM "
+                "meter_readings p WHERE p.kind = meter_readings.kind AND "
+                "p.name = meter_readings.name AND p.ts <= :cut)", {"cut": hour_cut}).rowcount
         self._age_retained_for = cuts_from
         return False
 

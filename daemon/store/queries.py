@@ -295,9 +295,15 @@ def meter_readings(reader: StoreReader, since: float, until: float
         "p.name = m.name AND p.ts <= :lo), :lo) ORDER BY ts", {"lo": lo, "hi": hi})
     out: dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]] = {}
     for r in rows:
-        detail = json.loads(r["detail"] or "{}")
-        out.setdefault((r["kind"], r["name"]), []).append(
-            (r["ts"] / 1000, float(r["value"]), detail if isinstance(detail, dict) else {}))
+        value = r["value"]
+        if not isinstance(value, int | float) or not isinstance(r["ts"], int):
+            continue  # a damaged or hostile row (a NaN is stored as NULL): not a reading
+        try:
+            detail = json.loads(r["detail"] or "{}")
+        except (TypeError, ValueError):
+            detail = {}
+        out.setdefault((str(r["kind"]), str(r["name"])), []).append(
+            (r["ts"] / 1000, float(value), detail if isinstance(detail, dict) else {}))
     return out
 
 
