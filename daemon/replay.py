@@ -45,6 +45,7 @@ from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
 from daemon.analysis.ledger import CostLedger, recording_gap_s
+from daemon.analysis.price_history import PriceHistory
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
@@ -126,7 +127,11 @@ class Replay:
             raise ReplayError(f"{self.path} has no recorded ticks yet: let mlcostd run a few "
                               "seconds first")
         self.host: dict[str, Any] = dict(host) if isinstance(host, dict) else {}
-        self.price = HostPrice.from_dict(self.host.get("price"))
+        # Each tick at the price charged then (daemon.analysis.price_history); a store recorded
+        # before prices were kept, at the price it last recorded.
+        self.prices = PriceHistory.from_readings(
+            queries.meter_readings(self.reader, self.start, self.end),
+            HostPrice.from_dict(self.host.get("price")))
         recorded = self.host.get("interval_s")
         gaps = [b - a for a, b in zip(self._all_ms[:200], self._all_ms[1:201], strict=False)]
         self.interval_s = float(recorded) if isinstance(recorded, int | float) and recorded > 0 \
@@ -216,11 +221,13 @@ class Replay:
                     in queries.stack_statuses(self.reader).items()}
         events, windows = self._events(at)
         cost = None
-        if self.price is not None:
-            current = burn(sample, self.price, self.thresholds)
+        price = self.prices.at(at)
+        if price is not None:
+            host["price"] = price.as_dict()
+            current = burn(sample, price, self.thresholds)
             ledger, meter = self._ledger(at)
             grid = (GridIntensity.from_dict(self.host.get("grid"))  # as the daemon ran
-                    or grid_intensity(self.price.provider, self.price.region))
+                    or grid_intensity(price.provider, price.region))
             spent = ledger.as_dict()
             by_process = spent.pop("by_process")
             processes = {process_key(*key): ProcessCost(
@@ -229,7 +236,7 @@ class Replay:
                 for key, proc in current.processes.items() for energy in (meter.process(key),)}
             live_burn = current.as_dict()  # the analyzer's snapshot keys, no more
             cost = CostView(
-                price=self.price.as_dict(),
+                price=price.as_dict(),
                 burn={k: live_burn[k] for k in ("total_per_hour", "wasted_per_hour",
                                                 "idle_per_hour", "price_per_gpu",
                                                 "price_source", "gpus")},
@@ -269,9 +276,11 @@ class Replay:
         pending = sorted(((ts, name, detail) for (kind, name), found in readings.items()
                           if kind == LATENCY_READING for ts, _, detail in found if ts <= at),
                          key=lambda reading: (reading[0], reading[1]))
-        assert self.price is not None
         for sample in samples:
-            energy.add(sample, ledger.add(burn(sample, self.price, self.thresholds)))
+            price = self.prices.at(sample.ts)
+            if price is None:  # before any price the store knows: not charged
+                continue
+            energy.add(sample, ledger.add(burn(sample, price, self.thresholds)))
             while pending and pending[0][0] <= sample.ts:
                 _, name, detail = pending.pop(0)
                 observe_reading(meters[name], detail, ledger.cost_of(meters[name].target))

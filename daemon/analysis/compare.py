@@ -204,12 +204,15 @@ def cost_series(side: Side) -> list[float]:
 
 
 def wasted_series(side: Side) -> list[float]:
-    """Per bucket: wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs whole)."""
-    per_gpu = (side.document.get("burn") or {}).get("price_per_gpu")
-    if not isinstance(per_gpu, int | float):
-        return []
+    """Per bucket: wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs whole),
+    at the bucket's own price (the price charged then), else at the side's (a document from
+    before buckets carried theirs)."""
+    whole = (side.document.get("burn") or {}).get("price_per_gpu")
     out = []
     for bucket in side.buckets:
+        per_gpu = bucket.get("price_per_gpu", whole)
+        if not isinstance(per_gpu, int | float):
+            continue
         gpus = bucket.get("gpus") or {}
         utils = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
         if any(u is not None for u in utils):

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.busy import IdleThresholds
-from daemon.analysis.cost import Burn, HostPrice, burn, gpu_wasted_per_hour
+from daemon.analysis.cost import Burn, burn, gpu_wasted_per_hour
+from daemon.analysis.price_history import PriceHistory
 from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -51,10 +52,11 @@ class RawWindow:
 
     @classmethod
     def read(cls, reader: StoreReader, start: float, end: float, max_samples: int,
-             price: HostPrice | None, thresholds: IdleThresholds | None) -> RawWindow:
+             prices: PriceHistory, thresholds: IdleThresholds | None) -> RawWindow:
+        """Each tick priced at the price charged then (PriceHistory)."""
         samples = reader.samples(start, end, max_samples=max_samples)
         return cls(samples, [burn(s, price, thresholds) if price is not None else None
-                             for s in samples])
+                             for s in samples for price in (prices.at(s.ts),)])
 
 
 def bucket_size(span_s: float, interval_s: float = 1.0) -> int:
@@ -64,13 +66,14 @@ def bucket_size(span_s: float, interval_s: float = 1.0) -> int:
     return next((size for size in NICE_SIZES if size >= wanted), math.ceil(wanted))
 
 
-def build(reader: StoreReader, start: float, end: float, price: HostPrice | None,
+def build(reader: StoreReader, start: float, end: float, prices: PriceHistory,
           thresholds: IdleThresholds | None = None, interval_s: float = 1.0,
           raw: RawWindow | None = None) -> dict[str, Any]:
     """The timeline of [start, end]: `bucket_s`, `source` ("raw" or "rollups") and `buckets`,
     oldest first, only those that hold data. Each bucket: `ts` (its start), `utilization` (mean
     % over the GPUs), `memory_used_bytes` (summed over the GPUs), `burn_per_hour` and
-    `wasted_per_hour` (None without a price), `gpus` {index: {utilization, memory_used_bytes}};
+    `wasted_per_hour` and `price_per_gpu` (at the price charged then; None without a price),
+    `gpus` {index: {utilization, memory_used_bytes}};
     over raw samples also `samples` and `processes` {pid:start_time: {sm_share, burn_per_hour,
     phases: {phase: stack samples}}}. `raw`: the window's ticks as the caller read them (else
     up to MAX_RAW_SAMPLES are read here); buckets are no narrower than the ticks read are
@@ -78,7 +81,7 @@ def build(reader: StoreReader, start: float, end: float, price: HostPrice | None
     span = max(end - start, 0.0)
     if span <= RAW_MAX_SPAN_S:
         if raw is None:
-            raw = RawWindow.read(reader, start, end, MAX_RAW_SAMPLES, price, thresholds)
+            raw = RawWindow.read(reader, start, end, MAX_RAW_SAMPLES, prices, thresholds)
         picked = raw.samples
         # the ticks read are this far apart where they were recorded (a store younger than the
         # window covers only part of it: the span alone would make its buckets too wide)
@@ -89,7 +92,7 @@ def build(reader: StoreReader, start: float, end: float, price: HostPrice | None
         source = "raw"
     else:
         size = bucket_size(span, interval_s)
-        buckets = _from_rollups(reader, start, end, size, price, thresholds)
+        buckets = _from_rollups(reader, start, end, size, prices, thresholds)
         source = "rollups"
     return {"version": TIMELINE_VERSION, "since": start, "until": end, "bucket_s": size,
             "source": source, "buckets": buckets}
@@ -105,7 +108,7 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
     for sample, costs in zip(raw.samples, raw.costs, strict=True):
         index = int((sample.ts - start) // size)
         acc = grouped.setdefault(index, {"util": [], "mem": [], "burn": [], "wasted": [],
-                                         "gpus": {}, "procs": {}, "n": 0})
+                                         "per_gpu": [], "gpus": {}, "procs": {}, "n": 0})
         acc["n"] += 1
         utils = [g.utilization for g in sample.gpus if g.utilization is not None]
         if utils:
@@ -124,6 +127,7 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
         if costs is not None:
             acc["burn"].append(costs.total_per_hour)
             acc["wasted"].append(costs.wasted_per_hour)
+            acc["per_gpu"].append(costs.price_per_gpu)
         for proc in sample.processes:
             if not proc.gpus:
                 continue
@@ -135,7 +139,7 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
     for row in queries.stack_samples(reader, start, end):
         index = int((row["ts"] - start) // size)
         acc = grouped.setdefault(index, {"util": [], "mem": [], "burn": [], "wasted": [],
-                                         "gpus": {}, "procs": {}, "n": 0})
+                                         "per_gpu": [], "gpus": {}, "procs": {}, "n": 0})
         entry = acc["procs"].setdefault(process_key(row["pid"], row["start_time"]),
                                         {"sm": [], "burn": [], "phases": {}})
         phase = str(row["phase"] or "unknown")
@@ -150,6 +154,7 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
             "memory_used_bytes": _mean(acc["mem"]),
             "burn_per_hour": _mean(acc["burn"]),
             "wasted_per_hour": _mean(acc["wasted"]),
+            "price_per_gpu": _mean(acc["per_gpu"]),
             "gpus": {str(i): {"utilization": _mean(g["util"]),
                               "memory_used_bytes": _mean(g["mem"]),
                               "power_watts": _mean(g["power"])}  # compare's energy noise
@@ -162,7 +167,7 @@ def _from_samples(reader: StoreReader, start: float, end: float, size: int,
 
 
 def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
-                  price: HostPrice | None,
+                  prices: PriceHistory,
                   thresholds: IdleThresholds | None) -> list[dict[str, Any]]:
     """Per-GPU utilization and memory from the store's history (minute or hour rollups); the
     wasted $/h from each bucket's mean utilization with the one wasted-$/h formula."""
@@ -181,6 +186,7 @@ def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
         utils = [g["utilization"] for g in gpus.values() if "utilization" in g]
         mems = [g["memory_used_bytes"] for g in gpus.values() if "memory_used_bytes" in g]
         total = wasted = None
+        price = prices.at(start + index * size)
         if price is not None:
             total = price.per_hour
             wasted = math.fsum(
@@ -193,6 +199,7 @@ def _from_rollups(reader: StoreReader, start: float, end: float, size: int,
             "memory_used_bytes": math.fsum(mems) if mems else None,
             "burn_per_hour": total,
             "wasted_per_hour": wasted,
+            "price_per_gpu": None if price is None else price.per_gpu,
             "gpus": {str(i): {"utilization": g.get("utilization"),
                               "memory_used_bytes": g.get("memory_used_bytes"),
                               "power_watts": g.get("power_watts")}

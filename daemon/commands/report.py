@@ -17,6 +17,7 @@ from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, recording_gap_s
 from daemon.analysis.meters import UnitCostMeter
+from daemon.analysis.price_history import PriceHistory
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
@@ -124,10 +125,13 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
             and isinstance(cost_meta.get("jobs"), dict) else None) or dict(config.cost.jobs)
     readings = queries.meter_readings(reader, start, end)
     recorded_price = HostPrice.from_dict(price)
+    # Each tick at the price charged then (a daemon started again at another price, or on a
+    # resized instance, recorded its own), else at the price the store last recorded.
+    prices = PriceHistory.from_readings(readings, recorded_price)
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
     # energy (an hour or less; beyond, the timeline reads the rollups and the cost pass its
     # own COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).
-    raw = (RawWindow.read(reader, start, end, raw_sample_count(len(processes)), recorded_price,
+    raw = (RawWindow.read(reader, start, end, raw_sample_count(len(processes)), prices,
                           thresholds) if round(end - start, 3) <= TIMELINE_RAW_MAX_SPAN_S
            else None)
     recorded_spend = (recorded_ledger(reader, start, end, jobs)
@@ -136,7 +140,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # The ticks the cost pass and the energy split read: the raw window, else an even spread.
     sampled = raw or RawWindow.read(reader, start, end,
                                     raw_sample_count(len(processes), COST_SAMPLES),
-                                    recorded_price, thresholds)
+                                    prices, thresholds)
     window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
                    if recorded_spend else None) or _window_cost(
         sampled, start, end, price, processes, interval, jobs, readings)
@@ -182,15 +186,20 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         **_recommendations_review(queries.recommendations(
             reader, end - max(since_s, recommendations_since_s or 0.0)), price, gpus),
     }
+    # (from the window's first tick: a young store's window starts before anything was charged)
+    changes = prices.within(first / 1000 if first else start, end)
+    document["burn"]["price_changes"] = ([{"since": since, **charged.as_dict()}
+                                          for since, charged in changes]
+                                         if len(changes) > 1 else [])
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
     document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
                           _window_energy(raw or RawWindow.read(
-                              reader, start, end, raw_sample_count(len(processes)), None, None),
+                              reader, start, end, raw_sample_count(len(processes)), PriceHistory.fixed(None), None),
                               gpus, per_kwh, interval))
     report_energy.section(document, sampled.samples, start, end,
                           max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
                           jobs, config, rollup_interval=interval if rolled else None)
-    document["timeline"] = build_timeline(reader, start, end, recorded_price, thresholds, interval,
+    document["timeline"] = build_timeline(reader, start, end, prices, thresholds, interval,
                                           raw)
     latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
     review = document.setdefault("review", {})
@@ -205,6 +214,17 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
         else HOURS_PER_MONTH))
     return document
+
+
+def _price_then(entry: dict[str, Any]) -> str:
+    """One price of a window's price changes: "from 22:17:51 $55.0600/h (aws p5.48xlarge, 8
+    GPUs)"; the first from the window's start."""
+    what = " ".join(one_line(str(entry[k]))[:40] for k in ("provider", "instance_type")
+                    if entry.get(k))
+    gpus = entry.get("gpu_count")
+    parts = [p for p in (what, plural(gpus, "GPU") if isinstance(gpus, int) else "") if p]
+    return (f"from {clock.local_time(entry['since'])} ${entry['per_hour']:.4f}/h"
+            + (f" ({', '.join(parts)})" if parts else ""))
 
 
 def _recorded_per_kwh(price: dict[str, Any] | None) -> float:
@@ -463,6 +483,10 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
                    f"${burn_now['wasted_per_hour']:.2f}/h, no process "
                    f"${burn_now['idle_per_hour']:.2f}/h); price ${burn_now['price_per_hour']:.4f}/h,"
                    f" ${burn_now['price_per_gpu']:.4f}/h per GPU ({burn_now['price_source']})")
+    changed = burn_now.get("price_changes") or []
+    if changed:
+        out.append("the price changed in this window (each tick is charged at its own): "
+                   + ", ".join(_price_then(entry) for entry in changed))
     warning = host.get("price_warning")
     if warning:
         out += _warning_lines(warning)

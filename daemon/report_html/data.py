@@ -19,6 +19,7 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s
+from daemon.analysis.price_history import PriceHistory
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -62,6 +63,9 @@ class ReportData:
     # The window's energy and carbon as the report's document["carbon"]; each process's
     # "energy" as the report's (daemon.commands.report_energy); None: no sample in the range.
     carbon: dict[str, Any] | None = None
+    # Each price charged in the range where it changed there ((since, HostPrice.as_dict()),
+    # oldest first; empty when one price held throughout): every tick is charged at its own.
+    price_changes: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
 
 def process_label(target: str, names: dict[str, tuple[int, str]]) -> str:
@@ -125,14 +129,23 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     processes = summary["processes"]
 
     # Burn and waste over the range, and each process's cost, with the live cost model.
+    # Each tick at the price charged then (daemon.analysis.price_history).
     samples = reader.samples(start, end, max_samples=SERIES_POINTS)
+    readings = queries.meter_readings(reader, start, end)
+    prices = PriceHistory.from_readings(readings, price)
+    priced = [(sample, charged) for sample in samples
+              for charged in (prices.at(sample.ts),) if charged is not None]
+    if samples:
+        changes = prices.within(samples[0].ts, end)
+        data.price_changes = ([(since, charged.as_dict()) for since, charged in changes]
+                              if len(changes) > 1 else [])
     by_process: dict[tuple[int, float], list[float]] = {}
     max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(samples) - 1, 1))
-    if price is not None and samples:
+    if priced:
         ledger = CostLedger(max_gap_s=max_gap_s)
         total, wasted, idle = [], [], []
-        for sample in samples:
-            current = burn(sample, price, thresholds)
+        for sample, charged in priced:
+            current = burn(sample, charged, thresholds)
             ledger.add(current)
             total.append((sample.ts, current.total_per_hour))
             wasted.append((sample.ts, current.wasted_per_hour))
@@ -189,7 +202,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     data.processes = sorted(processes, key=lambda p: -(p.get("cost") or 0.0))
     # Serving latency beside each target's processes' cost (their jobs as the daemon labelled)
     latency: dict[str, Any] = {"processes": processes, "gpus": data.gpus}
-    latency_report.section(latency, queries.meter_readings(reader, start, end), start, end, jobs)
+    latency_report.section(latency, readings, start, end, jobs)
     data.latency = latency["spend"]["latency"]
     names = {process_key(p["pid"], p["start_time"]): (p["pid"], p.get("command") or "")
              for p in processes}

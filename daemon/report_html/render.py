@@ -370,6 +370,11 @@ def render(data: ReportData) -> str:
         f"({_money(price.get('per_gpu_per_hour'))} per GPU) from {_e(price.get('source'))}"
         if price else "no recorded price",
     ]
+    if data.price_changes:
+        facts.append("the price changed in this range, each tick charged at its own: " + ", ".join(
+            f"from {_e(_time(since))} {_money(changed.get('per_hour'))}/h"
+            f" ({_e(' '.join(str(changed.get(k)) for k in ('provider', 'instance_type') if changed.get(k)))})"
+            for since, changed in data.price_changes))
     if host.get("simulated"):
         facts.append(f"simulated scenario {_e(host['simulated'])}")
     span_s = data.until - data.since

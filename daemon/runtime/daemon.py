@@ -648,6 +648,7 @@ class Daemon:
         assert self.store is not None
         analyzer = build_analyzer(self.config, price, catalog)
         resume.spend_before(analyzer, self.store, self.config)
+        resume.record_price(self.store, price, clock.now())
         self.host["grid"] = analyzer.grid().as_dict()  # carbon's intensity, for reports, replays
         self.store.set_meta("host", self.host)
         # The report labels jobs as this daemon did ([cost].jobs), wherever it is read.
@@ -709,6 +710,7 @@ class Daemon:
         self.analyzer.set_price(price)
         self.host["price"] = price.as_dict()
         if self.store is not None:
+            resume.record_price(self.store, price, clock.now())
             self.store.set_meta("host", self.host)
         log.info("price: priced again for the %d GPU(s) NVML counted after the start", counted)
 

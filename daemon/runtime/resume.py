@@ -1,10 +1,12 @@
 """What a daemon that starts on a store takes on from the runs before it (an upgrade, a reboot,
 a crash): the events they left open end with them, and the spend they recorded this month, with
 the budget crossings they raised, goes to the analyzer, so that "today" and the budgets count
-the UTC day and month, not the time since this start.
+the UTC day and month, not the time since this start. And what it leaves to the readers of its
+range: the price it charges, where that is not the price the store last recorded.
 
-Both run once, at start, before the first tick. Neither stops the daemon: a store that cannot be
-read now is said in the log, and the day's spend and the budgets then count from this start.
+Each runs at start, before the first tick (the price again where NVML counts the GPUs late and
+the host is priced again). None stops the daemon: a store that cannot be read now is said in
+the log, and the day's spend and the budgets then count from this start.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import logging
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import LOW_UTILIZATION
+from daemon.analysis.cost import HostPrice
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE
 from daemon.analysis.ledger import recording_gap_s
+from daemon.analysis.price_history import PRICE_NAME, PRICE_READING, charged_as
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.config import Config
 from daemon.store import facts, queries
@@ -59,3 +63,16 @@ def spend_before(analyzer: Analyzer, store: Store, config: Config) -> None:
                  "(UTC); today's spend and the budgets count on from there",
                  before.by_day.get(clock.utc_day(now), 0.0),
                  before.by_month.get(clock.utc_month(now), 0.0))
+
+
+def record_price(store: Store, price: HostPrice, ts: float) -> bool:
+    """Record the price this run charges from `ts` on (daemon.analysis.price_history), unless
+    the store's last recorded price charges the same: a report or replay of a past range then
+    prices each tick as it was charged. True when a reading was written."""
+    charged = price.as_dict()
+    last = facts.last_meter_reading(store, PRICE_READING, PRICE_NAME)
+    if last is not None and charged_as(last) == charged_as(charged):
+        return False
+    facts.write_meter_readings(store, ts, [(PRICE_READING, PRICE_NAME, price.per_hour, charged)])
+    return True
+

@@ -294,3 +294,21 @@ def write_meter_readings(store: Store, ts: float,
              "INSERT OR REPLACE INTO meter_readings (kind, name, ts, value, detail) "
              "VALUES (?, ?, ?, ?, ?)", (kind, name, at, value, json.dumps(detail, sort_keys=True)))
             for kind, name, value, detail in readings])
+
+
+def last_meter_reading(store: Store, kind: str, name: str) -> dict[str, Any] | None:
+    """The detail of the latest reading of one meter the store holds (None: none, or the store
+    cannot be read now, or its detail is not a JSON object)."""
+    with store._lock:
+        try:
+            row = store._conn.execute(
+                "SELECT detail FROM meter_readings WHERE kind = ? AND name = ? "
+                "ORDER BY ts DESC LIMIT 1", (kind, name)).fetchone()
+        except sqlite3.Error:
+            return None
+    try:
+        detail = json.loads(row[0]) if row and row[0] else None
+    except ValueError:
+        return None
+    return detail if isinstance(detail, dict) else None
+

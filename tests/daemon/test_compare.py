@@ -60,6 +60,18 @@ def _side(utilization: list[float], label: str = "x") -> compare.Side:
                                              "buckets": buckets}})
 
 
+def test_wasted_per_hour_counts_each_bucket_at_its_own_price():
+    """A range the price changed in (the daemon started again at another price): each bucket's
+    idle GPU is wasted at the price charged then, not at the price the range ended at."""
+    side = _side([0.0] * 4)
+    for bucket, per_gpu in zip(side.buckets, (1.0, 1.0, 9.0, 9.0), strict=True):
+        bucket["price_per_gpu"] = per_gpu
+    assert compare.wasted_series(side) == [1.0, 1.0, 9.0, 9.0]
+    for bucket in side.buckets:  # a document from before buckets carried their price
+        del bucket["price_per_gpu"]
+    assert compare.wasted_series(side) == [1.0] * 4
+
+
 def _figure(result: dict, name: str) -> dict:
     return next(f for f in result["figures"] if f["name"] == name)
 

@@ -3,6 +3,7 @@ then a copy of its database (VACUUM INTO) is replayed: state_at values and the T
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -244,3 +245,40 @@ def test_a_recommendation_without_its_text_at_the_tick_says_when_its_text_is_fro
     shown = {r["id"]: r["summary"] for r in replay._recommendations(first)}
     assert shown["r1"] == f"(text as evaluated at {local_time(later, date=False)}) idle 61 min"
     assert shown["r2"] == "use spot"  # its text is from this tick
+
+
+def test_each_tick_is_replayed_at_the_price_charged_then(store, tmp_path):
+    """The daemon recorded the price it charged at its start; a later run at another price
+    (here written into a copy of the store, as a restart would) prices only its own ticks."""
+    copy = tmp_path / "repriced.db"
+    conn = sqlite3.connect(store)
+    conn.execute("VACUUM INTO ?", (str(copy),))
+    conn.close()
+    conn = sqlite3.connect(copy)
+    recorded = conn.execute("SELECT ts, value, detail FROM meter_readings "
+                            "WHERE kind = 'price'").fetchall()
+    assert len(recorded) == 1  # written once, at the start
+    ms = [r[0] for r in conn.execute("SELECT ts FROM ticks ORDER BY ts")]
+    middle = ms[len(ms) // 2]
+    detail = json.loads(recorded[0][2])
+    first_price = detail["per_hour"]
+    dearer = dict(detail, per_hour=first_price * 10, per_gpu_per_hour=first_price * 10)
+    with conn:
+        conn.execute("INSERT INTO meter_readings (kind, name, ts, value, detail) VALUES "
+                     "('price', 'host', ?, ?, ?)", (middle - 1, dearer["per_hour"],
+                                                    json.dumps(dearer)))
+        host = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'json:host'")
+                          .fetchone()[0])
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'json:host'",
+                     (json.dumps(dict(host, price=dearer)),))
+    conn.close()
+    with Replay(copy) as replay:
+        before, after = replay.state_at(ms[1] / 1000), replay.state_at(ms[-1] / 1000)
+        assert before["price"]["per_hour"] == pytest.approx(first_price)
+        assert before["burn"]["total_per_hour"] == pytest.approx(first_price)
+        assert after["price"]["per_hour"] == pytest.approx(first_price * 10)
+        assert after["burn"]["total_per_hour"] == pytest.approx(first_price * 10)
+        # the spend so far: each tick's interval at its own price (all at the last: far more)
+        charged = sum((b - a) * (first_price * 10 if b >= middle else first_price)
+                      for a, b in zip(ms, ms[1:], strict=False)) / 3.6e6
+        assert after["cost"]["total"] == pytest.approx(charged, rel=0.05)

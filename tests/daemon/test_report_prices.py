@@ -3,6 +3,7 @@ measured power at [instance].electricity_per_kwh, and the managed-vs-self-manage
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -133,3 +134,48 @@ def test_the_report_s_top_stack_says_how_many_samples_it_has_in_words():
             "checkpoint": {"share": 0.5, "top_stacks": [{**stack, "samples": 3}]}}}])
     assert any(line.endswith("(1 sample)") for line in lines), lines
     assert any(line.endswith("(3 samples)") for line in lines), lines
+
+
+def test_each_tick_is_charged_at_the_price_recorded_then(tmp_path):
+    """Two runs on one store at different prices (a refreshed price, a resized instance): the
+    report charges each tick at its own, lists the change, and skips a reading it cannot
+    trust; the store's last price (its meta) no longer prices the ticks before it."""
+    from daemon.runtime.resume import record_price
+    from daemon.store import facts
+
+    config = make_config(tmp_path, instance=P4D)
+    price, _, instance = price_host.price_host(config, None, 2)
+    cheap = dataclasses.replace(price, per_hour=2.0, gpu_count=2)  # the 2 GPUs recorded
+    dear = dataclasses.replace(price, per_hour=20.0, gpu_count=2)
+    db = tmp_path / "mlcost.db"
+    start = time.time() - 40
+    with Store(str(db)) as store:
+        record_price(store, cheap, start - 1)
+        for i in range(40):
+            if i == 20:
+                record_price(store, dear, start + i - 0.5)
+                facts.write_meter_readings(store, start + i - 0.4, [  # hostile: skipped
+                    ("price", "host", float("nan"), {"per_hour": float("nan")}),
+                ])
+                facts.write_meter_readings(store, start + i - 0.3, [
+                    ("price", "host", 1.0, {"per_hour": 1.0, "gpu_count": "eight"})])
+            gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=100.0,
+                                   memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
+                         for n in range(2))
+            store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": dear.as_dict(),
+                                "instance": instance})
+    document = build(db, config)
+    # 19 charged seconds at $2/h, then 20 at $20/h (each tick charges the second before it)
+    assert document["spend"]["total"] == pytest.approx((19 * 2.0 + 20 * 20.0) / 3600, rel=0.01)
+    changes = document["burn"]["price_changes"]
+    assert [c["per_hour"] for c in changes] == [2.0, 20.0]
+    assert changes[0]["since"] == pytest.approx(start) and changes[1]["since"] == pytest.approx(
+        start + 19.5)
+    assert document["burn"]["price_per_hour"] == 20.0  # the price now, as before
+    text = report.render_text(document)
+    assert "the price changed in this window (each tick is charged at its own): from " in text
+    assert "$2.0000/h (aws p4d.24xlarge, 2 GPUs), from " in text
+    buckets = document["timeline"]["buckets"]
+    assert {b["burn_per_hour"] for b in buckets} >= {2.0, 20.0}
+    assert {b["price_per_gpu"] for b in buckets} >= {1.0, 10.0}  # compare's waste reads it

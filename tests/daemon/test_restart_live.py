@@ -22,6 +22,7 @@ from daemon import clock
 from daemon.wire import Now
 
 TIMEOUT_S = 60.0
+SECOND_PRICE = 50.0  # $/h; the first run charges the catalog's g5.xlarge, about $1
 IDLE = {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_after": "10s"}  # the least
 
 
@@ -86,9 +87,11 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
     first_log = first.log()  # (the second run writes its log in the same folder)
     poll(lambda: hook.bodies, TIMEOUT_S, "the first run's crossing posted")
 
-    # The second run: the same daily budget, and a monthly one half of what the first spent.
+    # The second run: the same daily budget, and a monthly one half of what the first spent;
+    # the host at another price (a refreshed one, or [instance].price_per_hour set since).
     second = livedaemon.start(tmp_path, "single-gpu", interval=0.5, config={
-        **config, "cost.budgets.host": {"daily": 0.0001, "monthly": spent_before / 2}})
+        **config, "cost.budgets.host": {"daily": 0.0001, "monthly": spent_before / 2},
+        "instance": {"price_per_hour": SECOND_PRICE}})
     try:
         # what the first run left open ended at its last tick, said to be its recording's stop
         ended_with_it = [e for e in events(second.db, "gpu_unheld_idle")
@@ -139,3 +142,19 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         capture_output=True, text=True, check=True, timeout=60).stdout
     assert "open when the recording stopped at" in text
     assert text.count("(ongoing)") <= 2  # the second run's own, at most
+    assert "the price changed in this window" in text
+    # ... and charges each run's ticks at the price that run charged
+    whole = report_json(second.db, "--since", "1h")
+    changes = whole["burn"]["price_changes"]
+    assert [(c["instance_type"], c["per_hour"] < SECOND_PRICE) for c in changes] == [
+        ("g5.xlarge", True), ("g5.xlarge", False)]
+    assert changes[1]["per_hour"] == SECOND_PRICE and changes[1]["since"] > last_tick / 1000
+    first_only = report_json(second.db, "--since", "1h", "--until", str(last_tick / 1000))
+    assert first_only["burn"]["price_changes"] == []
+    assert first_only["spend"]["total"] == pytest.approx(spent_before, rel=0.1)
+
+
+def report_json(db, *args):
+    return json.loads(subprocess.run(
+        [sys.executable, "-m", "daemon", "report", "--db", str(db), "--json", *args],
+        capture_output=True, text=True, check=True, timeout=60).stdout)

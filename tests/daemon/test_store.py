@@ -589,6 +589,49 @@ def test_retention_keeps_each_recommendation_text_in_force_at_the_oldest_tick(
     assert [ts for rec_id, ts in kept if rec_id == "steady"] == [round(T0 * 1000)]
 
 
+def test_retention_keeps_each_meter_reading_in_force_at_the_cut(tmp_path: Path) -> None:
+    """A price recorded once, at a start long before the hour retention, still prices the ticks
+    after the cut; the readings before it go, and so do those of a meter read often."""
+    path = tmp_path / "s.db"
+    with Store(path, hour_retention_s=3 * 3600) as store:
+        facts.write_meter_readings(store, T0, [("price", "host", 1.0, {"per_hour": 1.0})])
+        facts.write_meter_readings(store, T0 + 60, [("price", "host", 2.0, {"per_hour": 2.0})])
+        for minute in range(0, 5 * 60, 10):
+            facts.write_meter_readings(store, T0 + 60 * minute,
+                                       [("storage", "/data", float(minute), {})])
+        fill(store, 5 * 360, interval=10.0)
+        drain(store)
+    newest = rows(path, "SELECT max(ts) FROM ticks")[0][0]
+    cut = newest - 3 * 3600_000
+    prices = rows(path, "SELECT ts, value FROM meter_readings WHERE kind = 'price'")
+    assert prices == [(round((T0 + 60) * 1000), 2.0)]  # the one in force at the cut
+    storage = [ts for (ts,) in rows(path, "SELECT ts FROM meter_readings "
+                                          "WHERE kind = 'storage' ORDER BY ts")]
+    assert storage[0] <= cut < storage[1]  # the one in force at the cut, and every later one
+    assert storage[-1] == round((T0 + 60 * 290) * 1000)
+
+
+def test_a_start_records_its_price_only_when_it_charges_another(tmp_path: Path) -> None:
+    from daemon.analysis.cost import HostPrice
+    from daemon.runtime.resume import record_price
+
+    def price(per_hour: float, warning: str = "") -> HostPrice:
+        return HostPrice(per_hour, 8, "on-demand", "p5.48xlarge", "aws", "us-east-1",
+                         "catalog", None, warning=warning)
+
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        assert record_price(store, price(55.0), T0) is True
+        drain(store)
+        # started again at the same price, its warning a day older: nothing new
+        assert record_price(store, price(55.0, "460 days old"), T0 + 86400) is False
+        assert record_price(store, price(60.0), T0 + 2 * 86400) is True  # a refreshed price
+        drain(store)
+    assert rows(path, "SELECT ts, value FROM meter_readings WHERE kind = 'price' "
+                      "ORDER BY ts") == [(round(T0 * 1000), 55.0),
+                                         (round((T0 + 2 * 86400) * 1000), 60.0)]
+
+
 def test_retention_by_size_shrinks_file_and_keeps_unrolled_ticks(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     limit = 1 << 20

@@ -9,6 +9,7 @@ import pytest
 
 from daemon.analysis import timeline
 from daemon.analysis.cost import HostPrice
+from daemon.analysis.price_history import PriceHistory
 from daemon.store.writer import Store
 from tests.daemon.test_store import T0, drain, fill, rows
 
@@ -27,7 +28,7 @@ def two_hours(tmp_path_factory) -> tuple[Path, float]:
 def test_a_short_window_reads_raw_samples_with_processes(two_hours):
     path, last = two_hours
     with Store.reader(path) as reader:
-        found = timeline.build(reader, last - 300, last, PRICE)
+        found = timeline.build(reader, last - 300, last, PriceHistory.fixed(PRICE))
     assert found["source"] == "raw" and found["bucket_s"] == 5
     buckets = found["buckets"]
     assert 60 <= len(buckets) <= 61
@@ -47,7 +48,7 @@ def test_a_short_window_reads_raw_samples_with_processes(two_hours):
 def test_a_long_window_reads_rollups_and_keeps_the_mean(two_hours):
     path, last = two_hours
     with Store.reader(path) as reader:
-        found = timeline.build(reader, T0, last, None)
+        found = timeline.build(reader, T0, last, PriceHistory.fixed(None))
     assert found["source"] == "rollups" and found["bucket_s"] == 60
     buckets = found["buckets"]
     assert 118 <= len(buckets) <= 121
