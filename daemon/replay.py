@@ -224,6 +224,11 @@ class Replay:
         price = self.prices.at(at)
         if price is not None:
             host["price"] = price.as_dict()
+            if price.instance_type:  # the instance then (a resize keeps the store)
+                recorded = host.get("instance")
+                host["instance"] = {**(recorded if isinstance(recorded, dict) else {}),
+                                    "type": price.instance_type, "provider": price.provider,
+                                    "region": price.region, "lifecycle": price.lifecycle}
             current = burn(sample, price, self.thresholds)
             ledger, meter = self._ledger(at)
             grid = (GridIntensity.from_dict(self.host.get("grid"))  # as the daemon ran

@@ -262,7 +262,8 @@ def test_each_tick_is_replayed_at_the_price_charged_then(store, tmp_path):
     middle = ms[len(ms) // 2]
     detail = json.loads(recorded[0][2])
     first_price = detail["per_hour"]
-    dearer = dict(detail, per_hour=first_price * 10, per_gpu_per_hour=first_price * 10)
+    dearer = dict(detail, per_hour=first_price * 10, per_gpu_per_hour=first_price * 10,
+                  instance_type="p5.48xlarge")  # resized, its volume (and store) kept
     with conn:
         conn.execute("INSERT INTO meter_readings (kind, name, ts, value, detail) VALUES "
                      "('price', 'host', ?, ?, ?)", (middle - 1, dearer["per_hour"],
@@ -278,6 +279,8 @@ def test_each_tick_is_replayed_at_the_price_charged_then(store, tmp_path):
         assert before["burn"]["total_per_hour"] == pytest.approx(first_price)
         assert after["price"]["per_hour"] == pytest.approx(first_price * 10)
         assert after["burn"]["total_per_hour"] == pytest.approx(first_price * 10)
+        assert before["host"]["instance"]["type"] == detail["instance_type"] != "p5.48xlarge"
+        assert after["host"]["instance"]["type"] == "p5.48xlarge"
         # the spend so far: each tick's interval at its own price (all at the last: far more)
         charged = sum((b - a) * (first_price * 10 if b >= middle else first_price)
                       for a, b in zip(ms, ms[1:], strict=False)) / 3.6e6
