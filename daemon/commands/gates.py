@@ -177,8 +177,11 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
                     f"{head}: cannot be checked, {what} is unknown in "
                     f"{'this run' if new is None else 'the baseline'}", None, limit)
     change = 100 * (new - old) / old
-    said = (f"{head}: {what} was {money(new, small=True)} against the baseline's "
-            f"{money(old, small=True)} ({change:+.0f}%")
+    # A step costs fractions of a cent: said per 1k steps, as the profile's cost line says it
+    # (per step, $0.0000 against $0.0001).
+    label, scale = ("cost per 1k steps", 1000.0) if what == "cost per step" else (what, 1.0)
+    said = (f"{head}: {label} was {money(new * scale, small=True)} against the baseline's "
+            f"{money(old * scale, small=True)} ({change:+.0f}%")
     if change > limit:
         return Gate(flag, f"{limit:g}%", False, f"{said}, {change - limit:.0f} points over)",
                     change, limit)

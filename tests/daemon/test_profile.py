@@ -350,6 +350,12 @@ def test_gate_messages_say_which_gate_and_by_how_much():
     regression = gates.max_regression(10, {"steps": 100, "cost_per_step": 0.0012},
                                       {"steps": 90, "cost_per_step": 0.0010}, "old.json")
     assert not regression.passed and "+20%, 10 points over" in regression.message
+    # a step costs fractions of a cent: said per 1k steps (per step it read $0.0000 vs $0.0001)
+    tiny = gates.max_regression(10, {"steps": 30, "cost_per_step": 0.0000396},
+                                {"steps": 30, "cost_per_step": 0.0000559}, "old.json")
+    assert tiny.passed and tiny.message == (
+        "gate --max-regression 10%: cost per 1k steps was $0.0396 against the baseline's "
+        "$0.0559 (-29%)")
     per_hour = gates.max_regression(10, {"steps": 0, "cost_per_hour": 1.0},
                                     {"steps": 0, "cost_per_hour": 0.95}, "old.json")
     assert per_hour.passed and "cost per hour" in per_hour.message
