@@ -4,8 +4,8 @@ A store outlives the price it was recorded at: a daemon started again after `mlc
 --refresh`, after a new `[instance].price_per_hour`, or on a resized instance (the same volume,
 another instance type) charges another price, and the store's meta "host" holds only the last.
 Each start records the price it charges with as a meter reading of kind PRICE_READING
-(daemon.store.facts.write_price; a reading only when the price changed), so a report or a replay
-of a past range prices each tick at the price then, as the live ledger charged it.
+(daemon.runtime.resume.record_price; a reading only when the price changed), so a report or a
+replay of a past range prices each tick at the price then, as the live ledger charged it.
 """
 
 from __future__ import annotations
@@ -88,3 +88,10 @@ class PriceHistory:
                                          != charged_as(price.as_dict())):
                 found.append((since, price))
         return found
+
+    def changes_within(self, start: float, end: float) -> list[tuple[float, HostPrice]]:
+        """`within(start, end)` where the price changed in the range; [] where one price held
+        throughout (what a report says)."""
+        found = self.within(start, end)
+        return found if len(found) > 1 else []
+

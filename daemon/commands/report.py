@@ -187,15 +187,15 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
             reader, end - max(since_s, recommendations_since_s or 0.0)), price, gpus),
     }
     # (from the window's first tick: a young store's window starts before anything was charged)
-    changes = prices.within(first / 1000 if first else start, end)
-    document["burn"]["price_changes"] = ([{"since": since, **charged.as_dict()}
-                                          for since, charged in changes]
-                                         if len(changes) > 1 else [])
+    document["burn"]["price_changes"] = [
+        {"since": since, **charged.as_dict()}
+        for since, charged in prices.changes_within(first / 1000 if first else start, end)]
     per_kwh = _recorded_per_kwh(price) or config.instance.electricity_per_kwh
+    unpriced = PriceHistory.fixed(None)  # the energy reads power, not dollars
     document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
                           _window_energy(raw or RawWindow.read(
-                              reader, start, end, raw_sample_count(len(processes)), PriceHistory.fixed(None), None),
-                              gpus, per_kwh, interval))
+                              reader, start, end, raw_sample_count(len(processes)), unpriced,
+                              None), gpus, per_kwh, interval))
     report_energy.section(document, sampled.samples, start, end,
                           max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
                           jobs, config, rollup_interval=interval if rolled else None)
@@ -217,8 +217,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
 
 
 def _price_then(entry: dict[str, Any]) -> str:
-    """One price of a window's price changes: "from 22:17:51 $55.0600/h (aws p5.48xlarge, 8
-    GPUs)"; the first from the window's start."""
+    """One price of a window's price changes: "from 2026-12-04 22:17:51 $55.0600/h (aws
+    p5.48xlarge, 8 GPUs)"; the first from the window's first tick."""
     what = " ".join(one_line(str(entry[k]))[:40] for k in ("provider", "instance_type")
                     if entry.get(k))
     gpus = entry.get("gpu_count")

@@ -136,9 +136,8 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     priced = [(sample, charged) for sample in samples
               for charged in (prices.at(sample.ts),) if charged is not None]
     if samples:
-        changes = prices.within(samples[0].ts, end)
-        data.price_changes = ([(since, charged.as_dict()) for since, charged in changes]
-                              if len(changes) > 1 else [])
+        data.price_changes = [(since, charged.as_dict())
+                              for since, charged in prices.changes_within(samples[0].ts, end)]
     by_process: dict[tuple[int, float], list[float]] = {}
     max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(samples) - 1, 1))
     if priced:

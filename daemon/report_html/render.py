@@ -357,6 +357,11 @@ def energy_block(data: ReportData) -> str:
     return "".join(out)
 
 
+def _instance(price: dict[str, Any]) -> str:
+    """'aws p5.48xlarge': the provider and instance type a recorded price was for."""
+    return " ".join(str(price[k]) for k in ("provider", "instance_type") if price.get(k))
+
+
 def render(data: ReportData) -> str:
     """The whole page."""
     host, price = data.host, data.price or {}
@@ -372,8 +377,7 @@ def render(data: ReportData) -> str:
     ]
     if data.price_changes:
         facts.append("the price changed in this range, each tick charged at its own: " + ", ".join(
-            f"from {_e(_time(since))} {_money(changed.get('per_hour'))}/h"
-            f" ({_e(' '.join(str(changed.get(k)) for k in ('provider', 'instance_type') if changed.get(k)))})"
+            f"from {_e(_time(since))} {_money(changed.get('per_hour'))}/h ({_e(_instance(changed))})"
             for since, changed in data.price_changes))
     if host.get("simulated"):
         facts.append(f"simulated scenario {_e(host['simulated'])}")

@@ -75,4 +75,3 @@ def record_price(store: Store, price: HostPrice, ts: float) -> bool:
         return False
     facts.write_meter_readings(store, ts, [(PRICE_READING, PRICE_NAME, price.per_hour, charged)])
     return True
-

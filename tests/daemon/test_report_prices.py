@@ -10,6 +10,8 @@ import pytest
 
 from daemon import config as config_module
 from daemon.commands import report
+from daemon.report_html import data as report_html
+from daemon.report_html.render import render as render_page
 from daemon.runtime import price_host
 from daemon.sources.sample import GpuSample, Sample
 from daemon.store.reader import StoreReader
@@ -179,3 +181,9 @@ def test_each_tick_is_charged_at_the_price_recorded_then(tmp_path):
     buckets = document["timeline"]["buckets"]
     assert {b["burn_per_hour"] for b in buckets} >= {2.0, 20.0}
     assert {b["price_per_gpu"] for b in buckets} >= {1.0, 10.0}  # compare's waste reads it
+    # the snapshot page: the same spend, and the change said
+    page = report_html.collect(db)
+    assert page.spend == pytest.approx(document["spend"]["total"], rel=0.01)
+    assert [p["per_hour"] for _, p in page.price_changes] == [2.0, 20.0]
+    assert "the price changed in this range, each tick charged at its own: from " in (
+        render_page(page))
