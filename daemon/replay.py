@@ -44,7 +44,7 @@ from daemon.analysis.idle import event_id
 from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
-from daemon.analysis.ledger import CostLedger, recording_gap_s
+from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
@@ -272,9 +272,10 @@ class Replay:
         since = max(day_start, self.start)
         samples = self.reader.samples(since, at, max_samples=LEDGER_SAMPLES)
         step = (at - since) / max(len(samples) - 1, 1)
-        ledger = CostLedger(self.jobs, max_gap_s=max(recording_gap_s(self.interval_s), 1.5 * step))
-        energy = EnergyMeter(ledger.labeler.label)
         readings = queries.meter_readings(self.reader, since, at)
+        ledger = CostLedger(self.jobs, max_gap_s=max(recording_gap_s(self.interval_s), 1.5 * step),
+                            run_starts=run_starts(readings))
+        energy = EnergyMeter(ledger.labeler.label)
         meters = replayed_meters(readings)
         for meter in meters.values():
             ledger.add_latency(meter)

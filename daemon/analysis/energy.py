@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.cost import Holders, gpu_holders
+from daemon.analysis.ledger import tick_seconds
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GPU_OK, ProcessSample, Sample
 from daemon.wire import process_key
@@ -256,16 +257,17 @@ def process_entries(meter: EnergyMeter, grid: GridIntensity) -> dict[str, dict[s
     return {process_key(*key): total.as_dict(grid) for key, total in meter.processes().items()}
 
 
-def window_meter(samples: Sequence[Sample], label: Labeler,
-                 max_gap_s: float) -> tuple[EnergyMeter, float]:
+def window_meter(samples: Sequence[Sample], label: Labeler, max_gap_s: float,
+                 run_starts: Sequence[float] = ()) -> tuple[EnergyMeter, float]:
     """The meter of a recorded window (the report): its samples in order, each charged the
     time since the one before (at most `max_gap_s`: a gap longer than that, the daemon
-    stopped, counts nothing), with the window's own idle floors. Returns it and the seconds
-    it covered."""
+    stopped, counts nothing; the first tick after a daemon start, daemon.analysis.ledger's
+    run_starts, nothing), with the window's own idle floors. Returns it and the seconds it
+    covered."""
     meter = EnergyMeter(label, window_floors(samples), learn_floors=False)
     covered, previous = 0.0, None
     for sample in samples:
-        seconds = 0.0 if previous is None else min(max(sample.ts - previous, 0.0), max_gap_s)
+        seconds = tick_seconds(previous, sample.ts, max_gap_s, run_starts)
         meter.add(sample, seconds)
         covered += seconds
         previous = sample.ts

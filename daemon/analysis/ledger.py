@@ -8,13 +8,14 @@ table while a tick grows it.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import re
 import shlex
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from daemon.analysis.cost import Burn, ProcessKey
@@ -32,6 +33,35 @@ MAX_TICK_GAP_S = 60.0
 def recording_gap_s(interval_s: float) -> float:
     """How long without a tick means the recording stopped (or stalled), at this interval."""
     return max(MAX_TICK_GAP_S, 3 * interval_s)
+
+
+# Each daemon start, as the store records it (meter_readings kind and name;
+# daemon.runtime.resume.record_start): a run's ledger charges nothing before its first tick, so
+# a report or a replay of a range charges nothing for the time between two runs either.
+RUN_START_READING = ("start", "daemon")
+
+
+def run_starts(readings: Mapping[tuple[str, str], Sequence[tuple[float, float, Any]]]
+               ) -> tuple[float, ...]:
+    """The daemon starts among a store's meter readings (daemon.store.queries.meter_readings),
+    oldest first."""
+    return tuple(sorted(ts for ts, _, _ in readings.get(RUN_START_READING, ())))
+
+
+def started_between(starts: Sequence[float], last: float, ts: float) -> bool:
+    """Whether a daemon started after the tick at `last` and by the tick at `ts`: the tick at
+    `ts` is then its run's first, charged nothing (sorted `starts`)."""
+    index = bisect.bisect_right(starts, last)
+    return index < len(starts) and starts[index] <= ts
+
+
+def tick_seconds(last: float | None, ts: float, max_gap_s: float,
+                 starts: Sequence[float] = ()) -> float:
+    """The seconds between two recorded ticks that a window's energy counts, as the ledger
+    charges them: none after no tick or across a daemon start, at most `max_gap_s`."""
+    if last is None or ts <= last or started_between(starts, last, ts):
+        return 0.0
+    return min(ts - last, max_gap_s)
 
 
 # Owner keys a process is also charged to (`by_owner`), each as "key:value": a budget or a
@@ -109,12 +139,15 @@ class JobLabeler:
 class CostLedger:
     """Cumulative dollars per process, user, job label and UTC day, integrated tick by tick:
     each tick charges its burn rate over the time since the previous tick (at most
-    MAX_TICK_GAP_S; the rest is counted in `unaccounted_seconds`)."""
+    MAX_TICK_GAP_S; the rest is counted in `unaccounted_seconds`). `run_starts`: where it
+    replays recorded ticks, the daemon starts among them (run_starts): the first tick after
+    one is charged nothing, as the live ledger of that run charged it."""
 
     def __init__(self, jobs: Mapping[str, str] | None = None,
-                 max_gap_s: float = MAX_TICK_GAP_S) -> None:
+                 max_gap_s: float = MAX_TICK_GAP_S, run_starts: Sequence[float] = ()) -> None:
         self.labeler = JobLabeler(jobs)
         self.max_gap_s = max_gap_s
+        self.run_starts = tuple(sorted(run_starts))
         self.last_ts: float | None = None
         self.total = 0.0
         self.idle = 0.0
@@ -162,6 +195,8 @@ class CostLedger:
         ts = burn.ts
         last, self.last_ts = self.last_ts, ts
         if last is None or ts <= last:
+            return 0.0
+        if self.run_starts and started_between(self.run_starts, last, ts):
             return 0.0
         dt = ts - last
         if dt > self.max_gap_s:

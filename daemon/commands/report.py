@@ -15,7 +15,7 @@ from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
-from daemon.analysis.ledger import CostLedger, recording_gap_s
+from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.price_history import PriceHistory
 from daemon.analysis.recorded_spend import recorded_ledger
@@ -128,6 +128,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # Each tick at the price charged then (a daemon started again at another price, or on a
     # resized instance, recorded its own), else at the price the store last recorded.
     prices = PriceHistory.from_readings(readings, recorded_price)
+    starts = run_starts(readings)  # nothing is charged between two runs, as live
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
     # energy (an hour or less; beyond, the timeline reads the rollups and the cost pass its
     # own COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).
@@ -195,10 +196,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     document["energy"] = (_rollup_energy(gpus, per_kwh, interval, end - start) if rolled else
                           _window_energy(raw or RawWindow.read(
                               reader, start, end, raw_sample_count(len(processes)), unpriced,
-                              None), gpus, per_kwh, interval))
+                              None), gpus, per_kwh, interval, starts))
     report_energy.section(document, sampled.samples, start, end,
                           max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
-                          jobs, config, rollup_interval=interval if rolled else None)
+                          jobs, config, rollup_interval=interval if rolled else None,
+                          run_starts=starts)
     document["timeline"] = build_timeline(reader, start, end, prices, thresholds, interval,
                                           raw)
     latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
@@ -234,10 +236,11 @@ def _recorded_per_kwh(price: dict[str, Any] | None) -> float:
 
 
 def _window_energy(raw: RawWindow, gpus: list[dict[str, Any]], per_kwh: float,
-                   interval: float) -> dict[str, Any] | None:
+                   interval: float, starts: tuple[float, ...]) -> dict[str, Any] | None:
     """The GPUs' measured power priced at `per_kwh` over the window: mean $/h per GPU and for
-    the host, and the energy cost of the window (gaps longer than the ledger's count nothing).
-    None when no electricity price is set. Adds `energy_per_hour` to each GPU entry."""
+    the host, and the energy cost of the window (gaps longer than the ledger's, and those
+    across a daemon start, count nothing). None when no electricity price is set. Adds
+    `energy_per_hour` to each GPU entry."""
     if per_kwh <= 0:
         return None
     samples = raw.samples
@@ -252,7 +255,7 @@ def _window_energy(raw: RawWindow, gpus: list[dict[str, Any]], per_kwh: float,
         host_rates.append(total)
         watts.append(sum(g.power_watts or 0.0 for g in sample.gpus))
         if i + 1 < len(samples):
-            cost += total * min(samples[i + 1].ts - sample.ts, max_gap) / 3600
+            cost += total * tick_seconds(sample.ts, samples[i + 1].ts, max_gap, starts) / 3600
     by_gpu_mean = {index: sum(r) / len(r) for index, r in rates.items()}
     for gpu in gpus:
         gpu["energy_per_hour"] = by_gpu_mean.get(gpu["index"])
@@ -362,8 +365,9 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
     # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
     # further apart than recorded ones by the sampling step, so the limit grows with it.
     step = (end - start) / len(samples)
-    ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step))
     readings = readings or {}
+    ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step),
+                        run_starts=run_starts(readings))
     meters = team_review.unit_meters(readings)
     for meter in meters.values():
         ledger.add_meter(meter)

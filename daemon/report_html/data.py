@@ -18,7 +18,7 @@ from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
-from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s
+from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
@@ -133,6 +133,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     samples = reader.samples(start, end, max_samples=SERIES_POINTS)
     readings = queries.meter_readings(reader, start, end)
     prices = PriceHistory.from_readings(readings, price)
+    starts = run_starts(readings)  # nothing is charged between two runs, as live
     priced = [(sample, charged) for sample in samples
               for charged in (prices.at(sample.ts),) if charged is not None]
     if samples:
@@ -141,7 +142,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     by_process: dict[tuple[int, float], list[float]] = {}
     max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(samples) - 1, 1))
     if priced:
-        ledger = CostLedger(max_gap_s=max_gap_s)
+        ledger = CostLedger(max_gap_s=max_gap_s, run_starts=starts)
         total, wasted, idle = [], [], []
         for sample, charged in priced:
             current = burn(sample, charged, thresholds)
@@ -169,7 +170,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     jobs = cost_meta.get("jobs") if isinstance(cost_meta, dict) else None
     jobs = jobs if isinstance(jobs, dict) else None
     grid = recorded_grid(host)
-    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s)
+    meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s, starts)
     energies = meter.processes()
     if samples:
         data.carbon = window_summary(meter, grid, covered, end - start)

@@ -418,6 +418,7 @@ class Daemon:
         self._remove_stale_temp_files()
         self.tick = self.first_tick = self.store.last_tick  # numbering goes on across restarts
         self.started_at = clock.now()
+        resume.record_start(self.store, self.started_at)
         try:
             self._load_snoozes()
             if self.simulation is not None:

@@ -18,7 +18,7 @@ from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE
-from daemon.analysis.ledger import recording_gap_s
+from daemon.analysis.ledger import RUN_START_READING, recording_gap_s
 from daemon.analysis.price_history import PRICE_NAME, PRICE_READING, charged_as
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.config import Config
@@ -75,3 +75,11 @@ def record_price(store: Store, price: HostPrice, ts: float) -> bool:
         return False
     facts.write_meter_readings(store, ts, [(PRICE_READING, PRICE_NAME, price.per_hour, charged)])
     return True
+
+
+def record_start(store: Store, ts: float) -> None:
+    """Record that a run starts at `ts` (daemon.analysis.ledger.RUN_START_READING): its ledger
+    charges nothing before its first tick, and a report of a range across it must not either."""
+    kind, name = RUN_START_READING
+    facts.write_meter_readings(store, ts, [(kind, name, ts, {})])
+

@@ -235,8 +235,9 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     first tick: raw retention cut it): the clock's share then."""
     lo, hi = inside
     end = hour + HOUR * 1000
+    # (a tick at `hi` charged the interval before it, inside; one at `lo` the one before lo)
     ticks = reader.query("SELECT count(*) AS n, min(ts) AS first, max(ts) AS last, "
-                         "coalesce(sum(ts >= ? AND ts < ?), 0) AS inside FROM ticks "
+                         "coalesce(sum(ts > ? AND ts <= ?), 0) AS inside FROM ticks "
                          "WHERE ts >= ? AND ts < ?", (lo, hi, hour, end))[0]
     if not ticks["n"] or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
@@ -255,8 +256,8 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     for i in range(0, len(procs), 500):
         chunk = procs[i:i + 500]
         for r in reader.query(  # (only the part inside: a report's cost grows with it)
-                "SELECT proc, count(DISTINCT ts) AS inside FROM proc_gpu_samples WHERE ts >= ? "
-                f"AND ts < ? AND proc IN ({','.join('?' * len(chunk))}) GROUP BY proc",
+                "SELECT proc, count(DISTINCT ts) AS inside FROM proc_gpu_samples WHERE ts > ? "
+                f"AND ts <= ? AND proc IN ({','.join('?' * len(chunk))}) GROUP BY proc",
                 (lo, hi, *chunk)):
             if charged[r["proc"]] > 0:
                 shares[r["proc"]] = min(1.0, r["inside"] * interval / charged[r["proc"]])

@@ -14,7 +14,8 @@ from daemon.analysis.cost import (
     gpu_wasted_per_hour,
     host_price,
 )
-from daemon.analysis.ledger import CostLedger, JobLabeler
+from daemon.analysis.energy import window_meter
+from daemon.analysis.ledger import CostLedger, JobLabeler, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter, read_counter, storage_cost
 from daemon.sources.sample import GPU_LOST, GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
@@ -208,6 +209,32 @@ def test_ledger_integrates_per_process_user_job_day():
     # a long gap is not charged
     ledger.add(burn(Sample(day + 121 + 3600, 200, gpus=(gpu(0, 100),), processes=procs), hp))
     assert ledger.unaccounted_seconds == pytest.approx(3600 + 1 - 60)
+
+
+def test_a_replayed_ledger_charges_nothing_between_two_runs():
+    """Recorded ticks of two runs 2 s apart (a restart): the second run's ledger charged
+    nothing for its first tick, so a report or a replay that reads both must not either,
+    and a window's energy counts the same seconds."""
+    hp = price(3.6, 1)
+    day = datetime(2025, 1, 31, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+    times = [day + i for i in range(10)] + [day + 11 + i for i in range(10)]  # restart at +10.5
+    samples = [Sample(ts, i, gpus=(gpu(0, 100),), processes=(proc(1, [(0, GIB, 100)]),))
+               for i, ts in enumerate(times)]
+    replayed = CostLedger(run_starts=[day + 10.5])
+    plain = CostLedger()
+    for sample in samples:
+        replayed.add(burn(sample, hp))
+        plain.add(burn(sample, hp))
+    assert replayed.seconds == pytest.approx(18)  # 9 + 9: each run's first tick charged 0
+    assert plain.seconds == pytest.approx(20)  # the 2 s across the restart charged
+    assert replayed.total == pytest.approx(3.6 * 18 / 3600)
+    _, covered = window_meter(samples, JobLabeler().label, 60.0, [day + 10.5])
+    assert covered == pytest.approx(18)
+    assert tick_seconds(day + 9, day + 11, 60.0, [day + 10.5]) == 0.0
+    assert tick_seconds(day + 9, day + 11, 60.0) == 2.0
+    assert tick_seconds(day, day + 600, 60.0) == 60.0  # a long gap: at most the recording gap
+    assert run_starts({("start", "daemon"): [(day + 5, day + 5, {}), (day, day, {})],
+                       ("price", "host"): [(day + 1, 1.0, {})]}) == (day, day + 5)
 
 
 def test_job_labels():

@@ -149,6 +149,11 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
     assert [(c["instance_type"], c["per_hour"] < SECOND_PRICE) for c in changes] == [
         ("g5.xlarge", True), ("g5.xlarge", False)]
     assert changes[1]["per_hour"] == SECOND_PRICE and changes[1]["since"] > last_tick / 1000
+    # the report's own pass over the ticks charges what the two runs' ledgers charged and
+    # recorded, as the review reads it: nothing for the seconds between the runs
+    recorded = recorded_host_spend(second.db, month)
+    assert whole["spend"]["total"] == pytest.approx(recorded, rel=0.01)
+    assert whole["review"]["spend"]["total"] == pytest.approx(recorded, rel=0.01)
     first_only = report_json(second.db, "--since", "1h", "--until", str(last_tick / 1000))
     assert first_only["burn"]["price_changes"] == []
     assert first_only["spend"]["total"] == pytest.approx(spent_before, rel=0.1)
