@@ -667,10 +667,10 @@ class Now:
     evaluate_every_s: float | None = None  # how often the rules run; None from older daemons
     budgets: tuple[Budget, ...] = ()  # [cost.budgets] in their current period
 
-    @property
-    def host_budget_today(self) -> Budget | None:
-        """The host's daily budget, where one is set: what `spend_today` is measured against."""
-        return next((b for b in self.budgets if b.target == "host" and b.period == "daily"),
+    def host_budget(self, period: str) -> Budget | None:
+        """The host's "daily" or "monthly" budget, where one is set (the daily one is what
+        `spend_today` is measured against)."""
+        return next((b for b in self.budgets if b.target == "host" and b.period == period),
                     None)
 
     def latency_of(self, process: Process) -> tuple[Latency, ...]:

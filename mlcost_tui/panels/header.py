@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.visual import VisualType
 from textual.widgets import Static
 
-from daemon.wire import target_pid
+from daemon.wire import Budget, target_pid
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
 from mlcost_tui.thresholds import BAD, GOOD, MUTED, SLOW_RESPONSE_S, WARN
@@ -45,6 +45,11 @@ def stale_price_badge(warning: str) -> Text:
     command = rest.partition("`")[0] if tick else ""
     badge.append(f" · {command}" if command else " · see mlcostd check", style=WARN)
     return badge
+
+
+def budget_style(budget: Budget) -> str:
+    """A budget's share in the header: red once crossed, warning from 80 %."""
+    return BAD if budget.crossed else WARN if budget.share >= 0.8 else MUTED
 
 
 def target_label(target: str) -> str:
@@ -100,11 +105,15 @@ class HeaderPanel(Static):
                          style="bold " + BAD if wasted and wasted > 0.005 else "bold")
             line2.append("  today ")
             line2.append(fmt.money(now.spend_today), style="bold")
-            budget = now.host_budget_today
-            if budget is not None:  # [cost.budgets.host] daily: how much of it is gone
-                line2.append(f" of {fmt.money(budget.limit)} ({budget.share:.0%})",
-                             style=BAD if budget.crossed else WARN if budget.share >= 0.8
-                             else MUTED)
+            daily, monthly = now.host_budget("daily"), now.host_budget("monthly")
+            if daily is not None:  # [cost.budgets.host] daily: how much of it is gone
+                line2.append(f" of {fmt.money(daily.limit)} ({daily.share:.0%})",
+                             style=budget_style(daily))
+            if monthly is not None:  # and monthly: the month's spend beside it
+                line2.append("  month ")
+                line2.append(fmt.money(monthly.spent), style="bold")
+                line2.append(f" of {fmt.money(monthly.limit)} ({monthly.share:.0%})",
+                             style=budget_style(monthly))
             if now.potential_savings_per_month is not None:
                 # The combined figure: what the recommendations save together (<= the bill).
                 line2.append("  potential savings ")

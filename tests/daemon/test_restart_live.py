@@ -124,7 +124,7 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         assert standing["daily"]["spent"] == pytest.approx(now["spend_today"])
         assert standing["monthly"]["crossed"] is True
         assert standing["monthly"]["spent"] >= spent_before * 0.999
-        assert Now.from_dict(now).host_budget_today.limit == 0.0001
+        assert Now.from_dict(now).host_budget("daily").limit == 0.0001
         scraped = {s.labels["period"]: s.value for s in metric_samples(
             second, "mlcost_budget_spent_dollars")}
         assert scraped["monthly"] >= spent_before * 0.999 and scraped["daily"] > 0

@@ -13,12 +13,13 @@ from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.header import (
     HeaderPanel,
+    budget_style,
     connection_text,
     price_warning,
     stale_price_badge,
     target_label,
 )
-from mlcost_tui.thresholds import SLOW_RESPONSE_S
+from mlcost_tui.thresholds import SLOW_RESPONSE_S, WARN
 from tests.tui.fixtures import TS, StubClient, now_document, snapshot
 
 WARNING = ("aws/us-east-1/p4d.24xlarge on-demand price $32.7726/h may be wrong: it predates a "
@@ -89,6 +90,29 @@ async def test_today_says_how_much_of_the_hosts_daily_budget_it_is(spent, crosse
             assert "today $12.00  " in text and "today $12.00 of" not in text
         else:
             assert f"today {'$' + format(spent, ',.2f')} {shown}" in text
+
+
+@pytest.mark.asyncio
+async def test_the_month_beside_today_where_a_host_monthly_budget_is_set():
+    """[cost.budgets.host] monthly: the month's spend against it after today's (a user's
+    monthly budget is not the host's); colour as the daily one's."""
+    doc = now_document()
+    doc["spend_today"] = 40.0
+    doc["budgets"] = [
+        {"scope": "user", "name": "ana", "target": "user:ana", "period": "monthly",
+         "period_id": "2026-12", "limit": 100.0, "spent": 1.0, "crossed": False},
+        {"scope": "host", "name": "host", "target": "host", "period": "monthly",
+         "period_id": "2026-12", "limit": 20000.0, "spent": 17000.0, "crossed": False}]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 48)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
+                                                       None, 0.01, TS),)))
+        await pilot.pause()
+        text = str(app.query_one(HeaderPanel).render())
+        assert "today $40.00  month $17,000 of $20,000 (85%)" in text
+        assert "of $100.00" not in text
+    month = Now.from_dict(doc).host_budget("monthly")
+    assert month is not None and budget_style(month) == WARN  # 85 %: past the 80 % warning
 
 
 @pytest.mark.parametrize(("target", "label"), [
