@@ -46,9 +46,10 @@ def _valid(recorded: object) -> HostPrice | None:
 
 @dataclass(frozen=True)
 class PriceHistory:
-    """The prices a store was charged at: `changes` (since when, the price), oldest first, and
-    `fallback` for the ticks before the first (a store recorded before prices were kept: the
-    price of its meta "host", as reports read it then)."""
+    """The prices a store was charged at: `changes` (since when, the price), oldest first;
+    before the first of them, the first (the ticks of runs from before prices were kept: its
+    price is the nearest known; a bucket of a chart that starts before it), and `fallback` for
+    a store that recorded none (the price of its meta "host", as reports read it then)."""
 
     changes: tuple[tuple[float, HostPrice], ...]
     fallback: HostPrice | None
@@ -73,8 +74,10 @@ class PriceHistory:
 
     def at(self, ts: float) -> HostPrice | None:
         """The price charged at `ts`."""
+        if not self.changes:
+            return self.fallback
         index = bisect.bisect_right([since for since, _ in self.changes], ts) - 1
-        return self.changes[index][1] if index >= 0 else self.fallback
+        return self.changes[max(index, 0)][1]
 
     def within(self, start: float, end: float) -> list[tuple[float, HostPrice]]:
         """The prices charged in [start, end], each from when it was (`start` for the first),

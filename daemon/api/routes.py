@@ -22,6 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from daemon import __version__, clock
 from daemon.analysis.cost import gpu_wasted_per_hour
+from daemon.analysis.price_history import PriceHistory
 from daemon.api import openapi
 from daemon.api.limits import REQUEST_TIMEOUT_S
 from daemon.wire import API_VERSION, parse_process_key
@@ -184,7 +185,17 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             idle_pct = daemon.config.idle.utilization
 
             def read(reader: Any) -> list[Any]:
-                return wasted_series(reader, gpus, price, until - since, until, points,
+                from daemon.store import queries
+
+                # each point at the price charged then (a run before this start, at another)
+                prices = PriceHistory.from_readings(
+                    queries.meter_readings(reader, until - since, until), None)
+
+                def per_gpu(ts: float) -> float:
+                    then = prices.at(ts)
+                    return price if then is None else then.per_gpu
+
+                return wasted_series(reader, gpus, per_gpu, until - since, until, points,
                                      idle_pct)
         else:
             if metric not in GPU_METRICS:
@@ -316,19 +327,21 @@ def _price_per_gpu(document: dict[str, Any]) -> float:
     return float(price or 0.0)
 
 
-def wasted_series(reader: Any, gpus: list[int], price_per_gpu: float, since: float,
-                  until: float, points: int,
+def wasted_series(reader: Any, gpus: list[int], price_per_gpu: Callable[[float], float],
+                  since: float, until: float, points: int,
                   idle_utilization_pct: float) -> list[tuple[float, float, float, float]]:
     """Host wasted $/h over time: the sum over GPUs of the cost model's wasted $/h for each
-    GPU's utilization (daemon.analysis.cost.gpu_wasted_per_hour, the header's computation).
+    GPU's utilization (daemon.analysis.cost.gpu_wasted_per_hour, the header's computation), at
+    `price_per_gpu(ts)`, the price per GPU charged then.
     A point is (ts, average, min, max): the min from the busiest moment, the max the idlest."""
     total: dict[float, list[float]] = {}
     for index in gpus:
         for ts, avg, low, high in reader.gpu_history(index, "utilization", since, until, points):
+            price = price_per_gpu(ts)
             acc = total.setdefault(ts, [0.0, 0.0, 0.0])
-            acc[0] += gpu_wasted_per_hour(price_per_gpu, avg, True, idle_utilization_pct)
-            acc[1] += gpu_wasted_per_hour(price_per_gpu, high, True, idle_utilization_pct)
-            acc[2] += gpu_wasted_per_hour(price_per_gpu, low, True, idle_utilization_pct)
+            acc[0] += gpu_wasted_per_hour(price, avg, True, idle_utilization_pct)
+            acc[1] += gpu_wasted_per_hour(price, high, True, idle_utilization_pct)
+            acc[2] += gpu_wasted_per_hour(price, low, True, idle_utilization_pct)
     return [(ts, v[0], v[1], v[2]) for ts, v in sorted(total.items())]
 
 

@@ -89,6 +89,7 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
 
     # The second run: the same daily budget, and a monthly one half of what the first spent;
     # the host at another price (a refreshed one, or [instance].price_per_hour set since).
+    second_start = clock.now()
     second = livedaemon.start(tmp_path, "single-gpu", interval=0.5, config={
         **config, "cost.budgets.host": {"daily": 0.0001, "monthly": spent_before / 2},
         "instance": {"price_per_hour": SECOND_PRICE}})
@@ -130,6 +131,13 @@ def test_a_restart_ends_what_the_run_before_left_open_and_budgets_go_on(tmp_path
         assert scraped["monthly"] >= spent_before * 0.999 and scraped["daily"] > 0
         assert [(e["detail"]["period"]) for e in now["events"]
                 if e["kind"] == "budget_exceeded"] == ["daily", "monthly"]
+        # the history of the wasted $/h (mlcost-top's chart): the first run's idle GPU wasted at
+        # the first run's price, not at this one's
+        points = second.call("host_history", "wasted_per_hour", 1800, 1800).points
+        during_first = [p.avg for p in points if p.ts < last_tick / 1000 - 2]
+        during_second = [p.avg for p in points if p.ts > second_start + 2]
+        assert during_first and max(during_first) < SECOND_PRICE / 10
+        assert during_second and max(during_second) == pytest.approx(SECOND_PRICE)
     finally:
         assert second.stop() == 0, second.log_tail()
     # the daily crossing stands once for its day, posted once; the monthly posted once
