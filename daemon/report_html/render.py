@@ -358,8 +358,10 @@ def energy_block(data: ReportData) -> str:
 
 
 def _instance(price: dict[str, Any]) -> str:
-    """'aws p5.48xlarge': the provider and instance type a recorded price was for."""
-    return " ".join(str(price[k]) for k in ("provider", "instance_type") if price.get(k))
+    """'aws p5.48xlarge': the provider and instance type a recorded price was for (one line,
+    cut: a store's text is anyone's)."""
+    return " ".join(one_line(str(price[k]))[:40] for k in ("provider", "instance_type")
+                    if price.get(k))
 
 
 def render(data: ReportData) -> str:

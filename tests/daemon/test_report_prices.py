@@ -16,6 +16,7 @@ from daemon.runtime import price_host
 from daemon.sources.sample import GpuSample, Sample
 from daemon.store.reader import StoreReader
 from daemon.store.writer import Store
+from daemon.wire import Now
 from pricing.cache import CachedPrice, write_cache
 
 P4D = {"provider": "aws", "type": "p4d.24xlarge", "region": "us-east-1"}
@@ -187,3 +188,38 @@ def test_each_tick_is_charged_at_the_price_recorded_then(tmp_path):
     assert [p["per_hour"] for _, p in page.price_changes] == [2.0, 20.0]
     assert "the price changed in this range, each tick charged at its own: from " in (
         render_page(page))
+
+
+def test_a_recorded_price_s_text_is_shown_safe_and_short(tmp_path):
+    """A store is anyone's file: the instance a recorded price names reaches the report's text,
+    the snapshot page and replay as escaped, one-line, cut text."""
+    from daemon.replay import Replay
+    from daemon.runtime.resume import record_price
+
+    config = make_config(tmp_path, instance=P4D)
+    price, _, instance = price_host.price_host(config, None, 2)
+    hostile = "<script>\x1b[2J" + "x" * 5000
+    first = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    second = dataclasses.replace(price, per_hour=3.0, gpu_count=2, instance_type=hostile,
+                                 provider="aws\n")
+    db = tmp_path / "mlcost.db"
+    start = time.time() - 20
+    with Store(str(db)) as store:
+        record_price(store, first, start - 1)
+        for i in range(20):
+            if i == 10:
+                record_price(store, second, start + i - 0.5)
+            gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=100.0,
+                                   memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
+                         for n in range(2))
+            store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                                "price": first.as_dict(), "instance": instance})
+    text = report.render_text(build(db, config))
+    [line] = [line for line in text.splitlines() if "the price changed" in line]
+    assert "\x1b" not in line and "\\x1b[2J" in line and len(line) < 400
+    page = render_page(report_html.collect(db))
+    assert "<script>" not in page and "\x1b" not in page and "x" * 100 not in page
+    with Replay(db) as replay:  # the instance then, as mlcost-top reads it: escaped
+        shown = Now.from_dict(replay.state_at(start + 15)).instance["type"]
+    assert shown.startswith("<script>\\x1b[2J") and "\x1b" not in shown
