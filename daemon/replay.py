@@ -45,7 +45,7 @@ from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
-from daemon.analysis.price_history import PriceHistory
+from daemon.analysis.price_history import PriceHistory, instance_then
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
@@ -224,11 +224,7 @@ class Replay:
         price = self.prices.at(at)
         if price is not None:
             host["price"] = price.as_dict()
-            if price.instance_type:  # the instance then (a resize keeps the store)
-                recorded = host.get("instance")
-                host["instance"] = {**(recorded if isinstance(recorded, dict) else {}),
-                                    "type": price.instance_type, "provider": price.provider,
-                                    "region": price.region, "lifecycle": price.lifecycle}
+            host["instance"] = instance_then(price, host.get("instance"))
             current = burn(sample, price, self.thresholds)
             ledger, meter = self._ledger(at)
             grid = (GridIntensity.from_dict(self.host.get("grid"))  # as the daemon ran

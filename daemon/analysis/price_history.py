@@ -98,3 +98,14 @@ class PriceHistory:
         found = self.within(start, end)
         return found if len(found) > 1 else []
 
+
+def instance_then(price: HostPrice, recorded: object) -> dict[str, Any]:
+    """The host meta's `instance` (`recorded`) as it was when `price` was charged: the type,
+    provider, region and lifecycle the price was for (a resized host keeps its store, and the
+    meta holds the last run's)."""
+    instance = dict(recorded) if isinstance(recorded, dict) else {}
+    if price.instance_type:
+        instance.update(type=price.instance_type, provider=price.provider,
+                        region=price.region, lifecycle=price.lifecycle)
+    return instance
+

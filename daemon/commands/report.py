@@ -17,7 +17,7 @@ from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter
-from daemon.analysis.price_history import PriceHistory
+from daemon.analysis.price_history import PriceHistory, instance_then
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
@@ -129,6 +129,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # resized instance, recorded its own), else at the price the store last recorded.
     prices = PriceHistory.from_readings(readings, recorded_price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
+    if prices.changes:  # the host as the window's end saw it (a later run may charge another)
+        recorded_price = prices.at(end)
+        assert recorded_price is not None  # (a history with changes has a price everywhere)
+        price = host["price"] = recorded_price.as_dict()
+        host["instance"] = instance_then(recorded_price, host.get("instance"))
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
     # energy (an hour or less; beyond, the timeline reads the rollups and the cost pass its
     # own COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).
@@ -465,8 +470,10 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out.append(title)
     instance = host.get("instance") or {}
     if instance.get("type"):
-        out.append(f"instance: {instance.get('provider')} {instance['type']} in "
-                   f"{instance.get('region')} ({instance.get('lifecycle')})")
+        said = {k: one_line(str(instance.get(k)))[:40]  # a store's text: one line, cut
+                for k in ("provider", "type", "region", "lifecycle")}
+        out.append(f"instance: {said['provider']} {said['type']} in {said['region']} "
+                   f"({said['lifecycle']})")
     since = clock.local_time(window["since"])
     same_day = clock.local_time(window["since"])[:10] == clock.local_time(window["until"])[:10]
     until = clock.local_time(window["until"], date=not same_day)

@@ -19,7 +19,7 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
-from daemon.analysis.price_history import PriceHistory
+from daemon.analysis.price_history import PriceHistory, instance_then
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -134,6 +134,10 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     readings = queries.meter_readings(reader, start, end)
     prices = PriceHistory.from_readings(readings, price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
+    then = prices.at(end)
+    if prices.changes and then is not None:  # the host as the range's end saw it
+        data.price = host["price"] = then.as_dict()
+        host["instance"] = instance_then(then, host.get("instance"))
     priced = [(sample, charged) for sample in samples
               for charged in (prices.at(sample.ts),) if charged is not None]
     if samples:

@@ -371,8 +371,8 @@ def render(data: ReportData) -> str:
     instance: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     facts = [
         f"<b>{_e(host.get('hostname') or '?')}</b>",
-        _e(" ".join(str(instance.get(k)) for k in ("provider", "type", "region", "lifecycle")
-                    if instance.get(k))),
+        _e(" ".join(one_line(str(instance.get(k)))[:40]
+                    for k in ("provider", "type", "region", "lifecycle") if instance.get(k))),
         f"price <b>{_money(price.get('per_hour'))}/h</b> "
         f"({_money(price.get('per_gpu_per_hour'))} per GPU) from {_e(price.get('source'))}"
         if price else "no recorded price",

@@ -182,6 +182,15 @@ def test_each_tick_is_charged_at_the_price_recorded_then(tmp_path):
     buckets = document["timeline"]["buckets"]
     assert {b["burn_per_hour"] for b in buckets} >= {2.0, 20.0}
     assert {b["price_per_gpu"] for b in buckets} >= {1.0, 10.0}  # compare's waste reads it
+    # a window of the first run alone: its price and instance, not the store's last
+    reader = StoreReader(str(db))
+    try:
+        early = report.build(reader, 10.0, until=start + 15, config=config)
+    finally:
+        reader.close()
+    assert early["burn"]["price_per_hour"] == 2.0 and early["burn"]["price_changes"] == []
+    assert early["host"]["price"]["per_hour"] == 2.0
+    assert report_html.collect(db, until=start + 15).price["per_hour"] == 2.0
     # the snapshot page: the same spend, and the change said
     page = report_html.collect(db)
     assert page.spend == pytest.approx(document["spend"]["total"], rel=0.01)
@@ -218,6 +227,8 @@ def test_a_recorded_price_s_text_is_shown_safe_and_short(tmp_path):
     text = report.render_text(build(db, config))
     [line] = [line for line in text.splitlines() if "the price changed" in line]
     assert "\x1b" not in line and "\\x1b[2J" in line and len(line) < 400
+    [line] = [line for line in text.splitlines() if line.startswith("instance: ")]
+    assert "\\x1b[2J" in line and len(line) < 200  # the instance then: the hostile one
     page = render_page(report_html.collect(db))
     assert "<script>" not in page and "\x1b" not in page and "x" * 100 not in page
     with Replay(db) as replay:  # the instance then, as mlcost-top reads it: escaped
