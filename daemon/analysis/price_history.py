@@ -108,4 +108,3 @@ def instance_then(price: HostPrice, recorded: object) -> dict[str, Any]:
         instance.update(type=price.instance_type, provider=price.provider,
                         region=price.region, lifecycle=price.lifecycle)
     return instance
-

@@ -129,11 +129,11 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # resized instance, recorded its own), else at the price the store last recorded.
     prices = PriceHistory.from_readings(readings, recorded_price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
-    if prices.changes:  # the host as the window's end saw it (a later run may charge another)
-        recorded_price = prices.at(end)
-        assert recorded_price is not None  # (a history with changes has a price everywhere)
-        price = host["price"] = recorded_price.as_dict()
-        host["instance"] = instance_then(recorded_price, host.get("instance"))
+    then = prices.at(end)
+    if prices.changes and then is not None:  # the host as the window's end saw it
+        recorded_price = then
+        price = host["price"] = then.as_dict()
+        host["instance"] = instance_then(then, host.get("instance"))
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
     # energy (an hour or less; beyond, the timeline reads the rollups and the cost pass its
     # own COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).

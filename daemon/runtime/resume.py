@@ -82,4 +82,3 @@ def record_start(store: Store, ts: float) -> None:
     charges nothing before its first tick, and a report of a range across it must not either."""
     kind, name = RUN_START_READING
     facts.write_meter_readings(store, ts, [(kind, name, ts, {})])
-
