@@ -47,6 +47,32 @@ def record(tmp_path, config, watts=(300.0, 100.0), ticks=11):
     return db
 
 
+def two_runs(tmp_path, first, second, ticks, between=None):
+    """A store of `ticks` 1 s ticks of two GPUs, the first half charged at `first`, the second
+    at `second` (each recorded as a start records its price; `between(store, ts)` writes more
+    at the change), its meta the second's, as the last run leaves it; returns it and its first
+    tick's time."""
+    from daemon.runtime.resume import record_price
+
+    db = tmp_path / "mlcost.db"
+    start = time.time() - ticks
+    with Store(str(db)) as store:
+        record_price(store, first, start - 1)
+        for i in range(ticks):
+            if i == ticks // 2:
+                record_price(store, second, start + i - 0.5)
+                if between is not None:
+                    between(store, start + i)
+            gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=100.0,
+                                   memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
+                         for n in range(2))
+            store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                                "price": second.as_dict(),
+                                "instance": {"provider": "aws", "type": second.instance_type}})
+    return db, start
+
+
 def build(db, config):
     reader = StoreReader(str(db))
     try:
@@ -143,31 +169,19 @@ def test_each_tick_is_charged_at_the_price_recorded_then(tmp_path):
     """Two runs on one store at different prices (a refreshed price, a resized instance): the
     report charges each tick at its own, lists the change, and skips a reading it cannot
     trust; the store's last price (its meta) no longer prices the ticks before it."""
-    from daemon.runtime.resume import record_price
     from daemon.store import facts
 
+    def hostile(store, ts):  # readings a damaged store holds: skipped
+        facts.write_meter_readings(store, ts - 0.4, [
+            ("price", "host", float("nan"), {"per_hour": float("nan")})])
+        facts.write_meter_readings(store, ts - 0.3, [
+            ("price", "host", 1.0, {"per_hour": 1.0, "gpu_count": "eight"})])
+
     config = make_config(tmp_path, instance=P4D)
-    price, _, instance = price_host.price_host(config, None, 2)
+    price, _, _ = price_host.price_host(config, None, 2)
     cheap = dataclasses.replace(price, per_hour=2.0, gpu_count=2)  # the 2 GPUs recorded
     dear = dataclasses.replace(price, per_hour=20.0, gpu_count=2)
-    db = tmp_path / "mlcost.db"
-    start = time.time() - 40
-    with Store(str(db)) as store:
-        record_price(store, cheap, start - 1)
-        for i in range(40):
-            if i == 20:
-                record_price(store, dear, start + i - 0.5)
-                facts.write_meter_readings(store, start + i - 0.4, [  # hostile: skipped
-                    ("price", "host", float("nan"), {"per_hour": float("nan")}),
-                ])
-                facts.write_meter_readings(store, start + i - 0.3, [
-                    ("price", "host", 1.0, {"per_hour": 1.0, "gpu_count": "eight"})])
-            gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=100.0,
-                                   memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
-                         for n in range(2))
-            store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
-        store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": dear.as_dict(),
-                                "instance": instance})
+    db, start = two_runs(tmp_path, cheap, dear, 40, hostile)
     document = build(db, config)
     # 19 charged seconds at $2/h, then 20 at $20/h (each tick charges the second before it)
     assert document["spend"]["total"] == pytest.approx((19 * 2.0 + 20 * 20.0) / 3600, rel=0.01)
@@ -203,27 +217,14 @@ def test_a_recorded_price_s_text_is_shown_safe_and_short(tmp_path):
     """A store is anyone's file: the instance a recorded price names reaches the report's text,
     the snapshot page and replay as escaped, one-line, cut text."""
     from daemon.replay import Replay
-    from daemon.runtime.resume import record_price
 
     config = make_config(tmp_path, instance=P4D)
-    price, _, instance = price_host.price_host(config, None, 2)
+    price, _, _ = price_host.price_host(config, None, 2)
     hostile = "<script>\x1b[2J" + "x" * 5000
     first = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
     second = dataclasses.replace(price, per_hour=3.0, gpu_count=2, instance_type=hostile,
                                  provider="aws\n")
-    db = tmp_path / "mlcost.db"
-    start = time.time() - 20
-    with Store(str(db)) as store:
-        record_price(store, first, start - 1)
-        for i in range(20):
-            if i == 10:
-                record_price(store, second, start + i - 0.5)
-            gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=100.0,
-                                   memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
-                         for n in range(2))
-            store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
-        store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
-                                "price": first.as_dict(), "instance": instance})
+    db, start = two_runs(tmp_path, first, second, 20)
     text = report.render_text(build(db, config))
     [line] = [line for line in text.splitlines() if "the price changed" in line]
     assert "\x1b" not in line and "\\x1b[2J" in line and len(line) < 400

@@ -80,16 +80,21 @@ async def test_today_says_how_much_of_the_hosts_daily_budget_it_is(spent, crosse
              "period_id": "2026-12-04", "limit": 10.0, "spent": 9.0, "crossed": False},
             {"scope": "host", "name": "host", "target": "host", "period": "daily",
              "period_id": "2026-12-04", "limit": 800.0, "spent": spent, "crossed": crossed}]
+    text = await header_text(doc)
+    if shown is None:
+        assert "today $12.00  " in text and "today $12.00 of" not in text
+    else:
+        assert f"today {'$' + format(spent, ',.2f')} {shown}" in text
+
+
+async def header_text(doc: dict) -> str:
+    """The header mlcost-top (200 columns) shows for one /v1/now document."""
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=(200, 48)) as pilot:
         app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
                                                        None, 0.01, TS),)))
         await pilot.pause()
-        text = str(app.query_one(HeaderPanel).render())
-        if shown is None:
-            assert "today $12.00  " in text and "today $12.00 of" not in text
-        else:
-            assert f"today {'$' + format(spent, ',.2f')} {shown}" in text
+        return str(app.query_one(HeaderPanel).render())
 
 
 @pytest.mark.asyncio
@@ -103,14 +108,9 @@ async def test_the_month_beside_today_where_a_host_monthly_budget_is_set():
          "period_id": "2026-12", "limit": 100.0, "spent": 1.0, "crossed": False},
         {"scope": "host", "name": "host", "target": "host", "period": "monthly",
          "period_id": "2026-12", "limit": 20000.0, "spent": 17000.0, "crossed": False}]
-    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
-    async with app.run_test(size=(200, 48)) as pilot:
-        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
-                                                       None, 0.01, TS),)))
-        await pilot.pause()
-        text = str(app.query_one(HeaderPanel).render())
-        assert "today $40.00  month $17,000 of $20,000 (85%)" in text
-        assert "of $100.00" not in text
+    text = await header_text(doc)
+    assert "today $40.00  month $17,000 of $20,000 (85%)" in text
+    assert "of $100.00" not in text
     month = Now.from_dict(doc).host_budget("monthly")
     assert month is not None and budget_style(month) == WARN  # 85 %: past the 80 % warning
 
