@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import statistics
 from collections import OrderedDict
@@ -45,12 +46,12 @@ from daemon.analysis.inference_audit import recorded_audit
 from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
-from daemon.analysis.price_history import PriceHistory, instance_then
+from daemon.analysis.price_history import PRICE_READING, PriceHistory, instance_then
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.reader import StoreReader, no_store_at
-from daemon.store.schema import SCHEMA_VERSION
+from daemon.store.schema import GPU_READING, SCHEMA_VERSION
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
 from daemon.wire import process_key
@@ -129,9 +130,10 @@ class Replay:
         self.host: dict[str, Any] = dict(host) if isinstance(host, dict) else {}
         # Each tick at the price charged then (daemon.analysis.price_history); a store recorded
         # before prices were kept, at the price it last recorded.
-        self.prices = PriceHistory.from_readings(
-            queries.meter_readings(self.reader, self.start, self.end),
-            HostPrice.from_dict(self.host.get("price")))
+        self._readings = queries.meter_readings(self.reader, self.start, self.end,
+                                                kinds=(PRICE_READING, GPU_READING))
+        self.prices = PriceHistory.from_readings(self._readings,
+                                                 HostPrice.from_dict(self.host.get("price")))
         recorded = self.host.get("interval_s")
         gaps = [b - a for a, b in zip(self._all_ms[:200], self._all_ms[1:201], strict=False)]
         self.interval_s = float(recorded) if isinstance(recorded, int | float) and recorded > 0 \
@@ -188,13 +190,26 @@ class Replay:
             return cached
         before_ms = self._all_ms[index - 1] if index > 0 else at_ms
         samples = self.reader.samples(before_ms / 1000, at_ms / 1000, max_samples=2)
-        sample = samples[-1]
+        sample = self._gpus_then(samples[-1])
         previous = samples[-2] if len(samples) > 1 else None
         state = self._document(sample, previous)
         self._states[at_ms] = state
         if len(self._states) > CACHE_STATES:
             self._states.popitem(last=False)
         return state
+
+    def _gpus_then(self, sample: Sample) -> Sample:
+        """`sample` with its GPUs' facts (model, UUID, memory) as recorded then, where a later
+        run saw other GPUs (a resize keeps the store; its `gpus` table holds the last)."""
+        facts = queries.gpus_then(self._readings, sample.ts)
+        if not facts:
+            return sample
+        return dataclasses.replace(sample, gpus=tuple(
+            dataclasses.replace(
+                gpu, uuid=then.get("uuid", gpu.uuid), name=then.get("name", gpu.name),
+                memory_total_bytes=then["memory_total_bytes"],
+                memory_reserved_bytes=then["memory_reserved_bytes"])
+            if (then := facts.get(gpu.index)) is not None else gpu for gpu in sample.gpus))
 
     def phases_at(self, key: str, ts: float,
                   since_s: float = PHASE_WINDOW_S) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from daemon import __version__, clock
 from daemon.analysis.cost import gpu_wasted_per_hour
-from daemon.analysis.price_history import PriceHistory
+from daemon.analysis.price_history import PRICE_READING, PriceHistory
 from daemon.api import openapi
 from daemon.api.limits import REQUEST_TIMEOUT_S
 from daemon.wire import API_VERSION, parse_process_key
@@ -188,8 +188,8 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
                 from daemon.store import queries
 
                 # each point at the price charged then (a run before this start, at another)
-                prices = PriceHistory.from_readings(
-                    queries.meter_readings(reader, until - since, until), None)
+                prices = PriceHistory.from_readings(queries.meter_readings(
+                    reader, until - since, until, kinds=(PRICE_READING,)), None)
 
                 def per_gpu(ts: float) -> float:
                     then = prices.at(ts)

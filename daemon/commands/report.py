@@ -129,6 +129,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # resized instance, recorded its own), else at the price the store last recorded.
     prices = PriceHistory.from_readings(readings, recorded_price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
+    gpus_then = queries.gpus_then(readings, end)  # the GPUs as the window's end saw them
+    for gpu in gpus:  # (a host resized onto other GPUs keeps its store)
+        gpu.update(gpus_then.get(gpu["index"], {}))
     then = prices.at(end)
     if prices.changes and then is not None:  # the host as the window's end saw it
         recorded_price = then

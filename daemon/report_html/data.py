@@ -134,6 +134,9 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     readings = queries.meter_readings(reader, start, end)
     prices = PriceHistory.from_readings(readings, price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
+    gpus_then = queries.gpus_then(readings, end)  # the GPUs as the range's end saw them
+    for gpu in data.gpus:  # (a host resized onto other GPUs keeps its store)
+        gpu.update(gpus_then.get(gpu["index"], {}))
     then = prices.at(end)
     if prices.changes and then is not None:  # the host as the range's end saw it
         data.price = host["price"] = then.as_dict()

@@ -15,6 +15,7 @@ from typing import Any
 from daemon.sources.owners import decode_owner
 from daemon.store.reader import StoreReader
 from daemon.store.schema import (
+    GPU_READING,
     HOUR,
     KIND_GPU,
     KIND_PROCESS,
@@ -282,18 +283,23 @@ def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str
     return out
 
 
-def meter_readings(reader: StoreReader, since: float, until: float
+def meter_readings(reader: StoreReader, since: float, until: float,
+                   kinds: tuple[str, ...] | None = None
                    ) -> dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]]:
-    """What the meters read (storage sizes, unit-cost counters) in [since, until] and the last
-    reading before it: (kind, name) -> [(ts, value, detail)], oldest first. {} for a store
-    written before readings were kept."""
+    """What the meters read (storage sizes, unit-cost counters, prices, GPUs, starts) in
+    [since, until] and the last reading before it: (kind, name) -> [(ts, value, detail)],
+    oldest first; only those of `kinds` where given (a month of a storage walk's readings is
+    many more rows than its prices). {} for a store written before readings were kept."""
     if not _has_table(reader, "meter_readings"):
         return {}
     lo, hi = round(since * 1000), round(until * 1000)
+    wanted = "" if kinds is None else \
+        f" AND kind IN ({', '.join(f':k{i}' for i in range(len(kinds)))})"
     rows = reader.query(
         "SELECT kind, name, ts, value, detail FROM meter_readings m WHERE ts <= :hi AND ts >= "
         "coalesce((SELECT max(p.ts) FROM meter_readings p WHERE p.kind = m.kind AND "
-        "p.name = m.name AND p.ts <= :lo), :lo) ORDER BY ts", {"lo": lo, "hi": hi})
+        f"p.name = m.name AND p.ts <= :lo), :lo){wanted} ORDER BY ts",
+        {"lo": lo, "hi": hi, **{f"k{i}": kind for i, kind in enumerate(kinds or ())}})
     out: dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]] = {}
     for r in rows:
         value = r["value"]
@@ -351,3 +357,35 @@ def process_kinds(reader: StoreReader, at: float | None = None) -> dict[tuple[in
             except ValueError:
                 continue
     return found
+
+
+GPU_FACTS = ("uuid", "name", "memory_total_bytes", "memory_reserved_bytes")
+
+
+def gpus_then(readings: dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]],
+              at: float) -> dict[int, dict[str, Any]]:
+    """Each GPU's facts (of GPU_FACTS) as recorded in force at `at`, by index, from a range's meter
+    readings (meter_readings; schema.GPU_READING); a GPU with no reading then is left out (the
+    `gpus` table's row is all there is: a store recorded before GPU facts were kept)."""
+    found: dict[int, dict[str, Any]] = {}
+    for (kind, name), rows in readings.items():
+        if kind != GPU_READING or not name.isdigit():
+            continue
+        before = [detail for ts, _, detail in rows if ts <= at]
+        if before:
+            found[int(name)] = _gpu_facts(before[-1])
+    return found
+
+
+def _gpu_facts(detail: dict[str, Any]) -> dict[str, Any]:
+    """A GPU reading's facts, each of its type (a store is anyone's file): a uuid or name that
+    is not a string is left out (the `gpus` row's stands), a memory figure that is not a count
+    is None (unknown)."""
+    out: dict[str, Any] = {key: detail[key][:200] for key in ("uuid", "name")
+                           if isinstance(detail.get(key), str)}
+    for key in ("memory_total_bytes", "memory_reserved_bytes"):
+        value = detail.get(key)
+        out[key] = value if isinstance(value, int) and not isinstance(value, bool) \
+            and value >= 0 else None
+    return out
+

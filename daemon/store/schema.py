@@ -38,6 +38,12 @@ SPEND_METRICS: dict[str, int] = {"total": 20, "idle": 21, "wasted": 22, "storage
 SPEND_PROCESS = 24
 MICRODOLLARS = 1_000_000
 
+# A GPU's facts (uuid, model, memory) each time they change, as a meter reading of this kind
+# named by its index (daemon.store.tick_rows.gpu_reading): the `gpus` table holds the last, and a
+# host resized onto other GPUs keeps its store, so a report or replay of a range before the
+# change reads the GPUs then (daemon.store.queries.gpus_then).
+GPU_READING = "gpu"
+
 # An event's detail key: true where the event did not end but the run recording it stopped
 # (its `ended_at` is that run's last tick; daemon.store.facts.end_events_left_open).
 RECORDING_STOPPED = "recording_stopped"

@@ -9,11 +9,19 @@ statement cache prepares it once; a tick's many rows of a table go in through `W
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from daemon.sources.owners import encode_owner
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.store.schema import STATUS_CODES, encode_status, hundredths, millis, tenths
+from daemon.store.schema import (
+    GPU_READING,
+    STATUS_CODES,
+    encode_status,
+    hundredths,
+    millis,
+    tenths,
+)
 from daemon.store.wide_insert import WideInsert
 
 # A GPU's facts as the gpus table keeps them: uuid, name, total and driver-reserved memory.
@@ -55,6 +63,18 @@ def tick_row(ts: int, sample: Sample) -> tuple[object, ...]:
 
 def gpu_facts(gpu: GpuSample) -> GpuFacts:
     return (gpu.uuid, gpu.name, gpu.memory_total_bytes, gpu.memory_reserved_bytes)
+
+
+INSERT_GPU_READING = (
+    "INSERT OR REPLACE INTO meter_readings (kind, name, ts, value, detail) VALUES (?,?,?,?,?)")
+
+
+def gpu_reading(ts: int, index: int, facts: GpuFacts) -> tuple[object, ...]:
+    """A GPU's facts as its meter reading (schema.GPU_READING), written with its `gpus` row."""
+    uuid, name, total, reserved = facts
+    return (GPU_READING, str(index), ts, float(total or 0), json.dumps({
+        "uuid": uuid, "name": name, "memory_total_bytes": total,
+        "memory_reserved_bytes": reserved}, sort_keys=True))
 
 
 def facts_changed(known: GpuFacts | None, facts: GpuFacts) -> bool:

@@ -370,6 +370,8 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
             if tick_rows.facts_changed(new_gpus.get(gpu.index) or self._gpus.get(gpu.index),
                                        facts):
                 conn.execute(tick_rows.INSERT_GPU, (gpu.index, *facts))
+                conn.execute(tick_rows.INSERT_GPU_READING,
+                             tick_rows.gpu_reading(ts, gpu.index, facts))
                 new_gpus[gpu.index] = facts
         if sample.gpus:
             tick_rows.INSERT_GPU_SAMPLES.run(conn, tick_rows.gpu_sample_rows(ts, sample.gpus))

@@ -4,6 +4,7 @@ measured power at [instance].electricity_per_kwh, and the managed-vs-self-manage
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 
 import pytest
@@ -47,11 +48,11 @@ def record(tmp_path, config, watts=(300.0, 100.0), ticks=11):
     return db
 
 
-def two_runs(tmp_path, first, second, ticks, between=None):
+def two_runs(tmp_path, first, second, ticks, between=None, models=("A100", "A100")):
     """A store of `ticks` 1 s ticks of two GPUs, the first half charged at `first`, the second
     at `second` (each recorded as a start records its price; `between(store, ts)` writes more
-    at the change), its meta the second's, as the last run leaves it; returns it and its first
-    tick's time."""
+    at the change), the GPUs of each half the model of `models` (40 GiB; "H100": 80 GiB), its
+    meta the second's, as the last run leaves it; returns it and its first tick's time."""
     from daemon.runtime.resume import record_price
 
     db = tmp_path / "mlcost.db"
@@ -63,8 +64,10 @@ def two_runs(tmp_path, first, second, ticks, between=None):
                 record_price(store, second, start + i - 0.5)
                 if between is not None:
                     between(store, start + i)
-            gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0, power_watts=100.0,
-                                   memory_used_bytes=1 << 30, memory_total_bytes=40 << 30)
+            model = models[i >= ticks // 2]
+            gpus = tuple(GpuSample(n, f"GPU-{model}-{n}", model, utilization=50.0,
+                                   power_watts=100.0, memory_used_bytes=1 << 30,
+                                   memory_total_bytes=(80 if model == "H100" else 40) << 30)
                          for n in range(2))
             store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
         store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
@@ -235,3 +238,51 @@ def test_a_recorded_price_s_text_is_shown_safe_and_short(tmp_path):
     with Replay(db) as replay:  # the instance then, as mlcost-top reads it: escaped
         shown = Now.from_dict(replay.state_at(start + 15)).instance["type"]
     assert shown.startswith("<script>\\x1b[2J") and "\x1b" not in shown
+
+
+def test_a_range_before_a_resize_shows_the_gpus_it_ran_on(tmp_path):
+    """A host resized onto other GPUs keeps its store, whose `gpus` table holds the last: the
+    report, the page and replay of the first half show its A100s (40 GiB), of the second its
+    H100s; the store recorded each GPU's facts when they changed, and only then."""
+    from daemon.replay import Replay
+
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    first = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    second = dataclasses.replace(price, per_hour=8.0, gpu_count=2, instance_type="p5.48xlarge")
+    db, start = two_runs(tmp_path, first, second, 20, models=("A100", "H100"))
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT name, count(*) FROM meter_readings WHERE kind = 'gpu' "
+                        "GROUP BY name").fetchall() == [("0", 2), ("1", 2)]
+    conn.close()
+    reader = StoreReader(str(db))
+    try:
+        early = report.build(reader, 10.0, until=start + 8, config=config)
+        late = report.build(reader, 10.0, until=start + 19, config=config)
+    finally:
+        reader.close()
+    assert [(g["name"], g["memory_total_bytes"], g["uuid"]) for g in early["gpus"]] == [
+        ("A100", 40 << 30, "GPU-A100-0"), ("A100", 40 << 30, "GPU-A100-1")]
+    assert [g["name"] for g in late["gpus"]] == ["H100", "H100"]
+    assert "NVIDIA" not in report.render_text(early) and "A100" in report.render_text(early)
+    assert [g["name"] for g in report_html.collect(db, until=start + 8).gpus] == ["A100"] * 2
+    with Replay(db) as replay:
+        then, now = replay.state_at(start + 5), replay.state_at(start + 15)
+    assert [(g["name"], g["memory_total_bytes"]) for g in then["gpus"]] == [
+        ("A100", 40 << 30)] * 2
+    assert [(g["name"], g["memory_total_bytes"]) for g in now["gpus"]] == [
+        ("H100", 80 << 30)] * 2
+
+
+
+def test_a_gpu_reading_that_is_not_what_it_should_be_is_not_believed():
+    from daemon.store import queries
+
+    readings = {("gpu", "0"): [(10.0, 1.0, {"uuid": 5, "name": "x" * 1000,
+                                            "memory_total_bytes": "lots",
+                                            "memory_reserved_bytes": True})],
+                ("gpu", "zero"): [(10.0, 1.0, {"name": "A100"})],
+                ("gpu", "1"): [(20.0, 1.0, {"name": "H100"})]}
+    assert queries.gpus_then(readings, 15.0) == {0: {
+        "name": "x" * 200, "memory_total_bytes": None, "memory_reserved_bytes": None}}
+    assert set(queries.gpus_then(readings, 25.0)) == {0, 1}
