@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.cost import HostPrice
+from daemon.store import queries
 
 PRICE_READING = "price"  # meter_readings.kind
 PRICE_NAME = "host"  # meter_readings.name
@@ -108,3 +109,22 @@ def instance_then(price: HostPrice, recorded: object) -> dict[str, Any]:
         instance.update(type=price.instance_type, provider=price.provider,
                         region=price.region, lifecycle=price.lifecycle)
     return instance
+
+
+def as_then(host: dict[str, Any], gpus: list[dict[str, Any]],
+            readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]],
+            prices: PriceHistory, end: float) -> HostPrice | None:
+    """Set a report's `host` (its price and instance) and each of its `gpus` (model, UUID,
+    memory) to what was in force at `end`: a later run may charge another price on other
+    GPUs, and the store's meta and `gpus` table hold the last. Returns the price then, None
+    where the store recorded no price (the host's own stands)."""
+    facts = queries.gpus_then(readings, end)
+    for gpu in gpus:
+        gpu.update(facts.get(gpu["index"], {}))
+    then = prices.at(end)
+    if not prices.changes or then is None:
+        return None
+    host["price"] = then.as_dict()
+    host["instance"] = instance_then(then, host.get("instance"))
+    return then
+

@@ -17,7 +17,7 @@ from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter
-from daemon.analysis.price_history import PriceHistory, instance_then
+from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
@@ -129,14 +129,9 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # resized instance, recorded its own), else at the price the store last recorded.
     prices = PriceHistory.from_readings(readings, recorded_price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
-    gpus_then = queries.gpus_then(readings, end)  # the GPUs as the window's end saw them
-    for gpu in gpus:  # (a host resized onto other GPUs keeps its store)
-        gpu.update(gpus_then.get(gpu["index"], {}))
-    then = prices.at(end)
-    if prices.changes and then is not None:  # the host as the window's end saw it
-        recorded_price = then
-        price = host["price"] = then.as_dict()
-        host["instance"] = instance_then(then, host.get("instance"))
+    then = as_then(host, gpus, readings, prices, end)  # the host and GPUs at the window's end
+    if then is not None:
+        recorded_price, price = then, host["price"]
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
     # energy (an hour or less; beyond, the timeline reads the rollups and the cost pass its
     # own COST_SAMPLES), bounded in process rows (timeline.raw_sample_count).

@@ -19,7 +19,7 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
-from daemon.analysis.price_history import PriceHistory, instance_then
+from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -134,13 +134,8 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     readings = queries.meter_readings(reader, start, end)
     prices = PriceHistory.from_readings(readings, price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
-    gpus_then = queries.gpus_then(readings, end)  # the GPUs as the range's end saw them
-    for gpu in data.gpus:  # (a host resized onto other GPUs keeps its store)
-        gpu.update(gpus_then.get(gpu["index"], {}))
-    then = prices.at(end)
-    if prices.changes and then is not None:  # the host as the range's end saw it
-        data.price = host["price"] = then.as_dict()
-        host["instance"] = instance_then(then, host.get("instance"))
+    if as_then(host, data.gpus, readings, prices, end) is not None:  # the host at the end
+        data.price = host["price"]
     priced = [(sample, charged) for sample in samples
               for charged in (prices.at(sample.ts),) if charged is not None]
     if samples:

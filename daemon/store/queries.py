@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from daemon.sources.owners import decode_owner
@@ -362,7 +362,7 @@ def process_kinds(reader: StoreReader, at: float | None = None) -> dict[tuple[in
 GPU_FACTS = ("uuid", "name", "memory_total_bytes", "memory_reserved_bytes")
 
 
-def gpus_then(readings: dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]],
+def gpus_then(readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]],
               at: float) -> dict[int, dict[str, Any]]:
     """Each GPU's facts (of GPU_FACTS) as recorded in force at `at`, by index, from a range's meter
     readings (meter_readings; schema.GPU_READING); a GPU with no reading then is left out (the
