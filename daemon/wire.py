@@ -809,6 +809,7 @@ class Comparison:
     verdict: str
     figures: tuple[ComparedFigure, ...]
     recommendations: tuple[str, ...]
+    price_note: str | None = None  # the two runs were charged different prices per GPU-hour
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Comparison:
@@ -820,7 +821,8 @@ class Comparison:
         return cls(before=_line(_d(d.get("a")).get("label"))[:120],
                    after=_line(_d(d.get("b")).get("label"))[:120],
                    verdict=_line(d.get("verdict"), "?")[:20], figures=figures,
-                   recommendations=changed)
+                   recommendations=changed,
+                   price_note=_line(d.get("price_note"))[:400] or None)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,55 @@ class Side:
         return found if isinstance(found, dict) else {}
 
 
+def price_per_gpu_hour(document: dict[str, Any]) -> float | None:
+    """The price per GPU-hour a report document's range was charged at its end (a profile's
+    run, one side of a comparison)."""
+    found = (document.get("burn") or {}).get("price_per_gpu")
+    return float(found) if isinstance(found, int | float) and found > 0 else None
+
+
+def gpu_models(document: dict[str, Any], used: Sequence[int]) -> list[str]:
+    """The models of a report document's GPUs whose indexes are in `used`, each once."""
+    return sorted({g["name"] for g in document.get("gpus") or []
+                   if isinstance(g, dict) and g.get("index") in used
+                   and isinstance(g.get("name"), str)})
+
+
+def price_moved(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
+    """The prices per GPU-hour of two sides (as `_describe` gives them) when they differ."""
+    before, after = a.get("price_per_gpu"), b.get("price_per_gpu")
+    if (not isinstance(before, int | float) or not isinstance(after, int | float)
+            or abs(after - before) <= 1e-9 * before):
+        return None
+    return float(before), float(after)
+
+
+def same_gpus(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two sides ran on GPUs of the same models (known on both)."""
+    models = b.get("gpu_models") or []
+    return bool(models) and models == (a.get("gpu_models") or [])
+
+
+def price_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """What a comparison says when its sides were charged different prices per GPU-hour. On
+    the same GPUs the price's change is not the work's: the cost figures are judged but not
+    counted in the overall verdict; on other GPUs they count (moving to other GPUs is a
+    change of its own), and the note says the hardware changed."""
+    moved = price_moved(a, b)
+    if moved is None:
+        return None
+    before, after = moved
+    said = (f"the price moved between the two sides: ${before:.4f}/GPU-h before, "
+            f"${after:.4f}/GPU-h after ({100 * (after - before) / before:+.0f}%)")
+    if same_gpus(a, b):
+        return (f"{said}, on the same GPUs: the cost figures hold the price's change as well "
+                f"as the work's and are not counted in the overall verdict "
+                f"({NOT_COUNTED_MARK}); GPU utilization, phases and energy per step are")
+    return (f"{said}, on {' + '.join(a.get('gpu_models') or []) or 'unknown GPUs'} before "
+            f"and {' + '.join(b.get('gpu_models') or []) or 'unknown GPUs'} after: the cost "
+            "figures hold the hardware's and its price's change as well as the work's")
+
+
 # -- the bootstrap ------------------------------------------------------------------------
 
 
@@ -694,6 +743,9 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
 
 
 NOT_COUNTED_MARK = "*"
+# Figures in dollars: a price that moved on the same GPUs moves them without the work moving.
+COST_FIGURES = ("cost_per_hour", "wasted_per_hour", "cost_per_1k_steps")
+UNIT_COST_FIGURE = "unit_cost."
 NOT_COUNTED_NOTE = ("* judged, not counted in the overall verdict: a GPU that does more work "
                     "draws more per hour (kWh per 1k steps counts) and may hold more memory "
                     "(a larger batch)")
@@ -749,11 +801,17 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     if memory is not None:
         figures.append(memory)
     figures += _phase_figures(a, b, rng)
+    side_a, side_b = _describe(a), _describe(b)
+    if price_moved(side_a, side_b) is not None and same_gpus(side_a, side_b):
+        for fig in figures:  # the price's change, not the work's
+            if fig.name in COST_FIGURES or fig.name.startswith(UNIT_COST_FIGURE):
+                fig.in_overall = False
     shown = [f.as_dict() for f in figures]
     return {
         "version": COMPARE_VERSION,
-        "a": _describe(a),
-        "b": _describe(b),
+        "a": side_a,
+        "b": side_b,
+        "price_note": price_note(side_a, side_b),
         "figures": shown,
         "recommendations": recommendation_changes(a, b),
         "verdict": overall(shown),
@@ -781,6 +839,8 @@ def _describe(side: Side) -> dict[str, Any]:
             "recorded_from": first if young else None,
             "buckets": len(side.buckets), "bucket_s": side.bucket_s,
             "gpus": side.gpus, "processes": len(side.processes),
+            "price_per_gpu": price_per_gpu_hour(side.document),
+            "gpu_models": gpu_models(side.document, side.gpus),
             "steps": profile.get("steps") if isinstance(profile.get("steps"), int) else None,
             "command": profile.get("command") if isinstance(profile.get("command"), str)
             else None}

@@ -175,6 +175,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "recommendations": {"type": "array", "items": {"type": "object"}},
             "verdict": {"type": "string",
                         "enum": ["better", "worse", "mixed", "within noise", "no figure"]},
+            "price_note": {"type": "string", "nullable": True,
+                           "description": "the two sides were charged different prices per "
+                                          "GPU-hour: what that means for the cost figures"},
             "method": {"type": "string"},
         },
     },

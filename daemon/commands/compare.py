@@ -255,6 +255,8 @@ def render_text(result: dict[str, Any]) -> str:
     for why in sorted({str(f["why"]) for f in result["figures"] if f.get("noise_from") ==
                        analysis.ENERGY_NOISE and f.get("why")}):
         out += _wrap(f"  (energy: {why})", "    ")
+    if result.get("price_note"):
+        out += _wrap(f"  (price: {result['price_note']})", "    ")
     out += ["", "Recommendations"]
     changed = [r for r in result["recommendations"] if r["status"] != "same"]
     for rec in changed:

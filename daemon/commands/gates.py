@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.analysis.compare import gpu_models, price_per_gpu_hour
 from daemon.wire import money
 from pricing.http import loads_finite
 from pricing.small_file import SmallFileError, read_small_file
@@ -163,6 +164,11 @@ def regression_figure(profile: dict[str, Any]) -> tuple[str, float | None]:
 
 def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, Any],
                    baseline_path: str) -> Gate:
+    """This run's cost per step (per hour without steps) against the baseline's. A price
+    that moved between the two runs is not the code's doing: on the same GPUs, the baseline
+    is re-priced at this run's price per GPU-hour (a cut would hide a slower step, a rise fail
+    a faster one); on other GPUs the two costs are compared as they were, and the message
+    says that the hardware and its price changed too."""
     flag = "--max-regression"
     head = f"gate {flag} {limit:g}%"
     what, new = regression_figure(profile)
@@ -176,16 +182,34 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
         return Gate(flag, f"{limit:g}%", False,
                     f"{head}: cannot be checked, {what} is unknown in "
                     f"{'this run' if new is None else 'the baseline'}", None, limit)
-    change = 100 * (new - old) / old
     # A step costs fractions of a cent: said per 1k steps, as the profile's cost line says it
     # (per step, $0.0000 against $0.0001).
     label, scale = ("cost per 1k steps", 1000.0) if what == "cost per step" else (what, 1.0)
-    said = (f"{head}: {label} was {money(new * scale, small=True)} against the baseline's "
-            f"{money(old * scale, small=True)} ({change:+.0f}%")
+    price, old_price = profile.get("price_per_gpu_hour"), baseline.get("price_per_gpu_hour")
+    models, old_models = profile.get("gpu_models") or [], baseline.get("gpu_models") or []
+    against, note = f"the baseline's {money(old * scale, small=True)}", ""
+    if (isinstance(price, int | float) and isinstance(old_price, int | float) and price > 0
+            and old_price > 0 and abs(price - old_price) > 1e-9 * old_price):
+        prices = (f"the baseline ran at {money(old_price, 4)}/GPU-h, this run at "
+                  f"{money(price, 4)}/GPU-h")
+        if models and models == old_models:
+            repriced = old * price / old_price
+            against = (f"the baseline's {money(repriced * scale, small=True)} at this run's "
+                       f"price ({money(old * scale, small=True)} at its own)")
+            note = f"; {prices}: the price's change is not counted"
+            old = repriced
+        else:
+            shown = " + ".join(models) or "unknown GPUs"
+            old_shown = " + ".join(old_models) or "unknown GPUs"
+            note = (f"; {prices}, on {shown} against {old_shown}: the change is the "
+                    "hardware's and its price's as well as the code's")
+    change = 100 * (new - old) / old
+    said = f"{head}: {label} was {money(new * scale, small=True)} against {against} " \
+           f"({change:+.0f}%"
     if change > limit:
-        return Gate(flag, f"{limit:g}%", False, f"{said}, {change - limit:.0f} points over)",
-                    change, limit)
-    return Gate(flag, f"{limit:g}%", True, said + ")", change, limit)
+        return Gate(flag, f"{limit:g}%", False,
+                    f"{said}, {change - limit:.0f} points over){note}", change, limit)
+    return Gate(flag, f"{limit:g}%", True, f"{said}){note}", change, limit)
 
 
 def read_baseline(path: str) -> dict[str, Any]:
@@ -205,6 +229,12 @@ def read_baseline(path: str) -> dict[str, Any]:
     if not isinstance(profile, dict):
         raise ValueError(f"{path} has no 'profile' key; pass the profile.json an earlier "
                          "`mlcostd profile` wrote")
+    # (a profile written before these were kept has them in its report)
+    if "price_per_gpu_hour" not in profile:
+        profile["price_per_gpu_hour"] = price_per_gpu_hour(document)
+    if "gpu_models" not in profile:
+        used = profile.get("gpus_used")
+        profile["gpu_models"] = gpu_models(document, used if isinstance(used, list) else [])
     return profile
 
 

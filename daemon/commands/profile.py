@@ -29,6 +29,7 @@ from typing import Any
 
 from daemon import clock
 from daemon import config as config_module
+from daemon.analysis.compare import gpu_models, price_per_gpu_hour
 from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text, target_text
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
@@ -411,6 +412,8 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "latency": _latency(document),
         "workload_kind": _kind(gpu_procs[0], result.kinds) if gpu_procs else None,
         "gpus_used": used,
+        "gpu_models": gpu_models(document, used),
+        "price_per_gpu_hour": price_per_gpu_hour(document),
         "gpu_utilization": round(sum(utils) / len(utils), 2) if utils else None,
         "gpu_memory_peak": memory_peak(gpus),
         "phase_balance": balance,

@@ -55,6 +55,8 @@ def render(result: dict[str, Any]) -> str:
                     f"{_e(shown_verdict(fig))}</td></tr>")
     note = (f"<p class=muted>{_e(NOT_COUNTED_NOTE)}</p>"
             if any(f.get("in_overall", True) is False for f in result["figures"]) else "")
+    if result.get("price_note"):
+        note += f"<p class=muted>price: {_e(result['price_note'])}</p>"
     phases = {side: {f["name"][6:]: f[side] or 0.0 for f in result["figures"]
                      if f["name"].startswith("phase.")} for side in ("a", "b")}
     recs = "".join(

@@ -160,6 +160,8 @@ def comparison_lines(result: Comparison) -> Text:
     if not all(fig.counted for fig in result.figures):
         text.append("  * not in the verdict: a busier GPU draws more per hour, may hold more "
                     "memory\n", style=MUTED)
+    if result.price_note:
+        text.append(f"  price: {result.price_note}\n", style=MUTED)
     for rec in result.recommendations:
         text.append(f"  recommendation {rec}\n")
     text.append("  verdict: ")

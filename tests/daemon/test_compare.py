@@ -260,6 +260,48 @@ def test_a_figure_left_out_of_the_verdict_is_marked_and_not_counted_where_people
     assert not figures["kWh per hour"].counted and figures["GPU utilization"].counted
 
 
+def _priced_side(per_gpu: float, model: str, label: str) -> compare.Side:
+    """A side whose GPU 0 (`model`) was ~50 % busy at `per_gpu` $/GPU-h: its cost figures
+    move with the price alone."""
+    side = _side(_noisy(50, 60, 3), label)
+    side.document["burn"]["price_per_gpu"] = per_gpu
+    side.document["gpus"][0]["name"] = model
+    for bucket in side.buckets:
+        bucket["price_per_gpu"] = per_gpu
+    return side
+
+
+def test_a_price_cut_on_the_same_gpus_is_not_the_works_doing():
+    """The same work at half the price read 'better' on the cost figures, and so overall: a
+    catalog refresh passed for a fix. On the same GPUs the cost figures are judged but not
+    counted, and the text, the page and mlcost-top's wire say why; on other GPUs they count
+    (a move to cheaper GPUs is a change of its own) and the note says the hardware moved."""
+    from daemon.report_html.compare import render
+    from daemon.wire import Comparison
+
+    result = compare.compare(_priced_side(1.006, "NVIDIA A10G", "a"),
+                             _priced_side(0.503, "NVIDIA A10G", "b"))
+    assert _figure(result, "wasted_per_hour")["verdict"] == compare.BETTER
+    assert not _figure(result, "wasted_per_hour")["in_overall"]
+    assert _figure(result, "utilization")["in_overall"]
+    assert result["verdict"] == compare.NOISE
+    assert (result["a"]["price_per_gpu"], result["b"]["gpu_models"]) == (1.006, ["NVIDIA A10G"])
+    note = result["price_note"]
+    assert note.startswith("the price moved between the two sides: $1.0060/GPU-h before, "
+                           "$0.5030/GPU-h after (-50%), on the same GPUs")
+    text = compare_command.render_text(result)
+    assert "(price: the price moved" in text and "Verdict: within noise" in text
+    assert "not counted in the overall verdict" in render(result)
+    assert Comparison.from_dict(result).price_note == note
+    moved = compare.compare(_priced_side(1.006, "NVIDIA A10G", "a"),
+                            _priced_side(0.503, "NVIDIA L4", "b"))
+    assert moved["verdict"] == compare.BETTER and _figure(moved, "wasted_per_hour")["in_overall"]
+    assert "on NVIDIA A10G before and NVIDIA L4 after" in moved["price_note"]
+    same = compare.compare(_priced_side(1.006, "NVIDIA A10G", "a"),
+                           _priced_side(1.006, "NVIDIA A10G", "b"))
+    assert same["price_note"] is None and Comparison.from_dict(same).price_note is None
+
+
 def test_energy_without_per_bucket_power_is_side_by_side_and_says_why():
     result = compare.compare(_energy_side(None), _energy_side(None, grid=None))
     kwh = _figure(result, "kwh_per_hour")

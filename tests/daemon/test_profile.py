@@ -130,6 +130,8 @@ def test_progress_counts_the_steps_and_prices_each(starved):
     assert facts["steps"] == 25
     assert facts["step_timeline"][-1][1] == 25
     assert facts["cost_per_1k_steps"] == pytest.approx(facts["cost"] / 25 * 1000, rel=1e-3)
+    # what a later run's regression gate compares prices and hardware by
+    assert facts["price_per_gpu_hour"] == 1.006 and facts["gpu_models"] == ["NVIDIA A10G"]
     # the command's own output reached ours unchanged
     assert "step 25/25 loss" in result.stdout
 
@@ -394,6 +396,54 @@ def test_a_baseline_with_a_number_json_does_not_allow_is_refused(tmp_path):
         gates.read_baseline(str(baseline))
     baseline.write_text('{"profile": {"steps": 10, "cost_per_step": 0.5}}')
     assert gates.read_baseline(str(baseline))["cost_per_step"] == 0.5
+
+
+def profile_json(path: Path, cost_per_step: float, price_per_gpu: float, model: str,
+                 with_price_facts: bool = True) -> Path:
+    """A profile.json as `mlcostd profile` writes it, of a run of 100 steps on GPU 0
+    (`with_price_facts=False`: as one written before the profile kept its price and GPUs)."""
+    facts: dict[str, Any] = {"steps": 100, "cost_per_step": cost_per_step, "gpus_used": [0]}
+    if with_price_facts:
+        facts.update(price_per_gpu_hour=price_per_gpu, gpu_models=[model])
+    path.write_text(json.dumps({
+        "burn": {"price_per_gpu": price_per_gpu},
+        "gpus": [{"index": 0, "name": model}, {"index": 1, "name": "not used"}],
+        "profile": facts}))
+    return path
+
+
+def test_a_price_change_between_the_runs_is_not_counted_as_the_codes(tmp_path):
+    """The baseline ran at $1.006/GPU-h; after a price cut to $0.503 (a catalog refresh, a
+    new [instance] price) a step that takes 20% more GPU time cost 40% less, and the gate
+    passed it. On the same GPUs the baseline is re-priced at this run's price; a profile
+    written before the price was kept has it in its report."""
+    old = gates.read_baseline(str(profile_json(tmp_path / "old.json", 0.0000874, 1.006,
+                                               "NVIDIA A10G", with_price_facts=False)))
+    assert old["price_per_gpu_hour"] == 1.006 and old["gpu_models"] == ["NVIDIA A10G"]
+    slower = gates.read_baseline(str(profile_json(tmp_path / "new.json", 0.0000874 * 1.2 / 2,
+                                                  0.503, "NVIDIA A10G")))
+    gate = gates.max_regression(10, slower, old, "old.json")
+    assert not gate.passed and gate.value == pytest.approx(20.0)
+    assert gate.message == (
+        "gate --max-regression 10%: cost per 1k steps was $0.0524 against the baseline's "
+        "$0.0437 at this run's price ($0.0874 at its own) (+20%, 10 points over); the "
+        "baseline ran at $1.0060/GPU-h, this run at $0.5030/GPU-h: the price's change is not "
+        "counted")
+    # a price rise fails no faster step
+    faster = dict(slower, price_per_gpu_hour=2.012, cost_per_step=0.0000874 * 0.9 * 2)
+    assert gates.max_regression(10, faster, old, "old.json").passed
+    # other GPUs: compared as they cost, and said
+    other = dict(slower, gpu_models=["NVIDIA L4"])
+    gate = gates.max_regression(10, other, old, "old.json")
+    assert gate.passed and gate.value == pytest.approx(-40.0)
+    assert gate.message.endswith(
+        "(-40%); the baseline ran at $1.0060/GPU-h, this run at $0.5030/GPU-h, on NVIDIA L4 "
+        "against NVIDIA A10G: the change is the hardware's and its price's as well as the "
+        "code's")
+    # at the same price, nothing is said of it
+    same = dict(slower, price_per_gpu_hour=1.006, cost_per_step=0.0000874 * 1.05)
+    gate = gates.max_regression(10, same, old, "old.json")
+    assert gate.passed and "GPU-h" not in gate.message
 
 
 def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():

@@ -137,3 +137,24 @@ def test_a_figure_left_out_of_the_verdict_is_marked_on_the_details_screen():
     worse = text.plain.index("worse*")
     assert not any(span.style == "bold red" for span in text.spans
                    if span.start <= worse < span.end)
+
+
+def test_the_details_screen_says_when_the_two_runs_were_charged_different_prices():
+    """A price cut between the runs: the screen says the cost figures hold it (and are left
+    out of the verdict) rather than showing 'better' with no why."""
+    from daemon.wire import Comparison
+    from mlcost_tui.screens.details import comparison_lines
+
+    note = ("the price moved between the two sides: $1.0060/GPU-h before, $0.5030/GPU-h "
+            "after (-50%), on the same GPUs: the cost figures ...")
+    result = Comparison.from_dict({
+        "a": {"label": "before"}, "b": {"label": "after"}, "verdict": "within noise",
+        "price_note": note + "\x1b[2J",
+        "figures": [{"label": "cost per hour", "a_text": "$1.01/h", "b_text": "$0.50/h",
+                     "change_text": "-$0.503", "verdict": "better", "in_overall": False}]})
+    rows = comparison_lines(result).plain.splitlines()
+    assert next(r for r in rows if "cost per hour" in r).endswith("better*")
+    (said,) = [r for r in rows if r.startswith("  price: ")]
+    assert said.startswith("  price: " + note) and "\x1b" not in said
+    plain = comparison_lines(Comparison.from_dict({"a": {}, "b": {}, "figures": []})).plain
+    assert "price:" not in plain
