@@ -8,7 +8,8 @@ counts from there). An open event closes only after utilization has stayed at or
 closes an event); `ended_at` is when the resumed activity began.
 
 Events are kept per target: "gpu:N" (held by a process -> kind gpu_held_idle, with the holders;
-held by nobody -> gpu_unheld_idle) and "host" (host_idle: no GPU process, or every GPU idle).
+held by nobody -> gpu_unheld_idle) and "host" (host_idle: every GPU idle, held or not; a GPU at
+work is never idle, even when NVML lists no process on it).
 Time comes from the samples, never the wall clock, so tests run on simulated time.
 """
 
@@ -118,14 +119,17 @@ class IdleDetector:
             self._step(target, kind, ts, idle[gpu.index],
                        util >= t.resume_utilization_pct, after, per_gpu, detail, changed)
         gpu_procs = sum(1 for p in sample.processes if p.gpus)
-        host_quiet = gpu_procs == 0 or all_quiet
-        host_busy = gpu_procs > 0 and any(
+        # A GPU at work is work, whether or not NVML lists its process (another PID
+        # namespace, a container without hostPID, a vGPU): never an idle host to stop.
+        host_quiet = all(idle.values()) and (gpu_procs == 0 or all_quiet)
+        host_busy = any(
             g.utilization >= t.resume_utilization_pct for g in ok_gpus)  # type: ignore[operator]
         total = burn.total_per_hour if burn is not None else 0.0
         self._step("host", HOST_IDLE, ts, host_quiet, host_busy, t.host_after_s, total,
                    {"gpu_processes": gpu_procs, "gpus": len(sample.gpus),
                     "price_per_hour": total,
-                    "why": "no process holds a GPU" if gpu_procs == 0 else "every GPU is idle"},
+                    "why": ("no process holds a GPU and every GPU is idle" if gpu_procs == 0
+                            else "every GPU is idle")},
                    changed)
         return changed
 

@@ -73,10 +73,27 @@ def test_unheld_idle_gpu_and_whole_host():
                               (HOST_IDLE, "host", True)]
     host = d.active()[-1]
     assert host.cost_so_far == pytest.approx(8.0 * 1800 / 3600)
-    assert host.detail["why"] == "no process holds a GPU"
+    assert host.detail["why"] == "no process holds a GPU and every GPU is idle"
     # 1790 s is not enough for the host event
     d2 = IdleDetector(T)
     assert HOST_IDLE not in [e.kind for e in run(d2, 0, 1790, [0, 0])]
+
+
+def test_a_gpu_at_work_whose_process_nvml_does_not_list_keeps_the_host_from_idling():
+    """NVML lists no process (a container without hostPID, a vGPU) while GPU 0 runs at 100%:
+    the host was declared idle (an event, a snapshot, advice to stop it) as if nobody used
+    it. A GPU at work is work."""
+    d = IdleDetector(T)
+    changed = run(d, 0, 3600, [100, 0])
+    assert HOST_IDLE not in [e.kind for e in changed]
+    assert kinds(changed) == [(GPU_UNHELD_IDLE, "gpu:1", True)]  # the other GPU, unused
+    # once it stops working, the host idles from then
+    changed = run(d, 3610, 3610 + 1800, [0, 0])
+    (host,) = [e for e in changed if e.kind == HOST_IDLE]
+    assert host.started_at == 3610.0
+    # an open host event closes when a GPU works again, listed process or not
+    closed = run(d, 5500, 5600, [100, 0])
+    assert (HOST_IDLE, "host", False) in kinds(closed)
 
 
 def test_holder_change_switches_kind():

@@ -97,6 +97,27 @@ def test_host_idle_at_threshold():
     assert by_rule(recs(window(n=180, utils=[0.0] * 8, holders={})), "host_idle") == []
 
 
+def test_host_idle_never_for_a_gpu_at_work_that_nvml_lists_no_process_on():
+    """GPU 0 at 100% with no process listed (a container without hostPID, a vGPU): the rule
+    offered 'stop-instances' for a host at work. Idle once every GPU is."""
+    assert by_rule(recs(window(n=181, utils=[100.0] + [0.0] * 7, holders={})),
+                   "host_idle") == []
+    stopped = window(n=361, utils=lambda i: [100.0 if i < 180 else 0.0] + [0.0] * 7,
+                     holders={})
+    [rec] = by_rule(recs(stopped), "host_idle")
+    assert rec.evidence["idle_seconds"] == 1800.0
+
+
+def test_a_threshold_the_config_shortened_is_the_one_the_finding_states():
+    """[idle] host_after = "1m": the finding fired after a minute but said '>= 30 min'."""
+    samples = window(n=13, utils=[0.0] * 8, holders={})
+    [rec] = by_rule(recs(samples, limits={"host_idle_min_s": 60.0}), "host_idle")
+    assert rec.evidence["threshold"] == (
+        ">= 30 min by default; here host_idle_min_s = 60 s (the config's)")
+    [default] = by_rule(recs(window(n=181, utils=[0.0] * 8, holders={})), "host_idle")
+    assert default.evidence["threshold"] == ">= 30 min"
+
+
 def phases_for(samples, **shares):
     stacks = [{"frames": ["train.py:88 main"], "file": "/srv/train.py", "line": 88,
                "function": "main", "samples": 7}]

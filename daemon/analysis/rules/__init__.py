@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from daemon import clock
 from daemon.analysis.rules import budget, idle, output, phases, provisioning, stragglers
 from daemon.analysis.rules.base import Finding, Rule
 from daemon.analysis.rules.combine import bill_per_month, combine
@@ -49,6 +50,14 @@ def _shortened(analysis: Analysis, rule: Rule) -> dict[str, dict[str, float]]:
             for name in rule.limits if analysis.limit(name) < DEFAULT_LIMITS[name]}
 
 
+def _threshold_text(default: str, shortened: dict[str, dict[str, float]]) -> str:
+    """A rule's threshold as it fired: '>= 30 min by default; here host_idle_min_s = 60 s (the
+    config's)'."""
+    here = ", ".join(f"{name} = {clock.duration(limit['value'])}"
+                     for name, limit in shortened.items())
+    return f"{default} by default; here {here} (the config's)"
+
+
 def evaluate(analysis: Analysis, rules: Sequence[Rule] = RULES) -> list[Finding]:
     """Every rule's findings, deduplicated by id, with the window as their evidence time, the
     thresholds the config shortened, and their combined savings; largest combined first."""
@@ -57,6 +66,9 @@ def evaluate(analysis: Analysis, rules: Sequence[Rule] = RULES) -> list[Finding]
         shortened = _shortened(analysis, rule)
         for rec in rule.check(analysis, rule):
             rec = replace(rec, evidence_window_s=analysis.window_s, shortened=shortened)
+            if shortened:  # the threshold it fired at, not only the default it describes
+                rec = replace(rec, evidence={**rec.evidence, "threshold": _threshold_text(
+                    str(rec.evidence.get("threshold", rule.threshold)), shortened)})
             if rec.id not in found or rec.savings_per_month > found[rec.id].savings_per_month:
                 found[rec.id] = rec
     combined = combine([r.as_dict() for r in found.values()],

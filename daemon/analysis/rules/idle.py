@@ -313,7 +313,8 @@ IDLE_SERVER = Rule(
     f"process burn x {HOURS_PER_MONTH:g} h",
     check_idle_server, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
-    "host_idle", "no GPU process, or every GPU idle, at the end of the window",
+    "host_idle", "every GPU idle (held or not; a GPU at work whose process NVML does "
+    "not list counts as work) at the end of the window",
     f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
     "stop this instance", f"host price x {HOURS_PER_MONTH:g} h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))

@@ -822,9 +822,9 @@ def analysis_of_ticks(
         processes.append(track.window(idle_s, end, labeler, (kinds or {}).get(track.id) or Kind(),
                                       inference_command))
     processes.sort(key=lambda p: -p.burn_per_hour)
-    host_trailing = trailing(lambda i: (
-        not ticks[i].use_gpu  # no process holds a GPU
-        or all(idle(u) for u in util_at[i].values())))
+    # Every GPU idle, whether or not a process holds one: a GPU at work whose process NVML
+    # does not list (another PID namespace, a vGPU) keeps the host from idling.
+    host_trailing = trailing(lambda i: all(idle(u) for u in util_at[i].values()))
     return Analysis(
         window_s=window, start=start, end=end, price=price, catalog=catalog,
         gpus=tuple(gpus), processes=tuple(processes),
