@@ -130,29 +130,28 @@ def recommendation_texts(reader: StoreReader, since: float,
 
 
 def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
-    """(first, last) time the store holds anything for, in Unix seconds: raw ticks and the
-    rollups kept after them (a rollup bucket counts from its start). None for an empty store."""
-    tick = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
-    # The samples' rollups (recorded spend counts from its hour's start, before any sample),
-    # each end found along the primary key (res, bucket, ...): a month is millions of rows.
-    ends = [reader.query(
-        f"SELECT bucket FROM rollups WHERE res = ? AND kind IN (?, ?) ORDER BY bucket {order} "
-        "LIMIT 1", (res, KIND_GPU, KIND_PROCESS)) for res in (MINUTE, HOUR)
-        for order in ("ASC", "DESC")]
-    found = [rows[0]["bucket"] for rows in ends if rows]
-    lows = [v for v in (tick["lo"], min(found, default=None)) if v is not None]
-    highs = [v for v in (tick["hi"], max(found, default=None)) if v is not None]
-    if not lows or not highs:
+    """(first, last) time the store holds anything for, in Unix seconds: from when its
+    recording began (`first_recorded`: its first raw tick, or the start of a rollup whose ticks
+    retention removed) to its last raw tick or rollup bucket's start. None for an empty store.
+    (A young store's first rollup bucket starts up to an hour before its first tick: a report
+    of a 7-minute store covered an hour, from its rollups.)"""
+    first = first_recorded(reader)
+    if first is None:
         return None
-    return min(lows) / 1000, max(highs) / 1000
+    hi = reader.query("SELECT max(ts) AS hi FROM ticks")[0]["hi"]
+    # the samples' last rollups, found along the primary key (res, bucket, ...): a month is
+    # millions of rows
+    ends = [reader.query(
+        "SELECT bucket FROM rollups WHERE res = ? AND kind IN (?, ?) ORDER BY bucket DESC "
+        "LIMIT 1", (res, KIND_GPU, KIND_PROCESS)) for res in (MINUTE, HOUR)]
+    highs = [v for v in (hi, *(rows[0]["bucket"] for rows in ends if rows)) if v is not None]
+    return first, (max(highs) / 1000 if highs else first)
 
 
 def first_recorded(reader: StoreReader) -> float | None:
     """When the store's recording began, in Unix seconds: its first raw tick, or, where raw
     retention has removed the ticks of a rollup (a bucket, the samples' or the hour spend's,
-    that ends by the first tick left), the first bucket's start. None for an empty store.
-    (recorded_range's first counts from a bucket's start: up to an hour before a young store's
-    first tick.)"""
+    that ends by the first tick left), the first bucket's start. None for an empty store."""
     lo = reader.query("SELECT min(ts) AS lo FROM ticks")[0]["lo"]
     buckets = [(rows[0]["bucket"], res) for res in (MINUTE, HOUR) if (rows := reader.query(
         "SELECT bucket FROM rollups WHERE res = ? AND kind IN (?, ?, ?) ORDER BY bucket "

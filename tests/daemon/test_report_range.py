@@ -110,3 +110,33 @@ def test_a_snapshot_of_a_stopped_store_ends_at_its_last_sample(tmp_path):
     # and the snapshot reports its own range, without --since
     document = json.loads(report(tmp_path / "s.db", "--json").stdout)
     assert document["window"]["ticks"] == 30
+
+
+def test_a_young_stopped_store_is_reported_from_its_first_tick_not_its_rollups_hour(tmp_path):
+    """A store that recorded 7 minutes from hh:57:38: its hour rollup starts at hh:00, and the
+    report of it (no --since) covered an hour from hh:00, from the rollups: each process's
+    reads and I/O wait read '-'. It covers the 7 minutes, from the raw samples."""
+    db = tmp_path / "young.db"
+    hour = (time.time() // HOUR - 2) * HOUR
+    start = hour + 57 * 60 + 38
+    store = Store(str(db))
+    for i in range(420):
+        gpu = GpuSample(0, "GPU-0", "A100", utilization=90.0, power_watts=300.0,
+                        memory_used_bytes=10 << 30, memory_total_bytes=40 << 30)
+        proc = ProcessSample(pid=4242, start_time=start - 100, ppid=1, user="alice",
+                             command="python train.py", gpus=(GpuUse(0, 10 << 30, 90.0),),
+                             cpu_seconds=float(i), rss_bytes=1 << 30,
+                             read_bytes=i * (1 << 20))
+        store.write(Sample(ts=start + i, tick=i + 1, gpus=(gpu,), processes=(proc,)))
+    while store.maintain(0.5):  # the minute and hour rollups, as the daemon builds them
+        pass
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                            "price": {"per_hour": 4.0, "gpus": 1, "source": "test"}})
+    store.close()
+    document = json.loads(report(db, "--json").stdout)
+    window = document["window"]
+    assert abs(window["since"] - start) < 0.01 and abs(window["until"] - (start + 419)) < 0.01
+    assert abs(window["recorded"]["first"] - start) < 0.01
+    assert window["source"] == "raw" and window["ticks"] == 420
+    (proc,) = document["processes"]
+    assert proc["read_bytes"] == 419 * (1 << 20)
