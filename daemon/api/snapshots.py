@@ -26,10 +26,10 @@ from aiohttp import web
 from daemon import clock
 from daemon.config import parse_duration, snapshots_folder
 from daemon.store.files import RefusedFile, open_checked
+from daemon.store.snapshot import MAX_SINCE_S
 
 log = logging.getLogger(__name__)
 
-MAX_SINCE_S = 7 * clock.DAY_S  # a snapshot longer than this is a store copy, not an incident
 DEFAULT_SINCE_S = 1800.0
 # matched with fullmatch: `$` would also match before a final newline ("a.db\n")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,200}\.(db|html)")

@@ -96,7 +96,8 @@ def parse_range(text: str, now: float) -> tuple[float, float]:
         elif "/" in text:
             ago, _, length = text.partition("/")
             if not ago.endswith("-ago"):
-                raise ValueError(f"{ago!r} must end in -ago")
+                raise ValueError(f"before the '/' comes how long ago it ended, ending in -ago, "
+                                 f"not {ago[:40]!r}")
             until = now - config_module.parse_duration(ago[:-4])
             since = until - config_module.parse_duration(length)
         else:
@@ -155,6 +156,22 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
     return document
 
 
+def _looks_like_a_path(spec: str) -> bool:
+    return Path(spec).suffix in (".json", ".db") or os.sep in spec and "-ago/" not in spec
+
+
+def same_range(a: str, b: str, now: float) -> tuple[float, float] | None:
+    """The range both A and B name, when they name the same range of the live store (every
+    figure would be 'within noise'); None otherwise, or when either is a file or folder."""
+    if Path(a).exists() or Path(b).exists():
+        return None
+    try:
+        first, second = parse_range(a, now), parse_range(b, now)
+    except ValueError:
+        return None
+    return first if first == second else None
+
+
 def range_document(db: Path, spec: str, config: Config,
                    now: float) -> tuple[str, dict[str, Any]]:
     """(label, report document) of a RANGE of the store `db` (never a file: for callers that
@@ -163,6 +180,10 @@ def range_document(db: Path, spec: str, config: Config,
     try:
         since, until = parse_range(spec, now)
     except ValueError as exc:
+        if _looks_like_a_path(spec):
+            raise CompareInputError(f"{spec[:80]!r} is a path: only ranges of the daemon's "
+                                    "store are compared here, never files; use 1h, 7d-ago/1h "
+                                    "or 2026-12-01T09:00..2026-12-01T10:00") from None
         raise CompareInputError(str(exc)) from None
     return (f"{clock.local_time(since)} to {clock.local_time(until)}",
             _document_from_store(db, since, until, config))
@@ -211,7 +232,7 @@ def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
     try:
         since, until = parse_range(spec, now)
     except ValueError as exc:
-        if path.suffix in (".json", ".db") or os.sep in spec and "-ago/" not in spec:
+        if _looks_like_a_path(spec):
             raise CompareInputError(f"{spec[:200]}: no such file or folder") from None
         raise CompareInputError(f"{spec[:120]!r} is not a file, a folder or a range: "
                                 f"{exc}") from None
@@ -316,6 +337,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if a is None or b is None:
         print("mlcostd compare: give two inputs (A B), or --baseline RANGE; see "
               "`mlcostd compare --help`", file=sys.stderr)
+        return 2
+    same = same_range(a, b, now)
+    if same is not None:
+        print(f"mlcostd compare: A and B are the same range ({clock.local_time(same[0])} to "
+              f"{clock.local_time(same[1])}): every figure would be 'within noise'; compare "
+              f"it with one before it, e.g. `mlcostd compare "
+              f"{config_module.format_duration(math.ceil(same[1] - same[0]))}-ago/"
+              f"{config_module.format_duration(math.ceil(same[1] - same[0]))} "
+              f"{one_line(b)[:40]}`", file=sys.stderr)
         return 2
     try:
         label_a, doc_a = load(a, config, now)

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd idle: --for {exc}", file=sys.stderr)
         return USAGE_EXIT
     if not 0 < args.timeout <= 600:
-        print(f"mlcostd idle: --timeout {args.timeout:g} must be between 0 and 600 seconds",
+        print(f"mlcostd idle: --timeout {args.timeout:g} must be more than 0 and at most 600 seconds",
               file=sys.stderr)
         return USAGE_EXIT
     if args.connect:  # a target no client can reach is a mistake in the script, not "active"

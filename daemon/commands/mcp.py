@@ -75,7 +75,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
               "pip install 'mlcost[mcp]'", file=sys.stderr)
         return 2
     if not 0 < args.timeout <= 600:
-        print(f"mlcostd mcp: --timeout {args.timeout:g} must be between 0 and 600 seconds",
+        print(f"mlcostd mcp: --timeout {args.timeout:g} must be more than 0 and at most 600 seconds",
               file=sys.stderr)
         return 2
     socket = args.socket or str(config_module.socket_path(config))
@@ -265,12 +265,16 @@ class Tools:
 
     async def compare(self, before: str, after: str) -> dict[str, Any]:
         from daemon.analysis import compare as analysis
-        from daemon.commands.compare import CompareInputError, range_document
+        from daemon.commands.compare import CompareInputError, range_document, same_range
 
         db = await self._store()
         now = clock.now()
 
         def build() -> dict[str, Any]:
+            if same_range(before, after, now) is not None:
+                raise ToolFailure("before and after are the same range: every figure would be "
+                                  "'within noise'; compare it with one before it (7d-ago/1h "
+                                  "against 1h)")
             sides = []
             for name, spec in (("before", before), ("after", after)):
                 try:

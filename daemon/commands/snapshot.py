@@ -64,10 +64,18 @@ def run(args: argparse.Namespace, config: Config) -> int:
               "[snapshots].upload; add upload = \"s3://BUCKET/PREFIX\" under [snapshots]",
               file=sys.stderr)
         return 2
+    from daemon.store.snapshot import MAX_SINCE_S
+
     try:
         span = config_module.parse_duration(args.since)
         if span < 1:
             raise ValueError(f"{args.since!r} must be longer than 0 s (at least 1 s)")
+        if span > MAX_SINCE_S:
+            raise ValueError(
+                f"{args.since!r} is longer than a snapshot covers (at most "
+                f"{config_module.format_duration(MAX_SINCE_S)}: an incident, not a copy of "
+                "the store); for a longer range, `mlcostd report --since` it, or copy the "
+                "store with `sqlite3 DB .backup FILE`")
     except ValueError as exc:
         print(f"mlcostd snapshot: --since {exc}", file=sys.stderr)
         return 2

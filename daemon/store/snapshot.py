@@ -61,6 +61,7 @@ SNAPSHOT_TABLE = "snapshot"  # key -> JSON value; only snapshots have it
 SNAPSHOT_SUFFIX = ".db"
 HTML_SUFFIX = ".html"
 DEFAULT_TIMEOUT_S = 60.0
+MAX_SINCE_S = 7 * clock.DAY_S  # a snapshot longer than this is a store copy, not an incident
 COPY_CACHE_KIB = 256  # SQLite page cache of the copy's connection, each of its two files
 
 

@@ -595,6 +595,11 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
         assert "the same range" in done.stderr
     done = _compare_here(capsys, "--db", str(tmp_path / "none.db"), "--baseline", "5m")
     assert "e.g. --baseline 1d-ago/5m" in done.stderr
+    # ... and so is A and B naming one range (was: compared, "within noise", exit 0)
+    for a, b in (("1m", "1m"), ("60s", "1m")):
+        done = _compare_here(capsys, "--db", str(tmp_path / "none.db"), a, b)
+        assert done.returncode == 2 and "A and B are the same range" in done.stderr
+        assert "e.g. `mlcostd compare 1m-ago/1m 1m`" in done.stderr
     hostile = tmp_path / "hostile.json"
     hostile.write_text(json.dumps({
         "window": {}, "gpus": [{"index": "0"}], "burn": {"price_per_gpu": "x"},

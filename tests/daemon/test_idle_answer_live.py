@@ -281,3 +281,8 @@ def test_a_bad_flag_exits_2_so_and_and_never_fires(tmp_path):
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and said in done.stderr and done.stdout == "", done
         assert "hunter2" not in done.stderr
+    # a timeout of 0 said "must be between 0 and 600 seconds"
+    done = subprocess.run([sys.executable, "-m", "daemon", "idle", "--timeout", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--timeout 0 must be more than 0 and at most 600 seconds" in done.stderr

@@ -92,7 +92,8 @@ def conversation(demo) -> dict[str, Any]:
              ("recommendations", {"limit": 2}), ("costs_now", {}),
              ("report", {"since": "15s"}), ("compare", {"before": "10s-ago/5s", "after": "5s"}),
              ("why_idle", {"gpu": 99}), ("report", {"since": "soon"}),
-             ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "10s"})]
+             ("compare", {"before": str(demo.folder / "mlcost.db"), "after": "10s"}),
+             ("compare", {"before": "10s", "after": "10s"})]
     tools, results = converse(demo.socket, calls)
     after = demo.now()
     return {"tools": tools, "results": dict(zip([f"{n}{i}" for i, (n, _) in enumerate(calls)],
@@ -176,7 +177,14 @@ def test_a_bad_question_is_answered_with_what_is_wrong(conversation):
 
 def test_compare_takes_ranges_only_never_a_path_the_assistant_names(conversation):
     result = conversation["results"]["compare8"]  # the store itself: a file that exists
-    assert result.is_error and "is not a range" in result.content[0].text
+    # (it read "'' must end in -ago")
+    assert result.is_error and "is a path: only ranges of the daemon's store are compared " \
+        "here, never files" in result.content[0].text
+
+
+def test_compare_refuses_one_range_on_both_sides(conversation):
+    result = conversation["results"]["compare9"]
+    assert result.is_error and "the same range" in result.content[0].text
 
 
 def test_without_the_sdk_mlcostd_mcp_says_which_extra_to_install(monkeypatch, capsys, tmp_path):
