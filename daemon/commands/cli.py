@@ -534,6 +534,17 @@ def _prices_defaults(args: argparse.Namespace, config: Config) -> argparse.Names
     return args
 
 
+def _command_parser(parser: argparse.ArgumentParser,
+                    command: str | None) -> argparse.ArgumentParser:
+    """The subcommand's parser (`mlcostd snapshot --sinse 1m` shows snapshot's usage), else
+    `parser`."""
+    for action in parser._actions:  # argparse keeps its subparsers only here
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -543,7 +554,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said with the command's own usage, not mlcostd's list of commands
+        _command_parser(parser, args.command).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 2

@@ -14,6 +14,8 @@ from daemon.wire import COMPUTE
 
 log = logging.getLogger(__name__)
 
+EXITS_EVERY_TICKS = 5  # how often the workloads are looked at for an exit
+
 
 class SimulationError(RuntimeError):
     """The scenario cannot be loaded; the message names it and what exists."""
@@ -76,6 +78,18 @@ class Simulation:
         host's clock, by which faults with at_tick/until_tick go on and off."""
         if self._running is not None:
             self._running.set_tick(ticks)
+            if ticks % EXITS_EVERY_TICKS == 0:
+                self._say_exits()
+
+    def _say_exits(self) -> None:
+        """Log each workload that exited: one that crashed (its traceback is in the scenario's
+        log) left an empty GPU and no word of why."""
+        for name, pid, status in self._running.newly_exited():
+            if status == 0:
+                log.info("simulated workload %r (pid %d) finished", name, pid)
+            else:
+                log.warning("simulated workload %r (pid %d) exited with status %d; its output "
+                            "is in %s", name, pid, status, self._running.log_path)
 
     def stop(self) -> None:
         if self._running is None:

@@ -493,6 +493,7 @@ class Running:
         self.keep = keep
         self._owns_dir = owns_dir
         self._procs: list[tuple[Workload, subprocess.Popen[bytes]]] = []
+        self._exited: set[int] = set()  # pids newly_exited has said
         self._stopped = False
         self._lock = threading.Lock()
         self._clock = state.TickClock(state_dir, writable=True)
@@ -506,6 +507,17 @@ class Running:
     @property
     def log_path(self) -> Path:
         return self.state_dir / state.LOG_FILE
+
+    def newly_exited(self) -> list[tuple[str, int, int]]:
+        """(name, pid, exit status) of each workload that has exited since the last call (a
+        signal's as -N): a workload that crashed at start (a GPU too small for what it
+        allocates) said so only in the log."""
+        found = []
+        for w, proc in self._procs:
+            if proc.pid not in self._exited and proc.poll() is not None:
+                self._exited.add(proc.pid)
+                found.append((w.name, proc.pid, int(proc.returncode)))
+        return found
 
     @property
     def tick(self) -> int:

@@ -107,6 +107,19 @@ def test_help_lists_every_scenario_and_describes_check():
     assert "Check what mlcostd can read on this host" in " ".join(check_help.split())
 
 
+def test_a_mistyped_option_is_said_with_its_commands_usage():
+    """`mlcostd snapshot --sinse 1m` printed mlcostd's list of commands, not snapshot's
+    options."""
+    done = cli("snapshot", "--sinse", "1m")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("usage: mlcostd snapshot ")
+    assert "--since DURATION" in done.stderr
+    assert done.stderr.rstrip().endswith(
+        "mlcostd snapshot: error: unrecognized arguments: --sinse 1m")
+    top = cli("--bogus")
+    assert top.returncode == 2 and top.stderr.startswith("usage: mlcostd [-h]")
+
+
 def test_watch_keeps_a_recommendation_between_two_evaluations(tmp_path):
     """--watch shows the last 10 s, but the rules run every [cost].evaluate_every: a
     recommendation last evaluated 20 s ago still stands and must not flicker to 'none'."""

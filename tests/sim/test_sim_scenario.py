@@ -98,3 +98,44 @@ def test_stop_leaves_no_process_and_no_state_dir():
     for proc in family:
         assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
     assert not state_dir.exists()
+
+
+def test_a_workload_that_crashes_is_said_in_the_daemons_log(tmp_path, caplog):
+    """A workload that asks a GPU for more than it has crashes at start: its traceback was
+    only in the scenario's log, and the daemon recorded an empty GPU without a word."""
+    import logging
+    import sys
+
+    from daemon.runtime import simulation as simulation_module
+    from daemon.runtime.simulation import Simulation
+
+    crash = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    finish = [sys.executable, "-c", "pass"]
+    file = tmp_path / "crash.toml"
+    file.write_text('name = "crash"\n' + BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\n'
+                    f'[[workloads]]\nname = "trainer"\ngpus = [0]\ncommand = {crash!r}\n'
+                    f'[[workloads]]\nname = "done"\ngpus = [0]\ncommand = {finish!r}\n'
+                    .replace("'", '"'))
+    sim = Simulation(str(file))
+    sim.start()
+    try:
+        pids = {name: pid for name, pid, _ in sim._running.workloads}
+        for pid in pids.values():  # both have exited (reaped below, by newly_exited)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                        break
+                except psutil.NoSuchProcess:
+                    break
+                time.sleep(0.02)
+        with caplog.at_level(logging.INFO, logger=simulation_module.__name__):
+            sim.ticked(simulation_module.EXITS_EVERY_TICKS)
+            sim.ticked(2 * simulation_module.EXITS_EVERY_TICKS)  # each said once
+        said = [r for r in caplog.records if r.name == simulation_module.__name__]
+        assert [(r.levelname, r.getMessage()) for r in said] == [
+            ("WARNING", f"simulated workload 'trainer' (pid {pids['trainer']}) exited with "
+                        f"status 3; its output is in {sim._running.log_path}"),
+            ("INFO", f"simulated workload 'done' (pid {pids['done']}) finished")]
+    finally:
+        sim.stop()
