@@ -21,6 +21,7 @@ from typing import Any
 from daemon import clock
 from daemon import config as config_module
 from daemon.config import Config
+from daemon.sources.safe_text import one_line
 from daemon.store.files import private_folder
 
 
@@ -87,6 +88,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():  # a typo must not create folders as root
+        print(f"mlcostd snapshot: --out {one_line(str(out))[:200]}: there is no folder "
+              f"{one_line(str(out.parent))[:200]}; create it first, or give a path in one "
+              "that exists", file=sys.stderr)
+        return 2
     if args.socket:
         config = config_module.with_overrides(config, "api", socket=args.socket)
     # --db alone names the store to read: the daemon [api].socket finds would snapshot its own.
@@ -172,17 +178,16 @@ def _last_recorded(db: Path) -> float | None:
         return None
 
 
-# A first tick this far after the range's start: the store began inside the range (a tick
-# interval is at most 60 s, so a store recording before the range has one sooner)
-YOUNG_AFTER_S = 60.0
-
-
 def describe(result: dict[str, Any]) -> str:
     """What was written, for a person."""
     first = result.get("first_tick")
     since = float(result["since"])
-    young = isinstance(first, int | float) and first - since > YOUNG_AFTER_S
-    shown = float(first) if young and first is not None else since
+    shown = float(first) if isinstance(first, int | float) else since  # the ticks' own range
+    # a store that began inside the range: its first tick came more than two of its intervals
+    # after the range's start (a store recording before the range has one within one)
+    ticks = int(result.get("ticks") or 0)
+    interval = (float(result["until"]) - shown) / (ticks - 1) if ticks > 1 else 1.0
+    young = shown - since > max(2 * interval, 2.0)
     lines = [f"snapshot: {result['path']}",
              f"  {result['ticks']} ticks from {clock.local_time(shown)} to "
              f"{clock.local_time(result['until'])}, {result['bytes'] / 1e6:.2f} MB, written in "

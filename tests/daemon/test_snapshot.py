@@ -277,5 +277,11 @@ def test_a_snapshot_of_a_range_reaching_before_the_store_says_where_its_ticks_be
     assert f"(the range asked for began {clock.local_time(T0 - 1800)}: nothing" in text
     inside = write_snapshot(source, tmp_path / "inside.db", T0 + 10.5, T0 + 30.5)
     text = describe(dict(inside.as_dict(), through="test"))
-    assert f"20 ticks from {clock.local_time(T0 + 10.5)} to " in text
+    assert f"20 ticks from {clock.local_time(T0 + 11)} to " in text
     assert "range asked for" not in text
+    # a range that began 50 s before the store (it said "from <the range's start>", with no
+    # note, under a minute)
+    early = write_snapshot(source, tmp_path / "early.db", T0 - 49, T0 + TICKS + 0.5)
+    text = describe(dict(early.as_dict(), through="test"))
+    assert f"{TICKS} ticks from {clock.local_time(T0 + 1)} to " in text
+    assert f"(the range asked for began {clock.local_time(T0 - 49)}: nothing" in text

@@ -132,6 +132,7 @@ def test_snapshot_command_errors_say_what_to_fix(tmp_path):
         (("--since", "soon"), 2, "--since 'soon' is not a duration"),
         (("--since", "0"), 2, "must be longer than 0 s"),
         (("--since", "8d"), 2, "--since '8d' is longer than a snapshot covers (at most 7d"),
+        (("--out", str(tmp_path / "typo" / "dir" / "x.db")), 2, "there is no folder"),
         (("--until", "yesterday-ish"), 2, "--until 'yesterday-ish' is not a time"),
         (("--upload", "http://x/y"), 2, "--upload takes no target"),  # the config says where
         ((), 1, "no store at"),
