@@ -111,11 +111,16 @@ def open_checked(path: str | os.PathLike[str], flags: int = os.O_RDONLY, *,
     flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     if create:
         flags |= os.O_CREAT
+    # O_TRUNC empties the file at the open, before fstat can say whose it is (a hard link to
+    # someone else's file was refused after it was emptied): truncated once it is checked
+    truncate, flags = bool(flags & os.O_TRUNC), flags & ~os.O_TRUNC
     try:
         fd = os.open(path, flags, PRIVATE_FILE)
     except OSError as exc:
-        # ELOOP: O_NOFOLLOW met a link (Linux); EISDIR/ENXIO: a folder or a FIFO/socket there
-        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.ENXIO):
+        # ELOOP: O_NOFOLLOW met a link (Linux); EISDIR/ENXIO: a folder or a FIFO/socket there;
+        # EACCES: in a sticky folder, another user's link or file (fs.protected_*) said only
+        # "Permission denied"
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.ENXIO, errno.EACCES):
             try:
                 check_file(os.lstat(path), path)
             except FileNotFoundError:
@@ -126,6 +131,8 @@ def open_checked(path: str | os.PathLike[str], flags: int = os.O_RDONLY, *,
         check_file(info, path)
         # O_NONBLOCK only kept a FIFO from hanging the open; a regular file does not need it
         os.set_blocking(fd, True)
+        if truncate:
+            os.ftruncate(fd, 0)
     except BaseException:
         os.close(fd)
         raise

@@ -178,6 +178,63 @@ def test_the_files_module_refuses_links_fifos_and_other_users_files(tmp_path):
     assert mode(mine) == 0o600  # our own file: narrowed, on the descriptor
 
 
+def test_a_link_the_kernel_refuses_to_open_is_said_as_a_link(tmp_path, monkeypatch):
+    """In a sticky folder with fs.protected_symlinks on, opening another user's link fails with
+    EACCES before O_NOFOLLOW can say ELOOP: it read "Permission denied; give a writable path".
+    (The sysctl is the host's: the kernel's answer is played here.)"""
+    import errno
+
+    from daemon.store import files
+
+    link = tmp_path / "r.html"
+    link.symlink_to(tmp_path / "victim")
+    real_open = os.open
+
+    def kernel_open(path, flags, mode=0o777):
+        if os.fspath(path) == str(link):
+            raise PermissionError(errno.EACCES, "Permission denied", str(link))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(files.os, "open", kernel_open)
+    with pytest.raises(RefusedFile, match="is a symbolic link"):
+        open_private(link, os.O_WRONLY | os.O_CREAT)
+    plain = tmp_path / "plain.html"  # a file of ours the kernel refuses: its own error
+    plain.write_bytes(b"x")
+    link = plain
+    with pytest.raises(PermissionError):
+        open_private(plain, os.O_WRONLY)
+
+
+@pytest.mark.fault(HOSTILE, "report --html and compare --html at a hard link to another file "
+                            "or at another user's file")
+def test_an_html_output_that_is_refused_is_left_as_it_was(tmp_path):
+    """The page was opened with O_TRUNC: the file was emptied, then refused (a hard link to
+    /etc/shadow, where fs.protected_hardlinks is 0, emptied by root)."""
+    from daemon.sources.sample import GpuSample, Sample
+
+    store = Store(str(tmp_path / "mlcost.db"))
+    for i in range(10):  # a store with samples to report and compare
+        store.write(Sample(ts=1_790_000_000.0 + i, tick=i + 1, gpus=(
+            GpuSample(0, "GPU-0", "A100", utilization=50.0, memory_used_bytes=0,
+                      memory_total_bytes=40 << 30),)))
+    store.close()
+    target = victim(tmp_path)
+    hard = tmp_path / "hard.html"
+    os.link(target, hard)
+    theirs = tmp_path / "theirs.html"
+    theirs.write_bytes(b"their page")
+    os.chown(theirs, 65534, -1)
+    for page, said in ((hard, "has 2 hard links"), (theirs, "owned by uid 65534")):
+        for command in (["report", "--db", str(tmp_path / "mlcost.db"), "--html", str(page)],
+                        ["compare", str(tmp_path / "mlcost.db"), str(tmp_path / "mlcost.db"),
+                         "--html", str(page)]):
+            done = subprocess.run([sys.executable, "-m", "daemon", *command], cwd=livedaemon.ROOT,
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode != 0 and said in done.stderr, (command, done.stderr)
+    assert_untouched(target)
+    assert theirs.read_bytes() == b"their page"
+
+
 @pytest.mark.fault(HOSTILE, "snapshot --out, profile outputs and --junit planted as a link or "
                             "a FIFO")
 @pytest.mark.parametrize("plant", ["link", "fifo"])
