@@ -9,8 +9,10 @@ argv), webhook bodies (`redact_document`), and the daemon's log (`RedactingFilte
 
 What is hidden:
 - PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
-- the value of a secret-looking name: `--api-key VALUE` (even when VALUE starts with `-`),
-  `--db-password=VALUE`, `HF_TOKEN=VALUE`, `"secret": "VALUE"`, `X-Api-Key: VALUE`;
+- the value of a secret-looking name: `--api-key VALUE` (even when VALUE starts with `-`, or
+  after `--`), `--db-password=VALUE`, `HF_TOKEN=VALUE`, quoted (`--password='a b'`,
+  `HF_TOKEN="VALUE"`, `login(password='VALUE')`), `--api-key= VALUE`, `PASSWORD: VALUE`,
+  `"secret": "VALUE"`, `X-Api-Key: VALUE`; `curl -u user:PASSWORD`, `sshpass -p PASSWORD`;
 - credentials in URLs (`https://user:pw@host`), signature and key query parameters (Azure SAS
   `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
   `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
@@ -119,9 +121,11 @@ _PARAMETER = re.compile(
 # value is matched separately (_VALUE) only when the name is secret, so that a long `a=b=c=...`
 # is walked once (`_assignments`).
 _ASSIGNMENT = re.compile(r"(?:^|(?<=[\s\"'(,{\[]))(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])"
-                         r"(?=[^\s\"'])")
-_ASSIGNMENT_HERE = re.compile(r"(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])(?=[^\s\"'])")
-_VALUE = re.compile(r"[^\s\"']+")
+                         r"(?=\S)")
+_ASSIGNMENT_HERE = re.compile(r"(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])(?=\S)")
+# A value: a word, or a quoted string to its closing quote (`--password='a b'`, `HF_TOKEN="x"`,
+# `login(password='x')`), or to the end of the text when the quote is not closed.
+_VALUE = re.compile(r"\"[^\"]*\"?|'[^']*'?|[^\s\"']+")
 # "name": "value" and 'name': 'value' (JSON, Python reprs in logs).
 _QUOTED_PAIR = re.compile(r"(?P<key>[\"'](?P<name>[^\"'\s]{1,64})[\"']\s*:\s*[\"'])"
                           r"(?P<value>(?:[^\"'\\]|\\.)*)")
@@ -158,6 +162,8 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
     previous = ""
     in_pem = False
     left = COMMAND_LIMIT
+    # sshpass -p PASSWORD: there -p is the password (everywhere else a port)
+    program = argv[0].rsplit("/", 1)[-1] if argv else ""
     for index, whole in enumerate(argv):
         if left <= 0:
             words.append(f"<truncated: {len(argv) - index} more arguments>")
@@ -176,9 +182,16 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
                 words.append(REDACTED + rest)
             continue
         if hide_next:
+            if word == "--":  # `--password -- VALUE`: the end of options, then the value
+                words.append(word)
+                continue
             hide_next = False
             # mysql -P 3306, scp -P 2222: after -P a port is a port.
             words.append(word if previous == "-P" and _is_port(word) else REDACTED + cut)
+            continue
+        if previous == "-u" and ":" in word:  # curl -u user:password
+            previous = word
+            words.append(word[:word.index(":") + 1] + REDACTED + cut)
             continue
         begin = _PEM_BEGIN.search(word)
         if begin is not None and _PEM_END.search(word, begin.end()) is None \
@@ -187,7 +200,10 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
             in_pem = True
             words.append(word[:begin.start()] + REDACTED + cut)
             continue
-        hide_next = _is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
+        hide_next = (_is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
+                     or word == "-p" and program == "sshpass"
+                     # `--api-key= VALUE`, `PASSWORD: VALUE`: the name and its sign, alone
+                     or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
         previous = word
         words.append(_redact_header(word) + cut)
     return " ".join(words)

@@ -80,6 +80,17 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEApemBodyLineOne\npemBody
     (["x", "--client-secret-value", "clientSecretValue"], "clientSecretValue"),
     (["sqlcmd", "-P", "bigPSecret"], "bigPSecret"),
     (["vault", "login", "token", "bareTokenSecret"], "bareTokenSecret"),
+    # quoted values, and names alone with their sign (a probe found each in clear)
+    (["w.py", "--db-password='Hunter2Quoted'"], "Hunter2Quoted"),
+    (["env", 'HF_TOKEN="hfQuotedValue"'], "hfQuotedValue"),
+    (["x", "--api-key='two words'"], "two words"),
+    (["x", "DB_PASSWORD='dbQuoted'"], "dbQuoted"),
+    (["python", "-c", "login(password='pyCallSecret')"], "pyCallSecret"),
+    (["x", "--api-key=", "spacedAfterEquals"], "spacedAfterEquals"),
+    (["x", "PASSWORD:", "spacedAfterColon"], "spacedAfterColon"),
+    (["x", "--password", "--", "afterDoubleDash"], "afterDoubleDash"),
+    (["curl", "-u", "user:curlUserSecret", "https://x"], "curlUserSecret"),
+    (["sshpass", "-p", "sshpassSecret", "ssh", "host"], "sshpassSecret"),
 ])
 def test_secrets_are_replaced(argv, secret):
     line = redact_argv(argv)
@@ -95,6 +106,7 @@ def test_secrets_are_replaced(argv, secret):
     ["ssh", "--ssh-key-file", "/home/alice/.ssh/id_ed25519", "--no-auth", "host"],
     ["python", "-m", "torch.distributed.run", "--rdzv-endpoint=10.0.0.1:29500", "train.py"],
     ["curl", "https://example.com/a:b?page=2"],
+    ["ps", "-u", "root"], ["ssh", "-p", "2222", "host"], ["x", '--lr="3e-4"', 'name="run 7"'],
 ])
 def test_ordinary_arguments_survive(argv):
     assert redact_argv(argv) == " ".join(argv)

@@ -55,6 +55,11 @@ FORMS: list[tuple[list[str], bool]] = [
     (["echo", "-----BEGIN", "RSA", "PRIVATE", "KEY-----", "{s}", "-----END", "RSA", "PRIVATE",
       "KEY-----"], False),
     (["curl", "-H", "X-Api-Key: {s}"], False),
+    # quoted values
+    (["w.py", "--db-password='{s}'"], True),
+    (["env", 'HF_TOKEN="{s}"'], True),
+    (["python", "-c", "login(password='{s}')"], True),
+    (["curl", "-u", "user:{s}"], False),
 ]
 
 # Upper case and digits, starting with a letter: never a port, never in ORDINARY, and long
