@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, read_exposition
+from daemon.sources.redact import redact_text
 
 QUANTILES = (0.5, 0.99)
 
@@ -97,18 +98,23 @@ class LatencyMeter:
         self.cost = cost
         self.error = None
 
+    @property
+    def shown_url(self) -> str:
+        """The URL as it is shown and recorded: a token in its query (`?token=...`) hidden."""
+        return redact_text(self.url)
+
     def poll(self, timeout_s: float = UNIT_COST_TIMEOUT_S, cost: float | None = None) -> None:
         try:
             self.observe(read_histogram(self.url, self.metric, self.labels, timeout_s), cost)
         except (OSError, ValueError) as exc:
-            self.error = f"{self.url}: {exc}"
+            self.error = redact_text(f"{self.url}: {exc}")
 
     def as_dict(self) -> dict[str, Any]:
         """p50/p99 over the last poll's requests, or (before two polls, or none since) over
         all the server counted; both sets with their request counts."""
         recent = self.window if max(self.window.values(), default=0.0) > 0 else self.cumulative
         requests = max(recent.values(), default=0.0)
-        return {"target": self.target, "url": self.url, "metric": self.metric,
+        return {"target": self.target, "url": self.shown_url, "metric": self.metric,
                 "p50_seconds": quantile(0.5, recent), "p99_seconds": quantile(0.99, recent),
                 "requests": requests,
                 "cost_per_request": (self.window_cost / requests if recent is self.window
@@ -138,9 +144,9 @@ def reading(meter: LatencyMeter) -> tuple[str, str, float, dict[str, Any]] | Non
         return None
     buckets = [["+Inf" if math.isinf(b) else repr(b), c]
                for b, c in sorted(meter.cumulative.items())]
-    return (LATENCY_READING, f"{meter.target} {meter.url} {meter.metric}",
+    return (LATENCY_READING, f"{meter.target} {meter.shown_url} {meter.metric}",
             max(meter.cumulative.values()),
-            {"target": meter.target, "url": meter.url, "metric": meter.metric,
+            {"target": meter.target, "url": meter.shown_url, "metric": meter.metric,
              "labels": dict(meter.labels), "buckets": buckets})
 
 

@@ -23,6 +23,7 @@ from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, StorageCost, UnitCostMeter, read_counter
 from daemon.clock import utc_day
 from daemon.sources.owners import workload_label
+from daemon.sources.redact import redact_text
 from daemon.wire import process_key
 
 # Longest interval between two ticks that the ledger charges; a longer gap (daemon stopped,
@@ -381,7 +382,7 @@ class CostLedger:
             try:
                 count = read_counter(meter.url, meter.metric, meter.labels, timeout_s)
             except (OSError, ValueError) as exc:
-                meter.error = f"{meter.url}: {exc}"
+                meter.error = redact_text(f"{meter.url}: {exc}")
                 continue
             meter.observe(self.cost_of(meter.target), count)
         return meters

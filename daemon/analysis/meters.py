@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon import clock
+from daemon.sources.redact import redact_text
 from pricing.offer import HOURS_PER_MONTH
 
 # EBS gp3 in us-east-1 is $0.08 per GB-month (GB = 2^30 bytes, as the clouds bill).
@@ -169,6 +170,11 @@ class UnitCostMeter:
     base_at: float | None = None
     last_at: float | None = None
 
+    @property
+    def shown_url(self) -> str:
+        """The URL as it is shown and recorded: a token in its query (`?token=...`) hidden."""
+        return redact_text(self.url)
+
     def observe(self, cost: float, count: float, at: float | None = None) -> None:
         at = clock.now() if at is None else at
         if self.base_count is None or self.base_cost is None or count < self.last_count:
@@ -200,6 +206,6 @@ class UnitCostMeter:
                 "units_per_second": self.units_per_second,
                 "seconds": (self.last_at - self.base_at if self.last_at is not None
                             and self.base_at is not None else None),
-                "metric": self.metric, "url": self.url, "error": self.error,
+                "metric": self.metric, "url": self.shown_url, "error": self.error,
                 "method": (f"spend ${cost:.4f} / {units:g} {self.unit} x {per}"
                            if cost is not None and units else "waiting for a counter increase")}

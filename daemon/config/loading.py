@@ -27,6 +27,7 @@ from daemon.config.values import (
     parse_s3_url,
     parse_size,
 )
+from daemon.sources.redact import redact_text
 from pricing.small_file import NOT_REGULAR, TOO_LARGE, UNREADABLE, SmallFileError, read_small_file
 
 DEFAULT_CONFIG_PATH = Path("/etc/mlcost/mlcostd.toml")
@@ -69,6 +70,13 @@ def parse_file(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     return data
+
+
+
+def _shown(value: Any) -> str:
+    """A refused value as an error shows it: a secret in it (a URL's user and password, a
+    token in its query, s3://KEY:SECRET@...) hidden, and at most 200 characters."""
+    return redact_text(repr(value))[:200]
 
 
 def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
@@ -117,10 +125,10 @@ def _convert(section: str, f: dataclasses.Field, value: Any, where: str) -> Any:
                 raise ValueError("must be a string")
             result = value
     except ValueError as exc:
-        raise ConfigError(f"{where}: {key} = {value!r}: {exc}; {meta['help']}") from None
+        raise ConfigError(f"{where}: {key} = {_shown(value)}: {exc}; {meta['help']}") from None
     if choices and result not in choices:
         allowed = ", ".join(repr(c) for c in choices if c) + (" or empty" if "" in choices else "")
-        raise ConfigError(f"{where}: {key} = {value!r}: allowed values are {allowed}")
+        raise ConfigError(f"{where}: {key} = {_shown(value)}: allowed values are {allowed}")
     if low is not None and not (low <= result <= high):
         unit = {"duration": " seconds", "size": " bytes"}.get(kind, "")
         raise ConfigError(

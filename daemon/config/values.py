@@ -62,8 +62,14 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     form = ("give s3://BUCKET/PREFIX (a bucket of 3-63 lower-case letters, digits, dots and "
             "dashes; a prefix of letters, digits and !_.*'()- between slashes)")
     if not isinstance(url, str) or not url.startswith("s3://"):
-        raise ValueError(f"{str(url)[:80]!r} is not an S3 location; {form}")
+        raise ValueError(f"{without_url_credentials(str(url))[:80]!r} is not an S3 location; "
+                         f"{form}")
     bucket, _, prefix = url[len("s3://"):].partition("/")
+    if "@" in bucket:  # s3://KEY:SECRET@bucket: never echoed, and never how credentials come
+        raise ValueError(f"{without_url_credentials(url)[:80]!r}: a key or secret in the URL "
+                         "would be shown wherever the URL is; give s3://BUCKET/PREFIX, and the "
+                         "daemon's AWS credentials as boto3 finds them (README \"Uploading "
+                         "snapshots\")")
     if (not _S3_BUCKET.fullmatch(bucket) or ".." in bucket or ".-" in bucket
             or "-." in bucket or re.fullmatch(r"[0-9.]+", bucket)):
         raise ValueError(f"{url[:80]!r}: {bucket[:70]!r} is not a valid bucket name; {form}")
@@ -113,7 +119,8 @@ def check_http_url(key: str, url: object, what: str) -> None:
     """`key = url` is an http(s) URL of `what`, with no user or password in it: mlcostd shows
     the URLs it reads (in /v1/now, reports, profiles, price sources, errors). ValueError shows
     the URL without them."""
-    shown = without_url_credentials(str(url))[:200]
+    # (its query left out: a `?token=` is the URL's to send, not an error's to show)
+    shown = without_url_credentials(str(url)).partition("?")[0][:200]
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ValueError(f"{key} = {shown!r}: must be an http(s) URL of {what}")
     if "@" in urlsplit(url).netloc:

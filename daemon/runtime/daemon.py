@@ -673,8 +673,8 @@ class Daemon:
                          {"price_per_gb_month": item.price_per_gb_month, "files": item.files,
                           "complete": item.complete, "error": item.error})
                         for item in ledger.storage_items]
-            readings += [("unit", f"{m.target} {m.url} {m.metric}", m.last_count,
-                          {"target": m.target, "unit": m.unit, "per": m.per, "url": m.url,
+            readings += [("unit", f"{m.target} {m.shown_url} {m.metric}", m.last_count,
+                          {"target": m.target, "unit": m.unit, "per": m.per, "url": m.shown_url,
                            "metric": m.metric, "labels": dict(m.labels)})
                          for m in ledger.meters if m.base_count is not None and m.error is None]
             readings += [row for row in map(latency_reading, ledger.latency) if row is not None]

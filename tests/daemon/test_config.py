@@ -139,6 +139,23 @@ def test_a_url_setting_with_a_password_is_refused_without_showing_it(tmp_path, t
     assert "a user or password in the URL would be shown" in message, message
 
 
+def test_a_token_in_a_metrics_urls_query_or_an_s3_urls_credentials_are_never_echoed(tmp_path):
+    """A refused URL's error printed its ?token=...; an s3://KEY:SECRET@bucket upload target
+    printed the key id and secret twice."""
+    text = ('[[cost.unit_costs]]\ntarget = "x"\nmetric = "m"\n'
+            'url = "http://bob:pw@127.0.0.1:9/metrics?token=SUPERSECRETQ"\n')
+    with pytest.raises(ConfigError) as refused:
+        config.load(write(tmp_path, text))
+    assert "SUPERSECRETQ" not in str(refused.value) and "127.0.0.1:9/metrics" in str(
+        refused.value)
+    text = '[snapshots]\nupload = "s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMIK7MDENG@bucket/p"\n'
+    with pytest.raises(ConfigError) as refused:
+        config.load(write(tmp_path, text))
+    message = str(refused.value)
+    assert "AKIAIOSFODNN7EXAMPLE" not in message and "wJalrXUtnFEMIK7MDENG" not in message
+    assert "a key or secret in the URL would be shown" in message, message
+
+
 def test_the_readme_config_example_is_valid():
     from pathlib import Path
 

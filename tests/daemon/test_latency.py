@@ -116,6 +116,27 @@ def test_p50_and_p99_from_a_real_server(server):
     assert down.error and down.as_dict()["p99_seconds"] is None
 
 
+def test_a_token_in_a_metrics_urls_query_is_hidden_wherever_the_url_is_shown_or_kept():
+    """[[cost.latency]] and [[cost.unit_costs]] url = ".../metrics?access_token=..." showed the
+    token in /v1/now's url and error (and kept it in the store's meter readings)."""
+    from daemon.analysis.latency import reading
+    from daemon.analysis.ledger import CostLedger
+    from daemon.analysis.meters import UnitCostMeter
+
+    url = "http://127.0.0.1:1/metrics?access_token=SUPERSECRETL"  # nothing listens on port 1
+    meter = LatencyMeter("serve.py", url, "latency_seconds")
+    meter.poll(timeout_s=2.0)
+    shown = meter.as_dict()
+    assert meter.error and "SUPERSECRETL" not in json.dumps(shown)
+    assert shown["url"].startswith("http://127.0.0.1:1/metrics?access_token=")
+    meter.observe({0.1: 5.0, float("inf"): 9.0})
+    assert "SUPERSECRETL" not in json.dumps(reading(meter))
+    ledger = CostLedger()
+    ledger.meters.append(UnitCostMeter("serve.py", url.replace("L", "Q"), "tokens_total"))
+    (counter,) = ledger.poll_unit_costs(timeout_s=2.0)
+    assert counter.error and "SUPERSECRETQ" not in json.dumps(counter.as_dict())
+
+
 def test_config_checks_each_latency_table(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[[cost.latency]]\ntarget = "chat"\nurl = "ftp://x"\nmetric = "m"\n')
