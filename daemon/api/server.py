@@ -161,8 +161,9 @@ def make_app(daemon: Any, *, token: str | None = None,
         if token is not None and _is_tcp(request):
             sent = request.headers.get("Authorization", "")
             scheme, _, value = sent.partition(" ")
+            # (bytes aiohttp could not decode come as surrogates: never a token, never a 500)
             if scheme.lower() != "bearer" or not hmac.compare_digest(
-                    value.strip().encode(), token.encode()):
+                    value.strip().encode("utf-8", "surrogateescape"), token.encode()):
                 refused = json_error(401, "missing or wrong bearer token: send "
                                           "`Authorization: Bearer <token>` (the token is in "
                                           "the daemon's [api].token_file)")

@@ -340,6 +340,14 @@ def test_tcp_requires_the_bearer_token(daemon):
         good = Client(base, token=token)
         assert (await good.health()).ok
         await good.close()
+        # bytes that are not UTF-8 in the header: a 401, not "internal error", 500
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     b"Authorization: Bearer \xff\xfe\r\n\r\n")
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
         # the unix socket needs no token: its permissions are the guard
         assert (await raw(daemon.socket, "GET", "/v1/health"))[0] == 200
 
