@@ -201,3 +201,7 @@ class DatabaseFile:
                 os.replace(self.path + suffix, aside + suffix)
         self._health.corrupt_moved_aside = aside
         self._health.last_error = f"corrupt store moved aside to {aside}: {error}"
+        # (it was in /v1/health alone: the operator learnt of the lost history by reading it)
+        log.error("the store %s could not be read (%s): moved it aside to %s, with its WAL and "
+                  "SHM, and started a new one; what it held is there for `sqlite3 %s .recover`",
+                  self.path, error, aside, aside)

@@ -667,15 +667,31 @@ def test_maintain_respects_its_budget(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ recovery
 
 
-def test_file_that_is_not_a_database_is_moved_aside(tmp_path: Path) -> None:
+def test_file_that_is_not_a_database_is_moved_aside(tmp_path: Path, caplog) -> None:
     path = tmp_path / "s.db"
     path.write_bytes(b"this is not sqlite " * 500)
-    with Store(path) as store:
+    with caplog.at_level("ERROR", logger="daemon.store.writer"), Store(path) as store:
         aside = store.health.corrupt_moved_aside
         assert aside and aside.startswith(str(path) + ".corrupt-")
+        # said in the log, not only in /v1/health
+        assert any(f"moved it aside to {aside}" in r.getMessage() for r in caplog.records)
         assert Path(aside).read_bytes().startswith(b"this is not sqlite")
         assert store.write(make_sample(1, T0, random.Random(1)))
     assert Store.reader(path).ticks() == [1]
+
+
+def test_a_damaged_store_read_says_it_is_damaged_not_which_file_to_give(tmp_path: Path):
+    """A report of a store damaged while a daemon records into it said "give the daemon's
+    database": the daemon's database was the one given."""
+    import sqlite3
+
+    from daemon.store.shape import read_failure
+
+    said = read_failure("/var/lib/mlcost/mlcost.db",
+                        sqlite3.DatabaseError("database disk image is malformed"))
+    assert "the file is damaged" in said and ".recover" in said
+    assert "give the daemon's database" not in said
+    assert "give the daemon's database" in read_failure("x.db", sqlite3.OperationalError("no"))
 
 
 def test_store_failing_quick_check_is_moved_aside(tmp_path: Path) -> None:
