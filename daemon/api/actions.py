@@ -18,6 +18,7 @@ import psutil
 from daemon import clock
 from daemon.analysis.kinds import classify_kind
 from daemon.sources.kindfacts import read_kind_facts
+from daemon.sources.procs import read_argv
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
 from daemon.wire import ActionResult
@@ -82,10 +83,10 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
         proc = psutil.Process(pid)
         created = proc.create_time()
         # The live argv, through the same redaction as every stored command line.
-        command = one_line(redact_argv(proc.cmdline()))[:120]
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        command = one_line(redact_argv(read_argv(pid)))[:120]
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError):
         raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
-    except psutil.AccessDenied:
+    except (psutil.AccessDenied, PermissionError):
         raise ActionError(f"no permission to inspect pid {pid}; run mlcostd as root", 403) \
             from None
     if abs(created - float(start)) > START_TIME_TOLERANCE_S:

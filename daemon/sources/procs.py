@@ -38,6 +38,24 @@ def delay_accounting_enabled() -> bool | None:
         return None
 
 
+def read_argv(pid: int) -> list[str]:
+    """A process's argv from /proc/PID/cmdline, as bytes: psutil reads it as text, where a
+    carriage return in an argument came back as a newline. Its rules otherwise: NUL-separated,
+    or (a process that rewrote its title) space-separated; [] for a zombie or a kernel
+    thread."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        data = f.read()
+    if not data:
+        return []
+    sep = b"\0" if data.endswith(b"\0") else b" "
+    if data.endswith(sep):
+        data = data[:-1]
+    words = data.split(sep)
+    if sep == b"\0" and len(words) == 1 and b" " in data:
+        words = data.split(b" ")
+    return [os.fsdecode(word) for word in words]
+
+
 @dataclass(slots=True)
 class _Known:
     """Facts about a process read once, when it is first seen."""
@@ -186,9 +204,11 @@ class ProcessSource:
                 except (KeyError, psutil.AccessDenied):
                     user = str(proc.uids().real)
                 try:
-                    argv = proc.cmdline()
-                except psutil.AccessDenied:
+                    argv = read_argv(pid)
+                except PermissionError:
                     argv = []
+                except FileNotFoundError:
+                    raise psutil.NoSuchProcess(pid) from None
                 command = redact_argv(argv) if argv else f"[{redact_text(proc.name())}]"
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             self._forget(pid)

@@ -57,6 +57,22 @@ def test_counters_of_a_real_process(tmp_path):
         proc.wait()
 
 
+def test_a_carriage_return_in_an_argument_is_kept_as_one():
+    """psutil reads /proc/PID/cmdline as text: `line2\\rCR` was recorded as `line2\\nCR`."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "line2\rCR",
+                             "two words", "\udcff"])  # (a byte that is not UTF-8)
+    try:
+        source = ProcessSource()  # (Popen returns once the child has exec'd: argv is set)
+        source.discover({proc.pid})
+        (sample,) = source.read({proc.pid: USE})
+        assert sample.command.endswith("time.sleep(30) line2\\rCR two words \\xff"), \
+            sample.command
+        assert procs_module.read_argv(proc.pid)[-3:] == ["line2\rCR", "two words", "\udcff"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_pipe_traffic_counts_as_read_and_written_chars():
     # Pipes and sockets never reach the storage layer: rchar/wchar are what show them.
     code = (
