@@ -54,6 +54,7 @@ from daemon.store.files import (
     remove_stale_temp_files,
 )
 from daemon.store.lock import StoreLocked, WriterLock
+from daemon.store.snapshot import INDEX_NAME
 from daemon.store.writer import Store, StoreError
 from daemon.wire import parse_process_key, process_key
 
@@ -225,6 +226,9 @@ class Daemon:
                          f"pass --db with a path in a folder of its own, {own_folder}")
             for suffix in ("", "-wal", "-shm", ".lock"):
                 check_existing(f"{self.db}{suffix}")
+            # the index of what it wrote there: planted in a shared (sticky) folder, every
+            # snapshot failed with 503 and nothing in the log
+            check_existing(snapshots / INDEX_NAME)
         except RefusedFile as exc:
             raise DaemonError(str(exc)) from None
 

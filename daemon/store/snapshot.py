@@ -443,7 +443,9 @@ def free_path(folder: str | os.PathLike[str], name: str) -> Path:
     incidents in the same second keep both snapshots)."""
     path = Path(folder) / name
     n = 1
-    while path.exists() or path.with_suffix(HTML_SUFFIX).exists():
+    # (lexists: a link planted at the name, dangling or not, takes it too; its writer would
+    # refuse it and the snapshot fail)
+    while os.path.lexists(path) or os.path.lexists(path.with_suffix(HTML_SUFFIX)):
         n += 1
         path = Path(folder) / f"{Path(name).stem}-{n}{Path(name).suffix}"
     return path

@@ -294,6 +294,28 @@ def test_the_daemon_refuses_a_database_link_before_anything_starts(tmp_path):
         (".lock", "-wal", "-shm"))]
 
 
+@pytest.mark.fault(HOSTILE, "the snapshots folder's index planted as a link; a dangling link "
+                            "at the next snapshot's name")
+def test_a_planted_snapshot_index_is_refused_at_start_and_a_planted_name_is_passed_over(
+        tmp_path):
+    """In a shared (sticky) snapshots folder another user could plant the index as a link:
+    the daemon started, and every snapshot failed with 503 and nothing in the log."""
+    from daemon.store.snapshot import HTML_SUFFIX, INDEX_NAME, free_path
+
+    target = victim(tmp_path / "elsewhere")
+    folder = tmp_path / "daemon"
+    (folder / "snapshots").mkdir(parents=True)
+    (folder / "snapshots" / INDEX_NAME).symlink_to(target)
+    refused = livedaemon.start(folder, wait=False)
+    assert refused.wait_exit() == 2, refused.log_tail()
+    assert f"{INDEX_NAME} is a symbolic link (to {target})" in refused.log(), refused.log()
+    assert_untouched(target)
+    # a dangling link at the name a snapshot would take (its page's): the next name is taken
+    name = "mlcost-vm-20261205T001500Z-manual.db"
+    (folder / "snapshots" / name).with_suffix(HTML_SUFFIX).symlink_to(tmp_path / "nothing")
+    assert free_path(folder / "snapshots", name).name == "mlcost-vm-20261205T001500Z-manual-2.db"
+
+
 @pytest.mark.fault(HOSTILE, "mlcostd run --db in a world-writable folder without the sticky bit")
 def test_the_daemon_refuses_a_world_writable_state_folder(tmp_path):
     shared = tmp_path / "shared"
