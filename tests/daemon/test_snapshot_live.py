@@ -144,6 +144,7 @@ def test_snapshot_through_the_daemon_replays_what_the_live_view_showed(demo, tmp
     poll(lambda: demo.now()["recommendations"], 120, "recommendations", explain=demo.log_tail)
     live = demo.now()
     out = tmp_path / "mine" / "incident.db"
+    out.parent.mkdir()  # (--out never creates a folder: a typo must not make one as root)
     done = snapshot_cli("--since", "5m", "--html", "--socket", str(demo.socket),
                         "--db", str(demo.db), "--out", str(out))
     assert done.returncode == 0, done.stderr
