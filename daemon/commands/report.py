@@ -608,8 +608,11 @@ def render_review(review: dict[str, Any]) -> list[str]:
     previous = spend.get("previous_total")
     untrended = (review.get("previous") or {}).get("trend")
     basis = spend.get("per_day_basis")
-    out.append(f"  spend ${spend['total']:,.2f} (${spend['per_day']:,.2f}/day"
-               + (f" {one_line(str(basis))}" if basis else "") + ")"
+    per_day = spend["per_day"]
+    out.append(f"  spend ${spend['total']:,.2f} ("
+               + ("" if per_day is None else f"${per_day:,.2f}/day")
+               + (f"{' ' if per_day is not None else ''}{one_line(str(basis))}" if basis
+                  else "") + ")"
                + ("" if previous is None else f"; before: ${previous:,.2f}")
                + _trend_text(spend.get("trend_pct"))
                + (f" ({one_line(str(untrended))})" if untrended else ""))

@@ -138,24 +138,28 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
         # first record (a 2-minute-old store read "$33.86/day" over 10 minutes for $190/day)
         # to where its recorded spend reaches (a live daemon hands it over every round: a
         # minute-old store read "$1,040.76/day" for a $1,321/day host).
+        # The same for any window the recorded spend has not reached the end of yet (the
+        # daemon hands it over every round): the spend counts to its last hand-over.
         first = queries.first_recorded(reader)
-        counted, basis = span, None
-        if first is not None and start < first < end:
-            through = queries.spend_through(reader)
-            if through is not None and first < through < end:
-                counted = through - first
-                basis = (f"over the {clock.duration(counted)} of spend the store holds (to "
-                         f"{clock.local_time(through, date=False)})")
-            else:
-                counted = end - first
-                basis = f"over the {clock.duration(counted)} the store holds"
+        lo = first if first is not None and start < first < end else start
+        through = queries.spend_through(reader)
+        hi = max(lo, through) if through is not None and through < end else end
+        counted, basis = hi - lo, None
+        if counted <= 0:  # the window's spend is not handed over yet: nothing to count by
+            basis = (f"none of the window's spend is recorded yet (the store's reaches "
+                     f"{clock.local_time(through or hi, date=False)})")
+        elif hi < end:
+            basis = (f"over the {clock.duration(counted)} of spend the store holds (to "
+                     f"{clock.local_time(hi, date=False)})")
+        elif lo > start:
+            basis = f"over the {clock.duration(counted)} the store holds"
         out["spend"] = {
             "total": ledger.total,
             "previous_total": recorded_before.total if recorded_before else None,
             "trend_pct": _trend(ledger.total, before.total if before else None),
             "by_day": dict(sorted(ledger.by_day.items())),
             "by_month": dict(sorted(ledger.by_month.items())),
-            "per_day": ledger.total / max(counted / 86400, 1e-9),
+            "per_day": ledger.total / (counted / 86400) if counted > 0 else None,
             "per_day_over_s": counted,
             "per_day_basis": basis,
         }

@@ -223,6 +223,29 @@ def test_a_young_live_stores_spend_per_day_counts_to_where_its_recorded_spend_re
     assert unknown["per_day_basis"] == "over the 119 s the store holds"
 
 
+def test_a_snapshot_taken_between_two_hand_overs_counts_only_the_spend_it_holds(tmp_path):
+    """A 1-minute snapshot of a live store, taken 14 s after the spend's last hand-over: its
+    hour row held 106 s of charges (46 of them in the snapshot's ticks), and the review placed
+    60 ticks' worth of it in the window while counting its days over 46 s: $1,034/day for a
+    $786/day host. The ticks after the hand-over are not in the row yet."""
+    db = tmp_path / "snapshot.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    start, rate = hour + 600, 32.7726  # the live daemon started at start - 60
+    store = Store(str(db))
+    gpus = (GpuSample(0, "GPU-0", "A100", utilization=60.0, memory_total_bytes=40 << 30),)
+    for i in range(60):  # the snapshot's ticks: start + 1 .. start + 60
+        store.write(Sample(ts=start + i + 1, tick=i + 61, gpus=gpus, processes=(TRAIN,)))
+    facts.write_spend(store, {hour: [106.0, rate / 3600 * 106, 0.0, 0.0, 0.0]},
+                      {(hour, (TRAIN.pid, TRAIN.start_time)): [106.0, rate / 3600 * 106]})
+    store.set_meta(queries.SPEND_THROUGH, start + 46)
+    store.close()
+    spend = json.loads(subprocess.run(
+        [sys.executable, "-m", "daemon", "report", "--db", str(db), "--json"], cwd=ROOT,
+        capture_output=True, text=True, timeout=120, check=True).stdout)["review"]["spend"]
+    assert spend["total"] == pytest.approx(rate / 3600 * 46, rel=0.03)
+    assert spend["per_day"] == pytest.approx(rate * 24, rel=0.03)  # was 1.33 times it
+
+
 def test_the_daemon_records_where_its_spend_reaches(mlcostd):
     """mlcostd writes spend_through with each round's spend (here: the round at its stop)."""
     from daemon.store.reader import StoreReader
