@@ -43,8 +43,9 @@ def number_in(low: float, high: float, *, whole: bool = False) -> Any:
             value = math.nan
         if not (math.isfinite(value) and low <= value <= high):
             kind = "a whole number" if whole else "a number"
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not {kind} from {low:g} to "
-                                             f"{high:g}")
+            shown = (f"{int(low)} to {int(high)}" if whole  # (4194304, not 4.1943e+06)
+                     else f"{low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not {kind} from {shown}")
         return value
 
     return parse

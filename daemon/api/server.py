@@ -255,7 +255,7 @@ class ApiServer:
     def check(self) -> None:
         """What can be refused before the daemon creates anything (its store, its workloads):
         an unsafe socket folder, something else at the socket path, the listen address and an
-        existing token path. Raises ApiError."""
+        existing token file (its kind, mode and contents). Raises ApiError."""
         if self.socket_path is not None:
             check_socket_folder(self.socket_path.parent)
             check_socket_path(self.socket_path)
@@ -264,6 +264,8 @@ class ApiServer:
             if self.token_file is None:
                 raise ApiError("--listen needs a token file: pass --token-file")
             check_token_path(self.token_file)
+            if os.path.lexists(self.token_file):  # its mode and what it holds, too (a
+                read_token(self.token_file)  # missing one is generated at start)
 
     async def start(self) -> None:
         started = time.monotonic()

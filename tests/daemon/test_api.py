@@ -367,6 +367,14 @@ def test_token_file_readable_by_others_is_refused(tmp_path, mlcostd):
                       args=["--listen", "127.0.0.1:0", "--token-file", str(token_file)])
     assert refused.wait_exit() == 2
     assert "chmod 600" in refused.log() and "Traceback" not in refused.log()
+    # refused before anything starts (it was after the store was made and the workloads ran)
+    assert "simulating" not in refused.log() and not refused.db.exists(), refused.log()
+    token_file.chmod(0o600)
+    token_file.write_text("first line of a token\nsecond\n")
+    refused = mlcostd("idle-host", wait=False,
+                      args=["--listen", "127.0.0.1:0", "--token-file", str(token_file)])
+    assert refused.wait_exit() == 2 and "no usable token" in refused.log(), refused.log()
+    assert "simulating" not in refused.log() and not refused.db.exists(), refused.log()
 
 
 @pytest.mark.parametrize("held", ["x" * (TOKEN_MAX_BYTES + 1), "a" * 20 + "\n" + "b" * 20,

@@ -121,8 +121,10 @@ def test_the_command_line_refuses_out_of_range_times_in_one_line(tmp_path, args,
     (["prices", "--fits", "10", "--limit", "-1"], "--limit: '-1' is not a whole number"),
     (["prices", "--instance", "p5.48xlarge", "--managed", "--hours-per-month", "1e400"],
      "--hours-per-month: '1e400' is not a number from 0 to 744"),
+    (["prices", "--observed", "--pid", "99999999"],  # (its range read "from 1 to 4.1943e+06")
+     "--pid: '99999999' is not a whole number from 1 to 4194304"),
 ], ids=["report-since-0", "observed-since-0", "run-hours-inf", "fits-nan", "headroom-inf",
-        "limit-negative", "hours-per-month-1e400"])
+        "limit-negative", "hours-per-month-1e400", "pid-out-of-range"])
 def test_numeric_flags_refuse_inf_nan_and_out_of_range_values(tmp_path, args, words):
     db = tmp_path / "mlcost.db"
     db.write_bytes(b"")
