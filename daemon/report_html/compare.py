@@ -3,7 +3,6 @@ CSS and phase bars; no script, no network) made from the compare document."""
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from daemon import __version__, clock
@@ -14,14 +13,13 @@ from daemon.analysis.compare import (
     shown_verdict,
     verdict_counts,
 )
+from daemon.report_html.escape import escaped as _e
 from daemon.report_html.render import CSS, phase_bar
 
 VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b7280",
                    "mixed": "#ca8a04", "no figure": "#6b7280"}
 
 
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _side(name: str, side: dict[str, Any]) -> str:

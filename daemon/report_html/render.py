@@ -10,7 +10,6 @@ data-points=K>` per series, which the browser test counts.
 
 from __future__ import annotations
 
-import html
 import math
 import time
 from typing import Any
@@ -19,6 +18,7 @@ from daemon import __version__, clock
 from daemon.analysis.energy import amount_text, grid_text
 from daemon.report_html import latency
 from daemon.report_html.data import Point, ReportData
+from daemon.report_html.escape import escaped as _e
 from daemon.sources.safe_text import one_line
 from daemon.store.schema import ended_by_recording_stop
 from daemon.wire import (
@@ -71,8 +71,6 @@ ul.evidence li{margin:1px 0}ul.evidence .k{color:#555}
 """
 
 
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _money(value: float | None, digits: int = 2) -> str:

@@ -10,11 +10,11 @@ that came from the host is HTML-escaped.
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from daemon import __version__, clock
 from daemon.report_html import latency
+from daemon.report_html.escape import escaped as _e
 from daemon.wire import money
 
 CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#111;
@@ -24,8 +24,6 @@ border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-
 .up{color:#b91c1c}.down{color:#15803d}.muted{color:#6b7280}svg{display:block}"""
 
 
-def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _trend(pct: float | None) -> str:

@@ -142,3 +142,28 @@ def test_the_good_snapshot_still_renders_reports_and_opens(good_snapshot, tmp_pa
     assert done.returncode == 0, done.stderr
     with Replay(good_snapshot) as replay:
         assert replay.times()
+
+
+def test_text_an_edited_store_holds_is_written_out_in_every_page_not_passed_on(good_snapshot,
+                                                                             tmp_path):
+    """A live process's text is cleaned on its way in; a store from elsewhere is not: raw ESC,
+    C1 and U+202E bytes in its host name, users and commands went into the pages' title, h1
+    and tables (a terminal that `cat`s the file acts on them; a browser reorders text)."""
+    edited = tmp_path / "edited.db"
+    shutil.copyfile(good_snapshot, edited)
+    conn = sqlite3.connect(edited)
+    hostile = "\x1b]0;pwned\x07\x9b2J\u202eevil"
+    conn.execute("UPDATE processes SET user = ?, command = ?", (hostile, "python " + hostile))
+    conn.commit()
+    conn.close()
+    pages = {"render": tmp_path / "render.html", "report": tmp_path / "report.html"}
+    done = run(*MLCOSTD, "snapshot", "--render", str(edited), "--out", str(pages["render"]))
+    assert done.returncode == 0, done.stderr
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--html",
+               str(pages["report"]))
+    assert done.returncode == 0, done.stderr
+    for name, page in pages.items():
+        text = page.read_text()
+        assert not any(c in text for c in "\x1b\x07\x9b\u202e"), name
+    text = pages["render"].read_text()  # (the snapshot page lists the processes)
+    assert "\\x1b]0;pwned" in text and "\\u202eevil" in text
