@@ -21,7 +21,7 @@ from daemon.sources.kindfacts import read_kind_facts
 from daemon.sources.procs import read_argv
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
-from daemon.wire import ActionResult
+from daemon.wire import ActionResult, crop
 
 # How close a live process's create time must be to the recommendation's to be the same process.
 START_TIME_TOLERANCE_S = 0.05
@@ -83,7 +83,8 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
         proc = psutil.Process(pid)
         created = proc.create_time()
         # The live argv, through the same redaction as every stored command line.
-        command = one_line(redact_argv(read_argv(pid)))[:120]
+        # (cut with a visible … : a file name cut short read as another file's)
+        command = crop(one_line(redact_argv(read_argv(pid))), 120)
     except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError):
         raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
     except (psutil.AccessDenied, PermissionError):

@@ -129,11 +129,21 @@ def _total(values: object) -> float | None:
 
 
 def gpu_label(gpus: Sequence[Gpu]) -> str:
-    """'3', '5-7' (a run of indices) or '1,4,6'."""
-    indices = [g.index for g in gpus]
-    if len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1)):
-        return f"{indices[0]}-{indices[-1]}"
-    return ",".join(map(str, indices))
+    """'3', '5-7', '3,5-7' or '1,4,6': runs of three or more indices as a range ('3,5,6,7'
+    did not fit the column and lost GPU 7 with no sign of it)."""
+    indices = sorted(g.index for g in gpus)
+    parts: list[str] = []
+    i = 0
+    while i < len(indices):
+        j = i
+        while j + 1 < len(indices) and indices[j + 1] == indices[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{indices[i]}-{indices[j]}")
+        else:
+            parts.extend(str(v) for v in indices[i:j + 1])
+        i = j + 1
+    return ",".join(parts)
 
 
 def idle_look(gpu: Gpu) -> tuple[object, ...] | None:

@@ -181,6 +181,25 @@ def test_the_sigterm_dry_run_shows_the_redacted_command_line():
         proc.wait()
 
 
+def test_the_sigterm_dry_run_shows_a_long_command_line_cut_visibly():
+    """`--connection-file kernel-3f2c9a1e.json` past the cut read `kernel-3f2c9`: another file's
+    name, with no sign that it was cut."""
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "--padding", "x" * 60,
+            "--connection-file", "kernel-3f2c9a1e.json"]
+    proc = subprocess.Popen(argv)
+    try:
+        import psutil
+
+        start = psutil.Process(proc.pid).create_time()
+        rec = {"id": "rec-kill", "rule": "idle_gpu_held", "target": "x",
+               "action": {"kind": "sigterm", "pid": proc.pid, "start_time": start}}
+        (step,) = actions.apply(rec, True).steps
+        assert step.endswith("…") and len(step.split("# ", 1)[1]) == 120, step
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_flag_values_inside_one_string_are_hidden():
     assert redact_text("run --lr --token abc --api-key -x") == \
         f"run --lr --token {REDACTED} --api-key {REDACTED}"

@@ -103,3 +103,19 @@ async def test_a_replay_of_the_daemons_store_shows_no_host_line(tcp_daemon):
             await pilot_wait_for(pilot, lambda: gpus.row_count >= 1)
             assert app.hosts[0].now is not None and app.hosts[0].now.host_usage is None
             assert gpus.border_title == "GPUs"
+
+
+def test_a_merged_row_of_idle_gpus_names_each_of_them_in_its_column():
+    """Idle GPUs 3, 5, 6 and 7 merged into one row read '3,5,6' in the 5-wide column: GPU 7
+    lost, while the row's ×4 and its dollars counted it."""
+    from types import SimpleNamespace
+
+    from mlcost_tui.panels.gpus import gpu_label
+
+    def gpus(*indices: int) -> list:
+        return [SimpleNamespace(index=i) for i in indices]
+
+    assert gpu_label(gpus(3, 5, 6, 7)) == "3,5-7"
+    assert gpu_label(gpus(5, 6, 7)) == "5-7" and gpu_label(gpus(1, 4, 6)) == "1,4,6"
+    assert gpu_label(gpus(0, 1)) == "0,1" and gpu_label(gpus(2)) == "2"
+    assert gpu_label(gpus(0, 1, 2, 4, 5, 6)) == "0-2,4-6"
