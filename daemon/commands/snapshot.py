@@ -32,8 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where it ends: Unix seconds or ISO 8601 (default: now; a "
                              "store no daemon records into: its last sample)")
     parser.add_argument("--out", metavar="FILE",
-                        help="write the snapshot here (default: the snapshots folder, "
-                             "[snapshots].folder or snapshots/ beside the database)")
+                        help="write the snapshot here, or into this folder under its own "
+                             "name (default: the snapshots folder, [snapshots].folder or "
+                             "snapshots/ beside the database); a missing folder is refused, "
+                             "not created")
     parser.add_argument("--html", action="store_true",
                         help="also write the HTML report beside it (FILE.html)")
     # A flag, not a place: with a daemon running the daemon uploads with its own credentials,
@@ -88,6 +90,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else None
+    if out is not None and out.is_dir() and not out.is_symlink():
+        # a folder: the file goes into it, under the name the daemon would give it
+        from daemon.store.snapshot import free_path, snapshot_name
+
+        out = free_path(out, snapshot_name(os.uname().nodename, until))
     if out is not None and not out.parent.is_dir():  # a typo must not create folders as root
         print(f"mlcostd snapshot: --out {one_line(str(out))[:200]}: there is no folder "
               f"{one_line(str(out.parent))[:200]}; create it first, or give a path in one "

@@ -110,6 +110,17 @@ def test_a_snapshot_of_a_stopped_store_ends_at_its_last_sample(tmp_path):
     # and the snapshot reports its own range, without --since
     document = json.loads(report(tmp_path / "s.db", "--json").stdout)
     assert document["window"]["ticks"] == 30
+    # --out a folder: into it, under the snapshot's own name (was: "is a directory")
+    folder = tmp_path / "incidents"
+    folder.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "daemon", "snapshot", "--db", str(db), "--since", "1m",
+         "--socket", str(tmp_path / "no-daemon.sock"), "--out", str(folder), "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (written,) = folder.iterdir()
+    assert json.loads(out.stdout)["path"] == str(written)
+    assert written.name.startswith("mlcost-") and written.name.endswith("-manual.db")
 
 
 def test_a_young_stopped_store_is_reported_from_its_first_tick_not_its_rollups_hour(tmp_path):
