@@ -155,10 +155,11 @@ class ReplaySource:
         state = "▶ playing" if playing else "⏸ paused"
         trigger = (self.replay.snapshot or {}).get("trigger") or {}
         why = f"  snapshot: {trigger.get('reason') or trigger.get('kind')}" if trigger else ""
-        # Where it is first: the header cuts this line at the terminal's edge (80 columns).
+        # Where it is and why it was taken first: the header cuts this line at the terminal's
+        # edge (at 80 columns the keys and the file name went past it, and the reason with them)
         return (f"⏵ replay tick {self.index + 1}/{len(self.times)} "
-                f"{local_time(self.times[self.index])}  {state}  "
-                f"([ ] tick, {{ }} minute, space play)  {self.replay.path.name}{why}")
+                f"{local_time(self.times[self.index])}  {state}{why}  "
+                f"([ ] tick, {{ }} minute, space play)  {self.replay.path.name}")
 
     def close(self) -> None:
         self.replay.close()

@@ -64,6 +64,10 @@ def target_label(target: str) -> str:
     return "the whole host" if target == "host" else target
 
 
+# Columns from which the header says everything in full, in its usual order.
+WIDE = 110
+
+
 class HeaderPanel(Static):
     DEFAULT_CSS = """
     HeaderPanel { height: 3; padding: 0 1; background: $boost; text-wrap: nowrap;
@@ -78,17 +82,26 @@ class HeaderPanel(Static):
         line2 = Text()
         line3 = Text()
         now = snap.now if snap is not None else None
-        line1.append("mlcost-top ", style="bold")
+        # Under WIDE columns each line says what matters first and shorter (at 80 the price,
+        # its stale warning and the idle alerts went past the edge; the edge cuts the rest).
+        narrow = 0 < self.size.width < WIDE
+        if not narrow:
+            line1.append("mlcost-top ", style="bold")
         if now is None:
             line1.append(snap.target if snap else "", style=MUTED)
         else:
             line1.append(now.hostname or "?", style="bold")
             if now.simulated:
-                line1.append(f" (simulated: {now.simulated})", style=MUTED)
+                line1.append(" (simulated)" if narrow else f" (simulated: {now.simulated})",
+                             style=MUTED)
             instance = now.instance
             if instance.get("type"):
-                line1.append(f"  {instance.get('provider', '')} {instance['type']} "
-                             f"{instance.get('region', '')} {instance.get('lifecycle', '')}")
+                lifecycle = instance.get("lifecycle", "")
+                line1.append(f"  {instance.get('provider', '')} {instance['type']}"
+                             + (f" {lifecycle}" if lifecycle != "on-demand" else "")
+                             if narrow else
+                             f"  {instance.get('provider', '')} {instance['type']} "
+                             f"{instance.get('region', '')} {lifecycle}")
             price = now.price
             line1.append("  price ")
             line1.append(fmt.money(price.per_hour if price else None, "/h"), style="bold")
@@ -114,21 +127,27 @@ class HeaderPanel(Static):
                 line2.append(fmt.money(monthly.spent), style="bold")
                 line2.append(f" of {fmt.money(monthly.limit)} ({monthly.share:.0%})",
                              style=budget_style(monthly))
+            savings = Text()
             if now.potential_savings_per_month is not None:
                 # The combined figure: what the recommendations save together (<= the bill).
-                line2.append("  potential savings ")
-                line2.append(fmt.money(now.potential_savings_per_month, "/month"),
-                             style="bold " + GOOD)
+                savings.append("  saves " if narrow else "  potential savings ")
+                savings.append(fmt.money(now.potential_savings_per_month, "/month"),
+                               style="bold " + GOOD)
                 if any(r.preliminary for r in now.recommendations):
-                    line2.append(" (some preliminary)", style=WARN)
+                    savings.append(" (some preliminary)", style=WARN)
             alerts = now.idle_alerts
-            line2.append("  idle alerts ")
-            line2.append(str(len(alerts)), style="bold " + (BAD if alerts else GOOD))
-            if alerts:
-                line2.append(f" ({alerts[0].detail or target_label(alerts[0].target)})"[:60],
-                             style=BAD)
+            warnings = Text()
             if now.nvml_status != "ok":
-                line2.append(f"  NVML: {now.nvml_status}", style=BAD)
+                warnings.append(f"  NVML: {now.nvml_status}", style=BAD)
+            warnings.append("  idle alerts " if not narrow or alerts else "")
+            if alerts or not narrow:
+                warnings.append(str(len(alerts)), style="bold " + (BAD if alerts else GOOD))
+            if alerts:
+                warnings.append(f" ({alerts[0].detail or target_label(alerts[0].target)})"[:60],
+                                style=BAD)
+            # narrow: what is wrong before what could be saved (the panel below says that too)
+            for part in ((warnings, savings) if narrow else (savings, warnings)):
+                line2.append_text(part)
         if replay is not None:
             line3.append(replay, style="bold " + WARN)
         else:

@@ -138,3 +138,20 @@ def test_the_connection_reads_live_slow_or_gone_by_the_last_answer():
     assert connection_text(slow, False, None).plain == f"● slow daemon ({took})"
     assert connection_text(gone, False, 4.0).plain == "✕ no daemon · retrying in 4s"
     assert connection_text(quick, True, None).plain == "● live  ⏸ PAUSED (p to resume)"
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_the_price_its_warning_and_the_idle_alerts_fit_before_the_edge():
+    """At 80x24 the header's first line ended at '... us-east-1 on-demand  price …' and its
+    second at '... potential savings $4,014/month  …': the price, the stale-price warning and
+    the idle alerts were past the edge. Narrow, each line puts what matters first, shorter."""
+    now = dataclasses.replace(Now.from_dict(now_document()), price=WarnedPrice())  # type: ignore[arg-type]
+    assert now.idle_alerts  # the fixture's GPU 2 idle
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        header = app.query_one(HeaderPanel)
+        lines = [line[:header.content_region.width] for line in str(header.render()).split("\n")]
+        assert "price $32.77/h ⚠ stale price" in lines[0], lines
+        assert "idle alerts 1 (GPU 2 idle" in lines[1], lines
