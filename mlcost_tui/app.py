@@ -26,7 +26,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.notifications import SeverityLevel
+from textual.notifications import Notify, SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
@@ -182,6 +182,12 @@ class MlcostTop(App):
         Control bytes are shown as `\\x1b` (daemon.wire.lines)."""
         super().notify(lines(str(message)), title=lines(title), severity=severity,
                        timeout=timeout, markup=False)
+
+    def on_notify(self, event: Notify) -> None:
+        """One toast at a time: a new one replaces those shown (stacked, a snapshot's path and
+        an incident's notice reached down over the process rows and a dialog's question).
+        Runs before the App's own handler shows the new one."""
+        self.clear_notifications()
 
     @property
     def clients(self) -> list[Client]:

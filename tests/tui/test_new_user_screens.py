@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from simhost import pilot_wait_for
 
 from daemon.wire import ActionResult, Now
 from mlcost_tui import action_control
@@ -257,6 +258,18 @@ async def test_a_snapshot_toast_covers_no_process_or_recommendation_row(size):
         await pilot.pause()
         toasts = list(app.screen.query("Toast"))
         assert toasts
+        covered = [panel for panel in (app.query_one(ProcessPanel),
+                                       app.query_one(RecommendationTable))
+                   for toast in toasts if toast.region.overlaps(panel.region)]
+        assert not covered, [t.region for t in toasts]
+        # a second and a third toast (an incident's notice, a copy) replace it: stacked, they
+        # reached down over the process rows and a dialog's question
+        app.notify("an incident snapshot of gpu_held_idle gpu:3 was written to " + folder)
+        app.notify("copied: mlcostd compare --previous ml/train-7b")
+        await pilot_wait_for(pilot, lambda: [str(t.render()) for t in app.screen.query(
+            "Toast")] == ["copied: mlcostd compare --previous ml/train-7b"],
+                             what="one toast, the newest")
+        toasts = list(app.screen.query("Toast"))
         covered = [panel for panel in (app.query_one(ProcessPanel),
                                        app.query_one(RecommendationTable))
                    for toast in toasts if toast.region.overlaps(panel.region)]
