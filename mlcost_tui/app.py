@@ -138,6 +138,9 @@ class MlcostTop(App):
                     "snapshot", "undo_snooze")
     NEEDS_HOST = ("filter", "sort", "invert", "tree", "details", "apply_recommendation",
                   "snooze_recommendation", "kill", "history", "snapshot")
+    # Keys of the main screen's panels: on a details, GPU, history or help screen they sorted
+    # and filtered the panels behind it, unseen (the footer listed them there too).
+    MAIN_PANELS = ("filter", "sort", "invert", "tree")
 
     def __init__(self, clients: Sequence[Client], *, readonly: bool = False,
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
@@ -419,6 +422,9 @@ class MlcostTop(App):
         if self.prometheus is not None and self.screen is self.prometheus and action in (
                 *self.NEEDS_HOST, "pause"):
             return False  # the Prometheus fleet table shows no host's panels
+        if action in self.MAIN_PANELS and len(self.screen_stack) > 1 and \
+                self.screen is not self.prometheus:
+            return False  # a screen over the panels: they would change unseen behind it
         if self.viewing is None and action in self.NEEDS_HOST:
             return None
         # A key that cannot act here (a replay, --readonly) still runs, to say why.

@@ -158,3 +158,29 @@ def test_the_details_screen_says_when_the_two_runs_were_charged_different_prices
     assert said.startswith("  price: " + note) and "\x1b" not in said
     plain = comparison_lines(Comparison.from_dict({"a": {}, "b": {}, "figures": []})).plain
     assert "price:" not in plain
+
+
+@pytest.mark.asyncio
+async def test_on_the_details_screen_the_main_panels_keys_are_off():
+    """`/` and `<` on a process's details opened a filter and moved the sort of the panels
+    behind it, unseen (the footer listed them there too); after escape the main screen had a
+    filter box open and its sort on another column."""
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    client = StubClient()
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        now = _now("ml/train-7b")
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        sorted_by = procs.sort_column.key
+        await app.push_screen(DetailsScreen(now.processes[0], client=client))  # type: ignore[arg-type]
+        await pilot.pause()
+        assert app.check_action("filter", ()) is False and app.check_action("sort", (1,)) is False
+        await pilot.press("slash", "less_than_sign", "t", "I")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert procs.sort_column.key == sorted_by and not procs.inverted
+        assert not app.query_one("#filter").has_class("shown")
+        assert app.check_action("filter", ()) is True  # back on the main screen
