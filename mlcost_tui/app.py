@@ -177,6 +177,7 @@ class MlcostTop(App):
         self.event_snapshots = incidents.EventSnapshots()
         self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
+        self._said_lost = False  # a lost daemon said on a screen over the panels, once
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
@@ -328,6 +329,13 @@ class MlcostTop(App):
             self.query_one(GpuPanel).remember(shown.now)
             if self.screen_layout is not None:
                 self.apply_layout()  # the GPU count known now (or changed): group idle ones?
+        error = shown.error if shown is not None else None
+        lost = error is not None
+        if error is not None and self.covered and not self._said_lost:
+            # the screen over the panels has no status line: what it shows stopped updating
+            self.notify(error[:200] + "; this screen shows the last data received",
+                        title="the daemon stopped answering", severity="warning")
+        self._said_lost = lost and (self._said_lost or self.covered)
         if self.paused or self.covered:
             return  # keep polling, skip the render
         self.render_hosts()

@@ -184,3 +184,24 @@ async def test_on_the_details_screen_the_main_panels_keys_are_off():
         assert procs.sort_column.key == sorted_by and not procs.inverted
         assert not app.query_one("#filter").has_class("shown")
         assert app.check_action("filter", ()) is True  # back on the main screen
+
+
+@pytest.mark.asyncio
+async def test_a_details_screen_says_when_the_daemon_stops_answering():
+    """With mlcostd stopped, a process's details kept showing its state and cost with no sign
+    that they had stopped updating (the status line is on the main screen, under it)."""
+    client = StubClient()
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        now = _now("ml/train-7b")
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        await app.push_screen(DetailsScreen(now.processes[0], client=client))  # type: ignore[arg-type]
+        gone = HostSnapshot("unix:/test.sock", now, "mlcostd at unix:/test.sock is not running",
+                            0.01, TS + 1, attempt=1)
+        for _ in range(2):  # said once, however many polls fail
+            app.post_message(SnapshotArrived((gone,)))
+            await pilot.pause()
+        toasts = [str(t.render()) for t in app.screen.query("Toast")]
+        assert len(toasts) == 1 and "the daemon stopped answering" in toasts[0]
+        assert "this screen shows the last data received" in toasts[0]
