@@ -489,11 +489,17 @@ class MlcostTop(App):
                                   "recommendation: its details"))
             here.append(("click a header", "sort the processes by that column (again: invert)"))
         sections = [("Keys", here)]
+        if self.viewing is not None and self.replay is None and \
+                not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)
+            here.append(("u", f"after a snooze: bring the recommendation back, within "
+                              f"{UNDO_S:g} s"))
         if self.viewing is not None:
             details = [("escape, q", "back to the main screen")]
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
-                            ("x", f"snooze it for {SNOOZE_HOURS:g} h")]
+                            ("x", f"snooze it for {SNOOZE_HOURS:g} h"),
+                            ("c", "on a process: copy `mlcostd compare --previous` for its "
+                                  "job's runs (the comparison is shown below it)")]
                 sections.append(("Details screen (enter)", details))
                 sections.append(("History screen (h)", [
                     ("w", "switch between the last hour and the last 24 h"),
