@@ -93,19 +93,18 @@ def gpu_models(document: dict[str, Any], used: Sequence[int]) -> list[str]:
                    and isinstance(g.get("name"), str)})
 
 
-def price_moved(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
-    """The prices per GPU-hour of two sides (as `_describe` gives them) when they differ."""
-    before, after = a.get("price_per_gpu"), b.get("price_per_gpu")
+def price_moved(before: object, after: object) -> tuple[float, float] | None:
+    """Two prices per GPU-hour (a comparison's sides, a profile and its baseline) when both
+    are known and differ."""
     if (not isinstance(before, int | float) or not isinstance(after, int | float)
-            or abs(after - before) <= 1e-9 * before):
+            or before <= 0 or after <= 0 or abs(after - before) <= 1e-9 * before):
         return None
     return float(before), float(after)
 
 
-def same_gpus(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two sides ran on GPUs of the same models (known on both)."""
-    models = b.get("gpu_models") or []
-    return bool(models) and models == (a.get("gpu_models") or [])
+def same_gpus(before: object, after: object) -> bool:
+    """Whether two lists of GPU models are the same, known on both."""
+    return isinstance(after, list) and bool(after) and after == before
 
 
 def price_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
@@ -113,13 +112,13 @@ def price_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     the same GPUs the price's change is not the work's: the cost figures are judged but not
     counted in the overall verdict; on other GPUs they count (moving to other GPUs is a
     change of its own), and the note says the hardware changed."""
-    moved = price_moved(a, b)
+    moved = price_moved(a.get("price_per_gpu"), b.get("price_per_gpu"))
     if moved is None:
         return None
     before, after = moved
     said = (f"the price moved between the two sides: ${before:.4f}/GPU-h before, "
             f"${after:.4f}/GPU-h after ({100 * (after - before) / before:+.0f}%)")
-    if same_gpus(a, b):
+    if same_gpus(a.get("gpu_models"), b.get("gpu_models")):
         return (f"{said}, on the same GPUs: the cost figures hold the price's change as well "
                 f"as the work's and are not counted in the overall verdict "
                 f"({NOT_COUNTED_MARK}); GPU utilization, phases and energy per step are")
@@ -802,7 +801,8 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         figures.append(memory)
     figures += _phase_figures(a, b, rng)
     side_a, side_b = _describe(a), _describe(b)
-    if price_moved(side_a, side_b) is not None and same_gpus(side_a, side_b):
+    if price_moved(side_a["price_per_gpu"], side_b["price_per_gpu"]) is not None and \
+            same_gpus(side_a["gpu_models"], side_b["gpu_models"]):
         for fig in figures:  # the price's change, not the work's
             if fig.name in COST_FIGURES or fig.name.startswith(UNIT_COST_FIGURE):
                 fig.in_overall = False

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.analysis.compare import gpu_models, price_per_gpu_hour
+from daemon.analysis.compare import gpu_models, price_moved, price_per_gpu_hour, same_gpus
 from daemon.wire import money
 from pricing.http import loads_finite
 from pricing.small_file import SmallFileError, read_small_file
@@ -185,14 +185,14 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     # A step costs fractions of a cent: said per 1k steps, as the profile's cost line says it
     # (per step, $0.0000 against $0.0001).
     label, scale = ("cost per 1k steps", 1000.0) if what == "cost per step" else (what, 1.0)
-    price, old_price = profile.get("price_per_gpu_hour"), baseline.get("price_per_gpu_hour")
     models, old_models = profile.get("gpu_models") or [], baseline.get("gpu_models") or []
     against, note = f"the baseline's {money(old * scale, small=True)}", ""
-    if (isinstance(price, int | float) and isinstance(old_price, int | float) and price > 0
-            and old_price > 0 and abs(price - old_price) > 1e-9 * old_price):
+    moved = price_moved(baseline.get("price_per_gpu_hour"), profile.get("price_per_gpu_hour"))
+    if moved is not None:
+        old_price, price = moved
         prices = (f"the baseline ran at {money(old_price, 4)}/GPU-h, this run at "
                   f"{money(price, 4)}/GPU-h")
-        if models and models == old_models:
+        if same_gpus(old_models, models):
             repriced = old * price / old_price
             against = (f"the baseline's {money(repriced * scale, small=True)} at this run's "
                        f"price ({money(old * scale, small=True)} at its own)")
