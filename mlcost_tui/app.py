@@ -427,9 +427,8 @@ class MlcostTop(App):
             if self.prometheus is not None:
                 return bool(self.clients) and self.screen is not self.prometheus
             return True if self.fleet and self.viewing is not None else False
-        if self.prometheus is not None and self.screen is self.prometheus and action in (
-                *self.NEEDS_HOST, "pause"):
-            return False  # the Prometheus fleet table shows no host's panels
+        if self.on_prometheus_table and action in (*self.NEEDS_HOST, "pause"):
+            return False  # the Prometheus fleet table shows no host's panels (nor help over it)
         if action in self.MAIN_PANELS and len(self.screen_stack) > 1 and \
                 self.screen is not self.prometheus:
             return False  # a screen over the panels: they would change unseen behind it
@@ -462,9 +461,17 @@ class MlcostTop(App):
         self.push_screen(HelpScreen(self.help_sections(), self.mode_name))
 
     @property
+    def on_prometheus_table(self) -> bool:
+        """--prometheus's fleet table is shown, or a screen over it (help): no host's panels
+        are there for the host keys to act on."""
+        return self.prometheus is not None and self.prometheus in self.screen_stack
+
+    @property
     def mode_name(self) -> str:
         if self.replay is not None:
             return f"replay of {self.replay.path.name} (nothing is changed on any host)"
+        if self.on_prometheus_table:
+            return "fleet table, from Prometheus"
         if self.viewing is None:
             return "fleet table"
         return "live" + (", read-only" if self.readonly else "")
@@ -484,16 +491,20 @@ class MlcostTop(App):
                              for k in b.key.split(","))
             here.append((keys, titles.get(b.action, b.description)))
         here.append(("ctrl+p", "the command palette: the same actions by name"))
-        if self.viewing is not None:
+        host = self.viewing is not None and not self.on_prometheus_table
+        if host:
             here.append(("enter", "on a GPU: its processes and history; on a process or a "
                                   "recommendation: its details"))
             here.append(("click a header", "sort the processes by that column (again: invert)"))
+        elif self.on_prometheus_table:
+            here.append(("enter", "on a host: its live view (its mlcostd serves the API on "
+                                  "TCP: --listen and a token)"))
         sections = [("Keys", here)]
-        if self.viewing is not None and self.replay is None and \
+        if host and self.replay is None and \
                 not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)
             here.append(("u", f"after a snooze: bring the recommendation back, within "
                               f"{UNDO_S:g} s"))
-        if self.viewing is not None:
+        if host:
             details = [("escape, q", "back to the main screen")]
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),

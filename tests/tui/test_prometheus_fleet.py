@@ -99,3 +99,27 @@ async def test_a_password_in_the_url_is_sent_as_basic_auth_and_never_shown():
     async with top.run_test(size=(160, 30)) as pilot:
         shown = await said_unanswered(pilot, screen)
         assert "s3cret" not in shown and "<redacted>@127.0.0.1" in shown, shown
+
+
+@pytest.mark.asyncio
+async def test_help_on_the_prometheus_fleet_table_lists_its_keys_not_a_hosts():
+    """`?` on the fleet table said "Mode: live" and listed enter on a GPU, click a header and
+    the details screen's keys; while it was open the footer offered / < > I t p, which did
+    nothing there."""
+    from mlcost_tui.screens.help import HelpScreen
+
+    url = f"http://127.0.0.1:{closed_port()}"
+    screen = PrometheusFleetScreen(PrometheusFleet(url, timeout_s=2), interval_s=0.2)
+    app = MlcostTop([], prometheus=screen)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await said_unanswered(pilot, screen)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = app.screen.text().plain
+        assert "Mode: fleet table, from Prometheus" in text, text
+        assert "on a host: its live view" in text
+        for host_key in ("on a GPU", "click a header", "Details screen", "Filter", "Pause"):
+            assert host_key not in text, host_key
+        for action in ("filter", "sort", "invert", "tree", "pause", "history", "details"):
+            assert app.check_action(action, ()) is False, action  # nor in the footer
