@@ -59,7 +59,13 @@ class ClientError(Exception):
 
 
 class DaemonUnavailable(ClientError):
-    """No daemon answers at the target (not running, wrong path, refused, timed out)."""
+    """No daemon answers at the target (not running, wrong path, refused, timed out).
+    `timed_out`: the connection was made and no answer came in time (a daemon that hangs or
+    is stopped, not one that is gone)."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class ApiError(ClientError):
@@ -234,7 +240,7 @@ class Client:
     def _unavailable(self, exc: BaseException, timeout_s: float) -> DaemonUnavailable:
         if isinstance(exc, asyncio.TimeoutError | TimeoutError):
             return DaemonUnavailable(f"mlcostd at {self.target} did not answer within "
-                                     f"{timeout_s:g} s")
+                                     f"{timeout_s:g} s", timed_out=True)
         return DaemonUnavailable(f"no mlcostd at {self.target}: {self._hint()} "
                                  f"({type(exc).__name__}: {exc})")
 

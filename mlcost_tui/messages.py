@@ -19,6 +19,7 @@ class HostSnapshot:
     latency_s: float
     received_at: float
     attempt: int = 0  # failed polls in a row (0 when it answered)
+    stalled: bool = False  # the error is a daemon that took the request and did not answer
 
 
 class SnapshotArrived(Message):

@@ -53,7 +53,8 @@ class LiveSource:
         except ClientError as exc:
             self.failures[index] += 1
             return HostSnapshot(client.name, self.last_now[index], one_line(str(exc)),
-                                time.monotonic() - started, fmt.clock(), self.failures[index])
+                                time.monotonic() - started, fmt.clock(), self.failures[index],
+                                stalled=getattr(exc, "timed_out", False))
         self.failures[index] = 0
         self.last_now[index] = now
         return HostSnapshot(client.name, now, None, time.monotonic() - started, fmt.clock())

@@ -18,6 +18,10 @@ def connection_text(snap: HostSnapshot | None, paused: bool, retry_s: float | No
     text = Text()
     if snap is None:
         text.append("● connecting…", style=WARN)
+    elif snap.error is not None and snap.stalled:  # there, hung or stopped (SIGSTOP)
+        text.append("● daemon not answering", style="bold " + WARN)
+        if retry_s is not None:
+            text.append(f" · retrying in {retry_s:.0f}s", style=MUTED)
     elif snap.error is not None:
         text.append("✕ no daemon", style="bold " + BAD)
         if retry_s is not None:

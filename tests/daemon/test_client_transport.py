@@ -33,6 +33,19 @@ def test_a_silent_daemon_did_not_answer_within_the_deadline(silent_socket):
 
     error = asyncio.run(ask())
     assert str(error) == f"mlcostd at unix:{silent_socket} did not answer within 0.3 s"
+    assert error.timed_out  # there and silent (hung, stopped), not gone
+
+
+def test_a_stalled_daemon_is_said_as_not_answering_not_as_gone(silent_socket):
+    """A daemon stopped with SIGSTOP read "✕ no daemon" in mlcost-top, the header's word for
+    one that is not running."""
+    from mlcost_tui.panels.header import connection_text
+    from mlcost_tui.sources import LiveSource
+
+    source = LiveSource([Client(f"unix:{silent_socket}", timeout_s=0.3)], 1.0)
+    stalled = asyncio.run(source.fetch(0))
+    assert stalled.stalled and stalled.error
+    assert connection_text(stalled, False, 2.0).plain == "● daemon not answering · retrying in 2s"
 
 
 def test_no_daemon_says_how_to_start_one(tmp_path):

@@ -137,6 +137,8 @@ def test_the_connection_reads_live_slow_or_gone_by_the_last_answer():
     took = f"{SLOW_RESPONSE_S + 0.5:.1f}s"
     assert connection_text(slow, False, None).plain == f"● slow daemon ({took})"
     assert connection_text(gone, False, 4.0).plain == "✕ no daemon · retrying in 4s"
+    hung = dataclasses.replace(gone, error="did not answer within 5 s", stalled=True)
+    assert connection_text(hung, False, 4.0).plain == "● daemon not answering · retrying in 4s"
     assert connection_text(quick, True, None).plain == "● live  ⏸ PAUSED (p to resume)"
 
 
