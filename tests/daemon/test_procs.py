@@ -8,7 +8,7 @@ import time
 
 import psutil
 import pytest
-from simhost import run_concurrently
+from simhost import poll, run_concurrently
 
 from daemon.analysis.host_signals import ON_CPU_MIN, cpu_demand
 from daemon.sources import procs as procs_module
@@ -59,10 +59,13 @@ def test_counters_of_a_real_process(tmp_path):
 
 def test_a_carriage_return_in_an_argument_is_kept_as_one():
     """psutil reads /proc/PID/cmdline as text: `line2\\rCR` was recorded as `line2\\nCR`."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "line2\rCR",
-                             "two words", "\udcff"])  # (a byte that is not UTF-8)
+    argv = [sys.executable, "-c", "import time; time.sleep(30)", "line2\rCR", "two words",
+            "\udcff"]  # (a byte that is not UTF-8)
+    proc = subprocess.Popen(argv)
     try:
-        source = ProcessSource()  # (Popen returns once the child has exec'd: argv is set)
+        # Until the child has exec'd, its /proc cmdline is still the parent's (or empty).
+        poll(lambda: procs_module.read_argv(proc.pid) == argv, 10, "the child's argv in /proc")
+        source = ProcessSource()
         source.discover({proc.pid})
         (sample,) = source.read({proc.pid: USE})
         assert sample.command.endswith("time.sleep(30) line2\\rCR two words \\xff"), \

@@ -190,6 +190,10 @@ def test_the_sigterm_dry_run_shows_a_long_command_line_cut_visibly():
     try:
         import psutil
 
+        from daemon.sources.procs import read_argv
+
+        # Until the child has exec'd, its /proc cmdline is still the parent's (or empty).
+        poll(lambda: read_argv(proc.pid) == argv, 10, "the child's argv in /proc")
         start = psutil.Process(proc.pid).create_time()
         rec = {"id": "rec-kill", "rule": "idle_gpu_held", "target": "x",
                "action": {"kind": "sigterm", "pid": proc.pid, "start_time": start}}
