@@ -429,8 +429,7 @@ class MlcostTop(App):
             return True if self.fleet and self.viewing is not None else False
         if self.on_prometheus_table and action in (*self.NEEDS_HOST, "pause"):
             return False  # the Prometheus fleet table shows no host's panels (nor help over it)
-        if action in self.MAIN_PANELS and len(self.screen_stack) > 1 and \
-                self.screen is not self.prometheus:
+        if action in self.MAIN_PANELS and self.covered:
             return False  # a screen over the panels: they would change unseen behind it
         if self.viewing is None and action in self.NEEDS_HOST:
             return None
