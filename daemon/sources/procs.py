@@ -42,9 +42,13 @@ def read_argv(pid: int) -> list[str]:
     """A process's argv from /proc/PID/cmdline, as bytes: psutil reads it as text, where a
     carriage return in an argument came back as a newline. Its rules otherwise: NUL-separated,
     or (a process that rewrote its title) space-separated; [] for a zombie or a kernel
-    thread."""
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        data = f.read()
+    thread. FileNotFoundError when it is gone (also for one that exits while it is read: the
+    read's ESRCH), PermissionError when it may not be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            data = f.read()
+    except ProcessLookupError:
+        raise FileNotFoundError(f"/proc/{pid}/cmdline: the process exited") from None
     if not data:
         return []
     sep = b"\0" if data.endswith(b"\0") else b" "
