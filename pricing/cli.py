@@ -191,6 +191,12 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     except ValueError as exc:
         print(f"mlcostd prices: {exc}", file=err)
         return EXIT_USAGE
+    if (args.region and not explain_each
+            and not catalog.filter(provider=args.provider, region=args.region)):
+        # A region with no prices at all is a mistyped or unpriced region, as an unknown
+        # provider is: said on stderr, exit 2 (not an empty table that reads as an answer).
+        print(f"mlcostd prices: {_unknown_region(args, catalog)}", file=err)
+        return max(status, EXIT_USAGE)
 
     if args.json:
         payload: dict[str, Any] = {"lifecycle": lifecycle,
@@ -500,13 +506,15 @@ def _nothing_found(args: argparse.Namespace, catalog: Catalog) -> str:
         return (f"no instance fits {args.fits:g} GiB x {plural(args.gpus or 1, 'accelerator')} with "
                 f"{args.headroom:.0%} headroom and the given filters (largest accelerator "
                 f"memory in the catalog: {biggest:g} GiB)")
-    if args.region and not catalog.filter(provider=args.provider, region=args.region):
-        regions = sorted({o.region for o in catalog.filter(provider=args.provider)})
-        return (f"no prices in region {args.region!r}"
-                f"{' for ' + args.provider if args.provider else ''}; regions with prices: "
-                f"{', '.join(regions)} (`mlcostd prices --refresh aws|azure|gcp --region "
-                "REGION` fetches live ones)")
     return "no instance matches the given filters"
+
+
+def _unknown_region(args: argparse.Namespace, catalog: Catalog) -> str:
+    regions = sorted({o.region for o in catalog.filter(provider=args.provider)})
+    return (f"no prices in region {args.region!r}"
+            f"{' for ' + args.provider if args.provider else ''}; regions with prices: "
+            f"{', '.join(regions)} (`mlcostd prices --refresh aws|azure|gcp --region "
+            "REGION` fetches live ones)")
 
 
 def _money(value: float | None) -> str:

@@ -58,9 +58,13 @@ def test_an_instance_without_a_row_says_why_and_draws_no_empty_table(tmp_path):
                          "p9.48xlarge")
     assert code == 2 and "p4d.24xlarge" in out.splitlines()[1]  # the one found: its row
     assert "no price for aws/p9.48xlarge" in err and "no price for aws/p4d" not in err
+    # A region with no prices at all is a usage error, as an unknown provider is.
     code, out, err = run("--cache", cache, "--region", "mars-1")
-    assert code == 0 and out.startswith("no prices in region 'mars-1'; regions with prices: ")
-    assert "us-east-1" in out
+    assert code == 2 and out == ""
+    assert err.startswith("mlcostd prices: no prices in region 'mars-1'; regions with prices: ")
+    assert "us-east-1" in err
+    code, out, err = run("--cache", cache, "--region", "mars-1", "--json")
+    assert code == 2 and out == "" and "no prices in region 'mars-1'" in err
 
 
 def test_fits_json(tmp_path):
