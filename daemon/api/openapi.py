@@ -238,7 +238,9 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         ],
         "responses": {"200": _json(_ref("History"), "the series"),
                       "400": _error("a bad parameter, or a metric without its gpu= or "
-                                    "process=")},
+                                    "process="),
+                      "404": _error("gpu= names no GPU of this host and none was recorded "
+                                    "in the range")},
     },
     ("GET", "/v1/processes/{key}/phases"): {
         "summary": "where a process's time went: compute, data wait, checkpoint ...",
