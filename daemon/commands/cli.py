@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot = sub.add_parser("snapshot", help="a time range as a snapshot file (a store of "
                                                "its own), its HTML report, an S3 upload",
                               description=snapshot_command.__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+                              formatter_class=snapshot_command.HelpFormatter)
     _add_common(snapshot)
     snapshot_command.add_arguments(snapshot)
 

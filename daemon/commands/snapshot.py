@@ -25,6 +25,20 @@ from daemon.sources.safe_text import one_line
 from daemon.store.files import private_folder
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows `--upload` as the flag it is: argparse writes an optional value with an empty
+    metavar as `--upload ` (the value is accepted only to answer an old-style URL clearly)."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        return "" if action.metavar == "" else super()._format_args(action, default_metavar)
+
+    def _format_usage(self, *args: Any, **kwargs: Any) -> str:
+        return super()._format_usage(*args, **kwargs).replace(" ]", "]")
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        return super()._format_action_invocation(action).rstrip()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", default="30m", metavar="DURATION",
                         help="how far back the snapshot reaches from --until (default 30m)")

@@ -120,3 +120,11 @@ def test_mlcostd_snapshot_upload_without_a_configured_target_says_so(tmp_path):
     done = mlcostd_snapshot(tmp_path, "--since", "1m", "--upload")
     assert done.returncode == 2, done
     assert "sets no [snapshots].upload" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_mlcostd_snapshot_help_shows_upload_as_a_flag(tmp_path):
+    """The help wrote `[--upload ]` (argparse's optional value with an empty metavar)."""
+    done = mlcostd_snapshot(tmp_path, "--help")
+    assert done.returncode == 0, done
+    assert "[--upload]" in done.stdout and "--upload " + "]" not in done.stdout
+    assert "\n  --upload  " in done.stdout  # its help line: the flag, then its text
