@@ -67,6 +67,13 @@ _PROCESS_RAW = {
 # 64 processes is 213 000 rows; issue 23). A process's last_ts is written every minute or so
 # (daemon.store.maintenance), hence the slack.
 _LAST_SEEN_SLACK_MS = HOUR * 1000
+# No process uses more than every core of its host: 100 % x Linux's most CPUs (NR_CPUS 8192).
+# A store's figure beyond that (an edited or damaged file) is no figure: None, shown as "-".
+MAX_CPU_PERCENT = 100.0 * 8192
+
+
+def plausible_cpu_percent(value: float) -> float | None:
+    return value if 0.0 <= value <= MAX_CPU_PERCENT else None  # NaN fails both tests
 _SERIES_TOTALS = (
     "WITH series(kind, key, metric) AS ("
     f" SELECT {KIND_GPU}, gpu, m.column1 FROM gpus, (VALUES "
@@ -545,8 +552,8 @@ class StoreReader:
                 "gpu_memory_bytes": memory[3] if memory else 0,
                 "gpu_memory_peak_bytes": memory[3] if memory else 0,
                 "sm_share": sm[1] / sm[0] * METRIC_SCALE["sm_share"] if sm and sm[0] else 0.0,
-                "cpu_percent": (cpu[1] / cpu[0] * METRIC_SCALE["cpu_percent"]
-                                if cpu and cpu[0] else 0.0),
+                "cpu_percent": plausible_cpu_percent(
+                    cpu[1] / cpu[0] * METRIC_SCALE["cpu_percent"] if cpu and cpu[0] else 0.0),
                 "rss_bytes": rss[3] if rss else None, "io_wait_seconds": None,
                 "read_bytes": None, "write_bytes": None, "threads_in_d_max": None,
                 "first_seen": max(lo, first_ts or lo) / 1000,
@@ -665,7 +672,8 @@ class StoreReader:
                     "gpu_memory_bytes": last_mem,
                     "gpu_memory_peak_bytes": peak.get(proc, 0),
                     "sm_share": sm_sum.get(proc, 0) / 10 / samples,
-                    "cpu_percent": (cpu_delta or 0) / wall_ms * 100 if wall_ms > 0 else 0.0,
+                    "cpu_percent": plausible_cpu_percent(
+                        (cpu_delta or 0) / wall_ms * 100 if wall_ms > 0 else 0.0),
                     "rss_bytes": l_[5],
                     "io_wait_seconds": None if iowait is None else iowait / 1000,
                     "read_bytes": delta(2),

@@ -8,6 +8,7 @@ snapshots, then changed with sqlite3 as a hostile user would."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -167,3 +168,24 @@ def test_text_an_edited_store_holds_is_written_out_in_every_page_not_passed_on(g
         assert not any(c in text for c in "\x1b\x07\x9b\u202e"), name
     text = pages["render"].read_text()  # (the snapshot page lists the processes)
     assert "\\x1b]0;pwned" in text and "\\u202eevil" in text
+
+
+def test_a_cpu_figure_no_process_can_have_is_shown_as_none(good_snapshot, tmp_path):
+    """An edited store's `cpu_ms = 1e300` on a process's last sample printed a 300-digit CPU %
+    in the report; a figure beyond every core of the largest host is no figure: "-"."""
+    edited = tmp_path / "edited.db"
+    shutil.copyfile(good_snapshot, edited)
+    conn = sqlite3.connect(edited)
+    last = conn.execute("SELECT max(ts) FROM proc_samples").fetchone()[0]
+    assert conn.execute("UPDATE proc_samples SET cpu_ms = 1e300 WHERE ts = ?",
+                        (last,)).rowcount > 0
+    conn.commit()
+    conn.close()
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d")
+    assert done.returncode == 0, done.stderr
+    assert "e+" not in done.stdout and not any(len(word) > 40 for word in done.stdout.split())
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--json")
+    assert done.returncode == 0, done.stderr
+    processes = json.loads(done.stdout)["processes"]
+    assert processes and any(p["cpu_percent"] is None for p in processes)
+    assert all(p["cpu_percent"] is None or 0 <= p["cpu_percent"] <= 819200 for p in processes)
