@@ -77,13 +77,20 @@ def evidence_text(rec: Recommendation) -> Text:
     return text
 
 
-def savings_text(rec: Recommendation) -> Text:
-    """The savings line of a details or action screen: combined, alone, order, confidence."""
+def savings_figures(rec: Recommendation) -> Text:
+    """What it saves, said the same way wherever it is shown: the combined figure, its place
+    in the order and its figure on its own."""
     text = Text()
     text.append(f"{fmt.money(rec.shown_savings_per_month)}/month", style="bold green")
     if rec.combined_savings_per_month is not None:
         text.append(f" combined (#{rec.savings_order or '?'} in the order; "
                     f"{fmt.money(rec.savings_per_month)}/month on its own)", style=MUTED)
+    return text
+
+
+def savings_text(rec: Recommendation) -> Text:
+    """The savings line of a details or action screen: combined, alone, order, confidence."""
+    text = savings_figures(rec)
     if rec.preliminary:
         text.append(f"\npreliminary, confidence {rec.confidence or 'low'}: "
                     f"{hours(rec.evidence_seconds)} observed of the "

@@ -32,7 +32,7 @@ from daemon.wire import (
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import KeyFooter
 from mlcost_tui.panels.header import target_label
-from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_text
+from mlcost_tui.panels.recommendations import ACTION_LABELS, savings_figures, savings_text
 from mlcost_tui.plot import Plot, covered, covering, history_chart, summary
 from mlcost_tui.screens.energy_section import energy_section
 from mlcost_tui.screens.kind_section import kind_section
@@ -362,10 +362,10 @@ class DetailsScreen(Screen):
         text.append_text(phase_lines(phases))
         if self.related:
             text.append("\nRecommendations for this process\n", style="bold")
-            for rec in self.related:
-                text.append(f"  {fmt.money(rec.shown_savings_per_month)}/month ",
-                            style="bold green")
-                text.append(f"{rec.summary}\n")
+            for rec in self.related:  # priced as the recommendation's own screen prices it
+                text.append("  ")
+                text.append_text(savings_figures(rec))
+                text.append(f"\n    {rec.summary}\n")
                 text.append(f"    a {ACTION_TEXT.get(rec.action_kind, rec.action_kind)}\n",
                             style=MUTED)
         if self.comparison is not None:

@@ -91,3 +91,22 @@ async def test_action_screen_shows_the_confidence_next_to_the_figure():
                 in body)
         assert ("thresholds shortened for this host: shrink_min_window_s 1 min (default 10 min)"
                 in body)
+
+
+def test_a_process_screen_prices_its_advice_as_the_recommendation_screen_does():
+    """A process's details listed its advice at the combined figure with no word saying so,
+    beside a recommendation screen that says "combined (#n in the order; $Y on its own)": the
+    same advice read as two prices."""
+    from mlcost_tui.screens.details import DetailsScreen
+
+    doc = document()
+    loader = next(r for r in doc["recommendations"] if r["id"] == "rec-loader")
+    loader.update(combined_savings_per_month=612.5, savings_order=3)
+    now = Now.from_dict(doc)
+    rec = next(r for r in now.recommendations if r.id == "rec-loader")
+    process = next(p for p in now.processes if p.key == rec.target)
+    shown = DetailsScreen(process, related=(rec,))._process_text(process).plain
+    own = DetailsScreen(recommendation=rec)._recommendation_text(rec).plain
+    line = "$612.50/month combined (#3 in the order; $897.90/month on its own)"
+    assert line in shown and line in own
+    assert rec.summary in shown
