@@ -181,6 +181,7 @@ class DetailsScreen(Screen):
     ]
     DEFAULT_CSS = """
     DetailsScreen VerticalScroll { padding: 0 1; }
+    DetailsScreen Label { width: 1fr; }  /* a title longer than the screen wraps, not cut */
     DetailsScreen Plot { height: 7; }
     """
 

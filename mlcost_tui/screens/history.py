@@ -38,6 +38,7 @@ class HistoryScreen(Screen):
     ]
     DEFAULT_CSS = """
     HistoryScreen VerticalScroll { padding: 0 1; }
+    HistoryScreen Label { width: 1fr; }  /* a title longer than the screen wraps, not cut */
     HistoryScreen Plot { height: 6; margin-bottom: 1; }
     HistoryScreen Plot.money { height: 7; }
     """

@@ -183,3 +183,40 @@ async def test_a_tall_terminal_gives_rows_the_processes_do_not_need_to_recommend
         text = "\n".join(screen_text(app))
         assert all(f"advice number {n}" in text for n in range(8)), text
         assert len(set(re.findall(r"^│ (100[0-4]) ", text, re.M))) == 5  # processes keep theirs
+
+
+class HistoryClient(StubClient):
+    """Answers the history screen's two series: the host's waste, and GPU 0's utilization."""
+
+    async def host_history(self, metric: str, since_s: float = 3600, points: int = 300):
+        from daemon.wire import History, Point
+
+        return History(metric, "host", since_s,
+                       tuple(Point(TS - 300 + 5 * i, 24.0 + i / 100, 20.0, 24.66)
+                             for i in range(60)))
+
+    async def gpu_history(self, index: int, metric: str = "utilization",
+                          since_s: float = 3600, points: int = 300):
+        from daemon.wire import History, Point
+
+        return History(metric, f"gpu:{index}", since_s,
+                        tuple(Point(TS - 300 + 5 * i, 13.0, 13.0, 16.0) for i in range(60)))
+
+
+@pytest.mark.asyncio
+async def test_history_titles_wrap_at_80_columns_instead_of_being_cut():
+    """At 80 columns the waste chart's title ("... now $24.62/h, mean $22.98/h, m") lost its
+    maximum off the right edge; it wraps onto a second line."""
+    from textual.widgets import Label
+
+    from mlcost_tui.screens.history import HistoryScreen
+
+    app = MlcostTop([HistoryClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.push_screen(HistoryScreen((0,), HistoryClient()))  # type: ignore[arg-type]
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        label = app.screen.query_one("#wasted-label", Label)
+        title = str(label.render())
+        assert title.endswith("max $24.59/h") and len(title) > label.size.width
+        assert label.size.width <= 78 and label.size.height == 2  # all of it, on two lines
