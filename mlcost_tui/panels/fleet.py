@@ -40,7 +40,11 @@ class FleetPanel(KeyedTable):
                                            Text("unreachable", style=BAD)) + (fmt.DASH,) * 8))
                 continue
             idle = sum(1 for g in now.gpus if g.busy is False)  # the daemon's verdict
-            saves = sum(r.savings_per_month or 0.0 for r in now.recommendations)
+            # the combined figure the host's own header shows: the standalone figures overlap
+            # (stopping an idle process and shrinking the instance both count its GPU)
+            saves = now.potential_savings_per_month
+            if saves is None:  # an older daemon: its recommendations' shown figures
+                saves = sum(r.shown_savings_per_month or 0.0 for r in now.recommendations)
             rows.append((snap.target, (
                 now.hostname or "?", snap.target, Text("live", style=GOOD),
                 fmt.money(now.burn_per_hour), fmt.money(now.wasted_per_hour),

@@ -134,3 +134,35 @@ async def test_the_job_column_appears_when_a_process_has_one():
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert "job" not in procs.shown_keys  # low priority: gone first when narrow
+
+
+@pytest.mark.asyncio
+async def test_fleet_saves_the_combined_figure_not_the_sum_of_overlapping_ones():
+    """The fleet's saves/month added the recommendations' standalone figures, which overlap
+    (an idle process stopped and a smaller instance both count its GPU), above what its own
+    header shows; it is the host's combined figure."""
+    clients = [StubClient(), StubClient()]
+    clients[1].name = "unix:/other.sock"
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    docs = [now_document(), now_document()]
+    docs[0]["savings"] = dict(docs[0]["savings"], potential_per_month=1500.0)
+    docs[1]["savings"] = dict(docs[1]["savings"], potential_per_month=None)
+    for rec in docs[1]["recommendations"]:
+        rec["combined_savings_per_month"] = 100.0
+    async with app.run_test(size=(160, 48)) as pilot:
+        hosts = tuple(HostSnapshot(c.name, Now.from_dict(d), None, 0.01, TS)
+                      for c, d in zip(clients, docs, strict=True))
+        app.post_message(SnapshotArrived(hosts))
+        await pilot.pause()
+        fleet = app.query_one(FleetPanel)
+        saves = fleet.get_column_index("saves")
+        shown = {str(fleet.get_row_at(row)[1]): str(fleet.get_cell_at((row, saves)))
+                 for row in range(2)}
+        assert shown == {"unix:/stub.sock": "$1,500",
+                         "unix:/other.sock": fmt_money(100.0 * len(docs[1]["recommendations"]))}
+
+
+def fmt_money(value: float) -> str:
+    from mlcost_tui import format as fmt
+
+    return fmt.money(value)
