@@ -77,6 +77,10 @@ class MlcostTop(App):
     /* Toasts at the top right, over the header and the GPU panel: never over the process
        rows or the recommendations a key acts on (at 80x24 they covered seven process rows). */
     ToastRack { dock: top; align: right top; margin-bottom: 0; margin-top: 3; }
+    /* A screen pushed over it starts with what it is about (a recommendation's rule and
+       advice, a chart's title): there they go to the bottom right, above the key line. */
+    DetailsScreen ToastRack, HistoryScreen ToastRack, GpuScreen ToastRack {
+        dock: bottom; align: right bottom; margin-top: 0; margin-bottom: 1; }
     Toast { padding: 0 1; max-width: 80%; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }

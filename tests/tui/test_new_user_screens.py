@@ -334,3 +334,26 @@ def test_both_fleet_tables_say_their_order_and_put_down_hosts_first():
     down = HostSnapshot("unix:/b.sock", None, "no mlcostd", 0.01, TS)
     assert sorted([up, down], key=fleet_order) == [down, up]
     assert "down hosts first" in FLEET_ORDER and "costliest first" in FLEET_ORDER
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+async def test_a_toast_on_a_details_screen_leaves_its_first_lines_in_view(size):
+    """On a details screen a toast at the top right covered its first lines: the rule, what it
+    is about and its advice. There it shows at the bottom, above the key line."""
+    from mlcost_tui.screens.details import DetailsScreen
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await shown(pilot)
+        rec = app.query_one(RecommendationTable).selected()
+        assert rec is not None
+        await app.push_screen(DetailsScreen(recommendation=rec))
+        await pilot.pause()
+        app.notify("copied: mlcostd compare --previous ml/train-7b")
+        await pilot_wait_for(pilot, lambda: bool(list(app.screen.query("Toast"))),
+                             what="the toast on the details screen")
+        await pilot.pause()
+        for toast in app.screen.query("Toast"):  # (it was on the 5th line, over the advice)
+            assert toast.region.y >= size[1] // 2, toast.region  # the lower half
+            assert toast.region.bottom <= size[1] - 1  # above the key line
