@@ -468,6 +468,9 @@ class Recommendation:
     evidence: dict[str, Any]
     action: dict[str, Any]
     snoozed_until: float | None = None
+    # The advice in a few words, for a screen too narrow for the summary ("" from older
+    # daemons and rules that set none).
+    headline: str = ""
     # Its share of the host's savings after the ones before it in the stated order (never more
     # than the bill summed over the host); savings_per_month is its figure on its own.
     combined_savings_per_month: float | None = None
@@ -502,7 +505,8 @@ class Recommendation:
     def from_dict(cls, d: Mapping[str, Any]) -> Recommendation:
         confidence = d.get("confidence")
         return cls(id=_s(d.get("id")), rule=_s(d.get("rule")), target=_line(d.get("target")),
-                   summary=_s(d.get("summary")), savings_per_month=_f(d.get("savings_per_month")),
+                   summary=_s(d.get("summary")), headline=_line(d.get("headline")),
+                   savings_per_month=_f(d.get("savings_per_month")),
                    method=_s(d.get("method")), evidence=_tree(_d(d.get("evidence"))),
                    action=_tree(_d(d.get("action"))), snoozed_until=_f(d.get("snoozed_until")),
                    combined_savings_per_month=_f(d.get("combined_savings_per_month")),

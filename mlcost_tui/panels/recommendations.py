@@ -163,12 +163,19 @@ class RecommendationTable(KeyedTable):
         """The recommendations shown that are about `process`."""
         return tuple(r for r in self.recommendations.values() if is_about(r, process))
 
+    def text_of(self, r: Recommendation) -> str:
+        """Its summary where it fits the rows it has, else its headline (the advice in a few
+        words): at 80 columns the summary's first 40 characters name its subject only."""
+        if r.headline and len(fmt.wrap(r.summary, self.summary_width)) > self.row_height:
+            return r.headline
+        return r.summary
+
     def cells(self, r: Recommendation) -> dict[str, object]:
         alone = (fmt.money(r.savings_per_month)
                  if r.combined_savings_per_month is not None else "")
         return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
                 "alone": Text(alone, style=MUTED), "evidence": evidence_text(r), "rule": r.rule,
-                "summary": "\n".join(fmt.wrap(going(r) + r.summary, self.summary_width,
+                "summary": "\n".join(fmt.wrap(going(r) + self.text_of(r), self.summary_width,
                                                 self.row_height)),
                 "action": action_label(r, self.on_ec2)}
 

@@ -87,3 +87,36 @@ def test_idle_advice_counts_its_gpus_and_its_minutes_as_the_panels_do():
     later = window(utils=lambda i: [50.0 if i < 56 else 0.0] * 8, holders={3: 0.0})
     [rec] = by_rule(recs(later, limits={"idle_held_min_s": 30.0}), "idle_gpu_held")
     assert "holds GPU 3 (10.0 GiB) idle for 40 s," in rec.summary  # not "0 min", no "at least"
+
+
+def test_each_rule_says_its_advice_in_a_headline_that_agrees_with_its_summary():
+    """At 80 columns a recommendation's row shows 40 characters of its summary: its subject
+    ("daemon.sim.workloads.data_starved (pid…"), never what to do. Each finding carries a
+    headline — who, the figure, the advice — with the summary's own figures."""
+    s = window()
+    phases = phases_for(s, data_wait=0.834, compute=0.166)
+    [loader] = by_rule(recs(s, phases), "dataloader_starvation")
+    pid = pid_id(s).split(":")[0]
+    # the advice first: where a row cuts it, what to do stays
+    assert loader.headline == f"prefetch in DataLoader workers (pid {pid}: 83% in data wait)"
+    assert "spends 83%" in loader.summary and len(loader.headline) < len(loader.summary)
+
+    idle = window(utils=[0.0] * 8, holders={0: 0.0, 1: 0.0})
+    [held] = by_rule(recs(idle, limits={"idle_held_min_s": 60.0}), "idle_gpu_held")
+    assert held.headline.startswith(f"pid {pid_id(idle).split(':')[0]} holds GPUs 0, 1 idle "
+                                    "for at least 10 min")
+    assert held.headline.endswith("/h") and held.headline.split(" at ")[-1] in held.summary
+
+    c = window(n=61, step=10.0)
+    every_7s = [c[0].ts + 7.0 * k for k in range(80)]
+    found = recs(c, phases_for(c, checkpoint=0.45, compute=0.55),
+                 checkpoint_times={pid_id(c): every_7s}, kinds=kinds(c, TRAINING),
+                 limits={"spot_min_runtime_s": 60.0})
+    [blocking] = by_rule(found, "blocking_checkpoint")
+    [spot] = by_rule(found, "spot_training")
+    assert blocking.headline.startswith("checkpoint asynchronously or less often (pid ")
+    assert blocking.headline.endswith(": 45% in checkpointing)")
+    assert spot.headline.startswith("run on spot at $") and "checkpoints every 7 s" in spot.headline
+    for finding in (loader, held, blocking, spot):
+        wire = finding.as_wire()  # the headline reaches the wire, one line
+        assert wire.headline == finding.headline and "\n" not in wire.headline

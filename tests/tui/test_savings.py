@@ -110,3 +110,26 @@ def test_a_process_screen_prices_its_advice_as_the_recommendation_screen_does():
     line = "$612.50/month combined (#3 in the order; $897.90/month on its own)"
     assert line in shown and line in own
     assert rec.summary in shown
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size, shows", [((80, 24), "headline"), ((200, 50), "summary")])
+async def test_a_narrow_row_shows_the_advice_in_its_headline(size, shows):
+    """At 80 columns the row showed "daemon.sim.workloads.data_starved (pid…": the subject of
+    the summary, not its advice; where the summary does not fit, the headline is shown."""
+    doc = now_document()
+    loader = next(r for r in doc["recommendations"] if r["id"] == "rec-loader")
+    loader["summary"] = ("daemon.sim.workloads.data_starved (pid 1001) spends 76% of its last "
+                         "45 s in data wait: prefetch in DataLoader workers — /srv/train.py:42")
+    loader["headline"] = "prefetch in DataLoader workers (pid 1001: 76% in data wait)"
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        app.post_message(SnapshotArrived(
+            (HostSnapshot("unix:/t.sock", Now.from_dict(doc), None, 0.01, TS),)))
+        await pilot.pause()
+        recs = app.query_one(RecommendationTable)
+        shown = cell(recs, "rec-loader", "summary").replace("\n", " ")
+        if shows == "headline":
+            assert shown.startswith("prefetch in DataLoader workers (pid 1001"), shown
+        else:
+            assert shown == loader["summary"], shown

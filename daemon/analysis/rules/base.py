@@ -58,6 +58,9 @@ class Finding:
     # target (a job has one straggler; the target is the rank): the book shows one finding of
     # the rule per slot, a new one superseding a held one at once. Not on the wire.
     slot: str | None = None
+    # The advice in a few words, for a screen too narrow for the summary (80 columns show 40
+    # characters of it: the subject, never the advice): who, what, what to do. "" for none.
+    headline: str = ""
 
     def evidence_seconds(self, standing_s: float = 0.0) -> float:
         """Observed evidence: the rules' window plus how long the finding has stood."""
@@ -70,7 +73,8 @@ class Finding:
         needed = self.evidence_needed_s
         preliminary = needed is not None and seen < needed
         return {"id": self.id, "rule": self.rule, "target": self.target,
-                "summary": self.summary, "savings_per_month": self.savings_per_month,
+                "summary": self.summary, "headline": self.headline or None,
+                "savings_per_month": self.savings_per_month,
                 "method": self.method, "evidence": dict(self.evidence),
                 "action": dict(self.action),
                 "combined_savings_per_month": self.combined_savings_per_month,
@@ -103,12 +107,13 @@ class Rule:
     def make(self, target: str, summary: str, savings_per_month: float, method: str,
              evidence: Mapping[str, Any], action: Mapping[str, Any], *,
              scope: Mapping[str, Any] | None = None,
-             evidence_needed_s: float | None = None, slot: str | None = None) -> Finding:
+             evidence_needed_s: float | None = None, slot: str | None = None,
+             headline: str = "") -> Finding:
         return Finding(recommendation_id(self.name, target), self.name, target, summary,
                        max(savings_per_month, 0.0), method,
                        {"signal": self.signal, "threshold": self.threshold, **evidence},
                        action, scope=dict(scope or {}), evidence_needed_s=evidence_needed_s,
-                       slot=slot)
+                       slot=slot, headline=headline)
 
 
 def share_savings(proc: ProcessWindow, share: float, what: str) -> tuple[float, str]:

@@ -174,7 +174,9 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                                  "function": st.get("function"), "reason": st.get("reason")}
                                 for st in idle_stacks[:3]]}},
             _idle_action(proc, waiting),
-            scope={"frees": list(proc.gpus)}))
+            scope={"frees": list(proc.gpus)},
+            headline=f"pid {proc.pid} holds {_gpus(proc)} idle for "
+                     f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h"))
     return found
 
 
@@ -255,7 +257,9 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
              "text": "a server is never stopped from here: scale it to zero behind its load "
                      "balancer or autoscaler, move it onto a GPU it shares with other models, "
                      "or give it a MIG slice"},
-            scope={"frees": list(proc.gpus)}))
+            scope={"frees": list(proc.gpus)},
+            headline=f"scale pid {proc.pid} to zero between requests: {_gpus(proc)} idle for "
+                     f"{idle_for(proc.trailing_idle_s, a)}"))
     return found
 
 
@@ -294,7 +298,8 @@ def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:
          "gpus": [{"index": g.index, "utilization_mean": g.utilization_mean, "held": g.held}
                   for g in a.gpus]},
         {"kind": "copy_commands", "commands": _stop_commands(a.price)},
-        scope={"whole_host": True})]
+        scope={"whole_host": True},
+        headline=f"stop the host: idle for {idle_for(a.host_trailing_idle_s, a)}")]
 
 
 IDLE_GPU_HELD = Rule(

@@ -60,7 +60,8 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
                  "top_stacks": stack_evidence(stacks), "where": where},
                 {"kind": "show_patch", "file": where_in(stacks),
                  "text": patch_text(proc, where_in(stacks)), "patch": patch(proc, a, where)},
-                scope={"gpus": list(proc.gpus)}))
+                scope={"gpus": list(proc.gpus)},
+                headline=f"{headline} (pid {proc.pid}: {share:.0%} in {what})"))
         return found
     return check
 
@@ -164,7 +165,8 @@ def check_storage_bound(a: Analysis, rule: Rule) -> list[Finding]:
                 "sudo mount /dev/nvme1n1 /mnt/nvme  # instance store: data is lost on stop",
                 "rsync -a --info=progress2 <dataset dir> /mnt/nvme/",
                 "# then point the dataset path at /mnt/nvme/...",
-            ]}, scope={"gpus": list(proc.gpus)}))
+            ]}, scope={"gpus": list(proc.gpus)},
+            headline=f"stage the data on local NVMe (pid {proc.pid}: I/O stalls {stall:.0%})"))
     return found
 
 

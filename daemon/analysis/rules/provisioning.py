@@ -91,7 +91,9 @@ def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
          "dry_run_first": True},
         scope={"frees": [g.index for g in a.gpus if g not in working],
                "gpus": [g.index for g in working]},
-        evidence_needed_s=needed)]
+        evidence_needed_s=needed,
+        headline=f"shrink to {pick.instance_type} at {money(new_price)}/h: {used} of "
+                 f"{len(a.gpus)} GPUs working")]
 
 
 def _spot_relaunch(a: Analysis, proc: ProcessWindow, whole_host: bool) -> list[str]:
@@ -186,7 +188,10 @@ def check_spot(a: Analysis, rule: Rule) -> list[Finding]:
                       "source": spot.source, "for_its_gpus_per_hour": spot.per_hour * share}},
             {"kind": "copy_commands", "commands": _spot_relaunch(a, proc, whole_host)},
             scope={"whole_host": True} if whole_host else {"gpus": list(proc.gpus)},
-            evidence_needed_s=a.limit("spot_evidence_s")))
+            evidence_needed_s=a.limit("spot_evidence_s"),
+            headline=f"run on spot at {money(spot.per_hour * share)}/h instead of "
+                     f"{money(p.per_hour * share)}/h (pid {proc.pid} checkpoints every "
+                     f"{duration(cadence)})"))
     return found
 
 
@@ -230,7 +235,9 @@ def check_steady_inference(a: Analysis, rule: Rule) -> list[Finding]:
                 f"not estimated (a 1-year commitment pays off when the host runs more than "
                 f"1 - discount of the year); {UPPER_BOUND}",
                 evidence, {"kind": "copy_commands", "commands": commands},
-                scope=scope, evidence_needed_s=needed))
+                scope=scope, evidence_needed_s=needed,
+                headline=f"a 1-year commitment likely pays off (pid {proc.pid} serves "
+                         "steadily)"))
             continue
         years, commit = best
         monthly = (p.per_hour - commit.per_hour) * share * HOURS_PER_MONTH
@@ -251,7 +258,9 @@ def check_steady_inference(a: Analysis, rule: Rule) -> list[Finding]:
             {**evidence, "commitment": {"years": years, "per_hour": commit.per_hour,
                                         "source": commit.source}},
             {"kind": "copy_commands", "commands": commands},
-            scope=scope, evidence_needed_s=needed))
+            scope=scope, evidence_needed_s=needed,
+            headline=f"a {years}-year commitment at {money(commit.per_hour)}/h "
+                     f"({discount:.0%} off; pid {proc.pid} serves steadily)"))
     return found
 
 
@@ -304,7 +313,10 @@ def check_underbatched(a: Analysis, rule: Rule) -> list[Finding]:
             {**process_evidence(a, proc), "utilization_mean": util, "sm_activity_mean": sm,
              "sm_signal": signal},
             _batching_action(proc),
-            scope={"gpus": list(proc.gpus)}))
+            scope={"gpus": list(proc.gpus)},
+            headline=("give each forward pass a larger batch" if proc.kind.kind == BATCH_INFERENCE
+                      else "batch requests dynamically")
+            + f" (pid {proc.pid}: many small kernels)"))
     return found
 
 

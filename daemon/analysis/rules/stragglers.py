@@ -138,7 +138,8 @@ def _finding(a: Analysis, rule: Rule, job: tuple[int, str], slowest: ProcessWind
          "text": patch_text(slowest, where_in(stacks)),
          "patch": f"# {where}: the other ranks wait here for this one.\n# {advice}.\n"},
         scope={"gpus": sorted({g for p in waiters for g in p.gpus})},
-        slot=f"job {job[0]} {job[1]}")  # one straggler a job: a newer one supersedes this
+        slot=f"job {job[0]} {job[1]}",  # one straggler a job: a newer one supersedes this
+        headline=f"straggler pid {slowest.pid}, {share:.0%} in {cause}: {advice}")
 
 
 STRAGGLER = Rule(
