@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the snapshot here, or into this folder under its own "
                              "name (default: the snapshots folder, [snapshots].folder or "
                              "snapshots/ beside the database); a missing folder is refused, "
-                             "not created")
+                             "not created, and an existing file is never replaced")
     parser.add_argument("--html", action="store_true",
                         help="also write the HTML report beside it (FILE.html)")
     # A flag, not a place: with a daemon running the daemon uploads with its own credentials,
@@ -104,6 +104,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else None
+    if out is not None and args.out.endswith("/") and not (out.is_dir()
+                                                           and not out.is_symlink()):
+        print(f"mlcostd snapshot: --out {one_line(args.out)[:200]}: there is no folder "
+              f"{one_line(str(out))[:200]}; create it first (a folder is not created)",
+              file=sys.stderr)
+        return 2
     if out is not None and out.is_dir() and not out.is_symlink():
         # a folder: the file goes into it, under the name the daemon would give it
         from daemon.store.snapshot import free_path, snapshot_name
@@ -113,6 +119,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd snapshot: --out {one_line(str(out))[:200]}: there is no folder "
               f"{one_line(str(out.parent))[:200]}; create it first, or give a path in one "
               "that exists", file=sys.stderr)
+        return 2
+    refused = _existing_out(out, args.html) if out is not None else None
+    if refused:
+        print(f"mlcostd snapshot: --out {refused}", file=sys.stderr)
         return 2
     if args.socket:
         config = config_module.with_overrides(config, "api", socket=args.socket)
@@ -142,6 +152,25 @@ def run(args: argparse.Namespace, config: Config) -> int:
     else:
         sys.stdout.write(describe(result))
     return 0 if all(u.get("ok") for u in result.get("upload") or []) else 1
+
+
+def _existing_out(out: Path, html: bool) -> str | None:
+    """Why `out` (and its report, with --html) may not be written, or None. A snapshot never
+    replaces a file: `--out /etc/passwd` run as root wrote a store over it, `--out` at the
+    daemon's own store replaced the store, and `--out x.html --html` wrote the report over
+    the snapshot it was made from."""
+    from daemon.store.snapshot import HTML_SUFFIX
+
+    shown = one_line(str(out))[:200]
+    if html and out.with_suffix(HTML_SUFFIX) == out:
+        return (f"{shown}: with --html the report is written beside the snapshot, as "
+                f"FILE{HTML_SUFFIX}; name the snapshot FILE.db")
+    for path in (out, out.with_suffix(HTML_SUFFIX)) if html else (out,):
+        if os.path.lexists(path):
+            return (f"{one_line(str(path))[:200]} exists; a snapshot never replaces a file: give "
+                    "a new name (or a folder: the file goes into it under a new name), or "
+                    "remove it first")
+    return None
 
 
 def _through_api(config: Config, span: float, until: float, html: bool, upload: bool,

@@ -299,3 +299,29 @@ def test_the_child_finds_what_the_daemon_imported_through_its_pythonpath(snapsho
     assert done.returncode == 0, done.stderr
     assert html.read_bytes().startswith(b"<!")
     assert (folder / "daemon" / "__init__.py").exists() and not marker.exists()
+
+
+def test_a_snapshot_never_replaces_a_file(tmp_path):
+    """`--out /etc/passwd` (as root) wrote a store over it; `--out` at the daemon's own store
+    replaced the store; `--out x.html --html` wrote the report over its own snapshot; and
+    `--out missing/` made a file named `missing`. Each is refused before anything is read or
+    written, whichever path (daemon or store) would take the snapshot."""
+    precious = tmp_path / "passwd"
+    precious.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    beside = tmp_path / "s.html"
+    beside.write_text("<p>an earlier report</p>")
+    sock = str(tmp_path / "none.sock")
+    for args, words in (
+        (("--out", str(precious)), f"{precious} exists; a snapshot never replaces a file"),
+        (("--out", str(tmp_path / "s.db"), "--html"), f"{beside} exists"),
+        (("--out", str(tmp_path / "same.html"), "--html"),
+         "the report is written beside the snapshot, as FILE.html; name the snapshot FILE.db"),
+        (("--out", str(tmp_path / "missing") + "/"), "there is no folder"),
+    ):
+        done = _cli("--db", str(tmp_path / "nothing.db"), "--socket", sock, "--since", "1m",
+                    *args)
+        assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and done.stdout == ""
+    assert precious.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    assert beside.read_text() == "<p>an earlier report</p>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["passwd", "s.html"]
