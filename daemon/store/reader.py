@@ -72,6 +72,12 @@ _LAST_SEEN_SLACK_MS = HOUR * 1000
 MAX_CPU_PERCENT = 100.0 * 8192
 
 
+def text_or(value: object, default: str = "") -> str:
+    """A text column as text: NULL (the columns allow it; an edited store holds it) or a
+    number or blob where text belongs is `default`."""
+    return value if isinstance(value, str) else default
+
+
 def plausible_cpu_percent(value: float) -> float | None:
     return value if 0.0 <= value <= MAX_CPU_PERCENT else None  # NaN fails both tests
 _SERIES_TOTALS = (
@@ -546,8 +552,8 @@ class StoreReader:
                 "SELECT gpu FROM proc_gpu_samples WHERE ts = ? AND proc = ? ORDER BY gpu",
                 (last_ts, proc))] if last_ts is not None else []
             out.append({
-                "pid": pid, "start_time": start_ms / 1000, "ppid": ppid, "user": user,
-                "command": command, "owner": (owner := decode_owner(owner_text)),
+                "pid": pid, "start_time": start_ms / 1000, "ppid": ppid, "user": text_or(user),
+                "command": text_or(command), "owner": (owner := decode_owner(owner_text)),
                 "workload": workload_label(owner), "gpus": held,
                 "gpu_memory_bytes": memory[3] if memory else 0,
                 "gpu_memory_peak_bytes": memory[3] if memory else 0,
@@ -664,8 +670,8 @@ class StoreReader:
                     "pid": pid,
                     "start_time": start_ms / 1000,
                     "ppid": ppid,
-                    "user": user,
-                    "command": command,
+                    "user": text_or(user),
+                    "command": text_or(command),
                     "owner": (owner := decode_owner(owner_text)),
                     "workload": workload_label(owner),
                     "gpus": gpus_held.get(proc, []),

@@ -189,3 +189,20 @@ def test_a_cpu_figure_no_process_can_have_is_shown_as_none(good_snapshot, tmp_pa
     processes = json.loads(done.stdout)["processes"]
     assert processes and any(p["cpu_percent"] is None for p in processes)
     assert all(p["cpu_percent"] is None or 0 <= p["cpu_percent"] <= 819200 for p in processes)
+
+
+@pytest.mark.parametrize("column", ["user", "command"])
+def test_a_null_user_or_command_is_a_blank_not_a_traceback(good_snapshot, tmp_path, column):
+    """Both columns allow NULL: `report` stopped with a TypeError from one_line(None)."""
+    edited = tmp_path / "edited.db"
+    shutil.copyfile(good_snapshot, edited)
+    conn = sqlite3.connect(edited)
+    assert conn.execute(f"UPDATE processes SET {column} = NULL").rowcount > 0
+    conn.commit()
+    conn.close()
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "Processes" in done.stdout
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--json")
+    assert done.returncode == 0, done.stderr
+    assert all(p[column] == "" for p in json.loads(done.stdout)["processes"])
