@@ -239,15 +239,24 @@ def read_baseline(path: str) -> dict[str, Any]:
 
 
 def junit_xml(gates: list[Gate], *, suite: str = "mlcostd profile gates",
-              seconds: float = 0.0) -> bytes:
+              seconds: float = 0.0, command_error: str | None = None) -> bytes:
     """The gates as one JUnit test suite, one test case per gate; a failed gate's failure
-    message says by how much."""
+    message says by how much. `command_error` (the command failed: its exit status) is one
+    more test case, in error: a CI that reads only this file must not show a crash as a
+    pass."""
     failures = sum(1 for g in gates if not g.passed)
-    suites = ET.Element("testsuites", name="mlcostd profile", tests=str(len(gates)),
-                        failures=str(failures), errors="0", time=f"{seconds:.3f}")
-    element = ET.SubElement(suites, "testsuite", name=suite, tests=str(len(gates)),
-                            failures=str(failures), errors="0", skipped="0",
+    errors = 1 if command_error else 0
+    tests = len(gates) + errors
+    suites = ET.Element("testsuites", name="mlcostd profile", tests=str(tests),
+                        failures=str(failures), errors=str(errors), time=f"{seconds:.3f}")
+    element = ET.SubElement(suites, "testsuite", name=suite, tests=str(tests),
+                            failures=str(failures), errors=str(errors), skipped="0",
                             time=f"{seconds:.3f}")
+    if command_error:
+        case = ET.SubElement(element, "testcase", classname="mlcost.gates",
+                             name="the command", time=f"{seconds:.3f}")
+        error = ET.SubElement(case, "error", message=command_error, type="exit status")
+        error.text = command_error
     for gate in gates:
         case = ET.SubElement(element, "testcase", classname="mlcost.gates", name=gate.name,
                              time="0")
@@ -260,7 +269,8 @@ def junit_xml(gates: list[Gate], *, suite: str = "mlcostd profile gates",
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def write_junit(path: Path, gates: list[Gate], seconds: float) -> None:
+def write_junit(path: Path, gates: list[Gate], seconds: float,
+                command_error: str | None = None) -> None:
     from daemon.store.files import write_private
 
-    write_private(path, junit_xml(gates, seconds=seconds))
+    write_private(path, junit_xml(gates, seconds=seconds, command_error=command_error))

@@ -31,6 +31,7 @@ from daemon import clock
 from daemon import config as config_module
 from daemon.analysis.compare import gpu_models, price_per_gpu_hour
 from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text, target_text
+from daemon.analysis.rules.base import plural
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import grid_text
@@ -236,6 +237,10 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--progress {args.progress!r} is not a regular "
                                  f"expression: {exc}") from None
         if args.junit:  # replaced after the run: a link, FIFO or device there is refused now
+            folder = Path(args.junit).parent
+            if not folder.is_dir():  # a typo must not create folders as root
+                raise UsageError(f"--junit {one_line(args.junit)[:200]}: there is no folder "
+                                 f"{one_line(str(folder))[:200]}; create it first")
             try:
                 check_existing(args.junit)
             except OSError as exc:
@@ -558,7 +563,8 @@ def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: st
         log.warning("cannot write %s: %s", out / "profile.html", exc)
     write_private(out / "summary.md", summary_markdown(document).encode("utf-8"))
     if junit:
-        gate_checks.write_junit(Path(junit), checked, document["profile"]["duration_s"])
+        gate_checks.write_junit(Path(junit), checked, document["profile"]["duration_s"],
+                                command_failure(document["profile"]))
 
 
 def _md(text: Any) -> str:
@@ -571,16 +577,24 @@ def _md(text: Any) -> str:
     return shown
 
 
+def command_failure(profile: dict[str, Any]) -> str | None:
+    """"the command exited with status N" when it failed (not stopped by --duration)."""
+    status = profile["exit_status"]
+    if status not in (0, None) and not profile["stopped_after_duration"]:
+        return f"the command exited with status {status}"
+    return None
+
+
 def verdict(document: dict[str, Any]) -> str:
     profile = document["profile"]
     failed = [g for g in profile["gates"] if not g["passed"]]
-    status = profile["exit_status"]
-    if status not in (0, None) and not profile["stopped_after_duration"]:
-        return f"FAILED: the command exited with status {status}"
+    crashed = command_failure(profile)
+    if crashed:
+        return f"FAILED: {crashed}"
     if failed:
-        return f"FAILED: {len(failed)} of {len(profile['gates'])} gates crossed"
+        return f"FAILED: {len(failed)} of {plural(len(profile['gates']), 'gate')} crossed"
     if profile["gates"]:
-        return f"passed: {len(profile['gates'])} gates"
+        return f"passed: {plural(len(profile['gates']), 'gate')}"
     return "done (no gates)"
 
 

@@ -300,6 +300,8 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
                         "baseline.json is not a regular file"),
                        (["--junit", str(fifo)],  # (was: replaced by the XML after the run)
                         "cannot use --junit"),
+                       (["--junit", str(tmp_path / "typo" / "g.xml")],  # (was: created, as root)
+                        "there is no folder"),
                        (["--progress", "step ("], "not a regular expression"),
                        (["--max-cost-per-1k-steps", "2"],  # (was: exit 86 once it had run)
                         "--max-cost-per-1k-steps needs --progress"),
@@ -454,6 +456,31 @@ def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one(
     failures = [c.find("failure") for c in suite.iter("testcase")]
     assert failures[0] is not None and "51 points over" in failures[0].get("message", "")
     assert failures[1] is None
+
+
+def test_junit_of_a_command_that_failed_is_in_error_even_when_every_gate_passed():
+    """The command crashed (exit 1) and the JUnit file said failures="0": a CI reading only
+    the file showed a pass."""
+    from daemon.commands.profile import command_failure, verdict
+
+    checked = [gates.min_utilization(10, 80)]
+    profile = {"exit_status": 1, "stopped_after_duration": False, "gates": [
+        {"passed": True}]}
+    failure = command_failure(profile)
+    assert failure == "the command exited with status 1"
+    root = ET.fromstring(gates.junit_xml(checked, seconds=3.0, command_error=failure))
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("tests") == "2" and suite.get("errors") == "1"
+    assert root.get("errors") == "1" and suite.get("failures") == "0"
+    [case] = [c for c in suite.iter("testcase") if c.find("error") is not None]
+    assert case.get("name") == "the command"
+    assert case.find("error").get("message") == "the command exited with status 1"
+    assert verdict({"profile": profile}) == "FAILED: the command exited with status 1"
+    # stopped by --duration, or done: no error case; one gate is "1 gate"
+    for done in ({"exit_status": -15, "stopped_after_duration": True},
+                 {"exit_status": 0, "stopped_after_duration": False}):
+        assert command_failure(done) is None
+        assert verdict({"profile": {**done, "gates": [{"passed": True}]}}) == "passed: 1 gate"
 
 
 def test_the_summary_shows_hostile_text_as_text():
