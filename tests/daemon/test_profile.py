@@ -605,3 +605,36 @@ def test_the_profile_gives_the_runs_energy_and_carbon(starved):
     summary = (out / "summary.md").read_text()
     assert f"Energy: {energy['kwh']:,.4f} kWh" in summary
     assert "energy: " in result.stderr
+
+
+THREADED = """
+import threading
+from daemon.sim.device import Device
+
+def work():  # its GPU work in a thread, as DataParallel's parallel_apply runs each replica
+    with Device(gpu_index=0) as gpu:
+        gpu.alloc(2 << 30)
+        for i in range(400):
+            gpu.kernel(0.05, sm=0.9)
+            print(f"iter {i + 1}", flush=True)
+
+worker = threading.Thread(target=work)
+worker.start()
+worker.join()  # the main thread waits here the whole run
+"""
+
+
+def test_gpu_work_in_a_thread_is_compute_not_the_main_threads_join(tmp_path):
+    """Written without the classifier in mind: every kernel runs in a worker thread while the
+    main thread waits in Thread.join. The profile said `phases: idle 100%` beside `GPU
+    utilization was 100%`, and compare called a thread-per-GPU change "worse"."""
+    script = tmp_path / "threaded.py"
+    script.write_text(THREADED)
+    out = tmp_path / "threaded"
+    result = profile(out, "--simulate", "--duration", "12s", "--min-utilization", "50%",
+                     "--", sys.executable, str(script))
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    assert facts["gpu_utilization"] >= 50
+    assert facts["phase_balance"].get("compute", 0.0) >= 0.9, facts["phase_balance"]
+    assert facts["phase_balance"].get("idle", 0.0) <= 0.1
