@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -86,6 +87,12 @@ class _Known:
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
     forgotten: bool = False  # its descriptors are closed; the tick must not open new ones
     read_by_tick: bool = False  # the tick's last read of it succeeded, since discovery looked
+    # /proc/PID/stat up to the end of its name, "PID (NAME", as the command line was read: an
+    # exec (or a rename) changes the name, and the command line is read again (a profiled
+    # `pyenv exec python train.py` was recorded as the bash shim it started as).
+    head: bytes = b""
+    command_read_at: float = 0.0  # monotonic: a process that renames itself each tick is
+    # read again at most every COMMAND_REREAD_S
 
 
 # A process's own /proc files, never a link followed (the paths are the kernel's, but a test
@@ -99,6 +106,9 @@ def _read(path: str) -> bytes:
         return os.read(fd, 4096)
     finally:
         os.close(fd)
+
+
+COMMAND_REREAD_S = 10.0  # a renamed process's command line is read again at most this often
 
 
 def _reread(fd: int) -> bytes:
@@ -116,10 +126,6 @@ def _stat_fields(pid: int) -> list[bytes]:
     """Fields of /proc/PID/stat after the command name; index 0 is field 3 (state)."""
     data = _read(f"/proc/{pid}/stat")
     return data[data.rindex(b")") + 2:].split()
-
-
-def _start_ticks(pid: int) -> int:
-    return int(_stat_fields(pid)[19])
 
 
 class ProcessSource:
@@ -190,7 +196,9 @@ class ProcessSource:
         if known is not None and self._still_there(known):
             return True
         try:
-            start_ticks = _start_ticks(pid)
+            stat = _read(f"/proc/{pid}/stat")
+            start_ticks = int(_after_name(stat)[19])
+            head = stat[:stat.rindex(b")")]  # its name as its command line is read
         except (OSError, ValueError, IndexError):
             self._forget(pid)
             return False
@@ -222,7 +230,7 @@ class ProcessSource:
         # Done here, once per (pid, start time), like the redaction.
         owner = {key: one_line(value) for key, value in owner.items()}
         self._known[pid] = _Known(pid, start_ticks, start_time, ppid, one_line(user),
-                                  one_line(command), owner)
+                                  one_line(command), owner, head=head)
         return True
 
     def _still_there(self, known: _Known) -> bool:
@@ -282,10 +290,13 @@ class ProcessSource:
         try:
             if known.stat_fd < 0:
                 known.stat_fd = os.open(f"/proc/{known.pid}/stat", _PROC_FLAGS)
-                if int(_after_name(_reread(known.stat_fd))[19]) != known.start_ticks:
+                first = _reread(known.stat_fd)
+                if int(_after_name(first)[19]) != known.start_ticks:
                     # The pid was reused: a different process. Discovery learns the new one.
                     _close(known)
                     return None
+                if not known.head:
+                    known.head = first[:first.rindex(b")")]
             data = os.pread(known.stat_fd, 4096, 0)
         except (OSError, ValueError, IndexError):
             return None  # exited, possibly mid-read
@@ -307,7 +318,10 @@ class ProcessSource:
             known.read_by_tick = True  # nothing moved since the last tick: the same sample
             return last
         try:
-            fields = data[data.rindex(b")") + 2:].split()
+            name_end = data.rindex(b")")
+            if data[:name_end] != known.head and known.head:
+                self._renamed(known, data[:name_end])
+            fields = data[name_end + 2:].split()
             sample = self._sample(known, uses, fields, io_data)
         except (ValueError, IndexError):
             return None  # a torn or unexpected read: not this tick
@@ -316,6 +330,22 @@ class ProcessSource:
             known.last_io_counters = (sample.read_bytes, sample.write_bytes, sample.read_chars,
                                       sample.write_chars)
         return sample
+
+    @staticmethod
+    def _renamed(known: _Known, head: bytes) -> None:
+        """The process's name changed since its command line was read (an exec: a shell or a
+        launcher that became the program): read it again, at most every COMMAND_REREAD_S."""
+        now = time.monotonic()
+        if now - known.command_read_at < COMMAND_REREAD_S:
+            return  # (the name stays different: read once the time has passed)
+        known.command_read_at = now
+        known.head = head
+        try:
+            argv = read_argv(known.pid)
+        except OSError:
+            return  # exited, or no longer readable: it keeps the command it had
+        if argv:
+            known.command = one_line(redact_argv(argv))
 
     def _sample(self, known: _Known, uses: tuple[GpuUse, ...], fields: list[bytes],
                 io_data: bytes) -> ProcessSample | None:

@@ -230,6 +230,9 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         # (pid, start_ms) -> id of the processes seen lately; a miss is looked up in the table
         # (never preloaded whole: a store keeps every process of months of rollups)
         self._processes: dict[tuple[int, int], int] = {}
+        # id -> the command line recorded for it, as this writer last wrote or first saw it: a
+        # process that execs (a shell or a launcher becoming the program) is renamed in place.
+        self._commands: dict[int, str] = {}
         last = conn.execute("SELECT tick FROM ticks ORDER BY ts DESC LIMIT 1").fetchone()
         self.last_tick = int(last[0]) if last else 0  # the daemon numbers on from here
         newest = conn.execute("SELECT max(ts) FROM ticks").fetchone()[0]
@@ -338,9 +341,11 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         new_processes: dict[tuple[int, int], int] = {}
         new_gpus: dict[int, GpuFacts] = {}
         seen: dict[int, int] = {}
+        commands: dict[int, str] = {}
         with self._transaction():
-            written = [(ts, *self._insert(ts, sample, new_processes, new_gpus, seen))
+            written = [(ts, *self._insert(ts, sample, new_processes, new_gpus, seen, commands))
                        for ts, sample in batch]
+        self._commands.update(commands)
         for ts, proc_rows, use_rows in written:
             self._minutes.add(ts, proc_rows, use_rows)
         # Only now are the new rows' ids real.
@@ -349,6 +354,9 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         if len(self._processes) > PROCESS_CACHE_MAX:  # keyed by process: bounded (soak.py)
             live = {(p.pid, round(p.start_time * 1000)) for p in batch[-1][1].processes}
             self._processes = {k: v for k, v in self._processes.items() if k in live}
+        if len(self._commands) > len(self._processes) + PROCESS_CACHE_MAX:
+            ids = set(self._processes.values())
+            self._commands = {k: v for k, v in self._commands.items() if k in ids}
         self._gpus.update(new_gpus)
         self._last_seen.update(seen)
         self._newest_ts = max(self._newest_ts, batch[-1][0])
@@ -360,6 +368,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         new_processes: dict[tuple[int, int], int],
         new_gpus: dict[int, GpuFacts],
         seen: dict[int, int],
+        commands: dict[int, str],
     ) -> tuple[list[ProcessSampleRow], list[GpuUseRow]]:
         """Insert one tick's rows (built by daemon.store.tick_rows); its process and GPU-use
         rows are returned for the minute tally."""
@@ -377,6 +386,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
             tick_rows.INSERT_GPU_SAMPLES.run(conn, tick_rows.gpu_sample_rows(ts, sample.gpus))
         processes = sample.processes
         idents = self._process_ids(ts, processes, new_processes)
+        self._rename(processes, idents, commands)
         seen.update(dict.fromkeys(idents, ts))
         proc_rows = tick_rows.process_sample_rows(ts, processes, idents)
         use_rows = tick_rows.gpu_use_rows(ts, processes, idents)
@@ -413,6 +423,21 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
             idents.append(ident)
         self._ids_inserted = (keys, idents)
         return idents
+
+    def _rename(self, processes: Sequence[ProcessSample], idents: list[int],
+                commands: dict[int, str]) -> None:
+        """Write the command line of each process whose command changed since it was recorded
+        (it exec'd); `commands` collects what this transaction wrote or first saw. The sample
+        carries the same string object tick after tick: one identity test a process."""
+        recorded, conn = self._commands, self._conn
+        for ident, proc in zip(idents, processes, strict=True):
+            command = proc.command
+            before = commands.get(ident) or recorded.get(ident)
+            if before is command:
+                continue
+            if before is not None and before != command:
+                conn.execute("UPDATE processes SET command = ? WHERE id = ?", (command, ident))
+            commands[ident] = command
 
     # ------------------------------------------------------------------------- status
 

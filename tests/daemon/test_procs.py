@@ -1,6 +1,7 @@
 """The process source against real processes: counters, children, exits and pid reuse."""
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -509,3 +510,35 @@ def test_a_childs_pid_reused_by_another_process_is_not_taken_for_a_child():
             if proc is not None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_process_that_execs_is_renamed_to_the_program_it_became():
+    """A shell or launcher that becomes the program (`pyenv exec python train.py` is a bash
+    shim that execs python) kept the command line it had when first seen: the profile named
+    the GPU process `bash .../pyenv exec python ...`."""
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    code = f"import os, sys; sys.stdin.readline(); os.execv({sleep!r}, ['sleep', '30'])"
+    proc = subprocess.Popen([sys.executable, "-c", code, "before-exec"], stdin=subprocess.PIPE)
+    try:
+        poll(lambda: procs_module.read_argv(proc.pid)[-1:] == ["before-exec"], 10,
+             "the child's argv in /proc")
+        source = ProcessSource()
+        source.discover({proc.pid})
+        (sample,) = source.read({proc.pid: USE})
+        assert sample.command.endswith("before-exec"), sample.command
+        assert proc.stdin is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        poll(lambda: procs_module.read_argv(proc.pid) == ["sleep", "30"], 10,
+             "the exec'd argv in /proc")
+
+        def renamed():
+            (now,) = source.read({proc.pid: USE})
+            return now if now.command == "sleep 30" else None
+
+        after = poll(renamed, 10, "the new command line in the sample")
+        assert after.pid == sample.pid and after.start_time == sample.start_time
+    finally:
+        proc.kill()
+        proc.wait()
