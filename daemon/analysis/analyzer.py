@@ -34,7 +34,7 @@ from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, evaluate
 from daemon.analysis.rules.window import analysis_of_ticks
 from daemon.analysis.totals import GpuTotals
-from daemon.analysis.window_ticks import WINDOW_S, WindowTick, window_tick
+from daemon.analysis.window_ticks import WINDOW_S, StepMeans, WindowTick, window_tick
 from daemon.clock import utc_day
 from daemon.sources.sample import Sample
 from daemon.wire import process_key
@@ -86,6 +86,7 @@ class Analyzer:
             self.ledger.add_latency(histogram)
         self.window_s = window_s
         self.window_step_s = window_step_s
+        self._step = StepMeans()  # the ticks since the last window tick
         # compact ticks (window_ticks.WindowTick), not whole Samples: 360 of them stay in memory
         self.window: deque[WindowTick] = deque()
         self.latest: Burn | None = None
@@ -128,9 +129,11 @@ class Analyzer:
         events = self.idle.update(sample, current)
         events += self.budgets.update(self.ledger, sample.ts)
         self.recent.extend(events)
-        window = self.window
+        window, step = self.window, self._step
+        step.add(sample)  # the window tick stands for every tick since the last one
         if not window or sample.ts - window[-1].ts >= self.window_step_s:
-            window.append(window_tick(sample, current, window[-1] if window else None))
+            window.append(window_tick(sample, current, window[-1] if window else None, step))
+            step.clear()
         while window and sample.ts - window[0].ts > self.window_s:
             window.popleft()
         keep = 4 * max(len(sample.processes), 64)

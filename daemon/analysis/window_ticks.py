@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from daemon.analysis.cost import Burn
 from daemon.sources.sample import GPU_OK, GpuSample, GpuUse, Sample
@@ -101,16 +101,79 @@ class WindowTick:
         return self.use_first[i + 1] > self.use_first[i]
 
 
-def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) -> WindowTick:
+class StepMeans:
+    """The ticks between two window ticks, so the window tick stands for all of them, not the
+    one it was taken at: each GPU's utilization and SM activity and each process's SM share on
+    each GPU averaged over them, its GPU memory at its highest. A job whose kernels ran in
+    bursts between window ticks (every 5 s) read as idle for minutes, and was offered
+    SIGTERM, while the idle events (per tick) saw it working."""
+
+    __slots__ = ("util", "gpm", "share", "memory")
+
+    def __init__(self) -> None:
+        self.util: dict[int, list[float]] = {}  # GPU index -> [sum, ticks]
+        self.gpm: dict[int, list[float]] = {}
+        self.share: dict[tuple[ProcessKey, int], list[float]] = {}  # (process, GPU) -> same
+        self.memory: dict[tuple[ProcessKey, int], int] = {}  # (process, GPU) -> highest
+
+    def add(self, sample: Sample) -> None:
+        """One tick (each tick, the window's included)."""
+        util, gpm, share, memory = self.util, self.gpm, self.share, self.memory
+        for g in sample.gpus:
+            if g.status == GPU_OK and g.utilization is not None:
+                _add(util, g.index, g.utilization)
+            if g.sm_activity is not None:
+                _add(gpm, g.index, g.sm_activity)
+        for p in sample.processes:
+            key = p.key
+            for use in p.gpus:
+                at = (key, use.gpu_index)
+                _add(share, at, use.sm_share)
+                held = use.memory_bytes
+                if held is not None and held > memory.get(at, -1):
+                    memory[at] = held
+
+    def clear(self) -> None:
+        self.util.clear()
+        self.gpm.clear()
+        self.share.clear()
+        self.memory.clear()
+
+
+def _add(sums: dict, key: object, value: float) -> None:
+    entry = sums.get(key)
+    if entry is None:
+        sums[key] = [value, 1.0]
+    else:
+        entry[0] += value
+        entry[1] += 1.0
+
+
+def _mean(sums: dict, key: object, default: float | None) -> float | None:
+    entry = sums.get(key)
+    return default if entry is None else entry[0] / entry[1]
+
+
+def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None,
+                step: StepMeans | None = None) -> WindowTick:
     """The compact record of `sample` and its `burn`; keys, parents and command lines equal to
-    `previous`'s are shared with it."""
+    `previous`'s are shared with it. With `step` (the ticks since the last window tick, this
+    one's included), its GPU readings and the processes' SM shares are their means over the
+    step and GPU memory its highest."""
     burns = burn.processes
     numbers, first = array("d"), array("I", [0])
     gpu, memory, sm = array("I"), array("d"), array("d")
     util_mean, gpm_mean, own_sm = array("d"), array("d"), array("d")
-    utils = {g.index: g.utilization for g in sample.gpus
+    gpus = sample.gpus
+    if step is not None:
+        gpus = tuple(
+            replace(g, utilization=_mean(step.util, g.index, g.utilization),
+                    sm_activity=_mean(step.gpm, g.index, g.sm_activity))
+            if g.status == GPU_OK and g.utilization is not None else g
+            for g in gpus)
+    utils = {g.index: g.utilization for g in gpus
              if g.status == GPU_OK and g.utilization is not None}
-    gpm = [(g.index, g.sm_activity) for g in sample.gpus if g.sm_activity is not None]
+    gpm = [(g.index, g.sm_activity) for g in gpus if g.sm_activity is not None]
     keys, who = [], []
     before = dict(zip(previous.keys, previous.who, strict=True)) if previous is not None else {}
     for p in sample.processes:
@@ -121,8 +184,13 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) 
         mine = [use.gpu_index for use in p.gpus]
         for use in p.gpus:
             gpu.append(use.gpu_index)
-            memory.append(_nan(use.memory_bytes))
-            sm.append(use.sm_share)
+            if step is None:
+                memory.append(_nan(use.memory_bytes))
+                sm.append(use.sm_share)
+            else:
+                at = (key, use.gpu_index)
+                memory.append(_nan(step.memory.get(at, use.memory_bytes)))
+                sm.append(_mean(step.share, at, use.sm_share) or 0.0)
         first.append(len(gpu))
         # (the same sums, in the same order, as the rules made from the columns before)
         vals = [utils[g] for g in mine if g in utils]
@@ -140,7 +208,7 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None) 
         ppids = previous.ppids if previous.ppids == ppids else ppids
         who_column = previous.who if previous.who == who_column else who_column
     return WindowTick(
-        sample.ts, sample.gpus, burn.total_per_hour, burn.idle_per_hour, burn.wasted_per_hour,
+        sample.ts, gpus, burn.total_per_hour, burn.idle_per_hour, burn.wasted_per_hour,
         key_column, ppids, who_column,
         bytes(1 if p.state == "D" or p.threads_in_d > 0 else 0 for p in sample.processes),
         numbers, first, gpu, memory, sm, util_mean, gpm_mean, own_sm)

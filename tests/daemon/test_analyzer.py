@@ -161,3 +161,31 @@ def test_poller_and_snapshot_threads_never_see_the_ledger_mid_update(tmp_path):
         server.shutdown()
     assert errors == [], errors
     assert a.ledger.total > 0 and a.ledger.meters[0].error is None
+
+
+def bursting(ts):
+    """GPU 0 held by a job whose kernels run one second in five, never on a second the window
+    keeps (it keeps ts 0, 5, 10 ...): 90% then, its own SM share 85%; idle the rest."""
+    busy = ts % 5 == 2
+    gpus = tuple(GpuSample(g, f"u{g}", "A100", "ok", (90.0 if busy else 0.0) if g == 0 else 0.0,
+                           None, 8 * GIB if g == 0 else 0, 40 * GIB) for g in range(8))
+    procs = (ProcessSample(7, 50.0, 1, "ann", "python tail_train.py",
+                           (GpuUse(0, 8 * GIB, 85.0 if busy else 0.0),)),)
+    return Sample(float(ts), ts, gpus=gpus, processes=procs)
+
+
+def test_kernels_between_window_ticks_count_so_a_working_job_is_not_idle():
+    """The rules keep one tick per 5 s; they kept the tick itself, so a job whose kernels ran
+    between two kept ticks read as idle for minutes and was offered SIGTERM (idle_gpu_held)
+    while the idle events, per tick, saw it working. The kept tick holds the step's means."""
+    catalog = Catalog.load()
+    price = host_price(Instance("aws", "p4d.24xlarge", "us-east-1", None, "t"), catalog)
+    a = Analyzer(price, catalog, IdleThresholds(gpu_held_after_s=60), window_step_s=5.0)
+    for ts in range(0, 601):
+        a.update(bursting(ts))
+    rules = {r.rule for r in a.evaluate({})}
+    assert "idle_gpu_held" not in rules, rules
+    late = list(a.window)[-10:]
+    assert all(t.gpus[0].utilization == pytest.approx(18.0) for t in late[1:])  # 90% x 1/5
+    assert all(t.use_sm[0] == pytest.approx(17.0) for t in late[1:])  # 85% x 1/5
+    assert all(t.use_memory[0] == 8 * GIB for t in late)
