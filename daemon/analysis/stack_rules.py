@@ -211,6 +211,10 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     ),
 )
 
+# A process blocked on a lock waits for whoever holds it (another job, a peer): idle for its
+# GPU, but never a process to stop on sight (rules/idle.py looks first).
+LOCK_WAIT = "waiting on a lock"
+
 # What the innermost user line calls, for calls that leave no Python frame (C functions):
 # (regex on the source line, phase, reason). The first match wins.
 SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
@@ -229,7 +233,8 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
          r"\bos\.(read|pread|readv|preadv)\(|\bnp\.(load|fromfile)\(|\burlopen\(|"
          r"\bImage\.open\(|\bopen\([^)]*['\"]r?b?['\"]|\bopen\([^,)]*\)",
          DATA_WAIT, "reading a file or socket"),
-        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join|acquire)\(|\bselect\(|\.get\(\s*(block|timeout|\))",
+        (r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(", IDLE, LOCK_WAIT),
+        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join)\(|\bselect\(|\.get\(\s*(block|timeout|\))",
          IDLE, "sleeping or waiting"),
     )
 )

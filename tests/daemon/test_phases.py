@@ -697,3 +697,18 @@ def test_a_compressor_starved_to_a_twentieth_of_a_core_still_writes():
     result = classify(stack(*WAITS_ON_TOOL), gpu_busy=False, source_line=no_source,
                       signals=starved)
     assert result.phase == "checkpoint" and "per CPU-second" in result.reason
+
+
+@pytest.mark.parametrize("line", ["fcntl.flock(lk, fcntl.LOCK_EX)", "lockf(fd, LOCK_EX)",
+                                  "with_lock.acquire()"])
+def test_a_main_thread_blocked_on_a_lock_says_it_waits_on_a_lock(line):
+    """A job blocked in fcntl.flock read as "waiting with its GPU idle and no I/O", and was
+    offered SIGTERM: the reason names the lock, so the rule looks first."""
+    frame = Frame("<module>", "/srv/lock_job.py", 8)
+    found = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
+                     source_line=lambda f: line)
+    assert found.phase == "idle"
+    assert found.reason.startswith(stack_rules.LOCK_WAIT), found.reason
+    slept = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
+                     source_line=lambda f: "time.sleep(5)")
+    assert slept.reason.startswith("sleeping or waiting")

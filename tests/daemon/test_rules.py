@@ -524,3 +524,39 @@ def test_spot_batching_and_commitments_go_by_the_workload_kind():
     assert by_rule(recs(steady), "steady_inference_commitment")
     assert by_rule(recs(steady, kinds=kinds(steady, NOTEBOOK)),
                    "steady_inference_commitment") == []
+
+
+def idle_held_phases(samples, reason, **shares):
+    stacks = [{"frames": ["job.py:8 <module>"], "file": "/srv/job.py", "line": 8,
+               "function": "<module>", "samples": 20, "reason": reason}]
+    return {pid_id(samples): {k: {"seconds": v * 600, "share": v, "gpu_idle_seconds": 0,
+                                  "top_stacks": stacks if k == "idle" else []}
+                              for k, v in shares.items()}}
+
+
+def test_a_job_blocked_on_a_lock_is_never_offered_sigterm():
+    """A job in fcntl.flock, the lock held by another process: idle_gpu_held sent SIGTERM."""
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python lock_job.py")
+    phases = idle_held_phases(s, "waiting on a lock: `fcntl.flock(lk, fcntl.LOCK_EX)` with the "
+                                 "GPU idle", idle=1.0)
+    [rec] = by_rule(recs(s, phases), "idle_gpu_held")
+    assert rec.action["kind"] == "copy_commands", rec.action
+    assert "waits on a lock (/srv/job.py:8)" in rec.action["text"]
+    assert any("/proc/locks" in c for c in rec.action["commands"])
+
+
+def test_a_job_that_computed_in_the_window_gets_no_sigterm_a_notebook_does():
+    """A batch job that computes 30 s then sleeps 90 s was offered SIGTERM between batches (its
+    balance: compute 34%); a notebook whose cell ran, then idled, still is."""
+    from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
+
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python nightly_batch.py")
+    phases = idle_held_phases(s, "sleeping or waiting: `time.sleep(90)` with the GPU idle",
+                              idle=0.66, compute=0.34)
+    [batch] = by_rule(recs(s, phases, kinds={pid_id(s): Kind(TRAINING, 0.8, ("test",))}),
+                      "idle_gpu_held")
+    assert batch.action["kind"] == "copy_commands", batch.action
+    assert "computed 34% of the window" in batch.action["text"]
+    [notebook] = by_rule(recs(s, phases, kinds={pid_id(s): Kind(NOTEBOOK, 0.9, ("test",))}),
+                         "idle_gpu_held")
+    assert notebook.action["kind"] == "sigterm"

@@ -9,7 +9,9 @@ waiting on input or sleeping (an idle phase); where no stack was sampled (py-spy
 permitted) the advice stays, with the command to look first instead of the SIGTERM. Nor does
 a low-confidence idle phase (from /proc alone, where ptrace is denied: daemon.analysis.
 proc_phases) earn a SIGTERM: /proc cannot tell a process waiting for nothing from one waiting on
-a peer, a lock or a socket that is about to answer, so it gets the look-first action too.
+a peer, a lock or a socket that is about to answer, so it gets the look-first action too. Nor
+do stacks waiting on a lock (someone holds it), nor a process that computed in the window and is
+not a notebook (a job between batches: it works, its GPU idles between them).
 
 Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is online inference,
 or that listens and has served (accepted connections, serving frames in any thread), is left
@@ -24,7 +26,7 @@ from typing import Any
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.host_signals import READ_MIN_PER_S
-from daemon.analysis.kinds import ONLINE_INFERENCE
+from daemon.analysis.kinds import NOTEBOOK, ONLINE_INFERENCE
 from daemon.analysis.rules.base import (
     UPPER_BOUND,
     Finding,
@@ -33,11 +35,13 @@ from daemon.analysis.rules.base import (
     process_evidence,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+from daemon.analysis.stack_rules import LOCK_WAIT
 from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from daemon.wire import (
     CHECKPOINT,
     COMM,
+    COMPUTE,
     DATA_WAIT,
     EVAL,
     HOST_PREPROCESS,
@@ -125,12 +129,39 @@ def _look_first_no_stacks(proc: ProcessWindow) -> dict[str, object]:
                          f"kill -TERM {proc.pid}"]}
 
 
+def _look_first_lock(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks wait on a lock: someone holds it, and stopping the waiter loses its work."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} waits on a lock ({where}): whoever holds it decides when it "
+                    "goes on; find the holder before stopping anything",
+            "commands": ["lslocks -o PID,COMMAND,TYPE,MODE,PATH  # who holds which lock",
+                         "cat /proc/locks  # the same, by inode, where lslocks is missing",
+                         f"sudo py-spy dump --pid {proc.pid}"]}
+
+
+def _look_first_between(proc: ProcessWindow, computed: float) -> dict[str, object]:
+    """It computed in the window: a job between batches, not a finished one, as far as the
+    window tells; what to do with the GPU between batches, not a SIGTERM."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} computed {computed:.0%} of the window before it went idle: "
+                    "a job between batches? Release the GPU between them (schedule each batch as "
+                    "its own job, or unload the model); stop it only if it is done",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
+
+
 def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
-    """SIGTERM only where stacks show it waiting; else what to look at first."""
+    """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
+    (a notebook kernel may have: a cell ran, then its user left); else what to look at first."""
     if not waiting:
         return _look_first(proc)
     if waiting.get("confidence") == LOW_CONFIDENCE:
         return _look_first_no_stacks(proc)
+    top = next(iter(waiting.get("top_stacks") or []), None)
+    if isinstance(top, dict) and str(top.get("reason", "")).startswith(LOCK_WAIT):
+        return _look_first_lock(proc, f"{top.get('file')}:{top.get('line')}")
+    computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
+    if proc.kind.kind != NOTEBOOK and computed >= WORK_PHASE_MIN_SHARE:
+        return _look_first_between(proc, computed)
     return _sigterm(proc)
 
 
