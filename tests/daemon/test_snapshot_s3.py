@@ -164,13 +164,14 @@ def test_mlcostd_snapshot_upload_end_to_end(aws, files, tmp_path):
     assert f"uploaded: s3://{BUCKET}/cli/cli.html" in done.stdout
     body = boto3.client("s3").get_object(Bucket=BUCKET, Key="cli/cli.db")["Body"].read()
     assert body == (tmp_path / "cli.db").read_bytes()
-    failed = subprocess.run(command + config("s3://missing-bucket-zz/cli"),
+    again = [*command[:-1], str(tmp_path / "cli2.db")]  # (an existing --out is never replaced)
+    failed = subprocess.run(again + config("s3://missing-bucket-zz/cli"),
                             capture_output=True, text=True, timeout=120, cwd=ROOT,
                             env=os.environ)
     assert failed.returncode == 1
-    assert "upload failed: uploading cli.db failed: bucket 'missing-bucket-zz' does not " \
+    assert "upload failed: uploading cli2.db failed: bucket 'missing-bucket-zz' does not " \
            "exist" in failed.stdout
-    assert (tmp_path / "cli.db").exists() and "Traceback" not in failed.stderr
+    assert (tmp_path / "cli2.db").exists() and "Traceback" not in failed.stderr
 
 
 def test_an_upload_through_the_daemon_says_its_credentials_count_not_the_shells(

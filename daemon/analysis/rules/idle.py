@@ -59,6 +59,10 @@ OWN_KERNELS_MIN_PCT = 1.0
 # is a sign of work; 2% is one stack sample in fifty, above the noise of a stray dump.
 WORK_PHASE_MIN_SHARE = 0.02
 WORK_PHASES = (DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM)
+# Computing this share of the window, then idle: a job between batches (one that computes 30 s
+# in two minutes reads ~25%), not a kernel that ran one warm-up pass (a second or two) and
+# waits; a notebook may have computed any share (a cell ran, then its user left).
+BETWEEN_BATCHES_MIN_COMPUTE = 0.10
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
 WINDOW_EDGE_S = 10.0  # idle this close to the window's length: idle through all of it
@@ -160,7 +164,7 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     if isinstance(top, dict) and str(top.get("reason", "")).startswith(LOCK_WAIT):
         return _look_first_lock(proc, f"{top.get('file')}:{top.get('line')}")
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
-    if proc.kind.kind != NOTEBOOK and computed >= WORK_PHASE_MIN_SHARE:
+    if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
         return _look_first_between(proc, computed)
     return _sigterm(proc)
 
