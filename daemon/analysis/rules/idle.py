@@ -10,8 +10,9 @@ permitted) the advice stays, with the command to look first instead of the SIGTE
 a low-confidence idle phase (from /proc alone, where ptrace is denied: daemon.analysis.
 proc_phases) earn a SIGTERM: /proc cannot tell a process waiting for nothing from one waiting on
 a peer, a lock or a socket that is about to answer, so it gets the look-first action too. Nor
-do stacks waiting on a lock (someone holds it), nor a process that computed in the window and is
-not a notebook (a job between batches: it works, its GPU idles between them).
+do stacks waiting on a lock (someone holds it), nor a process that computed at least
+BETWEEN_BATCHES_MIN_COMPUTE of the window and is not a notebook (a job between batches: it
+works, its GPU idles between them).
 
 Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is online inference,
 or that listens and has served (accepted connections, serving frames in any thread), is left
