@@ -560,3 +560,23 @@ def test_a_job_that_computed_in_the_window_gets_no_sigterm_a_notebook_does():
     [notebook] = by_rule(recs(s, phases, kinds={pid_id(s): Kind(NOTEBOOK, 0.9, ("test",))}),
                          "idle_gpu_held")
     assert notebook.action["kind"] == "sigterm"
+
+
+def test_shrink_counts_the_gpu_a_quiet_server_holds_and_never_asks_to_release_it():
+    """An HTTP server answering a request every 20 s holds GPU 1, idle on average: the shrink
+    counted only GPU 0 and said "GPU 1 is held but idle: release it first", a server that
+    serves. A GPU held by a server (or by a process that shows a sign of work) is needed."""
+    from daemon.analysis.kinds import ONLINE_INFERENCE, Kind
+
+    server = ProcessSample(77, 100_000.0 - 60, 1, "svc", "python serve.py",
+                           (GpuUse(1, 6 * GIB, 0.0),))
+    s = window(utils=[90.0] + [0.0] * 7, holders={0: 90.0}, extra=(server,))
+    plain = {r.rule: r for r in recs(s)}["over_provisioned"]
+    assert plain.evidence["gpus_used"] == 1 and plain.evidence["gpus_held_idle"] == [1]
+    served = recs(s, kinds={f"77:{server.start_time:.3f}": Kind(ONLINE_INFERENCE, 0.9,
+                                                                 ("test",), serves=True)})
+    [rec] = by_rule(served, "over_provisioned")
+    assert rec.evidence["gpus_used"] == 2 and rec.evidence["gpus_held_idle"] == []
+    assert "release" not in rec.method
+    offer = CATALOG.by_instance("aws", rec.action["to"], "us-east-1")
+    assert offer.accelerator_count >= 2

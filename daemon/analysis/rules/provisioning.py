@@ -15,6 +15,7 @@ from daemon.analysis.rules.base import (
     regular_cadence,
     share_savings,
 )
+from daemon.analysis.rules.idle import is_server, signs_of_work
 from daemon.analysis.rules.thresholds import (
     RIGHTSIZE_CONFIDENT_S,
     SHRINK_HEADROOM,
@@ -30,14 +31,25 @@ from daemon.analysis.rules.thresholds import (
     UNDERBATCH_SM_ACTIVITY_PCT,
     WELL_USED_UTILIZATION_PCT,
 )
-from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
+from daemon.analysis.rules.window import GIB, Analysis, GpuWindow, ProcessWindow
 from daemon.clock import duration
 from pricing.offer import HOURS_PER_MONTH
 
 
+def needed_gpus(a: Analysis) -> tuple[GpuWindow, ...]:
+    """The GPUs a smaller host must carry: those at work, and those held by a process that
+    serves or shows a sign of work (rules/idle.py) however idle its GPU reads now: a server
+    answering a request every 20 s, a job fed by a slow producer. Told to "release them
+    first", their owners would stop a process that works."""
+    keep = {index for proc in a.processes if is_server(proc) or signs_of_work(proc)
+            for index in proc.gpus}
+    working = a.working_gpus
+    return tuple(g for g in a.gpus if g in working or (g.held and g.index in keep))
+
+
 def check_over_provisioned(a: Analysis, rule: Rule) -> list[Finding]:
     p = a.price
-    working = a.working_gpus
+    working = needed_gpus(a)
     if (a.catalog is None or not p.provider or p.per_hour <= 0
             or a.window_s < a.limit("shrink_min_window_s") or not working):
         return []
