@@ -18,6 +18,7 @@ from typing import Any
 
 from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
+from daemon.analysis.ledger import JobLabeler
 from daemon.wire import COMPUTE, process_key
 
 COMPARE_VERSION = 1
@@ -31,6 +32,21 @@ ENERGY_NOISE = "GPU power over timeline buckets"
 
 Series = Sequence[float]
 Stat = Callable[[Sequence[Any]], float | None]
+
+
+_LABELER = JobLabeler()  # the script or module a command runs, as `report` labels jobs
+
+
+def of_job(job: str, command: Any, owner: Any, workload: Any = None) -> bool:
+    """Whether a process is of `job`: its workload (pod, Slurm job, unit: from its owner), or
+    the script or module its command runs, the label `report` shows by job
+    ('daemon.sim.workloads.data_starved', 'train.py')."""
+    from daemon.sources.owners import workload_label
+
+    owned = owner if isinstance(owner, dict) else {}
+    if job in (workload, workload_label(owned) if owned else None):
+        return True
+    return isinstance(command, str) and bool(command) and _LABELER.label(command) == job
 
 
 @dataclass
@@ -48,7 +64,9 @@ class Side:
     def __post_init__(self) -> None:
         procs = [p for p in self.document.get("processes") or [] if isinstance(p, dict)]
         if self.job is not None:
-            procs = [p for p in procs if self.job in (p.get("workload"), p.get("job"))]
+            job = self.job
+            procs = [p for p in procs if p.get("job") == job
+                     or of_job(job, p.get("command"), p.get("owner"), p.get("workload"))]
         if self.command is not None:
             procs = [p for p in procs if p.get("command") == self.command]
         self.processes = procs
@@ -701,7 +719,7 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
     `target`, or of the command line of process `target` ('PID:START'), a run being processes
     whose lifetimes overlap; B the latest, A the one before it. NoPreviousRun when the
     store holds fewer than two. One query over the store's GPU processes (blocking)."""
-    from daemon.sources.owners import decode_owner, workload_label
+    from daemon.sources.owners import decode_owner
     from daemon.store.reader import StoreReader
     from daemon.wire import parse_process_key
 
@@ -718,7 +736,7 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
         pid, start = parse_process_key(target)
     except ValueError:
         job = target
-        mine = [r for r in rows if workload_label(decode_owner(r["owner"])) == job]
+        mine = [r for r in rows if of_job(job, r["command"], decode_owner(r["owner"]))]
     else:
         own = [r for r in rows if r["pid"] == pid and abs(r["start_ms"] / 1000 - start) < 0.001]
         if not own:

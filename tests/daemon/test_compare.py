@@ -699,3 +699,24 @@ def test_a_store_younger_than_its_range_says_how_much_of_it_was_recorded(runs, t
     text = _compare(young.path, whole.path).stdout
     assert (f"{last - first + 300:.0f} s, {clock.duration(last - first)} of it recorded"
             in text), text
+
+
+def test_a_job_is_found_by_the_label_report_shows_for_it():
+    """`report` lists spend by job as the script or module a command runs
+    ('daemon.sim.workloads.data_starved'); `compare --job` and `--previous` with that label
+    answered "no process of job": they matched a pod's or unit's label only."""
+    from daemon.analysis.compare import Side, of_job
+
+    starved = {"pid": 5, "command": "/usr/bin/python -m daemon.sim.workloads.data_starved "
+                                    "--gpu 1", "owner": {}, "workload": None, "gpus": [1]}
+    train = {"pid": 6, "command": "python /srv/train.py --lr 3e-4", "owner": {},
+             "workload": None, "gpus": [2]}
+    pod = {"pid": 7, "command": "python serve.py", "gpus": [3], "workload": "ml/infer-0",
+           "owner": {"pod": "infer-0", "namespace": "ml"}}
+    doc = {"processes": [starved, train, pod], "gpus": []}
+    assert [p["pid"] for p in Side("a", doc, job="daemon.sim.workloads.data_starved")
+            .processes] == [5]
+    assert [p["pid"] for p in Side("a", doc, job="train.py").processes] == [6]
+    assert [p["pid"] for p in Side("a", doc, job="ml/infer-0").processes] == [7]
+    assert Side("a", doc, job="nothing.py").processes == []
+    assert of_job("train.py", "python /srv/train.py", None) and not of_job("train.py", None, None)
