@@ -71,17 +71,18 @@ def replay_main(path: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    lowest, highest = POLL_INTERVAL_RANGE_S
+    if not lowest <= args.interval <= highest:  # (nan and inf too: a busy loop, a frozen view)
+        # (checked with --replay too: a value refused without it is not taken with it)
+        print(f"mlcost-top: --interval {args.interval:g} is not between {lowest:g} and "
+              f"{highest:g} seconds", file=sys.stderr)
+        return 2
     if args.replay:
         return replay_main(args.replay)
 
     from daemon.client import Client, ClientError, default_target, read_token_file
     from mlcost_tui.app import MlcostTop
 
-    lowest, highest = POLL_INTERVAL_RANGE_S
-    if not lowest <= args.interval <= highest:  # (nan and inf too: a busy loop, a frozen view)
-        print(f"mlcost-top: --interval {args.interval:g} is not between {lowest:g} and "
-              f"{highest:g} seconds", file=sys.stderr)
-        return 2
     token = None
     if args.token_file:
         try:

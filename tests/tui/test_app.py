@@ -243,6 +243,10 @@ def test_an_interval_that_is_no_polling_rate_is_refused_before_anything_starts(
     monkeypatch.setattr("daemon.client.default_target", lambda: f"unix:{tmp_path}/none.sock")
     assert main(["--interval", interval]) == 2
     assert "--interval" in capsys.readouterr().err
+    # with --replay too (it was taken there, and ignored): refused before the file is opened
+    assert main(["--replay", str(tmp_path / "none.db"), "--interval", interval]) == 2
+    said = capsys.readouterr().err
+    assert "--interval" in said and "none.db" not in said
 
 
 class NamedStub(StubClient):
