@@ -347,6 +347,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
               f"{config_module.format_duration(math.ceil(same[1] - same[0]))} "
               f"{one_line(b)[:40]}`", file=sys.stderr)
         return 2
+    if _same_file(a, b):
+        print(f"mlcostd compare: A and B are the same file ({one_line(a)[:120]}): every figure "
+              "would be 'within noise'; compare it with another profile or snapshot, or with "
+              "a time range of the store", file=sys.stderr)
+        return 2
     try:
         label_a, doc_a = load(a, config, now)
         label_b, doc_b = load(b, config, now)
@@ -354,6 +359,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
         return 1
     return _show(args, [(label_a, doc_a, args.job, None), (label_b, doc_b, args.job, None)])
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether A and B name one existing file (a profile, a snapshot), by any two paths."""
+    try:
+        return Path(a).is_file() and Path(b).is_file() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _run_previous(args: argparse.Namespace, config: Config) -> int:

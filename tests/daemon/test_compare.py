@@ -720,3 +720,15 @@ def test_a_job_is_found_by_the_label_report_shows_for_it():
     assert [p["pid"] for p in Side("a", doc, job="ml/infer-0").processes] == [7]
     assert Side("a", doc, job="nothing.py").processes == []
     assert of_job("train.py", "python /srv/train.py", None) and not of_job("train.py", None, None)
+
+
+def test_a_file_compared_with_itself_is_a_usage_error(tmp_path, capsys):
+    """`compare v1 v1` (or one file by two paths) answered "within noise" everywhere, where
+    `compare 1m 1m` is refused as the same range."""
+    profile = tmp_path / "v1.json"
+    profile.write_text(json.dumps({"profile": {"steps": 10}, "gpus": [], "processes": []}))
+    (tmp_path / "again.json").symlink_to(profile)
+    for other in (str(profile), str(tmp_path / "." / "again.json")):
+        done = _compare_here(capsys, str(profile), other)
+        assert done.returncode == 2, done
+        assert "A and B are the same file" in done.stderr and done.stdout == ""
