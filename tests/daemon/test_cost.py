@@ -61,6 +61,20 @@ def test_price_config_wins_and_off_cloud_says_how():
     assert off.source.startswith(NO_PRICE_SOURCE)
 
 
+def test_more_gpus_than_the_type_has_split_the_price_over_the_gpus_there_are():
+    """A g5.xlarge (1 GPU) declared over 8 GPUs burned $8.05/h at a $1.006/h price, and with
+    [instance].price_per_hour = 8 a $64/h burn for an $8/h host: the GPUs together never
+    cost more than the host, and the source says why."""
+    g5 = Instance("aws", "g5.xlarge", "us-east-1", None, "test")
+    hp = host_price(g5, Catalog.load(), gpu_count_seen=8)
+    assert hp.gpu_count == 8 and hp.per_gpu * 8 == pytest.approx(hp.per_hour)
+    assert "NVML sees 8 GPUs where the catalog lists 1 for g5.xlarge" in hp.source
+    set_price = host_price(g5, Catalog.load(), override_price_per_hour=8.0, gpu_count_seen=8)
+    assert set_price.per_gpu == pytest.approx(1.0)
+    fewer = host_price(p4d(), Catalog.load(), gpu_count_seen=7)  # one fell off the bus: billed
+    assert fewer.gpu_count == 8 and "NVML sees" not in fewer.source
+
+
 def test_spot_lifecycle_uses_spot_midpoint_and_commit_falls_back():
     spot = host_price(p4d("spot"), Catalog.load())
     assert spot.per_hour == pytest.approx((5.09 + 9.61) / 2)
