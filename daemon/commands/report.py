@@ -451,6 +451,11 @@ def fit(lines: list[str], width: int | None) -> list[str]:
     return out
 
 
+# Piped or redirected (no terminal width), a command line is shown whole, up to this: a grep
+# finds it; in a terminal the table's column cuts it.
+PIPED_COMMAND = 4096
+
+
 def render_text(report: dict[str, Any], width: int | None = None) -> str:
     """The report for a terminal `width` columns wide (lines wrap there), or for a pipe or
     a file (None: no line is cut or wrapped). Control bytes in what processes wrote (and in
@@ -536,7 +541,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out.append("Processes (GPU processes and their workers)")
     rows = []
     for proc in report["processes"]:
-        command = short_command(one_line(proc["command"]), 48)
+        command = short_command(one_line(proc["command"]), 48 if width else PIPED_COMMAND)
         gpus = ",".join(str(g) for g in proc["gpus"]) or "-"
         rows.append([str(proc["pid"]), one_line(proc["user"]), gpus, _bytes(proc["gpu_memory_bytes"]),
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
@@ -552,7 +557,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
         out.append("  no process used a GPU in this window")
     out += _render_kinds(report["processes"])
     out += _render_inference(report["processes"])
-    out += _render_phases(report["processes"])
+    out += _render_phases(report["processes"], 40 if width else PIPED_COMMAND)
     out += report_latency.render_text(report)
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"),
                           window["until"])
@@ -716,7 +721,7 @@ def _render_kinds(processes: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
+def _render_phases(processes: list[dict[str, Any]], command_width: int) -> list[str]:
     out = ["", "Where the time goes (phase balance; stacks sampled while a GPU waits)"]
     shown = False
     for proc in processes:
@@ -730,7 +735,8 @@ def _render_phases(processes: list[dict[str, Any]]) -> list[str]:
         parts = ", ".join(f"{phase_label(phase, part.get('confidence'))} {part['share']:.0%}"
                           for phase, part in phases.items())
         low = any(part.get("confidence") == LOW_CONFIDENCE for part in phases.values())
-        out.append(f"  {proc['pid']} {short_command(one_line(proc['command']), 40)}: {parts}"
+        out.append(f"  {proc['pid']} {short_command(one_line(proc['command']), command_width)}: "
+                   f"{parts}"
                    + (f" ({LOW_CONFIDENCE_MARK}: low confidence, from /proc, no stacks)"
                       if low else ""))
         for phase, part in phases.items():

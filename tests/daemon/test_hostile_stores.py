@@ -206,3 +206,19 @@ def test_a_null_user_or_command_is_a_blank_not_a_traceback(good_snapshot, tmp_pa
     done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--json")
     assert done.returncode == 0, done.stderr
     assert all(p[column] == "" for p in json.loads(done.stdout)["processes"])
+
+
+def test_a_piped_report_shows_command_lines_whole(good_snapshot, tmp_path):
+    """Piped or redirected no line is cut (README), but the process table and the phase lines
+    cut command lines at 48 and 40 characters with an ellipsis: a grep missed them."""
+    edited = tmp_path / "edited.db"
+    shutil.copyfile(good_snapshot, edited)
+    long = ("python -m train.main --config configs/llama-7b-finetune.yaml --lr 3e-4 "
+            "--batch-size 64 --run-name nightly-2026-12-05")
+    conn = sqlite3.connect(edited)
+    assert conn.execute("UPDATE processes SET command = ?", (long,)).rowcount > 0
+    conn.commit()
+    conn.close()
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d")
+    assert done.returncode == 0, done.stderr
+    assert "--run-name nightly-2026-12-05" in done.stdout, done.stdout
