@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -114,10 +115,12 @@ def money(value: float | None, digits: int = 2, *, small: bool = False) -> str:
     """Dollars as reports, recommendations and snapshots write them: '$1,234.56', '-' when
     unknown. `small`: four decimals below $1, where a short run's cost would read $0.00
     (profiles and their gates: '$0.0022')."""
-    if value is None:
+    if value is None or not math.isfinite(value):  # (an edited file's 1e308 - x is inf)
         return "-"
     if small and abs(value) < 1:
         digits = 4
+    if value < 0:
+        return f"-${-value:,.{digits}f}"
     return f"${value:,.{digits}f}"
 
 

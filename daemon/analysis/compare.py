@@ -865,8 +865,9 @@ def _describe(side: Side) -> dict[str, Any]:
 
 
 def figure_text(value: float | None, unit: str) -> str:
-    """A figure in its unit, as compare's text and HTML both show it ('-' when none)."""
-    if value is None:
+    """A figure in its unit, as compare's text and HTML both show it ('-' when none, or when
+    it is no finite number: an edited file's 1e308 made inf)."""
+    if value is None or not math.isfinite(value):
         return "-"
     if unit == "%":
         return f"{value:.0f}%"
@@ -886,7 +887,7 @@ def figure_text(value: float | None, unit: str) -> str:
 def change_text(value: float | None, unit: str, signed: bool = True) -> str:
     """A change (signed) or a noise (not) in the figure's unit: points for shares and
     percentages, never a '%' that could read as a relative change."""
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "-"
     sign = ("+" if value >= 0 else "-") if signed else ""
     if unit == "%":

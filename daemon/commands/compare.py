@@ -267,7 +267,8 @@ def render_text(result: dict[str, Any]) -> str:
     out.append(header)
     for fig in result["figures"]:
         unit = fig["unit"]
-        noise = "-" if fig.get("noise") is None else "±" + change_text(fig["noise"], unit, False)
+        noise = change_text(fig.get("noise"), unit, False)
+        noise = noise if noise == "-" else "±" + noise
         out.append(f"{one_line(fig['label'])[:20]:<20} {figure_text(fig['a'], unit):>10} "
                    f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>10} "
                    f"{noise:>10}  {analysis.shown_verdict(fig)}")
@@ -347,17 +348,17 @@ def run(args: argparse.Namespace, config: Config) -> int:
               f"{config_module.format_duration(math.ceil(same[1] - same[0]))} "
               f"{one_line(b)[:40]}`", file=sys.stderr)
         return 2
-    if _same_file(a, b):
-        print(f"mlcostd compare: A and B are the same file ({one_line(a)[:120]}): every figure "
-              "would be 'within noise'; compare it with another profile or snapshot, or with "
-              "a time range of the store", file=sys.stderr)
-        return 2
     try:
         label_a, doc_a = load(a, config, now)
         label_b, doc_b = load(b, config, now)
     except CompareInputError as exc:
         print(f"mlcostd compare: {one_line(str(exc))}", file=sys.stderr)
         return 1
+    if _same_file(a, b):  # (after the load: a file that is no profile says so first)
+        print(f"mlcostd compare: A and B are the same file ({one_line(a)[:120]}): every figure "
+              "would be 'within noise'; compare it with another profile or snapshot, or with "
+              "a time range of the store", file=sys.stderr)
+        return 2
     return _show(args, [(label_a, doc_a, args.job, None), (label_b, doc_b, args.job, None)])
 
 

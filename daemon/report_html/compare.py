@@ -42,8 +42,8 @@ def render(result: dict[str, Any]) -> str:
         unit = fig["unit"]
         change = fig.get("change")
         shown = change_text(change, unit)
-        noise = "-" if fig.get("noise") is None else "± " + change_text(fig["noise"], unit,
-                                                                         signed=False)
+        noise = change_text(fig.get("noise"), unit, signed=False)
+        noise = noise if noise == "-" else "± " + noise
         colour = (VERDICT_COLOURS.get(fig["verdict"], "#111")
                   if fig.get("in_overall", True) is not False else "#777")
         rows.append(f"<tr data-figure=\"{_e(fig['name'])}\"><td>{_e(fig['label'])}</td>"

@@ -606,11 +606,14 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
         "processes": [{"pid": 1, "start_time": "soon\x1b[2J", "gpus": [0],
                        "phases": {"data_wait": {"seconds": "long"}}}],
         "timeline": {"bucket_s": "1", "buckets": [{"ts": "then", "gpus": {"0": {}}}] * 5}}))
-    done = _compare_here(capsys, str(hostile), str(hostile))
+    twin = tmp_path / "hostile2.json"  # (one file by itself is refused: the same file)
+    twin.write_text(hostile.read_text())
+    done = _compare_here(capsys, str(hostile), str(twin))
     assert done.returncode == 0 and "no figure" in done.stdout, done.stderr
     assert "\x1b" not in done.stdout + done.stderr
     hostile.write_text(hostile.read_text().replace('"bucket_s": "1"', '"bucket_s": "abc"'))
-    done = _compare_here(capsys, str(hostile), str(hostile))
+    twin.write_text(hostile.read_text())
+    done = _compare_here(capsys, str(hostile), str(twin))
     assert done.returncode == 1 and "cannot compare" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
@@ -726,9 +729,24 @@ def test_a_file_compared_with_itself_is_a_usage_error(tmp_path, capsys):
     """`compare v1 v1` (or one file by two paths) answered "within noise" everywhere, where
     `compare 1m 1m` is refused as the same range."""
     profile = tmp_path / "v1.json"
-    profile.write_text(json.dumps({"profile": {"steps": 10}, "gpus": [], "processes": []}))
+    profile.write_text(json.dumps({"window": {}, "profile": {"steps": 10}, "gpus": [],
+                                   "processes": []}))
     (tmp_path / "again.json").symlink_to(profile)
     for other in (str(profile), str(tmp_path / "." / "again.json")):
         done = _compare_here(capsys, str(profile), other)
         assert done.returncode == 2, done
         assert "A and B are the same file" in done.stderr and done.stdout == ""
+
+
+def test_money_says_unknown_for_no_finite_figure_and_puts_a_minus_first():
+    """A hand-edited profile's cost_per_step 1e308 made the comparison's change inf, shown
+    "$inf  -$inf  ±$inf"; a negative cost read "$-1"."""
+    from daemon.wire import money
+
+    assert money(float("inf")) == "-" and money(float("nan")) == "-" and money(None) == "-"
+    assert money(-1) == "-$1.00" and money(-0.0022, small=True) == "-$0.0022"
+    assert money(1234.5) == "$1,234.50"
+    from daemon.analysis.compare import change_text, figure_text
+
+    assert figure_text(float("inf"), "$") == "-" and change_text(float("inf"), "$") == "-"
+    assert change_text(-0.5, "$") == "-$0.5" and figure_text(1e-4, "$") == "$0.0001"
