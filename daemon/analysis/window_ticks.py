@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from daemon.analysis.cost import Burn
 from daemon.sources.sample import GPU_OK, GpuSample, GpuUse, Sample
@@ -84,6 +84,9 @@ class WindowTick:
     util_mean: array[float]
     gpm_mean: array[float]
     own_sm: array[float]
+    # Each GPU's highest utilization since the window tick before (StepMeans): busy or idle is
+    # told from it (a burst between two window ticks is work); empty: the reading itself.
+    peak_util: dict[int, float] = field(default_factory=dict)
 
     def process(self, i: int) -> ProcessTick:
         """The i-th process as the rules read it (built on each call, dropped after use)."""
@@ -102,29 +105,40 @@ class WindowTick:
 
 
 class StepMeans:
-    """The ticks between two window ticks, so the window tick stands for all of them, not the
-    one it was taken at: each GPU's utilization and SM activity and each process's SM share on
-    each GPU averaged over them, its GPU memory at its highest. A job whose kernels ran in
-    bursts between window ticks (every 5 s) read as idle for minutes, and was offered
-    SIGTERM, while the idle events (per tick) saw it working."""
+    """The ticks between two window ticks, so the window tick stands for all of them, not only
+    the moment it was taken at: each GPU's highest utilization over them (what tells busy from
+    idle: `WindowTick.peak_util`) and highest memory, the GPM SM activity and each process's
+    SM share on each GPU averaged over them, its GPU memory at its highest. A job whose
+    kernels ran in bursts between window ticks (every 5 s) read as idle for minutes, and was
+    offered SIGTERM, while the idle events (per tick) saw it working. The GPUs' utilization
+    itself stays the moment's: the shares of time (below or above a level, the p95) count
+    moments, as they did."""
 
-    __slots__ = ("util", "gpm", "share", "memory")
+    __slots__ = ("peak", "gpu_memory", "gpm", "share", "memory")
 
     def __init__(self) -> None:
-        self.util: dict[int, list[float]] = {}  # GPU index -> [sum, ticks]
-        self.gpm: dict[int, list[float]] = {}
+        self.peak: dict[int, float] = {}  # GPU index -> highest utilization
+        self.gpu_memory: dict[int, int] = {}  # GPU index -> highest memory used
+        self.gpm: dict[int, list[float]] = {}  # GPU index -> [sum, ticks]
         self.share: dict[tuple[ProcessKey, int], list[float]] = {}  # (process, GPU) -> same
         self.memory: dict[tuple[ProcessKey, int], int] = {}  # (process, GPU) -> highest
 
     def add(self, sample: Sample) -> None:
         """One tick (each tick, the window's included)."""
-        util, gpm, share, memory = self.util, self.gpm, self.share, self.memory
+        peak, gpu_memory, gpm = self.peak, self.gpu_memory, self.gpm
+        share, memory = self.share, self.memory
         for g in sample.gpus:
             if g.status == GPU_OK and g.utilization is not None:
-                _add(util, g.index, g.utilization)
+                if g.utilization > peak.get(g.index, -1.0):
+                    peak[g.index] = g.utilization
+            if g.memory_used_bytes is not None and g.memory_used_bytes > gpu_memory.get(
+                    g.index, -1):
+                gpu_memory[g.index] = g.memory_used_bytes
             if g.sm_activity is not None:
                 _add(gpm, g.index, g.sm_activity)
         for p in sample.processes:
+            if not p.gpus:
+                continue
             key = p.key
             for use in p.gpus:
                 at = (key, use.gpu_index)
@@ -134,7 +148,8 @@ class StepMeans:
                     memory[at] = held
 
     def clear(self) -> None:
-        self.util.clear()
+        self.peak = {}  # (a new dict: the window tick keeps the last one as its peak_util)
+        self.gpu_memory.clear()
         self.gpm.clear()
         self.share.clear()
         self.memory.clear()
@@ -158,16 +173,19 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None,
                 step: StepMeans | None = None) -> WindowTick:
     """The compact record of `sample` and its `burn`; keys, parents and command lines equal to
     `previous`'s are shared with it. With `step` (the ticks since the last window tick, this
-    one's included), its GPU readings and the processes' SM shares are their means over the
-    step and GPU memory its highest."""
+    one's included): each GPU's peak utilization over the step beside its reading, its
+    memory and GPM SM activity and the processes' SM shares and memory over the step (the
+    highest, the mean)."""
     burns = burn.processes
     numbers, first = array("d"), array("I", [0])
     gpu, memory, sm = array("I"), array("d"), array("d")
     util_mean, gpm_mean, own_sm = array("d"), array("d"), array("d")
     gpus = sample.gpus
+    peak_util: dict[int, float] = {}
     if step is not None:
+        peak_util = step.peak
         gpus = tuple(
-            replace(g, utilization=_mean(step.util, g.index, g.utilization),
+            replace(g, memory_used_bytes=step.gpu_memory.get(g.index, g.memory_used_bytes),
                     sm_activity=_mean(step.gpm, g.index, g.sm_activity))
             if g.status == GPU_OK and g.utilization is not None else g
             for g in gpus)
@@ -211,7 +229,7 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None,
         sample.ts, gpus, burn.total_per_hour, burn.idle_per_hour, burn.wasted_per_hour,
         key_column, ppids, who_column,
         bytes(1 if p.state == "D" or p.threads_in_d > 0 else 0 for p in sample.processes),
-        numbers, first, gpu, memory, sm, util_mean, gpm_mean, own_sm)
+        numbers, first, gpu, memory, sm, util_mean, gpm_mean, own_sm, peak_util)
 
 
 def _nan(value: float | None) -> float:

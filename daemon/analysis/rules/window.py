@@ -754,16 +754,17 @@ def analysis_of_ticks(
     held: set[int] = set()
     for run in runs:
         held.update(run.ticks[0].use_gpu)  # (a run's GPU uses are those of each of its ticks)
-    util_at: list[dict[int, float]] = []
+    util_at: list[dict[int, float]] = []  # busy or idle: each GPU's peak since the tick before
     for s in ticks:
         tick_utils: dict[int, float] = {}
+        peaks = s.peak_util
         for g in s.gpus:
             names[g.index] = g.name
             if g.memory_total_bytes:
                 mem_total[g.index] = g.memory_total_bytes
             if g.status != GPU_OK or g.utilization is None:
                 continue
-            tick_utils[g.index] = g.utilization
+            tick_utils[g.index] = peaks.get(g.index, g.utilization)
             util_series.setdefault(g.index, []).append(g.utilization)
             if g.sm_activity is not None:
                 sm_series.setdefault(g.index, []).append(g.sm_activity)
