@@ -580,3 +580,13 @@ def test_shrink_counts_the_gpu_a_quiet_server_holds_and_never_asks_to_release_it
     assert "release" not in rec.method
     offer = CATALOG.by_instance("aws", rec.action["to"], "us-east-1")
     assert offer.accelerator_count >= 2
+
+
+def test_a_job_at_work_on_one_gpu_still_has_its_stray_contexts_listed_to_release():
+    """A sign of work is a process's, not each GPU's: a job busy on GPU 0 with 10% data wait
+    that holds contexts on GPUs 1-7 kept all eight as needed, and the "uses 1 of 8 GPUs"
+    shrink was gone."""
+    s = window(utils=[90.0] + [0.0] * 7, holders={0: 90.0, **{g: 0.0 for g in range(1, 8)}})
+    [rec] = by_rule(recs(s, phases_for(s, data_wait=0.10, compute=0.90)), "over_provisioned")
+    assert rec.evidence["gpus_used"] == 1
+    assert rec.evidence["gpus_held_idle"] == [1, 2, 3, 4, 5, 6, 7]

@@ -37,13 +37,17 @@ from pricing.offer import HOURS_PER_MONTH
 
 
 def needed_gpus(a: Analysis) -> tuple[GpuWindow, ...]:
-    """The GPUs a smaller host must carry: those at work, and those held by a process that
-    serves or shows a sign of work (rules/idle.py) however idle its GPU reads now: a server
-    answering a request every 20 s, a job fed by a slow producer. Told to "release them
-    first", their owners would stop a process that works."""
-    keep = {index for proc in a.processes if is_server(proc) or signs_of_work(proc)
-            for index in proc.gpus}
+    """The GPUs a smaller host must carry: those at work, and the GPUs held by a server, or by
+    a process that shows a sign of work (rules/idle.py) with none of its GPUs at work (its
+    work is on them, however idle they read: a server answering a request every 20 s, a job
+    fed by a slow producer). Told to "release them first", their owners would stop a process
+    that works. A job at work on one GPU that holds stray contexts on others still has those
+    listed as held but idle."""
     working = a.working_gpus
+    busy = {g.index for g in working}
+    keep = {index for proc in a.processes
+            if is_server(proc) or (not busy.intersection(proc.gpus) and signs_of_work(proc))
+            for index in proc.gpus}
     return tuple(g for g in a.gpus if g in working or (g.held and g.index in keep))
 
 
