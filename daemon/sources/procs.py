@@ -319,33 +319,39 @@ class ProcessSource:
             return last
         try:
             name_end = data.rindex(b")")
-            if data[:name_end] != known.head and known.head:
-                self._renamed(known, data[:name_end])
+            pending = (data[:name_end] != known.head and bool(known.head)
+                       and not self._renamed(known, data[:name_end]))
             fields = data[name_end + 2:].split()
             sample = self._sample(known, uses, fields, io_data)
         except (ValueError, IndexError):
             return None  # a torn or unexpected read: not this tick
         if sample is not None:
-            known.last_stat, known.last_io_data, known.last_sample = data, io_data, sample
+            # (a rename still pending keeps the same bytes from reading as "nothing moved")
+            known.last_stat = b"" if pending else data
+            known.last_io_data, known.last_sample = io_data, sample
             known.last_io_counters = (sample.read_bytes, sample.write_bytes, sample.read_chars,
                                       sample.write_chars)
         return sample
 
     @staticmethod
-    def _renamed(known: _Known, head: bytes) -> None:
+    def _renamed(known: _Known, head: bytes) -> bool:
         """The process's name changed since its command line was read (an exec: a shell or a
-        launcher that became the program): read it again, at most every COMMAND_REREAD_S."""
+        launcher that became the program): read it again, at most every COMMAND_REREAD_S.
+        False while that is pending (too soon, or the new command line not there yet, mid-exec):
+        the caller looks again at the next tick."""
         now = time.monotonic()
         if now - known.command_read_at < COMMAND_REREAD_S:
-            return  # (the name stays different: read once the time has passed)
-        known.command_read_at = now
-        known.head = head
+            return False
         try:
             argv = read_argv(known.pid)
         except OSError:
-            return  # exited, or no longer readable: it keeps the command it had
-        if argv:
-            known.command = one_line(redact_argv(argv))
+            return False  # exited, or no longer readable: it keeps the command it had for now
+        if not argv:
+            return False  # mid-exec: the new command line is not there yet (next tick)
+        known.command_read_at = now
+        known.command = one_line(redact_argv(argv))
+        known.head = head
+        return True
 
     def _sample(self, known: _Known, uses: tuple[GpuUse, ...], fields: list[bytes],
                 io_data: bytes) -> ProcessSample | None:

@@ -542,3 +542,38 @@ def test_a_process_that_execs_is_renamed_to_the_program_it_became():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_second_exec_soon_after_the_first_is_picked_up_once_its_turn_comes(monkeypatch):
+    """An exec chain (a shim execs a shell that execs the program): the second rename came
+    within the re-read interval, and since the idle process's stat then read the same bytes
+    tick after tick, the cached sample kept the shell's command line for good."""
+    monkeypatch.setattr(procs_module, "COMMAND_REREAD_S", 1.0)
+    sleep = shutil.which("sleep")
+    sh = shutil.which("sh")
+    assert sleep is not None and sh is not None
+    code = (f"import os, sys; sys.stdin.readline(); "
+            f"os.execv({sh!r}, ['sh', '-c', 'read x; exec {sleep} 60'])")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        poll(lambda: procs_module.read_argv(proc.pid)[:2] == [sys.executable, "-c"], 10,
+             "the child's argv in /proc")
+        source = ProcessSource()
+        source.discover({proc.pid})
+        source.read({proc.pid: USE})
+        assert proc.stdin is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+
+        def command():
+            (now,) = source.read({proc.pid: USE})
+            return now.command
+
+        poll(lambda: command().startswith("sh -c read x"), 10, "the shell's command line")
+        proc.stdin.write(b"\n")  # at once: within the re-read interval of the first
+        proc.stdin.flush()
+        poll(lambda: command() == f"{sleep} 60" or command() == "sleep 60", 10,
+             "the program's command line, once its turn came")
+    finally:
+        proc.kill()
+        proc.wait()
