@@ -44,7 +44,7 @@ INSERT_GPU_SAMPLES = WideInsert(
 INSERT_PROCESS = (
     "INSERT INTO processes (pid, start_ms, ppid, user, command, first_ts, last_ts, owner)"
     " VALUES (?,?,?,?,?,?,?,?)")
-FIND_PROCESS = "SELECT id FROM processes WHERE pid = ? AND start_ms = ?"
+FIND_PROCESS = "SELECT id, command FROM processes WHERE pid = ? AND start_ms = ?"
 INSERT_PROCESS_SAMPLES = WideInsert(
     "INSERT OR REPLACE INTO proc_samples (ts, proc, cpu_ms, rss, read_b, write_b, iowait_ms,"
     " state, threads, threads_d)", 10)

@@ -385,7 +385,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         if sample.gpus:
             tick_rows.INSERT_GPU_SAMPLES.run(conn, tick_rows.gpu_sample_rows(ts, sample.gpus))
         processes = sample.processes
-        idents = self._process_ids(ts, processes, new_processes)
+        idents = self._process_ids(ts, processes, new_processes, commands)
         self._rename(processes, idents, commands)
         seen.update(dict.fromkeys(idents, ts))
         proc_rows = tick_rows.process_sample_rows(ts, processes, idents)
@@ -397,7 +397,8 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         return proc_rows, use_rows
 
     def _process_ids(self, ts: int, processes: Sequence[ProcessSample],
-                     new_processes: dict[tuple[int, int], int]) -> list[int]:
+                     new_processes: dict[tuple[int, int], int],
+                     commands: dict[int, str]) -> list[int]:
         """The id in `processes` of each process, in order; one not seen lately is looked up
         (recorded before a restart) or recorded now, in `new_processes` until committed. Most
         ticks have the processes of the tick before, in the same order: they take its ids, one
@@ -413,8 +414,10 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
             ident = known.get(key) or new_processes.get(key)
             if ident is None:
                 row = self._conn.execute(tick_rows.FIND_PROCESS, key).fetchone()
-                if row is not None:
+                if row is not None:  # recorded before a restart, with the command it had then
                     ident = int(row[0])
+                    if isinstance(row[1], str):
+                        commands[ident] = row[1]
                 else:
                     ident = self._conn.execute(tick_rows.INSERT_PROCESS,
                                                tick_rows.process_row(ts, proc, key[1])).lastrowid
@@ -432,7 +435,9 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         recorded, conn = self._commands, self._conn
         for ident, proc in zip(idents, processes, strict=True):
             command = proc.command
-            before = commands.get(ident) or recorded.get(ident)
+            before = commands.get(ident)
+            if before is None:
+                before = recorded.get(ident)
             if before is command:
                 continue
             if before is not None and before != command:

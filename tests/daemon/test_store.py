@@ -1047,3 +1047,28 @@ def test_fact_writes_in_a_batch_land_together_when_it_ends(tmp_path: Path) -> No
         facts.write_event(store, dict(events[1], ended_at=T0 + 6))  # outside: at once
         assert rows(path, "SELECT ended_at FROM events WHERE target = '100:1.000'") == [
             (round((T0 + 6) * 1000),)]
+
+
+def test_a_process_that_execs_has_its_recorded_command_updated_across_restarts(
+        tmp_path: Path) -> None:
+    """The command line was written once, at first sight: a process that exec'd (a shim that
+    became the program) kept the shim's in the store, and so in every report and replay."""
+    path = tmp_path / "s.db"
+
+    def tick(ts: float, tick: int, command: str) -> Sample:
+        return Sample(ts=ts, tick=tick, processes=(
+            ProcessSample(pid=42, start_time=T0 - 5, ppid=1, user="bob", command=command,
+                          gpus=(GpuUse(0, 1 << 30, 10.0),)),))
+
+    def recorded() -> list[str]:
+        with Store.reader(path) as reader:
+            return [r["command"] for r in reader.query("SELECT command FROM processes")]
+
+    with Store(path) as store:
+        assert store.write(tick(T0, 1, "bash /root/.pyenv/libexec/pyenv exec python train.py"))
+        assert store.write(tick(T0 + 1, 2, "python train.py"))
+        assert store.write(tick(T0 + 2, 3, "python train.py"))
+    assert recorded() == ["python train.py"]
+    with Store(path) as store:  # a restart: the row is found, its command compared with it
+        assert store.write(tick(T0 + 3, 4, "python train.py --resumed"))
+    assert recorded() == ["python train.py --resumed"]
