@@ -451,9 +451,11 @@ def fit(lines: list[str], width: int | None) -> list[str]:
     return out
 
 
-# Piped or redirected (no terminal width), a command line is shown whole, up to this: a grep
-# finds it; in a terminal the table's column cuts it.
-PIPED_COMMAND = 4096
+def shown_command(command: str, width: int | None) -> str:
+    """A command line in a terminal's column (`width`: the program first, cut with an
+    ellipsis), or whole (None: piped or redirected, where no line is cut and a grep finds it;
+    one line, its control bytes written out)."""
+    return one_line(command) if width is None else short_command(one_line(command), width)
 
 
 def render_text(report: dict[str, Any], width: int | None = None) -> str:
@@ -541,7 +543,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out.append("Processes (GPU processes and their workers)")
     rows = []
     for proc in report["processes"]:
-        command = short_command(one_line(proc["command"]), 48 if width else PIPED_COMMAND)
+        command = shown_command(proc["command"], 48 if width else None)
         gpus = ",".join(str(g) for g in proc["gpus"]) or "-"
         rows.append([str(proc["pid"]), one_line(proc["user"]), gpus, _bytes(proc["gpu_memory_bytes"]),
                      _pct(proc["sm_share"]) if proc["gpus"] else "-",
@@ -557,7 +559,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
         out.append("  no process used a GPU in this window")
     out += _render_kinds(report["processes"])
     out += _render_inference(report["processes"])
-    out += _render_phases(report["processes"], 40 if width else PIPED_COMMAND)
+    out += _render_phases(report["processes"], 40 if width else None)
     out += report_latency.render_text(report)
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"),
                           window["until"])
@@ -721,7 +723,7 @@ def _render_kinds(processes: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _render_phases(processes: list[dict[str, Any]], command_width: int) -> list[str]:
+def _render_phases(processes: list[dict[str, Any]], command_width: int | None) -> list[str]:
     out = ["", "Where the time goes (phase balance; stacks sampled while a GPU waits)"]
     shown = False
     for proc in processes:
@@ -735,8 +737,7 @@ def _render_phases(processes: list[dict[str, Any]], command_width: int) -> list[
         parts = ", ".join(f"{phase_label(phase, part.get('confidence'))} {part['share']:.0%}"
                           for phase, part in phases.items())
         low = any(part.get("confidence") == LOW_CONFIDENCE for part in phases.values())
-        out.append(f"  {proc['pid']} {short_command(one_line(proc['command']), command_width)}: "
-                   f"{parts}"
+        out.append(f"  {proc['pid']} {shown_command(proc['command'], command_width)}: {parts}"
                    + (f" ({LOW_CONFIDENCE_MARK}: low confidence, from /proc, no stacks)"
                       if low else ""))
         for phase, part in phases.items():
