@@ -45,6 +45,7 @@ from daemon.analysis.stack_rules import (
     CONTEXT,
     IO,
     LIBRARY,
+    LOCK,
     SOURCE_CALLS,
     WAIT,
     FrameRule,
@@ -166,7 +167,7 @@ def classify(
         measured = _from_signals(frames, signals, responsible)
         if measured is not None:
             return measured
-    wait = first_match(called, WAIT)
+    wait = first_match(called, LOCK) or first_match(called, WAIT)
     if wait is not None:
         return _said(wait, responsible)
     if line_call is not None and line_call[0] == IDLE:

@@ -36,6 +36,8 @@ CONTEXT = "context"  # anywhere in the stack: the whole stack is spent in this p
 LIBRARY = "library"  # the innermost matching library frame decides
 IO = "io"  # a stdlib/library I/O frame below the innermost user frame
 WAIT = "wait"  # a stdlib waiting frame below the innermost user frame
+LOCK = "lock"  # a lock's acquire below the innermost user frame: before WAIT (a semaphore
+# waits in Condition.wait, a WAIT frame inside it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,10 @@ _PL_OLD = "*/pytorch_lightning/*"
 
 # Function names are 3.11+ qualified names; on older Pythons py-spy gives the bare name, which
 # name_matches accepts for a pattern's last component.
+# A process blocked on a lock waits for whoever holds it (another job, a peer): idle for its
+# GPU, but never a process to stop on sight (rules/idle.py looks first).
+LOCK_WAIT = "waiting on a lock"
+
 FRAME_RULES: tuple[FrameRule, ...] = (
     # -- checkpoint (context) --
     FrameRule(CONTEXT, "*/torch/serialization.py", "save", CHECKPOINT, "torch.save"),
@@ -189,6 +195,15 @@ FRAME_RULES: tuple[FrameRule, ...] = (
             ("pickle.py", "*dump*", "pickle"),
         )
     ),
+    # -- waiting on a lock someone holds (wait; rules/idle.py looks first) --
+    *(
+        FrameRule(LOCK, f"*/{file}", name, IDLE, f"{LOCK_WAIT} ({what})")
+        for file, name, what in (
+            ("filelock/*", "*acquire", "filelock"),
+            ("threading.py", "Semaphore.acquire", "a semaphore"),
+            ("threading.py", "BoundedSemaphore.acquire", "a semaphore"),
+        )
+    ),
     # -- waiting with nothing to do (wait) --
     *(
         FrameRule(WAIT, f"*/{file}", name, IDLE, f"waiting in {what}")
@@ -210,10 +225,6 @@ FRAME_RULES: tuple[FrameRule, ...] = (
         )
     ),
 )
-
-# A process blocked on a lock waits for whoever holds it (another job, a peer): idle for its
-# GPU, but never a process to stop on sight (rules/idle.py looks first).
-LOCK_WAIT = "waiting on a lock"
 
 # What the innermost user line calls, for calls that leave no Python frame (C functions):
 # (regex on the source line, phase, reason). The first match wins.

@@ -712,3 +712,15 @@ def test_a_main_thread_blocked_on_a_lock_says_it_waits_on_a_lock(line):
     slept = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
                      source_line=lambda f: "time.sleep(5)")
     assert slept.reason.startswith("sleeping or waiting")
+
+
+@pytest.mark.parametrize("frames", [
+    [(f"{STDLIB}/threading.py", "Condition.wait", 320),
+     (f"{STDLIB}/threading.py", "Semaphore.acquire", 475)],
+    [(f"{SITE}/filelock/_api.py", "BaseFileLock.acquire", 344)],
+])
+def test_a_lock_acquired_in_python_frames_is_a_lock_wait_too(frames):
+    """filelock (the HF hub's and Triton's caches) and a semaphore wait in Python frames: they
+    read as "waiting in Condition.wait" or a blocked main thread, and were offered SIGTERM."""
+    found = classify(stack(*frames, (USER, "main", 12)), gpu_busy=False, source_line=None)
+    assert found.phase == "idle" and found.reason.startswith(stack_rules.LOCK_WAIT), found
