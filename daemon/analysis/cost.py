@@ -116,12 +116,14 @@ def host_price(
             if offer is not None and region and offer.region.lower() != region.lower():
                 region_note = f" (price of {offer.region}; no {region} price in the catalog)"
     gpu_count = offer.accelerator_count if offer is not None else (gpu_count_seen or 0)
+    gpu_note = ""
     if offer is not None and gpu_count_seen and gpu_count_seen > gpu_count:
         # More GPUs than the type has (a wrong type in the config or a scenario): the price is
         # split over the GPUs there are, so the GPUs together never cost more than the host.
-        region_note += (f" (NVML sees {gpu_count_seen} GPUs where the catalog lists "
-                        f"{gpu_count} for {offer.instance_type}: check [instance].type; the "
-                        f"price is split over {gpu_count_seen})")
+        gpu_note = (f" (NVML sees {gpu_count_seen} GPUs where the catalog lists {gpu_count} "
+                    f"for {offer.instance_type}: check [instance].type; the price is split "
+                    f"over {gpu_count_seen})")
+        region_note += gpu_note
         gpu_count = gpu_count_seen
 
     def make(per_hour: float, source: str, as_of: str | None = None, live: bool = False,
@@ -130,7 +132,7 @@ def host_price(
                          as_of, live)
 
     if override_price_per_hour > 0:
-        return make(override_price_per_hour, "config [instance].price_per_hour")
+        return make(override_price_per_hour, "config [instance].price_per_hour" + gpu_note)
     if offer is None:
         if provider and instance_type:
             return make(0.0, f"{NO_PRICE_SOURCE} ({provider}/{instance_type} is not in the "

@@ -222,12 +222,12 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             if type(exc).__name__ == "ReaderTimeout":
                 return json_error(503, str(exc))
             raise
-        if not rows and target.startswith("gpu:"):
-            seen = daemon.last_sample
-            indexes = sorted(g.index for g in seen.gpus) if seen is not None else []
+        seen = daemon.last_sample
+        if not rows and target.startswith("gpu:") and seen is not None:
+            indexes = sorted(g.index for g in seen.gpus)
             if int(target[4:]) not in indexes:  # not a GPU of this host, nor one it had then
                 on_host = (f"this host's GPUs: {', '.join(map(str, indexes))}" if indexes
-                           else "no GPU seen yet")
+                           else "it has none")
                 return json_error(404, f"no GPU {target[4:]} on this host and none recorded "
                                        f"in the last {since:g} s ({on_host})")
         return web.json_response({"metric": metric, "target": target, "since_s": since,

@@ -166,7 +166,8 @@ class RecommendationTable(KeyedTable):
     def text_of(self, r: Recommendation) -> str:
         """Its summary where it fits the rows it has, else its headline (the advice in a few
         words): at 80 columns the summary's first 40 characters name its subject only."""
-        if r.headline and len(fmt.wrap(r.summary, self.summary_width)) > self.row_height:
+        if r.headline and len(fmt.wrap(going(r) + r.summary,
+                                       self.summary_width)) > self.row_height:
             return r.headline
         return r.summary
 

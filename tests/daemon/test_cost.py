@@ -70,7 +70,7 @@ def test_more_gpus_than_the_type_has_split_the_price_over_the_gpus_there_are():
     assert hp.gpu_count == 8 and hp.per_gpu * 8 == pytest.approx(hp.per_hour)
     assert "NVML sees 8 GPUs where the catalog lists 1 for g5.xlarge" in hp.source
     set_price = host_price(g5, Catalog.load(), override_price_per_hour=8.0, gpu_count_seen=8)
-    assert set_price.per_gpu == pytest.approx(1.0)
+    assert set_price.per_gpu == pytest.approx(1.0) and "NVML sees 8 GPUs" in set_price.source
     fewer = host_price(p4d(), Catalog.load(), gpu_count_seen=7)  # one fell off the bus: billed
     assert fewer.gpu_count == 8 and "NVML sees" not in fewer.source
 

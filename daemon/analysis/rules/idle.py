@@ -60,9 +60,11 @@ OWN_KERNELS_MIN_PCT = 1.0
 # is a sign of work; 2% is one stack sample in fifty, above the noise of a stray dump.
 WORK_PHASE_MIN_SHARE = 0.02
 WORK_PHASES = (DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM)
-# Computing this share of the window, then idle: a job between batches (one that computes 30 s
-# in two minutes reads ~25%), not a kernel that ran one warm-up pass (a second or two) and
-# waits; a notebook may have computed any share (a cell ran, then its user left).
+# Computing this share of the window, then idle past idle_held_min_s: a job between batches (a
+# nightly job that computes 5 minutes an hour; with the defaults, 10 idle minutes and a
+# 30-minute phase window, a job that finished reads so for up to ~20 minutes, then below it),
+# not a kernel that ran one warm-up pass and waits; a notebook may have computed any share (a
+# cell ran, then its user left).
 BETWEEN_BATCHES_MIN_COMPUTE = 0.10
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
