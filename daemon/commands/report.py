@@ -723,7 +723,8 @@ def _render_kinds(processes: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _render_phases(processes: list[dict[str, Any]], command_width: int | None) -> list[str]:
+def _render_phases(processes: list[dict[str, Any]],
+                   command_width: int | None = 40) -> list[str]:
     out = ["", "Where the time goes (phase balance; stacks sampled while a GPU waits)"]
     shown = False
     for proc in processes:

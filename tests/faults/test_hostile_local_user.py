@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -218,6 +219,7 @@ def test_an_html_output_that_is_refused_is_left_as_it_was(tmp_path):
             GpuSample(0, "GPU-0", "A100", utilization=50.0, memory_used_bytes=0,
                       memory_total_bytes=40 << 30),)))
     store.close()
+    shutil.copyfile(tmp_path / "mlcost.db", tmp_path / "copy.db")  # (compare: two files)
     target = victim(tmp_path)
     hard = tmp_path / "hard.html"
     os.link(target, hard)
@@ -226,7 +228,7 @@ def test_an_html_output_that_is_refused_is_left_as_it_was(tmp_path):
     os.chown(theirs, 65534, -1)
     for page, said in ((hard, "has 2 hard links"), (theirs, "owned by uid 65534")):
         for command in (["report", "--db", str(tmp_path / "mlcost.db"), "--html", str(page)],
-                        ["compare", str(tmp_path / "mlcost.db"), str(tmp_path / "mlcost.db"),
+                        ["compare", str(tmp_path / "mlcost.db"), str(tmp_path / "copy.db"),
                          "--html", str(page)]):
             done = subprocess.run([sys.executable, "-m", "daemon", *command], cwd=livedaemon.ROOT,
                                   capture_output=True, text=True, timeout=120)
