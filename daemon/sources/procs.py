@@ -87,9 +87,10 @@ class _Known:
     blkio_ticks: int = 0  # block I/O delay summed over all threads, at the last I/O tick
     forgotten: bool = False  # its descriptors are closed; the tick must not open new ones
     read_by_tick: bool = False  # the tick's last read of it succeeded, since discovery looked
-    # /proc/PID/stat up to the end of its name, "PID (NAME", as the command line was read: an
-    # exec (or a rename) changes the name, and the command line is read again (a profiled
-    # `pyenv exec python train.py` was recorded as the bash shim it started as).
+    # /proc/PID/stat up to the end of its name, "PID (NAME", when the command line was read
+    # (set by discovery with start_ticks, from the same read): an exec (or a rename) changes
+    # the name, and the command line is read again (a profiled `pyenv exec python train.py`
+    # was recorded as the bash shim it started as).
     head: bytes = b""
     command_read_at: float = 0.0  # monotonic: a process that renames itself each tick is
     # read again at most every COMMAND_REREAD_S
@@ -290,13 +291,10 @@ class ProcessSource:
         try:
             if known.stat_fd < 0:
                 known.stat_fd = os.open(f"/proc/{known.pid}/stat", _PROC_FLAGS)
-                first = _reread(known.stat_fd)
-                if int(_after_name(first)[19]) != known.start_ticks:
+                if int(_after_name(_reread(known.stat_fd))[19]) != known.start_ticks:
                     # The pid was reused: a different process. Discovery learns the new one.
                     _close(known)
                     return None
-                if not known.head:
-                    known.head = first[:first.rindex(b")")]
             data = os.pread(known.stat_fd, 4096, 0)
         except (OSError, ValueError, IndexError):
             return None  # exited, possibly mid-read
@@ -319,7 +317,7 @@ class ProcessSource:
             return last
         try:
             name_end = data.rindex(b")")
-            pending = (data[:name_end] != known.head and bool(known.head)
+            pending = (data[:name_end] != known.head
                        and not self._renamed(known, data[:name_end]))
             fields = data[name_end + 2:].split()
             sample = self._sample(known, uses, fields, io_data)

@@ -15,14 +15,21 @@ def kinds(samples, kind):
     return {pid_id(samples): Kind(kind, 0.8, ("test",))}
 
 
-def test_checkpoint_cadence_is_one_figure_in_one_format_in_both_rules():
-    s = window(n=61, step=10.0)  # 600 s window, the process started 660 s before its end
+def checkpointing_every_7s():
+    """(blocking_checkpoint, spot_training) of a training job that checkpoints every 7 s, 45%
+    of a 600 s window (the process started 660 s before its end)."""
+    s = window(n=61, step=10.0)
     every_7s = [s[0].ts + 7.0 * k for k in range(80)]
     found = recs(s, phases_for(s, checkpoint=0.45, compute=0.55),
                  checkpoint_times={pid_id(s): every_7s}, kinds=kinds(s, TRAINING),
                  limits={"spot_min_runtime_s": 60.0})
     [blocking] = by_rule(found, "blocking_checkpoint")
     [spot] = by_rule(found, "spot_training")
+    return blocking, spot
+
+
+def test_checkpoint_cadence_is_one_figure_in_one_format_in_both_rules():
+    blocking, spot = checkpointing_every_7s()
     assert "checkpoints every 7 s" in spot.summary
     assert "(now every 7 s)" in blocking.action["patch"]
     assert "0 min" not in blocking.action["patch"]
@@ -107,13 +114,7 @@ def test_each_rule_says_its_advice_in_a_headline_that_agrees_with_its_summary():
                                     "for at least 10 min")
     assert held.headline.endswith("/h") and held.headline.split(" at ")[-1] in held.summary
 
-    c = window(n=61, step=10.0)
-    every_7s = [c[0].ts + 7.0 * k for k in range(80)]
-    found = recs(c, phases_for(c, checkpoint=0.45, compute=0.55),
-                 checkpoint_times={pid_id(c): every_7s}, kinds=kinds(c, TRAINING),
-                 limits={"spot_min_runtime_s": 60.0})
-    [blocking] = by_rule(found, "blocking_checkpoint")
-    [spot] = by_rule(found, "spot_training")
+    blocking, spot = checkpointing_every_7s()
     assert blocking.headline.startswith("checkpoint asynchronously or less often (pid ")
     assert blocking.headline.endswith(": 45% in checkpointing)")
     assert spot.headline.startswith("run on spot at $") and "checkpoints every 7 s" in spot.headline
