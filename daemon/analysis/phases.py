@@ -105,8 +105,15 @@ def classify(
     repeated_leaf: bool = False,
     source_line: SourceLine | None = read_source_line,
     signals: HostSignals | None = None,
+    busy_elsewhere: bool = False,
 ) -> Classification:
     """The phase of a process from its main thread's stack and process-level signals.
+
+    `busy_elsewhere`: the process's GPU was busy (its SM share at or above high_sm_share) while
+    this main thread had nothing of its own to show: a main thread that only waits (joins a
+    thread, waits on a condition or a queue) is then compute, its GPU work another thread's (a
+    thread per GPU, as DataParallel's parallel_apply runs the replicas). A main thread that
+    reads, writes or computes is what it shows, whatever the GPU did around it.
 
     Precedence, GPU quiet: context frames anywhere (checkpoint, eval: a library's checkpoint or
     evaluation frames, or a user function named eval/validate/test...) > comm/sync library
@@ -169,6 +176,10 @@ def classify(
             return measured
     wait = first_match(called, LOCK) or first_match(called, WAIT)
     if wait is not None:
+        if busy_elsewhere and wait[0].kind == WAIT:
+            return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
+                                            "thread while the main thread waits",
+                         phase=COMPUTE)
         return _said(wait, responsible)
     if line_call is not None and line_call[0] == IDLE:
         return Classification(IDLE, line_call[1] + " with the GPU idle", responsible)
@@ -307,10 +318,12 @@ def _writes_records_before(frame: Frame, source_line: SourceLine) -> bool:
     return False
 
 
-def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str = "") -> Classification:
+def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str = "",
+          phase: str | None = None) -> Classification:
     rule, frame = match
     reason = f"{rule.reason} ({_where(frame)})"
-    return Classification(rule.phase, f"{prefix}: {reason}" if prefix else reason, responsible)
+    return Classification(phase or rule.phase, f"{prefix}: {reason}" if prefix else reason,
+                          responsible)
 
 
 def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:

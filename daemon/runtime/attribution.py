@@ -461,13 +461,15 @@ class Attribution:
             result = await self.sampler.dump(proc.pid)
             if result.status == RATE_LIMITED and proc.key in self._dumped_at:
                 self._dumped_at[proc.key] = dumped_before  # not dumped: its turn stays
-            rows = self._rows(proc, result, share, gpu_busy=share >= self.config.high_sm_share)
+            rows = self._rows(proc, result, share,
+                              busy_elsewhere=share >= self.config.high_sm_share)
             if rows and result.ok:
                 thread = main_thread(result.threads)
                 if thread is not None and waits_on_data_queue([thread]):
                     for worker in self._children.get(proc.pid, [])[:4]:
                         worker_result = await self.sampler.dump(worker.pid)
-                        rows += self._rows(worker, worker_result, share, gpu_busy=False)
+                        rows += self._rows(worker, worker_result, share,
+                                           busy_elsewhere=False)
             self._keep(proc.key, rows)
         except Exception:  # attribution must never take the daemon down
             log.exception("stack sampling of pid %d failed", proc.pid)
@@ -570,7 +572,7 @@ class Attribution:
         return cpu is not None and cpu >= WORKING_CPU
 
     def _rows(self, proc: ProcessSample, result: DumpResult, share: float, *,
-              gpu_busy: bool) -> list[StackRow]:
+              busy_elsewhere: bool) -> list[StackRow]:
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
@@ -593,12 +595,14 @@ class Attribution:
         leaf_text = f"{leaf.filename}:{leaf.line}" if leaf else None
         repeated = leaf_text is not None and leaf_text == signals.last_leaf
         signals.last_leaf = leaf_text
-        # `gpu_busy`: a dump outside a dip (`mlcostd profile` dumps its command throughout)
-        # with its SM share at or above high_sm_share is compute whatever the main thread
-        # shows: a thread per GPU (DataParallel's parallel_apply) leaves the main thread in
-        # Thread.join while its GPUs work, which read as idle at 90% utilization. In a dip the
-        # share is below it; a DataLoader worker holds no GPU (False).
-        verdict = classify([thread], gpu_busy=gpu_busy, proc_state=signals.state,
+        # `busy_elsewhere`: a dump outside a dip (`mlcostd profile` dumps its command
+        # throughout) with its SM share at or above high_sm_share, whose main thread only waits,
+        # is compute (phases.classify): a thread per GPU (DataParallel's parallel_apply) leaves
+        # the main thread in Thread.join while its GPUs work, which read as idle at 90%
+        # utilization. The share is the tick's, not the dump's moment: a main thread that reads
+        # a batch is data wait however busy the tick was. A DataLoader worker holds no GPU.
+        verdict = classify([thread], gpu_busy=False, busy_elsewhere=busy_elsewhere,
+                           proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
                            source_line=source_reader(proc.pid),
                            signals=self.host_signals(proc))

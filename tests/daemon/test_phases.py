@@ -724,3 +724,17 @@ def test_a_lock_acquired_in_python_frames_is_a_lock_wait_too(frames):
     read as "waiting in Condition.wait" or a blocked main thread, and were offered SIGTERM."""
     found = classify(stack(*frames, (USER, "main", 12)), gpu_busy=False, source_line=None)
     assert found.phase == "idle" and found.reason.startswith(stack_rules.LOCK_WAIT), found
+
+
+def test_a_waiting_main_thread_beside_a_busy_gpu_is_compute_a_reading_one_is_not():
+    """A thread per GPU leaves the main thread in Thread.join while the GPU works: compute.
+    But the GPU's share is the tick's, not the dump's moment: a main thread reading a batch
+    stays data wait however busy the tick was (a starved loop reads, then runs its kernel)."""
+    joined = stack((f"{STDLIB}/threading.py", "Thread._wait_for_tstate_lock", 1139),
+                   (f"{STDLIB}/threading.py", "Thread.join", 1119), (USER, "main", 30))
+    assert classify(joined, gpu_busy=False, source_line=None, busy_elsewhere=True).phase == \
+        "compute"
+    assert classify(joined, gpu_busy=False, source_line=None).phase == "idle"
+    reading = stack((f"{STDLIB}/socket.py", "SocketIO.readinto", 706), (USER, "read_batch", 12))
+    assert classify(reading, gpu_busy=False, source_line=None, busy_elsewhere=True).phase == \
+        "data_wait"
