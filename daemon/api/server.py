@@ -185,6 +185,12 @@ def make_app(daemon: Any, *, token: str | None = None,
                 answer.headers["Allow"] = exc.headers["Allow"]
             return answer
         except Exception as exc:  # the API must answer, not drop the connection
+            store = getattr(daemon, "store", None)
+            if store is not None and store.note_if_damaged(exc):
+                return json_error(503, f"the store {store.path} is damaged ({exc}): mlcostd "
+                                       "moves it aside and records on into a new one; ask "
+                                       "again in a few seconds (history from before is in "
+                                       "the file moved aside: see /v1/health)")
             # the traceback once per route and kind of error, then "N more like this"
             route = request.match_info.route.resource
             where = route.canonical if route is not None else "unrouted"

@@ -736,8 +736,12 @@ class Daemon:
                     await asyncio.to_thread(self.analyzer.poll_slow)
                     self._shown_changes += 1
                     self._record_costs(until)
-            except Exception:  # the rules must never take the recorder down
-                log.exception("evaluating recommendations failed; trying again later")
+            except Exception as error:  # the rules must never take the recorder down
+                if self.store is not None and self.store.note_if_damaged(error):
+                    log.error("evaluating recommendations failed: the store is damaged "
+                              "(%s); a new one is started at its path", error)
+                else:
+                    log.exception("evaluating recommendations failed; trying again later")
             await asyncio.to_thread(memory.trim)  # what the round's reads freed goes back
             await asyncio.sleep(every)
 

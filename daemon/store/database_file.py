@@ -14,6 +14,15 @@ from the open copy (SQLite's backup), so nothing recorded is lost; a file that r
 moved aside to `<path>.replaced-<timestamp>` first. This is logged and kept in
 `StoreHealth.recreated`; if recreating fails (e.g. the disk is full) `problem` says so and it is
 tried again the next round.
+
+The database damaged while recording (a read or a write fails as SQLite fails on a damaged file:
+"database disk image is malformed", "file is not a database"): whoever sees it tells the store
+(`note_if_damaged`: the daemon's reads, its API's, the writer's own writes), and the next maintenance
+round moves the file aside to `<path>.corrupt-<timestamp>` (with its WAL and SHM, for
+`sqlite3 FILE .recover`) and records on into a new store at the path (`_start_over`): the ticks
+waiting in memory are written there, and the facts recorded once (`Store.set_meta`: the host,
+the jobs, the kinds) are written again. `StoreHealth.corrupt_moved_aside` says where the old
+file went.
 """
 
 from __future__ import annotations
@@ -24,14 +33,14 @@ import logging
 import os
 import sqlite3
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from daemon.store.errors import StoreError
+import sqlite_utils
+
+from daemon.store.errors import StoreError, is_corruption
 from daemon.store.files import DB_SUFFIXES, RefusedFile, check_existing, open_private
 
 if TYPE_CHECKING:
-    import sqlite_utils
-
     from daemon.store.health import StoreHealth
     from daemon.store.minute_tally import ProcessMinutes
 
@@ -51,9 +60,14 @@ class DatabaseFile:
         _minutes: ProcessMinutes
         _last_assigned_ts: int
 
+        _damage_noted: str | None
+        _buffer: Any
+        _pending_facts: Any
+
         def _open(self) -> sqlite_utils.Database: ...
         def _set_problem(self, kind: str, text: str) -> None: ...
         def _clear_problem(self, how: str) -> None: ...
+        def _forget_what_the_file_held(self) -> None: ...
 
     def _lock_file(self) -> None:
         """Hold an exclusive flock on the database file itself: one writer per inode, whatever
@@ -180,6 +194,58 @@ class DatabaseFile:
         log.error("%s", note)
         if self._problem_kind == "file":
             self._clear_problem("the database file is back at its path")
+
+    def note_if_damaged(self, error: BaseException) -> bool:
+        """Whether `error`, raised by a read or write of the store, is SQLite's word for a
+        damaged file ("database disk image is malformed", "file is not a database"); if so, the
+        next maintenance round moves the file aside and starts a new one (`_start_over`). From
+        any thread. Noted only while the file at the path is the one recorded into (another
+        file there is `_check_file`'s)."""
+        if not (isinstance(error, sqlite3.DatabaseError) and is_corruption(error)):
+            return False
+        if self._same_file():
+            self._damage_noted = str(error)
+        return True
+
+    def _start_over(self) -> None:
+        """The file is damaged (`note_if_damaged`): move it aside (with its WAL and SHM) and record
+        on into a new store at the path. Caller holds _lock. Never raises: where moving or
+        creating fails, `problem` says so, the ticks wait in memory (nothing is written while
+        damage is noted) and the next round tries again."""
+        error = self._damage_noted
+        if error is None:
+            return
+        try:
+            self._conn.close()  # before the move: a last close removes the WAL by its name
+        except sqlite3.Error:
+            pass
+        try:
+            self._move_aside(sqlite3.DatabaseError(error))
+            self._db = self._open()
+            self._conn = self._db.conn
+            self._lock_file()
+        except (OSError, sqlite3.Error, StoreError) as failure:
+            # A connection to nothing, so that what uses it fails as a read that cannot be
+            # made now, rather than on a closed one; the writes wait (`_damage_noted`).
+            self._db = sqlite_utils.Database(sqlite3.connect(":memory:", check_same_thread=False),
+                                             execute_plugins=False)
+            self._conn = self._db.conn
+            self._set_problem(
+                "damaged", f"the database {self.path} is damaged ({error}) and starting a new "
+                f"one in its place failed: {failure}; the ticks wait in memory and it is tried "
+                "again every few seconds; free space on that disk, or stop mlcostd with "
+                "SIGTERM, move the file away and start it again")
+            return
+        self._damage_noted = None
+        self._forget_what_the_file_held()
+        self._health.recreated = (
+            f"the database {self.path} was found damaged at about "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S')} ({error}); it was moved aside to "
+            f"{self._health.corrupt_moved_aside} (what it held: `sqlite3 "
+            f"{self._health.corrupt_moved_aside} .recover`) and recording goes on into a new "
+            "one at its path")
+        if self._problem_kind == "damaged":
+            self._clear_problem("a new database was started at its path")
 
     def _move_aside(self, error: BaseException) -> None:
         """Rename a corrupt database (and its WAL and SHM) aside. Only our own regular files:

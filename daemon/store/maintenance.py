@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import sqlite_utils
 
 from daemon.store import rollup_rows
+from daemon.store.errors import is_corruption
 from daemon.store.schema import HOUR, MINUTE
 from daemon.store.wide_insert import WideInsert
 
@@ -78,9 +79,11 @@ class Maintenance:
         # hour_done) of the last retention by age that finished
 
         _pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]]
+        _damage_noted: str | None
 
         def _flush(self) -> None: ...
         def _check_file(self) -> None: ...
+        def _start_over(self) -> None: ...
         def _trim_buffer(self) -> None: ...
         def _set_meta(self, key: str, value: int) -> None: ...
 
@@ -105,6 +108,7 @@ class Maintenance:
             pending = False
             try:
                 self._check_file()
+                self._start_over()
                 if self._buffer or self._pending_facts:
                     self._flush()
                     self._trim_buffer()
@@ -128,6 +132,8 @@ class Maintenance:
                     except sqlite3.Error:
                         pass
                 self._health.last_error = f"maintain failed: {error}"
+                if isinstance(error, sqlite3.DatabaseError) and is_corruption(error):
+                    self._damage_noted = str(error)  # a new file next round
                 return True
             return pending
 

@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from daemon.store.errors import SQLITE_FULL, TRANSIENT, error_code, free_bytes
+from daemon.store.errors import SQLITE_FULL, TRANSIENT, error_code, free_bytes, is_corruption
 
 if TYPE_CHECKING:
     from daemon.sources.sample import Sample
@@ -51,6 +51,7 @@ class PendingWrites:
         _problem_repeats: int
         _batching: int  # open facts_batched() blocks: their fact writes wait for the last
         _lock: threading.Lock
+        _damage_noted: str | None  # the file is damaged: nothing is written until a new one
 
         def _flush(self) -> None: ...
         def _transaction(self) -> AbstractContextManager[sqlite3.Connection]: ...
@@ -61,7 +62,7 @@ class PendingWrites:
         waiting one) and go in after the buffered ticks. True when written now."""
         if not writes:
             return True
-        if self._buffer or self._pending_facts or self._batching:
+        if self._buffer or self._pending_facts or self._batching or self._damage_noted:
             # keep the order: ticks, older facts, these
             for key, sql, params in writes:
                 self._queue_fact(key, sql, params)
@@ -71,7 +72,10 @@ class PendingWrites:
         try:
             self._run_facts([(sql, params) for _, sql, params in writes])
         except sqlite3.Error as error:
-            if error_code(error) in TRANSIENT:
+            damaged = isinstance(error, sqlite3.DatabaseError) and is_corruption(error)
+            if damaged:
+                self._damage_noted = str(error)  # the file's fault: a new one next round
+            if damaged or error_code(error) in TRANSIENT:
                 for key, sql, params in writes:
                     self._queue_fact(key, sql, params)
                 self._write_failed(error)
@@ -113,11 +117,14 @@ class PendingWrites:
 
     def _flush_facts(self) -> None:
         """Write the waiting facts, oldest first (at most 1000 a call). Caller holds _lock."""
-        while self._pending_facts:
+        while self._pending_facts and self._damage_noted is None:
             keys = list(itertools.islice(self._pending_facts, 1000))
             try:
                 self._run_facts([self._pending_facts[k] for k in keys])
             except sqlite3.Error as error:
+                if isinstance(error, sqlite3.DatabaseError) and is_corruption(error):
+                    self._damage_noted = str(error)  # the file's fault: a new one next round
+                    break
                 if error_code(error) in TRANSIENT:
                     self._write_failed(error)
                     break

@@ -131,6 +131,10 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         # facts.write_process_kinds: each live process's kind as last written
         self._kinds_written: dict[tuple[int, int], tuple[dict[str, Any], tuple[Any, ...], int]] = {}
         self._problem_kind: str | None = None
+        # A read or write found the file damaged (DatabaseFile.note_if_damaged): SQLite's words,
+        # until the next maintenance round starts a new one; nothing is written meanwhile.
+        self._damage_noted: str | None = None
+        self._meta_values: dict[str, str] = {}  # set_meta's facts, written again into a new file
         self._problem_logged_at = 0.0
         self._problem_repeats = 0
         self._file_fd: int | None = None
@@ -253,8 +257,32 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         """Record a fact about this store (e.g. the host it describes) as JSON. Never raises:
         on a full disk it waits with the other facts."""
         with self._lock:
-            self.write_facts([(("meta", key), "INSERT OR REPLACE INTO meta (key, value) "
-                               "VALUES (?, ?)", (f"json:{key}", json.dumps(value, sort_keys=True)))])
+            text = self._meta_values[key] = json.dumps(value, sort_keys=True)
+            self._write_meta(key, text)
+
+    def _write_meta(self, key: str, text: str) -> None:
+        self.write_facts([(("meta", key), "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                           (f"json:{key}", text))])
+
+    def _forget_what_the_file_held(self) -> None:
+        """A new database was started at the path (DatabaseFile._start_over): what this writer
+        knew the old file to hold (its process and GPU ids, the texts and kinds written, its
+        rollup marks) is read from the new one, and set_meta's facts are written again. The
+        facts that waited were bound to the old file's process ids: they are dropped, counted.
+        Caller holds _lock."""
+        assigned = self._last_assigned_ts
+        self._load_state()
+        self._last_assigned_ts = max(assigned, self._last_assigned_ts)
+        self._ids_committed = self._ids_inserted = ([], [])
+        self._last_seen.clear()
+        self._texts_written.clear()
+        self._kinds_written.clear()
+        self._age_retained_for = (0, 0, 0)
+        self._health.facts_dropped += len(self._pending_facts)
+        self._pending_facts.clear()
+        self._health.facts_pending = 0
+        for key, text in self._meta_values.items():
+            self._write_meta(key, text)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -304,6 +332,8 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
 
     def _flush(self) -> None:
         """Commit buffered samples oldest first, at most `flush_chunk` of them per call."""
+        if self._damage_noted is not None:
+            return  # into a damaged file: the ticks wait for the new one (maintain)
         budget = self.flush_chunk
         one_by_one = False
         while self._buffer and budget > 0:
@@ -313,6 +343,10 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
                 self._commit(batch)
             except Exception as error:  # never raise to the tick
                 code = error_code(error)
+                if isinstance(error, sqlite3.DatabaseError) and is_corruption(error):
+                    self._damage_noted = str(error)  # the file is damaged, not the sample
+                    self._write_failed(error)
+                    return
                 if code in TRANSIENT:
                     self._write_failed(error)
                     if code == SQLITE_FULL:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 from pathlib import Path
 
 import faultkit
@@ -133,6 +134,116 @@ def test_database_replaced_while_recording_is_moved_aside_and_recreated(tmp_path
         assert len(aside) == 1 and aside[0].read_bytes() == b"someone else's file"
         assert store.write(sample(4))
     assert ticks(path) == [1, 2, 3, 4]
+
+
+def damage(path: Path) -> None:
+    """Every page of the database file but the first (its header) overwritten with garbage, as
+    a failing disk or a stray write leaves it: SQLite reads "database disk image is malformed"."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        assert size > 4096, "nothing past the header page to damage yet"
+        os.pwrite(fd, b"\xde\xad\xbe\xef" * ((size - 4096) // 4), 4096)
+    finally:
+        os.close(fd)
+
+
+def test_a_database_damaged_while_recording_is_moved_aside_and_a_new_one_started(
+        tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        store.set_meta("host", {"hostname": "box"})
+        for tick in range(1, 6):
+            assert store.write(sample(tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        damage(path)
+        reader = StoreReader(str(path))
+        try:
+            with pytest.raises(Exception) as raised:
+                reader.conn.execute("SELECT count(*) FROM proc_samples").fetchone()
+        finally:
+            reader.close()
+        assert store.note_if_damaged(raised.value), raised.value
+        assert not store.write(sample(6))  # not into the damaged file: it waits in memory
+        store.maintain(budget_s=1.0)
+        health = store.health
+        aside = Path(health.corrupt_moved_aside or "")
+        assert aside.name.startswith("s.db.corrupt-") and aside.exists(), health
+        assert aside.stat().st_mode & 0o777 == 0o600
+        assert health.recreated and str(aside) in health.recreated and ".recover" in (
+            health.recreated)
+        assert health.problem is None and health.samples_dropped == 0
+        assert store.write(sample(7))
+    assert ticks(path) == [6, 7]  # the tick that waited is in the new file, not lost
+    reader = StoreReader(str(path))
+    try:
+        assert reader.meta("host") == {"hostname": "box"}  # the facts recorded once, again
+        rows = reader.query("SELECT p.pid FROM proc_samples s JOIN processes p "
+                            "ON p.id = s.proc")
+    finally:
+        reader.close()
+    assert [row["pid"] for row in rows] == [100, 100]  # ids of the new file, not the old one's
+
+
+def test_a_tick_the_damaged_file_refuses_waits_for_the_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 40):
+            assert store.write(sample(tick, pid=100 + tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        store.pragma("cache_size", 1)  # the writer reads the damaged pages, not its cache
+        store.pragma("shrink_memory")
+        damage(path)
+        assert not store.write(sample(40, pid=999))  # a new process: the file's pages are read
+        health = store.health
+        assert "malformed" in (health.last_error or "") and health.samples_dropped == 0, health
+        store.maintain(budget_s=1.0)
+        assert store.health.corrupt_moved_aside and store.health.samples_dropped == 0
+        assert store.write(sample(41))
+    assert ticks(path) == [40, 41]
+
+
+def test_only_sqlites_word_for_a_damaged_file_starts_a_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        assert store.write(sample(1))
+        assert not store.note_if_damaged(sqlite3.OperationalError("no such table: x"))
+        assert not store.note_if_damaged(ValueError("database disk image is malformed"))
+        store.maintain(budget_s=1.0)
+        assert store.health.corrupt_moved_aside is None and store.write(sample(2))
+    assert ticks(path) == [1, 2]
+
+
+@pytest.mark.fault("database damaged", "the database file's pages overwritten while the daemon "
+                   "records into it and answers reads")
+def test_a_database_damaged_under_a_live_daemon(mlcostd) -> None:
+    daemon = mlcostd("idle-host", interval=0.2)
+    poll(lambda: daemon.db.stat().st_size > 8 * 4096, 60,
+         "a checkpoint to put pages in the database file", explain=daemon.log_tail)
+    damage(daemon.db)
+    answers_seen: list[str] = []
+
+    def moved_aside() -> str | None:
+        try:  # a read of what the damaged file held: it finds the damage
+            daemon.call("gpu_history", 0, since_s=3600)
+        except ClientError as error:
+            answers_seen.append(str(error))
+        return (daemon.call("health").store or {}).get("corrupt_moved_aside")
+
+    aside = Path(poll(moved_aside, 30, "health to say the damaged database was moved aside",
+                      explain=daemon.log_tail))
+    assert aside.exists() and aside.name.startswith(f"{daemon.db.name}.corrupt-")
+    assert all("damaged" in text and "internal error" not in text for text in answers_seen), (
+        answers_seen)
+    first = daemon.wait_for_ticks(3)[0]
+    assert daemon.call("gpu_history", 0, since_s=3600)  # reads answer again, from the new file
+    health = daemon.call("health")
+    assert health.ok and health.store.get("problem") is None, health
+    assert daemon.stop() == 0
+    recorded = ticks(daemon.db)
+    assert recorded == list(range(first, recorded[-1] + 1))  # from the new file's first on
+    log = daemon.log()
+    assert "moved it aside" in log and "Traceback" not in log, daemon.log_tail()
 
 
 # -------------------------------------------------------- 9: one writer per database file
