@@ -13,8 +13,9 @@ evidence are our own words and numbers.
   else plain PyTorch eager (libtorch only), else JAX/XLA, else unknown.
 - Quantization: bitsandbytes, AWQ, GPTQ libraries mapped or their frames; FP8 kernels' libraries
   (Transformer Engine) mapped. A library loaded is not proof that it runs: said in the evidence.
-- Batching: the SM share at load (the 90th percentile of its readings: the busiest minutes) and
-  on average. Requests per kernel are not visible from outside the process: said so.
+- Batching: the SM share at load (the 90th percentile of the readings that show it at work, SM
+  share above 0: a server taking a request every 20 s reads 0 most of the time, and that is no
+  load) and on average. Requests per kernel are not visible from outside the process: said so.
 - Advice: dynamic batching where the SMs stay mostly idle at load; a serving runtime with
   continuous batching where plain PyTorch serves; quantization where no sign of it is found. The
   saving is a share of the process's burn (the /v1/now document and the report turn it into
@@ -40,6 +41,7 @@ BATCHED_SM_SHARE_PCT = 70.0
 # (rules/thresholds.py UNDERBATCH_SM_ACTIVITY_PCT).
 UNDERBATCHED_SM_SHARE_PCT = 30.0
 MIN_READINGS = 10  # SM share readings (one per discovery round, ~2 s) before batching is judged
+MIN_AT_WORK = 3  # of them showing it at work (SM share above 0)
 AT_LOAD_PERCENTILE = 0.9
 # 8-bit weights take half the memory of 16-bit ones: two replicas where one was (the saving's
 # assumption, stated in its method).
@@ -94,9 +96,10 @@ class InferenceAudit:
     runtime_evidence: tuple[str, ...]
     quantization: tuple[str, ...]
     quantization_evidence: tuple[str, ...]
-    sm_share_at_load: float | None  # percent, the 90th percentile of its readings
+    sm_share_at_load: float | None  # percent, the 90th percentile of its readings at work
     sm_share_mean: float | None
     sm_readings: int
+    sm_readings_at_work: int = 0  # of them, those with an SM share above 0
     advice: tuple[Advice, ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,6 +111,7 @@ class InferenceAudit:
                 "sm_share_at_load": _round(self.sm_share_at_load),
                 "sm_share_mean": _round(self.sm_share_mean),
                 "sm_readings": self.sm_readings,
+                "sm_readings_at_work": self.sm_readings_at_work,
                 "requests_per_kernel": None,
                 "requests_per_kernel_note": (
                     "not visible from outside the process: NVML counts kernels' SM time, not "
@@ -160,26 +164,40 @@ def audit_inference(kind: Kind, facts: KindFacts | None, markers: Iterable[str] 
             quant_evidence.append(f"{scheme}: {', '.join(_said(s) for s in found)} "
                                   f"({meaning}; loaded, not necessarily used)")
     readings = [float(s) for s in sm_shares if isinstance(s, int | float) and s >= 0]
-    at_load = _percentile(readings, AT_LOAD_PERCENTILE) if readings else None
+    at_work = [s for s in readings if s > 0]
+    at_load = _percentile(at_work, AT_LOAD_PERCENTILE) if at_work else None
     mean = sum(readings) / len(readings) if readings else None
     audit = InferenceAudit(runtime, runtime_evidence, tuple(quantized), tuple(quant_evidence),
-                           at_load, mean, len(readings))
+                           at_load, mean, len(readings), len(at_work))
     return replace(audit, advice=tuple(_advise(kind, audit)))
 
 
 def _advise(kind: Kind, audit: InferenceAudit) -> list[Advice]:
     advice: list[Advice] = []
     at_load = audit.sm_share_at_load
-    judged = audit.sm_readings >= MIN_READINGS and at_load is not None
-    batching_share = (max(0.0, 1 - at_load / BATCHED_SM_SHARE_PCT)
+    readings, working = audit.sm_readings, audit.sm_readings_at_work
+    judged = readings >= MIN_READINGS and working >= MIN_AT_WORK and at_load is not None
+    # Batching frees GPU time only while it works: a server at work in 5% of the readings has
+    # the rest of its burn idle, whatever its batches (the idle and over-provisioning rules').
+    at_work_share = working / readings if readings else 0.0
+    batching_share = (at_work_share * max(0.0, 1 - at_load / BATCHED_SM_SHARE_PCT)
                       if judged and at_load is not None else 0.0)
-    load = (f"SM share at load {at_load:.1f}% (90th percentile of {audit.sm_readings} "
-            f"readings; mean {audit.sm_share_mean:.1f}%)" if judged and at_load is not None
+    counted = (f"{readings} readings" if working == readings else
+               f"the {working} of {readings} readings that show it at work, "
+               f"{at_work_share:.0%} of them")
+    load = (f"SM share at load {at_load:.1f}% (90th percentile of {counted}; mean "
+            f"{audit.sm_share_mean:.1f}%)" if judged and at_load is not None
             and audit.sm_share_mean is not None else "")
     method = (f"upper bound: the same requests in batches keep its GPU {BATCHED_SM_SHARE_PCT:g}% "
               f"busy instead of {at_load or 0:.1f}%, so (1 - {at_load or 0:.1f}/"
-              f"{BATCHED_SM_SHARE_PCT:g}) = {batching_share:.0%} of its burn is freed, once the "
+              f"{BATCHED_SM_SHARE_PCT:g})"
+              + (f" x {at_work_share:.0%} of the time at work" if working < readings else "")
+              + f" = {batching_share:.0%} of its burn is freed, once the "
               "freed GPU time goes to other work (fewer replicas, a shared or smaller GPU)")
+    not_judged = (f"not estimated: fewer than {MIN_READINGS} SM share readings yet"
+                  if readings < MIN_READINGS else
+                  f"not estimated: {working} of its {readings} SM share readings show it at "
+                  f"work (fewer than {MIN_AT_WORK})")
     underbatched = judged and at_load is not None and at_load < UNDERBATCHED_SM_SHARE_PCT
     if underbatched and audit.runtime in BATCHING_RUNTIMES:
         advice.append(Advice(
@@ -211,8 +229,7 @@ def _advise(kind: Kind, audit: InferenceAudit) -> list[Advice]:
             + f" instead of {audit.runtime if audit.runtime != 'unknown' else 'its own loop'}",
             (*audit.runtime_evidence, *( [load] if load else [])),
             batching_share, method + "; not additive with dynamic batching (the runtime is "
-            "how it batches)" if judged else "not estimated: fewer than "
-            f"{MIN_READINGS} SM share readings yet",
+            "how it batches)" if judged else not_judged,
             "low: runtimes differ by model; the saving is the batching bound, and a port "
             "(model support, compile time, output parity) is work to weigh against it"))
     if not audit.quantization:
@@ -267,6 +284,7 @@ def recorded_audit(value: Any) -> dict[str, Any] | None:
     found = value.get("batching")
     batching: dict[str, Any] = found if isinstance(found, dict) else {}
     readings = batching.get("sm_readings")
+    working = batching.get("sm_readings_at_work")
     return {
         "runtime": text(value.get("runtime"), 40),
         "runtime_evidence": texts(value.get("runtime_evidence")),
@@ -276,6 +294,8 @@ def recorded_audit(value: Any) -> dict[str, Any] | None:
                      "sm_share_mean": number(batching.get("sm_share_mean")),
                      "sm_readings": readings if isinstance(readings, int)
                      and not isinstance(readings, bool) else 0,
+                     "sm_readings_at_work": working if isinstance(working, int)
+                     and not isinstance(working, bool) else None,
                      "requests_per_kernel": None,
                      "requests_per_kernel_note": text(batching.get("requests_per_kernel_note"))},
         "advice": [{"name": text(a.get("name"), 40), "text": text(a.get("text"), 400),

@@ -691,11 +691,15 @@ def _render_inference(processes: list[dict[str, Any]]) -> list[str]:
         audit = proc["inference"]
         batching = audit.get("batching") or {}
         at_load = batching.get("sm_share_at_load")
+        readings, working = batching.get("sm_readings"), batching.get("sm_readings_at_work")
+        counted = (f"at work in {working} of {readings} readings"
+                   if isinstance(working, int) and isinstance(readings, int) and working < readings
+                   else f"{readings} readings")
         out.append(f"  {proc['pid']} {proc.get('kind') or '?'}: runtime {audit.get('runtime')} "
                    f"({'; '.join(audit.get('runtime_evidence') or [])}); quantization: "
                    + (", ".join(audit.get("quantization") or []) or "none seen")
-                   + (f"; SM share at load {at_load:.1f}% ({batching.get('sm_readings')} "
-                      "readings)" if isinstance(at_load, int | float) else
+                   + (f"; SM share at load {at_load:.1f}% ({counted})"
+                      if isinstance(at_load, int | float) else
                       "; SM share at load not measured yet"))
         for advice in audit.get("advice") or []:
             saving = advice.get("saving_per_month")

@@ -74,11 +74,14 @@ def audit_lines(audit: Mapping[str, Any]) -> Text:
         text.append(f"                {why}\n", style=MUTED)
     found = audit.get("batching")
     batching: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    readings = batching.get("sm_readings")
+    readings, working = batching.get("sm_readings"), batching.get("sm_readings_at_work")
     text.append("  batching      ", style=MUTED)
     text.append(f"SM share at load {_pct(batching.get('sm_share_at_load'))} "
                 f"(mean {_pct(batching.get('sm_share_mean'))}"
-                + (f", {readings} readings" if isinstance(readings, int) else "") + ")\n")
+                + (f", at work in {working} of {readings} readings"
+                   if isinstance(readings, int) and isinstance(working, int)
+                   and working < readings else
+                   f", {readings} readings" if isinstance(readings, int) else "") + ")\n")
     per_kernel = batching.get("requests_per_kernel")
     text.append("                requests per kernel: ", style=MUTED)
     text.append(f"{per_kernel:g}\n" if isinstance(per_kernel, int | float) else

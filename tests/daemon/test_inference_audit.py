@@ -197,3 +197,27 @@ def test_workloads_whose_maps_show_the_libraries_are_audited(workloads):
     advice = entry["inference"]["advice"]
     assert advice[0]["saving_per_month"] == pytest.approx(
         advice[0]["saving_share"] * 730, abs=0.01)
+
+
+def test_a_server_that_works_now_and_then_is_judged_on_its_readings_at_work():
+    """One request every 20 s, a reading every ~2 s: most readings are 0. That is no load, and
+    batching frees only the time it works: no '0% at load, batch it to save all its burn'."""
+    sparse = [0.0] * 9 + [40.0]  # at work in 1 reading of 10, at 40% then
+    audit = audit_inference(SERVER, KindFacts(libraries=("torch",)), (), sparse * 6)
+    assert audit.sm_share_at_load == 40.0 and audit.sm_readings_at_work == 6
+    assert "dynamic_batching" not in names(audit)  # 40% at work is not underbatched
+    runtime = audit.advice[0]
+    assert runtime.name == "serving_runtime"
+    assert runtime.saving_share == pytest.approx(0.1 * (1 - 40.0 / BATCHED_SM_SHARE_PCT))
+    assert "x 10% of the time at work" in runtime.saving_method
+    assert any("the 6 of 60 readings that show it at work" in e for e in runtime.evidence)
+    assert audit.as_dict()["batching"]["sm_readings_at_work"] == 6
+
+    weak = audit_inference(SERVER, KindFacts(libraries=("torch",)), (), ([0.0] * 9 + [5.0]) * 6)
+    assert names(weak)[0] == "dynamic_batching"  # at work, its SMs mostly idle: batch
+    assert weak.advice[0].saving_share == pytest.approx(0.1 * (1 - 5.0 / BATCHED_SM_SHARE_PCT))
+
+    never = audit_inference(SERVER, KindFacts(libraries=("torch",)), (), [0.0] * 30)
+    assert never.sm_share_at_load is None and "dynamic_batching" not in names(never)
+    assert never.advice[0].saving_share == 0.0
+    assert "0 of its 30 SM share readings show it at work" in never.advice[0].saving_method
