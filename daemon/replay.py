@@ -147,10 +147,7 @@ class Replay:
         hold = self.host.get("recommendation_hold_s")
         self.recommendation_grace_s = RECOMMENDATION_GRACE_S + (
             float(hold) if isinstance(hold, int | float) and 0 <= hold <= 86400 else 0.0)
-        cost_meta = self.reader.meta("cost")  # [cost].jobs as the daemon ran
-        jobs = cost_meta.get("jobs") if isinstance(cost_meta, dict) else None
-        self.jobs: dict[str, str] = {str(k): str(v) for k, v in jobs.items()} if isinstance(
-            jobs, dict) else {}
+        self.jobs: dict[str, str] = queries.recorded_jobs(self.reader) or {}
         self._states: OrderedDict[int, dict[str, Any]] = OrderedDict()
 
     # -- the timeline ------------------------------------------------------------------------

@@ -37,16 +37,20 @@ Stat = Callable[[Sequence[Any]], float | None]
 _LABELER = JobLabeler()  # the script or module a command runs, as `report` labels jobs
 
 
-def of_job(job: str, command: Any, owner: Any, workload: Any = None) -> bool:
+def of_job(job: str, command: Any, owner: Any, workload: Any = None,
+           labeler: JobLabeler = _LABELER) -> bool:
     """Whether a process is of `job`: its workload (pod, Slurm job, unit: from its owner), or
     the script or module its command runs, the label `report` shows by job
-    ('daemon.sim.workloads.data_starved', 'train.py')."""
+    ('daemon.sim.workloads.data_starved', 'train.py'); with `labeler` built from [cost].jobs,
+    also the job name a pattern of it gives."""
     from daemon.sources.owners import workload_label
 
     owned = owner if isinstance(owner, dict) else {}
     if job in (workload, workload_label(owned) if owned else None):
         return True
-    return isinstance(command, str) and bool(command) and _LABELER.label(command) == job
+    if not (isinstance(command, str) and command):
+        return False
+    return job in (labeler.label(command, owned or None), _LABELER.label(command))
 
 
 @dataclass
@@ -720,11 +724,13 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
     whose lifetimes overlap; B the latest, A the one before it. NoPreviousRun when the
     store holds fewer than two. One query over the store's GPU processes (blocking)."""
     from daemon.sources.owners import decode_owner
+    from daemon.store.queries import recorded_jobs
     from daemon.store.reader import StoreReader
     from daemon.wire import parse_process_key
 
     reader = StoreReader(str(db), tidy=True, timeout_s=timeout_s)
     try:
+        jobs = recorded_jobs(reader)  # [cost].jobs as the daemon that recorded it ran
         rows = reader.query(
             "SELECT p.pid, p.start_ms, p.command, p.owner, min(s.ts) AS lo, max(s.ts) AS hi "
             "FROM processes p JOIN proc_samples s ON s.proc = p.id "
@@ -736,7 +742,12 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
         pid, start = parse_process_key(target)
     except ValueError:
         job = target
-        mine = [r for r in rows if of_job(job, r["command"], decode_owner(r["owner"]))]
+        try:
+            labeler = JobLabeler(jobs)
+        except ValueError:  # a pattern that is no regex (the daemon refused it at start)
+            labeler = _LABELER
+        mine = [r for r in rows if of_job(job, r["command"], decode_owner(r["owner"]),
+                                          labeler=labeler)]
     else:
         own = [r for r in rows if r["pid"] == pid and abs(r["start_ms"] / 1000 - start) < 0.001]
         if not own:

@@ -15,7 +15,7 @@ from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
-from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts, tick_seconds
+from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.recorded_spend import recorded_ledger
@@ -120,9 +120,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     recorded_idle = host.get("idle_utilization_pct")  # [idle].utilization as the daemon ran
     thresholds = IdleThresholds(idle_utilization_pct=float(recorded_idle) if isinstance(
         recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT)
-    cost_meta = reader.meta("cost")  # [cost].jobs as the daemon ran (runtime/daemon.py)
-    jobs = (cost_meta.get("jobs") if isinstance(cost_meta, dict)
-            and isinstance(cost_meta.get("jobs"), dict) else None) or dict(config.cost.jobs)
+    jobs = queries.recorded_jobs(reader) or dict(config.cost.jobs)
     readings = queries.meter_readings(reader, start, end)
     recorded_price = HostPrice.from_dict(price)
     # Each tick at the price charged then (a daemon started again at another price, or on a
@@ -152,8 +150,12 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # last classified it (a store from before the history: meta "kinds").
     kinds_then = queries.process_kinds(reader, end)
     kinds_last = queries.process_kinds(reader)
+    labeler = JobLabeler(jobs)
     for proc in processes:
         key = (proc["pid"], proc["start_time"])
+        owner = proc.get("owner")  # its job as the daemon's ledger labelled it live ([cost].jobs)
+        proc["job"] = labeler.label(proc.get("command") or "",
+                                    owner if isinstance(owner, dict) else None)
         recorded = kinds_then.get(key, kinds_last.get(key))
         proc.update(_kind_json(recorded))
         # its inference audit (daemon.analysis.inference_audit) as recorded with its kind, the

@@ -168,9 +168,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
             index, "memory_used_bytes", start, end, SERIES_POINTS)]
 
     # Energy and carbon over the same samples; the grid the daemon recorded (no config here).
-    cost_meta = reader.meta("cost")
-    jobs = cost_meta.get("jobs") if isinstance(cost_meta, dict) else None
-    jobs = jobs if isinstance(jobs, dict) else None
+    jobs = queries.recorded_jobs(reader)  # [cost].jobs as the daemon ran
     grid = recorded_grid(host)
     meter, covered = window_meter(samples, JobLabeler(jobs).label, max_gap_s, starts)
     energies = meter.processes()

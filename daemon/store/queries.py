@@ -168,6 +168,16 @@ def first_recorded(reader: StoreReader) -> float | None:
 SPEND_THROUGH = "spend_through"
 
 
+def recorded_jobs(reader: StoreReader) -> dict[str, str] | None:
+    """[cost].jobs as the daemon that recorded the store ran ({name: regex}, meta "cost",
+    written by runtime/daemon.py); None where it recorded none."""
+    cost = reader.meta("cost")
+    jobs = cost.get("jobs") if isinstance(cost, dict) else None
+    if not isinstance(jobs, dict):
+        return None
+    return {str(name): str(pattern) for name, pattern in jobs.items()}
+
+
 def spend_through(reader: StoreReader) -> float | None:
     """Up to when the store's hour spend was recorded (Unix seconds); None for a store
     written before this was kept, or where the value is not a time."""

@@ -638,6 +638,28 @@ def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_p
     assert done.returncode == 1 and "holds 0 run(s) of job 'some-job'" in done.stderr
 
 
+def test_previous_finds_a_job_by_the_name_the_daemons_jobs_config_gave_it(tmp_path, capsys):
+    """--previous JOB with a [cost].jobs name (the label `report` shows): the store says which
+    patterns the daemon that recorded it ran with (meta "cost"), so the runs are found without
+    the config at hand."""
+    db = tmp_path / "runs.db"
+    _two_runs(db, T0)
+    with Store(db) as store:
+        store.set_meta("cost", {"jobs": {"lr-sweep": r"--lr 3e-4"}})
+    done = _compare_here(capsys, "--previous", "lr-sweep", "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["b"]["since"] == pytest.approx(T0 + 181, abs=1)
+    assert _figure(result, "utilization")["verdict"] == "better"
+    done = _compare_here(capsys, "--previous", "train.py", "--db", str(db))  # its script too
+    assert done.returncode == 0, done.stderr
+    # --job over two ranges: the report of each labels its processes the same way
+    done = _compare_here(capsys, "--db", str(db), "--job", "lr-sweep", "--json",
+                         f"{T0:.0f}..{T0 + 120:.0f}", f"{T0 + 180:.0f}..{T0 + 300:.0f}")
+    assert done.returncode == 0, done.stderr
+    assert _figure(json.loads(done.stdout), "utilization")["verdict"] == "better"
+
+
 def _two_runs(db: Path, t0: float) -> str:
     """Two runs of one command line (the second on a busier GPU), 300 s from t0; returns the
     latest run's PID:START."""
