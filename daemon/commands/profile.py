@@ -114,9 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"folder for profile.json, profile.html, summary.md and the "
                              f"profile's store profile.db (default ./{DEFAULT_OUT}/)")
     parser.add_argument("--duration", metavar="DURATION",
-                        help="stop the command after this long (30s, 5m): SIGTERM to its "
-                             "process group, SIGKILL 5 s later; the profile then exits 0 "
-                             "unless a gate is crossed")
+                        help="stop the command after this long, "
+                             f"{config_module.POSITIVE_DURATION}: "
+                             "SIGTERM to its process group, SIGKILL 5 s later; the profile "
+                             "then exits 0 unless a gate is crossed")
     parser.add_argument("--simulate", nargs="?", const=DEFAULT_SCENARIO, metavar="SCENARIO",
                         help=f"run on a simulated GPU host (default {DEFAULT_SCENARIO!r}); "
                              "put -- before the command")
@@ -228,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise UsageError(f"--duration {exc}") from None
             if duration <= 0:
-                raise UsageError(f"--duration {args.duration!r} must be more than 0 s")
+                raise UsageError(f"--duration {args.duration!r} is not more than 0: a "
+                                 f"duration is {config_module.POSITIVE_DURATION}")
         latency = [_latency_table(url, metric) for url, metric in args.latency or []]
         if args.progress:
             try:

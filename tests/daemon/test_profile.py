@@ -313,6 +313,38 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
     assert not marker.exists() and not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--duration", "-5s"], "'-5s' is negative"),
+    (["--duration=-5s"], "'-5s' is negative"),
+    (["--duration", "-1.5m"], "'-1.5m' is negative"),
+    (["--duration", "0"], "'0' is not more than 0"),
+], ids=["negative", "negative-with-equals", "negative-fraction", "zero"])
+def test_a_duration_that_is_not_positive_is_refused_saying_what_a_duration_is(
+        tmp_path, capsys, args, said):
+    """`--duration -5s` got argparse's "expected one argument" (it took -5s for an option):
+    each says what was wrong with the value and what a duration is, status 2, nothing run."""
+    from daemon.commands.cli import main
+
+    marker = tmp_path / "ran"
+    status = main(["profile", "--out", str(tmp_path / "x"), *args, "--", sys.executable, "-c",
+                   f"open({str(marker)!r}, 'w')"])
+    assert status == 2
+    assert capsys.readouterr().err == (f"mlcostd profile: --duration {said}: a duration is a "
+                                       "positive number and a unit (e.g. 30s, 15m, 6h, 8d)\n")
+    assert not marker.exists() and not (tmp_path / "x").exists()
+
+
+def test_the_help_says_what_a_duration_is(capsys):
+    from daemon.commands.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["profile", "--help"])
+    assert exited.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("--duration DURATION stop the command after this long, a positive number and a "
+            "unit (e.g. 30s, 15m, 6h, 8d)") in help_text
+
+
 # -- without a run ------------------------------------------------------------------------------
 
 
