@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -60,6 +61,18 @@ what moving to them costs.
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a value like `-5s` is a value, as `-5` is: `--duration
+    -5s` reaches the flag's own check, which says what a duration is, not argparse's "expected
+    one argument". (Older Pythons' argparse takes only a bare negative number for a value;
+    newer ones use this pattern. No mlcostd option looks like a negative number.) The
+    subcommands' parsers are of this class too (add_subparsers' default parser_class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"-\.?\d")
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help=f"TOML config file (default: {config_module.DEFAULT_CONFIG_PATH} "
@@ -70,7 +83,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mlcostd",
         description="mlcost's recorder: samples every GPU and GPU process on this host into "
                     "SQLite and reports what they did.",

@@ -12,6 +12,7 @@ the command's process tree only, from its first second, into a store of its own
   profile.html  the snapshot report's page of OUT/profile.db, the verdict above its charts
   summary.md    a short Markdown summary for a CI job summary ($GITHUB_STEP_SUMMARY)
 
+leaves profile.db one self-contained file (journal mode DELETE: no -wal or -shm beside it),
 and exits with the command's status, or GATE_EXIT_STATUS when a gate is crossed.
 """
 
@@ -114,9 +115,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"folder for profile.json, profile.html, summary.md and the "
                              f"profile's store profile.db (default ./{DEFAULT_OUT}/)")
     parser.add_argument("--duration", metavar="DURATION",
-                        help="stop the command after this long (30s, 5m): SIGTERM to its "
-                             "process group, SIGKILL 5 s later; the profile then exits 0 "
-                             "unless a gate is crossed")
+                        help="stop the command after this long, "
+                             f"{config_module.POSITIVE_DURATION}: "
+                             "SIGTERM to its process group, SIGKILL 5 s later; the profile "
+                             "then exits 0 unless a gate is crossed")
     parser.add_argument("--simulate", nargs="?", const=DEFAULT_SCENARIO, metavar="SCENARIO",
                         help=f"run on a simulated GPU host (default {DEFAULT_SCENARIO!r}); "
                              "put -- before the command")
@@ -201,6 +203,17 @@ def _fresh_store(out: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _finish_store(config: Config) -> None:
+    """The recorder is done with OUT/profile.db: one self-contained file from here on, so the
+    folder holds only what the profile says it writes, however it is read later."""
+    from daemon.store.writer import StoreError, finish
+
+    try:
+        finish(config_module.db_path(config))
+    except StoreError as exc:  # its content is whole as it is: only the side files stay
+        log.warning("%s", exc)
+
+
 def run(args: argparse.Namespace) -> int:
     from daemon.runtime.daemon import DaemonError
     from daemon.runtime.profile import ProfileRecorder
@@ -228,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise UsageError(f"--duration {exc}") from None
             if duration <= 0:
-                raise UsageError(f"--duration {args.duration!r} must be more than 0 s")
+                raise UsageError(f"--duration {args.duration!r} is not more than 0: a "
+                                 f"duration is {config_module.POSITIVE_DURATION}")
         latency = [_latency_table(url, metric) for url, metric in args.latency or []]
         if args.progress:
             try:
@@ -280,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:  # the outputs are written next: a late Ctrl-C must not cut them to a traceback
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _finish_store(config)
     if result.error:
         print(f"mlcostd profile: {result.error}", file=sys.stderr)
         return 127

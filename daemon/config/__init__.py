@@ -60,6 +60,7 @@ from daemon.config.sections import (
 from daemon.config.values import (
     MAX_DURATION_S,
     MAX_S3_PREFIX,
+    POSITIVE_DURATION,
     format_duration,
     parse_address,
     parse_duration,
@@ -69,8 +70,8 @@ from daemon.config.values import (
 
 __all__ = [
     "BUDGET_PERIODS", "DEFAULT_CONFIG_PATH", "MAX_CONFIG_BYTES", "MAX_DURATION_S", "MAX_S3_PREFIX",
-    "SECTIONS", "ApiConfig", "AttributionConfig", "Config", "ConfigError", "CostConfig",
-    "DaemonConfig", "EnergyConfig", "IdleConfig", "InstanceConfig", "KindsConfig",
+    "POSITIVE_DURATION", "SECTIONS", "ApiConfig", "AttributionConfig", "Config", "ConfigError",
+    "CostConfig", "DaemonConfig", "EnergyConfig", "IdleConfig", "InstanceConfig", "KindsConfig",
     "LatencySetting", "NvmlConfig", "OwnersConfig", "PricingConfig", "ProcessesConfig",
     "SnapshotsConfig", "StoreConfig", "UnitCostSetting", "check_budgets", "check_energy",
     "check_instance_price", "check_pricing", "db_path", "default_db_path", "default_socket_path",

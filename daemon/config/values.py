@@ -23,6 +23,7 @@ _SIZE_UNITS = {
 # No duration anyone means is longer than a century; past it a number is a unit slip (ms for
 # s) or a hostile value (10**400 overflows float()).
 MAX_DURATION_S = 100 * 365 * 86400.0
+POSITIVE_DURATION = "a positive number and a unit (e.g. 30s, 15m, 6h, 8d)"  # said in errors
 
 
 def parse_duration(value: str | int | float) -> float:
@@ -37,7 +38,10 @@ def parse_duration(value: str | int | float) -> float:
         except OverflowError:
             seconds = math.inf
     else:
-        match = _DURATION.match(str(value)[:100])
+        text = str(value)[:100]
+        match = _DURATION.match(text)
+        if not match and text.lstrip().startswith("-") and _DURATION.match(text.lstrip()[1:]):
+            raise ValueError(f"{text[:80]!r} is negative: a duration is {POSITIVE_DURATION}")
         if not match:
             raise ValueError(f"{str(value)[:80]!r} is not a duration (use e.g. 30s, 15m, 6h, "
                              "8d)")

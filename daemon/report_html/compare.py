@@ -14,7 +14,7 @@ from daemon.analysis.compare import (
     verdict_counts,
 )
 from daemon.report_html.escape import escaped as _e
-from daemon.report_html.render import CSS, phase_bar
+from daemon.report_html.render import CSS, phase_bar, phase_legend
 
 VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b7280",
                    "mixed": "#ca8a04", "no figure": "#6b7280"}
@@ -57,6 +57,7 @@ def render(result: dict[str, Any]) -> str:
         note += f"<p class=muted>price: {_e(result['price_note'])}</p>"
     phases = {side: {f["name"][6:]: f[side] or 0.0 for f in result["figures"]
                      if f["name"].startswith("phase.")} for side in ("a", "b")}
+    drawn = [p for p in phases["a"] if phases["a"][p] > 0 or phases["b"][p] > 0]  # figures' order
     recs = "".join(
         f"<tr><td>{_e(r['status'])}</td><td><code>{_e(r['rule'])}</code></td>"
         f"<td class=num>{figure_text(r.get('savings_per_month_a'), '$')}</td>"
@@ -76,6 +77,7 @@ def render(result: dict[str, Any]) -> str:
         f"<th>change</th><th>noise</th><th>verdict</th></tr>{''.join(rows)}</table>{note}"
         "<h2>Phase balance</h2><table><tr><th>before</th><th>after</th></tr>"
         f"<tr><td>{phase_bar(phases['a'])}</td><td>{phase_bar(phases['b'])}</td></tr></table>"
+        f"{phase_legend(drawn)}"
         "<h2>Recommendations</h2><table><tr><th>status</th><th>rule</th><th>before $/month"
         f"</th><th>after $/month</th><th>summary</th></tr>{recs}</table>"
         f"<p class=muted>{_e(result.get('method'))}. mlcost {_e(__version__)}.</p>"

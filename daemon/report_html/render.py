@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from daemon import __version__, clock
@@ -197,6 +198,20 @@ def timeline(windows: list[dict[str, Any]], since: float, until: float) -> str:
     return "".join(parts)
 
 
+def phase_color(phase: str) -> str:
+    """A phase's colour, in its bars and their legends alike; grey for a phase this mlcost does
+    not know (a document from a newer one)."""
+    return PHASE_COLORS.get(phase, PHASE_COLORS[UNKNOWN])
+
+
+def phase_legend(phases: Iterable[str]) -> str:
+    """Which phase each colour of the phase bars is: a swatch and the phase's name each, in
+    this order; '' for none."""
+    items = "".join(f'<span data-legend="{_e(phase)}"><i style="background:'
+                    f'{phase_color(phase)}"></i>{_e(phase)}</span>' for phase in phases)
+    return f'<div class="legend">{items}</div>' if items else ""
+
+
 def phase_bar(phases: dict[str, float]) -> str:
     """A process's phase balance as one stacked bar (shares of its time)."""
     parts = ['<svg class="phases" viewBox="0 0 200 12" width="200" height="12" '
@@ -206,7 +221,7 @@ def phase_bar(phases: dict[str, float]) -> str:
         width = max(share, 0.0) * 200
         parts.append(f'<rect class="phase" data-phase="{_e(phase)}" x="{left:.1f}" y="0" '
                      f'width="{width:.1f}" height="12" '
-                     f'fill="{PHASE_COLORS.get(phase, "#4b5563")}"><title>{_e(phase)} '
+                     f'fill="{phase_color(phase)}"><title>{_e(phase)} '
                      f'{share * 100:.0f} %</title></rect>')
         left += width
     parts.append("</svg>")
@@ -439,9 +454,7 @@ def render(data: ReportData) -> str:
          f"<td>{phase_bar(p.get('phases') or {})}{_low_confidence(p)}</td>"]
         for p in data.processes],
         "no process in this range"))
-    legend = "".join(f'<span><i style="background:{c}"></i>{_e(p)}</span>'
-                     for p, c in PHASE_COLORS.items())
-    out.append(f'<div class="legend">{legend}</div>')
+    out.append(phase_legend(PHASE_COLORS))
     out.append(energy_block(data))
     out.append(latency.table(data.latency))
     out.append("<h2>Low-utilization windows</h2>")

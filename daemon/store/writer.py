@@ -33,6 +33,7 @@ import re
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterator, Sequence
 from operator import attrgetter
@@ -54,6 +55,7 @@ from daemon.store.errors import (
 )
 from daemon.store.files import (
     RefusedFile,
+    check_existing,
     private_database,
     private_folder,
 )
@@ -65,7 +67,7 @@ from daemon.store.reader import ReaderTimeout, StoreReader
 from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
 from daemon.store.tick_rows import GpuFacts, GpuUseRow, ProcessSampleRow
 
-__all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader"]
+__all__ = ["ReaderTimeout", "Store", "StoreError", "StoreHealth", "StoreReader", "finish"]
 
 log = logging.getLogger(__name__)
 
@@ -540,3 +542,26 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def finish(path: str | os.PathLike[str], timeout_s: float = 5.0) -> None:
+    """Leave a store no writer records into any more (a finished profile) as one self-contained
+    file: its WAL checkpointed into it and its journal mode DELETE, so no -wal or -shm stays
+    beside it, nor comes back when it is read (a read-only reader of a WAL-mode file creates
+    both and cannot remove them). A Store that opens it later turns WAL on again. Raises
+    StoreError, the file as it was, where it cannot: missing, not ours, a writer still on it."""
+    try:
+        check_existing(path)  # a planted link or someone else's file: left alone
+    except RefusedFile as exc:
+        raise StoreError(f"cannot finish the store {path}: {exc}") from None
+    uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=rw"  # never creates
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout_s)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot finish the store {path}: {exc}") from None
+    if str(mode).lower() != "delete":  # refused without an error, e.g. another connection on it
+        raise StoreError(f"cannot finish the store {path}: its journal mode stayed {mode}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from daemon.store.reader import StoreReader
 from daemon.store.snapshot import write_snapshot
 from daemon.store.writer import Store
 from daemon.wire import process_key
+from tests import chromium
 from tests.daemon.test_store import T0, gpu, process
 
 MLCOSTD = [sys.executable, "-m", "daemon"]
@@ -258,6 +260,72 @@ def test_a_figure_left_out_of_the_verdict_is_marked_and_not_counted_where_people
     assert "worse*" in page and "not counted in the overall verdict" in page
     figures = {f.label: f for f in Comparison.from_dict(result).figures}
     assert not figures["kWh per hour"].counted and figures["GPU utilization"].counted
+
+
+def _phased_side(seconds: dict[str, float], label: str) -> compare.Side:
+    """A side whose one process spent `seconds` in each phase."""
+    document = _side(_noisy(50, 60, 3), label).document
+    document["processes"] = [{"pid": 4242, "start_time": 1000.5, "gpus": [0], "phases": {
+        phase: {"seconds": s} for phase, s in seconds.items()}}]
+    return compare.Side(label, document)
+
+
+HOSTILE_PHASE = '<img src=x onerror="window.pwned=1">'
+PHASED = ({"compute": 20, "data_wait": 60, "checkpoint": 10, HOSTILE_PHASE: 10, "eval": 0},
+          {"compute": 70, "data_wait": 30, "eval": 0})
+# The legend, in the figures' order (compute, then the largest share first); eval, 0 s on
+# both sides, drawn on neither; a phase this mlcost does not know is grey.
+PHASE_LEGEND = [("compute", "#16a34a"), ("data_wait", "#dc2626"),
+                ('&lt;img src=x onerror=&quot;window.pwned=1&quot;&gt;', "#4b5563"),
+                ("checkpoint", "#9333ea")]
+
+
+def test_the_phase_bars_have_a_legend_of_the_phases_they_show_in_their_colours():
+    """The page's phase bars had no legend: no reader could tell compute's colour from
+    data_wait's. Each phase drawn on either side is named beside a swatch of its bars' colour,
+    escaped like every text from a document; without phases there is no legend."""
+    from daemon.report_html.compare import render
+
+    page = render(compare.compare(_phased_side(PHASED[0], "a"), _phased_side(PHASED[1], "b")))
+    legends = re.findall(r'<div class="legend">(.*?)</div>', page)
+    assert len(legends) == 1, legends
+    entries = re.findall(r'<span data-legend="([^"]*)"><i style="background:(#[0-9a-f]{6})">'
+                         r"</i>([^<]*)</span>", legends[0])
+    assert [(name, colour) for name, colour, _ in entries] == PHASE_LEGEND
+    assert all(name == shown for name, _, shown in entries)
+    bars = re.findall(r'<rect class="phase" data-phase="([^"]*)"[^>]* width="([0-9.]+)"[^>]* '
+                      r'fill="(#[0-9a-f]{6})"', page)
+    drawn = {(name, colour) for name, width, colour in bars if float(width) > 0}
+    assert drawn == set(PHASE_LEGEND)
+    assert "<img" not in page
+    unphased = render(compare.compare(_side(_noisy(50, 60, 1)), _side(_noisy(50, 60, 2))))
+    assert 'class="legend"' not in unphased
+
+
+def test_the_phase_legend_reads_in_chromium_with_the_bars_colours(tmp_path):
+    """The page in a browser: each legend swatch has the colour the browser paints that phase's
+    bars with, and nothing is loaded or run. (The screenshot is there to look at.)"""
+    from daemon.report_html.compare import render
+
+    html = tmp_path / "compare.html"
+    html.write_text(render(compare.compare(_phased_side(PHASED[0], "a"),
+                                           _phased_side(PHASED[1], "b"))))
+    script = """({
+      legend: [...document.querySelectorAll('.legend span')].map(s => [s.innerText,
+        getComputedStyle(s.querySelector('i')).backgroundColor,
+        s.querySelector('i').getBoundingClientRect().width]),
+      bars: [...document.querySelectorAll('rect.phase')].filter(r => r.width.baseVal.value > 0)
+        .map(r => [r.dataset.phase, getComputedStyle(r).fill]),
+      pwned: window.pwned || 0})"""
+    shot = tmp_path / "compare.png"
+    page = chromium.load(html.as_uri(), script, screenshot=shot, size=(1000, 700))
+    assert page.console_errors == [] and page.requests == [html.as_uri()]
+    legend = {name: colour for name, colour, _ in page.value["legend"]}
+    assert list(legend) == ["compute", "data_wait", HOSTILE_PHASE, "checkpoint"]
+    assert all(width > 0 for _, _, width in page.value["legend"])  # a swatch one can see
+    assert {(name, colour) for name, colour in page.value["bars"]} == set(legend.items())
+    assert page.value["pwned"] == 0
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def _priced_side(per_gpu: float, model: str, label: str) -> compare.Side:

@@ -25,6 +25,7 @@ from daemon.commands.gates import GATE_EXIT_STATUS
 from daemon.commands.profile import memory_peak, memory_peak_text, summary_markdown
 from daemon.commands.report import render_text
 from daemon.runtime.profile import MAX_LINE_BYTES, ProgressCounter
+from daemon.store.reader import StoreReader
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).parent / "profile_programs"
@@ -261,7 +262,8 @@ per = 1000000
     assert "per 1k tokens" in (out / "summary.md").read_text()
 
 
-def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp_path, signum):
     out = tmp_path / "interrupted"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with subprocess.Popen([sys.executable, "-m", "daemon", "profile", "--out", str(out),
@@ -273,16 +275,35 @@ def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp
             for line in proc.stdout:  # the command runs under the profile: Ctrl-C now
                 if line.startswith("step 1/"):
                     break
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             _, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert proc.returncode == 128 + signal.SIGINT, stderr  # Python's death by Ctrl-C
+    assert proc.returncode == 128 + signum, stderr  # Python's death by Ctrl-C, or SIGTERM's
     facts = document(out)["profile"]
-    assert facts["interrupted"] is True and facts["exit_status"] == 128 + signal.SIGINT
+    assert facts["interrupted"] is True and facts["exit_status"] == 128 + signum
     assert "interrupted" in {w["code"] for w in facts["warnings"]}
     assert running_with(STARVED + " --steps 100000") == []
+    assert_the_folder_holds_only_the_profile(out)
+
+
+def assert_the_folder_holds_only_the_profile(out: Path) -> None:
+    """The files the README lists, and nothing else (SQLite's -wal and -shm stayed): a
+    profile.db that stands alone, whole, with what was recorded, and stays alone when read."""
+    files = ["profile.db", "profile.html", "profile.json", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == files
+    with StoreReader(out / "profile.db") as reader:  # read-only, as compare and the page read
+        assert reader.query("PRAGMA integrity_check")[0]["integrity_check"] == "ok"
+        assert reader.query("PRAGMA journal_mode")[0]["journal_mode"] == "delete"
+        assert reader.latest() is not None
+    assert sorted(p.name for p in out.iterdir()) == files
+
+
+def test_a_finished_profile_folder_holds_only_the_files_it_says_it_wrote(starved):
+    out, result = starved
+    assert result.returncode == 0, result.stderr
+    assert_the_folder_holds_only_the_profile(out)
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
@@ -311,6 +332,38 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
                        *(command if args else [])])
         assert status == 2 and said in capsys.readouterr().err, args
     assert not marker.exists() and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--duration", "-5s"], "'-5s' is negative"),
+    (["--duration=-5s"], "'-5s' is negative"),
+    (["--duration", "-1.5m"], "'-1.5m' is negative"),
+    (["--duration", "0"], "'0' is not more than 0"),
+], ids=["negative", "negative-with-equals", "negative-fraction", "zero"])
+def test_a_duration_that_is_not_positive_is_refused_saying_what_a_duration_is(
+        tmp_path, capsys, args, said):
+    """`--duration -5s` got argparse's "expected one argument" (it took -5s for an option):
+    each says what was wrong with the value and what a duration is, status 2, nothing run."""
+    from daemon.commands.cli import main
+
+    marker = tmp_path / "ran"
+    status = main(["profile", "--out", str(tmp_path / "x"), *args, "--", sys.executable, "-c",
+                   f"open({str(marker)!r}, 'w')"])
+    assert status == 2
+    assert capsys.readouterr().err == (f"mlcostd profile: --duration {said}: a duration is a "
+                                       "positive number and a unit (e.g. 30s, 15m, 6h, 8d)\n")
+    assert not marker.exists() and not (tmp_path / "x").exists()
+
+
+def test_the_help_says_what_a_duration_is(capsys):
+    from daemon.commands.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["profile", "--help"])
+    assert exited.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("--duration DURATION stop the command after this long, a positive number and a "
+            "unit (e.g. 30s, 15m, 6h, 8d)") in help_text
 
 
 # -- without a run ------------------------------------------------------------------------------

@@ -172,6 +172,30 @@ def test_empty_store_and_unknown_status_text(tmp_path: Path) -> None:
         assert reader.query("PRAGMA journal_mode")[0]["journal_mode"] == "wal"
 
 
+def test_a_finished_store_is_one_file_that_reading_leaves_alone(tmp_path: Path) -> None:
+    """A read-only reader, the last to close a WAL-mode file, left its -wal and -shm beside it;
+    finish() leaves a store no writer records into any more as one file, and refuses (the file
+    as it was) while a writer still records into it."""
+    from daemon.store.writer import StoreError, finish
+
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        fill(store, 5)
+        with pytest.raises(StoreError, match="cannot finish the store"):
+            finish(path, timeout_s=0.1)
+        assert rows(path, "PRAGMA journal_mode") == [("wal",)]
+    finish(path)
+    with Store.reader(path) as reader:  # read-only, as compare and the HTML page read it
+        assert len(reader.query("SELECT ts FROM ticks")) == 5
+        assert reader.query("PRAGMA journal_mode")[0]["journal_mode"] == "delete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]
+    with Store(path) as store:  # a writer that opens it again records in WAL mode
+        assert rows(path, "PRAGMA journal_mode") == [("wal",)]
+    with pytest.raises(StoreError, match="cannot finish the store"):
+        finish(tmp_path / "none.db")
+    assert not (tmp_path / "none.db").exists()
+
+
 def test_static_facts_are_stored_once(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with Store(path) as store:

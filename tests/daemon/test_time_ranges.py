@@ -112,6 +112,23 @@ def test_the_command_line_refuses_out_of_range_times_in_one_line(tmp_path, args,
     assert flag in done.stderr
 
 
+@pytest.mark.parametrize("args", [["report", "--since", "-5m", "--db", "none.db"],
+                                  ["snapshot", "--since", "-5m", "--db", "none.db"],
+                                  ["idle", "--for", "-5m"]],
+                         ids=["report-since", "snapshot-since", "idle-for"])
+def test_a_negative_duration_is_refused_by_its_flag_not_taken_for_an_option(tmp_path, capsys,
+                                                                            args):
+    """argparse took `-5m` for an option ("expected one argument"); the flag's own check says
+    the value is negative and what a duration is."""
+    from daemon.commands.cli import main
+
+    args = [str(tmp_path / a) if a == "none.db" else a for a in args]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (f"mlcostd {args[0]}: {args[1]} '-5m' is negative: a "
+                                       "duration is a positive number and a unit (e.g. 30s, "
+                                       "15m, 6h, 8d)\n")
+
+
 @pytest.mark.parametrize("args, words", [
     (["report", "--since", "0"], "--since '0' must be at least 1 s"),
     (["prices", "--observed", "--since", "0"], "--since '0' must be at least 1 s"),
