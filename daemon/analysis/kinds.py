@@ -1,8 +1,9 @@
 """The kind of a GPU workload — training, batch inference, online inference, notebook, other —
 from facts observable without changing its code, with the evidence and a confidence.
 
-Pure: `classify_kind` reads a process's command line (redacted), its sockets, mapped libraries
-and parent (daemon.sources.kindfacts) and the frame markers seen in any thread of its stacks
+Pure: `classify_kind` reads a process's command line (redacted), its sockets, mapped libraries,
+parent and whether it is an interactive Python prompt (daemon.sources.kindfacts) and the frame
+markers seen in any thread of its stacks
 (`frame_markers`). Each fact adds weight to one kind; the kind with the most weight wins and
 its confidence is its share of all the weight given (a lone weak hint stays below one half).
 Evidence strings are built from our own words and numbers only (no text of the process).
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.sources.frames import ThreadStack
-from daemon.sources.kindfacts import KindFacts
+from daemon.sources.kindfacts import PROMPT_BARE, PROMPT_INSPECT, PROMPT_SHELL, KindFacts
 from daemon.sources.safe_text import one_line
 
 TRAINING = "training"
@@ -121,6 +122,19 @@ def command_hints(command: str) -> tuple[tuple[str, float, str], ...]:
     once per command (bounded: a host runs a few thousand distinct ones at most)."""
     return tuple((kind, weight, why) for pattern, kind, weight, why in COMMAND_HINTS
                  if pattern.search(command))
+
+
+# An interactive Python prompt holding a GPU (someone imported torch at `python`'s prompt and
+# left) is the session a Jupyter kernel is: as much weight as a kernel's command line.
+PROMPT_WEIGHT = 4.0
+PROMPT_EVIDENCE = {
+    PROMPT_BARE: "an interactive Python prompt: an interpreter started with no script, its "
+                 "stdin a terminal",
+    PROMPT_INSPECT: "an interactive Python prompt: an interpreter started with -i, its stdin a "
+                    "terminal",
+    PROMPT_SHELL: "an interactive Python prompt: an IPython/ptpython/bpython shell, its stdin a "
+                  "terminal",
+}
 LISTEN_WEIGHT = 2.0
 ACCEPTED_WEIGHT = 2.0
 SERVE_FRAME_WEIGHT = 3.0
@@ -257,6 +271,9 @@ def classify_kind(command: str, facts: KindFacts | None,
     parent = facts.parent if facts else None
     if parent in PARENT_KIND:
         add(PARENT_KIND[parent], PARENT_WEIGHT, f"started by {parent}")
+    prompt = PROMPT_EVIDENCE.get(facts.prompt or "") if facts else None
+    if prompt is not None:
+        add(NOTEBOOK, PROMPT_WEIGHT, prompt)
     for kind, weight, why in command_hints(command or ""):
         add(kind, weight, why)
     total = sum(scores.values())

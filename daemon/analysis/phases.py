@@ -32,6 +32,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from itertools import islice
 
 from daemon.analysis.host_signals import (
     ON_CPU_MIN,
@@ -46,12 +47,17 @@ from daemon.analysis.stack_rules import (
     IO,
     LIBRARY,
     LOCK,
+    SOCKET_READ_CALL,
     SOURCE_CALLS,
     WAIT,
     FrameRule,
     first_match,
+    is_handoff_wait,
+    is_serving_frame,
+    is_socket_frame,
     is_user_code,
     name_matches,
+    rule_for,
     user_frame,
 )
 from daemon.sources.frames import Frame, ThreadStack, main_thread
@@ -79,6 +85,9 @@ class Classification:
     phase: str
     reason: str
     frame: Frame | None  # the innermost frame in user code: the line responsible
+    # The thread whose stack holds `frame` where that is not the main thread: the reader thread
+    # a waiting main thread takes its batches from. None: the main thread's.
+    thread: ThreadStack | None = None
 
 
 _EVAL_NAME = re.compile(r"(^|_)(eval|evaluate|evaluation|valid|validate|validation|test)(_|$)",
@@ -107,7 +116,8 @@ def classify(
     signals: HostSignals | None = None,
     busy_elsewhere: bool = False,
 ) -> Classification:
-    """The phase of a process from its main thread's stack and process-level signals.
+    """The phase of a process from its main thread's stack and process-level signals (and,
+    where the main thread waits for another thread, from that thread's stack).
 
     `busy_elsewhere`: the process's GPU was busy (its SM share at or above high_sm_share) while
     this main thread had nothing of its own to show: a main thread that only waits (joins a
@@ -118,12 +128,15 @@ def classify(
     Precedence, GPU quiet: context frames anywhere (checkpoint, eval: a library's checkpoint or
     evaluation frames, or a user function named eval/validate/test...) > comm/sync library
     frames > I/O frames or an I/O call on the innermost user line > the innermost data-loading
-    or serving library frame > waiting frames or a sleep/wait call on the user line (idle) > D
+    or serving library frame > a wait on a queue, condition or event while another thread of
+    the process works on input (data wait: `_fed_by`, that thread's line the responsible one)
+    > waiting frames or a sleep/wait call on the user line (idle) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
 
-    With `signals` (HostSignals), after the library frames and before the waiting frames: a
+    With `signals` (HostSignals), after the library frames and a reader thread's work, and
+    before the waiting frames: a
     process writing >= WRITE_MIN_PER_S (a second, or a CPU-second it got: HostSignals.streams)
     is checkpointing, one reading >= READ_MIN_PER_S (likewise) or in
     D state or with iowait growing waits for data, a main thread on-CPU >= ON_CPU_MIN is host
@@ -170,11 +183,15 @@ def classify(
         return Classification(line_call[0], line_call[1], responsible)
     if library is not None:
         return _said(library, responsible)
+    wait = first_match(called, LOCK) or first_match(called, WAIT)
+    if wait is not None and not busy_elsewhere and _is_handoff(wait):
+        fed = _fed_by(threads, thread, wait, source_line)
+        if fed is not None:
+            return fed
     if signals is not None:
         measured = _from_signals(frames, signals, responsible)
         if measured is not None:
             return measured
-    wait = first_match(called, LOCK) or first_match(called, WAIT)
     if wait is not None:
         if busy_elsewhere and wait[0].kind == WAIT:
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
@@ -212,6 +229,73 @@ def classify(
         return Classification(IDLE, "main thread blocked with the GPU idle", responsible)
     return Classification(UNKNOWN, "host code running while the GPU idles"
                           + _queued_text(signals), responsible)
+
+
+# Other threads looked at for the one a waiting main thread takes its input from.
+MAX_THREADS_LOOKED_AT = 64
+
+
+def _is_handoff(wait: tuple[FrameRule, Frame]) -> bool:
+    """A waiting frame (not a lock's) in which a thread waits for another to hand it
+    something: a queue, a condition, an event."""
+    return wait[0].kind == WAIT and is_handoff_wait(wait[1])
+
+
+def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None,
+            wait: tuple[FrameRule, Frame], source_line: SourceLine | None
+            ) -> Classification | None:
+    """Data wait, where the main thread waits on a queue, a condition or an event (`wait`)
+    while another thread of its process works on input (`_input_work`): a reader thread that
+    reads or decodes the batches the loop takes. Its line is the one responsible. None where
+    no other thread works: a process waiting for nothing (a server between requests) is idle."""
+    others = (t for t in threads if t is not main)
+    for other in islice(others, MAX_THREADS_LOOKED_AT):
+        line = user_frame(other.frames)
+        if line is None:
+            continue  # a library's own thread (a logger, a progress bar): no input of the loop's
+        work = _input_work(other, line, source_line)
+        if work is None:
+            continue
+        name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+        return Classification(
+            DATA_WAIT, f"main thread {wait[0].reason} ({_where(wait[1])}) while thread "
+            f"{name!r} works on its input: {work} ({_where(line)})", line, other)
+    return None
+
+
+def _input_work(thread: ThreadStack, line: Frame, source_line: SourceLine | None) -> str | None:
+    """What `thread` (whose innermost user frame is `line`) does for the loop's input: reading
+    (a file, a client library's download, a DataLoader) or running on a CPU (decoding). None
+    where it waits, sleeps, reads a bare socket (a server's handler may wait for its client
+    there), handles a server's request, or does work of another phase (a checkpoint, output,
+    evaluation, a collective)."""
+    frames = thread.frames
+    if first_match(frames, CONTEXT) is not None:
+        return None  # a checkpoint, evaluation or import in that thread: not the loop's input
+    if any(is_serving_frame(f) for f in frames):
+        return None  # handling a server's request: serving a client, not reading input
+    library = first_match(frames, LIBRARY)
+    if library is not None:
+        return library[0].reason if library[0].phase in (DATA_WAIT, HOST_PREPROCESS) else None
+    called = frames[: frames.index(line)]
+    io = first_match(called, IO)
+    if io is not None:
+        if io[0].phase != DATA_WAIT:
+            return None  # writing output or a checkpoint
+        # a file, or a client library's read (http.client, urllib3, botocore above the socket)
+        files = any((rule := rule_for(f, IO)) is not None and rule.phase == DATA_WAIT
+                    and not is_socket_frame(f) for f in called)
+        return f"{io[0].reason} ({_where(io[1])})" if files else None
+    if first_match(called, LOCK) is not None or first_match(called, WAIT) is not None:
+        return None
+    if not called and source_line is not None:
+        text = source_line(line)
+        if text and SOCKET_READ_CALL.search(text.split("#", 1)[0]):
+            return None
+        line_call = _source_call(line, source_line)
+        if line_call is not None:
+            return line_call[1] if line_call[0] == DATA_WAIT else None
+    return "running on a CPU (py-spy: active)" if thread.active else None
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,
@@ -327,9 +411,21 @@ def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str
 
 
 def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
-    """The main thread waits for batches from DataLoader workers: dump the workers too."""
+    """The main thread waits for batches from DataLoader workers, on the DataLoader itself or
+    on a queue that a thread iterating the DataLoader fills: dump the workers too. Not for a
+    reader thread that reads for itself: it is in this same dump, and the process's children
+    are then no workers of its loop (a helper, a compressor)."""
     thread = main_thread(threads)
     if thread is None:
         return False
     match = first_match(thread.frames, LIBRARY)
-    return match is not None and match[0].phase == DATA_WAIT
+    if match is not None:
+        return match[0].phase == DATA_WAIT
+    line = user_frame(thread.frames)
+    called = thread.frames[: thread.frames.index(line)] if line is not None else thread.frames
+    wait = first_match(called, LOCK) or first_match(called, WAIT)
+    if wait is None or not _is_handoff(wait):
+        return False
+    others = islice((t for t in threads if t is not thread), MAX_THREADS_LOOKED_AT)
+    return any(match[0].phase == DATA_WAIT for other in others
+               if (match := first_match(other.frames, LIBRARY)) is not None)

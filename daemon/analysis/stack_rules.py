@@ -226,6 +226,24 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     ),
 )
 
+# Waits for another thread of the same process to hand something over: a queue.Queue, a
+# Condition, an Event (a Future's result waits in Condition.wait too). A loop fed by a reader
+# thread waits here for its next batch. Not Thread.join (a main thread that only starts the
+# thread running the loop joins it), nor a select or an event loop (a server waits for clients).
+HANDOFF_WAITS: tuple[tuple[str, str], ...] = (
+    ("*/queue.py", "*.get"),
+    ("*/threading.py", "Condition.wait"),
+    ("*/threading.py", "Event.wait"),
+)
+# Reading a bare socket: a handler thread blocked there may be a server waiting for its client's
+# next request, not a reader fetching input (a client library's frames above it say that).
+SOCKET_FILES = ("*/socket.py", "*/ssl.py")
+SOCKET_READ_CALL = re.compile(r"\.(recv|recv_into|recvfrom|recvmsg)\(")  # on a user line
+# A thread under a server's request handling: whatever it does (reads a request body, parses
+# it on a CPU), it serves a client, and feeds no loop with input.
+SERVING_FILES = ("*/socketserver.py", "*/http/server.py", "*/wsgiref/*",
+                 "*/werkzeug/serving.py", "*/grpc/_server.py")
+
 # What the innermost user line calls, for calls that leave no Python frame (C functions):
 # (regex on the source line, phase, reason). The first match wins.
 SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
@@ -291,6 +309,22 @@ def register_runtime(file_glob: str, name_glob: str, phase: str, reason: str) ->
     rule = FrameRule(LIBRARY, file_glob, name_glob, phase, reason)
     if rule not in _RUNTIME_FRAME_RULES:
         _RUNTIME_FRAME_RULES.append(rule)
+
+
+def is_handoff_wait(frame: Frame) -> bool:
+    """A waiting frame in which one thread waits for another to hand something over
+    (HANDOFF_WAITS)."""
+    return any(_is(frame, file, name) for file, name in HANDOFF_WAITS)
+
+
+def is_socket_frame(frame: Frame) -> bool:
+    path = frame.filename.replace("\\", "/")
+    return any(fnmatchcase(path, glob) for glob in SOCKET_FILES)
+
+
+def is_serving_frame(frame: Frame) -> bool:
+    path = frame.filename.replace("\\", "/")
+    return any(fnmatchcase(path, glob) for glob in SERVING_FILES)
 
 
 def _is(frame: Frame, file: str, name: str) -> bool:

@@ -464,8 +464,7 @@ class Attribution:
             rows = self._rows(proc, result, share,
                               busy_elsewhere=share >= self.config.high_sm_share)
             if rows and result.ok:
-                thread = main_thread(result.threads)
-                if thread is not None and waits_on_data_queue([thread]):
+                if waits_on_data_queue(result.threads):
                     for worker in self._children.get(proc.pid, [])[:4]:
                         worker_result = await self.sampler.dump(worker.pid)
                         rows += self._rows(worker, worker_result, share,
@@ -601,14 +600,17 @@ class Attribution:
         # the main thread in Thread.join while its GPUs work, which read as idle at 90%
         # utilization. The share is the tick's, not the dump's moment: a main thread that reads
         # a batch is data wait however busy the tick was. A DataLoader worker holds no GPU.
-        verdict = classify([thread], gpu_busy=False, busy_elsewhere=busy_elsewhere,
+        # All its threads: a main thread waiting on a queue that a reader thread fills waits
+        # for data, and the sample keeps the reader's stack, whose line is the one to look at.
+        verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
                            source_line=source_reader(proc.pid),
                            signals=self.host_signals(proc))
-        frames = tuple((f.name, f.filename, f.line) for f in thread.frames)
-        return [StackRow(result.ts, proc.pid, proc.start_time, thread.thread_id,
-                         stack_hash(thread.frames), frames, verdict.phase, share,
+        shown = verdict.thread or thread
+        frames = tuple((f.name, f.filename, f.line) for f in shown.frames)
+        return [StackRow(result.ts, proc.pid, proc.start_time, shown.thread_id,
+                         stack_hash(shown.frames), frames, verdict.phase, share,
                          verdict.reason)]
 
     def _keep(self, key: tuple[int, float], rows: list[StackRow]) -> None:

@@ -1,5 +1,6 @@
 """What a process shows of its kind without any change to its code: its TCP sockets, the
-libraries mapped into it, its parent's command line. Read as root, so bounded and safe:
+libraries mapped into it, its parent's command line, whether it is an interactive Python prompt.
+Read as root, so bounded and safe:
 
 - Sockets: the inodes of `/proc/PID/fd/*` (readlink only: "socket:[N]"; nothing is opened or
   followed), matched to `/proc/PID/net/tcp` and `tcp6` (the process's own network namespace).
@@ -7,6 +8,12 @@ libraries mapped into it, its parent's command line. Read as root, so bounded an
   listening ports is a connection it accepted.
 - Libraries: `/proc/PID/maps`, matched against a fixed list of library markers.
 - Parent: the first bytes of `/proc/PPID/cmdline`, matched against a fixed list of launchers.
+- Prompt: whether it is an interactive Python prompt (`read_prompt`): its own first bytes of
+  `/proc/PID/cmdline` start an interpreter with no script, or with -i, or an IPython, ptpython
+  or bpython shell, AND its stdin is a terminal (the text of the link `/proc/PID/fd/0`, read
+  with readlink, never followed or opened). What a script prints or names its functions cannot
+  make it one, and `python - < script.py` or `python train.py < data` have a script or a stdin
+  that is no terminal.
 
 Only marker names from our own vocabulary and numbers (ports, counts) leave this module: no text
 of the process does, so nothing here needs redaction. Every read has a byte cap and an entry cap;
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -77,6 +85,96 @@ PARENT_MARKERS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Why a process is an interactive Python prompt (KindFacts.prompt): our words, never its text.
+PROMPT_BARE = "bare"  # an interpreter started with no script (`python`, `python3 -q`)
+PROMPT_INSPECT = "inspect"  # `python -i` (after a script or -c, it stays at the prompt)
+PROMPT_SHELL = "shell"  # IPython, ptpython or bpython (`ipython`, `python -m IPython`)
+PROMPT_SHELLS = frozenset({"ipython", "ipython3", "ptpython", "ptipython", "bpython"})
+PROMPT_MODULES = frozenset({"IPython", "ptpython", "bpython"})
+_INTERPRETER = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[dmu]?")
+# CPython's options that take a value in the next argument when not glued to them (-W arg).
+_VALUE_FLAGS = frozenset("WX")
+_VALUE_OPTIONS = frozenset({"--check-hash-based-pycs"})
+# What the link of a terminal reads: a pseudo-terminal (ssh, tmux, a terminal emulator, docker
+# -it) or a console.
+_TERMINAL = re.compile(r"/dev/(pts/\d+|tty[A-Za-z]*\d*|console)")
+
+
+def prompt_of(argv: list[str]) -> str | None:
+    """PROMPT_BARE, PROMPT_INSPECT or PROMPT_SHELL where `argv` starts an interactive Python
+    prompt (given a terminal on its stdin), else None: a script, a module, `-c` or `-` (the
+    program read from stdin) without -i."""
+    if not argv:
+        return None
+    program = os.path.basename(argv[0])
+    if program in PROMPT_SHELLS:
+        return _shell(argv[1:])
+    if not _INTERPRETER.fullmatch(program):
+        return None
+    inspect = False
+    args = iter(argv[1:])
+    script = None
+    for arg in args:
+        if arg == "--":
+            script = next(args, None)
+            break
+        if arg.startswith("--"):
+            if arg in _VALUE_OPTIONS:
+                next(args, None)
+            continue
+        if not arg.startswith("-") or arg == "-":
+            script = arg
+            break
+        for at, flag in enumerate(arg[1:], start=1):
+            rest = arg[at + 1:]
+            if flag == "i":
+                inspect = True
+            elif flag in _VALUE_FLAGS:
+                if not rest:
+                    next(args, None)
+                break
+            elif flag == "c":
+                return PROMPT_INSPECT if inspect else None
+            elif flag == "m":
+                if (rest or next(args, "")) in PROMPT_MODULES:
+                    return _shell(list(args))
+                return PROMPT_INSPECT if inspect else None
+    if script is not None and os.path.basename(script) in PROMPT_SHELLS:
+        return _shell(list(args))  # a shell's console script: `python3 /usr/bin/ipython`
+    if inspect:
+        return PROMPT_INSPECT
+    return PROMPT_BARE if script is None else None
+
+
+def _shell(args: list[str]) -> str | None:
+    """A shell's arguments: a file to run makes it a script (`ipython run.py` runs it and
+    exits), unless -i keeps it at the prompt after."""
+    if any(not a.startswith("-") for a in args) and "-i" not in args:
+        return None
+    return PROMPT_SHELL
+
+
+def stdin_is_terminal(pid: int) -> bool:
+    """Whether pid's stdin is a terminal: the text of the link /proc/PID/fd/0 (readlink, never
+    followed: the kernel's path of what it has open, at most PATH_MAX) names one."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/0")
+    except OSError:
+        return False
+    return _TERMINAL.fullmatch(target) is not None
+
+
+def read_prompt(pid: int) -> str | None:
+    """Why pid is an interactive Python prompt (prompt_of, its stdin a terminal), else None.
+    A command line longer than MAX_CMDLINE_BYTES is none: where its script is cannot be told.
+    Raises OSError when it is gone."""
+    data, cut = _read_capped(f"/proc/{pid}/cmdline", MAX_CMDLINE_BYTES)
+    if cut or not data:
+        return None
+    why = prompt_of(data.rstrip(b"\0").decode("utf-8", "surrogateescape").split("\0"))
+    return why if why is not None and stdin_is_terminal(pid) else None
+
+
 @dataclass(frozen=True, slots=True)
 class KindFacts:
     """One process's sockets, libraries and parent, as last read."""
@@ -105,6 +203,9 @@ class KindFacts:
     # descriptors were last listed.
     fds_without_tcp: int | None = None
     sockets_listed_at: float = 0.0
+    # Why it is an interactive Python prompt (PROMPT_BARE/INSPECT/SHELL: read_prompt), read
+    # with its maps; None: it is not one.
+    prompt: str | None = None
 
 
 _SOCKETS_READ_AT = attrgetter("sockets_read_at")
@@ -377,7 +478,8 @@ class KindFactsReader:
                               facts.accepted_reads + (1 if accepted else 0),
                               facts.connections_caught + len(inodes - facts.caught_inodes),
                               facts.first_sockets_read_at if facts.first_sockets_read_at
-                              is not None else now, inodes, fds_without_tcp, now)
+                              is not None else now, inodes, fds_without_tcp, now,
+                              facts.prompt)
         if maps:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
             self.reads += 1
@@ -391,7 +493,7 @@ class KindFactsReader:
                               facts.accepted_reads,
                               facts.connections_caught, facts.first_sockets_read_at,
                               facts.caught_inodes, facts.fds_without_tcp,
-                              facts.sockets_listed_at)
+                              facts.sockets_listed_at, read_prompt(pid))
         return replace(facts, truncated=tuple(sorted(truncated)))
 
     def get(self, key: tuple[int, float]) -> KindFacts | None:

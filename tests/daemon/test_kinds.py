@@ -27,13 +27,18 @@ from daemon.analysis.rules import build_analysis, evaluate
 from daemon.runtime.kinds import GPU_USE_READS, KindTracker
 from daemon.sources.frames import Frame, ThreadStack
 from daemon.sources.kindfacts import (
+    PROMPT_BARE,
+    PROMPT_INSPECT,
+    PROMPT_SHELL,
     KindFacts,
     KindFactsReader,
     fd_count,
     libraries_in_maps,
     parent_marker,
     parse_tcp_table,
+    prompt_of,
     read_sockets,
+    stdin_is_terminal,
 )
 
 NOW = 1_000_000.0
@@ -587,3 +592,115 @@ def test_rounds_that_change_no_kind_keep_the_same_documents():
     assert tracker.documents() is not documents
     assert tracker.documents()["11:2.000"]["kind"] == ONLINE_INFERENCE
     assert tracker.documents()["10:1.000"] is documents["10:1.000"]  # that kind did not change
+
+
+# -- an interactive Python prompt holding a GPU ----------------------------------------------
+
+PROMPTS = [
+    (["python"], PROMPT_BARE),
+    (["/usr/bin/python3.11", "-q"], PROMPT_BARE),
+    (["python3", "-u", "-X", "dev", "-Wignore"], PROMPT_BARE),
+    (["python", "-i"], PROMPT_INSPECT),
+    (["python", "-i", "train.py"], PROMPT_INSPECT),  # runs it, then stays at the prompt
+    (["python", "-ic", "import torch"], PROMPT_INSPECT),
+    (["python", "-m", "IPython"], PROMPT_SHELL),
+    (["/usr/bin/python3", "/usr/local/bin/ipython"], PROMPT_SHELL),  # a console script
+    (["ipython"], PROMPT_SHELL),
+    (["ipython", "-i", "setup_model.py"], PROMPT_SHELL),
+    (["ptpython"], PROMPT_SHELL),
+    # scripts, modules and programs read from stdin: no prompt
+    (["python", "train.py"], None),
+    (["python", "-W", "ignore", "train.py"], None),  # -W's value is no script
+    (["python", "--", "train.py"], None),
+    (["python", "-"], None),  # `python - < script.py`
+    (["python", "-c", "import torch; torch.zeros(1).cuda()"], None),
+    (["python", "-m", "torch.distributed.run", "--nproc-per-node=8", "train.py"], None),
+    (["python3", "-m", "ipykernel_launcher", "-f", "/run/kernel-4f2a.json"], None),
+    (["ipython", "run.py"], None),  # runs the file and exits
+    (["bash"], None),
+    (["python\x1b]0;x\x07"], None),
+    ([], None),
+]
+
+
+@pytest.mark.parametrize("argv, expected", PROMPTS, ids=[" ".join(a) or "empty" for a, _ in PROMPTS])
+def test_an_interpreter_with_no_script_or_with_i_or_a_python_shell_is_a_prompt(argv, expected):
+    assert prompt_of(argv) == expected
+
+
+def test_a_prompt_is_a_notebook_with_evidence_that_says_why():
+    """A REPL that ran a kernel then sat at its prompt was `training` (its kernels, no port)."""
+    kind = classify_kind("python", KindFacts(prompt=PROMPT_BARE), now=NOW, gpu_use="bursty",
+                         kernels_at=NOW)
+    assert kind.kind == NOTEBOOK and kind.confidence > 0.5
+    assert "an interactive Python prompt: an interpreter started with no script, its stdin a " \
+           "terminal" in kind.evidence
+    assert classify_kind("python", KindFacts(), now=NOW, gpu_use="bursty").kind == TRAINING
+
+
+def _pty() -> tuple[int, int]:
+    import pty
+
+    return pty.openpty()
+
+
+def test_stdin_is_a_terminal_only_where_the_link_names_one(tmp_path):
+    """The link's text is read, never followed: a file whose path holds /dev/pts is no terminal."""
+    fake = tmp_path / "dev" / "pts" / "0"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("print('hi')\n")
+    master, slave = _pty()
+    children = []
+    try:
+        with open(fake) as as_file:
+            for stdin in (slave, subprocess.PIPE, subprocess.DEVNULL, as_file):
+                children.append(subprocess.Popen(["sleep", "60"], stdin=stdin))
+        assert [stdin_is_terminal(c.pid) for c in children] == [True, False, False, False]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+        os.close(master)
+        os.close(slave)
+
+
+def _kind_of(argv: list[str], stdin) -> Kind:
+    """The kind mlcostd's tracker gives a real process started with `argv` and `stdin`, its
+    kernels running (an SM share each round): the runtime path, facts read from /proc."""
+    from daemon.sources.redact import redact_argv
+
+    child = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        key = (child.pid, psutil.Process(child.pid).create_time())
+        tracker = KindTracker()
+        for i in range(3):
+            tracker.refresh([(child.pid, key[1], redact_argv(argv), {})], {}, NOW + 2 * i,
+                            {key: 5.0})
+        [kind] = tracker.kinds.values()
+        return kind
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_real_python_prompt_on_a_terminal_is_a_notebook_a_script_is_not(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    master, slave = _pty()
+    try:
+        for argv in ([sys.executable], [sys.executable, "-i"]):
+            kind = _kind_of(argv, slave)
+            assert kind.kind == NOTEBOOK, (argv, kind)
+            assert any(e.startswith("an interactive Python prompt: ") for e in kind.evidence)
+        # a script on a terminal, a program piped in, a bare interpreter reading a pipe
+        with open(script) as piped:
+            for argv, stdin in (([sys.executable, str(script)], slave),
+                                ([sys.executable, "-"], piped),
+                                ([sys.executable], subprocess.PIPE)):
+                kind = _kind_of(argv, stdin)
+                assert kind.kind == TRAINING, (argv, kind)
+                assert not any("prompt" in e for e in kind.evidence)
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -22,6 +22,7 @@ from daemon.analysis.phase_balance import SampleTally, StackSample, phase_balanc
 from daemon.analysis.phases import Classification, classify, waits_on_data_queue
 from daemon.analysis.source_lines import read_source_line, source_reader
 from daemon.sources.stacks import (
+    DumpResult,
     Frame,
     StackSampler,
     ThreadStack,
@@ -738,3 +739,243 @@ def test_a_waiting_main_thread_beside_a_busy_gpu_is_compute_a_reading_one_is_not
     reading = stack((f"{STDLIB}/socket.py", "SocketIO.readinto", 706), (USER, "read_batch", 12))
     assert classify(reading, gpu_busy=False, source_line=None, busy_elsewhere=True).phase == \
         "data_wait"
+
+
+# -- a loop fed by a reader thread through a queue.Queue -------------------------------------
+
+QUEUE_GET = [(f"{STDLIB}/threading.py", "Condition.wait", 327),
+             (f"{STDLIB}/queue.py", "Queue.get", 171),
+             (USER, "train", 57)]
+READER_LINE = ("/home/me/reader.py", "read_batches", 23)
+
+
+def threads(main: list[tuple[str, str, int]], *others: tuple[list[tuple[str, str, int]], bool]
+            ) -> list[ThreadStack]:
+    """A main thread and other threads ((frames, active) each), frames innermost first."""
+    made = [ThreadStack(1, "MainThread", False, tuple(Frame(n, f, ln) for f, n, ln in main))]
+    for i, (frames, active) in enumerate(others, start=2):
+        made.append(ThreadStack(i, f"worker-{i}", active,
+                                tuple(Frame(n, f, ln) for f, n, ln in frames)))
+    return made
+
+
+THREAD_RUN = [(f"{STDLIB}/threading.py", "Thread.run", 982),
+              (f"{STDLIB}/threading.py", "Thread._bootstrap_inner", 1045)]
+
+
+def test_a_main_thread_waiting_on_a_queue_a_busy_reader_fills_waits_for_data():
+    """A hand-written prefetcher: the reader decodes on a CPU (py-spy: active) while the loop
+    waits in q.get(). Before, this read as idle ("waiting in Condition.wait") and the idle rule
+    could offer to stop a starved job; the line to look at is the reader's."""
+    found = classify(threads(QUEUE_GET, ([READER_LINE, *THREAD_RUN], True)), gpu_busy=False,
+                     source_line=no_source)
+    assert found.phase == "data_wait", found
+    assert found.frame == Frame("read_batches", "/home/me/reader.py", 23)
+    assert found.thread is not None and found.thread.thread_name == "worker-2"
+    assert "'worker-2'" in found.reason and "reader.py:23 read_batches" in found.reason
+    # a reader blocked reading a file (py-spy: not active), told by its line or its frames
+    blocked = threads(QUEUE_GET, ([READER_LINE, *THREAD_RUN], False))
+    assert classify(blocked, gpu_busy=False,
+                    source_line=lambda f: "raw = shard.read(CHUNK)").phase == "data_wait"
+    fetching = threads(QUEUE_GET, ([(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+                                    (f"{STDLIB}/http/client.py", "HTTPResponse.read", 466),
+                                    READER_LINE, *THREAD_RUN], False))
+    assert classify(fetching, gpu_busy=False, source_line=no_source).phase == "data_wait"
+    # an Event or a Future's result is the same hand-over
+    on_event = [(f"{STDLIB}/threading.py", "Condition.wait", 327),
+                (f"{STDLIB}/threading.py", "Event.wait", 629), (USER, "train", 57)]
+    assert classify(threads(on_event, ([READER_LINE, *THREAD_RUN], True)), gpu_busy=False,
+                    source_line=no_source).phase == "data_wait"
+
+
+# Other threads beside a main thread in q.get() that do no work for it: the process waits.
+NOT_WORKING = {
+    "blocked, nothing known": ([READER_LINE, *THREAD_RUN], False, no_source),
+    "waiting itself, though py-spy said active": (
+        [(f"{STDLIB}/threading.py", "Condition.wait", 327),
+         (f"{STDLIB}/threading.py", "Event.wait", 629), READER_LINE, *THREAD_RUN], True,
+        no_source),
+    "sleeping on its line": ([READER_LINE, *THREAD_RUN], False, lambda f: "time.sleep(1)"),
+    "a server's accept loop": (
+        [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468),
+         (f"{STDLIB}/socketserver.py", "BaseServer.serve_forever", 233),
+         ("/srv/app.py", "serve", 40), *THREAD_RUN], False, no_source),
+    "a handler waiting for its client's next request": (
+        [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706), ("/srv/app.py", "handle", 51),
+         *THREAD_RUN], False, no_source),
+    "a handler in recv on its line": (
+        [("/srv/app.py", "handle", 52), *THREAD_RUN], False, lambda f: "data = conn.recv(4096)"),
+    "a request handler parsing a request on a CPU": (
+        [("/srv/app.py", "Handler.do_POST", 28),
+         (f"{STDLIB}/http/server.py", "BaseHTTPRequestHandler.handle_one_request", 424),
+         (f"{STDLIB}/socketserver.py", "ThreadingMixIn.process_request_thread", 691),
+         *THREAD_RUN], True, no_source),
+    "a library's own busy thread (no user frame)": (
+        [(f"{SITE}/wandb/sdk/internal/sender.py", "SendManager.send", 300), *THREAD_RUN], True,
+        no_source),
+    "a checkpoint writer": (
+        [(f"{SITE}/torch/serialization.py", "save", 850), ("/home/me/ckpt.py", "save_async", 9),
+         *THREAD_RUN], True, no_source),
+    "a logger writing output": ([("/home/me/log.py", "flush_metrics", 14), *THREAD_RUN], True,
+                                lambda f: "out.write(json.dumps(record) + '\\n')"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(NOT_WORKING))
+def test_a_main_thread_waiting_on_a_queue_nobody_works_for_stays_idle(what):
+    """A server whose main thread waits on a queue for requests, or a job whose other threads
+    wait too, is idle: no other thread works on input."""
+    frames, active, source_line = NOT_WORKING[what]
+    found = classify(threads(QUEUE_GET, (frames, active)), gpu_busy=False,
+                     source_line=source_line)
+    assert found.phase == "idle", (what, found)
+    assert found.thread is None and found.frame == Frame("train", USER, 57)
+
+
+def test_a_reader_thread_does_not_change_the_gpu_busy_paths_nor_a_join():
+    busy_reader = ([READER_LINE, *THREAD_RUN], True)
+    # a thread per GPU: GPU busy meanwhile, the waiting main thread is compute
+    assert classify(threads(QUEUE_GET, busy_reader), gpu_busy=False, source_line=no_source,
+                    busy_elsewhere=True).phase == "compute"
+    assert classify(threads(QUEUE_GET, busy_reader), gpu_busy=True,
+                    source_line=no_source).phase == "compute"
+    # a main thread that only starts the thread running the loop joins it: not a hand-over
+    joined = [(f"{STDLIB}/threading.py", "Thread._wait_for_tstate_lock", 1139),
+              (f"{STDLIB}/threading.py", "Thread.join", 1119), (USER, "main", 30)]
+    assert classify(threads(joined, busy_reader), gpu_busy=False,
+                    source_line=no_source).phase == "idle"
+    assert classify(threads(joined, busy_reader), gpu_busy=False, source_line=no_source,
+                    busy_elsewhere=True).phase == "compute"
+
+
+def test_worker_processes_are_dumped_for_a_thread_that_iterates_a_dataloader_not_a_reader():
+    """A thread that iterates a DataLoader with workers fills the queue: its workers read. A
+    reader thread reads in the same dump, and the process's children are not its workers."""
+    iterating = [(f"{SITE}/torch/utils/data/dataloader.py",
+                  "_MultiProcessingDataLoaderIter._try_get_data", 1133),
+                 (f"{SITE}/torch/utils/data/dataloader.py",
+                  "_MultiProcessingDataLoaderIter._next_data", 1294),
+                 ("/home/me/prefetch.py", "fill", 12), *THREAD_RUN]
+    dump = threads(QUEUE_GET, (iterating, False))
+    assert waits_on_data_queue(dump)
+    assert classify(dump, gpu_busy=False, source_line=no_source).phase == "data_wait"
+    assert not waits_on_data_queue(threads(QUEUE_GET, ([READER_LINE, *THREAD_RUN], True)))
+    assert not waits_on_data_queue(threads(QUEUE_GET, ([READER_LINE, *THREAD_RUN], False)))
+
+
+QUEUE_PREFETCH = WORKLOADS / "queue_prefetch.py"
+# the reader's read (before it, it waits in open() for the FIFO's writer to start)
+READ_LINE = next(n for n, text in enumerate(QUEUE_PREFETCH.read_text().splitlines(), start=1)
+                 if "shard.read(CHUNK)" in text)
+
+
+def _dump_until(proc: subprocess.Popen[str], ready) -> list[ThreadStack]:
+    """Dumps of `proc` until `ready(main, reader)` says both threads are where the test wants
+    them (a deadline, no fixed sleep)."""
+    sampler = StackSampler(min_interval_s=0.0, global_max_per_s=100.0, cpu_budget_ratio=1.0)
+    deadline = time.monotonic() + 30
+    seen = None
+    while time.monotonic() < deadline:
+        result = asyncio.run(sampler.dump(proc.pid))
+        assert result.status == "ok", result.error
+        by_name = {t.thread_name: t for t in result.threads}
+        main, reader = by_name.get("MainThread"), by_name.get("reader")
+        if main is not None and reader is not None and ready(main, reader):
+            return result.threads
+        seen = result.threads
+    raise AssertionError(f"the threads never got there: {seen}")
+
+
+def _in_queue_get(main: ThreadStack) -> bool:
+    return bool(main.frames) and main.frames[0].name.endswith("Condition.wait") \
+        and any(f.name.endswith("Queue.get") for f in main.frames)
+
+
+def _start(mode: str, tmp_path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, str(QUEUE_PREFETCH), mode, str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    try:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()  # the slow-storage helper
+    except psutil.NoSuchProcess:
+        pass
+    proc.kill()
+    proc.wait()
+
+
+needs_py_spy_and_root = pytest.mark.skipif(find_py_spy() is None or os.geteuid() != 0,
+                                           reason="needs py-spy and root")
+
+
+@needs_py_spy_and_root
+def test_live_loop_fed_by_a_slow_reader_thread_waits_for_data_at_the_reader_line(tmp_path):
+    """A real program (no torch, no mlcost): a reader thread reads a FIFO that a helper fills
+    slowly and puts batches on a queue.Queue; the loop waits in q.get(). Its dump is data wait,
+    and the stack sample the daemon keeps, and so the phase balance's top stack, is the
+    reader's line."""
+    from daemon.config import AttributionConfig
+    from daemon.runtime.attribution import Attribution
+    from daemon.sources.sample import GpuUse, ProcessSample
+    from daemon.store.writer import Store
+
+    proc = _start("read", tmp_path)
+    store = Store(tmp_path / "mlcost.db")
+    try:
+        dump = _dump_until(proc, lambda main, reader: _in_queue_get(main) and bool(reader.frames)
+                           and reader.frames[0].name == "read_batches"
+                           and reader.frames[0].line == READ_LINE)
+        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid))
+        assert found.phase == "data_wait", found
+        assert found.frame is not None and found.frame.name == "read_batches"
+        assert found.frame.filename.endswith("queue_prefetch.py")
+        assert "'reader'" in found.reason and "shard.read(CHUNK)" in found.reason, found.reason
+        # what the daemon stores of it: the reader's stack, so the balance points at its line
+        sample = ProcessSample(proc.pid, psutil.Process(proc.pid).create_time(), os.getpid(),
+                               "ann", "python queue_prefetch.py", (GpuUse(0, 1 << 30, 0.0),))
+        attribution = Attribution(AttributionConfig(), store, StackSampler())
+        [row] = attribution._rows(sample, DumpResult(proc.pid, time.time(), "ok", dump), 0.0,
+                                  busy_elsewhere=False)
+        reader = next(t for t in dump if t.thread_name == "reader")
+        assert (row.phase, row.thread_id) == ("data_wait", reader.thread_id)
+        frames = tuple(Frame(*f) for f in row.frames)
+        balance = phase_balance([StackSample(row.ts, row.pid, row.thread_id, row.stack_hash,
+                                             frames, row.phase, 0.0, row.reason)], 10.0, 0.0)
+        [top] = balance["data_wait"]["top_stacks"]
+        assert top["file"].endswith("queue_prefetch.py") and top["function"] == "read_batches"
+        assert top["line"] == found.frame.line == READ_LINE
+    finally:
+        store.close()
+        _stop(proc)
+
+
+@needs_py_spy_and_root
+def test_live_loop_fed_by_a_decoding_reader_thread_waits_for_data(tmp_path):
+    proc = _start("decode", tmp_path)
+    try:
+        dump = _dump_until(proc, lambda main, reader: _in_queue_get(main) and reader.active
+                           and bool(reader.frames) and reader.frames[0].name == "decode_batches")
+        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid))
+        assert found.phase == "data_wait", found
+        assert found.frame is not None and found.frame.name == "decode_batches"
+    finally:
+        _stop(proc)
+
+
+@needs_py_spy_and_root
+def test_live_loop_waiting_on_a_queue_nobody_fills_stays_idle(tmp_path):
+    """The same loop whose reader waits on an Event nobody sets: the process waits for
+    nothing, as a server between requests does. Idle, not data wait."""
+    proc = _start("quiet", tmp_path)
+    try:
+        dump = _dump_until(proc, lambda main, reader: _in_queue_get(main)
+                           and any(f.name.endswith("Event.wait") for f in reader.frames))
+        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid))
+        assert found.phase == "idle", found
+        assert found.thread is None
+    finally:
+        _stop(proc)
