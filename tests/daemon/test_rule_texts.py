@@ -86,6 +86,27 @@ def test_a_phase_headline_quotes_the_phase_balance_and_its_window():
     assert rec.evidence["phase_window_s"] == 600.0
 
 
+def test_a_data_wait_outside_a_dataloader_is_told_to_read_ahead_not_to_tune_a_dataloader():
+    """A loop that reads its own files, or waits on a reader thread of its own (its top stack
+    the reader's line), has no DataLoader whose workers to raise: 'waits here for its
+    DataLoader' was wrong there."""
+    s = window()
+    phases = phases_for(s, data_wait=0.834, compute=0.166)
+    for stack in phases[pid_id(s)]["data_wait"]["top_stacks"]:
+        stack["frames"] = ["/srv/train.py:23 read_batches", "/usr/lib/python3.11/threading.py"
+                           ":975 Thread.run"]
+    [own] = by_rule(recs(s, phases), "dataloader_starvation")
+    assert own.headline.startswith("prefetch its input in parallel (pid ")
+    assert "in data wait: prefetch its input in parallel — /srv/train.py:88" in own.summary
+    patch = own.action["patch"]
+    assert "waits here for input it reads itself" in patch and "ThreadPoolExecutor" in patch
+    assert "waits here for its DataLoader" not in patch
+    [loader] = by_rule(recs(s, phases_for(s, data_wait=0.834, compute=0.166)),
+                       "dataloader_starvation")  # its stack in a DataLoader: tune that
+    assert loader.headline.startswith("prefetch in DataLoader workers")
+    assert "waits here for its DataLoader" in loader.action["patch"]
+
+
 def test_idle_advice_counts_its_gpus_and_its_minutes_as_the_panels_do():
     s = window(utils=[0.0] * 8, holders={0: 0.0, 1: 0.0})
     [rec] = by_rule(recs(s, limits={"idle_held_min_s": 60.0}), "idle_gpu_held")

@@ -118,11 +118,17 @@ def test_a_threshold_the_config_shortened_is_the_one_the_finding_states():
     assert default.evidence["threshold"] == ">= 30 min"
 
 
+LOADER_FRAMES = ["/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:631 "
+                 "_BaseDataLoaderIter.__next__"]  # a data wait in a DataLoader's iterator
+
+
 def phases_for(samples, **shares):
-    stacks = [{"frames": ["train.py:88 main"], "file": "/srv/train.py", "line": 88,
-               "function": "main", "samples": 7}]
+    def stacks(phase):
+        frames = (LOADER_FRAMES if phase == "data_wait" else []) + ["/srv/train.py:88 main"]
+        return [{"frames": frames, "file": "/srv/train.py", "line": 88, "function": "main",
+                 "samples": 7}]
     return {pid_id(samples): {k: {"seconds": v * 600, "share": v, "gpu_idle_seconds": 0,
-                                  "top_stacks": stacks} for k, v in shares.items()}}
+                                  "top_stacks": stacks(k)} for k, v in shares.items()}}
 
 
 @pytest.mark.parametrize("phase, rule, threshold", [

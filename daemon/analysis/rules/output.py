@@ -5,6 +5,9 @@ blocking_checkpoint, whose cadence feeds the spot advice) and from input preproc
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from daemon.analysis.rules.base import Rule
 from daemon.analysis.rules.phases import _phase_rule
 from daemon.analysis.rules.window import Analysis, ProcessWindow
@@ -16,7 +19,8 @@ from pricing.offer import HOURS_PER_MONTH
 OUTPUT_SHARE = 0.05
 
 
-def _output_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+def _output_patch(proc: ProcessWindow, a: Analysis, where: str,
+                  stacks: Sequence[Mapping[str, Any]]) -> str:
     return (f"# {where}: the loop stops to serialize and write its records.\n"
             "# Buffer them and write from a thread, and less often:\n"
             "+import queue, threading\n"

@@ -4,7 +4,8 @@ communication); and storage-bound input (I/O stalls while the GPU is low)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from daemon.analysis.rules.base import (
     Finding,
@@ -36,9 +37,13 @@ from daemon.clock import duration
 from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
 from pricing.offer import HOURS_PER_MONTH
 
+Patch = Callable[[ProcessWindow, Analysis, str, Sequence[Mapping[str, Any]]], str]
 
-def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, Analysis, str], str],
-                what: str, headline: str) -> Callable[[Analysis, Rule], list[Finding]]:
+
+def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
+                headline: str | Callable[[Sequence[Mapping[str, Any]]], str],
+                ) -> Callable[[Analysis, Rule], list[Finding]]:
+    """`headline`: the advice in a few words, or what it is for the phase's top stacks."""
     def check(a: Analysis, rule: Rule) -> list[Finding]:
         found = []
         for proc in a.processes:
@@ -47,6 +52,7 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
             share, stacks = phase_share(proc, phase)
             if share <= threshold or phase_samples(stacks) < MIN_PHASE_SAMPLES:
                 continue
+            said = headline if isinstance(headline, str) else headline(stacks)
             where = where_in(stacks) or "(no stack with a user frame yet)"
             savings, method = share_savings(proc, share, what)
             # The share is the phase balance's (/v1/now's `phases`), over the window it covers.
@@ -54,14 +60,15 @@ def _phase_rule(phase: str, threshold: float, patch: Callable[[ProcessWindow, An
             found.append(rule.make(
                 proc.id,
                 f"{proc.job} (pid {proc.pid}) spends {share:.0%} of its last "
-                f"{duration(covered)} in {what}: {headline} — {where}",
+                f"{duration(covered)} in {what}: {said} — {where}",
                 savings, method,
                 {**process_evidence(a, proc), "share": share, "phase_window_s": covered,
                  "top_stacks": stack_evidence(stacks), "where": where},
                 {"kind": "show_patch", "file": where_in(stacks),
-                 "text": patch_text(proc, where_in(stacks)), "patch": patch(proc, a, where)},
+                 "text": patch_text(proc, where_in(stacks)),
+                 "patch": patch(proc, a, where, stacks)},
                 scope={"gpus": list(proc.gpus)},
-                headline=f"{headline} (pid {proc.pid}: {share:.0%} in {what})"))
+                headline=f"{said} (pid {proc.pid}: {share:.0%} in {what})"))
         return found
     return check
 
@@ -71,8 +78,36 @@ def _workers(proc: ProcessWindow, a: Analysis) -> int:
     return max(2, min(16, a.host_cpus // gpu_procs))
 
 
-def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+# A frame of PyTorch's data loading in a stack ("file:line function", phase_balance._stack).
+_DATALOADER_FRAME = "torch/utils/data/"
+
+
+def _waits_on_dataloader(stacks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the data wait's top stacks wait in a torch DataLoader (else on input the
+    program reads itself: a file read on its loop, a reader thread of its own, a pool)."""
+    return any(_DATALOADER_FRAME in str(frame) for stack in stacks
+               for frame in stack.get("frames") or ())
+
+
+def _data_wait_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
+    return ("prefetch in DataLoader workers" if _waits_on_dataloader(stacks) or not stacks
+            else "prefetch its input in parallel")
+
+
+def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
+                      stacks: Sequence[Mapping[str, Any]]) -> str:
     n = _workers(proc, a)
+    if stacks and not _waits_on_dataloader(stacks):
+        return (f"# {where}: {program_words(proc)[1]} waits here for input it reads itself "
+                "(on the loop's thread, or from a reader thread that cannot keep up).\n"
+                "# Read ahead in parallel: several readers filling a bounded queue, e.g.\n"
+                f"+pool = concurrent.futures.ThreadPoolExecutor(max_workers={n})\n"
+                "+batches = pool.map(read_batch, batch_ids)  # reads run ahead of the loop\n"
+                "# or a torch DataLoader over a Dataset that reads one item, with\n"
+                f"# num_workers={n}, pin_memory=True, prefetch_factor=4, "
+                "persistent_workers=True;\n"
+                "# a slow source (network storage) also gains from larger reads or local "
+                "NVMe.\n")
     return (f"# {where}: {program_words(proc)[1]} waits here for its DataLoader.\n"
             "# Where that DataLoader is built, prefetch in workers:\n"
             "-loader = DataLoader(dataset, batch_size=batch_size, ...)\n"
@@ -84,7 +119,8 @@ def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
             "+                    persistent_workers=True)\n")
 
 
-def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str,
+                      stacks: Sequence[Mapping[str, Any]]) -> str:
     n = _workers(proc, a)
     return (f"# {where}: decoding/augmentation runs in {program_words(proc)[1]}'s process.\n"
             "# Move it into Dataset.__getitem__ (or a transform) and let workers run it:\n"
@@ -94,7 +130,8 @@ def _preprocess_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
             "off the CPU entirely.\n")
 
 
-def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str,
+                      stacks: Sequence[Mapping[str, Any]]) -> str:
     cadence = proc.checkpoint_interval_s
     # The one cadence (ProcessWindow.checkpoint_interval_s) in the one format spot_training uses.
     every = f" (now every {duration(cadence)})" if cadence else ""
@@ -107,7 +144,8 @@ def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
             "# Or save less often: the interval only needs to bound the work lost to a crash.\n")
 
 
-def _eval_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+def _eval_patch(proc: ProcessWindow, a: Analysis, where: str,
+                stacks: Sequence[Mapping[str, Any]]) -> str:
     return (f"# {where}: evaluation takes a large part of the run.\n"
             "# Evaluate less often or on a fixed subset, e.g. HF TrainingArguments:\n"
             "+eval_steps=5 * current_eval_steps, eval_accumulation_steps=..., "
@@ -116,7 +154,8 @@ def _eval_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
             "# Or run eval as a separate job on a cheaper GPU from saved checkpoints.\n")
 
 
-def _sync_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+def _sync_patch(proc: ProcessWindow, a: Analysis, where: str,
+                stacks: Sequence[Mapping[str, Any]]) -> str:
     return (f"# {where}: the loop waits for the GPU here (.item(), .cpu(), print of a tensor, "
             "torch.cuda.synchronize()).\n"
             "-total_loss += loss.item()\n"
@@ -125,7 +164,8 @@ def _sync_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
             "+    log(total_loss.item() / log_every)  # one sync per log_every steps\n")
 
 
-def _comm_patch(proc: ProcessWindow, a: Analysis, where: str) -> str:
+def _comm_patch(proc: ProcessWindow, a: Analysis, where: str,
+                stacks: Sequence[Mapping[str, Any]]) -> str:
     return (f"# {where}: collectives (all-reduce/all-gather) block compute.\n"
             "# Overlap and batch communication:\n"
             "+model = DDP(model, bucket_cap_mb=100, gradient_as_bucket_view=True)\n"
@@ -176,7 +216,7 @@ DATALOADER_STARVATION = Rule(
     "prefetch: num_workers, pin_memory, prefetch_factor, persistent_workers",
     f"process burn x share x {HOURS_PER_MONTH:g} h",
     _phase_rule(DATA_WAIT, DATA_WAIT_SHARE, _dataloader_patch, "data wait",
-                "prefetch in DataLoader workers"))
+                _data_wait_headline))
 MAIN_THREAD_PREPROCESSING = Rule(
     "main_thread_preprocessing", "host_preprocess share of the window",
     f"> {HOST_PREPROCESS_SHARE:.0%} (PyTorch profiler)", "phase share, top stacks",
