@@ -18,6 +18,7 @@ import logging
 import os
 import pwd
 import secrets
+import sqlite3
 import stat
 import time
 from collections.abc import Awaitable, Callable
@@ -185,15 +186,22 @@ def make_app(daemon: Any, *, token: str | None = None,
                 answer.headers["Allow"] = exc.headers["Allow"]
             return answer
         except Exception as exc:  # the API must answer, not drop the connection
-            store = getattr(daemon, "store", None)
-            if store is not None and store.note_if_damaged(exc):
-                return json_error(503, f"the store {store.path} is damaged ({exc}): mlcostd "
-                                       "moves it aside and records on into a new one; ask "
-                                       "again in a few seconds (history from before is in "
-                                       "the file moved aside: see /v1/health)")
-            # the traceback once per route and kind of error, then "N more like this"
             route = request.match_info.route.resource
             where = route.canonical if route is not None else "unrouted"
+            store = getattr(daemon, "store", None)
+            if store is not None and isinstance(exc, sqlite3.Error):
+                # the store's file, not this request: one line in the log, no traceback
+                limited_log(logging.WARNING, f"503:{where}:{exc}",
+                            f"API {request.method} {where}: the store cannot be read: {exc}")
+                if store.note_if_damaged(exc) and store.starting_over:
+                    return json_error(503, f"the store {store.path} is damaged ({exc}): "
+                                           "mlcostd moves it aside and records on into a new "
+                                           "one; ask again in a few seconds (history from "
+                                           "before is in the file moved aside: see "
+                                           "/v1/health)")
+                return json_error(503, f"the store {store.path} cannot be read now ({exc}); "
+                                       "see /v1/health's store.problem")
+            # the traceback once per route and kind of error, then "N more like this"
             limited_log(logging.ERROR, f"500:{request.method}:{where}:{type(exc).__name__}",
                         f"API {request.method} {where} failed", exc_info=exc)
             return json_error(500, f"internal error: {type(exc).__name__}: {exc}")

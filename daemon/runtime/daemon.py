@@ -17,6 +17,7 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -737,9 +738,13 @@ class Daemon:
                     self._shown_changes += 1
                     self._record_costs(until)
             except Exception as error:  # the rules must never take the recorder down
-                if self.store is not None and self.store.note_if_damaged(error):
-                    log.error("evaluating recommendations failed: the store is damaged "
-                              "(%s); a new one is started at its path", error)
+                if self.store is not None and isinstance(error, sqlite3.Error):
+                    # the store's file (damaged, a full disk): its health says so; one line
+                    damaged = self.store.note_if_damaged(error)
+                    log.error("evaluating recommendations failed: the store cannot be read "
+                              "(%s)%s; trying again later", error,
+                              "; a new one is started at its path"
+                              if damaged and self.store.starting_over else "")
                 else:
                     log.exception("evaluating recommendations failed; trying again later")
             await asyncio.to_thread(memory.trim)  # what the round's reads freed goes back

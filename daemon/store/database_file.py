@@ -33,6 +33,7 @@ import logging
 import os
 import sqlite3
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
@@ -61,6 +62,7 @@ class DatabaseFile:
         _last_assigned_ts: int
 
         _damage_noted: str | None
+        _moved_aside: bool  # the damaged file is aside; a new one is still to be started
         _buffer: Any
         _pending_facts: Any
 
@@ -177,13 +179,18 @@ class DatabaseFile:
             self._conn = self._db.conn
             kept = self._conn.execute("SELECT count(*) FROM ticks").fetchone()[0]
         except (OSError, sqlite3.Error, StoreError) as error:
-            self._db = self._open()  # a fresh store at the path rather than none
-            self._conn = self._db.conn
-            self._lock_file()
+            try:
+                self._db = self._open()  # a fresh store at the path rather than none
+                self._conn = self._db.conn
+                self._lock_file()
+                started = "so a new empty store was started there"
+            except (OSError, sqlite3.Error, StoreError) as failure:
+                self._stand_in()  # (a full disk): the ticks wait in memory meanwhile
+                self._damage_noted = self._damage_noted or f"no store at the path: {failure}"
+                started = f"and starting a new one failed too ({failure}): tried again soon"
             self._set_problem(
                 "file", f"the database {self.path} was {what} while mlcostd records into it; "
-                f"putting the copy back failed ({error}), so a new empty store was started "
-                f"there; the copy may be at {tmp}")
+                f"putting the copy back failed ({error}), {started}; the copy may be at {tmp}")
             return
         note = (f"the database {self.path} was {what} at about {stamp} while mlcostd recorded "
                 f"into it; recreated it there from the open copy ({kept} ticks kept)")
@@ -207,35 +214,54 @@ class DatabaseFile:
             self._damage_noted = str(error)
         return True
 
+    @property
+    def starting_over(self) -> bool:
+        """Whether the file was found damaged and a new one is (being) started in its place."""
+        return self._damage_noted is not None
+
     def _start_over(self) -> None:
-        """The file is damaged (`note_if_damaged`): move it aside (with its WAL and SHM) and record
-        on into a new store at the path. Caller holds _lock. Never raises: where moving or
-        creating fails, `problem` says so, the ticks wait in memory (nothing is written while
-        damage is noted) and the next round tries again."""
+        """The file is damaged (`note_if_damaged`): move it aside (with its WAL and SHM) and
+        record on into a new store at the path. Caller holds _lock. Never raises: where moving
+        or creating fails (a full disk), `problem` says so (logged once, then at most once a
+        minute), the ticks wait in memory (nothing is written while damage is noted) and the
+        next round tries again the step that failed: a file moved aside is never moved again,
+        and a new one that could not be made is removed, not taken for a damaged one."""
         error = self._damage_noted
         if error is None:
             return
+        if not self._moved_aside:
+            self._close_keeping_the_wal()
+            try:
+                self._move_aside(sqlite3.DatabaseError(error))
+            except (OSError, StoreError) as failure:
+                self._stand_in()
+                self._set_problem(
+                    "damaged", f"the database {self.path} is damaged ({error}) and moving it "
+                    f"aside failed: {failure}; the ticks wait in memory and it is tried again "
+                    "every few seconds; stop mlcostd with SIGTERM, move the file away and "
+                    "start it again")
+                return
+            self._unlock_file()  # its lock went with it: nothing at the path is ours now
+            self._moved_aside = True
         try:
-            self._conn.close()  # before the move: a last close removes the WAL by its name
-        except sqlite3.Error:
-            pass
-        try:
-            self._move_aside(sqlite3.DatabaseError(error))
             self._db = self._open()
             self._conn = self._db.conn
             self._lock_file()
         except (OSError, sqlite3.Error, StoreError) as failure:
-            # A connection to nothing, so that what uses it fails as a read that cannot be
-            # made now, rather than on a closed one; the writes wait (`_damage_noted`).
-            self._db = sqlite_utils.Database(sqlite3.connect(":memory:", check_same_thread=False),
-                                             execute_plugins=False)
-            self._conn = self._db.conn
+            self._stand_in()
+            self._unlock_file()
+            for suffix in DB_SUFFIXES:  # what the failed start left: ours, never a link
+                try:
+                    check_existing(self.path + suffix)
+                    os.unlink(self.path + suffix)
+                except (OSError, RefusedFile):
+                    pass
             self._set_problem(
-                "damaged", f"the database {self.path} is damaged ({error}) and starting a new "
-                f"one in its place failed: {failure}; the ticks wait in memory and it is tried "
-                "again every few seconds; free space on that disk, or stop mlcostd with "
-                "SIGTERM, move the file away and start it again")
+                "damaged", f"the database {self.path} was damaged ({error}) and moved aside to "
+                f"{self._health.corrupt_moved_aside}; starting a new one there failed: "
+                f"{failure}; the ticks wait in memory and it is tried again every few seconds")
             return
+        self._moved_aside = False
         self._damage_noted = None
         self._forget_what_the_file_held()
         self._health.recreated = (
@@ -244,8 +270,33 @@ class DatabaseFile:
             f"{self._health.corrupt_moved_aside} (what it held: `sqlite3 "
             f"{self._health.corrupt_moved_aside} .recover`) and recording goes on into a new "
             "one at its path")
-        if self._problem_kind == "damaged":
+        if self._problem_kind is not None:
             self._clear_problem("a new database was started at its path")
+
+    def _stand_in(self) -> None:
+        """A connection to nothing in place of the writer's, so that what uses it fails as a
+        read that cannot be made now, never on a closed connection; writes wait meanwhile."""
+        self._db = sqlite_utils.Database(sqlite3.connect(":memory:", check_same_thread=False),
+                                         execute_plugins=False)
+        self._conn = self._db.conn
+
+    def _close_keeping_the_wal(self) -> None:
+        """Close the writer's connection without its checkpoint: the last connection to close
+        copies the WAL's frames into the database, and a damaged WAL would be copied over
+        the good pages a `.recover` could read. A read-only connection held open meanwhile
+        makes the writer's close not the last, and closes without a checkpoint itself."""
+        holder = None
+        try:
+            holder = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode=ro", uri=True)
+            holder.execute("PRAGMA schema_version").fetchone()  # holds its read lock
+        except sqlite3.Error:
+            pass  # (unreadable: the writer's close checkpoints what it can)
+        try:
+            self._conn.close()
+        except sqlite3.Error:
+            pass
+        if holder is not None:
+            holder.close()
 
     def _move_aside(self, error: BaseException) -> None:
         """Rename a corrupt database (and its WAL and SHM) aside. Only our own regular files:

@@ -203,6 +203,121 @@ def test_a_tick_the_damaged_file_refuses_waits_for_the_new_one(tmp_path: Path) -
     assert ticks(path) == [40, 41]
 
 
+def test_a_damaged_wal_is_not_copied_over_the_good_pages_moved_aside(tmp_path: Path) -> None:
+    """Garbage in the WAL alone: the file moved aside keeps its good pages (closing the
+    writer's connection checkpointed the garbage into it, and `.recover` got nothing)."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 30):
+            assert store.write(sample(tick, pid=100 + tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        for tick in range(30, 60):  # these in the WAL only
+            assert store.write(sample(tick, pid=100 + tick))
+        wal = Path(f"{path}-wal")
+        fd = os.open(wal, os.O_RDWR)
+        try:  # its frames, past the WAL's 32-byte header
+            os.pwrite(fd, b"\xde\xad\xbe\xef" * ((os.fstat(fd).st_size - 32) // 4), 32)
+        finally:
+            os.close(fd)
+        assert store.note_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
+        store.maintain(budget_s=1.0)
+        aside = Path(store.health.corrupt_moved_aside or "")
+        assert aside.exists() and store.write(sample(60))
+    kept = sqlite3.connect(f"file:{aside}?mode=ro", uri=True)
+    try:
+        assert kept.execute("PRAGMA quick_check").fetchone() == ("ok",)
+        assert kept.execute("SELECT count(*) FROM ticks").fetchone() == (29,)
+    finally:
+        kept.close()
+    assert ticks(path) == [60]
+
+
+def test_a_damaged_database_on_a_full_disk_waits_for_space_and_loses_no_tick(
+        tmp_path: Path) -> None:
+    """Moved aside, and no new file can be made: the ticks wait in memory, the file moved
+    aside is not moved again (nor is a new one taken for damaged), nothing raises; with space
+    back, a new store holds every tick that waited."""
+    with small_disk(tmp_path / "disk") as disk:
+        path = disk / "s.db"
+        with Store(path) as store:
+            for tick in range(1, 6):
+                assert store.write(sample(tick))
+            store.pragma("wal_checkpoint", "TRUNCATE")
+            damage(path)
+            filler = fill(disk)
+            assert store.note_if_damaged(sqlite3.DatabaseError("database disk image is "
+                                                               "malformed"))
+            for tick in range(6, 12):
+                assert not store.write(sample(tick))
+                store.maintain(budget_s=1.0)
+            health = store.health
+            aside = [p.name for p in disk.iterdir() if ".corrupt-" in p.name
+                     and not p.name.endswith(("-wal", "-shm"))]
+            assert len(aside) == 1, sorted(p.name for p in disk.iterdir())
+            assert health.problem and "starting a new one there failed" in health.problem
+            assert health.samples_dropped == 0 and health.samples_buffered == 6
+            filler.unlink()
+            store.maintain(budget_s=1.0)
+            assert store.health.problem is None, store.health
+            assert store.write(sample(12))
+        assert ticks(path) == list(range(6, 13))
+
+
+def test_an_api_read_of_a_damaged_file_says_what_happens_to_it(tmp_path: Path, caplog) -> None:
+    """The API's answer to a read that met a damaged file: 503, and 'moved aside' only where
+    the store will move it (its own file); a damaged file that is not the one recorded into
+    (put at the path in its place) is said to be unreadable, with no promise and no
+    traceback in the log."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from daemon.api.server import make_app
+
+    other = tmp_path / "other.db"
+    with Store(other) as writer:
+        for tick in range(1, 6):
+            writer.write(sample(tick, pid=100 + tick))
+        writer.pragma("wal_checkpoint", "TRUNCATE")
+    damage(other)
+
+    class Reading:  # a daemon whose /v1/now reads `read` through a real reader
+        def __init__(self, store: Store, read: Path) -> None:
+            self.store, self.read = store, read
+
+        def now_body(self) -> bytes:
+            reader = StoreReader(str(self.read))
+            try:
+                reader.conn.execute("SELECT count(*) FROM proc_samples").fetchone()
+            finally:
+                reader.close()
+            return b"{}"
+
+    async def answer(daemon: Reading) -> tuple[int, str]:
+        async with TestClient(TestServer(make_app(daemon), host="127.0.0.1")) as client:
+            async with client.get("/v1/now") as response:
+                return response.status, (await response.json())["error"]
+
+    with Store(tmp_path / "s.db") as store:
+        assert store.write(sample(1))
+        link = tmp_path / "link"
+        link.symlink_to(other)
+        os.replace(link, tmp_path / "s.db")  # planted at the path, over the store's file
+        with caplog.at_level(logging.WARNING, logger="daemon.api.server"):
+            status, said = asyncio.run(answer(Reading(store, tmp_path / "s.db")))
+        assert status == 503 and "cannot be read now" in said and "moves it aside" not in said
+        assert not store.starting_over
+        assert not [r for r in caplog.records if r.exc_info]
+    path = tmp_path / "t.db"
+    with Store(path) as store:
+        for tick in range(1, 6):
+            store.write(sample(tick, pid=100 + tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        damage(path)
+        status, said = asyncio.run(answer(Reading(store, path)))
+        assert status == 503 and "moves it aside" in said and store.starting_over
+
+
 def test_only_sqlites_word_for_a_damaged_file_starts_a_new_one(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with Store(path) as store:
