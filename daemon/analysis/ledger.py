@@ -23,6 +23,7 @@ from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, StorageCost, UnitCostMeter, read_counter
 from daemon.clock import utc_day
 from daemon.sources.owners import workload_label
+from daemon.sources.patterns import MATCHED_CHARS, job_pattern
 from daemon.sources.redact import redact_text
 from daemon.wire import process_key
 
@@ -100,10 +101,9 @@ class JobLabeler:
         self.patterns: list[tuple[str, re.Pattern[str]]] = []
         for name, pattern in (jobs or {}).items():
             try:
-                self.patterns.append((name, re.compile(pattern)))
-            except re.error as exc:
-                raise ValueError(f"[jobs] {name!r} = {pattern!r} is not a regular expression: "
-                                 f"{exc}") from None
+                self.patterns.append((name, job_pattern(pattern)))
+            except ValueError as exc:
+                raise ValueError(f"[jobs] {name!r} = {str(pattern)[:200]!r}: {exc}") from None
         self._cache: dict[str, str] = {}
 
     def label(self, command: str, owner: Mapping[str, str] | None = None) -> str:
@@ -118,8 +118,9 @@ class JobLabeler:
         return found
 
     def _label(self, command: str, workload: str | None = None) -> str:
+        matched = command[:MATCHED_CHARS]  # a hostile command line: bounded backtracking
         for name, pattern in self.patterns:
-            if pattern.search(command) or (workload and pattern.search(workload)):
+            if pattern.search(matched) or (workload and pattern.search(workload[:MATCHED_CHARS])):
                 return name
         if workload:
             return workload

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from daemon.config.values import (
     parse_s3_url,
     parse_size,
 )
+from daemon.sources.patterns import job_pattern
 from daemon.sources.redact import redact_text
 from pricing.small_file import NOT_REGULAR, TOO_LARGE, UNREADABLE, SmallFileError, read_small_file
 
@@ -172,10 +172,10 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
             raise ConfigError(f"{where}: [[cost.latency]] #{number}: {exc}") from None
     for name, pattern in config.cost.jobs.items():
         try:
-            re.compile(pattern)
-        except (re.error, TypeError) as exc:
-            raise ConfigError(f"{where}: [cost.jobs].{name} = {pattern!r}: not a regular "
-                              f"expression ({exc})") from None
+            job_pattern(pattern)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: [cost.jobs].{name} = {str(pattern)[:200]!r}: "
+                              f"{exc}") from None
     for name, kind in config.kinds.jobs.items():
         if kind not in KINDS:
             raise ConfigError(f"{where}: [kinds.jobs].{name} = {kind!r}: not a workload kind; "

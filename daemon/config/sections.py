@@ -182,7 +182,8 @@ class IdleConfig:
 @dataclass(frozen=True)
 class CostConfig:
     jobs: dict = field(default_factory=dict, metadata=_meta(
-        "job labels: name = regular expression on the command line", "table"))
+        "job labels: name = regular expression on the command line (its first 1024 "
+        "characters; no repeat inside a repeat)", "table"))
     budgets: dict = field(default_factory=dict, metadata=_meta(
         "budgets: [cost.budgets.host] daily/monthly, [cost.budgets.user.NAME], "
         "[cost.budgets.job.NAME], webhook = URL", "table"))

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from daemon.sources.owners import decode_owner
+from daemon.sources.patterns import safe_job_patterns
 from daemon.store.reader import StoreReader
 from daemon.store.schema import (
     GPU_READING,
@@ -175,7 +176,8 @@ def recorded_jobs(reader: StoreReader) -> dict[str, str] | None:
     jobs = cost.get("jobs") if isinstance(cost, dict) else None
     if not isinstance(jobs, dict):
         return None
-    return {str(name): str(pattern) for name, pattern in jobs.items()}
+    # a store's file may come from anyone: a pattern that can hang its reader is left out
+    return safe_job_patterns({str(name): str(pattern) for name, pattern in jobs.items()})
 
 
 def spend_through(reader: StoreReader) -> float | None:

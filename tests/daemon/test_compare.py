@@ -728,6 +728,30 @@ def test_previous_finds_a_job_by_the_name_the_daemons_jobs_config_gave_it(tmp_pa
     assert _figure(json.loads(done.stdout), "utilization")["verdict"] == "better"
 
 
+def test_a_store_recorded_with_a_pattern_that_backtracks_is_read_without_it(tmp_path):
+    """A store's file may come from anyone, its recorded [jobs] patterns too: one that
+    backtracks exponentially on its own processes' command lines hung report, compare
+    --job and --previous (the config refuses it now; a store's is left out)."""
+    db = tmp_path / "evil.db"
+    rng = random.Random(5)
+    with Store(db) as store:
+        store.set_meta("cost", {"jobs": {"evil": r"(a+)+$", "lr": r"--lr"}})
+        for tick in range(1, 121):
+            pid = 100 if tick <= 50 else 200 if tick > 70 else None
+            procs = () if pid is None else (process(pid, tick, rng, 1,
+                                                    command="python " + "a" * 40 + "! --lr"),)
+            store.write(Sample(ts=T0 + tick, tick=tick, gpus=(gpu(0, rng),),
+                               processes=procs, host=HostPressure(0, 0, 0, 0, 0, 0)))
+    done = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert {p["job"] for p in json.loads(done.stdout)["processes"]} == {"lr"}
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "compare", "--previous", "lr", "--db", str(db)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def _two_runs(db: Path, t0: float) -> str:
     """Two runs of one command line (the second on a busier GPU), 300 s from t0; returns the
     latest run's PID:START."""

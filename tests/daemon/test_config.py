@@ -103,6 +103,9 @@ metric = "vllm:generation_tokens_total"
 
 @pytest.mark.parametrize("text, expected", [
     ("[cost]\njobs = { llm = \"train[\" }\n", "[cost.jobs].llm"),
+    # shapes that backtrack exponentially on a command line any user writes
+    ("[cost]\njobs = { evil = \"(a+)+$\" }\n", "[cost.jobs].evil = '(a+)+$': a repeat inside"),
+    ("[cost]\njobs = { evil = \"(a|aa)+$\" }\n", "alternatives under a repeat"),
     ("[cost.budgets.host]\nweekly = 5\n", "unknown period"),
     ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"ftp://h\"\nmetric = \"m\"\n", "http(s) URL"),
     ("[[cost.unit_costs]]\ntarget = \"x\"\nurl = \"http://h\"\n", "metric is required"),

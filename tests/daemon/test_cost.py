@@ -17,6 +17,7 @@ from daemon.analysis.cost import (
 from daemon.analysis.energy import window_meter
 from daemon.analysis.ledger import CostLedger, JobLabeler, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter, read_counter, storage_cost
+from daemon.sources.patterns import MATCHED_CHARS
 from daemon.sources.sample import GPU_LOST, GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
 from pricing.detect import Instance
@@ -259,6 +260,27 @@ def test_job_labels():
     assert labeler.label("./bin/server --port 1") == "server"
     with pytest.raises(ValueError, match="not a regular expression"):
         JobLabeler({"bad": "("})
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(\w+\s?)*$", r"(a|aa)+$", r"(a{1,3})+$",
+                                     r"(?:x(a?)b)+"])
+def test_a_job_pattern_that_can_backtrack_exponentially_is_refused(pattern):
+    """Run on command lines any user writes, in the daemon's tick: a pattern that takes time
+    exponential in the line would let one process hang it."""
+    with pytest.raises(ValueError, match="exponential in the line's length"):
+        JobLabeler({"evil": pattern})
+
+
+@pytest.mark.parametrize("pattern", [r"vllm", r"train.*\.py", r"^ml/", r"--model[= ](bert|gpt)",
+                                     r"[a-z]+_llm", r"(ab{2})+", r"x{2,5}y"])
+def test_ordinary_job_patterns_are_kept(pattern):
+    assert JobLabeler({"job": pattern}).patterns[0][0] == "job"
+
+
+def test_a_job_pattern_runs_on_a_bounded_prefix_of_the_command_line():
+    labeler = JobLabeler({"late": r"--tag late"})
+    assert labeler.label("python train.py " + "x" * 100 + " --tag late") == "late"
+    assert labeler.label("python train.py " + "x" * MATCHED_CHARS + " --tag late") == "train.py"
 
 
 def test_storage_cost(tmp_path):
