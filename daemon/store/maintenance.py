@@ -47,6 +47,7 @@ _RAW_STEP_MS = MINUTE * 1000
 _MINUTE_BATCH_MS = 10 * MINUTE * 1000
 _HOUR_BATCH_MS = 24 * HOUR * 1000
 _VACUUM_PAGES = 2048
+MAINTAIN_FAILURES_SAID = 3  # rounds in a row that fail before health's `problem` says so
 _CHECKPOINT_EVERY_S = 10.0
 _CHECKPOINT_EVERY_TICKS = 30  # or sooner when ticks come fast (backfill, tests)
 _LAST_SEEN_EVERY_S = 60.0
@@ -56,6 +57,7 @@ class Maintenance:
     """Rollups, retention and checkpoints of the Store that inherits this."""
 
     if TYPE_CHECKING:  # the Store's state this mixin works on (set in Store.__init__)
+        path: str
         _db: sqlite_utils.Database
         _conn: sqlite3.Connection
         raw_retention_ms: int
@@ -80,6 +82,11 @@ class Maintenance:
 
         _pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]]
         _damage_noted: str | None
+        _maintain_failures: int
+        _problem_kind: str | None
+
+        def _set_problem(self, kind: str, text: str) -> None: ...
+        def _clear_problem(self, how: str) -> None: ...
 
         def _flush(self) -> None: ...
         def _check_file(self) -> None: ...
@@ -109,6 +116,8 @@ class Maintenance:
             try:
                 self._check_file()
                 self._start_over()
+                if self._damage_noted is not None:
+                    return True  # no new store yet: nothing to write or keep meanwhile
                 if self._buffer or self._pending_facts:
                     self._flush()
                     self._trim_buffer()
@@ -134,7 +143,16 @@ class Maintenance:
                 self._health.last_error = f"maintain failed: {error}"
                 if isinstance(error, sqlite3.DatabaseError) and is_corruption(error):
                     self._damage_noted = str(error)  # a new file next round
+                self._maintain_failures += 1
+                if self._maintain_failures >= MAINTAIN_FAILURES_SAID:
+                    self._set_problem(
+                        "maintain", f"housekeeping of the store {self.path} fails ({error}): "
+                        "rollups, retention and WAL checkpoints wait, so the files grow; check "
+                        "the file and its disk (mlcostd check)")
                 return True
+            self._maintain_failures = 0
+            if self._problem_kind == "maintain":
+                self._clear_problem("its housekeeping runs again")
             return pending
 
     def _rollup_minutes(self, deadline: float) -> bool:

@@ -137,6 +137,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         # until the next maintenance round starts a new one; nothing is written meanwhile.
         self._damage_noted: str | None = None
         self._moved_aside = False  # DatabaseFile._start_over: moved, a new one still to start
+        self._maintain_failures = 0  # maintenance rounds in a row that failed
         self._meta_values: dict[str, str] = {}  # set_meta's facts, written again into a new file
         self._problem_logged_at = 0.0
         self._problem_repeats = 0

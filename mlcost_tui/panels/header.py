@@ -35,6 +35,13 @@ def connection_text(snap: HostSnapshot | None, paused: bool, retry_s: float | No
     return text
 
 
+def store_problem(store: object) -> str:
+    """What stops the daemon's store from recording now (/v1/now store.problem: a full disk,
+    a damaged file...), "" when nothing does."""
+    problem = store.get("problem") if isinstance(store, dict) else None
+    return problem if isinstance(problem, str) else ""
+
+
 def price_warning(price: object) -> str:
     """The daemon's warning that its price may be stale ("" when it has none). The wire's
     Price carries it as `warning` (from /v1/now price.warning); an older daemon has none."""
@@ -156,6 +163,9 @@ class HeaderPanel(Static):
             line3.append(replay, style="bold " + WARN)
         else:
             line3.append_text(connection_text(snap, paused, retry_s))
+            problem = store_problem(now.store if now is not None else None)
+            if problem:  # (a full disk, a damaged file): ticks wait in the daemon's memory
+                line3.append(f"  ⚠ store: {problem}"[:160], style="bold " + BAD)
         if snap is not None and snap.error is not None:
             if now is None:  # nothing to show yet: the error and its fix get the whole line
                 line2.append(snap.error[:300], style=BAD)

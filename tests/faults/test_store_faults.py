@@ -318,6 +318,27 @@ def test_an_api_read_of_a_damaged_file_says_what_happens_to_it(tmp_path: Path, c
         assert status == 503 and "moves it aside" in said and store.starting_over
 
 
+def test_housekeeping_that_keeps_failing_is_a_problem_health_says(tmp_path: Path) -> None:
+    """Rollups, retention and checkpoints failing round after round (the file made immutable,
+    a broken disk) left only `last_error`: the WAL grew and nothing said so."""
+    from daemon.store.maintenance import MAINTAIN_FAILURES_SAID
+
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 200):  # minutes to roll up
+            assert store.write(sample(tick))
+        store._conn.set_authorizer(  # SQLite refuses the rollups' writes (a real error)
+            lambda action, *_: sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_INSERT
+            else sqlite3.SQLITE_OK)
+        for _ in range(MAINTAIN_FAILURES_SAID):
+            store.maintain(budget_s=1.0)
+        problem = store.health.problem or ""
+        assert "housekeeping of the store" in problem and "not authorized" in problem, problem
+        store._conn.set_authorizer(None)
+        store.maintain(budget_s=1.0)
+        assert store.health.problem is None
+
+
 def test_only_sqlites_word_for_a_damaged_file_starts_a_new_one(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with Store(path) as store:

@@ -157,3 +157,24 @@ async def test_at_80_columns_the_price_its_warning_and_the_idle_alerts_fit_befor
         lines = [line[:header.content_region.width] for line in str(header.render()).split("\n")]
         assert "price $32.77/h ⚠ stale price" in lines[0], lines
         assert "idle alerts 1 (GPU 2 idle" in lines[1], lines
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (200, 48)])
+async def test_the_status_line_says_when_the_store_cannot_record(size):
+    """A full disk or a damaged file (/v1/now store.problem): the ticks wait in the daemon's
+    memory; mlcost-top said '● live' and nothing else. Now the status line says so, on the
+    line every width shows, and says nothing when all is well."""
+    problem = ("cannot write the store /var/lib/mlcost/mlcost.db: the disk is full (0 bytes "
+               "free); 12 ticks wait in memory")
+    for said in (problem, None):
+        doc = now_document()
+        doc["store"] = {"path": "/var/lib/mlcost/mlcost.db", "problem": said}
+        app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+        async with app.run_test(size=size) as pilot:
+            app.post_message(SnapshotArrived((HostSnapshot(
+                "unix:/test.sock", Now.from_dict(doc), None, 0.01, TS),)))
+            await pilot.pause()
+            lines = str(app.query_one(HeaderPanel).render()).splitlines()
+            assert ("⚠ store: cannot write the store" in lines[2]) is (said is not None), lines
+            assert "● live" in lines[2]
