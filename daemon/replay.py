@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import sqlite3
 import statistics
 from collections import OrderedDict
 from pathlib import Path
@@ -50,6 +51,7 @@ from daemon.analysis.price_history import PRICE_READING, PriceHistory, instance_
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
+from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.reader import StoreReader, no_store_at
 from daemon.store.schema import GPU_READING, SCHEMA_VERSION
 from daemon.store.shape import StoreShapeError, check_shape
@@ -118,6 +120,8 @@ class Replay:
             raise ReplayError(str(exc)) from None
         except Exception as exc:  # sqlite3.DatabaseError and friends: not a store
             self.reader.close()
+            if isinstance(exc, sqlite3.DatabaseError) and is_damaged(exc):
+                raise ReplayError(damaged_store(self.path, exc)) from None
             raise ReplayError(f"{self.path} is not an mlcostd store or snapshot "
                               f"({' '.join(str(exc).split())[:160]}); give "
                               "the path of the daemon's database, a copy of it, or a snapshot "

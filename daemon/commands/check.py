@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,9 @@ from daemon.store.files import RefusedFile, check_existing
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 CAP_SYS_PTRACE = 19
+# PRAGMA quick_check reads every page of the store: minutes for a store of many GB at most.
+QUICK_CHECK_LIMIT_S = 600.0
+SLOW_QUICK_CHECK_S = 2.0  # a check that took longer says how long
 
 
 @dataclass(frozen=True)
@@ -240,10 +245,45 @@ def check_database(db: Path) -> Check:
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    if os.access(probe, os.W_OK):
+    if not os.access(probe, os.W_OK):
+        return Check("database", FAIL, f"cannot write {db} ({probe} is not writable)",
+                     "pass --db with a writable path, set [daemon].db, or run as root")
+    if not db.is_file():
         return Check("database", OK, f"{db} is writable")
-    return Check("database", FAIL, f"cannot write {db} ({probe} is not writable)",
-                 "pass --db with a writable path, set [daemon].db, or run as root")
+    return _quick_check(db)
+
+
+def _quick_check(db: Path) -> Check:
+    """SQLite's PRAGMA quick_check of an existing store: a damaged one fails, with what to do
+    (the daemon would move it aside at its start and begin a new one)."""
+    import sqlite3
+
+    from daemon.store.errors import damaged_store_advice, is_corruption, store_damage
+    from daemon.store.reader import ReaderTimeout, StoreReader
+
+    started = time.monotonic()
+    try:
+        reader = StoreReader(str(db), timeout_s=QUICK_CHECK_LIMIT_S, tidy=True)
+        try:
+            rows = reader.query("PRAGMA quick_check(1)")
+        finally:
+            reader.close()
+        answer = str(next(iter(rows[0].values()))) if rows else "no answer"
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            return Check("database", WARN, f"{db} is writable; PRAGMA quick_check could not "
+                         f"run: {exc}", "run `mlcostd check` again when the store is not busy")
+        answer = str(exc)
+    except ReaderTimeout:
+        return Check("database", WARN, f"{db} is writable; PRAGMA quick_check did not finish "
+                     f"in {QUICK_CHECK_LIMIT_S:.0f} s",
+                     f"run `sqlite3 {shlex.quote(str(db))} 'PRAGMA quick_check'` to check it "
+                     "without a limit")
+    took = time.monotonic() - started
+    if answer != "ok":
+        return Check("database", FAIL, store_damage(db, answer), damaged_store_advice(db))
+    slow = f" in {took:.1f} s" if took >= SLOW_QUICK_CHECK_S else ""
+    return Check("database", OK, f"{db} is writable; PRAGMA quick_check: ok{slow}")
 
 
 def check_recorded_stacks(db: Path) -> Check | None:

@@ -428,6 +428,7 @@ def range_arguments(since: str | None, until: str | None) -> tuple[float | None,
 
 def cmd_report(args: argparse.Namespace) -> int:
     from daemon.commands import report
+    from daemon.store.errors import damaged_store, is_damaged
     from daemon.store.reader import StoreReader
     from daemon.store.shape import READ_ERRORS, StoreShapeError, check_shape, read_failure
 
@@ -456,6 +457,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"mlcostd report: {exc}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as exc:
+        if is_damaged(exc):
+            print(f"mlcostd report: {damaged_store(db, exc)}", file=sys.stderr)
+            return 2
         print(f"mlcostd report: {db} is not an mlcostd database "
               f"({' '.join(str(exc).split())[:160]}); pass the daemon's database (--db, "
               "[daemon].db) or a copy of it", file=sys.stderr)
@@ -487,6 +491,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_prices_observed(args: argparse.Namespace) -> int:
     from daemon.analysis import selection
     from daemon.store.reader import StoreReader
+    from daemon.store.shape import read_failure
     from pricing import Catalog
 
     config = _load_config(args)
@@ -516,6 +521,9 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
                  if args.kind is None and len(need.kinds) > 1 else need for kind in kinds}
     except ValueError as exc:
         print(f"mlcostd prices: {exc}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as exc:  # damaged, or no store: said in a line, not a traceback
+        print(f"mlcostd prices: {read_failure(db, exc)}", file=sys.stderr)
         return 1
     finally:
         reader.close()

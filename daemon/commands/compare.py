@@ -119,6 +119,7 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
     snapshot's recorded range, else from its first to its last tick."""
     from daemon.commands import report
     from daemon.store import queries
+    from daemon.store.errors import damaged_store, is_damaged
     from daemon.store.reader import StoreReader
     from daemon.store.shape import READ_ERRORS, StoreShapeError, check_shape, read_failure
     from daemon.store.snapshot import SnapshotError, read_facts
@@ -144,8 +145,12 @@ def _document_from_store(path: Path, since: float | None, until: float | None,
         finally:
             reader.close()
     except (StoreShapeError, SnapshotError) as exc:
-        raise CompareInputError(f"{path}: {exc}") from None
+        said = str(exc)  # most name the file first themselves
+        raise CompareInputError(said if said.startswith(str(path)) else f"{path}: {said}"
+                                ) from None
     except sqlite3.DatabaseError as exc:
+        if is_damaged(exc):
+            raise CompareInputError(damaged_store(path, exc)) from None
         raise CompareInputError(f"{path} is not an mlcostd store "
                                 f"({' '.join(str(exc).split())[:160]})") from None
     except READ_ERRORS as exc:

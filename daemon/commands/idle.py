@@ -33,6 +33,7 @@ ACTIVE_EXIT = 1  # also: could not tell (fail safe)
 USAGE_EXIT = 2  # a bad flag (argparse's status): not 0 either, so `&&` never fires
 DEFAULT_TIMEOUT_S = 10.0
 MAX_FOR_S = 30 * 86400  # daemon.api.idle.MAX_FOR_S
+FOR_FORMS = "0 or more: 0 (idle now, the default) or a number and a unit (e.g. 90s, 30m, 2h)"
 COMMAND_CHARS = 60
 
 
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     try:
-        for_s = config_module.parse_duration(args.for_)
+        for_s = config_module.parse_duration(args.for_, allowed=FOR_FORMS)
         if not 0 <= for_s <= MAX_FOR_S:
             raise ValueError(f"{args.for_!r} must be between 0 and 30d")
     except ValueError as exc:

@@ -55,6 +55,7 @@ MIN_STEPS = 10
 STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
 MAX_COMMAND_CHARS = 500
 TOP_RECOMMENDATIONS = 3
+NOT_STARTED = "the profile was interrupted (SIGINT/SIGTERM) before the command started"
 
 DESCRIPTION = f"""\
 Run COMMAND under observation: its GPUs (NVML), its processes (/proc) and its Python stacks
@@ -84,8 +85,9 @@ Gates (any number; each is a JUnit test case with --junit):
                                    more than PCT against an earlier profile
 
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
-stopped by --duration) and a gate was crossed; 127 when it cannot be started; 2 for a bad
-option or a recorder that cannot start.
+stopped by --duration) and a gate was crossed; 127 when it cannot be started; 128+N when
+signal N reached the profile before it started; 2 for a bad option or a recorder that cannot
+start.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -307,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"mlcostd profile: cannot write the profile: {exc}", file=sys.stderr)
         return 2
     print(verdict_text(document, out), file=sys.stderr, end="")
+    if result.exit_status is None and result.interrupted_by is not None:
+        return 128 + result.interrupted_by  # interrupted before the command started
     failed = not result.stopped_after_duration and result.exit_status not in (0, None)
     if failed:
         return int(result.exit_status or 1)
@@ -531,7 +535,9 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
     status = facts["exit_status"]
     if status not in (0, None) and not facts["stopped_after_duration"]:
         warn("failed", f"the command exited with status {status}: a profile of a failed run")
-    if facts["interrupted"]:
+    if facts["interrupted"] and status is None:
+        warn("interrupted", f"{NOT_STARTED}: nothing of it was recorded")
+    elif facts["interrupted"]:
         warn("interrupted", "the run was interrupted (SIGINT/SIGTERM)")
     return warnings
 
@@ -593,8 +599,11 @@ def _md(text: Any) -> str:
 
 
 def command_failure(profile: dict[str, Any]) -> str | None:
-    """"the command exited with status N" when it failed (not stopped by --duration)."""
+    """"the command exited with status N" when it failed (not stopped by --duration), or
+    that it was not started."""
     status = profile["exit_status"]
+    if status is None and profile.get("interrupted"):
+        return NOT_STARTED
     if status not in (0, None) and not profile["stopped_after_duration"]:
         return f"the command exited with status {status}"
     return None
@@ -649,7 +658,8 @@ def summary_markdown(document: dict[str, Any]) -> str:
     took = f"{profile['duration_s']:.0f} s"
     if profile["stopped_after_duration"]:
         took += " (stopped by --duration)"
-    out.append(f"Run: {took}, exit status {profile['exit_status']}"
+    status = profile["exit_status"]
+    out.append(f"Run: {took}, " + ("not started" if status is None else f"exit status {status}")
                + (f", on {_md(where)}" + (" (simulated)" if host.get("simulated") else "")
                   if where else "") + ".")
     out.append("")

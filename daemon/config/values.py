@@ -11,7 +11,9 @@ from urllib.parse import urlsplit
 
 from daemon.sources.safe_text import without_url_credentials
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+# ASCII digits only, and no spaces: `--since '5 m'` and a full-width '５m' are refused, not
+# read as 5 minutes (\d and \s take any script's digits and spaces; $ a trailing newline).
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -24,12 +26,14 @@ _SIZE_UNITS = {
 # s) or a hostile value (10**400 overflows float()).
 MAX_DURATION_S = 100 * 365 * 86400.0
 POSITIVE_DURATION = "a positive number and a unit (e.g. 30s, 15m, 6h, 8d)"  # said in errors
+DURATION_FORMS = "ASCII digits and a unit, no spaces: e.g. 30s, 15m, 6h, 8d"
 
 
-def parse_duration(value: str | int | float) -> float:
+def parse_duration(value: str | int | float, *, allowed: str = POSITIVE_DURATION) -> float:
     """'90s', '15m', '6h', '8d', '250ms' or a number of seconds -> seconds: a finite number
     no longer than MAX_DURATION_S either way (a caller checks its own range, e.g. > 0).
-    ValueError names the value and the forms (never OverflowError)."""
+    ValueError names the value and the forms (never OverflowError); a negative one says that a
+    duration is `allowed` (the caller's range)."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
     if isinstance(value, int | float):
@@ -39,12 +43,11 @@ def parse_duration(value: str | int | float) -> float:
             seconds = math.inf
     else:
         text = str(value)[:100]
-        match = _DURATION.match(text)
-        if not match and text.lstrip().startswith("-") and _DURATION.match(text.lstrip()[1:]):
-            raise ValueError(f"{text[:80]!r} is negative: a duration is {POSITIVE_DURATION}")
+        match = _DURATION.fullmatch(text)
+        if not match and text.startswith("-") and _DURATION.fullmatch(text[1:]):
+            raise ValueError(f"{text[:80]!r} is negative: a duration is {allowed}")
         if not match:
-            raise ValueError(f"{str(value)[:80]!r} is not a duration (use e.g. 30s, 15m, 6h, "
-                             "8d)")
+            raise ValueError(f"{str(value)[:80]!r} is not a duration ({DURATION_FORMS})")
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
     if not (math.isfinite(seconds) and abs(seconds) <= MAX_DURATION_S):
         shown = f"{str(value)[:40]}..." if len(str(value)) > 40 else str(value)

@@ -118,6 +118,7 @@ class Daemon:
         serve_api: bool = True,
         sample_stacks_always: bool = False,
         periodic_rules: bool = True,
+        stop_on_signals: bool = True,
     ) -> None:
         self.config = config
         self.simulate = simulate
@@ -133,6 +134,8 @@ class Daemon:
         self.serve_api = serve_api
         self.sample_stacks_always = sample_stacks_always
         self.periodic_rules = periodic_rules
+        # SIGTERM/SIGINT stop it; the profile handles them itself (it stops the command first)
+        self.stop_on_signals = stop_on_signals
         self._discovery = asyncio.Lock()  # one discovery round at a time
         self.ready = asyncio.Event()  # set once the first tick may run: sources and rules up
         self.db = db_path(config)
@@ -416,8 +419,9 @@ class Daemon:
         loop = asyncio.get_running_loop()
         # Kept until the loop closes (it removes them): a second SIGINT while stopping (Ctrl-C
         # twice, `timeout -s INT`, which signals the child and then its group) only asks again.
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.request_stop)
+        if self.stop_on_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.request_stop)
         self.store = self._open_store()
         resume.end_left_open(self.store, self.config)
         self._remove_stale_temp_files()

@@ -251,6 +251,8 @@ class RunResult:
     exit_status: int | None = None  # the command's; 128 + N when a signal N ended it
     stopped_after_duration: bool = False
     interrupted: bool = False  # SIGINT/SIGTERM reached the profile
+    interrupted_by: int | None = None  # the first of them; before the command started, the
+    # command is not started (exit_status stays None) and the profile exits 128 + it
     steps: int = 0
     first_step_at: float | None = None
     step_timeline: list[tuple[float, int]] = field(default_factory=list)
@@ -277,7 +279,8 @@ class ProfileRecorder:
         self.tree = ProcessTree()
         self.daemon = Daemon(config, simulate=simulate, on_tick=self._on_tick,
                              process_filter=self.tree.filter, serve_api=False,
-                             sample_stacks_always=True, periodic_rules=False)
+                             sample_stacks_always=True, periodic_rules=False,
+                             stop_on_signals=False)
         self._ticked = asyncio.Event()
         self._group: int | None = None
 
@@ -296,7 +299,14 @@ class ProfileRecorder:
 
     async def run(self) -> RunResult:
         """Start the recorder, run the command, stop both. Raises DaemonError when the
-        recorder cannot start (nothing of the command ran then)."""
+        recorder cannot start (nothing of the command ran then).
+
+        SIGINT and SIGTERM are the profile's from here on (`_interrupt`), not the recorder's:
+        one before the command starts leaves it unstarted, and the recorder records on until
+        this stops it, so the store ends as it does after any run."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._interrupt, signum)
         recording = asyncio.create_task(self.daemon.run(), name="recorder")
         ready = asyncio.create_task(self.daemon.ready.wait())
         await asyncio.wait({recording, ready}, return_when=asyncio.FIRST_COMPLETED)
@@ -336,6 +346,9 @@ class ProfileRecorder:
 
     async def _run_command(self) -> None:
         result = self.result
+        if result.interrupted:  # Ctrl-C or SIGTERM before it started: it is not started
+            result.started_at = result.ended_at = clock.now()
+            return
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[None] = loop.create_future()
         if not become_subreaper():
@@ -352,10 +365,10 @@ class ProfileRecorder:
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         result.started_at = clock.now()
         self._group = proc.pid
+        if result.interrupted_by is not None:  # it came while the command was being started
+            _signal_group(proc.pid, result.interrupted_by)
         self.tree.start(proc.pid)
         await self.daemon.discover()  # recorded from its first tick, not the next round's
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, self._interrupt, signum)
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer)),
                  asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer))]
@@ -413,8 +426,11 @@ class ProfileRecorder:
 
     def _interrupt(self, signum: int) -> None:
         """Ctrl-C or SIGTERM: passed to the command's group (the profile then writes what it
-        saw); a second one kills the group."""
+        saw); a second one kills the group. Before the command started, the command is not
+        started."""
         self.result.interrupted = True
+        if self.result.interrupted_by is None:
+            self.result.interrupted_by = signum
         if self._group is not None:
             again = signal.SIGKILL if self._interrupted_once else signum
             _signal_group(self._group, again)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import sqlite_utils
 
+from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.reader import ReaderTimeout
 from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -103,11 +104,9 @@ def read_failure(path: object, exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, ReaderTimeout):
         what = f"a query ran past its deadline ({_one_line(str(exc), 160)})"
-    elif isinstance(exc, sqlite3.DatabaseError) and "malformed" in str(exc):
+    elif isinstance(exc, sqlite3.DatabaseError) and is_damaged(exc):
         # the file is ours and damaged: which file to give is not the question
-        return (f"{path} cannot be read: SQLite: {_one_line(str(exc), 160)}; the file is "
-                "damaged: `sqlite3 FILE .recover` reads what is left of it, and a daemon "
-                "recording into it moves it aside and starts a new one when it starts again")
+        return damaged_store(path, exc)
     elif isinstance(exc, sqlite3.Error):
         what = f"SQLite: {_one_line(str(exc), 160)}"
     else:

@@ -38,6 +38,7 @@ import sqlite_utils
 
 from daemon import __version__, clock
 from daemon.sources.redact import redact_document, redact_text
+from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.files import (
     RefusedFile,
     check_existing,
@@ -306,6 +307,8 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                                 "take a shorter range (--since)") from None
         raise SnapshotError(f"cannot copy {source} into a snapshot: {exc}") from None
     except sqlite3.DatabaseError as exc:
+        if is_damaged(exc):
+            raise SnapshotError(damaged_store(source, exc)) from None
         raise SnapshotError(f"cannot read {source} as an mlcostd store ({exc}); pass --db with "
                             "the daemon's database") from None
     finally:
@@ -328,6 +331,8 @@ def read_facts(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         return {k: json.loads(v) for k, v in conn.execute(
             f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
     except (sqlite3.DatabaseError, ValueError) as exc:
+        if isinstance(exc, sqlite3.DatabaseError) and is_damaged(exc):
+            raise SnapshotError(damaged_store(file, exc)) from None
         raise SnapshotError(f"{file} is not a readable snapshot ({exc})") from None
     finally:
         conn.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -222,3 +223,83 @@ def test_a_piped_report_shows_command_lines_whole(good_snapshot, tmp_path):
     done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count(long) == 2, done.stdout  # the process table and the phase lines
+
+
+# ------------------------------------------------ a damaged store
+
+@pytest.fixture(scope="module")
+def damaged_store(tmp_path_factory) -> tuple[Path, Path]:
+    """A small real store, and a copy with garbage over every page but the first (its WAL
+    checkpointed in first): SQLite says "database disk image is malformed" of it."""
+    folder = tmp_path_factory.mktemp("damaged")
+    daemon = recording_daemon(folder, 5.0, ticks=20)
+    assert daemon.store is not None
+    daemon.store.close()
+    good = folder / "mlcost.db"
+    conn = sqlite3.connect(good)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    data = good.read_bytes()
+    damaged = folder / "damaged.db"
+    damaged.write_bytes(data[:page] + b"\xa5" * (len(data) - page))
+    return good, damaged
+
+
+# Each command that reads a store a user names, and its status for a file it cannot read.
+READERS_OF_A_DAMAGED_STORE = {
+    "report": (lambda bad, good, tmp: [*MLCOSTD, "report", "--db", bad], 2),
+    "snapshot": (lambda bad, good, tmp: [*MLCOSTD, "snapshot", "--db", bad, "--out",
+                                         str(tmp / "s.db")], 1),
+    "snapshot --render": (lambda bad, good, tmp: [*MLCOSTD, "snapshot", "--render", bad,
+                                                  "--out", str(tmp / "s.html")], 2),
+    "compare FILES": (lambda bad, good, tmp: [*MLCOSTD, "compare", good, bad], 1),
+    "compare RANGES": (lambda bad, good, tmp: [*MLCOSTD, "compare", "--db", bad, "10m",
+                                               "5m"], 1),
+    "prices --observed": (lambda bad, good, tmp: [*MLCOSTD, "prices", "--observed", "--db",
+                                                  bad], 1),
+    "mlcost-top --replay": (lambda bad, good, tmp: [*MLCOST_TOP, "--replay", bad], 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READERS_OF_A_DAMAGED_STORE))
+def test_a_damaged_store_is_said_to_be_damaged_with_how_to_salvage_it(damaged_store, tmp_path,
+                                                                       name):
+    """`report` said it was "not an mlcostd database" (pass the daemon's database: it was
+    the daemon's database), `snapshot` "unable to open database: file:...?mode=ro",
+    `prices --observed` a traceback."""
+    from daemon.store.errors import damaged_store as damaged_line
+
+    good, bad = damaged_store
+    command, status = READERS_OF_A_DAMAGED_STORE[name]
+    done = run(*command(str(bad), str(good), tmp_path))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == status, (done.returncode, done.stderr)
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert damaged_line(bad, "database disk image is malformed") in done.stderr, done.stderr
+    assert done.stderr.count(str(bad)) == 2, done.stderr  # named once, and in the command
+
+
+def test_check_runs_quick_check_on_the_store_and_fails_a_damaged_one(damaged_store):
+    """`check --db DAMAGED` said "[ok] database: ... is writable" and exited 0."""
+    from daemon.store.errors import damaged_store_advice, store_damage
+
+    good, bad = damaged_store
+    done = run(*MLCOSTD, "check", "--simulate", "idle-host", "--json", "--db", str(bad))
+    assert done.returncode == 1, done.stderr
+    database = {c["name"]: c for c in json.loads(done.stdout)}["database"]
+    assert database["status"] == "fail"
+    assert database["detail"] == store_damage(bad, "database disk image is malformed")
+    assert database["fix"] == damaged_store_advice(bad)
+    done = run(*MLCOSTD, "check", "--simulate", "idle-host", "--json", "--db", str(good))
+    database = {c["name"]: c for c in json.loads(done.stdout)}["database"]
+    assert database["status"] == "ok", database
+    assert database["detail"].endswith("is writable; PRAGMA quick_check: ok"), database
+
+
+def test_check_says_how_long_a_slow_quick_check_took(damaged_store, monkeypatch):
+    from daemon.commands import check
+
+    good, _ = damaged_store
+    monkeypatch.setattr(check, "SLOW_QUICK_CHECK_S", 0.0)
+    assert re.search(r"PRAGMA quick_check: ok in \d+\.\d s$", check.check_database(good).detail)

@@ -288,6 +288,51 @@ def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp
     assert_the_folder_holds_only_the_profile(out)
 
 
+# `mlcostd profile ARGS` with a Ctrl-C (or SIGTERM) in its start-up window: the recorder is up
+# and has ticked, the command is not started yet. The signal is sent from inside that window
+# (to the main thread, so it is delivered before pthread_kill returns); the timer after it
+# lets the event loop handle it before the command would be started.
+INTERRUPTED_IN_START_UP = """
+import asyncio, signal, sys, threading
+from daemon.commands.cli import main
+from daemon.runtime.profile import ProfileRecorder
+
+start_the_command = ProfileRecorder._run_command
+
+async def interrupted_first(self):
+    signal.pthread_kill(threading.main_thread().ident, int(sys.argv[1]))
+    await asyncio.sleep(0.1)
+    await start_the_command(self)
+
+ProfileRecorder._run_command = interrupted_first
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_before_the_command_starts_exits_at_once_and_leaves_the_profile(
+        tmp_path, signum):
+    """It waited for a tick that never came (the signal had stopped the recorder), then
+    exited 1 with a TimeoutError traceback, leaving profile.db alone (or, earlier still, its
+    -wal and -shm and 'Cannot operate on a closed database')."""
+    out = tmp_path / "interrupted"
+    ran = tmp_path / "ran"
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IN_START_UP, str(int(signum)), "profile", "--out",
+         str(out), "--simulate", "--", sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL)
+    assert done.returncode == 128 + signum, done.stderr
+    assert "Traceback" not in done.stderr and "closed database" not in done.stderr, done.stderr
+    assert not ran.exists()  # the command was not started
+    assert "FAILED: the profile was interrupted (SIGINT/SIGTERM) before the command started" in (
+        done.stderr)
+    facts = document(out)["profile"]
+    assert facts["interrupted"] is True and facts["exit_status"] is None
+    assert "interrupted" in {w["code"] for w in facts["warnings"]}
+    assert_the_folder_holds_only_the_profile(out)
+
+
 def assert_the_folder_holds_only_the_profile(out: Path) -> None:
     """The files the README lists, and nothing else (SQLite's -wal and -shm stayed): a
     profile.db that stands alone, whole, with what was recorded, and stays alone when read."""

@@ -201,8 +201,8 @@ def _bad_files(snapshot: Path, folder: Path) -> dict[str, tuple[Path, str]]:
     text.write_text("meeting notes, not a snapshot\n" * 200)
     empty = folder / "empty.db"
     sqlite3.connect(empty).execute("CREATE TABLE unrelated (x)").connection.close()
-    return {"truncated": (truncated, "damaged snapshot|not an mlcostd store"),
-            "corrupt": (corrupt, "damaged snapshot|not an mlcostd store"),
+    return {"truncated": (truncated, "damaged snapshot|the file is damaged"),
+            "corrupt": (corrupt, "damaged snapshot|the file is damaged"),
             "newer": (newer, "newer mlcost"),
             "text": (text, "not an mlcostd store"),
             "unrelated": (empty, "not an mlcostd store"),

@@ -6,6 +6,7 @@ same in one line."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -112,21 +113,62 @@ def test_the_command_line_refuses_out_of_range_times_in_one_line(tmp_path, args,
     assert flag in done.stderr
 
 
-@pytest.mark.parametrize("args", [["report", "--since", "-5m", "--db", "none.db"],
-                                  ["snapshot", "--since", "-5m", "--db", "none.db"],
-                                  ["idle", "--for", "-5m"]],
-                         ids=["report-since", "snapshot-since", "idle-for"])
+POSITIVE = "a positive number and a unit (e.g. 30s, 15m, 6h, 8d)"
+FOR_FORMS = "0 or more: 0 (idle now, the default) or a number and a unit (e.g. 90s, 30m, 2h)"
+
+
+@pytest.mark.parametrize("args, allowed", [
+    (["report", "--since", "-5m", "--db", "none.db"], POSITIVE),
+    (["snapshot", "--since", "-5m", "--db", "none.db"], POSITIVE),
+    (["idle", "--for", "-5m"], FOR_FORMS),
+], ids=["report-since", "snapshot-since", "idle-for"])
 def test_a_negative_duration_is_refused_by_its_flag_not_taken_for_an_option(tmp_path, capsys,
-                                                                            args):
+                                                                            args, allowed):
     """argparse took `-5m` for an option ("expected one argument"); the flag's own check says
-    the value is negative and what a duration is."""
+    the value is negative and what a duration is for that flag: `idle --for 0` (its default)
+    is "idle now", so its message said "a positive number" of a flag that takes 0."""
     from daemon.commands.cli import main
 
     args = [str(tmp_path / a) if a == "none.db" else a for a in args]
     assert main(args) == 2
     assert capsys.readouterr().err == (f"mlcostd {args[0]}: {args[1]} '-5m' is negative: a "
-                                       "duration is a positive number and a unit (e.g. 30s, "
-                                       "15m, 6h, 8d)\n")
+                                       f"duration is {allowed}\n")
+
+
+def test_idle_for_0_asks_whether_the_host_is_idle_now(tmp_path, capsys):
+    from daemon.commands.cli import main
+
+    assert main(["idle", "--for", "0", "--connect", f"unix:{tmp_path / 'none.sock'}",
+                 "--json"]) == 1  # no daemon there: active, fail safe; not a bad flag
+    assert json.loads(capsys.readouterr().out)["for_s"] == 0
+
+
+@pytest.mark.parametrize("value", ["5 m", " 5m", "5m ", "\uff15m", "\u0665m", "5m\n",
+                                   "5\u00a0m"],
+                         ids=["inner-space", "leading-space", "trailing-space",
+                              "full-width-digit", "arabic-indic-digit", "newline", "nbsp"])
+def test_a_duration_is_ascii_digits_and_a_unit_with_no_spaces(value):
+    """`--since '5 m'`, `' 5m'` and a full-width '\uff15m' were read as 5 minutes."""
+    assert parse_duration("5m") == parse_duration("300") == parse_duration("300s") == 300
+    with pytest.raises(ValueError) as refused:
+        parse_duration(value)
+    assert str(refused.value) == (f"{value!r} is not a duration (ASCII digits and a unit, no "
+                                  "spaces: e.g. 30s, 15m, 6h, 8d)")
+
+
+@pytest.mark.parametrize("args", [["report", "--since", "5 m", "--db", "none.db"],
+                                  ["snapshot", "--since", "\uff15m", "--db", "none.db"],
+                                  ["idle", "--for", " 30m"],
+                                  ["profile", "--duration", "5 m", "--out", "none", "--", "true"]],
+                         ids=["report-since", "snapshot-since", "idle-for", "profile-duration"])
+def test_each_duration_flag_refuses_spaces_and_other_digits_in_one_line(tmp_path, capsys, args):
+    from daemon.commands.cli import main
+
+    command, flag, value = args[:3]
+    assert main([str(tmp_path / a) if a in ("none.db", "none") else a for a in args]) == 2
+    assert capsys.readouterr().err == (f"mlcostd {command}: {flag} {value!r} is not a duration "
+                                       "(ASCII digits and a unit, no spaces: e.g. 30s, 15m, "
+                                       "6h, 8d)\n")
 
 
 @pytest.mark.parametrize("args, words", [
