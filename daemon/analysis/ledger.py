@@ -118,6 +118,8 @@ class JobLabeler:
         return found
 
     def _label(self, command: str, workload: str | None = None) -> str:
+        if not isinstance(command, str):  # a store's NULL command (shlex.split(None) reads stdin)
+            command = ""
         matched = command[:MATCHED_CHARS]  # a hostile command line: bounded backtracking
         for name, pattern in self.patterns:
             if pattern.search(matched) or (workload and pattern.search(workload[:MATCHED_CHARS])):

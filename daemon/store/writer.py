@@ -316,6 +316,12 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
             row = self._conn.execute(sql).fetchone()
         return None if row is None else tuple(row)
 
+    def set_authorizer(self, authorizer: Any) -> None:
+        """SQLite's authorizer on the writer's connection (sqlite3.Connection.set_authorizer),
+        under its lock; None removes it. For fault tests: SQLite itself refusing a statement."""
+        with self._lock:
+            self._conn.set_authorizer(authorizer)
+
     # ---------------------------------------------------------------------------- write
 
     def write(self, sample: Sample) -> bool:

@@ -327,14 +327,14 @@ def test_housekeeping_that_keeps_failing_is_a_problem_health_says(tmp_path: Path
     with Store(path) as store:
         for tick in range(1, 200):  # minutes to roll up
             assert store.write(sample(tick))
-        store._conn.set_authorizer(  # SQLite refuses the rollups' writes (a real error)
+        store.set_authorizer(  # SQLite refuses the rollups' writes (a real error)
             lambda action, *_: sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_INSERT
             else sqlite3.SQLITE_OK)
         for _ in range(MAINTAIN_FAILURES_SAID):
             store.maintain(budget_s=1.0)
         problem = store.health.problem or ""
         assert "housekeeping of the store" in problem and "not authorized" in problem, problem
-        store._conn.set_authorizer(None)
+        store.set_authorizer(None)
         store.maintain(budget_s=1.0)
         assert store.health.problem is None
 
