@@ -17,8 +17,8 @@ only within the shape's last minute: a loaded host stretches a job's loop past t
 (mmap_rows.py, reading a table through page faults, flipped from training to other under
 --load), and a kind is what a process is, not whether its GPU ran in the last minute.
 
-A process is a server (`Kind.serves`) when it listens on a TCP port and has served: a connection
-accepted on that port was seen, or a serving frame (serve_forever, accept, an engine loop) in
+A process is a server (`Kind.serves`) when it listens on a TCP port (or a unix socket: behind
+nginx or a sidecar) and has served: a connection accepted on it was seen, or a serving frame (serve_forever, accept, an engine loop) in
 any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle).
 """
 
@@ -233,6 +233,11 @@ def classify_kind(command: str, facts: KindFacts | None,
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,
             f"listens on TCP port{'s' if len(ports) > 1 else ''} "
             + ", ".join(str(p) for p in ports[:4]))
+    unix = facts.unix_listening if facts else 0
+    if unix:  # behind nginx or a sidecar: served on a unix socket, not a port
+        add(ONLINE_INFERENCE, LISTEN_WEIGHT,
+            f"listens on {unix} unix socket{'s' if unix > 1 else ''}")
+    listens = bool(ports) or bool(unix)
     if facts is not None and accepted_seen:
         add(ONLINE_INFERENCE, ACCEPTED_WEIGHT,
             f"accepted connections on its port ({facts.accepted_connections} open at the last "
@@ -244,28 +249,28 @@ def classify_kind(command: str, facts: KindFacts | None,
             continue
         if kind == ONLINE_INFERENCE:
             continue  # counted once below, and only where it listens
-        if marker == "generate" and ports:
+        if marker == "generate" and listens:
             kind = ONLINE_INFERENCE  # generating for requests that arrive on its port
         add(kind, FRAME_WEIGHT, f"{marker} frames in its stacks")
     if serving_frames:
-        add(ONLINE_INFERENCE, SERVE_FRAME_WEIGHT if ports else 1.0,
+        add(ONLINE_INFERENCE, SERVE_FRAME_WEIGHT if listens else 1.0,
             f"serving frames in a thread ({', '.join(serving_frames)})")
     for library in facts.libraries if facts else ():
         kind = LIBRARY_KIND.get(library)
         if kind is not None:
             add(kind, LIBRARY_WEIGHT, f"maps {library}")
     ran_lately = kernels_at is not None and (now is None or now - kernels_at <= window_s)
-    if gpu_use in (STEADY, BURSTY) and not ports:
+    if gpu_use in (STEADY, BURSTY) and not listens:
         # Steady, or bursty as a job starved of input is: kernels of its own and nobody to
         # serve.
         add(TRAINING, JOB_WEIGHT, f"{gpu_use} GPU use of its own and no port it serves: a job "
             "(training unless its runtime, frames or name say inference)")
-    elif ran_lately and not ports:
+    elif ran_lately and not listens:
         # The same fact over the markers' window: a loop that a loaded host slowed runs its
         # kernels further apart than the shape's reads reach, and is the same job.
         add(TRAINING, JOB_WEIGHT, f"kernels of its own in the last {window_s / 60:.0f} min and no "
             "port it serves: a job (training unless its runtime, frames or name say inference)")
-    if gpu_use in (STEADY, BURSTY) and ports and accepted_seen:
+    if gpu_use in (STEADY, BURSTY) and listens and accepted_seen:
         add(ONLINE_INFERENCE, REQUEST_DRIVEN_WEIGHT,
             f"{gpu_use} GPU use while it accepts connections (request-driven)")
     parent = facts.parent if facts else None
@@ -278,7 +283,7 @@ def classify_kind(command: str, facts: KindFacts | None,
         add(kind, weight, why)
     total = sum(scores.values())
     best = max(scores, key=lambda k: scores[k])
-    serves = bool(ports) and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
+    serves = listens and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
     caught: dict[str, Any] = {}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught = {"connections_caught": facts.connections_caught,

@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import Any
 
 MAX_FDS = 4096  # fd entries looked at per process
 MAX_NET_BYTES = 1 << 20  # of /proc/PID/net/tcp (+tcp6): ~6,800 sockets each
@@ -206,6 +207,9 @@ class KindFacts:
     # Why it is an interactive Python prompt (PROMPT_BARE/INSPECT/SHELL: read_prompt), read
     # with its maps; None: it is not one.
     prompt: str | None = None
+    # Unix sockets it listens on (a server behind nginx or a sidecar), read with its maps;
+    # the connections accepted on them count in accepted_connections' reads above.
+    unix_listening: int = 0
 
 
 _SOCKETS_READ_AT = attrgetter("sockets_read_at")
@@ -311,6 +315,58 @@ def _tcp_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, str, 
     return rows, cut_tables
 
 
+UNIX_LISTENING_FLAG = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags: a listening socket
+
+
+def parse_unix_table(data: bytes) -> list[tuple[int, bool, bytes]]:
+    """(inode, listening, path) of each row of a /proc/net/unix table; bad rows skipped. The
+    path is the process's own text: compared here, never shown (b"" for an unnamed one)."""
+    rows = []
+    for line in data.split(b"\n")[1:]:
+        parts = line.split(None, 7)
+        if len(parts) < 7:
+            continue
+        try:
+            rows.append((int(parts[6]), bool(int(parts[3], 16) & UNIX_LISTENING_FLAG),
+                         parts[7] if len(parts) > 7 else b""))
+        except ValueError:
+            continue
+    return rows
+
+
+def _unix_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, bool, bytes]], bool]:
+    """The unix socket rows of pid's network namespace, read once per namespace per round
+    (kept in `tables` under "unix:" and the namespace); True where the read hit its cap."""
+    try:
+        netns = "unix:" + os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        netns = None
+    cache: Any = tables
+    if cache is not None and netns is not None and netns in cache:
+        return cache[netns]
+    try:
+        data, cut = _read_capped(f"/proc/{pid}/net/unix", MAX_NET_BYTES)
+    except OSError:
+        return [], False
+    if cut:
+        data = data[:data.rfind(b"\n")]  # drop the torn last line
+    found = (parse_unix_table(data), cut)
+    if cache is not None and netns is not None:
+        cache[netns] = found
+    return found
+
+
+def unix_listening(inodes: set[int], rows: list[tuple[int, bool, bytes]]
+                   ) -> tuple[int, frozenset[int]]:
+    """(how many of `inodes` are listening unix sockets, the inodes of those accepted on
+    them): an accepted unix connection carries its listener's path."""
+    paths = {path for inode, listening, path in rows if listening and inode in inodes and path}
+    listening = sum(1 for inode, is_listening, _ in rows if is_listening and inode in inodes)
+    accepted = frozenset(inode for inode, is_listening, path in rows
+                         if not is_listening and inode in inodes and path in paths)
+    return listening, accepted
+
+
 def read_sockets(pid: int, tables: TcpTables | None = None
                  ) -> tuple[tuple[int, ...], int, int, list[str]]:
     """(listening ports, accepted connections, other connections, truncated reads) of pid.
@@ -347,6 +403,19 @@ def _read_sockets(pid: int, tables: TcpTables | None = None
     accepted = frozenset(inode for port, inode in established if port in ports)
     return (tuple(listening[:MAX_PORTS]), accepted, len(established) - len(accepted),
             truncated, None)
+
+
+def read_unix_listening(pid: int, tables: TcpTables | None = None
+                        ) -> tuple[int, frozenset[int], bool]:
+    """(listening unix sockets of pid, the unix connections accepted on them, whether the
+    table's read was cut): a server behind a proxy on a unix socket serves as one on a port
+    does. Raises OSError when it is gone."""
+    inodes, _, _ = _socket_inodes(pid)
+    if not inodes:
+        return 0, frozenset(), False
+    rows, cut = _unix_rows(pid, tables)
+    listening, accepted = unix_listening(inodes, rows)
+    return listening, accepted, cut
 
 
 def libraries_in_maps(data: bytes) -> tuple[str, ...]:
@@ -479,7 +548,7 @@ class KindFactsReader:
                               facts.connections_caught + len(inodes - facts.caught_inodes),
                               facts.first_sockets_read_at if facts.first_sockets_read_at
                               is not None else now, inodes, fds_without_tcp, now,
-                              facts.prompt)
+                              facts.prompt, facts.unix_listening)
         if maps:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
             self.reads += 1
@@ -493,7 +562,18 @@ class KindFactsReader:
                               facts.accepted_reads,
                               facts.connections_caught, facts.first_sockets_read_at,
                               facts.caught_inodes, facts.fds_without_tcp,
-                              facts.sockets_listed_at, read_prompt(pid))
+                              facts.sockets_listed_at, read_prompt(pid),
+                              facts.unix_listening)
+            listening, accepted_unix, cut_unix = read_unix_listening(pid, tables)
+            truncated.discard("unix")
+            if cut_unix:
+                truncated.add("unix")
+            facts = replace(
+                facts, unix_listening=listening,
+                accepted_seen_at=now if accepted_unix else facts.accepted_seen_at,
+                accepted_reads=facts.accepted_reads + (1 if accepted_unix else 0),
+                connections_caught=facts.connections_caught
+                + len(accepted_unix - facts.caught_inodes))
         return replace(facts, truncated=tuple(sorted(truncated)))
 
     def get(self, key: tuple[int, float]) -> KindFacts | None:

@@ -38,6 +38,7 @@ from daemon.sources.kindfacts import (
     parse_tcp_table,
     prompt_of,
     read_sockets,
+    read_unix_listening,
     stdin_is_terminal,
 )
 
@@ -146,6 +147,34 @@ def test_read_sockets_sees_this_process_listen_and_accept():
                 ports, n_accepted, others, truncated = read_sockets(os.getpid())
     assert port in ports and n_accepted >= 1 and others >= 1 and truncated == []
     del client
+
+
+def test_a_server_on_a_unix_socket_is_seen_listening_and_accepting(tmp_path):
+    """Behind nginx or a sidecar, a server listens on a unix socket, not a port: it read as a
+    job with 'no port it serves' (and its idle GPU was offered SIGTERM)."""
+    path = str(tmp_path / "reranker.sock")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+        assert read_unix_listening(os.getpid()) == (1, frozenset(), False)
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(path)
+            accepted, _ = server.accept()
+            with accepted:
+                listening, caught, cut = read_unix_listening(os.getpid())
+                assert listening == 1 and not cut
+                assert caught == {os.fstat(accepted.fileno()).st_ino}  # the client's is not
+                me = (os.getpid(), psutil.Process().create_time())
+                reader = KindFactsReader()
+                reader.refresh([me], NOW)
+                facts = reader.get(me)
+    assert facts is not None and facts.unix_listening == 1 and facts.accepted_seen_at == NOW
+    kind = classify_kind("python reranker.py", facts, {}, now=NOW, gpu_use="idle")
+    assert kind.kind == ONLINE_INFERENCE and kind.serves, kind
+    assert "listens on 1 unix socket" in kind.evidence
+    quiet = classify_kind("python reranker.py", replace(facts, accepted_seen_at=None), {},
+                          now=NOW, gpu_use="idle")  # none caught yet: still no job
+    assert quiet.kind == ONLINE_INFERENCE, quiet
 
 
 def test_reader_caches_by_process_and_rereads_only_when_due():
