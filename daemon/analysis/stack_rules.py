@@ -129,6 +129,10 @@ FRAME_RULES: tuple[FrameRule, ...] = (
          "DataLoader waiting for a batch from its workers"),
     FrameRule(LIBRARY, _DL, "_MultiProcessingDataLoaderIter._next_data", DATA_WAIT,
          "DataLoader waiting for a batch from its workers"),
+    # A hand-made loader: results of a multiprocessing Pool (imap, map, apply_async().get())
+    # that its worker processes compute; waiting for them is waiting for input, not idling.
+    FrameRule(LIBRARY, "*/multiprocessing/pool.py", "*", DATA_WAIT,
+              "waiting for results of its multiprocessing Pool's workers"),
     FrameRule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
          "a DataLoader worker process loading samples",
          within=("*/torch/utils/data/_utils/worker.py", "_worker_loop")),

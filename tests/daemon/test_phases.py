@@ -979,3 +979,36 @@ def test_live_loop_waiting_on_a_queue_nobody_fills_stays_idle(tmp_path):
         assert found.thread is None
     finally:
         _stop(proc)
+
+
+POOL_LOADER = WORKLOADS / "pool_loader.py"
+
+
+@needs_py_spy_and_root
+def test_live_loop_fed_by_a_multiprocessing_pool_waits_for_data_not_idle():
+    """A real program (no torch, no mlcost): Pool.imap's workers decode, busy on their CPUs,
+    while the loop waits in the pool's iterator. Its dump read 'idle' (Condition.wait), and
+    idle_gpu_held then offered to SIGTERM a job whose workers ran at 90-100% CPU."""
+    proc = subprocess.Popen([sys.executable, str(POOL_LOADER)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        sampler = StackSampler(min_interval_s=0.0, global_max_per_s=100.0, cpu_budget_ratio=1.0)
+        deadline, seen = time.monotonic() + 30, None
+        while time.monotonic() < deadline:
+            result = asyncio.run(sampler.dump(proc.pid))
+            assert result.status == "ok", result.error
+            main = next((t for t in result.threads if t.thread_name == "MainThread"), None)
+            if main is not None and any(f.filename.endswith("multiprocessing/pool.py")
+                                        and "next" in f.name for f in main.frames):
+                break  # waiting in imap's next()
+            seen = result.threads
+        else:
+            raise AssertionError(f"the loop never waited on its pool: {seen}")
+        found = classify(result.threads, gpu_busy=False, source_line=source_reader(proc.pid))
+        assert found.phase == "data_wait", found
+        assert "multiprocessing Pool" in found.reason, found.reason
+        assert found.frame is not None and found.frame.filename.endswith("pool_loader.py")
+    finally:
+        _stop(proc)
+
