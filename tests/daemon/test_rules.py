@@ -568,6 +568,34 @@ def test_a_job_that_computed_in_the_window_gets_no_sigterm_a_notebook_does():
     assert notebook.action["kind"] == "sigterm"
 
 
+def test_a_periodic_job_gets_no_sigterm_one_warm_up_pass_does():
+    """A cron-like scorer works 10 s every few minutes (computes ~3% of the window, under the
+    between-batches share) and was offered SIGTERM after each run; its kernels ran in separate
+    runs in the window. One warm-up pass that then waits is still offered it."""
+    import dataclasses
+
+    from daemon.analysis.kinds import Kind
+
+    def job(busy_at):
+        samples = window(n=61, utils=lambda i: [90.0 if i in busy_at else 0.0] + [0.0] * 7,
+                         holders={0: 0.0}, command="python cron_score.py")
+        return [dataclasses.replace(smp, processes=tuple(
+            dataclasses.replace(p, gpus=tuple(dataclasses.replace(
+                u, sm_share=80.0 if smp.tick in busy_at else 0.0) for u in p.gpus))
+            for p in smp.processes)) for smp in samples]
+
+    for busy_at, action in (({5, 20, 35}, "copy_commands"), ({2}, "sigterm")):
+        s = job(busy_at)
+        phases = idle_held_phases(s, "sleeping or waiting: `time.sleep(110)` with the GPU idle",
+                                  idle=0.97, compute=0.03)
+        [held] = by_rule(recs(s, phases, kinds={pid_id(s): Kind("batch_inference", 0.6,
+                                                                ("test",))},
+                              limits={"idle_held_min_s": 60.0}), "idle_gpu_held")
+        assert held.action["kind"] == action, (busy_at, held.action)
+        if action == "copy_commands":
+            assert "worked in 3 separate runs in the window" in held.action["text"]
+
+
 def test_shrink_counts_the_gpu_a_quiet_server_holds_and_never_asks_to_release_it():
     """An HTTP server answering a request every 20 s holds GPU 1, idle on average: the shrink
     counted only GPU 0 and said "GPU 1 is held but idle: release it first", a server that

@@ -66,6 +66,9 @@ WORK_PHASES = (DATA_WAIT, HOST_PREPROCESS, CHECKPOINT, OUTPUT, EVAL, SYNC, COMM)
 # not a kernel that ran one warm-up pass and waits; a notebook may have computed any share (a
 # cell ran, then its user left).
 BETWEEN_BATCHES_MIN_COMPUTE = 0.10
+# Its kernels ran in at least this many separate runs in the window, however short (5 s of work
+# every 2 minutes computes 4%): a periodic job, not one warm-up pass that then waits.
+PERIODIC_MIN_RUNS = 2
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
 WINDOW_EDGE_S = 10.0  # idle this close to the window's length: idle through all of it
@@ -156,6 +159,17 @@ def _look_first_between(proc: ProcessWindow, computed: float) -> dict[str, objec
             "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
+def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
+    """Its kernels ran in separate runs in the window: a periodic job (a cron-like scorer, a
+    watcher that works when something arrives) that holds the GPU between runs."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} worked in {proc.work_runs} separate runs in the window: a "
+                    "periodic job or one that works when something arrives? Release the GPU "
+                    "between runs (start it per run, or unload the model while it waits); stop "
+                    "it only if it is done",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
+
+
 def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
     """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
     (a notebook kernel may have: a cell ran, then its user left); else what to look at first."""
@@ -169,6 +183,8 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
         return _look_first_between(proc, computed)
+    if proc.kind.kind != NOTEBOOK and proc.work_runs >= PERIODIC_MIN_RUNS:
+        return _look_first_periodic(proc)
     return _sigterm(proc)
 
 

@@ -60,6 +60,22 @@ class GpuWindow:
     trailing_idle_s: float  # idle (and lost-free) at the end of the window
 
 
+
+# Kernels of its own at this level (percent) make a window step part of a run of work.
+WORK_RUN_MIN_PCT = 1.0
+
+
+def _runs_at_or_above(signal: Sequence[float], level: float) -> int:
+    """How many separate runs of `signal` are at or above `level` (NaN: below)."""
+    runs, inside = 0, False
+    for value in signal:
+        now = value >= level
+        if now and not inside:
+            runs += 1
+        inside = now
+    return runs
+
+
 @dataclass(frozen=True)
 class ProcessWindow:
     id: str  # 'pid:start_time'
@@ -95,6 +111,9 @@ class ProcessWindow:
     # rule offers it SIGTERM.
     kind: Kind = field(default_factory=Kind)
     ppid: int = 0  # its parent: ranks of one job share one (rules/stragglers.py)
+    # Separate runs of its SM signal at or above WORK_RUN_MIN_PCT in the window (a cron-like
+    # job: one run per period); counted only for a process whose GPUs idle at the window's end.
+    work_runs: int = 0
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -554,6 +573,7 @@ class _ProcessTrack:
         idle_since = ts[-1] - idle_s
         in_idle = ([v for at, v in zip(ts, self.signal, strict=True) if at >= idle_since]
                    if idle_s > 0 else [])
+        work_runs = _runs_at_or_above(self.signal, WORK_RUN_MIN_PCT) if idle_s > 0 else 0
         utilization, read_utils = self.utils.fmean_read()
         burn_per_hour, _ = self.burn_rates.fmean_read(unread_as_zero=True)
         sm_activity, with_gpm = self.sms.fmean()
@@ -571,6 +591,7 @@ class _ProcessTrack:
             sm_activity_mean=(sm_activity if with_gpm else own_sm if with_own else None),
             trailing_idle_s=idle_s,
             sm_activity_idle_mean=statistics.fmean(in_idle) if in_idle else None,
+            work_runs=work_runs,
             iowait_fraction=min(iowait / seconds, 1.0) if seconds > 0 else 0.0,
             d_state_fraction=self.d_ticks / ticks_seen,
             read_bytes_per_s=read / seconds if seconds > 0 else 0.0,
