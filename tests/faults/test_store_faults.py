@@ -274,12 +274,15 @@ def test_an_api_read_of_a_damaged_file_says_what_happens_to_it(tmp_path: Path, c
 
     from daemon.api.server import make_app
 
+    def five_ticks_then_damage(store: Store, path: Path) -> None:
+        for tick in range(1, 6):
+            store.write(sample(tick, pid=100 + tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        damage(path)
+
     other = tmp_path / "other.db"
     with Store(other) as writer:
-        for tick in range(1, 6):
-            writer.write(sample(tick, pid=100 + tick))
-        writer.pragma("wal_checkpoint", "TRUNCATE")
-    damage(other)
+        five_ticks_then_damage(writer, other)
 
     class Reading:  # a daemon whose /v1/now reads `read` through a real reader
         def __init__(self, store: Store, read: Path) -> None:
@@ -310,10 +313,7 @@ def test_an_api_read_of_a_damaged_file_says_what_happens_to_it(tmp_path: Path, c
         assert not [r for r in caplog.records if r.exc_info]
     path = tmp_path / "t.db"
     with Store(path) as store:
-        for tick in range(1, 6):
-            store.write(sample(tick, pid=100 + tick))
-        store.pragma("wal_checkpoint", "TRUNCATE")
-        damage(path)
+        five_ticks_then_damage(store, path)
         status, said = asyncio.run(answer(Reading(store, path)))
         assert status == 503 and "moves it aside" in said and store.starting_over
 
