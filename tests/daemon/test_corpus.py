@@ -203,12 +203,23 @@ def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that
                 "phases": {name: largest(b) for command, b in found.items()
                            for name in programs if name in command}}
 
+    def slow_gpu() -> int:
+        return max(g["index"] for p in state["procs"] if "train_shards_mp" in p["command"]
+                   for g in p["gpus"])
+
+    def straggler_named() -> bool:
+        """The straggler finding names the rank with 6x the shard. With its first few stack
+        samples (a loaded 2-core CI machine) the rule may name another rank for a round, and
+        the book replaces that finding once the slowest shows (rules/stragglers.py)."""
+        found = [r for r in state["recs"].get("train_shards_mp", []) if r.rule == "straggler"]
+        return bool(found) and found[0].evidence["straggler"]["gpus"] == [slow_gpu()]
+
     def settled() -> bool:
         state.update(look())
         rules = {name: {r.rule for r in recs} for name, recs in state["recs"].items()}
         return (state["phases"].get("train_with_event_log") == "output"
                 and "writing_output" in rules.get("train_with_event_log", set())
-                and "straggler" in rules.get("train_shards_mp", set())
+                and straggler_named()
                 and "idle_gpu_held" in rules.get("notebook_cells", set())
                 and "notebook" in state["kinds"].values()
                 and "online_inference" in state["kinds"].values())
@@ -220,9 +231,7 @@ def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that
     writer = {r.rule for r in state["recs"]["train_with_event_log"]}
     assert not writer & {"main_thread_preprocessing", "spot_training", "blocking_checkpoint"}
     [straggler] = [r for r in state["recs"]["train_shards_mp"] if r.rule == "straggler"]
-    slow_gpu = max(g["index"] for p in state["procs"] if "train_shards_mp" in p["command"]
-                   for g in p["gpus"])
-    assert straggler.evidence["straggler"]["gpus"] == [slow_gpu]  # the rank with 6x the shard
+    assert straggler.evidence["straggler"]["gpus"] == [slow_gpu()]  # the rank with 6x the shard
     assert straggler.evidence["straggler"]["phase"] == "host_preprocess"
     assert "hash_features" in straggler.summary or "train_shards_mp.py" in straggler.summary
     assert ".item()" not in straggler.summary
