@@ -42,7 +42,6 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any
 
 MAX_FDS = 4096  # fd entries looked at per process
 MAX_NET_BYTES = 1 << 20  # of /proc/PID/net/tcp (+tcp6): ~6,800 sockets each
@@ -334,16 +333,20 @@ def parse_unix_table(data: bytes) -> list[tuple[int, bool, bytes]]:
     return rows
 
 
-def _unix_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, bool, bytes]], bool]:
-    """The unix socket rows of pid's network namespace, read once per namespace per round
-    (kept in `tables` under "unix:" and the namespace); True where the read hit its cap."""
+# One read of a network namespace's unix socket table per refresh round: netns id -> (rows,
+# whether the read was cut).
+UnixTables = dict[str, tuple[list[tuple[int, bool, bytes]], bool]]
+
+
+def _unix_rows(pid: int, tables: UnixTables | None) -> tuple[list[tuple[int, bool, bytes]], bool]:
+    """The unix socket rows of pid's network namespace, read once per namespace per round;
+    True where the read hit its cap."""
     try:
-        netns = "unix:" + os.readlink(f"/proc/{pid}/ns/net")
+        netns = os.readlink(f"/proc/{pid}/ns/net")
     except OSError:
         netns = None
-    cache: Any = tables
-    if cache is not None and netns is not None and netns in cache:
-        return cache[netns]
+    if tables is not None and netns is not None and netns in tables:
+        return tables[netns]
     try:
         data, cut = _read_capped(f"/proc/{pid}/net/unix", MAX_NET_BYTES)
     except OSError:
@@ -351,8 +354,8 @@ def _unix_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, bool
     if cut:
         data = data[:data.rfind(b"\n")]  # drop the torn last line
     found = (parse_unix_table(data), cut)
-    if cache is not None and netns is not None:
-        cache[netns] = found
+    if tables is not None and netns is not None:
+        tables[netns] = found
     return found
 
 
@@ -405,7 +408,7 @@ def _read_sockets(pid: int, tables: TcpTables | None = None
             truncated, None)
 
 
-def read_unix_listening(pid: int, tables: TcpTables | None = None
+def read_unix_listening(pid: int, tables: UnixTables | None = None
                         ) -> tuple[int, frozenset[int], bool]:
     """(listening unix sockets of pid, the unix connections accepted on them, whether the
     table's read was cut): a server behind a proxy on a unix socket serves as one on a port
@@ -475,6 +478,7 @@ class KindFactsReader:
         maps_due = self._due(wanted, _MAPS_READ_AT, self.maps_every_s, now, since)
         fresh: dict[tuple[int, float], KindFacts] = {}
         tables: TcpTables = {}  # this round's TCP tables, one read per network namespace
+        unix_tables: UnixTables = {}  # and its unix socket tables
         parents: dict[int, str | None] = {}  # this round's parents' markers, by pid
         failed = self._failed_at
         for key in wanted:
@@ -490,7 +494,7 @@ class KindFactsReader:
                     continue
                 fresh[key] = self._read(key[0], old, now, tables, parents,
                                         sockets=sockets or old is None,
-                                        maps=maps or old is None)
+                                        maps=maps or old is None, unix_tables=unix_tables)
             except (OSError, ValueError, IndexError):
                 if old is not None:
                     fresh[key] = old  # gone or refused this time: keep the last reading ...
@@ -531,7 +535,7 @@ class KindFactsReader:
 
     def _read(self, pid: int, old: KindFacts | None, now: float, tables: TcpTables,
               parents: dict[int, str | None] | None = None, *, sockets: bool = True,
-              maps: bool = True) -> KindFacts:
+              maps: bool = True, unix_tables: UnixTables | None = None) -> KindFacts:
         """Read pid's sockets and/or its libraries and parent (`sockets`, `maps`) into a new
         reading; what is not read is kept from `old`."""
         facts = old or KindFacts()
@@ -564,7 +568,7 @@ class KindFactsReader:
                               facts.caught_inodes, facts.fds_without_tcp,
                               facts.sockets_listed_at, read_prompt(pid),
                               facts.unix_listening)
-            listening, accepted_unix, cut_unix = read_unix_listening(pid, tables)
+            listening, accepted_unix, cut_unix = read_unix_listening(pid, unix_tables)
             truncated.discard("unix")
             if cut_unix:
                 truncated.add("unix")
