@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import psutil
 import pytest
+from simhost import poll
 from test_rules import CATALOG, P4D, by_rule, phases_for, pid_id, window
 
 import daemon.runtime.kinds as runtime_kinds
@@ -701,6 +702,9 @@ def _kind_of(argv: list[str], stdin) -> Kind:
     child = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
+        # its own command line, not its parent's: exec may not have happened yet (a loaded CI
+        # machine read pytest's argv, whose script made it no prompt)
+        poll(lambda: psutil.Process(child.pid).cmdline() == argv, 30, f"{argv} to start")
         key = (child.pid, psutil.Process(child.pid).create_time())
         tracker = KindTracker()
         for i in range(3):
