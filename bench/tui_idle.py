@@ -7,7 +7,9 @@ own pty of --size:
 - mlcost-top connected to that daemon (main screen, nothing pressed; it polls every 1 s);
 - nvitop's TUI reading the same simulated NVML (daemon.sim.nvml installed in its process, as
   tests/sim/test_nvitop.py does), at `--interval 1` (mlcost-top's cadence) and at its default
-  2 s.
+  2 s;
+- "Textual": the smallest Textual app that shows the same pids (a DataTable of them, one cell
+  updated a second), what the framework alone holds: mlcost-top's RSS above it is its own.
 Once each screen shows the host's data (a workload's pid, as /v1/now gives it, found in what the
 terminal shows: its output with the escape sequences removed, so neither a style change inside
 a word nor a narrow column that drops a command's interpreter hides it) and a few seconds more
@@ -54,6 +56,26 @@ from mlcost_tui.prefetch import first_snapshot  # noqa: E402
 # nvitop's own entry point, in a process whose pynvml reads the simulated host.
 NVITOP = ("import sys\nfrom daemon.sim import nvml\nnvml.install()\n"
           "from nvitop.cli import main\nsys.exit(main())\n")
+# What Textual alone costs: an App with a header line and one DataTable of the workloads' pids
+# (given as arguments), one cell updated a second, as a live view's refresh does. mlcost-top's
+# RSS less this one's is what mlcost-top adds to the framework the product card fixes.
+TEXTUAL_FLOOR = (
+    "import sys\nfrom textual.app import App\nfrom textual.widgets import DataTable, Static\n"
+    "class Floor(App):\n"
+    "    def compose(self):\n"
+    "        yield Static('a Textual app, one table')\n"
+    "        yield DataTable()\n"
+    "    def on_mount(self):\n"
+    "        self.table = self.query_one(DataTable)\n"
+    "        self.table.add_columns('pid', 'tick')\n"
+    "        for pid in sys.argv[1:]:\n"
+    "            self.table.add_row(pid, 0, key=pid)\n"
+    "        self.ticks = 0\n"
+    "        self.set_interval(1.0, self.tick)\n"
+    "    def tick(self):\n"
+    "        self.ticks += 1\n"
+    "        self.table.update_cell(sys.argv[1], self.table.ordered_columns[1].key, self.ticks)\n"
+    "Floor().run()\n")
 READY_TIMEOUT_S = 120.0
 SETTLE_S = 5.0  # after the first frame with figures: the startup's imports and first layout
 MB = 1 << 20
@@ -266,6 +288,8 @@ def main() -> int:
                 Tool("nvitop 1s", [sys.executable, "-c", NVITOP, "--interval", "1"], env,
                      ready=ready),
                 Tool("nvitop 2s", [sys.executable, "-c", NVITOP], env, ready=ready),
+                Tool("Textual", [sys.executable, "-c", TEXTUAL_FLOOR,
+                                 *(str(p.pid) for p in snap.now.processes)], env, ready=ready),
             ]
             if args.compare:
                 other = os.path.abspath(args.compare)
@@ -307,6 +331,10 @@ def main() -> int:
     print(f"mlcost-top / nvitop at the same 1 s cadence: CPU "
           f"{ours['cpu_percent'] / max(theirs['cpu_percent'], 1e-9):.2f}x, RSS "
           f"{ours['rss_mb'] / theirs['rss_mb']:.2f}x (target <= 1)")
+    floor = medians["Textual"]
+    print(f"Textual alone (one table of the pids, a cell updated a second) holds "
+          f"{floor['rss_mb']:.1f} MB, {floor['rss_mb'] / theirs['rss_mb']:.2f}x nvitop's RSS: "
+          f"mlcost-top adds {ours['rss_mb'] - floor['rss_mb']:.1f} MB to it")
     return 0
 
 
