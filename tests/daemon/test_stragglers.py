@@ -113,6 +113,26 @@ def test_rank_arguments_are_not_part_of_the_job():
     assert jobs == {(500, "python two_ranks.py")}
 
 
+def test_spawned_ranks_are_one_job_and_the_straggler_among_them_is_named():
+    """multiprocessing's spawn start method (torch.multiprocessing.spawn's ranks) hands each
+    child its own pipe: the command lines differ only there, as Python writes them."""
+    spawned = [f"/usr/bin/python3 -B -c from multiprocessing.spawn import spawn_main; "
+               f"spawn_main(tracker_fd=4, pipe_handle={fd}) --multiprocessing-fork"
+               for fd in (6, 8, 11)]
+    samples = ranks_window(spawned)
+    analysis = build_analysis(samples, None, P4D, CATALOG, host_cpus=32)
+    assert len({job_of(p) for p in analysis.processes}) == 1
+    phases = rank_phases([{"comm": 0.6, "compute": 0.4}, {"comm": 0.55, "compute": 0.45},
+                          {"host_preprocess": 0.65, "compute": 0.3, "comm": 0.05}])
+    [rec] = by_rule(evaluate(build_analysis(samples, phases, P4D, CATALOG, host_cpus=32)),
+                    "straggler")
+    assert rec.evidence["straggler"]["pid"] == 1002
+    # a child of another parent, or another program, is still another job
+    other = ranks_window(spawned[:1] + ["python train.py"], ppid=501)
+    assert len({job_of(p) for p in build_analysis(other, None, P4D, CATALOG,
+                                                  host_cpus=32).processes}) == 2
+
+
 def test_writing_output_gets_buffering_advice_and_no_checkpoint_cadence():
     samples = spot_window(1800, 3 * 3600)  # write bursts every 30 min: a cadence before
     key = pid_id(samples)

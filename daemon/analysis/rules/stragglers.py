@@ -5,7 +5,8 @@ that fits what it was doing (rebalance the shards, fix its input, write from one
 
 Ranks of one job are GPU processes with the same parent (torchrun, slurmstepd, a
 multiprocessing parent) running the same program; their rank arguments (`--rank 1`,
-`--local_rank=0`) are not part of the program. A job has one straggler at a time: its finding's
+`--local_rank=0`) are not part of the program, nor the pipe a spawned child reads its task from
+(`spawn_main(tracker_fd=4, pipe_handle=8)`: torch.multiprocessing.spawn's ranks). A job has one straggler at a time: its finding's
 slot is the job, so when another rank becomes the slowest the book replaces the held finding
 about the first at once; and a rank with no phase balance yet (no stack sample taken: a loaded
 host, a rank started late) holds the verdict back, as it may be the straggler.
@@ -48,6 +49,11 @@ WAITING_SHARE = 0.20
 # The straggler waits at most half as much as the ranks that wait for it.
 STRAGGLER_WAIT_RATIO = 0.5
 _RANK_ARGUMENT = re.compile(r"\s--?[\w-]*rank[\w-]*(=|\s+)\d+", re.IGNORECASE)
+# A child that multiprocessing's spawn start method starts (torch.multiprocessing.spawn's ranks
+# too) runs `python -c "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4,
+# pipe_handle=8)" --multiprocessing-fork`: the descriptor it reads its task from differs per
+# child, and is no more part of the program than a rank argument.
+_SPAWN_HANDLE = re.compile(r"\b(tracker_fd|pipe_handle|parent_pid)=\d+")
 WAIT_PHASES = (COMM,)
 NOT_THE_CAUSE = (COMPUTE, COMM, IDLE, UNKNOWN)
 
@@ -70,10 +76,12 @@ SLOWER_GPU = ("its GPU work takes longer than the others': an unequal batch or s
 
 
 def job_of(proc: ProcessWindow) -> tuple[int, str] | None:
-    """The job a process is a rank of: its parent and its program without rank arguments."""
+    """The job a process is a rank of: its parent and its program without rank arguments (nor
+    the descriptors a spawned child is handed)."""
     if proc.ppid <= 1:
         return None
-    return proc.ppid, _RANK_ARGUMENT.sub("", " " + proc.command).strip()
+    program = _RANK_ARGUMENT.sub("", " " + proc.command).strip()
+    return proc.ppid, _SPAWN_HANDLE.sub(r"\1=", program)
 
 
 def _cause(proc: ProcessWindow) -> tuple[str, float]:
