@@ -86,8 +86,8 @@ Gates (any number; each is a JUnit test case with --junit):
 
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
 stopped by --duration) and a gate was crossed; 127 when it cannot be started; 128+N when
-signal N reached the profile before it started, or while it wrote its files (written whole
-first); 2 for a bad option or a recorder that cannot start.
+signal N reached the profile before it started, or after it exited (the files are written
+whole first); 2 for a bad option or a recorder that cannot start.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
                                progress=args.progress)
-    late: list[int] = []  # SIGINT/SIGTERM while the outputs are written
+    late: list[int] = []  # SIGINT/SIGTERM after the command exited
     try:
         result = asyncio.run(recorder.run())
     except DaemonError as exc:
@@ -300,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
         # and acted on once they are whole
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda signum, _frame: late.append(signum))
+    if result.signal_after_exit is not None:  # it came while the recording stopped
+        late.insert(0, result.signal_after_exit)
     _finish_store(config)
     if result.error:
         print(f"mlcostd profile: {result.error}", file=sys.stderr)
