@@ -486,9 +486,15 @@ def check_gpu_activity(config: Any, proc_root: str = "/proc") -> Check:
 
 
 def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
+    from daemon.store.errors import damaged_store_advice
+
     checks = [check_nvml(), check_py_spy(), check_tracing(gpu_process_pids()),
               check_delay_accounting(), check_psi(), check_process_io(), check_database(db)]
-    recorded = check_recorded_stacks(db)
+    database = checks[-1]
+    # A damaged store fails `database`, with how to salvage it; reading its stacks would fail
+    # too, and SQLite's error on a second line would report one damaged file twice.
+    damaged = database.status == FAIL and database.fix == damaged_store_advice(db)
+    recorded = None if damaged else check_recorded_stacks(db)
     if recorded is not None:
         checks.append(recorded)
     return checks + (extra or [])

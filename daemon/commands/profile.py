@@ -86,8 +86,8 @@ Gates (any number; each is a JUnit test case with --junit):
 
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
 stopped by --duration) and a gate was crossed; 127 when it cannot be started; 128+N when
-signal N reached the profile before it started; 2 for a bad option or a recorder that cannot
-start.
+signal N reached the profile before it started, or after it exited (the files are written
+whole first); 2 for a bad option or a recorder that cannot start.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -289,13 +289,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
                                progress=args.progress)
+    late: list[int] = []  # SIGINT/SIGTERM after the command exited
     try:
         result = asyncio.run(recorder.run())
     except DaemonError as exc:
         print(f"mlcostd profile: the recorder cannot start: {exc}", file=sys.stderr)
         return 2
-    finally:  # the outputs are written next: a late Ctrl-C must not cut them to a traceback
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    finally:  # the outputs are written next: a signal must not leave them half-written (a
+        # traceback, or SIGTERM's death between profile.json and profile.html), so it is kept
+        # and acted on once they are whole
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda signum, _frame: late.append(signum))
+    if result.signal_after_exit is not None:  # it came while the recording stopped
+        late.insert(0, result.signal_after_exit)
     _finish_store(config)
     if result.error:
         print(f"mlcostd profile: {result.error}", file=sys.stderr)
@@ -309,6 +315,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"mlcostd profile: cannot write the profile: {exc}", file=sys.stderr)
         return 2
     print(verdict_text(document, out), file=sys.stderr, end="")
+    if late:  # it came after the command exited: it stops the profile, which is whole
+        print(f"mlcostd profile: {signal.Signals(late[0]).name} came after the command had "
+              f"exited: the profile's files were written whole first; exiting {128 + late[0]}",
+              file=sys.stderr)
+        return 128 + late[0]
     if result.exit_status is None and result.interrupted_by is not None:
         return 128 + result.interrupted_by  # interrupted before the command started
     failed = not result.stopped_after_duration and result.exit_status not in (0, None)

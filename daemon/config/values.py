@@ -15,7 +15,10 @@ from daemon.sources.safe_text import without_url_credentials
 # read as 5 minutes (\d and \s take any script's digits and spaces; $ a trailing newline).
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$", re.IGNORECASE)
+# Sizes the same way ('10 MB' and a full-width '１０MB' are refused); re.ASCII keeps
+# IGNORECASE from reading the Kelvin sign 'K' (U+212A) as a 'k'.
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?",
+                   re.IGNORECASE | re.ASCII)
 _SIZE_UNITS = {
     "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, None: 1,
@@ -27,6 +30,7 @@ _SIZE_UNITS = {
 MAX_DURATION_S = 100 * 365 * 86400.0
 POSITIVE_DURATION = "a positive number and a unit (e.g. 30s, 15m, 6h, 8d)"  # said in errors
 DURATION_FORMS = "ASCII digits and a unit, no spaces: e.g. 30s, 15m, 6h, 8d"
+SIZE_FORMS = "ASCII digits and a unit, no spaces: e.g. 512MiB, 1GiB, 2GB"
 
 
 def parse_duration(value: str | int | float, *, allowed: str = POSITIVE_DURATION) -> float:
@@ -100,16 +104,24 @@ def format_duration(seconds: float) -> str:
 
 
 def parse_size(value: str | int) -> int:
-    """'512MiB', '1GiB', '2GB' or a number of bytes -> bytes."""
+    """'512MiB', '1GiB', '2GB' or a number of bytes -> bytes (a caller checks its own range).
+    ValueError names the value and the forms (never OverflowError)."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a size")
     if isinstance(value, int):
         return value
-    match = _SIZE.match(str(value))
+    text = str(value)
+    match = _SIZE.fullmatch(text)
+    if not match and text.startswith("-") and _SIZE.fullmatch(text[1:]):
+        raise ValueError(f"{text[:80]!r} is negative: a size is a positive number and a unit "
+                         "(e.g. 512MiB, 1GiB)")
     if not match:
-        raise ValueError(f"{value!r} is not a size (use e.g. 512MiB, 1GiB)")
+        raise ValueError(f"{text[:80]!r} is not a size ({SIZE_FORMS})")
     unit = match.group(2).lower() if match.group(2) else None
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+    size = float(match.group(1)) * _SIZE_UNITS[unit]
+    if not math.isfinite(size):  # 400 digits: float() is inf, and int(inf) an OverflowError
+        raise ValueError(f"{text[:40] + '...'!r} is too large to be a size ({SIZE_FORMS})")
+    return int(size)
 
 
 def parse_address(value: str) -> tuple[str, int]:

@@ -253,6 +253,8 @@ class RunResult:
     interrupted: bool = False  # SIGINT/SIGTERM reached the profile
     interrupted_by: int | None = None  # the first of them; before the command started, the
     # command is not started (exit_status stays None) and the profile exits 128 + it
+    signal_after_exit: int | None = None  # the first SIGINT/SIGTERM after the command exited:
+    # it reached no command; the profile writes its files whole, then exits 128 + it
     steps: int = 0
     first_step_at: float | None = None
     step_timeline: list[tuple[float, int]] = field(default_factory=list)
@@ -427,10 +429,15 @@ class ProfileRecorder:
     def _interrupt(self, signum: int) -> None:
         """Ctrl-C or SIGTERM: passed to the command's group (the profile then writes what it
         saw); a second one kills the group. Before the command started, the command is not
-        started."""
-        self.result.interrupted = True
-        if self.result.interrupted_by is None:
-            self.result.interrupted_by = signum
+        started. After it exited the run was whole: the signal is the profile's exit status
+        (what it left running in its group still gets it)."""
+        if self.result.exit_status is not None:
+            if self.result.signal_after_exit is None:
+                self.result.signal_after_exit = signum
+        else:
+            self.result.interrupted = True
+            if self.result.interrupted_by is None:
+                self.result.interrupted_by = signum
         if self._group is not None:
             again = signal.SIGKILL if self._interrupted_once else signum
             _signal_group(self._group, again)

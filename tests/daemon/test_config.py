@@ -81,6 +81,38 @@ def test_cli_reports_config_errors_with_exit_2(tmp_path, capsys):
     assert "[store].raw_retention = 'forever'" in err
 
 
+SIZE_FORMS = "ASCII digits and a unit, no spaces: e.g. 512MiB, 1GiB, 2GB"
+
+
+@pytest.mark.parametrize("value", ["10 MB", " 10MB", "10MB ", "\uff11\uff10MB", "\u0661\u0660MB",
+                                   "10MB\n", "10\u00a0MB", "10\u212aB"],
+                         ids=["inner-space", "leading-space", "trailing-space",
+                              "full-width-digits", "arabic-indic-digits", "newline", "nbsp",
+                              "kelvin-sign-for-k"])
+def test_a_size_is_ascii_digits_and_a_unit_with_no_spaces(value):
+    """'10 MB' and a full-width '\uff11\uff10MB' were read as 10 MB, as durations once were."""
+    assert config.parse_size("10MB") == config.parse_size("10mb") == 10_000_000
+    with pytest.raises(ValueError) as refused:
+        config.parse_size(value)
+    assert str(refused.value) == f"{value!r} is not a size ({SIZE_FORMS})"
+
+
+@pytest.mark.parametrize("value, says", [
+    ("-5MB", "'-5MB' is negative: a size is a positive number and a unit (e.g. 512MiB, 1GiB)"),
+    ("9" * 400 + "MB", f"'{'9' * 40}...' is too large to be a size ({SIZE_FORMS})"),
+], ids=["negative", "overflows-a-float"])
+def test_the_config_refuses_a_bad_size_in_one_line_not_a_traceback(tmp_path, capsys, value,
+                                                                    says):
+    """400 digits made float() inf and int(inf) an OverflowError: a traceback at start."""
+    from daemon.commands.cli import main
+
+    path = write(tmp_path, f'[store]\nmax_size = "{value}"\n')
+    assert main(["report", "--config", str(path), "--db", str(tmp_path / "x.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mlcostd: config error: {path}: [store].max_size = ")
+    assert says in err and err.count("\n") == 1
+
+
 def test_cost_sections(tmp_path):
     loaded = config.load(write(tmp_path, """
 [idle]

@@ -297,6 +297,20 @@ def test_check_runs_quick_check_on_the_store_and_fails_a_damaged_one(damaged_sto
     assert database["detail"].endswith("is writable; PRAGMA quick_check: ok"), database
 
 
+def test_check_reports_a_damaged_store_once_not_again_as_stack_sampling(damaged_store):
+    """After the database's FAIL line, `check` said "[warn] stack sampling: cannot read
+    DAMAGED: database disk image is malformed": one damaged file, two lines. The stacks of a
+    store that can be read are still listed."""
+    good, bad = damaged_store
+    done = run(*MLCOSTD, "check", "--simulate", "idle-host", "--db", str(bad))
+    assert done.returncode == 1, done.stderr
+    assert "[FAIL] database: " in done.stdout, done.stdout
+    assert done.stdout.count("malformed") == 1, done.stdout
+    assert "stack sampling" not in done.stdout, done.stdout
+    done = run(*MLCOSTD, "check", "--simulate", "idle-host", "--db", str(good))
+    assert "[ok  ] stack sampling: " in done.stdout, done.stdout
+
+
 def test_check_says_how_long_a_slow_quick_check_took(damaged_store, monkeypatch):
     from daemon.commands import check
 

@@ -333,6 +333,57 @@ def test_ctrl_c_before_the_command_starts_exits_at_once_and_leaves_the_profile(
     assert_the_folder_holds_only_the_profile(out)
 
 
+# `mlcostd profile ARGS` with a Ctrl-C (or SIGTERM) after the command has exited, sent from
+# inside the phase named, as above (to the main thread: delivered before pthread_kill returns):
+# "stopping", as the rules' last round starts, the recorder still on; "writing", once
+# profile.json is written and before the page is. A signal from outside could not be timed to
+# land in a phase that takes milliseconds.
+SIGNALLED_AFTER_THE_COMMAND = """
+import signal, sys, threading
+from daemon.commands.cli import main
+from daemon.runtime import snapshots
+from daemon.runtime.daemon import Daemon
+
+def signalled_first(owner, name):
+    original = getattr(owner, name)
+
+    def signalled(*args, **kwargs):
+        signal.pthread_kill(threading.main_thread().ident, int(sys.argv[1]))
+        return original(*args, **kwargs)
+
+    setattr(owner, name, signalled)
+
+signalled_first(*{"stopping": (Daemon, "evaluate"),
+                  "writing": (snapshots, "render_html_file")}[sys.argv[2]])
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("phase", ["stopping", "writing"],
+                         ids=["while-the-recorder-stops", "while-the-files-are-written"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_after_the_command_exited_leaves_the_profile_whole_then_exits_with_it(
+        tmp_path, signum, phase):
+    """SIGTERM while the files were written killed the profile between profile.json and
+    profile.html: no page, no summary.md (or an earlier run's beside the new JSON). Ctrl-C
+    then was ignored: the profile exited 0, as if no one had asked it to stop. One while the
+    recorder stopped was taken for an interrupted run, and the profile exited 0 too."""
+    out = tmp_path / "late"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_AFTER_THE_COMMAND, str(int(signum)), phase, "profile",
+         "--out", str(out), "--simulate", "--", sys.executable, "-c", "pass"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL)
+    assert done.returncode == 128 + signum, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.endswith(
+        f"mlcostd profile: {signum.name} came after the command had exited: the profile's "
+        f"files were written whole first; exiting {128 + signum}\n"), done.stderr
+    facts = document(out)["profile"]
+    assert facts["exit_status"] == 0 and facts["interrupted"] is False
+    assert_the_folder_holds_only_the_profile(out)
+
+
 def assert_the_folder_holds_only_the_profile(out: Path) -> None:
     """The files the README lists, and nothing else (SQLite's -wal and -shm stayed): a
     profile.db that stands alone, whole, with what was recorded, and stays alone when read."""
