@@ -78,7 +78,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{highest:g} seconds", file=sys.stderr)
         return 2
     if args.replay:
+        if args.demo or args.connect or args.prometheus:
+            print("mlcost-top: --replay shows a recording; use it without --demo, --connect and "
+                  "--prometheus", file=sys.stderr)
+            return 2
         return replay_main(args.replay)
+    if args.demo and args.connect:
+        print("mlcost-top: --demo starts its own daemon; use it without --connect",
+              file=sys.stderr)
+        return 2
 
     from daemon.client import Client, ClientError, default_target, read_token_file
     from mlcost_tui.app import MlcostTop
@@ -129,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlcost-top: {exc}", file=sys.stderr)
         if demo:
             demo.stop()
+        return 2
+    names = [c.name for c in clients]
+    twice = next((name for at, name in enumerate(names) if name in names[:at]), None)
+    if twice is not None:  # its figures would count twice in the fleet's totals
+        print(f"mlcost-top: --connect {twice} is given twice", file=sys.stderr)
         return 2
     first = None
     if demo is None and len(targets) == 1:

@@ -35,13 +35,22 @@ PHASE_WINDOW_S = 300.0  # a replayed process's phases: the 5 minutes before the 
 
 class LiveSource:
     """One or more daemons polled for /v1/now; counts failed polls in a row per daemon and keeps
-    each daemon's last good answer (shown while it does not answer)."""
+    each daemon's last good answer (shown while it does not answer).
+
+    Each daemon keeps its own pace: one that answers is asked again after the interval, one
+    that fails backs off on its own (a fleet with one host down still shows the others every
+    second), and a fleet's poll waits at most an interval for its answers: a host that takes
+    longer is shown as it last was and its answer is taken at a later poll."""
 
     def __init__(self, clients: Sequence[Client], interval_s: float = POLL_INTERVAL_S) -> None:
         self.clients = list(clients)
         self.interval_s = interval_s
         self.failures = [0] * len(self.clients)
         self.last_now: list[Now | None] = [None] * len(self.clients)
+        self._shown: list[HostSnapshot | None] = [None] * len(self.clients)  # last fetched
+        self._due_at = [0.0] * len(self.clients)  # monotonic: when to ask each again
+        self._asking: dict[int, asyncio.Task[HostSnapshot]] = {}  # polls not answered yet
+        self._answered: set[int] = set()  # fetched since the last retry_delay: to schedule
 
     async def fetch(self, index: int) -> HostSnapshot:
         from daemon.client import ClientError
@@ -60,21 +69,53 @@ class LiveSource:
         return HostSnapshot(client.name, now, None, time.monotonic() - started, fmt.clock())
 
     async def fetch_all(self) -> tuple[HostSnapshot, ...]:
-        """One snapshot per daemon, polled concurrently."""
-        return tuple(await asyncio.gather(*(self.fetch(i) for i in range(len(self.clients)))))
+        """One snapshot per daemon: those due are polled concurrently (one daemon: awaited
+        whatever it takes; several: for at most an interval), the others shown as they last
+        were."""
+        began = time.monotonic()
+        for index in range(len(self.clients)):
+            if index not in self._asking and self._due_at[index] <= began:
+                self._asking[index] = asyncio.ensure_future(self.fetch(index))
+        if self._asking:
+            await asyncio.wait(self._asking.values(),
+                               timeout=None if len(self.clients) == 1 else self.interval_s)
+        for index, task in list(self._asking.items()):
+            if task.done():
+                del self._asking[index]
+                self._shown[index] = task.result()
+                self._answered.add(index)
+        return tuple(shown if shown is not None else HostSnapshot(
+            client.name, None, "waiting for its first answer", time.monotonic() - began,
+            fmt.clock()) for client, shown in zip(self.clients, self._shown, strict=True))
 
     def retry_delay(self, starting: bool) -> float:
-        """Seconds until the next poll: the interval, or a backoff while a daemon fails."""
-        worst = max(self.failures, default=0)
-        if worst == 0:
+        """Seconds until the next poll: until the first daemon is due again (the interval
+        after an answer, or a backoff while it fails), at most an interval while a slow
+        daemon's answer is awaited."""
+        now = time.monotonic()
+        for index in self._answered:
+            self._due_at[index] = now + self._delay(index, starting)
+        self._answered.clear()
+        waiting = [self._due_at[i] - now for i in range(len(self.clients))
+                   if i not in self._asking]
+        if self._asking:
+            waiting.append(self.interval_s)
+        return max(0.0, min(waiting, default=self.interval_s))
+
+    def _delay(self, index: int, starting: bool) -> float:
+        """How long until daemon `index` is asked again, after the poll that just ended."""
+        failures = self.failures[index]
+        if failures == 0:
             if starting and not any(n is not None and n.ts is not None for n in self.last_now):
                 return STARTING_RETRY_S  # a daemon that answers but has no tick yet
             return self.interval_s
         if starting and all(n is None for n in self.last_now):
             return STARTING_RETRY_S
-        return min(self.interval_s * 2 ** (worst - 1), RETRY_MAX_S)
+        return min(self.interval_s * 2 ** (failures - 1), RETRY_MAX_S)
 
     async def close(self) -> None:
+        for task in self._asking.values():
+            task.cancel()
         for client in self.clients:
             await client.close()
 

@@ -174,3 +174,20 @@ def changed_document(step: int) -> dict:
 def changed_snapshot(step: int) -> HostSnapshot:
     return HostSnapshot("unix:/test.sock", Now.from_dict(changed_document(step)), None, 0.01,
                         TS + step)
+
+
+class ScriptedDaemon:
+    """A client whose /v1/now answers are given in turn (a Now, or a ClientError to raise)."""
+
+    def __init__(self, name: str, *answers: object) -> None:
+        self.name, self.answers = name, list(answers)
+
+    async def now(self) -> Now:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, Now)
+        return answer
+
+    async def close(self) -> None:
+        pass

@@ -249,6 +249,21 @@ def test_an_interval_that_is_no_polling_rate_is_refused_before_anything_starts(
     assert "--interval" in said and "none.db" not in said
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["--connect", "unix:{d}/a.sock", "--connect", "unix:{d}/a.sock"],
+     "--connect unix:{d}/a.sock is given twice"),
+    (["--demo", "--connect", "unix:{d}/a.sock"], "use it without --connect"),
+    (["--replay", "{d}/r.db", "--demo"], "use it without --demo"),
+    (["--replay", "{d}/r.db", "--connect", "unix:{d}/a.sock"], "use it without --demo"),
+])
+def test_flags_that_cannot_go_together_are_refused_not_ignored(argv, said, tmp_path, capsys):
+    """The same daemon twice counted its burn twice in the fleet's totals (one row, two
+    hosts' figures); --demo with --connect ran the demo and --replay with --demo the replay,
+    the other flag silently dropped. Refused before anything starts (no demo daemon here)."""
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    assert said.format(d=tmp_path) in capsys.readouterr().err
+
+
 class NamedStub(StubClient):
     def __init__(self, name: str) -> None:
         super().__init__()

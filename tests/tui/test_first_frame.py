@@ -4,6 +4,7 @@ that does not answer costs at most the short deadline and the App starts as befo
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -15,6 +16,7 @@ from mlcost_tui.panels.gpus import GpuPanel
 from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.prefetch import first_snapshot
 from mlcost_tui.sources import STARTING_RETRY_S, LiveSource
+from tests.tui.fixtures import ScriptedDaemon
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +60,9 @@ async def test_the_first_frame_has_the_prefetched_figures(running):
 
 
 def test_a_daemon_that_answers_without_a_tick_yet_is_polled_again_soon():
-    source = LiveSource([], interval_s=1.0)
-    source.clients, source.failures = [object()], [0]  # type: ignore[list-item]
-    source.last_now = [Now.from_dict({"ts": None, "tick": 0})]
-    assert source.retry_delay(starting=True) == STARTING_RETRY_S
-    source.last_now = [Now.from_dict({"ts": 1.7e9, "tick": 1})]
-    assert source.retry_delay(starting=True) == 1.0
+    for answer, delay in (({"ts": None, "tick": 0}, STARTING_RETRY_S),
+                          ({"ts": 1.7e9, "tick": 1}, 1.0)):
+        source = LiveSource([ScriptedDaemon("d", Now.from_dict(answer))],  # type: ignore[list-item]
+                            interval_s=1.0)
+        asyncio.run(source.fetch_all())
+        assert source.retry_delay(starting=True) == delay
