@@ -30,6 +30,7 @@ POLL_INTERVAL_S = 1.0
 POLL_INTERVAL_RANGE_S = (0.1, 3600.0)
 RETRY_MAX_S = 10.0
 STARTING_RETRY_S = 0.5
+SOONEST_POLL_S = 0.05  # a daemon already due is asked this soon
 PHASE_WINDOW_S = 300.0  # a replayed process's phases: the 5 minutes before the tick shown  # an embedded daemon that is still starting: look again soon
 
 
@@ -100,7 +101,9 @@ class LiveSource:
                    if i not in self._asking]
         if self._asking:
             waiting.append(self.interval_s)
-        return max(0.0, min(waiting, default=self.interval_s))
+        # (never 0: Textual's set_timer divides by its delay, and a timer that raised never
+        # fires: the view froze)
+        return max(SOONEST_POLL_S, min(waiting, default=self.interval_s))
 
     def _delay(self, index: int, starting: bool) -> float:
         """How long until daemon `index` is asked again, after the poll that just ended."""

@@ -7,7 +7,7 @@ import asyncio
 
 from daemon.client import DaemonUnavailable
 from daemon.wire import Now
-from mlcost_tui.sources import LiveSource
+from mlcost_tui.sources import SOONEST_POLL_S, LiveSource
 from tests.tui.fixtures import ScriptedDaemon
 
 TICK = Now.from_dict({"ts": 1.7e9, "tick": 7})
@@ -66,3 +66,14 @@ def test_a_host_that_hangs_does_not_hold_the_others_back():
         await source.close()
 
     asyncio.run(polls())
+
+
+def test_a_host_already_due_is_polled_soon_but_never_with_no_delay():
+    """A delay of 0 reached Textual's set_timer, whose timer then raised ZeroDivisionError
+    and never fired: the view froze on its first figures."""
+    source = LiveSource([ScriptedDaemon("a", TICK), ScriptedDaemon("b", TICK)],  # type: ignore[list-item]
+                        interval_s=1.0)
+    asyncio.run(source.fetch_all())
+    source.retry_delay(starting=False)
+    source._due_at = [0.0, 0.0]  # both overdue
+    assert source.retry_delay(starting=False) == SOONEST_POLL_S > 0
