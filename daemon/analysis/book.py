@@ -45,6 +45,8 @@ class BookEntry:
     standing_since: float | None = None  # seen in every evaluation (or within the hold) since
     # When an evaluation first did not find it (its condition false since); None while found.
     false_since: float | None = None
+    # The window the evaluation at `standing_since` found it over (its evidence then)
+    first_window_s: float | None = None
 
     @property
     def standing_s(self) -> float:
@@ -53,7 +55,8 @@ class BookEntry:
 
     def as_dict(self, hold_s: float = DEFAULT_HOLD_S) -> dict[str, Any]:
         false_since = self.false_since
-        return {**self.recommendation.as_dict(self.standing_s), "first_seen": self.first_seen,
+        return {**self.recommendation.as_dict(self.standing_s, self.first_window_s),
+                "first_seen": self.first_seen,
                 "last_seen": self.last_seen, "standing_since": self.standing_since,
                 "status": ACTIVE if false_since is None else HOLDING,
                 "condition_false_since": self.false_since,
@@ -106,10 +109,12 @@ class RecommendationBook:
         for rec_id, rec in found.items():
             entry = self.entries.get(rec_id)
             if entry is None:
-                self.entries[rec_id] = BookEntry(rec, now, now, now)
+                self.entries[rec_id] = BookEntry(rec, now, now, now,
+                                                 first_window_s=rec.evidence_window_s)
                 continue
             if entry.false_since is not None and now - entry.false_since >= self.hold_s:
                 entry.standing_since = now  # it lapsed past the hold: its evidence starts again
+                entry.first_window_s = rec.evidence_window_s
             entry.recommendation, entry.last_seen, entry.false_since = rec, now, None
         notices = []
         for entry in self.entries.values():

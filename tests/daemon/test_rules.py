@@ -502,6 +502,24 @@ def test_standing_in_the_book_counts_as_evidence_and_a_lapse_restarts_it():
     assert entry.as_dict()["preliminary"] is True
 
 
+def test_a_window_that_grows_with_the_daemon_is_not_counted_twice_with_the_standing():
+    """In the daemon's first 30 minutes the rules' window runs from its start: found at 60 s
+    over a 60 s window and again at 283 s over a 283 s window, the finding rests on 283 s,
+    not 283 + 223 (mlcost-top showed "15 min/30 h" observed 8 minutes in)."""
+    from dataclasses import replace
+
+    [shrink] = by_rule(recs(window()), "over_provisioned")
+    book = RecommendationBook()
+    book.record([replace(shrink, evidence_window_s=60.0)], 1000.0)
+    book.record([replace(shrink, evidence_window_s=283.0)], 1223.0)
+    [entry] = book.active()
+    assert entry.as_dict()["evidence_seconds"] == pytest.approx(283.0)
+    # once the window is full (30 min), what it stood beyond it adds to it
+    book.record([replace(shrink, evidence_window_s=1800.0)], 1000.0 + 3600.0)
+    [entry] = book.active()
+    assert entry.as_dict()["evidence_seconds"] == pytest.approx(60.0 + 3600.0)
+
+
 def test_spot_batching_and_commitments_go_by_the_workload_kind():
     """Spot is for training, batching and commitments for inference: a process's kind decides
     (a notebook that checkpoints gets no spot advice, a trainer whose command says 'serve'

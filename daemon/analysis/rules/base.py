@@ -62,14 +62,23 @@ class Finding:
     # characters of it: the subject, never the advice): who, what, what to do. "" for none.
     headline: str = ""
 
-    def evidence_seconds(self, standing_s: float = 0.0) -> float:
-        """Observed evidence: the rules' window plus how long the finding has stood."""
-        return self.evidence_window_s + max(standing_s, 0.0)
+    def evidence_seconds(self, standing_s: float = 0.0,
+                         first_window_s: float | None = None) -> float:
+        """Observed evidence: the time the windows it was found over cover together, the
+        window it was first found over (`first_window_s`; else this evaluation's) and the
+        `standing_s` it has stood since, and at least this evaluation's window. In the
+        daemon's first 30 minutes the window runs from its start and grows with the standing
+        time: the two overlap, and adding this window to the standing time counted the same
+        minutes twice (15 min of evidence shown 8 minutes in)."""
+        first = self.evidence_window_s if first_window_s is None else first_window_s
+        return max(self.evidence_window_s, first + max(standing_s, 0.0))
 
-    def as_dict(self, standing_s: float = 0.0) -> dict[str, Any]:
+    def as_dict(self, standing_s: float = 0.0,
+                first_window_s: float | None = None) -> dict[str, Any]:
         """The wire document of a daemon.wire.Recommendation (the store and the API send it);
-        `standing_s`, how long it has stood (the book knows), counts as observed evidence."""
-        seen = self.evidence_seconds(standing_s)
+        `standing_s`, how long it has stood since it was first found over a window of
+        `first_window_s` (the book knows), counts as observed evidence."""
+        seen = self.evidence_seconds(standing_s, first_window_s)
         needed = self.evidence_needed_s
         preliminary = needed is not None and seen < needed
         return {"id": self.id, "rule": self.rule, "target": self.target,
