@@ -311,7 +311,8 @@ class Replay:
         ended later is shown open. Windows are kept apart, as the live daemon keeps them."""
         events, windows = [], []
         for event in queries.events(self.reader, at - clock.DAY_S, at):
-            if event["started_at"] > at:
+            # not before the daemon raised it: an idle event starts where the idle period did
+            if (event.pop("raised_at") or event["started_at"]) > at:
                 continue
             ended = event["ended_at"]
             event["ended_at"] = ended if ended is not None and ended <= at else None

@@ -391,8 +391,8 @@ class Attribution:
             if utils else None)
 
     def _qualify(self, dip: _Dip) -> None:
-        dip.qualified = True
-        facts.write_event(self.store, self._event(dip, None))
+        dip.qualified = True  # (at this tick: its last below)
+        facts.write_event(self.store, self._event(dip, None), raised_at=dip.last_below)
         self.phases.window_opened((dip.pid, dip.start_time), dip.started_at)
         if dip.pending:
             self._write_stacks(dip.pending)

@@ -351,7 +351,7 @@ class Daemon:
 
     def _record_event(self, event: dict[str, Any]) -> None:
         if self.store is not None:
-            facts.write_event(self.store, event)
+            facts.write_event(self.store, event, raised_at=clock.now())
 
     def run_action(self, rec: dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
         """What the recommendation's action does (dry run) or did. Blocking (a signal, boto3):
@@ -782,7 +782,7 @@ class Daemon:
         for event in self.analyzer.idle.active():  # their cost so far grows
             facts.write_event(self.store, event.as_dict())
         for notice in self.analyzer.take_resolved():  # advice that went, and why
-            facts.write_event(self.store, notice)
+            facts.write_event(self.store, notice, raised_at=notice.get("ended_at"))
         # A snoozed recommendation keeps its snooze in the store as it is seen again.
         facts.write_recommendations(
             self.store, [dict(r, snoozed_until=self.snoozed.get(r["id"]))
@@ -921,8 +921,8 @@ class Daemon:
                             break
         with self.store.facts_batched():  # the tick's events and stack samples: one commit
             changed = self.analyzer.update(sample) if self.analyzer is not None else []
-            for event in changed:
-                facts.write_event(self.store, event.as_dict())
+            for event in changed:  # (raised now, if this tick opened it)
+                facts.write_event(self.store, event.as_dict(), raised_at=sample.ts)
             if self.snapshots is not None:
                 self.snapshots.on_tick(sample, changed, self.analyzer.idle.active()
                                        if self.analyzer is not None else ())

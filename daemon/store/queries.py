@@ -78,11 +78,13 @@ def open_events(reader: StoreReader, kind: str) -> list[dict[str, Any]]:
 def _events(reader: StoreReader, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
     columns = {r["name"] for r in reader.query("PRAGMA table_info(events)")}
     snapshot = "snapshot" if "snapshot" in columns else "NULL AS snapshot"
+    raised = "raised_at" if "raised_at" in columns else "NULL AS raised_at"
     rows = reader.query(
-        f"SELECT kind, target, started_at, ended_at, cost, detail, {snapshot} FROM events "
-        f"WHERE {where} ORDER BY started_at", params)
+        f"SELECT kind, target, started_at, ended_at, cost, detail, {snapshot}, {raised} "
+        f"FROM events WHERE {where} ORDER BY started_at", params)
     return [{"kind": r["kind"], "target": r["target"], "started_at": r["started_at"] / 1000,
              "ended_at": None if r["ended_at"] is None else r["ended_at"] / 1000,
+             "raised_at": None if r["raised_at"] is None else r["raised_at"] / 1000,
              "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}"),
              "snapshot": r["snapshot"]} for r in rows]
 

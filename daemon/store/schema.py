@@ -355,8 +355,16 @@ def _migration_covering_series(db: sqlite_utils.Database) -> None:
 
 
 # Applied in order; schema_version (PRAGMA user_version) is the number applied.
+def _migration_event_raised(db: sqlite_utils.Database) -> None:
+    """Each event keeps when it was raised: an idle event's start is the start of the idle
+    period, minutes before the daemon raised it, and a replay showed it from there. NULL for
+    events written before (their start stands in)."""
+    if "raised_at" not in db["events"].columns_dict:  # (a store whose version was set back)
+        db.execute("ALTER TABLE events ADD COLUMN raised_at INTEGER")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_owners,
     _migration_snapshots, _migration_recommendation_texts, _migration_process_kinds,
-    _migration_meter_readings, _migration_covering_series]
+    _migration_meter_readings, _migration_covering_series, _migration_event_raised]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from simhost import poll
 
 from daemon.replay import MAX_TIMES, Replay, ReplayError
 from daemon.wire import Now
@@ -285,3 +286,39 @@ def test_each_tick_is_replayed_at_the_price_charged_then(store, tmp_path):
         charged = sum((b - a) * (first_price * 10 if b >= middle else first_price)
                       for a, b in zip(ms, ms[1:], strict=False)) / 3.6e6
         assert after["cost"]["total"] == pytest.approx(charged, rel=0.05)
+
+
+def test_an_idle_event_is_replayed_from_when_it_was_raised_not_from_its_start(mlcostd, tmp_path):
+    """An idle event's start is the start of the idle period, `gpu_held_after` before the daemon
+    raised it: replay showed the alert from its start, minutes before anyone was alerted."""
+    daemon = mlcostd("idle-host", interval=0.5,
+                     config={"idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s"}})
+    found: list[sqlite3.Row] = []
+
+    def raised() -> bool:
+        conn = sqlite3.connect(f"file:{daemon.db}?mode=ro", uri=True)
+        conn.row_factory = sqlite3.Row
+        try:
+            found[:] = conn.execute("SELECT kind, started_at, raised_at FROM events "
+                                    "WHERE kind = 'gpu_held_idle'").fetchall()
+        finally:
+            conn.close()
+        return bool(found)
+
+    poll(raised, 90, "an idle event raised", every=0.5)
+    daemon.wait_for_ticks(len(daemon.ticks()) + 2)  # ticks after it was raised
+    assert daemon.stop() == 0, daemon.log_tail()
+    [event] = found
+    started, raised_at = event["started_at"] / 1000, event["raised_at"] / 1000
+    assert raised_at - started >= 9.0  # raised once it had idled gpu_held_after
+    with Replay(daemon.db) as replay:
+        times = replay.times()
+        before = [t for t in times if started <= t < raised_at - 0.5]
+        after = [t for t in times if t >= raised_at]
+        assert before and after
+
+        def shown(t: float) -> bool:
+            return any(e["kind"] == "gpu_held_idle" for e in replay.state_at(t)["events"])
+
+        assert not any(shown(t) for t in before)
+        assert shown(after[0])

@@ -519,7 +519,7 @@ def test_a_store_from_before_the_covering_series_index_is_migrated(tmp_path: Pat
     conn = sqlite3.connect(path)  # the index as schema version 9 made it
     conn.execute("DROP INDEX rollups_series")
     conn.execute("CREATE INDEX rollups_series ON rollups (kind, key, metric, res, bucket)")
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    conn.execute("PRAGMA user_version = 9")
     conn.commit()
     assert "COVERING INDEX" not in str(conn.execute("EXPLAIN QUERY PLAN " + history).fetchall())
     conn.close()
