@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -55,6 +56,10 @@ MIN_STEPS = 10
 STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
 MAX_COMMAND_CHARS = 500
 TOP_RECOMMENDATIONS = 3
+OUTPUT_FILES = ("profile.json", "profile.html", "summary.md")
+# What else the profile keeps in --out while it runs: its store, SQLite's files beside it and
+# the writer lock's.
+STORE_FILES = ("profile.db", "profile.db-wal", "profile.db-shm", "profile.db.lock")
 NOT_STARTED = "the profile was interrupted (SIGINT/SIGTERM) before the command started"
 
 DESCRIPTION = f"""\
@@ -87,7 +92,8 @@ Gates (any number; each is a JUnit test case with --junit):
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
 stopped by --duration) and a gate was crossed; 127 when it cannot be started; 128+N when
 signal N reached the profile before it started, or after it exited (the files are written
-whole first); 2 for a bad option or a recorder that cannot start.
+whole first); 2 for a bad option, a folder it cannot write, a recorder that cannot start, or
+a file it could not write at the end.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -130,7 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the command serves a Prometheus latency histogram METRIC (in "
                              "seconds) at URL: p50/p99 of its requests and the cost per "
                              "request (repeatable)")
-    parser.add_argument("--junit", metavar="FILE", help="write the gates as JUnit XML")
+    parser.add_argument("--junit", metavar="FILE",
+                        help="write the gates as JUnit XML (the command's failure too), its "
+                             "folder created when missing, as --out's is")
     gates = parser.add_argument_group("gates")
     gates.add_argument("--max-cost", metavar="DOLLARS")
     gates.add_argument("--max-cost-per-1k-steps", metavar="DOLLARS")
@@ -195,6 +203,50 @@ def profile_config(config: Config, out: Path) -> Config:
                                         folder=str(out / "snapshots"))
 
 
+def _own_file(path: Path, out: Path) -> str | None:
+    """What `path` is of the profile's own in `out` ("the profile's own profile.json in --out
+    jo"), links and `..` resolved; None when it is none of them."""
+    target = os.path.realpath(path)
+    if target == os.path.realpath(out):
+        return f"the --out folder {out}"
+    for name in (*OUTPUT_FILES, *STORE_FILES):
+        if target == os.path.realpath(out / name):
+            return f"the profile's own {name} in --out {out}, which the profile writes"
+    return None
+
+
+def _not_a_folder(folder: Path) -> str | None:
+    """"afile is a file, not a folder" when `folder` or a folder above it is not one (what
+    mkdir says as "[Errno 17] File exists: 'afile'"), else None."""
+    for part in (*reversed(folder.parents), folder):
+        if os.path.lexists(part) and not os.path.isdir(part):
+            return f"{part} is {'a file, ' if os.path.isfile(part) else ''}not a folder"
+    return None
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why the profile cannot keep files in `folder` (--out's, and --junit's), None when it
+    can: it is created as the profile's own when missing (0700, the folders above it as the
+    umask says), and a file is made and removed in it, so that a folder the profile cannot
+    write is found before the run, not after it."""
+    from daemon.store.files import open_private, private_folder, temp_path
+
+    in_the_way = _not_a_folder(folder)
+    if in_the_way is not None:
+        return in_the_way
+    try:
+        private_folder(folder)
+    except OSError as exc:
+        return f"cannot create the folder {folder} ({exc.strerror or exc})"
+    probe = temp_path(folder / "write-check")
+    try:
+        os.close(open_private(probe, os.O_WRONLY | os.O_EXCL))
+        os.unlink(probe)
+    except OSError as exc:
+        return f"the folder {folder} is not writable ({exc.strerror or exc})"
+    return None
+
+
 def _fresh_store(out: Path) -> None:
     """A profile is of one run: an earlier profile's store in the same folder goes."""
     from daemon.store.files import check_existing
@@ -224,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
+    out = Path(args.out)
     try:
         if not argv:
             raise UsageError("no command: put it after --, e.g. mlcostd profile -- python "
@@ -253,10 +306,15 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--progress {args.progress!r} is not a regular "
                                  f"expression: {exc}") from None
         if args.junit:  # replaced after the run: a link, FIFO or device there is refused now
-            folder = Path(args.junit).parent
-            if not folder.is_dir():  # a typo must not create folders as root
-                raise UsageError(f"--junit {one_line(args.junit)[:200]}: there is no folder "
-                                 f"{one_line(str(folder))[:200]}; create it first")
+            in_the_way = _not_a_folder(Path(args.junit).parent)
+            if in_the_way is not None:
+                raise UsageError(f"cannot use --junit {args.junit}: {in_the_way}; give "
+                                 "--junit a file in a folder you can write (it is created "
+                                 "when missing)")
+            own = _own_file(Path(args.junit), out)
+            if own is not None:  # it would be overwritten, or overwrite it
+                raise UsageError(f"--junit {args.junit} is {own}; give the JUnit file a name "
+                                 f"of its own, e.g. --junit {out / 'gates.xml'}")
             try:
                 check_existing(args.junit)
             except OSError as exc:
@@ -269,7 +327,6 @@ def run(args: argparse.Namespace) -> int:
         from daemon.commands.cli import SIMULATE_CONFIG
 
         config_path = str(SIMULATE_CONFIG)
-    out = Path(args.out)
     config = profile_config(config_module.load(config_path), out)
     if latency:
         config = config_module.with_overrides(config, "cost",
@@ -277,15 +334,22 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s mlcostd profile %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
+    problem = folder_problem(out)
+    if problem is not None:
+        print(f"mlcostd profile: cannot use --out {out}: {problem}; give --out a folder you "
+              "can write (it is created when missing)", file=sys.stderr)
+        return 2
     try:
-        from daemon.store.files import private_folder
-
-        private_folder(out)
         _fresh_store(out)
-        for name in ("profile.json", "profile.html", "summary.md"):  # replaced at the end
+        for name in OUTPUT_FILES:  # replaced at the end
             check_existing(out / name)
     except (OSError, RefusedFile) as exc:
         print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
+        return 2
+    problem = folder_problem(Path(args.junit).parent) if args.junit else None
+    if problem is not None:  # found now, not once the run is over
+        print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}; give --junit a "
+              "file in a folder you can write (it is created when missing)", file=sys.stderr)
         return 2
     recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
                                progress=args.progress)
@@ -309,12 +373,29 @@ def run(args: argparse.Namespace) -> int:
     document = build_document(config, result, limits, baseline, args)
     checked = [Gate(**{k: g[k] for k in ("flag", "limit_text", "passed", "message", "value",
                                          "limit")}) for g in document["profile"]["gates"]]
+    # The verdict is printed whatever could not be written: it is the run's, and the lines
+    # after it say what is missing. (OSError: RefusedFile too, a link or FIFO put there while
+    # the command ran, or a folder made unwritable since the check before the run.)
+    unwritten = []
+    written: list[Path] = []
     try:
-        write_outputs(out, document, config, args.junit, checked)
-    except OSError as exc:  # (RefusedFile too: a link or FIFO put there while it ran)
-        print(f"mlcostd profile: cannot write the profile: {exc}", file=sys.stderr)
+        write_outputs(out, document, config)
+        written += [out / name for name in OUTPUT_FILES]
+    except OSError as exc:
+        unwritten.append(f"cannot write the profile's files to {out}: {exc}")
+    if args.junit:
+        try:
+            gate_checks.write_junit(Path(args.junit), checked, document["profile"]["duration_s"],
+                                    command_failure(document["profile"]))
+            written.append(Path(args.junit))
+        except OSError as exc:
+            unwritten.append(f"could not write the JUnit file {args.junit}: {exc}; the verdict "
+                             "and the gates above are not in it")
+    print(verdict_text(document, written), file=sys.stderr, end="")
+    if unwritten:
+        for line in unwritten:
+            print(f"mlcostd profile: {line}", file=sys.stderr)
         return 2
-    print(verdict_text(document, out), file=sys.stderr, end="")
     if late:  # it came after the command exited: it stops the profile, which is whole
         print(f"mlcostd profile: {signal.Signals(late[0]).name} came after the command had "
               f"exited: the profile's files were written whole first; exiting {128 + late[0]}",
@@ -581,8 +662,9 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
 # -- outputs ------------------------------------------------------------------------------------
 
 
-def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: str | None,
-                  checked: list[Gate]) -> None:
+def write_outputs(out: Path, document: dict[str, Any], config: Config) -> None:
+    """profile.json, profile.html and summary.md (the JUnit file is the caller's: one that
+    cannot be written must not keep these from being written)."""
     from daemon.runtime.snapshots import render_html_file
     from daemon.store.files import write_private
 
@@ -594,9 +676,6 @@ def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: st
     except Exception as exc:  # the page is a convenience: the JSON and summary still count
         log.warning("cannot write %s: %s", out / "profile.html", exc)
     write_private(out / "summary.md", summary_markdown(document).encode("utf-8"))
-    if junit:
-        gate_checks.write_junit(Path(junit), checked, document["profile"]["duration_s"],
-                                command_failure(document["profile"]))
 
 
 def _md(text: Any) -> str:
@@ -729,11 +808,13 @@ def summary_markdown(document: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def verdict_text(document: dict[str, Any], out: Path) -> str:
-    """What the profile prints when it is done (to stderr: stdout is the command's)."""
-    return "\n".join([*verdict_lines(document),
-                      f"  wrote {out / 'profile.json'}, {out / 'profile.html'}, "
-                      f"{out / 'summary.md'}"]) + "\n"
+def verdict_text(document: dict[str, Any], written: list[Path]) -> str:
+    """What the profile prints when it is done (to stderr: stdout is the command's), with
+    the files it wrote."""
+    lines = verdict_lines(document)
+    if written:
+        lines.append("  wrote " + ", ".join(str(path) for path in written))
+    return "\n".join(lines) + "\n"
 
 
 def verdict_lines(document: dict[str, Any]) -> list[str]:
