@@ -60,6 +60,7 @@ OUTPUT_FILES = ("profile.json", "profile.html", "summary.md")
 # What else the profile keeps in --out while it runs: its store, SQLite's files beside it and
 # the writer lock's.
 STORE_FILES = ("profile.db", "profile.db-wal", "profile.db-shm", "profile.db.lock")
+COMMAND_NOT_STARTED_STATUS = 127  # as the shell's for a command it cannot run
 NOT_STARTED = "the profile was interrupted (SIGINT/SIGTERM) before the command started"
 
 DESCRIPTION = f"""\
@@ -90,10 +91,10 @@ Gates (any number; each is a JUnit test case with --junit):
                                    more than PCT against an earlier profile
 
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
-stopped by --duration) and a gate was crossed; 127 when it cannot be started; 128+N when
-signal N reached the profile before it started, or after it exited (the files are written
-whole first); 2 for a bad option, a folder it cannot write, a recorder that cannot start, or
-a file it could not write at the end.
+stopped by --duration) and a gate was crossed; 127 when it cannot be started (the files and
+the JUnit file say so); 128+N when signal N reached the profile before it started, or after
+it exited (the files are written whole first); 2 for a bad option, a folder it cannot write,
+a recorder that cannot start, or a file it could not write at the end.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -367,9 +368,6 @@ def run(args: argparse.Namespace) -> int:
     if result.signal_after_exit is not None:  # it came while the recording stopped
         late.insert(0, result.signal_after_exit)
     _finish_store(config)
-    if result.error:
-        print(f"mlcostd profile: {result.error}", file=sys.stderr)
-        return 127
     document = build_document(config, result, limits, baseline, args)
     checked = [Gate(**{k: g[k] for k in ("flag", "limit_text", "passed", "message", "value",
                                          "limit")}) for g in document["profile"]["gates"]]
@@ -403,6 +401,8 @@ def run(args: argparse.Namespace) -> int:
         return 128 + late[0]
     if result.exit_status is None and result.interrupted_by is not None:
         return 128 + result.interrupted_by  # interrupted before the command started
+    if result.error:
+        return COMMAND_NOT_STARTED_STATUS
     failed = not result.stopped_after_duration and result.exit_status not in (0, None)
     if failed:
         return int(result.exit_status or 1)
@@ -506,6 +506,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "exit_status": result.exit_status,
         "stopped_after_duration": result.stopped_after_duration,
         "interrupted": result.interrupted,
+        "start_error": result.error,
         "started_at": result.started_at,
         "ended_at": result.ended_at,
         "duration_s": round(duration, 3),
@@ -589,7 +590,15 @@ def _kind(proc: dict[str, Any], seen: dict[str, dict[str, Any]]) -> str | None:
 
 
 def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str]]:
-    """Why this profile may not stand for the workload: each {code, message}."""
+    """Why this profile may not stand for the workload: each {code, message}. Of a command
+    that was not started, only that: nothing of it was recorded."""
+    if facts.get("start_error"):
+        return [{"code": "failed", "message": f"the command could not be started "
+                                              f"({facts['start_error']}): nothing of it was "
+                                              "recorded"}]
+    if facts["interrupted"] and facts["exit_status"] is None:
+        return [{"code": "interrupted", "message": f"{NOT_STARTED}: nothing of it was "
+                                                   "recorded"}]
     warnings = []
     duration = facts["duration_s"]
 
@@ -627,9 +636,7 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
     status = facts["exit_status"]
     if status not in (0, None) and not facts["stopped_after_duration"]:
         warn("failed", f"the command exited with status {status}: a profile of a failed run")
-    if facts["interrupted"] and status is None:
-        warn("interrupted", f"{NOT_STARTED}: nothing of it was recorded")
-    elif facts["interrupted"]:
+    if facts["interrupted"]:
         warn("interrupted", "the run was interrupted (SIGINT/SIGTERM)")
     return warnings
 
@@ -692,6 +699,8 @@ def command_failure(profile: dict[str, Any]) -> str | None:
     """"the command exited with status N" when it failed (not stopped by --duration), or
     that it was not started."""
     status = profile["exit_status"]
+    if profile.get("start_error"):
+        return f"the command could not be started: {profile['start_error']}"
     if status is None and profile.get("interrupted"):
         return NOT_STARTED
     if status not in (0, None) and not profile["stopped_after_duration"]:

@@ -361,8 +361,9 @@ class ProfileRecorder:
                 stdin=None, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env=self._environment(), start_new_session=True,
                 preexec_fn=die_with_parent(signal.SIGTERM))
-        except OSError as exc:
+        except OSError as exc:  # not started: the profile says so in its files, as of a run
             result.error = f"cannot run {result.argv[0]!r}: {exc.strerror or exc}"
+            result.started_at = result.ended_at = clock.now()
             return
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         result.started_at = clock.now()

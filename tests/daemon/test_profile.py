@@ -448,6 +448,33 @@ def test_the_readme_ci_step_creates_its_junit_files_folder_as_it_creates_the_pro
     assert ((tmp_path / "second").stat().st_mode & 0o777) == 0o700
 
 
+@pytest.mark.parametrize("command", ["no-such-command-here", "not-executable", "a-folder"])
+def test_a_command_that_cannot_start_is_an_error_case_in_the_junit_file_and_in_the_files(
+        tmp_path, command):
+    """`-- no-such-cmd` (a file that is not executable, a folder) exited 127 with a line on
+    stderr and nothing else: no JUnit file (a CI that reads only it saw nothing to fail), no
+    profile.json or summary.md, though the recorder had run."""
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    (tmp_path / "a-folder").mkdir()
+    path = command if command == "no-such-command-here" else str(tmp_path / command)
+    out, junit = tmp_path / "profile", tmp_path / "gates.xml"
+    result = profile(out, "--simulate", "--max-cost", "$100", "--junit", str(junit), "--", path,
+                     "--flag")
+    assert result.returncode == 127, result.stderr
+    said = f"the command could not be started: cannot run {path!r}: "
+    assert f"mlcostd profile: FAILED: {said}" in result.stderr
+    [case] = [c for c in ET.parse(junit).getroot().iter("testcase") if c.find("error") is not None]
+    assert case.get("name") == "the command"
+    assert case.find("error").get("message", "").startswith(said)
+    facts = document(out)["profile"]
+    assert facts["exit_status"] is None and facts["start_error"].startswith(f"cannot run {path!r}")
+    assert [w["code"] for w in facts["warnings"]] == ["failed"]
+    summary = (out / "summary.md").read_text()
+    assert "**FAILED: the command could not be started: cannot run '" in summary
+    assert "Run: 0 s, not started" in summary
+    assert_the_folder_holds_only_the_profile(out)
+
+
 @pytest.mark.parametrize("name", ["profile.json", "profile.db", "profile.html", "summary.md",
                                   "../profile/summary.md", ""])
 def test_junit_on_one_of_the_profiles_own_files_is_refused_before_the_run(
