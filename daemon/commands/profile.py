@@ -55,6 +55,7 @@ MIN_STACK_SAMPLES = 20
 MIN_STEPS = 10
 STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
 MAX_COMMAND_CHARS = 500
+MAX_PATTERN_CHARS = 200  # of --progress, as said in a warning
 TOP_RECOMMENDATIONS = 3
 OUTPUT_FILES = ("profile.json", "profile.html", "summary.md")
 # What else the profile keeps in --out while it runs: its store, SQLite's files beside it and
@@ -511,6 +512,8 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "ended_at": result.ended_at,
         "duration_s": round(duration, 3),
         "steps": steps,
+        "progress": one_line(result.progress)[:MAX_PATTERN_CHARS] if result.progress else None,
+        "progress_lines": result.progress_lines if result.progress else None,
         "steps_source": "progress" if result.step_timeline or steps else None,
         "first_step_after_s": (round(result.first_step_at - result.started_at, 3)
                                if result.first_step_at else None),
@@ -624,7 +627,15 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
     if first_step is not None and duration > 0 and first_step > STARTUP_SHARE * duration:
         warn("startup_steps", f"the first step came {first_step:.0f} s into a {duration:.0f} s "
                               "run: most of it was start-up")
-    if result.step_timeline or facts["steps"]:
+    pattern = facts.get("progress")  # as typed (a repr would double each backslash)
+    if pattern and not facts["steps"]:  # a pattern that is not the command's output format
+        matched = facts.get("progress_lines") or 0
+        warn("no_steps", f"--progress '{pattern}' matched no line of the command's output: "
+                         "no steps were counted; check it against what the command prints "
+                         "(each line's first 4 KiB)" if not matched else
+                         f"--progress '{pattern}' matched {plural(matched, 'line')} but "
+                         "counted no step: its group was never a step number above 0")
+    elif result.step_timeline or facts["steps"]:
         if facts["steps"] < MIN_STEPS:
             warn("few_steps", f"{facts['steps']} steps counted (under {MIN_STEPS}): the cost "
                               "per step is rough")

@@ -549,6 +549,43 @@ def test_a_junit_file_that_cannot_be_written_at_the_end_still_leaves_the_verdict
     assert document(out)["profile"]["gates"][0]["passed"] is True
 
 
+def test_a_progress_pattern_that_matches_no_line_says_so(tmp_path):
+    """--progress 'step (\\d+)/' over a log that prints "iteration 5": the profile said
+    `steps: 0` and nothing else (few_steps is said only of a count above 0), so a typo in the
+    pattern read as a command that made no progress."""
+    out = tmp_path / "typo"
+    result = profile(out, "--simulate", "--progress", r"nomatch (\d+)", "--", sys.executable,
+                     "-c", "for i in range(3): print(f'iteration {i + 1}/3')")
+    assert result.returncode == 0, result.stderr
+    said = (r"--progress 'nomatch (\d+)' matched no line of the command's output: no steps "
+            "were counted; check it against what the command prints (each line's first 4 KiB)")
+    assert f"  not representative: {said}\n" in result.stderr
+    facts = document(out)["profile"]
+    assert facts["steps"] == 0 and facts["progress"] == r"nomatch (\d+)"
+    assert {"code": "no_steps", "message": said} in facts["warnings"]
+    assert "matched no line of the command's output" in (out / "summary.md").read_text()
+
+
+def test_a_progress_pattern_whose_group_is_never_a_step_says_so():
+    from types import SimpleNamespace
+
+    from daemon.commands.profile import representativeness
+
+    counter = ProgressCounter(r"step (\d+)")
+    counter.feed(b"step 0 warm-up\nstep 0 again\nloss 1\n", 1.0)
+    assert (counter.steps, counter.lines) == (0, 2)
+    facts = {"duration_s": 120.0, "stack_samples": 200, "gpus_used": [0],
+             "first_gpu_work_after_s": 3.0, "first_step_after_s": None, "steps": 0,
+             "progress": r"step (\d+)", "progress_lines": counter.lines, "shared_gpus": {},
+             "exit_status": 0, "stopped_after_duration": False, "interrupted": False}
+    assert representativeness(facts, SimpleNamespace(step_timeline=[])) == [
+        {"code": "no_steps", "message": r"--progress 'step (\d+)' matched 2 lines but counted "
+                                        "no step: its group was never a step number above 0"}]
+    # no --progress: nothing to say of steps
+    assert representativeness(dict(facts, progress=None, progress_lines=None),
+                              SimpleNamespace(step_timeline=[])) == []
+
+
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
     from daemon.commands.cli import main
 
