@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -131,7 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "then exits 0 unless a gate is crossed")
     parser.add_argument("--simulate", nargs="?", const=DEFAULT_SCENARIO, metavar="SCENARIO",
                         help=f"run on a simulated GPU host (default {DEFAULT_SCENARIO!r}); "
-                             "put -- before the command")
+                             "put -- before the command (`--simulate python x.py` takes "
+                             "python for the scenario)")
     parser.add_argument("--progress", metavar="REGEX",
                         help="count steps in the command's output (see above)")
     parser.add_argument("--latency", nargs=2, action="append", metavar=("URL", "METRIC"),
@@ -187,6 +189,22 @@ def _latency_table(url: str, metric: str) -> dict[str, str]:
         raise UsageError(f"--latency {without_url_credentials(url)[:200]!r} {metric[:100]!r}: "
                          f"{exc}") from None
     return table
+
+
+def _check_scenario(scenario: str, given: list[str]) -> None:
+    """--simulate's scenario exists (a built-in or a .toml file), or UsageError says so, and,
+    where no -- came before the command, that the first word taken for a scenario
+    (`--simulate python tq.py`) is the command's."""
+    from daemon.sim.scenario import ScenarioError, load
+
+    try:
+        load(scenario)
+    except ScenarioError as exc:
+        hint = ""
+        if not given or given[0] != "--":
+            example = one_line(shlex.join([scenario, *given]))[:200]
+            hint = f"; the command goes after --: mlcostd profile --simulate -- {example}"
+        raise UsageError(f"--simulate {exc}{hint}") from None
 
 
 def profile_config(config: Config, out: Path) -> Config:
@@ -280,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     out = Path(args.out)
     try:
+        if args.simulate:  # first: `--simulate python` took the command for a scenario
+            _check_scenario(args.simulate, list(args.argv))
         if not argv:
             raise UsageError("no command: put it after --, e.g. mlcostd profile -- python "
                              "train.py")

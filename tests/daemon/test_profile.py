@@ -605,11 +605,29 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
                        (["--max-cost-per-1k-steps", "2"],  # (was: exit 86 once it had run)
                         "--max-cost-per-1k-steps needs --progress"),
                        (["--duration", "soon"], "--duration"),
+                       (["--simulate", "typo"], "--simulate typo: scenario = 'typo' is not "
+                                                "valid: a built-in scenario ("),
                        ([], "no command")):
         status = main(["profile", "--out", str(tmp_path / "x"), *args,
                        *(command if args else [])])
         assert status == 2 and said in capsys.readouterr().err, args
     assert not marker.exists() and not (tmp_path / "x").exists()
+
+
+def test_a_command_taken_for_the_simulate_scenario_is_told_to_go_after_the_dashes(
+        tmp_path, capsys):
+    """`mlcostd profile --simulate python tq.py` said only "scenario = 'python' is not valid"
+    (argparse gives --simulate's optional value the first word): the command goes after --."""
+    from daemon.commands.cli import main
+
+    status = main(["profile", "--out", str(tmp_path / "x"), "--simulate", "python", "tq.py"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mlcostd profile: --simulate python: scenario = 'python' is not "
+                          "valid: a built-in scenario (")
+    assert err.endswith("; the command goes after --: mlcostd profile --simulate -- python "
+                        "tq.py\n")
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("args, said", [
