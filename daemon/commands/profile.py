@@ -127,7 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"profile's store profile.db (default ./{DEFAULT_OUT}/)")
     parser.add_argument("--duration", metavar="DURATION",
                         help="stop the command after this long, "
-                             f"{config_module.POSITIVE_DURATION}: "
+                             f"{config_module.POSITIVE_DURATION}; a number alone is seconds, "
+                             "as in every mlcostd duration (--duration 90 is 90s): "
                              "SIGTERM to its process group, SIGKILL 5 s later; the profile "
                              "then exits 0 unless a gate is crossed")
     parser.add_argument("--simulate", nargs="?", const=DEFAULT_SCENARIO, metavar="SCENARIO",

@@ -223,12 +223,15 @@ def test_on_a_shared_host_only_the_tree_is_recorded_its_status_passes_and_nothin
 
 
 def test_duration_stops_a_longer_command_and_its_whole_group(tmp_path):
+    """`--duration 3`, a number alone, is 3 s as in every duration mlcostd takes (--since 30,
+    --for 30, interval = 1), though README and --help said only "a number and a unit"."""
     out, pid_file = tmp_path / "stopped", tmp_path / "train.pid"
-    result = profile(out, "--simulate", "--duration", "3s", "--", sys.executable, STARVED,
+    result = profile(out, "--simulate", "--duration", "3", "--", sys.executable, STARVED,
                      "--steps", "100000", "--pid-file", str(pid_file))
     assert result.returncode == 0, result.stderr
     facts = document(out)["profile"]
     assert facts["stopped_after_duration"] is True
+    assert 3 <= facts["duration_s"] < 3 + 10  # (the 5 s SIGKILL grace is not needed here)
     assert facts["exit_status"] == 128 + 15  # SIGTERM
     assert gone(int(pid_file.read_text()))
     assert running_with(str(tmp_path)) == []
@@ -659,7 +662,8 @@ def test_the_help_says_what_a_duration_is(capsys):
     assert exited.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert ("--duration DURATION stop the command after this long, a positive number and a "
-            "unit (e.g. 30s, 15m, 6h, 8d)") in help_text
+            "unit (e.g. 30s, 15m, 6h, 8d); a number alone is seconds, as in every mlcostd "
+            "duration (--duration 90 is 90s)") in help_text
 
 
 # -- without a run ------------------------------------------------------------------------------
