@@ -7,6 +7,7 @@ utilization floor) fails, and its message says why: a CI gate fails closed.
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,7 +215,15 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
 
 def read_baseline(path: str) -> dict[str, Any]:
     """The `profile` key of an earlier profile.json (a regular file of at most
-    MAX_PROFILE_BYTES: pricing.small_file); ValueError says what is wrong."""
+    MAX_PROFILE_BYTES: pricing.small_file), or of the profile.json in the folder `path`, as
+    `mlcostd compare` takes a profile's folder; ValueError says what is wrong."""
+    if os.path.isdir(path):
+        inside = os.path.join(path, "profile.json")
+        if not os.path.lexists(inside):
+            raise ValueError(f"--baseline {path} is a folder without profile.json; pass the "
+                             "folder an earlier `mlcostd profile --out` wrote, or its "
+                             "profile.json")
+        path = inside
     try:
         raw = read_small_file(path, MAX_PROFILE_BYTES)
     except SmallFileError as exc:

@@ -88,7 +88,7 @@ Gates (any number; each is a JUnit test case with --junit):
   --min-utilization PCT            mean utilization of the GPUs the command used
   --max-gpu-memory PCT             peak memory of the fullest GPU it used, as a share of that
                                    GPU's: fail in CI, not with out-of-memory in production
-  --max-regression PCT --baseline OLD/profile.json
+  --max-regression PCT --baseline OLD (a profile's folder, or OLD/profile.json)
                                    cost per step (per hour when no steps are counted) up by
                                    more than PCT against an earlier profile
 
@@ -151,8 +151,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gates.add_argument("--min-utilization", metavar="PCT")
     gates.add_argument("--max-gpu-memory", metavar="PCT")
     gates.add_argument("--max-regression", metavar="PCT")
-    gates.add_argument("--baseline", metavar="PROFILE_JSON",
-                       help="an earlier profile.json, for --max-regression")
+    gates.add_argument("--baseline", metavar="PROFILE",
+                       help="an earlier profile's folder (its --out) or its profile.json, for "
+                            "--max-regression")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                         help="the command to profile")
 

@@ -742,6 +742,31 @@ def test_the_peak_memory_is_the_fullest_gpus_as_a_share_of_its_own():
     assert memory_peak(gpus[2:]) is None and memory_peak([]) is None
 
 
+def test_a_baseline_may_be_the_folder_of_an_earlier_profile(tmp_path):
+    """`--baseline fixed/` was refused ("is not a regular file") though `mlcostd compare
+    fixed/ new/` takes a profile's folder: its profile.json is read."""
+    folder = tmp_path / "fixed"
+    folder.mkdir()
+    profile_json(folder / "profile.json", 0.0000874, 1.006, "NVIDIA A10G")
+    assert gates.read_baseline(str(folder)) == gates.read_baseline(str(folder / "profile.json"))
+    assert gates.read_baseline(f"{folder}/")["cost_per_step"] == 0.0000874
+    (folder / "profile.json").unlink()
+    with pytest.raises(ValueError, match=f"^--baseline {folder} is a folder without "
+                                         "profile.json; pass the folder an earlier"):
+        gates.read_baseline(str(folder))
+
+
+def test_a_profiles_folder_as_the_baseline_gates_a_run(fixed, tmp_path):
+    out = tmp_path / "again"
+    result = profile(out, "--simulate", "--progress", STEP_REGEX, "--max-regression", "1000%",
+                     "--baseline", str(fixed[0]), "--", sys.executable, "-c",
+                     "print('step 1/1')")
+    assert result.returncode == 0, result.stderr
+    (gate,) = document(out)["profile"]["gates"]
+    assert gate["gate"] == "max-regression" and gate["passed"], gate
+    assert "cost per 1k steps was" in gate["message"]
+
+
 def test_a_baseline_with_a_number_json_does_not_allow_is_refused(tmp_path):
     """An Infinity cost per step in the baseline made any regression 'nan %': it passed."""
     baseline = tmp_path / "profile.json"
