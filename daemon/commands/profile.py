@@ -51,8 +51,8 @@ DEFAULT_SCENARIO = "single-gpu"  # daemon/sim/scenarios/single-gpu.toml: one A10
 # is checked against a tick's start, so ticks at the limit itself would skip every other one).
 PROFILE_INTERVAL_S = 0.25
 # Representativeness: below these a profile says it may not stand for the workload.
-MIN_DURATION_S = 30.0
-MIN_STACK_SAMPLES = 20
+MIN_DURATION_S = gate_checks.MIN_RUN_S
+MIN_STACK_SAMPLES = gate_checks.MIN_PHASE_SAMPLES
 MIN_STEPS = 10
 STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
 MAX_COMMAND_CHARS = 500
@@ -85,6 +85,8 @@ Gates (any number; each is a JUnit test case with --junit):
   --max-cost DOLLARS               the run's cost (the command's processes, by the cost model)
   --max-cost-per-1k-steps DOLLARS  needs --progress
   --max-data-wait PCT              the share of time the GPU processes waited for input
+                                   (fails closed on fewer than 20 stack samples: profile
+                                   30 s or more)
   --min-utilization PCT            mean utilization of the GPUs the command used
   --max-gpu-memory PCT             peak memory of the fullest GPU it used, as a share of that
                                    GPU's: fail in CI, not with out-of-memory in production
@@ -684,9 +686,11 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
             limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"]))
     if "max_data_wait" in limits:
         balance = profile["phase_balance"]
-        found.append(gate_checks.max_data_wait(limits["max_data_wait"],
-                                               balance.get(DATA_WAIT, 0.0) if balance
-                                               else None))
+        duration = profile["duration_s"]
+        found.append(gate_checks.max_data_wait(
+            limits["max_data_wait"], balance.get(DATA_WAIT, 0.0) if balance else None,
+            samples=profile["stack_samples"],
+            short_run_s=duration if duration < MIN_DURATION_S else None))
     if "min_utilization" in limits:
         found.append(gate_checks.min_utilization(limits["min_utilization"],
                                                  profile["gpu_utilization"]))

@@ -145,20 +145,28 @@ def test_a_short_run_says_it_is_not_representative(starved):
 
 
 def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path):
+    """15 steps, some 5 s and a handful of stack samples: the data-wait share is too rough to
+    decide a release (identical short runs read 26% to 93%), so its gate fails closed, and its
+    line and JUnit case say on how many samples and how to get enough."""
     out, junit = tmp_path / "gated", tmp_path / "gates.xml"
     # the script holds 8 GiB of the simulated A10G's 24: 33%
     result = profile(out, "--simulate", "--max-data-wait", "20%", "--max-cost", "$100",
                      "--max-gpu-memory", "30%", "--junit", str(junit), "--",
                      sys.executable, STARVED, "--steps", "15")
     assert result.returncode == GATE_EXIT_STATUS, result.stderr
-    assert "FAILED gate --max-data-wait 20%: data_wait was" in result.stderr
-    assert "points over" in result.stderr
+    samples = document(out)["profile"]["stack_samples"]
+    assert 0 < samples < 20
+    said = re.search(r"FAILED (gate --max-data-wait 20%: cannot be checked, data_wait was \d+% "
+                     rf"on only {samples} stack samples \(under 20\): too few to decide, .*; "
+                     r"profile a run of 30 s or more \(two stack samples a second\): more "
+                     r"steps, or --duration on a longer one)\n", result.stderr)
+    assert said, result.stderr
     assert ("FAILED gate --max-gpu-memory 30%: GPU 0 peaked at 8.0 GiB, 33% of its 24 GiB "
             "(3 points over)") in result.stderr
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     assert set(cases) == {"max-data-wait 20%", "max-cost $100.00", "max-gpu-memory 30%"}
     failure = cases["max-data-wait 20%"].find("failure")
-    assert failure is not None and "points over" in failure.get("message", "")
+    assert failure is not None and failure.get("message") == said.group(1)
     assert cases["max-cost $100.00"].find("failure") is None
     assert cases["max-gpu-memory 30%"].find("failure") is not None
     facts = document(out)["profile"]
@@ -169,7 +177,7 @@ def test_the_data_wait_gate_exits_with_the_gate_status_and_writes_junit(tmp_path
     page = (out / "profile.html").read_text()
     summary = page.split('<div class="summary">', 1)[1].split("</div>", 1)[0]
     assert summary.startswith("mlcostd profile: FAILED: 2 of 3 gates crossed<br>")
-    assert "FAILED gate --max-data-wait 20%: data_wait was" in summary
+    assert "FAILED gate --max-data-wait 20%: cannot be checked, data_wait was" in summary
     assert "FAILED gate --max-gpu-memory 30%: GPU 0 peaked at 8.0 GiB" in summary
     assert page.index('<div class="summary">') < page.index("<h2>Burn and waste</h2>")
 
@@ -179,9 +187,10 @@ def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     out = tmp_path_factory.mktemp("fixed") / "profile"
     # The utilization is over the whole run, start-up included: a loaded machine's slow
     # start-up lowers it, so the floor here is below what the run reaches (~75%).
+    # 160 steps, some 20 s: 30-odd stack samples, enough for the data-wait gate to decide.
     result = profile(out, "--simulate", "--max-data-wait", "20%", "--min-utilization", "40%",
                      "--max-gpu-memory", "40%", "--progress", STEP_REGEX, "--",
-                     sys.executable, PREFETCH, "--steps", "80")
+                     sys.executable, PREFETCH, "--steps", "160")
     return out, result
 
 
@@ -190,8 +199,14 @@ def test_the_fixed_script_keeps_its_gpu_busy_and_passes_the_gates(fixed):
     assert result.returncode == 0, result.stderr
     facts = document(out)["profile"]
     assert facts["largest_phase"] == "compute"
-    assert facts["steps"] == 80
+    assert facts["steps"] == 160
     assert all(g["passed"] for g in facts["gates"])
+    # a run under 30 s: the data-wait line says what the share rests on
+    (data_wait,) = [g for g in facts["gates"] if g["gate"] == "max-data-wait"]
+    assert re.fullmatch(rf"gate --max-data-wait 20%: data_wait was \d+%, on "
+                        rf"{facts['stack_samples']} stack samples of a \d+ s run \(under 30 s: "
+                        r"phases that come round less often may be missed\)",
+                        data_wait["message"]), data_wait["message"]
     assert {g["gate"] for g in facts["gates"]} == {"max-data-wait", "min-utilization",
                                                    "max-gpu-memory"}
 
@@ -729,6 +744,30 @@ def test_gate_messages_say_which_gate_and_by_how_much():
     assert gates.parse_percent("20%") == 20 and gates.parse_dollars("$0.5") == 0.5
     with pytest.raises(ValueError):
         gates.parse_percent("120%")
+
+
+def test_a_data_wait_share_on_too_few_stack_samples_fails_closed_and_says_why():
+    """Four identical 10 s runs of the starved script (15-odd stack samples each) read
+    data_wait at 26%, 93%, 67% and 86%: a gate on such a share passed or failed a release by
+    chance. Under 20 samples it cannot be checked; on a run under 30 s it decides, and says on
+    how many samples."""
+    rough = gates.max_data_wait(20, 0.67, samples=15, short_run_s=10.0)
+    assert not rough.passed and rough.value == pytest.approx(67.0)
+    assert rough.message == (
+        "gate --max-data-wait 20%: cannot be checked, data_wait was 67% on only 15 stack "
+        "samples (under 20): too few to decide, short runs of the same code read tens of "
+        "points apart; profile a run of 30 s or more (two stack samples a second): more steps, "
+        "or --duration on a longer one")
+    # however low: a share of 15 samples fails closed
+    assert not gates.max_data_wait(90, 0.05, samples=15).passed
+    short = gates.max_data_wait(20, 0.12, samples=36, short_run_s=18.4)
+    assert short.passed and short.message == (
+        "gate --max-data-wait 20%: data_wait was 12%, on 36 stack samples of a 18 s run (under "
+        "30 s: phases that come round less often may be missed)")
+    over = gates.max_data_wait(20, 0.71, samples=36, short_run_s=18.4)
+    assert not over.passed and "(51 points over), on 36 stack samples" in over.message
+    assert gates.max_data_wait(20, 0.71, samples=120).message == (
+        "gate --max-data-wait 20%: data_wait was 71% (51 points over)")
 
 
 def test_the_peak_memory_is_the_fullest_gpus_as_a_share_of_its_own():
