@@ -38,6 +38,7 @@ from daemon.analysis.rules.base import plural
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import grid_text
+from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line, without_url_credentials
@@ -96,9 +97,11 @@ Gates (any number; each is a JUnit test case with --junit):
 
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
 stopped by --duration) and a gate was crossed; 127 when it cannot be started (the files and
-the JUnit file say so); 128+N when signal N reached the profile before it started, or after
-it exited (the files are written whole first); 2 for a bad option, a folder it cannot write,
-a recorder that cannot start, or a file it could not write at the end.
+the JUnit file say so); 128+N when signal N reached the profile before it started (the files
+say it was not started; only while mlcostd itself starts, before it has read its options, is
+nothing written), or after it exited (the files are written whole first); 2 for a bad option,
+a folder it cannot write, a recorder that cannot start, or a file it could not write at the
+end.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -292,7 +295,19 @@ def _finish_store(config: Config) -> None:
         log.warning("%s", exc)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, kept: KeptSignals | None = None) -> int:
+    """The profile, from its options to its exit status. SIGINT and SIGTERM are kept from its
+    start (`kept`: since cli read the options): one that comes before the recorder is up is
+    handed to it, which leaves the command unstarted, records on until it stops, and the files
+    are written as of any run (exit 128+N)."""
+    kept = kept or KeptSignals()
+    try:
+        return _run(args, kept)
+    finally:
+        kept.restore()
+
+
+def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
     from daemon.runtime.daemon import DaemonError
     from daemon.runtime.profile import ProfileRecorder
     from daemon.store.files import RefusedFile, check_existing
@@ -378,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
               "file in a folder you can write (it is created when missing)", file=sys.stderr)
         return 2
     recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
-                               progress=args.progress)
+                               progress=args.progress, signals_before=kept.received)
     late: list[int] = []  # SIGINT/SIGTERM after the command exited
     try:
         result = asyncio.run(recorder.run())

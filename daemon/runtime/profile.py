@@ -278,8 +278,13 @@ class ProfileRecorder:
     """Record one command under a Daemon with the profile's settings (see the module doc)."""
 
     def __init__(self, config: Config, argv: Sequence[str], *, simulate: str | None = None,
-                 duration_s: float | None = None, progress: str | None = None) -> None:
+                 duration_s: float | None = None, progress: str | None = None,
+                 signals_before: Sequence[int] = ()) -> None:
+        """`signals_before`: SIGINT/SIGTERM that came before `run` took the signals over (the
+        caller's handlers append to it until then): each is acted on then, as if it came
+        while the recorder started."""
         self.config = config
+        self._signals_before = signals_before
         self.result = RunResult(argv=list(argv), progress=progress)
         self.duration_s = duration_s
         self.progress = ProgressCounter(progress)
@@ -314,6 +319,8 @@ class ProfileRecorder:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._interrupt, signum)
+        for early in list(self._signals_before):  # (no more come there: the loop has them)
+            self._interrupt(early)
         recording = asyncio.create_task(self.daemon.run(), name="recorder")
         ready = asyncio.create_task(self.daemon.ready.wait())
         await asyncio.wait({recording, ready}, return_when=asyncio.FIRST_COMPLETED)

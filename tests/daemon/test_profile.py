@@ -22,7 +22,12 @@ import pytest
 
 from daemon.commands import gates
 from daemon.commands.gates import GATE_EXIT_STATUS
-from daemon.commands.profile import memory_peak, memory_peak_text, summary_markdown
+from daemon.commands.profile import (
+    NOT_STARTED,
+    memory_peak,
+    memory_peak_text,
+    summary_markdown,
+)
 from daemon.commands.report import render_text
 from daemon.runtime.profile import MAX_LINE_BYTES, ProgressCounter
 from daemon.store.reader import StoreReader
@@ -348,6 +353,90 @@ def test_ctrl_c_before_the_command_starts_exits_at_once_and_leaves_the_profile(
     facts = document(out)["profile"]
     assert facts["interrupted"] is True and facts["exit_status"] is None
     assert "interrupted" in {w["code"] for w in facts["warnings"]}
+    assert_the_folder_holds_only_the_profile(out)
+
+
+# `mlcostd profile ARGS` as the console script runs it (`from daemon.commands.cli import main`),
+# with a Ctrl-C (or SIGTERM) sent from inside one of its first moments (to the main thread, so it
+# is delivered before pthread_kill returns): "importing", as mlcostd's modules load (its config
+# module, which the command line imports); "before-the-recorder", once the options are read, as
+# the profile prepares its recorder's config. A signal from outside could not be timed to land
+# in either: how long they take depends on the host's load.
+SIGNALLED_WHILE_STARTING = """
+import importlib.abc, signal, sys, threading
+
+phase, signum = sys.argv[1], int(sys.argv[2])
+
+def signal_now():
+    signal.pthread_kill(threading.main_thread().ident, signum)
+
+class SignalOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "daemon.config":
+            sys.meta_path.remove(self)
+            signal_now()
+        return None
+
+if phase == "importing":
+    sys.meta_path.insert(0, SignalOnImport())
+from daemon.commands.cli import main
+if phase == "before-the-recorder":
+    from daemon.commands import profile as profile_command
+
+    prepare = profile_command.profile_config
+
+    def signalled_first(*args, **kwargs):
+        signal_now()
+        return prepare(*args, **kwargs)
+
+    profile_command.profile_config = signalled_first
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_while_mlcostd_loads_is_one_line_and_writes_nothing(tmp_path, signum):
+    """Ctrl-C in the first tenths of a second printed a KeyboardInterrupt traceback from the
+    console script's imports (`python -m daemon` caught it; the `mlcostd` script did not), and
+    SIGTERM there ended it without a word."""
+    out, ran = tmp_path / "profile", tmp_path / "ran"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_WHILE_STARTING, "importing", str(int(signum)),
+         "profile", "--out", str(out), "--junit", str(out / "gates.xml"), "--simulate", "--",
+         sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL)
+    assert done.returncode == 128 + signum, done.stderr
+    assert done.stderr == (f"mlcostd: stopped by {signum.name} while starting: nothing was run "
+                           f"or written; exiting {128 + signum}\n")
+    assert not out.exists() and not ran.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_once_the_options_are_read_leaves_the_command_unstarted_and_the_files(
+        tmp_path, signum):
+    """Between the options and the recorder (the folders made, the recorder's config), Ctrl-C
+    exited 130 with no message and no files, and SIGTERM killed the profile with none: README
+    says a profile stopped by either writes the same files. The signal is now kept for the
+    recorder, which leaves the command unstarted, as one while the recorder starts does."""
+    out, ran = tmp_path / "profile", tmp_path / "ran"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_WHILE_STARTING, "before-the-recorder",
+         str(int(signum)), "profile", "--out", str(out), "--junit", str(out / "gates.xml"),
+         "--simulate", "--", sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL)
+    assert done.returncode == 128 + signum, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not ran.exists()
+    verdict = f"FAILED: {NOT_STARTED}"
+    assert f"mlcostd profile: {verdict}\n" in done.stderr
+    facts = document(out)["profile"]
+    assert facts["interrupted"] is True and facts["exit_status"] is None
+    [case] = [c for c in ET.parse(out / "gates.xml").getroot().iter("testcase")]
+    assert case.get("name") == "the command" and case.find("error").get("message") == NOT_STARTED
+    assert f"**{verdict}**" in (out / "summary.md").read_text()
+    (out / "gates.xml").unlink()
     assert_the_folder_holds_only_the_profile(out)
 
 
