@@ -643,7 +643,7 @@ def test_a_junit_file_that_cannot_be_written_at_the_end_still_leaves_the_verdict
     """Written once the run is over: when it fails then (here a FIFO the command put at its
     path), the verdict and each gate are still printed, and the profile's files written; the
     line after them says the JUnit file is missing."""
-    out, junit = tmp_path / "profile", tmp_path / "reports" / "gates.xml"
+    out, junit = tmp_path / "profile", tmp_path / "gates.xml"
     result = profile(out, "--simulate", "--max-cost", "$100", "--junit", str(junit), "--",
                      sys.executable, "-c", f"import os; os.mkfifo({str(junit)!r})")
     assert result.returncode == 2, result.stderr
