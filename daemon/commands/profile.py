@@ -375,10 +375,16 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s mlcostd profile %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
+    # Both folders before anything in them is removed: found now, not once the run is over.
     problem = folder_problem(out)
     if problem is not None:
         print(f"mlcostd profile: cannot use --out {out}: {problem}; give --out a folder you "
               "can write (it is created when missing)", file=sys.stderr)
+        return 2
+    problem = folder_problem(Path(args.junit).parent) if args.junit else None
+    if problem is not None:
+        print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}; give --junit a "
+              "file in a folder you can write (it is created when missing)", file=sys.stderr)
         return 2
     try:
         _fresh_store(out)
@@ -386,11 +392,6 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
             check_existing(out / name)
     except (OSError, RefusedFile) as exc:
         print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
-        return 2
-    problem = folder_problem(Path(args.junit).parent) if args.junit else None
-    if problem is not None:  # found now, not once the run is over
-        print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}; give --junit a "
-              "file in a folder you can write (it is created when missing)", file=sys.stderr)
         return 2
     recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
                                progress=args.progress, signals_before=kept.received)

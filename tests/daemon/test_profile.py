@@ -615,6 +615,8 @@ def test_folders_the_profile_cannot_write_are_refused_before_the_run(tmp_path, c
     marker = tmp_path / "ran"
     afile = tmp_path / "afile"
     afile.write_text("")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "profile.db").write_text("an earlier profile's store")
     command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
     folder_fix = "give --out a folder you can write (it is created when missing)"
     junit_fix = "give --junit a file in a folder you can write (it is created when missing)"
@@ -637,6 +639,8 @@ def test_folders_the_profile_cannot_write_are_refused_before_the_run(tmp_path, c
         assert "--db" not in err and "Errno" not in err, err
         assert err.count("\n") == 1, err
     assert not marker.exists() and list(unwritable.iterdir()) == []
+    # refused before an earlier profile in --out was cleared away
+    assert (tmp_path / "x" / "profile.db").read_text() == "an earlier profile's store"
 
 
 def test_a_junit_file_that_cannot_be_written_at_the_end_still_leaves_the_verdict(tmp_path):
