@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import logging
-import os
-import re
-import signal
-import sqlite3
-import sys
-from pathlib import Path
-from typing import Any
+from daemon.commands.startup_signals import KeptSignals, while_starting
 
-from daemon import __version__, clock
-from daemon import config as config_module
-from daemon.config import Config, ConfigError
-from daemon.sources.safe_text import lines
+# The console script's first act is to import this module: Ctrl-C or SIGTERM while it loads
+# (a tenth of a second or more) is one line and exit 130/143, not a traceback from an import.
+with while_starting():
+    import argparse
+    import asyncio
+    import json
+    import logging
+    import os
+    import re
+    import signal
+    import sqlite3
+    import sys
+    from pathlib import Path
+    from typing import Any
+
+    from daemon import __version__, clock
+    from daemon import config as config_module
+    from daemon.config import Config, ConfigError
+    from daemon.sources.safe_text import lines
 
 log = logging.getLogger("mlcostd")
 
@@ -568,14 +573,20 @@ def _command_parser(parser: argparse.ArgumentParser,
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
-    except KeyboardInterrupt:  # Ctrl-C at any point, even while imports run: no traceback
+        with while_starting():  # until the command runs: one line, exit 130/143
+            parser = build_parser()
+            args, extra = parser.parse_known_args(argv)
+            # From its options on, the profile keeps them: one that comes before its recorder
+            # is up is acted on once it is, and its files are written (README "Profile a
+            # command").
+            kept_signals = KeptSignals() if args.command == "profile" and not extra else None
+        return _main(parser, args, extra, kept_signals)
+    except KeyboardInterrupt:  # Ctrl-C while a command runs: no traceback
         return 130
 
 
-def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str],
+          kept_signals: KeptSignals | None) -> int:
     if extra:  # said with the command's own usage, not mlcostd's list of commands
         _command_parser(parser, args.command).error(
             f"unrecognized arguments: {' '.join(extra)}")
@@ -596,7 +607,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "profile":
             from daemon.commands import profile as profile_command
 
-            return profile_command.run(args)
+            return profile_command.run(args, kept_signals)
 
         if args.command == "compare":
             from daemon.commands import compare as compare_command

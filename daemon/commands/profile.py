@@ -22,7 +22,9 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ from daemon.analysis.rules.base import plural
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import grid_text
+from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line, without_url_credentials
@@ -49,12 +52,18 @@ DEFAULT_SCENARIO = "single-gpu"  # daemon/sim/scenarios/single-gpu.toml: one A10
 # is checked against a tick's start, so ticks at the limit itself would skip every other one).
 PROFILE_INTERVAL_S = 0.25
 # Representativeness: below these a profile says it may not stand for the workload.
-MIN_DURATION_S = 30.0
-MIN_STACK_SAMPLES = 20
+MIN_DURATION_S = gate_checks.MIN_RUN_S
+MIN_STACK_SAMPLES = gate_checks.MIN_PHASE_SAMPLES
 MIN_STEPS = 10
 STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
 MAX_COMMAND_CHARS = 500
+MAX_PATTERN_CHARS = 200  # of --progress, as said in a warning
 TOP_RECOMMENDATIONS = 3
+OUTPUT_FILES = ("profile.json", "profile.html", "summary.md")
+# What else the profile keeps in --out while it runs: its store, SQLite's files beside it and
+# the writer lock's.
+STORE_FILES = ("profile.db", "profile.db-wal", "profile.db-shm", "profile.db.lock")
+COMMAND_NOT_STARTED_STATUS = 127  # as the shell's for a command it cannot run
 NOT_STARTED = "the profile was interrupted (SIGINT/SIGTERM) before the command started"
 
 DESCRIPTION = f"""\
@@ -77,17 +86,22 @@ Gates (any number; each is a JUnit test case with --junit):
   --max-cost DOLLARS               the run's cost (the command's processes, by the cost model)
   --max-cost-per-1k-steps DOLLARS  needs --progress
   --max-data-wait PCT              the share of time the GPU processes waited for input
+                                   (fails closed on fewer than 20 stack samples: profile
+                                   30 s or more)
   --min-utilization PCT            mean utilization of the GPUs the command used
   --max-gpu-memory PCT             peak memory of the fullest GPU it used, as a share of that
                                    GPU's: fail in CI, not with out-of-memory in production
-  --max-regression PCT --baseline OLD/profile.json
+  --max-regression PCT --baseline OLD (a profile's folder, or OLD/profile.json)
                                    cost per step (per hour when no steps are counted) up by
                                    more than PCT against an earlier profile
 
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
-stopped by --duration) and a gate was crossed; 127 when it cannot be started; 128+N when
-signal N reached the profile before it started, or after it exited (the files are written
-whole first); 2 for a bad option or a recorder that cannot start.
+stopped by --duration) and a gate was crossed; 127 when it cannot be started (the files and
+the JUnit file say so); 128+N when signal N reached the profile before it started (the files
+say it was not started; only while mlcostd itself starts, before it has read its options, is
+nothing written), or after it exited (the files are written whole first); 2 for a bad option,
+a folder it cannot write, a recorder that cannot start, or a file it could not write at the
+end.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -118,19 +132,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"profile's store profile.db (default ./{DEFAULT_OUT}/)")
     parser.add_argument("--duration", metavar="DURATION",
                         help="stop the command after this long, "
-                             f"{config_module.POSITIVE_DURATION}: "
+                             f"{config_module.POSITIVE_DURATION}; a number alone is seconds, "
+                             "as in every mlcostd duration (--duration 90 is 90s): "
                              "SIGTERM to its process group, SIGKILL 5 s later; the profile "
                              "then exits 0 unless a gate is crossed")
     parser.add_argument("--simulate", nargs="?", const=DEFAULT_SCENARIO, metavar="SCENARIO",
                         help=f"run on a simulated GPU host (default {DEFAULT_SCENARIO!r}); "
-                             "put -- before the command")
+                             "put -- before the command (`--simulate python x.py` takes "
+                             "python for the scenario)")
     parser.add_argument("--progress", metavar="REGEX",
                         help="count steps in the command's output (see above)")
     parser.add_argument("--latency", nargs=2, action="append", metavar=("URL", "METRIC"),
                         help="the command serves a Prometheus latency histogram METRIC (in "
                              "seconds) at URL: p50/p99 of its requests and the cost per "
                              "request (repeatable)")
-    parser.add_argument("--junit", metavar="FILE", help="write the gates as JUnit XML")
+    parser.add_argument("--junit", metavar="FILE",
+                        help="write the gates as JUnit XML (the command's failure too), its "
+                             "folder created when missing, as --out's is")
     gates = parser.add_argument_group("gates")
     gates.add_argument("--max-cost", metavar="DOLLARS")
     gates.add_argument("--max-cost-per-1k-steps", metavar="DOLLARS")
@@ -138,8 +156,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gates.add_argument("--min-utilization", metavar="PCT")
     gates.add_argument("--max-gpu-memory", metavar="PCT")
     gates.add_argument("--max-regression", metavar="PCT")
-    gates.add_argument("--baseline", metavar="PROFILE_JSON",
-                       help="an earlier profile.json, for --max-regression")
+    gates.add_argument("--baseline", metavar="PROFILE",
+                       help="an earlier profile's folder (its --out) or its profile.json, for "
+                            "--max-regression")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                         help="the command to profile")
 
@@ -179,6 +198,22 @@ def _latency_table(url: str, metric: str) -> dict[str, str]:
     return table
 
 
+def _check_scenario(scenario: str, given: list[str]) -> None:
+    """--simulate's scenario exists (a built-in or a .toml file), or UsageError says so, and,
+    where no -- came before the command, that the first word taken for a scenario
+    (`--simulate python tq.py`) is the command's."""
+    from daemon.sim.scenario import ScenarioError, load
+
+    try:
+        load(scenario)
+    except ScenarioError as exc:
+        hint = ""
+        if not given or given[0] != "--":
+            example = one_line(shlex.join([scenario, *given]))[:200]
+            hint = f"; the command goes after --: mlcostd profile --simulate -- {example}"
+        raise UsageError(f"--simulate {exc}{hint}") from None
+
+
 def profile_config(config: Config, out: Path) -> Config:
     """The daemon's config for a profile: its own store in `out`, ticks four times a second,
     stacks as often as py-spy may (the user asked for this run to be profiled), the
@@ -193,6 +228,50 @@ def profile_config(config: Config, out: Path) -> Config:
     config = config_module.with_overrides(config, "cost", evaluate_every=5.0)
     return config_module.with_overrides(config, "snapshots", max_per_hour=0.0,
                                         folder=str(out / "snapshots"))
+
+
+def _own_file(path: Path, out: Path) -> str | None:
+    """What `path` is of the profile's own in `out` ("the profile's own profile.json in --out
+    jo"), links and `..` resolved; None when it is none of them."""
+    target = os.path.realpath(path)
+    if target == os.path.realpath(out):
+        return f"the --out folder {out}"
+    for name in (*OUTPUT_FILES, *STORE_FILES):
+        if target == os.path.realpath(out / name):
+            return f"the profile's own {name} in --out {out}, which the profile writes"
+    return None
+
+
+def _not_a_folder(folder: Path) -> str | None:
+    """"afile is a file, not a folder" when `folder` or a folder above it is not one (what
+    mkdir says as "[Errno 17] File exists: 'afile'"), else None."""
+    for part in (*reversed(folder.parents), folder):
+        if os.path.lexists(part) and not os.path.isdir(part):
+            return f"{part} is {'a file, ' if os.path.isfile(part) else ''}not a folder"
+    return None
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why the profile cannot keep files in `folder` (--out's, and --junit's), None when it
+    can: it is created as the profile's own when missing (0700, the folders above it as the
+    umask says), and a file is made and removed in it, so that a folder the profile cannot
+    write is found before the run, not after it."""
+    from daemon.store.files import open_private, private_folder, temp_path
+
+    in_the_way = _not_a_folder(folder)
+    if in_the_way is not None:
+        return in_the_way
+    try:
+        private_folder(folder)
+    except OSError as exc:
+        return f"cannot create the folder {folder} ({exc.strerror or exc})"
+    probe = temp_path(folder / "write-check")
+    try:
+        os.close(open_private(probe, os.O_WRONLY | os.O_EXCL))
+        os.unlink(probe)
+    except OSError as exc:
+        return f"the folder {folder} is not writable ({exc.strerror or exc})"
+    return None
 
 
 def _fresh_store(out: Path) -> None:
@@ -216,7 +295,19 @@ def _finish_store(config: Config) -> None:
         log.warning("%s", exc)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, kept: KeptSignals | None = None) -> int:
+    """The profile, from its options to its exit status. SIGINT and SIGTERM are kept from its
+    start (`kept`: since cli read the options): one that comes before the recorder is up is
+    handed to it, which leaves the command unstarted, records on until it stops, and the files
+    are written as of any run (exit 128+N)."""
+    kept = kept or KeptSignals()
+    try:
+        return _run(args, kept)
+    finally:
+        kept.restore()
+
+
+def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
     from daemon.runtime.daemon import DaemonError
     from daemon.runtime.profile import ProfileRecorder
     from daemon.store.files import RefusedFile, check_existing
@@ -224,7 +315,10 @@ def run(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
+    out = Path(args.out)
     try:
+        if args.simulate:  # first: `--simulate python` took the command for a scenario
+            _check_scenario(args.simulate, list(args.argv))
         if not argv:
             raise UsageError("no command: put it after --, e.g. mlcostd profile -- python "
                              "train.py")
@@ -253,10 +347,15 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--progress {args.progress!r} is not a regular "
                                  f"expression: {exc}") from None
         if args.junit:  # replaced after the run: a link, FIFO or device there is refused now
-            folder = Path(args.junit).parent
-            if not folder.is_dir():  # a typo must not create folders as root
-                raise UsageError(f"--junit {one_line(args.junit)[:200]}: there is no folder "
-                                 f"{one_line(str(folder))[:200]}; create it first")
+            in_the_way = _not_a_folder(Path(args.junit).parent)
+            if in_the_way is not None:
+                raise UsageError(f"cannot use --junit {args.junit}: {in_the_way}; give "
+                                 "--junit a file in a folder you can write (it is created "
+                                 "when missing)")
+            own = _own_file(Path(args.junit), out)
+            if own is not None:  # it would be overwritten, or overwrite it
+                raise UsageError(f"--junit {args.junit} is {own}; give the JUnit file a name "
+                                 f"of its own, e.g. --junit {out / 'gates.xml'}")
             try:
                 check_existing(args.junit)
             except OSError as exc:
@@ -269,7 +368,6 @@ def run(args: argparse.Namespace) -> int:
         from daemon.commands.cli import SIMULATE_CONFIG
 
         config_path = str(SIMULATE_CONFIG)
-    out = Path(args.out)
     config = profile_config(config_module.load(config_path), out)
     if latency:
         config = config_module.with_overrides(config, "cost",
@@ -277,18 +375,26 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s mlcostd profile %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
+    # Both folders before anything in them is removed: found now, not once the run is over.
+    problem = folder_problem(out)
+    if problem is not None:
+        print(f"mlcostd profile: cannot use --out {out}: {problem}; give --out a folder you "
+              "can write (it is created when missing)", file=sys.stderr)
+        return 2
+    problem = folder_problem(Path(args.junit).parent) if args.junit else None
+    if problem is not None:
+        print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}; give --junit a "
+              "file in a folder you can write (it is created when missing)", file=sys.stderr)
+        return 2
     try:
-        from daemon.store.files import private_folder
-
-        private_folder(out)
         _fresh_store(out)
-        for name in ("profile.json", "profile.html", "summary.md"):  # replaced at the end
+        for name in OUTPUT_FILES:  # replaced at the end
             check_existing(out / name)
     except (OSError, RefusedFile) as exc:
         print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
         return 2
     recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
-                               progress=args.progress)
+                               progress=args.progress, signals_before=kept.received)
     late: list[int] = []  # SIGINT/SIGTERM after the command exited
     try:
         result = asyncio.run(recorder.run())
@@ -303,18 +409,32 @@ def run(args: argparse.Namespace) -> int:
     if result.signal_after_exit is not None:  # it came while the recording stopped
         late.insert(0, result.signal_after_exit)
     _finish_store(config)
-    if result.error:
-        print(f"mlcostd profile: {result.error}", file=sys.stderr)
-        return 127
     document = build_document(config, result, limits, baseline, args)
     checked = [Gate(**{k: g[k] for k in ("flag", "limit_text", "passed", "message", "value",
                                          "limit")}) for g in document["profile"]["gates"]]
+    # The verdict is printed whatever could not be written: it is the run's, and the lines
+    # after it say what is missing. (OSError: RefusedFile too, a link or FIFO put there while
+    # the command ran, or a folder made unwritable since the check before the run.)
+    unwritten = []
+    written: list[Path] = []
     try:
-        write_outputs(out, document, config, args.junit, checked)
-    except OSError as exc:  # (RefusedFile too: a link or FIFO put there while it ran)
-        print(f"mlcostd profile: cannot write the profile: {exc}", file=sys.stderr)
+        write_outputs(out, document, config)
+        written += [out / name for name in OUTPUT_FILES]
+    except OSError as exc:
+        unwritten.append(f"cannot write the profile's files to {out}: {exc}")
+    if args.junit:
+        try:
+            gate_checks.write_junit(Path(args.junit), checked, document["profile"]["duration_s"],
+                                    command_failure(document["profile"]))
+            written.append(Path(args.junit))
+        except OSError as exc:
+            unwritten.append(f"could not write the JUnit file {args.junit}: {exc}; the verdict "
+                             "and the gates above are not in it")
+    print(verdict_text(document, written), file=sys.stderr, end="")
+    if unwritten:
+        for line in unwritten:
+            print(f"mlcostd profile: {line}", file=sys.stderr)
         return 2
-    print(verdict_text(document, out), file=sys.stderr, end="")
     if late:  # it came after the command exited: it stops the profile, which is whole
         print(f"mlcostd profile: {signal.Signals(late[0]).name} came after the command had "
               f"exited: the profile's files were written whole first; exiting {128 + late[0]}",
@@ -322,6 +442,8 @@ def run(args: argparse.Namespace) -> int:
         return 128 + late[0]
     if result.exit_status is None and result.interrupted_by is not None:
         return 128 + result.interrupted_by  # interrupted before the command started
+    if result.error:
+        return COMMAND_NOT_STARTED_STATUS
     failed = not result.stopped_after_duration and result.exit_status not in (0, None)
     if failed:
         return int(result.exit_status or 1)
@@ -425,10 +547,13 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "exit_status": result.exit_status,
         "stopped_after_duration": result.stopped_after_duration,
         "interrupted": result.interrupted,
+        "start_error": result.error,
         "started_at": result.started_at,
         "ended_at": result.ended_at,
         "duration_s": round(duration, 3),
         "steps": steps,
+        "progress": one_line(result.progress)[:MAX_PATTERN_CHARS] if result.progress else None,
+        "progress_lines": result.progress_lines if result.progress else None,
         "steps_source": "progress" if result.step_timeline or steps else None,
         "first_step_after_s": (round(result.first_step_at - result.started_at, 3)
                                if result.first_step_at else None),
@@ -508,7 +633,15 @@ def _kind(proc: dict[str, Any], seen: dict[str, dict[str, Any]]) -> str | None:
 
 
 def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str]]:
-    """Why this profile may not stand for the workload: each {code, message}."""
+    """Why this profile may not stand for the workload: each {code, message}. Of a command
+    that was not started, only that: nothing of it was recorded."""
+    if facts.get("start_error"):
+        return [{"code": "failed", "message": f"the command could not be started "
+                                              f"({facts['start_error']}): nothing of it was "
+                                              "recorded"}]
+    if facts["interrupted"] and facts["exit_status"] is None:
+        return [{"code": "interrupted", "message": f"{NOT_STARTED}: nothing of it was "
+                                                   "recorded"}]
     warnings = []
     duration = facts["duration_s"]
 
@@ -534,7 +667,15 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
     if first_step is not None and duration > 0 and first_step > STARTUP_SHARE * duration:
         warn("startup_steps", f"the first step came {first_step:.0f} s into a {duration:.0f} s "
                               "run: most of it was start-up")
-    if result.step_timeline or facts["steps"]:
+    pattern = facts.get("progress")  # as typed (a repr would double each backslash)
+    if pattern and not facts["steps"]:  # a pattern that is not the command's output format
+        matched = facts.get("progress_lines") or 0
+        warn("no_steps", f"--progress '{pattern}' matched no line of the command's output: "
+                         "no steps were counted; check it against what the command prints "
+                         "(each line's first 4 KiB)" if not matched else
+                         f"--progress '{pattern}' matched {plural(matched, 'line')} but "
+                         "counted no step: its group was never a step number above 0")
+    elif result.step_timeline or facts["steps"]:
         if facts["steps"] < MIN_STEPS:
             warn("few_steps", f"{facts['steps']} steps counted (under {MIN_STEPS}): the cost "
                               "per step is rough")
@@ -546,9 +687,7 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
     status = facts["exit_status"]
     if status not in (0, None) and not facts["stopped_after_duration"]:
         warn("failed", f"the command exited with status {status}: a profile of a failed run")
-    if facts["interrupted"] and status is None:
-        warn("interrupted", f"{NOT_STARTED}: nothing of it was recorded")
-    elif facts["interrupted"]:
+    if facts["interrupted"]:
         warn("interrupted", "the run was interrupted (SIGINT/SIGTERM)")
     return warnings
 
@@ -563,9 +702,11 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
             limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"]))
     if "max_data_wait" in limits:
         balance = profile["phase_balance"]
-        found.append(gate_checks.max_data_wait(limits["max_data_wait"],
-                                               balance.get(DATA_WAIT, 0.0) if balance
-                                               else None))
+        duration = profile["duration_s"]
+        found.append(gate_checks.max_data_wait(
+            limits["max_data_wait"], balance.get(DATA_WAIT, 0.0) if balance else None,
+            samples=profile["stack_samples"],
+            short_run_s=duration if duration < MIN_DURATION_S else None))
     if "min_utilization" in limits:
         found.append(gate_checks.min_utilization(limits["min_utilization"],
                                                  profile["gpu_utilization"]))
@@ -581,8 +722,9 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
 # -- outputs ------------------------------------------------------------------------------------
 
 
-def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: str | None,
-                  checked: list[Gate]) -> None:
+def write_outputs(out: Path, document: dict[str, Any], config: Config) -> None:
+    """profile.json, profile.html and summary.md (the JUnit file is the caller's: one that
+    cannot be written must not keep these from being written)."""
     from daemon.runtime.snapshots import render_html_file
     from daemon.store.files import write_private
 
@@ -594,9 +736,6 @@ def write_outputs(out: Path, document: dict[str, Any], config: Config, junit: st
     except Exception as exc:  # the page is a convenience: the JSON and summary still count
         log.warning("cannot write %s: %s", out / "profile.html", exc)
     write_private(out / "summary.md", summary_markdown(document).encode("utf-8"))
-    if junit:
-        gate_checks.write_junit(Path(junit), checked, document["profile"]["duration_s"],
-                                command_failure(document["profile"]))
 
 
 def _md(text: Any) -> str:
@@ -613,6 +752,8 @@ def command_failure(profile: dict[str, Any]) -> str | None:
     """"the command exited with status N" when it failed (not stopped by --duration), or
     that it was not started."""
     status = profile["exit_status"]
+    if profile.get("start_error"):
+        return f"the command could not be started: {profile['start_error']}"
     if status is None and profile.get("interrupted"):
         return NOT_STARTED
     if status not in (0, None) and not profile["stopped_after_duration"]:
@@ -729,11 +870,13 @@ def summary_markdown(document: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def verdict_text(document: dict[str, Any], out: Path) -> str:
-    """What the profile prints when it is done (to stderr: stdout is the command's)."""
-    return "\n".join([*verdict_lines(document),
-                      f"  wrote {out / 'profile.json'}, {out / 'profile.html'}, "
-                      f"{out / 'summary.md'}"]) + "\n"
+def verdict_text(document: dict[str, Any], written: list[Path]) -> str:
+    """What the profile prints when it is done (to stderr: stdout is the command's), with
+    the files it wrote."""
+    lines = verdict_lines(document)
+    if written:
+        lines.append("  wrote " + ", ".join(str(path) for path in written))
+    return "\n".join(lines) + "\n"
 
 
 def verdict_lines(document: dict[str, Any]) -> list[str]:

@@ -58,6 +58,7 @@ class ProgressCounter:
         self.pattern = re.compile(regex) if regex else None
         self.numbered = bool(self.pattern and self.pattern.groups)
         self.steps = 0
+        self.lines = 0  # lines the pattern matched (none: it may not be the command's format)
         self.first_step_at: float | None = None
         self.timeline: list[tuple[float, int]] = []  # (ts, steps) whenever the count moved
         self._line = bytearray()
@@ -91,14 +92,16 @@ class ProgressCounter:
         self._line.clear()
         self._cut = False
         before = self.steps
+        matches = list(self.pattern.finditer(text))
+        self.lines += bool(matches)
         if self.numbered:
-            for match in self.pattern.finditer(text):
+            for match in matches:
                 try:
                     self.steps = max(self.steps, int(match.group(1)))
                 except (TypeError, ValueError):
                     continue  # the group is not a number here
         else:
-            self.steps += sum(1 for _ in self.pattern.finditer(text))
+            self.steps += len(matches)
         if self.steps > before:
             if self.first_step_at is None:
                 self.first_step_at = ts
@@ -255,6 +258,8 @@ class RunResult:
     # command is not started (exit_status stays None) and the profile exits 128 + it
     signal_after_exit: int | None = None  # the first SIGINT/SIGTERM after the command exited:
     # it reached no command; the profile writes its files whole, then exits 128 + it
+    progress: str | None = None  # --progress REGEX
+    progress_lines: int = 0  # lines of the command's output it matched
     steps: int = 0
     first_step_at: float | None = None
     step_timeline: list[tuple[float, int]] = field(default_factory=list)
@@ -273,9 +278,14 @@ class ProfileRecorder:
     """Record one command under a Daemon with the profile's settings (see the module doc)."""
 
     def __init__(self, config: Config, argv: Sequence[str], *, simulate: str | None = None,
-                 duration_s: float | None = None, progress: str | None = None) -> None:
+                 duration_s: float | None = None, progress: str | None = None,
+                 signals_before: Sequence[int] = ()) -> None:
+        """`signals_before`: SIGINT/SIGTERM that came before `run` took the signals over (the
+        caller's handlers append to it until then): each is acted on then, as if it came
+        while the recorder started."""
         self.config = config
-        self.result = RunResult(argv=list(argv))
+        self._signals_before = signals_before
+        self.result = RunResult(argv=list(argv), progress=progress)
         self.duration_s = duration_s
         self.progress = ProgressCounter(progress)
         self.tree = ProcessTree()
@@ -309,6 +319,8 @@ class ProfileRecorder:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._interrupt, signum)
+        for early in list(self._signals_before):  # (no more come there: the loop has them)
+            self._interrupt(early)
         recording = asyncio.create_task(self.daemon.run(), name="recorder")
         ready = asyncio.create_task(self.daemon.ready.wait())
         await asyncio.wait({recording, ready}, return_when=asyncio.FIRST_COMPLETED)
@@ -361,8 +373,9 @@ class ProfileRecorder:
                 stdin=None, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env=self._environment(), start_new_session=True,
                 preexec_fn=die_with_parent(signal.SIGTERM))
-        except OSError as exc:
+        except OSError as exc:  # not started: the profile says so in its files, as of a run
             result.error = f"cannot run {result.argv[0]!r}: {exc.strerror or exc}"
+            result.started_at = result.ended_at = clock.now()
             return
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         result.started_at = clock.now()
@@ -393,6 +406,7 @@ class ProfileRecorder:
         transport.close()
         self.progress.flush(clock.now())
         result.steps = self.progress.steps
+        result.progress_lines = self.progress.lines
         result.first_step_at = self.progress.first_step_at
         result.step_timeline = list(self.progress.timeline)
 
