@@ -31,11 +31,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
 from daemon.wire import Now, Process, Recommendation, lines
-from mlcost_tui import incidents
+from mlcost_tui import incidents, toasts
 from mlcost_tui.action_control import SNAPSHOT_TOAST_S, SNOOZE_HOURS, UNDO_S, ActionControl
 from mlcost_tui.fleet_control import FleetControl
 from mlcost_tui.footer import KeyFooter
-from mlcost_tui.layout import Layout, layout_for
+from mlcost_tui.layout import HEADER_ROWS, Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
@@ -196,6 +196,25 @@ class MlcostTop(App):
         an incident's notice reached down over the process rows and a dialog's question).
         Runs before the App's own handler shows the new one."""
         self.clear_notifications()
+        # Textual's rack removes a replaced toast but not the holder it sits in: each one left
+        # an empty line above the next toast, and after a burst of keys (`s`, `>` `>` `>`) the
+        # toasts had drifted down over the process rows and the key line.
+        for screen in self.screen_stack:
+            screen.query("ToastHolder").remove()
+        main = self.screen_stack[0] if self.screen_stack else None
+        panels = self.query(ProcessPanel)
+        if main is None or self.viewing is None or not panels or not panels.first().region:
+            return  # no host's panels (the fleet table), or not laid out yet
+        processes = panels.first()
+        # over the GPU panel (or the header's right side), never down over the processes
+        # (cut to fit only where it is shown over them: a details screen has the room)
+        note = event.notification
+        message, margin = toasts.fit(note.message, note.title, self.size.width,
+                                     processes.region.y, HEADER_ROWS)
+        if self.screen is main:
+            note.message = message
+        for rack in main.query("ToastRack"):  # (none where notifications are off: tests)
+            rack.styles.margin = (margin, 0, 0, 0)
 
     @property
     def clients(self) -> list[Client]:
