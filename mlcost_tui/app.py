@@ -26,6 +26,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.command import CommandPalette
 from textual.notifications import Notify, SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
@@ -370,6 +371,16 @@ class MlcostTop(App):
         the host's panels under it stay current, for escape to show them at once."""
         return self.screen is not self.screen_stack[0] and self.screen is not self.prometheus
 
+    @property
+    def panels_covered(self) -> bool:
+        """A screen other than the command palette is over the main one: the panels' keys
+        (filter, sort, invert, tree) would change them unseen. The palette runs its command
+        once it has closed, on the screen under it, so over the main screen it offers them."""
+        screen = self.screen
+        if isinstance(screen, CommandPalette) and len(self.screen_stack) > 1:
+            screen = self.screen_stack[-2]
+        return screen is not self.screen_stack[0] and screen is not self.prometheus
+
     def _redraw(self) -> None:
         if self.hosts:
             self.render_hosts()
@@ -452,7 +463,7 @@ class MlcostTop(App):
             return True if self.fleet and self.viewing is not None else False
         if self.on_prometheus_table and action in (*self.NEEDS_HOST, "pause"):
             return False  # the Prometheus fleet table shows no host's panels (nor help over it)
-        if action in self.MAIN_PANELS and self.covered:
+        if action in self.MAIN_PANELS and self.panels_covered:
             return False  # a screen over the panels: they would change unseen behind it
         if self.viewing is None and action in self.NEEDS_HOST:
             return None

@@ -316,3 +316,43 @@ async def test_keyed_table_keeps_rows_order_and_cursor_by_key():
         # a command line with markup-like text is shown as it is
         table.sync([("m", ("python -c 'x[bold]'", "1"))])
         assert str(table.get_row_at(0)[0]) == "python -c 'x[bold]'"
+
+
+@pytest.mark.asyncio
+async def test_the_open_command_palette_offers_the_process_panel_actions_and_runs_them():
+    """The palette covers the main screen while it is open, and the main panels' actions
+    (filter, sort, invert, tree) were dropped as if a details screen were over them."""
+    from textual.command import CommandPalette
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(processes=6),)))
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
+        under = app.screen_stack[-2]
+        titles = {c.title for c in app.get_system_commands(under)}
+        assert {"Filter processes", "Sort by next column", "Sort by previous column",
+                "Invert sort order", "Toggle tree"} <= titles
+        await pilot.press(*"toggle tree")
+        await pilot_wait_for(pilot, lambda: app.screen.query_one(
+            "CommandList").option_count > 0, what="the palette's matches")
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert app.query_one(ProcessPanel).tree_mode
+        await pilot.press("ctrl+p", *"filter processes")
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, CommandPalette) and app.screen.query_one(
+            "CommandList").option_count > 0, what="the palette's matches")
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert app.query_one("#filter").has_class("shown") and app.query_one("#filter").has_focus
+        # over a details screen they are not offered (the panels are hidden behind it)
+        await pilot.press("escape")
+        await pilot.press("enter")  # the process's details
+        await pilot.pause()
+        assert not isinstance(app.screen, CommandPalette) and app.screen is not app.screen_stack[0]
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Filter processes" not in titles and "Toggle tree" not in titles
