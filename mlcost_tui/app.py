@@ -549,7 +549,8 @@ class MlcostTop(App):
                     ("w", "switch between the last hour and the last 24 h"),
                     ("r", "reload")]))
                 sections.append(("Apply dialog (a)", [
-                    ("y", "do it (stop the process, resize the instance)"),
+                    ("y", "nothing with --readonly: the dialog shows the dry run only"
+                          if self.readonly else "do it (stop the process, resize the instance)"),
                     ("c", "copy the patch or the commands"), ("n, escape", "cancel")]))
             else:
                 sections.append(("Details screen (enter)", details))

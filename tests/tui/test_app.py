@@ -356,3 +356,29 @@ async def test_the_open_command_palette_offers_the_process_panel_actions_and_run
         assert not isinstance(app.screen, CommandPalette) and app.screen is not app.screen_stack[0]
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert "Filter processes" not in titles and "Toggle tree" not in titles
+
+
+@pytest.mark.asyncio
+async def test_readonly_says_so_in_the_apply_dialog_at_80x24_and_y_says_why():
+    """With --readonly the dialog showed a greyed `Do it (y)`, its one line about --readonly
+    below the fold, and y did nothing without a word."""
+    from tests.tui.test_sizes import screen_text
+
+    client = StubClient()
+    app = MlcostTop([client], readonly=True, poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        app.query_one(RecommendationTable).focus()
+        await pilot.press("a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ActionScreen)
+        shown = "\n".join(screen_text(app))
+        assert "--readonly" in shown and "Do it (y)" not in shown, shown
+        await pilot.press("y")
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert any("--readonly" in m and "stop" in m for m in said), said
+        assert isinstance(app.screen, ActionScreen)  # still open: c and escape work
+        assert client.applied == [("rec-idle", True)]
