@@ -360,8 +360,14 @@ class MlcostTop(App):
             self.notify(error[:200] + "; this screen shows the last data received",
                         title="the daemon stopped answering", severity="warning")
         self._said_lost = lost and (self._said_lost or self.covered)
-        if self.paused or self.covered:
+        if self.paused:
             return  # keep polling, skip the render
+        if self.covered:
+            # keep polling, skip the render; but around a dialog the main screen shows, and its
+            # status line froze at "● live" and its tick: the header goes on (one line's work)
+            if self.screen_stack[0].is_current:
+                self.show_header(self.retry_s())
+            return
         self.render_hosts()
 
     @property
@@ -388,23 +394,12 @@ class MlcostTop(App):
     def render_hosts(self) -> None:
         """Apply the latest snapshot to every panel in one batch."""
         started = time.perf_counter()
-        retry = None
-        if self.next_poll_at is not None and any(self.live.failures):
-            retry = max(self.next_poll_at - time.monotonic(), 0.0)
         with self.batch_update():
-            header = self.query_one(HeaderPanel)
+            self.show_header(self.retry_s())
             if self.viewing is None:
-                header.show(fleet_totals(self.hosts), self.paused, retry)
                 self.query_one(FleetPanel).show(self.hosts)
             else:
                 snap = self.shown_host
-                if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
-                    failed = self.start_failure() if self.start_failure is not None else None
-                    header.update(Text(lines(f"mlcost-top: {failed} (q quits)") if failed
-                                       else self.starting))
-                else:
-                    header.show(snap, self.paused, retry,
-                                self.replay.status(self.playing) if self.replay else None)
                 if snap is not None and snap.now is not None:
                     self.query_one(GpuPanel).show(snap.now)
                     self.query_one(ProcessPanel).show(snap.now)
@@ -412,6 +407,28 @@ class MlcostTop(App):
                     if self.first_data_at is None and snap.now.gpus:
                         self.first_data_at = time.perf_counter()
         self.render_seconds = time.perf_counter() - started
+
+    def retry_s(self) -> float | None:
+        """Seconds to the next try while a daemon does not answer (None while all do)."""
+        if self.next_poll_at is not None and any(self.live.failures):
+            return max(self.next_poll_at - time.monotonic(), 0.0)
+        return None
+
+    def show_header(self, retry: float | None) -> None:
+        """The header for the latest snapshot: the fleet's totals, the host shown, or what
+        the start is waiting for."""
+        header = self.query_one(HeaderPanel)
+        if self.viewing is None:
+            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts))
+            return
+        snap = self.shown_host
+        if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
+            failed = self.start_failure() if self.start_failure is not None else None
+            header.update(Text(lines(f"mlcost-top: {failed} (q quits)") if failed
+                               else self.starting))
+        else:
+            header.show(snap, self.paused, retry,
+                        self.replay.status(self.playing) if self.replay else None)
 
     @property
     def shown_host(self) -> HostSnapshot | None:
@@ -623,8 +640,7 @@ class MlcostTop(App):
             return
         self.paused = not self.paused
         if self.paused:
-            self.query_one(HeaderPanel).show(
-                fleet_totals(self.hosts) if self.viewing is None else self.shown_host, True)
+            self.show_header(None)
         else:
             self.render_hosts()
 
