@@ -36,7 +36,7 @@ from mlcost_tui import incidents, toasts
 from mlcost_tui.action_control import SNAPSHOT_TOAST_S, SNOOZE_HOURS, UNDO_S, ActionControl
 from mlcost_tui.fleet_control import FleetControl
 from mlcost_tui.footer import KeyFooter
-from mlcost_tui.layout import HEADER_ROWS, Layout, layout_for
+from mlcost_tui.layout import BOX_COLUMNS, HEADER_ROWS, SCROLLBAR_COLUMNS, Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
@@ -322,6 +322,8 @@ class MlcostTop(App):
         for panel in (gpus, processes, recommendations):
             panel.set_class(layout.compact, "compact")
             panel.fit(layout.table_width)
+        for fleet in self.query(FleetPanel):  # always boxed
+            fleet.fit(width - BOX_COLUMNS - SCROLLBAR_COLUMNS)
         return True
 
     # -- polling -----------------------------------------------------------------------------
@@ -483,7 +485,7 @@ class MlcostTop(App):
         if action in self.MAIN_PANELS and self.panels_covered:
             return False  # a screen over the panels: they would change unseen behind it
         if self.viewing is None and action in self.NEEDS_HOST:
-            return None
+            return False  # the fleet table: no host's panels for them (nor in its footer)
         # A key that cannot act here (a replay, --readonly) still runs, to say why.
         return True
 
@@ -549,6 +551,11 @@ class MlcostTop(App):
         elif self.on_prometheus_table:
             here.append(("enter", "on a host: its live view (its mlcostd serves the API on "
                                   "TCP: --listen and a token)"))
+            here.append(("escape", "in a host's view: back to this table"))
+        else:  # the fleet table of several --connect daemons
+            here.append(("enter", "on a host: its full view, through its own daemon"))
+            here.append(("escape", "in a host's view: back to this table (every host is "
+                                   "polled all along)"))
         sections = [("Keys", here)]
         if host and self.replay is None and \
                 not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)

@@ -191,7 +191,8 @@ class HeaderPanel(Static):
                 line3.append(f"  {snap.error}"[:200], style=BAD)
                 line3.append("  (showing the last data received)", style=MUTED)
         elif now is not None and replay is None:
-            line3.append(f"  fleet of {fleet} at {fmt.clock_time(now.ts)}" if fleet is not None
+            line3.append(f"  {fmt.plural(fleet, 'daemon')}, newest tick at "
+                         f"{fmt.clock_time(now.ts)}" if fleet is not None
                          else f"  tick {now.tick} at {fmt.clock_time(now.ts)}", style=MUTED)
             line3.append(f"  {fmt.plural(len(now.gpus), 'GPU')}, "
                          f"{fmt.plural(len(now.processes), 'process', 'processes')}, "

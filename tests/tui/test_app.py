@@ -267,7 +267,7 @@ async def test_enter_on_a_fleet_row_opens_that_host_and_escape_returns():
         fleet = app.query_one(FleetPanel)
         processes = app.query_one(ProcessPanel)
         assert fleet.row_count == 2 and not processes.display
-        assert app.check_action("details", ()) is None
+        assert app.check_action("details", ()) is False  # (not in its footer either)
         await pilot.press("down", "enter")  # the second host
         await pilot.pause()
         assert app.viewing == 1 and app.client is clients[1]
@@ -382,3 +382,34 @@ async def test_readonly_says_so_in_the_apply_dialog_at_80x24_and_y_says_why():
         assert any("--readonly" in m and "stop" in m for m in said), said
         assert isinstance(app.screen, ActionScreen)  # still open: c and escape work
         assert client.applied == [("rec-idle", True)]
+
+
+@pytest.mark.asyncio
+async def test_the_fleet_table_at_80_columns_says_what_it_is_and_offers_what_works():
+    """The fleet's status read `tick 0`; at 80 columns a long daemon column pushed GPUs and
+    idle GPUs off the screen; its help did not say that enter opens a host or that escape
+    comes back; its footer listed / < > I t, which do nothing there."""
+    from tests.tui.test_modes import help_text
+    from tests.tui.test_sizes import screen_text
+
+    long = "http://gpu-node-017.training.example.internal:9347"
+    clients = [NamedStub(long), NamedStub("unix:/b.sock")]
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(80, 24)) as pilot:
+        hosts = (snapshot(processes=3, target=long), snapshot(processes=6, target="unix:/b.sock"))
+        app.post_message(SnapshotArrived(hosts))
+        await pilot.pause()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "tick 0" not in text[2] and "2 daemons, newest tick at" in text[2], text[2]
+        fleet = app.query_one(FleetPanel)
+        assert {"host", "target", "burn", "gpus", "idle"} <= set(fleet.shown_keys)
+        heading = next(line for line in text if "burn $/h" in line)
+        assert "GPUs" in heading and "idle GPUs" in heading, heading
+        assert any("http://gpu-node" in line and "…" in line for line in text), text
+        footer = text[-1]
+        for key in ("/ ", "< ", "> ", "I ", "t "):
+            assert f" {key}" not in footer, footer
+        assert "Open host" in footer, footer
+        said = await help_text(app, pilot)
+        assert "enter" in said and "its full view" in said and "escape" in said, said
