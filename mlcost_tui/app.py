@@ -566,8 +566,9 @@ class MlcostTop(App):
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
                             ("x", f"snooze it for {SNOOZE_HOURS:g} h"),
-                            ("c", "on a process: copy `mlcostd compare --previous` for its "
-                                  "job's runs (the comparison is shown below it)")]
+                            ("c", "on a process: copy `mlcostd compare --previous` (the "
+                                  "comparison itself is on the screen, under its Compare "
+                                  "line)")]
                 sections.append(("Details screen (enter)", details))
                 sections.append(("History screen (h)", [
                     ("w", "switch between the last hour and the last 24 h"),
