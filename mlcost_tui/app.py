@@ -554,8 +554,7 @@ class MlcostTop(App):
             here.append(("escape", "in a host's view: back to this table"))
         else:  # the fleet table of several --connect daemons
             here.append(("enter", "on a host: its full view, through its own daemon"))
-            here.append(("escape", "in a host's view: back to this table (every host is "
-                                   "polled all along)"))
+            here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
         if host and self.replay is None and \
                 not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)

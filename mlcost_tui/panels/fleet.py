@@ -19,16 +19,32 @@ from mlcost_tui.thresholds import BAD, GOOD
 FLEET_ORDER = "down hosts first, then costliest first"
 
 
-def fitted_row(table: KeyedTable, cells: Sequence[Any], cut: Sequence[str]) -> tuple[Any, ...]:
+def short_target(target: str, width: int) -> str:
+    """A daemon's target in `width` cells, keeping what tells targets apart: a socket's file
+    name (`…/gpu1.sock`: the folders are alike), a URL's host and port (`gpu1.exa…:9347`)."""
+    if len(target) <= width:
+        return target
+    if target.startswith("unix:"):
+        return fmt.ELLIPSIS + target[len(target) - width + 1:]
+    target = target.split("://", 1)[-1]  # http(s)://: the scheme says nothing here
+    if len(target) <= width:
+        return target
+    host, colon, port = target.rpartition(":")
+    tail = colon + port if host and port.isdigit() and len(port) < width // 2 else ""
+    return target[:width - 1 - len(tail)] + fmt.ELLIPSIS + tail
+
+
+def fitted_row(table: KeyedTable, cells: Sequence[Any], cut: Sequence[str],
+               targets: Sequence[str] = ()) -> tuple[Any, ...]:
     """`cells` (one per column of `table.COLUMNS`) as the table shows them: the shown columns
     only, the texts of the `cut` columns cut to their width with `…` (a table cell is cropped
-    at its edge with no sign that it goes on)."""
+    at its edge with no sign that it goes on), the `targets` columns as short_target cuts."""
     named = dict(zip((as_column(c).key for c in table.COLUMNS), cells, strict=True))
     widths = {c.key: c.width for c in table.columns_shown}
-    for key in cut:
+    for key in (*cut, *targets):
         width = widths.get(key)
         if width and isinstance(named[key], str):
-            named[key] = fmt.cut(named[key], width)
+            named[key] = (short_target if key in targets else fmt.cut)(named[key], width)
     return tuple(named[key] for key in table.shown_keys)
 
 
@@ -56,7 +72,7 @@ class FleetPanel(KeyedTable):
         rows: list[tuple[str, tuple[Any, ...]]] = []
 
         def row(*cells: Any) -> tuple[Any, ...]:
-            return fitted_row(self, cells, ("host", "target"))
+            return fitted_row(self, cells, ("host",), targets=("target",))
 
         for snap in sorted(hosts, key=fleet_order):
             now = snap.now

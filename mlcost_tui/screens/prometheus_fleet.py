@@ -51,7 +51,7 @@ class PrometheusFleetTable(KeyedTable):
         rows: list[tuple[str, tuple[Any, ...]]] = []
 
         def row(*cells: Any) -> tuple[Any, ...]:
-            return fitted_row(self, cells, ("host", "instance", "top"))
+            return fitted_row(self, cells, ("host", "top"), targets=("instance",))
 
         # the costliest hosts first; hosts Prometheus cannot scrape at the top
         for host in sorted(view.hosts, key=lambda h: (h.up, -(h.burn_per_hour or 0.0))):

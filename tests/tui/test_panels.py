@@ -197,3 +197,14 @@ def test_a_wider_terminal_never_takes_a_column_away(kinds, jobs):
             before = shown
             if width < 150:
                 assert "state" not in shown["processes"], width  # README: by 200, with read/s
+
+
+def test_a_daemon_target_cut_to_its_column_keeps_what_tells_targets_apart():
+    from mlcost_tui.panels.fleet import short_target
+
+    # sockets in one folder: the file names differ (all read 'unix:/tmp/wttui/…')
+    assert short_target("unix:/run/mlcost/gpu-node-017.sock", 19) == "…/gpu-node-017.sock"
+    assert short_target("unix:/tmp/wttui/gone.sock", 17) == "…/wttui/gone.sock"
+    assert short_target("http://gpu-node-017.training.example.internal:9347", 17) == \
+        "gpu-node-01…:9347"
+    assert short_target("http://gpu1:9347", 17) == "http://gpu1:9347"  # whole where it fits
