@@ -152,8 +152,10 @@ class ActionControl:
         self.last_snooze = (rec, time.monotonic())
         app.refresh_bindings()
         app.set_timer(UNDO_S, app.refresh_bindings, name="undo snooze ends")
-        app.notify(f"snoozed until {local_time(until, seconds=False)}: "
-                   f"{fmt.cut(rec.summary, 60)} — u: undo", timeout=UNDO_S)
+        # the time on a line of its own, whole: "until 08:25: daemon…" read as a time cut off
+        app.notify(f"{fmt.cut(rec.summary, 60)}\nback in the list at "
+                   f"{local_time(until, seconds=False)} · u: undo", title="snoozed",
+                   timeout=UNDO_S)
 
     async def _undo_snooze(self) -> None:
         from daemon.client import ClientError

@@ -26,16 +26,17 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.command import CommandPalette
 from textual.notifications import Notify, SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
 from daemon.wire import Now, Process, Recommendation, lines
-from mlcost_tui import incidents
+from mlcost_tui import incidents, toasts
 from mlcost_tui.action_control import SNAPSHOT_TOAST_S, SNOOZE_HOURS, UNDO_S, ActionControl
 from mlcost_tui.fleet_control import FleetControl
 from mlcost_tui.footer import KeyFooter
-from mlcost_tui.layout import Layout, layout_for
+from mlcost_tui.layout import BOX_COLUMNS, HEADER_ROWS, SCROLLBAR_COLUMNS, Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
@@ -196,6 +197,25 @@ class MlcostTop(App):
         an incident's notice reached down over the process rows and a dialog's question).
         Runs before the App's own handler shows the new one."""
         self.clear_notifications()
+        # Textual's rack removes a replaced toast but not the holder it sits in: each one left
+        # an empty line above the next toast, and after a burst of keys (`s`, `>` `>` `>`) the
+        # toasts had drifted down over the process rows and the key line.
+        for screen in self.screen_stack:
+            screen.query("ToastHolder").remove()
+        main = self.screen_stack[0] if self.screen_stack else None
+        panels = self.query(ProcessPanel)
+        if main is None or self.viewing is None or not panels or not panels.first().region:
+            return  # no host's panels (the fleet table), or not laid out yet
+        processes = panels.first()
+        # over the GPU panel (or the header's right side), never down over the processes
+        # (cut to fit only where it is shown over them: a details screen has the room)
+        note = event.notification
+        message, margin = toasts.fit(note.message, note.title, self.size.width,
+                                     processes.region.y, HEADER_ROWS)
+        if self.screen is main:
+            note.message = message
+        for rack in main.query("ToastRack"):  # (none where notifications are off: tests)
+            rack.styles.margin = (margin, 0, 0, 0)
 
     @property
     def clients(self) -> list[Client]:
@@ -302,6 +322,8 @@ class MlcostTop(App):
         for panel in (gpus, processes, recommendations):
             panel.set_class(layout.compact, "compact")
             panel.fit(layout.table_width)
+        for fleet in self.query(FleetPanel):  # always boxed
+            fleet.fit(width - BOX_COLUMNS - SCROLLBAR_COLUMNS)
         return True
 
     # -- polling -----------------------------------------------------------------------------
@@ -340,8 +362,14 @@ class MlcostTop(App):
             self.notify(error[:200] + "; this screen shows the last data received",
                         title="the daemon stopped answering", severity="warning")
         self._said_lost = lost and (self._said_lost or self.covered)
-        if self.paused or self.covered:
+        if self.paused:
             return  # keep polling, skip the render
+        if self.covered:
+            # keep polling, skip the render; but around a dialog the main screen shows, and its
+            # status line froze at "● live" and its tick: the header goes on (one line's work)
+            if self.screen_stack[0].is_current:
+                self.show_header(self.retry_s())
+            return
         self.render_hosts()
 
     @property
@@ -351,6 +379,16 @@ class MlcostTop(App):
         the host's panels under it stay current, for escape to show them at once."""
         return self.screen is not self.screen_stack[0] and self.screen is not self.prometheus
 
+    @property
+    def panels_covered(self) -> bool:
+        """A screen other than the command palette is over the main one: the panels' keys
+        (filter, sort, invert, tree) would change them unseen. The palette runs its command
+        once it has closed, on the screen under it, so over the main screen it offers them."""
+        screen = self.screen
+        if isinstance(screen, CommandPalette) and len(self.screen_stack) > 1:
+            screen = self.screen_stack[-2]
+        return screen is not self.screen_stack[0] and screen is not self.prometheus
+
     def _redraw(self) -> None:
         if self.hosts:
             self.render_hosts()
@@ -358,23 +396,12 @@ class MlcostTop(App):
     def render_hosts(self) -> None:
         """Apply the latest snapshot to every panel in one batch."""
         started = time.perf_counter()
-        retry = None
-        if self.next_poll_at is not None and any(self.live.failures):
-            retry = max(self.next_poll_at - time.monotonic(), 0.0)
         with self.batch_update():
-            header = self.query_one(HeaderPanel)
+            self.show_header(self.retry_s())
             if self.viewing is None:
-                header.show(fleet_totals(self.hosts), self.paused, retry)
                 self.query_one(FleetPanel).show(self.hosts)
             else:
                 snap = self.shown_host
-                if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
-                    failed = self.start_failure() if self.start_failure is not None else None
-                    header.update(Text(lines(f"mlcost-top: {failed} (q quits)") if failed
-                                       else self.starting))
-                else:
-                    header.show(snap, self.paused, retry,
-                                self.replay.status(self.playing) if self.replay else None)
                 if snap is not None and snap.now is not None:
                     self.query_one(GpuPanel).show(snap.now)
                     self.query_one(ProcessPanel).show(snap.now)
@@ -382,6 +409,28 @@ class MlcostTop(App):
                     if self.first_data_at is None and snap.now.gpus:
                         self.first_data_at = time.perf_counter()
         self.render_seconds = time.perf_counter() - started
+
+    def retry_s(self) -> float | None:
+        """Seconds to the next try while a daemon does not answer (None while all do)."""
+        if self.next_poll_at is not None and any(self.live.failures):
+            return max(self.next_poll_at - time.monotonic(), 0.0)
+        return None
+
+    def show_header(self, retry: float | None) -> None:
+        """The header for the latest snapshot: the fleet's totals, the host shown, or what
+        the start is waiting for."""
+        header = self.query_one(HeaderPanel)
+        if self.viewing is None:
+            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts))
+            return
+        snap = self.shown_host
+        if self.starting and (snap is None or snap.now is None or snap.now.ts is None):
+            failed = self.start_failure() if self.start_failure is not None else None
+            header.update(Text(lines(f"mlcost-top: {failed} (q quits)") if failed
+                               else self.starting))
+        else:
+            header.show(snap, self.paused, retry,
+                        self.replay.status(self.playing) if self.replay else None)
 
     @property
     def shown_host(self) -> HostSnapshot | None:
@@ -433,10 +482,10 @@ class MlcostTop(App):
             return True if self.fleet and self.viewing is not None else False
         if self.on_prometheus_table and action in (*self.NEEDS_HOST, "pause"):
             return False  # the Prometheus fleet table shows no host's panels (nor help over it)
-        if action in self.MAIN_PANELS and self.covered:
+        if action in self.MAIN_PANELS and self.panels_covered:
             return False  # a screen over the panels: they would change unseen behind it
         if self.viewing is None and action in self.NEEDS_HOST:
-            return None
+            return False  # the fleet table: no host's panels for them (nor in its footer)
         # A key that cannot act here (a replay, --readonly) still runs, to say why.
         return True
 
@@ -502,6 +551,10 @@ class MlcostTop(App):
         elif self.on_prometheus_table:
             here.append(("enter", "on a host: its live view (its mlcostd serves the API on "
                                   "TCP: --listen and a token)"))
+            here.append(("escape", "in a host's view: back to this table"))
+        else:  # the fleet table of several --connect daemons
+            here.append(("enter", "on a host: its full view, through its own daemon"))
+            here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
         if host and self.replay is None and \
                 not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)
@@ -512,14 +565,16 @@ class MlcostTop(App):
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
                             ("x", f"snooze it for {SNOOZE_HOURS:g} h"),
-                            ("c", "on a process: copy `mlcostd compare --previous` for its "
-                                  "job's runs (the comparison is shown below it)")]
+                            ("c", "on a process: copy `mlcostd compare --previous` (the "
+                                  "comparison itself is on the screen, under its Compare "
+                                  "line)")]
                 sections.append(("Details screen (enter)", details))
                 sections.append(("History screen (h)", [
                     ("w", "switch between the last hour and the last 24 h"),
                     ("r", "reload")]))
                 sections.append(("Apply dialog (a)", [
-                    ("y", "do it (stop the process, resize the instance)"),
+                    ("y", "nothing with --readonly: the dialog shows the dry run only"
+                          if self.readonly else "do it (stop the process, resize the instance)"),
                     ("c", "copy the patch or the commands"), ("n, escape", "cancel")]))
             else:
                 sections.append(("Details screen (enter)", details))
@@ -592,8 +647,7 @@ class MlcostTop(App):
             return
         self.paused = not self.paused
         if self.paused:
-            self.query_one(HeaderPanel).show(
-                fleet_totals(self.hosts) if self.viewing is None else self.shown_host, True)
+            self.show_header(None)
         else:
             self.render_hosts()
 

@@ -66,16 +66,20 @@ def as_column(column: Column | tuple[str, str]) -> Column:
 
 def fit_columns(columns: Sequence[Column], width: int) -> tuple[Column, ...]:
     """The columns that fit in `width` cells, in their declared (on-screen) order: the most
-    important first, then each lower priority while it fits; flex columns get what is left."""
+    important first, then each lower priority (in declared order within one) until one does
+    not fit; flex columns get what is left. Nothing after that one: a narrow column of little
+    importance squeezed into the cells left over (the process state, 3 cells, at 100 columns)
+    came and went as the terminal widened, ahead of the columns it ranks below."""
     def cost(c: Column) -> int:
         return (c.width or len(c.label)) + 2 * CELL_PADDING
 
     chosen: set[str] = set()
     used = 0
     for column in sorted(columns, key=lambda c: c.priority):
-        if column.priority == 0 or used + cost(column) <= width:
-            chosen.add(column.key)
-            used += cost(column)
+        if column.priority != 0 and used + cost(column) > width:
+            break
+        chosen.add(column.key)
+        used += cost(column)
     shown = [c for c in columns if c.key in chosen]
     flex = [c for c in shown if c.flex]
     if flex:

@@ -15,8 +15,9 @@ FOOTER_ROWS = 1
 MIN_PROCESS_ROWS = 5
 # Below this height each panel has a title line only (no box): three rows back for the data.
 COMPACT_BELOW_ROWS = 28
-SCROLLBAR_COLUMNS = 1
-MAX_RECOMMENDATION_LINES = 4  # a recommendation's text over at most this many lines  # the panels' vertical scrollbar (CSS scrollbar-size-vertical: 1)
+SCROLLBAR_COLUMNS = 1  # the panels' vertical scrollbar (CSS scrollbar-size-vertical: 1)
+BOX_COLUMNS = 2  # a panel's box: one line either side
+MAX_RECOMMENDATION_LINES = 4  # a recommendation's text over at most this many lines
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def layout_for(width: int, height: int, gpu_count: int, process_count: int = 0,
                     max((recommendation_rows + spare) // recommendation_count, 1))
         if lines > 1:
             recommendation_rows = min(recommendation_rows + spare, recommendation_count * lines)
-    table_width = width - (0 if compact else 2) - SCROLLBAR_COLUMNS
+    table_width = width - (0 if compact else BOX_COLUMNS) - SCROLLBAR_COLUMNS
     return Layout(width=width, height=height, compact=compact, table_width=max(table_width, 20),
                   gpu_rows=gpu_rows, group_idle_gpus=compact or gpu_count > gpu_rows,
                   recommendation_rows=recommendation_rows, recommendation_lines=lines)

@@ -3,18 +3,49 @@ each daemon says are idle (Gpu.busy)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
+from textual.binding import Binding
 
 from mlcost_tui import format as fmt
-from mlcost_tui.keyed_table import KeyedTable
+from mlcost_tui.keyed_table import Column, KeyedTable, as_column
 from mlcost_tui.messages import HostSnapshot
 from mlcost_tui.thresholds import BAD, GOOD
 
 # The order of both fleet tables (this one and --prometheus's), said in their titles: a down
 # host on top of a table read as "costliest first" looked like the costliest.
 FLEET_ORDER = "down hosts first, then costliest first"
+
+
+def short_target(target: str, width: int) -> str:
+    """A daemon's target in `width` cells, keeping what tells targets apart: a socket's file
+    name (`…/gpu1.sock`: the folders are alike), a URL's host and port (`gpu1.exa…:9347`)."""
+    if len(target) <= width:
+        return target
+    if target.startswith("unix:"):
+        return fmt.ELLIPSIS + target[len(target) - width + 1:]
+    target = target.split("://", 1)[-1]  # http(s)://: the scheme says nothing here
+    if len(target) <= width:
+        return target
+    host, colon, port = target.rpartition(":")
+    tail = colon + port if host and port.isdigit() and len(port) < width // 2 else ""
+    return target[:width - 1 - len(tail)] + fmt.ELLIPSIS + tail
+
+
+def fitted_row(table: KeyedTable, cells: Sequence[Any], cut: Sequence[str],
+               targets: Sequence[str] = ()) -> tuple[Any, ...]:
+    """`cells` (one per column of `table.COLUMNS`) as the table shows them: the shown columns
+    only, the texts of the `cut` columns cut to their width with `…` (a table cell is cropped
+    at its edge with no sign that it goes on), the `targets` columns as short_target cuts."""
+    named = dict(zip((as_column(c).key for c in table.COLUMNS), cells, strict=True))
+    widths = {c.key: c.width for c in table.columns_shown}
+    for key in (*cut, *targets):
+        width = widths.get(key)
+        if width and isinstance(named[key], str):
+            named[key] = (short_target if key in targets else fmt.cut)(named[key], width)
+    return tuple(named[key] for key in table.shown_keys)
 
 
 def fleet_order(snap: HostSnapshot) -> tuple[bool, float]:
@@ -24,20 +55,30 @@ def fleet_order(snap: HostSnapshot) -> tuple[bool, float]:
 
 
 class FleetPanel(KeyedTable):
-    COLUMNS = (("host", "host"), ("target", "daemon"), ("status", "status"),
-               ("burn", "burn $/h"), ("wasted", "wasted $/h"), ("today", "today"),
-               ("gpus", "GPUs"), ("idle", "idle GPUs"), ("alerts", "idle alerts"),
-               ("recs", "recommendations"), ("saves", "saves/month"))
-    WIDTHS = {"burn": 9, "wasted": 10, "today": 10, "saves": 11}
+    # The host and its daemon share what the figures leave (cut with `…`): a long daemon
+    # target took its whole length and pushed GPUs and idle GPUs off an 80-column screen.
+    # At 80 the burn, GPUs and idle GPUs stay, then waste and savings as the width allows.
+    COLUMNS = (Column("host", "host", 10, flex=True), Column("target", "daemon", 12, flex=True),
+               Column("status", "status", 11), Column("burn", "burn $/h", 9),
+               Column("wasted", "wasted $/h", 10, priority=1),
+               Column("today", "today", 10, priority=3), Column("gpus", "GPUs", 4),
+               Column("idle", "idle GPUs", 9), Column("alerts", "idle alerts", 11, priority=2),
+               Column("recs", "recommendations", 15, priority=4),
+               Column("saves", "saves/month", 11, priority=1))
     DEFAULT_CSS = "FleetPanel { height: 1fr; }"
+    BINDINGS = [Binding("enter", "select_cursor", "Open host", id="fleet.open")]
 
     def show(self, hosts: tuple[HostSnapshot, ...]) -> None:
         rows: list[tuple[str, tuple[Any, ...]]] = []
+
+        def row(*cells: Any) -> tuple[Any, ...]:
+            return fitted_row(self, cells, ("host",), targets=("target",))
+
         for snap in sorted(hosts, key=fleet_order):
             now = snap.now
             if now is None:
-                rows.append((snap.target, (fmt.DASH, snap.target,
-                                           Text("unreachable", style=BAD)) + (fmt.DASH,) * 8))
+                rows.append((snap.target, row(fmt.DASH, snap.target,
+                                              Text("unreachable", style=BAD), *(fmt.DASH,) * 8)))
                 continue
             idle = sum(1 for g in now.gpus if g.busy is False)  # the daemon's verdict
             # the combined figure the host's own header shows: the standalone figures overlap
@@ -45,7 +86,7 @@ class FleetPanel(KeyedTable):
             saves = now.potential_savings_per_month
             if saves is None:  # an older daemon: its recommendations' shown figures
                 saves = sum(r.shown_savings_per_month or 0.0 for r in now.recommendations)
-            rows.append((snap.target, (
+            rows.append((snap.target, row(
                 now.hostname or "?", snap.target, Text("live", style=GOOD),
                 fmt.money(now.burn_per_hour), fmt.money(now.wasted_per_hour),
                 fmt.money(now.spend_today), str(len(now.gpus)),

@@ -32,7 +32,7 @@ MEMORY_BAR = 6
 class GpuPanel(KeyedTable):
     COLUMNS = (
         Column("gpu", "GPU", 5), Column("name", "model", 14, priority=3),
-        Column("util", "util", 5 + UTIL_BAR), Column("recent", "recent util", SPARK_POINTS, 5),
+        Column("util", "util", 5 + UTIL_BAR), Column("recent", "recent util", SPARK_POINTS, 6),
         Column("sm", "SM act", 6, 5), Column("memory", "memory", 12 + MEMORY_BAR, 1),
         Column("power", "power", 6, 4), Column("temp", "temp", 5, 4),
         Column("cost", "$/h", 7), Column("wasted", "wasted $/h", 10, 2),

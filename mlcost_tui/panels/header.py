@@ -85,10 +85,28 @@ class HeaderPanel(Static):
         text-overflow: ellipsis; }
     """
 
+    # What the header was last shown for (show's arguments), to lay it out again on a resize;
+    # None while it shows a plain text (starting, a replay being opened).
+    shown_for: tuple[HostSnapshot | None, bool, float | None, str | None, int | None] | None = \
+        None
+
     def show(self, snap: HostSnapshot | None, paused: bool = False,
-             retry_s: float | None = None, replay: str | None = None) -> None:
+             retry_s: float | None = None, replay: str | None = None,
+             fleet: int | None = None) -> None:
         """The header for `snap`; `replay` (the replay's position and keys) replaces the
-        connection state when replaying a recorded store."""
+        connection state when replaying a recorded store; `fleet` (the number of daemons)
+        says `snap` is the fleet's totals, which have no tick of their own."""
+        self._show(snap, paused, retry_s, replay, fleet)
+        self.shown_for = (snap, paused, retry_s, replay, fleet)
+
+    def on_resize(self) -> None:
+        """Laid out again for the new width (shorter under WIDE columns), whether or not a
+        poll redraws it: under a dialog none does, and the 200-column form stayed at 80."""
+        if self.shown_for is not None:
+            self.show(*self.shown_for)
+
+    def _show(self, snap: HostSnapshot | None, paused: bool, retry_s: float | None,
+              replay: str | None, fleet: int | None) -> None:
         line1 = Text()
         line2 = Text()
         line3 = Text()
@@ -173,7 +191,9 @@ class HeaderPanel(Static):
                 line3.append(f"  {snap.error}"[:200], style=BAD)
                 line3.append("  (showing the last data received)", style=MUTED)
         elif now is not None and replay is None:
-            line3.append(f"  tick {now.tick} at {fmt.clock_time(now.ts)}", style=MUTED)
+            line3.append(f"  {fmt.plural(fleet, 'daemon')}, newest tick at "
+                         f"{fmt.clock_time(now.ts)}" if fleet is not None
+                         else f"  tick {now.tick} at {fmt.clock_time(now.ts)}", style=MUTED)
             line3.append(f"  {fmt.plural(len(now.gpus), 'GPU')}, "
                          f"{fmt.plural(len(now.processes), 'process', 'processes')}, "
                          f"{fmt.plural(len(now.recommendations), 'recommendation')}",
@@ -186,6 +206,7 @@ class HeaderPanel(Static):
         """Static.update without a layout: the header is 3 lines high and as wide as the
         screen whatever it says, and a layout re-renders every panel (at 500 processes, most
         of a refresh's cost). The same text again repaints nothing."""
+        self.shown_for = None  # (show sets it again once it has called this)
         if isinstance(content, Text) and isinstance(self.content, Text) and \
                 content == self.content:
             return

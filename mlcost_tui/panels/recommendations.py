@@ -150,6 +150,11 @@ class RecommendationTable(KeyedTable):
         self.set_title(title)
 
     @property
+    def evidence_width(self) -> int | None:
+        """The evidence column's width (None while it is not shown)."""
+        return next((c.width for c in self.columns_shown if c.key == "evidence"), None)
+
+    @property
     def summary_width(self) -> int:
         """The recommendation text's column width (its text is wrapped or cut to it)."""
         widths = {c.key: c.width for c in self.columns_shown}
@@ -174,8 +179,13 @@ class RecommendationTable(KeyedTable):
     def cells(self, r: Recommendation) -> dict[str, object]:
         alone = (fmt.money(r.savings_per_month)
                  if r.combined_savings_per_month is not None else "")
+        evidence = evidence_text(r)
+        width = self.evidence_width
+        if width and evidence.cell_len > width:
+            # cut where the column ends, with `…` ('preliminary 15 min/3' read as a figure)
+            evidence.truncate(width, overflow="ellipsis")
         return {"savings": Text(fmt.money(r.shown_savings_per_month), style="bold green"),
-                "alone": Text(alone, style=MUTED), "evidence": evidence_text(r), "rule": r.rule,
+                "alone": Text(alone, style=MUTED), "evidence": evidence, "rule": r.rule,
                 "summary": "\n".join(fmt.wrap(going(r) + self.text_of(r), self.summary_width,
                                                 self.row_height)),
                 "action": action_label(r, self.on_ec2)}

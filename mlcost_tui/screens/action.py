@@ -18,9 +18,11 @@ from textual.widgets import Button, Static
 
 from daemon.wire import ActionResult, Recommendation
 from mlcost_tui.panels.recommendations import savings_text
-from mlcost_tui.thresholds import MUTED
+from mlcost_tui.thresholds import WARN
 
 CHANGES_HOST = ("sigterm", "resize")
+READONLY_REFUSES = {"sigterm": "stop processes", "resize": "resize the instance"}
+READONLY_NOTE = "mlcost-top runs --readonly: a dry run only, it will not do this."
 
 
 def copy_note(environ: Mapping[str, str] = os.environ) -> str:
@@ -47,7 +49,8 @@ class ActionScreen(ModalScreen[str]):
     ActionScreen > Vertical { width: 90%; max-width: 120; height: auto; max-height: 100%;
         border: thick $accent; background: $surface; padding: 0 1; }
     ActionScreen VerticalScroll { height: auto; }
-    ActionScreen Horizontal { dock: bottom; height: 3; }
+    #action-bottom { dock: bottom; height: auto; }
+    ActionScreen Horizontal { height: 3; }
     ActionScreen Button { margin-right: 2; }
     """
     # The buttons are docked under the text, which scrolls: at 80x24 both fit.
@@ -84,20 +87,27 @@ class ActionScreen(ModalScreen[str]):
             body.append(f"  $ {command}\n", style="bold")
         if res.patch:
             body.append("\n" + res.patch + "\n")
-        if res.kind in CHANGES_HOST:
-            if self.readonly:
-                body.append("\nmlcost-top runs --readonly: it will not do this.\n", style=MUTED)
-            else:
-                body.append("\nDo it? (y / n)\n", style="bold")
+        if res.kind in CHANGES_HOST and not self.readonly:
+            body.append("\nDo it? (y / n)\n", style="bold")
         with Vertical():
             with VerticalScroll():
                 yield Static(body, id="action-body")
-            with Horizontal():
-                if res.kind in CHANGES_HOST:
-                    yield Button("Do it (y)", id="do", variant="error", disabled=not self.can_do)
-                if self.copy_text:
-                    yield Button("Copy (c)", id="copy", variant="primary")
-                yield Button("Cancel (esc)", id="cancel")
+            with Vertical(id="action-bottom"):
+                if res.kind in CHANGES_HOST and self.readonly:
+                    # beside the buttons, read without scrolling (at the end of the text it
+                    # was below the fold at 80x24)
+                    yield Static(Text(READONLY_NOTE, style="bold " + WARN), id="readonly-note")
+                yield from self._buttons()
+
+    def _buttons(self) -> ComposeResult:
+        res = self.result
+        with Horizontal():
+            if res.kind in CHANGES_HOST:
+                yield Button("--readonly: not done" if self.readonly else "Do it (y)",
+                             id="do", variant="error", disabled=not self.can_do)
+            if self.copy_text:
+                yield Button("Copy (c)", id="copy", variant="primary")
+            yield Button("Cancel (esc)", id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "do":
@@ -110,6 +120,10 @@ class ActionScreen(ModalScreen[str]):
     def action_confirm(self) -> None:
         if self.can_do:
             self.dismiss("do")
+        elif self.readonly and self.result.kind in CHANGES_HOST:
+            self.notify(f"--readonly: mlcost-top does not {READONLY_REFUSES[self.result.kind]} "
+                        "(start it without --readonly to)", title="y: not done",
+                        severity="warning", timeout=6)
 
     def action_copy(self) -> None:
         if self.copy_text:

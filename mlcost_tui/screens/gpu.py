@@ -40,10 +40,14 @@ def gpu_text(gpus: tuple[Gpu, ...], processes: tuple[Process, ...]) -> Text:
                     f"{fmt.money(gpu.wasted_per_hour, '/h')}\n")
     indices = {g.index for g in gpus}
     on_it = [p for p in processes if indices & set(p.gpus)]
-    text.append(f"\n{fmt.plural(len(on_it), 'process', 'processes')} on "
-                f"{'it' if len(gpus) == 1 else 'them'}\n", style="bold")
-    if not on_it:
-        text.append("  none: nothing holds memory on this GPU\n", style=MUTED)
+    one = len(gpus) == 1
+    if not on_it:  # (identical idle GPUs open together: "them", "these GPUs")
+        text.append(f"\nNo process on {'it' if one else 'them'}", style="bold")
+        text.append(f": nothing holds memory on {'this GPU' if one else 'these GPUs'}\n",
+                    style=MUTED)
+    else:
+        text.append(f"\n{fmt.plural(len(on_it), 'process', 'processes')} on "
+                    f"{'it' if one else 'them'}\n", style="bold")
     for p in sorted(on_it, key=lambda p: -(p.burn_per_hour or 0.0)):
         # Its memory and SM share on these GPUs, not its sums over every GPU it holds (a 4-GPU
         # job read "280.0G SM 340%" on GPU 0's page).

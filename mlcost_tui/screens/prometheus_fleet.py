@@ -15,8 +15,9 @@ from textual.widgets import DataTable, Static
 
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import KeyFooter
-from mlcost_tui.keyed_table import KeyedTable
-from mlcost_tui.panels.fleet import FLEET_ORDER
+from mlcost_tui.keyed_table import Column, KeyedTable
+from mlcost_tui.layout import SCROLLBAR_COLUMNS
+from mlcost_tui.panels.fleet import FLEET_ORDER, fitted_row
 from mlcost_tui.prometheus import FleetHost, FleetView, PrometheusError, PrometheusFleet
 from mlcost_tui.thresholds import BAD, GOOD, MUTED
 
@@ -27,24 +28,40 @@ HEALTH_TIMEOUT_S = 3.0  # how long enter waits for a host's daemon to answer
 
 
 class PrometheusFleetTable(KeyedTable):
-    COLUMNS = (("host", "host"), ("instance", "scraped at"), ("status", "status"),
-               ("type", "instance type"), ("burn", "burn $/h"), ("wasted", "wasted $/h"),
-               ("gpus", "GPUs"), ("idle", "idle GPUs"), ("top", "top recommendation"),
-               ("top_saves", "it saves/month"), ("saves", "all save/month"))
-    WIDTHS = {"burn": 9, "wasted": 10, "saves": 14, "top": 28, "top_saves": 14}
-    DEFAULT_CSS = "PrometheusFleetTable { height: 1fr; border: round $accent; }"
+    # As the --connect fleet table: at 80 columns the host, where it is scraped, burn, waste,
+    # GPUs and idle GPUs; the host names share what the figures leave, cut with `…`.
+    COLUMNS = (Column("host", "host", 10, flex=True),
+               Column("instance", "scraped at", 12, flex=True), Column("status", "status", 6),
+               Column("type", "instance type", 13, priority=2), Column("burn", "burn $/h", 9),
+               Column("wasted", "wasted $/h", 10, priority=1), Column("gpus", "GPUs", 4),
+               Column("idle", "idle GPUs", 9),
+               Column("top", "top recommendation", 28, priority=3),
+               Column("top_saves", "it saves/month", 14, priority=4),
+               Column("saves", "all save/month", 14, priority=1))
+    DEFAULT_CSS = ("PrometheusFleetTable { height: 1fr; border: round $accent; "
+                   "scrollbar-size-vertical: 1; }")
+    view: FleetView | None = None  # the last shown, shown again when the columns change
+
+    def on_resize(self) -> None:
+        if self.fit(self.size.width - SCROLLBAR_COLUMNS) and self.view is not None:
+            self.show(self.view)
 
     def show(self, view: FleetView) -> None:
+        self.view = view
         rows: list[tuple[str, tuple[Any, ...]]] = []
+
+        def row(*cells: Any) -> tuple[Any, ...]:
+            return fitted_row(self, cells, ("host", "top"), targets=("instance",))
+
         # the costliest hosts first; hosts Prometheus cannot scrape at the top
         for host in sorted(view.hosts, key=lambda h: (h.up, -(h.burn_per_hour or 0.0))):
             if not host.up:
-                rows.append((host.instance, (host.hostname or fmt.DASH, host.instance,
-                                             Text("down", style="bold " + BAD))
-                             + (fmt.DASH,) * 8))
+                rows.append((host.instance, row(host.hostname or fmt.DASH, host.instance,
+                                                Text("down", style="bold " + BAD),
+                                                *(fmt.DASH,) * 8)))
                 continue
             idle = host.idle_gpus or 0
-            rows.append((host.instance, (
+            rows.append((host.instance, row(
                 host.hostname or "?", host.instance, Text("up", style=GOOD),
                 host.instance_type or fmt.DASH, fmt.money(host.burn_per_hour),
                 fmt.money(host.wasted_per_hour),

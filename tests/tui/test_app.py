@@ -282,7 +282,7 @@ async def test_enter_on_a_fleet_row_opens_that_host_and_escape_returns():
         fleet = app.query_one(FleetPanel)
         processes = app.query_one(ProcessPanel)
         assert fleet.row_count == 2 and not processes.display
-        assert app.check_action("details", ()) is None
+        assert app.check_action("details", ()) is False  # (not in its footer either)
         await pilot.press("down", "enter")  # the second host
         await pilot.pause()
         assert app.viewing == 1 and app.client is clients[1]
@@ -331,3 +331,101 @@ async def test_keyed_table_keeps_rows_order_and_cursor_by_key():
         # a command line with markup-like text is shown as it is
         table.sync([("m", ("python -c 'x[bold]'", "1"))])
         assert str(table.get_row_at(0)[0]) == "python -c 'x[bold]'"
+
+
+@pytest.mark.asyncio
+async def test_the_open_command_palette_offers_the_process_panel_actions_and_runs_them():
+    """The palette covers the main screen while it is open, and the main panels' actions
+    (filter, sort, invert, tree) were dropped as if a details screen were over them."""
+    from textual.command import CommandPalette
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(processes=6),)))
+        await pilot.pause()
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
+        under = app.screen_stack[-2]
+        titles = {c.title for c in app.get_system_commands(under)}
+        assert {"Filter processes", "Sort by next column", "Sort by previous column",
+                "Invert sort order", "Toggle tree"} <= titles
+        await pilot.press(*"toggle tree")
+        await pilot_wait_for(pilot, lambda: app.screen.query_one(
+            "CommandList").option_count > 0, what="the palette's matches")
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert app.query_one(ProcessPanel).tree_mode
+        await pilot.press("ctrl+p", *"filter processes")
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, CommandPalette) and app.screen.query_one(
+            "CommandList").option_count > 0, what="the palette's matches")
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert app.query_one("#filter").has_class("shown") and app.query_one("#filter").has_focus
+        # over a details screen they are not offered (the panels are hidden behind it)
+        await pilot.press("escape")
+        await pilot.press("enter")  # the process's details
+        await pilot.pause()
+        assert not isinstance(app.screen, CommandPalette) and app.screen is not app.screen_stack[0]
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Filter processes" not in titles and "Toggle tree" not in titles
+
+
+@pytest.mark.asyncio
+async def test_readonly_says_so_in_the_apply_dialog_at_80x24_and_y_says_why():
+    """With --readonly the dialog showed a greyed `Do it (y)`, its one line about --readonly
+    below the fold, and y did nothing without a word."""
+    from tests.tui.test_sizes import screen_text
+
+    client = StubClient()
+    app = MlcostTop([client], readonly=True, poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        app.query_one(RecommendationTable).focus()
+        await pilot.press("a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ActionScreen)
+        shown = "\n".join(screen_text(app))
+        assert "--readonly" in shown and "Do it (y)" not in shown, shown
+        await pilot.press("y")
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert any("--readonly" in m and "stop" in m for m in said), said
+        assert isinstance(app.screen, ActionScreen)  # still open: c and escape work
+        assert client.applied == [("rec-idle", True)]
+
+
+@pytest.mark.asyncio
+async def test_the_fleet_table_at_80_columns_says_what_it_is_and_offers_what_works():
+    """The fleet's status read `tick 0`; at 80 columns a long daemon column pushed GPUs and
+    idle GPUs off the screen; its help did not say that enter opens a host or that escape
+    comes back; its footer listed / < > I t, which do nothing there."""
+    from tests.tui.test_modes import help_text
+    from tests.tui.test_sizes import screen_text
+
+    long = "http://gpu-node-017.training.example.internal:9347"
+    clients = [NamedStub(long), NamedStub("unix:/b.sock")]
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(80, 24)) as pilot:
+        hosts = (snapshot(processes=3, target=long), snapshot(processes=6, target="unix:/b.sock"))
+        app.post_message(SnapshotArrived(hosts))
+        await pilot.pause()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "tick 0" not in text[2] and "2 daemons, newest tick at" in text[2], text[2]
+        fleet = app.query_one(FleetPanel)
+        assert {"host", "target", "burn", "gpus", "idle"} <= set(fleet.shown_keys)
+        heading = next(line for line in text if "burn $/h" in line)
+        assert "GPUs" in heading and "idle GPUs" in heading, heading
+        # cut with `…`, keeping its host's start and its port
+        assert any("gpu-node-01…:9347" in line for line in text), text
+        footer = text[-1]
+        for key in ("/ ", "< ", "> ", "I ", "t "):
+            assert f" {key}" not in footer, footer
+        assert "Open host" in footer, footer
+        said = await help_text(app, pilot)
+        assert "enter" in said and "its full view" in said and "escape" in said, said

@@ -178,3 +178,43 @@ async def test_the_status_line_says_when_the_store_cannot_record(size):
             lines = str(app.query_one(HeaderPanel).render()).splitlines()
             assert ("⚠ store: cannot write the store" in lines[2]) is (said is not None), lines
             assert "● live" in lines[2]
+
+
+def at_tick(tick: int) -> HostSnapshot:
+    doc = now_document()
+    doc["tick"], doc["ts"] = tick, TS + tick
+    return HostSnapshot("unix:/test.sock", Now.from_dict(doc), None, 0.01, TS + tick)
+
+
+@pytest.mark.asyncio
+async def test_under_a_dialog_the_header_goes_on_ticking_and_follows_a_resize():
+    """Behind the snooze question (a dialog: the main screen shows around it) the status line
+    froze at its tick, still "● live", and after 80 -> 200 -> 80 columns kept the 200-column
+    form until the dialog closed."""
+    from mlcost_tui.panels.recommendations import RecommendationTable
+    from mlcost_tui.screens.confirm import ConfirmScreen
+    from tests.tui.test_sizes import screen_text
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((at_tick(42),)))
+        await pilot.pause()
+        app.query_one(RecommendationTable).focus()
+        await pilot.press("x")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        app.post_message(SnapshotArrived((at_tick(43),)))
+        await pilot.pause()
+        header = str(app.query_one(HeaderPanel).render())
+        assert "tick 43" in header, header
+        assert "tick 43" in screen_text(app)[2]  # and on screen, around the dialog
+        await pilot.resize_terminal(200, 24)
+        await pilot.pause()
+        await pilot.pause()
+        assert str(app.query_one(HeaderPanel).render()).startswith("mlcost-top ")  # the wide form
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        await pilot.pause()
+        header = str(app.query_one(HeaderPanel).render())
+        assert not header.startswith("mlcost-top ") and "saves" in header, header
+        assert isinstance(app.screen, ConfirmScreen)

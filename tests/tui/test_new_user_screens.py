@@ -357,3 +357,33 @@ async def test_a_toast_on_a_details_screen_leaves_its_first_lines_in_view(size):
         for toast in app.screen.query("Toast"):  # (it was on the 5th line, over the advice)
             assert toast.region.y >= size[1] // 2, toast.region  # the lower half
             assert toast.region.bottom <= size[1] - 1  # above the key line
+
+
+@pytest.mark.asyncio
+async def test_the_snooze_toast_gives_the_time_whole_and_apart_from_the_cut_text():
+    """'snoozed until 2026-12-06 08:25: daemon…' read like a time cut short."""
+    client = StubClient()
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await shown(pilot)
+        await pilot.press("x", "y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        notes = [n for n in app._notifications if n.title == "snoozed"]
+        assert len(notes) == 1, [n.message for n in app._notifications]
+        summary, when = notes[0].message.splitlines()
+        assert summary.endswith("…") and re.fullmatch(
+            r"back in the list at \d{4}-\d\d-\d\d \d\d:\d\d · u: undo", when), when
+
+
+def test_identical_idle_gpus_opened_together_are_spoken_of_as_several():
+    """The grouped idle GPUs' page said '0 processes on them' and 'nothing holds memory on
+    this GPU'."""
+    from mlcost_tui.screens.gpu import gpu_text
+
+    gpus = demo_host().now.gpus  # type: ignore[union-attr]
+    together = gpu_text(gpus[5:8], ()).plain
+    assert "No process on them: nothing holds memory on these GPUs" in together, together
+    assert "this GPU" not in together and "0 processes" not in together
+    alone = gpu_text(gpus[5:6], ()).plain
+    assert "No process on it: nothing holds memory on this GPU" in alone, alone

@@ -166,3 +166,45 @@ def fmt_money(value: float) -> str:
     from mlcost_tui import format as fmt
 
     return fmt.money(value)
+
+
+@pytest.mark.parametrize("kinds", [False, True])
+@pytest.mark.parametrize("jobs", [False, True])
+def test_a_wider_terminal_never_takes_a_column_away(kinds, jobs):
+    """Columns come back from the most important down as the terminal widens, and stay: the
+    process state (`S`, 3 cells) showed at 100 columns, went at 160, came back at 180, and
+    RSS showed at 130 and went at 140 (each fitted into what the columns before it left)."""
+    from mlcost_tui.keyed_table import fit_columns
+    from mlcost_tui.layout import layout_for
+    from mlcost_tui.panels.gpus import GpuPanel
+    from mlcost_tui.panels.processes import WIDE_COMMAND_FROM, ProcessPanel
+    from mlcost_tui.panels.recommendations import RecommendationTable
+
+    processes = ProcessPanel()
+    processes.show_kinds, processes.show_jobs = kinds, jobs
+    for height in (24, 36):
+        before: dict[str, set[str]] = {}
+        for width in range(80, 241):
+            table_width = layout_for(width, height, 8, 5, 3).table_width
+            shown = {"processes": {c.key for c in processes.columns_for(table_width)}}
+            for panel in (GpuPanel, RecommendationTable, FleetPanel):
+                shown[panel.__name__] = {c.key for c in fit_columns(panel.all_columns(),
+                                                                    table_width)}
+            if table_width == WIDE_COMMAND_FROM:  # (by design: the command takes a quarter)
+                before.pop("processes", None)
+            for name, keys in shown.items():
+                assert before.get(name, set()) <= keys, (name, width, before[name] - keys)
+            before = shown
+            if width < 150:
+                assert "state" not in shown["processes"], width  # README: by 200, with read/s
+
+
+def test_a_daemon_target_cut_to_its_column_keeps_what_tells_targets_apart():
+    from mlcost_tui.panels.fleet import short_target
+
+    # sockets in one folder: the file names differ (all read 'unix:/tmp/wttui/…')
+    assert short_target("unix:/run/mlcost/gpu-node-017.sock", 19) == "…/gpu-node-017.sock"
+    assert short_target("unix:/tmp/wttui/gone.sock", 17) == "…/wttui/gone.sock"
+    assert short_target("http://gpu-node-017.training.example.internal:9347", 17) == \
+        "gpu-node-01…:9347"
+    assert short_target("http://gpu1:9347", 17) == "http://gpu1:9347"  # whole where it fits

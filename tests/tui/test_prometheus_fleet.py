@@ -11,6 +11,7 @@ import time
 
 import pytest
 from aiohttp import web
+from simhost import pilot_wait_for
 
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.cli import main
@@ -123,3 +124,51 @@ async def test_help_on_the_prometheus_fleet_table_lists_its_keys_not_a_hosts():
             assert host_key not in text, host_key
         for action in ("filter", "sort", "invert", "tree", "pause", "history", "details"):
             assert app.check_action(action, ()) is False, action  # nor in the footer
+
+
+class FixedFleet:
+    """A PrometheusFleet that answers one fixed view."""
+
+    shown_url = "http://prometheus:9090"
+
+    def __init__(self, view) -> None:
+        self.view = view
+
+    async def fetch(self):
+        return self.view
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_the_prometheus_fleet_table_keeps_its_figures_on_screen():
+    """Long host names and scrape targets took the columns' whole length: at 80 columns the
+    burn was the last figure on screen. The names are cut with `…` and the figures stay."""
+    from mlcost_tui.prometheus import FleetView
+    from mlcost_tui.screens.prometheus_fleet import PrometheusFleetTable
+    from tests.tui.test_sizes import screen_text
+
+    hosts = (FleetHost("gpu-node-017.training.example.internal:9400", True,
+                       hostname="gpu-node-017.training.example.internal",
+                       instance_type="p4d.24xlarge", burn_per_hour=32.77, wasted_per_hour=8.2,
+                       gpus=8, idle_gpus=2, savings_per_month=1234.0,
+                       top_rule="idle_gpu_held", top_rule_savings_per_month=900.0),
+             FleetHost("gpu-node-018.training.example.internal:9400", False))
+    screen = PrometheusFleetScreen(FixedFleet(FleetView(hosts)),  # type: ignore[arg-type]
+                                   interval_s=60)
+    app = MlcostTop([], prometheus=screen)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = screen.query_one(PrometheusFleetTable)
+        await pilot_wait_for(pilot, lambda: table.row_count == 2, what="the two hosts")
+        await pilot.pause()
+        assert {"host", "instance", "burn", "gpus", "idle"} <= set(table.shown_keys)
+        text = screen_text(app)
+        heading = next(line for line in text if "burn $/h" in line)
+        assert "idle GPUs" in heading and heading.rstrip().endswith("│"), heading
+        row = next(line for line in text if "$32.77" in line and "│" in line)
+        assert "gpu-node-01…" in row and "…:9400" in row, text
+        await pilot.resize_terminal(200, 30)  # wider: the other columns come back
+        await pilot.pause()
+        await pilot.pause()
+        assert "top" in table.shown_keys and table.row_count == 2

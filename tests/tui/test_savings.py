@@ -50,7 +50,9 @@ async def test_panel_and_header_show_combined_savings_and_confidence():
         assert list(recs.recommendations) == ["rec-shrink", "rec-idle", "rec-loader"]
         assert cell(recs, "rec-shrink", "savings") == "$14,367"
         assert cell(recs, "rec-shrink", "alone") == "$16,265"
-        assert cell(recs, "rec-shrink", "evidence") == "preliminary 12 min/30 h · shortened"
+        # cut where its column ends, with `…` (it read 'preliminary 12 min/3', a figure)
+        assert cell(recs, "rec-shrink", "evidence") == "preliminary 12 min/…"
+        assert recs.evidence_width == len("preliminary 12 min/…")
         assert cell(recs, "rec-idle", "evidence") == "shortened"
         assert cell(recs, "rec-loader", "evidence") == ""
         assert "together $17,163/month of the $23,922/month bill" in str(recs.border_title)
