@@ -254,13 +254,20 @@ def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
 
 def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     span = ""
-    if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
+    if isinstance(side.get("duration_s"), int | float):  # a profile: its run, as it says it
+        span = f", {side['duration_s']:.0f} s"
+    elif isinstance(side.get("since"), int | float) and isinstance(side.get("until"),
+                                                                     int | float):
         span = f", {side['until'] - side['since']:.0f} s"
         if isinstance(side.get("recorded_from"), int | float):
             span += f", {clock.duration(side['until'] - side['recorded_from'])} of it recorded"
     steps = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
-    return _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
+    out = _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
+    for warning in side.get("warnings") or []:  # as `mlcostd profile` said them
+        out += _wrap(f"  not representative: {one_line(warning['message'] or warning['code'])}",
+                     "    ")
+    return out
 
 
 def render_text(result: dict[str, Any]) -> str:
@@ -282,6 +289,9 @@ def render_text(result: dict[str, Any]) -> str:
     for why in sorted({str(f["why"]) for f in result["figures"] if f.get("noise_from") ==
                        analysis.ENERGY_NOISE and f.get("why")}):
         out += _wrap(f"  (energy: {why})", "    ")
+    for why in sorted({str(f["why"]) for f in result["figures"]
+                       if f.get("verdict") == analysis.INCONCLUSIVE and f.get("why")}):
+        out += _wrap(f"  ({analysis.INCONCLUSIVE}: {why})", "    ")
     if result.get("price_note"):
         out += _wrap(f"  (price: {result['price_note']})", "    ")
     out += ["", "Recommendations"]
@@ -298,8 +308,8 @@ def render_text(result: dict[str, Any]) -> str:
         out.append(f"  same     {', '.join(one_line(r)[:40] for r in same)}")
     if not result["recommendations"]:
         out.append("  none on either side")
-    out += ["", f"Verdict: {result['verdict']} ({analysis.verdict_counts(result['figures'])})"]
-    out.append("")
+    out += ["", *_wrap(f"Verdict: {result['verdict']} "
+                       f"({analysis.verdict_counts(result['figures'])})", "    "), ""]
     out += _wrap(result["method"])
     return lines("\n".join(_fit(out)) + "\n")
 
