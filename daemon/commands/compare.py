@@ -49,6 +49,9 @@ from pricing.small_file import TOO_LARGE, SmallFileError, read_small_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WIDTH = 80
+EXPECTED = ("pass a store or snapshot (FILE.db, an SQLite file mlcostd wrote), a profile (the "
+            "folder `mlcostd profile --out` wrote, or its profile.json) or a document "
+            "`mlcostd report --json` printed")
 
 
 class CompareInputError(Exception):
@@ -203,8 +206,16 @@ def _document_from_json(path: Path) -> dict[str, Any]:
     try:  # every number finite: an Infinity read as a figure would judge it
         document = loads_finite(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
-        raise CompareInputError(f"{path} is not JSON ({str(exc)[:120]}); pass a profile.json, "
-                                "a report --json document or an mlcostd store") from None
+        if path.suffix == ".json" and raw.strip():
+            raise CompareInputError(f"{path} is not JSON ({str(exc)[:120]}); pass a "
+                                    "profile.json, a report --json document or an mlcostd "
+                                    "store") from None
+        # a .db that is no database, an empty file: the user did not mean JSON
+        what = ("it is empty" if not raw.strip() else
+                f"it does not begin as an SQLite database does, and it is not JSON either "
+                f"({str(exc)[:80]})")
+        raise CompareInputError(f"{path} is neither an mlcostd store nor a profile JSON: "
+                                f"{what}; {EXPECTED}") from None
     if not (isinstance(document, dict) and isinstance(document.get("window"), dict)
             and isinstance(document.get("processes"), list)):
         raise CompareInputError(f"{path} is JSON but not a profile or report document (no "

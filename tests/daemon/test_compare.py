@@ -800,6 +800,26 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
     assert "Traceback" not in done.stderr
 
 
+def test_a_file_that_is_neither_a_store_nor_json_says_what_was_expected(tmp_path, capsys):
+    """`compare bad.db X` (a text file named .db) and `compare empty.db X` said "bad.db is not
+    JSON", though the user gave a store's path: the message says it is neither a store nor a
+    profile JSON, why (empty; no SQLite header and no JSON), and what `compare` reads."""
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"window": {}, "processes": []}))
+    (tmp_path / "bad.db").write_text("hello\n")
+    (tmp_path / "empty.db").write_bytes(b"")
+    (tmp_path / "empty.json").write_bytes(b"")
+    for name, why in (("bad.db", "it does not begin as an SQLite database does"),
+                      ("empty.db", "it is empty"), ("empty.json", "it is empty")):
+        done = _compare_here(capsys, str(tmp_path / name), str(other))
+        assert done.returncode == 1, done
+        said = done.stderr
+        assert f"{tmp_path / name} is neither an mlcostd store nor a profile JSON" in said, said
+        assert why in said and "a store or snapshot (FILE.db" in said, said
+        assert "profile.json" in said and "report --json" in said
+        assert f"{name} is not JSON" not in said
+
+
 def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_path, capsys):
     """Two runs of one command line in a store (the second on a busier GPU): --previous with
     the second's PID:START compares it with the first over their own lifetimes."""
