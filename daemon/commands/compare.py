@@ -49,6 +49,9 @@ from pricing.small_file import TOO_LARGE, SmallFileError, read_small_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WIDTH = 80
+# What `mlcostd profile` writes in its --out folder, and what SQLite keeps beside a store.
+PROFILE_FILES = ("profile.json", "profile.html", "summary.md", "profile.db")
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 EXPECTED = ("pass a store or snapshot (FILE.db, an SQLite file mlcostd wrote), a profile (the "
             "folder `mlcostd profile --out` wrote, or its profile.json) or a document "
             "`mlcostd report --json` printed")
@@ -374,6 +377,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
               f"{config_module.format_duration(math.ceil(same[1] - same[0]))} "
               f"{one_line(b)[:40]}`", file=sys.stderr)
         return 2
+    ranges = [spec for spec in (a, b) if not Path(spec).exists()]
+    if _refuse_clash(args, [a, b], Path(config_module.db_path(config)) if ranges else None):
+        return 2
     try:
         label_a, doc_a = load(a, config, now)
         label_b, doc_b = load(b, config, now)
@@ -386,6 +392,71 @@ def run(args: argparse.Namespace, config: Config) -> int:
               "a time range of the store", file=sys.stderr)
         return 2
     return _show(args, [(label_a, doc_a, args.job, None), (label_b, doc_b, args.job, None)])
+
+
+def _output_clash(html: str | None, inputs: list[str], store: Path | None) -> str | None:
+    """Why --html may not be written where it names, when it is one of the inputs: a file
+    compared, a file of a profile folder compared (or one `mlcostd profile` writes there), or
+    the store a range or --previous reads (or SQLite's files beside it); None when it is
+    none of them."""
+    if not html:
+        return None
+    target = os.path.realpath(html)
+
+    def same(path: Path) -> bool:
+        if os.path.realpath(path) == target:
+            return True
+        try:  # a hard link, or another mount of the same file
+            return os.path.samefile(path, html)
+        except OSError:
+            return False
+
+    for spec in inputs:
+        path = Path(spec)
+        if path.is_dir():  # its files (a page compare wrote there before aside), and the
+            # names a profile writes there
+            if os.path.dirname(target) == os.path.realpath(path) and (
+                    os.path.basename(target) in PROFILE_FILES
+                    or os.path.isfile(target) and not _compare_page(target)):
+                return f"a file of the profile folder {spec}"
+            held = [path / name for name in PROFILE_FILES]
+            what = f"a file of the profile folder {spec}"
+        elif path.exists():
+            held = [path, *(Path(f"{path}{tail}") for tail in SQLITE_SIDECARS)]
+            what = f"the input {spec}"
+            if path.name in PROFILE_FILES:  # a profile's file: its folder's files are its too
+                held += [path.parent / name for name in PROFILE_FILES]
+                what = f"{what} or a file of its profile folder"
+        else:
+            continue
+        if any(same(p) for p in held):
+            return what
+    if store is not None and any(same(Path(f"{store}{tail}"))
+                                 for tail in ("", *SQLITE_SIDECARS)):
+        return f"the store {store} the ranges are read from"
+    return None
+
+
+def _compare_page(path: str) -> bool:
+    """Whether the file at `path` is a page `mlcostd compare --html` wrote (its title)."""
+    from daemon.report_html.compare import TITLE
+
+    try:
+        with open(path, "rb") as f:
+            return TITLE.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
+def _refuse_clash(args: argparse.Namespace, inputs: list[str], store: Path | None) -> bool:
+    """Say so (and True) when --html would overwrite an input."""
+    clash = _output_clash(args.html, inputs, store)
+    if clash is None:
+        return False
+    print(f"mlcostd compare: --html {one_line(args.html)[:120]} is {one_line(clash)[:200]}: "
+          "writing the page there would overwrite what is compared; name a file of its own, "
+          "e.g. --html compare.html", file=sys.stderr)
+    return True
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -401,6 +472,8 @@ def _run_previous(args: argparse.Namespace, config: Config) -> int:
         print("mlcostd compare: --previous takes no A, B or --baseline", file=sys.stderr)
         return 2
     db = Path(config_module.db_path(config))
+    if _refuse_clash(args, [], db):
+        return 2
     try:
         if not db.exists():
             raise CompareInputError(f"no database at {db}; pass --db")

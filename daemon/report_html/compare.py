@@ -19,6 +19,7 @@ from daemon.report_html.render import CSS, phase_bar, phase_legend
 
 VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b7280",
                    "mixed": "#ca8a04", "no figure": "#6b7280", "inconclusive": "#6b7280"}
+TITLE = "<title>mlcost compare</title>"  # how `compare --html` tells its own page from others
 
 
 
@@ -75,7 +76,7 @@ def render(result: dict[str, Any]) -> str:
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-        "style-src 'unsafe-inline'\"><title>mlcost compare</title>"
+        f"style-src 'unsafe-inline'\">{TITLE}"
         f"<style>{CSS}</style></head><body>"
         f"<h1>mlcost compare: <span style=\"color:{VERDICT_COLOURS.get(verdict, '#111')}\">"
         f"{_e(verdict)}</span> <span class=muted>({_e(verdict_counts(result['figures']))})"

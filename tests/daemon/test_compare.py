@@ -820,6 +820,55 @@ def test_a_file_that_is_neither_a_store_nor_json_says_what_was_expected(tmp_path
         assert f"{name} is not JSON" not in said
 
 
+def _profile_folder(folder: Path) -> Path:
+    """A profile folder as `mlcostd profile --out` leaves it (the document minimal)."""
+    folder.mkdir()
+    (folder / "profile.json").write_text(json.dumps({"window": {}, "processes": [],
+                                                     "gpus": []}))
+    for name in ("profile.html", "summary.md", "profile.db"):
+        (folder / name).write_text(f"the profile's {name}")
+    return folder
+
+
+def test_html_that_would_overwrite_an_input_is_refused(tmp_path, capsys):
+    """`compare sc fixed --html sc/profile.json` wrote the page over the profile it compared
+    (and `--html` naming an input .db over the store). Any output that is an input, a file
+    of an input profile folder (by any path: `..`, a link) or the store a range is read from,
+    is a usage error, and nothing is written; a page of its own in the folder is fine, and
+    so is writing it again."""
+    before, after = _profile_folder(tmp_path / "sc"), _profile_folder(tmp_path / "fixed")
+    store = tmp_path / "live.db"
+    store.write_text("the live store")
+    (before / "gates.xml").write_text("<testsuite/>")  # a --junit file put there
+    (tmp_path / "link.json").symlink_to(before / "profile.json")
+    kept = {p: p.read_bytes() for p in [*before.iterdir(), *after.iterdir(), store]}
+    refused = [
+        (str(before), str(after), before / "profile.json"),
+        (str(before), str(after), before / "profile.html"),
+        (str(before), str(after), before / "summary.md"),
+        (str(before), str(after), before / "gates.xml"),
+        (str(before), str(after), after / ".." / "fixed" / "profile.db"),
+        (str(before), str(after), tmp_path / "link.json"),
+        (str(before / "profile.json"), str(after), before / "profile.json"),
+        (str(before / "profile.json"), str(after), before / "profile.html"),
+        (str(after / "profile.db"), str(before), after / "profile.db-wal"),
+    ]
+    for a, b, html in refused:
+        done = _compare_here(capsys, a, b, "--html", str(html))
+        assert done.returncode == 2, (html, done)
+        assert "would overwrite what is compared" in done.stderr, done.stderr
+        assert "e.g. --html compare.html" in done.stderr and done.stdout == ""
+    for args in (["2h-ago/1h", "1h"], ["--previous", "train"]):
+        done = _compare_here(capsys, "--db", str(store), *args, "--html", str(store))
+        assert done.returncode == 2 and f"the store {store}" in done.stderr, done.stderr
+    assert {p: p.read_bytes() for p in kept} == kept
+    for _ in range(2):  # a page of its own, beside the profile, written again
+        done = _compare_here(capsys, str(before), str(after), "--html",
+                             str(before / "compare.html"))
+        assert done.returncode == 0, done.stderr
+    assert "<title>mlcost compare</title>" in (before / "compare.html").read_text()
+
+
 def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_path, capsys):
     """Two runs of one command line in a store (the second on a busier GPU): --previous with
     the second's PID:START compares it with the first over their own lifetimes."""
