@@ -40,6 +40,7 @@ ENERGY_UNITS = ("kWh/h", "g CO2e/h", "kWh")  # shown in their unit, not as dolla
 ENERGY_NOISE = "GPU power over timeline buckets"
 
 Series = Sequence[float]
+Weighted = tuple[float, float]  # a bucket's figure and how many ticks it stands for
 Stat = Callable[[Sequence[Any]], float | None]
 
 
@@ -245,18 +246,34 @@ def _ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
     return math.fsum(p[0] for p in pairs) / den if den > 0 else None
 
 
+def weighted_mean(series: Sequence[Weighted]) -> float | None:
+    """The mean of (value, ticks) pairs, each value counted once per tick it stands for."""
+    return _ratio([(value * ticks, ticks) for value, ticks in series])
+
+
 # -- the figures of one side --------------------------------------------------------------
 
 
-def utilization_series(side: Side) -> list[float]:
-    """Per bucket: mean utilization (%) over the GPUs the side's processes held."""
+def bucket_ticks(bucket: dict[str, Any]) -> float:
+    """How many ticks a timeline bucket holds (its `samples`; 1 in a document without): the
+    first and last buckets of a run hold a part, and a per-hour figure that counted them as
+    whole ones would not be the report's (a 13-s profile's 2-tick bucket after its command
+    exited made its utilization 33 % here and 34.5 % in its profile.json)."""
+    ticks = bucket.get("samples")
+    return float(ticks) if isinstance(ticks, int | float) and not isinstance(
+        ticks, bool) and ticks > 0 else 1.0
+
+
+def utilization_series(side: Side) -> list[Weighted]:
+    """Per bucket: (mean utilization (%) over the GPUs the side's processes held, its ticks);
+    their weighted mean is the report's utilization over the same ticks."""
     out = []
     for bucket in side.buckets:
         gpus = bucket.get("gpus") or {}
         values = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
         value = _mean(values) if side.gpus else bucket.get("utilization")
         if value is not None:
-            out.append(float(value))
+            out.append((float(value), bucket_ticks(bucket)))
     return out
 
 
@@ -277,15 +294,15 @@ def bucket_cost(side: Side, bucket: dict[str, Any]) -> float | None:
     return None
 
 
-def cost_series(side: Side) -> list[float]:
-    """Per bucket that knows it: what the side burns in $/h."""
-    return [v for b in side.buckets if (v := bucket_cost(side, b)) is not None]
+def cost_series(side: Side) -> list[Weighted]:
+    """Per bucket that knows it: (what the side burns in $/h, its ticks)."""
+    return [(v, bucket_ticks(b)) for b in side.buckets if (v := bucket_cost(side, b)) is not None]
 
 
-def wasted_series(side: Side) -> list[float]:
-    """Per bucket: wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs whole),
-    at the bucket's own price (the price charged then), else at the side's (a document from
-    before buckets carried theirs)."""
+def wasted_series(side: Side) -> list[Weighted]:
+    """Per bucket: (wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs
+    whole), its ticks), at the bucket's own price (the price charged then), else at the
+    side's (a document from before buckets carried theirs)."""
     whole = (side.document.get("burn") or {}).get("price_per_gpu")
     out = []
     for bucket in side.buckets:
@@ -295,8 +312,8 @@ def wasted_series(side: Side) -> list[float]:
         gpus = bucket.get("gpus") or {}
         utils = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
         if any(u is not None for u in utils):
-            out.append(math.fsum(gpu_wasted_per_hour(float(per_gpu), u)
-                                 for u in utils if u is not None))
+            out.append((math.fsum(gpu_wasted_per_hour(float(per_gpu), u)
+                                  for u in utils if u is not None), bucket_ticks(bucket)))
     return out
 
 
@@ -456,9 +473,10 @@ def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
     return boot * min(windows, 1.0)
 
 
-def _relative_sd(series: Series, rng: random.Random) -> float | None:
-    mean = _mean(list(series))
-    sd = noise_sd(series, _mean, rng)
+def _relative_sd(series: Sequence[Any], rng: random.Random,
+                 stat: Stat = _mean) -> float | None:
+    mean = stat(list(series))
+    sd = noise_sd(series, stat, rng)
     if sd is None or not mean:
         return None
     return sd / abs(mean)
@@ -496,10 +514,10 @@ class _Figure:
                 "noise_text": change_text(judged["noise"], self.unit, signed=False)}
 
 
-def _series_figure(name: str, label: str, unit: str, higher: bool, a: Series, b: Series,
-                   rng: random.Random) -> _Figure:
-    return _Figure(name, label, unit, _mean(list(a)), _mean(list(b)),
-                   noise_sd(a, _mean, rng), noise_sd(b, _mean, rng), higher,
+def _series_figure(name: str, label: str, unit: str, higher: bool, a: Sequence[Weighted],
+                   b: Sequence[Weighted], rng: random.Random) -> _Figure:
+    return _Figure(name, label, unit, weighted_mean(a), weighted_mean(b),
+                   noise_sd(a, weighted_mean, rng), noise_sd(b, weighted_mean, rng), higher,
                    "bootstrap over timeline buckets")
 
 
@@ -599,7 +617,7 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
             sds.append(value * sd / ratio)
             sources.append("bootstrap over steps per bucket")
         else:
-            rel = _relative_sd(utilization_series(side), rng)
+            rel = _relative_sd(utilization_series(side), rng, weighted_mean)
             sds.append(None if rel is None else value * rel)
             sources.append("GPU utilization buckets (no step times)")
     return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
@@ -620,8 +638,8 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                     found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
         return found
     ua, ub = units(a), units(b)
-    rel = {"a": _relative_sd(utilization_series(a), rng),
-           "b": _relative_sd(utilization_series(b), rng)}
+    rel = {"a": _relative_sd(utilization_series(a), rng, weighted_mean),
+           "b": _relative_sd(utilization_series(b), rng, weighted_mean)}
     return [_Figure(f"unit_cost.{name}", f"cost per {name}", "$", ua[name], ub[name],
                     None if rel["a"] is None else ua[name] * rel["a"],
                     None if rel["b"] is None else ub[name] * rel["b"], False,

@@ -68,10 +68,34 @@ def test_wasted_per_hour_counts_each_bucket_at_its_own_price():
     side = _side([0.0] * 4)
     for bucket, per_gpu in zip(side.buckets, (1.0, 1.0, 9.0, 9.0), strict=True):
         bucket["price_per_gpu"] = per_gpu
-    assert compare.wasted_series(side) == [1.0, 1.0, 9.0, 9.0]
+    assert compare.wasted_series(side) == [(1.0, 1.0), (1.0, 1.0), (9.0, 1.0), (9.0, 1.0)]
     for bucket in side.buckets:  # a document from before buckets carried their price
         del bucket["price_per_gpu"]
-    assert compare.wasted_series(side) == [1.0] * 4
+    assert compare.wasted_series(side) == [(1.0, 1.0)] * 4
+
+
+# A 13-s profile's timeline as `mlcostd profile` wrote it (starved_train.py --steps 40): ticks
+# and GPU utilization per 1-s bucket, the last two ticks after the command exited. Its
+# profile.json said GPU utilization 34.5 % (the mean over its 54 ticks) and wasted $0.65893/h.
+PROFILE_BUCKETS = [(4, 15.25), (4, 36.0), (4, 37.25), (4, 37.25), (3, 37.666666666666664),
+                   (4, 37.75), (5, 38.2), (4, 37.5), (4, 38.5), (4, 38.5), (4, 37.75),
+                   (4, 37.0), (4, 37.0), (2, 0.0)]
+
+
+def test_per_hour_figures_count_each_tick_once_as_the_report_does():
+    """`compare` said 32 % GPU utilization for a profile whose profile.json said 34.2 % (and
+    95.6 % for one that said 97.1 %): it averaged the timeline's buckets as if each were
+    whole, and a run's first and last buckets hold a part of one (here two ticks at 0 % after
+    the command exited, weighed as four). Each bucket now counts for its ticks: the figures
+    are the report's own."""
+    side = _side([u for _, u in PROFILE_BUCKETS])
+    for bucket, (ticks, _) in zip(side.buckets, PROFILE_BUCKETS, strict=True):
+        bucket["samples"] = ticks
+        bucket["price_per_gpu"] = 1.006
+    result = compare.compare(side, side)
+    assert _figure(result, "utilization")["a"] == pytest.approx(34.5)
+    assert _figure(result, "utilization")["a_text"] == "34%"
+    assert _figure(result, "wasted_per_hour")["a"] == pytest.approx(0.65893)
 
 
 def _figure(result: dict, name: str) -> dict:
