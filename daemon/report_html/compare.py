@@ -84,8 +84,11 @@ def render(result: dict[str, Any]) -> str:
         f"{_side('B (after)', result['b'])}</ul>"
         "<h2>Figures</h2><table><tr><th>figure</th><th>before</th><th>after</th>"
         f"<th>change</th><th>noise</th><th>verdict</th></tr>{''.join(rows)}</table>{note}"
-        "<h2>Phase balance</h2><table><tr><th>before</th><th>after</th></tr>"
-        f"<tr><td>{phase_bar(phases['a'])}</td><td>{phase_bar(phases['b'])}</td></tr></table>"
+        # each bar as wide as its half of the page (a fixed layout: a bar sized to its cell
+        # gives a cell sized to its content nothing to go by)
+        "<h2>Phase balance</h2><table style=\"table-layout:fixed\"><tr><th>before</th>"
+        f"<th>after</th></tr><tr><td>{phase_bar(phases['a'], fill=True)}</td>"
+        f"<td>{phase_bar(phases['b'], fill=True)}</td></tr></table>"
         f"{phase_legend(drawn)}"
         "<h2>Recommendations</h2><table><tr><th>status</th><th>rule</th><th>before $/month"
         f"</th><th>after $/month</th><th>summary</th></tr>{recs}</table>"

@@ -457,6 +457,28 @@ def test_the_phase_legend_reads_in_chromium_with_the_bars_colours(tmp_path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_phase_bars_fill_their_column(tmp_path):
+    """The before and after bars were 200 px in a column three times as wide: they read as a
+    third of the run. In a browser each bar is as wide as its cell (less its padding), and
+    its phases add up to the whole bar."""
+    from daemon.report_html.compare import render
+
+    html = tmp_path / "compare.html"
+    html.write_text(render(compare.compare(_phased_side(PHASED[0], "a"),
+                                           _phased_side(PHASED[1], "b"))))
+    script = """[...document.querySelectorAll('svg.phases')].map(svg => {
+      const cell = svg.parentElement.getBoundingClientRect(), bar = svg.getBoundingClientRect();
+      const drawn = [...svg.querySelectorAll('rect.phase')].map(r => r.getBoundingClientRect())
+        .filter(r => r.width > 0);
+      return [cell.width, bar.width, Math.max(...drawn.map(r => r.right)) - bar.left]})"""
+    for size in ((1000, 700), (1600, 700)):
+        bars = chromium.load(html.as_uri(), script, size=size).value
+        assert len(bars) == 2, bars
+        for cell, bar, drawn in bars:
+            assert bar >= cell - 16 and bar > size[0] / 2 - 80, (size, bars)
+            assert drawn == pytest.approx(bar, abs=1), (size, bars)
+
+
 def _priced_side(per_gpu: float, model: str, label: str) -> compare.Side:
     """A side whose GPU 0 (`model`) was ~50 % busy at `per_gpu` $/GPU-h: its cost figures
     move with the price alone."""
