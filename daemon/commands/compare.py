@@ -1,6 +1,7 @@
 """Compare before and after: two profiles, snapshots, stores or ranges of the live store,
-figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated
-from the recorded samples, and which recommendations are new, gone or changed.
+figure by figure, each with a verdict (better, worse, within noise; inconclusive from too few
+stack samples) whose noise is estimated from the recorded samples, and which recommendations
+are new, gone or changed.
 
 A and B are each one of:
   DIR or FILE.json    a profile (`mlcostd profile` writes DIR/profile.json) or a report
@@ -22,7 +23,8 @@ examples:
                                                    the same command line
   mlcostd compare A B --json                       the JSON document described in the README
 
-exit status: 0 compared (whatever the verdict), 1 an input cannot be read, 2 a usage error.
+exit status: 0 compared (whatever the verdict), 1 an input cannot be read, 2 a usage error
+(an --html that is one of the inputs, or a file of an input's profile folder, is one).
 """
 
 from __future__ import annotations
