@@ -26,11 +26,21 @@ RESAMPLES = 1000
 SEED = 20261202  # fixed: the same inputs give the same verdicts
 Z = 2.576  # a difference counts when it is past 99 % of what the noise alone would give
 BETTER, WORSE, NOISE, UNKNOWN = "better", "worse", "within noise", "no figure"
+# A figure measured on both sides from too few samples to be judged either way.
+INCONCLUSIVE = "inconclusive"
+# Stack samples a side's phase shares need before they are judged: the count under which
+# `mlcostd profile` warns `few_stack_samples` ("the phase balance is rough"). Four runs of one
+# 30-step script, 14-15 samples each, gave 26 %, 93 %, 67 % and 86 % data_wait (2026-12).
+MIN_PHASE_SAMPLES = 20
+# Under this share of a side's time in the low-utilization windows its samples split, the
+# samples cannot move a phase share by more than that many points: it rests on the GPU's time.
+MIN_SAMPLED_SHARE = 0.1
 SAVINGS_CHANGED = 0.2  # a recommendation "changed" when its savings moved by over 20 %
 ENERGY_UNITS = ("kWh/h", "g CO2e/h", "kWh")  # shown in their unit, not as dollars
 ENERGY_NOISE = "GPU power over timeline buckets"
 
 Series = Sequence[float]
+Weighted = tuple[float, float]  # a bucket's figure and how many ticks it stands for
 Stat = Callable[[Sequence[Any]], float | None]
 
 
@@ -236,18 +246,34 @@ def _ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
     return math.fsum(p[0] for p in pairs) / den if den > 0 else None
 
 
+def weighted_mean(series: Sequence[Weighted]) -> float | None:
+    """The mean of (value, ticks) pairs, each value counted once per tick it stands for."""
+    return _ratio([(value * ticks, ticks) for value, ticks in series])
+
+
 # -- the figures of one side --------------------------------------------------------------
 
 
-def utilization_series(side: Side) -> list[float]:
-    """Per bucket: mean utilization (%) over the GPUs the side's processes held."""
+def bucket_ticks(bucket: dict[str, Any]) -> float:
+    """How many ticks a timeline bucket holds (its `samples`; 1 in a document without): the
+    first and last buckets of a run hold a part, and a per-hour figure that counted them as
+    whole ones would not be the report's (a 13-s profile's 2-tick bucket after its command
+    exited made its utilization 33 % here and 34.5 % in its profile.json)."""
+    ticks = bucket.get("samples")
+    return float(ticks) if isinstance(ticks, int | float) and not isinstance(
+        ticks, bool) and ticks > 0 else 1.0
+
+
+def utilization_series(side: Side) -> list[Weighted]:
+    """Per bucket: (mean utilization (%) over the GPUs the side's processes held, its ticks);
+    their weighted mean is the report's utilization over the same ticks."""
     out = []
     for bucket in side.buckets:
         gpus = bucket.get("gpus") or {}
         values = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
         value = _mean(values) if side.gpus else bucket.get("utilization")
         if value is not None:
-            out.append(float(value))
+            out.append((float(value), bucket_ticks(bucket)))
     return out
 
 
@@ -268,15 +294,15 @@ def bucket_cost(side: Side, bucket: dict[str, Any]) -> float | None:
     return None
 
 
-def cost_series(side: Side) -> list[float]:
-    """Per bucket that knows it: what the side burns in $/h."""
-    return [v for b in side.buckets if (v := bucket_cost(side, b)) is not None]
+def cost_series(side: Side) -> list[Weighted]:
+    """Per bucket that knows it: (what the side burns in $/h, its ticks)."""
+    return [(v, bucket_ticks(b)) for b in side.buckets if (v := bucket_cost(side, b)) is not None]
 
 
-def wasted_series(side: Side) -> list[float]:
-    """Per bucket: wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs whole),
-    at the bucket's own price (the price charged then), else at the side's (a document from
-    before buckets carried theirs)."""
+def wasted_series(side: Side) -> list[Weighted]:
+    """Per bucket: (wasted $/h of the side's GPUs (price x (1 - utilization), idle GPUs
+    whole), its ticks), at the bucket's own price (the price charged then), else at the
+    side's (a document from before buckets carried theirs)."""
     whole = (side.document.get("burn") or {}).get("price_per_gpu")
     out = []
     for bucket in side.buckets:
@@ -286,8 +312,8 @@ def wasted_series(side: Side) -> list[float]:
         gpus = bucket.get("gpus") or {}
         utils = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
         if any(u is not None for u in utils):
-            out.append(math.fsum(gpu_wasted_per_hour(float(per_gpu), u)
-                                 for u in utils if u is not None))
+            out.append((math.fsum(gpu_wasted_per_hour(float(per_gpu), u)
+                                  for u in utils if u is not None), bucket_ticks(bucket)))
     return out
 
 
@@ -323,17 +349,94 @@ def phase_fractions(side: Side) -> list[dict[str, float]]:
     return out
 
 
-def stack_phases(side: Side) -> list[str]:
-    """The phases of the side's processes' stack samples, oldest first (per timeline bucket,
-    as counted there): what its phase balance splits the low-utilization windows' time by."""
+def stack_phase_groups(side: Side) -> list[list[str]]:
+    """The phases of the side's processes' stack samples, per timeline bucket, oldest bucket
+    first (within one, the order they were taken in is not kept): what its phase balance
+    splits the low-utilization windows' time by."""
     keys = side.keys
-    out: list[str] = []
+    out: list[list[str]] = []
     for bucket in side.buckets:
+        found: list[str] = []
         for key, proc in sorted((bucket.get("processes") or {}).items()):
             if key in keys and isinstance(proc, dict):
                 for phase, n in sorted((proc.get("phases") or {}).items()):
-                    out += [str(phase)] * max(0, int(n))
+                    found += [str(phase)] * max(0, int(n))
+        if found:
+            out.append(found)
     return out
+
+
+def stack_phases(side: Side) -> list[str]:
+    """The phases of the side's stack samples, oldest bucket first (stack_phase_groups)."""
+    return [phase for group in stack_phase_groups(side) for phase in group]
+
+
+def effective_samples(groups: Sequence[Sequence[float]]) -> float:
+    """How many independent samples the values in `groups` (consecutive stretches in time
+    order, the order inside each unknown) are worth: n (1 - r) / (1 + r), r their lag-1
+    autocorrelation (at least 0, at most 0.9). Stack samples of a loop are not independent:
+    a sampler whose period is near a multiple of the loop's lands in the same part of it
+    sample after sample, and a run of one phase says less than its count. Neighbours inside
+    a group count as any two of its values would (the mean over its orderings), so sorting
+    a bucket's samples by phase cannot make them look correlated."""
+    values = [v for group in groups for v in group]
+    n = len(values)
+    if n < 3:
+        return float(max(n, 1))
+    mean = math.fsum(values) / n
+    spread = math.fsum((v - mean) ** 2 for v in values)
+    if spread <= 0:
+        return float(n)
+    lagged, before = 0.0, None
+    for group in groups:
+        if not group:
+            continue
+        centred = [v - mean for v in group]
+        total = math.fsum(centred)
+        if len(centred) > 1:  # its len - 1 neighbours, each the mean product of two of them
+            lagged += (total * total - math.fsum(c * c for c in centred)) / len(centred)
+        if before is not None:  # the last of the group before and the first of this one
+            lagged += before * total / len(centred)
+        before = total / len(centred)
+    r = lagged / spread
+    r = min(max(r + (1 + 3 * r) / n, 0.0), 0.9)  # less its bias over few values (Marriott-Pope)
+    return max(n * (1 - r) / (1 + r), 1.0)
+
+
+def sampled_time_share(side: Side) -> float | None:
+    """The share of the side's processes' time that its phase balance splits by stack samples
+    (daemon.analysis.balance): a GPU process's time in its low-utilization windows, all of a
+    process without a GPU; the rest is compute, known from the GPU alone. None when the
+    document does not say (no `events`, no process times)."""
+    events = side.document.get("events")
+    window = side.document.get("window") or {}
+    since, until = window.get("since"), window.get("until")
+    if not isinstance(events, list) or not isinstance(since, int | float) or not isinstance(
+            until, int | float):
+        return None
+    interval = (side.document.get("host") or {}).get("interval_s")
+    step = float(interval) if isinstance(interval, int | float) and interval > 0 else 1.0
+    low: dict[str, float] = {}
+    for event in events:
+        if not isinstance(event, dict) or event.get("kind") != "low_utilization" or \
+                not isinstance(event.get("started_at"), int | float):
+            continue
+        ended = event.get("ended_at")
+        end = min(float(ended) if isinstance(ended, int | float) else until, until)
+        key = str(event.get("target"))
+        low[key] = low.get(key, 0.0) + max(0.0, end - max(float(event["started_at"]), since))
+    seen_total = split_total = 0.0
+    for proc in side.processes:
+        first, last = proc.get("first_seen"), proc.get("last_seen")
+        if not proc.get("phases") or not isinstance(first, int | float) or not isinstance(
+                last, int | float) or not isinstance(proc.get("pid"), int) or not isinstance(
+                proc.get("start_time"), int | float):
+            continue
+        seen = float(last) - float(first) + step
+        key = process_key(proc["pid"], float(proc["start_time"]))
+        seen_total += seen
+        split_total += min(low.get(key, 0.0), seen) if proc.get("gpus") else seen
+    return split_total / seen_total if seen_total > 0 else None
 
 
 def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
@@ -342,10 +445,13 @@ def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
     time of its low-utilization windows by the phases of the stack samples taken in them, so
     the share is pinned down by those samples, not by the timeline's buckets (a bucket
     without a sample is not compute time): a block bootstrap over the samples in time order
-    (blocks keep a slow pass together) of the fraction in `phase`, scaled by the share of the
-    run's time the windows hold (the rest is compute, known without sampling). With fewer than
-    4 samples, the spread of the phase's fraction over the buckets (`fractions`) instead."""
-    samples = stack_phases(side)
+    (blocks keep a slow pass together) of the fraction in `phase`, never under the binomial
+    spread of that fraction over the samples' effective number (effective_samples: samples
+    in runs of one phase count for fewer), scaled by the share of the run's time the windows
+    hold (the rest is compute, known without sampling). With fewer than 4 samples, the spread
+    of the phase's fraction over the buckets (`fractions`) instead."""
+    groups = stack_phase_groups(side)
+    samples = [s for group in groups for s in group]
     if len(samples) < 4:
         return noise_sd([f.get(phase, 0.0) for f in fractions], _mean, rng)
     boot = block_bootstrap_sd([1.0 if s == phase else 0.0 for s in samples], _mean, rng)
@@ -354,19 +460,23 @@ def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
     # never under the binomial spread at the add-one rate: a run that happened to sample one
     # phase only (or never) would otherwise claim to know its share exactly
     rate = (samples.count(phase) + 1) / (len(samples) + 2)
-    boot = max(boot, math.sqrt(rate * (1 - rate) / len(samples)))
-    counted = {p: samples.count(p) / len(samples) for p in set(samples)}
-    shares = phase_shares(side)
-    sampled = math.fsum(f for p, f in counted.items() if p != COMPUTE)
-    # window time / all time: the non-compute share over the samples' non-compute fraction
-    windows = (math.fsum(shares.get(p, 0.0) for p in counted if p != COMPUTE) / sampled
-               if sampled > 0 else 1.0)
+    worth = effective_samples([[1.0 if s == phase else 0.0 for s in g] for g in groups])
+    boot = max(boot, math.sqrt(rate * (1 - rate) / worth))
+    windows = sampled_time_share(side)
+    if windows is None:  # window time / all time: the non-compute share over the samples'
+        # non-compute fraction (all of it, when every sample was compute)
+        counted = {p: samples.count(p) / len(samples) for p in set(samples)}
+        shares = phase_shares(side)
+        sampled = math.fsum(f for p, f in counted.items() if p != COMPUTE)
+        windows = (math.fsum(shares.get(p, 0.0) for p in counted if p != COMPUTE) / sampled
+                   if sampled > 0 else 1.0)
     return boot * min(windows, 1.0)
 
 
-def _relative_sd(series: Series, rng: random.Random) -> float | None:
-    mean = _mean(list(series))
-    sd = noise_sd(series, _mean, rng)
+def _relative_sd(series: Sequence[Any], rng: random.Random,
+                 stat: Stat = _mean) -> float | None:
+    mean = stat(list(series))
+    sd = noise_sd(series, stat, rng)
     if sd is None or not mean:
         return None
     return sd / abs(mean)
@@ -385,11 +495,14 @@ class _Figure:
     noise_from: str
     why_no_noise: str | None = None  # said instead of "too few buckets" when known
     in_overall: bool = True  # counted in the overall verdict
+    inconclusive: str | None = None  # why it rests on too few samples to be judged
 
     def as_dict(self) -> dict[str, Any]:
         judged = verdict(self.a, self.b, self.sd_a, self.sd_b, self.higher_is_better)
         if self.why_no_noise and "why" in judged:
             judged["why"] = self.why_no_noise
+        if self.inconclusive and judged["verdict"] in (BETTER, WORSE, NOISE):
+            judged["verdict"], judged["why"] = INCONCLUSIVE, self.inconclusive
         return {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
                 "b": self.b, **judged,
                 "higher_is_better": self.higher_is_better, "noise_from": self.noise_from,
@@ -401,10 +514,10 @@ class _Figure:
                 "noise_text": change_text(judged["noise"], self.unit, signed=False)}
 
 
-def _series_figure(name: str, label: str, unit: str, higher: bool, a: Series, b: Series,
-                   rng: random.Random) -> _Figure:
-    return _Figure(name, label, unit, _mean(list(a)), _mean(list(b)),
-                   noise_sd(a, _mean, rng), noise_sd(b, _mean, rng), higher,
+def _series_figure(name: str, label: str, unit: str, higher: bool, a: Sequence[Weighted],
+                   b: Sequence[Weighted], rng: random.Random) -> _Figure:
+    return _Figure(name, label, unit, weighted_mean(a), weighted_mean(b),
+                   noise_sd(a, weighted_mean, rng), noise_sd(b, weighted_mean, rng), higher,
                    "bootstrap over timeline buckets")
 
 
@@ -417,6 +530,7 @@ def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                     key=lambda p: (p != COMPUTE, -max(shares["a"].get(p, 0.0),
                                                       shares["b"].get(p, 0.0)), p))
     out = []
+    rough = too_few_stack_samples(a, b)
     for phase in phases:
         sds = {"a": phase_noise(a, phase, fractions["a"], rng),
                "b": phase_noise(b, phase, fractions["b"], rng)}
@@ -424,8 +538,28 @@ def _phase_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                            shares["a"].get(phase, 0.0) if shares["a"] else None,
                            shares["b"].get(phase, 0.0) if shares["b"] else None,
                            sds["a"], sds["b"], phase == COMPUTE,
-                           "block bootstrap over the stack samples in time order"))
+                           "block bootstrap over the stack samples in time order",
+                           inconclusive=rough))
     return out
+
+
+def too_few_stack_samples(a: Side, b: Side) -> str | None:
+    """Why the sides' phase shares are not judged, when a side's rest on fewer than
+    MIN_PHASE_SAMPLES stack samples; None when both have enough, or their time is the GPU's
+    (a side without samples, or whose samples split under MIN_SAMPLED_SHARE of its time:
+    the rest is compute, known from the GPU; it is judged as before)."""
+    counts = {"A": len(stack_phases(a)), "B": len(stack_phases(b))}
+
+    def rough(side: Side, n: int) -> bool:
+        share = sampled_time_share(side)
+        return 0 < n < MIN_PHASE_SAMPLES and (share is None or share >= MIN_SAMPLED_SHARE)
+
+    if not (rough(a, counts["A"]) or rough(b, counts["B"])):
+        return None
+    how = ("profile longer runs, 30 s or more (about 2 stack samples a second)"
+           if a.profile and b.profile else "compare longer runs or ranges")
+    return (f"too few stack samples to judge a phase share (A {counts['A']}, B {counts['B']}; "
+            f"it takes {MIN_PHASE_SAMPLES} or more on each side): {how}")
 
 
 def step_times(profile: dict[str, Any]) -> list[float]:
@@ -483,7 +617,7 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
             sds.append(value * sd / ratio)
             sources.append("bootstrap over steps per bucket")
         else:
-            rel = _relative_sd(utilization_series(side), rng)
+            rel = _relative_sd(utilization_series(side), rng, weighted_mean)
             sds.append(None if rel is None else value * rel)
             sources.append("GPU utilization buckets (no step times)")
     return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
@@ -504,8 +638,8 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                     found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
         return found
     ua, ub = units(a), units(b)
-    rel = {"a": _relative_sd(utilization_series(a), rng),
-           "b": _relative_sd(utilization_series(b), rng)}
+    rel = {"a": _relative_sd(utilization_series(a), rng, weighted_mean),
+           "b": _relative_sd(utilization_series(b), rng, weighted_mean)}
     return [_Figure(f"unit_cost.{name}", f"cost per {name}", "$", ua[name], ub[name],
                     None if rel["a"] is None else ua[name] * rel["a"],
                     None if rel["b"] is None else ub[name] * rel["b"], False,
@@ -787,11 +921,13 @@ def shown_verdict(figure: dict[str, Any]) -> str:
 
 
 def verdict_counts(figures: Sequence[dict[str, Any]]) -> str:
-    """'5 better, 0 worse, 2 within noise' over the figures the overall verdict counts, and
-    '; 2 not counted' when some are left out."""
+    """'5 better, 0 worse, 2 within noise' over the figures the overall verdict counts (', 2
+    inconclusive' when some are), and '; 2 not counted' when some are left out."""
     counted = [f for f in figures if f.get("in_overall", True) is not False]
     text = ", ".join(f"{sum(1 for f in counted if f.get('verdict') == v)} {v}"
                      for v in (BETTER, WORSE, NOISE))
+    unjudged = sum(1 for f in counted if f.get("verdict") == INCONCLUSIVE)
+    text += f", {unjudged} {INCONCLUSIVE}" if unjudged else ""
     left_out = len(figures) - len(counted)
     return text + (f"; {left_out} not counted" if left_out else "")
 
@@ -848,7 +984,9 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
                    f"~sqrt(n) buckets (between-run variation); phase shares: of their stack "
-                   f"samples in time order, scaled by the time in low-utilization windows; a "
+                   f"samples in time order, at least the binomial spread over what they are "
+                   f"worth (lag-1 autocorrelation), scaled by the time in low-utilization "
+                   f"windows, inconclusive from under {MIN_PHASE_SAMPLES} samples on a side; a "
                    f"change counts past {Z} x the noise of the difference (99 %)"),
     }
 
@@ -872,7 +1010,20 @@ def _describe(side: Side) -> dict[str, Any]:
             "gpu_models": gpu_models(side.document, side.gpus),
             "steps": profile.get("steps") if isinstance(profile.get("steps"), int) else None,
             "command": profile.get("command") if isinstance(profile.get("command"), str)
-            else None}
+            else None,
+            "duration_s": (float(profile["duration_s"]) if isinstance(
+                profile.get("duration_s"), int | float) else None),
+            "stack_samples": len(stack_phases(side)),
+            "warnings": profile_warnings(profile)}
+
+
+def profile_warnings(profile: dict[str, Any]) -> list[dict[str, str]]:
+    """Why a profile says it may not stand for its workload (its `warnings`: too_short,
+    few_stack_samples, ...), each {code, message}; [] for a document without them."""
+    found = profile.get("warnings")
+    return [{"code": str(w["code"])[:40], "message": str(w.get("message") or "")[:400]}
+            for w in (found if isinstance(found, list) else [])[:20]
+            if isinstance(w, dict) and isinstance(w.get("code"), str)]
 
 
 def figure_text(value: float | None, unit: str) -> str:

@@ -1,6 +1,7 @@
 """Compare before and after: two profiles, snapshots, stores or ranges of the live store,
-figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated
-from the recorded samples, and which recommendations are new, gone or changed.
+figure by figure, each with a verdict (better, worse, within noise; inconclusive from too few
+stack samples) whose noise is estimated from the recorded samples, and which recommendations
+are new, gone or changed.
 
 A and B are each one of:
   DIR or FILE.json    a profile (`mlcostd profile` writes DIR/profile.json) or a report
@@ -22,7 +23,8 @@ examples:
                                                    the same command line
   mlcostd compare A B --json                       the JSON document described in the README
 
-exit status: 0 compared (whatever the verdict), 1 an input cannot be read, 2 a usage error.
+exit status: 0 compared (whatever the verdict), 1 an input cannot be read, 2 a usage error
+(an --html that is one of the inputs, or a file of an input's profile folder, is one).
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ from pricing.small_file import TOO_LARGE, SmallFileError, read_small_file
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WIDTH = 80
+# What `mlcostd profile` writes in its --out folder, and what SQLite keeps beside a store.
+PROFILE_FILES = ("profile.json", "profile.html", "summary.md", "profile.db")
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+EXPECTED = ("pass a store or snapshot (FILE.db, an SQLite file mlcostd wrote), a profile (the "
+            "folder `mlcostd profile --out` wrote, or its profile.json) or a document "
+            "`mlcostd report --json` printed")
 
 
 class CompareInputError(Exception):
@@ -203,8 +211,16 @@ def _document_from_json(path: Path) -> dict[str, Any]:
     try:  # every number finite: an Infinity read as a figure would judge it
         document = loads_finite(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
-        raise CompareInputError(f"{path} is not JSON ({str(exc)[:120]}); pass a profile.json, "
-                                "a report --json document or an mlcostd store") from None
+        if path.suffix == ".json" and raw.strip():
+            raise CompareInputError(f"{path} is not JSON ({str(exc)[:120]}); pass a "
+                                    "profile.json, a report --json document or an mlcostd "
+                                    "store") from None
+        # a .db that is no database, an empty file: the user did not mean JSON
+        what = ("it is empty" if not raw.strip() else
+                f"it does not begin as an SQLite database does, and it is not JSON either "
+                f"({str(exc)[:80]})")
+        raise CompareInputError(f"{path} is neither an mlcostd store nor a profile JSON: "
+                                f"{what}; {EXPECTED}") from None
     if not (isinstance(document, dict) and isinstance(document.get("window"), dict)
             and isinstance(document.get("processes"), list)):
         raise CompareInputError(f"{path} is JSON but not a profile or report document (no "
@@ -254,13 +270,20 @@ def load(spec: str, config: Config, now: float) -> tuple[str, dict[str, Any]]:
 
 def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     span = ""
-    if isinstance(side.get("since"), int | float) and isinstance(side.get("until"), int | float):
+    if isinstance(side.get("duration_s"), int | float):  # a profile: its run, as it says it
+        span = f", {side['duration_s']:.0f} s"
+    elif isinstance(side.get("since"), int | float) and isinstance(side.get("until"),
+                                                                     int | float):
         span = f", {side['until'] - side['since']:.0f} s"
         if isinstance(side.get("recorded_from"), int | float):
             span += f", {clock.duration(side['until'] - side['recorded_from'])} of it recorded"
     steps = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
-    return _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
+    out = _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
+    for warning in side.get("warnings") or []:  # as `mlcostd profile` said them
+        out += _wrap(f"  not representative: {one_line(warning['message'] or warning['code'])}",
+                     "    ")
+    return out
 
 
 def render_text(result: dict[str, Any]) -> str:
@@ -282,6 +305,9 @@ def render_text(result: dict[str, Any]) -> str:
     for why in sorted({str(f["why"]) for f in result["figures"] if f.get("noise_from") ==
                        analysis.ENERGY_NOISE and f.get("why")}):
         out += _wrap(f"  (energy: {why})", "    ")
+    for why in sorted({str(f["why"]) for f in result["figures"]
+                       if f.get("verdict") == analysis.INCONCLUSIVE and f.get("why")}):
+        out += _wrap(f"  ({analysis.INCONCLUSIVE}: {why})", "    ")
     if result.get("price_note"):
         out += _wrap(f"  (price: {result['price_note']})", "    ")
     out += ["", "Recommendations"]
@@ -298,8 +324,8 @@ def render_text(result: dict[str, Any]) -> str:
         out.append(f"  same     {', '.join(one_line(r)[:40] for r in same)}")
     if not result["recommendations"]:
         out.append("  none on either side")
-    out += ["", f"Verdict: {result['verdict']} ({analysis.verdict_counts(result['figures'])})"]
-    out.append("")
+    out += ["", *_wrap(f"Verdict: {result['verdict']} "
+                       f"({analysis.verdict_counts(result['figures'])})", "    "), ""]
     out += _wrap(result["method"])
     return lines("\n".join(_fit(out)) + "\n")
 
@@ -353,6 +379,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
               f"{config_module.format_duration(math.ceil(same[1] - same[0]))} "
               f"{one_line(b)[:40]}`", file=sys.stderr)
         return 2
+    ranges = [spec for spec in (a, b) if not Path(spec).exists()]
+    if _refuse_clash(args, [a, b], Path(config_module.db_path(config)) if ranges else None):
+        return 2
     try:
         label_a, doc_a = load(a, config, now)
         label_b, doc_b = load(b, config, now)
@@ -365,6 +394,71 @@ def run(args: argparse.Namespace, config: Config) -> int:
               "a time range of the store", file=sys.stderr)
         return 2
     return _show(args, [(label_a, doc_a, args.job, None), (label_b, doc_b, args.job, None)])
+
+
+def _output_clash(html: str | None, inputs: list[str], store: Path | None) -> str | None:
+    """Why --html may not be written where it names, when it is one of the inputs: a file
+    compared, a file of a profile folder compared (or one `mlcostd profile` writes there), or
+    the store a range or --previous reads (or SQLite's files beside it); None when it is
+    none of them."""
+    if not html:
+        return None
+    target = os.path.realpath(html)
+
+    def same(path: Path) -> bool:
+        if os.path.realpath(path) == target:
+            return True
+        try:  # a hard link, or another mount of the same file
+            return os.path.samefile(path, html)
+        except OSError:
+            return False
+
+    for spec in inputs:
+        path = Path(spec)
+        if path.is_dir():  # its files (a page compare wrote there before aside), and the
+            # names a profile writes there
+            if os.path.dirname(target) == os.path.realpath(path) and (
+                    os.path.basename(target) in PROFILE_FILES
+                    or os.path.isfile(target) and not _compare_page(target)):
+                return f"a file of the profile folder {spec}"
+            held = [path / name for name in PROFILE_FILES]
+            what = f"a file of the profile folder {spec}"
+        elif path.exists():
+            held = [path, *(Path(f"{path}{tail}") for tail in SQLITE_SIDECARS)]
+            what = f"the input {spec}"
+            if path.name in PROFILE_FILES:  # a profile's file: its folder's files are its too
+                held += [path.parent / name for name in PROFILE_FILES]
+                what = f"{what} or a file of its profile folder"
+        else:
+            continue
+        if any(same(p) for p in held):
+            return what
+    if store is not None and any(same(Path(f"{store}{tail}"))
+                                 for tail in ("", *SQLITE_SIDECARS)):
+        return f"the store {store} the ranges are read from"
+    return None
+
+
+def _compare_page(path: str) -> bool:
+    """Whether the file at `path` is a page `mlcostd compare --html` wrote (its title)."""
+    from daemon.report_html.compare import TITLE
+
+    try:
+        with open(path, "rb") as f:
+            return TITLE.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
+def _refuse_clash(args: argparse.Namespace, inputs: list[str], store: Path | None) -> bool:
+    """Say so (and True) when --html would overwrite an input."""
+    clash = _output_clash(args.html, inputs, store)
+    if clash is None:
+        return False
+    print(f"mlcostd compare: --html {one_line(args.html)[:120]} is {one_line(clash)[:200]}: "
+          "writing the page there would overwrite what is compared; name a file of its own, "
+          "e.g. --html compare.html", file=sys.stderr)
+    return True
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -380,6 +474,8 @@ def _run_previous(args: argparse.Namespace, config: Config) -> int:
         print("mlcostd compare: --previous takes no A, B or --baseline", file=sys.stderr)
         return 2
     db = Path(config_module.db_path(config))
+    if _refuse_clash(args, [], db):
+        return 2
     try:
         if not db.exists():
             raise CompareInputError(f"no database at {db}; pass --db")

@@ -412,7 +412,8 @@ def build_server(tools: Tools) -> MCPServer:
     @server.tool(annotations=read_only)
     async def compare(before: str, after: str) -> dict[str, Any]:
         """Compare two ranges of this host's recording, figure by figure, with a verdict
-        (better, worse, within noise) and the recommendations that are new or gone. A range
+        (better, worse, within noise; inconclusive where a side has too few stack samples to
+        judge its phase shares) and the recommendations that are new or gone. A range
         is 1h (the last hour), 7d-ago/1h (the hour that ended 7 days ago) or
         2026-12-01T09:00..2026-12-01T10:00."""
         return await answer(tools.compare(before, after))

@@ -7,6 +7,7 @@ from typing import Any
 
 from daemon import __version__, clock
 from daemon.analysis.compare import (
+    INCONCLUSIVE,
     NOT_COUNTED_NOTE,
     change_text,
     figure_text,
@@ -17,7 +18,8 @@ from daemon.report_html.escape import escaped as _e
 from daemon.report_html.render import CSS, phase_bar, phase_legend
 
 VERDICT_COLOURS = {"better": "#16a34a", "worse": "#dc2626", "within noise": "#6b7280",
-                   "mixed": "#ca8a04", "no figure": "#6b7280"}
+                   "mixed": "#ca8a04", "no figure": "#6b7280", "inconclusive": "#6b7280"}
+TITLE = "<title>mlcost compare</title>"  # how `compare --html` tells its own page from others
 
 
 
@@ -31,7 +33,11 @@ def _side(name: str, side: dict[str, Any]) -> str:
             span += (f", recorded from {_e(clock.local_time(side['recorded_from']))}")
     extra = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job <code>{_e(side['job'])}</code>" if side.get("job") else ""
-    return f"<li><b>{name}</b>: <code>{_e(side.get('label'))}</code>{span}{extra}{job}</li>"
+    warned = "".join(f"<li data-warning=\"{_e(w.get('code'))}\">not representative: "
+                     f"{_e(w.get('message') or w.get('code'))}</li>"
+                     for w in side.get("warnings") or [] if isinstance(w, dict))
+    return (f"<li><b>{name}</b>: <code>{_e(side.get('label'))}</code>{span}{extra}{job}"
+            + (f"<ul class=warnings>{warned}</ul>" if warned else "") + "</li>")
 
 
 def render(result: dict[str, Any]) -> str:
@@ -55,6 +61,9 @@ def render(result: dict[str, Any]) -> str:
             if any(f.get("in_overall", True) is False for f in result["figures"]) else "")
     if result.get("price_note"):
         note += f"<p class=muted>price: {_e(result['price_note'])}</p>"
+    for why in sorted({str(f["why"]) for f in result["figures"]
+                       if f.get("verdict") == INCONCLUSIVE and f.get("why")}):
+        note += f"<p class=muted>{INCONCLUSIVE}: {_e(why)}</p>"
     phases = {side: {f["name"][6:]: f[side] or 0.0 for f in result["figures"]
                      if f["name"].startswith("phase.")} for side in ("a", "b")}
     drawn = [p for p in phases["a"] if phases["a"][p] > 0 or phases["b"][p] > 0]  # figures' order
@@ -67,7 +76,7 @@ def render(result: dict[str, Any]) -> str:
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-        "style-src 'unsafe-inline'\"><title>mlcost compare</title>"
+        f"style-src 'unsafe-inline'\">{TITLE}"
         f"<style>{CSS}</style></head><body>"
         f"<h1>mlcost compare: <span style=\"color:{VERDICT_COLOURS.get(verdict, '#111')}\">"
         f"{_e(verdict)}</span> <span class=muted>({_e(verdict_counts(result['figures']))})"
@@ -75,8 +84,11 @@ def render(result: dict[str, Any]) -> str:
         f"{_side('B (after)', result['b'])}</ul>"
         "<h2>Figures</h2><table><tr><th>figure</th><th>before</th><th>after</th>"
         f"<th>change</th><th>noise</th><th>verdict</th></tr>{''.join(rows)}</table>{note}"
-        "<h2>Phase balance</h2><table><tr><th>before</th><th>after</th></tr>"
-        f"<tr><td>{phase_bar(phases['a'])}</td><td>{phase_bar(phases['b'])}</td></tr></table>"
+        # each bar as wide as its half of the page (a fixed layout: a bar sized to its cell
+        # gives a cell sized to its content nothing to go by)
+        "<h2>Phase balance</h2><table style=\"table-layout:fixed\"><tr><th>before</th>"
+        f"<th>after</th></tr><tr><td>{phase_bar(phases['a'], fill=True)}</td>"
+        f"<td>{phase_bar(phases['b'], fill=True)}</td></tr></table>"
         f"{phase_legend(drawn)}"
         "<h2>Recommendations</h2><table><tr><th>status</th><th>rule</th><th>before $/month"
         f"</th><th>after $/month</th><th>summary</th></tr>{recs}</table>"

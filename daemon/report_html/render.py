@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from daemon import __version__, clock
@@ -61,6 +61,7 @@ th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}
 code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 svg.chart{width:100%;height:auto;background:#fcfcfc;border:1px solid #eee}
 svg text{font:11px system-ui,sans-serif;fill:#555}
+svg.phases.fill{display:block;width:100%;height:14px}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 .trigger{background:#fff7ed;border:1px solid #fed7aa;padding:8px;margin:8px 0}
@@ -136,11 +137,7 @@ def line_chart(name: str, series: dict[str, list[Point]], since: float, until: f
                      f'y2="{y(value):.1f}" stroke="#e5e5e5"/>'
                      f'<text x="{PAD_LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
                      f'{_e(_axis_label(value, unit))}</text>')
-    for i in range(5):  # time axis
-        ts = since + span * i / 4
-        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        parts.append(f'<text x="{x(ts):.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">'
-                     f'{_e(clock.local_time(ts, date=False))}</text>')
+    parts += time_axis(since, until, x, HEIGHT - 8)
     for i, (label, points) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
         coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in points if v is not None)
@@ -152,6 +149,22 @@ def line_chart(name: str, series: dict[str, list[Point]], since: float, until: f
     legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
                      f'{_e(label)}</span>' for i, label in enumerate(series))
     return "".join(parts) + f'<div class="legend">{legend}</div>'
+
+
+def time_axis(since: float, until: float, x: Callable[[float], float], y: float) -> list[str]:
+    """A chart's time labels: five across [since, until], each one that reads as the one
+    before left out (a run of under a second, or none at all, would write one time over
+    itself five times at one place)."""
+    out, said = [], None
+    for i in range(5):
+        ts = since + max(until - since, 0.0) * i / 4
+        text = clock.local_time(ts, date=False)
+        if text == said:
+            continue
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+        out.append(f'<text x="{x(ts):.1f}" y="{y}" text-anchor="{anchor}">{_e(text)}</text>')
+        said = text
+    return out
 
 
 TIMELINE_WIDTH, TIMELINE_LABEL_W = 1320, 250  # full page width: a wider viewBox, same text
@@ -189,11 +202,7 @@ def timeline(windows: list[dict[str, Any]], since: float, until: float) -> str:
                          f'fill="#f59e0b"><title>{_e(_time(w["started_at"]))} – '
                          f'{_e(_time(w["ended_at"]))}</title></rect>')
         parts.append("</g>")
-    for i in range(5):
-        ts = since + span * i / 4
-        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        parts.append(f'<text x="{x(ts):.1f}" y="{height - 8}" text-anchor="{anchor}">'
-                     f'{_e(clock.local_time(ts, date=False))}</text>')
+    parts += time_axis(since, until, x, height - 8)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -212,10 +221,12 @@ def phase_legend(phases: Iterable[str]) -> str:
     return f'<div class="legend">{items}</div>' if items else ""
 
 
-def phase_bar(phases: dict[str, float]) -> str:
-    """A process's phase balance as one stacked bar (shares of its time)."""
-    parts = ['<svg class="phases" viewBox="0 0 200 12" width="200" height="12" '
-             'xmlns="http://www.w3.org/2000/svg">']
+def phase_bar(phases: dict[str, float], fill: bool = False) -> str:
+    """A process's phase balance as one stacked bar (shares of its time), 200 px wide, or as
+    wide as its box with `fill` (a column of its own: compare's before and after)."""
+    size = ('class="phases fill" preserveAspectRatio="none"' if fill
+            else 'class="phases" width="200" height="12"')
+    parts = [f'<svg {size} viewBox="0 0 200 12" xmlns="http://www.w3.org/2000/svg">']
     left = 0.0
     for phase, share in sorted(phases.items(), key=lambda kv: -kv[1]):
         width = max(share, 0.0) * 200
@@ -408,7 +419,7 @@ def render(data: ReportData) -> str:
         f"<h1>{_e(data.title)}</h1>",
         f'<p class="facts">{" · ".join(f for f in facts if f)}</p>',
         f'<p class="facts">{_e(_time(data.since))} – {_e(_time(data.until))} '
-        f"({span}) · spent <b>{_money(data.spend)}</b>, of which wasted "
+        f"({span}) · the host spent <b>{_money(data.spend)}</b>, of which wasted "
         f"<b>{_money(data.wasted)}</b></p>",
     ]
     if data.summary:

@@ -193,12 +193,15 @@ def render_html_apart(snapshot: Path, html_path: Path) -> None:
 
 
 def render_html_file(snapshot: Path, html_path: Path, title: str | None = None,
-                     summary: Sequence[str] = ()) -> None:
+                     summary: Sequence[str] = (), since: float | None = None,
+                     until: float | None = None) -> None:
     """The HTML report of a snapshot (or any store), written atomically with mode 0600;
-    `summary`: lines shown above its charts (a profile's verdict)."""
+    `summary`: lines shown above its charts (a profile's verdict); over [since, until] when
+    given (a profile's run, as its profile.json: its store's ticks begin before the command
+    does), else the snapshot's own range."""
     from daemon.report_html import render_store
 
-    write_private(html_path, render_store(snapshot, title=title,
+    write_private(html_path, render_store(snapshot, since, until, title=title,
                                           summary=summary).encode("utf-8"))
 
 

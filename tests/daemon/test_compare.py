@@ -68,10 +68,34 @@ def test_wasted_per_hour_counts_each_bucket_at_its_own_price():
     side = _side([0.0] * 4)
     for bucket, per_gpu in zip(side.buckets, (1.0, 1.0, 9.0, 9.0), strict=True):
         bucket["price_per_gpu"] = per_gpu
-    assert compare.wasted_series(side) == [1.0, 1.0, 9.0, 9.0]
+    assert compare.wasted_series(side) == [(1.0, 1.0), (1.0, 1.0), (9.0, 1.0), (9.0, 1.0)]
     for bucket in side.buckets:  # a document from before buckets carried their price
         del bucket["price_per_gpu"]
-    assert compare.wasted_series(side) == [1.0] * 4
+    assert compare.wasted_series(side) == [(1.0, 1.0)] * 4
+
+
+# A 13-s profile's timeline as `mlcostd profile` wrote it (starved_train.py --steps 40): ticks
+# and GPU utilization per 1-s bucket, the last two ticks after the command exited. Its
+# profile.json said GPU utilization 34.5 % (the mean over its 54 ticks) and wasted $0.65893/h.
+PROFILE_BUCKETS = [(4, 15.25), (4, 36.0), (4, 37.25), (4, 37.25), (3, 37.666666666666664),
+                   (4, 37.75), (5, 38.2), (4, 37.5), (4, 38.5), (4, 38.5), (4, 37.75),
+                   (4, 37.0), (4, 37.0), (2, 0.0)]
+
+
+def test_per_hour_figures_count_each_tick_once_as_the_report_does():
+    """`compare` said 32 % GPU utilization for a profile whose profile.json said 34.2 % (and
+    95.6 % for one that said 97.1 %): it averaged the timeline's buckets as if each were
+    whole, and a run's first and last buckets hold a part of one (here two ticks at 0 % after
+    the command exited, weighed as four). Each bucket now counts for its ticks: the figures
+    are the report's own."""
+    side = _side([u for _, u in PROFILE_BUCKETS])
+    for bucket, (ticks, _) in zip(side.buckets, PROFILE_BUCKETS, strict=True):
+        bucket["samples"] = ticks
+        bucket["price_per_gpu"] = 1.006
+    result = compare.compare(side, side)
+    assert _figure(result, "utilization")["a"] == pytest.approx(34.5)
+    assert _figure(result, "utilization")["a_text"] == "34%"
+    assert _figure(result, "wasted_per_hour")["a"] == pytest.approx(0.65893)
 
 
 def _figure(result: dict, name: str) -> dict:
@@ -185,6 +209,111 @@ def test_two_runs_sampling_the_same_phase_mix_are_within_noise():
         if wait["verdict"] != compare.NOISE:
             alarms.append(wait)
     assert len(alarms) <= 2, alarms
+
+
+def _sampled_run(data_wait: int, of: int, label: str, warnings: list[str] = ()) -> compare.Side:
+    """A profile of a starved loop whose whole run is one low-utilization window (as
+    `mlcostd profile` samples from its first second), `data_wait` of its `of` stack samples
+    waiting on data and the rest in the kernel, one sample a bucket, interleaved; with the
+    profile's warnings (codes)."""
+    phases = ["data_wait"] * data_wait + ["compute"] * (of - data_wait)
+    random.Random(of * 100 + data_wait).shuffle(phases)
+    side = _phase_side([[p] for p in phases], label=label)
+    side.document["profile"] = {"steps": 30, "duration_s": 9.8, "warnings": [
+        {"code": code, "message": f"said by the profile: {code}"} for code in warnings]}
+    return side
+
+
+def test_phase_shares_from_few_stack_samples_are_inconclusive_not_worse():
+    """Four 10-s runs of one starved script (14-15 stack samples each) gave 26 %, 93 %, 67 %
+    and 86 % data_wait; `compare` called 26 % -> 86 % "+60.0 pt ±37.6 pt worse" and the
+    overall verdict worse. A share from fewer than MIN_PHASE_SAMPLES samples on a side is
+    not judged either way: `inconclusive`, saying why and how to get a run that can be, and
+    not counted in the overall verdict."""
+    result = compare.compare(_sampled_run(4, 15, "a"), _sampled_run(13, 15, "b"))
+    wait = _figure(result, "phase.data_wait")
+    assert wait["a"] == pytest.approx(4 / 15) and wait["b"] == pytest.approx(13 / 15)
+    assert wait["verdict"] == compare.INCONCLUSIVE, wait
+    assert "too few stack samples" in wait["why"] and "A 15, B 15" in wait["why"]
+    assert "profile longer runs" in wait["why"]
+    assert _figure(result, "phase.compute")["verdict"] == compare.INCONCLUSIVE
+    assert result["verdict"] != compare.WORSE
+    assert "2 inconclusive" in compare.verdict_counts(result["figures"])
+    text = compare_command.render_text(result)
+    assert re.search(r"data_wait share +27% +87% .* inconclusive", text), text
+    assert "(inconclusive: too few stack samples" in text
+    assert "Verdict: worse" not in text
+    # a side without stack samples (its phases from the GPU alone) is judged as before, and
+    # so is one whose few samples split a short window of a long busy run (the rest of its
+    # time is compute from the GPU: they cannot move a share by more than the window holds)
+    assert compare.too_few_stack_samples(_side(_noisy(50, 20, 1)), _side(_noisy(50, 20, 2))) \
+        is None
+    busy = [_phase_side([["data_wait"]] * 5, outside_s=190.0, label=x) for x in "ab"]
+    for side in busy:
+        side.document.update(window={"since": 1_800_000_000, "until": 1_800_000_200},
+                             host={"interval_s": 1.0}, events=[{
+                                 "kind": "low_utilization", "target": next(iter(side.keys)),
+                                 "started_at": 1_800_000_000, "ended_at": 1_800_000_010}])
+        side.processes[0].update(first_seen=1_800_000_000, last_seen=1_800_000_199)
+        assert compare.sampled_time_share(side) == pytest.approx(0.05)
+    assert compare.too_few_stack_samples(*busy) is None
+    busy[0].document["events"][0]["ended_at"] = 1_800_000_100  # half the run: rough again
+    assert "A 5, B 5" in compare.too_few_stack_samples(*busy)
+    # with enough samples on each side, the same shares are judged
+    many = compare.compare(_sampled_run(8, 30, "a"), _sampled_run(26, 30, "b"))
+    assert _figure(many, "phase.data_wait")["verdict"] == compare.WORSE
+
+
+def test_each_side_says_why_its_profile_may_not_be_representative():
+    """A profile that warned `too_short` and `few_stack_samples` was compared without a word
+    of it. Each side's warnings, as the profile said them, are in the text, the page and the
+    JSON (`a.warnings`, with `a.stack_samples`)."""
+    from daemon.report_html.compare import render
+
+    result = compare.compare(_sampled_run(4, 15, "a", ["too_short", "few_stack_samples"]),
+                             _sampled_run(10, 30, "b"))
+    assert [w["code"] for w in result["a"]["warnings"]] == ["too_short", "few_stack_samples"]
+    assert result["b"]["warnings"] == [] and result["a"]["stack_samples"] == 15
+    text = compare_command.render_text(result)
+    assert text.count("not representative: said by the profile:") == 2, text
+    before, after = text.split("B (after)")
+    assert "said by the profile: too_short" in before and "not representative" not in after
+    assert all(len(line) < 80 for line in text.splitlines())
+    page = render(result)
+    assert re.findall(r'data-warning="([^"]+)"', page) == ["too_short", "few_stack_samples"]
+
+
+def _markov_run(n: int, stay: float, rng: random.Random, label: str) -> compare.Side:
+    """n stack samples of a loop 68 % in data_wait, one per bucket, where each sample repeats
+    the phase before it with probability `stay` (a sampler that keeps landing in the same
+    part of the loop), else is drawn afresh."""
+    phases, current = [], rng.random() < 0.68
+    for _ in range(n):
+        phases.append(["data_wait" if current else "compute"])
+        if rng.random() >= stay:
+            current = rng.random() < 0.68
+    return _phase_side(phases, label=label)
+
+
+def test_stack_samples_in_runs_of_one_phase_count_for_fewer():
+    """Samples within one run are correlated: a sampler whose period is near a multiple of the
+    loop's lands in the same part of it again and again. Two runs of one loop, 30 samples
+    each, each sample repeating the phase before it 70 % of the time: the binomial spread of
+    30 independent samples called 14 of 100 such pairs better or worse. Counting the samples
+    for what they are worth (their lag-1 autocorrelation) keeps that near the 1 % the 99 %
+    line allows."""
+    rng = random.Random(7)
+    alarms = [wait for _ in range(50) if (wait := _figure(compare.compare(
+        _markov_run(30, 0.7, rng, "a"), _markov_run(30, 0.7, rng, "b")),
+        "phase.data_wait"))["verdict"] in (compare.BETTER, compare.WORSE)]
+    assert len(alarms) <= 2, alarms
+    # what it rests on: runs count for fewer, independent samples for about their number,
+    # and a bucket's samples (kept in no order) sorted by phase do not look like runs
+    assert compare.effective_samples([[1.0]] * 15 + [[0.0]] * 15) < 5
+    alternating = [[float(i % 2)] for i in range(30)]
+    assert compare.effective_samples(alternating) == pytest.approx(30)
+    mixed = [[1.0, 1.0, 1.0, 0.0, 0.0, 0.0]] * 5
+    assert compare.effective_samples(mixed) > 20
 
 
 def test_the_bootstrap_is_seeded():
@@ -326,6 +455,28 @@ def test_the_phase_legend_reads_in_chromium_with_the_bars_colours(tmp_path):
     assert {(name, colour) for name, colour in page.value["bars"]} == set(legend.items())
     assert page.value["pwned"] == 0
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_phase_bars_fill_their_column(tmp_path):
+    """The before and after bars were 200 px in a column three times as wide: they read as a
+    third of the run. In a browser each bar is as wide as its cell (less its padding), and
+    its phases add up to the whole bar."""
+    from daemon.report_html.compare import render
+
+    html = tmp_path / "compare.html"
+    html.write_text(render(compare.compare(_phased_side(PHASED[0], "a"),
+                                           _phased_side(PHASED[1], "b"))))
+    script = """[...document.querySelectorAll('svg.phases')].map(svg => {
+      const cell = svg.parentElement.getBoundingClientRect(), bar = svg.getBoundingClientRect();
+      const drawn = [...svg.querySelectorAll('rect.phase')].map(r => r.getBoundingClientRect())
+        .filter(r => r.width > 0);
+      return [cell.width, bar.width, Math.max(...drawn.map(r => r.right)) - bar.left]})"""
+    for size in ((1000, 700), (1600, 700)):
+        bars = chromium.load(html.as_uri(), script, size=size).value
+        assert len(bars) == 2, bars
+        for cell, bar, drawn in bars:
+            assert bar >= cell - 16 and bar > size[0] / 2 - 80, (size, bars)
+            assert drawn == pytest.approx(bar, abs=1), (size, bars)
 
 
 def _priced_side(per_gpu: float, model: str, label: str) -> compare.Side:
@@ -536,10 +687,19 @@ def _record(daemons: dict, folders: dict) -> dict:
                 reader = StoreReader(str(daemon.db))
                 try:
                     recs = report.build(reader, 600)["recommendations"]
+                    # as _profile reads it: from the first step on
+                    last = reader.query("SELECT max(ts) AS hi FROM ticks")[0]["hi"] / 1000
+                    so_far = report.build(reader, last - steps[0], until=last)
                 finally:
                     reader.close()
                 if "dataloader_starvation" not in {r["rule"] for r in recs}:
                     out.append(f"the prefetch advice in {name}")
+                # enough stack samples for its phase shares to be judged (fewer are
+                # inconclusive): how fast the windows are sampled is the machine's to say
+                sampled = len(compare.stack_phases(compare.Side(name, so_far)))
+                if sampled < compare.MIN_PHASE_SAMPLES:
+                    out.append(f"{compare.MIN_PHASE_SAMPLES} stack samples in {name} (has "
+                               f"{sampled})")
         return out
 
     left: list[list[str]] = [[]]
@@ -684,6 +844,75 @@ def test_clear_errors_for_inputs_that_are_not_comparable(tmp_path, capsys):
     done = _compare_here(capsys, str(hostile), str(twin))
     assert done.returncode == 1 and "cannot compare" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_file_that_is_neither_a_store_nor_json_says_what_was_expected(tmp_path, capsys):
+    """`compare bad.db X` (a text file named .db) and `compare empty.db X` said "bad.db is not
+    JSON", though the user gave a store's path: the message says it is neither a store nor a
+    profile JSON, why (empty; no SQLite header and no JSON), and what `compare` reads."""
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"window": {}, "processes": []}))
+    (tmp_path / "bad.db").write_text("hello\n")
+    (tmp_path / "empty.db").write_bytes(b"")
+    (tmp_path / "empty.json").write_bytes(b"")
+    for name, why in (("bad.db", "it does not begin as an SQLite database does"),
+                      ("empty.db", "it is empty"), ("empty.json", "it is empty")):
+        done = _compare_here(capsys, str(tmp_path / name), str(other))
+        assert done.returncode == 1, done
+        said = done.stderr
+        assert f"{tmp_path / name} is neither an mlcostd store nor a profile JSON" in said, said
+        assert why in said and "a store or snapshot (FILE.db" in said, said
+        assert "profile.json" in said and "report --json" in said
+        assert f"{name} is not JSON" not in said
+
+
+def _profile_folder(folder: Path) -> Path:
+    """A profile folder as `mlcostd profile --out` leaves it (the document minimal)."""
+    folder.mkdir()
+    (folder / "profile.json").write_text(json.dumps({"window": {}, "processes": [],
+                                                     "gpus": []}))
+    for name in ("profile.html", "summary.md", "profile.db"):
+        (folder / name).write_text(f"the profile's {name}")
+    return folder
+
+
+def test_html_that_would_overwrite_an_input_is_refused(tmp_path, capsys):
+    """`compare sc fixed --html sc/profile.json` wrote the page over the profile it compared
+    (and `--html` naming an input .db over the store). Any output that is an input, a file
+    of an input profile folder (by any path: `..`, a link) or the store a range is read from,
+    is a usage error, and nothing is written; a page of its own in the folder is fine, and
+    so is writing it again."""
+    before, after = _profile_folder(tmp_path / "sc"), _profile_folder(tmp_path / "fixed")
+    store = tmp_path / "live.db"
+    store.write_text("the live store")
+    (before / "gates.xml").write_text("<testsuite/>")  # a --junit file put there
+    (tmp_path / "link.json").symlink_to(before / "profile.json")
+    kept = {p: p.read_bytes() for p in [*before.iterdir(), *after.iterdir(), store]}
+    refused = [
+        (str(before), str(after), before / "profile.json"),
+        (str(before), str(after), before / "profile.html"),
+        (str(before), str(after), before / "summary.md"),
+        (str(before), str(after), before / "gates.xml"),
+        (str(before), str(after), after / ".." / "fixed" / "profile.db"),
+        (str(before), str(after), tmp_path / "link.json"),
+        (str(before / "profile.json"), str(after), before / "profile.json"),
+        (str(before / "profile.json"), str(after), before / "profile.html"),
+        (str(after / "profile.db"), str(before), after / "profile.db-wal"),
+    ]
+    for a, b, html in refused:
+        done = _compare_here(capsys, a, b, "--html", str(html))
+        assert done.returncode == 2, (html, done)
+        assert "would overwrite what is compared" in done.stderr, done.stderr
+        assert "e.g. --html compare.html" in done.stderr and done.stdout == ""
+    for args in (["2h-ago/1h", "1h"], ["--previous", "train"]):
+        done = _compare_here(capsys, "--db", str(store), *args, "--html", str(store))
+        assert done.returncode == 2 and f"the store {store}" in done.stderr, done.stderr
+    assert {p: p.read_bytes() for p in kept} == kept
+    for _ in range(2):  # a page of its own, beside the profile, written again
+        done = _compare_here(capsys, str(before), str(after), "--html",
+                             str(before / "compare.html"))
+        assert done.returncode == 0, done.stderr
+    assert "<title>mlcost compare</title>" in (before / "compare.html").read_text()
 
 
 def test_previous_compares_the_latest_run_of_a_command_with_the_one_before(tmp_path, capsys):

@@ -192,6 +192,67 @@ def test_small_dollar_amounts_keep_their_figures_and_a_title_can_say_profile(sna
     assert "snapshot of" not in titled.split("</h1>")[0]
 
 
+def test_a_page_over_a_range_shows_the_costs_the_report_gives_over_it(snapshot, tmp_path):
+    """A 40-step profile's page said $0.0037 spent in its header and $0.0036 for the command's
+    process, where the profile said $0.0035: the page was rendered over its store's ticks, the
+    first taken before the command started, and profile.json over the run. Over the run's
+    range the process costs what the report says, and the header says the host spent what
+    the report's `spend` says (the host's, not the command's)."""
+    from daemon.commands import report
+    from daemon.report_html.render import _money
+    from daemon.store.reader import StoreReader
+
+    since, until = T0 + 6.5, T0 + 31
+    html = tmp_path / "run.html"
+    render_html_file(snapshot, html, title="mlcost profile of python train.py",
+                     since=since, until=until)
+    reader = StoreReader(str(snapshot))
+    try:
+        document = report.build(reader, until - since, until=until)
+    finally:
+        reader.close()
+    process = next(p for p in document["processes"] if p["pid"] == 4242)
+
+    def shown(page: str) -> tuple[str, str]:  # (the header's spend, the process row's cost)
+        spent = re.search(r"the host spent <b>([^<]*)</b>", page)
+        row = re.search(r'<td class="num">4242</td>(.*?)</tr>', page, re.S)
+        assert spent and row, page
+        return spent[1], re.findall(r'<td class="num">([^<]*)</td>', row[1])[-1]
+
+    assert shown(html.read_text()) == (_money(document["spend"]["total"]),
+                                       _money(process["cost"], 4))
+    whole = tmp_path / "whole.html"
+    render_html_file(snapshot, whole)  # the snapshot's own range: more than the run
+    assert shown(whole.read_text())[1] != _money(process["cost"], 4)
+
+
+def test_a_chart_of_a_run_under_a_second_writes_its_time_once(tmp_path):
+    """A run of no length (one tick: since == until) wrote its five time labels at one
+    place, one over another; one of under a second wrote the same second five times. A label
+    that reads as the one before is left out; a longer range keeps its five."""
+    from daemon.report_html.render import CSS, line_chart, timeline
+
+    def labels(svg: str) -> list[tuple[str, str]]:  # (x, text) of the time axis
+        return re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="[a-z]+">'
+                          r"(\d\d:\d\d:\d\d)</text>", svg)
+
+    t = float(int(T0)) + 0.2
+    window = [{"target": "1:2.000", "started_at": t, "ended_at": t, "label": "1 train.py"}]
+    for until in (t, t + 0.5):
+        for svg in (line_chart("burn", {"burn $/h": [(t, 1.0)]}, t, until, "$"),
+                    timeline(window, t, until)):
+            assert labels(svg) == [labels(svg)[0]] and labels(svg)[0][1] == clock.local_time(
+                t, date=False), labels(svg)
+    longer = labels(line_chart("burn", {"burn $/h": [(t, 1.0)]}, t, t + 20, "$"))
+    assert len(longer) == 5 and len({x for x, _ in longer}) == 5
+    page = tmp_path / "zero.html"
+    page.write_text(f"<!doctype html><style>{CSS}</style>"
+                    + line_chart("burn", {"burn $/h": [(t, 1.0)]}, t, t, "$"))
+    shown = chromium.load(page.as_uri(), "[...document.querySelectorAll('svg text')]"
+                          ".filter(e => /:/.test(e.textContent)).length", size=(700, 400))
+    assert shown.value == 1
+
+
 def test_a_phase_balance_read_from_proc_alone_says_its_low_confidence(tmp_path):
     """Without Python stacks (ptrace denied) the phases come from /proc: the page says so next
     to the bar, as the text report and mlcost-top do; stacks from py-spy say nothing."""
