@@ -730,9 +730,11 @@ def write_outputs(out: Path, document: dict[str, Any], config: Config) -> None:
 
     write_private(out / "profile.json", (json.dumps(document, indent=2) + "\n").encode())
     try:
+        window = document.get("window") or {}  # the run's range, as profile.json's figures
         render_html_file(config_module.db_path(config), out / "profile.html",
                          title=f"mlcost profile of {document['profile']['command']}",
-                         summary=[line.strip() for line in verdict_lines(document)])
+                         summary=[line.strip() for line in verdict_lines(document)],
+                         since=window.get("since"), until=window.get("until"))
     except Exception as exc:  # the page is a convenience: the JSON and summary still count
         log.warning("cannot write %s: %s", out / "profile.html", exc)
     write_private(out / "summary.md", summary_markdown(document).encode("utf-8"))

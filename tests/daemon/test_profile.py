@@ -104,6 +104,11 @@ def test_a_starved_script_profiles_to_data_wait_with_a_prefetch_recommendation(s
     page = (out / "profile.html").read_text()
     assert "data_wait" in page and "prefetch" in page
     assert "<title>mlcost profile of " in page and "snapshot of" not in page
+    # the page covers the run, as profile.json: its process cost is the profile's (it was
+    # over the store's ticks, which begin before the command: three costs on one page)
+    (trainer,) = [p for p in profile_doc["processes"] if p["gpus"]]
+    assert f">${trainer['cost']:.4f}<" in page
+    assert f"the host spent <b>${profile_doc['spend']['total']:.4f}</b>" in page
     assert "data_wait" in result.stderr and "wrote" in result.stderr
 
 
