@@ -68,6 +68,10 @@ class HostSignals:
     # Share of the wall time its main thread was runnable but waiting for a core (schedstat),
     # 0-1. None: not measured.
     main_thread_queued: float | None = None
+    # Whether its main thread ran or waited for a core at all between the last two ticks
+    # (schedstat): False, it slept throughout, in a call nothing woke (a socket read no byte
+    # came to). None: not measured (no schedstat, or fewer than two readings).
+    main_thread_woke: bool | None = None
     read_per_s: float = 0.0
     write_per_s: float = 0.0
     # CPU-seconds a second of the process and its children (waited-for ones included): the

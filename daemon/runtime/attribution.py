@@ -374,15 +374,20 @@ class Attribution:
             tree_cpu += _rate(kid_first.tree_cpu_seconds, kid_last.tree_cpu_seconds,
                               span) or 0.0
         mains = [(s.ts, t) for s in snapshots if (t := s.main_times) is not None]
-        main_cpu = main_queued = None
+        main_cpu = main_queued = main_woke = None
         if len(mains) >= 2:
             (since, before), (until, after) = mains[0], mains[-1]
             main_cpu = cpu_demand(after.on_cpu - before.on_cpu, after.queued - before.queued,
                                   until - since)
             main_queued = _rate(before.queued, after.queued, until - since)
+            (_, last_but_one), (_, last_one) = mains[-2], mains[-1]
+            if last_but_one.runs is not None and last_one.runs is not None:
+                main_woke = (last_one.runs > last_but_one.runs
+                             or last_one.queued > last_but_one.queued)
         utils = [s.gpu_utilization for s in snapshots if s.gpu_utilization is not None]
         return HostSignals(
             seconds=seconds, main_thread_cpu=main_cpu, main_thread_queued=main_queued,
+            main_thread_woke=main_woke,
             process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
             read_per_s=read, write_per_s=written, tree_cpu=tree_cpu, d_state=in_d,
             iowait_growing=(first.iowait is not None and last.iowait is not None
