@@ -35,10 +35,11 @@ def held(n: int = 61, util: float = 0.0, sm_share: float = 0.0, read_per_tick: i
     return out
 
 
-def advice(samples: list[Sample], phases: dict | None = None) -> dict[str, list]:
+def advice(samples: list[Sample], phases: dict | None = None,
+           limits: dict[str, float] | None = None) -> dict[str, list]:
     key = f"42:{START - 60:.3f}"
     found = evaluate(build_analysis(samples, {key: phases} if phases else None, P4D, CATALOG,
-                                    host_cpus=32))
+                                    host_cpus=32, limits=limits))
     by_rule: dict[str, list] = {}
     for rec in found:
         by_rule.setdefault(rec.rule, []).append(rec)
@@ -81,3 +82,19 @@ def test_without_stacks_the_advice_stays_but_says_look_first_instead_of_sigterm(
     assert rec.action["kind"] == "copy_commands"
     assert rec.action["commands"][0] == "sudo py-spy dump --pid 42"
     assert "no stack sampled" in rec.summary
+
+
+def test_the_host_is_not_stopped_while_a_process_on_it_works_however_idle_its_gpus_read():
+    """Producer threads decoding in Python feed a loop that keeps its GPU 2% busy: every GPU
+    reads idle, and host_idle offered to stop the instance under the job. A process working
+    (any sign of work) keeps the host; one whose stacks wait for nothing does not."""
+    starved = {"data_wait": {"share": 0.95, "seconds": 570.0, "top_stacks": [
+                   {"file": "/home/me/augment.py", "line": 31, "function": "augment",
+                    "samples": 60, "reason": "main thread waiting in a queue's get in C"}]}}
+    short = {"host_idle_min_s": 300.0}
+    found = advice(held(util=2.0), starved, limits=short)
+    assert "host_idle" not in found and "idle_gpu_held" not in found
+    assert "dataloader_starvation" in found
+    [stop] = advice(held(util=2.0), {"idle": WAITING}, limits=short)["host_idle"]
+    assert stop.action["kind"] == "copy_commands"
+

@@ -18,6 +18,11 @@ Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is on
 or that listens and has served (accepted connections, serving frames in any thread), is left
 to `idle_server`, which advises scaling to zero, consolidating or sharing the GPU. So the
 SIGTERM stays for notebooks and stopped jobs.
+
+Nor is the whole host stopped (`host_idle`) while a process on it works or serves, however idle
+its GPUs read: a job whose input comes slower than its GPU steps (producer threads decoding in
+Python, a GPU busy 2% of the time) keeps every GPU below the idle line, and stopping the host
+stops it. `mlcostd idle` answers "active" for it too.
 """
 
 from __future__ import annotations
@@ -334,9 +339,18 @@ def _stop_commands(price: HostPrice) -> list[str]:
     return ["sudo shutdown -h now"]
 
 
+def at_work(a: Analysis) -> list[ProcessWindow]:
+    """The processes on the host at the window's end (on idle GPUs: trailing idle time) that
+    work (a sign of work in the window) or serve (a server)."""
+    return [proc for proc in a.processes
+            if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc))]
+
+
 def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:
     if a.host_trailing_idle_s < a.limit("host_idle_min_s"):
         return []
+    if at_work(a):
+        return []  # its GPUs idle, but stopping it stops a process that works or serves
     fraction = a.host_trailing_idle_s / a.window_s if a.window_s > 0 else 1.0
     monthly = a.price.per_hour * HOURS_PER_MONTH * min(fraction, 1.0)
     return [rule.make(
@@ -373,7 +387,8 @@ IDLE_SERVER = Rule(
     check_idle_server, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
     "host_idle", "every GPU idle (held or not; a GPU at work whose process NVML does "
-    "not list counts as work) at the end of the window",
+    "not list counts as work) at the end of the window, and no process on it working (a sign "
+    "of work in the window) or serving",
     f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
     "stop this instance", f"host price x {HOURS_PER_MONTH:g} h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))
