@@ -98,3 +98,31 @@ def test_the_host_is_not_stopped_while_a_process_on_it_works_however_idle_its_gp
     [stop] = advice(held(util=2.0), {"idle": WAITING}, limits=short)["host_idle"]
     assert stop.action["kind"] == "copy_commands"
 
+
+JOB_WAITING = {"share": 0.95, "seconds": 570.0, "top_stacks": [
+    {"file": "/home/me/worker.py", "line": 44, "function": "main", "samples": 40,
+     "reason": "waiting for its next job from a multiprocessing manager's queue "
+               "(managers.py:822 BaseProxy._callmethod)"}]}
+
+
+def test_a_worker_waiting_for_jobs_gets_scale_to_zero_advice_never_the_sigterm():
+    """A queue consumer between jobs is to jobs what a server is to requests: idle_server's
+    advice (scale the workers with the queue), no SIGTERM, no host stop, no prefetch advice."""
+    found = advice(held(), {"idle": JOB_WAITING, "data_wait": {
+        "share": 0.05, "seconds": 30.0, "top_stacks": [
+            {"file": "/home/me/worker.py", "line": 21, "function": "recv_exact", "samples": 3,
+             "reason": "reading a file or socket: `chunk = sock.recv(size - len(buf))`"}]}},
+                   limits={"host_idle_min_s": 300.0})
+    assert "idle_server" in found, sorted(found)
+    assert not {"idle_gpu_held", "host_idle", "dataloader_starvation"} & set(found), sorted(found)
+    [rec] = found["idle_server"]
+    assert rec.action["kind"] == "advice" and "queue" in rec.action["text"]
+    assert "waits for its next one (/home/me/worker.py:44" in rec.summary
+    assert "serves (TCP" not in rec.summary and "between jobs" in rec.headline
+    assert rec.evidence["waits_for_jobs"]["function"] == "main"
+    # a stray sample of it (1 of 41 idle samples in a 60% idle share: 1.5% of the window) does
+    # not make a consumer
+    stray = {"idle": {**WAITING, "share": 0.6, "top_stacks": [*WAITING["top_stacks"], {
+        **JOB_WAITING["top_stacks"][0], "samples": 1}]}}
+    [held_idle] = advice(held(), stray)["idle_gpu_held"]
+    assert held_idle.action["kind"] == "sigterm"
