@@ -35,6 +35,7 @@ from fnmatch import fnmatchcase
 from itertools import islice
 
 from daemon.analysis.host_signals import (
+    CHILDREN_CPU_MIN,
     ON_CPU_MIN,
     QUEUED_MIN,
     READ_MIN_PER_S,
@@ -135,8 +136,10 @@ def classify(
     the innermost data-loading or serving library frame > a wait on a queue, condition or
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
-    get on a broker's queue (a multiprocessing manager's: idle, JOB_WAIT, unless its child
-    processes compute meanwhile) > waiting frames or a sleep/wait call on the user line (idle) > D
+    wait through multiprocessing (a pipe, a queue, a manager's proxy) while its child
+    processes run on a CPU (data wait: workers that feed it, `_fed_by_children`) > a get on a
+    broker's queue (a multiprocessing manager's: idle, JOB_WAIT) > waiting frames or a
+    sleep/wait call on the user line (idle) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -211,8 +214,12 @@ def classify(
         fed = _fed_by(threads, thread, waiting, source_line)
         if fed is not None:
             return fed
+    if wait is not None and not busy_elsewhere and _through_multiprocessing(wait[1]):
+        fed = _fed_by_children(wait, responsible, signals)
+        if fed is not None:
+            return fed
     if wait is not None and wait[0].kind == JOB and not busy_elsewhere:
-        return _from_broker(wait, responsible, signals)
+        return _said(wait, responsible)
     if signals is not None:
         measured = _from_signals(frames, signals, responsible)
         if measured is not None:
@@ -340,12 +347,18 @@ def _calls(frame: Frame | None, call: re.Pattern[str], source_line: SourceLine |
     return bool(call.search(_code(frame, source_line)))
 
 
-def _children_cpu(signals: HostSignals | None) -> float | None:
-    """The CPU its child processes got, in cores (the tree's CPU less its own); None where not
-    measured."""
+def _children_at_work(signals: HostSignals | None) -> str | None:
+    """How its child processes work, where they do: CHILDREN_CPU_MIN of a core between them (the
+    tree's CPU less its own), or one runnable at the last tick; None where they do not or that
+    was not measured."""
     if signals is None or signals.tree_cpu is None:
         return None
-    return max(signals.tree_cpu - (signals.process_cpu or 0.0), 0.0)
+    cpu = max(signals.tree_cpu - (signals.process_cpu or 0.0), 0.0)
+    if cpu < CHILDREN_CPU_MIN and not signals.children_running:
+        return None
+    running = (f"{signals.children_running} on a CPU or waiting for one, "
+               if signals.children_running else "")
+    return f"{running}{cpu:.0%} of a core"
 
 
 def _nothing_arriving(signals: HostSignals | None, what: str,
@@ -353,7 +366,7 @@ def _nothing_arriving(signals: HostSignals | None, what: str,
     """Idle, waiting for its next job, where the main thread blocks on a bare socket (`what`:
     no client library above it) and nothing came to it: the thread slept through the last
     tick (`signals.main_thread_woke` False: not once on a CPU; a stream's every packet wakes
-    it), no child process of it ran on a CPU (a feeder that computes its input), no reads or D
+    it), no child process of it at work (a feeder that computes its input), no reads or D
     state. That is a worker's connection to a job server or a broker with no work for it, or a
     peer with nothing to send: no input pipeline that a read-ahead would speed up. (Bytes a
     recv brings are in no /proc counter: rchar counts read(), not recv().) None, data wait,
@@ -363,8 +376,7 @@ def _nothing_arriving(signals: HostSignals | None, what: str,
         return None
     if signals.d_state or signals.iowait_growing or signals.read_per_s >= READ_MIN_PER_S:
         return None
-    children = _children_cpu(signals)
-    if children is None or children >= ON_CPU_MIN:
+    if signals.tree_cpu is None or _children_at_work(signals) is not None:
         return None
     return Classification(
         IDLE, f"{JOB_WAIT} on a socket nothing came to ({what}; its main thread slept "
@@ -372,18 +384,23 @@ def _nothing_arriving(signals: HostSignals | None, what: str,
         "nothing to send", responsible)
 
 
-def _from_broker(job: tuple[FrameRule, Frame], responsible: Frame | None,
-                 signals: HostSignals | None) -> Classification:
-    """Waiting on a broker's queue (`job`: a multiprocessing manager's get): its next job,
-    unless its child processes run on a CPU meanwhile (workers that compute what it takes
-    from the queue: then it waits for their data)."""
-    children = _children_cpu(signals)
-    if children is not None and children >= ON_CPU_MIN:
-        return Classification(
-            DATA_WAIT, f"main thread waiting on a queue it shares with other processes "
-            f"({_where(job[1])}) while its child processes run on a CPU ({children:.0%} of a "
-            "core): workers that feed it", responsible)
-    return _said(job, responsible)
+def _through_multiprocessing(frame: Frame) -> bool:
+    """A wait inside multiprocessing: a pipe, a queue, a manager's proxy."""
+    return fnmatchcase(frame.filename.replace("\\", "/"), "*/multiprocessing/*")
+
+
+def _fed_by_children(wait: tuple[FrameRule, Frame], responsible: Frame | None,
+                     signals: HostSignals | None) -> Classification | None:
+    """Data wait, where the main thread waits through multiprocessing (`wait`: a pipe, a
+    queue, a manager's queue) while its child processes run on a CPU: decoder processes that
+    put batches on a multiprocessing.Queue, workers that compute what it takes. None where
+    its children do not run (a worker waiting for its broker's next job, a loop for nothing)."""
+    children = _children_at_work(signals)
+    if children is None:
+        return None
+    return Classification(
+        DATA_WAIT, f"main thread waiting on a multiprocessing pipe or queue ({_where(wait[1])}) "
+        f"while its child processes run ({children}): workers that feed it", responsible)
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,

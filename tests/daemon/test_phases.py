@@ -899,6 +899,37 @@ def test_a_worker_in_a_manager_queues_get_waits_for_its_next_job_on_its_own_line
     assert not locked.reason.startswith(stack_rules.JOB_WAIT), locked
 
 
+# A multiprocessing.Queue's get (Python 3.11): a pipe's read inside multiprocessing.
+MP_QUEUE_GET = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),
+                (f"{STDLIB}/multiprocessing/connection.py", "Connection._recv_bytes", 430),
+                (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.recv_bytes", 216),
+                (f"{STDLIB}/multiprocessing/queues.py", "Queue.get", 103),
+                (USER, "train", 61)]
+
+
+def test_a_loop_in_a_multiprocessing_queues_get_while_its_decoder_processes_run_waits_for_data():
+    """Decoder processes put batches on a multiprocessing.Queue; the loop waits in its get, a
+    pipe's read. It read 'waiting in a multiprocessing pipe' (idle), and with its GPU 1% busy
+    idle_gpu_held offered the SIGTERM and host_idle the host's stop, its children at 100% CPU.
+    Waiting on multiprocessing while its children run is waiting for their data."""
+    decoding = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.02, tree_cpu=1.02)
+    found = classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                     signals=decoding)
+    assert found.phase == "data_wait", found
+    assert "child processes" in found.reason and "100% of a core" in found.reason, found.reason
+    assert found.frame == Frame("train", USER, 61)
+    # a loaded host gives a busy decoder a sliver of a core: runnable at the last tick, at work
+    loaded = dataclasses.replace(decoding, tree_cpu=0.06, children_running=1)
+    assert classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                    signals=loaded).phase == "data_wait"
+    # its children asleep (or not measured): it waits for nothing, idle as before
+    for signals in (dataclasses.replace(decoding, tree_cpu=0.05), None):
+        assert classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                        signals=signals).phase == "idle", signals
+    # its GPU busy meanwhile (its work another thread's): compute
+    assert classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                    signals=decoding, busy_elsewhere=True).phase == "compute"
+
 def test_a_worker_blocked_on_a_socket_nothing_came_to_waits_for_its_next_job():
     """A render worker blocked in sock.recv between jobs read 'reading a file or socket'
     (data wait), and dataloader_starvation then offered read-ahead worth 94% of its burn. A recv
