@@ -5,7 +5,8 @@ Programs in tests/daemon/workloads written as their users would write them. A tr
 whose producer threads decode and augment in plain Python hands batches over a
 queue.SimpleQueue, whose get is C (no Python frame): its GPU works ~1-2% of the time, so every
 GPU reads idle, and it read `idle` ("sleeping or waiting" on its get line), which earned it
-idle_gpu_held's SIGTERM and the host's stop. GPU workers that take jobs from a multiprocessing
+idle_gpu_held's SIGTERM and the host's stop. So did a loop fed by decoder processes through a
+multiprocessing.Queue ("waiting in a multiprocessing pipe"). GPU workers that take jobs from a multiprocessing
 Manager's queue or from a job server's socket read `idle` (a multiprocessing pipe: SIGTERM) or
 `data_wait` (dataloader_starvation, prefetch worth nearly all their burn); a worker waiting
 for its next job is a queue consumer, to be scaled with its queue like a server.
@@ -55,36 +56,44 @@ def rules(found: dict[str, list[Any]]) -> dict[str, list[str]]:
     return {name: sorted(r.rule for r in recs) for name, recs in found.items()}
 
 
-def test_a_loop_fed_by_producer_threads_through_a_simple_queue_is_starved_not_idle(
+def test_loops_fed_by_producer_threads_or_decoder_processes_are_starved_not_idle(
         mlcostd, tmp_path):
-    """Its phase is data wait at the producers' line, its advice the pipeline's, and neither
-    it nor its host is offered to be stopped, also once every GPU has read idle past
-    [idle].host_after (the host_idle event is open) and a round of the rules has seen that."""
-    path = scenario_file(tmp_path, [{"name": "augment",
-                                     "command": program("augment_pipeline.py")}])
+    """Their phase is data wait (at the producers' line for the threads), their advice the
+    pipeline's, and neither they nor their host are offered to be stopped, also once every GPU
+    has read idle past [idle].host_after (the host_idle event is open) and a round of the
+    rules has seen that."""
+    path = scenario_file(tmp_path, [
+        {"name": "augment", "command": program("augment_pipeline.py")},
+        {"name": "decode", "command": program("decode_processes.py")}])
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+    names = ("augment_pipeline", "decode_processes")
     state: dict[str, Any] = {}
 
     def starved_past_host_after() -> bool:
-        state["recs"] = found = advice_by_program(daemon, ("augment_pipeline",))
-        starved = [r for r in found["augment_pipeline"] if r.rule == "dataloader_starvation"]
+        state["recs"] = found = advice_by_program(daemon, names)
+        starved = [r for name in names for r in found[name]
+                   if r.rule == "dataloader_starvation"]
         opened = events(daemon.db, "host_idle")
         # a round of the rules whose window ends past the host's idle threshold
-        return bool(starved and opened and starved[0].evidence["window"]["end"]
-                    >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S)
+        return len(starved) == len(names) and bool(opened) and all(
+            r.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S
+            for r in starved)
 
     poll(starved_past_host_after, 150,
-         "dataloader_starvation for the producer-fed loop, in a round after the host_idle event",
+         "dataloader_starvation for both loops, in a round after the host_idle event",
          every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
          + "\n" + daemon.log_tail())
     found = state["recs"]
-    assert not {r.rule for r in found["augment_pipeline"] + found["host"]} & STOPS, rules(found)
-    assert not [r for r in found["augment_pipeline"] if (r.action or {}).get("kind") == "sigterm"]
+    for name in names:
+        assert not {r.rule for r in found[name] + found["host"]} & STOPS, rules(found)
+        assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
     [starved] = [r for r in found["augment_pipeline"] if r.rule == "dataloader_starvation"]
     assert "augment_pipeline.py" in starved.evidence["where"], starved.evidence["where"]
     top = starved.evidence["top_stacks"][0]
     assert top["function"].split(".<locals>.")[0] in ("augment", "decode_sample", "produce"), top
     assert "queue.SimpleQueue" in top["reason"], top
+    [fed] = [r for r in found["decode_processes"] if r.rule == "dataloader_starvation"]
+    assert "child processes run" in fed.evidence["top_stacks"][0]["reason"], fed.evidence
     assert daemon.stop() == 0, daemon.log_tail()
 
 
