@@ -31,6 +31,11 @@ ON_CPU_MIN = 0.5
 
 # A main thread waiting for a core at least a quarter of the time is slowed by the host's load.
 QUEUED_MIN = 0.25
+# Its child processes on a CPU a tenth of a core between them are at work (decoders feeding a
+# queue, workers computing): an idle multiprocessing manager or a sleeping submitter uses a few
+# thousandths. Not half a core, which a loaded host denies a busy child (a decoder beside two
+# busy cores got 0.4-0.6); a child runnable at the last tick counts as at work whatever it got.
+CHILDREN_CPU_MIN = 0.1
 
 
 def cpu_demand(on_cpu_s: float, queued_s: float, wall_s: float) -> float | None:
@@ -68,11 +73,17 @@ class HostSignals:
     # Share of the wall time its main thread was runnable but waiting for a core (schedstat),
     # 0-1. None: not measured.
     main_thread_queued: float | None = None
+    # Whether its main thread ran or waited for a core at all between the last two ticks
+    # (schedstat): False, it slept throughout, in a call nothing woke (a socket read no byte
+    # came to). None: not measured (no schedstat, or fewer than two readings).
+    main_thread_woke: bool | None = None
     read_per_s: float = 0.0
     write_per_s: float = 0.0
     # CPU-seconds a second of the process and its children (waited-for ones included): the
     # time it got to run, which a loaded host shares out. None: not measured.
     tree_cpu: float | None = None
+    # Its child processes in state R (on a CPU or waiting for one) or D at the last tick.
+    children_running: int = 0
     d_state: bool = False  # a thread of it was in uninterruptible (disk) sleep
     iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
     gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)

@@ -35,6 +35,7 @@ from fnmatch import fnmatchcase
 from itertools import islice
 
 from daemon.analysis.host_signals import (
+    CHILDREN_CPU_MIN,
     ON_CPU_MIN,
     QUEUED_MIN,
     READ_MIN_PER_S,
@@ -44,7 +45,10 @@ from daemon.analysis.host_signals import (
 from daemon.analysis.source_lines import SourceLine, read_source_line
 from daemon.analysis.stack_rules import (
     CONTEXT,
+    HANDOFF_CALL,
     IO,
+    JOB,
+    JOB_WAIT,
     LIBRARY,
     LOCK,
     SOCKET_READ_CALL,
@@ -127,10 +131,15 @@ def classify(
 
     Precedence, GPU quiet: context frames anywhere (checkpoint, eval: a library's checkpoint or
     evaluation frames, or a user function named eval/validate/test...) > comm/sync library
-    frames > I/O frames or an I/O call on the innermost user line > the innermost data-loading
-    or serving library frame > a wait on a queue, condition or event while another thread of
-    the process works on input (data wait: `_fed_by`, that thread's line the responsible one)
-    > waiting frames or a sleep/wait call on the user line (idle) > D
+    frames > I/O frames or an I/O call on the innermost user line (a bare socket's read with
+    nothing coming to it, `signals` say, is a worker waiting for its next job: idle, JOB_WAIT) >
+    the innermost data-loading or serving library frame > a wait on a queue, condition or
+    event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
+    process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
+    wait through multiprocessing (a pipe, a queue, a manager's proxy) while its child
+    processes run on a CPU (data wait: workers that feed it, `_fed_by_children`) > a get on a
+    broker's queue (a multiprocessing manager's: idle, JOB_WAIT) > waiting frames or a
+    sleep/wait call on the user line (idle) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -177,23 +186,46 @@ def classify(
     called = frames[: frames.index(responsible)] if responsible is not None else frames
     io = first_match(called, IO)
     if io is not None:
+        if io[0].phase == DATA_WAIT and is_socket_frame(io[1]) and not _client_read(called):
+            nothing = _nothing_arriving(signals, _where(io[1]), responsible)
+            if nothing is not None:
+                return nothing
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
+        if line_call[0] == DATA_WAIT and _calls(responsible, SOCKET_READ_CALL, source_line):
+            nothing = _nothing_arriving(signals, f"`{_code(responsible, source_line)}`",
+                                        responsible)
+            if nothing is not None:
+                return nothing
         return Classification(line_call[0], line_call[1], responsible)
     if library is not None:
         return _said(library, responsible)
-    wait = first_match(called, LOCK) or first_match(called, WAIT)
+    wait = first_match(called, JOB) or first_match(called, LOCK) or first_match(called, WAIT)
     if wait is not None and not busy_elsewhere and _is_handoff(wait):
-        fed = _fed_by(threads, thread, wait, source_line)
+        fed = _fed_by(threads, thread, f"{wait[0].reason} ({_where(wait[1])})", source_line)
         if fed is not None:
             return fed
+    if (wait is None and not called and not busy_elsewhere and responsible is not None
+            and _calls(responsible, HANDOFF_CALL, source_line)):
+        # A get that leaves no Python frame (queue.SimpleQueue's is C): the same hand-over.
+        waiting = (f"waiting in a queue's get in C, no Python frame (a queue.SimpleQueue): "
+                   f"`{_code(responsible, source_line)}` ({_where(responsible)})")
+        fed = _fed_by(threads, thread, waiting, source_line)
+        if fed is not None:
+            return fed
+    if wait is not None and not busy_elsewhere and _through_multiprocessing(wait[1]):
+        fed = _fed_by_children(wait, responsible, signals)
+        if fed is not None:
+            return fed
+    if wait is not None and wait[0].kind == JOB and not busy_elsewhere:
+        return _said(wait, responsible)
     if signals is not None:
         measured = _from_signals(frames, signals, responsible)
         if measured is not None:
             return measured
     if wait is not None:
-        if busy_elsewhere and wait[0].kind == WAIT:
+        if busy_elsewhere and wait[0].kind in (WAIT, JOB):
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
                                             "thread while the main thread waits",
                          phase=COMPUTE)
@@ -241,13 +273,13 @@ def _is_handoff(wait: tuple[FrameRule, Frame]) -> bool:
     return wait[0].kind == WAIT and is_handoff_wait(wait[1])
 
 
-def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None,
-            wait: tuple[FrameRule, Frame], source_line: SourceLine | None
-            ) -> Classification | None:
-    """Data wait, where the main thread waits on a queue, a condition or an event (`wait`)
-    while another thread of its process works on input (`_input_work`): a reader thread that
-    reads or decodes the batches the loop takes. Its line is the one responsible. None where
-    no other thread works: a process waiting for nothing (a server between requests) is idle."""
+def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None, waiting: str,
+            source_line: SourceLine | None) -> Classification | None:
+    """Data wait, where the main thread waits on a queue, a condition or an event (`waiting`
+    says which, and where) while another thread of its process works on input
+    (`_input_work`): a reader thread that reads or decodes the batches the loop takes. Its line
+    is the one responsible. None where no other thread works: a process waiting for nothing (a
+    server between requests) is idle."""
     others = (t for t in threads if t is not main)
     for other in islice(others, MAX_THREADS_LOOKED_AT):
         line = user_frame(other.frames)
@@ -258,8 +290,8 @@ def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None,
             continue
         name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
         return Classification(
-            DATA_WAIT, f"main thread {wait[0].reason} ({_where(wait[1])}) while thread "
-            f"{name!r} works on its input: {work} ({_where(line)})", line, other)
+            DATA_WAIT, f"main thread {waiting} while thread {name!r} works on its input: "
+            f"{work} ({_where(line)})", line, other)
     return None
 
 
@@ -283,9 +315,7 @@ def _input_work(thread: ThreadStack, line: Frame, source_line: SourceLine | None
         if io[0].phase != DATA_WAIT:
             return None  # writing output or a checkpoint
         # a file, or a client library's read (http.client, urllib3, botocore above the socket)
-        files = any((rule := rule_for(f, IO)) is not None and rule.phase == DATA_WAIT
-                    and not is_socket_frame(f) for f in called)
-        return f"{io[0].reason} ({_where(io[1])})" if files else None
+        return f"{io[0].reason} ({_where(io[1])})" if _client_read(called) else None
     if first_match(called, LOCK) is not None or first_match(called, WAIT) is not None:
         return None
     if not called and source_line is not None:
@@ -296,6 +326,81 @@ def _input_work(thread: ThreadStack, line: Frame, source_line: SourceLine | None
         if line_call is not None:
             return line_call[1] if line_call[0] == DATA_WAIT else None
     return "running on a CPU (py-spy: active)" if thread.active else None
+
+
+def _client_read(called: Sequence[Frame]) -> bool:
+    """Whether the frames below the user's line read a file or through a client library
+    (http.client, urllib3, botocore above the socket): not a bare socket's read."""
+    return any((rule := rule_for(f, IO)) is not None and rule.phase == DATA_WAIT
+               and not is_socket_frame(f) for f in called)
+
+
+def _code(frame: Frame | None, source_line: SourceLine | None) -> str:
+    """The source of `frame`'s line, without its comment ("" where it cannot be read)."""
+    if frame is None or source_line is None:
+        return ""
+    return (source_line(frame) or "").split("#", 1)[0].strip()[:80]
+
+
+def _calls(frame: Frame | None, call: re.Pattern[str], source_line: SourceLine | None) -> bool:
+    """Whether `frame`'s line makes the call `call` matches."""
+    return bool(call.search(_code(frame, source_line)))
+
+
+def _children_at_work(signals: HostSignals | None) -> str | None:
+    """How its child processes work, where they do: CHILDREN_CPU_MIN of a core between them (the
+    tree's CPU less its own), or one runnable at the last tick; None where they do not or that
+    was not measured."""
+    if signals is None or signals.tree_cpu is None:
+        return None
+    cpu = max(signals.tree_cpu - (signals.process_cpu or 0.0), 0.0)
+    if cpu < CHILDREN_CPU_MIN and not signals.children_running:
+        return None
+    running = (f"{signals.children_running} on a CPU or waiting for one, "
+               if signals.children_running else "")
+    return f"{running}{cpu:.0%} of a core"
+
+
+def _nothing_arriving(signals: HostSignals | None, what: str,
+                      responsible: Frame | None) -> Classification | None:
+    """Idle, waiting for its next job, where the main thread blocks on a bare socket (`what`:
+    no client library above it) and nothing came to it: the thread slept through the last
+    tick (`signals.main_thread_woke` False: not once on a CPU; a stream's every packet wakes
+    it), no child process of it at work (a feeder that computes its input), no reads or D
+    state. That is a worker's connection to a job server or a broker with no work for it, or a
+    peer with nothing to send: no input pipeline that a read-ahead would speed up. (Bytes a
+    recv brings are in no /proc counter: rchar counts read(), not recv().) None, data wait,
+    where it woke or that was not measured. Its GPU may have worked in the seconds the
+    signals cover: it ran the last job."""
+    if signals is None or signals.main_thread_woke is not False:
+        return None
+    if signals.d_state or signals.iowait_growing or signals.read_per_s >= READ_MIN_PER_S:
+        return None
+    if signals.tree_cpu is None or _children_at_work(signals) is not None:
+        return None
+    return Classification(
+        IDLE, f"{JOB_WAIT} on a socket nothing came to ({what}; its main thread slept "
+        "through the last tick): a job server or a broker with no work for it, or a peer with "
+        "nothing to send", responsible)
+
+
+def _through_multiprocessing(frame: Frame) -> bool:
+    """A wait inside multiprocessing: a pipe, a queue, a manager's proxy."""
+    return fnmatchcase(frame.filename.replace("\\", "/"), "*/multiprocessing/*")
+
+
+def _fed_by_children(wait: tuple[FrameRule, Frame], responsible: Frame | None,
+                     signals: HostSignals | None) -> Classification | None:
+    """Data wait, where the main thread waits through multiprocessing (`wait`: a pipe, a
+    queue, a manager's queue) while its child processes run on a CPU: decoder processes that
+    put batches on a multiprocessing.Queue, workers that compute what it takes. None where
+    its children do not run (a worker waiting for its broker's next job, a loop for nothing)."""
+    children = _children_at_work(signals)
+    if children is None:
+        return None
+    return Classification(
+        DATA_WAIT, f"main thread waiting on a multiprocessing pipe or queue ({_where(wait[1])}) "
+        f"while its child processes run ({children}): workers that feed it", responsible)
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,

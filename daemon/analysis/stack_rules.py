@@ -38,6 +38,8 @@ IO = "io"  # a stdlib/library I/O frame below the innermost user frame
 WAIT = "wait"  # a stdlib waiting frame below the innermost user frame
 LOCK = "lock"  # a lock's acquire below the innermost user frame: before WAIT (a semaphore
 # waits in Condition.wait, a WAIT frame inside it)
+JOB = "job"  # a broker's queue read below the innermost user frame: before LOCK and WAIT (a
+# manager's proxy waits in a multiprocessing pipe, a WAIT frame inside it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,10 @@ class FrameRule:
 
 
 _DL = "*/torch/utils/data/dataloader.py"
+# multiprocessing's proxies run methods it generates with exec (managers.MakeProxyType), whose
+# frames are in this file: "get (<string>:2)" above BaseProxy._callmethod.
+PROXY_FILE = "<string>"
+_MANAGERS = "*/multiprocessing/managers.py"
 _C10D = "*/torch/distributed/distributed_c10d.py"
 _HF = "*/transformers/trainer.py"
 _PL = "*/lightning/pytorch/*"
@@ -64,6 +70,11 @@ _PL_OLD = "*/pytorch_lightning/*"
 # A process blocked on a lock waits for whoever holds it (another job, a peer): idle for its
 # GPU, but never a process to stop on sight (rules/idle.py looks first).
 LOCK_WAIT = "waiting on a lock"
+# A worker waiting for its next job from whoever hands out the work (a multiprocessing manager's
+# queue, a job server's socket that nothing comes to): idle for its GPU, but a queue consumer
+# between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
+# idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
+JOB_WAIT = "waiting for its next job"
 
 FRAME_RULES: tuple[FrameRule, ...] = (
     # -- checkpoint (context) --
@@ -199,6 +210,12 @@ FRAME_RULES: tuple[FrameRule, ...] = (
             ("pickle.py", "*dump*", "pickle"),
         )
     ),
+    # -- waiting for the next job from a broker (job; rules/idle.py: a queue consumer) --
+    # A multiprocessing manager's queue (Manager().Queue(), a BaseManager's registered queue):
+    # its proxy's get waits for the manager's answer in a pipe or a socket. Only a get: a put
+    # that waits is a full queue (its consumer is slow), a proxied lock a lock.
+    FrameRule(JOB, _MANAGERS, "BaseProxy._callmethod", IDLE,
+              f"{JOB_WAIT} from a multiprocessing manager's queue", within=(PROXY_FILE, "get")),
     # -- waiting on a lock someone holds (wait; rules/idle.py looks first) --
     *(
         FrameRule(LOCK, f"*/{file}", name, IDLE, f"{LOCK_WAIT} ({what})")
@@ -239,6 +256,9 @@ HANDOFF_WAITS: tuple[tuple[str, str], ...] = (
     ("*/threading.py", "Condition.wait"),
     ("*/threading.py", "Event.wait"),
 )
+# What the innermost user line calls to take what another thread hands over, where that call
+# leaves no Python frame (a queue.SimpleQueue's get is C): a HANDOFF_WAITS wait all the same.
+HANDOFF_CALL = re.compile(r"\.get\(\s*(\)|block\b|timeout\b|True\b)")
 # Reading a bare socket: a handler thread blocked there may be a server waiting for its client's
 # next request, not a reader fetching input (a client library's frames above it say that).
 SOCKET_FILES = ("*/socket.py", "*/ssl.py")
@@ -284,8 +304,16 @@ def is_user_code(frame: Frame) -> bool:
 
 
 def user_frame(frames: Sequence[Frame]) -> Frame | None:
-    """The innermost frame in user code."""
-    return next((f for f in frames if is_user_code(f)), None)
+    """The innermost frame in user code (not a multiprocessing proxy's generated method: its
+    caller's line, `job = jobs.get()`, is the user's)."""
+    return next((f for i, f in enumerate(frames)
+                 if is_user_code(f) and not (i and _is_proxy_method(f, frames[i - 1]))), None)
+
+
+def _is_proxy_method(frame: Frame, callee: Frame) -> bool:
+    """A method multiprocessing generated for a proxy (in PROXY_FILE), calling into it."""
+    return frame.filename == PROXY_FILE and fnmatchcase(callee.filename.replace("\\", "/"),
+                                                         _MANAGERS)
 
 
 def name_matches(name: str, pattern: str) -> bool:

@@ -363,10 +363,13 @@ class Attribution:
         written = _written(first, last, seconds)
         in_d = any(s.in_d for s in snapshots)
         tree_cpu = _rate(first.tree_cpu_seconds, last.tree_cpu_seconds, seconds) or 0.0
+        children_running = 0
         for child in self._children.get(proc.pid, []):
             kid = self._signals.get(child.key)
             if kid is None or len(kid.seen) < 2:
                 continue
+            now = kid.seen[-1][1]
+            children_running += now.state in ("R", "D") or now.threads_in_d > 0
             kid_first, kid_last = _snapshot(kid.seen[0]), _snapshot(kid.seen[-1])
             span = kid_last.ts - kid_first.ts
             read += _rate(kid_first.read, kid_last.read, span) or 0.0
@@ -374,17 +377,23 @@ class Attribution:
             tree_cpu += _rate(kid_first.tree_cpu_seconds, kid_last.tree_cpu_seconds,
                               span) or 0.0
         mains = [(s.ts, t) for s in snapshots if (t := s.main_times) is not None]
-        main_cpu = main_queued = None
+        main_cpu = main_queued = main_woke = None
         if len(mains) >= 2:
             (since, before), (until, after) = mains[0], mains[-1]
             main_cpu = cpu_demand(after.on_cpu - before.on_cpu, after.queued - before.queued,
                                   until - since)
             main_queued = _rate(before.queued, after.queued, until - since)
+            (_, last_but_one), (_, last_one) = mains[-2], mains[-1]
+            if last_but_one.runs is not None and last_one.runs is not None:
+                main_woke = (last_one.runs > last_but_one.runs
+                             or last_one.queued > last_but_one.queued)
         utils = [s.gpu_utilization for s in snapshots if s.gpu_utilization is not None]
         return HostSignals(
             seconds=seconds, main_thread_cpu=main_cpu, main_thread_queued=main_queued,
+            main_thread_woke=main_woke,
             process_cpu=_rate(first.cpu_seconds, last.cpu_seconds, seconds),
-            read_per_s=read, write_per_s=written, tree_cpu=tree_cpu, d_state=in_d,
+            read_per_s=read, write_per_s=written, tree_cpu=tree_cpu,
+            children_running=children_running, d_state=in_d,
             iowait_growing=(first.iowait is not None and last.iowait is not None
                             and last.iowait > first.iowait),
             gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)

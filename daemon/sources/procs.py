@@ -399,10 +399,13 @@ GONE_STATES = frozenset({"Z", "X", "x"})
 
 class ThreadTimes(NamedTuple):
     """A thread's cumulative clocks, in seconds: on a CPU, and runnable but waiting for a core
-    (0.0 where the kernel keeps no schedstat and the wait cannot be told apart)."""
+    (0.0 where the kernel keeps no schedstat and the wait cannot be told apart); and how many
+    times it was put on a CPU (schedstat's third field: it stands still while the thread sleeps
+    in a call nothing wakes, a read no byte comes to; None without schedstat)."""
 
     on_cpu: float
     queued: float
+    runs: int | None = None
 
 
 class MainThreadClock:
@@ -411,7 +414,8 @@ class MainThreadClock:
     A process's CPU time says little when a loader or logging thread spins beside a main thread
     blocked in a C call; the main thread's own time says whether the Python code its stacks show
     is running or waiting. Read from /proc/PID/task/PID/schedstat (field 1: nanoseconds on a
-    CPU; field 2: nanoseconds runnable on a run queue, waiting for a core). The two are kept
+    CPU; field 2: nanoseconds runnable on a run queue, waiting for a core; field 3: times put on
+    a CPU, which says whether a thread blocked in a read woke at all). The two clocks are kept
     apart: a thread waiting for a core shows state R, "running", but does no work, and at load
     31 on 2 cores a main thread that ran 3.2% of the time waited 68% (daemon.analysis.phases.
     cpu_demand turns both into a share a loaded host does not change). Where schedstat is
@@ -433,8 +437,8 @@ class MainThreadClock:
             fd, schedstat = self._fds[key]
             data = _reread(fd)
             if schedstat:
-                on_cpu_ns, queued_ns = data.split()[:2]
-                return ThreadTimes(int(on_cpu_ns) / 1e9, int(queued_ns) / 1e9)
+                on_cpu_ns, queued_ns, runs = data.split()[:3]
+                return ThreadTimes(int(on_cpu_ns) / 1e9, int(queued_ns) / 1e9, int(runs))
             fields = _after_name(data)
             return ThreadTimes((int(fields[11]) + int(fields[12])) / CLOCK_TICKS, 0.0)
         except (OSError, ValueError, IndexError):

@@ -35,10 +35,11 @@ def held(n: int = 61, util: float = 0.0, sm_share: float = 0.0, read_per_tick: i
     return out
 
 
-def advice(samples: list[Sample], phases: dict | None = None) -> dict[str, list]:
+def advice(samples: list[Sample], phases: dict | None = None,
+           limits: dict[str, float] | None = None) -> dict[str, list]:
     key = f"42:{START - 60:.3f}"
     found = evaluate(build_analysis(samples, {key: phases} if phases else None, P4D, CATALOG,
-                                    host_cpus=32))
+                                    host_cpus=32, limits=limits))
     by_rule: dict[str, list] = {}
     for rec in found:
         by_rule.setdefault(rec.rule, []).append(rec)
@@ -81,3 +82,47 @@ def test_without_stacks_the_advice_stays_but_says_look_first_instead_of_sigterm(
     assert rec.action["kind"] == "copy_commands"
     assert rec.action["commands"][0] == "sudo py-spy dump --pid 42"
     assert "no stack sampled" in rec.summary
+
+
+def test_the_host_is_not_stopped_while_a_process_on_it_works_however_idle_its_gpus_read():
+    """Producer threads decoding in Python feed a loop that keeps its GPU 2% busy: every GPU
+    reads idle, and host_idle offered to stop the instance under the job. A process working
+    (any sign of work) keeps the host; one whose stacks wait for nothing does not."""
+    starved = {"data_wait": {"share": 0.95, "seconds": 570.0, "top_stacks": [
+                   {"file": "/home/me/augment.py", "line": 31, "function": "augment",
+                    "samples": 60, "reason": "main thread waiting in a queue's get in C"}]}}
+    short = {"host_idle_min_s": 300.0}
+    found = advice(held(util=2.0), starved, limits=short)
+    assert "host_idle" not in found and "idle_gpu_held" not in found
+    assert "dataloader_starvation" in found
+    [stop] = advice(held(util=2.0), {"idle": WAITING}, limits=short)["host_idle"]
+    assert stop.action["kind"] == "copy_commands"
+
+
+JOB_WAITING = {"share": 0.95, "seconds": 570.0, "top_stacks": [
+    {"file": "/home/me/worker.py", "line": 44, "function": "main", "samples": 40,
+     "reason": "waiting for its next job from a multiprocessing manager's queue "
+               "(managers.py:822 BaseProxy._callmethod)"}]}
+
+
+def test_a_worker_waiting_for_jobs_gets_scale_to_zero_advice_never_the_sigterm():
+    """A queue consumer between jobs is to jobs what a server is to requests: idle_server's
+    advice (scale the workers with the queue), no SIGTERM, no host stop, no prefetch advice."""
+    found = advice(held(), {"idle": JOB_WAITING, "data_wait": {
+        "share": 0.05, "seconds": 30.0, "top_stacks": [
+            {"file": "/home/me/worker.py", "line": 21, "function": "recv_exact", "samples": 3,
+             "reason": "reading a file or socket: `chunk = sock.recv(size - len(buf))`"}]}},
+                   limits={"host_idle_min_s": 300.0})
+    assert "idle_server" in found, sorted(found)
+    assert not {"idle_gpu_held", "host_idle", "dataloader_starvation"} & set(found), sorted(found)
+    [rec] = found["idle_server"]
+    assert rec.action["kind"] == "advice" and "queue" in rec.action["text"]
+    assert "waits for its next one (/home/me/worker.py:44" in rec.summary
+    assert "serves (TCP" not in rec.summary and "between jobs" in rec.headline
+    assert rec.evidence["waits_for_jobs"]["function"] == "main"
+    # a stray sample of it (1 of 41 idle samples in a 60% idle share: 1.5% of the window) does
+    # not make a consumer
+    stray = {"idle": {**WAITING, "share": 0.6, "top_stacks": [*WAITING["top_stacks"], {
+        **JOB_WAITING["top_stacks"][0], "samples": 1}]}}
+    [held_idle] = advice(held(), stray)["idle_gpu_held"]
+    assert held_idle.action["kind"] == "sigterm"

@@ -832,6 +832,142 @@ def test_a_main_thread_waiting_on_a_queue_nobody_works_for_stays_idle(what):
     assert found.thread is None and found.frame == Frame("train", USER, 57)
 
 
+# -- a queue.SimpleQueue (its get is C), a broker's queue, a job server's socket ---------------
+
+PRODUCER_LINE = ("/home/me/augment.py", "augment", 31)
+
+
+def lines(**by_name: str):
+    """A source reader that gives each function's line (by the frame's function name)."""
+    return lambda frame: by_name.get(frame.name)
+
+
+def test_a_main_thread_in_a_simple_queue_get_that_busy_producers_fill_waits_for_data():
+    """Producer threads decode in Python while the loop waits in a queue.SimpleQueue's get,
+    which is C: no queue.py frame, only the user's line. It read 'sleeping or waiting' (idle),
+    and the idle rule offered the SIGTERM for a job whose producers kept a core busy."""
+    main = [(USER, "train", 57)]
+    reading = lines(train="batch = batches.get()", augment="out = [flip(row) for row in img]")
+    found = classify(threads(main, ([PRODUCER_LINE, *THREAD_RUN], True)), gpu_busy=False,
+                     source_line=reading)
+    assert found.phase == "data_wait", found
+    assert found.frame == Frame("augment", "/home/me/augment.py", 31)
+    assert "queue.SimpleQueue" in found.reason and "'worker-2'" in found.reason, found.reason
+    # with a timeout, or block=True, it is the same hand-over
+    for line in ("batch = batches.get(timeout=5)", "batch = batches.get(True)"):
+        assert classify(threads(main, ([PRODUCER_LINE, *THREAD_RUN], True)), gpu_busy=False,
+                        source_line=lines(train=line)).phase == "data_wait", line
+    # nobody works for it: it waits for nothing, idle as before
+    assert classify(threads(main, ([PRODUCER_LINE, *THREAD_RUN], False)), gpu_busy=False,
+                    source_line=reading).phase == "idle"
+    # a dict's get is no wait
+    assert classify(threads(main, ([PRODUCER_LINE, *THREAD_RUN], True)), gpu_busy=False,
+                    source_line=lines(train="lr = config.get('lr')")).phase != "data_wait"
+    # its GPU busy meanwhile (a thread per GPU): compute, as for a queue.Queue
+    assert classify(threads(main, ([PRODUCER_LINE, *THREAD_RUN], True)), gpu_busy=False,
+                    source_line=reading, busy_elsewhere=True).phase != "data_wait"
+
+
+# A Manager().Queue()'s get, as py-spy dumps it (Python 3.11): the proxy's method is made with
+# exec, in <string>, above BaseProxy._callmethod, which waits for the manager's answer.
+PROXY_GET = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),
+             (f"{STDLIB}/multiprocessing/connection.py", "Connection._recv_bytes", 430),
+             (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.recv", 250),
+             (f"{STDLIB}/multiprocessing/managers.py", "BaseProxy._callmethod", 822),
+             ("<string>", "get", 2),
+             ("/home/me/worker.py", "main", 44)]
+
+
+def test_a_worker_in_a_manager_queues_get_waits_for_its_next_job_on_its_own_line():
+    """It read 'waiting in a multiprocessing pipe' at <string>:2, and the idle rule offered a
+    worker waiting for jobs the SIGTERM. Now: idle, waiting for its next job (the rules treat
+    it as a queue consumer), at the user's line."""
+    signals = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.01, tree_cpu=0.02)
+    found = classify(threads(PROXY_GET), gpu_busy=False, source_line=no_source,
+                     signals=signals)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "manager's queue" in found.reason
+    assert found.frame == Frame("main", "/home/me/worker.py", 44)
+    # its child processes on a CPU meanwhile (workers that compute what it takes): data wait
+    feeding = dataclasses.replace(signals, tree_cpu=1.6)
+    fed = classify(threads(PROXY_GET), gpu_busy=False, source_line=no_source, signals=feeding)
+    assert fed.phase == "data_wait" and "child processes" in fed.reason, fed
+    # a proxied lock's acquire is no job
+    acquire = [*PROXY_GET[:4], ("<string>", "acquire", 2), PROXY_GET[-1]]
+    locked = classify(threads(acquire), gpu_busy=False, source_line=no_source, signals=signals)
+    assert not locked.reason.startswith(stack_rules.JOB_WAIT), locked
+
+
+# A multiprocessing.Queue's get (Python 3.11): a pipe's read inside multiprocessing.
+MP_QUEUE_GET = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),
+                (f"{STDLIB}/multiprocessing/connection.py", "Connection._recv_bytes", 430),
+                (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.recv_bytes", 216),
+                (f"{STDLIB}/multiprocessing/queues.py", "Queue.get", 103),
+                (USER, "train", 61)]
+
+
+def test_a_loop_in_a_multiprocessing_queues_get_while_its_decoder_processes_run_waits_for_data():
+    """Decoder processes put batches on a multiprocessing.Queue; the loop waits in its get, a
+    pipe's read. It read 'waiting in a multiprocessing pipe' (idle), and with its GPU 1% busy
+    idle_gpu_held offered the SIGTERM and host_idle the host's stop, its children at 100% CPU.
+    Waiting on multiprocessing while its children run is waiting for their data."""
+    decoding = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.02, tree_cpu=1.02)
+    found = classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                     signals=decoding)
+    assert found.phase == "data_wait", found
+    assert "child processes" in found.reason and "100% of a core" in found.reason, found.reason
+    assert found.frame == Frame("train", USER, 61)
+    # a loaded host gives a busy decoder a sliver of a core: runnable at the last tick, at work
+    loaded = dataclasses.replace(decoding, tree_cpu=0.06, children_running=1)
+    assert classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                    signals=loaded).phase == "data_wait"
+    # its children asleep (or not measured): it waits for nothing, idle as before
+    for signals in (dataclasses.replace(decoding, tree_cpu=0.05), None):
+        assert classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                        signals=signals).phase == "idle", signals
+    # its GPU busy meanwhile (its work another thread's): compute
+    assert classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
+                    signals=decoding, busy_elsewhere=True).phase == "compute"
+
+def test_a_worker_blocked_on_a_socket_nothing_came_to_waits_for_its_next_job():
+    """A render worker blocked in sock.recv between jobs read 'reading a file or socket'
+    (data wait), and dataloader_starvation then offered read-ahead worth 94% of its burn. A recv
+    brings bytes no /proc counter shows, but a stream wakes the thread at every packet: a main
+    thread that slept through the last tick had nothing come to it."""
+    SLEPT = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    main = [("/home/me/render.py", "recv_exact", 21), ("/home/me/render.py", "next_job", 29),
+            ("/home/me/render.py", "main", 44)]
+    recv = lines(recv_exact="chunk = sock.recv(size - len(buf))")
+    found = classify(threads(main), gpu_busy=False, source_line=recv, signals=SLEPT)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "sock.recv(size - len(buf))" in found.reason
+    assert found.frame == Frame("recv_exact", "/home/me/render.py", 21)
+    # woken (bytes came), not measured, or a child computing what it sends: data wait
+    for signals in (dataclasses.replace(SLEPT, main_thread_woke=True),
+                    dataclasses.replace(SLEPT, main_thread_woke=None),
+                    dataclasses.replace(SLEPT, tree_cpu=0.9), None):
+        assert classify(threads(main), gpu_busy=False, source_line=recv,
+                        signals=signals).phase == "data_wait", signals
+    # the same through a socket file (pickle.load(sock.makefile("rb"))): socket.py's frames
+    stream = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+              ("/home/me/feed.py", "receive_batch", 25), ("/home/me/feed.py", "main", 38)]
+    assert classify(threads(stream), gpu_busy=False, source_line=no_source,
+                    signals=SLEPT).phase == "idle"
+    assert classify(threads(stream), gpu_busy=False, source_line=no_source,
+                    signals=dataclasses.replace(SLEPT, main_thread_woke=True)
+                    ).phase == "data_wait"
+    # a client library's read (an HTTP download): input, whatever the thread's wakeups
+    download = [stream[0], (f"{STDLIB}/http/client.py", "HTTPResponse.read", 466), *stream[1:]]
+    assert classify(threads(download), gpu_busy=False, source_line=no_source,
+                    signals=SLEPT).phase == "data_wait"
+    # a file read on the line is input too
+    assert classify(threads(main), gpu_busy=False, signals=SLEPT,
+                    source_line=lines(recv_exact="chunk = shard.read(size)")).phase == "data_wait"
+
+
 def test_a_reader_thread_does_not_change_the_gpu_busy_paths_nor_a_join():
     busy_reader = ([READER_LINE, *THREAD_RUN], True)
     # a thread per GPU: GPU busy meanwhile, the waiting main thread is compute

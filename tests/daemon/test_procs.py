@@ -175,7 +175,7 @@ def test_a_thread_waiting_for_a_core_is_not_counted_as_running(tmp_path):
     write_schedstat(tmp_path, 4242, 10_000_000_000 + 96_000_000, 50_000_000_000 + 2_043_000_000)
     last = clock.times(4242, 1.0)
     clock.close()
-    assert first == ThreadTimes(10.0, 50.0)
+    assert first == ThreadTimes(10.0, 50.0, 1234)
     share = cpu_demand(last.on_cpu - first.on_cpu, last.queued - first.queued, 3.0)
     assert share == pytest.approx(0.096 / (3.0 - 2.043))
     assert share < ON_CPU_MIN

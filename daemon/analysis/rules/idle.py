@@ -16,12 +16,21 @@ works, its GPU idles between them).
 
 Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is online inference,
 or that listens and has served (accepted connections, serving frames in any thread), is left
-to `idle_server`, which advises scaling to zero, consolidating or sharing the GPU. So the
+to `idle_server`, which advises scaling to zero, consolidating or sharing the GPU. So is a
+queue consumer, a worker whose stacks wait for its next job (JOB_WAIT: a multiprocessing
+manager's queue, a job server's socket that nothing comes to): it serves jobs as a server
+serves requests, and between jobs there is nothing to prefetch and nothing to stop. So the
 SIGTERM stays for notebooks and stopped jobs.
+
+Nor is the whole host stopped (`host_idle`) while a process on it works or serves, however idle
+its GPUs read: a job whose input comes slower than its GPU steps (producer threads decoding in
+Python, a GPU busy 2% of the time) keeps every GPU below the idle line, and stopping the host
+stops it. `mlcostd idle` answers "active" for it too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
@@ -36,7 +45,7 @@ from daemon.analysis.rules.base import (
     process_evidence,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
-from daemon.analysis.stack_rules import LOCK_WAIT
+from daemon.analysis.stack_rules import JOB_WAIT, LOCK_WAIT
 from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from daemon.wire import (
@@ -94,10 +103,25 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
     return signs
 
 
+def waits_for_jobs(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The stack in which it waits for its next job (a queue consumer between jobs), where its
+    stacks wait so for at least WORK_PHASE_MIN_SHARE of the window; None otherwise."""
+    waiting = proc.phases.get(IDLE) or {}
+    stacks = [st for st in waiting.get("top_stacks") or [] if isinstance(st, Mapping)]
+    jobs = [st for st in stacks if str(st.get("reason") or "").startswith(JOB_WAIT)]
+    if not jobs:
+        return None
+    sampled = sum(int(st.get("samples") or 0) for st in stacks)
+    share = float(waiting.get("share", 0.0) or 0.0) * (
+        sum(int(st.get("samples") or 0) for st in jobs) / sampled if sampled else 1.0)
+    return jobs[0] if share >= WORK_PHASE_MIN_SHARE else None
+
+
 def is_server(proc: ProcessWindow) -> bool:
     """A server is never offered SIGTERM: it serves (listens and has served) or is online
-    inference by its evidence."""
-    return proc.kind.serves or proc.kind.kind == ONLINE_INFERENCE
+    inference by its evidence. Nor is a queue consumer, which serves jobs (`waits_for_jobs`)."""
+    return (proc.kind.serves or proc.kind.kind == ONLINE_INFERENCE
+            or waits_for_jobs(proc) is not None)
 
 
 def idle_for(seconds: float, a: Analysis) -> str:
@@ -277,8 +301,22 @@ def request_rate(a: Analysis, proc: ProcessWindow) -> tuple[str, dict[str, Any]]
              "connections_caught": caught, "seconds": over, "bound": "not measured"})
 
 
+def _consumer_text(job_wait: Mapping[str, Any]) -> tuple[str, str, str]:
+    """What idle_server says of a queue consumer (`job_wait`: the stack it waits for jobs in):
+    what it does, what to do, and its action's text."""
+    where = f"{job_wait.get('file')}:{job_wait.get('line')}"
+    return (f"takes jobs from a queue or a job server and waits for its next one ({where}: "
+            f"{job_wait.get('reason') or JOB_WAIT})",
+            "scale the workers with the queue's depth (to zero while it is empty), consolidate "
+            "it with other workers on one GPU, or share the GPU (MPS, MIG, time-slicing)",
+            "a worker waiting for jobs is never stopped from here: scale the workers with the "
+            "queue's depth (an autoscaler on the queue length, such as KEDA), so that none "
+            "holds a GPU while the queue is empty, or give it a MIG slice")
+
+
 def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
-    """A server whose GPUs idle at the end of the window: scale to zero, consolidate, share."""
+    """A server (or a queue consumer) whose GPUs idle at the end of the window: scale to zero,
+    consolidate, share."""
     found = []
     for proc in a.processes:
         if not is_server(proc) or proc.trailing_idle_s < a.limit("idle_held_min_s"):
@@ -288,14 +326,27 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
         gib = proc.memory_peak_bytes / GIB
         sm = proc.sm_activity_idle_mean
         rate_text, requests = request_rate(a, proc)
+        does = f"serves (TCP {ports})"
+        advice = ("scale it to zero between requests, consolidate it with other models on one "
+                  "GPU, or share the GPU (MPS, MIG, time-slicing)")
+        action = ("a server is never stopped from here: scale it to zero behind its load "
+                  "balancer or autoscaler, move it onto a GPU it shares with other models, "
+                  "or give it a MIG slice")
+        # one that waits for jobs and has served no connection is a consumer, whatever its
+        # kind's words ("--server HOST:PORT" names the job server it connects to)
+        job_wait = None if proc.kind.serves else waits_for_jobs(proc)
+        if job_wait is not None:
+            does, advice, action = _consumer_text(job_wait)
+            if requests.get("source") is None:  # no counter, and no request comes to a port
+                rate_text = ("its job rate not measured (a [[cost.unit_costs]] counter of its "
+                             "jobs would give the rate and the cost per job)")
         found.append(rule.make(
             proc.id,
-            f"pid {proc.pid} ({proc.user}: {proc.job}) serves (TCP {ports}) and its "
+            f"pid {proc.pid} ({proc.user}: {proc.job}) {does} and its "
             f"{_gpus(proc)} ({gib:.1f} GiB held) {'has' if len(proc.gpus) == 1 else 'have'} "
             "been idle for "
             f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h, "
-            f"{rate_text}: scale it to zero between requests, consolidate it with other models "
-            "on one GPU, or share the GPU (MPS, MIG, time-slicing)",
+            f"{rate_text}: {advice}",
             monthly,
             f"{money(proc.burn_per_hour)}/h x {HOURS_PER_MONTH:g} h/month = {money(monthly)}"
             f"/month if it stayed this idle and the GPU went to other work; cost per request = "
@@ -306,13 +357,14 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
              "utilization_mean": proc.gpu_utilization_mean,
              "sm_activity_idle_mean": sm,
              "kind": proc.kind.as_dict(),
+             "waits_for_jobs": None if job_wait is None else {
+                 "file": job_wait.get("file"), "line": job_wait.get("line"),
+                 "function": job_wait.get("function"), "reason": job_wait.get("reason")},
              "signs_of_work": signs_of_work(proc)},
-            {"kind": "advice",
-             "text": "a server is never stopped from here: scale it to zero behind its load "
-                     "balancer or autoscaler, move it onto a GPU it shares with other models, "
-                     "or give it a MIG slice"},
+            {"kind": "advice", "text": action},
             scope={"frees": list(proc.gpus)},
-            headline=f"scale pid {proc.pid} to zero between requests: {_gpus(proc)} idle for "
+            headline=f"scale pid {proc.pid} to zero between "
+                     f"{'requests' if job_wait is None else 'jobs'}: {_gpus(proc)} idle for "
                      f"{idle_for(proc.trailing_idle_s, a)}"))
     return found
 
@@ -334,9 +386,18 @@ def _stop_commands(price: HostPrice) -> list[str]:
     return ["sudo shutdown -h now"]
 
 
+def at_work(a: Analysis) -> list[ProcessWindow]:
+    """The processes on the host at the window's end (on idle GPUs: trailing idle time) that
+    work (a sign of work in the window) or serve (a server, a queue consumer)."""
+    return [proc for proc in a.processes
+            if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc))]
+
+
 def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:
     if a.host_trailing_idle_s < a.limit("host_idle_min_s"):
         return []
+    if at_work(a):
+        return []  # its GPUs idle, but stopping it stops a process that works or serves
     fraction = a.host_trailing_idle_s / a.window_s if a.window_s > 0 else 1.0
     monthly = a.price.per_hour * HOURS_PER_MONTH * min(fraction, 1.0)
     return [rule.make(
@@ -373,7 +434,8 @@ IDLE_SERVER = Rule(
     check_idle_server, limits=("idle_held_min_s",))
 HOST_IDLE = Rule(
     "host_idle", "every GPU idle (held or not; a GPU at work whose process NVML does "
-    "not list counts as work) at the end of the window",
+    "not list counts as work) at the end of the window, and no process on it working (a sign "
+    "of work in the window) or serving (a server, a queue consumer)",
     f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
     "stop this instance", f"host price x {HOURS_PER_MONTH:g} h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))

@@ -20,6 +20,7 @@ from daemon.analysis.rules.base import (
     stack_evidence,
     where_in,
 )
+from daemon.analysis.rules.idle import waits_for_jobs
 from daemon.analysis.rules.thresholds import (
     CHECKPOINT_SHARE,
     COMM_SHARE,
@@ -47,8 +48,8 @@ def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
     def check(a: Analysis, rule: Rule) -> list[Finding]:
         found = []
         for proc in a.processes:
-            if phase == DATA_WAIT and proc.kind.serves:
-                continue  # a server waiting for requests is not starved of input data
+            if phase == DATA_WAIT and (proc.kind.serves or waits_for_jobs(proc) is not None):
+                continue  # a server waiting for requests, or a worker for jobs, is not starved
             share, stacks = phase_share(proc, phase)
             if share <= threshold or phase_samples(stacks) < MIN_PHASE_SAMPLES:
                 continue

@@ -1,0 +1,141 @@
+"""Processes whose GPUs wait on something that works or serves, under a real mlcostd: never the
+SIGTERM, never "stop the host", and the advice that fits what they wait for.
+
+Programs in tests/daemon/workloads written as their users would write them. A training loop
+whose producer threads decode and augment in plain Python hands batches over a
+queue.SimpleQueue, whose get is C (no Python frame): its GPU works ~1-2% of the time, so every
+GPU reads idle, and it read `idle` ("sleeping or waiting" on its get line), which earned it
+idle_gpu_held's SIGTERM and the host's stop. So did a loop fed by decoder processes through a
+multiprocessing.Queue ("waiting in a multiprocessing pipe"). GPU workers that take jobs from a multiprocessing
+Manager's queue or from a job server's socket read `idle` (a multiprocessing pipe: SIGTERM) or
+`data_wait` (dataloader_starvation, prefetch worth nearly all their burn); a worker waiting
+for its next job is a queue consumer, to be scaled with its queue like a server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from simhost import poll
+from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
+from test_restart_live import events
+
+WORKLOADS = Path(__file__).parent / "workloads"
+# Short waits so the rules find idleness in seconds: held idle 10 s, the host 20 s, a round
+# of the rules every 5 s.
+QUICK = {**FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s",
+                                 "host_after": "20s"},
+         "cost": {"evaluate_every": "5s"}}
+HOST_AFTER_S, ROUND_S = 20.0, 5.0
+# What would stop a process or its host.
+STOPS = {"idle_gpu_held", "host_idle"}
+
+
+def program(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(WORKLOADS / name), *args]
+
+
+def advice_by_program(daemon: Any, names: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The recommendations about each named program's process (by its command line), and
+    those about the host under "host"."""
+    keys = {p["key"]: next((n for n in names if n in p["command"]), "?")
+            for p in daemon.now()["processes"] if p.get("gpus")}
+    found: dict[str, list[Any]] = {name: [] for name in (*names, "host")}
+    for rec in daemon.call("recommendations"):
+        target = rec.target if rec.target in keys or rec.target == "host" else (
+            rec.evidence.get("process", {}).get("id"))
+        found.setdefault(keys.get(target, target), []).append(rec)
+    return found
+
+
+def rules(found: dict[str, list[Any]]) -> dict[str, list[str]]:
+    return {name: sorted(r.rule for r in recs) for name, recs in found.items()}
+
+
+def test_loops_fed_by_producer_threads_or_decoder_processes_are_starved_not_idle(
+        mlcostd, tmp_path):
+    """Their phase is data wait (at the producers' line for the threads), their advice the
+    pipeline's, and neither they nor their host are offered to be stopped, also once every GPU
+    has read idle past [idle].host_after (the host_idle event is open) and a round of the
+    rules has seen that."""
+    path = scenario_file(tmp_path, [
+        {"name": "augment", "command": program("augment_pipeline.py")},
+        {"name": "decode", "command": program("decode_processes.py")}])
+    daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+    names = ("augment_pipeline", "decode_processes")
+    state: dict[str, Any] = {}
+
+    def starved_past_host_after() -> bool:
+        state["recs"] = found = advice_by_program(daemon, names)
+        starved = [r for name in names for r in found[name]
+                   if r.rule == "dataloader_starvation"]
+        opened = events(daemon.db, "host_idle")
+        # a round of the rules whose window ends past the host's idle threshold
+        return len(starved) == len(names) and bool(opened) and all(
+            r.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S
+            for r in starved)
+
+    poll(starved_past_host_after, 150,
+         "dataloader_starvation for both loops, in a round after the host_idle event",
+         every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
+         + "\n" + daemon.log_tail())
+    found = state["recs"]
+    for name in names:
+        assert not {r.rule for r in found[name] + found["host"]} & STOPS, rules(found)
+        assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
+    [starved] = [r for r in found["augment_pipeline"] if r.rule == "dataloader_starvation"]
+    assert "augment_pipeline.py" in starved.evidence["where"], starved.evidence["where"]
+    top = starved.evidence["top_stacks"][0]
+    assert top["function"].split(".<locals>.")[0] in ("augment", "decode_sample", "produce"), top
+    assert "queue.SimpleQueue" in top["reason"], top
+    [fed] = [r for r in found["decode_processes"] if r.rule == "dataloader_starvation"]
+    assert "child processes run" in fed.evidence["top_stacks"][0]["reason"], fed.evidence
+    assert daemon.stop() == 0, daemon.log_tail()
+
+
+def test_workers_waiting_for_jobs_get_scale_to_zero_advice_not_a_sigterm_nor_prefetch(
+        mlcostd, tmp_path):
+    """A worker on a Manager().Queue() and one on a job server's TCP socket, a job every 30 s:
+    both get idle_server's advice as queue consumers (scale the workers with the queue), and no
+    idle_gpu_held, SIGTERM or dataloader_starvation."""
+    server = subprocess.Popen(program("job_server.py", "30"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        path = scenario_file(tmp_path, [
+            {"name": "embed", "command": program("embed_job_worker.py", "--every", "30")},
+            {"name": "render",
+             "command": program("render_worker.py", "--server", f"127.0.0.1:{port}")}])
+        daemon = mlcostd("idle-host", interval=1.0, config=QUICK,
+                         args=["--simulate", str(path)])
+        names = ("embed_job_worker", "render_worker")
+        state: dict[str, Any] = {}
+
+        def both_advised_as_consumers() -> bool:
+            state["recs"] = found = advice_by_program(daemon, names)
+            return all(any(r.rule == "idle_server" and r.evidence.get("waits_for_jobs")
+                           for r in found[name]) for name in names)
+
+        poll(both_advised_as_consumers, 240, "idle_server advice for both job workers",
+             every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
+             + "\n" + daemon.log_tail())
+        found = state["recs"]
+        for name in names:
+            assert not {r.rule for r in found[name]} & {*STOPS, "dataloader_starvation"}, \
+                rules(found)
+            assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
+            [rec] = [r for r in found[name] if r.rule == "idle_server"]
+            assert rec.action["kind"] == "advice" and "queue" in rec.action["text"]
+            assert f"{name}.py" in rec.evidence["waits_for_jobs"]["file"], rec.evidence
+        manager = next(r for r in found["embed_job_worker"] if r.rule == "idle_server")
+        assert "manager's queue" in manager.evidence["waits_for_jobs"]["reason"]
+        socket = next(r for r in found["render_worker"] if r.rule == "idle_server")
+        assert "socket" in socket.evidence["waits_for_jobs"]["reason"]
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        server.kill()
+        server.wait()
