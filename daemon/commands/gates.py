@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.analysis.compare import gpu_models, price_moved, price_per_gpu_hour, same_gpus
+from daemon.analysis.compare import (
+    MIN_PHASE_SAMPLES,
+    gpu_models,
+    price_moved,
+    price_per_gpu_hour,
+    same_gpus,
+)
 from daemon.wire import money
 from pricing.http import loads_finite
 from pricing.small_file import SmallFileError, read_small_file
@@ -24,10 +30,9 @@ from pricing.small_file import SmallFileError, read_small_file
 MAX_PROFILE_BYTES = 64 << 20
 
 GATE_EXIT_STATUS = 86  # outside 0-2, sysexits' 64-78, the shell's 126/127 and 128+signal
-# A profile with fewer stack samples, or of a shorter run, may not stand for the workload
-# (the profile's warnings few_stack_samples and too_short); a phase share on fewer samples
-# cannot pass or fail a gate.
-MIN_PHASE_SAMPLES = 20
+# A profile with fewer stack samples (MIN_PHASE_SAMPLES, the count compare judges phase shares
+# from), or of a shorter run, may not stand for the workload (the profile's warnings
+# few_stack_samples and too_short); a phase share on fewer samples cannot pass or fail a gate.
 MIN_RUN_S = 30.0
 
 
