@@ -168,35 +168,6 @@ def test_starved_dataloader_job_never_gets_sigterm_and_idle_notebook_does(mlcost
     assert daemon.stop() == 0, daemon.log_tail()
 
 
-def test_the_straggler_among_spawned_ranks_is_named(mlcostd, tmp_path):
-    """The same job with the spawn start method (torch.multiprocessing.spawn's): each rank's
-    command line names its own pipe (`spawn_main(tracker_fd=.., pipe_handle=..)`), and the
-    ranks are still one job whose slow rank is named."""
-    path = scenario_file(tmp_path, [{"name": "shards", "gpus": 3, "command": [
-        sys.executable, str(CORPUS / "train_shards_mp.py"), "--start-method", "spawn"]}])
-    daemon = mlcostd("idle-host", interval=1.0, args=["--simulate", str(path)], config={
-        **FAST_STACKS, "cost": {"evaluate_every": "5s"}})
-    state: dict[str, Any] = {}
-
-    def named() -> bool:
-        ranks = [p for p in daemon.now()["processes"] if p.get("gpus")]
-        found = [r for r in daemon.call("recommendations") if r.rule == "straggler"]
-        state.update(ranks=ranks, found=found)
-        slow = max((g["index"] for p in ranks for g in p["gpus"]), default=None)
-        return (len(ranks) == 3 and bool(found)
-                and found[0].evidence["straggler"]["gpus"] == [slow])
-
-    poll(named, 180, "the straggler among the spawned ranks", every=3.0,
-         explain=lambda: json.dumps({"commands": [p["command"] for p in state.get("ranks", [])],
-                                     "found": [r.summary for r in state.get("found", [])]})
-         + "\n" + daemon.log_tail())
-    assert all("spawn_main" in p["command"] for p in state["ranks"])
-    [straggler] = state["found"]
-    assert straggler.evidence["straggler"]["phase"] == "host_preprocess"
-    assert sorted(len(w["gpus"]) for w in straggler.evidence["waiting_ranks"]) == [1, 1]
-    assert daemon.stop() == 0, daemon.log_tail()
-
-
 def test_writer_straggler_notebook_and_server_get_the_kind_phase_and_advice_that_fit(
         mlcostd, tmp_path):
     """Issue 21 on one simulated host: a JSON-lines appender is writing output (its own advice;

@@ -3,9 +3,8 @@ its own shard of the data on the CPU, running its step, and meeting the others a
 multiprocessing.Barrier before the next step (where an all-reduce would be). The shards are not
 the same size: the last rank's is six times the others', so the others wait for it.
 
-    MLCOST_SIM_GPUS=0,1,2 python train_shards_mp.py [--start-method fork|spawn|forkserver]"""
+    MLCOST_SIM_GPUS=0,1,2 python train_shards_mp.py"""
 
-import argparse
 import multiprocessing as mp
 import os
 import signal
@@ -33,12 +32,9 @@ def run_rank(rank: int, world: int, barrier) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--start-method", default="fork")
-    ctx = mp.get_context(parser.parse_args().start_method)
     world = len(GPUS)
-    barrier = ctx.Barrier(world)
-    ranks = [ctx.Process(target=run_rank, args=(rank, world, barrier), name=f"rank{rank}")
+    barrier = mp.Barrier(world)
+    ranks = [mp.Process(target=run_rank, args=(rank, world, barrier), name=f"rank{rank}")
              for rank in range(world)]
     for proc in ranks:
         proc.start()
