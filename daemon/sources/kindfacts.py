@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import TypeVar
 
 MAX_FDS = 4096  # fd entries looked at per process
 MAX_NET_BYTES = 1 << 20  # of /proc/PID/net/tcp (+tcp6): ~6,800 sockets each
@@ -287,31 +288,51 @@ def parse_tcp_table(data: bytes) -> list[tuple[int, str, int]]:
 
 # One read of a network namespace's TCP tables per refresh round: netns id -> (rows, cut tables).
 TcpTables = dict[str, tuple[list[tuple[int, str, int]], list[str]]]
+Table = TypeVar("Table")
+
+
+def _once_per_netns(pid: int, tables: dict[str, Table] | None,
+                    read: Callable[[], Table]) -> Table:
+    """What `read` gives for pid's network namespace, read once per namespace per round
+    (`tables`, the round's; the kernel formats a whole table on each read: ~1 ms on a busy
+    host)."""
+    try:
+        netns: str | None = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        netns = None
+    if tables is None or netns is None:
+        return read()
+    found = tables.get(netns)
+    if found is None:
+        found = tables[netns] = read()
+    return found
+
+
+def _read_table(path: str) -> tuple[bytes, bool]:
+    """A /proc/net table read up to MAX_NET_BYTES, and whether it was cut (its torn last line
+    dropped)."""
+    data, cut = _read_capped(path, MAX_NET_BYTES)
+    if cut:
+        data = data[:data.rfind(b"\n")]
+    return data, cut
 
 
 def _tcp_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, str, int]], list[str]]:
-    """The TCP rows of pid's network namespace, read once per namespace per round (the kernel
-    formats the whole table on each read: ~1 ms on a busy host)."""
-    try:
-        netns = os.readlink(f"/proc/{pid}/ns/net")
-    except OSError:
-        netns = None
-    if tables is not None and netns is not None and netns in tables:
-        return tables[netns]
-    rows: list[tuple[int, str, int]] = []
-    cut_tables: list[str] = []
-    for table in ("tcp", "tcp6"):
-        try:
-            data, cut = _read_capped(f"/proc/{pid}/net/{table}", MAX_NET_BYTES)
-        except OSError:
-            continue
-        if cut:
-            cut_tables.append(table)
-            data = data[:data.rfind(b"\n")]  # drop the torn last line
-        rows += parse_tcp_table(data)
-    if tables is not None and netns is not None:
-        tables[netns] = (rows, cut_tables)
-    return rows, cut_tables
+    """The TCP rows of pid's network namespace, read once per namespace per round."""
+    def read() -> tuple[list[tuple[int, str, int]], list[str]]:
+        rows: list[tuple[int, str, int]] = []
+        cut_tables: list[str] = []
+        for table in ("tcp", "tcp6"):
+            try:
+                data, cut = _read_table(f"/proc/{pid}/net/{table}")
+            except OSError:
+                continue
+            if cut:
+                cut_tables.append(table)
+            rows += parse_tcp_table(data)
+        return rows, cut_tables
+
+    return _once_per_netns(pid, tables, read)
 
 
 UNIX_LISTENING_FLAG = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags: a listening socket
@@ -341,22 +362,14 @@ UnixTables = dict[str, tuple[list[tuple[int, bool, bytes]], bool]]
 def _unix_rows(pid: int, tables: UnixTables | None) -> tuple[list[tuple[int, bool, bytes]], bool]:
     """The unix socket rows of pid's network namespace, read once per namespace per round;
     True where the read hit its cap."""
+    def read() -> tuple[list[tuple[int, bool, bytes]], bool]:
+        data, cut = _read_table(f"/proc/{pid}/net/unix")
+        return parse_unix_table(data), cut
+
     try:
-        netns = os.readlink(f"/proc/{pid}/ns/net")
-    except OSError:
-        netns = None
-    if tables is not None and netns is not None and netns in tables:
-        return tables[netns]
-    try:
-        data, cut = _read_capped(f"/proc/{pid}/net/unix", MAX_NET_BYTES)
-    except OSError:
+        return _once_per_netns(pid, tables, read)
+    except OSError:  # (not kept for the round: another process of its namespace may read it)
         return [], False
-    if cut:
-        data = data[:data.rfind(b"\n")]  # drop the torn last line
-    found = (parse_unix_table(data), cut)
-    if tables is not None and netns is not None:
-        tables[netns] = found
-    return found
 
 
 def unix_listening(inodes: set[int], rows: list[tuple[int, bool, bytes]]
