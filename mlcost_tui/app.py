@@ -377,7 +377,10 @@ class MlcostTop(App):
         """Another screen is over the main one (details, history, a dialog, the palette): the
         main screen is not drawn until it is back. --prometheus's fleet table is not a cover:
         the host's panels under it stay current, for escape to show them at once."""
-        return self.screen is not self.screen_stack[0] and self.screen is not self.prometheus
+        return self._covers(self.screen)
+
+    def _covers(self, screen: Screen) -> bool:
+        return screen is not self.screen_stack[0] and screen is not self.prometheus
 
     @property
     def panels_covered(self) -> bool:
@@ -387,7 +390,7 @@ class MlcostTop(App):
         screen = self.screen
         if isinstance(screen, CommandPalette) and len(self.screen_stack) > 1:
             screen = self.screen_stack[-2]
-        return screen is not self.screen_stack[0] and screen is not self.prometheus
+        return self._covers(screen)
 
     def _redraw(self) -> None:
         if self.hosts:
