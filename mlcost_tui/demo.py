@@ -2,8 +2,8 @@
 started when mlcost-top exits.
 
 The simulated host acts like an EC2 instance: a local moto server (daemon.sim.ec2, the `demo`
-extra) holds an instance of the scenario's type, and the daemon's boto3 talks to it
-(AWS_ENDPOINT_URL_EC2, [instance].id), so `a` on the resize recommendation runs AWS's dry run,
+extra) holds an instance of the scenario's type beside a simulated SSM (daemon.sim.ssm), and the
+daemon's boto3 talks to them (AWS_ENDPOINT_URL_EC2, AWS_ENDPOINT_URL_SSM, [instance].id), so `a` on the resize recommendation runs AWS's dry run,
 the confirmation and the resize itself through the daemon's real code. Without moto the demo
 runs on, and the resize shows its commands only.
 
@@ -36,7 +36,8 @@ EC2_START_S = 60.0  # the simulated EC2's first answer (moto loads its EC2 model
 # What the environment of the demo's daemon must not carry over: its EC2 is the local one, and
 # a profile or endpoint of the user's would send the demo's calls to a real account.
 AWS_ENV_DROPPED = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL",
-                   "AWS_ENDPOINT_URL_EC2", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+                   "AWS_ENDPOINT_URL_EC2", "AWS_ENDPOINT_URL_SSM", "AWS_SESSION_TOKEN",
+                   "AWS_SECURITY_TOKEN")
 # Runs detached after mlcost-top quits: waits for the daemon (which stops its workloads), then
 # kills what is left of its session and removes the demo's temporary folder.
 REAPER = """

@@ -1,5 +1,6 @@
 """What one key in the TUI does to a recommendation: show a patch, copy commands, send SIGTERM to
-an idle process, or resize the instance through boto3.
+an idle process, or resize the instance through boto3 (AWS Systems Manager's AWS-ResizeInstance
+runbook: a host cannot stop, modify and start itself, the stop takes it and the daemon down).
 
 `apply` always describes what it will do; with dry_run=False it does it. Actions that change the
 host (SIGTERM, resize) run only when the config allows actions ([api].allow_actions); the rest
@@ -25,7 +26,9 @@ from daemon.wire import ActionResult, crop
 
 # How close a live process's create time must be to the recommendation's to be the same process.
 START_TIME_TOLERANCE_S = 0.05
-RESIZE_WAIT_S = 600  # longest wait for the instance to stop before changing its type
+# Amazon's runbook that stops an instance, changes its type and starts it, run by AWS Systems
+# Manager on AWS's side: the daemon asks for it and goes down with its host at the stop.
+RESIZE_RUNBOOK = "AWS-ResizeInstance"
 
 
 class ActionError(Exception):
@@ -38,8 +41,10 @@ class ActionError(Exception):
 
 def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
           allow_actions: bool = False, ec2_factory: Callable[[str], Any] | None = None,
+          ssm_factory: Callable[[str], Any] | None = None,
           instance_id: str | None = None) -> ActionResult:
-    """Describe (dry run) or perform the action of one recommendation document."""
+    """Describe (dry run) or perform the action of one recommendation document. `ec2_factory`
+    and `ssm_factory`: a boto3 client of that service for a region (default: boto3's own)."""
     action = dict(recommendation.get("action") or {})
     kind = str(action.get("kind") or "none")
     rec_id = str(recommendation.get("id", ""))
@@ -62,7 +67,9 @@ def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
     if kind == "sigterm":
         return _sigterm(rec_id, action, dry_run, allow_actions)
     if kind == "resize":
-        return _resize(rec_id, action, dry_run, allow_actions, ec2_factory, instance_id)
+        return _resize(rec_id, action, dry_run, allow_actions, instance_id,
+                       ec2_factory or _default_client("ec2"),
+                       ssm_factory or _default_client("ssm"))
     return ActionResult(rec_id, kind, dry_run, True,
                         "nothing to do on this host: this recommendation is advice only")
 
@@ -128,10 +135,13 @@ def _refuse_a_server(pid: int, proc: psutil.Process) -> None:
             "server: scale it down or stop it yourself", status=409)
 
 
-def _default_ec2(region: str) -> Any:
-    import boto3
+def _default_client(service: str) -> Callable[[str], Any]:
+    def client(region: str) -> Any:
+        import boto3
 
-    return boto3.client("ec2", region_name=region)
+        return boto3.client(service, region_name=region)  # type: ignore[call-overload]
+
+    return client
 
 
 def _is_dry_run_ok(error: Exception) -> bool:
@@ -146,16 +156,15 @@ NO_INSTANCE_ID = "INSTANCE_ID"
 
 
 def resize_steps(region: str, instance_id: str, target: str) -> tuple[str, ...]:
-    """The AWS CLI commands of a resize, the same steps boto3 takes."""
-    return (f"aws ec2 stop-instances --region {region} --instance-ids {instance_id}",
-            f"aws ec2 wait instance-stopped --region {region} --instance-ids {instance_id}",
-            f"aws ec2 modify-instance-attribute --region {region} --instance-id {instance_id} "
-            f"--instance-type Value={target}",
-            f"aws ec2 start-instances --region {region} --instance-ids {instance_id}")
+    """The AWS CLI command of a resize, the call boto3 makes: safe to run anywhere, the host
+    itself included (the runbook runs on AWS's side)."""
+    return (f"aws ssm start-automation-execution --region {region} --document-name "
+            f"{RESIZE_RUNBOOK} --parameters InstanceId={instance_id},InstanceType={target}",)
 
 
 def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions: bool,
-            ec2_factory: Callable[[str], Any] | None, instance_id: str | None) -> ActionResult:
+            instance_id: str | None, ec2_factory: Callable[[str], Any],
+            ssm_factory: Callable[[str], Any]) -> ActionResult:
     if action.get("provider") not in (None, "aws"):
         raise ActionError(f"resizing is only automated on AWS, not {action.get('provider')}; "
                           "change the instance type in your provider's console", 422)
@@ -171,8 +180,9 @@ def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions
                             f"mlcostd can only show the commands: {NOT_ON_EC2}; run them with "
                             f"your AWS credentials, {NO_INSTANCE_ID} replaced by the "
                             "instance's id", commands=steps)
-    ec2 = (ec2_factory or _default_ec2)(region)
-    # AWS's own dry run: permission and parameter checks without a change.
+    ec2 = ec2_factory(region)
+    # AWS's own dry run of what the runbook does with the caller's permissions (it is given
+    # no role of its own): permission and parameter checks without a change.
     checks = []
     for name, call in (
         ("stop", lambda: ec2.stop_instances(InstanceIds=[instance_id], DryRun=True)),
@@ -188,17 +198,22 @@ def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions
                 raise ActionError(f"AWS refused the dry run of {name}: {exc}", 502) from None
     if dry_run:
         return ActionResult(rec_id, "resize", True, False,
-                            f"would stop {instance_id}, change it from {action.get('from')} to "
+                            f"would ask AWS Systems Manager to run {RESIZE_RUNBOOK} on "
+                            f"{instance_id}: stop it, change it from {action.get('from')} to "
                             f"{target} and start it ({'; '.join(checks)}); the host and this "
-                            "daemon go down for a few minutes", steps=steps)
+                            "daemon go down for a few minutes and come back on the new type",
+                            steps=steps)
     _refuse_unless_allowed(allow_actions, f"resize {instance_id} to {target}")
     try:
-        ec2.stop_instances(InstanceIds=[instance_id])
-        ec2.get_waiter("instance_stopped").wait(
-            InstanceIds=[instance_id], WaiterConfig={"Delay": 5, "MaxAttempts": RESIZE_WAIT_S // 5})
-        ec2.modify_instance_attribute(InstanceId=instance_id, InstanceType={"Value": target})
-        ec2.start_instances(InstanceIds=[instance_id])
+        started = ssm_factory(region).start_automation_execution(
+            DocumentName=RESIZE_RUNBOOK,
+            Parameters={"InstanceId": [instance_id], "InstanceType": [str(target)]})
     except Exception as exc:
-        raise ActionError(f"resize of {instance_id} to {target} failed: {exc}", 502) from None
+        raise ActionError(f"resize of {instance_id} to {target} failed: AWS Systems Manager "
+                          f"did not start {RESIZE_RUNBOOK}: {exc}", 502) from None
+    execution = started.get("AutomationExecutionId", "?")
     return ActionResult(rec_id, "resize", False, True,
-                        f"{instance_id} resized to {target} and started", steps=steps)
+                        f"resizing {instance_id} to {target}: AWS Systems Manager runs "
+                        f"{RESIZE_RUNBOOK} (execution {execution}), which stops this host, "
+                        "changes its type and starts it; this daemon goes down with the host "
+                        "and comes back with it", steps=steps)

@@ -1,11 +1,12 @@
 """The simulated host's EC2: a local moto server holding one instance of the scenario's type, so
-`a` on a resize recommendation in the demo runs the real boto3 path (AWS's dry run, stop, wait,
-modify-instance-attribute, start) against something that answers like EC2.
+`a` on a resize recommendation in the demo runs the real boto3 path (AWS's dry run of stop and
+start, then Systems Manager's AWS-ResizeInstance runbook: stop, wait, modify-instance-attribute,
+start) against something that answers like EC2 and SSM (daemon.sim.ssm: moto has no Automation).
 
 `python -m daemon.sim.ec2 --scenario demo` starts the server on 127.0.0.1 (a free port), creates
 the instance, prints one JSON line ({"endpoint", "instance_id", "region", "type", "env"}) and serves
 until stdin closes or SIGTERM. mlcost-top --demo points its daemon at it with
-AWS_ENDPOINT_URL_EC2 and [instance].id. moto is the `demo` extra (`pip install 'mlcost[demo]'`,
+AWS_ENDPOINT_URL_EC2, AWS_ENDPOINT_URL_SSM and [instance].id. moto is the `demo` extra (`pip install 'mlcost[demo]'`,
 what `make demo` installs); without it this exits 3 and says so, and the demo shows the resize as
 commands only.
 """
@@ -53,8 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     made = ec2.run_instances(ImageId=DEMO_IMAGE, MinCount=1, MaxCount=1,
                              InstanceType=instance.type)
     instance_id = made["Instances"][0]["InstanceId"]
-    # What the daemon's environment needs to reach this EC2 with boto3's own configuration.
-    env = {**DEMO_CREDENTIALS, "AWS_ENDPOINT_URL_EC2": endpoint}
+    from daemon.sim import ssm
+
+    ssm_server = ssm.serve(ssm.Executions(lambda r: boto3.client("ec2", region_name=r), region))
+    ssm_endpoint = f"http://127.0.0.1:{ssm_server.server_address[1]}"
+    # What the daemon's environment needs to reach this EC2 and SSM with boto3's own
+    # configuration.
+    env = {**DEMO_CREDENTIALS, "AWS_ENDPOINT_URL_EC2": endpoint,
+           "AWS_ENDPOINT_URL_SSM": ssm_endpoint}
     print(json.dumps({"endpoint": endpoint, "instance_id": instance_id, "region": region,
                       "type": instance.type, "env": env}), flush=True)
 
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=until_stdin_closes, daemon=True).start()
     done.wait()
+    ssm_server.shutdown()
     server.stop()
     return 0
 

@@ -24,7 +24,7 @@ from daemon.client import ApiError as ClientApiError
 from daemon.client import Client, ClientError, DaemonUnavailable, read_token_file
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.writer import Store
-from daemon.wire import TOKEN_MAX_BYTES, TOKEN_MIN_CHARS, process_key
+from daemon.wire import TOKEN_MAX_BYTES, TOKEN_MIN_CHARS, ActionResult, process_key
 
 T0 = time.time() - 120
 RECORDED = process_key(4242, 1000.5)  # a process of the history written before the daemon ran
@@ -430,8 +430,14 @@ def test_no_daemon_is_a_clear_error(tmp_path):
     run(main())
 
 
-def test_resize_dry_run_then_stop_modify_start_on_moto(moto_endpoint):
+def test_resize_dry_run_then_aws_systems_manager_resizes_on_moto(moto_endpoint):
+    """The dry run asks moto's EC2 whether stop and start are allowed; the resize itself is
+    AWS-ResizeInstance started through Systems Manager (the host cannot stop, modify and
+    start itself: its stop takes the daemon down), here the simulated SSM (daemon.sim.ssm,
+    moto has no Automation) running the runbook's steps against moto's EC2."""
     import boto3
+
+    from daemon.sim import ssm
 
     # the session's moto server (tests/conftest.py): these instances are this test's own
     env = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -440,6 +446,12 @@ def test_resize_dry_run_then_stop_modify_start_on_moto(moto_endpoint):
         return boto3.client("ec2", region_name=region, endpoint_url=moto_endpoint,
                             **env)
 
+    server = ssm.serve(ssm.Executions(ec2, "us-east-1"))
+    ssm_endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+
+    def ssm_client(region: str):
+        return boto3.client("ssm", region_name=region, endpoint_url=ssm_endpoint, **env)
+
     from daemon.sim.ec2 import DEMO_IMAGE
 
     client = ec2("us-east-1")
@@ -447,30 +459,105 @@ def test_resize_dry_run_then_stop_modify_start_on_moto(moto_endpoint):
     # 2-core machine (it lists every AMI it knows), two thirds of this test.
     instance = client.run_instances(ImageId=DEMO_IMAGE, MinCount=1, MaxCount=1,
                                     InstanceType="p4d.24xlarge")["Instances"][0]
+    instance_id = instance["InstanceId"]
     rec = {"id": "rec-resize", "action": {
         "kind": "resize", "provider": "aws", "region": "us-east-1",
-        "from": "p4d.24xlarge", "to": "g5.12xlarge", "instance_id": instance["InstanceId"]}}
-    dry = actions.apply(rec, True, ec2_factory=ec2)
-    assert not dry.done and "would stop" in dry.message and len(dry.steps) == 4
-    with pytest.raises(actions.ActionError):
-        actions.apply(rec, False, allow_actions=False, ec2_factory=ec2)
-    done = actions.apply(rec, False, allow_actions=True, ec2_factory=ec2)
-    assert done.done
-    described = client.describe_instances(InstanceIds=[instance["InstanceId"]])
-    now = described["Reservations"][0]["Instances"][0]
-    assert now["InstanceType"] == "g5.12xlarge"
+        "from": "p4d.24xlarge", "to": "g5.12xlarge", "instance_id": instance_id}}
+    try:
+        dry = actions.apply(rec, True, ec2_factory=ec2, ssm_factory=ssm_client)
+        assert not dry.done and "would ask AWS Systems Manager" in dry.message
+        assert "stop: allowed; start: allowed" in dry.message
+        assert dry.steps == (
+            "aws ssm start-automation-execution --region us-east-1 --document-name "
+            f"AWS-ResizeInstance --parameters InstanceId={instance_id},"
+            "InstanceType=g5.12xlarge",)
+        with pytest.raises(actions.ActionError):
+            actions.apply(rec, False, allow_actions=False, ec2_factory=ec2,
+                          ssm_factory=ssm_client)
+        done = actions.apply(rec, False, allow_actions=True, ec2_factory=ec2,
+                             ssm_factory=ssm_client)
+        assert done.done and "AWS-ResizeInstance (execution " in done.message
+        execution = done.message.split("(execution ")[1].split(")")[0]
+
+        def finished() -> str | None:
+            got = ssm_client("us-east-1").get_automation_execution(
+                AutomationExecutionId=execution)["AutomationExecution"]
+            status = got["AutomationExecutionStatus"]
+            return status if status != "InProgress" else None
+
+        assert poll(finished, 60, "the runbook's end") == "Success"
+        # (the simulated SSM runs that runbook only, and says so as SSM would)
+        from botocore.exceptions import ClientError
+
+        with pytest.raises(ClientError, match="InvalidDocument"):
+            ssm_client("us-east-1").start_automation_execution(
+                DocumentName="AWS-RestartEC2Instance", Parameters={"InstanceId": [instance_id]})
+        described = client.describe_instances(InstanceIds=[instance_id])
+        now = described["Reservations"][0]["Instances"][0]
+        assert now["InstanceType"] == "g5.12xlarge" and now["State"]["Name"] == "running"
+    finally:
+        server.shutdown()
+
+
+def test_resize_asks_ssm_for_the_runbook_as_its_api_defines_it():
+    """The call as AWS's SSM model defines it (botocore's Stubber checks the parameters against
+    the service model; moto has no Automation backend), and a refusal read back as an error
+    that names the runbook and AWS's reason."""
+    import boto3
+    from botocore.stub import Stubber
+
+    def ec2(region: str):
+        client = boto3.client("ec2", region_name=region, aws_access_key_id="testing",
+                              aws_secret_access_key="testing")
+        stub = Stubber(client)
+        for call in ("stop_instances", "start_instances"):  # the dry runs: allowed
+            stub.add_client_error(call, "DryRunOperation", "Request would have succeeded")
+        stub.activate()
+        return client
+
+    ssm = boto3.client("ssm", region_name="us-west-2", aws_access_key_id="testing",
+                       aws_secret_access_key="testing")
+    stub = Stubber(ssm)
+    EXECUTION = "0a1b2c3d-0000-4000-8000-123456789abc"  # noqa: N806 (the id SSM answers)
+    wanted = {"DocumentName": "AWS-ResizeInstance",
+              "Parameters": {"InstanceId": ["i-0123456789abcdef0"],
+                             "InstanceType": ["g6e.12xlarge"]}}
+    stub.add_response("start_automation_execution", {"AutomationExecutionId": EXECUTION},
+                      wanted)
+    stub.add_client_error("start_automation_execution", "AccessDeniedException",
+                          "not authorized to perform: ssm:StartAutomationExecution",
+                          expected_params=wanted)
+    stub.activate()
+    rec = {"id": "rec-resize", "action": {
+        "kind": "resize", "provider": "aws", "region": "us-west-2",
+        "from": "p4d.24xlarge", "to": "g6e.12xlarge"}}
+
+    def resize() -> ActionResult:
+        return actions.apply(rec, False, allow_actions=True, ec2_factory=ec2,
+                             ssm_factory=lambda region: ssm,
+                             instance_id="i-0123456789abcdef0")
+
+    done = resize()
+    assert done.done and f"(execution {EXECUTION})" in done.message
+    with pytest.raises(actions.ActionError) as refused:
+        resize()
+    assert refused.value.status == 502
+    assert "did not start AWS-ResizeInstance" in str(refused.value)
+    assert "ssm:StartAutomationExecution" in str(refused.value)
+    stub.assert_no_pending_responses()
 
 
 def test_resize_off_ec2_shows_the_commands_and_calls_no_aws():
     def no_aws(region: str):
-        raise AssertionError("no EC2 client off EC2")
+        raise AssertionError("no AWS client off EC2")
 
     rec = {"id": "rec-resize", "action": {
         "kind": "resize", "provider": "aws", "region": "us-east-1",
         "from": "p4d.24xlarge", "to": "g5.12xlarge"}}
     for dry_run in (True, False):
-        shown = actions.apply(rec, dry_run, allow_actions=True, ec2_factory=no_aws)
+        shown = actions.apply(rec, dry_run, allow_actions=True, ec2_factory=no_aws,
+                              ssm_factory=no_aws)
         assert shown.kind == "copy_commands" and not shown.done
         assert "can only show the commands" in shown.message and "not on EC2" in shown.message
-        assert any("modify-instance-attribute" in c and "Value=g5.12xlarge" in c
+        assert any("start-automation-execution" in c and "InstanceType=g5.12xlarge" in c
                    for c in shown.commands)
