@@ -51,9 +51,11 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     LIBRARY,
     LOCK,
+    PYTHON_ON_CPU,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
     WAIT,
+    WORKS_ON_INPUT,
     FrameRule,
     first_match,
     is_handoff_wait,
@@ -278,9 +280,12 @@ def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None, waiting: s
     """Data wait, where the main thread waits on a queue, a condition or an event (`waiting`
     says which, and where) while another thread of its process works on input
     (`_input_work`): a reader thread that reads or decodes the batches the loop takes. Its line
-    is the one responsible. None where no other thread works: a process waiting for nothing (a
-    server between requests) is idle."""
+    is the one responsible: the first that works, or the one holding the GIL where one does
+    (py-spy calls a thread waiting for the GIL active too: of two producers decoding in Python,
+    the one that runs holds it). None where no other thread works: a process waiting for
+    nothing (a server between requests) is idle."""
     others = (t for t in threads if t is not main)
+    found: tuple[ThreadStack, Frame, str] | None = None
     for other in islice(others, MAX_THREADS_LOOKED_AT):
         line = user_frame(other.frames)
         if line is None:
@@ -288,16 +293,23 @@ def _fed_by(threads: Sequence[ThreadStack], main: ThreadStack | None, waiting: s
         work = _input_work(other, line, source_line)
         if work is None:
             continue
-        name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
-        return Classification(
-            DATA_WAIT, f"main thread {waiting} while thread {name!r} works on its input: "
-            f"{work} ({_where(line)})", line, other)
-    return None
+        if found is None or work == PYTHON_ON_CPU:
+            found = other, line, work
+        if work == PYTHON_ON_CPU:
+            break
+    if found is None:
+        return None
+    other, line, work = found
+    name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+    return Classification(
+        DATA_WAIT, f"main thread {waiting} while thread {name!r}{WORKS_ON_INPUT}"
+        f"{work} ({_where(line)})", line, other)
 
 
 def _input_work(thread: ThreadStack, line: Frame, source_line: SourceLine | None) -> str | None:
     """What `thread` (whose innermost user frame is `line`) does for the loop's input: reading
-    (a file, a client library's download, a DataLoader) or running on a CPU (decoding). None
+    (a file, a client library's download, a DataLoader) or running on a CPU (decoding:
+    PYTHON_ON_CPU where it holds the GIL, Python code, or C code that keeps the GIL). None
     where it waits, sleeps, reads a bare socket (a server's handler may wait for its client
     there), handles a server's request, or does work of another phase (a checkpoint, output,
     evaluation, a collective)."""
@@ -325,7 +337,11 @@ def _input_work(thread: ThreadStack, line: Frame, source_line: SourceLine | None
         line_call = _source_call(line, source_line)
         if line_call is not None:
             return line_call[1] if line_call[0] == DATA_WAIT else None
-    return "running on a CPU (py-spy: active)" if thread.active else None
+    if not thread.active:
+        return None
+    # Without the GIL it runs C code that released it (zlib, a large numpy op), or it just
+    # gave the GIL up: other threads run meanwhile.
+    return PYTHON_ON_CPU if thread.owns_gil else "running on a CPU (py-spy: active)"
 
 
 def _client_read(called: Sequence[Frame]) -> bool:

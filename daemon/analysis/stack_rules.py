@@ -259,6 +259,12 @@ HANDOFF_WAITS: tuple[tuple[str, str], ...] = (
 # What the innermost user line calls to take what another thread hands over, where that call
 # leaves no Python frame (a queue.SimpleQueue's get is C): a HANDOFF_WAITS wait all the same.
 HANDOFF_CALL = re.compile(r"\.get\(\s*(\)|block\b|timeout\b|True\b)")
+# How a data wait's reason joins the thread that feeds the waiting loop to what that thread does
+# (daemon.analysis.phases._fed_by), and what it does when py-spy saw it on a CPU holding the GIL:
+# Python code (decoding, augmenting in Python), which more threads cannot run in parallel (they
+# take turns on the GIL) and worker processes can (rules/phases.py's prefetch patch).
+WORKS_ON_INPUT = " works on its input: "
+PYTHON_ON_CPU = "running Python on a CPU, holding the GIL (py-spy)"
 # Reading a bare socket: a handler thread blocked there may be a server waiting for its client's
 # next request, not a reader fetching input (a client library's frames above it say that).
 SOCKET_FILES = ("*/socket.py", "*/ssl.py")

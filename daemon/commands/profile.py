@@ -60,9 +60,12 @@ MAX_COMMAND_CHARS = 500
 MAX_PATTERN_CHARS = 200  # of --progress, as said in a warning
 TOP_RECOMMENDATIONS = 3
 OUTPUT_FILES = ("profile.json", "profile.html", "summary.md")
-# What else the profile keeps in --out while it runs: its store, SQLite's files beside it and
-# the writer lock's.
-STORE_FILES = ("profile.db", "profile.db-wal", "profile.db-shm", "profile.db.lock")
+# One profile at a time in an --out folder: a second one there would delete the first's store.
+# Held (flock) from before the folder is cleared until the files are written; it names the pid.
+PROFILE_LOCK = "profile.lock"
+# What else the profile keeps in --out while it runs: its store, SQLite's files beside it, the
+# writer lock's and its own lock.
+STORE_FILES = ("profile.db", "profile.db-wal", "profile.db-shm", "profile.db.lock", PROFILE_LOCK)
 COMMAND_NOT_STARTED_STATUS = 127  # as the shell's for a command it cannot run
 NOT_STARTED = "the profile was interrupted (SIGINT/SIGTERM) before the command started"
 
@@ -100,8 +103,8 @@ stopped by --duration) and a gate was crossed; 127 when it cannot be started (th
 the JUnit file say so); 128+N when signal N reached the profile before it started (the files
 say it was not started; only while mlcostd itself starts, before it has read its options, is
 nothing written), or after it exited (the files are written whole first); 2 for a bad option,
-a folder it cannot write, a recorder that cannot start, or a file it could not write at the
-end.
+a folder it cannot write, an --out another profile is recording into (one profile at a time
+per folder), a recorder that cannot start, or a file it could not write at the end.
 
 It runs unprivileged: py-spy may read the user's own child (on hosts with yama ptrace_scope=1 a
 process must allow it, e.g. prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as the simulated GPU's
@@ -308,9 +311,8 @@ def run(args: argparse.Namespace, kept: KeptSignals | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
-    from daemon.runtime.daemon import DaemonError
-    from daemon.runtime.profile import ProfileRecorder
-    from daemon.store.files import RefusedFile, check_existing
+    from daemon.store.files import check_existing
+    from daemon.store.lock import LockHeld, PidLock
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -386,6 +388,31 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
         print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}; give --junit a "
               "file in a folder you can write (it is created when missing)", file=sys.stderr)
         return 2
+    lock = PidLock(out / PROFILE_LOCK)
+    try:  # before anything in --out is removed: another profile's store is its own
+        lock.acquire()
+    except LockHeld as held:
+        print(f"mlcostd profile: another mlcostd profile (pid {held.owner}) is recording into "
+              f"--out {out}; its files were left alone: wait for it to finish, or give this "
+              "one a different --out", file=sys.stderr)
+        return 2
+    except OSError as exc:  # RefusedFile too: a link or someone else's file at the lock's path
+        print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _record(args, kept, argv, out, config, limits, baseline, duration)
+    finally:
+        lock.release()
+
+
+def _record(args: argparse.Namespace, kept: KeptSignals, argv: list[str], out: Path,
+            config: Config, limits: dict[str, float], baseline: dict[str, Any] | None,
+            duration: float | None) -> int:
+    """The run, its files and its exit status, once `out` is this profile's alone."""
+    from daemon.runtime.daemon import DaemonError
+    from daemon.runtime.profile import ProfileRecorder
+    from daemon.store.files import RefusedFile, check_existing
+
     try:
         _fresh_store(out)
         for name in OUTPUT_FILES:  # replaced at the end

@@ -1,7 +1,10 @@
-"""One writer per store: a second mlcostd on the same database refuses to start.
+"""One writer per store: a second mlcostd on the same database refuses to start. One profile per
+--out folder: a second `mlcostd profile` there refuses to start (commands/profile.py).
 
-The `.lock` file beside the database holds the writer's pid, for the refusal's message; it is
-removed on a clean stop. The guarantee itself is the Store's flock on the database file."""
+A lock file holds its owner's pid, for the refusal's message; it is removed on a clean stop.
+The writer's guarantee itself is the Store's flock on the database file; a profile's is the
+flock on its lock file. flock goes with the descriptor: a holder killed with SIGKILL lets go
+when the kernel closes its files."""
 
 from __future__ import annotations
 
@@ -12,22 +15,35 @@ from pathlib import Path
 from daemon.store.files import open_private
 
 
+class LockHeld(RuntimeError):
+    """Another process holds a PidLock: `owner` is the pid it wrote ("another process" before
+    it wrote one)."""
+
+    def __init__(self, path: Path, owner: str) -> None:
+        super().__init__(f"pid {owner} holds {path}")
+        self.path = path
+        self.owner = owner
+
+
 class StoreLocked(RuntimeError):
     """Another mlcostd holds the store's writer lock; the message says which and what to do."""
 
 
-class WriterLock:
-    def __init__(self, db: Path) -> None:
-        self.path = db.with_name(db.name + ".lock")
+class PidLock:
+    """An exclusive flock on the file `path`, which holds the holder's pid."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock and write our pid into it. Raises StoreLocked when another mlcostd
-        holds it, daemon.store.files.RefusedFile for a link or a file that is not ours at the
+        """Take the lock and write our pid into it. Raises LockHeld when another process holds
+        it, daemon.store.files.RefusedFile for a link or a file that is not ours at the
         lock's path, OSError otherwise."""
         while True:
-            # 0600 whatever the umask; a planted link or someone else's file is refused
-            # (RefusedFile), never written into
+            # 0600 whatever the umask, O_NOFOLLOW, O_CLOEXEC (a command started meanwhile
+            # holds no copy); a planted link or someone else's file is refused (RefusedFile),
+            # never written into
             fd = open_private(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -37,17 +53,15 @@ class WriterLock:
                 except OSError:
                     owner = ""
                 os.close(fd)
-                owner = owner or "another process"
-                raise StoreLocked(
-                    f"another mlcostd (pid {owner}) holds the writer lock {self.path}; stop it "
-                    f"or pass a different --db") from None
+                raise LockHeld(self.path, owner if owner.isdigit() else "another process"
+                               ) from None
             try:
                 same = os.lstat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
             if same:
                 break
-            os.close(fd)  # a stopping writer removed the file we opened: take the new one
+            os.close(fd)  # a stopping holder removed the file we opened: take the new one
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
@@ -63,3 +77,19 @@ class WriterLock:
                 pass  # already gone, or a read-only folder now: the next start takes it over
             os.close(self._fd)
             self._fd = None
+
+
+class WriterLock(PidLock):
+    """The store's: `.lock` beside the database."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__(db.with_name(db.name + ".lock"))
+
+    def acquire(self) -> None:
+        """PidLock's; StoreLocked when another mlcostd holds it."""
+        try:
+            super().acquire()
+        except LockHeld as held:
+            raise StoreLocked(
+                f"another mlcostd (pid {held.owner}) holds the writer lock {self.path}; stop "
+                f"it or pass a different --db") from None

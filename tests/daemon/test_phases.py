@@ -868,6 +868,57 @@ def test_a_main_thread_in_a_simple_queue_get_that_busy_producers_fill_waits_for_
                     source_line=reading, busy_elsewhere=True).phase != "data_wait"
 
 
+# Two producer threads decoding and augmenting in Python, as py-spy 0.4 dumps them (Python
+# 3.11, tests/daemon/workloads/augment_pipeline.py): the one that runs holds the GIL, the other
+# waits for it and py-spy often calls it active all the same.
+AUGMENTING = [(f"{STDLIB}/random.py", "Random.gauss", 597),
+              ("/home/me/augment.py", "augment.<locals>.<listcomp>.<listcomp>", 31),
+              ("/home/me/augment.py", "augment.<locals>.<listcomp>", 31),
+              ("/home/me/augment.py", "augment", 31), ("/home/me/augment.py", "produce", 41),
+              *THREAD_RUN]
+
+
+def producers(*states: tuple[bool, bool]) -> list[ThreadStack]:
+    """A main thread in a queue.SimpleQueue's get and one producer per (active, owns_gil)."""
+    made = [ThreadStack(1, "MainThread", False, (Frame("train", USER, 57),))]
+    made += [ThreadStack(i, f"producer-{i}", active, tuple(Frame(n, f, ln)
+                                                           for f, n, ln in AUGMENTING),
+                         owns_gil=gil) for i, (active, gil) in enumerate(states, start=2)]
+    return made
+
+
+def test_a_loop_fed_by_producers_running_python_names_the_one_holding_the_gil():
+    """The thread the loop waits for is the one that runs: of two Python producers, the one
+    holding the GIL (py-spy calls the other active too, as it waits for the GIL), and the
+    reason says so, for the prefetch patch to offer processes rather than threads."""
+    queued = lines(train="batch = batches.get()")
+    found = classify(producers((True, False), (True, True)), gpu_busy=False,
+                     source_line=queued)
+    assert found.phase == "data_wait", found
+    assert found.thread is not None and found.thread.thread_name == "producer-3", found
+    assert found.reason.endswith(
+        f"{stack_rules.WORKS_ON_INPUT}{stack_rules.PYTHON_ON_CPU} (augment.py:31 augment."
+        "<locals>.<listcomp>.<listcomp>)"), found.reason
+    # no producer holds the GIL (C code that released it: zlib, a large numpy op): the first
+    # that works, on a CPU, no GIL said
+    free = classify(producers((False, False), (True, False)), gpu_busy=False,
+                    source_line=queued)
+    assert free.phase == "data_wait" and free.thread is not None, free
+    assert free.thread.thread_name == "producer-3"
+    assert "running on a CPU (py-spy: active)" in free.reason
+    assert stack_rules.PYTHON_ON_CPU not in free.reason
+    # a reader in its read on its line (a C call, no Python frame), whatever py-spy said of
+    # the GIL as the read began: reading
+    reader = ThreadStack(2, "reader", True, tuple(Frame(n, f, ln) for f, n, ln in
+                                                   [READER_LINE, *THREAD_RUN]), owns_gil=True)
+    reading = classify([producers()[0], reader], gpu_busy=False,
+                       source_line=lines(train="batch = batches.get()",
+                                         read_batches="raw = shard.read(CHUNK)"))
+    assert reading.phase == "data_wait" and reading.thread is reader, reading
+    assert "reading a file or socket" in reading.reason
+    assert stack_rules.PYTHON_ON_CPU not in reading.reason
+
+
 # A Manager().Queue()'s get, as py-spy dumps it (Python 3.11): the proxy's method is made with
 # exec, in <string>, above BaseProxy._callmethod, which waits for the manager's answer.
 PROXY_GET = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),

@@ -514,6 +514,118 @@ def test_a_finished_profile_folder_holds_only_the_files_it_says_it_wrote(starved
     assert_the_folder_holds_only_the_profile(out)
 
 
+# -- two profiles into one --out ---------------------------------------------------------------
+
+# A command that holds its GPU until the test creates the file named by its argument: the first
+# profile runs as long as the test needs, without a race or a sleep in the test.
+WAIT_FOR_FILE = """
+import os, sys, time
+from daemon.sim.device import Device
+
+with Device(gpu_index=0) as gpu:
+    gpu.alloc(1 << 30)
+    print("ready", flush=True)
+    while not os.path.exists(sys.argv[1]):
+        gpu.kernel(0.02, sm=0.5)
+        time.sleep(0.02)
+print("done", flush=True)
+"""
+
+
+def start_waiting_profile(tmp_path: Path, out: Path) -> tuple[subprocess.Popen[str], Path]:
+    """`mlcostd profile --out OUT` of WAIT_FOR_FILE, once its command printed "ready" (the
+    profile took --out before it started the command); with the file that ends it."""
+    script, go = tmp_path / "wait_for_file.py", tmp_path / "go"
+    script.write_text(WAIT_FOR_FILE)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    first = subprocess.Popen([sys.executable, "-m", "daemon", "profile", "--out", str(out),
+                              "--simulate", "--", sys.executable, str(script), str(go)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+    assert first.stdout is not None
+    line = first.stdout.readline()
+    assert line == "ready\n", (line, first.poll())
+    return first, go
+
+
+def test_a_second_profile_into_the_same_out_is_refused_and_leaves_the_first_whole(tmp_path):
+    """Two profiles started at once with the same --out: the second deleted the first's
+    profile.db. Now it refuses, naming the folder and the first's pid, touches nothing, and
+    the first ends with its files whole."""
+    out = tmp_path / "profile"
+    first, go = start_waiting_profile(tmp_path, out)
+    try:
+        store = (out / "profile.db").stat()
+        marker = tmp_path / "second-ran"
+        second = profile(out, "--simulate", "--", sys.executable, "-c",
+                         f"open({str(marker)!r}, 'w')")
+        assert second.returncode == 2, second.stderr
+        assert second.stderr == (
+            f"mlcostd profile: another mlcostd profile (pid {first.pid}) is recording into "
+            f"--out {out}; its files were left alone: wait for it to finish, or give this one "
+            "a different --out\n")
+        assert not marker.exists()
+        now = (out / "profile.db").stat()
+        assert (now.st_ino, now.st_dev) == (store.st_ino, store.st_dev)
+        go.touch()
+        stdout, stderr = first.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, stderr
+    assert stdout == "done\n"
+    facts = document(out)["profile"]
+    assert facts["exit_status"] == 0 and facts["interrupted"] is False, facts
+    assert "wait_for_file.py" in facts["command"] and facts["gpus_used"] == [0], facts
+    assert facts["stack_samples"] >= 1 and facts["gpu_memory_peak"]["peak_bytes"] == 1 << 30
+    assert_the_folder_holds_only_the_profile(out)  # its lock gone with it
+    # once it is done, the folder is free
+    again = profile(out, "--simulate", "--", sys.executable, "-c", "pass")
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_profile_killed_with_sigkill_leaves_the_out_folder_to_the_next(tmp_path):
+    """The lock is an flock: the kernel lets go of it with the killed profile's files, and
+    the pid left in the lock file does not keep the next profile out."""
+    out = tmp_path / "profile"
+    first, go = start_waiting_profile(tmp_path, out)
+    try:
+        first.kill()
+        first.wait()
+        assert (out / "profile.lock").read_text() == str(first.pid)
+    finally:
+        go.touch()  # its command, left running by the kill, ends
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    after = profile(out, "--simulate", "--", sys.executable, "-c", "pass")
+    assert after.returncode == 0, after.stderr
+    assert document(out)["profile"]["exit_status"] == 0
+    assert_the_folder_holds_only_the_profile(out)
+
+
+def test_a_link_planted_at_the_profiles_lock_is_refused_not_followed(tmp_path, capsys):
+    """mlcostd runs as root: a link at --out/profile.lock would have it write its pid into
+    (and lock) whatever file the link names."""
+    from daemon.commands.cli import main
+
+    out, target = tmp_path / "profile", tmp_path / "precious"
+    out.mkdir()
+    target.write_text("keep me")
+    (out / "profile.lock").symlink_to(target)
+    (out / "profile.db").write_text("an earlier profile")
+    marker = tmp_path / "ran"
+    status = main(["profile", "--out", str(out), "--", sys.executable, "-c",
+                   f"open({str(marker)!r}, 'w')"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.startswith(f"mlcostd profile: cannot use --out {out}: {out / 'profile.lock'} "
+                          "is a symbolic link"), err
+    assert target.read_text() == "keep me" and not marker.exists()
+    assert (out / "profile.db").read_text() == "an earlier profile"
+
+
 # -- the profile's own paths ---------------------------------------------------------------------
 
 

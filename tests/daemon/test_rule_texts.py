@@ -6,8 +6,12 @@ training script", and "spends 80%" beside a phase balance of 83%."""
 import re
 
 from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, TRAINING, Kind
+from daemon.analysis.phase_balance import StackSample, phase_balance
+from daemon.analysis.phases import classify
 from daemon.api.actions import apply
 from daemon.clock import duration
+from daemon.sources.frames import Frame, ThreadStack
+from daemon.sources.stacks import stack_hash
 from tests.daemon.test_rules import by_rule, phases_for, pid_id, recs, window
 
 
@@ -105,6 +109,80 @@ def test_a_data_wait_outside_a_dataloader_is_told_to_read_ahead_not_to_tune_a_da
                        "dataloader_starvation")  # its stack in a DataLoader: tune that
     assert loader.headline.startswith("prefetch in DataLoader workers")
     assert "waits here for its DataLoader" in loader.action["patch"]
+
+
+STDLIB = "/usr/lib/python3.11"
+THREAD_RUN = (Frame("Thread.run", f"{STDLIB}/threading.py", 982),
+              Frame("Thread._bootstrap_inner", f"{STDLIB}/threading.py", 1045))
+# A loop in a queue.SimpleQueue's get (C: its line only), as py-spy dumps it (Python 3.11).
+LOOP = ThreadStack(1, "MainThread", False, (Frame("train", "/srv/train.py", 57),))
+# A producer thread decoding and augmenting in Python (tests/daemon/workloads/augment_pipeline.py)
+AUGMENTING = (Frame("Random.gauss", f"{STDLIB}/random.py", 597),
+              Frame("augment.<locals>.<listcomp>.<listcomp>", "/srv/augment.py", 31),
+              Frame("augment.<locals>.<listcomp>", "/srv/augment.py", 31),
+              Frame("augment", "/srv/augment.py", 31), Frame("produce", "/srv/augment.py", 41),
+              *THREAD_RUN)
+# A reader thread in a file's read (FileIO.read is C: its line only).
+READING = (Frame("read_batches", "/srv/reader.py", 23), *THREAD_RUN)
+SOURCE = {"train": "batch = batches.get()", "read_batches": "raw = shard.read(CHUNK)"}
+
+
+def data_wait_of(s, dumps):
+    """The process's phase balance from its dumps (each a list of ThreadStacks), classified and
+    tallied as the daemon does: the sample keeps the stack of the thread the loop waits for."""
+    samples = []
+    for i, dump in enumerate(dumps):
+        said = classify(dump, gpu_busy=False, source_line=lambda f: SOURCE.get(f.name))
+        shown = said.thread or dump[0]
+        samples.append(StackSample(s[0].ts + i, 42, shown.thread_id, stack_hash(shown.frames),
+                                   shown.frames, said.phase, 1.0, said.reason))
+    balance = phase_balance(samples, 600.0, 0.0)
+    assert set(balance) == {"data_wait"}, balance
+    return {pid_id(s): balance}
+
+
+def producers(*gil: bool, frames: tuple[Frame, ...] = AUGMENTING) -> list[ThreadStack]:
+    """The loop and Python producers, all active (py-spy calls one waiting for the GIL active
+    too); `gil`: which of them holds it."""
+    return [LOOP, *(ThreadStack(2 + i, f"producer-{i}", True, frames, owns_gil=held)
+                    for i, held in enumerate(gil))]
+
+
+def test_a_loop_starved_by_python_producer_threads_is_told_processes_not_threads():
+    """Producer threads decode and augment in Python: the GIL lets one run at a time, so a
+    ThreadPoolExecutor, which the patch offered, adds threads that take turns; worker processes
+    run in parallel. The patch says so, and why."""
+    s = window()
+    # py-spy saw one producer holding the GIL in 9 dumps of 10 (it misses it now and then)
+    dumps = [producers(False, True)] * 5 + [producers(True, False)] * 4 + [producers(False, False)]
+    [rec] = by_rule(recs(s, data_wait_of(s, dumps)), "dataloader_starvation")
+    patch = rec.action["patch"]
+    assert rec.evidence["where"].startswith("/srv/augment.py:31"), rec.evidence["where"]
+    assert "ProcessPoolExecutor(max_workers=" in patch and "num_workers=" in patch, patch
+    assert "ThreadPoolExecutor" not in patch, patch
+    assert "not threads: that thread runs Python holding the GIL, and threads take turns on " \
+        "it" in patch, patch
+
+
+def test_a_loop_starved_by_a_reader_thread_waiting_on_io_is_told_threads():
+    """A reader thread in a file's read waits outside the GIL: threads read in parallel. So
+    does a producer in C code that released the GIL, and one seen holding it in too few
+    samples to say."""
+    s = window()
+    reader = [LOOP, ThreadStack(2, "reader", True, READING, owns_gil=True)]
+    [rec] = by_rule(recs(s, data_wait_of(s, [reader] * 10)), "dataloader_starvation")
+    patch = rec.action["patch"]
+    assert rec.evidence["top_stacks"][0]["reason"].endswith(
+        "reading a file or socket: `raw = shard.read(CHUNK)` (reader.py:23 read_batches)")
+    assert "ThreadPoolExecutor(max_workers=" in patch, patch
+    assert "threads will do (a read waits outside the GIL)" in patch, patch
+    assert "ProcessPoolExecutor" not in patch
+    # no GIL held (C code that released it: zlib, a large numpy op); held in 3 samples of 10
+    for dumps in ([producers(False, False)] * 10,
+                  [producers(False, True)] * 3
+                  + [producers(False, False, frames=AUGMENTING[1:])] * 7):
+        [rec] = by_rule(recs(s, data_wait_of(s, dumps)), "dataloader_starvation")
+        assert "ThreadPoolExecutor" in rec.action["patch"], rec.action["patch"]
 
 
 def test_idle_advice_counts_its_gpus_and_its_minutes_as_the_panels_do():

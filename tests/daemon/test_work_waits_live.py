@@ -3,7 +3,8 @@ SIGTERM, never "stop the host", and the advice that fits what they wait for.
 
 Programs in tests/daemon/workloads written as their users would write them. A training loop
 whose producer threads decode and augment in plain Python hands batches over a
-queue.SimpleQueue, whose get is C (no Python frame): its GPU works ~1-2% of the time, so every
+queue.SimpleQueue, whose get is C (no Python frame), and is told to make them in worker
+processes (they hold the GIL: threads would take turns): its GPU works ~1-2% of the time, so every
 GPU reads idle, and it read `idle` ("sleeping or waiting" on its get line), which earned it
 idle_gpu_held's SIGTERM and the host's stop. So did a loop fed by decoder processes through a
 multiprocessing.Queue ("waiting in a multiprocessing pipe"). GPU workers that take jobs from a multiprocessing
@@ -92,6 +93,10 @@ def test_loops_fed_by_producer_threads_or_decoder_processes_are_starved_not_idle
     top = starved.evidence["top_stacks"][0]
     assert top["function"].split(".<locals>.")[0] in ("augment", "decode_sample", "produce"), top
     assert "queue.SimpleQueue" in top["reason"], top
+    # its producers run Python holding the GIL: worker processes, not a thread pool
+    assert "holding the GIL" in top["reason"], top
+    patch = starved.action["patch"]
+    assert "ProcessPoolExecutor" in patch and "ThreadPoolExecutor" not in patch, patch
     [fed] = [r for r in found["decode_processes"] if r.rule == "dataloader_starvation"]
     assert "child processes run" in fed.evidence["top_stacks"][0]["reason"], fed.evidence
     assert daemon.stop() == 0, daemon.log_tail()

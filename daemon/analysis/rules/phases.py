@@ -26,6 +26,7 @@ from daemon.analysis.rules.thresholds import (
     COMM_SHARE,
     DATA_WAIT_SHARE,
     EVAL_SHARE,
+    GIL_BOUND_SHARE,
     GPU_LOW_FRACTION,
     HOST_PREPROCESS_SHARE,
     IO_STALL_FRACTION,
@@ -34,6 +35,7 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
+from daemon.analysis.stack_rules import PYTHON_ON_CPU, WORKS_ON_INPUT
 from daemon.clock import duration
 from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
 from pricing.offer import HOURS_PER_MONTH
@@ -95,13 +97,42 @@ def _data_wait_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
             else "prefetch its input in parallel")
 
 
+def _gil_bound(stacks: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(samples in which the thread feeding the waiting loop ran Python holding the GIL, all
+    samples) of a data wait's top stacks: each stack counts by its reason (its most frequent),
+    as phases._fed_by wrote it. The thread's name, in the reason before WORKS_ON_INPUT, is cut
+    to 40 characters and cannot spell the pair out (a source file's name after it could: that
+    only turns its own process's advice to processes)."""
+    held = total = 0
+    for stack in stacks:
+        n = max(int(stack.get("samples") or 0), 1)
+        total += n
+        if f"{WORKS_ON_INPUT}{PYTHON_ON_CPU}" in str(stack.get("reason") or ""):
+            held += n
+    return held, total
+
+
 def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
                       stacks: Sequence[Mapping[str, Any]]) -> str:
     n = _workers(proc, a)
+    loop = program_words(proc)[1]
+    held, sampled = _gil_bound(stacks)
+    if stacks and not _waits_on_dataloader(stacks) and held > sampled * GIL_BOUND_SHARE:
+        return (f"# {where}: {loop} waits here for input a thread of its own makes in Python "
+                "on a CPU.\n"
+                "# Make it in worker processes, not threads: that thread runs Python holding "
+                "the GIL, and threads take turns on it. E.g.\n"
+                f"+pool = concurrent.futures.ProcessPoolExecutor(max_workers={n})\n"
+                "+batches = pool.map(make_batch, batch_ids)  # made in parallel, ahead of the "
+                "loop\n"
+                "# or a torch DataLoader over a Dataset that makes one item in __getitem__, "
+                f"with\n# num_workers={n}, pin_memory=True, prefetch_factor=4, "
+                "persistent_workers=True.\n")
     if stacks and not _waits_on_dataloader(stacks):
-        return (f"# {where}: {program_words(proc)[1]} waits here for input it reads itself "
+        return (f"# {where}: {loop} waits here for input it reads itself "
                 "(on the loop's thread, or from a reader thread that cannot keep up).\n"
-                "# Read ahead in parallel: several readers filling a bounded queue, e.g.\n"
+                "# Read ahead in parallel, threads will do (a read waits outside the GIL): "
+                "several readers filling a bounded queue, e.g.\n"
                 f"+pool = concurrent.futures.ThreadPoolExecutor(max_workers={n})\n"
                 "+batches = pool.map(read_batch, batch_ids)  # reads run ahead of the loop\n"
                 "# or a torch DataLoader over a Dataset that reads one item, with\n"
@@ -109,7 +140,7 @@ def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
                 "persistent_workers=True;\n"
                 "# a slow source (network storage) also gains from larger reads or local "
                 "NVMe.\n")
-    return (f"# {where}: {program_words(proc)[1]} waits here for its DataLoader.\n"
+    return (f"# {where}: {loop} waits here for its DataLoader.\n"
             "# Where that DataLoader is built, prefetch in workers:\n"
             "-loader = DataLoader(dataset, batch_size=batch_size, ...)\n"
             f"+loader = DataLoader(dataset, batch_size=batch_size, ...,\n"

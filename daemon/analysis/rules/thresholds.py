@@ -17,6 +17,10 @@ DATA_WAIT_SHARE = 0.05
 # an anecdote. A fixed loop profiled for 30 s is read ~16 times; one stray sample of data wait
 # there is 6% of it, over the 5% line, and turned a fix's "gone" into "changed".
 MIN_PHASE_SAMPLES = 2
+# The prefetch patch offers worker processes, not threads, where the thread feeding a starved
+# loop held the GIL in more than this share of its data wait's samples (our choice: most of
+# them; py-spy reads the GIL's holder without stopping the process, and misses it now and then).
+GIL_BOUND_SHARE = 0.5
 # Same PyTorch profiler rule: with num_workers=0 the loading runs in the main process.
 HOST_PREPROCESS_SHARE = 0.05
 # SageMaker Debugger IOBottleneck: iowait > 50% while the GPU is low for > 50% of the time.
