@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.config.values import check_http_url
+from daemon.config.values import check_http_url, toml_key
 
 BUDGET_PERIODS = ("daily", "monthly")
 
@@ -19,16 +19,18 @@ def check_budgets(table: dict[str, Any]) -> None:
     (The budgets themselves are built by daemon.analysis.budgets; config stays plain data.)"""
     for key, value in table.items():
         if key == "webhook":
-            check_http_url("[budgets].webhook", value, "a webhook")
+            check_http_url("[cost.budgets].webhook", value, "a webhook")
         elif key == "host":
-            _check_periods(value, "[budgets.host]")
+            _check_periods(value, "[cost.budgets.host]")
         elif key in ("user", "job"):
             if not isinstance(value, dict):
-                raise ValueError(f"[budgets.{key}] must be a table of name = {{daily, monthly}}")
+                raise ValueError(f"[cost.budgets.{key}] must be a table of name = "
+                                 "{daily, monthly}")
             for name, limits in value.items():
-                _check_periods(limits, f"[budgets.{key}.{name}]")
+                _check_periods(limits, f"[cost.budgets.{key}.{toml_key(name)}]")
         else:
-            raise ValueError(f"unknown key [budgets].{key}; allowed: host, user, job, webhook")
+            raise ValueError(f"unknown key [cost.budgets].{toml_key(key)}; allowed: host, user, "
+                             "job, webhook")
 
 
 def _check_periods(limits: Any, where: str) -> None:
@@ -36,7 +38,8 @@ def _check_periods(limits: Any, where: str) -> None:
         raise ValueError(f"{where} must be a table with daily and/or monthly dollars")
     for period, limit in limits.items():
         if period not in BUDGET_PERIODS:
-            raise ValueError(f"{where}.{period}: unknown period; allowed: daily, monthly")
+            raise ValueError(f"{where}.{toml_key(period)}: unknown period; allowed: daily, "
+                             "monthly")
         if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
             raise ValueError(f"{where}.{period} = {limit!r}: must be a number of dollars > 0")
 

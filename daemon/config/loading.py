@@ -25,6 +25,7 @@ from daemon.config.values import (
     parse_duration,
     parse_s3_url,
     parse_size,
+    toml_key,
 )
 from daemon.sources.patterns import job_pattern
 from daemon.sources.redact import redact_text
@@ -151,7 +152,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         for key, value in body.items():
             if key not in known:
                 raise ConfigError(
-                    f"{where}: unknown key [{name}].{key}; allowed keys in [{name}]: "
+                    f"{where}: unknown key [{name}].{toml_key(key)}; allowed keys in [{name}]: "
                     f"{', '.join(known)}")
             values[key] = _convert(name, known[key], value, where)
         sections[name] = cls(**values)
@@ -159,7 +160,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
     try:
         check_budgets(config.cost.budgets)
     except ValueError as exc:
-        raise ConfigError(f"{where}: [cost.budgets]: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
     for number, meter in enumerate(config.cost.unit_costs, start=1):
         try:
             unit_cost_setting(meter)
@@ -174,11 +175,12 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         try:
             job_pattern(pattern)
         except ValueError as exc:
-            raise ConfigError(f"{where}: [cost.jobs].{name} = {str(pattern)[:200]!r}: "
+            raise ConfigError(f"{where}: [cost.jobs].{toml_key(name)} = {str(pattern)[:200]!r}: "
                               f"{exc}") from None
     for name, kind in config.kinds.jobs.items():
         if kind not in KINDS:
-            raise ConfigError(f"{where}: [kinds.jobs].{name} = {kind!r}: not a workload kind; "
+            raise ConfigError(f"{where}: [kinds.jobs].{toml_key(name)} = {kind!r}: not a "
+                              "workload kind; "
                               f"allowed values are {', '.join(repr(k) for k in KINDS)}")
     if config.nvml.dcgm_exporter_url:
         try:

@@ -5,6 +5,7 @@ or check raises ValueError naming the value and the forms it accepts; the loader
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from urllib.parse import urlsplit
@@ -31,6 +32,17 @@ MAX_DURATION_S = 100 * 365 * 86400.0
 POSITIVE_DURATION = "a positive number and a unit (e.g. 30s, 15m, 6h, 8d)"  # said in errors
 DURATION_FORMS = "ASCII digits and a unit, no spaces: e.g. 30s, 15m, 6h, 8d"
 SIZE_FORMS = "ASCII digits and a unit, no spaces: e.g. 512MiB, 1GiB, 2GB"
+
+
+# A TOML bare key: what a config names without quotes (https://toml.io/en/v1.0.0#keys).
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def toml_key(name: str) -> str:
+    """`name` as a config file spells it in a key: bare, or quoted (a dot or a space in it)."""
+    if _BARE_KEY.fullmatch(name):
+        return name
+    return json.dumps(name)  # a JSON string is a TOML basic string (its escapes are TOML's)
 
 
 def parse_duration(value: str | int | float, *, allowed: str = POSITIVE_DURATION) -> float:

@@ -67,6 +67,9 @@ def test_a_daemon_built_from_config_applies_the_override(tmp_path):
      "[kinds.jobs].my-job = 'serving': not a workload kind; allowed values are 'training', "
      "'batch_inference', 'online_inference', 'notebook', 'other'"),
     ('[kinds.jobs]\nmy-job = 3\n', "[kinds.jobs].my-job = 3: not a workload kind"),
+    # a key with a dot, quoted as the file must spell it
+    ('[kinds.jobs]\n"serve.py" = "servering"\n',
+     "[kinds.jobs].\"serve.py\" = 'servering': not a workload kind"),
     ('[kinds]\njobs = "online_inference"\n', "[kinds].jobs = 'online_inference': must be a table"),
     ('[kinds]\njob = {}\n', "unknown key [kinds].job; allowed keys in [kinds]: jobs"),
 ])
