@@ -55,6 +55,7 @@ from daemon.analysis.stack_rules import (
     SOCKET_READ_CALL,
     SOURCE_CALLS,
     WAIT,
+    WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
     FrameRule,
     first_match,
@@ -139,7 +140,7 @@ def classify(
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
     wait through multiprocessing (a pipe, a queue, a manager's proxy) while its child
-    processes run on a CPU (data wait: workers that feed it, `_fed_by_children`) > a get on a
+    processes run on a CPU (data wait: worker processes feed it, `_fed_by_children`) > a get on a
     broker's queue (a multiprocessing manager's: idle, JOB_WAIT) > waiting frames or a
     sleep/wait call on the user line (idle) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
@@ -416,7 +417,7 @@ def _fed_by_children(wait: tuple[FrameRule, Frame], responsible: Frame | None,
         return None
     return Classification(
         DATA_WAIT, f"main thread waiting on a multiprocessing pipe or queue ({_where(wait[1])}) "
-        f"while its child processes run ({children}): workers that feed it", responsible)
+        f"while its child processes run ({children}): {WORKER_PROCESSES_FEED_IT}", responsible)
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,
