@@ -533,10 +533,13 @@ def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str
 
 
 def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
-    """The main thread waits for batches from DataLoader workers, on the DataLoader itself or
-    on a queue that a thread iterating the DataLoader fills: dump the workers too. Not for a
-    reader thread that reads for itself: it is in this same dump, and the process's children
-    are then no workers of its loop (a helper, a compressor)."""
+    """The main thread waits for batches from worker processes: DataLoader workers, on the
+    DataLoader itself or on a queue that a thread iterating the DataLoader fills; a
+    multiprocessing Pool's; children filling a multiprocessing queue or pipe (not a manager's
+    queue: its child is the manager, no worker): dump the workers too, where the prefetch
+    advice names the line they spend their time on. Not for a reader thread that reads for
+    itself: it is in this same dump, and the process's children are then no workers of its
+    loop (a helper, a compressor)."""
     thread = main_thread(threads)
     if thread is None:
         return False
@@ -546,6 +549,8 @@ def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
     line = user_frame(thread.frames)
     called = thread.frames[: thread.frames.index(line)] if line is not None else thread.frames
     wait = first_match(called, LOCK) or first_match(called, WAIT)
+    if wait is not None and wait[0].kind == WAIT and _through_multiprocessing(wait[1]):
+        return first_match(called, JOB) is None
     if wait is None or not _is_handoff(wait):
         return False
     others = islice((t for t in threads if t is not thread), MAX_THREADS_LOOKED_AT)

@@ -105,6 +105,9 @@ def test_loops_fed_by_producer_threads_or_decoder_processes_are_starved_not_idle
     patch = fed.action["patch"]
     assert "decode_processes.py:48: " in patch and "It has 1 worker process now." in patch, patch
     assert "multiprocessing.Queue(maxsize=" in patch and "ThreadPoolExecutor" not in patch, patch
+    # the line its decoder spends its time on, from the decoder's own stacks
+    assert "its workers spend the most samples at " in patch, patch
+    assert "decode_processes.py:32 (decode_batches)" in patch, patch
     assert daemon.stop() == 0, daemon.log_tail()
 
 

@@ -167,7 +167,8 @@ def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
     busiest = next((s for s in proc.worker_stacks if s.get("file")), None)
     if busiest is not None:
         text += (f"# Make each faster: its workers spend the most samples at "
-                 f"{busiest['file']}:{busiest.get('line')} ({busiest.get('function')}); "
+                 f"{busiest['file']}:{busiest.get('line')} "
+                 f"({str(busiest.get('function')).split('.<locals>.', 1)[0]}); "
                  "numpy or decoding on the GPU do such work in a fraction of the time.\n")
     else:
         text += (f"# Make each faster: `py-spy top --pid {proc.pid} --subprocesses` shows "
