@@ -36,6 +36,9 @@ QUEUED_MIN = 0.25
 # thousandths. Not half a core, which a loaded host denies a busy child (a decoder beside two
 # busy cores got 0.4-0.6); a child runnable at the last tick counts as at work whatever it got.
 CHILDREN_CPU_MIN = 0.1
+# Children of a process that multiprocessing starts for itself, no workers of its loop: they
+# wait for nothing the job needs (found in a child's command line).
+MULTIPROCESSING_HELPERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 
 
 def cpu_demand(on_cpu_s: float, queued_s: float, wall_s: float) -> float | None:

@@ -55,6 +55,7 @@ from daemon.analysis.stack_rules import (
     SOCKET_READ_CALL,
     SOURCE_CALLS,
     WAIT,
+    WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
     FrameRule,
     first_match,
@@ -139,7 +140,7 @@ def classify(
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
     wait through multiprocessing (a pipe, a queue, a manager's proxy) while its child
-    processes run on a CPU (data wait: workers that feed it, `_fed_by_children`) > a get on a
+    processes run on a CPU (data wait: worker processes feed it, `_fed_by_children`) > a get on a
     broker's queue (a multiprocessing manager's: idle, JOB_WAIT) > waiting frames or a
     sleep/wait call on the user line (idle) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
@@ -416,7 +417,7 @@ def _fed_by_children(wait: tuple[FrameRule, Frame], responsible: Frame | None,
         return None
     return Classification(
         DATA_WAIT, f"main thread waiting on a multiprocessing pipe or queue ({_where(wait[1])}) "
-        f"while its child processes run ({children}): workers that feed it", responsible)
+        f"while its child processes run ({children}): {WORKER_PROCESSES_FEED_IT}", responsible)
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,
@@ -532,10 +533,13 @@ def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str
 
 
 def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
-    """The main thread waits for batches from DataLoader workers, on the DataLoader itself or
-    on a queue that a thread iterating the DataLoader fills: dump the workers too. Not for a
-    reader thread that reads for itself: it is in this same dump, and the process's children
-    are then no workers of its loop (a helper, a compressor)."""
+    """The main thread waits for batches from worker processes: DataLoader workers, on the
+    DataLoader itself or on a queue that a thread iterating the DataLoader fills; a
+    multiprocessing Pool's; children filling a multiprocessing queue or pipe (not a manager's
+    queue: its child is the manager, no worker): dump the workers too, where the prefetch
+    advice names the line they spend their time on. Not for a reader thread that reads for
+    itself: it is in this same dump, and the process's children are then no workers of its
+    loop (a helper, a compressor)."""
     thread = main_thread(threads)
     if thread is None:
         return False
@@ -545,6 +549,8 @@ def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
     line = user_frame(thread.frames)
     called = thread.frames[: thread.frames.index(line)] if line is not None else thread.frames
     wait = first_match(called, LOCK) or first_match(called, WAIT)
+    if wait is not None and wait[0].kind == WAIT and _through_multiprocessing(wait[1]):
+        return first_match(called, JOB) is None
     if wait is None or not _is_handoff(wait):
         return False
     others = islice((t for t in threads if t is not thread), MAX_THREADS_LOOKED_AT)

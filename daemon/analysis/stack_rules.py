@@ -75,6 +75,10 @@ LOCK_WAIT = "waiting on a lock"
 # between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
 # idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
 JOB_WAIT = "waiting for its next job"
+# How a data wait's reason says that worker processes make the loop's input (a multiprocessing
+# Pool's results, a multiprocessing.Queue or pipe its running children fill): the prefetch patch
+# (rules/phases.py) then offers more of them, a deeper queue or faster ones, not a thread pool.
+WORKER_PROCESSES_FEED_IT = "worker processes feed it"
 
 FRAME_RULES: tuple[FrameRule, ...] = (
     # -- checkpoint (context) --
@@ -143,7 +147,7 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     # A hand-made loader: results of a multiprocessing Pool (imap, map, apply_async().get())
     # that its worker processes compute; waiting for them is waiting for input, not idling.
     FrameRule(LIBRARY, "*/multiprocessing/pool.py", "*", DATA_WAIT,
-              "waiting for results of its multiprocessing Pool's workers"),
+              f"waiting for results of its multiprocessing Pool: {WORKER_PROCESSES_FEED_IT}"),
     FrameRule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
          "a DataLoader worker process loading samples",
          within=("*/torch/utils/data/_utils/worker.py", "_worker_loop")),

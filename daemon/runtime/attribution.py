@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
-from daemon.analysis.host_signals import HostSignals, cpu_demand
+from daemon.analysis.host_signals import MULTIPROCESSING_HELPERS, HostSignals, cpu_demand
 from daemon.analysis.kinds import frame_markers
 from daemon.analysis.live_phases import LivePhases
 from daemon.analysis.phases import classify, waits_on_data_queue
@@ -76,7 +76,6 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_ROWS = 64  # stack rows kept per dip before it qualifies
 SIGNAL_TICKS = 4  # snapshots kept per process: the signals cover the last ~3 ticks (a dump's gap)
-_HELPERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 WORKING_CPU = 0.25  # a worker or a peer on a CPU this share of the time is working
 STATUS_SLACK = 64  # stack statuses of exited processes kept before they are pruned
 # /proc samples (a few preads each, no ptrace) a second over all processes in windows without
@@ -546,7 +545,7 @@ class Attribution:
         # Its workers: children without a GPU, but not multiprocessing's helpers (a
         # resource tracker or a forkserver waits for nothing the job needs).
         busy_workers = sum(1 for child in self._children.get(proc.pid, [])
-                           if not any(helper in child.command for helper in _HELPERS))
+                           if not any(helper in child.command for helper in MULTIPROCESSING_HELPERS))
         # Ranks of one job share a parent; mlcostd's own children (simulated workloads) are not
         # a job.
         busy_peers = 0 if proc.ppid in (0, 1, os.getpid()) else sum(

@@ -981,6 +981,14 @@ def test_a_loop_in_a_multiprocessing_queues_get_while_its_decoder_processes_run_
     assert classify(threads(MP_QUEUE_GET), gpu_busy=False, source_line=no_source,
                     signals=decoding, busy_elsewhere=True).phase == "compute"
 
+
+def test_a_loop_on_a_multiprocessing_queue_has_its_children_dumped_but_a_job_worker_not():
+    """Its decoder processes' stacks show the line they spend their time on, which the
+    prefetch advice names: they are dumped with it, as DataLoader workers are. A worker on a
+    Manager().Queue() waits for its next job: its child is the manager, no worker of it."""
+    assert waits_on_data_queue(threads(MP_QUEUE_GET))
+    assert not waits_on_data_queue(threads(PROXY_GET))
+
 def test_a_worker_blocked_on_a_socket_nothing_came_to_waits_for_its_next_job():
     """A render worker blocked in sock.recv between jobs read 'reading a file or socket'
     (data wait), and dataloader_starvation then offered read-ahead worth 94% of its burn. A recv

@@ -5,12 +5,14 @@ training script", and "spends 80%" beside a phase balance of 83%."""
 
 import re
 
+from daemon.analysis.host_signals import HostSignals
 from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, TRAINING, Kind
 from daemon.analysis.phase_balance import StackSample, phase_balance
 from daemon.analysis.phases import classify
 from daemon.api.actions import apply
 from daemon.clock import duration
 from daemon.sources.frames import Frame, ThreadStack
+from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import stack_hash
 from tests.daemon.test_rules import by_rule, phases_for, pid_id, recs, window
 
@@ -127,14 +129,15 @@ READING = (Frame("read_batches", "/srv/reader.py", 23), *THREAD_RUN)
 SOURCE = {"train": "batch = batches.get()", "read_batches": "raw = shard.read(CHUNK)"}
 
 
-def data_wait_of(s, dumps):
+def data_wait_of(s, dumps, signals=None, pid=42):
     """The process's phase balance from its dumps (each a list of ThreadStacks), classified and
     tallied as the daemon does: the sample keeps the stack of the thread the loop waits for."""
     samples = []
     for i, dump in enumerate(dumps):
-        said = classify(dump, gpu_busy=False, source_line=lambda f: SOURCE.get(f.name))
+        said = classify(dump, gpu_busy=False, source_line=lambda f: SOURCE.get(f.name),
+                        signals=signals)
         shown = said.thread or dump[0]
-        samples.append(StackSample(s[0].ts + i, 42, shown.thread_id, stack_hash(shown.frames),
+        samples.append(StackSample(s[0].ts + i, pid, shown.thread_id, stack_hash(shown.frames),
                                    shown.frames, said.phase, 1.0, said.reason))
     balance = phase_balance(samples, 600.0, 0.0)
     assert set(balance) == {"data_wait"}, balance
@@ -183,6 +186,99 @@ def test_a_loop_starved_by_a_reader_thread_waiting_on_io_is_told_threads():
                   + [producers(False, False, frames=AUGMENTING[1:])] * 7):
         [rec] = by_rule(recs(s, data_wait_of(s, dumps)), "dataloader_starvation")
         assert "ThreadPoolExecutor" in rec.action["patch"], rec.action["patch"]
+
+
+# As py-spy dumped them (Python 3.11): the loop of tests/daemon/workloads/decode_processes.py in
+# its multiprocessing.Queue's get, which its decoder processes fill, ...
+MP_QUEUE_LOOP = ThreadStack(1, "MainThread", False, (
+    Frame("Connection._recv", f"{STDLIB}/multiprocessing/connection.py", 395),
+    Frame("Connection._recv_bytes", f"{STDLIB}/multiprocessing/connection.py", 430),
+    Frame("_ConnectionBase.recv_bytes", f"{STDLIB}/multiprocessing/connection.py", 216),
+    Frame("Queue.get", f"{STDLIB}/multiprocessing/queues.py", 103),
+    Frame("main", "/srv/decode_processes.py", 48),
+    Frame("<module>", "/srv/decode_processes.py", 53)))
+# ... with its two decoders on a CPU: 1.9 cores between them, the loop's own 2%
+DECODING = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.02, tree_cpu=1.92,
+                       children_running=2)
+# the loop of tests/daemon/workloads/pool_loader.py in its Pool's imap, beside the Pool's threads
+POOL_THREAD = (Frame("Pool._handle_results", f"{STDLIB}/multiprocessing/pool.py", 579),
+               *THREAD_RUN)
+POOL_LOOP = [
+    ThreadStack(1, "MainThread", False, (
+        Frame("Condition.wait", f"{STDLIB}/threading.py", 327),
+        Frame("IMapIterator.next", f"{STDLIB}/multiprocessing/pool.py", 861),
+        Frame("main", "/srv/pool_loader.py", 24), Frame("<module>", "/srv/pool_loader.py", 29))),
+    ThreadStack(3, "Thread-3 (_handle_results)", False, (
+        Frame("Connection._recv", f"{STDLIB}/multiprocessing/connection.py", 395),
+        *POOL_THREAD))]
+# and one of its Pool's workers (a forked child: its parent's frames below its own), decoding
+POOL_WORKER = [ThreadStack(7, "MainThread", True, (
+    Frame("decode", "/srv/pool_loader.py", 16),
+    Frame("worker", f"{STDLIB}/multiprocessing/pool.py", 125),
+    Frame("BaseProcess.run", f"{STDLIB}/multiprocessing/process.py", 108),
+    Frame("BaseProcess._bootstrap", f"{STDLIB}/multiprocessing/process.py", 314),
+    Frame("main", "/srv/pool_loader.py", 21), Frame("<module>", "/srv/pool_loader.py", 29)),
+    owns_gil=True)]
+
+
+def with_children(s, *commands):
+    """The window `s` with children of its process (pid 42): one per command."""
+    kids = tuple(ProcessSample(50 + i, 1.0, 42, "ann", command)
+                 for i, command in enumerate(commands))
+    return [Sample(x.ts, x.tick, x.gpus, x.processes + kids) for x in s]
+
+
+def test_a_loop_fed_by_decoder_processes_is_told_more_or_faster_processes_not_threads():
+    """Its decoder processes fill a multiprocessing.Queue too slowly: it was told to read its
+    input itself ahead with a ThreadPoolExecutor ("input it reads itself"), which the work,
+    already in processes, does not need. Now: how many workers it has, more of them up to the
+    CPUs, a deeper queue, and how to see where the workers spend their time (the daemon does
+    not dump the children of a loop on a multiprocessing queue)."""
+    s = with_children(window(), "python decode.py", "python decode.py",
+                      "python -c from multiprocessing.resource_tracker import main;main(5)")
+    [rec] = by_rule(recs(s, data_wait_of(s, [[MP_QUEUE_LOOP]] * 10, DECODING)),
+                    "dataloader_starvation")
+    assert rec.evidence["where"] == "/srv/decode_processes.py:48", rec.evidence["where"]
+    assert rec.headline.startswith("more worker processes, or faster ones (pid 42: "), \
+        rec.headline
+    assert "in data wait: more worker processes, or faster ones — /srv/decode_processes" \
+        ".py:48" in rec.summary, rec.summary
+    patch = rec.action["patch"]
+    assert "ThreadPoolExecutor" not in patch and "reads itself" not in patch, patch
+    assert "through a multiprocessing queue), and they cannot keep up. It has 2 worker " \
+        "processes now." in patch, patch  # the resource tracker is none of them
+    # 32 CPUs, one GPU process: 16 (the most _workers offers)
+    assert "+batches = multiprocessing.Queue(maxsize=64)" in patch, patch
+    assert "+for seed in range(16):" in patch and "multiprocessing.Process(" in patch, patch
+    assert "`py-spy top --pid 42 --subprocesses`" in patch, patch
+    # as many workers as it gets CPUs: more would not help
+    crowded = with_children(window(), *["python decode.py"] * 16)
+    [rec] = by_rule(recs(crowded, data_wait_of(crowded, [[MP_QUEUE_LOOP]] * 10, DECODING)),
+                    "dataloader_starvation")
+    patch = rec.action["patch"]
+    assert "More would not help either: 16 already share the 32 CPUs with 1 GPU process" \
+        in patch, patch
+    assert "range(" not in patch and "ThreadPoolExecutor" not in patch, patch
+
+
+def test_a_loop_fed_by_a_multiprocessing_pool_is_told_its_pool_size_and_its_workers_line():
+    """A Pool's imap: more processes for the Pool, and the line its workers spend their time
+    on, from their own stacks (the daemon dumps a Pool's workers: phases.waits_on_data_queue)."""
+    s = with_children(window(), "python pool_loader.py", "python pool_loader.py")
+    phases = data_wait_of(s, [POOL_LOOP] * 10)
+    for pid in (50, 51):  # each worker's phase balance, from its dumps
+        worker = data_wait_of(s, [POOL_WORKER] * 6, pid=pid)[pid_id(s)]
+        phases[f"{pid}:1.000"] = worker
+    [rec] = by_rule(recs(s, phases), "dataloader_starvation")
+    assert rec.headline.startswith("more worker processes, or faster ones (pid 42: ")
+    patch = rec.action["patch"]
+    assert "(a multiprocessing Pool), and they cannot keep up. It has 2 worker processes " \
+        "now." in patch, patch
+    assert "-pool = multiprocessing.Pool(...)\n+pool = multiprocessing.Pool(processes=16)" \
+        in patch, patch
+    assert "its workers spend the most samples at /srv/pool_loader.py:16 (decode)" in patch, \
+        patch
+    assert "ThreadPoolExecutor" not in patch and "py-spy top" not in patch, patch
 
 
 def test_idle_advice_counts_its_gpus_and_its_minutes_as_the_panels_do():

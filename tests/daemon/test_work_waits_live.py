@@ -7,7 +7,8 @@ queue.SimpleQueue, whose get is C (no Python frame), and is told to make them in
 processes (they hold the GIL: threads would take turns): its GPU works ~1-2% of the time, so every
 GPU reads idle, and it read `idle` ("sleeping or waiting" on its get line), which earned it
 idle_gpu_held's SIGTERM and the host's stop. So did a loop fed by decoder processes through a
-multiprocessing.Queue ("waiting in a multiprocessing pipe"). GPU workers that take jobs from a multiprocessing
+multiprocessing.Queue ("waiting in a multiprocessing pipe"); it is told to run more decoder
+processes or make them faster, never a thread pool. GPU workers that take jobs from a multiprocessing
 Manager's queue or from a job server's socket read `idle` (a multiprocessing pipe: SIGTERM) or
 `data_wait` (dataloader_starvation, prefetch worth nearly all their burn); a worker waiting
 for its next job is a queue consumer, to be scaled with its queue like a server.
@@ -99,6 +100,14 @@ def test_loops_fed_by_producer_threads_or_decoder_processes_are_starved_not_idle
     assert "ProcessPoolExecutor" in patch and "ThreadPoolExecutor" not in patch, patch
     [fed] = [r for r in found["decode_processes"] if r.rule == "dataloader_starvation"]
     assert "child processes run" in fed.evidence["top_stacks"][0]["reason"], fed.evidence
+    # its one decoder process cannot keep up: more of them or faster ones, not a thread pool
+    assert fed.headline.startswith("more worker processes, or faster ones"), fed.headline
+    patch = fed.action["patch"]
+    assert "decode_processes.py:48: " in patch and "It has 1 worker process now." in patch, patch
+    assert "multiprocessing.Queue(maxsize=" in patch and "ThreadPoolExecutor" not in patch, patch
+    # the line its decoder spends its time on, from the decoder's own stacks
+    assert "its workers spend the most samples at " in patch, patch
+    assert "decode_processes.py:32 (decode_batches)" in patch, patch
     assert daemon.stop() == 0, daemon.log_tail()
 
 

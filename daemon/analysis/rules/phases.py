@@ -14,6 +14,7 @@ from daemon.analysis.rules.base import (
     phase_samples,
     phase_share,
     phase_window_s,
+    plural,
     process_evidence,
     program_words,
     share_savings,
@@ -26,6 +27,7 @@ from daemon.analysis.rules.thresholds import (
     COMM_SHARE,
     DATA_WAIT_SHARE,
     EVAL_SHARE,
+    FED_BY_WORKERS_SHARE,
     GIL_BOUND_SHARE,
     GPU_LOW_FRACTION,
     HOST_PREPROCESS_SHARE,
@@ -35,7 +37,7 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
-from daemon.analysis.stack_rules import PYTHON_ON_CPU, WORKS_ON_INPUT
+from daemon.analysis.stack_rules import PYTHON_ON_CPU, WORKER_PROCESSES_FEED_IT, WORKS_ON_INPUT
 from daemon.clock import duration
 from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
 from pricing.offer import HOURS_PER_MONTH
@@ -93,29 +95,93 @@ def _waits_on_dataloader(stacks: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def _data_wait_headline(stacks: Sequence[Mapping[str, Any]]) -> str:
-    return ("prefetch in DataLoader workers" if _waits_on_dataloader(stacks) or not stacks
-            else "prefetch its input in parallel")
+    if _waits_on_dataloader(stacks) or not stacks:
+        return "prefetch in DataLoader workers"
+    if _fed_by_workers(stacks):
+        return "more worker processes, or faster ones"
+    return "prefetch its input in parallel"
+
+
+def _samples_saying(stacks: Sequence[Mapping[str, Any]], words: str) -> tuple[int, int]:
+    """(samples whose reason says `words`, all samples) of a phase's top stacks: each stack
+    counts by its reason (its most frequent)."""
+    said = total = 0
+    for stack in stacks:
+        n = max(int(stack.get("samples") or 0), 1)
+        total += n
+        if words in str(stack.get("reason") or ""):
+            said += n
+    return said, total
 
 
 def _gil_bound(stacks: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     """(samples in which the thread feeding the waiting loop ran Python holding the GIL, all
-    samples) of a data wait's top stacks: each stack counts by its reason (its most frequent),
-    as phases._fed_by wrote it. The thread's name, in the reason before WORKS_ON_INPUT, is cut
-    to 40 characters and cannot spell the pair out (a source file's name after it could: that
-    only turns its own process's advice to processes)."""
-    held = total = 0
-    for stack in stacks:
-        n = max(int(stack.get("samples") or 0), 1)
-        total += n
-        if f"{WORKS_ON_INPUT}{PYTHON_ON_CPU}" in str(stack.get("reason") or ""):
-            held += n
-    return held, total
+    samples) of a data wait's top stacks, as phases._fed_by wrote their reasons. The thread's
+    name, in the reason before WORKS_ON_INPUT, is cut to 40 characters and cannot spell the
+    pair out (a source file's name after it could: that only turns its own process's advice to
+    processes)."""
+    return _samples_saying(stacks, f"{WORKS_ON_INPUT}{PYTHON_ON_CPU}")
+
+
+def _fed_by_workers(stacks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether worker processes make the input the loop waits for in most of its data wait's
+    samples (WORKER_PROCESSES_FEED_IT in their reasons: a multiprocessing Pool's results, a
+    multiprocessing queue or pipe its running children fill), not a DataLoader."""
+    fed, sampled = _samples_saying(stacks, WORKER_PROCESSES_FEED_IT)
+    return not _waits_on_dataloader(stacks) and fed > sampled * FED_BY_WORKERS_SHARE
+
+
+# A frame of a multiprocessing Pool in a stack (phase_balance._stack's "file:line function").
+_POOL_FRAME = "/multiprocessing/pool.py:"
+
+
+def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
+                            stacks: Sequence[Mapping[str, Any]]) -> str:
+    """The patch for a loop whose worker processes do not keep up (_fed_by_workers): more of
+    them while the CPUs allow, a deeper queue, faster workers; never a thread pool."""
+    n = _workers(proc, a)
+    gpu_procs = max(len(a.processes), 1)
+    pool = any(_POOL_FRAME in str(frame) for stack in stacks
+               for frame in stack.get("frames") or ())
+    has = proc.workers
+    now = f" It has {plural(has, 'worker process', 'worker processes')} now." if has else ""
+    text = (f"# {where}: {program_words(proc)[1]} waits here for input its worker processes "
+            f"make ({'a multiprocessing Pool' if pool else 'through a multiprocessing queue'}"
+            f"), and they cannot keep up.{now}\n"
+            "# A thread pool would not help: the work already runs in processes.\n")
+    if has >= n:
+        text += (f"# More would not help either: {has} already share the {a.host_cpus} CPUs "
+                 f"with {plural(gpu_procs, 'GPU process', 'GPU processes')}.\n")
+    elif pool:
+        text += ("# Run more of them:\n"
+                 "-pool = multiprocessing.Pool(...)\n"
+                 f"+pool = multiprocessing.Pool(processes={n})  # {a.host_cpus} CPUs / "
+                 f"{gpu_procs} GPU processes\n")
+    else:
+        text += ("# Run more of them, and give them a deeper queue to fill ahead of the loop "
+                 "(it evens out slow batches):\n"
+                 f"+batches = multiprocessing.Queue(maxsize={4 * n})\n"
+                 f"+for seed in range({n}):  # {a.host_cpus} CPUs / {gpu_procs} GPU processes\n"
+                 "+    multiprocessing.Process(target=make_batches, args=(batches, seed), "
+                 "daemon=True).start()\n")
+    busiest = next((s for s in proc.worker_stacks if s.get("file")), None)
+    if busiest is not None:
+        text += (f"# Make each faster: its workers spend the most samples at "
+                 f"{busiest['file']}:{busiest.get('line')} "
+                 f"({str(busiest.get('function')).split('.<locals>.', 1)[0]}); "
+                 "numpy or decoding on the GPU do such work in a fraction of the time.\n")
+    else:
+        text += (f"# Make each faster: `py-spy top --pid {proc.pid} --subprocesses` shows "
+                 "where its workers spend their time.\n")
+    return text
 
 
 def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
                       stacks: Sequence[Mapping[str, Any]]) -> str:
     n = _workers(proc, a)
     loop = program_words(proc)[1]
+    if stacks and _fed_by_workers(stacks):
+        return _worker_processes_patch(proc, a, where, stacks)
     held, sampled = _gil_bound(stacks)
     if stacks and not _waits_on_dataloader(stacks) and held > sampled * GIL_BOUND_SHARE:
         return (f"# {where}: {loop} waits here for input a thread of its own makes in Python "

@@ -21,6 +21,10 @@ MIN_PHASE_SAMPLES = 2
 # loop held the GIL in more than this share of its data wait's samples (our choice: most of
 # them; py-spy reads the GIL's holder without stopping the process, and misses it now and then).
 GIL_BOUND_SHARE = 0.5
+# It offers more (or faster) worker processes, not a thread pool, where worker processes fed the
+# loop (a multiprocessing Pool, a queue its children fill) in more than this share of its data
+# wait's samples (our choice: most of them, as above).
+FED_BY_WORKERS_SHARE = 0.5
 # Same PyTorch profiler rule: with num_workers=0 the loading runs in the main process.
 HOST_PREPROCESS_SHARE = 0.05
 # SageMaker Debugger IOBottleneck: iowait > 50% while the GPU is low for > 50% of the time.

@@ -23,6 +23,7 @@ from typing import Any
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
 from daemon.analysis.cost import Burn, HostPrice, burn
+from daemon.analysis.host_signals import MULTIPROCESSING_HELPERS
 from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, OTHER, Kind
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.rules.thresholds import (
@@ -114,6 +115,12 @@ class ProcessWindow:
     # Separate runs of its SM signal at or above WORK_RUN_MIN_PCT in the window (a cron-like
     # job: one run per period); counted only for a process whose GPUs idle at the window's end.
     work_runs: int = 0
+    # Its worker processes at its last tick: children that hold no GPU and are no helper of
+    # multiprocessing's (MULTIPROCESSING_HELPERS); and the top stacks of their phase balances
+    # (py-spy dumps them where it waits on them: attribution), those with the most samples
+    # first.
+    workers: int = 0
+    worker_stacks: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -353,6 +360,9 @@ class _ProcessTrack:
     def __init__(self, key: ProcessKey, id: str, phases: Mapping[str, Any],
                  checkpoints: list[float] | None) -> None:
         self.key, self.id, self.phases = key, id, phases
+        # Its workers at its last tick (see ProcessWindow.workers), and every process's phases.
+        self.workers: tuple[ProcessKey, ...] = ()
+        self.phases_of: Mapping[Any, Mapping[str, Any]] = {}
         # Its checkpoints from its stacks; None: from write bursts, gathered in `bursts`.
         self.checkpoints = checkpoints
         self.last: tuple[WindowTick, int]  # where it was last seen
@@ -602,7 +612,8 @@ class _ProcessTrack:
             memory_by_gpu=self.memory_by_gpu,
             sm_signal=("GPM SM activity" if with_gpm else "process SM share" if with_own else
                        None),
-            kind=kind, ppid=last_proc.ppid,
+            kind=kind, ppid=last_proc.ppid, workers=len(self.workers),
+            worker_stacks=_worker_stacks(self.workers, self.phases_of),
         )
 
     @staticmethod
@@ -656,7 +667,9 @@ def _process_tracks(runs: Sequence[_Run], phases: Mapping[Any, Mapping[str, Any]
                            [] if OUTPUT in proc_phases and CHECKPOINT not in proc_phases else
                            None)
                     track = tracks[key] = _ProcessTrack(key, pid_id, proc_phases, cps)
+                    track.phases_of = phases
                 track.last = (run.ticks[-1], j)
+                track.workers = _workers_at(run.ticks[-1], run.children.get(key[0], ()))
                 members.append((track, j))
         if len(run.ticks) < SHORT_RUN:
             for track, j in members:
@@ -666,6 +679,35 @@ def _process_tracks(runs: Sequence[_Run], phases: Mapping[Any, Mapping[str, Any]
         else:
             _add_run(run, members)
     return tracks
+
+
+def _workers_at(tick: WindowTick, children: Sequence[int]) -> tuple[ProcessKey, ...]:
+    """The worker processes among `children` (their js) at `tick`: those that hold no GPU (a
+    rank the job started is a peer) and are no helper of multiprocessing's."""
+    return tuple(tick.keys[t] for t in children if not tick.holds_gpu(t) and not any(
+        helper in tick.who[t][1] for helper in MULTIPROCESSING_HELPERS))
+
+
+# Top stacks of its workers named in a ProcessWindow.
+WORKER_STACKS_KEPT = 3
+
+
+def _worker_stacks(workers: Sequence[ProcessKey], phases: Mapping[Any, Mapping[str, Any]],
+                   ) -> tuple[Mapping[str, Any], ...]:
+    """The top stacks of the workers' phase balances, of all their phases, those with the most
+    samples first (the same line in several workers counts once, with all their samples)."""
+    by_line: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for worker in workers:
+        for phase in (phases.get(process_key(*worker)) or phases.get(worker[0]) or {}).values():
+            for stack in phase.get("top_stacks") or ():
+                line = (stack.get("file"), stack.get("line"))
+                kept = by_line.get(line)
+                if kept is None:
+                    by_line[line] = {**stack, "samples": int(stack.get("samples") or 0)}
+                else:
+                    kept["samples"] += int(stack.get("samples") or 0)
+    ranked = sorted(by_line.values(), key=lambda s: -s["samples"])
+    return tuple(ranked[:WORKER_STACKS_KEPT])
 
 
 def _add_run(run: _Run, members: Sequence[tuple[_ProcessTrack, int]]) -> None:
