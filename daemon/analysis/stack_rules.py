@@ -75,6 +75,10 @@ LOCK_WAIT = "waiting on a lock"
 # between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
 # idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
 JOB_WAIT = "waiting for its next job"
+# Its stacks wait so for at least this share of the window: a queue consumer (for the rules,
+# rules/idle.py's waits_for_jobs, and for /v1/idle, analysis/idleness.py); one stack sample in
+# fifty, as a phase of work (rules/idle.py's WORK_PHASE_MIN_SHARE).
+JOB_WAIT_MIN_SHARE = 0.02
 
 FRAME_RULES: tuple[FrameRule, ...] = (
     # -- checkpoint (context) --
