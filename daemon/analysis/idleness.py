@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.analysis.kinds import ONLINE_INFERENCE
+from daemon.analysis.stack_rules import JOB_WAIT, JOB_WAIT_MIN_SHARE
 from daemon.wire import COMPUTE, IDLE, UNKNOWN
 
 IDLENESS_VERSION = 1
@@ -79,11 +81,17 @@ def process_evidence(proc: Mapping[str, Any]) -> list[tuple[str, float]]:
     sm = proc.get("sm_share")
     if isinstance(sm, int | float) and sm >= SM_SHARE_PERCENT:
         found.append((f"kernels: {sm:.0f}% SM share", KERNELS_CONFIDENCE))
+    kind_conf = proc.get("kind_confidence")
+    kind_sure = (float(kind_conf) if isinstance(kind_conf, int | float)
+                 and not isinstance(kind_conf, bool) and kind_conf > 0 else SERVES_CONFIDENCE)
     if proc.get("serves"):
-        kind_conf = proc.get("kind_confidence")
-        found.append(("serves on a port: a server waiting for requests is active",
-                      float(kind_conf) if isinstance(kind_conf, int | float) and kind_conf > 0
-                      else SERVES_CONFIDENCE))
+        found.append(("serves on a port: a server waiting for requests is active", kind_sure))
+    elif proc.get("kind") == ONLINE_INFERENCE:
+        found.append(("online inference by its kind: a server waiting for requests is active",
+                      kind_sure))
+    if waits_for_jobs(proc):
+        found.append(("waits for its next job from a queue or a job server (a queue consumer, "
+                      "seen in its stacks): a worker between jobs is active", PHASE_CONFIDENCE))
     io = sum(v for v in (proc.get("read_bytes_per_s"), proc.get("write_bytes_per_s"))
              if isinstance(v, int | float))
     if io >= IO_BYTES_PER_S:
@@ -104,6 +112,18 @@ def process_evidence(proc: Mapping[str, Any]) -> list[tuple[str, float]]:
     if isinstance(phase, str) and phase not in (IDLE, UNKNOWN, COMPUTE):
         found.append((f"phase: {phase}", PHASE_CONFIDENCE))
     return found
+
+
+def waits_for_jobs(proc: Mapping[str, Any]) -> bool:
+    """A queue consumer between jobs, as the rules see one (rules/idle.py's waits_for_jobs):
+    the top stack of its idle phase waits for its next job (JOB_WAIT: a broker's queue, a job
+    server's socket or long poll) and that phase holds at least JOB_WAIT_MIN_SHARE of its
+    window."""
+    reasons, shares = proc.get("phase_reasons"), proc.get("phases")
+    reason = reasons.get(IDLE) if isinstance(reasons, Mapping) else None
+    share = shares.get(IDLE) if isinstance(shares, Mapping) else None
+    return (isinstance(reason, str) and reason.startswith(JOB_WAIT)
+            and isinstance(share, int | float) and share >= JOB_WAIT_MIN_SHARE)
 
 
 def _gpu_entries(now: Mapping[str, Any], history: History, idle_pct: float,

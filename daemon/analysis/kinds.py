@@ -115,13 +115,34 @@ COMMAND_HINTS: tuple[tuple[re.Pattern[str], str, float, str], ...] = (
 )
 
 
+# An option that names the server a process connects to, with that server's address:
+# `--server 127.0.0.1:6379`, `--job-server=host:port`, `--redis-server redis://cache:6379/0`. The
+# process is that server's client (a worker on its broker or job server), and the word "server"
+# in the option says nothing of what it is itself; nor does an address's host name
+# ("infer-svc", "trainer-0"). A bare `--serve` or `--server` flag with no address, a program
+# named serve.py or server.py, a serving launcher (vllm serve, uvicorn) keep their hints, and a
+# process that listens is seen listening (its sockets) whatever its command line says.
+SERVER_ADDRESS_OPTION = re.compile(
+    r"(?<!\S)--?[\w.-]*server[\w.-]*(?:=|\s+)"
+    r"(?:[a-z][\w+.-]*://\S*|\[[0-9a-f:.]+\]:\d{1,5}|[\w.-]+:\d{1,5})(?!\S)", re.I)
+
+
+@functools.lru_cache(maxsize=4096)
+def without_server_addresses(command: str) -> str:
+    """`command` less the options naming a server it connects to (SERVER_ADDRESS_OPTION);
+    once per command line, as command_hints."""
+    return SERVER_ADDRESS_OPTION.sub(" ", command)
+
+
 @functools.lru_cache(maxsize=4096)
 def command_hints(command: str) -> tuple[tuple[str, float, str], ...]:
-    """(kind, weight, why) of each COMMAND_HINTS pattern the command line matches. A process's
+    """(kind, weight, why) of each COMMAND_HINTS pattern the command line matches, less the
+    options that name a server it connects to (`without_server_addresses`). A process's
     command line never changes and every round classifies every process again: the regexes run
     once per command (bounded: a host runs a few thousand distinct ones at most)."""
+    own = without_server_addresses(command)
     return tuple((kind, weight, why) for pattern, kind, weight, why in COMMAND_HINTS
-                 if pattern.search(command))
+                 if pattern.search(own))
 
 
 # An interactive Python prompt holding a GPU (someone imported torch at `python`'s prompt and

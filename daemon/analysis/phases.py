@@ -58,6 +58,7 @@ from daemon.analysis.stack_rules import (
     WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
     FrameRule,
+    awaited_answer,
     first_match,
     is_handoff_wait,
     is_serving_frame,
@@ -134,15 +135,16 @@ def classify(
 
     Precedence, GPU quiet: context frames anywhere (checkpoint, eval: a library's checkpoint or
     evaluation frames, or a user function named eval/validate/test...) > comm/sync library
-    frames > I/O frames or an I/O call on the innermost user line (a bare socket's read with
-    nothing coming to it, `signals` say, is a worker waiting for its next job: idle, JOB_WAIT) >
+    frames > I/O frames or an I/O call on the innermost user line (a bare socket's read, or an
+    HTTP request's wait for its answer to begin, with nothing coming to it, `signals` say, is a
+    worker waiting for its next job: idle, JOB_WAIT) >
     the innermost data-loading or serving library frame > a wait on a queue, condition or
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
     wait through multiprocessing (a pipe, a queue, a manager's proxy) while its child
     processes run on a CPU (data wait: worker processes feed it, `_fed_by_children`) > a get on a
-    broker's queue (a multiprocessing manager's: idle, JOB_WAIT) > waiting frames or a
-    sleep/wait call on the user line (idle) > D
+    broker's queue (a multiprocessing manager's, a redis blocking pop: idle, JOB_WAIT) >
+    waiting frames or a sleep/wait call on the user line (idle) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -189,8 +191,16 @@ def classify(
     called = frames[: frames.index(responsible)] if responsible is not None else frames
     io = first_match(called, IO)
     if io is not None:
-        if io[0].phase == DATA_WAIT and is_socket_frame(io[1]) and not _client_read(called):
-            nothing = _nothing_arriving(signals, _where(io[1]), responsible)
+        if io[0].phase == DATA_WAIT and is_socket_frame(io[1]):
+            answer = awaited_answer(called)
+            if answer is not None:  # a request whose answer has not begun: a long poll?
+                nothing = _nothing_arriving(
+                    signals, f"an HTTP request whose answer has not begun, {_where(answer)}",
+                    responsible, "a job server holding the request until it has a job (a "
+                    "long poll), or a server that does not answer")
+            else:
+                nothing = (None if _client_read(called)
+                           else _nothing_arriving(signals, _where(io[1]), responsible))
             if nothing is not None:
                 return nothing
         return _said(io, responsible)
@@ -378,10 +388,12 @@ def _children_at_work(signals: HostSignals | None) -> str | None:
     return f"{running}{cpu:.0%} of a core"
 
 
-def _nothing_arriving(signals: HostSignals | None, what: str,
-                      responsible: Frame | None) -> Classification | None:
+def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame | None,
+                      who: str = "a job server or a broker with no work for it, or a peer "
+                                 "with nothing to send") -> Classification | None:
     """Idle, waiting for its next job, where the main thread blocks on a bare socket (`what`:
-    no client library above it) and nothing came to it: the thread slept through the last
+    no client library above it), or on a request whose answer has not begun (an HTTP long
+    poll; `who` says what it waits for), and nothing came to it: the thread slept through the last
     tick (`signals.main_thread_woke` False: not once on a CPU; a stream's every packet wakes
     it), no child process of it at work (a feeder that computes its input), no reads or D
     state. That is a worker's connection to a job server or a broker with no work for it, or a
@@ -397,8 +409,7 @@ def _nothing_arriving(signals: HostSignals | None, what: str,
         return None
     return Classification(
         IDLE, f"{JOB_WAIT} on a socket nothing came to ({what}; its main thread slept "
-        "through the last tick): a job server or a broker with no work for it, or a peer with "
-        "nothing to send", responsible)
+        f"through the last tick): {who}", responsible)
 
 
 def _through_multiprocessing(frame: Frame) -> bool:

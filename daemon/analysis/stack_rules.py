@@ -79,6 +79,10 @@ JOB_WAIT = "waiting for its next job"
 # Pool's results, a multiprocessing.Queue or pipe its running children fill): the prefetch patch
 # (rules/phases.py) then offers more of them, a deeper queue or faster ones, not a thread pool.
 WORKER_PROCESSES_FEED_IT = "worker processes feed it"
+# Its stacks wait so for at least this share of the window: a queue consumer (for the rules,
+# rules/idle.py's waits_for_jobs, and for /v1/idle, analysis/idleness.py); one stack sample in
+# fifty, as a phase of work (rules/idle.py's WORK_PHASE_MIN_SHARE).
+JOB_WAIT_MIN_SHARE = 0.02
 
 FRAME_RULES: tuple[FrameRule, ...] = (
     # -- checkpoint (context) --
@@ -220,6 +224,20 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     # that waits is a full queue (its consumer is slow), a proxied lock a lock.
     FrameRule(JOB, _MANAGERS, "BaseProxy._callmethod", IDLE,
               f"{JOB_WAIT} from a multiprocessing manager's queue", within=(PROXY_FILE, "get")),
+    # redis-py's blocking pops (BLPOP, BRPOP, BLMOVE... on a list or a sorted set): the
+    # command waits in the server until an element is pushed or its timeout runs out, which is
+    # what a worker on a redis job queue (its own loop, RQ) does between jobs. The frame is the
+    # command's method, above redis-py's socket reads (redis/_parsers/...); redis-py 4+ keeps
+    # them in redis/commands/core.py, 3.x in redis/client.py. Not the non-blocking reads.
+    *(
+        FrameRule(JOB, f"*/redis/{file}", f"*.{command}", IDLE,
+                  f"{JOB_WAIT} from a redis {what} ({command.upper()})")
+        for file in ("commands/core.py", "client.py")
+        for command, what in (("blpop", "list"), ("brpop", "list"), ("blmove", "list"),
+                              ("brpoplpush", "list"), ("blmpop", "list"),
+                              ("bzpopmin", "sorted set"), ("bzpopmax", "sorted set"),
+                              ("bzmpop", "sorted set"))
+    ),
     # -- waiting on a lock someone holds (wait; rules/idle.py looks first) --
     *(
         FrameRule(LOCK, f"*/{file}", name, IDLE, f"{LOCK_WAIT} ({what})")
@@ -250,6 +268,14 @@ FRAME_RULES: tuple[FrameRule, ...] = (
         )
     ),
 )
+
+# A request waiting for the first line of its answer (http.client reads the status line;
+# urllib.request, requests and urllib3 all call it): an HTTP long poll, where a job server holds
+# the request until it has a job for the worker. A download waits there only until its server
+# starts to answer, then reads the body (HTTPResponse.read: input). Waiting for the next job
+# only where nothing came to the socket over a tick (phases._nothing_arriving): a server slow
+# to start its answer to a read of input is still data wait.
+ANSWER_WAITS: tuple[tuple[str, str], ...] = (("*/http/client.py", "HTTPResponse._read_status"),)
 
 # Waits for another thread of the same process to hand something over: a queue.Queue, a
 # Condition, an Event (a Future's result waits in Condition.wait too). A loop fed by a reader
@@ -357,6 +383,12 @@ def is_handoff_wait(frame: Frame) -> bool:
     """A waiting frame in which one thread waits for another to hand something over
     (HANDOFF_WAITS)."""
     return any(_is(frame, file, name) for file, name in HANDOFF_WAITS)
+
+
+def awaited_answer(frames: Iterable[Frame]) -> Frame | None:
+    """The frame of `frames` that waits for a request's answer to begin (ANSWER_WAITS)."""
+    return next((f for f in frames if any(_is(f, file, name) for file, name in ANSWER_WAITS)),
+                None)
 
 
 def is_socket_frame(frame: Frame) -> bool:

@@ -112,6 +112,34 @@ def test_a_server_waiting_for_requests_on_an_idle_gpu_is_active():
     assert result["confidence"] == 0.9 and "serves on a port" in result["reason"]
 
 
+def test_a_queue_consumer_waiting_for_its_next_job_or_an_online_inference_kind_is_active():
+    """A worker on an empty job queue answered idle (and autostop on that answer stops it)
+    while host_idle held back for it: a consumer between jobs is at work, as the rules say. So
+    is a process of kind online inference that has not been seen serving yet."""
+    waiting = {"phases": {"idle": 0.96, "compute": 0.04},
+               "phase_reasons": {"idle": "waiting for its next job from a redis list (BLPOP)",
+                                 "compute": "GPU busy"}}
+    consumer = proc(pid=4242, kind="training", kind_confidence=0.3, **waiting)
+    result = ask(now(processes=[consumer]), history(), for_s=1800)
+    assert result["active"] is True and result["basis"] == "measured", result
+    assert result["reason"].startswith("active now: pid 4242: waits for its next job"), result
+    assert result["confidence"] == 0.8
+    assert result["processes"][0]["active"] is True
+    # idle for another reason, or waiting so too rarely to be one: idle as before
+    for facts in ({"phase_reasons": {"idle": "sleeping or waiting with the GPU idle"}},
+                  {"phases": {"idle": 0.01, "unknown": 0.99}}):
+        assert ask(now(processes=[proc(**{**waiting, **facts})]), history(),
+                   for_s=1800)["active"] is False, facts
+    # hostile or odd documents: no consumer, no crash
+    for facts in ({"phase_reasons": None}, {"phases": "idle"},
+                  {"phase_reasons": {"idle": 7}}, {"phases": {"idle": "0.9"}}):
+        assert process_evidence(proc(**{**waiting, **facts})) == [], facts
+    server = proc(pid=77, kind="online_inference", serves=False, kind_confidence=0.6)
+    result = ask(now(processes=[server]), history(), for_s=1800)
+    assert result["active"] is True and "pid 77: online inference" in result["reason"], result
+    assert result["confidence"] == 0.6
+
+
 def test_each_kind_of_evidence_makes_a_quiet_gpus_process_active():
     assert process_evidence(proc()) == []
     assert process_evidence(proc(phase=None)) == []

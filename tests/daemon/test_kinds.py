@@ -25,6 +25,8 @@ from daemon.analysis.kinds import (
     gpu_use_shape,
 )
 from daemon.analysis.rules import build_analysis, evaluate
+from daemon.analysis.rules.thresholds import INFERENCE_COMMAND
+from daemon.analysis.rules.window import is_inference
 from daemon.runtime.kinds import GPU_USE_READS, KindTracker
 from daemon.sources.frames import Frame, ThreadStack
 from daemon.sources.kindfacts import (
@@ -120,6 +122,33 @@ def test_nothing_observed_is_other_with_no_confidence():
 def test_a_lone_command_line_hint_is_below_half_confidence():
     kind = classify_kind("python train.py", None, {}, now=NOW)
     assert kind.kind == TRAINING and kind.confidence <= 0.5
+
+
+def test_an_option_naming_the_server_it_connects_to_makes_no_server():
+    """`worker.py --server 127.0.0.1:6379` (the broker or job server it takes jobs from) read
+    online_inference on the word "server", and its advice said "restart the server". The
+    option's address names the server it is a client of; its own bursty GPU use makes it a
+    job. A process that listens, one a serving launcher started, one named server.py, and a
+    bare --serve flag stay servers."""
+    for command in ("python worker.py --server 127.0.0.1:6379",
+                    "python worker.py --job-server=render-farm.internal:7000 --step-ms 300",
+                    "python worker.py --redis-server redis://infer-cache:6379/0",
+                    "python worker.py --server [::1]:6379"):
+        kind = classify_kind(command, KindFacts(), {}, now=NOW, gpu_use="bursty")
+        assert kind.kind == TRAINING, (command, kind)
+        assert "'serve' on its command line" not in kind.evidence, kind.evidence
+        # nor does it stand in for a kind where nothing else points to one
+        assert not is_inference(classify_kind(command, KindFacts(), {}, now=NOW), command,
+                                INFERENCE_COMMAND), command
+    worker = "python worker.py --server 127.0.0.1:6379"
+    listening = classify_kind(worker, KindFacts(listening_ports=(8000,)), {}, now=NOW,
+                              gpu_use="bursty")
+    assert listening.kind == ONLINE_INFERENCE, listening
+    launched = classify_kind(worker, KindFacts(parent="uvicorn"), {}, now=NOW, gpu_use="bursty")
+    assert launched.kind == ONLINE_INFERENCE, launched
+    for command in ("python server.py --server 0.0.0.0:8000", "python app.py --serve",
+                    "vllm serve meta-llama/Llama-3.1-8B --port 8000"):
+        assert classify_kind(command, KindFacts(), {}, now=NOW).kind == ONLINE_INFERENCE, command
 
 
 def test_evidence_carries_no_text_of_the_process():

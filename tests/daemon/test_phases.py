@@ -1027,6 +1027,97 @@ def test_a_worker_blocked_on_a_socket_nothing_came_to_waits_for_its_next_job():
                     source_line=lines(recv_exact="chunk = shard.read(size)")).phase == "data_wait"
 
 
+# A redis-py 8 worker in BLPOP on an empty list, as py-spy dumps it (Python 3.11): the
+# command's method above redis-py's socket reads, which leave no socket.py frame (recv_into is C).
+SITE_PACKAGES = "/srv/venv/lib/python3.11/site-packages"
+REDIS_BLPOP = [(f"{SITE_PACKAGES}/redis/_parsers/socket.py", "SocketBuffer._read_from_socket", 98),
+               (f"{SITE_PACKAGES}/redis/_parsers/socket.py", "SocketBuffer.readline", 177),
+               (f"{SITE_PACKAGES}/redis/_parsers/resp3.py", "_RESP3Parser._read_response", 68),
+               (f"{SITE_PACKAGES}/redis/_parsers/resp3.py", "_RESP3Parser.read_response", 42),
+               (f"{SITE_PACKAGES}/redis/connection.py", "AbstractConnection.read_response", 1761),
+               (f"{SITE_PACKAGES}/redis/client.py", "Redis.parse_response", 1027),
+               (f"{SITE_PACKAGES}/redis/client.py", "Redis._send_command_parse_response", 909),
+               (f"{SITE_PACKAGES}/redis/client.py", "Redis._execute_command.<locals>.<lambda>", 980),
+               (f"{SITE_PACKAGES}/redis/retry.py", "Retry.call_with_retry", 142),
+               (f"{SITE_PACKAGES}/redis/client.py", "Redis._execute_command", 979),
+               (f"{SITE_PACKAGES}/redis/client.py", "Redis.execute_command", 957),
+               (f"{SITE_PACKAGES}/redis/commands/core.py", "ListCommands.blpop", 5121),
+               ("/home/me/worker.py", "main", 43)]
+
+
+def test_a_worker_in_a_redis_blpop_waits_for_its_next_job_on_its_own_line():
+    """It read 'main thread blocked with the GPU idle' (idle), and idle_gpu_held offered the
+    SIGTERM to a worker waiting on its redis job queue. A blocking pop is a wait for the next
+    job, whatever the signals; a redis read that is no blocking pop (a GET of a sample) is not."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    for signals in (slept, dataclasses.replace(slept, main_thread_woke=True), None):
+        found = classify(threads(REDIS_BLPOP), gpu_busy=False, source_line=no_source,
+                         signals=signals)
+        assert found.phase == "idle", (signals, found)
+        assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+        assert "redis list (BLPOP)" in found.reason, found.reason
+        assert found.frame == Frame("main", "/home/me/worker.py", 43)
+    # the pops of redis-py 3 (redis/client.py) and of a sorted set
+    for frame in ((f"{SITE_PACKAGES}/redis/client.py", "Redis.brpop", 1650),
+                  (f"{SITE_PACKAGES}/redis/commands/core.py", "SortedSetCommands.bzpopmin", 4090)):
+        found = classify(threads([*REDIS_BLPOP[:-2], frame, REDIS_BLPOP[-1]]), gpu_busy=False,
+                         source_line=no_source, signals=slept)
+        assert found.reason.startswith(stack_rules.JOB_WAIT), (frame, found)
+    # a GET (a loop reading its samples from redis) is no job's wait
+    get = [*REDIS_BLPOP[:-2], (f"{SITE_PACKAGES}/redis/commands/core.py", "BasicKeyCommands.get",
+                               1829), REDIS_BLPOP[-1]]
+    found = classify(threads(get), gpu_busy=False, source_line=no_source, signals=slept)
+    assert not found.reason.startswith(stack_rules.JOB_WAIT), found
+    # its GPU busy: compute
+    assert classify(threads(REDIS_BLPOP), gpu_busy=True, source_line=no_source,
+                    signals=slept).phase == "compute"
+
+
+# urllib.request's urlopen waiting for the job server's answer to a long poll, as py-spy dumps it
+# (Python 3.11): http.client reading the status line.
+LONG_POLL = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+             (f"{STDLIB}/http/client.py", "HTTPResponse._read_status", 286),
+             (f"{STDLIB}/http/client.py", "HTTPResponse.begin", 325),
+             (f"{STDLIB}/http/client.py", "HTTPConnection.getresponse", 1386),
+             (f"{STDLIB}/urllib/request.py", "AbstractHTTPHandler.do_open", 1352),
+             (f"{STDLIB}/urllib/request.py", "HTTPHandler.http_open", 1377),
+             (f"{STDLIB}/urllib/request.py", "OpenerDirector._call_chain", 496),
+             (f"{STDLIB}/urllib/request.py", "OpenerDirector._open", 536),
+             (f"{STDLIB}/urllib/request.py", "OpenerDirector.open", 519),
+             (f"{STDLIB}/urllib/request.py", "urlopen", 216),
+             ("/home/me/worker.py", "next_job", 22), ("/home/me/worker.py", "main", 37)]
+
+
+def test_a_worker_in_an_http_long_poll_nothing_answered_waits_for_its_next_job():
+    """It read 'reading (socket)' (data wait: an HTTP client's read), and
+    dataloader_starvation offered read-ahead for a worker whose job server held its request
+    open. A request whose answer has not begun while its thread slept through the tick waits
+    for its next job; the same request woken by bytes, or a body's read, is input."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    found = classify(threads(LONG_POLL), gpu_busy=False, source_line=no_source, signals=slept)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "HTTPResponse._read_status" in found.reason and "long poll" in found.reason
+    assert found.frame == Frame("next_job", "/home/me/worker.py", 22)
+    # bytes came (woken), not measured, or its children compute what it fetches: data wait
+    for signals in (dataclasses.replace(slept, main_thread_woke=True),
+                    dataclasses.replace(slept, main_thread_woke=None),
+                    dataclasses.replace(slept, tree_cpu=0.9), None):
+        assert classify(threads(LONG_POLL), gpu_busy=False, source_line=no_source,
+                        signals=signals).phase == "data_wait", signals
+    # the body's read (a shard's download), through urllib3 too: input, whatever the wakeups
+    for body in ([(f"{STDLIB}/http/client.py", "HTTPResponse.read", 466), *LONG_POLL[9:]],
+                 [(f"{STDLIB}/http/client.py", "HTTPResponse.readinto", 507),
+                  (f"{SITE_PACKAGES}/urllib3/response.py", "HTTPResponse._fp_read", 908),
+                  (f"{SITE_PACKAGES}/urllib3/response.py", "HTTPResponse.read", 980),
+                  *LONG_POLL[10:]]):
+        download = [LONG_POLL[0], *body]
+        assert classify(threads(download), gpu_busy=False, source_line=no_source,
+                        signals=slept).phase == "data_wait", download
+
+
 def test_a_reader_thread_does_not_change_the_gpu_busy_paths_nor_a_join():
     busy_reader = ([READER_LINE, *THREAD_RUN], True)
     # a thread per GPU: GPU busy meanwhile, the waiting main thread is compute

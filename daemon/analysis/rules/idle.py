@@ -45,7 +45,7 @@ from daemon.analysis.rules.base import (
     process_evidence,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
-from daemon.analysis.stack_rules import JOB_WAIT, LOCK_WAIT
+from daemon.analysis.stack_rules import JOB_WAIT, JOB_WAIT_MIN_SHARE, LOCK_WAIT
 from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from daemon.wire import (
@@ -105,7 +105,7 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
 
 def waits_for_jobs(proc: ProcessWindow) -> Mapping[str, Any] | None:
     """The stack in which it waits for its next job (a queue consumer between jobs), where its
-    stacks wait so for at least WORK_PHASE_MIN_SHARE of the window; None otherwise."""
+    stacks wait so for at least JOB_WAIT_MIN_SHARE of the window; None otherwise."""
     waiting = proc.phases.get(IDLE) or {}
     stacks = [st for st in waiting.get("top_stacks") or [] if isinstance(st, Mapping)]
     jobs = [st for st in stacks if str(st.get("reason") or "").startswith(JOB_WAIT)]
@@ -114,7 +114,7 @@ def waits_for_jobs(proc: ProcessWindow) -> Mapping[str, Any] | None:
     sampled = sum(int(st.get("samples") or 0) for st in stacks)
     share = float(waiting.get("share", 0.0) or 0.0) * (
         sum(int(st.get("samples") or 0) for st in jobs) / sampled if sampled else 1.0)
-    return jobs[0] if share >= WORK_PHASE_MIN_SHARE else None
+    return jobs[0] if share >= JOB_WAIT_MIN_SHARE else None
 
 
 def is_server(proc: ProcessWindow) -> bool:

@@ -24,7 +24,13 @@ from typing import Any
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
 from daemon.analysis.cost import Burn, HostPrice, burn
 from daemon.analysis.host_signals import MULTIPROCESSING_HELPERS
-from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, OTHER, Kind
+from daemon.analysis.kinds import (
+    BATCH_INFERENCE,
+    ONLINE_INFERENCE,
+    OTHER,
+    Kind,
+    without_server_addresses,
+)
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.rules.thresholds import (
     CHECKPOINT_WRITE_MIN_BYTES,
@@ -907,7 +913,9 @@ def analysis_of_ticks(
 def is_inference(kind: Kind, command: str, inference_command: re.Pattern[str]) -> bool:
     """Whether batching and commitment advice fit a process: its workload kind decides
     (batch or online inference; never training or a notebook), and only where nothing pointed
-    to a kind does its command line (INFERENCE_COMMAND) stand in."""
+    to a kind does its command line (INFERENCE_COMMAND, less the options naming a server it
+    connects to: a worker's `--server HOST:PORT`) stand in."""
     if kind.kind in (BATCH_INFERENCE, ONLINE_INFERENCE):
         return True
-    return kind.kind == OTHER and inference_command.search(command) is not None
+    return kind.kind == OTHER and inference_command.search(
+        without_server_addresses(command)) is not None
