@@ -80,7 +80,7 @@ def test_a_socket_in_a_shared_folder_is_refused_and_the_folder_left_alone(tmp_pa
     log = refused.log()
     assert f"the socket folder {shared} is writable by its group or by everyone (mode 1777)" \
         in log, refused.log_tail()
-    assert f"--socket {shared}/mlcost/mlcostd.sock" in log  # the fix: a folder of its own
+    assert f"--socket {shared}/api/mlcostd.sock" in log  # the fix: a folder of its own
     assert "Traceback" not in log
     assert mode(shared) == 0o1777  # never chmodded
     assert not (shared / "mlcostd.sock").exists()
