@@ -283,8 +283,9 @@ def bind_tcp(host: str, port: int, flag: str) -> socket.socket:
     except OSError as exc:
         sock.close()
         shown = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
-        fix = ("stop what holds it or pass another port" if exc.errno == errno.EADDRINUSE
-               else "pass an address of this host (0.0.0.0 for every one)")
+        fix = {errno.EADDRINUSE: "stop what holds it or pass another port",
+               errno.EADDRNOTAVAIL: "pass an address of this host (0.0.0.0 for every one)",
+               }.get(exc.errno or 0, f"pass another {flag} HOST:PORT")
         raise ApiError(f"cannot listen on {shown} ({flag}): {exc.strerror}; {fix}") from None
     sock.setblocking(False)
     return sock
@@ -292,7 +293,7 @@ def bind_tcp(host: str, port: int, flag: str) -> socket.socket:
 
 def socket_served(path: Path) -> bool:
     """Whether a program listens on the unix socket at `path`: a connection is accepted (or
-    waits, its queue full). A socket no one listens on (left by a daemon that died) is not.
+    its queue is full). A socket no one listens on (left by a daemon that died) is not.
     Raises ApiError when it cannot tell (the socket refuses us: permission)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
@@ -300,7 +301,7 @@ def socket_served(path: Path) -> bool:
             probe.connect(str(path))
         except (ConnectionRefusedError, FileNotFoundError):
             return False
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):  # a listener whose queue is full
             return True
         except OSError as exc:
             raise ApiError(f"cannot tell whether a daemon serves {path}: {exc.strerror}; "
@@ -355,7 +356,7 @@ class ApiServer:
             check_token_path(self.token_file)
             if os.path.lexists(self.token_file):  # its mode and what it holds, too (a
                 read_token(self.token_file)  # missing one is generated at start)
-        try:  # last: nothing after them can refuse the start
+        try:  # last of these checks, so a refusal above leaves no port bound
             if listen is not None:
                 self._bound["--listen"] = bind_tcp(*listen, "--listen")
             if metrics is not None:
