@@ -13,11 +13,13 @@ The /v1 handlers themselves are in daemon.api.routes.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import logging
 import os
 import pwd
 import secrets
+import socket
 import sqlite3
 import stat
 import time
@@ -43,6 +45,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class ApiError(Exception):
     """Start-up problem of the API (bad token file, socket in use); the message says the fix."""
+
+
+class SocketInUse(ApiError):
+    """Something serves the socket path already (another mlcostd, most likely)."""
+
+
+def socket_in_use_message(path: Path) -> str:
+    return (f"another mlcostd (or another program) serves {path}; stop it or pass a different "
+            "--socket")
 
 
 def read_token(path: Path) -> str:
@@ -122,10 +133,26 @@ def check_socket_folder(folder: Path) -> None:
                        "path in a folder of its own")
     problem = folder_problem(folder, sticky_ok=False)
     if problem is not None:
-        own = (f"e.g. --socket {folder / 'mlcost' / 'mlcostd.sock'} (mlcostd creates that "
-               "folder 0700)")
         raise ApiError(f"the socket folder {folder} {problem}, so another user could replace "
-                       f"the socket; put the socket in a folder of its own, {own}")
+                       f"the socket; {_socket_folder_fix(folder, problem)}")
+
+
+def _socket_folder_fix(folder: Path, problem: str) -> str:
+    """What to do about a socket folder check_socket_folder refused (`problem`, as
+    folder_problem says it): the suggested --socket only where mlcostd would accept it (a
+    folder it creates 0700, inside folders others cannot write or that are sticky), else the
+    chmod that makes the folder at fault safe."""
+    accepted = ("mlcostd accepts a socket folder that only root or its own user can write "
+                "(the sticky bit is not enough: another user could take the socket's name "
+                "first)")
+    own = folder / "api"
+    if not own.exists() and folder_problem(own, sticky_ok=False) is None:
+        return (f"{accepted}: put the socket in a folder of its own that mlcostd creates 0700, "
+                f"e.g. --socket {own / 'mlcostd.sock'}")
+    at_fault = "the folder it is inside" if problem.startswith("is inside") else str(folder)
+    return (f"{accepted}, inside folders others cannot write unless sticky (like /tmp): run "
+            f"`chmod go-w` on {at_fault}, or pass --socket in a folder of root's or mlcostd's "
+            "own (mlcostd creates a missing one 0700)")
 
 
 def check_socket_path(path: Path) -> os.stat_result | None:
@@ -240,6 +267,48 @@ def check_token_path(path: Path) -> None:
                        "path that does not exist, to have mlcostd generate one)")
 
 
+def bind_tcp(host: str, port: int, flag: str) -> socket.socket:
+    """A TCP socket bound to host:port (an IP address: daemon.config.parse_address) and
+    listening, as asyncio's create_server makes one (SO_REUSEADDR; an IPv6 one IPv6 only);
+    aiohttp serves it once the daemon is up, and a connection made before waits in its
+    backlog. Raises ApiError with the flag and the reason (the port in use)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.listen(128)  # listening: with SO_REUSEADDR a bind alone reserves nothing
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        fix = {errno.EADDRINUSE: "stop what holds it or pass another port",
+               errno.EADDRNOTAVAIL: "pass an address of this host (0.0.0.0 for every one)",
+               }.get(exc.errno or 0, f"pass another {flag} HOST:PORT")
+        raise ApiError(f"cannot listen on {shown} ({flag}): {exc.strerror}; {fix}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def socket_served(path: Path) -> bool:
+    """Whether a program listens on the unix socket at `path`: a connection is accepted (or
+    its queue is full). A socket no one listens on (left by a daemon that died) is not.
+    Raises ApiError when it cannot tell (the socket refuses us: permission)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except (TimeoutError, BlockingIOError):  # a listener whose queue is full
+            return True
+        except OSError as exc:
+            raise ApiError(f"cannot tell whether a daemon serves {path}: {exc.strerror}; "
+                           "pass a different --socket") from None
+    return True
+
+
 class ApiServer:
     """The API on a unix socket, and on TCP (token required) when `listen` is set."""
 
@@ -264,22 +333,44 @@ class ApiServer:
         self.request_timeout_s = request_timeout_s
         self._runners: list[web.AppRunner] = []
         self._bound_unix = False  # only a socket this server bound is removed on stop
+        self._bound: dict[str, socket.socket] = {}  # flag -> its TCP port, bound by check()
         self.tcp_port: int | None = None
 
     def check(self) -> None:
-        """What can be refused before the daemon creates anything (its store, its workloads):
-        an unsafe socket folder, something else at the socket path, the listen address and an
-        existing token file (its kind, mode and contents). Raises ApiError."""
+        """What can be refused before the daemon creates anything (its store, its token file,
+        its workloads): an unsafe socket folder, something else at the socket path or a live
+        listener on it (SocketInUse), the listen addresses, an existing token file (its kind,
+        mode and contents), and a TCP port it cannot bind: the ports are bound here and kept
+        for start(), so what was checked is what is served. Raises ApiError."""
         if self.socket_path is not None:
             check_socket_folder(self.socket_path.parent)
-            check_socket_path(self.socket_path)
-        if self.listen:
-            parse_listen(self.listen)
+            if check_socket_path(self.socket_path) is not None and socket_served(
+                    self.socket_path):
+                raise SocketInUse(socket_in_use_message(self.socket_path))
+        listen = parse_listen(self.listen) if self.listen else None
+        metrics = (parse_listen(self.metrics_listen, "--metrics-listen")
+                   if self.metrics_listen else None)
+        if listen is not None:
             if self.token_file is None:
                 raise ApiError("--listen needs a token file: pass --token-file")
             check_token_path(self.token_file)
             if os.path.lexists(self.token_file):  # its mode and what it holds, too (a
                 read_token(self.token_file)  # missing one is generated at start)
+        try:  # last of these checks, so a refusal above leaves no port bound
+            if listen is not None:
+                self._bound["--listen"] = bind_tcp(*listen, "--listen")
+            if metrics is not None:
+                self._bound["--metrics-listen"] = bind_tcp(*metrics, "--metrics-listen")
+        except ApiError:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Close the ports check() bound that start() has not served (a start refused later,
+        by the store): never raises."""
+        for sock in self._bound.values():
+            sock.close()
+        self._bound.clear()
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -304,19 +395,19 @@ class ApiServer:
                      self.metrics_port)
 
     async def _start_tcp(self, app: web.Application, host: str, port: int, flag: str) -> int:
-        """Serve `app` on host:port; returns the port bound (port 0: the one chosen)."""
+        """Serve `app` on the port check() bound for `flag` (bound now if check() was not
+        called); returns the port (port 0: the one chosen)."""
+        sock = self._bound.pop(flag, None) or bind_tcp(host, port, flag)
         runner = self._runner(app)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
         try:
-            await site.start()
+            await web.SockSite(runner, sock).start()
         except OSError as exc:
+            sock.close()
             await runner.cleanup()
             raise ApiError(f"cannot listen on {host}:{port} ({flag}): {exc.strerror}") from None
         self._runners.append(runner)
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        return int(sockets[0].getsockname()[1]) if sockets else port
+        return int(sock.getsockname()[1])
 
     async def _start_unix(self, app: web.Application) -> None:
         assert self.socket_path is not None
@@ -327,9 +418,8 @@ class ApiServer:
                            "--socket")
         prepare_socket_folder(self.socket_path.parent)
         if check_socket_path(self.socket_path) is not None:
-            if await _socket_answers(self.socket_path):
-                raise ApiError(f"another mlcostd answers on {self.socket_path}; stop it or "
-                               "pass a different --socket")
+            if await _socket_answers(self.socket_path):  # since check(): one started since
+                raise SocketInUse(socket_in_use_message(self.socket_path))
             self.socket_path.unlink()  # left behind by a daemon that died
         runner = self._runner(app)
         await runner.setup()
@@ -350,6 +440,7 @@ class ApiServer:
                              request_timeout_s=self.request_timeout_s)
 
     async def stop(self) -> None:
+        self.release()
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()

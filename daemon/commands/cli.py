@@ -87,6 +87,21 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                              f"{config_module.default_db_path()})")
 
 
+def interval_seconds(text: str) -> float:
+    """`run --interval`: what [daemon].interval takes, read by the config's own parser (a
+    number of seconds, or a duration such as 500ms, 2s, 1m) and held to its range; anything
+    else is argparse's error, naming the value and the forms."""
+    where, key = "--interval", "[daemon].interval"
+    try:
+        seconds: float = config_module.from_dict(
+            {"daemon": {"interval": text}}, where=where).daemon.interval
+    except ConfigError as exc:  # "--interval: [daemon].interval = 'x': 'x' is not...": from
+        said = str(exc).removeprefix(f"{where}: {key} = ")  # the value, once
+        shown, _, detail = said.partition(": ")
+        raise argparse.ArgumentTypeError(detail if detail.startswith(shown) else said) from None
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="mlcostd",
@@ -100,8 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Record GPUs, GPU processes and their workers every "
                                      "interval into the database, until SIGTERM or Ctrl-C.")
     _add_common(run)
-    run.add_argument("--interval", metavar="SECONDS", type=float,
-                     help="seconds between samples (default 1)")
+    run.add_argument("--interval", metavar="DURATION", type=interval_seconds,
+                     help="time between samples: a number of seconds or a duration as in the "
+                          "config (500ms, 2s, 1m), 100ms to 60s (default: [daemon].interval, "
+                          "1s)")
     run.add_argument("--simulate", metavar="SCENARIO",
                      help="record a simulated GPU host instead of NVML: a built-in scenario "
                           f"({', '.join(builtin_scenarios())}) or a scenario .toml file; its "
@@ -276,13 +293,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.simulate and args.config is None:
         args.config = str(SIMULATE_CONFIG)  # short idle thresholds: see the file
     config = _load_config(args)
-    if args.interval is not None:
-        try:
-            interval = config_module.from_dict(
-                {"daemon": {"interval": args.interval}}, where="--interval").daemon.interval
-        except ConfigError as exc:
-            raise ConfigError(str(exc).replace("[daemon].interval", "value")) from None
-        config = config_module.with_overrides(config, "daemon", interval=interval)
+    if args.interval is not None:  # seconds, checked by interval_seconds
+        config = config_module.with_overrides(config, "daemon", interval=args.interval)
     if args.no_stacks:
         config = config_module.with_overrides(config, "attribution", stacks=False)
     api_flags = {name: getattr(args, flag) for name, flag in

@@ -139,7 +139,7 @@ class ApiConfig:
         "connections are closed after it", "duration", 1, 600))
     metrics_listen: str = field(default="", metadata=_meta(
         "also serve Prometheus /metrics alone on TCP HOST:PORT, without a token (as exporters "
-        "do); empty: /metrics only on the API's listeners"))
+        "do); empty: /metrics only on the API's listeners", "address"))
     metrics_label_values: float = field(default=128.0, metadata=_meta(
         "most distinct values per workload label in /metrics (job_name, pod, namespace, "
         "container, slurm_job, user); the rest read \"other\"", "number", 1, 100000))

@@ -5,6 +5,7 @@ or check raises ValueError naming the value and the forms it accepts; the loader
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -136,14 +137,32 @@ def parse_size(value: str | int) -> int:
     return int(size)
 
 
+_PORT = re.compile(r"[0-9]{1,20}")  # ASCII digits: str.isdigit takes "²", which int() refuses
+ADDRESS_FORMS = ("HOST is an IP address: IPv4 such as 127.0.0.1 or 0.0.0.0, IPv6 in brackets "
+                 "such as [::1]:9400; names are not resolved")
+
+
 def parse_address(value: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) as (host, port); ValueError says what fits."""
+    """HOST:PORT as (host, port), HOST an IP address (an IPv6 one in brackets, given back
+    without them). ValueError says what fits. Names (localhost) are not resolved, and the
+    short and hex forms the C library's inet_aton would read (1.2.3 as 1.2.0.3, 127.1,
+    0x7f000001) are refused: a listen address binds what it says or nothing."""
     host, sep, port = value.rpartition(":")
-    if sep and host and port.isdigit():
-        if int(port) > 65535:
-            raise ValueError(f"port {int(port)} is out of range (0-65535)")
-        return host.strip("[]"), int(port)
-    raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
+    if not (sep and host and _PORT.fullmatch(port)):
+        raise ValueError(f"{value[:80]!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
+    if int(port) > 65535:
+        raise ValueError(f"port {int(port)} is out of range (0-65535)")
+    bracketed = host.startswith("[") and host.endswith("]")
+    address = host[1:-1] if bracketed else host
+    try:
+        version = ipaddress.ip_address(address).version
+    except ValueError:
+        raise ValueError(f"HOST {host[:60]!r} is not an IP address ({ADDRESS_FORMS})") from None
+    if version == 6 and not bracketed:
+        raise ValueError(f"an IPv6 address goes in brackets: [{address}]:{int(port)}")
+    if version == 4 and bracketed:
+        raise ValueError(f"an IPv4 address goes without brackets: {address}:{int(port)}")
+    return address, int(port)
 
 
 def check_http_url(key: str, url: object, what: str) -> None:

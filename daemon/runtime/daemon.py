@@ -190,8 +190,9 @@ class Daemon:
 
     def _check_start(self) -> None:
         """Refuse what can be refused before anything is created: the database path, the
-        scenario, the API's listen address and token path. Raises DaemonError."""
-        from daemon.api.server import ApiError
+        scenario, the API's socket (unsafe, or served by another daemon), its listen
+        addresses and ports (bound here, served later) and token path. Raises DaemonError."""
+        from daemon.api.server import ApiError, SocketInUse
 
         if self.db.is_dir() and not self.db.is_symlink():
             raise DaemonError(f"the database path {self.db} is a directory; pass --db with a "
@@ -209,6 +210,12 @@ class Daemon:
         api = self._make_api()
         try:
             api.check()
+        except SocketInUse as exc:
+            if self.config.api.socket or self.config.api.listen:
+                raise DaemonError(str(exc)) from None
+            # The default socket belongs to another recorder: record anyway, without an API.
+            log.warning("%s; recording without an API", exc)
+            return
         except ApiError as exc:
             raise DaemonError(str(exc)) from None
         self.api = api
@@ -307,20 +314,21 @@ class Daemon:
                          metrics_label_values=int(api.metrics_label_values))
 
     async def _start_api(self) -> None:
-        from daemon.api.server import ApiError
+        from daemon.api.server import ApiError, SocketInUse
 
-        if self.api is None:  # serve_api=False
+        if self.api is None:  # serve_api=False, or the default socket is another daemon's
             return
         try:
             await self.api.start()
-        except ApiError as exc:
-            if self.config.api.socket or self.config.api.listen or "another mlcostd" not in str(
-                    exc):
+        except SocketInUse as exc:  # another daemon took the default socket since the check
+            if self.config.api.socket or self.config.api.listen:
                 raise DaemonError(str(exc)) from None
             # The default socket belongs to another recorder: record anyway, without an API.
             log.warning("%s; recording without an API", exc)
             await self.api.stop()
             self.api = None
+        except ApiError as exc:
+            raise DaemonError(str(exc)) from None
 
     # -- recommendations: find, act, snooze ----------------------------------------------------
 
@@ -422,7 +430,12 @@ class Daemon:
         if self.stop_on_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
-        self.store = self._open_store()
+        try:
+            self.store = self._open_store()
+        except BaseException:
+            if self.api is not None:
+                self.api.release()  # the ports check() bound
+            raise
         resume.end_left_open(self.store, self.config)
         self._remove_stale_temp_files()
         self.tick = self.first_tick = self.store.last_tick  # numbering goes on across restarts

@@ -214,7 +214,9 @@ def _folder_fault(folder: Path, sticky_ok: bool) -> tuple[Path, str] | None:
         if not stat.S_ISDIR(info.st_mode):
             return current, "is not a directory"
         if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-            missing = "" if mode & stat.S_ISVTX else " without the sticky bit"
+            # "without the sticky bit" only where a sticky folder would pass
+            allowed = sticky_ok or current != path
+            missing = "" if mode & stat.S_ISVTX or not allowed else " without the sticky bit"
             return current, f"is writable by its group or by everyone (mode {mode:o}){missing}"
         if info.st_uid not in (0, os.geteuid()):
             return current, f"is owned by uid {info.st_uid} ({_user(info.st_uid)})"

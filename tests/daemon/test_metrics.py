@@ -174,7 +174,9 @@ def test_a_bad_metrics_listen_stops_the_start_with_the_fix(tmp_path):
     daemon = livedaemon.start(tmp_path / "bad", "idle-host", wait=False,
                               args=["--metrics-listen", "no-port-here"])
     assert daemon.wait_exit() == 2  # a refused start (README: mlcostd run)
-    assert "--metrics-listen 'no-port-here' is not HOST:PORT" in daemon.log()
+    # checked with the [api] settings, before anything is created, as --listen is
+    assert "--metrics-listen = 'no-port-here': 'no-port-here' is not HOST:PORT" in daemon.log()
+    assert not daemon.db.exists()
     assert "Traceback" not in daemon.log()
 
 

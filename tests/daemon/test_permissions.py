@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api.server import ApiError, ApiServer, read_token
+from daemon.api.server import ApiError, ApiServer, check_socket_folder, read_token
 from daemon.store.writer import Store
 
 OTHER_UID = 65534  # nobody: any uid other than ours will do
@@ -80,12 +80,36 @@ def test_a_socket_in_a_shared_folder_is_refused_and_the_folder_left_alone(tmp_pa
     log = refused.log()
     assert f"the socket folder {shared} is writable by its group or by everyone (mode 1777)" \
         in log, refused.log_tail()
-    assert f"--socket {shared}/mlcost/mlcostd.sock" in log  # the fix: a folder of its own
+    assert f"--socket {shared}/api/mlcostd.sock" in log  # the fix: a folder of its own
     assert "Traceback" not in log
     assert mode(shared) == 0o1777  # never chmodded
     assert not (shared / "mlcostd.sock").exists()
     # refused before anything starts: no store created, no workload run, no price looked up
     assert not refused.db.exists() and "simulating" not in log and "price" not in log, log
+
+
+@pytest.mark.parametrize("folder_mode", [0o777, 0o1777])
+def test_a_refused_socket_folder_says_what_is_accepted_and_a_fix_that_works(tmp_path,
+                                                                            folder_mode):
+    """A 0777 folder's refusal said "without the sticky bit", but a sticky one (1777, a
+    memory emptyDir's) is refused too. The suggested --socket is one mlcostd accepts."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(folder_mode)
+    with pytest.raises(ApiError) as refused:
+        check_socket_folder(shared)
+    said = str(refused.value)
+    assert f"(mode {folder_mode:o}), so another user could replace the socket" in said, said
+    assert "without the sticky bit" not in said
+    assert "only root or its own user can write (the sticky bit is not enough" in said, said
+    if folder_mode & stat.S_ISVTX:  # a folder of its own inside: accepted
+        assert said.endswith(f"e.g. --socket {shared}/api/mlcostd.sock"), said
+        check_socket_folder(shared / "api")
+    else:  # a folder inside would be refused as well (its name could be renamed away)
+        assert f"run `chmod go-w` on {shared}" in said, said
+        with pytest.raises(ApiError, match=f"is inside {shared}, which is writable"):
+            check_socket_folder(shared / "api")
+    assert mode(shared) == folder_mode  # never chmodded
 
 
 def test_a_group_writable_folder_is_refused_too(tmp_path):

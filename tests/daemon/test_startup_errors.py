@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ from simhost import poll
 
 from daemon import config as config_module
 from daemon.api.server import ApiError, check_token_path
+from daemon.commands.cli import _command_parser, build_parser
 from daemon.config import ConfigError
 from daemon.store.schema import SCHEMA_VERSION
 
@@ -136,6 +138,80 @@ def test_a_bad_setting_is_refused_before_anything_is_created(tmp_path, make_args
     assert "simulating" not in done.stderr  # and no workload was started
 
 
+@pytest.mark.parametrize("flag, address, says", [
+    ("--metrics-listen", "1.2.3:99", "HOST '1.2.3' is not an IP address"),  # bound 1.2.0.3
+    ("--listen", "127.1:0", "HOST '127.1' is not an IP address"),  # inet_aton's 127.0.0.1
+    ("--listen", "0x7f000001:0", "HOST '0x7f000001' is not an IP address"),
+    ("--metrics-listen", "localhost:0", "names are not resolved"),
+    ("--metrics-listen", "::1:0", "an IPv6 address goes in brackets: [::1]:0"),
+], ids=["short-ipv4", "two-part-ipv4", "hex-ipv4", "name", "bare-ipv6"])
+def test_an_address_inet_aton_would_fix_up_is_refused_before_anything_is_created(
+        tmp_path, flag, address, says):
+    """`--metrics-listen 1.2.3:99` passed as HOST:PORT, the store was created, and then
+    bind() failed on ('1.2.0.3', 99): the C library's inet_aton reads 1.2.3 as 1.2.0.3."""
+    done = run(tmp_path, flag, address, "--token-file", str(tmp_path / "token"),
+               scenario="demo")
+    assert_refused(done, flag, repr(address), says)
+    assert files(tmp_path) == set()
+
+
+def refused_daemon(folder: Path, *args: str) -> tuple[str, livedaemon.LiveDaemon]:
+    """A real `mlcostd run --simulate demo` (five workloads) with `args`, expected to refuse
+    to start: its one line (exit 2, nothing else in its output), once it has exited, and
+    itself. Nothing in its folder but its log and its empty $TMPDIR, where the simulated host
+    would be; no process of its own was seen below it."""
+    daemon = livedaemon.start(folder, "demo", wait=False, args=args)
+    assert daemon.wait_exit() == 2, daemon.log_tail()
+    lines = [line for line in daemon.log().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("mlcostd: "), daemon.log()
+    assert files(folder) == {"mlcostd.log", "tmp"}  # no store, lock, socket folder, token
+    assert set(daemon.tree) == {daemon.pid}  # no workload was started
+    return lines[0], daemon
+
+
+def held_port() -> socket.socket:
+    """A TCP port this test holds: bound and listening on 127.0.0.1."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    return held
+
+
+@pytest.mark.parametrize("flag", ["--listen", "--metrics-listen"])
+def test_a_port_in_use_is_refused_before_anything_is_created(tmp_path, flag):
+    """The store was created and a token file generated, then the bind failed."""
+    with held_port() as held:
+        port = held.getsockname()[1]
+        line, _ = refused_daemon(tmp_path / "d", flag, f"127.0.0.1:{port}",
+                                 "--token-file", str(tmp_path / "d" / "token"))
+    assert f"cannot listen on 127.0.0.1:{port} ({flag}): Address already in use" in line, line
+
+
+def test_a_socket_another_daemon_serves_is_refused_before_anything_is_created(tmp_path):
+    """The simulation started its five workloads and the store was created before the
+    refusal, which came fifth of five lines ("stopped after 0 ticks" before it)."""
+    first = livedaemon.start(tmp_path / "first")
+    try:
+        line, _ = refused_daemon(tmp_path / "second", "--socket", str(first.socket))
+        assert line == (f"mlcostd: another mlcostd (or another program) serves {first.socket}; "
+                        "stop it or pass a different --socket")
+        assert first.healthy()  # its socket left alone
+    finally:
+        assert first.stop() == 0
+
+
+def test_a_socket_another_program_listens_on_is_refused_and_left_alone(tmp_path):
+    folder = tmp_path / "other"
+    folder.mkdir(mode=0o700)
+    path = folder / "listening.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:
+        listening.bind(str(path))
+        listening.listen()
+        line, _ = refused_daemon(tmp_path / "d", "--socket", str(path))
+        assert f"serves {path}; stop it or pass a different --socket" in line, line
+        assert path.is_socket()
+
+
 def test_an_unknown_scenario_is_refused_before_the_store_is_created(tmp_path):
     assert_refused(run(tmp_path, scenario="nosuch"), "nosuch", "demo")
     assert files(tmp_path) == set()
@@ -151,6 +227,45 @@ def test_a_fifo_at_the_price_cache_path_does_not_hold_the_start(tmp_path):
     finally:
         assert daemon.stop() == 0
     assert fifo.is_fifo()
+
+
+# ------------------------------------------------ --interval: the config's durations
+
+@pytest.mark.parametrize("given, seconds", [("500ms", 0.5), ("2s", 2.0), ("1m", 60.0),
+                                            ("0.25", 0.25), ("2", 2.0)])
+def test_interval_takes_the_config_s_durations_and_plain_seconds(given, seconds):
+    assert build_parser().parse_args(["run", "--interval", given]).interval == seconds
+
+
+@pytest.mark.parametrize("given, says", [
+    ("5 m", "'5 m' is not a duration (ASCII digits and a unit, no spaces"),
+    ("soon", "'soon' is not a duration"),
+    ("-1", "'-1' is negative"),
+    ("5m", "'5m': must be between 0.1 and 60 seconds"),
+    ("50ms", "'50ms': must be between 0.1 and 60 seconds"),
+])
+def test_a_bad_interval_is_argparse_s_one_line_error(capsys, given, says):
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["run", "--interval", given])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("mlcostd run: error: argument --interval: "), error
+    assert says in error, error
+
+
+def test_interval_help_says_it_takes_durations():
+    run_parser = _command_parser(build_parser(), "run")
+    assert "500ms" in run_parser.format_help()
+
+
+def test_a_daemon_started_with_a_duration_interval_samples_at_it(tmp_path):
+    """`mlcostd run --interval 500ms` was "invalid float value", though the README says the
+    config's durations work on the command line too."""
+    daemon = livedaemon.start(tmp_path, args=["--interval", "200ms"])
+    try:
+        assert daemon.now()["host"]["interval_s"] == 0.2
+    finally:
+        assert daemon.stop() == 0
 
 
 # ------------------------------------------------ refused by the file system or the store

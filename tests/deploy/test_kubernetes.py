@@ -1,16 +1,23 @@
 """deploy/kubernetes/: the DaemonSet and its objects validate against a current Kubernetes
 schema (kubernetes-validate, strict), hold the privileges mlcostd needs and no more, and the
-config they mount is a config mlcostd accepts; the ServiceMonitor scrapes that Service."""
+config they mount is a config mlcostd accepts, and a real mlcostd starts with its socket where the
+pod puts it; the ServiceMonitor scrapes that Service."""
 
 from __future__ import annotations
 
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import livedaemon
 import pytest
 import tomllib
 import yaml
+from simhost import poll
 
 from daemon import config as config_module
 
@@ -75,7 +82,11 @@ def test_the_mounted_config_is_one_mlcostd_accepts_and_serves_the_metrics_port()
     assert container["args"][:3] == ["run", "--config", "/etc/mlcost/mlcostd.toml"]
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert str(Path(loaded.daemon.db).parent) in mounts  # the store survives a restart
-    assert str(Path(loaded.api.socket).parent) in mounts
+    # the socket in a folder of its own below a volume (the root file system is read-only):
+    # test_the_daemonset_s_socket_layout_starts_a_real_daemon starts one there
+    socket_folder = Path(loaded.api.socket).parent
+    assert str(socket_folder) not in mounts
+    assert any(Path(mount) in socket_folder.parents for mount in mounts)
     for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
 
@@ -92,3 +103,73 @@ def test_the_servicemonitor_scrapes_the_service_keeping_the_workload_labels():
     assert endpoint["honorLabels"] is True  # pod/namespace stay the workload's
     # the alerts match the scrape job mlcost*: the Operator names it from this label's value
     assert labels[monitor["spec"]["jobLabel"]].startswith("mlcost")
+
+
+# -- the pod's socket, on the folders the kubelet makes ------------------------------------
+
+# The mode of an emptyDir's folder as a container sees it: the kubelet makes the folder 0777
+# (kubernetes pkg/volume/emptydir/empty_dir.go, `defaultPerm os.FileMode = 0777`); with
+# `medium: Memory` it mounts a tmpfs over it without a mode= option, and a tmpfs's root is 1777.
+EMPTY_DIR_MODE = {"Memory": 0o1777, "": 0o777}
+
+
+def socket_argument(container: dict[str, Any], config_text: str) -> str:
+    """The socket the container's mlcostd serves: its --socket argument, else the mounted
+    config's [api].socket."""
+    args = container["args"]
+    if "--socket" in args:
+        return str(args[args.index("--socket") + 1])
+    return str(config_module.from_dict(tomllib.loads(config_text), where="ConfigMap").api.socket)
+
+
+def socket_volume(pod: dict[str, Any], container: dict[str, Any],
+                  socket: str) -> tuple[str, dict[str, Any]]:
+    """(mountPath, volume) of the volume the socket is in: the deepest mount above it."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = [m for m in container["volumeMounts"] if Path(m["mountPath"]) in
+              Path(socket).parents]
+    assert mounts, f"the socket {socket} is on the container's read-only root file system"
+    mount = max(mounts, key=lambda m: len(Path(m["mountPath"]).parts))
+    return mount["mountPath"], volumes[mount["name"]]
+
+
+@pytest.fixture
+def short_folder() -> Iterator[Path]:
+    """A temporary folder with a short path: the pod's socket path below it must stay within a
+    unix socket's 107 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="k8s-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_daemonset_s_socket_layout_starts_a_real_daemon(short_folder):
+    """The pod's socket path, on a copy of the folders the pod has (the emptyDir with the
+    kubelet's mode, the rest 0755 as on a read-only root file system), with a real mlcostd:
+    the socket was the emptyDir itself, which mlcostd refuses (others can write it, sticky or
+    not), so the pod exited 2 at every start."""
+    found = objects(MANIFEST)
+    pod = found["DaemonSet"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    socket = socket_argument(container, found["ConfigMap"]["data"]["mlcostd.toml"])
+    mount_path, volume = socket_volume(pod, container, socket)
+    assert "emptyDir" in volume, volume  # the kubelet's folder, made for each pod
+    root = short_folder / "pod"
+    volume_folder = root / mount_path.lstrip("/")
+    volume_folder.mkdir(parents=True, mode=0o755)
+    volume_folder.chmod(EMPTY_DIR_MODE[volume["emptyDir"].get("medium", "")])
+    mapped = root / socket.lstrip("/")
+    daemon = livedaemon.start(short_folder / "daemon", "idle-host", wait=False,
+                              args=["--socket", str(mapped)])
+    daemon.socket = mapped
+    try:
+        poll(daemon.healthy, livedaemon.START_TIMEOUT_S, f"mlcostd healthy on {mapped}",
+             explain=daemon.log_tail)
+        assert mapped.is_socket()
+    except BaseException:
+        daemon.stop()
+        raise
+    assert daemon.stop() == 0, daemon.log_tail()
+    assert not mapped.exists()  # removed on stop; the folder mlcostd made for it stays
+    assert stat.S_IMODE(mapped.parent.stat().st_mode) == 0o700
