@@ -139,19 +139,25 @@ def parse_size(value: str | int) -> int:
 
 _PORT = re.compile(r"[0-9]{1,20}")  # ASCII digits: str.isdigit takes "²", which int() refuses
 ADDRESS_FORMS = ("HOST is an IP address: IPv4 such as 127.0.0.1 or 0.0.0.0, IPv6 in brackets "
-                 "such as [::1]:9400; names are not resolved")
+                 "such as [::1]:9400, or localhost (127.0.0.1); other names are not resolved")
+# The one name a listen address takes, what users write for "this machine only": the loopback
+# address it means everywhere (not resolved: an /etc/hosts entry cannot widen it).
+LOCALHOST = ("localhost", "127.0.0.1")
 
 
 def parse_address(value: str) -> tuple[str, int]:
     """HOST:PORT as (host, port), HOST an IP address (an IPv6 one in brackets, given back
-    without them). ValueError says what fits. Names (localhost) are not resolved, and the
-    short and hex forms the C library's inet_aton would read (1.2.3 as 1.2.0.3, 127.1,
-    0x7f000001) are refused: a listen address binds what it says or nothing."""
+    without them), or localhost (127.0.0.1, not resolved). ValueError says what fits. Other
+    names are not resolved, and the short and hex forms the C library's inet_aton would read
+    (1.2.3 as 1.2.0.3, 127.1, 0x7f000001) are refused: a listen address binds what it says or
+    nothing."""
     host, sep, port = value.rpartition(":")
     if not (sep and host and _PORT.fullmatch(port)):
         raise ValueError(f"{value[:80]!r} is not HOST:PORT (e.g. 127.0.0.1:9347)")
     if int(port) > 65535:
         raise ValueError(f"port {int(port)} is out of range (0-65535)")
+    if host.lower() == LOCALHOST[0]:
+        return LOCALHOST[1], int(port)
     bracketed = host.startswith("[") and host.endswith("]")
     address = host[1:-1] if bracketed else host
     try:

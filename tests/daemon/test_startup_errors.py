@@ -21,7 +21,7 @@ from simhost import poll
 from daemon import config as config_module
 from daemon.api.server import ApiError, check_token_path
 from daemon.commands.cli import _command_parser, build_parser
-from daemon.config import ConfigError
+from daemon.config import ConfigError, parse_address
 from daemon.store.schema import SCHEMA_VERSION
 
 
@@ -142,7 +142,7 @@ def test_a_bad_setting_is_refused_before_anything_is_created(tmp_path, make_args
     ("--metrics-listen", "1.2.3:99", "HOST '1.2.3' is not an IP address"),  # bound 1.2.0.3
     ("--listen", "127.1:0", "HOST '127.1' is not an IP address"),  # inet_aton's 127.0.0.1
     ("--listen", "0x7f000001:0", "HOST '0x7f000001' is not an IP address"),
-    ("--metrics-listen", "localhost:0", "names are not resolved"),
+    ("--metrics-listen", "example.com:0", "other names are not resolved"),
     ("--metrics-listen", "::1:0", "an IPv6 address goes in brackets: [::1]:0"),
 ], ids=["short-ipv4", "two-part-ipv4", "hex-ipv4", "name", "bare-ipv6"])
 def test_an_address_inet_aton_would_fix_up_is_refused_before_anything_is_created(
@@ -153,6 +153,17 @@ def test_an_address_inet_aton_would_fix_up_is_refused_before_anything_is_created
                scenario="demo")
     assert_refused(done, flag, repr(address), says)
     assert files(tmp_path) == set()
+
+
+def test_localhost_is_the_loopback_address_and_no_other_name_is_taken():
+    """A user's `--metrics-listen localhost:9400` binds 127.0.0.1, whatever /etc/hosts says
+    (not resolved); the short forms inet_aton would fix up stay refused."""
+    assert parse_address("localhost:9400") == ("127.0.0.1", 9400)
+    assert parse_address("LOCALHOST:0") == ("127.0.0.1", 0)
+    assert parse_address("[::1]:9400") == ("::1", 9400)
+    for refused in ("localhost.localdomain:1", "127.1:0", "[localhost]:1"):
+        with pytest.raises(ValueError, match="not an IP address"):
+            parse_address(refused)
 
 
 def refused_daemon(folder: Path, *args: str) -> tuple[str, livedaemon.LiveDaemon]:
