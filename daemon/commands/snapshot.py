@@ -264,15 +264,27 @@ def describe(result: dict[str, Any]) -> str:
 def _render(args: argparse.Namespace) -> int:
     from daemon.replay import Replay, ReplayError
     from daemon.runtime.snapshots import render_html_file
+    from daemon.store.files import page_problem
     from daemon.store.shape import READ_ERRORS, read_failure
 
     source = Path(args.render)
+    try:
+        target = _render_target(source, args.out)
+    except ValueError as exc:
+        print(f"mlcostd snapshot --render: --out {exc}", file=sys.stderr)
+        return 2
+    # before anything is read: a page never replaces the store it is made from, a database,
+    # or any file that is not a page of ours (`--out` at a live store broke it)
+    problem = page_problem(target, (source,))
+    if problem is not None:
+        flag = "--out " if args.out else ""
+        print(f"mlcostd snapshot --render: {flag}{one_line(problem)[:400]}", file=sys.stderr)
+        return 2
     try:
         Replay(source).close()  # the same checks as replay: a clear error, never a traceback
     except ReplayError as exc:
         print(f"mlcostd snapshot --render: {exc}", file=sys.stderr)
         return 2
-    target = Path(args.out) if args.out else source.with_suffix(".html")
     try:
         render_html_file(source, target)
     except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
@@ -284,3 +296,21 @@ def _render(args: argparse.Namespace) -> int:
         return 1
     print(f"html: {target}")
     return 0
+
+
+def _render_target(source: Path, out: str | None) -> Path:
+    """Where --render writes: --out, or SOURCE.html beside the file without it, or
+    FOLDER/SOURCE-NAME.html for an --out that is a folder (as a snapshot goes into one).
+    ValueError for a FOLDER/ that is not there."""
+    from daemon.store.snapshot import HTML_SUFFIX
+
+    if not out:
+        return source.with_suffix(HTML_SUFFIX)
+    target = Path(out)
+    if target.is_dir() and not target.is_symlink():
+        return target / source.with_suffix(HTML_SUFFIX).name
+    if out.endswith("/"):
+        raise ValueError(f"{one_line(out)[:200]}: there is no folder "
+                         f"{one_line(str(target))[:200]}; create it first (a folder is not "
+                         "created)")
+    return target

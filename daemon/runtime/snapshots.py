@@ -38,7 +38,8 @@ from daemon.sources.sample import GPU_OK, GPU_TIMEOUT, Sample
 from daemon.store.files import (
     RefusedFile,
     check_folder,
-    write_private,
+    check_page,
+    write_page,
 )
 from daemon.store.snapshot import (
     HTML_SUFFIX,
@@ -195,14 +196,16 @@ def render_html_apart(snapshot: Path, html_path: Path) -> None:
 def render_html_file(snapshot: Path, html_path: Path, title: str | None = None,
                      summary: Sequence[str] = (), since: float | None = None,
                      until: float | None = None) -> None:
-    """The HTML report of a snapshot (or any store), written atomically with mode 0600;
+    """The HTML report of a snapshot (or any store), written atomically with mode 0600 where
+    write_page allows (never over a store, `snapshot` itself included);
     `summary`: lines shown above its charts (a profile's verdict); over [since, until] when
     given (a profile's run, as its profile.json: its store's ticks begin before the command
     does), else the snapshot's own range."""
     from daemon.report_html import render_store
 
-    write_private(html_path, render_store(snapshot, since, until, title=title,
-                                          summary=summary).encode("utf-8"))
+    check_page(html_path, (snapshot,))  # before the page is built: a refusal costs nothing
+    write_page(html_path, render_store(snapshot, since, until, title=title, summary=summary),
+               (snapshot,))
 
 
 class SnapshotTriggers:
