@@ -24,6 +24,8 @@ from daemon.config import Config
 from daemon.sources.safe_text import one_line
 from daemon.store.files import private_folder
 
+EMPTY_RANGE_STATUS = 422  # POST /v1/snapshots: the range holds no tick (nothing written)
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Shows `--upload` as the flag it is: argparse writes an optional value with an empty
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     result = _through_api(config, span, until, args.html, args.upload, out) if asked else None
     if result is None:
         from daemon.runtime.snapshots import take_snapshot
-        from daemon.store.snapshot import SnapshotError
+        from daemon.store.snapshot import EmptySnapshotRange, SnapshotError
 
         if not args.until:  # no daemon answers: a stopped store's range ends at its last tick
             until = _last_recorded(config_module.db_path(config)) or until
@@ -142,11 +144,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
                                    upload=config.snapshots.upload if args.upload else None)
         except SnapshotError as exc:
             print(f"mlcostd snapshot: {exc}", file=sys.stderr)
-            return 1
+            return 2 if isinstance(exc, EmptySnapshotRange) else 1
         result["through"] = f"directly from {config_module.db_path(config)}"
     elif "error" in result:
         print(f"mlcostd snapshot: {result['error']}", file=sys.stderr)
-        return 1
+        return 2 if result.get("status") == EMPTY_RANGE_STATUS else 1
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -189,7 +191,7 @@ def _through_api(config: Config, span: float, until: float, html: bool, upload: 
             except DaemonUnavailable:
                 return None
             except ApiError as exc:
-                return {"error": exc.message}
+                return {"error": exc.message, "status": exc.status}
             result["through"] = f"the daemon at unix:{socket}"
             if out is not None:
                 try:

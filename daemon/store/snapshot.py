@@ -75,6 +75,11 @@ class BadSnapshotRequest(SnapshotError):
     upload URL): the caller's input is wrong, not the store or the disk."""
 
 
+class EmptySnapshotRange(SnapshotError):
+    """The range asked for holds no tick: a snapshot of it would replay nothing. The message
+    names the range and what the store holds."""
+
+
 @dataclass(frozen=True)
 class SnapshotInfo:
     """What was written (or what a snapshot file says about itself)."""
@@ -277,6 +282,8 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
         ticks, first_ms = conn.execute("SELECT count(*), min(ts) FROM main.ticks").fetchone()
+        if not ticks:  # (write_snapshot removes the file begun)
+            raise EmptySnapshotRange(empty_range(source, since, until))
         host_row = conn.execute("SELECT value FROM src.meta WHERE key = 'json:host'").fetchone()
         conn.execute("COMMIT")
         host = json.loads(host_row[0]) if host_row else {}
@@ -313,6 +320,34 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                             "the daemon's database") from None
     finally:
         conn.close()
+
+
+def empty_range(source: Path, since: float, until: float) -> str:
+    """Why [since, until] of the store `source` makes no snapshot: it holds no tick there;
+    with the range the store holds (as `mlcostd report` says it) and what to do."""
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+
+    asked = f"{clock.local_time(since)} to {clock.local_time(until)}"
+    try:
+        reader = StoreReader(str(source))
+        try:
+            recorded = queries.recorded_range(reader)
+            first_tick = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"]
+        finally:
+            reader.close()
+    except (sqlite3.Error, OSError):
+        recorded, first_tick = None, None
+    held = queries.held_range(str(source), recorded)
+    if recorded is None:
+        return (f"no tick from {asked} to take a snapshot of: {held}; is mlcostd recording "
+                "into it? Start it with `mlcostd run`, or pass the --db it records into")
+    thinned = ""
+    if first_tick is not None and first_tick / 1000 > until and recorded[0] < until:
+        thinned = (f"; its ticks before {clock.local_time(first_tick / 1000)} were thinned to "
+                   "rollups ([store].raw_retention), and a snapshot replays ticks")
+    return (f"no tick from {asked} to take a snapshot of: {held}{thinned}; give a range "
+            "inside that (--until, and --since for its length); nothing was written")
 
 
 def read_facts(path: str | os.PathLike[str]) -> dict[str, Any] | None:
