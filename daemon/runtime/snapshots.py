@@ -73,8 +73,9 @@ GPU_TIMEOUT_MIN_TICKS = 3
 def take_snapshot(config: Config, *, since: float, until: float, out: Path | None = None,
                   html: bool = False, upload: str | None = None,
                   trigger: dict[str, Any] | None = None, db: Path | None = None,
-                  hostname: str = "") -> dict[str, Any]:
-    """Write the snapshot of [since, until] (and its HTML, and upload both when asked).
+                  hostname: str = "", empty_ok: bool = False) -> dict[str, Any]:
+    """Write the snapshot of [since, until] (and its HTML, and upload both when asked); a
+    range with no tick is refused (EmptySnapshotRange) unless `empty_ok` (the triggers).
     Returns what was done as a JSON-ready dict: path, bytes, ticks, range, seconds,
     cpu_seconds, html, upload (a list of results), trigger. Raises SnapshotError or
     daemon.runtime.s3_upload.UploadError (a malformed s3:// URL: checked before any work)."""
@@ -97,17 +98,18 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     trigger = dict(trigger or {"kind": MANUAL, "reason": "taken by hand"})
     trigger.setdefault("at", daemon_clock.now())
     try:
-        return _write_all(config, source, target, out, since, until, html, upload, trigger)
+        return _write_all(config, source, target, out, since, until, html, upload, trigger,
+                          empty_ok)
     finally:
         give_back_freed_memory()
 
 
 def _write_all(config: Config, source: Path, target: Path, out: Path | None, since: float,
                until: float, html: bool, upload: str | None,
-               trigger: dict[str, Any]) -> dict[str, Any]:
+               trigger: dict[str, Any], empty_ok: bool) -> dict[str, Any]:
     from daemon.runtime import s3_upload
 
-    info = write_snapshot(source, target, since, until, trigger=trigger)
+    info = write_snapshot(source, target, since, until, trigger=trigger, empty_ok=empty_ok)
     if out is None:  # in the snapshots folder: the API serves only files in its index
         record_written(target)
     result = info.as_dict()
@@ -351,7 +353,8 @@ class SnapshotTriggers:
         try:
             result = await asyncio.to_thread(
                 take_snapshot, self.config, since=since, until=until, html=s.html,
-                upload=s.upload or None, trigger=trigger, hostname=self.hostname())
+                upload=s.upload or None, trigger=trigger, hostname=self.hostname(),
+                empty_ok=True)  # what triggered it is kept, whatever the store holds
         except (SnapshotError, OSError, ValueError) as exc:
             log.error("incident snapshot (%s) failed: %s", trigger["reason"], exc)
             return

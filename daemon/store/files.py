@@ -346,17 +346,19 @@ def page_problem(path: str | os.PathLike[str],
     is none of `inputs` (the store or file the page is made from, or SQLite's files beside
     it). One rule for every HTML writer: write_page checks it again at the write."""
     path = os.fspath(path)
-    for source in inputs:
-        for own in (os.fspath(source), *(f"{os.fspath(source)}{tail}" for tail in
-                                         DB_SUFFIXES[1:])):
+    for given in inputs:
+        source = os.fspath(given)
+        for tail in DB_SUFFIXES:
             try:
-                if os.path.samefile(own, path):
-                    named = "" if own == path else f" ({own})"
-                    return (f"{path} is the file the page is made from{named}; writing the page "
-                            "there would destroy it: give the page a name of its own, e.g. "
-                            f"{_page_name(path)}")
+                same = os.path.samefile(source + tail, path)
             except OSError:
                 continue
+            if same:
+                what = ("the file the page is made from" if not tail else
+                        f"SQLite's {tail} file of {source}, what the page is made from")
+                named = "" if tail or source == path else f" ({source})"
+                return (f"{path} is {what}{named}; writing the page there would destroy it: "
+                        f"give the page a name of its own, e.g. {_page_name(path)}")
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
         return (f"there is no folder {folder} for {path}; create it first, or give a path in "

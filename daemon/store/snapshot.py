@@ -161,9 +161,11 @@ def _redact_packed_json(value: bytes | str | None) -> bytes | str | None:
 
 def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], since: float,
                    until: float, *, trigger: dict[str, Any] | None = None,
-                   timeout_s: float = DEFAULT_TIMEOUT_S) -> SnapshotInfo:
+                   timeout_s: float = DEFAULT_TIMEOUT_S, empty_ok: bool = False) -> SnapshotInfo:
     """Copy [since, until] (Unix seconds) of the store `db` into a new snapshot file `out`
-    (atomically, mode 0600). Raises SnapshotError saying what went wrong and what to do."""
+    (atomically, mode 0600). A range that holds no tick raises EmptySnapshotRange and writes
+    nothing, unless `empty_ok` (an incident trigger's range: its facts are kept whatever the
+    store holds). Raises SnapshotError saying what went wrong and what to do."""
     source, target = Path(db), Path(out)
     if not source.is_file():
         raise SnapshotError(f"{no_store_at(source)}; start the recorder (`mlcostd run`) or pass "
@@ -192,7 +194,7 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
         raise SnapshotError(f"cannot write into {target.parent}: {exc.strerror}; pass --out "
                             "with a writable path") from None
     try:
-        ticks, first_tick = _copy(source, tmp, since, until, trigger, timeout_s)
+        ticks, first_tick = _copy(source, tmp, since, until, trigger, timeout_s, empty_ok)
         fd = open_checked(tmp)
         try:
             os.fsync(fd)
@@ -226,7 +228,8 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def _copy(source: Path, tmp: Path, since: float, until: float,
-          trigger: dict[str, Any] | None, timeout_s: float) -> tuple[int, float | None]:
+          trigger: dict[str, Any] | None, timeout_s: float,
+          empty_ok: bool) -> tuple[int, float | None]:
     """Copy the range into `tmp`: (its ticks, the first one's time or None)."""
     conn = sqlite3.connect(_uri(tmp, "rw"), uri=True, isolation_level=None)
     deadline = time.perf_counter() + timeout_s
@@ -282,7 +285,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
         ticks, first_ms = conn.execute("SELECT count(*), min(ts) FROM main.ticks").fetchone()
-        if not ticks:  # (write_snapshot removes the file begun)
+        if not ticks and not empty_ok:  # (write_snapshot removes the file begun)
             raise EmptySnapshotRange(empty_range(source, since, until))
         host_row = conn.execute("SELECT value FROM src.meta WHERE key = 'json:host'").fetchone()
         conn.execute("COMMIT")
