@@ -38,6 +38,7 @@ import sqlite_utils
 
 from daemon import __version__, clock
 from daemon.sources.redact import redact_document, redact_text
+from daemon.sources.safe_text import one_line
 from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.files import (
     RefusedFile,
@@ -339,8 +340,9 @@ def empty_range(source: Path, since: float, until: float) -> str:
             first_tick = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"]
         finally:
             reader.close()
-    except (sqlite3.Error, OSError):
-        recorded, first_tick = None, None
+    except (sqlite3.Error, OSError) as exc:  # (the copy just read it: hardly ever)
+        return (f"no tick from {asked} to take a snapshot of, and {source} cannot be read to "
+                f"say what it holds ({one_line(str(exc))[:160]}); nothing was written")
     held = queries.held_range(str(source), recorded)
     if recorded is None:
         return (f"no tick from {asked} to take a snapshot of: {held}; is mlcostd recording "
