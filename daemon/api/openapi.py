@@ -320,6 +320,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                        "description": "also upload to the daemon's [snapshots].upload; the "
                                       "target is set in the config only (a string is a 400)"}}}),
         "responses": {"201": _json(_ref("Snapshot"), "the snapshot written"), "400": BAD,
+                      "422": _error("the range holds no tick (nothing is written); the "
+                                    "message names the range the store holds"),
                       "503": _error("the store cannot be read or the folder written now")},
     },
     ("GET", "/v1/snapshots"): {

@@ -1,7 +1,8 @@
 """The /v1/snapshots handlers: take a snapshot, list them, download one.
 
     POST /v1/snapshots            {"since": "30m" | seconds, "until": time, "html": bool,
-                                   "upload": bool}  -> 201 the snapshot taken
+                                   "upload": bool}  -> 201 the snapshot taken (422 when
+                                   the range holds no tick: nothing is written)
     GET  /v1/snapshots            -> {"folder": ..., "snapshots": [...]} newest first
     GET  /v1/snapshots/{name}     -> the file (a .db snapshot or its .html report)
 
@@ -116,7 +117,7 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
     bounded JSON body reader of daemon.api.routes."""
 
     async def take(request: web.Request) -> web.Response:
-        from daemon.store.snapshot import BadSnapshotRequest, SnapshotError
+        from daemon.store.snapshot import BadSnapshotRequest, EmptySnapshotRange, SnapshotError
 
         body = await read_body(request)
         try:
@@ -133,6 +134,8 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
         try:
             result = await daemon.take_snapshot(since=since, until=until, html=html,
                                                 upload=upload)
+        except EmptySnapshotRange as exc:  # well formed, but nothing recorded there
+            return _error(422, str(exc))
         except BadSnapshotRequest as exc:  # the request is wrong, not the store or the disk
             return _error(400, str(exc))
         except SnapshotError as exc:  # the store cannot be read or the folder written now

@@ -11,7 +11,6 @@ with while_starting():
     import asyncio
     import json
     import logging
-    import os
     import re
     import signal
     import sqlite3
@@ -457,6 +456,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"mlcostd report: {exc}", file=sys.stderr)
         return 2
     db = config_module.db_path(config)
+    if args.html:  # before any work: never over the store, a database or a file not a page
+        from daemon.sources.safe_text import one_line
+        from daemon.store.files import page_problem
+
+        problem = page_problem(args.html, (db,))
+        if problem is not None:
+            print(f"mlcostd report: --html {one_line(problem)[:400]}", file=sys.stderr)
+            return 2
     if not Path(db).exists():
         print(f"mlcostd report: no database at {db}. Start the recorder first "
               f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
@@ -486,12 +493,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     if args.html:
         from daemon.report_html import review as review_page
-        from daemon.store.files import open_private
+        from daemon.store.files import write_page
 
         try:
-            fd = open_private(args.html, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            with os.fdopen(fd, "w", encoding="utf-8") as page:
-                page.write(review_page.render(document))
+            write_page(Path(args.html), review_page.render(document), (db,))
         except OSError as exc:
             print(f"mlcostd report: cannot write --html {args.html}: "
                   f"{exc.strerror or exc}; give a writable path", file=sys.stderr)

@@ -451,10 +451,16 @@ def _compare_page(path: str) -> bool:
 
 
 def _refuse_clash(args: argparse.Namespace, inputs: list[str], store: Path | None) -> bool:
-    """Say so (and True) when --html would overwrite an input."""
+    """Say so (and True) when --html would overwrite an input, or anything but a page (the
+    rule of every HTML output: daemon.store.files.page_problem)."""
+    from daemon.store.files import page_problem
+
     clash = _output_clash(args.html, inputs, store)
     if clash is None:
-        return False
+        problem = page_problem(args.html) if args.html else None
+        if problem is not None:
+            print(f"mlcostd compare: --html {one_line(problem)[:400]}", file=sys.stderr)
+        return problem is not None
     print(f"mlcostd compare: --html {one_line(args.html)[:120]} is {one_line(clash)[:200]}: "
           "writing the page there would overwrite what is compared; name a file of its own, "
           "e.g. --html compare.html", file=sys.stderr)
@@ -513,12 +519,10 @@ def _show(args: argparse.Namespace,
                 return 1
     if args.html:
         from daemon.report_html.compare import render as render_html
-        from daemon.store.files import open_private
+        from daemon.store.files import write_page
 
         try:
-            fd = open_private(args.html, os.O_WRONLY | os.O_TRUNC)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(render_html(result))
+            write_page(Path(args.html), render_html(result))
         except OSError as exc:
             print(f"mlcostd compare: cannot write {args.html}: {exc}", file=sys.stderr)
             return 1

@@ -24,6 +24,8 @@ from daemon.config import Config
 from daemon.sources.safe_text import one_line
 from daemon.store.files import private_folder
 
+EMPTY_RANGE_STATUS = 422  # POST /v1/snapshots: the range holds no tick (nothing written)
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Shows `--upload` as the flag it is: argparse writes an optional value with an empty
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     result = _through_api(config, span, until, args.html, args.upload, out) if asked else None
     if result is None:
         from daemon.runtime.snapshots import take_snapshot
-        from daemon.store.snapshot import SnapshotError
+        from daemon.store.snapshot import EmptySnapshotRange, SnapshotError
 
         if not args.until:  # no daemon answers: a stopped store's range ends at its last tick
             until = _last_recorded(config_module.db_path(config)) or until
@@ -142,11 +144,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
                                    upload=config.snapshots.upload if args.upload else None)
         except SnapshotError as exc:
             print(f"mlcostd snapshot: {exc}", file=sys.stderr)
-            return 1
+            return 2 if isinstance(exc, EmptySnapshotRange) else 1
         result["through"] = f"directly from {config_module.db_path(config)}"
     elif "error" in result:
         print(f"mlcostd snapshot: {result['error']}", file=sys.stderr)
-        return 1
+        return 2 if result.get("status") == EMPTY_RANGE_STATUS else 1
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -189,7 +191,7 @@ def _through_api(config: Config, span: float, until: float, html: bool, upload: 
             except DaemonUnavailable:
                 return None
             except ApiError as exc:
-                return {"error": exc.message}
+                return {"error": exc.message, "status": exc.status}
             result["through"] = f"the daemon at unix:{socket}"
             if out is not None:
                 try:
@@ -264,15 +266,27 @@ def describe(result: dict[str, Any]) -> str:
 def _render(args: argparse.Namespace) -> int:
     from daemon.replay import Replay, ReplayError
     from daemon.runtime.snapshots import render_html_file
+    from daemon.store.files import page_problem
     from daemon.store.shape import READ_ERRORS, read_failure
 
     source = Path(args.render)
+    try:
+        target = _render_target(source, args.out)
+    except ValueError as exc:
+        print(f"mlcostd snapshot --render: --out {exc}", file=sys.stderr)
+        return 2
+    # before anything is read: a page never replaces the store it is made from, a database,
+    # or any file that is not a page of ours (`--out` at a live store broke it)
+    problem = page_problem(target, (source,))
+    if problem is not None:
+        flag = "--out " if args.out else ""
+        print(f"mlcostd snapshot --render: {flag}{one_line(problem)[:400]}", file=sys.stderr)
+        return 2
     try:
         Replay(source).close()  # the same checks as replay: a clear error, never a traceback
     except ReplayError as exc:
         print(f"mlcostd snapshot --render: {exc}", file=sys.stderr)
         return 2
-    target = Path(args.out) if args.out else source.with_suffix(".html")
     try:
         render_html_file(source, target)
     except READ_ERRORS as exc:  # a row of the wrong type, a query past its deadline ...
@@ -284,3 +298,21 @@ def _render(args: argparse.Namespace) -> int:
         return 1
     print(f"html: {target}")
     return 0
+
+
+def _render_target(source: Path, out: str | None) -> Path:
+    """Where --render writes: --out, or SOURCE.html beside the file without it, or
+    FOLDER/SOURCE-NAME.html for an --out that is a folder (as a snapshot goes into one).
+    ValueError for a FOLDER/ that is not there."""
+    from daemon.store.snapshot import HTML_SUFFIX
+
+    if not out:
+        return source.with_suffix(HTML_SUFFIX)
+    target = Path(out)
+    if target.is_dir() and not target.is_symlink():
+        return target / source.with_suffix(HTML_SUFFIX).name
+    if out.endswith("/"):
+        raise ValueError(f"{one_line(out)[:200]}: there is no folder "
+                         f"{one_line(str(target))[:200]}; create it first (a folder is not "
+                         "created)")
+    return target

@@ -38,7 +38,8 @@ from daemon.sources.sample import GPU_OK, GPU_TIMEOUT, Sample
 from daemon.store.files import (
     RefusedFile,
     check_folder,
-    write_private,
+    check_page,
+    write_page,
 )
 from daemon.store.snapshot import (
     HTML_SUFFIX,
@@ -72,8 +73,9 @@ GPU_TIMEOUT_MIN_TICKS = 3
 def take_snapshot(config: Config, *, since: float, until: float, out: Path | None = None,
                   html: bool = False, upload: str | None = None,
                   trigger: dict[str, Any] | None = None, db: Path | None = None,
-                  hostname: str = "") -> dict[str, Any]:
-    """Write the snapshot of [since, until] (and its HTML, and upload both when asked).
+                  hostname: str = "", empty_ok: bool = False) -> dict[str, Any]:
+    """Write the snapshot of [since, until] (and its HTML, and upload both when asked); a
+    range with no tick is refused (EmptySnapshotRange) unless `empty_ok` (the triggers).
     Returns what was done as a JSON-ready dict: path, bytes, ticks, range, seconds,
     cpu_seconds, html, upload (a list of results), trigger. Raises SnapshotError or
     daemon.runtime.s3_upload.UploadError (a malformed s3:// URL: checked before any work)."""
@@ -96,17 +98,18 @@ def take_snapshot(config: Config, *, since: float, until: float, out: Path | Non
     trigger = dict(trigger or {"kind": MANUAL, "reason": "taken by hand"})
     trigger.setdefault("at", daemon_clock.now())
     try:
-        return _write_all(config, source, target, out, since, until, html, upload, trigger)
+        return _write_all(config, source, target, out, since, until, html, upload, trigger,
+                          empty_ok)
     finally:
         give_back_freed_memory()
 
 
 def _write_all(config: Config, source: Path, target: Path, out: Path | None, since: float,
                until: float, html: bool, upload: str | None,
-               trigger: dict[str, Any]) -> dict[str, Any]:
+               trigger: dict[str, Any], empty_ok: bool) -> dict[str, Any]:
     from daemon.runtime import s3_upload
 
-    info = write_snapshot(source, target, since, until, trigger=trigger)
+    info = write_snapshot(source, target, since, until, trigger=trigger, empty_ok=empty_ok)
     if out is None:  # in the snapshots folder: the API serves only files in its index
         record_written(target)
     result = info.as_dict()
@@ -195,14 +198,16 @@ def render_html_apart(snapshot: Path, html_path: Path) -> None:
 def render_html_file(snapshot: Path, html_path: Path, title: str | None = None,
                      summary: Sequence[str] = (), since: float | None = None,
                      until: float | None = None) -> None:
-    """The HTML report of a snapshot (or any store), written atomically with mode 0600;
+    """The HTML report of a snapshot (or any store), written atomically with mode 0600 where
+    write_page allows (never over a store, `snapshot` itself included);
     `summary`: lines shown above its charts (a profile's verdict); over [since, until] when
     given (a profile's run, as its profile.json: its store's ticks begin before the command
     does), else the snapshot's own range."""
     from daemon.report_html import render_store
 
-    write_private(html_path, render_store(snapshot, since, until, title=title,
-                                          summary=summary).encode("utf-8"))
+    check_page(html_path, (snapshot,))  # before the page is built: a refusal costs nothing
+    write_page(html_path, render_store(snapshot, since, until, title=title, summary=summary),
+               (snapshot,))
 
 
 class SnapshotTriggers:
@@ -348,7 +353,8 @@ class SnapshotTriggers:
         try:
             result = await asyncio.to_thread(
                 take_snapshot, self.config, since=since, until=until, html=s.html,
-                upload=s.upload or None, trigger=trigger, hostname=self.hostname())
+                upload=s.upload or None, trigger=trigger, hostname=self.hostname(),
+                empty_ok=True)  # what triggered it is kept, whatever the store holds
         except (SnapshotError, OSError, ValueError) as exc:
             log.error("incident snapshot (%s) failed: %s", trigger["reason"], exc)
             return

@@ -15,6 +15,8 @@ So a path is never trusted, only an opened descriptor:
 - a folder mlcostd keeps files in is refused (`folder_problem`) when another user could
   replace what is in it: a group- or world-writable folder without the sticky bit, or one
   owned by another user, it or any folder above it;
+- an HTML page (`write_page`) replaces only an earlier page or an empty file, never a store
+  or anything else (`page_problem`): `report --html mlcost.db` wrote a page over a live store;
 - temporary files are named `.NAME.tmp-PID-RANDOM` (`temp_path`), so that files left by a
   writer killed mid-way are found and removed (`remove_stale_temp_files`) once that process
   is gone.
@@ -327,3 +329,85 @@ def write_private(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+# -- HTML pages ----------------------------------------------------------------------------
+
+# What an HTML output may replace: a page mlcost wrote, which begins with `<!doctype html`
+# (any case; every page of daemon/report_html does), or an empty file (`mktemp` makes one).
+# An SQLite file begins with SQLITE_HEADER: the store, a snapshot, a profile.db.
+PAGE_START = b"<!doctype html"
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def page_problem(path: str | os.PathLike[str],
+                 inputs: tuple[str | os.PathLike[str], ...] = ()) -> str | None:
+    """Why an HTML page may not be written at `path`, as a sentence naming it and saying what
+    to do; None when it may: nothing is there yet, or a page (see PAGE_START) or an empty file
+    of mlcostd's user, in a folder that exists (a typo must not make folders as root), and it
+    is none of `inputs` (the store or file the page is made from, or SQLite's files beside
+    it). One rule for every HTML writer: write_page checks it again at the write."""
+    path = os.fspath(path)
+    for given in inputs:
+        source = os.fspath(given)
+        for tail in DB_SUFFIXES:
+            try:
+                same = os.path.samefile(source + tail, path)
+            except OSError:
+                continue
+            if same:
+                what = ("the file the page is made from" if not tail else
+                        f"SQLite's {tail} file of {source}, what the page is made from")
+                named = "" if tail or source == path else f" ({source})"
+                return (f"{path} is {what}{named}; writing the page there would destroy it: "
+                        f"give the page a name of its own, e.g. {_page_name(path)}")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        return (f"there is no folder {folder} for {path}; create it first, or give a path in "
+                "one that exists")
+    try:
+        fd = open_checked(path)  # never through a link, a FIFO, someone else's or a hard link
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return str(exc) if isinstance(exc, RefusedFile) else \
+            f"{path} cannot be read to check what it is ({exc.strerror}); give another path"
+    try:
+        head = os.read(fd, 64)
+    except OSError as exc:
+        return f"{path} cannot be read to check what it is ({exc.strerror}); give another path"
+    finally:
+        os.close(fd)
+    if head.startswith(SQLITE_HEADER):
+        return (f"{path} is an SQLite database (a store or a snapshot, perhaps one a daemon "
+                "records into); an HTML page never replaces one: give the page a name of its "
+                f"own, e.g. {_page_name(path)}")
+    if head and not head.lstrip(b"\xef\xbb\xbf \t\r\n").lower().startswith(PAGE_START):
+        return (f"{path} exists and is not a page mlcost wrote (it does not begin with "
+                "<!doctype html); an HTML page replaces only an earlier page: give a new name, "
+                "or remove it first")
+    return None
+
+
+def _page_name(path: str) -> str:
+    """A page name to suggest instead of `path`: FILE.html for FILE.db, FILE.report.html for
+    FILE.html."""
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}.report.html" if suffix == ".html" else f"{stem}.html"
+
+
+def check_page(path: str | os.PathLike[str],
+               inputs: tuple[str | os.PathLike[str], ...] = ()) -> None:
+    """Refuse (RefusedFile, page_problem's sentence) an HTML page at `path` that may not be
+    written there."""
+    problem = page_problem(path, inputs)
+    if problem is not None:
+        raise RefusedFile(problem)
+
+
+def write_page(path: Path, page: str,
+               inputs: tuple[str | os.PathLike[str], ...] = ()) -> None:
+    """Write an HTML page atomically with mode 0600 (write_private) where check_page allows
+    it: every HTML output of mlcostd is written here. Raises RefusedFile, OSError."""
+    check_page(path, inputs)
+    write_private(path, page.encode("utf-8"))

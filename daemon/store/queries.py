@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from daemon import clock
 from daemon.sources.owners import decode_owner
 from daemon.sources.patterns import safe_job_patterns
 from daemon.store.reader import StoreReader
@@ -149,6 +150,15 @@ def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
         "LIMIT 1", (res, KIND_GPU, KIND_PROCESS)) for res in (MINUTE, HOUR)]
     highs = [v for v in (hi, *(rows[0]["bucket"] for rows in ends if rows)) if v is not None]
     return first, (max(highs) / 1000 if highs else first)
+
+
+def held_range(store: str, recorded: tuple[float, float] | None) -> str:
+    """What a store holds, in the words `mlcostd report` uses for a window that misses it:
+    "STORE holds 2026-12-01 07:30:00 to 2026-12-01 09:30:00" (`recorded`: recorded_range),
+    or "STORE holds no samples at all"."""
+    if recorded is None:
+        return f"{store} holds no samples at all"
+    return f"{store} holds {clock.local_time(recorded[0])} to {clock.local_time(recorded[1])}"
 
 
 def first_recorded(reader: StoreReader) -> float | None:

@@ -38,6 +38,7 @@ import sqlite_utils
 
 from daemon import __version__, clock
 from daemon.sources.redact import redact_document, redact_text
+from daemon.sources.safe_text import one_line
 from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.files import (
     RefusedFile,
@@ -73,6 +74,11 @@ class SnapshotError(Exception):
 class BadSnapshotRequest(SnapshotError):
     """What was asked cannot be done as asked (a range that ends before it starts, a malformed
     upload URL): the caller's input is wrong, not the store or the disk."""
+
+
+class EmptySnapshotRange(SnapshotError):
+    """The range asked for holds no tick: a snapshot of it would replay nothing. The message
+    names the range and what the store holds."""
 
 
 @dataclass(frozen=True)
@@ -156,9 +162,11 @@ def _redact_packed_json(value: bytes | str | None) -> bytes | str | None:
 
 def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], since: float,
                    until: float, *, trigger: dict[str, Any] | None = None,
-                   timeout_s: float = DEFAULT_TIMEOUT_S) -> SnapshotInfo:
+                   timeout_s: float = DEFAULT_TIMEOUT_S, empty_ok: bool = False) -> SnapshotInfo:
     """Copy [since, until] (Unix seconds) of the store `db` into a new snapshot file `out`
-    (atomically, mode 0600). Raises SnapshotError saying what went wrong and what to do."""
+    (atomically, mode 0600). A range that holds no tick raises EmptySnapshotRange and writes
+    nothing, unless `empty_ok` (an incident trigger's range: its facts are kept whatever the
+    store holds). Raises SnapshotError saying what went wrong and what to do."""
     source, target = Path(db), Path(out)
     if not source.is_file():
         raise SnapshotError(f"{no_store_at(source)}; start the recorder (`mlcostd run`) or pass "
@@ -187,7 +195,7 @@ def write_snapshot(db: str | os.PathLike[str], out: str | os.PathLike[str], sinc
         raise SnapshotError(f"cannot write into {target.parent}: {exc.strerror}; pass --out "
                             "with a writable path") from None
     try:
-        ticks, first_tick = _copy(source, tmp, since, until, trigger, timeout_s)
+        ticks, first_tick = _copy(source, tmp, since, until, trigger, timeout_s, empty_ok)
         fd = open_checked(tmp)
         try:
             os.fsync(fd)
@@ -221,7 +229,8 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def _copy(source: Path, tmp: Path, since: float, until: float,
-          trigger: dict[str, Any] | None, timeout_s: float) -> tuple[int, float | None]:
+          trigger: dict[str, Any] | None, timeout_s: float,
+          empty_ok: bool) -> tuple[int, float | None]:
     """Copy the range into `tmp`: (its ticks, the first one's time or None)."""
     conn = sqlite3.connect(_uri(tmp, "rw"), uri=True, isolation_level=None)
     deadline = time.perf_counter() + timeout_s
@@ -277,6 +286,8 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
         ticks, first_ms = conn.execute("SELECT count(*), min(ts) FROM main.ticks").fetchone()
+        if not ticks and not empty_ok:  # (write_snapshot removes the file begun)
+            raise EmptySnapshotRange(empty_range(source, since, until))
         host_row = conn.execute("SELECT value FROM src.meta WHERE key = 'json:host'").fetchone()
         conn.execute("COMMIT")
         host = json.loads(host_row[0]) if host_row else {}
@@ -313,6 +324,35 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                             "the daemon's database") from None
     finally:
         conn.close()
+
+
+def empty_range(source: Path, since: float, until: float) -> str:
+    """Why [since, until] of the store `source` makes no snapshot: it holds no tick there;
+    with the range the store holds (as `mlcostd report` says it) and what to do."""
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+
+    asked = f"{clock.local_time(since)} to {clock.local_time(until)}"
+    try:
+        reader = StoreReader(str(source))
+        try:
+            recorded = queries.recorded_range(reader)
+            first_tick = reader.query("SELECT min(ts) AS ts FROM ticks")[0]["ts"]
+        finally:
+            reader.close()
+    except (sqlite3.Error, OSError) as exc:  # (the copy just read it: hardly ever)
+        return (f"no tick from {asked} to take a snapshot of, and {source} cannot be read to "
+                f"say what it holds ({one_line(str(exc))[:160]}); nothing was written")
+    held = queries.held_range(str(source), recorded)
+    if recorded is None:
+        return (f"no tick from {asked} to take a snapshot of: {held}; is mlcostd recording "
+                "into it? Start it with `mlcostd run`, or pass the --db it records into")
+    thinned = ""
+    if first_tick is not None and first_tick / 1000 > until and recorded[0] < until:
+        thinned = (f"; its ticks before {clock.local_time(first_tick / 1000)} were thinned to "
+                   "rollups ([store].raw_retention), and a snapshot replays ticks")
+    return (f"no tick from {asked} to take a snapshot of: {held}{thinned}; give a range "
+            "inside that (--until, and --since for its length); nothing was written")
 
 
 def read_facts(path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -285,3 +285,51 @@ def test_a_snapshot_of_a_range_reaching_before_the_store_says_where_its_ticks_be
     text = describe(dict(early.as_dict(), through="test"))
     assert f"{TICKS} ticks from {clock.local_time(T0 + 1)} to " in text
     assert f"(the range asked for began {clock.local_time(T0 - 49)}: nothing" in text
+
+
+def _snapshot_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    from tests.livedaemon import ROOT
+
+    return subprocess.run([sys.executable, "-m", "daemon.commands.cli", "snapshot", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_a_snapshot_of_a_range_that_holds_no_tick_is_refused_and_nothing_is_written(source,
+                                                                                  tmp_path):
+    """`snapshot --since 2h --until <a day before the store>` wrote "0 ticks" quietly; its
+    replay then asked whether mlcostd was running. Refused (exit 2), naming the range the
+    store holds as `mlcostd report` does; no file, not even a temporary one."""
+    from daemon import clock
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    until = int(T0) - 86400  # a day before the store began
+    for out in (folder / "incident.db", folder):
+        done = _snapshot_cli("--db", str(source), "--socket", str(tmp_path / "none.sock"),
+                             "--since", "2h", "--until", str(until), "--out", str(out))
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+        assert (f"no tick from {clock.local_time(until - 7200)} to "
+                f"{clock.local_time(until)}") in done.stderr
+        assert f"{source} holds {clock.local_time(T0 + 1)} to " in done.stderr, done.stderr
+        assert "--until" in done.stderr
+        assert os.listdir(folder) == []
+    with pytest.raises(SnapshotError, match="no tick from"):
+        write_snapshot(source, folder / "x.db", T0 + TICKS + 60, T0 + TICKS + 120)
+    assert os.listdir(folder) == []
+    # an incident trigger's range keeps what triggered it, whatever the store holds
+    kept = write_snapshot(source, folder / "trigger.db", T0 + TICKS + 60, T0 + TICKS + 120,
+                          trigger={"kind": "gpu_lost", "reason": "GPU 0 is lost"},
+                          empty_ok=True)
+    assert kept.ticks == 0 and read_facts(folder / "trigger.db")["trigger"]["kind"] == "gpu_lost"
+
+
+def test_a_store_with_no_tick_at_all_says_so(tmp_path):
+    from daemon.store.writer import Store
+
+    Store(str(tmp_path / "empty.db")).close()
+    with pytest.raises(SnapshotError, match="empty.db holds no samples at all; is mlcostd "
+                                            "recording into it"):
+        write_snapshot(tmp_path / "empty.db", tmp_path / "x.db", T0, T0 + 60)
+    assert [name for name in os.listdir(tmp_path) if not name.startswith("empty.db")] == []

@@ -237,3 +237,61 @@ def test_bad_snapshot_requests_get_a_400_that_names_the_value(demo):
         demo.call("take_snapshot", 60, None, False, True)  # no [snapshots].upload configured
     assert not (demo.folder / "mlcost.db.html").exists()
     assert os.path.exists(demo.db)
+
+
+def test_a_range_with_no_tick_gets_a_422_naming_what_the_store_holds_and_nothing_is_written(
+        demo, tmp_path):
+    """POST /v1/snapshots {"until": <a day ago>} answered "ticks": 0 and wrote the file, and
+    `mlcostd snapshot --socket` printed it as taken. A 422 with the range the store holds, no
+    file; `mlcostd snapshot` through the daemon exits 2 with the same words; the daemon runs
+    on."""
+    from daemon import clock
+
+    demo.wait_for_ticks(3)
+    folder = demo.folder / "snapshots"
+    listed = sorted(os.listdir(folder)) if folder.exists() else []
+    until = int(clock.now()) - 86400
+
+    async def post() -> tuple[int, str]:
+        connector = aiohttp.UnixConnector(path=str(demo.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.post("http://mlcostd/v1/snapshots",
+                                    json={"since": "2h", "until": until}) as r:
+                return r.status, (await r.json())["error"]
+
+    status, message = asyncio.run(post())
+    assert status == 422, message
+    assert f"no tick from {clock.local_time(until - 7200)} to {clock.local_time(until)}" \
+        in message
+    assert f"{demo.db} holds " in message, message
+    out = tmp_path / "incident.db"
+    done = snapshot_cli("--socket", str(demo.socket), "--since", "2h", "--until",
+                        str(until), "--out", str(out))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == "" and f"{demo.db} holds " in done.stderr, done.stderr
+    assert not out.exists() and os.listdir(tmp_path) == []
+    assert (sorted(os.listdir(folder)) if folder.exists() else []) == listed
+    ticks = len(demo.ticks())
+    demo.wait_for_ticks(ticks + 2)  # still recording
+    assert demo.healthy()
+
+
+def test_report_html_at_the_live_store_is_refused_and_the_store_stays_whole(demo):
+    """`mlcostd report --db STORE --html STORE` on the store a daemon records into replaced it
+    with the page: health still said ok, the store was then "malformed"."""
+    demo.wait_for_ticks(3)
+    done = subprocess.run(MLCOSTD + ["report", "--db", str(demo.db), "--since", "5m", "--html",
+                                     str(demo.db)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"--html {demo.db} is the file the page is made from" in done.stderr
+    with open(demo.db, "rb") as f:
+        assert f.read(16) == b"SQLite format 3\x00"
+    conn = sqlite3.connect(f"file:{demo.db}?mode=ro", uri=True)
+    try:
+        assert conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+    ticks = len(demo.ticks())
+    demo.wait_for_ticks(ticks + 2)
+    assert demo.healthy()
