@@ -566,7 +566,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"),
                           window["until"])
     out += _render_managed((report.get("review") or {}).get("managed"))
-    out += render_review(report.get("review") or {})
+    out += render_review(report.get("review") or {}, width)
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
     return "\n".join(fit(out, width)) + "\n"
 
@@ -604,9 +604,15 @@ def _trend_text(pct: float | None) -> str:
     return "" if pct is None else f" ({pct:+.1f}% on the period before)"
 
 
-def render_review(review: dict[str, Any]) -> list[str]:
+def render_review(review: dict[str, Any], width: int | None = None) -> list[str]:
     """The review's lines (daemon.commands.review): spend and its trend, splits, unit costs,
-    storage, waste, energy, and what became of the recommendations."""
+    storage, waste, energy, and what became of the recommendations. For a terminal (`width`
+    given) names and summaries are cut with an ellipsis; for a pipe or a file (None) they are
+    whole, as the rest of the report."""
+
+    def cut(text: object, cells: int) -> str:
+        return one_line(str(text)) if width is None else crop(one_line(str(text)), cells)
+
     spend = review.get("spend")
     if not spend:
         return []
@@ -641,18 +647,18 @@ def render_review(review: dict[str, Any]) -> list[str]:
     energy = review.get("energy") or {}
     if energy.get("cost") is not None:
         out.append(f"  energy: ${energy['cost']:,.2f} at ${energy['electricity_per_kwh']:g}/kWh")
-    out += report_energy.review_line(review)
+    out += report_energy.review_line(review, width)
     for key, rows in (review.get("by") or {}).items():
         out += _packed(f"  by {key}:", [
-            f"{crop(one_line(str(r['name'])), 60)} ${r['cost']:,.2f}"
+            f"{cut(r['name'], 60)} ${r['cost']:,.2f}"
             + ("" if r.get("trend_pct") is None else f" ({r['trend_pct']:+.0f}%)")
             for r in rows[:10]])
     for unit in review.get("unit_costs") or []:
         cost = unit.get("unit_cost")
         per = f"{unit['per']:g}".replace("1e+06", "1M").replace("1000", "1k")
-        out.append(f"  unit cost of {crop(one_line(str(unit['target'])), 60)}: "
+        out.append(f"  unit cost of {cut(unit['target'], 60)}: "
                    + ("no units counted" if cost is None else
-                      f"${cost:,.4f} per {per} {crop(one_line(str(unit['unit'])), 20)}")
+                      f"${cost:,.4f} per {per} {cut(unit['unit'], 20)}")
                    + _trend_text(unit.get("trend_pct")))
     outcomes = review.get("recommendations") or {}
     out.append(f"  recommendations: {len(outcomes.get('acted') or [])} acted on, "
@@ -663,11 +669,11 @@ def render_review(review: dict[str, Any]) -> list[str]:
         for rec in outcomes.get(state) or []:
             savings = rec.get("savings_per_month")
             money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"
-            extra = (f": {crop(one_line(str(rec.get('outcome'))), 60)}" if state == "acted" else
+            extra = (f": {cut(rec.get('outcome'), 60)}" if state == "acted" else
                      f" until {clock.local_time(rec['snoozed_until'])}" if state == "snoozed"
                      else "")
             out.append(f"    {state}{extra} [{money}] "
-                       f"{crop(one_line(str(rec.get('summary') or rec.get('id'))), 90)}")
+                       f"{cut(rec.get('summary') or rec.get('id'), 90)}")
     return out
 
 
