@@ -202,6 +202,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                           _window_energy(raw or RawWindow.read(
                               reader, start, end, raw_sample_count(len(processes)), unpriced,
                               None), gpus, per_kwh, interval, starts))
+    for gpu in gpus:  # null without an electricity price: a contract's key is never left out
+        gpu.setdefault("energy_per_hour", None)
     report_energy.section(document, sampled.samples, start, end,
                           max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
                           jobs, config, rollup_interval=interval if rolled else None,
