@@ -354,3 +354,24 @@ def test_a_review_redirected_to_a_file_cuts_no_line(tmp_path):
     assert f"    new [$1,863/month] {summary}\n" in text, text
     assert "a-job-name-longer-than-sixty-characters-" * 2 + " $" in text, text
     assert "…" not in text.split("Review:", 1)[1], text
+
+
+def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick(mlcostd):
+    """A run charges nothing before its first tick (README), so the period before a stopped
+    store's whole range was not recorded at all; it read "before: $0.01 … recorded for 1 s"
+    (the first tick, ending the period before, was counted as charging the second before it)."""
+    daemon = mlcostd("idle-host", args=["--no-stacks"])
+    daemon.wait_for_ticks(4)
+    assert daemon.stop() == 0
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(daemon.db),
+                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["window"]["since"] == pytest.approx(document["window"]["recorded"]["first"],
+                                                        abs=1e-3)
+    review = document["review"]
+    assert review["previous"]["recorded_s"] == 0.0, review["previous"]
+    assert review["spend"]["previous_total"] in (None, 0.0), review["spend"]
+    assert review["previous"]["trend"] == "no trend: nothing was recorded in the period before"
+    # the range's own spend is what the ledger charged over its ticks
+    assert review["spend"]["total"] == pytest.approx(document["spend"]["total"], rel=0.02)
