@@ -573,6 +573,76 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     return "\n".join(fit(out, width)) + "\n"
 
 
+# The live summary's lists (`mlcostd run --watch`): a screenful every 5 s, not a report.
+WATCH_PROCESSES = 8
+WATCH_EVENTS = 3
+WATCH_RECOMMENDATIONS = 3
+
+
+def render_watch(report: dict[str, Any], width: int | None = None) -> str:
+    """`mlcostd run --watch`'s live summary of the report's (short) window: the burn, each
+    GPU, the processes holding one, the open events and the best recommendations, a line
+    each; what it leaves out it counts and names the command that lists it all."""
+    window = report["window"]
+    if not window["ticks"]:
+        return "no sample yet in the last 10 s\n"
+    span = window["until"] - window["since"]
+    out = []
+    burn = report.get("burn") or {}
+    if burn.get("total_per_hour") is not None:
+        out.append(f"last {span:.0f} s: burn ${burn['total_per_hour']:.2f}/h (wasted "
+                   f"${burn['wasted_per_hour']:.2f}/h, no process "
+                   f"${burn['idle_per_hour']:.2f}/h), {window['ticks']} samples")
+    else:
+        out.append(f"last {span:.0f} s: {window['ticks']} samples (no price)")
+    rows = [[str(gpu["index"]), one_line(str(gpu["name"])), _pct(gpu["utilization"]),
+             f"{_bytes(gpu['memory_used_bytes'])} / {_bytes(gpu['memory_total_bytes'])}",
+             _num(gpu["power_watts"], " W"), gpu.get("status") or "ok"]
+            for gpu in report["gpus"]]
+    out += ["  " + line for line in _table(["GPU", "model", "util", "memory", "power",
+                                            "status"], rows)]
+    holders = sorted((p for p in report["processes"] if p.get("gpus")),
+                     key=lambda p: -(p.get("burn_per_hour") or 0.0))
+    rows = [[str(p["pid"]), one_line(p["user"]), ",".join(str(g) for g in p["gpus"]),
+             _bytes(p["gpu_memory_bytes"]), _pct(p["sm_share"]), money(p.get("burn_per_hour")),
+             shown_command(p["command"], 48 if width else None)]
+            for p in holders[:WATCH_PROCESSES]]
+    out.append("")
+    if rows:
+        out += ["  " + line for line in _table(["PID", "user", "GPUs", "GPU mem", "SM", "$/h",
+                                                "command"], rows)]
+    else:
+        out.append("  no process holds a GPU")
+    if len(holders) > WATCH_PROCESSES:
+        out.append(f"  … and {len(holders) - WATCH_PROCESSES} more holding a GPU")
+    events = sorted((e for e in report.get("events") or []
+                     if e["kind"] != "action" and e.get("ended_at") is None),
+                    key=lambda e: -(e.get("cost_so_far") or 0.0))
+    if events:
+        out.append("")
+        out.append(f"open events: {len(events)}")
+        out += [f"  {e['kind']} {one_line(str(e['target']))}: since "
+                f"{clock.local_time(e['started_at'], date=False)}"
+                + ("" if e.get("cost_so_far") is None else
+                   f", {money(e['cost_so_far'])} so far") for e in events[:WATCH_EVENTS]]
+    recommendations = report.get("recommendations") or []
+    out.append("")
+    savings = (report.get("savings") or {}).get("potential_per_month")
+    out.append(f"recommendations: {len(recommendations)}"
+               + (f", up to ${savings:,.0f}/month combined" if savings else ""))
+    for rec in recommendations[:WATCH_RECOMMENDATIONS]:  # a line each in a terminal
+        alone = rec.get("combined_savings_per_month") or rec.get("savings_per_month")
+        head = f"  [{f'${alone:,.0f}/month' if alone else 'no $ figure'}] "
+        said = one_line(str(rec.get("headline") or rec.get("summary") or rec.get("id")))
+        out.append(head + (crop(said, max(width - len(head), 20)) if width else said))
+    if len(recommendations) > WATCH_RECOMMENDATIONS:
+        out.append(f"  … and {len(recommendations) - WATCH_RECOMMENDATIONS} more")
+    out.append("")
+    out.append("everything (phases, review, inference audit, all events): mlcostd report"
+               + (f" --db {one_line(str(window['store']))}" if window.get("store") else ""))
+    return "\n".join(fit(out, width)) + "\n"
+
+
 def _no_samples(window: dict[str, Any], recording: bool | None) -> list[str]:
     """Why the window is empty, with the range the file holds where it holds any."""
     recorded = window.get("recorded")
