@@ -846,9 +846,15 @@ EVENTS_SHOWN = 20
 
 def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None,
                    until: float | None = None) -> list[str]:
+    # A low-utilization window is where stacks were sampled (a demo hour holds ~100): what it
+    # found is in "Where the time goes"; listed here it would crowd out the events that cost.
+    windows = sum(e["kind"] == "low_utilization" for e in events)
     idle = [e for e in events if e["kind"] != "low_utilization"]
+    windows_line = ([f"  ({plural(windows, 'low-utilization window')} not listed: where "
+                     "stacks were sampled, their findings are under \"Where the time goes\"; "
+                     "`--json` lists them)"] if windows else [])
     if not idle:
-        return []
+        return ["", "Events", *windows_line] if windows else []
     costly = sorted((e for e in idle if e["kind"] != "action"),
                     key=lambda e: -(e.get("cost_so_far") or 0.0))
     left = costly[EVENTS_SHOWN:]
@@ -887,7 +893,7 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
     if left:
         spent = sum(e.get("cost_so_far") or 0.0 for e in left)
         out.append(f"  … and {len(left)} more ({money(spent)} so far; `--json` lists them all)")
-    return out
+    return out + windows_line
 
 
 def _warning_lines(warning: dict[str, Any]) -> list[str]:

@@ -62,6 +62,25 @@ def test_a_long_range_lists_its_costliest_events_with_their_dates():
         report._render_events(events[:1], until=end))
 
 
+def test_the_events_text_says_how_many_low_utilization_windows_it_leaves_out():
+    """The text left every low-utilization window out without a word (95 in the JSON of a
+    demo hour, none in the text): it says how many, why, and where they are."""
+    end = time.mktime((2026, 11, 14, 12, 0, 0, 0, 0, -1))
+    windows = [{"kind": "low_utilization", "target": f"{100 + i}:1780000000.000",
+                "started_at": end - 60 * i, "ended_at": end - 60 * i + 30,
+                "cost_so_far": None} for i in range(1, 96)]
+    idle = {"kind": "gpu_held_idle", "target": "gpu:3", "started_at": end - 600,
+            "ended_at": None, "cost_so_far": 2.5}
+    said = ('  (95 low-utilization windows not listed: where stacks were sampled, their '
+            'findings are under "Where the time goes"; `--json` lists them)')
+    lines = report._render_events(windows + [idle], until=end)
+    assert lines[-1] == said and sum("gpu_held_idle" in line for line in lines) == 1
+    assert not any("low_utilization" in line for line in lines)
+    assert report._render_events(windows, until=end) == ["", "Events", said]
+    assert said.replace("95", "1").replace("windows", "window") in (
+        report._render_events(windows[:1], until=end))
+
+
 def test_check_with_an_unknown_scenario_says_which_exist(tmp_path):
     result = cli("check", "--simulate", "nosuch", "--db", str(tmp_path / "x.db"))
     assert result.returncode == 2
