@@ -591,33 +591,40 @@ def format_table_with_sources(offers: Sequence[InstanceOffer],
     return "\n".join(lines), list(footnote)
 
 
-def _price_to_dict(price: Price | None) -> dict[str, Any] | None:
+def _price_to_dict(price: Price | None, offer: InstanceOffer) -> dict[str, Any] | None:
+    """A price as `--json` gives it: `stale` the warning where it may be wrong (a live price
+    is as fetched: None), else None; `status` the row's (`current`, `pre-cut`, `estimate`),
+    or `stale` for a current row older than the threshold or undated: a price the output
+    warns about never reads as current."""
     if price is None:
         return None
+    staleness = None if price.live else price_staleness(
+        price, offer.provider, offer.region, offer.instance_type)
+    stale = staleness.message or None if staleness is not None else None
     return {
         "per_hour": price.per_hour, "low": price.low, "high": price.high,
         "source": price.source, "as_of": price.as_of.isoformat() if price.as_of else None,
         "live": price.live, "age_s": None if price.age_s is None else round(price.age_s, 1),
-        "describe": price.describe(), "status": price.status, "note": price.note,
-        "url": price.url or None,
+        "describe": price.describe(),
+        "status": "stale" if stale and price.status == "current" else price.status,
+        "note": price.note, "url": price.url or None, "stale": stale,
     }
 
 
 def offer_to_dict(offer: InstanceOffer) -> dict[str, Any]:
+    on_demand = _price_to_dict(offer.on_demand, offer)
     return {
         "provider": offer.provider, "region": offer.region,
         "instance_type": offer.instance_type, "accelerator": offer.accelerator,
         "accelerator_count": offer.accelerator_count,
         "accelerator_memory_gib": offer.accelerator_memory_gib,
         "vcpus": offer.vcpus, "memory_gib": offer.memory_gib,
-        "on_demand": _price_to_dict(offer.on_demand), "spot": _price_to_dict(offer.spot),
-        "commit_1y": _price_to_dict(offer.commit_1y),
-        "commit_3y": _price_to_dict(offer.commit_3y),
+        "on_demand": on_demand, "spot": _price_to_dict(offer.spot, offer),
+        "commit_1y": _price_to_dict(offer.commit_1y, offer),
+        "commit_3y": _price_to_dict(offer.commit_3y, offer),
         "price_unit": offer.price_unit,
         "on_demand_per_accelerator": offer.price_per_accelerator("on-demand"),
-        "stale": (None if offer.on_demand is None or offer.on_demand.live else
-                  price_staleness(offer.on_demand, offer.provider, offer.region,
-                                  offer.instance_type).message or None),
+        "stale": on_demand["stale"] if on_demand else None,  # the on-demand price's, as before
     }
 
 

@@ -86,6 +86,7 @@ def gpu_entry(gpu: GpuModel) -> dict[str, Any]:
         "power_watts": gpu.power_watts, "temperature_c": gpu.temperature_c,
         "sm_clock_mhz": gpu.sm_clock_mhz, "memory_clock_mhz": gpu.memory_clock_mhz,
         "busy": gpu.busy,
+        "energy_per_hour": None,  # priced in now_document where [instance] $/kWh is set
     }
 
 
@@ -331,12 +332,15 @@ def now_document(
         doc["price"] = cost.price
         doc["burn"] = cost.burn
         per_kwh = cost.price.get("electricity_per_kwh")
+        by_gpu: dict[int, float] = {}
+        total: float | None = None
         if per_kwh and sample is not None:  # the GPUs' measured power, priced beside the burn
             by_gpu, total = gpus_energy_per_hour(
                 {g.index: g.power_watts for g in sample.gpus}, float(per_kwh))
-            doc["burn"] = dict(cost.burn, energy_per_hour=total)
-            for entry in doc["gpus"]:
-                entry["energy_per_hour"] = by_gpu.get(entry["index"])
+        # null without an electricity price: a key of the document is never left out
+        doc["burn"] = dict(cost.burn, energy_per_hour=total)
+        for entry in doc["gpus"]:
+            entry["energy_per_hour"] = by_gpu.get(entry["index"])
         doc["cost"] = cost.ledger
         if cost.spend_today is not None:  # else a client reads cost.by_day (daemon.wire)
             doc["spend_today"] = cost.spend_today

@@ -349,17 +349,24 @@ def terminal_width() -> int | None:
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
-def watch_text(db: Path, recommendations_since_s: float = WATCH_WINDOW_S) -> str:
-    """The live view's text: the report of the last WATCH_WINDOW_S seconds, read back from the
-    store like any reader. Blocking (SQLite): run it off the event loop."""
+def watch_text(db: Path, recommendations_since_s: float = WATCH_WINDOW_S,
+               started_at: float | None = None) -> str:
+    """The live view's text: a short summary of the last WATCH_WINDOW_S seconds of this run
+    (none from before `started_at`: a run started on an old store shows its own processes),
+    read back from the store like any reader. Blocking (SQLite): run it off the event loop."""
     from daemon.commands import report
     from daemon.store.reader import StoreReader
 
+    since_s = WATCH_WINDOW_S
+    if started_at is not None:
+        ran_s = max(clock.now() - started_at, 0.001)
+        since_s, recommendations_since_s = (min(since_s, ran_s),
+                                            min(recommendations_since_s, ran_s))
     try:
         reader = StoreReader(str(db), timeout_s=2.0)
         try:
-            return report.render_text(report.build(
-                reader, WATCH_WINDOW_S, recommendations_since_s=recommendations_since_s),
+            return report.render_watch(report.build(
+                reader, since_s, recommendations_since_s=recommendations_since_s),
                 terminal_width())
         finally:
             reader.close()
@@ -368,15 +375,16 @@ def watch_text(db: Path, recommendations_since_s: float = WATCH_WINDOW_S) -> str
 
 
 async def _watch(daemon: Any, first_after_s: float = 3.0, every_s: float = 5.0) -> None:
-    """Every `every_s`, the report of the last 10 s. The store is read in a thread, so the
-    tick loop (on this event loop) never waits on the view."""
+    """Every `every_s`, a summary of the last 10 s of this run. The store is read in a
+    thread, so the tick loop (on this event loop) never waits on the view."""
     db = daemon.db
     # Recommendations are re-evaluated every [cost].evaluate_every: look back two of those, so
     # one that stands is not dropped between two evaluations.
     recommendations_since_s = max(WATCH_WINDOW_S, 2 * daemon.config.cost.evaluate_every + 5)
     await asyncio.sleep(first_after_s)
     while True:
-        text = await asyncio.to_thread(watch_text, db, recommendations_since_s)
+        text = await asyncio.to_thread(watch_text, db, recommendations_since_s,
+                                       daemon.started_at)
         if sys.stdout.isatty():
             sys.stdout.write("\x1b[2J\x1b[H")  # our own clear; none from the text below
         sys.stdout.write(lines(f"{clock.local_time(clock.now(), date=False)}  recording {db}  "

@@ -202,6 +202,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                           _window_energy(raw or RawWindow.read(
                               reader, start, end, raw_sample_count(len(processes)), unpriced,
                               None), gpus, per_kwh, interval, starts))
+    for gpu in gpus:  # null without an electricity price: a contract's key is never left out
+        gpu.setdefault("energy_per_hour", None)
     report_energy.section(document, sampled.samples, start, end,
                           max(recording_gap_s(interval), 3 * (end - start) / max(len(sampled.samples), 1)),
                           jobs, config, rollup_interval=interval if rolled else None,
@@ -566,8 +568,78 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"),
                           window["until"])
     out += _render_managed((report.get("review") or {}).get("managed"))
-    out += render_review(report.get("review") or {})
+    out += render_review(report.get("review") or {}, width)
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
+    return "\n".join(fit(out, width)) + "\n"
+
+
+# The live summary's lists (`mlcostd run --watch`): a screenful every 5 s, not a report.
+WATCH_PROCESSES = 8
+WATCH_EVENTS = 3
+WATCH_RECOMMENDATIONS = 3
+
+
+def render_watch(report: dict[str, Any], width: int | None = None) -> str:
+    """`mlcostd run --watch`'s live summary of the report's (short) window: the burn, each
+    GPU, the processes holding one, the open events and the best recommendations, a line
+    each; what it leaves out it counts and names the command that lists it all."""
+    window = report["window"]
+    if not window["ticks"]:
+        return "no sample yet in the last 10 s\n"
+    span = window["until"] - window["since"]
+    out = []
+    burn = report.get("burn") or {}
+    if burn.get("total_per_hour") is not None:
+        out.append(f"last {span:.0f} s: burn ${burn['total_per_hour']:.2f}/h (wasted "
+                   f"${burn['wasted_per_hour']:.2f}/h, no process "
+                   f"${burn['idle_per_hour']:.2f}/h), {window['ticks']} samples")
+    else:
+        out.append(f"last {span:.0f} s: {window['ticks']} samples (no price)")
+    rows = [[str(gpu["index"]), one_line(str(gpu["name"])), _pct(gpu["utilization"]),
+             f"{_bytes(gpu['memory_used_bytes'])} / {_bytes(gpu['memory_total_bytes'])}",
+             _num(gpu["power_watts"], " W"), gpu.get("status") or "ok"]
+            for gpu in report["gpus"]]
+    out += ["  " + line for line in _table(["GPU", "model", "util", "memory", "power",
+                                            "status"], rows)]
+    holders = sorted((p for p in report["processes"] if p.get("gpus")),
+                     key=lambda p: -(p.get("burn_per_hour") or 0.0))
+    rows = [[str(p["pid"]), one_line(p["user"]), ",".join(str(g) for g in p["gpus"]),
+             _bytes(p["gpu_memory_bytes"]), _pct(p["sm_share"]), money(p.get("burn_per_hour")),
+             shown_command(p["command"], 48 if width else None)]
+            for p in holders[:WATCH_PROCESSES]]
+    out.append("")
+    if rows:
+        out += ["  " + line for line in _table(["PID", "user", "GPUs", "GPU mem", "SM", "$/h",
+                                                "command"], rows)]
+    else:
+        out.append("  no process holds a GPU")
+    if len(holders) > WATCH_PROCESSES:
+        out.append(f"  … and {len(holders) - WATCH_PROCESSES} more holding a GPU")
+    events = sorted((e for e in report.get("events") or []
+                     if e["kind"] != "action" and e.get("ended_at") is None),
+                    key=lambda e: -(e.get("cost_so_far") or 0.0))
+    if events:
+        out.append("")
+        out.append(f"open events: {len(events)}")
+        out += [f"  {e['kind']} {one_line(str(e['target']))}: since "
+                f"{clock.local_time(e['started_at'], date=False)}"
+                + ("" if e.get("cost_so_far") is None else
+                   f", {money(e['cost_so_far'])} so far") for e in events[:WATCH_EVENTS]]
+    recommendations = report.get("recommendations") or []
+    out.append("")
+    savings = (report.get("savings") or {}).get("potential_per_month")
+    out.append(f"recommendations: {len(recommendations)}"
+               + (f", up to ${savings:,.0f}/month combined" if savings else ""))
+    for rec in recommendations[:WATCH_RECOMMENDATIONS]:  # a line each in a terminal
+        alone = rec.get("combined_savings_per_month") or rec.get("savings_per_month")
+        head = f"  [{f'${alone:,.0f}/month' if alone else 'no $ figure'}] "
+        said = one_line(str(rec.get("headline") or rec.get("summary") or rec.get("id")))
+        out.append(head + (crop(said, max(width - len(head), 20)) if width else said))
+    if len(recommendations) > WATCH_RECOMMENDATIONS:
+        out.append(f"  … and {len(recommendations) - WATCH_RECOMMENDATIONS} more")
+    out.append("")
+    out.append("everything (phases, review, inference audit, all events): mlcostd report"
+               + (f" --db {one_line(str(window['store']))}" if window.get("store") else ""))
     return "\n".join(fit(out, width)) + "\n"
 
 
@@ -604,9 +676,15 @@ def _trend_text(pct: float | None) -> str:
     return "" if pct is None else f" ({pct:+.1f}% on the period before)"
 
 
-def render_review(review: dict[str, Any]) -> list[str]:
+def render_review(review: dict[str, Any], width: int | None = None) -> list[str]:
     """The review's lines (daemon.commands.review): spend and its trend, splits, unit costs,
-    storage, waste, energy, and what became of the recommendations."""
+    storage, waste, energy, and what became of the recommendations. For a terminal (`width`
+    given) names and summaries are cut with an ellipsis; for a pipe or a file (None) they are
+    whole, as the rest of the report."""
+
+    def cut(text: object, cells: int) -> str:
+        return one_line(str(text)) if width is None else crop(one_line(str(text)), cells)
+
     spend = review.get("spend")
     if not spend:
         return []
@@ -641,18 +719,18 @@ def render_review(review: dict[str, Any]) -> list[str]:
     energy = review.get("energy") or {}
     if energy.get("cost") is not None:
         out.append(f"  energy: ${energy['cost']:,.2f} at ${energy['electricity_per_kwh']:g}/kWh")
-    out += report_energy.review_line(review)
+    out += report_energy.review_line(review, width)
     for key, rows in (review.get("by") or {}).items():
         out += _packed(f"  by {key}:", [
-            f"{crop(one_line(str(r['name'])), 60)} ${r['cost']:,.2f}"
+            f"{cut(r['name'], 60)} ${r['cost']:,.2f}"
             + ("" if r.get("trend_pct") is None else f" ({r['trend_pct']:+.0f}%)")
             for r in rows[:10]])
     for unit in review.get("unit_costs") or []:
         cost = unit.get("unit_cost")
         per = f"{unit['per']:g}".replace("1e+06", "1M").replace("1000", "1k")
-        out.append(f"  unit cost of {crop(one_line(str(unit['target'])), 60)}: "
+        out.append(f"  unit cost of {cut(unit['target'], 60)}: "
                    + ("no units counted" if cost is None else
-                      f"${cost:,.4f} per {per} {crop(one_line(str(unit['unit'])), 20)}")
+                      f"${cost:,.4f} per {per} {cut(unit['unit'], 20)}")
                    + _trend_text(unit.get("trend_pct")))
     outcomes = review.get("recommendations") or {}
     out.append(f"  recommendations: {len(outcomes.get('acted') or [])} acted on, "
@@ -663,11 +741,11 @@ def render_review(review: dict[str, Any]) -> list[str]:
         for rec in outcomes.get(state) or []:
             savings = rec.get("savings_per_month")
             money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"
-            extra = (f": {crop(one_line(str(rec.get('outcome'))), 60)}" if state == "acted" else
+            extra = (f": {cut(rec.get('outcome'), 60)}" if state == "acted" else
                      f" until {clock.local_time(rec['snoozed_until'])}" if state == "snoozed"
                      else "")
             out.append(f"    {state}{extra} [{money}] "
-                       f"{crop(one_line(str(rec.get('summary') or rec.get('id'))), 90)}")
+                       f"{cut(rec.get('summary') or rec.get('id'), 90)}")
     return out
 
 
@@ -768,9 +846,15 @@ EVENTS_SHOWN = 20
 
 def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None,
                    until: float | None = None) -> list[str]:
+    # A low-utilization window is where stacks were sampled (a demo hour holds ~100): what it
+    # found is in "Where the time goes"; listed here it would crowd out the events that cost.
+    windows = sum(e["kind"] == "low_utilization" for e in events)
     idle = [e for e in events if e["kind"] != "low_utilization"]
+    windows_line = ([f"  ({plural(windows, 'low-utilization window')} not listed: where "
+                     "stacks were sampled, their findings are under \"Where the time goes\"; "
+                     "`--json` lists them)"] if windows else [])
     if not idle:
-        return []
+        return ["", "Events", *windows_line] if windows else []
     costly = sorted((e for e in idle if e["kind"] != "action"),
                     key=lambda e: -(e.get("cost_so_far") or 0.0))
     left = costly[EVENTS_SHOWN:]
@@ -809,7 +893,7 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
     if left:
         spent = sum(e.get("cost_so_far") or 0.0 for e in left)
         out.append(f"  … and {len(left)} more ({money(spent)} so far; `--json` lists them all)")
-    return out
+    return out + windows_line
 
 
 def _warning_lines(warning: dict[str, Any]) -> list[str]:

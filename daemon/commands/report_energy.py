@@ -140,7 +140,8 @@ def review_entry(carbon: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def review_line(review: dict[str, Any]) -> list[str]:
+def review_line(review: dict[str, Any], width: int | None = None) -> list[str]:
+    """The review's energy line; job names cut for a terminal (`width`), whole for a file."""
     carbon = review.get("carbon") or {}
     if not carbon.get("joules"):
         return []
@@ -149,7 +150,7 @@ def review_line(review: dict[str, Any]) -> list[str]:
             + grid_text(carbon.get("grid") or {}))
     if jobs:
         line += "; by job: " + ", ".join(
-            f"{crop(one_line(str(name)), 40)} {amount_text(v['kwh'], v.get('co2e_grams'))}"
+            f"{crop(one_line(str(name)), 40) if width else one_line(str(name))} {amount_text(v['kwh'], v.get('co2e_grams'))}"
             for name, v in jobs[:3])
     whole = carbon.get("whole_window") or {}
     if whole.get("covered_s", 0.0) > (carbon.get("covered_s") or 0.0) and whole.get("kwh"):

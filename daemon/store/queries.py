@@ -278,21 +278,45 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     host_ms = charged.get(0) or max(charged.values(), default=0)
     if host_ms <= 0:
         return None
+    # A run's first tick charged nothing (no interval before it is the run's): it is no part
+    # of the spend, neither of the hour's nor of a range ending at it (a stopped store's whole
+    # range compared the second before its first tick, "recorded for 1 s", with its spend).
+    firsts = _run_first_ticks(reader, hour, end)
+    charging = ticks["n"] - len(firsts)
+    if charging <= 0:
+        return None
     # The tick interval; a gap (the daemon stopped) stretches first..last, not the charge.
     interval = min((ticks["last"] - ticks["first"]) / (ticks["n"] - 1) if ticks["n"] > 1
-                   else math.inf, host_ms / ticks["n"])
+                   else math.inf, host_ms / charging)
+    inside = ticks["inside"] - sum(lo < ts <= hi for ts in firsts)
     procs = [key for key in charged if key]
     # (a process with no GPU sample among the hour's ticks was charged outside them)
-    shares = {0: min(1.0, ticks["inside"] * interval / host_ms), **dict.fromkeys(procs, 0.0)}
+    shares = {0: min(1.0, inside * interval / host_ms), **dict.fromkeys(procs, 0.0)}
+    uncharged = [ts for ts in firsts if lo < ts <= hi]
+    not_first = f" AND ts NOT IN ({','.join('?' * len(uncharged))})" if uncharged else ""
     for i in range(0, len(procs), 500):
         chunk = procs[i:i + 500]
         for r in reader.query(  # (only the part inside: a report's cost grows with it)
                 "SELECT proc, count(DISTINCT ts) AS inside FROM proc_gpu_samples WHERE ts > ? "
-                f"AND ts <= ? AND proc IN ({','.join('?' * len(chunk))}) GROUP BY proc",
-                (lo, hi, *chunk)):
+                f"AND ts <= ?{not_first} AND proc IN ({','.join('?' * len(chunk))}) "
+                "GROUP BY proc", (lo, hi, *uncharged, *chunk)):
             if charged[r["proc"]] > 0:
                 shares[r["proc"]] = min(1.0, r["inside"] * interval / charged[r["proc"]])
     return shares
+
+
+def _run_first_ticks(reader: StoreReader, hour: int, end: int) -> set[int]:
+    """The ticks in [hour, end) (ms) that are a run's first: the first tick at or after each
+    recorded daemon start (daemon.analysis.ledger.RUN_START_READING, the store knowing nothing
+    of the analysis: its kind and name are spelled here). Empty for a store that recorded no
+    starts."""
+    if not _has_table(reader, "meter_readings"):
+        return set()
+    rows = reader.query(  # a start up to an hour before its first tick (a slow first read)
+        "SELECT (SELECT min(t.ts) FROM ticks t WHERE t.ts >= m.ts) AS first FROM "
+        "meter_readings m WHERE m.kind = 'start' AND m.name = 'daemon' AND m.ts >= ? "
+        "AND m.ts < ?", (hour - HOUR * 1000, end))
+    return {r["first"] for r in rows if isinstance(r["first"], int) and hour <= r["first"] < end}
 
 
 def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:

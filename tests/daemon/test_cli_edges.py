@@ -62,6 +62,25 @@ def test_a_long_range_lists_its_costliest_events_with_their_dates():
         report._render_events(events[:1], until=end))
 
 
+def test_the_events_text_says_how_many_low_utilization_windows_it_leaves_out():
+    """The text left every low-utilization window out without a word (95 in the JSON of a
+    demo hour, none in the text): it says how many, why, and where they are."""
+    end = time.mktime((2026, 11, 14, 12, 0, 0, 0, 0, -1))
+    windows = [{"kind": "low_utilization", "target": f"{100 + i}:1780000000.000",
+                "started_at": end - 60 * i, "ended_at": end - 60 * i + 30,
+                "cost_so_far": None} for i in range(1, 96)]
+    idle = {"kind": "gpu_held_idle", "target": "gpu:3", "started_at": end - 600,
+            "ended_at": None, "cost_so_far": 2.5}
+    said = ('  (95 low-utilization windows not listed: where stacks were sampled, their '
+            'findings are under "Where the time goes"; `--json` lists them)')
+    lines = report._render_events(windows + [idle], until=end)
+    assert lines[-1] == said and sum("gpu_held_idle" in line for line in lines) == 1
+    assert not any("low_utilization" in line for line in lines)
+    assert report._render_events(windows, until=end) == ["", "Events", said]
+    assert said.replace("95", "1").replace("windows", "window") in (
+        report._render_events(windows[:1], until=end))
+
+
 def test_check_with_an_unknown_scenario_says_which_exist(tmp_path):
     result = cli("check", "--simulate", "nosuch", "--db", str(tmp_path / "x.db"))
     assert result.returncode == 2
@@ -140,9 +159,49 @@ def test_watch_keeps_a_recommendation_between_two_evaluations(tmp_path):
         "id": "r1", "rule": "idle_gpu_held", "target": "gpu:0", "savings_per_month": 100.0,
         "summary": "GPU 0 held idle by pid 10", "action": {"kind": "none"}}], now - 20)
     store.close()
-    assert "none in this window" in watch_text(path, WATCH_WINDOW_S)  # the old window: gone
+    assert "recommendations: 0\n" in watch_text(path, WATCH_WINDOW_S)  # the old window: gone
     text = watch_text(path, 2 * 30.0 + 5)
-    assert "GPU 0 held idle by pid 10" in text and "none in this window" not in text
+    assert "GPU 0 held idle by pid 10" in text and "recommendations: 1" in text
+
+
+def test_watch_is_a_short_summary_of_this_runs_last_seconds(tmp_path):
+    """`mlcostd run --watch` printed the whole report every 5 s (review, inference audit,
+    phases: 100+ lines), and its first print after a restart on an old store listed the last
+    run's processes. It is a summary of the last 10 s of this run (README, --help)."""
+    import time
+
+    from daemon.commands.cli import watch_text
+    from daemon.runtime.resume import record_start
+    from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+    from daemon.store.writer import Store
+
+    path = tmp_path / "x.db"
+    store = Store(str(path))
+    now = time.time()
+    gpus = tuple(GpuSample(g, f"GPU-{g}", "A100", utilization=50.0, power_watts=200.0,
+                           memory_used_bytes=10 << 30, memory_total_bytes=40 << 30)
+                 for g in range(2))
+    old = ProcessSample(4242, now - 600, 1, "alice", "python old_run.py",
+                        gpus=(GpuUse(0, 10 << 30, 50.0),))
+    new = ProcessSample(5151, now - 60, 1, "bob", "python this_run.py",
+                        gpus=(GpuUse(1, 10 << 30, 50.0),))
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                            "price": {"per_hour": 4.0, "gpus": 2, "source": "test"}})
+    record_start(store, now - 9.5)  # the last run: its last ticks 6-8 s ago
+    for i in range(3):
+        store.write(Sample(ts=now - 8 + i, tick=i + 1, gpus=gpus, processes=(old,)))
+    record_start(store, now - 4.5)  # this run, started on its store
+    for i in range(4):
+        store.write(Sample(ts=now - 4 + i, tick=i + 1, gpus=gpus, processes=(new,)))
+    store.close()
+    text = watch_text(path, 65.0, started_at=now - 4.5)
+    assert "5151" in text and "this_run.py" in text, text
+    assert "4242" not in text and "old_run.py" not in text, text
+    for whole_report_only in ("Review:", "Inference audit", "Where the time goes",
+                              "Workload kinds", "Events"):
+        assert whole_report_only not in text, text
+    assert len(text.splitlines()) <= 20, text
+    assert "mlcostd report --db" in text  # where the rest is
 
 
 def _side_files(db) -> list[str]:

@@ -100,3 +100,36 @@ def test_a_phase_is_not_known_before_a_dip_could_have_been_seen():
     assert not phase_known(early)  # all compute by default: shown as '-'
     assert phase_known(later) and phase_known(sampled)
     assert not phase_known({}) and not phase_known(None)
+
+
+def test_energy_per_hour_is_null_not_left_out_without_an_electricity_price(tmp_path):
+    """README: a key of the JSON contract is `null` where there is no value, never left out.
+    Without [instance].electricity_per_kwh, `gpus[].energy_per_hour` and
+    `burn.energy_per_hour` were absent from /v1/now (probe 84)."""
+    daemon = recording_daemon(tmp_path, 5.0, t0=time.time() - 30)
+
+    async def main():
+        server = ApiServer(daemon, tmp_path / "run" / "mlcostd.sock")
+        await server.start()
+        try:
+            async with Client(f"unix:{server.socket_path}") as client:
+                return await client.now_raw()
+        finally:
+            await server.stop()
+
+    now = asyncio.run(main())
+    daemon.store.close()
+    assert now["price"].get("electricity_per_kwh") in (None, 0)
+    assert now["gpus"] and all("energy_per_hour" in g and g["energy_per_hour"] is None
+                               for g in now["gpus"]), now["gpus"]
+    assert "energy_per_hour" in now["burn"] and now["burn"]["energy_per_hour"] is None
+    from daemon.commands import report
+    from daemon.store.reader import StoreReader
+
+    reader = StoreReader(str(daemon.db))
+    try:
+        document = report.build(reader, 600)
+    finally:
+        reader.close()
+    assert document["gpus"] and all("energy_per_hour" in g and g["energy_per_hour"] is None
+                                    for g in document["gpus"]), document["gpus"]

@@ -85,6 +85,60 @@ def test_exposition_passes_promtool_but_for_dcgm_label_names(daemon):
     assert clean.returncode == 0, clean.stdout + clean.stderr
 
 
+README = livedaemon.ROOT / "README.md"
+
+
+def test_the_readme_promtool_command_passes_on_a_real_daemons_metrics(daemon):
+    """README's "Checking it with promtool" command, run as written on the real /metrics:
+    promtool flags only the dcgm-exporter label names (exit 3, its lint status, never 1: a
+    malformed exposition), and the command leaves nothing else."""
+    command = next(line for line in README.read_text().splitlines()
+                   if line.startswith("curl -s ") and "promtool check metrics" in line)
+    checking = command.split("|", 1)[1]  # the same pipeline, fed what curl would fetch
+    _, _, text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")
+    raw = promtool_check(text)
+    assert raw.returncode == 3, raw.stdout + raw.stderr
+    assert {name for name in DCGM_CAMEL_CASE if f"{name}=" in text} == set(DCGM_CAMEL_CASE)
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", checking], input=text,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout == "" and done.stderr == "", done.stdout + done.stderr
+
+
+def _documented_series() -> set[str]:
+    """Every series name README's metric tables give: the first cell of each row, where
+    `_sm_activity_ratio` after `mlcost_gpu_utilization_ratio` is `mlcost_gpu_sm_activity_ratio`
+    (the shorthand keeps the last full name's first word after `mlcost_`)."""
+    names = set()
+    for line in README.read_text().splitlines():
+        if not line.startswith("| `mlcost_"):
+            continue
+        prefix = ""
+        for name in re.findall(r"`([a-z_0-9]+)(?:\{[^}]*\})?`", line.split(" | ", 1)[0]):
+            if name.startswith("mlcost_"):
+                prefix = "_".join(name.split("_")[:2])
+                names.add(name)
+            elif name.startswith("_") and prefix:
+                names.add(prefix + name)
+    return names
+
+
+def test_every_series_the_daemon_exports_is_in_readmes_tables(daemon):
+    """`mlcost_potential_savings_dollars_per_month` was exported and in no table. Every series
+    a real daemon serves, and every family the collectors declare (some only appear with a
+    config: budgets, latency, Kubernetes), is in one of README's metric tables."""
+    documented = _documented_series()
+    _, _, text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")
+    served = {sample.name for family in text_string_to_metric_families(text)
+              for sample in family.samples if not sample.name.endswith("_created")}
+    assert served and served <= documented, sorted(served - documented)
+    source = "\n".join(path.read_text() for path in
+                        (livedaemon.ROOT / "daemon" / "api").glob("*.py"))
+    declared = set(re.findall(r'"(mlcost_[a-z0-9_]+)"', source))
+    missing = {name for name in declared
+               if not {name, f"{name}_total", f"{name}_info"} & documented}
+    assert not missing, sorted(missing)
+
+
 def test_gpu_series_carry_dcgm_labels_and_no_series_a_pid(daemon):
     _, _, text = fetch(f"http://127.0.0.1:{metrics_port(daemon)}/metrics")
     now = daemon.now()

@@ -81,3 +81,30 @@ def test_refresh_gcp_reads_the_key_file_from_the_config(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1
     assert str(key) in err and "needs an API key file" not in err
+
+
+def test_json_says_stale_on_each_price_and_a_stale_price_never_reads_current(tmp_path, capsys):
+    """`--json` put `stale` once per offer, and a price 460 days old read `"status":
+    "current"` beside the warning about it (probe 84). Each price carries its own `stale`
+    (README), and its status says `stale`; a pre-cut row stays `pre-cut`."""
+    from datetime import date, timedelta
+
+    old = (date.today() - timedelta(days=460)).isoformat()
+    sheet = tmp_path / "old.csv"
+    sheet.write_text(BUNDLED_CATALOG.read_text().splitlines()[0] + "\n"
+                     "lambda,us-east-1,gpu_1x_old,A100-40GB,1,40,30,200,host-hour,1.29,0.5,0.7,"
+                     f"1.0,0.8,old sheet,{old},current,\n")
+    config = write_config(tmp_path, f'[pricing]\nextra_catalogs = ["{sheet}"]\n')
+    assert main(["prices", "--config", str(config), "--instance", "gpu_1x_old", "--json"]) == 0
+    offer = json.loads(capsys.readouterr().out)["offers"][0]
+    for kind in ("on_demand", "spot", "commit_1y", "commit_3y"):
+        price = offer[kind]
+        assert "460 days old" in price["stale"] and price["status"] == "stale", (kind, price)
+    assert offer["stale"] == offer["on_demand"]["stale"]  # the offer's, as before
+    # the bundled p5 row, dated 2025-09-01: the probe's "current" price 460 days old
+    assert main(["prices", "--instance", "p5.48xlarge", "--region", "us-east-1", "--json"]) == 0
+    dated = json.loads(capsys.readouterr().out)["offers"][0]["on_demand"]
+    assert dated["status"] == "stale" and "days old (as of 2025-09-01)" in dated["stale"]
+    assert main(["prices", "--instance", "p4d.24xlarge", "--region", "us-east-1", "--json"]) == 0
+    cut = json.loads(capsys.readouterr().out)["offers"][0]["on_demand"]
+    assert cut["status"] == "pre-cut" and "may be wrong" in cut["stale"]

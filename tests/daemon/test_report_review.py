@@ -329,3 +329,49 @@ def test_an_hour_the_range_cuts_puts_its_spend_where_its_ticks_are(tmp_path):
     text = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
                            "5m"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
     assert "(5 min), against the 5 min before" in text  # (was "(0.0 days)")
+
+
+def test_a_review_redirected_to_a_file_cuts_no_line(tmp_path):
+    """README: "piped or redirected, no line is cut". The review's recommendation summaries
+    and job names were cut with `…` at 90 and 60 characters even in a file (probe 84)."""
+    db = tmp_path / "mlcost.db"
+    end = build_store(db)
+    summary = ("daemon.sim.workloads.data_starved (pid 12076) spends 62% of its last 15 s in "
+               "data wait: prefetch batches with more DataLoader workers")
+    store = Store(str(db))
+    facts.write_recommendations(store, [{"id": "r-long", "rule": "dataloader_starvation",
+                                         "target": "100:1780000000.000", "summary": summary,
+                                         "savings_per_month": 1863.0}], end - 60)
+    store.set_meta("cost", {"jobs": {"a-job-name-longer-than-sixty-characters-" * 2: "vllm"}})
+    store.close()
+    written = tmp_path / "report.txt"
+    with written.open("w") as out:
+        done = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db),
+                               "--since", "30d", "--by", "job"], cwd=ROOT, stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = written.read_text()
+    assert f"    new [$1,863/month] {summary}\n" in text, text
+    assert "a-job-name-longer-than-sixty-characters-" * 2 + " $" in text, text
+    assert "…" not in text.split("Review:", 1)[1], text
+
+
+def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick(mlcostd):
+    """A run charges nothing before its first tick (README), so the period before a stopped
+    store's whole range was not recorded at all; it read "before: $0.01 … recorded for 1 s"
+    (the first tick, ending the period before, was counted as charging the second before it)."""
+    daemon = mlcostd("idle-host", args=["--no-stacks"])
+    daemon.wait_for_ticks(4)
+    assert daemon.stop() == 0
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(daemon.db),
+                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["window"]["since"] == pytest.approx(document["window"]["recorded"]["first"],
+                                                        abs=1e-3)
+    review = document["review"]
+    assert review["previous"]["recorded_s"] == 0.0, review["previous"]
+    assert review["spend"]["previous_total"] in (None, 0.0), review["spend"]
+    assert review["previous"]["trend"] == "no trend: nothing was recorded in the period before"
+    # the range's own spend is what the ledger charged over its ticks
+    assert review["spend"]["total"] == pytest.approx(document["spend"]["total"], rel=0.02)

@@ -120,5 +120,5 @@ def test_texts_keep_what_tells_processes_and_jobs_apart():
     long = report.render_review({
         "since": 0.0, "until": 3600.0, "spend": {"total": 1.0, "per_day": 24.0, "by_month": {},
                                                 "by_day": {}},
-        "by": {"job": [{"name": "j" * 500, "cost": 1.0}]}})
+        "by": {"job": [{"name": "j" * 500, "cost": 1.0}]}}, width=100)
     assert f"{'j' * 59}… $1.00" in "\n".join(long)

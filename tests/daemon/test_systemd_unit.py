@@ -87,3 +87,14 @@ def test_verify_catches_a_bad_value(runnable_unit):
     done = subprocess.run(["systemd-analyze", "verify", str(runnable_unit)],
                           capture_output=True, text=True, timeout=60)
     assert "Failed to parse service type" in done.stdout + done.stderr
+
+
+def test_readme_says_the_unit_ships_without_metrics_listen_and_shows_the_line_to_add():
+    """README said the unit "with `--metrics-listen` in `ExecStart` does the same", but the
+    shipped ExecStart has no such flag: it shows the drop-in that adds it, which must stay
+    the shipped ExecStart plus the flag."""
+    readme = (UNIT.parents[2] / "README.md").read_text()
+    shipped = settings()["ExecStart"]
+    assert "--metrics-listen" not in shipped
+    assert f"`ExecStart={shipped}`" in readme
+    assert f"ExecStart=\nExecStart={shipped} --metrics-listen 0.0.0.0:9400\n" in readme
