@@ -650,8 +650,7 @@ def _no_samples(window: dict[str, Any], recording: bool | None) -> list[str]:
     if not recorded:
         return [f"No samples in {store} at all. Is mlcostd running? Start it with `mlcostd "
                 "run` (or `mlcostd run --simulate demo`), or pass the --db it records into."]
-    held = (f"{store} holds {clock.local_time(recorded['first'])} to "
-            f"{clock.local_time(recorded['last'])}")
+    held = queries.held_range(store, (recorded["first"], recorded["last"]))  # as snapshots say
     if recording is False:
         return [f"No samples in this window: {held} (no daemon records into it). Drop --since "
                 "and --until to report all of it, or give a window inside that range."]
