@@ -283,6 +283,39 @@ def test_a_loop_fed_by_a_multiprocessing_pool_is_told_its_pool_size_and_its_work
     assert "ThreadPoolExecutor" not in patch and "py-spy top" not in patch, patch
 
 
+# the loop of tests/daemon/workloads/executor_fed.py on its ProcessPoolExecutor's futures,
+# beside the pool's manager thread (Python 3.11)
+EXECUTOR_LOOP = [
+    ThreadStack(1, "MainThread", False, (
+        Frame("Condition.wait", f"{STDLIB}/threading.py", 327),
+        Frame("Future.result", f"{STDLIB}/concurrent/futures/_base.py", 451),
+        Frame("batches", "/srv/executor_fed.py", 50), Frame("main", "/srv/executor_fed.py", 79),
+        Frame("<module>", "/srv/executor_fed.py", 86))),
+    ThreadStack(2, "Thread-1", False, (
+        Frame("_PollLikeSelector.select", f"{STDLIB}/selectors.py", 415),
+        Frame("wait", f"{STDLIB}/multiprocessing/connection.py", 947),
+        Frame("_ExecutorManagerThread.wait_result_broken_or_wakeup",
+              f"{STDLIB}/concurrent/futures/process.py", 417),
+        Frame("_ExecutorManagerThread.run", f"{STDLIB}/concurrent/futures/process.py", 344),
+        *THREAD_RUN))]
+
+
+def test_a_loop_fed_by_a_process_pool_executor_is_told_more_of_its_workers_not_threads():
+    """Its worker processes make its batches: more of them for the executor, not a thread
+    pool, nor a multiprocessing.Queue it does not use."""
+    s = with_children(window(), "python executor_fed.py", "python executor_fed.py")
+    [rec] = by_rule(recs(s, data_wait_of(s, [EXECUTOR_LOOP] * 10, DECODING)),
+                    "dataloader_starvation")
+    assert rec.evidence["where"] == "/srv/executor_fed.py:50", rec.evidence["where"]
+    assert rec.headline.startswith("more worker processes, or faster ones (pid 42: ")
+    patch = rec.action["patch"]
+    assert "(a ProcessPoolExecutor), and they cannot keep up. It has 2 worker processes " \
+        "now." in patch, patch
+    assert "-pool = concurrent.futures.ProcessPoolExecutor(...)\n" \
+        "+pool = concurrent.futures.ProcessPoolExecutor(max_workers=16)" in patch, patch
+    assert "ThreadPoolExecutor" not in patch and "multiprocessing.Queue(" not in patch, patch
+
+
 def test_idle_advice_counts_its_gpus_and_its_minutes_as_the_panels_do():
     s = window(utils=[0.0] * 8, holders={0: 0.0, 1: 0.0})
     [rec] = by_rule(recs(s, limits={"idle_held_min_s": 60.0}), "idle_gpu_held")
