@@ -9,8 +9,8 @@ GPU reads idle, and it read `idle` ("sleeping or waiting" on its get line), whic
 idle_gpu_held's SIGTERM and the host's stop. So did a loop fed by decoder processes through a
 multiprocessing.Queue ("waiting in a multiprocessing pipe"); it is told to run more decoder
 processes or make them faster, never a thread pool; so did loops on a ProcessPoolExecutor's
-futures or map (Condition.wait under Future.result, no multiprocessing frame). GPU workers that take jobs from a multiprocessing
-Manager's queue or from a job server's socket read `idle` (a multiprocessing pipe: SIGTERM) or
+futures or map (Condition.wait under Future.result, no multiprocessing frame). GPU workers
+that take jobs from a multiprocessing Manager's queue or from a job server's socket read `idle` (a multiprocessing pipe: SIGTERM) or
 `data_wait` (dataloader_starvation, prefetch worth nearly all their burn); a worker waiting
 for its next job is a queue consumer, to be scaled with its queue like a server.
 """
