@@ -19,6 +19,7 @@ import argparse
 import collections
 import concurrent.futures
 import itertools
+import multiprocessing
 import os
 import random
 import signal
@@ -61,6 +62,15 @@ def batches(pool: concurrent.futures.Executor, take: str):  # noqa: ANN201 - a g
                 yield from (f.result() for f in finished)
 
 
+def stop(*_: object) -> None:
+    """Now, at once: an exit would wait for the batches submitted ahead. A worker process
+    inherits this; its parent takes it down too, signalled alone (a worker waiting for its next
+    task never learns that its parent died)."""
+    for worker in multiprocessing.active_children():
+        worker.kill()
+    os._exit(0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pool", choices=("process", "thread"), default="process")
@@ -69,9 +79,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--step-ms", type=float, default=10.0)
     args = parser.parse_args()
-    # Now, at once, and in the pool's worker processes too (they inherit it): an exit would
-    # wait for the batches submitted ahead.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGTERM, stop)
     executor = (concurrent.futures.ProcessPoolExecutor if args.pool == "process"
                 else concurrent.futures.ThreadPoolExecutor)
     with executor(max_workers=args.workers) as pool, Device(gpu_index=GPU) as gpu:
