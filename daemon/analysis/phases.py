@@ -60,7 +60,9 @@ from daemon.analysis.stack_rules import (
     FrameRule,
     awaited_answer,
     first_match,
+    future_wait,
     is_handoff_wait,
+    is_process_pool_thread,
     is_serving_frame,
     is_socket_frame,
     is_user_code,
@@ -141,10 +143,11 @@ def classify(
     the innermost data-loading or serving library frame > a wait on a queue, condition or
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
-    wait through multiprocessing (a pipe, a queue, a manager's proxy) while its child
-    processes run on a CPU (data wait: worker processes feed it, `_fed_by_children`) > a get on a
-    broker's queue (a multiprocessing manager's, a redis blocking pop: idle, JOB_WAIT) >
-    waiting frames or a sleep/wait call on the user line (idle) > D
+    wait through multiprocessing (a pipe, a queue, a manager's proxy), or for concurrent.futures
+    results beside a ProcessPoolExecutor's thread, while its child processes run on a CPU (data
+    wait: worker processes feed it, `_fed_by_children`, `_fed_by_process_pool`) > a get on a
+    broker's queue (a multiprocessing manager's, a Pool worker's task queue, a redis blocking
+    pop: idle, JOB_WAIT) > waiting frames or a sleep/wait call on the user line (idle) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -228,7 +231,12 @@ def classify(
         if fed is not None:
             return fed
     if wait is not None and not busy_elsewhere and _through_multiprocessing(wait[1]):
-        fed = _fed_by_children(wait, responsible, signals)
+        fed = _fed_by_children(f"on a multiprocessing pipe or queue ({_where(wait[1])})",
+                               responsible, signals)
+        if fed is not None:
+            return fed
+    if wait is not None and not busy_elsewhere and _is_handoff(wait):
+        fed = _fed_by_process_pool(threads, thread, called, responsible, signals)
         if fed is not None:
             return fed
     if wait is not None and wait[0].kind == JOB and not busy_elsewhere:
@@ -417,18 +425,38 @@ def _through_multiprocessing(frame: Frame) -> bool:
     return fnmatchcase(frame.filename.replace("\\", "/"), "*/multiprocessing/*")
 
 
-def _fed_by_children(wait: tuple[FrameRule, Frame], responsible: Frame | None,
+def _fed_by_children(waiting: str, responsible: Frame | None,
                      signals: HostSignals | None) -> Classification | None:
-    """Data wait, where the main thread waits through multiprocessing (`wait`: a pipe, a
-    queue, a manager's queue) while its child processes run on a CPU: decoder processes that
-    put batches on a multiprocessing.Queue, workers that compute what it takes. None where
-    its children do not run (a worker waiting for its broker's next job, a loop for nothing)."""
+    """Data wait, where the main thread waits (`waiting` says on what, and where) on what its
+    child processes make while they run on a CPU: decoder processes that put batches on a
+    multiprocessing.Queue, workers that compute what it takes. None where its children do not
+    run (a worker waiting for its broker's next job, a loop for nothing)."""
     children = _children_at_work(signals)
     if children is None:
         return None
     return Classification(
-        DATA_WAIT, f"main thread waiting on a multiprocessing pipe or queue ({_where(wait[1])}) "
-        f"while its child processes run ({children}): {WORKER_PROCESSES_FEED_IT}", responsible)
+        DATA_WAIT, f"main thread waiting {waiting} while its child processes run ({children}): "
+        f"{WORKER_PROCESSES_FEED_IT}", responsible)
+
+
+def _fed_by_process_pool(threads: Sequence[ThreadStack], main: ThreadStack | None,
+                         called: Sequence[Frame], responsible: Frame | None,
+                         signals: HostSignals | None) -> Classification | None:
+    """Data wait, where the main thread waits for concurrent.futures results (`called`: the
+    frames below its user line) beside a ProcessPoolExecutor's thread while its child
+    processes run: the pool's workers make what it waits for. None where it waits on no
+    future, has no such pool, or its children do not run (a future nothing works on)."""
+    future = future_wait(called)
+    if future is None or not _has_process_pool(threads, main):
+        return None
+    return _fed_by_children(
+        f"for results of its concurrent.futures ProcessPoolExecutor ({_where(future)})",
+        responsible, signals)
+
+
+def _has_process_pool(threads: Sequence[ThreadStack], main: ThreadStack | None) -> bool:
+    others = islice((t for t in threads if t is not main), MAX_THREADS_LOOKED_AT)
+    return any(is_process_pool_thread(t.frames) for t in others)
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals,
@@ -546,8 +574,8 @@ def _said(match: tuple[FrameRule, Frame], responsible: Frame | None, prefix: str
 def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
     """The main thread waits for batches from worker processes: DataLoader workers, on the
     DataLoader itself or on a queue that a thread iterating the DataLoader fills; a
-    multiprocessing Pool's; children filling a multiprocessing queue or pipe (not a manager's
-    queue: its child is the manager, no worker): dump the workers too, where the prefetch
+    multiprocessing Pool's; a ProcessPoolExecutor's futures; children filling a multiprocessing
+    queue or pipe (not a manager's queue: its child is the manager, no worker): dump the workers too, where the prefetch
     advice names the line they spend their time on. Not for a reader thread that reads for
     itself: it is in this same dump, and the process's children are then no workers of its
     loop (a helper, a compressor)."""
@@ -564,6 +592,8 @@ def waits_on_data_queue(threads: Sequence[ThreadStack]) -> bool:
         return first_match(called, JOB) is None
     if wait is None or not _is_handoff(wait):
         return False
+    if future_wait(called) is not None and _has_process_pool(threads, thread):
+        return True  # a ProcessPoolExecutor's results
     others = islice((t for t in threads if t is not thread), MAX_THREADS_LOOKED_AT)
     return any(match[0].phase == DATA_WAIT for other in others
                if (match := first_match(other.frames, LIBRARY)) is not None)

@@ -60,6 +60,9 @@ _DL = "*/torch/utils/data/dataloader.py"
 # frames are in this file: "get (<string>:2)" above BaseProxy._callmethod.
 PROXY_FILE = "<string>"
 _MANAGERS = "*/multiprocessing/managers.py"
+_POOL = "*/multiprocessing/pool.py"
+_FUTURES = "*/concurrent/futures/_base.py"
+_PROCESS_POOL = "*/concurrent/futures/process.py"
 _C10D = "*/torch/distributed/distributed_c10d.py"
 _HF = "*/transformers/trainer.py"
 _PL = "*/lightning/pytorch/*"
@@ -150,8 +153,13 @@ FRAME_RULES: tuple[FrameRule, ...] = (
          "DataLoader waiting for a batch from its workers"),
     # A hand-made loader: results of a multiprocessing Pool (imap, map, apply_async().get())
     # that its worker processes compute; waiting for them is waiting for input, not idling.
-    FrameRule(LIBRARY, "*/multiprocessing/pool.py", "*", DATA_WAIT,
-              f"waiting for results of its multiprocessing Pool: {WORKER_PROCESSES_FEED_IT}"),
+    # Only where the Pool's owner waits: the Pool's own workers run in pool.py too (`worker`,
+    # `mapstar`, and a forked worker's copy of its parent's frames that made the Pool).
+    *(
+        FrameRule(LIBRARY, _POOL, name, DATA_WAIT,
+                  f"waiting for results of its multiprocessing Pool: {WORKER_PROCESSES_FEED_IT}")
+        for name in ("IMapIterator.next", "ApplyResult.get", "ApplyResult.wait", "Pool.join")
+    ),
     FrameRule(LIBRARY, "*/torch/utils/data/_utils/fetch.py", "*", HOST_PREPROCESS,
          "a DataLoader worker process loading samples",
          within=("*/torch/utils/data/_utils/worker.py", "_worker_loop")),
@@ -238,6 +246,13 @@ FRAME_RULES: tuple[FrameRule, ...] = (
                               ("bzpopmin", "sorted set"), ("bzpopmax", "sorted set"),
                               ("bzmpop", "sorted set"))
     ),
+    # A worker process of a multiprocessing Pool or a ProcessPoolExecutor between tasks: it
+    # reads its next one from the queue its pool's owner fills.
+    FrameRule(JOB, "*/multiprocessing/queues.py", "SimpleQueue.get", IDLE,
+              f"{JOB_WAIT} from its multiprocessing Pool's task queue", within=(_POOL, "worker")),
+    FrameRule(JOB, "*/multiprocessing/queues.py", "Queue.get", IDLE,
+              f"{JOB_WAIT} from its ProcessPoolExecutor's call queue",
+              within=(_PROCESS_POOL, "_process_worker")),
     # -- waiting on a lock someone holds (wait; rules/idle.py looks first) --
     *(
         FrameRule(LOCK, f"*/{file}", name, IDLE, f"{LOCK_WAIT} ({what})")
@@ -285,6 +300,25 @@ HANDOFF_WAITS: tuple[tuple[str, str], ...] = (
     ("*/queue.py", "*.get"),
     ("*/threading.py", "Condition.wait"),
     ("*/threading.py", "Event.wait"),
+)
+# Where a thread waits for concurrent.futures results (a Future's result, as_completed, wait,
+# the iterator Executor.map returns): they wait in Condition.wait or Event.wait inside these.
+# Whose results they are is told by the pool that computes them (phases._fed_by_process_pool,
+# phases._fed_by for a thread pool's threads): a future from a request or a remote call that
+# nothing in the process works on is a wait like any other.
+FUTURE_WAITS: tuple[tuple[str, str], ...] = (
+    (_FUTURES, "Future.result"),
+    (_FUTURES, "Future.exception"),
+    (_FUTURES, "as_completed"),
+    (_FUTURES, "wait"),
+    (_FUTURES, "*result_iterator"),  # Executor.map's, a closure: Executor.map.<locals>.result_...
+)
+# The thread a ProcessPoolExecutor runs in its owner's process once it has worker processes
+# (_queue_management_worker before Python 3.9): a process waiting on a future beside it waits
+# for its worker processes.
+PROCESS_POOL_THREADS: tuple[tuple[str, str], ...] = (
+    (_PROCESS_POOL, "_ExecutorManagerThread.*"),
+    (_PROCESS_POOL, "_queue_management_worker"),
 )
 # What the innermost user line calls to take what another thread hands over, where that call
 # leaves no Python frame (a queue.SimpleQueue's get is C): a HANDOFF_WAITS wait all the same.
@@ -389,6 +423,18 @@ def awaited_answer(frames: Iterable[Frame]) -> Frame | None:
     """The frame of `frames` that waits for a request's answer to begin (ANSWER_WAITS)."""
     return next((f for f in frames if any(_is(f, file, name) for file, name in ANSWER_WAITS)),
                 None)
+
+
+def future_wait(frames: Sequence[Frame]) -> Frame | None:
+    """The outermost FUTURE_WAITS frame of `frames` (innermost first): the concurrent.futures
+    call the user's code made (as_completed, Executor.map's iterator, Future.result)."""
+    return next((f for f in reversed(frames)
+                 if any(_is(f, file, name) for file, name in FUTURE_WAITS)), None)
+
+
+def is_process_pool_thread(frames: Sequence[Frame]) -> bool:
+    """A ProcessPoolExecutor's own thread in its owner's process (PROCESS_POOL_THREADS)."""
+    return any(_is(f, file, name) for f in frames for file, name in PROCESS_POOL_THREADS)
 
 
 def is_socket_frame(frame: Frame) -> bool:

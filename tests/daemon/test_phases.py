@@ -989,6 +989,189 @@ def test_a_loop_on_a_multiprocessing_queue_has_its_children_dumped_but_a_job_wor
     assert waits_on_data_queue(threads(MP_QUEUE_GET))
     assert not waits_on_data_queue(threads(PROXY_GET))
 
+# tests/daemon/workloads/executor_fed.py as py-spy dumps it (Python 3.11): a loop taking the
+# batches a concurrent.futures pool makes, and how it takes them (--take).
+FED = "/home/me/executor_fed.py"
+FUTURES = f"{STDLIB}/concurrent/futures/_base.py"
+CONDITION_WAIT = (f"{STDLIB}/threading.py", "Condition.wait", 327)
+EVENT_WAIT = (f"{STDLIB}/threading.py", "Event.wait", 629)
+FED_MAIN = [(FED, "main", 79), (FED, "<module>", 86)]
+FUTURE_WAITS = {
+    "result": [CONDITION_WAIT, (FUTURES, "Future.result", 451), (FED, "batches", 50), *FED_MAIN],
+    "map": [CONDITION_WAIT, (FUTURES, "Future.result", 451),
+            (FUTURES, "_result_or_cancel", 317),
+            (FUTURES, "Executor.map.<locals>.result_iterator", 619),
+            (f"{STDLIB}/concurrent/futures/process.py", "_chain_from_iterable_of_lists", 620),
+            (FED, "batches", 46), *FED_MAIN],
+    "as_completed": [CONDITION_WAIT, EVENT_WAIT, (FUTURES, "as_completed", 243),
+                     (FED, "batches", 57), *FED_MAIN],
+    "wait": [CONDITION_WAIT, EVENT_WAIT, (FUTURES, "wait", 305), (FED, "batches", 60),
+             *FED_MAIN],
+}
+# A ProcessPoolExecutor's threads in its owner's process: neither has a user frame.
+PROCESS_POOL_THREADS = [
+    ([(f"{STDLIB}/selectors.py", "_PollLikeSelector.select", 415),
+      (f"{STDLIB}/multiprocessing/connection.py", "wait", 947),
+      (f"{STDLIB}/concurrent/futures/process.py",
+       "_ExecutorManagerThread.wait_result_broken_or_wakeup", 417),
+      (f"{STDLIB}/concurrent/futures/process.py", "_ExecutorManagerThread.run", 344),
+      *THREAD_RUN], False),
+    ([CONDITION_WAIT, (f"{STDLIB}/multiprocessing/queues.py", "Queue._feed", 231), *THREAD_RUN],
+     False)]
+# its two worker processes making batches: 1.9 cores between them, the loop's own 2%
+POOL_AT_WORK = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.02, tree_cpu=1.92,
+                           children_running=2)
+
+
+def test_a_loop_waiting_on_its_process_pool_executors_results_waits_for_its_worker_processes():
+    """A loop that submits batch-making to a ProcessPoolExecutor waits for each batch in
+    Condition.wait under Future.result (or map's iterator, as_completed, wait): no
+    multiprocessing frame, and the pool's threads have no user frame. It read 'waiting in
+    Condition.wait' (idle), and idle_gpu_held could offer the SIGTERM to a job whose workers
+    ran at 60-67% CPU. Beside a ProcessPoolExecutor's thread, with its children at work: data
+    wait, worker processes feed it (the advice offers more of them, not threads)."""
+    for take, main in FUTURE_WAITS.items():
+        dump = threads(main, *PROCESS_POOL_THREADS)
+        found = classify(dump, gpu_busy=False, source_line=no_source, signals=POOL_AT_WORK)
+        assert found.phase == "data_wait", (take, found)
+        assert found.reason.endswith(stack_rules.WORKER_PROCESSES_FEED_IT), found.reason
+        assert "ProcessPoolExecutor" in found.reason, found.reason
+        assert found.frame is not None and found.frame.name == "batches", found
+        assert found.thread is None  # the line is the loop's: the pool's threads have none
+        # its worker processes are dumped with it: the advice names their line
+        assert waits_on_data_queue(dump), take
+    # it names what the loop called: map's iterator, not the Future.result inside it
+    mapped = classify(threads(FUTURE_WAITS["map"], *PROCESS_POOL_THREADS), gpu_busy=False,
+                      source_line=no_source, signals=POOL_AT_WORK)
+    assert "(_base.py:619 Executor.map.<locals>.result_iterator)" in mapped.reason, mapped
+    # a loaded host gives a busy worker a sliver of a core: runnable at the last tick, at work
+    loaded = dataclasses.replace(POOL_AT_WORK, tree_cpu=0.06, children_running=1)
+    assert classify(threads(FUTURE_WAITS["result"], *PROCESS_POOL_THREADS), gpu_busy=False,
+                    source_line=no_source, signals=loaded).phase == "data_wait"
+    # its GPU busy meanwhile (its work another thread's): compute, as before
+    assert classify(threads(FUTURE_WAITS["result"], *PROCESS_POOL_THREADS), gpu_busy=False,
+                    source_line=no_source, signals=POOL_AT_WORK,
+                    busy_elsewhere=True).phase == "compute"
+
+
+def test_a_future_that_no_pool_works_on_stays_a_wait():
+    """A server waiting on a future a request will complete, a job waiting on a remote call:
+    nothing of the process makes what it waits for, and it stays what it was (idle)."""
+    for take, main in FUTURE_WAITS.items():
+        # no pool at all, though a child of it runs (a helper, a compressor)
+        alone = classify(threads(main), gpu_busy=False, source_line=no_source,
+                         signals=POOL_AT_WORK)
+        assert alone.phase == "idle" and alone.reason.startswith("waiting in Condition.wait"), \
+            (take, alone)
+        assert not waits_on_data_queue(threads(main))
+        # a ProcessPoolExecutor whose workers sleep (or were not measured): not its results
+        for signals in (dataclasses.replace(POOL_AT_WORK, tree_cpu=0.03, children_running=0),
+                        None):
+            found = classify(threads(main, *PROCESS_POOL_THREADS), gpu_busy=False,
+                             source_line=no_source, signals=signals)
+            assert found.phase == "idle", (take, signals, found)
+    # a thread pool's thread on a bare socket (a remote call): no input work, as before
+    remote = [(f"{STDLIB}/socket.py", "socket.recv_into", 706),
+              ("/home/me/client.py", "call", 31),
+              (f"{STDLIB}/concurrent/futures/thread.py", "_WorkItem.run", 58),
+              (f"{STDLIB}/concurrent/futures/thread.py", "_worker", 83), *THREAD_RUN]
+    assert classify(threads(FUTURE_WAITS["result"], (remote, False)), gpu_busy=False,
+                    source_line=no_source).phase == "idle"
+
+
+# A ThreadPoolExecutor's thread running the loop's make_batch in Python (executor_fed.py
+# --pool thread), and one between tasks (its get is a SimpleQueue's, C: no frame of its own).
+THREAD_POOL_BATCH = [(FED, "make_batch.<locals>.<listcomp>.<listcomp>", 38),
+                     (FED, "make_batch.<locals>.<listcomp>", 38), (FED, "make_batch", 38),
+                     (f"{STDLIB}/concurrent/futures/thread.py", "_WorkItem.run", 58),
+                     (f"{STDLIB}/concurrent/futures/thread.py", "_worker", 83), *THREAD_RUN]
+THREAD_POOL_IDLE = [(f"{STDLIB}/concurrent/futures/thread.py", "_worker", 81), *THREAD_RUN]
+
+
+def test_a_loop_on_its_thread_pools_futures_waits_for_the_thread_that_makes_its_batch():
+    """The pool's threads run the user's function: _fed_by finds the one at work (a pin: this
+    held before the ProcessPoolExecutor's rule)."""
+    for take, main in FUTURE_WAITS.items():
+        dump = threads(main, (THREAD_POOL_IDLE, False), (THREAD_POOL_BATCH, True))
+        found = classify(dump, gpu_busy=False, source_line=no_source)
+        assert found.phase == "data_wait", (take, found)
+        assert found.frame == Frame("make_batch.<locals>.<listcomp>.<listcomp>", FED, 38)
+        assert found.thread is dump[2]
+        # all its threads between tasks: nothing made, nothing to wait for
+        assert classify(threads(main, (THREAD_POOL_IDLE, False)), gpu_busy=False,
+                        source_line=no_source).phase == "idle"
+
+
+# A multiprocessing Pool's worker process (forked: below its own frames, its parent's copy
+# of the frames that made the Pool), as py-spy dumps it (Python 3.11): between tasks, and
+# running the user's function under Pool.map.
+_POOL = f"{STDLIB}/multiprocessing/pool.py"
+FORKED = [(f"{STDLIB}/multiprocessing/process.py", "BaseProcess.run", 108),
+          (f"{STDLIB}/multiprocessing/process.py", "BaseProcess._bootstrap", 314),
+          (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen._launch", 71),
+          (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen.__init__", 19),
+          (f"{STDLIB}/multiprocessing/context.py", "ForkProcess._Popen", 281),
+          (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.start", 121)]
+MADE_THE_POOL = [*FORKED, (_POOL, "Pool._repopulate_pool_static", 329),
+                 (_POOL, "Pool._repopulate_pool", 306), (_POOL, "Pool.__init__", 215),
+                 (f"{STDLIB}/multiprocessing/context.py", "BaseContext.Pool", 119),
+                 ("/home/me/pool_map.py", "<module>", 8)]
+PIPE_READ = [(f"{STDLIB}/multiprocessing/connection.py", "Connection._recv", 395),
+             (f"{STDLIB}/multiprocessing/connection.py", "Connection._recv_bytes", 430),
+             (f"{STDLIB}/multiprocessing/connection.py", "_ConnectionBase.recv_bytes", 216)]
+POOL_WORKER_BETWEEN_TASKS = [*PIPE_READ, (f"{STDLIB}/multiprocessing/queues.py",
+                                          "SimpleQueue.get", 365),
+                             (_POOL, "worker", 114), *MADE_THE_POOL]
+POOL_WORKER_DECODING = [("/home/me/pool_map.py", "decode", 4), (_POOL, "mapstar", 48),
+                        (_POOL, "worker", 125), *MADE_THE_POOL]
+# ... and a ProcessPoolExecutor's, between tasks and making a batch
+_PPE = f"{STDLIB}/concurrent/futures/process.py"
+MADE_THE_EXECUTOR = [*FORKED, (_PPE, "ProcessPoolExecutor._spawn_process", 785),
+                     (_PPE, "ProcessPoolExecutor._launch_processes", 775),
+                     (_PPE, "ProcessPoolExecutor._start_executor_manager_thread", 748),
+                     (_PPE, "ProcessPoolExecutor.submit", 809), (FED, "batches", 50),
+                     *FED_MAIN]
+EXECUTOR_WORKER_BETWEEN_TASKS = [*PIPE_READ, (f"{STDLIB}/multiprocessing/queues.py",
+                                              "Queue.get", 103),
+                                 (_PPE, "_process_worker", 249), *MADE_THE_EXECUTOR]
+EXECUTOR_WORKER_MAKING = [*THREAD_POOL_BATCH[:3], (_PPE, "_process_chunk.<locals>.<listcomp>", 210),
+                          (_PPE, "_process_chunk", 210), (_PPE, "_process_worker", 261),
+                          *MADE_THE_EXECUTOR]
+# the Pool's owner in Pool.map
+POOL_MAP = [CONDITION_WAIT, EVENT_WAIT, (_POOL, "ApplyResult.wait", 765),
+            (_POOL, "ApplyResult.get", 768), (_POOL, "Pool.map", 367),
+            ("/home/me/pool_map.py", "<module>", 10)]
+
+
+def test_a_pool_worker_waits_for_its_next_task_and_runs_what_its_function_does():
+    """The Pool rule matched inside the Pool's own workers (pool.py's `worker`), so a worker
+    read data wait, waiting for its next task or decoding alike. A worker between tasks waits
+    for its next job from its pool's queue (a queue consumer: never a process to stop, no
+    input to prefetch); one running the user's function is what that function does. The
+    Pool's owner waiting in map or imap still waits for data."""
+    quiet = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0)
+    for between, queue in ((POOL_WORKER_BETWEEN_TASKS, "multiprocessing Pool's task queue"),
+                           (EXECUTOR_WORKER_BETWEEN_TASKS, "ProcessPoolExecutor's call queue")):
+        for signals in (quiet, None):
+            found = classify(threads(between), gpu_busy=False, source_line=no_source,
+                             signals=signals)
+            assert found.phase == "idle", found
+            assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from its {queue}"), found
+        assert not waits_on_data_queue(threads(between))
+    for making in (POOL_WORKER_DECODING, EXECUTOR_WORKER_MAKING):
+        dump = [ThreadStack(1, "MainThread", True, tuple(Frame(n, f, ln) for f, n, ln in making),
+                            owns_gil=True)]
+        found = classify(dump, gpu_busy=False, source_line=no_source)
+        assert found.phase == "unknown", found  # host code running: what its function does
+        assert found.frame == Frame(making[0][1], making[0][0], making[0][2])
+        assert classify(dump, gpu_busy=False, source_line=no_source,
+                        signals=dataclasses.replace(quiet, main_thread_cpu=0.98,
+                                                    process_cpu=0.98)).phase == "host_preprocess"
+    found = classify(threads(POOL_MAP), gpu_busy=False, source_line=no_source)
+    assert found.phase == "data_wait" and "multiprocessing Pool" in found.reason, found
+    assert waits_on_data_queue(threads(POOL_MAP))
+
+
 def test_a_worker_blocked_on_a_socket_nothing_came_to_waits_for_its_next_job():
     """A render worker blocked in sock.recv between jobs read 'reading a file or socket'
     (data wait), and dataloader_starvation then offered read-ahead worth 94% of its burn. A recv

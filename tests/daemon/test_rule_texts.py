@@ -129,9 +129,10 @@ READING = (Frame("read_batches", "/srv/reader.py", 23), *THREAD_RUN)
 SOURCE = {"train": "batch = batches.get()", "read_batches": "raw = shard.read(CHUNK)"}
 
 
-def data_wait_of(s, dumps, signals=None, pid=42):
+def data_wait_of(s, dumps, signals=None, pid=42, phase="data_wait"):
     """The process's phase balance from its dumps (each a list of ThreadStacks), classified and
-    tallied as the daemon does: the sample keeps the stack of the thread the loop waits for."""
+    tallied as the daemon does (all in `phase`): the sample keeps the stack of the thread the
+    loop waits for."""
     samples = []
     for i, dump in enumerate(dumps):
         said = classify(dump, gpu_busy=False, source_line=lambda f: SOURCE.get(f.name),
@@ -140,7 +141,7 @@ def data_wait_of(s, dumps, signals=None, pid=42):
         samples.append(StackSample(s[0].ts + i, pid, shown.thread_id, stack_hash(shown.frames),
                                    shown.frames, said.phase, 1.0, said.reason))
     balance = phase_balance(samples, 600.0, 0.0)
-    assert set(balance) == {"data_wait"}, balance
+    assert set(balance) == {phase}, balance
     return {pid_id(s): balance}
 
 
@@ -266,8 +267,9 @@ def test_a_loop_fed_by_a_multiprocessing_pool_is_told_its_pool_size_and_its_work
     on, from their own stacks (the daemon dumps a Pool's workers: phases.waits_on_data_queue)."""
     s = with_children(window(), "python pool_loader.py", "python pool_loader.py")
     phases = data_wait_of(s, [POOL_LOOP] * 10)
-    for pid in (50, 51):  # each worker's phase balance, from its dumps
-        worker = data_wait_of(s, [POOL_WORKER] * 6, pid=pid)[pid_id(s)]
+    for pid in (50, 51):  # each worker's phase balance, from its dumps: running Python (no
+        # data wait of its own, though it runs in the Pool's pool.py `worker`)
+        worker = data_wait_of(s, [POOL_WORKER] * 6, pid=pid, phase="unknown")[pid_id(s)]
         phases[f"{pid}:1.000"] = worker
     [rec] = by_rule(recs(s, phases), "dataloader_starvation")
     assert rec.headline.startswith("more worker processes, or faster ones (pid 42: ")
@@ -279,6 +281,39 @@ def test_a_loop_fed_by_a_multiprocessing_pool_is_told_its_pool_size_and_its_work
     assert "its workers spend the most samples at /srv/pool_loader.py:16 (decode)" in patch, \
         patch
     assert "ThreadPoolExecutor" not in patch and "py-spy top" not in patch, patch
+
+
+# the loop of tests/daemon/workloads/executor_fed.py on its ProcessPoolExecutor's futures,
+# beside the pool's manager thread (Python 3.11)
+EXECUTOR_LOOP = [
+    ThreadStack(1, "MainThread", False, (
+        Frame("Condition.wait", f"{STDLIB}/threading.py", 327),
+        Frame("Future.result", f"{STDLIB}/concurrent/futures/_base.py", 451),
+        Frame("batches", "/srv/executor_fed.py", 50), Frame("main", "/srv/executor_fed.py", 79),
+        Frame("<module>", "/srv/executor_fed.py", 86))),
+    ThreadStack(2, "Thread-1", False, (
+        Frame("_PollLikeSelector.select", f"{STDLIB}/selectors.py", 415),
+        Frame("wait", f"{STDLIB}/multiprocessing/connection.py", 947),
+        Frame("_ExecutorManagerThread.wait_result_broken_or_wakeup",
+              f"{STDLIB}/concurrent/futures/process.py", 417),
+        Frame("_ExecutorManagerThread.run", f"{STDLIB}/concurrent/futures/process.py", 344),
+        *THREAD_RUN))]
+
+
+def test_a_loop_fed_by_a_process_pool_executor_is_told_more_of_its_workers_not_threads():
+    """Its worker processes make its batches: more of them for the executor, not a thread
+    pool, nor a multiprocessing.Queue it does not use."""
+    s = with_children(window(), "python executor_fed.py", "python executor_fed.py")
+    [rec] = by_rule(recs(s, data_wait_of(s, [EXECUTOR_LOOP] * 10, DECODING)),
+                    "dataloader_starvation")
+    assert rec.evidence["where"] == "/srv/executor_fed.py:50", rec.evidence["where"]
+    assert rec.headline.startswith("more worker processes, or faster ones (pid 42: ")
+    patch = rec.action["patch"]
+    assert "(a ProcessPoolExecutor), and they cannot keep up. It has 2 worker processes " \
+        "now." in patch, patch
+    assert "-pool = concurrent.futures.ProcessPoolExecutor(...)\n" \
+        "+pool = concurrent.futures.ProcessPoolExecutor(max_workers=16)" in patch, patch
+    assert "ThreadPoolExecutor" not in patch and "multiprocessing.Queue(" not in patch, patch
 
 
 def test_idle_advice_counts_its_gpus_and_its_minutes_as_the_panels_do():

@@ -8,8 +8,9 @@ processes (they hold the GIL: threads would take turns): its GPU works ~1-2% of 
 GPU reads idle, and it read `idle` ("sleeping or waiting" on its get line), which earned it
 idle_gpu_held's SIGTERM and the host's stop. So did a loop fed by decoder processes through a
 multiprocessing.Queue ("waiting in a multiprocessing pipe"); it is told to run more decoder
-processes or make them faster, never a thread pool. GPU workers that take jobs from a multiprocessing
-Manager's queue or from a job server's socket read `idle` (a multiprocessing pipe: SIGTERM) or
+processes or make them faster, never a thread pool; so did loops on a ProcessPoolExecutor's
+futures or map (Condition.wait under Future.result, no multiprocessing frame). GPU workers
+that take jobs from a multiprocessing Manager's queue or from a job server's socket read `idle` (a multiprocessing pipe: SIGTERM) or
 `data_wait` (dataloader_starvation, prefetch worth nearly all their burn); a worker waiting
 for its next job is a queue consumer, to be scaled with its queue like a server.
 """
@@ -25,6 +26,8 @@ from typing import Any
 from simhost import poll
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
 from test_restart_live import events
+
+from daemon.analysis.stack_rules import WORKER_PROCESSES_FEED_IT
 
 WORKLOADS = Path(__file__).parent / "workloads"
 # Short waits so the rules find idleness in seconds: held idle 10 s, the host 20 s, a round
@@ -58,34 +61,39 @@ def rules(found: dict[str, list[Any]]) -> dict[str, list[str]]:
     return {name: sorted(r.rule for r in recs) for name, recs in found.items()}
 
 
+def starved_past_host_after(daemon: Any, names: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The advice about each named program once each has dataloader_starvation from a round of
+    the rules whose window ends past the host's idle threshold: every GPU has read idle past
+    [idle].host_after (the host_idle event is open) and a round of the rules has seen that."""
+    state: dict[str, Any] = {}
+
+    def starved() -> bool:
+        state["recs"] = found = advice_by_program(daemon, names)
+        starved = [r for name in names for r in found[name]
+                   if r.rule == "dataloader_starvation"]
+        opened = events(daemon.db, "host_idle")
+        return len(starved) == len(names) and bool(opened) and all(
+            r.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S
+            for r in starved)
+
+    poll(starved, 150,
+         f"dataloader_starvation for all of {names}, in a round after the host_idle event",
+         every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
+         + "\n" + daemon.log_tail())
+    return state["recs"]
+
+
 def test_loops_fed_by_producer_threads_or_decoder_processes_are_starved_not_idle(
         mlcostd, tmp_path):
     """Their phase is data wait (at the producers' line for the threads), their advice the
     pipeline's, and neither they nor their host are offered to be stopped, also once every GPU
-    has read idle past [idle].host_after (the host_idle event is open) and a round of the
-    rules has seen that."""
+    has read idle past [idle].host_after."""
     path = scenario_file(tmp_path, [
         {"name": "augment", "command": program("augment_pipeline.py")},
         {"name": "decode", "command": program("decode_processes.py")}])
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
     names = ("augment_pipeline", "decode_processes")
-    state: dict[str, Any] = {}
-
-    def starved_past_host_after() -> bool:
-        state["recs"] = found = advice_by_program(daemon, names)
-        starved = [r for name in names for r in found[name]
-                   if r.rule == "dataloader_starvation"]
-        opened = events(daemon.db, "host_idle")
-        # a round of the rules whose window ends past the host's idle threshold
-        return len(starved) == len(names) and bool(opened) and all(
-            r.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S
-            for r in starved)
-
-    poll(starved_past_host_after, 150,
-         "dataloader_starvation for both loops, in a round after the host_idle event",
-         every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
-         + "\n" + daemon.log_tail())
-    found = state["recs"]
+    found = starved_past_host_after(daemon, names)
     for name in names:
         assert not {r.rule for r in found[name] + found["host"]} & STOPS, rules(found)
         assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
@@ -108,6 +116,43 @@ def test_loops_fed_by_producer_threads_or_decoder_processes_are_starved_not_idle
     # the line its decoder spends its time on, from the decoder's own stacks
     assert "its workers spend the most samples at " in patch, patch
     assert "decode_processes.py:32 (decode_batches)" in patch, patch
+    assert daemon.stop() == 0, daemon.log_tail()
+
+
+EXECUTOR_FED = WORKLOADS / "executor_fed.py"
+# the line make_batch's worker processes spend their time on
+MAKE_BATCH_LINE = next(n for n, text in enumerate(EXECUTOR_FED.read_text().splitlines(), start=1)
+                       if "frame = [[min(255" in text)
+
+
+def test_loops_fed_by_a_process_pool_executor_are_starved_not_idle(mlcostd, tmp_path):
+    """A loop that waits on its ProcessPoolExecutor's futures (Future.result) and one on its
+    executor.map: their main threads wait in Condition.wait, no multiprocessing frame, and
+    read idle (idle_gpu_held's SIGTERM, the host's stop) while their worker processes made
+    batches. They are data wait that worker processes feed: more or faster workers, from the
+    line the workers spend their time on, and never a stop."""
+    path = scenario_file(tmp_path, [
+        {"name": "result",
+         "command": program("executor_fed.py", "--take", "result", "--workers", "1")},
+        {"name": "map", "command": program("executor_fed.py", "--take", "map", "--workers", "1")}])
+    daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+    names = ("--take result", "--take map")
+    found = starved_past_host_after(daemon, names)
+    for name, waits_in in zip(names, ("Future.result", "result_iterator"), strict=True):
+        assert not {r.rule for r in found[name] + found["host"]} & STOPS, rules(found)
+        assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
+        [fed] = [r for r in found[name] if r.rule == "dataloader_starvation"]
+        reason = fed.evidence["top_stacks"][0]["reason"]
+        assert "ProcessPoolExecutor" in reason and waits_in in reason, reason
+        assert reason.endswith(WORKER_PROCESSES_FEED_IT), reason
+        assert fed.headline.startswith("more worker processes, or faster ones"), fed.headline
+        patch = fed.action["patch"]
+        assert "(a ProcessPoolExecutor), and they cannot keep up. It has 1 worker process " \
+            "now." in patch, patch
+        assert "+pool = concurrent.futures.ProcessPoolExecutor(max_workers=" in patch, patch
+        assert "ThreadPoolExecutor" not in patch, patch
+        # the line its worker spends its time on, from the worker's own stacks
+        assert f"executor_fed.py:{MAKE_BATCH_LINE} (make_batch)" in patch, patch
     assert daemon.stop() == 0, daemon.log_tail()
 
 

@@ -131,8 +131,11 @@ def _fed_by_workers(stacks: Sequence[Mapping[str, Any]]) -> bool:
     return not _waits_on_dataloader(stacks) and fed > sampled * FED_BY_WORKERS_SHARE
 
 
-# A frame of a multiprocessing Pool in a stack (phase_balance._stack's "file:line function").
+# A frame of a multiprocessing Pool in a stack (phase_balance._stack's "file:line function"),
+# and one where a loop waits for concurrent.futures results (of a ProcessPoolExecutor, where
+# worker processes feed it).
 _POOL_FRAME = "/multiprocessing/pool.py:"
+_FUTURES_FRAME = "/concurrent/futures/"
 
 
 def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
@@ -141,13 +144,15 @@ def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
     them while the CPUs allow, a deeper queue, faster workers; never a thread pool."""
     n = _workers(proc, a)
     gpu_procs = max(len(a.processes), 1)
-    pool = any(_POOL_FRAME in str(frame) for stack in stacks
-               for frame in stack.get("frames") or ())
+    frames = [str(frame) for stack in stacks for frame in stack.get("frames") or ()]
+    pool = any(_POOL_FRAME in frame for frame in frames)
+    executor = not pool and any(_FUTURES_FRAME in frame for frame in frames)
     has = proc.workers
     now = f" It has {plural(has, 'worker process', 'worker processes')} now." if has else ""
+    how = ("a multiprocessing Pool" if pool else "a ProcessPoolExecutor" if executor
+           else "through a multiprocessing queue")
     text = (f"# {where}: {program_words(proc)[1]} waits here for input its worker processes "
-            f"make ({'a multiprocessing Pool' if pool else 'through a multiprocessing queue'}"
-            f"), and they cannot keep up.{now}\n"
+            f"make ({how}), and they cannot keep up.{now}\n"
             "# A thread pool would not help: the work already runs in processes.\n")
     if has >= n:
         text += (f"# More would not help either: {has} already share the {a.host_cpus} CPUs "
@@ -157,6 +162,12 @@ def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
                  "-pool = multiprocessing.Pool(...)\n"
                  f"+pool = multiprocessing.Pool(processes={n})  # {a.host_cpus} CPUs / "
                  f"{gpu_procs} GPU processes\n")
+    elif executor:
+        text += ("# Run more of them, with batches submitted ahead of the one the loop waits "
+                 "for:\n"
+                 "-pool = concurrent.futures.ProcessPoolExecutor(...)\n"
+                 f"+pool = concurrent.futures.ProcessPoolExecutor(max_workers={n})  # "
+                 f"{a.host_cpus} CPUs / {gpu_procs} GPU processes\n")
     else:
         text += ("# Run more of them, and give them a deeper queue to fill ahead of the loop "
                  "(it evens out slow batches):\n"
