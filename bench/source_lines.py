@@ -58,13 +58,13 @@ def main() -> None:
     top = Path(tempfile.mkdtemp(prefix="mlcost-bench-", dir="/tmp"))
     try:
         top.chmod(0o755)
-        paths = {}
+        paths: dict[int, str] = {}
         for depth in (4, 9):
             folder = top.joinpath(*(f"d{i}" for i in range(depth - 2)))  # /tmp and top count
             folder.mkdir(parents=True, exist_ok=True)
-            path = folder / "train.py"
-            path.write_text("import torch\n" * 200 + "loss.backward()\n" + "x = 1\n" * 300)
-            paths[depth] = str(path)
+            source = folder / "train.py"
+            source.write_text("import torch\n" * 200 + "loss.backward()\n" + "x = 1\n" * 300)
+            paths[depth] = str(source)
         for parent in top.rglob("*"):
             parent.chmod(0o755 if parent.is_dir() else 0o644)
         for depth, path in paths.items():
