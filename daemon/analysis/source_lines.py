@@ -2,58 +2,121 @@
 
 The classifier reads it to see what a line calls into C (SOURCE_CALLS in
 daemon.analysis.stack_rules); the daemon runs as root and the file name comes from the process,
-so the read is guarded here.
+so the read is guarded here: the path is walked one component at a time from the process's
+root, each folder searched only where the process's user could search it and each link followed
+only where that user's open would follow it, and the file read only where that user could read
+it (`Credentials`, from /proc/PID/status). What is read goes through the redactor.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import stat
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from daemon.sources.frames import Frame
+from daemon.sources.redact import redact_code
 
 SourceLine = Callable[[Frame], "str | None"]
 
+FILE_LIMIT = 4 << 20  # a source file anyone wrote by hand is smaller
+MAX_LINKS = 40  # as the kernel's path walk (MAXSYMLINKS)
+MAX_COMPONENTS = 256  # a path of more folders than this is no source file's
+# Capability bits (linux/capability.h) that let a process read any file and search any folder.
+CAP_DAC_OVERRIDE = 1
+CAP_DAC_READ_SEARCH = 2
 
-def read_source_line(frame: Frame, reader_uid: int | None = None) -> str | None:
-    """The text of a frame's line from its file, or None where it cannot be read or where the
-    process whose frame it is could not read it either.
+READ, SEARCH = 4, 1  # permission bits, as in a mode's rwx triple and a POSIX ACL entry's perm
+
+# POSIX ACL xattr (linux/posix_acl_xattr.h): a version, then (tag u16, perm u16, id u32) entries.
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_HEADER, _ACL_ENTRY = struct.Struct("<I"), struct.Struct("<HHI")
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Whose access a read is checked against: a process's filesystem user and groups (the ids
+    the kernel checks a file's permissions with), and whether it may read anything
+    (CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH in the host's user namespace, as root has)."""
+
+    uid: int
+    gids: frozenset[int]
+    reads_anything: bool = False
+
+
+ANYONE = Credentials(uid=-1, gids=frozenset())  # no one's: only what every user may read
+ROOT = Credentials(uid=0, gids=frozenset({0}), reads_anything=True)
+
+
+def credentials(pid: int) -> Credentials | None:
+    """The credentials process `pid` opens files with (its fsuid, fsgid and supplementary
+    groups, its effective capabilities), from /proc/PID/status; None where it is gone or they
+    cannot be read. Capabilities count only in the daemon's own user namespace: a container's
+    root has them over its namespace's files alone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            fields = dict(line.split(":", 1) for line in status if ":" in line)
+        uid = int(fields["Uid"].split()[3])  # real, effective, saved, filesystem
+        gids = {int(fields["Gid"].split()[3])}
+        gids.update(int(g) for g in fields.get("Groups", "").split())
+        caps = int(fields["CapEff"].strip(), 16)
+        ours = os.stat("/proc/self/ns/user")
+        theirs = os.stat(f"/proc/{pid}/ns/user")
+    except (OSError, KeyError, IndexError, ValueError):
+        return None
+    same_namespace = (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+    overrides = bool(caps & (1 << CAP_DAC_OVERRIDE | 1 << CAP_DAC_READ_SEARCH))
+    return Credentials(uid, frozenset(gids), reads_anything=same_namespace and overrides)
+
+
+def read_source_line(frame: Frame, reader: Credentials = ANYONE, root: str = "/") -> str | None:
+    """The text of a frame's line from its file (redacted: `redact_code`), or None where it
+    cannot be read or where `reader` could not read it (ANYONE: only what every user may read).
 
     mlcostd runs as root and a frame's file name comes from the process: a user whose code
-    names /etc/shadow in a frame must not get a line of it back in the evidence. So the file is
-    opened once, checked on its descriptor (a regular file of at most 4 MiB, and readable by
-    `reader_uid`: that user's own file, or one anyone may read; `None` means anyone) and read
-    from that same descriptor.
+    names /etc/shadow, or a file in a folder only root may enter, in a frame must not get a line
+    of it back in the evidence. So the path is resolved here from `root` (the process's
+    /proc/PID/root), one component at a time, never by the kernel on root's behalf: each folder
+    must let `reader` search it, each link is followed as the kernel would follow it for
+    `reader` (see _resolve), and the file must be a regular file of at most FILE_LIMIT that
+    `reader` may read. Mode bits, group membership and POSIX ACLs are checked; an LSM's (SELinux,
+    AppArmor) rules are not.
 
     Not linecache: it keeps every file it read for good, and the daemon reads through
     /proc/PID/root, a new path for every process, so a host whose jobs come and go grew it
     without end (a whole file, up to 4 MiB, per process). Here one line is read and the last
-    few hundred lines read are kept, each by its file's identity, size and mtime."""
-    if frame.filename.startswith("<") or frame.line < 1:
-        return None
-    try:
-        # O_PATH first: opening a device for reading can act (a watchdog arms, a tape rewinds),
-        # so the file is looked at before it is opened, and then opened as that same file.
-        handle = os.open(frame.filename, os.O_PATH | os.O_CLOEXEC)
-    except (OSError, ValueError):
+    few hundred lines read are kept, each by its file's identity, size and mtime (after the
+    check, so a line kept for one user is never given to another who could not read it)."""
+    if not frame.filename.startswith("/") or frame.line < 1:
+        return None  # "<frozen ...>", "<string>", or relative to a folder not known here
+    handle = _resolve(root, frame.filename, reader)
+    if handle is None:
         return None
     try:
         found = os.fstat(handle)
-        if not stat.S_ISREG(found.st_mode) or found.st_size > 4 << 20:
-            return None  # not a source file anyone wrote by hand
-        if not _may_read(found, reader_uid):
+        if not stat.S_ISREG(found.st_mode) or found.st_size > FILE_LIMIT:
+            return None  # not a source file anyone wrote by hand (a FIFO, a device, a folder)
+        if not _grants(handle, found, reader, READ):
             return None
         key = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, frame.line)
         with _SOURCE_LINES_LOCK:
             if key in _SOURCE_LINES:
                 _SOURCE_LINES.move_to_end(key)
                 return _SOURCE_LINES[key]
-        with open(f"/proc/self/fd/{handle}", encoding="utf-8", errors="replace") as source:
-            text = next(itertools.islice(source, frame.line - 1, None), "") or None
+        # Reopened through the descriptor: the file checked is the file read, never a path
+        # walked again. At most FILE_LIMIT bytes (a file grown since the fstat is cut there).
+        with open(f"/proc/self/fd/{handle}", "rb") as source:
+            data = source.read(FILE_LIMIT)
+        raw = next(itertools.islice(data.splitlines(keepends=True), frame.line - 1, None), b"")
+        text = redact_code(raw.decode("utf-8", errors="replace")) if raw else None
     except OSError:
         return None
     finally:
@@ -75,29 +138,143 @@ def source_lines_kept() -> int:
     return len(_SOURCE_LINES)
 
 
-def _may_read(found: os.stat_result, uid: int | None) -> bool:
-    """Whether user `uid` could read the file: root, its owner with the owner's read bit, or
-    anyone where the file is world-readable. Group bits are not trusted: the process's groups
-    are not known here, and a line less in the evidence is the safe side."""
-    if found.st_mode & stat.S_IROTH:
+def _resolve(root: str, path: str, reader: Credentials) -> int | None:
+    """An O_PATH descriptor of what absolute `path` names inside `root`, walked as `reader`'s
+    open would walk it, or None where that open would fail.
+
+    Every component is opened O_PATH | O_NOFOLLOW relative to its folder's descriptor (an
+    O_PATH open never acts on a device and never follows a link): the kernel resolves nothing
+    for root here. A folder is entered only where `reader` may search it; `..` never climbs above
+    `root` (the process's own root, as chroot keeps it); a link is read and its target walked
+    the same way, at most MAX_LINKS of them, and a link in a sticky folder others may write
+    (/tmp) is followed only where `reader` or the folder's owner owns it (the kernel's
+    fs.protected_symlinks, applied whatever that setting is)."""
+    try:
+        top = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    folders = [top]  # the descriptors from `root` down to the folder the walk is in
+    left = path.split("/")[::-1]  # the components still to walk, the next one last
+    links = 0
+    try:
+        while left:
+            name = left.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if len(folders) > 1:
+                    os.close(folders.pop())
+                continue
+            if len(left) + len(folders) > MAX_COMPONENTS:
+                return None
+            here = folders[-1]
+            folder = os.fstat(here)
+            if not _grants(here, folder, reader, SEARCH):
+                return None
+            found = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
+            try:
+                what = os.fstat(found)
+            except OSError:
+                os.close(found)
+                raise
+            if stat.S_ISLNK(what.st_mode):
+                os.close(found)
+                links += 1
+                if links > MAX_LINKS or not _may_follow(folder, what.st_uid, reader):
+                    return None
+                target = os.readlink(name, dir_fd=here)
+                if target.startswith("/"):
+                    while len(folders) > 1:
+                        os.close(folders.pop())
+                left.extend(target.split("/")[::-1])
+                continue
+            if not any(left):  # the last component (trailing slashes aside)
+                return found
+            if not stat.S_ISDIR(what.st_mode):
+                os.close(found)
+                return None  # a file named as a folder: ENOTDIR
+            folders.append(found)
+        return None  # the path named `root` itself, or only folders
+    except (OSError, ValueError):
+        return None
+    finally:
+        for handle in folders:
+            os.close(handle)
+
+
+def _may_follow(folder: os.stat_result, link_owner: int, reader: Credentials) -> bool:
+    """fs.protected_symlinks: in a sticky, world-writable folder a link is followed only by its
+    owner or where the folder's owner owns it (another user's link there may be a trap)."""
+    if not (folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH):
         return True
-    if uid is None:
-        return False
-    return uid == 0 or (found.st_uid == uid and bool(found.st_mode & stat.S_IRUSR))
+    return link_owner in (reader.uid, folder.st_uid)
+
+
+def _grants(handle: int, found: os.stat_result, reader: Credentials, want: int) -> bool:
+    """Whether `reader` has permission `want` (READ or SEARCH) on the file open as `handle`,
+    as the kernel decides it (generic_permission): a process that reads anything has it; else
+    the owner's bits for its owner, the group's for a member of its group, the others' for the
+    rest; a POSIX ACL, where the file has one, in their place."""
+    if reader.reads_anything:
+        return True
+    acl = _acl(handle)
+    if acl is not None:
+        return _acl_grants(acl, found, reader, want)
+    mode = found.st_mode
+    if found.st_uid == reader.uid:
+        bits = mode >> 6
+    elif found.st_gid in reader.gids:
+        bits = mode >> 3
+    else:
+        bits = mode
+    return bits & want == want
+
+
+def _acl(handle: int) -> list[tuple[int, int, int]] | None:
+    """The file's access ACL entries (tag, perm, id), or None where it has none. One that
+    cannot be read or parsed is an ACL that grants nothing (the safe side)."""
+    try:
+        # getxattr through the descriptor's /proc link: fgetxattr does not take an O_PATH one.
+        data = os.getxattr(f"/proc/self/fd/{handle}", _ACL_XATTR)
+    except OSError as error:
+        if error.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return None
+        return []
+    body = data[_ACL_HEADER.size:]
+    if len(data) < _ACL_HEADER.size or len(body) % _ACL_ENTRY.size:
+        return []
+    return [entry for entry in _ACL_ENTRY.iter_unpack(body)]
+
+
+def _acl_grants(acl: list[tuple[int, int, int]], found: os.stat_result, reader: Credentials,
+                want: int) -> bool:
+    """The POSIX ACL access check (posix_acl_permission): the owner entry for the owner, a
+    named user's entry (under the mask) for that user, any matching group entry that grants
+    `want` (under the mask) for a member of a matching group, else the others' entry."""
+    mask = next((perm for tag, perm, _ in acl if tag == _ACL_MASK), 0o7)
+    if found.st_uid == reader.uid:
+        return any(tag == _ACL_USER_OBJ and perm & want == want for tag, perm, _ in acl)
+    for tag, perm, who in acl:
+        if tag == _ACL_USER and who == reader.uid:
+            return perm & mask & want == want
+    groups = [perm for tag, perm, who in acl
+              if tag == _ACL_GROUP_OBJ and found.st_gid in reader.gids
+              or tag == _ACL_GROUP and who in reader.gids]
+    if groups:
+        return any(perm & mask & want == want for perm in groups)
+    return any(tag == _ACL_OTHER and perm & want == want for tag, perm, _ in acl)
 
 
 def source_reader(pid: int) -> SourceLine:
     """Reads a frame's line through /proc/PID/root, so paths inside a container resolve, and
-    only where the process's own user could read the file."""
+    only where the process's own user could read the file: its credentials are read from /proc
+    once, here (a process gone by then gets no line read)."""
+    reader = credentials(pid)
     root = f"/proc/{pid}/root"
-    try:
-        uid: int | None = os.stat(f"/proc/{pid}").st_uid  # the process's effective user
-    except OSError:
-        uid = None  # gone: only files anyone may read
 
     def read(frame: Frame) -> str | None:
-        if frame.filename.startswith("<"):
+        if reader is None:
             return None
-        return read_source_line(Frame(frame.name, root + frame.filename, frame.line), uid)
+        return read_source_line(frame, reader, root)
 
     return read

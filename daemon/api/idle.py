@@ -20,6 +20,7 @@ from aiohttp import web
 
 from daemon import clock
 from daemon.analysis import idleness
+from daemon.api.echo import shown
 
 log = logging.getLogger("mlcostd")
 
@@ -34,7 +35,7 @@ def parse_for(raw: str | None) -> float:
     if raw is None:
         return 0.0
     if not _NUMBER.fullmatch(raw) or float(raw) > MAX_FOR_S:
-        raise ValueError(f"for={raw[:40]!r} must be a number of seconds from 0 to {MAX_FOR_S}")
+        raise ValueError(f"for={shown(raw)} must be a number of seconds from 0 to {MAX_FOR_S}")
     return float(raw)
 
 

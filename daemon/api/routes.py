@@ -3,7 +3,8 @@
 Each handler reads what the running daemon holds, on the event loop (the tick and the analyzer
 change that state on the loop, so it is never read from a thread); only blocking work runs in a
 thread: store reads (through their own read-only connections) and a recommendation's action.
-Errors are JSON {"error": "..."} that name the bad value and what is allowed.
+Errors are JSON {"error": "..."} that name the bad value and what is allowed; a value from the
+request is quoted through daemon.api.echo.shown, so an error stays short whatever was sent.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from daemon import __version__, clock
 from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.analysis.price_history import PRICE_READING, PriceHistory
 from daemon.api import openapi
+from daemon.api.echo import shown
 from daemon.api.limits import REQUEST_TIMEOUT_S
 from daemon.wire import API_VERSION, parse_process_key
 
@@ -57,10 +59,10 @@ def _number(query: Any, name: str, default: float, low: float, high: float) -> f
     if raw is None:
         return default
     if not _NUMBER.fullmatch(raw):  # float() would take " 1", "1_0", "nan", "inf"
-        raise _bad(f"{name}={raw[:40]!r} is not a number")
+        raise _bad(f"{name}={shown(raw)} is not a number")
     value = float(raw)
     if not (low <= value <= high):
-        raise _bad(f"{name}={raw!r} must be between {low:g} and {high:g}")
+        raise _bad(f"{name}={shown(raw)} must be between {low:g} and {high:g}")
     return value
 
 
@@ -81,7 +83,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     except (HttpProcessingError, web.RequestPayloadError) as exc:  # a bad gzip or deflate body
         encoding = request.headers.get("Content-Encoding", "none")
         raise _bad(f"the request body could not be decoded (Content-Encoding: "
-                   f"{encoding[:40]!r}: {type(exc).__name__}); send plain JSON or a valid "
+                   f"{shown(encoding)}: {type(exc).__name__}); send plain JSON or a valid "
                    "gzip/deflate body") from None
     if not raw.strip():
         return {}
@@ -124,16 +126,18 @@ def _nesting(raw: bytes) -> int:
 def _process_key(key: str) -> tuple[int, float]:
     """PID:START_TIME with a pid and a start time a store can hold; 400 otherwise."""
     if not _PROCESS_KEY.fullmatch(key):
-        raise _bad(f"process key {key[:60]!r} is not PID:START_TIME: a pid and a start time in "
+        raise _bad(f"process key {shown(key)} is not PID:START_TIME: a pid and a start time in "
                    "seconds, in digits (e.g. 1234:1700000000.12)")
     try:
         pid, start = parse_process_key(key)
-    except ValueError as exc:
-        raise _bad(str(exc)) from None
+    except ValueError:  # (its message quotes the whole key)
+        raise _bad(f"process key {shown(key)}: its pid is out of range (0 to {MAX_PID})") \
+            from None
     if not 0 <= pid <= MAX_PID:
-        raise _bad(f"process key {key[:60]!r}: pid {pid} is out of range (0 to {MAX_PID})")
+        raise _bad(f"process key {shown(key)}: pid {shown(pid)} is out of range (0 to "
+                   f"{MAX_PID})")
     if not (math.isfinite(start) and 0 <= start <= MAX_START_TIME):
-        raise _bad(f"process key {key[:60]!r}: start time {start!r} must be a finite Unix "
+        raise _bad(f"process key {shown(key)}: start time {shown(start)} must be a finite Unix "
                    f"time between 0 and {MAX_START_TIME:g} (e.g. 1234:1700000000.12)")
     return pid, start
 
@@ -170,7 +174,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         read: Callable[[Any], list[Any]]
         if proc_q is not None:
             if metric not in PROCESS_METRICS:
-                raise _bad(f"metric={metric!r} is not a process metric; one of "
+                raise _bad(f"metric={shown(metric)} is not a process metric; one of "
                            f"{', '.join(sorted(PROCESS_METRICS))}")
             pid, start = _process_key(proc_q)
             target = f"process:{proc_q}"
@@ -199,15 +203,15 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
                                      idle_pct)
         else:
             if metric not in GPU_METRICS:
-                raise _bad(f"metric={metric!r} is not a GPU metric; one of "
+                raise _bad(f"metric={shown(metric)} is not a GPU metric; one of "
                            f"{', '.join(sorted(GPU_METRICS))} or wasted_per_hour")
             if gpu_q is None:
                 raise _bad("say which series: gpu=INDEX or process=PID:START")
             if not _INDEX.fullmatch(gpu_q):
-                raise _bad(f"gpu={gpu_q[:40]!r} is not a GPU index")
+                raise _bad(f"gpu={shown(gpu_q)} is not a GPU index")
             index = int(gpu_q)
             if not 0 <= index <= MAX_GPU_INDEX:
-                raise _bad(f"gpu={gpu_q[:40]!r} is not a GPU index (0 to {MAX_GPU_INDEX})")
+                raise _bad(f"gpu={shown(gpu_q)} is not a GPU index (0 to {MAX_GPU_INDEX})")
             target = f"gpu:{index}"
 
             def read(reader: Any) -> list[Any]:
@@ -242,7 +246,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         if result is None:
             result = await asyncio.to_thread(daemon.phases_for, key, since)
         if result is None:
-            return json_error(404, f"no process {key} on this host")
+            return json_error(404, f"no process {shown(key, quoted=False)} on this host")
         if not isinstance(result, dict) or "phases" not in result:
             result = {"phases": result}
         return web.json_response({"key": key, "since_s": since, **result})
@@ -259,10 +263,10 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         body = await _body(request)
         dry_run = body.get("dry_run", True)
         if not isinstance(dry_run, bool):
-            return json_error(400, f"dry_run={dry_run!r} must be true or false")
+            return json_error(400, f"dry_run={shown(dry_run)} must be true or false")
         rec = daemon.recommendation(rec_id)  # on the loop, where the analyzer's state lives
         if rec is None:
-            return json_error(404, f"no active recommendation {rec_id!r}; list them at "
+            return json_error(404, f"no active recommendation {shown(rec_id)}; list them at "
                                    "/v1/recommendations")
         gate, who = daemon.action_gate, peer(request.transport)  # audit.py: trail and checks
         try:
@@ -286,18 +290,18 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         hours = body.get("hours", 24)
         if isinstance(hours, bool) or not isinstance(hours, int | float) or not (
                 0 < hours <= MAX_SNOOZE_HOURS):
-            return json_error(400, f"hours={hours!r} must be a number between 0 and "
+            return json_error(400, f"hours={shown(hours)} must be a number between 0 and "
                                    f"{MAX_SNOOZE_HOURS}")
         until = daemon.snooze_recommendation(rec_id, float(hours))
         if until is None:
-            return json_error(404, f"no active recommendation {rec_id!r}; list them at "
+            return json_error(404, f"no active recommendation {shown(rec_id)}; list them at "
                                    "/v1/recommendations")
         return web.json_response({"id": rec_id, "snoozed_until": until})
 
     async def unsnooze(request: web.Request) -> web.Response:
         rec_id = request.match_info["id"]
         if not daemon.unsnooze_recommendation(rec_id):
-            return json_error(404, f"recommendation {rec_id!r} is not snoozed")
+            return json_error(404, f"recommendation {shown(rec_id)} is not snoozed")
         return web.json_response({"id": rec_id, "snoozed_until": None})
 
     app.router.add_get("/v1/health", health)

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from daemon import clock
+from daemon.api.echo import shown as _shown
 from daemon.config import parse_duration, snapshots_folder
 from daemon.store.files import RefusedFile, open_checked
 from daemon.store.snapshot import MAX_SINCE_S
@@ -39,13 +40,6 @@ CHUNK_BYTES = 1 << 20
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
-
-
-def _shown(value: Any) -> str:
-    """A request's value for an error message: repr, cut to 60 characters."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**60 else \
-        f"an integer of {len(str(abs(value)))} digits"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def snapshot_range(body: dict[str, Any], now: float) -> tuple[float, float]:
@@ -163,9 +157,9 @@ def add_snapshot_routes(app: web.Application, daemon: Any,
 
         name = request.match_info["name"]
         if not _NAME.fullmatch(name):
-            return _error(400, f"{name[:80]!r} is not a snapshot file name; list them at "
+            return _error(400, f"{_shown(name)} is not a snapshot file name; list them at "
                                "/v1/snapshots")
-        missing = _error(404, f"no snapshot {name!r}; list them at /v1/snapshots")
+        missing = _error(404, f"no snapshot {_shown(name)}; list them at /v1/snapshots")
         try:
             fd = await asyncio.to_thread(open_snapshot_file, snapshots_folder(daemon.config),
                                          name)

@@ -5,7 +5,9 @@ A process's command line is redacted once, at the source (`redact_argv`, called 
 source), so the store, the API documents, evidence, reports and snapshots only ever see the
 redacted line. The few paths that read a command line or other outside text themselves go
 through the same functions: an action's dry run and confirmation (`redact_argv` on the live
-argv), webhook bodies (`redact_document`), and the daemon's log (`RedactingFilter`).
+argv), webhook bodies (`redact_document`), the daemon's log (`RedactingFilter`), and a stack
+frame's source line, which a classification reason may quote (`redact_code`, where it is read:
+daemon.analysis.source_lines).
 
 What is hidden:
 - PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
@@ -252,6 +254,35 @@ def _redact_header(word: str) -> str:
             kept = scheme.group("scheme") + " " if scheme else ""
             return name + header.group("sep") + kept + REDACTED
     return redact_text(word)
+
+
+# Source code (a frame's line quoted in evidence): a secret-looking name given a value with
+# spaces around the sign, a type annotation before it, or as a subscript's key: `DB_PASSWORD =
+# "x"`, `self.api_key: str = 'x'`, `if token == "x"`, `os.environ["HF_TOKEN"] = "x"`,
+# `connect(password = "x")`. Starts at the start of a word (or a quoted key), so each name is
+# scanned from one place; its value is a string literal (with its prefix: f"", rb'') to its
+# closing quote or the line's end, or a bare word.
+_CODE_ASSIGNMENT = re.compile(
+    r"(?:(?<![A-Za-z0-9_])(?P<name>[A-Za-z_][A-Za-z0-9_]*)|\[(?P<quote>[\"'])(?P<key>[^\"'\s]{1,64})"
+    r"(?P=quote)\])(?P<sign>\s*(?::\s*[A-Za-z_][A-Za-z0-9_.]{0,64}(?:\[[^\]=\n]{0,64}\])?\s*)?"
+    r"(?:[-+*/|&]?=|==|!=|:=)(?!=)\s*)"
+    r"(?P<value>[rRbBfFuU]{0,2}(?:\"[^\"]*\"?|'[^']*'?)|[^\s,;()\[\]{}]+)?")
+
+
+def redact_code(line: str) -> str:
+    """One line of a program's source with its secrets hidden: what `redact_text` hides, and a
+    secret-looking name's value given in code (`DB_PASSWORD = "x"`, `api_key: str = "x"`,
+    `token == "x"`, `env["HF_TOKEN"] = "x"`): `_CODE_ASSIGNMENT`. A line longer than
+    ARGUMENT_LIMIT is cut first, as an argument is (the word the limit falls in dropped whole)."""
+    line, cut = _cut(line)
+    return redact_text(_CODE_ASSIGNMENT.sub(_code_value, line)) + cut
+
+
+def _code_value(match: re.Match[str]) -> str:
+    name = match.group("name") or match.group("key")
+    if not match.group("value") or not is_secret_name(name):
+        return match.group(0)
+    return match.group(0)[:match.start("value") - match.start()] + REDACTED
 
 
 def redact_text(text: str) -> str:

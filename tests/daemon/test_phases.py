@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_source_lines import searchable_folder
 
 from daemon.analysis import host_signals, phases, source_lines, stack_rules
 from daemon.analysis.host_signals import HostSignals, cpu_demand
@@ -32,6 +33,10 @@ from daemon.sources.stacks import (
     worker_pids,
 )
 from daemon.wire import PHASES
+
+# A folder every user may search: files the classifier reads with read_source_line's default
+# reader (ANYONE) must be reachable by anyone.
+open_folder = pytest.fixture(searchable_folder, name="open_folder")
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "pyspy"
@@ -197,8 +202,8 @@ def test_user_eval_function_is_eval_and_names_the_line():
     assert result.frame == Frame("run_validation", "/home/me/loop.py", 88)
 
 
-def test_source_line_calls(tmp_path):
-    src = tmp_path / "job.py"
+def test_source_line_calls(open_folder):
+    src = open_folder / "job.py"
     src.write_text("x = f.read(4096)\nos.fsync(fd)\ntime.sleep(5)\nloss.item()\ny = a + b\n")
     for line, expected in ((1, "data_wait"), (2, "checkpoint"), (3, "idle"), (4, "sync"), (5, "unknown")):
         threads = stack((str(src), "body", line), active=True)
@@ -522,74 +527,6 @@ def test_a_stack_seen_before_a_runtime_declared_itself_is_decided_anew():
         stack_rules._RUNTIME_FRAME_RULES.pop()
 
 
-def test_source_lines_are_read_without_keeping_every_file(tmp_path):
-    """The classifier reads a frame's line through /proc/PID/root: a new path per process.
-    linecache kept each such file whole for good; the reader keeps a bounded set of lines, and
-    a file changed on disk is read again."""
-    import linecache
-
-    paths = []
-    for n in range(600):  # more files than the cache keeps
-        path = tmp_path / f"job_{n}.py"
-        path.write_text("import time\n" + f"time.sleep({n})  # line 2\n" + "x = 1\n" * 500)
-        paths.append(path)
-    for n, path in enumerate(paths):
-        assert read_source_line(Frame("main", str(path), 2)) == f"time.sleep({n})  # line 2\n"
-    assert not any(str(p) in linecache.cache for p in paths)
-    assert source_lines.source_lines_kept() <= source_lines.SOURCE_LINES_KEPT
-    paths[0].write_text("import time\nwhile True: pass\n")  # edited: a new size and mtime
-    assert read_source_line(Frame("main", str(paths[0]), 2)) == "while True: pass\n"
-    assert read_source_line(Frame("main", str(paths[0]), 99)) is None  # past its end
-    assert read_source_line(Frame("main", str(tmp_path), 1)) is None  # a folder
-    assert read_source_line(Frame("main", "<frozen importlib._bootstrap>", 1)) is None
-
-
-def test_a_frame_never_makes_root_read_a_file_its_process_could_not(tmp_path):
-    """mlcostd reads a frame's line as root, and the file name comes from the process: code
-    that names a private file (here one 0600 of root's, standing for /etc/shadow) in a frame
-    must not get its line back in the evidence. The process's own files and files anyone may
-    read are still read; devices are never opened (opening one can act, as a watchdog does)."""
-    nobody = 65534
-    private = tmp_path / "shadow"
-    private.write_text("root:$6$secret-hash:19000::::::\n")
-    private.chmod(0o600)
-    readable = tmp_path / "train.py"
-    readable.write_text("loss.backward()\n")
-    readable.chmod(0o644)
-    own = tmp_path / "own.py"
-    own.write_text("batch = next(it)\n")
-    own.chmod(0o600)
-    os.chown(own, nobody, nobody)
-    link = tmp_path / "innocent.py"
-    link.symlink_to(private)
-
-    assert read_source_line(Frame("main", str(private), 1), nobody) is None
-    assert read_source_line(Frame("main", str(link), 1), nobody) is None
-    assert read_source_line(Frame("main", str(private), 1), 0) is not None  # root's own job
-    assert read_source_line(Frame("main", str(readable), 1), nobody) == "loss.backward()\n"
-    assert read_source_line(Frame("main", str(own), 1), nobody) == "batch = next(it)\n"
-    assert read_source_line(Frame("main", "/dev/null", 1), 0) is None
-
-
-def test_the_live_reader_reads_as_the_process_user(tmp_path):
-    """source_reader(pid) takes the process's user from /proc: a process of nobody's does not
-    get a line of a root-only file, while a file it may read still gives its line."""
-    private = tmp_path / "secret.py"
-    private.write_text("TOKEN = 'do-not-show'\n")
-    private.chmod(0o600)
-    public = tmp_path / "public.py"
-    public.write_text("print('hi')\n")
-    public.chmod(0o644)
-    child = subprocess.Popen(["sleep", "60"], user=65534)
-    try:
-        read = source_reader(child.pid)
-        assert read(Frame("main", str(private), 1)) is None
-        assert read(Frame("main", str(public), 1)) == "print('hi')\n"
-    finally:
-        child.kill()
-        child.wait()
-
-
 # -- writing output: told by frames and lines, never by a write rate -------------------------
 
 JSON_APPEND = [(f"{STDLIB}/json/encoder.py", "JSONEncoder.encode", 200),
@@ -618,8 +555,9 @@ def test_csv_and_logging_frames_are_writing_output():
         assert result.phase == "output", (frames, result)
 
 
-def test_text_record_writes_and_their_fsync_are_output_binary_writes_stay_checkpoints(tmp_path):
-    src = tmp_path / "job.py"
+def test_text_record_writes_and_their_fsync_are_output_binary_writes_stay_checkpoints(
+        open_folder):
+    src = open_folder / "job.py"
     src.write_text(
         "def save_vectors(out, rows):\n"                                   # 1
         "    for i, row in rows:\n"                                         # 2

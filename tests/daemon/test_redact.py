@@ -15,6 +15,7 @@ from daemon.sources.redact import (
     RedactingFilter,
     is_secret_name,
     redact_argv,
+    redact_code,
     redact_document,
     redact_text,
 )
@@ -213,3 +214,33 @@ def test_a_documents_process_key_is_not_taken_for_a_secret():
     event = {"key": "4242:1000.500", "api_key": "hidden", "token": "hidden"}
     assert redact_document(event) == {"key": "4242:1000.500", "api_key": REDACTED,
                                       "token": REDACTED}
+
+
+@pytest.mark.parametrize("line, secret", [
+    ('DB_PASSWORD = "s3cr3t-hunter2"; cfg.get()\n', "s3cr3t-hunter2"),
+    ("self.api_key: str = 'sk-proj-abc'", "sk-proj-abc"),
+    ('if token == "let-me-in":', "let-me-in"),
+    ('os.environ["HF_TOKEN"] = "hf_x1"', "hf_x1"),
+    ('conn = connect(host="db", password = f"{user}-pw")', "-pw"),
+    ("SECRET_KEY = b'\\x01\\x02'", "x01"),
+    ("password = hunter2  # the default", "hunter2"),
+    ('client = Client(token="abc", url="https://u:pw@host/x")', "pw@"),
+])
+def test_a_source_line_quoted_in_evidence_has_its_secrets_hidden(line, secret):
+    """A frame's line (a classification reason quotes it) is code: a secret-looking name is
+    given its value with spaces around the sign, an annotation, or as a subscript's key."""
+    shown = redact_code(line)
+    assert secret not in shown and REDACTED in shown, shown
+
+
+@pytest.mark.parametrize("line", [
+    "time.sleep(5)\n", "max_tokens = 512", "for key, value in d.items(): total += value",
+    "key = (pid, start)", 'torch.save(state, "ckpt.pt")', "tokens = tokenizer(text)",
+])
+def test_a_source_line_without_a_secret_is_kept(line):
+    assert redact_code(line) == line
+
+
+def test_a_long_source_line_is_cut_before_it_is_redacted():
+    shown = redact_code("x = 1; " * 2000 + 'password = "hunter2"')
+    assert len(shown) < 4200 and "hunter2" not in shown and shown.endswith("characters>")

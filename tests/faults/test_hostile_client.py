@@ -362,3 +362,62 @@ def test_aiohttp_never_logs_a_header_even_at_debug(tmp_path):
     assert " DEBUG " in log  # debug logging was on
     assert CANARY not in log and token not in log
     assert "Authorization" not in log and "Cookie" not in log
+
+
+async def _raw_bytes(socket_path: Path, method: str, path: str,
+                     body: dict | None = None) -> tuple[int, bytes]:
+    connector = aiohttp.UnixConnector(path=str(socket_path))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async with session.request(method, "http://x" + path, json=body) as response:
+            return response.status, await response.read()
+
+
+LONG = "A" * 7000
+DIGITS = "9" * 4000
+# An error that names its parameter and what is allowed fits in this, whatever was sent (the
+# longest, "not a GPU metric; one of ...", lists the metrics: about 350 bytes).
+ERROR_BYTES = 600
+# (method, path, JSON body, status, what the error names): a request value each handler quotes.
+LONG_VALUES = [
+    ("GET", f"/v1/history?gpu=0&metric={LONG}", None, 400, "metric="),
+    ("GET", f"/v1/history?process=1:1&metric={LONG}", None, 400, "metric="),
+    ("GET", f"/v1/history?gpu=0&since={DIGITS}", None, 400, "since="),
+    ("GET", f"/v1/history?gpu=0&points={DIGITS}", None, 400, "points="),
+    ("GET", f"/v1/history?gpu={DIGITS}", None, 400, "gpu="),
+    ("GET", f"/v1/history?metric=sm_share&process={DIGITS}:1", None, 400, "pid"),
+    ("GET", f"/v1/processes/{DIGITS}:1/phases", None, 400, "pid"),
+    ("GET", f"/v1/processes/{'9' * 5000}:1/phases", None, 400, "pid"),  # past int()'s limit
+    ("GET", f"/v1/processes/1:{'1' * 5000}/phases", None, 400, "start time"),
+    ("GET", f"/v1/processes/1:0.{'0' * 5000}/phases", None, 404, "no process"),
+    ("GET", f"/v1/processes/{LONG}/phases", None, 400, "process key"),
+    ("GET", f"/v1/processes/1:1/phases?since={DIGITS}", None, 400, "since="),
+    ("POST", "/v1/recommendations/x/apply", {"dry_run": LONG * 8}, 400, "dry_run="),
+    ("POST", "/v1/recommendations/x/apply", {"dry_run": [LONG] * 8}, 400, "dry_run="),
+    ("POST", f"/v1/recommendations/{LONG}/apply", {"dry_run": True}, 404,
+     "no active recommendation"),
+    ("POST", "/v1/recommendations/x/snooze", {"hours": LONG * 8}, 400, "hours="),
+    ("POST", "/v1/recommendations/x/snooze", {"hours": int(DIGITS)}, 400, "hours="),
+    ("POST", f"/v1/recommendations/{LONG}/snooze", {"hours": 1}, 404,
+     "no active recommendation"),
+    ("DELETE", f"/v1/recommendations/{LONG}/snooze", None, 404, "is not snoozed"),
+    ("GET", f"/v1/idle?for={DIGITS}", None, 400, "for="),
+    ("GET", f"/v1/snapshots/{LONG}.db", None, 400, "is not a snapshot file name"),
+    ("POST", "/v1/snapshots", {"since": LONG * 8}, 400, "since="),
+    ("POST", "/v1/snapshots", {"since": "1h", "until": LONG * 8}, 400, "until="),
+    ("POST", "/v1/snapshots", {"upload": LONG * 8}, 400, "upload="),
+]
+
+
+@pytest.mark.fault("long request values", "7,000-character parameters, 4,000-digit pids, "
+                   "60 KiB JSON strings quoted in errors")
+@pytest.mark.parametrize("method, path, body, status, names", LONG_VALUES,
+                         ids=[f"{m} {p[:28]} {str(b)[:16]}" for m, p, b, _s, _n in LONG_VALUES])
+def test_an_error_quotes_a_long_request_value_cut_and_still_names_it(daemon, method, path, body,
+                                                                     status, names):
+    """Errors name the bad value, but a client's value came back whole: a 7,141-byte error for
+    a 7,000-character metric, a pid's 4,000 digits. Each is quoted cut (daemon.api.echo)."""
+    answered, raw = asyncio.run(_raw_bytes(daemon.socket, method, path, body))
+    assert answered == status, raw[:300]
+    assert len(raw) <= ERROR_BYTES, (len(raw), raw[:300])
+    assert names in json.loads(raw)["error"], raw
+    assert LONG[:200].encode() not in raw and DIGITS[:200].encode() not in raw

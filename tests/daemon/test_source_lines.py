@@ -1,0 +1,269 @@
+"""A frame's source line, read by the root daemon only where the process's own user could read
+it (daemon/analysis/source_lines.py), and redacted.
+
+The files here are the test's own, in a folder under /tmp that every user may search
+(`open_folder`: tmp_path's parents are root's, 0700, so no other user reaches into it). Each
+permission case is also checked against the kernel itself: `as_nobody_can_read` runs `cat`
+as nobody, so a verdict of the reader's that the kernel would not give fails here.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.analysis import source_lines
+from daemon.analysis.source_lines import (
+    ANYONE,
+    ROOT,
+    Credentials,
+    credentials,
+    read_source_line,
+    source_reader,
+)
+from daemon.sources.frames import Frame
+
+NOBODY_UID = 65534
+NOBODY = Credentials(NOBODY_UID, frozenset({65534}))
+GROUP = 4242  # a group nobody is not in, unless a test says so
+SECRET_LINE = 'DB_PASSWORD = "s3cr3t-hunter2"; cfg.get()\n'
+
+
+def searchable_folder() -> Iterator[Path]:
+    """A folder of the test's own that every user may search (0755, in /tmp), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="mlcost-srcline-", dir="/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+open_folder = pytest.fixture(searchable_folder, name="open_folder")
+
+
+def write(path: Path, text: str, mode: int = 0o644, owner: tuple[int, int] = (0, 0)) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    os.chown(path, *owner)
+    return path
+
+
+def folder(path: Path, mode: int, owner: tuple[int, int] = (0, 0)) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(mode)
+    os.chown(path, *owner)
+    return path
+
+
+def line(path: Path | str, reader: Credentials, number: int = 1, root: str = "/") -> str | None:
+    return read_source_line(Frame("main", str(path), number), reader, root)
+
+
+def as_nobody_can_read(path: Path, groups: tuple[int, ...] = ()) -> bool:
+    """Whether the kernel lets nobody (with these extra groups) read `path`."""
+    done = subprocess.run(["cat", str(path)], user=NOBODY_UID, group=65534,
+                          extra_groups=list(groups), capture_output=True)
+    return done.returncode == 0
+
+
+def test_source_lines_are_read_without_keeping_every_file(open_folder):
+    """The classifier reads a frame's line through /proc/PID/root: a new path per process.
+    linecache kept each such file whole for good; the reader keeps a bounded set of lines, and
+    a file changed on disk is read again."""
+    paths = []
+    for n in range(600):  # more files than the cache keeps
+        path = open_folder / f"job_{n}.py"
+        path.write_text("import time\n" + f"time.sleep({n})  # line 2\n" + "x = 1\n" * 500)
+        path.chmod(0o644)
+        paths.append(path)
+    for n, path in enumerate(paths):
+        assert line(path, ANYONE, 2) == f"time.sleep({n})  # line 2\n"
+    assert not any(str(p) in linecache.cache for p in paths)
+    assert source_lines.source_lines_kept() <= source_lines.SOURCE_LINES_KEPT
+    paths[0].write_text("import time\nwhile True: pass\n")  # edited: a new size and mtime
+    assert line(paths[0], ANYONE, 2) == "while True: pass\n"
+    assert line(paths[0], ANYONE, 99) is None  # past its end
+    assert line(open_folder, ANYONE) is None  # a folder
+    assert line("<frozen importlib._bootstrap>", ANYONE) is None
+    assert line("job_1.py", ROOT) is None  # relative: to a folder not known here
+
+
+def test_a_frame_never_makes_root_read_a_file_its_process_could_not(open_folder):
+    """mlcostd reads a frame's line as root, and the file name comes from the process: code
+    that names a private file (here one 0600 of root's, standing for /etc/shadow) in a frame
+    must not get its line back in the evidence. The process's own files and files anyone may
+    read are still read; devices are never opened (opening one can act, as a watchdog does)."""
+    private = write(open_folder / "shadow", "root:$6$secret-hash:19000::::::\n", 0o600)
+    readable = write(open_folder / "train.py", "loss.backward()\n")
+    own = write(open_folder / "own.py", "batch = next(it)\n", 0o600, (NOBODY_UID, 65534))
+    link = open_folder / "innocent.py"
+    link.symlink_to(private)
+
+    assert line(private, NOBODY) is None
+    assert line(link, NOBODY) is None
+    assert line(private, ROOT) is not None  # root's own job
+    assert line(readable, NOBODY) == "loss.backward()\n"
+    assert line(own, NOBODY) == "batch = next(it)\n"
+    assert line("/dev/null", ROOT) is None
+    for path, expected in ((private, False), (link, False), (readable, True), (own, True)):
+        assert as_nobody_can_read(path) is expected, path
+
+
+def test_a_readable_file_in_a_folder_its_user_cannot_search_is_not_read(open_folder):
+    """The probe's case: a 0644 file in a folder of root's, 0700. The file's own mode bits
+    allow anyone to read it; the folder lets no one but root reach it."""
+    priv = folder(open_folder / "priv", 0o700)
+    secret = write(priv / "secret.txt", SECRET_LINE)
+    assert line(secret, NOBODY) is None
+    assert line(secret, ANYONE) is None
+    assert not as_nobody_can_read(secret)
+    priv.chmod(0o604)  # readable (a listing), not searchable: still not reached
+    assert line(secret, NOBODY) is None
+    assert not as_nobody_can_read(secret)
+    priv.chmod(0o711)  # searchable, not readable: reached
+    assert as_nobody_can_read(secret)
+    assert line(secret, NOBODY) == 'DB_PASSWORD = <redacted>; cfg.get()\n'
+    # a folder above it closed is as closed: every component is checked, not the last one
+    open_folder.chmod(0o700)
+    assert line(secret, NOBODY) is None
+    assert not as_nobody_can_read(secret)
+
+
+def test_a_file_without_read_permission_for_the_user_is_not_read(open_folder):
+    theirs = write(open_folder / "theirs.py", "x = 1\n", 0o640, (0, GROUP))
+    owner_cannot = write(open_folder / "mine.py", "y = 2\n", 0o044, (NOBODY_UID, 0))
+    assert line(theirs, NOBODY) is None and not as_nobody_can_read(theirs)
+    # its owner's bits decide for its owner, even where the others' bits would allow it
+    assert line(owner_cannot, NOBODY) is None and not as_nobody_can_read(owner_cannot)
+
+
+def test_group_membership_grants_what_the_group_bits_allow(open_folder):
+    team = folder(open_folder / "team", 0o750, (0, GROUP))
+    shared = write(team / "shared.py", "z = 3\n", 0o640, (0, GROUP))
+    member = Credentials(NOBODY_UID, frozenset({65534, GROUP}))
+    assert line(shared, member) == "z = 3\n"
+    assert as_nobody_can_read(shared, groups=(GROUP,))
+    assert line(shared, NOBODY) is None
+    assert not as_nobody_can_read(shared)
+
+
+def test_links_are_followed_as_the_user_would_and_never_out_of_the_process_root(open_folder):
+    """A link is followed by the reader itself, each step checked as the user: to a file the
+    user may read, the line; into a folder it may not search, nothing; a loop, nothing; `..`
+    stops at the process's root, as chroot keeps it."""
+    priv = folder(open_folder / "priv", 0o700)
+    write(priv / "secret.py", SECRET_LINE)
+    write(open_folder / "lib" / "model.py", "loss.backward()\n")
+    (open_folder / "into_priv.py").symlink_to(priv / "secret.py")
+    (open_folder / "relative.py").symlink_to("lib/../lib/model.py")
+    (open_folder / "lib64").symlink_to("lib")
+    (open_folder / "loop.py").symlink_to("loop.py")
+    assert line(open_folder / "into_priv.py", NOBODY) is None
+    assert line(open_folder / "relative.py", NOBODY) == "loss.backward()\n"
+    assert line(open_folder / "lib64" / "model.py", NOBODY) == "loss.backward()\n"
+    assert line(open_folder / "loop.py", ROOT) is None
+    # inside a root of its own, `/..` is that root and an absolute link resolves inside it
+    (open_folder / "lib" / "absolute.py").symlink_to("/lib/model.py")
+    assert line("/../../lib/model.py", NOBODY, root=str(open_folder)) == "loss.backward()\n"
+    assert line("/lib/absolute.py", NOBODY, root=str(open_folder)) == "loss.backward()\n"
+    assert line("/../../etc/hostname", ROOT, root=str(open_folder)) is None
+
+
+def test_another_users_link_in_a_sticky_shared_folder_is_not_followed(open_folder):
+    """fs.protected_symlinks: in /tmp-like folders a link of someone else's may be a trap."""
+    shared = folder(open_folder / "shared", 0o1777)
+    target = write(open_folder / "model.py", "loss.backward()\n")
+    trap = shared / "job.py"
+    trap.symlink_to(target)
+    os.lchown(trap, 1234, 1234)
+    assert line(trap, NOBODY) is None
+    os.lchown(trap, NOBODY_UID, 65534)  # its own link: followed
+    assert line(trap, NOBODY) == "loss.backward()\n"
+
+
+def test_fifos_devices_and_folders_are_never_opened(open_folder):
+    """An O_PATH look first: a FIFO opened for reading would block the classifier until a
+    writer came; a device opened can act."""
+    fifo = open_folder / "train.py"
+    os.mkfifo(fifo, 0o666)
+    assert line(fifo, ROOT) is None  # returns at once: the test would hang otherwise
+    assert line("/dev/zero", ROOT) is None
+    assert line(open_folder, ROOT) is None
+
+
+def acl(*entries: tuple[int, int, int]) -> bytes:
+    """A system.posix_acl_access value: version 2, then (tag, perm, id) entries."""
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+ANY_ID = 0xFFFFFFFF
+USER_OBJ, USER, GROUP_OBJ, ACL_GROUP, MASK, OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+
+
+def test_posix_acls_are_checked_as_the_kernel_checks_them(open_folder):
+    """A 0644 file whose ACL names nobody with no permission: the others' bits would let
+    nobody read it, the kernel does not; a 0600 one whose ACL grants a group read: a member
+    reads it."""
+    denied = write(open_folder / "denied.py", "a = 1\n")
+    os.setxattr(denied, "system.posix_acl_access", acl(
+        (USER_OBJ, 6, ANY_ID), (USER, 0, NOBODY_UID), (GROUP_OBJ, 4, ANY_ID), (MASK, 4, ANY_ID),
+        (OTHER, 4, ANY_ID)))
+    granted = write(open_folder / "granted.py", "b = 2\n", 0o600)
+    os.setxattr(granted, "system.posix_acl_access", acl(
+        (USER_OBJ, 6, ANY_ID), (GROUP_OBJ, 0, ANY_ID), (ACL_GROUP, 4, GROUP), (MASK, 4, ANY_ID),
+        (OTHER, 0, ANY_ID)))
+    member = Credentials(NOBODY_UID, frozenset({65534, GROUP}))
+    assert line(denied, NOBODY) is None and not as_nobody_can_read(denied)
+    assert line(denied, Credentials(1234, frozenset({1234}))) == "a = 1\n"
+    assert line(granted, member) == "b = 2\n" and as_nobody_can_read(granted, (GROUP,))
+    assert line(granted, NOBODY) is None and not as_nobody_can_read(granted)
+
+
+def test_a_secret_on_a_readable_line_is_redacted(open_folder):
+    path = write(open_folder / "settings.py", SECRET_LINE + "api_key: str = 'sk-abc'\n")
+    assert line(path, NOBODY) == "DB_PASSWORD = <redacted>; cfg.get()\n"
+    assert line(path, NOBODY, 2) == "api_key: str = <redacted>\n"
+
+
+def test_credentials_are_the_processs_own(open_folder):
+    """credentials(pid): the filesystem ids and groups from /proc/PID/status; root's
+    capabilities count, an unprivileged process has none."""
+    child = subprocess.Popen(["sleep", "60"], user=NOBODY_UID, group=65534,
+                             extra_groups=[GROUP])
+    try:
+        found = credentials(child.pid)
+        assert found == Credentials(NOBODY_UID, frozenset({65534, GROUP}), False)
+    finally:
+        child.kill()
+        child.wait()
+    assert credentials(os.getpid()) == Credentials(0, frozenset({0, *os.getgroups()}), True)
+    assert credentials(child.pid) is None  # gone
+
+
+def test_the_live_reader_reads_as_the_process_user(open_folder):
+    """source_reader(pid) takes the process's user from /proc: a process of nobody's does not
+    get a line of a root-only file, nor of a readable file in a root-only folder, while a
+    file it may read still gives its line, through its own root."""
+    private = write(open_folder / "secret.py", "TOKEN = 'do-not-show'\n", 0o600)
+    hidden = write(folder(open_folder / "priv", 0o700) / "open.py", "print('no')\n")
+    public = write(open_folder / "public.py", "print('hi')\n")
+    child = subprocess.Popen(["sleep", "60"], user=NOBODY_UID)
+    try:
+        read = source_reader(child.pid)
+        assert read(Frame("main", str(private), 1)) is None
+        assert read(Frame("main", str(hidden), 1)) is None
+        assert read(Frame("main", str(public), 1)) == "print('hi')\n"
+    finally:
+        child.kill()
+        child.wait()
+    assert source_reader(child.pid)(Frame("main", str(public), 1)) is None  # gone: nothing
