@@ -474,8 +474,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     if args.html:
         from daemon.report_html import review as review_page
-        from daemon.store.files import open_private
+        from daemon.store.files import RefusedFile, check_folder, open_private
 
+        try:
+            check_folder(Path(args.html).parent, "--html folder",
+                         "give --html a file in a folder of your own that no other user can "
+                         "write")
+        except RefusedFile as exc:
+            print(f"mlcostd report: cannot write --html {args.html}: {exc}", file=sys.stderr)
+            return 1
         try:
             fd = open_private(args.html, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             with os.fdopen(fd, "w", encoding="utf-8") as page:
