@@ -39,6 +39,10 @@ SAVINGS_CHANGED = 0.2  # a recommendation "changed" when its savings moved by ov
 ENERGY_UNITS = ("kWh/h", "g CO2e/h", "kWh")  # shown in their unit, not as dollars
 ENERGY_NOISE = "GPU power over timeline buckets"
 
+# A time a side's window gives (seconds since 1970) is shown as a date: past this (the year
+# 5138) no date can be made of it (an edited window.since of 1e300 raised OverflowError).
+LATEST_TIME = 1e11
+
 Series = Sequence[float]
 Weighted = tuple[float, float]  # a bucket's figure and how many ticks it stands for
 Stat = Callable[[Sequence[Any]], float | None]
@@ -63,6 +67,33 @@ def of_job(job: str, command: Any, owner: Any, workload: Any = None,
     return job in (labeler.label(command, owned or None), _LABELER.label(command))
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_document(document: dict[str, Any]) -> None:
+    """Refuse (ValueError, naming the field) what a side's document holds that the comparison
+    would show but cannot: a window time no date can be made of, a recommendation's savings
+    that are no number. A profile.json is a file anyone may have edited; its other fields are
+    read as they are typed (a figure of the wrong type is no figure)."""
+    window = document.get("window")
+    if window is not None and not isinstance(window, dict):
+        raise ValueError(f"window is {type(window).__name__}, not an object")
+    for key in ("since", "until", "first_recorded"):
+        value = (window or {}).get(key)
+        if value is not None and not (_number(value) and 0 <= value <= LATEST_TIME):
+            raise ValueError(f"window.{key} is {str(value)[:40]!r}, not a time (seconds since "
+                             "1970)")
+    recs = document.get("recommendations")
+    if recs is not None and not isinstance(recs, list):
+        raise ValueError(f"recommendations is {type(recs).__name__}, not a list")
+    for number, rec in enumerate(recs or []):
+        saves = rec.get("savings_per_month") if isinstance(rec, dict) else None
+        if saves is not None and not _number(saves):
+            raise ValueError(f"recommendations[{number}].savings_per_month is "
+                             f"{str(saves)[:40]!r}, not a number of dollars")
+
+
 @dataclass
 class Side:
     """One side of a comparison: its report document (a profile's includes `profile`), what
@@ -76,6 +107,7 @@ class Side:
     gpus: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
+        check_document(self.document)
         procs = [p for p in self.document.get("processes") or [] if isinstance(p, dict)]
         if self.job is not None:
             job = self.job

@@ -502,9 +502,15 @@ def _run_previous(args: argparse.Namespace, config: Config) -> int:
 def _show(args: argparse.Namespace,
           inputs: list[tuple[str, dict[str, Any], str | None, str | None]]) -> int:
     """Print (and write) the comparison of two sides (label, document, job, command)."""
+    page = None
     try:
         sides = [analysis.Side(*side) for side in inputs]
         result = analysis.compare(sides[0], sides[1], seed=args.seed)
+        text = None if args.json else render_text(result)
+        if args.html:  # in memory first: a page that fails half-way must not empty the file
+            from daemon.report_html.compare import render as render_html
+
+            page = render_html(result)
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
         # a document someone edited or wrote by hand: say so, never a traceback
         print(f"mlcostd compare: cannot compare {one_line(inputs[0][0])} with "
@@ -517,19 +523,21 @@ def _show(args: argparse.Namespace,
                 print(f"mlcostd compare: no process of job {one_line(args.job)!r} in "
                       f"{one_line(side.label)}", file=sys.stderr)
                 return 1
-    if args.html:
-        from daemon.report_html.compare import render as render_html
-        from daemon.store.files import write_page
+    if args.html and page is not None:
+        from daemon.store.files import check_folder, write_page
 
         try:
-            write_page(Path(args.html), render_html(result))
+            check_folder(Path(args.html).parent, "--html folder",
+                         "give --html a file in a folder of your own that no other user can "
+                         "write")
+            write_page(Path(args.html), page)
         except OSError as exc:
             print(f"mlcostd compare: cannot write {args.html}: {exc}", file=sys.stderr)
             return 1
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        sys.stdout.write(render_text(result))
+        sys.stdout.write(text or "")
         if args.html:
             print(f"html: {args.html}")
     return 0

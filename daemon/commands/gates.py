@@ -21,6 +21,7 @@ from daemon.analysis.compare import (
     price_per_gpu_hour,
     same_gpus,
 )
+from daemon.sources.safe_text import lines, one_line
 from daemon.wire import money
 from pricing.http import loads_finite
 from pricing.small_file import SmallFileError, read_small_file
@@ -206,7 +207,8 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     if what != old_what:
         return Gate(flag, f"{limit:g}%", False,
                     f"{head}: cannot be checked, this run has {what} and the baseline "
-                    f"({baseline_path}) has {old_what}: count steps in both or in neither",
+                    f"({one_line(baseline_path)}) has {old_what}: count steps in both or in "
+                    "neither",
                     None, limit)
     if new is None or old is None or old <= 0:
         return Gate(flag, f"{limit:g}%", False,
@@ -229,8 +231,8 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
             note = f"; {prices}: the price's change is not counted"
             old = repriced
         else:
-            shown = " + ".join(models) or "unknown GPUs"
-            old_shown = " + ".join(old_models) or "unknown GPUs"
+            shown = " + ".join(one_line(str(m)) for m in models) or "unknown GPUs"
+            old_shown = " + ".join(one_line(str(m)) for m in old_models) or "unknown GPUs"
             note = (f"; {prices}, on {shown} against {old_shown}: the change is the "
                     "hardware's and its price's as well as the code's")
     change = 100 * (new - old) / old
@@ -267,13 +269,61 @@ def read_baseline(path: str) -> dict[str, Any]:
     if not isinstance(profile, dict):
         raise ValueError(f"{path} has no 'profile' key; pass the profile.json an earlier "
                          "`mlcostd profile` wrote")
+    for key in ("burn", "gpus"):  # (read for a profile written before the two below)
+        if key in document and not isinstance(document[key], (dict if key == "burn" else list)):
+            raise ValueError(_wrong_type(path, key, document[key],
+                                         "an object" if key == "burn" else "a list"))
     # (a profile written before these were kept has them in its report)
     if "price_per_gpu_hour" not in profile:
         profile["price_per_gpu_hour"] = price_per_gpu_hour(document)
     if "gpu_models" not in profile:
         used = profile.get("gpus_used")
         profile["gpu_models"] = gpu_models(document, used if isinstance(used, list) else [])
+    _check_baseline(path, profile)
+    # text from a file: shown in the gate's message, on a terminal and in the JUnit file
+    profile["gpu_models"] = [one_line(model)[:200] for model in profile["gpu_models"] or []]
     return profile
+
+
+# What max_regression reads of the baseline's `profile`, each None or of this type.
+BASELINE_NUMBERS = ("cost_per_step", "cost_per_hour", "price_per_gpu_hour")
+
+
+def _wrong_type(path: str, field: str, value: object, wanted: str) -> str:
+    return (f"--baseline {one_line(path)[:200]}: {field} is {one_line(repr(value))[:60]}, not "
+            f"{wanted}; pass the profile.json an earlier `mlcostd profile` wrote, unedited")
+
+
+def _check_baseline(path: str, profile: dict[str, Any]) -> None:
+    """The fields of a baseline's `profile` that the regression gate reads are of their
+    types (checked before the run: a wrong one crashed the profile once the run was over,
+    and no file was written); ValueError names the field."""
+    def number(value: object) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    for key in BASELINE_NUMBERS:
+        if profile.get(key) is not None and not number(profile[key]):
+            raise ValueError(_wrong_type(path, f"profile.{key}", profile[key], "a number"))
+    steps = profile.get("steps")
+    if steps is not None and not (isinstance(steps, int) and not isinstance(steps, bool)):
+        raise ValueError(_wrong_type(path, "profile.steps", steps, "a whole number"))
+    models = profile.get("gpu_models")
+    if models is not None and not (isinstance(models, list)
+                                   and all(isinstance(m, str) for m in models)):
+        raise ValueError(_wrong_type(path, "profile.gpu_models", models,
+                                     "a list of GPU model names"))
+
+
+# Characters XML 1.0 does not allow, not even as a reference, past those `lines` shows as
+# escapes (C0 controls but tab and newline, lone surrogates): U+FFFE and U+FFFF.
+_NOT_XML = str.maketrans({"\ufffe": "\\ufffe", "\uffff": "\\uffff"})
+
+
+def _xml_text(text: str) -> str:
+    """`text` with every character XML 1.0 forbids made a visible escape (`\\x1b`), and the
+    other control characters too: a JUnit file a CI cannot parse (expat: "not well-formed")
+    shows no gate at all."""
+    return lines(text).translate(_NOT_XML)
 
 
 def junit_xml(gates: list[Gate], *, suite: str = "mlcostd profile gates",
@@ -291,18 +341,20 @@ def junit_xml(gates: list[Gate], *, suite: str = "mlcostd profile gates",
                             failures=str(failures), errors=str(errors), skipped="0",
                             time=f"{seconds:.3f}")
     if command_error:
+        said = _xml_text(command_error)
         case = ET.SubElement(element, "testcase", classname="mlcost.gates",
                              name="the command", time=f"{seconds:.3f}")
-        error = ET.SubElement(case, "error", message=command_error, type="exit status")
-        error.text = command_error
+        error = ET.SubElement(case, "error", message=said, type="exit status")
+        error.text = said
     for gate in gates:
-        case = ET.SubElement(element, "testcase", classname="mlcost.gates", name=gate.name,
-                             time="0")
+        said = _xml_text(gate.message)
+        case = ET.SubElement(element, "testcase", classname="mlcost.gates",
+                             name=_xml_text(gate.name), time="0")
         if not gate.passed:
-            failure = ET.SubElement(case, "failure", message=gate.message, type="gate")
-            failure.text = gate.message
+            failure = ET.SubElement(case, "failure", message=said, type="gate")
+            failure.text = said
         else:
-            ET.SubElement(case, "system-out").text = gate.message
+            ET.SubElement(case, "system-out").text = said
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 

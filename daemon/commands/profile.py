@@ -254,26 +254,38 @@ def _not_a_folder(folder: Path) -> str | None:
     return None
 
 
-def folder_problem(folder: Path) -> str | None:
-    """Why the profile cannot keep files in `folder` (--out's, and --junit's), None when it
-    can: it is created as the profile's own when missing (0700, the folders above it as the
-    umask says), and a file is made and removed in it, so that a folder the profile cannot
-    write is found before the run, not after it."""
-    from daemon.store.files import open_private, private_folder, temp_path
+def folder_problem(folder: Path, option: str) -> str | None:
+    """Why the profile cannot keep files in `folder` (`option` --out's, or --junit's), as the
+    rest of a line that says what to do; None when it can. It is created as the profile's own
+    when missing (0700, the folders above it as the umask says), judged by the rule for every
+    folder mlcostd writes into (daemon.store.files.check_folder: no other user's link on its
+    path, no folder on it another user owns or can write unless sticky like /tmp: mlcostd may
+    run as root, and whoever could change the folder would choose what root writes and
+    removes there, or forge the files after), and a file is made and removed in it, so that a
+    folder the profile cannot write is found before the run, not after it."""
+    from daemon.store.files import RefusedFile, check_folder, open_private, temp_path
 
+    fix = (f"give {option} a folder you can write (it is created when missing)"
+           if option == "--out" else
+           f"give {option} a file in a folder you can write (it is created when missing)")
     in_the_way = _not_a_folder(folder)
     if in_the_way is not None:
-        return in_the_way
+        return f"{in_the_way}; {fix}"
     try:
-        private_folder(folder)
+        check_folder(folder, f"{option} folder",
+                     f"give {option} {'a file in ' if option != '--out' else ''}a folder of "
+                     "your own that no other user can write (a missing one is created 0700)",
+                     create=True)
+    except RefusedFile as exc:
+        return str(exc)
     except OSError as exc:
-        return f"cannot create the folder {folder} ({exc.strerror or exc})"
+        return f"cannot create the folder {folder} ({exc.strerror or exc}); {fix}"
     probe = temp_path(folder / "write-check")
     try:
         os.close(open_private(probe, os.O_WRONLY | os.O_EXCL))
         os.unlink(probe)
     except OSError as exc:
-        return f"the folder {folder} is not writable ({exc.strerror or exc})"
+        return f"the folder {folder} is not writable ({exc.strerror or exc}); {fix}"
     return None
 
 
@@ -378,15 +390,13 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
                         format="%(asctime)s mlcostd profile %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     # Both folders before anything in them is removed: found now, not once the run is over.
-    problem = folder_problem(out)
+    problem = folder_problem(out, "--out")
     if problem is not None:
-        print(f"mlcostd profile: cannot use --out {out}: {problem}; give --out a folder you "
-              "can write (it is created when missing)", file=sys.stderr)
+        print(f"mlcostd profile: cannot use --out {out}: {problem}", file=sys.stderr)
         return 2
-    problem = folder_problem(Path(args.junit).parent) if args.junit else None
+    problem = folder_problem(Path(args.junit).parent, "--junit") if args.junit else None
     if problem is not None:
-        print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}; give --junit a "
-              "file in a folder you can write (it is created when missing)", file=sys.stderr)
+        print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}", file=sys.stderr)
         return 2
     lock = PidLock(out / PROFILE_LOCK)
     try:  # before anything in --out is removed: another profile's store is its own

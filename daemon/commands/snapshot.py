@@ -123,6 +123,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
               "that exists", file=sys.stderr)
         return 2
     refused = _existing_out(out, args.html) if out is not None else None
+    unsafe = _unsafe_folder(out.parent) if out is not None and not refused else None
+    if unsafe:
+        print(f"mlcostd snapshot: {unsafe}", file=sys.stderr)
+        return 2
     if refused:
         print(f"mlcostd snapshot: --out {refused}", file=sys.stderr)
         return 2
@@ -172,6 +176,20 @@ def _existing_out(out: Path, html: bool) -> str | None:
             return (f"{one_line(str(path))[:200]} exists; a snapshot never replaces a file: give "
                     "a new name (or a folder: the file goes into it under a new name), or "
                     "remove it first")
+    return None
+
+
+def _unsafe_folder(folder: Path) -> str | None:
+    """Why root may not write into `folder` (daemon.store.files.check_folder: another user's
+    link on its path, or a folder on it another user owns or can write, unless sticky), as
+    a line to print; None when it may."""
+    from daemon.store.files import RefusedFile, check_folder
+
+    try:
+        check_folder(folder, "--out folder", "give --out a path in a folder of your own that no "
+                                       "other user can write")
+    except RefusedFile as exc:
+        return one_line(str(exc))
     return None
 
 
@@ -286,6 +304,10 @@ def _render(args: argparse.Namespace) -> int:
         Replay(source).close()  # the same checks as replay: a clear error, never a traceback
     except ReplayError as exc:
         print(f"mlcostd snapshot --render: {exc}", file=sys.stderr)
+        return 2
+    refused = _unsafe_folder(target.parent)
+    if refused:
+        print(f"mlcostd snapshot --render: {refused}", file=sys.stderr)
         return 2
     try:
         render_html_file(source, target)

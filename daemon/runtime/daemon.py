@@ -119,8 +119,12 @@ class Daemon:
         sample_stacks_always: bool = False,
         periodic_rules: bool = True,
         stop_on_signals: bool = True,
+        out_option: str | None = None,
     ) -> None:
         self.config = config
+        # `mlcostd profile` names its store's folder with --out (OUT/profile.db): its refusals
+        # must name that option, not --db, which it does not have
+        self.out_option = out_option
         self.simulate = simulate
         self.on_tick = on_tick
         self.max_ticks = max_ticks
@@ -225,16 +229,21 @@ class Daemon:
         write into (group- or world-writable without the sticky bit, or not root's or ours),
         and a link or a file that is not ours where the database, its WAL and SHM or its lock
         go. Nothing refused is changed, followed or moved. Raises DaemonError."""
-        own_folder = f"e.g. --db {self.db.parent / 'mlcost' / self.db.name}"
         snapshots = snapshots_folder(self.config)
+        if self.out_option is not None:
+            db_fix = snapshots_fix = (
+                f"give {self.out_option} a folder of its own that only you (and root) can "
+                "write, or a missing one (it is created 0700)")
+        else:
+            own_folder = f"e.g. --db {self.db.parent / 'mlcost' / self.db.name}"
+            db_fix = (f"pass --db with a path in a folder of its own, {own_folder} "
+                      "(mlcostd creates that folder 0700)")
+            snapshots_fix = ("set [snapshots] folder to a folder of its own (mlcostd creates a "
+                             "missing one 0700)" if self.config.snapshots.folder else
+                             f"pass --db with a path in a folder of its own, {own_folder}")
         try:
-            check_folder(self.db.parent, "database folder",
-                         f"pass --db with a path in a folder of its own, {own_folder} "
-                         "(mlcostd creates that folder 0700)")
-            check_folder(snapshots, "snapshots folder",
-                         "set [snapshots] folder to a folder of its own (mlcostd creates a "
-                         "missing one 0700)" if self.config.snapshots.folder else
-                         f"pass --db with a path in a folder of its own, {own_folder}")
+            check_folder(self.db.parent, "database folder", db_fix)
+            check_folder(snapshots, "snapshots folder", snapshots_fix)
             for suffix in ("", "-wal", "-shm", ".lock"):
                 check_existing(f"{self.db}{suffix}")
             # the index of what it wrote there: planted in a shared (sticky) folder, every

@@ -292,7 +292,7 @@ class ProfileRecorder:
         self.daemon = Daemon(config, simulate=simulate, on_tick=self._on_tick,
                              process_filter=self.tree.filter, serve_api=False,
                              sample_stacks_always=True, periodic_rules=False,
-                             stop_on_signals=False)
+                             stop_on_signals=False, out_option="--out")
         self._ticked = asyncio.Event()
         self._group: int | None = None
 

@@ -35,6 +35,7 @@ import pwd
 import re
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 PRIVATE_FOLDER = 0o700
@@ -183,77 +184,201 @@ def check_existing(path: str | os.PathLike[str]) -> None:
     check_file(info, path)
 
 
+# O_PATH: a folder is passed through with search permission alone, as a path lookup needs
+_FOLDER_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_MAX_LINKS = 40  # as the kernel's own limit on links in one path
+
+
+class ForeignLink(RefusedFile):
+    """A symbolic link on a folder's path that a user other than root or mlcostd's owns:
+    whoever owns it can point it anywhere, so it is never followed."""
+
+    def __init__(self, path: Path, target: str, uid: int) -> None:
+        self.path = path
+        self.reason = (f"is a symbolic link (to {target}) owned by uid {uid} ({_user(uid)}), "
+                       "who can point it anywhere")
+        super().__init__(f"{path} {self.reason}; mlcostd runs as root and never follows a "
+                         "link that a user other than root or its own could have planted: "
+                         "remove the link, or give mlcostd the real path")
+
+
+class _Fault(Exception):
+    """A folder on the path that another user could change (`_judge`)."""
+
+    def __init__(self, path: Path, reason: str, itself: bool) -> None:
+        super().__init__(reason)
+        self.path, self.reason, self.itself = path, reason, itself
+
+
+def _judge(sticky_ok: bool) -> Callable[[Path, os.stat_result, bool], None]:
+    """The rule for a folder mlcostd keeps files in, for `_walk` to apply to each folder it
+    passes through (`itself`: the last one): owned by root or mlcostd's user, and writable by
+    no one else unless sticky like /tmp (with `sticky_ok` False, not even then for the folder
+    itself). Raises _Fault."""
+    def judge(path: Path, info: os.stat_result, itself: bool) -> None:
+        mode = stat.S_IMODE(info.st_mode)
+        sticky = bool(mode & stat.S_ISVTX) and (sticky_ok or not itself)
+        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+            # "without the sticky bit" only where a sticky folder would pass
+            allowed = sticky_ok or not itself
+            missing = "" if mode & stat.S_ISVTX or not allowed else " without the sticky bit"
+            raise _Fault(path, f"is writable by its group or by everyone (mode {mode:o})"
+                               f"{missing}", itself)
+        if info.st_uid not in (0, os.geteuid()):
+            raise _Fault(path, f"is owned by uid {info.st_uid} ({_user(info.st_uid)})", itself)
+    return judge
+
+
+def _walk(folder: Path, *, create: bool,
+          judge: Callable[[Path, os.stat_result, bool], None] | None = None) -> bool:
+    """Walk `folder` from / a component at a time, each opened relative to the one before with
+    O_NOFOLLOW, `judge` called on each folder passed through (its fstat) before anything in
+    it is looked at: a symbolic link is followed only when root or mlcostd's user owns it
+    (another user's link is refused, ForeignLink, whatever it points at), so a path walked
+    here and used after cannot be redirected by a link someone else planted. With `create`,
+    each missing component is made relative to its folder's descriptor (the folder itself
+    0700 whatever the umask, those above it as the umask says) and opened again without
+    following, then judged (one planted in between is judged, or refused as a link); without,
+    the walk stops at the first missing one, which mlcostd would create. Returns whether it
+    created `folder`. Raises ForeignLink, _Fault (from `judge`), NotADirectoryError (a file
+    in the way), OSError."""
+    pending = list(reversed((Path.cwd() / folder).parts))  # `..` kept: the kernel's meaning
+    here = Path("/")
+    fd = os.open("/", _FOLDER_FLAGS)
+    links = 0
+    created = False
+    try:
+        if judge is not None:
+            judge(here, os.fstat(fd), not pending[:-1])
+        while pending:
+            name = pending.pop()
+            if name in ("/", "."):
+                continue
+            if name == "..":
+                new = os.open("..", _FOLDER_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, here = new, here.parent
+                if judge is not None and not pending:  # the folder itself, as `x/..` names it
+                    judge(here, os.fstat(fd), True)
+                continue  # (judged as a folder above on the way down)
+            created = False
+            try:
+                new = os.open(name, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    return False
+                try:
+                    os.mkdir(name, PRIVATE_FOLDER if not pending else 0o777, dir_fd=fd)
+                except FileExistsError:  # made by someone else meanwhile: looked at again
+                    pending.append(name)
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise
+                    continue
+                new = os.open(name, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                created = True
+                if not pending:  # the folder itself: 0700 even under a umask like 0777,
+                    # on the folder just opened (an O_PATH descriptor cannot be fchmodded)
+                    made = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                                   dir_fd=new)
+                    try:
+                        os.fchmod(made, PRIVATE_FOLDER)
+                    finally:
+                        os.close(made)
+            except OSError as exc:
+                # O_NOFOLLOW|O_DIRECTORY at a link: ENOTDIR (ELOOP without O_DIRECTORY)
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(info.st_mode):
+                    raise NotADirectoryError(errno.ENOTDIR, "Not a directory",
+                                             str(here / name)) from None
+                target = os.readlink(name, dir_fd=fd)
+                if info.st_uid not in (0, os.geteuid()):
+                    raise ForeignLink(here / name, target, info.st_uid) from None
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(folder)) from None
+                # a link root or mlcostd's user made, in a folder judged already
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, here = os.open("/", _FOLDER_FLAGS), Path("/")
+                pending.extend(reversed(Path(target).parts))
+                continue
+            os.close(fd)
+            fd, here = new, here / name
+            if judge is not None:
+                judge(here, os.fstat(fd), not pending)
+        return created
+    finally:
+        os.close(fd)
+
+
 def private_folder(folder: Path) -> bool:
     """Create `folder` 0700 (the folders above it as the umask says) unless it exists; an
     existing folder is used as it is (never chmodded: a folder shared with others must not
-    change). Returns whether it was created. Raises OSError when it cannot be created."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(folder, PRIVATE_FOLDER)
-    except FileExistsError:
-        return False
-    # just made by us: 0700 even under a umask like 0777; fchmod on the folder we opened
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fchmod(fd, PRIVATE_FOLDER)
-    finally:
-        os.close(fd)
-    return True
+    change). No link on the way is followed unless root or mlcostd's user owns it (`_walk`):
+    another user's link at the folder or above it is refused (ForeignLink, a RefusedFile),
+    never used. Returns whether it was created. Raises RefusedFile, OSError when it cannot
+    be created."""
+    return _walk(folder, create=True)
 
 
-def _folder_fault(folder: Path, sticky_ok: bool) -> tuple[Path, str] | None:
-    """(the folder at fault, why) for folder_problem; None when safe."""
-    path = Path(os.path.realpath(folder))
-    for current in (path, *path.parents):
-        try:
-            info = os.stat(current)
-        except FileNotFoundError:
-            continue  # made by mlcostd, 0700
-        except OSError as exc:
-            return current, f"cannot be checked ({exc.strerror})"
-        mode = stat.S_IMODE(info.st_mode)
-        sticky = bool(mode & stat.S_ISVTX) and (sticky_ok or current != path)
-        if not stat.S_ISDIR(info.st_mode):
-            return current, "is not a directory"
-        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-            # "without the sticky bit" only where a sticky folder would pass
-            allowed = sticky_ok or current != path
-            missing = "" if mode & stat.S_ISVTX or not allowed else " without the sticky bit"
-            return current, f"is writable by its group or by everyone (mode {mode:o}){missing}"
-        if info.st_uid not in (0, os.geteuid()):
-            return current, f"is owned by uid {info.st_uid} ({_user(info.st_uid)})"
-    return None
+def _folder_fault(folder: Path, sticky_ok: bool, *,
+                  create: bool = False) -> tuple[tuple[Path, str, bool] | None, bool]:
+    """((the folder at fault, why, whether it is `folder` itself) or None when safe, whether
+    `folder` was created) for folder_problem and check_folder: `_walk` with `_judge`, so
+    nothing is created inside a folder that fails."""
+    try:
+        return None, _walk(folder, create=create, judge=_judge(sticky_ok))
+    except _Fault as fault:
+        return (fault.path, fault.reason, fault.itself), False
+    except ForeignLink as link:
+        return (link.path, link.reason, link.path == Path.cwd() / folder), False
+    except NotADirectoryError as exc:
+        culprit = Path(exc.filename or folder)
+        return (culprit, "is not a directory", culprit == Path.cwd() / folder), False
+    except OSError as exc:
+        if create:
+            raise
+        return (folder, f"cannot be checked ({exc.strerror})", True), False
 
 
 def folder_problem(folder: Path, *, sticky_ok: bool = True) -> str | None:
     """Why another user could replace what mlcostd keeps in `folder`, as the end of a sentence
     about it ("is writable by its group or by everyone (mode 777) without the sticky bit", "is
-    inside /x, which is owned by uid 1000 (ann)"), or None when it is safe: the folder and
-    every folder above it (links resolved) are directories owned by root or mlcostd's user
-    that no one else can write, unless sticky like /tmp (with `sticky_ok` False, the folder
-    itself must not be writable by others even then). A folder that does not exist yet is
-    judged by those above it (mlcostd creates it 0700)."""
-    fault = _folder_fault(folder, sticky_ok)
-    if fault is None:
-        return None
-    culprit, reason = fault
-    return reason if culprit == Path(os.path.realpath(folder)) else \
-        f"is inside {culprit}, which {reason}"
+    inside /x, which is owned by uid 1000 (ann)", "is a symbolic link (to /y) owned by uid
+    1001 (eve), who can point it anywhere"), or None when it is safe: every folder its path
+    passes through is a directory owned by root or mlcostd's user that no one else can write,
+    unless sticky like /tmp (with `sticky_ok` False, the folder itself must not be writable by
+    others even then), and every link on it is root's or mlcostd's user's. A folder that does
+    not exist yet is judged by those above it (mlcostd creates it 0700)."""
+    fault, _created = _folder_fault(folder, sticky_ok)
+    return None if fault is None else _said(fault)
 
 
-def check_folder(folder: Path, what: str, fix: str) -> None:
-    """Refuse (RefusedFile) the `what` folder `folder` (e.g. "database folder") when
-    folder_problem finds one (sticky folders like /tmp pass). The message names the folder at
-    fault and ends with the fix: `chmod go-w` it (or `chmod +t`, for a folder shared on
-    purpose), or `fix` (another path)."""
-    fault = _folder_fault(folder, sticky_ok=True)
+def _said(fault: tuple[Path, str, bool]) -> str:
+    culprit, reason, itself = fault
+    return reason if itself else f"is inside {culprit}, which {reason}"
+
+
+def check_folder(folder: Path, what: str, fix: str, *, create: bool = False) -> bool:
+    """Refuse (RefusedFile) the `what` folder `folder` (e.g. "database folder", "--out
+    folder") when folder_problem finds one (sticky folders like /tmp pass): the one check of
+    every folder mlcostd writes into, its own or one a user names. The message names the
+    folder at fault and ends with the fix: `chmod go-w` it (or `chmod +t`, for a folder shared
+    on purpose), remove another user's link, or `fix` (another path). With `create`, the
+    missing folders are created as they are checked, as private_folder does, and whether
+    `folder` was is returned. Raises RefusedFile, OSError (it cannot be created)."""
+    fault, created = _folder_fault(folder, sticky_ok=True, create=create)
     if fault is None:
-        return
-    culprit, reason = fault
-    problem = folder_problem(folder)
+        return created
+    culprit, reason, _itself = fault
     hint = (f"run `chmod go-w {culprit}` (or `chmod +t {culprit}` if others must write there) "
-            "or " if "writable" in reason else "")
-    raise RefusedFile(f"the {what} {folder} {problem}, so another user could replace the "
+            "or " if "writable" in reason else
+            f"remove the link {culprit} (mlcostd follows only root's and its own) or "
+            if "symbolic link" in reason else "")
+    raise RefusedFile(f"the {what} {folder} {_said(fault)}, so another user could replace the "
                       f"files mlcostd keeps there; {hint}{fix}")
 
 

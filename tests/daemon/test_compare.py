@@ -1093,3 +1093,36 @@ def test_money_says_unknown_for_no_finite_figure_and_puts_a_minus_first():
 
     assert figure_text(float("inf"), "$") == "-" and change_text(float("inf"), "$") == "-"
     assert change_text(-0.5, "$") == "-$0.5" and figure_text(1e-4, "$") == "$0.0001"
+
+
+def test_a_profile_with_a_field_no_page_can_show_is_refused_and_an_earlier_page_kept(
+        tmp_path, capsys):
+    """window.since 1e300 raised OverflowError making its date, and a recommendation's
+    savings "s" a TypeError, both while the page was written: exit 1 with a traceback and the
+    .html left at 0 bytes (opened with O_TRUNC before rendering: the page there was lost).
+    Now the text and the page both give compare's "wrong type" error naming the field, and
+    a page is written only whole."""
+    good = {"window": {"since": 1_790_000_000.0, "until": 1_790_000_100.0}, "processes": [],
+            "recommendations": [{"rule": "r", "summary": "s", "savings_per_month": 5.0}]}
+    from daemon.report_html.compare import TITLE
+
+    (tmp_path / "a.json").write_text(json.dumps(good))
+    page = tmp_path / "compare.html"
+    earlier = f"<!doctype html><html>{TITLE}<p>an earlier comparison</html>\n"
+    for field, value, said in (("window", {"since": 1e300, "until": 1_790_000_100.0},
+                                "window.since is '1e+300', not a time"),
+                               ("recommendations", [{"rule": "r", "savings_per_month": "s"}],
+                                "recommendations[0].savings_per_month is 's', not a number")):
+        (tmp_path / "b.json").write_text(json.dumps({**good, field: value}))
+        page.write_text(earlier)
+        for html in ([], ["--html", str(page)]):
+            done = _compare_here(capsys, str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                                 *html)
+            assert done.returncode == 1, (field, html, done.stdout, done.stderr)
+            assert "a field has the wrong type or value" in done.stderr and said in done.stderr
+            assert page.read_text() == earlier
+    (tmp_path / "b.json").write_text(json.dumps(good))  # the same, sound: compared, written
+    done = _compare_here(capsys, str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                         "--html", str(page))
+    assert done.returncode == 0, done.stderr
+    assert TITLE in page.read_text() and page.read_text() != earlier

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -19,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+from simhost import poll
 
 from daemon.commands import gates
 from daemon.commands.gates import GATE_EXIT_STATUS
@@ -548,6 +550,17 @@ def start_waiting_profile(tmp_path: Path, out: Path) -> tuple[subprocess.Popen[s
     return first, go
 
 
+def stack_rows(db: Path) -> int:
+    """Stack samples a running profile's store holds (read-only, beside its writer)."""
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return connection.execute("SELECT count(*) FROM stack_samples").fetchone()[0]
+    except sqlite3.OperationalError:  # its tables not made yet
+        return 0
+    finally:
+        connection.close()
+
+
 def test_a_second_profile_into_the_same_out_is_refused_and_leaves_the_first_whole(tmp_path):
     """Two profiles started at once with the same --out: the second deleted the first's
     profile.db. Now it refuses, naming the folder and the first's pid, touches nothing, and
@@ -567,6 +580,9 @@ def test_a_second_profile_into_the_same_out_is_refused_and_leaves_the_first_whol
         assert not marker.exists()
         now = (out / "profile.db").stat()
         assert (now.st_ino, now.st_dev) == (store.st_ino, store.st_dev)
+        # the first ends once it holds a stack sample (its command waits with the GPU idle;
+        # ended at once, how many it holds depended on how fast the second was refused)
+        poll(lambda: stack_rows(out / "profile.db"), 120, "the first profile's stack sample")
         go.touch()
         stdout, stderr = first.communicate(timeout=RUN_TIMEOUT_S)
     finally:
@@ -1265,3 +1281,75 @@ def test_gpu_work_in_a_thread_is_compute_not_the_main_threads_join(tmp_path):
     assert facts["gpu_utilization"] >= 50
     assert facts["phase_balance"].get("compute", 0.0) >= 0.9, facts["phase_balance"]
     assert facts["phase_balance"].get("idle", 0.0) <= 0.1
+
+
+def test_a_baseline_field_of_the_wrong_type_is_refused_before_the_run(tmp_path, capsys):
+    """A baseline with cost_per_hour "x" (or a GPU model 5) crashed the profile with a
+    TypeError once the run was over, and no file but profile.db was written: each field the
+    regression gate reads is checked when the baseline is read, and the error names it."""
+    from daemon.commands.cli import main
+
+    marker = tmp_path / "ran"
+    command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    for profile_facts, said in (
+            ({"cost_per_hour": "x"}, "profile.cost_per_hour is 'x', not a number"),
+            ({"steps": 10, "cost_per_step": [1]}, "profile.cost_per_step is [1], not a number"),
+            ({"cost_per_hour": 1.0, "price_per_gpu_hour": "2"},
+             "profile.price_per_gpu_hour is '2', not a number"),
+            ({"cost_per_hour": 1.0, "steps": "10"}, "profile.steps is '10', not a whole number"),
+            ({"cost_per_hour": 1.0, "gpu_models": ["A", 5]},
+             "profile.gpu_models is ['A', 5], not a list of GPU model names")):
+        baseline = tmp_path / "b.json"
+        baseline.write_text(json.dumps({"profile": profile_facts}))
+        status = main(["profile", "--out", str(tmp_path / "x"), "--max-regression", "10%",
+                       "--baseline", str(baseline), *command])
+        err = capsys.readouterr().err
+        assert status == 2 and f"--baseline {baseline}: {said}" in err, err
+        assert "Traceback" not in err and err.count("\n") == 1, err
+    # a report's `burn` or `gpus` of the wrong shape (read for an older profile's price)
+    baseline.write_text(json.dumps({"profile": {"cost_per_hour": 1}, "burn": [1]}))
+    with pytest.raises(ValueError, match="burn is \\[1\\], not an object"):
+        gates.read_baseline(str(baseline))
+    assert not marker.exists() and not (tmp_path / "x").exists()
+
+
+def test_a_baselines_gpu_models_reach_the_terminal_and_the_junit_file_as_text(tmp_path):
+    """A baseline's GPU model "A\\x1b]0;PWNED\\x07\\x1b[2JX" was printed raw (a terminal title
+    set, the screen cleared) and written raw into the JUnit file, which XML parsers then
+    refused (not well-formed): no gate reached the CI at all."""
+    hostile = "A\x1b]0;PWNED\x07\x1b[2JX\ufffe"
+    baseline = profile_json(tmp_path / "old.json", 0.0000874, 1.006, hostile)
+    old = gates.read_baseline(str(baseline))
+    new = gates.read_baseline(str(profile_json(tmp_path / "new.json", 0.0000874, 0.503,
+                                               "NVIDIA A10G")))
+    gate = gates.max_regression(10, new, old, str(baseline))
+    assert "against A\\x1b]0;PWNED\\x07\\x1b[2JX" in gate.message, gate.message
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in gate.message)
+    # whatever a message holds, the JUnit file is XML 1.0: expat reads it back, shown
+    raw = gates.Gate("--max-regression", "10%", False, f"gate: {hostile}\x00\ud800")
+    xml = gates.junit_xml([gate, raw], command_error="exec failed: \x1b[31mred\x0c")
+    root = ET.fromstring(xml)
+    [failure] = [f.get("message") for f in root.iter("failure")]
+    assert failure == "gate: A\\x1b]0;PWNED\\x07\\x1b[2JX\\ufffe\\x00\\ud800", failure
+    assert "against A\\x1b]0;PWNED" in root.find(".//system-out").text  # the gate passed
+    assert root.find(".//error").get("message") == "exec failed: \\x1b[31mred\\x0c"
+
+
+def test_the_profiles_recorder_refusing_its_folder_names_out_not_db(tmp_path):
+    """The recorder's own check of its store's folder said "pass --db ..., e.g. --db
+    .../profile.db": `mlcostd profile --db` is "unrecognized arguments"."""
+    from daemon import config as config_module
+    from daemon.commands.profile import profile_config
+    from daemon.runtime.daemon import DaemonError
+    from daemon.runtime.profile import ProfileRecorder
+
+    out = tmp_path / "shared"
+    out.mkdir()
+    out.chmod(0o777)
+    config = profile_config(config_module.load(None), out)
+    recorder = ProfileRecorder(config, ["true"])
+    with pytest.raises(DaemonError) as refused:
+        recorder.daemon._check_files()
+    said = str(refused.value)
+    assert f"the database folder {out} is writable by its group or by everyone" in said, said
+    assert "give --out a folder of its own" in said and "--db" not in said, said

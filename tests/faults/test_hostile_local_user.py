@@ -19,6 +19,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from daemon.store.files import (
     check_folder,
     folder_problem,
     open_private,
+    private_folder,
     remove_stale_temp_files,
     temp_path,
     write_private,
@@ -469,3 +471,153 @@ def test_pruning_leaves_planted_links_alone(tmp_path):
     assert prune(folder, max_bytes=0, max_age_s=1) == [str(ours)]
     assert soft.is_symlink() and hard.exists()
     assert_untouched(target)
+
+
+# -- a folder a root command writes into, planted by a real unprivileged user ----------------
+#
+# The attacker is a real user (uid 65534, nobody) running `ln` and `mkdir` themselves, in a
+# sticky world-writable folder as /tmp is (the kernel's fs.protected_symlinks off, as the
+# probe found it, or a link in a folder that is not sticky: root followed it). The test's own
+# tmp_path is under root's 0700 pytest folder, which that user cannot reach.
+
+ATTACKER = 65534
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A fresh folder like /tmp (1777, root's) that the attacker can write into."""
+    folder = Path(tempfile.mkdtemp(prefix="mlcost-shared-", dir="/tmp"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def as_attacker(*argv: str) -> None:
+    """Run `argv` as the unprivileged attacker (no supplementary groups)."""
+    subprocess.run(argv, user=ATTACKER, group=ATTACKER, extra_groups=[], check=True,
+                   capture_output=True, timeout=30)
+
+
+def roots_folder(folder: Path) -> dict[str, bytes]:
+    """A folder of root's with files that must come out unchanged (profile.db: what a profile
+    --out through a link deleted); returns them by name."""
+    folder.mkdir()
+    files = {"profile.db": b"IMPORTANT", "profile.db-wal": b"X", "keep.txt": b"root's"}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+        (folder / name).chmod(0o600)
+    return files
+
+
+def assert_folder_untouched(folder: Path, files: dict[str, bytes]) -> None:
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+
+
+def mlcostd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "daemon", *args], cwd=livedaemon.ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.fault(HOSTILE, "profile --out a symlinked folder another user planted in /tmp")
+def test_profile_out_through_another_users_link_is_refused_and_its_target_kept(shared_tmp):
+    """The probe: `ln -sfn /tmp/victim2 /tmp/out3` by the attacker, then root's `mlcostd
+    profile --out /tmp/out3` deleted root's profile.db and -wal there and wrote its files."""
+    kept = shared_tmp / "victim2"
+    files = roots_folder(kept)
+    link = shared_tmp / "out3"
+    as_attacker("ln", "-sfn", str(kept), str(link))
+    for out in (link, link / "sub"):  # the folder itself, or one above it
+        done = mlcostd("profile", "--simulate", "--out", str(out), "--", "true")
+        assert done.returncode == 2, done.stderr
+        assert (f"{link}, which is a symbolic link" if out != link else
+                f"{link} is a symbolic link") in done.stderr, done.stderr
+        assert f"a symbolic link (to {kept}) owned by uid {ATTACKER}" in done.stderr
+        assert f"remove the link {link}" in done.stderr and "--db" not in done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+    assert_folder_untouched(kept, files)
+
+
+@pytest.mark.fault(HOSTILE, "profile --junit into another user's symlinked folder, or into "
+                            "their 0777 folder")
+def test_a_junit_folder_another_user_could_change_is_refused_before_the_run(shared_tmp,
+                                                                           tmp_path):
+    """--junit's folder had no owner or mode check: in the attacker's 0777 folder the JUnit
+    file was written, and the attacker replaced it with a forged "all pass"."""
+    kept = shared_tmp / "rootdir"
+    files = roots_folder(kept)
+    as_attacker("ln", "-sfn", str(kept), str(shared_tmp / "j"))
+    as_attacker("mkdir", "-m", "777", str(shared_tmp / "open"))
+    marker = tmp_path / "ran"
+    for junit, said in ((shared_tmp / "j" / "gates.xml", f"owned by uid {ATTACKER}"),
+                        (shared_tmp / "open" / "gates.xml",
+                         "is writable by its group or by everyone (mode 777) without the "
+                         "sticky bit")):
+        done = mlcostd("profile", "--simulate", "--out", str(tmp_path / "out"), "--junit",
+                       str(junit), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+        assert done.returncode == 2, done.stderr
+        assert f"cannot use --junit {junit}: the --junit folder {junit.parent} " in done.stderr
+        assert said in done.stderr, done.stderr
+    assert not marker.exists()  # refused before the run
+    assert_folder_untouched(kept, files)
+    assert list((shared_tmp / "open").iterdir()) == []
+
+
+@pytest.mark.fault(HOSTILE, "report --html, compare --html and snapshot --out into another "
+                            "user's symlinked folder or 0777 folder")
+def test_html_and_snapshot_outputs_in_a_folder_another_user_could_change_are_refused(
+        shared_tmp, tmp_path):
+    from daemon.sources.sample import GpuSample, Sample
+
+    store = Store(str(tmp_path / "mlcost.db"))
+    for i in range(10):  # a store with samples to report, snapshot and render
+        store.write(Sample(ts=1_790_000_000.0 + i, tick=i + 1, gpus=(
+            GpuSample(0, "GPU-0", "A100", utilization=50.0, memory_used_bytes=0,
+                      memory_total_bytes=40 << 30),)))
+    store.close()
+    shutil.copyfile(tmp_path / "mlcost.db", tmp_path / "copy.db")
+    profile = tmp_path / "p"
+    profile.mkdir()
+    (profile / "profile.json").write_text('{"window": {}, "processes": []}')
+    shutil.copytree(profile, tmp_path / "q")
+    kept = shared_tmp / "snap"
+    files = roots_folder(kept)
+    link = shared_tmp / "c"
+    as_attacker("ln", "-sfn", str(kept), str(link))
+    as_attacker("mkdir", "-m", "777", str(shared_tmp / "open"))
+    for args in (["report", "--db", str(tmp_path / "mlcost.db"), "--html", f"{link}/rep.html"],
+                 ["compare", str(profile), str(tmp_path / "q"), "--html", f"{link}/diff.html"],
+                 ["snapshot", "--db", str(tmp_path / "mlcost.db"), "--since", "1h", "--until",
+                  "1790000009", "--out", f"{link}/x.db"],
+                 ["snapshot", "--db", str(tmp_path / "mlcost.db"), "--since", "1h", "--until",
+                  "1790000009", "--out", f"{shared_tmp / 'open'}/"],
+                 ["snapshot", "--render", str(tmp_path / "copy.db"), "--out",
+                  f"{link}/r.html"]):
+        done = mlcostd(*args)
+        assert done.returncode != 0, (args, done.stdout, done.stderr)
+        assert (f"owned by uid {ATTACKER}" in done.stderr
+                or "(mode 777) without the sticky bit" in done.stderr), (args, done.stderr)
+        assert "Traceback" not in done.stderr, done.stderr
+    assert_folder_untouched(kept, files)
+    assert list((shared_tmp / "open").iterdir()) == []
+
+
+def test_folders_are_made_one_at_a_time_without_following_another_users_link(shared_tmp):
+    """private_folder made the folders above with mkdir(parents=True), through any link, and
+    used a link at the folder itself as the folder; root's own links still lead where they
+    point, and a plain folder is made as before (0700)."""
+    kept = shared_tmp / "kept"
+    kept.mkdir()
+    as_attacker("ln", "-s", str(kept), str(shared_tmp / "theirs"))
+    for folder in (shared_tmp / "theirs", shared_tmp / "theirs" / "a" / "b"):
+        with pytest.raises(RefusedFile, match=f"owned by uid {ATTACKER}"):
+            private_folder(folder)
+        assert folder_problem(folder) is not None
+    assert list(kept.iterdir()) == []
+    (shared_tmp / "mine").symlink_to(kept)  # root's own link: followed
+    assert private_folder(shared_tmp / "mine" / "new") is True
+    assert mode(kept / "new") == 0o700 and folder_problem(shared_tmp / "mine" / "new") is None
+    assert private_folder(shared_tmp / "plain" / "deeper") is True
+    assert mode(shared_tmp / "plain" / "deeper") == 0o700
+    assert private_folder(shared_tmp / "plain" / "deeper") is False
