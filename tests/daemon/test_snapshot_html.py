@@ -406,3 +406,22 @@ def test_evidence_writes_identifiers_plain_and_a_spot_prices_range_in_dollars():
     assert "low</span>: $5.09<" in html and "high</span>: $9.61<" in html
     # a low and high that are no price's (beside no per_hour) are not dollars
     assert "$" not in page._evidence({"low": 5.09, "high": 9.61})
+
+
+def test_a_timeline_row_names_a_long_module_by_its_last_part_never_cut_mid_name():
+    """Probe 84: rows read `12077 ….sim.workloads.checkpoint_heavy`, the module cut from the
+    left mid-name. A long name is the command as mlcost-top shortens it, to its module or
+    script; arguments are no part of a row's name."""
+    from daemon.report_html.data import LABEL_CHARS, process_label
+
+    def label(command: str) -> str:
+        return process_label("12077:1.0", {"12077:1.0": (12077, command)})
+
+    assert label("/venv/bin/python -m daemon.sim.workloads.checkpoint_heavy") == \
+        "12077 python -m …checkpoint_heavy"
+    assert label("python3 -m daemon.sim.workloads.inference_server --port 8080") == \
+        "12077 python3 -m …inference_server"
+    assert label("torchrun --nproc 8 /srv/train.py --lr 3") == "12077 train.py"
+    long_script = label("python /srv/" + "x" * 60 + ".py --lr 3")
+    assert long_script.startswith("12077 xxx") and len(long_script) <= len("12077 ") + LABEL_CHARS
+    assert label("python -m a\x1b[31m.b") == "12077 a\\x1b[31m.b"
