@@ -30,6 +30,13 @@ GCP_KEY_FILE_ENV = "MLCOST_GCP_API_KEY_FILE"
 MAX_STALE_LINES = 5
 DEFAULT_REGIONS = {"aws": "us-east-1", "azure": "eastus", "gcp": "us-central1",
                    "sagemaker": "us-east-1", "vertex": "us-central1", "azureml": "eastus"}
+# Each --refresh source's provider (whose instance types its --instance names) and what it is.
+REFRESH_PROVIDERS = {"aws": "aws", "azure": "azure", "gcp": "gcp", "sagemaker": "aws",
+                     "vertex": "gcp", "azureml": "azure"}
+PROVIDER_TYPE_NAMES = {"aws": "an AWS instance type", "azure": "an Azure size",
+                       "gcp": "a GCP machine type", "lambda": "a Lambda Cloud instance type"}
+SERVICE_NAMES = {"aws": "AWS", "azure": "Azure", "gcp": "GCP", "sagemaker": "SageMaker",
+                 "vertex": "Vertex AI", "azureml": "Azure ML"}
 
 
 def number_in(low: float, high: float, *, whole: bool = False) -> Any:
@@ -145,7 +152,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     if args.audit:
         return _audit(_catalog(args, cache_path), args, out) or status
     if args.managed or (args.refresh in MANAGED_SOURCES and args.instance):
-        return _managed(args, cache_path, out, err) or status
+        return _managed(args, cache_path, out, err,
+                        refresh_failed=status == EXIT_REFRESH_FAILED) or status
     if args.refresh in MANAGED_SOURCES:
         return status  # managed prices are no instance table: --managed --instance shows them
     if args.refresh == "aws":
@@ -271,6 +279,9 @@ def _check_usage(args: argparse.Namespace) -> str:
     if (args.refresh in ("aws", "azure", "gcp") and args.provider
             and args.provider.lower() != args.refresh):
         return f"--refresh {args.refresh} conflicts with --provider {args.provider}"
+    foreign = _foreign_instance(catalog, args)
+    if foreign:
+        return foreign
     if args.managed and not args.instance:
         return "--managed needs --instance TYPE (e.g. --instance p4d.24xlarge)"
     if args.catalog_url and "@" in urlsplit(args.catalog_url).netloc:  # (not echoed: a secret)
@@ -279,6 +290,38 @@ def _check_usage(args: argparse.Namespace) -> str:
     if args.managed and args.hours_per_month <= 0:
         return f"--hours-per-month must be > 0, not {args.hours_per_month:g}"
     return ""
+
+
+def _foreign_instance(catalog: Catalog, args: argparse.Namespace) -> str:
+    """Why an --instance of --refresh SOURCE is another provider's type (`--refresh azure
+    --instance p4d.24xlarge` asked Azure for 'Standard_p4d.24xlarge'), from the catalog; ""
+    when each is the source's own or one the catalog does not list (a new type is asked)."""
+    provider = REFRESH_PROVIDERS.get(args.refresh or "")
+    if provider is None or not args.instance:
+        return ""
+    for itype in args.instance:
+        bare = itype.removeprefix("ml.") if args.refresh == "sagemaker" else itype
+        listed = {o.provider for o in catalog.filter(instance_types=[bare])}
+        if listed and provider not in listed:
+            owner = sorted(listed)[0]
+            example = next((o.instance_type for o in catalog.filter(provider=provider)
+                            if o.is_gpu), "")
+            return (f"{itype} is {PROVIDER_TYPE_NAMES.get(owner, owner + ' instance type')}, "
+                    f"not {PROVIDER_TYPE_NAMES[provider]}: --refresh {args.refresh} fetches "
+                    f"{SERVICE_NAMES[args.refresh]} prices of "
+                    f"{PROVIDER_TYPE_NAMES[provider].split(' ', 1)[1]}s"
+                    + (f" (e.g. {example})" if example else "")
+                    + (f"; for {itype} use --refresh {_source_of(owner, args.refresh)}"
+                       if owner in ("aws", "azure", "gcp") else "; for it use --refresh catalog"))
+    return ""
+
+
+def _source_of(provider: str, like: str) -> str:
+    """The --refresh source of `provider` of the same kind as `like` (a managed service's for
+    a managed one: sagemaker for aws after --refresh vertex)."""
+    if like in MANAGED_SOURCES:
+        return next(k for k in MANAGED_SOURCES if REFRESH_PROVIDERS[k] == provider)
+    return provider
 
 
 def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO,
@@ -413,11 +456,14 @@ def _audit(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO) -> int:
-    """Each --instance's hardware on every managed platform against self-managed."""
+def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO,
+             refresh_failed: bool = False) -> int:
+    """Each --instance's hardware on every managed platform against self-managed; after
+    `--refresh SERVICE` (no --managed), what is missing is said of that service alone."""
     from pricing.managed import PLATFORM_OF_PROVIDER, same_hardware
 
     catalog = _catalog(args, cache_path)
+    refreshed = args.refresh if args.refresh in MANAGED_SOURCES and not args.managed else None
     status = EXIT_OK
     documents = []
     for itype in args.instance:
@@ -425,7 +471,9 @@ def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO
         try:
             base, rows, missing = same_hardware(catalog, itype, cache_path, provider=provider,
                                                 region=args.region,
-                                                hours_per_month=args.hours_per_month)
+                                                hours_per_month=args.hours_per_month,
+                                                refreshed=refreshed,
+                                                refresh_failed=refresh_failed)
         except PricingError as exc:
             print(f"mlcostd prices: {exc}", file=err)
             status = EXIT_REFRESH_FAILED

@@ -375,11 +375,14 @@ def compare_managed(catalog: Catalog, instance_type: str, region: str,
 
 def same_hardware(catalog: Catalog, instance_type: str, cache_path: str | os.PathLike[str], *,
                   provider: str, region: str | None = None,
-                  hours_per_month: float = HOURS_PER_MONTH,
+                  hours_per_month: float = HOURS_PER_MONTH, refreshed: str | None = None,
+                  refresh_failed: bool = False,
                   ) -> tuple[InstanceOffer, list[ManagedComparison], list[str]]:
     """(the instance, every managed price of its hardware, its accelerators and their count,
     on every platform against that platform's self-managed instance, what is missing with the
-    command that fetches it). Raises PricingError for an instance the catalog lacks."""
+    command that fetches it). After `--refresh refreshed` only that platform's missing price
+    is said, with what to check where the refresh failed (not the command just run). Raises
+    PricingError for an instance the catalog lacks."""
     base_type = normalize_instance_type(instance_type).removeprefix("ml.")
     base = (catalog.by_instance(provider, base_type, region) if region else None) or \
         catalog.by_instance(provider, base_type)
@@ -406,6 +409,8 @@ def same_hardware(catalog: Catalog, instance_type: str, cache_path: str | os.Pat
     for platform in PLATFORMS.values():
         if any(c.platform == platform.name for c in chosen.values()):
             continue
+        if refreshed is not None and platform.key != refreshed:
+            continue  # another service's price: not what was refreshed
         offers = [o for o in catalog.filter(provider=platform.provider) if same(o)]
         what = f"{base.accelerator_count} x {base.accelerator}"
         if not offers:
@@ -413,6 +418,12 @@ def same_hardware(catalog: Catalog, instance_type: str, cache_path: str | os.Pat
                            "the catalog")
             continue
         target = offers[0]
+        if platform.key == refreshed:
+            missing.append(f"{platform.name}: no price for {target.instance_type} ({what}); "
+                           + ("the refresh failed (its reason is above): check the network, "
+                              "proxy and credentials, then refresh again" if refresh_failed
+                              else f"{platform.name} lists none for it in the region fetched"))
+            continue
         missing.append(f"{platform.name}: no price for {target.instance_type} ({what}); run "
                        f"`{refresh_command(platform.key, target.region, target.instance_type)}`")
     order = {p.name: (i, p.components) for i, p in enumerate(PLATFORMS.values())}

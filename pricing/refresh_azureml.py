@@ -87,11 +87,11 @@ async def refresh_azureml_async(region: str, *, cache_path: str | os.PathLike[st
             items = await fetch_items(session, base_url, build_filter(region),
                                       timeout_s=timeout_s, max_retry_after_s=max_retry_after_s)
     except FetchError as exc:
-        result.errors["(api)"] = [f"{exc} (previous prices kept)"]
+        result.errors["Azure ML"] = [f"{exc} (previous prices kept)"]
         return result
     result.prices = parse_surcharges(items, region, fetched_at, base_url)
     if not result.prices:
-        result.errors["(surcharges)"] = [
+        result.errors["Azure ML"] = [
             f"the Azure Retail Prices API lists no Azure Machine Learning surcharge meter in "
             f"{region} (of {len(items)} Azure ML items seen); Azure ML compute is then billed at "
             "the VM price alone"]

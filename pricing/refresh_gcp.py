@@ -169,21 +169,22 @@ def compose(offer: InstanceOffer, parts: dict[tuple[str, str], float],
 
 
 async def service_skus(result: RefreshResult, key_file: str | os.PathLike[str], service: str,
-                       *, base_url: str, timeout_s: float,
-                       max_retry_after_s: float) -> list[dict[str, Any]] | None:
+                       *, base_url: str, timeout_s: float, max_retry_after_s: float,
+                       name: str = "Compute Engine") -> list[dict[str, Any]] | None:
     """Every SKU of `service` with the API key in `key_file`; None when the key or the API
-    fails, the reason in `result.errors` (the key never in it) and the previous prices kept."""
+    fails, the reason in `result.errors` under the service's `name` (the key never in it) and
+    the previous prices kept."""
     try:
         key = read_api_key(key_file)
     except GcpKeyError as exc:
-        result.errors["(key)"] = [str(exc)]
+        result.errors[name] = [str(exc)]
         return None
     try:
         async with aiohttp.ClientSession() as session:
             return await fetch_skus(session, key, base_url=base_url, service=service,
                                     timeout_s=timeout_s, max_retry_after_s=max_retry_after_s)
     except FetchError as exc:
-        result.errors["(api)"] = [f"{str(exc).replace(key, '***')} (previous prices kept)"]
+        result.errors[name] = [f"{str(exc).replace(key, '***')} (previous prices kept)"]
         return None
 
 

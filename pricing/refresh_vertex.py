@@ -101,7 +101,8 @@ async def refresh_vertex_async(offers: Sequence[InstanceOffer], region: str, *,
     say = progress or (lambda line: None)
     url = skus_url(base_url, VERTEX_AI_SERVICE)
     skus = await service_skus(result, key_file, VERTEX_AI_SERVICE, base_url=base_url,
-                              timeout_s=timeout_s, max_retry_after_s=max_retry_after_s)
+                              timeout_s=timeout_s, max_retry_after_s=max_retry_after_s,
+                              name="Vertex AI")
     if skus is None:
         return result
     result.prices, missing = compose_machines(offers, skus, region, fetched_at, url)

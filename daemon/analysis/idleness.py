@@ -15,6 +15,7 @@ README section "Is this host idle? (autostop)" documents every key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,10 +131,17 @@ def _gpu_entries(now: Mapping[str, Any], history: History, idle_pct: float,
                  window_start: float) -> tuple[list[dict[str, Any]], list[str]]:
     """Per GPU: its verdict now, the last time it was busy, and what is unknown about it."""
     entries, unknown = [], []
+    # A bucket's end is where its busy time may have ended, but never after the latest tick
+    # (the current bucket runs past it) nor before the first (a minute rollup's bucket starts
+    # on the minute, before a daemon that started inside it recorded anything).
+    latest = now.get("ts")
+    latest = latest if isinstance(latest, int | float) else math.inf
+    first = history.first_tick if history.first_tick is not None else -math.inf
     for gpu in now.get("gpus") or []:
         index = gpu.get("index")
         points = history.gpus.get(index, ())
-        busy_ends = [ts + history.width_s for ts, _avg, _low, high in points if high >= idle_pct]
+        busy_ends = [min(max(ts + history.width_s, first), latest)
+                     for ts, _avg, _low, high in points if high >= idle_pct]
         evidence = []
         busy = gpu.get("busy")
         util = gpu.get("utilization")

@@ -25,7 +25,7 @@ from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.shape import check_shape
 from daemon.store.snapshot import SNAPSHOT_TABLE
-from daemon.wire import HIGH_CONFIDENCE, LOW_CONFIDENCE, process_key
+from daemon.wire import HIGH_CONFIDENCE, LOW_CONFIDENCE, process_key, short_command
 
 LABEL_CHARS = 32  # a timeline row's name: enough for 'train.py' or a module's last parts
 _LABELER = JobLabeler()  # the job label without configured jobs: script or module name
@@ -69,16 +69,22 @@ class ReportData:
 
 
 def process_label(target: str, names: dict[str, tuple[int, str]]) -> str:
-    """A low-utilization window's row label: 'pid NAME' (the script or module it runs, its
-    distinguishing tail when long), not the raw 'pid:start_time' key; control characters
-    shown as escapes (the renderer HTML-escapes the rest)."""
+    """A low-utilization window's row label: 'pid NAME' (the script or module it runs; when
+    that is too long, the command as mlcost-top shortens it: the module's last part, cut
+    between words, `python -m …checkpoint_heavy`), not the raw 'pid:start_time' key; control
+    characters shown as escapes (the renderer HTML-escapes the rest)."""
     found = names.get(target)
     if found is None:
         return one_line(target)[:LABEL_CHARS]
     pid, command = found
     name = one_line(_LABELER.label(command))
     if len(name) > LABEL_CHARS:
-        name = "…" + name[-(LABEL_CHARS - 1):]  # the tail tells workloads apart
+        # not cut from the left mid-name ('….sim.workloads.checkpoint_heavy'): the command up
+        # to its module or script (its arguments are no name), as mlcost-top shortens it
+        words = one_line(command).split()
+        named = next((i for i, w in enumerate(words)
+                      if w.endswith(".py") or (i and words[i - 1] == "-m")), len(words) - 1)
+        name = short_command(" ".join(words[:named + 1]), LABEL_CHARS)
     return f"{pid} {name}"
 
 

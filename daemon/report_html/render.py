@@ -272,20 +272,42 @@ EVIDENCE_LIST_ITEMS = 6  # items shown of a list
 EVIDENCE_DEPTH = 3
 EVIDENCE_TEXT = 240
 _TIME_KEYS = ("start", "end", "since", "until", "first_seen", "last_seen", "standing_since")
+# Numbers that name something (a process, a port, a tick, a GPU, a line): written as they are,
+# never with a thousands separator (pid 12,077 is no pid a person can look up).
+_IDENTIFIER_KEYS = ("pid", "ppid", "port", "tick", "index", "line", "uid", "gid", "id",
+                    "gpu", "device", "minor")
+_MONEY_KEYS = ("price", "cost", "cost_so_far")
+# Bounds of a price, money where they stand beside its per_hour (a spot price's low and high).
+_PRICE_RANGE_KEYS = ("low", "high", "min", "max")
+
+
+def _identifier(key: str) -> bool:
+    return key in _IDENTIFIER_KEYS or key.endswith(("_pid", "_port", "_tick", "_index"))
+
+
+def _kind(mapping: dict[str, Any], key: Any) -> str:
+    """The key a value is formatted by: a price's low and high (beside its per_hour) are its
+    range, dollars as the price is; any other value goes by its own key."""
+    if key in _PRICE_RANGE_KEYS and ("per_hour" in mapping or "price" in mapping):
+        return "price"
+    return str(key)
 
 
 def _number(key: str, value: float) -> str:
     """A figure as a person reads it: a time as a clock time, a share as a percent, bytes in
-    GiB, money in dollars, else three significant digits (never 16 of them)."""
+    GiB, money in dollars, an identifier (pid, port, tick) as it is, else three significant
+    digits (never 16 of them)."""
     if isinstance(value, bool):
         return str(value).lower()
+    if _identifier(key) and float(value).is_integer():
+        return str(int(value))
     if (key in _TIME_KEYS or key.endswith(("_at", "_times", "_time"))) and value > 1e9:
         return clock.local_time(value)
     if key.endswith(("share", "fraction")) and 0 <= value <= 1:
         return f"{value:.0%}"
     if key.endswith("_bytes"):
         return f"{value / 2**30:.1f} GiB"
-    if key.endswith(("per_hour", "_per_month")) or key in ("cost", "cost_so_far"):
+    if key.endswith(("per_hour", "_per_month", "_price", "_cost")) or key in _MONEY_KEYS:
         return _money(value)
     if key.endswith(("seconds", "_s")):
         return f"{value:,.0f} s" if abs(value) >= 10 else f"{value:.2g} s"
@@ -326,7 +348,7 @@ def _value(key: str, value: Any, depth: int) -> str:
 def _inline(item: dict[str, Any], depth: int) -> str:
     """One item of a list (a GPU, a stack, an alternative) on one line: 'key value · ...'."""
     parts = [f'<span class="k">{_e(str(k).replace("_", " "))}</span> '
-             f"{_value(str(k), v, EVIDENCE_DEPTH if isinstance(v, dict) else depth)}"
+             f"{_value(_kind(item, k), v, EVIDENCE_DEPTH if isinstance(v, dict) else depth)}"
              for k, v in list(item.items())[:EVIDENCE_ITEMS]]
     return " · ".join(parts)
 
@@ -338,7 +360,7 @@ def _evidence(evidence: dict[str, Any], depth: int = 0) -> str:
     entries = list(evidence.items())
     for key, value in entries[:EVIDENCE_ITEMS]:
         items.append(f'<li><span class="k">{_e(str(key).replace("_", " "))}</span>: '
-                     f"{_value(str(key), value, depth)}</li>")
+                     f"{_value(_kind(evidence, key), value, depth)}</li>")
     if len(entries) > EVIDENCE_ITEMS:
         items.append(f'<li class="muted">… {len(entries) - EVIDENCE_ITEMS} more</li>')
     return f'<ul class="evidence">{"".join(items)}</ul>' if items else ""

@@ -161,3 +161,26 @@ def test_a_busy_gpu_is_active_since_its_busy_stretch_began():
 def test_an_unknown_phase_lowers_the_confidence_of_an_idle_answer():
     result = ask(now(processes=[proc(phase=None)]), history(busy_until=TS - 1200), for_s=60)
     assert result["active"] is False and result["confidence"] == 0.8
+
+
+def test_last_busy_is_never_after_the_latest_tick_nor_before_the_first():
+    """Probe 84: `last_busy` read a second after `ts` (the current bucket's end), and with
+    `--for 7h` a time before the daemon started (a minute rollup's bucket starts on the
+    minute, before the first tick inside it)."""
+    # the current bucket, busy, runs 4 s past the latest tick
+    current = History(since=TS - 60, until=TS, width_s=6.0, first_tick=TS - 60,
+                      largest_gap_s=1.0, gpus={0: [(TS - 8.0, 0, 0, 0), (TS - 2.0, 90, 90, 90)]})
+    busy = ask(now(gpus=[gpu(utilization=90.0)]), current)
+    [entry] = busy["gpus"]
+    assert entry["last_busy"] == TS and busy["history"]["last_gpu_busy"] == TS
+    # a minute rollup from 11:05:00, busy, of a daemon whose first tick is 11:05:36; the
+    # rollup's step (here 18 s) ends its bucket at 11:05:18, before the daemon was recording
+    minute = TS - 3600 - 36
+    rolled = History(since=TS - 7 * 3600, until=TS, width_s=18.0, first_tick=minute + 36,
+                     largest_gap_s=1.0,
+                     gpus={0: [(minute, 90, 0, 90)] + [(minute + 18 * k, 0, 0, 0)
+                                                       for k in range(3, 200)]})
+    result = ask(now(), rolled, for_s=600)
+    [entry] = result["gpus"]
+    assert entry["last_busy"] == minute + 36  # the first tick, not 36 s before it
+    assert result["history"]["first_tick"] <= entry["last_busy"] <= result["ts"]

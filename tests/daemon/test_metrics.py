@@ -212,6 +212,12 @@ def test_the_metrics_listener_serves_nothing_of_the_api(daemon):
 
 
 def test_hostname_is_the_node_name_the_daemonset_passes(tmp_path, monkeypatch):
+    """MLCOST_HOSTNAME names the host on any machine (this daemon runs in no pod); README's
+    fleet section says so (probe 84: two daemons on one VM both read `vm`, and the variable
+    was documented for Kubernetes alone)."""
+    fleet = README.read_text().split("## On a fleet", 1)[1].split("\n## ", 1)[0]
+    said = fleet.split("**`Hostname`.**", 1)[1].split("\n\n", 1)[0]
+    assert "`MLCOST_HOSTNAME`" in said and "not only in Kubernetes" in said
     monkeypatch.setenv("MLCOST_HOSTNAME", "gpu-node-17")
     daemon = livedaemon.start(tmp_path / "node", "idle-host",
                               args=["--metrics-listen", "127.0.0.1:0"])

@@ -386,3 +386,42 @@ def test_a_snapshot_never_replaces_a_file(tmp_path):
     assert precious.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
     assert beside.read_text() == "<p>an earlier report</p>"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["passwd", "s.html"]
+
+
+def test_evidence_writes_identifiers_plain_and_a_spot_prices_range_in_dollars():
+    """Probe 84: the page read `pid: 12,077` (no pid has a thousands separator) and a spot
+    price's `high: 9.61`, `low: 5.09` without the dollar sign its per_hour had. Counts keep
+    their separators."""
+    import importlib
+
+    page = importlib.import_module("daemon.report_html.render")
+    html = page._evidence({
+        "pid": 12077, "port": 18080, "tick": 123456, "samples": 12345,
+        "gpus": [{"index": 0, "memory_peak_bytes": 0}],
+        "spot": {"per_hour": 7.35, "low": 5.09, "high": 9.61, "source": "catalog"}})
+    assert "pid</span>: 12077<" in html and "port</span>: 18080<" in html
+    assert "tick</span>: 123456<" in html
+    assert "samples</span>: 12,345<" in html  # a count may have one
+    assert "per hour</span>: $7.35<" in html
+    assert "low</span>: $5.09<" in html and "high</span>: $9.61<" in html
+    # a low and high that are no price's (beside no per_hour) are not dollars
+    assert "$" not in page._evidence({"low": 5.09, "high": 9.61})
+
+
+def test_a_timeline_row_names_a_long_module_by_its_last_part_never_cut_mid_name():
+    """Probe 84: rows read `12077 ….sim.workloads.checkpoint_heavy`, the module cut from the
+    left mid-name. A long name is the command as mlcost-top shortens it, to its module or
+    script; arguments are no part of a row's name."""
+    from daemon.report_html.data import LABEL_CHARS, process_label
+
+    def label(command: str) -> str:
+        return process_label("12077:1.0", {"12077:1.0": (12077, command)})
+
+    assert label("/venv/bin/python -m daemon.sim.workloads.checkpoint_heavy") == \
+        "12077 python -m …checkpoint_heavy"
+    assert label("python3 -m daemon.sim.workloads.inference_server --port 8080") == \
+        "12077 python3 -m …inference_server"
+    assert label("torchrun --nproc 8 /srv/train.py --lr 3") == "12077 train.py"
+    long_script = label("python /srv/" + "x" * 60 + ".py --lr 3")
+    assert long_script.startswith("12077 xxx") and len(long_script) <= len("12077 ") + LABEL_CHARS
+    assert label("python -m a\x1b[31m.b") == "12077 a\\x1b[31m.b"

@@ -346,3 +346,44 @@ def test_every_price_in_the_table_says_its_source_and_age(tmp_path):
                      r"unknown \[\d+\]$", g5), g5
     assert "  [2] AWS Price List API (https://pricing.example)" in notes or any(
         n.endswith("] AWS Price List API (https://pricing.example)") for n in notes)
+
+
+def test_a_refresh_refuses_another_providers_instance_type_and_names_its_provider(tmp_path):
+    """Probe 84: `--refresh azure --instance p4d.24xlarge` asked Azure for
+    'Standard_p4d.24xlarge'. An instance type the catalog lists under another provider is
+    refused before any request, exit 2, with the provider it belongs to and its refresh."""
+    cache = str(tmp_path / "c.json")
+    code, out, err = run("--cache", cache, "--refresh", "azure", "--instance", "p4d.24xlarge")
+    assert code == 2 and "refreshing" not in out
+    assert "p4d.24xlarge is an AWS instance type, not an Azure size" in err
+    assert "for p4d.24xlarge use --refresh aws" in err
+    code, _, err = run("--cache", cache, "--refresh", "vertex", "--instance", "p4d.24xlarge")
+    assert code == 2 and "not a GCP machine type: --refresh vertex fetches Vertex AI" in err
+    assert "use --refresh sagemaker" in err  # a managed refresh points at the managed one
+    code, _, err = run("--cache", cache, "--refresh", "sagemaker", "--instance",
+                       "Standard_ND96asr_v4")
+    assert code == 2 and "Standard_ND96asr_v4 is an Azure size, not an AWS instance type" in err
+    assert "use --refresh azureml" in err
+    code, _, err = run("--cache", cache, "--refresh", "gcp", "--instance", "p4d.24xlarge")
+    assert code == 2 and "is an AWS instance type, not a GCP machine type" in err
+    assert not list(tmp_path.iterdir())  # nothing fetched, nothing cached
+
+
+def test_a_failed_managed_refresh_says_what_to_check_not_to_run_itself_again(tmp_path,
+                                                                             pricing_stub):
+    """Probe 84: a failed `--refresh sagemaker` ended 'run `mlcostd prices --refresh
+    sagemaker …`', the command just run; `--refresh vertex` and `--refresh azureml` printed
+    that same SageMaker line. After a refresh, what is missing is said of its own service."""
+    client, stubber = pricing_stub
+    stubber.add_client_error("get_products", service_error_code="AccessDeniedException",
+                             service_message="denied", http_status_code=400)
+    code, _, err = run("--cache", str(tmp_path / "c.json"), "--refresh", "sagemaker",
+                       "--instance", "p4d.24xlarge", pricing_client=client)
+    assert code == 1, err
+    assert "SageMaker: no price for p4d.24xlarge (8 x A100-40GB); the refresh failed" in err
+    assert "check the network, proxy and credentials" in err
+    assert "run `mlcostd prices --refresh sagemaker" not in err
+    code, _, err = run("--cache", str(tmp_path / "c.json"), "--refresh", "vertex",
+                       "--instance", "a2-highgpu-8g", "--gcp-key-file", str(tmp_path / "none"))
+    assert code == 1 and "SageMaker" not in err, err
+    assert "Vertex AI" in err  # its own failure, under its own name

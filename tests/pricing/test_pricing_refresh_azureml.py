@@ -75,7 +75,7 @@ def test_a_failed_refresh_keeps_the_previous_surcharges(tmp_path):
     with LocalServer({PATH: [(429, "", {"Retry-After": "0"}), "hang"]}) as server:
         result = refresh_azureml("eastus", cache_path=cache, base_url=server.url + PATH,
                                  timeout_s=0.5)
-    [message] = result.errors["(api)"]
+    [message] = result.errors["Azure ML"]
     assert "no answer within 0.5 s" in message and message.endswith("(previous prices kept)")
     assert len(server.requests) == 2  # the 429 was retried
     assert [p.per_hour for p in read_cache(cache)] == [0.2]
@@ -89,7 +89,7 @@ def test_a_region_that_lists_no_surcharge_says_so(tmp_path):
                                      None))]}) as server:
         result = refresh_azureml("westeurope", cache_path=tmp_path / "c.json",
                                  base_url=server.url + PATH)
-    assert result.errors["(surcharges)"][0].startswith(
+    assert result.errors["Azure ML"][0].startswith(
         "the Azure Retail Prices API lists no Azure Machine Learning surcharge meter in "
         "westeurope (of 1 Azure ML items seen)")
 

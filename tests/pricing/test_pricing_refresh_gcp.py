@@ -123,7 +123,7 @@ def test_an_api_error_never_shows_the_key(tmp_path, key_file):
                              key_file=key_file, cache_path=cache,
                              base_url=server.url)
     assert [p.per_hour for p in read_cache(cache)] == [0.7]  # the last good price stays
-    [message] = result.errors["(api)"]
+    [message] = result.errors["Compute Engine"]
     assert "HTTP 400" in message and "API key not valid: ***" in message
     assert KEY not in message
     assert message.endswith("(previous prices kept)")
@@ -135,8 +135,8 @@ def test_a_429_then_a_malformed_page(tmp_path, key_file):
                              key_file=key_file, cache_path=tmp_path / "c.json",
                              base_url=server.url)
     assert len(server.requests) == 2
-    assert "a page without a 'skus' list" in result.errors["(api)"][0]
-    assert KEY not in result.errors["(api)"][0]
+    assert "a page without a 'skus' list" in result.errors["Compute Engine"][0]
+    assert KEY not in result.errors["Compute Engine"][0]
 
 
 # Compute Engine's H100 and its A3 vCPU/RAM in the Americas: the H100 figure is public billing

@@ -107,7 +107,7 @@ def test_a_failed_refresh_keeps_the_previous_prices_and_hides_the_key(tmp_path,
     with LocalServer({PATH: [(403, body, {})]}) as server:
         result = refresh_vertex(offers, "us-central1", key_file=key_file, cache_path=cache,
                                 base_url=server.url)
-    [message] = result.errors["(api)"]
+    [message] = result.errors["Vertex AI"]
     assert "HTTP 403" in message and KEY not in message
     assert "check the API key and that the API is enabled" in message
     assert [p.per_hour for p in read_cache(cache)] == [34.0]
