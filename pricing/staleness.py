@@ -76,7 +76,8 @@ def price_staleness(price: Price | None, provider: str, region: str | None = Non
         detail = "its date is unknown"
     elif age_days > stale_after_days:
         reason = "older-than-threshold"
-        detail = (f"it is {age_days:.0f} days old (as of {price.as_of.date().isoformat()}), "  # type: ignore[union-attr]
+        # whole days gone by (as an age is said): 460.6 days is "460 days old", not 461
+        detail = (f"it is {int(age_days)} days old (as of {price.as_of.date().isoformat()}), "  # type: ignore[union-attr]
                   f"older than {stale_after_days:g} days")
     else:
         return Staleness(False, "", age_days, command, "")

@@ -87,9 +87,11 @@ def test_json_says_stale_on_each_price_and_a_stale_price_never_reads_current(tmp
     """`--json` put `stale` once per offer, and a price 460 days old read `"status":
     "current"` beside the warning about it (probe 84). Each price carries its own `stale`
     (README), and its status says `stale`; a pre-cut row stays `pre-cut`."""
-    from datetime import date, timedelta
+    from datetime import datetime, timedelta, timezone
 
-    old = (date.today() - timedelta(days=460)).isoformat()
+    # (the UTC date: a catalog's date is midnight UTC, and its age is whole days since then,
+    # the same at any hour of the day and in any time zone)
+    old = (datetime.now(timezone.utc).date() - timedelta(days=460)).isoformat()
     sheet = tmp_path / "old.csv"
     sheet.write_text(BUNDLED_CATALOG.read_text().splitlines()[0] + "\n"
                      "lambda,us-east-1,gpu_1x_old,A100-40GB,1,40,30,200,host-hour,1.29,0.5,0.7,"
