@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--read", choices=("get", "mget", "pipeline"), default="get")
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--sample-kb", type=int, default=512)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--step-ms", type=float, default=1.0)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
