@@ -54,6 +54,7 @@ from daemon.analysis.stack_rules import (
     PYTHON_ON_CPU,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
+    STREAM_BLOCK_CALL,
     WAIT,
     WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
@@ -68,6 +69,7 @@ from daemon.analysis.stack_rules import (
     is_user_code,
     name_matches,
     rule_for,
+    stream_read,
     user_frame,
 )
 from daemon.sources.frames import Frame, ThreadStack, main_thread
@@ -192,8 +194,12 @@ def classify(
 
     # Frames below (inner to) the innermost user frame: what the user's line called.
     called = frames[: frames.index(responsible)] if responsible is not None else frames
-    io = first_match(called, IO)
+    # A broker's queue read (a redis blocking pop) reads its socket too: the wait is the job's.
+    io = first_match(called, IO) if first_match(called, JOB) is None else None
     if io is not None:
+        stream = stream_read(called) if io[0].phase == DATA_WAIT else None
+        if stream is not None:
+            return _stream_read(stream, io, responsible, signals, source_line)
         if io[0].phase == DATA_WAIT and is_socket_frame(io[1]):
             answer = awaited_answer(called)
             if answer is not None:  # a request whose answer has not begun: a long poll?
@@ -418,6 +424,22 @@ def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame
     return Classification(
         IDLE, f"{JOB_WAIT} on a socket nothing came to ({what}; its main thread slept "
         f"through the last tick): {who}", responsible)
+
+
+def _stream_read(stream: Frame, io: tuple[FrameRule, Frame], responsible: Frame | None,
+                 signals: HostSignals | None, source_line: SourceLine | None) -> Classification:
+    """A redis stream read (XREAD, XREADGROUP; `stream` its command's frame, `io` redis-py's
+    read below it): a consumer waiting for its next job where the user's line passes `block=`
+    (the command waits in the server for new entries, as BLPOP does) or, where the line does
+    not say, nothing came to it over the tick (`_nothing_arriving`); else reading input."""
+    command = stream.name.rsplit(".", 1)[-1].upper()
+    if _calls(responsible, STREAM_BLOCK_CALL, source_line):
+        return Classification(
+            IDLE, f"{JOB_WAIT} from a redis stream ({command} BLOCK: "
+            f"`{_code(responsible, source_line)}`, {_where(stream)})", responsible)
+    nothing = _nothing_arriving(signals, f"a redis stream read, {_where(stream)}", responsible,
+                                f"a redis stream with no new entries ({command} BLOCK)")
+    return nothing if nothing is not None else _said(io, responsible)
 
 
 def _through_multiprocessing(frame: Frame) -> bool:

@@ -202,6 +202,12 @@ FRAME_RULES: tuple[FrameRule, ...] = (
             ("botocore/response.py", "*read*", "S3 object"),
             ("fsspec/*", "*read*", "fsspec file"),
             ("pyarrow/*", "*read*", "Arrow/Parquet"),
+            # redis-py sending a command and parsing its answer (its socket reads are C: no
+            # socket.py frame), with hiredis too: a GET, MGET, HGET, LRANGE or a pipeline's
+            # execute reads input. A blocking pop above it is a JOB frame, which comes first
+            # (classify), and a stream read is told apart there (REDIS_STREAM_READS).
+            ("redis/_parsers/*", "*", "redis"),
+            ("redis/connection.py", "*", "redis"),
         )
     ),
     # Writing output (logs, metrics, predictions, embeddings): serializing text records and
@@ -291,6 +297,16 @@ FRAME_RULES: tuple[FrameRule, ...] = (
 # only where nothing came to the socket over a tick (phases._nothing_arriving): a server slow
 # to start its answer to a read of input is still data wait.
 ANSWER_WAITS: tuple[tuple[str, str], ...] = (("*/http/client.py", "HTTPResponse._read_status"),)
+
+# redis-py's stream reads (XREAD, XREADGROUP): with `block=` the command waits in the server for
+# new entries, as a blocking pop does (a consumer of a redis stream between jobs); without, it
+# reads what is there. The frame cannot say which: the user's line can (STREAM_BLOCK_CALL),
+# else the main thread slept through the tick (phases._nothing_arriving) says nothing came.
+# redis-py 4+ keeps them in redis/commands/core.py, 3.x in redis/client.py.
+REDIS_STREAM_READS: tuple[tuple[str, str], ...] = tuple(
+    (f"*/redis/{file}", f"*.{command}") for file in ("commands/core.py", "client.py")
+    for command in ("xread", "xreadgroup"))
+STREAM_BLOCK_CALL = re.compile(r"\bblock\s*=\s*(?!None\b)[\w.(]")
 
 # Waits for another thread of the same process to hand something over: a queue.Queue, a
 # Condition, an Event (a Future's result waits in Condition.wait too). A loop fed by a reader
@@ -423,6 +439,12 @@ def awaited_answer(frames: Iterable[Frame]) -> Frame | None:
     """The frame of `frames` that waits for a request's answer to begin (ANSWER_WAITS)."""
     return next((f for f in frames if any(_is(f, file, name) for file, name in ANSWER_WAITS)),
                 None)
+
+
+def stream_read(frames: Iterable[Frame]) -> Frame | None:
+    """The frame of `frames` that reads a redis stream (REDIS_STREAM_READS)."""
+    return next((f for f in frames
+                 if any(_is(f, file, name) for file, name in REDIS_STREAM_READS)), None)
 
 
 def future_wait(frames: Sequence[Frame]) -> Frame | None:

@@ -7,7 +7,8 @@ the GPU idle" (idle_gpu_held's SIGTERM). One asking an aiohttp job server for it
 with urllib.request, the server holding the request open until a job comes (a long poll), read
 "reading (socket)" (data wait: dataloader_starvation). Started with `--server HOST:PORT` (the
 broker it connects to), each read online_inference on the word "server", whose advice says
-"restart the server". And GET /v1/idle answered idle for a host whose one GPU process waited on
+"restart the server". A training loop that GETs its samples from redis read "main thread
+blocked" (idle_gpu_held's SIGTERM): redis-py reads its socket in C. And GET /v1/idle answered idle for a host whose one GPU process waited on
 an empty queue, while the host_idle rule held back for it: an autostop on that answer stops the
 service.
 """
@@ -40,6 +41,7 @@ from test_work_waits_live import (
     advice_by_program,
     program,
     rules,
+    starved_past_host_after,
 )
 
 # What a consumer is never offered: to be stopped, or prefetch (nothing makes jobs come sooner).
@@ -257,4 +259,29 @@ def test_a_worker_long_polling_an_empty_job_server_is_a_consumer_and_keeps_the_h
                           timeout=60)
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert json.loads(done.stdout)["active"] is True
+    assert daemon.stop() == 0, daemon.log_tail()
+
+
+def test_a_loop_reading_its_samples_from_redis_waits_for_data_and_is_never_stopped(
+        mlcostd, tmp_path, redis_server):
+    """A training loop whose every step GETs its batch's samples (512 KB each) from a real
+    redis-server and runs a short step: its GPU idles while it reads. Its phase is data wait
+    at redis-py's read ("reading (redis)"), its advice the input pipeline's, and neither it nor
+    its host is offered to be stopped, also once its GPU has read idle past
+    [idle].host_after."""
+    address, _client = redis_server
+    name = "redis_fed_loop"
+    path = scenario_file(tmp_path, [
+        {"name": "fed", "command": program("redis_fed_loop.py", "--server", address)}])
+    daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+    found = starved_past_host_after(daemon, (name,))
+    assert not {r.rule for r in found[name] + found["host"]} & STOPS, rules(found)
+    assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
+    assert consumer_advice(found, name) is None, rules(found)
+    [starved] = [r for r in found[name] if r.rule == "dataloader_starvation"]
+    top = starved.evidence["top_stacks"][0]
+    assert top["reason"].startswith("reading (redis)"), top
+    assert "redis_fed_loop.py" in starved.evidence["where"], starved.evidence["where"]
+    [loop] = [p for p in daemon.now()["processes"] if p.get("gpus")]
+    assert loop["kind"] != "online_inference", loop["kind_evidence"]
     assert daemon.stop() == 0, daemon.log_tail()

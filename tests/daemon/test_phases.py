@@ -1195,6 +1195,116 @@ def test_a_worker_in_a_redis_blpop_waits_for_its_next_job_on_its_own_line():
                     signals=slept).phase == "compute"
 
 
+# A training loop reading its batch's samples from redis (tests/daemon/workloads/redis_fed_loop.py,
+# 512-KB values), as py-spy dumps it (redis-py 8, Python 3.11, no hiredis): in redis-py's response
+# parsing under a GET, an MGET and a pipeline's execute, and sending a GET.
+REDIS = f"{SITE_PACKAGES}/redis"
+REDIS_FED = "/home/me/redis_fed_loop.py"
+REDIS_COMMAND = [(f"{REDIS}/connection.py", "AbstractConnection.read_response", 1761),
+                 (f"{REDIS}/client.py", "Redis.parse_response", 1027),
+                 (f"{REDIS}/client.py", "Redis._send_command_parse_response", 909),
+                 (f"{REDIS}/client.py", "Redis._execute_command.<locals>.<lambda>", 980),
+                 (f"{REDIS}/retry.py", "Retry.call_with_retry", 142),
+                 (f"{REDIS}/client.py", "Redis._execute_command", 979),
+                 (f"{REDIS}/client.py", "Redis.execute_command", 957)]
+REDIS_GET = [(f"{REDIS}/_parsers/socket.py", "SocketBuffer.read", 166),
+             (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser._read_response", 108),
+             (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser.read_response", 42), *REDIS_COMMAND,
+             (f"{REDIS}/commands/core.py", "BasicKeyCommands.get", 3451),
+             (REDIS_FED, "main.<locals>.<listcomp>", 43), (REDIS_FED, "main", 43), (REDIS_FED, "<module>", 56)]
+REDIS_SENDING_GET = [(f"{REDIS}/connection.py", "AbstractConnection.send_packed_command", 1691),
+                     (f"{REDIS}/connection.py", "AbstractConnection.send_command", 1723),
+                     (f"{REDIS}/client.py", "Redis._send_command_parse_response", 908),
+                     *REDIS_COMMAND[3:], *REDIS_GET[-5:]]
+REDIS_MGET = [(f"{REDIS}/_parsers/socket.py", "SocketBuffer._read_from_socket", 98),
+              (f"{REDIS}/_parsers/socket.py", "SocketBuffer.read", 165),
+              (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser._read_response", 108),
+              (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser._read_response.<locals>.<listcomp>", 117),
+              (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser._read_response", 116),
+              (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser.read_response", 42), *REDIS_COMMAND,
+              (f"{REDIS}/commands/core.py", "BasicKeyCommands.mget", 4036),
+              (REDIS_FED, "main", 45), (REDIS_FED, "<module>", 56)]
+REDIS_PIPELINE = [(f"{REDIS}/_parsers/socket.py", "SocketBuffer._purge", 242),
+                  (f"{REDIS}/_parsers/socket.py", "SocketBuffer.purge", 215),
+                  (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser.read_response", 54),
+                  REDIS_COMMAND[0], REDIS_COMMAND[1],
+                  (f"{REDIS}/client.py", "Pipeline.parse_response", 2321),
+                  (f"{REDIS}/client.py", "Pipeline._execute_pipeline", 2285),
+                  (f"{REDIS}/client.py", "Pipeline.execute.<locals>.<lambda>", 2413),
+                  (f"{REDIS}/retry.py", "Retry.call_with_retry", 142),
+                  (f"{REDIS}/client.py", "Pipeline.execute", 2412),
+                  (REDIS_FED, "main", 50), (REDIS_FED, "<module>", 56)]
+
+
+@pytest.mark.parametrize("dump", [REDIS_GET, REDIS_SENDING_GET, REDIS_MGET, REDIS_PIPELINE],
+                         ids=["get", "sending-get", "mget", "pipeline"])
+def test_a_loop_reading_its_samples_from_redis_waits_for_data(dump):
+    """It read 'main thread blocked with the GPU idle' (idle: idle_gpu_held's SIGTERM):
+    redis-py's socket reads are C, no socket.py frame. A read through redis-py under any
+    command that is no blocking pop reads input, whatever the signals (bytes keep coming)."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    for active in (False, True):
+        for signals in (None, slept, dataclasses.replace(slept, main_thread_woke=True,
+                                                         main_thread_cpu=0.9)):
+            found = classify([ThreadStack(1, "MainThread", active, tuple(
+                Frame(n, f, ln) for f, n, ln in dump))], gpu_busy=False,
+                source_line=no_source, signals=signals)
+            assert found.phase == "data_wait", (active, signals, found)
+            assert found.reason.startswith("reading (redis)"), found.reason
+            assert found.frame is not None and found.frame.filename == REDIS_FED, found
+    # the blocking pop above the same reads stays the job's wait
+    found = classify(threads(REDIS_BLPOP), gpu_busy=False, source_line=no_source)
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+
+
+# A consumer of a redis stream waiting for new entries (XREAD / XREADGROUP with block=2000 on an
+# empty stream), as py-spy dumps it (redis-py 8, Python 3.11).
+CONSUMER = "/home/me/stream_consumer.py"
+REDIS_XREAD = [*REDIS_BLPOP[:11], (f"{REDIS}/commands/core.py", "StreamCommands.xread", 8830),
+               (CONSUMER, "<module>", 12)]
+REDIS_XREADGROUP = [*REDIS_BLPOP[:11],
+                    (f"{REDIS}/commands/core.py", "StreamCommands.xreadgroup", 8961),
+                    (CONSUMER, "<module>", 14)]
+
+
+def test_a_consumer_blocked_on_a_redis_stream_waits_for_its_next_job():
+    """XREAD/XREADGROUP with block= waits in the server for new entries, as BLPOP does; the
+    frame cannot say whether it blocks: the user's line can, or (where it does not) a main
+    thread that slept through the tick. A stream read that says neither reads input."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    woke = dataclasses.replace(slept, main_thread_woke=True)
+    blocking = lines(**{"<module>": 'got = r.xreadgroup("workers", "w1", {"events": ">"}, '
+                                    "count=1, block=2000)"})
+    for dump, command in ((REDIS_XREAD, "XREAD"), (REDIS_XREADGROUP, "XREADGROUP")):
+        # block= on the line: the job's wait, whatever the signals
+        for signals in (slept, woke, None):
+            found = classify(threads(dump), gpu_busy=False, source_line=blocking,
+                             signals=signals)
+            assert found.phase == "idle", (signals, found)
+            assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+            assert f"redis stream ({command} BLOCK" in found.reason, found.reason
+            assert found.frame == Frame("<module>", CONSUMER, dump[-1][2])
+        # the line unread: the job's wait where nothing came over the tick
+        found = classify(threads(dump), gpu_busy=False, source_line=no_source, signals=slept)
+        assert found.phase == "idle" and found.reason.startswith(stack_rules.JOB_WAIT), found
+        assert "redis stream with no new entries" in found.reason, found.reason
+        for signals in (woke, None):
+            assert classify(threads(dump), gpu_busy=False, source_line=no_source,
+                            signals=signals).phase == "data_wait", signals
+        # no block= (block=None is no block either): reading what the stream holds
+        for line in ('got = r.xread({"events": last}, count=64)',
+                     'got = r.xread({"events": last}, count=64, block=None)'):
+            found = classify(threads(dump), gpu_busy=False,
+                             source_line=lines(**{"<module>": line}), signals=woke)
+            assert found.phase == "data_wait" and "reading (redis)" in found.reason, found
+    # block=0 blocks for ever; a variable is a wait too
+    for line in ("r.xread(streams, block=0)", "r.xread(streams, block=self.block_ms)"):
+        assert classify(threads(REDIS_XREAD), gpu_busy=False, signals=woke,
+                        source_line=lines(**{"<module>": line})).phase == "idle", line
+
+
 # urllib.request's urlopen waiting for the job server's answer to a long poll, as py-spy dumps it
 # (Python 3.11): http.client reading the status line.
 LONG_POLL = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
