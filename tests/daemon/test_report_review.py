@@ -212,8 +212,9 @@ def test_a_young_live_stores_spend_per_day_counts_to_where_its_recorded_spend_re
     store.set_meta(queries.SPEND_THROUGH, start + 90)
     store.close()
     spend = per_day()
-    # (the hour's ticks place its spend: the tick at the range's end is not inside it)
-    assert spend["total"] == pytest.approx(rate / 3600 * 90, rel=0.01)
+    # (the hour's ticks place its spend: the tick at the range's end is not inside it, and
+    # the store's first tick charged nothing: 89 s of intervals)
+    assert spend["total"] == pytest.approx(rate / 3600 * 89, rel=0.005)
     assert spend["per_day_over_s"] == pytest.approx(89.0)
     assert spend["per_day"] == pytest.approx(rate * 24, rel=0.02)  # was 0.75 of it
     assert unknown["per_day"] == pytest.approx(rate * 24 * 89 / 119, rel=0.02)
@@ -375,3 +376,56 @@ def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick
     assert review["previous"]["trend"] == "no trend: nothing was recorded in the period before"
     # the range's own spend is what the ledger charged over its ticks
     assert review["spend"]["total"] == pytest.approx(document["spend"]["total"], rel=0.02)
+
+
+def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float) -> float:
+    """A store written as the daemon writes it: each run (its ticks' times) recorded through
+    the real writer, charged by its own CostLedger and handed over as hour spend, with its
+    start and price readings; the spend handed over up to `through`. Returns the seconds the
+    ledgers charged up to `through`."""
+    from daemon.analysis.cost import HostPrice, burn
+    from daemon.analysis.ledger import CostLedger
+    from daemon.runtime import resume
+
+    price = HostPrice(rate, 1, "on-demand", "p4d.24xlarge", "aws", "us-east-1", "test", None)
+    store = Store(str(db))
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": price.as_dict()})
+    gpus = (GpuSample(0, "GPU-0", "A100", utilization=90.0, memory_used_bytes=30 << 30,
+                      memory_total_bytes=40 << 30),)
+    charged, tick = 0.0, 0
+    for times in runs:
+        resume.record_start(store, times[0] - 1.5)
+        resume.record_price(store, price, times[0] - 1.5)
+        ledger = CostLedger()
+        for ts in times:
+            tick += 1
+            sample = Sample(ts=ts, tick=tick, gpus=gpus, processes=(TRAIN,))
+            store.write(sample)
+            if ts <= through:
+                charged += ledger.add(burn(sample, price))
+        facts.write_spend(store, *ledger.take_unrecorded())
+    store.set_meta(queries.SPEND_THROUGH, through)
+    store.close()
+    return charged
+
+
+def test_the_review_and_the_reports_spend_are_the_same_dollars_across_an_hour_and_a_restart(
+        tmp_path):
+    """Two runs with a 15 s restart gap, the first ending just past an hour (probe 84's
+    a.db): the ledger put the interval ending at 11:00:00.014 in 10:00's row (by its
+    midpoint), and the review, counting 10:00's ticks by their own times, left it out:
+    $5.990 against the $5.999 the rows held and price × time ran."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    rate = 32.7726
+    first = [hour - 344 + i * 1.0003 for i in range(355)]  # to 11:00:10, past the hour
+    second = [first[-1] + 15 + i * 1.0 for i in range(240)]
+    charged = _record_runs(db, [first, second], rate, through=second[-1] + 0.5)
+    assert charged == pytest.approx(first[-1] - first[0] + second[-1] - second[0], abs=1e-6)
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)  # its whole range: the ledger replayed over every tick
+    spend = document["review"]["spend"]["total"]
+    assert spend == pytest.approx(rate / 3600 * charged, rel=1e-4)  # was 0.15 % short
+    assert document["spend"]["total"] == pytest.approx(spend, rel=1e-4)
