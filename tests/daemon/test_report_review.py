@@ -418,21 +418,24 @@ def test_the_review_and_the_reports_spend_are_the_same_dollars_across_an_hour_an
     """Two runs with a 15 s restart gap, the first ending just past an hour (probe 84's
     a.db): the ledger put the interval ending at 11:00:00.014 in 10:00's row (by its
     midpoint), and the review, counting 10:00's ticks by their own times, left it out:
-    $5.990 against the $5.999 the rows held and price × time ran."""
+    $5.990 against the $5.999 the rows held and price × time ran. The report's spend, a
+    replay of every 3rd tick, charged nothing before and after the ticks it picked nor across
+    the restart from the last it picked to the first: $5.972."""
     db = tmp_path / "mlcost.db"
     hour = int(time.time() // 3600 * 3600) - 2 * 3600
     rate = 32.7726
     first = [hour - 344 + i * 1.0003 for i in range(355)]  # to 11:00:10, past the hour
-    second = [first[-1] + 15 + i * 1.0 for i in range(240)]
+    second = [first[-1] + 15 + i * 1.0 for i in range(400)]  # 755 ticks: the replay samples
     charged = _record_runs(db, [first, second], rate, through=second[-1] + 0.5)
     assert charged == pytest.approx(first[-1] - first[0] + second[-1] - second[0], abs=1e-6)
     out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    document = json.loads(out.stdout)  # its whole range: the ledger replayed over every tick
+    document = json.loads(out.stdout)  # its whole range: the ledger replayed over its ticks
     spend = document["review"]["spend"]["total"]
     assert spend == pytest.approx(rate / 3600 * charged, rel=1e-4)  # was 0.15 % short
-    assert document["spend"]["total"] == pytest.approx(spend, rel=1e-4)
+    assert document["spend"]["total"] == pytest.approx(spend, rel=1e-4)  # was 0.3 % short
+    assert document["spend"]["seconds"] == pytest.approx(charged, abs=1e-3)
 
 
 def test_a_snapshot_cut_mid_run_between_two_hand_overs_is_the_dollars_its_ticks_cost(tmp_path):
