@@ -139,13 +139,20 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     recorded_spend = (recorded_ledger(reader, start, end, jobs)
                       if rolled and (end - start > SAMPLED_SPEND_MAX_S
                                      or not _raw_covers(reader, start, interval)) else None)
+    # The ticks charged after the spend's last hand-over (a snapshot or a live store read
+    # between two rounds) are in no hour row yet: charged here from their ticks, so the
+    # recorded spend reaches the window's end (probe 84's snapshot: $0.455 over 50 s of a 59 s
+    # window whose ticks the ledger charged $0.537).
+    spend_to = _add_tail(reader, recorded_spend, start, end, prices, thresholds, jobs,
+                         interval, starts, processes)
     # The ticks the cost pass and the energy split read: the raw window, else an even spread.
     sampled = raw or RawWindow.read(reader, start, end,
                                     raw_sample_count(len(processes), COST_SAMPLES),
                                     prices, thresholds)
     window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
                    if recorded_spend else None) or _window_cost(
-        sampled, start, end, price, processes, interval, jobs, readings)
+        _with_run_edges(reader, sampled, start, end, starts, prices, thresholds), start, end,
+        price, processes, interval, jobs, readings)
     # Each kind as it was at the window's end (the store's kind history), else as the daemon
     # last classified it (a store from before the history: meta "kinds").
     kinds_then = queries.process_kinds(reader, end)
@@ -212,17 +219,94 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                                           raw)
     latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
     review = document.setdefault("review", {})
+    current = recorded_spend
+    if current is None:  # (the window's spend above was its ticks' replay)
+        current = recorded_ledger(reader, start, end, jobs)
+        spend_to = _add_tail(reader, current, start, end, prices, thresholds, jobs, interval,
+                             starts, processes)
     review.update(team_review.review(
         reader, start, end, by=by, jobs=jobs, kinds={**kinds_last, **kinds_then},
         energy=document["energy"],
         recommendations=document["recommendations"],
-        current=recorded_spend))
+        current=current, spend_to=spend_to))
     review["carbon"] = report_energy.review_entry(document["carbon"])
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
         else HOURS_PER_MONTH))
     return document
+
+
+RUN_EDGES_MAX = 200  # daemon starts in a window whose edge ticks the cost pass adds (each
+# two single-tick reads)
+
+
+def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,
+                    starts: tuple[float, ...], prices: PriceHistory,
+                    thresholds: IdleThresholds) -> RawWindow:
+    """`raw` with the window's first and last ticks and each daemon start's edges in it (the
+    last tick before it, the first at or after it) where the read skipped them. A sampled read
+    charged nothing before the first tick it picked, after its last, nor from the last it
+    picked before a restart to the first after it (the ledger charges nothing across a
+    start): probe 84's a.db, every 3rd of 661 ticks, read $5.972 for the $5.999 its 659 s
+    cost."""
+    have = {round(sample.ts * 1000) for sample in raw.samples}
+    lo, hi = round(start * 1000), round(end * 1000)
+    row = reader.query("SELECT min(ts) AS first, max(ts) AS last FROM ticks WHERE ts >= ? "
+                       "AND ts <= ?", (lo, hi))[0]
+    edges = {ts for ts in (row["first"], row["last"]) if isinstance(ts, int)}
+    for at in [s for s in starts if start < s <= end][:RUN_EDGES_MAX]:
+        ms = round(at * 1000)
+        row = reader.query("SELECT (SELECT max(ts) FROM ticks WHERE ts >= ? AND ts < ?) AS last, "
+                           "(SELECT min(ts) FROM ticks WHERE ts >= ? AND ts <= ?) AS first",
+                           (lo, ms, ms, hi))[0]
+        edges.update(ts for ts in (row["last"], row["first"]) if isinstance(ts, int))
+    missing = sorted(edges - have)
+    if not missing:
+        return raw
+    picked = list(zip(raw.samples, raw.costs, strict=True))
+    for ts in missing:
+        edge = RawWindow.read(reader, ts / 1000, ts / 1000, 1, prices, thresholds)
+        picked += zip(edge.samples, edge.costs, strict=True)
+    picked.sort(key=lambda pair: pair[0].ts)
+    return RawWindow([sample for sample, _ in picked], [cost for _, cost in picked])
+
+
+def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: float,
+              end: float, prices: PriceHistory, thresholds: IdleThresholds,
+              jobs: dict[str, str] | None, interval: float, starts: tuple[float, ...],
+              processes: list[dict[str, Any]]) -> float | None:
+    """Charge to `found` (the spend recorded over [start, end]) the window's ticks after the
+    store's spend_through, as the daemon's ledger charges them (each tick the interval before
+    it; a gap capped, none across a daemon start); returns where the spend then reaches (None:
+    where the store says, nothing added)."""
+    through = queries.spend_through(reader)
+    if found is None or through is None or through >= end:
+        return None
+    lo = max(start, through)
+    # from the last tick handed over (its interval was): the tail charges the ones after it
+    last = reader.query("SELECT max(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
+                        (round(start * 1000), round(lo * 1000)))[0]["ts"]
+    tail = RawWindow.read(reader, last / 1000 if last is not None else lo, end,
+                          raw_sample_count(len(processes)), prices, thresholds)
+    if not tail.samples or any(b is None for b in tail.costs):
+        return None
+    ledger = CostLedger(jobs, max_gap_s=recording_gap_s(interval), run_starts=starts)
+    for cost in tail.costs:
+        assert cost is not None
+        ledger.add(cost)
+    if ledger.seconds <= 0:
+        return end
+    facts = {(p["pid"], p["start_time"]): p for p in processes}
+    charged = {key: (cost, ledger.user_of.get(key, ""),
+                     str((facts.get(key) or {}).get("command") or ""),
+                     owner if isinstance(owner := (facts.get(key) or {}).get("owner"), dict)
+                     else {})
+               for key, cost in ledger.by_process.items()}
+    found[0].add_recorded((tail.samples[0].ts + tail.samples[-1].ts) / 2, ledger.seconds,
+                          {"total": ledger.total, "idle": ledger.idle, "wasted": ledger.wasted,
+                           "storage": ledger.storage}, charged)
+    return end
 
 
 def _price_then(entry: dict[str, Any]) -> str:

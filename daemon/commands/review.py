@@ -108,9 +108,12 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
            jobs: Mapping[str, str] | None, kinds: Mapping[Any, Any],
            energy: Mapping[str, Any] | None,
            recommendations: Sequence[Mapping[str, Any]],
-           current: tuple[CostLedger, dict[Any, Any]] | None = None) -> dict[str, Any]:
+           current: tuple[CostLedger, dict[Any, Any]] | None = None,
+           spend_to: float | None = None) -> dict[str, Any]:
     """The review's part of the report document (README "The review"): keys are added,
-    never renamed. `current`: recorded_ledger over [start, end], where the caller has it."""
+    never renamed. `current`: recorded_ledger over [start, end], where the caller has it;
+    `spend_to`: where its spend reaches, where the caller charged the ticks after the store's
+    last hand-over (else the store's spend_through)."""
     span = end - start
     current = current or recorded_ledger(reader, start, end, jobs)
     previous = recorded_ledger(reader, start - span, start, jobs)
@@ -142,7 +145,7 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
         # daemon hands it over every round): the spend counts to its last hand-over.
         first = queries.first_recorded(reader)
         lo = first if first is not None and start < first < end else start
-        through = queries.spend_through(reader)
+        through = spend_to if spend_to is not None else queries.spend_through(reader)
         hi = max(lo, through) if through is not None and through < end else end
         counted, basis = hi - lo, None
         if counted <= 0:  # the window's spend is not handed over yet: nothing to count by

@@ -236,7 +236,8 @@ def spend_by_day(reader: StoreReader, since: float,
         rows = reader.query("SELECT bucket, key, metric, n, sum FROM rollups WHERE res = ? AND "
                             "bucket = ? AND kind = ?", (HOUR, a, KIND_SPEND))
         inside = (max(lo, a), min(b, a + hour_ms))
-        shares = _recorded_shares(reader, a, inside, rows) if rows else None
+        # (by the range's own ends: a tick just past the hour may have charged into it)
+        shares = _recorded_shares(reader, a, (lo, hi), rows) if rows else None
         clock_share = (inside[1] - inside[0]) / hour_ms
         for r in rows:
             share = clock_share if shares is None else shares.get(r["key"], shares[0])
@@ -244,6 +245,22 @@ def spend_by_day(reader: StoreReader, since: float,
                 out.append(((inside[0] + inside[1]) / 2000, r["key"], r["metric"],
                             r["n"] / 1000 * share, r["sum"] / MICRODOLLARS * share))
     return out
+
+
+# The hour's ticks, as the ledger charged them (`_recorded_shares`): each tick's interval
+# (ms, a gap capped at MAX_GAP_MS as daemon.analysis.ledger.MAX_TICK_GAP_S caps it; none for a
+# run's first tick, `starts`: the store knowing nothing of the analysis, a daemon start reading
+# is spelled here), those whose midpoint falls in the hour [:hour, :hour_end) and that were
+# handed over by :through.
+MAX_GAP_MS = 60_000
+_HOUR_TICKS = (
+    "WITH t AS (SELECT k.ts, (SELECT max(p.ts) FROM ticks p WHERE p.ts < k.ts) AS prev "
+    "FROM ticks k WHERE k.ts >= :hour AND k.ts < :hour_end + :gap "
+    "AND (:through IS NULL OR k.ts <= :through)), "
+    "c AS (SELECT ts, CASE WHEN t.prev IS NULL OR {starts} THEN 0 "
+    "ELSE min(t.ts - t.prev, :gap) END AS charged FROM t), "
+    "member AS (SELECT ts, charged FROM c WHERE charged > 0 AND ts - charged / 2.0 >= :hour "
+    "AND ts - charged / 2.0 < :hour_end)")
 
 
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
@@ -258,18 +275,28 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     None where the hour's raw ticks are gone, wholly or in part (minute rollups from before its
     first tick: raw retention cut it): the clock's share then."""
     lo, hi = inside
-    end = hour + HOUR * 1000
     # The row holds what was charged up to the spend's last hand-over: the ticks after it are
     # not in it yet (a snapshot taken 14 s after one placed 60 ticks' worth of a row that held
     # 46 of them, and its review read $1,034/day for a $786/day host).
     through = spend_through(reader)
     if through is not None:  # (and the hour's ticks it holds: those up to it)
         hi = max(lo, min(hi, round(through * 1000)))
-        end = max(hour + 1, min(end, round(through * 1000) + 1))
-    # (a tick at `hi` charged the interval before it, inside; one at `lo` the one before lo)
-    ticks = reader.query("SELECT count(*) AS n, min(ts) AS first, max(ts) AS last, "
-                         "coalesce(sum(ts > ? AND ts <= ?), 0) AS inside FROM ticks "
-                         "WHERE ts >= ? AND ts < ?", (lo, hi, hour, end))[0]
+    # The hour's ticks are those whose interval the ledger put in this hour, by the interval's
+    # midpoint (daemon.analysis.ledger: the tick at 11:00:00.014, a second after the one
+    # before, is in 10:00's row; counted in 11:00's, a review of a store from 10:54 to 11:05
+    # read $5.99 for the $5.999 its rows held). A run's first tick charged nothing (no
+    # interval before it is the run's): no part of any row, nor of a range ending at it (a
+    # stopped store's whole range compared the second before its first tick with its spend).
+    # Each tick's part is the interval before it as the ledger charged it (a gap capped).
+    members = _HOUR_TICKS.format(starts="EXISTS (SELECT 1 FROM meter_readings m WHERE "
+                                 "m.kind = 'start' AND m.name = 'daemon' AND m.ts > t.prev "
+                                 "AND m.ts <= t.ts)" if _has_table(reader, "meter_readings")
+                                 else "0")
+    params = {"hour": hour, "hour_end": hour + HOUR * 1000, "lo": lo, "hi": hi,
+              "gap": MAX_GAP_MS, "through": None if through is None else round(through * 1000)}
+    ticks = reader.query(f"{members} SELECT count(*) AS n, min(ts) AS first, "
+                         "coalesce(sum(CASE WHEN ts > :lo AND ts <= :hi THEN charged END), 0) "
+                         "AS inside FROM member", params)[0]
     if not ticks["n"] or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
             (MINUTE, hour, ticks["first"] - MINUTE * 1000)):  # (a minute wholly before it)
@@ -278,45 +305,20 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     host_ms = charged.get(0) or max(charged.values(), default=0)
     if host_ms <= 0:
         return None
-    # A run's first tick charged nothing (no interval before it is the run's): it is no part
-    # of the spend, neither of the hour's nor of a range ending at it (a stopped store's whole
-    # range compared the second before its first tick, "recorded for 1 s", with its spend).
-    firsts = _run_first_ticks(reader, hour, end)
-    charging = ticks["n"] - len(firsts)
-    if charging <= 0:
-        return None
-    # The tick interval; a gap (the daemon stopped) stretches first..last, not the charge.
-    interval = min((ticks["last"] - ticks["first"]) / (ticks["n"] - 1) if ticks["n"] > 1
-                   else math.inf, host_ms / charging)
-    inside = ticks["inside"] - sum(lo < ts <= hi for ts in firsts)
     procs = [key for key in charged if key]
     # (a process with no GPU sample among the hour's ticks was charged outside them)
-    shares = {0: min(1.0, inside * interval / host_ms), **dict.fromkeys(procs, 0.0)}
-    uncharged = [ts for ts in firsts if lo < ts <= hi]
-    not_first = f" AND ts NOT IN ({','.join('?' * len(uncharged))})" if uncharged else ""
+    shares = {0: min(1.0, ticks["inside"] / host_ms), **dict.fromkeys(procs, 0.0)}
     for i in range(0, len(procs), 500):
         chunk = procs[i:i + 500]
         for r in reader.query(  # (only the part inside: a report's cost grows with it)
-                "SELECT proc, count(DISTINCT ts) AS inside FROM proc_gpu_samples WHERE ts > ? "
-                f"AND ts <= ?{not_first} AND proc IN ({','.join('?' * len(chunk))}) "
-                "GROUP BY proc", (lo, hi, *uncharged, *chunk)):
+                f"{members} SELECT proc, sum(charged) AS inside FROM member JOIN "
+                "(SELECT DISTINCT ts, proc FROM proc_gpu_samples WHERE ts > :lo AND ts <= :hi "
+                f"AND proc IN ({','.join(f':p{j}' for j in range(len(chunk)))})) s "
+                "ON s.ts = member.ts GROUP BY proc",
+                {**params, **{f"p{j}": key for j, key in enumerate(chunk)}}):
             if charged[r["proc"]] > 0:
-                shares[r["proc"]] = min(1.0, r["inside"] * interval / charged[r["proc"]])
+                shares[r["proc"]] = min(1.0, r["inside"] / charged[r["proc"]])
     return shares
-
-
-def _run_first_ticks(reader: StoreReader, hour: int, end: int) -> set[int]:
-    """The ticks in [hour, end) (ms) that are a run's first: the first tick at or after each
-    recorded daemon start (daemon.analysis.ledger.RUN_START_READING, the store knowing nothing
-    of the analysis: its kind and name are spelled here). Empty for a store that recorded no
-    starts."""
-    if not _has_table(reader, "meter_readings"):
-        return set()
-    rows = reader.query(  # a start up to an hour before its first tick (a slow first read)
-        "SELECT (SELECT min(t.ts) FROM ticks t WHERE t.ts >= m.ts) AS first FROM "
-        "meter_readings m WHERE m.kind = 'start' AND m.name = 'daemon' AND m.ts >= ? "
-        "AND m.ts < ?", (hour - HOUR * 1000, end))
-    return {r["first"] for r in rows if isinstance(r["first"], int) and hour <= r["first"] < end}
 
 
 def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:

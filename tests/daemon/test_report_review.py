@@ -212,8 +212,9 @@ def test_a_young_live_stores_spend_per_day_counts_to_where_its_recorded_spend_re
     store.set_meta(queries.SPEND_THROUGH, start + 90)
     store.close()
     spend = per_day()
-    # (the hour's ticks place its spend: the tick at the range's end is not inside it)
-    assert spend["total"] == pytest.approx(rate / 3600 * 90, rel=0.01)
+    # (the hour's ticks place its spend: the tick at the range's end is not inside it, and
+    # the store's first tick charged nothing: 89 s of intervals)
+    assert spend["total"] == pytest.approx(rate / 3600 * 89, rel=0.005)
     assert spend["per_day_over_s"] == pytest.approx(89.0)
     assert spend["per_day"] == pytest.approx(rate * 24, rel=0.02)  # was 0.75 of it
     assert unknown["per_day"] == pytest.approx(rate * 24 * 89 / 119, rel=0.02)
@@ -223,11 +224,12 @@ def test_a_young_live_stores_spend_per_day_counts_to_where_its_recorded_spend_re
     assert unknown["per_day_basis"] == "over the 119 s the store holds"
 
 
-def test_a_snapshot_taken_between_two_hand_overs_counts_only_the_spend_it_holds(tmp_path):
+def test_a_snapshot_taken_between_two_hand_overs_counts_the_ticks_after_it_too(tmp_path):
     """A 1-minute snapshot of a live store, taken 14 s after the spend's last hand-over: its
     hour row held 106 s of charges (46 of them in the snapshot's ticks), and the review placed
     60 ticks' worth of it in the window while counting its days over 46 s: $1,034/day for a
-    $786/day host. The ticks after the hand-over are not in the row yet."""
+    $786/day host. The ticks after the hand-over are not in the row yet: charged from the
+    ticks (they counted nothing: $0.455 for the $0.537 the window's 59 s cost)."""
     db = tmp_path / "snapshot.db"
     hour = int(time.time() // 3600 * 3600) - 2 * 3600
     start, rate = hour + 600, 32.7726  # the live daemon started at start - 60
@@ -238,12 +240,15 @@ def test_a_snapshot_taken_between_two_hand_overs_counts_only_the_spend_it_holds(
     facts.write_spend(store, {hour: [106.0, rate / 3600 * 106, 0.0, 0.0, 0.0]},
                       {(hour, (TRAIN.pid, TRAIN.start_time)): [106.0, rate / 3600 * 106]})
     store.set_meta(queries.SPEND_THROUGH, start + 46)
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                            "price": {"per_hour": rate, "gpu_count": 1, "source": "test"}})
     store.close()
     spend = json.loads(subprocess.run(
         [sys.executable, "-m", "daemon", "report", "--db", str(db), "--json"], cwd=ROOT,
         capture_output=True, text=True, timeout=120, check=True).stdout)["review"]["spend"]
-    assert spend["total"] == pytest.approx(rate / 3600 * 46, rel=0.03)
+    assert spend["total"] == pytest.approx(rate / 3600 * 59, rel=0.03)  # was 46 s of it
     assert spend["per_day"] == pytest.approx(rate * 24, rel=0.03)  # was 1.33 times it
+    assert spend["per_day_basis"] is None
 
 
 def test_the_daemon_records_where_its_spend_reaches(mlcostd):
@@ -375,3 +380,83 @@ def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick
     assert review["previous"]["trend"] == "no trend: nothing was recorded in the period before"
     # the range's own spend is what the ledger charged over its ticks
     assert review["spend"]["total"] == pytest.approx(document["spend"]["total"], rel=0.02)
+
+
+def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float) -> float:
+    """A store written as the daemon writes it: each run (its ticks' times) recorded through
+    the real writer, charged by its own CostLedger and handed over as hour spend, with its
+    start and price readings; the spend handed over up to `through`. Returns the seconds the
+    ledgers charged up to `through`."""
+    from daemon.analysis.cost import HostPrice, burn
+    from daemon.analysis.ledger import CostLedger
+    from daemon.runtime import resume
+
+    price = HostPrice(rate, 1, "on-demand", "p4d.24xlarge", "aws", "us-east-1", "test", None)
+    store = Store(str(db))
+    store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": price.as_dict()})
+    gpus = (GpuSample(0, "GPU-0", "A100", utilization=90.0, memory_used_bytes=30 << 30,
+                      memory_total_bytes=40 << 30),)
+    charged, tick = 0.0, 0
+    for times in runs:
+        resume.record_start(store, times[0] - 1.5)
+        resume.record_price(store, price, times[0] - 1.5)
+        ledger = CostLedger()
+        for ts in times:
+            tick += 1
+            sample = Sample(ts=ts, tick=tick, gpus=gpus, processes=(TRAIN,))
+            store.write(sample)
+            if ts <= through:
+                charged += ledger.add(burn(sample, price))
+        facts.write_spend(store, *ledger.take_unrecorded())
+    store.set_meta(queries.SPEND_THROUGH, through)
+    store.close()
+    return charged
+
+
+def test_the_review_and_the_reports_spend_are_the_same_dollars_across_an_hour_and_a_restart(
+        tmp_path):
+    """Two runs with a 15 s restart gap, the first ending just past an hour (probe 84's
+    a.db): the ledger put the interval ending at 11:00:00.014 in 10:00's row (by its
+    midpoint), and the review, counting 10:00's ticks by their own times, left it out:
+    $5.990 against the $5.999 the rows held and price × time ran. The report's spend, a
+    replay of every 3rd tick, charged nothing before and after the ticks it picked nor across
+    the restart from the last it picked to the first: $5.972."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    rate = 32.7726
+    first = [hour - 344 + i * 1.0003 for i in range(355)]  # to 11:00:10, past the hour
+    second = [first[-1] + 15 + i * 1.0 for i in range(400)]  # 755 ticks: the replay samples
+    charged = _record_runs(db, [first, second], rate, through=second[-1] + 0.5)
+    assert charged == pytest.approx(first[-1] - first[0] + second[-1] - second[0], abs=1e-6)
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)  # its whole range: the ledger replayed over its ticks
+    spend = document["review"]["spend"]["total"]
+    assert spend == pytest.approx(rate / 3600 * charged, rel=1e-4)  # was 0.15 % short
+    assert document["spend"]["total"] == pytest.approx(spend, rel=1e-4)  # was 0.3 % short
+    assert document["spend"]["seconds"] == pytest.approx(charged, abs=1e-3)
+
+
+def test_a_snapshot_cut_mid_run_between_two_hand_overs_is_the_dollars_its_ticks_cost(tmp_path):
+    """Probe 84's direct.db: a minute's snapshot of a run that began before it, taken 9 s after
+    the spend's last hand-over. The review read $0.455 (the 50 s handed over) beside the
+    report's $0.537 (its 59 s of ticks, replayed): price × time ran is the 59 s."""
+    from daemon.store.snapshot import write_snapshot
+
+    db, out = tmp_path / "mlcost.db", tmp_path / "snapshot.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    rate = 32.7726
+    run = [hour + 600 + i * 1.0 for i in range(80)]  # the snapshot: its last 60 ticks
+    _record_runs(db, [run], rate, through=run[-10] + 0.05)
+    write_snapshot(db, out, run[20] - 0.1, run[-1] + 0.5)
+    result = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(out),
+                             "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    spend = document["review"]["spend"]
+    assert document["window"]["ticks"] == 60
+    assert spend["total"] == pytest.approx(rate / 3600 * 59, rel=1e-3)  # was 50 s of it
+    assert document["spend"]["total"] == pytest.approx(spend["total"], rel=1e-3)
+    assert spend["per_day"] == pytest.approx(rate * 24, rel=1e-3)
+    assert spend["per_day_basis"] is None
