@@ -18,6 +18,7 @@ from __future__ import annotations
 from daemon.analysis.host_signals import ON_CPU_MIN, READ_MIN_PER_S, WRITE_MIN_PER_S, HostSignals
 from daemon.analysis.phase_balance import NO_STACK_FILE
 from daemon.analysis.phases import NO_STACKS_EVIDENCE, Classification
+from daemon.analysis.stack_rules import WORKER_PROCESSES_FEED_IT
 from daemon.sources.frames import Frame
 from daemon.sources.proc_state import ProcFacts
 from daemon.wire import CHECKPOINT, COMM, COMPUTE, DATA_WAIT, HOST_PREPROCESS, IDLE, UNKNOWN
@@ -89,8 +90,10 @@ def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
         return _said(HOST_PREPROCESS, "main thread running with no I/O while the GPU idles")
     wait = _wait_point(facts)
     if busy_workers:
+        # WORKER_PROCESSES_FEED_IT: the prefetch patch offers more of them, not a thread pool
         return _said(DATA_WAIT, f"waiting ({wait or 'blocked'}) on its {busy_workers} worker "
-                     "process(es) (a data loader) while the GPU idles")
+                     f"process(es) (a data loader) while the GPU idles: "
+                     f"{WORKER_PROCESSES_FEED_IT}")
     if busy_peers:
         return _said(COMM, f"waiting ({wait or 'blocked'}) while {busy_peers} peer "
                      "process(es) of its job (same parent) run: waiting for them")

@@ -204,8 +204,9 @@ FRAME_RULES: tuple[FrameRule, ...] = (
             ("pyarrow/*", "*read*", "Arrow/Parquet"),
             # redis-py sending a command and parsing its answer (its socket reads are C: no
             # socket.py frame), with hiredis too: a GET, MGET, HGET, LRANGE or a pipeline's
-            # execute reads input. A blocking pop above it is a JOB frame, which comes first
-            # (classify), and a stream read is told apart there (REDIS_STREAM_READS).
+            # execute reads input. A blocking pop or a PubSub's wait for a message above it is a
+            # JOB frame, which comes first (classify), and a stream read is told apart there
+            # (REDIS_STREAM_READS).
             ("redis/_parsers/*", "*", "redis"),
             ("redis/connection.py", "*", "redis"),
         )
@@ -252,6 +253,14 @@ FRAME_RULES: tuple[FrameRule, ...] = (
                               ("bzpopmin", "sorted set"), ("bzpopmax", "sorted set"),
                               ("bzmpop", "sorted set"))
     ),
+    # A subscriber of a redis channel (redis-py's PubSub: `listen()`, `get_message(timeout=)`,
+    # `parse_response()`) waiting for the next published message. The frame is PubSub's read
+    # under its parse_response (SUBSCRIBE and PING send through the same _execute, never under
+    # parse_response); on Pythons before 3.11 py-spy names them bare, and redis/client.py has no
+    # other `_execute`, while a command's reply (a GET) goes through Redis.parse_response alone.
+    FrameRule(JOB, "*/redis/client.py", "PubSub._execute", IDLE,
+              f"{JOB_WAIT} from a redis channel (PubSub: SUBSCRIBE)",
+              within=("*/redis/client.py", "PubSub.parse_response")),
     # A worker process of a multiprocessing Pool or a ProcessPoolExecutor between tasks: it
     # reads its next one from the queue its pool's owner fills.
     FrameRule(JOB, "*/multiprocessing/queues.py", "SimpleQueue.get", IDLE,

@@ -1305,6 +1305,66 @@ def test_a_consumer_blocked_on_a_redis_stream_waits_for_its_next_job():
                         source_line=lines(**{"<module>": line})).phase == "idle", line
 
 
+# A subscriber of a redis channel waiting for the next published message
+# (tests/daemon/workloads/redis_pubsub_worker.py on a real redis-server, nothing published), as
+# py-spy dumps it (redis-py 8.2, Python 3.11, no hiredis): iterating PubSub.listen(), polling
+# PubSub.get_message(timeout=2.0), and calling PubSub.parse_response() itself.
+SUBSCRIBER = "/home/me/redis_pubsub_worker.py"
+PUBSUB_READ = [(f"{REDIS}/_parsers/socket.py", "SocketBuffer._read_from_socket", 98),
+               (f"{REDIS}/_parsers/socket.py", "SocketBuffer.readline", 177),
+               (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser._read_response", 68),
+               (f"{REDIS}/_parsers/resp3.py", "_RESP3Parser.read_response", 42),
+               (f"{REDIS}/connection.py", "AbstractConnection.read_response", 1761),
+               (f"{REDIS}/client.py", "PubSub.parse_response.<locals>.try_read", 1520)]
+PUBSUB_EXECUTE = [(f"{REDIS}/client.py", "PubSub._execute.<locals>.<lambda>", 1432),
+                  (f"{REDIS}/retry.py", "Retry.call_with_retry", 142),
+                  (f"{REDIS}/client.py", "PubSub._execute", 1431),
+                  (f"{REDIS}/client.py", "PubSub.parse_response", 1532)]
+SUBSCRIBER_MAIN = [(SUBSCRIBER, "main", 52), (SUBSCRIBER, "<module>", 61)]
+PUBSUB_LISTEN = [*PUBSUB_READ, *PUBSUB_EXECUTE, (f"{REDIS}/client.py", "PubSub.listen", 1720),
+                 (SUBSCRIBER, "messages", 26), *SUBSCRIBER_MAIN]
+PUBSUB_GET_MESSAGE = [(f"{REDIS}/_parsers/socket.py", "SocketBuffer._read_from_socket", 98),
+                      (f"{REDIS}/_parsers/socket.py", "SocketBuffer.can_read", 152),
+                      (f"{REDIS}/_parsers/base.py", "_RESPBase.can_read", 217),
+                      (f"{REDIS}/connection.py", "AbstractConnection.can_read", 1739),
+                      (f"{REDIS}/client.py", "PubSub.parse_response.<locals>.try_read", 1509),
+                      *PUBSUB_EXECUTE, (f"{REDIS}/client.py", "PubSub.get_message", 1751),
+                      (SUBSCRIBER, "messages", 29), *SUBSCRIBER_MAIN]
+PUBSUB_PARSE_RESPONSE = [*PUBSUB_READ, *PUBSUB_EXECUTE, (SUBSCRIBER, "messages", 31),
+                         *SUBSCRIBER_MAIN]
+
+
+def bare(dump: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """`dump` as py-spy names its frames on Pythons before 3.11: bare function names."""
+    return [(file, name.split(".<locals>.")[-1].rsplit(".", 1)[-1], line)
+            for file, name, line in dump]
+
+
+@pytest.mark.parametrize("dump", [PUBSUB_LISTEN, PUBSUB_GET_MESSAGE, PUBSUB_PARSE_RESPONSE],
+                         ids=["listen", "get_message", "parse_response"])
+def test_a_redis_subscriber_waiting_for_a_message_waits_for_its_next_job(dump):
+    """It read 'reading (redis)' (data wait: dataloader_starvation's prefetch advice) as a loop
+    GETting its samples does: redis-py's reads are the same. Waiting for the next message
+    published on its channel is a consumer's wait for its next job, whatever the signals, on
+    Pythons before 3.11 too; a GET stays input there, and its GPU busy is compute."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    for frames in (dump, bare(dump)):
+        for signals in (slept, dataclasses.replace(slept, main_thread_woke=True), None):
+            found = classify(threads(frames), gpu_busy=False, source_line=no_source,
+                             signals=signals)
+            assert found.phase == "idle", (signals, found)
+            assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+            assert "redis channel (PubSub" in found.reason, found.reason
+            assert found.frame is not None and found.frame.filename == SUBSCRIBER, found
+        assert classify(threads(frames), gpu_busy=True, source_line=no_source,
+                        signals=slept).phase == "compute"
+    # the bare names of a GET-fed loop (Redis.parse_response, no PubSub._execute): input still
+    found = classify(threads(bare(REDIS_GET)), gpu_busy=False, source_line=no_source,
+                     signals=slept)
+    assert found.phase == "data_wait" and found.reason.startswith("reading (redis)"), found
+
+
 # urllib.request's urlopen waiting for the job server's answer to a long poll, as py-spy dumps it
 # (Python 3.11): http.client reading the status line.
 LONG_POLL = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),

@@ -9,9 +9,12 @@ from daemon.analysis.host_signals import HostSignals
 from daemon.analysis.kinds import BATCH_INFERENCE, ONLINE_INFERENCE, TRAINING, Kind
 from daemon.analysis.phase_balance import StackSample, phase_balance
 from daemon.analysis.phases import classify
+from daemon.analysis.proc_phases import classify_from_proc
+from daemon.analysis.proc_phases import where as proc_where
 from daemon.api.actions import apply
 from daemon.clock import duration
 from daemon.sources.frames import Frame, ThreadStack
+from daemon.sources.proc_state import ProcFacts
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import stack_hash
 from tests.daemon.test_rules import by_rule, phases_for, pid_id, recs, window
@@ -351,3 +354,30 @@ def test_each_rule_says_its_advice_in_a_headline_that_agrees_with_its_summary():
     for finding in (loader, held, blocking, spot):
         wire = finding.as_wire()  # the headline reaches the wire, one line
         assert wire.headline == finding.headline and "\n" not in wire.headline
+
+
+def test_a_loop_waiting_on_its_workers_seen_from_proc_alone_is_told_more_or_faster_workers():
+    """py-spy denied, /proc said it waited (in a pipe's read) on its 2 worker processes: the
+    patch said 'waits here for input it reads itself' and offered a ThreadPoolExecutor, as to
+    a loop reading its own files. Its workers make the input: more of them, or faster ones;
+    and, no stack saying which pool they are, no multiprocessing.Queue it may not use."""
+    s = with_children(window(), "python train.py", "python train.py")
+    facts = ProcFacts(pid=42, threads=3, running=0, in_d=0, main_state="S",
+                      wchan="pipe_read", syscall="read", traceable=False)
+    said = classify_from_proc(facts, DECODING, busy_workers=2)
+    assert said.phase == "data_wait", said
+    frames = (proc_where(facts),)
+    samples = [StackSample(s[0].ts + i, 42, 42, stack_hash(frames), frames, said.phase, 1.0,
+                           said.reason) for i in range(10)]
+    [rec] = by_rule(recs(s, {pid_id(s): phase_balance(samples, 600.0, 0.0)}),
+                    "dataloader_starvation")
+    assert rec.headline.startswith("more worker processes, or faster ones (pid 42: "), \
+        rec.headline
+    patch = rec.action["patch"]
+    assert "ThreadPoolExecutor" not in patch and "reads itself" not in patch, patch
+    assert "waits here for input its worker processes make" in patch, patch
+    assert "It has 2 worker processes now." in patch, patch
+    assert "(its stack unread: a DataLoader's, a Pool's or its own)" in patch, patch
+    assert "# Run more of them: 16 (32 CPUs / 1 GPU processes), as a DataLoader's num_workers" \
+        in patch, patch
+    assert "multiprocessing.Queue(" not in patch, patch

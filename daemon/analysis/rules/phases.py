@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from daemon.analysis.phase_balance import NO_STACK_FILE
 from daemon.analysis.rules.base import (
     Finding,
     Rule,
@@ -147,9 +148,12 @@ def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
     frames = [str(frame) for stack in stacks for frame in stack.get("frames") or ()]
     pool = any(_POOL_FRAME in frame for frame in frames)
     executor = not pool and any(_FUTURES_FRAME in frame for frame in frames)
+    # Seen from /proc alone (proc_phases: py-spy denied): no frame says how they hand it over.
+    unread = not any(frame and not frame.startswith(NO_STACK_FILE) for frame in frames)
     has = proc.workers
     now = f" It has {plural(has, 'worker process', 'worker processes')} now." if has else ""
     how = ("a multiprocessing Pool" if pool else "a ProcessPoolExecutor" if executor
+           else "its stack unread: a DataLoader's, a Pool's or its own" if unread
            else "through a multiprocessing queue")
     text = (f"# {where}: {program_words(proc)[1]} waits here for input its worker processes "
             f"make ({how}), and they cannot keep up.{now}\n"
@@ -168,6 +172,10 @@ def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
                  "-pool = concurrent.futures.ProcessPoolExecutor(...)\n"
                  f"+pool = concurrent.futures.ProcessPoolExecutor(max_workers={n})  # "
                  f"{a.host_cpus} CPUs / {gpu_procs} GPU processes\n")
+    elif unread:
+        text += (f"# Run more of them: {n} ({a.host_cpus} CPUs / {gpu_procs} GPU processes), "
+                 "as a DataLoader's num_workers, a Pool's processes or a ProcessPoolExecutor's "
+                 "max_workers, with batches made ahead of the loop.\n")
     else:
         text += ("# Run more of them, and give them a deeper queue to fill ahead of the loop "
                  "(it evens out slow batches):\n"
