@@ -378,6 +378,6 @@ def test_a_loop_waiting_on_its_workers_seen_from_proc_alone_is_told_more_or_fast
     assert "waits here for input its worker processes make" in patch, patch
     assert "It has 2 worker processes now." in patch, patch
     assert "(its stack unread: a DataLoader's, a Pool's or its own)" in patch, patch
-    assert "# Run more of them: 16 (32 CPUs / 1 GPU processes), as a DataLoader's num_workers" \
+    assert "# Run more of them: 16 (32 CPUs / 1 GPU process), as a DataLoader's num_workers" \
         in patch, patch
     assert "multiprocessing.Queue(" not in patch, patch

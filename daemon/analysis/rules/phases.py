@@ -115,6 +115,11 @@ def _samples_saying(stacks: Sequence[Mapping[str, Any]], words: str) -> tuple[in
     return said, total
 
 
+def _cpus_per(cpus: int, gpu_procs: int) -> str:
+    """How a worker count was worked out, for the patch's comment: "32 CPUs / 1 GPU process"."""
+    return f"{plural(cpus, 'CPU')} / {plural(gpu_procs, 'GPU process', 'GPU processes')}"
+
+
 def _gil_bound(stacks: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     """(samples in which the thread feeding the waiting loop ran Python holding the GIL, all
     samples) of a data wait's top stacks, as phases._fed_by wrote their reasons. The thread's
@@ -164,23 +169,23 @@ def _worker_processes_patch(proc: ProcessWindow, a: Analysis, where: str,
     elif pool:
         text += ("# Run more of them:\n"
                  "-pool = multiprocessing.Pool(...)\n"
-                 f"+pool = multiprocessing.Pool(processes={n})  # {a.host_cpus} CPUs / "
-                 f"{gpu_procs} GPU processes\n")
+                 f"+pool = multiprocessing.Pool(processes={n})  # "
+                 f"{_cpus_per(a.host_cpus, gpu_procs)}\n")
     elif executor:
         text += ("# Run more of them, with batches submitted ahead of the one the loop waits "
                  "for:\n"
                  "-pool = concurrent.futures.ProcessPoolExecutor(...)\n"
                  f"+pool = concurrent.futures.ProcessPoolExecutor(max_workers={n})  # "
-                 f"{a.host_cpus} CPUs / {gpu_procs} GPU processes\n")
+                 f"{_cpus_per(a.host_cpus, gpu_procs)}\n")
     elif unread:
-        text += (f"# Run more of them: {n} ({a.host_cpus} CPUs / {gpu_procs} GPU processes), "
+        text += (f"# Run more of them: {n} ({_cpus_per(a.host_cpus, gpu_procs)}), "
                  "as a DataLoader's num_workers, a Pool's processes or a ProcessPoolExecutor's "
                  "max_workers, with batches made ahead of the loop.\n")
     else:
         text += ("# Run more of them, and give them a deeper queue to fill ahead of the loop "
                  "(it evens out slow batches):\n"
                  f"+batches = multiprocessing.Queue(maxsize={4 * n})\n"
-                 f"+for seed in range({n}):  # {a.host_cpus} CPUs / {gpu_procs} GPU processes\n"
+                 f"+for seed in range({n}):  # {_cpus_per(a.host_cpus, gpu_procs)}\n"
                  "+    multiprocessing.Process(target=make_batches, args=(batches, seed), "
                  "daemon=True).start()\n")
     busiest = next((s for s in proc.worker_stacks if s.get("file")), None)
@@ -229,8 +234,8 @@ def _dataloader_patch(proc: ProcessWindow, a: Analysis, where: str,
             "# Where that DataLoader is built, prefetch in workers:\n"
             "-loader = DataLoader(dataset, batch_size=batch_size, ...)\n"
             f"+loader = DataLoader(dataset, batch_size=batch_size, ...,\n"
-            f"+                    num_workers={n},  # {a.host_cpus} CPUs / "
-            f"{max(len(a.processes), 1)} GPU processes\n"
+            f"+                    num_workers={n},  # "
+            f"{_cpus_per(a.host_cpus, max(len(a.processes), 1))}\n"
             "+                    pin_memory=True,\n"
             "+                    prefetch_factor=4,\n"
             "+                    persistent_workers=True)\n")
