@@ -137,6 +137,13 @@ def job_server() -> Iterator[tuple[str, asyncio.Queue[dict[str, Any]]]]:
         loop.run_until_complete(start())
         loop.run_forever()
         loop.run_until_complete(runner.cleanup())
+        # a long poll still held (its worker killed mid-request) is cancelled and ended here:
+        # left pending, its jobs.get() was collected after the loop closed, a warning in
+        # whichever later test the garbage collector ran in
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
     thread = threading.Thread(target=run, name="job-server", daemon=True)
