@@ -471,7 +471,8 @@ def page_problem(path: str | os.PathLike[str],
     to do; None when it may: nothing is there yet, or a page (see PAGE_START) or an empty file
     of mlcostd's user, in a folder that exists (a typo must not make folders as root), and it
     is none of `inputs` (the store or file the page is made from, or SQLite's files beside
-    it). One rule for every HTML writer: write_page checks it again at the write."""
+    it), and its folder passes check_folder. One rule for every HTML writer: write_page
+    checks it again at the write."""
     path = os.fspath(path)
     for given in inputs:
         source = os.fspath(given)
@@ -490,6 +491,11 @@ def page_problem(path: str | os.PathLike[str],
     if not os.path.isdir(folder):
         return (f"there is no folder {folder} for {path}; create it first, or give a path in "
                 "one that exists")
+    try:  # no other user's link on its path, no folder on it another user can change
+        check_folder(Path(folder), "page's folder", "give the page a path in a folder of your "
+                     "own that no other user can write")
+    except RefusedFile as exc:
+        return str(exc)
     try:
         fd = open_checked(path)  # never through a link, a FIFO, someone else's or a hard link
     except FileNotFoundError:
