@@ -271,10 +271,14 @@ def source_reader(pid: int) -> SourceLine:
     once, here (a process gone by then gets no line read)."""
     reader = credentials(pid)
     root = f"/proc/{pid}/root"
+    read_once: dict[tuple[str, int], str | None] = {}  # one dump's classification asks again
 
     def read(frame: Frame) -> str | None:
         if reader is None:
             return None
-        return read_source_line(frame, reader, root)
+        at = (frame.filename, frame.line)
+        if at not in read_once:  # (the path walked once per line and dump, not per question)
+            read_once[at] = read_source_line(frame, reader, root)
+        return read_once[at]
 
     return read
