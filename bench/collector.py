@@ -21,7 +21,8 @@ tick in steady state, split by thread (named) and by part (NVML read, /proc read
 analysis, rules + phase balances, store write, API: one /v1/now per tick, as a connected client
 asks, split into the document and its JSON body), the floor measured in the same process
 while the workloads run (the same NVML calls + pread of /proc/PID/{stat,io} of every process),
-and the ratio; what a rules round costs over a full 30-minute window at that size (the daemon's
+and the ratio; the floor's two halves measured apart beside the daemon's own NVML read and /proc
+read, and what of twice the floor their reading leaves for everything else; what a rules round costs over a full 30-minute window at that size (the daemon's
 own run holds only its first minute, and the rules run every [cost].evaluate_every over the
 whole window: a daemon that has run for 30 minutes pays it spread over its ticks), and the
 whole process and ratio with it; then a table of all sizes.
@@ -168,8 +169,9 @@ def floor_round(handles: list, pids_fds: list[tuple[int, int]], since_us: int,
 
 
 def measure_floor(pids: list[int], gpus: int, rounds: int = 20,
-                  liveness: bool = True) -> float:
-    """CPU seconds of one floor round (median of `rounds`), in this thread, on this host."""
+                  liveness: bool = True) -> tuple[float, float, float]:
+    """CPU seconds of one floor round (median of `rounds`), in this thread, on this host; then
+    the medians of its two halves measured apart: the NVML calls, the /proc reads."""
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
     fds = []
     for pid in pids:
@@ -179,12 +181,17 @@ def measure_floor(pids: list[int], gpus: int, rounds: int = 20,
         except OSError:
             continue  # it exited
     try:
-        spent = []
+        spent: dict[str, list[float]] = {"whole": [], "nvml": [], "proc": []}
         for _ in range(rounds):
-            began = time.thread_time()
-            floor_round(handles, fds, int((time.time() - 1.0) * 1e6), pynvml.nvmlLib, liveness)
-            spent.append(time.thread_time() - began)
-        return statistics.median(spent)
+            for part, (part_handles, part_fds) in (("whole", (handles, fds)),
+                                                   ("nvml", (handles, [])),
+                                                   ("proc", ([], fds))):
+                began = time.thread_time()
+                floor_round(part_handles, part_fds, int((time.time() - 1.0) * 1e6),
+                            pynvml.nvmlLib, liveness)
+                spent[part].append(time.thread_time() - began)
+        whole, nvml, proc = (statistics.median(spent[p]) for p in ("whole", "nvml", "proc"))
+        return whole, nvml, proc
     finally:
         for pair in fds:
             for fd in pair:
@@ -263,6 +270,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
     parts_at: list[dict[str, float]] = []
     counts: list[tuple[int, int]] = []
     floor: list[float] = []
+    floor_parts: list[tuple[float, float]] = []  # the floor's NVML calls, its /proc reads
     original = daemon._tick
     steady_cpu: list[float] = []
     wrapped: list[bool] = []
@@ -310,8 +318,10 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
         counts.append((len(sample.gpus), sum(1 for p in sample.processes if p.gpus)))
         if len(tick_cpu) == ticks:  # after the measured window, the workloads still running
             pids = [p.pid for p in sample.processes]
-            floor.append(measure_floor(pids, len(sample.gpus)))
-            floor.append(measure_floor(pids, len(sample.gpus), liveness=False))
+            whole_floor, nvml_floor, proc_floor = measure_floor(pids, len(sample.gpus))
+            floor.append(whole_floor)
+            floor_parts.append((nvml_floor, proc_floor))
+            floor.append(measure_floor(pids, len(sample.gpus), liveness=False)[0])
 
     daemon._tick = measured_tick  # type: ignore[method-assign]
     print(f"recording this host's GPUs, {processes} GPU processes expected ..." if real else
@@ -366,6 +376,16 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
           f"; without the simulated NVML's check of which processes "
           f"are alive, which the daemon pays each tick: floor {floor[1] * 1000:.2f} ms, "
           f"{whole / floor[1]:.1f}x"))
+    # The daemon's own reading of the same things against the floor's two halves: what is
+    # left of twice the floor for everything else (analysis, store, API) is what they leave.
+    (nvml_floor, proc_floor), reading = floor_parts[0], by_part["NVML read"] + by_part["/proc read"]
+    print(f"  of the floor, the NVML calls {nvml_floor * 1000:.2f} ms and the /proc reads "
+          f"{proc_floor * 1000:.2f} ms; the daemon's own NVML read {by_part['NVML read'] * 1000:.2f} "
+          f"ms ({by_part['NVML read'] / nvml_floor:.1f}x) and /proc read "
+          f"{by_part['/proc read'] * 1000:.2f} ms ({by_part['/proc read'] / proc_floor:.1f}x): "
+          f"reading alone is {reading / floor[0]:.1f}x the floor, leaving "
+          f"{max(0.0, 2 * floor[0] - reading) * 1000:.2f} ms a tick within 2x for all the rest "
+          f"({(whole - reading) * 1000:.2f} ms now)")
     assert daemon.analyzer is not None and daemon.last_sample is not None
     rules_round = full_window_round(daemon.analyzer, daemon.last_sample, dict(daemon.kinds.kinds))
     spread = rules_round / config.cost.evaluate_every  # per 1 s tick
@@ -383,6 +403,7 @@ def tick_cost(ticks: int, gpus: int, processes: int, work: Path,
             "whole_ms": whole * 1000, "tick_main_thread_ms": statistics.median(ms),
             "floor_ms": floor[0] * 1000, "ratio": whole / floor[0],
             "floor_without_liveness_ms": floor[1] * 1000,
+            "floor_nvml_ms": nvml_floor * 1000, "floor_proc_ms": proc_floor * 1000,
             "whole_without_client_ms": alone * 1000, "ratio_without_client": alone / floor[0],
             "rules_full_window_round_ms": rules_round * 1000,
             "whole_with_full_window_ms": (whole + spread) * 1000,
