@@ -5,7 +5,10 @@ The simulated host acts like an EC2 instance: a local moto server (daemon.sim.ec
 extra) holds an instance of the scenario's type beside a simulated SSM (daemon.sim.ssm), and the
 daemon's boto3 talks to them (AWS_ENDPOINT_URL_EC2, AWS_ENDPOINT_URL_SSM, [instance].id), so `a` on the resize recommendation runs AWS's dry run,
 the confirmation and the resize itself through the daemon's real code. Without moto the demo
-runs on, and the resize shows its commands only.
+runs on, and the resize shows its commands only. A resize done reboots the simulated host as on
+AWS: its daemon stops (and its workloads with it) and starts again on the scenario as the host
+booted, the new type (daemon.sim.ec2 says when and what), so it reads the new type and prices
+it as mlcostd does after a real resize.
 
 The demo's snapshots outlive it: they go to $XDG_STATE_HOME/mlcost/demo (~/.local/state/...),
 and the exit line says where they are and how to replay them.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import queue
 import select
 import shutil
 import signal
@@ -92,6 +96,11 @@ class EmbeddedDaemon:
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._boot: threading.Thread | None = None
+        self.simulated = scenario  # what --simulate runs: after a resize, the host as it booted
+        self.boots = 0  # how many times the simulated host booted again (resizes done)
+        self._rebooting = False
+        self._lock = threading.Lock()  # the daemon process, against stop() during a reboot
+        self._boots: queue.Queue[str | None] = queue.Queue()  # scenarios booted; None: stop
 
     @property
     def target(self) -> str:
@@ -112,7 +121,10 @@ class EmbeddedDaemon:
                 self._start_daemon()
         finally:
             self._started.set()
-        self._stopping.wait()
+        # Reboots start the daemon from this thread too: its parent-death signal is tied to
+        # the thread that started it, and this one lives until stop().
+        while (booted := self._boots.get()) is not None:
+            self.reboot(booted)
 
     def _start_ec2(self) -> dict[str, Any] | None:
         with open(self.folder / "ec2.log", "wb") as log:
@@ -132,13 +144,56 @@ class EmbeddedDaemon:
                 break
         try:
             found = json.loads(line)
-            return {"instance_id": str(found["instance_id"]), "type": str(found["type"]),
-                    "env": {str(k): str(v) for k, v in dict(found["env"]).items()}}
+            started = {"instance_id": str(found["instance_id"]), "type": str(found["type"]),
+                       "env": {str(k): str(v) for k, v in dict(found["env"]).items()}}
         except (ValueError, KeyError, TypeError, AttributeError):
             tail = (self.folder / "ec2.log").read_text(errors="replace").strip().splitlines()
             self.ec2_note = (tail[-1] if tail else "the simulated EC2 did not start") + \
                 "; the resize shows its commands only"
             return None
+        threading.Thread(target=self._watch_boots, args=(process.stdout,),
+                         name="demo-ec2-boots", daemon=True).start()
+        return started
+
+    def _watch_boots(self, said: Any) -> None:
+        """The simulated EC2's further lines: each boot of the instance (a resize done)."""
+        for line in said:
+            try:
+                booted = json.loads(line)
+                scenario_text = str(booted["scenario"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            self._boots.put(scenario_text)
+
+    def reboot(self, scenario_text: str) -> None:
+        """The simulated host boots again as `scenario_text` says (a scenario's TOML): the
+        daemon is stopped as a shutdown stops it (SIGTERM: it stops its workloads) and started
+        again, on the same store and socket, as the host's service manager would."""
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._rebooting = True
+            old = self.process
+        try:
+            if old is not None and old.poll() is None:
+                old.send_signal(signal.SIGTERM)
+                try:
+                    old.wait(STOP_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            if old is not None:
+                _kill_session(old)
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                # named as the scenario: the name it keeps, and its GPUs' UUIDs with it
+                booted = self.folder / f"{Path(self.scenario).stem}.toml"
+                booted.write_text(scenario_text)
+                self.simulated = str(booted)
+                self.boots += 1
+                self._start_daemon()
+        finally:
+            self._rebooting = False
 
     def config_text(self) -> str:
         """The daemon's config: the simulated host's settings, the API's, the snapshots folder
@@ -162,9 +217,9 @@ class EmbeddedDaemon:
     def _start_daemon(self) -> None:
         config = self.folder / "mlcostd.toml"
         config.write_text(self.config_text())
-        with open(self.log, "wb") as log:
+        with open(self.log, "ab") as log:  # a reboot's lines after the first boot's
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "daemon", "run", "--simulate", self.scenario,
+                [sys.executable, "-m", "daemon", "run", "--simulate", self.simulated,
                  "--config", str(config), "--db", str(self.folder / "demo.db"),
                  "--socket", str(self.socket)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -183,8 +238,8 @@ class EmbeddedDaemon:
         return False
 
     def failure(self) -> str | None:
-        """Why the daemon exited, if it did."""
-        if self.process is None or self.process.poll() is None:
+        """Why the daemon exited, if it did (not a reboot's stop)."""
+        if self._rebooting or self.process is None or self.process.poll() is None:
             return None
         tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
         return f"the demo mlcostd exited ({self.process.returncode}): " + " / ".join(tail)
@@ -193,7 +248,9 @@ class EmbeddedDaemon:
         """SIGTERM the daemon (it stops its workloads) and the simulated EC2. wait: until they
         are gone, then SIGKILL anything left in their sessions and remove the temporary folder;
         else a detached reaper does that, so quitting returns the shell at once."""
-        self._stopping.set()
+        with self._lock:  # a reboot under way starts no daemon after this
+            self._stopping.set()
+        self._boots.put(None)
         if self._boot is not None and self._boot is not threading.current_thread():
             self._boot.join(EC2_START_S)  # a boot under way stops at its next step
         for process in (self.ec2_process, self.process):
@@ -209,12 +266,7 @@ class EmbeddedDaemon:
                 process.wait(STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass
-            try:
-                os.killpg(process.pid, signal.SIGKILL)  # workloads left behind, if any
-            except (ProcessLookupError, PermissionError):
-                pass
-            if process.poll() is None:
-                process.wait(5)
+            _kill_session(process)
         self.process = self.ec2_process = None
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -252,6 +304,17 @@ class EmbeddedDaemon:
         newest = str(files[0]).replace(str(Path.home()), "~", 1)
         return (f"mlcost-top: the demo stopped; its snapshots are kept in {where}/ "
                 f"({len(files)} there). Replay the newest: mlcost-top --replay {newest}")
+
+
+def _kill_session(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL what is left in the session of `process` (workloads left behind, if any), and
+    reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if process.poll() is None:
+        process.wait(5)
 
 
 def simulate_config_text() -> str:

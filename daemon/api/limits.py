@@ -7,6 +7,9 @@
   its previous response): aiohttp's keep-alive timer, which this sets, closes it otherwise
   (slowloris, half-open and idle connections). A body is read with the same deadline
   (daemon.api.routes) and a body nobody reads is drained for at most `LINGER_S`.
+- A request that expects `100 Continue` is shown to the app's `REFUSE_BEFORE_CONTINUE` check
+  first: aiohttp invites the body in its expect handler, before any middleware runs, so a
+  refusal there (a missing token) is the answer, never an invitation.
 - Parser-level bad requests (a control byte, a folded header, a bare LF, an oversized line)
   are answered with a JSON 400 that never echoes the request (it may hold the bearer token),
   and logged as one line per kind, rate-limited: "N more like this" at most once a minute.
@@ -18,10 +21,10 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
@@ -115,6 +118,27 @@ class _Handler(RequestHandler):
         return "the unix socket"
 
 
+Refusal = Callable[[web.BaseRequest], web.StreamResponse | None]
+# What an app refuses a request for before reading its body (the token): asked before aiohttp's
+# expect handler sends "100 Continue", so every route, and a path no route has, is covered.
+REFUSE_BEFORE_CONTINUE: web.AppKey[Refusal] = web.AppKey("refuse_before_continue")
+
+
+def _refusing_before_continue(
+        handle: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+        refuse: Refusal) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
+    async def handle_request(request: web.BaseRequest) -> web.StreamResponse:
+        if request.headers.get(hdrs.EXPECT):
+            refused = refuse(request)
+            if refused is not None:
+                # the client may send its body anyway, or wait: close rather than read it
+                refused.force_close()
+                return refused
+        return await handle(request)
+
+    return handle_request
+
+
 _TOO_MANY = b"too many connections to mlcostd's API; close idle ones and retry"
 
 
@@ -180,6 +204,9 @@ class LimitedRunner(web.AppRunner):
         assert isinstance(server, _LimitedServer)
         server.max_connections = self.max_connections
         server._open = OrderedDict()
+        refuse = self.app.get(REFUSE_BEFORE_CONTINUE)
+        if refuse is not None:  # before aiohttp's expect handler, which precedes middlewares
+            server.request_handler = _refusing_before_continue(server.request_handler, refuse)
         return server
 
     @property

@@ -29,7 +29,13 @@ from typing import Any
 
 from aiohttp import web
 
-from daemon.api.limits import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, LimitedRunner, limited_log
+from daemon.api.limits import (
+    MAX_CONNECTIONS,
+    REFUSE_BEFORE_CONTINUE,
+    REQUEST_TIMEOUT_S,
+    LimitedRunner,
+    limited_log,
+)
 from daemon.api.metrics import Metrics, add_metrics_route, metrics_only_app
 from daemon.api.routes import MAX_BODY_BYTES, add_routes, json_error
 from daemon.config import parse_address
@@ -173,7 +179,7 @@ def check_socket_path(path: Path) -> os.stat_result | None:
     return existing
 
 
-def _is_tcp(request: web.Request) -> bool:
+def _is_tcp(request: web.BaseRequest) -> bool:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return isinstance(peer, tuple)
 
@@ -184,19 +190,27 @@ def make_app(daemon: Any, *, token: str | None = None,
     /metrics (behind the same token on TCP)."""
     started_mono = started if started is not None else time.monotonic()
 
+    def refusal(request: web.BaseRequest) -> web.Response | None:
+        """The 401 for a TCP request without the token; None when it may go on."""
+        if token is None or not _is_tcp(request):
+            return None
+        sent = request.headers.get("Authorization", "")
+        scheme, _, value = sent.partition(" ")
+        # (bytes aiohttp could not decode come as surrogates: never a token, never a 500)
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+                value.strip().encode("utf-8", "surrogateescape"), token.encode()):
+            return None
+        refused = json_error(401, "missing or wrong bearer token: send "
+                                  "`Authorization: Bearer <token>` (the token is in the "
+                                  "daemon's [api].token_file)")
+        refused.headers["WWW-Authenticate"] = 'Bearer realm="mlcostd"'  # RFC 6750
+        return refused
+
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is not None and _is_tcp(request):
-            sent = request.headers.get("Authorization", "")
-            scheme, _, value = sent.partition(" ")
-            # (bytes aiohttp could not decode come as surrogates: never a token, never a 500)
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                    value.strip().encode("utf-8", "surrogateescape"), token.encode()):
-                refused = json_error(401, "missing or wrong bearer token: send "
-                                          "`Authorization: Bearer <token>` (the token is in "
-                                          "the daemon's [api].token_file)")
-                refused.headers["WWW-Authenticate"] = 'Bearer realm="mlcostd"'  # RFC 6750
-                return refused
+        refused = refusal(request)
+        if refused is not None:
+            return refused
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
@@ -234,6 +248,7 @@ def make_app(daemon: Any, *, token: str | None = None,
             return json_error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
+    app[REFUSE_BEFORE_CONTINUE] = refusal  # `Expect: 100-continue` is answered before guard
     add_routes(app, daemon, started_mono)
     add_metrics_route(app, metrics if metrics is not None else Metrics(daemon))
     return app

@@ -9,6 +9,11 @@ until stdin closes or SIGTERM. mlcost-top --demo points its daemon at it with
 AWS_ENDPOINT_URL_EC2, AWS_ENDPOINT_URL_SSM and [instance].id. moto is the `demo` extra (`pip install 'mlcost[demo]'`,
 what `make demo` installs); without it this exits 3 and says so, and the demo shows the resize as
 commands only.
+
+Each time the runbook starts the instance again (a resize done) it prints one more line,
+{"booted": instance_id, "type": the new type, "scenario": the scenario's TOML as the host boots
+(daemon.sim.scenario.booted_as)}: on AWS the host boots then, as that type, and mlcostd starts
+again on it; the demo starts its daemon again on that scenario (mlcost_tui.demo).
 """
 
 from __future__ import annotations
@@ -56,14 +61,24 @@ def main(argv: list[str] | None = None) -> int:
     instance_id = made["Instances"][0]["InstanceId"]
     from daemon.sim import ssm
 
-    ssm_server = ssm.serve(ssm.Executions(lambda r: boto3.client("ec2", region_name=r), region))
+    said = threading.Lock()  # one line at a time on stdout
+
+    def booted(started_id: str, started_type: str) -> None:
+        booted_as = scenario.booted_as(args.scenario, started_type)  # raises: the run fails
+        with said:
+            print(json.dumps({"booted": started_id, "type": started_type,
+                              "scenario": booted_as}), flush=True)
+
+    ssm_server = ssm.serve(ssm.Executions(lambda r: boto3.client("ec2", region_name=r), region,
+                                          on_started=booted))
     ssm_endpoint = f"http://127.0.0.1:{ssm_server.server_address[1]}"
     # What the daemon's environment needs to reach this EC2 and SSM with boto3's own
     # configuration.
     env = {**DEMO_CREDENTIALS, "AWS_ENDPOINT_URL_EC2": endpoint,
            "AWS_ENDPOINT_URL_SSM": ssm_endpoint}
-    print(json.dumps({"endpoint": endpoint, "instance_id": instance_id, "region": region,
-                      "type": instance.type, "env": env}), flush=True)
+    with said:
+        print(json.dumps({"endpoint": endpoint, "instance_id": instance_id, "region": region,
+                          "type": instance.type, "env": env}), flush=True)
 
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -25,8 +25,10 @@ A scenario file:
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pkgutil
+import re
 import shutil
 import signal
 import subprocess
@@ -191,6 +193,36 @@ def workload_programs() -> list[str]:
 
 def load(name_or_path: str | os.PathLike[str]) -> Scenario:
     """A built-in scenario by name, or a scenario file by path."""
+    text, path = _read(name_or_path)
+    return loads(text, source=str(path), default_name=path.stem)
+
+
+_INSTANCE_TYPE = re.compile(r'(?ms)^\[instance\][ \t]*$(?:(?!^\[).)*?^type[ \t]*=[ \t]*("[^"\n]*")')
+_TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def booted_as(name_or_path: str | os.PathLike[str], instance_type: str) -> str:
+    """The scenario's TOML with its [instance] type set to `instance_type`, everything else as
+    written: the simulated host as it boots after a resize (the runbook stopped it, changed its
+    type, started it). Its GPUs stay the scenario's; a file of this text in a folder, named as
+    the scenario (its GPU UUIDs follow the name), is what `--simulate` then runs. Raises
+    ScenarioError."""
+    text, path = _read(name_or_path)
+    before = loads(text, source=str(path), default_name=path.stem)
+    found = _INSTANCE_TYPE.search(text)
+    if _TYPE_NAME.fullmatch(instance_type) is None or found is None:
+        raise ScenarioError(str(path), "instance.type", instance_type,
+                            "an instance type name, in a scenario whose [instance] table "
+                            'has a type = "..." line')
+    start, end = found.span(1)
+    booted = text[:start] + json.dumps(instance_type) + text[end:]
+    after = loads(booted, source=str(path), default_name=path.stem)
+    assert after.instance.type == instance_type and after.name == before.name
+    return booted
+
+
+def _read(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
+    """A scenario's TOML text, and the file it is in."""
     text_name = os.fspath(name_or_path)
     path = Path(text_name)
     if not (text_name.endswith(".toml") or os.sep in text_name):
@@ -213,7 +245,7 @@ def load(name_or_path: str | os.PathLike[str]) -> Scenario:
         raise ScenarioError(str(path), "scenario", str(path),
                             f"a TOML file in UTF-8 (byte {raw[e.start]:#04x} on line {line} "
                             "is not)") from None
-    return loads(text, source=str(path), default_name=path.stem)
+    return text, path
 
 
 def loads(text: str, source: str = "<string>", default_name: str = "custom") -> Scenario:

@@ -25,9 +25,13 @@ MAX_BODY = 64 * 1024  # a request body larger than any of these operations'
 class Executions:
     """The automation executions started so far, and the runbook's steps against an EC2."""
 
-    def __init__(self, ec2_factory: Callable[[str], Any], region: str) -> None:
+    def __init__(self, ec2_factory: Callable[[str], Any], region: str,
+                 on_started: Callable[[str, str], None] | None = None) -> None:
         self._ec2_factory = ec2_factory
         self._region = region
+        # Told (instance id, its type) when the runbook has started an instance again: on AWS
+        # that is the host booting, as the new type.
+        self._on_started = on_started
         self._lock = threading.Lock()
         self._status: dict[str, dict[str, Any]] = {}
 
@@ -71,6 +75,8 @@ class Executions:
             ec2.modify_instance_attribute(InstanceId=instance_id,
                                           InstanceType={"Value": instance_type})
             ec2.start_instances(InstanceIds=[instance_id])
+            if self._on_started is not None:
+                self._on_started(instance_id, instance_type)
             update: dict[str, Any] = {"AutomationExecutionStatus": "Success"}
         except Exception as exc:  # what the runbook's execution would report as its failure
             update = {"AutomationExecutionStatus": "Failed", "FailureMessage": str(exc)}

@@ -161,10 +161,20 @@ def headline_digest(rec: dict[str, Any]) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
+def _ms(seconds: Any, default: int) -> int:
+    """A time in seconds as the store's milliseconds; `default` where it is none (or 0: a
+    book that evaluated no sample)."""
+    return round(seconds * 1000) if isinstance(seconds, int | float) and seconds > 0 \
+        else default
+
+
 def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]],
                           ts: float) -> None:
     """Upsert the current recommendations (first_seen kept, last_seen moved on), and append to
-    recommendation_texts the text of each one whose text changed since the last written."""
+    recommendation_texts the text of each one whose text changed since the last written.
+    Its times are those of the samples it was evaluated on (the book's first_seen and
+    last_seen), `ts` (the round's start) where it has none: /v1/now showed it with that tick,
+    so a replay of that tick does too."""
     at = round(ts * 1000)
     with store._lock:
         # id -> (text digest, headline digest, its time) of the text last handed to the store
@@ -172,6 +182,7 @@ def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]
         writes: list[FactWrite] = []
         for rec in recommendations:
             body = json.dumps(rec, default=str)
+            text_at = _ms(rec.get("last_seen"), at)
             writes.append((
                 ("recommendation", rec["id"]),
                 "INSERT INTO recommendations (id, rule, target, first_seen, last_seen, "
@@ -179,13 +190,10 @@ def write_recommendations(store: Store, recommendations: Iterable[dict[str, Any]
                 "ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, "
                 "snoozed_until = excluded.snoozed_until, "
                 "savings_per_month = excluded.savings_per_month, body = excluded.body",
-                (rec["id"], rec["rule"], rec["target"], at, at,
+                (rec["id"], rec["rule"], rec["target"],
+                 min(_ms(rec.get("first_seen"), text_at), text_at), text_at,
                  None if not rec.get("snoozed_until") else round(rec["snoozed_until"] * 1000),
                  rec.get("savings_per_month"), body)))
-            # From the time of the samples it was evaluated on (the book's last_seen), not the
-            # round's start: /v1/now showed it at that tick, so a replay of that tick does too.
-            seen = rec.get("last_seen")
-            text_at = round(seen * 1000) if isinstance(seen, int | float) else at
             digest, headline = text_digest(rec), headline_digest(rec)
             last = written.get(rec["id"])
             if last is not None:

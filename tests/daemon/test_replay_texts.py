@@ -222,3 +222,24 @@ def test_a_text_row_is_kept_at_once_for_a_new_headline_and_every_5_min_for_figur
     # kept compressed (a body is kilobytes of JSON), and read back as written
     assert all(isinstance(body, bytes) for (body,) in kept)
     assert json.loads(unpack_text(kept[-1][0]))["summary"] == "use spot now"
+
+
+def test_a_replay_of_the_tick_new_advice_was_found_on_shows_it(tmp_path):
+    """The rules run between ticks: a round that starts a quarter second after tick T finds
+    advice in the samples up to T (the book's first and last seen), and /v1/now serves it with
+    tick T. The store counted it from the round's start instead, so a replay of tick T, what
+    the live view showed, lacked it (test_snapshot_live's replay, run alone: the demo's first
+    advice)."""
+    daemon = recording_daemon(tmp_path, 5.0, ticks=3)  # ticks at T0 + 1, 2, 3
+    store = daemon.store
+    assert store is not None
+    tick = T0 + 3
+    found = {"id": "r", "rule": "spot", "target": "host", "summary": "use spot",
+             "savings_per_month": 100.0, "first_seen": tick, "last_seen": tick}
+    facts.write_recommendations(store, [found], tick + 0.25)  # the round's start
+    store.close()
+    with Replay(tmp_path / "mlcost.db") as replay:
+        shown = replay.state_at(tick)
+    assert shown["ts"] == pytest.approx(tick, abs=0.002)
+    assert [(r["id"], r["summary"]) for r in shown["recommendations"]] == [("r", "use spot")]
+    assert shown["recommendations"][0]["first_seen"] == pytest.approx(tick, abs=0.002)

@@ -421,3 +421,84 @@ def test_an_error_quotes_a_long_request_value_cut_and_still_names_it(daemon, met
     assert len(raw) <= ERROR_BYTES, (len(raw), raw[:300])
     assert names in json.loads(raw)["error"], raw
     assert LONG[:200].encode() not in raw and DIGITS[:200].encode() not in raw
+
+
+def _first_line(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
+    """The next line the server sends back (a 100 Continue or the final status), after what
+    was read already (`data`), and what came after it in the same reads."""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    line, _, rest = data.partition(b"\r\n")
+    return line, rest
+
+
+def _rest_of_response(sock: socket.socket, rest: bytes = b"") -> tuple[bytes, bytes]:
+    """The rest of a response's head after its first line, and its body (by Content-Length:
+    a refused request's connection may linger open for the body the server never reads)."""
+    while b"\r\n\r\n" not in rest and (chunk := sock.recv(65536)):
+        rest += chunk
+    head, _, body = rest.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?im)^content-length: *([0-9]+)", head)[1])
+    while len(body) < length and (chunk := sock.recv(65536)):
+        body += chunk
+    return head, body
+
+
+SNOOZE_BODY = b'{"hours": 1}'
+
+
+def _expecting(path: str, auth: bytes = b"") -> bytes:
+    """A POST that waits for 100 Continue before its body (RFC 9110 10.1.1), body not sent."""
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + auth
+            + b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+              b"Expect: 100-continue\r\n\r\n" % len(SNOOZE_BODY))
+
+
+def _invited_then_answered(sock: socket.socket, auth: bytes = b"") -> tuple[bytes, dict]:
+    """Send an expecting POST; after the 100 Continue, its body: (final status line, JSON)."""
+    sock.sendall(_expecting("/v1/recommendations/x/snooze", auth))
+    line, rest = _first_line(sock)
+    assert line == b"HTTP/1.1 100 Continue", line + rest
+    while len(rest) < 2 and (chunk := sock.recv(65536)):
+        rest += chunk
+    assert rest[:2] == b"\r\n", rest  # a 100 has no header fields
+    sock.sendall(SNOOZE_BODY)
+    final, rest = _first_line(sock, rest[2:])
+    return final, json.loads(_rest_of_response(sock, rest)[1])
+
+
+@pytest.mark.parametrize("path", ["/v1/recommendations/x/snooze", "/v1/no-such-endpoint",
+                                  "/metrics"])
+def test_a_request_without_the_token_that_expects_100_continue_is_refused_before_its_body(
+        daemon, port, path):
+    """aiohttp answers `Expect: 100-continue` before any middleware runs: a client without the
+    token was invited to send its body, then refused. The 401 comes first, and alone."""
+    with connect(port) as sock:
+        sock.sendall(_expecting(path))
+        line, rest = _first_line(sock)
+        assert line == b"HTTP/1.1 401 Unauthorized", line + rest
+        head, body = _rest_of_response(sock, rest)
+    assert b"Connection: close" in head  # it never reads the body: the client must not reuse
+    assert "bearer token" in json.loads(body)["error"]
+
+
+def test_a_request_with_the_token_that_expects_100_continue_is_invited_and_answered(
+        daemon, token, port):
+    with connect(port) as sock:
+        status, answer = _invited_then_answered(
+            sock, b"Authorization: Bearer " + token.encode() + b"\r\n")
+    assert status == b"HTTP/1.1 404 Not Found", answer  # the body was read: no such one
+    assert "no active recommendation" in answer["error"]
+
+
+def test_the_unix_socket_needs_no_token_and_invites_the_body(daemon):
+    """The unix socket's permissions are its access control: no token, so 100 Continue."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(REQUEST_TIMEOUT_S * 3)
+        sock.connect(str(daemon.socket))
+        status, answer = _invited_then_answered(sock)
+    assert status == b"HTTP/1.1 404 Not Found", answer
+    assert "no active recommendation" in answer["error"]

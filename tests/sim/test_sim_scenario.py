@@ -33,6 +33,27 @@ def test_demo_host():
     assert sc.gpu_uuid(3) == scenario.load("demo").gpu_uuid(3) != sc.gpu_uuid(4)
 
 
+@pytest.mark.parametrize("name", scenario.builtin_names())
+def test_a_scenario_booted_as_another_type_changes_that_alone(name, tmp_path):
+    """The simulated host after a resize (daemon.sim.ec2): the same scenario, its name (so its
+    GPU UUIDs) and GPUs, on the new instance type."""
+    before = scenario.load(name)
+    booted = tmp_path / f"{name}.toml"
+    booted.write_text(scenario.booted_as(name, "g6e.12xlarge"))
+    after = scenario.load(booted)
+    assert after.instance.type == "g6e.12xlarge"
+    assert after.instance.region == before.instance.region
+    assert (after.name, after.gpu, after.workloads, after.faults) == (
+        before.name, before.gpu, before.workloads, before.faults)
+    assert after.gpu_uuid(0) == before.gpu_uuid(0)
+
+
+@pytest.mark.parametrize("instance_type", ['g5.xlarge"\n[gpu]', "", "a b", "x" * 65])
+def test_a_boot_as_a_type_that_is_no_type_name_is_refused(instance_type):
+    with pytest.raises(scenario.ScenarioError, match="instance.type"):
+        scenario.booted_as("demo", instance_type)
+
+
 @pytest.mark.parametrize(("text", "key"), [
     (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 0\n', "gpu.count"),
     (BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\ncolour = "red"\n', "gpu.colour"),

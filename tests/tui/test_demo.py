@@ -17,6 +17,7 @@ from daemon.client import Client
 from daemon.wire import SOCKET_PATH_MAX
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.demo import EmbeddedDaemon, snapshots_folder
+from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
 
@@ -86,6 +87,12 @@ def instance_type(demo: EmbeddedDaemon) -> str:
     return found["Reservations"][0]["Instances"][0]["InstanceType"]
 
 
+def shown_type(app: MlcostTop) -> str | None:
+    """The instance type of the host mlcost-top shows, as its daemon said last."""
+    snap = app.shown_host
+    return None if snap is None or snap.now is None else snap.now.instance.get("type")
+
+
 @pytest.mark.asyncio
 async def test_a_resizes_the_demo_host_on_the_simulated_ec2_and_snapshots_stay(demo):
     assert demo.ec2 is not None, demo.ec2_note  # moto is in the test extra
@@ -129,8 +136,26 @@ async def test_a_resizes_the_demo_host_on_the_simulated_ec2_and_snapshots_stay(d
         await pilot_wait_for(pilot, lambda: any(
             f"resizing {demo.ec2['instance_id']} to {target}" in str(n.message)
             for n in app._notifications), 120, "the resize's answer")
-    # The runbook runs on the simulated SSM's side (as on AWS's, while the host is down).
-    poll(lambda: instance_type(demo) == target, 60, "the instance's new type")
+        # The runbook runs on the simulated SSM's side (as on AWS's, while the host is down).
+        poll(lambda: instance_type(demo) == target, 60, "the instance's new type")
+        # On AWS the host boots as the new type and mlcostd starts again on it, reading that
+        # type: the simulated host boots again too, and the view follows (the header kept
+        # p4d.24xlarge, its price and the resize advice).
+        await pilot_wait_for(pilot, lambda: shown_type(app) == target, 180,
+                             f"the daemon started again on a {target}")
+        assert demo.boots == 1
+        now = app.shown_host.now
+        assert now.price is not None and now.price.per_hour == pytest.approx(
+            rec.action["to_price_per_hour"], rel=1e-3)
+        header = str(app.query_one(HeaderPanel).render())
+        assert target in header and "p4d.24xlarge" not in header
+        assert f"${now.price.per_hour:.2f}/h" in header
+        # its rules have run (the demo always has advice) and the resize is not among it
+        await pilot_wait_for(pilot, lambda: shown_type(app) == target
+                             and app.shown_host.now.recommendations, 240,
+                             "advice on the rebooted host")
+        advice = app.shown_host.now.recommendations
+        assert not [r for r in advice if r.action.get("kind") == "resize"], advice
     demo.stop()
     kept = demo.snapshot_files()
     assert kept and kept[0].parent == snapshots_folder()
