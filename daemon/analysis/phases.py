@@ -479,8 +479,8 @@ def _polls_broker(frame: Frame | None, source_line: SourceLine | None) -> Classi
             if take is not None:
                 return Classification(
                     IDLE, f"{JOB_WAIT} from a redis queue it polls: sleeping "
-                    f"(`{_code(frame, source_line)}`) after a non-blocking take "
-                    f"(`{code.strip()[:80]}`, line {at}) came back empty", frame)
+                    f"(`{_code(frame, source_line)}`) between non-blocking takes "
+                    f"(`{code.strip()[:80]}`, line {at}) that found it empty", frame)
             if step < 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
                 break  # the function's first line: nothing above it is this function's
     return None
