@@ -90,6 +90,10 @@ class HostSignals:
     d_state: bool = False  # a thread of it was in uninterruptible (disk) sleep
     iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
     gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)
+    # ESTABLISHED TCP connections it opened (to a broker, a job server, a peer; not those
+    # accepted on its own ports) at the last socket read (daemon.sources.kindfacts). None: not
+    # read.
+    connections_opened: int | None = None
 
     def streams(self, per_s: float, line: float) -> str | None:
         """How a rate of `per_s` bytes a second meets `line`: per wall second, or per

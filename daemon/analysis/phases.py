@@ -51,7 +51,10 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     LIBRARY,
     LOCK,
+    POLL_LINES_LOOKED_AT,
+    POLLING_TAKE,
     PYTHON_ON_CPU,
+    SLEEP_CALL,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
     STREAM_BLOCK_CALL,
@@ -60,6 +63,7 @@ from daemon.analysis.stack_rules import (
     WORKS_ON_INPUT,
     FrameRule,
     awaited_answer,
+    event_loop_wait,
     first_match,
     future_wait,
     is_handoff_wait,
@@ -149,7 +153,11 @@ def classify(
     results beside a ProcessPoolExecutor's thread, while its child processes run on a CPU (data
     wait: worker processes feed it, `_fed_by_children`, `_fed_by_process_pool`) > a get on a
     broker's queue (a multiprocessing manager's, a Pool worker's task queue, a redis blocking
-    pop: idle, JOB_WAIT) > waiting frames or a sleep/wait call on the user line (idle) > D
+    pop, a Celery worker's event loop or prefork pool: idle, JOB_WAIT) > an asyncio event loop
+    (no notebook kernel's) waiting while the process holds TCP connections it opened
+    (`signals.connections_opened`: idle, JOB_WAIT) > waiting frames or a sleep/wait call on
+    the user line (idle; a sleep whose function polls a redis queue with a non-blocking take
+    a few lines away, `_polls_broker`: JOB_WAIT) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -247,6 +255,10 @@ def classify(
             return fed
     if wait is not None and wait[0].kind == JOB and not busy_elsewhere:
         return _said(wait, responsible)
+    if wait is not None and wait[0].kind == WAIT and not busy_elsewhere:
+        client = _event_loop_client(called, wait, responsible, signals)
+        if client is not None:
+            return client
     if signals is not None:
         measured = _from_signals(frames, signals, responsible)
         if measured is not None:
@@ -258,6 +270,9 @@ def classify(
                          phase=COMPUTE)
         return _said(wait, responsible)
     if line_call is not None and line_call[0] == IDLE:
+        polling = _polls_broker(responsible, source_line)
+        if polling is not None:
+            return polling
         return Classification(IDLE, line_call[1] + " with the GPU idle", responsible)
     if proc_state == "D":
         return Classification(DATA_WAIT, "process in uninterruptible I/O sleep (D state)", responsible)
@@ -440,6 +455,54 @@ def _stream_read(stream: Frame, io: tuple[FrameRule, Frame], responsible: Frame 
     nothing = _nothing_arriving(signals, f"a redis stream read, {_where(stream)}", responsible,
                                 f"a redis stream with no new entries ({command} BLOCK)")
     return nothing if nothing is not None else _said(io, responsible)
+
+
+def _polls_broker(frame: Frame | None, source_line: SourceLine | None) -> Classification | None:
+    """Idle, waiting for its next job, where `frame`'s line sleeps and its function takes from a
+    redis queue without blocking (POLLING_TAKE) within POLL_LINES_LOOKED_AT lines before or
+    after it: a worker polling its queue, asleep because the last take came back empty. None
+    for any other sleep (a loop stalled in its sleep, a take in another function)."""
+    if frame is None or source_line is None or not _calls(frame, SLEEP_CALL, source_line):
+        return None
+    for step in (-1, 1):  # up to the function's first line, then down to the next function's
+        for lines in range(1, POLL_LINES_LOOKED_AT + 1):
+            at = frame.line + step * lines
+            if at < 1:
+                break
+            text = source_line(Frame(frame.name, frame.filename, at))
+            if text is None:
+                break
+            code = text.split("#", 1)[0]
+            if step > 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
+                break  # the next function: no line of this one
+            take = POLLING_TAKE.search(code)
+            if take is not None:
+                return Classification(
+                    IDLE, f"{JOB_WAIT} from a redis queue it polls: sleeping "
+                    f"(`{_code(frame, source_line)}`) between non-blocking takes "
+                    f"(`{code.strip()[:80]}`, line {at}) that found it empty", frame)
+            if step < 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
+                break  # the function's first line: nothing above it is this function's
+    return None
+
+
+def _event_loop_client(called: Sequence[Frame], wait: tuple[FrameRule, Frame],
+                       responsible: Frame | None,
+                       signals: HostSignals | None) -> Classification | None:
+    """Idle, waiting for its next job, where the main thread waits in an asyncio event loop
+    (no notebook kernel's: event_loop_wait) while the process holds TCP connections it opened
+    (`signals.connections_opened`): its coroutines await what those bring, a broker's next
+    message (redis.asyncio's BLPOP), a job server's answer. None where it holds none, or that
+    was not read (a loop for a timer alone: a stalled job's `await asyncio.sleep`)."""
+    loop = event_loop_wait(called)
+    if loop is None or signals is None or not signals.connections_opened:
+        return None
+    count = signals.connections_opened
+    return Classification(
+        IDLE, f"{JOB_WAIT} in its asyncio event loop ({_where(wait[1])} under "
+        f"{_where(loop)}) on {count} TCP connection{'s' if count != 1 else ''} it opened: a "
+        "broker's or a job server's next message (its awaiting coroutine is in no stack)",
+        responsible)
 
 
 def _through_multiprocessing(frame: Frame) -> bool:

@@ -261,6 +261,18 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     FrameRule(JOB, "*/redis/client.py", "PubSub._execute", IDLE,
               f"{JOB_WAIT} from a redis channel (PubSub: SUBSCRIBE)",
               within=("*/redis/client.py", "PubSub.parse_response")),
+    # A Celery worker between tasks: its consumer's event loop (celery.worker.loops.asynloop,
+    # what the solo and prefork pools run in the worker process) waits in kombu's poll for the
+    # broker's next message. Only the poll under asynloop: a task the solo pool runs is below
+    # the loop's frames too, and its own frames (the user's task) are then the innermost.
+    FrameRule(JOB, "*/kombu/utils/eventio.py", "*.poll", IDLE,
+              f"{JOB_WAIT} from a Celery broker (its worker's event loop, kombu)",
+              within=("*/celery/worker/loops.py", "asynloop")),
+    # A process of a Celery prefork pool (billiard, multiprocessing's fork) between tasks: it
+    # reads its next one from the pipe its worker writes (Worker.workloop's receive).
+    FrameRule(JOB, "*/billiard/queues.py", "_SimpleQueue.get*", IDLE,
+              f"{JOB_WAIT} from its Celery prefork pool (billiard)",
+              within=("*/billiard/pool.py", "Worker.workloop")),
     # A worker process of a multiprocessing Pool or a ProcessPoolExecutor between tasks: it
     # reads its next one from the queue its pool's owner fills.
     FrameRule(JOB, "*/multiprocessing/queues.py", "SimpleQueue.get", IDLE,
@@ -316,6 +328,25 @@ REDIS_STREAM_READS: tuple[tuple[str, str], ...] = tuple(
     (f"*/redis/{file}", f"*.{command}") for file in ("commands/core.py", "client.py")
     for command in ("xread", "xreadgroup"))
 STREAM_BLOCK_CALL = re.compile(r"\bblock\s*=\s*(?!None\b)[\w.(]")
+
+# A worker that polls a redis queue: a non-blocking take (LPOP, RPOP, LMOVE, ZPOPMIN...) that
+# answers at once, and a sleep when it came back empty. Its stacks show the sleep alone (a
+# take over a socket lasts a fraction of a millisecond, no dump catches it), so the sleep's
+# function is read: a take within POLL_LINES_LOOKED_AT lines of the sleep, before or after it,
+# makes the sleep a wait for the next job (phases._polls_broker). Not a GET (a loop reading
+# its samples), nor a `.pop(` of a list or a dict.
+POLLING_TAKE = re.compile(
+    r"\.(lpop|rpop|lmove|rpoplpush|lmpop|zpopmin|zpopmax|zmpop)\(")
+SLEEP_CALL = re.compile(r"\b(time\.)?sleep\(")
+POLL_LINES_LOOKED_AT = 6
+
+# An asyncio program's main thread waits in its event loop's select while its coroutines wait
+# (redis.asyncio's `await r.blpop(...)`, an aiohttp client's long poll): py-spy shows the loop,
+# never the awaiting coroutine. Where the process holds TCP connections it opened (to a broker,
+# a job server; HostSignals.connections_opened), it waits on what they bring: its next job.
+# Not under a notebook kernel's loop (tornado, ZeroMQ, ipykernel: a kernel waits for its user).
+EVENT_LOOP_WAITS: tuple[tuple[str, str], ...] = (("*/asyncio/base_events.py", "*._run_once"),)
+KERNEL_LOOP_FILES = ("*/tornado/*", "*/zmq/*", "*/ipykernel/*", "*/jupyter_client/*")
 
 # Waits for another thread of the same process to hand something over: a queue.Queue, a
 # Condition, an Event (a Future's result waits in Condition.wait too). A loop fed by a reader
@@ -448,6 +479,19 @@ def awaited_answer(frames: Iterable[Frame]) -> Frame | None:
     """The frame of `frames` that waits for a request's answer to begin (ANSWER_WAITS)."""
     return next((f for f in frames if any(_is(f, file, name) for file, name in ANSWER_WAITS)),
                 None)
+
+
+def event_loop_wait(frames: Iterable[Frame]) -> Frame | None:
+    """The asyncio event loop's frame of `frames` (EVENT_LOOP_WAITS), where none of them is a
+    notebook kernel's (KERNEL_LOOP_FILES)."""
+    loop = None
+    for frame in frames:
+        path = frame.filename.replace("\\", "/")
+        if any(fnmatchcase(path, glob) for glob in KERNEL_LOOP_FILES):
+            return None
+        if loop is None and any(_is(frame, file, name) for file, name in EVENT_LOOP_WAITS):
+            loop = frame
+    return loop
 
 
 def stream_read(frames: Iterable[Frame]) -> Frame | None:

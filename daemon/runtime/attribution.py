@@ -39,6 +39,7 @@ import math
 import os
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
@@ -195,8 +196,13 @@ class Attribution:
                  sampler: StackSampler | None = None, *,
                  idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT,
                  sample_always: bool = False, interval_s: float = 1.0,
-                 dump_spread_s: float = 0.0, started_at: float | None = None) -> None:
+                 dump_spread_s: float = 0.0, started_at: float | None = None,
+                 connections_opened: Callable[[tuple[int, float]], int | None] | None = None
+                 ) -> None:
         self.config = config
+        # A process's ESTABLISHED TCP connections that it opened, by key, as its last socket
+        # read found them (None: not read): HostSignals.connections_opened.
+        self.connections_opened = connections_opened
         # Each dump waits a random 0..dump_spread_s first (see the module doc); a test on its
         # own clock leaves it 0.
         self.dump_spread_s = max(0.0, min(dump_spread_s, config.dump_interval / 2))
@@ -396,7 +402,9 @@ class Attribution:
             iowait_growing=(first.iowait is not None and last.iowait is not None
                             and last.iowait > first.iowait),
             gpu_busy=gpu_is_busy(sum(utils) / len(utils), self.idle_utilization_pct)
-            if utils else None)
+            if utils else None,
+            connections_opened=(None if self.connections_opened is None
+                                else self.connections_opened(proc.key)))
 
     def _qualify(self, dip: _Dip) -> None:
         dip.qualified = True  # (at this tick: its last below)

@@ -471,7 +471,8 @@ class Daemon:
                                            sample_always=self.sample_stacks_always,
                                            interval_s=self.config.daemon.interval,
                                            dump_spread_s=self.config.daemon.interval,
-                                           started_at=self.started_at)
+                                           started_at=self.started_at,
+                                           connections_opened=self._connections_opened)
             self.snapshots = SnapshotTriggers(
                 self.config, hostname=lambda: str(self.host.get("hostname", "")),
                 on_taken=self._snapshot_taken, known_recommendations=self.recommended_before)
@@ -655,6 +656,14 @@ class Daemon:
             # The client's shell and its AWS_* variables played no part: say whose did.
             result["upload"] = s3_upload.by_the_daemon(result.get("upload") or [])
             return result
+
+    def _connections_opened(self, key: tuple[int, float]) -> int | None:
+        """The TCP connections process `key` opened, as its last socket read found them (the
+        kind tracker's reads); None where its sockets were not read yet."""
+        facts = self.kinds.reader.get(key)
+        if facts is None or not facts.sockets_read_at:
+            return None
+        return facts.other_connections
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
         """An incident snapshot is written: its event points to it. On the loop."""

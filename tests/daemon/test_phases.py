@@ -1409,6 +1409,154 @@ def test_a_worker_in_an_http_long_poll_nothing_answered_waits_for_its_next_job()
                         signals=slept).phase == "data_wait", download
 
 
+# A worker polling a redis list (LPOP, then a sleep when it came back empty), as py-spy dumps it
+# (Python 3.11, tests/daemon/workloads/redis_polling_worker.py): the sleep is C, the take over
+# a socket too short for a dump to catch, so the stack is the user's line alone.
+POLLING = [("/home/me/worker.py", "main", 37), ("/home/me/worker.py", "<module>", 45)]
+POLLING_SOURCE = {30: "    dev = _gpu.attach()", 33: "    while True:",
+                  34: "        raw = r.lpop(args.queue)",
+                  35: "        if raw is None:",
+                  36: "            # nothing queued: ask again in a moment",
+                  37: "            time.sleep(args.sleep)", 38: "            continue",
+                  39: "        job = json.loads(raw)"}
+
+
+def by_line(source: dict[int, str]):
+    return lambda frame: source.get(frame.line)
+
+
+def test_a_worker_sleeping_between_non_blocking_pops_of_a_redis_list_waits_for_its_next_job():
+    """It read 'sleeping or waiting' (idle), and idle_gpu_held offered the SIGTERM to a worker
+    polling its redis queue. A sleep whose function takes from a redis queue without blocking
+    (LPOP, RPOP, ZPOPMIN...), a few lines before or after it, waits for the next job; a sleep
+    in a loop with no such take (a stalled job), or a take in another function, stays idle."""
+    found = classify(threads(POLLING), gpu_busy=False, source_line=by_line(POLLING_SOURCE))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "r.lpop(args.queue)" in found.reason and "line 34" in found.reason, found.reason
+    assert found.frame == Frame("main", "/home/me/worker.py", 37)
+    # the take after the sleep (a loop that sleeps first), an RPOP, a ZPOPMIN
+    for take_at, take in ((38, "        job = r.rpop('jobs')"),
+                          (33, "        item = queue.zpopmin('jobs', 1)")):
+        source = {**POLLING_SOURCE, 34: "        raw = None", take_at: take}
+        found = classify(threads(POLLING), gpu_busy=False, source_line=by_line(source))
+        assert found.reason.startswith(stack_rules.JOB_WAIT), (take, found)
+    # a stalled loop's sleep: no take, a GET, a list's pop, a take past the function's first
+    # line or beyond POLL_LINES_LOOKED_AT: idle, as before
+    for source in ({**POLLING_SOURCE, 34: "        raw = r.get(args.queue)"},
+                   {**POLLING_SOURCE, 34: "        raw = pending.pop(0)"},
+                   {**POLLING_SOURCE, 34: "def main():", 33: "    r.lpop('jobs')"},
+                   {**{n: "        pass" for n in range(1, 37)},
+                    37: "            time.sleep(args.sleep)",
+                    37 - stack_rules.POLL_LINES_LOOKED_AT - 1: "        raw = r.lpop(q)"}):
+        found = classify(threads(POLLING), gpu_busy=False, source_line=by_line(source))
+        assert found.phase == "idle", (source, found)
+        assert found.reason.startswith("sleeping or waiting"), (source, found)
+    # a hostile line: bounded, and a take on a line that is no sleep is no job's wait
+    hostile = {37: "time.sleep(1)" + " " * 4000, 36: "(" * 100_000 + ".lpop("}
+    assert classify(threads(POLLING), gpu_busy=False,
+                    source_line=by_line(hostile)).reason.startswith(stack_rules.JOB_WAIT)
+    assert not classify(threads(POLLING), gpu_busy=False, source_line=by_line(
+        {37: "x = r.lpop(q)", 36: "time.sleep(1)"})).reason.startswith(stack_rules.JOB_WAIT)
+
+
+# A redis.asyncio worker awaiting BLPOP, as py-spy dumps it (Python 3.11,
+# tests/daemon/workloads/redis_async_worker.py): the event loop's select; no coroutine frame.
+ASYNC_LOOP = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468),
+              (f"{STDLIB}/asyncio/base_events.py", "BaseEventLoop._run_once", 1884),
+              (f"{STDLIB}/asyncio/base_events.py", "BaseEventLoop.run_forever", 607),
+              (f"{STDLIB}/asyncio/base_events.py", "BaseEventLoop.run_until_complete", 640),
+              (f"{STDLIB}/asyncio/runners.py", "Runner.run", 118),
+              (f"{STDLIB}/asyncio/runners.py", "run", 190),
+              ("/home/me/worker.py", "main", 42), ("/home/me/worker.py", "<module>", 46)]
+
+
+def test_an_asyncio_loop_waiting_on_connections_it_opened_waits_for_its_next_job():
+    """It read 'waiting in select' (idle), and idle_gpu_held offered the SIGTERM to a
+    redis.asyncio worker awaiting BLPOP. Its event loop waiting while it holds TCP connections
+    it opened waits for its next job; with none (a timer's wait), not read, or a notebook
+    kernel's loop (tornado), it stays idle."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=True, connections_opened=1)
+    found = classify(threads(ASYNC_LOOP), gpu_busy=False, source_line=no_source, signals=slept)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "asyncio event loop" in found.reason and "1 TCP connection " in found.reason
+    assert found.frame == Frame("main", "/home/me/worker.py", 42)
+    kernel = [*ASYNC_LOOP[:6], (f"{SITE_PACKAGES}/tornado/platform/asyncio.py",
+                                "BaseAsyncIOLoop.start", 205),
+              (f"{SITE_PACKAGES}/ipykernel/kernelapp.py", "IPKernelApp.start", 739),
+              *ASYNC_LOOP[6:]]
+    for stack, signals in ((ASYNC_LOOP, dataclasses.replace(slept, connections_opened=0)),
+                           (ASYNC_LOOP, dataclasses.replace(slept, connections_opened=None)),
+                           (ASYNC_LOOP, None), (kernel, slept)):
+        found = classify(threads(stack), gpu_busy=False, source_line=no_source, signals=signals)
+        assert found.phase == "idle", (signals, found)
+        assert not found.reason.startswith(stack_rules.JOB_WAIT), (stack, signals, found)
+    # its GPU busy meanwhile (a thread per GPU): compute, as any other wait
+    assert classify(threads(ASYNC_LOOP), gpu_busy=False, source_line=no_source, signals=slept,
+                    busy_elsewhere=True).phase == "compute"
+
+
+# A Celery worker between tasks, as py-spy dumps it (Python 3.11, celery 5.7, kombu 5.7, a
+# redis broker): the solo pool's worker (and a prefork pool's parent) in its consumer's event
+# loop, and a prefork pool's process reading its next task from its parent.
+CELERY_WORKER = [(f"{SITE_PACKAGES}/kombu/utils/eventio.py", "_epoll.poll", 83),
+                 (f"{SITE_PACKAGES}/kombu/asynchronous/hub.py", "Hub.create_loop", 406),
+                 (f"{SITE_PACKAGES}/celery/worker/loops.py", "asynloop", 130),
+                 (f"{SITE_PACKAGES}/celery/worker/consumer/consumer.py", "Evloop.start", 944),
+                 (f"{SITE_PACKAGES}/celery/bootsteps.py", "Blueprint.start", 116),
+                 (f"{SITE_PACKAGES}/celery/worker/consumer/consumer.py", "Consumer.start", 406),
+                 (f"{SITE_PACKAGES}/celery/worker/worker.py", "WorkController.start", 271),
+                 (f"{SITE_PACKAGES}/celery/bin/worker.py", "worker", 400),
+                 (f"{SITE_PACKAGES}/celery/bin/celery.py", "main", 232),
+                 (f"{SITE_PACKAGES}/celery/__main__.py", "main", 15),
+                 ("/srv/venv/bin/celery", "<module>", 6)]
+CELERY_POOL_PROCESS = [
+    (f"{SITE_PACKAGES}/billiard/connection.py", "Connection._recv", 425),
+    (f"{SITE_PACKAGES}/billiard/connection.py", "Connection._recv_bytes", 459),
+    (f"{SITE_PACKAGES}/billiard/connection.py", "_ConnectionBase.recv_bytes", 240),
+    (f"{SITE_PACKAGES}/billiard/queues.py", "_SimpleQueue.get_payload", 360),
+    (f"{SITE_PACKAGES}/billiard/pool.py", "Worker._make_recv_method.<locals>._recv", 506),
+    (f"{SITE_PACKAGES}/billiard/pool.py", "Worker._make_protected_receive.<locals>.receive",
+     534),
+    (f"{SITE_PACKAGES}/billiard/pool.py", "Worker.workloop", 357),
+    (f"{SITE_PACKAGES}/billiard/pool.py", "Worker.__call__", 293),
+    (f"{SITE_PACKAGES}/billiard/process.py", "BaseProcess._bootstrap", 356),
+    (f"{SITE_PACKAGES}/celery/concurrency/prefork.py", "TaskPool.on_start", 182),
+    *CELERY_WORKER[6:]]
+
+
+def test_a_celery_worker_between_tasks_waits_for_its_next_job():
+    """It read 'main thread blocked with the GPU idle' (idle): idle_gpu_held offered the
+    SIGTERM to a Celery worker (solo pool) waiting for its broker's next task, and to a prefork
+    pool's processes waiting for theirs. A task the solo pool runs is the task's, not a wait."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    for stack, says in ((CELERY_WORKER, "Celery broker"),
+                        (CELERY_POOL_PROCESS, "Celery prefork pool")):
+        for signals in (slept, None):
+            found = classify(threads(stack), gpu_busy=False, source_line=no_source,
+                             signals=signals)
+            assert found.phase == "idle", found
+            assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+            assert says in found.reason, found.reason
+    # a task the solo pool runs, reading its input: the task's line and its read
+    task = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+            (f"{STDLIB}/http/client.py", "HTTPResponse.read", 466),
+            ("/srv/app/tasks.py", "transcribe", 31),
+            (f"{SITE_PACKAGES}/celery/app/trace.py", "trace_task", 479),
+            (f"{SITE_PACKAGES}/kombu/asynchronous/hub.py", "Hub.create_loop", 373),
+            *CELERY_WORKER[2:]]
+    found = classify(threads(task), gpu_busy=False, source_line=no_source, signals=slept)
+    assert found.phase == "data_wait", found
+    assert found.frame == Frame("transcribe", "/srv/app/tasks.py", 31)
+    # kombu's poll outside a Celery worker's loop (a kombu consumer of its own): no rule here
+    alone = [CELERY_WORKER[0], CELERY_WORKER[1], ("/home/me/consume.py", "main", 20)]
+    found = classify(threads(alone), gpu_busy=False, source_line=no_source, signals=slept)
+    assert not found.reason.startswith(stack_rules.JOB_WAIT), found
+
+
 def test_a_reader_thread_does_not_change_the_gpu_busy_paths_nor_a_join():
     busy_reader = ([READER_LINE, *THREAD_RUN], True)
     # a thread per GPU: GPU busy meanwhile, the waiting main thread is compute
