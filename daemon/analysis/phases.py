@@ -44,6 +44,7 @@ from daemon.analysis.host_signals import (
 )
 from daemon.analysis.source_lines import SourceLine, read_source_line
 from daemon.analysis.stack_rules import (
+    CHILD_WAIT,
     CONTEXT,
     HANDOFF_CALL,
     IO,
@@ -62,6 +63,7 @@ from daemon.analysis.stack_rules import (
     awaited_answer,
     first_match,
     future_wait,
+    is_child_wait,
     is_handoff_wait,
     is_process_pool_thread,
     is_serving_frame,
@@ -251,6 +253,9 @@ def classify(
         measured = _from_signals(frames, signals, responsible)
         if measured is not None:
             return measured
+    child = next((f for f in reversed(called) if is_child_wait(f)), None)
+    if child is not None and not busy_elsewhere:
+        return _waits_for_child(child, responsible, signals)
     if wait is not None:
         if busy_elsewhere and wait[0].kind in (WAIT, JOB):
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
@@ -440,6 +445,20 @@ def _stream_read(stream: Frame, io: tuple[FrameRule, Frame], responsible: Frame 
     nothing = _nothing_arriving(signals, f"a redis stream read, {_where(stream)}", responsible,
                                 f"a redis stream with no new entries ({command} BLOCK)")
     return nothing if nothing is not None else _said(io, responsible)
+
+
+def _waits_for_child(frame: Frame, responsible: Frame | None,
+                     signals: HostSignals | None) -> Classification:
+    """Idle for its GPU, waiting for a child process it started (`frame`: the outermost
+    subprocess call below its line; subprocess.run with captured output waits in a select
+    inside it), where the tool's own reads, writes or CPU named no other phase (`_from_signals`
+    comes first: a compressor writing is a checkpoint). Its reason says so (CHILD_WAIT), so the
+    rules look at the child before anyone stops it, and whether the child runs on a CPU."""
+    # No figure in the text: a stack's most frequent reason is the one shown, and a share that
+    # differs in every sample would lose to any steady text.
+    doing = ("its child processes run on a CPU" if _children_at_work(signals) is not None
+             else "no child of it seen on a CPU (one may wait itself: a transfer, a timer)")
+    return Classification(IDLE, f"{CHILD_WAIT} ({_where(frame)}): {doing}", responsible)
 
 
 def _through_multiprocessing(frame: Frame) -> bool:

@@ -78,6 +78,11 @@ LOCK_WAIT = "waiting on a lock"
 # between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
 # idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
 JOB_WAIT = "waiting for its next job"
+# A process waiting for a child process it started (subprocess.run, Popen.wait or communicate:
+# an encoder such as ffmpeg, a download tool, a compressor): the child works for it, or itself
+# waits for a transfer. Idle for its GPU, but never a process to stop on sight (rules/idle.py
+# looks at the child first), and while the child runs its host is not idle.
+CHILD_WAIT = "waiting for a child process it started"
 # How a data wait's reason says that worker processes make the loop's input (a multiprocessing
 # Pool's results, a multiprocessing.Queue or pipe its running children fill): the prefetch patch
 # (rules/phases.py) then offers more of them, a deeper queue or faster ones, not a thread pool.
@@ -290,13 +295,13 @@ FRAME_RULES: tuple[FrameRule, ...] = (
             ("asyncio/base_events.py", "*._run_once", "the asyncio event loop"),
             ("multiprocessing/connection.py", "*", "a multiprocessing pipe"),
             ("multiprocessing/queues.py", "*.get", "multiprocessing queue.get"),
-            ("subprocess.py", "*", "a subprocess"),
             ("socketserver.py", "*serve_forever", "a server loop"),
             ("code.py", "*", "an interactive prompt"),
             ("zmq/*", "*", "ZeroMQ (a Jupyter kernel waiting)"),
             ("tornado/*", "*", "the tornado event loop"),
         )
     ),
+    FrameRule(WAIT, "*/subprocess.py", "*", IDLE, f"{CHILD_WAIT} (subprocess)"),
 )
 
 # A request waiting for the first line of its answer (http.client reads the status line;
@@ -466,6 +471,11 @@ def future_wait(frames: Sequence[Frame]) -> Frame | None:
 def is_process_pool_thread(frames: Sequence[Frame]) -> bool:
     """A ProcessPoolExecutor's own thread in its owner's process (PROCESS_POOL_THREADS)."""
     return any(_is(f, file, name) for f in frames for file, name in PROCESS_POOL_THREADS)
+
+
+def is_child_wait(frame: Frame) -> bool:
+    """A frame of the subprocess module: its caller waits for a child process it started."""
+    return fnmatchcase(frame.filename.replace("\\", "/"), "*/subprocess.py")
 
 
 def is_socket_frame(frame: Frame) -> bool:

@@ -638,6 +638,33 @@ def test_a_compressor_starved_to_a_twentieth_of_a_core_still_writes():
     assert result.phase == "checkpoint" and "per CPU-second" in result.reason
 
 
+# subprocess.run(capture_output=True) waits for its child in a select inside subprocess, not in
+# waitpid: read as "waiting in select" it was one more idle loop, offered SIGTERM.
+WAITS_ON_CAPTURED_TOOL = [(f"{STDLIB}/selectors.py", "_PollLikeSelector.select", 415),
+                          (f"{STDLIB}/subprocess.py", "Popen._communicate", 2115),
+                          (f"{STDLIB}/subprocess.py", "Popen.communicate", 1209),
+                          (f"{STDLIB}/subprocess.py", "run", 550),
+                          ("/home/me/clips.py", "reencode", 12), ("/home/me/clips.py", "main", 30)]
+
+
+@pytest.mark.parametrize("frames", [WAITS_ON_TOOL, WAITS_ON_CAPTURED_TOOL],
+                         ids=["waitpid", "communicate"])
+def test_a_main_thread_waiting_for_its_child_process_says_so_and_whether_the_child_runs(frames):
+    """A tool that reads or writes nothing (an encoder on a CPU, a download waiting on the
+    network) leaves the wait idle for the GPU, with a reason the rules read (CHILD_WAIT): at the
+    outermost subprocess call, the child seen on a CPU or not."""
+    encoding = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                        signals=signals(tree_cpu=0.95, children_running=1))
+    assert encoding.phase == "idle", encoding
+    assert encoding.reason.startswith(f"{stack_rules.CHILD_WAIT} (subprocess.py:550 run)")
+    assert encoding.reason.endswith("its child processes run on a CPU"), encoding
+    assert encoding.frame == Frame(frames[-2][1], frames[-2][0], frames[-2][2])
+    fetching = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                        signals=signals(tree_cpu=0.0))
+    assert fetching.reason.startswith(stack_rules.CHILD_WAIT), fetching
+    assert "no child of it seen on a CPU" in fetching.reason, fetching
+
+
 @pytest.mark.parametrize("line", ["fcntl.flock(lk, fcntl.LOCK_EX)", "lockf(fd, LOCK_EX)",
                                   "with_lock.acquire()"])
 def test_a_main_thread_blocked_on_a_lock_says_it_waits_on_a_lock(line):
