@@ -216,6 +216,8 @@ def classify(
                 return nothing
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
+    if not called and signals is not None and signals.main_thread_reads_pipe is not None:
+        return _reads_pipe(signals.main_thread_reads_pipe, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
         if line_call[0] == DATA_WAIT and _calls(responsible, SOCKET_READ_CALL, source_line):
             nothing = _nothing_arriving(signals, f"`{_code(responsible, source_line)}`",
@@ -409,7 +411,8 @@ def _children_at_work(signals: HostSignals | None) -> str | None:
 
 def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame | None,
                       who: str = "a job server or a broker with no work for it, or a peer "
-                                 "with nothing to send") -> Classification | None:
+                                 "with nothing to send",
+                      on: str = "a socket") -> Classification | None:
     """Idle, waiting for its next job, where the main thread blocks on a bare socket (`what`:
     no client library above it), or on a request whose answer has not begun (an HTTP long
     poll; `who` says what it waits for), and nothing came to it: the thread slept through the last
@@ -427,8 +430,25 @@ def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame
     if signals.tree_cpu is None or _children_at_work(signals) is not None:
         return None
     return Classification(
-        IDLE, f"{JOB_WAIT} on a socket nothing came to ({what}; its main thread slept "
+        IDLE, f"{JOB_WAIT} on {on} nothing came to ({what}; its main thread slept "
         f"through the last tick): {who}", responsible)
+
+
+def _reads_pipe(pipe: str, responsible: Frame | None, signals: HostSignals,
+               source_line: SourceLine | None) -> Classification:
+    """A main thread blocked reading a pipe in C (`for line in fifo`, `sys.stdin.readline()`,
+    `input()` on a pipe: no Python frame below its line; `pipe` says which kind, from /proc):
+    a worker waiting for its next job where nothing came to it over the tick
+    (`_nothing_arriving`: whoever writes the pipe has no work for it), else reading its input
+    from the pipe. Never a host sync, whatever its GPU did around it: the thread waits on the
+    pipe's writer, not on the GPU."""
+    code = _code(responsible, source_line)
+    what = f"`{code}`" if code else (_where(responsible) if responsible else "no Python frame")
+    nothing = _nothing_arriving(signals, what, responsible, "a scheduler, a parent or a feeder "
+                                "with no work for it", on=pipe)
+    if nothing is not None:
+        return nothing
+    return Classification(DATA_WAIT, f"reading {pipe} ({what})", responsible)
 
 
 def _stream_read(stream: Frame, io: tuple[FrameRule, Frame], responsible: Frame | None,

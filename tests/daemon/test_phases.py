@@ -665,6 +665,29 @@ def test_a_main_thread_waiting_for_its_child_process_says_so_and_whether_the_chi
     assert "no child of it seen on a CPU" in fetching.reason, fetching
 
 
+@pytest.mark.parametrize("line", ["for line in jobs:", "line = sys.stdin.readline()",
+                                  "src = input('>>> ')"])
+def test_a_main_thread_blocked_reading_a_pipe_waits_for_its_next_job_or_reads_input(line):
+    """A read of a pipe in C leaves no Python frame: with nothing arriving over the tick, a
+    worker waiting for its next job (JOB_WAIT, where the rules see a queue consumer); having
+    woken, reading its input. Never a host sync, though its line repeats and its GPU's tick
+    was busy (a FIFO worker read so right after each job, and got host_sync's patch)."""
+    frame = Frame("main", "/srv/worker.py", 27)
+    threads = [ThreadStack(1, "MainThread", False, (frame,))]
+    quiet = signals(main_thread_reads_pipe="a named pipe (FIFO)", main_thread_woke=False,
+                    tree_cpu=0.0)
+    found = classify(threads, gpu_busy=False, source_line=lambda f: line, repeated_leaf=True,
+                     signals=quiet)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(f"{stack_rules.JOB_WAIT} on a named pipe (FIFO) nothing "
+                                   f"came to (`{line}`"), found
+    woke = signals(main_thread_reads_pipe="a pipe", main_thread_woke=True, tree_cpu=0.01,
+                   gpu_busy=True)
+    found = classify(threads, gpu_busy=False, source_line=lambda f: line, repeated_leaf=True,
+                     signals=woke)
+    assert found.phase == "data_wait" and found.reason == f"reading a pipe (`{line}`)", found
+
+
 @pytest.mark.parametrize("line", ["fcntl.flock(lk, fcntl.LOCK_EX)", "lockf(fd, LOCK_EX)",
                                   "with_lock.acquire()"])
 def test_a_main_thread_blocked_on_a_lock_says_it_waits_on_a_lock(line):
