@@ -189,6 +189,11 @@ def classify(
             return _said(context, responsible, "GPU busy")
         return Classification(COMPUTE, "GPU busy", responsible)
 
+    if proc_state == "T":
+        # Stopped by a signal (Ctrl-Z, SIGSTOP): whatever its stack shows, nothing of it runs
+        # until it is continued (a debugger's stop is "t", not this).
+        return Classification(IDLE, f"{STOPPED}: nothing of it runs until it is continued "
+                              "(kill -CONT, or fg in its shell)", responsible)
     if context is not None:
         return _said(context, responsible)
     if library is not None and library[0].phase in (COMM, SYNC):
@@ -479,6 +484,10 @@ def _waits_for_child(frame: Frame, responsible: Frame | None,
     doing = ("its child processes run on a CPU" if _children_at_work(signals) is not None
              else "no child of it seen on a CPU (one may wait itself: a transfer, a timer)")
     return Classification(IDLE, f"{CHILD_WAIT} ({_where(frame)}): {doing}", responsible)
+
+
+# A process stopped by a signal (state T), as the phase reason says it.
+STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 
 
 def _through_multiprocessing(frame: Frame) -> bool:

@@ -665,6 +665,20 @@ def test_a_main_thread_waiting_for_its_child_process_says_so_and_whether_the_chi
     assert "no child of it seen on a CPU" in fetching.reason, fetching
 
 
+def test_a_stopped_process_is_idle_because_it_is_stopped_not_syncing():
+    """A loop stopped with SIGSTOP shows the line it stopped on in every dump; right after the
+    stop its GPU's tick still read busy, and the repeating line read as a host sync (a sign of
+    work, so it got no advice at all), then as "waiting with its GPU idle and no I/O"."""
+    frame = Frame("main", "/srv/train.py", 16)
+    threads = [ThreadStack(1, "MainThread", False, (frame,))]
+    for busy in (True, False):
+        found = classify(threads, gpu_busy=False, proc_state="T", repeated_leaf=True,
+                         source_line=lambda f: "gpu.kernel(0.2)",
+                         signals=signals(gpu_busy=busy))
+        assert found.phase == "idle" and found.reason.startswith(phases.STOPPED), found
+        assert found.frame == frame
+
+
 @pytest.mark.parametrize("line", ["for line in jobs:", "line = sys.stdin.readline()",
                                   "src = input('>>> ')"])
 def test_a_main_thread_blocked_reading_a_pipe_waits_for_its_next_job_or_reads_input(line):
