@@ -78,6 +78,12 @@ LOCK_WAIT = "waiting on a lock"
 # between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
 # idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
 JOB_WAIT = "waiting for its next job"
+# A main thread waiting on file descriptors: a select() or poll() on its line (C), the
+# selectors module, an asyncio loop. With TCP connections it opened (Kind.peer_connections: to
+# a job server, a coordinator) it may wait for whoever is at the other end: rules/idle.py looks
+# first (a server waiting so is a server, and never reaches that rule).
+FD_WAIT = "waiting on its sockets or pipes (select/poll)"
+FD_WAITS = (FD_WAIT, "waiting in select", "waiting in the asyncio event loop")
 # A process waiting for a child process it started (subprocess.run, Popen.wait or communicate:
 # an encoder such as ffmpeg, a download tool, a compressor): the child works for it, or itself
 # waits for a transfer. Idle for its GPU, but never a process to stop on sight (rules/idle.py
@@ -387,7 +393,8 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
          r"\bImage\.open\(|\bopen\([^)]*['\"]r?b?['\"]|\bopen\([^,)]*\)",
          DATA_WAIT, "reading a file or socket"),
         (r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(", IDLE, LOCK_WAIT),
-        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join)\(|\bselect\(|\.get\(\s*(block|timeout|\))",
+        (r"\b(select|poll|epoll_wait)\(", IDLE, FD_WAIT),
+        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join)\(|\.get\(\s*(block|timeout|\))",
          IDLE, "sleeping or waiting"),
     )
 )

@@ -47,7 +47,13 @@ from daemon.analysis.rules.base import (
     process_evidence,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
-from daemon.analysis.stack_rules import CHILD_WAIT, JOB_WAIT, JOB_WAIT_MIN_SHARE, LOCK_WAIT
+from daemon.analysis.stack_rules import (
+    CHILD_WAIT,
+    FD_WAITS,
+    JOB_WAIT,
+    JOB_WAIT_MIN_SHARE,
+    LOCK_WAIT,
+)
 from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from daemon.wire import (
@@ -222,6 +228,20 @@ def _look_first_child(proc: ProcessWindow, child: Mapping[str, Any]) -> dict[str
                          f"sudo py-spy dump --pid {proc.pid}"]}
 
 
+def _look_first_peers(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks wait on its sockets with connections it opened: whoever is at the other end
+    (a job server, a coordinator) may send it work at any moment."""
+    peers = proc.kind.peer_connections
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} waits on its sockets ({where}) with {peers} TCP "
+                    f"connection{'s' if peers != 1 else ''} it opened: a job server or a "
+                    "coordinator at the other end may send it work; look at what it is "
+                    "connected to before stopping anything (if it is a worker between jobs, "
+                    "scale the workers with the queue instead)",
+            "commands": [f"ss -tnp | grep 'pid={proc.pid},'  # whom it is connected to",
+                         f"sudo py-spy dump --pid {proc.pid}"]}
+
+
 def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
     """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
     (a notebook kernel may have: a cell ran, then its user left); else what to look at first."""
@@ -235,6 +255,9 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     child = waits_for_child(proc)
     if child is not None:
         return _look_first_child(proc, child)
+    if (isinstance(top, dict) and proc.kind.kind != NOTEBOOK and proc.kind.peer_connections > 0
+            and str(top.get("reason", "")).startswith(FD_WAITS)):
+        return _look_first_peers(proc, f"{top.get('file')}:{top.get('line')}")
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
         return _look_first_between(proc, computed)
