@@ -221,7 +221,8 @@ def classify(
                 return nothing
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
-    if not called and signals is not None and signals.main_thread_reads_pipe is not None:
+    if (not called and signals is not None and signals.main_thread_reads_pipe is not None
+            and not _calls(responsible, PROMPT_CALL, source_line)):
         return _reads_pipe(signals.main_thread_reads_pipe, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
         if line_call[0] == DATA_WAIT and _calls(responsible, SOCKET_READ_CALL, source_line):
@@ -442,7 +443,7 @@ def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame
 def _reads_pipe(pipe: str, responsible: Frame | None, signals: HostSignals,
                source_line: SourceLine | None) -> Classification:
     """A main thread blocked reading a pipe in C (`for line in fifo`, `sys.stdin.readline()`,
-    `input()` on a pipe: no Python frame below its line; `pipe` says which kind, from /proc):
+    no Python frame below its line; `pipe` says which kind, from /proc; not input(): a prompt):
     a worker waiting for its next job where nothing came to it over the tick
     (`_nothing_arriving`: whoever writes the pipe has no work for it), else reading its input
     from the pipe. Never a host sync, whatever its GPU did around it: the thread waits on the
@@ -486,6 +487,9 @@ def _waits_for_child(frame: Frame, responsible: Frame | None,
     return Classification(IDLE, f"{CHILD_WAIT} ({_where(frame)}): {doing}", responsible)
 
 
+# input() prompts a person, whatever its stdin is (a notebook kernel's is a pipe from Jupyter):
+# a read of a pipe on such a line is a prompt waiting for its user, not a worker's next job.
+PROMPT_CALL = re.compile(r"\binput\(")
 # A process stopped by a signal (state T), as the phase reason says it.
 STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 

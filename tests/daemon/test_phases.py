@@ -665,6 +665,16 @@ def test_a_main_thread_waiting_for_its_child_process_says_so_and_whether_the_chi
     assert "no child of it seen on a CPU" in fetching.reason, fetching
 
 
+def test_input_on_a_pipe_is_a_prompt_waiting_for_its_user_not_a_job_wait():
+    """A notebook kernel's stdin is a pipe from Jupyter: a cell's input() waits for a person
+    (the corpus's notebook_cells.py --cells input), idle as before, not a queue consumer."""
+    frame = Frame("ask", "/srv/cell.py", 46)
+    quiet = signals(main_thread_reads_pipe="a pipe", main_thread_woke=False, tree_cpu=0.0)
+    found = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
+                     source_line=lambda f: "answer = input('Continue? [y/N] ')", signals=quiet)
+    assert found.phase == "idle" and found.reason.startswith("sleeping or waiting"), found
+
+
 def test_a_stopped_process_is_idle_because_it_is_stopped_not_syncing():
     """A loop stopped with SIGSTOP shows the line it stopped on in every dump; right after the
     stop its GPU's tick still read busy, and the repeating line read as a host sync (a sign of
@@ -679,8 +689,7 @@ def test_a_stopped_process_is_idle_because_it_is_stopped_not_syncing():
         assert found.frame == frame
 
 
-@pytest.mark.parametrize("line", ["for line in jobs:", "line = sys.stdin.readline()",
-                                  "src = input('>>> ')"])
+@pytest.mark.parametrize("line", ["for line in jobs:", "line = sys.stdin.readline()"])
 def test_a_main_thread_blocked_reading_a_pipe_waits_for_its_next_job_or_reads_input(line):
     """A read of a pipe in C leaves no Python frame: with nothing arriving over the tick, a
     worker waiting for its next job (JOB_WAIT, where the rules see a queue consumer); having
