@@ -394,6 +394,8 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
          DATA_WAIT, "reading a file or socket"),
         (r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(", IDLE, LOCK_WAIT),
         (r"\b(select|poll|epoll_wait)\(", IDLE, FD_WAIT),
+        # a hand-rolled server's `conn, addr = sock.accept()` (C): waiting for its next client
+        (r"\.accept\(\s*\)", IDLE, "waiting for a client to connect (accept)"),
         (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join)\(|\.get\(\s*(block|timeout|\))",
          IDLE, "sleeping or waiting"),
     )

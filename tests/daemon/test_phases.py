@@ -665,6 +665,17 @@ def test_a_main_thread_waiting_for_its_child_process_says_so_and_whether_the_chi
     assert "no child of it seen on a CPU" in fetching.reason, fetching
 
 
+def test_a_blocking_accept_on_the_users_line_waits_for_a_client():
+    """A hand-rolled RPC server's `conn, _ = srv.accept()` is C: it read "waiting with its GPU
+    idle and no I/O: not a sync", which names nothing it waits for."""
+    frame = Frame("main", "/srv/rpc_main.py", 31)
+    found = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
+                     repeated_leaf=True, source_line=lambda f: "conn, _ = srv.accept()",
+                     signals=signals())
+    assert found.phase == "idle", found
+    assert found.reason.startswith("waiting for a client to connect (accept)"), found
+
+
 def test_input_on_a_pipe_is_a_prompt_waiting_for_its_user_not_a_job_wait():
     """A notebook kernel's stdin is a pipe from Jupyter: a cell's input() waits for a person
     (the corpus's notebook_cells.py --cells input), idle as before, not a queue consumer."""
