@@ -139,7 +139,8 @@ def classify(
     thread per GPU, as DataParallel's parallel_apply runs the replicas). A main thread that
     reads, writes or computes is what it shows, whatever the GPU did around it.
 
-    Precedence, GPU quiet: context frames anywhere (checkpoint, eval: a library's checkpoint or
+    Precedence, GPU quiet: a process stopped by a signal (state T: idle, STOPPED) > context
+    frames anywhere (checkpoint, eval: a library's checkpoint or
     evaluation frames, or a user function named eval/validate/test...) > comm/sync library
     frames > I/O frames or an I/O call on the innermost user line (a bare socket's read, or an
     HTTP request's wait for its answer to begin, with nothing coming to it, `signals` say, is a
@@ -155,6 +156,12 @@ def classify(
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
+
+    A main thread blocked reading a pipe in C (`signals.main_thread_reads_pipe`, no frame below
+    its line, not an input() prompt) comes right after the I/O frames: a worker waiting for its
+    next job where nothing arrived, else reading input (`_reads_pipe`). A wait inside the
+    subprocess module comes after the signals and before the other waiting frames: waiting for
+    a child process it started (idle, CHILD_WAIT: `_waits_for_child`).
 
     With `signals` (HostSignals), after the library frames and a reader thread's work, and
     before the waiting frames: a
