@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.analysis.kinds import ONLINE_INFERENCE
-from daemon.analysis.stack_rules import JOB_WAIT, JOB_WAIT_MIN_SHARE
+from daemon.analysis.stack_rules import CHILD_WAIT, JOB_WAIT, JOB_WAIT_MIN_SHARE
 from daemon.wire import COMPUTE, IDLE, UNKNOWN
 
 IDLENESS_VERSION = 1
@@ -93,6 +93,9 @@ def process_evidence(proc: Mapping[str, Any]) -> list[tuple[str, float]]:
     if waits_for_jobs(proc):
         found.append(("waits for its next job from a queue or a job server (a queue consumer, "
                       "seen in its stacks): a worker between jobs is active", PHASE_CONFIDENCE))
+    if _idle_reason_is(proc, CHILD_WAIT):
+        found.append(("waits for a child process it started (an external tool, seen in its "
+                      "stacks): the child runs on this host", PHASE_CONFIDENCE))
     io = sum(v for v in (proc.get("read_bytes_per_s"), proc.get("write_bytes_per_s"))
              if isinstance(v, int | float))
     if io >= IO_BYTES_PER_S:
@@ -120,10 +123,16 @@ def waits_for_jobs(proc: Mapping[str, Any]) -> bool:
     the top stack of its idle phase waits for its next job (JOB_WAIT: a broker's queue, a job
     server's socket or long poll) and that phase holds at least JOB_WAIT_MIN_SHARE of its
     window."""
+    return _idle_reason_is(proc, JOB_WAIT)
+
+
+def _idle_reason_is(proc: Mapping[str, Any], prefix: str) -> bool:
+    """The top stack of its idle phase has a reason starting with `prefix` (JOB_WAIT,
+    CHILD_WAIT), and that phase holds at least JOB_WAIT_MIN_SHARE of its window."""
     reasons, shares = proc.get("phase_reasons"), proc.get("phases")
     reason = reasons.get(IDLE) if isinstance(reasons, Mapping) else None
     share = shares.get(IDLE) if isinstance(shares, Mapping) else None
-    return (isinstance(reason, str) and reason.startswith(JOB_WAIT)
+    return (isinstance(reason, str) and reason.startswith(prefix)
             and isinstance(share, int | float) and share >= JOB_WAIT_MIN_SHARE)
 
 

@@ -190,13 +190,18 @@ class Kind:
     # seconds of reads (KindFacts.connections_caught): a lower bound of its requests.
     connections_caught: int = 0
     connections_over_s: float | None = None
+    # TCP connections it opened (ESTABLISHED, not on a port it listens on: to a job server, a
+    # coordinator, a peer) at the last socket read: a process waiting on them waits for whoever
+    # is at the other end (rules/idle.py looks first).
+    peer_connections: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
                 "kind_evidence": list(self.evidence), "serves": self.serves,
                 "listening_ports": list(self.listening_ports), "gpu_use": self.gpu_use,
                 "kind_source": self.source, "connections_caught": self.connections_caught,
-                "connections_over_s": self.connections_over_s}
+                "connections_over_s": self.connections_over_s,
+                "peer_connections": self.peer_connections}
 
 
 def gpu_use_shape(active: Sequence[bool]) -> str | None:
@@ -305,11 +310,11 @@ def classify_kind(command: str, facts: KindFacts | None,
     total = sum(scores.values())
     best = max(scores, key=lambda k: scores[k])
     serves = listens and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
-    caught: dict[str, Any] = {}
+    caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
-        caught = {"connections_caught": facts.connections_caught,
-                  "connections_over_s": max(facts.sockets_read_at
-                                            - facts.first_sockets_read_at, 0.0)}
+        caught.update(connections_caught=facts.connections_caught,
+                      connections_over_s=max(facts.sockets_read_at
+                                             - facts.first_sockets_read_at, 0.0))
     if total <= 0:
         return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores,
                     gpu_use, **caught)
@@ -347,4 +352,6 @@ def recorded_kind(value: Any) -> dict[str, Any]:
             "connections_caught": caught if isinstance(caught, int)
             and not isinstance(caught, bool) and caught >= 0 else 0,
             "connections_over_s": float(over) if isinstance(over, int | float)
-            and not isinstance(over, bool) and over >= 0 else None}
+            and not isinstance(over, bool) and over >= 0 else None,
+            "peer_connections": peers if isinstance(peers := kind.get("peer_connections"), int)
+            and not isinstance(peers, bool) and peers >= 0 else 0}

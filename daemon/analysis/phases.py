@@ -44,6 +44,7 @@ from daemon.analysis.host_signals import (
 )
 from daemon.analysis.source_lines import SourceLine, read_source_line
 from daemon.analysis.stack_rules import (
+    CHILD_WAIT,
     CONTEXT,
     HANDOFF_CALL,
     IO,
@@ -66,6 +67,7 @@ from daemon.analysis.stack_rules import (
     event_loop_wait,
     first_match,
     future_wait,
+    is_child_wait,
     is_handoff_wait,
     is_process_pool_thread,
     is_serving_frame,
@@ -141,7 +143,8 @@ def classify(
     thread per GPU, as DataParallel's parallel_apply runs the replicas). A main thread that
     reads, writes or computes is what it shows, whatever the GPU did around it.
 
-    Precedence, GPU quiet: context frames anywhere (checkpoint, eval: a library's checkpoint or
+    Precedence, GPU quiet: a process stopped by a signal (state T: idle, STOPPED) > context
+    frames anywhere (checkpoint, eval: a library's checkpoint or
     evaluation frames, or a user function named eval/validate/test...) > comm/sync library
     frames > I/O frames or an I/O call on the innermost user line (a bare socket's read, or an
     HTTP request's wait for its answer to begin, with nothing coming to it, `signals` say, is a
@@ -161,6 +164,12 @@ def classify(
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
+
+    A main thread blocked reading a pipe in C (`signals.main_thread_reads_pipe`, no frame below
+    its line, not an input() prompt) comes right after the I/O frames: a worker waiting for its
+    next job where nothing arrived, else reading input (`_reads_pipe`). A wait inside the
+    subprocess module comes after the signals and before the other waiting frames: waiting for
+    a child process it started (idle, CHILD_WAIT: `_waits_for_child`).
 
     With `signals` (HostSignals), after the library frames and a reader thread's work, and
     before the waiting frames: a
@@ -195,6 +204,11 @@ def classify(
             return _said(context, responsible, "GPU busy")
         return Classification(COMPUTE, "GPU busy", responsible)
 
+    if proc_state == "T":
+        # Stopped by a signal (Ctrl-Z, SIGSTOP): whatever its stack shows, nothing of it runs
+        # until it is continued (a debugger's stop is "t", not this).
+        return Classification(IDLE, f"{STOPPED}: nothing of it runs until it is continued "
+                              "(kill -CONT, or fg in its shell)", responsible)
     if context is not None:
         return _said(context, responsible)
     if library is not None and library[0].phase in (COMM, SYNC):
@@ -222,6 +236,9 @@ def classify(
                 return nothing
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
+    if (not called and signals is not None and signals.main_thread_reads_pipe is not None
+            and not _calls(responsible, PROMPT_CALL, source_line)):
+        return _reads_pipe(signals.main_thread_reads_pipe, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
         if line_call[0] == DATA_WAIT and _calls(responsible, SOCKET_READ_CALL, source_line):
             nothing = _nothing_arriving(signals, f"`{_code(responsible, source_line)}`",
@@ -263,6 +280,9 @@ def classify(
         measured = _from_signals(frames, signals, responsible)
         if measured is not None:
             return measured
+    child = next((f for f in reversed(called) if is_child_wait(f)), None)
+    if child is not None and not busy_elsewhere:
+        return _waits_for_child(child, responsible, signals)
     if wait is not None:
         if busy_elsewhere and wait[0].kind in (WAIT, JOB):
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
@@ -419,7 +439,8 @@ def _children_at_work(signals: HostSignals | None) -> str | None:
 
 def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame | None,
                       who: str = "a job server or a broker with no work for it, or a peer "
-                                 "with nothing to send") -> Classification | None:
+                                 "with nothing to send",
+                      on: str = "a socket") -> Classification | None:
     """Idle, waiting for its next job, where the main thread blocks on a bare socket (`what`:
     no client library above it), or on a request whose answer has not begun (an HTTP long
     poll; `who` says what it waits for), and nothing came to it: the thread slept through the last
@@ -437,8 +458,25 @@ def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame
     if signals.tree_cpu is None or _children_at_work(signals) is not None:
         return None
     return Classification(
-        IDLE, f"{JOB_WAIT} on a socket nothing came to ({what}; its main thread slept "
+        IDLE, f"{JOB_WAIT} on {on} nothing came to ({what}; its main thread slept "
         f"through the last tick): {who}", responsible)
+
+
+def _reads_pipe(pipe: str, responsible: Frame | None, signals: HostSignals,
+               source_line: SourceLine | None) -> Classification:
+    """A main thread blocked reading a pipe in C (`for line in fifo`, `sys.stdin.readline()`,
+    no Python frame below its line; `pipe` says which kind, from /proc; not input(): a prompt):
+    a worker waiting for its next job where nothing came to it over the tick
+    (`_nothing_arriving`: whoever writes the pipe has no work for it), else reading its input
+    from the pipe. Never a host sync, whatever its GPU did around it: the thread waits on the
+    pipe's writer, not on the GPU."""
+    code = _code(responsible, source_line)
+    what = f"`{code}`" if code else (_where(responsible) if responsible else "no Python frame")
+    nothing = _nothing_arriving(signals, what, responsible, "a scheduler, a parent or a feeder "
+                                "with no work for it", on=pipe)
+    if nothing is not None:
+        return nothing
+    return Classification(DATA_WAIT, f"reading {pipe} ({what})", responsible)
 
 
 def _stream_read(stream: Frame, io: tuple[FrameRule, Frame], responsible: Frame | None,
@@ -503,6 +541,27 @@ def _event_loop_client(called: Sequence[Frame], wait: tuple[FrameRule, Frame],
         f"{_where(loop)}) on {count} TCP connection{'s' if count != 1 else ''} it opened: a "
         "broker's or a job server's next message (its awaiting coroutine is in no stack)",
         responsible)
+
+
+def _waits_for_child(frame: Frame, responsible: Frame | None,
+                     signals: HostSignals | None) -> Classification:
+    """Idle for its GPU, waiting for a child process it started (`frame`: the outermost
+    subprocess call below its line; subprocess.run with captured output waits in a select
+    inside it), where the tool's own reads, writes or CPU named no other phase (`_from_signals`
+    comes first: a compressor writing is a checkpoint). Its reason says so (CHILD_WAIT), so the
+    rules look at the child before anyone stops it, and whether the child runs on a CPU."""
+    # No figure in the text: a stack's most frequent reason is the one shown, and a share that
+    # differs in every sample would lose to any steady text.
+    doing = ("its child processes run on a CPU" if _children_at_work(signals) is not None
+             else "no child of it seen on a CPU (one may wait itself: a transfer, a timer)")
+    return Classification(IDLE, f"{CHILD_WAIT} ({_where(frame)}): {doing}", responsible)
+
+
+# input() prompts a person, whatever its stdin is (a notebook kernel's is a pipe from Jupyter):
+# a read of a pipe on such a line is a prompt waiting for its user, not a worker's next job.
+PROMPT_CALL = re.compile(r"\binput\(")
+# A process stopped by a signal (state T), as the phase reason says it.
+STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 
 
 def _through_multiprocessing(frame: Frame) -> bool:

@@ -78,6 +78,17 @@ LOCK_WAIT = "waiting on a lock"
 # between jobs, as a server between requests: never a process to stop (rules/idle.py gives it
 # idle_server's advice), and no input pipeline to prefetch (no dataloader_starvation).
 JOB_WAIT = "waiting for its next job"
+# A main thread waiting on file descriptors: a select() or poll() on its line (C), the
+# selectors module, an asyncio loop. With TCP connections it opened (Kind.peer_connections: to
+# a job server, a coordinator) it may wait for whoever is at the other end: rules/idle.py looks
+# first (a server waiting so is a server, and never reaches that rule).
+FD_WAIT = "waiting on its sockets or pipes (select/poll)"
+FD_WAITS = (FD_WAIT, "waiting in select", "waiting in the asyncio event loop")
+# A process waiting for a child process it started (subprocess.run, Popen.wait or communicate:
+# an encoder such as ffmpeg, a download tool, a compressor): the child works for it, or itself
+# waits for a transfer. Idle for its GPU, but never a process to stop on sight (rules/idle.py
+# looks at the child first), and while the child runs its host is not idle.
+CHILD_WAIT = "waiting for a child process it started"
 # How a data wait's reason says that worker processes make the loop's input (a multiprocessing
 # Pool's results, a multiprocessing.Queue or pipe its running children fill): the prefetch patch
 # (rules/phases.py) then offers more of them, a deeper queue or faster ones, not a thread pool.
@@ -302,13 +313,13 @@ FRAME_RULES: tuple[FrameRule, ...] = (
             ("asyncio/base_events.py", "*._run_once", "the asyncio event loop"),
             ("multiprocessing/connection.py", "*", "a multiprocessing pipe"),
             ("multiprocessing/queues.py", "*.get", "multiprocessing queue.get"),
-            ("subprocess.py", "*", "a subprocess"),
             ("socketserver.py", "*serve_forever", "a server loop"),
             ("code.py", "*", "an interactive prompt"),
             ("zmq/*", "*", "ZeroMQ (a Jupyter kernel waiting)"),
             ("tornado/*", "*", "the tornado event loop"),
         )
     ),
+    FrameRule(WAIT, "*/subprocess.py", "*", IDLE, f"{CHILD_WAIT} (subprocess)"),
 )
 
 # A request waiting for the first line of its answer (http.client reads the status line;
@@ -413,7 +424,10 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
          r"\bImage\.open\(|\bopen\([^)]*['\"]r?b?['\"]|\bopen\([^,)]*\)",
          DATA_WAIT, "reading a file or socket"),
         (r"\b(fcntl\.)?(flock|lockf)\(|\.acquire\(", IDLE, LOCK_WAIT),
-        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join)\(|\bselect\(|\.get\(\s*(block|timeout|\))",
+        (r"\b(select|poll|epoll_wait)\(", IDLE, FD_WAIT),
+        # a hand-rolled server's `conn, addr = sock.accept()` (C): waiting for its next client
+        (r"\.accept\(\s*\)", IDLE, "waiting for a client to connect (accept)"),
+        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join)\(|\.get\(\s*(block|timeout|\))",
          IDLE, "sleeping or waiting"),
     )
 )
@@ -510,6 +524,11 @@ def future_wait(frames: Sequence[Frame]) -> Frame | None:
 def is_process_pool_thread(frames: Sequence[Frame]) -> bool:
     """A ProcessPoolExecutor's own thread in its owner's process (PROCESS_POOL_THREADS)."""
     return any(_is(f, file, name) for f in frames for file, name in PROCESS_POOL_THREADS)
+
+
+def is_child_wait(frame: Frame) -> bool:
+    """A frame of the subprocess module: its caller waits for a child process it started."""
+    return fnmatchcase(frame.filename.replace("\\", "/"), "*/subprocess.py")
 
 
 def is_socket_frame(frame: Frame) -> bool:

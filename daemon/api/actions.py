@@ -101,20 +101,38 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
         raise ActionError(f"pid {pid} is now a different process (started {created:.2f}, the "
                           f"recommendation is about {float(start):.2f}); not signalled", 410)
     _refuse_a_server(pid, proc)
-    step = f"kill -TERM {pid}   # {command}"
+    stopped = _is_stopped(proc)
+    steps = (f"kill -TERM {pid}   # {command}",
+             *((f"kill -CONT {pid}   # it is stopped (state T): it ends once continued",)
+               if stopped else ()))
+    also = " and SIGCONT (it was stopped: a stopped process ends only once continued)" \
+        if stopped else ""
     if dry_run:
         return ActionResult(rec_id, "sigterm", True, False,
-                            f"would send SIGTERM to pid {pid} ({command})", steps=(step,))
+                            f"would send SIGTERM to pid {pid}{also} ({command})", steps=steps)
     _refuse_unless_allowed(allow_actions, f"SIGTERM to pid {pid}")
     try:
         os.kill(pid, signal.SIGTERM)
+        if stopped:
+            # As a shell's `kill` does for a stopped job: SIGTERM stays pending in a stopped
+            # process (Ctrl-Z, SIGSTOP) until it is continued, and its GPU stays held.
+            os.kill(pid, signal.SIGCONT)
     except ProcessLookupError:
         raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
     except PermissionError:
         raise ActionError(f"no permission to signal pid {pid}; run mlcostd as root", 403) \
             from None
-    return ActionResult(rec_id, "sigterm", False, True, f"sent SIGTERM to pid {pid}",
-                        steps=(step,))
+    return ActionResult(rec_id, "sigterm", False, True, f"sent SIGTERM to pid {pid}{also}",
+                        steps=steps)
+
+
+def _is_stopped(proc: psutil.Process) -> bool:
+    """Stopped by a signal (state T: Ctrl-Z, SIGSTOP), not a debugger's stop (t), which
+    SIGCONT does not end."""
+    try:
+        return proc.status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
 
 
 def _refuse_a_server(pid: int, proc: psutil.Process) -> None:

@@ -40,7 +40,7 @@ import os
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -56,7 +56,7 @@ from daemon.analysis.proc_phases import where as proc_where
 from daemon.analysis.source_lines import source_reader
 from daemon.analysis.stack_rules import user_frame
 from daemon.config import AttributionConfig
-from daemon.sources.proc_state import read_facts
+from daemon.sources.proc_state import blocked_read, read_facts
 from daemon.sources.procs import MainThreadClock, ThreadTimes
 from daemon.sources.sample import ProcessSample, Sample
 from daemon.sources.stacks import (
@@ -618,11 +618,15 @@ class Attribution:
         # a batch is data wait however busy the tick was. A DataLoader worker holds no GPU.
         # All its threads: a main thread waiting on a queue that a reader thread fills waits
         # for data, and the sample keeps the reader's stack, whose line is the one to look at.
+        host = self.host_signals(proc)
+        if host is not None and not thread.active:
+            # What a blocked main thread reads, where it is a pipe (read right after the dump:
+            # a thread blocked on a pipe stays so): a read in C leaves no Python frame.
+            host = replace(host, main_thread_reads_pipe=blocked_read(proc.pid))
         verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
-                           source_line=source_reader(proc.pid),
-                           signals=self.host_signals(proc))
+                           source_line=source_reader(proc.pid), signals=host)
         shown = verdict.thread or thread
         frames = tuple((f.name, f.filename, f.line) for f in shown.frames)
         return [StackRow(result.ts, proc.pid, proc.start_time, shown.thread_id,

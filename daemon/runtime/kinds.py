@@ -64,7 +64,8 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                             said), observed.serves, observed.listening_ports, observed.scores,
                 gpu_use=observed.gpu_use, source=CONFIGURED,
                 connections_caught=observed.connections_caught,
-                connections_over_s=observed.connections_over_s)
+                connections_over_s=observed.connections_over_s,
+                peer_connections=observed.peer_connections)
 
 
 class _Classified(NamedTuple):

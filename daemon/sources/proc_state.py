@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 MAX_THREADS_READ = 256  # a process with thousands of threads is read in part: its first ones
@@ -45,6 +46,12 @@ SYSCALL_NAMES_AARCH64 = {
     101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom", 212: "recvmsg", 260: "wait4",
     441: "epoll_pwait2",
 }
+# The reads in which a thread blocks on a pipe's next bytes.
+PIPE_READ_CALLS = frozenset({"read", "readv"})
+# What blocked_read says of the descriptor a main thread waits on (never its path: the name of a
+# user's file is the user's data).
+NAMED_PIPE = "a named pipe (FIFO)"
+ANONYMOUS_PIPE = "a pipe"
 SYSCALL_NAMES = {"x86_64": SYSCALL_NAMES_X86_64, "amd64": SYSCALL_NAMES_X86_64,
                  "aarch64": SYSCALL_NAMES_AARCH64, "arm64": SYSCALL_NAMES_AARCH64}
 _THIS_MACHINE = os.uname().machine
@@ -153,3 +160,28 @@ def read_facts(pid: int, proc_root: str = "/proc") -> ProcFacts | None:
         pid=pid, threads=read, running=running, in_d=in_d, main_state=main_state,
         wchan=wchan if _KERNEL_SYMBOL.fullmatch(wchan) and wchan != "0" else None,
         syscall=_syscall_name(syscall_text), traceable=traceable)
+
+
+def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
+    """What the main thread of `pid` is blocked reading, where that is a pipe: NAMED_PIPE (a
+    FIFO in the file system, which a scheduler or a feeder writes jobs into) or ANONYMOUS_PIPE
+    (its stdin from a parent, say). None where it is not blocked in a read (PIPE_READ_CALLS),
+    reads something else (a file, a socket, a terminal), or /proc would not say (no ptrace
+    access: /proc/PID/syscall is PTRACE_MODE_ATTACH, as py-spy needs)."""
+    fields = (_read(f"{proc_root}/{pid}/syscall", 256) or "").split()
+    if len(fields) < 2:
+        return None
+    try:
+        number, fd = int(fields[0]), int(fields[1], 16)
+    except ValueError:
+        return None
+    if number < 0 or syscall_name(number) not in PIPE_READ_CALLS or not 0 <= fd < 1 << 31:
+        return None
+    link = f"{proc_root}/{pid}/fd/{fd}"
+    try:
+        if not stat.S_ISFIFO(os.stat(link).st_mode):
+            return None
+        target = os.readlink(link)
+    except (OSError, ValueError):
+        return None
+    return ANONYMOUS_PIPE if target.startswith("pipe:[") else NAMED_PIPE

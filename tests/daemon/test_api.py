@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -257,6 +258,28 @@ def test_sigterm_needs_allow_actions_and_the_same_process():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_sigterm_to_a_stopped_process_continues_it_so_that_it_ends():
+    """A process stopped with SIGSTOP (Ctrl-Z) keeps a SIGTERM pending, and its GPU, until it is
+    continued: the action sends SIGCONT after it, as a shell's kill does for a stopped job,
+    and its dry run says so. The process then ends."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        rec = sigterm_rec(proc)
+        os.kill(proc.pid, signal.SIGSTOP)
+        poll(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, 30,
+             f"pid {proc.pid} stopped")
+        dry = actions.apply(rec, True)
+        assert f"SIGTERM to pid {proc.pid} and SIGCONT" in dry.message, dry.message
+        assert dry.steps[-1].startswith(f"kill -CONT {proc.pid}"), dry.steps
+        done = actions.apply(rec, False, allow_actions=True)
+        assert done.done and "and SIGCONT" in done.message, done
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 SERVER = """

@@ -140,6 +140,18 @@ def test_a_queue_consumer_waiting_for_its_next_job_or_an_online_inference_kind_i
     assert result["confidence"] == 0.6
 
 
+def test_a_process_waiting_for_a_child_process_it_started_is_active():
+    """A job waiting for its encoder or download tool answered idle, and an autostop on that
+    answer stops the host with the tool mid-way, while host_idle held back for it."""
+    waiting = {"phases": {"idle": 0.95, "compute": 0.05}, "phase_reasons": {
+        "idle": "waiting for a child process it started (subprocess.py:550 run): its child "
+                "processes run on a CPU"}}
+    result = ask(now(processes=[proc(pid=4343, **waiting)]), history(), for_s=1800)
+    assert result["active"] is True, result
+    assert result["reason"].startswith("active now: pid 4343: waits for a child process it "
+                                       "started"), result
+
+
 def test_each_kind_of_evidence_makes_a_quiet_gpus_process_active():
     assert process_evidence(proc()) == []
     assert process_evidence(proc(phase=None)) == []

@@ -638,6 +638,90 @@ def test_a_compressor_starved_to_a_twentieth_of_a_core_still_writes():
     assert result.phase == "checkpoint" and "per CPU-second" in result.reason
 
 
+# subprocess.run(capture_output=True) waits for its child in a select inside subprocess, not in
+# waitpid: read as "waiting in select" it was one more idle loop, offered SIGTERM.
+WAITS_ON_CAPTURED_TOOL = [(f"{STDLIB}/selectors.py", "_PollLikeSelector.select", 415),
+                          (f"{STDLIB}/subprocess.py", "Popen._communicate", 2115),
+                          (f"{STDLIB}/subprocess.py", "Popen.communicate", 1209),
+                          (f"{STDLIB}/subprocess.py", "run", 550),
+                          ("/home/me/clips.py", "reencode", 12), ("/home/me/clips.py", "main", 30)]
+
+
+@pytest.mark.parametrize("frames", [WAITS_ON_TOOL, WAITS_ON_CAPTURED_TOOL],
+                         ids=["waitpid", "communicate"])
+def test_a_main_thread_waiting_for_its_child_process_says_so_and_whether_the_child_runs(frames):
+    """A tool that reads or writes nothing (an encoder on a CPU, a download waiting on the
+    network) leaves the wait idle for the GPU, with a reason the rules read (CHILD_WAIT): at the
+    outermost subprocess call, the child seen on a CPU or not."""
+    encoding = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                        signals=signals(tree_cpu=0.95, children_running=1))
+    assert encoding.phase == "idle", encoding
+    assert encoding.reason.startswith(f"{stack_rules.CHILD_WAIT} (subprocess.py:550 run)")
+    assert encoding.reason.endswith("its child processes run on a CPU"), encoding
+    assert encoding.frame == Frame(frames[-2][1], frames[-2][0], frames[-2][2])
+    fetching = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                        signals=signals(tree_cpu=0.0))
+    assert fetching.reason.startswith(stack_rules.CHILD_WAIT), fetching
+    assert "no child of it seen on a CPU" in fetching.reason, fetching
+
+
+def test_a_blocking_accept_on_the_users_line_waits_for_a_client():
+    """A hand-rolled RPC server's `conn, _ = srv.accept()` is C: it read "waiting with its GPU
+    idle and no I/O: not a sync", which names nothing it waits for."""
+    frame = Frame("main", "/srv/rpc_main.py", 31)
+    found = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
+                     repeated_leaf=True, source_line=lambda f: "conn, _ = srv.accept()",
+                     signals=signals())
+    assert found.phase == "idle", found
+    assert found.reason.startswith("waiting for a client to connect (accept)"), found
+
+
+def test_input_on_a_pipe_is_a_prompt_waiting_for_its_user_not_a_job_wait():
+    """A notebook kernel's stdin is a pipe from Jupyter: a cell's input() waits for a person
+    (the corpus's notebook_cells.py --cells input), idle as before, not a queue consumer."""
+    frame = Frame("ask", "/srv/cell.py", 46)
+    quiet = signals(main_thread_reads_pipe="a pipe", main_thread_woke=False, tree_cpu=0.0)
+    found = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
+                     source_line=lambda f: "answer = input('Continue? [y/N] ')", signals=quiet)
+    assert found.phase == "idle" and found.reason.startswith("sleeping or waiting"), found
+
+
+def test_a_stopped_process_is_idle_because_it_is_stopped_not_syncing():
+    """A loop stopped with SIGSTOP shows the line it stopped on in every dump; right after the
+    stop its GPU's tick still read busy, and the repeating line read as a host sync (a sign of
+    work, so it got no advice at all), then as "waiting with its GPU idle and no I/O"."""
+    frame = Frame("main", "/srv/train.py", 16)
+    threads = [ThreadStack(1, "MainThread", False, (frame,))]
+    for busy in (True, False):
+        found = classify(threads, gpu_busy=False, proc_state="T", repeated_leaf=True,
+                         source_line=lambda f: "gpu.kernel(0.2)",
+                         signals=signals(gpu_busy=busy))
+        assert found.phase == "idle" and found.reason.startswith(phases.STOPPED), found
+        assert found.frame == frame
+
+
+@pytest.mark.parametrize("line", ["for line in jobs:", "line = sys.stdin.readline()"])
+def test_a_main_thread_blocked_reading_a_pipe_waits_for_its_next_job_or_reads_input(line):
+    """A read of a pipe in C leaves no Python frame: with nothing arriving over the tick, a
+    worker waiting for its next job (JOB_WAIT, where the rules see a queue consumer); having
+    woken, reading its input. Never a host sync, though its line repeats and its GPU's tick
+    was busy (a FIFO worker read so right after each job, and got host_sync's patch)."""
+    frame = Frame("main", "/srv/worker.py", 27)
+    threads = [ThreadStack(1, "MainThread", False, (frame,))]
+    quiet = signals(main_thread_reads_pipe="a named pipe (FIFO)", main_thread_woke=False,
+                    tree_cpu=0.0)
+    found = classify(threads, gpu_busy=False, source_line=lambda f: line, repeated_leaf=True,
+                     signals=quiet)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(f"{stack_rules.JOB_WAIT} on a named pipe (FIFO) nothing "
+                                   f"came to (`{line}`"), found
+    woke = signals(main_thread_reads_pipe="a pipe", main_thread_woke=True, tree_cpu=0.01,
+                   gpu_busy=True)
+    found = classify(threads, gpu_busy=False, source_line=lambda f: line, repeated_leaf=True,
+                     signals=woke)
+    assert found.phase == "data_wait" and found.reason == f"reading a pipe (`{line}`)", found
+
+
 @pytest.mark.parametrize("line", ["fcntl.flock(lk, fcntl.LOCK_EX)", "lockf(fd, LOCK_EX)",
                                   "with_lock.acquire()"])
 def test_a_main_thread_blocked_on_a_lock_says_it_waits_on_a_lock(line):

@@ -19,7 +19,15 @@ from daemon.analysis.phase_balance import NO_STACK_FILE, StackSample, phase_bala
 from daemon.analysis.phases import NO_STACKS_EVIDENCE
 from daemon.analysis.proc_phases import classify_from_proc, where
 from daemon.sources.frames import Frame, stack_hash
-from daemon.sources.proc_state import ProcFacts, may_trace, read_facts, syscall_name
+from daemon.sources.proc_state import (
+    ANONYMOUS_PIPE,
+    NAMED_PIPE,
+    ProcFacts,
+    blocked_read,
+    may_trace,
+    read_facts,
+    syscall_name,
+)
 from daemon.wire import (
     CHECKPOINT,
     COMM,
@@ -120,6 +128,37 @@ def test_real_processes_read_from_proc_without_a_stack(code, phase):
     finally:
         child.kill()
         child.wait()
+
+
+def test_blocked_read_names_a_pipe_or_a_named_pipe_and_nothing_else(tmp_path):
+    """A main thread blocked reading its stdin pipe reads ANONYMOUS_PIPE, one reading a FIFO
+    NAMED_PIPE; one blocked reading a socket or asleep, None (and never the FIFO's path)."""
+    fifo = tmp_path / "jobs.fifo"
+    os.mkfifo(fifo)
+    children = {
+        ANONYMOUS_PIPE: _child("import sys; sys.stdin.readline()"),
+        NAMED_PIPE: _child(f"for line in open({str(fifo)!r}): pass"),
+        None: _child("import socket; a, b = socket.socketpair(); a.recv(1)"),
+        "asleep": _child("import time; time.sleep(120)"),
+    }
+    writer = os.open(fifo, os.O_RDWR)  # the FIFO's writer: its reader's open returns
+    try:
+        for said, child in children.items():
+            wanted = None if said == "asleep" else said
+
+            def blocked(child: subprocess.Popen[bytes] = child) -> bool:
+                facts = read_facts(child.pid)  # blocked in its system call by now
+                return facts is not None and facts.syscall not in (None, "running")
+
+            poll(blocked, 30, f"pid {child.pid} blocked ({said})")
+            poll(lambda child=child, wanted=wanted: blocked_read(child.pid) == wanted, 30,
+                 f"pid {child.pid} read as {wanted}",
+                 explain=lambda child=child: f"{blocked_read(child.pid)} {read_facts(child.pid)}")
+    finally:
+        os.close(writer)
+        for child in children.values():
+            child.kill()
+            child.wait()
 
 
 def _sample(ts: float, phase: str, frames: tuple[Frame, ...], reason: str = "") -> StackSample:

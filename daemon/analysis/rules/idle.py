@@ -10,7 +10,9 @@ permitted) the advice stays, with the command to look first instead of the SIGTE
 a low-confidence idle phase (from /proc alone, where ptrace is denied: daemon.analysis.
 proc_phases) earn a SIGTERM: /proc cannot tell a process waiting for nothing from one waiting on
 a peer, a lock or a socket that is about to answer, so it gets the look-first action too. Nor
-do stacks waiting on a lock (someone holds it), nor a process that computed at least
+do stacks waiting on a lock (someone holds it) or on a child process it started (an encoder, a
+download tool: `waits_for_child`, which the child's own stacks would have to show idle), nor a
+process that computed at least
 BETWEEN_BATCHES_MIN_COMPUTE of the window and is not a notebook (a job between batches: it
 works, its GPU idles between them).
 
@@ -22,8 +24,8 @@ manager's queue, a job server's socket that nothing comes to): it serves jobs as
 serves requests, and between jobs there is nothing to prefetch and nothing to stop. So the
 SIGTERM stays for notebooks and stopped jobs.
 
-Nor is the whole host stopped (`host_idle`) while a process on it works or serves, however idle
-its GPUs read: a job whose input comes slower than its GPU steps (producer threads decoding in
+Nor is the whole host stopped (`host_idle`) while a process on it works or serves (or waits for
+a child process it started, which runs on the host), however idle its GPUs read: a job whose input comes slower than its GPU steps (producer threads decoding in
 Python, a GPU busy 2% of the time) keeps every GPU below the idle line, and stopping the host
 stops it. `mlcostd idle` answers "active" for it too.
 """
@@ -45,7 +47,13 @@ from daemon.analysis.rules.base import (
     process_evidence,
 )
 from daemon.analysis.rules.window import GIB, Analysis, ProcessWindow
-from daemon.analysis.stack_rules import JOB_WAIT, JOB_WAIT_MIN_SHARE, LOCK_WAIT
+from daemon.analysis.stack_rules import (
+    CHILD_WAIT,
+    FD_WAITS,
+    JOB_WAIT,
+    JOB_WAIT_MIN_SHARE,
+    LOCK_WAIT,
+)
 from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from daemon.wire import (
@@ -103,18 +111,30 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
     return signs
 
 
-def waits_for_jobs(proc: ProcessWindow) -> Mapping[str, Any] | None:
-    """The stack in which it waits for its next job (a queue consumer between jobs), where its
-    stacks wait so for at least JOB_WAIT_MIN_SHARE of the window; None otherwise."""
+def _idle_stack_waiting(proc: ProcessWindow, prefix: str) -> Mapping[str, Any] | None:
+    """The first stack of its idle phase whose reason starts with `prefix`, where its stacks
+    wait so for at least JOB_WAIT_MIN_SHARE of the window; None otherwise."""
     waiting = proc.phases.get(IDLE) or {}
     stacks = [st for st in waiting.get("top_stacks") or [] if isinstance(st, Mapping)]
-    jobs = [st for st in stacks if str(st.get("reason") or "").startswith(JOB_WAIT)]
-    if not jobs:
+    found = [st for st in stacks if str(st.get("reason") or "").startswith(prefix)]
+    if not found:
         return None
     sampled = sum(int(st.get("samples") or 0) for st in stacks)
     share = float(waiting.get("share", 0.0) or 0.0) * (
-        sum(int(st.get("samples") or 0) for st in jobs) / sampled if sampled else 1.0)
-    return jobs[0] if share >= JOB_WAIT_MIN_SHARE else None
+        sum(int(st.get("samples") or 0) for st in found) / sampled if sampled else 1.0)
+    return found[0] if share >= JOB_WAIT_MIN_SHARE else None
+
+
+def waits_for_jobs(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The stack in which it waits for its next job (a queue consumer between jobs), where its
+    stacks wait so for at least JOB_WAIT_MIN_SHARE of the window; None otherwise."""
+    return _idle_stack_waiting(proc, JOB_WAIT)
+
+
+def waits_for_child(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The stack in which it waits for a child process it started (CHILD_WAIT), where its
+    stacks wait so for at least JOB_WAIT_MIN_SHARE of the window; None otherwise."""
+    return _idle_stack_waiting(proc, CHILD_WAIT)
 
 
 def is_server(proc: ProcessWindow) -> bool:
@@ -194,6 +214,34 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
             "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
+def _look_first_child(proc: ProcessWindow, child: Mapping[str, Any]) -> dict[str, object]:
+    """Its stacks wait for a child process it started: the child works for it (an encoder, a
+    download) or waits itself; what the child runs decides, not the idle GPU."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} waits for a child process it started "
+                    f"({child.get('file')}:{child.get('line')}): the child works for it or waits "
+                    "for a transfer itself; look at the child before stopping anything. To use "
+                    "the GPU meanwhile, run the tool for the next item while the GPU works on "
+                    "this one (subprocess.Popen ahead of the step, or a thread pool of "
+                    "subprocess.run calls)",
+            "commands": [f"ps --ppid {proc.pid} -o pid,stat,etime,pcpu,args  # its children",
+                         f"sudo py-spy dump --pid {proc.pid}"]}
+
+
+def _look_first_peers(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks wait on its sockets with connections it opened: whoever is at the other end
+    (a job server, a coordinator) may send it work at any moment."""
+    peers = proc.kind.peer_connections
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} waits on its sockets ({where}) with {peers} TCP "
+                    f"connection{'s' if peers != 1 else ''} it opened: a job server or a "
+                    "coordinator at the other end may send it work; look at what it is "
+                    "connected to before stopping anything (if it is a worker between jobs, "
+                    "scale the workers with the queue instead)",
+            "commands": [f"ss -tnp | grep 'pid={proc.pid},'  # whom it is connected to",
+                         f"sudo py-spy dump --pid {proc.pid}"]}
+
+
 def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
     """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
     (a notebook kernel may have: a cell ran, then its user left); else what to look at first."""
@@ -204,6 +252,12 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     top = next(iter(waiting.get("top_stacks") or []), None)
     if isinstance(top, dict) and str(top.get("reason", "")).startswith(LOCK_WAIT):
         return _look_first_lock(proc, f"{top.get('file')}:{top.get('line')}")
+    child = waits_for_child(proc)
+    if child is not None:
+        return _look_first_child(proc, child)
+    if (isinstance(top, dict) and proc.kind.kind != NOTEBOOK and proc.kind.peer_connections > 0
+            and str(top.get("reason", "")).startswith(FD_WAITS)):
+        return _look_first_peers(proc, f"{top.get('file')}:{top.get('line')}")
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
         return _look_first_between(proc, computed)
@@ -388,9 +442,11 @@ def _stop_commands(price: HostPrice) -> list[str]:
 
 def at_work(a: Analysis) -> list[ProcessWindow]:
     """The processes on the host at the window's end (on idle GPUs: trailing idle time) that
-    work (a sign of work in the window) or serve (a server, a queue consumer)."""
+    work (a sign of work in the window, or a child process they wait for) or serve (a server,
+    a queue consumer)."""
     return [proc for proc in a.processes
-            if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc))]
+            if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc)
+                                             or waits_for_child(proc) is not None)]
 
 
 def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:

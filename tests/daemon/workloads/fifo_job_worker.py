@@ -1,0 +1,39 @@
+"""A GPU worker of a transcription queue, written without mlcost in mind: its scheduler writes
+one job a line into a named pipe (a FIFO made with mkfifo); the worker reads the lines as they
+come (`for line in jobs:`, a read in C), runs each job on the GPU and appends the result to a
+file. Between jobs it waits on the pipe.
+
+Usage: fifo_job_worker.py --fifo PATH [--step-ms MS]
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from daemon.sim.device import Device
+
+GPU = int(os.environ.get("MLCOST_SIM_GPUS", "0").split(",")[0])
+
+
+def transcribe(gpu: Device, job: dict, step_s: float) -> dict:
+    gpu.kernel(step_s, sm=0.8)
+    return {"id": job["id"], "words": len(job.get("audio", "")) // 5}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fifo", required=True)
+    parser.add_argument("--step-ms", type=float, default=400.0)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with Device(gpu_index=GPU) as gpu:
+        gpu.alloc(9 << 30)
+        with open(args.fifo) as jobs, open(os.devnull, "w") as results:
+            for line in jobs:
+                results.write(json.dumps(transcribe(gpu, json.loads(line), args.step_ms / 1000)))
+
+
+if __name__ == "__main__":
+    main()
