@@ -13,10 +13,13 @@ idle_server, through the HTTP long-poll rule (nothing came to its socket over a 
 from __future__ import annotations
 
 import json
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import boto3
+import rq
 from simhost import poll
 from test_broker_polls_live import sigterm_for
 from test_broker_waits_live import (  # noqa: F401 (redis_server: a fixture the tests take)
@@ -26,7 +29,7 @@ from test_broker_waits_live import (  # noqa: F401 (redis_server: a fixture the 
     redis_server,
 )
 from test_corpus import pytestmark, scenario_file  # noqa: F401
-from test_work_waits_live import QUICK, advice_by_program, program, rules
+from test_work_waits_live import QUICK, WORKLOADS, advice_by_program, program, rules
 
 
 def sqs_credentials(monkeypatch, tmp_path) -> None:
@@ -85,4 +88,51 @@ def test_sqs_workers_long_and_short_polling_are_consumers_and_a_stalled_loop_is_
     assert waiting and waiting[0]["reason"].startswith("sleeping or waiting"), waiting
     kinds = kinds_by_program(daemon, names[:2])
     assert set(kinds) == set(names[:2]) and "online_inference" not in kinds.values(), kinds
+    assert daemon.stop() == 0, daemon.log_tail()
+
+
+def rq_worker_command(address: str, queue: str) -> list[str]:
+    """`rq worker` (the command RQ installs beside this Python) with rq.SimpleWorker on the
+    redis server at `address`, taking jobs of tests/daemon/workloads from `queue`."""
+    return [str(Path(sys.executable).parent / "rq"), "worker", "--url", f"redis://{address}/0",
+            "--path", str(WORKLOADS), "--worker-class", "rq.SimpleWorker", "--quiet", queue]
+
+
+def test_rq_workers_between_jobs_are_consumers(
+        mlcostd, tmp_path, redis_server):  # noqa: F811 (the fixture imported above)
+    """Three RQ workers on a real redis-server: `rq worker --worker-class rq.SimpleWorker`,
+    whose first job loads the model on the GPU (one job sent, done), and two worker scripts
+    that preload it and run rq.SimpleWorker on an empty queue or RQ's default forking Worker
+    on two. Each waits in RQ's BLMOVE (one queue) or BLPOP (two) for its next job and gets
+    idle_server's consumer advice, never idle_gpu_held, a SIGTERM or prefetch advice, and
+    none reads online_inference."""
+    address, client = redis_server
+    names = ("rq-cli", "rq-simple", "rq-fork")
+    path = scenario_file(tmp_path, [
+        {"name": "cli", "command": rq_worker_command(address, "rq-cli")},
+        {"name": "simple", "command": program("rq_gpu_worker.py", "--server", address,
+                                              "--queues", "rq-simple", "--worker-class",
+                                              "simple")},
+        {"name": "fork", "command": program("rq_gpu_worker.py", "--server", address,
+                                            "--queues", "rq-fork", "rq-fork-low",
+                                            "--worker-class", "fork")}])
+    job = rq.Queue("rq-cli", connection=client).enqueue("rq_gpu_worker.upscale", "s3://img/1.png")
+    daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+    state: dict[str, Any] = {}
+
+    def advised() -> bool:
+        state["recs"] = found = advice_by_program(daemon, names)
+        state["job"] = job.get_status(refresh=True)
+        return state["job"] == "finished" and all(consumer_advice(found, n) for n in names)
+
+    poll(advised, 240, "idle_server's consumer advice for the three RQ workers, the job done",
+         every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
+         + f"\njob: {state.get('job')}\n" + daemon.log_tail())
+    found = state["recs"]
+    for name in names[:2]:
+        check_consumer(found, name, "redis list (BLMOVE)")  # one queue: RQ's BLMOVE
+    check_consumer(found, "rq-fork", "redis list (BLPOP)")  # two: BLPOP on both
+    assert job.return_value() == {"image": "s3://img/1.png", "scale": 4}
+    kinds = kinds_by_program(daemon, names)
+    assert set(kinds) == set(names) and "online_inference" not in kinds.values(), kinds
     assert daemon.stop() == 0, daemon.log_tail()
