@@ -44,6 +44,7 @@ from daemon.analysis.host_signals import (
 )
 from daemon.analysis.source_lines import SourceLine, read_source_line
 from daemon.analysis.stack_rules import (
+    BOTOCORE_FILES,
     CHILD_WAIT,
     CONTEXT,
     HANDOFF_CALL,
@@ -58,6 +59,7 @@ from daemon.analysis.stack_rules import (
     SLEEP_CALL,
     SOCKET_READ_CALL,
     SOURCE_CALLS,
+    SQS_RECEIVE_CALL,
     STREAM_BLOCK_CALL,
     WAIT,
     WORKER_PROCESSES_FEED_IT,
@@ -148,7 +150,8 @@ def classify(
     evaluation frames, or a user function named eval/validate/test...) > comm/sync library
     frames > I/O frames or an I/O call on the innermost user line (a bare socket's read, or an
     HTTP request's wait for its answer to begin, with nothing coming to it, `signals` say, is a
-    worker waiting for its next job: idle, JOB_WAIT) >
+    worker waiting for its next job: idle, JOB_WAIT; so is botocore's request under a user
+    line that receives from SQS, `_receives_from_sqs`) >
     the innermost data-loading or serving library frame > a wait on a queue, condition or
     event (or a get in C on the user line: a queue.SimpleQueue) while another thread of the
     process works on input (data wait: `_fed_by`, that thread's line the responsible one) > a
@@ -159,8 +162,8 @@ def classify(
     pop, a Celery worker's event loop or prefork pool: idle, JOB_WAIT) > an asyncio event loop
     (no notebook kernel's) waiting while the process holds TCP connections it opened
     (`signals.connections_opened`: idle, JOB_WAIT) > waiting frames or a sleep/wait call on
-    the user line (idle; a sleep whose function polls a redis queue with a non-blocking take
-    a few lines away, `_polls_broker`: JOB_WAIT) > D
+    the user line (idle; a sleep whose function polls a redis queue with a non-blocking take,
+    or an SQS queue with a receive, a few lines away, `_polls_broker`: JOB_WAIT) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -223,6 +226,9 @@ def classify(
         if stream is not None:
             return _stream_read(stream, io, responsible, signals, source_line)
         if io[0].phase == DATA_WAIT and is_socket_frame(io[1]):
+            receive = _receives_from_sqs(called, responsible, source_line)
+            if receive is not None:
+                return receive
             answer = awaited_answer(called)
             if answer is not None:  # a request whose answer has not begun: a long poll?
                 nothing = _nothing_arriving(
@@ -497,7 +503,8 @@ def _stream_read(stream: Frame, io: tuple[FrameRule, Frame], responsible: Frame 
 
 def _polls_broker(frame: Frame | None, source_line: SourceLine | None) -> Classification | None:
     """Idle, waiting for its next job, where `frame`'s line sleeps and its function takes from a
-    redis queue without blocking (POLLING_TAKE) within POLL_LINES_LOOKED_AT lines before or
+    redis queue without blocking (POLLING_TAKE), or receives from an SQS queue
+    (SQS_RECEIVE_CALL), within POLL_LINES_LOOKED_AT lines before or
     after it: a worker polling its queue, asleep because the last take came back empty. None
     for any other sleep (a loop stalled in its sleep, a take in another function)."""
     if frame is None or source_line is None or not _calls(frame, SLEEP_CALL, source_line):
@@ -513,15 +520,35 @@ def _polls_broker(frame: Frame | None, source_line: SourceLine | None) -> Classi
             code = text.split("#", 1)[0]
             if step > 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
                 break  # the next function: no line of this one
-            take = POLLING_TAKE.search(code)
+            take, queue = POLLING_TAKE.search(code), "a redis queue"
+            if take is None:
+                take, queue = SQS_RECEIVE_CALL.search(code), "an SQS queue"
             if take is not None:
                 return Classification(
-                    IDLE, f"{JOB_WAIT} from a redis queue it polls: sleeping "
+                    IDLE, f"{JOB_WAIT} from {queue} it polls: sleeping "
                     f"(`{_code(frame, source_line)}`) between non-blocking takes "
                     f"(`{code.strip()[:80]}`, line {at}) that found it empty", frame)
             if step < 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
                 break  # the function's first line: nothing above it is this function's
     return None
+
+
+def _receives_from_sqs(called: Sequence[Frame], responsible: Frame | None,
+                       source_line: SourceLine | None) -> Classification | None:
+    """Idle, waiting for its next job, where the user's line receives from an AWS SQS queue
+    (SQS_RECEIVE_CALL) and the HTTP read below it is botocore's request (BOTOCORE_FILES): a
+    long poll waiting in SQS for a message, or a short poll's take. None for any other
+    request (an S3 download reads input)."""
+    if not _calls(responsible, SQS_RECEIVE_CALL, source_line):
+        return None
+    botocore = next((f for f in called
+                     if fnmatchcase(f.filename.replace("\\", "/"), BOTOCORE_FILES)), None)
+    if botocore is None:
+        return None
+    return Classification(
+        IDLE, f"{JOB_WAIT} from an SQS queue it receives from "
+        f"(`{_code(responsible, source_line)}`, {_where(botocore)}): a long poll held until a "
+        "message comes, or a short poll's take", responsible)
 
 
 def _event_loop_client(called: Sequence[Frame], wait: tuple[FrameRule, Frame],

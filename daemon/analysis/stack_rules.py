@@ -351,6 +351,15 @@ POLLING_TAKE = re.compile(
 SLEEP_CALL = re.compile(r"\b(time\.)?sleep\(")
 POLL_LINES_LOOKED_AT = 6
 
+# An AWS SQS consumer's take: boto3's ReceiveMessage (a client's receive_message, a Queue
+# resource's receive_messages). Its frames are botocore's request (BOTOCORE_FILES) above an
+# HTTP read, whichever the operation (the name is an argument, in no frame): the user's line
+# says it is a receive. A long poll (WaitTimeSeconds) waits there in the server for a message,
+# a short poll answers at once and its worker sleeps when it came back empty (its sleep's
+# function is read as a redis poller's, phases._polls_broker): both wait for the next job.
+SQS_RECEIVE_CALL = re.compile(r"\.receive_messages?\(")
+BOTOCORE_FILES = "*/botocore/*"
+
 # An asyncio program's main thread waits in its event loop's select while its coroutines wait
 # (redis.asyncio's `await r.blpop(...)`, an aiohttp client's long poll): py-spy shows the loop,
 # never the awaiting coroutine. Where the process holds TCP connections it opened (to a broker,

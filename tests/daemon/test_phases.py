@@ -1544,6 +1544,66 @@ def test_a_worker_sleeping_between_non_blocking_pops_of_a_redis_list_waits_for_i
         {37: "x = r.lpop(q)", 36: "time.sleep(1)"})).reason.startswith(stack_rules.JOB_WAIT)
 
 
+# A worker receiving from an AWS SQS queue with boto3, as py-spy dumps it (Python 3.11, botocore
+# 1.44, tests/daemon/workloads/sqs_job_worker.py): a long poll (WaitTimeSeconds=20) waits for
+# the answer's status line under urllib3 and botocore, whose frames do not name the operation.
+SQS_RECEIVE = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+               (f"{STDLIB}/http/client.py", "HTTPResponse._read_status", 286),
+               (f"{STDLIB}/http/client.py", "HTTPResponse.begin", 325),
+               (f"{STDLIB}/http/client.py", "HTTPConnection.getresponse", 1386),
+               (f"{SITE_PACKAGES}/urllib3/connection.py", "HTTPConnection.getresponse", 638),
+               (f"{SITE_PACKAGES}/urllib3/connectionpool.py",
+                "HTTPConnectionPool._make_request", 540),
+               (f"{SITE_PACKAGES}/urllib3/connectionpool.py", "HTTPConnectionPool.urlopen", 793),
+               (f"{SITE_PACKAGES}/botocore/httpsession.py", "URLLib3Session.send", 509),
+               (f"{SITE_PACKAGES}/botocore/endpoint.py", "Endpoint._send", 385),
+               (f"{SITE_PACKAGES}/botocore/client.py", "BaseClient._make_api_call", 1082),
+               (f"{SITE_PACKAGES}/botocore/client.py",
+                "ClientCreator._create_api_method.<locals>._api_call", 612),
+               ("/home/me/worker.py", "main", 39), ("/home/me/worker.py", "<module>", 55)]
+SQS_SOURCE = {39: "        got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20)",
+              40: "        messages = got.get('Messages', [])", 41: "        if not messages:",
+              42: "            if args.wait == 0:", 43: "                # short poll",
+              44: "                time.sleep(args.sleep)  # nothing queued: ask again",
+              45: "            continue"}
+
+
+def test_a_worker_receiving_from_an_sqs_queue_waits_for_its_next_job():
+    """A worker short-polling SQS (WaitTimeSeconds=0, a sleep when empty) read 'sleeping or
+    waiting' (idle_gpu_held's SIGTERM) and, caught in its request, 'reading (socket)'. A
+    receive under botocore's request waits for its next job whatever its socket brought (a
+    long poll held, or a short poll's take), and so does a sleep near a receive; another
+    botocore request (an S3 download), or a receive over no botocore frame, is input still."""
+    woke = HostSignals(seconds=3.0, main_thread_cpu=0.1, process_cpu=0.1, tree_cpu=0.1,
+                       main_thread_woke=True)
+    for signals in (woke, None):
+        found = classify(threads(SQS_RECEIVE), gpu_busy=False, source_line=by_line(SQS_SOURCE),
+                         signals=signals)
+        assert found.phase == "idle", found
+        assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from an SQS queue"), found
+        assert "sqs.receive_message(" in found.reason and "botocore" not in found.reason[:60]
+        assert found.frame == Frame("main", "/home/me/worker.py", 39)
+    resource = {39: "        for message in queue.receive_messages(WaitTimeSeconds=20):"}
+    assert classify(threads(SQS_RECEIVE), gpu_busy=False, source_line=by_line(resource),
+                    signals=woke).reason.startswith(stack_rules.JOB_WAIT)
+    # an S3 GET's wait for its answer, a line that cannot be read, a receive beyond the 80
+    # characters read of a hostile line, a receive of the user's own over urllib: data wait
+    for frames, source in (
+            (SQS_RECEIVE, {39: "        body = s3.get_object(Bucket=b, Key=k)['Body']"}),
+            (SQS_RECEIVE, {}),
+            (SQS_RECEIVE, {39: "x = (" + " " * 100_000 + ").receive_message("}),
+            ([*LONG_POLL[:10], ("/home/me/worker.py", "main", 39)], SQS_SOURCE)):
+        found = classify(threads(frames), gpu_busy=False, source_line=by_line(source),
+                         signals=woke)
+        assert found.phase == "data_wait", (source, found)
+    # the short poll's sleep, the receive 5 lines above it
+    found = classify(threads([("/home/me/worker.py", "main", 44)]), gpu_busy=False,
+                     source_line=by_line(SQS_SOURCE))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from an SQS queue it polls"), found
+    assert "line 39" in found.reason, found.reason
+
+
 # A redis.asyncio worker awaiting BLPOP, as py-spy dumps it (Python 3.11,
 # tests/daemon/workloads/redis_async_worker.py): the event loop's select; no coroutine frame.
 ASYNC_LOOP = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468),
