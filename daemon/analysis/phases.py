@@ -60,6 +60,7 @@ from daemon.analysis.stack_rules import (
     SOCKET_READ_CALL,
     SOURCE_CALLS,
     SQS_RECEIVE_CALL,
+    STOPPED,
     STREAM_BLOCK_CALL,
     WAIT,
     WORKER_PROCESSES_FEED_IT,
@@ -587,8 +588,6 @@ def _waits_for_child(frame: Frame, responsible: Frame | None,
 # input() prompts a person, whatever its stdin is (a notebook kernel's is a pipe from Jupyter):
 # a read of a pipe on such a line is a prompt waiting for its user, not a worker's next job.
 PROMPT_CALL = re.compile(r"\binput\(")
-# A process stopped by a signal (state T), as the phase reason says it.
-STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 
 
 def _through_multiprocessing(frame: Frame) -> bool:

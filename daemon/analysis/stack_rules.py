@@ -84,6 +84,10 @@ JOB_WAIT = "waiting for its next job"
 # first (a server waiting so is a server, and never reaches that rule).
 FD_WAIT = "waiting on its sockets or pipes (select/poll)"
 FD_WAITS = (FD_WAIT, "waiting in select", "waiting in the asyncio event loop")
+# A process stopped by a signal (state T: Ctrl-Z, SIGSTOP), as the phase reason says it: nothing
+# of it runs until it is continued, whatever it did before the stop (rules/idle.py: no "between
+# batches" look for it; its SIGTERM is followed by SIGCONT, daemon.api.actions).
+STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 # A process waiting for a child process it started (subprocess.run, Popen.wait or communicate:
 # an encoder such as ffmpeg, a download tool, a compressor): the child works for it, or itself
 # waits for a transfer. Idle for its GPU, but never a process to stop on sight (rules/idle.py

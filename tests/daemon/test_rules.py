@@ -586,6 +586,22 @@ def test_a_job_that_computed_in_the_window_gets_no_sigterm_a_notebook_does():
     assert notebook.action["kind"] == "sigterm"
 
 
+def test_a_stopped_job_that_computed_in_the_window_still_gets_the_sigterm():
+    """A loop stopped with Ctrl-Z or SIGSTOP (state T) after computing: not between batches,
+    whatever share of the window it computed before the stop. Under CI's load its compute
+    share came to >= 10% and it was told "a job between batches?" instead of its SIGTERM (with
+    SIGCONT); when the stop came decided which."""
+    from daemon.analysis.kinds import TRAINING, Kind
+    from daemon.analysis.stack_rules import STOPPED
+
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python train.py")
+    phases = idle_held_phases(s, f"{STOPPED}: nothing of it runs until it is continued",
+                              idle=0.66, compute=0.34)
+    [rec] = by_rule(recs(s, phases, kinds={pid_id(s): Kind(TRAINING, 0.8, ("test",))}),
+                    "idle_gpu_held")
+    assert rec.action["kind"] == "sigterm", rec.action
+
+
 def test_a_periodic_job_gets_no_sigterm_one_warm_up_pass_does():
     """A cron-like scorer works 10 s every few minutes (computes ~3% of the window, under the
     between-batches share) and was offered SIGTERM after each run; its kernels ran in separate

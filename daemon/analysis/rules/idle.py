@@ -53,6 +53,7 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     JOB_WAIT_MIN_SHARE,
     LOCK_WAIT,
+    STOPPED,
 )
 from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
@@ -244,7 +245,8 @@ def _look_first_peers(proc: ProcessWindow, where: str) -> dict[str, object]:
 
 def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
     """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
-    (a notebook kernel may have: a cell ran, then its user left); else what to look at first."""
+    (a notebook kernel may have: a cell ran, then its user left), or stopped by a signal (state
+    T: nothing of it runs until it is continued); else what to look at first."""
     if not waiting:
         return _look_first(proc)
     if waiting.get("confidence") == LOW_CONFIDENCE:
@@ -258,6 +260,10 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     if (isinstance(top, dict) and proc.kind.kind != NOTEBOOK and proc.kind.peer_connections > 0
             and str(top.get("reason", "")).startswith(FD_WAITS)):
         return _look_first_peers(proc, f"{top.get('file')}:{top.get('line')}")
+    if isinstance(top, dict) and str(top.get("reason", "")).startswith(STOPPED):
+        # Stopped by a signal: not between batches, whatever it computed before the stop
+        # (how much of the window that was depends on when the stop came)
+        return _sigterm(proc)
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
         return _look_first_between(proc, computed)
