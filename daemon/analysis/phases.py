@@ -47,6 +47,7 @@ from daemon.analysis.stack_rules import (
     BOTOCORE_FILES,
     CHILD_WAIT,
     CONTEXT,
+    FOLDER_LISTING,
     HANDOFF_CALL,
     IO,
     JOB,
@@ -163,8 +164,9 @@ def classify(
     pop, a Celery worker's event loop or prefork pool: idle, JOB_WAIT) > an asyncio event loop
     (no notebook kernel's) waiting while the process holds TCP connections it opened
     (`signals.connections_opened`: idle, JOB_WAIT) > waiting frames or a sleep/wait call on
-    the user line (idle; a sleep whose function polls a redis queue with a non-blocking take,
-    or an SQS queue with a receive, a few lines away, `_polls_broker`: JOB_WAIT) > D
+    the user line (idle; a sleep whose function, or its caller, polls a redis queue with a
+    non-blocking take, an SQS queue with a receive, or a folder with a listing, a few lines
+    away, `_polls_broker`: JOB_WAIT) > D
     state or iowait growth (data_wait) > the same user line repeating (sync) > a blocked main
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
@@ -297,7 +299,9 @@ def classify(
                          phase=COMPUTE)
         return _said(wait, responsible)
     if line_call is not None and line_call[0] == IDLE:
-        polling = _polls_broker(responsible, source_line)
+        outside = frames.index(responsible) + 1 if responsible is not None else len(frames)
+        polling = _polls_broker(responsible, frames[outside] if outside < len(frames) else None,
+                                source_line)
         if polling is not None:
             return polling
         return Classification(IDLE, line_call[1] + " with the GPU idle", responsible)
@@ -502,14 +506,41 @@ def _stream_read(stream: Frame, io: tuple[FrameRule, Frame], responsible: Frame 
     return nothing if nothing is not None else _said(io, responsible)
 
 
-def _polls_broker(frame: Frame | None, source_line: SourceLine | None) -> Classification | None:
+def _polls_broker(frame: Frame | None, caller: Frame | None,
+                  source_line: SourceLine | None) -> Classification | None:
     """Idle, waiting for its next job, where `frame`'s line sleeps and its function takes from a
-    redis queue without blocking (POLLING_TAKE), or receives from an SQS queue
-    (SQS_RECEIVE_CALL), within POLL_LINES_LOOKED_AT lines before or
-    after it: a worker polling its queue, asleep because the last take came back empty. None
-    for any other sleep (a loop stalled in its sleep, a take in another function)."""
+    redis queue without blocking (POLLING_TAKE), receives from an SQS queue
+    (SQS_RECEIVE_CALL) or lists a folder (FOLDER_LISTING: a watch-folder worker), within
+    POLL_LINES_LOOKED_AT lines before or after it, or its caller's line (`caller`: the frame
+    right outside it, in a function of the user's) does: a worker polling its queue or its
+    inbox, asleep because the last look found nothing. None for any other sleep (a loop
+    stalled in its sleep, a wait for one path to appear, a take in another function)."""
     if frame is None or source_line is None or not _calls(frame, SLEEP_CALL, source_line):
         return None
+    sleep = _code(frame, source_line)
+    looked_at = [frame]
+    if caller is not None and is_user_code(caller) and caller.name != "<module>":
+        looked_at.append(caller)  # a module's lines run across its functions' bodies
+    for where in looked_at:
+        found = _takes_near(where, source_line)
+        if found is not None:
+            at, code, what = found
+            whose = "" if where is frame else f" in its caller {where.name}"
+            if what == "a folder":
+                return Classification(
+                    IDLE, f"{JOB_WAIT} from a folder it polls: sleeping (`{sleep}`) between "
+                    f"looks at the folder (`{code}`, line {at}{whose}) that found no new file",
+                    frame)
+            return Classification(
+                IDLE, f"{JOB_WAIT} from {what} it polls: sleeping (`{sleep}`) between "
+                f"non-blocking takes (`{code}`, line {at}{whose}) that found it empty", frame)
+    return None
+
+
+def _takes_near(frame: Frame, source_line: SourceLine) -> tuple[int, str, str] | None:
+    """The line (its number, its code and what it takes from) within POLL_LINES_LOOKED_AT
+    lines of `frame`'s, before or after it and in its function, that takes from a redis or an
+    SQS queue or lists a folder; None where none does."""
     for step in (-1, 1):  # up to the function's first line, then down to the next function's
         for lines in range(1, POLL_LINES_LOOKED_AT + 1):
             at = frame.line + step * lines
@@ -521,14 +552,11 @@ def _polls_broker(frame: Frame | None, source_line: SourceLine | None) -> Classi
             code = text.split("#", 1)[0]
             if step > 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
                 break  # the next function: no line of this one
-            take, queue = POLLING_TAKE.search(code), "a redis queue"
-            if take is None:
-                take, queue = SQS_RECEIVE_CALL.search(code), "an SQS queue"
-            if take is not None:
-                return Classification(
-                    IDLE, f"{JOB_WAIT} from {queue} it polls: sleeping "
-                    f"(`{_code(frame, source_line)}`) between non-blocking takes "
-                    f"(`{code.strip()[:80]}`, line {at}) that found it empty", frame)
+            for pattern, what in ((POLLING_TAKE, "a redis queue"),
+                                  (SQS_RECEIVE_CALL, "an SQS queue"),
+                                  (FOLDER_LISTING, "a folder")):
+                if pattern.search(code):
+                    return at, code.strip()[:80], what
             if step < 0 and code.lstrip().startswith(("def ", "async def ", "class ")):
                 break  # the function's first line: nothing above it is this function's
     return None

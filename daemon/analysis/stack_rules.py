@@ -364,6 +364,15 @@ POLL_LINES_LOOKED_AT = 6
 SQS_RECEIVE_CALL = re.compile(r"\.receive_messages?\(")
 BOTOCORE_FILES = "*/botocore/*"
 
+# A worker that watches a folder: it lists its inbox (os.listdir, os.scandir, os.walk, a Path's
+# iterdir/glob/rglob, glob.glob), runs each new file, and sleeps when none came. Its stacks
+# show the sleep alone (a listing lasts microseconds), so the sleep's function, or its caller's,
+# is read as a redis poller's (phases._polls_broker): a listing near the sleep makes it a wait
+# for the next file. Not a check of one path (os.path.exists, isfile): a go-flag or a resume
+# file that a job waits for before it goes on (the corpus's await_trigger.py, a stalled loop)
+# is no stream of jobs.
+FOLDER_LISTING = re.compile(r"\b(listdir|scandir|iterdir|glob|iglob|rglob)\(|\bos\.walk\(")
+
 # An asyncio program's main thread waits in its event loop's select while its coroutines wait
 # (redis.asyncio's `await r.blpop(...)`, an aiohttp client's long poll): py-spy shows the loop,
 # never the awaiting coroutine. Where the process holds TCP connections it opened (to a broker,

@@ -1604,6 +1604,85 @@ def test_a_worker_receiving_from_an_sqs_queue_waits_for_its_next_job():
     assert "line 39" in found.reason, found.reason
 
 
+# A worker watching an inbox folder (os.listdir every 2 s, a file run on the GPU), as py-spy 0.4.3
+# dumps it between files (Python 3.11, tests/daemon/workloads/watch_folder_worker.py): its
+# sleep's line alone, the listing too short for a dump to catch.
+WATCHING = [("/srv/scans/watch.py", "watch", 34), ("/srv/scans/watch.py", "main", 60),
+            ("/srv/scans/watch.py", "<module>", 64)]
+WATCHING_SOURCE = {("watch", 30): "def watch(dev, args: argparse.Namespace) -> None:",
+                   ("watch", 31): "    while True:",
+                   ("watch", 32): "        for name in sorted(os.listdir(args.inbox)):",
+                   ("watch", 33): "            process(dev, Path(args.inbox) / name, outbox)",
+                   ("watch", 34): "        time.sleep(args.every)  # nothing new: look again",
+                   ("main", 60): "        watch(dev, args)"}
+# The corpus's await_trigger.py: a job that holds its GPU until a go-file appears.
+AWAIT_TRIGGER = [("/srv/corpus/await_trigger.py", "wait_for_go", 16),
+                 ("/srv/corpus/await_trigger.py", "main", 22),
+                 ("/srv/corpus/await_trigger.py", "<module>", 26)]
+AWAIT_TRIGGER_SOURCE = {("wait_for_go", 14): "def wait_for_go(flag: str) -> None:",
+                        ("wait_for_go", 15): "    while not os.path.exists(flag):",
+                        ("wait_for_go", 16): "        time.sleep(0.5)",
+                        ("main", 20): "    with Device(gpu_index=GPU) as gpu:",
+                        ("main", 21): "        gpu.alloc(22 << 30)",
+                        ("main", 22): '        wait_for_go("/nonexistent/mlcost-corpus-go")'}
+
+
+def by_frame(source: dict[tuple[str, int], str]):
+    return lambda frame: source.get((frame.name, frame.line))
+
+
+def test_a_worker_sleeping_between_looks_at_its_inbox_folder_waits_for_its_next_file():
+    """A watch-folder worker between files read 'sleeping or waiting' (idle), and
+    idle_gpu_held offered the SIGTERM. A sleep whose function (or its caller, the frame right
+    outside it) lists a folder a few lines away (os.listdir, os.scandir, os.walk, a Path's
+    iterdir or glob, glob.glob) waits for its next file; a wait for one path to appear (a
+    go-flag: the corpus's await_trigger.py, a stalled loop's resume file) stays idle."""
+    found = classify(threads(WATCHING), gpu_busy=False, source_line=by_frame(WATCHING_SOURCE))
+    assert found.phase == "idle", found
+    assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from a folder it polls"), found
+    assert "os.listdir(args.inbox)" in found.reason and "line 32" in found.reason, found
+    assert found.frame == Frame("watch", "/srv/scans/watch.py", 34)
+    for listing in ("for entry in os.scandir(inbox):", "for scan in sorted(inbox.glob('*.npy')):",
+                    "new = [p for p in Path(d).iterdir() if p.is_file()]",
+                    "names = glob.glob(os.path.join(inbox, '*.png'))",
+                    "for root, _, files in os.walk(inbox):", "found = listdir(INBOX)"):
+        source = {**WATCHING_SOURCE, ("watch", 32): f"        {listing}"}
+        assert classify(threads(WATCHING), gpu_busy=False, source_line=by_frame(source)
+                        ).reason.startswith(f"{stack_rules.JOB_WAIT} from a folder"), listing
+    # the sleep in a helper of its own, the listing in the caller's loop
+    helper = [("/srv/scans/watch.py", "pause", 12), ("/srv/scans/watch.py", "watch", 36),
+              ("/srv/scans/watch.py", "<module>", 50)]
+    helper_source = {("pause", 11): "def pause():", ("pause", 12): "    time.sleep(POLL_S)",
+                     ("watch", 33): "        names = os.listdir(inbox)",
+                     ("watch", 34): "        if not names:",
+                     ("watch", 35): "            log.debug('inbox empty')",
+                     ("watch", 36): "            pause()"}
+    found = classify(threads(helper), gpu_busy=False, source_line=by_frame(helper_source))
+    assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from a folder"), found
+    assert "in its caller watch" in found.reason and found.frame.name == "pause", found
+    # a go-flag's wait, a stalled loop's resume file, a listing in the module's code (another
+    # function's body, as a module's lines run), a listing beyond POLL_LINES_LOOKED_AT: idle
+    stalled = {("watch", 32): "        if step >= args.steps and not os.path.exists(resume):",
+               ("watch", 34): "            time.sleep(1.0)  # paused until the operator writes"}
+    far = {("watch", 34 - stack_rules.POLL_LINES_LOOKED_AT - 1): "    names = os.listdir(d)",
+           **{("watch", n): "        pass" for n in range(34 - stack_rules.POLL_LINES_LOOKED_AT,
+                                                         34)},
+           ("watch", 34): "        time.sleep(2)"}
+    module = [("/srv/scans/watch.py", "pause", 12), ("/srv/scans/watch.py", "<module>", 36)]
+    for stack, source in ((AWAIT_TRIGGER, AWAIT_TRIGGER_SOURCE), (WATCHING, stalled),
+                          (WATCHING, far),
+                          (module, {**helper_source, ("<module>", 33): "    os.listdir(inbox)",
+                                    ("<module>", 34): "", ("<module>", 35): "",
+                                    ("<module>", 36): "pause()"})):
+        found = classify(threads(stack), gpu_busy=False, source_line=by_frame(source))
+        assert found.phase == "idle", (source, found)
+        assert found.reason.startswith("sleeping or waiting"), (source, found)
+    # a hostile line: read in linear time, no more than 80 characters of it in the reason
+    hostile = {**WATCHING_SOURCE, ("watch", 32): "x = (" * 100_000 + ".listdir(d)"}
+    found = classify(threads(WATCHING), gpu_busy=False, source_line=by_frame(hostile))
+    assert found.reason.startswith(stack_rules.JOB_WAIT) and len(found.reason) < 400, found
+
+
 # A redis.asyncio worker awaiting BLPOP, as py-spy dumps it (Python 3.11,
 # tests/daemon/workloads/redis_async_worker.py): the event loop's select; no coroutine frame.
 ASYNC_LOOP = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468),
