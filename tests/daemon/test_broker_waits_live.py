@@ -219,8 +219,11 @@ def test_redis_workers_in_blpop_are_queue_consumers_fed_or_not(mlcostd, tmp_path
     found = state["recs"]
     for name in names:
         check_consumer(found, name, "redis list (BLPOP)")
-    kinds = kinds_by_program(daemon, names)
-    assert set(kinds) == set(names) and "online_inference" not in kinds.values(), kinds
+    # A job consumer is batch inference (its job waits, kinds.JOB_WAIT_WEIGHT), not a
+    # training run (its GPU use alone): polled, as the kinds round follows the dumps.
+    poll(lambda: kinds_by_program(daemon, names) == dict.fromkeys(names, "batch_inference"),
+         30, "both redis workers batch_inference", every=1.0,
+         explain=lambda: json.dumps(kinds_by_program(daemon, names)))
     assert daemon.stop() == 0, daemon.log_tail()
 
 
@@ -251,8 +254,11 @@ def test_a_worker_long_polling_an_empty_job_server_is_a_consumer_and_keeps_the_h
     found = state["recs"]
     check_consumer(found, name, "HTTPResponse._read_status")
     assert not [r for r in found["host"] if r.rule in STOPS], rules(found)
+    poll(lambda: kinds_by_program(daemon, (name,)) == {name: "batch_inference"}, 30,
+         "the long-polling worker batch_inference", every=1.0,
+         explain=lambda: json.dumps(kinds_by_program(daemon, (name,))))
     [worker] = [p for p in daemon.now()["processes"] if p.get("gpus")]
-    assert worker["kind"] != "online_inference", worker["kind_evidence"]
+    assert any("waits for its next job" in e for e in worker["kind_evidence"]), worker
 
     answer = daemon.call("idle", 10.0)
     assert answer["active"] is True and answer["basis"] == "measured", answer
