@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.analysis.stack_rules import JOB_WAIT
+from daemon.analysis.stack_rules import JOB_WAIT, waiting_stacks
 from daemon.sources.frames import ThreadStack
 from daemon.sources.kindfacts import PROMPT_BARE, PROMPT_INSPECT, PROMPT_SHELL, KindFacts
 from daemon.sources.safe_text import one_line
@@ -90,11 +90,11 @@ RUNTIME_FRAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 MAX_FRAMES_LOOKED_AT = 256  # per thread: a deep recursion is not read to its end
 
-# A sampled stack the phase classifier read as a worker waiting for its next job (JOB_WAIT: a
-# broker's queue, a job server's long poll, a pipe, a folder it watches) leaves a marker
-# "job_wait:<from>" (`job_wait_marker`, once per dump where the verdict is made, beside the frame
-# markers): a queue consumer serves jobs one after another, as a batch-inference worker does,
-# not a training run. Where from, told by the words our own reasons put at their head (before
+# A process whose phase balance waits for its next job (JOB_WAIT: a broker's queue, a job
+# server's long poll, a pipe, a folder it watches), as rules/idle.py's waits_for_jobs tells a
+# queue consumer (`job_wait_markers`: the daemon's rules round, from the balances it computes
+# anyway), gets a marker "job_wait:<from>" beside its frame markers: a queue consumer serves
+# jobs one after another, as a batch-inference worker does, not a training run. Where from, told by the words our own reasons put at their head (before
 # any quoted line of the process), in the order looked for; the evidence gives our words only.
 JOB_WAIT_MARKER = "job_wait:"
 JOB_WAIT_SOURCES: tuple[tuple[tuple[str, ...], str, str], ...] = (
@@ -270,6 +270,14 @@ def job_wait_marker(reason: str | None) -> str | None:
         if any(needle in head for needle in needles):
             return JOB_WAIT_MARKER + slug
     return JOB_WAIT_MARKER + JOB_WAIT_ELSE[0]
+
+
+def job_wait_markers(phases: Mapping[str, Any]) -> set[str]:
+    """The job_wait markers of a process's phase balance: those of its idle phase's top stacks
+    that wait for its next job, where they hold at least JOB_WAIT_MIN_SHARE of the window (the
+    test rules/idle.py's waits_for_jobs makes: the kind agrees with the consumer advice)."""
+    return {marker for stack in waiting_stacks(phases, JOB_WAIT)
+            if (marker := job_wait_marker(str(stack.get("reason") or ""))) is not None}
 
 
 def classify_kind(command: str, facts: KindFacts | None,

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, gpu_is_busy
 from daemon.analysis.host_signals import MULTIPROCESSING_HELPERS, HostSignals, cpu_demand
-from daemon.analysis.kinds import frame_markers, job_wait_marker
+from daemon.analysis.kinds import frame_markers
 from daemon.analysis.live_phases import LivePhases
 from daemon.analysis.phases import classify, waits_on_data_queue
 from daemon.analysis.proc_phases import classify_from_proc
@@ -561,18 +561,10 @@ class Attribution:
             if peer.key != proc.key and self._works(peer))
         verdict = classify_from_proc(facts_now, self.host_signals(proc),
                                      busy_workers=busy_workers, busy_peers=busy_peers)
-        self._job_wait(proc.key, verdict.reason, ts)
         frame = proc_where(facts_now)
         return StackRow(ts, proc.pid, proc.start_time, proc.pid, stack_hash([frame]),
                         ((frame.name, frame.filename, frame.line),), verdict.phase, share,
                         verdict.reason)
-
-    def _job_wait(self, key: tuple[int, float], reason: str | None, ts: float) -> None:
-        """A sample whose phase says it waits for its next job leaves a kind marker (the kinds
-        round reads it beside the frame markers: a job consumer, daemon.analysis.kinds)."""
-        marker = job_wait_marker(reason)
-        if marker is not None:
-            self.frame_markers.setdefault(key, {})[marker] = ts
 
     def _gpu_processes_of(self, ppid: int) -> list[ProcessSample]:
         """The last tick's GPU processes whose parent is `ppid` (the ranks of one job)."""
@@ -635,7 +627,6 @@ class Attribution:
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
                            source_line=source_reader(proc.pid), signals=host)
-        self._job_wait(proc.key, verdict.reason, result.ts)
         shown = verdict.thread or thread
         frames = tuple((f.name, f.filename, f.line) for f in shown.frames)
         return [StackRow(result.ts, proc.pid, proc.start_time, shown.thread_id,

@@ -194,6 +194,32 @@ def test_job_wait_markers_name_where_from_in_our_words_only():
             assert marker in JOB_WAIT_FROM
 
 
+def test_job_wait_markers_from_a_phase_balance_above_a_small_share():
+    """The markers come from a phase balance as the rules tell a queue consumer: its idle
+    phase's top stacks waiting for its next job, at JOB_WAIT_MIN_SHARE of the window or more
+    (the idle share times those stacks' part of its samples). A stray job-wait sample in a
+    loop's idle phase, a balance with no idle phase or with other idle reasons: none."""
+    from daemon.analysis.kinds import job_wait_markers
+    from daemon.analysis.stack_rules import JOB_WAIT
+
+    def balance(share, *stacks):
+        return {"compute": {"share": 0.3, "top_stacks": [{"reason": "computing",
+                                                          "samples": 50}]},
+                "idle": {"share": share, "top_stacks": [{"reason": r, "samples": n}
+                                                        for r, n in stacks]}}
+
+    redis = f"{JOB_WAIT} from a redis list (BLPOP)"
+    assert job_wait_markers(balance(0.6, (redis, 40))) == {"job_wait:redis"}
+    assert job_wait_markers(balance(0.6, ("sleeping", 10), (redis, 10),
+                                    (f"{JOB_WAIT} from an SQS queue it receives from", 5))
+                            ) == {"job_wait:redis", "job_wait:sqs"}
+    assert job_wait_markers(balance(0.01, (redis, 40))) == set()  # 1% of the window
+    assert job_wait_markers(balance(0.1, ("sleeping", 99), (redis, 1))) == set()  # 0.1%
+    assert job_wait_markers(balance(0.6, ("waiting in select", 40))) == set()
+    assert job_wait_markers({"compute": {"share": 1.0, "top_stacks": []}}) == set()
+    assert job_wait_markers({}) == set()
+
+
 def test_nothing_observed_is_other_with_no_confidence():
     kind = classify_kind("python job.py", KindFacts(), {}, now=NOW)
     assert kind.kind == OTHER and kind.confidence == 0.0
