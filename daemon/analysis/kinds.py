@@ -261,13 +261,17 @@ def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
 
 def job_wait_marker(reason: str | None) -> str | None:
     """The marker (JOB_WAIT_FROM's keys) of a phase reason that says the process waits for its
-    next job (starts with JOB_WAIT), else None. Only the reason's head is read, up to its
-    first quoted line (`...`) of the process."""
+    next job (starts with JOB_WAIT), else None. Only our words at the reason's head are read:
+    up to its first parenthesis (after it come a quoted line of the process, a function's or a
+    file's name), save the long poll's "(an HTTP request" that follows "on a socket"."""
     if not reason or not reason.startswith(JOB_WAIT):
         return None
-    head = reason[len(JOB_WAIT):len(JOB_WAIT) + 160].split("`", 1)[0]
+    head = reason[len(JOB_WAIT):len(JOB_WAIT) + 80]
+    first = head.split("(", 1)[0]
+    if head.startswith(f"{first}(an HTTP request"):
+        return JOB_WAIT_MARKER + "http"
     for needles, slug, _ in JOB_WAIT_SOURCES:
-        if any(needle in head for needle in needles):
+        if any(needle in first for needle in needles):
             return JOB_WAIT_MARKER + slug
     return JOB_WAIT_MARKER + JOB_WAIT_ELSE[0]
 

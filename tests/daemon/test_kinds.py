@@ -162,9 +162,9 @@ def test_stronger_evidence_than_a_job_wait_keeps_its_kind():
 
 
 def test_job_wait_markers_name_where_from_in_our_words_only():
-    """The marker of a phase reason: from its head, never from the quoted line of the
-    process (a sleep line that mentions SQS in a folder watcher is a folder watcher); no
-    marker for a reason that is no job wait."""
+    """The marker of a phase reason: from our words at its head, never from the quoted line,
+    the function or the file of the process (a sleep line that mentions SQS in a folder
+    watcher is a folder watcher); no marker for a reason that is no job wait."""
     from daemon.analysis.kinds import JOB_WAIT_FROM, job_wait_marker
     from daemon.analysis.stack_rules import JOB_WAIT
 
@@ -179,6 +179,10 @@ def test_job_wait_markers_name_where_from_in_our_words_only():
         f"{JOB_WAIT} on a socket nothing came to (an HTTP request whose answer has not begun, "
         "HTTPResponse._read_status in client.py; ...)": "job_wait:http",
         f"{JOB_WAIT} on a socket nothing came to (`sock.recv(4096)`; ...)": "job_wait:socket",
+        f"{JOB_WAIT} on a socket nothing came to (recv_into in /srv/sqs_redis_celery.py; ...)":
+            "job_wait:socket",
+        f"{JOB_WAIT} on a socket nothing came to (an HTTP request whose answer has not begun, "
+        "take in /srv/redis_folder/pipe.py; ...)": "job_wait:http",
         f"{JOB_WAIT} in its asyncio event loop (select in selectors.py under ...)":
             "job_wait:asyncio",
         f"{JOB_WAIT} from its multiprocessing Pool's task queue": "job_wait:pool",
