@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from simhost import poll
-from test_broker_waits_live import kinds_by_program
+from test_broker_waits_live import consumers_are_batch_inference
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
 from test_work_waits_live import QUICK, STOPS, advice_by_program, rules
 
@@ -68,11 +68,7 @@ def test_workers_reading_jobs_from_a_pipe_are_queue_consumers_not_idle_nor_synci
             assert waits["reason"].startswith(f"waiting for its next job on {pipe} nothing "
                                               f"came to (`{line}"), waits
             assert rec.action["kind"] == "advice" and "queue" in rec.action["text"]
-        # Job consumers, batch inference, not training (their GPU use alone): polled, as the
-        # kinds round follows the rules round whose balances tell them.
-        poll(lambda: kinds_by_program(daemon, names) == dict.fromkeys(names, "batch_inference"),
-             30, "both pipe workers batch_inference", every=1.0,
-             explain=lambda: json.dumps(kinds_by_program(daemon, names)))
+        consumers_are_batch_inference(daemon, names)
         assert daemon.stop() == 0, daemon.log_tail()
     finally:
         scheduler.kill()
