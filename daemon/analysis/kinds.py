@@ -4,7 +4,8 @@ from facts observable without changing its code, with the evidence and a confide
 Pure: `classify_kind` reads a process's command line (redacted), its sockets, mapped libraries,
 parent and whether it is an interactive Python prompt (daemon.sources.kindfacts) and the frame
 markers seen in any thread of its stacks
-(`frame_markers`). Each fact adds weight to one kind; the kind with the most weight wins and
+(`frame_markers`), and whether its phase balance waits for its next job (`job_wait_markers`:
+a queue consumer, batch inference). Each fact adds weight to one kind; the kind with the most weight wins and
 its confidence is its share of all the weight given (a lone weak hint stays below one half).
 Evidence strings are built from our own words and numbers only (no text of the process).
 
