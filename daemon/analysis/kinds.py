@@ -4,7 +4,8 @@ from facts observable without changing its code, with the evidence and a confide
 Pure: `classify_kind` reads a process's command line (redacted), its sockets, mapped libraries,
 parent and whether it is an interactive Python prompt (daemon.sources.kindfacts) and the frame
 markers seen in any thread of its stacks
-(`frame_markers`). Each fact adds weight to one kind; the kind with the most weight wins and
+(`frame_markers`), and whether its phase balance waits for its next job (`job_wait_markers`:
+a queue consumer, batch inference). Each fact adds weight to one kind; the kind with the most weight wins and
 its confidence is its share of all the weight given (a lone weak hint stays below one half).
 Evidence strings are built from our own words and numbers only (no text of the process).
 
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.analysis.stack_rules import JOB_WAIT, waiting_stacks
 from daemon.sources.frames import ThreadStack
 from daemon.sources.kindfacts import PROMPT_BARE, PROMPT_INSPECT, PROMPT_SHELL, KindFacts
 from daemon.sources.safe_text import one_line
@@ -88,6 +90,28 @@ RUNTIME_FRAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gptq", ("/auto_gptq/", "/gptqmodel/")),
 )
 MAX_FRAMES_LOOKED_AT = 256  # per thread: a deep recursion is not read to its end
+
+# A process whose phase balance waits for its next job (JOB_WAIT: a broker's queue, a job
+# server's long poll, a pipe, a folder it watches), as rules/idle.py's waits_for_jobs tells a
+# queue consumer (`job_wait_markers`: the daemon's rules round, from the balances it computes
+# anyway), gets a marker "job_wait:<from>" beside its frame markers: a queue consumer serves
+# jobs one after another, as a batch-inference worker does, not a training run. Where from, told by the words our own reasons put at their head (before
+# any quoted line of the process), in the order looked for; the evidence gives our words only.
+JOB_WAIT_MARKER = "job_wait:"
+JOB_WAIT_SOURCES: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("SQS",), "sqs", "an SQS queue"),
+    (("Celery",), "celery", "a Celery broker"),
+    (("redis",), "redis", "a redis queue or channel"),
+    (("folder",), "folder", "a folder it watches"),
+    (("asyncio event loop",), "asyncio", "connections it opened (an asyncio loop)"),
+    (("Pool", "multiprocessing"), "pool", "a process pool's or manager's queue"),
+    (("HTTP request",), "http", "a job server's long poll (HTTP)"),
+    (("FIFO", "pipe"), "pipe", "a pipe"),
+    (("socket",), "socket", "a socket (a job server or a broker)"),
+)
+JOB_WAIT_ELSE = ("queue", "a queue or a job server")
+JOB_WAIT_FROM = {f"{JOB_WAIT_MARKER}{slug}": words for _, slug, words in
+                 (*JOB_WAIT_SOURCES, ((), *JOB_WAIT_ELSE))}
 
 LIBRARY_KIND = {"vllm": ONLINE_INFERENCE, "tgi": ONLINE_INFERENCE, "sglang": ONLINE_INFERENCE,
                 "triton_server": ONLINE_INFERENCE, "tensorrt": BATCH_INFERENCE,
@@ -171,6 +195,14 @@ IDLE_USE = "idle"
 STEADY_MIN = 0.7
 SHAPE_MIN_READS = 5
 JOB_WEIGHT = 0.5
+# Waits for its next job (a job_wait marker in the window): above its GPU use's job (0.5) with
+# 'train' on its command line (1.0), so a consumer named train_worker.py is still a consumer;
+# below what says training outright (a training framework's frames, 3.0 each; a launcher, 3.0;
+# started by torchrun, 3.0; a rank argument with its GPU use, 2.5), what says it serves (listens
+# and accepts, 4.0; serving frames where it listens, 3.0 more) and a notebook (a kernel's command
+# line or a prompt, 4.0). Ties go to batch_inference (the order of KINDS): a worker with a port
+# it never served on.
+JOB_WAIT_WEIGHT = 2.0
 REQUEST_DRIVEN_WEIGHT = 1.0
 
 
@@ -228,6 +260,31 @@ def frame_markers(threads: Iterable[ThreadStack]) -> set[str]:
     return found
 
 
+def job_wait_marker(reason: str | None) -> str | None:
+    """The marker (JOB_WAIT_FROM's keys) of a phase reason that says the process waits for its
+    next job (starts with JOB_WAIT), else None. Only our words at the reason's head are read:
+    up to its first parenthesis (after it come a quoted line of the process, a function's or a
+    file's name), save the long poll's "(an HTTP request" that follows "on a socket"."""
+    if not reason or not reason.startswith(JOB_WAIT):
+        return None
+    head = reason[len(JOB_WAIT):len(JOB_WAIT) + 80]
+    first = head.split("(", 1)[0]
+    if head.startswith(f"{first}(an HTTP request"):
+        return JOB_WAIT_MARKER + "http"
+    for needles, slug, _ in JOB_WAIT_SOURCES:
+        if any(needle in first for needle in needles):
+            return JOB_WAIT_MARKER + slug
+    return JOB_WAIT_MARKER + JOB_WAIT_ELSE[0]
+
+
+def job_wait_markers(phases: Mapping[str, Any]) -> set[str]:
+    """The job_wait markers of a process's phase balance: those of its idle phase's top stacks
+    that wait for its next job, where they hold at least JOB_WAIT_MIN_SHARE of the window (the
+    test rules/idle.py's waits_for_jobs makes: the kind agrees with the consumer advice)."""
+    return {marker for stack in waiting_stacks(phases, JOB_WAIT)
+            if (marker := job_wait_marker(str(stack.get("reason") or ""))) is not None}
+
+
 def classify_kind(command: str, facts: KindFacts | None,
                   frames: Mapping[str, float] | None = None, *,
                   now: float | None = None, window_s: float = 1800.0,
@@ -278,6 +335,11 @@ def classify_kind(command: str, facts: KindFacts | None,
         if marker == "generate" and listens:
             kind = ONLINE_INFERENCE  # generating for requests that arrive on its port
         add(kind, FRAME_WEIGHT, f"{marker} frames in its stacks")
+    waits = sorted({JOB_WAIT_FROM[m] for m in recent if m in JOB_WAIT_FROM})
+    if waits:
+        add(BATCH_INFERENCE, JOB_WAIT_WEIGHT,
+            f"waits for its next job from {' and '.join(waits)} in its sampled stacks: a job "
+            "consumer, serving jobs as batch inference does")
     if serving_frames:
         add(ONLINE_INFERENCE, SERVE_FRAME_WEIGHT if listens else 1.0,
             f"serving frames in a thread ({', '.join(serving_frames)})")
@@ -290,12 +352,13 @@ def classify_kind(command: str, facts: KindFacts | None,
         # Steady, or bursty as a job starved of input is: kernels of its own and nobody to
         # serve.
         add(TRAINING, JOB_WEIGHT, f"{gpu_use} GPU use of its own and no port it serves: a job "
-            "(training unless its runtime, frames or name say inference)")
+            "(training unless its runtime, frames, name or job waits say inference)")
     elif ran_lately and not listens:
         # The same fact over the markers' window: a loop that a loaded host slowed runs its
         # kernels further apart than the shape's reads reach, and is the same job.
         add(TRAINING, JOB_WEIGHT, f"kernels of its own in the last {window_s / 60:.0f} min and no "
-            "port it serves: a job (training unless its runtime, frames or name say inference)")
+            "port it serves: a job (training unless its runtime, frames, name or job waits say "
+            "inference)")
     if gpu_use in (STEADY, BURSTY) and listens and accepted_seen:
         add(ONLINE_INFERENCE, REQUEST_DRIVEN_WEIGHT,
             f"{gpu_use} GPU use while it accepts connections (request-driven)")

@@ -12,10 +12,11 @@ daemon.analysis.phases.classify's. Nothing here knows the names of mlcost's own 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from itertools import islice
+from typing import Any
 
 from daemon.sources.frames import Frame
 from daemon.wire import (
@@ -101,6 +102,24 @@ WORKER_PROCESSES_FEED_IT = "worker processes feed it"
 # rules/idle.py's waits_for_jobs, and for /v1/idle, analysis/idleness.py); one stack sample in
 # fifty, as a phase of work (rules/idle.py's WORK_PHASE_MIN_SHARE).
 JOB_WAIT_MIN_SHARE = 0.02
+
+
+def waiting_stacks(phases: Mapping[str, Any], prefix: str) -> list[Mapping[str, Any]]:
+    """The top stacks of a phase balance's idle phase whose reasons start with `prefix`
+    (JOB_WAIT, CHILD_WAIT), where its stacks wait so for at least JOB_WAIT_MIN_SHARE of the
+    window (the idle phase's share, times those stacks' part of its samples); [] otherwise. The
+    one test of rules/idle.py's waits_for_jobs and of the kinds' job consumer."""
+    waiting = phases.get(IDLE) if isinstance(phases, Mapping) else None
+    if not isinstance(waiting, Mapping):
+        return []
+    stacks = [st for st in waiting.get("top_stacks") or [] if isinstance(st, Mapping)]
+    found = [st for st in stacks if str(st.get("reason") or "").startswith(prefix)]
+    if not found:
+        return []
+    sampled = sum(int(st.get("samples") or 0) for st in stacks)
+    share = float(waiting.get("share", 0.0) or 0.0) * (
+        sum(int(st.get("samples") or 0) for st in found) / sampled if sampled else 1.0)
+    return found if share >= JOB_WAIT_MIN_SHARE else []
 
 FRAME_RULES: tuple[FrameRule, ...] = (
     # -- checkpoint (context) --

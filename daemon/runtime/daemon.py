@@ -25,6 +25,7 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.analysis.kinds import job_wait_markers
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
 from daemon.analysis.window_ticks import WINDOW_S as EVALUATION_WINDOW_S  # phase balances too
@@ -172,6 +173,10 @@ class Daemon:
         # shape of its GPU use reads every tick, not one tick a round (a loaded host stretches
         # a job's loop, and one tick a round then misses most of its kernels).
         self._kernels_since_round: dict[tuple[int, float], bool] = {}
+        # The job_wait markers (daemon.analysis.kinds.job_wait_markers) of each process whose
+        # phase balance in the last rules round waits for its next job, with that round's end:
+        # the kinds round reads them beside the frame markers (a job consumer).
+        self._job_waits: dict[tuple[int, float], dict[str, float]] = {}
         # the live phase balances (attribution.phases) as /v1/now shows them: built when
         # asked, once per (tick, fact) version
         self._phases_shown: tuple[object, dict[str, dict[str, Any]]] = (None, {})
@@ -798,6 +803,8 @@ class Daemon:
         else:
             balances, checkpoints = await asyncio.to_thread(self._read_attribution, since,
                                                             until)
+        self._job_waits = {key: dict.fromkeys(markers, until) for key, balance in balances.items()
+                           if (markers := job_wait_markers(balance))}
         if self.analyzer is None:
             return []
         await asyncio.to_thread(self.analyzer.poll_slow)
@@ -895,6 +902,8 @@ class Daemon:
                   for p in sample.processes if p.gpus}
         markers = ({key: dict(seen) for key, seen in self.attribution.frame_markers.items()}
                    if self.attribution is not None else {})
+        for key, waits in self._job_waits.items():
+            markers[key] = {**markers.get(key, {}), **waits}
         ran, self._kernels_since_round = self._kernels_since_round, {}
         now = clock.now()
         await asyncio.to_thread(self.kinds.refresh, procs, markers, now, shares,

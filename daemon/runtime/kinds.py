@@ -1,6 +1,7 @@
 """Workload kinds, kept up to date beside the tick: the facts each GPU process shows
 (daemon.sources.kindfacts, read at most every few seconds per process) and the frame markers the
-stack sampler saw in any of its threads (runtime/attribution.py), classified by
+stack sampler saw in any of its threads (runtime/attribution.py) with the job waits of its
+phase balance in the last rules round (runtime/daemon.py: a job consumer), classified by
 daemon.analysis.kinds. `refresh` runs in discovery's thread; `kinds` is swapped whole, so
 readers on the event loop see one round or the next, never half of one.
 

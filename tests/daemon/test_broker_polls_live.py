@@ -22,7 +22,7 @@ from test_broker_waits_live import (  # noqa: F401 (redis_server: a fixture the 
     JOB_EVERY_S,
     check_consumer,
     consumer_advice,
-    kinds_by_program,
+    consumers_are_batch_inference,
     redis_server,
 )
 from test_corpus import pytestmark, scenario_file  # noqa: F401
@@ -89,8 +89,7 @@ def test_workers_polling_a_redis_list_are_consumers_and_a_stalled_loop_is_still_
     assert consumer_advice(found, "stalled_train_loop") is None, rules(found)
     waiting = stalled.evidence["no_sign_of_work"]["waiting_in"]
     assert waiting and waiting[0]["reason"].startswith("sleeping or waiting"), waiting
-    kinds = kinds_by_program(daemon, names[:2])
-    assert set(kinds) == set(names[:2]) and "online_inference" not in kinds.values(), kinds
+    consumers_are_batch_inference(daemon, names[:2])
     assert daemon.stop() == 0, daemon.log_tail()
 
 
@@ -116,8 +115,7 @@ def test_a_redis_asyncio_worker_awaiting_blpop_is_a_consumer(
     found = state["recs"]
     check_consumer(found, name, "in its asyncio event loop")
     assert "TCP connection" in consumer_advice(found, name).evidence["waits_for_jobs"]["reason"]
-    kinds = kinds_by_program(daemon, (name,))
-    assert set(kinds) == {name} and "online_inference" not in kinds.values(), kinds
+    consumers_are_batch_inference(daemon, (name,))
     assert daemon.stop() == 0, daemon.log_tail()
 
 
@@ -158,6 +156,5 @@ def test_celery_workers_between_tasks_are_consumers(
     check_consumer(found, "prefork@gpu", "from its Celery prefork pool")
     gpu_holders = [p for p in daemon.now()["processes"] if p.get("gpus")]
     assert len(gpu_holders) == 2, gpu_holders  # the solo worker, the prefork pool's process
-    kinds = kinds_by_program(daemon, names)
-    assert set(kinds) == set(names) and "online_inference" not in kinds.values(), kinds
+    consumers_are_batch_inference(daemon, names)
     assert daemon.stop() == 0, daemon.log_tail()

@@ -180,6 +180,15 @@ def kinds_by_program(daemon: Any, names: tuple[str, ...]) -> dict[str, Any]:
             for n in names if n in p["command"]}
 
 
+def consumers_are_batch_inference(daemon: Any, names: tuple[str, ...]) -> None:
+    """Each of `names` is batch_inference, a job consumer (kinds.JOB_WAIT_WEIGHT), not
+    training (its GPU use alone) nor other: polled, as the kinds round follows the rules round
+    whose phase balances tell a consumer."""
+    poll(lambda: kinds_by_program(daemon, names) == dict.fromkeys(names, "batch_inference"),
+         30, f"{', '.join(names)} batch_inference", every=1.0,
+         explain=lambda: json.dumps(kinds_by_program(daemon, names)))
+
+
 def test_redis_workers_in_blpop_are_queue_consumers_fed_or_not(mlcostd, tmp_path, redis_server):
     """Two workers on a real redis-server, each started with `--server HOST:PORT`: one on an
     empty list, one whose list a producer pushes a job to every JOB_EVERY_S. Both wait in
@@ -219,8 +228,7 @@ def test_redis_workers_in_blpop_are_queue_consumers_fed_or_not(mlcostd, tmp_path
     found = state["recs"]
     for name in names:
         check_consumer(found, name, "redis list (BLPOP)")
-    kinds = kinds_by_program(daemon, names)
-    assert set(kinds) == set(names) and "online_inference" not in kinds.values(), kinds
+    consumers_are_batch_inference(daemon, names)
     assert daemon.stop() == 0, daemon.log_tail()
 
 
@@ -251,8 +259,9 @@ def test_a_worker_long_polling_an_empty_job_server_is_a_consumer_and_keeps_the_h
     found = state["recs"]
     check_consumer(found, name, "HTTPResponse._read_status")
     assert not [r for r in found["host"] if r.rule in STOPS], rules(found)
+    consumers_are_batch_inference(daemon, (name,))
     [worker] = [p for p in daemon.now()["processes"] if p.get("gpus")]
-    assert worker["kind"] != "online_inference", worker["kind_evidence"]
+    assert any("waits for its next job" in e for e in worker["kind_evidence"]), worker
 
     answer = daemon.call("idle", 10.0)
     assert answer["active"] is True and answer["basis"] == "measured", answer

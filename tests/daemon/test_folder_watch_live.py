@@ -18,7 +18,12 @@ from typing import Any
 
 from simhost import poll
 from test_broker_polls_live import sigterm_for
-from test_broker_waits_live import JOB_EVERY_S, check_consumer, consumer_advice, kinds_by_program
+from test_broker_waits_live import (
+    JOB_EVERY_S,
+    check_consumer,
+    consumer_advice,
+    consumers_are_batch_inference,
+)
 from test_corpus import CORPUS, pytestmark, scenario_file  # noqa: F401
 from test_work_waits_live import QUICK, advice_by_program, program, rules
 
@@ -86,6 +91,5 @@ def test_workers_watching_an_inbox_folder_are_consumers_and_a_go_file_wait_is_st
     assert consumer_advice(found, "await_trigger") is None, rules(found)
     waiting = trigger.evidence["no_sign_of_work"]["waiting_in"]
     assert waiting and waiting[0]["reason"].startswith("sleeping or waiting"), waiting
-    kinds = kinds_by_program(daemon, names[:2])
-    assert set(kinds) == set(names[:2]) and "online_inference" not in kinds.values(), kinds
+    consumers_are_batch_inference(daemon, names[:2])
     assert daemon.stop() == 0, daemon.log_tail()

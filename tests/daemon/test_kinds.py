@@ -114,6 +114,116 @@ def test_batch_inference_from_runtime_libraries_and_generate_without_a_port():
     assert kind.kind == BATCH_INFERENCE and not kind.serves
 
 
+# A queue consumer's sampled stack, as the phase classifier reads it (phases.py, stack_rules.py):
+# the marker attribution leaves for it (job_wait_marker), with when it was seen.
+REDIS_WAIT = {"job_wait:redis": NOW}
+
+
+def test_a_job_consumer_is_batch_inference_not_training():
+    """A worker between jobs: its GPU bursts when a job comes, no port, and its sampled stacks
+    wait for its next job. Its GPU use alone reads training (a job); the wait makes it a
+    consumer, batch inference, with the evidence saying from what. A wait seen over 30 min
+    ago counts no more."""
+    worker = classify_kind("python worker.py --server 127.0.0.1:6379", KindFacts(),
+                           REDIS_WAIT, now=NOW, gpu_use="bursty", kernels_at=NOW)
+    assert worker.kind == BATCH_INFERENCE and worker.confidence > 0.5, worker
+    assert not worker.serves
+    assert any(e.startswith("waits for its next job from a redis queue") for e in
+               worker.evidence), worker.evidence
+    old = classify_kind("python worker.py", KindFacts(), {"job_wait:redis": NOW - 1801.0},
+                        now=NOW, window_s=1800.0, gpu_use="bursty", kernels_at=NOW)
+    assert old.kind == TRAINING, old
+    named = classify_kind("python train_worker.py", KindFacts(), REDIS_WAIT, now=NOW,
+                          gpu_use="steady")
+    assert named.kind == BATCH_INFERENCE, named.scores  # 'train' in a name: weaker than the wait
+
+
+def test_stronger_evidence_than_a_job_wait_keeps_its_kind():
+    """A job wait is outweighed by what says a kind outright: a server that listens and
+    serves, a notebook kernel, a training framework's frames, a distributed launcher."""
+    server = classify_kind("python app.py", KindFacts(listening_ports=(8000,),
+                                                      accepted_connections=2,
+                                                      accepted_seen_at=NOW, accepted_reads=3),
+                           REDIS_WAIT, now=NOW, gpu_use="bursty")
+    assert server.kind == ONLINE_INFERENCE and server.serves, server.scores
+    kernel = classify_kind("python -m ipykernel_launcher -f /run/kernel-4f2a.json", KindFacts(),
+                           REDIS_WAIT, now=NOW, gpu_use="bursty")
+    assert kernel.kind == NOTEBOOK, kernel.scores
+    markers = frame_markers([thread(("Tensor.backward", "/x/torch/_tensor.py"),
+                                    ("Optimizer.zero_grad", "/x/torch/optim/optimizer.py"),
+                                    main=True)])
+    trainer = classify_kind("python worker.py", KindFacts(),
+                            {**dict.fromkeys(markers, NOW), **REDIS_WAIT}, now=NOW,
+                            gpu_use="bursty")
+    assert trainer.kind == TRAINING, trainer.scores  # a queue worker running training jobs
+    rank = classify_kind("python worker.py", KindFacts(parent="torchrun"), REDIS_WAIT,
+                         now=NOW, gpu_use="bursty")
+    assert rank.kind == TRAINING, rank.scores
+
+
+def test_job_wait_markers_name_where_from_in_our_words_only():
+    """The marker of a phase reason: from our words at its head, never from the quoted line,
+    the function or the file of the process (a sleep line that mentions SQS in a folder
+    watcher is a folder watcher); no marker for a reason that is no job wait."""
+    from daemon.analysis.kinds import JOB_WAIT_FROM, job_wait_marker
+    from daemon.analysis.stack_rules import JOB_WAIT
+
+    cases = {
+        f"{JOB_WAIT} from a redis list (BLPOP)": "job_wait:redis",
+        f"{JOB_WAIT} from a Celery broker (its worker's event loop, kombu)": "job_wait:celery",
+        f"{JOB_WAIT} from an SQS queue it receives from (`sqs.receive_message(...)`, x.py)":
+            "job_wait:sqs",
+        f"{JOB_WAIT} from a folder it polls: sleeping (`time.sleep(1)  # SQS redis`) between":
+            "job_wait:folder",
+        f"{JOB_WAIT} on a FIFO nothing came to (`for line in jobs:`; ...)": "job_wait:pipe",
+        f"{JOB_WAIT} on a socket nothing came to (an HTTP request whose answer has not begun, "
+        "HTTPResponse._read_status in client.py; ...)": "job_wait:http",
+        f"{JOB_WAIT} on a socket nothing came to (`sock.recv(4096)`; ...)": "job_wait:socket",
+        f"{JOB_WAIT} on a socket nothing came to (recv_into in /srv/sqs_redis_celery.py; ...)":
+            "job_wait:socket",
+        f"{JOB_WAIT} on a socket nothing came to (an HTTP request whose answer has not begun, "
+        "take in /srv/redis_folder/pipe.py; ...)": "job_wait:http",
+        f"{JOB_WAIT} in its asyncio event loop (select in selectors.py under ...)":
+            "job_wait:asyncio",
+        f"{JOB_WAIT} from its multiprocessing Pool's task queue": "job_wait:pool",
+        f"{JOB_WAIT} somewhere new": "job_wait:queue",
+        "reading a pipe (`for line in jobs:`)": None,
+        "waiting in select": None,
+        "": None,
+        None: None,
+    }
+    for reason, marker in cases.items():
+        assert job_wait_marker(reason) == marker, reason
+        if marker is not None:
+            assert marker in JOB_WAIT_FROM
+
+
+def test_job_wait_markers_from_a_phase_balance_above_a_small_share():
+    """The markers come from a phase balance as the rules tell a queue consumer: its idle
+    phase's top stacks waiting for its next job, at JOB_WAIT_MIN_SHARE of the window or more
+    (the idle share times those stacks' part of its samples). A stray job-wait sample in a
+    loop's idle phase, a balance with no idle phase or with other idle reasons: none."""
+    from daemon.analysis.kinds import job_wait_markers
+    from daemon.analysis.stack_rules import JOB_WAIT
+
+    def balance(share, *stacks):
+        return {"compute": {"share": 0.3, "top_stacks": [{"reason": "computing",
+                                                          "samples": 50}]},
+                "idle": {"share": share, "top_stacks": [{"reason": r, "samples": n}
+                                                        for r, n in stacks]}}
+
+    redis = f"{JOB_WAIT} from a redis list (BLPOP)"
+    assert job_wait_markers(balance(0.6, (redis, 40))) == {"job_wait:redis"}
+    assert job_wait_markers(balance(0.6, ("sleeping", 10), (redis, 10),
+                                    (f"{JOB_WAIT} from an SQS queue it receives from", 5))
+                            ) == {"job_wait:redis", "job_wait:sqs"}
+    assert job_wait_markers(balance(0.01, (redis, 40))) == set()  # 1% of the window
+    assert job_wait_markers(balance(0.1, ("sleeping", 99), (redis, 1))) == set()  # 0.1%
+    assert job_wait_markers(balance(0.6, ("waiting in select", 40))) == set()
+    assert job_wait_markers({"compute": {"share": 1.0, "top_stacks": []}}) == set()
+    assert job_wait_markers({}) == set()
+
+
 def test_nothing_observed_is_other_with_no_confidence():
     kind = classify_kind("python job.py", KindFacts(), {}, now=NOW)
     assert kind.kind == OTHER and kind.confidence == 0.0

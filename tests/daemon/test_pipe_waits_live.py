@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from simhost import poll
+from test_broker_waits_live import consumers_are_batch_inference
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
 from test_work_waits_live import QUICK, STOPS, advice_by_program, rules
 
@@ -67,6 +68,7 @@ def test_workers_reading_jobs_from_a_pipe_are_queue_consumers_not_idle_nor_synci
             assert waits["reason"].startswith(f"waiting for its next job on {pipe} nothing "
                                               f"came to (`{line}"), waits
             assert rec.action["kind"] == "advice" and "queue" in rec.action["text"]
+        consumers_are_batch_inference(daemon, names)
         assert daemon.stop() == 0, daemon.log_tail()
     finally:
         scheduler.kill()

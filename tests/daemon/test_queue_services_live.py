@@ -25,7 +25,7 @@ from test_broker_polls_live import sigterm_for
 from test_broker_waits_live import (  # noqa: F401 (redis_server: a fixture the tests take)
     check_consumer,
     consumer_advice,
-    kinds_by_program,
+    consumers_are_batch_inference,
     redis_server,
 )
 from test_corpus import pytestmark, scenario_file  # noqa: F401
@@ -86,8 +86,7 @@ def test_sqs_workers_long_and_short_polling_are_consumers_and_a_stalled_loop_is_
     assert consumer_advice(found, "stalled_train_loop") is None, rules(found)
     waiting = sigterm_for(found, "stalled_train_loop").evidence["no_sign_of_work"]["waiting_in"]
     assert waiting and waiting[0]["reason"].startswith("sleeping or waiting"), waiting
-    kinds = kinds_by_program(daemon, names[:2])
-    assert set(kinds) == set(names[:2]) and "online_inference" not in kinds.values(), kinds
+    consumers_are_batch_inference(daemon, names[:2])
     assert daemon.stop() == 0, daemon.log_tail()
 
 
@@ -133,6 +132,5 @@ def test_rq_workers_between_jobs_are_consumers(
         check_consumer(found, name, "redis list (BLMOVE)")  # one queue: RQ's BLMOVE
     check_consumer(found, "rq-fork", "redis list (BLPOP)")  # two: BLPOP on both
     assert job.return_value() == {"image": "s3://img/1.png", "scale": 4}
-    kinds = kinds_by_program(daemon, names)
-    assert set(kinds) == set(names) and "online_inference" not in kinds.values(), kinds
+    consumers_are_batch_inference(daemon, names)
     assert daemon.stop() == 0, daemon.log_tail()

@@ -51,9 +51,9 @@ from daemon.analysis.stack_rules import (
     CHILD_WAIT,
     FD_WAITS,
     JOB_WAIT,
-    JOB_WAIT_MIN_SHARE,
     LOCK_WAIT,
     STOPPED,
+    waiting_stacks,
 )
 from daemon.clock import duration
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
@@ -115,15 +115,8 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
 def _idle_stack_waiting(proc: ProcessWindow, prefix: str) -> Mapping[str, Any] | None:
     """The first stack of its idle phase whose reason starts with `prefix`, where its stacks
     wait so for at least JOB_WAIT_MIN_SHARE of the window; None otherwise."""
-    waiting = proc.phases.get(IDLE) or {}
-    stacks = [st for st in waiting.get("top_stacks") or [] if isinstance(st, Mapping)]
-    found = [st for st in stacks if str(st.get("reason") or "").startswith(prefix)]
-    if not found:
-        return None
-    sampled = sum(int(st.get("samples") or 0) for st in stacks)
-    share = float(waiting.get("share", 0.0) or 0.0) * (
-        sum(int(st.get("samples") or 0) for st in found) / sampled if sampled else 1.0)
-    return found[0] if share >= JOB_WAIT_MIN_SHARE else None
+    found = waiting_stacks(proc.phases, prefix)
+    return found[0] if found else None
 
 
 def waits_for_jobs(proc: ProcessWindow) -> Mapping[str, Any] | None:
