@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from typing import Any
 
 from simhost import poll
@@ -23,6 +22,7 @@ from test_broker_waits_live import (  # noqa: F401 (redis_server: a fixture the 
     check_consumer,
     consumer_advice,
     consumers_are_batch_inference,
+    feeding,
     redis_server,
 )
 from test_corpus import pytestmark, scenario_file  # noqa: F401
@@ -52,34 +52,22 @@ def test_workers_polling_a_redis_list_are_consumers_and_a_stalled_loop_is_still_
                                            "--queue", "poll-fed", "--pop", "rpop")},
         {"name": "stalled", "command": program("stalled_train_loop.py", "--server", address,
                                                "--resume", str(resume))}])
-    stop = threading.Event()
-
-    def produce() -> None:
-        n = 0
-        while not stop.is_set():
-            client.lpush("poll-fed", json.dumps({"id": n, "image": f"s3://images/{n}.jpg"}))
-            n += 1
-            stop.wait(JOB_EVERY_S)
-
-    producer = threading.Thread(target=produce, name="producer", daemon=True)
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
-    producer.start()
     state: dict[str, Any] = {}
-    try:
-        def consumers_advised_and_stalled_loop_flagged() -> bool:
-            state["recs"] = found = advice_by_program(daemon, names)
-            state["done"] = client.llen("poll-fed:done")
-            return (state["done"] >= 2 and all(consumer_advice(found, n) for n in names[:2])
-                    and sigterm_for(found, "stalled_train_loop") is not None)
 
+    def consumers_advised_and_stalled_loop_flagged() -> bool:
+        state["recs"] = found = advice_by_program(daemon, names)
+        state["done"] = client.llen("poll-fed:done")
+        return (state["done"] >= 2 and all(consumer_advice(found, n) for n in names[:2])
+                and sigterm_for(found, "stalled_train_loop") is not None)
+
+    with feeding(lambda n: client.lpush("poll-fed", json.dumps(
+            {"id": n, "image": f"s3://images/{n}.jpg"}))):
         poll(consumers_advised_and_stalled_loop_flagged, 240,
              "idle_server's consumer advice for both polling workers (the fed one with 2 jobs "
              "done) and idle_gpu_held's SIGTERM for the stalled loop", every=2.0,
              explain=lambda: json.dumps(rules(state.get("recs", {})))
              + f"\njobs done: {state.get('done')}\n" + daemon.log_tail())
-    finally:
-        stop.set()
-        producer.join(30)
     found = state["recs"]
     for name in names[:2]:
         check_consumer(found, name, "from a redis queue it polls")

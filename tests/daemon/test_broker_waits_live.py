@@ -16,6 +16,7 @@ service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import shutil
@@ -23,7 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,28 @@ def consumers_are_batch_inference(daemon: Any, names: tuple[str, ...]) -> None:
          explain=lambda: json.dumps(kinds_by_program(daemon, names)))
 
 
+@contextlib.contextmanager
+def feeding(job: Callable[[int], object], name: str = "producer") -> Iterator[None]:
+    """A producer thread that hands job n (0, 1, ...) to `job` every JOB_EVERY_S while the
+    block runs: a queue's producer, an uploader. Stopped and joined when the block ends."""
+    stop = threading.Event()
+
+    def produce() -> None:
+        n = 0
+        while not stop.is_set():
+            job(n)
+            n += 1
+            stop.wait(JOB_EVERY_S)
+
+    producer = threading.Thread(target=produce, name=name, daemon=True)
+    producer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        producer.join(30)
+
+
 def test_redis_workers_in_blpop_are_queue_consumers_fed_or_not(mlcostd, tmp_path, redis_server):
     """Two workers on a real redis-server, each started with `--server HOST:PORT`: one on an
     empty list, one whose list a producer pushes a job to every JOB_EVERY_S. Both wait in
@@ -199,32 +222,20 @@ def test_redis_workers_in_blpop_are_queue_consumers_fed_or_not(mlcostd, tmp_path
     path = scenario_file(tmp_path, [
         {"name": name, "command": program("redis_job_worker.py", "--server", address,
                                           "--queue", name)} for name in names])
-    stop = threading.Event()
-
-    def produce() -> None:
-        n = 0
-        while not stop.is_set():
-            client.rpush("jobs-fed", json.dumps({"id": n, "clip": f"s3://clips/{n}.mp4"}))
-            n += 1
-            stop.wait(JOB_EVERY_S)
-
-    producer = threading.Thread(target=produce, name="producer", daemon=True)
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
-    producer.start()
     state: dict[str, Any] = {}
-    try:
-        def both_consumers_and_jobs_done() -> bool:
-            state["recs"] = found = advice_by_program(daemon, names)
-            state["done"] = client.llen("jobs-fed:done")
-            return state["done"] >= 2 and all(consumer_advice(found, n) for n in names)
 
+    def both_consumers_and_jobs_done() -> bool:
+        state["recs"] = found = advice_by_program(daemon, names)
+        state["done"] = client.llen("jobs-fed:done")
+        return state["done"] >= 2 and all(consumer_advice(found, n) for n in names)
+
+    with feeding(lambda n: client.rpush("jobs-fed", json.dumps(
+            {"id": n, "clip": f"s3://clips/{n}.mp4"}))):
         poll(both_consumers_and_jobs_done, 240,
              "idle_server's consumer advice for both redis workers, the fed one with 2 jobs "
              "done", every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
              + f"\njobs done: {state.get('done')}\n" + daemon.log_tail())
-    finally:
-        stop.set()
-        producer.join(30)
     found = state["recs"]
     for name in names:
         check_consumer(found, name, "redis list (BLPOP)")

@@ -12,32 +12,27 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from simhost import poll
 from test_broker_polls_live import sigterm_for
 from test_broker_waits_live import (
-    JOB_EVERY_S,
     check_consumer,
     consumer_advice,
     consumers_are_batch_inference,
+    feeding,
 )
 from test_corpus import CORPUS, pytestmark, scenario_file  # noqa: F401
 from test_work_waits_live import QUICK, advice_by_program, program, rules
 
 
-def drop_scans(inbox: Path, staging: Path, stop: threading.Event) -> None:
-    """An uploader: a scan into `inbox` every JOB_EVERY_S, written aside and renamed in (a
-    worker never sees half a file)."""
-    n = 0
-    while not stop.is_set():
-        aside = staging / f"scan-{n}.npy"
-        aside.write_bytes(b"\x93NUMPY" + bytes(64))
-        aside.rename(inbox / aside.name)
-        n += 1
-        stop.wait(JOB_EVERY_S)
+def drop_scan(inbox: Path, staging: Path, n: int) -> None:
+    """An uploader's scan n into `inbox`, written aside and renamed in (a worker never sees
+    half a file)."""
+    aside = staging / f"scan-{n}.npy"
+    aside.write_bytes(b"\x93NUMPY" + bytes(64))
+    aside.rename(inbox / aside.name)
 
 
 def test_workers_watching_an_inbox_folder_are_consumers_and_a_go_file_wait_is_still_stopped(
@@ -61,27 +56,21 @@ def test_workers_watching_an_inbox_folder_are_consumers_and_a_go_file_wait_is_st
                                              str(folders["empty-in"]), "--outbox",
                                              str(folders["empty-out"]))},
         {"name": "trigger", "command": [sys.executable, str(CORPUS / "await_trigger.py")]}])
-    stop = threading.Event()
-    uploader = threading.Thread(target=drop_scans, name="uploader", daemon=True,
-                                args=(folders["fed-in"], folders["staging"], stop))
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
-    uploader.start()
     state: dict[str, Any] = {}
-    try:
-        def consumers_advised_and_trigger_wait_flagged() -> bool:
-            state["recs"] = found = advice_by_program(daemon, names)
-            state["done"] = len(list(folders["fed-out"].glob("*.json")))
-            return (state["done"] >= 2 and all(consumer_advice(found, n) for n in names[:2])
-                    and sigterm_for(found, "await_trigger") is not None)
 
+    def consumers_advised_and_trigger_wait_flagged() -> bool:
+        state["recs"] = found = advice_by_program(daemon, names)
+        state["done"] = len(list(folders["fed-out"].glob("*.json")))
+        return (state["done"] >= 2 and all(consumer_advice(found, n) for n in names[:2])
+                and sigterm_for(found, "await_trigger") is not None)
+
+    with feeding(lambda n: drop_scan(folders["fed-in"], folders["staging"], n), "uploader"):
         poll(consumers_advised_and_trigger_wait_flagged, 240,
              "idle_server's consumer advice for both watch-folder workers (the fed one with 2 "
              "files done) and idle_gpu_held's SIGTERM for await_trigger.py", every=2.0,
              explain=lambda: json.dumps(rules(state.get("recs", {})))
              + f"\nfiles done: {state.get('done')}\n" + daemon.log_tail())
-    finally:
-        stop.set()
-        uploader.join(30)
     found = state["recs"]
     for name in names[:2]:
         check_consumer(found, name, "from a folder it polls")
