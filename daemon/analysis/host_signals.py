@@ -95,8 +95,8 @@ class HostSignals:
     iowait_growing: bool = False  # its block I/O delay grew (delay accounting)
     gpu_busy: bool | None = None  # its GPUs busy on average (daemon.analysis.busy.gpu_is_busy)
     # ESTABLISHED TCP connections it opened (to a broker, a job server, a peer; not those
-    # accepted on its own ports) at the last socket read (daemon.sources.kindfacts). None: not
-    # read.
+    # accepted on its own ports), as its kind read them (daemon.analysis.kinds.Kind.
+    # peer_connections). None: no kind yet.
     connections_opened: int | None = None
 
     def streams(self, per_s: float, line: float) -> str | None:

@@ -200,8 +200,8 @@ class Attribution:
                  connections_opened: Callable[[tuple[int, float]], int | None] | None = None
                  ) -> None:
         self.config = config
-        # A process's ESTABLISHED TCP connections that it opened, by key, as its last socket
-        # read found them (None: not read): HostSignals.connections_opened.
+        # A process's ESTABLISHED TCP connections that it opened, by key, as its kind read them
+        # (None: no kind yet): HostSignals.connections_opened.
         self.connections_opened = connections_opened
         # Each dump waits a random 0..dump_spread_s first (see the module doc); a test on its
         # own clock leaves it 0.

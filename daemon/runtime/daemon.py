@@ -663,12 +663,11 @@ class Daemon:
             return result
 
     def _connections_opened(self, key: tuple[int, float]) -> int | None:
-        """The TCP connections process `key` opened, as its last socket read found them (the
-        kind tracker's reads); None where its sockets were not read yet."""
-        facts = self.kinds.reader.get(key)
-        if facts is None or not facts.sockets_read_at:
-            return None
-        return facts.other_connections
+        """The TCP connections process `key` opened, as its kind read them (Kind.peer_connections,
+        from the kinds round's socket reads: the number the idle rule reads too); None where it
+        has no kind yet."""
+        kind = self.kinds.kinds.get(process_key(*key))
+        return None if kind is None else kind.peer_connections
 
     def _snapshot_taken(self, trigger: dict[str, Any], result: dict[str, Any]) -> None:
         """An incident snapshot is written: its event points to it. On the loop."""
