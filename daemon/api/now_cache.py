@@ -5,14 +5,15 @@ The live daemon says what its document was built from (`key`: the tick's sample,
 latest burn, the snoozes, the stack statuses, the store's health...; see Daemon.now) and until
 when it holds (a snooze that runs out); a call with the same key before then gets the same
 document, and the route the same bytes, encoded once. Clients asking every second (the TUI, a
-dashboard, /v1/idle) then cost a comparison, not a build and a json.dumps each.
+dashboard, /v1/idle) then cost a comparison, not a build and an encoding each.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
+
+import orjson
 
 
 class NowCache:
@@ -40,12 +41,14 @@ class NowCache:
         return document
 
     def body(self) -> bytes:
-        """The kept document as the route sends it (json.dumps's text, UTF-8), encoded once.
-        Without json's check for circular references: the same text, 7-18% less CPU at 256
-        processes (the document is a tree built anew by now_document; nothing in it refers
-        back to itself)."""
+        """The kept document as the route sends it (UTF-8 JSON, compact), encoded once, by
+        orjson: 0.36 ms against json.dumps's 2.8 ms for the 325 KB document of 256 processes
+        (bench/collector.py's "API body"). The same values as json.dumps gives (a client's
+        json.loads reads an equal document), but a NaN or infinity, which json.dumps writes
+        as `NaN` (not JSON), is written as null; keys that are not strings become strings,
+        as json.dumps makes them."""
         if self._body is None:
-            self._body = json.dumps(self._document, check_circular=False).encode()
+            self._body = orjson.dumps(self._document, option=orjson.OPT_NON_STR_KEYS)
         return self._body
 
 

@@ -106,3 +106,53 @@ def test_a_target_with_a_password_is_refused_without_showing_it(target):
     message = str(refused.value)
     assert "has a user or password" in message and "--token-file" in message, message
     assert "s3cret" not in message and "<redacted>@" in message, message
+
+
+@pytest.fixture
+def older_daemon(tmp_path):
+    """A daemon on a unix socket whose /v1/health answers what the test puts in `bodies`."""
+    from aiohttp import web
+
+    bodies: list[bytes] = []
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(body=bodies[-1], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/v1/health", health)
+    return tmp_path / "older.sock", app, bodies
+
+
+def test_a_body_python_json_writes_but_orjson_refuses_is_still_read(older_daemon):
+    """mlcostd before 2026-12 wrote its answers with json.dumps, which writes a NaN as `NaN`
+    (not JSON; orjson refuses it); a fleet view that asks such a peer reads it as json reads
+    it. Bytes that are not UTF-8 in a string are replaced, not a failed answer."""
+    from aiohttp import web
+
+    path, app, bodies = older_daemon
+
+    async def main() -> list[object]:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.UnixSite(runner, str(path)).start()
+        seen: list[object] = []
+        try:
+            async with Client(f"unix:{path}") as client:
+                for body in (b'{"ok": true, "version": "0.9", "uptime_s": NaN, "tick": 3}',
+                             b'{"ok": true, "version": "0.9", "hostname": "gpu\xff1"}',
+                             b'{"ok":true,"version":"1.0","uptime_s":2.5,"tick":4}'):
+                    bodies.append(body)
+                    seen.append(await client.health())
+                bodies.append(b'<html>not json</html>')
+                with pytest.raises(ClientError) as raised:
+                    await client.health()
+                seen.append(str(raised.value))
+        finally:
+            await runner.cleanup()
+        return seen
+
+    nan_one, bad_bytes, current, not_json = asyncio.run(main())
+    assert nan_one.tick == 3 and nan_one.uptime_s != nan_one.uptime_s  # NaN, read
+    assert bad_bytes.ok and bad_bytes.hostname == "gpu\ufffd1"
+    assert (current.uptime_s, current.tick) == (2.5, 4)
+    assert "not a JSON answer" in not_json and "<html>not json" in not_json
