@@ -37,7 +37,6 @@ from daemon.wire import (
     Phases,
     Recommendation,
     default_socket_path,
-    parse_json,
     without_url_credentials,
 )
 from pricing.key_file import read_key_file
@@ -258,15 +257,15 @@ class Client:
         except (asyncio.TimeoutError, OSError, http.client.HTTPException) as exc:
             # TimeoutError first (it is an OSError): a daemon that is there but slow
             raise self._unavailable(exc, timeout) from None
+        text = raw.decode("utf-8", errors="replace")
         try:
-            document = parse_json(raw) if raw else {}
+            document = json.loads(text) if text else {}
         except ValueError:
-            text = raw.decode("utf-8", errors="replace")
             raise ApiError(status, f"not a JSON answer from {self.target}: {text[:80]!r}") \
                 from None
         if status >= 400:
             message = document.get("error") if isinstance(document, dict) else None
-            raise ApiError(status, message or raw.decode("utf-8", errors="replace")[:200])
+            raise ApiError(status, message or text[:200])
         return document
 
     async def health(self) -> Health:

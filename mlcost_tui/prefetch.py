@@ -7,11 +7,12 @@ would without it (it says "connecting…" and polls)."""
 from __future__ import annotations
 
 import http.client
+import json
 import time
 
 from daemon import clock
 from daemon.client import connection_to
-from daemon.wire import Now, parse_json
+from daemon.wire import Now
 from mlcost_tui.messages import HostSnapshot
 
 PREFETCH_TIMEOUT_S = 0.4
@@ -36,7 +37,7 @@ def first_snapshot(target: str, token: str | None = None,
             connection.close()
         if response.status != 200:
             return None
-        document = parse_json(body)
+        document = json.loads(body)
         if not isinstance(document, dict) or document.get("ts") is None:
             return None  # a daemon still starting: the App polls it
         now = Now.from_dict(document)
