@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import importlib
 import os
 import pkgutil
 import re
@@ -235,8 +236,9 @@ def resized(sc: Scenario, instance_type: str) -> Scenario:
       scenario's region, else its first); the scenario's own model and figures where the type
       has the same accelerator, else the GPU_MODELS entry the catalog's name reads as;
     - its workloads: a resize stops the instance, so none survives it; each starts again as the
-      host boots (as its services would), on GPU i mod the new count for each GPU i it used
-      (in order, each once): the work of a GPU that is gone shares one that is left;
+      host boots (as its services would), on the GPUs it used that are left, and for each that
+      is gone on the GPU left with the most memory free (after the workloads that kept their
+      GPUs, then those placed before it; the lowest index of equals), none twice: see placed();
     - its faults: one on a GPU that is gone is gone with it; the others (the host's, and those
       of a GPU that is left) stay as the scenario says;
     - its name (so its GPU UUIDs), region, lifecycle and the rest stay."""
@@ -264,16 +266,56 @@ def resized(sc: Scenario, instance_type: str) -> Scenario:
         gpu = GpuSpec(model=models[0], count=count, memory_gib=float(spec["memory_gib"]),
                       power_idle_w=float(spec["power_idle_w"]),
                       power_max_w=float(spec["power_max_w"]), gpm=bool(spec["gpm"]))
-    workloads = tuple(
-        dataclasses.replace(w, gpus=tuple(dict.fromkeys(g % count for g in w.gpus)))
-        for w in sc.workloads)
+    workloads = placed(sc.workloads, count, gpu.memory_gib)
     faults = tuple(f for f in sc.faults if f.gpu is None or f.gpu < count)
-    note = (f"Resized to {instance_type}: {count} x {gpu.model}; the workloads started again "
-            f"on GPU i mod {count}.")
+    moved = [f"{w.name} (GPU {', '.join(map(str, was.gpus))} -> {', '.join(map(str, w.gpus))})"
+             for was, w in zip(sc.workloads, workloads, strict=True) if w.gpus != was.gpus]
+    note = (f"Resized to {instance_type}: {count} x {gpu.model}; the workloads started again, "
+            + (f"those of GPUs that are gone on the GPUs left: {'; '.join(moved)}." if moved
+               else "each on its GPUs."))
     description = f"{sc.description}\n\n{note}" if sc.description else note
     return dataclasses.replace(
         sc, description=description, instance=dataclasses.replace(sc.instance, type=instance_type),
         gpu=gpu, workloads=workloads, faults=faults)
+
+
+def placed(workloads: tuple[Workload, ...], count: int,
+           memory_gib: float) -> tuple[Workload, ...]:
+    """`workloads` on a host of `count` GPUs of `memory_gib` each: each keeps its GPUs that are
+    left; for each that is gone it takes the GPU left, not already its own, with the most
+    memory free (what the workloads that kept their GPUs hold, then those placed before it;
+    workload_memory_gib), the lowest index of equals. A workload that has every GPU already
+    gets no more: a job of 8 GPUs runs on the 4 that are left."""
+    free = [memory_gib] * count
+    kept = [tuple(dict.fromkeys(g for g in w.gpus if g < count)) for w in workloads]
+    for w, left in zip(workloads, kept, strict=True):
+        for g in left:
+            free[g] -= workload_memory_gib(w)
+    out = []
+    for w, left in zip(workloads, kept, strict=True):
+        gpus = list(left)
+        for _ in range(len(set(w.gpus)) - len(left)):
+            others = [g for g in range(count) if g not in gpus]
+            if not others:
+                break
+            best = max(others, key=lambda g: (free[g], -g))
+            gpus.append(best)
+            free[best] -= workload_memory_gib(w)
+        out.append(dataclasses.replace(w, gpus=tuple(gpus)))
+    return tuple(out)
+
+
+def workload_memory_gib(w: Workload) -> float:
+    """What `w` holds on each of its GPUs: its memory_gib option, else its program's
+    MEMORY_GIB (the default of its --memory-gib); a command's is not known (0)."""
+    for key in ("memory_gib", "memory-gib"):
+        value = w.options.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    if w.program is None:
+        return 0.0
+    module = importlib.import_module(f"{WORKLOAD_PACKAGE}.{w.program}")
+    return float(getattr(module, "MEMORY_GIB", 0.0))
 
 
 def to_toml(sc: Scenario) -> str:

@@ -88,11 +88,11 @@ def test_the_host_booted_after_a_resize_has_the_types_gpus_priced_each_at_its_sh
     assert price["per_gpu_per_hour"] == pytest.approx(offer.on_demand.per_hour / 4)
     assert price["per_gpu_per_hour"] == pytest.approx(2.62316)  # not 10.49264 / 8 = 1.31
     # the workloads started again on the four GPUs: the inference server's GPU 4 is gone, it
-    # runs on GPU 0 (4 mod 4) beside the trainer
+    # runs on GPU 3, the one with the most memory free, beside the idle notebook
     assert "simulating 'demo': 4 x NVIDIA L40S" in daemon.log()
     pids = {name: int(pid) for name, pid in re.findall(r"([\w-]+) \(pid (\d+)\)", daemon.log())}
     wanted = {pids["train-resnet"]: [0], pids["train-starved"]: [1],
-              pids["train-checkpoints"]: [2], pids["notebook"]: [3], pids["serve-bs1"]: [0]}
+              pids["train-checkpoints"]: [2], pids["notebook"]: [3], pids["serve-bs1"]: [3]}
 
     def placed() -> dict[int, list[int]] | None:
         found = {p["pid"]: [g["index"] for g in p["gpus"]] for p in daemon.now()["processes"]}

@@ -41,7 +41,8 @@ def test_a_scenario_booted_as_another_type_has_that_types_gpus(name, tmp_path):
     """The simulated host after a resize (daemon.sim.ec2): the same scenario, its name (so its
     GPU UUIDs) and region, on the new type with the GPUs the price catalog says it has (the
     rebooted demo kept its 8 A100s on a 4 x L40S type, priced over 8 GPUs); each workload
-    started again on GPU i mod the new count, a fault of a GPU that is gone gone with it."""
+    started again on the GPUs it had that are left, as many as it had (up to the 4) on GPUs
+    that exist; a fault of a GPU that is gone gone with it."""
     before = scenario.load(name)
     booted = tmp_path / f"{name}.toml"
     booted.write_text(scenario.booted_as(name, "g6e.12xlarge"))
@@ -54,17 +55,41 @@ def test_a_scenario_booted_as_another_type_has_that_types_gpus(name, tmp_path):
     assert [(w.name, w.program, w.command, w.options) for w in after.workloads] == [
         (w.name, w.program, w.command, w.options) for w in before.workloads]
     for was, now in zip(before.workloads, after.workloads, strict=True):
-        assert now.gpus == tuple(dict.fromkeys(g % 4 for g in was.gpus))
+        assert now.gpus[:len([g for g in was.gpus if g < 4])] == tuple(g for g in was.gpus if g < 4)
+        assert len(set(now.gpus)) == len(now.gpus) == min(len(was.gpus), 4)
+        assert all(0 <= g < 4 for g in now.gpus)
     assert after.faults == tuple(f for f in before.faults if f.gpu is None or f.gpu < 4)
     assert after.description.startswith(before.description)
     assert "Resized to g6e.12xlarge: 4 x NVIDIA L40S" in after.description
 
 
 def test_the_demo_booted_as_4_l40s_runs_its_five_workloads_on_the_four_gpus():
+    """The inference server's GPU 4 is gone: it starts on the GPU with the most memory free,
+    beside the notebook (12 + 18 of 45 GiB; GPU 4 mod 4 would have put it beside the trainer,
+    30 + 18, more than an L40S holds)."""
     after = scenario.loads(scenario.booted_as("demo", "g6e.12xlarge"))
     assert {w.name: w.gpus for w in after.workloads} == {
         "train-resnet": (0,), "train-starved": (1,), "train-checkpoints": (2,),
-        "notebook": (3,), "serve-bs1": (0,)}  # GPU 4 is gone: 4 mod 4
+        "notebook": (3,), "serve-bs1": (3,)}
+    assert after.description.endswith("serve-bs1 (GPU 4 -> 3).")
+
+
+def test_the_workloads_of_gpus_that_are_gone_go_where_the_most_memory_is_free(tmp_path):
+    """8 A10Gs (24 GiB) to 4: the notebooks of GPUs 5 and 6 go to GPU 3 (2 GiB held: 22 free),
+    then GPU 1 (20 free, GPU 3 now 16); one of 6 on GPUs 4-7 takes the most free, all 4."""
+    def notebook(name: str, gpus: list[int], gib: float) -> str:
+        return (f'[[workloads]]\nname = "{name}"\nprogram = "idle_notebook"\ngpus = {gpus}\n'
+                f"options = {{ memory_gib = {gib} }}\n")
+
+    file = tmp_path / "eight.toml"
+    file.write_text(BASE.replace("g5.xlarge", "g5.48xlarge") + '[gpu]\nmodel = "NVIDIA A10G"\n'
+                    "count = 8\n" + notebook("a", [0], 20) + notebook("b", [1], 4)
+                    + notebook("c", [2], 10) + notebook("d", [3], 2) + notebook("e", [5], 6)
+                    + notebook("f", [6], 6) + notebook("g", [4, 5, 6, 7], 1))
+    after = scenario.loads(scenario.booted_as(file, "g5.12xlarge"))
+    assert (after.gpu_model, after.gpu_count) == ("NVIDIA A10G", 4)
+    assert [w.gpus for w in after.workloads] == [(0,), (1,), (2,), (3,), (3,), (1,),
+                                                 (3, 1, 2, 0)]
 
 
 def test_a_resize_to_the_same_accelerator_keeps_the_scenarios_figures_and_a_spanning_job(
@@ -85,6 +110,16 @@ def test_a_resize_to_the_same_accelerator_keeps_the_scenarios_figures_and_a_span
     assert [w.gpus for w in bigger.workloads] == [w.gpus for w in scenario.load("hopper").workloads]
     smaller = scenario.loads(scenario.booted_as("hopper", "g6e.xlarge"))
     assert [w.gpus for w in smaller.workloads] == [(0,), (0,)]
+
+
+def test_a_workloads_memory_is_its_option_else_its_programs_default():
+    from daemon.sim.workloads import healthy_train
+
+    assert healthy_train.MEMORY_GIB == 30.0
+    for options, gib in (({"memory_gib": 70}, 70.0), ({}, 30.0)):
+        w = scenario.Workload("w", (0,), program="healthy_train", options=options)
+        assert scenario.workload_memory_gib(w) == gib
+    assert scenario.workload_memory_gib(scenario.Workload("c", (0,), command=("true",))) == 0.0
 
 
 @pytest.mark.parametrize(("instance_type", "said"), [
