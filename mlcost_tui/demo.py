@@ -7,8 +7,8 @@ daemon's boto3 talks to them (AWS_ENDPOINT_URL_EC2, AWS_ENDPOINT_URL_SSM, [insta
 the confirmation and the resize itself through the daemon's real code. Without moto the demo
 runs on, and the resize shows its commands only. A resize done reboots the simulated host as on
 AWS: its daemon stops (and its workloads with it) and starts again on the scenario as the host
-booted, the new type (daemon.sim.ec2 says when and what), so it reads the new type and prices
-it as mlcostd does after a real resize.
+booted, the new type with that type's GPUs (daemon.sim.ec2 says when and what), so it reads the
+new type and its GPUs and prices them as mlcostd does after a real resize.
 
 The demo's snapshots outlive it: they go to $XDG_STATE_HOME/mlcost/demo (~/.local/state/...),
 and the exit line says where they are and how to replay them.

@@ -12,8 +12,10 @@ commands only.
 
 Each time the runbook starts the instance again (a resize done) it prints one more line,
 {"booted": instance_id, "type": the new type, "scenario": the scenario's TOML as the host boots
-(daemon.sim.scenario.booted_as)}: on AWS the host boots then, as that type, and mlcostd starts
-again on it; the demo starts its daemon again on that scenario (mlcost_tui.demo).
+(daemon.sim.scenario.booted_as: the new type with its GPUs, the workloads started again on
+them)}: on AWS the host boots then, as that type, and mlcostd starts again on it; the demo
+starts its daemon again on that scenario (mlcost_tui.demo). A type whose GPUs the simulator
+cannot be (not in the price catalog, or no NVIDIA GPU) fails the runbook with that reason.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ A scenario file:
 from __future__ import annotations
 
 import atexit
-import json
+import dataclasses
+import importlib
 import os
 import pkgutil
 import re
@@ -103,6 +104,17 @@ GPU_MODELS: dict[str, dict[str, Any]] = {
     "NVIDIA H200": dict(
         memory_gib=141, power_idle_w=75, power_max_w=700, sm_clock_max_mhz=1980,
         mem_clock_mhz=3201, compute_capability=(9, 0), pci_device_id=0x233510DE, gpm=True,
+    ),
+    # AWS g6e (what the demo's right-size advice resizes to). NVIDIA's L40S datasheet: 48 GB
+    # GDDR6 (nvidia-smi says 46068 MiB, the figure here), 350 W maximum power, 2520 MHz boost,
+    # 864 GB/s (18 Gbps GDDR6: a 9001 MHz memory clock as nvidia-smi reports it, as 12.5 Gbps
+    # is the A10G's 6251), Ada Lovelace (compute capability 8.9; no GPM, which is Hopper's and
+    # later). Device id 0x26B9 from NVIDIA's driver README list of supported GPUs. The idle
+    # draw is not in the datasheet: about a tenth of the maximum, like the models above (an
+    # estimate).
+    "NVIDIA L40S": dict(
+        memory_gib=46068 / 1024, power_idle_w=35, power_max_w=350, sm_clock_max_mhz=2520,
+        mem_clock_mhz=9001, compute_capability=(8, 9), pci_device_id=0x26B910DE, gpm=False,
     ),
 }
 
@@ -197,28 +209,170 @@ def load(name_or_path: str | os.PathLike[str]) -> Scenario:
     return loads(text, source=str(path), default_name=path.stem)
 
 
-_INSTANCE_TYPE = re.compile(r'(?ms)^\[instance\][ \t]*$(?:(?!^\[).)*?^type[ \t]*=[ \t]*("[^"\n]*")')
 _TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def booted_as(name_or_path: str | os.PathLike[str], instance_type: str) -> str:
-    """The scenario's TOML with its [instance] type set to `instance_type`, everything else as
-    written: the simulated host as it boots after a resize (the runbook stopped it, changed its
-    type, started it). Its GPUs stay the scenario's; a file of this text in a folder, named as
-    the scenario (its GPU UUIDs follow the name), is what `--simulate` then runs. Raises
-    ScenarioError."""
+    """The scenario's TOML as the simulated host boots after a resize (the runbook stopped it,
+    changed its type to `instance_type`, started it): see resized() for what changes. A file of
+    this text in a folder, named as the scenario (its GPU UUIDs follow the name), is what
+    `--simulate` then runs. Raises ScenarioError."""
     text, path = _read(name_or_path)
     before = loads(text, source=str(path), default_name=path.stem)
-    found = _INSTANCE_TYPE.search(text)
-    if _TYPE_NAME.fullmatch(instance_type) is None or found is None:
-        raise ScenarioError(str(path), "instance.type", instance_type,
-                            "an instance type name, in a scenario whose [instance] table "
-                            'has a type = "..." line')
-    start, end = found.span(1)
-    booted = text[:start] + json.dumps(instance_type) + text[end:]
-    after = loads(booted, source=str(path), default_name=path.stem)
-    assert after.instance.type == instance_type and after.name == before.name
+    if _TYPE_NAME.fullmatch(instance_type) is None:
+        raise ScenarioError(str(path), "instance.type", instance_type, "an instance type name")
+    after = resized(before, instance_type)
+    booted = to_toml(after)
+    # it reads back as written (a text compare: a nan in the file is not equal to itself)
+    assert to_toml(loads(booted, source=str(path), default_name=path.stem)) == booted
     return booted
+
+
+def resized(sc: Scenario, instance_type: str) -> Scenario:
+    """The host of `sc` after a resize to `instance_type` (ScenarioError for a type the price
+    catalog does not list, or whose accelerator the simulated NVML has no model for).
+
+    - its GPUs are the type's: the count and model of the catalog's row for it (in the
+      scenario's region, else its first); the scenario's own model and figures where the type
+      has the same accelerator, else the GPU_MODELS entry the catalog's name reads as;
+    - its workloads: a resize stops the instance, so none survives it; each starts again as the
+      host boots (as its services would), on the GPUs it used that are left, and for each that
+      is gone on the GPU left with the most memory free (after the workloads that kept their
+      GPUs, then those placed before it; the lowest index of equals), none twice: see placed();
+    - its faults: one on a GPU that is gone is gone with it; the others (the host's, and those
+      of a GPU that is left) stay as the scenario says;
+    - its name (so its GPU UUIDs), region, lifecycle and the rest stay."""
+    from pricing.catalog import Catalog, catalog_accelerator
+
+    catalog = Catalog.load()
+    offer = (catalog.by_instance(sc.instance.provider, instance_type, sc.instance.region)
+             or catalog.by_instance(sc.instance.provider, instance_type))
+    if offer is None:
+        raise ScenarioError(sc.source, "instance.type", instance_type,
+                            "an instance type of the price catalog, which says its GPUs "
+                            f"({catalog.explain_missing(sc.instance.provider, instance_type)})")
+    count = offer.accelerator_count
+    accelerator = offer.accelerator.upper()
+    if catalog_accelerator(sc.gpu.model).upper() == accelerator:
+        gpu = dataclasses.replace(sc.gpu, count=count)
+    else:
+        models = [m for m in GPU_MODELS if catalog_accelerator(m).upper() == accelerator]
+        if not models or not 1 <= count <= 64:
+            known = ", ".join(sorted({catalog_accelerator(m) for m in GPU_MODELS}))
+            raise ScenarioError(sc.source, "instance.type", instance_type,
+                                f"a type whose GPUs the simulated NVML has ({offer.accelerator}"
+                                f" x {count}; it has {known})")
+        spec = GPU_MODELS[models[0]]
+        gpu = GpuSpec(model=models[0], count=count, memory_gib=float(spec["memory_gib"]),
+                      power_idle_w=float(spec["power_idle_w"]),
+                      power_max_w=float(spec["power_max_w"]), gpm=bool(spec["gpm"]))
+    workloads = placed(sc.workloads, count, gpu.memory_gib)
+    faults = tuple(f for f in sc.faults if f.gpu is None or f.gpu < count)
+    moved = [f"{w.name} (GPU {', '.join(map(str, was.gpus))} -> {', '.join(map(str, w.gpus))})"
+             for was, w in zip(sc.workloads, workloads, strict=True) if w.gpus != was.gpus]
+    note = (f"Resized to {instance_type}: {count} x {gpu.model}; the workloads started again, "
+            + (f"those of GPUs that are gone on the GPUs left: {'; '.join(moved)}." if moved
+               else "each on its GPUs."))
+    description = f"{sc.description}\n\n{note}" if sc.description else note
+    return dataclasses.replace(
+        sc, description=description, instance=dataclasses.replace(sc.instance, type=instance_type),
+        gpu=gpu, workloads=workloads, faults=faults)
+
+
+def placed(workloads: tuple[Workload, ...], count: int,
+           memory_gib: float) -> tuple[Workload, ...]:
+    """`workloads` on a host of `count` GPUs of `memory_gib` each: each keeps its GPUs that are
+    left; for each that is gone it takes the GPU left, not already its own, with the most
+    memory free (what the workloads that kept their GPUs hold, then those placed before it;
+    workload_memory_gib), the lowest index of equals. A workload that has every GPU already
+    gets no more: a job of 8 GPUs runs on the 4 that are left."""
+    free = [memory_gib] * count
+    kept = [tuple(dict.fromkeys(g for g in w.gpus if g < count)) for w in workloads]
+    for w, left in zip(workloads, kept, strict=True):
+        for g in left:
+            free[g] -= workload_memory_gib(w)
+    out = []
+    for w, left in zip(workloads, kept, strict=True):
+        gpus = list(left)
+        for _ in range(len(set(w.gpus)) - len(left)):
+            others = [g for g in range(count) if g not in gpus]
+            if not others:
+                break
+            best = max(others, key=lambda g: (free[g], -g))
+            gpus.append(best)
+            free[best] -= workload_memory_gib(w)
+        out.append(dataclasses.replace(w, gpus=tuple(gpus)))
+    return tuple(out)
+
+
+def workload_memory_gib(w: Workload) -> float:
+    """What `w` holds on each of its GPUs: its memory_gib option, else its program's
+    MEMORY_GIB (the default of its --memory-gib); a command's is not known (0)."""
+    for key in ("memory_gib", "memory-gib"):
+        value = w.options.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    if w.program is None:
+        return 0.0
+    module = importlib.import_module(f"{WORKLOAD_PACKAGE}.{w.program}")
+    return float(getattr(module, "MEMORY_GIB", 0.0))
+
+
+def to_toml(sc: Scenario) -> str:
+    """`sc` as a scenario file: loads() of it gives `sc` again (but its source)."""
+    lines = [f"name = {_toml(sc.name)}", f"description = {_toml(sc.description)}", "",
+             "[instance]"]
+    for key in ("provider", "type", "region", "lifecycle"):
+        lines.append(f"{key} = {_toml(getattr(sc.instance, key))}")
+    lines += ["", "[gpu]"]
+    for key in ("model", "count", "memory_gib", "power_idle_w", "power_max_w", "gpm"):
+        lines.append(f"{key} = {_toml(getattr(sc.gpu, key))}")
+    for w in sc.workloads:
+        lines += ["", "[[workloads]]", f"name = {_toml(w.name)}"]
+        if w.program is not None:
+            lines.append(f"program = {_toml(w.program)}")
+        if w.command is not None:
+            lines.append(f"command = {_toml(list(w.command))}")
+        lines.append(f"gpus = {_toml(list(w.gpus))}")
+        if w.options:
+            lines.append(f"options = {_toml(w.options)}")
+    for f in sc.faults:
+        lines += ["", "[[faults]]", f"kind = {_toml(f.kind)}"]
+        if f.kind == "missing_symbol":
+            lines.append(f"symbols = {_toml(list(f.symbols))}")
+            continue
+        if f.gpu is not None:
+            lines.append(f"gpu = {f.gpu}")
+        for key, value, default in (("at", f.at, 0.0), ("until", f.until, None),
+                                    ("at_tick", f.at_tick, 0), ("until_tick", f.until_tick, None)):
+            if value != default:
+                lines.append(f"{key} = {_toml(value)}")
+        if f.kind in ("not_supported", "in_use"):
+            lines.append(f"calls = {_toml(list(f.symbols))}")
+        elif f.kind == "hang":
+            lines += [f"call = {_toml(f.symbol)}", f"seconds = {_toml(f.seconds)}"]
+    return "\n".join(lines) + "\n"
+
+
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _toml(value: Any) -> str:
+    """A TOML value: a string, a number, a boolean, an array or an inline table of them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # 1.5, 1e-05, inf and nan are TOML's spellings too
+    if isinstance(value, str):
+        escaped = "".join(
+            _TOML_ESCAPES.get(ch) or (f"\\u{ord(ch):04x}" if ch < " " or ch == "\x7f" else ch)
+            for ch in value)
+        return f'"{escaped}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no TOML value for {value!r}")
 
 
 def _read(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
 import psutil
 import pytest
 from hostile_http import finishes_within
+from hypothesis import given
+from hypothesis import strategies as st
 
 from daemon.sim import scenario
 
@@ -34,18 +37,112 @@ def test_demo_host():
 
 
 @pytest.mark.parametrize("name", scenario.builtin_names())
-def test_a_scenario_booted_as_another_type_changes_that_alone(name, tmp_path):
+def test_a_scenario_booted_as_another_type_has_that_types_gpus(name, tmp_path):
     """The simulated host after a resize (daemon.sim.ec2): the same scenario, its name (so its
-    GPU UUIDs) and GPUs, on the new instance type."""
+    GPU UUIDs) and region, on the new type with the GPUs the price catalog says it has (the
+    rebooted demo kept its 8 A100s on a 4 x L40S type, priced over 8 GPUs); each workload
+    started again on the GPUs it had that are left, as many as it had (up to the 4) on GPUs
+    that exist; a fault of a GPU that is gone gone with it."""
     before = scenario.load(name)
     booted = tmp_path / f"{name}.toml"
     booted.write_text(scenario.booted_as(name, "g6e.12xlarge"))
     after = scenario.load(booted)
-    assert after.instance.type == "g6e.12xlarge"
-    assert after.instance.region == before.instance.region
-    assert (after.name, after.gpu, after.workloads, after.faults) == (
-        before.name, before.gpu, before.workloads, before.faults)
-    assert after.gpu_uuid(0) == before.gpu_uuid(0)
+    assert after.instance == dataclasses.replace(before.instance, type="g6e.12xlarge")
+    assert (after.gpu_model, after.gpu_count) == ("NVIDIA L40S", 4)  # pricing/data/catalog.csv
+    assert after.gpu == scenario.GpuSpec("NVIDIA L40S", 4, memory_gib=46068 / 1024,
+                                         power_idle_w=35, power_max_w=350, gpm=False)
+    assert after.name == before.name and after.gpu_uuid(0) == before.gpu_uuid(0)
+    assert [(w.name, w.program, w.command, w.options) for w in after.workloads] == [
+        (w.name, w.program, w.command, w.options) for w in before.workloads]
+    for was, now in zip(before.workloads, after.workloads, strict=True):
+        assert now.gpus[:len([g for g in was.gpus if g < 4])] == tuple(g for g in was.gpus if g < 4)
+        assert len(set(now.gpus)) == len(now.gpus) == min(len(was.gpus), 4)
+        assert all(0 <= g < 4 for g in now.gpus)
+    assert after.faults == tuple(f for f in before.faults if f.gpu is None or f.gpu < 4)
+    assert after.description.startswith(before.description)
+    assert "Resized to g6e.12xlarge: 4 x NVIDIA L40S" in after.description
+
+
+def test_the_demo_booted_as_4_l40s_runs_its_five_workloads_on_the_four_gpus():
+    """The inference server's GPU 4 is gone: it starts on the GPU with the most memory free,
+    beside the notebook (12 + 18 of 45 GiB; GPU 4 mod 4 would have put it beside the trainer,
+    30 + 18, more than an L40S holds)."""
+    after = scenario.loads(scenario.booted_as("demo", "g6e.12xlarge"))
+    assert {w.name: w.gpus for w in after.workloads} == {
+        "train-resnet": (0,), "train-starved": (1,), "train-checkpoints": (2,),
+        "notebook": (3,), "serve-bs1": (3,)}
+    assert after.description.endswith("serve-bs1 (GPU 4 -> 3).")
+
+
+def test_the_workloads_of_gpus_that_are_gone_go_where_the_most_memory_is_free(tmp_path):
+    """8 A10Gs (24 GiB) to 4: the notebooks of GPUs 5 and 6 go to GPU 3 (2 GiB held: 22 free),
+    then GPU 1 (20 free, GPU 3 now 16); one of 6 on GPUs 4-7 takes the most free, all 4."""
+    def notebook(name: str, gpus: list[int], gib: float) -> str:
+        return (f'[[workloads]]\nname = "{name}"\nprogram = "idle_notebook"\ngpus = {gpus}\n'
+                f"options = {{ memory_gib = {gib} }}\n")
+
+    file = tmp_path / "eight.toml"
+    file.write_text(BASE.replace("g5.xlarge", "g5.48xlarge") + '[gpu]\nmodel = "NVIDIA A10G"\n'
+                    "count = 8\n" + notebook("a", [0], 20) + notebook("b", [1], 4)
+                    + notebook("c", [2], 10) + notebook("d", [3], 2) + notebook("e", [5], 6)
+                    + notebook("f", [6], 6) + notebook("g", [4, 5, 6, 7], 1))
+    after = scenario.loads(scenario.booted_as(file, "g5.12xlarge"))
+    assert (after.gpu_model, after.gpu_count) == ("NVIDIA A10G", 4)
+    assert [w.gpus for w in after.workloads] == [(0,), (1,), (2,), (3,), (3,), (1,),
+                                                 (3, 1, 2, 0)]
+
+
+def test_a_resize_to_the_same_accelerator_keeps_the_scenarios_figures_and_a_spanning_job(
+        tmp_path):
+    """g5.xlarge -> g5.12xlarge: the scenario's own A10G (its memory and power as written) x 4;
+    the hopper's 4-GPU job on a p4de's 8 A100-80GB keeps its GPUs, on a g6e.xlarge's one L40S
+    runs on GPU 0 (once)."""
+    file = tmp_path / "mine.toml"
+    file.write_text(BASE + '[gpu]\nmodel = "NVIDIA A10G"\ncount = 1\nmemory_gib = 22.5\n'
+                    'power_max_w = 299\n[[faults]]\nkind = "hang"\ngpu = 0\n'
+                    'call = "nvmlDeviceGetPowerUsage"\nseconds = 0.5\nat_tick = 3\n')
+    after = scenario.loads(scenario.booted_as(file, "g5.12xlarge"))
+    assert after.gpu == dataclasses.replace(scenario.load(file).gpu, count=4)
+    assert after.gpu.memory_gib == 22.5 and after.gpu.power_max_w == 299
+    assert after.faults == scenario.load(file).faults
+    bigger = scenario.loads(scenario.booted_as("hopper", "p4de.24xlarge"))
+    assert (bigger.gpu_model, bigger.gpu_count) == ("NVIDIA A100-SXM4-80GB", 8)
+    assert [w.gpus for w in bigger.workloads] == [w.gpus for w in scenario.load("hopper").workloads]
+    smaller = scenario.loads(scenario.booted_as("hopper", "g6e.xlarge"))
+    assert [w.gpus for w in smaller.workloads] == [(0,), (0,)]
+
+
+def test_a_workloads_memory_is_its_option_else_its_programs_default():
+    from daemon.sim.workloads import healthy_train
+
+    assert healthy_train.MEMORY_GIB == 30.0
+    for options, gib in (({"memory_gib": 70}, 70.0), ({}, 30.0)):
+        w = scenario.Workload("w", (0,), program="healthy_train", options=options)
+        assert scenario.workload_memory_gib(w) == gib
+    assert scenario.workload_memory_gib(scenario.Workload("c", (0,), command=("true",))) == 0.0
+
+
+@pytest.mark.parametrize(("instance_type", "said"), [
+    ("g9.unknown", "no price for aws/g9.unknown"),  # no row: its GPUs are unknown
+    ("inf2.xlarge", "Inferentia2 x 1"),  # no NVIDIA GPU: the simulated NVML has none of it
+])
+def test_a_boot_as_a_type_whose_gpus_cannot_be_simulated_is_refused(instance_type, said):
+    with pytest.raises(scenario.ScenarioError, match="instance.type") as e:
+        scenario.booted_as("demo", instance_type)
+    assert said in str(e.value)
+
+
+@given(text=st.text(), number=st.floats(allow_nan=False) | st.integers(-2**63, 2**63 - 1))
+def test_a_scenario_written_as_toml_reads_back_as_it_was(text, number):
+    """booted_as writes the whole scenario (no TOML writer in the dependencies): every string
+    and number a scenario may hold reads back the same."""
+    sc = scenario.load("faults")
+    wild = dataclasses.replace(
+        sc, name=text or "x", description=text,
+        workloads=(dataclasses.replace(sc.workloads[0], options={text: text, "n": number}),
+                   scenario.Workload(name=text or "x", gpus=(), command=(text or "x", text))))
+    again = scenario.loads(scenario.to_toml(wild), source=sc.source)
+    assert again == wild
 
 
 @pytest.mark.parametrize("instance_type", ['g5.xlarge"\n[gpu]', "", "a b", "x" * 65])

@@ -20,6 +20,7 @@ from mlcost_tui.demo import EmbeddedDaemon, snapshots_folder
 from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
+from pricing.catalog import Catalog, catalog_accelerator
 
 pytestmark = pytest.mark.xdist_group("serial")  # a whole demo host: eight GPUs, five workloads
 
@@ -147,6 +148,20 @@ async def test_a_resizes_the_demo_host_on_the_simulated_ec2_and_snapshots_stay(d
         now = app.shown_host.now
         assert now.price is not None and now.price.per_hour == pytest.approx(
             rec.action["to_price_per_hour"], rel=1e-3)
+        # with the new type's GPUs (they stayed the scenario's 8 A100s, and the new price was
+        # spread over 8), each priced at its share of the type's price
+        offer = Catalog.load().by_instance("aws", target, "us-east-1")
+        assert offer is not None
+        await pilot_wait_for(pilot, lambda: shown_type(app) == target
+                             and app.shown_host.now.gpus, 60, "the rebooted host's GPUs")
+        now = app.shown_host.now
+        assert [(g.index, catalog_accelerator(g.name)) for g in now.gpus] == [
+            (i, offer.accelerator) for i in range(offer.accelerator_count)]
+        async with Client(demo.target) as client:
+            raw = await client.now_raw()
+        assert raw["price"]["gpu_count"] == offer.accelerator_count
+        assert raw["price"]["per_gpu_per_hour"] == pytest.approx(
+            now.price.per_hour / offer.accelerator_count)
         header = str(app.query_one(HeaderPanel).render())
         assert target in header and "p4d.24xlarge" not in header
         assert f"${now.price.per_hour:.2f}/h" in header

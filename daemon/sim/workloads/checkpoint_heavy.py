@@ -15,6 +15,9 @@ from daemon.sim.device import Device
 from daemon.sim.workloads import _common
 
 GIB = 1 << 30
+# What it holds on each of its GPUs unless --memory-gib says (daemon.sim.scenario.resized
+# places the workloads of a resized host by it).
+MEMORY_GIB = 26.0
 MIB = 1 << 20
 
 
@@ -84,7 +87,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, rng: random.Random, size_mib: int
 
 def main() -> None:
     p = _common.parser(__doc__ or "")
-    p.add_argument("--memory-gib", type=float, default=26.0)
+    p.add_argument("--memory-gib", type=float, default=MEMORY_GIB)
     p.add_argument("--step-seconds", type=float, default=0.25)
     p.add_argument("--sm", type=float, default=0.85)
     p.add_argument("--steps-per-checkpoint", type=int, default=10)

@@ -21,6 +21,9 @@ from daemon.sim.device import Device
 from daemon.sim.workloads import _common
 
 GIB = 1 << 30
+# What it holds on each of its GPUs unless --memory-gib says (daemon.sim.scenario.resized
+# places the workloads of a resized host by it).
+MEMORY_GIB = 20.0
 MIB = 1 << 20
 READ_SIZE = 256 << 10
 
@@ -120,7 +123,7 @@ def train_step(dev: Device, batch: int, step_seconds: float, sm: float) -> None:
 
 def main() -> None:
     p = _common.parser(__doc__ or "")
-    p.add_argument("--memory-gib", type=float, default=20.0)
+    p.add_argument("--memory-gib", type=float, default=MEMORY_GIB)
     p.add_argument("--dataset-mib", type=int, default=96)
     p.add_argument("--batch-kib", type=int, default=2048)
     p.add_argument("--read-mbps", type=float, default=16.0, help="storage speed, MB/s per reader")

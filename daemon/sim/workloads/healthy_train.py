@@ -14,6 +14,9 @@ from daemon.sim.device import Device
 from daemon.sim.workloads import _common
 
 GIB = 1 << 30
+# What it holds on each of its GPUs unless --memory-gib says (daemon.sim.scenario.resized
+# places the workloads of a resized host by it).
+MEMORY_GIB = 30.0
 
 
 def next_batch(rng: random.Random, batch_size: int) -> bytes:
@@ -46,7 +49,7 @@ def train_rank(rank: int, gpu: int, args: object, barrier: threading.Barrier, st
 
 def main() -> None:
     p = _common.parser(__doc__ or "")
-    p.add_argument("--memory-gib", type=float, default=30.0)
+    p.add_argument("--memory-gib", type=float, default=MEMORY_GIB)
     p.add_argument("--step-seconds", type=float, default=0.25)
     p.add_argument("--sm", type=float, default=0.85)
     p.add_argument("--batch-size", type=int, default=64)

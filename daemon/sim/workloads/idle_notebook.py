@@ -12,6 +12,9 @@ from daemon.sim.device import Device
 from daemon.sim.workloads import _common
 
 GIB = 1 << 30
+# What it holds on each of its GPUs unless --memory-gib says (daemon.sim.scenario.resized
+# places the workloads of a resized host by it).
+MEMORY_GIB = 12.0
 
 
 def load_model(dev: Device, memory_gib: float) -> None:
@@ -30,7 +33,7 @@ def wait_for_input(channel: socket.socket) -> None:
 
 def main() -> None:
     p = _common.parser(__doc__ or "")
-    p.add_argument("--memory-gib", type=float, default=12.0)
+    p.add_argument("--memory-gib", type=float, default=MEMORY_GIB)
     p.add_argument("-f", "--connection-file", help="where a front end would find the kernel")
     args = p.parse_args()
     log = _common.setup("idle_notebook")

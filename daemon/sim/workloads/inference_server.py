@@ -20,6 +20,9 @@ from daemon.sim.device import Device
 from daemon.sim.workloads import _common
 
 GIB = 1 << 30
+# What it holds on each of its GPUs unless --memory-gib says (daemon.sim.scenario.resized
+# places the workloads of a resized host by it).
+MEMORY_GIB = 18.0
 MAX_BODY = 65536
 
 
@@ -99,7 +102,7 @@ class GenerateHandler(BaseHTTPRequestHandler):
 
 def main() -> None:
     p = _common.parser(__doc__ or "")
-    p.add_argument("--memory-gib", type=float, default=18.0)
+    p.add_argument("--memory-gib", type=float, default=MEMORY_GIB)
     p.add_argument("--rate", type=float, default=50.0, help="requests per second")
     p.add_argument("--kernel-seconds", type=float, default=0.017)
     p.add_argument("--sm", type=float, default=0.12)
