@@ -214,17 +214,30 @@ _TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 def booted_as(name_or_path: str | os.PathLike[str], instance_type: str) -> str:
     """The scenario's TOML as the simulated host boots after a resize (the runbook stopped it,
-    changed its type to `instance_type`, started it): see resized() for what changes. A file of
-    this text in a folder, named as the scenario (its GPU UUIDs follow the name), is what
-    `--simulate` then runs. Raises ScenarioError."""
+    changed its type to `instance_type`, started it): see resized() for what changes; the rest
+    of the file stays as written. A file of this text in a folder, named as the scenario (its
+    GPU UUIDs follow the name), is what `--simulate` then runs. Raises ScenarioError."""
+    import tomli_w
+
     text, path = _read(name_or_path)
     before = loads(text, source=str(path), default_name=path.stem)
     if _TYPE_NAME.fullmatch(instance_type) is None:
         raise ScenarioError(str(path), "instance.type", instance_type, "an instance type name")
     after = resized(before, instance_type)
-    booted = to_toml(after)
-    # it reads back as written (a text compare: a nan in the file is not equal to itself)
-    assert to_toml(loads(booted, source=str(path), default_name=path.stem)) == booted
+    data = tomllib.loads(text)
+    data["description"] = after.description
+    data.setdefault("instance", {})["type"] = instance_type
+    data["gpu"] = {key: getattr(after.gpu, key) for key in
+                   ("model", "count", "memory_gib", "power_idle_w", "power_max_w", "gpm")}
+    for raw, placed_on in zip(data.get("workloads", []), after.workloads, strict=True):
+        raw["gpus"] = list(placed_on.gpus)
+    if "faults" in data:  # (resized() keeps those of the host and of the GPUs left)
+        data["faults"] = [f for f in data["faults"] if f.get("gpu") is None
+                          or f["gpu"] < after.gpu.count]
+    booted = tomli_w.dumps(data)
+    again = loads(booted, source=str(path), default_name=path.stem)
+    assert (again.instance, again.gpu, again.workloads) == (
+        after.instance, after.gpu, after.workloads)
     return booted
 
 
@@ -316,63 +329,6 @@ def workload_memory_gib(w: Workload) -> float:
         return 0.0
     module = importlib.import_module(f"{WORKLOAD_PACKAGE}.{w.program}")
     return float(getattr(module, "MEMORY_GIB", 0.0))
-
-
-def to_toml(sc: Scenario) -> str:
-    """`sc` as a scenario file: loads() of it gives `sc` again (but its source)."""
-    lines = [f"name = {_toml(sc.name)}", f"description = {_toml(sc.description)}", "",
-             "[instance]"]
-    for key in ("provider", "type", "region", "lifecycle"):
-        lines.append(f"{key} = {_toml(getattr(sc.instance, key))}")
-    lines += ["", "[gpu]"]
-    for key in ("model", "count", "memory_gib", "power_idle_w", "power_max_w", "gpm"):
-        lines.append(f"{key} = {_toml(getattr(sc.gpu, key))}")
-    for w in sc.workloads:
-        lines += ["", "[[workloads]]", f"name = {_toml(w.name)}"]
-        if w.program is not None:
-            lines.append(f"program = {_toml(w.program)}")
-        if w.command is not None:
-            lines.append(f"command = {_toml(list(w.command))}")
-        lines.append(f"gpus = {_toml(list(w.gpus))}")
-        if w.options:
-            lines.append(f"options = {_toml(w.options)}")
-    for f in sc.faults:
-        lines += ["", "[[faults]]", f"kind = {_toml(f.kind)}"]
-        if f.kind == "missing_symbol":
-            lines.append(f"symbols = {_toml(list(f.symbols))}")
-            continue
-        if f.gpu is not None:
-            lines.append(f"gpu = {f.gpu}")
-        for key, value, default in (("at", f.at, 0.0), ("until", f.until, None),
-                                    ("at_tick", f.at_tick, 0), ("until_tick", f.until_tick, None)):
-            if value != default:
-                lines.append(f"{key} = {_toml(value)}")
-        if f.kind in ("not_supported", "in_use"):
-            lines.append(f"calls = {_toml(list(f.symbols))}")
-        elif f.kind == "hang":
-            lines += [f"call = {_toml(f.symbol)}", f"seconds = {_toml(f.seconds)}"]
-    return "\n".join(lines) + "\n"
-
-
-_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-
-
-def _toml(value: Any) -> str:
-    """A TOML value: a string, a number, a boolean, an array or an inline table of them."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)  # 1.5, 1e-05, inf and nan are TOML's spellings too
-    if isinstance(value, str):
-        escaped = "".join(
-            _TOML_ESCAPES.get(ch) or (f"\\u{ord(ch):04x}" if ch < " " or ch == "\x7f" else ch)
-            for ch in value)
-        return f'"{escaped}"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"no TOML value for {value!r}")
 
 
 def _read(name_or_path: str | os.PathLike[str]) -> tuple[str, Path]:
