@@ -639,10 +639,11 @@ def _watched_by_observer(threads: Sequence[ThreadStack], main: ThreadStack,
         if frame is None:
             continue
         name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+        # the thread's name (the process's text) inside the parentheses: kinds reads the head
         return Classification(
-            IDLE, f"{JOB_WAIT} from a folder it watches with watchdog: its observer's thread "
-            f"{name!r} ({_where(frame)}) waits for a file to land while the main thread waits"
-            + (f" ({_where(responsible)})" if responsible is not None else ""), responsible)
+            IDLE, f"{JOB_WAIT} from a folder it watches with watchdog (its observer's thread "
+            f"{name!r}, {_where(frame)}, waits for a file to land while the main thread waits"
+            + (f" at {_where(responsible)})" if responsible is not None else ")"), responsible)
     return None
 
 

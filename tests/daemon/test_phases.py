@@ -2015,7 +2015,7 @@ def test_a_main_thread_beside_a_watchdog_observer_waits_for_its_next_file():
                          source_line=lambda f: "time.sleep(1)", signals=HostSignals(**QUIET))
         assert found.phase == "idle", found
         assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from a folder it watches with "
-                                       "watchdog: its observer's thread "), found
+                                       "watchdog (its observer's thread "), found
         assert found.frame is not None and found.frame.filename == "/srv/tagger.py"
     alone = classify(threads(WATCHDOG_MAIN), gpu_busy=False, source_line=no_source,
                      signals=HostSignals(**QUIET))
