@@ -172,7 +172,7 @@ _INOTIFY = ("import ctypes, ctypes.util, os; "
 
 def test_blocked_read_names_an_inotify_wait_and_a_loop_that_a_timer_wakes_soon(tmp_path):
     """A main thread blocked reading an inotify descriptor, or in an epoll wait (the selectors
-    module) whose epoll holds one, reads INOTIFY; an asyncio loop awaiting asyncio.sleep(1)
+    module, an asyncio loop's add_reader) whose epoll holds one, reads INOTIFY; an asyncio loop awaiting asyncio.sleep(1)
     TIMER_WAKES; a loop awaiting an Event nothing sets (no timer), or asyncio.sleep(3600),
     None; and a selectors wait of 5 s on a socket (no inotify) TIMER_WAKES."""
     folder = str(tmp_path)
@@ -181,6 +181,12 @@ def test_blocked_read_names_an_inotify_wait_and_a_loop_that_a_timer_wakes_soon(t
         "selector": (INOTIFY, _child(
             _INOTIFY.format(folder=folder) + "import selectors; s = selectors.DefaultSelector(); "
             "s.register(fd, selectors.EVENT_READ)\nwhile True: s.select(timeout=30)")),
+        # asyncinotify's way: the loop's epoll holds the descriptor (add_reader), and a timer
+        # due within a minute does not hide it
+        "asyncio reader": (INOTIFY, _child(
+            _INOTIFY.format(folder=folder) + "import asyncio\nasync def main():\n"
+            "    asyncio.get_running_loop().add_reader(fd, print)\n"
+            "    while True: await asyncio.sleep(1)\nasyncio.run(main())")),
         "asyncio poll": (TIMER_WAKES, _child(
             "import asyncio\nasync def main():\n    while True: await asyncio.sleep(1)\n"
             "asyncio.run(main())")),
