@@ -63,6 +63,7 @@ from daemon.analysis.stack_rules import (
     SQS_RECEIVE_CALL,
     STOPPED,
     STREAM_BLOCK_CALL,
+    TIMER_WAIT,
     WAIT,
     WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
@@ -70,6 +71,7 @@ from daemon.analysis.stack_rules import (
     awaited_answer,
     event_loop_wait,
     first_match,
+    folder_watcher,
     future_wait,
     is_child_wait,
     is_handoff_wait,
@@ -83,6 +85,7 @@ from daemon.analysis.stack_rules import (
     user_frame,
 )
 from daemon.sources.frames import Frame, ThreadStack, main_thread
+from daemon.sources.proc_state import ANONYMOUS_PIPE, INOTIFY, NAMED_PIPE, TIMER_WAKES
 from daemon.wire import (
     CHECKPOINT,
     COMM,
@@ -222,6 +225,8 @@ def classify(
 
     # Frames below (inner to) the innermost user frame: what the user's line called.
     called = frames[: frames.index(responsible)] if responsible is not None else frames
+    if signals is not None and signals.main_thread_reads_pipe == INOTIFY:
+        return _watches_folder(responsible, called, source_line)
     # A broker's queue read (a redis blocking pop) reads its socket too: the wait is the job's.
     io = first_match(called, IO) if first_match(called, JOB) is None else None
     if io is not None:
@@ -245,7 +250,8 @@ def classify(
                 return nothing
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
-    if (not called and signals is not None and signals.main_thread_reads_pipe is not None
+    if (not called and signals is not None
+            and signals.main_thread_reads_pipe in (NAMED_PIPE, ANONYMOUS_PIPE)
             and not _calls(responsible, PROMPT_CALL, source_line)):
         return _reads_pipe(signals.main_thread_reads_pipe, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
@@ -292,11 +298,19 @@ def classify(
     child = next((f for f in reversed(called) if is_child_wait(f)), None)
     if child is not None and not busy_elsewhere:
         return _waits_for_child(child, responsible, signals)
+    if thread is not None and not thread.active and not busy_elsewhere:
+        watched = _watched_by_observer(threads, thread, responsible)
+        if watched is not None:
+            return watched
     if wait is not None:
         if busy_elsewhere and wait[0].kind in (WAIT, JOB):
             return _said(wait, responsible, "GPU busy meanwhile: its work runs in another "
                                             "thread while the main thread waits",
                          phase=COMPUTE)
+        if wait[0].kind == WAIT:
+            timer = _event_loop_timer(called, wait, responsible, signals)
+            if timer is not None:
+                return timer
         return _said(wait, responsible)
     if line_call is not None and line_call[0] == IDLE:
         outside = frames.index(responsible) + 1 if responsible is not None else len(frames)
@@ -596,6 +610,60 @@ def _event_loop_client(called: Sequence[Frame], wait: tuple[FrameRule, Frame],
         IDLE, f"{JOB_WAIT} in its asyncio event loop ({_where(wait[1])} under "
         f"{_where(loop)}) on {count} TCP connection{'s' if count != 1 else ''} it opened: a "
         "broker's or a job server's next message (its awaiting coroutine is in no stack)",
+        responsible)
+
+
+def _watches_folder(responsible: Frame | None, called: Sequence[Frame],
+                    source_line: SourceLine | None) -> Classification:
+    """Idle, waiting for its next job, where the main thread is blocked on an inotify
+    descriptor (`signals.main_thread_reads_pipe` is INOTIFY: a read of it, or an epoll wait
+    whose epoll holds it, read from /proc): the kernel wakes it when a file lands in a folder it
+    watches, its next job. Its line, or the select it waits in, says where."""
+    code = _code(responsible, source_line)
+    where = (f"`{code}`, {_where(responsible)}" if code and responsible is not None
+             else _where(called[0]) if called
+             else _where(responsible) if responsible is not None else "no Python frame")
+    return Classification(
+        IDLE, f"{JOB_WAIT} from a folder it watches: blocked on {INOTIFY} ({where}) until a "
+        "file lands", responsible)
+
+
+def _watched_by_observer(threads: Sequence[ThreadStack], main: ThreadStack,
+                         responsible: Frame | None) -> Classification | None:
+    """Idle, waiting for its next job, where the main thread only waits (a join, a sleep: it
+    keeps the program alive) while a watchdog observer's thread of the process
+    (FOLDER_WATCHER_THREADS) waits for a file to land in a folder it watches, whose handler runs
+    the job. None where no thread is a watchdog observer's."""
+    for other in islice((t for t in threads if t is not main), MAX_THREADS_LOOKED_AT):
+        frame = folder_watcher(other.frames)
+        if frame is None:
+            continue
+        name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+        # the thread's name (the process's text) inside the parentheses: kinds reads the head
+        return Classification(
+            IDLE, f"{JOB_WAIT} from a folder it watches with watchdog (its observer's thread "
+            f"{name!r}, {_where(frame)}, waits for a file to land while the main thread waits"
+            + (f" at {_where(responsible)})" if responsible is not None else ")"), responsible)
+    return None
+
+
+def _event_loop_timer(called: Sequence[Frame], wait: tuple[FrameRule, Frame],
+                      responsible: Frame | None,
+                      signals: HostSignals | None) -> Classification | None:
+    """Idle, waiting in its asyncio event loop (no notebook kernel's: event_loop_wait) for a
+    timer due within a minute (`signals.main_thread_reads_pipe` is TIMER_WAKES: its epoll
+    wait's timeout, read from /proc): a coroutine that awaits asyncio.sleep between looks at
+    something (a folder, a file, a queue through a thread) wakes it, or a stalled job's
+    heartbeat does. TIMER_WAIT, which rules/idle.py looks at first rather than stop. None for
+    a loop that waits with no timer or a longer one (a stalled `await event.wait()`, `await
+    asyncio.sleep(3600)`)."""
+    loop = event_loop_wait(called)
+    if loop is None or signals is None or signals.main_thread_reads_pipe != TIMER_WAKES:
+        return None
+    return Classification(
+        IDLE, f"{TIMER_WAIT} ({_where(wait[1])} under {_where(loop)}: {TIMER_WAKES}, read "
+        "from /proc): a coroutine that sleeps between looks at something (a folder, a file, a "
+        "queue), or a stalled job's heartbeat; its awaiting coroutine is in no stack",
         responsible)
 
 

@@ -85,6 +85,12 @@ JOB_WAIT = "waiting for its next job"
 # first (a server waiting so is a server, and never reaches that rule).
 FD_WAIT = "waiting on its sockets or pipes (select/poll)"
 FD_WAITS = (FD_WAIT, "waiting in select", "waiting in the asyncio event loop")
+# A main thread waiting in an asyncio event loop that a timer wakes within a minute (its epoll
+# wait's timeout, daemon.sources.proc_state.TIMER_WAKES), with no connection it opened: a
+# coroutine polls for something between `await asyncio.sleep(...)`s (a folder, a file, a queue
+# through a thread), or keeps a heartbeat in a stalled job; py-spy shows no coroutine to tell
+# which. Never a process to stop on sight (rules/idle.py looks first); not a job wait either.
+TIMER_WAIT = "waiting in its asyncio event loop for a timer due within a minute"
 # A process stopped by a signal (state T: Ctrl-Z, SIGSTOP), as the phase reason says it: nothing
 # of it runs until it is continued, whatever it did before the stop (rules/idle.py: no "between
 # batches" look for it; its SIGTERM is followed by SIGCONT, daemon.api.actions).
@@ -565,6 +571,23 @@ def future_wait(frames: Sequence[Frame]) -> Frame | None:
 def is_process_pool_thread(frames: Sequence[Frame]) -> bool:
     """A ProcessPoolExecutor's own thread in its owner's process (PROCESS_POOL_THREADS)."""
     return any(_is(f, file, name) for f in frames for file, name in PROCESS_POOL_THREADS)
+
+
+# A folder watched with the watchdog library: its observer's threads (the emitter, for every
+# backend: inotify, polling, kqueue, FSEvents; and the dispatcher that runs the handlers) wait
+# for a file to land while the main thread only keeps the program alive (observer.join(1), a
+# sleep loop), as watchdog's documentation shows.
+FOLDER_WATCHER_THREADS: tuple[tuple[str, str], ...] = (
+    ("*/watchdog/observers/api.py", "EventEmitter.run"),
+    ("*/watchdog/observers/api.py", "*.dispatch_events"),
+)
+
+
+def folder_watcher(frames: Sequence[Frame]) -> Frame | None:
+    """The frame of `frames` that says a thread is a watchdog observer's
+    (FOLDER_WATCHER_THREADS); None where none does."""
+    return next((f for f in frames
+                 if any(_is(f, file, name) for file, name in FOLDER_WATCHER_THREADS)), None)
 
 
 def is_child_wait(frame: Frame) -> bool:

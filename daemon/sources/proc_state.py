@@ -48,10 +48,26 @@ SYSCALL_NAMES_AARCH64 = {
 }
 # The reads in which a thread blocks on a pipe's next bytes.
 PIPE_READ_CALLS = frozenset({"read", "readv"})
+# The epoll waits whose epoll descriptor is their first argument and whose timeout in
+# milliseconds (an int; -1: none) is their fourth, on x86_64 and aarch64 alike (epoll_pwait2
+# takes a timespec's address instead: its timeout is not read).
+EPOLL_WAIT_CALLS = frozenset({"epoll_wait", "epoll_pwait"})
 # What blocked_read says of the descriptor a main thread waits on (never its path: the name of a
 # user's file is the user's data).
 NAMED_PIPE = "a named pipe (FIFO)"
 ANONYMOUS_PIPE = "a pipe"
+# An inotify descriptor (/proc/PID/fd/N -> anon_inode:inotify): the kernel's report of changes
+# in the folders it watches (a hand-written inotify loop, inotify_simple, asyncinotify), read
+# directly or through an epoll that holds it (/proc/PID/fdinfo of the epoll: its `tfd:` lines).
+INOTIFY = "an inotify descriptor"
+# An epoll wait (an asyncio event loop's, the selectors module's) with a timeout of at most
+# TIMER_WAKES_MAX_MS: the thread wakes on a timer within that, whatever comes on its
+# descriptors. A loop that awaits asyncio.sleep(1) between looks at a folder waits so; a stalled
+# `await event.wait()` waits with no timeout (-1), a stalled `await asyncio.sleep(3600)` with an
+# hour's. No figure: a stack's most frequent reason is the one shown.
+TIMER_WAKES = "an epoll wait that a timer ends within a minute"
+TIMER_WAKES_MAX_MS = 60_000
+_INT32 = 1 << 32
 SYSCALL_NAMES = {"x86_64": SYSCALL_NAMES_X86_64, "amd64": SYSCALL_NAMES_X86_64,
                  "aarch64": SYSCALL_NAMES_AARCH64, "arm64": SYSCALL_NAMES_AARCH64}
 _THIS_MACHINE = os.uname().machine
@@ -163,11 +179,18 @@ def read_facts(pid: int, proc_root: str = "/proc") -> ProcFacts | None:
 
 
 def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
-    """What the main thread of `pid` is blocked reading, where that is a pipe: NAMED_PIPE (a
-    FIFO in the file system, which a scheduler or a feeder writes jobs into) or ANONYMOUS_PIPE
-    (its stdin from a parent, say). None where it is not blocked in a read (PIPE_READ_CALLS),
-    reads something else (a file, a socket, a terminal), or /proc would not say (no ptrace
-    access: /proc/PID/syscall is PTRACE_MODE_ATTACH, as py-spy needs)."""
+    """What the main thread of `pid` is blocked waiting to read, where /proc tells:
+
+    - in a read (PIPE_READ_CALLS) of a pipe: NAMED_PIPE (a FIFO in the file system, which a
+      scheduler or a feeder writes jobs into) or ANONYMOUS_PIPE (its stdin from a parent, say);
+    - in a read of an inotify descriptor, or an epoll wait (EPOLL_WAIT_CALLS) whose epoll holds
+      one: INOTIFY (it waits for a file to appear in a folder it watches);
+    - in any other epoll wait with a timeout of at most TIMER_WAKES_MAX_MS: TIMER_WAKES (a
+      timer wakes it soon: a loop that polls, or a heartbeat).
+
+    None where it is not blocked in one of those, reads something else (a file, a socket, a
+    terminal), waits with no timeout or a longer one, or /proc would not say (no ptrace access:
+    /proc/PID/syscall is PTRACE_MODE_ATTACH, as py-spy needs)."""
     fields = (_read(f"{proc_root}/{pid}/syscall", 256) or "").split()
     if len(fields) < 2:
         return None
@@ -175,13 +198,50 @@ def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
         number, fd = int(fields[0]), int(fields[1], 16)
     except ValueError:
         return None
-    if number < 0 or syscall_name(number) not in PIPE_READ_CALLS or not 0 <= fd < 1 << 31:
+    if number < 0 or not 0 <= fd < 1 << 31:
+        return None
+    call = syscall_name(number)
+    if call in EPOLL_WAIT_CALLS:
+        return _epoll_wait(pid, fd, fields, proc_root)
+    if call not in PIPE_READ_CALLS:
         return None
     link = f"{proc_root}/{pid}/fd/{fd}"
     try:
+        target = os.readlink(link)
+        if target == "anon_inode:inotify":
+            return INOTIFY
         if not stat.S_ISFIFO(os.stat(link).st_mode):
             return None
-        target = os.readlink(link)
     except (OSError, ValueError):
         return None
     return ANONYMOUS_PIPE if target.startswith("pipe:[") else NAMED_PIPE
+
+
+MAX_EPOLL_FDS_READ = 64  # the descriptors of an epoll looked at for an inotify one
+
+
+def _epoll_wait(pid: int, epoll_fd: int, fields: list[str], proc_root: str) -> str | None:
+    """INOTIFY where the epoll `epoll_fd` of `pid` holds an inotify descriptor; else
+    TIMER_WAKES where the wait's timeout (`fields`: /proc/PID/syscall's, the fourth argument,
+    an int in its register's low 32 bits) is 0 < t <= TIMER_WAKES_MAX_MS; else None."""
+    info = _read(f"{proc_root}/{pid}/fdinfo/{epoll_fd}", 16384) or ""
+    # one `tfd: N events: ...` line per descriptor in the epoll (fs/eventpoll.c)
+    targets = [line.split()[1] for line in info.splitlines() if line.startswith("tfd:")
+               and len(line.split()) > 1]
+    for target in targets[:MAX_EPOLL_FDS_READ]:
+        if not target.isdigit():
+            continue
+        try:
+            if os.readlink(f"{proc_root}/{pid}/fd/{target}") == "anon_inode:inotify":
+                return INOTIFY
+        except OSError:
+            continue
+    if len(fields) < 5:
+        return None
+    try:
+        timeout = int(fields[4], 16) % _INT32
+    except ValueError:
+        return None
+    if timeout >= _INT32 // 2:
+        return None  # negative: no timeout
+    return TIMER_WAKES if 0 < timeout <= TIMER_WAKES_MAX_MS else None

@@ -186,6 +186,12 @@ def test_job_wait_markers_name_where_from_in_our_words_only():
         f"{JOB_WAIT} in its asyncio event loop (select in selectors.py under ...)":
             "job_wait:asyncio",
         f"{JOB_WAIT} from its multiprocessing Pool's task queue": "job_wait:pool",
+        f"{JOB_WAIT} from a folder it watches: blocked on an inotify descriptor (`os.read(fd, "
+        "4096)  # SQS pipe`, ocr.py:78 main) until a file lands": "job_wait:folder",
+        f"{JOB_WAIT} from a folder it watches with watchdog (its observer's thread 'redis SQS "
+        "pipe', api.py:475 BaseObserver.dispatch_events, waits ...)": "job_wait:folder",
+        "waiting in its asyncio event loop for a timer due within a minute (selectors.py:468 "
+        "EpollSelector.select ...)": None,
         f"{JOB_WAIT} somewhere new": "job_wait:queue",
         "reading a pipe (`for line in jobs:`)": None,
         "waiting in select": None,

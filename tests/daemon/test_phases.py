@@ -22,6 +22,7 @@ from daemon.analysis.host_signals import HostSignals, cpu_demand
 from daemon.analysis.phase_balance import SampleTally, StackSample, phase_balance, sample_split
 from daemon.analysis.phases import Classification, classify, waits_on_data_queue
 from daemon.analysis.source_lines import read_source_line, source_reader
+from daemon.sources import proc_state
 from daemon.sources.stacks import (
     DumpResult,
     Frame,
@@ -1960,3 +1961,97 @@ def test_live_loop_fed_by_a_multiprocessing_pool_waits_for_data_not_idle():
     finally:
         _stop(proc)
 
+
+
+# The dumps of tests/daemon/workloads' folder watchers (py-spy 0.4, Python 3.11, watchdog 7.1):
+# a main thread joining watchdog's observer (its documented loop), and the observer's threads.
+WATCHDOG_MAIN = [(f"{STDLIB}/threading.py", "Thread._wait_for_tstate_lock", 1139),
+                 (f"{STDLIB}/threading.py", "Thread.join", 1123),
+                 ("/srv/tagger.py", "main", 58), ("/srv/tagger.py", "<module>", 65)]
+WATCHDOG_THREADS = [
+    ([(f"{SITE_PACKAGES}/watchdog/observers/inotify_c.py", "InotifyFD._check_inotify_fd", 479),
+      (f"{SITE_PACKAGES}/watchdog/observers/inotify_c.py", "InotifyFD._read_event_buffer", 499),
+      (f"{SITE_PACKAGES}/watchdog/observers/inotify_c.py", "InotifyFD.run", 340),
+      (f"{STDLIB}/threading.py", "Thread._bootstrap_inner", 1045)], False),
+    ([(f"{STDLIB}/threading.py", "Condition.wait", 327),
+      (f"{STDLIB}/queue.py", "Queue.get", 171),
+      (f"{SITE_PACKAGES}/watchdog/observers/api.py", "BaseObserver.dispatch_events", 475),
+      (f"{SITE_PACKAGES}/watchdog/observers/api.py", "EventDispatcher.run", 248),
+      (f"{STDLIB}/threading.py", "Thread._bootstrap_inner", 1045)], False)]
+QUIET = dict(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+             main_thread_woke=False, connections_opened=0)
+
+
+def test_a_main_thread_blocked_on_an_inotify_descriptor_waits_for_its_next_file():
+    """A worker blocked reading its inotify descriptor (os.read in C: no frame below its line)
+    read "reading" (data wait: the prefetch patch); one in selectors.select on it, "waiting in
+    select" (the SIGTERM). /proc says the descriptor is inotify (INOTIFY): its next file."""
+    quiet = HostSignals(**QUIET, main_thread_reads_pipe=proc_state.INOTIFY)
+    line = "for name in names(os.read(fd, 65536)):"
+    read = [("/srv/ocr.py", "main", 78), ("/srv/ocr.py", "<module>", 83)]
+    selected = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468), *read]
+    for stack in (read, selected):
+        found = classify(threads(stack), gpu_busy=False, source_line=lambda f: line,
+                         repeated_leaf=True, signals=quiet)
+        assert found.phase == "idle", found
+        assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from a folder it watches: "
+                                       f"blocked on {proc_state.INOTIFY} (`{line}`"), found
+        assert found.frame == Frame("main", "/srv/ocr.py", 78)
+    # a pipe's read is still a pipe's, and a read /proc says nothing of stays what its line says
+    for said in (None, proc_state.TIMER_WAKES):
+        found = classify(threads(read), gpu_busy=False, source_line=lambda f: line,
+                         signals=HostSignals(**QUIET, main_thread_reads_pipe=said))
+        assert "folder" not in found.reason and found.phase == "data_wait", (said, found)
+
+
+def test_a_main_thread_beside_a_watchdog_observer_waits_for_its_next_file():
+    """watchdog's observer runs the handler in its thread while the main thread joins it:
+    "waiting in Thread.join" (the SIGTERM). With a watchdog observer's thread in the process,
+    its next file; without one, the same join stays idle and no job wait; a main thread that
+    computes is not waiting."""
+    for main, others in ((WATCHDOG_MAIN, WATCHDOG_THREADS),
+                         ([("/srv/tagger.py", "main", 60)], WATCHDOG_THREADS[1:])):
+        found = classify(threads(main, *others), gpu_busy=False,
+                         source_line=lambda f: "time.sleep(1)", signals=HostSignals(**QUIET))
+        assert found.phase == "idle", found
+        assert found.reason.startswith(f"{stack_rules.JOB_WAIT} from a folder it watches with "
+                                       "watchdog (its observer's thread "), found
+        assert found.frame is not None and found.frame.filename == "/srv/tagger.py"
+    alone = classify(threads(WATCHDOG_MAIN), gpu_busy=False, source_line=no_source,
+                     signals=HostSignals(**QUIET))
+    assert alone.phase == "idle" and not alone.reason.startswith(stack_rules.JOB_WAIT), alone
+    busy = classify(threads(WATCHDOG_MAIN, *WATCHDOG_THREADS), gpu_busy=False,
+                    source_line=no_source, busy_elsewhere=True, signals=HostSignals(**QUIET))
+    assert busy.phase == "compute", busy
+    computing = dataclasses.replace(HostSignals(**QUIET), main_thread_cpu=0.9)
+    found = classify(threads(WATCHDOG_MAIN, *WATCHDOG_THREADS), gpu_busy=False,
+                     source_line=no_source, signals=computing)
+    assert found.phase == "host_preprocess", found
+
+
+def test_an_asyncio_loop_that_a_timer_wakes_soon_is_a_timer_wait_not_a_job_wait():
+    """An asyncio inbox poller (`await asyncio.sleep(1)` between listings) and a stalled
+    asyncio job both showed the loop's select alone: "waiting in select", the SIGTERM. A loop
+    whose epoll wait a timer ends within a minute (TIMER_WAKES, from /proc) is TIMER_WAIT,
+    which the rules look at first; one with no timer or a longer one (a stalled
+    `await event.wait()`, `await asyncio.sleep(3600)`: None) stays idle in select, and so does
+    a notebook kernel's loop with a timer."""
+    timer = HostSignals(**QUIET, main_thread_reads_pipe=proc_state.TIMER_WAKES)
+    found = classify(threads(ASYNC_LOOP), gpu_busy=False, source_line=no_source, signals=timer)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.TIMER_WAIT), found
+    assert not found.reason.startswith(stack_rules.JOB_WAIT)
+    assert found.frame == Frame("main", "/home/me/worker.py", 42)
+    kernel = [*ASYNC_LOOP[:6], (f"{SITE_PACKAGES}/tornado/platform/asyncio.py",
+                                "BaseAsyncIOLoop.start", 205),
+              (f"{SITE_PACKAGES}/ipykernel/kernelapp.py", "IPKernelApp.start", 739),
+              *ASYNC_LOOP[6:]]
+    for stack, said in ((ASYNC_LOOP, None), (kernel, proc_state.TIMER_WAKES)):
+        found = classify(threads(stack), gpu_busy=False, source_line=no_source,
+                         signals=HostSignals(**QUIET, main_thread_reads_pipe=said))
+        assert found.phase == "idle", found
+        assert not found.reason.startswith((stack_rules.TIMER_WAIT, stack_rules.JOB_WAIT)), found
+    # a plain selectors loop (no asyncio) with a timer: what its frames say, as before
+    plain = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468), ("/srv/x.py", "main", 9)]
+    found = classify(threads(plain), gpu_busy=False, source_line=no_source, signals=timer)
+    assert not found.reason.startswith(stack_rules.TIMER_WAIT), found

@@ -21,7 +21,9 @@ from daemon.analysis.proc_phases import classify_from_proc, where
 from daemon.sources.frames import Frame, stack_hash
 from daemon.sources.proc_state import (
     ANONYMOUS_PIPE,
+    INOTIFY,
     NAMED_PIPE,
+    TIMER_WAKES,
     ProcFacts,
     blocked_read,
     may_trace,
@@ -157,6 +159,61 @@ def test_blocked_read_names_a_pipe_or_a_named_pipe_and_nothing_else(tmp_path):
     finally:
         os.close(writer)
         for child in children.values():
+            child.kill()
+            child.wait()
+
+
+# A folder watched with inotify through ctypes, as a program without a dependency does it.
+_INOTIFY = ("import ctypes, ctypes.util, os; "
+            "libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True); "
+            "fd = libc.inotify_init1(0); "
+            "assert libc.inotify_add_watch(fd, os.fsencode({folder!r}), 0x88) >= 0; ")
+
+
+def test_blocked_read_names_an_inotify_wait_and_a_loop_that_a_timer_wakes_soon(tmp_path):
+    """A main thread blocked reading an inotify descriptor, or in an epoll wait (the selectors
+    module, an asyncio loop's add_reader) whose epoll holds one, reads INOTIFY; an asyncio loop awaiting asyncio.sleep(1)
+    TIMER_WAKES; a loop awaiting an Event nothing sets (no timer), or asyncio.sleep(3600),
+    None; and a selectors wait of 5 s on a socket (no inotify) TIMER_WAKES."""
+    folder = str(tmp_path)
+    children = {
+        "read": (INOTIFY, _child(_INOTIFY.format(folder=folder) + "os.read(fd, 4096)")),
+        "selector": (INOTIFY, _child(
+            _INOTIFY.format(folder=folder) + "import selectors; s = selectors.DefaultSelector(); "
+            "s.register(fd, selectors.EVENT_READ)\nwhile True: s.select(timeout=30)")),
+        # asyncinotify's way: the loop's epoll holds the descriptor (add_reader), and a timer
+        # due within a minute does not hide it
+        "asyncio reader": (INOTIFY, _child(
+            _INOTIFY.format(folder=folder) + "import asyncio\nasync def main():\n"
+            "    asyncio.get_running_loop().add_reader(fd, print)\n"
+            "    while True: await asyncio.sleep(1)\nasyncio.run(main())")),
+        "asyncio poll": (TIMER_WAKES, _child(
+            "import asyncio\nasync def main():\n    while True: await asyncio.sleep(1)\n"
+            "asyncio.run(main())")),
+        "asyncio event": (None, _child(
+            "import asyncio\nasync def main(): await asyncio.Event().wait()\n"
+            "asyncio.run(main())")),
+        "asyncio hour": (None, _child(
+            "import asyncio; asyncio.run(asyncio.sleep(3600))")),
+        "socket select": (TIMER_WAKES, _child(
+            "import selectors, socket; a, b = socket.socketpair(); "
+            "s = selectors.DefaultSelector(); s.register(a, selectors.EVENT_READ)\n"
+            "while True: s.select(timeout=5)")),
+    }
+    try:
+        for said, (wanted, child) in children.items():
+            def waits(child: subprocess.Popen[bytes] = child) -> bool:
+                facts = read_facts(child.pid)
+                return facts is not None and facts.syscall in ("read", "epoll_wait",
+                                                               "epoll_pwait")
+
+            poll(waits, 30, f"pid {child.pid} blocked ({said})",
+                 explain=lambda child=child: f"{read_facts(child.pid)}")
+            poll(lambda child=child, wanted=wanted: blocked_read(child.pid) == wanted, 30,
+                 f"pid {child.pid} ({said}) read as {wanted}",
+                 explain=lambda child=child: f"{blocked_read(child.pid)} {read_facts(child.pid)}")
+    finally:
+        for _, child in children.values():
             child.kill()
             child.wait()
 

@@ -569,6 +569,32 @@ def test_a_job_blocked_on_a_lock_is_never_offered_sigterm():
     assert any("/proc/locks" in c for c in rec.action["commands"])
 
 
+def test_an_asyncio_loop_that_a_timer_wakes_is_looked_at_first_a_notebook_is_not():
+    """An asyncio inbox poller between `await asyncio.sleep(1)`s, its loop's select alone in
+    its stacks, was offered SIGTERM; its reason now says a timer wakes the loop (TIMER_WAIT):
+    look at what it awaits first. A notebook whose loop has a timer keeps its SIGTERM, and so
+    does a loop waiting in select with no timer (a stalled `await event.wait()`)."""
+    from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
+    from daemon.analysis.stack_rules import TIMER_WAIT
+
+    s = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python transcribe.py")
+    timer = idle_held_phases(s, f"{TIMER_WAIT} (selectors.py:468 EpollSelector.select ...)",
+                             idle=1.0)
+    [rec] = by_rule(recs(s, timer, kinds={pid_id(s): Kind(TRAINING, 0.6, ("test",))}),
+                    "idle_gpu_held")
+    assert rec.action["kind"] == "copy_commands", rec.action
+    assert "asyncio event loop (/srv/job.py:8)" in rec.action["text"], rec.action
+    assert any("py-spy dump" in c for c in rec.action["commands"])
+    [notebook] = by_rule(recs(s, timer, kinds={pid_id(s): Kind(NOTEBOOK, 0.9, ("test",))}),
+                         "idle_gpu_held")
+    assert notebook.action["kind"] == "sigterm", notebook.action
+    stalled = idle_held_phases(s, "waiting in select (selectors.py:468 EpollSelector.select)",
+                               idle=1.0)
+    [rec] = by_rule(recs(s, stalled, kinds={pid_id(s): Kind(TRAINING, 0.6, ("test",))}),
+                    "idle_gpu_held")
+    assert rec.action["kind"] == "sigterm", rec.action
+
+
 def test_a_job_that_computed_in_the_window_gets_no_sigterm_a_notebook_does():
     """A batch job that computes 30 s then sleeps 90 s was offered SIGTERM between batches (its
     balance: compute 34%); a notebook whose cell ran, then idled, still is."""

@@ -11,8 +11,10 @@ a low-confidence idle phase (from /proc alone, where ptrace is denied: daemon.an
 proc_phases) earn a SIGTERM: /proc cannot tell a process waiting for nothing from one waiting on
 a peer, a lock or a socket that is about to answer, so it gets the look-first action too. Nor
 do stacks waiting on a lock (someone holds it) or on a child process it started (an encoder, a
-download tool: `waits_for_child`, which the child's own stacks would have to show idle), nor a
-process that computed at least
+download tool: `waits_for_child`, which the child's own stacks would have to show idle), nor
+an asyncio event loop that a timer wakes within a minute (TIMER_WAIT: a coroutine polling a
+folder or a queue between sleeps, or a stalled job's heartbeat, which no stack tells apart),
+nor a process that computed at least
 BETWEEN_BATCHES_MIN_COMPUTE of the window and is not a notebook (a job between batches: it
 works, its GPU idles between them).
 
@@ -53,6 +55,7 @@ from daemon.analysis.stack_rules import (
     JOB_WAIT,
     LOCK_WAIT,
     STOPPED,
+    TIMER_WAIT,
     waiting_stacks,
 )
 from daemon.clock import duration
@@ -236,6 +239,23 @@ def _look_first_peers(proc: ProcessWindow, where: str) -> dict[str, object]:
                          f"sudo py-spy dump --pid {proc.pid}"]}
 
 
+def _look_first_timer(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks wait in an asyncio event loop that a timer wakes within a minute (TIMER_WAIT):
+    a coroutine polling a folder, a file or a queue between sleeps, or a stalled job's
+    heartbeat; no stack shows which."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} waits in its asyncio event loop ({where}), woken by a timer "
+                    "within a minute: a coroutine may be polling for work between "
+                    "`await asyncio.sleep(...)`s (a folder, a file, a queue) or keeping a "
+                    "stalled job's heartbeat; py-spy shows no coroutine. Look at what it "
+                    "awaits before stopping it (if it is a worker waiting for files, scale the "
+                    "workers with the work instead)",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         f"ls -l /proc/{proc.pid}/fd  # the files and folders it holds open",
+                         f"sudo strace -f -tt -e trace=file -p {proc.pid}  # what it looks at "
+                         "when it wakes"]}
+
+
 def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
     """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
     (a notebook kernel may have: a cell ran, then its user left), or stopped by a signal (state
@@ -253,6 +273,9 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     if (isinstance(top, dict) and proc.kind.kind != NOTEBOOK and proc.kind.peer_connections > 0
             and str(top.get("reason", "")).startswith(FD_WAITS)):
         return _look_first_peers(proc, f"{top.get('file')}:{top.get('line')}")
+    if (isinstance(top, dict) and proc.kind.kind != NOTEBOOK
+            and str(top.get("reason", "")).startswith(TIMER_WAIT)):
+        return _look_first_timer(proc, f"{top.get('file')}:{top.get('line')}")
     if isinstance(top, dict) and str(top.get("reason", "")).startswith(STOPPED):
         # Stopped by a signal: not between batches, whatever it computed before the stop
         # (how much of the window that was depends on when the stop came)
