@@ -80,10 +80,11 @@ class HostSignals:
     # (schedstat): False, it slept throughout, in a call nothing woke (a socket read no byte
     # came to). None: not measured (no schedstat, or fewer than two readings).
     main_thread_woke: bool | None = None
-    # What its main thread is blocked reading at the stack dump, where that is a pipe
-    # (daemon.sources.proc_state.blocked_read: "a named pipe (FIFO)", "a pipe"); None: not a
-    # pipe, not blocked in a read, or not read.
-    main_thread_reads_pipe: str | None = None
+    # What its main thread is blocked waiting on at the stack dump, where /proc tells
+    # (daemon.sources.proc_state.blocked_read): a pipe (NAMED_PIPE, ANONYMOUS_PIPE), an inotify
+    # descriptor (INOTIFY), an epoll wait a timer ends within a minute (TIMER_WAKES); None:
+    # none of those, not blocked, or not read.
+    main_thread_blocked_on: str | None = None
     read_per_s: float = 0.0
     write_per_s: float = 0.0
     # CPU-seconds a second of the process and its children (waited-for ones included): the

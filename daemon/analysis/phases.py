@@ -174,7 +174,7 @@ def classify(
     thread (idle) > unknown. GPU busy: comm and eval still count as themselves (collectives and
     evaluation keep a GPU busy too); everything else is compute.
 
-    A main thread blocked reading a pipe in C (`signals.main_thread_reads_pipe`, no frame below
+    A main thread blocked reading a pipe in C (`signals.main_thread_blocked_on`, no frame below
     its line, not an input() prompt) comes right after the I/O frames: a worker waiting for its
     next job where nothing arrived, else reading input (`_reads_pipe`). A wait inside the
     subprocess module comes after the signals and before the other waiting frames: waiting for
@@ -225,7 +225,7 @@ def classify(
 
     # Frames below (inner to) the innermost user frame: what the user's line called.
     called = frames[: frames.index(responsible)] if responsible is not None else frames
-    if signals is not None and signals.main_thread_reads_pipe == INOTIFY:
+    if signals is not None and signals.main_thread_blocked_on == INOTIFY:
         return _watches_folder(responsible, called, source_line)
     # A broker's queue read (a redis blocking pop) reads its socket too: the wait is the job's.
     io = first_match(called, IO) if first_match(called, JOB) is None else None
@@ -251,9 +251,9 @@ def classify(
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
     if (not called and signals is not None
-            and signals.main_thread_reads_pipe in (NAMED_PIPE, ANONYMOUS_PIPE)
+            and signals.main_thread_blocked_on in (NAMED_PIPE, ANONYMOUS_PIPE)
             and not _calls(responsible, PROMPT_CALL, source_line)):
-        return _reads_pipe(signals.main_thread_reads_pipe, responsible, signals, source_line)
+        return _reads_pipe(signals.main_thread_blocked_on, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):
         if line_call[0] == DATA_WAIT and _calls(responsible, SOCKET_READ_CALL, source_line):
             nothing = _nothing_arriving(signals, f"`{_code(responsible, source_line)}`",
@@ -616,7 +616,7 @@ def _event_loop_client(called: Sequence[Frame], wait: tuple[FrameRule, Frame],
 def _watches_folder(responsible: Frame | None, called: Sequence[Frame],
                     source_line: SourceLine | None) -> Classification:
     """Idle, waiting for its next job, where the main thread is blocked on an inotify
-    descriptor (`signals.main_thread_reads_pipe` is INOTIFY: a read of it, or an epoll wait
+    descriptor (`signals.main_thread_blocked_on` is INOTIFY: a read of it, or an epoll wait
     whose epoll holds it, read from /proc): the kernel wakes it when a file lands in a folder it
     watches, its next job. Its line, or the select it waits in, says where."""
     code = _code(responsible, source_line)
@@ -651,14 +651,14 @@ def _event_loop_timer(called: Sequence[Frame], wait: tuple[FrameRule, Frame],
                       responsible: Frame | None,
                       signals: HostSignals | None) -> Classification | None:
     """Idle, waiting in its asyncio event loop (no notebook kernel's: event_loop_wait) for a
-    timer due within a minute (`signals.main_thread_reads_pipe` is TIMER_WAKES: its epoll
+    timer due within a minute (`signals.main_thread_blocked_on` is TIMER_WAKES: its epoll
     wait's timeout, read from /proc): a coroutine that awaits asyncio.sleep between looks at
     something (a folder, a file, a queue through a thread) wakes it, or a stalled job's
     heartbeat does. TIMER_WAIT, which rules/idle.py looks at first rather than stop. None for
     a loop that waits with no timer or a longer one (a stalled `await event.wait()`, `await
     asyncio.sleep(3600)`)."""
     loop = event_loop_wait(called)
-    if loop is None or signals is None or signals.main_thread_reads_pipe != TIMER_WAKES:
+    if loop is None or signals is None or signals.main_thread_blocked_on != TIMER_WAKES:
         return None
     return Classification(
         IDLE, f"{TIMER_WAIT} ({_where(wait[1])} under {_where(loop)}: {TIMER_WAKES}, read "

@@ -622,7 +622,7 @@ class Attribution:
         if host is not None and not thread.active:
             # What a blocked main thread reads, where it is a pipe (read right after the dump:
             # a thread blocked on a pipe stays so): a read in C leaves no Python frame.
-            host = replace(host, main_thread_reads_pipe=blocked_read(proc.pid))
+            host = replace(host, main_thread_blocked_on=blocked_read(proc.pid))
         verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,

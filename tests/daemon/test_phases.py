@@ -681,7 +681,7 @@ def test_input_on_a_pipe_is_a_prompt_waiting_for_its_user_not_a_job_wait():
     """A notebook kernel's stdin is a pipe from Jupyter: a cell's input() waits for a person
     (the corpus's notebook_cells.py --cells input), idle as before, not a queue consumer."""
     frame = Frame("ask", "/srv/cell.py", 46)
-    quiet = signals(main_thread_reads_pipe="a pipe", main_thread_woke=False, tree_cpu=0.0)
+    quiet = signals(main_thread_blocked_on="a pipe", main_thread_woke=False, tree_cpu=0.0)
     found = classify([ThreadStack(1, "MainThread", False, (frame,))], gpu_busy=False,
                      source_line=lambda f: "answer = input('Continue? [y/N] ')", signals=quiet)
     assert found.phase == "idle" and found.reason.startswith("sleeping or waiting"), found
@@ -709,14 +709,14 @@ def test_a_main_thread_blocked_reading_a_pipe_waits_for_its_next_job_or_reads_in
     was busy (a FIFO worker read so right after each job, and got host_sync's patch)."""
     frame = Frame("main", "/srv/worker.py", 27)
     threads = [ThreadStack(1, "MainThread", False, (frame,))]
-    quiet = signals(main_thread_reads_pipe="a named pipe (FIFO)", main_thread_woke=False,
+    quiet = signals(main_thread_blocked_on="a named pipe (FIFO)", main_thread_woke=False,
                     tree_cpu=0.0)
     found = classify(threads, gpu_busy=False, source_line=lambda f: line, repeated_leaf=True,
                      signals=quiet)
     assert found.phase == "idle", found
     assert found.reason.startswith(f"{stack_rules.JOB_WAIT} on a named pipe (FIFO) nothing "
                                    f"came to (`{line}`"), found
-    woke = signals(main_thread_reads_pipe="a pipe", main_thread_woke=True, tree_cpu=0.01,
+    woke = signals(main_thread_blocked_on="a pipe", main_thread_woke=True, tree_cpu=0.01,
                    gpu_busy=True)
     found = classify(threads, gpu_busy=False, source_line=lambda f: line, repeated_leaf=True,
                      signals=woke)
@@ -1986,7 +1986,7 @@ def test_a_main_thread_blocked_on_an_inotify_descriptor_waits_for_its_next_file(
     """A worker blocked reading its inotify descriptor (os.read in C: no frame below its line)
     read "reading" (data wait: the prefetch patch); one in selectors.select on it, "waiting in
     select" (the SIGTERM). /proc says the descriptor is inotify (INOTIFY): its next file."""
-    quiet = HostSignals(**QUIET, main_thread_reads_pipe=proc_state.INOTIFY)
+    quiet = HostSignals(**QUIET, main_thread_blocked_on=proc_state.INOTIFY)
     line = "for name in names(os.read(fd, 65536)):"
     read = [("/srv/ocr.py", "main", 78), ("/srv/ocr.py", "<module>", 83)]
     selected = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468), *read]
@@ -2000,7 +2000,7 @@ def test_a_main_thread_blocked_on_an_inotify_descriptor_waits_for_its_next_file(
     # a pipe's read is still a pipe's, and a read /proc says nothing of stays what its line says
     for said in (None, proc_state.TIMER_WAKES):
         found = classify(threads(read), gpu_busy=False, source_line=lambda f: line,
-                         signals=HostSignals(**QUIET, main_thread_reads_pipe=said))
+                         signals=HostSignals(**QUIET, main_thread_blocked_on=said))
         assert "folder" not in found.reason and found.phase == "data_wait", (said, found)
 
 
@@ -2036,7 +2036,7 @@ def test_an_asyncio_loop_that_a_timer_wakes_soon_is_a_timer_wait_not_a_job_wait(
     which the rules look at first; one with no timer or a longer one (a stalled
     `await event.wait()`, `await asyncio.sleep(3600)`: None) stays idle in select, and so does
     a notebook kernel's loop with a timer."""
-    timer = HostSignals(**QUIET, main_thread_reads_pipe=proc_state.TIMER_WAKES)
+    timer = HostSignals(**QUIET, main_thread_blocked_on=proc_state.TIMER_WAKES)
     found = classify(threads(ASYNC_LOOP), gpu_busy=False, source_line=no_source, signals=timer)
     assert found.phase == "idle", found
     assert found.reason.startswith(stack_rules.TIMER_WAIT), found
@@ -2048,7 +2048,7 @@ def test_an_asyncio_loop_that_a_timer_wakes_soon_is_a_timer_wait_not_a_job_wait(
               *ASYNC_LOOP[6:]]
     for stack, said in ((ASYNC_LOOP, None), (kernel, proc_state.TIMER_WAKES)):
         found = classify(threads(stack), gpu_busy=False, source_line=no_source,
-                         signals=HostSignals(**QUIET, main_thread_reads_pipe=said))
+                         signals=HostSignals(**QUIET, main_thread_blocked_on=said))
         assert found.phase == "idle", found
         assert not found.reason.startswith((stack_rules.TIMER_WAIT, stack_rules.JOB_WAIT)), found
     # a plain selectors loop (no asyncio) with a timer: what its frames say, as before
