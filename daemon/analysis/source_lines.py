@@ -10,6 +10,7 @@ it (`Credentials`, from /proc/PID/status). What is read goes through the redacto
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
 import os
@@ -64,17 +65,25 @@ def credentials(pid: int) -> Credentials | None:
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
             fields = dict(line.split(":", 1) for line in status if ":" in line)
-        uid = int(fields["Uid"].split()[3])  # real, effective, saved, filesystem
-        gids = {int(fields["Gid"].split()[3])}
-        gids.update(int(g) for g in fields.get("Groups", "").split())
+        uids = [int(u) for u in fields["Uid"].split()[:4]]  # real, effective, saved, filesystem
+        gid_fields = [int(g) for g in fields["Gid"].split()[:4]]
+        groups = [int(g) for g in fields.get("Groups", "").split()]
         caps = int(fields["CapEff"].strip(), 16)
         ours = os.stat("/proc/self/ns/user")
         theirs = os.stat(f"/proc/{pid}/ns/user")
     except (OSError, KeyError, IndexError, ValueError):
         return None
+    if len(uids) < 4 or len(gid_fields) < 4:
+        return None
+    if len(set(uids)) > 1 or len(set(gid_fields)) > 1:
+        # A set-user-ID or set-group-ID program (passwd, or one the user exec'd since its stack
+        # was dumped): its extra rights are the program's, not its user's. Its real user and
+        # group, without capabilities: what the user who started it may read.
+        return Credentials(uids[0], frozenset({gid_fields[0], *groups}), reads_anything=False)
     same_namespace = (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
     overrides = bool(caps & (1 << CAP_DAC_OVERRIDE | 1 << CAP_DAC_READ_SEARCH))
-    return Credentials(uid, frozenset(gids), reads_anything=same_namespace and overrides)
+    return Credentials(uids[3], frozenset({gid_fields[3], *groups}),
+                       reads_anything=same_namespace and overrides)
 
 
 def read_source_line(frame: Frame, reader: Credentials = ANYONE, root: str = "/") -> str | None:
@@ -104,7 +113,7 @@ def read_source_line(frame: Frame, reader: Credentials = ANYONE, root: str = "/"
         found = os.fstat(handle)
         if not stat.S_ISREG(found.st_mode) or found.st_size > FILE_LIMIT:
             return None  # not a source file anyone wrote by hand (a FIFO, a device, a folder)
-        if not _grants(handle, found, reader, READ):
+        if not _grants(handle, found, reader, READ) or _kernel_made(handle):
             return None
         key = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, frame.line)
         with _SOURCE_LINES_LOCK:
@@ -113,7 +122,12 @@ def read_source_line(frame: Frame, reader: Credentials = ANYONE, root: str = "/"
                 return _SOURCE_LINES[key]
         # Reopened through the descriptor: the file checked is the file read, never a path
         # walked again. At most FILE_LIMIT bytes (a file grown since the fstat is cut there).
-        with open(f"/proc/self/fd/{handle}", "rb") as source:
+        # O_NONBLOCK: an open that would wait for a lease its owner holds (F_SETLEASE, which
+        # the kernel breaks only after lease-break-time, 45 s) fails with EWOULDBLOCK instead;
+        # the daemon's loop waited there, and a user who retook the lease held it for good.
+        opened = os.open(f"/proc/self/fd/{handle}",
+                         os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(opened, "rb") as source:
             data = source.read(FILE_LIMIT)
         raw = next(itertools.islice(data.splitlines(keepends=True), frame.line - 1, None), b"")
         text = redact_code(raw.decode("utf-8", errors="replace")) if raw else None
@@ -202,6 +216,52 @@ def _resolve(root: str, path: str, reader: Credentials) -> int | None:
             os.close(handle)
 
 
+# Kernel-made file systems (linux/magic.h): what their files hold is made at each read, and who
+# may read it is decided at open or read time against the opener (a /proc/PID file needs ptrace
+# access to PID; /proc/kallsyms shows addresses only to a reader with CAP_SYSLOG), not by the
+# mode bits that _grants reads. Root opening one for a user would read what that user cannot.
+# A source file is never on one of them.
+KERNEL_MADE_FILE_SYSTEMS = frozenset({
+    0x9FA0,  # proc
+    0x62656572,  # sysfs
+    0x64626720,  # debugfs
+    0x74726163,  # tracefs
+    0x73636673,  # securityfs
+    0x62656570,  # configfs
+    0x0027E0EB,  # cgroup
+    0x63677270,  # cgroup2
+    0xCAFE4A11,  # bpf
+    0xDE5E81E4,  # efivarfs
+    0x6165676C,  # pstore
+    0xF97CFF8C,  # selinuxfs
+    0x43415D53,  # smackfs
+    0x07655821,  # resctrl
+    0x65735543,  # fusectl
+    0x42494E4D,  # binfmt_misc
+    0x6E736673,  # nsfs
+})
+
+
+class _StatFs(ctypes.Structure):
+    """The head of struct statfs (glibc and musl, x86_64 and aarch64): f_type, a long, first;
+    room for the rest of it (120 bytes on x86_64)."""
+
+    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 256)]
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.fstatfs.argtypes = [ctypes.c_int, ctypes.POINTER(_StatFs)]
+
+
+def _kernel_made(handle: int) -> bool:
+    """Whether the file open as `handle` (an O_PATH descriptor: fstatfs takes one) is on a
+    KERNEL_MADE_FILE_SYSTEMS file system, or fstatfs cannot say (the safe side)."""
+    found = _StatFs()
+    if _LIBC.fstatfs(handle, ctypes.byref(found)) != 0:
+        return True
+    return (found.f_type & 0xFFFFFFFF) in KERNEL_MADE_FILE_SYSTEMS
+
+
 def _may_follow(folder: os.stat_result, link_owner: int, reader: Credentials) -> bool:
     """fs.protected_symlinks: in a sticky, world-writable folder a link is followed only by its
     owner or where the folder's owner owns it (another user's link there may be a trap)."""
@@ -265,11 +325,17 @@ def _acl_grants(acl: list[tuple[int, int, int]], found: os.stat_result, reader: 
     return any(tag == _ACL_OTHER and perm & want == want for tag, perm, _ in acl)
 
 
-def source_reader(pid: int) -> SourceLine:
+def source_reader(pid: int, before: Credentials | None) -> SourceLine:
     """Reads a frame's line through /proc/PID/root, so paths inside a container resolve, and
     only where the process's own user could read the file: its credentials are read from /proc
-    once, here (a process gone by then gets no line read)."""
+    once, here (a process gone by then gets no line read), and must be `before`, those read
+    before its stack was dumped. A process whose rights changed in between (it exec'd a
+    set-user-ID program, or file capabilities, after the dump took frames of the image before;
+    or its pid is another process's now) gets no line read: the frames are the old image's,
+    the rights the new one's."""
     reader = credentials(pid)
+    if reader != before:
+        reader = None
     root = f"/proc/{pid}/root"
     read_once: dict[tuple[str, int], str | None] = {}  # one dump's classification asks again
 

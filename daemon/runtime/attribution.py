@@ -53,7 +53,7 @@ from daemon.analysis.live_phases import LivePhases
 from daemon.analysis.phases import classify, waits_on_data_queue
 from daemon.analysis.proc_phases import classify_from_proc
 from daemon.analysis.proc_phases import where as proc_where
-from daemon.analysis.source_lines import source_reader
+from daemon.analysis.source_lines import Credentials, credentials, source_reader
 from daemon.analysis.stack_rules import user_frame
 from daemon.config import AttributionConfig
 from daemon.sources.proc_state import blocked_read, read_facts
@@ -474,16 +474,20 @@ class Attribution:
                     await asyncio.sleep(random.uniform(0.0, self.dump_spread_s))
                 finally:
                     self._delayed -= 1
+            # whose rights the frames' source lines are read with: those it had before its
+            # dump, and still has after it (source_reader)
+            rights = credentials(proc.pid)
             result = await self.sampler.dump(proc.pid)
             if result.status == RATE_LIMITED and proc.key in self._dumped_at:
                 self._dumped_at[proc.key] = dumped_before  # not dumped: its turn stays
-            rows = self._rows(proc, result, share,
+            rows = self._rows(proc, result, share, rights,
                               busy_elsewhere=share >= self.config.high_sm_share)
             if rows and result.ok:
                 if waits_on_data_queue(result.threads):
                     for worker in self._children.get(proc.pid, [])[:4]:
+                        worker_rights = credentials(worker.pid)
                         worker_result = await self.sampler.dump(worker.pid)
-                        rows += self._rows(worker, worker_result, share,
+                        rows += self._rows(worker, worker_result, share, worker_rights,
                                            busy_elsewhere=False)
             self._keep(proc.key, rows)
         except Exception:  # attribution must never take the daemon down
@@ -586,8 +590,8 @@ class Attribution:
         cpu = _rate(first.cpu_seconds, last.cpu_seconds, last_ts - first_ts)
         return cpu is not None and cpu >= WORKING_CPU
 
-    def _rows(self, proc: ProcessSample, result: DumpResult, share: float, *,
-              busy_elsewhere: bool) -> list[StackRow]:
+    def _rows(self, proc: ProcessSample, result: DumpResult, share: float,
+              rights: Credentials | None, *, busy_elsewhere: bool) -> list[StackRow]:
         if result.status != RATE_LIMITED:
             self.status_by_key[process_key(proc.pid, proc.start_time)] = {
                 "status": result.status, "error": result.error, "ts": result.ts}
@@ -626,7 +630,7 @@ class Attribution:
         verdict = classify(result.threads, gpu_busy=False, busy_elsewhere=busy_elsewhere,
                            proc_state=signals.state,
                            iowait_growing=signals.iowait_growing, repeated_leaf=repeated,
-                           source_line=source_reader(proc.pid), signals=host)
+                           source_line=source_reader(proc.pid, rights), signals=host)
         shown = verdict.thread or thread
         frames = tuple((f.name, f.filename, f.line) for f in shown.frames)
         return [StackRow(result.ts, proc.pid, proc.start_time, shown.thread_id,

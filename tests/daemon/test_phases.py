@@ -21,7 +21,7 @@ from daemon.analysis import host_signals, phases, source_lines, stack_rules
 from daemon.analysis.host_signals import HostSignals, cpu_demand
 from daemon.analysis.phase_balance import SampleTally, StackSample, phase_balance, sample_split
 from daemon.analysis.phases import Classification, classify, waits_on_data_queue
-from daemon.analysis.source_lines import read_source_line, source_reader
+from daemon.analysis.source_lines import credentials, read_source_line, source_reader
 from daemon.sources import proc_state
 from daemon.sources.stacks import (
     DumpResult,
@@ -1878,7 +1878,7 @@ def test_live_loop_fed_by_a_slow_reader_thread_waits_for_data_at_the_reader_line
         dump = _dump_until(proc, lambda main, reader: _in_queue_get(main) and bool(reader.frames)
                            and reader.frames[0].name == "read_batches"
                            and reader.frames[0].line == READ_LINE)
-        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid))
+        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid, credentials(proc.pid)))
         assert found.phase == "data_wait", found
         assert found.frame is not None and found.frame.name == "read_batches"
         assert found.frame.filename.endswith("queue_prefetch.py")
@@ -1888,7 +1888,7 @@ def test_live_loop_fed_by_a_slow_reader_thread_waits_for_data_at_the_reader_line
                                "ann", "python queue_prefetch.py", (GpuUse(0, 1 << 30, 0.0),))
         attribution = Attribution(AttributionConfig(), store, StackSampler())
         [row] = attribution._rows(sample, DumpResult(proc.pid, time.time(), "ok", dump), 0.0,
-                                  busy_elsewhere=False)
+                                  credentials(proc.pid), busy_elsewhere=False)
         reader = next(t for t in dump if t.thread_name == "reader")
         assert (row.phase, row.thread_id) == ("data_wait", reader.thread_id)
         frames = tuple(Frame(*f) for f in row.frames)
@@ -1908,7 +1908,7 @@ def test_live_loop_fed_by_a_decoding_reader_thread_waits_for_data(tmp_path):
     try:
         dump = _dump_until(proc, lambda main, reader: _in_queue_get(main) and reader.active
                            and bool(reader.frames) and reader.frames[0].name == "decode_batches")
-        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid))
+        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid, credentials(proc.pid)))
         assert found.phase == "data_wait", found
         assert found.frame is not None and found.frame.name == "decode_batches"
     finally:
@@ -1923,7 +1923,7 @@ def test_live_loop_waiting_on_a_queue_nobody_fills_stays_idle(tmp_path):
     try:
         dump = _dump_until(proc, lambda main, reader: _in_queue_get(main)
                            and any(f.name.endswith("Event.wait") for f in reader.frames))
-        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid))
+        found = classify(dump, gpu_busy=False, source_line=source_reader(proc.pid, credentials(proc.pid)))
         assert found.phase == "idle", found
         assert found.thread is None
     finally:
@@ -1954,7 +1954,7 @@ def test_live_loop_fed_by_a_multiprocessing_pool_waits_for_data_not_idle():
             seen = result.threads
         else:
             raise AssertionError(f"the loop never waited on its pool: {seen}")
-        found = classify(result.threads, gpu_busy=False, source_line=source_reader(proc.pid))
+        found = classify(result.threads, gpu_busy=False, source_line=source_reader(proc.pid, credentials(proc.pid)))
         assert found.phase == "data_wait", found
         assert "multiprocessing Pool" in found.reason, found.reason
         assert found.frame is not None and found.frame.filename.endswith("pool_loader.py")

@@ -436,7 +436,7 @@ def test_a_process_py_spy_may_not_read_is_classified_from_proc_and_not_dumped_ag
         async def run() -> None:
             result = await sampler.dump(target.pid)
             assert result.status == PERMISSION_DENIED, result.error
-            [row] = attribution._rows(proc, result, 0.0, busy_elsewhere=False)
+            [row] = attribution._rows(proc, result, 0.0, None, busy_elsewhere=False)
             # it blocks reading its stdin pipe: waiting for input, from /proc
             assert row.reason.startswith(NO_STACKS_EVIDENCE) and row.phase == DATA_WAIT, row
             assert row.frames[0][1] == NO_STACK_FILE

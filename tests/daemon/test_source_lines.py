@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -259,11 +260,92 @@ def test_the_live_reader_reads_as_the_process_user(open_folder):
     public = write(open_folder / "public.py", "print('hi')\n")
     child = subprocess.Popen(["sleep", "60"], user=NOBODY_UID)
     try:
-        read = source_reader(child.pid)
+        read = source_reader(child.pid, credentials(child.pid))
         assert read(Frame("main", str(private), 1)) is None
         assert read(Frame("main", str(hidden), 1)) is None
         assert read(Frame("main", str(public), 1)) == "print('hi')\n"
     finally:
         child.kill()
         child.wait()
-    assert source_reader(child.pid)(Frame("main", str(public), 1)) is None  # gone: nothing
+    assert source_reader(child.pid, NOBODY)(Frame("main", str(public), 1)) is None  # gone
+
+
+def test_rights_that_changed_since_the_dump_read_no_line(open_folder):
+    """The frames are the image's the dump saw; a process that exec'd a set-user-ID program
+    (passwd) since then has root's effective, saved and filesystem ids and all capabilities,
+    and its user's frame naming /etc/shadow got a line of it (a probe as a local user, twice in
+    two tries): its rights are read before the dump and must be the same after it, and a
+    set-user-ID image's rights are its real user's."""
+    public = write(open_folder / "public.py", "print('hi')\n")
+    secret = write(open_folder / "secret.py", "TOKEN = 'root-only'\n", 0o600)
+    child = subprocess.Popen(["sleep", "60"], user=NOBODY_UID, group=65534)
+    try:
+        before = credentials(child.pid)
+        assert source_reader(child.pid, before)(Frame("main", str(public), 1)) == "print('hi')\n"
+        # rights read before the dump that are not the rights now: no line at all
+        assert source_reader(child.pid, ROOT)(Frame("main", str(secret), 1)) is None
+        assert source_reader(child.pid, ROOT)(Frame("main", str(public), 1)) is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_set_user_id_image_reads_as_its_real_user(tmp_path):
+    """A process whose effective, saved and filesystem ids are root's and whose real id is
+    nobody's (what exec of a set-user-ID root program leaves) is read as nobody, without
+    capabilities: python's os.setresuid makes that state without a set-user-ID file."""
+    code = ("import os, sys, time\nos.setgroups([])\nos.setresgid(65534, 0, 0)\n"
+            "os.setresuid(65534, 0, 0)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        found = credentials(child.pid)
+        assert found == Credentials(NOBODY_UID, frozenset({65534}), reads_anything=False)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_files_the_kernel_makes_are_never_read(open_folder):
+    """/proc and /sys files are world-readable by their mode bits, but the kernel decides at
+    open or read time what an opener gets: /proc/kallsyms gives addresses to root only (a
+    user gets zeros: a probe got the kernel's real addresses through a frame naming it), and
+    /proc/PID/maps of another user's process is refused to that user. Root opening them for
+    the user would read what the user cannot."""
+    own = subprocess.Popen(["sleep", "60"])  # root's: its maps are not nobody's to read
+    try:
+        for path, number in (("/proc/kallsyms", 1), (f"/proc/{own.pid}/maps", 1),
+                             ("/proc/version", 1), ("/sys/kernel/mm/transparent_hugepage/enabled", 1)):
+            if os.path.exists(path):
+                assert line(path, NOBODY, number) is None, path
+                assert line(path, ROOT, number) is None, path
+        assert not as_nobody_can_read(Path(f"/proc/{own.pid}/maps"))
+    finally:
+        own.kill()
+        own.wait()
+    # a file of an ordinary file system still gives its line
+    assert line(write(open_folder / "ok.py", "x = 1\n"), NOBODY) == "x = 1\n"
+
+
+def test_a_file_whose_owner_holds_a_lease_is_not_waited_for(open_folder):
+    """A user's process that holds a write lease (F_SETLEASE) on its own source file made the
+    daemon's open wait for the kernel to break it (lease-break-time, 45 s), on its event loop,
+    and again each time the user took the lease back (a probe stalled the daemon 22 of 29
+    health polls): the open does not wait for a lease (O_NONBLOCK), so no line is read while
+    one is held, and the line is read once it is given up."""
+    source = write(open_folder / "leased.py", "print('mine')\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, signal, sys\n"
+         "signal.signal(signal.SIGIO, signal.SIG_IGN)  # told of the break: it keeps it\n"
+         "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+         "fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)\n"
+         "print('leased', flush=True)\nsys.stdin.read()\n", str(source)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "leased\n"
+        assert line(source, NOBODY) is None
+    finally:
+        holder.kill()
+        holder.wait()
+    assert line(source, NOBODY) == "print('mine')\n"
