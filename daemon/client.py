@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import stat
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -94,8 +95,23 @@ async def read_answer(response: Any, *, max_bytes: int = MAX_ANSWER_BYTES,
         raise ClientError(str(exc)) from None
 
 
+class ForeignSocket(OSError):
+    """The unix socket is served by a process of another user than root or the client's."""
+
+
+_PEER_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
 class UnixConnection(http.client.HTTPConnection):
-    """HTTP over a unix socket (the daemon's default transport)."""
+    """HTTP over a unix socket (the daemon's default transport), to a daemon of root's or the
+    client's own user only.
+
+    A user's default socket is under /tmp where XDG_RUNTIME_DIR is not set
+    (daemon.wire.default_socket_path), and another local user can make that folder first and
+    serve a socket in it: the client would show that user's figures and send its requests,
+    its token included, there. So who serves the socket is asked of the kernel (SO_PEERCRED:
+    the user of the process that listens) before a byte is sent, and any other user is
+    refused with ForeignSocket."""
 
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("mlcostd", timeout=timeout)
@@ -106,6 +122,13 @@ class UnixConnection(http.client.HTTPConnection):
         try:
             sock.settimeout(self.timeout)
             sock.connect(self.socket_path)
+            _, uid, _ = _PEER_CREDENTIALS.unpack(sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER_CREDENTIALS.size))
+            if uid not in (0, os.geteuid()):
+                raise ForeignSocket(
+                    f"{self.socket_path} is served by a process of uid {uid}, neither root nor "
+                    "you: not asked (another user may have made its folder first); remove "
+                    "that folder, or set XDG_RUNTIME_DIR, or pass the daemon's own socket")
         except OSError:
             sock.close()
             raise
@@ -238,6 +261,8 @@ class Client:
             connection.close()
 
     def _unavailable(self, exc: BaseException, timeout_s: float) -> DaemonUnavailable:
+        if isinstance(exc, ForeignSocket):
+            return DaemonUnavailable(f"mlcostd at {self.target} refused: {exc}")
         if isinstance(exc, asyncio.TimeoutError | TimeoutError):
             return DaemonUnavailable(f"mlcostd at {self.target} did not answer within "
                                      f"{timeout_s:g} s", timed_out=True)

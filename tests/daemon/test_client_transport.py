@@ -106,3 +106,54 @@ def test_a_target_with_a_password_is_refused_without_showing_it(target):
     message = str(refused.value)
     assert "has a user or password" in message and "--token-file" in message, message
     assert "s3cret" not in message and "<redacted>@" in message, message
+
+
+def test_a_socket_another_user_serves_is_not_asked(tmp_path):
+    """A user's default socket is under /tmp without XDG_RUNTIME_DIR, and another local user
+    can make its folder first and serve a socket there (a probe did: the client took its
+    hostname and sent it the request). The client asks the kernel who serves the socket and
+    sends nothing to a user who is neither root nor its own."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    planted = Path(tempfile.mkdtemp(prefix="mlcost-planted-", dir="/tmp"))
+    planted.chmod(0o777)
+    path = planted / "mlcostd.sock"
+    said_r, said_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # the other user: nobody, serving a socket in the folder it made first
+        try:
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(str(path))
+            server.listen(4)
+            os.write(said_w, b"R")
+            conn, _ = server.accept()
+            conn.settimeout(5)
+            got = conn.recv(65536)
+            os.write(said_w, b"G" if got else b"-")
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 16\r\n\r\n{\"ok\": \"forged\"}")
+        finally:
+            os._exit(0)
+    os.close(said_w)
+    try:
+        assert os.read(said_r, 1) == b"R"
+
+        async def ask() -> DaemonUnavailable:
+            with pytest.raises(DaemonUnavailable) as raised:
+                await Client(f"unix:{path}", token="t" * 20, timeout_s=5).health()
+            return raised.value
+
+        message = str(asyncio.run(ask()))
+        assert "served by a process of uid 65534, neither root nor you" in message
+        assert os.read(said_r, 1) == b"-"  # it read nothing: not one byte (the token neither)
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        os.close(said_r)
+        shutil.rmtree(planted)
