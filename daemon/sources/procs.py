@@ -129,6 +129,13 @@ def _stat_fields(pid: int) -> list[bytes]:
     return data[data.rindex(b")") + 2:].split()
 
 
+# The children (and theirs) of one GPU process that are watched: a DataLoader's workers, a
+# preprocessing pool, an encoder it runs. Each costs two open descriptors and two reads a tick;
+# a user's process that forks 1500 sleeping children took a core's third and 3000 of the
+# daemon's descriptors. Those beyond are not read (their I/O and CPU are not in its signals).
+MAX_CHILDREN_WATCHED = 128
+
+
 class ProcessSource:
     """Discovery (psutil, slow, beside the tick) and counters (/proc, fast, in the tick).
 
@@ -181,6 +188,8 @@ class ProcessSource:
             elif self.children and pid in self._known:
                 found = []
                 for kid in self._parents.descendants(pid, kids_by_parent):
+                    if len(found) >= MAX_CHILDREN_WATCHED:
+                        break  # (bounded: two descriptors and a read a tick each)
                     if self._learn(kid):
                         found.append(kid)
                 children_of[pid] = tuple(found)

@@ -211,6 +211,40 @@ def test_children_are_found_and_read():
         proc.wait()
 
 
+def test_a_process_with_more_children_than_watched_has_only_the_cap_read():
+    """A user's GPU process that forks hundreds of children (a probe forked 1500) made the
+    daemon open two descriptors and read two files a tick for each: at most
+    MAX_CHILDREN_WATCHED of one process's children are watched."""
+    from daemon.sources.procs import MAX_CHILDREN_WATCHED
+
+    count = MAX_CHILDREN_WATCHED + 12
+    code = (
+        "import os, signal, sys, time\n"
+        f"for _ in range({count}):\n"
+        "    if os.fork() == 0:\n"
+        "        signal.pause()\n"
+        "        os._exit(0)\n"
+        "print('forked', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "forked\n"
+        assert len(psutil.Process(proc.pid).children()) == count
+        source = ProcessSource(children=True)
+        source.discover({proc.pid})
+        samples = source.read({proc.pid: USE})
+        kids = [s for s in samples if s.pid != proc.pid]
+        assert len(kids) == MAX_CHILDREN_WATCHED
+        assert all(k.ppid == proc.pid for k in kids)
+        source.close()
+    finally:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait()
+
+
 def test_hundreds_of_short_lived_processes_exiting_mid_read():
     source = ProcessSource(children=True)
     live = []
