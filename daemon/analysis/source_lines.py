@@ -14,6 +14,7 @@ import ctypes
 import errno
 import itertools
 import os
+import queue
 import stat
 import struct
 import threading
@@ -344,7 +345,57 @@ def source_reader(pid: int, before: Credentials | None) -> SourceLine:
             return None
         at = (frame.filename, frame.line)
         if at not in read_once:  # (the path walked once per line and dump, not per question)
-            read_once[at] = read_source_line(frame, reader, root)
+            read_once[at] = _READS.read(frame, reader, root)
         return read_once[at]
 
     return read
+
+
+READ_WAIT_S = 0.5  # how long the classifier waits for one line (a read takes 0.03-0.3 ms)
+
+
+class _LineReads:
+    """Source lines read in a thread of their own, each waited for at most READ_WAIT_S.
+
+    The classifier runs on the daemon's event loop, and a read of a file of the user's choice
+    can hang (a hard NFS mount whose server is gone, a FUSE file system whose process stops
+    answering): the loop would hang with it, and every tick. Here the read runs in one daemon
+    thread of its own (a hung one never holds the daemon's exit); a read that does not end
+    within READ_WAIT_S gives no line, and while it still hangs every later read gives none at
+    once (nothing queues behind it, no thread is added): the stacks are classified without
+    their lines until it ends."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Frame, Credentials, str, threading.Event,
+                                            list[str | None]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._last: threading.Event | None = None  # set when the last read asked for ended
+        self.given_up = 0  # reads not waited for to the end (tests count them)
+
+    def read(self, frame: Frame, reader: Credentials, root: str) -> str | None:
+        if self._last is not None and not self._last.is_set():
+            self.given_up += 1
+            return None  # the last read still hangs
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="source-lines", daemon=True)
+            self._thread.start()
+        done, answer = threading.Event(), list[str | None]()
+        self._last = done
+        self._jobs.put((frame, reader, root, done, answer))
+        if not done.wait(READ_WAIT_S):
+            self.given_up += 1
+            return None
+        return answer[0] if answer else None
+
+    def _run(self) -> None:
+        while True:
+            frame, reader, root, done, answer = self._jobs.get()
+            try:
+                answer.append(read_source_line(frame, reader, root))
+            except Exception:  # (it returns None on errors it knows; never the thread's end)
+                answer.append(None)
+            finally:
+                done.set()
+
+
+_READS = _LineReads()

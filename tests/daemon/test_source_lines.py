@@ -16,10 +16,12 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from simhost import poll
 
 from daemon.analysis import source_lines
 from daemon.analysis.source_lines import (
@@ -349,3 +351,36 @@ def test_a_file_whose_owner_holds_a_lease_is_not_waited_for(open_folder):
         holder.kill()
         holder.wait()
     assert line(source, NOBODY) == "print('mine')\n"
+
+
+def test_a_read_that_hangs_holds_the_classifier_once_and_briefly(open_folder, monkeypatch):
+    """The classifier runs on the daemon's event loop, and a file of the user's choice can hang
+    a read (a hard NFS mount whose server is gone, a FUSE process that stops answering): a
+    read is waited for at most READ_WAIT_S, and while it still hangs the next reads give no
+    line at once, nothing queued behind it; once it ends, lines are read again. (No file
+    system here can be made to hang a read, so the read itself is held by the test.)"""
+    held, entered = threading.Event(), threading.Event()
+    real = source_lines.read_source_line
+    public = write(open_folder / "public.py", "print('hi')\n")
+    hanging = str(open_folder / "on-a-dead-mount.py")
+
+    def read(frame, reader, root):
+        if frame.filename == hanging:
+            entered.set()
+            held.wait()
+        return real(frame, reader, root)
+
+    monkeypatch.setattr(source_lines, "read_source_line", read)
+    monkeypatch.setattr(source_lines, "READ_WAIT_S", 0.2)
+    reads = source_lines._LineReads()
+    try:
+        assert reads.read(Frame("main", hanging, 1), NOBODY, "/") is None
+        assert entered.is_set() and reads.given_up == 1
+        # while it hangs: no line, and not queued (the test's own thread count says so too)
+        threads = threading.active_count()
+        assert reads.read(Frame("main", str(public), 1), NOBODY, "/") is None
+        assert reads.given_up == 2 and threading.active_count() == threads
+    finally:
+        held.set()
+    poll(lambda: reads.read(Frame("main", str(public), 1), NOBODY, "/") == "print('hi')\n",
+         10, "a line read once the hung read ended")
