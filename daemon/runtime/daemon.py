@@ -70,7 +70,9 @@ KINDS_RECORD_EVERY_S = 30.0  # kinds whose evidence or audit figures alone moved
 CHILDREN_SCAN_EVERY = 5  # rounds between full scans for children (workers of known processes)
 FIRST_EVALUATION_S = 2.0  # the first advice comes this soon after start (few rules fire yet)
 MAINTENANCE_BUDGET_S = 0.02
-CLOCK_JUMP_S = 30.0  # a tick this far behind is a clock step, not a slow tick
+# A tick this far behind is a clock step forward where the wall clock moved this much more than
+# the monotonic one, else the loop was held (a blocking call in it): said apart in the log.
+CLOCK_JUMP_S = 30.0
 NVML_START_WAIT_S = 10.0  # at start, how long pricing waits for NVML to count the GPUs
 # /v1/now's phase balances: one whose process's windows and samples did not change is rebuilt
 # once its time grew by 1% (its shares moved by at most a percentage point): not every tick
@@ -524,6 +526,7 @@ class Daemon:
         watchdog = systemd.watchdog_interval()
         last_watchdog = 0.0
         next_tick = math.ceil(clock.now() / interval) * interval
+        last_wall, last_mono = clock.now(), time.monotonic()  # each round's start, both clocks
         try:
             while not self._stop.is_set():
                 delay = next_tick - clock.now()
@@ -546,16 +549,23 @@ class Daemon:
                 if self.max_ticks is not None and self.tick - self.first_tick >= self.max_ticks:
                     break
                 next_tick += interval
-                if next_tick < clock.now():  # fell behind: skip to the next boundary, say so
-                    behind = clock.now() - next_tick
+                wall, mono = clock.now(), time.monotonic()
+                stepped = (wall - last_wall) - (mono - last_mono)  # the wall clock's own move
+                last_wall, last_mono = wall, mono
+                if next_tick < wall:  # fell behind: skip to the next boundary, say so
+                    behind = wall - next_tick
                     missed = math.ceil(behind / interval)
                     next_tick += missed * interval
-                    if behind > CLOCK_JUMP_S:  # not a slow tick: the clock was set forward
+                    if behind > CLOCK_JUMP_S and stepped > CLOCK_JUMP_S:
                         log.warning("the clock jumped forward by %.0f s; ticks go on from "
-                                    "the new time", behind)
+                                    "the new time", stepped)
                     else:
                         self.ticks_late += missed
-                        log.debug("tick %d ran late; skipped %d", self.tick, missed)
+                        if behind > CLOCK_JUMP_S:  # the loop itself was held that long
+                            log.warning("the daemon's loop was held %.0f s (a call in it "
+                                        "blocked); %d ticks were not recorded", behind, missed)
+                        else:
+                            log.debug("tick %d ran late; skipped %d", self.tick, missed)
                 self._maintain_until(next_tick)
         finally:
             for task in (discovery, evaluation):

@@ -186,7 +186,7 @@ class ProcessSource:
             if self.children and not scan and pid in self._children_of:
                 children_of[pid] = tuple(k for k in self._children_of[pid] if self._learn(k))
             elif self.children and pid in self._known:
-                found = []
+                found: list[int] = []
                 for kid in self._parents.descendants(pid, kids_by_parent):
                     if len(found) >= MAX_CHILDREN_WATCHED:
                         break  # (bounded: two descriptors and a read a tick each)

@@ -76,6 +76,39 @@ def test_the_clock_set_back_and_forward_keeps_the_ticks_going(tmp_path, monkeypa
     assert daemon.ticks_late < TICKS_EACH  # a step is not counted as slow ticks
 
 
+@pytest.mark.fault("the loop held", "a call in the tick blocks longer than a clock step's "
+                   "threshold")
+def test_a_loop_held_is_said_as_held_not_as_a_clock_step(tmp_path, monkeypatch, caplog):
+    """A source file whose owner held a lease stalled the loop 45 s at a time, and the log said
+    "the clock jumped forward by 43 s": a tick far behind while the monotonic clock moved as
+    much as the wall clock is a held loop, said so, its missed ticks counted late."""
+    from daemon.runtime import daemon as daemon_module
+
+    monkeypatch.setattr(daemon_module, "CLOCK_JUMP_S", 1.0)
+    scenario = faultkit.scenario(tmp_path, gpus=1, name="held")
+    config = config_module.from_dict({
+        "daemon": {"db": str(tmp_path / "mlcost.db"), "interval": 0.2},
+        "api": {"socket": str(tmp_path / "api" / "mlcostd.sock")}}, where="test")
+    daemon = Daemon(config, simulate=scenario)
+    real_tick, held = daemon._tick, []
+
+    def tick() -> None:
+        real_tick()
+        if daemon.tick == 5 and not held:
+            held.append(daemon.tick)
+            time.sleep(1.5)  # the blocking call under test (the loop is held, on purpose)
+        if daemon.tick >= 5 + TICKS_EACH:
+            daemon.request_stop()
+
+    monkeypatch.setattr(daemon, "_tick", tick)
+    with caplog.at_level(logging.INFO):
+        assert asyncio.run(asyncio.wait_for(daemon.run(), WAIT_S)) == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("the clock jumped" in m for m in messages), messages
+    assert sum("the daemon's loop was held" in m for m in messages) == 1, messages
+    assert daemon.ticks_late >= 5  # 1.5 s of 0.2 s ticks
+
+
 GPU_FOR_A_SECOND = (
     "import time\nfrom daemon.sim.device import Device\n"
     "dev = Device(gpu_index=1)\ndev.alloc(1 << 30)\nstart = time.time()\n"
