@@ -25,6 +25,8 @@ from daemon.sources.safe_text import one_line
 from daemon.store.files import private_folder
 
 EMPTY_RANGE_STATUS = 422  # POST /v1/snapshots: the range holds no tick (nothing written)
+# POST /v1/snapshots refused the request (400: no upload target, a bad range) or its range
+REFUSED_STATUSES = (400, EMPTY_RANGE_STATUS)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -57,9 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # A flag, not a place: with a daemon running the daemon uploads with its own credentials,
     # so the target is its config's, never the caller's. An old-style URL gets a clear error.
     parser.add_argument("--upload", nargs="?", const=True, default=False, metavar="",
-                        help="also upload the file(s) to S3, to [snapshots].upload of the "
-                             "config (boto3 credentials; [snapshots].sse_kms_key_id and "
-                             "storage_class apply); to put a copy elsewhere, `aws s3 cp` it")
+                        help="also upload the file(s) to S3, to [snapshots].upload: the running "
+                             "daemon's, which uploads with its own credentials; with none "
+                             "running, this config's (boto3 credentials; "
+                             "[snapshots].sse_kms_key_id and storage_class apply); to put a "
+                             "copy elsewhere, `aws s3 cp` it")
     parser.add_argument("--render", metavar="FILE.db",
                         help="only write the HTML report of an existing snapshot or store "
                              "(to --out, default FILE.html)")
@@ -77,11 +81,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
               "target is [snapshots].upload in the config (the daemon's, when one is running), "
               "so neither a client nor a request chooses where root's credentials upload; to "
               f"put a copy elsewhere, `aws s3 cp FILE {args.upload}`", file=sys.stderr)
-        return 2
-    if args.upload and not config.snapshots.upload:
-        print(f"mlcostd snapshot: --upload, but the config ({config.source}) sets no "
-              "[snapshots].upload; add upload = \"s3://BUCKET/PREFIX\" under [snapshots]",
-              file=sys.stderr)
         return 2
     from daemon.store.snapshot import MAX_SINCE_S
 
@@ -140,6 +139,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
         from daemon.runtime.snapshots import take_snapshot
         from daemon.store.snapshot import EmptySnapshotRange, SnapshotError
 
+        # No daemon took it: this command writes and uploads it, to this config's target. (A
+        # daemon uploads to its own config's, and answers a 400 when it has none.)
+        if args.upload and not config.snapshots.upload:
+            print(f"mlcostd snapshot: --upload, but no daemon answers and the config "
+                  f"({config.source}) sets no [snapshots].upload; add upload = "
+                  "\"s3://BUCKET/PREFIX\" under [snapshots], or pass --config FILE",
+                  file=sys.stderr)
+            return 2
         if not args.until:  # no daemon answers: a stopped store's range ends at its last tick
             until = _last_recorded(config_module.db_path(config)) or until
         try:
@@ -152,7 +159,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
         result["through"] = f"directly from {config_module.db_path(config)}"
     elif "error" in result:
         print(f"mlcostd snapshot: {result['error']}", file=sys.stderr)
-        return 2 if result.get("status") == EMPTY_RANGE_STATUS else 1
+        # refused (400: no upload target, a bad range; 422: no tick in it) is 2, as the same
+        # refusals are without a daemon; a copy that failed is 1
+        return 2 if result.get("status") in REFUSED_STATUSES else 1
     if args.json:
         print(json.dumps(result, indent=2))
     else:
