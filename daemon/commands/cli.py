@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also serve the API on TCP; every request then needs the bearer "
                           "token from --token-file")
     run.add_argument("--token-file", metavar="FILE",
-                     help="bearer token for --listen (mode 0600; generated if missing; "
-                          "default: mlcostd.token beside the socket)")
+                     help="bearer token for --listen, and used only with it (mode 0600; "
+                          "generated if missing; default: mlcostd.token beside the socket)")
     run.add_argument("--metrics-listen", metavar="HOST:PORT",
                      help="also serve Prometheus /metrics alone on TCP, without a token "
                           "(default: [api].metrics_listen; /metrics is always on the API too)")
@@ -309,6 +309,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 message = message.replace(f"[api].{name}", "--" + name.replace("_", "-"))
             raise ConfigError(message) from None
         config = config_module.with_overrides(config, "api", **api_flags)
+    if args.token_file and not config.api.listen:
+        # Only the TCP listener reads the token: a --token-file nothing reads (a directory or a
+        # typo as much as a good file) is said, not silently left unused.
+        print("mlcostd: --token-file is used only with --listen (the bearer token of the "
+              "TCP API; the unix socket needs none); add --listen HOST:PORT (or [api].listen), "
+              "or leave --token-file out", file=sys.stderr)
+        return 2
     _setup_logging(args.log_level or config.daemon.log_level)
     daemon = Daemon(config, simulate=args.simulate)
 
