@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pricing.cache import default_cache_path, read_cache
 from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
-from pricing.offer import HOURS_PER_MONTH, normalize_instance_type
+from pricing.offer import HOURS_PER_MONTH, age_days, normalize_instance_type
 from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 
 EXIT_OK = 0
@@ -646,13 +646,15 @@ def _price_to_dict(price: Price | None, offer: InstanceOffer) -> dict[str, Any] 
     warns about never reads as current."""
     if price is None:
         return None
+    age_s = price.age_s
     staleness = None if price.live else price_staleness(
         price, offer.provider, offer.region, offer.instance_type)
     stale = staleness.message or None if staleness is not None else None
     return {
         "per_hour": price.per_hour, "low": price.low, "high": price.high,
         "source": price.source, "as_of": price.as_of.isoformat() if price.as_of else None,
-        "live": price.live, "age_s": None if price.age_s is None else round(price.age_s, 1),
+        "live": price.live, "age_s": None if age_s is None else round(age_s, 1),
+        "age_days": None if age_s is None else age_days(age_s),  # as the table and warning say
         "describe": price.describe(),
         "status": "stale" if stale and price.status == "current" else price.status,
         "note": price.note, "url": price.url or None, "stale": stale,

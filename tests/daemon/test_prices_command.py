@@ -110,3 +110,30 @@ def test_json_says_stale_on_each_price_and_a_stale_price_never_reads_current(tmp
     assert main(["prices", "--instance", "p4d.24xlarge", "--region", "us-east-1", "--json"]) == 0
     cut = json.loads(capsys.readouterr().out)["offers"][0]["on_demand"]
     assert cut["status"] == "pre-cut" and "may be wrong" in cut["stale"]
+
+
+def test_a_price_age_is_said_the_same_in_the_table_the_warning_and_json(tmp_path, capsys):
+    """`prices --instance p5.48xlarge` printed "461 d old" in the table and "it is 460 days
+    old" in the warning: the table rounded, the warning counted whole days. A price 460.6 days
+    old is 460 days old everywhere (pricing.offer.age_days)."""
+    from datetime import datetime, timezone
+
+    as_of = datetime.fromtimestamp(time.time() - 460.6 * 86400, tz=timezone.utc)
+    extra = tmp_path / "extra.csv"
+    extra.write_text(
+        "provider,region,instance_type,accelerator,accelerator_count,accelerator_memory_gib,"
+        "vcpus,memory_gib,price_unit,on_demand,spot_low,spot_high,commit_1y,commit_3y,source,"
+        "as_of,status,note\n"
+        "coreweave,us-east-04,gd-8xh100ib-i128,H100,8,80,128,2048,host-hour,49.24,,,,,"
+        f"price sheet,{as_of.isoformat()},current,\n")
+    config = tmp_path / "mlcostd.toml"
+    config.write_text(f'[pricing]\nextra_catalogs = ["{extra}"]\n')
+    args = ["prices", "--config", str(config), "--instance", "gd-8xh100ib-i128"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert f"as of {as_of.date().isoformat()}, 460 d old" in out
+    assert "may be wrong: it is 460 days old" in err
+    assert main([*args, "--json"]) == 0
+    [offer] = json.loads(capsys.readouterr().out)["offers"]
+    assert offer["on_demand"]["age_days"] == 460
+    assert "it is 460 days old" in offer["on_demand"]["stale"]
