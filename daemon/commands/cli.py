@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "recorded for the processes, else all three)")
     observed.add_argument("--pid", type=pricing_cli.number_in(1, 1 << 22, whole=True),
                           help="with --observed: only this process")
-    observed.add_argument("--since", default="1h", metavar="DURATION",
+    observed.add_argument("--since", metavar="DURATION",
                           help="with --observed: the window to read (default 1h)")
     observed.add_argument("--until", metavar="TIME",
                           help="with --observed: where the window ends (Unix seconds or ISO "
@@ -530,6 +530,7 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     from daemon.store.reader import StoreReader
     from daemon.store.shape import read_failure
     from pricing import Catalog
+    from pricing import cli as pricing_cli
 
     config = _load_config(args)
     db = config_module.db_path(config)
@@ -538,10 +539,12 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     try:
-        span, until = range_arguments(args.since, args.until)
+        span, until = range_arguments(args.since or "1h", args.until)
     except ValueError as exc:
         print(f"mlcostd prices: {exc}", file=sys.stderr)
         return 2
+    if args.limit is None:
+        args.limit = pricing_cli.DEFAULT_LIMIT
     from daemon.commands.report import resolve_window
 
     reader = StoreReader(str(db), tidy=True)
@@ -584,9 +587,12 @@ def _prices_defaults(args: argparse.Namespace, config: Config) -> argparse.Names
     pricing = config.pricing
     if args.cache is None:
         args.cache = str(config_module.price_cache_path(config))
-    if args.gcp_key_file is None and pricing.gcp_api_key_file:
+    # only where they are read: a flag the command line left out is no companion it gave
+    # (pricing.cli.COMPANIONS refuses --catalog-url without --refresh catalog)
+    if args.gcp_key_file is None and pricing.gcp_api_key_file and args.refresh in ("gcp",
+                                                                                  "vertex"):
         args.gcp_key_file = pricing.gcp_api_key_file
-    if args.catalog_url is None and pricing.catalog_url:
+    if args.catalog_url is None and pricing.catalog_url and args.refresh == "catalog":
         args.catalog_url = pricing.catalog_url
     args.extra_catalogs = list(pricing.extra_catalogs)
     return args
@@ -657,14 +663,16 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list
             return mcp_command.run(args, _load_config(args))
 
         if args.command == "prices":
-            if args.observed:
-                return cmd_prices_observed(args)
-            if args.kind:
-                print("mlcostd prices: --kind goes with --observed (rank a recorded workload "
-                      "for a kind)", file=sys.stderr)
-                return 2
             from pricing import cli as pricing_cli
 
+            # a flag given without the one it goes with (--headroom without --fits, --pid
+            # without --observed) is refused, never ignored: pricing.cli.COMPANIONS
+            companions = pricing_cli.companion_error(args)
+            if companions:
+                print(f"mlcostd prices: {companions}", file=sys.stderr)
+                return 2
+            if args.observed:
+                return cmd_prices_observed(args)
             return pricing_cli.run(_prices_defaults(args, config_module.load(args.config)))
     except ConfigError as exc:
         print(f"mlcostd: config error: {exc}", file=sys.stderr)

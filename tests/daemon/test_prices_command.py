@@ -137,3 +137,46 @@ def test_a_price_age_is_said_the_same_in_the_table_the_warning_and_json(tmp_path
     [offer] = json.loads(capsys.readouterr().out)["offers"]
     assert offer["on_demand"]["age_days"] == 460
     assert "it is 460 days old" in offer["on_demand"]["stale"]
+
+
+@pytest.mark.parametrize("given, says", [
+    (["--headroom", "0.2"], "--headroom goes with --fits GIB"),
+    (["--limit", "3"], "--limit goes with --fits GIB or --observed"),
+    (["--hours-per-month", "100"], "--hours-per-month goes with --managed"),
+    (["--catalog-url", "https://mirror.example/sky"], "--catalog-url goes with --refresh catalog"),
+    (["--gcp-key-file", "/nonexistent/key"],
+     "--gcp-key-file goes with --refresh gcp or --refresh vertex"),
+    (["--pid", "5"], "--pid goes with --observed"),
+    (["--run-hours", "2"], "--run-hours goes with --observed"),
+    (["--since", "2h"], "--since goes with --observed"),
+    (["--until", "2026-12-01T09:30"], "--until goes with --observed"),
+    (["--kind", "training"], "--kind goes with --observed"),
+    (["--spot"], "--spot goes with --fits GIB"),
+    (["--gpus", "2", "--spot", "--pid", "5", "--since", "1h"],
+     "--gpus and --spot go with --fits GIB; --pid and --since go with --observed"),
+    (["--fits", "20", "--pid", "5"], "--pid goes with --observed"),
+], ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_a_flag_without_the_one_it_goes_with_is_refused_not_ignored(capsys, given, says):
+    """`prices --headroom 0.2` (no --fits), `--limit` (no --fits), `--hours-per-month` (no
+    --managed), `--catalog-url` (no --refresh catalog), `--pid`/`--run-hours`/`--since`/
+    `--until` (no --observed) printed the whole catalog as if they were read. One table
+    (pricing.cli.COMPANIONS), one message, exit 2, nothing on stdout."""
+    assert main(["prices", *given]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"mlcostd prices: {says}\n"
+
+
+def test_companions_with_their_flag_are_read_and_the_configs_defaults_are_no_companions(
+        tmp_path, capsys):
+    assert main(["prices", "--fits", "20", "--headroom", "0.5", "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "(20 GiB + 50% headroom)" in out and len(out.split("\n\nsources:")[0].splitlines()) == 4
+    # (exit 1: the instance's own platform, SageMaker, has no price here, and it says so)
+    assert main(["prices", "--managed", "--instance", "p4d.24xlarge", "--hours-per-month",
+                 "100"]) == 1
+    assert "at 100 h a month:" in capsys.readouterr().out
+    # [pricing].catalog_url and gcp_api_key_file are defaults for a refresh, not flags given
+    config = write_config(tmp_path, '[pricing]\ncatalog_url = "https://mirror.example/sky"\n'
+                                    f'gcp_api_key_file = "{tmp_path / "key"}"\n')
+    assert main(["prices", "--config", str(config), "--instance", "p5.48xlarge"]) == 0
+    assert "p5.48xlarge" in capsys.readouterr().out
