@@ -21,6 +21,7 @@ with while_starting():
     from daemon import __version__, clock
     from daemon import config as config_module
     from daemon.config import Config, ConfigError
+    from daemon.config.values import DURATION_FORMS
     from daemon.sources.safe_text import lines
 
 log = logging.getLogger("mlcostd")
@@ -445,7 +446,8 @@ def range_arguments(since: str | None, until: str | None) -> tuple[float | None,
         except ValueError as exc:
             raise ValueError(f"--since {exc}") from None
         if span < 1:
-            raise ValueError(f"--since {since!r} must be at least 1 s")
+            raise ValueError(f"--since {since!r} must be at least 1 s; give a duration "
+                             f"({DURATION_FORMS})")
     end = None
     if until is not None:
         try:
@@ -453,7 +455,8 @@ def range_arguments(since: str | None, until: str | None) -> tuple[float | None,
         except ValueError as exc:
             raise ValueError(f"--until {exc}") from None
         if end > clock.now() + 60:
-            raise ValueError(f"--until {until!r} is in the future; give a past time")
+            raise ValueError(f"--until {until!r} is in the future; give a past time: "
+                             f"{clock.TIME_FORMS}")
     return span, end
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from daemon import clock
 from daemon import config as config_module
 from daemon.config import Config
+from daemon.config.values import DURATION_FORMS
 from daemon.sources.safe_text import one_line
 from daemon.store.files import private_folder
 
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     try:
         span = config_module.parse_duration(args.since)
         if span < 1:
-            raise ValueError(f"{args.since!r} must be longer than 0 s (at least 1 s)")
+            raise ValueError(f"{args.since!r} must be longer than 0 s (at least 1 s); give a "
+                             f"duration ({DURATION_FORMS})")
         if span > MAX_SINCE_S:
             raise ValueError(
                 f"{args.since!r} is longer than a snapshot covers (at most "
@@ -100,7 +102,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     try:
         until = clock.parse_time(args.until) if args.until else clock.now()
         if until > clock.now() + 60:
-            raise ValueError(f"{args.until!r} is in the future; give a past time")
+            raise ValueError(f"{args.until!r} is in the future; give a past time: "
+                             f"{clock.TIME_FORMS}")
     except ValueError as exc:
         print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
         return 2
