@@ -226,3 +226,72 @@ def test_a_report_leaves_no_wal_or_shm_beside_a_stopped_store(mlcostd):
     assert "mlcost report" in stopped.stdout
     assert _side_files(daemon.db) == []
     assert os.stat(daemon.db).st_mode & 0o777 == 0o600
+
+
+def test_at_80_columns_wrapped_lines_sit_under_their_indent_and_commands_are_shortened():
+    """At 80 columns a continuation line sometimes began one space too far in (textwrap kept
+    the space it broke at), and README said no line is cut while the command column was. A
+    continuation is exactly 4 columns under its line's indent, no line ends in the space it
+    broke at, nothing is lost; a command is shortened with `…` in a terminal, whole in a pipe."""
+    recommendation = ("  [$1,898/month] " + "pid 1234 holds GPU 3 idle and keeps it " * 6
+                      + "— the end")
+    table = "  " + "  ".join(["4242", "alice", "0,1", "38.1 GiB", "97%"] * 4)
+    for line in (recommendation, table, "Review: " + "word " * 40):
+        indent = len(line) - len(line.lstrip())
+        for start in range(4):  # where the words fall against the width
+            text = line[:indent] + "x" * start + line[indent:]
+            wrapped = report.fit([text], 80)
+            assert len(wrapped) > 1 and all(len(w) <= 80 for w in wrapped)
+            assert wrapped[0].startswith(text[:indent + 1])
+            for follow in wrapped[1:]:
+                assert follow[:indent + 4] == " " * (indent + 4) and follow[indent + 4] != " ", \
+                    (text, wrapped)
+            assert not any(w.endswith(" ") for w in wrapped), wrapped
+            assert " ".join(wrapped).split() == text.split()  # nothing lost
+    command = ("/opt/conda/envs/train/bin/python -m torch.distributed.run --nproc-per-node 8 "
+               "train.py --config configs/llama-70b.yaml --data /mnt/data/shards")
+    shown = report.shown_command(command, 48)
+    assert len(shown) <= 48 and shown.endswith("…") and "train.py" in shown
+    assert report.shown_command(command, None) == command
+
+
+def test_the_report_at_80_columns_wraps_under_the_indent_and_a_pipe_keeps_the_command(
+        tmp_path):
+    """The whole text renderer on a report of a real store, with a long command line: at 80
+    columns no line is longer, none ends in the space it broke at, every continuation sits
+    4 columns under its line's indent, and the command is shortened with `…`; for a pipe
+    (None) the command is whole and no line is wrapped."""
+    from tests.daemon.scripted import recording_daemon
+
+    from daemon.store.reader import StoreReader
+
+    daemon = recording_daemon(tmp_path, 5.0, ticks=10, t0=time.time() - 30)
+    assert daemon.store is not None
+    daemon.store.close()
+    reader = StoreReader(str(tmp_path / "mlcost.db"))
+    try:
+        document = report.build(reader, 600)
+    finally:
+        reader.close()
+    command = ("/opt/conda/envs/train/bin/python -m torch.distributed.run --nproc-per-node 8 "
+               "train.py --config configs/llama-70b.yaml --data /mnt/data/shards")
+    [process] = document["processes"]
+    process["command"] = command
+    piped = report.render_text(document, None)
+    assert command in piped.splitlines()[piped.splitlines().index(
+        next(line for line in piped.splitlines() if line.startswith("  4242 ")))]
+    text = report.render_text(document, 80).splitlines()
+    assert command not in "\n".join(text) and any("train.py" in line and "…" in line
+                                                  for line in text)
+    assert all(len(line) <= 80 and not line.endswith(" ") for line in text), text
+    wrapped = [whole for whole in piped.splitlines() if len(whole) > 80]
+    continued = 0
+    for line in text:
+        if (line in piped.splitlines() or any(whole.startswith(line) for whole in wrapped)
+                or "…" in line):
+            continue  # a line as it is, the first line of a wrapped one, or a short command
+        continued += 1
+        indent = len(line) - len(line.lstrip())
+        assert any(len(whole) - len(whole.lstrip()) + 4 == indent for whole in wrapped), \
+            (line, text)
+    assert continued >= 3  # the burn line, the price warning, the process table
