@@ -482,11 +482,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"mlcostd report: --html {one_line(problem)[:400]}", file=sys.stderr)
             return 2
-    if not Path(db).exists():
+    if not Path(db).exists():  # nothing to read is a refusal, as a file that is no store is
         print(f"mlcostd report: no database at {db}. Start the recorder first "
               f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
               file=sys.stderr)
-        return 1
+        return 2
     try:
         reader = StoreReader(str(db), tidy=True)
         try:
@@ -540,7 +540,7 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     if not Path(db).exists():
         print(f"mlcostd prices: no database at {db}; pass --db or start `mlcostd run`",
               file=sys.stderr)
-        return 1
+        return 2
     try:
         span, until = range_arguments(args.since or "1h", args.until)
     except ValueError as exc:

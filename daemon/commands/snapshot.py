@@ -140,7 +140,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     result = _through_api(config, span, until, args.html, args.upload, out) if asked else None
     if result is None:
         from daemon.runtime.snapshots import take_snapshot
-        from daemon.store.snapshot import EmptySnapshotRange, SnapshotError
+        from daemon.store.reader import no_store_at
+        from daemon.store.snapshot import BadSnapshotRequest, EmptySnapshotRange, SnapshotError
 
         # No daemon took it: this command writes and uploads it, to this config's target. (A
         # daemon uploads to its own config's, and answers a 400 when it has none.)
@@ -150,16 +151,22 @@ def run(args: argparse.Namespace, config: Config) -> int:
                   "\"s3://BUCKET/PREFIX\" under [snapshots], or pass --config FILE",
                   file=sys.stderr)
             return 2
+        db = config_module.db_path(config)
+        if not Path(db).is_file():  # nothing to read: a refusal (2), as in `mlcostd report`
+            print(f"mlcostd snapshot: {no_store_at(db)}; start the recorder (`mlcostd run`) or "
+                  "pass --db with the daemon's database", file=sys.stderr)
+            return 2
         if not args.until:  # no daemon answers: a stopped store's range ends at its last tick
-            until = _last_recorded(config_module.db_path(config)) or until
+            until = _last_recorded(db) or until
         try:
             result = take_snapshot(config, since=until - span, until=until, out=out,
                                    html=args.html,
                                    upload=config.snapshots.upload if args.upload else None)
         except SnapshotError as exc:
             print(f"mlcostd snapshot: {exc}", file=sys.stderr)
-            return 2 if isinstance(exc, EmptySnapshotRange) else 1
-        result["through"] = f"directly from {config_module.db_path(config)}"
+            # what was asked is refused (2); a store or a disk that failed is 1
+            return 2 if isinstance(exc, EmptySnapshotRange | BadSnapshotRequest) else 1
+        result["through"] = f"directly from {db}"
     elif "error" in result:
         print(f"mlcostd snapshot: {result['error']}", file=sys.stderr)
         # refused (400: no upload target, a bad range; 422: no tick in it) is 2, as the same

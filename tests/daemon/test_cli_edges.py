@@ -295,3 +295,20 @@ def test_the_report_at_80_columns_wraps_under_the_indent_and_a_pipe_keeps_the_co
         assert any(len(whole) - len(whole.lstrip()) + 4 == indent for whole in wrapped), \
             (line, text)
     assert continued >= 3  # the burn line, the price warning, the process table
+
+
+def test_a_missing_store_is_a_refusal_exit_2_like_every_other(tmp_path):
+    """`report --db missing.db` and `snapshot` with no store exited 1, while a file that is
+    no store, a bad flag and a range with no tick exit 2: nothing to read is a refusal too
+    (README: exit status 1 is for a failure along the way, such as a write or an upload)."""
+    missing = str(tmp_path / "missing.db")
+    for args, says in (
+            (["report", "--db", missing], f"mlcostd report: no database at {missing}."),
+            (["snapshot", "--db", missing, "--socket", str(tmp_path / "none.sock")],
+             f"mlcostd snapshot: no store at {missing}; start the recorder"),
+            (["prices", "--observed", "--db", missing],
+             f"mlcostd prices: no database at {missing}; pass --db")):
+        done = cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith(says) and done.stderr.count("\n") == 1, done.stderr
+        assert done.stdout == "" and not os.path.exists(missing)

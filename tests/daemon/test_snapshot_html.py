@@ -138,7 +138,7 @@ def test_snapshot_command_errors_say_what_to_fix(tmp_path):
         (("--out", str(tmp_path / "typo" / "dir" / "x.db")), 2, "there is no folder"),
         (("--until", "yesterday-ish"), 2, "--until 'yesterday-ish' is not a time"),
         (("--upload", "http://x/y"), 2, "--upload takes no target"),  # the config says where
-        ((), 1, "no store at"),
+        ((), 2, "no store at"),
     ):
         done = _cli("--db", str(tmp_path / "nothing.db"), "--socket", sock, *args)
         assert done.returncode == code and words in done.stderr, (args, done.stderr)
