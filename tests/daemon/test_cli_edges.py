@@ -261,9 +261,8 @@ def test_the_report_at_80_columns_wraps_under_the_indent_and_a_pipe_keeps_the_co
     columns no line is longer, none ends in the space it broke at, every continuation sits
     4 columns under its line's indent, and the command is shortened with `…`; for a pipe
     (None) the command is whole and no line is wrapped."""
-    from tests.daemon.scripted import recording_daemon
-
     from daemon.store.reader import StoreReader
+    from tests.daemon.scripted import recording_daemon
 
     daemon = recording_daemon(tmp_path, 5.0, ticks=10, t0=time.time() - 30)
     assert daemon.store is not None
