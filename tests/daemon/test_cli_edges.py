@@ -311,3 +311,23 @@ def test_a_missing_store_is_a_refusal_exit_2_like_every_other(tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.startswith(says) and done.stderr.count("\n") == 1, done.stderr
         assert done.stdout == "" and not os.path.exists(missing)
+
+
+def test_the_readme_synopses_name_every_option_and_every_built_in_scenario():
+    """README's `mlcostd run` synopsis lacked --no-stacks and --log-level, `report`'s lacked
+    --config, and "Built-in scenarios" left out single-gpu: what a user reads first names
+    what the command takes."""
+    import re
+    from pathlib import Path
+
+    from daemon.commands.cli import _command_parser, build_parser
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    parser = build_parser()
+    for command in ("run", "report"):
+        block = readme.split(f"### `mlcostd {command}`\n\n```\n", 1)[1].split("```", 1)[0]
+        options = {option for action in _command_parser(parser, command)._actions
+                   for option in action.option_strings if option.startswith("--")}
+        assert options - {"--help"} <= set(re.findall(r"--[a-z-]+", block)), (command, block)
+    said = readme.split("Built-in scenarios: ", 1)[1].split("\nA scenario is", 1)[0]
+    assert set(builtin_names()) <= set(re.findall(r"`([a-z-]+)`", said)), said
