@@ -72,6 +72,10 @@ MIN_TIME = 1577836800.0  # 2020-01-01T00:00Z
 MAX_TIME = 7258118400.0  # 2200-01-01T00:00Z
 
 
+# The forms of a time a person gives (--until), said wherever one is refused.
+TIME_FORMS = "Unix seconds or an ISO 8601 time such as 2026-12-01T09:30 (local) or 2026-12-01T09:30Z"
+
+
 def parse_time(value: str | float | int) -> float:
     """A point in time from a person: Unix seconds, or an ISO 8601 time ('2026-12-01T09:30',
     '2026-12-01 09:30:00+00:00'; without a zone it is local time), between MIN_TIME (2020) and
@@ -79,8 +83,7 @@ def parse_time(value: str | float | int) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a time")
     shown = f"{str(value)[:40]}..." if len(str(value)) > 40 else str(value)
-    forms = ("give Unix seconds or an ISO 8601 time such as 2026-12-01T09:30 (local) or "
-             "2026-12-01T09:30Z")
+    forms = f"give {TIME_FORMS}"
     if isinstance(value, int | float):
         try:
             seconds = float(value)

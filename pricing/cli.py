@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pricing.cache import default_cache_path, read_cache
 from pricing.catalog import Catalog, InstanceOffer, Price, PricingError
-from pricing.offer import HOURS_PER_MONTH, normalize_instance_type
+from pricing.offer import HOURS_PER_MONTH, age_days, normalize_instance_type
 from pricing.staleness import STALE_AFTER_DAYS, price_staleness
 
 EXIT_OK = 0
@@ -25,6 +25,37 @@ EXIT_REFRESH_FAILED = 1  # the table is still printed; some or all live prices a
 EXIT_USAGE = 2
 REFRESH_SOURCES = ("aws", "azure", "gcp", "catalog", "sagemaker", "vertex", "azureml")
 MANAGED_SOURCES = ("sagemaker", "vertex", "azureml")  # refreshes of managed-platform prices
+DEFAULT_HEADROOM = 0.1  # --fits: memory fraction left free
+DEFAULT_LIMIT = 10  # --fits, --observed: rows shown
+
+# Which flag goes with which (`--headroom` means nothing without `--fits`): given without its
+# main flag, a companion is refused (exit 2), never silently ignored. The flag, its dest, and
+# the main flag(s) as the message names them; MAIN_GIVEN says whether those were given. The
+# --observed flags are the daemon's CLI's (absent from a parser without them).
+COMPANIONS: tuple[tuple[str, str, str], ...] = (
+    ("--gpus", "gpus", "--fits GIB"),
+    ("--spot", "spot", "--fits GIB"),
+    ("--headroom", "headroom", "--fits GIB"),
+    ("--limit", "limit", "--fits GIB or --observed"),
+    ("--hours-per-month", "hours_per_month", "--managed"),
+    ("--catalog-url", "catalog_url", "--refresh catalog"),
+    ("--gcp-key-file", "gcp_key_file", "--refresh gcp or --refresh vertex"),
+    ("--pid", "pid", "--observed"),
+    ("--run-hours", "run_hours", "--observed"),
+    ("--since", "since", "--observed"),
+    ("--until", "until", "--observed"),
+    ("--kind", "kind", "--observed"),
+    ("--db", "db", "--observed"),
+)
+MAIN_GIVEN: dict[str, Any] = {
+    "--fits GIB": lambda a: a.fits is not None,
+    "--fits GIB or --observed": lambda a: a.fits is not None or getattr(a, "observed", False),
+    # the managed comparison: --managed, or a managed refresh with --instance (it shows it)
+    "--managed": lambda a: a.managed or (a.refresh in MANAGED_SOURCES and bool(a.instance)),
+    "--refresh catalog": lambda a: a.refresh == "catalog",
+    "--refresh gcp or --refresh vertex": lambda a: a.refresh in ("gcp", "vertex"),
+    "--observed": lambda a: getattr(a, "observed", False),
+}
 GCP_KEY_FILE_ENV = "MLCOST_GCP_API_KEY_FILE"
 # Past this many offers the stale warnings fold into one line.
 MAX_STALE_LINES = 5
@@ -99,10 +130,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --fits: at least N accelerators (default 1)")
     parser.add_argument("--spot", action="store_true",
                         help="with --fits: rank by spot price instead of on-demand")
-    parser.add_argument("--headroom", type=number_in(0, 10), default=0.1,
-                        help="with --fits: extra memory fraction to leave free (default 0.1)")
-    parser.add_argument("--limit", type=number_in(1, 10_000, whole=True), default=10,
-                        help="with --fits: rows (default 10)")
+    parser.add_argument("--headroom", type=number_in(0, 10), default=None,
+                        help="with --fits: extra memory fraction to leave free (default "
+                             f"{DEFAULT_HEADROOM:g})")
+    parser.add_argument("--limit", type=number_in(1, 10_000, whole=True), default=None,
+                        help=f"with --fits (or --observed): rows (default {DEFAULT_LIMIT})")
     parser.add_argument("--refresh", choices=REFRESH_SOURCES,
                         help="fetch live prices first: aws (Price List + spot history, needs "
                              "credentials), azure (Retail Prices API, no key), gcp (Cloud "
@@ -122,7 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "charge for that hardware (its accelerators and their count) "
                              "against the same hardware self-managed: monthly difference and "
                              "markup")
-    parser.add_argument("--hours-per-month", type=number_in(0, 744), default=HOURS_PER_MONTH,
+    parser.add_argument("--hours-per-month", type=number_in(0, 744), default=None,
                         metavar="H", help="with --managed: hours the workload runs a month "
                                           f"(default {HOURS_PER_MONTH:g})")
     parser.add_argument("--cache", default=None, metavar="FILE",
@@ -260,7 +292,37 @@ def _catalog(args: argparse.Namespace, cache_path: str | None) -> Catalog:
                         extra_catalogs=getattr(args, "extra_catalogs", None) or ())
 
 
+def companion_error(args: argparse.Namespace) -> str:
+    """Companion flags (COMPANIONS) given without their main flag, in one line: "--headroom
+    goes with --fits GIB", "--pid and --since go with --observed"; "" when none. Reads the
+    command line as given: call it before any default from a config fills a flag in."""
+    missing: dict[str, list[str]] = {}
+    for flag, dest, main in COMPANIONS:
+        value = getattr(args, dest, None)
+        if value is not None and value is not False and not MAIN_GIVEN[main](args):
+            missing.setdefault(main, []).append(flag)
+    return "; ".join(
+        f"{flags[0]} goes with {main}" if len(flags) == 1 else
+        f"{', '.join(flags[:-1])} and {flags[-1]} go with {main}"
+        for main, flags in missing.items())
+
+
+def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The companions' defaults, once companion_error has seen what the command line gave."""
+    if args.headroom is None:
+        args.headroom = DEFAULT_HEADROOM
+    if args.limit is None:
+        args.limit = DEFAULT_LIMIT
+    if args.hours_per_month is None:
+        args.hours_per_month = HOURS_PER_MONTH
+    return args
+
+
 def _check_usage(args: argparse.Namespace) -> str:
+    companions = companion_error(args)
+    if companions:
+        return companions
+    _with_defaults(args)
     catalog = _catalog(args, None)
     if args.provider and args.provider.lower() not in catalog.providers():
         return (f"unknown provider {args.provider!r}; known: {', '.join(catalog.providers())}")
@@ -268,8 +330,6 @@ def _check_usage(args: argparse.Namespace) -> str:
         return (f"no instance with accelerator {args.accelerator!r}; known: "
                 f"{', '.join(catalog.accelerators())} (or a GPU name as NVML and mlcost-top "
                 "show it, e.g. 'NVIDIA A100-SXM4-40GB')")
-    if args.fits is None and (args.gpus is not None or args.spot):
-        return "--gpus and --spot go with --fits GIB"
     if args.fits is not None and args.fits <= 0:
         return f"--fits needs a positive memory size in GiB, not {args.fits:g}"
     if args.gpus is not None and args.gpus < 1:
@@ -646,13 +706,15 @@ def _price_to_dict(price: Price | None, offer: InstanceOffer) -> dict[str, Any] 
     warns about never reads as current."""
     if price is None:
         return None
+    age_s = price.age_s
     staleness = None if price.live else price_staleness(
         price, offer.provider, offer.region, offer.instance_type)
     stale = staleness.message or None if staleness is not None else None
     return {
         "per_hour": price.per_hour, "low": price.low, "high": price.high,
         "source": price.source, "as_of": price.as_of.isoformat() if price.as_of else None,
-        "live": price.live, "age_s": None if price.age_s is None else round(price.age_s, 1),
+        "live": price.live, "age_s": None if age_s is None else round(age_s, 1),
+        "age_days": None if age_s is None else age_days(age_s),  # as the table and warning say
         "describe": price.describe(),
         "status": "stale" if stale and price.status == "current" else price.status,
         "note": price.note, "url": price.url or None, "stale": stale,

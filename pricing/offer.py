@@ -65,6 +65,16 @@ class Price:
         return text
 
 
+SECONDS_PER_DAY = 86400.0
+
+
+def age_days(seconds: float) -> int:
+    """A price's age in days as every output says it (the PRICES column, the stale warning,
+    `--json`'s `age_days`): the whole days gone by, as an age is said: 460.6 days is 460 days
+    old, not 461."""
+    return int(max(0.0, seconds) // SECONDS_PER_DAY)
+
+
 def format_age(seconds: float | None) -> str:
     if seconds is None:
         return "unknown age"
@@ -74,7 +84,7 @@ def format_age(seconds: float | None) -> str:
         return f"{seconds / 60:.0f} min"
     if seconds < 48 * 3600:
         return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
+    return f"{age_days(seconds)} d"
 
 
 @dataclass(frozen=True)

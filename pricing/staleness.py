@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 
 from pricing.catalog import Catalog, Price
+from pricing.offer import SECONDS_PER_DAY, age_days
 
 # Cloud list prices move a few times a year (AWS cut P4/P5 by up to 45 % in June 2025);
 # a quarter is as old as a price may get before we say so.
 STALE_AFTER_DAYS = 90
-SECONDS_PER_DAY = 86400.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,8 @@ def price_staleness(price: Price | None, provider: str, region: str | None = Non
         return Staleness(True, "date-unknown", None, command,
                          f"no price for {what}; run `{command}`")
     now = time.time() if now is None else now
-    age_days = None if price.as_of is None else max(0.0, now - price.as_of.timestamp()) / SECONDS_PER_DAY
+    age_s = None if price.as_of is None else max(0.0, now - price.as_of.timestamp())
+    days = None if age_s is None else age_s / SECONDS_PER_DAY
     value = f"${price.per_hour:g}/h"
     if price.status == "pre-cut":
         reason = "predates-cut"
@@ -71,18 +72,18 @@ def price_staleness(price: Price | None, provider: str, region: str | None = Non
     elif price.status == "estimate":
         reason = "estimate"
         detail = f"it is an estimate ({price.note})" if price.note else "it is an estimate"
-    elif age_days is None:
+    elif age_s is None or days is None:
         reason = "date-unknown"
         detail = "its date is unknown"
-    elif age_days > stale_after_days:
+    elif days > stale_after_days:
         reason = "older-than-threshold"
-        # whole days gone by (as an age is said): 460.6 days is "460 days old", not 461
-        detail = (f"it is {int(age_days)} days old (as of {price.as_of.date().isoformat()}), "  # type: ignore[union-attr]
+        # said as the PRICES column says it (pricing.offer.age_days: whole days gone by)
+        detail = (f"it is {age_days(age_s)} days old (as of {price.as_of.date().isoformat()}), "  # type: ignore[union-attr]
                   f"older than {stale_after_days:g} days")
     else:
-        return Staleness(False, "", age_days, command, "")
+        return Staleness(False, "", days, command, "")
     message = f"{what} {price.kind} price {value} may be wrong: {detail}; run `{command}`"
-    return Staleness(True, reason, age_days, command, message)
+    return Staleness(True, reason, days, command, message)
 
 
 def offer_staleness(catalog: Catalog, provider: str, instance_type: str,

@@ -21,6 +21,7 @@ with while_starting():
     from daemon import __version__, clock
     from daemon import config as config_module
     from daemon.config import Config, ConfigError
+    from daemon.config.values import DURATION_FORMS
     from daemon.sources.safe_text import lines
 
 log = logging.getLogger("mlcostd")
@@ -130,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also serve the API on TCP; every request then needs the bearer "
                           "token from --token-file")
     run.add_argument("--token-file", metavar="FILE",
-                     help="bearer token for --listen (mode 0600; generated if missing; "
-                          "default: mlcostd.token beside the socket)")
+                     help="bearer token for --listen, and used only with it (mode 0600; "
+                          "generated if missing; default: mlcostd.token beside the socket)")
     run.add_argument("--metrics-listen", metavar="HOST:PORT",
                      help="also serve Prometheus /metrics alone on TCP, without a token "
                           "(default: [api].metrics_listen; /metrics is always on the API too)")
@@ -251,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "recorded for the processes, else all three)")
     observed.add_argument("--pid", type=pricing_cli.number_in(1, 1 << 22, whole=True),
                           help="with --observed: only this process")
-    observed.add_argument("--since", default="1h", metavar="DURATION",
+    observed.add_argument("--since", metavar="DURATION",
                           help="with --observed: the window to read (default 1h)")
     observed.add_argument("--until", metavar="TIME",
                           help="with --observed: where the window ends (Unix seconds or ISO "
@@ -309,6 +310,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 message = message.replace(f"[api].{name}", "--" + name.replace("_", "-"))
             raise ConfigError(message) from None
         config = config_module.with_overrides(config, "api", **api_flags)
+    if args.token_file and not config.api.listen:
+        # Only the TCP listener reads the token: a --token-file nothing reads (a directory or a
+        # typo as much as a good file) is said, not silently left unused.
+        print("mlcostd: --token-file is used only with --listen (the bearer token of the "
+              "TCP API; the unix socket needs none); add --listen HOST:PORT (or [api].listen), "
+              "or leave --token-file out", file=sys.stderr)
+        return 2
     _setup_logging(args.log_level or config.daemon.log_level)
     daemon = Daemon(config, simulate=args.simulate)
 
@@ -438,7 +446,8 @@ def range_arguments(since: str | None, until: str | None) -> tuple[float | None,
         except ValueError as exc:
             raise ValueError(f"--since {exc}") from None
         if span < 1:
-            raise ValueError(f"--since {since!r} must be at least 1 s")
+            raise ValueError(f"--since {since!r} must be at least 1 s; give a duration "
+                             f"({DURATION_FORMS})")
     end = None
     if until is not None:
         try:
@@ -446,7 +455,8 @@ def range_arguments(since: str | None, until: str | None) -> tuple[float | None,
         except ValueError as exc:
             raise ValueError(f"--until {exc}") from None
         if end > clock.now() + 60:
-            raise ValueError(f"--until {until!r} is in the future; give a past time")
+            raise ValueError(f"--until {until!r} is in the future; give a past time: "
+                             f"{clock.TIME_FORMS}")
     return span, end
 
 
@@ -472,11 +482,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"mlcostd report: --html {one_line(problem)[:400]}", file=sys.stderr)
             return 2
-    if not Path(db).exists():
+    if not Path(db).exists():  # nothing to read is a refusal, as a file that is no store is
         print(f"mlcostd report: no database at {db}. Start the recorder first "
               f"(`mlcostd run`, or `mlcostd run --simulate demo`), or pass --db.",
               file=sys.stderr)
-        return 1
+        return 2
     try:
         reader = StoreReader(str(db), tidy=True)
         try:
@@ -523,18 +533,21 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     from daemon.store.reader import StoreReader
     from daemon.store.shape import read_failure
     from pricing import Catalog
+    from pricing import cli as pricing_cli
 
     config = _load_config(args)
     db = config_module.db_path(config)
     if not Path(db).exists():
         print(f"mlcostd prices: no database at {db}; pass --db or start `mlcostd run`",
               file=sys.stderr)
-        return 1
+        return 2
     try:
-        span, until = range_arguments(args.since, args.until)
+        span, until = range_arguments(args.since or "1h", args.until)
     except ValueError as exc:
         print(f"mlcostd prices: {exc}", file=sys.stderr)
         return 2
+    if args.limit is None:
+        args.limit = pricing_cli.DEFAULT_LIMIT
     from daemon.commands.report import resolve_window
 
     reader = StoreReader(str(db), tidy=True)
@@ -577,9 +590,12 @@ def _prices_defaults(args: argparse.Namespace, config: Config) -> argparse.Names
     pricing = config.pricing
     if args.cache is None:
         args.cache = str(config_module.price_cache_path(config))
-    if args.gcp_key_file is None and pricing.gcp_api_key_file:
+    # only where they are read: a flag the command line left out is no companion it gave
+    # (pricing.cli.COMPANIONS refuses --catalog-url without --refresh catalog)
+    if args.gcp_key_file is None and pricing.gcp_api_key_file and args.refresh in ("gcp",
+                                                                                  "vertex"):
         args.gcp_key_file = pricing.gcp_api_key_file
-    if args.catalog_url is None and pricing.catalog_url:
+    if args.catalog_url is None and pricing.catalog_url and args.refresh == "catalog":
         args.catalog_url = pricing.catalog_url
     args.extra_catalogs = list(pricing.extra_catalogs)
     return args
@@ -650,14 +666,16 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list
             return mcp_command.run(args, _load_config(args))
 
         if args.command == "prices":
-            if args.observed:
-                return cmd_prices_observed(args)
-            if args.kind:
-                print("mlcostd prices: --kind goes with --observed (rank a recorded workload "
-                      "for a kind)", file=sys.stderr)
-                return 2
             from pricing import cli as pricing_cli
 
+            # a flag given without the one it goes with (--headroom without --fits, --pid
+            # without --observed) is refused, never ignored: pricing.cli.COMPANIONS
+            companions = pricing_cli.companion_error(args)
+            if companions:
+                print(f"mlcostd prices: {companions}", file=sys.stderr)
+                return 2
+            if args.observed:
+                return cmd_prices_observed(args)
             return pricing_cli.run(_prices_defaults(args, config_module.load(args.config)))
     except ConfigError as exc:
         print(f"mlcostd: config error: {exc}", file=sys.stderr)

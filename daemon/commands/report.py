@@ -524,8 +524,10 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def fit(lines: list[str], width: int | None) -> list[str]:
-    """Lines longer than `width` wrapped under their own indent (None: as they are, for a
-    pipe or a file, where nothing may be cut)."""
+    """Lines longer than `width` wrapped under their own indent plus 4 (None: as they are,
+    for a pipe or a file, where nothing may be cut). The space a line breaks at is dropped,
+    not carried to the next line, where it indented that line one space too far; the first
+    line keeps its own indent (textwrap keeps a paragraph's leading whitespace)."""
     if width is None:
         return lines
     out = []
@@ -535,7 +537,7 @@ def fit(lines: list[str], width: int | None) -> list[str]:
             continue
         indent = " " * (len(line) - len(line.lstrip()) + 4)
         out += textwrap.wrap(line, width, subsequent_indent=indent[:max(width // 2, 1)],
-                             break_on_hyphens=False, drop_whitespace=False) or [line[:width]]
+                             break_on_hyphens=False) or [line[:width]]
     return out
 
 

@@ -21,10 +21,13 @@ from typing import Any
 from daemon import clock
 from daemon import config as config_module
 from daemon.config import Config
+from daemon.config.values import DURATION_FORMS
 from daemon.sources.safe_text import one_line
 from daemon.store.files import private_folder
 
 EMPTY_RANGE_STATUS = 422  # POST /v1/snapshots: the range holds no tick (nothing written)
+# POST /v1/snapshots refused the request (400: no upload target, a bad range) or its range
+REFUSED_STATUSES = (400, EMPTY_RANGE_STATUS)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -57,9 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # A flag, not a place: with a daemon running the daemon uploads with its own credentials,
     # so the target is its config's, never the caller's. An old-style URL gets a clear error.
     parser.add_argument("--upload", nargs="?", const=True, default=False, metavar="",
-                        help="also upload the file(s) to S3, to [snapshots].upload of the "
-                             "config (boto3 credentials; [snapshots].sse_kms_key_id and "
-                             "storage_class apply); to put a copy elsewhere, `aws s3 cp` it")
+                        help="also upload the file(s) to S3, to [snapshots].upload: the running "
+                             "daemon's, which uploads with its own credentials; with none "
+                             "running, this config's (boto3 credentials; "
+                             "[snapshots].sse_kms_key_id and storage_class apply); to put a "
+                             "copy elsewhere, `aws s3 cp` it")
     parser.add_argument("--render", metavar="FILE.db",
                         help="only write the HTML report of an existing snapshot or store "
                              "(to --out, default FILE.html)")
@@ -78,17 +83,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
               "so neither a client nor a request chooses where root's credentials upload; to "
               f"put a copy elsewhere, `aws s3 cp FILE {args.upload}`", file=sys.stderr)
         return 2
-    if args.upload and not config.snapshots.upload:
-        print(f"mlcostd snapshot: --upload, but the config ({config.source}) sets no "
-              "[snapshots].upload; add upload = \"s3://BUCKET/PREFIX\" under [snapshots]",
-              file=sys.stderr)
-        return 2
     from daemon.store.snapshot import MAX_SINCE_S
 
     try:
         span = config_module.parse_duration(args.since)
         if span < 1:
-            raise ValueError(f"{args.since!r} must be longer than 0 s (at least 1 s)")
+            raise ValueError(f"{args.since!r} must be longer than 0 s (at least 1 s); give a "
+                             f"duration ({DURATION_FORMS})")
         if span > MAX_SINCE_S:
             raise ValueError(
                 f"{args.since!r} is longer than a snapshot covers (at most "
@@ -101,7 +102,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     try:
         until = clock.parse_time(args.until) if args.until else clock.now()
         if until > clock.now() + 60:
-            raise ValueError(f"{args.until!r} is in the future; give a past time")
+            raise ValueError(f"{args.until!r} is in the future; give a past time: "
+                             f"{clock.TIME_FORMS}")
     except ValueError as exc:
         print(f"mlcostd snapshot: --until {exc}", file=sys.stderr)
         return 2
@@ -138,21 +140,38 @@ def run(args: argparse.Namespace, config: Config) -> int:
     result = _through_api(config, span, until, args.html, args.upload, out) if asked else None
     if result is None:
         from daemon.runtime.snapshots import take_snapshot
-        from daemon.store.snapshot import EmptySnapshotRange, SnapshotError
+        from daemon.store.reader import no_store_at
+        from daemon.store.snapshot import BadSnapshotRequest, EmptySnapshotRange, SnapshotError
 
+        # No daemon took it: this command writes and uploads it, to this config's target. (A
+        # daemon uploads to its own config's, and answers a 400 when it has none.)
+        if args.upload and not config.snapshots.upload:
+            print(f"mlcostd snapshot: --upload, but no daemon answers and the config "
+                  f"({config.source}) sets no [snapshots].upload; add upload = "
+                  "\"s3://BUCKET/PREFIX\" under [snapshots], or pass --config FILE",
+                  file=sys.stderr)
+            return 2
+        db = config_module.db_path(config)
+        if not Path(db).is_file():  # nothing to read: a refusal (2), as in `mlcostd report`
+            print(f"mlcostd snapshot: {no_store_at(db)}; start the recorder (`mlcostd run`) or "
+                  "pass --db with the daemon's database", file=sys.stderr)
+            return 2
         if not args.until:  # no daemon answers: a stopped store's range ends at its last tick
-            until = _last_recorded(config_module.db_path(config)) or until
+            until = _last_recorded(db) or until
         try:
             result = take_snapshot(config, since=until - span, until=until, out=out,
                                    html=args.html,
                                    upload=config.snapshots.upload if args.upload else None)
         except SnapshotError as exc:
             print(f"mlcostd snapshot: {exc}", file=sys.stderr)
-            return 2 if isinstance(exc, EmptySnapshotRange) else 1
-        result["through"] = f"directly from {config_module.db_path(config)}"
+            # what was asked is refused (2); a store or a disk that failed is 1
+            return 2 if isinstance(exc, EmptySnapshotRange | BadSnapshotRequest) else 1
+        result["through"] = f"directly from {db}"
     elif "error" in result:
         print(f"mlcostd snapshot: {result['error']}", file=sys.stderr)
-        return 2 if result.get("status") == EMPTY_RANGE_STATUS else 1
+        # refused (400: no upload target, a bad range; 422: no tick in it) is 2, as the same
+        # refusals are without a daemon; a copy that failed is 1
+        return 2 if result.get("status") in REFUSED_STATUSES else 1
     if args.json:
         print(json.dumps(result, indent=2))
     else:

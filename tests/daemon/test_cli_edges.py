@@ -226,3 +226,108 @@ def test_a_report_leaves_no_wal_or_shm_beside_a_stopped_store(mlcostd):
     assert "mlcost report" in stopped.stdout
     assert _side_files(daemon.db) == []
     assert os.stat(daemon.db).st_mode & 0o777 == 0o600
+
+
+def test_at_80_columns_wrapped_lines_sit_under_their_indent_and_commands_are_shortened():
+    """At 80 columns a continuation line sometimes began one space too far in (textwrap kept
+    the space it broke at), and README said no line is cut while the command column was. A
+    continuation is exactly 4 columns under its line's indent, no line ends in the space it
+    broke at, nothing is lost; a command is shortened with `…` in a terminal, whole in a pipe."""
+    recommendation = ("  [$1,898/month] " + "pid 1234 holds GPU 3 idle and keeps it " * 6
+                      + "— the end")
+    table = "  " + "  ".join(["4242", "alice", "0,1", "38.1 GiB", "97%"] * 4)
+    for line in (recommendation, table, "Review: " + "word " * 40):
+        indent = len(line) - len(line.lstrip())
+        for start in range(4):  # where the words fall against the width
+            text = line[:indent] + "x" * start + line[indent:]
+            wrapped = report.fit([text], 80)
+            assert len(wrapped) > 1 and all(len(w) <= 80 for w in wrapped)
+            assert wrapped[0].startswith(text[:indent + 1])
+            for follow in wrapped[1:]:
+                assert follow[:indent + 4] == " " * (indent + 4) and follow[indent + 4] != " ", \
+                    (text, wrapped)
+            assert not any(w.endswith(" ") for w in wrapped), wrapped
+            assert " ".join(wrapped).split() == text.split()  # nothing lost
+    command = ("/opt/conda/envs/train/bin/python -m torch.distributed.run --nproc-per-node 8 "
+               "train.py --config configs/llama-70b.yaml --data /mnt/data/shards")
+    shown = report.shown_command(command, 48)
+    assert len(shown) <= 48 and shown.endswith("…") and "train.py" in shown
+    assert report.shown_command(command, None) == command
+
+
+def test_the_report_at_80_columns_wraps_under_the_indent_and_a_pipe_keeps_the_command(
+        tmp_path):
+    """The whole text renderer on a report of a real store, with a long command line: at 80
+    columns no line is longer, none ends in the space it broke at, every continuation sits
+    4 columns under its line's indent, and the command is shortened with `…`; for a pipe
+    (None) the command is whole and no line is wrapped."""
+    from daemon.store.reader import StoreReader
+    from tests.daemon.scripted import recording_daemon
+
+    daemon = recording_daemon(tmp_path, 5.0, ticks=10, t0=time.time() - 30)
+    assert daemon.store is not None
+    daemon.store.close()
+    reader = StoreReader(str(tmp_path / "mlcost.db"))
+    try:
+        document = report.build(reader, 600)
+    finally:
+        reader.close()
+    command = ("/opt/conda/envs/train/bin/python -m torch.distributed.run --nproc-per-node 8 "
+               "train.py --config configs/llama-70b.yaml --data /mnt/data/shards")
+    [process] = document["processes"]
+    process["command"] = command
+    piped = report.render_text(document, None)
+    assert command in piped.splitlines()[piped.splitlines().index(
+        next(line for line in piped.splitlines() if line.startswith("  4242 ")))]
+    text = report.render_text(document, 80).splitlines()
+    assert command not in "\n".join(text) and any("train.py" in line and "…" in line
+                                                  for line in text)
+    assert all(len(line) <= 80 and not line.endswith(" ") for line in text), text
+    wrapped = [whole for whole in piped.splitlines() if len(whole) > 80]
+    continued = 0
+    for line in text:
+        if (line in piped.splitlines() or any(whole.startswith(line) for whole in wrapped)
+                or "…" in line):
+            continue  # a line as it is, the first line of a wrapped one, or a short command
+        continued += 1
+        indent = len(line) - len(line.lstrip())
+        assert any(len(whole) - len(whole.lstrip()) + 4 == indent for whole in wrapped), \
+            (line, text)
+    assert continued >= 3  # the burn line, the price warning, the process table
+
+
+def test_a_missing_store_is_a_refusal_exit_2_like_every_other(tmp_path):
+    """`report --db missing.db` and `snapshot` with no store exited 1, while a file that is
+    no store, a bad flag and a range with no tick exit 2: nothing to read is a refusal too
+    (README: exit status 1 is for a failure along the way, such as a write or an upload)."""
+    missing = str(tmp_path / "missing.db")
+    for args, says in (
+            (["report", "--db", missing], f"mlcostd report: no database at {missing}."),
+            (["snapshot", "--db", missing, "--socket", str(tmp_path / "none.sock")],
+             f"mlcostd snapshot: no store at {missing}; start the recorder"),
+            (["prices", "--observed", "--db", missing],
+             f"mlcostd prices: no database at {missing}; pass --db")):
+        done = cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith(says) and done.stderr.count("\n") == 1, done.stderr
+        assert done.stdout == "" and not os.path.exists(missing)
+
+
+def test_the_readme_synopses_name_every_option_and_every_built_in_scenario():
+    """README's `mlcostd run` synopsis lacked --no-stacks and --log-level, `report`'s lacked
+    --config, and "Built-in scenarios" left out single-gpu: what a user reads first names
+    what the command takes."""
+    import re
+    from pathlib import Path
+
+    from daemon.commands.cli import _command_parser, build_parser
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    parser = build_parser()
+    for command in ("run", "report"):
+        block = readme.split(f"### `mlcostd {command}`\n\n```\n", 1)[1].split("```", 1)[0]
+        options = {option for action in _command_parser(parser, command)._actions
+                   for option in action.option_strings if option.startswith("--")}
+        assert options - {"--help"} <= set(re.findall(r"--[a-z-]+", block)), (command, block)
+    said = readme.split("Built-in scenarios: ", 1)[1].split("\nA scenario is", 1)[0]
+    assert set(builtin_names()) <= set(re.findall(r"`([a-z-]+)`", said)), said

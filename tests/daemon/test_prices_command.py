@@ -110,3 +110,73 @@ def test_json_says_stale_on_each_price_and_a_stale_price_never_reads_current(tmp
     assert main(["prices", "--instance", "p4d.24xlarge", "--region", "us-east-1", "--json"]) == 0
     cut = json.loads(capsys.readouterr().out)["offers"][0]["on_demand"]
     assert cut["status"] == "pre-cut" and "may be wrong" in cut["stale"]
+
+
+def test_a_price_age_is_said_the_same_in_the_table_the_warning_and_json(tmp_path, capsys):
+    """`prices --instance p5.48xlarge` printed "461 d old" in the table and "it is 460 days
+    old" in the warning: the table rounded, the warning counted whole days. A price 460.6 days
+    old is 460 days old everywhere (pricing.offer.age_days)."""
+    from datetime import datetime, timezone
+
+    as_of = datetime.fromtimestamp(time.time() - 460.6 * 86400, tz=timezone.utc)
+    extra = tmp_path / "extra.csv"
+    extra.write_text(
+        "provider,region,instance_type,accelerator,accelerator_count,accelerator_memory_gib,"
+        "vcpus,memory_gib,price_unit,on_demand,spot_low,spot_high,commit_1y,commit_3y,source,"
+        "as_of,status,note\n"
+        "coreweave,us-east-04,gd-8xh100ib-i128,H100,8,80,128,2048,host-hour,49.24,,,,,"
+        f"price sheet,{as_of.isoformat()},current,\n")
+    config = tmp_path / "mlcostd.toml"
+    config.write_text(f'[pricing]\nextra_catalogs = ["{extra}"]\n')
+    args = ["prices", "--config", str(config), "--instance", "gd-8xh100ib-i128"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert f"as of {as_of.date().isoformat()}, 460 d old" in out
+    assert "may be wrong: it is 460 days old" in err
+    assert main([*args, "--json"]) == 0
+    [offer] = json.loads(capsys.readouterr().out)["offers"]
+    assert offer["on_demand"]["age_days"] == 460
+    assert "it is 460 days old" in offer["on_demand"]["stale"]
+
+
+@pytest.mark.parametrize("given, says", [
+    (["--headroom", "0.2"], "--headroom goes with --fits GIB"),
+    (["--limit", "3"], "--limit goes with --fits GIB or --observed"),
+    (["--hours-per-month", "100"], "--hours-per-month goes with --managed"),
+    (["--catalog-url", "https://mirror.example/sky"], "--catalog-url goes with --refresh catalog"),
+    (["--gcp-key-file", "/nonexistent/key"],
+     "--gcp-key-file goes with --refresh gcp or --refresh vertex"),
+    (["--pid", "5"], "--pid goes with --observed"),
+    (["--run-hours", "2"], "--run-hours goes with --observed"),
+    (["--since", "2h"], "--since goes with --observed"),
+    (["--until", "2026-12-01T09:30"], "--until goes with --observed"),
+    (["--kind", "training"], "--kind goes with --observed"),
+    (["--spot"], "--spot goes with --fits GIB"),
+    (["--gpus", "2", "--spot", "--pid", "5", "--since", "1h"],
+     "--gpus and --spot go with --fits GIB; --pid and --since go with --observed"),
+    (["--fits", "20", "--pid", "5"], "--pid goes with --observed"),
+], ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_a_flag_without_the_one_it_goes_with_is_refused_not_ignored(capsys, given, says):
+    """`prices --headroom 0.2` (no --fits), `--limit` (no --fits), `--hours-per-month` (no
+    --managed), `--catalog-url` (no --refresh catalog), `--pid`/`--run-hours`/`--since`/
+    `--until` (no --observed) printed the whole catalog as if they were read. One table
+    (pricing.cli.COMPANIONS), one message, exit 2, nothing on stdout."""
+    assert main(["prices", *given]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"mlcostd prices: {says}\n"
+
+
+def test_companions_with_their_flag_are_read_and_the_configs_defaults_are_no_companions(
+        tmp_path, capsys):
+    assert main(["prices", "--fits", "20", "--headroom", "0.5", "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "(20 GiB + 50% headroom)" in out and len(out.split("\n\nsources:")[0].splitlines()) == 4
+    # (exit 1: the instance's own platform, SageMaker, has no price here, and it says so)
+    assert main(["prices", "--managed", "--instance", "p4d.24xlarge", "--hours-per-month",
+                 "100"]) == 1
+    assert "at 100 h a month:" in capsys.readouterr().out
+    # [pricing].catalog_url and gcp_api_key_file are defaults for a refresh, not flags given
+    config = write_config(tmp_path, '[pricing]\ncatalog_url = "https://mirror.example/sky"\n'
+                                    f'gcp_api_key_file = "{tmp_path / "key"}"\n')
+    assert main(["prices", "--config", str(config), "--instance", "p5.48xlarge"]) == 0
+    assert "p5.48xlarge" in capsys.readouterr().out

@@ -85,14 +85,22 @@ def test_a_window_that_misses_the_file_names_the_files_range(tmp_path):
 def test_until_is_checked_like_since(tmp_path):
     db = tmp_path / "snap.db"
     record_past(db, time.time() - HOUR)
+    # every refusal gives the forms to use ("in the future; give a past time" and "must be at
+    # least 1 s" said none)
+    forms = ("Unix seconds or an ISO 8601 time such as 2026-12-01T09:30 (local) or "
+             "2026-12-01T09:30Z")
     for value, said in (("1969-12-31T00:00Z", "outside the times"),
                         ("yesterday", "not a time"),
-                        (f"{time.time() + 86400:.0f}", "in the future")):
+                        (f"{time.time() + 86400:.0f}", "in the future"),
+                        ("2030-01-01", "is in the future; give a past time: ")):
         out = report(db, "--until", value)
         assert out.returncode == 2
         assert out.stderr.startswith("mlcostd report: --until") and said in out.stderr
+        assert out.stderr.rstrip().endswith(forms) and out.stderr.count("\n") == 1, out.stderr
     out = report(db, "--since", "0s")
-    assert out.returncode == 2 and "--since '0s' must be at least 1 s" in out.stderr
+    assert out.returncode == 2 and out.stderr == (
+        "mlcostd report: --since '0s' must be at least 1 s; give a duration (ASCII digits and "
+        "a unit, no spaces: e.g. 30s, 15m, 6h, 8d)\n")
 
 
 def test_a_snapshot_of_a_stopped_store_ends_at_its_last_sample(tmp_path):

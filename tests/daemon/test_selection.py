@@ -108,7 +108,7 @@ def test_cli_json_and_errors(tmp_path, capsys):
     assert main(["prices", "--observed", "--db", str(path), "--json", "--provider", "aws"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["need"]["gpus"] == 2 and document["instances"]
-    assert main(["prices", "--observed", "--db", str(tmp_path / "none.db")]) == 1
+    assert main(["prices", "--observed", "--db", str(tmp_path / "none.db")]) == 2  # nothing to read: a refusal
     assert "no database" in capsys.readouterr().err
     assert main(["prices", "--kind", "training"]) == 2
     assert "--kind goes with --observed" in capsys.readouterr().err

@@ -130,12 +130,15 @@ def test_snapshot_command_errors_say_what_to_fix(tmp_path):
     sock = str(tmp_path / "none.sock")
     for args, code, words in (
         (("--since", "soon"), 2, "--since 'soon' is not a duration"),
-        (("--since", "0"), 2, "must be longer than 0 s"),
+        (("--since", "0"), 2, "must be longer than 0 s (at least 1 s); give a duration (ASCII "
+                              "digits and a unit"),
+        (("--until", "2031-01-01"), 2, "--until '2031-01-01' is in the future; give a past "
+                                       "time: Unix seconds or an ISO 8601 time"),
         (("--since", "8d"), 2, "--since '8d' is longer than a snapshot covers (at most 7d"),
         (("--out", str(tmp_path / "typo" / "dir" / "x.db")), 2, "there is no folder"),
         (("--until", "yesterday-ish"), 2, "--until 'yesterday-ish' is not a time"),
         (("--upload", "http://x/y"), 2, "--upload takes no target"),  # the config says where
-        ((), 1, "no store at"),
+        ((), 2, "no store at"),
     ):
         done = _cli("--db", str(tmp_path / "nothing.db"), "--socket", sock, *args)
         assert done.returncode == code and words in done.stderr, (args, done.stderr)

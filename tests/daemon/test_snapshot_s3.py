@@ -5,6 +5,7 @@ local file and say why; `mlcostd snapshot --upload` end to end."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -209,3 +210,32 @@ def test_a_failed_upload_by_the_daemon_ends_with_how_to_give_it_credentials():
                                       "the daemon uploads with its own AWS credentials")
     assert "EnvironmentFile=" in failed["error"] and ok["error"] is None
     assert ok["credentials"] == failed["credentials"]
+
+
+def test_upload_through_a_daemon_goes_to_its_target_without_the_clients_config(
+        aws, mlcostd, tmp_path):
+    """A new user's repro: a daemon started with `--config up.toml` holding [snapshots].upload,
+    then `mlcostd snapshot --socket ... --upload` without --config said "the config (defaults)
+    sets no [snapshots].upload", exit 2, and never asked the daemon, which uploads to its own
+    config's target (README "Uploading snapshots"). The daemon is asked and uploads; a daemon
+    with no target answers why, and that is the command's one line, exit 2."""
+    target = f"s3://{BUCKET}/daemon-target"
+    daemon = mlcostd("idle-host", config={"snapshots": {"upload": target, "html": False}})
+    command = [sys.executable, "-m", "daemon.commands.cli", "snapshot", "--since", "10s",
+               "--upload", "--json"]
+    shell = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # no S3 here
+    done = subprocess.run([*command, "--socket", str(daemon.socket)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=shell)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    [upload] = result["upload"]
+    assert upload["ok"] and upload["url"].startswith(f"{target}/"), upload
+    key = upload["url"].removeprefix(f"s3://{BUCKET}/")
+    assert boto3.client("s3").head_object(Bucket=BUCKET, Key=key)["ContentLength"] > 0
+    untargeted = mlcostd("idle-host", config={"snapshots": {"html": False}})
+    refused = subprocess.run([*command, "--socket", str(untargeted.socket)],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT, env=shell)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stdout == "" and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("mlcostd snapshot: upload=true, but the daemon has no "
+                                     "upload target"), refused.stderr

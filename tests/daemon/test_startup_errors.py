@@ -155,6 +155,27 @@ def test_an_address_inet_aton_would_fix_up_is_refused_before_anything_is_created
     assert files(tmp_path) == set()
 
 
+@pytest.mark.parametrize("make_token", [
+    lambda folder: (folder / "token").mkdir(), lambda folder: (folder / "token").write_text("x"),
+    lambda folder: None], ids=["a-directory", "a-file", "missing"])
+def test_a_token_file_without_listen_is_refused_before_anything_is_created(tmp_path,
+                                                                             make_token):
+    """`mlcostd run --token-file DIR` without --listen started and recorded: only the TCP
+    listener reads the token, so a --token-file nothing reads (a directory as much as a good
+    file) was silently unused. Refused in one line that says where it goes, exit 2, nothing
+    created; with [api].listen in the config the flag is read (a directory refused as such)."""
+    make_token(tmp_path)
+    before = files(tmp_path)
+    done = run(tmp_path, "--token-file", str(tmp_path / "token"), scenario="demo")
+    assert_refused(done, "--token-file is used only with --listen", "--listen HOST:PORT")
+    assert files(tmp_path) == before and "simulating" not in done.stderr
+    if (tmp_path / "token").is_dir():
+        config = tmp_path / "listen.toml"
+        config.write_text('[api]\nlisten = "127.0.0.1:0"\n')
+        done = run(tmp_path, "--config", str(config), "--token-file", str(tmp_path / "token"))
+        assert_refused(done, "is a directory", "--token-file")
+
+
 def test_localhost_is_the_loopback_address_and_no_other_name_is_taken():
     """A user's `--metrics-listen localhost:9400` binds 127.0.0.1, whatever /etc/hosts says
     (not resolved); the short forms inet_aton would fix up stay refused."""
@@ -193,8 +214,8 @@ def test_a_port_in_use_is_refused_before_anything_is_created(tmp_path, flag):
     """The store was created and a token file generated, then the bind failed."""
     with held_port() as held:
         port = held.getsockname()[1]
-        line, _ = refused_daemon(tmp_path / "d", flag, f"127.0.0.1:{port}",
-                                 "--token-file", str(tmp_path / "d" / "token"))
+        token = ["--token-file", str(tmp_path / "d" / "token")] if flag == "--listen" else []
+        line, _ = refused_daemon(tmp_path / "d", flag, f"127.0.0.1:{port}", *token)
     assert f"cannot listen on 127.0.0.1:{port} ({flag}): Address already in use" in line, line
 
 

@@ -109,7 +109,7 @@ def test_usage_errors(tmp_path):
     code, _, err = run("--cache", cache, "--provider", "oracle")
     assert code == 2 and "unknown provider 'oracle'; known: aws, azure, gcp, lambda" in err
     code, _, err = run("--cache", cache, "--gpus", "2")
-    assert code == 2 and "--gpus and --spot go with --fits GIB" in err
+    assert code == 2 and err == "mlcostd prices: --gpus goes with --fits GIB\n"
     code, _, err = run("--cache", cache, "--accelerator", "B300")
     assert code == 2 and "known: A10, A100-40GB" in err
     code, out, err = run("--cache", cache, "--instance", "p9.48xlarge")
