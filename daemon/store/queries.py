@@ -251,17 +251,27 @@ def spend_by_day(reader: StoreReader, since: float,
 # (ms, a gap capped at MAX_GAP_MS as daemon.analysis.ledger.MAX_TICK_GAP_S caps it; none for a
 # run's first tick, `starts`: the store knowing nothing of the analysis, a daemon start reading
 # is spelled here), those whose midpoint falls in the hour [:hour, :hour_end) and that were
-# handed over by :through.
+# handed over by :through; each with the processes that held a GPU at it (`procs`: their ids,
+# a JSON array; numbers only: a damaged file's text or blob, which JSON cannot hold, sorts after
+# every number) where it is in the range's part (:lo, :hi].
+# (The tick before each one by lag() over the hour's ticks and the one before them, read once;
+# a correlated max() was evaluated at each of its 8 uses. The processes as one array a tick,
+# found along proc_gpu_samples' primary key (ts, ...): joined and summed by process in SQL, an
+# edge hour of 8 x 64 took 0.17 s, most of a 1-hour report: bench/report.py.)
 MAX_GAP_MS = 60_000
 _HOUR_TICKS = (
-    "WITH t AS (SELECT k.ts, (SELECT max(p.ts) FROM ticks p WHERE p.ts < k.ts) AS prev "
-    "FROM ticks k WHERE k.ts >= :hour AND k.ts < :hour_end + :gap "
-    "AND (:through IS NULL OR k.ts <= :through)), "
+    "WITH t AS MATERIALIZED (SELECT ts, prev FROM (SELECT ts, lag(ts) OVER (ORDER BY ts) "
+    "AS prev FROM ticks WHERE ts >= coalesce((SELECT max(ts) FROM ticks WHERE ts < :hour), "
+    ":hour) AND ts < :hour_end + :gap AND (:through IS NULL OR ts <= :through)) "
+    "WHERE ts >= :hour), "
     "c AS (SELECT ts, CASE WHEN t.prev IS NULL OR {starts} THEN 0 "
     "ELSE min(t.ts - t.prev, :gap) END AS charged FROM t), "
     "member AS MATERIALIZED (SELECT ts, charged FROM c WHERE charged > 0 "
     "AND ts - charged / 2.0 >= :hour "
-    "AND ts - charged / 2.0 < :hour_end)")
+    "AND ts - charged / 2.0 < :hour_end) "
+    "SELECT ts, charged, CASE WHEN ts > :lo AND ts <= :hi THEN (SELECT json_group_array(s.proc) "
+    "FROM proc_gpu_samples s WHERE s.ts = member.ts AND s.proc <= 9223372036854775807) END "
+    "AS procs FROM member ORDER BY ts")
 
 
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
@@ -293,36 +303,36 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
                                  "m.kind = 'start' AND m.name = 'daemon' AND m.ts > t.prev "
                                  "AND m.ts <= t.ts)" if _has_table(reader, "meter_readings")
                                  else "0")
-    params = {"hour": hour, "hour_end": hour + HOUR * 1000, "lo": lo, "hi": hi,
-              "gap": MAX_GAP_MS, "through": None if through is None else round(through * 1000)}
-    ticks = reader.query(f"{members} SELECT count(*) AS n, min(ts) AS first, "
-                         "coalesce(sum(CASE WHEN ts > :lo AND ts <= :hi THEN charged END), 0) "
-                         "AS inside FROM member", params)[0]
-    if not ticks["n"] or reader.query(
+    ticks = reader.query(members, {
+        "hour": hour, "hour_end": hour + HOUR * 1000, "lo": lo, "hi": hi, "gap": MAX_GAP_MS,
+        "through": None if through is None else round(through * 1000)})
+    if not ticks or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
-            (MINUTE, hour, ticks["first"] - MINUTE * 1000)):  # (a minute wholly before it)
+            (MINUTE, hour, ticks[0]["ts"] - MINUTE * 1000)):  # (a minute wholly before it)
         return None
     charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
     host_ms = charged.get(0) or max(charged.values(), default=0)
     if host_ms <= 0:
         return None
-    procs = [key for key in charged if key]
-    # (a process with no GPU sample among the hour's ticks was charged outside them)
-    shares = {0: min(1.0, ticks["inside"] / host_ms), **dict.fromkeys(procs, 0.0)}
-    for i in range(0, len(procs), 500):
-        chunk = procs[i:i + 500]
-        for r in reader.query(  # (only the part inside: a report's cost grows with it)
-                # (the hour's member ticks first, each looked up in proc_gpu_samples by its
-                # primary key's ts: joined the other way, SQLite walked the member ticks once
-                # per sample row, 2.6 s for an edge hour of 8 x 64)
-                f"{members} SELECT proc, sum(charged) AS inside FROM (SELECT DISTINCT "
-                "member.ts, member.charged, s.proc FROM member JOIN proc_gpu_samples s "
-                "ON s.ts = member.ts WHERE member.ts > :lo AND member.ts <= :hi "
-                f"AND s.proc IN ({','.join(f':p{j}' for j in range(len(chunk)))})) "
-                "GROUP BY proc",
-                {**params, **{f"p{j}": key for j, key in enumerate(chunk)}}):
-            if charged[r["proc"]] > 0:
-                shares[r["proc"]] = min(1.0, r["inside"] / charged[r["proc"]])
+    # (only the part inside: a report's cost grows with it) the ticks of one set of processes
+    # summed once (a host's processes hold their GPUs for many ticks running)
+    by_set: dict[str, int] = {}
+    inside_ms = 0
+    for tick in ticks:
+        if lo < tick["ts"] <= hi:
+            inside_ms += tick["charged"]
+            if tick["procs"]:
+                by_set[tick["procs"]] = by_set.get(tick["procs"], 0) + tick["charged"]
+    # (a process with no GPU sample among the hour's ticks was charged outside them; one on
+    # several GPUs at a tick counts that tick once)
+    held = {key: 0 for key in charged if key}
+    for ids, ms in by_set.items():
+        for proc in set(json.loads(ids)):
+            if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
+                held[proc] += ms
+    shares = {0: min(1.0, inside_ms / host_ms)}
+    for key, ms in held.items():
+        shares[key] = min(1.0, ms / charged[key]) if charged[key] > 0 else 0.0
     return shares
 
 
