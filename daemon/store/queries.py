@@ -7,6 +7,7 @@ writer (`daemon.store.facts` writes them).
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -247,31 +248,50 @@ def spend_by_day(reader: StoreReader, since: float,
     return out
 
 
-# The hour's ticks, as the ledger charged them (`_recorded_shares`): each tick's interval
-# (ms, a gap capped at MAX_GAP_MS as daemon.analysis.ledger.MAX_TICK_GAP_S caps it; none for a
-# run's first tick, `starts`: the store knowing nothing of the analysis, a daemon start reading
-# is spelled here), those whose midpoint falls in the hour [:hour, :hour_end) and that were
-# handed over by :through; each with the processes that held a GPU at it (`procs`: their ids,
-# a JSON array; numbers only: a damaged file's text or blob, which JSON cannot hold, sorts after
-# every number) where it is in the range's part (:lo, :hi].
-# (The tick before each one by lag() over the hour's ticks and the one before them, read once;
-# a correlated max() was evaluated at each of its 8 uses. The processes as one array a tick,
-# found along proc_gpu_samples' primary key (ts, ...): joined and summed by process in SQL, an
-# edge hour of 8 x 64 took 0.17 s, most of a 1-hour report: bench/report.py.)
+# A tick's interval as the ledger charged it (`_hour_ticks`): a gap capped at MAX_GAP_MS, as
+# daemon.analysis.ledger.MAX_TICK_GAP_S caps it (the store knowing nothing of the analysis).
 MAX_GAP_MS = 60_000
-_HOUR_TICKS = (
-    "WITH t AS MATERIALIZED (SELECT ts, prev FROM (SELECT ts, lag(ts) OVER (ORDER BY ts) "
-    "AS prev FROM ticks WHERE ts >= coalesce((SELECT max(ts) FROM ticks WHERE ts < :hour), "
-    ":hour) AND ts < :hour_end + :gap AND (:through IS NULL OR ts <= :through)) "
-    "WHERE ts >= :hour), "
-    "c AS (SELECT ts, CASE WHEN t.prev IS NULL OR {starts} THEN 0 "
-    "ELSE min(t.ts - t.prev, :gap) END AS charged FROM t), "
-    "member AS MATERIALIZED (SELECT ts, charged FROM c WHERE charged > 0 "
-    "AND ts - charged / 2.0 >= :hour "
-    "AND ts - charged / 2.0 < :hour_end) "
-    "SELECT ts, charged, CASE WHEN ts > :lo AND ts <= :hi THEN (SELECT json_group_array(s.proc) "
-    "FROM proc_gpu_samples s WHERE s.ts = member.ts AND s.proc <= 9223372036854775807) END "
-    "AS procs FROM member ORDER BY ts")
+# The processes that held a GPU at each tick of a span, one JSON array a tick found along
+# proc_gpu_samples' primary key (ts, ...); numbers only: a damaged file's text or blob, which
+# JSON cannot hold, sorts after every number. (Joined and summed by process in SQL, an edge
+# hour of 8 x 64 took 0.17 s, four of them most of a 1-hour report: bench/report.py.)
+_TICK_PROCESSES = (
+    "SELECT k.ts, (SELECT json_group_array(s.proc) FROM proc_gpu_samples s WHERE s.ts = k.ts "
+    "AND s.proc <= 9223372036854775807) AS procs FROM ticks k WHERE k.ts >= ? AND k.ts <= ?")
+
+
+def _hour_ticks(reader: StoreReader, hour: int, through: int | None) -> list[tuple[int, int]]:
+    """The ticks whose interval the ledger put in the hour starting at `hour` (ms), handed
+    over by `through` (ms; None: all): (ts, the interval before it as charged, ms), oldest
+    first. By the interval's midpoint (daemon.analysis.ledger: the tick at 11:00:00.014, a
+    second after the one before, is in 10:00's row; counted in 11:00's, a review of a store
+    from 10:54 to 11:05 read $5.99 for the $5.999 its rows held). A run's first tick (after a
+    daemon start reading) charged nothing: no part of any row. Read as the hour's tick times
+    and the starts among them, placed here (the tick before each one, a correlated max() in
+    SQL, was read again at each of its uses)."""
+    hour_end = hour + HOUR * 1000
+    times = [ts for ts, in reader.rows(
+        "SELECT ts FROM ticks WHERE ts >= coalesce((SELECT max(ts) FROM ticks WHERE ts < :hour),"
+        " :hour) AND ts < :end AND (:through IS NULL OR ts <= :through) ORDER BY ts",
+        {"hour": hour, "end": hour_end + MAX_GAP_MS, "through": through})]
+    if not times:
+        return []
+    starts = sorted(r["ts"] for r in reader.query(
+        "SELECT ts FROM meter_readings WHERE kind = 'start' AND name = 'daemon' AND ts > ? "
+        "AND ts <= ?", (times[0], times[-1]))
+        if isinstance(r["ts"], int | float) and not isinstance(r["ts"], bool)) \
+        if _has_table(reader, "meter_readings") else []
+    out = []
+    for prev, ts in zip([None, *times], times, strict=False):
+        if ts < hour or prev is None:
+            continue
+        index = bisect.bisect_right(starts, prev)  # (a daemon started after prev, by ts)
+        if index < len(starts) and starts[index] <= ts:
+            continue
+        charged = min(ts - prev, MAX_GAP_MS)
+        if hour <= ts - charged / 2 < hour_end:
+            out.append((ts, charged))
+    return out
 
 
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
@@ -292,45 +312,35 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     through = spend_through(reader)
     if through is not None:  # (and the hour's ticks it holds: those up to it)
         hi = max(lo, min(hi, round(through * 1000)))
-    # The hour's ticks are those whose interval the ledger put in this hour, by the interval's
-    # midpoint (daemon.analysis.ledger: the tick at 11:00:00.014, a second after the one
-    # before, is in 10:00's row; counted in 11:00's, a review of a store from 10:54 to 11:05
-    # read $5.99 for the $5.999 its rows held). A run's first tick charged nothing (no
-    # interval before it is the run's): no part of any row, nor of a range ending at it (a
-    # stopped store's whole range compared the second before its first tick with its spend).
-    # Each tick's part is the interval before it as the ledger charged it (a gap capped).
-    members = _HOUR_TICKS.format(starts="EXISTS (SELECT 1 FROM meter_readings m WHERE "
-                                 "m.kind = 'start' AND m.name = 'daemon' AND m.ts > t.prev "
-                                 "AND m.ts <= t.ts)" if _has_table(reader, "meter_readings")
-                                 else "0")
-    ticks = reader.query(members, {
-        "hour": hour, "hour_end": hour + HOUR * 1000, "lo": lo, "hi": hi, "gap": MAX_GAP_MS,
-        "through": None if through is None else round(through * 1000)})
+    # A run's first tick is in no range's part either (a stopped store's whole range compared
+    # the second before its first tick with its spend).
+    ticks = _hour_ticks(reader, hour, None if through is None else round(through * 1000))
     if not ticks or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
-            (MINUTE, hour, ticks[0]["ts"] - MINUTE * 1000)):  # (a minute wholly before it)
+            (MINUTE, hour, ticks[0][0] - MINUTE * 1000)):  # (a minute wholly before it)
         return None
     charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
     host_ms = charged.get(0) or max(charged.values(), default=0)
     if host_ms <= 0:
         return None
-    # (only the part inside: a report's cost grows with it) the ticks of one set of processes
-    # summed once (a host's processes hold their GPUs for many ticks running)
-    by_set: dict[str, int] = {}
-    inside_ms = 0
-    for tick in ticks:
-        if lo < tick["ts"] <= hi:
-            inside_ms += tick["charged"]
-            if tick["procs"]:
-                by_set[tick["procs"]] = by_set.get(tick["procs"], 0) + tick["charged"]
-    # (a process with no GPU sample among the hour's ticks was charged outside them; one on
-    # several GPUs at a tick counts that tick once)
+    part = [(ts, ms) for ts, ms in ticks if lo < ts <= hi]
     held = {key: 0 for key in charged if key}
-    for ids, ms in by_set.items():
-        for proc in set(json.loads(ids)):
-            if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
-                held[proc] += ms
-    shares = {0: min(1.0, inside_ms / host_ms)}
+    if part and held:
+        # (only the part inside: a report's cost grows with it) the ticks of one set of
+        # processes summed once: a host's processes hold their GPUs for many ticks running
+        interval = dict(part)
+        by_set: dict[str, int] = {}
+        for ts, procs in reader.rows(_TICK_PROCESSES, (part[0][0], part[-1][0])):
+            ms = interval.get(ts)  # (not a run's first tick)
+            if ms is not None and procs:
+                by_set[procs] = by_set.get(procs, 0) + ms
+        # (a process with no GPU sample among the part's ticks was charged outside them; one
+        # on several GPUs at a tick counts that tick once)
+        for ids, ms in by_set.items():
+            for proc in set(json.loads(ids)):
+                if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
+                    held[proc] += ms
+    shares = {0: min(1.0, sum(ms for _, ms in part) / host_ms)}
     for key, ms in held.items():
         shares[key] = min(1.0, ms / charged[key]) if charged[key] > 0 else 0.0
     return shares

@@ -188,6 +188,13 @@ class StoreReader:
         with self._read():
             return list(self.db.query(sql, params))
 
+    def rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        """Run any read-only SQL under the deadline; rows as tuples, in the order the query
+        names its columns (for reads of thousands of rows, whose dicts cost more than the
+        query: an edge hour's ticks, queries._recorded_shares)."""
+        with self._read() as conn:
+            return conn.execute(sql, params).fetchall()
+
     # ------------------------------------------------------------------------- latest
 
     def _meta(self, conn: sqlite3.Connection, key: str) -> int:
