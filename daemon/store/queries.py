@@ -282,14 +282,13 @@ def _hour_ticks(reader: StoreReader, hour: int, through: int | None) -> list[tup
         if isinstance(r["ts"], int | float) and not isinstance(r["ts"], bool)) \
         if _has_table(reader, "meter_readings") else []
     out = []
-    for prev, ts in zip([None, *times], times, strict=False):
-        if ts < hour or prev is None:
-            continue
-        index = bisect.bisect_right(starts, prev)  # (a daemon started after prev, by ts)
-        if index < len(starts) and starts[index] <= ts:
-            continue
+    for prev, ts in zip(times, times[1:], strict=False):  # (the first: the tick before)
+        if starts:
+            index = bisect.bisect_right(starts, prev)  # (a daemon started after prev, by ts)
+            if index < len(starts) and starts[index] <= ts:
+                continue
         charged = min(ts - prev, MAX_GAP_MS)
-        if hour <= ts - charged / 2 < hour_end:
+        if 2 * hour <= 2 * ts - charged < 2 * hour_end:  # (its midpoint, in whole numbers)
             out.append((ts, charged))
     return out
 
