@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from daemon.store.schema import (
     KIND_SPEND,
     MICRODOLLARS,
     MINUTE,
+    PROCESS_METRICS,
     SPEND_PROCESS,
     unpack_text,
 )
@@ -260,7 +262,8 @@ _TICK_PROCESSES = (
     "AND s.proc <= 9223372036854775807) AS procs FROM ticks k WHERE k.ts >= ? AND k.ts <= ?")
 
 
-def _hour_ticks(reader: StoreReader, hour: int, through: int | None) -> list[tuple[int, int]]:
+def _hour_ticks(reader: StoreReader, hour: int,
+                through: int | None) -> tuple[list[tuple[int, int]], Counter[int]]:
     """The ticks whose interval the ledger put in the hour starting at `hour` (ms), handed
     over by `through` (ms; None: all): (ts, the interval before it as charged, ms), oldest
     first. By the interval's midpoint (daemon.analysis.ledger: the tick at 11:00:00.014, a
@@ -268,14 +271,15 @@ def _hour_ticks(reader: StoreReader, hour: int, through: int | None) -> list[tup
     from 10:54 to 11:05 read $5.99 for the $5.999 its rows held). A run's first tick (after a
     daemon start reading) charged nothing: no part of any row. Read as the hour's tick times
     and the starts among them, placed here (the tick before each one, a correlated max() in
-    SQL, was read again at each of its uses)."""
+    SQL, was read again at each of its uses). And how many ticks the store holds in each
+    minute of the hour and the one after it (by their start, ms), up to `through`."""
     hour_end = hour + HOUR * 1000
     times = [ts for ts, in reader.rows(
         "SELECT ts FROM ticks WHERE ts >= coalesce((SELECT max(ts) FROM ticks WHERE ts < :hour),"
         " :hour) AND ts < :end AND (:through IS NULL OR ts <= :through) ORDER BY ts",
         {"hour": hour, "end": hour_end + MAX_GAP_MS, "through": through})]
     if not times:
-        return []
+        return [], Counter()
     starts = sorted(r["ts"] for r in reader.query(
         "SELECT ts FROM meter_readings WHERE kind = 'start' AND name = 'daemon' AND ts > ? "
         "AND ts <= ?", (times[0], times[-1]))
@@ -290,7 +294,41 @@ def _hour_ticks(reader: StoreReader, hour: int, through: int | None) -> list[tup
         charged = min(ts - prev, MAX_GAP_MS)
         if 2 * hour <= 2 * ts - charged < 2 * hour_end:  # (its midpoint, in whole numbers)
             out.append((ts, charged))
-    return out
+    minute = MINUTE * 1000
+    return out, Counter(ts - ts % minute for ts in times if ts >= hour)
+
+
+def _held_throughout(reader: StoreReader, part: list[tuple[int, int]], keys: Iterable[int],
+                     minutes: Counter[int], through: int | None) -> set[int]:
+    """The minutes (their start, ms) among `part`'s ticks at every tick of which each process
+    of `keys` held a GPU, read from their minute rollups: a process's sm_share count is the
+    ticks it held a GPU at (the writer writes a share for each GPU it holds, 0 without an NVML
+    sample), so a count equal to the ticks the minute holds now (`minutes`, counted up to
+    `through`) is each of them. Only minutes whose raw ticks are all there still: raw
+    retention and a snapshot cut the raw range only at its ends (so a minute that starts at or
+    after the first raw tick and ends by the last), and a tick written into a minute after it
+    was rolled up (a retried write) makes its ticks more than the count, never as many. (A
+    file edited to disagree with its rollups reads as its rollups say.)"""
+    wanted = sorted({ts - ts % (MINUTE * 1000) for ts, _ in part})
+    procs = sorted(set(keys))
+    if not wanted or not procs:
+        return set()
+    first, last = reader.rows("SELECT min(ts), max(ts) FROM ticks")[0]
+    if first is None or last is None:
+        return set()
+    end = last if through is None else min(last, through)
+    inner = [m for m in wanted if m >= first and m + MINUTE * 1000 <= end and minutes[m]]
+    if not inner:
+        return set()
+    counted: Counter[int] = Counter()
+    for bucket, n in reader.rows(
+            "SELECT bucket, n FROM rollups WHERE kind = ? AND key IN (SELECT value FROM "
+            "json_each(?)) AND metric = ? AND res = ? AND bucket >= ? AND bucket <= ?",
+            (KIND_PROCESS, json.dumps(procs), PROCESS_METRICS["sm_share"], MINUTE, inner[0],
+             inner[-1])):
+        if isinstance(n, int) and n == minutes.get(bucket):
+            counted[bucket] += 1
+    return {m for m in inner if counted[m] == len(procs)}
 
 
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
@@ -313,7 +351,8 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
         hi = max(lo, min(hi, round(through * 1000)))
     # A run's first tick is in no range's part either (a stopped store's whole range compared
     # the second before its first tick with its spend).
-    ticks = _hour_ticks(reader, hour, None if through is None else round(through * 1000))
+    through_ms = None if through is None else round(through * 1000)
+    ticks, minutes = _hour_ticks(reader, hour, through_ms)
     if not ticks or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
             (MINUTE, hour, ticks[0][0] - MINUTE * 1000)):  # (a minute wholly before it)
@@ -325,14 +364,31 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     part = [(ts, ms) for ts, ms in ticks if lo < ts <= hi]
     held = {key: 0 for key in charged if key}
     if part and held:
-        # (only the part inside: a report's cost grows with it) the ticks of one set of
-        # processes summed once: a host's processes hold their GPUs for many ticks running
-        interval = dict(part)
+        # (only the part inside: a report's cost grows with it) the minutes at each tick of
+        # which every process held a GPU from their rollups, the rest tick by tick, the ticks
+        # of one set of processes summed once: a host's processes hold their GPUs for many
+        # ticks running (read tick by tick, a 1-hour report's two whole edge hours were a
+        # quarter of its time: bench/report.py)
+        throughout = _held_throughout(reader, part, held, minutes, through_ms)
+        minute = MINUTE * 1000
+        everyone = sum(ms for ts, ms in part if ts - ts % minute in throughout)
+        for key in held:
+            held[key] += everyone
+        interval: dict[int, int] = {}
+        spans: list[list[int]] = []  # the runs of the others: [first ts, last ts, index]
+        for i, (ts, ms) in enumerate(part):
+            if ts - ts % minute not in throughout:
+                interval[ts] = ms
+                if spans and spans[-1][2] == i - 1:
+                    spans[-1][1:] = [ts, i]
+                else:
+                    spans.append([ts, ts, i])
         by_set: dict[str, int] = {}
-        for ts, procs in reader.rows(_TICK_PROCESSES, (part[0][0], part[-1][0])):
-            ms = interval.get(ts)  # (not a run's first tick)
-            if ms is not None and procs:
-                by_set[procs] = by_set.get(procs, 0) + ms
+        for a, b, _ in spans:
+            for ts, procs in reader.rows(_TICK_PROCESSES, (a, b)):
+                tick_ms = interval.get(ts)  # (not a run's first tick, nor one of those above)
+                if tick_ms is not None and procs:
+                    by_set[procs] = by_set.get(procs, 0) + tick_ms
         # (a process with no GPU sample among the part's ticks was charged outside them; one
         # on several GPUs at a tick counts that tick once)
         for ids, ms in by_set.items():

@@ -593,3 +593,63 @@ def test_a_process_id_no_process_has_in_an_edge_hour_is_no_process(edge_store, t
     assert review["spend"]["total"] == pytest.approx(total, abs=1e-4)
     assert {row["name"]: row["cost"] for row in review["by"]["user"] if row["cost"]} == \
         pytest.approx(users, abs=1e-4)
+
+
+def _late_ticks(db: Path) -> int:
+    """Ticks written into minutes already rolled up, as a write retried after maintenance ran
+    would be: half a second after six ticks that three processes held a GPU at, held by one.
+    Returns how many."""
+    conn = sqlite3.connect(db)
+    with conn:
+        done = conn.execute("SELECT value FROM meta WHERE key = 'minute_done'").fetchone()[0]
+        held = [ts for ts, in conn.execute(
+            "SELECT ts FROM proc_gpu_samples GROUP BY ts HAVING count(DISTINCT proc) = 3 "
+            "ORDER BY ts") if ts < done - 120_000][::97][:6]
+        for ts in held:
+            conn.execute("INSERT INTO ticks (ts, tick, nvml_status, n_gpus, n_processes) "
+                         "SELECT ?, tick + 100000, nvml_status, n_gpus, 1 FROM ticks "
+                         "WHERE ts = ?", (ts + 500, ts))
+            conn.execute("INSERT INTO proc_gpu_samples (ts, proc, gpu, mem, sm) SELECT ?, proc, "
+                         "gpu, mem, sm FROM proc_gpu_samples WHERE ts = ? AND proc = (SELECT "
+                         "min(proc) FROM proc_gpu_samples WHERE ts = ?)", (ts + 500, ts, ts))
+    conn.close()
+    return len(held)
+
+
+def test_minutes_their_rollups_vouch_for_place_the_same_spend_as_their_ticks(
+        edge_store, tmp_path, monkeypatch):
+    """An edge hour's minutes at each tick of which every process held a GPU are read from
+    their minute rollups rather than tick by tick (queries._held_throughout); the spend they
+    place is what their ticks place, to the microdollar: on the store, on a snapshot of it cut
+    mid-minute at both ends, and where ticks were written into minutes already rolled up."""
+    from daemon.store.reader import StoreReader
+    from daemon.store.snapshot import write_snapshot
+
+    db, charged = edge_store
+    first, last = charged[0][0], charged[-1][0]
+    cut = tmp_path / "snapshot.db"
+    write_snapshot(db, cut, first + 1500.123, last - 1234.567)
+    late = tmp_path / "late.db"
+    shutil.copy(db, late)
+    assert _late_ticks(late) == 6
+    ranges = [(first + offset, first + offset + span) for offset in range(300, 8000, 611)
+              for span in (600.5, 1800, 3600, 5400)]
+    vouched = []
+    real = queries._held_throughout
+
+    def counted(*args):
+        found = real(*args)
+        vouched.append(len(found))
+        return found
+
+    for store in (db, cut, late):
+        reader = StoreReader(str(store))
+        try:
+            monkeypatch.setattr(queries, "_held_throughout", counted)
+            fast = [queries.spend_by_day(reader, a, b) for a, b in ranges]
+            monkeypatch.setattr(queries, "_held_throughout", lambda *args: set())
+            assert [queries.spend_by_day(reader, a, b) for a, b in ranges] == fast, store
+        finally:
+            reader.close()
+        assert sum(vouched) > 100, store  # (the rollups did vouch for minutes)
+        vouched.clear()
