@@ -313,7 +313,8 @@ def _held_throughout(reader: StoreReader, part: list[tuple[int, int]], keys: Ite
     procs = sorted(set(keys))
     if not wanted or not procs:
         return set()
-    first, last = reader.rows("SELECT min(ts), max(ts) FROM ticks")[0]
+    # (each its own query: min() and max() in one read every tick, not two ends of the key)
+    first, last = reader.rows("SELECT (SELECT min(ts) FROM ticks), (SELECT max(ts) FROM ticks)")[0]
     if first is None or last is None:
         return set()
     end = last if through is None else min(last, through)
