@@ -310,9 +310,9 @@ def _held_throughout(reader: StoreReader, part: list[tuple[int, int]], keys: Ite
     was rolled up (a retried write) makes its ticks more than the count, never as many. (A
     file edited to disagree with its rollups reads as its rollups say.)"""
     wanted = sorted({ts - ts % (MINUTE * 1000) for ts, _ in part})
-    procs = sorted(set(keys))
-    if not wanted or not procs:
-        return set()
+    procs = set(keys)
+    if not wanted or not procs or not all(type(key) is int for key in procs):
+        return set()  # (a damaged file's key that is no process id: tick by tick)
     # (each its own query: min() and max() in one read every tick, not two ends of the key)
     first, last = reader.rows("SELECT (SELECT min(ts) FROM ticks), (SELECT max(ts) FROM ticks)")[0]
     if first is None or last is None:
@@ -325,8 +325,8 @@ def _held_throughout(reader: StoreReader, part: list[tuple[int, int]], keys: Ite
     for bucket, n in reader.rows(
             "SELECT bucket, n FROM rollups WHERE kind = ? AND key IN (SELECT value FROM "
             "json_each(?)) AND metric = ? AND res = ? AND bucket >= ? AND bucket <= ?",
-            (KIND_PROCESS, json.dumps(procs), PROCESS_METRICS["sm_share"], MINUTE, inner[0],
-             inner[-1])):
+            (KIND_PROCESS, json.dumps(sorted(procs)), PROCESS_METRICS["sm_share"], MINUTE,
+             inner[0], inner[-1])):
         if isinstance(n, int) and n == minutes.get(bucket):
             counted[bucket] += 1
     return {m for m in inner if counted[m] == len(procs)}
@@ -398,7 +398,9 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
                     held[proc] += ms
     shares = {0: min(1.0, sum(ms for _, ms in part) / host_ms)}
     for key, ms in held.items():
-        shares[key] = min(1.0, ms / charged[key]) if charged[key] > 0 else 0.0
+        row_ms = charged[key]
+        shares[key] = (min(1.0, ms / row_ms) if isinstance(row_ms, int | float)
+                       and row_ms > 0 else 0.0)
     return shares
 
 
