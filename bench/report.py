@@ -1,7 +1,10 @@
 """How long `mlcostd report` takes over a day of a loaded host and over a month. Prints figures.
 
 Builds two stores in a temp folder, then times `python -m daemon report --json` (the whole
-command, as a user runs it) for --since 1h, 24h and 30d, three runs each:
+command, as a user runs it) for --since 15m (read from the raw samples), 1h, 6h and 24h on the
+day store and 30d on the month store, three runs each (each range ends at the store's last
+tick, not on an hour: its edge hours, and those of the period before it that the review compares
+it with, are cut and placed by their ticks):
 
 - day: 24 h of 1 s ticks at 8 GPUs x 64 GPU processes through the real writer (Store.write and
   its maintenance: minute and hour rollups), raw samples kept for the whole day (--raw-hours),
@@ -15,7 +18,8 @@ command, as a user runs it) for --since 1h, 24h and 30d, three runs each:
   take hours; what the report reads of a month is the rollups, so the rollups are what is
   built.
 
-Targets (issue 23 item 4): --since 24h within 0.5 s, --since 30d within 1 s.
+Targets (issue 23 item 4): --since 24h within 0.5 s, --since 30d within 1 s, and no shorter
+range slower than 24h (a user narrowing the range expects it to get faster).
 Run it against another checkout (the code before a change) with PYTHONPATH=THAT_CHECKOUT: the
 stores are built and read by the `daemon` package found first.
 usage: python bench/report.py [--gpus 8] [--processes 64] [--hours 24] [--keep DIR]
@@ -266,8 +270,10 @@ def main() -> int:
             print(f"month store: {args.days} days of rollups, {month.stat().st_size / 1e6:.0f} "
                   f"MB, built in {time.perf_counter() - t0:.0f} s")
         print(f"interpreter and imports alone: {startup(args.runs):.2f} s")
-        for db, since in ((day, "1h"), (day, "24h"), (month, "30d")):
+        medians = {}
+        for db, since in ((day, "15m"), (day, "1h"), (day, "6h"), (day, "24h"), (month, "30d")):
             walls, inside, cpu, said = time_report(db, since, args.runs)
+            medians[since] = statistics.median(inside)
             print(f"report --since {since:>3} on the {db.stem} store: median "
                   f"{statistics.median(inside):.3f} s after imports "
                   f"(runs: {', '.join(f'{t:.3f}' for t in inside)}), CPU "
@@ -275,7 +281,8 @@ def main() -> int:
                   f" {statistics.median(walls):.2f} s whole command; {said}")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs)")
-    print("targets: --since 24h within 0.5 s, --since 30d within 1 s")
+    print("targets: --since 24h within 0.5 s, --since 30d within 1 s, 15m, 1h and 6h within 24h's "
+          f"(here {', '.join(f'{k} {v:.3f} s' for k, v in medians.items())})")
     return 0
 
 

@@ -7,8 +7,10 @@ writer (`daemon.store.facts` writes them).
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,6 +26,7 @@ from daemon.store.schema import (
     KIND_SPEND,
     MICRODOLLARS,
     MINUTE,
+    PROCESS_METRICS,
     SPEND_PROCESS,
     unpack_text,
 )
@@ -247,21 +250,86 @@ def spend_by_day(reader: StoreReader, since: float,
     return out
 
 
-# The hour's ticks, as the ledger charged them (`_recorded_shares`): each tick's interval
-# (ms, a gap capped at MAX_GAP_MS as daemon.analysis.ledger.MAX_TICK_GAP_S caps it; none for a
-# run's first tick, `starts`: the store knowing nothing of the analysis, a daemon start reading
-# is spelled here), those whose midpoint falls in the hour [:hour, :hour_end) and that were
-# handed over by :through.
+# A tick's interval as the ledger charged it (`_hour_ticks`): a gap capped at MAX_GAP_MS, as
+# daemon.analysis.ledger.MAX_TICK_GAP_S caps it (the store knowing nothing of the analysis).
 MAX_GAP_MS = 60_000
-_HOUR_TICKS = (
-    "WITH t AS (SELECT k.ts, (SELECT max(p.ts) FROM ticks p WHERE p.ts < k.ts) AS prev "
-    "FROM ticks k WHERE k.ts >= :hour AND k.ts < :hour_end + :gap "
-    "AND (:through IS NULL OR k.ts <= :through)), "
-    "c AS (SELECT ts, CASE WHEN t.prev IS NULL OR {starts} THEN 0 "
-    "ELSE min(t.ts - t.prev, :gap) END AS charged FROM t), "
-    "member AS MATERIALIZED (SELECT ts, charged FROM c WHERE charged > 0 "
-    "AND ts - charged / 2.0 >= :hour "
-    "AND ts - charged / 2.0 < :hour_end)")
+# The processes that held a GPU at each tick of a span, one JSON array a tick found along
+# proc_gpu_samples' primary key (ts, ...); numbers only: a damaged file's text or blob, which
+# JSON cannot hold, sorts after every number. (Joined and summed by process in SQL, an edge
+# hour of 8 x 64 took 0.17 s, four of them most of a 1-hour report: bench/report.py.)
+_TICK_PROCESSES = (
+    "SELECT k.ts, (SELECT json_group_array(s.proc) FROM proc_gpu_samples s WHERE s.ts = k.ts "
+    "AND s.proc <= 9223372036854775807) AS procs FROM ticks k WHERE k.ts >= ? AND k.ts <= ?")
+
+
+def _hour_ticks(reader: StoreReader, hour: int,
+                through: int | None) -> tuple[list[tuple[int, int]], Counter[int]]:
+    """The ticks whose interval the ledger put in the hour starting at `hour` (ms), handed
+    over by `through` (ms; None: all): (ts, the interval before it as charged, ms), oldest
+    first. By the interval's midpoint (daemon.analysis.ledger: the tick at 11:00:00.014, a
+    second after the one before, is in 10:00's row; counted in 11:00's, a review of a store
+    from 10:54 to 11:05 read $5.99 for the $5.999 its rows held). A run's first tick (after a
+    daemon start reading) charged nothing: no part of any row. Read as the hour's tick times
+    and the starts among them, placed here (the tick before each one, a correlated max() in
+    SQL, was read again at each of its uses). And how many ticks the store holds in each
+    minute of the hour and the one after it (by their start, ms), up to `through`."""
+    hour_end = hour + HOUR * 1000
+    times = [ts for ts, in reader.rows(
+        "SELECT ts FROM ticks WHERE ts >= coalesce((SELECT max(ts) FROM ticks WHERE ts < :hour),"
+        " :hour) AND ts < :end AND (:through IS NULL OR ts <= :through) ORDER BY ts",
+        {"hour": hour, "end": hour_end + MAX_GAP_MS, "through": through})]
+    if not times:
+        return [], Counter()
+    starts = sorted(r["ts"] for r in reader.query(
+        "SELECT ts FROM meter_readings WHERE kind = 'start' AND name = 'daemon' AND ts > ? "
+        "AND ts <= ?", (times[0], times[-1]))
+        if isinstance(r["ts"], int | float) and not isinstance(r["ts"], bool)) \
+        if _has_table(reader, "meter_readings") else []
+    out = []
+    for prev, ts in zip(times, times[1:], strict=False):  # (the first: the tick before)
+        if starts:
+            index = bisect.bisect_right(starts, prev)  # (a daemon started after prev, by ts)
+            if index < len(starts) and starts[index] <= ts:
+                continue
+        charged = min(ts - prev, MAX_GAP_MS)
+        if 2 * hour <= 2 * ts - charged < 2 * hour_end:  # (its midpoint, in whole numbers)
+            out.append((ts, charged))
+    minute = MINUTE * 1000
+    return out, Counter(ts - ts % minute for ts in times if ts >= hour)
+
+
+def _held_throughout(reader: StoreReader, part: list[tuple[int, int]], keys: Iterable[int],
+                     minutes: Counter[int], through: int | None) -> set[int]:
+    """The minutes (their start, ms) among `part`'s ticks at every tick of which each process
+    of `keys` held a GPU, read from their minute rollups: a process's sm_share count is the
+    ticks it held a GPU at (the writer writes a share for each GPU it holds, 0 without an NVML
+    sample), so a count equal to the ticks the minute holds now (`minutes`, counted up to
+    `through`) is each of them. Only minutes whose raw ticks are all there still: raw
+    retention and a snapshot cut the raw range only at its ends (so a minute that starts at or
+    after the first raw tick and ends by the last), and a tick written into a minute after it
+    was rolled up (a retried write) makes its ticks more than the count, never as many. (A
+    file edited to disagree with its rollups reads as its rollups say.)"""
+    wanted = sorted({ts - ts % (MINUTE * 1000) for ts, _ in part})
+    procs = set(keys)
+    if not wanted or not procs or not all(type(key) is int for key in procs):
+        return set()  # (a damaged file's key that is no process id: tick by tick)
+    # (each its own query: min() and max() in one read every tick, not two ends of the key)
+    first, last = reader.rows("SELECT (SELECT min(ts) FROM ticks), (SELECT max(ts) FROM ticks)")[0]
+    if first is None or last is None:
+        return set()
+    end = last if through is None else min(last, through)
+    inner = [m for m in wanted if m >= first and m + MINUTE * 1000 <= end and minutes[m]]
+    if not inner:
+        return set()
+    counted: Counter[int] = Counter()
+    for bucket, n in reader.rows(
+            "SELECT bucket, n FROM rollups WHERE kind = ? AND key IN (SELECT value FROM "
+            "json_each(?)) AND metric = ? AND res = ? AND bucket >= ? AND bucket <= ?",
+            (KIND_PROCESS, json.dumps(sorted(procs)), PROCESS_METRICS["sm_share"], MINUTE,
+             inner[0], inner[-1])):
+        if isinstance(n, int) and n == minutes.get(bucket):
+            counted[bucket] += 1
+    return {m for m in inner if counted[m] == len(procs)}
 
 
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
@@ -282,47 +350,57 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     through = spend_through(reader)
     if through is not None:  # (and the hour's ticks it holds: those up to it)
         hi = max(lo, min(hi, round(through * 1000)))
-    # The hour's ticks are those whose interval the ledger put in this hour, by the interval's
-    # midpoint (daemon.analysis.ledger: the tick at 11:00:00.014, a second after the one
-    # before, is in 10:00's row; counted in 11:00's, a review of a store from 10:54 to 11:05
-    # read $5.99 for the $5.999 its rows held). A run's first tick charged nothing (no
-    # interval before it is the run's): no part of any row, nor of a range ending at it (a
-    # stopped store's whole range compared the second before its first tick with its spend).
-    # Each tick's part is the interval before it as the ledger charged it (a gap capped).
-    members = _HOUR_TICKS.format(starts="EXISTS (SELECT 1 FROM meter_readings m WHERE "
-                                 "m.kind = 'start' AND m.name = 'daemon' AND m.ts > t.prev "
-                                 "AND m.ts <= t.ts)" if _has_table(reader, "meter_readings")
-                                 else "0")
-    params = {"hour": hour, "hour_end": hour + HOUR * 1000, "lo": lo, "hi": hi,
-              "gap": MAX_GAP_MS, "through": None if through is None else round(through * 1000)}
-    ticks = reader.query(f"{members} SELECT count(*) AS n, min(ts) AS first, "
-                         "coalesce(sum(CASE WHEN ts > :lo AND ts <= :hi THEN charged END), 0) "
-                         "AS inside FROM member", params)[0]
-    if not ticks["n"] or reader.query(
+    # A run's first tick is in no range's part either (a stopped store's whole range compared
+    # the second before its first tick with its spend).
+    through_ms = None if through is None else round(through * 1000)
+    ticks, minutes = _hour_ticks(reader, hour, through_ms)
+    if not ticks or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
-            (MINUTE, hour, ticks["first"] - MINUTE * 1000)):  # (a minute wholly before it)
+            (MINUTE, hour, ticks[0][0] - MINUTE * 1000)):  # (a minute wholly before it)
         return None
     charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
     host_ms = charged.get(0) or max(charged.values(), default=0)
     if host_ms <= 0:
         return None
-    procs = [key for key in charged if key]
-    # (a process with no GPU sample among the hour's ticks was charged outside them)
-    shares = {0: min(1.0, ticks["inside"] / host_ms), **dict.fromkeys(procs, 0.0)}
-    for i in range(0, len(procs), 500):
-        chunk = procs[i:i + 500]
-        for r in reader.query(  # (only the part inside: a report's cost grows with it)
-                # (the hour's member ticks first, each looked up in proc_gpu_samples by its
-                # primary key's ts: joined the other way, SQLite walked the member ticks once
-                # per sample row, 2.6 s for an edge hour of 8 x 64)
-                f"{members} SELECT proc, sum(charged) AS inside FROM (SELECT DISTINCT "
-                "member.ts, member.charged, s.proc FROM member JOIN proc_gpu_samples s "
-                "ON s.ts = member.ts WHERE member.ts > :lo AND member.ts <= :hi "
-                f"AND s.proc IN ({','.join(f':p{j}' for j in range(len(chunk)))})) "
-                "GROUP BY proc",
-                {**params, **{f"p{j}": key for j, key in enumerate(chunk)}}):
-            if charged[r["proc"]] > 0:
-                shares[r["proc"]] = min(1.0, r["inside"] / charged[r["proc"]])
+    part = [(ts, ms) for ts, ms in ticks if lo < ts <= hi]
+    held = {key: 0 for key in charged if key}
+    if part and held:
+        # (only the part inside: a report's cost grows with it) the minutes at each tick of
+        # which every process held a GPU from their rollups, the rest tick by tick, the ticks
+        # of one set of processes summed once: a host's processes hold their GPUs for many
+        # ticks running (read tick by tick, a 1-hour report's two whole edge hours were a
+        # quarter of its time: bench/report.py)
+        throughout = _held_throughout(reader, part, held, minutes, through_ms)
+        minute = MINUTE * 1000
+        everyone = sum(ms for ts, ms in part if ts - ts % minute in throughout)
+        for key in held:
+            held[key] += everyone
+        interval: dict[int, int] = {}
+        spans: list[list[int]] = []  # the runs of the others: [first ts, last ts, index]
+        for i, (ts, ms) in enumerate(part):
+            if ts - ts % minute not in throughout:
+                interval[ts] = ms
+                if spans and spans[-1][2] == i - 1:
+                    spans[-1][1:] = [ts, i]
+                else:
+                    spans.append([ts, ts, i])
+        by_set: dict[str, int] = {}
+        for a, b, _ in spans:
+            for ts, procs in reader.rows(_TICK_PROCESSES, (a, b)):
+                tick_ms = interval.get(ts)  # (not a run's first tick, nor one of those above)
+                if tick_ms is not None and procs:
+                    by_set[procs] = by_set.get(procs, 0) + tick_ms
+        # (a process with no GPU sample among the part's ticks was charged outside them; one
+        # on several GPUs at a tick counts that tick once)
+        for ids, ms in by_set.items():
+            for proc in set(json.loads(ids)):
+                if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
+                    held[proc] += ms
+    shares = {0: min(1.0, sum(ms for _, ms in part) / host_ms)}
+    for key, ms in held.items():
+        row_ms = charged[key]
+        shares[key] = (min(1.0, ms / row_ms) if isinstance(row_ms, int | float)
+                       and row_ms > 0 else 0.0)
     return shares
 
 

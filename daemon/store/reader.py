@@ -188,6 +188,13 @@ class StoreReader:
         with self._read():
             return list(self.db.query(sql, params))
 
+    def rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        """Run any read-only SQL under the deadline; rows as tuples, in the order the query
+        names its columns (for reads of thousands of rows, whose dicts cost more than the
+        query: an edge hour's ticks, queries._recorded_shares)."""
+        with self._read() as conn:
+            return conn.execute(sql, params).fetchall()
+
     # ------------------------------------------------------------------------- latest
 
     def _meta(self, conn: sqlite3.Connection, key: str) -> int:
@@ -600,32 +607,21 @@ class StoreReader:
         return gpus
 
     def _process_summary(self, conn: sqlite3.Connection, lo: int, hi: int) -> list[dict[str, Any]]:
+        # Each process's samples counted in one pass, its first and last sample then read by
+        # their primary key (ts, proc): three passes, each sorted by process, were a third of
+        # a 15 min report of 64 processes (bench/report.py).
         counters = "ts, cpu_ms, read_b, write_b, iowait_ms"
-        # SQLite returns the other columns from the row that holds the min / max.
-        first = {
-            r[0]: r[2:]
-            for r in conn.execute(
-                f"SELECT proc, min(ts), {counters} FROM proc_samples"
-                " WHERE ts >= ? AND ts <= ? GROUP BY proc",
-                (lo, hi),
-            )
-        }
-        last = {
-            r[0]: r[2:]
-            for r in conn.execute(
-                f"SELECT proc, max(ts), {counters}, rss FROM proc_samples"
-                " WHERE ts >= ? AND ts <= ? GROUP BY proc",
-                (lo, hi),
-            )
-        }
-        stats = {
-            r[0]: r[1:]
-            for r in conn.execute(
-                "SELECT proc, count(*), max(threads_d) FROM proc_samples"
-                " WHERE ts >= ? AND ts <= ? GROUP BY proc",
-                (lo, hi),
-            )
-        }
+        stats: dict[int, tuple[int, int | None]] = {}
+        first: dict[int, tuple[Any, ...]] = {}
+        last: dict[int, tuple[Any, ...]] = {}
+        for proc, samples, threads_d_max, first_ts, last_ts in conn.execute(
+                "SELECT proc, count(*), max(threads_d), min(ts), max(ts) FROM proc_samples"
+                " WHERE ts >= ? AND ts <= ? GROUP BY proc", (lo, hi)).fetchall():
+            stats[proc] = (samples, threads_d_max)
+            first[proc] = conn.execute(f"SELECT {counters} FROM proc_samples WHERE ts = ? AND "
+                                       "proc = ?", (first_ts, proc)).fetchone()
+            last[proc] = conn.execute(f"SELECT {counters}, rss FROM proc_samples WHERE ts = ? "
+                                      "AND proc = ?", (last_ts, proc)).fetchone()
         sm_sum: dict[int, int] = {}
         gpus_held: dict[int, list[int]] = {}
         peak: dict[int, int | None] = {}  # the most GPU memory it held at once

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -460,3 +461,195 @@ def test_a_snapshot_cut_mid_run_between_two_hand_overs_is_the_dollars_its_ticks_
     assert document["spend"]["total"] == pytest.approx(spend["total"], rel=1e-3)
     assert spend["per_day"] == pytest.approx(rate * 24, rel=1e-3)
     assert spend["per_day_basis"] is None
+
+
+HELPER = ProcessSample(pid=400, start_time=1_780_000_003.0, ppid=1, user="dave",
+                       command="python -m vllm.entrypoints.openai.api_server --tp 2",
+                       gpus=(GpuUse(2, 10 << 30, 40.0), GpuUse(3, 10 << 30, 40.0)))
+
+
+@pytest.fixture(scope="module")
+def edge_store(tmp_path_factory) -> tuple[Path, list[tuple[float, float, dict[str, float]]]]:
+    """A store written as the daemon writes it, 2.5 hours of 2 s ticks off the hour through
+    the real writer and its maintenance, each run charged by its own CostLedger and handed over
+    every 10 minutes: the trainer holds GPU 0 throughout, the server GPU 1 from 0:40 to 1:50,
+    a 2-GPU server GPUs 2 and 3 from 1:10 to 2:20, and the daemon restarts at 1:25 after 30 s
+    down. Returns it and, after each tick, what the ledgers had charged in all (dollars, and by
+    user): a range's spend, tick by tick, is the difference between its ends."""
+    from daemon.analysis.cost import HostPrice, burn
+    from daemon.analysis.ledger import CostLedger
+    from daemon.runtime import resume
+
+    db = tmp_path_factory.mktemp("edges") / "mlcost.db"
+    price = HostPrice(4 * 7.2, 4, "on-demand", "p4d.24xlarge", "aws", "us-east-1", "test", None)
+    first = int(time.time() // 3600 * 3600) - 4 * 3600 + 1234.25  # (a whole past span)
+    gpus = tuple(GpuSample(g, f"GPU-{g}", "A100", utilization=90.0, memory_used_bytes=30 << 30,
+                           memory_total_bytes=40 << 30) for g in range(4))
+    store = Store(str(db))
+    store.set_meta("host", {"hostname": "box", "interval_s": 2.0, "price": price.as_dict()})
+    charged: list[tuple[float, float, dict[str, float]]] = []
+    total, by_user = 0.0, dict[str, float]()
+    ledger: CostLedger | None = None
+    tick, ts = 0, first
+    while ts < first + 2.5 * 3600:
+        at = ts - first
+        if ledger is None or 85 * 60 <= at < 85 * 60 + 2:
+            if ledger is not None:  # the restart: handed over, then 30 s down
+                facts.write_spend(store, *ledger.take_unrecorded())
+                ts += 30.0
+            resume.record_start(store, ts - 1.5)
+            resume.record_price(store, price, ts - 1.5)
+            ledger = CostLedger()
+        processes = (TRAIN, *((SERVE,) if 40 * 60 <= at < 110 * 60 else ()),
+                     *((HELPER,) if 70 * 60 <= at < 140 * 60 else ()))
+        tick += 1
+        sample = Sample(ts=ts, tick=tick, gpus=gpus, processes=processes)
+        store.write(sample)
+        before = dict(ledger.by_user), ledger.total
+        ledger.add(burn(sample, price))
+        total += ledger.total - before[1]
+        for user, cost in ledger.by_user.items():
+            by_user[user] = by_user.get(user, 0.0) + cost - before[0].get(user, 0.0)
+        charged.append((ts, total, dict(by_user)))
+        if tick % 300 == 0:
+            facts.write_spend(store, *ledger.take_unrecorded())
+            store.set_meta(queries.SPEND_THROUGH, ts)
+            while store.maintain(budget_s=1.0):
+                pass
+        ts += 2.0
+    assert ledger is not None
+    facts.write_spend(store, *ledger.take_unrecorded())
+    store.set_meta(queries.SPEND_THROUGH, charged[-1][0])
+    store.close()
+    return db, charged
+
+
+def _charged_over(charged: list[tuple[float, float, dict[str, float]]], since: float,
+                  until: float) -> tuple[float, dict[str, float]]:
+    """What the ledgers charged over the ticks in (since, until]: dollars, and by user."""
+    def at(when: float) -> tuple[float, dict[str, float]]:
+        done = [(total, users) for ts, total, users in charged if ts <= when]
+        return done[-1] if done else (0.0, {})
+
+    (end_total, end_users), (start_total, start_users) = at(until), at(since)
+    return end_total - start_total, {user: cost - start_users.get(user, 0.0)
+                                     for user, cost in end_users.items()
+                                     if cost - start_users.get(user, 0.0) > 0}
+
+
+@pytest.mark.parametrize(("since", "before_end"), [
+    ("1h", 0.0), ("1h", 1500.5), ("30m", 2222.0), ("90m", 600.25), ("45m", 3334.0)])
+def test_a_sub_day_reviews_spend_is_what_the_ledger_charged_its_ticks(edge_store, since,
+                                                                      before_end):
+    """A range shorter than a day, on or off the hour: its edge hours are placed by their
+    ticks (queries.spend_by_day), so the review's spend and its split by user, and the same
+    for the period before it, are what the ledgers charged the ticks inside them, restart and
+    2-GPU process included (issue 23: the edge hours were read four times as slowly)."""
+    db, charged = edge_store
+    until = charged[-1][0] - before_end
+    span = {"1h": 3600, "30m": 1800, "90m": 5400, "45m": 2700}[since]
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                          since, "--until", str(until), "--by", "user", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    review = json.loads(out.stdout)["review"]
+    total, users = _charged_over(charged, until - span, until)
+    before, before_users = _charged_over(charged, until - 2 * span, until - span)
+    assert total > 0 and before > 0
+    assert review["spend"]["total"] == pytest.approx(total, abs=1e-4)
+    assert review["spend"]["previous_total"] == pytest.approx(before, abs=1e-4)
+    by_user = {row["name"]: row for row in review["by"]["user"]}
+    assert {name: row["cost"] for name, row in by_user.items() if row["cost"]} == pytest.approx(
+        users, abs=1e-4)
+    assert {name: row["previous"] for name, row in by_user.items() if row["previous"]} == \
+        pytest.approx(before_users, abs=1e-4)
+
+
+def test_a_process_id_no_process_has_in_an_edge_hour_is_no_process(edge_store, tmp_path):
+    """A store is anyone's file: a GPU sample whose process id is a blob, a text that reads as
+    a list of ids, or a fraction, at ticks of an hour the range cuts, is no process's; the
+    review's figures stay what the ledgers charged (the edge hour's processes are read as JSON,
+    which cannot hold a blob)."""
+    db, charged = edge_store
+    copy = tmp_path / "edited.db"
+    shutil.copy(db, copy)
+    until = charged[-1][0] - 1500.5
+    conn = sqlite3.connect(copy)
+    with conn:
+        ticks = [ts for ts, in conn.execute(
+            "SELECT ts FROM ticks WHERE ts > ? ORDER BY ts LIMIT 5",
+            (round((until - 3600) * 1000),))]
+        conn.executemany("INSERT INTO proc_gpu_samples (ts, proc, gpu, mem, sm) "
+                         "VALUES (?, ?, 0, 1, 1)", [
+                             (ts, value) for ts in ticks
+                             for value in (b"\x01", "1,2,3", 2.5)])
+    conn.close()
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(copy),
+                          "--since", "1h", "--until", str(until), "--by", "user", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    review = json.loads(out.stdout)["review"]
+    total, users = _charged_over(charged, until - 3600, until)
+    assert review["spend"]["total"] == pytest.approx(total, abs=1e-4)
+    assert {row["name"]: row["cost"] for row in review["by"]["user"] if row["cost"]} == \
+        pytest.approx(users, abs=1e-4)
+
+
+def _late_ticks(db: Path) -> int:
+    """Ticks written into minutes already rolled up, as a write retried after maintenance ran
+    would be: half a second after six ticks that three processes held a GPU at, held by one.
+    Returns how many."""
+    conn = sqlite3.connect(db)
+    with conn:
+        done = conn.execute("SELECT value FROM meta WHERE key = 'minute_done'").fetchone()[0]
+        held = [ts for ts, in conn.execute(
+            "SELECT ts FROM proc_gpu_samples GROUP BY ts HAVING count(DISTINCT proc) = 3 "
+            "ORDER BY ts") if ts < done - 120_000][::97][:6]
+        for ts in held:
+            conn.execute("INSERT INTO ticks (ts, tick, nvml_status, n_gpus, n_processes) "
+                         "SELECT ?, tick + 100000, nvml_status, n_gpus, 1 FROM ticks "
+                         "WHERE ts = ?", (ts + 500, ts))
+            conn.execute("INSERT INTO proc_gpu_samples (ts, proc, gpu, mem, sm) SELECT ?, proc, "
+                         "gpu, mem, sm FROM proc_gpu_samples WHERE ts = ? AND proc = (SELECT "
+                         "min(proc) FROM proc_gpu_samples WHERE ts = ?)", (ts + 500, ts, ts))
+    conn.close()
+    return len(held)
+
+
+def test_minutes_their_rollups_vouch_for_place_the_same_spend_as_their_ticks(
+        edge_store, tmp_path, monkeypatch):
+    """An edge hour's minutes at each tick of which every process held a GPU are read from
+    their minute rollups rather than tick by tick (queries._held_throughout); the spend they
+    place is what their ticks place, to the microdollar: on the store, on a snapshot of it cut
+    mid-minute at both ends, and where ticks were written into minutes already rolled up."""
+    from daemon.store.reader import StoreReader
+    from daemon.store.snapshot import write_snapshot
+
+    db, charged = edge_store
+    first, last = charged[0][0], charged[-1][0]
+    cut = tmp_path / "snapshot.db"
+    write_snapshot(db, cut, first + 1500.123, last - 1234.567)
+    late = tmp_path / "late.db"
+    shutil.copy(db, late)
+    assert _late_ticks(late) == 6
+    ranges = [(first + offset, first + offset + span) for offset in range(300, 8000, 611)
+              for span in (600.5, 1800, 3600, 5400)]
+    vouched = []
+    real = queries._held_throughout
+
+    def counted(*args):
+        found = real(*args)
+        vouched.append(len(found))
+        return found
+
+    for store in (db, cut, late):
+        reader = StoreReader(str(store))
+        try:
+            monkeypatch.setattr(queries, "_held_throughout", counted)
+            fast = [queries.spend_by_day(reader, a, b) for a, b in ranges]
+            monkeypatch.setattr(queries, "_held_throughout", lambda *args: set())
+            assert [queries.spend_by_day(reader, a, b) for a, b in ranges] == fast, store
+        finally:
+            reader.close()
+        assert sum(vouched) > 100, store  # (the rollups did vouch for minutes)
+        vouched.clear()
