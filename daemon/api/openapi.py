@@ -152,6 +152,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "commands": {"type": "array", "items": {"type": "string"}},
             "patch": {"type": "string", "nullable": True},
             "steps": {"type": "array", "items": {"type": "string"}},
+            "refused": {"type": "string", "nullable": True, "description":
+                        "a dry run's: why the real run will be refused with 403 (the daemon "
+                        "does not take actions: [api].allow_actions); null when it will be "
+                        "tried"},
         },
     },
     "Comparison": {

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from simhost import pilot_wait_for
+from textual.widgets import Button, Static
 
 from daemon.client import Client
 from mlcost_tui.app import MlcostTop
@@ -429,3 +430,50 @@ async def test_the_fleet_table_at_80_columns_says_what_it_is_and_offers_what_wor
         assert "Open host" in footer, footer
         said = await help_text(app, pilot)
         assert "enter" in said and "its full view" in said and "escape" in said, said
+
+
+class RefusingClient(StubClient):
+    """A daemon with [api].allow_actions = false: its dry run of a SIGTERM says the real run
+    will be refused, and why."""
+
+    REASON = ("this mlcostd does not take actions (SIGTERM to pid 1003); set "
+              "[api].allow_actions = true in its config to let the API do it, or do it yourself")
+
+    async def apply(self, rec_id: str, dry_run: bool = True):
+        result = await super().apply(rec_id, dry_run)
+        if rec_id == "rec-idle" and dry_run:
+            return self.ActionResult(rec_id, "sigterm", True, False,
+                                     "would send SIGTERM to pid 1003; but the real run will be "
+                                     f"refused (403): {self.REASON}", steps=result.steps,
+                                     refused=self.REASON)
+        return result
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_the_dialog_does_not_offer_y_when_the_daemon_will_refuse_it(size):
+    """The dry run said the daemon does not take actions: the dialog said "Do it? (y / n)",
+    and `y` got a 403 only after the user confirmed. Now it says why beside its buttons
+    (at 80x24 too), offers no `y`, and `y` says why and sends nothing."""
+    client = RefusingClient()
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size, notifications=True) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        app.query_one(RecommendationTable).focus()
+        await pilot.press("a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ActionScreen) and not screen.can_do
+        note = screen.query_one("#refused-note", Static)
+        assert note.region.bottom <= size[1] and note.region.height > 0  # on screen
+        assert "[api].allow_actions = true" in str(note.render())
+        assert "Do it? (y / n)" not in str(screen.query_one("#action-body", Static).render())
+        button = screen.query_one("#do", Button)
+        assert button.disabled and "refused" in str(button.label)
+        await pilot.press("y")
+        await pilot.pause()
+        assert client.applied == [("rec-idle", True)]  # no real run asked for
+        assert any("allow_actions" in n.message for n in app._notifications)
+        assert isinstance(app.screen, ActionScreen)
