@@ -438,7 +438,10 @@ class MlcostTop(App):
         the start is waiting for."""
         header = self.query_one(HeaderPanel)
         if self.viewing is None:
-            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts))
+            alerting = tuple(h.now.hostname or h.target for h in self.hosts
+                             if h.now is not None and h.error is None and h.now.idle_alerts)
+            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts),
+                        alert_hosts=alerting)
             return
         snap = self.shown_host
         if self.starting and (snap is None or snap.now is None or snap.now.ts is None):

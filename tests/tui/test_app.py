@@ -10,9 +10,10 @@ from simhost import pilot_wait_for
 from textual.widgets import Button, Static
 
 from daemon.client import Client
+from daemon.wire import Now
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.cli import main
-from mlcost_tui.messages import SnapshotArrived
+from mlcost_tui.messages import HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
 from mlcost_tui.panels.header import HeaderPanel
@@ -23,7 +24,7 @@ from mlcost_tui.screens.confirm import ConfirmScreen
 from mlcost_tui.screens.details import DetailsScreen
 from mlcost_tui.screens.help import HelpScreen
 from mlcost_tui.screens.history import HistoryScreen
-from tests.tui.fixtures import StubClient, snapshot
+from tests.tui.fixtures import TS, StubClient, now_document, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -422,8 +423,9 @@ async def test_the_fleet_table_at_80_columns_says_what_it_is_and_offers_what_wor
         assert {"host", "target", "burn", "gpus", "idle"} <= set(fleet.shown_keys)
         heading = next(line for line in text if "burn $/h" in line)
         assert "GPUs" in heading and "idle GPUs" in heading, heading
-        # cut with `…`, keeping its host's start and its port
-        assert any("gpu-node-01…:9347" in line for line in text), text
+        # cut with `…`, keeping its host's start and its port (as wide as the columns that
+        # stay at 80 leave it: more than its 12 cells)
+        assert any("gpu-node-017.tra…:9347" in line for line in text), text
         footer = text[-1]
         for key in ("/ ", "< ", "> ", "I ", "t "):
             assert f" {key}" not in footer, footer
@@ -477,3 +479,55 @@ async def test_the_dialog_does_not_offer_y_when_the_daemon_will_refuse_it(size):
         assert client.applied == [("rec-idle", True)]  # no real run asked for
         assert any("allow_actions" in n.message for n in app._notifications)
         assert isinstance(app.screen, ActionScreen)
+
+
+def _fleet_host(target: str, hostname: str, alerts: bool) -> HostSnapshot:
+    doc = now_document(processes=3)
+    doc["host"]["hostname"] = hostname
+    if not alerts:
+        doc["events"] = []
+    return HostSnapshot(target, Now.from_dict(doc), None, 0.01, TS)
+
+
+@pytest.mark.asyncio
+async def test_the_fleet_table_gives_the_daemon_its_width_and_the_header_says_which_host():
+    """At 120 columns the daemon column was cut to 12 cells (`127.0…:19347`: only the ports
+    told the rows apart) to keep the less important columns; the header read `price -` (a
+    fleet has no one price) and `idle alerts 2 (GPU 2 idle …)`, the first host's GPU, of no
+    host said."""
+    from tests.tui.test_sizes import screen_text
+
+    targets = ["http://127.0.0.1:19347", "http://127.0.0.1:19348"]
+    app = MlcostTop([NamedStub(t) for t in targets], poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SnapshotArrived((_fleet_host(targets[0], "gpu-a", True),
+                                          _fleet_host(targets[1], "gpu-b", True))))
+        await pilot.pause()
+        await pilot.pause()
+        text = screen_text(app)
+        for target in targets:
+            assert any(target in line for line in text), text
+        fleet = app.query_one(FleetPanel)
+        # what ranks above the whole name stays: waste, savings, idle alerts
+        assert {"wasted", "saves", "alerts"} <= set(fleet.shown_keys), fleet.shown_keys
+        assert "price -" not in text[0], text[0]
+        assert "idle alerts 2 on 2 hosts" in text[1], text[1]
+
+        app.post_message(SnapshotArrived((_fleet_host(targets[0], "gpu-a", False),
+                                          _fleet_host(targets[1], "gpu-b", True))))
+        await pilot.pause()
+        await pilot.pause()
+        line = screen_text(app)[1]
+        assert "idle alerts 1 on gpu-b (GPU 2 idle" in line, line
+
+    app = MlcostTop([NamedStub(t) for t in targets], poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(100, 30)) as pilot:  # room for less: cut, never the burn
+        long = ["http://gpu-node-017.training.example.internal:9347", targets[1]]
+        app.post_message(SnapshotArrived((_fleet_host(long[0], "gpu-a", True),
+                                          _fleet_host(long[1], "gpu-b", False))))
+        await pilot.pause()
+        await pilot.pause()
+        fleet = app.query_one(FleetPanel)
+        assert {"burn", "gpus", "idle", "wasted", "saves"} <= set(fleet.shown_keys)
+        assert sum(c.width or 0 for c in fleet.columns_shown) + 2 * len(fleet.columns_shown) \
+            <= app.size.width
