@@ -844,6 +844,9 @@ class ActionResult:
     commands: tuple[str, ...] = ()
     patch: str | None = None
     steps: tuple[str, ...] = ()
+    # A dry run's: why the real run will be refused (403: the daemon does not take actions,
+    # [api].allow_actions), None when it will be tried.
+    refused: str | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ActionResult:
@@ -851,9 +854,10 @@ class ActionResult:
                    done=bool(d.get("done")), message=_s(d.get("message")),
                    commands=tuple(lines(str(c)) for c in _l(d.get("commands"))),
                    patch=_text(d.get("patch")),
-                   steps=tuple(lines(str(s)) for s in _l(d.get("steps"))))
+                   steps=tuple(lines(str(s)) for s in _l(d.get("steps"))),
+                   refused=_text(d.get("refused")) or None)
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "dry_run": self.dry_run, "done": self.done,
                 "message": self.message, "commands": list(self.commands), "patch": self.patch,
-                "steps": list(self.steps)}
+                "steps": list(self.steps), "refused": self.refused}

@@ -16,6 +16,7 @@ hours, and a module once imported stays; tests/tui/test_main_screen_imports.py c
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -87,31 +88,36 @@ class MlcostTop(App):
     #filter.shown { display: block; }
     .hidden { display: none; }
     """
+    # The footer shows q ? a k h s here, and each panel's tab and enter (footer.PANEL_KEYS):
+    # what fits 80 columns whole. The rest (show=False) are in `?` help and the palette.
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
         Binding("question_mark", "help", "Help", id="app.help"),
-        Binding("slash", "filter", "Filter", id="app.filter"),
-        Binding("less_than_sign", "sort(-1)", "Sort ◀", id="app.sort_previous"),
-        Binding("greater_than_sign", "sort(1)", "Sort ▶", id="app.sort_next"),
-        Binding("I", "invert", "Invert", id="app.invert"),
-        Binding("t", "tree", "Tree", id="app.tree"),
-        Binding("p,space", "pause", "Pause", id="app.pause"),
+        Binding("slash", "filter", "Filter", id="app.filter", show=False),
+        Binding("less_than_sign", "sort(-1)", "Sort ◀", id="app.sort_previous", show=False),
+        Binding("greater_than_sign", "sort(1)", "Sort ▶", id="app.sort_next", show=False),
+        Binding("I", "invert", "Invert", id="app.invert", show=False),
+        Binding("t", "tree", "Tree", id="app.tree", show=False),
+        Binding("p,space", "pause", "Pause", id="app.pause", show=False),
         Binding("space,p", "play", "Play/pause", id="replay.play"),
         Binding("enter", "details", "Details", id="app.details", show=False),
         Binding("a", "apply_recommendation", "Apply", id="app.apply"),
-        Binding("x", "snooze_recommendation", "Snooze", id="app.snooze"),
-        Binding("u", "undo_snooze", "Undo snooze", id="app.undo_snooze"),
-        Binding("k", "kill", "Stop idle", id="app.kill"),
+        Binding("x", "snooze_recommendation", "Snooze", id="app.snooze", show=False),
+        # (the snooze's toast says "u: undo" while it can)
+        Binding("u", "undo_snooze", "Undo snooze", id="app.undo_snooze", show=False),
+        Binding("k", "kill", "Stop", id="app.kill"),
         Binding("h", "history", "History", id="app.history"),
-        Binding("s", "snapshot", "Snapshot", id="app.snapshot", show=False),
+        Binding("s", "snapshot", "Snapshot", id="app.snapshot"),
         Binding("tab", "focus_next", "Next panel", id="app.next_panel", show=False),
         Binding("escape", "back_to_fleet", "Fleet", id="app.back_to_fleet"),
-        Binding("left_square_bracket", "replay_step(-1)", "◀ tick", id="replay.back"),
-        Binding("right_square_bracket", "replay_step(1)", "tick ▶", id="replay.forward"),
+        Binding("left_square_bracket", "replay_step(-1)", "◀ tick", id="replay.back",
+                group=Binding.Group("tick")),
+        Binding("right_square_bracket", "replay_step(1)", "tick ▶", id="replay.forward",
+                group=Binding.Group("tick")),
         Binding("left_curly_bracket,shift+left_square_bracket", "replay_minute(-1)",
-                "◀ minute", id="replay.back_minute"),
+                "◀ minute", id="replay.back_minute", group=Binding.Group("minute")),
         Binding("right_curly_bracket,shift+right_square_bracket", "replay_minute(1)",
-                "minute ▶", id="replay.forward_minute"),
+                "minute ▶", id="replay.forward_minute", group=Binding.Group("minute")),
     ]
     # (action, title, help) for the command palette: the same actions as the keys.
     PALETTE = (
@@ -166,6 +172,14 @@ class MlcostTop(App):
         self.replay = ReplaySource(replay) if replay is not None else None
         self.replay_control = ReplayControl(self, self.replay, self._redraw) \
             if self.replay is not None else None
+        if self.replay is not None:
+            # The footer of a replay: its own keys ([ ] { } space) at 80 columns, not those
+            # that need a daemon (pressed, they say why; `?` lists none of them).
+            self._bindings.key_to_bindings = {
+                key: [dataclasses.replace(b, show=False)
+                      if b.action.partition("(")[0] in self.NEEDS_DAEMON else b
+                      for b in bindings]
+                for key, bindings in self._bindings.key_to_bindings.items()}
         self.fleet_control = FleetControl(self)
         self.actions = ActionControl(self)
         # Whose full view is shown: 0 with one daemon (or a replay), the chosen row's host in a
@@ -424,7 +438,10 @@ class MlcostTop(App):
         the start is waiting for."""
         header = self.query_one(HeaderPanel)
         if self.viewing is None:
-            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts))
+            alerting = tuple(h.now.hostname or h.target for h in self.hosts
+                             if h.now is not None and h.error is None and h.now.idle_alerts)
+            header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts),
+                        alert_hosts=alerting)
             return
         snap = self.shown_host
         if self.starting and (snap is None or snap.now is None or snap.now.ts is None):

@@ -3,8 +3,9 @@ an idle process, or resize the instance through boto3 (AWS Systems Manager's AWS
 runbook: a host cannot stop, modify and start itself, the stop takes it and the daemon down).
 
 `apply` always describes what it will do; with dry_run=False it does it. Actions that change the
-host (SIGTERM, resize) run only when the config allows actions ([api].allow_actions); the rest
-only return text for the user to read or copy.
+host (SIGTERM, resize) run only when the config allows actions ([api].allow_actions); their dry
+run says so beforehand (`refused`, and its text), so nobody confirms an action that the real run
+refuses with 403. The rest only return text for the user to read or copy.
 """
 
 from __future__ import annotations
@@ -74,11 +75,28 @@ def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
                         "nothing to do on this host: this recommendation is advice only")
 
 
+def refusal(allow_actions: bool, what: str) -> str | None:
+    """Why the real run of an action that changes the host will be refused (403), or None
+    when this daemon takes actions: the same words in the dry run and in the refusal."""
+    if allow_actions:
+        return None
+    return (f"this mlcostd does not take actions ({what}); set [api].allow_actions = true in "
+            "its config to let the API do it, or do it yourself")
+
+
 def _refuse_unless_allowed(allow_actions: bool, what: str) -> None:
-    if not allow_actions:
-        raise ActionError(
-            f"this mlcostd does not take actions ({what}); set [api].allow_actions = true in "
-            "its config to let the API do it, or do it yourself", status=403)
+    reason = refusal(allow_actions, what)
+    if reason is not None:
+        raise ActionError(reason, status=403)
+
+
+def _dry_run(rec_id: str, kind: str, would: str, refused: str | None,
+             steps: tuple[str, ...]) -> ActionResult:
+    """A dry run of an action that changes the host: what it would do, and when the real run
+    will be refused, that and why (in `refused` and at the end of the text)."""
+    if refused is not None:
+        would += f"; but the real run will be refused (403): {refused}"
+    return ActionResult(rec_id, kind, True, False, would, steps=steps, refused=refused)
 
 
 def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
@@ -108,8 +126,8 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
     also = " and SIGCONT (it was stopped: a stopped process ends only once continued)" \
         if stopped else ""
     if dry_run:
-        return ActionResult(rec_id, "sigterm", True, False,
-                            f"would send SIGTERM to pid {pid}{also} ({command})", steps=steps)
+        return _dry_run(rec_id, "sigterm", f"would send SIGTERM to pid {pid}{also} ({command})",
+                        refusal(allow_actions, f"SIGTERM to pid {pid}"), steps)
     _refuse_unless_allowed(allow_actions, f"SIGTERM to pid {pid}")
     try:
         os.kill(pid, signal.SIGTERM)
@@ -215,12 +233,12 @@ def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions
             else:
                 raise ActionError(f"AWS refused the dry run of {name}: {exc}", 502) from None
     if dry_run:
-        return ActionResult(rec_id, "resize", True, False,
-                            f"would ask AWS Systems Manager to run {RESIZE_RUNBOOK} on "
-                            f"{instance_id}: stop it, change it from {action.get('from')} to "
-                            f"{target} and start it ({'; '.join(checks)}); the host and this "
-                            "daemon go down for a few minutes and come back on the new type",
-                            steps=steps)
+        return _dry_run(rec_id, "resize",
+                        f"would ask AWS Systems Manager to run {RESIZE_RUNBOOK} on "
+                        f"{instance_id}: stop it, change it from {action.get('from')} to "
+                        f"{target} and start it ({'; '.join(checks)}); the host and this "
+                        "daemon go down for a few minutes and come back on the new type",
+                        refusal(allow_actions, f"resize {instance_id} to {target}"), steps)
     _refuse_unless_allowed(allow_actions, f"resize {instance_id} to {target}")
     try:
         started = ssm_factory(region).start_automation_execution(

@@ -413,8 +413,9 @@ class DaemonCollector(Collector):
         families = [
             gauge("mlcost_host_price_dollars_per_hour", "What the host costs an hour",
                   price.get("per_hour")),
-            gauge("mlcost_price_age_seconds", "Age of the host's price (its as-of date)",
-                  _age_s(price.get("as_of"), wall)),
+            gauge("mlcost_price_age_seconds", "Age of the host's price (its as-of date); "
+                  "absent when the price has no date (a catalog or configured price without "
+                  "an as-of)", _age_s(price.get("as_of"), wall)),
             gauge("mlcost_host_burn_dollars_per_hour", "The host's burn now (all GPUs)",
                   state.burn_per_hour),
             gauge("mlcost_host_wasted_dollars_per_hour", "Dollars an hour the GPUs spend not "

@@ -152,6 +152,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "commands": {"type": "array", "items": {"type": "string"}},
             "patch": {"type": "string", "nullable": True},
             "steps": {"type": "array", "items": {"type": "string"}},
+            "refused": {"type": "string", "nullable": True, "description":
+                        "a dry run's: why the real run will be refused with 403 (the daemon "
+                        "does not take actions: [api].allow_actions); null when it will be "
+                        "tried"},
         },
     },
     "Comparison": {
@@ -337,6 +341,16 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
             "text/html": {"schema": {"type": "string"}}}},
             "400": _error("not a snapshot file name"), "404": _error("no such snapshot")},
     },
+    ("GET", "/metrics"): {
+        "summary": "Prometheus text exposition (0.0.4) of the host's, GPUs', processes' and "
+                   "recommendations' series (README: On a fleet); not under /v1/, behind the "
+                   "same token on TCP, and alone without one on --metrics-listen",
+        "responses": {"200": {"description": "the series, as Prometheus scrapes them",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}},
+                      "500": {"description": "the render failed (the text says so; the log "
+                                             "says why)",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}},
+    },
     ("GET", "/v1/openapi.json"): {
         "summary": "this document",
         "responses": {"200": _json({"type": "object"}, "the OpenAPI document")},
@@ -349,13 +363,17 @@ def operation(method: str, path: str, entry: dict[str, Any]) -> None:
     OPERATIONS[(method.upper(), path)] = entry
 
 
+# Served beside /v1/ on the same app, and documented with it.
+OUTSIDE_V1 = ("/metrics",)
+
+
 def routes_of(app: web.Application) -> list[tuple[str, str]]:
-    """(METHOD, path) of the /v1/ routes the app serves (HEAD, added by aiohttp for every
-    GET, left out)."""
+    """(METHOD, path) of the /v1/ routes (and /metrics) the app serves (HEAD, added by aiohttp
+    for every GET, left out)."""
     found = []
     for route in app.router.routes():
         path = route.resource.canonical if route.resource is not None else ""
-        if path.startswith("/v1/") and route.method not in ("HEAD", "*"):
+        if (path.startswith("/v1/") or path in OUTSIDE_V1) and route.method not in ("HEAD", "*"):
             found.append((route.method, path))
     return sorted(set(found))
 
@@ -373,7 +391,8 @@ def document(app: web.Application) -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {"title": "mlcostd", "version": __version__,
                  "description": f"mlcostd's HTTP API, version {API_VERSION}: JSON under /v1/ "
-                                "on a unix socket, or on TCP with a bearer token."},
+                                "(and Prometheus text at /metrics) on a unix socket, or on "
+                                "TCP with a bearer token."},
         "servers": [{"url": "/"}],
         "paths": paths,
         "components": {

@@ -3,6 +3,7 @@ each daemon says are idle (Gpu.busy)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ from rich.text import Text
 from textual.binding import Binding
 
 from mlcost_tui import format as fmt
-from mlcost_tui.keyed_table import Column, KeyedTable, as_column
+from mlcost_tui.keyed_table import CELL_PADDING, Column, KeyedTable, as_column, fit_columns
 from mlcost_tui.messages import HostSnapshot
 from mlcost_tui.thresholds import BAD, GOOD
 
@@ -67,9 +68,45 @@ class FleetPanel(KeyedTable):
                Column("saves", "saves/month", 11, priority=1))
     DEFAULT_CSS = "FleetPanel { height: 1fr; }"
     BINDINGS = [Binding("enter", "select_cursor", "Open host", id="fleet.open")]
+    # Columns the daemon's whole name goes before: at 120 columns it was cut to 12 cells
+    # (`127.0…:19347`, the port the only difference left) to keep today's spend and the
+    # recommendations' count; the columns of priority up to this one stay before it.
+    TARGET_BEFORE_PRIORITY = 3
+    TARGET_MAX = 48  # a longer target is cut (with `…`) even on a wide screen
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.target_need = 0  # cells the longest daemon target needs whole (short_target)
+        self.fitted_width: int | None = None  # the width of the last fit, to fit again
+
+    def fit(self, width: int) -> bool:
+        self.fitted_width = width
+        return self.show_columns(self.columns_for(width))
+
+    def columns_for(self, width: int) -> tuple[Column, ...]:
+        """The columns that fit, the daemon column as wide as its longest target (up to
+        TARGET_MAX) as far as the columns of priority below TARGET_BEFORE_PRIORITY leave room:
+        it takes the place of the less important ones, which come back as the terminal
+        widens; what it cannot have it shows cut with `…` (short_target)."""
+        columns = self.all_columns()
+        narrow = fit_columns(columns, width)
+        base = next(c.width or 0 for c in columns if c.key == "target")
+        before = [c for c in columns if c.key in {n.key for n in narrow}
+                  and c.priority < self.TARGET_BEFORE_PRIORITY]
+        taken = sum((c.width or len(c.label)) + 2 * CELL_PADDING for c in before)
+        target = min(self.target_need, self.TARGET_MAX, width - taken + base)
+        if target <= base:
+            return narrow
+        return fit_columns([dataclasses.replace(c, width=target) if c.key == "target" else c
+                            for c in columns], width)
 
     def show(self, hosts: tuple[HostSnapshot, ...]) -> None:
         rows: list[tuple[str, tuple[Any, ...]]] = []
+        need = max((len(short_target(h.target, 10_000)) for h in hosts), default=0)
+        if need != self.target_need:
+            self.target_need = need
+            if self.fitted_width is not None:
+                self.fit(self.fitted_width)  # (rows are gone if the columns changed: synced below)
 
         def row(*cells: Any) -> tuple[Any, ...]:
             return fitted_row(self, cells, ("host",), targets=("target",))

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from daemon.wire import Gpu, HostUsage, Now
 from mlcost_tui import format as fmt
+from mlcost_tui.footer import PANEL_KEYS
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import (
     BAD,
@@ -30,6 +31,7 @@ MEMORY_BAR = 6
 
 
 class GpuPanel(KeyedTable):
+    BINDINGS = PANEL_KEYS  # tab and enter, in the footer (mlcost_tui/footer.py)
     COLUMNS = (
         Column("gpu", "GPU", 5), Column("name", "model", 14, priority=3),
         Column("util", "util", 5 + UTIL_BAR), Column("recent", "recent util", SPARK_POINTS, 6),

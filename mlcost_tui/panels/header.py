@@ -87,17 +87,18 @@ class HeaderPanel(Static):
 
     # What the header was last shown for (show's arguments), to lay it out again on a resize;
     # None while it shows a plain text (starting, a replay being opened).
-    shown_for: tuple[HostSnapshot | None, bool, float | None, str | None, int | None] | None = \
-        None
+    shown_for: tuple[HostSnapshot | None, bool, float | None, str | None, int | None,
+                     tuple[str, ...]] | None = None
 
     def show(self, snap: HostSnapshot | None, paused: bool = False,
              retry_s: float | None = None, replay: str | None = None,
-             fleet: int | None = None) -> None:
+             fleet: int | None = None, alert_hosts: tuple[str, ...] = ()) -> None:
         """The header for `snap`; `replay` (the replay's position and keys) replaces the
         connection state when replaying a recorded store; `fleet` (the number of daemons)
-        says `snap` is the fleet's totals, which have no tick of their own."""
-        self._show(snap, paused, retry_s, replay, fleet)
-        self.shown_for = (snap, paused, retry_s, replay, fleet)
+        says `snap` is the fleet's totals, which have no tick of their own (nor one price),
+        and `alert_hosts` names the fleet's hosts with idle alerts."""
+        self._show(snap, paused, retry_s, replay, fleet, alert_hosts)
+        self.shown_for = (snap, paused, retry_s, replay, fleet, alert_hosts)
 
     def on_resize(self) -> None:
         """Laid out again for the new width (shorter under WIDE columns), whether or not a
@@ -106,7 +107,7 @@ class HeaderPanel(Static):
             self.show(*self.shown_for)
 
     def _show(self, snap: HostSnapshot | None, paused: bool, retry_s: float | None,
-              replay: str | None, fleet: int | None) -> None:
+              replay: str | None, fleet: int | None, alert_hosts: tuple[str, ...]) -> None:
         line1 = Text()
         line2 = Text()
         line3 = Text()
@@ -132,13 +133,14 @@ class HeaderPanel(Static):
                              f"  {instance.get('provider', '')} {instance['type']} "
                              f"{instance.get('region', '')} {lifecycle}")
             price = now.price
-            line1.append("  price ")
-            line1.append(fmt.money(price.per_hour if price else None, "/h"), style="bold")
-            warning = price_warning(price)
-            if warning:
-                line1.append_text(stale_price_badge(warning))
-            elif price and price.source:
-                line1.append(f" ({price.source[:60]})", style=MUTED)
+            if fleet is None:  # a fleet has no one price ("price -"): each host has its own
+                line1.append("  price ")
+                line1.append(fmt.money(price.per_hour if price else None, "/h"), style="bold")
+                warning = price_warning(price)
+                if warning:
+                    line1.append_text(stale_price_badge(warning))
+                elif price and price.source:
+                    line1.append(f" ({price.source[:60]})", style=MUTED)
             line2.append("burn ")
             line2.append(fmt.money(now.burn_per_hour, "/h"), style="bold")
             line2.append("  wasted ")
@@ -171,9 +173,13 @@ class HeaderPanel(Static):
             warnings.append("  idle alerts " if not narrow or alerts else "")
             if alerts or not narrow:
                 warnings.append(str(len(alerts)), style="bold " + (BAD if alerts else GOOD))
-            if alerts:
-                warnings.append(f" ({alerts[0].detail or target_label(alerts[0].target)})"[:60],
-                                style=BAD)
+            if alerts and fleet is not None and len(alert_hosts) != 1:
+                # the first alert's GPU, of no host said, read as the fleet's only one
+                warnings.append(f" on {fmt.plural(len(alert_hosts), 'host')}", style=BAD)
+            elif alerts:
+                where = f" on {alert_hosts[0][:30]}" if fleet is not None else ""
+                warnings.append(f"{where} ({alerts[0].detail or target_label(alerts[0].target)})"
+                                [:60], style=BAD)
             # narrow: what is wrong before what could be saved (the panel below says that too)
             for part in ((warnings, savings) if narrow else (savings, warnings)):
                 line2.append_text(part)

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from daemon.wire import COMPUTE, IDLE, LOW_CONFIDENCE, Now, Process, phase_label
 from mlcost_tui import format as fmt
+from mlcost_tui.footer import PANEL_KEYS
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import (
     MUTED,
@@ -177,6 +178,7 @@ DEFAULT_SORT = "cost"
 
 
 class ProcessPanel(KeyedTable):
+    BINDINGS = PANEL_KEYS  # tab and enter, in the footer (mlcost_tui/footer.py)
     COLUMNS = COLUMNS
     DEFAULT_CSS = "ProcessPanel { height: 1fr; scrollbar-size-vertical: 1; }"
 

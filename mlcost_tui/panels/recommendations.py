@@ -13,6 +13,7 @@ from rich.text import Text
 from daemon.clock import duration
 from daemon.wire import Now, Process, Recommendation, process_key
 from mlcost_tui import format as fmt
+from mlcost_tui.footer import PANEL_KEYS
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.thresholds import GOOD, MUTED, WARN
 
@@ -107,6 +108,7 @@ def savings_text(rec: Recommendation) -> Text:
 
 
 class RecommendationTable(KeyedTable):
+    BINDINGS = PANEL_KEYS  # tab and enter, in the footer (mlcost_tui/footer.py)
     COLUMNS = (Column("savings", "saves/month", 11), Column("alone", "alone", 9, priority=5),
                Column("evidence", "evidence", 20, priority=4),
                Column("rule", "rule", 22, priority=3),

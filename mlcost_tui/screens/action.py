@@ -23,6 +23,9 @@ from mlcost_tui.thresholds import WARN
 CHANGES_HOST = ("sigterm", "resize")
 READONLY_REFUSES = {"sigterm": "stop processes", "resize": "resize the instance"}
 READONLY_NOTE = "mlcost-top runs --readonly: a dry run only, it will not do this."
+# The daemon's dry run says it will refuse the real run (ActionResult.refused: it does not take
+# actions): `y` is not offered, the reason stands beside the buttons.
+REFUSED_NOTE = "mlcostd will refuse to do this: "
 
 
 def copy_note(environ: Mapping[str, str] = os.environ) -> str:
@@ -64,7 +67,13 @@ class ActionScreen(ModalScreen[str]):
 
     @property
     def can_do(self) -> bool:
-        return self.result.kind in CHANGES_HOST and not self.readonly
+        return (self.result.kind in CHANGES_HOST and not self.readonly
+                and self.result.refused is None)
+
+    @property
+    def refused(self) -> str | None:
+        """Why the daemon will refuse the real run (its dry run said so), if it will."""
+        return self.result.refused if self.result.kind in CHANGES_HOST else None
 
     @property
     def copy_text(self) -> str:
@@ -80,14 +89,18 @@ class ActionScreen(ModalScreen[str]):
         body.append_text(savings_text(r))
         body.append("\n\n")
         body.append("Dry run: " if res.dry_run else "", style="bold")
-        body.append(res.message + "\n")
+        message = res.message
+        if self.refused is not None:  # said once, beside the buttons (REFUSED_NOTE)
+            message = message.removesuffix(f"; but the real run will be refused (403): "
+                                           f"{self.refused}")
+        body.append(message + "\n")
         for step in res.steps:
             body.append(f"  $ {step}\n", style="bold")
         for command in res.commands:
             body.append(f"  $ {command}\n", style="bold")
         if res.patch:
             body.append("\n" + res.patch + "\n")
-        if res.kind in CHANGES_HOST and not self.readonly:
+        if self.can_do:
             body.append("\nDo it? (y / n)\n", style="bold")
         with Vertical():
             with VerticalScroll():
@@ -97,14 +110,18 @@ class ActionScreen(ModalScreen[str]):
                     # beside the buttons, read without scrolling (at the end of the text it
                     # was below the fold at 80x24)
                     yield Static(Text(READONLY_NOTE, style="bold " + WARN), id="readonly-note")
+                elif self.refused is not None:
+                    yield Static(Text(REFUSED_NOTE + self.refused, style="bold " + WARN),
+                                 id="refused-note")
                 yield from self._buttons()
 
     def _buttons(self) -> ComposeResult:
         res = self.result
         with Horizontal():
             if res.kind in CHANGES_HOST:
-                yield Button("--readonly: not done" if self.readonly else "Do it (y)",
-                             id="do", variant="error", disabled=not self.can_do)
+                label = ("--readonly: not done" if self.readonly else
+                         "refused by mlcostd" if self.refused is not None else "Do it (y)")
+                yield Button(label, id="do", variant="error", disabled=not self.can_do)
             if self.copy_text:
                 yield Button("Copy (c)", id="copy", variant="primary")
             yield Button("Cancel (esc)", id="cancel")
@@ -124,6 +141,9 @@ class ActionScreen(ModalScreen[str]):
             self.notify(f"--readonly: mlcost-top does not {READONLY_REFUSES[self.result.kind]} "
                         "(start it without --readonly to)", title="y: not done",
                         severity="warning", timeout=6)
+        elif self.refused is not None:
+            self.notify(self.refused, title="y: mlcostd will refuse it", severity="warning",
+                        timeout=8)
 
     def action_copy(self) -> None:
         if self.copy_text:

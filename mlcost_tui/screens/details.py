@@ -130,9 +130,10 @@ def evidence_lines(evidence: Mapping[str, Any], indent: int = 2) -> Text:
 
 
 def compare_target(process: Process) -> str:
-    """What --previous names for this process: its job, else its PID:START (runs of its
-    command line)."""
-    return process.workload or process.key
+    """What --previous names for this process: its job label (the ledger's, as /v1/compare
+    takes it), else its PID:START (runs of its command line). Not its owner (`workload`, a
+    pod or unit for display): the store keeps runs by job."""
+    return process.job or process.key
 
 
 def compare_command(process: Process) -> str:

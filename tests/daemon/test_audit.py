@@ -60,12 +60,14 @@ def sigterm_rec(proc: subprocess.Popen) -> dict:
                        "start_time": psutil.Process(proc.pid).create_time()}}
 
 
-def run_api(tmp_path: Path, rec: dict, requests) -> tuple[list, list[dict]]:
+def run_api(tmp_path: Path, rec: dict, requests,
+            allow_actions: bool = True) -> tuple[list, list[dict]]:
     """A recording daemon that lists `rec`, its API on a real socket; `requests(post)` runs
     against it (post(body) -> (status, json)). Returns what it returned and the action events
     in the store afterwards."""
     daemon = recording_daemon(tmp_path, idle_utilization=5.0, t0=time.time() - 30)  # a 600 s report
-    daemon.config = config_module.with_overrides(daemon.config, "api", allow_actions=True)
+    daemon.config = config_module.with_overrides(daemon.config, "api",
+                                                 allow_actions=allow_actions)
     daemon.analyzer.recommendations = lambda: [rec]  # the active ones, as the API reads them
     # The counter is not a process of the recorded sample, and the daemon drops advice about a
     # process its last sample does not show (it exited): no sample here, so the gate is tested.
@@ -97,6 +99,31 @@ def run_api(tmp_path: Path, rec: dict, requests) -> tuple[list, list[dict]]:
     finally:
         reader.close()
     return results, [dict(json.loads(e["detail"]), target=e["target"]) for e in events]
+
+
+def test_the_dry_run_says_when_the_real_run_will_be_refused(tmp_path, counter):
+    """With [api].allow_actions = false the dry run answered 200 "would send SIGTERM to pid
+    ..." and only the real run, after the user confirmed, was refused (403). The dry run now
+    says it will be (`refused`, and its text), with the reason the 403 gives; the 403 stays."""
+    proc, terms = counter
+    rec = sigterm_rec(proc)
+
+    async def requests(post):
+        return [await post({"dry_run": True}), await post({"dry_run": False})]
+
+    (dry, real), _ = run_api(tmp_path, rec, requests, allow_actions=False)
+    assert dry[0] == 200 and dry[1]["dry_run"] and not dry[1]["done"]
+    reason = dry[1]["refused"]
+    assert "[api].allow_actions = true" in reason and f"SIGTERM to pid {proc.pid}" in reason
+    assert dry[1]["message"].startswith(f"would send SIGTERM to pid {proc.pid}")
+    assert f"the real run will be refused (403): {reason}" in dry[1]["message"]
+    assert real == (403, {"error": reason})  # the same words, as before the change
+    assert not terms.exists() and proc.poll() is None
+
+    (dry, real), _ = run_api(tmp_path / "allowed", rec, requests)  # allowed: nothing said
+    assert dry[1]["refused"] is None and "refused" not in dry[1]["message"]
+    assert real[0] == 200
+    poll(terms.exists, 10, "the SIGTERM to arrive")
 
 
 def test_ten_concurrent_applies_send_one_sigterm_and_each_is_audited(tmp_path, counter, caplog):

@@ -265,6 +265,24 @@ def process(pid: int, cost: float, user: str = "alice", owner: dict[str, str] | 
             "owner": owner or {}, "phases": phases or {}}
 
 
+def test_the_price_age_is_absent_without_an_as_of_date_and_its_help_says_so():
+    """README lists mlcost_price_age_seconds among the host series; a price without a date
+    (the demo's catalog price) has no age, and none is made up: the series is absent, and its
+    HELP (seen where a dated price exports it) says when it is."""
+    fake = FakeDaemon()
+    undated = Metrics(fake).render().decode()
+    assert "mlcost_price_age_seconds" not in families(undated)
+
+
+    class Dated(FakeDaemon):
+        def now(self) -> dict[str, Any]:
+            return dict(super().now(), price={"per_hour": 10.0, "as_of": "2026-01-01"})
+
+    family = families(Metrics(Dated()).render().decode())["mlcost_price_age_seconds"]
+    assert family.samples[0].value > 0
+    assert "absent when the price has no date" in family.documentation
+
+
 def test_owner_labels_reach_the_workload_series():
     fake = FakeDaemon()
     fake.processes = [process(1, 2.0, owner={"pod": "trainer-0", "namespace": "ml",

@@ -33,6 +33,10 @@ def test_the_document_is_valid_openapi():
     operations = {f"{op.method.upper()} {op.path}" for op in
                   (result.ok() for result in schema.get_all_operations())}
     assert "GET /v1/health" in operations and "POST /v1/recommendations/{id}/apply" in operations
+    # README's table calls it the document of all the routes it lists: /metrics, served on the
+    # same app, was left out (routes_of read /v1/ only)
+    assert "GET /metrics" in operations
+    assert "text/plain" in document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
     assert len(operations) == len(openapi.OPERATIONS)
 
 

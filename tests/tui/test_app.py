@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 from simhost import pilot_wait_for
+from textual.widgets import Button, Static
 
 from daemon.client import Client
+from daemon.wire import Now
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.cli import main
-from mlcost_tui.messages import SnapshotArrived
+from mlcost_tui.messages import HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
 from mlcost_tui.panels.header import HeaderPanel
@@ -22,7 +24,7 @@ from mlcost_tui.screens.confirm import ConfirmScreen
 from mlcost_tui.screens.details import DetailsScreen
 from mlcost_tui.screens.help import HelpScreen
 from mlcost_tui.screens.history import HistoryScreen
-from tests.tui.fixtures import StubClient, snapshot
+from tests.tui.fixtures import TS, StubClient, now_document, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -421,11 +423,111 @@ async def test_the_fleet_table_at_80_columns_says_what_it_is_and_offers_what_wor
         assert {"host", "target", "burn", "gpus", "idle"} <= set(fleet.shown_keys)
         heading = next(line for line in text if "burn $/h" in line)
         assert "GPUs" in heading and "idle GPUs" in heading, heading
-        # cut with `…`, keeping its host's start and its port
-        assert any("gpu-node-01…:9347" in line for line in text), text
+        # cut with `…`, keeping its host's start and its port (as wide as the columns that
+        # stay at 80 leave it: more than its 12 cells)
+        assert any("gpu-node-017.tra…:9347" in line for line in text), text
         footer = text[-1]
         for key in ("/ ", "< ", "> ", "I ", "t "):
             assert f" {key}" not in footer, footer
         assert "Open host" in footer, footer
         said = await help_text(app, pilot)
         assert "enter" in said and "its full view" in said and "escape" in said, said
+
+
+class RefusingClient(StubClient):
+    """A daemon with [api].allow_actions = false: its dry run of a SIGTERM says the real run
+    will be refused, and why."""
+
+    REASON = ("this mlcostd does not take actions (SIGTERM to pid 1003); set "
+              "[api].allow_actions = true in its config to let the API do it, or do it yourself")
+
+    async def apply(self, rec_id: str, dry_run: bool = True):
+        result = await super().apply(rec_id, dry_run)
+        if rec_id == "rec-idle" and dry_run:
+            return self.ActionResult(rec_id, "sigterm", True, False,
+                                     "would send SIGTERM to pid 1003; but the real run will be "
+                                     f"refused (403): {self.REASON}", steps=result.steps,
+                                     refused=self.REASON)
+        return result
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_the_dialog_does_not_offer_y_when_the_daemon_will_refuse_it(size):
+    """The dry run said the daemon does not take actions: the dialog said "Do it? (y / n)",
+    and `y` got a 403 only after the user confirmed. Now it says why beside its buttons
+    (at 80x24 too), offers no `y`, and `y` says why and sends nothing."""
+    client = RefusingClient()
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size, notifications=True) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        app.query_one(RecommendationTable).focus()
+        await pilot.press("a")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ActionScreen) and not screen.can_do
+        note = screen.query_one("#refused-note", Static)
+        assert note.region.bottom <= size[1] and note.region.height > 0  # on screen
+        assert "[api].allow_actions = true" in str(note.render())
+        assert "Do it? (y / n)" not in str(screen.query_one("#action-body", Static).render())
+        button = screen.query_one("#do", Button)
+        assert button.disabled and "refused" in str(button.label)
+        await pilot.press("y")
+        await pilot.pause()
+        assert client.applied == [("rec-idle", True)]  # no real run asked for
+        assert any("allow_actions" in n.message for n in app._notifications)
+        assert isinstance(app.screen, ActionScreen)
+
+
+def _fleet_host(target: str, hostname: str, alerts: bool) -> HostSnapshot:
+    doc = now_document(processes=3)
+    doc["host"]["hostname"] = hostname
+    if not alerts:
+        doc["events"] = []
+    return HostSnapshot(target, Now.from_dict(doc), None, 0.01, TS)
+
+
+@pytest.mark.asyncio
+async def test_the_fleet_table_gives_the_daemon_its_width_and_the_header_says_which_host():
+    """At 120 columns the daemon column was cut to 12 cells (`127.0…:19347`: only the ports
+    told the rows apart) to keep the less important columns; the header read `price -` (a
+    fleet has no one price) and `idle alerts 2 (GPU 2 idle …)`, the first host's GPU, of no
+    host said."""
+    from tests.tui.test_sizes import screen_text
+
+    targets = ["http://127.0.0.1:19347", "http://127.0.0.1:19348"]
+    app = MlcostTop([NamedStub(t) for t in targets], poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SnapshotArrived((_fleet_host(targets[0], "gpu-a", True),
+                                          _fleet_host(targets[1], "gpu-b", True))))
+        await pilot.pause()
+        await pilot.pause()
+        text = screen_text(app)
+        for target in targets:
+            assert any(target in line for line in text), text
+        fleet = app.query_one(FleetPanel)
+        # what ranks above the whole name stays: waste, savings, idle alerts
+        assert {"wasted", "saves", "alerts"} <= set(fleet.shown_keys), fleet.shown_keys
+        assert "price -" not in text[0], text[0]
+        assert "idle alerts 2 on 2 hosts" in text[1], text[1]
+
+        app.post_message(SnapshotArrived((_fleet_host(targets[0], "gpu-a", False),
+                                          _fleet_host(targets[1], "gpu-b", True))))
+        await pilot.pause()
+        await pilot.pause()
+        line = screen_text(app)[1]
+        assert "idle alerts 1 on gpu-b (GPU 2 idle" in line, line
+
+    app = MlcostTop([NamedStub(t) for t in targets], poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(100, 30)) as pilot:  # room for less: cut, never the burn
+        long = ["http://gpu-node-017.training.example.internal:9347", targets[1]]
+        app.post_message(SnapshotArrived((_fleet_host(long[0], "gpu-a", True),
+                                          _fleet_host(long[1], "gpu-b", False))))
+        await pilot.pause()
+        await pilot.pause()
+        fleet = app.query_one(FleetPanel)
+        assert {"burn", "gpus", "idle", "wasted", "saves"} <= set(fleet.shown_keys)
+        assert sum(c.width or 0 for c in fleet.columns_shown) + 2 * len(fleet.columns_shown) \
+            <= app.size.width

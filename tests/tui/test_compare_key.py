@@ -16,19 +16,26 @@ from mlcost_tui.screens.details import DetailsScreen, compare_command
 from tests.tui.fixtures import TS, StubClient, now_document
 
 
-def _now(workload: str | None) -> Now:
+def _now(job: str | None, workload: str | None = "ml/trainer-0") -> Now:
+    """A process with a job label (the ledger's, what /v1/compare takes) and an owner label
+    (`workload`: its pod, shown in the table) that differ, as on a Kubernetes host."""
     doc = now_document(processes=2)
+    doc["processes"][0]["job"] = job
     doc["processes"][0]["workload"] = workload
     return Now.from_dict(doc)
 
 
-@pytest.mark.parametrize("workload", ["ml/train-7b", None, "a job; rm -rf ~"])
-def test_the_command_names_the_job_or_the_process(workload):
-    proc = _now(workload).processes[0]
+@pytest.mark.parametrize("job", ["ml/train-7b", None, "a job; rm -rf ~"])
+@pytest.mark.parametrize("workload", ["ml/trainer-0", None])
+def test_the_command_names_the_job_or_the_process(job, workload):
+    """--previous takes the process's job label, else its PID:START; never its owner (a pod
+    name is no job the store keeps runs of: the demo's data_starved process has owner none and
+    job daemon.sim.workloads.data_starved, and c copied its PID:START)."""
+    proc = _now(job, workload).processes[0]
     command = compare_command(proc)
     argv = shlex.split(command)
     assert argv[:3] == ["mlcostd", "compare", "--previous"]
-    assert argv[3] == (workload or proc.key) and len(argv) == 4
+    assert argv[3] == (job or proc.key) and len(argv) == 4
 
 
 @pytest.mark.asyncio

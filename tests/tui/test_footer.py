@@ -15,7 +15,7 @@ from tests.tui.fixtures import StubClient, snapshot
 
 
 def key_widgets(app: MlcostTop) -> list[FooterKey]:
-    return list(app.query_one(KeyFooter).query(FooterKey))
+    return list(app.screen.query_one(KeyFooter).query(FooterKey))
 
 
 def descriptions(app: MlcostTop) -> list[str]:
@@ -45,3 +45,88 @@ async def test_the_footer_is_built_again_only_when_its_keys_change():
                              what="the footer without the filter's key")
         assert descriptions(app) == [key.description for key in built]
         assert all(key not in built for key in key_widgets(app))  # built again
+
+
+# The keys the footer shows on the main screen (the rest are in `?` help): tab and enter are
+# the panels' (footer.PANEL_KEYS), the others the App's.
+MAIN_KEYS = ("tab Panel", "⏎ Open", "q Quit", "? Help", "a Apply", "k Stop", "h History",
+             "s Snapshot")
+
+
+def footer_line(app: MlcostTop) -> str:
+    from tests.tui.test_sizes import screen_text
+
+    return screen_text(app)[-1]
+
+
+def assert_whole(app: MlcostTop) -> None:
+    """Every key of the footer lies inside the screen: none cut at its edge."""
+    width = app.size.width
+    for key in key_widgets(app):
+        assert key.region.width > 0 and key.region.right <= width, \
+            (key.key_display, key.description, key.region, footer_line(app))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_footer_shows_the_main_keys_whole(size):
+    """At 120 columns the footer ended `k Stop idle  h ▏^p palette` (History cut to `h`), at
+    80 `p P▏`, and tab, enter and s were never in it. Now its keys fit 80 columns whole, tab,
+    enter and s among them; the other keys are in `?` help."""
+    from tests.tui.test_modes import help_text
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot_wait_for(pilot, lambda: "Quit" in descriptions(app), what="the footer's keys")
+        await pilot.pause()
+        line = footer_line(app)
+        for shown in MAIN_KEYS:
+            assert shown in line, line
+        assert "▏" not in line, line  # nothing cut at its edge
+        assert_whole(app)
+        said = await help_text(app, pilot)
+        for key in ("/", "<, >" if "<, >" in said else "<", "I", "t", "p, space", "x", "ctrl+p"):
+            assert f"\n  {key} " in said, (key, said)
+
+
+@pytest.mark.asyncio
+async def test_the_footer_keys_fit_80_columns_on_the_other_screens():
+    """A process's details, a fleet host's view (with escape back to the fleet) and a
+    replay: each footer's keys whole at 80 columns."""
+    from mlcost_tui.screens.details import DetailsScreen
+    from tests.tui.test_app import NamedStub
+    from tests.tui.test_modes import RecordedStore
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        snap = snapshot()
+        app.post_message(SnapshotArrived((snap,)))
+        await pilot.pause()
+        assert snap.now is not None
+        await app.push_screen(DetailsScreen(snap.now.processes[0]))
+        await pilot_wait_for(pilot, lambda: "Compare runs" in descriptions(app),
+                             what="the details screen's footer")
+        assert_whole(app)
+
+    clients = [NamedStub("unix:/a.sock"), NamedStub("unix:/b.sock")]
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(target="unix:/a.sock"),
+                                          snapshot(target="unix:/b.sock"))))
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot_wait_for(pilot, lambda: "Fleet" in descriptions(app),
+                             what="a fleet host's footer")
+        await pilot.pause()
+        assert_whole(app)
+        assert "esc Fleet" in footer_line(app)
+
+    app = MlcostTop([], poll=False, replay=RecordedStore())  # type: ignore[arg-type]
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot_wait_for(pilot, lambda: "Quit" in descriptions(app), what="the footer")
+        await pilot.pause()
+        assert_whole(app)
+        line = footer_line(app)
+        assert "tick" in line and "minute" in line and "Play/pause" in line, line
+        assert "a Apply" not in line  # needs a daemon: pressed, it says why
