@@ -16,7 +16,6 @@ hours, and a module once imported stays; tests/tui/test_main_screen_imports.py c
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -118,6 +117,14 @@ class MlcostTop(App):
                 "◀ minute", id="replay.back_minute", group=Binding.Group("minute")),
         Binding("right_curly_bracket,shift+right_square_bracket", "replay_minute(1)",
                 "minute ▶", id="replay.forward_minute", group=Binding.Group("minute")),
+        # In a replay the keys that need a daemon are these, out of the footer: pressed, they
+        # say why (check_action turns one of each pair off: live the first, a replay these).
+        *(Binding(key, f"replay_refuses('{action}')", f"{said} (needs a daemon)", show=False,
+                  id=f"replay.{action}")
+          for key, action, said in (("a", "apply_recommendation", "Apply"),
+                                    ("x", "snooze_recommendation", "Snooze"),
+                                    ("u", "undo_snooze", "Undo snooze"), ("k", "kill", "Stop"),
+                                    ("h", "history", "History"), ("s", "snapshot", "Snapshot"))),
     ]
     # (action, title, help) for the command palette: the same actions as the keys.
     PALETTE = (
@@ -172,14 +179,6 @@ class MlcostTop(App):
         self.replay = ReplaySource(replay) if replay is not None else None
         self.replay_control = ReplayControl(self, self.replay, self._redraw) \
             if self.replay is not None else None
-        if self.replay is not None:
-            # The footer of a replay: its own keys ([ ] { } space) at 80 columns, not those
-            # that need a daemon (pressed, they say why; `?` lists none of them).
-            self._bindings.key_to_bindings = {
-                key: [dataclasses.replace(b, show=False)
-                      if b.action.partition("(")[0] in self.NEEDS_DAEMON else b
-                      for b in bindings]
-                for key, bindings in self._bindings.key_to_bindings.items()}
         self.fleet_control = FleetControl(self)
         self.actions = ActionControl(self)
         # Whose full view is shown: 0 with one daemon (or a replay), the chosen row's host in a
@@ -494,6 +493,12 @@ class MlcostTop(App):
             return self.actions.can_undo
         if action in ("replay_step", "replay_minute", "play"):
             return True if self.replay is not None else False
+        if action == "replay_refuses":  # (the replay's own binding of each of those keys)
+            return self.replay is not None
+        if self.replay is not None and action in self.NEEDS_DAEMON:
+            # A replay's footer: its own keys ([ ] { } space) at 80 columns, not those that
+            # need a daemon (`?` lists none of them; pressed, replay_refuses says why).
+            return False
         if action == "pause" and self.replay is not None:
             return False  # space plays a replay (replay.play)
         if action == "back_to_fleet":
@@ -508,6 +513,10 @@ class MlcostTop(App):
             return False  # the fleet table: no host's panels for them (nor in its footer)
         # A key that cannot act here (a replay, --readonly) still runs, to say why.
         return True
+
+    def action_replay_refuses(self, action: str) -> None:
+        """A key that needs a daemon, pressed in a replay: say why it does nothing."""
+        self._refuse(action)
 
     def cannot_here(self, action: str) -> str | None:
         """Why `action` cannot run in this mode (None: it can)."""
@@ -556,8 +565,8 @@ class MlcostTop(App):
             if not isinstance(b, Binding):
                 continue
             name, _, args = b.action.partition("(")
-            if self.check_action(name, ()) is not True or name == "details" or \
-                    self.cannot_here(name) is not None:
+            if self.check_action(name, ()) is not True or name in ("details", "replay_refuses") \
+                    or self.cannot_here(name) is not None:
                 continue
             keys = ", ".join(self.get_key_display(Binding(k, b.action))
                              for k in b.key.split(","))
