@@ -208,7 +208,7 @@ def test_text_report_names_the_host_and_gpus(demo_report):
 
 def test_report_without_database_says_how_to_start(tmp_path):
     result = mlcostd_cli("report", "--db", str(tmp_path / "none.db"))
-    assert result.returncode == 1
+    assert result.returncode == 2  # a refusal, as every other (README: exit statuses)
     assert "mlcostd run" in result.stderr
 
 
