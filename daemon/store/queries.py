@@ -354,6 +354,10 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     # the second before its first tick with its spend).
     through_ms = None if through is None else round(through * 1000)
     ticks, minutes = _hour_ticks(reader, hour, through_ms)
+    if not ticks and minutes:  # its raw ticks are there, and none of them charged (a run's
+        # first tick only, or none handed over yet): nothing of the row is in any range; the
+        # clock's share put a 3 s slice of it before a stopped store's first tick, CI 1 in 2
+        return {0: 0.0, **{r["key"]: 0.0 for r in rows if r["key"]}}
     if not ticks or reader.query(
             "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
             (MINUTE, hour, ticks[0][0] - MINUTE * 1000)):  # (a minute wholly before it)
