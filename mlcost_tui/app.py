@@ -159,6 +159,10 @@ class MlcostTop(App):
     # Keys of the main screen's panels: on a details, GPU, history or help screen they sorted
     # and filtered the panels behind it, unseen (the footer listed them there too).
     MAIN_PANELS = ("filter", "sort", "invert", "tree")
+    # Keys that act on the main screen's highlighted row (a recommendation, a process) or open
+    # the history: not from a screen that says they would act unseen behind it
+    # (`MAIN_ROW_KEYS = False`: the history and GPU screens).
+    ROW_ACTIONS = ("apply_recommendation", "snooze_recommendation", "kill", "history")
 
     def __init__(self, clients: Sequence[Client], *, readonly: bool = False,
                  interval_s: float = POLL_INTERVAL_S, poll: bool = True,
@@ -509,6 +513,8 @@ class MlcostTop(App):
             return False  # the Prometheus fleet table shows no host's panels (nor help over it)
         if action in self.MAIN_PANELS and self.panels_covered:
             return False  # a screen over the panels: they would change unseen behind it
+        if action in self.ROW_ACTIONS and not getattr(self.screen, "MAIN_ROW_KEYS", True):
+            return False  # a history or GPU screen: they would act on rows it does not show
         if self.viewing is None and action in self.NEEDS_HOST:
             return False  # the fleet table: no host's panels for them (nor in its footer)
         # A key that cannot act here (a replay, --readonly) still runs, to say why.

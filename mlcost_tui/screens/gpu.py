@@ -67,6 +67,8 @@ def gpu_text(gpus: tuple[Gpu, ...], processes: tuple[Process, ...]) -> Text:
 
 
 class GpuScreen(Screen):
+    # a, x, k and h act on the main screen's rows, which this screen hides: not from here
+    MAIN_ROW_KEYS = False
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back", id="gpu.back")]
     DEFAULT_CSS = """
     GpuScreen VerticalScroll { padding: 0 1; }

@@ -31,6 +31,8 @@ POINTS = 240  # more than a chart has columns at 200 wide
 class HistoryScreen(Screen):
     """Series loaded from `client` (/v1/history) when shown, on r and on w."""
 
+    # a, x, k and h act on the main screen's rows, which this screen hides: not from here
+    MAIN_ROW_KEYS = False
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back", id="history.back"),
         Binding("w", "switch_range", "1 h / 24 h", id="history.range"),

@@ -130,3 +130,32 @@ async def test_the_footer_keys_fit_80_columns_on_the_other_screens():
         line = footer_line(app)
         assert "tick" in line and "minute" in line and "Play/pause" in line, line
         assert "a Apply" not in line  # needs a daemon: pressed, it says why
+
+
+@pytest.mark.asyncio
+async def test_the_history_and_gpu_screens_offer_no_keys_of_the_rows_they_hide():
+    """The history screen's footer offered `a Apply`, `k Stop` and `h History`: they acted on
+    the main screen's highlighted recommendation and process, which it hides (k asked to stop
+    a process the user could not see; h opened a history over the history). From the history
+    and GPU screens those keys are neither shown nor run."""
+    from mlcost_tui.screens.action import ActionScreen
+    from mlcost_tui.screens.gpu import GpuScreen
+    from mlcost_tui.screens.history import HistoryScreen
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(120, 40)) as pilot:
+        snap = snapshot()
+        app.post_message(SnapshotArrived((snap,)))
+        await pilot.pause()
+        assert snap.now is not None
+        for screen in (HistoryScreen((0,), app.client), GpuScreen(snap.now.gpus, snap.now.processes)):
+            await app.push_screen(screen)
+            await pilot_wait_for(pilot, lambda: "Back" in descriptions(app),
+                                 what="the screen's footer")
+            shown = descriptions(app)
+            assert not {"Apply", "Stop", "History", "Snooze"} & set(shown), shown
+            await pilot.press("k", "a", "h")
+            await pilot.pause()
+            assert app.screen is screen and not isinstance(app.screen, ActionScreen)
+            await pilot.press("escape")
+            await pilot.pause()
