@@ -118,14 +118,16 @@ def gib_size(low: float, high: float) -> Any:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `prices` options to `parser`."""
-    parser.add_argument("--provider", help="only this cloud: aws, gcp, azure, lambda")
+    parser.add_argument("--provider", help="only this cloud: aws, gcp, azure, lambda, or a "
+                        "provider of a [pricing].extra_catalogs sheet (--config)")
     parser.add_argument("--accelerator", help="only this accelerator, e.g. H100, A100, L40S")
     parser.add_argument("--region", help="only this region (with --refresh: the region to fetch)")
     parser.add_argument("--instance", nargs="+", action="extend", metavar="TYPE",
                         help="only these instance types (with --refresh: the types to fetch)")
     parser.add_argument("--fits", type=gib_size(0, 100_000), metavar="GIB",
                         help="cheapest instances whose accelerators each hold GIB of memory "
-                             "(plus --headroom): 70, 70GiB, 70GB (read as GiB), 512MiB")
+                             "(plus --headroom): 70 or 70GiB (also 70G or 70GB, read as GiB; "
+                             "512MiB; 1.5TiB)")
     parser.add_argument("--gpus", type=number_in(1, 4096, whole=True), default=None, metavar="N",
                         help="with --fits: at least N accelerators (default 1)")
     parser.add_argument("--spot", action="store_true",
@@ -143,10 +145,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "file), azureml (no key): managed-platform prices for --managed")
     parser.add_argument("--catalog-url", metavar="URL", default=None,
                         help="with --refresh catalog: base URL of the SkyPilot catalogs "
-                             "(default the public skypilot-catalog repository)")
+                             "(default [pricing].catalog_url of --config, else the public "
+                             "skypilot-catalog repository)")
     parser.add_argument("--gcp-key-file", metavar="FILE", default=None,
                         help=f"with --refresh gcp or vertex: file holding the API key, mode 0600 "
-                             f"(default ${GCP_KEY_FILE_ENV})")
+                             f"(default [pricing].gcp_api_key_file of --config, else "
+                             f"${GCP_KEY_FILE_ENV})")
     parser.add_argument("--audit", action="store_true",
                         help="list the rows and prices the sanity rules left out, with reasons")
     parser.add_argument("--managed", action="store_true",
