@@ -147,16 +147,16 @@ class HeaderPanel(Static):
             wasted = now.wasted_per_hour
             line2.append(fmt.money(wasted, "/h"),
                          style="bold " + BAD if wasted and wasted > 0.005 else "bold")
-            line2.append("  today ")
-            line2.append(fmt.money(now.spend_today), style="bold")
+            spend = Text("  today ")
+            spend.append(fmt.money(now.spend_today), style="bold")
             daily, monthly = now.host_budget("daily"), now.host_budget("monthly")
             if daily is not None:  # [cost.budgets.host] daily: how much of it is gone
-                line2.append(f" of {fmt.money(daily.limit)} ({daily.share:.0%})",
+                spend.append(f" of {fmt.money(daily.limit)} ({daily.share:.0%})",
                              style=budget_style(daily))
             if monthly is not None:  # and monthly: the month's spend beside it
-                line2.append("  month ")
-                line2.append(fmt.money(monthly.spent), style="bold")
-                line2.append(f" of {fmt.money(monthly.limit)} ({monthly.share:.0%})",
+                spend.append("  month ")
+                spend.append(fmt.money(monthly.spent), style="bold")
+                spend.append(f" of {fmt.money(monthly.limit)} ({monthly.share:.0%})",
                              style=budget_style(monthly))
             savings = Text()
             if now.potential_savings_per_month is not None:
@@ -180,8 +180,10 @@ class HeaderPanel(Static):
                 where = f" on {alert_hosts[0][:30]}" if fleet is not None else ""
                 warnings.append(f"{where} ({alerts[0].detail or target_label(alerts[0].target)})"
                                 [:60], style=BAD)
-            # narrow: what is wrong before what could be saved (the panel below says that too)
-            for part in ((warnings, savings) if narrow else (savings, warnings)):
+            # narrow: what is wrong (idle alerts) before the day's spend and its budgets, and
+            # before what could be saved (the panel below says that too): with budgets set the
+            # spend filled 80 columns and the idle alerts went past the edge
+            for part in ((warnings, spend, savings) if narrow else (spend, savings, warnings)):
                 line2.append_text(part)
         if replay is not None:
             line3.append(replay, style="bold " + WARN)

@@ -218,3 +218,28 @@ async def test_under_a_dialog_the_header_goes_on_ticking_and_follows_a_resize():
         header = str(app.query_one(HeaderPanel).render())
         assert not header.startswith("mlcost-top ") and "saves" in header, header
         assert isinstance(app.screen, ConfirmScreen)
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_the_idle_alerts_come_before_the_budgets():
+    """With host budgets set, `today $… of $… (10%)  month $… of $…` filled the 80-column
+    header's second line and the idle alerts went past its edge: narrow, the alerts come
+    right after the burn and the waste."""
+    doc = now_document()
+    doc["spend_today"] = 0.29
+    doc["budgets"] = [
+        {"scope": "host", "name": "host", "target": "host", "period": "daily",
+         "period_id": "2026-12-04", "limit": 3.0, "spent": 0.29, "crossed": False},
+        {"scope": "host", "name": "host", "target": "host", "period": "monthly",
+         "period_id": "2026-12", "limit": 2000.0, "spent": 0.29, "crossed": False}]
+    now = Now.from_dict(doc)
+    assert now.idle_alerts  # the fixture's idle GPU
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        from tests.tui.test_sizes import screen_text
+
+        second = screen_text(app)[1]
+    assert "idle alerts 1" in second and second.index("idle alerts") < second.index("today"), \
+        second
