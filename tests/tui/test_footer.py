@@ -59,6 +59,13 @@ def footer_line(app: MlcostTop) -> str:
     return screen_text(app)[-1]
 
 
+async def laid_out(pilot, app: MlcostTop) -> None:
+    """Wait until each key of the footer has its place on the screen (on a loaded machine a
+    screen just pushed may not have laid its footer out yet)."""
+    await pilot_wait_for(pilot, lambda: key_widgets(app) and all(
+        key.region.width > 0 for key in key_widgets(app)), what="the footer laid out")
+
+
 def assert_whole(app: MlcostTop) -> None:
     """Every key of the footer lies inside the screen: none cut at its edge."""
     width = app.size.width
@@ -84,6 +91,7 @@ async def test_the_footer_shows_the_main_keys_whole(size):
         for shown in MAIN_KEYS:
             assert shown in line, line
         assert "▏" not in line, line  # nothing cut at its edge
+        await laid_out(pilot, app)
         assert_whole(app)
         said = await help_text(app, pilot)
         for key in ("/", "<, >" if "<, >" in said else "<", "I", "t", "p, space", "x", "ctrl+p"):
@@ -107,6 +115,7 @@ async def test_the_footer_keys_fit_80_columns_on_the_other_screens():
         await app.push_screen(DetailsScreen(snap.now.processes[0]))
         await pilot_wait_for(pilot, lambda: "Compare runs" in descriptions(app),
                              what="the details screen's footer")
+        await laid_out(pilot, app)
         assert_whole(app)
 
     clients = [NamedStub("unix:/a.sock"), NamedStub("unix:/b.sock")]
@@ -119,6 +128,7 @@ async def test_the_footer_keys_fit_80_columns_on_the_other_screens():
         await pilot_wait_for(pilot, lambda: "Fleet" in descriptions(app),
                              what="a fleet host's footer")
         await pilot.pause()
+        await laid_out(pilot, app)
         assert_whole(app)
         assert "esc Fleet" in footer_line(app)
 
@@ -126,6 +136,7 @@ async def test_the_footer_keys_fit_80_columns_on_the_other_screens():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot_wait_for(pilot, lambda: "Quit" in descriptions(app), what="the footer")
         await pilot.pause()
+        await laid_out(pilot, app)
         assert_whole(app)
         line = footer_line(app)
         assert "tick" in line and "minute" in line and "Play/pause" in line, line
