@@ -358,9 +358,12 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
         # first tick only, or none handed over yet): nothing of the row is in any range; the
         # clock's share put a 3 s slice of it before a stopped store's first tick, CI 1 in 2
         return {0: 0.0, **{r["key"]: 0.0 for r in rows if r["key"]}}
+    # (a minute rolled up wholly before the hour's first raw tick, which may be a run's first
+    # and charge nothing: a minute that held one in its last second ended before the first
+    # tick that charged, and read as cut by retention, CI 1 in 20)
     if not ticks or reader.query(
-            "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket <= ? LIMIT 1",
-            (MINUTE, hour, ticks[0][0] - MINUTE * 1000)):  # (a minute wholly before it)
+            "SELECT 1 FROM rollups WHERE res = ? AND bucket >= ? AND bucket < ? LIMIT 1",
+            (MINUTE, hour, min(minutes))):
         return None
     charged = {r["key"]: r["n"] for r in rows if r["key"] == 0 or r["metric"] == SPEND_PROCESS}
     host_ms = charged.get(0) or max(charged.values(), default=0)
