@@ -473,6 +473,8 @@ class Daemon:
             self.store.set_meta("host", self.host)
             self.nvml.start()
             self.analyzer = await asyncio.to_thread(self._make_analyzer)
+            # the first tick lists every GPU: read, or listed as not answering
+            await asyncio.to_thread(self.nvml.wait_first_readings)
             self.attribution = Attribution(self.config.attribution, self.store,
                                            idle_utilization_pct=self.config.idle.utilization,
                                            sample_always=self.sample_stacks_always,

@@ -457,6 +457,8 @@ class NvmlSource:
         self.driver_version: str | None = None
         self.gpu_count: int | None = None  # what NVML counted at its start; None before it
         self._readings: dict[int, GpuReading] = {}
+        self._readers_started: float | None = None  # time.monotonic() when NVML counted them
+        self._all_read = threading.Event()  # each GPU counted has its first reading (or failure)
         self._devices: dict[int, _Device] = {}
         self._device_status: dict[int, tuple[str, str | None]] = {}
         # GPU index -> (the pids of its last complete reading, its wall time): what a GPU that
@@ -484,6 +486,20 @@ class NvmlSource:
     def wait_ready(self, timeout: float) -> bool:
         """Wait until NVML has started (or failed once); for `check` and tests."""
         return self._ready.wait(timeout)
+
+    def wait_first_readings(self) -> bool:
+        """Wait until each GPU NVML counted has its first reading (or its first failure), for
+        as long as a reading may take before it is overdue (`_view`); at once where NVML has
+        not started. For the daemon's start: its first tick lists every GPU, those that have
+        not answered as not answering (under load the readers' first answers came after the
+        first tick, and /v1/now listed no GPU while /v1/health said ok)."""
+        end = time.monotonic() + self.interval + self.config.call_deadline
+        while self.gpu_count and not self._all_read.wait(0.05):
+            now = time.monotonic()
+            if now >= end:
+                return False
+            self._isolate_hung(now)  # (the GPUs behind a hung first call are read meanwhile)
+        return True
 
     def stop(self) -> None:
         self._stop.set()
@@ -513,7 +529,10 @@ class NvmlSource:
             log.info("NVML started: driver %s, %d GPU(s)", self.driver_version, count)
             if count:
                 with self._lock:
+                    self._readers_started = time.monotonic()
                     self._start_reader(list(range(count)))
+            else:
+                self._all_read.set()
             self._ready.set()
             return
 
@@ -570,6 +589,8 @@ class NvmlSource:
             with self._lock:
                 self._readings[index] = reading
                 self._holders[index] = (frozenset(reading.uses), time.time())
+                if len(self._readings) == self.gpu_count:
+                    self._all_read.set()
             self._note_device(index, reading.gpu.status, reading.gpu.error)
             self._backoff[index] = self.config.retry_initial
             lead = min(0.2, self.interval / 4)
@@ -599,6 +620,8 @@ class NvmlSource:
                                   memory_reserved_bytes=base.memory_reserved_bytes,
                                   error=message),
                     uses={}, read_at=time.monotonic(), uses_known=False)
+                if len(self._readings) == self.gpu_count:
+                    self._all_read.set()
             self._note_device(index, status, message)
             if lost:
                 device = None  # take a fresh handle when it comes back
@@ -685,10 +708,21 @@ class NvmlSource:
             readings = dict(self._readings)
             devices = dict(self._devices)
             holders = dict(self._holders)
-        for index, hung in devices.items():  # a hung call: the reader's other GPUs move
-            flight = hung.in_flight
-            if flight is not None and now - flight[1] > deadline:
-                self._isolate(index, flight)
+            started = self._readers_started
+        if started is not None and len(readings) < (self.gpu_count or 0) \
+                and now - started > self.interval + deadline:
+            # a GPU whose first reading is overdue (its first call hangs) is listed as not
+            # answering, its facts as far as they were read; it was left out of every tick
+            for index in range(self.gpu_count or 0):
+                if index not in readings:
+                    device = devices.get(index)
+                    readings[index] = GpuReading(
+                        gpu=self._timed_out(GpuSample(
+                            index=index, uuid=device.uuid if device else f"GPU-index-{index}",
+                            name=device.name if device else "unknown GPU"),
+                            f"no first reading after {now - started:.1f} s"),
+                        uses={}, read_at=started, uses_known=False)
+        self._isolate_hung(now, devices)
         for index in sorted(readings):
             reading = readings[index]
             gpu = reading.gpu
@@ -716,6 +750,17 @@ class NvmlSource:
                 for pid, on_gpu in of_gpu.items():
                     uses[pid] = (*uses[pid], *on_gpu) if pid in uses else on_gpu
         return self.status, tuple(gpus), uses, stale
+
+    def _isolate_hung(self, now: float, devices: Mapping[int, _Device] | None = None) -> None:
+        """A GPU whose call has hung past the deadline: the other GPUs of its reader move to
+        a new one (`_isolate`)."""
+        if devices is None:
+            with self._lock:
+                devices = dict(self._devices)
+        for index, hung in devices.items():
+            flight = hung.in_flight
+            if flight is not None and now - flight[1] > self.config.call_deadline:
+                self._isolate(index, flight)
 
     @staticmethod
     def _timed_out(gpu: GpuSample, why: str) -> GpuSample:

@@ -144,3 +144,32 @@ def test_nvml_missing_for_a_while_keeps_recording_and_says_so(tmp_path):
     # recorded throughout: every tick from the first, past the fault and after it
     assert len(ticks) >= NVML_BACK_TICK + 4 and faultkit.contiguous(ticks)
     assert "Traceback" not in daemon.log()
+
+
+HUNG_FROM_START = """
+[[faults]]
+kind = "hang"
+gpu = 0
+call = "nvmlDeviceGetUtilizationRates"
+seconds = 4.0
+until_tick = 12
+"""
+
+
+@pytest.mark.fault("GPU hung from the start", "GPU 0's first utilization call blocks 4 s")
+def test_the_first_tick_lists_every_gpu_when_one_hangs_from_the_start(tmp_path):
+    """The first tick came before the readers' first answers: it listed no GPU while health
+    said ok (CI, under load), and a GPU whose first call hung was left out of every tick until
+    it answered, the GPUs its reader would read after it too."""
+    scenario = faultkit.scenario(tmp_path, gpus=2, faults=HUNG_FROM_START, name="hung-start")
+    daemon = livedaemon.start(tmp_path / "run", scenario, interval=0.5, config=CONFIG)
+    try:
+        now = daemon.now()  # (the API answers once the first tick may run)
+        daemon.wait_for_ticks(1)
+    finally:
+        assert daemon.stop() == 0, daemon.log_tail()
+    first = faultkit.recorded(daemon.db)[0]
+    assert [(g.index, g.status) for g in first.gpus] == [(0, "timeout"), (1, "ok")], first.gpus
+    assert "nvmlDeviceGetUtilizationRates has not answered" in (gpu_of(first, 0).error or "")
+    assert [g["index"] for g in now["gpus"]] == [0, 1], now["gpus"]
+    assert "Traceback" not in daemon.log()
