@@ -141,7 +141,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if result is None:
         from daemon.runtime.snapshots import take_snapshot
         from daemon.store.reader import no_store_at
-        from daemon.store.snapshot import BadSnapshotRequest, EmptySnapshotRange, SnapshotError
+        from daemon.store.snapshot import (
+            BadSnapshotRequest,
+            EmptySnapshotRange,
+            NotAStore,
+            SnapshotError,
+        )
 
         # No daemon took it: this command writes and uploads it, to this config's target. (A
         # daemon uploads to its own config's, and answers a 400 when it has none.)
@@ -164,8 +169,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
                                    upload=config.snapshots.upload if args.upload else None)
         except SnapshotError as exc:
             print(f"mlcostd snapshot: {exc}", file=sys.stderr)
-            # what was asked is refused (2); a store or a disk that failed is 1
-            return 2 if isinstance(exc, EmptySnapshotRange | BadSnapshotRequest) else 1
+            # what was asked is refused (2: a file that is no store, as `mlcostd report`); a
+            # store or a disk that failed is 1
+            return 2 if isinstance(exc, EmptySnapshotRange | BadSnapshotRequest | NotAStore) \
+                else 1
         result["through"] = f"directly from {db}"
     elif "error" in result:
         print(f"mlcostd snapshot: {result['error']}", file=sys.stderr)

@@ -76,6 +76,12 @@ class BadSnapshotRequest(SnapshotError):
     upload URL): the caller's input is wrong, not the store or the disk."""
 
 
+class NotAStore(SnapshotError):
+    """The file to take a snapshot of is no mlcostd store, or a damaged one: refused by the
+    command as `mlcostd report --db` refuses it (exit status 2); the daemon's own store that
+    cannot be read is its failure, not the request's (the API's 5xx)."""
+
+
 class EmptySnapshotRange(SnapshotError):
     """The range asked for holds no tick: a snapshot of it would replay nothing. The message
     names the range and what the store holds."""
@@ -319,9 +325,9 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
         raise SnapshotError(f"cannot copy {source} into a snapshot: {exc}") from None
     except sqlite3.DatabaseError as exc:
         if is_damaged(exc):
-            raise SnapshotError(damaged_store(source, exc)) from None
-        raise SnapshotError(f"cannot read {source} as an mlcostd store ({exc}); pass --db with "
-                            "the daemon's database") from None
+            raise NotAStore(damaged_store(source, exc)) from None
+        raise NotAStore(f"cannot read {source} as an mlcostd store ({exc}); pass --db with "
+                        "the daemon's database") from None
     finally:
         conn.close()
 

@@ -333,3 +333,19 @@ def test_a_store_with_no_tick_at_all_says_so(tmp_path):
                                             "recording into it"):
         write_snapshot(tmp_path / "empty.db", tmp_path / "x.db", T0, T0 + 60)
     assert [name for name in os.listdir(tmp_path) if not name.startswith("empty.db")] == []
+
+
+def test_snapshot_and_report_refuse_a_file_that_is_no_store_alike(snapshot, tmp_path):
+    """`mlcostd snapshot --db` of a text file or a damaged store exited 1 (a failure) where
+    `mlcostd report --db` of the same file exits 2 (a refusal): both refuse it, by name."""
+    bad = _bad_files(snapshot, tmp_path)
+    for what in ("text", "truncated", "corrupt", "missing"):
+        path = bad[what][0]
+        for command in (["snapshot", "--db", str(path), "--out", str(tmp_path / "out.db")],
+                        ["report", "--db", str(path)]):
+            done = subprocess.run([sys.executable, "-m", "daemon", *command],
+                                  capture_output=True, text=True, timeout=60,
+                                  stdin=subprocess.DEVNULL)
+            assert done.returncode == 2, (what, command[0], done.stderr)
+            assert str(path) in done.stderr and "Traceback" not in done.stderr, (what, command)
+    assert not (tmp_path / "out.db").exists()
