@@ -291,6 +291,10 @@ class DetailsScreen(Screen):
         if self.is_mounted:
             self.query_one("#details-body", Static).update(self.render_body())
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # a recommendation's details offered `c` and then said it is for a process
+        return self.process is not None if action == "compare_previous" else True
+
     def action_compare_previous(self) -> None:
         """Copy the compare command and show it (the screen shows the comparison itself when
         the daemon has one; the command gives the text, JSON or HTML on the host)."""

@@ -212,3 +212,34 @@ async def test_a_details_screen_says_when_the_daemon_stops_answering():
         toasts = [str(t.render()) for t in app.screen.query("Toast")]
         assert len(toasts) == 1 and "the daemon stopped answering" in toasts[0]
         assert "this screen shows the last data received" in toasts[0]
+
+
+@pytest.mark.asyncio
+async def test_a_recommendations_details_do_not_offer_compare():
+    """Compare is a process's: a recommendation's details showed "c Compare runs" in the
+    footer and, pressed, said to open a process instead."""
+    from simhost import pilot_wait_for
+
+    from tests.tui.test_footer import descriptions
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    copied: list[str] = []
+    app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 40)) as pilot:
+        now = _now("ml/train-7b")
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        await app.push_screen(DetailsScreen(recommendation=now.recommendations[0]))
+        await pilot_wait_for(pilot, lambda: "Back" in descriptions(app),
+                             what="the recommendation details' footer")
+        assert "Compare runs" not in descriptions(app)
+        await app.push_screen(DetailsScreen(now.processes[0]))
+        await pilot_wait_for(pilot, lambda: "Compare runs" in descriptions(app),
+                             what="a process's details' footer")
+        app.pop_screen()
+        await pilot_wait_for(pilot, lambda: "Back" in descriptions(app)
+                             and "Compare runs" not in descriptions(app),
+                             what="the recommendation details' footer again")
+        await pilot.press("c")
+        await pilot.pause()
+        assert copied == []
