@@ -33,7 +33,7 @@ from daemon.config import (
 )
 from pricing.catalog import LIFECYCLES, Catalog, Price, PricingError
 from pricing.offcloud import off_cloud_price
-from pricing.offer import HOURS_PER_MONTH
+from pricing.offer import HOURS_PER_MONTH, SECONDS_PER_DAY, age_days
 from pricing.staleness import Staleness, price_staleness
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,9 @@ def warning_json(verdict: Staleness | None) -> dict[str, Any] | None:
     if verdict is None:
         return None
     return {"reason": verdict.reason,
-            "age_days": None if verdict.age_days is None else round(verdict.age_days, 1),
+            # whole days, as the warning and `mlcostd prices` say it (460.6 days: 460)
+            "age_days": None if verdict.age_days is None else age_days(
+                verdict.age_days * SECONDS_PER_DAY),
             "message": verdict.message, "refresh_command": verdict.refresh_command}
 
 

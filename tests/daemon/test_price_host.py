@@ -213,3 +213,16 @@ def test_the_daemon_charges_a_price_per_gpu_hour_for_every_gpu_of_the_host(mlcos
     assert price["per_hour"] == pytest.approx(16.0) and price["gpu_count"] == 8
     assert "x 8 GPU(s)" in price["source"]
     assert sum(gpu["price_per_hour"] for gpu in now["burn"]["gpus"]) == pytest.approx(16.0)
+
+
+def test_the_reports_price_warning_says_the_age_in_whole_days_as_the_message(tmp_path):
+    """`host.price_warning.age_days` read 120.6 beside a message saying "120 days old" and
+    `mlcostd prices --json` saying 120: one number everywhere."""
+    config = make_config(tmp_path, instance=P5)
+    price, catalog, _ = price_host.price_host(config, None, 8)
+    assert price.as_of is not None
+    dated = datetime.fromisoformat(price.as_of).timestamp()
+    old = price_host.price_warning(price, catalog, now=dated + 120.6 * 86400)
+    warning = price_host.warning_json(old)
+    assert warning is not None and warning["age_days"] == 120
+    assert "120 days old" in warning["message"]
