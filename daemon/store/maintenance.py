@@ -110,7 +110,6 @@ class Maintenance:
         minute, hour), retention by size, WAL checkpoint. Raw rows are deleted only once their
         minute is rolled up, minute rows only once their hour is.
         """
-        deadline = time.perf_counter() + budget_s
         with self._lock:
             pending = False
             try:
@@ -122,6 +121,10 @@ class Maintenance:
                     self._flush()
                     self._trim_buffer()
                     pending = bool(self._buffer)
+                # The budget is the steps': counted from the call's start, a check and a
+                # flush slowed by a loaded machine left them none, and no rollup moved (CI; a
+                # daemon so starved would never delete a raw row).
+                deadline = time.perf_counter() + budget_s
                 for step in (
                     self._rollup_minutes,
                     self._rollup_hours,
@@ -129,11 +132,11 @@ class Maintenance:
                     self._retain_by_age,
                     self._retain_by_size,
                 ):
-                    if time.perf_counter() >= deadline:
+                    # Each step does one unit at least, then stops at the deadline; one that
+                    # stopped goes on at the next call, and the steps after it wait for it.
+                    if step(deadline):
                         return True
-                    pending = step(deadline) or pending
-                if time.perf_counter() < deadline:
-                    self._checkpoint()
+                self._checkpoint()  # (its own cadence: every _CHECKPOINT_EVERY_S or ticks)
             except Exception as error:  # never raise to the daemon loop
                 if self._conn.in_transaction:
                     try:
@@ -167,8 +170,6 @@ class Maintenance:
             end = bucket + ms
             if end > self._newest_ts:
                 return False  # the bucket is not finished yet
-            if time.perf_counter() >= deadline:
-                return True
             with self._db.atomic():
                 _INSERT_ROLLUPS.run(self._conn, [
                     (MINUTE, bucket, *row) for row in rollup_rows.gpu_rows(self._conn, bucket,
@@ -179,6 +180,8 @@ class Maintenance:
                 _INSERT_ROLLUPS.run(self._conn, rows)
                 self._set_meta("minute_done", end)
             self._minute_done = end
+            if time.perf_counter() >= deadline:  # (after one minute at least: each call moves)
+                return True
 
     def _process_minute_rows(self, bucket: int, end: int) -> list[tuple[int, ...]]:
         """Minute rollup rows of every process, read from the raw rows where the writer's
@@ -200,12 +203,12 @@ class Maintenance:
             end = bucket + ms
             if end > self._minute_done:
                 return False
-            if time.perf_counter() >= deadline:
-                return True
             with self._db.atomic():
                 self._conn.execute(_HOUR_ROLLUP, {"b": bucket, "e": end})
                 self._set_meta("hour_done", end)
             self._hour_done = end
+            if time.perf_counter() >= deadline:  # (after one hour at least)
+                return True
 
     def _flush_last_seen(self, deadline: float) -> bool:
         now = time.monotonic()
@@ -306,12 +309,14 @@ class Maintenance:
     def _retain_by_size(self, deadline: float) -> bool:
         conn = self._conn
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        first = True
         while True:
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             if pages * page_size <= self.max_bytes:
                 return False
-            if time.perf_counter() >= deadline:
-                return True
+            if not first and time.perf_counter() >= deadline:
+                return True  # (after one batch at least: each call moves)
+            first = False
             free = conn.execute("PRAGMA freelist_count").fetchone()[0]
             # Hysteresis: delete down to 90 % so that we do not prune on every tick.
             if (pages - free) * page_size > self.max_bytes * 0.9 and (
