@@ -38,11 +38,17 @@ def test_the_command_names_the_job_or_the_process(job, workload):
     assert argv[3] == (job or proc.key) and len(argv) == 4
 
 
-@pytest.mark.asyncio
-async def test_c_on_a_process_copies_the_compare_command():
+def _app_copying() -> tuple[MlcostTop, list[str]]:
+    """An app on a stub client, and what it copies to the clipboard."""
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     copied: list[str] = []
     app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+    return app, copied
+
+
+@pytest.mark.asyncio
+async def test_c_on_a_process_copies_the_compare_command():
+    app, copied = _app_copying()
     async with app.run_test(size=(120, 40)) as pilot:
         now = _now("ml/train-7b")
         app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
@@ -222,9 +228,7 @@ async def test_a_recommendations_details_do_not_offer_compare():
 
     from tests.tui.test_footer import descriptions
 
-    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
-    copied: list[str] = []
-    app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+    app, copied = _app_copying()
     async with app.run_test(size=(120, 40)) as pilot:
         now = _now("ml/train-7b")
         app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
