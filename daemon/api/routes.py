@@ -155,7 +155,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             "hostname": daemon.host.get("hostname", ""),
             # What is wrong now (a full disk, a recreated database, a GPU lost...), in words.
             "problems": ([store["problem"]] if store and store.get("problem") else [])
-            + _gpu_problems(daemon.last_sample),
+            + _gpu_problems(daemon.last_sample) + _sampling_problems(daemon),
         })
 
     async def now(request: web.Request) -> web.Response:
@@ -329,6 +329,13 @@ def _gpu_problems(sample: Any) -> list[str]:
         return []
     return [f"GPU {gpu.index}: {gpu.status}" + (f": {gpu.error}" if gpu.error else "")
             for gpu in sample.gpus if gpu.status != "ok"]
+
+
+def _sampling_problems(daemon: Any) -> list[str]:
+    """What stops the stack sampler now (daemon.sources.stacks.StackSampler.problem)."""
+    sampler = getattr(getattr(daemon, "attribution", None), "sampler", None)
+    problem = getattr(sampler, "problem", None)
+    return [problem] if isinstance(problem, str) else []
 
 
 def _price_per_gpu(document: dict[str, Any]) -> float:

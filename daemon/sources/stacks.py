@@ -13,6 +13,7 @@ DumpResult; nothing here raises for a bad target.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import resource
 import shutil
@@ -47,6 +48,8 @@ from daemon.sources.frames import (  # re-exported: the sampler's results are th
 )
 from daemon.sources.safe_text import one_line
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "ERROR", "NOT_PYTHON", "OK", "OVER_BUDGET", "PERMISSION_DENIED", "PROCESS_GONE",
     "PY_SPY_MISSING", "RATE_LIMITED", "STATUSES", "TIMEOUT", "UNSUPPORTED_PYTHON",
@@ -66,6 +69,14 @@ _TORN = "Failed to get stack traces"
 _MAX_ERROR_CHARS = 400
 # How many pids status_by_pid remembers (oldest forgotten first).
 _MAX_TRACKED_PIDS = 1024
+# A py-spy killed after its timeout is waited for this long; one that has not ended by then
+# is left to end in the background (`StackSampler.unfinished`): a py-spy in uninterruptible
+# sleep (a lookup on a user's hung FUSE mount, or a hard NFS mount whose server is gone)
+# ignores SIGKILL, and waiting for it held the one-at-a-time lock: no process on the host had
+# a stack sampled again, and nothing said so (probe 110).
+KILL_WAIT_S = 2.0
+# While this many have not ended, no py-spy is started (each holds a process and its pipes).
+MAX_UNFINISHED = 4
 
 
 def classify_error(stderr: str, pid: int) -> tuple[str, str]:
@@ -181,6 +192,20 @@ class StackSampler:
         self.dumps_total = 0
         self.cpu_seconds_total = 0.0
         self.wall_seconds_total = 0.0
+        #: py-spy runs killed that have not ended: their process id -> the pid they dumped
+        self.unfinished: dict[int, int] = {}
+        self._reapers: set[asyncio.Task[None]] = set()
+
+    @property
+    def problem(self) -> str | None:
+        """What stops stack sampling now, in words (for /v1/health); None when nothing does."""
+        if not self.unfinished:
+            return None
+        dumped = ", ".join(str(pid) for pid in sorted(set(self.unfinished.values())))
+        pause = ("no stack is sampled until one ends" if len(self.unfinished) >= MAX_UNFINISHED
+                 else f"those processes ({dumped}) are not sampled until it ends")
+        return (f"stack sampling: {len(self.unfinished)} py-spy run(s) did not end when killed "
+                f"(stuck in the kernel: a file system they read hangs?); {pause}")
 
     # -- public ---------------------------------------------------------------------------
 
@@ -246,12 +271,32 @@ class StackSampler:
             ))
         if not psutil.pid_exists(pid):
             return self._record(DumpResult(pid, ts, PROCESS_GONE, error=f"pid {pid} does not exist"))
+        if len(self.unfinished) >= MAX_UNFINISHED or pid in self.unfinished.values():
+            return self._record(DumpResult(pid, ts, TIMEOUT, error=self.problem))
         self._tokens -= 1.0
         self._last_by_pid[pid] = now
         result = await self._run(pid, ts)
         if result.status == ERROR and _TORN in (result.error or ""):
             result = await self._run(pid, ts)  # --nonblocking read a frame mid-change: once more
         return self._record(result)
+
+    def _leave(self, proc: asyncio.subprocess.Process, pid: int) -> None:
+        """A killed py-spy (of `pid`) that has not ended: waited for in the background,
+        counted in `unfinished` until it ends."""
+        self.unfinished[proc.pid] = pid
+        log.warning("py-spy (pid %d) dumping pid %d did not end %g s after SIGKILL (stuck in "
+                    "the kernel: a file system it reads hangs?); pid %d is not sampled until it "
+                    "ends", proc.pid, pid, KILL_WAIT_S, pid)
+
+        async def reap() -> None:
+            try:
+                await proc.wait()
+            finally:
+                self.unfinished.pop(proc.pid, None)
+
+        task = asyncio.get_running_loop().create_task(reap())
+        self._reapers.add(task)
+        task.add_done_callback(self._reapers.discard)
 
     def _refill(self, now: float) -> None:
         elapsed = max(0.0, now - self._tokens_at)
@@ -296,7 +341,11 @@ class StackSampler:
                     proc.kill()
                 except ProcessLookupError:
                     pass
-                await proc.wait()
+                try:
+                    await asyncio.wait_for(proc.wait(), KILL_WAIT_S)
+                except asyncio.TimeoutError:
+                    if proc.returncode is None:  # (ended, its pipes held open: not stuck)
+                        self._leave(proc, pid)
         wall = self._clock() - started
         # Children's rusage also counts any other child the daemon reaped meanwhile; py-spy is
         # single-threaded, so its CPU cannot exceed its wall time: cap it there.

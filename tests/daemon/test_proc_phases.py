@@ -142,11 +142,14 @@ def test_blocked_read_names_a_pipe_or_a_named_pipe_and_nothing_else(tmp_path):
         NAMED_PIPE: _child(f"for line in open({str(fifo)!r}): pass"),
         None: _child("import socket; a, b = socket.socketpair(); a.recv(1)"),
         "asleep": _child("import time; time.sleep(120)"),
+        # a file by its path, not a FIFO: its type read from what the kernel holds (a stat
+        # of a file on a hung FUSE or NFS mount waited on it, on the daemon's loop)
+        "terminal": _child("import os; leader, follower = os.openpty(); os.read(follower, 1)"),
     }
     writer = os.open(fifo, os.O_RDWR)  # the FIFO's writer: its reader's open returns
     try:
         for said, child in children.items():
-            wanted = None if said == "asleep" else said
+            wanted = None if said in ("asleep", "terminal") else said
 
             def blocked(child: subprocess.Popen[bytes] = child) -> bool:
                 facts = read_facts(child.pid)  # blocked in its system call by now

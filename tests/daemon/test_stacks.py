@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -283,6 +284,122 @@ def test_timeout_kills_py_spy_not_the_target(tmp_path, parked):
     fake_pid = int(pidfile.read_text())
     assert not psutil.pid_exists(fake_pid) or psutil.Process(fake_pid).status() == psutil.STATUS_ZOMBIE
     assert parked.poll() is None and not_stopped(parked.pid)
+
+
+def stuck_py_spy(tmp_path: Path, target: int, monkeypatch: pytest.MonkeyPatch
+                 ) -> tuple[str, list[int]]:
+    """A py-spy that, asked to dump `target`, does not end when killed, as one in
+    uninterruptible sleep (a lookup on a user's hung FUSE mount): SIGKILL stays pending, as
+    the kernel leaves it pending on a process in D state, until the test delivers it (the file
+    system coming back). Other dumps run the real py-spy. Returns its path and, once killed,
+    the stuck process's pid."""
+    fake_pid, started = tmp_path / "fake.pid", tmp_path / "started"
+    fake = fake_py_spy(tmp_path, f'echo "$@" >> {started}\n'
+                                 f'case "$*" in *"--pid {target}"*) '
+                                 f'echo $$ > {fake_pid}; exec sleep 300;; esac\n'
+                                 f'exec {PY_SPY} "$@"')
+    stuck: list[int] = []
+    real_kill = asyncio.subprocess.Process.kill
+
+    def kill(proc: asyncio.subprocess.Process) -> None:
+        if fake_pid.exists() and proc.pid == int(fake_pid.read_text()):
+            stuck.append(proc.pid)  # pending
+        else:
+            real_kill(proc)
+
+    monkeypatch.setattr(asyncio.subprocess.Process, "kill", kill)
+    return fake, stuck
+
+
+async def _until_ended(s: StackSampler) -> None:
+    deadline = time.monotonic() + 60
+    while s.unfinished and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+@needs_py_spy
+@needs_root
+def test_a_py_spy_that_does_not_end_when_killed_stops_only_its_own_process(
+        tmp_path, parked, sleep_process, monkeypatch):
+    """Probe 110: a py-spy in uninterruptible sleep does not end when killed, and the sampler
+    waited for it holding its one-at-a-time lock: no process on the host had a stack sampled
+    again, and nothing said so. It is left to end in the background now: its process is not
+    dumped again meanwhile, the others are, and `problem` says why; with MAX_UNFINISHED left,
+    no process is dumped."""
+    fake, stuck_pids = stuck_py_spy(tmp_path, parked.pid, monkeypatch)
+    s = sampler(py_spy=fake, timeout_s=0.3)
+
+    async def main() -> None:
+        stuck = await s.dump(parked.pid)
+        assert stuck.status == stacks.TIMEOUT, stuck
+        assert stuck_pids and s.unfinished == {stuck_pids[0]: parked.pid}
+        assert s.problem is not None and f"({parked.pid})" in s.problem
+        again = await s.dump(parked.pid)  # not started again while its py-spy has not ended
+        assert again.status == stacks.TIMEOUT and again.error == s.problem
+        assert (tmp_path / "started").read_text().count(f"--pid {parked.pid}") == 1
+        other = await s.dump(sleep_process.pid)  # the lock is free: the others are dumped
+        assert other.status == stacks.NOT_PYTHON, other
+        monkeypatch.setattr(stacks, "MAX_UNFINISHED", 1)
+        none = await s.dump(sleep_process.pid)
+        assert none.status == stacks.TIMEOUT and "no stack is sampled" in (none.error or "")
+        os.kill(stuck_pids[0], signal.SIGKILL)  # the file system answers: it ends
+        await _until_ended(s)
+        assert not s.unfinished and s.problem is None
+        after = await s.dump(sleep_process.pid)
+        assert after.status == stacks.NOT_PYTHON, after
+
+    asyncio.run(main())
+    assert parked.poll() is None and not_stopped(parked.pid)
+
+
+@needs_py_spy
+@needs_root
+def test_health_says_while_a_py_spy_has_not_ended(tmp_path, parked, monkeypatch):
+    """/v1/health's problems name the stuck py-spy's process (it said `"problems": []` while
+    no stack was sampled), and stop naming it once it has ended."""
+    import aiohttp
+
+    from daemon import config as config_module
+    from daemon.api.server import ApiServer
+    from daemon.runtime.attribution import Attribution
+    from daemon.runtime.daemon import Daemon
+    from daemon.store.writer import Store
+
+    fake, stuck_pids = stuck_py_spy(tmp_path, parked.pid, monkeypatch)
+    config = config_module.from_dict({"daemon": {"db": str(tmp_path / "mlcost.db")}},
+                                     where="test")
+    daemon = Daemon(config)
+    daemon.store = Store(str(daemon.db))
+    s = sampler(py_spy=fake, timeout_s=0.3)
+    daemon.attribution = Attribution(config.attribution, daemon.store, s, interval_s=1.0)
+    socket_path = tmp_path / "run" / "mlcostd.sock"
+
+    async def problems() -> list[str]:
+        connector = aiohttp.UnixConnector(path=str(socket_path))
+        async with aiohttp.ClientSession(connector=connector) as session, \
+                session.get("http://x/v1/health") as response:
+            return list((await response.json())["problems"])
+
+    async def main() -> None:
+        server = ApiServer(daemon, socket_path)
+        await server.start()
+        try:
+            assert await problems() == []
+            assert (await s.dump(parked.pid)).status == stacks.TIMEOUT
+            said = await problems()
+            assert len(said) == 1 and said[0].startswith("stack sampling: 1 py-spy run(s) "
+                                                         "did not end when killed"), said
+            assert f"({parked.pid})" in said[0]
+            os.kill(stuck_pids[0], signal.SIGKILL)
+            await _until_ended(s)
+            assert await problems() == []
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        daemon.store.close()
 
 
 # -- pure helpers ----------------------------------------------------------------------------
