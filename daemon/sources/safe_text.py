@@ -9,7 +9,10 @@ control character is shown as the escape Python would write for it, never interp
 - C0 controls and DEL (`\\x00`-`\\x1f`, `\\x7f`): ESC is the four characters `\\x1b`, a
   newline `\\n`, a tab `\\t`, a carriage return `\\r`;
 - C1 controls (`\\x80`-`\\x9f`; `\\x9b` is a one-byte CSI on some terminals): `\\x9b`;
-- bidirectional overrides and isolates (`\\u202e`...), which reorder what a reader sees;
+- bidirectional overrides and isolates (`\\u202e`...), which reorder what a reader sees, and
+  the invisible zero-width space, word joiner and byte-order mark (`\\u200b`), which hide;
+- the Unicode line and paragraph separators (`\\u2028`, `\\u2029`): `str.splitlines()`, a
+  log viewer and a JSON-lines reader may break a line there (probe 110);
 - lone surrogates: a byte that was not UTF-8 in /proc (psutil decodes with surrogateescape) is
   shown as that byte, `\\xff`; it could not even be written to a UTF-8 terminal or to SQLite.
 
@@ -35,8 +38,13 @@ import re
 
 # Bidi embeddings, overrides and isolates, plus the invisible marks: "Trojan Source" reordering.
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_UNSAFE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}\\ud800-\\udfff]")
-_UNSAFE_KEEPING_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}\\ud800-\\udfff]")
+# Invisible: zero-width space, word joiner, byte-order mark (not the joiners some scripts need).
+_HIDDEN = "\u200b\u2060\ufeff"
+_LINE_BREAKS = "\u2028\u2029"  # where str.splitlines() and other readers break a line
+_UNSAFE = re.compile(
+    f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}{_HIDDEN}{_LINE_BREAKS}\\ud800-\\udfff]")
+_UNSAFE_KEEPING_LINES = re.compile(
+    f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}{_HIDDEN}{_LINE_BREAKS}\\ud800-\\udfff]")
 
 
 # The three a reader knows by their Python names.

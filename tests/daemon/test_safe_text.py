@@ -11,8 +11,10 @@ from daemon.sources.safe_text import lines, one_line
 from daemon.wire import Now, Process
 
 # What a terminal may act on: C0 controls, DEL, C1 controls; and what reorders or cannot be
-# encoded: bidi controls, lone surrogates.
-UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# encoded: bidi controls, lone surrogates; what hides (zero-width space, word joiner, BOM) and
+# where a reader breaks a line (the Unicode line and paragraph separators).
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                    "\u200b\u2060\ufeff\u2028\u2029\ud800-\udfff]")
 HOSTILE = ("\x1b]0;owned title\x07", "\x1b[2J", "\x1b]52;c;ZWNobyBwd25lZA==\x07", "\x9b31m",
            "\u202egnp.exe", "a\rforged line", "x\nINFO forged", "\x00\x7f")
 
@@ -38,6 +40,18 @@ def test_bidi_controls_and_bytes_that_were_not_utf8_are_shown():
     one_line("caf\udcff").encode("utf-8")  # now writable to a UTF-8 terminal and to SQLite
 
 
+def test_line_separators_and_invisible_marks_are_shown():
+    """Probe 110: U+2028 and U+2029 passed raw into /v1/now, the store and the HTML report,
+    where str.splitlines() (and log viewers) break a line; the zero-width space and the BOM
+    hid characters. The joiners that some scripts and emoji need are kept."""
+    assert one_line("job\u2028INFO forged\u2029x") == "job\\u2028INFO forged\\u2029x"
+    assert lines("a\u2028b\nc") == "a\\u2028b\nc"
+    assert one_line("rm\u200b -rf\ufeff\u2060") == "rm\\u200b -rf\\ufeff\\u2060"
+    assert len(one_line("job\u2028x").splitlines()) == 1
+    assert one_line("\U0001f469\u200d\U0001f52c \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == \
+        "\U0001f469\u200d\U0001f52c \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+
+
 def test_ordinary_text_is_left_as_it_is():
     text = "python3 train.py --lr 3e-4 --name 'résumé 中文' C:\\path\\x1b [bold]x[/bold] 😀"
     assert one_line(text) == text
@@ -53,7 +67,7 @@ def test_nothing_unsafe_is_left_and_a_second_pass_changes_nothing(text):
     assert "\n" not in one_line(text) and "\t" not in one_line(text)
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Cf"))))
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Cf", "Zl", "Zp"))))
 def test_text_without_controls_is_unchanged(text):
     assert one_line(text) == text
 
