@@ -384,3 +384,62 @@ def test_a_read_that_hangs_holds_the_classifier_once_and_briefly(open_folder, mo
         held.set()
     poll(lambda: reads.read(Frame("main", str(public), 1), NOBODY, "/") == "print('hi')\n",
          10, "a line read once the hung read ended")
+
+
+def test_a_hung_read_stops_the_lines_of_its_users_lane_only(open_folder, monkeypatch):
+    """Probe 110: one user's read hung on their FUSE mount, and every user's stacks lost their
+    lines while it hung (one thread read them all). Each user id reads in its lane (one of
+    LANES): the hung user's next read gives none at once, another user's is read."""
+    held, entered = threading.Event(), threading.Event()
+    real = source_lines.read_source_line
+    public = write(open_folder / "public.py", "print('hi')\n")
+    hanging = str(open_folder / "on-a-dead-mount.py")
+
+    def read(frame, reader, root):
+        if frame.filename == hanging:
+            entered.set()
+            held.wait()
+        return real(frame, reader, root)
+
+    monkeypatch.setattr(source_lines, "read_source_line", read)
+    monkeypatch.setattr(source_lines, "READ_WAIT_S", 0.2)
+    reads = source_lines._LineReads()
+    mallory = Credentials(1001, frozenset({1001}))
+    other = Credentials(NOBODY_UID, frozenset({65534}))
+    assert mallory.uid % source_lines.LANES != other.uid % source_lines.LANES
+    try:
+        assert reads.read(Frame("main", hanging, 1), mallory, "/") is None
+        assert entered.is_set() and reads.given_up == 1
+        assert reads.read(Frame("main", str(public), 1), mallory, "/") is None  # its lane
+        assert reads.read(Frame("main", str(public), 1), other, "/") == "print('hi')\n"
+        assert reads.given_up == 2
+    finally:
+        held.set()
+
+
+def test_a_line_of_a_large_file_is_read_without_reading_the_file_whole(open_folder):
+    """Probe 110: a 4 MiB frame file raised the daemon's peak memory by 44 MB (the file read
+    whole and split for one line). Lines are read one by one now, a long one cut at
+    LINE_LIMIT; \\r and \\r\\n end a line as they do for Python."""
+    import tracemalloc
+
+    big = open_folder / "big.py"
+    body = b"x = 1\n" * (source_lines.FILE_LIMIT // 6 - 10) + b"tail = 2\r\nlast = 3\rz"
+    big.write_bytes(body)
+    big.chmod(0o644)
+    lines = body.splitlines(keepends=True)
+    source_lines._SOURCE_LINES.clear()
+    tracemalloc.start()
+    try:
+        got = line(big, NOBODY, len(lines) - 2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == "tail = 2\r\n"
+    assert peak < 1 << 20, peak  # it was over 11 x the file
+    assert line(big, NOBODY, len(lines) - 1) == "last = 3\r"
+    assert line(big, NOBODY, len(lines)) == "z"
+    assert line(big, NOBODY, len(lines) + 1) is None
+    long = write(open_folder / "long.py", "a = '" + "y" * (source_lines.LINE_LIMIT * 3) + "'\nb = 2\n")
+    assert line(Path(long), NOBODY, 2) == "b = 2\n"
+
