@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from simhost import poll
 
 from daemon.analysis import source_lines
@@ -443,3 +445,20 @@ def test_a_line_of_a_large_file_is_read_without_reading_the_file_whole(open_fold
     long = write(open_folder / "long.py", "a = '" + "y" * (source_lines.LINE_LIMIT * 3) + "'\nb = 2\n")
     assert line(Path(long), NOBODY, 2) == "b = 2\n"
 
+
+
+@given(st.lists(st.sampled_from([b"a", b"bc", b"x" * 37, b"\n", b"\r", b"\r\n", b"\t"]),
+                max_size=16),
+       st.integers(1, 18), st.sampled_from([1, 2, 5, 64]), st.sampled_from([1, 3, 16, 4096]))
+def test_a_line_is_the_line_python_counts_whatever_the_block_and_line_limits(
+        parts, number, block, limit):
+    """`_line` reads blocks and keeps the start of a long line: the line it gives is the one
+    bytes.splitlines (Python's line ends) gives, cut at LINE_LIMIT, whatever the boundaries."""
+    import io
+
+    data = b"".join(parts)
+    want = next(iter(data.splitlines(keepends=True)[number - 1:number]), b"")[:limit]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(source_lines, "_BLOCK", block)
+        patch.setattr(source_lines, "LINE_LIMIT", limit)
+        assert source_lines._line(io.BufferedReader(io.BytesIO(data)), number) == want
