@@ -27,14 +27,19 @@ def free_port() -> int:
 
 
 def test_ranks_deadlocked_in_recv_are_a_hung_job_not_slow_communication(mlcostd, tmp_path):
+    """Beside it, host_ring_reduce.py: two ranks whose GPUs idle too and whose stacks sit in
+    `dist.all_reduce`, but whose gloo ring moves data on their CPUs: not hung."""
     path = scenario_file(tmp_path, [
-        {"name": "halo", "gpus": 2, "command": program("halo_deadlock.py", str(free_port()))}])
+        {"name": "halo", "gpus": 2, "command": program("halo_deadlock.py", str(free_port()))},
+        {"name": "ring", "gpus": 2,
+         "command": program("host_ring_reduce.py", str(free_port()))}])
     daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
     state: dict[str, Any] = {}
 
     def ranks() -> list[dict[str, Any]]:
-        # the two spawned ranks hold the GPUs; their parent (mp.spawn) holds none
-        return [p for p in daemon.now()["processes"] if p.get("gpus")]
+        # the two spawned ranks hold GPUs 0 and 1; their parent (mp.spawn) holds none
+        return [p for p in daemon.now()["processes"]
+                if {u["index"] for u in p.get("gpus") or []} & {0, 1}]
 
     def hung_found() -> bool:
         state["recs"] = recs = daemon.call("recommendations")
@@ -43,6 +48,15 @@ def test_ranks_deadlocked_in_recv_are_a_hung_job_not_slow_communication(mlcostd,
     poll(hung_found, 180, "a hung_job finding for the deadlocked ranks", every=2.0,
          explain=lambda: json.dumps(sorted(r.rule for r in state.get("recs", [])))
          + "\n" + daemon.log_tail())
+    [first] = [r for r in state["recs"] if r.rule == "hung_job"]
+
+    def a_round_later() -> bool:  # the ring's ranks, as idle as long, were judged too
+        state["recs"] = recs = daemon.call("recommendations")
+        return any(r.rule == "hung_job" and r.evidence["window"]["end"]
+                   >= first.evidence["window"]["end"] + 10 for r in recs)
+
+    poll(a_round_later, 60, "a later round of the rules", every=2.0,
+         explain=lambda: daemon.log_tail())
     pids = sorted(p["pid"] for p in ranks())
     assert len(pids) == 2, ranks()
     [hung] = [r for r in state["recs"] if r.rule == "hung_job"]
@@ -51,6 +65,8 @@ def test_ranks_deadlocked_in_recv_are_a_hung_job_not_slow_communication(mlcostd,
         assert rank["where"].endswith("halo_deadlock.py:38"), rank  # the recv both wait at
         assert f"pid {rank['pid']} " in hung.summary, hung.summary
     assert "halo_deadlock.py:38" in hung.summary and "recv" in hung.summary, hung.summary
+    # its ranks' CPU was read, and is (almost) nothing
+    assert all(0 <= r["cpu_cores_while_idle"] < 0.1 for r in hung.evidence["ranks"]), hung.evidence
     assert "/h while it hangs" in hung.summary and hung.savings_per_month > 0, hung.summary
     assert "restart" in hung.summary and "restart the job" in hung.action["text"]
     assert hung.action["kind"] == "copy_commands", hung.action
@@ -59,11 +75,15 @@ def test_ranks_deadlocked_in_recv_are_a_hung_job_not_slow_communication(mlcostd,
     assert not [c for c in hung.action["commands"] if "kill" in c], hung.action
 
     # not slow communication, and nothing stops the ranks or the host on this alone
-    # (the ranks' command lines are multiprocessing's spawn_main: every finding is theirs)
-    every = daemon.call("recommendations")
+    # (the ranks' command lines are multiprocessing's spawn_main: findings are told by pid)
+    every = [r for r in state["recs"]
+             if (r.evidence.get("process") or {}).get("pid") in pids or r.target == "host"]
     said = sorted(r.rule for r in every)
     assert not set(said) & {"communication_bound", "idle_gpu_held", "host_idle"}, said
     assert not [r for r in every if (r.action or {}).get("kind") == "sigterm"], said
+    # the ring job moves data: one hung job on the host, the deadlocked one
+    assert [r.rule for r in state["recs"]].count("hung_job") == 1, sorted(
+        r.rule for r in state["recs"])
 
     # /v1/idle counts the waiting ranks as work (a multi-node wait looks the same from here)
     # and says what they wait for

@@ -6,6 +6,7 @@ wait shorter than the threshold do not."""
 
 from __future__ import annotations
 
+import pytest
 from test_rules import CATALOG, GIB, P4D, by_rule
 
 from daemon.analysis.book import RecommendationBook
@@ -17,16 +18,17 @@ START = 100_000.0
 WINDOW_S = 900.0  # past idle_held_min_s (10 min by default)
 
 
-def job_window(ranks=2, util=0.0, sm=0.0, n=91, step=10.0, ppid=500):
+def job_window(ranks=2, util=0.0, sm=0.0, n=91, step=10.0, ppid=500, cores=0.005):
     """`ranks` processes of one job (one parent, one program), one GPU each, at `util`% with
-    their own SM share `sm`, for (n - 1) x step seconds."""
+    their own SM share `sm` and `cores` CPUs busy, for (n - 1) x step seconds."""
     out = []
     for i in range(n):
         gpus = tuple(GpuSample(g, f"u{g}", "A100-SXM4-40GB", "ok", util if g < ranks else 0.0,
                                None, 10 * GIB if g < ranks else 0, 40 * GIB) for g in range(8))
         procs = tuple(ProcessSample(1000 + r, START - 60, ppid, "ann",
                                     f"python train.py --local_rank={r}",
-                                    (GpuUse(r, 10 * GIB, sm),)) for r in range(ranks))
+                                    (GpuUse(r, 10 * GIB, sm),), cpu_seconds=i * step * cores)
+                      for r in range(ranks))
         out.append(Sample(START + i * step, i, gpus=gpus, processes=procs))
     return out
 
@@ -91,6 +93,12 @@ def test_a_ring_all_reduce_that_progresses_is_not_hung():
     busy_comm = balance({"comm": (0.98, 0.2, "torch.distributed all_reduce"),
                          "compute": (0.02, 0.0, "GPU busy")})
     assert by_rule(found(job_window(), phases(busy_comm, busy_comm)), "hung_job") == []
+    # nor ranks that reduce host tensors through gloo: GPUs idle, samples in comm, CPUs busy
+    assert by_rule(found(job_window(cores=0.6), phases(HUNG, HUNG)), "hung_job") == []
+    # (the same job at 0.005 cores, a rank blocked in its receive, is hung)
+    [hung] = by_rule(found(job_window(), phases(HUNG, HUNG)), "hung_job")
+    assert [r["cpu_cores_while_idle"] for r in hung.evidence["ranks"]] == [
+        pytest.approx(0.005)] * 2
 
 
 def test_a_job_with_a_rank_still_working_has_a_straggler_not_a_hung_job():

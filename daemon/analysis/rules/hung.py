@@ -15,7 +15,10 @@ one program). The job is hung when it has two ranks or more here and each of the
   - spent at least HUNG_COMM_OF_IDLE of its GPU-idle time waiting in comm, its comm samples
     taken with its GPU idle (a collective that moves data through NCCL keeps the GPU busy: a
     progressing ring all-reduce is not hung);
-  - reads nothing, sits in no disk wait (what signs_of_work counts besides its phases).
+  - reads nothing, sits in no disk wait (what signs_of_work counts besides its phases), and
+    uses (almost) no CPU over that idle span (under HUNG_CPU_MAX_CORES: ranks that move data
+    through gloo on host tensors keep a CPU busy; a rank whose CPU time was not read is judged
+    on the rest).
 A job with one rank still working (computing, preprocessing, loading: a straggler) is not hung:
 that rank's GPU-idle time is not comm, or its GPU is busy, and the straggler rule names it.
 
@@ -63,6 +66,9 @@ HUNG_COMM_OF_IDLE = 0.8
 # Its comm samples were taken with its GPU idle this share of their time or more (a collective
 # that moves data on the GPU reads busy: NCCL's kernels).
 HUNG_COMM_GPU_IDLE = 0.9
+# Its own CPU time over its GPU-idle span, in cores: a rank blocked in a receive uses ~0.01 (its
+# runtime's threads polling); one copying or reducing tensors on its CPU, a large part of one.
+HUNG_CPU_MAX_CORES = 0.1
 
 
 def _idle_seconds(entry: Mapping[str, Any] | None) -> float:
@@ -71,7 +77,8 @@ def _idle_seconds(entry: Mapping[str, Any] | None) -> float:
 
 def waits_on_peers_idle(proc: ProcessWindow, a: Analysis) -> bool:
     """Whether this rank's GPU has idled for idle_held_min_s at the window's end, its GPU-idle
-    time spent waiting in comm, with nothing else of it at work (kernels, reads, disk waits)."""
+    time spent waiting in comm, with nothing else of it at work (kernels, reads, disk waits,
+    CPU)."""
     if not proc.gpus or not proc.phases or proc.trailing_idle_s < a.limit("idle_held_min_s"):
         return False
     sm = proc.sm_activity_idle_mean
@@ -80,6 +87,8 @@ def waits_on_peers_idle(proc: ProcessWindow, a: Analysis) -> bool:
     if (proc.read_bytes_per_s >= READ_MIN_PER_S or proc.d_state_fraction > D_STATE_MAX_FRACTION
             or proc.iowait_fraction > IOWAIT_MAX_FRACTION):
         return False
+    if proc.cpu_idle_cores is not None and proc.cpu_idle_cores >= HUNG_CPU_MAX_CORES:
+        return False  # it moves data (or works) on its CPU
     comm = proc.phases.get(COMM)
     comm_idle = _idle_seconds(comm)
     comm_seconds = float((comm or {}).get("seconds", 0.0) or 0.0)
@@ -146,6 +155,7 @@ def check_hung_jobs(a: Analysis, rule: Rule) -> list[Finding]:
              "ranks": [{"pid": p.pid, "id": p.id, "gpus": list(p.gpus),
                         "idle_seconds": p.trailing_idle_s, "burn_per_hour": p.burn_per_hour,
                         "comm_share": phase_share(p, COMM)[0], "where": _where(p),
+                        "cpu_cores_while_idle": p.cpu_idle_cores,
                         "top_stacks": stack_evidence(phase_share(p, COMM)[1])}
                        for p in ranks]},
             {"kind": "copy_commands",
@@ -174,6 +184,6 @@ HUNG_JOB = Rule(
     "hung_job", "every rank of a job on this host waiting in communication with its GPUs idle",
     f">= {DEFAULT_GPU_HELD_AFTER_S / 60:g} min ([idle].gpu_held_after), "
     f">= {HUNG_COMM_OF_IDLE:.0%} of each rank's GPU-idle time in comm, no kernels, reads or "
-    "disk waits", "each rank's idle time, comm share and the stacks it waits in",
+    f"disk waits, under {HUNG_CPU_MAX_CORES:g} CPU", "each rank's idle time, comm share and the stacks it waits in",
     "look first (py-spy dump the ranks), then restart the job (never SIGTERM from here)",
     f"the ranks' burn x {HOURS_PER_MONTH:g} h", check_hung_jobs, limits=("idle_held_min_s",))
