@@ -28,7 +28,9 @@ def free_port() -> int:
 
 def test_ranks_deadlocked_in_recv_are_a_hung_job_not_slow_communication(mlcostd, tmp_path):
     """Beside it, host_ring_reduce.py: two ranks whose GPUs idle too and whose stacks sit in
-    `dist.all_reduce`, but whose gloo ring moves data on their CPUs: not hung."""
+    `dist.all_reduce`, but whose gloo ring moves data on their CPUs (~70% each): not hung.
+    (Their socket writes also read as a `checkpoint` phase today, which keeps them off on its
+    own; test_hung_jobs checks the CPU alone does.)"""
     path = scenario_file(tmp_path, [
         {"name": "halo", "gpus": 2, "command": program("halo_deadlock.py", str(free_port()))},
         {"name": "ring", "gpus": 2,
