@@ -71,7 +71,7 @@ def resolved_notice(entry: BookEntry, at: float, hold_s: float, exited: bool = F
     if exited:
         why = "its process exited"
     elif superseded_by is not None:
-        why = f"superseded by a newer {rec.rule} finding, about {superseded_by.target}"
+        why = f"superseded by a newer {superseded_by.rule} finding, about {superseded_by.target}"
     else:
         why = (f"its condition has been false for {duration(at - (entry.false_since or at))}, "
                f"the hold is {duration(hold_s)}")
@@ -103,9 +103,11 @@ class RecommendationBook:
                exited: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
         """One evaluation's findings at `now`; returns the resolved notices it produced.
         `exited(target)`: whether a target is a process that has exited (resolved at once).
-        A finding with a slot resolves at once the others of its rule in that slot."""
+        A finding with a slot resolves at once the others of its rule in that slot; one that
+        supersedes other findings (Finding.supersedes) resolves them at once."""
         found = {rec.id: rec for rec in recommendations}
         newest = {(rec.rule, rec.slot): rec for rec in found.values() if rec.slot is not None}
+        replacing = {old: rec for rec in found.values() for old in rec.supersedes}
         for rec_id, rec in found.items():
             entry = self.entries.get(rec_id)
             if entry is None:
@@ -126,7 +128,8 @@ class RecommendationBook:
             elif (self.last_evaluated is not None
                   and self.last_evaluated - entry.false_since >= self.hold_s):
                 continue  # resolved before: said once
-            newer = None if old.slot is None else newest.get((old.rule, old.slot))
+            newer = replacing.get(old.id) or (
+                None if old.slot is None else newest.get((old.rule, old.slot)))
             if exited is not None and exited(old.target):
                 entry.false_since = now - self.hold_s  # gone for good: not shown from now
                 notices.append(resolved_notice(entry, now, self.hold_s, exited=True))

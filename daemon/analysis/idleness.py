@@ -22,7 +22,7 @@ from typing import Any
 
 from daemon.analysis.kinds import ONLINE_INFERENCE
 from daemon.analysis.stack_rules import CHILD_WAIT, JOB_WAIT, JOB_WAIT_MIN_SHARE
-from daemon.wire import COMPUTE, IDLE, UNKNOWN
+from daemon.wire import COMM, COMPUTE, IDLE, UNKNOWN
 
 IDLENESS_VERSION = 1
 
@@ -113,7 +113,14 @@ def process_evidence(proc: Mapping[str, Any]) -> list[tuple[str, float]]:
     # sampled stacks. Compute is left to the kernels, measured: the phase is the balance of a
     # longer window and would keep a loop that stalled minutes ago "computing".
     phase = proc.get("phase")
-    if isinstance(phase, str) and phase not in (IDLE, UNKNOWN, COMPUTE):
+    if phase == COMM and not found:
+        # Nothing else of it works: it waits on its peers. Counted as work all the same, as
+        # the host rule counts it: a rank waiting on a peer on another host that works reads
+        # the same as a rank of a job that hangs (hung_job says which it may be).
+        found.append((f"phase: {COMM}, waiting on its peers with its GPU idle and its CPU "
+                      "still (a rank on another host may be working; if every rank of its job "
+                      "waits, the job may be hung: see the hung_job finding)", PHASE_CONFIDENCE))
+    elif isinstance(phase, str) and phase not in (IDLE, UNKNOWN, COMPUTE):
         found.append((f"phase: {phase}", PHASE_CONFIDENCE))
     return found
 

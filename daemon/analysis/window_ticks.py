@@ -22,8 +22,9 @@ WINDOW_S = 1800.0  # the rules, the live phase balance and the kind markers look
 
 ProcessKey = tuple[int, float]  # (pid, start_time)
 Who = tuple[str, str, dict[str, str]]  # user, command (redacted), owner
-NUMBERS = 4  # per process in WindowTick.numbers, at these offsets:
-IOWAIT, READ, WRITE, BURN = range(NUMBERS)  # iowait_seconds, read_bytes, write_bytes, burn/h
+NUMBERS = 5  # per process in WindowTick.numbers, at these offsets:
+# iowait_seconds, read_bytes, write_bytes, burn/h, cpu_seconds (its own, cumulative)
+IOWAIT, READ, WRITE, BURN, CPU = range(NUMBERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class ProcessTick:
     read_bytes: int | None
     write_bytes: int | None
     burn_per_hour: float | None  # None: the tick's burn has no entry for it
+    cpu_seconds: float | None = None  # its own CPU time since it started
 
     @property
     def pid(self) -> int:
@@ -91,13 +93,14 @@ class WindowTick:
     def process(self, i: int) -> ProcessTick:
         """The i-th process as the rules read it (built on each call, dropped after use)."""
         at = NUMBERS * i
-        iowait, read, write, burn = (self.numbers[at + IOWAIT], self.numbers[at + READ],
-                                     self.numbers[at + WRITE], self.numbers[at + BURN])
+        iowait, read, write, burn, cpu = (
+            self.numbers[at + IOWAIT], self.numbers[at + READ], self.numbers[at + WRITE],
+            self.numbers[at + BURN], self.numbers[at + CPU])
         first = self.use_first[i]
         uses = tuple(GpuUse(self.use_gpu[j], _int(self.use_memory[j]), self.use_sm[j])
                      for j in range(first, self.use_first[i + 1]))
         return ProcessTick(self.keys[i], self.ppids[i], self.who[i], uses, self.in_d[i] == 1,
-                           _float(iowait), _int(read), _int(write), _float(burn))
+                           _float(iowait), _int(read), _int(write), _float(burn), _float(cpu))
 
     def holds_gpu(self, i: int) -> bool:
         """Whether the i-th process holds a GPU at this tick."""
@@ -198,7 +201,8 @@ def window_tick(sample: Sample, burn: Burn, previous: WindowTick | None = None,
         key = p.key
         pb = burns.get(key)
         numbers.extend((_nan(p.iowait_seconds), _nan(p.read_bytes), _nan(p.write_bytes),
-                        _nan(pb.burn_per_hour if pb is not None else None)))  # IOWAIT ... BURN
+                        _nan(pb.burn_per_hour if pb is not None else None),
+                        _nan(p.cpu_seconds)))  # IOWAIT ... CPU
         mine = [use.gpu_index for use in p.gpus]
         for use in p.gpus:
             gpu.append(use.gpu_index)

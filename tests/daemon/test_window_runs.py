@@ -32,7 +32,9 @@ def host_at(i: int) -> Sample:
         7, 50.0, 1, "ann", "python train.py", (GpuUse(0, (8 + i % 3) * GIB, 40.0),),
         iowait_seconds=None if unread else 1.5 + 0.1 * i,
         read_bytes=None if unread else 10 * GIB + i * 2**20,
-        write_bytes=None if unread else written, state="D" if i % 17 == 0 else "S")]
+        write_bytes=None if unread else written, state="D" if i % 17 == 0 else "S",
+        # 0.9 of a CPU while it trains, 0.02 once its GPU idles (tick 100 on)
+        cpu_seconds=STEP * (0.9 * min(i, 100) + 0.02 * max(i - 100, 0)))]
     if 30 <= i < 90:
         processes.append(ProcessSample(9, 60.0, 7, "ann", "loader", read_bytes=i * 2**22,
                                        write_bytes=i * 2**10, iowait_seconds=0.5 * i,
@@ -90,3 +92,6 @@ def test_what_crosses_a_run_s_edge_is_read_as_one():
     in_d = {i for i in range(TICKS) if i % 17 == 0 or (i % 7 == 0 and 30 <= i < 90)}
     assert trainer.d_state_fraction == len(in_d) / TICKS
     assert trainer.memory_peak_bytes == 10 * GIB
+    # Its CPU over its idle span only (the rules' hung_job reads it): not its training's.
+    assert trainer.cpu_idle_cores == pytest.approx(0.02)
+    assert second.cpu_idle_cores is None  # no idle span

@@ -4,9 +4,10 @@ Each rule is data (name, signal, threshold, evidence, text, savings method) plus
 that reads an `Analysis` (window.py) and returns Findings (base.py), exactly the wire's
 Recommendation shape. Families: idle.py (a GPU held idle, a host idle), provisioning.py (shrink,
 spot, commitment, dynamic batching), phases.py (the phase rules and their patches, storage-bound
-input), budget.py. Thresholds, with their sources, are in thresholds.py. A new rule goes in its
-family's module and gets one line in RULES. `evaluate` then combines the host's findings
-(combine.py) so that their savings add up to no more than the bill.
+input), stragglers.py (a rank the others wait for), hung.py (a job whose ranks all wait on their
+peers with their GPUs idle), budget.py. Thresholds, with their sources, are in thresholds.py. A
+new rule goes in its family's module and gets one line in RULES. `evaluate` then combines the
+host's findings (combine.py) so that their savings add up to no more than the bill.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from daemon import clock
-from daemon.analysis.rules import budget, idle, output, phases, provisioning, stragglers
+from daemon.analysis.rules import budget, hung, idle, output, phases, provisioning, stragglers
 from daemon.analysis.rules.base import Finding, Rule
 from daemon.analysis.rules.combine import bill_per_month, combine
 from daemon.analysis.rules.thresholds import DEFAULT_LIMITS
@@ -37,6 +38,7 @@ RULES: tuple[Rule, ...] = (
     phases.COMMUNICATION_BOUND,
     output.WRITING_OUTPUT,
     stragglers.STRAGGLER,
+    hung.HUNG_JOB,
     provisioning.SPOT_TRAINING,
     provisioning.STEADY_INFERENCE_COMMITMENT,
     provisioning.UNDERBATCHED_INFERENCE,

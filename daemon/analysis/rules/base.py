@@ -58,6 +58,10 @@ class Finding:
     # target (a job has one straggler; the target is the rank): the book shows one finding of
     # the rule per slot, a new one superseding a held one at once. Not on the wire.
     slot: str | None = None
+    # Ids of other rules' findings this one replaces: the book resolves them at once, held or
+    # not (a hung job's ranks were communication-bound a round ago: they are not slow, they
+    # stopped). Not on the wire.
+    supersedes: tuple[str, ...] = ()
     # The advice in a few words, for a screen too narrow for the summary (80 columns show 40
     # characters of it: the subject, never the advice): who, what, what to do. "" for none.
     headline: str = ""
@@ -117,12 +121,12 @@ class Rule:
              evidence: Mapping[str, Any], action: Mapping[str, Any], *,
              scope: Mapping[str, Any] | None = None,
              evidence_needed_s: float | None = None, slot: str | None = None,
-             headline: str = "") -> Finding:
+             headline: str = "", supersedes: tuple[str, ...] = ()) -> Finding:
         return Finding(recommendation_id(self.name, target), self.name, target, summary,
                        max(savings_per_month, 0.0), method,
                        {"signal": self.signal, "threshold": self.threshold, **evidence},
                        action, scope=dict(scope or {}), evidence_needed_s=evidence_needed_s,
-                       slot=slot, headline=headline)
+                       slot=slot, headline=headline, supersedes=supersedes)
 
 
 def share_savings(proc: ProcessWindow, share: float, what: str) -> tuple[float, str]:

@@ -22,6 +22,7 @@ from daemon.analysis.rules.base import (
     stack_evidence,
     where_in,
 )
+from daemon.analysis.rules.hung import hung_rank_ids
 from daemon.analysis.rules.idle import waits_for_jobs
 from daemon.analysis.rules.thresholds import (
     CHECKPOINT_SHARE,
@@ -52,9 +53,12 @@ def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
     """`headline`: the advice in a few words, or what it is for the phase's top stacks."""
     def check(a: Analysis, rule: Rule) -> list[Finding]:
         found = []
+        hung = hung_rank_ids(a) if phase == COMM else set()
         for proc in a.processes:
             if phase == DATA_WAIT and (proc.kind.serves or waits_for_jobs(proc) is not None):
                 continue  # a server waiting for requests, or a worker for jobs, is not starved
+            if proc.id in hung:
+                continue  # a hung job is not slow at communicating: hung_job says what it is
             share, stacks = phase_share(proc, phase)
             if share <= threshold or phase_samples(stacks) < MIN_PHASE_SAMPLES:
                 continue

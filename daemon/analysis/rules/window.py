@@ -40,6 +40,7 @@ from daemon.analysis.rules.thresholds import (
 )
 from daemon.analysis.window_ticks import (
     BURN,
+    CPU,
     IOWAIT,
     NUMBERS,
     READ,
@@ -127,6 +128,9 @@ class ProcessWindow:
     # first.
     workers: int = 0
     worker_stacks: tuple[Mapping[str, Any], ...] = ()
+    # Its own CPU time over its trailing idle span, in cores (0.5: half a CPU busy); None where
+    # there is no idle span or fewer than two readings of its CPU time in it.
+    cpu_idle_cores: float | None = None
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -382,6 +386,7 @@ class _ProcessTrack:
         self.sms = _Series()
         self.own_sm = _Series()
         self.signal = array("d")  # the one or the other, in tick order (as ts)
+        self.cpu = array("d")  # its own CPU seconds (NaN: unread), in tick order (as ts)
         self.d_ticks = 0  # ticks with a thread of it or its children in D state
         self.memory_by_gpu: dict[int, int] = {}
         # Per process of its tree (it and its children): first and last counter readings, its
@@ -421,6 +426,7 @@ class _ProcessTrack:
             self.own_sm.at_ticks.append(s.own_sm[me])
             self.signal.append(s.own_sm[me])
         self.burn_rates.at_ticks.append(numbers[NUMBERS * me + BURN])
+        self.cpu.append(numbers[NUMBERS * me + CPU])
         if in_d[me] or (workers and any(in_d[t] for t in workers)):
             self.d_ticks += 1
         written = 0.0
@@ -452,6 +458,10 @@ class _ProcessTrack:
     def add_run_burn(self, run: _Run, burns: memoryview[float], me: int) -> None:
         """Its burn at each tick (`burns`: the run's burns, run.field(BURN))."""
         self.burn_rates.runs.append(_kept(run.of(burns, me, run.width)))
+
+    def add_run_cpu(self, run: _Run, cpus: memoryview[float], me: int) -> None:
+        """Its CPU time at each tick (`cpus`: the run's, run.field(CPU)), in tick order."""
+        self.cpu.frombytes(run.of(cpus, me, run.width).tobytes())
 
     def add_run_io(self, run: _Run, writes: memoryview[float] | None,
                    tree: Sequence[int]) -> None:
@@ -590,6 +600,11 @@ class _ProcessTrack:
         in_idle = ([v for at, v in zip(ts, self.signal, strict=True) if at >= idle_since]
                    if idle_s > 0 else [])
         work_runs = _runs_at_or_above(self.signal, WORK_RUN_MIN_PCT) if idle_s > 0 else 0
+        cpu_read = ([(at, v) for at, v in zip(ts, self.cpu, strict=True)
+                     if at >= idle_since and not isnan(v)] if idle_s > 0 else [])
+        cpu_idle_cores = (max(cpu_read[-1][1] - cpu_read[0][1], 0.0)
+                          / (cpu_read[-1][0] - cpu_read[0][0])
+                          if len(cpu_read) >= 2 and cpu_read[-1][0] > cpu_read[0][0] else None)
         utilization, read_utils = self.utils.fmean_read()
         burn_per_hour, _ = self.burn_rates.fmean_read(unread_as_zero=True)
         sm_activity, with_gpm = self.sms.fmean()
@@ -620,6 +635,7 @@ class _ProcessTrack:
                        None),
             kind=kind, ppid=last_proc.ppid, workers=len(self.workers),
             worker_stacks=_worker_stacks(self.workers, self.phases_of),
+            cpu_idle_cores=cpu_idle_cores,
         )
 
     @staticmethod
@@ -739,6 +755,10 @@ def _add_run(run: _Run, members: Sequence[tuple[_ProcessTrack, int]]) -> None:
     for track, j, _ in trees:
         track.add_run_burn(run, burns, j)
     del burns
+    cpus = run.field(CPU)
+    for track, j, _ in trees:
+        track.add_run_cpu(run, cpus, j)
+    del cpus
     writes = run.field(WRITE) if any(t.checkpoints is None for t, _ in members) else None
     for track, _, tree in trees:
         track.add_run_io(run, writes, tree)
