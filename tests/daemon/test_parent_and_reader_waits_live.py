@@ -144,14 +144,17 @@ def dispatcher() -> Iterator[dict[str, Any]]:
 
 
 def test_a_worker_fed_by_its_network_thread_through_a_queue_is_a_consumer(mlcostd, tmp_path):
-    """The host's one GPU process did its first job and waits for the next: idle_server's
-    consumer advice at its queue's get (the network thread's socket read named), no SIGTERM,
-    no prefetch advice, no host_idle in a round past the event; GET /v1/idle answers active for
-    it; and it takes the next job when one comes."""
-    name = "socket_fed_worker"
+    """The worker did its first job and waits for the next: idle_server's consumer advice at
+    its queue's get (the network thread's socket read named), no SIGTERM, no prefetch advice,
+    no host_idle in a round past the event; GET /v1/idle answers active for it; and it takes
+    the next job when one comes. Beside it a job whose main thread waits on a queue that its two
+    deadlocked threads never fill is still a stalled job: idle_gpu_held's SIGTERM."""
+    name, stalled = "socket_fed_worker", "deadlocked_eval"
     with dispatcher() as jobs:
-        path = scenario_file(tmp_path, [{"name": "render", "command": program(
-            "socket_fed_worker.py", f"127.0.0.1:{jobs['port']}")}])
+        path = scenario_file(tmp_path, [
+            {"name": "render", "command": program("socket_fed_worker.py",
+                                                  f"127.0.0.1:{jobs['port']}")},
+            {"name": "eval", "command": program("deadlocked_eval.py")}])
         daemon = mlcostd("idle-host", interval=1.0, config=QUICK,
                          args=["--simulate", str(path)])
         found = past_host_after(daemon, (name,), consumer_advice,
@@ -164,6 +167,17 @@ def test_a_worker_fed_by_its_network_thread_through_a_queue_is_a_consumer(mlcost
         assert idle["answer"]["active"] is True, idle["answer"]
         assert any(JOB_WAIT in e or "waits for its next job" in e
                    for e in idle["proc"]["evidence"]), idle["proc"]
+        state: dict[str, Any] = {}
+
+        def stopped_offered() -> Any:
+            state["recs"] = found = advice_by_program(daemon, (name, stalled))
+            rec = held(found, stalled)
+            return rec if rec is not None and rec.action["kind"] == "sigterm" else None
+
+        rec = poll(stopped_offered, 120, "idle_gpu_held's SIGTERM for the deadlocked job",
+                   every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {}))))
+        waiting = rec.evidence["no_sign_of_work"]["waiting_in"][0]
+        assert waiting["reason"].startswith("waiting in Condition.wait"), waiting
         jobs["send"].set()
         poll(lambda: jobs["done"] == ["done job-1", "done job-2"], 60,
              "the worker's answer to its second job", explain=lambda: str(jobs["done"]))
