@@ -177,8 +177,11 @@ def classify(
     A main thread blocked reading a pipe in C (`signals.main_thread_blocked_on`, no frame below
     its line, not an input() prompt) comes right after the I/O frames: a worker waiting for its
     next job where nothing arrived, else reading input (`_reads_pipe`). A wait inside the
-    subprocess module comes after the signals and before the other waiting frames: waiting for
-    a child process it started (idle, CHILD_WAIT: `_waits_for_child`).
+    subprocess module or multiprocessing's Process.join (CHILD_WAITS) comes after the signals
+    and before the other waiting frames: waiting for a child process it started (idle,
+    CHILD_WAIT: `_waits_for_child`). A hand-over wait with no thread working on input, while a
+    thread of the user's code blocks reading a bare socket and nothing came over the tick, is a
+    worker waiting for its next job (idle, JOB_WAIT: `_fed_by_network`).
 
     With `signals` (HostSignals), after the library frames and a reader thread's work, and
     before the waiting frames: a
@@ -265,7 +268,10 @@ def classify(
         return _said(library, responsible)
     wait = first_match(called, JOB) or first_match(called, LOCK) or first_match(called, WAIT)
     if wait is not None and not busy_elsewhere and _is_handoff(wait):
-        fed = _fed_by(threads, thread, f"{wait[0].reason} ({_where(wait[1])})", source_line)
+        waiting = f"{wait[0].reason} ({_where(wait[1])})"
+        fed = (_fed_by(threads, thread, waiting, source_line)
+               or _fed_by_network(threads, thread, called, waiting, responsible, signals,
+                                  source_line))
         if fed is not None:
             return fed
     if (wait is None and not called and not busy_elsewhere and responsible is not None
@@ -273,7 +279,9 @@ def classify(
         # A get that leaves no Python frame (queue.SimpleQueue's is C): the same hand-over.
         waiting = (f"waiting in a queue's get in C, no Python frame (a queue.SimpleQueue): "
                    f"`{_code(responsible, source_line)}` ({_where(responsible)})")
-        fed = _fed_by(threads, thread, waiting, source_line)
+        fed = (_fed_by(threads, thread, waiting, source_line)
+               or _fed_by_network(threads, thread, called, waiting, responsible, signals,
+                                  source_line))
         if fed is not None:
             return fed
     if wait is not None and not busy_elsewhere and _through_multiprocessing(wait[1]):
@@ -427,6 +435,57 @@ def _input_work(thread: ThreadStack, line: Frame, source_line: SourceLine | None
     # Without the GIL it runs C code that released it (zlib, a large numpy op), or it just
     # gave the GIL up: other threads run meanwhile.
     return PYTHON_ON_CPU if thread.owns_gil else "running on a CPU (py-spy: active)"
+
+
+def _fed_by_network(threads: Sequence[ThreadStack], main: ThreadStack | None,
+                    called: Sequence[Frame], waiting: str, responsible: Frame | None,
+                    signals: HostSignals | None,
+                    source_line: SourceLine | None) -> Classification | None:
+    """Idle, waiting for its next job, where the main thread waits on a queue, a condition or
+    an event (`waiting` says which, and where; not a concurrent.futures result: a request's
+    answer) that a thread of its own code fills from the network: blocked (py-spy: not active)
+    reading a bare socket (`_reads_network`: a job dispatcher's or a broker's connection read
+    in a thread, `for line in sock.makefile()`), while nothing came to the process over the
+    tick (`_nothing_arriving`: the main thread slept through it, a hand-over would have woken
+    it; no reads, no child at work). The same worker as one whose main thread reads the socket
+    itself. None where no such thread waits, or something arrived, or it was not measured: a
+    wait like any other (a stalled job's threads deadlocked on locks read so)."""
+    if future_wait(called) is not None:
+        return None  # a request's answer (a remote call in a thread pool): no stream of jobs
+    for other in islice((t for t in threads if t is not main), MAX_THREADS_LOOKED_AT):
+        line = user_frame(other.frames)
+        if line is None or other.active:
+            continue  # a library's own thread (a telemetry client's socket), or one at work
+        read = _reads_network(other, line, source_line)
+        if read is None:
+            continue
+        name = other.thread_name[:40] if other.thread_name else f"tid {other.thread_id}"
+        return _nothing_arriving(
+            signals, f"its main thread {waiting} for what thread {name!r} reads from a "
+            f"socket, {read}", responsible, "a job dispatcher or a broker with no work for it, "
+            "or a peer with nothing to send")
+    return None
+
+
+def _reads_network(thread: ThreadStack, line: Frame,
+                   source_line: SourceLine | None) -> str | None:
+    """Where `thread` (whose innermost user frame is `line`) blocks reading a bare socket: a
+    socket's frame below its line with no client library's read above it (http.client,
+    botocore: a download), or a recv in C on its line; None where it does not, or it handles a
+    server's request (a server's handler waits for its client there: a server, told apart by
+    its port)."""
+    frames = thread.frames
+    if any(is_serving_frame(f) for f in frames):
+        return None
+    called = frames[: frames.index(line)]
+    io = first_match(called, IO)
+    if io is not None:
+        if io[0].phase == DATA_WAIT and is_socket_frame(io[1]) and not _client_read(called):
+            return _where(io[1])
+        return None
+    if not called and _calls(line, SOCKET_READ_CALL, source_line):
+        return f"`{_code(line, source_line)}` ({_where(line)})"
+    return None
 
 
 def _client_read(called: Sequence[Frame]) -> bool:

@@ -96,7 +96,8 @@ TIMER_WAIT = "waiting in its asyncio event loop for a timer due within a minute"
 # batches" look for it; its SIGTERM is followed by SIGCONT, daemon.api.actions).
 STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 # A process waiting for a child process it started (subprocess.run, Popen.wait or communicate:
-# an encoder such as ffmpeg, a download tool, a compressor): the child works for it, or itself
+# an encoder such as ffmpeg, a download tool, a compressor; multiprocessing.Process.join: an
+# index built in a child process): the child works for it, or itself
 # waits for a transfer. Idle for its GPU, but never a process to stop on sight (rules/idle.py
 # looks at the child first), and while the child runs its host is not idle.
 CHILD_WAIT = "waiting for a child process it started"
@@ -590,9 +591,24 @@ def folder_watcher(frames: Sequence[Frame]) -> Frame | None:
                  if any(_is(f, file, name) for file, name in FOLDER_WATCHER_THREADS)), None)
 
 
+# Where a process waits for a child process it started through multiprocessing: its
+# Process.join (BaseProcess.join), and the wait for the child's exit below it in each start
+# method's Popen (fork, spawn and forkserver: Popen.wait, Popen.poll, os.waitpid in C or a wait
+# on the child's sentinel). Only these: a forked child's stack holds its parent's copy of the
+# frames that started it (Popen._launch), never a wait. A Pool's results and a
+# ProcessPoolExecutor's futures are their own rules (data wait: worker processes feed it).
+CHILD_WAITS: tuple[tuple[str, str], ...] = (
+    ("*/subprocess.py", "*"),
+    ("*/multiprocessing/process.py", "BaseProcess.join"),
+    ("*/multiprocessing/popen_*.py", "Popen.wait"),
+    ("*/multiprocessing/popen_*.py", "Popen.poll"),
+)
+
+
 def is_child_wait(frame: Frame) -> bool:
-    """A frame of the subprocess module: its caller waits for a child process it started."""
-    return fnmatchcase(frame.filename.replace("\\", "/"), "*/subprocess.py")
+    """A frame of the subprocess module, or of multiprocessing's wait for a Process to end
+    (CHILD_WAITS): its caller waits for a child process it started."""
+    return any(_is(frame, file, name) for file, name in CHILD_WAITS)
 
 
 def is_socket_frame(frame: Frame) -> bool:

@@ -666,6 +666,56 @@ def test_a_main_thread_waiting_for_its_child_process_says_so_and_whether_the_chi
     assert "no child of it seen on a CPU" in fetching.reason, fetching
 
 
+# A parent that builds an index in a multiprocessing.Process and joins it, as py-spy dumps it
+# (Python 3.11, the fork start method): os.waitpid is C, below Popen.poll. With a timeout the
+# join waits on the child's sentinel in a select inside multiprocessing.connection.
+MP_JOIN = [(f"{STDLIB}/multiprocessing/popen_fork.py", "Popen.poll", 27),
+           (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen.wait", 43),
+           (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.join", 149),
+           ("/home/me/index.py", "main", 29)]
+MP_JOIN_TIMEOUT = [(f"{STDLIB}/selectors.py", "_PollLikeSelector.select", 415),
+                   (f"{STDLIB}/multiprocessing/connection.py", "wait", 947),
+                   (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen.wait", 40),
+                   (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.join", 149),
+                   ("/home/me/index.py", "main", 29)]
+
+
+@pytest.mark.parametrize("frames", [MP_JOIN, MP_JOIN_TIMEOUT], ids=["join", "join-timeout"])
+def test_a_parent_joining_its_multiprocessing_child_waits_for_a_child_it_started(frames):
+    """Probe 109: Process.join read "waiting with its GPU idle and no I/O: not a sync" (the
+    line repeats), and idle_gpu_held offered the SIGTERM to a parent whose child computed at
+    50-100% of a core (host_idle too, while /v1/idle said active). It is a child wait, as
+    subprocess's is: the child seen on a CPU or not."""
+    building = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                        repeated_leaf=True, signals=signals(tree_cpu=0.95, children_running=1))
+    assert building.phase == "idle", building
+    assert building.reason.startswith(f"{stack_rules.CHILD_WAIT} (process.py:149 "
+                                      "BaseProcess.join)"), building
+    assert building.reason.endswith("its child processes run on a CPU"), building
+    assert building.frame == Frame("main", "/home/me/index.py", 29)
+    stalled = classify(stack(*frames), gpu_busy=False, source_line=no_source,
+                       repeated_leaf=True, signals=signals(tree_cpu=0.0))
+    assert stalled.reason.startswith(stack_rules.CHILD_WAIT), stalled
+    assert "no child of it seen on a CPU" in stalled.reason, stalled
+
+
+def test_a_forked_child_holds_its_parents_start_frames_and_waits_for_no_child():
+    """A forked child's stack holds its parent's copy of the frames that started it
+    (Popen._launch under Process.start): its own wait (a queue) is its own, not a child wait."""
+    child = [(f"{STDLIB}/threading.py", "Condition.wait", 327),
+             (f"{STDLIB}/queue.py", "Queue.get", 171), ("/home/me/index.py", "build_index", 15),
+             (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.run", 108),
+             (f"{STDLIB}/multiprocessing/process.py", "BaseProcess._bootstrap", 314),
+             (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen._launch", 71),
+             (f"{STDLIB}/multiprocessing/popen_fork.py", "Popen.__init__", 19),
+             (f"{STDLIB}/multiprocessing/context.py", "ForkProcess._Popen", 281),
+             (f"{STDLIB}/multiprocessing/process.py", "BaseProcess.start", 121),
+             ("/home/me/index.py", "main", 28)]
+    found = classify(stack(*child), gpu_busy=False, source_line=no_source,
+                     signals=signals(tree_cpu=0.0))
+    assert found.reason.startswith("waiting in Condition.wait"), found
+
+
 def test_a_blocking_accept_on_the_users_line_waits_for_a_client():
     """A hand-rolled RPC server's `conn, _ = srv.accept()` is C: it read "waiting with its GPU
     idle and no I/O: not a sync", which names nothing it waits for."""
@@ -2055,3 +2105,52 @@ def test_an_asyncio_loop_that_a_timer_wakes_soon_is_a_timer_wait_not_a_job_wait(
     plain = [(f"{STDLIB}/selectors.py", "EpollSelector.select", 468), ("/srv/x.py", "main", 9)]
     found = classify(threads(plain), gpu_busy=False, source_line=no_source, signals=timer)
     assert not found.reason.startswith(stack_rules.TIMER_WAIT), found
+
+
+# A worker whose reader thread reads jobs from a TCP connection it opened to a dispatcher
+# (`for line in sock.makefile("r"): jobs.put(line)`) while its main thread takes them with
+# jobs.get(): the reader blocks in socket.py between jobs (py-spy: not active).
+SOCKET_READER = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+                 ("/home/me/worker.py", "receiver", 18), *THREAD_RUN]
+
+
+def test_a_main_thread_taking_jobs_a_socket_reader_thread_receives_waits_for_its_next_job():
+    """Probe 109: the main thread's queue.get read "waiting in Condition.wait" (a reader on a
+    bare socket is no input work), and idle_gpu_held offered the SIGTERM between jobs, the host
+    its stop, /v1/idle "idle". Nothing came over the tick (its main thread slept through it):
+    a worker waiting for its next job, as one whose main thread reads the socket itself."""
+    slept = HostSignals(seconds=3.0, main_thread_cpu=0.0, process_cpu=0.0, tree_cpu=0.0,
+                        main_thread_woke=False)
+    dump = threads(QUEUE_GET, (SOCKET_READER, False))
+    found = classify(dump, gpu_busy=False, source_line=no_source, signals=slept)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "'worker-2'" in found.reason and "socket.py:706 SocketIO.readinto" in found.reason
+    assert found.frame == Frame("train", USER, 57)
+    # a recv in C on the reader's line, and a SimpleQueue's get in C on the main thread's
+    recv = [("/home/me/worker.py", "receiver", 21), *THREAD_RUN]
+    reading = lines(receiver="data = conn.recv(4096)", train="job = jobs.get()")
+    for main in (QUEUE_GET, [(USER, "train", 57)]):
+        found = classify(threads(main, (recv, False)), gpu_busy=False, source_line=reading,
+                         signals=slept)
+        assert found.reason.startswith(stack_rules.JOB_WAIT), (main, found)
+    # something came (the main thread woke), not measured, or a child computing: a plain wait
+    for other in (dataclasses.replace(slept, main_thread_woke=True),
+                  dataclasses.replace(slept, main_thread_woke=None),
+                  dataclasses.replace(slept, tree_cpu=0.9), None):
+        found = classify(dump, gpu_busy=False, source_line=no_source, signals=other)
+        assert found.reason.startswith("waiting in Condition.wait"), (other, found)
+    # a library's own thread on a socket (no user frame: a telemetry client), a reader at
+    # work, threads deadlocked on two locks, a future's remote call: not a job wait
+    library = [(f"{STDLIB}/socket.py", "SocketIO.readinto", 706),
+               (f"{SITE}/wandb/sdk/lib/sock_client.py", "SockClient._read_packet", 200),
+               *THREAD_RUN]
+    deadlocked = [(f"{STDLIB}/threading.py", "Lock.acquire", 1), ("/home/me/job.py", "saver", 25),
+                  *THREAD_RUN]
+    for others in ([(library, False)], [(SOCKET_READER, True)], [(deadlocked, False)] * 2):
+        found = classify(threads(QUEUE_GET, *others), gpu_busy=False, source_line=no_source,
+                         signals=slept)
+        assert not found.reason.startswith(stack_rules.JOB_WAIT), (others, found)
+    found = classify(threads(FUTURE_WAITS["result"], (SOCKET_READER, False)), gpu_busy=False,
+                     source_line=no_source, signals=slept)
+    assert not found.reason.startswith(stack_rules.JOB_WAIT), found
