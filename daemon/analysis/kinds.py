@@ -285,6 +285,16 @@ def job_wait_markers(phases: Mapping[str, Any]) -> set[str]:
             if (marker := job_wait_marker(str(stack.get("reason") or ""))) is not None}
 
 
+def peer_ports_only(facts: KindFacts, recent: Iterable[str]) -> bool:
+    """Whether a process's TCP ports are a rank's peer ports: the connections accepted on them
+    all came from itself or its own job's GPU processes on this host (KindFacts'
+    job_accepted_seen_at; JobPeers: its parent, children, siblings), none from another host,
+    namespace or process, and nothing else says it serves (serving frames in a thread, a unix
+    socket it listens on). A port nobody connected to yet says nothing either way."""
+    return (facts.job_accepted_seen_at is not None and not facts.served_others
+            and not facts.unix_listening and not any(m in SERVE_FRAMES for m in recent))
+
+
 def classify_kind(command: str, facts: KindFacts | None,
                   frames: Mapping[str, float] | None = None, *,
                   now: float | None = None, window_s: float = 1800.0,
@@ -311,6 +321,15 @@ def classify_kind(command: str, facts: KindFacts | None,
         evidence.append(f"listens on TCP port{'s' if len(ports) > 1 else ''} "
                         + ", ".join(str(p) for p in ports[:4])
                         + " for its peers (a rank of a distributed job): not a service")
+        ports, accepted_seen = (), False
+    elif ports and facts is not None and peer_ports_only(facts, recent):
+        # ... and so does a rank whose stacks show no collective (the slow rank: the others
+        # wait for it) and whose rank is no argument (mp.spawn passes it to a function): every
+        # connection it accepted came from its own job's GPU processes, none from elsewhere.
+        evidence.append(f"listens on TCP port{'s' if len(ports) > 1 else ''} "
+                        + ", ".join(str(p) for p in ports[:4])
+                        + " whose connections all came from its own job's GPU processes (its "
+                        "parent, children or siblings: a rank's peers): not a service")
         ports, accepted_seen = (), False
     if ports:
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,
