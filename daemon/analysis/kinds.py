@@ -286,12 +286,13 @@ def job_wait_markers(phases: Mapping[str, Any]) -> set[str]:
 
 
 def peer_ports_only(facts: KindFacts, recent: Iterable[str]) -> bool:
-    """Whether a process's TCP ports are a rank's peer ports: the connections accepted on them
-    all came from itself or its own job's GPU processes on this host (KindFacts'
-    job_accepted_seen_at; JobPeers: its parent, children, siblings), none from another host,
-    namespace or process, and nothing else says it serves (serving frames in a thread, a unix
-    socket it listens on). A port nobody connected to yet says nothing either way."""
-    return (facts.job_accepted_seen_at is not None and not facts.served_others
+    """Whether a process's TCP ports are a rank's peer ports: a connection to or from a GPU
+    process of its own job on this host was seen (KindFacts.job_connected_seen_at; JobPeers:
+    its parent, children, siblings running its command line), none it accepted came from
+    another host, namespace or process, and nothing else says it serves (serving frames in a
+    thread, a unix socket it listens on). Of a pair of ranks, which one listens and which
+    connects is gloo's choice: either shows its peer."""
+    return (facts.job_connected_seen_at is not None and not facts.served_others
             and not facts.unix_listening and not any(m in SERVE_FRAMES for m in recent))
 
 
@@ -324,12 +325,12 @@ def classify_kind(command: str, facts: KindFacts | None,
         ports, accepted_seen = (), False
     elif ports and facts is not None and peer_ports_only(facts, recent):
         # ... and so does a rank whose stacks show no collective (the slow rank: the others
-        # wait for it) and whose rank is no argument (mp.spawn passes it to a function): every
-        # connection it accepted came from its own job's GPU processes, none from elsewhere.
+        # wait for it) and whose rank is no argument (mp.spawn passes it to a function): it is
+        # connected to its own job's GPU processes, and nobody else connected to it.
         evidence.append(f"listens on TCP port{'s' if len(ports) > 1 else ''} "
                         + ", ".join(str(p) for p in ports[:4])
-                        + " whose connections all came from its own job's GPU processes (its "
-                        "parent, children or siblings: a rank's peers): not a service")
+                        + " and is connected to its own job's GPU processes only (its parent, "
+                        "children or sibling ranks): a rank's peer port, not a service")
         ports, accepted_seen = (), False
     if ports:
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,

@@ -210,15 +210,16 @@ class KindFacts:
     # Unix sockets it listens on (a server behind nginx or a sidecar), read with its maps;
     # the connections accepted on them count in accepted_connections' reads above.
     unix_listening: int = 0
-    # Where its accepted TCP connections came from (_AcceptedEnds, JobPeers): when a read last
-    # found one from a GPU process of its own job (its parent, a child, a sibling: the peers of
-    # a local process group), and when one from another host or namespace. One from itself
+    # Where the other ends of a listening process's TCP connections are (_AcceptedEnds,
+    # JobPeers): when a read last found one (accepted or opened) held by a GPU process of its
+    # own job (its parent, a child, a sibling running its command line: the peers of a local
+    # process group), and when one it accepted from another host or namespace. One from itself
     # (rank 0 is a client of the store it hosts; a server may call itself) counts as neither. A
     # connection from a process of this host outside its job stays in `unsettled_accepted`
     # (its inode) until a read finds it held by its job (a rank its peers' first reads had not
     # seen yet holding a GPU); one closed before stays for good. A process that has served
     # anyone but its own job is a server (daemon.analysis.kinds).
-    job_accepted_seen_at: float | None = None
+    job_connected_seen_at: float | None = None
     foreign_accepted_at: float | None = None
     unsettled_accepted: frozenset[int] = frozenset()
 
@@ -235,12 +236,13 @@ MAX_UNSETTLED = 16
 
 def judged_ends(facts: KindFacts, pid: int, ends: _AcceptedEnds, peers: JobPeers | None,
                 now: float) -> KindFacts:
-    """`facts` with where the connections accepted at this read came from (KindFacts'
-    job_accepted_seen_at, foreign_accepted_at, unsettled_accepted)."""
+    """`facts` with where the other ends of its connections were at this read (KindFacts'
+    job_connected_seen_at, foreign_accepted_at, unsettled_accepted)."""
     job: set[int] = set()
-    if ends.local and peers is not None:
-        owned = peers.owned_by_job(pid, ends.local.values())
-        job = {mine for mine, end in ends.local.items() if end in owned}
+    if (ends.local or ends.opened) and peers is not None:
+        owned = peers.owned_by_job(pid, [*ends.local.values(), *ends.opened.values()])
+        job = {mine for mine, end in (*ends.local.items(), *ends.opened.items())
+               if end in owned}
     unsettled = (set(facts.unsettled_accepted) | set(ends.local)) - job
     foreign_at = now if ends.remote else facts.foreign_accepted_at
     if len(unsettled) > MAX_UNSETTLED:
@@ -248,7 +250,7 @@ def judged_ends(facts: KindFacts, pid: int, ends: _AcceptedEnds, peers: JobPeers
     if not job and unsettled == facts.unsettled_accepted and foreign_at == \
             facts.foreign_accepted_at:
         return facts
-    return replace(facts, job_accepted_seen_at=now if job else facts.job_accepted_seen_at,
+    return replace(facts, job_connected_seen_at=now if job else facts.job_connected_seen_at,
                    foreign_accepted_at=foreign_at, unsettled_accepted=frozenset(unsettled))
 
 
@@ -469,50 +471,56 @@ def _read_sockets(pid: int, tables: TcpTables | None = None
     listening = sorted({row[0] for row in rows if row[1] == TCP_LISTEN})
     ports = set(listening)
     established = [row for row in rows if row[1] == TCP_ESTABLISHED]
-    accepted_rows = [row for row in established if row[0] in ports]
-    accepted = frozenset(row[2] for row in accepted_rows)
+    accepted = frozenset(row[2] for row in established if row[0] in ports)
     return (tuple(listening[:MAX_PORTS]), accepted, len(established) - len(accepted),
-            truncated, None, _accepted_ends(accepted_rows, all_rows, inodes))
+            truncated, None, _connection_ends(established, ports, all_rows, inodes))
 
 
 class _AcceptedEnds(NamedTuple):
-    """Where the connections accepted at one read come from: from pid itself (its own socket
-    at the other end), from this host's network namespace (the other end's socket inode, to
-    find its owner), or from elsewhere (another host or namespace: no row of the table is the
-    other end)."""
+    """Where the other ends of a listening process's connections are at one read. Those it
+    accepted: its own socket (it connected to itself), another socket of this host's network
+    namespace (whose owner is looked for), or elsewhere (another host or namespace: no row of
+    the table is the other end). Those it opened, to another socket of this namespace."""
 
     own: frozenset[int] = frozenset()  # accepted inodes whose other end is pid's
     local: Mapping[int, int] = {}  # accepted inode -> the other end's inode (not pid's)
     remote: frozenset[int] = frozenset()  # accepted inodes from elsewhere
+    opened: Mapping[int, int] = {}  # opened inode -> the other end's inode (not pid's)
 
 
 _NO_ENDS = _AcceptedEnds()
 
 
-def _accepted_ends(accepted: list[TcpRow], all_rows: list[TcpRow],
-                   own: set[int]) -> _AcceptedEnds:
-    """Where each accepted connection comes from: the other end of a connection is the row of
-    the same table with its local and remote addresses swapped. Looked for only where a
-    process has accepted connections (a server, a rank): one pass over the table."""
-    if not accepted:
+def _connection_ends(established: list[TcpRow], ports: set[int], all_rows: list[TcpRow],
+                     own: set[int]) -> _AcceptedEnds:
+    """Where the other end of each connection of a listening process is (_AcceptedEnds): the
+    row of the same table with its local and remote addresses swapped. Looked for only where
+    a process listens and has connections (a server, a rank): one pass over the table."""
+    if not ports or not established:
         return _NO_ENDS
-    wanted = {(row[4], row[3]): row[2] for row in accepted}  # (other's local, other's remote)
+    wanted = {(row[4], row[3]): row[2] for row in established}  # (other's local, its remote)
     ends = {}
     for row in all_rows:
         mine = wanted.get((row[3], row[4]))
         if mine is not None and row[1] == TCP_ESTABLISHED:
             ends[mine] = row[2]
-    return _AcceptedEnds(frozenset(i for i, end in ends.items() if end in own),
-                         {i: end for i, end in ends.items() if end not in own},
-                         frozenset(row[2] for row in accepted if row[2] not in ends))
+    accepted = {row[2] for row in established if row[0] in ports}
+    return _AcceptedEnds(
+        frozenset(i for i, end in ends.items() if end in own and i in accepted),
+        {i: end for i, end in ends.items() if end not in own and i in accepted},
+        frozenset(i for i in accepted if i not in ends),
+        {i: end for i, end in ends.items() if end not in own and i not in accepted})
 
 
 # Peers of a local process group: the processes of one job on this host are a process and
-# its parent, its children and its siblings (the same parent: ranks started by mp.spawn, a
-# launcher, a shell loop). Only those holding a GPU (the processes the reader is given) count,
-# so a client on the same host (a benchmark, a proxy, a test) started beside a server is never
+# its parent, its children, and its siblings that run the same command line but for its
+# numbers (ranks started by one launcher: mp.spawn's children differ in the descriptors their
+# command lines name, torchrun's and a fork's are the same). Only those holding a GPU (the
+# processes the reader is given) count, so a client on the same host (a benchmark, a proxy, a
+# test, a trainer calling a model server) started beside a server by the same shell is never
 # one of its job's peers. A socket is looked for in at most this many of them per process read.
 MAX_PEER_LOOKUPS = 16
+_NUMBERS = re.compile(rb"\d+")
 
 
 class JobPeers:
@@ -524,6 +532,7 @@ class JobPeers:
         self.pids = sorted(set(pids))
         self._ppids: dict[int, int | None] = {}
         self._inodes: dict[int, set[int]] = {}
+        self._commands: dict[int, bytes | None] = {}
 
     def ppid(self, pid: int) -> int | None:
         if pid not in self._ppids:
@@ -534,6 +543,17 @@ class JobPeers:
                 self._ppids[pid] = None
         return self._ppids[pid]
 
+    def command(self, pid: int) -> bytes | None:
+        """pid's command line with its numbers blanked, to compare only (never shown); None
+        where it is longer than MAX_CMDLINE_BYTES or unreadable (never the same as another)."""
+        if pid not in self._commands:
+            try:
+                data, cut = _read_capped(f"/proc/{pid}/cmdline", MAX_CMDLINE_BYTES)
+                self._commands[pid] = None if cut or not data else _NUMBERS.sub(b"#", data)
+            except OSError:
+                self._commands[pid] = None
+        return self._commands[pid]
+
     def _sockets_of(self, pid: int) -> set[int]:
         if pid not in self._inodes:
             try:
@@ -543,14 +563,17 @@ class JobPeers:
         return self._inodes[pid]
 
     def job_of(self, pid: int) -> list[int]:
-        """The GPU processes of pid's job on this host: its parent, children and siblings."""
+        """The GPU processes of pid's job on this host (MAX_PEER_LOOKUPS): its parent,
+        children, and siblings running its command line."""
         parent = self.ppid(pid)
         found = []
         for other in self.pids:
             if other == pid:
                 continue
             up = self.ppid(other)
-            if other == parent or up == pid or (up is not None and up == parent and up > 1):
+            if other == parent or up == pid or (
+                    up is not None and up == parent and up > 1
+                    and (mine := self.command(pid)) is not None and mine == self.command(other)):
                 found.append(other)
                 if len(found) >= MAX_PEER_LOOKUPS:
                     break
@@ -718,7 +741,7 @@ class KindFactsReader:
                               facts.first_sockets_read_at if facts.first_sockets_read_at
                               is not None else now, inodes, fds_without_tcp, now,
                               facts.prompt, facts.unix_listening,
-                              facts.job_accepted_seen_at, facts.foreign_accepted_at,
+                              facts.job_connected_seen_at, facts.foreign_accepted_at,
                               facts.unsettled_accepted)
             facts = judged_ends(facts, pid, ends, peers, now)
         if maps:
@@ -735,7 +758,7 @@ class KindFactsReader:
                               facts.connections_caught, facts.first_sockets_read_at,
                               facts.caught_inodes, facts.fds_without_tcp,
                               facts.sockets_listed_at, read_prompt(pid),
-                              facts.unix_listening, facts.job_accepted_seen_at,
+                              facts.unix_listening, facts.job_connected_seen_at,
                               facts.foreign_accepted_at, facts.unsettled_accepted)
             listening, accepted_unix, cut_unix = read_unix_listening(pid, unix_tables)
             truncated.discard("unix")

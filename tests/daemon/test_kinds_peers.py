@@ -10,7 +10,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import psutil
@@ -28,9 +28,9 @@ from daemon.sources.kindfacts import (
 )
 
 NOW = 1_000_000.0
-PEER_PORT = "whose connections all came from its own job's GPU processes"
+PEER_PORT = "is connected to its own job's GPU processes only"
 RANK = KindFacts(listening_ports=(41179,), accepted_connections=1, accepted_seen_at=NOW,
-                 accepted_reads=3, job_accepted_seen_at=NOW)
+                 accepted_reads=3, job_connected_seen_at=NOW)
 
 
 def test_a_port_only_its_jobs_processes_connected_to_is_a_ranks_not_a_service():
@@ -70,15 +70,15 @@ def test_judged_ends_settles_a_connection_once_its_owner_is_seen_in_the_job():
     facts = KindFacts(listening_ports=(41179,))
     local = _AcceptedEnds(local={10: 20})
     first = judged_ends(facts, 1, local, None, NOW)  # its peer not (yet) known as its job's
-    assert first.served_others and first.job_accepted_seen_at is None
+    assert first.served_others and first.job_connected_seen_at is None
     known = JobPeers([])
     known.owned_by_job = lambda pid, inodes: set(inodes)  # type: ignore[method-assign]
     later = judged_ends(first, 1, local, known, NOW + 10)
-    assert not later.served_others and later.job_accepted_seen_at == NOW + 10
+    assert not later.served_others and later.job_connected_seen_at == NOW + 10
     remote = judged_ends(later, 1, _AcceptedEnds(remote=frozenset({30})), known, NOW + 20)
     assert remote.served_others and remote.foreign_accepted_at == NOW + 20
     own = judged_ends(facts, 1, _AcceptedEnds(own=frozenset({40})), known, NOW)
-    assert own.job_accepted_seen_at is None and not own.served_others  # neither
+    assert own.job_connected_seen_at is None and not own.served_others  # neither
     many = judged_ends(facts, 1, _AcceptedEnds(local={i: i + 1000 for i in range(
         MAX_UNSETTLED + 1)}), None, NOW)
     assert many.foreign_accepted_at == NOW and not many.unsettled_accepted  # bounded
@@ -93,86 +93,86 @@ def test_parse_tcp_rows_keeps_both_ends_as_the_kernel_wrote_them():
     assert parse_tcp_rows(data) == [(8080, "01", 4343, b"0100007F:1F90", b"0100007F:C350")]
 
 
-LISTENER = ("import socket, sys\n"
-            "s = socket.create_server(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
-            "conns = [s.accept()[0] for _ in range(int(sys.argv[1]))]\n"
-            "print('accepted', flush=True); sys.stdin.read()\n")
+# One program for both ranks, the rank and numbers as arguments (command lines that differ in
+# their numbers only, as mp.spawn's children's do): rank 1 listens and accepts N connections,
+# rank 0 connects to PORT.  python -c RANK_CODE RANK PORT N
+# Rank 2 also listens (nobody connects to it) and connects to PORT.
+RANK_CODE = ("import socket, sys\n"
+             "rank, port, n = map(int, sys.argv[1:4])\n"
+             "if rank >= 1:\n"
+             "    s = socket.create_server(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
+             "if rank == 1:\n"
+             "    conns = [s.accept()[0] for _ in range(n)]; print('accepted', flush=True)\n"
+             "else:\n"
+             "    c = socket.create_connection(('127.0.0.1', port)); print('connected', flush=True)\n"
+             "sys.stdin.read()\n")
 CLIENT = ("import socket, sys\n"
           "c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
           "print('connected', flush=True); sys.stdin.read()\n")
 
 
 @pytest.fixture
-def siblings() -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str], int]]:
-    """Two children of this test (siblings): one listens, the other connects to it, and
-    this test (their parent) connects too. Yields (listener, client, port)."""
+def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Starts children of this test (siblings of one another), killed at the end."""
     procs: list[subprocess.Popen[str]] = []
 
-    def start(code: str, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+    def run(*args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-c", *args], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         procs.append(proc)
         return proc
 
     try:
-        listener = start(LISTENER, "2")
-        assert listener.stdout is not None
-        port = int(listener.stdout.readline())
-        client = start(CLIENT, str(port))
-        assert client.stdout is not None and client.stdout.readline().strip() == "connected"
-        with socket.create_connection(("127.0.0.1", port)):
-            assert listener.stdout.readline().strip() == "accepted"
-            yield listener, client, port
+        yield run
     finally:
         for proc in procs:
             proc.kill()
             proc.wait(10)
 
 
+def said(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    return proc.stdout.readline().strip()
+
+
 def key(proc: subprocess.Popen[str]) -> tuple[int, float]:
     return proc.pid, psutil.Process(proc.pid).create_time()
 
 
-def test_a_connection_from_a_sibling_gpu_process_is_its_jobs_and_from_others_not(siblings):
-    listener, client, port = siblings
-    # The client holds a GPU (the reader is given it): its connection is the job's; this
-    # test's own (the listener's parent, holding no GPU) is not.
-    reader = KindFactsReader(sockets_every_s=0.0)
-    reader.refresh([key(listener), key(client)], NOW)
-    facts = reader.get(key(listener))
-    assert facts is not None and port in facts.listening_ports
-    assert facts.job_accepted_seen_at == NOW
-    assert len(facts.unsettled_accepted) == 1 and facts.served_others  # this test's connection
+def test_a_connection_from_a_sibling_rank_is_its_jobs_and_from_others_not(start):
+    listener = start(RANK_CODE, "1", "0", "3")
+    port = said(listener)
+    rank0 = start(RANK_CODE, "0", port, "0")
+    client = start(CLIENT, port)  # a sibling holding a GPU that runs another program
+    assert said(rank0) == said(client) == "connected"
+    with socket.create_connection(("127.0.0.1", int(port))):  # this test: its parent, no GPU
+        assert said(listener) == "accepted"
+        reader = KindFactsReader(sockets_every_s=0.0)
+        reader.refresh([key(listener), key(rank0), key(client)], NOW)
+        facts = reader.get(key(listener))
+    assert facts is not None and int(port) in facts.listening_ports
+    assert facts.job_connected_seen_at == NOW  # rank 0's
+    assert len(facts.unsettled_accepted) == 2 and facts.served_others  # the client's, the test's
 
 
-def test_a_sibling_seen_holding_a_gpu_later_settles_its_connection():
+def test_a_sibling_rank_seen_holding_a_gpu_later_settles_its_connection(start):
     """A rank whose peer was no GPU process yet at its first read (gloo connects before the
     GPU is touched) is its job's once the peer is: its connection is judged again."""
-    listener = subprocess.Popen([sys.executable, "-c", LISTENER, "1"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-    client = None
-    try:
-        assert listener.stdout is not None
-        port = int(listener.stdout.readline())
-        client = subprocess.Popen([sys.executable, "-c", CLIENT, str(port)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert listener.stdout.readline().strip() == "accepted"
-        reader = KindFactsReader(sockets_every_s=0.0)
-        reader.refresh([key(listener)], NOW)  # the client holds no GPU yet
-        first = reader.get(key(listener))
-        assert first is not None and first.served_others and first.job_accepted_seen_at is None
-        reader.refresh([key(listener), key(client)], NOW + 2)  # now it does
-        later = reader.get(key(listener))
-        assert later is not None and not later.served_others
-        assert later.job_accepted_seen_at == NOW + 2
-        kind = classify_kind("python -c from multiprocessing.spawn import spawn_main", later,
-                             {}, now=NOW + 2, gpu_use="steady")
-        assert kind.kind != ONLINE_INFERENCE and not kind.serves, kind
-    finally:
-        for proc in (listener, client):
-            if proc is not None:
-                proc.kill()
-                proc.wait(10)
+    listener = start(RANK_CODE, "1", "0", "1")
+    port = said(listener)
+    rank0 = start(RANK_CODE, "0", port, "0")
+    assert said(rank0) == "connected" and said(listener) == "accepted"
+    reader = KindFactsReader(sockets_every_s=0.0)
+    reader.refresh([key(listener)], NOW)  # rank 0 holds no GPU yet
+    first = reader.get(key(listener))
+    assert first is not None and first.served_others and first.job_connected_seen_at is None
+    reader.refresh([key(listener), key(rank0)], NOW + 2)  # now it does
+    later = reader.get(key(listener))
+    assert later is not None and not later.served_others
+    assert later.job_connected_seen_at == NOW + 2
+    kind = classify_kind("python -c from multiprocessing.spawn import spawn_main", later, {},
+                         now=NOW + 2, gpu_use="steady")
+    assert kind.kind != ONLINE_INFERENCE and not kind.serves, kind
 
 
 def test_a_connection_from_its_own_socket_says_nothing_of_whom_it_serves():
@@ -188,4 +188,26 @@ def test_a_connection_from_its_own_socket_says_nothing_of_whom_it_serves():
                 reader.refresh([me], NOW)
                 facts = reader.get(me)
     assert facts is not None and facts.accepted_seen_at == NOW
-    assert facts.job_accepted_seen_at is None and not facts.served_others
+    assert facts.job_connected_seen_at is None and not facts.served_others
+
+
+def test_a_rank_that_connected_to_its_peer_listens_for_its_peers(start):
+    """Of a pair of gloo ranks, either may be the one that connects: the slow rank listening
+    on a port nobody connected to, connected to its sibling rank's port, is a rank too."""
+    peer = start(RANK_CODE, "1", "0", "1")
+    port = said(peer)
+    slow = start(RANK_CODE, "2", port, "0")
+    own_port = said(slow)
+    assert said(slow) == "connected" and said(peer) == "accepted"
+    reader = KindFactsReader(sockets_every_s=0.0)
+    reader.refresh([key(slow), key(peer)], NOW)
+    facts = reader.get(key(slow))
+    assert facts is not None and int(own_port) in facts.listening_ports
+    assert facts.job_connected_seen_at == NOW and not facts.served_others
+    kind = classify_kind("python -c from multiprocessing.spawn import spawn_main", facts, {},
+                         now=NOW, gpu_use="steady")
+    assert kind.kind == TRAINING and not kind.serves, kind
+    assert any(PEER_PORT in e and own_port in e for e in kind.evidence), kind.evidence
+    alone = KindFactsReader(sockets_every_s=0.0)  # its peer holding no GPU: no sign of a job
+    alone.refresh([key(slow)], NOW)
+    assert (got := alone.get(key(slow))) is not None and got.job_connected_seen_at is None

@@ -1,11 +1,11 @@
 """Two ranks of a data-parallel job started the way torch.multiprocessing.spawn starts them:
 `multiprocessing` with the spawn method, the rank passed to the function (never on a command
-line). They meet the way gloo's pairs do: rank 1 listens on a TCP port of its own and rank 0
-connects to it; after each step rank 1 sends its "gradients" over that connection and rank 0
+line). They meet the way gloo's pairs do: each listens on a TCP port of its own, and rank 0 connects
+to rank 1's (with --slow-rank-connects, rank 1 to rank 0's); after each step rank 1 sends its "gradients" over that connection and rank 0
 waits for them (its all_reduce). Rank 1 builds its features in Python first (a slow tokenizer),
 so it is the rank the other waits for: its stacks never show a collective.
 
-    MLCOST_SIM_GPUS=0,1 python spawned_peer_ranks.py [--rank0-without-gpu]
+    MLCOST_SIM_GPUS=0,1 python spawned_peer_ranks.py [--slow-rank-connects] [--rank0-without-gpu]
 
 With --rank0-without-gpu rank 0 holds no GPU: rank 1 is then a GPU process answering a process
 of this host that is no GPU process of its job (a client started beside a server)."""
@@ -39,10 +39,12 @@ def recv_exactly(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def worker(rank: int, ports, with_gpu: bool) -> None:
+def worker(rank: int, ports, with_gpu: bool, listener_rank: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    if rank == 1:  # gloo's pair listener: its peer connects to it (before any GPU work)
-        listener = socket.create_server(("127.0.0.1", 0))
+    # Each rank listens (gloo's device listener); of the pair, one connects to the other
+    # (gloo's choice), before any GPU work.
+    listener = socket.create_server(("127.0.0.1", 0))
+    if rank == listener_rank:
         ports.put(listener.getsockname()[1])
         conn, _ = listener.accept()
     else:
@@ -67,7 +69,9 @@ def main() -> None:
     spawn = mp.get_context("spawn")
     ports = spawn.Queue()
     rank0_gpu = "--rank0-without-gpu" not in sys.argv
-    ranks = [spawn.Process(target=worker, args=(rank, ports, rank0_gpu or rank == 1))
+    listener_rank = 0 if "--slow-rank-connects" in sys.argv else 1
+    ranks = [spawn.Process(target=worker, args=(rank, ports, rank0_gpu or rank == 1,
+                                                listener_rank))
              for rank in range(2)]
     for proc in ranks:
         proc.start()
