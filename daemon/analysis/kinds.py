@@ -20,7 +20,10 @@ only within the shape's last minute: a loaded host stretches a job's loop past t
 
 A process is a server (`Kind.serves`) when it listens on a TCP port (or a unix socket: behind
 nginx or a sidecar) and has served: a connection accepted on it was seen, or a serving frame (serve_forever, accept, an engine loop) in
-any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle).
+any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle). A rank of a
+distributed job listens for its peers: its ports are no service where its stacks show
+collectives, its command line a rank, or its connections link it to its own job's GPU processes
+only (`peer_ports_only`: the slow rank of an mp.spawn job shows neither of the others).
 """
 
 from __future__ import annotations

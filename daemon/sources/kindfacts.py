@@ -5,7 +5,11 @@ Read as root, so bounded and safe:
 - Sockets: the inodes of `/proc/PID/fd/*` (readlink only: "socket:[N]"; nothing is opened or
   followed), matched to `/proc/PID/net/tcp` and `tcp6` (the process's own network namespace).
   A socket in LISTEN is a port it serves; an ESTABLISHED one whose local port is one of its
-  listening ports is a connection it accepted.
+  listening ports is a connection it accepted. For a process that listens, the other end of
+  each connection is the row of the same table with the addresses swapped: none (another host
+  or namespace), its own socket, or one whose owner is looked for among the GPU processes of
+  its job (JobPeers: parent, children, siblings running its command line), which tells a rank's
+  peer port from a service (KindFacts.job_connected_seen_at, served_others).
 - Libraries: `/proc/PID/maps`, matched against a fixed list of library markers.
 - Parent: the first bytes of `/proc/PPID/cmdline`, matched against a fixed list of launchers.
 - Prompt: whether it is an interactive Python prompt (`read_prompt`): its own first bytes of
