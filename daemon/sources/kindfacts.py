@@ -242,6 +242,8 @@ def judged_ends(facts: KindFacts, pid: int, ends: _AcceptedEnds, peers: JobPeers
                 now: float) -> KindFacts:
     """`facts` with where the other ends of its connections were at this read (KindFacts'
     job_connected_seen_at, foreign_accepted_at, unsettled_accepted)."""
+    if facts.foreign_accepted_at is not None:  # it served others for good: nothing to look up
+        return facts if not ends.remote else replace(facts, foreign_accepted_at=now)
     job: set[int] = set()
     if (ends.local or ends.opened) and peers is not None:
         owned = peers.owned_by_job(pid, [*ends.local.values(), *ends.opened.values()])

@@ -77,6 +77,9 @@ def test_judged_ends_settles_a_connection_once_its_owner_is_seen_in_the_job():
     assert not later.served_others and later.job_connected_seen_at == NOW + 10
     remote = judged_ends(later, 1, _AcceptedEnds(remote=frozenset({30})), known, NOW + 20)
     assert remote.served_others and remote.foreign_accepted_at == NOW + 20
+    never = JobPeers([])  # served others for good: its local connections are not looked up
+    never.owned_by_job = lambda pid, inodes: pytest.fail("looked up")  # type: ignore[method-assign]
+    assert judged_ends(remote, 1, local, never, NOW + 30) is remote
     own = judged_ends(facts, 1, _AcceptedEnds(own=frozenset({40})), known, NOW)
     assert own.job_connected_seen_at is None and not own.served_others  # neither
     many = judged_ends(facts, 1, _AcceptedEnds(local={i: i + 1000 for i in range(
