@@ -20,7 +20,10 @@ only within the shape's last minute: a loaded host stretches a job's loop past t
 
 A process is a server (`Kind.serves`) when it listens on a TCP port (or a unix socket: behind
 nginx or a sidecar) and has served: a connection accepted on it was seen, or a serving frame (serve_forever, accept, an engine loop) in
-any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle).
+any of its threads. Rules never offer SIGTERM to one (daemon.analysis.rules.idle). A rank of a
+distributed job listens for its peers: its ports are no service where its stacks show
+collectives, its command line a rank, or its connections link it to its own job's GPU processes
+only (`peer_ports_only`: the slow rank of an mp.spawn job shows neither of the others).
 """
 
 from __future__ import annotations
@@ -285,6 +288,17 @@ def job_wait_markers(phases: Mapping[str, Any]) -> set[str]:
             if (marker := job_wait_marker(str(stack.get("reason") or ""))) is not None}
 
 
+def peer_ports_only(facts: KindFacts, recent: Iterable[str]) -> bool:
+    """Whether a process's TCP ports are a rank's peer ports: a connection to or from a GPU
+    process of its own job on this host was seen (KindFacts.job_connected_seen_at; JobPeers:
+    its parent, children, siblings running its command line), none it accepted came from
+    another host, namespace or process, and nothing else says it serves (serving frames in a
+    thread, a unix socket it listens on). Of a pair of ranks, which one listens and which
+    connects is gloo's choice: either shows its peer."""
+    return (facts.job_connected_seen_at is not None and not facts.served_others
+            and not facts.unix_listening and not any(m in SERVE_FRAMES for m in recent))
+
+
 def classify_kind(command: str, facts: KindFacts | None,
                   frames: Mapping[str, float] | None = None, *,
                   now: float | None = None, window_s: float = 1800.0,
@@ -311,6 +325,15 @@ def classify_kind(command: str, facts: KindFacts | None,
         evidence.append(f"listens on TCP port{'s' if len(ports) > 1 else ''} "
                         + ", ".join(str(p) for p in ports[:4])
                         + " for its peers (a rank of a distributed job): not a service")
+        ports, accepted_seen = (), False
+    elif ports and facts is not None and peer_ports_only(facts, recent):
+        # ... and so does a rank whose stacks show no collective (the slow rank: the others
+        # wait for it) and whose rank is no argument (mp.spawn passes it to a function): it is
+        # connected to its own job's GPU processes, and nobody else connected to it.
+        evidence.append(f"listens on TCP port{'s' if len(ports) > 1 else ''} "
+                        + ", ".join(str(p) for p in ports[:4])
+                        + " and is connected to its own job's GPU processes only (its parent, "
+                        "children or sibling ranks): a rank's peer port, not a service")
         ports, accepted_seen = (), False
     if ports:
         add(ONLINE_INFERENCE, LISTEN_WEIGHT,

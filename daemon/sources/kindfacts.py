@@ -5,7 +5,11 @@ Read as root, so bounded and safe:
 - Sockets: the inodes of `/proc/PID/fd/*` (readlink only: "socket:[N]"; nothing is opened or
   followed), matched to `/proc/PID/net/tcp` and `tcp6` (the process's own network namespace).
   A socket in LISTEN is a port it serves; an ESTABLISHED one whose local port is one of its
-  listening ports is a connection it accepted.
+  listening ports is a connection it accepted. For a process that listens, the other end of
+  each connection is the row of the same table with the addresses swapped: none (another host
+  or namespace), its own socket, or one whose owner is looked for among the GPU processes of
+  its job (JobPeers: parent, children, siblings running its command line), which tells a rank's
+  peer port from a service (KindFacts.job_connected_seen_at, served_others).
 - Libraries: `/proc/PID/maps`, matched against a fixed list of library markers.
 - Parent: the first bytes of `/proc/PPID/cmdline`, matched against a fixed list of launchers.
 - Prompt: whether it is an interactive Python prompt (`read_prompt`): its own first bytes of
@@ -39,10 +43,10 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 MAX_FDS = 4096  # fd entries looked at per process
 MAX_NET_BYTES = 1 << 20  # of /proc/PID/net/tcp (+tcp6): ~6,800 sockets each
@@ -210,6 +214,50 @@ class KindFacts:
     # Unix sockets it listens on (a server behind nginx or a sidecar), read with its maps;
     # the connections accepted on them count in accepted_connections' reads above.
     unix_listening: int = 0
+    # Where the other ends of a listening process's TCP connections are (_AcceptedEnds,
+    # JobPeers): when a read last found one (accepted or opened) held by a GPU process of its
+    # own job (its parent, a child, a sibling running its command line: the peers of a local
+    # process group), and when one it accepted from another host or namespace. One from itself
+    # (rank 0 is a client of the store it hosts; a server may call itself) counts as neither. A
+    # connection from a process of this host outside its job stays in `unsettled_accepted`
+    # (its inode) until a read finds it held by its job (a rank its peers' first reads had not
+    # seen yet holding a GPU); one closed before stays for good. A process that has served
+    # anyone but its own job is a server (daemon.analysis.kinds).
+    job_connected_seen_at: float | None = None
+    foreign_accepted_at: float | None = None
+    unsettled_accepted: frozenset[int] = frozenset()
+
+    @property
+    def served_others(self) -> bool:
+        """Whether it ever accepted a TCP connection from outside its own job."""
+        return self.foreign_accepted_at is not None or bool(self.unsettled_accepted)
+
+
+# Connections from this host outside its job kept by inode (KindFacts.unsettled_accepted);
+# past it, the process is taken as having served others for good.
+MAX_UNSETTLED = 16
+
+
+def judged_ends(facts: KindFacts, pid: int, ends: _AcceptedEnds, peers: JobPeers | None,
+                now: float) -> KindFacts:
+    """`facts` with where the other ends of its connections were at this read (KindFacts'
+    job_connected_seen_at, foreign_accepted_at, unsettled_accepted)."""
+    if facts.foreign_accepted_at is not None:  # it served others for good: nothing to look up
+        return facts if not ends.remote else replace(facts, foreign_accepted_at=now)
+    job: set[int] = set()
+    if (ends.local or ends.opened) and peers is not None:
+        owned = peers.owned_by_job(pid, [*ends.local.values(), *ends.opened.values()])
+        job = {mine for mine, end in (*ends.local.items(), *ends.opened.items())
+               if end in owned}
+    unsettled = (set(facts.unsettled_accepted) | set(ends.local)) - job
+    foreign_at = now if ends.remote else facts.foreign_accepted_at
+    if len(unsettled) > MAX_UNSETTLED:
+        unsettled, foreign_at = set(), now
+    if not job and unsettled == facts.unsettled_accepted and foreign_at == \
+            facts.foreign_accepted_at:
+        return facts
+    return replace(facts, job_connected_seen_at=now if job else facts.job_connected_seen_at,
+                   foreign_accepted_at=foreign_at, unsettled_accepted=frozenset(unsettled))
 
 
 _SOCKETS_READ_AT = attrgetter("sockets_read_at")
@@ -272,22 +320,33 @@ def _socket_inodes(pid: int, cap: int = MAX_FDS) -> tuple[set[int], bool, int | 
 
 def parse_tcp_table(data: bytes) -> list[tuple[int, str, int]]:
     """(local port, state hex, inode) of each row of a /proc/net/tcp(6) table; bad rows skipped."""
+    return [(port, state, inode) for port, state, inode, _, _ in parse_tcp_rows(data)]
+
+
+# A row of a TCP table: (local port, state hex, inode, local address, remote address), the
+# addresses as the kernel writes them ("0100007F:1F90"): compared, never parsed or shown.
+TcpRow = tuple[int, str, int, bytes, bytes]
+
+
+def parse_tcp_rows(data: bytes) -> list[TcpRow]:
+    """Each row of a /proc/net/tcp(6) table (TcpRow); bad rows skipped."""
     rows = []
     for line in data.split(b"\n")[1:]:
         parts = line.split()
         if len(parts) < 10:
             continue
-        local, state, inode = parts[1], parts[3], parts[9]
+        local, remote, state, inode = parts[1], parts[2], parts[3], parts[9]
         try:
             port = int(local.rsplit(b":", 1)[1], 16)
-            rows.append((port, state.decode("ascii", "replace").upper(), int(inode)))
+            rows.append((port, state.decode("ascii", "replace").upper(), int(inode), local,
+                         remote))
         except (IndexError, ValueError):
             continue
     return rows
 
 
 # One read of a network namespace's TCP tables per refresh round: netns id -> (rows, cut tables).
-TcpTables = dict[str, tuple[list[tuple[int, str, int]], list[str]]]
+TcpTables = dict[str, tuple[list[TcpRow], list[str]]]
 Table = TypeVar("Table")
 
 
@@ -317,10 +376,10 @@ def _read_table(path: str) -> tuple[bytes, bool]:
     return data, cut
 
 
-def _tcp_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, str, int]], list[str]]:
+def _tcp_rows(pid: int, tables: TcpTables | None) -> tuple[list[TcpRow], list[str]]:
     """The TCP rows of pid's network namespace, read once per namespace per round."""
-    def read() -> tuple[list[tuple[int, str, int]], list[str]]:
-        rows: list[tuple[int, str, int]] = []
+    def read() -> tuple[list[TcpRow], list[str]]:
+        rows: list[TcpRow] = []
         cut_tables: list[str] = []
         for table in ("tcp", "tcp6"):
             try:
@@ -329,7 +388,7 @@ def _tcp_rows(pid: int, tables: TcpTables | None) -> tuple[list[tuple[int, str, 
                 continue
             if cut:
                 cut_tables.append(table)
-            rows += parse_tcp_table(data)
+            rows += parse_tcp_rows(data)
         return rows, cut_tables
 
     return _once_per_netns(pid, tables, read)
@@ -394,31 +453,149 @@ def read_sockets(pid: int, tables: TcpTables | None = None
 def read_sockets_with_inodes(pid: int, tables: TcpTables | None = None
                              ) -> tuple[tuple[int, ...], frozenset[int], int, list[str]]:
     """As read_sockets, with the inodes of the accepted connections instead of their count."""
-    ports, accepted, other, truncated, _ = _read_sockets(pid, tables)
+    ports, accepted, other, truncated, _, _ = _read_sockets(pid, tables)
     return ports, accepted, other, truncated
 
 
 def _read_sockets(pid: int, tables: TcpTables | None = None
-                  ) -> tuple[tuple[int, ...], frozenset[int], int, list[str], int | None]:
+                  ) -> tuple[tuple[int, ...], frozenset[int], int, list[str], int | None,
+                             _AcceptedEnds]:
     """As read_sockets_with_inodes, with the descriptor count where it had no TCP socket
-    (_socket_inodes; a socket in no TCP table is a unix or other one)."""
+    (_socket_inodes; a socket in no TCP table is a unix or other one), and where each accepted
+    connection comes from (_AcceptedEnds)."""
     truncated: list[str] = []
     inodes, capped, steady_fds = _socket_inodes(pid)
     if capped:
         truncated.append("fd")
     if not inodes:
-        return (), frozenset(), 0, truncated, steady_fds
+        return (), frozenset(), 0, truncated, steady_fds, _NO_ENDS
     all_rows, cut_tables = _tcp_rows(pid, tables)
     truncated += cut_tables
     rows = [r for r in all_rows if r[2] in inodes]
     if not rows:
-        return (), frozenset(), 0, truncated, None if cut_tables else steady_fds
-    listening = sorted({port for port, state, _ in rows if state == TCP_LISTEN})
+        return (), frozenset(), 0, truncated, None if cut_tables else steady_fds, _NO_ENDS
+    listening = sorted({row[0] for row in rows if row[1] == TCP_LISTEN})
     ports = set(listening)
-    established = [(port, inode) for port, state, inode in rows if state == TCP_ESTABLISHED]
-    accepted = frozenset(inode for port, inode in established if port in ports)
+    established = [row for row in rows if row[1] == TCP_ESTABLISHED]
+    accepted = frozenset(row[2] for row in established if row[0] in ports)
     return (tuple(listening[:MAX_PORTS]), accepted, len(established) - len(accepted),
-            truncated, None)
+            truncated, None, _connection_ends(established, ports, all_rows, inodes))
+
+
+class _AcceptedEnds(NamedTuple):
+    """Where the other ends of a listening process's connections are at one read. Those it
+    accepted: its own socket (it connected to itself), another socket of this host's network
+    namespace (whose owner is looked for), or elsewhere (another host or namespace: no row of
+    the table is the other end). Those it opened, to another socket of this namespace."""
+
+    own: frozenset[int] = frozenset()  # accepted inodes whose other end is pid's
+    local: Mapping[int, int] = {}  # accepted inode -> the other end's inode (not pid's)
+    remote: frozenset[int] = frozenset()  # accepted inodes from elsewhere
+    opened: Mapping[int, int] = {}  # opened inode -> the other end's inode (not pid's)
+
+
+_NO_ENDS = _AcceptedEnds()
+
+
+def _connection_ends(established: list[TcpRow], ports: set[int], all_rows: list[TcpRow],
+                     own: set[int]) -> _AcceptedEnds:
+    """Where the other end of each connection of a listening process is (_AcceptedEnds): the
+    row of the same table with its local and remote addresses swapped. Looked for only where
+    a process listens and has connections (a server, a rank): one pass over the table."""
+    if not ports or not established:
+        return _NO_ENDS
+    wanted = {(row[4], row[3]): row[2] for row in established}  # (other's local, its remote)
+    ends = {}
+    for row in all_rows:
+        mine = wanted.get((row[3], row[4]))
+        if mine is not None and row[1] == TCP_ESTABLISHED:
+            ends[mine] = row[2]
+    accepted = {row[2] for row in established if row[0] in ports}
+    return _AcceptedEnds(
+        frozenset(i for i, end in ends.items() if end in own and i in accepted),
+        {i: end for i, end in ends.items() if end not in own and i in accepted},
+        frozenset(i for i in accepted if i not in ends),
+        {i: end for i, end in ends.items() if end not in own and i not in accepted})
+
+
+# Peers of a local process group: the processes of one job on this host are a process and
+# its parent, its children, and its siblings that run the same command line but for its
+# numbers (ranks started by one launcher: mp.spawn's children differ in the descriptors their
+# command lines name, torchrun's and a fork's are the same). Only those holding a GPU (the
+# processes the reader is given) count, so a client on the same host (a benchmark, a proxy, a
+# test, a trainer calling a model server) started beside a server by the same shell is never
+# one of its job's peers. A socket is looked for in at most this many of them per process read.
+MAX_PEER_LOOKUPS = 16
+_NUMBERS = re.compile(rb"\d+")
+
+
+class JobPeers:
+    """Finds, for one refresh round, whether a socket belongs to a GPU process of a given
+    process's job (JOB_PEERS). Each process's parent and socket inodes are read at most once
+    a round, and only when a process has accepted a connection from this host."""
+
+    def __init__(self, pids: Iterable[int]) -> None:
+        self.pids = sorted(set(pids))
+        self._ppids: dict[int, int | None] = {}
+        self._inodes: dict[int, set[int]] = {}
+        self._commands: dict[int, bytes | None] = {}
+
+    def ppid(self, pid: int) -> int | None:
+        if pid not in self._ppids:
+            try:
+                data, _ = _read_capped(f"/proc/{pid}/stat", 4096)
+                self._ppids[pid] = int(data[data.rindex(b")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                self._ppids[pid] = None
+        return self._ppids[pid]
+
+    def command(self, pid: int) -> bytes | None:
+        """pid's command line with its numbers blanked, to compare only (never shown); None
+        where it is longer than MAX_CMDLINE_BYTES or unreadable (never the same as another)."""
+        if pid not in self._commands:
+            try:
+                data, cut = _read_capped(f"/proc/{pid}/cmdline", MAX_CMDLINE_BYTES)
+                self._commands[pid] = None if cut or not data else _NUMBERS.sub(b"#", data)
+            except OSError:
+                self._commands[pid] = None
+        return self._commands[pid]
+
+    def _sockets_of(self, pid: int) -> set[int]:
+        if pid not in self._inodes:
+            try:
+                self._inodes[pid], _ = socket_inodes(pid)
+            except OSError:
+                self._inodes[pid] = set()
+        return self._inodes[pid]
+
+    def job_of(self, pid: int) -> list[int]:
+        """The GPU processes of pid's job on this host (MAX_PEER_LOOKUPS): its parent,
+        children, and siblings running its command line."""
+        parent = self.ppid(pid)
+        found = []
+        for other in self.pids:
+            if other == pid:
+                continue
+            up = self.ppid(other)
+            if other == parent or up == pid or (
+                    up is not None and up == parent and up > 1
+                    and (mine := self.command(pid)) is not None and mine == self.command(other)):
+                found.append(other)
+                if len(found) >= MAX_PEER_LOOKUPS:
+                    break
+        return found
+
+    def owned_by_job(self, pid: int, inodes: Iterable[int]) -> set[int]:
+        """Those of `inodes` (sockets on this host) held by a GPU process of pid's job."""
+        wanted = set(inodes)
+        if not wanted:
+            return set()
+        found: set[int] = set()
+        for other in self.job_of(pid):
+            found |= wanted & self._sockets_of(other)
+            if found == wanted:
+                break
+        return found
 
 
 def read_unix_listening(pid: int, tables: UnixTables | None = None
@@ -493,6 +670,7 @@ class KindFactsReader:
         tables: TcpTables = {}  # this round's TCP tables, one read per network namespace
         unix_tables: UnixTables = {}  # and its unix socket tables
         parents: dict[int, str | None] = {}  # this round's parents' markers, by pid
+        peers = JobPeers(pid for pid, _ in wanted)  # whose sockets are its job's, this round
         failed = self._failed_at
         for key in wanted:
             old = self._facts.get(key)
@@ -507,7 +685,8 @@ class KindFactsReader:
                     continue
                 fresh[key] = self._read(key[0], old, now, tables, parents,
                                         sockets=sockets or old is None,
-                                        maps=maps or old is None, unix_tables=unix_tables)
+                                        maps=maps or old is None, unix_tables=unix_tables,
+                                        peers=peers)
             except (OSError, ValueError, IndexError):
                 if old is not None:
                     fresh[key] = old  # gone or refused this time: keep the last reading ...
@@ -548,13 +727,15 @@ class KindFactsReader:
 
     def _read(self, pid: int, old: KindFacts | None, now: float, tables: TcpTables,
               parents: dict[int, str | None] | None = None, *, sockets: bool = True,
-              maps: bool = True, unix_tables: UnixTables | None = None) -> KindFacts:
+              maps: bool = True, unix_tables: UnixTables | None = None,
+              peers: JobPeers | None = None) -> KindFacts:
         """Read pid's sockets and/or its libraries and parent (`sockets`, `maps`) into a new
-        reading; what is not read is kept from `old`."""
+        reading; what is not read is kept from `old`. `peers`: the round's JobPeers (None: a
+        connection from another process is never taken as from its job)."""
         facts = old or KindFacts()
         truncated = set(facts.truncated)
         if sockets:
-            ports, inodes, other, cut, fds_without_tcp = _read_sockets(pid, tables)
+            ports, inodes, other, cut, fds_without_tcp, ends = _read_sockets(pid, tables)
             accepted = len(inodes)
             self.reads += 1
             truncated = (truncated - {"fd", "tcp", "tcp6"}) | set(cut)
@@ -565,7 +746,10 @@ class KindFactsReader:
                               facts.connections_caught + len(inodes - facts.caught_inodes),
                               facts.first_sockets_read_at if facts.first_sockets_read_at
                               is not None else now, inodes, fds_without_tcp, now,
-                              facts.prompt, facts.unix_listening)
+                              facts.prompt, facts.unix_listening,
+                              facts.job_connected_seen_at, facts.foreign_accepted_at,
+                              facts.unsettled_accepted)
+            facts = judged_ends(facts, pid, ends, peers, now)
         if maps:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
             self.reads += 1
@@ -580,7 +764,8 @@ class KindFactsReader:
                               facts.connections_caught, facts.first_sockets_read_at,
                               facts.caught_inodes, facts.fds_without_tcp,
                               facts.sockets_listed_at, read_prompt(pid),
-                              facts.unix_listening)
+                              facts.unix_listening, facts.job_connected_seen_at,
+                              facts.foreign_accepted_at, facts.unsettled_accepted)
             listening, accepted_unix, cut_unix = read_unix_listening(pid, unix_tables)
             truncated.discard("unix")
             if cut_unix:
