@@ -355,16 +355,15 @@ def test_a_file_whose_owner_holds_a_lease_is_not_waited_for(open_folder):
     assert line(source, NOBODY) == "print('mine')\n"
 
 
-def test_a_read_that_hangs_holds_the_classifier_once_and_briefly(open_folder, monkeypatch):
-    """The classifier runs on the daemon's event loop, and a file of the user's choice can hang
-    a read (a hard NFS mount whose server is gone, a FUSE process that stops answering): a
-    read is waited for at most READ_WAIT_S, and while it still hangs the next reads give no
-    line at once, nothing queued behind it; once it ends, lines are read again. (No file
-    system here can be made to hang a read, so the read itself is held by the test.)"""
+def held_read(folder: Path, monkeypatch: pytest.MonkeyPatch
+              ) -> tuple[threading.Event, threading.Event, Path, str]:
+    """A file that reads and one whose read hangs until the test sets `held` (no file system
+    here can be made to hang a read, so the read itself is held): (held, entered: the hung
+    read began, the readable file, the hanging file's path). READ_WAIT_S is 0.2 s."""
     held, entered = threading.Event(), threading.Event()
     real = source_lines.read_source_line
-    public = write(open_folder / "public.py", "print('hi')\n")
-    hanging = str(open_folder / "on-a-dead-mount.py")
+    public = write(folder / "public.py", "print('hi')\n")
+    hanging = str(folder / "on-a-dead-mount.py")
 
     def read(frame, reader, root):
         if frame.filename == hanging:
@@ -374,6 +373,16 @@ def test_a_read_that_hangs_holds_the_classifier_once_and_briefly(open_folder, mo
 
     monkeypatch.setattr(source_lines, "read_source_line", read)
     monkeypatch.setattr(source_lines, "READ_WAIT_S", 0.2)
+    return held, entered, public, hanging
+
+
+def test_a_read_that_hangs_holds_the_classifier_once_and_briefly(open_folder, monkeypatch):
+    """The classifier runs on the daemon's event loop, and a file of the user's choice can hang
+    a read (a hard NFS mount whose server is gone, a FUSE process that stops answering): a
+    read is waited for at most READ_WAIT_S, and while it still hangs the next reads give no
+    line at once, nothing queued behind it; once it ends, lines are read again. (No file
+    system here can be made to hang a read, so the read itself is held by the test.)"""
+    held, entered, public, hanging = held_read(open_folder, monkeypatch)
     reads = source_lines._LineReads()
     try:
         assert reads.read(Frame("main", hanging, 1), NOBODY, "/") is None
@@ -392,19 +401,7 @@ def test_a_hung_read_stops_the_lines_of_its_users_lane_only(open_folder, monkeyp
     """Probe 110: one user's read hung on their FUSE mount, and every user's stacks lost their
     lines while it hung (one thread read them all). Each user id reads in its lane (one of
     LANES): the hung user's next read gives none at once, another user's is read."""
-    held, entered = threading.Event(), threading.Event()
-    real = source_lines.read_source_line
-    public = write(open_folder / "public.py", "print('hi')\n")
-    hanging = str(open_folder / "on-a-dead-mount.py")
-
-    def read(frame, reader, root):
-        if frame.filename == hanging:
-            entered.set()
-            held.wait()
-        return real(frame, reader, root)
-
-    monkeypatch.setattr(source_lines, "read_source_line", read)
-    monkeypatch.setattr(source_lines, "READ_WAIT_S", 0.2)
+    held, entered, public, hanging = held_read(open_folder, monkeypatch)
     reads = source_lines._LineReads()
     mallory = Credentials(1001, frozenset({1001}))
     other = Credentials(NOBODY_UID, frozenset({65534}))
