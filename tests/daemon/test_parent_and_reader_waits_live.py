@@ -90,6 +90,9 @@ def test_parents_joining_their_multiprocessing_children_wait_for_a_child(mlcostd
         assert rec.action["kind"] == "copy_commands", rec.action
         assert "waits for a child process it started" in rec.action["text"], rec.action
         assert "index_rebuild.py:" in rec.action["text"], rec.action
+        # how to overlap it follows how it was started (it said subprocess.Popen)
+        assert "multiprocessing.Pool" in rec.action["text"], rec.action
+        assert "subprocess" not in rec.action["text"], rec.action
         assert not any("kill" in c for c in rec.action["commands"]), rec.action
         waiting = rec.evidence["no_sign_of_work"]["waiting_in"][0]
         assert waiting["reason"].startswith(f"{CHILD_WAIT} (process.py:"), waiting

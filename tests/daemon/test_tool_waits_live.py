@@ -62,6 +62,7 @@ def test_jobs_waiting_for_their_encoder_or_download_tool_are_never_stopped(mlcos
         assert held.action["kind"] == "copy_commands", held.action
         assert "waits for a child process it started" in held.action["text"], held.action
         assert f"{name}.py:" in held.action["text"], held.action
+        assert "subprocess.Popen ahead of the step" in held.action["text"], held.action
         assert not any("kill" in c for c in held.action["commands"]), held.action
         waiting = held.evidence["no_sign_of_work"]["waiting_in"][0]
         assert waiting["reason"].startswith(CHILD_WAIT), waiting

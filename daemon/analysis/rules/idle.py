@@ -213,14 +213,20 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
 
 def _look_first_child(proc: ProcessWindow, child: Mapping[str, Any]) -> dict[str, object]:
     """Its stacks wait for a child process it started: the child works for it (an encoder, a
-    download) or waits itself; what the child runs decides, not the idle GPU."""
+    download, an index built in a multiprocessing.Process) or waits itself; what the child
+    runs decides, not the idle GPU. How to overlap it with the GPU's work follows how it was
+    started (the wait's frame in the stack's reason: subprocess.py, else multiprocessing's)."""
+    overlap = ("run the tool for the next item while the GPU works on this one "
+               "(subprocess.Popen ahead of the step, or a thread pool of subprocess.run calls)"
+               if "(subprocess.py:" in str(child.get("reason", "")) else
+               "start the next item's process while the GPU works on this one and join it "
+               "after the step (or hand the items to a multiprocessing.Pool or a "
+               "ProcessPoolExecutor)")
     return {"kind": "copy_commands",
             "text": f"pid {proc.pid} waits for a child process it started "
                     f"({child.get('file')}:{child.get('line')}): the child works for it or waits "
                     "for a transfer itself; look at the child before stopping anything. To use "
-                    "the GPU meanwhile, run the tool for the next item while the GPU works on "
-                    "this one (subprocess.Popen ahead of the step, or a thread pool of "
-                    "subprocess.run calls)",
+                    f"the GPU meanwhile, {overlap}",
             "commands": [f"ps --ppid {proc.pid} -o pid,stat,etime,pcpu,args  # its children",
                          f"sudo py-spy dump --pid {proc.pid}"]}
 
