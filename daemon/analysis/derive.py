@@ -12,9 +12,9 @@ cannot compute a rate two ways.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from daemon.sources.sample import GpuSample, HostUsageSample, ProcessSample, Sample
+from daemon.sources.sample import GPU_FIELDS, GpuSample, HostUsageSample, ProcessSample, Sample
 from daemon.wire import process_key
 
 
@@ -90,34 +90,16 @@ class ProcessModel(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuModel:
-    """One GPU this tick, with its busy/idle verdict under the configured idle threshold."""
+class GpuModel(GpuSample):
+    """One GPU this tick: its sample's fields (declared once, in GpuSample) and its busy/idle
+    verdict under the configured idle threshold."""
 
-    index: int
-    uuid: str
-    name: str
-    status: str
-    error: str | None
-    utilization: float | None
-    sm_activity: float | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    memory_reserved_bytes: int | None
-    power_watts: float | None
-    temperature_c: int | None
-    sm_clock_mhz: int | None
-    memory_clock_mhz: int | None
-    busy: bool | None  # None: utilization unknown (or the GPU failed this tick)
+    busy: bool | None = None  # None: utilization unknown (or the GPU failed this tick)
 
     @classmethod
     def from_sample(cls, gpu: GpuSample, busy: bool | None) -> GpuModel:
-        return cls(
-            index=gpu.index, uuid=gpu.uuid, name=gpu.name, status=gpu.status, error=gpu.error,
-            utilization=gpu.utilization, sm_activity=gpu.sm_activity,
-            memory_used_bytes=gpu.memory_used_bytes, memory_total_bytes=gpu.memory_total_bytes,
-            memory_reserved_bytes=gpu.memory_reserved_bytes,
-            power_watts=gpu.power_watts, temperature_c=gpu.temperature_c,
-            sm_clock_mhz=gpu.sm_clock_mhz, memory_clock_mhz=gpu.memory_clock_mhz, busy=busy)
+        fields: dict[str, Any] = {name: getattr(gpu, name) for name in GPU_FIELDS}
+        return cls(**fields, busy=busy)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from daemon.analysis.derive import GpuModel, HostUsageModel, ProcessModel, TickM
 from daemon.analysis.inference_audit import with_savings
 from daemon.analysis.rules.combine import savings_document
 from daemon.sources.owners import workload_label
-from daemon.sources.sample import GPU_OK, GpuSample, Sample
+from daemon.sources.sample import GPU_FIELDS, GPU_OK, GpuSample, Sample
 from daemon.wire import HIGH_CONFIDENCE
 from pricing.offcloud import gpus_energy_per_hour
 
@@ -78,16 +78,12 @@ def gpu_busy(gpu: GpuSample, idle_utilization_pct: float) -> bool | None:
 
 
 def gpu_entry(gpu: GpuModel) -> dict[str, Any]:
-    return {
-        "index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "status": gpu.status,
-        "error": gpu.error, "utilization": gpu.utilization, "sm_activity": gpu.sm_activity,
-        "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
-        "memory_reserved_bytes": gpu.memory_reserved_bytes,
-        "power_watts": gpu.power_watts, "temperature_c": gpu.temperature_c,
-        "sm_clock_mhz": gpu.sm_clock_mhz, "memory_clock_mhz": gpu.memory_clock_mhz,
-        "busy": gpu.busy,
-        "energy_per_hour": None,  # priced in now_document where [instance] $/kWh is set
-    }
+    """One GPU: its fields (daemon.sources.sample.GPU_FIELDS), its busy verdict and its
+    energy's price."""
+    entry = {name: getattr(gpu, name) for name in GPU_FIELDS}
+    entry["busy"] = gpu.busy
+    entry["energy_per_hour"] = None  # priced in now_document where [instance] $/kWh is set
+    return entry
 
 
 def host_usage_entry(usage: HostUsageModel) -> dict[str, Any]:

@@ -6,7 +6,7 @@ derived from two samples by the reader; the store keeps the raw facts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 # GPU status values. "ok" means every field that the GPU supports was read this tick.
 GPU_OK = "ok"
@@ -36,6 +36,11 @@ class GpuSample:
     # it, as nvidia-smi and nvitop show. None where the driver has only v1 memory info (then
     # memory_used_bytes includes it) or the read failed.
     memory_reserved_bytes: int | None = None
+
+
+# A GPU's fields, declared once (GpuSample's, in its order): what the tick's derived model
+# carries (daemon.analysis.derive.GpuModel) and /v1/now shows of each GPU (daemon.api.document).
+GPU_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuSample))
 
 
 @dataclass(frozen=True, slots=True)

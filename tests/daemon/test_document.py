@@ -8,6 +8,7 @@ sources are scripted (`collect` returns the samples below), so the values are kn
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from daemon.api.server import ApiServer
 from daemon.client import Client
 from daemon.replay import Replay
+from daemon.sources.sample import GPU_FIELDS, GpuSample
 from tests.daemon.scripted import recording_daemon
 
 
@@ -133,3 +135,18 @@ def test_energy_per_hour_is_null_not_left_out_without_an_electricity_price(tmp_p
         reader.close()
     assert document["gpus"] and all("energy_per_hour" in g and g["energy_per_hour"] is None
                                     for g in document["gpus"]), document["gpus"]
+
+
+def test_each_gpu_shows_every_field_its_sample_declares(tmp_path):
+    """A GPU's fields are declared once (GpuSample): the document's GPU entry shows each, with
+    the value the tick read, beside its verdict and its energy's price; a field added to the
+    sample reaches /v1/now without a second list to keep."""
+    daemon = recording_daemon(tmp_path, idle_utilization=5.0, t0=time.time() - 30)
+    live = daemon.now()
+    sample = daemon.last_sample
+    daemon.store.close()
+    assert [g["index"] for g in live["gpus"]] == [g.index for g in sample.gpus]
+    for entry, gpu in zip(live["gpus"], sample.gpus, strict=True):
+        assert list(entry) == [*GPU_FIELDS, "busy", "energy_per_hour"], list(entry)
+        assert {name: entry[name] for name in GPU_FIELDS} == {
+            f.name: getattr(gpu, f.name) for f in dataclasses.fields(GpuSample)}
