@@ -111,17 +111,25 @@ def phase_label(phase: str | None, confidence: str | None) -> str:
     return phase + LOW_CONFIDENCE_MARK if confidence == LOW_CONFIDENCE else phase
 
 
-def money(value: float | None, digits: int = 2, *, small: bool = False) -> str:
-    """Dollars as reports, recommendations and snapshots write them: '$1,234.56', '-' when
-    unknown. `small`: four decimals below $1, where a short run's cost would read $0.00
-    (profiles and their gates: '$0.0022')."""
+def money(value: float | None, digits: int = 2, *, small: bool = False,
+          significant: bool = False, whole_from: float | None = None, none: str = "-") -> str:
+    """Dollars, as every report, recommendation, snapshot, page and screen writes them (the one
+    place that says how): '$1,234.56', '-$1.00', `none` when unknown. Below $1, `small` writes
+    four decimals, where a short run's cost would read $0.00 (profiles and their gates:
+    '$0.0022'); `significant` at least two significant digits (a page's $0.00012).
+    `whole_from`: whole dollars from that amount up (a screen's '$12,345')."""
     if value is None or not math.isfinite(value):  # (an edited file's 1e308 - x is inf)
-        return "-"
-    if small and abs(value) < 1:
+        return none
+    amount = abs(value)
+    if whole_from is not None and amount >= whole_from:
+        digits = 0
+    elif small and amount < 1:
         digits = 4
+    elif significant and 0 < amount < 1:
+        digits = max(digits, 1 - math.floor(math.log10(amount)))
     if value < 0:
-        return f"-${-value:,.{digits}f}"
-    return f"${value:,.{digits}f}"
+        return f"-${amount:,.{digits}f}"
+    return f"${amount:,.{digits}f}"
 
 
 ELLIPSIS = "…"

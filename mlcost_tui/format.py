@@ -10,6 +10,7 @@ from rich.text import Text
 
 from daemon import clock as daemon_clock
 from daemon.wire import ELLIPSIS, crop, program_words, short_command  # noqa: F401 (the TUI's)
+from daemon.wire import money as wire_money
 from mlcost_tui.thresholds import MUTED_TRACK, PHASE_COLOURS
 
 # The UI reads the one clock (daemon.clock) through this name, so tests can freeze it.
@@ -20,11 +21,8 @@ SPARK = "▁▂▃▄▅▆▇█"
 
 
 def money(value: float | None, suffix: str = "") -> str:
-    if value is None:
-        return DASH
-    if abs(value) >= 1000:
-        return f"${value:,.0f}{suffix}"
-    return f"${value:,.2f}{suffix}"
+    """Dollars as the screens show them (daemon.wire.money): whole dollars from $1,000."""
+    return DASH if value is None else wire_money(value, whole_from=1000) + suffix
 
 
 def pct(value: float | None) -> str:

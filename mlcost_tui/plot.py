@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from daemon.clock import local_time
-from daemon.wire import History
+from daemon.wire import History, money
 from mlcost_tui import format as fmt
 from mlcost_tui.thresholds import MUTED, MUTED_TRACK
 
@@ -28,7 +28,8 @@ def percent_label(value: float) -> str:
 
 
 def money_label(value: float) -> str:
-    return f"${value:,.2f}" if value < 100 else f"${value:,.0f}"
+    """An axis's dollars (daemon.wire.money): whole dollars from $100."""
+    return money(value, whole_from=100)
 
 
 def nice_top(value: float) -> float:

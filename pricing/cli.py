@@ -629,7 +629,8 @@ def _unknown_region(args: argparse.Namespace, catalog: Catalog) -> str:
             "REGION` fetches live ones)")
 
 
-def _money(value: float | None) -> str:
+def _per_hour(value: float | None) -> str:
+    """A price in the table's $/h column: four decimals, no sign (its header says $/h)."""
     return "-" if value is None else f"{value:.4f}"
 
 
@@ -688,10 +689,10 @@ def format_table_with_sources(offers: Sequence[InstanceOffer],
             o.provider, o.region, o.instance_type, o.accelerator, str(o.accelerator_count),
             f"{o.accelerator_memory_gib:g}", "-" if o.vcpus is None else str(o.vcpus),
             "-" if o.memory_gib is None else f"{o.memory_gib:g}",
-            _money(o.on_demand.per_hour if o.on_demand else None), _spot_text(o.spot),
-            _money(o.commit_1y.per_hour if o.commit_1y else None),
-            _money(o.commit_3y.per_hour if o.commit_3y else None),
-            _money(o.price_per_accelerator(lifecycle)), _prices_text(o, footnote),
+            _per_hour(o.on_demand.per_hour if o.on_demand else None), _spot_text(o.spot),
+            _per_hour(o.commit_1y.per_hour if o.commit_1y else None),
+            _per_hour(o.commit_3y.per_hour if o.commit_3y else None),
+            _per_hour(o.price_per_accelerator(lifecycle)), _prices_text(o, footnote),
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
     numeric = {4, 5, 6, 7, 8, 9, 10, 11, 12}

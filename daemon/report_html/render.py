@@ -35,6 +35,7 @@ from daemon.wire import (
     OUTPUT,
     SYNC,
     UNKNOWN,
+    money,
 )
 
 WIDTH, HEIGHT = 880, 220
@@ -76,13 +77,10 @@ ul.evidence li{margin:1px 0}ul.evidence .k{color:#555}
 
 
 def _money(value: float | None, digits: int = 2) -> str:
-    """Dollars to `digits` decimals, or to two significant digits where those would show less
-    (a 10-second profile's $0.0022 is not $0.00)."""
-    if value is None:
-        return "—"
-    if 0 < abs(value) < 1:
-        digits = max(digits, 1 - math.floor(math.log10(abs(value))))
-    return f"${value:,.{digits}f}"
+    """Dollars as the page writes them (daemon.wire.money): to `digits` decimals, or to two
+    significant digits where those would show less (a 10-second profile's $0.0022 is not
+    $0.00); a dash when unknown."""
+    return money(value, digits, significant=True, none="—")
 
 
 def _pct(value: float | None) -> str:

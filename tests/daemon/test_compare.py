@@ -1095,6 +1095,22 @@ def test_money_says_unknown_for_no_finite_figure_and_puts_a_minus_first():
     assert change_text(-0.5, "$") == "-$0.5" and figure_text(1e-4, "$") == "$0.0001"
 
 
+def test_screens_pages_and_axes_write_dollars_by_the_one_rule():
+    """Money was written by five functions; a negative figure read "$-5.00" on a screen and on
+    a page and "-$5.00" in a report. The screens' whole dollars from $1,000, the axes' from
+    $100 and the pages' significant digits below $1 are daemon.wire.money's options now."""
+    from daemon.report_html.render import _money as page_money
+    from mlcost_tui import format as screen
+    from mlcost_tui.plot import money_label
+
+    assert screen.money(-5) == "-$5.00" and page_money(-5) == "-$5.00"
+    assert screen.money(12_345.6) == "$12,346" and screen.money(999.5, "/h") == "$999.50/h"
+    assert screen.money(None) == "-" and screen.money(-2500) == "-$2,500"
+    assert page_money(0.00012) == "$0.00012" and page_money(0.5) == "$0.50"
+    assert page_money(None) == "—" and page_money(3.14159, 4) == "$3.1416"
+    assert money_label(250.4) == "$250" and money_label(12.5) == "$12.50"
+
+
 def test_a_profile_with_a_field_no_page_can_show_is_refused_and_an_earlier_page_kept(
         tmp_path, capsys):
     """window.since 1e300 raised OverflowError making its date, and a recommendation's
