@@ -32,6 +32,7 @@ from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, evaluate
+from daemon.analysis.rules.idle import is_periodic
 from daemon.analysis.rules.window import analysis_of_ticks
 from daemon.analysis.totals import GpuTotals
 from daemon.analysis.window_ticks import WINDOW_S, StepMeans, WindowTick, window_tick
@@ -93,6 +94,9 @@ class Analyzer:
         self._burn_memo = BurnMemo()  # each GPU's last split: kept while its inputs are
         self.latest_sample: Sample | None = None
         self.recent: deque[Event] = deque(maxlen=RECENT_EVENTS)
+        # The processes the latest round of the rules called periodic jobs between runs
+        # ('pid:start_time' -> their runs in the window; rules/idle.py's is_periodic)
+        self._periodic: dict[str, int] = {}
         self.lock = threading.Lock()  # see the module docstring
 
     def resume(self, spent_before: CostLedger | None,
@@ -159,7 +163,8 @@ class Analyzer:
                 phase_balances: Mapping[Any, Any] | None = None,
                 checkpoint_times: Mapping[str, Sequence[float]] | None = None,
                 kinds: Mapping[str, Kind] | None = None) -> list[Finding]:
-        """The rules over a copied window; touches no shared state (safe in a thread).
+        """The rules over a copied window (safe in a thread: of the shared state it only
+        leaves, under the lock, the periodic jobs it found, for `periodic`).
         `kinds`: each process's workload kind by 'pid:start_time' (daemon.analysis.kinds)."""
         window, budget_events = inputs
         if not window:
@@ -170,7 +175,19 @@ class Analyzer:
                                      budget_events=budget_events, limits=self.limits,
                                      thresholds=self.thresholds, kinds=kinds,
                                      request_counters=self.request_counters())
+        periodic = {proc.id: proc.work_runs for proc in analysis.processes
+                    if is_periodic(proc)}
+        with self.lock:
+            self._periodic = periodic
         return evaluate(analysis)
+
+    def periodic(self) -> dict[str, int]:
+        """The processes ('pid:start_time') the latest round of the rules called periodic jobs
+        between runs (rules/idle.py's is_periodic: the fact by which host_idle holds back and
+        idle_gpu_held says "release the GPU between runs"), with their runs in the window: what
+        GET /v1/idle counts as at work, so that it and host_idle agree."""
+        with self.lock:
+            return dict(self._periodic)
 
     def record(self, found: list[Finding]) -> list[dict[str, Any]]:
         """Keep the recommendations of one evaluation in the book (first and last seen), and

@@ -29,6 +29,11 @@ IO_MIN_SECONDS_WORTH = 0.25
 ON_CPU_MIN = 0.5
 
 
+# A main thread in a timed hand-over wait (`jobs.get(timeout=1)` in a loop that looks at a stop
+# flag between tries) wakes each time the timeout runs out, finds nothing and waits again: a few
+# microseconds on a CPU a wake-up. On a CPU under this share of the time it was not waiting for
+# a core (see cpu_demand), its wake-ups brought it no work.
+TIMED_WAKES_CPU_MAX = 0.05
 # A main thread waiting for a core at least a quarter of the time is slowed by the host's load.
 QUEUED_MIN = 0.25
 # Its child processes on a CPU a tenth of a core between them are at work (decoders feeding a

@@ -2,8 +2,10 @@
 `mlcostd idle`), for tools that stop idle machines (SkyPilot autostop, dstack, Slurm, cron).
 
 Pure: `answer` reads the /v1/now document of the latest tick (each GPU's busy verdict, each GPU
-process's SM share, I/O, CPU, phase and whether it serves) and the GPU utilization history of a
-look-back window (`History`, read from the store by the caller). A host is idle only when
+process's SM share, I/O, CPU, phase and whether it serves), the processes the rules' latest
+round called periodic jobs between runs (the caller's Analyzer.periodic: host_idle's own fact)
+and the GPU utilization history of a look-back window (`History`, read from the store by the
+caller). A host is idle only when
 nothing in the latest tick says active *and* no GPU was busy for the whole asked duration, with
 the store's ticks covering that duration without holes. Anything not known — no tick yet, a GPU
 without a reading, a hole in the history, a history shorter than asked — answers active, with
@@ -42,6 +44,9 @@ IO_CONFIDENCE = 0.9
 PHASE_CONFIDENCE = 0.8
 CPU_CONFIDENCE = 0.7
 SERVES_CONFIDENCE = 0.8  # when the kind classifier gave none
+# A periodic job between runs (its kernels ran in separate runs of the rules' window: rules/
+# idle.py's is_periodic): its runs were measured, that another comes is read from them.
+PERIODIC_CONFIDENCE = 0.8
 # An idle answer is less sure when a GPU process's phase is not known (its stacks could not be
 # sampled: no py-spy, no permission) or when the history is read from minute rollups.
 UNKNOWN_PHASE_CONFIDENCE = 0.8
@@ -76,8 +81,10 @@ def fail_safe(reason: str, *, for_s: float = 0.0, ts: float | None = None) -> di
             "processes": [], "history": None}
 
 
-def process_evidence(proc: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """Why one GPU process counts as active now: (evidence, confidence) pairs; [] when idle."""
+def process_evidence(proc: Mapping[str, Any], runs: int = 0) -> list[tuple[str, float]]:
+    """Why one GPU process counts as active now: (evidence, confidence) pairs; [] when idle.
+    `runs`: its runs of kernels in the rules' window where the latest round of the rules
+    called it a periodic job between runs (Analyzer.periodic), else 0."""
     found: list[tuple[str, float]] = []
     sm = proc.get("sm_share")
     if isinstance(sm, int | float) and sm >= SM_SHARE_PERCENT:
@@ -93,6 +100,10 @@ def process_evidence(proc: Mapping[str, Any]) -> list[tuple[str, float]]:
     if waits_for_jobs(proc):
         found.append(("waits for its next job from a queue or a job server (a queue consumer, "
                       "seen in its stacks): a worker between jobs is active", PHASE_CONFIDENCE))
+    if runs:
+        found.append((f"a periodic job between runs: its kernels ran in {runs} separate runs "
+                      "of the rules' window (idle_gpu_held tells it to release the GPU between "
+                      "runs; stopping the host would stop its next run)", PERIODIC_CONFIDENCE))
     if _idle_reason_is(proc, CHILD_WAIT):
         found.append(("waits for a child process it started (an external tool, seen in its "
                       "stacks): the child runs on this host", PHASE_CONFIDENCE))
@@ -191,9 +202,11 @@ def _largest_gap(starts: Sequence[float], window_start: float,
 
 def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
            idle_utilization_pct: float, interval_s: float,
-           rollups: bool = False) -> dict[str, Any]:
+           rollups: bool = False, periodic: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The idleness answer for the latest tick (`now`, the /v1/now document) and the look-back
-    `history` (None: not read; then only a `for_s` of 0 can answer idle)."""
+    `history` (None: not read; then only a `for_s` of 0 can answer idle). `periodic`: the
+    processes (by key) the latest round of the rules called periodic jobs between runs, with
+    their runs (Analyzer.periodic): at work, as host_idle counts them."""
     ts = now.get("ts")
     if ts is None:
         return fail_safe("no tick recorded yet: the daemon has just started", for_s=for_s)
@@ -210,11 +223,13 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
     active_now: list[tuple[str, float]] = []
     unknown_phase = False
     for proc in now.get("processes") or []:
-        evidence = process_evidence(proc)
+        key = proc.get("key")
+        evidence = process_evidence(proc, (periodic or {}).get(key, 0)
+                                    if isinstance(key, str) else 0)
         if proc.get("phase") is None and not evidence:
             unknown_phase = True
         processes.append({
-            "key": proc.get("key"), "pid": proc.get("pid"), "user": proc.get("user"),
+            "key": key, "pid": proc.get("pid"), "user": proc.get("user"),
             "command": proc.get("command"), "gpus": [u.get("index") for u in proc.get("gpus")
                                                      or [] if isinstance(u, Mapping)],
             "active": bool(evidence), "kind": proc.get("kind"),

@@ -39,6 +39,7 @@ from daemon.analysis.host_signals import (
     ON_CPU_MIN,
     QUEUED_MIN,
     READ_MIN_PER_S,
+    TIMED_WAKES_CPU_MAX,
     WRITE_MIN_PER_S,
     HostSignals,
 )
@@ -63,6 +64,7 @@ from daemon.analysis.stack_rules import (
     SQS_RECEIVE_CALL,
     STOPPED,
     STREAM_BLOCK_CALL,
+    TIMED_WAIT_CALL,
     TIMER_WAIT,
     WAIT,
     WORKER_PROCESSES_FEED_IT,
@@ -180,8 +182,9 @@ def classify(
     subprocess module or multiprocessing's Process.join (CHILD_WAITS) comes after the signals
     and before the other waiting frames: waiting for a child process it started (idle,
     CHILD_WAIT: `_waits_for_child`). A hand-over wait with no thread working on input, while a
-    thread of the user's code blocks reading a bare socket and nothing came over the tick, is a
-    worker waiting for its next job (idle, JOB_WAIT: `_fed_by_network`).
+    thread of the user's code blocks reading a bare socket and nothing came over the tick (a
+    timed wait's wake-ups to look again bring nothing), is a worker waiting for its next job
+    (idle, JOB_WAIT: `_fed_by_network`).
 
     With `signals` (HostSignals), after the library frames and a reader thread's work, and
     before the waiting frames: a
@@ -447,9 +450,12 @@ def _fed_by_network(threads: Sequence[ThreadStack], main: ThreadStack | None,
     reading a bare socket (`_reads_network`: a job dispatcher's or a broker's connection read
     in a thread, `for line in sock.makefile()`), while nothing came to the process over the
     tick (`_nothing_arriving`: the main thread slept through it, a hand-over would have woken
-    it; no reads, no child at work). The same worker as one whose main thread reads the socket
-    itself. None where no such thread waits, or something arrived, or it was not measured: a
-    wait like any other (a stalled job's threads deadlocked on locks read so)."""
+    it; no reads, no child at work). A timed wait (`jobs.get(timeout=1)` in a loop that looks
+    at a stop flag: `_timed_wait`) wakes when its timeout runs out: woken, but on a CPU under
+    TIMED_WAKES_CPU_MAX of the time, nothing came to it either. The same worker as one whose
+    main thread reads the socket itself. None where no such thread waits, or something
+    arrived, or it was not measured: a wait like any other (a stalled job's threads
+    deadlocked on locks read so)."""
     if future_wait(called) is not None:
         return None  # a request's answer (a remote call in a thread pool): no stream of jobs
     for other in islice((t for t in threads if t is not main), MAX_THREADS_LOOKED_AT):
@@ -463,8 +469,19 @@ def _fed_by_network(threads: Sequence[ThreadStack], main: ThreadStack | None,
         return _nothing_arriving(
             signals, f"its main thread {waiting} for what thread {name!r} reads from a "
             f"socket, {read}", responsible, "a job dispatcher or a broker with no work for it, "
-            "or a peer with nothing to send")
+            "or a peer with nothing to send",
+            timed=_timed_wait(called, responsible, source_line))
     return None
+
+
+def _timed_wait(called: Sequence[Frame], responsible: Frame | None,
+                source_line: SourceLine | None) -> bool:
+    """Whether a hand-over wait passes a timeout (TIMED_WAIT_CALL): on the line of its
+    innermost waiting frame (threading's Condition.wait: `waiter.acquire(True, timeout)`), or
+    on the user's line (a SimpleQueue's get in C, or a waiting frame whose source is not read)."""
+    wait = next((f for f in called if is_handoff_wait(f)), None)
+    return any(_calls(frame, TIMED_WAIT_CALL, source_line)
+               for frame in (wait, responsible) if frame is not None)
 
 
 def _reads_network(thread: ThreadStack, line: Frame,
@@ -524,7 +541,7 @@ def _children_at_work(signals: HostSignals | None) -> str | None:
 def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame | None,
                       who: str = "a job server or a broker with no work for it, or a peer "
                                  "with nothing to send",
-                      on: str = "a socket") -> Classification | None:
+                      on: str = "a socket", timed: bool = False) -> Classification | None:
     """Idle, waiting for its next job, where the main thread blocks on a bare socket (`what`:
     no client library above it), or on a request whose answer has not begun (an HTTP long
     poll; `who` says what it waits for), and nothing came to it: the thread slept through the last
@@ -532,18 +549,29 @@ def _nothing_arriving(signals: HostSignals | None, what: str, responsible: Frame
     it), no child process of it at work (a feeder that computes its input), no reads or D
     state. That is a worker's connection to a job server or a broker with no work for it, or a
     peer with nothing to send: no input pipeline that a read-ahead would speed up. (Bytes a
-    recv brings are in no /proc counter: rchar counts read(), not recv().) None, data wait,
-    where it woke or that was not measured. Its GPU may have worked in the seconds the
-    signals cover: it ran the last job."""
-    if signals is None or signals.main_thread_woke is not False:
+    recv brings are in no /proc counter: rchar counts read(), not recv().) `timed`: the main
+    thread waits with a timeout (a hand-over's `get(timeout=1)` in a loop), which wakes it
+    each time it runs out: woken, it had nothing come to it where it ran under
+    TIMED_WAKES_CPU_MAX of the time (`signals.main_thread_cpu`: a wake-up to look again
+    costs microseconds). None, data wait, where it woke otherwise or that was not measured.
+    Its GPU may have worked in the seconds the signals cover: it ran the last job."""
+    if signals is None or signals.main_thread_woke is None:
+        return None
+    cpu = signals.main_thread_cpu
+    timed_out = (signals.main_thread_woke and timed and cpu is not None
+                 and cpu < TIMED_WAKES_CPU_MAX)
+    if signals.main_thread_woke and not timed_out:
         return None
     if signals.d_state or signals.iowait_growing or signals.read_per_s >= READ_MIN_PER_S:
         return None
     if signals.tree_cpu is None or _children_at_work(signals) is not None:
         return None
+    # (one text whatever the figure: a stack's reason in the balance is its most frequent)
+    slept = (f"its main thread woke only as its wait's timeout ran out, on a CPU under "
+             f"{TIMED_WAKES_CPU_MAX:.0%} of the time" if timed_out
+             else "its main thread slept through the last tick")
     return Classification(
-        IDLE, f"{JOB_WAIT} on {on} nothing came to ({what}; its main thread slept "
-        f"through the last tick): {who}", responsible)
+        IDLE, f"{JOB_WAIT} on {on} nothing came to ({what}; {slept}): {who}", responsible)
 
 
 def _reads_pipe(pipe: str, responsible: Frame | None, signals: HostSignals,

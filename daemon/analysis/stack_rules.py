@@ -438,6 +438,12 @@ PROCESS_POOL_THREADS: tuple[tuple[str, str], ...] = (
 # What the innermost user line calls to take what another thread hands over, where that call
 # leaves no Python frame (a queue.SimpleQueue's get is C): a HANDOFF_WAITS wait all the same.
 HANDOFF_CALL = re.compile(r"\.get\(\s*(\)|block\b|timeout\b|True\b)")
+# A wait that passes a timeout, on its waiting frame's line (threading's Condition.wait under a
+# queue.Queue.get(timeout=...) or an Event.wait(timeout): `gotit = waiter.acquire(True,
+# timeout)`, not `waiter.acquire()`) or, where no Python frame is below it, on the user's line
+# (a SimpleQueue's `jobs.get(timeout=1)` in C): in a loop, it wakes each time the timeout runs
+# out, finds nothing, and waits again.
+TIMED_WAIT_CALL = re.compile(r"\btimeout\b")
 # How a data wait's reason joins the thread that feeds the waiting loop to what that thread does
 # (daemon.analysis.phases._fed_by), and what it does when py-spy saw it on a CPU holding the GIL:
 # Python code (decoding, augmenting in Python), which more threads cannot run in parallel (they

@@ -190,3 +190,32 @@ def test_kernels_between_window_ticks_count_so_a_working_job_is_not_idle():
     assert all(t.gpus[0].utilization == 0.0 and t.peak_util[0] == 90.0 for t in late[1:])
     assert all(t.use_sm[0] == pytest.approx(17.0) for t in late[1:])  # 85% x 1/5
     assert all(t.use_memory[0] == 8 * GIB for t in late)
+
+
+def test_the_periodic_jobs_of_the_latest_round_are_kept_for_the_idle_answer():
+    """Analyzer.periodic: the processes the latest round of the rules called periodic jobs
+    between runs (rules/idle.py's is_periodic, by which host_idle holds back), with their runs:
+    GET /v1/idle counts them at work from it. A round that no longer sees them drops them."""
+    catalog = Catalog.load()
+    price = host_price(Instance("aws", "p4d.24xlarge", "us-east-1", None, "t"), catalog)
+    a = Analyzer(price, catalog, IdleThresholds(gpu_held_after_s=60, host_after_s=60),
+                 window_step_s=5.0, window_s=600.0)
+    assert a.periodic() == {}
+
+    def scorer(ts, busy):
+        gpus = tuple(GpuSample(g, f"u{g}", "A100", "ok", 90.0 if busy and g == 0 else 0.0,
+                               None, 8 * GIB if g == 0 else 0, 40 * GIB) for g in range(8))
+        procs = (ProcessSample(9, 50.0, 1, "ann", "python nightly_scorer.py",
+                               (GpuUse(0, 8 * GIB, 80.0 if busy else 0.0),)),)
+        return Sample(float(ts), ts, gpus=gpus, processes=procs)
+
+    for ts in range(0, 440):  # 10 s of kernels every 2 minutes; idle 70 s, past host_after
+        a.update(scorer(ts, ts % 120 < 10))
+    found = a.evaluate({})
+    assert a.periodic() == {"9:50.000": 4}
+    assert not [r for r in found if r.rule == "host_idle"], [r.rule for r in found]
+    for ts in range(440, 1100):  # idle for longer than the window: its runs left it
+        a.update(scorer(ts, False))
+    found = a.evaluate({})
+    assert a.periodic() == {}
+    assert [r for r in found if r.rule == "host_idle"], [r.rule for r in found]

@@ -152,6 +152,31 @@ def test_a_process_waiting_for_a_child_process_it_started_is_active():
                                        "started"), result
 
 
+def test_a_periodic_job_between_runs_is_active_as_host_idle_counts_it():
+    """Probe 109's nightly scorer between its runs (its model loaded, `time.sleep(EVERY)`):
+    the rules called it periodic ("release the GPU between runs"), yet /v1/idle answered idle
+    and an autostop would stop the host before its next run. The rules' own fact (the
+    Analyzer's periodic processes, by key) makes it active; a process they did not call so,
+    or another process's key, leaves the answer idle."""
+    sleeping = proc(pid=3507, key="3507:5.000", kind="batch_inference",
+                    command="python nightly_scorer.py", phases={"idle": 0.97, "compute": 0.03},
+                    phase_reasons={"idle": "sleeping or waiting: `time.sleep(EVERY)` with the "
+                                           "GPU idle"})
+    document = now(processes=[sleeping])
+    result = answer(document, history(), for_s=0, idle_utilization_pct=IDLE_PCT,
+                    interval_s=1.0, periodic={"3507:5.000": 3})
+    assert result["active"] is True, result
+    assert result["reason"].startswith("active now: pid 3507: a periodic job between runs: its "
+                                       "kernels ran in 3 separate runs"), result
+    assert result["confidence"] == 0.8 and result["basis"] == "measured"
+    [entry] = result["processes"]
+    assert entry["active"] is True and "periodic job" in entry["evidence"][0], entry
+    for periodic in (None, {}, {"3508:5.000": 3}):
+        result = answer(document, history(), for_s=0, idle_utilization_pct=IDLE_PCT,
+                        interval_s=1.0, periodic=periodic)
+        assert result["active"] is False, (periodic, result)
+
+
 def test_each_kind_of_evidence_makes_a_quiet_gpus_process_active():
     assert process_evidence(proc()) == []
     assert process_evidence(proc(phase=None)) == []

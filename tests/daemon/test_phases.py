@@ -2154,3 +2154,75 @@ def test_a_main_thread_taking_jobs_a_socket_reader_thread_receives_waits_for_its
     found = classify(threads(FUTURE_WAITS["result"], (SOCKET_READER, False)), gpu_busy=False,
                      source_line=no_source, signals=slept)
     assert not found.reason.startswith(stack_rules.JOB_WAIT), found
+
+
+# The same worker taking its jobs with jobs.get(timeout=1) in a loop (so it looks at a stop flag
+# between tries), as py-spy dumps it (Python 3.11): the timed branches of Queue.get and
+# Condition.wait, a few lines below the untimed ones.
+TIMED_QUEUE_GET = [(f"{STDLIB}/threading.py", "Condition.wait", 331),
+                   (f"{STDLIB}/queue.py", "Queue.get", 180),
+                   (USER, "train", 57)]
+TIMED_SOURCE = {"Condition.wait": "gotit = waiter.acquire(True, timeout)",
+                "Queue.get": "self.not_empty.wait(remaining)",
+                "train": "job = jobs.get(timeout=1)"}
+
+
+def test_a_main_thread_taking_jobs_with_a_timeout_waits_for_its_next_job_as_without_one():
+    """The timed form of the worker above (`jobs.get(timeout=1)`: Condition.wait(timeout), the
+    lock's acquire with a timeout) wakes every second, finds the queue empty and waits again:
+    its main thread never slept through a tick, so it read "waiting in Condition.wait" and got
+    idle_gpu_held's SIGTERM, the host's stop and /v1/idle "idle". A timed wait's wake-ups cost
+    microseconds on a CPU: woken, but on a CPU under TIMED_WAKES_CPU_MAX, nothing came to it."""
+    from daemon.analysis.host_signals import TIMED_WAKES_CPU_MAX
+
+    looked = HostSignals(seconds=3.0, main_thread_cpu=0.0004, process_cpu=0.001, tree_cpu=0.001,
+                         main_thread_woke=True)
+    dump = threads(TIMED_QUEUE_GET, (SOCKET_READER, False))
+    found = classify(dump, gpu_busy=False, source_line=lines(**TIMED_SOURCE), signals=looked)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "'worker-2'" in found.reason and "socket.py:706 SocketIO.readinto" in found.reason
+    assert "woke only as its wait's timeout ran out, on a CPU under 5% of the time" in found.reason
+    assert found.frame == Frame("train", USER, 57)
+    # the timeout read from the user's line alone (stdlib unread), and a SimpleQueue's in C
+    user_only = lines(train="job = jobs.get(timeout=1)")
+    for main in (TIMED_QUEUE_GET, [(USER, "train", 57)]):
+        found = classify(threads(main, (SOCKET_READER, False)), gpu_busy=False,
+                         source_line=user_only, signals=looked)
+        assert found.reason.startswith(stack_rules.JOB_WAIT), (main, found)
+    # asleep through the tick it reads as the untimed wait did
+    found = classify(dump, gpu_busy=False, source_line=lines(**TIMED_SOURCE),
+                     signals=dataclasses.replace(looked, main_thread_woke=False))
+    assert found.reason.startswith(stack_rules.JOB_WAIT), found.reason
+    assert "slept through the last tick" in found.reason
+    # woken and on a CPU (a job came and it ran), not measured, or a child computing: a plain
+    # wait, timed or not; and an untimed wait that woke (something came) is one too
+    for other in (dataclasses.replace(looked, main_thread_cpu=TIMED_WAKES_CPU_MAX),
+                  dataclasses.replace(looked, main_thread_cpu=None),
+                  dataclasses.replace(looked, main_thread_woke=None),
+                  dataclasses.replace(looked, tree_cpu=0.9), None):
+        found = classify(dump, gpu_busy=False, source_line=lines(**TIMED_SOURCE), signals=other)
+        assert found.reason.startswith("waiting in Condition.wait"), (other, found)
+    untimed = lines(**{"Condition.wait": "waiter.acquire()", "train": "job = jobs.get()"})
+    for main in (QUEUE_GET, TIMED_QUEUE_GET):
+        found = classify(threads(main, (SOCKET_READER, False)), gpu_busy=False,
+                         source_line=untimed, signals=looked)
+        assert found.reason.startswith("waiting in Condition.wait"), (main, found)
+    found = classify(dump, gpu_busy=False, source_line=no_source, signals=looked)
+    assert found.reason.startswith("waiting in Condition.wait"), found  # no line says timed
+    # no thread on the network (a timed get on a queue no reader fills, threads deadlocked on
+    # locks), a reader at work: a timed wait like any other
+    deadlocked = [(f"{STDLIB}/threading.py", "Lock.acquire", 1), ("/home/me/job.py", "saver", 25),
+                  *THREAD_RUN]
+    for others in ([], [(SOCKET_READER, True)], [(deadlocked, False)] * 2):
+        found = classify(threads(TIMED_QUEUE_GET, *others), gpu_busy=False,
+                         source_line=lines(**TIMED_SOURCE), signals=looked)
+        assert found.reason.startswith("waiting in Condition.wait"), (others, found)
+    # a time.sleep loop beside the same reader thread (it polls a flag between sleeps) is no
+    # hand-over: not a consumer, whatever its wake-ups
+    sleeping = [(USER, "train", 61)]
+    for signals in (looked, dataclasses.replace(looked, main_thread_woke=False)):
+        found = classify(threads(sleeping, (SOCKET_READER, False)), gpu_busy=False,
+                         source_line=lines(train="time.sleep(1)"), signals=signals)
+        assert found.phase == "idle", found
+        assert not found.reason.startswith(stack_rules.JOB_WAIT), found

@@ -656,6 +656,52 @@ def test_a_periodic_job_gets_no_sigterm_one_warm_up_pass_does():
             assert "worked in 3 separate runs in the window" in held.action["text"]
 
 
+def test_a_periodic_job_between_runs_keeps_the_host_from_its_stop_its_first_interval_does_not():
+    """Probe 109's nightly scorer (5 s of kernels, then time.sleep(300), its model kept loaded):
+    once its kernels ran in separate runs of the window, idle_gpu_held said "a periodic job ...
+    release the GPU between runs; stop it only if it is done", and host_idle said "stop the
+    host" (the EC2 stop commands) through every interval: at_work counted no periodic job. The
+    one fact (is_periodic) holds both back now. One run (the first interval, which reads as a
+    job that finished) and a notebook whose cells ran at three moments still leave the host
+    idle."""
+    import dataclasses
+
+    from daemon.analysis.kinds import NOTEBOOK, Kind
+    from daemon.analysis.rules.idle import at_work, is_periodic
+
+    def job(busy_at):
+        samples = window(n=61, utils=lambda i: [90.0 if i in busy_at else 0.0] + [0.0] * 7,
+                         holders={0: 0.0}, command="python cron_score.py")
+        return [dataclasses.replace(smp, processes=tuple(
+            dataclasses.replace(p, gpus=tuple(dataclasses.replace(
+                u, sm_share=80.0 if smp.tick in busy_at else 0.0) for u in p.gpus))
+            for p in smp.processes)) for smp in samples]
+
+    limits = {"idle_held_min_s": 60.0, "host_idle_min_s": 60.0}
+    for busy_at, kind, periodic in (({5, 20, 35}, "batch_inference", True),
+                                    ({2}, "batch_inference", False),
+                                    ({5, 20, 35}, NOTEBOOK, False)):
+        s = job(busy_at)
+        phases = idle_held_phases(s, "sleeping or waiting: `time.sleep(110)` with the GPU idle",
+                                  idle=0.97, compute=0.03)
+        kinds = {pid_id(s): Kind(kind, 0.6, ("test",))}
+        analysis = build_analysis(s, phases, P4D, CATALOG, host_cpus=32, kinds=kinds,
+                                  limits=limits)
+        [proc] = analysis.processes
+        assert is_periodic(proc) is periodic, (busy_at, kind, proc.work_runs)
+        assert [p.id for p in at_work(analysis)] == ([pid_id(s)] if periodic else [])
+        found = evaluate(analysis)
+        [held] = by_rule(found, "idle_gpu_held")
+        hosts = by_rule(found, "host_idle")
+        if periodic:
+            assert "Release the GPU between runs" in held.action["text"], held.action
+            assert hosts == [], [h.summary for h in hosts]
+        else:
+            assert held.action["kind"] == "sigterm", (busy_at, kind, held.action)
+            [host] = hosts
+            assert host.action["kind"] == "copy_commands", host.action
+
+
 def test_shrink_counts_the_gpu_a_quiet_server_holds_and_never_asks_to_release_it():
     """An HTTP server answering a request every 20 s holds GPU 1, idle on average: the shrink
     counted only GPU 0 and said "GPU 1 is held but idle: release it first", a server that

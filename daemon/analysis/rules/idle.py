@@ -29,7 +29,10 @@ SIGTERM stays for notebooks and stopped jobs.
 Nor is the whole host stopped (`host_idle`) while a process on it works or serves (or waits for
 a child process it started, which runs on the host), however idle its GPUs read: a job whose input comes slower than its GPU steps (producer threads decoding in
 Python, a GPU busy 2% of the time) keeps every GPU below the idle line, and stopping the host
-stops it. `mlcostd idle` answers "active" for it too.
+stops it. `mlcostd idle` answers "active" for it too. So does a periodic job between its runs
+(`is_periodic`: kernels in two or more separate runs of the window), which idle_gpu_held tells
+to release the GPU between runs: stopping the host would stop its next run. The first interval
+(one run seen) reads as a job that finished, and is not held back.
 """
 
 from __future__ import annotations
@@ -139,6 +142,16 @@ def is_server(proc: ProcessWindow) -> bool:
     inference by its evidence. Nor is a queue consumer, which serves jobs (`waits_for_jobs`)."""
     return (proc.kind.serves or proc.kind.kind == ONLINE_INFERENCE
             or waits_for_jobs(proc) is not None)
+
+
+def is_periodic(proc: ProcessWindow) -> bool:
+    """Its kernels ran in PERIODIC_MIN_RUNS or more separate runs in the window (counted only
+    where its GPUs idle at the window's end) and it is no notebook: a periodic job between runs
+    (a cron-like scorer that keeps its model loaded, a watcher that works when a file arrives),
+    not one warm-up pass that then waits. One run is not enough: a job that ran once and
+    finished reads the same. The one test of idle_gpu_held's look-first for such a job, of
+    host_idle's (`at_work`) and of GET /v1/idle's (daemon.analysis.analyzer.Analyzer.periodic)."""
+    return proc.kind.kind != NOTEBOOK and proc.work_runs >= PERIODIC_MIN_RUNS
 
 
 def idle_for(seconds: float, a: Analysis) -> str:
@@ -289,7 +302,7 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
         return _look_first_between(proc, computed)
-    if proc.kind.kind != NOTEBOOK and proc.work_runs >= PERIODIC_MIN_RUNS:
+    if is_periodic(proc):
         return _look_first_periodic(proc)
     return _sigterm(proc)
 
@@ -470,11 +483,13 @@ def _stop_commands(price: HostPrice) -> list[str]:
 
 def at_work(a: Analysis) -> list[ProcessWindow]:
     """The processes on the host at the window's end (on idle GPUs: trailing idle time) that
-    work (a sign of work in the window, or a child process they wait for) or serve (a server,
-    a queue consumer)."""
+    work (a sign of work in the window, a child process they wait for, or runs of kernels the
+    window calls periodic: `is_periodic`, a job between its runs) or serve (a server, a queue
+    consumer)."""
     return [proc for proc in a.processes
             if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc)
-                                             or waits_for_child(proc) is not None)]
+                                             or waits_for_child(proc) is not None
+                                             or is_periodic(proc))]
 
 
 def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:
@@ -519,7 +534,8 @@ IDLE_SERVER = Rule(
 HOST_IDLE = Rule(
     "host_idle", "every GPU idle (held or not; a GPU at work whose process NVML does "
     "not list counts as work) at the end of the window, and no process on it working (a sign "
-    "of work in the window) or serving (a server, a queue consumer)",
+    "of work in the window, or a periodic job between its runs) or serving (a server, a queue "
+    "consumer)",
     f">= {DEFAULT_HOST_IDLE_AFTER_S / 60:g} min", "idle time, per-GPU utilization, price",
     "stop this instance", f"host price x {HOURS_PER_MONTH:g} h x idle fraction", check_host_idle,
     limits=("host_idle_min_s",))

@@ -1,0 +1,69 @@
+"""A periodic job between its runs under a real mlcostd (probe 109's nightly scorer): never
+"stop the host" nor a SIGTERM, and GET /v1/idle agrees with the host rule.
+
+A program in tests/daemon/workloads written as its user would write it. A scorer keeps its
+model loaded and scores new rows every few seconds (probe 109's nightly scorer: 5 s of kernels,
+then time.sleep(300)): once its kernels ran in separate runs of the window, idle_gpu_held told
+it "a periodic job ... release the GPU between runs; stop it only if it is done", while
+host_idle said "stop the host" through every interval and /v1/idle answered idle.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from simhost import poll
+from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
+from test_parent_and_reader_waits_live import held, idle_answer_for
+from test_restart_live import events
+from test_work_waits_live import STOPS, advice_by_program, program, rules
+
+# Idle held and the host after 10 s (the shortest the config takes), a round every 5 s, and no
+# recommendation held past the round that last found it: each round's advice as it found it.
+# A run every 30 s idles the host for ~29 s between runs, past [idle].host_after and two rounds.
+PERIODIC = {**FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s",
+                                    "host_after": "10s"},
+            "cost": {"evaluate_every": "5s", "recommendation_hold": "0s"}}
+EVERY_S, HOST_AFTER_S, ROUND_S = 30.0, 10.0, 5.0
+
+
+def test_a_periodic_job_between_its_runs_keeps_its_host_and_v1_idle_says_active(
+        mlcostd, tmp_path):
+    """Once idle_gpu_held calls the scorer periodic (its kernels ran in two or more separate
+    runs), a round whose window ends with the host idle past [idle].host_after (the host_idle
+    event open) has no host_idle, and GET /v1/idle, asked with the GPU idle between runs,
+    answers active for the scorer because it is periodic."""
+    name = "periodic_scorer.py"
+    path = scenario_file(tmp_path, [
+        {"name": "scorer", "command": program(name, "--every", f"{EVERY_S:g}", "--run-s", "1")}])
+    daemon = mlcostd("idle-host", interval=1.0, config=PERIODIC, args=["--simulate", str(path)])
+    state: dict[str, Any] = {}
+
+    def between_runs_past_host_after() -> bool:
+        state["recs"] = found = advice_by_program(daemon, (name,))
+        rec = held(found, name)
+        opened = [e for e in events(daemon.db, "host_idle") if e[1] is None]
+        if rec is None or "separate runs" not in rec.action.get("text", "") or not opened:
+            return False
+        end = rec.evidence["window"]["end"]
+        if end < opened[-1][0] + HOST_AFTER_S + ROUND_S:
+            return False
+        state["idle"] = idle = idle_answer_for(daemon, name)  # between runs: its GPU idle now
+        return idle["answer"]["gpus"][0]["busy"] is False
+
+    poll(between_runs_past_host_after, 4 * EVERY_S + 60,
+         "idle_gpu_held's periodic advice in a round past the host_idle event, the GPU idle",
+         every=1.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
+         + "\n" + daemon.log_tail())
+    found = state["recs"]
+    rec = held(found, name)
+    assert rec.action["kind"] == "copy_commands", rec.action
+    assert "Release the GPU between runs" in rec.action["text"], rec.action
+    assert not [r for r in found["host"] if r.rule in STOPS], rules(found)
+    idle = state["idle"]
+    assert idle["answer"]["active"] is True, idle["answer"]
+    assert any("a periodic job between runs" in e for e in idle["proc"]["evidence"]), idle
+    assert idle["proc"]["sm_share"] in (None, 0, 0.0), idle["proc"]  # not by kernels now
+    assert daemon.stop() == 0, daemon.log_tail()
+
