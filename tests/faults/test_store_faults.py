@@ -19,6 +19,7 @@ from simhost import poll
 from daemon.client import ClientError
 from daemon.sources.sample import HostPressure, ProcessSample, Sample
 from daemon.store import facts
+from daemon.store.maintenance import MAINTAIN_FAILURES_SAID
 from daemon.store.reader import StoreReader
 from daemon.store.writer import Store, StoreError
 
@@ -95,6 +96,36 @@ def test_fact_writes_on_a_full_disk_wait_and_land_when_space_returns(tmp_path: P
     assert ticks(path) == list(range(1, 10))
     assert count(path, "events") == 5 and count(path, "recommendations") == 5
     assert count(path, "stack_status") == 1  # one process: its latest status
+
+
+def test_housekeeping_on_a_full_disk_leaves_health_saying_what_waits(tmp_path: Path,
+                                                                      caplog) -> None:
+    """On a full disk (a real one: a small tmpfs) the rollups fail too, round after round:
+    housekeeping's "fails ... so the files grow" replaced the writer's "the disk is full; N
+    ticks wait in memory (M dropped)" in health each round, and the two alternated in the log
+    every tick (probe 115)."""
+    caplog.set_level(logging.INFO, logger="daemon.store.writer")
+    with mounts.tmpfs(tmp_path / "disk", size="8m") as disk:
+        path = disk / "s.db"
+        rounds = MAINTAIN_FAILURES_SAID + 3
+        with Store(path) as store:
+            for tick in range(1, 200):  # minutes to roll up
+                assert store.write(sample(tick))
+            filler = mounts.fill(disk)
+            for tick in range(200, 200 + rounds):
+                store.write(sample(tick))
+                store.maintain(budget_s=1.0)
+            health = store.health
+            assert health.last_error is not None and "maintain failed" in health.last_error
+            problem = health.problem or ""
+            assert "disk is full" in problem and "ticks wait in memory" in problem, problem
+            errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            assert len(errors) == 1 and "disk is full" in errors[0], errors
+            filler.unlink()  # space returns
+            assert store.write(sample(200 + rounds)) is True
+            store.maintain(budget_s=1.0)
+            assert store.health.problem is None
+        assert ticks(path) == list(range(1, 201 + rounds))
 
 
 # ------------------------------------------------------------- 8: database deleted
