@@ -4,16 +4,19 @@ link or without the .lock file. Real SQLite files, real daemons, real mounts (te
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import sqlite3
 from pathlib import Path
 
+import aiohttp
 import faultkit
 import livedaemon
 import mounts
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from simhost import poll
 
 from daemon.client import ClientError
@@ -476,6 +479,22 @@ def test_database_deleted_under_a_live_daemon(mlcostd) -> None:
 # ------------------------------------------------------- 7: a real full disk (tmpfs)
 
 
+def store_series(daemon: livedaemon.LiveDaemon) -> dict[str, float]:
+    """The store's series in the daemon's /metrics (on its API socket), by name."""
+    async def get() -> str:
+        connector = aiohttp.UnixConnector(path=str(daemon.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://mlcostd/metrics") as response:
+                assert response.status == 200, response.status
+                return await response.text()
+
+    text = asyncio.run(get())
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name.startswith("mlcost_store_")}
+
+
+
+
 def small_disk(folder: Path):
     return mounts.tmpfs(folder, size="8m")
 
@@ -497,9 +516,20 @@ def test_a_real_full_disk_keeps_the_daemon_up_and_loses_no_tick(mlcostd, tmp_pat
                                             or ""), 60, "health to say the disk is full",
                  explain=daemon.log_tail)
             assert daemon.healthy()
+            # ... and /metrics, for an alert: up, its last sample time moving on, but the store
+            # not recording and its ticks waiting (there was no store series: probe 115)
+            full = store_series(daemon)
+            assert full["mlcost_store_up"] == 0 and full["mlcost_store_samples_buffered"] >= 1
             filler.unlink()
             poll(lambda: (daemon.call("health").store or {}).get("problem") is None, 60,
                  "health to clear the problem once space returns", explain=daemon.log_tail)
+            poll(lambda: store_series(daemon)["mlcost_store_up"] == 1, 30,
+                 "/metrics to say the store records again", explain=daemon.log_tail)
+            after = store_series(daemon)
+            assert after["mlcost_store_samples_buffered"] == 0, after
+            assert after["mlcost_store_samples_dropped_total"] == 0, after
+            assert after["mlcost_store_write_failures_total"] >= 1, after
+            assert after["mlcost_store_bytes"] > 0, after
             daemon.wait_for_ticks(len(daemon.ticks()) + 2)
             assert daemon.stop() == 0
             log = daemon.log()
