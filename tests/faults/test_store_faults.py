@@ -386,6 +386,81 @@ def test_only_sqlites_word_for_a_damaged_file_starts_a_new_one(tmp_path: Path) -
 
 @pytest.mark.fault("database damaged", "the database file's pages overwritten while the daemon "
                    "records into it and answers reads")
+def test_a_database_folder_moved_away_and_back_clears_the_problem(tmp_path: Path) -> None:
+    """The store's folder renamed while recording: recreating fails (no folder), and the
+    problem told a user to stop mlcostd, which loses what is only in the open file; with the
+    folder back (the same file at the path) the problem stayed until the daemon stopped
+    (probe 115 F6, F12)."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = folder / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 6):
+            assert store.write(sample(tick))
+        folder.rename(tmp_path / "moved")
+        store.maintain(budget_s=1.0)
+        problem = store.health.problem or ""
+        assert "deleted or moved away" in problem and "put the file or its folder back" in (
+            problem), problem
+        assert "SIGTERM" not in problem and "keep mlcostd running" in problem, problem
+        assert store.write(sample(6))  # into the open file meanwhile
+        (tmp_path / "moved").rename(folder)
+        store.maintain(budget_s=1.0)
+        assert store.health.problem is None, store.health
+        assert store.write(sample(7))
+    assert ticks(path) == list(range(1, 8))
+
+
+@pytest.mark.parametrize("length", [0, 4096])
+def test_a_database_cut_short_while_recording_is_moved_aside_and_a_new_one_started(
+        tmp_path: Path, length: int) -> None:
+    """`truncate -s 0` (or to its first page) on the store under the writer: the file kept its
+    inode, so nothing was noticed; the writer went on writing and counting ticks into a file
+    no reader could open, and its close left one `.recover` got nothing from (probe 115)."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        store.set_meta("host", {"hostname": "box"})
+        for tick in range(1, 60):
+            assert store.write(sample(tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        for _ in range(3):  # a healthy file is never taken for one cut short
+            store.maintain(budget_s=1.0)
+        assert store.health.corrupt_moved_aside is None
+        os.truncate(path, length)
+        store.maintain(budget_s=1.0)  # the next round finds it, and starts a new one
+        health = store.health
+        aside = Path(health.corrupt_moved_aside or "")
+        assert aside.name.startswith("s.db.corrupt-") and aside.exists(), health
+        assert health.recreated and "cut short" in health.recreated, health.recreated
+        assert health.problem is None and health.samples_dropped == 0, health
+        assert store.write(sample(60)) and store.write(sample(61))
+    assert ticks(path) == [60, 61]  # a new store, readable
+    reader = StoreReader(str(path))
+    try:
+        assert reader.meta("host") == {"hostname": "box"}
+    finally:
+        reader.close()
+
+
+def test_a_database_cut_short_under_a_live_daemon(mlcostd) -> None:
+    daemon = mlcostd("idle-host", interval=0.2)
+    poll(lambda: daemon.db.stat().st_size > 8 * 4096, 60,
+         "a checkpoint to put pages in the database file", explain=daemon.log_tail)
+    os.truncate(daemon.db, 0)
+    aside = Path(poll(lambda: (daemon.call("health").store or {}).get("corrupt_moved_aside"),
+                      30, "health to say the file cut short was moved aside",
+                      explain=daemon.log_tail))
+    assert aside.name.startswith(f"{daemon.db.name}.corrupt-")
+    first = daemon.wait_for_ticks(3)[0]
+    health = daemon.call("health")
+    assert health.ok and health.store.get("problem") is None, health
+    assert "cut short" in (health.store.get("recreated") or ""), health.store
+    assert daemon.stop() == 0
+    recorded = ticks(daemon.db)  # readable: what came after is in the new file
+    assert recorded == list(range(first, recorded[-1] + 1))
+    assert "Traceback" not in daemon.log(), daemon.log_tail()
+
+
 def test_a_database_damaged_under_a_live_daemon(mlcostd) -> None:
     daemon = mlcostd("idle-host", interval=0.2)
     poll(lambda: daemon.db.stat().st_size > 8 * 4096, 60,
