@@ -511,6 +511,12 @@ class Daemon:
                 log.error("stopped after %d ticks; %d of them could not be written (%s) and are "
                           "lost; the rest is in %s", ticks, lost,
                           self.store.health.problem or self.store.health.last_error, self.db)
+            elif self.db.exists() and self.store.health.corrupt_moved_aside:
+                log.warning("stopped after %d ticks; the store was found damaged while it "
+                            "recorded and moved aside to %s (what it held: `sqlite3 %s "
+                            ".recover`); what came after is in %s", ticks,
+                            self.store.health.corrupt_moved_aside,
+                            self.store.health.corrupt_moved_aside, self.db)
             elif self.db.exists():
                 log.info("stopped after %d ticks; everything recorded is in %s", ticks, self.db)
             else:
