@@ -315,6 +315,11 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _hangup(self) -> None:
+        log.warning("SIGHUP: mlcostd does not reload its configuration and logs to stderr "
+                    "(no file to reopen); recording goes on. Restart it to apply a changed "
+                    "config (systemctl restart mlcostd); SIGTERM stops it")
+
     # -- the HTTP API (daemon/api/) --------------------------------------------------------
 
     def _make_api(self) -> Any:
@@ -446,6 +451,9 @@ class Daemon:
         if self.stop_on_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
+            # A SIGHUP (logrotate's postrotate, an operator expecting a reload) killed it as
+            # SIGKILL would, the last round's spend unwritten: it reloads nothing, and says so.
+            loop.add_signal_handler(signal.SIGHUP, self._hangup)
         try:
             self.store = self._open_store()
         except BaseException:
