@@ -309,6 +309,7 @@ class DaemonCollector(Collector):
         wall, clock = daemon_clock.now(), time.monotonic()
         hostname = _clean(state.hostname)
         yield from self._host(state, hostname, wall)
+        yield from self._store(hostname)
         yield from self._gpus(state, analyzer, hostname)
         yield from self._workloads(state, analyzer, hostname, clock)
         yield from self._usage_cost(state, hostname, clock)
@@ -318,6 +319,35 @@ class DaemonCollector(Collector):
         yield self._kinds(state, hostname)
         yield from self._latency(state, hostname)
         yield from self._energy(analyzer, hostname)
+
+    def _store(self, hostname: str) -> Iterator[Metric]:
+        """The store's health (daemon.store.health: /v1/health's `store`): whether it records,
+        the ticks waiting in memory while it cannot, those lost and its size, for an alert on a
+        full disk; `mlcost_last_sample_timestamp_seconds` goes on moving meanwhile (the tick
+        is taken, not written)."""
+        store = getattr(self.daemon, "store", None)
+        if store is None:
+            return
+        health = store.health
+        families = (
+            (GaugeMetricFamily, "mlcost_store_up", "1 while the store records every tick, 0 "
+             "while a problem stops it (a full disk, an I/O error; /v1/health's store.problem "
+             "says which)", 0.0 if health.problem else 1.0),
+            (GaugeMetricFamily, "mlcost_store_samples_buffered", "Ticks waiting in memory "
+             "for the store to take them (bounded: past the bound the oldest are dropped)",
+             health.samples_buffered),
+            (CounterMetricFamily, "mlcost_store_samples_dropped", "Ticks lost since mlcostd "
+             "started: the memory's bound overflowed, or SQLite rejected one",
+             health.samples_dropped),
+            (CounterMetricFamily, "mlcost_store_write_failures", "Store writes that failed "
+             "since mlcostd started (each is tried again)", health.writes_failed),
+            (GaugeMetricFamily, "mlcost_store_bytes", "The store's database and WAL on disk",
+             health.bytes_on_disk),
+        )
+        for kind, name, text, value in families:
+            family = kind(name, text, labels=["Hostname"])
+            family.add_metric([hostname], float(value))
+            yield family
 
     def _energy(self, analyzer: Any, hostname: str) -> Iterator[Metric]:
         """Energy and carbon per workload (daemon.api.energy_metrics), bounded as above."""

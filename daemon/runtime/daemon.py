@@ -315,6 +315,11 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _hangup(self) -> None:
+        log.warning("SIGHUP: mlcostd does not reload its configuration and logs to stderr "
+                    "(no file to reopen); recording goes on. Restart it to apply a changed "
+                    "config (systemctl restart mlcostd); SIGTERM stops it")
+
     # -- the HTTP API (daemon/api/) --------------------------------------------------------
 
     def _make_api(self) -> Any:
@@ -446,6 +451,9 @@ class Daemon:
         if self.stop_on_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
+            # A SIGHUP (logrotate's postrotate, an operator expecting a reload) killed it as
+            # SIGKILL would, the last round's spend unwritten: it reloads nothing, and says so.
+            loop.add_signal_handler(signal.SIGHUP, self._hangup)
         try:
             self.store = self._open_store()
         except BaseException:
@@ -511,6 +519,12 @@ class Daemon:
                 log.error("stopped after %d ticks; %d of them could not be written (%s) and are "
                           "lost; the rest is in %s", ticks, lost,
                           self.store.health.problem or self.store.health.last_error, self.db)
+            elif self.db.exists() and self.store.health.corrupt_moved_aside:
+                log.warning("stopped after %d ticks; the store was found damaged while it "
+                            "recorded and moved aside to %s (what it held: `sqlite3 %s "
+                            ".recover`); what came after is in %s", ticks,
+                            self.store.health.corrupt_moved_aside,
+                            self.store.health.corrupt_moved_aside, self.db)
             elif self.db.exists():
                 log.info("stopped after %d ticks; everything recorded is in %s", ticks, self.db)
             else:

@@ -464,7 +464,10 @@ class NvmlSource:
         # GPU index -> (the pids of its last complete reading, its wall time): what a GPU that
         # is lost or not answering was running, so those processes are still recorded
         self._holders: dict[int, tuple[frozenset[int], float]] = {}
-        self._due: dict[int, float] = {}  # GPU index -> when its next read is due (wall time)
+        # GPU index -> when its next read is due (time.monotonic(): a wall-clock step, back or
+        # forward, must not hold the reads; the reads are still aligned to the wall clock's
+        # ticks, see _read_one)
+        self._due: dict[int, float] = {}
         self._backoff: dict[int, float] = {}  # GPU index -> its retry delay while it fails
         self._readers: list[_Reader] = []
         self._lock = threading.Lock()
@@ -561,7 +564,7 @@ class NvmlSource:
         tick, or on its own backoff while it fails."""
         devices: dict[int, _Device | None] = {}
         while not self._stop.is_set():
-            now = time.time()
+            now = time.monotonic()
             for index in reader.indices:
                 with self._lock:  # not read once it has gone to another reader
                     if index not in reader.indices:
@@ -570,7 +573,7 @@ class NvmlSource:
                     devices[index] = self._read_one(index, devices.get(index))
             with self._lock:
                 due = min(self._due.get(i, 0.0) for i in reader.indices)
-            if self._stop.wait(max(0.0, due - time.time())):
+            if self._stop.wait(max(0.0, due - time.monotonic())):
                 return
 
     def _read_one(self, index: int, device: _Device | None) -> _Device | None:
@@ -593,12 +596,15 @@ class NvmlSource:
                     self._all_read.set()
             self._note_device(index, reading.gpu.status, reading.gpu.error)
             self._backoff[index] = self.config.retry_initial
+            # Due a little before the next tick, which the daemon's loop takes on the wall
+            # clock's multiples of the interval; waited for on the monotonic clock (a clock
+            # stepped back an hour held every GPU's read for that hour, all "timeout")
             lead = min(0.2, self.interval / 4)
             now = time.time()
             wake = math.ceil((now + lead) / self.interval) * self.interval - lead
             if wake - now < self.interval / 2:
                 wake += self.interval
-            self._due[index] = wake
+            self._due[index] = time.monotonic() + (wake - now)
         except Exception as exc:  # noqa: BLE001 - the reader thread must never die
             if isinstance(exc, GpuFailed):
                 lost = exc.failure.kind == LOST
@@ -625,7 +631,7 @@ class NvmlSource:
             self._note_device(index, status, message)
             if lost:
                 device = None  # take a fresh handle when it comes back
-            self._due[index] = time.time() + backoff
+            self._due[index] = time.monotonic() + backoff
             self._backoff[index] = min(backoff * 2, self.config.retry_max)
         return device
 

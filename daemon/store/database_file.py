@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("daemon.store.writer")  # the Store's log, as before this code moved here
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
 
 class DatabaseFile:
     """The lock on the Store's database file and the checks that it is still at its path."""
@@ -116,12 +118,19 @@ class DatabaseFile:
 
     def _check_file(self) -> None:
         """The database deleted or replaced under us: recreate it at the path from the open
-        copy (nothing recorded is lost). Caller holds _lock. Never raises."""
+        copy (nothing recorded is lost). Cut short in place (truncated): a new one is started
+        (`_start_over`: what the writer had is no longer anywhere to copy from). Caller holds
+        _lock. Never raises."""
         same = self._same_file()
-        if same is None or same:
+        if same is None:
+            return
+        if same:
+            self._check_length()
+            if self._problem_kind == "file":  # (a folder moved away and back)
+                self._clear_problem("the database file is back at its path")
             return
         gone = not os.path.lexists(self.path)
-        what = "deleted" if gone else "replaced by another file"
+        what = "deleted or moved away" if gone else "replaced by another file"
         if not gone:
             try:
                 check_existing(self.path)
@@ -151,8 +160,9 @@ class DatabaseFile:
             self._set_problem(
                 "file", f"the database {self.path} was {what} while mlcostd records into it, "
                 f"and recreating it failed: {error}; recording goes on into the open file "
-                "(it has no name now) and recreating is tried again every few seconds; free "
-                "space on that disk, or stop mlcostd with SIGTERM and start it again")
+                "(it has no name now) and recreating is tried again every few seconds: free "
+                "space on that disk, or put the file or its folder back; keep mlcostd running "
+                "meanwhile (what it recorded is only in the open file: stopped, it is lost)")
             return
         aside = None
         if not gone:
@@ -201,6 +211,53 @@ class DatabaseFile:
         log.error("%s", note)
         if self._problem_kind == "file":
             self._clear_problem("the database file is back at its path")
+
+    def _check_length(self) -> None:
+        """The file at the path is ours but cut short (`truncate`, a restore of a partial
+        copy): SQLite's writer goes on writing pages into it and counting the ticks written
+        while no reader can open it, and its close leaves a file `.recover` gets nothing from
+        (probe 115). Its header, read through the descriptor held on it, says how long it must
+        be; found short, and a reader of its own then cannot read it (a checkpoint by another
+        connection can write the header before the pages it counts: that reads fine), it is
+        damaged: moved aside with its WAL and a new store started, as for SQLite's own word."""
+        found = self._cut_short()
+        if found is not None and self._damage_noted is None and not self._readable():
+            self._damage_noted = f"the file was cut short: {found}"
+
+    def _readable(self) -> bool:
+        """Whether a read-only connection of its own reads the ticks table at the path."""
+        try:
+            reader = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode=ro", uri=True,
+                                     timeout=1.0)
+        except sqlite3.Error:
+            return False
+        try:
+            reader.execute("SELECT max(ts) FROM ticks").fetchone()
+            return True
+        except sqlite3.Error:
+            return False
+        finally:
+            reader.close()
+
+    def _cut_short(self) -> str | None:
+        """What says the database file is shorter than its header counts, or has no header;
+        None when its length is right (or cannot be read)."""
+        if self._file_fd is None:
+            return None
+        try:
+            size = os.fstat(self._file_fd).st_size
+            head = os.pread(self._file_fd, 100, 0)
+        except OSError:
+            return None
+        if not head.startswith(SQLITE_HEADER) or len(head) < 100:
+            return f"{size} bytes and no SQLite header"
+        page_size = int.from_bytes(head[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(head[28:32], "big")
+        # the header's page count holds where its change counter and version-valid-for agree
+        if pages and head[24:28] == head[92:96] and size < pages * page_size:
+            return f"{size} bytes where its header counts {pages} pages of {page_size}"
+        return None
 
     def note_if_damaged(self, error: BaseException) -> bool:
         """Whether `error`, raised by a read or write of the store, is SQLite's word for a

@@ -147,7 +147,13 @@ class Maintenance:
                 if isinstance(error, sqlite3.DatabaseError) and is_corruption(error):
                     self._damage_noted = str(error)  # a new file next round
                 self._maintain_failures += 1
-                if self._maintain_failures >= MAINTAIN_FAILURES_SAID:
+                # While writes wait (a full disk, an I/O error), that is the problem health and
+                # the log say: what waits and what was dropped. Housekeeping fails for the same
+                # cause; said in its place each round, it hid the ticks waiting in memory and
+                # alternated with it in the log every tick (probe 115).
+                writes_wait = (self._problem_kind is not None
+                               and self._problem_kind.startswith("write:"))
+                if self._maintain_failures >= MAINTAIN_FAILURES_SAID and not writes_wait:
                     self._set_problem(
                         "maintain", f"housekeeping of the store {self.path} fails ({error}): "
                         "rollups, retention and WAL checkpoints wait, so the files grow; check "

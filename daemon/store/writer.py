@@ -528,6 +528,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         with self._lock:
             try:
                 self._check_file()
+                self._start_over()  # a file found damaged: what waits goes to a new one
                 if self._buffer or self._pending_facts:
                     self._flush()
                 if self._last_seen:

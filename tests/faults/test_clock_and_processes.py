@@ -1,8 +1,9 @@
 """The host's clock jumping, and processes exiting while the daemon reads them (the fault suite).
 
 The clock: the wall clock cannot be stepped on a shared machine, so a real Daemon runs in this
-process on a simulated host with its one clock (daemon.clock.now) set back an hour and then
-forward two; everything it reads the time through sees the step, the tick loop included.
+process on a simulated host with the process's wall clock (time.time, which daemon.clock.now
+reads) set back an hour and then forward two; everything it reads the time through sees the
+step, the tick loop and the NVML readers included.
 Processes: real workloads that exit and restart every fraction of a second, under a real daemon,
 so /proc reads meet vanished processes in every phase of a read."""
 
@@ -17,7 +18,6 @@ import livedaemon
 import pytest
 from simhost import host_toml, poll
 
-from daemon import clock
 from daemon import config as config_module
 from daemon.runtime.daemon import Daemon
 
@@ -33,7 +33,8 @@ def test_the_clock_set_back_and_forward_keeps_the_ticks_going(tmp_path, monkeypa
         "daemon": {"db": str(tmp_path / "mlcost.db"), "interval": 0.2},
         "api": {"socket": str(tmp_path / "api" / "mlcostd.sock")}}, where="test")
     offset = [0.0]
-    monkeypatch.setattr(clock, "now", lambda: time.time() + offset[0])
+    real = time.time  # the wall clock of the whole process: the NVML readers' too
+    monkeypatch.setattr(time, "time", lambda: real() + offset[0])
     daemon = Daemon(config, simulate=scenario)
     seen: list[tuple[str, int]] = []
 
@@ -49,8 +50,12 @@ def test_the_clock_set_back_and_forward_keeps_the_ticks_going(tmp_path, monkeypa
             await after(TICKS_EACH)
             for name, jump in (("back 1 h", -3600.0), ("forward 2 h", 7200.0)):
                 offset[0] += jump
+                stepped = time.monotonic()
                 await after(TICKS_EACH)
                 seen.append((name, daemon.tick))
+                # the GPU was read after the step (stepped back, its reader waited the hour
+                # and the GPU read "timeout" throughout: probe 115)
+                assert (daemon.nvml.read_at(0) or 0.0) > stepped, name
             health = daemon.now()["store"]
             assert not health.get("problem"), health
         finally:

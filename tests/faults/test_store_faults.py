@@ -4,21 +4,25 @@ link or without the .lock file. Real SQLite files, real daemons, real mounts (te
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import sqlite3
 from pathlib import Path
 
+import aiohttp
 import faultkit
 import livedaemon
 import mounts
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from simhost import poll
 
 from daemon.client import ClientError
 from daemon.sources.sample import HostPressure, ProcessSample, Sample
 from daemon.store import facts
+from daemon.store.maintenance import MAINTAIN_FAILURES_SAID
 from daemon.store.reader import StoreReader
 from daemon.store.writer import Store, StoreError
 
@@ -95,6 +99,36 @@ def test_fact_writes_on_a_full_disk_wait_and_land_when_space_returns(tmp_path: P
     assert ticks(path) == list(range(1, 10))
     assert count(path, "events") == 5 and count(path, "recommendations") == 5
     assert count(path, "stack_status") == 1  # one process: its latest status
+
+
+def test_housekeeping_on_a_full_disk_leaves_health_saying_what_waits(tmp_path: Path,
+                                                                      caplog) -> None:
+    """On a full disk (a real one: a small tmpfs) the rollups fail too, round after round:
+    housekeeping's "fails ... so the files grow" replaced the writer's "the disk is full; N
+    ticks wait in memory (M dropped)" in health each round, and the two alternated in the log
+    every tick (probe 115)."""
+    caplog.set_level(logging.INFO, logger="daemon.store.writer")
+    with mounts.tmpfs(tmp_path / "disk", size="8m") as disk:
+        path = disk / "s.db"
+        rounds = MAINTAIN_FAILURES_SAID + 3
+        with Store(path) as store:
+            for tick in range(1, 200):  # minutes to roll up
+                assert store.write(sample(tick))
+            filler = mounts.fill(disk)
+            for tick in range(200, 200 + rounds):
+                store.write(sample(tick))
+                store.maintain(budget_s=1.0)
+            health = store.health
+            assert health.last_error is not None and "maintain failed" in health.last_error
+            problem = health.problem or ""
+            assert "disk is full" in problem and "ticks wait in memory" in problem, problem
+            errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            assert len(errors) == 1 and "disk is full" in errors[0], errors
+            filler.unlink()  # space returns
+            assert store.write(sample(200 + rounds)) is True
+            store.maintain(budget_s=1.0)
+            assert store.health.problem is None
+        assert ticks(path) == list(range(1, 201 + rounds))
 
 
 # ------------------------------------------------------------- 8: database deleted
@@ -352,6 +386,85 @@ def test_only_sqlites_word_for_a_damaged_file_starts_a_new_one(tmp_path: Path) -
 
 @pytest.mark.fault("database damaged", "the database file's pages overwritten while the daemon "
                    "records into it and answers reads")
+def test_a_database_folder_moved_away_and_back_clears_the_problem(tmp_path: Path) -> None:
+    """The store's folder renamed while recording: recreating fails (no folder), and the
+    problem told a user to stop mlcostd, which loses what is only in the open file; with the
+    folder back (the same file at the path) the problem stayed until the daemon stopped
+    (probe 115 F6, F12)."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = folder / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 6):
+            assert store.write(sample(tick))
+        folder.rename(tmp_path / "moved")
+        store.maintain(budget_s=1.0)
+        problem = store.health.problem or ""
+        assert "deleted or moved away" in problem and "put the file or its folder back" in (
+            problem), problem
+        assert "SIGTERM" not in problem and "keep mlcostd running" in problem, problem
+        assert store.write(sample(6))  # into the open file meanwhile
+        (tmp_path / "moved").rename(folder)
+        store.maintain(budget_s=1.0)
+        assert store.health.problem is None, store.health
+        assert store.write(sample(7))
+    assert ticks(path) == list(range(1, 8))
+
+
+@pytest.mark.parametrize("length", [0, 4096])
+def test_a_database_cut_short_while_recording_is_moved_aside_and_a_new_one_started(
+        tmp_path: Path, length: int) -> None:
+    """`truncate -s 0` (or to its first page) on the store under the writer: the file kept its
+    inode, so nothing was noticed; the writer went on writing and counting ticks into a file
+    no reader could open, and its close left one `.recover` got nothing from (probe 115)."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        store.set_meta("host", {"hostname": "box"})
+        for tick in range(1, 60):
+            assert store.write(sample(tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        for _ in range(3):  # a healthy file is never taken for one cut short
+            store.maintain(budget_s=1.0)
+        assert store.health.corrupt_moved_aside is None
+        os.truncate(path, length)
+        store.maintain(budget_s=1.0)  # the next round finds it, and starts a new one
+        health = store.health
+        aside = Path(health.corrupt_moved_aside or "")
+        assert aside.name.startswith("s.db.corrupt-") and aside.exists(), health
+        assert health.recreated and "cut short" in health.recreated, health.recreated
+        assert health.problem is None and health.samples_dropped == 0, health
+        assert store.write(sample(60)) and store.write(sample(61))
+    assert ticks(path) == [60, 61]  # a new store, readable
+    reader = StoreReader(str(path))
+    try:
+        assert reader.meta("host") == {"hostname": "box"}
+    finally:
+        reader.close()
+
+
+def test_a_database_cut_short_under_a_live_daemon(mlcostd) -> None:
+    daemon = mlcostd("idle-host", interval=0.2)
+    poll(lambda: daemon.db.stat().st_size > 8 * 4096, 60,
+         "a checkpoint to put pages in the database file", explain=daemon.log_tail)
+    os.truncate(daemon.db, 0)
+    aside = Path(poll(lambda: (daemon.call("health").store or {}).get("corrupt_moved_aside"),
+                      30, "health to say the file cut short was moved aside",
+                      explain=daemon.log_tail))
+    assert aside.name.startswith(f"{daemon.db.name}.corrupt-")
+    first = daemon.wait_for_ticks(3)[0]
+    health = daemon.call("health")
+    assert health.ok and health.store.get("problem") is None, health
+    assert "cut short" in (health.store.get("recreated") or ""), health.store
+    assert daemon.stop() == 0
+    recorded = ticks(daemon.db)  # readable: what came after is in the new file
+    assert recorded == list(range(first, recorded[-1] + 1))
+    log = daemon.log()
+    assert "Traceback" not in log, daemon.log_tail()
+    # it said "everything recorded is in" the new file, and nothing of the one moved aside
+    assert "everything recorded is in" not in log and f"moved aside to {aside}" in log, (
+        daemon.log_tail())
+
+
 def test_a_database_damaged_under_a_live_daemon(mlcostd) -> None:
     daemon = mlcostd("idle-host", interval=0.2)
     poll(lambda: daemon.db.stat().st_size > 8 * 4096, 60,
@@ -445,6 +558,22 @@ def test_database_deleted_under_a_live_daemon(mlcostd) -> None:
 # ------------------------------------------------------- 7: a real full disk (tmpfs)
 
 
+def store_series(daemon: livedaemon.LiveDaemon) -> dict[str, float]:
+    """The store's series in the daemon's /metrics (on its API socket), by name."""
+    async def get() -> str:
+        connector = aiohttp.UnixConnector(path=str(daemon.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://mlcostd/metrics") as response:
+                assert response.status == 200, response.status
+                return await response.text()
+
+    text = asyncio.run(get())
+    return {sample.name: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name.startswith("mlcost_store_")}
+
+
+
+
 def small_disk(folder: Path):
     return mounts.tmpfs(folder, size="8m")
 
@@ -466,9 +595,20 @@ def test_a_real_full_disk_keeps_the_daemon_up_and_loses_no_tick(mlcostd, tmp_pat
                                             or ""), 60, "health to say the disk is full",
                  explain=daemon.log_tail)
             assert daemon.healthy()
+            # ... and /metrics, for an alert: up, its last sample time moving on, but the store
+            # not recording and its ticks waiting (there was no store series: probe 115)
+            full = store_series(daemon)
+            assert full["mlcost_store_up"] == 0 and full["mlcost_store_samples_buffered"] >= 1
             filler.unlink()
             poll(lambda: (daemon.call("health").store or {}).get("problem") is None, 60,
                  "health to clear the problem once space returns", explain=daemon.log_tail)
+            poll(lambda: store_series(daemon)["mlcost_store_up"] == 1, 30,
+                 "/metrics to say the store records again", explain=daemon.log_tail)
+            after = store_series(daemon)
+            assert after["mlcost_store_samples_buffered"] == 0, after
+            assert after["mlcost_store_samples_dropped_total"] == 0, after
+            assert after["mlcost_store_write_failures_total"] >= 1, after
+            assert after["mlcost_store_bytes"] > 0, after
             daemon.wait_for_ticks(len(daemon.ticks()) + 2)
             assert daemon.stop() == 0
             log = daemon.log()
