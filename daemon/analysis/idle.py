@@ -120,8 +120,11 @@ class IdleDetector:
                        util >= t.resume_utilization_pct, after, per_gpu, detail, changed)
         gpu_procs = sum(1 for p in sample.processes if p.gpus)
         # A GPU at work is work, whether or not NVML lists its process (another PID
-        # namespace, a container without hostPID, a vGPU): never an idle host to stop.
-        host_quiet = all(idle.values()) and (gpu_procs == 0 or all_quiet)
+        # namespace, a container without hostPID, a vGPU): never an idle host to stop. Nor is
+        # a host with a GPU it has no reading of (lost, timed out; NVML missing: no GPU at
+        # all): every GPU lost read as an idle host, stop it (probe 115).
+        every_read = bool(ok_gpus) and len(ok_gpus) == len(sample.gpus)
+        host_quiet = every_read and all(idle.values()) and (gpu_procs == 0 or all_quiet)
         host_busy = any(
             g.utilization >= t.resume_utilization_pct for g in ok_gpus)  # type: ignore[operator]
         total = burn.total_per_hour if burn is not None else 0.0

@@ -8,7 +8,7 @@ from daemon.analysis.idle import (
     IdleDetector,
     IdleThresholds,
 )
-from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.sources.sample import GPU_LOST, GPU_TIMEOUT, GpuSample, GpuUse, ProcessSample, Sample
 
 GIB = 2**30
 PRICE = HostPrice(8.0, 2, "on-demand", "x", "aws", "us-east-1", "test", None)
@@ -94,6 +94,34 @@ def test_a_gpu_at_work_whose_process_nvml_does_not_list_keeps_the_host_from_idli
     # an open host event closes when a GPU works again, listed process or not
     closed = run(d, 5500, 5600, [100, 0])
     assert (HOST_IDLE, "host", False) in kinds(closed)
+
+
+@pytest.mark.parametrize("status", [GPU_LOST, GPU_TIMEOUT])
+def test_gpus_with_no_reading_never_make_an_idle_host(status):
+    """Every GPU fell off the bus (or timed out: a clock step, a hung driver) while a job
+    trained on one: the host read idle from that tick on, an event and a snapshot said so and
+    host_idle told to stop it, where /v1/idle said it cannot tell (probe 115). One GPU lost
+    beside an idle one read the same."""
+    def unread(ts, lost):  # (NVML lists no process on a GPU it cannot read)
+        s = sample(ts, [0, 0], holders=[0] if 0 not in lost else [])
+        gpus = tuple(GpuSample(g.index, g.uuid, g.name, status, error="gone")
+                     if g.index in lost else g for g in s.gpus)
+        return Sample(s.ts, s.tick, gpus=gpus, processes=s.processes)
+
+    for lost in ({0, 1}, {0}):
+        d = IdleDetector(T)
+        changed = []
+        for ts in range(0, 3601, 10):
+            s = unread(ts, lost)
+            changed += d.update(s, burn(s, PRICE))
+        assert HOST_IDLE not in [e.kind for e in changed], (lost, kinds(changed))
+    # NVML missing (no GPU at all in the sample) is no idle host either
+    d = IdleDetector(T)
+    changed = []
+    for ts in range(0, 3601, 10):
+        s = Sample(float(ts), ts, gpus=(), processes=())
+        changed += d.update(s, None)
+    assert changed == []
 
 
 def test_holder_change_switches_kind():

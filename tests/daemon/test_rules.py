@@ -108,6 +108,35 @@ def test_host_idle_never_for_a_gpu_at_work_that_nvml_lists_no_process_on():
     assert rec.evidence["idle_seconds"] == 1800.0
 
 
+def test_host_idle_never_while_a_gpu_has_no_reading():
+    """Every GPU fell off the bus while a job trained (NVML then lists no process on them):
+    'the whole host has been idle ... stop it', with stop-instances commands, because mlcostd
+    could not see the GPUs; one GPU lost beside seven idle ones read the same (probe 115)."""
+    def lost_from(lost, since):
+        def at(i, samples):
+            s = samples[i]
+            if i < since:
+                return s
+            gpus = tuple(GpuSample(g.index, g.uuid, g.name, "lost", error="GPU is lost")
+                         if g.index in lost else g for g in s.gpus)
+            return Sample(s.ts, s.tick, gpus=gpus, processes=())
+        return at
+
+    for lost in (set(range(8)), {0}):
+        trained = window(n=361, utils=[100.0] + [0.0] * 7, holders={0: 90.0})
+        samples = [lost_from(lost, 20)(i, trained) for i in range(len(trained))]
+        assert by_rule(recs(samples), "host_idle") == [], lost
+
+
+def test_shrink_keeps_a_gpu_at_work_that_nvml_lists_no_process_on():
+    """GPU 2 at 100% run by processes that live less than a tick (NVML lists none at a
+    tick): counted as not working, the resize to a 1-GPU instance dropped its work."""
+    s = window(utils=[90.0, 0.0, 100.0] + [0.0] * 5)
+    [rec] = by_rule(recs(s), "over_provisioned")
+    assert rec.evidence["gpus_used"] == 2 and "2 of 8 GPUs working" in rec.summary, rec.summary
+    assert sorted(rec.scope["gpus"]) == [0, 2], rec.scope
+
+
 def test_a_threshold_the_config_shortened_is_the_one_the_finding_states():
     """[idle] host_after = "1m": the finding fired after a minute but said '>= 30 min'."""
     samples = window(n=13, utils=[0.0] * 8, holders={})

@@ -175,10 +175,13 @@ class Analysis:
 
     @property
     def working_gpus(self) -> tuple[GpuWindow, ...]:
-        """GPUs held and doing work (not idle now, busy on average): what a smaller host must
-        carry. A GPU held but idle is the idle-GPU rule's business, not a reason to stay big."""
+        """GPUs doing work (not idle now, busy on average), held or not: what a smaller host
+        must carry. A GPU at work whose process NVML does not list (processes that live less
+        than a tick, another PID namespace, a container without hostPID) is work all the same:
+        counted only when held, a resize dropped it (probe 115). A GPU held but idle is the
+        idle-GPU rule's business, not a reason to stay big."""
         return tuple(g for g in self.gpus
-                     if g.held and gpu_is_busy(g.utilization_mean, self.idle_utilization_pct)
+                     if gpu_is_busy(g.utilization_mean, self.idle_utilization_pct)
                      and g.trailing_idle_s < self.limit("idle_held_min_s"))
 
 
@@ -844,14 +847,17 @@ def analysis_of_ticks(
     for run in runs:
         held.update(run.ticks[0].use_gpu)  # (a run's GPU uses are those of each of its ticks)
     util_at: list[dict[int, float]] = []  # busy or idle: each GPU's peak since the tick before
+    unread_at: list[bool] = []  # a GPU of the tick has no reading (lost, timed out, failing)
     for s in ticks:
         tick_utils: dict[int, float] = {}
         peaks = s.peak_util
+        unread = False
         for g in s.gpus:
             names[g.index] = g.name
             if g.memory_total_bytes:
                 mem_total[g.index] = g.memory_total_bytes
             if g.status != GPU_OK or g.utilization is None:
+                unread = True
                 continue
             tick_utils[g.index] = peaks.get(g.index, g.utilization)
             util_series.setdefault(g.index, []).append(g.utilization)
@@ -860,6 +866,7 @@ def analysis_of_ticks(
             if g.memory_used_bytes is not None:
                 mem_peak[g.index] = max(mem_peak.get(g.index, 0), g.memory_used_bytes)
         util_at.append(tick_utils)
+        unread_at.append(unread)
 
     def trailing(idle_at: Callable[[int], bool | None]) -> float:
         """Seconds at the end of the window for which idle_at(i) held (None: stop)."""
@@ -912,9 +919,12 @@ def analysis_of_ticks(
         processes.append(track.window(idle_s, end, labeler, (kinds or {}).get(track.id) or Kind(),
                                       inference_command))
     processes.sort(key=lambda p: -p.burn_per_hour)
-    # Every GPU idle, whether or not a process holds one: a GPU at work whose process NVML
-    # does not list (another PID namespace, a vGPU) keeps the host from idling.
-    host_trailing = trailing(lambda i: all(idle(u) for u in util_at[i].values()))
+    # Every GPU read and idle, whether or not a process holds one: a GPU at work whose process
+    # NVML does not list (another PID namespace, a vGPU) keeps the host from idling, and so
+    # does a GPU with no reading (lost, timed out): what it does is not known, and a host is
+    # never stopped because mlcostd could not see it (every GPU lost read "idle": probe 115).
+    host_trailing = trailing(lambda i: not unread_at[i] and bool(util_at[i])
+                             and all(idle(u) for u in util_at[i].values()))
     return Analysis(
         window_s=window, start=start, end=end, price=price, catalog=catalog,
         gpus=tuple(gpus), processes=tuple(processes),
