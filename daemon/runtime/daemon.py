@@ -105,6 +105,10 @@ def _path_advice(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
         return "free space on that disk, or pass --db with a path on another"
     if exc.errno in (errno.EACCES, errno.EPERM):
+        if os.geteuid() == 0:  # (root refused: /sys, /proc, an immutable file, a root-squash mount)
+            return ("even root cannot write there (a kernel file system such as /sys, an "
+                    "immutable file, a network mount that squashes root): pass --db with a path "
+                    "on a local disk")
         return "mlcostd's user cannot write there: run as root, or pass --db with a writable path"
     return "pass --db with a writable path"
 

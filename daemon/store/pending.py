@@ -161,7 +161,8 @@ class PendingWrites:
         if code == SQLITE_FULL:
             text = (f"cannot write the store {self.path}: the disk is full "
                     f"({free_bytes(self.path)} bytes free); {waiting}; free space on that disk "
-                    "or lower [store].max_size")
+                    "and keep mlcostd running meanwhile (stopped, the ticks waiting are lost; "
+                    "a lower [store].max_size needs a restart and room to delete in)")
         else:
             text = f"cannot write the store {self.path}: {error}; {waiting}"
         self._set_problem(f"write:{code}", text)

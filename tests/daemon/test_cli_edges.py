@@ -118,6 +118,21 @@ def test_a_store_path_that_is_a_fifo_device_or_folder_is_refused_not_waited_on(t
     assert "is writable" not in check.stdout and "Traceback" not in check.stderr
 
 
+def test_a_store_folder_nobody_may_write_gets_advice_for_who_runs_it(tmp_path):
+    """--db on /sys as root said "mlcostd's user cannot write there: run as root" to root
+    (probe 115 F14): the advice follows who runs it."""
+    result = cli("run", "--simulate", "idle-host", "--db", "/sys/kernel/mlcost-test.db",
+                 "--socket", str(tmp_path / "api.sock"))
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    if os.geteuid() == 0:
+        assert "run as root" not in line and "even root cannot write there" in line, line
+    else:
+        assert "run as root" in line, line
+    assert "pass --db with a path" in line, line
+
+
 def test_help_lists_every_scenario_and_describes_check():
     run_help = " ".join(cli("run", "--help").stdout.split())
     for name in builtin_names():
