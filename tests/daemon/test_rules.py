@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from daemon.analysis.book import RecommendationBook
@@ -657,24 +659,25 @@ def test_a_stopped_job_that_computed_in_the_window_still_gets_the_sigterm():
     assert rec.action["kind"] == "sigterm", rec.action
 
 
+def periodic_job(busy_at):
+    """A cron-like scorer on GPU 0: its kernels run (SM share 80%) at the ticks `busy_at`."""
+    samples = window(n=61, utils=lambda i: [90.0 if i in busy_at else 0.0] + [0.0] * 7,
+                     holders={0: 0.0}, command="python cron_score.py")
+    return [dataclasses.replace(smp, processes=tuple(
+        dataclasses.replace(p, gpus=tuple(dataclasses.replace(
+            u, sm_share=80.0 if smp.tick in busy_at else 0.0) for u in p.gpus))
+        for p in smp.processes)) for smp in samples]
+
+
 def test_a_periodic_job_gets_no_sigterm_one_warm_up_pass_does():
     """A cron-like scorer works 10 s every few minutes (computes ~3% of the window, under the
     between-batches share) and was offered SIGTERM after each run; its kernels ran in separate
     runs in the window. One warm-up pass that then waits is still offered it."""
-    import dataclasses
-
     from daemon.analysis.kinds import Kind
 
-    def job(busy_at):
-        samples = window(n=61, utils=lambda i: [90.0 if i in busy_at else 0.0] + [0.0] * 7,
-                         holders={0: 0.0}, command="python cron_score.py")
-        return [dataclasses.replace(smp, processes=tuple(
-            dataclasses.replace(p, gpus=tuple(dataclasses.replace(
-                u, sm_share=80.0 if smp.tick in busy_at else 0.0) for u in p.gpus))
-            for p in smp.processes)) for smp in samples]
 
     for busy_at, action in (({5, 20, 35}, "copy_commands"), ({2}, "sigterm")):
-        s = job(busy_at)
+        s = periodic_job(busy_at)
         phases = idle_held_phases(s, "sleeping or waiting: `time.sleep(110)` with the GPU idle",
                                   idle=0.97, compute=0.03)
         [held] = by_rule(recs(s, phases, kinds={pid_id(s): Kind("batch_inference", 0.6,
@@ -693,24 +696,15 @@ def test_a_periodic_job_between_runs_keeps_the_host_from_its_stop_its_first_inte
     one fact (is_periodic) holds both back now. One run (the first interval, which reads as a
     job that finished) and a notebook whose cells ran at three moments still leave the host
     idle."""
-    import dataclasses
-
     from daemon.analysis.kinds import NOTEBOOK, Kind
     from daemon.analysis.rules.idle import at_work, is_periodic
 
-    def job(busy_at):
-        samples = window(n=61, utils=lambda i: [90.0 if i in busy_at else 0.0] + [0.0] * 7,
-                         holders={0: 0.0}, command="python cron_score.py")
-        return [dataclasses.replace(smp, processes=tuple(
-            dataclasses.replace(p, gpus=tuple(dataclasses.replace(
-                u, sm_share=80.0 if smp.tick in busy_at else 0.0) for u in p.gpus))
-            for p in smp.processes)) for smp in samples]
 
     limits = {"idle_held_min_s": 60.0, "host_idle_min_s": 60.0}
     for busy_at, kind, periodic in (({5, 20, 35}, "batch_inference", True),
                                     ({2}, "batch_inference", False),
                                     ({5, 20, 35}, NOTEBOOK, False)):
-        s = job(busy_at)
+        s = periodic_job(busy_at)
         phases = idle_held_phases(s, "sleeping or waiting: `time.sleep(110)` with the GPU idle",
                                   idle=0.97, compute=0.03)
         kinds = {pid_id(s): Kind(kind, 0.6, ("test",))}
