@@ -13,6 +13,7 @@ from typing import Any
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import HostPrice, ProcessKey, burn
 from daemon.analysis.ledger import RUN_START_READING, CostLedger, recording_gap_s, run_starts
+from daemon.analysis.meters import StorageCost
 from daemon.analysis.price_history import PRICE_READING, PriceHistory
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -136,6 +137,7 @@ def unrecorded(reader: StoreReader, end: float, jobs: Mapping[str, str] | None, 
             pct, int | float) and not isinstance(pct, bool) else IdleThresholds()
     samples = reader.samples(lo, end, max_samples=min(count, UNRECORDED_MAX_TICKS))
     ledger = CostLedger(jobs, max_gap_s=recording_gap_s(interval), run_starts=starts)
+    ledger.set_storage(_storage_walked(reader, lo, end))
     processes: dict[ProcessKey, tuple[str, str, Mapping[str, str]]] = {}
     for sample in samples:
         price = prices.at(sample.ts)
@@ -146,3 +148,23 @@ def unrecorded(reader: StoreReader, end: float, jobs: Mapping[str, str] | None, 
         for key, proc in cost.processes.items():
             processes[key] = (proc.user, proc.command, proc.owner)
     return Unrecorded(ledger, samples[-1].ts if samples else lo, len(samples), processes)
+
+
+def _storage_walked(reader: StoreReader, since: float, end: float) -> list[StorageCost]:
+    """The storage the ledger charged by from `since` on: its last walk before `end`
+    ([cost].storage_paths; each round records every path's size at one time)."""
+    walked = queries.meter_readings(reader, since, end, kinds=("storage",))
+    last = max((ts for found in walked.values() for ts, _, _ in found), default=None)
+    items = []
+    for (_, path), found in walked.items():
+        for ts, size, detail in found:
+            price = detail.get("price_per_gb_month")
+            if ts != last or not isinstance(price, int | float) or not math.isfinite(price) \
+                    or not math.isfinite(size) or size < 0 or price < 0:
+                continue  # (an older walk's path; a damaged or hostile row)
+            files, error = detail.get("files"), detail.get("error")
+            items.append(StorageCost(path, int(size), files if isinstance(files, int) else 0,
+                                     detail.get("complete") is not False, float(price),
+                                     size / 2**30 * price,
+                                     error if isinstance(error, str) else None))
+    return items

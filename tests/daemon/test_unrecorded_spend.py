@@ -19,6 +19,7 @@ from daemon import clock
 from daemon import config as config_module
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.ledger import CostLedger
+from daemon.analysis.meters import StorageCost
 from daemon.analysis.recorded_spend import recorded_ledger
 from daemon.runtime import resume
 from daemon.runtime.price_host import build_analyzer
@@ -37,14 +38,16 @@ GPUS = (GpuSample(0, "GPU-0", "A100", utilization=90.0, memory_used_bytes=30 << 
                   memory_total_bytes=40 << 30))
 
 
-def killed_run(store: Store, times: list[float], handed: int, tick: int) -> CostLedger:
+def killed_run(store: Store, times: list[float], handed: int, tick: int,
+               storage: tuple[StorageCost, ...] = ()) -> CostLedger:
     """One run as the daemon records it: its start and price, each tick written and charged,
-    the spend handed over (rows and spend_through in one transaction, as
-    Daemon._record_costs does) after its tick `handed`, then killed: nothing more. Returns
-    its ledger (what its /v1/now counted)."""
+    the spend handed over (rows and spend_through in one transaction, and the storage walk's
+    sizes, as Daemon._record_costs does) after its tick `handed`, then killed: nothing more.
+    Returns its ledger (what its /v1/now counted)."""
     resume.record_start(store, times[0] - 0.5)
     resume.record_price(store, PRICE, times[0] - 0.5)
     ledger = CostLedger()
+    ledger.set_storage(storage)
     for i, ts in enumerate(times):
         sample = Sample(ts=ts, tick=tick + i + 1, gpus=GPUS, processes=(TRAIN,))
         store.write(sample)
@@ -53,6 +56,10 @@ def killed_run(store: Store, times: list[float], handed: int, tick: int) -> Cost
             with store.facts_batched():
                 facts.write_spend(store, *ledger.take_unrecorded())
                 store.set_meta(queries.SPEND_THROUGH, ledger.last_ts)
+            facts.write_meter_readings(store, ts, [
+                ("storage", item.path, float(item.bytes), {
+                    "price_per_gb_month": item.price_per_gb_month, "files": item.files,
+                    "complete": item.complete, "error": item.error}) for item in storage])
     return ledger
 
 
@@ -155,3 +162,28 @@ def test_a_run_killed_before_its_first_hand_over_is_charged_at_the_next_start(tm
     assert live.total > 0
     assert analyzer.spend_today(times[-1]) == pytest.approx(
         live.by_day[clock.utc_day(times[-1])], rel=1e-4)
+
+
+def test_the_storage_the_ledger_charged_is_charged_after_the_hand_over_too(tmp_path):
+    """[cost].storage_paths: the ledger charges the last walk's sizes each tick; the ticks
+    after the hand-over are charged for them as well, at the walk's price."""
+    from daemon.analysis.recorded_spend import unrecorded
+
+    db = tmp_path / "mlcost.db"
+    t0 = time.time() - 100
+    times = [t0 + i * 1.0 for i in range(30)]
+    checkpoints = StorageCost("/data/ckpt", 500 << 30, 12, True, 0.08, 500 * 0.08)
+    store = open_store(db)
+    store.write(Sample(ts=t0 - 600, tick=1, gpus=GPUS, processes=(TRAIN,)))  # an older run's
+    facts.write_meter_readings(store, t0 - 600, [("storage", "/old", float(1 << 40), {
+        "price_per_gb_month": 0.08, "files": 1, "complete": True, "error": None})])
+    live = killed_run(store, times, handed=9, tick=1, storage=(checkpoints,))
+    store.close()
+    with StoreReader(str(db)) as reader:
+        tail = unrecorded(reader, time.time(), None)
+        rows = recorded_ledger(reader, t0 - 60, time.time(), None)
+    assert tail is not None and rows is not None
+    assert tail.ledger.storage == pytest.approx(checkpoints.per_hour * 20 / 3600, rel=1e-4)
+    tail.add_to(rows[0])
+    assert rows[0].storage == pytest.approx(live.storage, rel=1e-4)
+    assert rows[0].total == pytest.approx(live.total, rel=1e-4)
