@@ -50,9 +50,15 @@ def spend_before(analyzer: Analyzer, store: Store, config: Config) -> None:
     try:
         reader = Store.reader(store.path, timeout_s=5.0)
         try:
-            tail = unrecorded(reader, now, config.cost.jobs)
             found = recorded_ledger(reader, month, now, config.cost.jobs)
             raised = queries.open_events(reader, BUDGET_EXCEEDED)
+            try:
+                tail = unrecorded(reader, now, config.cost.jobs)
+            except Exception as exc:  # (what the rows hold still counts)
+                log.warning("cannot charge the ticks %s holds after its last hand-over of "
+                            "spend (%s); the day's spend and the budgets count without them",
+                            store.path, exc)
+                tail = None
         finally:
             reader.close()
     except Exception as exc:  # a store that cannot be read now must not stop recording
