@@ -1,7 +1,12 @@
 """The spend a store recorded, as a cost ledger: what the daemon's ledger charged over a range,
 read back from its hour spend rows (daemon.store.facts.write_spend). The review reads a period
 with it; a daemon that starts on a store reads the current day and month with it, so its
-budgets count what the runs before it spent (daemon.analysis.budgets)."""
+budgets count what the runs before it spent (daemon.analysis.budgets).
+
+And the spend of the ticks after the store's last hand-over (`unrecorded`): a live store read
+between two rounds, or a run killed before its next round, whose next start writes them as the
+hour spend that run would have written. One replay for both, so a report, the day's spend and
+the budgets say the same dollars."""
 
 from __future__ import annotations
 
