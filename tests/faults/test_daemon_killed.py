@@ -77,6 +77,19 @@ def killed_between_rounds(folder: Path, after: float | None) -> list[float]:
     return mine
 
 
+def one_figure(db: Path, total: float) -> None:
+    """The report of the store's last hour: its window's spend (from the ticks), its review's
+    (from the rows) and the review's days say `total`."""
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--json",
+                          "--since", "1h"], capture_output=True, text=True, timeout=120,
+                         cwd=livedaemon.ROOT)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert document["spend"]["total"] == pytest.approx(total, abs=5e-5)
+    assert document["review"]["spend"]["total"] == pytest.approx(total, abs=5e-5)
+    assert sum(document["review"]["spend"]["by_day"].values()) == pytest.approx(total, abs=5e-5)
+
+
 @pytest.mark.fault("daemon killed", "mlcostd SIGKILLed 3 times between two rounds of spend, "
                    "each time started again on its store")
 def test_a_crash_loop_loses_none_of_the_spend_and_the_report_says_one_figure(tmp_path: Path) -> None:
@@ -89,6 +102,9 @@ def test_a_crash_loop_loses_none_of_the_spend_and_the_report_says_one_figure(tmp
     assert isinstance(host, dict)
     per_hour = float(host["price"]["per_hour"])
     assert per_hour > 0
+
+    # a report of the store its last run was killed on, before any start charged that run
+    one_figure(db, charged(runs, per_hour))
 
     last = livedaemon.start(tmp_path, "single-gpu", interval=0.5, config=CONFIG)
     try:
@@ -105,12 +121,4 @@ def test_a_crash_loop_loses_none_of_the_spend_and_the_report_says_one_figure(tmp
     runs.append([ts for ts in tick_times(db) if ts > runs[-1][-1]])
     total = charged(runs, per_hour)
 
-    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--json",
-                          "--since", "1h"], capture_output=True, text=True, timeout=120,
-                         cwd=livedaemon.ROOT)
-    assert out.returncode == 0, out.stderr
-    document = json.loads(out.stdout)
-    # one figure: the window's spend (from the ticks), the review's (from the rows), its days
-    assert document["spend"]["total"] == pytest.approx(total, abs=5e-5)
-    assert document["review"]["spend"]["total"] == pytest.approx(total, abs=5e-5)
-    assert sum(document["review"]["spend"]["by_day"].values()) == pytest.approx(total, abs=5e-5)
+    one_figure(db, total)
