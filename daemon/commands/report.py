@@ -18,7 +18,7 @@ from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.recorded_spend import recorded_ledger
+from daemon.analysis.recorded_spend import recorded_ledger, unrecorded
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
@@ -144,7 +144,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     # recorded spend reaches the window's end (probe 84's snapshot: $0.455 over 50 s of a 59 s
     # window whose ticks the ledger charged $0.537).
     spend_to = _add_tail(reader, recorded_spend, start, end, prices, thresholds, jobs,
-                         interval, starts, processes)
+                         interval)
     # The ticks the cost pass and the energy split read: the raw window, else an even spread.
     sampled = raw or RawWindow.read(reader, start, end,
                                     raw_sample_count(len(processes), COST_SAMPLES),
@@ -222,8 +222,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     current = recorded_spend
     if current is None:  # (the window's spend above was its ticks' replay)
         current = recorded_ledger(reader, start, end, jobs)
-        spend_to = _add_tail(reader, current, start, end, prices, thresholds, jobs, interval,
-                             starts, processes)
+        spend_to = _add_tail(reader, current, start, end, prices, thresholds, jobs, interval)
     review.update(team_review.review(
         reader, start, end, by=by, jobs=jobs, kinds={**kinds_last, **kinds_then},
         energy=document["energy"],
@@ -274,38 +273,19 @@ def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: floa
 
 def _add_tail(reader: StoreReader, found: tuple[CostLedger, Any] | None, start: float,
               end: float, prices: PriceHistory, thresholds: IdleThresholds,
-              jobs: dict[str, str] | None, interval: float, starts: tuple[float, ...],
-              processes: list[dict[str, Any]]) -> float | None:
+              jobs: dict[str, str] | None, interval: float) -> float | None:
     """Charge to `found` (the spend recorded over [start, end]) the window's ticks after the
-    store's spend_through, as the daemon's ledger charges them (each tick the interval before
-    it; a gap capped, none across a daemon start); returns where the spend then reaches (None:
-    where the store says, nothing added)."""
+    store's spend_through, as the daemon's ledger charges them (recorded_spend.unrecorded, as
+    the next daemon start writes them to the store); returns where the spend then reaches
+    (None: where the store says, nothing added)."""
     through = queries.spend_through(reader)
     if found is None or through is None or through >= end:
         return None
-    lo = max(start, through)
-    # from the last tick handed over (its interval was): the tail charges the ones after it
-    last = reader.query("SELECT max(ts) AS ts FROM ticks WHERE ts >= ? AND ts <= ?",
-                        (round(start * 1000), round(lo * 1000)))[0]["ts"]
-    tail = RawWindow.read(reader, last / 1000 if last is not None else lo, end,
-                          raw_sample_count(len(processes)), prices, thresholds)
-    if not tail.samples or any(b is None for b in tail.costs):
+    tail = unrecorded(reader, end, jobs, start=start, prices=prices, thresholds=thresholds,
+                      interval=interval)
+    if tail is None:  # no tick there, or no price to charge them with
         return None
-    ledger = CostLedger(jobs, max_gap_s=recording_gap_s(interval), run_starts=starts)
-    for cost in tail.costs:
-        assert cost is not None
-        ledger.add(cost)
-    if ledger.seconds <= 0:
-        return end
-    facts = {(p["pid"], p["start_time"]): p for p in processes}
-    charged = {key: (cost, ledger.user_of.get(key, ""),
-                     str((facts.get(key) or {}).get("command") or ""),
-                     owner if isinstance(owner := (facts.get(key) or {}).get("owner"), dict)
-                     else {})
-               for key, cost in ledger.by_process.items()}
-    found[0].add_recorded((tail.samples[0].ts + tail.samples[-1].ts) / 2, ledger.seconds,
-                          {"total": ledger.total, "idle": ledger.idle, "wasted": ledger.wasted,
-                           "storage": ledger.storage}, charged)
+    tail.add_to(found[0])
     return end
 
 

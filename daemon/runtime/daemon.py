@@ -738,10 +738,16 @@ class Daemon:
         if self.analyzer is None or self.store is None:
             return
         ledger = self.analyzer.ledger
-        facts.write_spend(self.store, *ledger.take_unrecorded())
-        # How far the recorded spend reaches: a report of a store younger than its range
-        # counts its days up to here, not to the last tick (up to a round later).
-        self.store.set_meta(queries.SPEND_THROUGH, ts)
+        with ledger.lock:
+            taken, charged_to = ledger.take_unrecorded(), ledger.last_ts
+        # How far the recorded spend reaches: its last tick charged (ticks may have run since
+        # `ts`, in the round's awaits), in the rows' transaction; a report of a store younger
+        # than its range counts its days up to here, and the next start charges the ticks
+        # after it where this run is killed before its next round (resume.spend_before).
+        with self.store.facts_batched():
+            facts.write_spend(self.store, *taken)
+            self.store.set_meta(queries.SPEND_THROUGH,  # (a tick's time as the store has it)
+                                round(charged_to, 3) if charged_to is not None else ts)
         with ledger.lock:
             readings: list[tuple[str, str, float, dict[str, Any]]] = [("storage", item.path, float(item.bytes),
                          {"price_per_gb_month": item.price_per_gb_month, "files": item.files,

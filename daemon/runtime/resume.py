@@ -18,9 +18,9 @@ from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import LOW_UTILIZATION
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, GPU_UNHELD_IDLE, HOST_IDLE
-from daemon.analysis.ledger import RUN_START_READING, recording_gap_s
+from daemon.analysis.ledger import RUN_START_READING, CostLedger, recording_gap_s
 from daemon.analysis.price_history import PRICE_NAME, PRICE_READING, charged_as
-from daemon.analysis.recorded_spend import recorded_ledger
+from daemon.analysis.recorded_spend import recorded_ledger, unrecorded
 from daemon.config import Config
 from daemon.store import facts, queries
 from daemon.store.writer import Store
@@ -41,7 +41,10 @@ def end_left_open(store: Store, config: Config) -> None:
 def spend_before(analyzer: Analyzer, store: Store, config: Config) -> None:
     """Hand `analyzer` this month's spend that the store recorded before this start and the
     budget crossings left open (not raised, nor posted, again in their period; ended in the
-    store where their period is over)."""
+    store where their period is over). The ticks a run recorded after its last hand-over (it
+    was SIGKILLed, or its host lost power, between two rounds) are charged first, as its ledger
+    charged them, and written to the store as the hour spend that run would have written: the
+    day's spend, the budgets and every report then count them (recorded_spend.unrecorded)."""
     now = clock.now()
     month = clock.utc_month_start(now)
     try:
@@ -49,12 +52,31 @@ def spend_before(analyzer: Analyzer, store: Store, config: Config) -> None:
         try:
             found = recorded_ledger(reader, month, now, config.cost.jobs)
             raised = queries.open_events(reader, BUDGET_EXCEEDED)
+            try:
+                tail = unrecorded(reader, now, config.cost.jobs)
+            except Exception as exc:  # (what the rows hold still counts)
+                log.warning("cannot charge the ticks %s holds after its last hand-over of "
+                            "spend (%s); the day's spend and the budgets count without them",
+                            store.path, exc)
+                tail = None
         finally:
             reader.close()
     except Exception as exc:  # a store that cannot be read now must not stop recording
         log.warning("cannot read this month's recorded spend from %s (%s); the day's spend "
                     "and the budgets count from this start", store.path, exc)
         return
+    if tail is not None and tail.ledger.seconds > 0:
+        if found is None:
+            found = CostLedger(config.cost.jobs), {}
+        tail.add_to(found[0], since=month)
+        hosts, processes = tail.ledger.take_unrecorded()
+        with store.facts_batched():  # one transaction: the rows and how far they reach
+            facts.write_spend(store, hosts, processes)
+            store.set_meta(queries.SPEND_THROUGH, tail.through)
+        log.warning("the run before this start stopped without handing over its last %s of "
+                    "spend (killed, or its host lost power): $%.2f, charged now from the %d "
+                    "ticks it recorded after its last hand-over", clock.duration(
+                        tail.ledger.seconds), tail.ledger.total, tail.ticks)
     before = found[0] if found is not None else None
     for event in analyzer.resume(before, raised, now):
         facts.write_event(store, event.as_dict())
