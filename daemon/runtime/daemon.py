@@ -578,7 +578,10 @@ class Daemon:
                     next_tick += missed * interval
                     if behind > CLOCK_JUMP_S and stepped > CLOCK_JUMP_S:
                         log.warning("the clock jumped forward by %.0f s; ticks go on from "
-                                    "the new time", stepped)
+                                    "the new time (what was recorded before it is kept as "
+                                    "long as it would have been)", stepped)
+                        if self.store is not None:
+                            self.store.clock_stepped_forward(stepped)
                     else:
                         self.ticks_late += missed
                         if behind > CLOCK_JUMP_S:  # the loop itself was held that long

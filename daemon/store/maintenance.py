@@ -79,6 +79,7 @@ class Maintenance:
         _ids_committed: tuple[list[tuple[int, float]], list[int]]
         _age_retained_for: tuple[int, int, int]  # (minute of the newest tick, minute_done,
         # hour_done) of the last retention by age that finished
+        _stepped: tuple[int, int] | None  # a forward step of the clock (Store.clock_stepped_forward)
 
         _pending_facts: OrderedDict[Hashable, tuple[str, Sequence[object]]]
         _damage_noted: str | None
@@ -234,6 +235,16 @@ class Maintenance:
         cuts_from = (newest - newest % _RAW_STEP_MS, self._minute_done, self._hour_done)
         if cuts_from == self._age_retained_for:
             return False
+        # (a forward step of the clock: the cuts read the clock the ticks before it were
+        # stamped on, until every retention has passed them by it: Store.clock_stepped_forward)
+        stepped = self._stepped
+        if stepped is not None:
+            newest -= stepped[0]
+            if newest - self.hour_retention_ms > stepped[1]:
+                self._stepped = None
+                with self._db.atomic():
+                    self._conn.execute("DELETE FROM meta WHERE key IN ('clock_stepped_ms', "
+                                       "'clock_stepped_before')")
         raw_cut = min(newest - self.raw_retention_ms, self._minute_done)
         raw_cut -= raw_cut % _RAW_STEP_MS
         minute_cut = min(newest - self.minute_retention_ms, self._hour_done)

@@ -120,6 +120,10 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         self._last_checkpoint = time.monotonic()
         self._ticks_at_checkpoint = 0
         self._age_retained_for = (0, 0, 0)  # maintenance: when retention by age last finished
+        # The wall clock stepped forward while recording (Store.clock_stepped_forward): by how
+        # much in all (ms), and the newest tick stamped on the clock before; None: no step.
+        # (read from the store's meta by _load_state)
+        self._stepped: tuple[int, int] | None = None
         # ((pid, start_time) of each process, their ids) of the last tick committed, and of the
         # last inserted in the open transaction (daemon.store.writer._process_ids)
         self._ids_committed: tuple[list[tuple[int, float]], list[int]] = ([], [])
@@ -249,6 +253,8 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         self._minutes = ProcessMinutes(self._newest_ts)  # the processes' minute rollups
         self._minute_done = self._meta("minute_done")
         self._hour_done = self._meta("hour_done")
+        stepped = self._meta("clock_stepped_ms")  # kept across restarts: see clock_stepped_forward
+        self._stepped = (stepped, self._meta("clock_stepped_before")) if stepped > 0 else None
 
     def _meta(self, key: str) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -517,6 +523,21 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
     def hour_done(self) -> int:
         """Minute rollups before this ts (ms) are rolled up into hours."""
         return self._hour_done
+
+    def clock_stepped_forward(self, by_s: float) -> None:
+        """The wall clock jumped `by_s` forward between two ticks (the daemon's loop saw it):
+        the ticks stamped before are that much older by their stamps than they are, and
+        retention by age, which cuts from the newest tick, would delete a day of raw history
+        for a day's step (probe 115). Until every retention has passed them by the clock
+        they were recorded on, the cuts are made as if the step had not happened."""
+        if by_s <= 0:
+            return
+        with self._lock:
+            total = int(by_s * 1000) + (self._stepped[0] if self._stepped else 0)
+            self._stepped = (total, self._newest_ts)
+            self.write_facts([(("meta", "clock_stepped"), "INSERT OR REPLACE INTO meta (key, "
+                               "value) VALUES ('clock_stepped_ms', ?), "
+                               "('clock_stepped_before', ?)", self._stepped)])
 
     @staticmethod
     def reader(path: str | os.PathLike[str], timeout_s: float = 5.0) -> StoreReader:

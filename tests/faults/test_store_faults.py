@@ -133,6 +133,36 @@ def test_housekeeping_on_a_full_disk_leaves_health_saying_what_waits(tmp_path: P
         assert ticks(path) == list(range(1, 201 + rounds))
 
 
+def test_a_forward_step_of_the_clock_keeps_the_raw_history_recorded_before_it(
+        tmp_path: Path) -> None:
+    """The wall clock stepped a day forward while recording: retention by age cuts from the
+    newest tick, and deleted every raw tick recorded before the step (65 of 126 kept; probe
+    115). Told of the step (the daemon's loop sees it), the store keeps them as long as it
+    would have, across a restart too; without a step it cuts as ever."""
+    path = tmp_path / "s.db"
+    day = 86400
+    with Store(path, raw_retention_s=3600) as store:
+        for tick in range(1, 601):  # 10 minutes
+            assert store.write(sample(tick))
+        store.clock_stepped_forward(day)
+        for tick in range(601 + day, 721 + day):  # 2 minutes more, a day later by the clock
+            assert store.write(sample(tick))
+            store.maintain(budget_s=1.0)
+        assert ticks(path)[:2] == [1, 2], ticks(path)[:2]
+    with Store(path, raw_retention_s=3600) as store:  # a restart remembers the step
+        assert store.write(sample(721 + day))
+        for _ in range(3):
+            store.maintain(budget_s=1.0)
+    recorded = ticks(path)
+    assert recorded[0] == 1 and len(recorded) == 600 + 121, (recorded[0], len(recorded))
+    unstepped = tmp_path / "u.db"  # the same timeline with no step told: cut from the newest
+    with Store(unstepped, raw_retention_s=3600) as store:
+        for tick in [*range(1, 601), *range(601 + day, 722 + day)]:
+            assert store.write(sample(tick))
+            store.maintain(budget_s=1.0)
+    assert ticks(unstepped)[0] > 600
+
+
 # ------------------------------------------------------------- 8: database deleted
 
 
