@@ -370,12 +370,14 @@ class DatabaseFile:
             n += 1
             aside = f"{self.path}.corrupt-{stamp}-{n}"
         os.replace(self.path, aside)
+        moved = []
         for suffix in ("-wal", "-shm"):
             if os.path.exists(self.path + suffix):
                 os.replace(self.path + suffix, aside + suffix)
+                moved.append(suffix[1:].upper())
         self._health.corrupt_moved_aside = aside
         self._health.last_error = f"corrupt store moved aside to {aside}: {error}"
         # (it was in /v1/health alone: the operator learnt of the lost history by reading it)
-        log.error("the store %s could not be read (%s): moved it aside to %s, with its WAL and "
-                  "SHM, and started a new one; what it held is there for `sqlite3 %s .recover`",
-                  self.path, error, aside, aside)
+        log.error("the store %s could not be read (%s): moved it aside to %s%s, and started a "
+                  "new one; what it held is there for `sqlite3 %s .recover`", self.path, error,
+                  aside, f", with its {' and '.join(moved)}" if moved else "", aside)
