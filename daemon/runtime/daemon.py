@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -320,6 +321,13 @@ class Daemon:
         self._stop.set()
 
     def _hangup(self) -> None:
+        """SIGHUP. Run in a terminal (its stderr one), the terminal went away: stop as for
+        SIGTERM, everything flushed. Else (systemd, a log file) someone asked for a reload or
+        reopened logs: neither exists, so it says so and records on."""
+        if sys.stderr is not None and sys.stderr.isatty():
+            log.warning("SIGHUP: its terminal hung up; stopping as for SIGTERM")
+            self.request_stop()
+            return
         log.warning("SIGHUP: mlcostd does not reload its configuration and logs to stderr "
                     "(no file to reopen); recording goes on. Restart it to apply a changed "
                     "config (systemctl restart mlcostd); SIGTERM stops it")
@@ -455,8 +463,8 @@ class Daemon:
         if self.stop_on_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
-            # A SIGHUP (logrotate's postrotate, an operator expecting a reload) killed it as
-            # SIGKILL would, the last round's spend unwritten: it reloads nothing, and says so.
+            # A SIGHUP (logrotate's postrotate, an operator expecting a reload, a terminal
+            # closed) killed it as SIGKILL would, the last round's spend unwritten (_hangup).
             loop.add_signal_handler(signal.SIGHUP, self._hangup)
         try:
             self.store = self._open_store()

@@ -526,10 +526,11 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
 
     def clock_stepped_forward(self, by_s: float) -> None:
         """The wall clock jumped `by_s` forward between two ticks (the daemon's loop saw it):
-        the ticks stamped before are that much older by their stamps than they are, and
-        retention by age, which cuts from the newest tick, would delete a day of raw history
-        for a day's step (probe 115). Until every retention has passed them by the clock
-        they were recorded on, the cuts are made as if the step had not happened."""
+        measured from the newest tick, the ticks recorded before the step look that much
+        older than they are, and retention by age, which cuts from the newest tick, deleted a
+        day of raw history for a day's step (probe 115). Until every retention has passed
+        them by the clock they were recorded on, the cuts are made as if the step had not
+        happened (kept in the store's meta, across restarts)."""
         if by_s <= 0:
             return
         with self._lock:
