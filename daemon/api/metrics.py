@@ -330,9 +330,10 @@ class DaemonCollector(Collector):
             return
         health = store.health
         families = (
-            (GaugeMetricFamily, "mlcost_store_up", "1 while the store records every tick, 0 "
-             "while a problem stops it (a full disk, an I/O error; /v1/health's store.problem "
-             "says which)", 0.0 if health.problem else 1.0),
+            (GaugeMetricFamily, "mlcost_store_up", "1 while the store is well, 0 while a "
+             "problem stands (/v1/health's store.problem says which: a full disk or an I/O "
+             "error, ticks then waiting in memory; housekeeping that keeps failing; the file "
+             "moved away)", 0.0 if health.problem else 1.0),
             (GaugeMetricFamily, "mlcost_store_samples_buffered", "Ticks waiting in memory "
              "for the store to take them (bounded: past the bound the oldest are dropped)",
              health.samples_buffered),
