@@ -31,7 +31,7 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import ended_by_recording_stop
+from daemon.store.schema import TICKS_DROPPED, ended_by_recording_stop
 from daemon.wire import (
     COMPUTE,
     HIGH_CONFIDENCE,
@@ -920,7 +920,8 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
                      "`--json` lists them)"] if windows else [])
     if not idle:
         return ["", "Events", *windows_line] if windows else []
-    costly = sorted((e for e in idle if e["kind"] != "action"),
+    # (the audit trail and the store's dropped ticks are always listed: they cost nothing)
+    costly = sorted((e for e in idle if e["kind"] not in ("action", TICKS_DROPPED)),
                     key=lambda e: -(e.get("cost_so_far") or 0.0))
     left = costly[EVENTS_SHOWN:]
     left_out = {id(e) for e in left}  # by identity: one pass, however many events
@@ -941,6 +942,16 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
             out.append(f"  {start} "
                        f"{detail.get('who', '?')}: {what} {detail.get('action', '?')} on "
                        f"{event['target']}: {detail.get('outcome', '?')}")
+            continue
+        if event["kind"] == TICKS_DROPPED:  # the store could not take them: a hole
+            detail = event.get("detail") or {}
+            count = detail.get("ticks") if isinstance(detail, dict) else None
+            why = one_line(str(detail.get("why") or ""))[:160] if isinstance(detail, dict) else ""
+            end = event["ended_at"] if event["ended_at"] is not None else event["started_at"]
+            out.append(f"  {start} to {when(end)}: "
+                       f"{plural(count, 'tick') if isinstance(count, int) else 'ticks'} taken "
+                       "but not recorded (the store could not be written"
+                       f"{': ' + why if why else ''}); the figures cover less time there")
             continue
         if event["ended_at"] is not None and ended_by_recording_stop(event):
             state = f"open when the recording stopped at {when(event['ended_at'])}"

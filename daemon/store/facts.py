@@ -89,17 +89,23 @@ def write_stack_status(store: Store, pid: int, start_time: float, ts: float, sta
 def write_event(store: Store, event: dict[str, Any], raised_at: float | None = None) -> None:
     """Insert or update an event keyed by (kind, target, started_at). `raised_at`: when it was
     raised (the tick that opened it), kept from its first write; else its start."""
+    with store._lock:
+        store.write_facts([event_write(event, raised_at)])
+
+
+def event_write(event: dict[str, Any], raised_at: float | None = None
+                ) -> tuple[tuple[Any, ...], str, tuple[Any, ...]]:
+    """The fact write of `write_event` (its key, SQL and parameters), for the writer itself
+    under its lock (the ticks it had to drop: daemon.store.pending)."""
     started = round(event["started_at"] * 1000)
     raised = started if raised_at is None else max(started, round(raised_at * 1000))
-    with store._lock:
-        store.write_facts([(
-            ("event", event["kind"], event["target"], started),
+    return (("event", event["kind"], event["target"], started),
             "INSERT INTO events (kind, target, started_at, ended_at, cost, detail, raised_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, target, started_at) DO UPDATE SET "
             "ended_at = excluded.ended_at, cost = excluded.cost, detail = excluded.detail",
             (event["kind"], event["target"], started,
              None if event.get("ended_at") is None else round(event["ended_at"] * 1000),
-             event.get("cost_so_far"), json.dumps(event.get("detail") or {}), raised))])
+             event.get("cost_so_far"), json.dumps(event.get("detail") or {}), raised))
 
 
 def end_events_left_open(store: Store, kinds: Iterable[str], gap_s: float) -> None:

@@ -24,6 +24,8 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from daemon.store.errors import SQLITE_FULL, TRANSIENT, error_code, free_bytes, is_corruption
+from daemon.store.facts import event_write
+from daemon.store.schema import TICKS_DROPPED
 
 if TYPE_CHECKING:
     from daemon.sources.sample import Sample
@@ -52,6 +54,7 @@ class PendingWrites:
         _batching: int  # open facts_batched() blocks: their fact writes wait for the last
         _lock: threading.Lock
         _damage_noted: str | None  # the file is damaged: nothing is written until a new one
+        _dropped_span: list[int] | None  # [first ts, last ts, count] of the ticks dropped lately
 
         def _flush(self) -> None: ...
         def _transaction(self) -> AbstractContextManager[sqlite3.Connection]: ...
@@ -146,10 +149,28 @@ class PendingWrites:
         self._health.facts_pending = len(self._pending_facts)
 
     def _trim_buffer(self) -> None:
+        dropped: list[int] = []
         while len(self._buffer) > self.buffer_limit:
-            self._buffer.popleft()
+            dropped.append(self._buffer.popleft()[0])
             self._health.samples_dropped += 1
         self._health.samples_buffered = len(self._buffer)
+        if dropped:
+            self._note_dropped(dropped[0], dropped[-1], len(dropped))
+
+    def _note_dropped(self, first_ms: int, last_ms: int, count: int) -> None:
+        """Ticks dropped from the bound of memory (a full disk that lasted): a TICKS_DROPPED
+        event of the store over the span, written once writes work again, so a report of the
+        range says so (it said nothing: its samples only covered less time). One event per
+        span of drops, its end and count updated as more go."""
+        span = self._dropped_span
+        if span is None:
+            span = self._dropped_span = [first_ms, last_ms, 0]
+        span[1] = last_ms
+        span[2] += count
+        self._queue_fact(*event_write({
+            "kind": TICKS_DROPPED, "target": "store", "started_at": span[0] / 1000,
+            "ended_at": span[1] / 1000, "cost_so_far": None,
+            "detail": {"ticks": span[2], "why": self._health.problem or ""}}))
 
     def _write_failed(self, error: BaseException) -> None:
         """A write failed for a "not now" reason: say so (rate-limited) and in health."""

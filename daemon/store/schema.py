@@ -44,6 +44,11 @@ MICRODOLLARS = 1_000_000
 # change reads the GPUs then (daemon.store.queries.gpus_then).
 GPU_READING = "gpu"
 
+# An event of the store itself: ticks taken but dropped from memory before the store could take
+# them (a full disk that outlasted the buffer): its span, and `ticks` and `why` in its detail
+# (daemon.store.pending). A report of the range says so.
+TICKS_DROPPED = "ticks_dropped"
+
 # An event's detail key: true where the event did not end but the run recording it stopped
 # (its `ended_at` is that run's last tick; daemon.store.facts.end_events_left_open).
 RECORDING_STOPPED = "recording_stopped"

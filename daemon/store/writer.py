@@ -140,6 +140,7 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         # A read or write found the file damaged (DatabaseFile.note_if_damaged): SQLite's words,
         # until the next maintenance round starts a new one; nothing is written meanwhile.
         self._damage_noted: str | None = None
+        self._dropped_span: list[int] | None = None  # PendingWrites._note_dropped
         self._moved_aside = False  # DatabaseFile._start_over: moved, a new one still to start
         self._maintain_failures = 0  # maintenance rounds in a row that failed
         self._meta_values: dict[str, str] = {}  # set_meta's facts, written again into a new file
@@ -383,9 +384,10 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
             budget -= count
         if not self._buffer and self._pending_facts:
             self._flush_facts()
-        if (not self._buffer and not self._pending_facts and self._problem_kind is not None
-                and self._problem_kind.startswith("write:")):
-            self._clear_problem("everything that waited in memory is written")
+        if not self._buffer and not self._pending_facts:
+            self._dropped_span = None  # (its event is written: a later drop is another span)
+            if self._problem_kind is not None and self._problem_kind.startswith("write:"):
+                self._clear_problem("everything that waited in memory is written")
 
     def _commit(self, batch: list[tuple[int, Sample]]) -> None:
         new_processes: dict[tuple[int, int], int] = {}

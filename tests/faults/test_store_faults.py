@@ -21,7 +21,7 @@ from simhost import poll
 
 from daemon.client import ClientError
 from daemon.sources.sample import HostPressure, ProcessSample, Sample
-from daemon.store import facts
+from daemon.store import facts, queries
 from daemon.store.maintenance import MAINTAIN_FAILURES_SAID
 from daemon.store.reader import StoreReader
 from daemon.store.writer import Store, StoreError
@@ -131,6 +131,36 @@ def test_housekeeping_on_a_full_disk_leaves_health_saying_what_waits(tmp_path: P
             store.maintain(budget_s=1.0)
             assert store.health.problem is None
         assert ticks(path) == list(range(1, 201 + rounds))
+
+
+def test_ticks_dropped_on_a_full_disk_are_an_event_the_report_names(tmp_path: Path) -> None:
+    """A full disk outlasted the ticks memory holds: the oldest were dropped, counted only in
+    health (memory), and the report of the range said nothing of the hole (probe 115 F8)."""
+    from daemon.commands import report
+
+    with mounts.tmpfs(tmp_path / "disk", size="8m") as disk:
+        path = disk / "s.db"
+        with Store(path, buffer_limit=5) as store:
+            for tick in range(1, 200):
+                assert store.write(sample(tick))
+            filler = mounts.fill(disk)
+            for tick in range(200, 220):  # 20 ticks: the last 5 wait, 15 are dropped
+                store.write(sample(tick))
+            assert store.health.samples_dropped == 15
+            filler.unlink()
+            assert store.write(sample(220))
+            assert store.health.samples_buffered == 0 and store.health.facts_pending == 0
+            assert store.write(sample(221))  # (a later drop would be a span of its own)
+        reader = StoreReader(str(path))
+        try:
+            [event] = [e for e in queries.events(reader, T0, T0 + 300)
+                       if e["kind"] == "ticks_dropped"]
+            assert (event["started_at"], event["ended_at"]) == (T0 + 200, T0 + 214), event
+            assert event["detail"]["ticks"] == 15 and "disk is full" in event["detail"]["why"]
+            text = report.render_text(report.build(reader, 300, until=T0 + 221))
+        finally:
+            reader.close()
+    assert "15 ticks taken but not recorded (the store could not be written" in text, text
 
 
 def test_a_forward_step_of_the_clock_keeps_the_raw_history_recorded_before_it(
