@@ -270,6 +270,10 @@ def _quick_check(db: Path) -> Check:
             reader.close()
         answer = str(next(iter(rows[0].values()))) if rows else "no answer"
     except sqlite3.DatabaseError as exc:
+        short = _cut_short(db)  # (SQLite reads a file truncated under it as an I/O error)
+        if short is not None:
+            return Check("database", FAIL, f"{db} cannot be read: the file was cut short "
+                         f"({short})", damaged_store_advice(db))
         if not is_corruption(exc):
             return Check("database", WARN, f"{db} is writable; PRAGMA quick_check could not "
                          f"run: {exc}", "run `mlcostd check` again when the store is not busy")
@@ -284,6 +288,21 @@ def _quick_check(db: Path) -> Check:
         return Check("database", FAIL, store_damage(db, answer), damaged_store_advice(db))
     slow = f" in {took:.1f} s" if took >= SLOW_QUICK_CHECK_S else ""
     return Check("database", OK, f"{db} is writable; PRAGMA quick_check: ok{slow}")
+
+
+def _cut_short(db: Path) -> str | None:
+    """What says the store's file is shorter than its header counts (daemon.store.
+    database_file.cut_short); None when it is not, or it cannot be opened."""
+    from daemon.store.database_file import cut_short
+
+    try:
+        fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return cut_short(fd)
+    finally:
+        os.close(fd)
 
 
 def check_recorded_stacks(db: Path) -> Check | None:

@@ -50,6 +50,25 @@ log = logging.getLogger("daemon.store.writer")  # the Store's log, as before thi
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 
+def cut_short(fd: int) -> str | None:
+    """What says the SQLite database open at `fd` is shorter than its header counts, or has no
+    header (`truncate`, a partial copy); None when its length is right, or it cannot be read."""
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, 100, 0)
+    except OSError:
+        return None
+    if not head.startswith(SQLITE_HEADER) or len(head) < 100:
+        return f"{size} bytes and no SQLite header"
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    # the header's page count holds where its change counter and version-valid-for agree
+    if pages and head[24:28] == head[92:96] and size < pages * page_size:
+        return f"{size} bytes where its header counts {pages} pages of {page_size}"
+    return None
+
+
 class DatabaseFile:
     """The lock on the Store's database file and the checks that it is still at its path."""
 
@@ -240,24 +259,9 @@ class DatabaseFile:
             reader.close()
 
     def _cut_short(self) -> str | None:
-        """What says the database file is shorter than its header counts, or has no header;
+        """What says the database file is shorter than its header counts (`cut_short`);
         None when its length is right (or cannot be read)."""
-        if self._file_fd is None:
-            return None
-        try:
-            size = os.fstat(self._file_fd).st_size
-            head = os.pread(self._file_fd, 100, 0)
-        except OSError:
-            return None
-        if not head.startswith(SQLITE_HEADER) or len(head) < 100:
-            return f"{size} bytes and no SQLite header"
-        page_size = int.from_bytes(head[16:18], "big")
-        page_size = 65536 if page_size == 1 else page_size
-        pages = int.from_bytes(head[28:32], "big")
-        # the header's page count holds where its change counter and version-valid-for agree
-        if pages and head[24:28] == head[92:96] and size < pages * page_size:
-            return f"{size} bytes where its header counts {pages} pages of {page_size}"
-        return None
+        return None if self._file_fd is None else cut_short(self._file_fd)
 
     def note_if_damaged(self, error: BaseException) -> bool:
         """Whether `error`, raised by a read or write of the store, is SQLite's word for a

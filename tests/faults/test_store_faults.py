@@ -9,6 +9,8 @@ import contextlib
 import logging
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -502,6 +504,25 @@ def test_a_database_cut_short_while_recording_is_moved_aside_and_a_new_one_start
         assert reader.meta("host") == {"hostname": "box"}
     finally:
         reader.close()
+
+
+def test_check_says_a_store_cut_short_is_damaged_not_busy(tmp_path: Path) -> None:
+    """`mlcostd check --db` on a truncated store: "PRAGMA quick_check could not run: disk I/O
+    error; fix: run mlcostd check again when the store is not busy" (probe 115)."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 60):
+            assert store.write(sample(tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+    os.truncate(path, 4096)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-m", "daemon", "check", "--simulate", "idle-host",
+                           "--db", str(path)], capture_output=True, text=True, timeout=120,
+                          env=env)
+    [line] = [line for line in done.stdout.splitlines() if "database:" in line]
+    assert line.startswith("[FAIL] database:") and "cut short (4096 bytes where its header" in (
+        line), done.stdout
+    assert ".recover" in done.stdout and "not busy" not in done.stdout, done.stdout
 
 
 def test_a_database_cut_short_under_a_live_daemon(mlcostd) -> None:
