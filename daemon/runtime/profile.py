@@ -294,6 +294,7 @@ class ProfileRecorder:
                              sample_stacks_always=True, periodic_rules=False,
                              stop_on_signals=False, out_option="--out")
         self._ticked = asyncio.Event()
+        self._ended_mono: float | None = None  # time.monotonic() when the command ended
         self._group: int | None = None
 
     def _on_tick(self, sample: Sample) -> None:
@@ -308,6 +309,20 @@ class ProfileRecorder:
         self._ticked.clear()
         await asyncio.wait_for(self._ticked.wait(),
                                timeout=10 * self.config.daemon.interval + 10)
+
+    async def _tick_after_end(self, most: int = 5) -> None:
+        """The next tick once every GPU was read after the command ended (at most `most`
+        ticks on): the record then ends with the GPUs as the command left them. A GPU is read
+        a little before each tick, and on a loaded host later still: the tick right after the
+        end could show the memory the command had freed (a CI run's profile said 8 GiB in use
+        after its script had exited)."""
+        nvml, ended = self.daemon.nvml, self._ended_mono
+        for _ in range(most):
+            if ended is None or all((nvml.read_at(index) or 0.0) > ended
+                                    for index in range(nvml.gpu_count or 0)):
+                break
+            await self._next_tick()
+        await self._next_tick()
 
     async def run(self) -> RunResult:
         """Start the recorder, run the command, stop both. Raises DaemonError when the
@@ -332,7 +347,7 @@ class ProfileRecorder:
             await self._next_tick()
             await self._run_command()
             if self.result.exit_status is not None:
-                await self._next_tick()  # the command's end is in the record
+                await self._tick_after_end()  # the command's end is in the record
                 found = await self.daemon.evaluate(self.result.started_at, clock.now())
                 self.result.recommendations = len(found)
                 await self._next_tick()  # the record reaches past the rules' round
@@ -395,6 +410,7 @@ class ProfileRecorder:
             log.info("--duration reached: stopping the command (SIGTERM to its process group)")
             await self._stop_group(proc.pid, exited)
         result.ended_at = clock.now()
+        self._ended_mono = time.monotonic()
         latency.cancel()
         code = proc.returncode
         assert code is not None  # it exited: _Protocol said so
