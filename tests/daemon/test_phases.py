@@ -1898,9 +1898,15 @@ def _start(mode: str, tmp_path: Path) -> subprocess.Popen[str]:
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
+    """Kill `proc` and its children (the slow-storage helper, a Pool's workers). Stopped
+    first: a multiprocessing Pool's parent starts a worker in place of each one killed, and
+    one started between the children's kill and its own was left running (seen after a CI
+    run: a pool_loader.py worker, its parent gone)."""
     try:
-        for child in psutil.Process(proc.pid).children(recursive=True):
-            child.kill()  # the slow-storage helper
+        parent = psutil.Process(proc.pid)
+        parent.suspend()
+        for child in parent.children(recursive=True):
+            child.kill()
     except psutil.NoSuchProcess:
         pass
     proc.kill()
