@@ -239,8 +239,10 @@ class ProcessSource:
         # Text a user wrote is data: control bytes shown as \x1b, never sent to a terminal.
         # Done here, once per (pid, start time), like the redaction.
         owner = {key: one_line(value) for key, value in owner.items()}
+        # No command line yet (read mid-exec, as a child started: the kernel shows it empty for
+        # a moment, and the name may not change): the first tick reads it again (_renamed).
         self._known[pid] = _Known(pid, start_ticks, start_time, ppid, one_line(user),
-                                  one_line(command), owner, head=head)
+                                  one_line(command), owner, head=head if argv else b"")
         return True
 
     def _still_there(self, known: _Known) -> bool:
@@ -352,7 +354,12 @@ class ProcessSource:
         try:
             argv = read_argv(known.pid)
         except OSError:
-            return False  # exited, or no longer readable: it keeps the command it had for now
+            argv = None  # exited, or no longer readable: it keeps the command it had for now
+        if not argv and not known.head:
+            # Discovery found no command line either: it has none (a zombie, a kernel thread,
+            # one root may not read) and keeps its [name], never read again.
+            known.head = head
+            return True
         if not argv:
             return False  # mid-exec: the new command line is not there yet (next tick)
         known.command_read_at = now

@@ -76,6 +76,59 @@ def test_a_carriage_return_in_an_argument_is_kept_as_one():
         proc.wait()
 
 
+def test_a_command_line_read_mid_exec_is_read_again(monkeypatch):
+    """The kernel shows a child's command line empty for a moment as it execs, and its name can
+    stay the same (python started by python): a CI run recorded such a child as `[python]` for
+    good."""
+    proc = spawn("import time; time.sleep(30)")
+    try:
+        poll(lambda: "time.sleep(30)" in " ".join(procs_module.read_argv(proc.pid)), 10,
+             "the child's argv in /proc")
+        real, calls = procs_module.read_argv, []
+
+        def mid_exec(pid):
+            calls.append(pid)
+            return [] if len(calls) == 1 else real(pid)  # discovery's read: mid-exec
+
+        monkeypatch.setattr(procs_module, "read_argv", mid_exec)
+        source = ProcessSource()
+        source.discover({proc.pid})
+        (sample,) = source.read({proc.pid: USE})
+        assert "time.sleep(30)" in sample.command, sample.command
+        assert len(calls) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_without_a_command_line_keeps_its_name_and_is_not_read_again(monkeypatch):
+    """One whose command line stays empty (a kernel thread; one root may not read under some
+    LSMs) keeps its [name] after one more look, and the tick's "nothing moved" path."""
+    proc = spawn("import time; time.sleep(30)")
+    try:
+        poll(lambda: "time.sleep(30)" in " ".join(procs_module.read_argv(proc.pid)), 10,
+             "the child's argv in /proc")
+        calls = []
+        monkeypatch.setattr(procs_module, "read_argv", lambda pid: calls.append(pid) or [])
+        source = ProcessSource()
+        source.discover({proc.pid})
+        reads = [source.read({proc.pid: USE}) for _ in range(3)]
+        assert [s.command for (s,) in reads] == [f"[{psutil.Process(proc.pid).name()}]"] * 3
+        assert len(calls) == 2  # discovery, then the first tick's look: no more
+        last = []
+
+        def same_sample() -> bool:  # once it sleeps, nothing moves: the tick's same sample
+            (sample,) = source.read({proc.pid: USE})
+            last.append(sample)
+            return len(last) > 1 and last[-1] is last[-2]
+
+        poll(same_sample, 10, "a read that finds nothing moved")
+        assert len(calls) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_pipe_traffic_counts_as_read_and_written_chars():
     # Pipes and sockets never reach the storage layer: rchar/wchar are what show them.
     code = (
