@@ -110,6 +110,10 @@ def _read(path: str) -> bytes:
 
 
 COMMAND_REREAD_S = 10.0  # a renamed process's command line is read again at most this often
+# A process discovered this young may not have exec'd yet: its command line then is its
+# parent's (a fork before its exec; python starting python keeps the name "python"), or empty
+# (mid-exec). The first tick reads it once more.
+YOUNG_S = 1.0
 
 
 def _reread(fd: int) -> bytes:
@@ -239,10 +243,11 @@ class ProcessSource:
         # Text a user wrote is data: control bytes shown as \x1b, never sent to a terminal.
         # Done here, once per (pid, start time), like the redaction.
         owner = {key: one_line(value) for key, value in owner.items()}
-        # No command line yet (read mid-exec, as a child started: the kernel shows it empty for
-        # a moment, and the name may not change): the first tick reads it again (_renamed).
+        # Not yet its own command line, maybe (YOUNG_S; or none read): the first tick reads it
+        # again (_renamed, as for an exec that changed its name).
+        settled = argv and time.time() - start_time >= YOUNG_S
         self._known[pid] = _Known(pid, start_ticks, start_time, ppid, one_line(user),
-                                  one_line(command), owner, head=head if argv else b"")
+                                  one_line(command), owner, head=head if settled else b"")
         return True
 
     def _still_there(self, known: _Known) -> bool:

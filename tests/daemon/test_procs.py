@@ -101,6 +101,44 @@ def test_a_command_line_read_mid_exec_is_read_again(monkeypatch):
         proc.wait()
 
 
+def test_a_child_found_before_its_exec_gets_its_own_command_line():
+    """Between fork and exec a child's command line is its parent's, and python starting python
+    keeps the name "python": a child discovered then was recorded with its parent's command
+    line for good (a spawned DataLoader worker read as the training script)."""
+    code = (
+        "import os, sys, time\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.read(r, 1)\n"  # the test's word to exec
+        "    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(30)',"
+        " 'the-worker'])\n"
+        "print(pid, flush=True)\n"
+        "sys.stdin.readline()\n"
+        "os.write(w, b'x')\n"
+        "time.sleep(30)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code, "the-parent"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        source = ProcessSource()
+        source.discover({child})
+        assert "the-parent" in source._known[child].command  # (what discovery could read)
+        parent.stdin.write("exec\n")
+        parent.stdin.flush()
+        poll(lambda: "the-worker" in procs_module.read_argv(child), 10, "the child's exec")
+        (sample,) = source.read({child: USE})
+        assert sample.command.endswith("time.sleep(30) the-worker"), sample.command
+    finally:
+        parent.kill()
+        parent.wait()
+        try:
+            os.kill(child, 9)
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+
+
 def test_a_process_without_a_command_line_keeps_its_name_and_is_not_read_again(monkeypatch):
     """One whose command line stays empty (a kernel thread; one root may not read under some
     LSMs) keeps its [name] after one more look, and the tick's "nothing moved" path."""
