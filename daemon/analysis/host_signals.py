@@ -29,6 +29,14 @@ IO_MIN_SECONDS_WORTH = 0.25
 ON_CPU_MIN = 0.5
 
 
+# A main thread on a CPU at least ON_CPU_MIN of its time, whose process read under this many
+# bytes per CPU-second it got, spends its CPU on something else than the reading: copying from
+# the page cache runs at hundreds of MB per CPU-second and a read from disk leaves the CPU, where
+# a loop that reads a small record and then decodes it in Python (probe 120's: 2.4 MB/s at half
+# a core) computes on the host.
+READ_BOUND_MIN_PER_CPU_S = 50e6
+
+
 # A main thread in a timed hand-over wait (`jobs.get(timeout=1)` in a loop that looks at a stop
 # flag between tries) wakes each time the timeout runs out, finds nothing and waits again: a few
 # microseconds on a CPU a wake-up. On a CPU under this share of the time it was not waiting for
@@ -117,6 +125,17 @@ class HostSignals:
             return (f"{per_s / 1e6:.3g} MB/s, {per_s / cpu / 1e6:.3g} MB per CPU-second it "
                     "got (the rate a loaded host slows)")
         return None
+
+    def input_read(self) -> str | None:
+        """How it reads its input, by `streams` at READ_MIN_PER_S; None where it reads less, or
+        where its main thread was on a CPU at least ON_CPU_MIN of the time and the process read
+        under READ_BOUND_MIN_PER_CPU_S per CPU-second it got (host compute, not a wait)."""
+        reading = self.streams(self.read_per_s, READ_MIN_PER_S)
+        cpu = self.on_cpu
+        if reading is None or cpu is None or cpu < ON_CPU_MIN:
+            return reading
+        got = self.tree_cpu if self.tree_cpu else (self.process_cpu or cpu)
+        return None if self.read_per_s < READ_BOUND_MIN_PER_CPU_S * got else reading
 
     @property
     def on_cpu(self) -> float | None:

@@ -27,6 +27,7 @@ the spot advice; output does not.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from collections.abc import Sequence
@@ -69,6 +70,7 @@ from daemon.analysis.stack_rules import (
     WAIT,
     WORKER_PROCESSES_FEED_IT,
     WORKS_ON_INPUT,
+    WRITE_CALL,
     FrameRule,
     awaited_answer,
     event_loop_wait,
@@ -76,6 +78,7 @@ from daemon.analysis.stack_rules import (
     folder_watcher,
     future_wait,
     is_child_wait,
+    is_comprehension,
     is_handoff_wait,
     is_process_pool_thread,
     is_serving_frame,
@@ -189,9 +192,11 @@ def classify(
     With `signals` (HostSignals), after the library frames and a reader thread's work, and
     before the waiting frames: a
     process writing >= WRITE_MIN_PER_S (a second, or a CPU-second it got: HostSignals.streams)
-    is checkpointing, one reading >= READ_MIN_PER_S (likewise) or in
+    is checkpointing, one reading >= READ_MIN_PER_S (likewise, unless its main thread is on a
+    CPU and it reads little per CPU-second: HostSignals.input_read) or in
     D state or with iowait growing waits for data, a main thread on-CPU >= ON_CPU_MIN is host
-    compute (eval under a torch.no_grad/inference_mode decorator); and the same line repeating,
+    compute (eval under a torch.no_grad/inference_mode decorator), and so is one caught on a
+    CPU in a comprehension of the user's that calls no I/O, whatever the signals; and the same line repeating,
     or a sync call on it, is a sync only if the GPU was busy (`signals.gpu_busy`): waiting on
     an idle GPU is idle, not a sync.
 
@@ -303,7 +308,12 @@ def classify(
         if client is not None:
             return client
     if signals is not None:
-        measured = _from_signals(frames, signals, responsible)
+        # Caught on a CPU inside a comprehension that calls no I/O: running Python, whatever the
+        # process read or wrote elsewhere in the seconds the signals cover (a loop that reads a
+        # record, then decodes it in Python, spends its time in the decoding).
+        in_python = (thread is not None and thread.active and responsible is frames[0]
+                     and is_comprehension(responsible) and line_call is None)
+        measured = _from_signals(frames, signals, responsible, in_python=in_python)
         if measured is not None:
             return measured
     child = next((f for f in reversed(called) if is_child_wait(f)), None)
@@ -812,15 +822,25 @@ def _has_process_pool(threads: Sequence[ThreadStack], main: ThreadStack | None) 
     return any(is_process_pool_thread(t.frames) for t in others)
 
 
-def _from_signals(frames: Sequence[Frame], signals: HostSignals,
-                  responsible: Frame | None) -> Classification | None:
-    """What the signals say when the frames named no library: see classify()."""
+def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Frame | None,
+                  *, in_python: bool = False) -> Classification | None:
+    """What the signals say when the frames named no library: see classify(). `in_python`:
+    the stack shows the main thread running Python (a comprehension of the user's, on a CPU):
+    host compute, whatever its I/O and on-CPU share over the seconds the signals cover."""
+    if in_python:  # (no figure in the text: a stack's reasons are counted by their text)
+        if _under_no_grad(frames):
+            return Classification(
+                EVAL, "main thread running Python under torch.no_grad/inference_mode while the "
+                "GPU idles (evaluation)", responsible)
+        return Classification(
+            HOST_PREPROCESS, f"main thread running Python (a comprehension, {_where(frames[0])}) "
+            "while the GPU idles (host-side compute)", responsible)
     writing = signals.streams(signals.write_per_s, WRITE_MIN_PER_S)
     if writing is not None:
         return Classification(
             CHECKPOINT, f"writing {writing} while the GPU idles (a checkpoint or output write)",
             responsible)
-    reading = signals.streams(signals.read_per_s, READ_MIN_PER_S)
+    reading = signals.input_read()
     if reading is not None:
         return Classification(DATA_WAIT, f"reading {reading} while the GPU idles", responsible)
     if signals.d_state:
@@ -888,13 +908,34 @@ def _source_call(frame: Frame | None, source_line: SourceLine | None) -> tuple[s
     if not text:
         return None
     code = text.split("#", 1)[0]
+    looked_at = (_comprehensions_in(code)
+                 if is_comprehension(frame) and not WRITE_CALL.search(code) else code)
     for pattern, phase, reason in SOURCE_CALLS:
-        if pattern.search(code):
+        if pattern.search(looked_at):
             if phase == CHECKPOINT and _writes_records_before(frame, source_line):
                 return OUTPUT, f"writing output (a flush/fsync after text records): " \
                     f"`{code.strip()[:80]}`"
             return phase, f"{reason}: `{code.strip()[:80]}`"
     return None
+
+
+# A line longer than this is not parsed for its comprehensions (its whole text is matched).
+COMPREHENSION_LINE_MAX = 2000
+
+
+def _comprehensions_in(code: str) -> str:
+    """The comprehensions' text of a source line (what a comprehension's own frame runs), or
+    the whole line where it does not parse alone (a line of a longer statement) or is long."""
+    if len(code) > COMPREHENSION_LINE_MAX:
+        return code
+    try:
+        tree = ast.parse(code.strip())
+    except (SyntaxError, ValueError):
+        return code
+    source = code.strip()
+    found = [ast.get_source_segment(source, node) or "" for node in ast.walk(tree)
+             if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))]
+    return " ".join(found) if found else code
 
 
 # How far up a function a bare write/flush/fsync line looks for the records it writes.

@@ -15,7 +15,7 @@ evidence came from.
 
 from __future__ import annotations
 
-from daemon.analysis.host_signals import ON_CPU_MIN, READ_MIN_PER_S, WRITE_MIN_PER_S, HostSignals
+from daemon.analysis.host_signals import ON_CPU_MIN, WRITE_MIN_PER_S, HostSignals
 from daemon.analysis.phase_balance import NO_STACK_FILE
 from daemon.analysis.phases import NO_STACKS_EVIDENCE, Classification
 from daemon.analysis.stack_rules import WORKER_PROCESSES_FEED_IT
@@ -73,7 +73,7 @@ def classify_from_proc(facts: ProcFacts | None, signals: HostSignals | None, *,
         if writing is not None:
             return _said(CHECKPOINT, f"writing {writing} while the GPU idles (a checkpoint "
                          "or output write)")
-        reading = signals.streams(signals.read_per_s, READ_MIN_PER_S)
+        reading = signals.input_read()
         if reading is not None:
             return _said(DATA_WAIT, f"reading {reading} (files, pipes or sockets) while the "
                          "GPU idles")

@@ -218,6 +218,9 @@ FRAME_RULES: tuple[FrameRule, ...] = (
     FrameRule(LIBRARY, "*/torchvision/transforms/*", "*", HOST_PREPROCESS, "torchvision transforms"),
     FrameRule(LIBRARY, "*/PIL/*", "*", HOST_PREPROCESS, "PIL image decoding"),
     FrameRule(LIBRARY, "*/transformers/tokenization_utils*", "*", HOST_PREPROCESS, "tokenization"),
+    # json.loads parses on a CPU, in the decoder's frames (a JSON-lines dataset's records);
+    # json.load's read of its file is in json/__init__.py, below them.
+    FrameRule(LIBRARY, "*/json/decoder.py", "*", HOST_PREPROCESS, "parsing JSON"),
     # -- serving (library): vLLM v1 engine core --
     FrameRule(LIBRARY, "*/vllm/v1/engine/core.py", "*._process_input_queue", IDLE,
          "vLLM engine waiting for requests (no traffic)"),
@@ -485,6 +488,23 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
          IDLE, "sleeping or waiting"),
     )
 )
+
+
+# A comprehension's own frame (Python 3.11 and before; 3.12 inlines them): the frame runs the
+# comprehension's expression, so of a line that writes nothing only the comprehension's text is
+# what it calls (in `raw = json.dumps([random() for _ in range(n)])` the list is being built).
+COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"})
+
+
+# A line that writes what it makes: a comprehension that is an argument of such a call formats
+# what is written (`out.write(" ".join(f"{x:.6f}" for x in vector))`), so its whole line counts.
+WRITE_CALL = re.compile(r"\.(write|writelines|writerows?)\(|\bprint\(.*\bfile\s*=|"
+                        r"\b(log|logger|logging)\.(debug|info|warning|error|exception|critical|"
+                        r"log)\(")
+
+
+def is_comprehension(frame: Frame) -> bool:
+    return frame.name.rsplit(".", 1)[-1] in COMPREHENSIONS
 
 
 def is_user_code(frame: Frame) -> bool:

@@ -21,6 +21,7 @@ from daemon.analysis import host_signals, phases, source_lines, stack_rules
 from daemon.analysis.host_signals import HostSignals, cpu_demand
 from daemon.analysis.phase_balance import SampleTally, StackSample, phase_balance, sample_split
 from daemon.analysis.phases import Classification, classify, waits_on_data_queue
+from daemon.analysis.proc_phases import classify_from_proc
 from daemon.analysis.source_lines import credentials, read_source_line, source_reader
 from daemon.sources import proc_state
 from daemon.sources.stacks import (
@@ -283,6 +284,93 @@ def test_main_thread_on_cpu_with_no_io_is_host_compute():
     assert opaque(signals=signals(main_thread_cpu=0.02, process_cpu=1.0)).phase != "host_preprocess"
     # Without the main thread's clock (a worker), the process's CPU stands in.
     assert opaque(signals=signals(main_thread_cpu=None, process_cpu=0.9)).phase == "host_preprocess"
+
+
+# A loop written without mlcost in mind (probe 120's train_slow.py): each step reads a small
+# compressed record (a millisecond, from the page cache), then decodes and "augments" it in
+# Python on the main thread. The process reads 2-3 MB/s over the seconds the signals cover;
+# its time goes to the decoding.
+DECODING_LOOP = {
+    "<listcomp>": "    out = [((x * 31) ^ 0x5A) & 255 for x in out]",
+    "decode": "    vals = json.loads(zlib.decompress(raw))",
+    "synth": "    raw = zlib.compress(json.dumps([rnd.random() for _ in range(20000)]).encode())",
+}
+
+
+def decoding_source(frame: Frame) -> str | None:
+    if frame.name.endswith("<listcomp>"):
+        return DECODING_LOOP["synth" if frame.line == 7 else "<listcomp>"]
+    return DECODING_LOOP.get(frame.name.rsplit(".", 1)[-1])
+
+
+def test_a_loop_caught_decoding_in_python_is_host_compute_though_it_reads_a_little():
+    """It read 'reading 2.41 MB/s while the GPU idles' (data wait), and the rules offered a
+    thread pool, which cannot run Python in parallel."""
+    reads = signals(read_per_s=2.4e6, main_thread_cpu=0.5, process_cpu=0.5)
+    in_listcomp = classify(stack((USER, "decode.<locals>.<listcomp>", 14), (USER, "decode", 14),
+                                 (USER, "main", 26), active=True),
+                           gpu_busy=False, source_line=decoding_source, signals=reads)
+    assert in_listcomp.phase == "host_preprocess", in_listcomp
+    assert "running Python (a comprehension, train.py:14" in in_listcomp.reason
+    in_json = classify(stack((f"{STDLIB}/json/decoder.py", "JSONDecoder.raw_decode", 353),
+                             (f"{STDLIB}/json/decoder.py", "JSONDecoder.decode", 337),
+                             (f"{STDLIB}/json/__init__.py", "loads", 346),
+                             (USER, "decode", 10), (USER, "main", 26), active=True),
+                       gpu_busy=False, source_line=decoding_source, signals=reads)
+    assert in_json.phase == "host_preprocess" and "parsing JSON" in in_json.reason, in_json
+    # A read on the comprehension's own text is still a read, and a read in C on a user line
+    # (no frame below it) still goes by the signals: a process mostly off its CPU waits.
+    reading = classify(stack((USER, "load.<locals>.<listcomp>", 3), (USER, "load", 3),
+                             active=True), gpu_busy=False, signals=reads,
+                       source_line=lambda f: "    blobs = [f.read() for f in files]")
+    assert reading.phase == "data_wait", reading
+    waits = signals(read_per_s=2.4e6, main_thread_cpu=0.1, process_cpu=0.1)
+    opaque_read = classify(stack((USER, "load", 3), active=True), gpu_busy=False, signals=waits,
+                           source_line=lambda f: "    batch = pickle.load(fh)")
+    assert opaque_read.phase == "data_wait", opaque_read
+
+
+def test_a_main_thread_on_a_cpu_that_reads_a_little_computes_one_that_reads_much_waits():
+    """A C call on the user's line (`out.sort()`, or `pickle.load(fh)`) leaves no frame: the
+    signals say which. Half a core for 2.4 MB/s is a CPU spent on something else than reading
+    (it read as data wait, with a thread pool offered); the same core for 200 MB/s copies
+    input, and a process off its CPU waits for what it reads."""
+    def at(read_per_s, cpu):
+        return classify(stack((USER, "decode", 15), active=True), gpu_busy=False,
+                        source_line=lambda f: "    out.sort()",
+                        signals=signals(read_per_s=read_per_s, main_thread_cpu=cpu,
+                                        process_cpu=cpu, tree_cpu=cpu))
+    assert at(2.4e6, 0.55).phase == "host_preprocess"
+    assert at(200e6, 0.9).phase == "data_wait"
+    assert at(2.4e6, 0.1).phase == "data_wait"
+    # The /proc fallback (no stacks) reads the signals the same way.
+    from_proc = classify_from_proc(None, signals(read_per_s=2.4e6, main_thread_cpu=0.55,
+                                                 process_cpu=0.55, tree_cpu=0.55))
+    assert from_proc.phase == "host_preprocess", from_proc
+
+
+def test_a_list_built_inside_a_json_dumps_call_is_not_writing_output():
+    """`raw = zlib.compress(json.dumps([rnd.random() ...]))`, caught in the list comprehension:
+    it read 'writing output (serializing records)' at 38%, with 'buffer it, write
+    asynchronously' for a line that writes nothing."""
+    result = classify(stack((USER, "synth.<locals>.<listcomp>", 7), (USER, "synth", 7),
+                            (USER, "main", 26), active=True),
+                      gpu_busy=False, source_line=decoding_source,
+                      signals=signals(main_thread_cpu=0.9, process_cpu=0.9))
+    assert result.phase == "host_preprocess", result
+    # A comprehension that formats what its line writes is writing output (the corpus's
+    # write_embeddings.py, caught in its generator).
+    formats = classify(stack((USER, "save.<locals>.<genexpr>", 25), (USER, "save", 25),
+                             active=True), gpu_busy=False,
+                       signals=signals(main_thread_cpu=0.9, process_cpu=0.9),
+                       source_line=lambda f: '        out.write(f"{doc_id}\\t" + " ".join('
+                                             'f"{x:.6f}" for x in vector) + "\\n")')
+    assert formats.phase == "output", formats
+    # The line itself (the call under way once the list is built) is still the JSON it writes.
+    outer = classify(stack((USER, "synth", 7), (USER, "main", 26), active=True),
+                     gpu_busy=False, source_line=decoding_source,
+                     signals=signals(main_thread_cpu=0.9, process_cpu=0.9))
+    assert outer.phase == "output", outer
 
 
 def test_a_main_thread_that_mostly_waits_for_a_core_is_not_host_compute():
