@@ -40,7 +40,7 @@ from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import grid_text
 from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
-from daemon.sources.redact import redact_argv
+from daemon.sources.redact import REDACTED, redacted_words
 from daemon.sources.safe_text import one_line, without_url_credentials
 from daemon.wire import DATA_WAIT, money, process_key
 
@@ -57,6 +57,7 @@ MIN_STACK_SAMPLES = gate_checks.MIN_PHASE_SAMPLES
 MIN_STEPS = 10
 STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
 MAX_COMMAND_CHARS = 500
+MAX_LEFTOVER_CHARS = 200  # of each process left running, as named
 MAX_PATTERN_CHARS = 200  # of --progress, as said in a warning
 TOP_RECOMMENDATIONS = 3
 OUTPUT_FILES = ("profile.json", "profile.html", "summary.md")
@@ -287,6 +288,17 @@ def folder_problem(folder: Path, option: str) -> str | None:
     except OSError as exc:
         return f"the folder {folder} is not writable ({exc.strerror or exc}); {fix}"
     return None
+
+
+def shown_command(argv: list[str], limit: int = MAX_COMMAND_CHARS) -> str:
+    """A command line as a shell takes it back (`bash -c 'python x.py'`, not `bash -c python
+    x.py`, which runs something else): its arguments redacted (daemon.sources.redact), each
+    shell-quoted (the markers that stand for what was hidden or cut left bare), escaped to
+    one line and cut to `limit` characters."""
+    words = redacted_words(argv)
+    quoted = [w if w == REDACTED or (w.startswith("<truncated: ") and w.endswith(">"))
+              else shlex.quote(w) for w in words]
+    return one_line(" ".join(quoted))[:limit]
 
 
 def _fresh_store(out: Path) -> None:
@@ -580,7 +592,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         unit_costs.append(dict(meter, cost_per_1k=(per_unit / per * 1000
                                                    if per_unit is not None and per else None)))
     facts = {
-        "command": one_line(redact_argv(result.argv))[:MAX_COMMAND_CHARS],
+        "command": shown_command(result.argv),
         "exit_status": result.exit_status,
         "stopped_after_duration": result.stopped_after_duration,
         "interrupted": result.interrupted,
@@ -618,6 +630,9 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "stack_samples": stack_samples,
         "shared_gpus": {str(g): pids for g, pids in result.shared_gpus.items()},
         "left_running": result.left_running,
+        "left_running_processes": [
+            {"pid": pid, "command": shown_command(argv, MAX_LEFTOVER_CHARS)}
+            for pid, argv in getattr(result, "left_running_named", [])],
         "recommendations": len(document.get("recommendations") or []),
         "energy": run_energy(document),
     }
@@ -945,5 +960,14 @@ def verdict_lines(document: dict[str, Any]) -> list[str]:
     for warning in profile["warnings"]:
         lines.append(f"  not representative: {warning['message']}")
     if profile["left_running"]:
-        lines.append(f"  stopped {profile['left_running']} process(es) the command left running")
+        from daemon.runtime.profile import LEFTOVER_GRACE_S
+
+        named = profile.get("left_running_processes") or []
+        lines.append(f"  stopped {plural(profile['left_running'], 'process', 'processes')} "
+                     f"the command left running (still running {LEFTOVER_GRACE_S:.0f} s after it "
+                     "exited)" + (":" if named else ""))
+        lines += [f"    pid {p['pid']}: {one_line(str(p['command']))[:MAX_LEFTOVER_CHARS]}"
+                  for p in named]
+        if profile["left_running"] > len(named):
+            lines.append(f"    and {profile['left_running'] - len(named)} more")
     return lines

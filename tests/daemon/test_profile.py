@@ -242,10 +242,61 @@ def test_on_a_shared_host_only_the_tree_is_recorded_its_status_passes_and_nothin
     recorded = {p["pid"] for p in document(out)["processes"]}
     assert not recorded & set(facts["shared_gpus"]["0"])
     assert facts["left_running"] >= 1
-    assert "the command left running" in result.stderr
+    assert "the command left running (still running 2 s after it exited):" in result.stderr
     helper = int(child.read_text())
+    # named, its command line escaped to one line (the helper's code starts with a newline)
+    named = {p["pid"]: p["command"] for p in facts["left_running_processes"]}
+    assert named[helper].startswith(f"{sys.executable} -c '\\nimport os, sys, time\\n")
+    assert f"\n    pid {helper}: {named[helper]}\n" in result.stderr
     with pytest.raises(psutil.NoSuchProcess):  # stopped
         psutil.Process(helper).status()
+    assert running_with(str(tmp_path)) == []
+
+
+# multiprocessing with 'spawn' starts a resource tracker, which exits when it reads the end of
+# its parent's pipe: moments after the command itself exits.
+SPAWNS_WORKERS = """
+import multiprocessing as mp
+
+
+def work(queue):
+    queue.put("worker done")
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    worker = ctx.Process(target=work, args=(queue,))
+    worker.start()
+    print(queue.get(), flush=True)
+    worker.join()
+"""
+
+# A helper of the same shape, made to take its time: it waits for the end of its parent's pipe
+# (the command's exit), cleans up for half a second, then exits by itself.
+OUTLIVES_BRIEFLY = """
+import os, subprocess, sys
+read, write = os.pipe()
+code = "import os, sys, time; os.read(int(sys.argv[1]), 1); time.sleep(0.5); print(sys.argv[2])"
+subprocess.Popen([sys.executable, "-c", code, str(read), sys.argv[1]], pass_fds=(read,))
+os.close(read)
+"""
+
+
+@pytest.mark.parametrize("program", [SPAWNS_WORKERS, OUTLIVES_BRIEFLY],
+                         ids=["multiprocessing-spawn", "exits-after-the-command"])
+def test_what_exits_by_itself_just_after_the_command_was_not_left_running(tmp_path, program):
+    """A command using multiprocessing 'spawn' was always said to have "left 1 process
+    running", its resource tracker, which the profile then stopped: what the command started
+    gets a moment (2 s) to exit by itself once the command has exited."""
+    out = tmp_path / "profile"
+    script = tmp_path / "command.py"
+    script.write_text(program)
+    result = profile(out, "--simulate", "--", sys.executable, str(script), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    assert facts["left_running"] == 0 and facts["left_running_processes"] == []
+    assert "left running" not in result.stderr
     assert running_with(str(tmp_path)) == []
 
 
