@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sqlite3
@@ -31,6 +32,7 @@ from daemon.commands.profile import (
     summary_markdown,
 )
 from daemon.commands.report import render_text
+from daemon.report_html.escape import escaped
 from daemon.runtime.profile import MAX_LINE_BYTES, ProgressCounter
 from daemon.store.reader import StoreReader
 
@@ -849,8 +851,15 @@ def test_a_progress_pattern_that_matches_no_line_says_so(tmp_path):
     `steps: 0` and nothing else (few_steps is said only of a count above 0), so a typo in the
     pattern read as a command that made no progress."""
     out = tmp_path / "typo"
+    code = "for i in range(3): print(f'iteration {i + 1}/3')"
     result = profile(out, "--simulate", "--progress", r"nomatch (\d+)", "--", sys.executable,
-                     "-c", "for i in range(3): print(f'iteration {i + 1}/3')")
+                     "-c", code)
+    # the command as a shell takes it back (it read `python -c for i in range(3): ...`)
+    command = f"{sys.executable} -c 'for i in range(3): print(f'\"'\"'iteration {{i + 1}}/3'\"'\"')'"
+    assert shlex.split(command) == [sys.executable, "-c", code]
+    assert document(out)["profile"]["command"] == command
+    assert (out / "summary.md").read_text().startswith(f"## mlcost profile: `{command}`\n")
+    assert f"<h1>mlcost profile of {escaped(command)}</h1>" in (out / "profile.html").read_text()
     assert result.returncode == 0, result.stderr
     said = (r"--progress 'nomatch (\d+)' matched no line of the command's output: no steps "
             "were counted; check it against what the command prints (each line's first 4 KiB)")
@@ -1175,6 +1184,18 @@ def test_junit_of_a_command_that_failed_is_in_error_even_when_every_gate_passed(
                  {"exit_status": 0, "stopped_after_duration": False}):
         assert command_failure(done) is None
         assert verdict({"profile": {**done, "gates": [{"passed": True}]}}) == "passed: 1 gate"
+
+
+def test_the_command_is_shown_shell_quoted_redacted_on_one_line():
+    from daemon.commands.profile import shown_command
+
+    assert shown_command(["bash", "-c", "python stubborn.py"]) == "bash -c 'python stubborn.py'"
+    assert shown_command(["python", "train.py", "--api-key", "sk-live-1234567890abcdef", "--lr",
+                          "0.1"]) == "python train.py --api-key <redacted> --lr 0.1"
+    hostile = shown_command(["sh", "-c", "echo hi\n\x1b[31mred; rm -rf /"])
+    assert hostile == "sh -c 'echo hi\\n\\x1b[31mred; rm -rf /'" and "\n" not in hostile
+    assert len(shown_command(["x" * 450, "y" * 100])) == 500
+    assert shown_command(["python", "a b.py"], limit=8) == "python '"
 
 
 def test_the_summary_shows_hostile_text_as_text():
