@@ -326,6 +326,11 @@ def _xml_text(text: str) -> str:
     return lines(text).translate(_NOT_XML)
 
 
+# How every JUnit file the profile writes begins: a profile clears one an earlier profile left
+# in its --out folder by it (daemon.commands.profile `_clear_earlier_junit`).
+JUNIT_HEAD = b"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"mlcostd profile\" "
+
+
 def junit_xml(gates: list[Gate], *, suite: str = "mlcostd profile gates",
               seconds: float = 0.0, command_error: str | None = None) -> bytes:
     """The gates as one JUnit test suite, one test case per gate; a failed gate's failure

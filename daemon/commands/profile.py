@@ -311,6 +311,48 @@ def _fresh_store(out: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+MAX_JUNIT_BYTES = 1 << 20  # a JUnit file of the profile's is a few KiB
+
+
+def _clear_earlier_junit(out: Path) -> list[str]:
+    """Remove the JUnit files earlier profiles wrote into `out` (its top level only): a run
+    without --junit must not leave the last run's (a pass, beside a crash) for a CI to read.
+    A file is one of them when it is a regular file of mlcostd's user with one link, at most
+    MAX_JUNIT_BYTES, that begins as every JUnit file the profile writes (gates.JUNIT_HEAD);
+    anything else, links and folders included, is left alone and never followed. The names
+    removed."""
+    from daemon.store.files import RefusedFile, open_checked
+
+    removed = []
+    with os.scandir(out) as entries:
+        for entry in entries:
+            if entry.name in (*OUTPUT_FILES, *STORE_FILES) or not entry.is_file(
+                    follow_symlinks=False):
+                continue
+            try:
+                fd = open_checked(entry.path)  # no link followed, a regular file of ours
+            except (OSError, RefusedFile):
+                continue
+            try:
+                if os.fstat(fd).st_size > MAX_JUNIT_BYTES:
+                    continue
+                head = os.read(fd, len(gate_checks.JUNIT_HEAD))
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            if head != gate_checks.JUNIT_HEAD:
+                continue
+            try:
+                os.unlink(entry.path)
+            except OSError as exc:
+                log.warning("cannot remove an earlier profile's JUnit file %s: %s",
+                            entry.path, exc)
+                continue
+            removed.append(entry.name)
+    return removed
+
+
 def _finish_store(config: Config) -> None:
     """The recorder is done with OUT/profile.db: one self-contained file from here on, so the
     folder holds only what the profile says it writes, however it is read later."""
@@ -439,6 +481,7 @@ def _record(args: argparse.Namespace, kept: KeptSignals, argv: list[str], out: P
         _fresh_store(out)
         for name in OUTPUT_FILES:  # replaced at the end
             check_existing(out / name)
+        _clear_earlier_junit(out)
     except (OSError, RefusedFile) as exc:
         print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
         return 2

@@ -829,6 +829,34 @@ def test_folders_the_profile_cannot_write_are_refused_before_the_run(tmp_path, c
     assert (tmp_path / "x" / "profile.db").read_text() == "an earlier profile's store"
 
 
+def test_a_profile_without_junit_clears_the_one_an_earlier_profile_left_in_out(tmp_path):
+    """Re-profiling into the same --out without --junit left the previous run's JUnit file (a
+    pass) beside a profile of a crash, for a CI that keeps its workspace to upload. The
+    profile clears the JUnit files earlier profiles wrote there; nothing else: not a file of
+    the user's, not one a link points to (nor the link)."""
+    out = tmp_path / "profile"
+    passed = profile(out, "--simulate", "--max-cost", "1", "--junit", str(out / "gates.xml"),
+                     "--", sys.executable, "-c", "print(1)")
+    assert passed.returncode == 0, passed.stderr
+    assert 'failures="0" errors="0"' in (out / "gates.xml").read_text()
+    elsewhere = tmp_path / "kept" / "gates.xml"  # a JUnit file of the profile's, linked to
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes((out / "gates.xml").read_bytes())
+    (out / "linked.xml").symlink_to(elsewhere)
+    mine = b"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"pytest\" tests=\"1\"/>\n"
+    (out / "pytest.xml").write_bytes(mine)
+    (out / "notes.txt").write_text("mine\n")
+    crashed = profile(out, "--simulate", "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert crashed.returncode == 3, crashed.stderr
+    assert not (out / "gates.xml").exists()
+    assert (out / "pytest.xml").read_bytes() == mine
+    assert (out / "notes.txt").read_text() == "mine\n"
+    assert (out / "linked.xml").is_symlink() and elsewhere.read_text().startswith("<?xml")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "linked.xml", "notes.txt", "profile.db", "profile.html", "profile.json", "pytest.xml",
+        "summary.md"]
+
+
 def test_a_junit_file_that_cannot_be_written_at_the_end_still_leaves_the_verdict(tmp_path):
     """Written once the run is over: when it fails then (here a FIFO the command put at its
     path), the verdict and each gate are still printed, and the profile's files written; the
@@ -1159,6 +1187,8 @@ def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one(
     failures = [c.find("failure") for c in suite.iter("testcase")]
     assert failures[0] is not None and "51 points over" in failures[0].get("message", "")
     assert failures[1] is None
+    # how a profile knows its own in --out, to clear it
+    assert gates.junit_xml(checked, seconds=12.5).startswith(gates.JUNIT_HEAD)
 
 
 def test_junit_of_a_command_that_failed_is_in_error_even_when_every_gate_passed():
