@@ -744,7 +744,8 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
         warnings.append({"code": code, "message": message})
 
     if duration < MIN_DURATION_S:
-        warn("too_short", f"the run took {duration:.0f} s (under {MIN_DURATION_S:.0f} s): "
+        took = gate_checks.beside(duration, MIN_DURATION_S)
+        warn("too_short", f"the run took {took} s (under {MIN_DURATION_S:.0f} s): "
                           "phases that come round less often (checkpoints, eval) may be "
                           "missed; profile a longer run, or --duration on a longer one")
     if facts["stack_samples"] < MIN_STACK_SAMPLES:
@@ -916,8 +917,10 @@ def summary_markdown(document: dict[str, Any]) -> str:
         out += ["| gate | limit | measured | result |", "|---|---|---|---|"]
         for gate in profile["gates"]:
             value = gate["value"]
+            limit = gate.get("limit")
             measured = "-" if value is None else (
-                money(value, small=True) if gate["limit_text"].startswith("$") else f"{value:.0f}%")
+                money(value, small=True) if gate["limit_text"].startswith("$") else
+                f"{gate_checks.beside(value, limit) if limit is not None else f'{value:.0f}'}%")
             out.append(f"| {_md(gate['flag'])} | {_md(gate['limit_text'])} | {measured} | "
                        f"{'passed' if gate['passed'] else 'FAILED'} |")
         out += ["", *[f"- {_md(g['message'])}" for g in profile["gates"] if not g["passed"]]]

@@ -1060,6 +1060,47 @@ def test_gate_messages_say_which_gate_and_by_how_much():
         gates.parse_percent("120%")
 
 
+def test_figures_beside_a_limit_read_on_the_side_they_are_on():
+    """"GPU utilization was 59% (1 points under)", and a 29.6 s run "took 30 s (under 30 s)":
+    a figure rounded onto its limit, or one point in the plural."""
+    from types import SimpleNamespace
+
+    from daemon.commands.profile import representativeness
+
+    assert gates.min_utilization(60, 58.59).message == (
+        "gate --min-utilization 60%: GPU utilization was 59% (1 point under)")
+    assert gates.min_utilization(60, 59.6).message == (
+        "gate --min-utilization 60%: GPU utilization was 59.6% (0.4 points under)")
+    assert gates.min_utilization(60, 60.4).message == (  # close to it: said as close
+        "gate --min-utilization 60%: GPU utilization was 60.4%")
+    assert gates.min_utilization(60, 80.4).message == (
+        "gate --min-utilization 60%: GPU utilization was 80%")
+    assert gates.max_data_wait(20, 0.203, samples=40, short_run_s=29.6).message == (
+        "gate --max-data-wait 20%: data_wait was 20.3% (0.3 points over), on 40 stack samples "
+        "of a 29.6 s run (under 30 s: phases that come round less often may be missed)")
+    assert gates.max_gpu_memory(
+        96, {"gpu": 0, "gpus": 1, "peak_bytes": 1, "total_bytes": 80 << 30, "percent": 96.4}
+    ).message.endswith("96.4% of its 80 GiB (0.4 points over)")
+    regression = gates.max_regression(10, {"steps": 1, "cost_per_step": 0.0001103},
+                                      {"steps": 1, "cost_per_step": 0.0001}, "old.json")
+    assert regression.message.endswith("(+10.3%, 0.3 points over)")
+    facts = {"duration_s": 29.6, "stack_samples": 200, "gpus_used": [0],
+             "first_gpu_work_after_s": 1.0, "first_step_after_s": None, "steps": 0,
+             "shared_gpus": {}, "exit_status": 0, "stopped_after_duration": False,
+             "interrupted": False}
+    said = representativeness(facts, SimpleNamespace(step_timeline=[]))
+    assert said[0]["message"].startswith("the run took 29.6 s (under 30 s): ")
+    assert representativeness(dict(facts, duration_s=12.4), SimpleNamespace(step_timeline=[])
+                              )[0]["message"].startswith("the run took 12 s (under 30 s): ")
+    summary = summary_markdown({"profile": {
+        "command": "python train.py", "exit_status": 0, "stopped_after_duration": False,
+        "duration_s": 40.0, "phase_balance": {}, "largest_phase": None,
+        "gpu_utilization": 59.6, "workload_kind": None, "cost": 0.01, "cost_per_hour": 0.9,
+        "steps": 0, "cost_per_1k_steps": None, "unit_costs": [], "warnings": [],
+        "gates": [gates.min_utilization(60, 59.6).as_dict()]}, "host": {}})
+    assert "| --min-utilization | 60% | 59.6% | FAILED |" in summary
+
+
 def test_a_data_wait_share_on_too_few_stack_samples_fails_closed_and_says_why():
     """Four identical 10 s runs of the starved script (15-odd stack samples each) read
     data_wait at 26%, 93%, 67% and 86%: a gate on such a share passed or failed a release by
