@@ -64,6 +64,16 @@ def parse_percent(text: str) -> float:
     return value
 
 
+def fraction_warning(flag: str, text: str, value: float) -> str | None:
+    """A percentage option given as a fraction (`--min-utilization 0.6`: a value above 0 and
+    under 1 without a % sign) is read as a percentage, 0.6%, a gate that (nearly) always
+    passes: the warning that says so, else None."""
+    if "%" in text or not 0 < value < 1:
+        return None
+    return (f"{flag} {one_line(text.strip())[:40]} is read as {value:g}%; did you mean "
+            f"{100 * value:g}%? (write {value:g}% to keep it without this warning)")
+
+
 def parse_regression(text: str) -> float:
     """'10%' or '10' -> 10.0 (any non-negative percentage: 150% is a limit too)."""
     value = _number(text.strip().removesuffix("%"), text)
@@ -130,13 +140,26 @@ def max_cost(limit: float, cost: float | None) -> Gate:
                 f"{head}: the run cost {money(cost, small=True)}", cost, limit)
 
 
-def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int) -> Gate:
+def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int,
+                          progress: str | None = None, progress_lines: int | None = None
+                          ) -> Gate:
+    """1k steps' cost against `limit`. Without steps it cannot be checked: `progress` (the
+    --progress pattern, as typed) and `progress_lines` (the lines it matched) say why."""
     flag = "--max-cost-per-1k-steps"
     shown = money(limit, small=True)
     head = f"gate {flag} {shown}"
     if per_1k is None:
-        why = ("no steps were counted: pass --progress REGEX matching the command's step "
-               "lines" if not steps else "the run's cost is unknown")
+        if steps:
+            why = "the run's cost is unknown"
+        elif progress is None:
+            why = "no steps were counted: pass --progress REGEX matching the command's step lines"
+        elif not progress_lines:
+            why = (f"no steps were counted: --progress '{one_line(progress)[:200]}' matched no "
+                   "line of the command's output; check it against what the command prints")
+        else:
+            why = (f"no steps were counted: --progress '{one_line(progress)[:200]}' matched "
+                   f"{progress_lines} line{'s' if progress_lines != 1 else ''} but its group "
+                   "was never a step number above 0")
         return Gate(flag, shown, False, f"{head}: cannot be checked, {why}", None, limit)
     if per_1k > limit:
         return Gate(flag, shown, False,

@@ -183,10 +183,15 @@ def _limits(args: argparse.Namespace) -> dict[str, float]:
         text = getattr(args, name)
         if text is None:
             continue
+        flag = f"--{name.replace('_', '-')}"
         try:
             limits[name] = parse(text)
         except ValueError as exc:
-            raise UsageError(f"--{name.replace('_', '-')} {exc}") from None
+            raise UsageError(f"{flag} {exc}") from None
+        if parse is not gate_checks.parse_dollars:
+            warning = gate_checks.fraction_warning(flag, text, limits[name])
+            if warning is not None:
+                print(f"mlcostd profile: warning: {warning}", file=sys.stderr)
     return limits
 
 
@@ -795,7 +800,8 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
         found.append(gate_checks.max_cost(limits["max_cost"], profile["cost"]))
     if "max_cost_per_1k_steps" in limits:
         found.append(gate_checks.max_cost_per_1k_steps(
-            limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"]))
+            limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"],
+            profile.get("progress"), profile.get("progress_lines")))
     if "max_data_wait" in limits:
         balance = profile["phase_balance"]
         duration = profile["duration_s"]

@@ -898,6 +898,31 @@ def test_a_progress_pattern_that_matches_no_line_says_so(tmp_path):
     assert "matched no line of the command's output" in (out / "summary.md").read_text()
 
 
+def test_a_per_step_gate_with_a_pattern_that_matched_nothing_says_so_and_a_fraction_warns(
+        tmp_path):
+    """--max-cost-per-1k-steps with a --progress that matched no line said "pass --progress
+    REGEX"; and --min-utilization 0.6 was silently 0.6%, a gate that passes everything."""
+    out = tmp_path / "nosteps"
+    result = profile(out, "--simulate", "--progress", r"step \d+", "--max-cost-per-1k-steps",
+                     "0.5", "--min-utilization", "0.6", "--max-gpu-memory", "90", "--", sys.executable,
+                     "-c", "print('no steps here')")
+    assert result.returncode == GATE_EXIT_STATUS, result.stderr
+    assert ("mlcostd profile: warning: --min-utilization 0.6 is read as 0.6%; did you mean 60%? "
+            "(write 0.6% to keep it without this warning)\n") in result.stderr
+    assert "--max-gpu-memory 90 is read" not in result.stderr  # 90 is 90%
+    said = (r"FAILED gate --max-cost-per-1k-steps $0.5000: cannot be checked, no steps were "
+            r"counted: --progress 'step \d+' matched no line of the command's output; check it "
+            "against what the command prints\n")
+    assert said in result.stderr
+    assert "pass --progress" not in result.stderr
+    gate = document(out)["profile"]["gates"][0]
+    assert gate["gate"] == "max-cost-per-1k-steps" and not gate["passed"]
+    assert "matched no line" in gate["message"]
+    matched = gates.max_cost_per_1k_steps(0.5, None, 0, r"step (\d+)", 1)
+    assert matched.message.endswith(r"--progress 'step (\d+)' matched 1 line but its group was "
+                                    "never a step number above 0")
+
+
 def test_a_progress_pattern_whose_group_is_never_a_step_says_so():
     from types import SimpleNamespace
 
