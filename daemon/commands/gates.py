@@ -64,6 +64,16 @@ def parse_percent(text: str) -> float:
     return value
 
 
+def fraction_warning(flag: str, text: str, value: float) -> str | None:
+    """A percentage option given as a fraction (`--min-utilization 0.6`: a value above 0 and
+    under 1 without a % sign) is read as a percentage, 0.6%, a gate that (nearly) always
+    passes: the warning that says so, else None."""
+    if "%" in text or not 0 < value < 1:
+        return None
+    return (f"{flag} {one_line(text.strip())[:40]} is read as {value:g}%; did you mean "
+            f"{100 * value:g}%? (write {value:g}% to keep it without this warning)")
+
+
 def parse_regression(text: str) -> float:
     """'10%' or '10' -> 10.0 (any non-negative percentage: 150% is a limit too)."""
     value = _number(text.strip().removesuffix("%"), text)
@@ -90,6 +100,31 @@ def _number(text: str, shown: str) -> float:
     return value
 
 
+def decimals_beside(value: float, limit: float) -> int:
+    """The fewest decimals (0 to 3) that show `value` on the side of `limit` it is on, and
+    apart from it: 59.6 against 60 is "59.6" (0.4 under), not "60" (0 under); 29.96 s against
+    30 s is "29.96"."""
+    def side(number: float) -> int:
+        return (number > limit) - (number < limit)
+
+    for decimals in range(3):
+        if side(round(value, decimals)) == side(value) and (
+                value == limit or round(abs(value - limit), decimals) > 0):
+            return decimals
+    return 3
+
+
+def beside(value: float, limit: float) -> str:
+    """`value` with `decimals_beside` decimals."""
+    return f"{value:.{decimals_beside(value, limit)}f}"
+
+
+def points(value: float, limit: float) -> str:
+    """How far `value` is from `limit`, in points of a percentage: "1 point", "0.4 points"."""
+    gap = f"{abs(value - limit):.{decimals_beside(value, limit)}f}"
+    return f"{gap} {'point' if gap == '1' else 'points'}"
+
+
 def max_cost(limit: float, cost: float | None) -> Gate:
     shown = money(limit, small=True)
     head = f"gate --max-cost {shown}"
@@ -105,13 +140,26 @@ def max_cost(limit: float, cost: float | None) -> Gate:
                 f"{head}: the run cost {money(cost, small=True)}", cost, limit)
 
 
-def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int) -> Gate:
+def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int,
+                          progress: str | None = None, progress_lines: int | None = None
+                          ) -> Gate:
+    """1k steps' cost against `limit`. Without steps it cannot be checked: `progress` (the
+    --progress pattern, as typed) and `progress_lines` (the lines it matched) say why."""
     flag = "--max-cost-per-1k-steps"
     shown = money(limit, small=True)
     head = f"gate {flag} {shown}"
     if per_1k is None:
-        why = ("no steps were counted: pass --progress REGEX matching the command's step "
-               "lines" if not steps else "the run's cost is unknown")
+        if steps:
+            why = "the run's cost is unknown"
+        elif progress is None:
+            why = "no steps were counted: pass --progress REGEX matching the command's step lines"
+        elif not progress_lines:
+            why = (f"no steps were counted: --progress '{one_line(progress)[:200]}' matched no "
+                   "line of the command's output; check it against what the command prints")
+        else:
+            why = (f"no steps were counted: --progress '{one_line(progress)[:200]}' matched "
+                   f"{progress_lines} line{'s' if progress_lines != 1 else ''} but its group "
+                   "was never a step number above 0")
         return Gate(flag, shown, False, f"{head}: cannot be checked, {why}", None, limit)
     if per_1k > limit:
         return Gate(flag, shown, False,
@@ -145,13 +193,15 @@ def max_data_wait(limit: float, share: float | None, samples: int | None = None,
                     "--duration on a longer one", pct, limit)
     rests_on = ""
     if samples is not None and short_run_s is not None:
-        rests_on = (f", on {samples} stack samples of a {short_run_s:.0f} s run (under "
-                    f"{MIN_RUN_S:.0f} s: phases that come round less often may be missed)")
+        rests_on = (f", on {samples} stack samples of a {beside(short_run_s, MIN_RUN_S)} s run "
+                    f"(under {MIN_RUN_S:.0f} s: phases that come round less often may be "
+                    "missed)")
     if pct > limit:
         return Gate(flag, shown, False,
-                    f"{head}: data_wait was {pct:.0f}% ({pct - limit:.0f} points over)"
+                    f"{head}: data_wait was {beside(pct, limit)}% ({points(pct, limit)} over)"
                     f"{rests_on}", pct, limit)
-    return Gate(flag, shown, True, f"{head}: data_wait was {pct:.0f}%{rests_on}", pct, limit)
+    return Gate(flag, shown, True, f"{head}: data_wait was {beside(pct, limit)}%{rests_on}",
+                pct, limit)
 
 
 def min_utilization(limit: float, utilization: float | None) -> Gate:
@@ -161,10 +211,10 @@ def min_utilization(limit: float, utilization: float | None) -> Gate:
                     f"{head}: cannot be checked, the command used no GPU", None, limit)
     if utilization < limit:
         return Gate("--min-utilization", f"{limit:g}%", False,
-                    f"{head}: GPU utilization was {utilization:.0f}% "
-                    f"({limit - utilization:.0f} points under)", utilization, limit)
+                    f"{head}: GPU utilization was {beside(utilization, limit)}% "
+                    f"({points(utilization, limit)} under)", utilization, limit)
     return Gate("--min-utilization", f"{limit:g}%", True,
-                f"{head}: GPU utilization was {utilization:.0f}%", utilization, limit)
+                f"{head}: GPU utilization was {beside(utilization, limit)}%", utilization, limit)
 
 
 def max_gpu_memory(limit: float, peak: dict[str, Any] | None) -> Gate:
@@ -178,10 +228,10 @@ def max_gpu_memory(limit: float, peak: dict[str, Any] | None) -> Gate:
         return Gate("--max-gpu-memory", f"{limit:g}%", False,
                     f"{head}: cannot be checked, {why}", None, limit)
     said = (f"{head}: GPU {peak['gpu']} peaked at {peak['peak_bytes'] / 2**30:,.1f} GiB, "
-            f"{pct:.0f}% of its {peak['total_bytes'] / 2**30:,.0f} GiB")
+            f"{beside(pct, limit)}% of its {peak['total_bytes'] / 2**30:,.0f} GiB")
     if pct > limit:
         return Gate("--max-gpu-memory", f"{limit:g}%", False,
-                    f"{said} ({pct - limit:.0f} points over)", pct, limit)
+                    f"{said} ({points(pct, limit)} over)", pct, limit)
     return Gate("--max-gpu-memory", f"{limit:g}%", True, said, pct, limit)
 
 
@@ -237,10 +287,10 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
                     "hardware's and its price's as well as the code's")
     change = 100 * (new - old) / old
     said = f"{head}: {label} was {money(new * scale, small=True)} against {against} " \
-           f"({change:+.0f}%"
+           f"({change:+.{decimals_beside(change, limit)}f}%"
     if change > limit:
         return Gate(flag, f"{limit:g}%", False,
-                    f"{said}, {change - limit:.0f} points over){note}", change, limit)
+                    f"{said}, {points(change, limit)} over){note}", change, limit)
     return Gate(flag, f"{limit:g}%", True, f"{said}){note}", change, limit)
 
 
@@ -324,6 +374,11 @@ def _xml_text(text: str) -> str:
     other control characters too: a JUnit file a CI cannot parse (expat: "not well-formed")
     shows no gate at all."""
     return lines(text).translate(_NOT_XML)
+
+
+# How every JUnit file the profile writes begins: a profile clears one an earlier profile left
+# in its --out folder by it (daemon.commands.profile `_clear_earlier_junit`).
+JUNIT_HEAD = b"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"mlcostd profile\" "
 
 
 def junit_xml(gates: list[Gate], *, suite: str = "mlcostd profile gates",

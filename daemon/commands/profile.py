@@ -40,7 +40,7 @@ from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import grid_text
 from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
-from daemon.sources.redact import redact_argv
+from daemon.sources.redact import REDACTED, redacted_words
 from daemon.sources.safe_text import one_line, without_url_credentials
 from daemon.wire import DATA_WAIT, money, process_key
 
@@ -57,6 +57,7 @@ MIN_STACK_SAMPLES = gate_checks.MIN_PHASE_SAMPLES
 MIN_STEPS = 10
 STARTUP_SHARE = 0.5  # more than half the run before the first GPU work or the first step
 MAX_COMMAND_CHARS = 500
+MAX_LEFTOVER_CHARS = 200  # of each process left running, as named
 MAX_PATTERN_CHARS = 200  # of --progress, as said in a warning
 TOP_RECOMMENDATIONS = 3
 OUTPUT_FILES = ("profile.json", "profile.html", "summary.md")
@@ -182,10 +183,15 @@ def _limits(args: argparse.Namespace) -> dict[str, float]:
         text = getattr(args, name)
         if text is None:
             continue
+        flag = f"--{name.replace('_', '-')}"
         try:
             limits[name] = parse(text)
         except ValueError as exc:
-            raise UsageError(f"--{name.replace('_', '-')} {exc}") from None
+            raise UsageError(f"{flag} {exc}") from None
+        if parse is not gate_checks.parse_dollars:
+            warning = gate_checks.fraction_warning(flag, text, limits[name])
+            if warning is not None:
+                print(f"mlcostd profile: warning: {warning}", file=sys.stderr)
     return limits
 
 
@@ -289,6 +295,17 @@ def folder_problem(folder: Path, option: str) -> str | None:
     return None
 
 
+def shown_command(argv: list[str], limit: int = MAX_COMMAND_CHARS) -> str:
+    """A command line as a shell takes it back (`bash -c 'python x.py'`, not `bash -c python
+    x.py`, which runs something else): its arguments redacted (daemon.sources.redact), each
+    shell-quoted (the markers that stand for what was hidden or cut left bare), escaped to
+    one line and cut to `limit` characters."""
+    words = redacted_words(argv)
+    quoted = [w if w == REDACTED or (w.startswith("<truncated: ") and w.endswith(">"))
+              else shlex.quote(w) for w in words]
+    return one_line(" ".join(quoted))[:limit]
+
+
 def _fresh_store(out: Path) -> None:
     """A profile is of one run: an earlier profile's store in the same folder goes."""
     from daemon.store.files import check_existing
@@ -297,6 +314,48 @@ def _fresh_store(out: Path) -> None:
         path = out / f"profile.db{suffix}"
         check_existing(path)  # a link or someone else's file is refused, not removed
         path.unlink(missing_ok=True)
+
+
+MAX_JUNIT_BYTES = 1 << 20  # a JUnit file of the profile's is a few KiB
+
+
+def _clear_earlier_junit(out: Path) -> list[str]:
+    """Remove the JUnit files earlier profiles wrote into `out` (its top level only): a run
+    without --junit must not leave the last run's (a pass, beside a crash) for a CI to read.
+    A file is one of them when it is a regular file of mlcostd's user with one link, at most
+    MAX_JUNIT_BYTES, that begins as every JUnit file the profile writes (gates.JUNIT_HEAD);
+    anything else, links and folders included, is left alone and never followed. The names
+    removed."""
+    from daemon.store.files import RefusedFile, open_checked
+
+    removed = []
+    with os.scandir(out) as entries:
+        for entry in entries:
+            if entry.name in (*OUTPUT_FILES, *STORE_FILES) or not entry.is_file(
+                    follow_symlinks=False):
+                continue
+            try:
+                fd = open_checked(entry.path)  # no link followed, a regular file of ours
+            except (OSError, RefusedFile):
+                continue
+            try:
+                if os.fstat(fd).st_size > MAX_JUNIT_BYTES:
+                    continue
+                head = os.read(fd, len(gate_checks.JUNIT_HEAD))
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            if head != gate_checks.JUNIT_HEAD:
+                continue
+            try:
+                os.unlink(entry.path)
+            except OSError as exc:
+                log.warning("cannot remove an earlier profile's JUnit file %s: %s",
+                            entry.path, exc)
+                continue
+            removed.append(entry.name)
+    return removed
 
 
 def _finish_store(config: Config) -> None:
@@ -427,6 +486,7 @@ def _record(args: argparse.Namespace, kept: KeptSignals, argv: list[str], out: P
         _fresh_store(out)
         for name in OUTPUT_FILES:  # replaced at the end
             check_existing(out / name)
+        _clear_earlier_junit(out)
     except (OSError, RefusedFile) as exc:
         print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
         return 2
@@ -580,7 +640,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         unit_costs.append(dict(meter, cost_per_1k=(per_unit / per * 1000
                                                    if per_unit is not None and per else None)))
     facts = {
-        "command": one_line(redact_argv(result.argv))[:MAX_COMMAND_CHARS],
+        "command": shown_command(result.argv),
         "exit_status": result.exit_status,
         "stopped_after_duration": result.stopped_after_duration,
         "interrupted": result.interrupted,
@@ -618,6 +678,9 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "stack_samples": stack_samples,
         "shared_gpus": {str(g): pids for g, pids in result.shared_gpus.items()},
         "left_running": result.left_running,
+        "left_running_processes": [
+            {"pid": pid, "command": shown_command(argv, MAX_LEFTOVER_CHARS)}
+            for pid, argv in getattr(result, "left_running_named", [])],
         "recommendations": len(document.get("recommendations") or []),
         "energy": run_energy(document),
     }
@@ -686,7 +749,8 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
         warnings.append({"code": code, "message": message})
 
     if duration < MIN_DURATION_S:
-        warn("too_short", f"the run took {duration:.0f} s (under {MIN_DURATION_S:.0f} s): "
+        took = gate_checks.beside(duration, MIN_DURATION_S)
+        warn("too_short", f"the run took {took} s (under {MIN_DURATION_S:.0f} s): "
                           "phases that come round less often (checkpoints, eval) may be "
                           "missed; profile a longer run, or --duration on a longer one")
     if facts["stack_samples"] < MIN_STACK_SAMPLES:
@@ -736,7 +800,8 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
         found.append(gate_checks.max_cost(limits["max_cost"], profile["cost"]))
     if "max_cost_per_1k_steps" in limits:
         found.append(gate_checks.max_cost_per_1k_steps(
-            limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"]))
+            limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"],
+            profile.get("progress"), profile.get("progress_lines")))
     if "max_data_wait" in limits:
         balance = profile["phase_balance"]
         duration = profile["duration_s"]
@@ -858,8 +923,10 @@ def summary_markdown(document: dict[str, Any]) -> str:
         out += ["| gate | limit | measured | result |", "|---|---|---|---|"]
         for gate in profile["gates"]:
             value = gate["value"]
+            limit = gate.get("limit")
             measured = "-" if value is None else (
-                money(value, small=True) if gate["limit_text"].startswith("$") else f"{value:.0f}%")
+                money(value, small=True) if gate["limit_text"].startswith("$") else
+                f"{gate_checks.beside(value, limit) if limit is not None else f'{value:.0f}'}%")
             out.append(f"| {_md(gate['flag'])} | {_md(gate['limit_text'])} | {measured} | "
                        f"{'passed' if gate['passed'] else 'FAILED'} |")
         out += ["", *[f"- {_md(g['message'])}" for g in profile["gates"] if not g["passed"]]]
@@ -945,5 +1012,14 @@ def verdict_lines(document: dict[str, Any]) -> list[str]:
     for warning in profile["warnings"]:
         lines.append(f"  not representative: {warning['message']}")
     if profile["left_running"]:
-        lines.append(f"  stopped {profile['left_running']} process(es) the command left running")
+        from daemon.runtime.profile import LEFTOVER_GRACE_S
+
+        named = profile.get("left_running_processes") or []
+        lines.append(f"  stopped {plural(profile['left_running'], 'process', 'processes')} "
+                     f"the command left running (still running {LEFTOVER_GRACE_S:.0f} s after it "
+                     "exited)" + (":" if named else ""))
+        lines += [f"    pid {p['pid']}: {one_line(str(p['command']))[:MAX_LEFTOVER_CHARS]}"
+                  for p in named]
+        if profile["left_running"] > len(named):
+            lines.append(f"    and {profile['left_running'] - len(named)} more")
     return lines

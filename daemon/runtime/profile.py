@@ -38,6 +38,12 @@ from daemon.sources.sample import GpuUse, Sample
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL
+# Once the command exited, what it started gets this long to exit by itself before it is
+# stopped: multiprocessing's resource tracker (every 'spawn' or 'forkserver' start has one)
+# exits when it reads the end of its parent's pipe, moments after the parent exits.
+LEFTOVER_GRACE_S = 2.0
+LEFTOVER_POLL_S = 0.05
+MAX_LEFTOVERS_NAMED = 10  # of the processes stopped, this many are named (pid and command)
 TREE_REFRESH_S = 1.0  # the command's process tree is re-read at most this often
 OUTPUT_DRAIN_S = 5.0  # after the command is gone, its output pipes get this long to close
 MAX_LINE_BYTES = 4096  # of each output line, only this much is matched against --progress
@@ -265,7 +271,11 @@ class RunResult:
     step_timeline: list[tuple[float, int]] = field(default_factory=list)
     first_gpu_work_at: float | None = None  # first tick the tree's GPU processes ran kernels
     shared_gpus: dict[int, list[int]] = field(default_factory=dict)
-    left_running: int = 0  # processes still running when the command exited, stopped
+    left_running: int = 0  # processes still running LEFTOVER_GRACE_S after the command
+    # exited, stopped
+    # The first MAX_LEFTOVERS_NAMED of them: (pid, argv), the argv as read (hostile: redacted
+    # and escaped where shown)
+    left_running_named: list[tuple[int, list[str]]] = field(default_factory=list)
     unit_costs: list[dict[str, Any]] = field(default_factory=list)
     # Each GPU process's workload kind as last classified while it ran ('pid:start_time' ->
     # its kind document): the daemon keeps the kinds of running processes only.
@@ -487,11 +497,19 @@ class ProfileRecorder:
 
     def _stop_leftovers(self) -> int:
         """Stop what the command left running (SIGTERM, then SIGKILL); how many there were.
+        What exits by itself within LEFTOVER_GRACE_S of the command's exit was not left
+        running (multiprocessing's resource tracker). Those stopped are named in the result.
         Blocking: run it in a thread."""
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
         left = self.tree.leftovers()
+        while left and time.monotonic() < deadline:
+            time.sleep(LEFTOVER_POLL_S)
+            left = self.tree.leftovers()
         if not left:
             return 0
         log.info("the command left %d processes running; stopping them", len(left))
+        for proc in sorted(left, key=lambda p: p.pid)[:MAX_LEFTOVERS_NAMED]:
+            self.result.left_running_named.append((proc.pid, _argv(proc)))
         for proc in left:
             _signal(proc, signal.SIGTERM)
         _, alive = psutil.wait_procs(left, timeout=STOP_GRACE_S)
@@ -499,6 +517,15 @@ class ProfileRecorder:
             _signal(proc, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=STOP_GRACE_S)
         return len(left)
+
+
+def _argv(proc: psutil.Process) -> list[str]:
+    """A process's command line, or its [name] when it cannot be read (or is empty)."""
+    try:
+        argv = proc.cmdline()
+        return argv if argv else [f"[{proc.name()}]"]
+    except psutil.Error:
+        return ["[?]"]
 
 
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):

@@ -152,7 +152,15 @@ _SLACK_WEBHOOK = re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|trigg
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
     """Join a process's argv into one line with every secret replaced by <redacted>, at most
-    about COMMAND_LIMIT characters long (the module docstring says how it is cut).
+    about COMMAND_LIMIT characters long (the module docstring says how it is cut): the words
+    of `redacted_words`, joined by spaces."""
+    return " ".join(redacted_words(argv))
+
+
+def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """A process's argv with every secret replaced by <redacted>, a word per argument (a PEM
+    block's words are one), cut after about COMMAND_LIMIT characters with a last word
+    "<truncated: N more arguments>".
 
     Beyond `redact_text` on each argument: the argument after a secret-looking flag or a bare
     `token` is hidden whatever it looks like (`--password -x9`), a PEM block passed unquoted (its
@@ -208,7 +216,7 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> str:
                      or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
         previous = word
         words.append(_redact_header(word) + cut)
-    return " ".join(words)
+    return words
 
 
 def _cut(word: str) -> tuple[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sqlite3
@@ -31,6 +32,7 @@ from daemon.commands.profile import (
     summary_markdown,
 )
 from daemon.commands.report import render_text
+from daemon.report_html.escape import escaped
 from daemon.runtime.profile import MAX_LINE_BYTES, ProgressCounter
 from daemon.store.reader import StoreReader
 
@@ -242,10 +244,61 @@ def test_on_a_shared_host_only_the_tree_is_recorded_its_status_passes_and_nothin
     recorded = {p["pid"] for p in document(out)["processes"]}
     assert not recorded & set(facts["shared_gpus"]["0"])
     assert facts["left_running"] >= 1
-    assert "the command left running" in result.stderr
+    assert "the command left running (still running 2 s after it exited):" in result.stderr
     helper = int(child.read_text())
+    # named, its command line escaped to one line (the helper's code starts with a newline)
+    named = {p["pid"]: p["command"] for p in facts["left_running_processes"]}
+    assert named[helper].startswith(f"{sys.executable} -c '\\nimport os, sys, time\\n")
+    assert f"\n    pid {helper}: {named[helper]}\n" in result.stderr
     with pytest.raises(psutil.NoSuchProcess):  # stopped
         psutil.Process(helper).status()
+    assert running_with(str(tmp_path)) == []
+
+
+# multiprocessing with 'spawn' starts a resource tracker, which exits when it reads the end of
+# its parent's pipe: moments after the command itself exits.
+SPAWNS_WORKERS = """
+import multiprocessing as mp
+
+
+def work(queue):
+    queue.put("worker done")
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    worker = ctx.Process(target=work, args=(queue,))
+    worker.start()
+    print(queue.get(), flush=True)
+    worker.join()
+"""
+
+# A helper of the same shape, made to take its time: it waits for the end of its parent's pipe
+# (the command's exit), cleans up for half a second, then exits by itself.
+OUTLIVES_BRIEFLY = """
+import os, subprocess, sys
+read, write = os.pipe()
+code = "import os, sys, time; os.read(int(sys.argv[1]), 1); time.sleep(0.5); print(sys.argv[2])"
+subprocess.Popen([sys.executable, "-c", code, str(read), sys.argv[1]], pass_fds=(read,))
+os.close(read)
+"""
+
+
+@pytest.mark.parametrize("program", [SPAWNS_WORKERS, OUTLIVES_BRIEFLY],
+                         ids=["multiprocessing-spawn", "exits-after-the-command"])
+def test_what_exits_by_itself_just_after_the_command_was_not_left_running(tmp_path, program):
+    """A command using multiprocessing 'spawn' was always said to have "left 1 process
+    running", its resource tracker, which the profile then stopped: what the command started
+    gets a moment (2 s) to exit by itself once the command has exited."""
+    out = tmp_path / "profile"
+    script = tmp_path / "command.py"
+    script.write_text(program)
+    result = profile(out, "--simulate", "--", sys.executable, str(script), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    assert facts["left_running"] == 0 and facts["left_running_processes"] == []
+    assert "left running" not in result.stderr
     assert running_with(str(tmp_path)) == []
 
 
@@ -776,6 +829,34 @@ def test_folders_the_profile_cannot_write_are_refused_before_the_run(tmp_path, c
     assert (tmp_path / "x" / "profile.db").read_text() == "an earlier profile's store"
 
 
+def test_a_profile_without_junit_clears_the_one_an_earlier_profile_left_in_out(tmp_path):
+    """Re-profiling into the same --out without --junit left the previous run's JUnit file (a
+    pass) beside a profile of a crash, for a CI that keeps its workspace to upload. The
+    profile clears the JUnit files earlier profiles wrote there; nothing else: not a file of
+    the user's, not one a link points to (nor the link)."""
+    out = tmp_path / "profile"
+    passed = profile(out, "--simulate", "--max-cost", "1", "--junit", str(out / "gates.xml"),
+                     "--", sys.executable, "-c", "print(1)")
+    assert passed.returncode == 0, passed.stderr
+    assert 'failures="0" errors="0"' in (out / "gates.xml").read_text()
+    elsewhere = tmp_path / "kept" / "gates.xml"  # a JUnit file of the profile's, linked to
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes((out / "gates.xml").read_bytes())
+    (out / "linked.xml").symlink_to(elsewhere)
+    mine = b"<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"pytest\" tests=\"1\"/>\n"
+    (out / "pytest.xml").write_bytes(mine)
+    (out / "notes.txt").write_text("mine\n")
+    crashed = profile(out, "--simulate", "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert crashed.returncode == 3, crashed.stderr
+    assert not (out / "gates.xml").exists()
+    assert (out / "pytest.xml").read_bytes() == mine
+    assert (out / "notes.txt").read_text() == "mine\n"
+    assert (out / "linked.xml").is_symlink() and elsewhere.read_text().startswith("<?xml")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "linked.xml", "notes.txt", "profile.db", "profile.html", "profile.json", "pytest.xml",
+        "summary.md"]
+
+
 def test_a_junit_file_that_cannot_be_written_at_the_end_still_leaves_the_verdict(tmp_path):
     """Written once the run is over: when it fails then (here a FIFO the command put at its
     path), the verdict and each gate are still printed, and the profile's files written; the
@@ -798,8 +879,15 @@ def test_a_progress_pattern_that_matches_no_line_says_so(tmp_path):
     `steps: 0` and nothing else (few_steps is said only of a count above 0), so a typo in the
     pattern read as a command that made no progress."""
     out = tmp_path / "typo"
+    code = "for i in range(3): print(f'iteration {i + 1}/3')"
     result = profile(out, "--simulate", "--progress", r"nomatch (\d+)", "--", sys.executable,
-                     "-c", "for i in range(3): print(f'iteration {i + 1}/3')")
+                     "-c", code)
+    # the command as a shell takes it back (it read `python -c for i in range(3): ...`)
+    command = f"{sys.executable} -c 'for i in range(3): print(f'\"'\"'iteration {{i + 1}}/3'\"'\"')'"
+    assert shlex.split(command) == [sys.executable, "-c", code]
+    assert document(out)["profile"]["command"] == command
+    assert (out / "summary.md").read_text().startswith(f"## mlcost profile: `{command}`\n")
+    assert f"<h1>mlcost profile of {escaped(command)}</h1>" in (out / "profile.html").read_text()
     assert result.returncode == 0, result.stderr
     said = (r"--progress 'nomatch (\d+)' matched no line of the command's output: no steps "
             "were counted; check it against what the command prints (each line's first 4 KiB)")
@@ -808,6 +896,31 @@ def test_a_progress_pattern_that_matches_no_line_says_so(tmp_path):
     assert facts["steps"] == 0 and facts["progress"] == r"nomatch (\d+)"
     assert {"code": "no_steps", "message": said} in facts["warnings"]
     assert "matched no line of the command's output" in (out / "summary.md").read_text()
+
+
+def test_a_per_step_gate_with_a_pattern_that_matched_nothing_says_so_and_a_fraction_warns(
+        tmp_path):
+    """--max-cost-per-1k-steps with a --progress that matched no line said "pass --progress
+    REGEX"; and --min-utilization 0.6 was silently 0.6%, a gate that passes everything."""
+    out = tmp_path / "nosteps"
+    result = profile(out, "--simulate", "--progress", r"step \d+", "--max-cost-per-1k-steps",
+                     "0.5", "--min-utilization", "0.6", "--max-gpu-memory", "90", "--", sys.executable,
+                     "-c", "print('no steps here')")
+    assert result.returncode == GATE_EXIT_STATUS, result.stderr
+    assert ("mlcostd profile: warning: --min-utilization 0.6 is read as 0.6%; did you mean 60%? "
+            "(write 0.6% to keep it without this warning)\n") in result.stderr
+    assert "--max-gpu-memory 90 is read" not in result.stderr  # 90 is 90%
+    said = (r"FAILED gate --max-cost-per-1k-steps $0.5000: cannot be checked, no steps were "
+            r"counted: --progress 'step \d+' matched no line of the command's output; check it "
+            "against what the command prints\n")
+    assert said in result.stderr
+    assert "pass --progress" not in result.stderr
+    gate = document(out)["profile"]["gates"][0]
+    assert gate["gate"] == "max-cost-per-1k-steps" and not gate["passed"]
+    assert "matched no line" in gate["message"]
+    matched = gates.max_cost_per_1k_steps(0.5, None, 0, r"step (\d+)", 1)
+    assert matched.message.endswith(r"--progress 'step (\d+)' matched 1 line but its group was "
+                                    "never a step number above 0")
 
 
 def test_a_progress_pattern_whose_group_is_never_a_step_says_so():
@@ -972,6 +1085,47 @@ def test_gate_messages_say_which_gate_and_by_how_much():
         gates.parse_percent("120%")
 
 
+def test_figures_beside_a_limit_read_on_the_side_they_are_on():
+    """"GPU utilization was 59% (1 points under)", and a 29.6 s run "took 30 s (under 30 s)":
+    a figure rounded onto its limit, or one point in the plural."""
+    from types import SimpleNamespace
+
+    from daemon.commands.profile import representativeness
+
+    assert gates.min_utilization(60, 58.59).message == (
+        "gate --min-utilization 60%: GPU utilization was 59% (1 point under)")
+    assert gates.min_utilization(60, 59.6).message == (
+        "gate --min-utilization 60%: GPU utilization was 59.6% (0.4 points under)")
+    assert gates.min_utilization(60, 60.4).message == (  # close to it: said as close
+        "gate --min-utilization 60%: GPU utilization was 60.4%")
+    assert gates.min_utilization(60, 80.4).message == (
+        "gate --min-utilization 60%: GPU utilization was 80%")
+    assert gates.max_data_wait(20, 0.203, samples=40, short_run_s=29.6).message == (
+        "gate --max-data-wait 20%: data_wait was 20.3% (0.3 points over), on 40 stack samples "
+        "of a 29.6 s run (under 30 s: phases that come round less often may be missed)")
+    assert gates.max_gpu_memory(
+        96, {"gpu": 0, "gpus": 1, "peak_bytes": 1, "total_bytes": 80 << 30, "percent": 96.4}
+    ).message.endswith("96.4% of its 80 GiB (0.4 points over)")
+    regression = gates.max_regression(10, {"steps": 1, "cost_per_step": 0.0001103},
+                                      {"steps": 1, "cost_per_step": 0.0001}, "old.json")
+    assert regression.message.endswith("(+10.3%, 0.3 points over)")
+    facts = {"duration_s": 29.6, "stack_samples": 200, "gpus_used": [0],
+             "first_gpu_work_after_s": 1.0, "first_step_after_s": None, "steps": 0,
+             "shared_gpus": {}, "exit_status": 0, "stopped_after_duration": False,
+             "interrupted": False}
+    said = representativeness(facts, SimpleNamespace(step_timeline=[]))
+    assert said[0]["message"].startswith("the run took 29.6 s (under 30 s): ")
+    assert representativeness(dict(facts, duration_s=12.4), SimpleNamespace(step_timeline=[])
+                              )[0]["message"].startswith("the run took 12 s (under 30 s): ")
+    summary = summary_markdown({"profile": {
+        "command": "python train.py", "exit_status": 0, "stopped_after_duration": False,
+        "duration_s": 40.0, "phase_balance": {}, "largest_phase": None,
+        "gpu_utilization": 59.6, "workload_kind": None, "cost": 0.01, "cost_per_hour": 0.9,
+        "steps": 0, "cost_per_1k_steps": None, "unit_costs": [], "warnings": [],
+        "gates": [gates.min_utilization(60, 59.6).as_dict()]}, "host": {}})
+    assert "| --min-utilization | 60% | 59.6% | FAILED |" in summary
+
+
 def test_a_data_wait_share_on_too_few_stack_samples_fails_closed_and_says_why():
     """Four identical 10 s runs of the starved script (15-odd stack samples each) read
     data_wait at 26%, 93%, 67% and 86%: a gate on such a share passed or failed a release by
@@ -1099,6 +1253,8 @@ def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one(
     failures = [c.find("failure") for c in suite.iter("testcase")]
     assert failures[0] is not None and "51 points over" in failures[0].get("message", "")
     assert failures[1] is None
+    # how a profile knows its own in --out, to clear it
+    assert gates.junit_xml(checked, seconds=12.5).startswith(gates.JUNIT_HEAD)
 
 
 def test_junit_of_a_command_that_failed_is_in_error_even_when_every_gate_passed():
@@ -1124,6 +1280,18 @@ def test_junit_of_a_command_that_failed_is_in_error_even_when_every_gate_passed(
                  {"exit_status": 0, "stopped_after_duration": False}):
         assert command_failure(done) is None
         assert verdict({"profile": {**done, "gates": [{"passed": True}]}}) == "passed: 1 gate"
+
+
+def test_the_command_is_shown_shell_quoted_redacted_on_one_line():
+    from daemon.commands.profile import shown_command
+
+    assert shown_command(["bash", "-c", "python stubborn.py"]) == "bash -c 'python stubborn.py'"
+    assert shown_command(["python", "train.py", "--api-key", "sk-live-1234567890abcdef", "--lr",
+                          "0.1"]) == "python train.py --api-key <redacted> --lr 0.1"
+    hostile = shown_command(["sh", "-c", "echo hi\n\x1b[31mred; rm -rf /"])
+    assert hostile == "sh -c 'echo hi\\n\\x1b[31mred; rm -rf /'" and "\n" not in hostile
+    assert len(shown_command(["x" * 450, "y" * 100])) == 500
+    assert shown_command(["python", "a b.py"], limit=8) == "python '"
 
 
 def test_the_summary_shows_hostile_text_as_text():
