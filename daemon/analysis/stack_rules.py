@@ -484,7 +484,10 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"\b(select|poll|epoll_wait)\(", IDLE, FD_WAIT),
         # a hand-rolled server's `conn, addr = sock.accept()` (C): waiting for its next client
         (r"\.accept\(\s*\)", IDLE, "waiting for a client to connect (accept)"),
-        (r"\b(time\.)?sleep\(|\binput\(|\.(wait|join)\(|\.get\(\s*(block|timeout|\))",
+        # (a thread's or a process's join takes no argument but a timeout: `os.path.join(d,
+        # "model.pt")` and `" ".join(words)` join strings)
+        (r"\b(time\.)?sleep\(|\binput\(|\.wait\(|\.join\(\s*(\)|[\w.]*timeout|[\d.])|"
+         r"\.get\(\s*(block|timeout|\))",
          IDLE, "sleeping or waiting"),
     )
 )

@@ -349,6 +349,22 @@ def test_a_main_thread_on_a_cpu_that_reads_a_little_computes_one_that_reads_much
     assert from_proc.phase == "host_preprocess", from_proc
 
 
+def test_a_line_that_joins_a_path_or_strings_is_not_waiting_on_a_thread():
+    """`save_checkpoint({"w": bytes(weights)}, os.path.join(d, "model.pt"))`, caught copying
+    the weights (C): it read 'sleeping or waiting' (idle) by its `.join(` (probe 120 F22)."""
+    def on(line, **said):
+        return classify(stack((USER, "main", 23), active=True), gpu_busy=False,
+                        source_line=lambda f: line, signals=signals(**said))
+    line = '    save_checkpoint({"w": bytes(weights)}, os.path.join(a.ckpt_dir, "model.pt"))'
+    copy = on(line, main_thread_cpu=0.3, process_cpu=0.3)  # (before its write begins)
+    assert copy.phase != "idle" and "sleeping" not in copy.reason, copy
+    assert on(line, write_per_s=11e6, main_thread_cpu=0.6, process_cpu=0.6).phase == "checkpoint"
+    assert on('    name = "-".join(parts)', main_thread_cpu=0.3).phase != "idle"
+    # A thread's or a process's join still waits.
+    for line in ("    loader.join()", "    p.join(5)", "    w.join(timeout=self.join_timeout)"):
+        assert on(line).phase == "idle", line
+
+
 def test_a_list_built_inside_a_json_dumps_call_is_not_writing_output():
     """`raw = zlib.compress(json.dumps([rnd.random() ...]))`, caught in the list comprehension:
     it read 'writing output (serializing records)' at 38%, with 'buffer it, write
