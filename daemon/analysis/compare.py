@@ -9,12 +9,13 @@ Pure: documents in, a document out (its shape is the `compare --json` contract i
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
@@ -594,44 +595,105 @@ def too_few_stack_samples(a: Side, b: Side) -> str | None:
             f"it takes {MIN_PHASE_SAMPLES} or more on each side): {how}")
 
 
-def step_times(profile: dict[str, Any]) -> list[float]:
-    """When each step ended (Unix time): the profile's `step_times`, or what `mlcostd profile`
-    writes, `step_timeline` ([seconds after `started_at`, step number] whenever the count rose)."""
+# At most this many steps are taken from one progress line (a hostile or garbled count).
+MAX_STEPS_PER_LINE = 100_000
+StepSpan = tuple[float, float, float]  # (from, to, steps): steps done over a stretch of time
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(
+        value)
+
+
+def step_spans(profile: dict[str, Any]) -> list[StepSpan]:
+    """The steps a profile reports, each with the stretch of time (Unix time) it was done in.
+    `step_times` (when each step ended) gives a point per step. `step_timeline`, what `mlcostd
+    profile` writes ([seconds after `started_at`, step number] whenever a progress line raised
+    the count), gives the steps a line adds over the time since the line before it (the first
+    line's since the command started): a program that prints every 10 steps did them one
+    after another over that time, not all at the moment its line was read. Counted at that
+    moment, 1-s buckets held 0 or 10 steps, and the cost per step's noise was the logging
+    cadence's (a 38 % cut read as within noise)."""
     times = profile.get("step_times")
     if isinstance(times, list):
-        return [float(t) for t in times if isinstance(t, int | float)]
+        return [(float(t), float(t), 1.0) for t in times if _finite(t)]
     timeline, started = profile.get("step_timeline"), profile.get("started_at")
-    if not isinstance(timeline, list) or not isinstance(started, int | float):
+    if not isinstance(timeline, list) or not _finite(started):
         return []
-    out: list[float] = []
-    done = 0
+    begun = float(started)
+    out: list[StepSpan] = []
+    done, before = 0, 0.0
     for entry in timeline:
-        if (isinstance(entry, list) and len(entry) == 2
-                and all(isinstance(v, int | float) for v in entry)):
-            count = min(int(entry[1]), done + 100_000)  # bounded: a hostile count is cut
-            out += [started + float(entry[0])] * max(count - done, 0)
-            done = max(done, count)
+        if not (isinstance(entry, list) and len(entry) == 2 and all(map(_finite, entry))):
+            continue
+        at, count = float(entry[0]), min(int(entry[1]), done + MAX_STEPS_PER_LINE)
+        if count > done:
+            out.append((begun + min(before, at), begun + at, float(count - done)))
+            done = count
+        before = max(before, at)
     return out
 
 
-def step_pairs(side: Side) -> list[tuple[float, float]]:
-    """Per bucket: (dollars spent, steps completed), from the profile's step times."""
-    times = step_times(side.profile)
-    if not times:
-        return []
-    size = side.bucket_s
-    since = float((side.document.get("timeline") or {}).get("since") or 0.0)
+def bucket_steps(side: Side, spans: Sequence[StepSpan]) -> dict[int, float]:
+    """Steps done in each of the side's timeline buckets, by the bucket's index from the
+    timeline's `since`: each span's steps spread evenly over it (step_spans), a point's in
+    the bucket it falls in."""
+    since, size = (side.document.get("timeline") or {}).get("since") or 0.0, side.bucket_s
+    if not _finite(since) or not (math.isfinite(size) and size > 0):
+        return {}
+    indexes = sorted({round((float(b["ts"]) - since) / size) for b in side.buckets
+                      if _finite(b.get("ts"))})
     steps: dict[int, float] = {}
-    for ts in times:
-        if isinstance(ts, int | float):
-            index = int((ts - since) // size)
-            steps[index] = steps.get(index, 0.0) + 1
+    for lo, hi, count in spans:
+        first, last = int((lo - since) // size), int((hi - since) // size)
+        if first == last or hi <= lo:  # a point, or a span inside one bucket
+            steps[last] = steps.get(last, 0.0) + count
+            continue
+        for index in indexes[bisect.bisect_left(indexes, first):
+                             bisect.bisect_right(indexes, last)]:
+            start = since + index * size
+            overlap = min(hi, start + size) - max(lo, start)
+            if overlap > 0:
+                steps[index] = steps.get(index, 0.0) + count * overlap / (hi - lo)
+    return steps
+
+
+def step_burn(side: Side, bucket: dict[str, Any]) -> float | None:
+    """What the side burned in a bucket ($/h) as its cost per step counts it (a profile's is
+    its processes' cost): nothing in a bucket that holds none of its processes (after the
+    command exited), else bucket_cost."""
+    procs = bucket.get("processes")
+    keys = side.keys
+    if keys and isinstance(procs, dict) and not keys & procs.keys():
+        return 0.0
+    return bucket_cost(side, bucket)
+
+
+def step_pairs(side: Side) -> list[tuple[float, float]]:
+    """Per bucket of the stretch between the first and the last step the profile reports:
+    (dollars spent in its part of the stretch, steps done in it, spread as bucket_steps
+    spreads them). Before the first report the steps' pace is not known (the start-up, the
+    imports and the first batch are in it) and after the last none are reported (a loop that
+    prints every 50 steps and stops at step 220 did 20 more): counted as cost without steps,
+    those buckets made the noise the edges' and the cadence's, not the loop's."""
+    spans = sorted(step_spans(side.profile), key=lambda span: span[1])
+    since = (side.document.get("timeline") or {}).get("since") or 0.0
+    size = side.bucket_s
+    if len(spans) < 2 or not _finite(since) or not (math.isfinite(size) and size > 0):
+        return []
+    lo, hi = spans[0][1], spans[-1][1]
+    steps = bucket_steps(side, spans[1:])
     pairs = []
     for bucket in side.buckets:
-        cost = bucket_cost(side, bucket)
-        if cost is not None:
-            index = round((float(bucket["ts"]) - since) / size)
-            pairs.append((cost * size / 3600, steps.get(index, 0.0)))
+        if not _finite(bucket.get("ts")):
+            continue
+        index = round((float(bucket["ts"]) - since) / size)
+        start = since + index * size
+        covered = max(0.0, min(hi, start + size) - max(lo, start))
+        done = steps.get(index, 0.0)
+        burn = step_burn(side, bucket)
+        if burn is not None and (covered > 0 or done > 0):
+            pairs.append((burn * covered / 3600, done))
     return pairs
 
 
@@ -1015,7 +1077,9 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
-                   f"~sqrt(n) buckets (between-run variation); phase shares: of their stack "
+                   f"~sqrt(n) buckets (between-run variation); cost per step: of the buckets "
+                   f"between the first and the last step reported, each progress line's steps "
+                   f"spread over the time since the line before; phase shares: of their stack "
                    f"samples in time order, at least the binomial spread over what they are "
                    f"worth (lag-1 autocorrelation), scaled by the time in low-utilization "
                    f"windows, inconclusive from under {MIN_PHASE_SAMPLES} samples on a side; a "
