@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pwd
 import re
 import signal
 from contextlib import ExitStack
@@ -20,9 +21,11 @@ from pathlib import Path
 import kubelet
 import livedaemon
 import pytest
+import yaml
 from promserver import Prometheus
 from simhost import pilot_wait_for, poll
 
+from daemon.api.metrics import WORKLOAD_LABELS
 from daemon.client import read_token_file
 from daemon.sim import scenario
 from mlcost_tui import format as fmt
@@ -93,8 +96,13 @@ CONFIG = {"idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_aft
           "cost": {"evaluate_every": "5s"}}
 
 # The trainer's host has spent its day's budget at its first charged tick; its month's is out of
-# reach.
-BUDGETS = {"training": {"cost.budgets.host": {"daily": 0.0001, "monthly": 1e9}}}
+# reach. The trainer's user (the simulated workloads run as us) has $0.50 a day: at the host's
+# price an hour, on course to cross it but for the last half hour of the UTC day.
+USER = pwd.getpwuid(os.getuid()).pw_name
+USER_DAILY = 0.5
+BUDGETS = {"training": {"cost.budgets.host": {"daily": 0.0001, "monthly": 1e9},
+                        f"cost.budgets.user.{json.dumps(USER)}": {"daily": USER_DAILY}}}
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "tests" / "mlcost-rules.test.yml"
 
 
 class Fleet:
@@ -260,7 +268,8 @@ def test_a_crossed_budget_alerts_and_the_projection_adds_the_burn_to_what_was_sp
     assert [(a["labels"]["instance"], a["labels"]["period"]) for a in found] == [
         (training, "daily")]  # not the month's, nor a host without budgets
     assert not [a for a in fleet.prometheus.alerts()
-                if a["labels"]["alertname"] == "MlcostBudgetRunRate"]  # crossed, not on course
+                if a["labels"]["alertname"] == "MlcostBudgetRunRate"
+                and a["labels"]["scope"] == "host"]  # crossed, not on course
     # Every series as the rules saw them when they last ran: the projection is what was spent
     # plus the burn to the end of the UTC day or month.
     evaluated = fleet.prometheus.values(
@@ -282,6 +291,84 @@ def test_a_crossed_budget_alerts_and_the_projection_adds_the_burn_to_what_was_sp
     for period in ("daily", "monthly"):
         assert projected[period] == pytest.approx(spent[period] + per_hour * hours_left[period])
     assert 0 < hours_left["daily"] <= 24 and hours_left["daily"] <= hours_left["monthly"] <= 744
+
+
+def test_a_user_budget_gets_its_workloads_burn_its_projection_and_its_alert(fleet):
+    """Probe 121: the workload series carry no Hostname, and the rule joined a user's burn to
+    its budget on one: a user budget had no burn, no projection and never alerted."""
+    training = fleet.instances["training"]
+    where = f'instance="{training}", scope="user", name="{USER}"'
+
+    def burn_of_the_rule() -> dict[str, float]:
+        return fleet.prometheus.values(f"mlcost:budget_burn_dollars_per_hour{{{where}}}")
+
+    poll(lambda: burn_of_the_rule().get(training, 0) > 0, WAIT_S,
+         f"mlcost:budget_burn_dollars_per_hour for user {USER}", explain=fleet.explain)
+    evaluated = fleet.prometheus.values(f"timestamp(mlcost:budget_projected_dollars{{{where}}})")
+    at = str(evaluated[training])
+
+    def at_once(expr: str) -> float:
+        [row] = fleet.prometheus.api("query", query=expr, time=at)["result"]
+        return float(row["value"][1])
+
+    workloads = at_once(f'sum(mlcost_workload_burn_dollars_per_hour{{instance="{training}", '
+                        f'user="{USER}"}})')
+    assert at_once(f"mlcost:budget_burn_dollars_per_hour{{{where}}}") == pytest.approx(workloads)
+    spent = at_once(f'mlcost_budget_spent_dollars{{{where}, period="daily"}}')
+    hours_left = at_once('mlcost:budget_period_hours_left{period="daily"}')
+    projected = at_once(f'mlcost:budget_projected_dollars{{{where}, period="daily"}}')
+    assert projected == pytest.approx(spent + workloads * hours_left)
+    assert at_once(f'mlcost_budget_limit_dollars{{{where}}}') == USER_DAILY
+    if projected > USER_DAILY > spent:  # on course to cross it: the alert goes pending
+
+        def run_rate() -> list[dict]:
+            return [a for a in fleet.prometheus.alerts()
+                    if a["labels"]["alertname"] == "MlcostBudgetRunRate"
+                    and a["labels"].get("scope") == "user"]
+
+        [alert] = poll(run_rate, WAIT_S, f"MlcostBudgetRunRate for user {USER}",
+                       explain=fleet.explain)
+        assert alert["labels"]["name"] == USER and alert["labels"]["instance"] == training
+        [info] = fleet.prometheus.query(f'mlcost_host_info{{instance="{training}"}}')
+        assert alert["labels"]["Hostname"] == info["metric"]["Hostname"]
+
+
+def fixture_series() -> list[tuple[str, dict[str, str]]]:
+    """(name, labels) of every input series of the promtool unit tests (empty labels dropped:
+    to PromQL an empty label is an absent one)."""
+    found = []
+    for group in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for series in group["input_series"]:
+            name, _, rest = series["series"].partition("{")
+            labels = dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', rest))
+            found.append((name, {k: v for k, v in labels.items() if v}))
+    return found
+
+
+def test_the_rules_unit_tests_label_their_series_as_a_real_scrape_does(fleet):
+    """Probe 121: the promtool tests gave the workload series a Hostname that mlcostd never
+    writes, and so passed a budget rule that never matched a real scrape. Each input series has
+    every label its name has on every real series here, and none that no real series has (a
+    workload's owner labels come and go with its owner)."""
+    series = fixture_series()
+    names = {name for name, _ in series}
+    assert {"mlcost_workload_burn_dollars_per_hour", "mlcost_budget_spent_dollars",
+            "mlcost_host_burn_dollars_per_hour"} <= names
+
+    def real() -> dict[str, list[set[str]]]:
+        return {name: [{k for k, v in row["metric"].items() if v and k != "__name__"}
+                       for row in fleet.prometheus.query(name)] for name in sorted(names)}
+
+    scraped = poll(lambda: (found := real()) and all(found.values()) and found, WAIT_S,
+                   "a real series of every name the unit tests use",
+                   explain=lambda: str({n: len(v) for n, v in real().items()}))
+    for name, labels in series:
+        required = set.intersection(*scraped[name])
+        allowed = set.union(*scraped[name])
+        if name.startswith("mlcost_workload_"):
+            allowed |= set(WORKLOAD_LABELS)
+        assert required <= set(labels) <= allowed, (name, sorted(labels), sorted(required),
+                                                    sorted(allowed))
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
