@@ -9,6 +9,7 @@ others and Prometheus do.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
@@ -369,6 +370,64 @@ def test_the_rules_unit_tests_label_their_series_as_a_real_scrape_does(fleet):
             allowed |= set(WORKLOAD_LABELS)
         assert required <= set(labels) <= allowed, (name, sorted(labels), sorted(required),
                                                     sorted(allowed))
+
+
+def fleet_section() -> str:
+    return (ROOT / "README.md").read_text().split("## On a fleet", 1)[1].split("\n## ", 1)[0]
+
+
+def scraped_names(fleet: Fleet) -> dict[str, set[str]]:
+    """Each mlcost_ series name Prometheus holds now -> its label names (all its series)."""
+    names: dict[str, set[str]] = {}
+    for row in fleet.prometheus.query('{__name__=~"mlcost_.+"}'):
+        labels = dict(row["metric"])
+        names.setdefault(labels.pop("__name__"), set()).update(labels)
+    return names
+
+
+def test_the_readme_says_which_series_name_their_host_by_hostname(fleet):
+    """Probe 121: README said every series carries `Hostname`; the workload, energy-per-job and
+    Kubernetes usage series do not (their host is the scrape's instance), and the shipped budget
+    rule made the mistake the sentence invites. Every series a real scrape holds is in one of
+    the two lists, the right one."""
+    said = " ".join(fleet_section().split("Not every series carries it.", 1)[1]
+                    .split("```promql", 1)[0].split())
+    carry, lack = said.split("The most numerous do not", 1)
+
+    def patterns(text: str) -> list[str]:
+        return re.findall(r"`(mlcost_[a-z0-9_*]+)`", text)
+
+    with_hostname, without = patterns(carry), patterns(lack)
+    assert "mlcost_workload_*" in without and "mlcost_host_info" in with_hostname
+    poll(lambda: {"mlcost_workload_burn_dollars_per_hour", "mlcost_gpu_usage_hourly_cost",
+                  "mlcost_energy_joules_total", "mlcost_budget_spent_dollars"}
+         <= scraped_names(fleet).keys(), WAIT_S, "the workload, usage, energy, budget series",
+         explain=lambda: str(sorted(scraped_names(fleet))))
+    wrong = []
+    for name, labels in sorted(scraped_names(fleet).items()):
+        lacks = any(fnmatch.fnmatchcase(name, p) for p in without)
+        listed = lacks or any(fnmatch.fnmatchcase(name, p) for p in with_hostname)
+        if not listed or lacks == ("Hostname" in labels):
+            wrong.append((name, "listed" if listed else "unlisted", sorted(labels)))
+    assert not wrong, wrong
+    # and the join the section gives works: one row per workload, each with its host's name
+    [join] = re.findall(r"```promql\n(.*?)```", fleet_section(), re.S)
+    rows = fleet.prometheus.query(join)
+    assert rows and all(r["metric"].get("Hostname") for r in rows), rows
+
+
+def test_every_metric_the_fleet_section_names_exists(fleet):
+    """Probe 121: README named `mlcost_info`, which no daemon exports (`mlcost_host_info`).
+    Every mlcost_ name in "On a fleet" is a series a real scrape holds here, or one the daemon
+    declares that needs what this fleet lacks (DCGM, [[cost.latency]])."""
+    section = fleet_section()
+    named = set(re.findall(r"\b(mlcost_[a-z0-9_]*[a-z0-9])\b(?![*])", section))
+    source = "\n".join(path.read_text() for path in (ROOT / "daemon" / "api").glob("*.py"))
+    declared = {f"{name}{suffix}" for name in re.findall(r'"(mlcost_[a-z0-9_]+)"', source)
+                for suffix in ("", "_total", "_info")}
+    scraped = scraped_names(fleet)
+    assert len(named & scraped.keys()) > 20
+    assert not named - scraped.keys() - declared, sorted(named - scraped.keys() - declared)
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
