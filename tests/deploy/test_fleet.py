@@ -512,6 +512,12 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
                              and {h.instance for h in screen.view.hosts if h.up} == up,
                              what="the fleet table")
         assert str(table.get_row(down)[2]) == ("up" if down in up else "down")
+        if down not in up:  # its last known name and type, marked so (probe 121: "-")
+            [seen] = fleet.prometheus.query(f'last_over_time(mlcost_host_info{{instance='
+                                            f'"{down}"}}[1h])')
+            row = table.get_row(down)
+            assert str(row[0]) == f'{seen["metric"]["Hostname"]} (last seen)'
+            assert str(row[3]) == "g5.12xlarge" == seen["metric"]["instance_type"]
         notebook = fleet.instances["notebook"]
         price = fleet.prometheus.values("mlcost_host_price_dollars_per_hour")[notebook]
         await pilot_wait_for(pilot, lambda: str(table.get_row(notebook)[4]) == fmt.money(price),
@@ -541,3 +547,47 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
         assert app.client is not None and app.client.name == f"http://127.0.0.1:{api_port}"
         await pilot.press("escape")
         await pilot_wait_for(pilot, lambda: app.screen is screen, what="back to the fleet table")
+
+
+@pytest.mark.asyncio
+async def test_mlcost_top_says_the_job_it_reads_and_marks_the_last_answer(fleet, tmp_path):
+    """Probe 121: a Prometheus scraping mlcostd as job "gpus" showed "0 daemons" and nothing
+    more; and once Prometheus stopped answering, the rows stayed under "check the URL", with no
+    time. A second real Prometheus scrapes the fleet as "gpus", then stops."""
+    second = Prometheus(tmp_path / "gpus", list(fleet.instances.values()), job="gpus")
+    try:
+        poll(lambda: second.values("mlcost_host_info").keys() & set(fleet.instances.values()),
+             WAIT_S, "the second Prometheus scraping mlcostd", explain=second.log_tail)
+        screen = PrometheusFleetScreen(PrometheusFleet(second.url), interval_s=0.5)
+        app = MlcostTop([], interval_s=0.5, prometheus=screen)
+        async with app.run_test(size=(200, 40)) as pilot:
+            summary = screen.query_one("#prometheus-summary")
+            await pilot_wait_for(pilot, lambda: screen.view is not None, what="an answer")
+            await pilot.pause()
+            said = " ".join(str(summary.render()).split())
+            assert "0/0 up" in said and "idle GPUs -" in said, said
+            assert "No mlcostd under the scrape jobs job=~'mlcost.*'" in said, said
+            assert (f"scraped as job 'gpus': run mlcost-top --prometheus {second.url} "
+                    "--prometheus-job 'gpus'") in said, said
+        screen = PrometheusFleetScreen(PrometheusFleet(second.url, job="gpus"), interval_s=0.5)
+        app = MlcostTop([], interval_s=0.5, prometheus=screen)
+        async with app.run_test(size=(200, 40)) as pilot:
+            summary = screen.query_one("#prometheus-summary")
+            table = screen.query_one(PrometheusFleetTable)
+            await pilot_wait_for(pilot, lambda: table.row_count == 3, what="the three hosts")
+            await pilot_wait_for(pilot, lambda: screen.view is not None and screen.view.up >= 2,
+                                 what="the live hosts up")
+            assert "No mlcostd" not in str(summary.render())
+            second.stop()  # Prometheus goes away under the table
+            await pilot_wait_for(pilot, lambda: screen.error is not None, timeout=60,
+                                 what="the error")
+            await pilot.pause()
+            said = " ".join(str(summary.render()).split())
+            answered = screen.answered_at
+            assert answered and f"the table is its last answer, at {answered}" in said, said
+            assert "did not answer" in said and "check the URL" not in said, said
+            assert f"(as at {answered})" in said
+            assert table.row_count == 3 and f"as at {answered}, its last answer" in str(
+                table.border_title)
+    finally:
+        second.stop()
