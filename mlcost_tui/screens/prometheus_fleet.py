@@ -4,7 +4,6 @@ full view when its API is reachable on TCP (escape comes back here)."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -14,6 +13,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from daemon import clock as daemon_clock
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import KeyFooter
 from mlcost_tui.keyed_table import Column, KeyedTable
@@ -173,7 +173,7 @@ class PrometheusFleetScreen(Screen):
     async def poll(self) -> None:
         try:
             self.view, self.error = await self.source.fetch(), None
-            self.answered_at, self.stale = time.strftime("%H:%M:%S"), False
+            self.answered_at, self.stale = fmt.clock_time(daemon_clock.now()), False
         except PrometheusError as exc:
             # The last good table stays, under the error and the time of its answer; a URL
             # that answered before is not to be "checked".

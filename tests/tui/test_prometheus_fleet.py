@@ -272,3 +272,27 @@ async def test_a_url_that_answers_but_is_not_prometheus_says_the_http_status_and
         await fleet.close()
         await runner.cleanup()
     assert f"{url}/api/v1/query answered HTTP 200 OK (text/html)" in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_a_down_host_keeps_its_last_seen_name_cut_before_its_mark():
+    """Probe 121: a down row read "-" for its host, its scrape address all that was left. Its
+    last known name shows, marked; where the column is narrow the name is cut, not the mark,
+    while a few characters of it stay."""
+    from mlcost_tui.prometheus import FleetView
+    from mlcost_tui.screens.prometheus_fleet import PrometheusFleetTable, last_seen_name
+
+    assert str(last_seen_name("gpu-node-017.example.internal", 24)) == "gpu-node-01… (last seen)"
+    assert str(last_seen_name("gpu-node-017", 12)) == "gpu-node-01…"  # no room for both
+    hosts = (FleetHost("10.0.0.7:9400", False, hostname="gpu-node-017",
+                       instance_type="p4d.24xlarge", last_seen=True),
+             FleetHost("10.0.0.8:9400", True, hostname="gpu-node-018", gpus=8, idle_gpus=0))
+    screen = PrometheusFleetScreen(FixedFleet(FleetView(hosts)),  # type: ignore[arg-type]
+                                   interval_s=60)
+    app = MlcostTop([], prometheus=screen)
+    async with app.run_test(size=(200, 30)) as pilot:
+        table = screen.query_one(PrometheusFleetTable)
+        await pilot_wait_for(pilot, lambda: table.row_count == 2, what="the two hosts")
+        row = table.get_row("10.0.0.7:9400")
+        assert str(row[0]) == "gpu-node-017 (last seen)" and str(row[2]) == "down"
+        assert str(row[3]) == "p4d.24xlarge"
