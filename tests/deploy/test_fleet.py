@@ -263,7 +263,8 @@ def test_a_crossed_budget_alerts_and_the_projection_adds_the_burn_to_what_was_sp
 
     def crossed() -> list[dict]:
         return [a for a in fleet.prometheus.alerts()
-                if a["labels"]["alertname"] == "MlcostBudgetCrossed" and a["state"] == "firing"]
+                if a["labels"]["alertname"] == "MlcostBudgetCrossed" and a["state"] == "firing"
+                and a["labels"]["scope"] == "host"]
 
     found = poll(crossed, WAIT_S, "MlcostBudgetCrossed firing", explain=fleet.explain)
     assert [(a["labels"]["instance"], a["labels"]["period"]) for a in found] == [
@@ -274,15 +275,17 @@ def test_a_crossed_budget_alerts_and_the_projection_adds_the_burn_to_what_was_sp
     # Every series as the rules saw them when they last ran: the projection is what was spent
     # plus the burn to the end of the UTC day or month.
     evaluated = fleet.prometheus.values(
-        f'timestamp(mlcost:budget_projected_dollars{{instance="{training}", period="daily"}})')
+        f'timestamp(mlcost:budget_projected_dollars{{instance="{training}", scope="host", '
+        f'period="daily"}})')
     at = str(evaluated[training])
 
     def at_once(expr: str) -> dict[str, float]:
         return {r["metric"]["period"]: float(r["value"][1]) for r in fleet.prometheus.api(
             "query", query=expr, time=at)["result"]}
 
-    spent = at_once(f'mlcost_budget_spent_dollars{{instance="{training}"}}')
-    projected = at_once(f'mlcost:budget_projected_dollars{{instance="{training}"}}')
+    host = f'instance="{training}", scope="host"'  # (its user has a budget too)
+    spent = at_once(f"mlcost_budget_spent_dollars{{{host}}}")
+    projected = at_once(f"mlcost:budget_projected_dollars{{{host}}}")
     hours_left = at_once("mlcost:budget_period_hours_left")
     burn = fleet.prometheus.api("query", query=f'mlcost_host_burn_dollars_per_hour{{instance='
                                 f'"{training}"}}', time=at)["result"]
