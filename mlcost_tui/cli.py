@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the fleet table from Prometheus (e.g. http://prometheus:9090): "
                              "burn, waste, idle GPUs per host; enter opens a host's daemon "
                              "(with --token-file) when it serves its API on TCP")
+    parser.add_argument("--prometheus-job", metavar="REGEX",
+                        help="with --prometheus: the scrape job(s) of the mlcostd targets, a "
+                             "regex as in job=~\"REGEX\" (default mlcost.*)")
     parser.add_argument("--demo", action="store_true",
                         help="start an embedded mlcostd on the simulated demo host; it and its "
                              "workloads stop when you quit")
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlcost-top: --interval {args.interval:g} is not between {lowest:g} and "
               f"{highest:g} seconds", file=sys.stderr)
         return 2
+    if args.prometheus_job is not None and not args.prometheus:
+        print("mlcost-top: --prometheus-job names the scrape job of --prometheus; use it with "
+              "--prometheus URL", file=sys.stderr)
+        return 2
     if args.replay:
         if args.demo or args.connect or args.prometheus:
             print("mlcost-top: --replay shows a recording; use it without --demo, --connect and "
@@ -99,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mlcost-top: {exc}", file=sys.stderr)
             return 2
     if args.prometheus:
-        from mlcost_tui.prometheus import PrometheusError, PrometheusFleet
+        from mlcost_tui.prometheus import DEFAULT_JOB, PrometheusError, PrometheusFleet
 
         if args.connect or args.demo:
             print("mlcost-top: --prometheus shows the fleet Prometheus scrapes; use it without "
@@ -108,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         from mlcost_tui.screens.prometheus_fleet import PrometheusFleetScreen
 
         try:
-            source = PrometheusFleet(args.prometheus)
+            source = PrometheusFleet(args.prometheus, job=args.prometheus_job or DEFAULT_JOB)
         except PrometheusError as exc:
             print(f"mlcost-top: {exc}", file=sys.stderr)
             return 2

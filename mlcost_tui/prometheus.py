@@ -3,7 +3,9 @@ queries over mlcostd's series (deploy/prometheus/, README "On a fleet"), merged 
 scraped daemon. No connection to any daemon: a fleet of thousands of hosts is a few queries.
 
 A daemon Prometheus cannot scrape is a row that says so (`up == 0`; its other series go stale
-at once). A host's API is reachable from mlcost-top when its mlcostd serves the API on TCP
+at once), under the name and instance type it last had (`mlcost_host_info` over the last hour).
+No mlcostd at all under the scrape jobs asked for is said, with the jobs its series are under
+where there are some. A host's API is reachable from mlcost-top when its mlcostd serves the API on TCP
 (`--listen`): `mlcost_host_info` carries that port (`api_port`).
 """
 
@@ -20,6 +22,8 @@ import aiohttp
 from daemon.wire import one_line, without_url_credentials
 
 QUERY_TIMEOUT_S = 10.0
+DEFAULT_JOB = "mlcost.*"  # the scrape jobs of mlcostd (README "On a fleet": `job_name: mlcost`)
+LAST_SEEN = "1h"  # how far back a down host's name is looked for
 # The largest answer of one query: 10,000 hosts x ~300 bytes per series is ~3 MB.
 MAX_ANSWER_BYTES = 64 << 20
 # A host with more GPUs than this is a broken series, not a machine.
@@ -27,7 +31,13 @@ MAX_GPUS_PER_HOST = 4096
 
 
 class PrometheusError(Exception):
-    """Prometheus did not answer, or refused a query; the message says which and why."""
+    """Prometheus did not answer, or refused a query; the message says which and why, and
+    `advice` what to do (kept apart: "check the URL" is wrong for a URL that answered before)."""
+
+    def __init__(self, message: str, advice: str = "") -> None:
+        super().__init__(f"{message}; {advice}" if advice else message)
+        self.message = message
+        self.advice = advice
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,9 @@ class FleetHost:
     top_rule: str = ""
     top_rule_savings_per_month: float | None = None
     api_port: str = ""
+    # hostname and instance_type are the last ones Prometheus had (a host that stopped
+    # reporting), not the ones of now
+    last_seen: bool = False
 
     @property
     def api_url(self) -> str | None:
@@ -60,6 +73,9 @@ class FleetHost:
 @dataclass(frozen=True)
 class FleetView:
     hosts: tuple[FleetHost, ...]
+    job: str = DEFAULT_JOB  # the scrape jobs asked for (a regex)
+    # With no host: the scrape jobs mlcostd's series are under instead, where there are some.
+    elsewhere: tuple[str, ...] = ()
 
     @property
     def up(self) -> int:
@@ -73,7 +89,7 @@ class FleetView:
 class PrometheusFleet:
     """The fleet table's queries against one Prometheus (the HTTP API, /api/v1/query)."""
 
-    def __init__(self, url: str, job: str = "mlcost.*", timeout_s: float = QUERY_TIMEOUT_S
+    def __init__(self, url: str, job: str = DEFAULT_JOB, timeout_s: float = QUERY_TIMEOUT_S
                  ) -> None:
         if not url.startswith(("http://", "https://")):
             raise PrometheusError(f"--prometheus {without_url_credentials(url)!r} is not an "
@@ -93,33 +109,46 @@ class PrometheusFleet:
 
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
+        asked = f"{self.shown_url}/api/v1/query"
         try:
             # the timeout covers the whole answer; read_answer caps its size
             async with self._session.get(f"{self.url}/api/v1/query", params={"query": expr},
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)
                                          ) as response:
-                raw = await read_answer(response, max_bytes=MAX_ANSWER_BYTES,
-                                        shown=f"{self.shown_url}/api/v1/query")
-            body = json.loads(raw)
+                raw = await read_answer(response, max_bytes=MAX_ANSWER_BYTES, shown=asked)
+                status, reason = response.status, response.reason or ""
+                content_type = response.headers.get("Content-Type", "")
         except ClientError as exc:
             raise PrometheusError(f"Prometheus at {self.shown_url}: {exc}") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise PrometheusError(f"Prometheus at {self.shown_url} did not answer "
                                   f"({type(exc).__name__}: "
-                                  f"{without_url_credentials(str(exc)[:200])}); check the URL") \
-                from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = body.get("error") if isinstance(body, dict) else None
-            raise PrometheusError(one_line(f"Prometheus at {self.shown_url} refused {expr!r}: "
-                                           f"{error}"))
+                                  f"{without_url_credentials(str(exc)[:200])})",
+                                  "check the URL") from None
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict) or body.get("status") not in ("success", "error"):
+            # something answered, not Prometheus's API: a path prefix, a proxy's page, a login
+            kind = one_line(content_type.split(";", 1)[0][:60]) or "no content type"
+            raise PrometheusError(
+                one_line(f"{asked} answered HTTP {status} {reason[:60]} ({kind}): not the "
+                         "Prometheus API"),
+                "give --prometheus the URL under which Prometheus serves /api/v1/ (e.g. "
+                "http://prometheus:9090, with its --web.route-prefix if it has one)")
+        if body.get("status") != "success":
+            raise PrometheusError(one_line(f"Prometheus at {self.shown_url} refused {expr!r} "
+                                           f"(HTTP {status}): {body.get('error')}"))
         result = (body.get("data") or {}).get("result")
         return result if isinstance(result, list) else []
 
     async def fetch(self) -> FleetView:
-        job = f'job=~"{self.job}"'
+        job = f"job=~{json.dumps(self.job)}"  # a PromQL string: quotes and backslashes escaped
         queries = {
             "up": f"up{{{job}}}",
             "info": f"mlcost_host_info{{{job}}}",
+            "seen": f"last_over_time(mlcost_host_info{{{job}}}[{LAST_SEEN}])",
             "burn": f"mlcost_host_burn_dollars_per_hour{{{job}}}",
             "wasted": f"mlcost_host_wasted_dollars_per_hour{{{job}}}",
             "gpus": f"count by (instance) (mlcost_gpu_up{{{job}}})",
@@ -150,12 +179,13 @@ class PrometheusFleet:
             return int(number) if number is not None and 0 <= number <= MAX_GPUS_PER_HOST \
                 else None
 
-        info, top = by_instance("info"), by_instance("top")
+        info, seen, top = by_instance("info"), by_instance("seen"), by_instance("top")
         hosts = []
         for instance in sorted(by_instance("up")):
+            last_seen = instance not in info and instance in seen
             # Label values are whatever Prometheus holds: shown, never sent to the terminal raw.
-            labels = {str(k): one_line(str(v))
-                      for k, v in ((info.get(instance) or {}).get("metric") or {}).items()}
+            labels = {str(k): one_line(str(v)) for k, v in (
+                ((seen if last_seen else info).get(instance) or {}).get("metric") or {}).items()}
             best = top.get(instance)
             gpus, idle = count("gpus", instance), count("idle", instance)
             hosts.append(FleetHost(
@@ -168,8 +198,13 @@ class PrometheusFleet:
                 savings_per_month=value("savings", instance),
                 top_rule=one_line(str((best or {}).get("metric", {}).get("rule", ""))),
                 top_rule_savings_per_month=value("top", instance),
-                api_port=labels.get("api_port", "")))
-        return FleetView(tuple(hosts))
+                api_port=labels.get("api_port", ""), last_seen=last_seen))
+        elsewhere: tuple[str, ...] = ()
+        if not hosts:  # mlcostd's series under other scrape jobs: say which
+            jobs = await self.query("count by (job) (mlcost_host_info)")
+            elsewhere = tuple(sorted(one_line(str(r.get("metric", {}).get("job", "")))
+                                     for r in jobs))[:10]
+        return FleetView(tuple(hosts), self.job, elsewhere)
 
     async def close(self) -> None:
         if self._session is not None:

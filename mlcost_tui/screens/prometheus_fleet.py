@@ -13,18 +13,37 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from daemon import clock as daemon_clock
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import KeyFooter
 from mlcost_tui.keyed_table import Column, KeyedTable
 from mlcost_tui.layout import SCROLLBAR_COLUMNS
 from mlcost_tui.panels.fleet import FLEET_ORDER, fitted_row
-from mlcost_tui.prometheus import FleetHost, FleetView, PrometheusError, PrometheusFleet
-from mlcost_tui.thresholds import BAD, GOOD, MUTED
+from mlcost_tui.prometheus import (
+    DEFAULT_JOB,
+    FleetHost,
+    FleetView,
+    PrometheusError,
+    PrometheusFleet,
+)
+from mlcost_tui.thresholds import BAD, GOOD, MUTED, WARN
 
 if TYPE_CHECKING:
     from daemon.client import Client
 
 HEALTH_TIMEOUT_S = 3.0  # how long enter waits for a host's daemon to answer
+LAST_SEEN_MARK = " (last seen)"  # after a down host's name: the one it had when it reported
+
+
+def last_seen_name(name: str, width: int | None) -> Text:
+    """A down host's last known name, marked as such; cut to `width` with `…`, the mark kept
+    while the name keeps a few characters."""
+    if width is not None and len(name) + len(LAST_SEEN_MARK) > width:
+        if width - len(LAST_SEEN_MARK) >= 4:
+            name = fmt.cut(name, width - len(LAST_SEEN_MARK))
+        else:
+            return Text(fmt.cut(name + LAST_SEEN_MARK, width), style="italic " + MUTED)
+    return Text.assemble(name, (LAST_SEEN_MARK, MUTED), style="italic")
 
 
 class PrometheusFleetTable(KeyedTable):
@@ -41,13 +60,17 @@ class PrometheusFleetTable(KeyedTable):
     DEFAULT_CSS = ("PrometheusFleetTable { height: 1fr; border: round $accent; "
                    "scrollbar-size-vertical: 1; }")
     view: FleetView | None = None  # the last shown, shown again when the columns change
+    answered_at: str | None = None  # HH:MM:SS of the view, while Prometheus stops answering
 
     def on_resize(self) -> None:
         if self.fit(self.size.width - SCROLLBAR_COLUMNS) and self.view is not None:
-            self.show(self.view)
+            self.show(self.view, self.answered_at)
 
-    def show(self, view: FleetView) -> None:
-        self.view = view
+    def show(self, view: FleetView, answered_at: str | None = None) -> None:
+        """`answered_at`: the time of the view's answer when Prometheus has stopped answering
+        since (the rows are then that answer's, and the title says so)."""
+        self.view, self.answered_at = view, answered_at
+        host_width = next((c.width for c in self.columns_shown if c.key == "host"), None)
         rows: list[tuple[str, tuple[Any, ...]]] = []
 
         def row(*cells: Any) -> tuple[Any, ...]:
@@ -56,9 +79,14 @@ class PrometheusFleetTable(KeyedTable):
         # the costliest hosts first; hosts Prometheus cannot scrape at the top
         for host in sorted(view.hosts, key=lambda h: (h.up, -(h.burn_per_hour or 0.0))):
             if not host.up:
-                rows.append((host.instance, row(host.hostname or fmt.DASH, host.instance,
-                                                Text("down", style="bold " + BAD),
-                                                *(fmt.DASH,) * 8)))
+                name: Any = host.hostname or fmt.DASH
+                kind: Any = host.instance_type or fmt.DASH
+                if host.last_seen and host.hostname:
+                    name = last_seen_name(host.hostname, host_width)
+                    kind = Text(kind, style="italic " + MUTED)
+                rows.append((host.instance, row(name, host.instance,
+                                                Text("down", style="bold " + BAD), kind,
+                                                *(fmt.DASH,) * 7)))
                 continue
             idle = host.idle_gpus or 0
             rows.append((host.instance, row(
@@ -70,22 +98,45 @@ class PrometheusFleetTable(KeyedTable):
                 fmt.money(host.top_rule_savings_per_month if host.top_rule else None),
                 fmt.money(host.savings_per_month))))
         self.sync(rows)
+        when = f" · as at {answered_at}, its last answer" if answered_at else ""
         self.border_title = (f"Fleet from Prometheus: {len(view.hosts)} daemons, {view.up} up"
-                             f" · {FLEET_ORDER}")
+                             f"{when} · {FLEET_ORDER}")
 
 
-def summary(url: str, view: FleetView | None, error: str | None) -> Text:
+def no_daemons(url: str, view: FleetView) -> str:
+    """What to do when Prometheus holds no mlcostd under the scrape jobs asked for."""
+    asked = f"job=~{view.job!r}"
+    if view.elsewhere:
+        jobs = ", ".join(repr(j) for j in view.elsewhere)
+        regex = "|".join(view.elsewhere)
+        return (f"No mlcostd under the scrape jobs {asked} at {url}, but mlcost_host_info is "
+                f"scraped as job {jobs}: run mlcost-top --prometheus {url} --prometheus-job "
+                f"'{regex}', or name the scrape job mlcost")
+    job = "" if view.job == DEFAULT_JOB else " (or pass its name as --prometheus-job REGEX)"
+    return (f"No mlcostd at {url}: no target under the scrape jobs {asked} and no "
+            f"mlcost_host_info under any job. Scrape each mlcostd's /metrics (mlcostd run "
+            f"--metrics-listen 0.0.0.0:9400) in a scrape job named mlcost{job}: README "
+            "\"On a fleet\", Scraping")
+
+
+def summary(url: str, view: FleetView | None, error: str | None,
+            answered_at: str | None = None) -> Text:
     text = Text()
     text.append("mlcost-top fleet ", style="bold")
     text.append(f"from {url}  ", style=MUTED)
     if view is not None:
-        idle = sum(h.idle_gpus or 0 for h in view.hosts if h.up)
+        known = [h.idle_gpus for h in view.hosts if h.up and h.idle_gpus is not None]
+        idle = sum(known) if known else None
         text.append(f"{view.up}/{len(view.hosts)} up  ")
         text.append(f"burn {fmt.money(view.total('burn_per_hour'))}/h  ")
         text.append(f"wasted {fmt.money(view.total('wasted_per_hour'))}/h  ")
-        text.append(f"idle GPUs {idle}", style=BAD if idle else "")
+        text.append(f"idle GPUs {fmt.DASH if idle is None else idle}", style=BAD if idle else "")
+        if answered_at:
+            text.append(f"  (as at {answered_at})", style=MUTED)
     if error:
         text.append(f"\n✕ {error}", style="bold " + BAD)
+    elif view is not None and not view.hosts:
+        text.append(f"\n! {no_daemons(url, view)}", style="bold " + WARN)
     return text
 
 
@@ -94,7 +145,8 @@ class PrometheusFleetScreen(Screen):
 
     BINDINGS = [Binding("q", "app.quit", "Quit", id="prometheus.quit"),
                 Binding("enter", "open_host", "Open host", id="prometheus.open")]
-    DEFAULT_CSS = "#prometheus-summary { height: 2; padding: 0 1; }"
+    # The summary grows for an error or advice that takes lines (wrapped, never cut at the edge).
+    DEFAULT_CSS = "#prometheus-summary { height: auto; max-height: 8; padding: 0 1; }"
 
     def __init__(self, source: PrometheusFleet, *, token: str | None = None,
                  interval_s: float = 5.0) -> None:
@@ -104,6 +156,8 @@ class PrometheusFleetScreen(Screen):
         self.interval_s = interval_s
         self.view: FleetView | None = None
         self.error: str | None = None
+        self.answered_at: str | None = None  # HH:MM:SS of self.view's answer
+        self.stale = False  # Prometheus has stopped answering since self.view
 
     def compose(self) -> ComposeResult:
         yield Static(summary(self.source.shown_url, None, None), id="prometheus-summary")
@@ -119,16 +173,22 @@ class PrometheusFleetScreen(Screen):
     async def poll(self) -> None:
         try:
             self.view, self.error = await self.source.fetch(), None
+            self.answered_at, self.stale = fmt.clock_time(daemon_clock.now()), False
         except PrometheusError as exc:
-            self.error = str(exc)  # the last good table stays, with the error above it
+            # The last good table stays, under the error and the time of its answer; a URL
+            # that answered before is not to be "checked".
+            self.stale = self.view is not None
+            self.error = (f"{exc.message}; the table is its last answer, at {self.answered_at}"
+                          if self.stale else str(exc))
         finally:
             if self.is_attached:
                 self.set_timer(self.interval_s, self.poll, name="next Prometheus poll")
+        answered_at = self.answered_at if self.stale else None
         self.query_one("#prometheus-summary", Static).update(
-            summary(self.source.shown_url, self.view, self.error))
+            summary(self.source.shown_url, self.view, self.error, answered_at))
         if self.view is not None:
             with self.app.batch_update():
-                self.query_one(PrometheusFleetTable).show(self.view)
+                self.query_one(PrometheusFleetTable).show(self.view, answered_at)
 
     def selected(self) -> FleetHost | None:
         table = self.query_one(PrometheusFleetTable)
@@ -154,7 +214,8 @@ class PrometheusFleetScreen(Screen):
 
         name = host.hostname or host.instance
         if not host.up:
-            self.notify(f"{name} is down: Prometheus cannot scrape its mlcostd at "
+            seen = " (the name it last reported)" if host.last_seen else ""
+            self.notify(f"{name}{seen} is down: Prometheus cannot scrape its mlcostd at "
                         f"{host.instance}", severity="error")
             return
         url = host.api_url

@@ -9,9 +9,11 @@ others and Prometheus do.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
+import pwd
 import re
 import signal
 from contextlib import ExitStack
@@ -20,9 +22,11 @@ from pathlib import Path
 import kubelet
 import livedaemon
 import pytest
+import yaml
 from promserver import Prometheus
 from simhost import pilot_wait_for, poll
 
+from daemon.api.metrics import WORKLOAD_LABELS
 from daemon.client import read_token_file
 from daemon.sim import scenario
 from mlcost_tui import format as fmt
@@ -93,8 +97,13 @@ CONFIG = {"idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s", "host_aft
           "cost": {"evaluate_every": "5s"}}
 
 # The trainer's host has spent its day's budget at its first charged tick; its month's is out of
-# reach.
-BUDGETS = {"training": {"cost.budgets.host": {"daily": 0.0001, "monthly": 1e9}}}
+# reach. The trainer's user (the simulated workloads run as us) has $0.50 a day: at the host's
+# price an hour, on course to cross it but for the last half hour of the UTC day.
+USER = pwd.getpwuid(os.getuid()).pw_name
+USER_DAILY = 0.5
+BUDGETS = {"training": {"cost.budgets.host": {"daily": 0.0001, "monthly": 1e9},
+                        f"cost.budgets.user.{json.dumps(USER)}": {"daily": USER_DAILY}}}
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "tests" / "mlcost-rules.test.yml"
 
 
 class Fleet:
@@ -254,25 +263,29 @@ def test_a_crossed_budget_alerts_and_the_projection_adds_the_burn_to_what_was_sp
 
     def crossed() -> list[dict]:
         return [a for a in fleet.prometheus.alerts()
-                if a["labels"]["alertname"] == "MlcostBudgetCrossed" and a["state"] == "firing"]
+                if a["labels"]["alertname"] == "MlcostBudgetCrossed" and a["state"] == "firing"
+                and a["labels"]["scope"] == "host"]
 
     found = poll(crossed, WAIT_S, "MlcostBudgetCrossed firing", explain=fleet.explain)
     assert [(a["labels"]["instance"], a["labels"]["period"]) for a in found] == [
         (training, "daily")]  # not the month's, nor a host without budgets
     assert not [a for a in fleet.prometheus.alerts()
-                if a["labels"]["alertname"] == "MlcostBudgetRunRate"]  # crossed, not on course
+                if a["labels"]["alertname"] == "MlcostBudgetRunRate"
+                and a["labels"]["scope"] == "host"]  # crossed, not on course
     # Every series as the rules saw them when they last ran: the projection is what was spent
     # plus the burn to the end of the UTC day or month.
     evaluated = fleet.prometheus.values(
-        f'timestamp(mlcost:budget_projected_dollars{{instance="{training}", period="daily"}})')
+        f'timestamp(mlcost:budget_projected_dollars{{instance="{training}", scope="host", '
+        f'period="daily"}})')
     at = str(evaluated[training])
 
     def at_once(expr: str) -> dict[str, float]:
         return {r["metric"]["period"]: float(r["value"][1]) for r in fleet.prometheus.api(
             "query", query=expr, time=at)["result"]}
 
-    spent = at_once(f'mlcost_budget_spent_dollars{{instance="{training}"}}')
-    projected = at_once(f'mlcost:budget_projected_dollars{{instance="{training}"}}')
+    host = f'instance="{training}", scope="host"'  # (its user has a budget too)
+    spent = at_once(f"mlcost_budget_spent_dollars{{{host}}}")
+    projected = at_once(f"mlcost:budget_projected_dollars{{{host}}}")
     hours_left = at_once("mlcost:budget_period_hours_left")
     burn = fleet.prometheus.api("query", query=f'mlcost_host_burn_dollars_per_hour{{instance='
                                 f'"{training}"}}', time=at)["result"]
@@ -282,6 +295,142 @@ def test_a_crossed_budget_alerts_and_the_projection_adds_the_burn_to_what_was_sp
     for period in ("daily", "monthly"):
         assert projected[period] == pytest.approx(spent[period] + per_hour * hours_left[period])
     assert 0 < hours_left["daily"] <= 24 and hours_left["daily"] <= hours_left["monthly"] <= 744
+
+
+def test_a_user_budget_gets_its_workloads_burn_its_projection_and_its_alert(fleet):
+    """Probe 121: the workload series carry no Hostname, and the rule joined a user's burn to
+    its budget on one: a user budget had no burn, no projection and never alerted."""
+    training = fleet.instances["training"]
+    where = f'instance="{training}", scope="user", name="{USER}"'
+
+    def burn_of_the_rule() -> dict[str, float]:
+        return fleet.prometheus.values(f"mlcost:budget_burn_dollars_per_hour{{{where}}}")
+
+    poll(lambda: burn_of_the_rule().get(training, 0) > 0, WAIT_S,
+         f"mlcost:budget_burn_dollars_per_hour for user {USER}", explain=fleet.explain)
+    evaluated = fleet.prometheus.values(f"timestamp(mlcost:budget_projected_dollars{{{where}}})")
+    at = str(evaluated[training])
+
+    def at_once(expr: str) -> float:
+        [row] = fleet.prometheus.api("query", query=expr, time=at)["result"]
+        return float(row["value"][1])
+
+    workloads = at_once(f'sum(mlcost_workload_burn_dollars_per_hour{{instance="{training}", '
+                        f'user="{USER}"}})')
+    assert at_once(f"mlcost:budget_burn_dollars_per_hour{{{where}}}") == pytest.approx(workloads)
+    spent = at_once(f'mlcost_budget_spent_dollars{{{where}, period="daily"}}')
+    hours_left = at_once('mlcost:budget_period_hours_left{period="daily"}')
+    projected = at_once(f'mlcost:budget_projected_dollars{{{where}, period="daily"}}')
+    assert projected == pytest.approx(spent + workloads * hours_left)
+    assert at_once(f'mlcost_budget_limit_dollars{{{where}}}') == USER_DAILY
+    if projected > USER_DAILY > spent:  # on course to cross it: the alert goes pending
+
+        def run_rate() -> list[dict]:
+            return [a for a in fleet.prometheus.alerts()
+                    if a["labels"]["alertname"] == "MlcostBudgetRunRate"
+                    and a["labels"].get("scope") == "user"]
+
+        [alert] = poll(run_rate, WAIT_S, f"MlcostBudgetRunRate for user {USER}",
+                       explain=fleet.explain)
+        assert alert["labels"]["name"] == USER and alert["labels"]["instance"] == training
+        [info] = fleet.prometheus.query(f'mlcost_host_info{{instance="{training}"}}')
+        assert alert["labels"]["Hostname"] == info["metric"]["Hostname"]
+
+
+def fixture_series() -> list[tuple[str, dict[str, str]]]:
+    """(name, labels) of every input series of the promtool unit tests (empty labels dropped:
+    to PromQL an empty label is an absent one)."""
+    found = []
+    for group in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for series in group["input_series"]:
+            name, _, rest = series["series"].partition("{")
+            labels = dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', rest))
+            found.append((name, {k: v for k, v in labels.items() if v}))
+    return found
+
+
+def test_the_rules_unit_tests_label_their_series_as_a_real_scrape_does(fleet):
+    """Probe 121: the promtool tests gave the workload series a Hostname that mlcostd never
+    writes, and so passed a budget rule that never matched a real scrape. Each input series has
+    every label its name has on every real series here, and none that no real series has (a
+    workload's owner labels come and go with its owner)."""
+    series = fixture_series()
+    names = {name for name, _ in series}
+    assert {"mlcost_workload_burn_dollars_per_hour", "mlcost_budget_spent_dollars",
+            "mlcost_host_burn_dollars_per_hour"} <= names
+
+    def real() -> dict[str, list[set[str]]]:
+        return {name: [{k for k, v in row["metric"].items() if v and k != "__name__"}
+                       for row in fleet.prometheus.query(name)] for name in sorted(names)}
+
+    scraped = poll(lambda: (found := real()) and all(found.values()) and found, WAIT_S,
+                   "a real series of every name the unit tests use",
+                   explain=lambda: str({n: len(v) for n, v in real().items()}))
+    for name, labels in series:
+        required = set.intersection(*scraped[name])
+        allowed = set.union(*scraped[name])
+        if name.startswith("mlcost_workload_"):
+            allowed |= set(WORKLOAD_LABELS)
+        assert required <= set(labels) <= allowed, (name, sorted(labels), sorted(required),
+                                                    sorted(allowed))
+
+
+def fleet_section() -> str:
+    return (ROOT / "README.md").read_text().split("## On a fleet", 1)[1].split("\n## ", 1)[0]
+
+
+def scraped_names(fleet: Fleet) -> dict[str, set[str]]:
+    """Each mlcost_ series name Prometheus holds now -> its label names (all its series)."""
+    names: dict[str, set[str]] = {}
+    for row in fleet.prometheus.query('{__name__=~"mlcost_.+"}'):
+        labels = dict(row["metric"])
+        names.setdefault(labels.pop("__name__"), set()).update(labels)
+    return names
+
+
+def test_the_readme_says_which_series_name_their_host_by_hostname(fleet):
+    """Probe 121: README said every series carries `Hostname`; the workload, energy-per-job and
+    Kubernetes usage series do not (their host is the scrape's instance), and the shipped budget
+    rule made the mistake the sentence invites. Every series a real scrape holds is in one of
+    the two lists, the right one."""
+    said = " ".join(fleet_section().split("Not every series carries it.", 1)[1]
+                    .split("```promql", 1)[0].split())
+    carry, lack = said.split("The most numerous do not", 1)
+
+    def patterns(text: str) -> list[str]:
+        return re.findall(r"`(mlcost_[a-z0-9_*]+)`", text)
+
+    with_hostname, without = patterns(carry), patterns(lack)
+    assert "mlcost_workload_*" in without and "mlcost_host_info" in with_hostname
+    poll(lambda: {"mlcost_workload_burn_dollars_per_hour", "mlcost_gpu_usage_hourly_cost",
+                  "mlcost_energy_joules_total", "mlcost_budget_spent_dollars"}
+         <= scraped_names(fleet).keys(), WAIT_S, "the workload, usage, energy, budget series",
+         explain=lambda: str(sorted(scraped_names(fleet))))
+    wrong = []
+    for name, labels in sorted(scraped_names(fleet).items()):
+        lacks = any(fnmatch.fnmatchcase(name, p) for p in without)
+        listed = lacks or any(fnmatch.fnmatchcase(name, p) for p in with_hostname)
+        if not listed or lacks == ("Hostname" in labels):
+            wrong.append((name, "listed" if listed else "unlisted", sorted(labels)))
+    assert not wrong, wrong
+    # and the join the section gives works: one row per workload, each with its host's name
+    [join] = re.findall(r"```promql\n(.*?)```", fleet_section(), re.S)
+    rows = fleet.prometheus.query(join)
+    assert rows and all(r["metric"].get("Hostname") for r in rows), rows
+
+
+def test_every_metric_the_fleet_section_names_exists(fleet):
+    """Probe 121: README named `mlcost_info`, which no daemon exports (`mlcost_host_info`).
+    Every mlcost_ name in "On a fleet" is a series a real scrape holds here, or one the daemon
+    declares that needs what this fleet lacks (DCGM, [[cost.latency]])."""
+    section = fleet_section()
+    named = set(re.findall(r"\b(mlcost_[a-z0-9_]*[a-z0-9])\b(?![*])", section))
+    source = "\n".join(path.read_text() for path in (ROOT / "daemon" / "api").glob("*.py"))
+    declared = {f"{name}{suffix}" for name in re.findall(r'"(mlcost_[a-z0-9_]+)"', source)
+                for suffix in ("", "_total", "_info")}
+    scraped = scraped_names(fleet)
+    assert len(named & scraped.keys()) > 20
+    assert not named - scraped.keys() - declared, sorted(named - scraped.keys() - declared)
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -366,6 +515,12 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
                              and {h.instance for h in screen.view.hosts if h.up} == up,
                              what="the fleet table")
         assert str(table.get_row(down)[2]) == ("up" if down in up else "down")
+        if down not in up:  # its last known name and type, marked so (probe 121: "-")
+            [seen] = fleet.prometheus.query(f'last_over_time(mlcost_host_info{{instance='
+                                            f'"{down}"}}[1h])')
+            row = table.get_row(down)
+            assert str(row[0]) == f'{seen["metric"]["Hostname"]} (last seen)'
+            assert str(row[3]) == "g5.12xlarge" == seen["metric"]["instance_type"]
         notebook = fleet.instances["notebook"]
         price = fleet.prometheus.values("mlcost_host_price_dollars_per_hour")[notebook]
         await pilot_wait_for(pilot, lambda: str(table.get_row(notebook)[4]) == fmt.money(price),
@@ -395,3 +550,47 @@ async def test_mlcost_top_prometheus_shows_the_fleet_and_opens_a_reachable_host(
         assert app.client is not None and app.client.name == f"http://127.0.0.1:{api_port}"
         await pilot.press("escape")
         await pilot_wait_for(pilot, lambda: app.screen is screen, what="back to the fleet table")
+
+
+@pytest.mark.asyncio
+async def test_mlcost_top_says_the_job_it_reads_and_marks_the_last_answer(fleet, tmp_path):
+    """Probe 121: a Prometheus scraping mlcostd as job "gpus" showed "0 daemons" and nothing
+    more; and once Prometheus stopped answering, the rows stayed under "check the URL", with no
+    time. A second real Prometheus scrapes the fleet as "gpus", then stops."""
+    second = Prometheus(tmp_path / "gpus", list(fleet.instances.values()), job="gpus")
+    try:
+        poll(lambda: second.values("mlcost_host_info").keys() & set(fleet.instances.values()),
+             WAIT_S, "the second Prometheus scraping mlcostd", explain=second.log_tail)
+        screen = PrometheusFleetScreen(PrometheusFleet(second.url), interval_s=0.5)
+        app = MlcostTop([], interval_s=0.5, prometheus=screen)
+        async with app.run_test(size=(200, 40)) as pilot:
+            summary = screen.query_one("#prometheus-summary")
+            await pilot_wait_for(pilot, lambda: screen.view is not None, what="an answer")
+            await pilot.pause()
+            said = " ".join(str(summary.render()).split())
+            assert "0/0 up" in said and "idle GPUs -" in said, said
+            assert "No mlcostd under the scrape jobs job=~'mlcost.*'" in said, said
+            assert (f"scraped as job 'gpus': run mlcost-top --prometheus {second.url} "
+                    "--prometheus-job 'gpus'") in said, said
+        screen = PrometheusFleetScreen(PrometheusFleet(second.url, job="gpus"), interval_s=0.5)
+        app = MlcostTop([], interval_s=0.5, prometheus=screen)
+        async with app.run_test(size=(200, 40)) as pilot:
+            summary = screen.query_one("#prometheus-summary")
+            table = screen.query_one(PrometheusFleetTable)
+            await pilot_wait_for(pilot, lambda: table.row_count == 3, what="the three hosts")
+            await pilot_wait_for(pilot, lambda: screen.view is not None and screen.view.up >= 2,
+                                 what="the live hosts up")
+            assert "No mlcostd" not in str(summary.render())
+            second.stop()  # Prometheus goes away under the table
+            await pilot_wait_for(pilot, lambda: screen.error is not None, timeout=60,
+                                 what="the error")
+            await pilot.pause()
+            said = " ".join(str(summary.render()).split())
+            answered = screen.answered_at
+            assert answered and f"the table is its last answer, at {answered}" in said, said
+            assert "did not answer" in said and "check the URL" not in said, said
+            assert f"(as at {answered})" in said
+            assert table.row_count == 3 and f"as at {answered}, its last answer" in str(
+                table.border_title)
+    finally:
+        second.stop()

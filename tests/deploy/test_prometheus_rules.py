@@ -98,3 +98,21 @@ def test_the_unit_tests_catch_a_budget_projection_that_forgets_what_was_spent(tm
     tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
     assert tested.returncode == 1
     assert "MlcostBudgetRunRate" in tested.stdout + tested.stderr
+
+
+def test_the_unit_tests_catch_a_user_budget_joined_on_a_hostname_the_workloads_lack(tmp_path):
+    """Probe 121: the user and job budgets' burn was joined on a Hostname that the workload
+    series never carry, so only the host budget had a projection and a run-rate alert; the
+    unit tests fed workload series a Hostname no scrape gives them, and passed."""
+    copy = copy_with_one_test_group(tmp_path, "a budget whose spend so far")
+    alerts = copy / "mlcost-alerts.yml"
+    text = alerts.read_text()
+    right = ('on (instance, name) group_left\n'
+             '              label_replace(sum by (instance, user) ')
+    assert text.count(right) == 1
+    alerts.write_text(text.replace(right, (
+        'on (instance, Hostname, name) group_left\n'
+        '              label_replace(sum by (instance, Hostname, user) ')))
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert 'name="alice", period="daily", scope="user"' in tested.stdout + tested.stderr

@@ -172,3 +172,127 @@ async def test_at_80_columns_the_prometheus_fleet_table_keeps_its_figures_on_scr
         await pilot.pause()
         await pilot.pause()
         assert "top" in table.shown_keys and table.row_count == 2
+
+
+def test_prometheus_job_goes_with_prometheus(capsys):
+    assert main(["--prometheus-job", "gpus"]) == 2
+    assert "use it with --prometheus URL" in capsys.readouterr().err
+
+
+def on_screen(app) -> str:
+    """The screen's text at its size, its lines joined by spaces (wrapped words rejoined)."""
+    from tests.tui.test_sizes import screen_text
+
+    return " ".join(line.strip(" │") for line in screen_text(app))
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_an_error_is_wrapped_not_cut():
+    """Probe 121: the error line was cut at the screen's edge, and with it the exception and
+    "check the URL"."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    screen = PrometheusFleetScreen(PrometheusFleet(url, timeout_s=2), interval_s=0.2)
+    app = MlcostTop([], prometheus=screen)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await said_unanswered(pilot, screen)
+        await pilot.pause()
+        text = on_screen(app)
+        assert "did not answer (ClientConnectorError" in text and "check the URL" in text, text
+
+
+@pytest.mark.asyncio
+async def test_a_prometheus_with_no_mlcostd_says_which_jobs_it_read_and_what_to_do(tmp_path):
+    """Probe 121: with no mlcost series (no daemon, or a scrape job not named mlcost…) the table
+    read "0 daemons" and "idle GPUs 0", and nothing said why."""
+    from promserver import Prometheus
+
+    prometheus = Prometheus(tmp_path / "prometheus", [])  # a real one, scraping nothing
+    try:
+        screen = PrometheusFleetScreen(PrometheusFleet(prometheus.url), interval_s=0.5)
+        app = MlcostTop([], prometheus=screen)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot_wait_for(pilot, lambda: screen.view is not None, timeout=30,
+                                 what="Prometheus's answer")
+            await pilot.pause()
+            text = on_screen(app)
+            assert "idle GPUs -" in text and "idle GPUs 0" not in text, text
+            assert f"No mlcostd at {prometheus.url}" in text, text
+            assert "job=~'mlcost.*'" in text and "no mlcost_host_info under any job" in text
+            assert 'README "On a fleet", Scraping' in text, text  # wrapped, all of it shown
+    finally:
+        prometheus.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_url_that_answers_but_is_not_prometheus_says_the_http_status_and_the_url(
+        tmp_path):
+    """Probe 121: a real Prometheus asked under a path it does not serve answered HTTP 404,
+    "404 page not found", and mlcost-top said it "did not answer (JSONDecodeError ...); check
+    the URL". And an HTML page (a proxy's, a login) is not parsed as JSON either."""
+    from promserver import Prometheus
+
+    prometheus = Prometheus(tmp_path / "prometheus", [])
+    try:
+        fleet = PrometheusFleet(f"{prometheus.url}/prefix", timeout_s=10)
+        try:
+            with pytest.raises(PrometheusError) as caught:
+                await fleet.query("up")
+        finally:
+            await fleet.close()
+        said = str(caught.value)
+        assert said.startswith(f"{prometheus.url}/prefix/api/v1/query answered HTTP 404 "), said
+        assert "not the Prometheus API" in said and "JSONDecodeError" not in said, said
+        assert "did not answer" not in said
+        screen = PrometheusFleetScreen(PrometheusFleet(f"{prometheus.url}/prefix"),
+                                       interval_s=0.5)
+        app = MlcostTop([], prometheus=screen)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot_wait_for(pilot, lambda: screen.error is not None, timeout=30,
+                                 what="the error")
+            await pilot.pause()
+            text = on_screen(app)
+            assert "answered HTTP 404" in text and "--web.route-prefix" in text, text
+    finally:
+        prometheus.stop()
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="<html><body>Sign in</body></html>", content_type="text/html")
+
+    site = web.Application()
+    site.router.add_get("/api/v1/query", page)
+    runner = web.AppRunner(site)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    fleet = PrometheusFleet(url, timeout_s=5)
+    try:
+        with pytest.raises(PrometheusError) as caught:
+            await fleet.query("up")
+    finally:
+        await fleet.close()
+        await runner.cleanup()
+    assert f"{url}/api/v1/query answered HTTP 200 OK (text/html)" in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_a_down_host_keeps_its_last_seen_name_cut_before_its_mark():
+    """Probe 121: a down row read "-" for its host, its scrape address all that was left. Its
+    last known name shows, marked; where the column is narrow the name is cut, not the mark,
+    while a few characters of it stay."""
+    from mlcost_tui.prometheus import FleetView
+    from mlcost_tui.screens.prometheus_fleet import PrometheusFleetTable, last_seen_name
+
+    assert str(last_seen_name("gpu-node-017.example.internal", 24)) == "gpu-node-01… (last seen)"
+    assert str(last_seen_name("gpu-node-017", 12)) == "gpu-node-01…"  # no room for both
+    hosts = (FleetHost("10.0.0.7:9400", False, hostname="gpu-node-017",
+                       instance_type="p4d.24xlarge", last_seen=True),
+             FleetHost("10.0.0.8:9400", True, hostname="gpu-node-018", gpus=8, idle_gpus=0))
+    screen = PrometheusFleetScreen(FixedFleet(FleetView(hosts)),  # type: ignore[arg-type]
+                                   interval_s=60)
+    app = MlcostTop([], prometheus=screen)
+    async with app.run_test(size=(200, 30)) as pilot:
+        table = screen.query_one(PrometheusFleetTable)
+        await pilot_wait_for(pilot, lambda: table.row_count == 2, what="the two hosts")
+        row = table.get_row("10.0.0.7:9400")
+        assert str(row[0]) == "gpu-node-017 (last seen)" and str(row[2]) == "down"
+        assert str(row[3]) == "p4d.24xlarge"
