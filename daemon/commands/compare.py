@@ -286,6 +286,9 @@ def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
     return out
 
 
+LABEL_MAX_CHARS = 79  # of a figure's label (a longer one than 20 goes on a line of its own)
+
+
 def render_text(result: dict[str, Any]) -> str:
     """The comparison for a terminal: 80 columns, text from the inputs made safe."""
     out = ["mlcost compare", *_side_lines("A (before)", result["a"]),
@@ -297,7 +300,11 @@ def render_text(result: dict[str, Any]) -> str:
         unit = fig["unit"]
         noise = change_text(fig.get("noise"), unit, False)
         noise = noise if noise == "-" else "±" + noise
-        out.append(f"{one_line(fig['label'])[:20]:<20} {figure_text(fig['a'], unit):>10} "
+        label = one_line(fig["label"])[:LABEL_MAX_CHARS]
+        if len(label) > 20:  # ("host_preprocess share"): on a line of its own, never cut
+            out.append(label)
+            label = ""
+        out.append(f"{label:<20} {figure_text(fig['a'], unit):>10} "
                    f"{figure_text(fig['b'], unit):>10} {change_text(fig.get('change'), unit):>10} "
                    f"{noise:>10}  {analysis.shown_verdict(fig)}")
     if any(fig.get("in_overall", True) is False for fig in result["figures"]):

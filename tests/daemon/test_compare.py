@@ -264,6 +264,17 @@ def test_phase_shares_from_few_stack_samples_are_inconclusive_not_worse():
     assert _figure(many, "phase.data_wait")["verdict"] == compare.WORSE
 
 
+def test_a_label_longer_than_its_column_is_shown_whole_on_a_line_of_its_own():
+    """`host_preprocess share` read `host_preprocess shar` (probe 120 F18)."""
+    result = compare.compare(_sampled_run(10, 30, "a"), _sampled_run(10, 30, "b"))
+    figure = dict(result["figures"][0], label="host_preprocess share")
+    result["figures"] = [figure, *result["figures"]]
+    lines = compare_command.render_text(result).splitlines()
+    at = lines.index("host_preprocess share")
+    assert lines[at + 1].startswith(" " * 20) and lines[at + 1].strip()  # its figures below
+    assert all(len(line) < 80 for line in lines)
+
+
 def test_each_side_says_why_its_profile_may_not_be_representative():
     """A profile that warned `too_short` and `few_stack_samples` was compared without a word
     of it. Each side's warnings, as the profile said them, are in the text, the page and the
