@@ -77,8 +77,9 @@ exits, or after --duration, write profile.json, profile.html and summary.md to -
 the verdict, and exit with the command's status, or with status {GATE_EXIT_STATUS} when a gate is crossed.
 
 Steps: --progress REGEX counts them in the command's own output (passed through unchanged):
-with a group the group is the step number (tqdm: '(\\d+)/\\d+', a log: 'step (\\d+)'), without
-one each match is a step. [[cost.unit_costs]] in --config prices tokens or requests too.
+with a group the group is the step number (tqdm: '(\\d+)/\\d+', a log: 'step (\\d+)'), and a
+number that starts over (a bar per epoch: 1/60 after 60/60) adds a run of steps; without one
+each match is a step. [[cost.unit_costs]] in --config prices tokens or requests too.
 
 Latency: --latency URL METRIC where the command serves a Prometheus latency histogram (vLLM's
 http://localhost:8000/metrics vllm:e2e_request_latency_seconds, TGI's tgi_request_duration):
@@ -651,6 +652,8 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "steps": steps,
         "progress": one_line(result.progress)[:MAX_PATTERN_CHARS] if result.progress else None,
         "progress_lines": result.progress_lines if result.progress else None,
+        "progress_restarts": (getattr(result, "progress_restarts", 0) if result.progress
+                              else None),
         "steps_source": "progress" if result.step_timeline or steps else None,
         "first_step_after_s": (round(result.first_step_at - result.started_at, 3)
                                if result.first_step_at else None),
@@ -949,8 +952,8 @@ def summary_markdown(document: dict[str, Any]) -> str:
     if profile["cost_per_hour"] is not None:
         cost += f" ({money(profile['cost_per_hour'], small=True)}/h)"
     if profile["steps"]:
-        cost += (f"; {profile['steps']} steps, {money(profile['cost_per_1k_steps'], small=True)} "
-                 "per 1k steps")
+        cost += (f"; {profile['steps']} steps{_md(restarts_text(profile))}, "
+                 f"{money(profile['cost_per_1k_steps'], small=True)} per 1k steps")
     for meter in profile["unit_costs"]:
         if meter.get("cost_per_1k") is not None:
             cost += f"; {money(meter['cost_per_1k'], small=True)} per 1k {_md(meter.get('unit'))}"
@@ -976,6 +979,16 @@ def summary_markdown(document: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def restarts_text(profile: dict[str, Any]) -> str:
+    """" (the step number started over 2 times: each run's steps added)" where it did (a
+    progress bar per epoch), else ""."""
+    restarts = profile.get("progress_restarts") or 0
+    if not restarts:
+        return ""
+    return (f" (the step number started over {plural(restarts, 'time')}: each run's steps "
+            "added)")
+
+
 def verdict_text(document: dict[str, Any], written: list[Path]) -> str:
     """What the profile prints when it is done (to stderr: stdout is the command's), with
     the files it wrote."""
@@ -995,7 +1008,7 @@ def verdict_lines(document: dict[str, Any]) -> list[str]:
         lines.append("  phases: " + ", ".join(f"{p} {s:.0%}" for p, s in balance.items()))
     cost = f"  cost: {money(profile['cost'], small=True)} in {profile['duration_s']:.0f} s"
     if profile["steps"]:
-        cost += (f", {profile['steps']} steps, "
+        cost += (f", {profile['steps']} steps{restarts_text(profile)}, "
                  f"{money(profile['cost_per_1k_steps'], small=True)}/1k steps")
     lines.append(cost)
     memory = memory_peak_text(profile)

@@ -54,8 +54,12 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 class ProgressCounter:
     """Steps from the command's own output: `regex` matched against each line (a carriage
-    return ends a line too, as tqdm redraws with one). With a group, the group is the step
-    number (the largest seen counts); without one, each match counts one step.
+    return ends a line too, as tqdm redraws with one), each stream's lines apart (a line cut
+    by a chunk of stdout is not joined to stderr's). Without a group, each match counts one
+    step. With a group, the group is a step number, read in runs (`_Numbers`): a number
+    that falls back to at most half the run's largest (30/60 after 60/60, `epoch 2 step
+    10/100`: a bar or a log per epoch) starts a new run, and the steps are the sum of each
+    run's largest number; a counter that only rises is one run, its largest number the count.
 
     The output is hostile and may be huge: each line is matched on its first MAX_LINE_BYTES
     only, so a 64 KiB line costs what a 4 KiB one does."""
@@ -66,55 +70,122 @@ class ProgressCounter:
         self.steps = 0
         self.lines = 0  # lines the pattern matched (none: it may not be the command's format)
         self.first_step_at: float | None = None
-        self.timeline: list[tuple[float, int]] = []  # (ts, steps) whenever the count moved
-        self._line = bytearray()
-        self._cut = False  # the current line is past MAX_LINE_BYTES: the rest is not kept
+        self.timeline: list[tuple[float, int]] = []  # (ts, steps) whenever the count rose
+        self.numbers = _Numbers()
+        self._lines: dict[int, bytearray] = {}  # stream -> its line so far
+        self._cut: set[int] = set()  # streams whose line is past MAX_LINE_BYTES: not kept
 
-    def feed(self, chunk: bytes, ts: float) -> None:
+    @property
+    def restarts(self) -> int:
+        """How many times the step number started over (a new run of steps, added)."""
+        return self.numbers.restarts
+
+    def feed(self, chunk: bytes, ts: float, stream: int = 0) -> None:
         if self.pattern is None:
             return
+        line = self._lines.setdefault(stream, bytearray())
         start = 0
         while start < len(chunk):
             ends = [i for i in (chunk.find(b"\n", start), chunk.find(b"\r", start)) if i >= 0]
             end = min(ends) if ends else -1
             piece = chunk[start:] if end < 0 else chunk[start:end]
-            if not self._cut:
-                room = MAX_LINE_BYTES - len(self._line)
-                self._line += piece[:room]
-                self._cut = len(piece) > room
+            if stream not in self._cut:
+                room = MAX_LINE_BYTES - len(line)
+                line += piece[:room]
+                if len(piece) > room:
+                    self._cut.add(stream)
             if end < 0:
                 return
-            self._match(ts)
+            self._match(stream, ts)
             start = end + 1
 
     def flush(self, ts: float) -> None:
-        """The output ended: the last line without a newline counts too."""
-        if self._line:
-            self._match(ts)
+        """The output ended: the last line of each stream without a newline counts too."""
+        for stream, line in self._lines.items():
+            if line:
+                self._match(stream, ts)
 
-    def _match(self, ts: float) -> None:
+    def _match(self, stream: int, ts: float) -> None:
         assert self.pattern is not None
-        text = self._line.decode("utf-8", "replace")
-        self._line.clear()
-        self._cut = False
-        before = self.steps
+        line = self._lines[stream]
+        text = line.decode("utf-8", "replace")
+        line.clear()
+        self._cut.discard(stream)
         matches = list(self.pattern.finditer(text))
         self.lines += bool(matches)
         if self.numbered:
             for match in matches:
                 try:
-                    self.steps = max(self.steps, int(match.group(1)))
+                    number = int(match.group(1))
                 except (TypeError, ValueError):
                     continue  # the group is not a number here
+                self.numbers.add(number)
+            steps = self.numbers.total
         else:
-            self.steps += len(matches)
-        if self.steps > before:
+            steps = self.steps + len(matches)
+        if steps > self.steps:  # (a run of numbers dropped as an interlude lowers the total
+            # for a while: the count shown waits until it rises past it again)
+            self.steps = steps
             if self.first_step_at is None:
                 self.first_step_at = ts
             if len(self.timeline) < MAX_TIMELINE_POINTS:
                 self.timeline.append((ts, self.steps))
             else:
                 self.timeline[-1] = (ts, self.steps)
+
+
+MAX_RUNS_KEPT = 16  # runs of step numbers a later number may still resume; older are summed
+
+
+class _Numbers:
+    """Step numbers read in runs, each rising. A number equal to the last is the same step
+    (tqdm redraws one step's bar several times). A number below the last:
+      - at most half of the current run's largest starts a new run (a bar per epoch: 1/60
+        after 60/60; a log per epoch: `epoch 2 step 10/100` after `epoch 1 step 100/100`);
+      - above that half, is not a step (two writers a step or two apart, one line late).
+    A number that rises past the run before, when the current run is short beside it (under
+    half its last number) and began below it, resumes that run: the current one was an
+    interlude (an evaluation bar, 1/10 to 10/10, inside a training bar that counts the whole
+    run's steps: 30/600, then 31/600) or a stray match, and is not counted. The total is the
+    sum of the counted runs' largest numbers."""
+
+    def __init__(self) -> None:
+        self.restarts = 0  # runs started after the first, counted (not interludes)
+        self._done = 0  # the largest numbers of the runs no longer resumable, summed
+        self._runs: list[list[int]] = []  # earlier runs that may be resumed: [last, largest]
+        self._last: int | None = None  # the current run's
+        self._largest = 0
+
+    @property
+    def total(self) -> int:
+        return self._done + sum(largest for _, largest in self._runs) + self._largest
+
+    def add(self, number: int) -> None:
+        if number < 0:
+            return
+        last = self._last
+        if last is None:
+            self._last = self._largest = number
+            return
+        if number == last:
+            return
+        if number < last:
+            if 2 * number > self._largest:
+                return  # a step or two back: not a new run
+            self._runs.append([last, self._largest])
+            if len(self._runs) > MAX_RUNS_KEPT:
+                self._done += self._runs.pop(0)[1]
+            self.restarts += 1
+            self._last = self._largest = number
+            return
+        if self._runs:
+            before_last, _ = self._runs[-1]
+            if last < before_last < number and 2 * self._largest <= before_last:
+                _, before_largest = self._runs.pop()  # this run was an interlude
+                self.restarts -= 1
+                self._last, self._largest = number, max(before_largest, number)
+                return
+        self._last, self._largest = number, max(self._largest, number)
 
 
 class ProcessTree:
@@ -266,6 +337,7 @@ class RunResult:
     # it reached no command; the profile writes its files whole, then exits 128 + it
     progress: str | None = None  # --progress REGEX
     progress_lines: int = 0  # lines of the command's output it matched
+    progress_restarts: int = 0  # times the step number started over (runs added)
     steps: int = 0
     first_step_at: float | None = None
     step_timeline: list[tuple[float, int]] = field(default_factory=list)
@@ -410,8 +482,8 @@ class ProfileRecorder:
         self.tree.start(proc.pid)
         await self.daemon.discover()  # recorded from its first tick, not the next round's
         assert proc.stdout is not None and proc.stderr is not None
-        pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer)),
-                 asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer))]
+        pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer, 1)),
+                 asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer, 2))]
         latency = asyncio.create_task(self._read_latency(exited))
         try:
             await asyncio.wait_for(asyncio.shield(exited), self.duration_s)
@@ -432,6 +504,7 @@ class ProfileRecorder:
         transport.close()
         self.progress.flush(clock.now())
         result.steps = self.progress.steps
+        result.progress_restarts = self.progress.restarts
         result.progress_lines = self.progress.lines
         result.first_step_at = self.progress.first_step_at
         result.step_timeline = list(self.progress.timeline)
@@ -457,13 +530,13 @@ class ProfileRecorder:
                 log.exception("reading the latency histograms failed")
             await asyncio.wait({exited}, timeout=LATENCY_POLL_S)
 
-    async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO) -> None:
+    async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO, fd: int) -> None:
         """The command's output to ours, unchanged, as it comes; counted on the way."""
         while True:
             chunk = await stream.read(1 << 16)
             if not chunk:
                 return
-            self.progress.feed(chunk, clock.now())
+            self.progress.feed(chunk, clock.now(), fd)
             await asyncio.to_thread(_write, out, chunk)  # a slow reader must not stop the ticks
 
     def _interrupt(self, signum: int) -> None:

@@ -1031,6 +1031,85 @@ def test_progress_with_a_group_takes_the_largest_step_number_tqdm_style():
     assert counter.timeline == [(1.0, 3), (2.0, 7)]
 
 
+def tqdm_epochs(epochs: int, steps: int) -> list[bytes]:
+    """What a tqdm bar per epoch writes to stderr, chunk by chunk: each epoch's bar from 0/N,
+    each step's bar drawn twice (tqdm redraws a step on its refresh), a newline at its end."""
+    chunks = []
+    for epoch in range(epochs):
+        for step in range(steps + 1):
+            bar = f"\rEpoch {epoch}: {100 * step // steps:3d}%|{'#' * (10 * step // steps):<10}|"
+            chunks += [f"{bar} {step}/{steps} [00:0{step % 10}]".encode()] * 2
+        chunks.append(b"\n")
+    return chunks
+
+
+def test_progress_with_a_bar_per_epoch_adds_each_epochs_steps():
+    r"""README's tqdm recipe, '(\d+)/\d+', with a bar per epoch (the usual way) counted one
+    epoch's steps: the largest step number seen. A number that falls back starts a new run,
+    whose steps are added; one redrawn (equal to the last) is the same step."""
+    counter = ProgressCounter(r"(\d+)/\d+")
+    for ts, chunk in enumerate(tqdm_epochs(3, 60)):
+        counter.feed(chunk, float(ts), 2)
+    counter.flush(1e6)
+    assert counter.steps == 180 and counter.restarts == 2
+    counts = [n for _, n in counter.timeline]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts) and counts[-1] == 180
+    # a log per epoch, every 10 steps: `epoch 2 step 10/100` after `epoch 1 step 100/100`
+    logged = ProgressCounter(r"step (\d+)/")
+    for epoch in range(3):
+        logged.feed(b"".join(b"epoch %d step %d/100 loss 0.1\n" % (epoch, step)
+                             for step in range(10, 101, 10)), float(epoch))
+    assert logged.steps == 300 and logged.restarts == 2
+
+
+def test_progress_that_only_rises_counts_as_before():
+    """A step counter that only rises (one bar over the whole run, a log's global step) and a
+    group that is a running total are one run: the largest number is the count."""
+    counter = ProgressCounter(r"(\d+)/\d+")
+    for chunk in tqdm_epochs(1, 90):
+        counter.feed(chunk, 1.0)
+    assert counter.steps == 90 and counter.restarts == 0
+    total = ProgressCounter(r"samples=(\d+)")
+    total.feed(b"".join(b"samples=%d\n" % n for n in range(32, 32 * 41, 32)), 1.0)
+    assert total.steps == 32 * 40 and total.restarts == 0
+
+
+def test_progress_a_step_or_two_back_is_not_a_new_run():
+    """Two writers a step apart (ranks sharing a terminal, a log line on stdout one step
+    behind the bar on stderr) go back by a little: that is no new run."""
+    counter = ProgressCounter(r"step (\d+)")
+    for step in range(1, 51):
+        counter.feed(b"rank0 step %d\n" % step, float(step), 2)
+        counter.feed(b"rank1 step %d\n" % max(step - 2, 1), float(step), 1)
+    assert counter.steps == 50 and counter.restarts == 0
+
+
+def test_progress_an_evaluation_bar_inside_a_run_wide_bar_is_not_counted():
+    """A training bar over the whole run (30/90) with an evaluation bar (0/10 to 10/10) each
+    30 steps, as Hugging Face's Trainer draws them: the training bar resumes past its own last
+    number, so the evaluation's numbers were an interlude, not a new run of steps."""
+    counter = ProgressCounter(r"(\d+)/\d+")
+    for step in range(1, 91):
+        counter.feed(b"\r%d/90 [train]" % step, float(step), 2)
+        if step % 30 == 0 and step < 90:
+            for done in range(11):
+                counter.feed(b"\r%d/10 [eval]" % done, float(step), 2)
+    counter.flush(100.0)
+    assert counter.steps == 90 and counter.restarts == 0
+    counts = [n for _, n in counter.timeline]
+    assert counts == sorted(counts) and counts[-1] == 90
+
+
+def test_progress_reads_each_stream_s_lines_apart():
+    """A line of stdout cut by its chunk was joined to the stderr chunk that came next:
+    `step 1` + `x` + `2/` read `step 1x` and `2/`, neither a step."""
+    counter = ProgressCounter(r"step (\d+)/")
+    counter.feed(b"step 1", 1.0, 1)
+    counter.feed(b"warning: x\n", 1.0, 2)
+    counter.feed(b"2/100\n", 2.0, 1)
+    assert counter.steps == 12
+
+
 def test_progress_without_a_group_counts_each_match_and_the_last_unended_line():
     counter = ProgressCounter(r"loss=")
     counter.feed(b"loss=1 loss=2\nnothing\nloss=3", 5.0)
@@ -1421,6 +1500,44 @@ def test_the_profile_gives_the_runs_energy_and_carbon(starved):
     summary = (out / "summary.md").read_text()
     assert f"Energy: {energy['kwh']:,.4f} kWh" in summary
     assert "energy: " in result.stderr
+
+
+# A training script with a tqdm-style bar per epoch on stderr (as tqdm draws it: a carriage
+# return before each redraw, a newline when the epoch's bar is done), 3 epochs of 20 steps.
+TQDM_PER_EPOCH = """
+import sys
+from daemon.sim.device import Device
+
+with Device(gpu_index=0) as gpu:
+    gpu.alloc(2 << 30)
+    for epoch in range(3):
+        for step in range(21):
+            if step:
+                gpu.kernel(0.05, sm=0.9)
+            bar = f"Epoch {epoch}: {100 * step // 20:3d}%|{'#' * (step // 2):<10}| {step}/20"
+            sys.stderr.write(f"\\r{bar} [00:01]\\r{bar} [00:01]")  # drawn twice, as tqdm may
+            sys.stderr.flush()
+        sys.stderr.write("\\n")
+"""
+
+
+def test_a_tqdm_bar_per_epoch_counts_every_epochs_steps(tmp_path):
+    """README's recipe, --progress '(\\d+)/\\d+', on a bar per epoch counted 20 steps of 60:
+    the cost per step three times too high, the per-step gate failed, step_timeline flat
+    after the first epoch."""
+    script = tmp_path / "tqdm_epochs.py"
+    script.write_text(TQDM_PER_EPOCH)
+    out = tmp_path / "tqdm"
+    result = profile(out, "--simulate", "--progress", r"(\d+)/\d+", "--", sys.executable,
+                     str(script))
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    assert facts["steps"] == 60 and facts["progress_restarts"] == 2, facts
+    assert facts["cost_per_1k_steps"] == pytest.approx(facts["cost"] / 60 * 1000, rel=1e-3)
+    counts = [n for _, n in facts["step_timeline"]]
+    assert counts == sorted(counts) and counts[-1] == 60 and counts[19] == 20 < counts[20]
+    said = "60 steps (the step number started over 2 times: each run's steps added)"
+    assert said in result.stderr and said in (out / "summary.md").read_text()
 
 
 THREADED = """
