@@ -645,6 +645,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "exit_status": result.exit_status,
         "stopped_after_duration": result.stopped_after_duration,
         "interrupted": result.interrupted,
+        "killed_after_signal": getattr(result, "killed_after_signal", False),
         "start_error": result.error,
         "started_at": result.started_at,
         "ended_at": result.ended_at,
@@ -792,7 +793,11 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
     if status not in (0, None) and not facts["stopped_after_duration"]:
         warn("failed", f"the command exited with status {status}: a profile of a failed run")
     if facts["interrupted"]:
-        warn("interrupted", "the run was interrupted (SIGINT/SIGTERM)")
+        from daemon.runtime.profile import STOP_GRACE_S
+
+        warn("interrupted", "the run was interrupted (SIGINT/SIGTERM)" + (
+            f"; the command had not exited {STOP_GRACE_S:.0f} s after it and was killed "
+            "(SIGKILL to its process group)" if facts.get("killed_after_signal") else ""))
     return warnings
 
 

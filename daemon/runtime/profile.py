@@ -331,6 +331,8 @@ class RunResult:
     exit_status: int | None = None  # the command's; 128 + N when a signal N ended it
     stopped_after_duration: bool = False
     interrupted: bool = False  # SIGINT/SIGTERM reached the profile
+    killed_after_signal: bool = False  # the command outlived that signal by STOP_GRACE_S:
+    # its process group was sent SIGKILL
     interrupted_by: int | None = None  # the first of them; before the command started, the
     # command is not started (exit_status stays None) and the profile exits 128 + it
     signal_after_exit: int | None = None  # the first SIGINT/SIGTERM after the command exited:
@@ -477,8 +479,10 @@ class ProfileRecorder:
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         result.started_at = clock.now()
         self._group = proc.pid
+        self._exited = exited
         if result.interrupted_by is not None:  # it came while the command was being started
             _signal_group(proc.pid, result.interrupted_by)
+            self._kill_later()
         self.tree.start(proc.pid)
         await self.daemon.discover()  # recorded from its first tick, not the next round's
         assert proc.stdout is not None and proc.stderr is not None
@@ -493,6 +497,8 @@ class ProfileRecorder:
             await self._stop_group(proc.pid, exited)
         result.ended_at = clock.now()
         self._ended_mono = time.monotonic()
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
         latency.cancel()
         code = proc.returncode
         assert code is not None  # it exited: _Protocol said so
@@ -541,7 +547,10 @@ class ProfileRecorder:
 
     def _interrupt(self, signum: int) -> None:
         """Ctrl-C or SIGTERM: passed to the command's group (the profile then writes what it
-        saw); a second one kills the group. Before the command started, the command is not
+        saw); SIGKILL to the group STOP_GRACE_S later if the command has not exited by then
+        (a supervisor, docker stop or Kubernetes, sends one SIGTERM and SIGKILLs the profile
+        some seconds on: a command that ignores it must not keep the profile from writing its
+        files), or at once on a second one. Before the command started, the command is not
         started. After it exited the run was whole: the signal is the profile's exit status
         (what it left running in its group still gets it)."""
         if self.result.exit_status is not None:
@@ -554,9 +563,28 @@ class ProfileRecorder:
         if self._group is not None:
             again = signal.SIGKILL if self._interrupted_once else signum
             _signal_group(self._group, again)
+            if not self._interrupted_once and self.result.exit_status is None:
+                self._kill_later()
         self._interrupted_once = True
 
     _interrupted_once = False
+    _exited: asyncio.Future[None] | None = None
+    _kill_timer: asyncio.TimerHandle | None = None
+
+    def _kill_later(self) -> None:
+        """SIGKILL to the command's group STOP_GRACE_S from now, if it has not exited then."""
+        if self._kill_timer is None:
+            self._kill_timer = asyncio.get_running_loop().call_later(
+                STOP_GRACE_S, self._kill_if_running)
+
+    def _kill_if_running(self) -> None:
+        if self._group is None or self._exited is None or self._exited.done():
+            return
+        self.result.killed_after_signal = True
+        log.warning("the command did not exit within %.0f s of %s: SIGKILL to its process "
+                    "group", STOP_GRACE_S,
+                    signal.Signals(self.result.interrupted_by or signal.SIGTERM).name)
+        _signal_group(self._group, signal.SIGKILL)
 
     @staticmethod
     async def _stop_group(pgid: int, exited: asyncio.Future[None]) -> None:

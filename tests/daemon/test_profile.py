@@ -371,6 +371,69 @@ def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp
     assert_the_folder_holds_only_the_profile(out)
 
 
+# A training loop with a "graceful shutdown" handler that never finishes: it says it got the
+# signal and trains on. It stops by itself after IGNORER_S, so a profile that never kills it
+# still ends (with the command's status 0).
+IGNORER_S = 90
+IGNORES_SIGNALS = f"""
+import signal, sys, time
+from daemon.sim.device import Device
+
+def finishing(signum, frame):
+    print("got", signal.Signals(signum).name, "finishing the epoch...", flush=True)
+
+signal.signal(signal.SIGTERM, finishing)
+signal.signal(signal.SIGINT, finishing)
+with Device(gpu_index=0) as gpu:
+    gpu.alloc(1 << 30)
+    print("training", flush=True)
+    started = time.monotonic()
+    while time.monotonic() - started < {IGNORER_S}:
+        gpu.kernel(0.05, sm=0.9)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_command_that_outlives_the_profiles_signal_is_killed_and_the_files_written(
+        tmp_path, signum):
+    """One SIGTERM to the profile reached the command, which ignored it: the profile waited
+    for ever, where a supervisor (docker stop: 10 s, Kubernetes: 30 s) SIGKILLs it and nothing
+    is written. As --duration does, the profile SIGKILLs the command's group 5 s on."""
+    script = tmp_path / "ignorer.py"
+    script.write_text(IGNORES_SIGNALS)
+    out = tmp_path / "profile"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with subprocess.Popen([sys.executable, "-m", "daemon", "profile", "--out", str(out),
+                           "--simulate", "--", sys.executable, str(script)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the command runs under the profile: one signal now
+                if line.startswith("training"):
+                    break
+            proc.send_signal(signum)
+            stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert f"got {signum.name} finishing the epoch" in stdout  # it reached the command
+    assert proc.returncode == 128 + signal.SIGKILL, stderr  # the command's status, as ever
+    facts = document(out)["profile"]
+    assert facts["interrupted"] is True and facts["killed_after_signal"] is True
+    assert facts["exit_status"] == 128 + signal.SIGKILL
+    (warning,) = [w for w in facts["warnings"] if w["code"] == "interrupted"]
+    assert warning["message"] == (
+        "the run was interrupted (SIGINT/SIGTERM); the command had not exited 5 s after it "
+        "and was killed (SIGKILL to its process group)")
+    assert (f"the command did not exit within 5 s of {signum.name}: SIGKILL to its process "
+            "group\n") in stderr
+    assert re.search(r"^mlcostd profile: FAILED: the command exited with status 137$", stderr,
+                     re.MULTILINE), stderr
+    assert running_with(str(script)) == []
+    assert_the_folder_holds_only_the_profile(out)
+
+
 # `mlcostd profile ARGS` with a Ctrl-C (or SIGTERM) in its start-up window: the recorder is up
 # and has ticked, the command is not started yet. The signal is sent from inside that window
 # (to the main thread, so it is delivered before pthread_kill returns); the timer after it
