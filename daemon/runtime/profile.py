@@ -378,6 +378,12 @@ class ProfileRecorder:
                              sample_stacks_always=True, periodic_rules=False,
                              stop_on_signals=False, out_option="--out")
         self._ticked = asyncio.Event()
+        # The command's output as passed on: each stream's last chunk did not end a line
+        # (fd -> True), and which stream was written last; what the profile says on stderr
+        # starts on a line of its own (`fresh_line`).
+        self._unended: dict[int, bool] = {}
+        self._last_fd: int | None = None
+        self._one_file = _same_file(sys.stdout, sys.stderr)
         self._ended_mono: float | None = None  # time.monotonic() when the command ended
         self._group: int | None = None
 
@@ -508,6 +514,7 @@ class ProfileRecorder:
         for task in pending:  # a process that escaped even the leftovers holds the pipes
             task.cancel()
         transport.close()
+        self.fresh_line()  # what the profile says next starts a line
         self.progress.flush(clock.now())
         result.steps = self.progress.steps
         result.progress_restarts = self.progress.restarts
@@ -544,6 +551,17 @@ class ProfileRecorder:
                 return
             self.progress.feed(chunk, clock.now(), fd)
             await asyncio.to_thread(_write, out, chunk)  # a slow reader must not stop the ticks
+            self._unended[fd] = not chunk.endswith(b"\n")
+            self._last_fd = fd
+
+    def fresh_line(self) -> None:
+        """End the command's last line on stderr where it did not (`err no newline` then
+        the verdict read `err no newlinemlcostd profile: done`): on stderr's, or on stdout's
+        when the two are one file (a terminal, `2>&1`) and stdout was written last."""
+        last = 2 if not self._one_file else self._last_fd
+        if last is not None and self._unended.get(last):
+            _write(sys.stderr.buffer, b"\n")
+            self._unended[last] = False
 
     def _interrupt(self, signum: int) -> None:
         """Ctrl-C or SIGTERM: passed to the command's group (the profile then writes what it
@@ -581,6 +599,7 @@ class ProfileRecorder:
         if self._group is None or self._exited is None or self._exited.done():
             return
         self.result.killed_after_signal = True
+        self.fresh_line()
         log.warning("the command did not exit within %.0f s of %s: SIGKILL to its process "
                     "group", STOP_GRACE_S,
                     signal.Signals(self.result.interrupted_by or signal.SIGTERM).name)
@@ -650,6 +669,15 @@ def _write(out: BinaryIO, chunk: bytes) -> None:
         out.flush()
     except (BrokenPipeError, ValueError):
         pass  # our own output is closed: the command runs on, unseen
+
+
+def _same_file(one: Any, other: Any) -> bool:
+    """Whether two of our streams write to one file (a terminal, `2>&1`)."""
+    try:
+        a, b = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -434,6 +434,30 @@ def test_a_command_that_outlives_the_profiles_signal_is_killed_and_the_files_wri
     assert_the_folder_holds_only_the_profile(out)
 
 
+def test_the_verdict_starts_a_line_of_its_own_after_an_unended_last_line(tmp_path):
+    """The command's last line on stderr without a newline ran into the verdict: `err no
+    newlinemlcostd profile: done`, which a CI's grep for `^mlcostd profile:` missed. Its
+    stdout is passed on byte for byte all the same."""
+    command = ("import sys; sys.stdout.write('out no newline'); sys.stdout.flush(); "
+               "sys.stderr.write('err no newline')")
+    result = profile(tmp_path / "apart", "--simulate", "--", sys.executable, "-c", command)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "out no newline"
+    assert "err no newline\nmlcostd profile: done (no gates)\n" in result.stderr, result.stderr
+    # stdout and stderr one file (a terminal, 2>&1): stdout's unended line, written last
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    merged = subprocess.run(
+        [sys.executable, "-m", "daemon", "profile", "--out", str(tmp_path / "merged"),
+         "--simulate", "--", sys.executable, "-c",
+         "import sys; print('line', file=sys.stderr, flush=True); print('out no newline', "
+         "end='')"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=RUN_TIMEOUT_S,
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+    assert merged.returncode == 0, merged.stdout
+    assert "line\nout no newline\nmlcostd profile: done (no gates)\n" in merged.stdout, (
+        merged.stdout)
+
+
 # `mlcostd profile ARGS` with a Ctrl-C (or SIGTERM) in its start-up window: the recorder is up
 # and has ticked, the command is not started yet. The signal is sent from inside that window
 # (to the main thread, so it is delivered before pthread_kill returns); the timer after it
