@@ -30,6 +30,7 @@ from daemon.commands.profile import (
     memory_peak,
     memory_peak_text,
     summary_markdown,
+    verdict_lines,
 )
 from daemon.commands.report import render_text
 from daemon.report_html.escape import escaped
@@ -1409,6 +1410,64 @@ def test_a_price_change_between_the_runs_is_not_counted_as_the_codes(tmp_path):
     same = dict(slower, price_per_gpu_hour=1.006, cost_per_step=0.0000874 * 1.05)
     gate = gates.max_regression(10, same, old, "old.json")
     assert gate.passed and "GPU-h" not in gate.message
+
+
+def test_a_baseline_that_is_not_representative_is_said_so_in_the_regression_gate(tmp_path):
+    """A baseline interrupted by Ctrl-C after 13 s (exit 130, `representative: false`) was
+    taken as any other: a CI that rolls its baseline forward from its last run adopts a broken
+    one unnoticed. The gate compares all the same, and says what the baseline was."""
+    path = profile_json(tmp_path / "old.json", 0.0000445, 1.006, "NVIDIA A10G")
+    raw = json.loads(path.read_text())
+    raw["profile"].update(
+        exit_status=130, interrupted=True, duration_s=13.228, representative=False,
+        warnings=[{"code": "too_short", "message": "the run took 13 s ..."},
+                  {"code": "failed", "message": "the command exited with status 130 ..."},
+                  {"code": "interrupted", "message": "the run was interrupted ..."},
+                  {"code": "few_stack_samples", "message": "..."}])
+    path.write_text(json.dumps(raw))
+    old = gates.read_baseline(str(path))
+    new = gates.read_baseline(str(profile_json(tmp_path / "new.json", 0.0000362, 1.006,
+                                               "NVIDIA A10G")))
+    gate = gates.max_regression(10, new, old, "old.json")
+    assert gate.passed and gate.value == pytest.approx(100 * (0.0000362 / 0.0000445 - 1))
+    assert gate.message == (
+        "gate --max-regression 10%: cost per 1k steps was $0.0362 against the baseline's "
+        "$0.0445 (-19%); the baseline is not representative: interrupted, exited 130, took "
+        "13 s (under 30 s), few stack samples")
+    # a crossed gate says it too; a representative baseline, nothing
+    slower = dict(new, cost_per_step=0.0000445 * 1.5)
+    failed = gates.max_regression(10, slower, old, "old.json")
+    assert not failed.passed and failed.message.endswith(
+        "(+50%, 40 points over); the baseline is not representative: interrupted, exited 130, "
+        "took 13 s (under 30 s), few stack samples")
+    whole = dict(old, exit_status=0, interrupted=False, duration_s=95.0, representative=True,
+                 warnings=[])
+    assert "representative" not in gates.max_regression(10, new, whole, "old.json").message
+    # hostile fields are read for what they are, or left out
+    odd = dict(old, exit_status="130", interrupted="yes", duration_s=True,
+               warnings=[{"code": "x\x1b[31m_y"}, "z", {"code": 5}])
+    assert gates.max_regression(10, new, odd, "old.json").message.endswith(
+        "; the baseline is not representative: x\\x1b[31m y")
+
+
+def test_the_readme_shows_the_gate_lines_as_they_are_printed():
+    """README's example gate line lacked the `FAILED ` the profile prints before a crossed
+    gate: a CI grep written from it (`^gate `) missed every failure."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("a failed one after `FAILED `, a passed one without:\n\n```\n", 1)[1]
+    shown = block.split("```", 1)[0].splitlines()
+    checked = [gates.max_data_wait(20, 0.71), gates.min_utilization(60, 82)]
+    doc = {"profile": {"gates": [g.as_dict() for g in checked], "exit_status": 0,
+                       "stopped_after_duration": False, "phase_balance": {}, "cost": 0.01,
+                       "duration_s": 40.0, "steps": 0, "warnings": [], "left_running": 0}}
+    printed = verdict_lines(doc)
+    assert shown[0] == printed[0] == "mlcostd profile: FAILED: 1 of 2 gates crossed"
+    assert shown[2:] == printed[-2:] == [
+        "  FAILED gate --max-data-wait 20%: data_wait was 71% (51 points over)",
+        "  gate --min-utilization 60%: GPU utilization was 82%"]
+    doc["profile"]["gates"] = [gates.min_utilization(60, 82).as_dict()] * 2
+    assert "`mlcostd profile: passed: 2 gates`" in readme
+    assert verdict_lines(doc)[0] == "mlcostd profile: passed: 2 gates"
 
 
 def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():
