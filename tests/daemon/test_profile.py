@@ -27,6 +27,7 @@ from daemon.commands import gates
 from daemon.commands.gates import GATE_EXIT_STATUS
 from daemon.commands.profile import (
     NOT_STARTED,
+    _phase_balance,
     memory_peak,
     memory_peak_text,
     summary_markdown,
@@ -97,6 +98,10 @@ def test_a_starved_script_profiles_to_data_wait_with_a_prefetch_recommendation(s
     assert "dataloader_starvation" in rules
     assert "prefetch" in rules["dataloader_starvation"]["summary"]
     assert rules["dataloader_starvation"]["savings_per_month"] > 0
+    # one figure per fact: the rule quotes the share the phases line shows
+    share = facts["phase_balance"]["data_wait"]
+    assert rules["dataloader_starvation"]["evidence"]["share"] == pytest.approx(share, abs=1e-4)
+    assert f"spends {share:.0%} of its last" in rules["dataloader_starvation"]["summary"]
     assert facts["exit_status"] == 0 and facts["cost"] > 0 and facts["workload_kind"]
     # the report contract's keys, over the run's own range, for this tree only
     for key in ("host", "window", "gpus", "processes", "recommendations", "savings"):
@@ -1468,6 +1473,24 @@ def test_the_readme_shows_the_gate_lines_as_they_are_printed():
     doc["profile"]["gates"] = [gates.min_utilization(60, 82).as_dict()] * 2
     assert "`mlcostd profile: passed: 2 gates`" in readme
     assert verdict_lines(doc)[0] == "mlcostd profile: passed: 2 gates"
+
+
+def test_the_phase_balance_is_the_share_the_rules_quote():
+    """`phases: compute 80%, eval 20%` above `spends 21% of its last 27 s in evaluation`: the
+    balance was summed from the report's phase seconds, rounded to 0.1 s (5.4 of 26.5 s),
+    where the rule quotes the process's share (0.2051). Several processes are weighed by
+    their phase seconds."""
+    trainer = {"pid": 1, "gpus": [0], "phases": {
+        "compute": {"seconds": 21.1, "share": 0.7949}, "eval": {"seconds": 5.4, "share": 0.2051}}}
+    assert _phase_balance([trainer]) == {"compute": 0.7949, "eval": 0.2051}
+    other = {"pid": 2, "gpus": [1], "phases": {"compute": {"seconds": 26.5, "share": 1.0}}}
+    both = _phase_balance([trainer, other])
+    assert both == {"compute": pytest.approx((0.7949 + 1) / 2, abs=1e-4),
+                    "eval": pytest.approx(0.2051 / 2, abs=1e-4)}
+    # a share that is not a number (a store of another version): the seconds, as before
+    odd = {"pid": 3, "gpus": [0], "phases": {"compute": {"seconds": 3.0, "share": "x"},
+                                             "eval": {"seconds": 1.0}}}
+    assert _phase_balance([odd]) == {"compute": 0.75, "eval": 0.25}
 
 
 def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():
