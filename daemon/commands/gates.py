@@ -288,10 +288,59 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     change = 100 * (new - old) / old
     said = f"{head}: {label} was {money(new * scale, small=True)} against {against} " \
            f"({change:+.{decimals_beside(change, limit)}f}%"
+    caveat = baseline_caveat(baseline)
+    if caveat is not None:
+        note += f"; {caveat}"
     if change > limit:
         return Gate(flag, f"{limit:g}%", False,
                     f"{said}, {points(change, limit)} over){note}", change, limit)
     return Gate(flag, f"{limit:g}%", True, f"{said}){note}", change, limit)
+
+
+# A baseline's warnings (daemon.commands.profile `representativeness`) as a few words each,
+# those that its own fields do not say better (interrupted, its exit status, its length).
+BASELINE_WARNINGS = {
+    "few_stack_samples": "few stack samples", "startup": "mostly start-up",
+    "startup_steps": "its first step after half the run", "few_steps": "under 10 steps",
+    "no_steps": "no steps counted", "shared_gpu": "a GPU shared with other processes",
+    "no_gpu": "no GPU used", "no_gpu_work": "no GPU work", "failed": "a failed run",
+}
+MAX_CAVEATS = 6
+
+
+def baseline_caveat(baseline: dict[str, Any]) -> str | None:
+    """"the baseline is not representative: interrupted, exited 130, took 13 s (under 30 s)"
+    when the baseline profile said it may not stand for the workload (its `representative`,
+    `warnings`), else None: a CI that rolls its baseline forward must see that it took an
+    interrupted or failed run for one. The fields are read as they are (a file: each
+    checked, one of the wrong type left out)."""
+    warnings = baseline.get("warnings")
+    codes: list[str] = [w["code"] for w in warnings if isinstance(w, dict) and isinstance(
+        w.get("code"), str)] if isinstance(warnings, list) else []
+    if baseline.get("representative") is not False and not codes:
+        return None
+    reasons = []
+    if baseline.get("interrupted") is True or "interrupted" in codes:
+        reasons.append("interrupted")
+    status = baseline.get("exit_status")
+    if (isinstance(status, int) and not isinstance(status, bool) and status != 0
+            and baseline.get("stopped_after_duration") is not True):
+        reasons.append(f"exited {status}")
+    elif "failed" in codes:
+        reasons.append(BASELINE_WARNINGS["failed"])
+    duration = baseline.get("duration_s")
+    if not isinstance(duration, int | float) or isinstance(duration, bool) or duration < 0:
+        duration = None  # (finite: read_baseline refuses Infinity and NaN)
+    if duration is not None and duration < MIN_RUN_S:
+        reasons.append(f"took {beside(duration, MIN_RUN_S)} s (under {MIN_RUN_S:.0f} s)")
+    elif "too_short" in codes:
+        reasons.append("too short")
+    for code in dict.fromkeys(codes):
+        if code in ("interrupted", "failed", "too_short"):
+            continue
+        reasons.append(BASELINE_WARNINGS.get(code) or one_line(code.replace("_", " "))[:40])
+    shown = reasons[:MAX_CAVEATS] + (["..."] if len(reasons) > MAX_CAVEATS else [])
+    return "the baseline is not representative" + (f": {', '.join(shown)}" if shown else "")
 
 
 def read_baseline(path: str) -> dict[str, Any]:

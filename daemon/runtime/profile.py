@@ -54,8 +54,12 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 class ProgressCounter:
     """Steps from the command's own output: `regex` matched against each line (a carriage
-    return ends a line too, as tqdm redraws with one). With a group, the group is the step
-    number (the largest seen counts); without one, each match counts one step.
+    return ends a line too, as tqdm redraws with one), each stream's lines apart (a line cut
+    by a chunk of stdout is not joined to stderr's). Without a group, each match counts one
+    step. With a group, the group is a step number, read in runs (`_Numbers`): a number
+    that falls back to at most half the run's largest (30/60 after 60/60, `epoch 2 step
+    10/100`: a bar or a log per epoch) starts a new run, and the steps are the sum of each
+    run's largest number; a counter that only rises is one run, its largest number the count.
 
     The output is hostile and may be huge: each line is matched on its first MAX_LINE_BYTES
     only, so a 64 KiB line costs what a 4 KiB one does."""
@@ -66,55 +70,122 @@ class ProgressCounter:
         self.steps = 0
         self.lines = 0  # lines the pattern matched (none: it may not be the command's format)
         self.first_step_at: float | None = None
-        self.timeline: list[tuple[float, int]] = []  # (ts, steps) whenever the count moved
-        self._line = bytearray()
-        self._cut = False  # the current line is past MAX_LINE_BYTES: the rest is not kept
+        self.timeline: list[tuple[float, int]] = []  # (ts, steps) whenever the count rose
+        self.numbers = _Numbers()
+        self._lines: dict[int, bytearray] = {}  # stream -> its line so far
+        self._cut: set[int] = set()  # streams whose line is past MAX_LINE_BYTES: not kept
 
-    def feed(self, chunk: bytes, ts: float) -> None:
+    @property
+    def restarts(self) -> int:
+        """How many times the step number started over (a new run of steps, added)."""
+        return self.numbers.restarts
+
+    def feed(self, chunk: bytes, ts: float, stream: int = 0) -> None:
         if self.pattern is None:
             return
+        line = self._lines.setdefault(stream, bytearray())
         start = 0
         while start < len(chunk):
             ends = [i for i in (chunk.find(b"\n", start), chunk.find(b"\r", start)) if i >= 0]
             end = min(ends) if ends else -1
             piece = chunk[start:] if end < 0 else chunk[start:end]
-            if not self._cut:
-                room = MAX_LINE_BYTES - len(self._line)
-                self._line += piece[:room]
-                self._cut = len(piece) > room
+            if stream not in self._cut:
+                room = MAX_LINE_BYTES - len(line)
+                line += piece[:room]
+                if len(piece) > room:
+                    self._cut.add(stream)
             if end < 0:
                 return
-            self._match(ts)
+            self._match(stream, ts)
             start = end + 1
 
     def flush(self, ts: float) -> None:
-        """The output ended: the last line without a newline counts too."""
-        if self._line:
-            self._match(ts)
+        """The output ended: the last line of each stream without a newline counts too."""
+        for stream, line in self._lines.items():
+            if line:
+                self._match(stream, ts)
 
-    def _match(self, ts: float) -> None:
+    def _match(self, stream: int, ts: float) -> None:
         assert self.pattern is not None
-        text = self._line.decode("utf-8", "replace")
-        self._line.clear()
-        self._cut = False
-        before = self.steps
+        line = self._lines[stream]
+        text = line.decode("utf-8", "replace")
+        line.clear()
+        self._cut.discard(stream)
         matches = list(self.pattern.finditer(text))
         self.lines += bool(matches)
         if self.numbered:
             for match in matches:
                 try:
-                    self.steps = max(self.steps, int(match.group(1)))
+                    number = int(match.group(1))
                 except (TypeError, ValueError):
                     continue  # the group is not a number here
+                self.numbers.add(number)
+            steps = self.numbers.total
         else:
-            self.steps += len(matches)
-        if self.steps > before:
+            steps = self.steps + len(matches)
+        if steps > self.steps:  # (a run of numbers dropped as an interlude lowers the total
+            # for a while: the count shown waits until it rises past it again)
+            self.steps = steps
             if self.first_step_at is None:
                 self.first_step_at = ts
             if len(self.timeline) < MAX_TIMELINE_POINTS:
                 self.timeline.append((ts, self.steps))
             else:
                 self.timeline[-1] = (ts, self.steps)
+
+
+MAX_RUNS_KEPT = 16  # runs of step numbers a later number may still resume; older are summed
+
+
+class _Numbers:
+    """Step numbers read in runs, each rising. A number equal to the last is the same step
+    (tqdm redraws one step's bar several times). A number below the last:
+      - at most half of the current run's largest starts a new run (a bar per epoch: 1/60
+        after 60/60; a log per epoch: `epoch 2 step 10/100` after `epoch 1 step 100/100`);
+      - above that half, is not a step (two writers a step or two apart, one line late).
+    A number that rises past the run before, when the current run is short beside it (under
+    half its last number) and began below it, resumes that run: the current one was an
+    interlude (an evaluation bar, 1/10 to 10/10, inside a training bar that counts the whole
+    run's steps: 30/600, then 31/600) or a stray match, and is not counted. The total is the
+    sum of the counted runs' largest numbers."""
+
+    def __init__(self) -> None:
+        self.restarts = 0  # runs started after the first, counted (not interludes)
+        self._done = 0  # the largest numbers of the runs no longer resumable, summed
+        self._runs: list[list[int]] = []  # earlier runs that may be resumed: [last, largest]
+        self._last: int | None = None  # the current run's
+        self._largest = 0
+
+    @property
+    def total(self) -> int:
+        return self._done + sum(largest for _, largest in self._runs) + self._largest
+
+    def add(self, number: int) -> None:
+        if number < 0:
+            return
+        last = self._last
+        if last is None:
+            self._last = self._largest = number
+            return
+        if number == last:
+            return
+        if number < last:
+            if 2 * number > self._largest:
+                return  # a step or two back: not a new run
+            self._runs.append([last, self._largest])
+            if len(self._runs) > MAX_RUNS_KEPT:
+                self._done += self._runs.pop(0)[1]
+            self.restarts += 1
+            self._last = self._largest = number
+            return
+        if self._runs:
+            before_last, _ = self._runs[-1]
+            if last < before_last < number and 2 * self._largest <= before_last:
+                _, before_largest = self._runs.pop()  # this run was an interlude
+                self.restarts -= 1
+                self._last, self._largest = number, max(before_largest, number)
+                return
+        self._last, self._largest = number, max(self._largest, number)
 
 
 class ProcessTree:
@@ -260,12 +331,15 @@ class RunResult:
     exit_status: int | None = None  # the command's; 128 + N when a signal N ended it
     stopped_after_duration: bool = False
     interrupted: bool = False  # SIGINT/SIGTERM reached the profile
+    killed_after_signal: bool = False  # the command outlived that signal by STOP_GRACE_S:
+    # its process group was sent SIGKILL
     interrupted_by: int | None = None  # the first of them; before the command started, the
     # command is not started (exit_status stays None) and the profile exits 128 + it
     signal_after_exit: int | None = None  # the first SIGINT/SIGTERM after the command exited:
     # it reached no command; the profile writes its files whole, then exits 128 + it
     progress: str | None = None  # --progress REGEX
     progress_lines: int = 0  # lines of the command's output it matched
+    progress_restarts: int = 0  # times the step number started over (runs added)
     steps: int = 0
     first_step_at: float | None = None
     step_timeline: list[tuple[float, int]] = field(default_factory=list)
@@ -304,6 +378,12 @@ class ProfileRecorder:
                              sample_stacks_always=True, periodic_rules=False,
                              stop_on_signals=False, out_option="--out")
         self._ticked = asyncio.Event()
+        # The command's output as passed on: each stream's last chunk did not end a line
+        # (fd -> True), and which stream was written last; what the profile says on stderr
+        # starts on a line of its own (`fresh_line`).
+        self._unended: dict[int, bool] = {}
+        self._last_fd: int | None = None
+        self._one_file = _same_file(sys.stdout, sys.stderr)
         self._ended_mono: float | None = None  # time.monotonic() when the command ended
         self._group: int | None = None
 
@@ -405,13 +485,15 @@ class ProfileRecorder:
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         result.started_at = clock.now()
         self._group = proc.pid
+        self._exited = exited
         if result.interrupted_by is not None:  # it came while the command was being started
             _signal_group(proc.pid, result.interrupted_by)
+            self._kill_later()
         self.tree.start(proc.pid)
         await self.daemon.discover()  # recorded from its first tick, not the next round's
         assert proc.stdout is not None and proc.stderr is not None
-        pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer)),
-                 asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer))]
+        pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer, 1)),
+                 asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer, 2))]
         latency = asyncio.create_task(self._read_latency(exited))
         try:
             await asyncio.wait_for(asyncio.shield(exited), self.duration_s)
@@ -421,6 +503,8 @@ class ProfileRecorder:
             await self._stop_group(proc.pid, exited)
         result.ended_at = clock.now()
         self._ended_mono = time.monotonic()
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
         latency.cancel()
         code = proc.returncode
         assert code is not None  # it exited: _Protocol said so
@@ -430,8 +514,10 @@ class ProfileRecorder:
         for task in pending:  # a process that escaped even the leftovers holds the pipes
             task.cancel()
         transport.close()
+        self.fresh_line()  # what the profile says next starts a line
         self.progress.flush(clock.now())
         result.steps = self.progress.steps
+        result.progress_restarts = self.progress.restarts
         result.progress_lines = self.progress.lines
         result.first_step_at = self.progress.first_step_at
         result.step_timeline = list(self.progress.timeline)
@@ -457,18 +543,32 @@ class ProfileRecorder:
                 log.exception("reading the latency histograms failed")
             await asyncio.wait({exited}, timeout=LATENCY_POLL_S)
 
-    async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO) -> None:
+    async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO, fd: int) -> None:
         """The command's output to ours, unchanged, as it comes; counted on the way."""
         while True:
             chunk = await stream.read(1 << 16)
             if not chunk:
                 return
-            self.progress.feed(chunk, clock.now())
+            self.progress.feed(chunk, clock.now(), fd)
             await asyncio.to_thread(_write, out, chunk)  # a slow reader must not stop the ticks
+            self._unended[fd] = not chunk.endswith(b"\n")
+            self._last_fd = fd
+
+    def fresh_line(self) -> None:
+        """End the command's last line on stderr where it did not (`err no newline` then
+        the verdict read `err no newlinemlcostd profile: done`): on stderr's, or on stdout's
+        when the two are one file (a terminal, `2>&1`) and stdout was written last."""
+        last = 2 if not self._one_file else self._last_fd
+        if last is not None and self._unended.get(last):
+            _write(sys.stderr.buffer, b"\n")
+            self._unended[last] = False
 
     def _interrupt(self, signum: int) -> None:
         """Ctrl-C or SIGTERM: passed to the command's group (the profile then writes what it
-        saw); a second one kills the group. Before the command started, the command is not
+        saw); SIGKILL to the group STOP_GRACE_S later if the command has not exited by then
+        (a supervisor, docker stop or Kubernetes, sends one SIGTERM and SIGKILLs the profile
+        some seconds on: a command that ignores it must not keep the profile from writing its
+        files), or at once on a second one. Before the command started, the command is not
         started. After it exited the run was whole: the signal is the profile's exit status
         (what it left running in its group still gets it)."""
         if self.result.exit_status is not None:
@@ -481,9 +581,29 @@ class ProfileRecorder:
         if self._group is not None:
             again = signal.SIGKILL if self._interrupted_once else signum
             _signal_group(self._group, again)
+            if not self._interrupted_once and self.result.exit_status is None:
+                self._kill_later()
         self._interrupted_once = True
 
     _interrupted_once = False
+    _exited: asyncio.Future[None] | None = None
+    _kill_timer: asyncio.TimerHandle | None = None
+
+    def _kill_later(self) -> None:
+        """SIGKILL to the command's group STOP_GRACE_S from now, if it has not exited then."""
+        if self._kill_timer is None:
+            self._kill_timer = asyncio.get_running_loop().call_later(
+                STOP_GRACE_S, self._kill_if_running)
+
+    def _kill_if_running(self) -> None:
+        if self._group is None or self._exited is None or self._exited.done():
+            return
+        self.result.killed_after_signal = True
+        self.fresh_line()
+        log.warning("the command did not exit within %.0f s of %s: SIGKILL to its process "
+                    "group", STOP_GRACE_S,
+                    signal.Signals(self.result.interrupted_by or signal.SIGTERM).name)
+        _signal_group(self._group, signal.SIGKILL)
 
     @staticmethod
     async def _stop_group(pgid: int, exited: asyncio.Future[None]) -> None:
@@ -549,6 +669,15 @@ def _write(out: BinaryIO, chunk: bytes) -> None:
         out.flush()
     except (BrokenPipeError, ValueError):
         pass  # our own output is closed: the command runs on, unseen
+
+
+def _same_file(one: Any, other: Any) -> bool:
+    """Whether two of our streams write to one file (a terminal, `2>&1`)."""
+    try:
+        a, b = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -27,9 +27,11 @@ from daemon.commands import gates
 from daemon.commands.gates import GATE_EXIT_STATUS
 from daemon.commands.profile import (
     NOT_STARTED,
+    _phase_balance,
     memory_peak,
     memory_peak_text,
     summary_markdown,
+    verdict_lines,
 )
 from daemon.commands.report import render_text
 from daemon.report_html.escape import escaped
@@ -96,6 +98,10 @@ def test_a_starved_script_profiles_to_data_wait_with_a_prefetch_recommendation(s
     assert "dataloader_starvation" in rules
     assert "prefetch" in rules["dataloader_starvation"]["summary"]
     assert rules["dataloader_starvation"]["savings_per_month"] > 0
+    # one figure per fact: the rule quotes the share the phases line shows
+    share = facts["phase_balance"]["data_wait"]
+    assert rules["dataloader_starvation"]["evidence"]["share"] == pytest.approx(share, abs=1e-4)
+    assert f"spends {share:.0%} of its last" in rules["dataloader_starvation"]["summary"]
     assert facts["exit_status"] == 0 and facts["cost"] > 0 and facts["workload_kind"]
     # the report contract's keys, over the run's own range, for this tree only
     for key in ("host", "window", "gpus", "processes", "recommendations", "savings"):
@@ -369,6 +375,93 @@ def test_ctrl_c_reaches_the_command_and_the_profile_still_writes_what_it_saw(tmp
     assert "interrupted" in {w["code"] for w in facts["warnings"]}
     assert running_with(STARVED + " --steps 100000") == []
     assert_the_folder_holds_only_the_profile(out)
+
+
+# A training loop with a "graceful shutdown" handler that never finishes: it says it got the
+# signal and trains on. It stops by itself after IGNORER_S, so a profile that never kills it
+# still ends (with the command's status 0).
+IGNORER_S = 90
+IGNORES_SIGNALS = f"""
+import signal, sys, time
+from daemon.sim.device import Device
+
+def finishing(signum, frame):
+    print("got", signal.Signals(signum).name, "finishing the epoch...", flush=True)
+
+signal.signal(signal.SIGTERM, finishing)
+signal.signal(signal.SIGINT, finishing)
+with Device(gpu_index=0) as gpu:
+    gpu.alloc(1 << 30)
+    print("training", flush=True)
+    started = time.monotonic()
+    while time.monotonic() - started < {IGNORER_S}:
+        gpu.kernel(0.05, sm=0.9)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_command_that_outlives_the_profiles_signal_is_killed_and_the_files_written(
+        tmp_path, signum):
+    """One SIGTERM to the profile reached the command, which ignored it: the profile waited
+    for ever, where a supervisor (docker stop: 10 s, Kubernetes: 30 s) SIGKILLs it and nothing
+    is written. As --duration does, the profile SIGKILLs the command's group 5 s on."""
+    script = tmp_path / "ignorer.py"
+    script.write_text(IGNORES_SIGNALS)
+    out = tmp_path / "profile"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with subprocess.Popen([sys.executable, "-m", "daemon", "profile", "--out", str(out),
+                           "--simulate", "--", sys.executable, str(script)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the command runs under the profile: one signal now
+                if line.startswith("training"):
+                    break
+            proc.send_signal(signum)
+            stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert f"got {signum.name} finishing the epoch" in stdout  # it reached the command
+    assert proc.returncode == 128 + signal.SIGKILL, stderr  # the command's status, as ever
+    facts = document(out)["profile"]
+    assert facts["interrupted"] is True and facts["killed_after_signal"] is True
+    assert facts["exit_status"] == 128 + signal.SIGKILL
+    (warning,) = [w for w in facts["warnings"] if w["code"] == "interrupted"]
+    assert warning["message"] == (
+        "the run was interrupted (SIGINT/SIGTERM); the command had not exited 5 s after it "
+        "and was killed (SIGKILL to its process group)")
+    assert (f"the command did not exit within 5 s of {signum.name}: SIGKILL to its process "
+            "group\n") in stderr
+    assert re.search(r"^mlcostd profile: FAILED: the command exited with status 137$", stderr,
+                     re.MULTILINE), stderr
+    assert running_with(str(script)) == []
+    assert_the_folder_holds_only_the_profile(out)
+
+
+def test_the_verdict_starts_a_line_of_its_own_after_an_unended_last_line(tmp_path):
+    """The command's last line on stderr without a newline ran into the verdict: `err no
+    newlinemlcostd profile: done`, which a CI's grep for `^mlcostd profile:` missed. Its
+    stdout is passed on byte for byte all the same."""
+    command = ("import sys; sys.stdout.write('out no newline'); sys.stdout.flush(); "
+               "sys.stderr.write('err no newline')")
+    result = profile(tmp_path / "apart", "--simulate", "--", sys.executable, "-c", command)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "out no newline"
+    assert "err no newline\nmlcostd profile: done (no gates)\n" in result.stderr, result.stderr
+    # stdout and stderr one file (a terminal, 2>&1): stdout's unended line, written last
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    merged = subprocess.run(
+        [sys.executable, "-m", "daemon", "profile", "--out", str(tmp_path / "merged"),
+         "--simulate", "--", sys.executable, "-c",
+         "import sys; print('line', file=sys.stderr, flush=True); print('out no newline', "
+         "end='')"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=RUN_TIMEOUT_S,
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+    assert merged.returncode == 0, merged.stdout
+    assert "line\nout no newline\nmlcostd profile: done (no gates)\n" in merged.stdout, (
+        merged.stdout)
 
 
 # `mlcostd profile ARGS` with a Ctrl-C (or SIGTERM) in its start-up window: the recorder is up
@@ -1031,6 +1124,85 @@ def test_progress_with_a_group_takes_the_largest_step_number_tqdm_style():
     assert counter.timeline == [(1.0, 3), (2.0, 7)]
 
 
+def tqdm_epochs(epochs: int, steps: int) -> list[bytes]:
+    """What a tqdm bar per epoch writes to stderr, chunk by chunk: each epoch's bar from 0/N,
+    each step's bar drawn twice (tqdm redraws a step on its refresh), a newline at its end."""
+    chunks = []
+    for epoch in range(epochs):
+        for step in range(steps + 1):
+            bar = f"\rEpoch {epoch}: {100 * step // steps:3d}%|{'#' * (10 * step // steps):<10}|"
+            chunks += [f"{bar} {step}/{steps} [00:0{step % 10}]".encode()] * 2
+        chunks.append(b"\n")
+    return chunks
+
+
+def test_progress_with_a_bar_per_epoch_adds_each_epochs_steps():
+    r"""README's tqdm recipe, '(\d+)/\d+', with a bar per epoch (the usual way) counted one
+    epoch's steps: the largest step number seen. A number that falls back starts a new run,
+    whose steps are added; one redrawn (equal to the last) is the same step."""
+    counter = ProgressCounter(r"(\d+)/\d+")
+    for ts, chunk in enumerate(tqdm_epochs(3, 60)):
+        counter.feed(chunk, float(ts), 2)
+    counter.flush(1e6)
+    assert counter.steps == 180 and counter.restarts == 2
+    counts = [n for _, n in counter.timeline]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts) and counts[-1] == 180
+    # a log per epoch, every 10 steps: `epoch 2 step 10/100` after `epoch 1 step 100/100`
+    logged = ProgressCounter(r"step (\d+)/")
+    for epoch in range(3):
+        logged.feed(b"".join(b"epoch %d step %d/100 loss 0.1\n" % (epoch, step)
+                             for step in range(10, 101, 10)), float(epoch))
+    assert logged.steps == 300 and logged.restarts == 2
+
+
+def test_progress_that_only_rises_counts_as_before():
+    """A step counter that only rises (one bar over the whole run, a log's global step) and a
+    group that is a running total are one run: the largest number is the count."""
+    counter = ProgressCounter(r"(\d+)/\d+")
+    for chunk in tqdm_epochs(1, 90):
+        counter.feed(chunk, 1.0)
+    assert counter.steps == 90 and counter.restarts == 0
+    total = ProgressCounter(r"samples=(\d+)")
+    total.feed(b"".join(b"samples=%d\n" % n for n in range(32, 32 * 41, 32)), 1.0)
+    assert total.steps == 32 * 40 and total.restarts == 0
+
+
+def test_progress_a_step_or_two_back_is_not_a_new_run():
+    """Two writers a step apart (ranks sharing a terminal, a log line on stdout one step
+    behind the bar on stderr) go back by a little: that is no new run."""
+    counter = ProgressCounter(r"step (\d+)")
+    for step in range(1, 51):
+        counter.feed(b"rank0 step %d\n" % step, float(step), 2)
+        counter.feed(b"rank1 step %d\n" % max(step - 2, 1), float(step), 1)
+    assert counter.steps == 50 and counter.restarts == 0
+
+
+def test_progress_an_evaluation_bar_inside_a_run_wide_bar_is_not_counted():
+    """A training bar over the whole run (30/90) with an evaluation bar (0/10 to 10/10) each
+    30 steps, as Hugging Face's Trainer draws them: the training bar resumes past its own last
+    number, so the evaluation's numbers were an interlude, not a new run of steps."""
+    counter = ProgressCounter(r"(\d+)/\d+")
+    for step in range(1, 91):
+        counter.feed(b"\r%d/90 [train]" % step, float(step), 2)
+        if step % 30 == 0 and step < 90:
+            for done in range(11):
+                counter.feed(b"\r%d/10 [eval]" % done, float(step), 2)
+    counter.flush(100.0)
+    assert counter.steps == 90 and counter.restarts == 0
+    counts = [n for _, n in counter.timeline]
+    assert counts == sorted(counts) and counts[-1] == 90
+
+
+def test_progress_reads_each_stream_s_lines_apart():
+    """A line of stdout cut by its chunk was joined to the stderr chunk that came next:
+    `step 1` + `x` + `2/` read `step 1x` and `2/`, neither a step."""
+    counter = ProgressCounter(r"step (\d+)/")
+    counter.feed(b"step 1", 1.0, 1)
+    counter.feed(b"warning: x\n", 1.0, 2)
+    counter.feed(b"2/100\n", 2.0, 1)
+    assert counter.steps == 12
+
+
 def test_progress_without_a_group_counts_each_match_and_the_last_unended_line():
     counter = ProgressCounter(r"loss=")
     counter.feed(b"loss=1 loss=2\nnothing\nloss=3", 5.0)
@@ -1245,6 +1417,82 @@ def test_a_price_change_between_the_runs_is_not_counted_as_the_codes(tmp_path):
     assert gate.passed and "GPU-h" not in gate.message
 
 
+def test_a_baseline_that_is_not_representative_is_said_so_in_the_regression_gate(tmp_path):
+    """A baseline interrupted by Ctrl-C after 13 s (exit 130, `representative: false`) was
+    taken as any other: a CI that rolls its baseline forward from its last run adopts a broken
+    one unnoticed. The gate compares all the same, and says what the baseline was."""
+    path = profile_json(tmp_path / "old.json", 0.0000445, 1.006, "NVIDIA A10G")
+    raw = json.loads(path.read_text())
+    raw["profile"].update(
+        exit_status=130, interrupted=True, duration_s=13.228, representative=False,
+        warnings=[{"code": "too_short", "message": "the run took 13 s ..."},
+                  {"code": "failed", "message": "the command exited with status 130 ..."},
+                  {"code": "interrupted", "message": "the run was interrupted ..."},
+                  {"code": "few_stack_samples", "message": "..."}])
+    path.write_text(json.dumps(raw))
+    old = gates.read_baseline(str(path))
+    new = gates.read_baseline(str(profile_json(tmp_path / "new.json", 0.0000362, 1.006,
+                                               "NVIDIA A10G")))
+    gate = gates.max_regression(10, new, old, "old.json")
+    assert gate.passed and gate.value == pytest.approx(100 * (0.0000362 / 0.0000445 - 1))
+    assert gate.message == (
+        "gate --max-regression 10%: cost per 1k steps was $0.0362 against the baseline's "
+        "$0.0445 (-19%); the baseline is not representative: interrupted, exited 130, took "
+        "13 s (under 30 s), few stack samples")
+    # a crossed gate says it too; a representative baseline, nothing
+    slower = dict(new, cost_per_step=0.0000445 * 1.5)
+    failed = gates.max_regression(10, slower, old, "old.json")
+    assert not failed.passed and failed.message.endswith(
+        "(+50%, 40 points over); the baseline is not representative: interrupted, exited 130, "
+        "took 13 s (under 30 s), few stack samples")
+    whole = dict(old, exit_status=0, interrupted=False, duration_s=95.0, representative=True,
+                 warnings=[])
+    assert "representative" not in gates.max_regression(10, new, whole, "old.json").message
+    # hostile fields are read for what they are, or left out
+    odd = dict(old, exit_status="130", interrupted="yes", duration_s=True,
+               warnings=[{"code": "x\x1b[31m_y"}, "z", {"code": 5}])
+    assert gates.max_regression(10, new, odd, "old.json").message.endswith(
+        "; the baseline is not representative: x\\x1b[31m y")
+
+
+def test_the_readme_shows_the_gate_lines_as_they_are_printed():
+    """README's example gate line lacked the `FAILED ` the profile prints before a crossed
+    gate: a CI grep written from it (`^gate `) missed every failure."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("a failed one after `FAILED `, a passed one without:\n\n```\n", 1)[1]
+    shown = block.split("```", 1)[0].splitlines()
+    checked = [gates.max_data_wait(20, 0.71), gates.min_utilization(60, 82)]
+    doc = {"profile": {"gates": [g.as_dict() for g in checked], "exit_status": 0,
+                       "stopped_after_duration": False, "phase_balance": {}, "cost": 0.01,
+                       "duration_s": 40.0, "steps": 0, "warnings": [], "left_running": 0}}
+    printed = verdict_lines(doc)
+    assert shown[0] == printed[0] == "mlcostd profile: FAILED: 1 of 2 gates crossed"
+    assert shown[2:] == printed[-2:] == [
+        "  FAILED gate --max-data-wait 20%: data_wait was 71% (51 points over)",
+        "  gate --min-utilization 60%: GPU utilization was 82%"]
+    doc["profile"]["gates"] = [gates.min_utilization(60, 82).as_dict()] * 2
+    assert "`mlcostd profile: passed: 2 gates`" in readme
+    assert verdict_lines(doc)[0] == "mlcostd profile: passed: 2 gates"
+
+
+def test_the_phase_balance_is_the_share_the_rules_quote():
+    """`phases: compute 80%, eval 20%` above `spends 21% of its last 27 s in evaluation`: the
+    balance was summed from the report's phase seconds, rounded to 0.1 s (5.4 of 26.5 s),
+    where the rule quotes the process's share (0.2051). Several processes are weighed by
+    their phase seconds."""
+    trainer = {"pid": 1, "gpus": [0], "phases": {
+        "compute": {"seconds": 21.1, "share": 0.7949}, "eval": {"seconds": 5.4, "share": 0.2051}}}
+    assert _phase_balance([trainer]) == {"compute": 0.7949, "eval": 0.2051}
+    other = {"pid": 2, "gpus": [1], "phases": {"compute": {"seconds": 26.5, "share": 1.0}}}
+    both = _phase_balance([trainer, other])
+    assert both == {"compute": pytest.approx((0.7949 + 1) / 2, abs=1e-4),
+                    "eval": pytest.approx(0.2051 / 2, abs=1e-4)}
+    # a share that is not a number (a store of another version): the seconds, as before
+    odd = {"pid": 3, "gpus": [0], "phases": {"compute": {"seconds": 3.0, "share": "x"},
+                                             "eval": {"seconds": 1.0}}}
+    assert _phase_balance([odd]) == {"compute": 0.75, "eval": 0.25}
+
+
 def test_junit_has_one_case_per_gate_and_a_failure_message_for_each_crossed_one():
     checked = [gates.max_data_wait(20, 0.71), gates.min_utilization(60, 80)]
     root = ET.fromstring(gates.junit_xml(checked, seconds=12.5))
@@ -1421,6 +1669,44 @@ def test_the_profile_gives_the_runs_energy_and_carbon(starved):
     summary = (out / "summary.md").read_text()
     assert f"Energy: {energy['kwh']:,.4f} kWh" in summary
     assert "energy: " in result.stderr
+
+
+# A training script with a tqdm-style bar per epoch on stderr (as tqdm draws it: a carriage
+# return before each redraw, a newline when the epoch's bar is done), 3 epochs of 20 steps.
+TQDM_PER_EPOCH = """
+import sys
+from daemon.sim.device import Device
+
+with Device(gpu_index=0) as gpu:
+    gpu.alloc(2 << 30)
+    for epoch in range(3):
+        for step in range(21):
+            if step:
+                gpu.kernel(0.05, sm=0.9)
+            bar = f"Epoch {epoch}: {100 * step // 20:3d}%|{'#' * (step // 2):<10}| {step}/20"
+            sys.stderr.write(f"\\r{bar} [00:01]\\r{bar} [00:01]")  # drawn twice, as tqdm may
+            sys.stderr.flush()
+        sys.stderr.write("\\n")
+"""
+
+
+def test_a_tqdm_bar_per_epoch_counts_every_epochs_steps(tmp_path):
+    """README's recipe, --progress '(\\d+)/\\d+', on a bar per epoch counted 20 steps of 60:
+    the cost per step three times too high, the per-step gate failed, step_timeline flat
+    after the first epoch."""
+    script = tmp_path / "tqdm_epochs.py"
+    script.write_text(TQDM_PER_EPOCH)
+    out = tmp_path / "tqdm"
+    result = profile(out, "--simulate", "--progress", r"(\d+)/\d+", "--", sys.executable,
+                     str(script))
+    assert result.returncode == 0, result.stderr
+    facts = document(out)["profile"]
+    assert facts["steps"] == 60 and facts["progress_restarts"] == 2, facts
+    assert facts["cost_per_1k_steps"] == pytest.approx(facts["cost"] / 60 * 1000, rel=1e-3)
+    counts = [n for _, n in facts["step_timeline"]]
+    assert counts == sorted(counts) and counts[-1] == 60 and counts[19] == 20 < counts[20]
+    said = "60 steps (the step number started over 2 times: each run's steps added)"
+    assert said in result.stderr and said in (out / "summary.md").read_text()
 
 
 THREADED = """
