@@ -126,13 +126,15 @@ class HostSignals:
                     "got (the rate a loaded host slows)")
         return None
 
-    def input_read(self) -> str | None:
+    def input_read(self, caught_on_cpu: bool = False) -> str | None:
         """How it reads its input, by `streams` at READ_MIN_PER_S; None where it reads less, or
-        where its main thread was on a CPU at least ON_CPU_MIN of the time and the process read
-        under READ_BOUND_MIN_PER_CPU_S per CPU-second it got (host compute, not a wait)."""
+        where its main thread was on a CPU (at least ON_CPU_MIN of the time, or
+        `caught_on_cpu`: its stack dump found it running a line of its own that calls no
+        I/O) and the process read under READ_BOUND_MIN_PER_CPU_S per CPU-second it got (host
+        compute, not a wait)."""
         reading = self.streams(self.read_per_s, READ_MIN_PER_S)
         cpu = self.on_cpu
-        if reading is None or cpu is None or cpu < ON_CPU_MIN:
+        if reading is None or cpu is None or (cpu < ON_CPU_MIN and not caught_on_cpu):
             return reading
         got = self.tree_cpu if self.tree_cpu else (self.process_cpu or cpu)
         return None if self.read_per_s < READ_BOUND_MIN_PER_CPU_S * got else reading

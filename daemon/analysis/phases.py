@@ -308,12 +308,15 @@ def classify(
         if client is not None:
             return client
     if signals is not None:
-        # Caught on a CPU inside a comprehension that calls no I/O: running Python, whatever the
-        # process read or wrote elsewhere in the seconds the signals cover (a loop that reads a
-        # record, then decodes it in Python, spends its time in the decoding).
-        in_python = (thread is not None and thread.active and responsible is frames[0]
-                     and is_comprehension(responsible) and line_call is None)
-        measured = _from_signals(frames, signals, responsible, in_python=in_python)
+        # Caught on a CPU at a line of its own that calls no I/O; in a comprehension, running
+        # Python, whatever the process read or wrote elsewhere in the seconds the signals
+        # cover (a loop that reads a record, then decodes it in Python, spends its time in
+        # the decoding).
+        caught = (thread is not None and thread.active and responsible is not None
+                  and responsible is frames[0] and line_call is None)
+        measured = _from_signals(
+            frames, signals, responsible, caught_on_cpu=caught,
+            in_python=caught and responsible is not None and is_comprehension(responsible))
         if measured is not None:
             return measured
     child = next((f for f in reversed(called) if is_child_wait(f)), None)
@@ -823,10 +826,14 @@ def _has_process_pool(threads: Sequence[ThreadStack], main: ThreadStack | None) 
 
 
 def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Frame | None,
-                  *, in_python: bool = False) -> Classification | None:
+                  *, in_python: bool = False, caught_on_cpu: bool = False
+                  ) -> Classification | None:
     """What the signals say when the frames named no library: see classify(). `in_python`:
     the stack shows the main thread running Python (a comprehension of the user's, on a CPU):
-    host compute, whatever its I/O and on-CPU share over the seconds the signals cover."""
+    host compute, whatever its I/O and on-CPU share over the seconds the signals cover.
+    `caught_on_cpu`: it shows the main thread on a CPU at a line of its own that calls no
+    I/O (a C call such as `out.sort()`): host compute where its process reads too little per
+    CPU-second for the reading to be where its time goes (HostSignals.input_read)."""
     if in_python:  # (no figure in the text: a stack's reasons are counted by their text)
         if _under_no_grad(frames):
             return Classification(
@@ -840,9 +847,16 @@ def _from_signals(frames: Sequence[Frame], signals: HostSignals, responsible: Fr
         return Classification(
             CHECKPOINT, f"writing {writing} while the GPU idles (a checkpoint or output write)",
             responsible)
-    reading = signals.input_read()
+    reading = signals.input_read(caught_on_cpu)
     if reading is not None:
         return Classification(DATA_WAIT, f"reading {reading} while the GPU idles", responsible)
+    computes = (caught_on_cpu and not signals.d_state and not signals.iowait_growing
+                and signals.streams(signals.read_per_s, READ_MIN_PER_S) is not None)
+    if computes and not _under_no_grad(frames):  # (it reads, little for its CPU: input_read)
+        return Classification(
+            HOST_PREPROCESS, f"main thread on a CPU at its own line ({_where(frames[0])}), "
+            "its process reading little for the CPU it gets, while the GPU idles (host-side "
+            "compute)", responsible)
     if signals.d_state:
         return Classification(DATA_WAIT, "blocked on I/O (a thread in D state) while the GPU "
                               "idles", responsible)

@@ -319,13 +319,14 @@ def test_a_loop_caught_decoding_in_python_is_host_compute_though_it_reads_a_litt
                        gpu_busy=False, source_line=decoding_source, signals=reads)
     assert in_json.phase == "host_preprocess" and "parsing JSON" in in_json.reason, in_json
     # A read on the comprehension's own text is still a read, and a read in C on a user line
-    # (no frame below it) still goes by the signals: a process mostly off its CPU waits.
+    # (no frame below it) still goes by the signals: one caught off its CPU (blocked in its
+    # read), in a process mostly off its CPU, waits.
     reading = classify(stack((USER, "load.<locals>.<listcomp>", 3), (USER, "load", 3),
                              active=True), gpu_busy=False, signals=reads,
                        source_line=lambda f: "    blobs = [f.read() for f in files]")
     assert reading.phase == "data_wait", reading
     waits = signals(read_per_s=2.4e6, main_thread_cpu=0.1, process_cpu=0.1)
-    opaque_read = classify(stack((USER, "load", 3), active=True), gpu_busy=False, signals=waits,
+    opaque_read = classify(stack((USER, "load", 3)), gpu_busy=False, signals=waits,
                            source_line=lambda f: "    batch = pickle.load(fh)")
     assert opaque_read.phase == "data_wait", opaque_read
 
@@ -342,7 +343,17 @@ def test_a_main_thread_on_a_cpu_that_reads_a_little_computes_one_that_reads_much
                                         process_cpu=cpu, tree_cpu=cpu))
     assert at(2.4e6, 0.55).phase == "host_preprocess"
     assert at(200e6, 0.9).phase == "data_wait"
-    assert at(2.4e6, 0.1).phase == "data_wait"
+    assert at(6e6, 0.1).phase == "data_wait"  # 60 MB per CPU-second: what it waits on
+    # Caught on a CPU at that line, under half of the seconds the signals cover (the GPU's
+    # steps are in them): 1.09 MB/s at 0.45 of a core is still no read it waits on (probe
+    # 120's `out.sort()` samples); caught off its CPU, or reading 200 MB/s, it waits.
+    assert at(1.09e6, 0.45).phase == "host_preprocess"
+    assert at(200e6, 0.45).phase == "data_wait"
+    off_cpu = classify(stack((USER, "decode", 15), active=False), gpu_busy=False,
+                       source_line=lambda f: "    out.sort()",
+                       signals=signals(read_per_s=1.09e6, main_thread_cpu=0.45,
+                                       process_cpu=0.45, tree_cpu=0.45))
+    assert off_cpu.phase == "data_wait", off_cpu
     # The /proc fallback (no stacks) reads the signals the same way.
     from_proc = classify_from_proc(None, signals(read_per_s=2.4e6, main_thread_cpu=0.55,
                                                  process_cpu=0.55, tree_cpu=0.55))
