@@ -86,33 +86,34 @@ def test_the_unit_tests_catch_a_per_namespace_usage_cost_that_drops_the_usage(tm
 def test_the_unit_tests_catch_a_budget_projection_that_forgets_what_was_spent(tmp_path):
     """The run-rate alert this replaced: the burn times the whole period, whatever the period
     had already spent and however much of it was left."""
+    said = budget_tests_with(tmp_path, (
+        "mlcost_budget_spent_dollars\n          + mlcost:budget_burn_dollars_per_hour * on (period)"
+        " group_left mlcost:budget_period_hours_left"), (
+        "0 * mlcost_budget_spent_dollars\n          + mlcost:budget_burn_dollars_per_hour"
+        " * on (period) group_left () (0 * mlcost:budget_period_hours_left + 24)"))
+    assert "MlcostBudgetRunRate" in said
+
+
+def budget_tests_with(tmp_path, right: str, wrong: str) -> str:
+    """The budget alerts' promtool tests run on a copy of the alerts with `right` (there once)
+    replaced by `wrong`: they must fail; what promtool said."""
     copy = copy_with_one_test_group(tmp_path, "a budget whose spend so far")
     alerts = copy / "mlcost-alerts.yml"
     text = alerts.read_text()
-    right = ("mlcost_budget_spent_dollars\n          + mlcost:budget_burn_dollars_per_hour * on (period)"
-             " group_left mlcost:budget_period_hours_left")
     assert text.count(right) == 1
-    alerts.write_text(text.replace(right, (
-        "0 * mlcost_budget_spent_dollars\n          + mlcost:budget_burn_dollars_per_hour"
-        " * on (period) group_left () (0 * mlcost:budget_period_hours_left + 24)")))
+    alerts.write_text(text.replace(right, wrong))
     tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
     assert tested.returncode == 1
-    assert "MlcostBudgetRunRate" in tested.stdout + tested.stderr
+    return tested.stdout + tested.stderr
 
 
 def test_the_unit_tests_catch_a_user_budget_joined_on_a_hostname_the_workloads_lack(tmp_path):
     """Probe 121: the user and job budgets' burn was joined on a Hostname that the workload
     series never carry, so only the host budget had a projection and a run-rate alert; the
     unit tests fed workload series a Hostname no scrape gives them, and passed."""
-    copy = copy_with_one_test_group(tmp_path, "a budget whose spend so far")
-    alerts = copy / "mlcost-alerts.yml"
-    text = alerts.read_text()
-    right = ('on (instance, name) group_left\n'
-             '              label_replace(sum by (instance, user) ')
-    assert text.count(right) == 1
-    alerts.write_text(text.replace(right, (
+    said = budget_tests_with(
+        tmp_path,
+        'on (instance, name) group_left\n              label_replace(sum by (instance, user) ',
         'on (instance, Hostname, name) group_left\n'
-        '              label_replace(sum by (instance, Hostname, user) ')))
-    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
-    assert tested.returncode == 1
-    assert 'name="alice", period="daily", scope="user"' in tested.stdout + tested.stderr
+        '              label_replace(sum by (instance, Hostname, user) ')
+    assert 'name="alice", period="daily", scope="user"' in said
