@@ -303,7 +303,7 @@ def window_summary(meter: EnergyMeter, grid: GridIntensity, covered_s: float,
 
 def amount_text(kwh: float, grams: float | None) -> str:
     """An amount of energy as the report prints it: kWh, and its carbon where known."""
-    if 0 < kwh < 0.001:  # a short run's figures: two significant digits, not "0.000"
+    if 0 < kwh < 0.01:  # a short run's figures: two significant digits, not "0.001"
         energy = f"{kwh:.{1 - math.floor(math.log10(kwh))}f} kWh"
     else:
         energy = f"{kwh:,.3f} kWh" if kwh < 10 else f"{kwh:,.1f} kWh"

@@ -37,7 +37,7 @@ from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text, t
 from daemon.analysis.rules.base import plural
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
-from daemon.commands.report_energy import grid_text
+from daemon.commands.report_energy import amount_text, grid_text
 from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
 from daemon.sources.redact import REDACTED, redacted_words
@@ -910,13 +910,13 @@ def run_energy(document: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def energy_line(profile: dict[str, Any]) -> str | None:
-    """The run's energy in a line ("Energy: 0.004 kWh, 1.5 g CO2e at ..."), None without."""
+    """The run's energy in a line ("0.0042 kWh 1.50 g CO2e at ..."), None without."""
     energy = profile.get("energy")
     if not energy:
         return None
-    grams = energy.get("co2e_grams")
-    carbon = "" if grams is None else f", {grams:,.2f} g CO2e"
-    return f"{energy['kwh']:,.4f} kWh{carbon} {grid_text(energy.get('grid') or {})}"
+    # (the report's and the page's rule: the page's energy block says the same)
+    return (f"{amount_text(energy['kwh'], energy.get('co2e_grams'))} "
+            f"{grid_text(energy.get('grid') or {})}")
 
 
 def summary_markdown(document: dict[str, Any]) -> str:
