@@ -294,10 +294,11 @@ class Analyzer:
                 "total_per_hour": b.total_per_hour, "wasted_per_hour": b.wasted_per_hour,
                 "idle_per_hour": b.idle_per_hour, "price_per_gpu": b.price_per_gpu,
                 "price_source": b.price.source, "gpus": [g.as_dict() for g in b.gpus],
+                "unread_gpus": b.unread_gpus,
             } if b is not None else {
                 "total_per_hour": 0.0, "wasted_per_hour": 0.0, "idle_per_hour": 0.0,
                 "price_per_gpu": self.price.per_gpu, "price_source": self.price.source,
-                "gpus": [],
+                "gpus": [], "unread_gpus": 0,
             }),
             ledger=self.ledger.as_dict(by_process=False),
             processes=processes,

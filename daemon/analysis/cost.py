@@ -14,6 +14,12 @@ different view, computed by `gpu_wasted_per_hour` alone: price x (1 - utilizatio
 an idle or lost GPU counts whole. Every figure carries its inputs (`as_dict()`), so any dollar
 can be explained.
 
+A tick that reads no GPU while the host has GPUs to bill (NVML not started: the driver missing
+or mismatched; or started and its GPUs not read yet) charges the host's price all the same, as
+that many lost GPUs (`unread_gpus`, the GPU count of the price, at least 1): each is idle burn,
+held by no process, and wasted whole. The machine is billed while its GPUs cannot be read; a
+tick at $0 would drop those hours from the ledger, spend today and the budgets.
+
 Dollars over time are the ledger's (daemon.analysis.ledger); storage and unit cost are the
 meters' (daemon.analysis.meters).
 """
@@ -28,6 +34,8 @@ from typing import Any, NamedTuple
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
 from daemon.sources.sample import GPU_OK, ProcessSample, Sample
 from daemon.wire import process_key
+
+NVML_OK = "ok"  # Sample.nvml_status when NVML started
 
 NO_PRICE_SOURCE = "no price: set [instance].price_per_hour"
 
@@ -215,6 +223,8 @@ class Burn:
     gpus: tuple[GpuBurn, ...]
     processes: Mapping[ProcessKey, ProcessBurn]
     idle_utilization_pct: float = DEFAULT_IDLE_UTILIZATION_PCT  # the busy/idle line used
+    # GPUs charged with no reading this tick (unread_gpus): the host's price idle and wasted
+    unread_gpus: int = 0
 
     @property
     def process_per_hour(self) -> float:
@@ -230,9 +240,11 @@ class Burn:
             "price_source": self.price.source,
             "price": self.price.as_dict(),
             "busy_threshold_pct": self.idle_utilization_pct,
+            "unread_gpus": self.unread_gpus,
             "method": ("price per GPU = host price / GPU count; a busy GPU is split by SM share, "
                        "an idle one by memory held; GPUs no process holds are idle burn; wasted "
-                       "= price x (1 - utilization), idle GPUs whole"),
+                       "= price x (1 - utilization), idle GPUs whole; with no GPU read (NVML "
+                       "not started), the host's price is idle burn, wasted whole"),
             "gpus": [g.as_dict() for g in self.gpus],
             "processes": {process_key(*k): p.as_dict() for k, p in self.processes.items()},
         }
@@ -251,6 +263,30 @@ def gpu_wasted_per_hour(price_per_gpu: float, utilization_pct: float | None, ok:
     if not busy:
         return price_per_gpu
     return price_per_gpu * (1.0 - min(utilization_pct or 0.0, 100.0) / 100.0)
+
+
+def unread_gpus(sample: Sample, price: HostPrice) -> int:
+    """How many GPUs `sample` charges without a reading: none where it read a GPU (a lost one
+    included: `burn` charges it as such) or the host has no price; else the price's GPU count
+    (at least 1: a host priced before NVML counted its GPUs has 0) while NVML has not started,
+    or while it has and the price names GPUs it has not read yet. A host NVML started on that
+    counts no GPU and whose price names none has nothing to charge to GPUs."""
+    if sample.gpus or price.per_hour <= 0:
+        return 0
+    if sample.nvml_status == NVML_OK and price.gpu_count <= 0:
+        return 0
+    return max(price.gpu_count, 1)
+
+
+def unread_burn(sample: Sample, price: HostPrice, count: int,
+                idle_pct: float = DEFAULT_IDLE_UTILIZATION_PCT) -> Burn:
+    """The burn of a tick that read none of the host's `count` GPUs: each as a lost GPU
+    (`gpu_wasted_per_hour` not ok) no process holds, at host price / count: the whole price is
+    idle burn and wasted."""
+    per_gpu = price.per_hour / count
+    idle = math.fsum([per_gpu] * count)
+    wasted = math.fsum([gpu_wasted_per_hour(per_gpu, None, False, idle_pct)] * count)
+    return Burn(sample.ts, price, per_gpu, idle, idle, wasted, (), {}, idle_pct, count)
 
 
 def gpu_holders(sample: Sample) -> Holders:
@@ -294,7 +330,15 @@ def burn(sample: Sample, price: HostPrice, thresholds: IdleThresholds | None = N
     # (their generated __new__ is a Python call each).
     idle_pct = (thresholds.idle_utilization_pct if thresholds is not None
                 else DEFAULT_IDLE_UTILIZATION_PCT)
-    per_gpu = price.per_gpu
+    if not sample.gpus:
+        unread = unread_gpus(sample, price)
+        if unread:
+            if memo is not None:
+                memo.gpus = {}
+            return unread_burn(sample, price, unread, idle_pct)
+    # A price made before NVML counted the GPUs names none (a whole-host price from the config):
+    # split over the GPUs read until the daemon prices the host again for them.
+    per_gpu = price.per_gpu if price.gpu_count > 0 else price.per_hour / max(len(sample.gpus), 1)
     users_by_gpu, holding = holders if holders is not None else gpu_holders(sample)
     shares: dict[ProcessKey, list[ProcessShare]] = {}
     new_share = tuple.__new__

@@ -143,7 +143,9 @@ class JobLabeler:
 class CostLedger:
     """Cumulative dollars per process, user, job label and UTC day, integrated tick by tick:
     each tick charges its burn rate over the time since the previous tick (at most
-    MAX_TICK_GAP_S; the rest is counted in `unaccounted_seconds`). `run_starts`: where it
+    MAX_TICK_GAP_S; the rest is counted in `unaccounted_seconds`, not charged). Ticks that read
+    no GPU (NVML not started) are charged the host's price (daemon.analysis.cost.unread_gpus), so
+    they are no unaccounted time: `unread_seconds` counts them. `run_starts`: where it
     replays recorded ticks, the daemon starts among them (run_starts): the first tick after
     one is charged nothing, as the live ledger of that run charged it."""
 
@@ -159,6 +161,7 @@ class CostLedger:
         self.storage = 0.0
         self.seconds = 0.0
         self.unaccounted_seconds = 0.0
+        self.unread_seconds = 0.0  # charged at the host's price with no GPU read (in `seconds`)
         self.by_process: dict[ProcessKey, float] = defaultdict(float)
         self.by_user: dict[str, float] = defaultdict(float)
         self.by_job: dict[str, float] = defaultdict(float)
@@ -216,6 +219,8 @@ class CostLedger:
         self.idle += burn.idle_per_hour * hours
         self.wasted += burn.wasted_per_hour * hours
         self.seconds += dt
+        if burn.unread_gpus:
+            self.unread_seconds += dt
         self.by_day[day] += charged
         self.by_month[month] += charged
         hour = int((ts - dt / 2) // 3600 * 3600)
@@ -417,6 +422,7 @@ class CostLedger:
             "total": self.total, "idle": self.idle, "wasted": self.wasted,
             "storage": self.storage, "seconds": self.seconds,
             "unaccounted_seconds": self.unaccounted_seconds,
+            "unread_seconds": self.unread_seconds,
             "by_user": dict(self.by_user), "by_job": dict(self.by_job),
             "by_owner": dict(self.by_owner),
             "by_day": dict(self.by_day),

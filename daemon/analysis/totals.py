@@ -2,7 +2,9 @@
 
 The Prometheus counters (daemon.api.metrics) are these sums. They grow tick by tick over the
 same interval the cost ledger charges (`CostLedger.add` returns it), so a GPU's dollars summed
-over GPUs equal the host's GPU burn in the ledger, and `increase()` over any range gives dollars.
+over GPUs equal the host's GPU burn in the ledger, and `increase()` over any range gives dollars;
+except while no GPU is read (NVML not started: `Burn.unread_gpus`), when the ledger charges the
+host's price and no GPU is there to count it under (the host's counters have it).
 They only grow while mlcostd runs; a restart starts them at 0 again, which Prometheus reads as a
 counter reset. Energy is the GPU's measured power times the interval; a tick without a power
 reading (unsupported, GPU lost) adds nothing.

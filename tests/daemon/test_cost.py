@@ -133,6 +133,69 @@ def test_lost_gpu_is_wasted_whole():
     assert b.idle_per_hour == pytest.approx(2.0)
 
 
+NVML_MISSING = ("NVML unavailable: NVML Shared Library Not Found (NVML error 12); "
+                "retrying in 1 s")
+
+
+def test_a_host_whose_gpus_cannot_be_read_is_charged_its_price_as_lost_gpus():
+    """NVML not started (probe 121 F10): the host is billed all the same. It was charged $0:
+    burn, ledger, spend today and the budgets dropped a billed host."""
+    running = proc(7, [])  # its GPU use unknown while NVML is down: attributed nothing
+    unread = burn(Sample(1.0, 1, processes=(running,), nvml_status=NVML_MISSING), price(2.0, 2))
+    lost = burn(Sample(1.0, 1, gpus=(GpuSample(0, "u0", "n", GPU_LOST),
+                                     GpuSample(1, "u1", "n", GPU_LOST))), price(2.0, 2))
+    assert unread.unread_gpus == 2 and unread.gpus == () and unread.processes == {}
+    assert unread.price_per_gpu == pytest.approx(1.0)
+    for b in (unread, lost):  # the same dollars as two lost GPUs: idle, wasted whole
+        assert (b.total_per_hour, b.idle_per_hour, b.wasted_per_hour) == pytest.approx(
+            (2.0, 2.0, 2.0))
+    assert unread.as_dict()["unread_gpus"] == 2 and lost.unread_gpus == 0
+
+
+def test_nvml_down_then_back_is_charged_once_with_no_gap():
+    ledger = CostLedger()
+    hp = price(3.6, 1)
+    day = datetime(2025, 1, 31, 23, 59, 30, tzinfo=timezone.utc).timestamp()
+    procs = (proc(1, [(0, GIB, 100)], user="bob"),)
+    for i in range(60):  # NVML missing for the first minute, across midnight
+        ledger.add(burn(Sample(day + i, i, processes=(proc(1, [], user="bob"),),
+                               nvml_status=NVML_MISSING), hp))
+    for i in range(60, 120):  # then it reads the GPU
+        ledger.add(burn(Sample(day + i, i, gpus=(gpu(0, 100),), processes=procs), hp))
+    assert ledger.total == pytest.approx(3.6 * 119 / 3600)  # every second, once
+    assert ledger.idle == pytest.approx(3.6 * 59 / 3600)  # no process held it meanwhile
+    assert ledger.wasted == pytest.approx(3.6 * 59 / 3600)
+    assert ledger.by_user["bob"] == pytest.approx(3.6 * 60 / 3600)
+    assert sum(ledger.by_day.values()) == pytest.approx(ledger.total)
+    assert ledger.by_day["2025-01-31"] == pytest.approx(3.6 * 30 / 3600)
+    assert ledger.unread_seconds == pytest.approx(59) and ledger.unaccounted_seconds == 0
+    hour_spend = ledger.take_unrecorded()[0]  # what the store is handed: the same dollars
+    assert math.fsum(h[1] for h in hour_spend.values()) == pytest.approx(ledger.total)
+    assert ledger.as_dict()["unread_seconds"] == pytest.approx(59)
+
+
+def test_a_host_priced_before_nvml_counted_its_gpus_is_charged_before_and_after():
+    """A whole-host price from the config, made while NVML had not started, names no GPU: it is
+    charged as 1 GPU while none is read, and split over the GPUs read once NVML starts (until
+    the daemon prices the host again for them), not $0."""
+    uncounted = HostPrice(3.0, 0, "on-demand", None, None, None, "config", None)
+    down = burn(Sample(1.0, 1, nvml_status=NVML_MISSING), uncounted)
+    assert (down.total_per_hour, down.wasted_per_hour, down.unread_gpus) == (3.0, 3.0, 1)
+    back = burn(Sample(2.0, 2, gpus=(gpu(0, 0), gpu(1, 100))), uncounted)
+    assert back.total_per_hour == pytest.approx(3.0) and back.unread_gpus == 0
+    assert [g.price_per_hour for g in back.gpus] == pytest.approx([1.5, 1.5])
+
+
+def test_no_price_or_no_gpu_to_bill_charges_nothing_while_nvml_is_down():
+    none = HostPrice(0.0, 0, "on-demand", "x", "aws", None, NO_PRICE_SOURCE, None)
+    for hp in (none, HostPrice(0.0, 8, "on-demand", "x", "aws", None, NO_PRICE_SOURCE, None)):
+        b = burn(Sample(1.0, 1, nvml_status=NVML_MISSING), hp)
+        assert (b.total_per_hour, b.wasted_per_hour, b.unread_gpus) == (0.0, 0.0, 0)
+    # NVML started and counted no GPU, and the price names none: nothing to bill to GPUs
+    cpu_host = HostPrice(1.0, 0, "on-demand", None, None, None, "config", None)
+    assert burn(Sample(1.0, 1), cpu_host).total_per_hour == 0.0
+
+
 def test_burn_sums_random():
     rng = random.Random(1234)
     for _ in range(300):

@@ -11,10 +11,16 @@ fault but not how many ticks it lasts."""
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+import urllib.request
+
 import faultkit
 import livedaemon
 import pytest
-from simhost import poll
+from prometheus_client.parser import text_string_to_metric_families
+from simhost import attach_code, poll
 
 CONFIG = {"nvml": {"retry_initial": "0.5s", "retry_max": "1s"}}
 LOST_AT_TICK, LOST_UNTIL_TICK = 4, 18
@@ -143,6 +149,85 @@ def test_nvml_missing_for_a_while_keeps_recording_and_says_so(tmp_path):
     ticks = faultkit.ticks_of(daemon.db)
     # recorded throughout: every tick from the first, past the fault and after it
     assert len(ticks) >= NVML_BACK_TICK + 4 and faultkit.contiguous(ticks)
+    assert "Traceback" not in daemon.log()
+
+
+# A g5.xlarge (the catalog's price, 1 GPU) whose NVML cannot load for its first 40 ticks, a
+# busy workload on its GPU.
+BILLED_MISSING_UNTIL_TICK = 40
+BILLED_HOST = f"""
+[instance]
+provider = "aws"
+type = "g5.xlarge"
+region = "us-east-1"
+[gpu]
+model = "NVIDIA A10G"
+count = 1
+[[workloads]]
+name = "w0"
+gpus = [0]
+command = {json.dumps([sys.executable, "-c", attach_code(0, 2, faultkit.BUSY)])}
+[[faults]]
+kind = "nvml_missing"
+until_tick = {BILLED_MISSING_UNTIL_TICK}
+"""
+
+
+def host_burn(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    [burned] = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "mlcost_host_burn_dollars_per_hour"]
+    return burned
+
+
+@pytest.mark.fault("NVML missing on a billed host",
+                   "libnvidia-ml cannot be loaded for 40 ticks on a priced g5.xlarge")
+def test_a_billed_host_is_charged_its_price_while_nvml_is_missing_and_after(tmp_path):
+    """Probe 121 F10: while NVML could not start, the host's burn, ledger, spend today, budget
+    and /metrics read $0 for a machine billed the whole time. It is charged its price, all
+    wasted, to no process; once NVML is back, the GPU's price, with no gap and nothing twice."""
+    path = tmp_path / "billed.toml"
+    path.write_text('name = "billed"\n' + BILLED_HOST)
+    config = {**CONFIG, "cost": {"evaluate_every": "5s"},
+              "cost.budgets.host": {"daily": 1000.0}}
+    daemon = livedaemon.start(tmp_path / "run", str(path), interval=0.5, config=config,
+                              args=["--metrics-listen", "127.0.0.1:0"])
+    try:
+        port = int(poll(lambda: re.search(r"metrics on http://[^:]+:(\d+)/metrics",
+                                          daemon.log()), 30, "the metrics port",
+                        explain=daemon.log_tail).group(1))
+        poll(lambda: "not found" in faultkit.health(daemon)["nvml_status"], 30,
+             "health to say NVML is not found", explain=daemon.log_tail)
+        daemon.wait_for_ticks(len(daemon.ticks()) + 3)
+        scraped = host_burn(port)
+        during = daemon.now()
+        assert "not found" in during["host"]["nvml_status"], during["host"]["nvml_status"]
+        price = during["host"]["price"]
+        assert price["per_hour"] > 0 and price["gpu_count"] == 1, price
+        burn, cost = during["burn"], during["cost"]
+        assert burn["total_per_hour"] == pytest.approx(price["per_hour"]), burn
+        assert burn["wasted_per_hour"] == pytest.approx(price["per_hour"])
+        assert burn["idle_per_hour"] == pytest.approx(price["per_hour"])
+        assert burn["unread_gpus"] == 1 and during["gpus"] == []
+        assert scraped == pytest.approx(price["per_hour"])
+        assert cost["total"] > 0 and cost["unread_seconds"] > 0
+        assert cost["total"] == pytest.approx(price["per_hour"] * cost["seconds"] / 3600)
+        assert during["spend_today"] > 0
+        [budget] = during["budgets"]
+        assert budget["spent"] > 0, budget
+        poll(lambda: faultkit.gpu_status(daemon, 0) == "ok", 90, "NVML back",
+             explain=daemon.log_tail)
+        daemon.wait_for_ticks(len(daemon.ticks()) + 6)
+        after = daemon.now()
+    finally:
+        assert daemon.stop() == 0, daemon.log_tail()
+    cost = after["cost"]
+    assert after["burn"]["unread_gpus"] == 0
+    assert after["burn"]["total_per_hour"] == pytest.approx(price["per_hour"])
+    # its price for every second charged, once: unread while NVML was missing, read after
+    assert cost["total"] == pytest.approx(price["per_hour"] * cost["seconds"] / 3600)
+    assert 0 < cost["unread_seconds"] < cost["seconds"] and cost["unaccounted_seconds"] == 0
     assert "Traceback" not in daemon.log()
 
 
