@@ -32,10 +32,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds, gpu_is_busy
-from daemon.sources.sample import GPU_OK, ProcessSample, Sample
+from daemon.sources.sample import GPU_OK, NVML_OK, ProcessSample, Sample
 from daemon.wire import process_key
-
-NVML_OK = "ok"  # Sample.nvml_status when NVML started
 
 NO_PRICE_SOURCE = "no price: set [instance].price_per_hour"
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 
 # GPU status values. "ok" means every field that the GPU supports was read this tick.
 GPU_OK = "ok"
+NVML_OK = "ok"  # Sample.nvml_status when NVML started (else why it gave nothing)
 GPU_LOST = "lost"  # NVML_ERROR_GPU_IS_LOST / RESET_REQUIRED: the device fell off the bus
 GPU_TIMEOUT = "timeout"  # an NVML call overran its deadline; the reading is older than a tick
 GPU_ERROR = "error"  # any other NVML error for this device
@@ -128,6 +129,6 @@ class Sample:
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[ProcessSample, ...] = ()
     host: HostPressure = field(default_factory=HostPressure)
-    nvml_status: str = "ok"
+    nvml_status: str = NVML_OK
     # None where it was not read: a sample rebuilt from the store (replay) has no host usage.
     host_usage: HostUsageSample | None = None
