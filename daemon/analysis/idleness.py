@@ -71,6 +71,15 @@ class History:
     first_tick: float | None
     largest_gap_s: float
     gpus: Mapping[int, Sequence[tuple[float, float, float, float]]] = field(default_factory=dict)
+    # The first tick after the latest hole in the recording (more than hole_s between two
+    # ticks) in the whole look-back window; None: no hole. Idleness is known since then only.
+    resumed_at: float | None = None
+
+
+def hole_s(interval_s: float) -> float:
+    """The longest time between two ticks that is no hole in the recording (a tick or two
+    late on a loaded host is none; the daemon stopped or stalled is one)."""
+    return max(5 * interval_s, 10.0)
 
 
 def fail_safe(reason: str, *, for_s: float = 0.0, ts: float | None = None) -> dict[str, Any]:
@@ -241,7 +250,7 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
             active_now.append((f"GPU {gpu['index']}: {gpu['evidence'][0]}", KERNELS_CONFIDENCE))
 
     # The ticks must cover the asked window without a hole (the daemon stopped, or stalled).
-    tolerance = max(5 * interval_s, 10.0)
+    tolerance = hole_s(interval_s)
     if for_s > 0 and (history.first_tick is None or history.first_tick > window_start):
         held = ts - history.first_tick if history.first_tick is not None else 0.0
         unknown.append(f"the history holds {held:.0f} s, less than the asked {for_s:.0f} s "
@@ -274,6 +283,10 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
     from_start = last_busy is None or (history.first_tick is not None
                                        and last_busy <= history.first_tick)
     since = (history.first_tick if from_start else last_busy) or ts
+    resumed_at = history.resumed_at
+    resumed = resumed_at is not None and since < resumed_at
+    if resumed_at is not None and resumed:  # nothing is known of the hole: idle since the
+        since, from_start = resumed_at, True  # recording resumed, at least
     since = min(since, ts)
     idle_for = ts - since
     confidence = min([1.0]
@@ -286,8 +299,9 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
                 "reason": f"idle now, but only for {int(idle_for)} s of the asked "
                           f"{for_s:.0f} s: a GPU was busy until then",
                 "basis": MEASURED, "confidence": KERNELS_CONFIDENCE}
-    held = f"at least {idle_for:.0f} s (all the history holds)" if from_start \
-        else f"{idle_for:.0f} s"
+    held = (f"at least {idle_for:.0f} s (since the recording resumed after a hole)" if resumed
+            else f"at least {idle_for:.0f} s (all the history holds)" if from_start
+            else f"{idle_for:.0f} s")
     return {**base, "active": False, "since": since, "since_is_history_start": from_start,
             "idle_for_s": idle_for,
             "reason": f"idle for {held}: no GPU busy, no process computing, serving or "

@@ -57,6 +57,11 @@ def read_history(db: Path, since: float, until: float, for_s: float,
         gaps = reader.query(
             "SELECT max(ts - prev) AS gap, min(ts) AS lo, max(ts) AS hi FROM (SELECT ts, "
             "lag(ts) OVER (ORDER BY ts) AS prev FROM ticks WHERE ts >= ? AND ts <= ?)", window)
+        # the latest hole in the whole look-back window: idleness is known since it only
+        resumed = reader.query(
+            "SELECT max(ts) AS ts FROM (SELECT ts, lag(ts) OVER (ORDER BY ts) AS prev FROM "
+            "ticks WHERE ts >= ? AND ts <= ?) WHERE ts - prev > ?",
+            (round(since * 1000), window[1], round(idleness.hole_s(interval_s) * 1000)))
     finally:
         reader.close()
     first_tick = first[0]["ts"] / 1000 if first and first[0]["ts"] is not None else None
@@ -69,8 +74,10 @@ def read_history(db: Path, since: float, until: float, for_s: float,
     # The reader's bucket width: the smallest step between two buckets of any GPU.
     steps = [b[0] - a[0] for s in series.values() for a, b in zip(s, s[1:], strict=False)]
     width = max(min(steps) if steps else (until - since) / points, 1.0)
+    resumed_at = (resumed[0]["ts"] / 1000 if resumed and resumed[0]["ts"] is not None
+                  else None)
     return (idleness.History(since=since, until=until, width_s=width, first_tick=first_tick,
-                             largest_gap_s=largest, gpus=series),
+                             largest_gap_s=largest, gpus=series, resumed_at=resumed_at),
             width >= 60)
 
 

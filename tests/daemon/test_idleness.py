@@ -91,6 +91,37 @@ def test_a_hole_in_the_ticks_or_in_a_gpus_readings_is_active():
     assert lost["active"] is True and "GPU 0 has no readings" in lost["reason"]
 
 
+def test_idle_since_stops_at_the_latest_hole_in_the_recording(tmp_path):
+    """Probe 121 F14: a daemon stopped 25 s, 28 min ago, then idle: `--for 15m` answered
+    "idle for 1697 s, since" before the hole, where `--for 17m` refused the hole. A script that
+    reads `idle_for_s` would have counted time nobody saw. The store's ticks (the real writer,
+    read by the API's read_history) say where the recording resumed."""
+    from daemon.api.idle import read_history
+    from daemon.sources.sample import GpuSample, Sample
+    from daemon.store.writer import Store
+
+    until = TS
+    ticks = [t for t in range(int(TS) - 2000, int(TS) + 1, 5)  # one each 5 s, interval 5 s,
+             if not TS - 1700 < t < TS - 1650]                   # and a 50 s hole
+    store = Store(str(tmp_path / "mlcost.db"))
+    for n, t in enumerate(ticks, 1):
+        assert store.write(Sample(ts=float(t), tick=n, gpus=(GpuSample(
+            0, "GPU-0", "A100", utilization=0.0, memory_used_bytes=1 << 30,
+            memory_total_bytes=40 << 30),)))
+    store.close()
+    hist, _ = read_history(tmp_path / "mlcost.db", until - 3600, until, 900, [0], 5.0)
+    assert hist.resumed_at == TS - 1650  # the first tick after the hole
+    result = answer(now(), hist, for_s=900, idle_utilization_pct=IDLE_PCT, interval_s=5.0)
+    assert result["active"] is False
+    assert result["since"] == TS - 1650 and result["idle_for_s"] == 1650
+    assert result["since_is_history_start"] is True
+    assert "since the recording resumed after a hole" in result["reason"]
+    # Asked over the hole, it cannot tell, as before.
+    over = read_history(tmp_path / "mlcost.db", until - 3600, until, 1800, [0], 5.0)[0]
+    assert answer(now(), over, for_s=1800, idle_utilization_pct=IDLE_PCT,
+                  interval_s=5.0)["active"] is True
+
+
 def test_a_gpu_without_a_reading_now_is_active():
     result = ask(now(gpus=[gpu(0), gpu(1, None, "lost")]), history(gpus=(0, 1)))
     assert result["active"] is True and result["basis"] == "fail_safe"
