@@ -465,6 +465,29 @@ def test_every_dashboard_query_returns_data(fleet):
     assert set(values) == set(fleet.instances.values())
 
 
+def test_the_team_and_job_panels_follow_the_host_picker(fleet):
+    """Probe 121 F13: "Burn by team now", "Spent by team" and "Idle dollars by job" read the
+    fleet's recorded sums, so picking one host still showed every host's teams."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = {p["title"]: p["targets"][0]["expr"] for p in dashboard["panels"]}
+    host = fleet.instances["training"]
+    burn = panels["Burn by team now ($/h)"].replace("$instance", host)  # (anchored: one)
+
+    def picked() -> float:
+        return sum(float(r["value"][1]) for r in fleet.prometheus.query(burn))
+
+    whole = f'sum(mlcost_workload_burn_dollars_per_hour{{instance="{host}"}})'
+    poll(lambda: picked() > 0, WAIT_S, "the training host's burn by team",
+         explain=fleet.explain)
+    fleet_wide = sum(float(r["value"][1]) for r in fleet.prometheus.query(
+        "sum(mlcost_workload_burn_dollars_per_hour)"))
+    assert picked() == pytest.approx(float(fleet.prometheus.query(whole)[0]["value"][1]),
+                                     rel=0.05)
+    assert picked() < fleet_wide  # the other hosts' workloads are left out
+    for title in ("Spent by team, last 24 h", "Idle (wasted) dollars by job, last 24 h"):
+        assert 'instance=~"$instance"' in panels[title], title
+
+
 def test_a_killed_daemon_shows_down_while_the_others_go_on(fleet):
     victim = fleet.daemons["empty"]
     victim.record_tree()
