@@ -116,3 +116,32 @@ def test_the_unit_tests_catch_a_user_budget_joined_on_a_hostname_the_workloads_l
     tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
     assert tested.returncode == 1
     assert 'name="alice", period="daily", scope="user"' in tested.stdout + tested.stderr
+
+
+def test_the_unit_tests_catch_a_host_idle_alert_that_ignores_the_daemons_verdict(tmp_path):
+    """Probe 121: MlcostHostIdle ("stop the instance") went pending for a host whose server
+    waited for requests, which `mlcostd idle` called active: it read the GPUs alone."""
+    copy = copy_with_one_test_group(tmp_path, "a host idle for an hour alerts")
+    alerts = copy / "mlcost-alerts.yml"
+    text = alerts.read_text()
+    right = "\n          unless on (instance) (mlcost_host_active == 1)\n"
+    assert text.count(right) == 1
+    alerts.write_text(text.replace(right, "\n"))
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert 'Hostname="c"' in tested.stdout + tested.stderr  # the serving host paged
+
+
+def test_the_unit_tests_catch_a_held_idle_alert_on_a_servers_gpu(tmp_path):
+    """A server's GPU idle at night is the idle_server advice's business, not MlcostGpuHeldIdle's
+    (whose text sends to idle_gpu_held): the alert follows mlcost_gpu_held_idle where a daemon
+    exports it."""
+    copy = copy_with_one_test_group(tmp_path, "a held idle GPU alerts after 30 minutes")
+    alerts = copy / "mlcost-alerts.yml"
+    text = alerts.read_text()
+    right = "\n            unless on (instance, gpu, UUID) mlcost_gpu_held_idle\n"
+    assert text.count(right) == 1
+    alerts.write_text(text.replace(right, "\n"))
+    tested = promtool("test", "rules", str(copy / "tests" / "mlcost-rules.test.yml"))
+    assert tested.returncode == 1
+    assert 'UUID="GPU-b1"' in tested.stdout + tested.stderr  # the server's GPU alerted
