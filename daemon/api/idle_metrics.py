@@ -13,8 +13,11 @@ than GPU utilization alone (README "On a fleet"; MlcostHostIdle, MlcostGpuHeldId
 One definition: daemon.analysis.idleness.answer, as /v1/idle calls it (daemon.api.idle), on the
 tick's /v1/now document with `for` 0: "idle now". The look-back history is not read (no store
 read on a scrape); an alert's `for:` is the duration. The document is asked for only where the
-verdict needs it: a busy GPU is activity enough for the host (the answer's first evidence), and
-a busy or unheld GPU is never held idle; so a host at work costs nothing more a scrape.
+verdict needs it: a busy GPU is activity enough for the host (the answer counts it as such), and
+a busy or unheld GPU is never held idle; so a host whose GPUs are all busy, or busy and unheld,
+builds no document for it. Where one is built (a held GPU idle, or none busy: about 1 ms of CPU
+at 8 GPUs x 64 processes, the document and the answer), /v1/now's cache shares it with the API.
+Rendered once per tick, a verdict is at most a tick behind /v1/idle's.
 """
 
 from __future__ import annotations
