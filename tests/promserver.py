@@ -25,7 +25,11 @@ _LISTENING = re.compile(r'msg="Listening on" address=[\d.]+:(\d+)')
 
 class Prometheus:
     def __init__(self, folder: Path, targets: list[str], job: str = "mlcost",
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float = 1.0, target_labels: dict[str, str] | None = None,
+                 scrape: dict[str, Any] | None = None) -> None:
+        """`target_labels`: the static targets' labels (as a service discovery's relabelling
+        leaves them); `scrape`: more keys of the job's scrape config (honor_labels,
+        relabel_configs ...)."""
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.config = folder / "prometheus.yml"
@@ -34,7 +38,8 @@ class Prometheus:
                        "evaluation_interval": f"{interval_s:g}s",
                        "scrape_timeout": f"{interval_s:g}s"},
             "rule_files": [str(p) for p in RULE_FILES],
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [{"job_name": job, **(scrape or {}), "static_configs": [
+                {"targets": targets, **({"labels": target_labels} if target_labels else {})}]}],
         }, indent=2))
         self.log_path = folder / "prometheus.log"
         self._log = open(self.log_path, "wb")

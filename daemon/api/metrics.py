@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -51,6 +51,7 @@ from daemon.analysis.kinds import KINDS
 from daemon.api.activity_metrics import activity_families
 from daemon.api.energy_metrics import energy_families
 from daemon.api.exposition import Exposition, Family, LabelPairs
+from daemon.api.idle_metrics import idleness_families, verdict_now
 from daemon.api.limits import limited_log
 from daemon.api.metrics_state import MetricsState
 from daemon.api.usage_metrics import usage_cost_families
@@ -294,23 +295,25 @@ class DaemonCollector(Collector):
         with self._lock:
             return list(self._collect())
 
-    def state(self) -> MetricsState:
+    def state(self) -> tuple[MetricsState, Mapping[str, Any] | None]:
         """This tick's state: the daemon's typed state where it offers it (`metrics_state()`),
-        else its /v1/now document read through daemon.wire."""
+        else its /v1/now document read through daemon.wire (and that document)."""
         typed = getattr(self.daemon, "metrics_state", None)
         if callable(typed):
             state: MetricsState = typed()
-            return state
-        return MetricsState.from_document(self.daemon.now())
+            return state, None
+        document = self.daemon.now()
+        return MetricsState.from_document(document), document
 
     def _collect(self) -> Iterator[Metric | Family]:
-        state = self.state()
+        state, document = self.state()
         analyzer = getattr(self.daemon, "analyzer", None)
         wall, clock = daemon_clock.now(), time.monotonic()
         hostname = _clean(state.hostname)
         yield from self._host(state, hostname, wall)
         yield from self._store(hostname)
         yield from self._gpus(state, analyzer, hostname)
+        yield from self._idleness(state, document, analyzer, hostname)
         yield from self._workloads(state, analyzer, hostname, clock)
         yield from self._usage_cost(state, hostname, clock)
         yield from self._activity(state, hostname)
@@ -520,6 +523,34 @@ class DaemonCollector(Collector):
             energy.add(labels, t.energy_joules, "_total")
         yield from (util, sm, used, total, power, up, busy, holders, burn, wasted, burn_total,
                     wasted_total, energy)
+
+    # -- the daemon's idleness verdict, as GET /v1/idle gives it (daemon.api.idle_metrics) ---
+
+    def _idleness(self, state: MetricsState, document: Mapping[str, Any] | None,
+                  analyzer: Any, hostname: str) -> Iterator[Family]:
+        """`document`: the tick's /v1/now document where the state was read from it; else
+        the daemon's `now()` is asked, only where the verdict needs it."""
+        read: Callable[[], Mapping[str, Any]]
+        if document is not None:
+            held = document
+            read = lambda: held  # noqa: E731 (a def would not see `held` narrowed)
+        elif callable(getattr(self.daemon, "now", None)):
+            read = self.daemon.now
+        else:
+            return
+        config = getattr(self.daemon, "config", None)
+        periodic = getattr(analyzer, "periodic", None)
+
+        def verdict() -> Mapping[str, Any]:
+            return verdict_now(
+                read(),
+                periodic() if callable(periodic) else {},
+                config.idle.utilization if config is not None else 0.0,
+                config.daemon.interval if config is not None else 1.0)
+
+        labels = {gpu.index: _gpu_labels(gpu.index, gpu.uuid, gpu.name, hostname)
+                  for gpu in state.gpus}
+        yield from idleness_families(state, verdict, hostname, labels)
 
     # -- workloads --------------------------------------------------------------------------
 

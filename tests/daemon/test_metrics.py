@@ -566,3 +566,80 @@ def test_cost_per_request_stands_beside_the_latency_quantiles():
                  for s in samples(text, "mlcost_latency_seconds")}
     assert quantiles == {("chat", "0.5"): 0.1, ("chat", "0.99"): 2.0,
                          ("process #2", "0.5"): 0.2, ("process #2", "0.99"): 0.9}
+
+
+# -- the daemon's own idleness verdict (GET /v1/idle) on /metrics ------------------------------
+
+# A quiet server (a request every 5 s: its GPU idle, under 1 %) on GPU 0 and an idle notebook on
+# GPU 1: every GPU idle, and the host active by its server (probe 121 F12: MlcostHostIdle, "stop
+# the instance", went pending for a host `mlcostd idle` called active).
+QUIET_SERVER = """name = "quiet-server"
+[instance]
+provider = "aws"
+type = "g5.12xlarge"
+region = "us-east-1"
+lifecycle = "on-demand"
+[gpu]
+model = "NVIDIA A10G"
+count = 2
+[[workloads]]
+name = "server"
+program = "inference_server"
+gpus = [0]
+options = { memory_gib = 4, rate = 0.2 }
+[[workloads]]
+name = "notebook"
+program = "idle_notebook"
+gpus = [1]
+options = { memory_gib = 2 }
+"""
+
+
+def verdicts(daemon: livedaemon.LiveDaemon, port: int) -> dict[str, Any]:
+    """/v1/idle's answer (for 0) and /metrics' verdict series, read one after the other."""
+    answer = daemon.call("idle", 0.0)
+    _, _, text = fetch(f"http://127.0.0.1:{port}/metrics")
+    busy = {s.labels["gpu"]: s.value for s in samples(text, "mlcost_gpu_busy")}
+    held_idle = {s.labels["gpu"]: s.value for s in samples(text, "mlcost_gpu_held_idle")}
+    [active] = [s.value for s in samples(text, "mlcost_host_active")] or [None]
+    [ts] = [s.value for s in samples(text, "mlcost_last_sample_timestamp_seconds")]
+    return {"answer": answer, "active": active, "busy": busy, "held_idle": held_idle, "ts": ts}
+
+
+def test_the_host_verdict_on_metrics_is_v1_idle_s_on_an_idle_host(daemon):
+    """idle-host: a notebook holds its one GPU and does nothing. /v1/idle calls the host idle,
+    and so does mlcost_host_active; its GPU is held idle."""
+    port = metrics_port(daemon)
+    found = poll(lambda: (v := verdicts(daemon, port)) and v["answer"]["active"] is False
+                 and v["active"] == 0 and v, 60, "/v1/idle and /metrics calling the host idle",
+                 explain=lambda: f"{verdicts(daemon, port)}\n{daemon.log_tail()}")
+    assert found["busy"] == {"0": 0.0} and found["held_idle"] == {"0": 1.0}
+
+
+def test_a_quiet_server_keeps_its_host_active_and_its_idle_gpu_is_not_held_idle(mlcostd,
+                                                                                 tmp_path):
+    scenario_file = tmp_path / "quiet-server.toml"
+    scenario_file.write_text(QUIET_SERVER)
+    live = mlcostd(str(scenario_file), interval=0.5, args=["--metrics-listen", "127.0.0.1:0"])
+    port = metrics_port(live)
+
+    def serving(after: float = 0.0) -> dict[str, Any] | None:
+        """Both GPUs idle, the server seen serving by /v1/idle, and /metrics of a tick after
+        `after` (its bytes are its tick's: the tick the server was first seen serving in may
+        have been rendered before)."""
+        v = verdicts(live, port)
+        servers = [p for p in v["answer"]["processes"] if p["serves"] and p["gpus"] == [0]]
+        return v if servers and v["busy"] == {"0": 0.0, "1": 0.0} and v["ts"] > after \
+            else None
+
+    seen = poll(serving, 120, "the server seen serving with its GPU idle",
+                explain=lambda: f"{verdicts(live, port)}\n{live.log_tail()}")
+    found = poll(lambda: serving(seen["ts"]), 30, "the next tick's /metrics",
+                 explain=lambda: f"{verdicts(live, port)}\n{live.log_tail()}")
+    answer = found["answer"]
+    assert answer["active"] is True and "serves on a port" in answer["reason"], answer
+    assert found["active"] == 1
+    # the server's GPU is idle_server's business; the notebook's GPU is held idle
+    assert found["held_idle"] == {"0": 0.0, "1": 1.0}
+    [notebook] = [p for p in answer["processes"] if p["gpus"] == [1]]
+    assert notebook["active"] is False

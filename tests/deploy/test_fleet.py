@@ -236,6 +236,75 @@ def test_per_namespace_used_idle_and_unallocated_gpu_cost_sum_to_each_node_gpu_c
     assert node_cost == pytest.approx(prices)
 
 
+SERVICE_MONITOR = ROOT / "deploy" / "kubernetes" / "servicemonitor.yaml"
+# The target labels the Prometheus Operator gives a pod behind a ServiceMonitor's Service (its
+# generated relabel_configs: namespace, service, pod, container from the pod; endpoint the port's
+# name): mlcostd's own pod's, before the endpoint's own relabelings run.
+OPERATOR_TARGET_LABELS = {"namespace": "mlcost", "service": "mlcostd", "pod": "mlcostd-7xk2p",
+                          "container": "mlcostd", "endpoint": "metrics"}
+# A ServiceMonitor's RelabelConfig fields -> Prometheus's relabel_config keys
+RELABEL_KEYS = {"action": "action", "sourceLabels": "source_labels", "separator": "separator",
+                "targetLabel": "target_label", "regex": "regex", "modulus": "modulus",
+                "replacement": "replacement"}
+
+
+def operator_scrape_config() -> dict:
+    """The scrape config the Operator makes of servicemonitor.yaml's endpoint, for labels:
+    its honorLabels and its relabelings (camelCase to Prometheus's keys, the action in lower
+    case, as the Operator writes them)."""
+    monitor = next(d for d in yaml.safe_load_all(SERVICE_MONITOR.read_text())
+                   if d and d["kind"] == "ServiceMonitor")
+    [endpoint] = monitor["spec"]["endpoints"]
+    relabel = []
+    for rule in endpoint.get("relabelings") or []:
+        assert set(rule) <= set(RELABEL_KEYS), rule
+        relabel.append({RELABEL_KEYS[k]: (v.lower() if k == "action" else v)
+                        for k, v in rule.items()})
+    return {"honor_labels": bool(endpoint.get("honorLabels")), "relabel_configs": relabel}
+
+
+def test_through_the_servicemonitor_unallocated_cost_has_no_namespace(fleet, tmp_path):
+    """Probe 121: the Operator's target labels (mlcostd's own namespace, pod, container) landed
+    on every series that has none of its own: the unallocated GPUs and every process outside a
+    pod were charged to namespace "mlcost". A second real Prometheus scrapes the fleet with those
+    target labels and servicemonitor.yaml's honorLabels and relabelings."""
+    second = Prometheus(tmp_path / "operator", list(fleet.instances.values()), job="mlcostd",
+                        target_labels=OPERATOR_TARGET_LABELS, scrape=operator_scrape_config())
+    try:
+        empty = fleet.instances["empty"]
+        gpu = price_of(fleet.daemons["empty"]) / 4
+
+        def split() -> dict[tuple[str, str], float]:
+            return {(r["metric"].get("namespace", ""), r["metric"]["usage"]):
+                    float(r["value"][1]) for r in second.query(
+                        f'node_namespace_usage:mlcost_gpu_usage_hourly_cost:sum{{instance='
+                        f'"{empty}"}}')}
+
+        found = poll(lambda: (s := split()) and math.isclose(math.fsum(s.values()), 4 * gpu)
+                     and s, WAIT_S, "the empty host's usage split through the ServiceMonitor",
+                     explain=lambda: f"{split()}\n{second.log_tail()}")
+        # the three GPUs no pod is allocated: no namespace; the time-sliced one its pods'
+        assert found == pytest.approx({("", "unallocated"): 3 * gpu, ("ml", "idle"): gpu / 2,
+                                       ("research", "idle"): gpu / 2})
+        # a pod's GPU keeps its own pod, namespace and container
+        assert second.query('mlcost_gpu_usage_hourly_cost{namespace="ml", pod="train-0", '
+                            'container="trainer"}')
+        # the simulated processes are in no pod's cgroup: their workloads have no namespace
+        teams = poll(lambda: second.query("namespace_user:mlcost_workload_burn_dollars_per_hour"
+                                          ":sum"), WAIT_S, "the burn per team",
+                     explain=second.log_tail)
+        assert {r["metric"].get("namespace", "") for r in teams} == {""}
+        # and nothing of mlcostd's own pod is on any series, scraped or recorded
+        for label, value in OPERATOR_TARGET_LABELS.items():
+            matched = value if label in {"namespace", "pod", "container"} else ".+"
+            assert not second.query(f'{{__name__=~".*mlcost.*", {label}=~"{matched}"}}'), label
+        [info] = [r for r in second.query("mlcost_host_info") if r["metric"]["instance"] == empty]
+        assert not {"namespace", "pod", "container", "service", "endpoint"} & info["metric"].keys()
+        assert info["metric"]["job"] == "mlcostd"
+    finally:
+        second.stop()
+
+
 def test_a_held_idle_gpu_alert_goes_pending(fleet):
     notebook = fleet.instances["notebook"]
 

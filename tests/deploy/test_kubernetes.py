@@ -101,6 +101,9 @@ def test_the_servicemonitor_scrapes_the_service_keeping_the_workload_labels():
     [endpoint] = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["honorLabels"] is True  # pod/namespace stay the workload's
+    # and mlcostd's own pod's labels land on no series (tests/deploy/test_fleet.py scrapes so)
+    assert {"action": "labeldrop", "regex": "(namespace|service|pod|container|endpoint)"} in \
+        endpoint["relabelings"]
     # the alerts match the scrape job mlcost*: the Operator names it from this label's value
     assert labels[monitor["spec"]["jobLabel"]].startswith("mlcost")
 

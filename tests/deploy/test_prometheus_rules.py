@@ -95,9 +95,14 @@ def test_the_unit_tests_catch_a_budget_projection_that_forgets_what_was_spent(tm
 
 
 def budget_tests_with(tmp_path, right: str, wrong: str) -> str:
-    """The budget alerts' promtool tests run on a copy of the alerts with `right` (there once)
-    replaced by `wrong`: they must fail; what promtool said."""
-    copy = copy_with_one_test_group(tmp_path, "a budget whose spend so far")
+    """The budget alerts' promtool tests, run as alert_tests_with runs them."""
+    return alert_tests_with(tmp_path, "a budget whose spend so far", right, wrong)
+
+
+def alert_tests_with(tmp_path, group: str, right: str, wrong: str) -> str:
+    """The promtool test group named by `group` run on a copy of the alerts with `right`
+    (there once) replaced by `wrong`: it must fail; what promtool said."""
+    copy = copy_with_one_test_group(tmp_path, group)
     alerts = copy / "mlcost-alerts.yml"
     text = alerts.read_text()
     assert text.count(right) == 1
@@ -117,3 +122,21 @@ def test_the_unit_tests_catch_a_user_budget_joined_on_a_hostname_the_workloads_l
         'on (instance, Hostname, name) group_left\n'
         '              label_replace(sum by (instance, Hostname, user) ')
     assert 'name="alice", period="daily", scope="user"' in said
+
+
+def test_the_unit_tests_catch_a_host_idle_alert_that_ignores_the_daemons_verdict(tmp_path):
+    """Probe 121: MlcostHostIdle ("stop the instance") went pending for a host whose server
+    waited for requests, which `mlcostd idle` called active: it read the GPUs alone."""
+    said = alert_tests_with(tmp_path, "a host idle for an hour alerts",
+                            "\n          unless on (instance) (mlcost_host_active == 1)\n", "\n")
+    assert 'Hostname="c"' in said  # the serving host paged
+
+
+def test_the_unit_tests_catch_a_held_idle_alert_on_a_servers_gpu(tmp_path):
+    """A server's GPU idle at night is the idle_server advice's business, not MlcostGpuHeldIdle's
+    (whose text sends to idle_gpu_held): the alert follows mlcost_gpu_held_idle where a daemon
+    exports it."""
+    said = alert_tests_with(tmp_path, "a held idle GPU alerts after 30 minutes",
+                            "\n            unless on (instance, gpu, UUID) mlcost_gpu_held_idle\n",
+                            "\n")
+    assert 'UUID="GPU-b1"' in said  # the server's GPU alerted
