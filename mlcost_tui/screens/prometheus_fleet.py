@@ -47,10 +47,11 @@ def last_seen_name(name: str, width: int | None) -> Text:
 
 
 class PrometheusFleetTable(KeyedTable):
-    # As the --connect fleet table: at 80 columns the host, where it is scraped, burn, waste,
-    # GPUs and idle GPUs; the host names share what the figures leave, cut with `…`.
+    # As the --connect fleet table: at 80 columns the host, its scrape target (the address
+    # Prometheus scrapes: "scraped at" read as a time), burn, waste, GPUs and idle GPUs; the
+    # host names share what the figures leave, cut with `…`.
     COLUMNS = (Column("host", "host", 10, flex=True),
-               Column("instance", "scraped at", 12, flex=True), Column("status", "status", 6),
+               Column("instance", "target", 12, flex=True), Column("status", "status", 6),
                Column("type", "instance type", 13, priority=2), Column("burn", "burn $/h", 9),
                Column("wasted", "wasted $/h", 10, priority=1), Column("gpus", "GPUs", 4),
                Column("idle", "idle GPUs", 9),

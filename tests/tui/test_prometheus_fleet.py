@@ -166,6 +166,9 @@ async def test_at_80_columns_the_prometheus_fleet_table_keeps_its_figures_on_scr
         text = screen_text(app)
         heading = next(line for line in text if "burn $/h" in line)
         assert "idle GPUs" in heading and heading.rstrip().endswith("│"), heading
+        # the scrape target's column is named for what it holds, an address (probe 121 F8:
+        # "scraped at" read as a time)
+        assert " target " in heading and "scraped at" not in heading, heading
         row = next(line for line in text if "$32.77" in line and "│" in line)
         assert "gpu-node-01…" in row and "…:9400" in row, text
         await pilot.resize_terminal(200, 30)  # wider: the other columns come back
