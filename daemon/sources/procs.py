@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import psutil
 
+from daemon import clock as daemon_clock
 from daemon.sources.owners import OwnerReader
 from daemon.sources.redact import redact_argv, redact_text
 from daemon.sources.safe_text import one_line
@@ -245,7 +246,7 @@ class ProcessSource:
         owner = {key: one_line(value) for key, value in owner.items()}
         # Not yet its own command line, maybe (YOUNG_S; or none read): the first tick reads it
         # again (_renamed, as for an exec that changed its name).
-        settled = argv and time.time() - start_time >= YOUNG_S
+        settled = argv and daemon_clock.now() - start_time >= YOUNG_S
         self._known[pid] = _Known(pid, start_ticks, start_time, ppid, one_line(user),
                                   one_line(command), owner, head=head if settled else b"")
         return True
