@@ -462,6 +462,10 @@ SOCKET_READ_CALL = re.compile(r"\.(recv|recv_into|recvfrom|recvmsg)\(")  # on a 
 SERVING_FILES = ("*/socketserver.py", "*/http/server.py", "*/wsgiref/*",
                  "*/werkzeug/serving.py", "*/grpc/_server.py")
 
+# Calls that write records out, on a source line: a print to a file and a logging call.
+_PRINT_OR_LOG = (r"\bprint\(.*\bfile\s*=|"
+                 r"\b(log|logger|logging)\.(debug|info|warning|error|exception|critical|log)\(")
+
 # What the innermost user line calls, for calls that leave no Python frame (C functions):
 # (regex on the source line, phase, reason). The first match wins.
 SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
@@ -469,8 +473,7 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
     for pattern, phase, reason in (
         (r"\.(item|tolist|cpu|numpy)\(\s*\)|\bsynchronize\(|\.to\(\s*['\"]cpu", SYNC,
          "copying a result to the host (waits for the GPU)"),
-        (r"\bjson\.dumps?\(|\.writerows?\(|\bprint\(.*\bfile\s*=|"
-         r"\b(log|logger|logging)\.(debug|info|warning|error|exception|critical|log)\(",
+        (r"\bjson\.dumps?\(|\.writerows?\(|" + _PRINT_OR_LOG,
          OUTPUT, "writing output (serializing records)"),
         (r"\.(write|writelines)\(.*(\bf['\"]|\.join\(|\\n|\bstr\(|\.format\(|%)",
          OUTPUT, "writing output (text records)"),
@@ -501,9 +504,7 @@ COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"
 
 # A line that writes what it makes: a comprehension that is an argument of such a call formats
 # what is written (`out.write(" ".join(f"{x:.6f}" for x in vector))`), so its whole line counts.
-WRITE_CALL = re.compile(r"\.(write|writelines|writerows?)\(|\bprint\(.*\bfile\s*=|"
-                        r"\b(log|logger|logging)\.(debug|info|warning|error|exception|critical|"
-                        r"log)\(")
+WRITE_CALL = re.compile(r"\.(write|writelines|writerows?)\(|" + _PRINT_OR_LOG)
 
 
 def is_comprehension(frame: Frame) -> bool:
