@@ -21,7 +21,8 @@
 - events, low-utilization windows and recommendations: as the store had them at ts (an event
   that ended later is shown open; a recommendation counts from its first sighting until
   RECOMMENDATION_GRACE_S after its last one, since the rules run every ~30 s (plus the live
-  view's [cost].recommendation_hold, recorded in the host meta), with its text as
+  view's [cost].recommendation_hold, recorded in the host meta), or until the live view let it
+  go (its resolved notice: its process exited, its hold ran out), with its text as
   it was at ts: daemon.store.queries.recommendation_texts).
 """
 
@@ -38,6 +39,7 @@ from typing import Any
 
 from daemon import clock
 from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
+from daemon.analysis.book import RESOLVED
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.cost_state import ProcessCost
@@ -334,10 +336,14 @@ class Replay:
         since = at - self.recommendation_grace_s
         found = queries.recommendations(self.reader, since)
         texts = queries.recommendation_texts(self.reader, since, at)
+        resolved = self._resolved_by(since, at)
         shown = []
         for rec in found:
             if rec["first_seen"] > at:
                 continue
+            went = resolved.get(f"{rec['rule']} {rec['target']}")
+            if went is not None and rec["last_seen"] < went:
+                continue  # resolved by `at` (its process exited, or its hold ran out)
             text = texts.get(rec["id"])
             if text is not None:
                 written, body = text
@@ -353,6 +359,18 @@ class Replay:
                 rec = dict(rec, summary=_later_text(rec["last_seen"], rec["summary"]))
             shown.append(rec)
         return shown
+
+    def _resolved_by(self, since: float, at: float) -> dict[str, float]:
+        """When each recommendation that the live view let go in [since, at] went, by its
+        resolved notice's target ("rule target", daemon.analysis.book.resolved_notice). The
+        store keeps one notice per recommendation, its latest: one seen after it (its
+        recommendations row's last_seen later) came back, and stands as the grace says."""
+        went: dict[str, float] = {}
+        for event in queries.events(self.reader, since, at):
+            ended = event["ended_at"]
+            if event["kind"] == RESOLVED and ended is not None and ended <= at:
+                went[event["target"]] = max(ended, went.get(event["target"], ended))
+        return went
 
     def close(self) -> None:
         self.reader.close()

@@ -6,7 +6,9 @@ before the text history keeps its recommendations readable once migrated."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -243,3 +245,41 @@ def test_a_replay_of_the_tick_new_advice_was_found_on_shows_it(tmp_path):
     assert shown["ts"] == pytest.approx(tick, abs=0.002)
     assert [(r["id"], r["summary"]) for r in shown["recommendations"]] == [("r", "use spot")]
     assert shown["recommendations"][0]["first_seen"] == pytest.approx(tick, abs=0.002)
+
+
+def test_a_recommendation_let_go_live_is_not_replayed_after_it_went(mlcostd):
+    """The idle notebook is stopped: the live view lets its advice go at the next round (its
+    process exited) and says so. Replay showed it for up to 90 s more (the grace after its last
+    sighting, for the rounds between sightings), as if it still stood."""
+    daemon = mlcostd("idle-host", interval=0.5, config=IDLE_CONFIG)
+    poll(lambda: any(r["rule"] == RULE for r in daemon.now().get("recommendations") or []),
+         ADVICE_TIMEOUT_S, f"the {RULE} advice", every=0.5, explain=daemon.log_tail)
+    [notebook] = daemon.workload_pids()
+    os.kill(notebook, signal.SIGKILL)
+    went: list[float] = []
+
+    def resolved() -> bool:
+        conn = sqlite3.connect(f"file:{daemon.db}?mode=ro", uri=True)
+        try:
+            went[:] = [r[0] / 1000 for r in conn.execute(
+                "SELECT ended_at FROM events WHERE kind = 'recommendation_resolved' "
+                "AND target LIKE ? AND ended_at IS NOT NULL", (f"{RULE} %",))]
+        finally:
+            conn.close()
+        return bool(went)
+
+    poll(resolved, ADVICE_TIMEOUT_S, f"the {RULE} advice resolved", every=0.5,
+         explain=daemon.log_tail)
+    daemon.wait_for_ticks(len(daemon.ticks()) + 4)  # ticks after it went
+    assert daemon.stop() == 0, daemon.log_tail()
+    [resolved_at] = went
+    with Replay(daemon.db) as replay:
+        last_seen = next(r["last_seen"] for r in queries.recommendations(replay.reader, 0.0)
+                         if r["rule"] == RULE)
+        assert last_seen < resolved_at < last_seen + 90  # within the grace: shown before
+        standing = [t for t in replay.times() if t <= last_seen]
+        gone = [t for t in replay.times() if t >= resolved_at]
+        assert standing and gone
+        assert RULE in [r["rule"] for r in replay.state_at(standing[-1])["recommendations"]]
+        for t in gone:
+            assert RULE not in [r["rule"] for r in replay.state_at(t)["recommendations"]]
