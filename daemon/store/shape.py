@@ -70,6 +70,8 @@ def check_shape(reader: StoreReader) -> int:
                                f"read: {_one_line(what)}; {WHAT_TO_GIVE}")
 
     version = reader.query("PRAGMA user_version")[0]["user_version"]
+    if version == 0 and not reader.query("SELECT 1 FROM sqlite_master LIMIT 1"):
+        raise refuse("it is empty (no tables: an empty file, or a database never written)")
     if not 1 <= version <= SCHEMA_VERSION:
         raise refuse(f"its schema version is {version} (this mlcost reads 1 to "
                      f"{SCHEMA_VERSION}{'; a newer mlcost wrote it' if version > 0 else ''})")

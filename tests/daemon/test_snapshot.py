@@ -201,11 +201,14 @@ def _bad_files(snapshot: Path, folder: Path) -> dict[str, tuple[Path, str]]:
     text.write_text("meeting notes, not a snapshot\n" * 200)
     empty = folder / "empty.db"
     sqlite3.connect(empty).execute("CREATE TABLE unrelated (x)").connection.close()
+    zero = folder / "zero.db"
+    zero.write_bytes(b"")  # a file created and never written (a copy that failed at once)
     return {"truncated": (truncated, "damaged snapshot|the file is damaged"),
             "corrupt": (corrupt, "damaged snapshot|the file is damaged"),
             "newer": (newer, "newer mlcost"),
             "text": (text, "not an mlcostd store"),
             "unrelated": (empty, "not an mlcostd store"),
+            "empty": (zero, "not an mlcostd store.*: it is empty"),
             "missing": (folder / "nothing-here.db", "no store at")}
 
 
