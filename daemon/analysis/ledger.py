@@ -126,10 +126,10 @@ class JobLabeler:
                 return name
         if workload:
             return workload
-        try:
-            argv = shlex.split(command)
+        try:  # (bounded too: shlex builds each token a character at a time, quadratic in it)
+            argv = shlex.split(matched)
         except ValueError:
-            argv = command.split()
+            argv = matched.split()
         if not argv:
             return "unknown"
         for i, arg in enumerate(argv):

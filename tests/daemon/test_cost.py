@@ -346,6 +346,20 @@ def test_a_job_pattern_runs_on_a_bounded_prefix_of_the_command_line():
     assert labeler.label("python train.py " + "x" * MATCHED_CHARS + " --tag late") == "train.py"
 
 
+def test_a_command_line_is_split_into_words_on_a_bounded_prefix(monkeypatch):
+    """A snapshot handed around may hold a command line of megabytes (the daemon records at
+    most ~20 000 characters; another writer, or an edited file, need not): shlex builds each
+    word a character at a time, and a report over a 1 MB one took 64 s (probe 126 F3)."""
+    from daemon.analysis import ledger
+
+    split: list[int] = []
+    real = ledger.shlex.split
+    monkeypatch.setattr(ledger.shlex, "split", lambda text: split.append(len(text)) or real(text))
+    huge = "python /srv/jobs/train.py --note '" + "B" * 1_000_000 + "'"
+    assert JobLabeler().label(huge) == "train.py"
+    assert split and max(split) <= MATCHED_CHARS
+
+
 def test_storage_cost(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.bin").write_bytes(b"\0" * 1000)
