@@ -43,6 +43,21 @@ def local_time(ts: float, *, date: bool = True, seconds: bool = True) -> str:
     return time.strftime(fmt, time.localtime(ts))
 
 
+def local_zone(ts: float) -> str:
+    """The local time zone at ts, as a person reads it beside local_time's: 'UTC', or its name
+    and offset ('EST, UTC-05:00'), so a window in local time is not read as the UTC days that
+    money is booked to."""
+    moment = time.localtime(ts)
+    offset = moment.tm_gmtoff or 0
+    if offset == 0 and moment.tm_zone in ("UTC", "GMT", "Z", "UCT"):
+        return "UTC"
+    sign = "-" if offset < 0 else "+"
+    hours, minutes = divmod(abs(offset) // 60, 60)
+    written = f"UTC{sign}{hours:02d}:{minutes:02d}"
+    name = moment.tm_zone or ""
+    return written if not name or name[0] in "+-" else f"{name}, {written}"
+
+
 def duration(seconds: float) -> str:
     """A length of time for a person, in the unit that reads best: 0.4 s, 12 s, 7 min, 2.5 h,
     30 days (never "0 min"; a review of a snapshot's 5 minutes once read "0.0 days")."""

@@ -552,7 +552,8 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     since = clock.local_time(window["since"])
     same_day = clock.local_time(window["since"])[:10] == clock.local_time(window["until"])[:10]
     until = clock.local_time(window["until"], date=not same_day)
-    out.append(f"window: {since} to {until}, {window['ticks']} samples")
+    out.append(f"window: {since} to {until} ({clock.local_zone(window['until'])}), "
+               f"{window['ticks']} samples")
     first = window.get("first_sample_at")
     if first and first - window["since"] > 3 * float(host.get("interval_s") or 1.0) + 60:
         out.append(f"  (samples from {clock.local_time(first)}"
@@ -586,7 +587,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     spend = report.get("spend") or {}
     if spend.get("by_day"):
         days = ", ".join(f"{day} ${value:.2f}" for day, value in spend["by_day"].items())
-        out.append(f"spend in the window: {days}")
+        out.append(f"spend in the window by UTC day: {days}")
     if spend.get("by_owner"):
         top = sorted(spend["by_owner"].items(), key=lambda item: -item[1])[:8]
         out += textwrap.wrap("spend by owner: " + ", ".join(
@@ -755,8 +756,8 @@ def render_review(review: dict[str, Any], width: int | None = None) -> list[str]
         return []
     span = clock.duration(review["until"] - review["since"])
     out = ["", f"Review: {clock.local_time(review['since'], seconds=False)} to "
-               f"{clock.local_time(review['until'], seconds=False)} ({span}), against "
-               f"the {span} before"]
+               f"{clock.local_time(review['until'], seconds=False)} "
+               f"({clock.local_zone(review['until'])}; {span}), against the {span} before"]
     previous = spend.get("previous_total")
     untrended = (review.get("previous") or {}).get("trend")
     basis = spend.get("per_day_basis")

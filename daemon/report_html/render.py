@@ -439,7 +439,7 @@ def render(data: ReportData) -> str:
         f"<h1>{_e(data.title)}</h1>",
         f'<p class="facts">{" · ".join(f for f in facts if f)}</p>',
         f'<p class="facts">{_e(_time(data.since))} – {_e(_time(data.until))} '
-        f"({span}) · the host spent <b>{_money(data.spend)}</b>, of which wasted "
+        f"({_e(clock.local_zone(data.until))}; {span}) · the host spent <b>{_money(data.spend)}</b>, of which wasted "
         f"<b>{_money(data.wasted)}</b></p>",
     ]
     if data.summary:

@@ -102,7 +102,8 @@ def render(document: dict[str, Any]) -> str:
         span = clock.duration(review["until"] - review["since"])
         out.append(f"<p>{_e(clock.local_time(review['since'], seconds=False))} to "
                    f"{_e(clock.local_time(review['until'], seconds=False))} "
-                   f"({_e(span)}), against the {_e(span)} before.</p>")
+                   f"({_e(clock.local_zone(review['until']))}; {_e(span)}), against the "
+                   f"{_e(span)} before.</p>")
     spend = review.get("spend")
     if not spend:
         out.append("<p>No recorded spend in this range: the store was written by an mlcostd "

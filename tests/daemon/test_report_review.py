@@ -6,6 +6,7 @@ the recommendations (acted on, snoozed, ignored)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -333,8 +334,14 @@ def test_an_hour_the_range_cuts_puts_its_spend_where_its_ticks_are(tmp_path):
     # per day of the 2 minutes recorded: was $0.24 / 30 min, "$11.52/day", for $172.80
     assert re.search(r"\(\$17[2-4]\.\d\d/day over the 119 s the store holds\)", young), young
     text = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
-                           "5m"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
-    assert "(5 min), against the 5 min before" in text  # (was "(0.0 days)")
+                           "5m"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TZ="NYT+5")).stdout  # (POSIX: no tz database)
+    assert "; 5 min), against the 5 min before" in text  # (was "(0.0 days)")
+    # Local clock times say their zone, beside the UTC days money is booked to (probe 126 F1:
+    # a window on 12-05 evening in New York whose spend was all on "12-06")
+    zone = "NYT, UTC-05:00"
+    assert re.search(rf"^window: .* \({zone}\), \d+ samples$", text, re.M), text
+    assert re.search(rf"^Review: .* \({zone}; 5 min\)", text, re.M), text
 
 
 def test_a_review_redirected_to_a_file_cuts_no_line(tmp_path):
