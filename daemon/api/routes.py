@@ -273,6 +273,10 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             gate.begin(rec, who, dry_run)
         except ActionRefused as exc:
             return json_error(exc.status, str(exc))
+        held = daemon.action_held_back(rec)  # on the loop: the last tick, the latest round
+        if held is not None:
+            gate.end(rec, who, dry_run, error=held, status=409)
+            return json_error(409, held)
         try:  # only the action (a signal, boto3 calls) runs in a thread
             result = await asyncio.to_thread(daemon.run_action, rec, dry_run)
         except ActionError as exc:

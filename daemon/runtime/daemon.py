@@ -26,12 +26,14 @@ from typing import Any
 from daemon import clock
 from daemon.analysis.analyzer import Analyzer
 from daemon.analysis.balance import checkpoint_times, phase_balances
+from daemon.analysis.book import HOLDING
 from daemon.analysis.kinds import job_wait_markers
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
 from daemon.analysis.window_ticks import WINDOW_S as EVALUATION_WINDOW_S  # phase balances too
+from daemon.api.actions import START_TIME_TOLERANCE_S
 from daemon.api.audit import ActionGate
-from daemon.api.document import CostView, ProcessEntries, now_document
+from daemon.api.document import CostView, ProcessEntries, gpu_busy, now_document
 from daemon.api.metrics_state import MetricsState, metrics_state
 from daemon.api.now_cache import NowCache
 from daemon.config import Config, db_path, snapshots_folder
@@ -388,6 +390,43 @@ class Daemon:
         for rec in self.active_recommendations():
             if rec.get("id") == rec_id:
                 return rec
+        return None
+
+    def action_held_back(self, rec: dict[str, Any]) -> str | None:
+        """Why a listed recommendation's action must not run now (None: it may), checked on the
+        loop right before its dry run or its real run. The rules look every
+        [cost].evaluate_every and a recommendation stays listed through its hold: its
+        condition may have turned false since (status "holding": the evaluation after it did
+        not find it), or, for a process's SIGTERM, the process may have gone back to work
+        within the last tick (kernels of its own, or a busy GPU it holds). Idle means idle:
+        a process that works is never stopped."""
+        if rec.get("status") == HOLDING:
+            since, going = rec.get("condition_false_since"), rec.get("resolves_at")
+            when = (f" since {clock.local_time(since, date=False)}"
+                    if isinstance(since, int | float) else "")
+            goes = (f"; it goes at {clock.local_time(going, date=False)} unless it comes back"
+                    if isinstance(going, int | float) else "")
+            return (f"recommendation {rec.get('id')} no longer holds: the last evaluation did "
+                    f"not find it (its condition false{when}{goes}); nothing done")
+        action = rec.get("action") or {}
+        pid, start = action.get("pid"), action.get("start_time")
+        sample = self.last_sample
+        if action.get("kind") != "sigterm" or sample is None or not isinstance(
+                start, int | float):
+            return None
+        proc = next((p for p in sample.processes if p.pid == pid
+                     and abs(p.start_time - start) <= START_TIME_TOLERANCE_S), None)
+        if proc is None:
+            return None  # (not in the last tick: the action finds whether it exited)
+        gpus = {g.index: g for g in sample.gpus}
+        for use in proc.gpus:
+            if use.sm_share > 0:
+                return (f"pid {pid} runs kernels on GPU {use.gpu_index} now ({use.sm_share:.0f}% "
+                        "SM in the last tick): it is working again; nothing done")
+            gpu = gpus.get(use.gpu_index)
+            if gpu is not None and gpu_busy(gpu, self.config.idle.utilization):
+                return (f"GPU {use.gpu_index}, which pid {pid} holds, is busy now "
+                        f"({gpu.utilization:.0f}% in the last tick); nothing done")
         return None
 
     def _record_event(self, event: dict[str, Any]) -> None:
