@@ -643,3 +643,44 @@ def test_a_quiet_server_keeps_its_host_active_and_its_idle_gpu_is_not_held_idle(
     assert found["held_idle"] == {"0": 0.0, "1": 1.0}
     [notebook] = [p for p in answer["processes"] if p["gpus"] == [1]]
     assert notebook["active"] is False
+
+
+def test_a_quiet_servers_host_gets_no_host_idle_event_nor_its_snapshot(mlcostd, tmp_path):
+    """Every GPU idle past [idle].host_after, the server on GPU 0 waiting for requests: /v1/idle
+    calls the host active and the host_idle rule holds back, and so does the host_idle event
+    (probe 121 F12: the daemon recorded one, and an incident snapshot followed it). The
+    notebook's GPU gets its gpu_held_idle event, so the events are being raised."""
+    scenario_file = tmp_path / "quiet-server.toml"
+    scenario_file.write_text(QUIET_SERVER)
+    host_after_s, round_s = 30.0, 5.0
+    live = mlcostd(str(scenario_file), interval=0.5, config={
+        "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s",
+                 "host_after": f"{host_after_s:g}s"},
+        "cost": {"evaluate_every": f"{round_s:g}s"},
+        "snapshots": {"after": "1s", "held_idle_after": 0, "recommendation_savings": 0,
+                      "html": False}})
+    state: dict[str, Any] = {}
+
+    def past_host_after() -> bool:
+        """Both GPUs held idle (their events open) since a time host_after and two rounds of
+        the rules before the latest tick, and the rules calling the server idle_server."""
+        state["now"] = now = live.now()
+        held = {e["target"]: e["started_at"] for e in now["events"]
+                if e["kind"] == "gpu_held_idle" and e["ended_at"] is None}
+        serving = [r for r in now["recommendations"] if r["rule"] == "idle_server"]
+        return ({"gpu:0", "gpu:1"} <= set(held) and bool(serving)
+                and now["ts"] >= max(held.values()) + host_after_s + 2 * round_s)
+
+    poll(past_host_after, 150, "both GPUs idle past [idle].host_after, idle_server advised",
+         every=1.0, explain=lambda: f"{state.get('now', {}).get('events')}\n{live.log_tail()}")
+    now = state["now"]
+    assert [e for e in now["events"] if e["kind"] == "host_idle"] == [], now["events"]
+    assert not [r for r in now["recommendations"] if r["rule"] == "host_idle"]
+    answer = live.call("idle", 0.0)
+    [server] = [p for p in answer["processes"] if p["gpus"] == [0]]
+    assert answer["active"] is True and server["active"] is True, answer
+    assert any("serves on a port" in e for e in server["evidence"]), server
+    snapshots = live.call("snapshots")["snapshots"]
+    assert not [s for s in snapshots if (s.get("trigger") or {}).get("kind") == "host_idle"]
+    assert "the host is idle" not in live.log()
+    assert live.stop() == 0, live.log_tail()
