@@ -211,6 +211,50 @@ def test_the_metrics_listener_serves_nothing_of_the_api(daemon):
     assert "application/json" in content_type
 
 
+def answer_of(url: str, method: str, socket: Any = None) -> tuple[int, dict[str, str], Any]:
+    """(status, headers, JSON body) of one request, over TCP or a unix socket."""
+    async def main() -> tuple[int, dict[str, str], Any]:
+        connector = aiohttp.UnixConnector(path=str(socket)) if socket else None
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.request(method, url) as response:
+                return (response.status, dict(response.headers),
+                        await response.json(content_type=None))
+    return asyncio.run(main())
+
+
+def allowed(headers: dict[str, str]) -> set[str]:
+    return {m.strip() for m in headers.get("Allow", "").split(",") if m.strip()}
+
+
+def test_a_wrong_method_is_a_405_that_says_what_is_allowed_on_every_route(daemon):
+    """`POST /metrics` on --metrics-listen answered 404, as if /metrics were not there (probe
+    121 F11): a wrong method on a route is a 405 with the Allow header (RFC 9110), there and on
+    the API (every route its OpenAPI document lists, /metrics with them); another path stays a
+    404."""
+    port = metrics_port(daemon)
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        status, headers, body = answer_of(f"http://127.0.0.1:{port}/metrics", method)
+        assert status == 405 and allowed(headers) == {"GET", "HEAD"}, (method, status, headers)
+        assert "only GET /metrics" in body["error"], body
+    status, headers, body = answer_of(f"http://127.0.0.1:{port}/v1/now", "POST")
+    assert status == 404 and "Allow" not in headers and "only GET /metrics" in body["error"]
+
+    spec = answer_of("http://mlcostd/v1/openapi.json", "GET", daemon.socket)[2]
+    routes = {path: {m.upper() for m in methods} for path, methods in spec["paths"].items()}
+    routes.setdefault("/metrics", {"GET"})
+    checked = []
+    for path, methods in sorted(routes.items()):
+        url = "http://mlcostd" + re.sub(r"\{[^}/]+\}", "x", path)
+        wrong = next(m for m in ("PUT", "PATCH", "DELETE", "POST") if m not in methods)
+        status, headers, body = answer_of(url, wrong, daemon.socket)
+        assert status == 405, (wrong, path, status, body)
+        expected = methods | ({"HEAD"} if "GET" in methods else set())
+        assert allowed(headers) == expected, (wrong, path, headers)
+        assert "not allowed" in body["error"], body
+        checked.append(path)
+    assert {"/metrics", "/v1/now", "/v1/idle"} <= set(checked), checked
+
+
 def test_hostname_is_the_node_name_the_daemonset_passes(tmp_path, monkeypatch):
     """MLCOST_HOSTNAME names the host on any machine (this daemon runs in no pod); README's
     fleet section says so (probe 84: two daemons on one VM both read `vm`, and the variable
