@@ -543,9 +543,15 @@ class MlcostTop(App):
     # -- keys --------------------------------------------------------------------------------
 
     def action_help(self) -> None:
-        from mlcost_tui.screens.help import HelpScreen
+        from mlcost_tui.screens.help import ABOUT, HelpScreen
 
-        self.push_screen(HelpScreen(self.help_sections(), self.mode_name))
+        about = ABOUT
+        if self.on_prometheus_table:  # its figures are Prometheus's, not a daemon's API's
+            from mlcost_tui.screens.prometheus_fleet import PrometheusFleetScreen, help_about
+
+            if isinstance(self.prometheus, PrometheusFleetScreen):
+                about = help_about(self.prometheus.source.job)
+        self.push_screen(HelpScreen(self.help_sections(), self.mode_name, about))
 
     @property
     def on_prometheus_table(self) -> bool:

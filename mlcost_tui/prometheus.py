@@ -2,7 +2,8 @@
 queries over mlcostd's series (deploy/prometheus/, README "On a fleet"), merged into one row per
 scraped daemon. No connection to any daemon: a fleet of thousands of hosts is a few queries.
 
-A daemon Prometheus cannot scrape is a row that says so (`up == 0`; its other series go stale
+A GPU its daemon cannot read (`mlcost_gpu_up` 0: lost, timed out) is counted apart: billed,
+never idle. A daemon Prometheus cannot scrape is a row that says so (`up == 0`; its other series go stale
 at once), under the name and instance type it last had (`mlcost_host_info` over the last hour).
 No mlcostd at all under the scrape jobs asked for is said, with the jobs its series are under
 where there are some. A host's API is reachable from mlcost-top when its mlcostd serves the API on TCP
@@ -53,6 +54,8 @@ class FleetHost:
     wasted_per_hour: float | None = None
     gpus: int | None = None
     idle_gpus: int | None = None
+    lost_gpus: int | None = None  # its GPUs mlcostd cannot read (mlcost_gpu_up 0): billed all
+    # the same, never idle
     savings_per_month: float | None = None
     top_rule: str = ""
     top_rule_savings_per_month: float | None = None
@@ -153,6 +156,7 @@ class PrometheusFleet:
             "wasted": f"mlcost_host_wasted_dollars_per_hour{{{job}}}",
             "gpus": f"count by (instance) (mlcost_gpu_up{{{job}}})",
             "idle": f"count by (instance) (mlcost_gpu_busy{{{job}}} == 0)",
+            "lost": f"count by (instance) (mlcost_gpu_up{{{job}}} == 0)",
             "savings": f"sum by (instance) (mlcost_recommendation_savings_dollars_per_month"
                        f"{{{job}}})",
             "top": f"topk by (instance) (1, mlcost_recommendation_savings_dollars_per_month"
@@ -187,7 +191,7 @@ class PrometheusFleet:
             labels = {str(k): one_line(str(v)) for k, v in (
                 ((seen if last_seen else info).get(instance) or {}).get("metric") or {}).items()}
             best = top.get(instance)
-            gpus, idle = count("gpus", instance), count("idle", instance)
+            gpus, idle, lost = (count(name, instance) for name in ("gpus", "idle", "lost"))
             hosts.append(FleetHost(
                 instance=one_line(instance), up=value("up", instance) == 1.0,
                 hostname=labels.get("Hostname", ""),
@@ -195,6 +199,7 @@ class PrometheusFleet:
                 lifecycle=labels.get("lifecycle", ""),
                 burn_per_hour=value("burn", instance), wasted_per_hour=value("wasted", instance),
                 gpus=gpus, idle_gpus=None if gpus is None else (idle or 0),
+                lost_gpus=None if gpus is None else (lost or 0),
                 savings_per_month=value("savings", instance),
                 top_rule=one_line(str((best or {}).get("metric", {}).get("rule", ""))),
                 top_rule_savings_per_month=value("top", instance),

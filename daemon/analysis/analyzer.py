@@ -32,7 +32,7 @@ from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, evaluate
-from daemon.analysis.rules.idle import is_periodic
+from daemon.analysis.rules.idle import at_work, is_periodic
 from daemon.analysis.rules.window import analysis_of_ticks
 from daemon.analysis.totals import GpuTotals
 from daemon.analysis.window_ticks import WINDOW_S, StepMeans, WindowTick, window_tick
@@ -97,6 +97,10 @@ class Analyzer:
         # The processes the latest round of the rules called periodic jobs between runs
         # ('pid:start_time' -> their runs in the window; rules/idle.py's is_periodic)
         self._periodic: dict[str, int] = {}
+        # The processes ('pid:start_time') the latest round of the rules found at work or
+        # serving on idle GPUs (rules/idle.py's at_work, by which host_idle holds back): the
+        # host_idle event holds back for them too
+        self._at_work: frozenset[str] = frozenset()
         self.lock = threading.Lock()  # see the module docstring
 
     def resume(self, spent_before: CostLedger | None,
@@ -130,7 +134,7 @@ class Analyzer:
         seconds = self.ledger.add(current)
         self.gpu_totals.add(sample, current, seconds)
         self.energy.add(sample, seconds, holders)
-        events = self.idle.update(sample, current)
+        events = self.idle.update(sample, current, self._at_work)
         events += self.budgets.update(self.ledger, sample.ts)
         self.recent.extend(events)
         window, step = self.window, self._step
@@ -164,7 +168,8 @@ class Analyzer:
                 checkpoint_times: Mapping[str, Sequence[float]] | None = None,
                 kinds: Mapping[str, Kind] | None = None) -> list[Finding]:
         """The rules over a copied window (safe in a thread: of the shared state it only
-        leaves, under the lock, the periodic jobs it found, for `periodic`).
+        leaves, under the lock, the periodic jobs it found, for `periodic`, and the processes
+        it found at work, for the host_idle event).
         `kinds`: each process's workload kind by 'pid:start_time' (daemon.analysis.kinds)."""
         window, budget_events = inputs
         if not window:
@@ -177,8 +182,9 @@ class Analyzer:
                                      request_counters=self.request_counters())
         periodic = {proc.id: proc.work_runs for proc in analysis.processes
                     if is_periodic(proc)}
+        working = frozenset(proc.id for proc in at_work(analysis))
         with self.lock:
-            self._periodic = periodic
+            self._periodic, self._at_work = periodic, working
         return evaluate(analysis)
 
     def periodic(self) -> dict[str, int]:

@@ -9,13 +9,18 @@ closes an event); `ended_at` is when the resumed activity began.
 
 Events are kept per target: "gpu:N" (held by a process -> kind gpu_held_idle, with the holders;
 held by nobody -> gpu_unheld_idle) and "host" (host_idle: every GPU idle, held or not; a GPU at
-work is never idle, even when NVML lists no process on it).
+work is never idle, even when NVML lists no process on it; nor is a host with a process that
+the latest round of the rules found at work or serving, `at_work`: the host_idle rule's own
+fact (rules/idle.py's at_work), so the event, the rule and GET /v1/idle agree that a server
+waiting for requests keeps its host; such a process also ends an open host_idle event, as a
+busy GPU does).
 Time comes from the samples, never the wall clock, so tests run on simulated time.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,7 +91,11 @@ class IdleDetector:
         """Open events, then recently closed ones (newest first)."""
         return self.active() + list(reversed(self.closed))
 
-    def update(self, sample: Sample, burn: Burn | None = None) -> list[Event]:
+    def update(self, sample: Sample, burn: Burn | None = None,
+               at_work: Collection[str] = ()) -> list[Event]:
+        """`at_work`: the processes ('pid:start_time') the latest round of the rules found at
+        work or serving (Analyzer's, from rules/idle.py's at_work): while one of them is in
+        the sample, the host is not idle."""
         ts = sample.ts
         t = self.t
         changed: list[Event] = []
@@ -124,8 +133,13 @@ class IdleDetector:
         # a host with a GPU it has no reading of (lost, timed out; NVML missing: no GPU at
         # all): every GPU lost read as an idle host, stop it (probe 115).
         every_read = bool(ok_gpus) and len(ok_gpus) == len(sample.gpus)
-        host_quiet = every_read and all(idle.values()) and (gpu_procs == 0 or all_quiet)
-        host_busy = any(
+        # A process at work or serving (the host_idle rule's fact) keeps the host, however
+        # idle its GPUs read: stopping the host would stop it (probe 121 F12).
+        working = bool(at_work) and any(process_key(p.pid, p.start_time) in at_work
+                                        for p in sample.processes)
+        host_quiet = (every_read and all(idle.values()) and (gpu_procs == 0 or all_quiet)
+                      and not working)
+        host_busy = working or any(
             g.utilization >= t.resume_utilization_pct for g in ok_gpus)  # type: ignore[operator]
         total = burn.total_per_hour if burn is not None else 0.0
         self._step("host", HOST_IDLE, ts, host_quiet, host_busy, t.host_after_s, total,

@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -733,13 +733,23 @@ def add_metrics_route(app: web.Application, metrics: Metrics) -> None:
 
 def metrics_only_app(metrics: Metrics) -> web.Application:
     """The app of `--metrics-listen`: /metrics only, no token (as exporters serve), and a JSON
-    404 for anything else, so nothing of the API is reachable there."""
+    error for anything else, so nothing of the API is reachable there: 404 for another path,
+    405 with the Allow header for another method on /metrics (as aiohttp answers a route
+    registered for GET; a catch-all route had answered POST /metrics 404)."""
 
-    async def elsewhere(request: web.Request) -> web.Response:
-        return web.json_response({"error": f"only GET /metrics is served here, not "
-                                           f"{request.method} {request.path[:80]}"}, status=404)
+    @web.middleware
+    async def json_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[
+            web.StreamResponse]]) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+            answer = web.json_response({"error": f"only GET /metrics is served here, not "
+                                                 f"{request.method} {request.path[:80]}"},
+                                       status=exc.status)
+            if "Allow" in exc.headers:  # a 405 says what is allowed (RFC 9110)
+                answer.headers["Allow"] = exc.headers["Allow"]
+            return answer
 
-    app = web.Application(client_max_size=1024)
+    app = web.Application(middlewares=[json_errors], client_max_size=1024)
     add_metrics_route(app, metrics)
-    app.router.add_route("*", "/{tail:.*}", elsewhere)
     return app

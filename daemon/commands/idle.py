@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from typing import Any
 
@@ -33,15 +34,18 @@ ACTIVE_EXIT = 1  # also: could not tell (fail safe)
 USAGE_EXIT = 2  # a bad flag (argparse's status): not 0 either, so `&&` never fires
 DEFAULT_TIMEOUT_S = 10.0
 MAX_FOR_S = 30 * 86400  # daemon.api.idle.MAX_FOR_S
-FOR_FORMS = "0 or more: 0 (idle now, the default) or a number and a unit (e.g. 90s, 30m, 2h)"
+# The one range of --for, said by --help, by every message about a value outside it (negative,
+# past 30d, past what a number holds) and by the README
+FOR_RANGE = "from 0 to 30d"
+FOR_FORMS = f"{FOR_RANGE}: 0 (idle now, the default) or a number and a unit (e.g. 90s, 30m, 2h)"
 COMMAND_CHARS = 60
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--for", dest="for_", default="0", metavar="DURATION",
                         help="answer idle only if the host has been idle for this whole "
-                             "duration, from the recorded history: 90s, 30m, 2h (default 0: "
-                             "idle now)")
+                             f"duration, from the recorded history: {FOR_RANGE}, e.g. 90s, "
+                             "30m, 2h (default 0: idle now)")
     parser.add_argument("--json", action="store_true",
                         help="print the answer as JSON (the contract in the README)")
     parser.add_argument("--connect", metavar="TARGET",
@@ -56,9 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     try:
-        for_s = config_module.parse_duration(args.for_, allowed=FOR_FORMS)
-        if not 0 <= for_s <= MAX_FOR_S:
-            raise ValueError(f"{args.for_!r} must be between 0 and 30d")
+        try:
+            for_s = config_module.parse_duration(args.for_, allowed=FOR_FORMS)
+        except config_module.DurationTooLong:
+            for_s = math.inf  # past 100 years is past 30d: the one message below
+        if for_s > MAX_FOR_S:
+            shown = f"{args.for_[:40]}..." if len(args.for_) > 40 else args.for_
+            raise ValueError(f"{shown!r} is more than 30d: a duration is {FOR_FORMS}")
     except ValueError as exc:
         print(f"mlcostd idle: --for {exc}", file=sys.stderr)
         return USAGE_EXIT

@@ -61,6 +61,7 @@ from daemon.config.values import (
     MAX_DURATION_S,
     MAX_S3_PREFIX,
     POSITIVE_DURATION,
+    DurationTooLong,
     format_duration,
     parse_address,
     parse_duration,
@@ -69,7 +70,7 @@ from daemon.config.values import (
 )
 
 __all__ = [
-    "BUDGET_PERIODS", "DEFAULT_CONFIG_PATH", "MAX_CONFIG_BYTES", "MAX_DURATION_S", "MAX_S3_PREFIX",
+    "BUDGET_PERIODS", "DEFAULT_CONFIG_PATH", "DurationTooLong", "MAX_CONFIG_BYTES", "MAX_DURATION_S", "MAX_S3_PREFIX",
     "POSITIVE_DURATION", "SECTIONS", "ApiConfig", "AttributionConfig", "Config", "ConfigError",
     "CostConfig", "DaemonConfig", "EnergyConfig", "IdleConfig", "InstanceConfig", "KindsConfig",
     "LatencySetting", "NvmlConfig", "OwnersConfig", "PricingConfig", "ProcessesConfig",

@@ -46,11 +46,16 @@ def toml_key(name: str) -> str:
     return json.dumps(name)  # a JSON string is a TOML basic string (its escapes are TOML's)
 
 
+class DurationTooLong(ValueError):
+    """A duration past MAX_DURATION_S (or past what a float holds): a caller with a smaller
+    range of its own says that range instead (`mlcostd idle --for`)."""
+
+
 def parse_duration(value: str | int | float, *, allowed: str = POSITIVE_DURATION) -> float:
     """'90s', '15m', '6h', '8d', '250ms' or a number of seconds -> seconds: a finite number
     no longer than MAX_DURATION_S either way (a caller checks its own range, e.g. > 0).
     ValueError names the value and the forms (never OverflowError); a negative one says that a
-    duration is `allowed` (the caller's range)."""
+    duration is `allowed` (the caller's range); one too long is a DurationTooLong."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
     if isinstance(value, int | float):
@@ -68,8 +73,8 @@ def parse_duration(value: str | int | float, *, allowed: str = POSITIVE_DURATION
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
     if not (math.isfinite(seconds) and abs(seconds) <= MAX_DURATION_S):
         shown = f"{str(value)[:40]}..." if len(str(value)) > 40 else str(value)
-        raise ValueError(f"{shown!r} is not a duration of at most {MAX_DURATION_S:.0f} s "
-                         "(100 years)")
+        raise DurationTooLong(f"{shown!r} is not a duration of at most {MAX_DURATION_S:.0f} s "
+                              "(100 years)")
     return seconds
 
 

@@ -29,13 +29,16 @@ class HelpScreen(ModalScreen[None]):
         background: $surface; padding: 1 2; }
     """
 
-    def __init__(self, sections: Sequence[Section], mode: str) -> None:
+    def __init__(self, sections: Sequence[Section], mode: str, about: str = ABOUT) -> None:
+        """`about`: what comes first (where the figures come from): ABOUT but on the
+        --prometheus fleet table, whose figures are Prometheus's."""
         super().__init__()
         self.sections = sections
         self.mode = mode
+        self.about = about
 
     def text(self) -> Text:
-        text = Text(ABOUT + "\n\n")
+        text = Text(self.about + "\n\n")
         text.append(f"Mode: {self.mode}\n", style="bold")
         for title, lines in self.sections:
             text.append(f"\n{title}\n", style="bold")

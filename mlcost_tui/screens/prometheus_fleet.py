@@ -1,5 +1,5 @@
 """`mlcost-top --prometheus URL`: the fleet table from Prometheus itself (hosts, burn, waste,
-idle GPUs, the top recommendation), polled away from the UI; enter on a host opens its daemon's
+idle and lost GPUs, the top recommendation), polled away from the UI; enter on a host opens its daemon's
 full view when its API is reachable on TCP (escape comes back here)."""
 
 from __future__ import annotations
@@ -33,6 +33,31 @@ if TYPE_CHECKING:
 
 HEALTH_TIMEOUT_S = 3.0  # how long enter waits for a host's daemon to answer
 LAST_SEEN_MARK = " (last seen)"  # after a down host's name: the one it had when it reported
+LOST_MARK = "✕"  # after a host's GPU count, with how many of them its daemon cannot read
+
+
+def help_about(job: str) -> str:
+    """What `?` says first on this table: where its figures come from, and its marks."""
+    return ("mlcost-top --prometheus shows the fleet as Prometheus has scraped it: one row per "
+            f"mlcostd under the scrape jobs that match --prometheus-job (here {job!r}). Its "
+            "figures come from Prometheus (instant queries over the series each mlcostd "
+            "exports on /metrics), not from any daemon's API; '-' means Prometheus holds no such "
+            "series for that host. A host Prometheus cannot scrape reads 'down', under the name "
+            f"and instance type it last reported, marked '{LAST_SEEN_MARK.strip()}' (its "
+            "mlcost_host_info within the last hour): what it was, not what it is now. GPUs "
+            f"'4{LOST_MARK}1': 4 GPUs, 1 of them lost (its mlcostd cannot read it: lost, timed "
+            "out or failing, mlcost_gpu_up 0), billed all the same and never counted idle. A "
+            "narrow terminal drops the scrape target's column first (a host with no name then "
+            "shows its target in its place).")
+
+
+def gpus_cell(host: FleetHost) -> Any:
+    """The host's GPU count, and how many of them are lost after LOST_MARK."""
+    if host.gpus is None:
+        return fmt.DASH
+    if not host.lost_gpus:
+        return str(host.gpus)
+    return Text.assemble(str(host.gpus), (f"{LOST_MARK}{host.lost_gpus}", "bold " + BAD))
 
 
 def last_seen_name(name: str, width: int | None) -> Text:
@@ -47,11 +72,13 @@ def last_seen_name(name: str, width: int | None) -> Text:
 
 
 class PrometheusFleetTable(KeyedTable):
-    # As the --connect fleet table: at 80 columns the host, its scrape target (the address
-    # Prometheus scrapes: "scraped at" read as a time), burn, waste, GPUs and idle GPUs; the
-    # host names share what the figures leave, cut with `…`.
+    # At 80 columns the host, burn, waste, GPUs, idle GPUs and what the host's advice saves;
+    # the host names take what the figures leave, cut with `…`. The scrape target (the address
+    # Prometheus scrapes: "scraped at" read as a time) is the first to go, before the savings
+    # (probe 121 F8): a host has its name, and one with none shows its target in its place.
     COLUMNS = (Column("host", "host", 10, flex=True),
-               Column("instance", "target", 12, flex=True), Column("status", "status", 6),
+               Column("instance", "target", 12, priority=5, flex=True),
+               Column("status", "status", 6),
                Column("type", "instance type", 13, priority=2), Column("burn", "burn $/h", 9),
                Column("wasted", "wasted $/h", 10, priority=1), Column("gpus", "GPUs", 4),
                Column("idle", "idle GPUs", 9),
@@ -77,10 +104,13 @@ class PrometheusFleetTable(KeyedTable):
         def row(*cells: Any) -> tuple[Any, ...]:
             return fitted_row(self, cells, ("host", "top"), targets=("instance",))
 
+        # a host with no name: its target, where the target's column is not shown
+        targets_shown = "instance" in self.shown_keys
         # the costliest hosts first; hosts Prometheus cannot scrape at the top
         for host in sorted(view.hosts, key=lambda h: (h.up, -(h.burn_per_hour or 0.0))):
+            unnamed = host.instance if not targets_shown else fmt.DASH if not host.up else "?"
             if not host.up:
-                name: Any = host.hostname or fmt.DASH
+                name: Any = host.hostname or unnamed
                 kind: Any = host.instance_type or fmt.DASH
                 if host.last_seen and host.hostname:
                     name = last_seen_name(host.hostname, host_width)
@@ -91,10 +121,9 @@ class PrometheusFleetTable(KeyedTable):
                 continue
             idle = host.idle_gpus or 0
             rows.append((host.instance, row(
-                host.hostname or "?", host.instance, Text("up", style=GOOD),
+                host.hostname or unnamed, host.instance, Text("up", style=GOOD),
                 host.instance_type or fmt.DASH, fmt.money(host.burn_per_hour),
-                fmt.money(host.wasted_per_hour),
-                fmt.DASH if host.gpus is None else str(host.gpus),
+                fmt.money(host.wasted_per_hour), gpus_cell(host),
                 Text(str(idle), style=BAD if idle else ""), host.top_rule or fmt.DASH,
                 fmt.money(host.top_rule_savings_per_month if host.top_rule else None),
                 fmt.money(host.savings_per_month))))
@@ -132,6 +161,9 @@ def summary(url: str, view: FleetView | None, error: str | None,
         text.append(f"burn {fmt.money(view.total('burn_per_hour'))}/h  ")
         text.append(f"wasted {fmt.money(view.total('wasted_per_hour'))}/h  ")
         text.append(f"idle GPUs {fmt.DASH if idle is None else idle}", style=BAD if idle else "")
+        lost = sum(h.lost_gpus or 0 for h in view.hosts if h.up)
+        if lost:
+            text.append(f"  lost GPUs {lost}", style="bold " + BAD)
         if answered_at:
             text.append(f"  (as at {answered_at})", style=MUTED)
     if error:

@@ -33,13 +33,13 @@ import redis
 from aiohttp import web
 from simhost import poll
 from test_corpus import pytestmark, scenario_file  # noqa: F401
-from test_restart_live import events
 from test_work_waits_live import (
     HOST_AFTER_S,
     QUICK,
     ROUND_S,
     STOPS,
     advice_by_program,
+    gpus_idle_since,
     program,
     rules,
     starved_past_host_after,
@@ -260,12 +260,12 @@ def test_a_worker_long_polling_an_empty_job_server_is_a_consumer_and_keeps_the_h
     def advised_past_host_after() -> bool:
         state["recs"] = found = advice_by_program(daemon, (name,))
         rec = consumer_advice(found, name)
-        opened = events(daemon.db, "host_idle")
-        return rec is not None and bool(opened) and (
-            rec.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S)
+        since = gpus_idle_since(daemon)
+        return rec is not None and since is not None and (
+            rec.evidence["window"]["end"] >= since + HOST_AFTER_S + 2 * ROUND_S)
 
-    poll(advised_past_host_after, 240, "idle_server's consumer advice in a round after the "
-         "host_idle event", every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
+    poll(advised_past_host_after, 240, "idle_server's consumer advice in a round past "
+         "[idle].host_after", every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
          + "\n" + daemon.log_tail())
     found = state["recs"]
     check_consumer(found, name, "HTTPResponse._read_status")

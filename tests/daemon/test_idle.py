@@ -9,6 +9,7 @@ from daemon.analysis.idle import (
     IdleThresholds,
 )
 from daemon.sources.sample import GPU_LOST, GPU_TIMEOUT, GpuSample, GpuUse, ProcessSample, Sample
+from daemon.wire import process_key
 
 GIB = 2**30
 PRICE = HostPrice(8.0, 2, "on-demand", "x", "aws", "us-east-1", "test", None)
@@ -94,6 +95,34 @@ def test_a_gpu_at_work_whose_process_nvml_does_not_list_keeps_the_host_from_idli
     # an open host event closes when a GPU works again, listed process or not
     closed = run(d, 5500, 5600, [100, 0])
     assert (HOST_IDLE, "host", False) in kinds(closed)
+
+
+def test_a_process_the_rules_find_at_work_keeps_the_host_and_ends_its_idle_event():
+    """The host_idle event follows the host_idle rule's own fact (rules/idle.py's at_work, the
+    processes the latest round found working or serving): while one of them is on the host it
+    is not idle, however idle its GPUs read (probe 121 F12: a server waiting for requests got a
+    host_idle event, and its snapshot, where the rule and /v1/idle called the host active)."""
+    serving = {process_key(100, 5.0)}  # the holder of GPU 0
+    d = IdleDetector(T)
+    changed = []
+    for ts in range(0, 3600, 10):
+        s = sample(ts, [0, 0], holders=[0])
+        changed += d.update(s, burn(s, PRICE), serving)
+    assert HOST_IDLE not in [e.kind for e in changed]
+    assert (GPU_HELD_IDLE, "gpu:0", True) in kinds(changed)  # its GPU's own event stays
+    # the rules no longer find it at work: the host idles from then
+    changed = []
+    for ts in range(3600, 3600 + 1810, 10):
+        s = sample(ts, [0, 0], holders=[0])
+        changed += d.update(s, burn(s, PRICE), set())
+    (host,) = [e for e in changed if e.kind == HOST_IDLE]
+    assert host.started_at == 3600.0
+    # found at work again (its GPUs still idle): the open event ends after close_after_s
+    closed = []
+    for ts in range(5500, 5600, 10):
+        s = sample(ts, [0, 0], holders=[0])
+        closed += d.update(s, burn(s, PRICE), serving)
+    assert [(e.kind, e.ended_at) for e in closed] == [(HOST_IDLE, 5500.0)]
 
 
 @pytest.mark.parametrize("status", [GPU_LOST, GPU_TIMEOUT])

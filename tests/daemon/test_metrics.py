@@ -211,6 +211,50 @@ def test_the_metrics_listener_serves_nothing_of_the_api(daemon):
     assert "application/json" in content_type
 
 
+def answer_of(url: str, method: str, socket: Any = None) -> tuple[int, dict[str, str], Any]:
+    """(status, headers, JSON body) of one request, over TCP or a unix socket."""
+    async def main() -> tuple[int, dict[str, str], Any]:
+        connector = aiohttp.UnixConnector(path=str(socket)) if socket else None
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.request(method, url) as response:
+                return (response.status, dict(response.headers),
+                        await response.json(content_type=None))
+    return asyncio.run(main())
+
+
+def allowed(headers: dict[str, str]) -> set[str]:
+    return {m.strip() for m in headers.get("Allow", "").split(",") if m.strip()}
+
+
+def test_a_wrong_method_is_a_405_that_says_what_is_allowed_on_every_route(daemon):
+    """`POST /metrics` on --metrics-listen answered 404, as if /metrics were not there (probe
+    121 F11): a wrong method on a route is a 405 with the Allow header (RFC 9110), there and on
+    the API (every route its OpenAPI document lists, /metrics with them); another path stays a
+    404."""
+    port = metrics_port(daemon)
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        status, headers, body = answer_of(f"http://127.0.0.1:{port}/metrics", method)
+        assert status == 405 and allowed(headers) == {"GET", "HEAD"}, (method, status, headers)
+        assert "only GET /metrics" in body["error"], body
+    status, headers, body = answer_of(f"http://127.0.0.1:{port}/v1/now", "POST")
+    assert status == 404 and "Allow" not in headers and "only GET /metrics" in body["error"]
+
+    spec = answer_of("http://mlcostd/v1/openapi.json", "GET", daemon.socket)[2]
+    routes = {path: {m.upper() for m in methods} for path, methods in spec["paths"].items()}
+    routes.setdefault("/metrics", {"GET"})
+    checked = []
+    for path, methods in sorted(routes.items()):
+        url = "http://mlcostd" + re.sub(r"\{[^}/]+\}", "x", path)
+        wrong = next(m for m in ("PUT", "PATCH", "DELETE", "POST") if m not in methods)
+        status, headers, body = answer_of(url, wrong, daemon.socket)
+        assert status == 405, (wrong, path, status, body)
+        expected = methods | ({"HEAD"} if "GET" in methods else set())
+        assert allowed(headers) == expected, (wrong, path, headers)
+        assert "not allowed" in body["error"], body
+        checked.append(path)
+    assert {"/metrics", "/v1/now", "/v1/idle"} <= set(checked), checked
+
+
 def test_hostname_is_the_node_name_the_daemonset_passes(tmp_path, monkeypatch):
     """MLCOST_HOSTNAME names the host on any machine (this daemon runs in no pod); README's
     fleet section says so (probe 84: two daemons on one VM both read `vm`, and the variable
@@ -643,3 +687,44 @@ def test_a_quiet_server_keeps_its_host_active_and_its_idle_gpu_is_not_held_idle(
     assert found["held_idle"] == {"0": 0.0, "1": 1.0}
     [notebook] = [p for p in answer["processes"] if p["gpus"] == [1]]
     assert notebook["active"] is False
+
+
+def test_a_quiet_servers_host_gets_no_host_idle_event_nor_its_snapshot(mlcostd, tmp_path):
+    """Every GPU idle past [idle].host_after, the server on GPU 0 waiting for requests: /v1/idle
+    calls the host active and the host_idle rule holds back, and so does the host_idle event
+    (probe 121 F12: the daemon recorded one, and an incident snapshot followed it). The
+    notebook's GPU gets its gpu_held_idle event, so the events are being raised."""
+    scenario_file = tmp_path / "quiet-server.toml"
+    scenario_file.write_text(QUIET_SERVER)
+    host_after_s, round_s = 30.0, 5.0
+    live = mlcostd(str(scenario_file), interval=0.5, config={
+        "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s",
+                 "host_after": f"{host_after_s:g}s"},
+        "cost": {"evaluate_every": f"{round_s:g}s"},
+        "snapshots": {"after": "1s", "held_idle_after": 0, "recommendation_savings": 0,
+                      "html": False}})
+    state: dict[str, Any] = {}
+
+    def past_host_after() -> bool:
+        """Both GPUs held idle (their events open) since a time host_after and two rounds of
+        the rules before the latest tick, and the rules calling the server idle_server."""
+        state["now"] = now = live.now()
+        held = {e["target"]: e["started_at"] for e in now["events"]
+                if e["kind"] == "gpu_held_idle" and e["ended_at"] is None}
+        serving = [r for r in now["recommendations"] if r["rule"] == "idle_server"]
+        return ({"gpu:0", "gpu:1"} <= set(held) and bool(serving)
+                and now["ts"] >= max(held.values()) + host_after_s + 2 * round_s)
+
+    poll(past_host_after, 150, "both GPUs idle past [idle].host_after, idle_server advised",
+         every=1.0, explain=lambda: f"{state.get('now', {}).get('events')}\n{live.log_tail()}")
+    now = state["now"]
+    assert [e for e in now["events"] if e["kind"] == "host_idle"] == [], now["events"]
+    assert not [r for r in now["recommendations"] if r["rule"] == "host_idle"]
+    answer = live.call("idle", 0.0)
+    [server] = [p for p in answer["processes"] if p["gpus"] == [0]]
+    assert answer["active"] is True and server["active"] is True, answer
+    assert any("serves on a port" in e for e in server["evidence"]), server
+    snapshots = live.call("snapshots")["snapshots"]
+    assert not [s for s in snapshots if (s.get("trigger") or {}).get("kind") == "host_idle"]
+    assert "the host is idle" not in live.log()
+    assert live.stop() == 0, live.log_tail()

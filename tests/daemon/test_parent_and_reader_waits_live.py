@@ -25,13 +25,13 @@ from typing import Any
 from simhost import poll
 from test_broker_waits_live import check_consumer, consumer_advice, consumers_are_batch_inference
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
-from test_restart_live import events
 from test_work_waits_live import (
     HOST_AFTER_S,
     QUICK,
     ROUND_S,
     STOPS,
     advice_by_program,
+    gpus_idle_since,
     program,
     rules,
 )
@@ -43,18 +43,18 @@ def past_host_after(daemon: Any, names: tuple[str, ...], rule: Any, what: str,
                     seconds: float = 240.0) -> dict[str, list[Any]]:
     """The advice about each named program once `rule(found, name)` gives a recommendation for
     each from a round of the rules whose window ends past the host's idle threshold (the
-    host_idle event open, and a round of the rules has seen that)."""
+    GPUs' idle events open: gpus_idle_since, and a round of the rules has seen that)."""
     state: dict[str, Any] = {}
 
     def advised() -> bool:
         state["recs"] = found = advice_by_program(daemon, names)
         recs = [rule(found, name) for name in names]
-        opened = events(daemon.db, "host_idle")
-        return all(recs) and bool(opened) and all(
-            r.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S
+        since = gpus_idle_since(daemon)
+        return all(recs) and since is not None and all(
+            r.evidence["window"]["end"] >= since + HOST_AFTER_S + 2 * ROUND_S
             for r in recs)
 
-    poll(advised, seconds, f"{what}, in a round after the host_idle event", every=2.0,
+    poll(advised, seconds, f"{what}, in a round past [idle].host_after", every=2.0,
          explain=lambda: json.dumps(rules(state.get("recs", {}))) + "\n" + daemon.log_tail())
     return state["recs"]
 

@@ -16,8 +16,7 @@ from typing import Any
 from simhost import poll
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
 from test_parent_and_reader_waits_live import held, idle_answer_for
-from test_restart_live import events
-from test_work_waits_live import STOPS, advice_by_program, program, rules
+from test_work_waits_live import STOPS, advice_by_program, gpus_idle_since, program, rules
 
 # Idle held and the host after 10 s (the shortest the config takes), a round every 5 s, and no
 # recommendation held past the round that last found it: each round's advice as it found it.
@@ -32,7 +31,7 @@ def test_a_periodic_job_between_its_runs_keeps_its_host_and_v1_idle_says_active(
         mlcostd, tmp_path):
     """Once idle_gpu_held calls the scorer periodic (its kernels ran in two or more separate
     runs), a round whose window ends with the host idle past [idle].host_after (the host_idle
-    event open) has no host_idle, and GET /v1/idle, asked with the GPU idle between runs,
+    GPU event open) has no host_idle, and GET /v1/idle, asked with the GPU idle between runs,
     answers active for the scorer because it is periodic."""
     name = "periodic_scorer.py"
     path = scenario_file(tmp_path, [
@@ -43,17 +42,17 @@ def test_a_periodic_job_between_its_runs_keeps_its_host_and_v1_idle_says_active(
     def between_runs_past_host_after() -> bool:
         state["recs"] = found = advice_by_program(daemon, (name,))
         rec = held(found, name)
-        opened = [e for e in events(daemon.db, "host_idle") if e[1] is None]
-        if rec is None or "separate runs" not in rec.action.get("text", "") or not opened:
+        since = gpus_idle_since(daemon)
+        if rec is None or "separate runs" not in rec.action.get("text", "") or since is None:
             return False
         end = rec.evidence["window"]["end"]
-        if end < opened[-1][0] + HOST_AFTER_S + ROUND_S:
+        if end < since + HOST_AFTER_S + ROUND_S:
             return False
         state["idle"] = idle = idle_answer_for(daemon, name)  # between runs: its GPU idle now
         return idle["answer"]["gpus"][0]["busy"] is False
 
     poll(between_runs_past_host_after, 4 * EVERY_S + 60,
-         "idle_gpu_held's periodic advice in a round past the host_idle event, the GPU idle",
+         "idle_gpu_held's periodic advice in a round past [idle].host_after, the GPU idle",
          every=1.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
          + "\n" + daemon.log_tail())
     found = state["recs"]

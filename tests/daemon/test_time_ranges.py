@@ -5,6 +5,7 @@ same in one line."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -114,7 +115,8 @@ def test_the_command_line_refuses_out_of_range_times_in_one_line(tmp_path, args,
 
 
 POSITIVE = "a positive number and a unit (e.g. 30s, 15m, 6h, 8d)"
-FOR_FORMS = "0 or more: 0 (idle now, the default) or a number and a unit (e.g. 90s, 30m, 2h)"
+FOR_FORMS = ("from 0 to 30d: 0 (idle now, the default) or a number and a unit (e.g. 90s, 30m, "
+             "2h)")
 
 
 @pytest.mark.parametrize("args, allowed", [
@@ -133,6 +135,28 @@ def test_a_negative_duration_is_refused_by_its_flag_not_taken_for_an_option(tmp_
     assert main(args) == 2
     assert capsys.readouterr().err == (f"mlcostd {args[0]}: {args[1]} '-5m' is negative: a "
                                        f"duration is {allowed}\n")
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("31d", "'31d'"), ("2592001", "'2592001'"),
+    ("9999999999999999999d", "'9999999999999999999d'"),  # past 100 years
+    ("9" * 400, f"'{'9' * 40}...'"),  # past what a float holds
+], ids=["31d", "30d-and-a-second", "past-100-years", "400-nines"])
+def test_idle_for_past_30d_is_one_message_with_the_one_range(tmp_path, capsys, value, shown):
+    """`--for 31d` said "must be between 0 and 30d" and `--for 9999999999999999999d` "is not a
+    duration of at most 3153600000 s (100 years)" (probe 121 F11): one range, said as --help,
+    the negative value's message and the README say it."""
+    from daemon.commands import idle
+    from daemon.commands.cli import main
+
+    assert main(["idle", "--for", value, "--connect", f"unix:{tmp_path / 'none.sock'}"]) == 2
+    assert capsys.readouterr().err == (f"mlcostd idle: --for {shown} is more than 30d: a "
+                                       f"duration is {FOR_FORMS}\n")
+    parser = argparse.ArgumentParser()
+    idle.add_arguments(parser)
+    assert "from 0 to 30d" in " ".join(parser.format_help().split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "With `--for D` (from 0 to 30d;" in readme
 
 
 def test_idle_for_0_asks_whether_the_host_is_idle_now(tmp_path, capsys):

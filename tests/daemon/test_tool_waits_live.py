@@ -19,8 +19,15 @@ from typing import Any
 
 from simhost import poll
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
-from test_restart_live import events
-from test_work_waits_live import HOST_AFTER_S, QUICK, ROUND_S, STOPS, advice_by_program, rules
+from test_work_waits_live import (
+    HOST_AFTER_S,
+    QUICK,
+    ROUND_S,
+    STOPS,
+    advice_by_program,
+    gpus_idle_since,
+    rules,
+)
 
 from daemon.analysis.stack_rules import CHILD_WAIT
 
@@ -35,7 +42,7 @@ def test_jobs_waiting_for_their_encoder_or_download_tool_are_never_stopped(mlcos
     """Both get idle_gpu_held with the look-at-the-child action (no SIGTERM, no kill command),
     their reason names the child wait (and the encoder's child at work on a CPU), and the host,
     every GPU of it idle past [idle].host_after, is not offered its stop: also in a round of the
-    rules after the host_idle event."""
+    rules past it."""
     path = scenario_file(tmp_path, [
         {"name": "encode", "command": program("encode_then_infer.py", "--encode-s", "300")},
         {"name": "fetch", "command": program("fetch_then_infer.py", "--fetch-s", "300")}])
@@ -46,13 +53,13 @@ def test_jobs_waiting_for_their_encoder_or_download_tool_are_never_stopped(mlcos
     def held_past_host_after() -> bool:
         state["recs"] = found = advice_by_program(daemon, names)
         held = [r for name in names for r in found[name] if r.rule == "idle_gpu_held"]
-        opened = events(daemon.db, "host_idle")
-        return len(held) == len(names) and bool(opened) and all(
-            r.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S
+        since = gpus_idle_since(daemon)
+        return len(held) == len(names) and since is not None and all(
+            r.evidence["window"]["end"] >= since + HOST_AFTER_S + 2 * ROUND_S
             for r in held)
 
     poll(held_past_host_after, 150,
-         f"idle_gpu_held for both of {names}, in a round after the host_idle event",
+         f"idle_gpu_held for both of {names}, in a round past [idle].host_after",
          every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
          + "\n" + daemon.log_tail())
     found = state["recs"]

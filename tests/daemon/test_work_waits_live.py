@@ -25,7 +25,6 @@ from typing import Any
 
 from simhost import poll
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
-from test_restart_live import events
 
 from daemon.analysis.stack_rules import WORKER_PROCESSES_FEED_IT
 
@@ -61,23 +60,35 @@ def rules(found: dict[str, list[Any]]) -> dict[str, list[str]]:
     return {name: sorted(r.rule for r in recs) for name, recs in found.items()}
 
 
+def gpus_idle_since(daemon: Any) -> float | None:
+    """When every GPU of the host had last gone idle, by its open GPU idle events (the latest
+    start of the gpu_held_idle or gpu_unheld_idle event of each GPU); None while a GPU has
+    none. The marker of "every GPU idle past [idle].host_after" for a host whose processes
+    work or serve: the host_idle event holds back for them, as the host_idle rule does."""
+    now = daemon.now()
+    open_since = {e["target"]: e["started_at"] for e in now["events"]
+                  if e["kind"] in ("gpu_held_idle", "gpu_unheld_idle") and e["ended_at"] is None}
+    gpus = {f"gpu:{g['index']}" for g in now["gpus"]}
+    return max(open_since[g] for g in gpus) if gpus and gpus <= set(open_since) else None
+
+
 def starved_past_host_after(daemon: Any, names: tuple[str, ...]) -> dict[str, list[Any]]:
     """The advice about each named program once each has dataloader_starvation from a round of
     the rules whose window ends past the host's idle threshold: every GPU has read idle past
-    [idle].host_after (the host_idle event is open) and a round of the rules has seen that."""
+    [idle].host_after (each GPU's idle event open: gpus_idle_since) and a round of the rules has seen that."""
     state: dict[str, Any] = {}
 
     def starved() -> bool:
         state["recs"] = found = advice_by_program(daemon, names)
         starved = [r for name in names for r in found[name]
                    if r.rule == "dataloader_starvation"]
-        opened = events(daemon.db, "host_idle")
-        return len(starved) == len(names) and bool(opened) and all(
-            r.evidence["window"]["end"] >= opened[0][0] + HOST_AFTER_S + 2 * ROUND_S
+        since = gpus_idle_since(daemon)
+        return len(starved) == len(names) and since is not None and all(
+            r.evidence["window"]["end"] >= since + HOST_AFTER_S + 2 * ROUND_S
             for r in starved)
 
     poll(starved, 150,
-         f"dataloader_starvation for all of {names}, in a round after the host_idle event",
+         f"dataloader_starvation for all of {names}, in a round past [idle].host_after",
          every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {})))
          + "\n" + daemon.log_tail())
     return state["recs"]

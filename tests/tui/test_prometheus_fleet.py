@@ -5,6 +5,7 @@ itself is tested against a real Prometheus in tests/deploy/test_fleet.py."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 import time
@@ -122,6 +123,14 @@ async def test_help_on_the_prometheus_fleet_table_lists_its_keys_not_a_hosts():
         assert "on a host: its live view" in text
         for host_key in ("on a GPU", "click a header", "Details screen", "Filter", "Pause"):
             assert host_key not in text, host_key
+        # where its figures come from, the scrape jobs it reads and its marks (probe 121 F8:
+        # it said "Figures come from mlcostd's API")
+        about = " ".join(text.split())
+        assert "mlcostd's API;" not in about and "Figures come from mlcostd" not in about
+        assert "figures come from Prometheus" in about, about
+        assert "--prometheus-job (here 'mlcost.*')" in about, about
+        assert "marked '(last seen)'" in about and "not what it is now" in about, about
+        assert "GPUs '4✕1': 4 GPUs, 1 of them lost" in about, about
         for action in ("filter", "sort", "invert", "tree", "pause", "history", "details"):
             assert app.check_action(action, ()) is False, action  # nor in the footer
 
@@ -130,6 +139,7 @@ class FixedFleet:
     """A PrometheusFleet that answers one fixed view."""
 
     shown_url = "http://prometheus:9090"
+    job = "mlcost.*"
 
     def __init__(self, view) -> None:
         self.view = view
@@ -162,19 +172,30 @@ async def test_at_80_columns_the_prometheus_fleet_table_keeps_its_figures_on_scr
         table = screen.query_one(PrometheusFleetTable)
         await pilot_wait_for(pilot, lambda: table.row_count == 2, what="the two hosts")
         await pilot.pause()
-        assert {"host", "instance", "burn", "gpus", "idle"} <= set(table.shown_keys)
+        # the savings stay and the scrape target goes first (probe 121 F8: the savings went
+        # and the address, the least useful figure here, stayed the widest column)
+        assert {"host", "burn", "wasted", "gpus", "idle", "saves"} <= set(table.shown_keys)
+        assert "instance" not in table.shown_keys, table.shown_keys
         text = screen_text(app)
         heading = next(line for line in text if "burn $/h" in line)
-        assert "idle GPUs" in heading and heading.rstrip().endswith("│"), heading
-        # the scrape target's column is named for what it holds, an address (probe 121 F8:
-        # "scraped at" read as a time)
-        assert " target " in heading and "scraped at" not in heading, heading
+        assert "idle GPUs" in heading and "all save/month" in heading, heading
+        assert heading.rstrip().endswith("│") and "scraped at" not in heading, heading
         row = next(line for line in text if "$32.77" in line and "│" in line)
-        assert "gpu-node-01…" in row and "…:9400" in row, text
+        assert "gpu-node-0…" in row and "$1,234" in row, text
+        # the host with no name shows its target in its place, as far as it fits
+        unnamed = "gpu-node-018.training.example.internal:9400"
+        assert str(table.get_row(unnamed)[0]) == "gpu-node-0…", table.get_row(unnamed)
         await pilot.resize_terminal(200, 30)  # wider: the other columns come back
         await pilot.pause()
         await pilot.pause()
-        assert "top" in table.shown_keys and table.row_count == 2
+        assert {"top", "instance"} <= set(table.shown_keys) and table.row_count == 2
+        text = screen_text(app)
+        heading = next(line for line in text if "burn $/h" in line)
+        # the scrape target's column is named for what it holds, an address (probe 121 F8:
+        # "scraped at" read as a time)
+        assert " target " in heading and "scraped at" not in heading, heading
+        row = table.get_row("gpu-node-018.training.example.internal:9400")
+        assert str(row[0]) == "-" and str(row[1]).endswith(":9400"), row
 
 
 def test_prometheus_job_goes_with_prometheus(capsys):
@@ -299,3 +320,56 @@ async def test_a_down_host_keeps_its_last_seen_name_cut_before_its_mark():
         row = table.get_row("10.0.0.7:9400")
         assert str(row[0]) == "gpu-node-017 (last seen)" and str(row[2]) == "down"
         assert str(row[3]) == "p4d.24xlarge"
+
+
+def test_a_lost_gpu_is_marked_on_its_hosts_gpu_count_and_counted_in_the_header(
+        mlcostd, tmp_path):
+    """Probe 121 F8: a host with a GPU lost read "GPUs 4  idle GPUs 2" with no mark, while it
+    is billed. A real mlcostd whose GPU 1 is lost, scraped by a real Prometheus: its row's GPU
+    count carries the mark and how many are lost (mlcost_gpu_up 0), and the header counts
+    them; a host with every GPU read has no mark."""
+    from promserver import Prometheus
+    from simhost import attach_code, host_toml
+
+    from tests.daemon.test_metrics import metrics_port
+
+    idle = attach_code(0, 1)
+    lost = tmp_path / "lost.toml"
+    lost.write_text('name = "lost"\n' + host_toml(gpus=2, workloads=[
+        {"name": "notebook", "gpus": [0], "code": idle}],
+        faults='[[faults]]\nkind = "gpu_lost"\ngpu = 1\nat_tick = 2\n'))
+    whole = tmp_path / "whole.toml"
+    whole.write_text('name = "whole"\n' + host_toml(gpus=2, workloads=[
+        {"name": "notebook", "gpus": [0], "code": idle}]))
+    daemons = {name: mlcostd(str(path), interval=0.5,
+                             args=["--metrics-listen", "127.0.0.1:0"])
+               for name, path in (("lost", lost), ("whole", whole))}
+    targets = {name: f"127.0.0.1:{metrics_port(d)}" for name, d in daemons.items()}
+    prometheus = Prometheus(tmp_path / "prometheus", list(targets.values()))
+    try:
+        asyncio.run(shown(prometheus.url, targets))
+    finally:
+        prometheus.stop()
+
+
+async def shown(url: str, targets: dict[str, str]) -> None:
+    """The fleet table at 200 columns once Prometheus has the lost GPU: the checks above."""
+    from mlcost_tui.screens.prometheus_fleet import PrometheusFleetTable
+
+    screen = PrometheusFleetScreen(PrometheusFleet(url), interval_s=0.5)
+    app = MlcostTop([], prometheus=screen)
+    async with app.run_test(size=(200, 30)) as pilot:
+        table = screen.query_one(PrometheusFleetTable)
+        await pilot_wait_for(pilot, lambda: screen.view is not None and any(
+            h.lost_gpus for h in screen.view.hosts) and all(
+            h.gpus == 2 for h in screen.view.hosts), timeout=60,
+            what="the lost GPU in Prometheus's answer")
+        await pilot.pause()
+        hosts = {h.instance: h for h in screen.view.hosts}
+        assert hosts[targets["lost"]].lost_gpus == 1, hosts
+        assert hosts[targets["whole"]].lost_gpus == 0, hosts
+        gpus = list(table.shown_keys).index("gpus")
+        assert str(table.get_row(targets["lost"])[gpus]) == "2✕1"
+        assert str(table.get_row(targets["whole"])[gpus]) == "2"
+        header = " ".join(str(screen.query_one("#prometheus-summary").render()).split())
+        assert "lost GPUs 1" in header, header
