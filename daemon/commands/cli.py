@@ -9,8 +9,11 @@ from daemon.commands.startup_signals import KeptSignals, while_starting
 with while_starting():
     import argparse
     import asyncio
+    import contextlib
+    import errno
     import json
     import logging
+    import os
     import re
     import signal
     import sqlite3
@@ -612,6 +615,11 @@ def _command_parser(parser: argparse.ArgumentParser,
     return parser
 
 
+# What a write of the output fails with when it cannot be written: the disk or the quota is
+# full, the file too large, the device failing.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         with while_starting():  # until the command runs: one line, exit 130/143
@@ -621,9 +629,22 @@ def main(argv: list[str] | None = None) -> int:
             # is up is acted on once it is, and its files are written (README "Profile a
             # command").
             kept_signals = KeptSignals() if args.command == "profile" and not extra else None
-        return _main(parser, args, extra, kept_signals)
+        status = _main(parser, args, extra, kept_signals)
+        sys.stdout.flush()  # what is still buffered: a full disk is said below, not at exit
+        return status
     except KeyboardInterrupt:  # Ctrl-C while a command runs: no traceback
         return 130
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        # A full disk (or quota, or a device error) under `mlcostd report > FILE`: one line, as
+        # any refusal; a cron job mailed a traceback. Standard output is let go to /dev/null,
+        # so the interpreter's own flush at exit has nothing left to fail on.
+        where = exc.filename if exc.filename else "standard output"
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"mlcostd: could not write {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str],

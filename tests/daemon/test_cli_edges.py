@@ -346,3 +346,17 @@ def test_the_readme_synopses_name_every_option_and_every_built_in_scenario():
         assert options - {"--help"} <= set(re.findall(r"--[a-z-]+", block)), (command, block)
     said = readme.split("Built-in scenarios: ", 1)[1].split("\nA scenario is", 1)[0]
     assert set(builtin_names()) <= set(re.findall(r"`([a-z-]+)`", said)), said
+
+
+def test_output_to_a_full_disk_is_one_line_and_exit_1_not_a_traceback():
+    """`mlcostd report > /var/log/...` from cron on a full disk mailed a Python traceback
+    (probe 126 F11). /dev/full answers every write with ENOSPC, as a full disk does."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for args in (["prices"], ["prices", "--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(MLCOSTD + args, stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=120, env=env)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, args
+        assert "mlcostd: could not write standard output: No space left on device" \
+            in done.stderr.splitlines(), (args, done.stderr)
