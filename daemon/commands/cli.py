@@ -288,6 +288,9 @@ def _setup_logging(level: str) -> None:
 
     for handler in logging.getLogger().handlers:  # no secret reaches the log, whatever it says
         handler.addFilter(RedactingFilter())
+    if logging.getLogger().level > logging.DEBUG:  # the AWS libraries' own notes: debug only
+        for library in ("botocore", "boto3", "s3transfer", "urllib3"):
+            logging.getLogger(library).setLevel(logging.WARNING)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
