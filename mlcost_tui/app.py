@@ -42,7 +42,7 @@ from mlcost_tui.panels.fleet import FleetPanel
 from mlcost_tui.panels.gpus import GpuPanel
 from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.processes import ProcessPanel
-from mlcost_tui.panels.recommendations import RecommendationTable
+from mlcost_tui.panels.recommendations import RecommendationTable, is_about
 from mlcost_tui.replay_control import ReplayControl
 from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
 
@@ -492,6 +492,21 @@ class MlcostTop(App):
             return screen.related[0] if screen.related else None
         return self.selected_recommendation()
 
+    def kill_target(self) -> tuple[Process | None, tuple[Recommendation, ...]]:
+        """What `k` acts on, with the recommendations about it: on a details screen the process
+        it shows (a recommendation's screen: the process it is about), else the process row
+        highlighted on the main screen. From a details screen `k` had stopped, or refused by
+        its pid, the process under the main screen's cursor, hidden behind it."""
+        target = getattr(self.screen, "kill_target", None)
+        if target is not None:  # a details screen (a method of its own: no import here)
+            process, related = target()
+            if process is None and self.now is not None and related:
+                process = next((p for p in self.now.processes
+                                if any(is_about(r, p) for r in related)), None)
+            return process, related
+        process = self.selected_process()
+        return process, self.recommendations_for(process) if process is not None else ()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "undo_snooze":  # shown in the footer only while it can undo
             return self.actions.can_undo
@@ -515,6 +530,9 @@ class MlcostTop(App):
             return False  # a screen over the panels: they would change unseen behind it
         if action in self.ROW_ACTIONS and not getattr(self.screen, "MAIN_ROW_KEYS", True):
             return False  # a history or GPU screen: they would act on rows it does not show
+        offers = getattr(self.screen, "offers", None)
+        if offers is not None and action in self.ROW_ACTIONS and not offers(action):
+            return False  # a details screen: only what acts on what it shows
         if self.viewing is None and action in self.NEEDS_HOST:
             return False  # the fleet table: no host's panels for them (nor in its footer)
         # A key that cannot act here (a replay, --readonly) still runs, to say why.
@@ -600,6 +618,8 @@ class MlcostTop(App):
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
                             ("x", f"snooze it for {SNOOZE_HOURS:g} h"),
+                            ("k", "stop its process, where the daemon recommends stopping it "
+                                  "(after a confirmation)"),
                             ("c", "on a process: copy `mlcostd compare --previous` (the "
                                   "comparison itself is on the screen, under its Compare "
                                   "line)")]
@@ -754,8 +774,7 @@ class MlcostTop(App):
     def action_kill(self) -> None:
         if self._refuse("kill"):
             return
-        process = self.selected_process()
-        self.actions.kill(process, self.recommendations_for(process) if process else ())
+        self.actions.kill(*self.kill_target())
 
     def action_snooze_recommendation(self) -> None:
         if not self._refuse("snooze_recommendation"):

@@ -291,6 +291,24 @@ class DetailsScreen(Screen):
         if self.is_mounted:
             self.query_one("#details-body", Static).update(self.render_body())
 
+    def kill_target(self) -> tuple[Process | None, tuple[Recommendation, ...]]:
+        """What `k` acts on here (MlcostTop.kill_target): this screen's process and the
+        recommendations shown about it, or this recommendation (the App finds its process)."""
+        if self.process is not None:
+            return self.process, self.related
+        return None, (self.recommendation,) if self.recommendation is not None else ()
+
+    def offers(self, action: str) -> bool:
+        """Whether the App's key for `action` (a, x, k, h) acts on what this screen shows: `k`
+        where its process has a recommendation to stop it, `a` and `x` where it shows a
+        recommendation; `h` opens the host's history over it. The main screen's highlighted
+        rows, hidden behind it, are never the target."""
+        if action == "kill":
+            return any(r.action_kind == "sigterm" for r in self.kill_target()[1])
+        if action in ("apply_recommendation", "snooze_recommendation"):
+            return self.recommendation is not None or bool(self.related)
+        return True
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # a recommendation's details offered `c` and then said it is for a process
         return self.process is not None if action == "compare_previous" else True
