@@ -83,6 +83,9 @@ class MlcostTop(App):
     DetailsScreen ToastRack, HistoryScreen ToastRack, GpuScreen ToastRack {
         dock: bottom; align: right bottom; margin-top: 0; margin-bottom: 1; }
     Toast { padding: 0 1; max-width: 80%; }
+    /* The daemon did not answer: the panels show its last answer, dimmed (the header's status
+       line says as of when). At full colour dead processes and the burn read as current. */
+    GpuPanel.stale, ProcessPanel.stale, RecommendationTable.stale { opacity: 50%; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
     .hidden { display: none; }
@@ -423,9 +426,10 @@ class MlcostTop(App):
             else:
                 snap = self.shown_host
                 if snap is not None and snap.now is not None:
-                    self.query_one(GpuPanel).show(snap.now)
-                    self.query_one(ProcessPanel).show(snap.now)
-                    self.query_one(RecommendationTable).show(snap.now)
+                    for panel in (self.query_one(GpuPanel), self.query_one(ProcessPanel),
+                                  self.query_one(RecommendationTable)):
+                        panel.set_class(snap.stale, "stale")  # (nothing when unchanged)
+                        panel.show(snap.now)
                     if self.first_data_at is None and snap.now.gpus:
                         self.first_data_at = time.perf_counter()
         self.render_seconds = time.perf_counter() - started
