@@ -39,7 +39,7 @@ from mlcost_tui.footer import KeyFooter
 from mlcost_tui.layout import BOX_COLUMNS, HEADER_ROWS, SCROLLBAR_COLUMNS, Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
-from mlcost_tui.panels.gpus import GpuPanel
+from mlcost_tui.panels.gpus import GpuPanel, grouped_gpu_lines
 from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.processes import ProcessPanel
 from mlcost_tui.panels.recommendations import RecommendationTable, is_about
@@ -329,7 +329,8 @@ class MlcostTop(App):
         now = self.now
         layout = layout_for(width, height, len(now.gpus) if now is not None else 0,
                             len(now.processes) if now is not None else 0,
-                            len(now.recommendations) if now is not None else 0)
+                            len(now.recommendations) if now is not None else 0,
+                            grouped_gpu_lines(now.gpus) if now is not None else None)
         if layout == self.screen_layout:
             return False
         self.screen_layout = layout
