@@ -84,8 +84,9 @@ class MlcostTop(App):
         dock: bottom; align: right bottom; margin-top: 0; margin-bottom: 1; }
     Toast { padding: 0 1; max-width: 80%; }
     /* The daemon did not answer: the panels show its last answer, dimmed (the header's status
-       line says as of when). At full colour dead processes and the burn read as current. */
-    GpuPanel.stale, ProcessPanel.stale, RecommendationTable.stale { opacity: 50%; }
+       line says as of when). At full colour dead processes and the burn read as current.
+       (dim, not opacity: opacity left the red, green and yellow cells, ANSI colours, as bright) */
+    GpuPanel.stale, ProcessPanel.stale, RecommendationTable.stale { text-style: dim; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
     .hidden { display: none; }
