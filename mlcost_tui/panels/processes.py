@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.text import Text
 
-from daemon.wire import COMPUTE, IDLE, LOW_CONFIDENCE, Now, Process, phase_label
+from daemon.wire import COMPUTE, IDLE, LOW_CONFIDENCE, UNKNOWN, Now, Process, phase_label
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import PANEL_KEYS
 from mlcost_tui.keyed_table import Column, KeyedTable
@@ -84,9 +84,11 @@ def _burn_cell(value: float | None) -> Text:
 @lru_cache(_CACHE)
 def _phase_cell(phase_idle: tuple[str | None, bool, str | None]) -> Text:
     phase, gpus_idle, confidence = phase_idle
-    if phase == COMPUTE and gpus_idle:
+    if gpus_idle and phase in (COMPUTE, UNKNOWN, None, "", fmt.DASH):
         # The phase is the latest sampled; every GPU it holds is IDLE now (the GPU panel's
-        # verdict): it is not computing, whatever the last stacks said.
+        # verdict): it is not computing, whatever the last stacks said, and where they said
+        # nothing (unknown, or no sample yet) idle is what is known. A wait (data_wait,
+        # checkpoint...) stays: it says why the GPU is idle.
         return Text(IDLE, style=MUTED)
     if not phase or phase == fmt.DASH:
         return Text(fmt.DASH, style=MUTED)

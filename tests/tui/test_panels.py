@@ -208,3 +208,33 @@ def test_a_daemon_target_cut_to_its_column_keeps_what_tells_targets_apart():
     assert short_target("http://gpu-node-017.training.example.internal:9347", 17) == \
         "gpu-node-01…:9347"
     assert short_target("http://gpu1:9347", 17) == "http://gpu1:9347"  # whole where it fits
+
+
+@pytest.mark.asyncio
+async def test_a_process_whose_gpus_are_all_idle_reads_idle_unless_it_waits_on_something():
+    """README: a process whose GPUs are all IDLE reads `idle` in the phase column whatever its
+    last sampled stacks said. Only `compute` was read so: `unknown` (no stack said anything)
+    and no phase yet stayed, beside identical processes reading `idle` (probe 125 F8). A wait
+    (data_wait) stays: it says why the GPU is idle. On a busy GPU the phase is as sampled."""
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    doc = with_verdicts([True, False])
+    doc["processes"] = doc["processes"][:1]
+    template = doc["processes"][0]
+    phases = {1000: (0, "unknown"), 1001: (1, "unknown"), 1002: (1, None), 1003: (1, "compute"),
+              1004: (1, "data_wait")}
+    doc["processes"] = [
+        {**template, "key": f"{pid}:{TS}", "pid": pid, "phase": phase,
+         "gpus": [{"index": gpu, "memory_bytes": 1 << 30, "sm_share": 0.0}]}
+        for pid, (gpu, phase) in phases.items()]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        now = Now.from_dict(doc)
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        column = procs.get_column_index("phase")
+        shown = {pid: str(procs.get_cell_at((procs.get_row_index(f"{pid}:{TS}"), column))).strip()
+                 for pid in phases}
+        assert shown == {1000: "unknown", 1001: "idle", 1002: "idle", 1003: "idle",
+                         1004: "data_wait"}, shown
