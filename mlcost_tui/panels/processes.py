@@ -15,7 +15,17 @@ from typing import Any
 
 from rich.text import Text
 
-from daemon.wire import COMPUTE, IDLE, LOW_CONFIDENCE, UNKNOWN, Now, Process, phase_label
+from daemon.wire import (
+    COMPUTE,
+    ELLIPSIS,
+    IDLE,
+    LOW_CONFIDENCE,
+    UNKNOWN,
+    Now,
+    Process,
+    phase_label,
+    program_words,
+)
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import PANEL_KEYS
 from mlcost_tui.keyed_table import Column, KeyedTable
@@ -107,6 +117,20 @@ def _command_cell(command: str, width: int = 200) -> str:
     return fmt.short_command(command, width)
 
 
+@lru_cache(_CACHE)
+def command_order(command: str) -> str:
+    """What the command column sorts by: what it shows, the interpreter left out (shown or not,
+    depending on the width) and the leading `…` of a module dropped: `python -m
+    pkg.inference_server --gpu 4` by `inference_server --gpu 4`, `python hostile.py` by
+    `hostile.py`. The whole command line put every `python -m` before every script (the
+    folder of python and `-m` decided), and the column read unsorted."""
+    words = program_words(command)
+    if words and words[0].startswith("python"):
+        words = words[2 if len(words) > 2 and words[1] == "-m" else
+                      1 if len(words) > 1 and words[1].endswith(".py") else 0:]
+    return " ".join(words).lstrip(ELLIPSIS).casefold()
+
+
 def compute_share(p: Process) -> float:
     """The share of its time a process computes (the phase balance column sorts by it)."""
     return dict(fmt.phase_shares(p.phases)).get(COMPUTE, 0.0)
@@ -172,7 +196,8 @@ COLUMNS: tuple[ProcessColumn, ...] = (
                   sort=lambda p: (p.workload or "~", -(p.burn_per_hour or 0.0)),
                   descending=False),
     ProcessColumn("command", "command", 24, flex=True, value=lambda r: r.process.command,
-                  draw=_command_cell, sort=lambda p: p.command, descending=False),
+                  draw=_command_cell, sort=lambda p: command_order(p.command),
+                  descending=False),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
 WIDE_COMMAND_FROM = 150

@@ -238,3 +238,35 @@ async def test_a_process_whose_gpus_are_all_idle_reads_idle_unless_it_waits_on_s
                  for pid in phases}
         assert shown == {1000: "unknown", 1001: "idle", 1002: "idle", 1003: "idle",
                          1004: "data_wait"}, shown
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_command_column_sorts_by_what_it_shows(size):
+    """Sorted by command, the rows are in the order of what the column shows (the module or
+    script, the interpreter left out at 80 columns and the same before it at 200): sorted by
+    the whole command line, every `python -m` came before every script and `hostile.py` sat
+    between `inference_server` and `healthy_train` (probe 125 F5)."""
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    commands = {1000: "/opt/venv/bin/python -m pkg.workloads.inference_server --gpu 4",
+                1001: "/opt/venv/bin/python hostile.py " + "x" * 300,
+                1002: "/opt/venv/bin/python -m pkg.workloads.healthy_train --gpu 0",
+                1003: "/opt/venv/bin/python -m pkg.workloads.checkpoint_heavy --gpu 2",
+                1004: "/usr/bin/bash ./run.sh"}
+    doc = now_document(processes=5)
+    for proc in doc["processes"]:
+        proc["command"] = commands[proc["pid"]]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        now = Now.from_dict(doc)
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        procs.sort_by("command")
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        rows = sorted(now.processes, key=lambda p: procs.get_row_index(p.key))
+        assert [p.pid for p in rows] == [1004, 1003, 1002, 1001, 1000], [p.command for p in rows]
+        shown = [str(procs.get_cell_at((i, procs.get_column_index("command")))) for i in range(5)]
+        assert "checkpoint_heavy" in shown[1] and "hostile.py" in shown[3], shown
