@@ -150,7 +150,10 @@ async def test_three_recommendations_reachable_and_a_acts_on_the_highlighted_row
     async with app.run_test(size=size) as pilot:
         await shown(pilot)
         recs = app.query_one(RecommendationTable)
-        assert recs.region.height - 2 >= 3  # title and column header, then three rows
+        # title and column header, then three rows; at 80x24 one: this host's eight GPU lines
+        # all differ (two idle GPUs hold different memory) and take the other two (README
+        # "Every terminal size": every GPU first), the cursor still reaches all three
+        assert recs.region.height - 2 >= (1 if size == (80, 24) else 3)
         recs.focus()
         await pilot.pause()
         seen = []
