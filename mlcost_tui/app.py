@@ -204,12 +204,22 @@ class MlcostTop(App):
         self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
         self._said_lost = False  # a lost daemon said on a screen over the panels, once
+        # the last toast raised while the help was open: shown when it closes
+        self._held_toast: tuple[str, str, SeverityLevel, float | None] | None = None
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         """A toast, never read as markup (whatever the caller asks): notifications quote
         command lines, daemon errors and host names, where `[bold]` or `[link=...]` is text.
-        Control bytes are shown as `\\x1b` (daemon.wire.lines)."""
+        Control bytes are shown as `\\x1b` (daemon.wire.lines).
+
+        Over a screen that holds toasts (`HOLDS_TOASTS`: the help) the last one waits and is
+        shown when it closes: on the help a toast covered its key list (what a, x, k and h
+        do) for as long as it lasted."""
+        top = self.screen_stack[-1] if self.screen_stack else None
+        if getattr(top, "HOLDS_TOASTS", False):
+            self._held_toast = (message, title, severity, timeout)
+            return
         super().notify(lines(str(message)), title=lines(title), severity=severity,
                        timeout=timeout, markup=False)
 
@@ -569,7 +579,15 @@ class MlcostTop(App):
     def action_help(self) -> None:
         from mlcost_tui.screens.help import HelpScreen
 
-        self.push_screen(HelpScreen(self.help_sections(), self.mode_name))
+        self.push_screen(HelpScreen(self.help_sections(), self.mode_name),
+                         lambda _: self.call_later(self._show_held_toast))
+
+    def _show_held_toast(self) -> None:
+        """The toast held while the help was open (App.notify), now that it is closed."""
+        held, self._held_toast = self._held_toast, None
+        if held is not None:
+            message, title, severity, timeout = held
+            self.notify(message, title=title, severity=severity, timeout=timeout)
 
     @property
     def on_prometheus_table(self) -> bool:
