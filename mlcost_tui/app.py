@@ -579,8 +579,10 @@ class MlcostTop(App):
     def action_help(self) -> None:
         from mlcost_tui.screens.help import HelpScreen
 
-        self.push_screen(HelpScreen(self.help_sections(), self.mode_name),
-                         lambda _: self.call_later(self._show_held_toast))
+        self.push_screen(HelpScreen(self.help_sections(), self.mode_name), self._help_closed)
+
+    def _help_closed(self, _: None) -> None:
+        self.call_later(self._show_held_toast)  # (once the help is off the screen stack)
 
     def _show_held_toast(self) -> None:
         """The toast held while the help was open (App.notify), now that it is closed."""
