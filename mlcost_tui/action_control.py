@@ -46,13 +46,13 @@ class ActionControl:
 
     def kill(self, process: Process | None, related: tuple[Recommendation, ...]) -> None:
         """`k`: the dry run of the SIGTERM the daemon recommends for `process`, if it does."""
-        if process is None:
-            self.app.notify("select a process first", severity="warning")
-            return
         for rec in related:
             if rec.action_kind == "sigterm":
                 self.start_action(rec, dry_run=True)
                 return
+        if process is None:
+            self.app.notify("select a process first", severity="warning")
+            return
         self.app.notify(f"mlcostd stops only processes it recommends stopping (GPUs held "
                         f"idle); pid {process.pid} is not one", severity="warning")
 

@@ -39,10 +39,10 @@ from mlcost_tui.footer import KeyFooter
 from mlcost_tui.layout import BOX_COLUMNS, HEADER_ROWS, SCROLLBAR_COLUMNS, Layout, layout_for
 from mlcost_tui.messages import ActionFinished, HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
-from mlcost_tui.panels.gpus import GpuPanel
+from mlcost_tui.panels.gpus import GpuPanel, grouped_gpu_lines
 from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.processes import ProcessPanel
-from mlcost_tui.panels.recommendations import RecommendationTable
+from mlcost_tui.panels.recommendations import RecommendationTable, is_about
 from mlcost_tui.replay_control import ReplayControl
 from mlcost_tui.sources import POLL_INTERVAL_S, LiveSource, ReplaySource, fleet_totals
 
@@ -83,6 +83,10 @@ class MlcostTop(App):
     DetailsScreen ToastRack, HistoryScreen ToastRack, GpuScreen ToastRack {
         dock: bottom; align: right bottom; margin-top: 0; margin-bottom: 1; }
     Toast { padding: 0 1; max-width: 80%; }
+    /* The daemon did not answer: the panels show its last answer, dimmed (the header's status
+       line says as of when). At full colour dead processes and the burn read as current.
+       (dim, not opacity: opacity left the red, green and yellow cells, ANSI colours, as bright) */
+    GpuPanel.stale, ProcessPanel.stale, RecommendationTable.stale { text-style: dim; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
     .hidden { display: none; }
@@ -200,12 +204,22 @@ class MlcostTop(App):
         self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
         self._said_lost = False  # a lost daemon said on a screen over the panels, once
+        # the last toast raised while the help was open: shown when it closes
+        self._held_toast: tuple[str, str, SeverityLevel, float | None] | None = None
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         """A toast, never read as markup (whatever the caller asks): notifications quote
         command lines, daemon errors and host names, where `[bold]` or `[link=...]` is text.
-        Control bytes are shown as `\\x1b` (daemon.wire.lines)."""
+        Control bytes are shown as `\\x1b` (daemon.wire.lines).
+
+        Over a screen that holds toasts (`HOLDS_TOASTS`: the help) the last one waits and is
+        shown when it closes: on the help a toast covered its key list (what a, x, k and h
+        do) for as long as it lasted."""
+        top = self.screen_stack[-1] if self.screen_stack else None
+        if getattr(top, "HOLDS_TOASTS", False):
+            self._held_toast = (message, title, severity, timeout)
+            return
         super().notify(lines(str(message)), title=lines(title), severity=severity,
                        timeout=timeout, markup=False)
 
@@ -326,7 +340,8 @@ class MlcostTop(App):
         now = self.now
         layout = layout_for(width, height, len(now.gpus) if now is not None else 0,
                             len(now.processes) if now is not None else 0,
-                            len(now.recommendations) if now is not None else 0)
+                            len(now.recommendations) if now is not None else 0,
+                            grouped_gpu_lines(now.gpus) if now is not None else None)
         if layout == self.screen_layout:
             return False
         self.screen_layout = layout
@@ -423,9 +438,10 @@ class MlcostTop(App):
             else:
                 snap = self.shown_host
                 if snap is not None and snap.now is not None:
-                    self.query_one(GpuPanel).show(snap.now)
-                    self.query_one(ProcessPanel).show(snap.now)
-                    self.query_one(RecommendationTable).show(snap.now)
+                    for panel in (self.query_one(GpuPanel), self.query_one(ProcessPanel),
+                                  self.query_one(RecommendationTable)):
+                        panel.set_class(snap.stale, "stale")  # (nothing when unchanged)
+                        panel.show(snap.now)
                     if self.first_data_at is None and snap.now.gpus:
                         self.first_data_at = time.perf_counter()
         self.render_seconds = time.perf_counter() - started
@@ -492,6 +508,21 @@ class MlcostTop(App):
             return screen.related[0] if screen.related else None
         return self.selected_recommendation()
 
+    def kill_target(self) -> tuple[Process | None, tuple[Recommendation, ...]]:
+        """What `k` acts on, with the recommendations about it: on a details screen the process
+        it shows (a recommendation's screen: the process it is about), else the process row
+        highlighted on the main screen. From a details screen `k` had stopped, or refused by
+        its pid, the process under the main screen's cursor, hidden behind it."""
+        target = getattr(self.screen, "kill_target", None)
+        if target is not None:  # a details screen (a method of its own: no import here)
+            process, related = target()
+            if process is None and self.now is not None and related:
+                process = next((p for p in self.now.processes
+                                if any(is_about(r, p) for r in related)), None)
+            return process, related
+        process = self.selected_process()
+        return process, self.recommendations_for(process) if process is not None else ()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "undo_snooze":  # shown in the footer only while it can undo
             return self.actions.can_undo
@@ -515,6 +546,9 @@ class MlcostTop(App):
             return False  # a screen over the panels: they would change unseen behind it
         if action in self.ROW_ACTIONS and not getattr(self.screen, "MAIN_ROW_KEYS", True):
             return False  # a history or GPU screen: they would act on rows it does not show
+        offers = getattr(self.screen, "offers", None)
+        if offers is not None and action in self.ROW_ACTIONS and not offers(action):
+            return False  # a details screen: only what acts on what it shows
         if self.viewing is None and action in self.NEEDS_HOST:
             return False  # the fleet table: no host's panels for them (nor in its footer)
         # A key that cannot act here (a replay, --readonly) still runs, to say why.
@@ -551,7 +585,18 @@ class MlcostTop(App):
 
             if isinstance(self.prometheus, PrometheusFleetScreen):
                 about = help_about(self.prometheus.source.job)
-        self.push_screen(HelpScreen(self.help_sections(), self.mode_name, about))
+        self.push_screen(HelpScreen(self.help_sections(), self.mode_name, about),
+                         self._help_closed)
+
+    def _help_closed(self, _: None) -> None:
+        self.call_later(self._show_held_toast)  # (once the help is off the screen stack)
+
+    def _show_held_toast(self) -> None:
+        """The toast held while the help was open (App.notify), now that it is closed."""
+        held, self._held_toast = self._held_toast, None
+        if held is not None:
+            message, title, severity, timeout = held
+            self.notify(message, title=title, severity=severity, timeout=timeout)
 
     @property
     def on_prometheus_table(self) -> bool:
@@ -606,6 +651,8 @@ class MlcostTop(App):
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
                             ("x", f"snooze it for {SNOOZE_HOURS:g} h"),
+                            ("k", "stop its process, where the daemon recommends stopping it "
+                                  "(after a confirmation)"),
                             ("c", "on a process: copy `mlcostd compare --previous` (the "
                                   "comparison itself is on the screen, under its Compare "
                                   "line)")]
@@ -760,8 +807,7 @@ class MlcostTop(App):
     def action_kill(self) -> None:
         if self._refuse("kill"):
             return
-        process = self.selected_process()
-        self.actions.kill(process, self.recommendations_for(process) if process else ())
+        self.actions.kill(*self.kill_target())
 
     def action_snooze_recommendation(self) -> None:
         if not self._refuse("snooze_recommendation"):

@@ -40,8 +40,16 @@ class Layout:
 
 
 def layout_for(width: int, height: int, gpu_count: int, process_count: int = 0,
-               recommendation_count: int = 0) -> Layout:
-    """The layout of the main screen at `width` x `height` for a host with `gpu_count` GPUs.
+               recommendation_count: int = 0, grouped_gpu_lines: int | None = None) -> Layout:
+    """The layout of the main screen at `width` x `height` for a host with `gpu_count` GPUs,
+    which take `grouped_gpu_lines` lines when identical idle GPUs share one (None: as many as
+    GPUs).
+
+    Every GPU line is on screen where the processes can keep five rows and the
+    recommendations one: the GPU panel takes the rows it needs from the recommendations' three
+    (at 80x24 eight GPUs that all differ leave one recommendation row; the cursor moves through
+    the rest). It had six lines at 24 rows whatever it needed, and a GPU held idle beside
+    identical idle ones (its own line) pushed the last line behind a scrollbar.
 
     In a tall terminal, rows that neither the GPUs nor the processes need go to recommendations
     past the usual five, as many as there are (the processes panel keeps its rows first)."""
@@ -56,7 +64,12 @@ def layout_for(width: int, height: int, gpu_count: int, process_count: int = 0,
     else:
         recommendation_rows = 5
     left_for_gpus = body - (MIN_PROCESS_ROWS + chrome) - (recommendation_rows + chrome) - chrome
-    gpu_rows = max(left_for_gpus, 1)
+    group_idle = compact or gpu_count > left_for_gpus
+    needed = grouped_gpu_lines if group_idle and grouped_gpu_lines is not None else gpu_count
+    # what the GPUs may take: all but five process rows and one recommendation row
+    room = body - 3 * chrome - MIN_PROCESS_ROWS - 1
+    gpu_rows = max(left_for_gpus, min(needed, room), 1)
+    recommendation_rows = max(min(recommendation_rows, room + 1 - gpu_rows), 1)
     lines = 1
     if not compact and recommendation_count:
         used = (min(gpu_count, gpu_rows) + chrome) + (max(process_count, MIN_PROCESS_ROWS)
@@ -72,5 +85,5 @@ def layout_for(width: int, height: int, gpu_count: int, process_count: int = 0,
             recommendation_rows = min(recommendation_rows + spare, recommendation_count * lines)
     table_width = width - (0 if compact else BOX_COLUMNS) - SCROLLBAR_COLUMNS
     return Layout(width=width, height=height, compact=compact, table_width=max(table_width, 20),
-                  gpu_rows=gpu_rows, group_idle_gpus=compact or gpu_count > gpu_rows,
+                  gpu_rows=gpu_rows, group_idle_gpus=group_idle,
                   recommendation_rows=recommendation_rows, recommendation_lines=lines)

@@ -20,6 +20,14 @@ class HostSnapshot:
     received_at: float
     attempt: int = 0  # failed polls in a row (0 when it answered)
     stalled: bool = False  # the error is a daemon that took the request and did not answer
+    # With an error: when (fmt.clock) the daemon last answered, i.e. how old `now` is (None:
+    # it never has). The header says "as of" that time and the panels are dimmed.
+    answered_at: float | None = None
+
+    @property
+    def stale(self) -> bool:
+        """It shows figures from an earlier answer: the daemon did not answer this time."""
+        return self.error is not None and self.now is not None
 
 
 class SnapshotArrived(Message):

@@ -28,7 +28,13 @@ if TYPE_CHECKING:
 POLL_INTERVAL_S = 1.0
 # --interval's range: faster polls cost the daemon a /v1/now each; an hour apart is no live view
 POLL_INTERVAL_RANGE_S = (0.1, 3600.0)
+# A daemon that does not answer is asked again after 1, 2, 4... intervals, up to RETRY_MAX_S:
+# in a fleet, a host that is down (a TCP connect that waits for its timeout, a proxy) costs the
+# others nothing. A local unix socket is refused at once when no daemon serves it, so it is
+# asked at least every LOCAL_RETRY_MAX_S: a restarted mlcostd shows within a couple of seconds
+# (at 10 s, a restart looked like a daemon that would not come back).
 RETRY_MAX_S = 10.0
+LOCAL_RETRY_MAX_S = 2.0
 STARTING_RETRY_S = 0.5
 SOONEST_POLL_S = 0.05  # a daemon already due is asked this soon
 PHASE_WINDOW_S = 300.0  # a replayed process's phases: the 5 minutes before the tick shown  # an embedded daemon that is still starting: look again soon
@@ -52,6 +58,7 @@ class LiveSource:
         self._due_at = [0.0] * len(self.clients)  # monotonic: when to ask each again
         self._asking: dict[int, asyncio.Task[HostSnapshot]] = {}  # polls not answered yet
         self._answered: set[int] = set()  # fetched since the last retry_delay: to schedule
+        self.answered_at: list[float | None] = [None] * len(self.clients)  # fmt.clock()
 
     async def fetch(self, index: int) -> HostSnapshot:
         from daemon.client import ClientError
@@ -64,10 +71,12 @@ class LiveSource:
             self.failures[index] += 1
             return HostSnapshot(client.name, self.last_now[index], one_line(str(exc)),
                                 time.monotonic() - started, fmt.clock(), self.failures[index],
-                                stalled=getattr(exc, "timed_out", False))
+                                stalled=getattr(exc, "timed_out", False),
+                                answered_at=self.answered_at[index])
         self.failures[index] = 0
         self.last_now[index] = now
-        return HostSnapshot(client.name, now, None, time.monotonic() - started, fmt.clock())
+        received = self.answered_at[index] = fmt.clock()
+        return HostSnapshot(client.name, now, None, time.monotonic() - started, received)
 
     async def fetch_all(self) -> tuple[HostSnapshot, ...]:
         """One snapshot per daemon: those due are polled concurrently (one daemon: awaited
@@ -114,7 +123,9 @@ class LiveSource:
             return self.interval_s
         if starting and all(n is None for n in self.last_now):
             return STARTING_RETRY_S
-        return min(self.interval_s * 2 ** (failures - 1), RETRY_MAX_S)
+        local = getattr(self.clients[index], "socket_path", None) is not None
+        longest = max(LOCAL_RETRY_MAX_S, self.interval_s) if local else RETRY_MAX_S
+        return min(self.interval_s * 2 ** (failures - 1), longest)
 
     async def close(self) -> None:
         for task in self._asking.values():

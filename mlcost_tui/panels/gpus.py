@@ -157,6 +157,12 @@ def idle_look(gpu: Gpu) -> tuple[object, ...] | None:
             fmt.size(gpu.memory_total_bytes), gpu.price_per_hour)
 
 
+def grouped_gpu_lines(gpus: Sequence[Gpu]) -> int:
+    """How many lines the GPUs take when identical idle ones share one (mlcost_tui.layout
+    gives the GPU panel that many rows where it can)."""
+    return len(group_rows(sorted(gpus, key=lambda g: g.index), True))
+
+
 def group_rows(gpus: Sequence[Gpu], group_idle: bool) -> list[tuple[str, tuple[Gpu, ...]]]:
     """(row key, GPUs) in index order; with `group_idle`, identical idle GPUs share the row of
     the first of them."""

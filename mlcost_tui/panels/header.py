@@ -18,14 +18,15 @@ def connection_text(snap: HostSnapshot | None, paused: bool, retry_s: float | No
     text = Text()
     if snap is None:
         text.append("● connecting…", style=WARN)
-    elif snap.error is not None and snap.stalled:  # there, hung or stopped (SIGSTOP)
-        text.append("● daemon not answering", style="bold " + WARN)
-        if retry_s is not None:
-            text.append(f" · retrying in {retry_s:.0f}s", style=MUTED)
     elif snap.error is not None:
-        text.append("✕ no daemon", style="bold " + BAD)
+        if snap.stalled:  # there, hung or stopped (SIGSTOP)
+            text.append("● daemon not answering", style="bold " + WARN)
+        else:
+            text.append("✕ no daemon", style="bold " + BAD)
         if retry_s is not None:
             text.append(f" · retrying in {retry_s:.0f}s", style=MUTED)
+        if snap.now is not None:  # what the panels show (dimmed) is that old
+            text.append_text(as_of(snap.answered_at))
     elif snap.latency_s > SLOW_RESPONSE_S:
         text.append(f"● slow daemon ({snap.latency_s:.1f}s)", style=WARN)
     else:
@@ -33,6 +34,15 @@ def connection_text(snap: HostSnapshot | None, paused: bool, retry_s: float | No
     if paused:
         text.append("  ⏸ PAUSED (p to resume)", style="bold reverse " + WARN)
     return text
+
+
+def as_of(answered_at: float | None) -> Text:
+    """' · as of 01:58:00, 12 s ago': how old the figures shown are, while the daemon does not
+    answer (they stayed at full colour, the burn and dead processes read as current)."""
+    if answered_at is None:
+        return Text(" · showing older figures", style="bold " + WARN)
+    return Text(f" · as of {fmt.clock_time(answered_at)}, {fmt.ago(answered_at)}",
+                style="bold " + WARN)
 
 
 def store_problem(store: object) -> str:
@@ -197,7 +207,6 @@ class HeaderPanel(Static):
                 line2.append(snap.error[:300], style=BAD)
             else:
                 line3.append(f"  {snap.error}"[:200], style=BAD)
-                line3.append("  (showing the last data received)", style=MUTED)
         elif now is not None and replay is None:
             line3.append(f"  {fmt.plural(fleet, 'daemon')}, newest tick at "
                          f"{fmt.clock_time(now.ts)}" if fleet is not None

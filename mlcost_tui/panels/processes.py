@@ -15,7 +15,17 @@ from typing import Any
 
 from rich.text import Text
 
-from daemon.wire import COMPUTE, IDLE, LOW_CONFIDENCE, Now, Process, phase_label
+from daemon.wire import (
+    COMPUTE,
+    ELLIPSIS,
+    IDLE,
+    LOW_CONFIDENCE,
+    UNKNOWN,
+    Now,
+    Process,
+    phase_label,
+    program_words,
+)
 from mlcost_tui import format as fmt
 from mlcost_tui.footer import PANEL_KEYS
 from mlcost_tui.keyed_table import Column, KeyedTable
@@ -84,9 +94,11 @@ def _burn_cell(value: float | None) -> Text:
 @lru_cache(_CACHE)
 def _phase_cell(phase_idle: tuple[str | None, bool, str | None]) -> Text:
     phase, gpus_idle, confidence = phase_idle
-    if phase == COMPUTE and gpus_idle:
+    if gpus_idle and phase in (COMPUTE, UNKNOWN, None, "", fmt.DASH):
         # The phase is the latest sampled; every GPU it holds is IDLE now (the GPU panel's
-        # verdict): it is not computing, whatever the last stacks said.
+        # verdict): it is not computing, whatever the last stacks said, and where they said
+        # nothing (unknown, or no sample yet) idle is what is known. A wait (data_wait,
+        # checkpoint...) stays: it says why the GPU is idle.
         return Text(IDLE, style=MUTED)
     if not phase or phase == fmt.DASH:
         return Text(fmt.DASH, style=MUTED)
@@ -103,6 +115,20 @@ def _io_cell(value: float | None) -> Text:
 def _command_cell(command: str, width: int = 200) -> str:
     """The command in the column's width: what tells the rows apart first, cut at a word."""
     return fmt.short_command(command, width)
+
+
+@lru_cache(_CACHE)
+def command_order(command: str) -> str:
+    """What the command column sorts by: what it shows, the interpreter left out (shown or not,
+    depending on the width) and the leading `…` of a module dropped: `python -m
+    pkg.inference_server --gpu 4` by `inference_server --gpu 4`, `python hostile.py` by
+    `hostile.py`. The whole command line put every `python -m` before every script (the
+    folder of python and `-m` decided), and the column read unsorted."""
+    words = program_words(command)
+    if words and words[0].startswith("python"):
+        words = words[2 if len(words) > 2 and words[1] == "-m" else
+                      1 if len(words) > 1 and words[1].endswith(".py") else 0:]
+    return " ".join(words).lstrip(ELLIPSIS).casefold()
 
 
 def compute_share(p: Process) -> float:
@@ -170,7 +196,8 @@ COLUMNS: tuple[ProcessColumn, ...] = (
                   sort=lambda p: (p.workload or "~", -(p.burn_per_hour or 0.0)),
                   descending=False),
     ProcessColumn("command", "command", 24, flex=True, value=lambda r: r.process.command,
-                  draw=_command_cell, sort=lambda p: p.command, descending=False),
+                  draw=_command_cell, sort=lambda p: command_order(p.command),
+                  descending=False),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
 WIDE_COMMAND_FROM = 150

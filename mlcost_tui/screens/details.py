@@ -170,6 +170,16 @@ def comparison_lines(result: Comparison) -> Text:
     return text
 
 
+def process_heading(p: Process) -> Text:
+    """`Process 1234  started …  user …` and its command line: the top of its details."""
+    text = Text()
+    text.append(f"Process {p.pid}", style="bold")
+    text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}  "
+                f"state {p.state}\n", style=MUTED)
+    text.append(p.command)
+    return text
+
+
 class DetailsScreen(Screen):
     """Details of one process or one recommendation; escape goes back. A process's phase
     balance is loaded from `client` when there is one (a replay has none)."""
@@ -184,6 +194,7 @@ class DetailsScreen(Screen):
     DetailsScreen VerticalScroll { padding: 0 1; }
     DetailsScreen Label { width: 1fr; }  /* a title longer than the screen wraps, not cut */
     DetailsScreen Plot { height: 7; }
+    #details-heading { margin-bottom: 1; }
     """
 
     def __init__(self, process: Process | None = None,
@@ -212,6 +223,9 @@ class DetailsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
+            if self.process is not None:
+                # what it is about first: the SM chart came before it, its heading mid-screen
+                yield Static(process_heading(self.process), id="details-heading")
             if self.process is not None and self.client is not None:  # a replay has no history
                 yield Label("SM share over the last hour", id="sm-label")
                 yield Plot(id="sm", empty="loading the SM share history…")
@@ -291,6 +305,24 @@ class DetailsScreen(Screen):
         if self.is_mounted:
             self.query_one("#details-body", Static).update(self.render_body())
 
+    def kill_target(self) -> tuple[Process | None, tuple[Recommendation, ...]]:
+        """What `k` acts on here (MlcostTop.kill_target): this screen's process and the
+        recommendations shown about it, or this recommendation (the App finds its process)."""
+        if self.process is not None:
+            return self.process, self.related
+        return None, (self.recommendation,) if self.recommendation is not None else ()
+
+    def offers(self, action: str) -> bool:
+        """Whether the App's key for `action` (a, x, k, h) acts on what this screen shows: `k`
+        where its process has a recommendation to stop it, `a` and `x` where it shows a
+        recommendation; `h` opens the host's history over it. The main screen's highlighted
+        rows, hidden behind it, are never the target."""
+        if action == "kill":
+            return any(r.action_kind == "sigterm" for r in self.kill_target()[1])
+        if action in ("apply_recommendation", "snooze_recommendation"):
+            return self.recommendation is not None or bool(self.related)
+        return True
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # a recommendation's details offered `c` and then said it is for a process
         return self.process is not None if action == "compare_previous" else True
@@ -316,11 +348,8 @@ class DetailsScreen(Screen):
         return Text("nothing selected")
 
     def _process_text(self, p: Process) -> Text:
+        """The body under its heading (process_heading) and the SM chart."""
         text = Text()
-        text.append(f"Process {p.pid}", style="bold")
-        text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}  "
-                    f"state {p.state}\n", style=MUTED)
-        text.append(p.command + "\n\n")
         if p.owner:  # who owns it: pod, Slurm job, systemd unit (from its cgroup)
             text.append("Owner ", style="bold")
             text.append("  ".join(f"{k} {v}" for k, v in sorted(p.owner.items())) + "\n")

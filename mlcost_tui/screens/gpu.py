@@ -26,17 +26,37 @@ RANGE_S = 3600
 POINTS = 240
 
 
-def gpu_text(gpus: tuple[Gpu, ...], processes: tuple[Process, ...]) -> Text:
+def packed(fields: list[str], width: int, indent: str = "  ", gap: str = "   ") -> str:
+    """`fields` on lines of at most `width` cells (0: one line), broken between fields, never
+    inside one: at 80 columns the terminal broke `power 400 W   77°C` before `77°C`."""
+    lines: list[str] = []
+    line = ""
+    for field in fields:
+        longer = f"{line}{gap}{field}" if line else field
+        if line and width and len(indent + longer) > width:
+            lines.append(line)
+            line = field
+        else:
+            line = longer
+    lines.append(line)
+    return "".join(f"{indent}{line}\n" for line in lines)
+
+
+def gpu_text(gpus: tuple[Gpu, ...], processes: tuple[Process, ...], width: int = 0) -> Text:
+    """The GPUs' figures and the processes on them, in lines of at most `width` cells (0: as
+    long as they are; the screen passes its own width)."""
     text = Text()
     for gpu in gpus:
         state = "no verdict" if gpu.busy is None else "busy" if gpu.busy else "IDLE"
         text.append(f"GPU {gpu.index}", style="bold")
         text.append(f"  {gpu.name}  {gpu.uuid}  {state}\n", style=MUTED)
-        text.append(f"  utilization {fmt.pct(gpu.utilization)}   SM activity "
-                    f"{fmt.pct(gpu.sm_activity)}   memory {fmt.size(gpu.memory_used_bytes)} of "
-                    f"{fmt.size(gpu.memory_total_bytes)}   power "
-                    f"{fmt.number(gpu.power_watts, ' W')}   {fmt.number(gpu.temperature_c, '°C')}"
-                    f"\n  {fmt.money(gpu.price_per_hour, '/h')}, of which wasted "
+        text.append(packed([f"utilization {fmt.pct(gpu.utilization)}",
+                            f"SM activity {fmt.pct(gpu.sm_activity)}",
+                            f"memory {fmt.size(gpu.memory_used_bytes)} of "
+                            f"{fmt.size(gpu.memory_total_bytes)}",
+                            f"power {fmt.number(gpu.power_watts, ' W')}",
+                            fmt.number(gpu.temperature_c, '°C')], width))
+        text.append(f"  {fmt.money(gpu.price_per_hour, '/h')}, of which wasted "
                     f"{fmt.money(gpu.wasted_per_hour, '/h')}\n")
     indices = {g.index for g in gpus}
     on_it = [p for p in processes if indices & set(p.gpus)]
@@ -54,12 +74,16 @@ def gpu_text(gpus: tuple[Gpu, ...], processes: tuple[Process, ...]) -> Text:
         here = [share for share in p.per_gpu if share.index in indices]
         memory = sum(s.memory_bytes or 0 for s in here) if here else p.gpu_memory_bytes
         sm = max((s.sm_share or 0.0 for s in here), default=0.0) if here else p.sm_share
+        figures = (f"{fmt.money(p.burn_per_hour, '/h'):>9}  {fmt.size(memory):>7}  "
+                   f"SM {fmt.pct(sm):>4}  {(p.phase or fmt.DASH):<11} ")
         text.append(f"  {p.pid:>7}  ", style="bold")
-        text.append(f"{fmt.money(p.burn_per_hour, '/h'):>9}  {fmt.size(memory):>7}  "
-                    f"SM {fmt.pct(sm):>4}  {(p.phase or fmt.DASH):<11} ")
-        text.append(fmt.short_command(p.command, 60), style=MUTED)
+        text.append(figures)
+        # the command in what is left of the line (cut with `…`, not wrapped under the pid)
+        room = width - 11 - len(figures) if width else 60
+        text.append(fmt.short_command(p.command, max(room, 12)), style=MUTED)
         if len(p.gpus) > 1:
-            text.append(f"  (on {fmt.plural(len(p.gpus), 'GPU')}: {fmt.gpu_list(p.gpus)}; "
+            text.append(("\n    " if width else "  ") +
+                        f"(on {fmt.plural(len(p.gpus), 'GPU')}: {fmt.gpu_list(p.gpus)}; "
                         f"{fmt.size(p.gpu_memory_bytes)} in all; $/h for all of them)",
                         style=MUTED)
         text.append("\n")
@@ -84,13 +108,22 @@ class GpuScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(gpu_text(self.gpus, self.processes), id="gpu-body")
+            yield Static(gpu_text(self.gpus, self.processes, self.text_width()), id="gpu-body")
             for gpu in self.gpus[:1]:  # identical idle GPUs: the first one's history
                 yield Label(f"GPU {gpu.index} utilization", id="utilization-label")
                 yield Plot(id="utilization")
                 yield Label(f"GPU {gpu.index} memory used", id="memory-label")
                 yield Plot(id="memory")
         yield KeyFooter()
+
+    def text_width(self) -> int:
+        """The body's width: the screen's, less its padding and the scrollbar."""
+        return max(self.app.size.width - 4, 20)
+
+    def on_resize(self) -> None:
+        if self.is_mounted:
+            self.query_one("#gpu-body", Static).update(
+                gpu_text(self.gpus, self.processes, self.text_width()))
 
     def on_mount(self) -> None:
         self.load_history()

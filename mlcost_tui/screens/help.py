@@ -22,6 +22,9 @@ Section = tuple[str, Sequence[tuple[str, str]]]  # a title and its (keys, what t
 
 
 class HelpScreen(ModalScreen[None]):
+    # Toasts raised while it is open wait until it closes (MlcostTop.notify): over it they
+    # covered the descriptions of the keys (at 80x24 those of a, x, k and h).
+    HOLDS_TOASTS = True
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

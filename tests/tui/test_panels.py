@@ -208,3 +208,65 @@ def test_a_daemon_target_cut_to_its_column_keeps_what_tells_targets_apart():
     assert short_target("http://gpu-node-017.training.example.internal:9347", 17) == \
         "gpu-node-01…:9347"
     assert short_target("http://gpu1:9347", 17) == "http://gpu1:9347"  # whole where it fits
+
+
+@pytest.mark.asyncio
+async def test_a_process_whose_gpus_are_all_idle_reads_idle_unless_it_waits_on_something():
+    """README: a process whose GPUs are all IDLE reads `idle` in the phase column whatever its
+    last sampled stacks said. Only `compute` was read so: `unknown` (no stack said anything)
+    and no phase yet stayed, beside identical processes reading `idle` (probe 125 F8). A wait
+    (data_wait) stays: it says why the GPU is idle. On a busy GPU the phase is as sampled."""
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    doc = with_verdicts([True, False])
+    doc["processes"] = doc["processes"][:1]
+    template = doc["processes"][0]
+    phases = {1000: (0, "unknown"), 1001: (1, "unknown"), 1002: (1, None), 1003: (1, "compute"),
+              1004: (1, "data_wait")}
+    doc["processes"] = [
+        {**template, "key": f"{pid}:{TS}", "pid": pid, "phase": phase,
+         "gpus": [{"index": gpu, "memory_bytes": 1 << 30, "sm_share": 0.0}]}
+        for pid, (gpu, phase) in phases.items()]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(160, 48)) as pilot:
+        now = Now.from_dict(doc)
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        column = procs.get_column_index("phase")
+        shown = {pid: str(procs.get_cell_at((procs.get_row_index(f"{pid}:{TS}"), column))).strip()
+                 for pid in phases}
+        assert shown == {1000: "unknown", 1001: "idle", 1002: "idle", 1003: "idle",
+                         1004: "data_wait"}, shown
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_command_column_sorts_by_what_it_shows(size):
+    """Sorted by command, the rows are in the order of what the column shows (the module or
+    script, the interpreter left out at 80 columns and the same before it at 200): sorted by
+    the whole command line, every `python -m` came before every script and `hostile.py` sat
+    between `inference_server` and `healthy_train` (probe 125 F5)."""
+    from mlcost_tui.panels.processes import ProcessPanel
+
+    commands = {1000: "/opt/venv/bin/python -m pkg.workloads.inference_server --gpu 4",
+                1001: "/opt/venv/bin/python hostile.py " + "x" * 300,
+                1002: "/opt/venv/bin/python -m pkg.workloads.healthy_train --gpu 0",
+                1003: "/opt/venv/bin/python -m pkg.workloads.checkpoint_heavy --gpu 2",
+                1004: "/usr/bin/bash ./run.sh"}
+    doc = now_document(processes=5)
+    for proc in doc["processes"]:
+        proc["command"] = commands[proc["pid"]]
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size) as pilot:
+        now = Now.from_dict(doc)
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        procs.sort_by("command")
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/test.sock", now, None, 0.01, TS),)))
+        await pilot.pause()
+        rows = sorted(now.processes, key=lambda p: procs.get_row_index(p.key))
+        assert [p.pid for p in rows] == [1004, 1003, 1002, 1001, 1000], [p.command for p in rows]
+        shown = [str(procs.get_cell_at((i, procs.get_column_index("command")))) for i in range(5)]
+        assert "checkpoint_heavy" in shown[1] and "hostile.py" in shown[3], shown

@@ -220,3 +220,43 @@ async def test_history_titles_wrap_at_80_columns_instead_of_being_cut():
         title = str(label.render())
         assert title.endswith("max $24.59/h") and len(title) > label.size.width
         assert label.size.width <= 78 and label.size.height == 2  # all of it, on two lines
+
+
+def held_idle(step: int, memory_gib: dict[int, float], recommendations: int = 2) -> HostSnapshot:
+    """demo_like with idle GPUs that hold memory (a process left on them): each such GPU
+    differs from its idle neighbours and needs a line of its own; `recommendations` of them
+    (the fixture's two, then copies)."""
+    snap = demo_like(step)
+    assert snap.now is not None
+    gpus = tuple(dataclasses.replace(g, memory_used_bytes=int(memory_gib[g.index] * (1 << 30)))
+                 if g.index in memory_gib else g for g in snap.now.gpus)
+    recs = list(snap.now.recommendations)
+    while len(recs) < recommendations:
+        recs.append(dataclasses.replace(recs[-1], id=f"rec-{len(recs)}",
+                                        summary=f"advice number {len(recs)}"))
+    return dataclasses.replace(snap, now=dataclasses.replace(snap.now, gpus=gpus,
+                                                             recommendations=tuple(recs)))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("held, lines, recs", [
+    ({5: 4.0}, ["0", "1", "2", "3", "4", "5", "6,7"], 2),  # the probe's: one GPU held idle
+    ({5: 4.0, 6: 2.0}, [str(i) for i in range(8)], 3),  # eight lines, three recommendations
+], ids=["seven-lines", "eight-lines"])
+async def test_at_80x24_every_gpu_line_is_on_screen_when_idle_gpus_differ(held, lines, recs):
+    """README: 80x24 shows every GPU. The GPU panel had six lines at 24 rows whatever it
+    needed: an idle GPU holding memory (a line of its own beside identical idle ones) pushed
+    the last line behind a scrollbar (probe 125 F1). The rows come from the recommendations'
+    three; the processes keep five, and the top recommendation stays."""
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        for step in range(2):
+            app.post_message(SnapshotArrived((held_idle(step, held, recs),)))
+            await pilot.pause()
+        text = "\n".join(screen_text(app))
+        for label in lines:
+            assert re.search(rf"^ {re.escape(label)} +\d+% ", text, re.M), (label, text)
+        pids = set(re.findall(r"^ (100[0-6]) ", text, re.M))
+        assert len(pids) >= 5, (sorted(pids), text)
+        assert re.search(r"\$1,898 .*pid 1003 .*a: stop process", text), text
+        assert re.search(r"burn \$\d\d\.\d\d/h", text) and "● live" in text

@@ -127,3 +127,28 @@ def test_a_toast_that_fits_under_the_header_starts_there():
     assert message == said and margin == 0
     message, margin = toasts.fit("x " * 400, "", 80, free_above=6, under_header=3)
     assert margin == 0 and len(message.splitlines()) == 5 and message.endswith("…")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+async def test_a_toast_raised_over_the_help_waits_until_it_closes(size):
+    """A recommendation that went while `?` was open put its toast over the help's key list
+    (`a ▌ recommendation gone`, `x ▌ resolved: …`), hiding what a, x, k and h do (probe 125
+    F4). It is shown once the help closes, where toasts go on the main screen."""
+    from mlcost_tui.screens.help import HelpScreen
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await shown(pilot)
+        await pilot.press("question_mark")
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        said = "resolved: idle_gpu_held no longer applies (its process exited)"
+        app.notify(said, title="recommendation gone", timeout=SNAPSHOT_TOAST_S)
+        await pilot.pause()
+        await pilot.pause()
+        assert not list(app.screen.query("Toast")), "a toast over the help"
+        await pilot.press("escape")
+        await pilot_wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen)
+                             and list(app.screen.query("Toast")), timeout=30, what="the held toast")
+        assert [t._notification.message for t in app.screen.query("Toast")] == [said]
+        toasts_in_place(app)
