@@ -361,9 +361,9 @@ async def shown(url: str, targets: dict[str, str]) -> None:
     async with app.run_test(size=(200, 30)) as pilot:
         table = screen.query_one(PrometheusFleetTable)
         await pilot_wait_for(pilot, lambda: screen.view is not None and any(
-            h.lost_gpus for h in screen.view.hosts) and all(
-            h.gpus == 2 for h in screen.view.hosts), timeout=60,
-            what="the lost GPU in Prometheus's answer")
+            h.lost_gpus for h in screen.view.hosts) and {
+            h.instance for h in screen.view.hosts if h.gpus == 2} >= set(targets.values()),
+            timeout=60, what="both hosts, and the lost GPU, in Prometheus's answer")
         await pilot.pause()
         hosts = {h.instance: h for h in screen.view.hosts}
         assert hosts[targets["lost"]].lost_gpus == 1, hosts
