@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import events, on, work
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
@@ -95,6 +96,10 @@ class MlcostTop(App):
     # what fits 80 columns whole. The rest (show=False) are in `?` help and the palette.
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
+        # Ctrl-C quits as `q` does (top, htop and nvitop do), from any screen or dialog:
+        # Textual's own ctrl+c only said "Press [b]ctrl+q[/b]", its markup shown raw by our
+        # toasts. With text selected it copies it, as Textual's does (action_ctrl_c).
+        Binding("ctrl+c", "ctrl_c", "Quit", id="app.quit_ctrl_c", show=False, priority=True),
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("slash", "filter", "Filter", id="app.filter", show=False),
         Binding("less_than_sign", "sort(-1)", "Sort ◀", id="app.sort_previous", show=False),
@@ -553,6 +558,15 @@ class MlcostTop(App):
             return False  # the fleet table: no host's panels for them (nor in its footer)
         # A key that cannot act here (a replay, --readonly) still runs, to say why.
         return True
+
+    def action_ctrl_c(self) -> None:
+        """Ctrl-C: copies the text selected (on the screen, in the filter) as Textual's own
+        ctrl+c does, else quits as `q` does, the demo's daemon with it (cli.py)."""
+        focused = self.focused
+        if self.screen.get_selected_text() or \
+                (isinstance(focused, Input) and focused.selected_text):
+            raise SkipAction()  # the screen's or the filter's ctrl+c copies it
+        self.exit()
 
     def action_replay_refuses(self, action: str) -> None:
         """A key that needs a daemon, pressed in a replay: say why it does nothing."""
