@@ -46,6 +46,13 @@ class ActionControl:
 
     def kill(self, process: Process | None, related: tuple[Recommendation, ...]) -> None:
         """`k`: the dry run of the SIGTERM the daemon recommends for `process`, if it does."""
+        now = self.app.now  # a row (or a details screen) can outlive its process
+        if process is not None and now is not None and now.ts is not None and \
+                all(p.key != process.key for p in now.processes):
+            self.app.notify(f"pid {process.pid} has exited (not in mlcostd's view at "
+                            f"{local_time(now.ts, date=False)}): nothing to stop",
+                            severity="warning")
+            return
         for rec in related:
             if rec.action_kind == "sigterm":
                 self.start_action(rec, dry_run=True)

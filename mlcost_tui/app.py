@@ -390,6 +390,10 @@ class MlcostTop(App):
         shown = self.shown_host
         if shown is not None and shown.now is not None and shown.error is None:
             self.query_one(GpuPanel).remember(shown.now)
+            for screen in self.screen_stack[1:]:  # a process's details: has it exited?
+                saw_tick = getattr(screen, "saw_tick", None)
+                if saw_tick is not None:
+                    saw_tick(shown.now)
             if self.screen_layout is not None:
                 self.apply_layout()  # the GPU count known now (or changed): group idle ones?
         error = shown.error if shown is not None else None
