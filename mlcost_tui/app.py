@@ -583,6 +583,10 @@ class MlcostTop(App):
                     "history and snapshots need the live daemon: run mlcost-top on the host")
         if self.readonly and action == "kill":
             return "--readonly: mlcost-top does not stop processes"
+        if self.readonly and action in ("snooze_recommendation", "undo_snooze"):
+            # a snooze changes the daemon's list for every client: not a read-only viewer's
+            return ("--readonly: mlcost-top does not snooze recommendations (a snooze hides "
+                    "one for every client of this mlcostd); start it without --readonly to")
         return None
 
     def _refuse(self, action: str) -> bool:
@@ -660,7 +664,7 @@ class MlcostTop(App):
             here.append(("enter", "on a host: its full view, through its own daemon"))
             here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
-        if host and self.replay is None and \
+        if host and self.replay is None and not self.readonly and \
                 not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)
             here.append(("u", f"after a snooze: bring the recommendation back, within "
                               f"{UNDO_S:g} s"))
@@ -668,7 +672,8 @@ class MlcostTop(App):
             details = [("escape, q", "back to the main screen")]
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
-                            ("x", f"snooze it for {SNOOZE_HOURS:g} h"),
+                            *(() if self.readonly else
+                              (("x", f"snooze it for {SNOOZE_HOURS:g} h"),)),
                             ("k", "stop its process, where the daemon recommends stopping it "
                                   "(after a confirmation)"),
                             ("c", "on a process: copy `mlcostd compare --previous` (the "

@@ -230,6 +230,31 @@ async def test_ctrl_c_with_text_selected_copies_it_and_does_not_quit():
 
 
 @pytest.mark.asyncio
+async def test_readonly_refuses_snooze_which_changes_the_list_for_every_client():
+    """--readonly ("never change anything") refused `a`'s `y` but offered `x`, whose snooze
+    hides the recommendation for every client of the daemon (probe 125 F12)."""
+    from tests.tui.test_modes import help_text
+
+    client = StubClient()
+    app = MlcostTop([client], readonly=True, poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        app.query_one(RecommendationTable).focus()
+        for keys in (("x",), ("enter", "x")):  # the main screen, a recommendation's details
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmScreen)
+            said = [n.message for n in app._notifications]
+            assert any(m.startswith("--readonly: mlcost-top does not snooze") for m in said), said
+        assert client.snoozed == []
+        await pilot.press("escape")
+        assert "snooze" not in (await help_text(app, pilot)).lower()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Snooze recommendation" not in titles and "Apply recommendation" in titles
+
+
+@pytest.mark.asyncio
 async def test_rows_are_keyed_and_the_cursor_stays_on_its_row():
     app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
     async with app.run_test(size=(160, 48)) as pilot:
