@@ -345,10 +345,15 @@ class Client:
         document = await self._request("GET", "/v1/recommendations")
         return [Recommendation.from_dict(r) for r in document.get("recommendations", [])]
 
-    async def apply(self, rec_id: str, dry_run: bool = True) -> ActionResult:
+    async def apply(self, rec_id: str, dry_run: bool = True,
+                    accept_preliminary: bool = False) -> ActionResult:
+        """`accept_preliminary`: the user confirmed a resize on preliminary evidence a second
+        time (the daemon refuses it without)."""
+        body: dict[str, Any] = {"dry_run": dry_run}
+        if accept_preliminary:
+            body["accept_preliminary"] = True
         return ActionResult.from_dict(await self._request(
-            "POST", f"/v1/recommendations/{rec_id}/apply", body={"dry_run": dry_run},
-            timeout_s=30.0))
+            "POST", f"/v1/recommendations/{rec_id}/apply", body=body, timeout_s=30.0))
 
     async def snooze(self, rec_id: str, hours: float = 24) -> float:
         document = await self._request("POST", f"/v1/recommendations/{rec_id}/snooze",

@@ -46,6 +46,13 @@ class ActionControl:
 
     def kill(self, process: Process | None, related: tuple[Recommendation, ...]) -> None:
         """`k`: the dry run of the SIGTERM the daemon recommends for `process`, if it does."""
+        now = self.app.now  # a row (or a details screen) can outlive its process
+        if process is not None and now is not None and now.ts is not None and \
+                all(p.key != process.key for p in now.processes):
+            self.app.notify(f"pid {process.pid} has exited (not in mlcostd's view at "
+                            f"{local_time(now.ts, date=False)}): nothing to stop",
+                            severity="warning")
+            return
         for rec in related:
             if rec.action_kind == "sigterm":
                 self.start_action(rec, dry_run=True)
@@ -87,8 +94,11 @@ class ActionControl:
                             exit_on_error=False,
                             description="take a snapshot of the last 30 minutes through mlcostd")
 
-    def start_action(self, rec: Recommendation, dry_run: bool) -> None:
-        self.app.run_worker(self._action(rec, dry_run), exclusive=True, group="action",
+    def start_action(self, rec: Recommendation, dry_run: bool,
+                     accept_preliminary: bool = False) -> None:
+        """`accept_preliminary`: the user confirmed a resize on preliminary evidence twice."""
+        self.app.run_worker(self._action(rec, dry_run, accept_preliminary), exclusive=True,
+                            group="action",
                             exit_on_error=False,
                             description="dry-run or apply a recommendation through mlcostd")
 
@@ -111,13 +121,15 @@ class ActionControl:
         self.app.notify(text, title="snapshot", severity="information" if ok else "error",
                         timeout=SNAPSHOT_TOAST_S if ok else 15)
 
-    async def _action(self, rec: Recommendation, dry_run: bool) -> None:
+    async def _action(self, rec: Recommendation, dry_run: bool,
+                      accept_preliminary: bool = False) -> None:
         from daemon.client import ClientError
 
         app = self.app
         try:
             assert app.client is not None
-            result = await app.client.apply(rec.id, dry_run)
+            result = await (app.client.apply(rec.id, dry_run, accept_preliminary=True)
+                            if accept_preliminary else app.client.apply(rec.id, dry_run))
         except ClientError as exc:
             app.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
             return
@@ -126,10 +138,13 @@ class ActionControl:
             from mlcost_tui.screens.action import ActionScreen
 
             def after(choice: str | None) -> None:
-                if choice == "do":
-                    self.start_action(rec, dry_run=False)
+                if choice in ("do", "do_preliminary"):
+                    self.start_action(rec, dry_run=False,
+                                      accept_preliminary=choice == "do_preliminary")
 
-            app.push_screen(ActionScreen(rec, result, readonly=app.readonly), after)
+            running = app.now.processes if app.now is not None else None
+            app.push_screen(ActionScreen(rec, result, readonly=app.readonly, running=running),
+                            after)
 
     async def _snooze(self, rec: Recommendation) -> None:
         from daemon.client import ClientError

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import events, on, work
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
@@ -95,6 +96,10 @@ class MlcostTop(App):
     # what fits 80 columns whole. The rest (show=False) are in `?` help and the palette.
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
+        # Ctrl-C quits as `q` does (top, htop and nvitop do), from any screen or dialog:
+        # Textual's own ctrl+c only said "Press [b]ctrl+q[/b]", its markup shown raw by our
+        # toasts. With text selected it copies it, as Textual's does (action_ctrl_c).
+        Binding("ctrl+c", "ctrl_c", "Quit", id="app.quit_ctrl_c", show=False, priority=True),
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("slash", "filter", "Filter", id="app.filter", show=False),
         Binding("less_than_sign", "sort(-1)", "Sort ◀", id="app.sort_previous", show=False),
@@ -385,6 +390,10 @@ class MlcostTop(App):
         shown = self.shown_host
         if shown is not None and shown.now is not None and shown.error is None:
             self.query_one(GpuPanel).remember(shown.now)
+            for screen in self.screen_stack[1:]:  # a process's details: has it exited?
+                saw_tick = getattr(screen, "saw_tick", None)
+                if saw_tick is not None:
+                    saw_tick(shown.now)
             if self.screen_layout is not None:
                 self.apply_layout()  # the GPU count known now (or changed): group idle ones?
         error = shown.error if shown is not None else None
@@ -554,6 +563,15 @@ class MlcostTop(App):
         # A key that cannot act here (a replay, --readonly) still runs, to say why.
         return True
 
+    def action_ctrl_c(self) -> None:
+        """Ctrl-C: copies the text selected (on the screen, in the filter) as Textual's own
+        ctrl+c does, else quits as `q` does, the demo's daemon with it (cli.py)."""
+        focused = self.focused
+        if self.screen.get_selected_text() or \
+                (isinstance(focused, Input) and focused.selected_text):
+            raise SkipAction()  # the screen's or the filter's ctrl+c copies it
+        self.exit()
+
     def action_replay_refuses(self, action: str) -> None:
         """A key that needs a daemon, pressed in a replay: say why it does nothing."""
         self._refuse(action)
@@ -565,6 +583,10 @@ class MlcostTop(App):
                     "history and snapshots need the live daemon: run mlcost-top on the host")
         if self.readonly and action == "kill":
             return "--readonly: mlcost-top does not stop processes"
+        if self.readonly and action in ("snooze_recommendation", "undo_snooze"):
+            # a snooze changes the daemon's list for every client: not a read-only viewer's
+            return ("--readonly: mlcost-top does not snooze recommendations (a snooze hides "
+                    "one for every client of this mlcostd); start it without --readonly to")
         return None
 
     def _refuse(self, action: str) -> bool:
@@ -642,7 +664,7 @@ class MlcostTop(App):
             here.append(("enter", "on a host: its full view, through its own daemon"))
             here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
-        if host and self.replay is None and \
+        if host and self.replay is None and not self.readonly and \
                 not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)
             here.append(("u", f"after a snooze: bring the recommendation back, within "
                               f"{UNDO_S:g} s"))
@@ -650,7 +672,8 @@ class MlcostTop(App):
             details = [("escape, q", "back to the main screen")]
             if self.replay is None:
                 details += [("a", "apply the recommendation (dry run first)"),
-                            ("x", f"snooze it for {SNOOZE_HOURS:g} h"),
+                            *(() if self.readonly else
+                              (("x", f"snooze it for {SNOOZE_HOURS:g} h"),)),
                             ("k", "stop its process, where the daemon recommends stopping it "
                                   "(after a confirmation)"),
                             ("c", "on a process: copy `mlcostd compare --previous` (the "

@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "workloads stop when you quit")
     parser.add_argument("--scenario", default="demo", help=argparse.SUPPRESS)
     parser.add_argument("--readonly", action="store_true",
-                        help="never change anything: no SIGTERM, no resize (dry runs and copy "
-                             "still work)")
+                        help="never change anything: no SIGTERM, no resize, no snooze (dry "
+                             "runs and copy still work)")
     parser.add_argument("--interval", type=float, default=POLL_INTERVAL_S, metavar="SECONDS",
                         help=f"seconds between polls, {POLL_INTERVAL_RANGE_S[0]:g} to "
                              f"{POLL_INTERVAL_RANGE_S[1]:g} (default {POLL_INTERVAL_S:g})")

@@ -43,9 +43,11 @@ class ActionError(Exception):
 def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
           allow_actions: bool = False, ec2_factory: Callable[[str], Any] | None = None,
           ssm_factory: Callable[[str], Any] | None = None,
-          instance_id: str | None = None) -> ActionResult:
+          instance_id: str | None = None, accept_preliminary: bool = False) -> ActionResult:
     """Describe (dry run) or perform the action of one recommendation document. `ec2_factory`
-    and `ssm_factory`: a boto3 client of that service for a region (default: boto3's own)."""
+    and `ssm_factory`: a boto3 client of that service for a region (default: boto3's own).
+    `accept_preliminary`: the caller confirmed a resize on preliminary evidence a second time
+    (without it such a resize is refused, 409: preliminary_reason)."""
     action = dict(recommendation.get("action") or {})
     kind = str(action.get("kind") or "none")
     rec_id = str(recommendation.get("id", ""))
@@ -70,9 +72,28 @@ def apply(recommendation: Mapping[str, Any], dry_run: bool = True, *,
     if kind == "resize":
         return _resize(rec_id, action, dry_run, allow_actions, instance_id,
                        ec2_factory or _default_client("ec2"),
-                       ssm_factory or _default_client("ssm"))
+                       ssm_factory or _default_client("ssm"),
+                       None if accept_preliminary else preliminary_reason(recommendation))
     return ActionResult(rec_id, kind, dry_run, True,
                         "nothing to do on this host: this recommendation is advice only")
+
+
+def preliminary_reason(recommendation: Mapping[str, Any]) -> str | None:
+    """Why its evidence is not enough yet ('preliminary, confidence low: 1 min observed of the
+    30 h this advice needs'), None when it is. A resize stops every process on the host, a
+    server's too: on such evidence it is done only when confirmed a second time."""
+    if not recommendation.get("preliminary") and recommendation.get("confidence") != "low":
+        return None
+    seen, needed = recommendation.get("evidence_seconds"), \
+        recommendation.get("evidence_needed_seconds")
+    if isinstance(seen, int | float) and isinstance(needed, int | float):
+        return (f"preliminary, confidence low: {clock.duration(seen)} observed of the "
+                f"{clock.duration(needed)} this advice needs")
+    return "preliminary, confidence low"
+
+
+PRELIMINARY_CONFIRM = ('confirmed a second time ({"dry_run": false, "accept_preliminary": '
+                       'true}), or once the evidence is in')
 
 
 def refusal(allow_actions: bool, what: str) -> str | None:
@@ -200,7 +221,9 @@ def resize_steps(region: str, instance_id: str, target: str) -> tuple[str, ...]:
 
 def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions: bool,
             instance_id: str | None, ec2_factory: Callable[[str], Any],
-            ssm_factory: Callable[[str], Any]) -> ActionResult:
+            ssm_factory: Callable[[str], Any], preliminary: str | None = None) -> ActionResult:
+    """`preliminary`: why its evidence is not enough yet, unless the caller confirmed it a
+    second time (None): the dry run says so, the real run is refused."""
     if action.get("provider") not in (None, "aws"):
         raise ActionError(f"resizing is only automated on AWS, not {action.get('provider')}; "
                           "change the instance type in your provider's console", 422)
@@ -237,9 +260,15 @@ def _resize(rec_id: str, action: Mapping[str, Any], dry_run: bool, allow_actions
                         f"would ask AWS Systems Manager to run {RESIZE_RUNBOOK} on "
                         f"{instance_id}: stop it, change it from {action.get('from')} to "
                         f"{target} and start it ({'; '.join(checks)}); the host and this "
-                        "daemon go down for a few minutes and come back on the new type",
+                        "daemon go down for a few minutes and come back on the new type"
+                        + (f"; its evidence is {preliminary}: the real run is done only "
+                           f"when {PRELIMINARY_CONFIRM}" if preliminary else ""),
                         refusal(allow_actions, f"resize {instance_id} to {target}"), steps)
     _refuse_unless_allowed(allow_actions, f"resize {instance_id} to {target}")
+    if preliminary is not None:
+        raise ActionError(f"not resized: its evidence is {preliminary}, and a resize stops "
+                          f"every process on the host; it is done only when "
+                          f"{PRELIMINARY_CONFIRM}", 409)
     try:
         started = ssm_factory(region).start_automation_execution(
             DocumentName=RESIZE_RUNBOOK,

@@ -283,12 +283,16 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "summary": "what the recommendation's action does (dry run, the default) or did; a "
                    "real run needs a dry run first and is audited (README)",
         "parameters": [REC_ID],
-        "requestBody": _body({"type": "object", "properties": {"dry_run": {"type": "boolean"}}}),
+        "requestBody": _body({"type": "object", "properties": {
+            "dry_run": {"type": "boolean"},
+            # a resize on preliminary evidence is done only when confirmed a second time
+            "accept_preliminary": {"type": "boolean"}}}),
         "responses": {
             "200": _json(_ref("ActionResult"), "the dry run, or what was done"), "400": BAD,
             "403": _error("actions are off ([api].allow_actions), or no permission"),
             "404": NO_REC,
-            "409": _error("no dry run first, or the action is running now"),
+            "409": _error("no dry run first, the action is running now, or a resize on "
+                          "preliminary evidence without accept_preliminary"),
             "410": _error("the process has exited or is another process now"),
             "422": _error("the recommendation lacks what its action needs"),
             "502": _error("the cloud refused the action"),

@@ -264,6 +264,11 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         dry_run = body.get("dry_run", True)
         if not isinstance(dry_run, bool):
             return json_error(400, f"dry_run={shown(dry_run)} must be true or false")
+        # a resize on preliminary evidence: the caller's second confirmation (actions.py)
+        accept_preliminary = body.get("accept_preliminary", False)
+        if not isinstance(accept_preliminary, bool):
+            return json_error(400, f"accept_preliminary={shown(accept_preliminary)} must be "
+                                   "true or false")
         rec = daemon.recommendation(rec_id)  # on the loop, where the analyzer's state lives
         if rec is None:
             return json_error(404, f"no active recommendation {shown(rec_id)}; list them at "
@@ -278,7 +283,8 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             gate.end(rec, who, dry_run, error=held, status=409)
             return json_error(409, held)
         try:  # only the action (a signal, boto3 calls) runs in a thread
-            result = await asyncio.to_thread(daemon.run_action, rec, dry_run)
+            result = await asyncio.to_thread(daemon.run_action, rec, dry_run,
+                                             accept_preliminary)
         except ActionError as exc:
             gate.end(rec, who, dry_run, error=str(exc), status=exc.status)
             return json_error(exc.status, str(exc))

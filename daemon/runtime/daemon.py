@@ -433,14 +433,16 @@ class Daemon:
         if self.store is not None:
             facts.write_event(self.store, event, raised_at=clock.now())
 
-    def run_action(self, rec: dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
+    def run_action(self, rec: dict[str, Any], dry_run: bool = True,
+                   accept_preliminary: bool = False) -> dict[str, Any]:
         """What the recommendation's action does (dry run) or did. Blocking (a signal, boto3):
         the API runs it in a thread, with a recommendation found on the loop."""
         from daemon.api import actions
 
         instance_id = (self.host.get("instance") or {}).get("id")
         return actions.apply(rec, dry_run, allow_actions=self.config.api.allow_actions,
-                             instance_id=instance_id).as_dict()
+                             instance_id=instance_id,
+                             accept_preliminary=accept_preliminary).as_dict()
 
     def apply_recommendation(self, rec_id: str, dry_run: bool = True) -> dict[str, Any] | None:
         """What the recommendation's action does (dry run) or did; None if it is not active."""

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.visual import VisualType
 from textual.widgets import Static
 
+from daemon.clock import duration
 from daemon.wire import Budget, target_pid
 from mlcost_tui import format as fmt
 from mlcost_tui.messages import HostSnapshot
@@ -169,7 +170,17 @@ class HeaderPanel(Static):
                 spend.append(f" of {fmt.money(monthly.limit)} ({monthly.share:.0%})",
                              style=budget_style(monthly))
             savings = Text()
-            if now.potential_savings_per_month is not None:
+            if not now.recommendations and replay is None and fleet is None:
+                # None yet, as the recommendations panel says: not a known $0.00 (the first
+                # rules run a period after the daemon starts; until then nothing is known).
+                savings.append("  saves " if narrow else "  potential savings ")
+                savings.append("?", style="bold")
+                every = now.evaluate_every_s
+                savings.append(" (none yet)" if narrow else
+                               f" (none yet: the rules look every "
+                               f"{duration(every) if every and every > 0 else '~30 s'})",
+                               style=MUTED)
+            elif now.potential_savings_per_month is not None:
                 # The combined figure: what the recommendations save together (<= the bill).
                 savings.append("  saves " if narrow else "  potential savings ")
                 savings.append(fmt.money(now.potential_savings_per_month, "/month"),

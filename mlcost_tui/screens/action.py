@@ -2,7 +2,8 @@
 
 Above the dry run: what it saves (combined, and on its own) and how sure it is (preliminary
 until enough evidence; thresholds shortened on a simulated host), so nobody acts on a figure
-without its confidence."""
+without its confidence. A resize names, beside its buttons, the processes it stops (every
+serving one always), and on preliminary evidence `y` asks a second time."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from daemon.wire import ActionResult, Recommendation
+from daemon.wire import ActionResult, Process, Recommendation
+from mlcost_tui import format as fmt
 from mlcost_tui.panels.recommendations import savings_text
-from mlcost_tui.thresholds import WARN
+from mlcost_tui.thresholds import MUTED, WARN
 
 CHANGES_HOST = ("sigterm", "resize")
 READONLY_REFUSES = {"sigterm": "stop processes", "resize": "resize the instance"}
@@ -26,6 +28,38 @@ READONLY_NOTE = "mlcost-top runs --readonly: a dry run only, it will not do this
 # The daemon's dry run says it will refuse the real run (ActionResult.refused: it does not take
 # actions): `y` is not offered, the reason stands beside the buttons.
 REFUSED_NOTE = "mlcostd will refuse to do this: "
+
+
+# A resize stops the instance: every process on it stops, a server's too. Its dialog names
+# them beside its buttons (read without scrolling): every serving one, then the others up to
+# this many lines in a short terminal (80x24), RUNNING_LINES in a taller one, then "and N more".
+RUNNING_LINES_SHORT = 3
+RUNNING_LINES = 10
+SHORT_ROWS = 30
+
+
+def running_text(processes: tuple[Process, ...] | None, limit: int, width: int) -> Text:
+    """What a resize takes down: a line per process (pid, kind, `serves`, command), the
+    serving ones first and always all of them, the others up to `limit` lines."""
+    text = Text()
+    if processes is None:
+        text.append("Stops every process on this host (mlcost-top has no list of them now)",
+                    style="bold " + WARN)
+        return text
+    servers = [p for p in processes if p.serves]
+    others = [p for p in processes if not p.serves]
+    shown = servers + others[:max(limit - len(servers), 0)]
+    text.append(f"Stops every process on this host: "
+                f"{fmt.plural(len(processes), 'process', 'processes')}"
+                + (f", {len(servers)} serving" if servers else ""), style="bold " + WARN)
+    for p in shown:
+        head = f"\n  pid {p.pid:<7} {(p.kind or 'unknown')[:16]:<16} "
+        text.append(head)
+        text.append(f"{'serves' if p.serves else '':<7}", style="bold " + WARN)
+        text.append(fmt.short_command(p.command, max(width - len(head) - 7, 10)))
+    if len(processes) > len(shown):
+        text.append(f"\n  and {len(processes) - len(shown)} more", style=MUTED)
+    return text
 
 
 def copy_note(environ: Mapping[str, str] = os.environ) -> str:
@@ -59,11 +93,19 @@ class ActionScreen(ModalScreen[str]):
     # The buttons are docked under the text, which scrolls: at 80x24 both fit.
 
     def __init__(self, recommendation: Recommendation, result: ActionResult,
-                 readonly: bool = False) -> None:
+                 readonly: bool = False, running: tuple[Process, ...] | None = None) -> None:
         super().__init__()
         self.recommendation = recommendation
         self.result = result
         self.readonly = readonly
+        self.running = running  # the host's processes as last polled (a resize stops them)
+
+    @property
+    def preliminary(self) -> bool:
+        """A resize on evidence its recommendation calls preliminary (confidence low): `y`
+        asks a second time, and the daemon refuses it without that (accept_preliminary)."""
+        r = self.recommendation
+        return self.result.kind == "resize" and (r.preliminary or r.confidence == "low")
 
     @property
     def can_do(self) -> bool:
@@ -113,6 +155,11 @@ class ActionScreen(ModalScreen[str]):
                 elif self.refused is not None:
                     yield Static(Text(REFUSED_NOTE + self.refused, style="bold " + WARN),
                                  id="refused-note")
+                if res.kind == "resize":
+                    width, height = self.app.size
+                    yield Static(running_text(
+                        self.running, RUNNING_LINES_SHORT if height < SHORT_ROWS
+                        else RUNNING_LINES, min(width * 9 // 10, 120) - 4), id="running")
                 yield from self._buttons()
 
     def _buttons(self) -> ComposeResult:
@@ -135,7 +182,9 @@ class ActionScreen(ModalScreen[str]):
             self.dismiss("")
 
     def action_confirm(self) -> None:
-        if self.can_do:
+        if self.can_do and self.preliminary:
+            self._confirm_preliminary()
+        elif self.can_do:
             self.dismiss("do")
         elif self.readonly and self.result.kind in CHANGES_HOST:
             self.notify(f"--readonly: mlcost-top does not {READONLY_REFUSES[self.result.kind]} "
@@ -144,6 +193,27 @@ class ActionScreen(ModalScreen[str]):
         elif self.refused is not None:
             self.notify(self.refused, title="y: mlcostd will refuse it", severity="warning",
                         timeout=8)
+
+    def _confirm_preliminary(self) -> None:
+        """The second confirmation of a resize on preliminary evidence: "do_preliminary"."""
+        from mlcost_tui.screens.confirm import ConfirmScreen
+
+        r = self.recommendation
+        servers = [p for p in self.running or () if p.serves]
+        named = "; ".join(f"pid {p.pid} {fmt.short_command(p.command, 40)}" for p in servers)
+        evidence = [line for line in savings_text(r).plain.splitlines()
+                    if line.startswith("preliminary")] or ["preliminary, confidence low"]
+        question = (f"Resize on preliminary evidence?\n\nIts evidence is {evidence[0]}.\n\nThe "
+                    "resize stops the instance: every process on it stops"
+                    + (f", serving ones too ({named})" if servers else "")
+                    + ". The advice may change once the evidence is in.")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.dismiss("do_preliminary")
+
+        self.app.push_screen(ConfirmScreen(question, yes="Resize anyway (y)",
+                                           no="Not yet (n)"), answered)
 
     def action_copy(self) -> None:
         if self.copy_text:

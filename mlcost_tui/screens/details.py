@@ -23,6 +23,7 @@ from daemon.wire import (
     LOW_CONFIDENCE,
     Comparison,
     Latency,
+    Now,
     Phases,
     Process,
     Recommendation,
@@ -170,13 +171,30 @@ def comparison_lines(result: Comparison) -> Text:
     return text
 
 
-def process_heading(p: Process) -> Text:
-    """`Process 1234  started …  user …` and its command line: the top of its details."""
+def process_heading(p: Process, gone: float | None = None,
+                    last_seen: float | None = None) -> Text:
+    """`Process 1234  started …  user …` and its command line: the top of its details.
+    `gone`: the first tick it was no longer in (it exited), `last_seen` the last it was in."""
     text = Text()
     text.append(f"Process {p.pid}", style="bold")
-    text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}  "
-                f"state {p.state}\n", style=MUTED)
+    if gone is not None:
+        text.append("  EXITED", style="bold red")
+    text.append(f"  started {local_time(p.start_time)}  user {p.user}  parent {p.ppid}"
+                + (f"  state {p.state}" if gone is None else "") + "\n", style=MUTED)
     text.append(p.command)
+    if gone is not None:  # the figures below are its last ones: nothing of it runs now
+        text.append("\n")
+        if gone < p.start_time:  # a replay stepped back before it started
+            text.append(f"Not running at {local_time(gone)}: it starts at "
+                        f"{local_time(p.start_time)}", style="bold red")
+        else:
+            text.append(f"Exited: not in mlcostd's view at {local_time(gone, date=False)}",
+                        style="bold red")
+            if last_seen is not None:
+                text.append(f" (last seen {local_time(last_seen, date=False)})",
+                            style="bold red")
+        text.append("; its GPU memory, $/h and watts below are as it was last seen, and k "
+                    "has nothing to stop", style=MUTED)
     return text
 
 
@@ -212,6 +230,10 @@ class DetailsScreen(Screen):
         self.phases: Phases | None = None
         self.phases_error: str | None = None
         self.comparison: Comparison | None = None
+        # The process's last sighting and the first tick it was no longer in (None: it runs,
+        # as far as the snapshots since the screen opened say): set by saw_tick.
+        self.last_seen: float | None = None
+        self.gone_at: float | None = None
         # what the comparison with the previous run is doing, or why there is none
         self.comparison_note = ("comparing with the previous run…" if client is not None
                                 else "run the command on the host")
@@ -305,6 +327,29 @@ class DetailsScreen(Screen):
         if self.is_mounted:
             self.query_one("#details-body", Static).update(self.render_body())
 
+    def saw_tick(self, now: Now) -> None:
+        """A snapshot of the host arrived (the App hands each one over while this screen is
+        open): a process no longer in it has exited (or, in a replay, is not running at that
+        tick), and the screen says so instead of showing its last figures as current."""
+        if self.process is None or now.ts is None:
+            return
+        key = self.process.key
+        if any(p.key == key for p in now.processes):
+            self.last_seen, gone = now.ts, None
+        else:
+            gone = self.gone_at if self.gone_at is not None else now.ts
+        if gone != self.gone_at:
+            self.gone_at = gone
+            if self.is_mounted:
+                self.query_one("#details-heading", Static).update(
+                    process_heading(self.process, gone, self.last_seen))
+                self.query_one("#details-body", Static).update(self.render_body())
+
+    @property
+    def exited(self) -> bool:
+        """Its process is gone from the daemon's view (False for a recommendation's screen)."""
+        return self.gone_at is not None
+
     def kill_target(self) -> tuple[Process | None, tuple[Recommendation, ...]]:
         """What `k` acts on here (MlcostTop.kill_target): this screen's process and the
         recommendations shown about it, or this recommendation (the App finds its process)."""
@@ -350,19 +395,24 @@ class DetailsScreen(Screen):
     def _process_text(self, p: Process) -> Text:
         """The body under its heading (process_heading) and the SM chart."""
         text = Text()
+        gone = self.gone_at
         if p.owner:  # who owns it: pod, Slurm job, systemd unit (from its cgroup)
             text.append("Owner ", style="bold")
             text.append("  ".join(f"{k} {v}" for k, v in sorted(p.owner.items())) + "\n")
         # what it is, how sure, from where, why; its inference audit (screens/kind_section.py)
         text.append_text(kind_section(p, recorded=self.client is None
                                       and self.recorded_phases is not None))
-        text.append("GPUs ", style="bold")
+        text.append("GPUs " + ("when last seen " if gone is not None else ""), style="bold")
         text.append(f"{','.join(map(str, p.gpus)) or '-'}   GPU memory {fmt.size(p.gpu_memory_bytes)}"
                     f"   SM share {fmt.pct(p.sm_share)}   CPU {fmt.pct(p.cpu_percent)}"
                     f"   RSS {fmt.size(p.rss_bytes)}   I/O wait {fmt.pct(p.io_wait_percent)}\n")
         text.append("Cost ", style="bold")
-        text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n")
-        text.append_text(energy_section(p))  # its watts, kWh and CO2e (screens/energy_section.py)
+        if gone is not None:
+            text.append(f"{fmt.money(p.burn_per_hour, '/h')} when last seen, nothing now; "
+                        f"{fmt.money(p.cost)} in all (as last seen)\n")
+        else:
+            text.append(f"{fmt.money(p.burn_per_hour, '/h')} now, {fmt.money(p.cost)} so far\n")
+        text.append_text(energy_section(p, exited=gone is not None))  # its watts, kWh and CO2e (screens/energy_section.py)
         for histogram in self.latency:  # [[cost.latency]] of this process or its job
             text.append("Latency ", style="bold")
             if histogram.error:

@@ -29,17 +29,18 @@ def carbon_amount(grams: float) -> str:
     return f"{grams / 1000:,.2f} kg CO2e" if grams >= 1000 else f"{grams:,.1f} g CO2e"
 
 
-def energy_section(p: Process) -> Text:
+def energy_section(p: Process, exited: bool = False) -> Text:
     """Its watts now, energy so far and carbon; empty for a process that drew none (an older
-    daemon, a replay, a GPU without power readings)."""
+    daemon, a replay, a GPU without power readings). `exited`: its watts are those it drew
+    when last seen, its energy and carbon its total."""
     text = Text()
     energy = p.energy
     if energy is None or energy.joules is None:
         return text
     text.append("Energy ", style="bold")
     if energy.watts is not None:
-        text.append(f"{energy.watts:,.0f} W now, ")
-    text.append(f"{energy_amount(energy.joules)} so far")
+        text.append(f"{energy.watts:,.0f} W {'when last seen' if exited else 'now'}, ")
+    text.append(f"{energy_amount(energy.joules)} {'in all' if exited else 'so far'}")
     if energy.co2e_grams is not None:
         text.append(f", {carbon_amount(energy.co2e_grams)}\n")
     else:

@@ -584,3 +584,49 @@ def test_resize_off_ec2_shows_the_commands_and_calls_no_aws():
         assert "can only show the commands" in shown.message and "not on EC2" in shown.message
         assert any("start-automation-execution" in c and "InstanceType=g5.12xlarge" in c
                    for c in shown.commands)
+
+
+def test_a_resize_on_preliminary_evidence_is_done_only_when_confirmed_a_second_time():
+    """A resize stops every process on the host, a server's too; the demo offered it (and did
+    it on one `y`) on 1 min of the 30 h of evidence it needs (probe 125 F14). The daemon, which
+    other clients than mlcost-top call, refuses it unless the caller confirms it again."""
+    import boto3
+    from botocore.stub import Stubber
+
+    def ec2(region: str):
+        client = boto3.client("ec2", region_name=region, aws_access_key_id="testing",
+                              aws_secret_access_key="testing")
+        stub = Stubber(client)
+        for call in ("stop_instances", "start_instances"):  # the dry runs: allowed
+            stub.add_client_error(call, "DryRunOperation", "Request would have succeeded")
+        stub.activate()
+        return client
+
+    ssm = boto3.client("ssm", region_name="us-west-2", aws_access_key_id="testing",
+                       aws_secret_access_key="testing")
+    stub = Stubber(ssm)
+    stub.add_response("start_automation_execution", {"AutomationExecutionId": "0a1b2c3d-0000-4000-8000-123456789abc"})
+    stub.activate()
+    rec = {"id": "rec-resize", "preliminary": True, "confidence": "low",
+           "evidence_seconds": 60.0, "evidence_needed_seconds": 30 * 3600.0,
+           "action": {"kind": "resize", "provider": "aws", "region": "us-west-2",
+                      "from": "p4d.24xlarge", "to": "g6e.12xlarge"}}
+
+    def resize(dry_run: bool, **kwargs) -> ActionResult:
+        return actions.apply(rec, dry_run, allow_actions=True, ec2_factory=ec2,
+                             ssm_factory=lambda region: ssm, instance_id="i-0123456789abcdef0",
+                             **kwargs)
+
+    dry = resize(True)
+    assert "preliminary, confidence low: 60 s observed of the 30.0 h" in dry.message
+    assert "accept_preliminary" in dry.message and dry.refused is None
+    with pytest.raises(actions.ActionError) as refused:
+        resize(False)
+    assert refused.value.status == 409 and "not resized" in str(refused.value)
+    assert "every process on the host" in str(refused.value)
+    done = resize(False, accept_preliminary=True)  # (the one response SSM was given)
+    assert done.done and "(execution 0a1b2c3d-" in done.message
+    stub.assert_no_pending_responses()
+    # with its evidence complete, one confirmation is enough, as before
+    rec.update(preliminary=False, confidence="high", evidence_seconds=31 * 3600.0)
+    assert "accept_preliminary" not in resize(True).message

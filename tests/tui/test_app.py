@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from simhost import pilot_wait_for
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Static
 
 from daemon.client import Client
 from daemon.wire import Now
@@ -188,6 +188,70 @@ async def test_readonly_disables_kill_and_doing():
         await pilot.press("y")
         await pilot.pause()
         assert client.applied == [("rec-idle", True)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("where", ["main", "details", "filter", "dialog"])
+async def test_ctrl_c_quits_from_every_screen_as_q_does(where):
+    """Ctrl-C did not quit: Textual's own notice said `Press [b]ctrl+q[/b] to quit the app`,
+    its markup shown as typed (probe 125 F11). An engineer used to top presses it anywhere."""
+    client = StubClient()
+    app = MlcostTop([client], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        if where == "details":
+            await pilot.press("enter")
+            assert isinstance(app.screen, DetailsScreen)
+        elif where == "filter":
+            await pilot.press("slash", "t", "r")
+        elif where == "dialog":
+            app.query_one(RecommendationTable).focus()
+            await pilot.press("x")
+            assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0, [n.message for n in app._notifications]
+        assert not any("ctrl+q" in n.message for n in app._notifications)
+    assert client.snoozed == []
+
+
+@pytest.mark.asyncio
+async def test_ctrl_c_with_text_selected_copies_it_and_does_not_quit():
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        await pilot.press("slash", "t", "r")
+        app.query_one("#filter", Input).select_all()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.clipboard == "tr" and app.return_code is None
+
+
+@pytest.mark.asyncio
+async def test_readonly_refuses_snooze_which_changes_the_list_for_every_client():
+    """--readonly ("never change anything") refused `a`'s `y` but offered `x`, whose snooze
+    hides the recommendation for every client of the daemon (probe 125 F12)."""
+    from tests.tui.test_modes import help_text
+
+    client = StubClient()
+    app = MlcostTop([client], readonly=True, poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.post_message(SnapshotArrived((snapshot(),)))
+        await pilot.pause()
+        app.query_one(RecommendationTable).focus()
+        for keys in (("x",), ("enter", "x")):  # the main screen, a recommendation's details
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmScreen)
+            said = [n.message for n in app._notifications]
+            assert any(m.startswith("--readonly: mlcost-top does not snooze") for m in said), said
+        assert client.snoozed == []
+        await pilot.press("escape")
+        assert "snooze" not in (await help_text(app, pilot)).lower()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Snooze recommendation" not in titles and "Apply recommendation" in titles
 
 
 @pytest.mark.asyncio

@@ -20,6 +20,7 @@ from mlcost_tui.demo import EmbeddedDaemon, snapshots_folder
 from mlcost_tui.panels.header import HeaderPanel
 from mlcost_tui.panels.recommendations import RecommendationTable
 from mlcost_tui.screens.action import ActionScreen
+from mlcost_tui.screens.confirm import ConfirmScreen
 from pricing.catalog import Catalog, catalog_accelerator
 
 pytestmark = pytest.mark.xdist_group("serial")  # a whole demo host: eight GPUs, five workloads
@@ -131,6 +132,15 @@ async def test_a_resizes_the_demo_host_on_the_simulated_ec2_and_snapshots_stay(d
                 f"{demo.ec2['instance_id']}") in dialog.result.message
         assert "stop: allowed" in dialog.result.message  # AWS's own dry run answered
         target = rec.action["to"]
+        # it names what the stop takes down beside its buttons, the serving one first
+        running = str(dialog.query_one("#running").render()).splitlines()
+        assert "serving" in running[0] and "inference_server" in running[1], running
+        assert "serves" in running[1], running
+        # a minute of the evidence the advice needs: `y` asks again, and the daemon is told
+        assert dialog.preliminary
+        await pilot.press("y")
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 30,
+                             "the second confirmation")
         await pilot.press("y")
         await pilot_wait_for(pilot, lambda: not isinstance(app.screen, ActionScreen), 30,
                              "the dialog to close")

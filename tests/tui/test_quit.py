@@ -25,7 +25,10 @@ from simhost import poll
 pytestmark = pytest.mark.xdist_group("serial")  # a whole demo host
 
 
-def test_q_exits_says_where_the_snapshots_are_and_leaves_nothing_running(tmp_path):
+@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl+c"])
+def test_q_exits_says_where_the_snapshots_are_and_leaves_nothing_running(tmp_path, key):
+    # Ctrl-C (0x03: the terminal is raw, so a key, not SIGINT) quits as `q` does: it only
+    # showed Textual's "Press [b]ctrl+q[/b] to quit", markup and all (probe 125 F11).
     # The demo's temporary folder goes in a TMPDIR of the test's own, short enough for the
     # daemon's socket path (a worker's tmp_path is not: the demo then falls back to /tmp).
     temp = Path(tempfile.mkdtemp(prefix="mq-", dir="/tmp"))
@@ -57,7 +60,7 @@ def test_q_exits_says_where_the_snapshots_are_and_leaves_nothing_running(tmp_pat
         tree = psutil.Process(proc.pid).children(recursive=True)
         assert any("--simulate" in " ".join(p.cmdline()) for p in tree)
         assert any("daemon.sim.ec2" in " ".join(p.cmdline()) for p in tree)
-        os.write(master, b"q")
+        os.write(master, key)
         assert proc.wait(60) == 0
         poll(lambda: b"snapshots" in screen[-2000:], 10, "the exit line")
         text = re.sub(r"\x1b\[[0-9;?<>]*[a-zA-Z]", " ", bytes(screen[-2000:]).decode())

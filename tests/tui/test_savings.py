@@ -76,6 +76,29 @@ async def test_no_recommendation_yet_says_how_often_the_rules_look(every, said):
         await pilot.pause()
         title = str(app.query_one(RecommendationTable).border_title)
         assert title == f"Recommendations (none yet: the rules look {said})"
+        # and the header does not call it a known $0.00 (probe 125 F13)
+        header = str(app.query_one(HeaderPanel).render())
+        assert f"potential savings ? (none yet: the rules look {said})" in header, header
+        assert "$0.00/month" not in header
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_the_header_says_the_savings_are_not_known_yet():
+    """`saves $0.00/month` before the rules had run, while the panel said `none yet`."""
+    from tests.tui.test_sizes import screen_text
+
+    doc = now_document()
+    doc["recommendations"] = []
+    doc["savings"] = dict(doc["savings"], potential_per_month=0.0)
+    doc["events"] = []  # no idle alert: the savings fit the line (they come last, cut first)
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(SnapshotArrived((HostSnapshot("unix:/t.sock", Now.from_dict(doc),
+                                                       None, 0.01, TS),)))
+        await pilot.pause()
+        lines = screen_text(app)
+        assert any(line.rstrip().endswith("saves ? (none yet)") for line in lines[:2]), lines[:3]
+        assert not any("$0.00/month" in line for line in lines), lines[:3]
 
 
 @pytest.mark.asyncio
