@@ -23,8 +23,16 @@ ACTION_LABELS = {"show_patch": "a: show patch", "copy_commands": "a: copy comman
 RESIZE_COMMANDS_ONLY = "a: commands only"
 
 
+# A stop or a resize whose recommendation is going (its condition false at the last
+# evaluation): the daemon refuses it (409, "no longer holds"), so it is not offered.
+HELD_ACTION = "not now: going"
+ACTS_ON_THE_HOST = ("sigterm", "resize")
+
+
 def action_label(rec: Recommendation, on_ec2: bool) -> str:
     """What `a` does to `rec`, said before it is pressed."""
+    if rec.status == "holding" and rec.action_kind in ACTS_ON_THE_HOST:
+        return HELD_ACTION
     if rec.action_kind == "resize" and not on_ec2:
         return RESIZE_COMMANDS_ONLY
     return ACTION_LABELS.get(rec.action_kind, rec.action_kind)

@@ -8,7 +8,7 @@ from daemon.analysis.book import RecommendationBook
 from daemon.wire import Event, Recommendation
 from mlcost_tui import format as fmt
 from mlcost_tui.incidents import ResolvedNotices
-from mlcost_tui.panels.recommendations import going
+from mlcost_tui.panels.recommendations import action_label, going
 from tests.daemon.test_rules import by_rule, recs, window
 
 
@@ -26,6 +26,20 @@ def test_a_held_recommendation_says_when_it_goes_and_an_active_one_says_nothing(
     [entry] = book.active()
     held = Recommendation.from_dict(entry.as_dict(book.hold_s))
     assert going(held) == f"(going at {fmt.clock_time(1330.0)}) "
+
+
+def test_a_stop_or_resize_that_is_going_is_not_offered():
+    """The daemon refuses an action whose recommendation is in its hold (probe 125 F0: `a` on
+    a '(going at ...)' row sent SIGTERM to a process back at work); the row says so first."""
+    [rec] = by_rule(recs(window()), "over_provisioned")
+    book = RecommendationBook(hold_s=300.0)
+    book.record([rec], 1000.0)
+    standing = Recommendation.from_dict(book.active()[0].as_dict(book.hold_s))
+    book.record([], 1030.0)
+    held = Recommendation.from_dict(book.active()[0].as_dict(book.hold_s))
+    assert standing.action_kind == held.action_kind == "resize"
+    assert action_label(standing, on_ec2=True) == "a: resize"
+    assert action_label(held, on_ec2=True) == action_label(held, on_ec2=False) == "not now: going"
 
 
 def test_each_resolved_notice_is_announced_once_and_history_is_not_news():
