@@ -16,9 +16,15 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
-from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.recorded_spend import recorded_ledger, unrecorded
+from daemon.analysis.recorded_spend import (
+    CostBetween,
+    recorded_cost_between,
+    recorded_ledger,
+    unit_costs,
+    unit_meters,
+    unrecorded,
+)
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
@@ -149,10 +155,15 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     sampled = raw or RawWindow.read(reader, start, end,
                                     raw_sample_count(len(processes), COST_SAMPLES),
                                     prices, thresholds)
-    window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
+    # A target's dollars between two instants as the ledger charged them (the unit costs and
+    # the cost per request: what it spent between the first and last reading of its counter)
+    cost_between = recorded_cost_between(reader, jobs, prices=prices, thresholds=thresholds,
+                                         interval=interval)
+    window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end,
+                                  cost_between)
                    if recorded_spend else None) or _window_cost(
         _with_run_edges(reader, sampled, start, end, starts, prices, thresholds), start, end,
-        price, processes, interval, jobs, readings)
+        price, processes, interval, jobs, readings, cost_between)
     # Each kind as it was at the window's end (the store's kind history), else as the daemon
     # last classified it (a store from before the history: meta "kinds").
     kinds_then = queries.process_kinds(reader, end)
@@ -217,7 +228,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                           run_starts=starts)
     document["timeline"] = build_timeline(reader, start, end, prices, thresholds, interval,
                                           raw)
-    latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
+    latency_report.section(document, readings, start, end, jobs,  # needs processes, timeline
+                           cost_between)
     review = document.setdefault("review", {})
     current = recorded_spend
     if current is None:  # (the window's spend above was its ticks' replay)
@@ -227,7 +239,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         reader, start, end, by=by, jobs=jobs, kinds={**kinds_last, **kinds_then},
         energy=document["energy"],
         recommendations=document["recommendations"],
-        current=current, spend_to=spend_to))
+        current=current, spend_to=spend_to, cost_between=cost_between))
     review["carbon"] = report_energy.review_entry(document["carbon"])
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
@@ -375,7 +387,8 @@ def _rollup_energy(gpus: list[dict[str, Any]], per_kwh: float, interval: float,
 
 def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
                    processes: list[dict[str, Any]], readings: team_review.Readings,
-                   start: float, end: float) -> dict[str, Any] | None:
+                   start: float, end: float,
+                   cost_between: CostBetween) -> dict[str, Any] | None:
     """Burn and spend over the window from the hour spend the daemon recorded (what its live
     ledger charged, `found`: recorded_spend.recorded_ledger); None without a price (the caller
     recomputes instead)."""
@@ -392,7 +405,7 @@ def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
     ledger.set_storage(team_review.storage_items(readings, end))
     spend = ledger.as_dict()
     spend.pop("by_process", None)
-    spend["unit_costs"] = team_review.prorated_unit_costs(ledger, readings, start, end)
+    spend["unit_costs"] = unit_costs(readings, start, end, cost_between)
     return {"burn": {"total_per_hour": ledger.total / hours, "wasted_per_hour":
                      ledger.wasted / hours, "idle_per_hour": ledger.idle / hours,
                      "price_source": host_price.source, "price_per_hour": host_price.per_hour,
@@ -413,7 +426,8 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
 def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any] | None,
                  processes: list[dict[str, Any]], interval: float,
                  jobs: dict[str, str] | None = None,
-                 readings: team_review.Readings | None = None) -> dict[str, Any]:
+                 readings: team_review.Readings | None = None,
+                 cost_between: CostBetween | None = None) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples the report read (`raw`, each
     priced with the host's price) and the host's price.
 
@@ -432,27 +446,28 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
         empty["burn"]["price_source"] = host_price.source
         return empty
     # The daemon's ledger, replayed: its job labels, the storage walk and the unit-cost
-    # counters as they were read (the meters observe at their readings' times).
+    # counters as they were read (what each target had cost at each reading).
     # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
     # further apart than recorded ones by the sampling step, so the limit grows with it.
     step = (end - start) / len(samples)
     readings = readings or {}
     ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step),
                         run_starts=run_starts(readings))
-    meters = team_review.unit_meters(readings)
-    for meter in meters.values():
-        ledger.add_meter(meter)
-    pending = sorted((ts, name, value) for (kind, name), found in readings.items()
-                     if kind == "unit" for ts, value, _ in found)
+    # each counter's target's dollars at its readings' times, as the replay charged them: a
+    # target's dollars between two readings where the store recorded no hour spend
+    targets = {m.target for m in unit_meters(readings).values()}
+    pending = sorted(ts for (kind, _), found in readings.items() if kind == "unit"
+                     for ts, _, _ in found)
+    charged_at: dict[tuple[str, float], float] = {}
     totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
     by_process: dict[tuple[int, float], list[float]] = {}
     for sample, current in zip(samples, raw.costs, strict=True):
         assert current is not None  # priced: the host has a price
         ledger.set_storage(team_review.storage_items(readings, sample.ts))
         ledger.add(current)
-        while pending and pending[0][0] <= sample.ts:
-            at, name, value = pending.pop(0)
-            _observe(meters[name], ledger, value, at)
+        while pending and pending[0] <= sample.ts:
+            at = pending.pop(0)
+            charged_at.update(((target, at), ledger.cost_of(target)) for target in targets)
         totals["total"] += current.total_per_hour
         totals["wasted"] += current.wasted_per_hour
         totals["idle"] += current.idle_per_hour
@@ -467,14 +482,20 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
         entry["cost"] = ledger.by_process.get(key)
     spend = ledger.as_dict()
     spend.pop("by_process", None)
+
+    def replayed(target: str, since: float, until: float) -> float | None:
+        a, b = charged_at.get((target, since)), charged_at.get((target, until))
+        return None if a is None or b is None else b - a
+
+    def between(target: str, since: float, until: float) -> float | None:
+        found = cost_between(target, since, until) if cost_between else None
+        return replayed(target, since, until) if found is None else found
+
+    spend["unit_costs"] = unit_costs(readings, start, end, between)
     return {"burn": {"total_per_hour": totals["total"] / n, "wasted_per_hour": totals["wasted"] / n,
                      "idle_per_hour": totals["idle"] / n, "price_source": host_price.source,
                      "price_per_hour": host_price.per_hour, "price_per_gpu": host_price.per_gpu},
             "spend": spend}
-
-
-def _observe(meter: UnitCostMeter, ledger: CostLedger, count: float, at: float) -> None:
-    meter.observe(ledger.cost_of(meter.target), count, at)
 
 
 def _bytes(value: float | int | None) -> str:
