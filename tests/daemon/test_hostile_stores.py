@@ -182,6 +182,55 @@ def test_a_snapshot_stopped_by_sigterm_removes_the_file_it_began(good_snapshot, 
     assert list(out.iterdir()) == []
 
 
+def test_a_damaged_store_is_damaged_to_every_command(good_snapshot, tmp_path):
+    """Probe 126 F4: bytes written over a snapshot's pages, its schema's text among them, read
+    "not an mlcostd database (Could not decode to UTF-8 column 'sql' ...); pass the daemon's
+    database" from `report` and `--render`, and "damaged ... salvage it with .recover" from
+    `snapshot --db`: one file, one word for it, and what to do with it."""
+    path = tmp_path / "damaged.db"
+    shutil.copyfile(good_snapshot, path)
+    conn = sqlite3.connect(path)
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    conn.close()
+    data = bytearray(path.read_bytes())
+    at = data.find(b'"kind" TEXT')  # events' schema: a byte that is no UTF-8 in a name
+    assert at > 0
+    data[at + 2] = 0xFF
+    data[(root - 1) * size:(root - 1) * size + 8] = b"\x0d" + b"\xff" * 7  # its root page
+    path.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    out.mkdir()
+    for command in (["report", "--db", str(path), "--since", "1d"],
+                    ["snapshot", "--render", str(path), "--out", str(out / "x.html")],
+                    ["snapshot", "--db", str(path), "--out", str(out / "x.db")]):
+        done = run(*MLCOSTD, *command)
+        assert_one_line(done, path, "the file is damaged")
+        assert f"sqlite3 {path} .recover" in done.stderr, done.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_a_store_from_a_newer_mlcost_is_refused_alike_by_every_command(good_snapshot, tmp_path):
+    """Probe 126 F4: `snapshot --db` of a store of schema 99 exited 1 (a failure), where
+    `report` and `--render` exit 2 (a refusal, as the README says refusals do)."""
+    path = tmp_path / "future.db"
+    shutil.copyfile(good_snapshot, path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    said = set()
+    for command in (["report", "--db", str(path), "--since", "1d"],
+                    ["snapshot", "--db", str(path), "--out", str(out / "x.db")]):
+        done = run(*MLCOSTD, *command)
+        assert_one_line(done, path, "its schema version is 99")
+        said.add(done.stderr.split(": ", 1)[1])
+    assert len(said) == 1, said  # the same line after the command's name
+    assert list(out.iterdir()) == []
+
+
 def test_the_good_snapshot_still_renders_reports_and_opens(good_snapshot, tmp_path):
     from daemon.replay import Replay
 
