@@ -216,6 +216,28 @@ def test_each_tick_is_charged_at_the_price_recorded_then(tmp_path):
         render_page(page))
 
 
+def test_a_restart_that_changes_no_charge_is_no_price_change(tmp_path):
+    """Probe 126 F7: a daemon started again with [instance].electricity_per_kwh added (the same
+    $/h, type and GPUs) read "the price changed in this window: from ... $5.6720/h (aws
+    g5.12xlarge, 4 GPUs), from ... $5.6720/h (aws g5.12xlarge, 4 GPUs)". The electricity price
+    prices the measured power beside the burn, not a tick's charge: no change is listed."""
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    before = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    after = dataclasses.replace(before, electricity_per_kwh=0.14)
+    db, _ = two_runs(tmp_path, before, after, 20)
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM meter_readings WHERE kind = 'price'").fetchone()[
+        0] == 2  # each start recorded its own
+    conn.close()
+    document = build(db, config)
+    assert document["burn"]["price_changes"] == []
+    assert "the price changed" not in report.render_text(document)
+    page = report_html.collect(db)
+    assert page.price_changes == []
+    assert "the price changed" not in render_page(page)
+
+
 def test_a_recorded_price_s_text_is_shown_safe_and_short(tmp_path):
     """A store is anyone's file: the instance a recorded price names reaches the report's text,
     the snapshot page and replay as escaped, one-line, cut text."""
