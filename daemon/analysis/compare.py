@@ -120,8 +120,8 @@ class Side:
         held = sorted({int(g) for p in procs for g in p.get("gpus") or []
                        if isinstance(g, int)})
         if self.job is None and self.command is None and not held:
-            held = [int(g["index"]) for g in self.document.get("gpus") or []
-                    if isinstance(g, dict) and isinstance(g.get("index"), int)]
+            held = sorted({int(g["index"]) for g in self.document.get("gpus") or []
+                           if isinstance(g, dict) and isinstance(g.get("index"), int)})
         self.gpus = held
 
     @property

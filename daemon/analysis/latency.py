@@ -224,7 +224,8 @@ def recorded_latency(found: Sequence[Reading], start: float, end: float) -> dict
     """p50/p99 of one recorded histogram over [start, end]: from the sum of the bucket
     deltas between consecutive readings up to `end`, from the last reading at or before
     `start` (or the first in the range) on. The keys of LatencyMeter.as_dict, over the range,
-    and `span_s`, the seconds the readings cover."""
+    `span_s`, the seconds the readings cover in the range, and `counted`, the two readings'
+    times the requests were counted between (None without two)."""
     detail = found[-1][2] if found else {}
     total: dict[float, float] = {}
     deltas = _deltas(found, start, end)
@@ -236,8 +237,11 @@ def recorded_latency(found: Sequence[Reading], start: float, end: float) -> dict
     return {"target": str(detail.get("target") or "?"), "url": str(detail.get("url") or ""),
             "metric": str(detail.get("metric") or ""), **_figures(total),
             "readings": len(deltas) + 1 if deltas else len(found),
-            # the seconds the deltas cover (a part of a target's cost over the range)
+            # the seconds the deltas cover in the range
             "span_s": deltas[-1][0] - max(base, start) if deltas else 0.0,
+            # the readings its requests were counted between (the one before the first delta,
+            # the last): the target's dollars between them are what those requests cost
+            "counted": (base, deltas[-1][0]) if deltas else None,
             "error": None if deltas else "fewer than two readings in the range",
             "method": "histogram_quantile over the bucket deltas between the range's "
                       "readings (mlcostd reads the histogram every [cost].evaluate_every)"}

@@ -16,32 +16,36 @@ from typing import Any
 
 from daemon.analysis.latency import LATENCY_READING, Reading, recorded_latency, recorded_windows
 from daemon.analysis.ledger import JobLabeler, is_owner_job, owner_jobs
+from daemon.analysis.recorded_spend import EVERY_PROCESS, CostBetween
 from daemon.wire import cost_per_1k_text, process_key
 
 # The target `mlcostd profile --latency` gives its histogram: every process its store recorded
 # (the profiled command's tree), whatever their job labels.
-PROFILED_COMMAND = "(command)"
+PROFILED_COMMAND = EVERY_PROCESS
 Readings = Mapping[tuple[str, str], Sequence[Reading]]  # as daemon.store.queries.meter_readings
 
 
 def section(document: dict[str, Any], readings: Readings, start: float, end: float,
-            jobs: Mapping[str, str] | None) -> None:
+            jobs: Mapping[str, str] | None, cost_between: CostBetween) -> None:
     """Add the latency of [start, end] to the report `document`: `spend.latency` (a list like
     /v1/now's `cost.latency`, over the range, with the target's `cost`, `cost_per_request`,
     `sm_share` and `gpu_utilization`) and each timeline bucket's `latency` (a list of
     {target, metric, p50_seconds, p99_seconds, requests, and the target's sm_share and stack
-    samples per phase in that window}) where requests were counted."""
+    samples per phase in that window}) where requests were counted. The cost per request is
+    the target's dollars between the readings its requests were counted between
+    (`cost_between`: recorded_spend.recorded_cost_between), over those requests, as /v1/now
+    divides them: the same over any range that holds the same readings."""
     found = {name: rows for (kind, name), rows in readings.items()
              if kind == LATENCY_READING and rows}
     spend = document.setdefault("spend", {})
     spend["latency"] = []
     if not found:
         return
-    span = max(end - start, 1e-9)
     processes = document.get("processes") or []
     labeler = JobLabeler(jobs)
     gpus = {g.get("index"): g for g in document.get("gpus") or []}
     timeline = document.get("timeline") or {}
+    span = max(end - start, 1e-9)
     size = float(timeline.get("bucket_s") or 0)
     buckets = {int(round((b["ts"] - start) / size)): b
                for b in timeline.get("buckets") or []} if size > 0 else {}
@@ -49,14 +53,17 @@ def section(document: dict[str, Any], readings: Readings, start: float, end: flo
         entry = recorded_latency(rows, start, end)
         mine = [p for p in processes if _is_target(p, entry["target"], labeler)]
         cost = _target_cost(spend, mine, entry["target"])
-        covered = min(1.0, float(entry.pop("span_s")) / span)
+        entry.pop("span_s")
+        counted = entry.pop("counted")
         requests = entry["requests"]
+        counted_cost = (cost_between(entry["target"], *counted)
+                        if counted is not None and requests > 0 else None)
         held = sorted({g for p in mine for g in p.get("gpus") or []})
         utils = [gpus[g]["utilization"] for g in held
                  if isinstance((gpus.get(g) or {}).get("utilization"), int | float)]
         entry.update(
             cost=cost,
-            cost_per_request=(cost * covered / requests if cost is not None and requests > 0
+            cost_per_request=(counted_cost / requests if counted_cost is not None
                               else None),
             sm_share=sum(float(p.get("sm_share") or 0.0) for p in mine if p.get("gpus"))
             if held else None,

@@ -27,10 +27,20 @@ CHARGED_AS = ("per_hour", "gpu_count", "lifecycle", "instance_type", "provider",
               "electricity_per_kwh")
 
 
+# What a tick is charged by: the electricity price prices the GPUs' measured power beside the
+# burn (the report's energy), never a tick's charge.
+BURNED_AS = tuple(field for field in CHARGED_AS if field != "electricity_per_kwh")
+
+
 def charged_as(price: Mapping[str, Any]) -> tuple[Any, ...]:
     """What of a recorded price (HostPrice.as_dict) the ledger charges by: equal for a daemon
     started again at the same price."""
     return tuple(price.get(field) for field in CHARGED_AS)
+
+
+def _burned_as(price: HostPrice) -> tuple[Any, ...]:
+    recorded = price.as_dict()
+    return tuple(recorded.get(field) for field in BURNED_AS)
 
 
 def _valid(recorded: object) -> HostPrice | None:
@@ -82,14 +92,16 @@ class PriceHistory:
 
     def within(self, start: float, end: float) -> list[tuple[float, HostPrice]]:
         """The prices charged in [start, end], each from when it was (`start` for the first),
-        oldest first; a price recorded again unchanged is not a change."""
+        oldest first; a price recorded again that charges a tick as the one before did (the
+        same $/h for the same instance and GPUs: a daemon started again with an electricity
+        price added, probe 126 F7) is not a change."""
         found: list[tuple[float, HostPrice]] = []
         first = self.at(start)
         if first is not None:
             found.append((start, first))
         for since, price in self.changes:
-            if start < since <= end and (not found or charged_as(found[-1][1].as_dict())
-                                         != charged_as(price.as_dict())):
+            if start < since <= end and (not found or _burned_as(found[-1][1])
+                                         != _burned_as(price)):
                 found.append((since, price))
         return found
 

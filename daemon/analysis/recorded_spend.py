@@ -11,14 +11,14 @@ the budgets say the same dollars."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.busy import IdleThresholds
 from daemon.analysis.cost import HostPrice, ProcessKey, burn
 from daemon.analysis.ledger import RUN_START_READING, CostLedger, recording_gap_s, run_starts
-from daemon.analysis.meters import StorageCost
+from daemon.analysis.meters import StorageCost, UnitCostMeter
 from daemon.analysis.price_history import PRICE_READING, PriceHistory
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -173,3 +173,73 @@ def _storage_walked(reader: StoreReader, since: float, end: float) -> list[Stora
                                      size / 2**30 * price,
                                      error if isinstance(error, str) else None))
     return items
+
+
+# A target's dollars (a job label, an owner job, a process id 'pid:start_time', or
+# EVERY_PROCESS) between two instants, as the daemon's ledger charged them; None where nothing
+# there was charged.
+CostBetween = Callable[[str, float, float], float | None]
+Readings = Mapping[tuple[str, str], Sequence[tuple[float, float, Mapping[str, Any]]]]
+# The target of every process the store recorded (`mlcostd profile --latency`: the profiled
+# command's tree, whatever their job labels).
+EVERY_PROCESS = "(command)"
+
+
+def recorded_cost_between(reader: StoreReader, jobs: Mapping[str, str] | None, *,
+                          prices: PriceHistory | None = None,
+                          thresholds: IdleThresholds | None = None,
+                          interval: float | None = None) -> CostBetween:
+    """A target's dollars between two instants from what the store recorded: its hour spend
+    over them (an hour they cut counts by its ticks inside), and the ticks after the store's
+    last hand-over charged as the ledger charges them (`unrecorded`)."""
+    def between(target: str, since: float, until: float) -> float | None:
+        found = recorded_ledger(reader, since, until, jobs)
+        ledger = found[0] if found is not None else CostLedger(jobs)
+        tail = unrecorded(reader, until, jobs, start=since, prices=prices,
+                          thresholds=thresholds, interval=interval)
+        if tail is not None:
+            tail.add_to(ledger)
+        if found is None and tail is None:
+            return None
+        return (sum(ledger.by_process.values()) if target == EVERY_PROCESS
+                else ledger.cost_of(target))
+    return between
+
+
+def unit_meters(readings: Readings) -> dict[str, UnitCostMeter]:
+    """A UnitCostMeter per unit-cost counter the store read, by its reading name."""
+    meters = {}
+    for (kind, name), found in readings.items():
+        if kind != "unit" or not found:
+            continue
+        detail = found[-1][2]
+        meters[name] = UnitCostMeter(
+            target=str(detail.get("target") or "?"), url=str(detail.get("url") or ""),
+            metric=str(detail.get("metric") or ""), unit=str(detail.get("unit") or "units"),
+            per=float(detail.get("per") or 1_000_000.0), labels=dict(detail.get("labels") or {}))
+    return meters
+
+
+def unit_costs(readings: Readings, start: float, end: float,
+               cost_between: CostBetween) -> list[dict[str, Any]]:
+    """The unit cost of each recorded counter over [start, end] (the report's `unit_costs`, its
+    spend and its review alike): its target's dollars between the counter's first and last
+    reading in the range, over the units counted between them (a counter reset counts again
+    from its new value). What /v1/now's meter divides, whatever share of the range the
+    readings span: a target that spent only part of the range, or a range longer than the
+    readings, gives the same figure (probe 126 F6: a 1-hour range over 75 s of readings read
+    1/48 of the unit cost, scaled by the share of the range the readings spanned)."""
+    out = []
+    for name, meter in unit_meters(readings).items():
+        found = [r for r in readings[("unit", name)] if start <= r[0] <= end]
+        spend = (cost_between(meter.target, found[0][0], found[-1][0]) if len(found) >= 2
+                 else None)
+        if spend is None:
+            out.append(meter.as_dict())
+            continue
+        units = sum(b[1] - a[1] if b[1] >= a[1] else b[1]
+                    for a, b in zip(found, found[1:], strict=False))
+        meter.observe(0.0, 0.0, found[0][0])
+        meter.observe(spend, units, found[-1][0])
+        out.append(meter.as_dict())
+    return out

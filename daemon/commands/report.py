@@ -6,7 +6,9 @@ The JSON document is a contract (documented in the README): top-level `host`, `w
 
 from __future__ import annotations
 
+import math
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from daemon import clock
@@ -16,9 +18,15 @@ from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
-from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.price_history import PriceHistory, as_then
-from daemon.analysis.recorded_spend import recorded_ledger, unrecorded
+from daemon.analysis.recorded_spend import (
+    CostBetween,
+    recorded_cost_between,
+    recorded_ledger,
+    unit_costs,
+    unit_meters,
+    unrecorded,
+)
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
 from daemon.analysis.timeline import RAW_MAX_SPAN_S as TIMELINE_RAW_MAX_SPAN_S
@@ -31,7 +39,7 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import TICKS_DROPPED, ended_by_recording_stop
+from daemon.store.schema import GPU_READING, TICKS_DROPPED, ended_by_recording_stop
 from daemon.wire import (
     COMPUTE,
     HIGH_CONFIDENCE,
@@ -128,6 +136,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     prices = PriceHistory.from_readings(readings, recorded_price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
     then = as_then(host, gpus, readings, prices, end)  # the host and GPUs at the window's end
+    # A window across a restart onto other GPUs: a row per GPU and model, each over its part
+    gpus[:] = _split_by_model(reader, gpus, readings, start, end, rolled)
     if then is not None:
         recorded_price, price = then, host["price"]
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
@@ -149,10 +159,15 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     sampled = raw or RawWindow.read(reader, start, end,
                                     raw_sample_count(len(processes), COST_SAMPLES),
                                     prices, thresholds)
-    window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end)
+    # A target's dollars between two instants as the ledger charged them (the unit costs and
+    # the cost per request: what it spent between the first and last reading of its counter)
+    cost_between = recorded_cost_between(reader, jobs, prices=prices, thresholds=thresholds,
+                                         interval=interval)
+    window_cost = (_recorded_cost(recorded_spend, price, processes, readings, start, end,
+                                  cost_between)
                    if recorded_spend else None) or _window_cost(
         _with_run_edges(reader, sampled, start, end, starts, prices, thresholds), start, end,
-        price, processes, interval, jobs, readings)
+        price, processes, interval, jobs, readings, cost_between)
     # Each kind as it was at the window's end (the store's kind history), else as the daemon
     # last classified it (a store from before the history: meta "kinds").
     kinds_then = queries.process_kinds(reader, end)
@@ -217,7 +232,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
                           run_starts=starts)
     document["timeline"] = build_timeline(reader, start, end, prices, thresholds, interval,
                                           raw)
-    latency_report.section(document, readings, start, end, jobs)  # needs processes, timeline
+    latency_report.section(document, readings, start, end, jobs,  # needs processes, timeline
+                           cost_between)
     review = document.setdefault("review", {})
     current = recorded_spend
     if current is None:  # (the window's spend above was its ticks' replay)
@@ -227,13 +243,78 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
         reader, start, end, by=by, jobs=jobs, kinds={**kinds_last, **kinds_then},
         energy=document["energy"],
         recommendations=document["recommendations"],
-        current=current, spend_to=spend_to))
+        current=current, spend_to=spend_to, cost_between=cost_between))
     review["carbon"] = report_energy.review_entry(document["carbon"])
     covered_s = min(since_s, float(window.get("ticks") or 0) * interval)
     review["managed"] = (None if recorded_price is None else price_host.managed_review(
         config, recorded_price, catalog, HOURS_PER_MONTH * covered_s / since_s if since_s > 0
         else HOURS_PER_MONTH))
     return document
+
+
+def _gpu_changes(readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]],
+                 start: float,
+                 end: float) -> dict[int, list[float]]:
+    """Each GPU index whose model or UUID the store recorded changing inside (start, end] (a
+    daemon started again on other GPUs: schema.GPU_READING), with the times it changed: the
+    start of the run that recorded the new GPU (its first tick may come before the reading)."""
+    starts = run_starts(readings)
+    changes: dict[int, list[float]] = {}
+    for (kind, name), rows in readings.items():
+        if kind != GPU_READING or not name.isdigit():
+            continue
+        before: tuple[Any, Any] | None = None
+        last = -math.inf
+        for ts, _, detail in sorted(rows, key=lambda row: row[0]):
+            facts = (detail.get("name"), detail.get("uuid"))
+            if before is not None and facts != before and start < ts <= end:
+                run = max((s for s in starts if last < s <= ts), default=ts)
+                changes.setdefault(int(name), []).append(max(run, start))
+            before, last = facts, ts
+    return changes
+
+
+def _split_by_model(reader: StoreReader, gpus: list[dict[str, Any]],
+                    readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]], start: float, end: float,
+                    rolled: bool) -> list[dict[str, Any]]:
+    """The window's GPU rows, where a GPU changed model inside it one row per GPU and model,
+    each over its part of the window (`since`, `until`; both None on a row of the whole
+    window): the utilization, memory and power of an A100 and of the H100 after it, never
+    their mean under the later name (probe 126 F5)."""
+    changes = _gpu_changes(readings, start, end)
+    for gpu in gpus:
+        gpu.update(since=None, until=None)
+    if not changes:
+        return gpus
+    parts: dict[tuple[float, float], list[dict[str, Any]]] = {}
+    out = []
+    for gpu in gpus:
+        index = gpu["index"]
+        if index not in changes:
+            out.append(gpu)
+            continue
+        # (from the rollups: cut at the minute the change fell in, which its new GPU's row
+        # holds whole; a minute rollup holds the ticks of both)
+        cuts = sorted(max(start, at // MINUTE_S * MINUTE_S) if rolled else at
+                      for at in changes[index])
+        edges = [start, *cuts, end]
+        for a, b in zip(edges, edges[1:], strict=False):
+            if b <= a:
+                continue
+            if (a, b) not in parts:  # (a tick at the change is the new GPU's)
+                last = b if b == end else b - 0.001
+                parts[(a, b)] = (reader.rollup_summary(a, last) if rolled
+                                 else reader.window_summary(a, last))["gpus"]
+            # (the facts last recorded before the part's end: its GPU's, also where the
+            # window begins before its first reading)
+            facts = queries.gpus_then(readings, b if b == end else b - 0.001).get(index, {})
+            for row in parts[(a, b)]:
+                if row["index"] == index and row.get("samples"):
+                    out.append(dict(row, **facts, since=a, until=b))
+    return out
+
+
+MINUTE_S = 60  # a minute rollup's span (schema: res MINUTE)
 
 
 RUN_EDGES_MAX = 200  # daemon starts in a window whose edge ticks the cost pass adds (each
@@ -375,7 +456,8 @@ def _rollup_energy(gpus: list[dict[str, Any]], per_kwh: float, interval: float,
 
 def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
                    processes: list[dict[str, Any]], readings: team_review.Readings,
-                   start: float, end: float) -> dict[str, Any] | None:
+                   start: float, end: float,
+                   cost_between: CostBetween) -> dict[str, Any] | None:
     """Burn and spend over the window from the hour spend the daemon recorded (what its live
     ledger charged, `found`: recorded_spend.recorded_ledger); None without a price (the caller
     recomputes instead)."""
@@ -392,7 +474,7 @@ def _recorded_cost(found: tuple[CostLedger, Any], price: dict[str, Any] | None,
     ledger.set_storage(team_review.storage_items(readings, end))
     spend = ledger.as_dict()
     spend.pop("by_process", None)
-    spend["unit_costs"] = team_review.prorated_unit_costs(ledger, readings, start, end)
+    spend["unit_costs"] = unit_costs(readings, start, end, cost_between)
     return {"burn": {"total_per_hour": ledger.total / hours, "wasted_per_hour":
                      ledger.wasted / hours, "idle_per_hour": ledger.idle / hours,
                      "price_source": host_price.source, "price_per_hour": host_price.per_hour,
@@ -413,7 +495,8 @@ def _phases_json(balance: dict[str, Any] | None) -> dict[str, Any]:
 def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any] | None,
                  processes: list[dict[str, Any]], interval: float,
                  jobs: dict[str, str] | None = None,
-                 readings: team_review.Readings | None = None) -> dict[str, Any]:
+                 readings: team_review.Readings | None = None,
+                 cost_between: CostBetween | None = None) -> dict[str, Any]:
     """Burn and spend over the window from the recorded samples the report read (`raw`, each
     priced with the host's price) and the host's price.
 
@@ -432,27 +515,28 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
         empty["burn"]["price_source"] = host_price.source
         return empty
     # The daemon's ledger, replayed: its job labels, the storage walk and the unit-cost
-    # counters as they were read (the meters observe at their readings' times).
+    # counters as they were read (what each target had cost at each reading).
     # A gap longer than the ledger's (the daemon stopped) is not charged; sampled ticks are
     # further apart than recorded ones by the sampling step, so the limit grows with it.
     step = (end - start) / len(samples)
     readings = readings or {}
     ledger = CostLedger(jobs, max_gap_s=max(recording_gap_s(interval), 3 * step),
                         run_starts=run_starts(readings))
-    meters = team_review.unit_meters(readings)
-    for meter in meters.values():
-        ledger.add_meter(meter)
-    pending = sorted((ts, name, value) for (kind, name), found in readings.items()
-                     if kind == "unit" for ts, value, _ in found)
+    # each counter's target's dollars at its readings' times, as the replay charged them: a
+    # target's dollars between two readings where the store recorded no hour spend
+    targets = {m.target for m in unit_meters(readings).values()}
+    pending = sorted(ts for (kind, _), found in readings.items() if kind == "unit"
+                     for ts, _, _ in found)
+    charged_at: dict[tuple[str, float], float] = {}
     totals = {"total": 0.0, "wasted": 0.0, "idle": 0.0}
     by_process: dict[tuple[int, float], list[float]] = {}
     for sample, current in zip(samples, raw.costs, strict=True):
         assert current is not None  # priced: the host has a price
         ledger.set_storage(team_review.storage_items(readings, sample.ts))
         ledger.add(current)
-        while pending and pending[0][0] <= sample.ts:
-            at, name, value = pending.pop(0)
-            _observe(meters[name], ledger, value, at)
+        while pending and pending[0] <= sample.ts:
+            at = pending.pop(0)
+            charged_at.update(((target, at), ledger.cost_of(target)) for target in targets)
         totals["total"] += current.total_per_hour
         totals["wasted"] += current.wasted_per_hour
         totals["idle"] += current.idle_per_hour
@@ -467,14 +551,20 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
         entry["cost"] = ledger.by_process.get(key)
     spend = ledger.as_dict()
     spend.pop("by_process", None)
+
+    def replayed(target: str, since: float, until: float) -> float | None:
+        a, b = charged_at.get((target, since)), charged_at.get((target, until))
+        return None if a is None or b is None else b - a
+
+    def between(target: str, since: float, until: float) -> float | None:
+        found = cost_between(target, since, until) if cost_between else None
+        return replayed(target, since, until) if found is None else found
+
+    spend["unit_costs"] = unit_costs(readings, start, end, between)
     return {"burn": {"total_per_hour": totals["total"] / n, "wasted_per_hour": totals["wasted"] / n,
                      "idle_per_hour": totals["idle"] / n, "price_source": host_price.source,
                      "price_per_hour": host_price.per_hour, "price_per_gpu": host_price.per_gpu},
             "spend": spend}
-
-
-def _observe(meter: UnitCostMeter, ledger: CostLedger, count: float, at: float) -> None:
-    meter.observe(ledger.cost_of(meter.target), count, at)
 
 
 def _bytes(value: float | int | None) -> str:
@@ -610,6 +700,12 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     if energy:
         header.insert(7, "energy $/h")
     out += ["  " + line for line in _table(header, rows)]
+    split = sorted({gpu["since"] for gpu in report["gpus"]
+                    if gpu.get("since") is not None and gpu["since"] > window["since"]})
+    if split:
+        out.append("  (the GPUs changed in this window, at "
+                   + ", ".join(clock.local_time(at) for at in split)
+                   + ": a row per GPU and model, each over its part of the window)")
     out.append("")
     out.append("Processes (GPU processes and their workers)")
     rows = []

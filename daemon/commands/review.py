@@ -17,8 +17,13 @@ from typing import Any
 
 from daemon import clock
 from daemon.analysis.ledger import CostLedger
-from daemon.analysis.meters import StorageCost, UnitCostMeter
-from daemon.analysis.recorded_spend import recorded_ledger
+from daemon.analysis.meters import StorageCost
+from daemon.analysis.recorded_spend import (
+    CostBetween,
+    recorded_cost_between,
+    recorded_ledger,
+    unit_costs,
+)
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 
@@ -38,40 +43,6 @@ def storage_items(readings: Readings, at: float) -> list[StorageCost]:
                                  bool(detail.get("complete", True)), price,
                                  size / 2**30 * price, detail.get("error")))
     return items
-
-
-def unit_meters(readings: Readings) -> dict[str, UnitCostMeter]:
-    """A UnitCostMeter per unit-cost counter the store read, by its reading name."""
-    meters = {}
-    for (kind, name), found in readings.items():
-        if kind != "unit" or not found:
-            continue
-        detail = found[-1][2]
-        meters[name] = UnitCostMeter(
-            target=str(detail.get("target") or "?"), url=str(detail.get("url") or ""),
-            metric=str(detail.get("metric") or ""), unit=str(detail.get("unit") or "units"),
-            per=float(detail.get("per") or 1_000_000.0), labels=dict(detail.get("labels") or {}))
-    return meters
-
-
-def prorated_unit_costs(ledger: CostLedger, readings: Readings, start: float,
-                        end: float) -> list[dict[str, Any]]:
-    """Unit costs over a range from recorded spend: the target's dollars in the range, times the
-    share of the range its counter readings span, over the units counted (a counter reset
-    starts again from its new value)."""
-    out = []
-    for name, meter in unit_meters(readings).items():
-        found = [r for r in readings[("unit", name)] if start <= r[0] <= end]
-        if len(found) < 2:
-            out.append(meter.as_dict())
-            continue
-        units = sum(max(0.0, b[1] - a[1]) if b[1] >= a[1] else b[1]
-                    for a, b in zip(found, found[1:], strict=False))
-        spanned = (found[-1][0] - found[0][0]) / max(end - start, 1e-9)
-        meter.observe(0.0, 0.0, found[0][0])
-        meter.observe(ledger.cost_of(meter.target) * spanned, units, found[-1][0])
-        out.append(meter.as_dict())
-    return out
 
 
 # A trend needs a period before that was recorded about as long as this one: a store that began
@@ -109,11 +80,14 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
            energy: Mapping[str, Any] | None,
            recommendations: Sequence[Mapping[str, Any]],
            current: tuple[CostLedger, dict[Any, Any]] | None = None,
-           spend_to: float | None = None) -> dict[str, Any]:
+           spend_to: float | None = None,
+           cost_between: CostBetween | None = None) -> dict[str, Any]:
     """The review's part of the report document (README "The review"): keys are added,
     never renamed. `current`: recorded_ledger over [start, end], where the caller has it;
     `spend_to`: where its spend reaches, where the caller charged the ticks after the store's
-    last hand-over (else the store's spend_through)."""
+    last hand-over (else the store's spend_through); `cost_between`: a target's dollars between
+    two instants (recorded_spend.recorded_cost_between, where the caller has one), for the unit
+    costs."""
     span = end - start
     current = current or recorded_ledger(reader, start, end, jobs)
     previous = recorded_ledger(reader, start - span, start, jobs)
@@ -182,9 +156,9 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
                                "trend_pct": _trend(cost, before_split.get(name))}
                               for name, cost in sorted(now_split.items(), key=lambda i: -i[1])]
         readings = queries.meter_readings(reader, start - span, end)
-        units_now = prorated_unit_costs(ledger, readings, start, end)
-        units_before = (prorated_unit_costs(before, readings, start - span, start)
-                        if before else [])
+        between = cost_between or recorded_cost_between(reader, jobs)
+        units_now = unit_costs(readings, start, end, between)
+        units_before = unit_costs(readings, start - span, start, between) if before else []
         before_of = {(u["target"], u["metric"]): u.get("unit_cost") for u in units_before}
         out["unit_costs"] = [dict(u, previous_unit_cost=before_of.get((u["target"], u["metric"])),
                                   trend_pct=_trend(u.get("unit_cost"),

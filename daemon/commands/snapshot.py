@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from daemon import clock
 from daemon import config as config_module
+from daemon.commands.startup_signals import Stopped
 from daemon.config import Config
 from daemon.config.values import DURATION_FORMS
 from daemon.sources.safe_text import one_line
@@ -161,13 +166,25 @@ def run(args: argparse.Namespace, config: Config) -> int:
             print(f"mlcostd snapshot: {no_store_at(db)}; start the recorder (`mlcostd run`) or "
                   "pass --db with the daemon's database", file=sys.stderr)
             return 2
+        # The shape `mlcostd report` and `--render` check, before any query reads a row: a
+        # file handed around may hold a view where a table belongs (a recursive one ran the
+        # copy for its whole minute), be damaged, or come from a newer mlcost (probe 126 F2).
+        refused = _refused_store(db)
+        if refused:
+            print(f"mlcostd snapshot: {refused}", file=sys.stderr)
+            return 2
         if not args.until:  # no daemon answers: a stopped store's range ends at its last tick
             until = _last_recorded(db) or until
         try:
-            result = take_snapshot(config, since=until - span, until=until, out=out,
-                                   html=args.html,
-                                   upload=config.snapshots.upload if args.upload else None)
+            with _stopped_on_signal() as stopped:
+                result = take_snapshot(config, since=until - span, until=until, out=out,
+                                       html=args.html,
+                                       upload=config.snapshots.upload if args.upload else None)
+        except (KeyboardInterrupt, Stopped) as exc:  # (the file begun is removed)
+            return _said_stopped(exc.signum if isinstance(exc, Stopped) else signal.SIGINT)
         except SnapshotError as exc:
+            if stopped:  # a signal cut a query off: SQLite says "interrupted"
+                return _said_stopped(stopped[0])
             print(f"mlcostd snapshot: {exc}", file=sys.stderr)
             # what was asked is refused (2: a file that is no store, as `mlcostd report`); a
             # store or a disk that failed is 1
@@ -252,6 +269,59 @@ def _through_api(config: Config, span: float, until: float, html: bool, upload: 
             return result
 
     return asyncio.run(main())
+
+
+def _refused_store(db: Path) -> str | None:
+    """Why the store file `db` is not read (daemon.store.shape.check_shape: a view or a virtual
+    table where a table belongs, a column missing, a damaged file, a schema this mlcost does
+    not read), in the line `mlcostd report` says; None when it may be read."""
+    from daemon.store.reader import StoreReader
+    from daemon.store.shape import READ_ERRORS, check_shape, read_failure
+
+    try:
+        reader = StoreReader(str(db), tidy=True)
+        try:
+            check_shape(reader)
+        finally:
+            reader.close()
+    except READ_ERRORS as exc:
+        return read_failure(db, exc)
+    return None
+
+
+@contextlib.contextmanager
+def _stopped_on_signal() -> Iterator[list[int]]:
+    """Within the block SIGTERM raises Stopped (as SIGINT raises KeyboardInterrupt), so the
+    snapshot begun is removed (write_snapshot removes its temporary file on any exception)
+    rather than left behind by a process ended without a word. A signal that lands while
+    SQLite runs a query ends it ("interrupted": the copy's progress handler raised, which
+    sqlite3 turns into an interrupt) and is listed in the list yielded."""
+    stopped: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Stopped(signum)
+
+    previous = {signum: signal.signal(signum, on_signal)
+                for signum in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler)}
+    try:
+        yield stopped
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _said_stopped(signum: int) -> int:
+    status = 128 + signum
+    print(f"mlcostd snapshot: stopped by {signal.Signals(signum).name}: no snapshot was written "
+          f"(the file begun is removed); exiting {status}", file=sys.stderr)
+    return status
 
 
 def _last_recorded(db: Path) -> float | None:

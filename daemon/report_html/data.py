@@ -20,6 +20,7 @@ from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
+from daemon.analysis.recorded_spend import recorded_cost_between
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
@@ -208,7 +209,8 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     data.processes = sorted(processes, key=lambda p: -(p.get("cost") or 0.0))
     # Serving latency beside each target's processes' cost (their jobs as the daemon labelled)
     latency: dict[str, Any] = {"processes": processes, "gpus": data.gpus}
-    latency_report.section(latency, readings, start, end, jobs)
+    latency_report.section(latency, readings, start, end, jobs, recorded_cost_between(
+        reader, jobs, prices=prices, thresholds=thresholds, interval=interval))
     data.latency = latency["spend"]["latency"]
     names = {process_key(p["pid"], p["start_time"]): (p["pid"], p.get("command") or "")
              for p in processes}

@@ -62,7 +62,32 @@ def check_shape(reader: StoreReader) -> int:
     """The file's schema version, once each table its version promises is a plain table (not
     a view, a virtual table or missing) with its columns, none of them generated.
     StoreShapeError otherwise. Reads only the schema (sqlite_master, table_xinfo), under the
-    reader's deadline."""
+    reader's deadline. A schema whose text does not decode is refused as damaged where
+    SQLite's quick_check finds damage (random bytes over a snapshot's pages read "not an
+    mlcostd database" here and "damaged" from `snapshot --db`: probe 126 F4)."""
+    try:
+        return _check_shape(reader)
+    except sqlite3.OperationalError as exc:
+        if "Could not decode" not in str(exc):
+            raise
+        damage = _damage(reader)
+        if damage is None:
+            raise
+        raise StoreShapeError(damaged_store(reader.path, damage)) from None
+
+
+def _damage(reader: StoreReader) -> str | None:
+    """What SQLite's quick_check finds wrong with the file (its first finding), or None where
+    it finds nothing or cannot tell (past the reader's deadline)."""
+    try:
+        rows = reader.rows("PRAGMA quick_check(1)")
+    except (sqlite3.Error, ReaderTimeout):
+        return None
+    found = str(rows[0][0]) if rows and rows[0] else "ok"
+    return None if found == "ok" else found
+
+
+def _check_shape(reader: StoreReader) -> int:
     path = reader.path
 
     def refuse(what: str) -> StoreShapeError:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from daemon.store.snapshot import write_snapshot
 from tests.daemon.scripted import T0, recording_daemon
-from tests.livedaemon import ROOT
+from tests.livedaemon import ROOT, poll
 
 RECURSIVE = ("WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM r) SELECT n AS ts, "
              "0 AS gpu, 0 AS status, 1 AS util, 1 AS sm, 1 AS mem, 1 AS power_mw, 1 AS temp, "
@@ -132,6 +133,102 @@ def test_replay_of_a_hostile_store_is_one_line(good_snapshot, tmp_path, name):
     path = hostile_copy(good_snapshot, tmp_path, name)
     done = run(*MLCOST_TOP, "--replay", str(path))
     assert_one_line(done, path, HOSTILE[name][1])
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_AT_OPEN))
+def test_a_snapshot_of_a_hostile_store_is_one_line_and_leaves_no_file(good_snapshot, tmp_path,
+                                                                      name):
+    """Probe 126 F2: `snapshot --db` ran a recursive view where `ticks` belongs for its whole
+    copy deadline, then past it, and a kill left its temporary file behind: the shape check
+    `report` and `--render` run comes first, with the same line."""
+    path = hostile_copy(good_snapshot, tmp_path, name)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run(*MLCOSTD, "snapshot", "--db", str(path), "--out", str(out / "x.db"))
+    assert_one_line(done, path, HOSTILE[name][1])
+    assert list(out.iterdir()) == []
+
+
+def test_a_snapshot_stopped_by_sigterm_removes_the_file_it_began(good_snapshot, tmp_path):
+    """Probe 126 F2: SIGTERM (`timeout`, systemd, a Ctrl-C'd wrapper) ended `snapshot --db` where
+    it stood and left its `.NAME.tmp-PID-...` file in the --out folder. A store whose command
+    line is 60 MB copies (redacted) for seconds: SIGTERM once the temporary file is there ends
+    the command with one line and exit 143, and nothing is left."""
+    path = tmp_path / "long-command.db"
+    shutil.copyfile(good_snapshot, path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE processes SET command = ? WHERE rowid = (SELECT min(rowid) FROM "
+                 "processes)", ("python " + "B" * 60_000_000,))
+    conn.commit()
+    conn.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    command = subprocess.Popen([*MLCOSTD, "snapshot", "--db", str(path), "--out",
+                                str(out / "x.db")], cwd=ROOT, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(lambda: list(out.iterdir()) or command.poll() is not None, 60,
+             "the snapshot's temporary file", every=0.02)
+        begun = [p.name for p in out.iterdir()]
+        command.send_signal(signal.SIGTERM)
+        _, stderr = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    assert begun and begun[0].startswith(".x.db.tmp-"), begun
+    assert command.returncode == 143, (command.returncode, stderr)
+    assert stderr.count("\n") == 1 and "SIGTERM" in stderr and "Traceback" not in stderr, stderr
+    assert list(out.iterdir()) == []
+
+
+def test_a_damaged_store_is_damaged_to_every_command(good_snapshot, tmp_path):
+    """Probe 126 F4: bytes written over a snapshot's pages, its schema's text among them, read
+    "not an mlcostd database (Could not decode to UTF-8 column 'sql' ...); pass the daemon's
+    database" from `report` and `--render`, and "damaged ... salvage it with .recover" from
+    `snapshot --db`: one file, one word for it, and what to do with it."""
+    path = tmp_path / "damaged.db"
+    shutil.copyfile(good_snapshot, path)
+    conn = sqlite3.connect(path)
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    conn.close()
+    data = bytearray(path.read_bytes())
+    at = data.find(b'"kind" TEXT')  # events' schema: a byte that is no UTF-8 in a name
+    assert at > 0
+    data[at + 2] = 0xFF
+    data[(root - 1) * size:(root - 1) * size + 8] = b"\x0d" + b"\xff" * 7  # its root page
+    path.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    out.mkdir()
+    for command in (["report", "--db", str(path), "--since", "1d"],
+                    ["snapshot", "--render", str(path), "--out", str(out / "x.html")],
+                    ["snapshot", "--db", str(path), "--out", str(out / "x.db")]):
+        done = run(*MLCOSTD, *command)
+        assert_one_line(done, path, "the file is damaged")
+        assert f"sqlite3 {path} .recover" in done.stderr, done.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_a_store_from_a_newer_mlcost_is_refused_alike_by_every_command(good_snapshot, tmp_path):
+    """Probe 126 F4: `snapshot --db` of a store of schema 99 exited 1 (a failure), where
+    `report` and `--render` exit 2 (a refusal, as the README says refusals do)."""
+    path = tmp_path / "future.db"
+    shutil.copyfile(good_snapshot, path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    said = set()
+    for command in (["report", "--db", str(path), "--since", "1d"],
+                    ["snapshot", "--db", str(path), "--out", str(out / "x.db")]):
+        done = run(*MLCOSTD, *command)
+        assert_one_line(done, path, "its schema version is 99")
+        said.add(done.stderr.split(": ", 1)[1])
+    assert len(said) == 1, said  # the same line after the command's name
+    assert list(out.iterdir()) == []
 
 
 def test_the_good_snapshot_still_renders_reports_and_opens(good_snapshot, tmp_path):

@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import livedaemon
@@ -249,6 +250,48 @@ def test_the_report_takes_p50_and_p99_over_its_range_from_the_recorded_buckets(r
     page = tmp_path / "report.html"
     report("--html", str(page))
     assert 'data-table="latency"' in page.read_text() and "2.20 s" in page.read_text()
+
+
+def test_the_cost_per_request_is_the_same_over_any_range_that_holds_the_same_readings(
+        recorded):
+    """Probe 126 F6: the report's cost per request was the target's dollars over the whole
+    range times the share of the range the histogram's readings spanned ($0.0115 per 1k
+    requests over 1 hour, $0.043 over 10 minutes, where /v1/now said $0.079). Over a 5-minute
+    and a 1-hour range ending at the same instant (the recording is younger than either): the
+    same cost per request, the job's dollars between the readings its requests were counted
+    between."""
+    until = time.time()
+
+    def latency(since: str) -> dict:
+        done = subprocess.run(livedaemon.MLCOSTD + ["report", "--db", str(recorded.db),
+                                                    "--since", since, "--until", str(until),
+                                                    "--json"],
+                              capture_output=True, text=True, timeout=120,
+                              cwd=livedaemon.ROOT)
+        assert done.returncode == 0, done.stderr
+        (entry,) = json.loads(done.stdout)["spend"]["latency"]
+        return entry
+
+    short, long = latency("5m"), latency("1h")
+    assert short["requests"] == long["requests"] == 200
+    assert short["cost_per_request"] > 0
+    # (the live store hands its spend over between the two reads: the same dollars, rounded)
+    assert long["cost_per_request"] == pytest.approx(short["cost_per_request"], rel=1e-3)
+    # the job's dollars between its first and last reading (as the store recorded them)
+    from daemon.analysis.recorded_spend import recorded_cost_between
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+
+    reader = StoreReader(str(recorded.db))
+    try:
+        (rows,) = [rows for (kind, _), rows in queries.meter_readings(reader, 0, until).items()
+                   if kind == "latency"]
+        first, last = rows[0][0], max(ts for ts, _, _ in rows if ts <= until)
+        job = recorded_cost_between(reader, {"chat": "idle_notebook"})("chat", first, last)
+    finally:
+        reader.close()
+    assert job is not None and job > 0
+    assert short["cost_per_request"] == pytest.approx(job / 200, rel=1e-3)
 
 
 def test_a_replay_shows_p50_and_p99_where_the_live_view_did(recorded):

@@ -140,3 +140,46 @@ def _readings(db: Path) -> list[tuple]:
             "SELECT ts FROM meter_readings WHERE kind = 'unit'")]
     finally:
         reader.close()
+
+
+def test_a_unit_cost_is_the_same_over_any_range_that_holds_the_same_readings(tmp_path,
+                                                                            counter_url):
+    """Probe 126 F6: the review's unit cost was the target's dollars over the whole range times
+    the share of the range its counter readings spanned, so a store whose readings spanned 75 s
+    of a 1-hour range read $0.11 per 1M tokens where /v1/now read $0.79 (and $0.43 over 10
+    minutes). Over a 10-minute and a 1-hour range ending at the same instant, both holding the
+    same readings (a few rounds of a young store), the report's spend and review say what the
+    target spent between its first and last reading over the tokens counted between them."""
+    storage = tmp_path / "checkpoints"
+    storage.mkdir()
+    folder = tmp_path / "daemon"
+    folder.mkdir()
+    daemon = start(folder, "idle-host", args=[
+        "--config", str(write_config(folder, counter_url, storage))])
+    try:
+        poll(lambda: len(_readings(daemon.db)) >= 4, 120, "four unit-cost readings stored",
+             explain=daemon.log_tail)
+        [live_unit] = daemon.now()["cost"]["unit_costs"]
+    finally:
+        assert daemon.stop() == 0
+    until = str(time.time())  # the same end for both ranges; the store no longer grows
+
+    def unit_costs(since: str) -> tuple[dict, dict]:
+        out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(daemon.db),
+                              "--since", since, "--until", until, "--json"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        document = json.loads(out.stdout)
+        [spent] = document["spend"]["unit_costs"]
+        [reviewed] = document["review"]["unit_costs"]
+        return spent, reviewed
+
+    short, long = unit_costs("10m"), unit_costs("1h")
+    for spent, reviewed in (short, long):
+        assert reviewed["unit_cost"] == pytest.approx(spent["unit_cost"], rel=1e-9)
+        assert reviewed["spend"] == pytest.approx(spent["spend"], rel=1e-9)
+        assert spent["units"] > 0 and spent["spend"] > 0
+    assert long[1]["unit_cost"] == pytest.approx(short[1]["unit_cost"], rel=1e-9)
+    assert long[1]["spend"] == pytest.approx(short[1]["spend"], rel=1e-9)
+    # what /v1/now's meter divided: the same burn over the same steady counter
+    assert short[1]["unit_cost"] == pytest.approx(live_unit["unit_cost"], rel=0.25)

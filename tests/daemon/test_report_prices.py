@@ -216,6 +216,28 @@ def test_each_tick_is_charged_at_the_price_recorded_then(tmp_path):
         render_page(page))
 
 
+def test_a_restart_that_changes_no_charge_is_no_price_change(tmp_path):
+    """Probe 126 F7: a daemon started again with [instance].electricity_per_kwh added (the same
+    $/h, type and GPUs) read "the price changed in this window: from ... $5.6720/h (aws
+    g5.12xlarge, 4 GPUs), from ... $5.6720/h (aws g5.12xlarge, 4 GPUs)". The electricity price
+    prices the measured power beside the burn, not a tick's charge: no change is listed."""
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    before = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    after = dataclasses.replace(before, electricity_per_kwh=0.14)
+    db, _ = two_runs(tmp_path, before, after, 20)
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM meter_readings WHERE kind = 'price'").fetchone()[
+        0] == 2  # each start recorded its own
+    conn.close()
+    document = build(db, config)
+    assert document["burn"]["price_changes"] == []
+    assert "the price changed" not in report.render_text(document)
+    page = report_html.collect(db)
+    assert page.price_changes == []
+    assert "the price changed" not in render_page(page)
+
+
 def test_a_recorded_price_s_text_is_shown_safe_and_short(tmp_path):
     """A store is anyone's file: the instance a recorded price names reaches the report's text,
     the snapshot page and replay as escaped, one-line, cut text."""
@@ -258,7 +280,8 @@ def test_a_range_before_a_resize_shows_the_gpus_it_ran_on(tmp_path):
     reader = StoreReader(str(db))
     try:
         early = report.build(reader, 10.0, until=start + 8, config=config)
-        late = report.build(reader, 10.0, until=start + 19, config=config)
+        # (from the second run's first tick: a window with an A100 tick has its row too)
+        late = report.build(reader, 9.0, until=start + 19, config=config)
     finally:
         reader.close()
     assert [(g["name"], g["memory_total_bytes"], g["uuid"]) for g in early["gpus"]] == [
@@ -273,6 +296,37 @@ def test_a_range_before_a_resize_shows_the_gpus_it_ran_on(tmp_path):
     assert [(g["name"], g["memory_total_bytes"]) for g in now["gpus"]] == [
         ("H100", 80 << 30)] * 2
 
+
+
+def test_a_window_across_a_resize_has_a_row_per_gpu_and_model(tmp_path):
+    """Probe 126 F5: a window across a restart onto other GPUs (8 x A100, then 8 x H100 on the
+    same store) named every GPU an H100 and averaged both models' readings in its row. Each
+    GPU is a row per model, each over its part of the window, and the text says why."""
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    first = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    second = dataclasses.replace(price, per_hour=8.0, gpu_count=2, instance_type="p5.48xlarge")
+    db, start = two_runs(tmp_path, first, second, 20, models=("A100", "H100"))
+    document = build(db, config)
+    assert [(g["index"], g["name"], g["memory_total_bytes"], g["samples"])
+            for g in document["gpus"]] == [
+        (0, "A100", 40 << 30, 10), (0, "H100", 80 << 30, 10),
+        (1, "A100", 40 << 30, 10), (1, "H100", 80 << 30, 10)]
+    rows = document["gpus"]
+    assert rows[0]["until"] == rows[1]["since"] == pytest.approx(start + 9.5)
+    text = report.render_text(document)
+    assert "the GPUs changed in this window" in text
+    assert [line.split()[:2] for line in text.splitlines()
+            if line.startswith("  0 ") or line.startswith("  1 ")] == [
+        ["0", "A100"], ["0", "H100"], ["1", "A100"], ["1", "H100"]]
+    # a window of one run: a row per GPU, as before
+    reader = StoreReader(str(db))
+    try:
+        late = report.build(reader, 8.0, until=start + 19, config=config)
+    finally:
+        reader.close()
+    assert [(g["name"], g["since"]) for g in late["gpus"]] == [("H100", None)] * 2
+    assert "the GPUs changed" not in report.render_text(late)
 
 
 def test_a_gpu_reading_that_is_not_what_it_should_be_is_not_believed():
