@@ -18,6 +18,7 @@ from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.meters import UnitCostMeter
 from daemon.analysis.price_history import PriceHistory, as_then
+from daemon.analysis.range_ticks import edge_ticks
 from daemon.analysis.recorded_spend import recorded_ledger, unrecorded
 from daemon.analysis.rules.base import plural
 from daemon.analysis.rules.combine import savings_document
@@ -236,30 +237,17 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     return document
 
 
-RUN_EDGES_MAX = 200  # daemon starts in a window whose edge ticks the cost pass adds (each
-# two single-tick reads)
-
-
 def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,
                     starts: tuple[float, ...], prices: PriceHistory,
                     thresholds: IdleThresholds) -> RawWindow:
-    """`raw` with the window's first and last ticks and each daemon start's edges in it (the
-    last tick before it, the first at or after it) where the read skipped them. A sampled read
-    charged nothing before the first tick it picked, after its last, nor from the last it
-    picked before a restart to the first after it (the ledger charges nothing across a
-    start): probe 84's a.db, every 3rd of 661 ticks, read $5.972 for the $5.999 its 659 s
-    cost."""
+    """`raw` with the window's first and last ticks and each daemon start's edges in it
+    (range_ticks.edge_ticks: the ticks the snapshot page and replay add too) where the read
+    skipped them. A sampled read charged nothing before the first tick it picked, after its
+    last, nor from the last it picked before a restart to the first after it (the ledger
+    charges nothing across a start): probe 84's a.db, every 3rd of 661 ticks, read $5.972
+    for the $5.999 its 659 s cost."""
     have = {round(sample.ts * 1000) for sample in raw.samples}
-    lo, hi = round(start * 1000), round(end * 1000)
-    row = reader.query("SELECT min(ts) AS first, max(ts) AS last FROM ticks WHERE ts >= ? "
-                       "AND ts <= ?", (lo, hi))[0]
-    edges = {ts for ts in (row["first"], row["last"]) if isinstance(ts, int)}
-    for at in [s for s in starts if start < s <= end][:RUN_EDGES_MAX]:
-        ms = round(at * 1000)
-        row = reader.query("SELECT (SELECT max(ts) FROM ticks WHERE ts >= ? AND ts < ?) AS last, "
-                           "(SELECT min(ts) FROM ticks WHERE ts >= ? AND ts <= ?) AS first",
-                           (lo, ms, ms, hi))[0]
-        edges.update(ts for ts in (row["last"], row["first"]) if isinstance(ts, int))
+    edges = edge_ticks(reader, start, end, starts)
     missing = sorted(edges - have)
     if not missing:
         return raw
