@@ -17,7 +17,7 @@ from typing import Any
 from daemon import clock
 from daemon.sources.owners import decode_owner
 from daemon.sources.patterns import safe_job_patterns
-from daemon.store.reader import StoreReader
+from daemon.store.reader import StoreReader, stored_command
 from daemon.store.schema import (
     GPU_READING,
     HOUR,
@@ -460,7 +460,7 @@ def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str
                 "SELECT id, pid, start_ms, ppid, user, command, owner, first_ts, last_ts FROM "
                 f"processes WHERE id IN ({','.join('?' * len(chunk))})", chunk):
             out[r["id"]] = {"pid": r["pid"], "start_time": r["start_ms"] / 1000,
-                            "ppid": r["ppid"], "user": r["user"], "command": r["command"],
+                            "ppid": r["ppid"], "user": r["user"], "command": stored_command(r["command"]),
                             "owner": decode_owner(r["owner"]),
                             "first_ts": None if r["first_ts"] is None else r["first_ts"] / 1000,
                             "last_ts": None if r["last_ts"] is None else r["last_ts"] / 1000}
