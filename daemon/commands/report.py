@@ -102,6 +102,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     start = end - since_s
     recorded = reader.meta("host")
     host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
+    for fact in ("hostname", "instance", "price", "interval_s", "evaluate_every_s"):
+        host.setdefault(fact, None)  # (a store with nothing recorded: null, not left out)
     latest = reader.latest()
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
@@ -408,9 +410,17 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
     sample, so the report and the live view agree.
     """
-    empty: dict[str, Any] = {"burn": {"total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
-                      "price_source": None}, "spend": {}}
     host_price = HostPrice.from_dict(price)
+    # No tick (or no price): the same keys as a window with ticks, its spend 0 (nothing was
+    # charged), null without a price to charge with (a contract's key is never left out).
+    spent = CostLedger(jobs).as_dict(by_process=False)
+    if host_price is None:
+        spent.update([(key, None) for key, value in spent.items()
+                      if isinstance(value, int | float)])
+    empty: dict[str, Any] = {"burn": {
+        "total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
+        "price_source": None, "price_per_hour": host_price and host_price.per_hour,
+        "price_per_gpu": host_price and host_price.per_gpu}, "spend": spent}
     if host_price is None:
         return empty
     # The ticks read (every tick of a short window of a few processes; fewer, evenly spread,
@@ -740,7 +750,7 @@ def render_review(review: dict[str, Any], width: int | None = None) -> list[str]
         return one_line(str(text)) if width is None else crop(one_line(str(text)), cells)
 
     spend = review.get("spend")
-    if not spend:
+    if not spend or spend.get("total") is None:  # (no recorded spend: its keys are null)
         return []
     span = clock.duration(review["until"] - review["since"])
     out = ["", f"Review: {clock.local_time(review['since'], seconds=False)} to "

@@ -504,6 +504,60 @@ def test_an_hour_the_window_cuts_across_a_price_change_is_what_its_ticks_cost(tm
     assert document["review"]["spend"]["total"] == pytest.approx(expected, rel=1e-3)
 
 
+def _key_paths(value: object, path: str = "") -> set[str]:
+    """Every key of a JSON document, as a dotted path; a map keyed by data (`by_day`,
+    `by_user`, ...: a day, a user) is one key, its entries its data."""
+    if not isinstance(value, dict):
+        return set()
+    out = set()
+    for key, child in value.items():
+        out.add(f"{path}.{key}")
+        if not key.startswith("by_"):
+            out |= _key_paths(child, f"{path}.{key}")
+    return out
+
+
+def test_a_window_with_no_tick_has_every_key_a_full_one_has(tmp_path):
+    """Probe 126 F8: the keys of `report --json` are a contract, but a window with no tick (the
+    night the recorder was down) left out spend.total and the rest of spend, burn's
+    price_per_hour and price_per_gpu, and the review's spend, waste, storage, by and
+    unit_costs: `d["spend"]["total"]` was a KeyError. The same keys, null or 0; and a file
+    with nothing recorded at all has them too."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    run = [hour + 600 + i * 1.0 for i in range(120)]
+    _record_runs(db, [run], 32.7726, through=run[-1] + 0.5)
+
+    def document(path: Path, *args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(path),
+                              "--json", *args], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    full = document(db)
+    empty = document(db, "--since", "10m", "--until", str(run[0] - 3600))
+    assert full["spend"]["total"] > 0 and full["review"]["spend"]["total"] > 0
+    assert empty["window"]["ticks"] == 0
+    missing, extra = _key_paths(full) - _key_paths(empty), _key_paths(empty) - _key_paths(full)
+    assert not extra and missing <= {".host.instance." + key for key in (
+        "provider", "type", "region", "lifecycle", "source")}, (missing, extra)
+    assert empty["host"]["instance"] is None  # (no price recorded before the window)
+    assert empty["spend"]["total"] == 0 and empty["burn"]["price_per_hour"] == 32.7726
+    assert empty["review"]["spend"]["total"] is None and empty["review"]["waste"]["wasted"] is None
+    assert set(empty["review"]["by"]) == {"kind", "job", "user"}
+    text = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                           "10m", "--until", str(run[0] - 3600)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    nothing = tmp_path / "nothing.db"
+    Store(str(nothing)).close()
+    bare = document(nothing)
+    for key in ("spend", "burn", "review"):
+        assert _key_paths(bare[key]) >= _key_paths(full[key]) - {".managed"}, key
+    assert _key_paths(bare["host"]) >= {".hostname", ".instance", ".price", ".interval_s"}
+
+
 def test_a_snapshot_cut_mid_run_between_two_hand_overs_is_the_dollars_its_ticks_cost(tmp_path):
     """Probe 84's direct.db: a minute's snapshot of a run that began before it, taken 9 s after
     the spend's last hand-over. The review read $0.455 (the 50 s handed over) beside the
