@@ -358,6 +358,46 @@ def _hour_prices(reader: StoreReader, hour: int) -> tuple[list[int], list[float]
     return times, prices
 
 
+def _held_ms(reader: StoreReader, part: list[tuple[int, float]], keys: list[int],
+             minutes: Counter[int], through_ms: int | None) -> dict[int, float]:
+    """Each process of `keys`: the intervals of `part` ((ts, ms) of an hour's ticks, each as
+    charged, weighted by its price) at the ticks it held a GPU at."""
+    held: dict[int, float] = dict.fromkeys(keys, 0.0)
+    if part and held:
+        # (only the part inside: a report's cost grows with it) the minutes at each tick of
+        # which every process held a GPU from their rollups, the rest tick by tick, the ticks
+        # of one set of processes summed once: a host's processes hold their GPUs for many
+        # ticks running (read tick by tick, a 1-hour report's two whole edge hours were a
+        # quarter of its time: bench/report.py)
+        throughout = _held_throughout(reader, part, held, minutes, through_ms)
+        minute = MINUTE * 1000
+        everyone = sum(ms for ts, ms in part if ts - ts % minute in throughout)
+        for key in held:
+            held[key] += everyone
+        interval: dict[int, float] = {}
+        spans: list[list[int]] = []  # the runs of the others: [first ts, last ts, index]
+        for i, (ts, ms) in enumerate(part):
+            if ts - ts % minute not in throughout:
+                interval[ts] = ms
+                if spans and spans[-1][2] == i - 1:
+                    spans[-1][1:] = [ts, i]
+                else:
+                    spans.append([ts, ts, i])
+        by_set: dict[str, float] = {}
+        for a, b, _ in spans:
+            for ts, procs in reader.rows(_TICK_PROCESSES, (a, b)):
+                tick_ms = interval.get(ts)  # (not a run's first tick, nor one of those above)
+                if tick_ms is not None and procs:
+                    by_set[procs] = by_set.get(procs, 0) + tick_ms
+        # (a process with no GPU sample among the part's ticks was charged outside them; one
+        # on several GPUs at a tick counts that tick once)
+        for ids, ms in by_set.items():
+            for proc in set(json.loads(ids)):
+                if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
+                    held[proc] += ms
+    return held
+
+
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
                      rows: list[dict[str, Any]]) -> dict[int, float] | None:
     """The part of an hour's recorded spend that falls in `inside` (ms), by key (0: the host,
@@ -408,42 +448,16 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
         if mean > 0:
             weight = {ts: p / mean for p, (ts, _) in zip(at, ticks, strict=True)}
     part = [(ts, ms * weight.get(ts, 1.0)) for ts, ms in ticks if lo < ts <= hi]
-    held: dict[int, float] = {key: 0 for key in charged if key}
-    if part and held:
-        # (only the part inside: a report's cost grows with it) the minutes at each tick of
-        # which every process held a GPU from their rollups, the rest tick by tick, the ticks
-        # of one set of processes summed once: a host's processes hold their GPUs for many
-        # ticks running (read tick by tick, a 1-hour report's two whole edge hours were a
-        # quarter of its time: bench/report.py)
-        throughout = _held_throughout(reader, part, held, minutes, through_ms)
-        minute = MINUTE * 1000
-        everyone = sum(ms for ts, ms in part if ts - ts % minute in throughout)
-        for key in held:
-            held[key] += everyone
-        interval: dict[int, float] = {}
-        spans: list[list[int]] = []  # the runs of the others: [first ts, last ts, index]
-        for i, (ts, ms) in enumerate(part):
-            if ts - ts % minute not in throughout:
-                interval[ts] = ms
-                if spans and spans[-1][2] == i - 1:
-                    spans[-1][1:] = [ts, i]
-                else:
-                    spans.append([ts, ts, i])
-        by_set: dict[str, float] = {}
-        for a, b, _ in spans:
-            for ts, procs in reader.rows(_TICK_PROCESSES, (a, b)):
-                tick_ms = interval.get(ts)  # (not a run's first tick, nor one of those above)
-                if tick_ms is not None and procs:
-                    by_set[procs] = by_set.get(procs, 0) + tick_ms
-        # (a process with no GPU sample among the part's ticks was charged outside them; one
-        # on several GPUs at a tick counts that tick once)
-        for ids, ms in by_set.items():
-            for proc in set(json.loads(ids)):
-                if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
-                    held[proc] += ms
+    keys = [key for key in charged if key]
+    held = _held_ms(reader, part, keys, minutes, through_ms)
+    # Where the price changed in the hour, a process's part is over what its own ticks in the
+    # hour cost, read the same way over all of them (only then: a process that ran at one
+    # price has its milliseconds' share, and the hour's mean price is not its own).
+    whole = _held_ms(reader, [(ts, ms * weight[ts]) for ts, ms in ticks], keys, minutes,
+                     through_ms) if weight and keys else {}
     shares = {0: min(1.0, sum(ms for _, ms in part) / host_ms)}
     for key, ms in held.items():
-        row_ms = charged[key]
+        row_ms = whole.get(key) or charged[key]
         shares[key] = (min(1.0, ms / row_ms) if isinstance(row_ms, int | float)
                        and row_ms > 0 else 0.0)
     return shares

@@ -392,10 +392,12 @@ def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick
 
 
 def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float, *,
-                 maintained: bool = False, rates: tuple[float, ...] = ()) -> float:
+                 maintained: bool = False, rates: tuple[float, ...] = (),
+                 processes: tuple[tuple[ProcessSample, ...], ...] = ()) -> float:
     """A store written as the daemon writes it: each run (its ticks' times) recorded through
     the real writer, charged by its own CostLedger and handed over as hour spend, with its
-    start and price readings (`rates`: each run's price per hour, else `rate`); the spend
+    start and price readings (`rates`: each run's price per hour, else `rate`; `processes`:
+    each run's, else the trainer); the spend
     handed over up to `through`; `maintained`: its minutes rolled up by the writer's
     maintenance, as a running daemon's are. Returns the seconds the ledgers charged up to
     `through`."""
@@ -417,7 +419,8 @@ def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float,
         ledger = CostLedger()
         for ts in times:
             tick += 1
-            sample = Sample(ts=ts, tick=tick, gpus=gpus, processes=(TRAIN,))
+            sample = Sample(ts=ts, tick=tick, gpus=gpus,
+                            processes=processes[run] if processes else (TRAIN,))
             store.write(sample)
             if ts <= through:
                 charged += ledger.add(burn(sample, price))
@@ -475,9 +478,14 @@ def test_the_review_and_the_reports_spend_are_the_same_dollars_across_an_hour_an
     assert document["spend"]["seconds"] == pytest.approx(charged, abs=1e-3)
 
 
+BOBS = ProcessSample(pid=300, start_time=1_780_000_002.0, ppid=1, user="bob",
+                     command="python eval.py", gpus=(GpuUse(0, 8 << 30, 30.0),))
+
+
+@pytest.mark.parametrize("bob", [False, True])
 @pytest.mark.parametrize(("since", "until"), [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)])
 def test_an_hour_the_window_cuts_across_a_price_change_is_what_its_ticks_cost(tmp_path, since,
-                                                                              until):
+                                                                              until, bob):
     """Probe 126 F10: an hour holding a run at $32.77/h, 43 s down, then one at $55.06/h (a
     resize). A window of the first run's 3 minutes read $2.10 in the review beside the
     report's $1.63 (179 s x $32.77/h): the cut hour's dollars were placed by the seconds its
@@ -486,8 +494,9 @@ def test_an_hour_the_window_cuts_across_a_price_change_is_what_its_ticks_cost(tm
     hour = int(time.time() // 3600 * 3600) - 2 * 3600
     first = [hour + 600 + i * 1.0 for i in range(190)]
     second = [first[-1] + 43 + i * 1.0 for i in range(300)]
+    # the trainer runs through the restart, or bob's job takes the GPU after it
     _record_runs(db, [first, second], 32.7726, through=second[-1] + 0.5,
-                 rates=(32.7726, 55.06))
+                 rates=(32.7726, 55.06), processes=((TRAIN,), (BOBS,) if bob else (TRAIN,)))
     # the window's ends, on ticks (the report's spend charges its first tick nothing, the
     # review's the interval before it): in run 1, its last tick, in run 2, its last
     ends = [first[10], first[-1], second[150], second[-1]]
@@ -502,6 +511,12 @@ def test_an_hour_the_window_cuts_across_a_price_change_is_what_its_ticks_cost(tm
     expected = (max(0, seconds[0] - 1) * 32.7726 + max(0, seconds[1] - 1) * 55.06) / 3600
     assert document["spend"]["total"] == pytest.approx(expected, rel=1e-3)
     assert document["review"]["spend"]["total"] == pytest.approx(expected, rel=1e-3)
+    # and each user's: the trainer's across the change, or alice's at the first price and
+    # bob's at the second
+    by_user = {row["name"]: row["cost"] for row in document["review"]["by"]["user"]
+               if row["cost"]}
+    assert by_user == pytest.approx({user: cost for user, cost in
+                                     document["spend"]["by_user"].items() if cost}, rel=1e-3)
 
 
 def _key_paths(value: object, path: str = "") -> set[str]:
