@@ -11,7 +11,8 @@
 - price and burn: `daemon.analysis.cost.burn` with the recorded host price; per-process cost so far,
   job label ([cost].jobs as the daemon ran, meta "cost") and today's spend from a `CostLedger`
   over the day's stored samples (at most LEDGER_SAMPLES of them, evenly spread, so a long day is
-  an estimate at a coarser step);
+  an estimate at a coarser step, with the range's first and last ticks and those either side of
+  each daemon start, as `mlcostd report` reads them: daemon.analysis.range_ticks);
 - serving latency ([[cost.latency]]): each recorded histogram's p50/p99 over the requests between
   its last two readings at or before ts, and the dollars per request over them, as the live
   meter said at that tick;
@@ -50,6 +51,7 @@ from daemon.analysis.kinds import recorded_kind
 from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_meters
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
 from daemon.analysis.price_history import PRICE_READING, PriceHistory, instance_then
+from daemon.analysis.range_ticks import with_edges
 from daemon.api.document import CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
@@ -284,11 +286,15 @@ class Replay:
         far: the cost per request)."""
         day_start = clock.utc_day_start(at)
         since = max(day_start, self.start)
-        samples = self.reader.samples(since, at, max_samples=LEDGER_SAMPLES)
-        step = (at - since) / max(len(samples) - 1, 1)
+        spread = self.reader.samples(since, at, max_samples=LEDGER_SAMPLES)
+        step = (at - since) / max(len(spread) - 1, 1)
         readings = queries.meter_readings(self.reader, since, at)
+        starts = run_starts(readings)
+        # with the range's first and last ticks and those either side of each daemon start,
+        # as `mlcostd report` reads them (range_ticks): the spend the report says
+        samples = with_edges(self.reader, spread, since, at, starts)
         ledger = CostLedger(self.jobs, max_gap_s=max(recording_gap_s(self.interval_s), 1.5 * step),
-                            run_starts=run_starts(readings))
+                            run_starts=starts)
         energy = EnergyMeter(ledger.labeler.label)
         meters = replayed_meters(readings)
         for meter in meters.values():

@@ -34,7 +34,7 @@ from daemon.analysis.kinds import (
     recorded_kind,
 )
 from daemon.store import queries
-from daemon.store.reader import StoreReader
+from daemon.store.reader import StoreReader, stored_command
 from daemon.wire import money
 from pricing import Catalog
 from pricing.catalog import InstanceOffer
@@ -103,7 +103,7 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
         hours, source = longest / 3600, "observed runtime so far (pass --run-hours for a full run)"
     what = "host (all GPU processes)" if kind is None else f"its {kind} processes"
     if pid is not None:
-        what = f"pid {pid} ({working[0]['command'][:60]})"
+        what = f"pid {pid} ({stored_command(working[0]['command'])[:60]})"
     kinds = {kind_of(r) for r in working}
     names = reader.query("SELECT gpu, name FROM gpus")
     models = {n["name"] for n in names if n["gpu"] in {r["gpu"] for r in working}

@@ -19,6 +19,7 @@ from daemon.analysis.cost import HostPrice
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.price_history import PriceHistory, as_then
+from daemon.analysis.range_ticks import edge_ticks
 from daemon.analysis.recorded_spend import (
     CostBetween,
     recorded_cost_between,
@@ -109,6 +110,8 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     start = end - since_s
     recorded = reader.meta("host")
     host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
+    for fact in ("hostname", "instance", "price", "interval_s", "evaluate_every_s"):
+        host.setdefault(fact, None)  # (a store with nothing recorded: null, not left out)
     latest = reader.latest()
     host["nvml_status"] = latest.nvml_status if latest else None
     host["last_sample_at"] = latest.ts if latest else None
@@ -317,30 +320,17 @@ def _split_by_model(reader: StoreReader, gpus: list[dict[str, Any]],
 MINUTE_S = 60  # a minute rollup's span (schema: res MINUTE)
 
 
-RUN_EDGES_MAX = 200  # daemon starts in a window whose edge ticks the cost pass adds (each
-# two single-tick reads)
-
-
 def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,
                     starts: tuple[float, ...], prices: PriceHistory,
                     thresholds: IdleThresholds) -> RawWindow:
-    """`raw` with the window's first and last ticks and each daemon start's edges in it (the
-    last tick before it, the first at or after it) where the read skipped them. A sampled read
-    charged nothing before the first tick it picked, after its last, nor from the last it
-    picked before a restart to the first after it (the ledger charges nothing across a
-    start): probe 84's a.db, every 3rd of 661 ticks, read $5.972 for the $5.999 its 659 s
-    cost."""
+    """`raw` with the window's first and last ticks and each daemon start's edges in it
+    (range_ticks.edge_ticks: the ticks the snapshot page and replay add too) where the read
+    skipped them. A sampled read charged nothing before the first tick it picked, after its
+    last, nor from the last it picked before a restart to the first after it (the ledger
+    charges nothing across a start): probe 84's a.db, every 3rd of 661 ticks, read $5.972
+    for the $5.999 its 659 s cost."""
     have = {round(sample.ts * 1000) for sample in raw.samples}
-    lo, hi = round(start * 1000), round(end * 1000)
-    row = reader.query("SELECT min(ts) AS first, max(ts) AS last FROM ticks WHERE ts >= ? "
-                       "AND ts <= ?", (lo, hi))[0]
-    edges = {ts for ts in (row["first"], row["last"]) if isinstance(ts, int)}
-    for at in [s for s in starts if start < s <= end][:RUN_EDGES_MAX]:
-        ms = round(at * 1000)
-        row = reader.query("SELECT (SELECT max(ts) FROM ticks WHERE ts >= ? AND ts < ?) AS last, "
-                           "(SELECT min(ts) FROM ticks WHERE ts >= ? AND ts <= ?) AS first",
-                           (lo, ms, ms, hi))[0]
-        edges.update(ts for ts in (row["last"], row["first"]) if isinstance(ts, int))
+    edges = edge_ticks(reader, start, end, starts)
     missing = sorted(edges - have)
     if not missing:
         return raw
@@ -503,9 +493,17 @@ def _window_cost(raw: RawWindow, start: float, end: float, price: dict[str, Any]
     Recomputed with the same cost model the daemon runs live (daemon.analysis.cost.burn), sample by
     sample, so the report and the live view agree.
     """
-    empty: dict[str, Any] = {"burn": {"total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
-                      "price_source": None}, "spend": {}}
     host_price = HostPrice.from_dict(price)
+    # No tick (or no price): the same keys as a window with ticks, its spend 0 (nothing was
+    # charged), null without a price to charge with (a contract's key is never left out).
+    spent = CostLedger(jobs).as_dict(by_process=False)
+    if host_price is None:
+        spent.update([(key, None) for key, value in spent.items()
+                      if isinstance(value, int | float)])
+    empty: dict[str, Any] = {"burn": {
+        "total_per_hour": None, "wasted_per_hour": None, "idle_per_hour": None,
+        "price_source": None, "price_per_hour": host_price and host_price.per_hour,
+        "price_per_gpu": host_price and host_price.per_gpu}, "spend": spent}
     if host_price is None:
         return empty
     # The ticks read (every tick of a short window of a few processes; fewer, evenly spread,
@@ -848,7 +846,7 @@ def render_review(review: dict[str, Any], width: int | None = None) -> list[str]
         return one_line(str(text)) if width is None else crop(one_line(str(text)), cells)
 
     spend = review.get("spend")
-    if not spend:
+    if not spend or spend.get("total") is None:  # (no recorded spend: its keys are null)
         return []
     span = clock.duration(review["until"] - review["since"])
     out = ["", f"Review: {clock.local_time(review['since'], seconds=False)} to "

@@ -94,8 +94,16 @@ def review(reader: StoreReader, start: float, end: float, *, by: Sequence[str],
     out: dict[str, Any] = {"since": start, "until": end, "days": round(span / 86400, 2),
                            "previous": {"since": start - span, "until": start},
                            "from": "recorded hour spend" if current else None}
-    if current is None:
-        out["spend"] = None
+    if current is None:  # the same keys, null (a contract's key is never left out)
+        out["previous"].update(recorded_s=previous[0].seconds if previous else 0.0, trend=None)
+        out["spend"] = dict.fromkeys(("total", "previous_total", "trend_pct", "per_day",
+                                      "per_day_over_s", "per_day_basis"), None)
+        out["spend"].update(by_day={}, by_month={})
+        out["waste"] = dict.fromkeys(("idle", "wasted", "wasted_share", "previous_wasted",
+                                      "trend_pct"), None)
+        out["storage"] = {"cost": None, "previous_cost": None}
+        out["by"] = {key: [] for key in by}
+        out["unit_costs"] = []
     else:
         ledger, facts = current
         recorded_before = previous[0] if previous else None

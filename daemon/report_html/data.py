@@ -20,6 +20,7 @@ from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
+from daemon.analysis.range_ticks import with_edges
 from daemon.analysis.recorded_spend import recorded_cost_between
 from daemon.sources.safe_text import one_line
 from daemon.store import queries
@@ -137,10 +138,13 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
 
     # Burn and waste over the range, and each process's cost, with the live cost model.
     # Each tick at the price charged then (daemon.analysis.price_history).
-    samples = reader.samples(start, end, max_samples=SERIES_POINTS)
+    spread = reader.samples(start, end, max_samples=SERIES_POINTS)
     readings = queries.meter_readings(reader, start, end)
     prices = PriceHistory.from_readings(readings, price)
     starts = run_starts(readings)  # nothing is charged between two runs, as live
+    # with the range's first and last ticks and those either side of each daemon start, as
+    # `mlcostd report` reads them (range_ticks): the spend the report says
+    samples = with_edges(reader, spread, start, end, starts)
     if as_then(host, data.gpus, readings, prices, end) is not None:  # the host at the end
         data.price = host["price"]
     priced = [(sample, charged) for sample in samples
@@ -149,7 +153,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         data.price_changes = [(since, charged.as_dict())
                               for since, charged in prices.changes_within(samples[0].ts, end)]
     by_process: dict[tuple[int, float], list[float]] = {}
-    max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(samples) - 1, 1))
+    max_gap_s = max(recording_gap_s(interval), 1.5 * (end - start) / max(len(spread) - 1, 1))
     if priced:
         ledger = CostLedger(max_gap_s=max_gap_s, run_starts=starts)
         total, wasted, idle = [], [], []

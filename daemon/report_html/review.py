@@ -105,7 +105,7 @@ def render(document: dict[str, Any]) -> str:
                    f"({_e(clock.local_zone(review['until']))}; {_e(span)}), against the "
                    f"{_e(span)} before.</p>")
     spend = review.get("spend")
-    if not spend:
+    if not spend or spend.get("total") is None:  # (no recorded spend: its keys are null)
         out.append("<p>No recorded spend in this range: the store was written by an mlcostd "
                    "that did not record its hour spend, or nothing was recorded then.</p>")
     else:

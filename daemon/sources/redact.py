@@ -308,6 +308,25 @@ def redact_text(text: str) -> str:
     return _TOKENS.sub(REDACTED, text)
 
 
+# The longest command line the daemon writes (redacted_words: COMMAND_LIMIT, then a last
+# argument of up to ARGUMENT_LIMIT and its markers): a stored one read back is cut here.
+STORED_LIMIT = COMMAND_LIMIT + ARGUMENT_LIMIT + 128
+
+
+def redact_stored(text: str) -> str:
+    """A command line (or other text) read back from a store, on its way out: `redact_text`
+    again, as a snapshot does (a store written before a rule existed, by another writer, or
+    edited holds secrets this daemon would have hidden), on at most STORED_LIMIT characters
+    (cut as an argument is, the word the limit falls in dropped whole, then
+    `<truncated: N characters>`): bounded work on a hostile file's 20 MB line."""
+    if len(text) <= STORED_LIMIT:
+        return redact_text(text)
+    kept = text[:STORED_LIMIT]
+    if not text[STORED_LIMIT].isspace():
+        kept = kept[:max(kept.rfind(c) for c in " \t\n\r\x0b\x0c") + 1]
+    return redact_text(kept) + f"<truncated: {len(text)} characters>"
+
+
 def _assignments(text: str) -> str:
     """Every `NAME=value` whose name is secret-looking, with its value hidden. A value may itself
     be an assignment (`--conf=db.password=x`): it is looked at from where the value starts, in

@@ -17,7 +17,7 @@ from typing import Any
 from daemon import clock
 from daemon.sources.owners import decode_owner
 from daemon.sources.patterns import safe_job_patterns
-from daemon.store.reader import StoreReader
+from daemon.store.reader import StoreReader, stored_command
 from daemon.store.schema import (
     GPU_READING,
     HOUR,
@@ -298,7 +298,7 @@ def _hour_ticks(reader: StoreReader, hour: int,
     return out, Counter(ts - ts % minute for ts in times if ts >= hour)
 
 
-def _held_throughout(reader: StoreReader, part: list[tuple[int, int]], keys: Iterable[int],
+def _held_throughout(reader: StoreReader, part: list[tuple[int, float]], keys: Iterable[int],
                      minutes: Counter[int], through: int | None) -> set[int]:
     """The minutes (their start, ms) among `part`'s ticks at every tick of which each process
     of `keys` held a GPU, read from their minute rollups: a process's sm_share count is the
@@ -332,12 +332,79 @@ def _held_throughout(reader: StoreReader, part: list[tuple[int, int]], keys: Ite
     return {m for m in inner if counted[m] == len(procs)}
 
 
+# The host's price as each run charged it (daemon.analysis.price_history.PRICE_READING, its
+# value the price per hour), read here by its kind and name (the store knowing no analysis).
+_PRICE_KIND, _PRICE_NAME = "price", "host"
+
+
+def _hour_prices(reader: StoreReader, hour: int) -> tuple[list[int], list[float]]:
+    """The prices per hour recorded as charged from the last reading before the hour starting
+    at `hour` (ms) through its end: (since when, ms; the price), oldest first. ([], []) where
+    none was recorded (a store from before prices were kept, or a hostile file's)."""
+    if not _has_table(reader, "meter_readings"):
+        return [], []
+    times: list[int] = []
+    prices: list[float] = []
+    for ts, value in reader.rows(
+            "SELECT ts, value FROM meter_readings WHERE kind = :kind AND name = :name AND ts >="
+            " coalesce((SELECT max(ts) FROM meter_readings WHERE kind = :kind AND name = :name"
+            " AND ts <= :hour), :hour) AND ts < :end ORDER BY ts",
+            {"kind": _PRICE_KIND, "name": _PRICE_NAME, "hour": hour,
+             "end": hour + HOUR * 1000 + MAX_GAP_MS}):
+        if type(ts) is int and isinstance(value, int | float) and not isinstance(value, bool) \
+                and math.isfinite(value) and value >= 0 and (not times or ts > times[-1]):
+            times.append(ts)
+            prices.append(float(value))
+    return times, prices
+
+
+def _held_ms(reader: StoreReader, part: list[tuple[int, float]], keys: list[int],
+             minutes: Counter[int], through_ms: int | None) -> dict[int, float]:
+    """Each process of `keys`: the intervals of `part` ((ts, ms) of an hour's ticks, each as
+    charged, weighted by its price) at the ticks it held a GPU at."""
+    held: dict[int, float] = dict.fromkeys(keys, 0.0)
+    if part and held:
+        # (only the part inside: a report's cost grows with it) the minutes at each tick of
+        # which every process held a GPU from their rollups, the rest tick by tick, the ticks
+        # of one set of processes summed once: a host's processes hold their GPUs for many
+        # ticks running (read tick by tick, a 1-hour report's two whole edge hours were a
+        # quarter of its time: bench/report.py)
+        throughout = _held_throughout(reader, part, held, minutes, through_ms)
+        minute = MINUTE * 1000
+        everyone = sum(ms for ts, ms in part if ts - ts % minute in throughout)
+        for key in held:
+            held[key] += everyone
+        interval: dict[int, float] = {}
+        spans: list[list[int]] = []  # the runs of the others: [first ts, last ts, index]
+        for i, (ts, ms) in enumerate(part):
+            if ts - ts % minute not in throughout:
+                interval[ts] = ms
+                if spans and spans[-1][2] == i - 1:
+                    spans[-1][1:] = [ts, i]
+                else:
+                    spans.append([ts, ts, i])
+        by_set: dict[str, float] = {}
+        for a, b, _ in spans:
+            for ts, procs in reader.rows(_TICK_PROCESSES, (a, b)):
+                tick_ms = interval.get(ts)  # (not a run's first tick, nor one of those above)
+                if tick_ms is not None and procs:
+                    by_set[procs] = by_set.get(procs, 0) + tick_ms
+        # (a process with no GPU sample among the part's ticks was charged outside them; one
+        # on several GPUs at a tick counts that tick once)
+        for ids, ms in by_set.items():
+            for proc in set(json.loads(ids)):
+                if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
+                    held[proc] += ms
+    return held
+
+
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
                      rows: list[dict[str, Any]]) -> dict[int, float] | None:
     """The part of an hour's recorded spend that falls in `inside` (ms), by key (0: the host,
     else a process id), from the hour's raw ticks: each tick charged the interval before it,
     so a part is its ticks (a process's: those it held a GPU at; none, none of its spend)
-    times the interval, over the milliseconds the row charged. An hour recorded from 14:03 to
+    times the interval, each at the price it was charged at (the price readings: a daemon
+    started again at another price mid-hour), over what the row charged. An hour recorded from 14:03 to
     14:23 puts a quarter of its spend in 14:18-14:23 and none in 14:12-14:18 (the clock's
     share would be 1/12 and 1/12; a snapshot holds its range's ticks, and the period before it
     was not recorded at all).
@@ -369,43 +436,28 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
     host_ms = charged.get(0) or max(charged.values(), default=0)
     if host_ms <= 0:
         return None
-    part = [(ts, ms) for ts, ms in ticks if lo < ts <= hi]
-    held = {key: 0 for key in charged if key}
-    if part and held:
-        # (only the part inside: a report's cost grows with it) the minutes at each tick of
-        # which every process held a GPU from their rollups, the rest tick by tick, the ticks
-        # of one set of processes summed once: a host's processes hold their GPUs for many
-        # ticks running (read tick by tick, a 1-hour report's two whole edge hours were a
-        # quarter of its time: bench/report.py)
-        throughout = _held_throughout(reader, part, held, minutes, through_ms)
-        minute = MINUTE * 1000
-        everyone = sum(ms for ts, ms in part if ts - ts % minute in throughout)
-        for key in held:
-            held[key] += everyone
-        interval: dict[int, int] = {}
-        spans: list[list[int]] = []  # the runs of the others: [first ts, last ts, index]
-        for i, (ts, ms) in enumerate(part):
-            if ts - ts % minute not in throughout:
-                interval[ts] = ms
-                if spans and spans[-1][2] == i - 1:
-                    spans[-1][1:] = [ts, i]
-                else:
-                    spans.append([ts, ts, i])
-        by_set: dict[str, int] = {}
-        for a, b, _ in spans:
-            for ts, procs in reader.rows(_TICK_PROCESSES, (a, b)):
-                tick_ms = interval.get(ts)  # (not a run's first tick, nor one of those above)
-                if tick_ms is not None and procs:
-                    by_set[procs] = by_set.get(procs, 0) + tick_ms
-        # (a process with no GPU sample among the part's ticks was charged outside them; one
-        # on several GPUs at a tick counts that tick once)
-        for ids, ms in by_set.items():
-            for proc in set(json.loads(ids)):
-                if isinstance(proc, int) and proc in held:  # (not a damaged file's 5.5)
-                    held[proc] += ms
+    # Each tick's interval at the price it was charged at, relative to the hour's mean (1 for
+    # all where one price held): by milliseconds alone, a window of the 3 minutes at $32.77/h
+    # of an hour whose other 5 ran at $55.06/h read $2.10 for the $1.63 the ledger charged.
+    since, prices = _hour_prices(reader, hour)
+    weight: dict[int, float] = {}
+    if len(set(prices)) > 1:
+        at = [prices[max(0, bisect.bisect_right(since, ts) - 1)] for ts, _ in ticks]
+        mean = math.fsum(p * ms for p, (_, ms) in zip(at, ticks, strict=True)) \
+            / max(1, sum(ms for _, ms in ticks))
+        if mean > 0:
+            weight = {ts: p / mean for p, (ts, _) in zip(at, ticks, strict=True)}
+    part = [(ts, ms * weight.get(ts, 1.0)) for ts, ms in ticks if lo < ts <= hi]
+    keys = [key for key in charged if key]
+    held = _held_ms(reader, part, keys, minutes, through_ms)
+    # Where the price changed in the hour, a process's part is over what its own ticks in the
+    # hour cost, read the same way over all of them (only then: a process that ran at one
+    # price has its milliseconds' share, and the hour's mean price is not its own).
+    whole = _held_ms(reader, [(ts, ms * weight[ts]) for ts, ms in ticks], keys, minutes,
+                     through_ms) if weight and keys else {}
     shares = {0: min(1.0, sum(ms for _, ms in part) / host_ms)}
     for key, ms in held.items():
-        row_ms = charged[key]
+        row_ms = whole.get(key) or charged[key]
         shares[key] = (min(1.0, ms / row_ms) if isinstance(row_ms, int | float)
                        and row_ms > 0 else 0.0)
     return shares
@@ -422,7 +474,7 @@ def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str
                 "SELECT id, pid, start_ms, ppid, user, command, owner, first_ts, last_ts FROM "
                 f"processes WHERE id IN ({','.join('?' * len(chunk))})", chunk):
             out[r["id"]] = {"pid": r["pid"], "start_time": r["start_ms"] / 1000,
-                            "ppid": r["ppid"], "user": r["user"], "command": r["command"],
+                            "ppid": r["ppid"], "user": r["user"], "command": stored_command(r["command"]),
                             "owner": decode_owner(r["owner"]),
                             "first_ts": None if r["first_ts"] is None else r["first_ts"] / 1000,
                             "last_ts": None if r["last_ts"] is None else r["last_ts"] / 1000}

@@ -24,6 +24,7 @@ from typing import Any
 import sqlite_utils
 
 from daemon.sources.owners import decode_owner, workload_label
+from daemon.sources.redact import redact_stored
 from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
 from daemon.store import rollup_rows
 from daemon.store.schema import (
@@ -76,6 +77,13 @@ def text_or(value: object, default: str = "") -> str:
     """A text column as text: NULL (the columns allow it; an edited store holds it) or a
     number or blob where text belongs is `default`."""
     return value if isinstance(value, str) else default
+
+
+def stored_command(value: object) -> str:
+    """A process's command line as read from the store, redacted once more on its way out
+    (daemon.sources.redact.redact_stored: a store from another writer, from before a rule, or
+    edited, holds what this daemon would have hidden; `snapshot --db` hides it too)."""
+    return redact_stored(text_or(value))
 
 
 def plausible_cpu_percent(value: float) -> float | None:
@@ -269,7 +277,7 @@ class StoreReader:
         uses: dict[tuple[int, int], list[GpuUse]] = {}
         for ts, proc, gpu, mem, sm in use_rows:
             uses.setdefault((ts, proc), []).append(GpuUse(gpu, mem, sm / 10))
-        known = {r[0]: (r[1], r[2] / 1000, r[3], r[4], r[5], decode_owner(r[6]))
+        known = {r[0]: (r[1], r[2] / 1000, r[3], r[4], stored_command(r[5]), decode_owner(r[6]))
                  for r in process_rows}
         procs: dict[int, list[ProcessSample]] = {}
         for r in proc_rows:
@@ -560,7 +568,7 @@ class StoreReader:
                 (last_ts, proc))] if last_ts is not None else []
             out.append({
                 "pid": pid, "start_time": start_ms / 1000, "ppid": ppid, "user": text_or(user),
-                "command": text_or(command), "owner": (owner := decode_owner(owner_text)),
+                "command": stored_command(command), "owner": (owner := decode_owner(owner_text)),
                 "workload": workload_label(owner), "gpus": held,
                 "gpu_memory_bytes": memory[3] if memory else 0,
                 "gpu_memory_peak_bytes": memory[3] if memory else 0,
@@ -667,7 +675,7 @@ class StoreReader:
                     "start_time": start_ms / 1000,
                     "ppid": ppid,
                     "user": text_or(user),
-                    "command": text_or(command),
+                    "command": stored_command(command),
                     "owner": (owner := decode_owner(owner_text)),
                     "workload": workload_label(owner),
                     "gpus": gpus_held.get(proc, []),

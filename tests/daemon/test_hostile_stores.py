@@ -322,6 +322,59 @@ def test_a_piped_report_shows_command_lines_whole(good_snapshot, tmp_path):
     assert done.stdout.count(long) == 2, done.stdout  # the process table and the phase lines
 
 
+SECRETS = ("hunter2", "sk-abcdefghijklmnopqrstuvwxyz123456", "bob:pw123",
+           "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+
+
+def test_a_stores_command_lines_are_redacted_on_every_way_out(good_snapshot, tmp_path):
+    """Probe 126 F13: a store's command line holding secrets (written before a redaction rule
+    existed, by another writer, or edited): `snapshot --db` hid them, but `snapshot --render`,
+    `report` (text, JSON, HTML) and replay printed them whole. And a 1 MB one is cut before the
+    redaction reads it (bounded work), as the daemon cuts a long argument."""
+    from daemon.replay import Replay
+    from daemon.sources.redact import STORED_LIMIT
+
+    edited = tmp_path / "secret.db"
+    shutil.copyfile(good_snapshot, edited)
+    secret = ("python train.py --password=hunter2 --api-key sk-abcdefghijklmnopqrstuvwxyz123456 "
+              "https://bob:pw123@host/x AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    conn = sqlite3.connect(edited)
+    assert conn.execute("UPDATE processes SET command = ?", (secret,)).rowcount > 0
+    conn.commit()
+    conn.close()
+    out = {"render": tmp_path / "render.html", "html": tmp_path / "report.html"}
+    done = run(*MLCOSTD, "snapshot", "--render", str(edited), "--out", str(out["render"]))
+    assert done.returncode == 0, done.stderr
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--html",
+               str(out["html"]))
+    assert done.returncode == 0, done.stderr
+    texts = {name: path.read_text() for name, path in out.items()}
+    for how in ("text", "json"):
+        done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d",
+                   *(["--json"] if how == "json" else []))
+        assert done.returncode == 0, done.stderr
+        texts[how] = done.stdout
+    processes = json.loads(texts["json"])["processes"]
+    assert processes and all("--password=<redacted>" in p["command"] for p in processes)
+    with Replay(edited) as replay:
+        state = replay.state_at(replay.times()[-1])
+    texts["replay"] = json.dumps(state)
+    assert any("<redacted>" in p["command"] for p in state["processes"])
+    for name, text in texts.items():
+        # (the review page lists jobs and users, not command lines)
+        assert name == "html" or ("&lt;redacted&gt;" if name in out else "<redacted>") in text
+        assert not any(word in text for word in SECRETS), name
+    conn = sqlite3.connect(edited)  # a hostile 1 MB line: cut, then redacted
+    conn.execute("UPDATE processes SET command = ?", ("python x.py --token=" + "a" * (1 << 20),))
+    conn.commit()
+    conn.close()
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--json")
+    assert done.returncode == 0, done.stderr
+    commands = [p["command"] for p in json.loads(done.stdout)["processes"]]
+    assert commands and all(len(c) < STORED_LIMIT + 64 and "<truncated: " in c and "aaaa" not in c
+                            for c in commands), [c[:80] for c in commands]
+
+
 # ------------------------------------------------ a damaged store
 
 @pytest.fixture(scope="module")

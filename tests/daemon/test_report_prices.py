@@ -340,3 +340,48 @@ def test_a_gpu_reading_that_is_not_what_it_should_be_is_not_believed():
     assert queries.gpus_then(readings, 15.0) == {0: {
         "name": "x" * 200, "memory_total_bytes": None, "memory_reserved_bytes": None}}
     assert set(queries.gpus_then(readings, 25.0)) == {0, 1}
+
+
+def test_the_page_and_the_replay_say_the_reports_spend_of_a_long_range_across_a_restart(
+        tmp_path):
+    """Probe 126 F9: a snapshot of 1102 ticks, a run at $32.77/h, 43 s down, one at $55.06/h.
+    The page and `mlcost-top --replay` charged an even spread of 240 of its ticks: nothing
+    before the first they picked, after the last, nor from run 1's last picked to its real
+    last tick, and read $15.53 beside the report's $15.64. All three read the range's first
+    and last ticks and those either side of the daemon start (daemon.analysis.range_ticks)."""
+    from daemon.replay import Replay
+    from daemon.runtime.resume import record_price, record_start
+
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    cheap = dataclasses.replace(price, per_hour=32.7726, gpu_count=2)
+    dear = dataclasses.replace(price, per_hour=55.06, gpu_count=2, instance_type="p5.48xlarge")
+    # within one UTC day, yesterday (the replay's spend so far is the day's)
+    start = time.time() // 86400 * 86400 - 86400 + 3600 + 0.25
+    runs = ([start + i for i in range(197)], [start + 196 + 43 + i for i in range(905)])
+    db = tmp_path / "mlcost.db"
+    tick = 0
+    with Store(str(db)) as store:
+        for run, charged in zip(runs, (cheap, dear), strict=True):
+            record_start(store, run[0] - 1.5)
+            record_price(store, charged, run[0] - 1.5)
+            for ts in run:
+                tick += 1
+                gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=50.0,
+                                       power_watts=100.0, memory_used_bytes=1 << 30,
+                                       memory_total_bytes=40 << 30) for n in range(2))
+                store.write(Sample(ts=ts, tick=tick, gpus=gpus))
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0, "price": dear.as_dict()})
+    expected = (196 * 32.7726 + 904 * 55.06) / 3600  # each run's first tick charges nothing
+    reader = StoreReader(str(db))
+    try:
+        document = report.build(reader, runs[1][-1] - start + 1, until=runs[1][-1],
+                                config=config)
+    finally:
+        reader.close()
+    assert document["spend"]["total"] == pytest.approx(expected, rel=1e-6)
+    page = report_html.collect(db)
+    assert page.spend == pytest.approx(expected, rel=1e-6)  # was $0.1 short
+    assert page.price_changes[0][0] == pytest.approx(start)  # the range's first tick's price
+    with Replay(db) as replay:
+        assert replay.state_at(runs[1][-1])["cost"]["total"] == pytest.approx(expected, rel=1e-6)

@@ -5,6 +5,7 @@ the recommendations (acted on, snoozed, ignored)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -391,12 +392,15 @@ def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick
 
 
 def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float, *,
-                 maintained: bool = False) -> float:
+                 maintained: bool = False, rates: tuple[float, ...] = (),
+                 processes: tuple[tuple[ProcessSample, ...], ...] = ()) -> float:
     """A store written as the daemon writes it: each run (its ticks' times) recorded through
     the real writer, charged by its own CostLedger and handed over as hour spend, with its
-    start and price readings; the spend handed over up to `through`; `maintained`: its minutes
-    rolled up by the writer's maintenance, as a running daemon's are. Returns the seconds the
-    ledgers charged up to `through`."""
+    start and price readings (`rates`: each run's price per hour, else `rate`; `processes`:
+    each run's, else the trainer); the spend
+    handed over up to `through`; `maintained`: its minutes rolled up by the writer's
+    maintenance, as a running daemon's are. Returns the seconds the ledgers charged up to
+    `through`."""
     from daemon.analysis.cost import HostPrice, burn
     from daemon.analysis.ledger import CostLedger
     from daemon.runtime import resume
@@ -407,13 +411,16 @@ def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float,
     gpus = (GpuSample(0, "GPU-0", "A100", utilization=90.0, memory_used_bytes=30 << 30,
                       memory_total_bytes=40 << 30),)
     charged, tick = 0.0, 0
-    for times in runs:
+    for run, times in enumerate(runs):
+        if rates:
+            price = dataclasses.replace(price, per_hour=rates[run])
         resume.record_start(store, times[0] - 1.5)
         resume.record_price(store, price, times[0] - 1.5)
         ledger = CostLedger()
         for ts in times:
             tick += 1
-            sample = Sample(ts=ts, tick=tick, gpus=gpus, processes=(TRAIN,))
+            sample = Sample(ts=ts, tick=tick, gpus=gpus,
+                            processes=processes[run] if processes else (TRAIN,))
             store.write(sample)
             if ts <= through:
                 charged += ledger.add(burn(sample, price))
@@ -469,6 +476,101 @@ def test_the_review_and_the_reports_spend_are_the_same_dollars_across_an_hour_an
     assert spend == pytest.approx(rate / 3600 * charged, rel=1e-4)  # was 0.15 % short
     assert document["spend"]["total"] == pytest.approx(spend, rel=1e-4)  # was 0.3 % short
     assert document["spend"]["seconds"] == pytest.approx(charged, abs=1e-3)
+
+
+BOBS = ProcessSample(pid=300, start_time=1_780_000_002.0, ppid=1, user="bob",
+                     command="python eval.py", gpus=(GpuUse(0, 8 << 30, 30.0),))
+
+
+@pytest.mark.parametrize("bob", [False, True])
+@pytest.mark.parametrize(("since", "until"), [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)])
+def test_an_hour_the_window_cuts_across_a_price_change_is_what_its_ticks_cost(tmp_path, since,
+                                                                              until, bob):
+    """Probe 126 F10: an hour holding a run at $32.77/h, 43 s down, then one at $55.06/h (a
+    resize). A window of the first run's 3 minutes read $2.10 in the review beside the
+    report's $1.63 (179 s x $32.77/h): the cut hour's dollars were placed by the seconds its
+    ticks charged, not by what they cost. Windows cutting it on either side, or both."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    first = [hour + 600 + i * 1.0 for i in range(190)]
+    second = [first[-1] + 43 + i * 1.0 for i in range(300)]
+    # the trainer runs through the restart, or bob's job takes the GPU after it
+    _record_runs(db, [first, second], 32.7726, through=second[-1] + 0.5,
+                 rates=(32.7726, 55.06), processes=((TRAIN,), (BOBS,) if bob else (TRAIN,)))
+    # the window's ends, on ticks (the report's spend charges its first tick nothing, the
+    # review's the interval before it): in run 1, its last tick, in run 2, its last
+    ends = [first[10], first[-1], second[150], second[-1]]
+    out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                          str(ends[until] - ends[since]), "--until", str(ends[until]),
+                          "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    # price x time between the window's ticks of each run (its first tick charges nothing)
+    seconds = [sum(1 for t in run if ends[since] <= t <= ends[until]) for run in (first, second)]
+    expected = (max(0, seconds[0] - 1) * 32.7726 + max(0, seconds[1] - 1) * 55.06) / 3600
+    assert document["spend"]["total"] == pytest.approx(expected, rel=1e-3)
+    assert document["review"]["spend"]["total"] == pytest.approx(expected, rel=1e-3)
+    # and each user's: the trainer's across the change, or alice's at the first price and
+    # bob's at the second
+    by_user = {row["name"]: row["cost"] for row in document["review"]["by"]["user"]
+               if row["cost"]}
+    assert by_user == pytest.approx({user: cost for user, cost in
+                                     document["spend"]["by_user"].items() if cost}, rel=1e-3)
+
+
+def _key_paths(value: object, path: str = "") -> set[str]:
+    """Every key of a JSON document, as a dotted path; a map keyed by data (`by_day`,
+    `by_user`, ...: a day, a user) is one key, its entries its data."""
+    if not isinstance(value, dict):
+        return set()
+    out = set()
+    for key, child in value.items():
+        out.add(f"{path}.{key}")
+        if not key.startswith("by_"):
+            out |= _key_paths(child, f"{path}.{key}")
+    return out
+
+
+def test_a_window_with_no_tick_has_every_key_a_full_one_has(tmp_path):
+    """Probe 126 F8: the keys of `report --json` are a contract, but a window with no tick (the
+    night the recorder was down) left out spend.total and the rest of spend, burn's
+    price_per_hour and price_per_gpu, and the review's spend, waste, storage, by and
+    unit_costs: `d["spend"]["total"]` was a KeyError. The same keys, null or 0; and a file
+    with nothing recorded at all has them too."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    run = [hour + 600 + i * 1.0 for i in range(120)]
+    _record_runs(db, [run], 32.7726, through=run[-1] + 0.5)
+
+    def document(path: Path, *args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(path),
+                              "--json", *args], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    full = document(db)
+    empty = document(db, "--since", "10m", "--until", str(run[0] - 3600))
+    assert full["spend"]["total"] > 0 and full["review"]["spend"]["total"] > 0
+    assert empty["window"]["ticks"] == 0
+    missing, extra = _key_paths(full) - _key_paths(empty), _key_paths(empty) - _key_paths(full)
+    assert not extra and missing <= {".host.instance." + key for key in (
+        "provider", "type", "region", "lifecycle", "source")}, (missing, extra)
+    assert empty["host"]["instance"] is None  # (no price recorded before the window)
+    assert empty["spend"]["total"] == 0 and empty["burn"]["price_per_hour"] == 32.7726
+    assert empty["review"]["spend"]["total"] is None and empty["review"]["waste"]["wasted"] is None
+    assert set(empty["review"]["by"]) == {"kind", "job", "user"}
+    text = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db), "--since",
+                           "10m", "--until", str(run[0] - 3600)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    nothing = tmp_path / "nothing.db"
+    Store(str(nothing)).close()
+    bare = document(nothing)
+    for key in ("spend", "burn", "review"):
+        assert _key_paths(bare[key]) >= _key_paths(full[key]) - {".managed"}, key
+    assert _key_paths(bare["host"]) >= {".hostname", ".instance", ".price", ".interval_s"}
 
 
 def test_a_snapshot_cut_mid_run_between_two_hand_overs_is_the_dollars_its_ticks_cost(tmp_path):
