@@ -178,18 +178,25 @@ def _refuse_a_server(pid: int, proc: psutil.Process) -> None:
     """The rules never offer a server SIGTERM; this checks again, live, right before a signal
     (and in the dry run): a process that listens and has a client connected now is serving,
     whatever the recommendation said when it was made. ActionError 409 when it serves."""
+    said = _serving(pid, proc)
+    if said is not None:
+        raise ActionError(f"pid {pid} is serving ({said}); mlcostd never stops a server: scale "
+                          "it down or stop it yourself", status=409)
+
+
+def _serving(pid: int, proc: psutil.Process) -> str | None:
+    """How `pid` serves now (it listens and has a client connected), or None."""
     try:
         facts = read_kind_facts(pid, clock.now())
         argv = " ".join(proc.cmdline())[:4096]  # for the classifier only; never shown
     except (OSError, psutil.Error):
-        return  # gone or unreadable: the signal itself says so
+        return None  # gone or unreadable: the signal itself says so
     kind = classify_kind(argv, facts)
-    if kind.serves:
-        ports = ", ".join(str(p) for p in kind.listening_ports[:4])
-        raise ActionError(
-            f"pid {pid} is serving (it listens on TCP port {ports} and has "
-            f"{facts.accepted_connections} client(s) connected now); mlcostd never stops a "
-            "server: scale it down or stop it yourself", status=409)
+    if not kind.serves:
+        return None
+    ports = ", ".join(str(p) for p in kind.listening_ports[:4])
+    return (f"it listens on TCP port {ports} and has {facts.accepted_connections} client(s) "
+            "connected now")
 
 
 def _default_client(service: str) -> Callable[[str], Any]:

@@ -392,6 +392,11 @@ class Daemon:
                 return rec
         return None
 
+    # A process that used this much of a CPU in the last tick is not stopped, however idle its
+    # GPU: an idle notebook, the one this action is for, waits on its socket at ~0% (a kernel's
+    # heartbeat thread uses well under 1%); a thread at work, or a CPU phase, uses most of one.
+    ACTION_CPU_MAX_CORES = 0.10
+
     def action_held_back(self, rec: dict[str, Any]) -> str | None:
         """Why a listed recommendation's action must not run now (None: it may), checked on the
         loop right before its dry run or its real run. The rules look every
@@ -418,11 +423,22 @@ class Daemon:
                      and abs(p.start_time - start) <= START_TIME_TOLERANCE_S), None)
         if proc is None:
             return None  # (not in the last tick: the action finds whether it exited)
+        before = self.previous_sample
+        was = None
+        if before is not None and sample.ts > before.ts:
+            was = next((p for p in before.processes if p.key == proc.key), None)
+        if was is not None and before is not None:
+            # CPU is work too: a thread hashing while the main thread joins it, a job back at
+            # its CPU phase (tokenizing) before the rules see it (probe 132 H3, H4)
+            cores = (proc.cpu_seconds - was.cpu_seconds) / (sample.ts - before.ts)
+            if cores >= self.ACTION_CPU_MAX_CORES:
+                return (f"pid {pid} used {cores:.0%} of a CPU in the last tick: it is working "
+                        "(a thread, or a CPU phase), whatever its GPU shows; nothing done")
         gpus = {g.index: g for g in sample.gpus}
-        for use in proc.gpus:
+        for use in (*proc.gpus, *(was.gpus if was is not None else ())):
             if use.sm_share > 0:
                 return (f"pid {pid} runs kernels on GPU {use.gpu_index} now ({use.sm_share:.0f}% "
-                        "SM in the last tick): it is working again; nothing done")
+                        "SM in the last ticks): it is working again; nothing done")
             gpu = gpus.get(use.gpu_index)
             if gpu is not None and gpu_busy(gpu, self.config.idle.utilization):
                 return (f"GPU {use.gpu_index}, which pid {pid} holds, is busy now "

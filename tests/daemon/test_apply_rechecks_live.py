@@ -27,9 +27,10 @@ CONFIG = {  # advice about the idle holder within seconds, evaluated every 5 s, 
     "api": {"allow_actions": True},
 }
 # Holds 8 GiB of simulated GPU 0 idle, waiting on input like a notebook; SIGUSR1: kernels back
-# to back; SIGTERM: a line in the file, and it goes on.
+# to back; SIGUSR2: a thread hashing on a CPU while the main thread goes on waiting; SIGTERM: a
+# line in the file, and it goes on.
 TOGGLE = """
-import selectors, signal, socket, sys
+import hashlib, selectors, signal, socket, sys, threading
 from daemon.sim.device import Device
 dev = Device(gpu_index=0)
 dev.alloc(8 << 30)
@@ -37,6 +38,11 @@ working = False
 def work(*_):
     global working
     working = True
+def hashing():
+    digest = b""
+    while True:
+        digest = hashlib.sha256(digest).digest()
+signal.signal(signal.SIGUSR2, lambda *_: threading.Thread(target=hashing, daemon=True).start())
 def counted(*_):
     with open(sys.argv[1], "a") as out:
         out.write(f"TERM working={working}\\n")
@@ -109,3 +115,28 @@ def test_a_process_back_at_work_is_not_signalled_while_its_advice_is_held(mlcost
     assert refused.value.status == 409
     assert not terms.exists()  # never signalled
     os.kill(pid, 0)  # still running
+
+
+def test_a_process_whose_thread_works_on_a_cpu_is_not_signalled(mlcostd, tmp_path):
+    """Work on a CPU is work (probe 132 H3, H4): a thread hashing while the main thread waits,
+    as a job's CPU phase, before any evaluation sees it."""
+    terms = tmp_path / "terms"
+    daemon = mlcostd(str(scenario(tmp_path, terms)), interval=0.5, config=CONFIG)
+    poll(lambda: stop_advice(daemon.now()) is not None, ADVICE_TIMEOUT_S,
+         "SIGTERM advice for the idle holder", every=0.5, explain=daemon.log_tail)
+    rec = stop_advice(daemon.now())
+    assert rec is not None
+    pid = rec["action"]["pid"]
+    os.kill(pid, signal.SIGUSR2)  # a thread at work on a CPU
+
+    def on_a_cpu() -> bool:
+        proc = next((p for p in daemon.now()["processes"] if p["pid"] == pid), None)
+        return proc is not None and (proc.get("cpu_percent") or 0) >= 50
+
+    poll(on_a_cpu, 60, "the holder's thread on a CPU in a tick", every=0.5,
+         explain=daemon.log_tail)
+    with pytest.raises(ApiError) as refused:
+        daemon.call("apply", rec["id"], dry_run=True)
+    assert refused.value.status == 409
+    assert f"pid {pid} used" in str(refused.value) and "of a CPU" in str(refused.value)
+    assert not terms.exists()
