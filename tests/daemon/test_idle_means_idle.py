@@ -22,14 +22,19 @@ WAITING = {"share": 1.0, "seconds": 600.0, "top_stacks": [
 
 
 def held(n: int = 61, util: float = 0.0, sm_share: float = 0.0, read_per_tick: int = 0,
-         state: str = "S") -> list[Sample]:
-    """n ticks 10 s apart: pid 42 holds GPU 0 (12 GiB) at `util`; the other GPUs are empty."""
+         state: str = "S", cpu_per_tick: float = 0.0, sm_every: int = 1,
+         sm_from: int = 0) -> list[Sample]:
+    """n ticks 10 s apart: pid 42 holds GPU 0 (12 GiB) at `util`; the other GPUs are empty. Its
+    SM share reads `sm_share` at every `sm_every`th tick from tick `sm_from`, else 0; its CPU
+    time grows `cpu_per_tick` seconds a tick."""
     out = []
     for i in range(n):
+        share = sm_share if i >= sm_from and (i - sm_from) % sm_every == 0 else 0.0
         gpus = tuple(GpuSample(g, f"u{g}", "A100-SXM4-40GB", "ok", util if g == 0 else 0.0, None,
                                12 * GIB if g == 0 else 0, 40 * GIB) for g in range(8))
         proc = ProcessSample(42, START - 60, 1, "ann", "python job.py",
-                             (GpuUse(0, 12 * GIB, sm_share),), cpu_seconds=1.0,
+                             (GpuUse(0, 12 * GIB, share),),
+                             cpu_seconds=1.0 + i * cpu_per_tick,
                              read_bytes=i * read_per_tick, write_bytes=0, state=state)
         out.append(Sample(START + i * 10.0, i, gpus=gpus, processes=(proc,)))
     return out
@@ -75,6 +80,30 @@ def test_reads_d_state_or_own_kernels_are_signs_of_work():
     assert "idle_gpu_held" not in advice(held(read_per_tick=50 << 20), {"idle": WAITING})
     assert "idle_gpu_held" not in advice(held(state="D"), {"idle": WAITING})
     assert "idle_gpu_held" not in advice(held(util=3.0, sm_share=3.0), {"idle": WAITING})
+
+
+def test_a_thread_using_a_cpu_while_its_gpu_idles_is_work():
+    """Probe 132 H3/H7: the main thread joins (or polls is_alive of) a worker thread that
+    computes on the CPU; its stacks read idle, its CPU time grows. Half a core (a loaded host)
+    is work: no idle_gpu_held, no host stop; a few hundredths of a core (a sleeper that wakes
+    now and then) are not."""
+    short = {"host_idle_min_s": 300.0}
+    found = advice(held(cpu_per_tick=5.0), {"idle": WAITING}, limits=short)
+    assert not {"idle_gpu_held", "host_idle"} & set(found), sorted(found)
+    [rec] = advice(held(cpu_per_tick=0.2), {"idle": WAITING})["idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm"
+
+
+def test_a_small_kernel_every_few_seconds_is_work_a_warm_up_pass_is_not():
+    """Probe 132 H2: a 30 ms kernel per 3 s reads a small SM share at most ticks and averages
+    far below 1%: work (no idle_gpu_held, no host stop). One warm-up pass as it went idle
+    (three readings at the start of the idle span) is not."""
+    short = {"host_idle_min_s": 300.0}
+    found = advice(held(sm_share=0.3, sm_every=3), {"idle": WAITING}, limits=short)
+    assert not {"idle_gpu_held", "host_idle"} & set(found), sorted(found)
+    samples = held(sm_share=0.3)[:3] + held()[3:]
+    [rec] = advice(samples, {"idle": WAITING})["idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm"
 
 
 def test_without_stacks_the_advice_stays_but_says_look_first_instead_of_sigterm():

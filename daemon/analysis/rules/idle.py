@@ -93,6 +93,18 @@ BETWEEN_BATCHES_MIN_COMPUTE = 0.10
 # Its kernels ran in at least this many separate runs in the window, however short (5 s of work
 # every 2 minutes computes 4%): a periodic job, not one warm-up pass that then waits.
 PERIODIC_MIN_RUNS = 2
+# Its kernels ran at this many ticks of the later half of its idle span (any SM share above
+# 0): a small kernel every few seconds (30 ms per 3 s averages 0.2%, below
+# OWN_KERNELS_MIN_PCT and WORK_RUN_MIN_PCT) is work; a warm-up pass as it went idle falls in
+# the earlier half, and one stray reading is not three.
+OWN_KERNEL_TICKS_MIN = 3
+# CPU it used while its GPU idled, in cores over the idle span: a thread that computes (a
+# preprocessing thread its main thread joins, native code with the GIL released) uses most of
+# a core, and half of one on a host shared with another busy process; a process that only
+# sleeps, waits on a socket or wakes a timer now and then uses a few hundredths. A fifth of a
+# core is far above the second and well below the first (hung.py reads a hung rank below
+# HUNG_CPU_MAX_CORES, 0.1).
+CPU_WORK_MIN_CORES = 0.2
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
 WINDOW_EDGE_S = 10.0  # idle this close to the window's length: idle through all of it
@@ -105,6 +117,12 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
     sm = proc.sm_activity_idle_mean
     if sm is not None and sm >= OWN_KERNELS_MIN_PCT:
         signs.append(f"its kernels keep {sm:.1f}% of the SMs busy while its GPU idles")
+    elif proc.kernel_ticks_idle >= OWN_KERNEL_TICKS_MIN:
+        signs.append(f"its kernels ran at {proc.kernel_ticks_idle} readings while its GPU "
+                     "idled (short kernels now and then)")
+    cores = proc.cpu_idle_cores
+    if cores is not None and cores >= CPU_WORK_MIN_CORES:
+        signs.append(f"it uses {cores:.2f} of a CPU core while its GPU idles")
     if proc.read_bytes_per_s >= READ_MIN_PER_S:
         signs.append(f"it reads {proc.read_bytes_per_s / 1e6:.1f} MB/s")
     if proc.d_state_fraction > D_STATE_MAX_FRACTION:
