@@ -99,10 +99,10 @@ BETWEEN_BATCHES_MIN_COMPUTE = 0.10
 # Its kernels ran in at least this many separate runs in the window, however short (5 s of work
 # every 2 minutes computes 4%): a periodic job, not one warm-up pass that then waits.
 PERIODIC_MIN_RUNS = 2
-# Its kernels ran at this many ticks of the later half of its idle span (any SM share above
-# 0): a small kernel every few seconds (30 ms per 3 s averages 0.2%, below
-# OWN_KERNELS_MIN_PCT and WORK_RUN_MIN_PCT) is work; a warm-up pass as it went idle falls in
-# the earlier half, and one stray reading is not three.
+# Its kernels ran at this many ticks of its idle span (any SM share above 0), the last in the
+# span's later half: a small kernel every few seconds (30 ms per 3 s averages 0.2%, below
+# OWN_KERNELS_MIN_PCT and WORK_RUN_MIN_PCT) is work; a warm-up pass as it went idle, nothing
+# after it, is not, and one stray reading is not three.
 OWN_KERNEL_TICKS_MIN = 3
 # CPU it used while its GPU idled, in cores over the idle span: a thread that computes (a
 # preprocessing thread its main thread joins, native code with the GIL released) uses most of
@@ -138,7 +138,7 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
         signs.append(f"its kernels keep {sm:.1f}% of the SMs busy while its GPU idles")
     elif proc.kernel_ticks_idle >= OWN_KERNEL_TICKS_MIN:
         signs.append(f"its kernels ran at {proc.kernel_ticks_idle} readings while its GPU "
-                     "idled (short kernels now and then)")
+                     "idled, the latest recently (short kernels now and then)")
     cores = proc.cpu_idle_cores
     if cores is not None and cores >= CPU_WORK_MIN_CORES:
         signs.append(f"it uses {cores:.2f} of a CPU core while its GPU idles")
