@@ -32,7 +32,7 @@ from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, evaluate
-from daemon.analysis.rules.idle import at_work, is_periodic
+from daemon.analysis.rules.idle import at_work, is_periodic, work_reasons
 from daemon.analysis.rules.window import analysis_of_ticks
 from daemon.analysis.totals import GpuTotals
 from daemon.analysis.window_ticks import WINDOW_S, StepMeans, WindowTick, window_tick
@@ -101,6 +101,9 @@ class Analyzer:
         # serving on idle GPUs (rules/idle.py's at_work, by which host_idle holds back): the
         # host_idle event holds back for them too
         self._at_work: frozenset[str] = frozenset()
+        # ... with what of it GET /v1/idle cannot read in a tick alone (rules/idle.py's
+        # work_reasons: the window's signs of work, a parent that serves, a poll between sleeps)
+        self._working: dict[str, tuple[str, ...]] = {}
         self.lock = threading.Lock()  # see the module docstring
 
     def resume(self, spent_before: CostLedger | None,
@@ -182,10 +185,20 @@ class Analyzer:
                                      request_counters=self.request_counters())
         periodic = {proc.id: proc.work_runs for proc in analysis.processes
                     if is_periodic(proc)}
-        working = frozenset(proc.id for proc in at_work(analysis))
+        busy = at_work(analysis)
+        working = frozenset(proc.id for proc in busy)
+        reasons = {proc.id: tuple(why) for proc in busy if (why := work_reasons(proc))}
         with self.lock:
-            self._periodic, self._at_work = periodic, working
+            self._periodic, self._at_work, self._working = periodic, working, reasons
         return evaluate(analysis)
+
+    def working(self) -> dict[str, tuple[str, ...]]:
+        """The processes ('pid:start_time') the latest round of the rules found at work for what
+        a tick alone does not show (rules/idle.py's work_reasons), with those reasons: what GET
+        /v1/idle counts as at work beside the tick's evidence, so that it and host_idle
+        agree."""
+        with self.lock:
+            return dict(self._working)
 
     def periodic(self) -> dict[str, int]:
         """The processes ('pid:start_time') the latest round of the rules called periodic jobs

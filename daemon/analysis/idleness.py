@@ -211,11 +211,13 @@ def _largest_gap(starts: Sequence[float], window_start: float,
 
 def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
            idle_utilization_pct: float, interval_s: float,
-           rollups: bool = False, periodic: Mapping[str, int] | None = None) -> dict[str, Any]:
+           rollups: bool = False, periodic: Mapping[str, int] | None = None,
+           working: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """The idleness answer for the latest tick (`now`, the /v1/now document) and the look-back
     `history` (None: not read; then only a `for_s` of 0 can answer idle). `periodic`: the
     processes (by key) the latest round of the rules called periodic jobs between runs, with
-    their runs (Analyzer.periodic): at work, as host_idle counts them."""
+    their runs (Analyzer.periodic): at work, as host_idle counts them; `working`: those it found
+    at work for what a tick alone does not show, with why (Analyzer.working)."""
     ts = now.get("ts")
     if ts is None:
         return fail_safe("no tick recorded yet: the daemon has just started", for_s=for_s)
@@ -235,6 +237,8 @@ def answer(now: Mapping[str, Any], history: History | None, *, for_s: float,
         key = proc.get("key")
         evidence = process_evidence(proc, (periodic or {}).get(key, 0)
                                     if isinstance(key, str) else 0)
+        evidence += [(why, PHASE_CONFIDENCE) for why in
+                     ((working or {}).get(key, ()) if isinstance(key, str) else ())]
         if proc.get("phase") is None and not evidence:
             unknown_phase = True
         processes.append({

@@ -229,6 +229,10 @@ class Kind:
     # coordinator, a peer) at the last socket read: a process waiting on them waits for whoever
     # is at the other end (rules/idle.py looks first).
     peer_connections: int = 0
+    # Its parent's pid where the parent listens on a TCP port and has served a connection from
+    # outside its job (runtime/kinds.py reads it as it reads its own sockets): this process is
+    # that server's worker (a GPU worker fed over a pipe). 0: none, or no such parent.
+    serving_parent: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),

@@ -101,6 +101,8 @@ STOPPED = "stopped (state T: Ctrl-Z or SIGSTOP)"
 # waits for a transfer. Idle for its GPU, but never a process to stop on sight (rules/idle.py
 # looks at the child first), and while the child runs its host is not idle.
 CHILD_WAIT = "waiting for a child process it started"
+# A sleep, a prompt's input, an Event's or a thread's wait (the reason of the last line rule).
+SLEEP_WAIT = "sleeping or waiting"
 # How a data wait's reason says that worker processes make the loop's input (a multiprocessing
 # Pool's results, a multiprocessing.Queue or pipe its running children fill): the prefetch patch
 # (rules/phases.py) then offers more of them, a deeper queue or faster ones, not a thread pool.
@@ -491,7 +493,7 @@ SOURCE_CALLS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         # "model.pt")` and `" ".join(words)` join strings)
         (r"\b(time\.)?sleep\(|\binput\(|\.wait\(|\.join\(\s*(\)|[\w.]*timeout|[\d.])|"
          r"\.get\(\s*(block|timeout|\))",
-         IDLE, "sleeping or waiting"),
+         IDLE, SLEEP_WAIT),
     )
 )
 

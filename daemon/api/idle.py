@@ -97,9 +97,12 @@ async def idle_answer(daemon: Any, for_s: float) -> dict[str, Any]:
             read_history, daemon.db, since, until, for_s, gpus, interval), READ_TIMEOUT_S + 2)
         # the periodic jobs of the rules' latest round: at work for host_idle, and so here
         periodic = daemon.analyzer.periodic() if daemon.analyzer is not None else {}
+        # and those it found at work for what the tick alone does not show
+        working = daemon.analyzer.working() if daemon.analyzer is not None else {}
         return idleness.answer(document, history, for_s=for_s,
                                idle_utilization_pct=daemon.config.idle.utilization,
-                               interval_s=interval, rollups=rollups, periodic=periodic)
+                               interval_s=interval, rollups=rollups, periodic=periodic,
+                               working=working)
     except (asyncio.TimeoutError, TimeoutError):
         return idleness.fail_safe(f"the store's history did not answer within "
                                   f"{READ_TIMEOUT_S + 2:g} s", for_s=for_s)

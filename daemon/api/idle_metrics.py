@@ -22,7 +22,7 @@ Rendered once per tick, a verdict is at most a tick behind /v1/idle's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from daemon.analysis import idleness
@@ -31,7 +31,8 @@ from daemon.api.metrics_state import MetricsState
 
 
 def verdict_now(document: Mapping[str, Any], periodic: Mapping[str, int],
-                idle_utilization_pct: float, interval_s: float) -> dict[str, Any]:
+                idle_utilization_pct: float, interval_s: float,
+                working: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """/v1/idle's answer for `for` 0 on `document` (the tick's /v1/now), without the store's
     history: with nothing asked of the past, the history only dates the answer's `since`."""
     ts = document.get("ts")
@@ -39,7 +40,7 @@ def verdict_now(document: Mapping[str, Any], periodic: Mapping[str, int],
         since=ts, until=ts, width_s=max(interval_s, 1.0), first_tick=ts, largest_gap_s=0.0)
     return idleness.answer(document, history, for_s=0.0,
                            idle_utilization_pct=idle_utilization_pct, interval_s=interval_s,
-                           periodic=periodic)
+                           periodic=periodic, working=working)
 
 
 def idleness_families(state: MetricsState, verdict: Callable[[], Mapping[str, Any]],

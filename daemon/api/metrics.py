@@ -540,13 +540,15 @@ class DaemonCollector(Collector):
             return
         config = getattr(self.daemon, "config", None)
         periodic = getattr(analyzer, "periodic", None)
+        working = getattr(analyzer, "working", None)
 
         def verdict() -> Mapping[str, Any]:
             return verdict_now(
                 read(),
                 periodic() if callable(periodic) else {},
                 config.idle.utilization if config is not None else 0.0,
-                config.daemon.interval if config is not None else 1.0)
+                config.daemon.interval if config is not None else 1.0,
+                working() if callable(working) else {})
 
         labels = {gpu.index: _gpu_labels(gpu.index, gpu.uuid, gpu.name, hostname)
                   for gpu in state.gpus}

@@ -1009,8 +1009,10 @@ class Daemon:
             markers[key] = {**markers.get(key, {}), **waits}
         ran, self._kernels_since_round = self._kernels_since_round, {}
         now = clock.now()
+        parents = {(p.pid, p.start_time): p.ppid for p in sample.processes if p.gpus}
         await asyncio.to_thread(self.kinds.refresh, procs, markers, now, shares,
-                                {key: ran.get(key, False) or shares[key] > 0 for key in shares})
+                                {key: ran.get(key, False) or shares[key] > 0 for key in shares},
+                                parents)
         documents = self.kinds.documents()
         if self.store is None or documents == self._kinds_recorded:
             return  # (most rounds: the same documents, compared by identity first)

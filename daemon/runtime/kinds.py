@@ -11,9 +11,10 @@ classified one, with the evidence "set in config" and what the classifier would 
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -21,6 +22,7 @@ from daemon.analysis.inference_audit import InferenceAudit, audit_inference
 from daemon.analysis.kinds import (
     CONFIGURED,
     INFERENCE_KINDS,
+    NOTEBOOK,
     Kind,
     classify_kind,
     gpu_use_shape,
@@ -66,7 +68,8 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                 gpu_use=observed.gpu_use, source=CONFIGURED,
                 connections_caught=observed.connections_caught,
                 connections_over_s=observed.connections_over_s,
-                peer_connections=observed.peer_connections)
+                peer_connections=observed.peer_connections,
+                serving_parent=observed.serving_parent)
 
 
 class _Classified(NamedTuple):
@@ -80,6 +83,31 @@ class _Classified(NamedTuple):
 
 
 _NO_MARKERS: frozenset[tuple[str, float]] = frozenset()
+# A parent read for its sockets (never a GPU process's own key: a start time is never < 0).
+PARENT_START = -1.0
+# Launchers whose children are jobs, whatever the launcher listens on (torchrun's rendezvous
+# store accepts the other nodes' agents; a Jupyter server serves its browser, and its kernels
+# are the user's, not the service's): their children are never a server's workers.
+JOB_LAUNCHERS = frozenset({"jupyter", "torchrun", "deepspeed", "accelerate", "slurmstepd",
+                           "mpirun"})
+
+
+def serving_parent(ppid: int, parent: KindFacts | None, facts: KindFacts | None) -> int:
+    """`ppid` where that parent listens on a TCP port and has served a connection from outside
+    its job (KindFacts.served_others) and no job launcher started the process; else 0."""
+    if ppid <= 1 or parent is None or not parent.listening_ports or not parent.served_others:
+        return 0
+    return 0 if facts is not None and facts.parent in JOB_LAUNCHERS else ppid
+
+
+def with_serving_parent(kind: Kind, ppid: int) -> Kind:
+    """`kind` as the worker of its parent's server (Kind.serving_parent); a notebook stays a
+    notebook (a kernel is its user's)."""
+    if not ppid or kind.kind == NOTEBOOK:
+        return kind
+    return replace(kind, serving_parent=ppid, evidence=(
+        *kind.evidence, f"its parent (pid {ppid}) listens on a TCP port and has served: this "
+        "process works for that server"))
 
 
 class _Process:
@@ -115,15 +143,22 @@ class KindTracker:
     def refresh(self, processes: Iterable[tuple[int, float, str, Mapping[str, str]]],
                 markers: Mapping[tuple[int, float], Mapping[str, float]], now: float,
                 sm_shares: Mapping[tuple[int, float], float] | None = None,
-                kernels_ran: Mapping[tuple[int, float], bool] | None = None) -> None:
+                kernels_ran: Mapping[tuple[int, float], bool] | None = None,
+                parents: Mapping[tuple[int, float], int] | None = None) -> None:
         """(pid, start_time, command, owner) of each GPU process, the frame markers seen in
         its stacks (a copy taken on the loop), its SM share now (percent, over its GPUs) and
         whether its kernels ran since the last round (any tick; without it: its SM share now
-        above 0): read what is due, classify all, audit the inference ones."""
+        above 0): read what is due, classify all, audit the inference ones. `parents`: the
+        parent pid of each (its sockets are read too: a parent that serves makes the process
+        its worker, Kind.serving_parent); the daemon, parent of its simulated workloads, never
+        counts."""
         procs = list(processes)
         shares_now = sm_shares or {}
         ran_now = kernels_ran or {}
-        self.reader.refresh(((pid, start) for pid, start, _, _ in procs), now)
+        me = os.getpid()
+        ppids = {key: ppid for key, ppid in (parents or {}).items() if ppid > 1 and ppid != me}
+        self.reader.refresh([*((pid, start) for pid, start, _, _ in procs),
+                             *{(ppid, PARENT_START) for ppid in ppids.values()}], now)
         reading = self.reader.get
         round_of = now // RECLASSIFY_EVERY_S
         before = self._processes
@@ -152,8 +187,10 @@ class KindTracker:
                       else facts_signature(facts))
             seen = markers.get(key)
             shape = gpu_use_shape(used)
+            ppid = ppids.get(key, 0)
+            serving = serving_parent(ppid, reading((ppid, PARENT_START)) if ppid else None, facts)
             signature = (signed, frozenset(seen.items()) if seen else _NO_MARKERS, command,
-                         shape, state.kernels_at is None, round_of)
+                         shape, state.kernels_at is None, round_of, serving)
             if last is not None and last.signature == signature:
                 if last.facts is not facts:  # a re-read that found the same
                     state.classified = last._replace(facts=facts, facts_signature=signed)
@@ -165,6 +202,7 @@ class KindTracker:
                 label = self.labeler.label(command, owner)
                 if label in self.job_kinds:
                     kind = configured_kind(self.job_kinds[label], label, kind)
+            kind = with_serving_parent(kind, serving)
             if last is not None and kind == last.kind:
                 kind = last.kind  # classified again (a minute passed), the same: kept as it was
             else:

@@ -7,6 +7,7 @@ real torch DataLoader job starved to ~4% beside the demo's idle notebook, is in 
 from __future__ import annotations
 
 from daemon.analysis.cost import host_price
+from daemon.analysis.kinds import TRAINING, Kind
 from daemon.analysis.rules import build_analysis, evaluate
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
@@ -22,24 +23,31 @@ WAITING = {"share": 1.0, "seconds": 600.0, "top_stacks": [
 
 
 def held(n: int = 61, util: float = 0.0, sm_share: float = 0.0, read_per_tick: int = 0,
-         state: str = "S") -> list[Sample]:
-    """n ticks 10 s apart: pid 42 holds GPU 0 (12 GiB) at `util`; the other GPUs are empty."""
+         state: str = "S", cpu_per_tick: float = 0.0, sm_every: int = 1,
+         sm_from: int = 0) -> list[Sample]:
+    """n ticks 10 s apart: pid 42 holds GPU 0 (12 GiB) at `util`; the other GPUs are empty. Its
+    SM share reads `sm_share` at every `sm_every`th tick from tick `sm_from`, else 0; its CPU
+    time grows `cpu_per_tick` seconds a tick."""
     out = []
     for i in range(n):
+        share = sm_share if i >= sm_from and (i - sm_from) % sm_every == 0 else 0.0
         gpus = tuple(GpuSample(g, f"u{g}", "A100-SXM4-40GB", "ok", util if g == 0 else 0.0, None,
                                12 * GIB if g == 0 else 0, 40 * GIB) for g in range(8))
         proc = ProcessSample(42, START - 60, 1, "ann", "python job.py",
-                             (GpuUse(0, 12 * GIB, sm_share),), cpu_seconds=1.0,
+                             (GpuUse(0, 12 * GIB, share),),
+                             cpu_seconds=1.0 + i * cpu_per_tick,
                              read_bytes=i * read_per_tick, write_bytes=0, state=state)
         out.append(Sample(START + i * 10.0, i, gpus=gpus, processes=(proc,)))
     return out
 
 
 def advice(samples: list[Sample], phases: dict | None = None,
-           limits: dict[str, float] | None = None) -> dict[str, list]:
+           limits: dict[str, float] | None = None, kind: Kind | None = None
+           ) -> dict[str, list]:
     key = f"42:{START - 60:.3f}"
     found = evaluate(build_analysis(samples, {key: phases} if phases else None, P4D, CATALOG,
-                                    host_cpus=32, limits=limits))
+                                    host_cpus=32, limits=limits,
+                                    kinds={key: kind} if kind else None))
     by_rule: dict[str, list] = {}
     for rec in found:
         by_rule.setdefault(rec.rule, []).append(rec)
@@ -75,6 +83,61 @@ def test_reads_d_state_or_own_kernels_are_signs_of_work():
     assert "idle_gpu_held" not in advice(held(read_per_tick=50 << 20), {"idle": WAITING})
     assert "idle_gpu_held" not in advice(held(state="D"), {"idle": WAITING})
     assert "idle_gpu_held" not in advice(held(util=3.0, sm_share=3.0), {"idle": WAITING})
+
+
+def test_a_thread_using_a_cpu_while_its_gpu_idles_is_work():
+    """Probe 132 H3/H7: the main thread joins (or polls is_alive of) a worker thread that
+    computes on the CPU; its stacks read idle, its CPU time grows. Half a core (a loaded host)
+    is work: no idle_gpu_held, no host stop; a few hundredths of a core (a sleeper that wakes
+    now and then) are not."""
+    short = {"host_idle_min_s": 300.0}
+    found = advice(held(cpu_per_tick=5.0), {"idle": WAITING}, limits=short)
+    assert not {"idle_gpu_held", "host_idle"} & set(found), sorted(found)
+    [rec] = advice(held(cpu_per_tick=0.2), {"idle": WAITING})["idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm"
+
+
+def test_a_small_kernel_every_few_seconds_is_work_a_warm_up_pass_is_not():
+    """Probe 132 H2: a 30 ms kernel per 3 s reads a small SM share at most ticks and averages
+    far below 1%: work (no idle_gpu_held, no host stop). One warm-up pass as it went idle
+    (three readings at the start of the idle span) is not."""
+    short = {"host_idle_min_s": 300.0}
+    found = advice(held(sm_share=0.3, sm_every=3), {"idle": WAITING}, limits=short)
+    assert not {"idle_gpu_held", "host_idle"} & set(found), sorted(found)
+    samples = held(sm_share=0.3)[:3] + held()[3:]
+    [rec] = advice(samples, {"idle": WAITING})["idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm"
+
+
+SLEEPING = {"share": 1.0, "seconds": 600.0, "top_stacks": [
+    {"file": "/home/me/worker.py", "line": 12, "function": "main", "samples": 40,
+     "reason": "sleeping or waiting: `time.sleep(2)` with the GPU idle"}]}
+
+
+def test_a_sleeper_that_does_something_between_sleeps_is_a_poller_never_stopped():
+    """Probe 132 H1/H1b: a worker polls a job table (an HTTP broker, a folder through a helper)
+    and sleeps when nothing came; its stacks show the sleep alone, its CPU time moves (10 ms a
+    minute here). Look first, never the SIGTERM, and the host is not stopped under it. A
+    sleeper whose CPU time does not move keeps the SIGTERM."""
+    short = {"host_idle_min_s": 300.0}
+    found = advice(held(cpu_per_tick=0.01 / 6), {"idle": SLEEPING}, limits=short)
+    [rec] = found["idle_gpu_held"]
+    assert rec.action["kind"] == "copy_commands", rec.action
+    assert "polling for jobs" in rec.action["text"] and "worker.py:12" in rec.action["text"]
+    assert "host_idle" not in found, sorted(found)
+    [rec] = advice(held(), {"idle": SLEEPING})["idle_gpu_held"]
+    assert rec.action["kind"] == "sigterm"
+
+
+def test_the_gpu_worker_of_a_serving_parent_is_part_of_the_server():
+    """Probe 132 H5: an HTTP front end hands requests to its GPU child over a pipe; the child
+    waits on the pipe, its parent serves (Kind.serving_parent): idle_server's advice, never
+    the SIGTERM, and no host stop."""
+    worker = Kind(TRAINING, 0.33, ("bursty",), serving_parent=7)
+    found = advice(held(), {"idle": WAITING}, limits={"host_idle_min_s": 300.0}, kind=worker)
+    assert not {"idle_gpu_held", "host_idle"} & set(found), sorted(found)
+    [rec] = found["idle_server"]
+    assert "its parent, pid 7, serves" in rec.summary, rec.summary
 
 
 def test_without_stacks_the_advice_stays_but_says_look_first_instead_of_sigterm():

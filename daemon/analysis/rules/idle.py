@@ -1,8 +1,9 @@
 """Idle rules: a GPU held by a process but idle, and a whole host idle (stop it).
 
 Idle means idle: the idle-GPU rule fires only for a process that shows no sign of work over
-the whole window (`signs_of_work` is empty): no kernels of its own, no reads or D state, and no
-data wait, host compute, checkpoint, eval, sync or comm in its phase balance (whose stack
+the whole window (`signs_of_work` is empty): no kernels of its own (by their mean, or at a few
+readings however small), no CPU use while its GPU idles (a thread computing while the main
+thread joins it), no reads or D state, and no data wait, host compute, checkpoint, eval, sync or comm in its phase balance (whose stack
 classification saw its CPU and I/O). A starved job at 4% utilization is working: it gets the
 pipeline advice, never this one. Its SIGTERM action also needs the stacks to show the process
 waiting on input or sleeping (an idle phase); where no stack was sampled (py-spy missing or not
@@ -14,12 +15,15 @@ do stacks waiting on a lock (someone holds it) or on a child process it started 
 download tool: `waits_for_child`, which the child's own stacks would have to show idle), nor
 an asyncio event loop that a timer wakes within a minute (TIMER_WAIT: a coroutine polling a
 folder or a queue between sleeps, or a stalled job's heartbeat, which no stack tells apart),
-nor a process that computed at least
+nor a sleeper whose CPU time moves between its sleeps (`polls_for_work`: a worker polling a
+job table, a broker or a folder, which no stack dump catches), nor a process that computed at
+least
 BETWEEN_BATCHES_MIN_COMPUTE of the window and is not a notebook (a job between batches: it
 works, its GPU idles between them).
 
 Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is online inference,
-or that listens and has served (accepted connections, serving frames in any thread), is left
+or that listens and has served (accepted connections, serving frames in any thread), or whose
+parent serves (Kind.serving_parent: the GPU worker of an HTTP front end), is left
 to `idle_server`, which advises scaling to zero, consolidating or sharing the GPU. So is a
 queue consumer, a worker whose stacks wait for its next job (JOB_WAIT: a multiprocessing
 manager's queue, a job server's socket that nothing comes to): it serves jobs as a server
@@ -57,6 +61,8 @@ from daemon.analysis.stack_rules import (
     FD_WAITS,
     JOB_WAIT,
     LOCK_WAIT,
+    SLEEP_CALL,
+    SLEEP_WAIT,
     STOPPED,
     TIMER_WAIT,
     waiting_stacks,
@@ -93,6 +99,31 @@ BETWEEN_BATCHES_MIN_COMPUTE = 0.10
 # Its kernels ran in at least this many separate runs in the window, however short (5 s of work
 # every 2 minutes computes 4%): a periodic job, not one warm-up pass that then waits.
 PERIODIC_MIN_RUNS = 2
+# Its kernels ran at this many ticks of its idle span (any SM share above 0), the last in the
+# span's later half: a small kernel every few seconds (30 ms per 3 s averages 0.2%, below
+# OWN_KERNELS_MIN_PCT and WORK_RUN_MIN_PCT) is work; a warm-up pass as it went idle, nothing
+# after it, is not, and one stray reading is not three.
+OWN_KERNEL_TICKS_MIN = 3
+# CPU it used while its GPU idled, in cores over the idle span: a thread that computes (a
+# preprocessing thread its main thread joins, native code with the GIL released) uses most of
+# a core on a quiet host and 0.3-0.4 of one on a loaded one (probe 132: 31-40% beside a CPU
+# hog); a process that only sleeps, waits on a socket or polls between sleeps uses a few
+# ten-thousandths (measured: 0.00002-0.0002 cores). A tenth of a core (hung.py's
+# HUNG_CPU_MAX_CORES, the line between a rank that spins and one that waits) keeps a
+# margin on both sides; 0.2 missed a thread computing half the time on this 2-core test host
+# under load.
+CPU_WORK_MIN_CORES = 0.1
+# A sleep whose process used this much CPU over its idle span (in cores) does something between
+# its sleeps: a worker polling a job table, an HTTP broker or a folder through a helper, none of
+# which the stacks catch (a poll lasts a millisecond). Measured (CPU time from
+# /proc/PID/schedstat over 60 s, 2-core host): `while True: time.sleep(2)` 1.1 ms a minute; a
+# SQLite poll then a 2 s sleep 4.3 ms, an HTTP GET then a 5 s sleep 10.4 ms, a folder listed in
+# a helper then a 2 s sleep 3.5 ms; so 2 ms a minute. A loop that checks a resume file every
+# second (5.2 ms) reads as a poller too: no CPU figure tells them apart, and it gets the
+# look-first (never a stop of a worker). /proc/PID/stat counts CPU in 10 ms steps, so at least
+# POLL_MIN_CPU_S must have moved as well: seen after ~5 idle minutes for the slowest pollers.
+POLL_MIN_CORES = 2e-3 / 60
+POLL_MIN_CPU_S = 0.02
 D_STATE_MAX_FRACTION = 0.05  # ticks with a thread in D state: more is blocking on I/O
 IOWAIT_MAX_FRACTION = 0.01
 WINDOW_EDGE_S = 10.0  # idle this close to the window's length: idle through all of it
@@ -105,6 +136,12 @@ def signs_of_work(proc: ProcessWindow) -> list[str]:
     sm = proc.sm_activity_idle_mean
     if sm is not None and sm >= OWN_KERNELS_MIN_PCT:
         signs.append(f"its kernels keep {sm:.1f}% of the SMs busy while its GPU idles")
+    elif proc.kernel_ticks_idle >= OWN_KERNEL_TICKS_MIN:
+        signs.append(f"its kernels ran at {proc.kernel_ticks_idle} readings while its GPU "
+                     "idled, the latest recently (short kernels now and then)")
+    cores = proc.cpu_idle_cores
+    if cores is not None and cores >= CPU_WORK_MIN_CORES:
+        signs.append(f"it uses {cores:.2f} of a CPU core while its GPU idles")
     if proc.read_bytes_per_s >= READ_MIN_PER_S:
         signs.append(f"it reads {proc.read_bytes_per_s / 1e6:.1f} MB/s")
     if proc.d_state_fraction > D_STATE_MAX_FRACTION:
@@ -139,9 +176,29 @@ def waits_for_child(proc: ProcessWindow) -> Mapping[str, Any] | None:
 
 def is_server(proc: ProcessWindow) -> bool:
     """A server is never offered SIGTERM: it serves (listens and has served) or is online
-    inference by its evidence. Nor is a queue consumer, which serves jobs (`waits_for_jobs`)."""
+    inference by its evidence, or its parent serves (Kind.serving_parent: an HTTP front end
+    that hands requests to this GPU worker over a pipe; stopping the worker hangs the
+    service). Nor is a queue consumer, which serves jobs (`waits_for_jobs`)."""
     return (proc.kind.serves or proc.kind.kind == ONLINE_INFERENCE
-            or waits_for_jobs(proc) is not None)
+            or proc.kind.serving_parent > 0 or waits_for_jobs(proc) is not None)
+
+
+def polls_for_work(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The sleep its stacks wait in, where it does something between its sleeps (its CPU time
+    moved, POLL_MIN_CORES over its idle span): a poller (a worker that queries a job table or an
+    HTTP broker, lists a folder through a helper, then sleeps when nothing came), whose poll no
+    stack dump catches. Never stopped from here: look first. None otherwise (a process that
+    only sleeps uses next to no CPU)."""
+    cores = proc.cpu_idle_cores
+    if cores is None or cores < POLL_MIN_CORES or cores * proc.trailing_idle_s < POLL_MIN_CPU_S:
+        return None
+    top = next(iter((proc.phases.get(IDLE) or {}).get("top_stacks") or []), None)
+    if not isinstance(top, Mapping):
+        return None
+    reason = str(top.get("reason", ""))
+    if not reason.startswith(SLEEP_WAIT) or not SLEEP_CALL.search(reason):
+        return None
+    return top
 
 
 def is_periodic(proc: ProcessWindow) -> bool:
@@ -224,6 +281,19 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
             "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
+def _look_first_poller(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """Its stacks sleep and it does something between sleeps: a worker polling for jobs."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} sleeps ({where}) and does something between its sleeps (its "
+                    f"CPU time moved {proc.cpu_idle_cores or 0:.4f} of a core): a worker polling "
+                    "for jobs (a job table, a broker, a folder)? Look at what it does before "
+                    "stopping it (if it waits for jobs, scale the workers with the queue "
+                    "instead)",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         f"sudo strace -f -tt -p {proc.pid}  # what it does when it wakes",
+                         f"kill -TERM {proc.pid}"]}
+
+
 def _look_first_child(proc: ProcessWindow, child: Mapping[str, Any]) -> dict[str, object]:
     """Its stacks wait for a child process it started: the child works for it (an encoder, a
     download, an index built in a multiprocessing.Process) or waits itself; what the child
@@ -299,6 +369,9 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
         # Stopped by a signal: not between batches, whatever it computed before the stop
         # (how much of the window that was depends on when the stop came)
         return _sigterm(proc)
+    poll = polls_for_work(proc) if proc.kind.kind != NOTEBOOK else None
+    if poll is not None:
+        return _look_first_poller(proc, f"{poll.get('file')}:{poll.get('line')}")
     computed = float((proc.phases.get(COMPUTE) or {}).get("share", 0.0) or 0.0)
     if proc.kind.kind != NOTEBOOK and computed >= BETWEEN_BATCHES_MIN_COMPUTE:
         return _look_first_between(proc, computed)
@@ -339,6 +412,8 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
              "idle_utilization_pct": a.idle_utilization_pct,
              "no_sign_of_work": {
                  "sm_activity_idle_mean": proc.sm_activity_idle_mean,
+                 "kernel_ticks_idle": proc.kernel_ticks_idle,
+                 "cpu_idle_cores": proc.cpu_idle_cores,
                  "read_bytes_per_s": proc.read_bytes_per_s,
                  "d_state_fraction": proc.d_state_fraction,
                  "iowait_fraction": proc.iowait_fraction,
@@ -421,7 +496,9 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
         gib = proc.memory_peak_bytes / GIB
         sm = proc.sm_activity_idle_mean
         rate_text, requests = request_rate(a, proc)
-        does = f"serves (TCP {ports})"
+        does = (f"serves (TCP {ports})" if not proc.kind.serving_parent or proc.kind.serves
+                else f"works for a server (its parent, pid {proc.kind.serving_parent}, serves on "
+                     "a port)")
         advice = ("scale it to zero between requests, consolidate it with other models on one "
                   "GPU, or share the GPU (MPS, MIG, time-slicing)")
         action = ("a server is never stopped from here: scale it to zero behind its load "
@@ -489,7 +566,22 @@ def at_work(a: Analysis) -> list[ProcessWindow]:
     return [proc for proc in a.processes
             if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc)
                                              or waits_for_child(proc) is not None
-                                             or is_periodic(proc))]
+                                             or is_periodic(proc)
+                                             or (proc.kind.kind != NOTEBOOK
+                                                 and polls_for_work(proc) is not None))]
+
+
+def work_reasons(proc: ProcessWindow) -> list[str]:
+    """What of `at_work`'s tests GET /v1/idle cannot read in the tick's /v1/now alone: the
+    window's signs of work, its parent serving, its polling between sleeps."""
+    reasons = [f"the rules' window: {sign}" for sign in signs_of_work(proc)]
+    if proc.kind.serving_parent:
+        reasons.append(f"its parent (pid {proc.kind.serving_parent}) serves on a port: part of a "
+                       "server")
+    if proc.kind.kind != NOTEBOOK and (poll := polls_for_work(proc)) is not None:
+        reasons.append(f"polls for work between sleeps ({poll.get('file')}:{poll.get('line')}: "
+                       "its CPU time moves while its stacks sleep)")
+    return reasons
 
 
 def check_host_idle(a: Analysis, rule: Rule) -> list[Finding]:

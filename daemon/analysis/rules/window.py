@@ -131,6 +131,11 @@ class ProcessWindow:
     # Its own CPU time over its trailing idle span, in cores (0.5: half a CPU busy); None where
     # there is no idle span or fewer than two readings of its CPU time in it.
     cpu_idle_cores: float | None = None
+    # Ticks of its trailing idle span at which its SM signal read above 0, where the last of
+    # them is in the span's later half: short kernels of its own now and then (a frame scored
+    # every few seconds) that average far below WORK_RUN_MIN_PCT. A warm-up pass as it went
+    # idle, nothing after it, reads 0. 0 where there is no idle span.
+    kernel_ticks_idle: int = 0
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -603,6 +608,10 @@ class _ProcessTrack:
         in_idle = ([v for at, v in zip(ts, self.signal, strict=True) if at >= idle_since]
                    if idle_s > 0 else [])
         work_runs = _runs_at_or_above(self.signal, WORK_RUN_MIN_PCT) if idle_s > 0 else 0
+        kernel_at = ([at for at, v in zip(ts, self.signal, strict=True)
+                      if at >= idle_since and v > 0] if idle_s > 0 else [])
+        kernel_ticks_idle = (len(kernel_at) if kernel_at and kernel_at[-1] >= ts[-1] - idle_s / 2
+                             else 0)
         cpu_read = ([(at, v) for at, v in zip(ts, self.cpu, strict=True)
                      if at >= idle_since and not isnan(v)] if idle_s > 0 else [])
         cpu_idle_cores = (max(cpu_read[-1][1] - cpu_read[0][1], 0.0)
@@ -638,7 +647,7 @@ class _ProcessTrack:
                        None),
             kind=kind, ppid=last_proc.ppid, workers=len(self.workers),
             worker_stacks=_worker_stacks(self.workers, self.phases_of),
-            cpu_idle_cores=cpu_idle_cores,
+            cpu_idle_cores=cpu_idle_cores, kernel_ticks_idle=kernel_ticks_idle,
         )
 
     @staticmethod
