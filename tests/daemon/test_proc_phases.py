@@ -248,14 +248,14 @@ def test_the_wire_reads_the_confidence_and_marks_the_phase():
 
 # -- rules: never a SIGTERM from /proc evidence alone -----------------------------------------
 
-def _idle_window_recs(idle_part: dict) -> list:
+def _idle_window_recs(idle_part: dict, cpu_per_s: float = 0.0) -> list:
     from test_rules import CATALOG, P4D, window
 
     from daemon.analysis.rules import build_analysis, evaluate
 
-    # Held idle for 10 min, its CPU working all along (1 CPU-second a second).
+    # Held idle for 10 min (ticks 10 s apart), using `cpu_per_s` CPU-seconds a second.
     samples = window(n=61, utils=[0.0] * 8, holders={0: 0.0},
-                     proc_kw=lambda i: {"cpu_seconds": float(i * 10)})
+                     proc_kw=lambda i: {"cpu_seconds": float(i * 10) * cpu_per_s})
     key = f"42:{samples[0].processes[0].start_time:.3f}"
     phases = {key: {IDLE: {"seconds": 570.0, "share": 0.95, "gpu_idle_seconds": 570.0,
                            **idle_part}}}
@@ -277,6 +277,10 @@ def test_no_sigterm_for_a_working_process_from_low_confidence_proc_evidence_alon
         "function": "main", "samples": 30, "reason": "sleeping or waiting"}]}
     [rec] = _idle_window_recs(from_stacks)
     assert rec.action["kind"] == "sigterm"
+    # A CPU at work while the GPU idles is work whatever the stacks say (probe 132 H3): no
+    # idle advice at all, from either evidence.
+    assert _idle_window_recs(from_proc, cpu_per_s=1.0) == []
+    assert _idle_window_recs(from_stacks, cpu_per_s=1.0) == []
 
 
 # -- check: which processes can be traced ---------------------------------------------------
