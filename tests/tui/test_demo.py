@@ -124,8 +124,9 @@ async def test_a_resizes_the_demo_host_on_the_simulated_ec2_and_snapshots_stay(d
         rec = recs.selected()
         assert rec is not None and rec.action_kind == "resize"
         await pilot.press("a")
-        await pilot_wait_for(pilot, lambda: isinstance(app.screen, ActionScreen), 60,
-                             "the dry run")
+        # (pushed, then composed: on a loaded host the first check came between the two)
+        await pilot_wait_for(pilot, lambda: isinstance(app.screen, ActionScreen)
+                             and bool(app.screen.query("#running")), 60, "the dry run")
         dialog = app.screen
         assert dialog.result.dry_run and dialog.can_do
         assert (f"would ask AWS Systems Manager to run AWS-ResizeInstance on "
