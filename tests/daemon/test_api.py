@@ -522,21 +522,26 @@ def test_resize_dry_run_then_aws_systems_manager_resizes_on_moto(moto_endpoint):
         server.shutdown()
 
 
+def allowed_ec2(region: str):
+    """An EC2 client (botocore's Stubber) whose stop and start dry runs are allowed."""
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client("ec2", region_name=region, aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    stub = Stubber(client)
+    for call in ("stop_instances", "start_instances"):  # the dry runs: allowed
+        stub.add_client_error(call, "DryRunOperation", "Request would have succeeded")
+    stub.activate()
+    return client
+
+
 def test_resize_asks_ssm_for_the_runbook_as_its_api_defines_it():
     """The call as AWS's SSM model defines it (botocore's Stubber checks the parameters against
     the service model; moto has no Automation backend), and a refusal read back as an error
     that names the runbook and AWS's reason."""
     import boto3
     from botocore.stub import Stubber
-
-    def ec2(region: str):
-        client = boto3.client("ec2", region_name=region, aws_access_key_id="testing",
-                              aws_secret_access_key="testing")
-        stub = Stubber(client)
-        for call in ("stop_instances", "start_instances"):  # the dry runs: allowed
-            stub.add_client_error(call, "DryRunOperation", "Request would have succeeded")
-        stub.activate()
-        return client
 
     ssm = boto3.client("ssm", region_name="us-west-2", aws_access_key_id="testing",
                        aws_secret_access_key="testing")
@@ -556,7 +561,7 @@ def test_resize_asks_ssm_for_the_runbook_as_its_api_defines_it():
         "from": "p4d.24xlarge", "to": "g6e.12xlarge"}}
 
     def resize() -> ActionResult:
-        return actions.apply(rec, False, allow_actions=True, ec2_factory=ec2,
+        return actions.apply(rec, False, allow_actions=True, ec2_factory=allowed_ec2,
                              ssm_factory=lambda region: ssm,
                              instance_id="i-0123456789abcdef0")
 
@@ -593,15 +598,6 @@ def test_a_resize_on_preliminary_evidence_is_done_only_when_confirmed_a_second_t
     import boto3
     from botocore.stub import Stubber
 
-    def ec2(region: str):
-        client = boto3.client("ec2", region_name=region, aws_access_key_id="testing",
-                              aws_secret_access_key="testing")
-        stub = Stubber(client)
-        for call in ("stop_instances", "start_instances"):  # the dry runs: allowed
-            stub.add_client_error(call, "DryRunOperation", "Request would have succeeded")
-        stub.activate()
-        return client
-
     ssm = boto3.client("ssm", region_name="us-west-2", aws_access_key_id="testing",
                        aws_secret_access_key="testing")
     stub = Stubber(ssm)
@@ -613,7 +609,7 @@ def test_a_resize_on_preliminary_evidence_is_done_only_when_confirmed_a_second_t
                       "from": "p4d.24xlarge", "to": "g6e.12xlarge"}}
 
     def resize(dry_run: bool, **kwargs) -> ActionResult:
-        return actions.apply(rec, dry_run, allow_actions=True, ec2_factory=ec2,
+        return actions.apply(rec, dry_run, allow_actions=True, ec2_factory=allowed_ec2,
                              ssm_factory=lambda region: ssm, instance_id="i-0123456789abcdef0",
                              **kwargs)
 
