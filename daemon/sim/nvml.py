@@ -239,7 +239,13 @@ class _HostReader:
             # history[0] is the newest reading at least WINDOW_NS old (or the attach point)
             while len(history) > 1 and history[1][0] <= window_start:
                 history.popleft()
-            t0, busy0, sm0 = history[0]
+            # The sample period is about a second, from whichever of it and the next reading is
+            # nearer to a second old: reads come about a second apart, and one a little early
+            # would otherwise stretch the period to two seconds, halving a short kernel's share
+            # until NVML's whole percent rounds it to 0 (NVML's own period is 1/6 s to 1 s).
+            t0, busy0, sm0 = (history[1] if len(history) > 1
+                              and history[1][0] - window_start < window_start - history[0][0]
+                              else history[0])
             elapsed = now - t0
             if elapsed > 0:
                 busy_pct = 100.0 * (busy - busy0) / elapsed

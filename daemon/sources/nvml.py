@@ -88,6 +88,10 @@ _UTIL_SAMPLE = pynvml.c_nvmlProcessUtilizationSample_t
 _SAMPLE_PID = _UTIL_SAMPLE.pid.__get__
 _SAMPLE_STAMP = _UTIL_SAMPLE.timeStamp.__get__
 _SAMPLE_SM = _UTIL_SAMPLE.smUtil.__get__
+# How far back a process-utilization query reaches when the last one was longer ago (a read
+# late on a loaded host, the first read after a GPU came back): samples older than this say
+# little about now, and the newest sample per process is what is read.
+SM_SAMPLES_REACH_S = 5.0
 # Fields that change slowly are read every few seconds, not every tick (nvitop caches them so
 # too): a GPU's temperature moves by thermal inertia; its memory clock moves with the P-state,
 # which moves the SM clock too, so it is read again at once when the SM clock changes.
@@ -195,6 +199,7 @@ class _Device:
         self.gpm_previous: Any = None  # the GPM sample taken at the last read
         self.gpm_spare: Any = None  # the one before it, to take the next sample into
         self.gpm_request: Any = None  # the metrics request, made once and reused
+        self.sm_read_at = 0.0  # time.time() of the last process-utilization query
         self.errors: list[str] = []
         # field -> (when read, time.monotonic(); the field it moves with, then; its value)
         self.slow_fields: dict[str, tuple[float, object, Any]] = {}
@@ -420,12 +425,20 @@ class _Device:
         return []
 
     def _sm_shares(self) -> dict[int, float]:
-        """SM share per pid over the last second; a process with no sample is at 0%."""
+        """SM share per pid from its newest sample since the last read (at least the last
+        second, at most SM_SAMPLES_REACH_S); a process with no sample is at 0%.
+
+        From the last read, as NVML's lastSeenTimeStamp is meant to be used: a short kernel that
+        ran between two reads further apart than a second (a read late on a loaded host) is
+        still seen once."""
         if "process_utilization" in self.unsupported:
             return {}
-        since_us = int((time.time() - 1.0) * 1_000_000)
+        now = time.time()
+        since = min(now - 1.0, max(self.sm_read_at, now - SM_SAMPLES_REACH_S))
+        self.sm_read_at = now
         samples = self.query("nvmlDeviceGetProcessUtilization",
-                             pynvml.nvmlDeviceGetProcessUtilization, self.handle, since_us)
+                             pynvml.nvmlDeviceGetProcessUtilization, self.handle,
+                             int(since * 1_000_000))
         if isinstance(samples, NvmlFailure):
             if samples.kind == UNSUPPORTED:
                 self.unsupported.add("process_utilization")

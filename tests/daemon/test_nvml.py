@@ -462,3 +462,18 @@ def test_gpm_samples_are_taken_into_two_buffers_in_turn(sim_host, monkeypatch):
         activity.append(gpu.sm_activity)
     assert activity[0] is None and None not in activity[1:]  # GPM needs two samples
     assert len(allocs) == 2 and frees == [] and len(lib._gpm_samples) == 2
+
+
+def test_a_kernel_between_two_reads_more_than_a_second_apart_is_seen(sim_host):
+    """A read late on a loaded host: the process-utilization query asks from the last read,
+    not from a second ago, so a short kernel that ran between the two is seen (probe 132 H2)."""
+    running = sim_host(host_toml(gpus=1))
+    pid = os.getpid()
+    with attached(running, 0, 1) as gpu:
+        device = _Device(0, pynvml.nvmlDeviceGetHandleByIndex(0), FAST)
+        assert device.read().uses[pid][0].sm_share == 0.0  # it has run nothing yet
+        gpu.kernel(0.1, sm=0.8)
+        ended = time.monotonic()
+        wait_until(lambda: time.monotonic() > ended + 1.3, timeout=5)  # the late read's time
+        assert device.read().uses[pid][0].sm_share > 0
+        assert device.read().uses[pid][0].sm_share == 0.0  # and once, not at every read

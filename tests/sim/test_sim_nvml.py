@@ -9,7 +9,7 @@ import time
 
 import pynvml
 import pytest
-from simhost import GIB, attach_code, attached, host_toml, wait_until
+from simhost import GIB, attach_code, attached, host_toml, poll, wait_until
 
 from daemon.sim import nvml as sim_nvml
 
@@ -227,3 +227,27 @@ def test_no_gpm_on_ampere(sim_host):
     assert pynvml.nvmlGpmQueryDeviceSupport(gpu).isSupportedDevice == 0
     with pytest.raises(pynvml.NVMLError_NotSupported):
         pynvml.nvmlGpmSampleGet(gpu, pynvml.nvmlGpmSampleAlloc())
+
+
+def test_a_short_kernel_is_seen_when_a_read_comes_a_little_early(sim_host):
+    """NVML's sample period is 1/6 s to 1 s: a 30 ms kernel on 30% of the SMs is 0.9% of a
+    second. Reads a little under a second apart (0.95 s) once stretched the simulator's period
+    to two seconds, and NVML's whole percent read 0.45% as 0: the kernel was never seen, and a
+    stream scorer running one every 3 s read as holding its GPU idle (probe 132 H2)."""
+    running = sim_host(host_toml(gpus=1))
+    (gpu,) = handles(1)
+    with attached(running, 0, 1) as device:
+        start = time.monotonic()
+
+        def read_at(offset: float) -> None:
+            poll(lambda: time.monotonic() >= start + offset, 5, f"{offset} s on", every=0.005)
+            pynvml.nvmlDeviceGetUtilizationRates(gpu)  # the reader's tick: a reading
+
+        read_at(0.0)
+        read_at(0.95)
+        since = now_us()
+        device.kernel(0.03, sm=0.3)
+        read_at(1.9)
+        samples = pynvml.nvmlDeviceGetProcessUtilization(gpu, since)
+        assert [(s.pid, s.smUtil >= 1) for s in samples] == [(os.getpid(), True)], [
+            (s.pid, s.smUtil) for s in samples]
