@@ -36,6 +36,22 @@ def allow_any_tracer() -> None:
         pass  # not Linux, or no yama: nothing to allow
 
 
+class _AllocLock:
+    """The host's allocations, one at a time (an exclusive flock of the attach folder): two
+    processes that each see room for themselves cannot both take it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        self.fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)  # (the lock goes with it)
+
+
 class Device:
     """One process's attachment to one simulated GPU.
 
@@ -91,14 +107,44 @@ class Device:
         """Hold `nbytes` more of simulated device memory (MemoryError past the GPU's total)."""
         if nbytes < 0:
             raise ValueError(f"alloc({nbytes}): nbytes must be >= 0")
-        with self._lock:
-            if self._memory + nbytes > self.memory_total:
+        with self._lock, _AllocLock(self.path.parent):
+            others = self._others_memory()
+            if others + self._memory + nbytes > self.memory_total:
                 raise MemoryError(
                     f"CUDA out of memory (simulated): GPU {self.gpu_index} has "
-                    f"{self.memory_total} bytes, this process holds {self._memory}, asked {nbytes}"
+                    f"{self.memory_total} bytes, other processes hold {others}, this process "
+                    f"holds {self._memory}, asked {nbytes}"
                 )
             self._memory += nbytes
             self._write()
+
+    def _others_memory(self) -> int:
+        """Device memory that the other live processes hold on this GPU, from their records
+        (one whose owner died, its flock gone with it, holds nothing)."""
+        held = 0
+        folder = self.path.parent
+        for name in os.listdir(folder):
+            parsed = state.parse_attach_file_name(name)
+            if parsed is None or parsed[0] != self.gpu_index or parsed[1] == self.pid:
+                continue
+            try:
+                fd = os.open(folder / name, os.O_RDONLY)
+            except OSError:
+                continue  # gone (detached) since the listing
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    continue  # its owner's exclusive lock is gone: a dead process's record
+                except BlockingIOError:
+                    pass  # alive
+                for _ in range(64):  # a record no write overlapped (state.RECORD's counters)
+                    rec = state.RECORD.unpack(os.pread(fd, state.RECORD.size, 0))
+                    if rec[0] == rec[-1]:
+                        held += rec[3]
+                        break
+            finally:
+                os.close(fd)
+        return held
 
     def free(self, nbytes: int) -> None:
         """Release `nbytes` of simulated device memory (never below zero)."""

@@ -251,3 +251,27 @@ def test_a_short_kernel_is_seen_when_a_read_comes_a_little_early(sim_host):
         samples = pynvml.nvmlDeviceGetProcessUtilization(gpu, since)
         assert [(s.pid, s.smUtil >= 1) for s in samples] == [(os.getpid(), True)], [
             (s.pid, s.smUtil) for s in samples]
+
+
+def test_memory_runs_out_across_processes_as_cuda_does(sim_host):
+    """A 40 GiB GPU where another process holds 30 GiB has 10 GiB left for this one: 20 more
+    is "CUDA out of memory", as the processes' sum could otherwise pass the GPU's total
+    (probe 125 F9); once the other is killed, its memory is free again."""
+    from daemon.sim.device import Device
+
+    running = sim_host(host_toml(gpus=1, workloads=[
+        {"name": "big", "gpus": [0], "code": attach_code(0, 30)}]))
+    (gpu,) = handles(1)
+    (_, big_pid, _), = running.workloads
+    wait_until(lambda: pynvml.nvmlDeviceGetMemoryInfo(gpu).used >= 30 * GIB, timeout=10)
+    with Device(gpu_index=0, state_dir=running.state_dir) as device:
+        with pytest.raises(MemoryError, match="other processes hold 32212254720"):
+            device.alloc(20 * GIB)
+        device.alloc(9 * GIB)  # what is left fits
+        assert device.memory == 9 * GIB
+        os.killpg(big_pid, signal.SIGKILL)  # its record stays behind, its lock goes
+        wait_until(lambda: not any(p.pid == big_pid for p in
+                                   pynvml.nvmlDeviceGetComputeRunningProcesses(gpu)), timeout=5)
+        device.alloc(20 * GIB)
+        wait_until(lambda: pynvml.nvmlDeviceGetMemoryInfo(gpu).used
+                   == 29 * GIB + sim_nvml.RESERVED_MEMORY, timeout=5)
