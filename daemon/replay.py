@@ -97,7 +97,12 @@ class Replay:
         if not self.path.is_file():
             raise ReplayError(f"{no_store_at(self.path)}; give the path of an mlcostd database "
                               "(a copy: sqlite3 /var/lib/mlcost/mlcost.db \"VACUUM INTO 'x.db'\")")
-        self.reader = StoreReader(self.path, timeout_s=timeout_s)
+        # With no -wal beside it (a copy, a stopped daemon's file), read as `mlcostd report`
+        # does, so SQLite removes the -wal and -shm it makes on open when it closes: nothing is
+        # left beside a file given to replay, and an empty WAL writes nothing into it. With one
+        # (a daemon records into it, or a copy took it along), read-only, leaving both as found.
+        self.reader = StoreReader(self.path, timeout_s=timeout_s,
+                                  tidy=not self.path.with_name(self.path.name + "-wal").exists())
         try:
             version = self.reader.query("PRAGMA user_version")[0]["user_version"]
             if version > SCHEMA_VERSION:

@@ -4,6 +4,7 @@ then a copy of its database (VACUUM INTO) is replayed: state_at values and the T
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -98,6 +99,22 @@ def test_replay_never_writes(store):
     with Replay(store) as replay:
         replay.state_at(replay.times()[-1])
     assert (store.stat().st_mtime_ns, store.read_bytes()) == before
+
+
+def test_replay_of_a_copied_store_leaves_nothing_beside_it(store, tmp_path):
+    """A plain copy of a daemon's WAL-mode file: SQLite makes a -wal and a -shm to read it,
+    and replay once left both beside the user's file (probe 125 F10)."""
+    copy = tmp_path / "copied.db"
+    shutil.copyfile(store, copy)
+    with sqlite3.connect(copy) as db:
+        db.execute("PRAGMA journal_mode=WAL")  # as the daemon's own file is
+    db.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copied.db"]
+    before = copy.read_bytes()
+    with Replay(copy) as replay:
+        replay.state_at(replay.times()[-1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copied.db"]
+    assert copy.read_bytes() == before
 
 
 def test_a_file_that_is_not_a_store_says_so(tmp_path):
