@@ -466,8 +466,11 @@ class MlcostTop(App):
         the start is waiting for."""
         header = self.query_one(HeaderPanel)
         if self.viewing is None:
+            # (the hosts the totals are over: those that answered; none: all as last seen)
+            answered = any(h.error is None for h in self.hosts)
             alerting = tuple(h.now.hostname or h.target for h in self.hosts
-                             if h.now is not None and h.error is None and h.now.idle_alerts)
+                             if h.now is not None and (h.error is None or not answered)
+                             and h.now.idle_alerts)
             header.show(fleet_totals(self.hosts), self.paused, retry, fleet=len(self.hosts),
                         alert_hosts=alerting)
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -223,11 +224,23 @@ class ReplaySource:
 
 def fleet_totals(hosts: tuple[HostSnapshot, ...]) -> HostSnapshot | None:
     """The fleet header: totals over the daemons that answered, as one synthetic snapshot."""
-    live = [h for h in hosts if h.now is not None and h.error is None]
     if not hosts:
         return None
-    if not live:
-        return hosts[0]
+    live = [h for h in hosts if h.now is not None and h.error is None]
+    if not live:  # none answers: the fleet as last seen, "as of" its newest answer (it read
+        # as the first host's own header, under that host's name, over the fleet's table)
+        seen = [h for h in hosts if h.now is not None]
+        name = f"fleet of {len(hosts)} (0 answering)"
+        stalled = all(h.stalled for h in hosts)
+        if not seen:
+            return HostSnapshot(name, None, "no daemon answers", 0.0, hosts[0].received_at,
+                                stalled=stalled)
+        totals = fleet_totals(tuple(dataclasses.replace(h, error=None) for h in seen))
+        assert totals is not None and totals.now is not None
+        return dataclasses.replace(
+            totals, now=dataclasses.replace(totals.now, hostname=name), error="no daemon answers",
+            stalled=stalled, answered_at=max((h.answered_at for h in seen
+                                              if h.answered_at is not None), default=None))
 
     def total(values: Iterable[float | None]) -> float | None:
         known = [v for v in values if v is not None]

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from mlcost_tui import format as fmt
 from mlcost_tui.keyed_table import CELL_PADDING, Column, KeyedTable, as_column, fit_columns
 from mlcost_tui.messages import HostSnapshot
-from mlcost_tui.thresholds import BAD, GOOD
+from mlcost_tui.thresholds import BAD, GOOD, WARN
 
 # The order of both fleet tables (this one and --prometheus's), said in their titles: a down
 # host on top of a table read as "costliest first" looked like the costliest.
@@ -50,9 +50,25 @@ def fitted_row(table: KeyedTable, cells: Sequence[Any], cut: Sequence[str],
 
 
 def fleet_order(snap: HostSnapshot) -> tuple[bool, float]:
-    """The sort key: unreachable hosts first, then the biggest burn."""
+    """The sort key: hosts down (unreachable, or not answering now) first, then the biggest
+    burn."""
     now = snap.now
-    return (now is not None, -((now.burn_per_hour or 0.0) if now is not None else 0.0))
+    return (snap.error is None, -((now.burn_per_hour or 0.0) if now is not None else 0.0))
+
+
+def dimmed(cell: str | Text) -> Text:
+    """A figure shown from an earlier answer."""
+    text = cell.copy() if isinstance(cell, Text) else Text(cell)
+    text.stylize("dim")
+    return text
+
+
+def status_of(snap: HostSnapshot) -> Text:
+    """`live`; or, for a daemon that did not answer this time but did before, how old its
+    row's (dimmed) figures are: `as of 14:02`, as the one host's header says it."""
+    if snap.error is None:
+        return Text("live", style=GOOD)
+    return Text(f"as of {fmt.clock_time(snap.answered_at)[:5]}", style="bold " + WARN)
 
 
 class FleetPanel(KeyedTable):
@@ -123,13 +139,15 @@ class FleetPanel(KeyedTable):
             saves = now.potential_savings_per_month
             if saves is None:  # an older daemon: its recommendations' shown figures
                 saves = sum(r.shown_savings_per_month or 0.0 for r in now.recommendations)
-            rows.append((snap.target, row(
-                now.hostname or "?", snap.target, Text("live", style=GOOD),
+            cells: tuple[str | Text, ...] = (
+                now.hostname or "?", snap.target, status_of(snap),
                 fmt.money(now.burn_per_hour), fmt.money(now.wasted_per_hour),
                 fmt.money(now.spend_today), str(len(now.gpus)),
                 Text(str(idle), style=BAD if idle else ""),
                 Text(str(len(now.idle_alerts)), style=BAD if now.idle_alerts else ""),
-                str(len(now.recommendations)), fmt.money(saves if now.recommendations else None),
-            )))
+                str(len(now.recommendations)), fmt.money(saves if now.recommendations else None))
+            if snap.stale:  # figures from an earlier answer: dimmed, as one host's panels are
+                cells = (*cells[:3], *(dimmed(c) for c in cells[3:]))
+            rows.append((snap.target, row(*cells)))
         self.sync(rows)
         self.set_title(f"Fleet: {len(hosts)} daemons · {FLEET_ORDER}")

@@ -3,9 +3,12 @@ from [idle].utilization), whatever the utilization reads; no verdict shows no st
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from daemon.wire import Now
+from mlcost_tui import format as fmt
 from mlcost_tui.app import MlcostTop
 from mlcost_tui.messages import HostSnapshot, SnapshotArrived
 from mlcost_tui.panels.fleet import FleetPanel
@@ -270,3 +273,48 @@ async def test_the_command_column_sorts_by_what_it_shows(size):
         assert [p.pid for p in rows] == [1004, 1003, 1002, 1001, 1000], [p.command for p in rows]
         shown = [str(procs.get_cell_at((i, procs.get_column_index("command")))) for i in range(5)]
         assert "checkpoint_heavy" in shown[1] and "hostile.py" in shown[3], shown
+
+
+@pytest.mark.asyncio
+async def test_a_fleet_host_that_stopped_answering_says_as_of_when_and_goes_first():
+    """Its row kept `live` in green and full-colour figures after its daemon stopped answering
+    (the one host's view dims them and says `as of`): now it says since when, its figures are
+    dimmed, and it goes on top with the down hosts, above a costlier live one."""
+    clients = [StubClient(), StubClient()]
+    clients[1].name = "unix:/other.sock"
+    app = MlcostTop(clients, poll=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 48)) as pilot:
+        live, old = with_verdicts([False]), with_verdicts([False])
+        live["burn"]["total_per_hour"], old["burn"]["total_per_hour"] = 90.0, 10.0
+        answered = TS - 120
+        hosts = (HostSnapshot(clients[0].name, Now.from_dict(live), None, 0.01, TS),
+                 HostSnapshot(clients[1].name, Now.from_dict(old), "connection refused", 0.01,
+                              TS, attempt=3, answered_at=answered))
+        app.post_message(SnapshotArrived(hosts))
+        await pilot.pause()
+        fleet = app.query_one(FleetPanel)
+        status, burn = fleet.get_column_index("status"), fleet.get_column_index("burn")
+        first, second = ([fleet.get_cell_at((row, c)) for c in (status, burn)] for row in (0, 1))
+        assert str(first[0]) == f"as of {fmt.clock_time(answered)[:5]}"
+        assert str(first[1]).strip() == fmt.money(10.0)
+        assert any("dim" in str(span.style) for span in first[1].spans), first[1].spans
+        assert str(second[0]) == "live" and str(second[1]).strip() == fmt.money(90.0)
+
+
+def test_a_fleet_where_no_daemon_answers_is_still_the_fleet_as_of_its_newest_answer():
+    """With every daemon down, the header showed the first host's own snapshot (its name, its
+    instance) over the fleet's table: now the fleet's totals as last seen, said to be old."""
+    from mlcost_tui.sources import fleet_totals
+
+    docs = [with_verdicts([False]), with_verdicts([False, True])]
+    docs[0]["burn"]["total_per_hour"], docs[1]["burn"]["total_per_hour"] = 1.5, 2.0
+    hosts = tuple(HostSnapshot(f"unix:/{i}.sock", Now.from_dict(doc), "connection refused",
+                               0.01, TS, attempt=2, answered_at=TS - 60 + i)
+                  for i, doc in enumerate(docs))
+    fleet = fleet_totals(hosts)
+    assert fleet is not None and fleet.now is not None and fleet.error is not None
+    assert fleet.now.hostname == "fleet of 2 (0 answering)"
+    assert (fleet.now.burn_per_hour, len(fleet.now.gpus)) == (3.5, 3)
+    assert fleet.stale and fleet.answered_at == TS - 59
+    never = fleet_totals(tuple(dataclasses.replace(h, now=None) for h in hosts))
+    assert never is not None and never.now is None and never.target == "fleet of 2 (0 answering)"
