@@ -727,7 +727,8 @@ class Daemon:
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now(), stack_statuses=statuses, windows=windows,
-            kinds=self.kinds.documents(), store=store, entries=self._now_entries)
+            kinds=self.kinds.documents(), store=store, entries=self._now_entries,
+            working_sm_share=self.config.attribution.low_sm_share)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
             event["snapshot"] = taken.get(event.get("id"))
