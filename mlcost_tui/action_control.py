@@ -23,6 +23,13 @@ if TYPE_CHECKING:
 SNOOZE_HOURS = 24.0
 UNDO_S = 15.0  # how long after a snooze `u` brings the recommendation back
 SNAPSHOT_TOAST_S = 6.0  # long enough to read a file name; the demo's exit line repeats it
+# How long `a` (and `k`) wait for the daemon's dry run before saying it did not answer: a dry
+# run reads the daemon's state (a resize's asks EC2 with DryRun, a second or two); past this
+# the daemon is hung or stopped (probe 125 F18: the dialog opened 10 s later, over the help).
+DRY_RUN_WAIT_S = 10.0
+# ...and for the action itself, once confirmed (a resize stops and starts the instance through
+# boto3 and answers when EC2 took the calls)
+ACTION_WAIT_S = 30.0
 
 
 class ActionControl:
@@ -123,18 +130,40 @@ class ActionControl:
 
     async def _action(self, rec: Recommendation, dry_run: bool,
                       accept_preliminary: bool = False) -> None:
-        from daemon.client import ClientError
+        """Asks the daemon, saying so at once; waits at most DRY_RUN_WAIT_S (ACTION_WAIT_S for
+        the action itself) and says when it did not answer. The dry run's dialog opens only on
+        the screen `a` was pressed on: an answer that comes after the user moved on (another
+        screen, a dialog, the help) is said in a toast, never popped up over what is open."""
+        from daemon.client import ClientError, DaemonUnavailable
 
         app = self.app
+        asked_on = app.screen
+        wait = DRY_RUN_WAIT_S if dry_run else ACTION_WAIT_S
+        app.notify(f"asking mlcostd for {'the dry run of ' if dry_run else ''}"
+                   f"{fmt.cut(rec.summary, 50)}…", timeout=wait)
         try:
             assert app.client is not None
-            result = await (app.client.apply(rec.id, dry_run, accept_preliminary=True)
-                            if accept_preliminary else app.client.apply(rec.id, dry_run))
+            result = await (app.client.apply(rec.id, dry_run, accept_preliminary=True,
+                                             timeout_s=wait)
+                            if accept_preliminary else
+                            app.client.apply(rec.id, dry_run, timeout_s=wait))
+        except DaemonUnavailable as exc:
+            said = str(exc)
+            if exc.timed_out:
+                said += (" (hung or stopped?): nothing was done; press a again once it answers"
+                         if dry_run else
+                         ": it may still do it; the list shows what it did once it answers")
+            app.post_message(ActionFinished(rec.id, None, said, dry_run))
+            return
         except ClientError as exc:
             app.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
             return
         app.post_message(ActionFinished(rec.id, result, None, dry_run))
         if dry_run:
+            if app.screen is not asked_on:  # the user moved on while it was asked
+                app.notify(f"the dry run of {fmt.cut(rec.summary, 50)} came back after this "
+                           "screen opened: press a on it again to see it", timeout=8)
+                return
             from mlcost_tui.screens.action import ActionScreen
 
             def after(choice: str | None) -> None:
@@ -143,6 +172,7 @@ class ActionControl:
                                       accept_preliminary=choice == "do_preliminary")
 
             running = app.now.processes if app.now is not None else None
+            app.clear_notifications()  # the "asking" toast: answered
             app.push_screen(ActionScreen(rec, result, readonly=app.readonly, running=running),
                             after)
 

@@ -129,7 +129,7 @@ class StubClient:
         return History(metric, f"process:{key}", since_s,
                        tuple(Point(TS - 300 + 5 * i, 40.0, 40.0, 40.0) for i in range(60)))
 
-    async def apply(self, rec_id: str, dry_run: bool = True):
+    async def apply(self, rec_id: str, dry_run: bool = True, timeout_s: float = 30.0):
         self.applied.append((rec_id, dry_run))
         if rec_id == "rec-idle":
             return self.ActionResult(rec_id, "sigterm", dry_run, not dry_run,
