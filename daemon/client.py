@@ -362,6 +362,11 @@ class Client:
                                        body={"hours": hours})
         return float(document["snoozed_until"])
 
+    async def snoozed_recommendations(self) -> list[Recommendation]:
+        """The snoozed recommendations, each with its `snoozed_until`."""
+        document = await self._request("GET", "/v1/recommendations/snoozed")
+        return [Recommendation.from_dict(r) for r in document.get("recommendations", [])]
+
     async def unsnooze(self, rec_id: str) -> None:
         """End a snooze (undo): the recommendation is listed again."""
         await self._request("DELETE", f"/v1/recommendations/{rec_id}/snooze")

@@ -90,10 +90,14 @@ class ActionControl:
             yes=f"Snooze {SNOOZE_HOURS:g} h (y)", no="Keep it (n)"), answered)
 
     def undo_snooze(self) -> None:
-        """`u`, within UNDO_S of a snooze: the recommendation is back."""
-        self.app.run_worker(self._undo_snooze(), exclusive=True, group="snooze",
-                            exit_on_error=False,
-                            description="undo the last snooze through mlcostd")
+        """`u`: within UNDO_S of a snooze the recommendation is back; after, the snoozed
+        recommendations are listed to bring one back (or a toast says none is snoozed)."""
+        if self.can_undo:
+            work, what = self._undo_snooze(), "undo the last snooze through mlcostd"
+        else:
+            work, what = self._list_snoozed(), "list the snoozed recommendations from mlcostd"
+        self.app.run_worker(work, exclusive=True, group="snooze", exit_on_error=False,
+                            description=what)
 
     def snapshot(self) -> None:
         """`s`: a snapshot of the last 30 minutes through the daemon; a toast says where."""
@@ -202,22 +206,57 @@ class ActionControl:
                    f"{local_time(until, seconds=False)} · u: undo", title="snoozed",
                    timeout=UNDO_S)
 
-    async def _undo_snooze(self) -> None:
+    async def _undo_snooze(self, rec: Recommendation | None = None) -> None:
+        """Bring `rec` (by default the last one snoozed here) back into the list."""
         from daemon.client import ClientError
 
         app = self.app
-        if self.last_snooze is None or app.client is None:
+        if rec is None and self.last_snooze is not None:
+            rec = self.last_snooze[0]
+        if rec is None or app.client is None:
             return
-        rec, _ = self.last_snooze
         try:
             await app.client.unsnooze(rec.id)
         except ClientError as exc:
             app.notify(f"undo failed: {exc}", severity="error", timeout=8)
             return
-        self.last_snooze = None
+        if self.last_snooze is not None and self.last_snooze[0].id == rec.id:
+            self.last_snooze = None
         app.refresh_bindings()
         table = app.query_one(RecommendationTable)
         table.snoozed_here.discard(rec.id)
         if app.now is not None:
             table.show(app.now)  # back at once if this snapshot has it; the next poll does too
         app.notify(f"back in the list: {fmt.cut(rec.summary, 60)}", timeout=4)
+
+    async def _list_snoozed(self) -> None:
+        """The snoozed recommendations in a list to bring one back (opened only on the screen
+        `u` was pressed on), or a toast saying why there is none."""
+        from daemon.client import ClientError
+        from mlcost_tui.screens.snoozed import SnoozedScreen
+
+        app = self.app
+        if app.client is None:
+            return
+        asked_on = app.screen
+        try:
+            snoozed = await app.client.snoozed_recommendations()
+        except ClientError as exc:
+            app.notify(f"cannot list the snoozed recommendations: {exc}", severity="error",
+                       timeout=8)
+            return
+        if not snoozed:
+            app.notify("no recommendation is snoozed on this mlcostd (x snoozes the "
+                       "highlighted one; u then brings it back)", timeout=5)
+            return
+        if app.screen is not asked_on:  # the user moved on meanwhile: no list over it
+            return
+
+        def chosen(rec: Recommendation | None) -> None:
+            if rec is not None:
+                app.run_worker(self._undo_snooze(rec), exclusive=True, group="snooze",
+                               exit_on_error=False,
+                               description="bring a snoozed recommendation back through "
+                                           "mlcostd")
+
+        app.push_screen(SnoozedScreen(snoozed), chosen)

@@ -384,6 +384,15 @@ class Daemon:
         return [r for r in recommendations if self.snoozed.get(r["id"], 0.0) <= wall
                 and (alive is None or _process_of(r) in alive or _process_of(r) is None)]
 
+    def snoozed_recommendations(self) -> list[dict[str, Any]]:
+        """The recommendations of the latest evaluation that are snoozed now, each with its
+        `snoozed_until` (what DELETE .../snooze brings back: mlcost-top's `u`). On the loop."""
+        if self.analyzer is None or not self.snoozed:
+            return []
+        wall = clock.now()
+        return [dict(r, snoozed_until=until) for r in self.analyzer.recommendations()
+                if (until := self.snoozed.get(r["id"], 0.0)) > wall]
+
     def recommendation(self, rec_id: str) -> dict[str, Any] | None:
         """One active recommendation by id, or None. Call it on the event loop: it reads the
         analyzer's state, which the loop mutates."""

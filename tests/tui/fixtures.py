@@ -145,6 +145,16 @@ class StubClient:
     async def unsnooze(self, rec_id: str) -> None:
         self.unsnoozed.append(rec_id)
 
+    async def snoozed_recommendations(self):
+        """Those snoozed and not brought back, as the daemon lists them (until a day on)."""
+        from daemon.wire import Recommendation
+
+        known = {r["id"]: r for r in now_document()["recommendations"]}
+        hidden = dict.fromkeys(i for i in self.snoozed
+                               if self.snoozed.count(i) > self.unsnoozed.count(i))
+        return [Recommendation.from_dict({**known.get(i, {"id": i, "summary": f"advice {i}"}),
+                                          "snoozed_until": TS + 24 * 3600}) for i in hidden]
+
     async def close(self) -> None:
         pass
 
