@@ -143,8 +143,9 @@ class ActionControl:
         app = self.app
         asked_on = app.screen
         wait = DRY_RUN_WAIT_S if dry_run else ACTION_WAIT_S
-        app.notify(f"asking mlcostd for {'the dry run of ' if dry_run else ''}"
-                   f"{fmt.cut(rec.summary, 50)}…", timeout=wait)
+        what = fmt.cut(rec.headline or rec.summary, 60)
+        app.notify(f"asking mlcostd for {'the dry run' if dry_run else 'the action'}…\n{what}",
+                   timeout=wait)
         try:
             assert app.client is not None
             result = await (app.client.apply(rec.id, dry_run, accept_preliminary=True,
@@ -157,16 +158,20 @@ class ActionControl:
                 said += (" (hung or stopped?): nothing was done; press a again once it answers"
                          if dry_run else
                          ": it may still do it; the list shows what it did once it answers")
+            app.clear_notifications()  # the "asking" toast (a held one would leave it up)
             app.post_message(ActionFinished(rec.id, None, said, dry_run))
             return
         except ClientError as exc:
+            app.clear_notifications()
             app.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
             return
+        app.clear_notifications()  # the "asking" toast: answered
         app.post_message(ActionFinished(rec.id, result, None, dry_run))
         if dry_run:
             if app.screen is not asked_on:  # the user moved on while it was asked
-                app.notify(f"the dry run of {fmt.cut(rec.summary, 50)} came back after this "
-                           "screen opened: press a on it again to see it", timeout=8)
+                app.notify(f"the dry run came back after you left the screen you asked it "
+                           f"on, so no dialog opened: press a again to see it\n{what}",
+                           timeout=8)
                 return
             from mlcost_tui.screens.action import ActionScreen
 
@@ -176,7 +181,6 @@ class ActionControl:
                                       accept_preliminary=choice == "do_preliminary")
 
             running = app.now.processes if app.now is not None else None
-            app.clear_notifications()  # the "asking" toast: answered
             app.push_screen(ActionScreen(rec, result, readonly=app.readonly, running=running),
                             after)
 

@@ -107,7 +107,7 @@ async def test_a_says_it_asks_and_an_answer_after_the_user_moved_on_opens_no_dia
             help_screen = app.screen
             assert help_screen is not main
             daemon.release.set()  # the daemon answers now (SIGCONT)
-            await pilot_wait_for(pilot, lambda: any("came back after" in m for m in said(app)),
+            await pilot_wait_for(pilot, lambda: any("came back after you left" in m for m in said(app)),
                                  what="the late answer said")
             await app.workers.wait_for_complete()
             await pilot.pause()
