@@ -553,6 +553,8 @@ class Daemon:
                                                       or socket.gethostname()))
             self.host["interval_s"] = self.config.daemon.interval
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
+            # replay's phase_now: [attribution].low_sm_share, at or over which a process works
+            self.host["low_sm_share"] = self.config.attribution.low_sm_share
             # replay holds a recommendation through its lapses as the live view did
             self.host["recommendation_hold_s"] = self.config.cost.recommendation_hold
             self.host["evaluate_every_s"] = self.config.cost.evaluate_every  # "none yet" says it
