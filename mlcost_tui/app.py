@@ -148,8 +148,8 @@ class MlcostTop(App):
         ("apply_recommendation", "Apply recommendation",
          "dry run, then do it after confirmation (a)"),
         ("snooze_recommendation", "Snooze recommendation", f"hide it for {SNOOZE_HOURS:g} h (x)"),
-        ("undo_snooze", "Snoozed recommendations", f"bring one back: the last snoozed, within "
-                                                   f"{UNDO_S:g} s; after, from a list (u)"),
+        ("undo_snooze", "Bring back a snoozed recommendation",
+         f"the last snoozed, within {UNDO_S:g} s; after, one from the snoozed list (u)"),
         ("kill", "Stop idle process", "SIGTERM via mlcostd, after confirmation (k)"),
         ("history", "History", "utilization and wasted $/h over 1 h and 24 h (h)"),
         ("snapshot", "Snapshot", "the last 30 min as a snapshot file and HTML report (s)"),
@@ -662,10 +662,6 @@ class MlcostTop(App):
             here.append(("enter", "on a host: its full view, through its own daemon"))
             here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
-        if host and self.replay is None and not self.readonly and \
-                not any(keys == "u" for keys, _ in here):
-            here.append(("u", f"bring a snoozed recommendation back: within {UNDO_S:g} s of a "
-                              "snooze that one; after, pick one from the snoozed list"))
         if host:
             details = [("escape, q", "back to the main screen")]
             if self.replay is None:
