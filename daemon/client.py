@@ -46,6 +46,7 @@ from pricing.small_file import MISSING, UNREADABLE, SmallFileError
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 3.0
+APPLY_TIMEOUT_S = 30.0  # an action (a resize through boto3) answers when it was done
 HISTORY_TIMEOUT_S = 8.0
 COMPARE_TIMEOUT_S = 75.0  # the daemon cuts its comparison off at 60 s (daemon.api.compare)
 IDLE_TIMEOUT_S = 8.0  # the daemon's own store read is cut off at 5 s (daemon.api.idle)
@@ -346,19 +347,25 @@ class Client:
         return [Recommendation.from_dict(r) for r in document.get("recommendations", [])]
 
     async def apply(self, rec_id: str, dry_run: bool = True,
-                    accept_preliminary: bool = False) -> ActionResult:
+                    accept_preliminary: bool = False,
+                    timeout_s: float = APPLY_TIMEOUT_S) -> ActionResult:
         """`accept_preliminary`: the user confirmed a resize on preliminary evidence a second
-        time (the daemon refuses it without)."""
+        time (the daemon refuses it without). `timeout_s`: how long to wait for the answer."""
         body: dict[str, Any] = {"dry_run": dry_run}
         if accept_preliminary:
             body["accept_preliminary"] = True
         return ActionResult.from_dict(await self._request(
-            "POST", f"/v1/recommendations/{rec_id}/apply", body=body, timeout_s=30.0))
+            "POST", f"/v1/recommendations/{rec_id}/apply", body=body, timeout_s=timeout_s))
 
     async def snooze(self, rec_id: str, hours: float = 24) -> float:
         document = await self._request("POST", f"/v1/recommendations/{rec_id}/snooze",
                                        body={"hours": hours})
         return float(document["snoozed_until"])
+
+    async def snoozed_recommendations(self) -> list[Recommendation]:
+        """The snoozed recommendations, each with its `snoozed_until`."""
+        document = await self._request("GET", "/v1/recommendations/snoozed")
+        return [Recommendation.from_dict(r) for r in document.get("recommendations", [])]
 
     async def unsnooze(self, rec_id: str) -> None:
         """End a snooze (undo): the recommendation is listed again."""

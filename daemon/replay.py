@@ -52,7 +52,7 @@ from daemon.analysis.latency import LATENCY_READING, observe_reading, replayed_m
 from daemon.analysis.ledger import CostLedger, recording_gap_s, run_starts
 from daemon.analysis.price_history import PRICE_READING, PriceHistory, instance_then
 from daemon.analysis.range_ticks import with_edges
-from daemon.api.document import CostView, now_document
+from daemon.api.document import WORKING_SM_SHARE, CostView, now_document
 from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.errors import damaged_store, is_damaged
@@ -155,6 +155,9 @@ class Replay:
         self.idle_utilization_pct = float(recorded_idle) if isinstance(
             recorded_idle, int | float) else DEFAULT_IDLE_UTILIZATION_PCT
         self.thresholds = IdleThresholds(idle_utilization_pct=self.idle_utilization_pct)
+        recorded_low = self.host.get("low_sm_share")  # [attribution].low_sm_share as it ran
+        self.working_sm_share = float(recorded_low) if isinstance(
+            recorded_low, int | float) else WORKING_SM_SHARE
         # A recommendation stands after its last sighting for the grace, plus the hold the live
         # view had ([cost].recommendation_hold, recorded since hysteresis; older stores none).
         hold = self.host.get("recommendation_hold_s")
@@ -272,6 +275,7 @@ class Replay:
         doc = now_document(
             host=host, sample=sample, previous=previous, tick=sample.tick,
             idle_utilization_pct=self.idle_utilization_pct, cost=cost,
+            working_sm_share=self.working_sm_share,
             phases={process_key(pid, start): balance
                     for (pid, start), balance in balances.items()},
             stack_statuses=statuses, windows=windows, store=None,

@@ -404,6 +404,10 @@ class Process:
     # How sure `phase` is: "high" (Python stacks) or "low" (/proc alone: ptrace denied or
     # stacks off); None where no phase is known or an older daemon does not say.
     phase_confidence: str | None = None
+    # The phase it is in now (the phase column's): `phase`, or `compute` while it works on its
+    # GPU outside a low-utilization window, after stacks that said otherwise (an older daemon
+    # does not say: `phase` stands).
+    phase_now: str | None = None
     owner: dict[str, str] = field(default_factory=dict)  # pod, namespace, container, slurm_job, ... from cgroups
     workload: str | None = None  # short owner label for display: "ns/pod", "slurm 1234", "unit.service"
     # Its workload kind (daemon.analysis.kinds): training, batch_inference, online_inference,
@@ -420,6 +424,15 @@ class Process:
     per_gpu: tuple[GpuShare, ...] = ()  # by GPU index, from /v1/now's gpus list
     job: str | None = None  # its job label as the cost ledger has it ([cost].jobs, else script)
     energy: EnergyFigure | None = None  # its watts now, joules, kWh and grams CO2e so far
+
+    @property
+    def current_phase(self) -> tuple[str | None, str | None]:
+        """The phase it is in now and how sure: its balance's top phase with that phase's
+        confidence, or `compute` from its GPU's own busy time (high) once it is back at work
+        after stacks that said otherwise (daemon.api.document.phase_now)."""
+        if self.phase_now == self.phase:
+            return self.phase, self.phase_confidence
+        return self.phase_now, HIGH_CONFIDENCE
 
     def on_gpu(self, index: int) -> GpuShare | None:
         """Its memory and SM share on GPU `index` (None: not on it, or not said)."""
@@ -449,6 +462,7 @@ class Process:
                    stack_status=_text(pick("stack_status")),
                    phase_reasons=_tree(_d(d.get("phase_reasons"))),
                    phase_confidence=_confidence(d.get("phase_confidence")),
+                   phase_now=_text(d["phase_now"] if "phase_now" in d else pick("phase")),
                    owner={one_line(str(k)): one_line(v) for k, v in _d(d.get("owner")).items()
                           if isinstance(v, str)},
                    workload=_line(d.get("workload")) or None,

@@ -23,6 +23,13 @@ if TYPE_CHECKING:
 SNOOZE_HOURS = 24.0
 UNDO_S = 15.0  # how long after a snooze `u` brings the recommendation back
 SNAPSHOT_TOAST_S = 6.0  # long enough to read a file name; the demo's exit line repeats it
+# How long `a` (and `k`) wait for the daemon's dry run before saying it did not answer: a dry
+# run reads the daemon's state (a resize's asks EC2 with DryRun, a second or two); past this
+# the daemon is hung or stopped (probe 125 F18: the dialog opened 10 s later, over the help).
+DRY_RUN_WAIT_S = 10.0
+# ...and for the action itself, once confirmed (a resize stops and starts the instance through
+# boto3 and answers when EC2 took the calls)
+ACTION_WAIT_S = 30.0
 
 
 class ActionControl:
@@ -83,10 +90,14 @@ class ActionControl:
             yes=f"Snooze {SNOOZE_HOURS:g} h (y)", no="Keep it (n)"), answered)
 
     def undo_snooze(self) -> None:
-        """`u`, within UNDO_S of a snooze: the recommendation is back."""
-        self.app.run_worker(self._undo_snooze(), exclusive=True, group="snooze",
-                            exit_on_error=False,
-                            description="undo the last snooze through mlcostd")
+        """`u`: within UNDO_S of a snooze the recommendation is back; after, the snoozed
+        recommendations are listed to bring one back (or a toast says none is snoozed)."""
+        if self.can_undo:
+            work, what = self._undo_snooze(), "undo the last snooze through mlcostd"
+        else:
+            work, what = self._list_snoozed(), "list the snoozed recommendations from mlcostd"
+        self.app.run_worker(work, exclusive=True, group="snooze", exit_on_error=False,
+                            description=what)
 
     def snapshot(self) -> None:
         """`s`: a snapshot of the last 30 minutes through the daemon; a toast says where."""
@@ -123,18 +134,45 @@ class ActionControl:
 
     async def _action(self, rec: Recommendation, dry_run: bool,
                       accept_preliminary: bool = False) -> None:
-        from daemon.client import ClientError
+        """Asks the daemon, saying so at once; waits at most DRY_RUN_WAIT_S (ACTION_WAIT_S for
+        the action itself) and says when it did not answer. The dry run's dialog opens only on
+        the screen `a` was pressed on: an answer that comes after the user moved on (another
+        screen, a dialog, the help) is said in a toast, never popped up over what is open."""
+        from daemon.client import ClientError, DaemonUnavailable
 
         app = self.app
+        asked_on = app.screen
+        wait = DRY_RUN_WAIT_S if dry_run else ACTION_WAIT_S
+        what = fmt.cut(rec.headline or rec.summary, 60)
+        app.notify(f"asking mlcostd for {'the dry run' if dry_run else 'the action'}…\n{what}",
+                   timeout=wait)
         try:
             assert app.client is not None
-            result = await (app.client.apply(rec.id, dry_run, accept_preliminary=True)
-                            if accept_preliminary else app.client.apply(rec.id, dry_run))
+            result = await (app.client.apply(rec.id, dry_run, accept_preliminary=True,
+                                             timeout_s=wait)
+                            if accept_preliminary else
+                            app.client.apply(rec.id, dry_run, timeout_s=wait))
+        except DaemonUnavailable as exc:
+            said = str(exc)
+            if exc.timed_out:
+                said += (" (hung or stopped?): nothing was done; press a again once it answers"
+                         if dry_run else
+                         ": it may still do it; the list shows what it did once it answers")
+            app.clear_notifications()  # the "asking" toast (a held one would leave it up)
+            app.post_message(ActionFinished(rec.id, None, said, dry_run))
+            return
         except ClientError as exc:
+            app.clear_notifications()
             app.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
             return
+        app.clear_notifications()  # the "asking" toast: answered
         app.post_message(ActionFinished(rec.id, result, None, dry_run))
         if dry_run:
+            if app.screen is not asked_on:  # the user moved on while it was asked
+                app.notify(f"the dry run came back after you left the screen you asked it "
+                           f"on, so no dialog opened: press a again to see it\n{what}",
+                           timeout=8)
+                return
             from mlcost_tui.screens.action import ActionScreen
 
             def after(choice: str | None) -> None:
@@ -172,22 +210,57 @@ class ActionControl:
                    f"{local_time(until, seconds=False)} · u: undo", title="snoozed",
                    timeout=UNDO_S)
 
-    async def _undo_snooze(self) -> None:
+    async def _undo_snooze(self, rec: Recommendation | None = None) -> None:
+        """Bring `rec` (by default the last one snoozed here) back into the list."""
         from daemon.client import ClientError
 
         app = self.app
-        if self.last_snooze is None or app.client is None:
+        if rec is None and self.last_snooze is not None:
+            rec = self.last_snooze[0]
+        if rec is None or app.client is None:
             return
-        rec, _ = self.last_snooze
         try:
             await app.client.unsnooze(rec.id)
         except ClientError as exc:
             app.notify(f"undo failed: {exc}", severity="error", timeout=8)
             return
-        self.last_snooze = None
+        if self.last_snooze is not None and self.last_snooze[0].id == rec.id:
+            self.last_snooze = None
         app.refresh_bindings()
         table = app.query_one(RecommendationTable)
         table.snoozed_here.discard(rec.id)
         if app.now is not None:
             table.show(app.now)  # back at once if this snapshot has it; the next poll does too
         app.notify(f"back in the list: {fmt.cut(rec.summary, 60)}", timeout=4)
+
+    async def _list_snoozed(self) -> None:
+        """The snoozed recommendations in a list to bring one back (opened only on the screen
+        `u` was pressed on), or a toast saying why there is none."""
+        from daemon.client import ClientError
+        from mlcost_tui.screens.snoozed import SnoozedScreen
+
+        app = self.app
+        if app.client is None:
+            return
+        asked_on = app.screen
+        try:
+            snoozed = await app.client.snoozed_recommendations()
+        except ClientError as exc:
+            app.notify(f"cannot list the snoozed recommendations: {exc}", severity="error",
+                       timeout=8)
+            return
+        if not snoozed:
+            app.notify("no recommendation is snoozed on this mlcostd (x snoozes the "
+                       "highlighted one; u then brings it back)", timeout=5)
+            return
+        if app.screen is not asked_on:  # the user moved on meanwhile: no list over it
+            return
+
+        def chosen(rec: Recommendation | None) -> None:
+            if rec is not None:
+                app.run_worker(self._undo_snooze(rec), exclusive=True, group="snooze",
+                               exit_on_error=False,
+                               description="bring a snoozed recommendation back through "
+                                           "mlcostd")
+
+        app.push_screen(SnoozedScreen(snoozed), chosen)

@@ -148,8 +148,8 @@ class MlcostTop(App):
         ("apply_recommendation", "Apply recommendation",
          "dry run, then do it after confirmation (a)"),
         ("snooze_recommendation", "Snooze recommendation", f"hide it for {SNOOZE_HOURS:g} h (x)"),
-        ("undo_snooze", "Undo snooze", f"bring the last snoozed recommendation back, within "
-                                       f"{UNDO_S:g} s (u)"),
+        ("undo_snooze", "Bring back a snoozed recommendation",
+         f"the last snoozed, within {UNDO_S:g} s; after, one from the snoozed list (u)"),
         ("kill", "Stop idle process", "SIGTERM via mlcostd, after confirmation (k)"),
         ("history", "History", "utilization and wasted $/h over 1 h and 24 h (h)"),
         ("snapshot", "Snapshot", "the last 30 min as a snapshot file and HTML report (s)"),
@@ -164,7 +164,7 @@ class MlcostTop(App):
     NEEDS_DAEMON = ("apply_recommendation", "snooze_recommendation", "kill", "history",
                     "snapshot", "undo_snooze")
     NEEDS_HOST = ("filter", "sort", "invert", "tree", "details", "apply_recommendation",
-                  "snooze_recommendation", "kill", "history", "snapshot")
+                  "snooze_recommendation", "undo_snooze", "kill", "history", "snapshot")
     # Keys of the main screen's panels: on a details, GPU, history or help screen they sorted
     # and filtered the panels behind it, unseen (the footer listed them there too).
     MAIN_PANELS = ("filter", "sort", "invert", "tree")
@@ -536,8 +536,6 @@ class MlcostTop(App):
         return process, self.recommendations_for(process) if process is not None else ()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "undo_snooze":  # shown in the footer only while it can undo
-            return self.actions.can_undo
         if action in ("replay_step", "replay_minute", "play"):
             return True if self.replay is not None else False
         if action == "replay_refuses":  # (the replay's own binding of each of those keys)
@@ -667,10 +665,6 @@ class MlcostTop(App):
             here.append(("enter", "on a host: its full view, through its own daemon"))
             here.append(("escape", "in a host's view: back to this table"))
         sections = [("Keys", here)]
-        if host and self.replay is None and not self.readonly and \
-                not any(keys == "u" for keys, _ in here):  # (in the footer only while it can)
-            here.append(("u", f"after a snooze: bring the recommendation back, within "
-                              f"{UNDO_S:g} s"))
         if host:
             details = [("escape, q", "back to the main screen")]
             if self.replay is None:
@@ -840,7 +834,7 @@ class MlcostTop(App):
             self.actions.snooze(self.current_recommendation())
 
     def action_undo_snooze(self) -> None:
-        if self.actions.last_snooze is not None and self.client is not None:
+        if not self._refuse("undo_snooze") and self.client is not None:
             self.actions.undo_snooze()
 
     def action_history(self) -> None:

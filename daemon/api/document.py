@@ -23,7 +23,7 @@ from daemon.analysis.inference_audit import with_savings
 from daemon.analysis.rules.combine import savings_document
 from daemon.sources.owners import workload_label
 from daemon.sources.sample import GPU_FIELDS, GPU_OK, GpuSample, Sample
-from daemon.wire import HIGH_CONFIDENCE
+from daemon.wire import COMPUTE, HIGH_CONFIDENCE
 from pricing.offcloud import gpus_energy_per_hour
 
 DOCUMENT_VERSION = 1
@@ -101,6 +101,29 @@ def host_usage_entry(usage: HostUsageModel) -> dict[str, Any]:
 PHASE_KNOWN_AFTER_S = 10.0
 
 
+# A process working on its GPU at this SM share (its mean over its GPUs) or more, outside a
+# low-utilization window, is computing now ([attribution].low_sm_share's default: below it a
+# dip starts and stacks are sampled again).
+WORKING_SM_SHARE = 30.0
+
+
+def phase_now(entry: Mapping[str, Any], proc: ProcessModel, in_window: bool,
+              working_sm_share: float = WORKING_SM_SHARE) -> str | None:
+    """The phase a process is in now (/v1/now's `phase_now`, the TUI's phase column): `compute`
+    while it holds a GPU at `working_sm_share` or more outside any low-utilization window, else
+    its balance's top phase (`phase`). Stacks are sampled only in those windows, so when it is
+    back at work every stack its balance rests on was taken before: an `idle` or `data_wait`
+    from them says what it did then, and the GPU says what it does now. None while its phase
+    is not known yet (as `phase`)."""
+    top = entry["phase"]
+    if top is None or top == COMPUTE or in_window:
+        return top
+    share, gpus = proc.sm_share, proc.gpus
+    if share is None or not gpus or not proc.gpu_memory_bytes:
+        return top
+    return COMPUTE if share / len(gpus) >= working_sm_share else top
+
+
 def phase_known(balance: Mapping[str, Mapping[str, Any]] | None) -> bool:
     """Whether a stack was sampled, or the process watched PHASE_KNOWN_AFTER_S."""
     return _phase_fields(balance)[1] is not None
@@ -136,9 +159,13 @@ def _phase_fields(balance: Mapping[str, Mapping[str, Any]] | None
 def process_entry(proc: ProcessModel, cost: ProcessCost | None,
                   balance: Mapping[str, Mapping[str, Any]] | None,
                   stack_status: Mapping[str, Any] | None,
-                  kind: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One process: what it is, its rates, its burn and cost, its phase balance, its kind."""
-    return _entry(proc, cost, balance, stack_status, kind)
+                  kind: Mapping[str, Any] | None = None, *, in_window: bool = False,
+                  working_sm_share: float = WORKING_SM_SHARE) -> dict[str, Any]:
+    """One process: what it is, its rates, its burn and cost, its phase balance, its kind.
+    `in_window`: it is in an open low-utilization window now (see `phase_now`)."""
+    entry = _entry(proc, cost, balance, stack_status, kind)
+    entry["phase_now"] = phase_now(entry, proc, in_window, working_sm_share)
+    return entry
 
 
 def _entry(proc: ProcessModel, cost: ProcessCost | None,
@@ -202,6 +229,9 @@ def _put_phase_fields(entry: dict[str, Any], balance: Mapping[str, Mapping[str, 
     phases, top_phase, confidence, reasons = _phase_fields(balance)
     entry["phases"] = phases
     entry["phase"] = top_phase
+    # the phase it is in now: `phase`, or compute while it works outside a window (phase_now);
+    # set per tick, from its SM share
+    entry["phase_now"] = top_phase
     # "high" from stacks, "low" from /proc alone (ptrace denied or stacks off); None: no phase
     entry["phase_confidence"] = confidence
     entry["stack_status"] = stack_status["status"] if stack_status else None
@@ -260,7 +290,8 @@ class ProcessEntries:
     def entry(self, proc: ProcessModel, cost: ProcessCost | None,
               balance: Mapping[str, Mapping[str, Any]] | None,
               stack_status: Mapping[str, Any] | None,
-              kind: Mapping[str, Any] | None) -> dict[str, Any]:
+              kind: Mapping[str, Any] | None, *, in_window: bool = False,
+              working_sm_share: float = WORKING_SM_SHARE) -> dict[str, Any]:
         kept = self._kept.get(proc.key)
         identity = (proc.ppid, proc.user, proc.command)
         owner = proc.owner
@@ -277,6 +308,7 @@ class ProcessEntries:
         entry = kept.template.copy()
         _put_tick_fields(entry, proc, cost)
         entry["inference"] = _inference(kind, entry["burn_per_hour"])
+        entry["phase_now"] = phase_now(entry, proc, in_window, working_sm_share)
         return entry
 
     def keep_only(self, keys: set[str]) -> None:
@@ -301,10 +333,12 @@ def now_document(
     store: dict[str, Any] | None = None,
     kinds: Mapping[str, Mapping[str, Any]] | None = None,
     entries: ProcessEntries | None = None,
+    working_sm_share: float = WORKING_SM_SHARE,
 ) -> dict[str, Any]:
     """The /v1/now document. Phases, stack statuses and per-process costs are keyed by
     daemon.wire.process_key; a missing input reads as None or empty in the document.
-    `entries`: the process entries' parts kept from the document before (a live daemon's)."""
+    `entries`: the process entries' parts kept from the document before (a live daemon's).
+    `working_sm_share`: [attribution].low_sm_share (a process's `phase_now`)."""
     doc: dict[str, Any] = {"version": DOCUMENT_VERSION, "host": dict(host),
                            "ts": None, "tick": tick, "gpus": [], "processes": [],
                            "host_usage": None, "store": store}
@@ -318,9 +352,12 @@ def now_document(
             doc["host_usage"] = host_usage_entry(model.host_usage)
         phases, stack_statuses, kinds = phases or {}, stack_statuses or {}, kinds or {}
         build = entries.entry if entries is not None else process_entry
+        # the processes in an open low-utilization window (their stacks are being sampled)
+        sampled = {w.get("target") for w in windows or ()}
         doc["processes"] = [
             build(p, costs.get(p.key), phases.get(p.key), stack_statuses.get(p.key),
-                  kinds.get(p.key))
+                  kinds.get(p.key), in_window=p.key in sampled,
+                  working_sm_share=working_sm_share)
             for p in model.processes]
         if entries is not None:
             entries.keep_only({p.key for p in model.processes})

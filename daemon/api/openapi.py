@@ -257,6 +257,11 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "summary": "the active (not snoozed) recommendations",
         "responses": {"200": _json(_ref("Recommendations"), "recommendations")},
     },
+    ("GET", "/v1/recommendations/snoozed"): {
+        "summary": "the snoozed recommendations the latest evaluation still finds, each with "
+                   "its snoozed_until (DELETE /v1/recommendations/{id}/snooze brings one back)",
+        "responses": {"200": _json(_ref("Recommendations"), "recommendations")},
+    },
     ("GET", "/v1/idle"): {
         "summary": "is this host idle (for autostop): active or not, since when, the evidence "
                    "per GPU and process, and how sure; anything unknown answers active",

@@ -255,6 +255,10 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
         # the daemon keeps the snoozes: what it lists is what is active
         return web.json_response({"recommendations": daemon.active_recommendations()})
 
+    async def snoozed(request: web.Request) -> web.Response:
+        # those the daemon hides until their snooze runs out (DELETE .../snooze ends one)
+        return web.json_response({"recommendations": daemon.snoozed_recommendations()})
+
     async def apply(request: web.Request) -> web.Response:
         from daemon.api.actions import ActionError
         from daemon.api.audit import ActionRefused, peer
@@ -320,6 +324,7 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
     app.router.add_get("/v1/processes/{key}/phases", phases)
     app.router.add_get("/v1/recommendations", recommendations)
     app.router.add_post("/v1/recommendations/{id}/apply", apply)
+    app.router.add_get("/v1/recommendations/snoozed", snoozed)
     app.router.add_post("/v1/recommendations/{id}/snooze", snooze)
     app.router.add_delete("/v1/recommendations/{id}/snooze", unsnooze)
     app.router.add_get("/v1/openapi.json", openapi.serve)  # documents the routes: openapi.py

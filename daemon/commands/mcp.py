@@ -162,6 +162,7 @@ class Tools:
                              "kind": p.get("kind"),
                              "gpus": [g.get("index") for g in p.get("gpus") or []],
                              "sm_share_pct": p.get("sm_share"), "phase": p.get("phase"),
+                             "phase_now": p.get("phase_now"),
                              "burn_per_hour": p.get("burn_per_hour"),
                              "cost_so_far": p.get("cost")}
                             for p in now.get("processes") or []),
@@ -206,6 +207,7 @@ class Tools:
                 "job": p.get("job"), "command": p.get("command"), "kind": p.get("kind"),
                 "serves": p.get("serves"), "memory_bytes_on_this_gpu": share.get("memory_bytes"),
                 "sm_share_pct_on_this_gpu": share.get("sm_share"), "phase": p.get("phase"),
+                "phase_now": p.get("phase_now"),
                 "phases": p.get("phases"), "cpu_percent": p.get("cpu_percent"),
                 "state": p.get("state"), "burn_per_hour": p.get("burn_per_hour"),
                 "active": idle_procs.get(p.get("key"), {}).get("active"),

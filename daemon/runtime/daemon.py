@@ -384,6 +384,15 @@ class Daemon:
         return [r for r in recommendations if self.snoozed.get(r["id"], 0.0) <= wall
                 and (alive is None or _process_of(r) in alive or _process_of(r) is None)]
 
+    def snoozed_recommendations(self) -> list[dict[str, Any]]:
+        """The recommendations of the latest evaluation that are snoozed now, each with its
+        `snoozed_until` (what DELETE .../snooze brings back: mlcost-top's `u`). On the loop."""
+        if self.analyzer is None or not self.snoozed:
+            return []
+        wall = clock.now()
+        return [dict(r, snoozed_until=until) for r in self.analyzer.recommendations()
+                if (until := self.snoozed.get(r["id"], 0.0)) > wall]
+
     def recommendation(self, rec_id: str) -> dict[str, Any] | None:
         """One active recommendation by id, or None. Call it on the event loop: it reads the
         analyzer's state, which the loop mutates."""
@@ -544,6 +553,8 @@ class Daemon:
                                                       or socket.gethostname()))
             self.host["interval_s"] = self.config.daemon.interval
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
+            # replay's phase_now: [attribution].low_sm_share, at or over which a process works
+            self.host["low_sm_share"] = self.config.attribution.low_sm_share
             # replay holds a recommendation through its lapses as the live view did
             self.host["recommendation_hold_s"] = self.config.cost.recommendation_hold
             self.host["evaluate_every_s"] = self.config.cost.evaluate_every  # "none yet" says it
@@ -727,7 +738,8 @@ class Daemon:
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now(), stack_statuses=statuses, windows=windows,
-            kinds=self.kinds.documents(), store=store, entries=self._now_entries)
+            kinds=self.kinds.documents(), store=store, entries=self._now_entries,
+            working_sm_share=self.config.attribution.low_sm_share)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
             event["snapshot"] = taken.get(event.get("id"))

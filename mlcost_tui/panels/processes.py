@@ -91,6 +91,12 @@ def _burn_cell(value: float | None) -> Text:
     return Text(fmt.money(value), style=money_style(value))
 
 
+def _phase_value(process: Process, gpus_idle: bool) -> tuple[str | None, bool, str | None]:
+    """What its phase cell is made from: the phase it is in now, its GPUs' verdict, how sure."""
+    phase, confidence = process.current_phase
+    return phase, gpus_idle, confidence
+
+
 @lru_cache(_CACHE)
 def _phase_cell(phase_idle: tuple[str | None, bool, str | None]) -> Text:
     phase, gpus_idle, confidence = phase_idle
@@ -179,9 +185,10 @@ COLUMNS: tuple[ProcessColumn, ...] = (
     # Dropped first (priority 9): shown on a wide screen (200 columns), not at 80.
     ProcessColumn("kind", "kind", 8, 9, value=lambda r: r.process.kind, draw=_kind_cell,
                   sort=lambda p: (p.kind or "~", -(p.burn_per_hour or 0.0)), descending=False),
-    ProcessColumn("phase", "phase", 11, value=lambda r: (r.process.phase, r.gpus_idle,
-                                                  r.process.phase_confidence),
-                  draw=_phase_cell, sort=lambda p: p.phase or "", descending=False),
+    # The phase it is in now (the daemon's phase_now): back at work on its GPU after stacks
+    # that said idle or data_wait, it computes, whatever the last stacks said.
+    ProcessColumn("phase", "phase", 11, value=lambda r: _phase_value(r.process, r.gpus_idle),
+                  draw=_phase_cell, sort=lambda p: p.phase_now or "", descending=False),
     ProcessColumn("phases", "phase balance", 13, 6, value=lambda r: r.process.phases,
                   draw=lambda phases: fmt.phase_bar(phases, 13), sort=compute_share),
     ProcessColumn("io", "I/O wait", 8, 4, value=lambda r: r.process.io_wait_percent,

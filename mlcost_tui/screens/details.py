@@ -438,6 +438,11 @@ class DetailsScreen(Screen):
         status = (self.phases.stack_status if self.phases and self.phases.stack_status
                   else p.stack_status)
         text.append(f"  (stack sampling: {status or '-'})\n", style=MUTED)
+        if p.phase_now is not None and p.phase_now != p.phase and gone is None:
+            # Back at work after stacks that said otherwise (daemon.api.document.phase_now):
+            # the balance below is of the last 30 min, sampled while its GPU was quiet.
+            text.append(f"  now: {p.phase_now} (SM share {fmt.pct(p.sm_share)}); the balance "
+                        f"below, mostly {p.phase}, was sampled before it went back to work\n")
         if p.phase_confidence == LOW_CONFIDENCE:
             text.append(f"  {phase_label(p.phase, LOW_CONFIDENCE)}: low confidence, from /proc, "
                         "no stacks (py-spy may not read this process; README \"When ptrace is denied\")\n",

@@ -75,7 +75,7 @@ def gpu_text(gpus: tuple[Gpu, ...], processes: tuple[Process, ...], width: int =
         memory = sum(s.memory_bytes or 0 for s in here) if here else p.gpu_memory_bytes
         sm = max((s.sm_share or 0.0 for s in here), default=0.0) if here else p.sm_share
         figures = (f"{fmt.money(p.burn_per_hour, '/h'):>9}  {fmt.size(memory):>7}  "
-                   f"SM {fmt.pct(sm):>4}  {(p.phase or fmt.DASH):<11} ")
+                   f"SM {fmt.pct(sm):>4}  {(p.phase_now or fmt.DASH):<11} ")
         text.append(f"  {p.pid:>7}  ", style="bold")
         text.append(figures)
         # the command in what is left of the line (cut with `…`, not wrapped under the pid)

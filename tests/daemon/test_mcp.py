@@ -119,6 +119,8 @@ def test_why_idle_names_the_processes_holding_an_idle_gpu_as_v1_now_does(convers
     assert {p["pid"] for p in why["processes"]} == holders(now, gpu) == holders(
         conversation["after"], gpu)
     assert [p["kind"] for p in why["processes"]] == ["notebook"]
+    # the phase it is in now beside its balance's (probe 125 F16): idle, not back at work
+    assert [p["phase_now"] for p in why["processes"]] == [p["phase"] for p in why["processes"]]
     price = next(g for g in now["burn"]["gpus"] if g["index"] == gpu)
     assert why["price_per_hour"] == pytest.approx(price["price_per_hour"])
     assert why["wasted_per_hour"] == pytest.approx(why["price_per_hour"])  # idle: all wasted

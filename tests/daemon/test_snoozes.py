@@ -52,6 +52,9 @@ def test_a_snooze_survives_a_restart_and_can_be_undone(tmp_path):
         until = first.call("snooze", rec["id"], 2)
         assert until > time.time() + 3600
         assert rec["id"] not in listed(first)
+        # listed where mlcost-top's `u` finds it, with until when (probe 125 F17)
+        [hidden] = first.call("snoozed_recommendations")
+        assert hidden.id == rec["id"] and hidden.snoozed_until == pytest.approx(until)
     finally:
         assert first.stop() == 0, first.log_tail()
     kept = pytest.approx(until, abs=0.001)  # the store keeps milliseconds
@@ -70,8 +73,9 @@ def test_a_snooze_survives_a_restart_and_can_be_undone(tmp_path):
         # undone, the snooze read back at start and one made in this run alike: listed
         # again, the snooze gone from the store; a second undo says why not
         for _ in ("read back", "made here"):
+            assert [r.id for r in second.call("snoozed_recommendations")] == [rec["id"]]
             second.call("unsnooze", rec["id"])
-            assert rec["id"] in listed(second)
+            assert rec["id"] in listed(second) and second.call("snoozed_recommendations") == []
             assert recommendation_row(second.db, rec["id"])[1] is None
             with pytest.raises(ApiError, match="not snoozed"):
                 second.call("unsnooze", rec["id"])

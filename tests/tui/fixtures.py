@@ -129,7 +129,7 @@ class StubClient:
         return History(metric, f"process:{key}", since_s,
                        tuple(Point(TS - 300 + 5 * i, 40.0, 40.0, 40.0) for i in range(60)))
 
-    async def apply(self, rec_id: str, dry_run: bool = True):
+    async def apply(self, rec_id: str, dry_run: bool = True, timeout_s: float = 30.0):
         self.applied.append((rec_id, dry_run))
         if rec_id == "rec-idle":
             return self.ActionResult(rec_id, "sigterm", dry_run, not dry_run,
@@ -144,6 +144,16 @@ class StubClient:
 
     async def unsnooze(self, rec_id: str) -> None:
         self.unsnoozed.append(rec_id)
+
+    async def snoozed_recommendations(self):
+        """Those snoozed and not brought back, as the daemon lists them (until a day on)."""
+        from daemon.wire import Recommendation
+
+        known = {r["id"]: r for r in now_document()["recommendations"]}
+        hidden = dict.fromkeys(i for i in self.snoozed
+                               if self.snoozed.count(i) > self.unsnoozed.count(i))
+        return [Recommendation.from_dict({**known.get(i, {"id": i, "summary": f"advice {i}"}),
+                                          "snoozed_until": TS + 24 * 3600}) for i in hidden]
 
     async def close(self) -> None:
         pass

@@ -505,7 +505,7 @@ class RefusingClient(StubClient):
     REASON = ("this mlcostd does not take actions (SIGTERM to pid 1003); set "
               "[api].allow_actions = true in its config to let the API do it, or do it yourself")
 
-    async def apply(self, rec_id: str, dry_run: bool = True):
+    async def apply(self, rec_id: str, dry_run: bool = True, timeout_s: float = 30.0):
         result = await super().apply(rec_id, dry_run)
         if rec_id == "rec-idle" and dry_run:
             return self.ActionResult(rec_id, "sigterm", True, False,

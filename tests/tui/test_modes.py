@@ -56,9 +56,9 @@ async def test_live_help_lists_the_live_keys_once_without_ids():
     assert "app." not in text and "details.back" not in text  # no binding ids
     assert "Replay" not in text and "tick" not in text  # another mode's keys
     assert text.count("back to the main screen") == 1
-    # keys that work but were not listed: undo a snooze (in the footer only while it can),
-    # compare a process's runs on its details
-    assert "after a snooze: bring the recommendation back, within 15 s" in text
+    # keys that work but were not listed: bring back a snoozed recommendation (u works at any
+    # time since probe 125 F17), compare a process's runs on its details
+    assert "Bring back a snoozed recommendation" in text
     assert "copy `mlcostd compare --previous`" in text
 
 

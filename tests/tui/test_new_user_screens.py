@@ -209,7 +209,7 @@ async def test_x_asks_before_snoozing_the_highlighted_recommendation(size, monke
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert client.unsnoozed == ["rec-resize"] and "rec-resize" in recs.recommendations
-        assert app.check_action("undo_snooze", ()) is False  # one undo
+        assert not app.actions.can_undo  # one undo (`u` then lists what is snoozed)
 
 
 def test_cut_keeps_whole_words():

@@ -43,7 +43,8 @@ class ResizingClient(StubClient):
         super().__init__()
         self.accepted: list[bool] = []
 
-    async def apply(self, rec_id: str, dry_run: bool = True, accept_preliminary: bool = False):
+    async def apply(self, rec_id: str, dry_run: bool = True, accept_preliminary: bool = False,
+                    timeout_s: float = 30.0):
         if rec_id != "rec-resize":
             return await super().apply(rec_id, dry_run)
         self.applied.append((rec_id, dry_run))

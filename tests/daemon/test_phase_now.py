@@ -1,0 +1,168 @@
+"""The phase a process is in now (/v1/now's `phase_now`, mlcost-top's phase column): stacks are
+sampled only while its GPU is quiet, so a process back at work on a busy GPU keeps a balance
+whose stacks all predate its return. The column then says what the GPU says (`compute`), not
+the old stacks' `idle` (probe 125 F16: `idle` beside 95% SM on a busy GPU)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+from simhost import poll
+
+from daemon.api.document import ProcessEntries, now_document
+from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.wire import COMPUTE, DATA_WAIT, HIGH_CONFIDENCE, IDLE, LOW_CONFIDENCE, Process
+from mlcost_tui.panels.processes import _phase_cell, _phase_value
+
+KEY = "4242:1000.500"
+STACK = {"file": "nb.py", "line": 3, "reason": "sleeps"}
+
+
+def _balance(top: str, confidence: str = HIGH_CONFIDENCE) -> dict:
+    """A balance its stacks decided: `top` for 80 s, then 20 s of compute (the GPU's)."""
+    return {top: {"seconds": 80.0, "share": 0.8, "gpu_idle_seconds": 80.0,
+                  "top_stacks": [STACK], "confidence": confidence},
+            COMPUTE: {"seconds": 20.0, "share": 0.2, "gpu_idle_seconds": 0.0,
+                      "top_stacks": [], "confidence": HIGH_CONFIDENCE}}
+
+
+def _document(shares: tuple[float, ...], balance: dict | None, *, window: bool = False,
+              memory: int = 8 << 30, entries: ProcessEntries | None = None) -> dict:
+    """/v1/now of one tick: one process on len(shares) GPUs at those SM shares."""
+    gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=s, memory_used_bytes=memory,
+                           memory_total_bytes=40 << 30) for n, s in enumerate(shares))
+    proc = ProcessSample(4242, 1000.5, 1, "alice", "python train.py",
+                         gpus=tuple(GpuUse(n, memory, s) for n, s in enumerate(shares)))
+    windows = [{"kind": "low_utilization", "target": KEY, "started_at": 0.0,
+                "ended_at": None}] if window else []
+    doc = now_document(host={}, sample=Sample(ts=2000.0, tick=9, gpus=gpus, processes=(proc,)),
+                       previous=None, tick=9, idle_utilization_pct=5.0,
+                       phases={KEY: balance} if balance is not None else {},
+                       windows=windows, entries=entries)
+    (entry,) = doc["processes"]
+    assert entry["key"] == KEY
+    return entry
+
+
+def _column(entry: dict) -> str:
+    """What mlcost-top's phase column shows for this entry."""
+    return _phase_cell(_phase_value(Process.from_dict(entry), False)).plain
+
+
+@pytest.mark.parametrize("entries", [None, ProcessEntries()])
+def test_a_process_back_at_work_after_idle_stacks_reads_compute_now(entries):
+    entry = _document((95.0,), _balance(IDLE), entries=entries)
+    assert entry["phase"] == IDLE  # the balance of its window stays what it was (the rules')
+    assert entry["phase_now"] == COMPUTE
+    assert _column(entry) == COMPUTE
+    # the same after a wait decided from /proc alone: the GPU's word is not marked unsure
+    entry = _document((95.0,), _balance(DATA_WAIT, LOW_CONFIDENCE), entries=entries)
+    assert (entry["phase"], entry["phase_now"]) == (DATA_WAIT, COMPUTE)
+    assert _column(entry) == COMPUTE
+    assert Process.from_dict(entry).current_phase == (COMPUTE, HIGH_CONFIDENCE)
+
+
+def test_the_balance_stands_in_a_window_below_the_working_share_or_before_it_is_known():
+    # in an open low-utilization window its stacks are being sampled: they say what it does
+    assert _document((95.0,), _balance(IDLE), window=True)["phase_now"] == IDLE
+    # under [attribution].low_sm_share it is not at work (a dip starts there)
+    assert _document((12.0,), _balance(DATA_WAIT))["phase_now"] == DATA_WAIT
+    # no memory held: nothing of it is on the GPU
+    assert _document((95.0,), _balance(IDLE), memory=0)["phase_now"] == IDLE
+    # not known yet (no stack, watched under 10 s): not known now either
+    young = {COMPUTE: {"seconds": 3.0, "share": 1.0, "top_stacks": []}}
+    assert _document((95.0,), young)["phase_now"] is None
+    assert _document((95.0,), None)["phase_now"] is None
+    # a low-confidence phase it is still in keeps its mark in the column
+    entry = _document((12.0,), _balance(DATA_WAIT, LOW_CONFIDENCE))
+    assert _column(entry) == DATA_WAIT + "~"
+
+
+def test_a_process_on_several_gpus_works_by_its_mean_share():
+    # 4 x 20 %: summed 80 % (sm_share), but each GPU under the working share
+    assert _document((20.0,) * 4, _balance(IDLE))["phase_now"] == IDLE
+    assert _document((85.0,) * 4, _balance(IDLE))["phase_now"] == COMPUTE
+
+
+def test_kept_entries_follow_the_share_from_tick_to_tick():
+    entries = ProcessEntries()
+    balance = _balance(IDLE)  # the same object each tick: the kept template is reused
+    assert _document((0.0,), balance, window=True, entries=entries)["phase_now"] == IDLE
+    assert _document((95.0,), balance, entries=entries)["phase_now"] == COMPUTE
+    assert _document((0.0,), balance, window=True, entries=entries)["phase_now"] == IDLE
+    # the same keys in the same order, kept or built anew (process_entry)
+    assert list(_document((95.0,), balance, entries=entries)) == list(
+        _document((95.0,), balance, entries=None))
+
+
+def test_an_older_daemons_document_shows_its_phase():
+    entry = _document((95.0,), _balance(IDLE))
+    del entry["phase_now"]
+    shown = Process.from_dict(entry)
+    assert shown.phase_now == IDLE and shown.current_phase == (IDLE, HIGH_CONFIDENCE)
+
+
+TOGGLE = textwrap.dedent("""
+    import os, sys, time
+    from daemon.sim.device import Device
+    go = sys.argv[1]
+    with Device(gpu_index=0) as gpu:
+        gpu.alloc(8 << 30)
+        while not os.path.exists(go):  # holds its GPU idle until told
+            time.sleep(0.2)
+        gpu.launch(0.95)  # then keeps it busy
+        while True:
+            time.sleep(1)
+""")
+
+
+def test_a_live_process_back_at_work_reads_compute_while_its_balance_says_idle(
+        mlcostd, tmp_path):
+    """A real daemon, a real process on a simulated GPU: idle long enough for its stacks to say
+    `idle`, then at 95% SM. /v1/now keeps the window's balance (`phase` idle, what the rules
+    read) and says `phase_now` compute; mlcost-top's column shows compute."""
+    go = tmp_path / "go"
+    program = tmp_path / "toggle.py"
+    program.write_text(TOGGLE)
+    scenario = tmp_path / "toggle.toml"
+    scenario.write_text(
+        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
+        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 1\n'
+        f'[[workloads]]\nname = "toggle"\ngpus = [0]\n'
+        f"command = {json.dumps([sys.executable, str(program), str(go)])}\n")
+    daemon = mlcostd("idle-host", interval=1.0, config={
+        "attribution": {"dump_interval": "1s", "dumps_per_second": 5, "cpu_budget": 0.3,
+                        "min_window": "2s"}},
+        args=["--simulate", str(scenario)])
+    state: dict = {}
+
+    def toggle() -> dict | None:
+        now = daemon.now()
+        state["now"] = now
+        return next((p for p in now["processes"] if "toggle.py" in p["command"]), None)
+
+    def idle_a_while() -> bool:
+        proc, now = toggle(), state["now"]
+        if proc is None or proc["phase"] != IDLE or proc["phase_now"] != IDLE:
+            return False
+        window = next((w for w in now["windows"] if w["target"] == proc["key"]), None)
+        return window is not None and now["ts"] - window["started_at"] >= 20
+
+    explain = lambda: json.dumps(state.get("now"), indent=1)[-4000:]  # noqa: E731
+    poll(idle_a_while, 120, "the held GPU's window sampled as idle for 20 s", explain=explain)
+    go.write_text("")
+
+    def at_work() -> dict | None:
+        proc, now = toggle(), state["now"]
+        working = (proc is not None and (proc["sm_share"] or 0) >= 90
+                   and all(w["target"] != proc["key"] for w in now["windows"]))
+        return proc if working else None
+
+    proc = poll(at_work, 60, "the process at 95% SM, its window closed", explain=explain)
+    # its stacks, all from the quiet 20 s and more, still outweigh the few seconds of compute
+    assert proc["phase"] == IDLE, proc["phases"]
+    assert proc["phase_now"] == COMPUTE
+    assert _column(proc) == COMPUTE
