@@ -21,6 +21,7 @@ from daemon.analysis.cost_state import CostState, ProcessCost
 from daemon.analysis.derive import GpuModel, HostUsageModel, ProcessModel, TickModel
 from daemon.analysis.inference_audit import with_savings
 from daemon.analysis.rules.combine import savings_document
+from daemon.config.sections import AttributionConfig
 from daemon.sources.owners import workload_label
 from daemon.sources.sample import GPU_FIELDS, GPU_OK, GpuSample, Sample
 from daemon.wire import COMPUTE, HIGH_CONFIDENCE
@@ -104,7 +105,7 @@ PHASE_KNOWN_AFTER_S = 10.0
 # A process working on its GPU at this SM share (its mean over its GPUs) or more, outside a
 # low-utilization window, is computing now ([attribution].low_sm_share's default: below it a
 # dip starts and stacks are sampled again).
-WORKING_SM_SHARE = 30.0
+WORKING_SM_SHARE = AttributionConfig().low_sm_share
 
 
 def phase_now(entry: Mapping[str, Any], proc: ProcessModel, in_window: bool,
