@@ -10,6 +10,7 @@ refuses with 403. The rest only return text for the user to read or copy.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import Callable, Mapping
@@ -125,6 +126,41 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
     pid, start = action.get("pid"), action.get("start_time")
     if not isinstance(pid, int) or not isinstance(start, int | float):
         raise ActionError(f"recommendation {rec_id} names no process (pid {pid!r})", 422)
+    # The process is held by a pidfd from before its identity is checked to the signal: a
+    # start time read after the pidfd opened that matches says the pidfd is that process, and
+    # the signal goes through it, never to whoever has the pid by then (the target's own
+    # /proc reads below can take it hundreds of milliseconds; it could exit in them and another
+    # user's process take its pid: probe 138).
+    pidfd = _pidfd(pid)
+    try:
+        return _sigterm_held(rec_id, pid, float(start), pidfd, dry_run, allow_actions)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of `pid` (None where the kernel has none: before Linux 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
+    except OSError as exc:
+        if exc.errno == errno.ENOSYS:
+            return None
+        raise ActionError(f"cannot hold pid {pid} to signal it ({exc.strerror})", 403) from None
+
+
+def _signal(pid: int, pidfd: int | None, signum: int) -> None:
+    """`signum` to the process held by `pidfd` (to `pid` where there is no pidfd)."""
+    if pidfd is None:
+        os.kill(pid, signum)
+    else:
+        signal.pidfd_send_signal(pidfd, signum)
+
+
+def _sigterm_held(rec_id: str, pid: int, start: float, pidfd: int | None, dry_run: bool,
+                  allow_actions: bool) -> ActionResult:
     try:
         proc = psutil.Process(pid)
         created = proc.create_time()
@@ -136,9 +172,9 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
     except (psutil.AccessDenied, PermissionError):
         raise ActionError(f"no permission to inspect pid {pid}; run mlcostd as root", 403) \
             from None
-    if abs(created - float(start)) > START_TIME_TOLERANCE_S:
+    if abs(created - start) > START_TIME_TOLERANCE_S:
         raise ActionError(f"pid {pid} is now a different process (started {created:.2f}, the "
-                          f"recommendation is about {float(start):.2f}); not signalled", 410)
+                          f"recommendation is about {start:.2f}); not signalled", 410)
     _refuse_a_server(pid, proc)
     stopped = _is_stopped(proc)
     steps = (f"kill -TERM {pid}   # {command}",
@@ -151,11 +187,11 @@ def _sigterm(rec_id: str, action: Mapping[str, Any], dry_run: bool,
                         refusal(allow_actions, f"SIGTERM to pid {pid}"), steps)
     _refuse_unless_allowed(allow_actions, f"SIGTERM to pid {pid}")
     try:
-        os.kill(pid, signal.SIGTERM)
+        _signal(pid, pidfd, signal.SIGTERM)
         if stopped:
             # As a shell's `kill` does for a stopped job: SIGTERM stays pending in a stopped
             # process (Ctrl-Z, SIGSTOP) until it is continued, and its GPU stays held.
-            os.kill(pid, signal.SIGCONT)
+            _signal(pid, pidfd, signal.SIGCONT)
     except ProcessLookupError:
         raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
     except PermissionError:
@@ -189,8 +225,10 @@ def _serving(pid: int, proc: psutil.Process) -> str | None:
     try:
         facts = read_kind_facts(pid, clock.now())
         argv = " ".join(proc.cmdline())[:4096]  # for the classifier only; never shown
+    except (FileNotFoundError, ProcessLookupError, psutil.NoSuchProcess):
+        raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
     except (OSError, psutil.Error):
-        return None  # gone or unreadable: the signal itself says so
+        return None  # unreadable: the signal itself says what it can
     kind = classify_kind(argv, facts)
     if not kind.serves:
         return None

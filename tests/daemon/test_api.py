@@ -5,6 +5,7 @@ endpoint, bad requests, permissions, and the actions behind apply and snooze."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -626,3 +627,20 @@ def test_a_resize_on_preliminary_evidence_is_done_only_when_confirmed_a_second_t
     # with its evidence complete, one confirmation is enough, as before
     rec.update(preliminary=False, confidence="high", evidence_seconds=31 * 3600.0)
     assert "accept_preliminary" not in resize(True).message
+
+
+def test_a_sigterm_never_reaches_a_process_that_took_the_targets_pid():
+    """Probe 138: the target exited while the action read its /proc (a hostile target can make
+    those reads last hundreds of milliseconds) and another user's process took its pid; the
+    bare kill(pid) that followed the identity check hit that process. The action now holds the
+    target by a pidfd from before the check and signals through it: 410, the other process
+    untouched. Run in a pid namespace of its own, where the test alone decides who gets a pid."""
+    program = Path(__file__).parent / "programs" / "pid_reuse_apply.py"
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                           str(program)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["taken_by"] == seen["target"], seen  # the pid was taken, as in the attack
+    assert not seen["taker_sent_sigterm"], seen
+    assert seen.get("status") == 410 and "has exited" in seen["message"], seen
