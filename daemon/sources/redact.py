@@ -14,7 +14,8 @@ What is hidden:
 - the value of a secret-looking name: `--api-key VALUE` (even when VALUE starts with `-`, or
   after `--`), `--db-password=VALUE`, `HF_TOKEN=VALUE`, quoted (`--password='a b'`,
   `HF_TOKEN="VALUE"`, `login(password='VALUE')`), `--api-key= VALUE`, `PASSWORD: VALUE`,
-  `"secret": "VALUE"`, `X-Api-Key: VALUE`; `curl -u user:PASSWORD`, `sshpass -p PASSWORD`;
+  `"secret": "VALUE"`, `X-Api-Key: VALUE`; `curl -u user:PASSWORD`, `sshpass -p PASSWORD`,
+  `redis-cli -a PASSWORD`;
 - credentials in URLs (`https://user:pw@host`), signature and key query parameters (Azure SAS
   `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `key=`), connection-string keys (Azure
   `AccountKey=`, `SharedAccessKey=`, `Password=`, ODBC `Pwd=`);
@@ -172,8 +173,10 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
     previous = ""
     in_pem = False
     left = COMMAND_LIMIT
-    # sshpass -p PASSWORD: there -p is the password (everywhere else a port)
+    # sshpass -p PASSWORD, redis-cli -a PASSWORD: there the short option is the password
+    # (-p is a port everywhere else, -a anything)
     program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    password_option = PASSWORD_SHORT_OPTIONS.get(program)
     for index, whole in enumerate(argv):
         if left <= 0:
             words.append(f"<truncated: {len(argv) - index} more arguments>")
@@ -211,12 +214,17 @@ def redacted_words(argv: list[str] | tuple[str, ...]) -> list[str]:
             words.append(word[:begin.start()] + REDACTED + cut)
             continue
         hide_next = (_is_secret_flag(word) or word == "-P" or word.lower() in SECRET_ANNOUNCERS
-                     or word == "-p" and program == "sshpass"
+                     or word == password_option
                      # `--api-key= VALUE`, `PASSWORD: VALUE`: the name and its sign, alone
                      or len(word) > 1 and word[-1] in "=:" and is_secret_name(word[:-1]))
         previous = word
         words.append(_redact_header(word) + cut)
     return words
+
+
+# Programs whose short option (alone, the value next) is a password: `sshpass -p PASSWORD`,
+# `redis-cli -a PASSWORD` (and `keydb-cli`, its fork).
+PASSWORD_SHORT_OPTIONS = {"sshpass": "-p", "redis-cli": "-a", "keydb-cli": "-a"}
 
 
 def _cut(word: str) -> tuple[str, str]:

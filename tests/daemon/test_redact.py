@@ -92,6 +92,8 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEApemBodyLineOne\npemBody
     (["x", "--password", "--", "afterDoubleDash"], "afterDoubleDash"),
     (["curl", "-u", "user:curlUserSecret", "https://x"], "curlUserSecret"),
     (["sshpass", "-p", "sshpassSecret", "ssh", "host"], "sshpassSecret"),
+    (["redis-cli", "-a", "redisSecret"], "redisSecret"),  # probe 138
+    (["/usr/bin/redis-cli", "-h", "db", "-a", "redisSecret2", "ping"], "redisSecret2"),
 ])
 def test_secrets_are_replaced(argv, secret):
     line = redact_argv(argv)
@@ -107,7 +109,7 @@ def test_secrets_are_replaced(argv, secret):
     ["ssh", "--ssh-key-file", "/home/alice/.ssh/id_ed25519", "--no-auth", "host"],
     ["python", "-m", "torch.distributed.run", "--rdzv-endpoint=10.0.0.1:29500", "train.py"],
     ["curl", "https://example.com/a:b?page=2"],
-    ["ps", "-u", "root"], ["ssh", "-p", "2222", "host"], ["x", '--lr="3e-4"', 'name="run 7"'],
+    ["ps", "-u", "root"], ["ssh", "-p", "2222", "host"], ["grep", "-a", "pattern", "f"], ["x", '--lr="3e-4"', 'name="run 7"'],
 ])
 def test_ordinary_arguments_survive(argv):
     assert redact_argv(argv) == " ".join(argv)
