@@ -8,7 +8,6 @@ and nothing else: later work renders other recordings (a profile of one command)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.shape import check_shape
-from daemon.store.snapshot import SNAPSHOT_TABLE
+from daemon.store.snapshot import snapshot_facts
 from daemon.wire import HIGH_CONFIDENCE, LOW_CONFIDENCE, process_key, short_command
 
 LABEL_CHARS = 32  # a timeline row's name: enough for 'train.py' or a module's last parts
@@ -90,14 +89,6 @@ def process_label(target: str, names: dict[str, tuple[int, str]]) -> str:
     return f"{pid} {name}"
 
 
-def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
-    if not reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (SNAPSHOT_TABLE,)):
-        return None
-    return {r["key"]: json.loads(r["value"])
-            for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
-
-
 def collect(path: str | Path, since: float | None = None,
             until: float | None = None) -> ReportData:
     """Read the report of [since, until] (default: the snapshot's range, else all ticks).
@@ -113,7 +104,7 @@ def collect(path: str | Path, since: float | None = None,
 
 def _collect(reader: StoreReader, path: Path, since: float | None,
              until: float | None) -> ReportData:
-    facts = _snapshot_facts(reader)
+    facts = snapshot_facts(reader)
     bounds = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
     first = (bounds["lo"] or 0) / 1000
     last = (bounds["hi"] or 0) / 1000

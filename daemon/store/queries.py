@@ -3,6 +3,12 @@ and recommendations.
 
 Imports only the reader, so analysis, replay and reports read these facts without loading the
 writer (`daemon.store.facts` writes them).
+
+What may carry a command line or an argument (an event's target and detail, a recommendation's
+body and its texts, a process's kind, a stack sample's reason, a sampler's error) is redacted once
+more on its way out (daemon.sources.redact: `redact_stored_json`, `redact_stored`), as
+`snapshot --db` redacts it: a store written elsewhere, before a rule, or edited holds what this
+daemon would have hidden. The report, the snapshot page and replay read through here.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 from daemon import clock
 from daemon.sources.owners import decode_owner
 from daemon.sources.patterns import safe_job_patterns
+from daemon.sources.redact import redact_document, redact_stored, redact_stored_json
 from daemon.store.reader import StoreReader, stored_command
 from daemon.store.schema import (
     GPU_READING,
@@ -31,6 +38,21 @@ from daemon.store.schema import (
     unpack_text,
 )
 from daemon.wire import parse_process_key
+
+
+def _stored_json(value: object) -> Any:
+    """A stored JSON column parsed, redacted on its way out (what is no JSON fails to parse as
+    it did before the redaction)."""
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
+    if not isinstance(value, str):
+        raise TypeError(f"a JSON column holds {type(value).__name__}, not text")
+    return json.loads(redact_stored_json(value))
+
+
+def _stored_text(value: object) -> object:
+    """A stored text column redacted on its way out; NULL or a number stays what it is."""
+    return redact_stored(value) if isinstance(value, str) else value
 
 
 def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
@@ -51,10 +73,13 @@ def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[
         f"SELECT s.ts, p.pid, p.start_ms, s.thread, s.hash, s.phase, s.gpu_util, {reason} "
         "FROM stack_samples s JOIN processes p ON p.id = s.proc "
         "WHERE s.ts >= ? AND s.ts <= ? ORDER BY s.ts", span)
+    reasons: dict[object, object] = {}  # a few reasons over thousands of samples: each redacted once
     return [{"ts": r["ts"] / 1000, "pid": r["pid"], "start_time": r["start_ms"] / 1000,
              "thread": r["thread"], "hash": r["hash"], "phase": r["phase"],
              "gpu_util": None if r["gpu_util"] is None else r["gpu_util"] / 10,
-             "reason": r["reason"], "frames": frames_of.get(r["hash"], ())}
+             "reason": reasons[r["reason"]] if r["reason"] in reasons else reasons.setdefault(
+                 r["reason"], _stored_text(r["reason"])),
+             "frames": frames_of.get(r["hash"], ())}
             for r in rows if r["hash"] in frames_of]
 
 
@@ -62,7 +87,8 @@ def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any
     rows = reader.query(
         "SELECT p.pid, p.start_ms, s.ts, s.status, s.error FROM stack_status s "
         "JOIN processes p ON p.id = s.proc")
-    return {(r["pid"], r["start_ms"] / 1000): {"status": r["status"], "error": r["error"],
+    return {(r["pid"], r["start_ms"] / 1000): {"status": r["status"],
+                                               "error": _stored_text(r["error"]),
                                                "ts": r["ts"] / 1000} for r in rows}
 
 
@@ -86,11 +112,12 @@ def _events(reader: StoreReader, where: str, params: tuple[Any, ...]) -> list[di
     rows = reader.query(
         f"SELECT kind, target, started_at, ended_at, cost, detail, {snapshot}, {raised} "
         f"FROM events WHERE {where} ORDER BY started_at", params)
-    return [{"kind": r["kind"], "target": r["target"], "started_at": r["started_at"] / 1000,
+    return [{"kind": r["kind"], "target": _stored_text(r["target"]),
+             "started_at": r["started_at"] / 1000,
              "ended_at": None if r["ended_at"] is None else r["ended_at"] / 1000,
              "raised_at": None if r["raised_at"] is None else r["raised_at"] / 1000,
-             "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}"),
-             "snapshot": r["snapshot"]} for r in rows]
+             "cost_so_far": r["cost"], "detail": _stored_json(r["detail"] or "{}"),
+             "snapshot": _stored_text(r["snapshot"])} for r in rows]
 
 
 def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
@@ -100,7 +127,7 @@ def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
         "WHERE last_seen >= ? ORDER BY savings_per_month DESC", (round(since * 1000),))
     out = []
     for r in rows:
-        body = json.loads(r["body"])
+        body = _stored_json(r["body"])
         body["first_seen"] = r["first_seen"] / 1000
         body["last_seen"] = r["last_seen"] / 1000
         body["snoozed_until"] = None if r["snoozed_until"] is None else r["snoozed_until"] / 1000
@@ -132,8 +159,8 @@ def recommendation_texts(reader: StoreReader, since: float,
     # The recommendations row holds the newest text (a history row is kept at most once a
     # minute while only figures move: daemon.store.facts): from its last round on, it is it.
     at_ms = round(at * 1000)
-    return {r["id"]: (r["last_seen"] / 1000, json.loads(r["latest"])) if r["last_seen"] <= at_ms
-            else (r["ts"] / 1000, json.loads(unpack_text(r["body"]))) for r in rows}
+    return {r["id"]: (r["last_seen"] / 1000, _stored_json(r["latest"])) if r["last_seen"] <= at_ms
+            else (r["ts"] / 1000, _stored_json(unpack_text(r["body"]))) for r in rows}
 
 
 def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
@@ -544,11 +571,11 @@ def process_kinds(reader: StoreReader, at: float | None = None) -> dict[tuple[in
             {} if at is None else {"at": round(at * 1000)})
         for r in rows:
             try:
-                found[(r["pid"], r["start_ms"] / 1000)] = json.loads(r["body"])
+                found[(r["pid"], r["start_ms"] / 1000)] = _stored_json(r["body"])
             except (TypeError, ValueError):
                 continue  # a damaged row: no kind, as if none was recorded
     if at is None:
-        recorded = reader.meta("kinds")
+        recorded = redact_document(reader.meta("kinds"))
         for key, doc in (recorded.items() if isinstance(recorded, dict) else ()):
             try:
                 found.setdefault(parse_process_key(str(key)), doc)
