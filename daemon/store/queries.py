@@ -17,7 +17,7 @@ import bisect
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from daemon import clock
@@ -34,7 +34,9 @@ from daemon.store.schema import (
     MICRODOLLARS,
     MINUTE,
     PROCESS_METRICS,
+    SPEND_METRICS,
     SPEND_PROCESS,
+    decode_status,
     unpack_text,
 )
 from daemon.wire import parse_process_key
@@ -235,13 +237,23 @@ def _has_table(reader: StoreReader, name: str) -> bool:
                              (name,)))
 
 
-def spend_by_day(reader: StoreReader, since: float,
-                 until: float) -> list[tuple[float, int, int, float, float]]:
+# The part of one GPU's price it wasted at a tick, from its status name and utilization (%, None
+# unknown): the analysis's formula (daemon.analysis.cost.gpu_wasted_per_hour), the store knowing
+# none.
+GpuWaste = Callable[[str, float | None], float]
+
+
+def spend_by_day(reader: StoreReader, since: float, until: float,
+                 gpu_waste: GpuWaste | None = None
+                 ) -> list[tuple[float, int, int, float, float]]:
     """The hour spend the daemon's ledger recorded (schema.KIND_SPEND) over [since, until],
     summed per UTC day in SQL (a month of 64 processes is 46 000 hour rows): (a time inside
     the part of the day in the range, key: 0 for the host or a process id, metric code,
     seconds charged, dollars). An hour the range cuts counts by its ticks inside
-    (`_recorded_shares`).
+    (`_recorded_shares`): its waste by what those ticks wasted (`gpu_waste`; else as its
+    spend), its idle as what is left of its spend inside once its processes' parts are placed
+    (the ledger's host spend is its processes' and its idle: an hour whose GPUs were held for
+    its first half and not after has its idle in the second).
     [] for a store written before hour spend was kept."""
     hour_ms, day_ms = HOUR * 1000, 86400 * 1000
     lo, hi = round(since * 1000), round(until * 1000)
@@ -267,10 +279,13 @@ def spend_by_day(reader: StoreReader, since: float,
                             "bucket = ? AND kind = ?", (HOUR, a, KIND_SPEND))
         inside = (max(lo, a), min(b, a + hour_ms))
         # (by the range's own ends: a tick just past the hour may have charged into it)
-        shares = _recorded_shares(reader, a, (lo, hi), rows) if rows else None
+        shares = _recorded_shares(reader, a, (lo, hi), rows, gpu_waste) if rows else None
         clock_share = (inside[1] - inside[0]) / hour_ms
+        if shares is not None:
+            shares[SPEND_IDLE_KEY] = _idle_share(rows, shares)
         for r in rows:
-            share = clock_share if shares is None else shares.get(r["key"], shares[0])
+            share = clock_share if shares is None else shares.get(r["key"], shares[0]) \
+                if r["key"] else shares.get(_HOST_METRIC_KEYS.get(r["metric"], 0), shares[0])
             if share > 0:
                 out.append(((inside[0] + inside[1]) / 2000, r["key"], r["metric"],
                             r["n"] / 1000 * share, r["sum"] / MICRODOLLARS * share))
@@ -425,16 +440,42 @@ def _held_ms(reader: StoreReader, part: list[tuple[int, float]], keys: list[int]
     return held
 
 
+# Keys of `_recorded_shares` beside the host (0) and process ids (positive): the host's idle and
+# waste, which its spend's share does not place.
+SPEND_IDLE_KEY, SPEND_WASTED_KEY = -1, -2
+_HOST_METRIC_KEYS = {SPEND_METRICS["idle"]: SPEND_IDLE_KEY,
+                     SPEND_METRICS["wasted"]: SPEND_WASTED_KEY}
+
+
+def _idle_share(rows: list[dict[str, Any]], shares: dict[int, float]) -> float:
+    """The part of an hour's idle spend inside: the host's spend inside less its processes'
+    (each row's dollars times its share), over the hour's idle; the host's share where the
+    rows say no idle."""
+    dollars = {(r["key"], r["metric"]): r["sum"] for r in rows
+               if isinstance(r["sum"], int | float)}
+    idle = dollars.get((0, SPEND_METRICS["idle"]))
+    total = dollars.get((0, SPEND_METRICS["total"]))
+    if not idle or idle <= 0 or total is None:
+        return shares[0]
+    processes = math.fsum(value * shares.get(key, 0.0) for (key, metric), value in
+                          dollars.items() if key and metric == SPEND_PROCESS)
+    return min(1.0, max(0.0, (total * shares[0] - processes) / idle))
+
+
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
-                     rows: list[dict[str, Any]]) -> dict[int, float] | None:
+                     rows: list[dict[str, Any]], gpu_waste: GpuWaste | None = None
+                     ) -> dict[int, float] | None:
     """The part of an hour's recorded spend that falls in `inside` (ms), by key (0: the host,
     else a process id), from the hour's raw ticks: each tick charged the interval before it,
     so a part is its ticks (a process's: those it held a GPU at; none, none of its spend)
     times the interval, each at the price it was charged at (the price readings: a daemon
-    started again at another price mid-hour), over what the row charged. An hour recorded from 14:03 to
-    14:23 puts a quarter of its spend in 14:18-14:23 and none in 14:12-14:18 (the clock's
-    share would be 1/12 and 1/12; a snapshot holds its range's ticks, and the period before it
-    was not recorded at all).
+    started again at another price mid-hour), over what the row charged. An hour recorded
+    from 14:03 to 14:23 puts a quarter of its spend in 14:18-14:23 and none in 14:12-14:18 (the
+    clock's share would be 1/12 and 1/12; a snapshot holds its range's ticks, and the period
+    before it was not recorded at all). And the part of its waste (SPEND_WASTED_KEY), with
+    `gpu_waste`: the same, each tick's charge times the part of it its GPUs wasted (an hour
+    whose first 3 minutes wasted 70 % and the rest 45 % puts 70 % of those 3 minutes' spend in
+    their waste, not the hour's 53 %).
     None where the hour's raw ticks are gone, wholly or in part (minute rollups from before its
     first tick: raw retention cut it): the clock's share then."""
     lo, hi = inside
@@ -487,7 +528,41 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
         row_ms = whole.get(key) or charged[key]
         shares[key] = (min(1.0, ms / row_ms) if isinstance(row_ms, int | float)
                        and row_ms > 0 else 0.0)
+    if gpu_waste is not None and part:
+        # each tick's charge (its interval at its price) times the part of it wasted, over the
+        # same of all the hour's ticks
+        wasted = _wasted_parts(reader, ticks[0][0], ticks[-1][0], gpu_waste)
+        charges = [(ts, ms * weight.get(ts, 1.0) * wasted.get(ts, 1.0)) for ts, ms in ticks]
+        whole_charge = math.fsum(c for _, c in charges)
+        if whole_charge > 0:
+            inside_ts = {ts for ts, _ in part}
+            shares[SPEND_WASTED_KEY] = min(1.0, math.fsum(
+                c for ts, c in charges if ts in inside_ts) / whole_charge)
     return shares
+
+
+def _wasted_parts(reader: StoreReader, first: int, last: int,
+                  gpu_waste: GpuWaste) -> dict[int, float]:
+    """The part of the host's charge wasted at each tick in [first, last] (ms) that read a
+    GPU: its GPUs' `gpu_waste`, each GPU an equal part of the host (a tick that read none is
+    absent: its whole charge was wasted)."""
+    seen: dict[tuple[Any, Any], float] = {}  # (status, util) -> its waste: few distinct pairs
+    sums: dict[int, list[float]] = {}
+    for ts, status, util in reader.rows(
+            "SELECT ts, status, util FROM gpu_samples WHERE ts >= ? AND ts <= ?", (first, last)):
+        part = seen.get((status, util))
+        if part is None:  # (a hostile file's text where a number belongs: no reading)
+            part = seen[(status, util)] = gpu_waste(
+                decode_status(status) if isinstance(status, int | str) else "",
+                util / 10 if isinstance(util, int | float) and not isinstance(util, bool)
+                else None)
+        found = sums.get(ts)
+        if found is None:
+            sums[ts] = [part, 1.0]
+        else:
+            found[0] += part
+            found[1] += 1.0
+    return {ts: total / count for ts, (total, count) in sums.items()}
 
 
 def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
