@@ -6,9 +6,7 @@ The JSON document is a contract (documented in the README): top-level `host`, `w
 
 from __future__ import annotations
 
-import math
 import textwrap
-from collections.abc import Mapping
 from typing import Any
 
 from daemon import clock
@@ -16,6 +14,7 @@ from daemon.analysis import latency_report
 from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice
+from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.price_history import PriceHistory, as_then
@@ -40,7 +39,7 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import GPU_READING, TICKS_DROPPED, ended_by_recording_stop
+from daemon.store.schema import TICKS_DROPPED, ended_by_recording_stop
 from daemon.wire import (
     COMPUTE,
     HIGH_CONFIDENCE,
@@ -140,7 +139,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     starts = run_starts(readings)  # nothing is charged between two runs, as live
     then = as_then(host, gpus, readings, prices, end)  # the host and GPUs at the window's end
     # A window across a restart onto other GPUs: a row per GPU and model, each over its part
-    gpus[:] = _split_by_model(reader, gpus, readings, start, end, rolled)
+    gpus[:] = split_by_model(reader, gpus, readings, start, end, rolled)
     if then is not None:
         recorded_price, price = then, host["price"]
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
@@ -255,69 +254,6 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     return document
 
 
-def _gpu_changes(readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]],
-                 start: float,
-                 end: float) -> dict[int, list[float]]:
-    """Each GPU index whose model or UUID the store recorded changing inside (start, end] (a
-    daemon started again on other GPUs: schema.GPU_READING), with the times it changed: the
-    start of the run that recorded the new GPU (its first tick may come before the reading)."""
-    starts = run_starts(readings)
-    changes: dict[int, list[float]] = {}
-    for (kind, name), rows in readings.items():
-        if kind != GPU_READING or not name.isdigit():
-            continue
-        before: tuple[Any, Any] | None = None
-        last = -math.inf
-        for ts, _, detail in sorted(rows, key=lambda row: row[0]):
-            facts = (detail.get("name"), detail.get("uuid"))
-            if before is not None and facts != before and start < ts <= end:
-                run = max((s for s in starts if last < s <= ts), default=ts)
-                changes.setdefault(int(name), []).append(max(run, start))
-            before, last = facts, ts
-    return changes
-
-
-def _split_by_model(reader: StoreReader, gpus: list[dict[str, Any]],
-                    readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]], start: float, end: float,
-                    rolled: bool) -> list[dict[str, Any]]:
-    """The window's GPU rows, where a GPU changed model inside it one row per GPU and model,
-    each over its part of the window (`since`, `until`; both None on a row of the whole
-    window): the utilization, memory and power of an A100 and of the H100 after it, never
-    their mean under the later name (probe 126 F5)."""
-    changes = _gpu_changes(readings, start, end)
-    for gpu in gpus:
-        gpu.update(since=None, until=None)
-    if not changes:
-        return gpus
-    parts: dict[tuple[float, float], list[dict[str, Any]]] = {}
-    out = []
-    for gpu in gpus:
-        index = gpu["index"]
-        if index not in changes:
-            out.append(gpu)
-            continue
-        # (from the rollups: cut at the minute the change fell in, which its new GPU's row
-        # holds whole; a minute rollup holds the ticks of both)
-        cuts = sorted(max(start, at // MINUTE_S * MINUTE_S) if rolled else at
-                      for at in changes[index])
-        edges = [start, *cuts, end]
-        for a, b in zip(edges, edges[1:], strict=False):
-            if b <= a:
-                continue
-            if (a, b) not in parts:  # (a tick at the change is the new GPU's)
-                last = b if b == end else b - 0.001
-                parts[(a, b)] = (reader.rollup_summary(a, last) if rolled
-                                 else reader.window_summary(a, last))["gpus"]
-            # (the facts last recorded before the part's end: its GPU's, also where the
-            # window begins before its first reading)
-            facts = queries.gpus_then(readings, b if b == end else b - 0.001).get(index, {})
-            for row in parts[(a, b)]:
-                if row["index"] == index and row.get("samples"):
-                    out.append(dict(row, **facts, since=a, until=b))
-    return out
-
-
-MINUTE_S = 60  # a minute rollup's span (schema: res MINUTE)
 
 
 def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,

@@ -17,6 +17,7 @@ from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
+from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import with_edges
@@ -138,6 +139,9 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     samples = with_edges(reader, spread, start, end, starts)
     if as_then(host, data.gpus, readings, prices, end) is not None:  # the host at the end
         data.price = host["price"]
+    # across a restart onto other GPUs: a row per GPU and model, each over its part (as the
+    # report's; the page reads raw ticks, so each part is cut at its change)
+    data.gpus = split_by_model(reader, data.gpus, readings, start, end, rolled=False)
     priced = [(sample, charged) for sample in samples
               for charged in (prices.at(sample.ts),) if charged is not None]
     if samples:
@@ -162,8 +166,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         costs = dict(ledger.by_process)
     else:
         costs = {}
-    for gpu in data.gpus:
-        index = gpu["index"]
+    for index in sorted({gpu["index"] for gpu in data.gpus}):  # (a chart line per GPU)
         data.gpu_utilization[index] = [(t, avg) for t, avg, _, _ in reader.gpu_history(
             index, "utilization", start, end, SERIES_POINTS)]
         data.gpu_memory[index] = [(t, avg / 2**30) for t, avg, _, _ in reader.gpu_history(

@@ -475,6 +475,12 @@ def render(data: ReportData) -> str:
              else f"{g['memory_peak_bytes'] / 2**30:.1f} GiB", True),
          _td("—" if g.get("power_watts") is None else f"{g['power_watts']:.0f} W", True),
          _td(g.get("status"))] for g in data.gpus], "no GPU samples in this range"))
+    changed = sorted({g["since"] for g in data.gpus
+                      if isinstance(g.get("since"), int | float) and g["since"] > data.since})
+    if changed:  # (daemon.analysis.gpu_models: a resize onto other GPUs in the range)
+        out.append(f'<p class="muted" data-gpus-changed="{len(changed)}">the GPUs changed in '
+                   f'this range, at {_e(", ".join(_time(at) for at in changed))}: a row per GPU '
+                   "and model, each over its part of the range</p>")
     out.append("</section></div>")
     out.append("<h2>Processes</h2>")
     out.append(_table(["pid", "user", "command", "GPUs", "burn", "cost", "phase balance"], [

@@ -329,6 +329,30 @@ def test_a_window_across_a_resize_has_a_row_per_gpu_and_model(tmp_path):
     assert "the GPUs changed" not in report.render_text(late)
 
 
+def test_the_snapshot_page_across_a_resize_has_a_row_per_gpu_and_model(tmp_path):
+    """Probe 126 F5's rest: the report got a row per GPU and model across a restart onto other
+    GPUs, but the snapshot page (`snapshot --render`, an incident's page) still named every GPU
+    the last model, with both models' samples in its row. Its GPU table is built as the
+    report's now, and says why a GPU has two rows."""
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    first = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    second = dataclasses.replace(price, per_hour=8.0, gpu_count=2, instance_type="p5.48xlarge")
+    db, start = two_runs(tmp_path, first, second, 20, models=("A100", "H100"))
+    data = report_html.collect(db)
+    assert [(g["index"], g["name"], g["memory_total_bytes"], g["samples"])
+            for g in data.gpus] == [
+        (0, "A100", 40 << 30, 10), (0, "H100", 80 << 30, 10),
+        (1, "A100", 40 << 30, 10), (1, "H100", 80 << 30, 10)]
+    page = render_page(data)
+    assert 'data-gpus-changed="1"' in page and "the GPUs changed in this range" in page
+    assert sorted(data.gpu_utilization) == [0, 1]  # a chart line per GPU, not per row
+    # a range of one run: a row per GPU, no note
+    late = report_html.collect(db, since=start + 11, until=start + 19)
+    assert [g["name"] for g in late.gpus] == ["H100"] * 2
+    assert "the GPUs changed" not in render_page(late)
+
+
 def test_a_gpu_reading_that_is_not_what_it_should_be_is_not_believed():
     from daemon.store import queries
 
