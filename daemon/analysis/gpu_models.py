@@ -14,9 +14,6 @@ from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.schema import GPU_READING
 
-MINUTE_S = 60  # a minute rollup's span (schema: res MINUTE)
-
-
 Readings = Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]]
 
 
@@ -58,18 +55,17 @@ def split_by_model(reader: StoreReader, gpus: list[dict[str, Any]], readings: Re
         if index not in changes:
             out.append(gpu)
             continue
-        # (from the rollups: cut at the minute the change fell in, which its new GPU's row
-        # holds whole; a minute rollup holds the ticks of both)
-        cuts = sorted(max(start, at // MINUTE_S * MINUTE_S) if rolled else at
-                      for at in changes[index])
+        # (from the rollups: the minute the change fell in from its raw ticks, each row its
+        # part; where they are gone, whole in the new GPU's row: a minute rollup holds both)
+        cuts = sorted(max(start, at) for at in changes[index])
         edges = [start, *cuts, end]
         for a, b in zip(edges, edges[1:], strict=False):
             if b <= a:
                 continue
             if (a, b) not in parts:  # (a tick at the change is the new GPU's)
                 last = b if b == end else b - 0.001
-                parts[(a, b)] = (reader.rollup_summary(a, last) if rolled
-                                 else reader.window_summary(a, last))["gpus"]
+                parts[(a, b)] = (reader.rollup_summary(a, last, raw_edges=(a != start, b != end))
+                                 if rolled else reader.window_summary(a, last))["gpus"]
             # (the facts last recorded before the part's end: its GPU's, also where the
             # window begins before its first reading)
             facts = queries.gpus_then(readings, b if b == end else b - 0.001).get(index, {})
