@@ -6,6 +6,7 @@ The JSON document is a contract (documented in the README): top-level `host`, `w
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any
 
@@ -40,6 +41,7 @@ from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.schema import TICKS_DROPPED, ended_by_recording_stop
+from daemon.store.snapshot import snapshot_facts
 from daemon.wire import (
     COMPUTE,
     HIGH_CONFIDENCE,
@@ -122,6 +124,12 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     stopped = latest is not None and (reader.recording is False
                                       or end - latest.ts > recording_gap_s(interval))
     host["recording_stopped_at"] = latest.ts if stopped and latest is not None else None
+    # A snapshot's range ends where it was taken, not where a recording stopped (the events
+    # open then were open at its end: the recorder may still be running)
+    facts = snapshot_facts(reader)
+    until = facts.get("until") if facts else None
+    host["snapshot_until"] = float(until) if isinstance(until, int | float) and not isinstance(
+        until, bool) and math.isfinite(until) else None
     balances = phase_balances(reader, start, end, interval, summary["processes"])
     statuses = queries.stack_statuses(reader)
     price = host.get("price")
@@ -663,7 +671,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_phases(report["processes"], 40 if width else None)
     out += report_latency.render_text(report)
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"),
-                          window["until"])
+                          window["until"], snapshot_until=host.get("snapshot_until"))
     out += _render_managed((report.get("review") or {}).get("managed"))
     out += render_review(report.get("review") or {}, width)
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
@@ -941,7 +949,8 @@ EVENTS_SHOWN = 20
 
 
 def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None,
-                   until: float | None = None) -> list[str]:
+                   until: float | None = None, *,
+                   snapshot_until: float | None = None) -> list[str]:
     # A low-utilization window is where stacks were sampled (a demo hour holds ~100): what it
     # found is in "Where the time goes"; listed here it would crowd out the events that cost.
     windows = sum(e["kind"] == "low_utilization" for e in events)
@@ -988,6 +997,8 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
             state = f"open when the recording stopped at {when(event['ended_at'])}"
         elif event["ended_at"] is not None:
             state = "ended"
+        elif snapshot_until is not None:  # (the recorder may have gone on: the file ended)
+            state = f"open at the end of this snapshot, {when(snapshot_until)}"
         elif stopped_at is not None:
             state = f"open when the recording stopped at {when(stopped_at)}"
         else:

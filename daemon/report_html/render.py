@@ -91,10 +91,12 @@ def _time(ts: float | None) -> str:
     return "—" if ts is None else clock.local_time(ts)
 
 
-def _event_end(event: dict[str, Any]) -> str:
-    """An event's end: its time, 'ongoing', or when its recording stopped with it open."""
+def _event_end(event: dict[str, Any], snapshot: dict[str, Any] | None = None) -> str:
+    """An event's end: its time, 'ongoing' (open at the end of a snapshot's range, in a
+    snapshot's page: the recorder may have gone on), or when its recording stopped with it
+    open."""
     if event["ended_at"] is None:
-        return "ongoing"
+        return "open at the end of this snapshot" if snapshot else "ongoing"
     if ended_by_recording_stop(event):
         return f"{_time(event['ended_at'])} (open when the recording stopped)"
     return _time(event["ended_at"])
@@ -508,7 +510,7 @@ def render(data: ReportData) -> str:
     out.append("<h2>Events</h2>")
     out.append(_table(["event", "target", "from", "to", "cost", "snapshot"], [
         [_td(e["kind"]), _td(e.get("target_label") or e["target"]), _td(_time(e["started_at"])),
-         _td(_event_end(e)),
+         _td(_event_end(e, data.snapshot)),
          _td(_money(e.get("cost_so_far"), 4), True),
          _td(f"snapshot: {e['snapshot']}" if e.get("snapshot") else "", code=True)]
         for e in data.events], "no event in this range"))
