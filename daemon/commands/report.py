@@ -844,7 +844,9 @@ def render_review(review: dict[str, Any], width: int | None = None) -> list[str]
     for state in ("acted", "snoozed", "ignored", "new"):
         for rec in outcomes.get(state) or []:
             savings = rec.get("savings_per_month")
-            money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"
+            # (as the Recommendations section says it: a budget's advice saves no $ figure)
+            money = (f"${savings:,.0f}/month" if isinstance(savings, int | float) and savings > 0
+                     else "no $ figure")
             extra = (f": {cut(rec.get('outcome'), 60)}" if state == "acted" else
                      f" until {clock.local_time(rec['snoozed_until'])}" if state == "snoozed"
                      else "")

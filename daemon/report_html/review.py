@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from daemon import __version__, clock
+from daemon.analysis.energy import amount_text
 from daemon.report_html import latency
 from daemon.report_html.escape import escaped as _e
 from daemon.wire import money
@@ -71,10 +72,8 @@ def _carbon_rows(carbon: dict[str, Any]) -> str:
         return ""
     grid = carbon.get("grid") or {}
 
-    def amount(figure: dict[str, Any]) -> str:
-        grams = figure.get("co2e_grams")
-        return f"{figure['kwh']:,.3f} kWh" + ("" if grams is None else
-                                              f", {grams / 1000:,.3f} kg CO2e")
+    def amount(figure: dict[str, Any]) -> str:  # (as the text says it: 0.71 g read "0.001 kg")
+        return amount_text(figure["kwh"], figure.get("co2e_grams"))
 
     how = (f"{grid['g_per_kwh']:g} g CO2e/kWh: " if grid.get("g_per_kwh") is not None
            else "") + str(grid.get("source") or "")
@@ -136,8 +135,11 @@ def render(document: dict[str, Any]) -> str:
                    "</td><td></td></tr>"
                    f"<tr><th>storage</th><td class=n>{_e(money(storage.get('cost')))}</td>"
                    "<td></td></tr>"
-                   f"<tr><th>energy</th><td class=n>{_e(money(energy.get('cost')))}</td>"
-                   "<td></td></tr>" + _carbon_rows(review.get("carbon") or {}) + "</table>")
+                   # (its dollars where [instance].electricity_per_kwh prices it; "energy -"
+                   # beside "energy used" read as if none was used)
+                   + ("" if energy.get("cost") is None else
+                      f"<tr><th>energy</th><td class=n>{_e(money(energy.get('cost')))}</td>"
+                      "<td></td></tr>") + _carbon_rows(review.get("carbon") or {}) + "</table>")
         for key, rows in (review.get("by") or {}).items():
             out.append(f"<h2>By {_e(key)}</h2><table><tr><th>{_e(key)}</th><th>spend</th>"
                        "<th>before</th><th>trend</th></tr>" + "".join(

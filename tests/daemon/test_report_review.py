@@ -181,6 +181,22 @@ def test_the_review_reads_as_text(store):
     assert "    new [$50/month] recommendation new" in out.stdout
 
 
+def test_a_recommendation_with_no_saving_reads_alike_in_the_review_and_the_list(store):
+    """Probe 126 F12: a budget's advice (no saving) read "new [$0/month]" in the review and
+    "[no $ figure]" in the Recommendations section: the review says it as the list does."""
+    from daemon.commands.report import render_review
+
+    review = json.loads(report(store, "--json").stdout)["review"]
+    review["recommendations"]["new"] = [
+        {"id": "r-budget", "summary": "host spent $2.45 of its daily budget $2.45",
+         "savings_per_month": 0.0},
+        {"id": "r-none", "summary": "no figure at all", "savings_per_month": None}]
+    text = "\n".join(render_review(review))
+    assert "    new [no $ figure] host spent $2.45 of its daily budget $2.45" in text, text
+    assert "    new [no $ figure] no figure at all" in text, text
+    assert "$0/month" not in text
+
+
 def test_by_names_what_it_cannot_split_by(store):
     out = report(store, "--by", "kind,colour")
     assert out.returncode == 2
