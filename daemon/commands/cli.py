@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(report)
     report.add_argument("--since", metavar="DURATION",
                         help="how far back the window reaches from its end: 30s, 15m, 1h, "
-                             "30d (default: 1h of a store a daemon records into; the whole "
+                             "30d, or a number alone: seconds (default: 1h of a store a daemon records into; the whole "
                              "recorded range of a snapshot or a stopped store)")
     report.add_argument("--until", metavar="TIME",
                         help="where the window ends: Unix seconds or ISO 8601 such as "

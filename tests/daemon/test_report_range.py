@@ -100,7 +100,7 @@ def test_until_is_checked_like_since(tmp_path):
     out = report(db, "--since", "0s")
     assert out.returncode == 2 and out.stderr == (
         "mlcostd report: --since '0s' must be at least 1 s; give a duration (ASCII digits and "
-        "a unit, no spaces: e.g. 30s, 15m, 6h, 8d)\n")
+        "a unit, no spaces: e.g. 30s, 15m, 6h, 8d; a number alone is seconds)\n")
 
 
 def test_a_snapshot_of_a_stopped_store_ends_at_its_last_sample(tmp_path):
