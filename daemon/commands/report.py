@@ -86,15 +86,17 @@ def resolve_window(reader: StoreReader, since_s: float | None,
     A store a daemon records into (or one not asked: `reader.recording` None) ends now and
     reaches back 1 h by default. A snapshot or a stopped store ends at its last sample and, without
     --since, covers its whole recorded range: a file read an hour after it was taken still
-    reports what it holds."""
+    reports what it holds (an --until before that range: 1 h, as live)."""
     recorded = queries.recorded_range(reader)
     live = reader.recording is not False or recorded is None
     if until is None:
         until = clock.now() if live or recorded is None else recorded[1]
     if since_s is None:
-        if live or recorded is None:
+        if live or recorded is None or until <= recorded[0]:
+            # (an --until before a stopped store's first record: the default reach, not a
+            # window of no length, which the report then said was "from T to T")
             return until - DEFAULT_SPAN_S, until
-        return min(recorded[0], until), until
+        return recorded[0], until
     return until - since_s, until
 
 
