@@ -60,6 +60,7 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:3px 6px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}
 code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+div.table{overflow-x:auto}td>code{display:inline-block;min-width:16em}
 svg.chart{width:100%;height:auto;background:#fcfcfc;border:1px solid #eee}
 svg text{font:11px system-ui,sans-serif;fill:#555}
 svg.phases.fill{display:block;width:100%;height:14px}
@@ -252,7 +253,10 @@ def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
         return f'<p class="muted">{_e(empty)}</p>'
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # (in a box of its own that scrolls sideways: on a narrow screen a command keeps a readable
+    # width, where it was squeezed into a column a word wide and 25 lines tall)
+    return (f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")
 
 
 def _td(value: Any, num: bool = False, code: bool = False) -> str:

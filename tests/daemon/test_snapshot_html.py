@@ -458,3 +458,34 @@ def test_an_event_open_at_a_snapshots_end_is_said_to_be_so_not_stopped_with_the_
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if "gpu_held_idle gpu:0" in x)
     assert "(open when the recording stopped at " in line, line
+
+
+NARROW_SCRIPT = """(() => {
+  const cells = [...document.querySelectorAll('td code')];
+  return {scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
+          tallest: Math.max(...cells.map(c => c.getBoundingClientRect().height)),
+          line: parseFloat(getComputedStyle(cells[0]).lineHeight) || 15};
+})()"""
+
+
+def test_on_a_narrow_screen_a_long_command_keeps_a_readable_width(tmp_path):
+    """Probe 126 F12: at 600 px the process table squeezed a long command line into a column a
+    word wide, ~25 lines tall. Each table scrolls sideways in its own box now: the page keeps
+    the screen's width and the command a few lines."""
+    daemon = recording_daemon(tmp_path, 5.0, ticks=10)
+    assert daemon.store is not None
+    daemon.store.close()
+    long = ("/opt/conda/envs/train/bin/python -m torch.distributed.run --nproc_per_node 8 "
+            "/srv/jobs/llama/finetune_with_a_long_script_name.py --config /srv/jobs/llama/"
+            "configs/a_very_long_configuration_file_name.yaml --output-dir /mnt/ckpt/run-1")
+    conn = sqlite3.connect(tmp_path / "mlcost.db")
+    conn.execute("UPDATE processes SET command = ?", (long,))
+    conn.commit()
+    conn.close()
+    html = tmp_path / "narrow.html"
+    render_html_file(tmp_path / "mlcost.db", html)
+    page = chromium.load(html.as_uri(), NARROW_SCRIPT, size=(600, 2400))
+    assert page.console_errors == []
+    found = page.value
+    assert found["scroll"] <= found["inner"], found  # no page-wide sideways scroll
+    assert found["tallest"] <= 8 * found["line"], found  # was ~23 lines
