@@ -37,7 +37,7 @@ def _trend(pct: float | None) -> str:
 def _bars(by_day: dict[str, float]) -> str:
     """Spend per UTC day as SVG bars, one per day, the tallest the most spent; each bar at
     most a fourteenth of the width (one day is a bar, not a block) and, up to 31 days, its
-    date under it."""
+    date under it and its dollars over it."""
     if not by_day:
         return ""
     width, height, pad = 1200, 160, 20
@@ -49,10 +49,15 @@ def _bars(by_day: dict[str, float]) -> str:
         bars.append(f'<rect x="{pad + i * step:.1f}" y="{height - pad - h:.1f}" '
                     f'width="{max(step - 2, 1):.1f}" height="{h:.1f}" fill="#2563eb">'
                     f"<title>{_e(day)} {_e(money(value))}</title></rect>")
-        if len(by_day) <= 31:
-            bars.append(f'<text x="{pad + i * step + step / 2:.1f}" y="{height - 4}" '
+        if len(by_day) <= 31:  # its date under it and its dollars over it (a bar alone
+            # said only which day spent more: the page had no axis)
+            middle = pad + i * step + step / 2
+            bars.append(f'<text x="{middle:.1f}" y="{height - 4}" '
                         f'font-size="11" text-anchor="middle" fill="#555">{_e(day[5:])}'
                         "</text>")
+            bars.append(f'<text class="value" x="{middle:.1f}" y="{height - pad - h - 4:.1f}" '
+                        f'font-size="11" text-anchor="middle" fill="#111">'
+                        f"{_e(money(value, whole_from=100))}</text>")
     return (f'<svg class="chart" data-chart="spend_by_day" data-bars="{len(by_day)}" '
             f'viewBox="0 0 {width} {height}" width="100%">{"".join(bars)}</svg>')
 

@@ -295,7 +295,12 @@ def test_the_review_as_an_html_page(store, tmp_path):
     assert "default-src 'none'" in text and "<script" not in text
     assert 'data-chart="spend_by_day" data-bars="31"' in text or \
         'data-chart="spend_by_day" data-bars="30"' in text
-    assert text.count('text-anchor="middle"') in (30, 31)  # each bar's date under it
+    dates = text.count('<text x=')
+    assert dates in (30, 31)  # each bar's date under it
+    # and its dollars over it (probe 126 F12: bars alone, no axis, said no figure)
+    values = re.findall(r'<text class="value"[^>]*>([^<]*)</text>', text)
+    assert len(values) == dates and all(v.startswith("$") for v in values), values
+    assert "$84.00" in values, values
     for said in ("By kind", "training", "llm-serve", "alice", "acted", "snoozed", "ignored",
                  "<td>new</td>", "recommendation new", "$2,520.00"):
         assert said in text
