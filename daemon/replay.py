@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 import sqlite3
 import statistics
 from collections import OrderedDict
@@ -59,7 +58,7 @@ from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.reader import StoreReader, no_store_at
 from daemon.store.schema import GPU_READING, SCHEMA_VERSION
 from daemon.store.shape import StoreShapeError, check_shape
-from daemon.store.snapshot import SNAPSHOT_TABLE
+from daemon.store.snapshot import snapshot_facts
 from daemon.wire import process_key
 from pricing.grid import GridIntensity, grid_intensity
 
@@ -68,16 +67,6 @@ PHASE_WINDOW_S = 300.0
 RECOMMENDATION_GRACE_S = 90.0
 LEDGER_SAMPLES = 240
 CACHE_STATES = 64
-
-
-def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
-    """The facts table of a snapshot file (daemon.store.snapshot.SNAPSHOT_TABLE), or None."""
-    found = reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                         (SNAPSHOT_TABLE,))
-    if not found:
-        return None
-    return {r["key"]: json.loads(r["value"])
-            for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
 
 
 def _later_text(written: float, summary: str) -> str:
@@ -112,7 +101,7 @@ class Replay:
             check_shape(self.reader)  # views, virtual tables, missing columns: refused here
             # A snapshot (daemon.store.snapshot) says what it is; a damaged or truncated one is
             # refused here rather than half shown (small files: the check is quick).
-            self.snapshot: dict[str, Any] | None = _snapshot_facts(self.reader)
+            self.snapshot: dict[str, Any] | None = snapshot_facts(self.reader)
             if self.snapshot is not None:
                 check = self.reader.query("PRAGMA quick_check(1)")
                 result = next(iter(check[0].values())) if check else "no answer"

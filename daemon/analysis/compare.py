@@ -953,7 +953,7 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
     store holds fewer than two. One query over the store's GPU processes (blocking)."""
     from daemon.sources.owners import decode_owner
     from daemon.store.queries import recorded_jobs
-    from daemon.store.reader import StoreReader
+    from daemon.store.reader import StoreReader, stored_command
     from daemon.wire import parse_process_key
 
     reader = StoreReader(str(db), tidy=True, timeout_s=timeout_s)
@@ -992,7 +992,8 @@ def previous_runs(db: Path, target: str, timeout_s: float = 5.0) -> tuple[
         what = f"job {target!r}" if job is not None else f"the command line of {target}"
         raise NoPreviousRun(f"{db} holds {len(runs)} run(s) of {what}: nothing to compare "
                             "with yet")
-    return job, command, (runs[-2][0], runs[-2][1]), (runs[-1][0], runs[-1][1])
+    shown = None if command is None else stored_command(command)  # on its way out of the store
+    return job, shown, (runs[-2][0], runs[-2][1]), (runs[-1][0], runs[-1][1])
 
 
 # -- the comparison -----------------------------------------------------------------------

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.analysis.busy import IdleThresholds
-from daemon.analysis.cost import HostPrice, ProcessKey, burn
+from daemon.analysis.cost import HostPrice, ProcessKey, burn, gpu_wasted_per_hour
 from daemon.analysis.ledger import RUN_START_READING, CostLedger, recording_gap_s, run_starts
 from daemon.analysis.meters import StorageCost, UnitCostMeter
 from daemon.analysis.price_history import PRICE_READING, PriceHistory
+from daemon.sources.sample import GPU_OK
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.schema import SPEND_METRICS, SPEND_PROCESS
@@ -33,7 +34,7 @@ def recorded_ledger(reader: StoreReader, start: float, end: float,
     hours cut by the range placed by their ticks), and the process facts by (pid,
     start_time); None when the store recorded no spend there (a store written before hour
     spend was kept)."""
-    rows = queries.spend_by_day(reader, start, end)
+    rows = queries.spend_by_day(reader, start, end, gpu_waste=_gpu_waste(_thresholds(reader)))
     if not rows:
         return None
     facts = queries.process_facts(reader, {key for _, key, metric, _, _ in rows
@@ -153,6 +154,28 @@ def unrecorded(reader: StoreReader, end: float, jobs: Mapping[str, str] | None, 
         for key, proc in cost.processes.items():
             processes[key] = (proc.user, proc.command, proc.owner)
     return Unrecorded(ledger, samples[-1].ts if samples else lo, len(samples), processes)
+
+
+def _thresholds(reader: StoreReader) -> IdleThresholds:
+    """The [idle] settings the store's daemon charged by (as it recorded them; else the
+    defaults)."""
+    host = reader.meta("host")
+    pct = host.get("idle_utilization_pct") if isinstance(host, dict) else None
+    return IdleThresholds(idle_utilization_pct=float(pct)) if isinstance(
+        pct, int | float) and not isinstance(pct, bool) and math.isfinite(pct) \
+        else IdleThresholds()
+
+
+def _gpu_waste(thresholds: IdleThresholds) -> queries.GpuWaste:
+    """The part of one GPU's price it wasted at a tick, as `burn` charges it
+    (`gpu_wasted_per_hour` at the [idle] threshold the store's daemon ran with), for placing an
+    hour's recorded waste by the ticks a range cuts it at (queries.spend_by_day)."""
+    idle_pct = thresholds.idle_utilization_pct
+
+    def wasted(status: str, utilization: float | None) -> float:
+        return gpu_wasted_per_hour(1.0, utilization, status == GPU_OK, idle_pct)
+
+    return wasted
 
 
 def _storage_walked(reader: StoreReader, since: float, end: float) -> list[StorageCost]:

@@ -310,7 +310,7 @@ def check_recorded_stacks(db: Path) -> Check | None:
     if not db.is_file():  # nothing there yet, or what check_database refuses
         return None
     from daemon.store.queries import stack_statuses
-    from daemon.store.reader import StoreReader
+    from daemon.store.reader import StoreReader, stored_command
 
     try:
         reader = StoreReader(str(db), timeout_s=2.0, tidy=True)
@@ -328,7 +328,8 @@ def check_recorded_stacks(db: Path) -> Check | None:
     ok = len(statuses) - len(bad)
     if not bad:
         return Check("stack sampling", OK, f"stacks read from all {ok} processes sampled")
-    lines = [f"pid {pid} ({(commands.get((pid, start)) or '?')[:50]}): {s['status']}"
+    lines = [f"pid {pid} ({stored_command(commands.get((pid, start)) or '?')[:50]}): "
+             f"{s['status']}"
              f"{': ' + s['error'] if s['error'] else ''}"
              for (pid, start), s in sorted(bad.items())[:5]]
     fix = ("run mlcostd as root or with CAP_SYS_PTRACE" if any(

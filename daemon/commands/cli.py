@@ -80,6 +80,12 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"-\.?\d")
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """argparse's, except that a write that fails is not dropped: `--help` to a full disk
+        exited 0 with nothing written (main says it in one line, exit 1)."""
+        if message:
+            (file if file is not None else sys.stderr).write(message)
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
@@ -172,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(report)
     report.add_argument("--since", metavar="DURATION",
                         help="how far back the window reaches from its end: 30s, 15m, 1h, "
-                             "30d (default: 1h of a store a daemon records into; the whole "
+                             "30d, or a number alone: seconds (default: 1h of a store a daemon records into; the whole "
                              "recorded range of a snapshot or a stopped store)")
     report.add_argument("--until", metavar="TIME",
                         help="where the window ends: Unix seconds or ISO 8601 such as "
@@ -627,7 +633,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with while_starting():  # until the command runs: one line, exit 130/143
             parser = build_parser()
-            args, extra = parser.parse_known_args(argv)
+            try:
+                args, extra = parser.parse_known_args(argv)
+            except SystemExit as done:
+                if done.code in (0, None):  # --help: to a full disk, said below, not dropped
+                    sys.stdout.flush()
+                raise
             # From its options on, the profile keeps them: one that comes before its recorder
             # is up is acted on once it is, and its files are written (README "Profile a
             # command").

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Mapping
 from typing import Any
 
 from daemon import clock
@@ -16,6 +15,7 @@ from daemon.analysis import latency_report
 from daemon.analysis.balance import phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice
+from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.inference_audit import recorded_audit, with_savings
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts, tick_seconds
 from daemon.analysis.price_history import PriceHistory, as_then
@@ -40,7 +40,8 @@ from daemon.runtime import price_host
 from daemon.sources.safe_text import lines, one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.store.schema import GPU_READING, TICKS_DROPPED, ended_by_recording_stop
+from daemon.store.schema import TICKS_DROPPED, ended_by_recording_stop
+from daemon.store.snapshot import snapshot_facts
 from daemon.wire import (
     COMPUTE,
     HIGH_CONFIDENCE,
@@ -85,15 +86,17 @@ def resolve_window(reader: StoreReader, since_s: float | None,
     A store a daemon records into (or one not asked: `reader.recording` None) ends now and
     reaches back 1 h by default. A snapshot or a stopped store ends at its last sample and, without
     --since, covers its whole recorded range: a file read an hour after it was taken still
-    reports what it holds."""
+    reports what it holds (an --until before that range: 1 h, as live)."""
     recorded = queries.recorded_range(reader)
     live = reader.recording is not False or recorded is None
     if until is None:
         until = clock.now() if live or recorded is None else recorded[1]
     if since_s is None:
-        if live or recorded is None:
+        if live or recorded is None or until <= recorded[0]:
+            # (an --until before a stopped store's first record: the default reach, not a
+            # window of no length, which the report then said was "from T to T")
             return until - DEFAULT_SPAN_S, until
-        return min(recorded[0], until), until
+        return recorded[0], until
     return until - since_s, until
 
 
@@ -123,6 +126,12 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     stopped = latest is not None and (reader.recording is False
                                       or end - latest.ts > recording_gap_s(interval))
     host["recording_stopped_at"] = latest.ts if stopped and latest is not None else None
+    # A snapshot's range ends where it was taken, not where a recording stopped (the events
+    # open then were open at its end: the recorder may still be running)
+    facts = snapshot_facts(reader)
+    until = facts.get("until") if facts else None
+    host["snapshot_until"] = float(until) if isinstance(until, int | float) and not isinstance(
+        until, bool) and math.isfinite(until) else None
     balances = phase_balances(reader, start, end, interval, summary["processes"])
     statuses = queries.stack_statuses(reader)
     price = host.get("price")
@@ -140,7 +149,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     starts = run_starts(readings)  # nothing is charged between two runs, as live
     then = as_then(host, gpus, readings, prices, end)  # the host and GPUs at the window's end
     # A window across a restart onto other GPUs: a row per GPU and model, each over its part
-    gpus[:] = _split_by_model(reader, gpus, readings, start, end, rolled)
+    gpus[:] = split_by_model(reader, gpus, readings, start, end, rolled)
     if then is not None:
         recorded_price, price = then, host["price"]
     # The window's raw ticks, read and priced once for the timeline, the cost pass and the
@@ -255,69 +264,6 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     return document
 
 
-def _gpu_changes(readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]],
-                 start: float,
-                 end: float) -> dict[int, list[float]]:
-    """Each GPU index whose model or UUID the store recorded changing inside (start, end] (a
-    daemon started again on other GPUs: schema.GPU_READING), with the times it changed: the
-    start of the run that recorded the new GPU (its first tick may come before the reading)."""
-    starts = run_starts(readings)
-    changes: dict[int, list[float]] = {}
-    for (kind, name), rows in readings.items():
-        if kind != GPU_READING or not name.isdigit():
-            continue
-        before: tuple[Any, Any] | None = None
-        last = -math.inf
-        for ts, _, detail in sorted(rows, key=lambda row: row[0]):
-            facts = (detail.get("name"), detail.get("uuid"))
-            if before is not None and facts != before and start < ts <= end:
-                run = max((s for s in starts if last < s <= ts), default=ts)
-                changes.setdefault(int(name), []).append(max(run, start))
-            before, last = facts, ts
-    return changes
-
-
-def _split_by_model(reader: StoreReader, gpus: list[dict[str, Any]],
-                    readings: Mapping[tuple[str, str], list[tuple[float, float, dict[str, Any]]]], start: float, end: float,
-                    rolled: bool) -> list[dict[str, Any]]:
-    """The window's GPU rows, where a GPU changed model inside it one row per GPU and model,
-    each over its part of the window (`since`, `until`; both None on a row of the whole
-    window): the utilization, memory and power of an A100 and of the H100 after it, never
-    their mean under the later name (probe 126 F5)."""
-    changes = _gpu_changes(readings, start, end)
-    for gpu in gpus:
-        gpu.update(since=None, until=None)
-    if not changes:
-        return gpus
-    parts: dict[tuple[float, float], list[dict[str, Any]]] = {}
-    out = []
-    for gpu in gpus:
-        index = gpu["index"]
-        if index not in changes:
-            out.append(gpu)
-            continue
-        # (from the rollups: cut at the minute the change fell in, which its new GPU's row
-        # holds whole; a minute rollup holds the ticks of both)
-        cuts = sorted(max(start, at // MINUTE_S * MINUTE_S) if rolled else at
-                      for at in changes[index])
-        edges = [start, *cuts, end]
-        for a, b in zip(edges, edges[1:], strict=False):
-            if b <= a:
-                continue
-            if (a, b) not in parts:  # (a tick at the change is the new GPU's)
-                last = b if b == end else b - 0.001
-                parts[(a, b)] = (reader.rollup_summary(a, last) if rolled
-                                 else reader.window_summary(a, last))["gpus"]
-            # (the facts last recorded before the part's end: its GPU's, also where the
-            # window begins before its first reading)
-            facts = queries.gpus_then(readings, b if b == end else b - 0.001).get(index, {})
-            for row in parts[(a, b)]:
-                if row["index"] == index and row.get("samples"):
-                    out.append(dict(row, **facts, since=a, until=b))
-    return out
-
-
-MINUTE_S = 60  # a minute rollup's span (schema: res MINUTE)
 
 
 def _with_run_edges(reader: StoreReader, raw: RawWindow, start: float, end: float,
@@ -727,7 +673,7 @@ def _render_text(report: dict[str, Any], width: int | None) -> str:
     out += _render_phases(report["processes"], 40 if width else None)
     out += report_latency.render_text(report)
     out += _render_events(report.get("events") or [], host.get("recording_stopped_at"),
-                          window["until"])
+                          window["until"], snapshot_until=host.get("snapshot_until"))
     out += _render_managed((report.get("review") or {}).get("managed"))
     out += render_review(report.get("review") or {}, width)
     out += _render_recommendations(report.get("recommendations") or [], report.get("savings"))
@@ -900,7 +846,9 @@ def render_review(review: dict[str, Any], width: int | None = None) -> list[str]
     for state in ("acted", "snoozed", "ignored", "new"):
         for rec in outcomes.get(state) or []:
             savings = rec.get("savings_per_month")
-            money = f"${savings:,.0f}/month" if isinstance(savings, int | float) else "no $"
+            # (as the Recommendations section says it: a budget's advice saves no $ figure)
+            money = (f"${savings:,.0f}/month" if isinstance(savings, int | float) and savings > 0
+                     else "no $ figure")
             extra = (f": {cut(rec.get('outcome'), 60)}" if state == "acted" else
                      f" until {clock.local_time(rec['snoozed_until'])}" if state == "snoozed"
                      else "")
@@ -1005,7 +953,8 @@ EVENTS_SHOWN = 20
 
 
 def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None,
-                   until: float | None = None) -> list[str]:
+                   until: float | None = None, *,
+                   snapshot_until: float | None = None) -> list[str]:
     # A low-utilization window is where stacks were sampled (a demo hour holds ~100): what it
     # found is in "Where the time goes"; listed here it would crowd out the events that cost.
     windows = sum(e["kind"] == "low_utilization" for e in events)
@@ -1052,6 +1001,8 @@ def _render_events(events: list[dict[str, Any]], stopped_at: float | None = None
             state = f"open when the recording stopped at {when(event['ended_at'])}"
         elif event["ended_at"] is not None:
             state = "ended"
+        elif snapshot_until is not None:  # (the recorder may have gone on: the file ended)
+            state = f"open at the end of this snapshot, {when(snapshot_until)}"
         elif stopped_at is not None:
             state = f"open when the recording stopped at {when(stopped_at)}"
         else:

@@ -115,8 +115,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and args.out.endswith("/") and not (out.is_dir()
                                                            and not out.is_symlink()):
-        print(f"mlcostd snapshot: --out {one_line(args.out)[:200]}: there is no folder "
-              f"{one_line(str(out))[:200]}; create it first (a folder is not created)",
+        print(f"mlcostd snapshot: --out {one_line(args.out)[:200]}: {_not_a_folder(out)}",
               file=sys.stderr)
         return 2
     if out is not None and out.is_dir() and not out.is_symlink():
@@ -216,10 +215,29 @@ def _existing_out(out: Path, html: bool) -> str | None:
                 f"FILE{HTML_SUFFIX}; name the snapshot FILE.db")
     for path in (out, out.with_suffix(HTML_SUFFIX)) if html else (out,):
         if os.path.lexists(path):
-            return (f"{one_line(str(path))[:200]} exists; a snapshot never replaces a file: give "
-                    "a new name (or a folder: the file goes into it under a new name), or "
-                    "remove it first")
+            # (the report's path is not what --out said: name it as what it is)
+            which = (f"{shown}: the report beside it, {one_line(str(path))[:200]}," if path != out
+                     else one_line(str(path))[:200])
+            return (f"{which} exists; a snapshot never replaces a file: give a new name (or a "
+                    "folder: the file goes into it under a new name), or remove it first")
     return None
+
+
+def _not_a_folder(folder: Path) -> str:
+    """Why FOLDER/ (an --out that names a folder) is none to write into: nothing there, a
+    symbolic link (to a folder, even: mlcostd runs as root and follows no link it did not
+    make), or a file."""
+    shown = one_line(str(folder))[:200]
+    if folder.is_symlink():
+        try:
+            target = one_line(os.readlink(folder))[:200]
+        except OSError:
+            target = "?"
+        return (f"{shown} is a symbolic link (to {target}), not a folder: mlcostd runs as root "
+                "and never follows a link it did not make; give the folder itself")
+    if os.path.lexists(folder):
+        return f"{shown} is not a folder; give a folder, or a file name without the /"
+    return f"there is no folder {shown}; create it first (a folder is not created)"
 
 
 def _unsafe_folder(folder: Path) -> str | None:
@@ -426,7 +444,5 @@ def _render_target(source: Path, out: str | None) -> Path:
     if target.is_dir() and not target.is_symlink():
         return target / source.with_suffix(HTML_SUFFIX).name
     if out.endswith("/"):
-        raise ValueError(f"{one_line(out)[:200]}: there is no folder "
-                         f"{one_line(str(target))[:200]}; create it first (a folder is not "
-                         "created)")
+        raise ValueError(f"{one_line(out)[:200]}: {_not_a_folder(target)}")
     return target

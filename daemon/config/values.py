@@ -31,7 +31,8 @@ _SIZE_UNITS = {
 # s) or a hostile value (10**400 overflows float()).
 MAX_DURATION_S = 100 * 365 * 86400.0
 POSITIVE_DURATION = "a positive number and a unit (e.g. 30s, 15m, 6h, 8d)"  # said in errors
-DURATION_FORMS = "ASCII digits and a unit, no spaces: e.g. 30s, 15m, 6h, 8d"
+DURATION_FORMS = ("ASCII digits and a unit, no spaces: e.g. 30s, 15m, 6h, 8d; a number alone "
+                  "is seconds")
 SIZE_FORMS = "ASCII digits and a unit, no spaces: e.g. 512MiB, 1GiB, 2GB"
 
 

@@ -8,7 +8,6 @@ and nothing else: later work renders other recordings (a profile of one command)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from daemon.analysis.balance import LOW_UTILIZATION, phase_balances
 from daemon.analysis.busy import DEFAULT_IDLE_UTILIZATION_PCT, IdleThresholds
 from daemon.analysis.cost import HostPrice, burn
 from daemon.analysis.energy import recorded_grid, window_meter, window_summary
+from daemon.analysis.gpu_models import split_by_model
 from daemon.analysis.ledger import CostLedger, JobLabeler, recording_gap_s, run_starts
 from daemon.analysis.price_history import PriceHistory, as_then
 from daemon.analysis.range_ticks import with_edges
@@ -26,7 +26,7 @@ from daemon.sources.safe_text import one_line
 from daemon.store import queries
 from daemon.store.reader import StoreReader
 from daemon.store.shape import check_shape
-from daemon.store.snapshot import SNAPSHOT_TABLE
+from daemon.store.snapshot import snapshot_facts
 from daemon.wire import HIGH_CONFIDENCE, LOW_CONFIDENCE, process_key, short_command
 
 LABEL_CHARS = 32  # a timeline row's name: enough for 'train.py' or a module's last parts
@@ -90,14 +90,6 @@ def process_label(target: str, names: dict[str, tuple[int, str]]) -> str:
     return f"{pid} {name}"
 
 
-def _snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
-    if not reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (SNAPSHOT_TABLE,)):
-        return None
-    return {r["key"]: json.loads(r["value"])
-            for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
-
-
 def collect(path: str | Path, since: float | None = None,
             until: float | None = None) -> ReportData:
     """Read the report of [since, until] (default: the snapshot's range, else all ticks).
@@ -113,7 +105,7 @@ def collect(path: str | Path, since: float | None = None,
 
 def _collect(reader: StoreReader, path: Path, since: float | None,
              until: float | None) -> ReportData:
-    facts = _snapshot_facts(reader)
+    facts = snapshot_facts(reader)
     bounds = reader.query("SELECT min(ts) AS lo, max(ts) AS hi FROM ticks")[0]
     first = (bounds["lo"] or 0) / 1000
     last = (bounds["hi"] or 0) / 1000
@@ -147,6 +139,9 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     samples = with_edges(reader, spread, start, end, starts)
     if as_then(host, data.gpus, readings, prices, end) is not None:  # the host at the end
         data.price = host["price"]
+    # across a restart onto other GPUs: a row per GPU and model, each over its part (as the
+    # report's; the page reads raw ticks, so each part is cut at its change)
+    data.gpus = split_by_model(reader, data.gpus, readings, start, end, rolled=False)
     priced = [(sample, charged) for sample in samples
               for charged in (prices.at(sample.ts),) if charged is not None]
     if samples:
@@ -171,8 +166,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
         costs = dict(ledger.by_process)
     else:
         costs = {}
-    for gpu in data.gpus:
-        index = gpu["index"]
+    for index in sorted({gpu["index"] for gpu in data.gpus}):  # (a chart line per GPU)
         data.gpu_utilization[index] = [(t, avg) for t, avg, _, _ in reader.gpu_history(
             index, "utilization", start, end, SERIES_POINTS)]
         data.gpu_memory[index] = [(t, avg / 2**30) for t, avg, _, _ in reader.gpu_history(

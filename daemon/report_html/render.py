@@ -60,6 +60,7 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:3px 6px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}
 code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+div.table{overflow-x:auto}td>code{display:inline-block;min-width:16em}
 svg.chart{width:100%;height:auto;background:#fcfcfc;border:1px solid #eee}
 svg text{font:11px system-ui,sans-serif;fill:#555}
 svg.phases.fill{display:block;width:100%;height:14px}
@@ -91,10 +92,12 @@ def _time(ts: float | None) -> str:
     return "—" if ts is None else clock.local_time(ts)
 
 
-def _event_end(event: dict[str, Any]) -> str:
-    """An event's end: its time, 'ongoing', or when its recording stopped with it open."""
+def _event_end(event: dict[str, Any], snapshot: dict[str, Any] | None = None) -> str:
+    """An event's end: its time, 'ongoing' (open at the end of a snapshot's range, in a
+    snapshot's page: the recorder may have gone on), or when its recording stopped with it
+    open."""
     if event["ended_at"] is None:
-        return "ongoing"
+        return "open at the end of this snapshot" if snapshot else "ongoing"
     if ended_by_recording_stop(event):
         return f"{_time(event['ended_at'])} (open when the recording stopped)"
     return _time(event["ended_at"])
@@ -250,7 +253,10 @@ def _table(header: list[str], rows: list[list[str]], empty: str) -> str:
         return f'<p class="muted">{_e(empty)}</p>'
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # (in a box of its own that scrolls sideways: on a narrow screen a command keeps a readable
+    # width, where it was squeezed into a column a word wide and 25 lines tall)
+    return (f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")
 
 
 def _td(value: Any, num: bool = False, code: bool = False) -> str:
@@ -475,6 +481,12 @@ def render(data: ReportData) -> str:
              else f"{g['memory_peak_bytes'] / 2**30:.1f} GiB", True),
          _td("—" if g.get("power_watts") is None else f"{g['power_watts']:.0f} W", True),
          _td(g.get("status"))] for g in data.gpus], "no GPU samples in this range"))
+    changed = sorted({g["since"] for g in data.gpus
+                      if isinstance(g.get("since"), int | float) and g["since"] > data.since})
+    if changed:  # (daemon.analysis.gpu_models: a resize onto other GPUs in the range)
+        out.append(f'<p class="muted" data-gpus-changed="{len(changed)}">the GPUs changed in '
+                   f'this range, at {_e(", ".join(_time(at) for at in changed))}: a row per GPU '
+                   "and model, each over its part of the range</p>")
     out.append("</section></div>")
     out.append("<h2>Processes</h2>")
     out.append(_table(["pid", "user", "command", "GPUs", "burn", "cost", "phase balance"], [
@@ -502,7 +514,7 @@ def render(data: ReportData) -> str:
     out.append("<h2>Events</h2>")
     out.append(_table(["event", "target", "from", "to", "cost", "snapshot"], [
         [_td(e["kind"]), _td(e.get("target_label") or e["target"]), _td(_time(e["started_at"])),
-         _td(_event_end(e)),
+         _td(_event_end(e, data.snapshot)),
          _td(_money(e.get("cost_so_far"), 4), True),
          _td(f"snapshot: {e['snapshot']}" if e.get("snapshot") else "", code=True)]
         for e in data.events], "no event in this range"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from daemon import __version__, clock
+from daemon.analysis.energy import amount_text
 from daemon.report_html import latency
 from daemon.report_html.escape import escaped as _e
 from daemon.wire import money
@@ -36,7 +37,7 @@ def _trend(pct: float | None) -> str:
 def _bars(by_day: dict[str, float]) -> str:
     """Spend per UTC day as SVG bars, one per day, the tallest the most spent; each bar at
     most a fourteenth of the width (one day is a bar, not a block) and, up to 31 days, its
-    date under it."""
+    date under it and its dollars over it."""
     if not by_day:
         return ""
     width, height, pad = 1200, 160, 20
@@ -48,10 +49,15 @@ def _bars(by_day: dict[str, float]) -> str:
         bars.append(f'<rect x="{pad + i * step:.1f}" y="{height - pad - h:.1f}" '
                     f'width="{max(step - 2, 1):.1f}" height="{h:.1f}" fill="#2563eb">'
                     f"<title>{_e(day)} {_e(money(value))}</title></rect>")
-        if len(by_day) <= 31:
-            bars.append(f'<text x="{pad + i * step + step / 2:.1f}" y="{height - 4}" '
+        if len(by_day) <= 31:  # its date under it and its dollars over it (a bar alone
+            # said only which day spent more: the page had no axis)
+            middle = pad + i * step + step / 2
+            bars.append(f'<text x="{middle:.1f}" y="{height - 4}" '
                         f'font-size="11" text-anchor="middle" fill="#555">{_e(day[5:])}'
                         "</text>")
+            bars.append(f'<text class="value" x="{middle:.1f}" y="{height - pad - h - 4:.1f}" '
+                        f'font-size="11" text-anchor="middle" fill="#111">'
+                        f"{_e(money(value, whole_from=100))}</text>")
     return (f'<svg class="chart" data-chart="spend_by_day" data-bars="{len(by_day)}" '
             f'viewBox="0 0 {width} {height}" width="100%">{"".join(bars)}</svg>')
 
@@ -71,10 +77,8 @@ def _carbon_rows(carbon: dict[str, Any]) -> str:
         return ""
     grid = carbon.get("grid") or {}
 
-    def amount(figure: dict[str, Any]) -> str:
-        grams = figure.get("co2e_grams")
-        return f"{figure['kwh']:,.3f} kWh" + ("" if grams is None else
-                                              f", {grams / 1000:,.3f} kg CO2e")
+    def amount(figure: dict[str, Any]) -> str:  # (as the text says it: 0.71 g read "0.001 kg")
+        return amount_text(figure["kwh"], figure.get("co2e_grams"))
 
     how = (f"{grid['g_per_kwh']:g} g CO2e/kWh: " if grid.get("g_per_kwh") is not None
            else "") + str(grid.get("source") or "")
@@ -136,8 +140,11 @@ def render(document: dict[str, Any]) -> str:
                    "</td><td></td></tr>"
                    f"<tr><th>storage</th><td class=n>{_e(money(storage.get('cost')))}</td>"
                    "<td></td></tr>"
-                   f"<tr><th>energy</th><td class=n>{_e(money(energy.get('cost')))}</td>"
-                   "<td></td></tr>" + _carbon_rows(review.get("carbon") or {}) + "</table>")
+                   # (its dollars where [instance].electricity_per_kwh prices it; "energy -"
+                   # beside "energy used" read as if none was used)
+                   + ("" if energy.get("cost") is None else
+                      f"<tr><th>energy</th><td class=n>{_e(money(energy.get('cost')))}</td>"
+                      "<td></td></tr>") + _carbon_rows(review.get("carbon") or {}) + "</table>")
         for key, rows in (review.get("by") or {}).items():
             out.append(f"<h2>By {_e(key)}</h2><table><tr><th>{_e(key)}</th><th>spend</th>"
                        "<th>before</th><th>trend</th></tr>" + "".join(

@@ -7,7 +7,10 @@ redacted line. The few paths that read a command line or other outside text them
 through the same functions: an action's dry run and confirmation (`redact_argv` on the live
 argv), webhook bodies (`redact_document`), the daemon's log (`RedactingFilter`), and a stack
 frame's source line, which a classification reason may quote (`redact_code`, where it is read:
-daemon.analysis.source_lines).
+daemon.analysis.source_lines). What is read back from a store goes through them once more on its
+way out (a store from another writer, from before a rule, or edited holds what the daemon would
+have hidden): a command line or other stored text through `redact_stored`, a stored JSON
+document through `redact_stored_json`, in the report, the snapshot page, replay and snapshots.
 
 What is hidden:
 - PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
@@ -53,6 +56,7 @@ position, never searched.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -406,6 +410,34 @@ def redact_document(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact_document(item) for item in value]
     return value
+
+
+# A stored document's text up to this long is remembered redacted (replay reads the same bodies
+# at every tick it shows); a longer one, from a hostile file, is redacted each time, not kept.
+_REMEMBERED_CHARS = 65536
+
+
+def redact_stored_json(text: str) -> str:
+    """A JSON text read back from a store (an event's detail, a recommendation's body or text,
+    a process's kind), on its way out: parsed, `redact_document`, written again with its keys in
+    their order; text that is no JSON goes through `redact_text` whole. The one output redaction
+    of a stored document: `snapshot --db` writes it into the copy, and the report, the page and
+    replay read through it (daemon.store.queries). Redacting twice changes nothing, so a store
+    this daemon wrote (redacted at the source) reads as it was written."""
+    if len(text) <= _REMEMBERED_CHARS:
+        return _remembered_json(text)
+    return _redacted_json(text)
+
+
+def _redacted_json(text: str) -> str:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return redact_text(text)
+    return json.dumps(redact_document(value))
+
+
+_remembered_json = functools.lru_cache(maxsize=1024)(_redacted_json)
 
 
 class RedactingFilter(logging.Filter):

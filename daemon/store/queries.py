@@ -3,6 +3,12 @@ and recommendations.
 
 Imports only the reader, so analysis, replay and reports read these facts without loading the
 writer (`daemon.store.facts` writes them).
+
+What may carry a command line or an argument (an event's target and detail, a recommendation's
+body and its texts, a process's kind, a stack sample's reason, a sampler's error) is redacted once
+more on its way out (daemon.sources.redact: `redact_stored_json`, `redact_stored`), as
+`snapshot --db` redacts it: a store written elsewhere, before a rule, or edited holds what this
+daemon would have hidden. The report, the snapshot page and replay read through here.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ import bisect
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from daemon import clock
 from daemon.sources.owners import decode_owner
 from daemon.sources.patterns import safe_job_patterns
+from daemon.sources.redact import redact_document, redact_stored, redact_stored_json
 from daemon.store.reader import StoreReader, stored_command
 from daemon.store.schema import (
     GPU_READING,
@@ -27,10 +34,27 @@ from daemon.store.schema import (
     MICRODOLLARS,
     MINUTE,
     PROCESS_METRICS,
+    SPEND_METRICS,
     SPEND_PROCESS,
+    decode_status,
     unpack_text,
 )
 from daemon.wire import parse_process_key
+
+
+def _stored_json(value: object) -> Any:
+    """A stored JSON column parsed, redacted on its way out (what is no JSON fails to parse as
+    it did before the redaction)."""
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
+    if not isinstance(value, str):
+        raise TypeError(f"a JSON column holds {type(value).__name__}, not text")
+    return json.loads(redact_stored_json(value))
+
+
+def _stored_text(value: object) -> object:
+    """A stored text column redacted on its way out; NULL or a number stays what it is."""
+    return redact_stored(value) if isinstance(value, str) else value
 
 
 def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[str, Any]]:
@@ -51,10 +75,13 @@ def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[
         f"SELECT s.ts, p.pid, p.start_ms, s.thread, s.hash, s.phase, s.gpu_util, {reason} "
         "FROM stack_samples s JOIN processes p ON p.id = s.proc "
         "WHERE s.ts >= ? AND s.ts <= ? ORDER BY s.ts", span)
+    reasons: dict[object, object] = {}  # a few reasons over thousands of samples: each redacted once
     return [{"ts": r["ts"] / 1000, "pid": r["pid"], "start_time": r["start_ms"] / 1000,
              "thread": r["thread"], "hash": r["hash"], "phase": r["phase"],
              "gpu_util": None if r["gpu_util"] is None else r["gpu_util"] / 10,
-             "reason": r["reason"], "frames": frames_of.get(r["hash"], ())}
+             "reason": reasons[r["reason"]] if r["reason"] in reasons else reasons.setdefault(
+                 r["reason"], _stored_text(r["reason"])),
+             "frames": frames_of.get(r["hash"], ())}
             for r in rows if r["hash"] in frames_of]
 
 
@@ -62,7 +89,8 @@ def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any
     rows = reader.query(
         "SELECT p.pid, p.start_ms, s.ts, s.status, s.error FROM stack_status s "
         "JOIN processes p ON p.id = s.proc")
-    return {(r["pid"], r["start_ms"] / 1000): {"status": r["status"], "error": r["error"],
+    return {(r["pid"], r["start_ms"] / 1000): {"status": r["status"],
+                                               "error": _stored_text(r["error"]),
                                                "ts": r["ts"] / 1000} for r in rows}
 
 
@@ -86,11 +114,12 @@ def _events(reader: StoreReader, where: str, params: tuple[Any, ...]) -> list[di
     rows = reader.query(
         f"SELECT kind, target, started_at, ended_at, cost, detail, {snapshot}, {raised} "
         f"FROM events WHERE {where} ORDER BY started_at", params)
-    return [{"kind": r["kind"], "target": r["target"], "started_at": r["started_at"] / 1000,
+    return [{"kind": r["kind"], "target": _stored_text(r["target"]),
+             "started_at": r["started_at"] / 1000,
              "ended_at": None if r["ended_at"] is None else r["ended_at"] / 1000,
              "raised_at": None if r["raised_at"] is None else r["raised_at"] / 1000,
-             "cost_so_far": r["cost"], "detail": json.loads(r["detail"] or "{}"),
-             "snapshot": r["snapshot"]} for r in rows]
+             "cost_so_far": r["cost"], "detail": _stored_json(r["detail"] or "{}"),
+             "snapshot": _stored_text(r["snapshot"])} for r in rows]
 
 
 def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
@@ -100,7 +129,7 @@ def recommendations(reader: StoreReader, since: float) -> list[dict[str, Any]]:
         "WHERE last_seen >= ? ORDER BY savings_per_month DESC", (round(since * 1000),))
     out = []
     for r in rows:
-        body = json.loads(r["body"])
+        body = _stored_json(r["body"])
         body["first_seen"] = r["first_seen"] / 1000
         body["last_seen"] = r["last_seen"] / 1000
         body["snoozed_until"] = None if r["snoozed_until"] is None else r["snoozed_until"] / 1000
@@ -132,8 +161,8 @@ def recommendation_texts(reader: StoreReader, since: float,
     # The recommendations row holds the newest text (a history row is kept at most once a
     # minute while only figures move: daemon.store.facts): from its last round on, it is it.
     at_ms = round(at * 1000)
-    return {r["id"]: (r["last_seen"] / 1000, json.loads(r["latest"])) if r["last_seen"] <= at_ms
-            else (r["ts"] / 1000, json.loads(unpack_text(r["body"]))) for r in rows}
+    return {r["id"]: (r["last_seen"] / 1000, _stored_json(r["latest"])) if r["last_seen"] <= at_ms
+            else (r["ts"] / 1000, _stored_json(unpack_text(r["body"]))) for r in rows}
 
 
 def recorded_range(reader: StoreReader) -> tuple[float, float] | None:
@@ -208,13 +237,23 @@ def _has_table(reader: StoreReader, name: str) -> bool:
                              (name,)))
 
 
-def spend_by_day(reader: StoreReader, since: float,
-                 until: float) -> list[tuple[float, int, int, float, float]]:
+# The part of one GPU's price it wasted at a tick, from its status name and utilization (%, None
+# unknown): the analysis's formula (daemon.analysis.cost.gpu_wasted_per_hour), the store knowing
+# none.
+GpuWaste = Callable[[str, float | None], float]
+
+
+def spend_by_day(reader: StoreReader, since: float, until: float,
+                 gpu_waste: GpuWaste | None = None
+                 ) -> list[tuple[float, int, int, float, float]]:
     """The hour spend the daemon's ledger recorded (schema.KIND_SPEND) over [since, until],
     summed per UTC day in SQL (a month of 64 processes is 46 000 hour rows): (a time inside
     the part of the day in the range, key: 0 for the host or a process id, metric code,
     seconds charged, dollars). An hour the range cuts counts by its ticks inside
-    (`_recorded_shares`).
+    (`_recorded_shares`): its waste by what those ticks wasted (`gpu_waste`; else as its
+    spend), its idle as what is left of its spend inside once its processes' parts are placed
+    (the ledger's host spend is its processes' and its idle: an hour whose GPUs were held for
+    its first half and not after has its idle in the second).
     [] for a store written before hour spend was kept."""
     hour_ms, day_ms = HOUR * 1000, 86400 * 1000
     lo, hi = round(since * 1000), round(until * 1000)
@@ -240,10 +279,13 @@ def spend_by_day(reader: StoreReader, since: float,
                             "bucket = ? AND kind = ?", (HOUR, a, KIND_SPEND))
         inside = (max(lo, a), min(b, a + hour_ms))
         # (by the range's own ends: a tick just past the hour may have charged into it)
-        shares = _recorded_shares(reader, a, (lo, hi), rows) if rows else None
+        shares = _recorded_shares(reader, a, (lo, hi), rows, gpu_waste) if rows else None
         clock_share = (inside[1] - inside[0]) / hour_ms
+        if shares is not None:
+            shares[SPEND_IDLE_KEY] = _idle_share(rows, shares)
         for r in rows:
-            share = clock_share if shares is None else shares.get(r["key"], shares[0])
+            share = clock_share if shares is None else shares.get(r["key"], shares[0]) \
+                if r["key"] else shares.get(_HOST_METRIC_KEYS.get(r["metric"], 0), shares[0])
             if share > 0:
                 out.append(((inside[0] + inside[1]) / 2000, r["key"], r["metric"],
                             r["n"] / 1000 * share, r["sum"] / MICRODOLLARS * share))
@@ -398,16 +440,42 @@ def _held_ms(reader: StoreReader, part: list[tuple[int, float]], keys: list[int]
     return held
 
 
+# Keys of `_recorded_shares` beside the host (0) and process ids (positive): the host's idle and
+# waste, which its spend's share does not place.
+SPEND_IDLE_KEY, SPEND_WASTED_KEY = -1, -2
+_HOST_METRIC_KEYS = {SPEND_METRICS["idle"]: SPEND_IDLE_KEY,
+                     SPEND_METRICS["wasted"]: SPEND_WASTED_KEY}
+
+
+def _idle_share(rows: list[dict[str, Any]], shares: dict[int, float]) -> float:
+    """The part of an hour's idle spend inside: the host's spend inside less its processes'
+    (each row's dollars times its share), over the hour's idle; the host's share where the
+    rows say no idle."""
+    dollars = {(r["key"], r["metric"]): r["sum"] for r in rows
+               if isinstance(r["sum"], int | float)}
+    idle = dollars.get((0, SPEND_METRICS["idle"]))
+    total = dollars.get((0, SPEND_METRICS["total"]))
+    if not idle or idle <= 0 or total is None:
+        return shares[0]
+    processes = math.fsum(value * shares.get(key, 0.0) for (key, metric), value in
+                          dollars.items() if key and metric == SPEND_PROCESS)
+    return min(1.0, max(0.0, (total * shares[0] - processes) / idle))
+
+
 def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
-                     rows: list[dict[str, Any]]) -> dict[int, float] | None:
+                     rows: list[dict[str, Any]], gpu_waste: GpuWaste | None = None
+                     ) -> dict[int, float] | None:
     """The part of an hour's recorded spend that falls in `inside` (ms), by key (0: the host,
     else a process id), from the hour's raw ticks: each tick charged the interval before it,
     so a part is its ticks (a process's: those it held a GPU at; none, none of its spend)
     times the interval, each at the price it was charged at (the price readings: a daemon
-    started again at another price mid-hour), over what the row charged. An hour recorded from 14:03 to
-    14:23 puts a quarter of its spend in 14:18-14:23 and none in 14:12-14:18 (the clock's
-    share would be 1/12 and 1/12; a snapshot holds its range's ticks, and the period before it
-    was not recorded at all).
+    started again at another price mid-hour), over what the row charged. An hour recorded
+    from 14:03 to 14:23 puts a quarter of its spend in 14:18-14:23 and none in 14:12-14:18 (the
+    clock's share would be 1/12 and 1/12; a snapshot holds its range's ticks, and the period
+    before it was not recorded at all). And the part of its waste (SPEND_WASTED_KEY), with
+    `gpu_waste`: the same, each tick's charge times the part of it its GPUs wasted (an hour
+    whose first 3 minutes wasted 70 % and the rest 45 % puts 70 % of those 3 minutes' spend in
+    their waste, not the hour's 53 %).
     None where the hour's raw ticks are gone, wholly or in part (minute rollups from before its
     first tick: raw retention cut it): the clock's share then."""
     lo, hi = inside
@@ -460,7 +528,41 @@ def _recorded_shares(reader: StoreReader, hour: int, inside: tuple[int, int],
         row_ms = whole.get(key) or charged[key]
         shares[key] = (min(1.0, ms / row_ms) if isinstance(row_ms, int | float)
                        and row_ms > 0 else 0.0)
+    if gpu_waste is not None and part:
+        # each tick's charge (its interval at its price) times the part of it wasted, over the
+        # same of all the hour's ticks
+        wasted = _wasted_parts(reader, ticks[0][0], ticks[-1][0], gpu_waste)
+        charges = [(ts, ms * weight.get(ts, 1.0) * wasted.get(ts, 1.0)) for ts, ms in ticks]
+        whole_charge = math.fsum(c for _, c in charges)
+        if whole_charge > 0:
+            inside_ts = {ts for ts, _ in part}
+            shares[SPEND_WASTED_KEY] = min(1.0, math.fsum(
+                c for ts, c in charges if ts in inside_ts) / whole_charge)
     return shares
+
+
+def _wasted_parts(reader: StoreReader, first: int, last: int,
+                  gpu_waste: GpuWaste) -> dict[int, float]:
+    """The part of the host's charge wasted at each tick in [first, last] (ms) that read a
+    GPU: its GPUs' `gpu_waste`, each GPU an equal part of the host (a tick that read none is
+    absent: its whole charge was wasted)."""
+    seen: dict[tuple[Any, Any], float] = {}  # (status, util) -> its waste: few distinct pairs
+    sums: dict[int, list[float]] = {}
+    for ts, status, util in reader.rows(
+            "SELECT ts, status, util FROM gpu_samples WHERE ts >= ? AND ts <= ?", (first, last)):
+        part = seen.get((status, util))
+        if part is None:  # (a hostile file's text where a number belongs: no reading)
+            part = seen[(status, util)] = gpu_waste(
+                decode_status(status) if isinstance(status, int | str) else "",
+                util / 10 if isinstance(util, int | float) and not isinstance(util, bool)
+                else None)
+        found = sums.get(ts)
+        if found is None:
+            sums[ts] = [part, 1.0]
+        else:
+            found[0] += part
+            found[1] += 1.0
+    return {ts: total / count for ts, (total, count) in sums.items()}
 
 
 def process_facts(reader: StoreReader, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
@@ -544,11 +646,11 @@ def process_kinds(reader: StoreReader, at: float | None = None) -> dict[tuple[in
             {} if at is None else {"at": round(at * 1000)})
         for r in rows:
             try:
-                found[(r["pid"], r["start_ms"] / 1000)] = json.loads(r["body"])
+                found[(r["pid"], r["start_ms"] / 1000)] = _stored_json(r["body"])
             except (TypeError, ValueError):
                 continue  # a damaged row: no kind, as if none was recorded
     if at is None:
-        recorded = reader.meta("kinds")
+        recorded = redact_document(reader.meta("kinds"))
         for key, doc in (recorded.items() if isinstance(recorded, dict) else ()):
             try:
                 found.setdefault(parse_process_key(str(key)), doc)

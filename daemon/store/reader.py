@@ -466,16 +466,29 @@ class StoreReader:
                 "processes": self._process_summary(conn, lo, hi),
             }
 
-    def rollup_summary(self, since: float, until: float) -> dict[str, Any]:
+    def rollup_summary(self, since: float, until: float, *,
+                       raw_edges: tuple[bool, bool] = (False, False)) -> dict[str, Any]:
         """What window_summary gives, from the rollups: hour rollups for the whole hours
         rolled up so far, minute rollups around them. For ranges a raw read cannot answer in
         time (a day of 64 processes is millions of rows). Averages are exact (sum and count);
         memory is the largest seen; counters (CPU time, bytes read) and the processes' GPUs
         are not in the rollups: a process's GPUs are those it held at its last raw sample
-        (none once raw samples are gone), its read and write bytes and I/O wait None."""
+        (none once raw samples are gone), its read and write bytes and I/O wait None.
+        `raw_edges` (at its start, at its end): the part of the minute the range starts or
+        ends in that it holds, from that minute's raw ticks where they are kept, not none of
+        it or the whole minute (a range cut where the GPUs changed model: a minute rollup holds
+        both models' ticks); where they are not, the minute counts whole in the range it ends
+        (at its start) and not in the one it starts (at its end)."""
         lo, hi = round(since * 1000), round(until * 1000)
         with self._read() as conn:
             minute_done, hour_done = self._meta(conn, "minute_done"), self._meta(conn, "hour_done")
+            edges = self._raw_edges(conn, lo, hi, minute_done, raw_edges)
+            whole = lo, hi  # (the range; lo and hi become what the rollups are read for)
+            step = MINUTE * 1000
+            if raw_edges[0] and lo % step:
+                lo = edges[0][1] if edges[0] else lo - lo % step
+            if raw_edges[1] and (hi + 1) % step and hi - hi % step + step <= minute_done:
+                hi = edges[1][0] - 1 if edges[1] else hi - hi % step - 1
             h_lo = -(-lo // (HOUR * 1000)) * HOUR * 1000
             h_hi = max(h_lo, min(hi // (HOUR * 1000) * HOUR * 1000, hour_done))
             spans = [(HOUR, h_lo, h_hi), (MINUTE, lo, min(h_lo, hi)),
@@ -498,6 +511,11 @@ class StoreReader:
                     continue
                 add(conn.execute(_SERIES_TOTALS, {"res": res, "a": a, "b": b,
                                                   "seen": lo - _LAST_SEEN_SLACK_MS, "hi": hi}))
+            for edge in edges:  # (as the rollups of their part of a minute)
+                if edge is not None:
+                    add(rollup_rows.gpu_rows(conn, *edge))
+                    add(rollup_rows.process_rows(conn, *edge))
+            lo, hi = whole  # (a raw end edge's minute is rolled up: no tail after it)
             # The minutes not rolled up yet (the last one or two): their raw ticks, as the
             # rollups they will become (a process that started a minute ago is in the report);
             # where nothing is rolled up at all (a store younger than its first rollup), raw.
@@ -515,6 +533,29 @@ class StoreReader:
             return {"window": {"since": since, "until": until, "ticks": covered},
                     "gpus": self._gpu_rollup_summary(conn, totals),
                     "processes": self._process_rollup_summary(conn, totals, lo, hi)}
+
+    @staticmethod
+    def _raw_edges(conn: sqlite3.Connection, lo: int, hi: int, minute_done: int,
+                   wanted: tuple[bool, bool]) -> tuple[tuple[int, int] | None, ...]:
+        """rollup_summary's raw edges: ([lo, the next minute), [hi's minute, hi + 1)) in ms,
+        each where wanted, the range cuts a minute there that is rolled up, and that minute's
+        raw ticks are all kept (the store's first raw tick is not after its start: raw
+        retention may have removed part of it); else None."""
+        step = MINUTE * 1000
+        out: list[tuple[int, int] | None] = [None, None]
+        if not any(wanted) or hi - lo < step:
+            return (None, None)
+        first = conn.execute("SELECT min(ts) FROM ticks").fetchone()[0]
+        head = (lo, -(-lo // step) * step)
+        tail = (hi // step * step, hi + 1)
+        for i, (a, b) in enumerate((head, tail)):
+            start = a - a % step
+            if wanted[i] and a < b and (a % step if i == 0 else b % step) \
+                    and start + step <= minute_done and first is not None and first <= start:
+                out[i] = (a, b)
+        if out[0] is not None and out[1] is not None and out[0][1] > out[1][0]:
+            return (None, None)  # (one minute: window_summary's, not this one's)
+        return tuple(out)
 
     @staticmethod
     def _covered_ticks(totals: dict[tuple[int, int, int], list[int]]) -> int:

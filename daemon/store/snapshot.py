@@ -25,6 +25,7 @@ Blocking: callers on an event loop run it in a thread.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import sqlite3
@@ -37,7 +38,7 @@ from typing import Any
 import sqlite_utils
 
 from daemon import __version__, clock
-from daemon.sources.redact import redact_document, redact_text
+from daemon.sources.redact import redact_document, redact_stored, redact_stored_json
 from daemon.sources.safe_text import one_line
 from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.files import (
@@ -49,7 +50,7 @@ from daemon.store.files import (
     remove_stale_temp_files,
     temp_path,
 )
-from daemon.store.reader import no_store_at
+from daemon.store.reader import StoreReader, no_store_at
 from daemon.store.schema import (
     HOUR,
     MIGRATIONS,
@@ -150,12 +151,13 @@ _RANGE_COPIES: tuple[tuple[str, str], ...] = (
 
 
 def _redact_json(text: str | None) -> str | None:
-    if not text:
-        return text
-    try:
-        return json.dumps(redact_document(json.loads(text)), sort_keys=True)
-    except ValueError:
-        return redact_text(text)
+    """An event's detail or a recommendation's body, as every reader of a store reads it."""
+    return redact_stored_json(text) if isinstance(text, str) and text else text
+
+
+def _redact_text(text: str | None) -> str | None:
+    """A command line or other stored text, as every reader of a store reads it."""
+    return redact_stored(text) if isinstance(text, str) and text else text
 
 
 def _redact_packed_json(value: bytes | str | None) -> bytes | str | None:
@@ -256,7 +258,9 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
         conn.execute("ATTACH DATABASE ? AS src", (_uri(source, "ro"),))
         conn.execute("SELECT count(*) FROM src.sqlite_master")  # a non-database fails here
         conn.execute(f"PRAGMA src.cache_size=-{COPY_CACHE_KIB}")
-        conn.create_function("redact_text", 1, redact_text, deterministic=True)
+        # (stack reasons repeat over thousands of samples: each one redacted once)
+        conn.create_function("redact_text", 1, functools.lru_cache(maxsize=4096)(_redact_text),
+                             deterministic=True)
         conn.create_function("redact_json", 1, _redact_json, deterministic=True)
         conn.create_function("redact_packed_json", 1, _redact_packed_json, deterministic=True)
         lo, hi = round(since * 1000), round(until * 1000)
@@ -281,6 +285,10 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
             selected = columns
             if table == "processes":
                 selected = columns.replace('"command"', 'redact_text("command")')
+            elif table == "stack_samples":
+                selected = columns.replace('"reason"', 'redact_text("reason")')
+            elif table == "stack_status":
+                selected = columns.replace('"error"', 'redact_text("error")')
             elif table == "events":
                 selected = columns.replace('"detail"', 'redact_json("detail")')
             elif table == "recommendations":
@@ -336,7 +344,6 @@ def empty_range(source: Path, since: float, until: float) -> str:
     """Why [since, until] of the store `source` makes no snapshot: it holds no tick there;
     with the range the store holds (as `mlcostd report` says it) and what to do."""
     from daemon.store import queries
-    from daemon.store.reader import StoreReader
 
     asked = f"{clock.local_time(since)} to {clock.local_time(until)}"
     try:
@@ -361,6 +368,18 @@ def empty_range(source: Path, since: float, until: float) -> str:
             "inside that (--until, and --since for its length); nothing was written")
 
 
+def snapshot_facts(reader: StoreReader) -> dict[str, Any] | None:
+    """The `snapshot` table of an open store (replay, the snapshot page) as a dict, redacted on
+    its way out like the rest of a store (the trigger names what fired); None for a store
+    that is not a snapshot."""
+    found = reader.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                         (SNAPSHOT_TABLE,))
+    if not found:
+        return None
+    return {r["key"]: redact_document(json.loads(r["value"]))
+            for r in reader.query(f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
+
+
 def read_facts(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The `snapshot` table of a snapshot file as a dict; None for a store that is not a
     snapshot. Raises SnapshotError for a file SQLite cannot read."""
@@ -374,7 +393,7 @@ def read_facts(path: str | os.PathLike[str]) -> dict[str, Any] | None:
                              (SNAPSHOT_TABLE,)).fetchone()
         if not found:
             return None
-        return {k: json.loads(v) for k, v in conn.execute(
+        return {k: redact_document(json.loads(v)) for k, v in conn.execute(
             f"SELECT key, value FROM {SNAPSHOT_TABLE}")}
     except (sqlite3.DatabaseError, ValueError) as exc:
         if isinstance(exc, sqlite3.DatabaseError) and is_damaged(exc):

@@ -352,7 +352,8 @@ def test_output_to_a_full_disk_is_one_line_and_exit_1_not_a_traceback():
     """`mlcostd report > /var/log/...` from cron on a full disk mailed a Python traceback
     (probe 126 F11). /dev/full answers every write with ENOSPC, as a full disk does."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    for args in (["prices"], ["prices", "--json"]):
+    # (and --help, whose lost text exited 0: probe 126 F12)
+    for args in (["prices"], ["prices", "--json"], ["report", "--help"], ["--help"]):
         with open("/dev/full", "w") as full:
             done = subprocess.run(MLCOSTD + args, stdout=full, stderr=subprocess.PIPE,
                                   text=True, timeout=120, env=env)

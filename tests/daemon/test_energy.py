@@ -299,6 +299,10 @@ def test_the_30_day_review_carries_energy_and_carbon_in_text_json_and_html(recor
     run_report(recorded, "--since", "30d", "--html", str(page))
     html = page.read_text()
     assert "energy used" in html and "job ml/p-0" in html and "379.07 g CO2e/kWh" in html
+    # probe 126 F12: the page wrote 0.19 g as "0.000 kg" (0.71 g as "0.001 kg") where the
+    # text gives "0.19 g", and an "energy -" row (its dollars, unpriced) beside "energy used"
+    assert "0.00049 kWh 0.19 g CO2e" in html and " kg CO2e" not in html
+    assert "<th>energy</th>" not in html
 
 
 def test_the_snapshot_page_shows_energy_carbon_the_grid_and_the_top_users(recorded, tmp_path):

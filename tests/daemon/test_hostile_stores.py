@@ -467,3 +467,163 @@ def test_check_says_how_long_a_slow_quick_check_took(damaged_store, monkeypatch)
     good, _ = damaged_store
     monkeypatch.setattr(check, "SLOW_QUICK_CHECK_S", 0.0)
     assert re.search(r"PRAGMA quick_check: ok in \d+\.\d s$", check.check_database(good).detail)
+
+
+# ------------------------------------------------ what a store's facts carry out of it
+
+SECRET_LINE = ("python train.py --password=hunter2 --api-key sk-abcdefghijklmnopqrstuvwxyz123456 "
+               "https://bob:pw123@host/x AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+
+
+@pytest.fixture(scope="module")
+def store_with_facts(tmp_path_factory) -> Path:
+    """A store the daemon's own writer filled: ticks of a process, an event of each shape the
+    readers show (a text detail, a document), a recommendation with an action to copy, a
+    process kind, a stack sample's reason and a sampler's error; all of them clean."""
+    from daemon.store import facts
+
+    folder = tmp_path_factory.mktemp("facts")
+    daemon = recording_daemon(folder, 5.0, ticks=20)
+    store = daemon.store
+    assert store is not None
+    facts.write_stacks(store, [facts.StackRow(
+        ts=T0 + 12, pid=4242, start_time=1000.5, thread_id=1, stack_hash="s1",
+        frames=(("read_shard", "/srv/train.py", 88),), phase="data_wait", gpu_util=2.0,
+        reason="reading a pipe (`chunk = os.read(fd, n)`)")])
+    facts.write_stack_status(store, 4242, 1000.5, T0 + 12, "permission_denied",
+                             "py-spy: permission denied")
+    facts.write_event(store, {"kind": "gpu_held_idle", "target": "gpu:0", "started_at": T0 + 5,
+                              "ended_at": None, "cost_so_far": 0.2,
+                              "detail": "pid 4242 (python train.py) holds GPU 0"})
+    facts.write_event(store, {"kind": "action", "target": "4242:1000.500",
+                              "started_at": T0 + 8, "ended_at": T0 + 8, "cost_so_far": None,
+                              "detail": {"who": "uid 1000", "recommendation": "r1",
+                                         "action": "sigterm", "dry_run": True,
+                                         "command": "python train.py", "outcome": "done"}})
+    facts.write_recommendations(store, [{
+        "id": "r1", "rule": "gpu_held_idle", "target": "4242:1000.500",
+        "summary": "pid 4242 (python train.py) holds GPU 0 idle", "headline": "release GPU 0",
+        "savings_per_month": 812.0, "method": "idle share x GPU price",
+        "evidence": {"process": {"pid": 4242, "command": "python train.py", "gpus": [1]}},
+        "action": {"kind": "copy_commands", "text": "look at what python train.py runs",
+                   "commands": ["sudo py-spy dump --pid 4242", "kill -TERM 4242"]}}], T0 + 15)
+    facts.write_process_kinds(store, {(4242, 1000.5): {
+        "kind": "training", "kind_confidence": 0.6, "kind_source": "observed", "serves": False,
+        "kind_evidence": ["'train' on its command line: python train.py"]}}, T0 + 15)
+    store.close()
+    return folder / "mlcost.db"
+
+
+def test_a_stores_event_details_and_recommendations_are_redacted_on_every_way_out(
+        store_with_facts, tmp_path):
+    """Probe 126 F13's rest: the README says event details and recommendation bodies go
+    through the redaction once more on the way out, as command lines do, but a store whose
+    events and recommendations hold secrets (another writer's, one from before a rule, an
+    edited one) printed them whole from `report` (text, JSON, HTML), `snapshot --render`,
+    replay and `check`; only `snapshot --db` hid them. Every way out hides them now."""
+    from daemon.replay import Replay
+    from daemon.store.schema import pack_text
+
+    edited = tmp_path / "secret.db"
+    shutil.copyfile(store_with_facts, edited)
+    conn = sqlite3.connect(edited)
+    body = json.loads(conn.execute("SELECT body FROM recommendations").fetchone()[0])
+    body["summary"] = f"pid 4242 ({SECRET_LINE}) holds GPU 0 idle"
+    body["method"] = f"seen in {SECRET_LINE}"
+    body["evidence"]["process"]["command"] = SECRET_LINE
+    body["evidence"]["token"] = "sk-abcdefghijklmnopqrstuvwxyz123456"
+    body["action"] = {"kind": "copy_commands", "text": f"look at {SECRET_LINE}",
+                      "commands": [f"sudo py-spy dump --pid 4242 # {SECRET_LINE}",
+                                   "curl https://bob:pw123@host/x"]}
+    text = json.dumps(body)
+    with conn:
+        assert conn.execute("UPDATE recommendations SET body = ?", (text,)).rowcount == 1
+        assert conn.execute("UPDATE recommendation_texts SET body = ?",
+                            (pack_text(text),)).rowcount >= 1
+        assert conn.execute("UPDATE events SET detail = ? WHERE kind = 'gpu_held_idle'",
+                            (json.dumps(f"pid 4242 ({SECRET_LINE}) holds GPU 0"),)).rowcount == 1
+        assert conn.execute("UPDATE events SET detail = ? WHERE kind = 'action'", (json.dumps(
+            {"who": "uid 1000", "recommendation": "r1", "action": "sigterm", "dry_run": True,
+             "command": SECRET_LINE, "outcome": "done"}),)).rowcount == 1
+        assert conn.execute("UPDATE process_kinds SET body = ?", (json.dumps({
+            "kind": "training", "kind_confidence": 0.6, "kind_source": "observed",
+            "serves": False, "kind_evidence": [f"'train' on its command line: {SECRET_LINE}"]}),
+        )).rowcount == 1
+        assert conn.execute("UPDATE stack_samples SET reason = ?",
+                            (f"reading a pipe (`{SECRET_LINE}`)",)).rowcount == 1
+        assert conn.execute("UPDATE stack_status SET error = ?",
+                            (f"py-spy failed on {SECRET_LINE}",)).rowcount == 1
+    conn.close()
+    out = {"render": tmp_path / "render.html", "html": tmp_path / "report.html",
+           "snapshot": tmp_path / "copy.db"}
+    texts: dict[str, str] = {}
+    done = run(*MLCOSTD, "snapshot", "--render", str(edited), "--out", str(out["render"]))
+    assert done.returncode == 0, done.stderr
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--html",
+               str(out["html"]))
+    assert done.returncode == 0, done.stderr
+    for how in ("text", "json"):
+        done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d",
+                   *(["--json"] if how == "json" else []))
+        assert done.returncode == 0, done.stderr
+        texts[how] = done.stdout
+    done = run(*MLCOSTD, "snapshot", "--db", str(edited), "--out", str(out["snapshot"]),
+               "--since", "1d", "--html")
+    assert done.returncode == 0, done.stderr
+    for name in ("render", "html"):
+        texts[name] = out[name].read_text()
+    texts["snapshot page"] = out["snapshot"].with_suffix(".html").read_text()
+    dumped = sqlite3.connect(out["snapshot"])
+    texts["snapshot"] = "\n".join(dumped.iterdump())
+    dumped.close()
+    document = json.loads(texts["json"])
+    recommendation = next(r for r in document["recommendations"] if r["id"] == "r1")
+    assert recommendation["evidence"]["process"]["command"].startswith(
+        "python train.py --password=<redacted> --api-key <redacted>"), recommendation
+    assert recommendation["evidence"]["token"] == "<redacted>"
+    assert "https://<redacted>@host/x" in recommendation["action"]["commands"][1]
+    details = {e["kind"]: e["detail"] for e in document["events"]}
+    assert "AWS_SECRET_ACCESS_KEY=<redacted>" in details["action"]["command"], details
+    assert "--password=<redacted>" in details["gpu_held_idle"], details
+    assert "--password=<redacted>" in texts["text"]  # the review's and the list's summary
+    with Replay(edited) as replay:
+        at = replay.times()[-1]
+        state = replay.state_at(at)
+        texts["replay"] = json.dumps(state)
+    shown = {r["id"]: r for r in state["recommendations"]}
+    assert "--password=<redacted>" in shown["r1"]["summary"], state["recommendations"]
+    assert any("--password=<redacted>" in e.get("detail", "") for e in state["events"]), \
+        state["events"]
+    kinds = [p.get("kind_evidence") for p in state["processes"]]
+    assert any("--password=<redacted>" in " ".join(k or ()) for k in kinds), kinds
+    for name, text in texts.items():
+        assert not any(word in text for word in SECRETS), (name, [
+            text[max(text.find(w) - 80, 0):text.find(w) + 40] for w in SECRETS if w in text])
+
+
+def test_a_store_the_daemon_wrote_reads_as_it_was_written(store_with_facts):
+    """Redacting twice changes nothing: what the daemon wrote (redacted at its source) reads
+    back through the output redaction exactly as written."""
+    from daemon.store import queries
+    from daemon.store.reader import StoreReader
+
+    conn = sqlite3.connect(store_with_facts)
+    details = {kind: json.loads(detail) for kind, detail in conn.execute(
+        "SELECT kind, detail FROM events")}
+    body = json.loads(conn.execute("SELECT body FROM recommendations").fetchone()[0])
+    conn.close()
+    reader = StoreReader(store_with_facts)
+    try:
+        read = {e["kind"]: e["detail"] for e in queries.events(reader, T0 - 60, T0 + 60)}
+        recommendations = queries.recommendations(reader, T0 - 60)
+        texts = queries.recommendation_texts(reader, T0 - 60, T0 + 60)
+        kinds = queries.process_kinds(reader, T0 + 60)
+        reasons = {s["reason"] for s in queries.stack_samples(reader, T0 - 60, T0 + 60)}
+    finally:
+        reader.close()
+    assert read == details
+    assert [{k: v for k, v in r.items() if k in body} for r in recommendations] == [body]
+    assert texts["r1"][1] == body
+    assert kinds[(4242, 1000.5)]["kind_evidence"] == [
+        "'train' on its command line: python train.py"]
+    assert reasons == {"reading a pipe (`chunk = os.read(fd, n)`)"}

@@ -329,6 +329,74 @@ def test_a_window_across_a_resize_has_a_row_per_gpu_and_model(tmp_path):
     assert "the GPUs changed" not in report.render_text(late)
 
 
+def test_the_snapshot_page_across_a_resize_has_a_row_per_gpu_and_model(tmp_path):
+    """Probe 126 F5's rest: the report got a row per GPU and model across a restart onto other
+    GPUs, but the snapshot page (`snapshot --render`, an incident's page) still named every GPU
+    the last model, with both models' samples in its row. Its GPU table is built as the
+    report's now, and says why a GPU has two rows."""
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    first = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    second = dataclasses.replace(price, per_hour=8.0, gpu_count=2, instance_type="p5.48xlarge")
+    db, start = two_runs(tmp_path, first, second, 20, models=("A100", "H100"))
+    data = report_html.collect(db)
+    assert [(g["index"], g["name"], g["memory_total_bytes"], g["samples"])
+            for g in data.gpus] == [
+        (0, "A100", 40 << 30, 10), (0, "H100", 80 << 30, 10),
+        (1, "A100", 40 << 30, 10), (1, "H100", 80 << 30, 10)]
+    page = render_page(data)
+    assert 'data-gpus-changed="1"' in page and "the GPUs changed in this range" in page
+    assert sorted(data.gpu_utilization) == [0, 1]  # a chart line per GPU, not per row
+    # a range of one run: a row per GPU, no note
+    late = report_html.collect(db, since=start + 11, until=start + 19)
+    assert [g["name"] for g in late.gpus] == ["H100"] * 2
+    assert "the GPUs changed" not in render_page(late)
+
+
+def test_a_window_from_the_rollups_cuts_the_minute_the_gpus_changed_in_at_the_change(tmp_path):
+    """Probe 126 F5's rest: over the rollups (a window over 15 minutes) the minute a resize
+    fell in counted whole in the new GPU's row, so its row held the old model's ticks of that
+    minute (a minute rollup holds both) and the old model's row lost them. That minute is read
+    from its raw ticks now: each row has its model's ticks and readings only."""
+    from daemon.runtime.resume import record_price, record_start
+
+    config = make_config(tmp_path, instance=P4D)
+    price, _, _ = price_host.price_host(config, None, 2)
+    first = dataclasses.replace(price, per_hour=2.0, gpu_count=2)
+    second = dataclasses.replace(price, per_hour=8.0, gpu_count=2, instance_type="p5.48xlarge")
+    db = tmp_path / "mlcost.db"
+    start = (time.time() // 60 - 25) * 60 + 0.25  # 25 minutes ago, just after a minute began
+    change = 630  # the tick the H100s start at: 30 s into a minute
+    with Store(str(db)) as store:
+        record_start(store, start - 1)
+        record_price(store, first, start - 1)
+        for i in range(1200):
+            if i == change:
+                record_start(store, start + i - 0.5)
+                record_price(store, second, start + i - 0.5)
+            model, util = ("A100", 20.0) if i < change else ("H100", 90.0)
+            gpus = tuple(GpuSample(n, f"GPU-{model}-{n}", model, utilization=util,
+                                   power_watts=100.0, memory_used_bytes=1 << 30,
+                                   memory_total_bytes=(80 if model == "H100" else 40) << 30)
+                         for n in range(2))
+            store.write(Sample(ts=start + i, tick=i + 1, gpus=gpus))
+        store.set_meta("host", {"hostname": "box", "interval_s": 1.0,
+                                "price": second.as_dict(),
+                                "instance": {"provider": "aws", "type": second.instance_type}})
+        while store.maintain(budget_s=1.0):
+            pass
+    reader = StoreReader(str(db))
+    try:
+        document = report.build(reader, 1300.0, until=start + 1199, config=config)
+    finally:
+        reader.close()
+    assert document["window"]["source"] == "rollups"
+    assert [(g["index"], g["name"], g["samples"], g["utilization"])
+            for g in document["gpus"]] == [
+        (0, "A100", change, 20.0), (0, "H100", 1200 - change, 90.0),
+        (1, "A100", change, 20.0), (1, "H100", 1200 - change, 90.0)]
+
+
 def test_a_gpu_reading_that_is_not_what_it_should_be_is_not_believed():
     from daemon.store import queries
 

@@ -82,6 +82,22 @@ def test_a_window_that_misses_the_file_names_the_files_range(tmp_path):
     assert "Is mlcostd running" not in out.stdout  # nothing records into a snapshot
 
 
+def test_an_until_before_a_stopped_stores_range_reaches_back_an_hour_not_nowhere(tmp_path):
+    """Probe 126 F12: `--until` before a stopped store's first record, without --since, gave a
+    window of no length (since == until: "from T to T"); it reaches back the default hour, as
+    a live store's does, and says what the file holds."""
+    db = tmp_path / "snap.db"
+    start = time.time() - 3 * HOUR
+    record_past(db, start)
+    until = round(start - HOUR)
+    out = report(db, "--until", str(until), "--json")
+    assert out.returncode == 0, out.stderr
+    window = json.loads(out.stdout)["window"]
+    assert (window["since"], window["until"]) == (until - HOUR, until), window
+    text = report(db, "--until", str(until)).stdout
+    assert "No samples in this window" in text and str(db) in text
+
+
 def test_until_is_checked_like_since(tmp_path):
     db = tmp_path / "snap.db"
     record_past(db, time.time() - HOUR)
@@ -100,7 +116,7 @@ def test_until_is_checked_like_since(tmp_path):
     out = report(db, "--since", "0s")
     assert out.returncode == 2 and out.stderr == (
         "mlcostd report: --since '0s' must be at least 1 s; give a duration (ASCII digits and "
-        "a unit, no spaces: e.g. 30s, 15m, 6h, 8d)\n")
+        "a unit, no spaces: e.g. 30s, 15m, 6h, 8d; a number alone is seconds)\n")
 
 
 def test_a_snapshot_of_a_stopped_store_ends_at_its_last_sample(tmp_path):

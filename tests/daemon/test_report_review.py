@@ -181,6 +181,22 @@ def test_the_review_reads_as_text(store):
     assert "    new [$50/month] recommendation new" in out.stdout
 
 
+def test_a_recommendation_with_no_saving_reads_alike_in_the_review_and_the_list(store):
+    """Probe 126 F12: a budget's advice (no saving) read "new [$0/month]" in the review and
+    "[no $ figure]" in the Recommendations section: the review says it as the list does."""
+    from daemon.commands.report import render_review
+
+    review = json.loads(report(store, "--json").stdout)["review"]
+    review["recommendations"]["new"] = [
+        {"id": "r-budget", "summary": "host spent $2.45 of its daily budget $2.45",
+         "savings_per_month": 0.0},
+        {"id": "r-none", "summary": "no figure at all", "savings_per_month": None}]
+    text = "\n".join(render_review(review))
+    assert "    new [no $ figure] host spent $2.45 of its daily budget $2.45" in text, text
+    assert "    new [no $ figure] no figure at all" in text, text
+    assert "$0/month" not in text
+
+
 def test_by_names_what_it_cannot_split_by(store):
     out = report(store, "--by", "kind,colour")
     assert out.returncode == 2
@@ -279,7 +295,12 @@ def test_the_review_as_an_html_page(store, tmp_path):
     assert "default-src 'none'" in text and "<script" not in text
     assert 'data-chart="spend_by_day" data-bars="31"' in text or \
         'data-chart="spend_by_day" data-bars="30"' in text
-    assert text.count('text-anchor="middle"') in (30, 31)  # each bar's date under it
+    dates = text.count('<text x=')
+    assert dates in (30, 31)  # each bar's date under it
+    # and its dollars over it (probe 126 F12: bars alone, no axis, said no figure)
+    values = re.findall(r'<text class="value"[^>]*>([^<]*)</text>', text)
+    assert len(values) == dates and all(v.startswith("$") for v in values), values
+    assert "$84.00" in values, values
     for said in ("By kind", "training", "llm-serve", "alice", "acted", "snoozed", "ignored",
                  "<td>new</td>", "recommendation new", "$2,520.00"):
         assert said in text
@@ -393,11 +414,12 @@ def test_a_stopped_stores_whole_range_has_nothing_recorded_before_its_first_tick
 
 def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float, *,
                  maintained: bool = False, rates: tuple[float, ...] = (),
-                 processes: tuple[tuple[ProcessSample, ...], ...] = ()) -> float:
+                 processes: tuple[tuple[ProcessSample, ...], ...] = (),
+                 utilizations: tuple[float, ...] = ()) -> float:
     """A store written as the daemon writes it: each run (its ticks' times) recorded through
     the real writer, charged by its own CostLedger and handed over as hour spend, with its
     start and price readings (`rates`: each run's price per hour, else `rate`; `processes`:
-    each run's, else the trainer); the spend
+    each run's, else the trainer; `utilizations`: its GPU's, else 90 %); the spend
     handed over up to `through`; `maintained`: its minutes rolled up by the writer's
     maintenance, as a running daemon's are. Returns the seconds the ledgers charged up to
     `through`."""
@@ -414,6 +436,8 @@ def _record_runs(db: Path, runs: list[list[float]], rate: float, through: float,
     for run, times in enumerate(runs):
         if rates:
             price = dataclasses.replace(price, per_hour=rates[run])
+        if utilizations:
+            gpus = (dataclasses.replace(gpus[0], utilization=utilizations[run]),)
         resume.record_start(store, times[0] - 1.5)
         resume.record_price(store, price, times[0] - 1.5)
         ledger = CostLedger()
@@ -571,6 +595,42 @@ def test_a_window_with_no_tick_has_every_key_a_full_one_has(tmp_path):
     for key in ("spend", "burn", "review"):
         assert _key_paths(bare[key]) >= _key_paths(full[key]) - {".managed"}, key
     assert _key_paths(bare["host"]) >= {".hostname", ".instance", ".price", ".interval_s"}
+
+
+@pytest.mark.parametrize(("since", "until"), [(0, 1), (1, 2), (2, 3), (0, 3), (1, 3)])
+def test_an_hour_the_window_cuts_has_the_idle_and_waste_its_ticks_charged(tmp_path, since,
+                                                                          until):
+    """Probe 126 (F10's waste): an hour holding a trainer at 30 % of its GPU (70 % of the
+    price wasted), 43 s down, then a run whose GPU nobody holds at 90 % (all idle, 10 %
+    wasted). A window of the first run's 3 minutes read a waste share of 0.53 in the review
+    (the hour's) beside the report's 0.70: the cut hour's idle and waste were placed by what
+    its ticks charged in all, not by what they idled and wasted. Windows cutting it on either
+    side, or both; at one price, and at two (a resize between the runs)."""
+    db = tmp_path / "mlcost.db"
+    hour = int(time.time() // 3600 * 3600) - 2 * 3600
+    first = [hour + 600 + i * 1.0 for i in range(190)]
+    second = [first[-1] + 43 + i * 1.0 for i in range(300)]
+    for rates in ((32.7726, 32.7726), (32.7726, 55.06)):
+        if db.exists():
+            db.unlink()
+        _record_runs(db, [first, second], rates[0], through=second[-1] + 0.5, rates=rates,
+                     processes=((TRAIN,), ()), utilizations=(30.0, 90.0))
+        ends = [first[10], first[-1], second[150], second[-1]]  # as the test above
+        out = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(db),
+                              "--since", str(ends[until] - ends[since]), "--until",
+                              str(ends[until]), "--json"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        document = json.loads(out.stdout)
+        seconds = [max(0, sum(1 for t in run if ends[since] <= t <= ends[until]) - 1)
+                   for run in (first, second)]
+        dollars = [s * rate / 3600 for s, rate in zip(seconds, rates, strict=True)]
+        wasted, idle = 0.7 * dollars[0] + 0.1 * dollars[1], dollars[1]
+        for figures in (document["spend"], document["review"]["waste"]):
+            assert figures["wasted"] == pytest.approx(wasted, rel=1e-3), (rates, figures)
+            assert figures["idle"] == pytest.approx(idle, rel=1e-3, abs=1e-6), (rates, figures)
+        assert document["review"]["waste"]["wasted_share"] == pytest.approx(
+            wasted / sum(dollars), rel=1e-3)
 
 
 def test_a_snapshot_cut_mid_run_between_two_hand_overs_is_the_dollars_its_ticks_cost(tmp_path):

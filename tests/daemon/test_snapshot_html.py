@@ -369,18 +369,24 @@ def test_a_snapshot_never_replaces_a_file(tmp_path):
     """`--out /etc/passwd` (as root) wrote a store over it; `--out` at the daemon's own store
     replaced the store; `--out x.html --html` wrote the report over its own snapshot; and
     `--out missing/` made a file named `missing`. Each is refused before anything is read or
-    written, whichever path (daemon or store) would take the snapshot."""
+    written, whichever path (daemon or store) would take the snapshot, with its reason (probe
+    126 F12: the report beside `--out x.db` was named as if `--out` had said it, and a link to
+    a folder was called no folder)."""
     precious = tmp_path / "passwd"
     precious.write_text("root:x:0:0:root:/root:/bin/bash\n")
     beside = tmp_path / "s.html"
     beside.write_text("<p>an earlier report</p>")
     sock = str(tmp_path / "none.sock")
+    link = tmp_path / "dirlink"
+    link.symlink_to("/")
     for args, words in (
         (("--out", str(precious)), f"{precious} exists; a snapshot never replaces a file"),
-        (("--out", str(tmp_path / "s.db"), "--html"), f"{beside} exists"),
+        (("--out", str(tmp_path / "s.db"), "--html"),
+         f"--out {tmp_path / 's.db'}: the report beside it, {beside}, exists"),
         (("--out", str(tmp_path / "same.html"), "--html"),
          "the report is written beside the snapshot, as FILE.html; name the snapshot FILE.db"),
         (("--out", str(tmp_path / "missing") + "/"), "there is no folder"),
+        (("--out", str(link) + "/"), f"{link} is a symbolic link (to /), not a folder"),
     ):
         done = _cli("--db", str(tmp_path / "nothing.db"), "--socket", sock, "--since", "1m",
                     *args)
@@ -388,7 +394,7 @@ def test_a_snapshot_never_replaces_a_file(tmp_path):
         assert "Traceback" not in done.stderr and done.stdout == ""
     assert precious.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
     assert beside.read_text() == "<p>an earlier report</p>"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["passwd", "s.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dirlink", "passwd", "s.html"]
 
 
 def test_evidence_writes_identifiers_plain_and_a_spot_prices_range_in_dollars():
@@ -428,3 +434,58 @@ def test_a_timeline_row_names_a_long_module_by_its_last_part_never_cut_mid_name(
     long_script = label("python /srv/" + "x" * 60 + ".py --lr 3")
     assert long_script.startswith("12077 xxx") and len(long_script) <= len("12077 ") + LABEL_CHARS
     assert label("python -m a\x1b[31m.b") == "12077 a\\x1b[31m.b"
+
+
+def test_an_event_open_at_a_snapshots_end_is_said_to_be_so_not_stopped_with_the_recording(
+        snapshot):
+    """Probe 126 F12: a snapshot's report said an event open at its end was "open when the
+    recording stopped", though the recorder never stopped (the snapshot's range ended), and
+    its page said "ongoing". Both say it was open at the end of the snapshot; the store the
+    snapshot was taken from, which no daemon records into now, still says its recording
+    stopped with the event open."""
+    done = subprocess.run([sys.executable, "-m", "daemon", "report", "--db", str(snapshot),
+                           "--since", "1d"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if "gpu_held_idle gpu:0" in x)
+    assert "(open at the end of this snapshot, " in line, line
+    assert "recording stopped" not in line
+    page = render_store(snapshot)
+    assert "open at the end of this snapshot" in page and ">ongoing<" not in page
+    done = subprocess.run([sys.executable, "-m", "daemon", "report", "--db",
+                           str(snapshot.parent / "mlcost.db"), "--since", "1d"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if "gpu_held_idle gpu:0" in x)
+    assert "(open when the recording stopped at " in line, line
+
+
+NARROW_SCRIPT = """(() => {
+  const cells = [...document.querySelectorAll('td code')];
+  return {scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
+          tallest: Math.max(...cells.map(c => c.getBoundingClientRect().height)),
+          line: parseFloat(getComputedStyle(cells[0]).lineHeight) || 15};
+})()"""
+
+
+def test_on_a_narrow_screen_a_long_command_keeps_a_readable_width(tmp_path):
+    """Probe 126 F12: at 600 px the process table squeezed a long command line into a column a
+    word wide, ~25 lines tall. Each table scrolls sideways in its own box now: the page keeps
+    the screen's width and the command a few lines."""
+    daemon = recording_daemon(tmp_path, 5.0, ticks=10)
+    assert daemon.store is not None
+    daemon.store.close()
+    long = ("/opt/conda/envs/train/bin/python -m torch.distributed.run --nproc_per_node 8 "
+            "/srv/jobs/llama/finetune_with_a_long_script_name.py --config /srv/jobs/llama/"
+            "configs/a_very_long_configuration_file_name.yaml --output-dir /mnt/ckpt/run-1")
+    conn = sqlite3.connect(tmp_path / "mlcost.db")
+    conn.execute("UPDATE processes SET command = ?", (long,))
+    conn.commit()
+    conn.close()
+    html = tmp_path / "narrow.html"
+    render_html_file(tmp_path / "mlcost.db", html)
+    page = chromium.load(html.as_uri(), NARROW_SCRIPT, size=(600, 2400))
+    assert page.console_errors == []
+    found = page.value
+    assert found["scroll"] <= found["inner"], found  # no page-wide sideways scroll
+    assert found["tallest"] <= 8 * found["line"], found  # was ~23 lines

@@ -177,7 +177,7 @@ def test_a_duration_is_ascii_digits_and_a_unit_with_no_spaces(value):
     with pytest.raises(ValueError) as refused:
         parse_duration(value)
     assert str(refused.value) == (f"{value!r} is not a duration (ASCII digits and a unit, no "
-                                  "spaces: e.g. 30s, 15m, 6h, 8d)")
+                                  "spaces: e.g. 30s, 15m, 6h, 8d; a number alone is seconds)")
 
 
 @pytest.mark.parametrize("args", [["report", "--since", "5 m", "--db", "none.db"],
@@ -192,7 +192,7 @@ def test_each_duration_flag_refuses_spaces_and_other_digits_in_one_line(tmp_path
     assert main([str(tmp_path / a) if a in ("none.db", "none") else a for a in args]) == 2
     assert capsys.readouterr().err == (f"mlcostd {command}: {flag} {value!r} is not a duration "
                                        "(ASCII digits and a unit, no spaces: e.g. 30s, 15m, "
-                                       "6h, 8d)\n")
+                                       "6h, 8d; a number alone is seconds)\n")
 
 
 @pytest.mark.parametrize("args, words", [
