@@ -670,7 +670,9 @@ class KindFactsReader:
         tables: TcpTables = {}  # this round's TCP tables, one read per network namespace
         unix_tables: UnixTables = {}  # and its unix socket tables
         parents: dict[int, str | None] = {}  # this round's parents' markers, by pid
-        peers = JobPeers(pid for pid, _ in wanted)  # whose sockets are its job's, this round
+        # whose sockets are its job's, this round: the GPU processes given, not the parents
+        # read beside them for their sockets (keyed with a start time below 0), as JobPeers says
+        peers = JobPeers(pid for pid, start in wanted if start >= 0)
         failed = self._failed_at
         for key in wanted:
             old = self._facts.get(key)

@@ -158,6 +158,22 @@ def test_a_connection_from_a_sibling_rank_is_its_jobs_and_from_others_not(start)
     assert len(facts.unsettled_accepted) == 2 and facts.served_others  # the client's, the test's
 
 
+def test_a_parent_read_for_its_sockets_is_not_one_of_its_childs_job(start):
+    """The kinds round reads each GPU process's parent beside it (its sockets, for
+    Kind.serving_parent; keyed with a start time below 0): that no-GPU parent is not one of the
+    job's GPU processes, so its connection to its child's port is served to someone else, as
+    it was before parents were read (probe 138: JobPeers had counted it)."""
+    listener = start(RANK_CODE, "1", "0", "1")
+    port = said(listener)
+    with socket.create_connection(("127.0.0.1", int(port))):  # this test: its parent, no GPU
+        assert said(listener) == "accepted"
+        reader = KindFactsReader(sockets_every_s=0.0)
+        reader.refresh([key(listener), (os.getpid(), -1.0)], NOW)
+        facts = reader.get(key(listener))
+    assert facts is not None and facts.job_connected_seen_at is None
+    assert len(facts.unsettled_accepted) == 1 and facts.served_others
+
+
 def test_a_sibling_rank_seen_holding_a_gpu_later_settles_its_connection(start):
     """A rank whose peer was no GPU process yet at its first read (gloo connects before the
     GPU is touched) is its job's once the peer is: its connection is judged again."""
