@@ -529,6 +529,20 @@ def _consumer_text(job_wait: Mapping[str, Any]) -> tuple[str, str, str]:
             "holds a GPU while the queue is empty, or give it a MIG slice")
 
 
+def _held_connection_text(proc: ProcessWindow, ports: str) -> tuple[str, str, str]:
+    """What idle_server says of a server whose only connection is one it holds open
+    (Kind.one_held_connection): a distributed job's rank waiting for its peer reads the same as
+    a server with one client, so it says both: what it does, what to do, its action's text."""
+    return (f"listens (TCP {ports}) and all it accepted is one connection, held open: a "
+            "distributed job's rank waiting for its peer, or a server with one client",
+            "look at who is at the other end first: a rank's job waits for that peer (scaling "
+            "it to zero stops the job); a server can be scaled to zero between requests, "
+            "consolidated or share its GPU (MPS, MIG, time-slicing)",
+            f"never stopped from here: `ss -tnp | grep 'pid={proc.pid},'` shows whom it is "
+            "connected to; if it is a rank, its job waits for that peer; if it serves, scale it "
+            "to zero behind its load balancer or autoscaler, or give it a MIG slice")
+
+
 def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
     """A server (or a queue consumer) whose GPUs idle at the end of the window: scale to zero,
     consolidate, share."""
@@ -552,11 +566,20 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
         # one that waits for jobs and has served no connection is a consumer, whatever its
         # kind's words ("--server HOST:PORT" names the job server it connects to)
         job_wait = None if proc.kind.serves else waits_for_jobs(proc)
+        held = job_wait is None and proc.kind.one_held_connection
+        headline = (f"scale pid {proc.pid} to zero between "
+                    f"{'requests' if job_wait is None else 'jobs'}: {_gpus(proc)} idle for "
+                    f"{idle_for(proc.trailing_idle_s, a)}")
         if job_wait is not None:
             does, advice, action = _consumer_text(job_wait)
             if requests.get("source") is None:  # no counter, and no request comes to a port
                 rate_text = ("its job rate not measured (a [[cost.unit_costs]] counter of its "
                              "jobs would give the rate and the cost per job)")
+        elif held:  # a rank's peer, or one client: not "scale to zero" on that alone
+            does, advice, action = _held_connection_text(proc, ports)
+            headline = (f"pid {proc.pid} holds {_gpus(proc)} idle for "
+                        f"{idle_for(proc.trailing_idle_s, a)} with one connection open: a "
+                        "rank waiting for its peer, or a server with one client?")
         found.append(rule.make(
             proc.id,
             f"pid {proc.pid} ({proc.user}: {proc.job}) {does} and its "
@@ -577,12 +600,11 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
              "waits_for_jobs": None if job_wait is None else {
                  "file": job_wait.get("file"), "line": job_wait.get("line"),
                  "function": job_wait.get("function"), "reason": job_wait.get("reason")},
-             "signs_of_work": signs_of_work(proc)},
+             "signs_of_work": signs_of_work(proc),
+             "one_held_connection": held},
             {"kind": "advice", "text": action},
             scope={"frees": list(proc.gpus)},
-            headline=f"scale pid {proc.pid} to zero between "
-                     f"{'requests' if job_wait is None else 'jobs'}: {_gpus(proc)} idle for "
-                     f"{idle_for(proc.trailing_idle_s, a)}"))
+            headline=headline))
     return found
 
 
