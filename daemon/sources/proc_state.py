@@ -34,18 +34,19 @@ _KERNEL_SYMBOL = re.compile(r"[A-Za-z0-9_.]{1,64}")  # what wchan holds; anythin
 
 # Syscall numbers (x86_64) that mean "waiting for something": what a blocked main thread shows.
 SYSCALL_NAMES_X86_64 = {
-    0: "read", 1: "write", 7: "poll", 17: "pread64", 18: "pwrite64", 19: "readv", 20: "writev",
-    2: "open", 23: "select", 35: "nanosleep", 45: "recvfrom", 47: "recvmsg", 61: "wait4", 74: "fsync",
-    75: "fdatasync", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait", 270: "pselect6",
-    257: "openat", 271: "ppoll", 281: "epoll_pwait", 437: "openat2", 441: "epoll_pwait2",
+    0: "read", 1: "write", 2: "open", 7: "poll", 17: "pread64", 18: "pwrite64", 19: "readv",
+    20: "writev", 23: "select", 35: "nanosleep", 45: "recvfrom", 47: "recvmsg", 61: "wait4",
+    74: "fsync", 75: "fdatasync", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
+    257: "openat", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 437: "openat2",
+    441: "epoll_pwait2",
 }
 # The same calls on aarch64 (the kernel's generic table, include/uapi/asm-generic/unistd.h),
 # which has no read-only poll/select/epoll_wait: ppoll, pselect6 and epoll_pwait stand in.
 SYSCALL_NAMES_AARCH64 = {
-    22: "epoll_pwait", 56: "openat", 63: "read", 64: "write", 65: "readv", 66: "writev", 67: "pread64",
-    68: "pwrite64", 72: "pselect6", 73: "ppoll", 82: "fsync", 83: "fdatasync", 98: "futex",
-    101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom", 212: "recvmsg", 260: "wait4",
-    437: "openat2", 441: "epoll_pwait2",
+    22: "epoll_pwait", 56: "openat", 63: "read", 64: "write", 65: "readv", 66: "writev",
+    67: "pread64", 68: "pwrite64", 72: "pselect6", 73: "ppoll", 82: "fsync", 83: "fdatasync",
+    98: "futex", 101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom", 212: "recvmsg",
+    260: "wait4", 437: "openat2", 441: "epoll_pwait2",
 }
 # The reads in which a thread blocks on a pipe's next bytes.
 PIPE_READ_CALLS = frozenset({"read", "readv"})

@@ -192,8 +192,8 @@ def test_a_worker_waiting_for_jobs_gets_scale_to_zero_advice_never_the_sigterm()
 
 
 def test_one_run_of_work_then_a_sleep_is_looked_at_first_a_warm_up_then_a_sleep_is_not():
-    """Probe 132 M1: a periodic eval ran its kernels (two readings at 80%, 10 s apart: 8 s of kernels counted) and sleeps in
-    `time.sleep` until its next run; with one run in the window (its first interval, the first
+    """Probe 132 M1: a periodic eval ran its kernels (two readings at 80%, 10 s apart: 8 s of
+    kernels counted) and sleeps in `time.sleep` until its next run; with one run in the window (its first interval, the first
     after the daemon started, or every interval where its period outlasts the window) it was
     offered the SIGTERM. Now the look first, saying one run was seen and where it sleeps. A
     warm-up pass (0.2 s of kernels) then the same sleep, a run then a wait on input (not a

@@ -153,8 +153,9 @@ class ProcessWindow:
     kernel_ticks_idle: int = 0
     # Seconds of its kernels in the window before its trailing idle span (_seconds_of_kernels:
     # its SM signal, percent / 100, times the time each kept tick stands for), so 100% for 2 s
-    # reads 2 s, a kernel at half the SMs for 2 s 1 s. What it ran before it went idle: a warm-up pass (a fraction of a second) or a
-    # run of work (a periodic eval's seconds). 0 where there is no idle span or nothing before it.
+    # reads 2 s, a kernel at half the SMs for 2 s 1 s. What it ran before it went idle: a
+    # warm-up pass (a fraction of a second) or a run of work (a periodic eval's seconds). 0
+    # where there is no idle span or nothing before it.
     kernel_s_before_idle: float = 0.0
 
     @property
