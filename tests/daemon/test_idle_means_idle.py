@@ -193,9 +193,10 @@ def test_a_worker_waiting_for_jobs_gets_scale_to_zero_advice_never_the_sigterm()
 
 def test_one_run_of_work_then_a_sleep_is_looked_at_first_a_warm_up_then_a_sleep_is_not():
     """Probe 132 M1: a periodic eval ran its kernels (two readings at 80%, 10 s apart: 8 s of
-    kernels counted) and sleeps in `time.sleep` until its next run; with one run in the window (its first interval, the first
-    after the daemon started, or every interval where its period outlasts the window) it was
-    offered the SIGTERM. Now the look first, saying one run was seen and where it sleeps. A
+    kernels counted: the first reading stands for no known time) and sleeps in `time.sleep`
+    until its next run; with one run in the window (its first interval, the first after the
+    daemon started, or every interval where its period outlasts the window) it was offered the
+    SIGTERM. Now the look first, saying one run was seen and where it sleeps. A
     warm-up pass (0.2 s of kernels) then the same sleep, a run then a wait on input (not a
     sleep), and a notebook that ran a cell then sleeps keep the SIGTERM."""
     def ran(sm_share: float, ticks: int = 2) -> list[Sample]:
@@ -210,7 +211,7 @@ def test_one_run_of_work_then_a_sleep_is_looked_at_first_a_warm_up_then_a_sleep_
     assert "kill -TERM 42" in rec.action["commands"]  # (to copy, after looking)
     assert rec.evidence["no_sign_of_work"]["kernel_s_before_idle"] == 8.0
     assert rec.evidence["no_sign_of_work"]["work_runs"] == 1
-    for samples, phases, kind in ((ran(2.0, 1), {"idle": SLEEPING}, None),
+    for samples, phases, kind in ((ran(2.0), {"idle": SLEEPING}, None),
                                   (ran(80.0), {"idle": WAITING}, None),
                                   (ran(80.0), {"idle": SLEEPING}, Kind(NOTEBOOK, 0.8, ("t",)))):
         [rec] = advice(samples, phases, limits=short, kind=kind)["idle_gpu_held"]

@@ -314,10 +314,10 @@ def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
     """One run of work, then a plain sleep: a periodic job's first interval or a finished job."""
     return {"kind": "copy_commands",
             "text": f"pid {proc.pid} ran {proc.kernel_s_before_idle:.0f} s of kernels, then "
-                    f"sleeps ({where}): one run seen: a periodic job between its runs looks the same "
-                    "(its next run may come after the window). Look at what it waits for before "
-                    "stopping it; if it runs again, release the GPU between runs (start it per "
-                    "run, or unload the model while it waits); stop it only if it is done",
+                    f"sleeps ({where}): one run seen: a periodic job between its runs looks the "
+                    "same (its next run may come after the window). Look at what it waits for "
+                    "before stopping it; if it runs again, release the GPU between runs (start "
+                    "it per run, or unload the model while it waits); stop it only if it is done",
             "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
