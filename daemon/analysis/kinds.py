@@ -233,6 +233,13 @@ class Kind:
     # outside its job (runtime/kinds.py reads it as it reads its own sockets): this process is
     # that server's worker (a GPU worker fed over a pipe). 0: none, or no such parent.
     serving_parent: int = 0
+    # It serves, but all it ever accepted is one connection, open at every socket read that
+    # found one, two or more (`held_connection`): a distributed job's rank whose peer
+    # connected to it and sends nothing yet (a hand-rolled or non-torch rank: no collective
+    # frames, no rank argument, a peer outside its job's GPU processes) reads the same as a
+    # server whose one client holds its connection. No socket read tells them apart, so it
+    # stays a server (never offered SIGTERM), and idle_server says both, not "scale to zero".
+    one_held_connection: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
@@ -301,6 +308,19 @@ def peer_ports_only(facts: KindFacts, recent: Iterable[str]) -> bool:
     connects is gloo's choice: either shows its peer."""
     return (facts.job_connected_seen_at is not None and not facts.served_others
             and not facts.unix_listening and not any(m in SERVE_FRAMES for m in recent))
+
+
+# Serving frames that only a server shows: a rank accepts its peer once too ("accept").
+SERVE_LOOP_FRAMES = tuple(m for m in SERVE_FRAMES if m != "accept")
+
+
+def held_connection(facts: KindFacts, recent: Iterable[str]) -> bool:
+    """Whether all a listening process ever accepted on its TCP ports is one connection, held
+    open: the socket reads caught one distinct connection (KindFacts.connections_caught), it is
+    open at the last read and was found at two or more reads, and no thread shows a serving
+    loop (serve_forever, an engine loop). A rank's peer, or one client of a server."""
+    return (facts.connections_caught == 1 and facts.accepted_connections == 1
+            and facts.accepted_reads >= 2 and not any(m in SERVE_LOOP_FRAMES for m in recent))
 
 
 def classify_kind(command: str, facts: KindFacts | None,
@@ -404,7 +424,8 @@ def classify_kind(command: str, facts: KindFacts | None,
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught.update(connections_caught=facts.connections_caught,
                       connections_over_s=max(facts.sockets_read_at
-                                             - facts.first_sockets_read_at, 0.0))
+                                             - facts.first_sockets_read_at, 0.0),
+                      one_held_connection=serves and held_connection(facts, recent))
     if total <= 0:
         return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores,
                     gpu_use, **caught)
@@ -412,6 +433,9 @@ def classify_kind(command: str, facts: KindFacts | None,
     confidence = scores[best] / (total + 1.0)
     if serves and best != ONLINE_INFERENCE:
         evidence.append("it listens and has served: treated as a server")
+    if caught.get("one_held_connection"):
+        evidence.append("all it accepted is one connection, held open across the socket "
+                        "reads: a distributed job's peer rank, or one client of a server")
     return Kind(best, confidence, tuple(evidence), serves, ports, scores, gpu_use, **caught)
 
 

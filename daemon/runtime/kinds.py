@@ -69,7 +69,8 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                 connections_caught=observed.connections_caught,
                 connections_over_s=observed.connections_over_s,
                 peer_connections=observed.peer_connections,
-                serving_parent=observed.serving_parent)
+                serving_parent=observed.serving_parent,
+                one_held_connection=observed.one_held_connection)
 
 
 class _Classified(NamedTuple):

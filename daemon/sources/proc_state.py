@@ -34,21 +34,28 @@ _KERNEL_SYMBOL = re.compile(r"[A-Za-z0-9_.]{1,64}")  # what wchan holds; anythin
 
 # Syscall numbers (x86_64) that mean "waiting for something": what a blocked main thread shows.
 SYSCALL_NAMES_X86_64 = {
-    0: "read", 1: "write", 7: "poll", 17: "pread64", 18: "pwrite64", 19: "readv", 20: "writev",
-    23: "select", 35: "nanosleep", 45: "recvfrom", 47: "recvmsg", 61: "wait4", 74: "fsync",
-    75: "fdatasync", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait", 270: "pselect6",
-    271: "ppoll", 281: "epoll_pwait", 441: "epoll_pwait2",
+    0: "read", 1: "write", 2: "open", 7: "poll", 17: "pread64", 18: "pwrite64", 19: "readv",
+    20: "writev", 23: "select", 35: "nanosleep", 45: "recvfrom", 47: "recvmsg", 61: "wait4",
+    74: "fsync", 75: "fdatasync", 202: "futex", 230: "clock_nanosleep", 232: "epoll_wait",
+    257: "openat", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 437: "openat2",
+    441: "epoll_pwait2",
 }
 # The same calls on aarch64 (the kernel's generic table, include/uapi/asm-generic/unistd.h),
 # which has no read-only poll/select/epoll_wait: ppoll, pselect6 and epoll_pwait stand in.
 SYSCALL_NAMES_AARCH64 = {
-    22: "epoll_pwait", 63: "read", 64: "write", 65: "readv", 66: "writev", 67: "pread64",
-    68: "pwrite64", 72: "pselect6", 73: "ppoll", 82: "fsync", 83: "fdatasync", 98: "futex",
-    101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom", 212: "recvmsg", 260: "wait4",
-    441: "epoll_pwait2",
+    22: "epoll_pwait", 56: "openat", 63: "read", 64: "write", 65: "readv", 66: "writev",
+    67: "pread64", 68: "pwrite64", 72: "pselect6", 73: "ppoll", 82: "fsync", 83: "fdatasync",
+    98: "futex", 101: "nanosleep", 115: "clock_nanosleep", 207: "recvfrom", 212: "recvmsg",
+    260: "wait4", 437: "openat2", 441: "epoll_pwait2",
 }
 # The reads in which a thread blocks on a pipe's next bytes.
 PIPE_READ_CALLS = frozenset({"read", "readv"})
+# The opens in which a thread blocks opening a FIFO for reading until a writer opens it (the
+# kernel's fifo_open waits in wait_for_partner, which /proc/PID/wchan names): a worker that
+# reopens its job FIFO after each writer (`with open("jobs.fifo") as f: for line in f:`) waits
+# there between its writers.
+OPEN_CALLS = frozenset({"open", "openat", "openat2"})
+FIFO_OPEN_WAIT = "wait_for_partner"
 # The epoll waits whose epoll descriptor is their first argument and whose timeout in
 # milliseconds (an int; -1: none) is their fourth, on x86_64 and aarch64 alike (epoll_pwait2
 # takes a timespec's address instead: its timeout is not read).
@@ -184,6 +191,8 @@ def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
 
     - in a read (PIPE_READ_CALLS) of a pipe: NAMED_PIPE (a FIFO in the file system, which a
       scheduler or a feeder writes jobs into) or ANONYMOUS_PIPE (its stdin from a parent, say);
+    - in an open (OPEN_CALLS) of a FIFO that no writer holds open yet (wchan FIFO_OPEN_WAIT):
+      NAMED_PIPE, the same wait for its next job before the first byte;
     - in a read of an inotify descriptor, or an epoll wait (EPOLL_WAIT_CALLS) whose epoll holds
       one: INOTIFY (it waits for a file to appear in a folder it watches);
     - in any other epoll wait with a timeout of at most TIMER_WAKES_MAX_MS: TIMER_WAKES (a
@@ -199,9 +208,15 @@ def blocked_read(pid: int, proc_root: str = "/proc") -> str | None:
         number, fd = int(fields[0]), int(fields[1], 16)
     except ValueError:
         return None
-    if number < 0 or not 0 <= fd < 1 << 31:
+    if number < 0:
         return None
     call = syscall_name(number)
+    if call in OPEN_CALLS:  # (its path is in its memory, never read: the FIFO's name is data;
+        # its first argument is a folder's descriptor or AT_FDCWD, not what it waits on)
+        wchan = (_read(f"{proc_root}/{pid}/wchan", _MAX_WCHAN_CHARS) or "").strip()
+        return NAMED_PIPE if wchan == FIFO_OPEN_WAIT else None
+    if not 0 <= fd < 1 << 31:
+        return None
     if call in EPOLL_WAIT_CALLS:
         return _epoll_wait(pid, fd, fields, proc_root)
     if call not in PIPE_READ_CALLS:

@@ -7,7 +7,7 @@ real torch DataLoader job starved to ~4% beside the demo's idle notebook, is in 
 from __future__ import annotations
 
 from daemon.analysis.cost import host_price
-from daemon.analysis.kinds import TRAINING, Kind
+from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
 from daemon.analysis.rules import build_analysis, evaluate
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from pricing.catalog import Catalog
@@ -189,3 +189,30 @@ def test_a_worker_waiting_for_jobs_gets_scale_to_zero_advice_never_the_sigterm()
         **JOB_WAITING["top_stacks"][0], "samples": 1}]}}
     [held_idle] = advice(held(), stray)["idle_gpu_held"]
     assert held_idle.action["kind"] == "sigterm"
+
+
+def test_one_run_of_work_then_a_sleep_is_looked_at_first_a_warm_up_then_a_sleep_is_not():
+    """Probe 132 M1: a periodic eval ran its kernels (two readings at 80%, 10 s apart: 8 s of
+    kernels counted: the first reading stands for no known time) and sleeps in `time.sleep`
+    until its next run; with one run in the window (its first interval, the first after the
+    daemon started, or every interval where its period outlasts the window) it was offered the
+    SIGTERM. Now the look first, saying one run was seen and where it sleeps. A
+    warm-up pass (0.2 s of kernels) then the same sleep, a run then a wait on input (not a
+    sleep), and a notebook that ran a cell then sleeps keep the SIGTERM."""
+    def ran(sm_share: float, ticks: int = 2) -> list[Sample]:
+        return held(util=90.0, sm_share=sm_share)[:ticks] + held()[ticks:]
+
+    short = {"idle_held_min_s": 300.0}
+    [rec] = advice(ran(80.0), {"idle": SLEEPING}, limits=short)["idle_gpu_held"]
+    assert rec.action["kind"] == "copy_commands", rec.action
+    assert rec.action["text"].startswith(
+        "pid 42 ran 8 s of kernels, then sleeps (/home/me/worker.py:12): one run seen: a "
+        "periodic job between its runs looks the same"), rec.action["text"]
+    assert "kill -TERM 42" in rec.action["commands"]  # (to copy, after looking)
+    assert rec.evidence["no_sign_of_work"]["kernel_s_before_idle"] == 8.0
+    assert rec.evidence["no_sign_of_work"]["work_runs"] == 1
+    for samples, phases, kind in ((ran(2.0), {"idle": SLEEPING}, None),
+                                  (ran(80.0), {"idle": WAITING}, None),
+                                  (ran(80.0), {"idle": SLEEPING}, Kind(NOTEBOOK, 0.8, ("t",)))):
+        [rec] = advice(samples, phases, limits=short, kind=kind)["idle_gpu_held"]
+        assert rec.action["kind"] == "sigterm", (phases, kind, rec.action)

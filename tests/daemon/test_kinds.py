@@ -395,6 +395,42 @@ def test_an_idle_server_gets_scale_to_zero_advice_never_sigterm():
     assert all(r.action.get("kind") != "sigterm" for r in found)
 
 
+def test_a_rank_holding_its_one_peer_connection_is_not_told_to_scale_to_zero():
+    """Probe 132 L1: a hand-rolled rank (no torch frames, no rank argument) listens, accepts
+    its peer from another process and blocks in conn.recv(): all it accepted is one
+    connection, open at every read. It stays a server (never the SIGTERM: a server with one
+    client reads the same), but idle_server no longer says "scale pid N to zero between
+    requests": it says both and asks to look at the other end first. A server that accepted
+    several connections, or shows its serving loop, is still told to scale to zero."""
+    samples = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python rank0.py")
+    now = samples[-1].ts
+    peer = KindFacts(listening_ports=(29532,), accepted_connections=1, accepted_reads=12,
+                     accepted_seen_at=now, connections_caught=1,
+                     first_sockets_read_at=now - 600, sockets_read_at=now,
+                     unsettled_accepted=frozenset({4711}))
+    for facts, frames, held in ((peer, {"accept": now - 590}, True),
+                                (replace(peer, connections_caught=3), {}, False),
+                                (replace(peer, accepted_reads=1), {}, False),
+                                (peer, {"serve_forever": now}, False)):
+        kind = classify_kind("python rank0.py", facts, frames, now=now)
+        assert kind.serves and kind.one_held_connection is held, (facts, frames, kind)
+        found = evaluate(build_analysis(samples, phases_for(samples, idle=0.95), P4D, CATALOG,
+                                        host_cpus=32, kinds=kinds_for(samples, kind)))
+        assert by_rule(found, "idle_gpu_held") == []
+        assert all(r.action.get("kind") != "sigterm" for r in found)
+        [rec] = by_rule(found, "idle_server")
+        assert rec.evidence["one_held_connection"] is held
+        if held:
+            assert "scale" not in rec.headline and "to zero" not in rec.headline, rec.headline
+            assert rec.headline.endswith("with one connection open: a rank waiting for its "
+                                         "peer, or a server with one client?"), rec.headline
+            assert "a distributed job's rank waiting for its peer" in rec.summary, rec.summary
+            assert "ss -tnp | grep 'pid=42,'" in rec.action["text"], rec.action
+        else:
+            assert rec.headline.startswith("scale pid 42 to zero between requests"), rec.headline
+            assert "scale it to zero between requests" in rec.summary, rec.summary
+
+
 def idle_server_advice(facts, request_counters=None):
     samples = window(n=61, utils=[0.0] * 8, holders={0: 0.0}, command="python app.py")
     server = classify_kind("python app.py", facts, {"serve_forever": samples[-1].ts},

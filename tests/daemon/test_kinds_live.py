@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from simhost import poll
 from test_corpus import CORPUS, FAST_STACKS, pytestmark, scenario_file  # noqa: F401
+from test_work_waits_live import QUICK, WORKLOADS, advice_by_program
 
 from daemon.analysis.ledger import JobLabeler
 
@@ -151,3 +153,44 @@ def test_http_servers_are_online_inference_and_never_offered_sigterm(mlcostd, tm
         proc = wire[state["procs"][name]["key"]]
         assert proc.kind == "online_inference" and proc.serves
         assert f"listens on TCP port {bound[name]}" in proc.kind_evidence
+
+
+def test_a_rank_holding_its_peers_connection_is_not_told_to_scale_to_zero(mlcostd, tmp_path):
+    """Probe 132 L1: a hand-rolled rank (its own sockets, no torch) listens, accepts its peer
+    (here this test, standing in for the rank on another host) and blocks in conn.recv(). It
+    read as a server and got "scale pid N to zero between requests". It stays a server (never
+    the SIGTERM: a server with one client holding its connection reads the same), but
+    idle_server says both and asks to look at who is at the other end first."""
+    port_file = tmp_path / "rank.port"
+    name = "socket_rank.py"
+    path = scenario_file(tmp_path, [
+        {"name": "rank0", "command": [sys.executable, str(WORKLOADS / name), "--port-file",
+                                      str(port_file)]}])
+    daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+    poll(port_file.exists, 60, "the rank's port", every=0.5)
+    peer = socket.create_connection(("127.0.0.1", int(port_file.read_text())), timeout=30)
+    try:
+        state: dict[str, Any] = {}
+
+        def advised() -> Any:
+            state["recs"] = found = advice_by_program(daemon, (name,))
+            return next((r for r in found[name] if r.rule == "idle_server"
+                         and r.evidence.get("one_held_connection")), None)
+
+        rec = poll(advised, 240, "idle_server's advice for the rank, one connection held",
+                   every=2.0, explain=lambda: json.dumps(
+                       {n: [(r.rule, r.headline, r.evidence.get("kind")) for r in rs]
+                        for n, rs in state.get("recs", {}).items()}) + "\n" + daemon.log_tail())
+        found = state["recs"]
+        assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
+        assert "idle_gpu_held" not in {r.rule for r in found[name]}, found[name]
+        assert "to zero" not in rec.headline and rec.headline.endswith(
+            "with one connection open: a rank waiting for its peer, or a server with one "
+            "client?"), rec.headline
+        assert "a distributed job's rank waiting for its peer" in rec.summary, rec.summary
+        assert rec.evidence["kind"]["serves"] is True, rec.evidence["kind"]
+        assert any(e.startswith("all it accepted is one connection, held open")
+                   for e in rec.evidence["kind"]["kind_evidence"]), rec.evidence["kind"]
+        assert daemon.stop() == 0, daemon.log_tail()
+    finally:
+        peer.close()

@@ -66,3 +66,43 @@ def test_a_periodic_job_between_its_runs_keeps_its_host_and_v1_idle_says_active(
     assert idle["proc"]["sm_share"] in (None, 0, 0.0), idle["proc"]  # not by kernels now
     assert daemon.stop() == 0, daemon.log_tail()
 
+
+
+def test_one_run_seen_then_a_sleep_is_looked_at_first_a_warm_up_then_a_sleep_is_stopped(
+        mlcostd, tmp_path):
+    """Probe 132 M1: a periodic eval in its first interval (one run of kernels seen, then
+    `time.sleep` until the next, an hour away: its period outlasts the window) was offered the
+    SIGTERM. Now idle_gpu_held looks first and says one run was seen; it is never offered the
+    SIGTERM in any round. The same program whose run is a warm-up pass (0.2 s of kernels) keeps
+    the SIGTERM."""
+    run, warm = "--run-s 8", "--run-s 0.2"
+    path = scenario_file(tmp_path, [
+        {"name": "eval", "command": program("periodic_scorer.py", "--every", "3600",
+                                            *run.split())},
+        {"name": "warm", "command": program("periodic_scorer.py", "--every", "3600",
+                                            *warm.split())}])
+    daemon = mlcostd("idle-host", interval=1.0, config=PERIODIC, args=["--simulate", str(path)])
+    state: dict[str, Any] = {"stops": []}
+
+    def both_advised() -> bool:
+        state["recs"] = found = advice_by_program(daemon, (run, warm))
+        ran, warmed = held(found, run), held(found, warm)
+        if ran is not None and ran.action.get("kind") == "sigterm":
+            state["stops"].append(ran.action)
+        return (ran is not None and "one run seen" in ran.action.get("text", "")
+                and warmed is not None and warmed.action.get("kind") == "sigterm")
+
+    poll(both_advised, 180, "idle_gpu_held's look first (one run seen) for the eval and its "
+         "SIGTERM for the warm-up", every=1.0,
+         explain=lambda: json.dumps(rules(state.get("recs", {}))) + "\n" + json.dumps(
+             {n: [(r.action, r.evidence.get("no_sign_of_work")) for r in rs]
+              for n, rs in state.get("recs", {}).items()}) + "\n" + daemon.log_tail())
+    assert state["stops"] == [], state["stops"]
+    ran = held(state["recs"], run)
+    assert ran.action["kind"] == "copy_commands", ran.action
+    assert "periodic_scorer.py:" in ran.action["text"], ran.action["text"]
+    assert "a periodic job between its runs looks the same" in ran.action["text"]
+    evidence = ran.evidence["no_sign_of_work"]
+    assert evidence["work_runs"] == 1 and evidence["kernel_s_before_idle"] >= 2.0, evidence
+    assert evidence["waiting_in"][0]["reason"].startswith("sleeping or waiting"), evidence
+    assert daemon.stop() == 0, daemon.log_tail()

@@ -73,3 +73,49 @@ def test_workers_reading_jobs_from_a_pipe_are_queue_consumers_not_idle_nor_synci
     finally:
         scheduler.kill()
         scheduler.wait()
+
+
+def test_a_worker_that_reopens_its_fifo_waits_in_the_open_for_its_next_batch(mlcostd, tmp_path):
+    """Probe 132 L2: a worker opens its job FIFO again after each batch (`while True: with
+    open(fifo) as batch: for line in batch:`) and waits in the open until its scheduler writes
+    the next batch. Its open read as data wait ("reading a file or socket") and got
+    dataloader_starvation's "prefetch its input in parallel". It did its batch and is a queue
+    consumer between batches: idle_server's advice at its open, naming the FIFO; no prefetch
+    advice, no idle_gpu_held, no SIGTERM."""
+    fifo = tmp_path / "jobs.fifo"
+    os.mkfifo(fifo)
+    name = "fifo_job_worker"
+    path = scenario_file(tmp_path, [
+        {"name": "fifo", "command": program("fifo_job_worker.py", "--fifo", str(fifo),
+                                            "--reopen")}])
+    daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+
+    def worker_opened() -> int | None:  # the scheduler's end, once the worker's open waits
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader yet
+            return None
+
+    writer = poll(worker_opened, 60, "the worker's open of its FIFO", every=0.5)
+    with os.fdopen(writer, "w") as batch:  # its one batch, then the scheduler closes its end
+        batch.write(json.dumps({"id": 0, "audio": "x" * 4000}) + "\n")
+    state: dict[str, Any] = {}
+
+    def advised_as_consumer() -> bool:
+        state["recs"] = found = advice_by_program(daemon, (name,))
+        return any(r.rule == "idle_server" and r.evidence.get("waits_for_jobs")
+                   for r in found[name])
+
+    poll(advised_as_consumer, 240, "idle_server advice for the worker waiting in its open",
+         every=2.0, explain=lambda: json.dumps(rules(state.get("recs", {}))) + "\n" + json.dumps(
+             {n: [(r.rule, r.summary) for r in rs] for n, rs in state.get("recs", {}).items()})
+         + "\n" + daemon.log_tail())
+    found = state["recs"]
+    assert not {r.rule for r in found[name]} & {*STOPS, "dataloader_starvation"}, rules(found)
+    assert not [r for r in found[name] if (r.action or {}).get("kind") == "sigterm"]
+    [rec] = [r for r in found[name] if r.rule == "idle_server"]
+    waits = rec.evidence["waits_for_jobs"]
+    assert f"{name}.py" in waits["file"], waits
+    assert waits["reason"].startswith("waiting for its next job on a named pipe (FIFO) nothing "
+                                      "came to (`with open(args.fifo) as batch"), waits
+    assert daemon.stop() == 0, daemon.log_tail()

@@ -134,12 +134,16 @@ def test_real_processes_read_from_proc_without_a_stack(code, phase):
 
 def test_blocked_read_names_a_pipe_or_a_named_pipe_and_nothing_else(tmp_path):
     """A main thread blocked reading its stdin pipe reads ANONYMOUS_PIPE, one reading a FIFO
-    NAMED_PIPE; one blocked reading a socket or asleep, None (and never the FIFO's path)."""
-    fifo = tmp_path / "jobs.fifo"
+    NAMED_PIPE, and so does one blocked opening a FIFO that no writer has opened (probe 132 L2:
+    `with open("jobs.fifo") as f:` between its writers read as data wait, "prefetch its
+    input"); one blocked reading a socket or asleep, None (and never the FIFO's path)."""
+    fifo, unwritten = tmp_path / "jobs.fifo", tmp_path / "next.fifo"
     os.mkfifo(fifo)
+    os.mkfifo(unwritten)
     children = {
         ANONYMOUS_PIPE: _child("import sys; sys.stdin.readline()"),
         NAMED_PIPE: _child(f"for line in open({str(fifo)!r}): pass"),
+        "opening": _child(f"with open({str(unwritten)!r}) as f:\n    f.read()"),
         None: _child("import socket; a, b = socket.socketpair(); a.recv(1)"),
         "asleep": _child("import time; time.sleep(120)"),
         # a file by its path, not a FIFO: its type read from what the kernel holds (a stat
@@ -149,7 +153,8 @@ def test_blocked_read_names_a_pipe_or_a_named_pipe_and_nothing_else(tmp_path):
     writer = os.open(fifo, os.O_RDWR)  # the FIFO's writer: its reader's open returns
     try:
         for said, child in children.items():
-            wanted = None if said in ("asleep", "terminal") else said
+            wanted = (None if said in ("asleep", "terminal") else NAMED_PIPE
+                      if said == "opening" else said)
 
             def blocked(child: subprocess.Popen[bytes] = child) -> bool:
                 facts = read_facts(child.pid)  # blocked in its system call by now

@@ -19,7 +19,9 @@ nor a sleeper whose CPU time moves between its sleeps (`polls_for_work`: a worke
 job table, a broker or a folder, which no stack dump catches), nor a process that computed at
 least
 BETWEEN_BATCHES_MIN_COMPUTE of the window and is not a notebook (a job between batches: it
-works, its GPU idles between them).
+works, its GPU idles between them), nor one that ran a run of work (RUN_OF_WORK_MIN_S of
+kernels, not a warm-up pass) and now sleeps in a plain sleep (`one_run_then_sleeps`: one run
+seen, a periodic job between its runs looks the same).
 
 Never a SIGTERM for a server: a process whose kind (daemon.analysis.kinds) is online inference,
 or that listens and has served (accepted connections, serving frames in any thread), or whose
@@ -99,6 +101,14 @@ BETWEEN_BATCHES_MIN_COMPUTE = 0.10
 # Its kernels ran in at least this many separate runs in the window, however short (5 s of work
 # every 2 minutes computes 4%): a periodic job, not one warm-up pass that then waits.
 PERIODIC_MIN_RUNS = 2
+# Seconds of its kernels before it went idle (ProcessWindow.kernel_s_before_idle) that make one
+# run of work, not a warm-up pass: a warm-up forward pass runs a fraction of a second of kernels
+# (the demo notebook's 0.3 s, a stalled loop's two 0.1 s steps 0.16 s, a rank's 1 s pass 0.9 s),
+# a periodic eval or scorer seconds (probe 132's eval 4.5 s, probe 109's scorer 3.5 s). Such a
+# run, then a plain sleep (`time.sleep` in its loop), is a periodic job's first interval as
+# much as a finished job: look first (`one_run_then_sleeps`). A warm-up of 2 s or more reads
+# as a run: a look first, never a stop of a job between its runs.
+RUN_OF_WORK_MIN_S = 2.0
 # Its kernels ran at this many ticks of its idle span (any SM share above 0), the last in the
 # span's later half: a small kernel every few seconds (30 ms per 3 s averages 0.2%, below
 # OWN_KERNELS_MIN_PCT and WORK_RUN_MIN_PCT) is work; a warm-up pass as it went idle, nothing
@@ -192,6 +202,12 @@ def polls_for_work(proc: ProcessWindow) -> Mapping[str, Any] | None:
     cores = proc.cpu_idle_cores
     if cores is None or cores < POLL_MIN_CORES or cores * proc.trailing_idle_s < POLL_MIN_CPU_S:
         return None
+    return sleeps(proc)
+
+
+def sleeps(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The top stack of its idle phase where that is a plain sleep (`time.sleep(...)`, or a
+    `sleep(` of its own, on the line its stacks wait at); None otherwise."""
     top = next(iter((proc.phases.get(IDLE) or {}).get("top_stacks") or []), None)
     if not isinstance(top, Mapping):
         return None
@@ -199,6 +215,19 @@ def polls_for_work(proc: ProcessWindow) -> Mapping[str, Any] | None:
     if not reason.startswith(SLEEP_WAIT) or not SLEEP_CALL.search(reason):
         return None
     return top
+
+
+def one_run_then_sleeps(proc: ProcessWindow) -> Mapping[str, Any] | None:
+    """The sleep its stacks wait in where, before it went idle, it ran one run of work
+    (RUN_OF_WORK_MIN_S seconds of kernels or more, a run at WORK_RUN_MIN_PCT) and it is no
+    notebook: a periodic job in its first interval (one run seen: after it starts, after the
+    daemon restarts, or every interval where its period outlasts the window) reads so, as does
+    a job that ran once and finished; nothing the window holds tells them apart, so idle_gpu_held
+    looks first. None otherwise (a warm-up pass, then a sleep, keeps the SIGTERM)."""
+    if (proc.kind.kind == NOTEBOOK or proc.work_runs < 1
+            or proc.kernel_s_before_idle < RUN_OF_WORK_MIN_S):
+        return None
+    return sleeps(proc)
 
 
 def is_periodic(proc: ProcessWindow) -> bool:
@@ -278,6 +307,17 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
                     "periodic job or one that works when something arrives? Release the GPU "
                     "between runs (start it per run, or unload the model while it waits); stop "
                     "it only if it is done",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
+
+
+def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
+    """One run of work, then a plain sleep: a periodic job's first interval or a finished job."""
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} ran {proc.kernel_s_before_idle:.0f} s of kernels, then "
+                    f"sleeps ({where}): one run seen: a periodic job between its runs looks the "
+                    "same (its next run may come after the window). Look at what it waits for "
+                    "before stopping it; if it runs again, release the GPU between runs (start "
+                    "it per run, or unload the model while it waits); stop it only if it is done",
             "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
@@ -377,6 +417,9 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
         return _look_first_between(proc, computed)
     if is_periodic(proc):
         return _look_first_periodic(proc)
+    one_run = one_run_then_sleeps(proc)
+    if one_run is not None:
+        return _look_first_one_run(proc, f"{one_run.get('file')}:{one_run.get('line')}")
     return _sigterm(proc)
 
 
@@ -414,6 +457,8 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                  "sm_activity_idle_mean": proc.sm_activity_idle_mean,
                  "kernel_ticks_idle": proc.kernel_ticks_idle,
                  "cpu_idle_cores": proc.cpu_idle_cores,
+                 "kernel_s_before_idle": round(proc.kernel_s_before_idle, 2),
+                 "work_runs": proc.work_runs,
                  "read_bytes_per_s": proc.read_bytes_per_s,
                  "d_state_fraction": proc.d_state_fraction,
                  "iowait_fraction": proc.iowait_fraction,
@@ -484,6 +529,20 @@ def _consumer_text(job_wait: Mapping[str, Any]) -> tuple[str, str, str]:
             "holds a GPU while the queue is empty, or give it a MIG slice")
 
 
+def _held_connection_text(proc: ProcessWindow, ports: str) -> tuple[str, str, str]:
+    """What idle_server says of a server whose only connection is one it holds open
+    (Kind.one_held_connection): a distributed job's rank waiting for its peer reads the same as
+    a server with one client, so it says both: what it does, what to do, its action's text."""
+    return (f"listens (TCP {ports}) and all it accepted is one connection, held open: a "
+            "distributed job's rank waiting for its peer, or a server with one client",
+            "look at who is at the other end first: a rank's job waits for that peer (scaling "
+            "it to zero stops the job); a server can be scaled to zero between requests, "
+            "consolidated or share its GPU (MPS, MIG, time-slicing)",
+            f"never stopped from here: `ss -tnp | grep 'pid={proc.pid},'` shows whom it is "
+            "connected to; if it is a rank, its job waits for that peer; if it serves, scale it "
+            "to zero behind its load balancer or autoscaler, or give it a MIG slice")
+
+
 def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
     """A server (or a queue consumer) whose GPUs idle at the end of the window: scale to zero,
     consolidate, share."""
@@ -507,11 +566,20 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
         # one that waits for jobs and has served no connection is a consumer, whatever its
         # kind's words ("--server HOST:PORT" names the job server it connects to)
         job_wait = None if proc.kind.serves else waits_for_jobs(proc)
+        held = job_wait is None and proc.kind.one_held_connection
+        headline = (f"scale pid {proc.pid} to zero between "
+                    f"{'requests' if job_wait is None else 'jobs'}: {_gpus(proc)} idle for "
+                    f"{idle_for(proc.trailing_idle_s, a)}")
         if job_wait is not None:
             does, advice, action = _consumer_text(job_wait)
             if requests.get("source") is None:  # no counter, and no request comes to a port
                 rate_text = ("its job rate not measured (a [[cost.unit_costs]] counter of its "
                              "jobs would give the rate and the cost per job)")
+        elif held:  # a rank's peer, or one client: not "scale to zero" on that alone
+            does, advice, action = _held_connection_text(proc, ports)
+            headline = (f"pid {proc.pid} holds {_gpus(proc)} idle for "
+                        f"{idle_for(proc.trailing_idle_s, a)} with one connection open: a "
+                        "rank waiting for its peer, or a server with one client?")
         found.append(rule.make(
             proc.id,
             f"pid {proc.pid} ({proc.user}: {proc.job}) {does} and its "
@@ -532,12 +600,11 @@ def check_idle_server(a: Analysis, rule: Rule) -> list[Finding]:
              "waits_for_jobs": None if job_wait is None else {
                  "file": job_wait.get("file"), "line": job_wait.get("line"),
                  "function": job_wait.get("function"), "reason": job_wait.get("reason")},
-             "signs_of_work": signs_of_work(proc)},
+             "signs_of_work": signs_of_work(proc),
+             "one_held_connection": held},
             {"kind": "advice", "text": action},
             scope={"frees": list(proc.gpus)},
-            headline=f"scale pid {proc.pid} to zero between "
-                     f"{'requests' if job_wait is None else 'jobs'}: {_gpus(proc)} idle for "
-                     f"{idle_for(proc.trailing_idle_s, a)}"))
+            headline=headline))
     return found
 
 

@@ -84,6 +84,21 @@ def _runs_at_or_above(signal: Sequence[float], level: float) -> int:
     return runs
 
 
+def _seconds_of_kernels(ts: Sequence[float], signal: Sequence[float], until: float) -> float:
+    """Seconds of kernels (percent / 100 x seconds) in `signal` at the times `ts` before
+    `until`. Each kept tick stands for the time since the one before it (its value is the mean
+    of the ticks between), at most the median gap (a gap where the process was not seen is no
+    time it ran for); the first stands for no known time (it is one reading, of NVML's last
+    second) and is not counted."""
+    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
+    if not gaps:
+        return 0.0
+    longest = statistics.median(gaps)
+    return sum(v / 100.0 * min(gap, longest)
+               for at, v, gap in zip(ts[1:], signal[1:], gaps, strict=True)
+               if at < until and not isnan(v))
+
+
 @dataclass(frozen=True)
 class ProcessWindow:
     id: str  # 'pid:start_time'
@@ -136,6 +151,12 @@ class ProcessWindow:
     # every few seconds) that average far below WORK_RUN_MIN_PCT. A warm-up pass as it went
     # idle, nothing after it, reads 0. 0 where there is no idle span.
     kernel_ticks_idle: int = 0
+    # Seconds of its kernels in the window before its trailing idle span (_seconds_of_kernels:
+    # its SM signal, percent / 100, times the time each kept tick stands for), so 100% for 2 s
+    # reads 2 s, a kernel at half the SMs for 2 s 1 s. What it ran before it went idle: a
+    # warm-up pass (a fraction of a second) or a run of work (a periodic eval's seconds). 0
+    # where there is no idle span or nothing before it.
+    kernel_s_before_idle: float = 0.0
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -617,6 +638,8 @@ class _ProcessTrack:
         cpu_idle_cores = (max(cpu_read[-1][1] - cpu_read[0][1], 0.0)
                           / (cpu_read[-1][0] - cpu_read[0][0])
                           if len(cpu_read) >= 2 and cpu_read[-1][0] > cpu_read[0][0] else None)
+        kernel_s_before_idle = (_seconds_of_kernels(ts, self.signal, idle_since) if idle_s > 0
+                                else 0.0)
         utilization, read_utils = self.utils.fmean_read()
         burn_per_hour, _ = self.burn_rates.fmean_read(unread_as_zero=True)
         sm_activity, with_gpm = self.sms.fmean()
@@ -648,6 +671,7 @@ class _ProcessTrack:
             kind=kind, ppid=last_proc.ppid, workers=len(self.workers),
             worker_stacks=_worker_stacks(self.workers, self.phases_of),
             cpu_idle_cores=cpu_idle_cores, kernel_ticks_idle=kernel_ticks_idle,
+            kernel_s_before_idle=kernel_s_before_idle,
         )
 
     @staticmethod

@@ -1,9 +1,11 @@
 """A GPU worker of a transcription queue, written without mlcost in mind: its scheduler writes
 one job a line into a named pipe (a FIFO made with mkfifo); the worker reads the lines as they
 come (`for line in jobs:`, a read in C), runs each job on the GPU and appends the result to a
-file. Between jobs it waits on the pipe.
+file. Between jobs it waits on the pipe. `--reopen`: its scheduler writes a batch and closes
+the pipe, and the worker opens it again for the next batch (`while True: with open(...)`),
+waiting in the open until a writer comes.
 
-Usage: fifo_job_worker.py --fifo PATH [--step-ms MS]
+Usage: fifo_job_worker.py --fifo PATH [--step-ms MS] [--reopen]
 """
 
 import argparse
@@ -26,10 +28,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fifo", required=True)
     parser.add_argument("--step-ms", type=float, default=400.0)
+    parser.add_argument("--reopen", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with Device(gpu_index=GPU) as gpu:
         gpu.alloc(9 << 30)
+        if args.reopen:
+            while True:
+                with open(args.fifo) as batch, open(os.devnull, "w") as results:
+                    for line in batch:
+                        results.write(json.dumps(transcribe(gpu, json.loads(line),
+                                                            args.step_ms / 1000)))
         with open(args.fifo) as jobs, open(os.devnull, "w") as results:
             for line in jobs:
                 results.write(json.dumps(transcribe(gpu, json.loads(line), args.step_ms / 1000)))
