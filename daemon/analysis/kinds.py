@@ -469,3 +469,18 @@ def recorded_kind(value: Any) -> dict[str, Any]:
             and not isinstance(over, bool) and over >= 0 else None,
             "peer_connections": peers if isinstance(peers := kind.get("peer_connections"), int)
             and not isinstance(peers, bool) and peers >= 0 else 0}
+
+
+# Launchers whose children are jobs, whatever the launcher listens on (torchrun's rendezvous
+# store accepts the other nodes' agents; a Jupyter server serves its browser, and its kernels
+# are the user's, not the service's): their children are never a server's workers.
+JOB_LAUNCHERS = frozenset({"jupyter", "torchrun", "deepspeed", "accelerate", "slurmstepd",
+                           "mpirun"})
+
+
+def serving_parent(ppid: int, parent: KindFacts | None, facts: KindFacts | None) -> int:
+    """`ppid` where that parent listens on a TCP port and has served a connection from outside
+    its job (KindFacts.served_others) and no job launcher started the process; else 0."""
+    if ppid <= 1 or parent is None or not parent.listening_ports or not parent.served_others:
+        return 0
+    return 0 if facts is not None and facts.parent in JOB_LAUNCHERS else ppid

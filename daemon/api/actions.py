@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from daemon import clock
-from daemon.analysis.kinds import classify_kind
+from daemon.analysis.kinds import NOTEBOOK, classify_kind, serving_parent
 from daemon.sources.kindfacts import read_kind_facts
 from daemon.sources.procs import read_argv
 from daemon.sources.redact import redact_argv
@@ -221,20 +221,36 @@ def _refuse_a_server(pid: int, proc: psutil.Process) -> None:
 
 
 def _serving(pid: int, proc: psutil.Process) -> str | None:
-    """How `pid` serves now (it listens and has a client connected), or None."""
+    """How `pid` serves now (it listens and has a client connected, or it is the worker of a
+    parent that listens and has served: Kind.serving_parent, as the rules have it), or None."""
+    now = clock.now()
     try:
-        facts = read_kind_facts(pid, clock.now())
+        facts = read_kind_facts(pid, now)
         argv = " ".join(proc.cmdline())[:4096]  # for the classifier only; never shown
+        ppid = proc.ppid()
     except (FileNotFoundError, ProcessLookupError, psutil.NoSuchProcess):
         raise ActionError(f"pid {pid} has exited; nothing to stop", 410) from None
     except (OSError, psutil.Error):
         return None  # unreadable: the signal itself says what it can
     kind = classify_kind(argv, facts)
-    if not kind.serves:
+    if kind.serves:
+        ports = ", ".join(str(p) for p in kind.listening_ports[:4])
+        return (f"it listens on TCP port {ports} and has {facts.accepted_connections} "
+                "client(s) connected now")
+    # A parent that serves now makes it that server's worker, as the rules read it: not under
+    # a job launcher (kinds.serving_parent), not for a notebook (a kernel is its user's), not
+    # when the parent is this daemon (the simulated host's workloads are its children).
+    if kind.kind == NOTEBOOK or ppid <= 1 or ppid == os.getpid():
         return None
-    ports = ", ".join(str(p) for p in kind.listening_ports[:4])
-    return (f"it listens on TCP port {ports} and has {facts.accepted_connections} client(s) "
-            "connected now")
+    try:
+        parent = read_kind_facts(ppid, now)
+    except OSError:
+        return None
+    if not serving_parent(ppid, parent, facts):
+        return None
+    ports = ", ".join(str(p) for p in parent.listening_ports[:4])
+    return (f"it works for its parent, pid {ppid}, which listens on TCP port {ports} and has "
+            "served clients")
 
 
 def _default_client(service: str) -> Callable[[str], Any]:

@@ -26,6 +26,7 @@ from daemon.analysis.kinds import (
     Kind,
     classify_kind,
     gpu_use_shape,
+    serving_parent,
 )
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.window_ticks import WINDOW_S as MARKER_WINDOW_S  # markers this recent count
@@ -86,21 +87,6 @@ class _Classified(NamedTuple):
 _NO_MARKERS: frozenset[tuple[str, float]] = frozenset()
 # A parent read for its sockets (never a GPU process's own key: a start time is never < 0).
 PARENT_START = -1.0
-# Launchers whose children are jobs, whatever the launcher listens on (torchrun's rendezvous
-# store accepts the other nodes' agents; a Jupyter server serves its browser, and its kernels
-# are the user's, not the service's): their children are never a server's workers.
-JOB_LAUNCHERS = frozenset({"jupyter", "torchrun", "deepspeed", "accelerate", "slurmstepd",
-                           "mpirun"})
-
-
-def serving_parent(ppid: int, parent: KindFacts | None, facts: KindFacts | None) -> int:
-    """`ppid` where that parent listens on a TCP port and has served a connection from outside
-    its job (KindFacts.served_others) and no job launcher started the process; else 0."""
-    if ppid <= 1 or parent is None or not parent.listening_ports or not parent.served_others:
-        return 0
-    return 0 if facts is not None and facts.parent in JOB_LAUNCHERS else ppid
-
-
 def with_serving_parent(kind: Kind, ppid: int) -> Kind:
     """`kind` as the worker of its parent's server (Kind.serving_parent); a notebook stays a
     notebook (a kernel is its user's)."""

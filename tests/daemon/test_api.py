@@ -5,6 +5,7 @@ endpoint, bad requests, permissions, and the actions behind apply and snooze."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -644,3 +645,54 @@ def test_a_sigterm_never_reaches_a_process_that_took_the_targets_pid():
     assert seen["taken_by"] == seen["target"], seen  # the pid was taken, as in the attack
     assert not seen["taker_sent_sigterm"], seen
     assert seen.get("status") == 410 and "has exited" in seen["message"], seen
+
+
+FRONT_END = """
+import os, socket, sys, time
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+worker = os.fork()
+if worker == 0:  # its GPU worker, fed over a pipe on a real host: here it only waits
+    server.close()
+    time.sleep(300)
+    os._exit(0)
+print(worker, flush=True)
+clients = []
+while True:
+    conn, _ = server.accept()
+    clients.append(conn)
+"""
+
+
+def test_a_sigterm_is_refused_live_for_the_worker_of_a_parent_that_serves():
+    """The rules never offer SIGTERM to the worker of a serving parent (Kind.serving_parent);
+    a recommendation made before the parent served stays until the next evaluation, and the
+    live check right before the signal looked at the worker alone (probe 138): it now reads
+    its parent too, and refuses (409, the worker untouched)."""
+    front = subprocess.Popen([sys.executable, "-c", FRONT_END], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert front.stdout is not None
+        port, worker = int(front.stdout.readline()), int(front.stdout.readline())
+        rec = {"id": "w1", "rule": "idle_gpu_held", "target": f"{worker}:0",
+               "action": {"kind": "sigterm", "pid": worker,
+                          "start_time": psutil.Process(worker).create_time()}}
+        assert f"SIGTERM to pid {worker}" in actions.apply(rec, True).message  # not served yet
+        with socket.create_connection(("127.0.0.1", port)):  # a client: it has served
+            def refused() -> str | None:
+                try:
+                    actions.apply(rec, True)
+                except actions.ActionError as exc:
+                    return f"{exc.status} {exc}"
+                return None
+
+            said = poll(refused, 30, "the worker's SIGTERM refused")
+            assert said.startswith("409") and f"its parent, pid {front.pid}" in said, said
+            with pytest.raises(actions.ActionError):
+                actions.apply(rec, False, allow_actions=True)
+        assert psutil.Process(worker).status() != psutil.STATUS_ZOMBIE
+    finally:
+        front.kill()
+        front.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
