@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import gc
 import logging
 from collections.abc import Iterator
@@ -36,7 +35,10 @@ GC_YOUNG_THRESHOLD = 10_000  # objects allocated and not freed before a young co
 
 def _libc() -> Any | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # the process's own symbols (libc's among them): ctypes.util.find_library would run
+        # `ldconfig -p` in a child process at every start, before any refusal (a child of the
+        # daemon that a start-up error was said not to have left)
+        libc = ctypes.CDLL(None)
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
         libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         return libc

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import functools
 import json
 import logging
@@ -144,7 +143,7 @@ def give_back_freed_memory() -> None:
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols: no `ldconfig -p` child
         trim = libc.malloc_trim  # glibc only (musl has none)
     except (OSError, AttributeError):
         return None
