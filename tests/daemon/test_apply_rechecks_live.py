@@ -131,12 +131,16 @@ def test_a_process_whose_thread_works_on_a_cpu_is_not_signalled(mlcostd, tmp_pat
 
     def on_a_cpu() -> bool:
         proc = next((p for p in daemon.now()["processes"] if p["pid"] == pid), None)
-        return proc is not None and (proc.get("cpu_percent") or 0) >= 50
+        return proc is not None and (proc.get("cpu_percent") or 0) >= 10
 
     poll(on_a_cpu, 60, "the holder's thread on a CPU in a tick", every=0.5,
          explain=daemon.log_tail)
     with pytest.raises(ApiError) as refused:
         daemon.call("apply", rec["id"], dry_run=True)
     assert refused.value.status == 409
-    assert f"pid {pid} used" in str(refused.value) and "of a CPU" in str(refused.value)
+    # The live check at the action says so; on a loaded host an evaluation may see the CPU
+    # work first (a sign of work to the rules too), and the advice, in its hold, is refused
+    # as such: never signalled either way.
+    said = str(refused.value)
+    assert (f"pid {pid} used" in said and "of a CPU" in said) or "no longer holds" in said, said
     assert not terms.exists()
