@@ -286,9 +286,12 @@ def test_through_the_servicemonitor_unallocated_cost_has_no_namespace(fleet, tmp
         # the three GPUs no pod is allocated: no namespace; the time-sliced one its pods'
         assert found == pytest.approx({("", "unallocated"): 3 * gpu, ("ml", "idle"): gpu / 2,
                                        ("research", "idle"): gpu / 2})
-        # a pod's GPU keeps its own pod, namespace and container
-        assert second.query('mlcost_gpu_usage_hourly_cost{namespace="ml", pod="train-0", '
-                            'container="trainer"}')
+        # a pod's GPU keeps its own pod, namespace and container (the training host's target:
+        # the split above waited for the empty host's alone, and each target is scraped at its
+        # own offset in the interval)
+        poll(lambda: second.query('mlcost_gpu_usage_hourly_cost{namespace="ml", pod="train-0", '
+                                  'container="trainer"}'), WAIT_S,
+             "train-0's usage through the ServiceMonitor", explain=second.log_tail)
         # the simulated processes are in no pod's cgroup: their workloads have no namespace
         teams = poll(lambda: second.query("namespace_user:mlcost_workload_burn_dollars_per_hour"
                                           ":sum"), WAIT_S, "the burn per team",
