@@ -413,8 +413,10 @@ def redact_document(value: Any) -> Any:
 
 
 # A stored document's text up to this long is remembered redacted (replay reads the same bodies
-# at every tick it shows); a longer one, from a hostile file, is redacted each time, not kept.
-_REMEMBERED_CHARS = 65536
+# at every tick it shows; a recommendation's body is 3-4 KB); a longer one, from a hostile
+# file, is redacted each time, not kept: the cache holds at most 256 x 16 KiB of text and its
+# redacted copy (8 MiB), in a long-lived mlcost-top replay too.
+_REMEMBERED_CHARS = 16384
 
 
 def redact_stored_json(text: str) -> str:
@@ -437,7 +439,7 @@ def _redacted_json(text: str) -> str:
     return json.dumps(redact_document(value))
 
 
-_remembered_json = functools.lru_cache(maxsize=1024)(_redacted_json)
+_remembered_json = functools.lru_cache(maxsize=256)(_redacted_json)
 
 
 class RedactingFilter(logging.Filter):
