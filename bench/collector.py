@@ -74,16 +74,22 @@ from daemon.store.writer import PAGE_CACHE_KIB, Store
 
 WORKLOAD = (
     "import time\nfrom daemon.sim.device import Device\n"
-    "dev = Device(gpu_index={gpu})\ndev.alloc(2 << 30)\n"
+    "dev = Device(gpu_index={gpu})\ndev.alloc({alloc})\n"
     "while True:\n    dev.kernel(0.05, sm=0.6)\n    time.sleep(0.05)\n"
 )
+# Each workload's device memory: 2 GiB, or its share of a 40 GiB A100 where more share one (the
+# simulated GPU refuses what its processes together would hold past its memory, as CUDA does:
+# at 256 processes on 8 GPUs a third of them died at their alloc, and the run measured fewer).
+WORKLOAD_ALLOC = 2 << 30
+GPU_MEMORY = 40 << 30
 
 
 def scenario_text(gpus: int, processes: int) -> str:
     text = ('name = "bench"\n[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\n'
             f'region = "us-east-1"\n[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = {gpus}\n')
+    alloc = min(WORKLOAD_ALLOC, GPU_MEMORY // -(-processes // gpus))
     for i in range(processes):
-        argv = [sys.executable, "-c", WORKLOAD.format(gpu=i % gpus)]
+        argv = [sys.executable, "-c", WORKLOAD.format(gpu=i % gpus, alloc=alloc)]
         text += (f'[[workloads]]\nname = "w{i}"\ngpus = [{i % gpus}]\n'
                  f"command = {json.dumps(argv)}\n")
     return text
