@@ -45,7 +45,8 @@ class _AllocLock:
         self.fd = -1
 
     def __enter__(self) -> None:
-        self.fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        self.fd = os.open(self.folder,
+                          os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
 
     def __exit__(self, *_: object) -> None:
@@ -128,7 +129,7 @@ class Device:
             if parsed is None or parsed[0] != self.gpu_index or parsed[1] == self.pid:
                 continue
             try:
-                fd = os.open(folder / name, os.O_RDONLY)
+                fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 continue  # gone (detached) since the listing
             try:
