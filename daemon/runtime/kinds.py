@@ -30,7 +30,7 @@ from daemon.analysis.kinds import (
 )
 from daemon.analysis.ledger import JobLabeler
 from daemon.analysis.window_ticks import WINDOW_S as MARKER_WINDOW_S  # markers this recent count
-from daemon.sources.kindfacts import KindFacts, KindFactsReader
+from daemon.sources.kindfacts import PARENT_START, KindFacts, KindFactsReader
 from daemon.wire import process_key
 
 # A kind is classified again only when its facts or markers change, or after this long (the
@@ -85,8 +85,8 @@ class _Classified(NamedTuple):
 
 
 _NO_MARKERS: frozenset[tuple[str, float]] = frozenset()
-# A parent read for its sockets (never a GPU process's own key: a start time is never < 0).
-PARENT_START = -1.0
+
+
 def with_serving_parent(kind: Kind, ppid: int) -> Kind:
     """`kind` as the worker of its parent's server (Kind.serving_parent); a notebook stays a
     notebook (a kernel is its user's)."""

@@ -526,6 +526,10 @@ def _connection_ends(established: list[TcpRow], ports: set[int], all_rows: list[
 # test, a trainer calling a model server) started beside a server by the same shell is never
 # one of its job's peers. A socket is looked for in at most this many of them per process read.
 MAX_PEER_LOOKUPS = 16
+# The start time a parent is read under, beside its GPU child, for its sockets alone
+# (Kind.serving_parent): never a GPU process's own key, whose start time is never below 0, and
+# never one of a job's peers (JobPeers counts the GPU processes alone).
+PARENT_START = -1.0
 _NUMBERS = re.compile(rb"\d+")
 
 
@@ -671,8 +675,8 @@ class KindFactsReader:
         unix_tables: UnixTables = {}  # and its unix socket tables
         parents: dict[int, str | None] = {}  # this round's parents' markers, by pid
         # whose sockets are its job's, this round: the GPU processes given, not the parents
-        # read beside them for their sockets (keyed with a start time below 0), as JobPeers says
-        peers = JobPeers(pid for pid, start in wanted if start >= 0)
+        # read beside them for their sockets (PARENT_START), as JobPeers says
+        peers = JobPeers(pid for pid, start in wanted if start != PARENT_START)
         failed = self._failed_at
         for key in wanted:
             old = self._facts.get(key)

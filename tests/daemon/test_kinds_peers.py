@@ -19,6 +19,7 @@ import pytest
 from daemon.analysis.kinds import ONLINE_INFERENCE, TRAINING, classify_kind
 from daemon.sources.kindfacts import (
     MAX_UNSETTLED,
+    PARENT_START,
     JobPeers,
     KindFacts,
     KindFactsReader,
@@ -168,7 +169,7 @@ def test_a_parent_read_for_its_sockets_is_not_one_of_its_childs_job(start):
     with socket.create_connection(("127.0.0.1", int(port))):  # this test: its parent, no GPU
         assert said(listener) == "accepted"
         reader = KindFactsReader(sockets_every_s=0.0)
-        reader.refresh([key(listener), (os.getpid(), -1.0)], NOW)
+        reader.refresh([key(listener), (os.getpid(), PARENT_START)], NOW)
         facts = reader.get(key(listener))
     assert facts is not None and facts.job_connected_seen_at is None
     assert len(facts.unsettled_accepted) == 1 and facts.served_others

@@ -11,8 +11,8 @@ import time
 
 import psutil
 
-from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
-from daemon.runtime.kinds import KindTracker, serving_parent, with_serving_parent
+from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind, serving_parent
+from daemon.runtime.kinds import KindTracker, with_serving_parent
 from daemon.sources.kindfacts import KindFacts
 
 # A parent that listens on a loopback port (printed), accepts a connection and keeps it, and
