@@ -35,7 +35,7 @@ import pynvml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from collector import floor_round  # noqa: E402
-from sim_read import hold_gpus  # noqa: E402
+from sim_read import hold_gpus, share_of  # noqa: E402
 
 from daemon.config import NvmlConfig  # noqa: E402
 from daemon.sim import nvml as sim_nvml  # noqa: E402
@@ -66,7 +66,8 @@ def measure(gpus: int, per_gpu: int, rounds: int, profile: bool, model: str) -> 
             ready = ctx.Event()
             proc = ctx.Process(target=hold_gpus,
                                args=(str(running.state_dir), gpus, ready, stop),
-                               kwargs={"alloc": 2 << 30, "sm": 0.6, "period_s": 0.05})
+                               kwargs={"alloc": share_of(sc, per_gpu), "sm": 0.6,
+                                       "period_s": 0.05})
             proc.start()
             ready.wait(30)
             holders.append(proc)

@@ -43,6 +43,13 @@ def hold_gpus(state_dir: str, gpus: int, ready: EventType, stop: EventType,
         d.close()
 
 
+def share_of(sc: scenario.Scenario, per_gpu: int, most: int = 2 << 30) -> int:
+    """Each holder's bytes on each GPU: `most`, or its share of the GPU where `per_gpu` holders
+    would together hold more (the simulated GPU refuses an alloc past its memory, as CUDA
+    does: 32 holders of 2 GiB on a 40 GiB A100 died at their alloc)."""
+    return min(most, int(sc.gpu.memory_gib * (1 << 30)) // per_gpu)
+
+
 def full_read(handles: list, since_us: int) -> int:
     n = 0
     for h in handles:
@@ -74,7 +81,8 @@ def main() -> None:
         holders = []
         for _ in range(args.processes):
             ready = ctx.Event()
-            proc = ctx.Process(target=hold_gpus, args=(str(running.state_dir), args.gpus, ready, stop))
+            proc = ctx.Process(target=hold_gpus, args=(str(running.state_dir), args.gpus, ready, stop),
+                               kwargs={"alloc": share_of(sc, args.processes, most=64 << 20)})
             proc.start()
             ready.wait(30)
             holders.append(proc)
