@@ -206,6 +206,12 @@ JOB_WEIGHT = 0.5
 # line or a prompt, 4.0). Ties go to batch_inference (the order of KINDS): a worker with a port
 # it never served on.
 JOB_WAIT_WEIGHT = 2.0
+SOCKETS_UNKNOWN_EVIDENCE = (
+    "whether it listens on a port is not known: its network namespace's TCP table is longer "
+    "than mlcostd reads (1 MiB, ~6,800 sockets: a busy host, or a user who opened thousands), "
+    "and some of its sockets were not in the part read")
+PARENT_SOCKETS_UNKNOWN = ("whether it listens on a port is not known (its network namespace's "
+                          "TCP table is longer than mlcostd reads)")
 REQUEST_DRIVEN_WEIGHT = 1.0
 
 
@@ -240,6 +246,9 @@ class Kind:
     # server whose one client holds its connection. No socket read tells them apart, so it
     # stays a server (never offered SIGTERM), and idle_server says both, not "scale to zero".
     one_held_connection: bool = False
+    # Whether it (or the parent it may work for) may listen on a port no read could see: a
+    # TCP table of its namespace was cut (KindFacts.sockets_unknown). Never offered SIGTERM.
+    sockets_unknown: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "kind_confidence": round(self.confidence, 2),
@@ -395,7 +404,11 @@ def classify_kind(command: str, facts: KindFacts | None,
         if kind is not None:
             add(kind, LIBRARY_WEIGHT, f"maps {library}")
     ran_lately = kernels_at is not None and (now is None or now - kernels_at <= window_s)
-    if gpu_use in (STEADY, BURSTY) and not listens:
+    unknown = facts is not None and facts.sockets_unknown and not listens
+    if unknown:
+        # No port seen is not "no port": the table its port would be in was cut.
+        evidence.append(SOCKETS_UNKNOWN_EVIDENCE)
+    elif gpu_use in (STEADY, BURSTY) and not listens:
         # Steady, or bursty as a job starved of input is: kernels of its own and nobody to
         # serve.
         add(TRAINING, JOB_WEIGHT, f"{gpu_use} GPU use of its own and no port it serves: a job "
@@ -420,15 +433,17 @@ def classify_kind(command: str, facts: KindFacts | None,
     total = sum(scores.values())
     best = max(scores, key=lambda k: scores[k])
     serves = listens and (accepted_seen or bool(serving_frames)) and best != NOTEBOOK
-    caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0}
+    caught: dict[str, Any] = {"peer_connections": facts.other_connections if facts else 0,
+                              "sockets_unknown": unknown}
     if ports and facts is not None and facts.first_sockets_read_at is not None:
         caught.update(connections_caught=facts.connections_caught,
                       connections_over_s=max(facts.sockets_read_at
                                              - facts.first_sockets_read_at, 0.0),
                       one_held_connection=serves and held_connection(facts, recent))
     if total <= 0:
-        return Kind(OTHER, 0.0, ("nothing observed points to a kind",), False, ports, scores,
-                    gpu_use, **caught)
+        return Kind(OTHER, 0.0, ("nothing observed points to a kind",
+                                 *((SOCKETS_UNKNOWN_EVIDENCE,) if unknown else ())),
+                    False, ports, scores, gpu_use, **caught)
     # The share of all weight, and a lone weak hint (weight 1) never above 0.5.
     confidence = scores[best] / (total + 1.0)
     if serves and best != ONLINE_INFERENCE:
@@ -476,6 +491,16 @@ def recorded_kind(value: Any) -> dict[str, Any]:
 # are the user's, not the service's): their children are never a server's workers.
 JOB_LAUNCHERS = frozenset({"jupyter", "torchrun", "deepspeed", "accelerate", "slurmstepd",
                            "mpirun"})
+
+
+def parent_sockets_unknown(ppid: int, parent: KindFacts | None,
+                           facts: KindFacts | None) -> bool:
+    """Whether `ppid` may serve unseen (its sockets could not all be read, and none it listens
+    on was seen) where serving_parent would read it: a worker of a server whose port a cut
+    table hid must not read as a job's."""
+    return (ppid > 1 and parent is not None and parent.sockets_unknown
+            and not parent.listening_ports
+            and not (facts is not None and facts.parent in JOB_LAUNCHERS))
 
 
 def serving_parent(ppid: int, parent: KindFacts | None, facts: KindFacts | None) -> int:

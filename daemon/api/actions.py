@@ -19,7 +19,13 @@ from typing import Any
 import psutil
 
 from daemon import clock
-from daemon.analysis.kinds import NOTEBOOK, classify_kind, serving_parent
+from daemon.analysis.kinds import (
+    NOTEBOOK,
+    PARENT_SOCKETS_UNKNOWN,
+    classify_kind,
+    parent_sockets_unknown,
+    serving_parent,
+)
 from daemon.sources.kindfacts import read_kind_facts
 from daemon.sources.procs import read_argv
 from daemon.sources.redact import redact_argv
@@ -216,8 +222,8 @@ def _refuse_a_server(pid: int, proc: psutil.Process) -> None:
     whatever the recommendation said when it was made. ActionError 409 when it serves."""
     said = _serving(pid, proc)
     if said is not None:
-        raise ActionError(f"pid {pid} is serving ({said}); mlcostd never stops a server: scale "
-                          "it down or stop it yourself", status=409)
+        raise ActionError(f"pid {pid} {said}; mlcostd never stops a server: scale it down or "
+                          "stop it yourself", status=409)
 
 
 def _serving(pid: int, proc: psutil.Process) -> str | None:
@@ -235,8 +241,10 @@ def _serving(pid: int, proc: psutil.Process) -> str | None:
     kind = classify_kind(argv, facts)
     if kind.serves:
         ports = ", ".join(str(p) for p in kind.listening_ports[:4])
-        return (f"it listens on TCP port {ports} and has {facts.accepted_connections} "
-                "client(s) connected now")
+        return (f"is serving (it listens on TCP port {ports} and has "
+                f"{facts.accepted_connections} client(s) connected now)")
+    if kind.sockets_unknown:  # no port seen in a cut table is not "no port"
+        return (f"may be serving ({PARENT_SOCKETS_UNKNOWN}): look with `ss -ltnp` first")
     # A parent that serves now makes it that server's worker, as the rules read it: not under
     # a job launcher (kinds.serving_parent), not for a notebook (a kernel is its user's), not
     # when the parent is this daemon (the simulated host's workloads are its children).
@@ -246,11 +254,15 @@ def _serving(pid: int, proc: psutil.Process) -> str | None:
         parent = read_kind_facts(ppid, now)
     except OSError:
         return None
+    if parent_sockets_unknown(ppid, parent, facts):
+        return (f"may be serving (it may work for its parent, pid {ppid}, a server: whether "
+                "the parent listens on a port is not known, as its network namespace's TCP "
+                "table is longer than mlcostd reads): look with `ss -ltnp` first")
     if not serving_parent(ppid, parent, facts):
         return None
     ports = ", ".join(str(p) for p in parent.listening_ports[:4])
-    return (f"it works for its parent, pid {ppid}, which listens on TCP port {ports} and has "
-            "served clients")
+    return (f"is serving (it works for its parent, pid {ppid}, which listens on TCP port {ports} "
+            "and has served clients)")
 
 
 def _default_client(service: str) -> Callable[[str], Any]:

@@ -23,9 +23,11 @@ from daemon.analysis.kinds import (
     CONFIGURED,
     INFERENCE_KINDS,
     NOTEBOOK,
+    PARENT_SOCKETS_UNKNOWN,
     Kind,
     classify_kind,
     gpu_use_shape,
+    parent_sockets_unknown,
     serving_parent,
 )
 from daemon.analysis.ledger import JobLabeler
@@ -71,7 +73,8 @@ def configured_kind(kind: str, label: str, observed: Kind) -> Kind:
                 connections_over_s=observed.connections_over_s,
                 peer_connections=observed.peer_connections,
                 serving_parent=observed.serving_parent,
-                one_held_connection=observed.one_held_connection)
+                one_held_connection=observed.one_held_connection,
+                sockets_unknown=observed.sockets_unknown)
 
 
 class _Classified(NamedTuple):
@@ -175,9 +178,11 @@ class KindTracker:
             seen = markers.get(key)
             shape = gpu_use_shape(used)
             ppid = ppids.get(key, 0)
-            serving = serving_parent(ppid, reading((ppid, PARENT_START)) if ppid else None, facts)
+            parent = reading((ppid, PARENT_START)) if ppid else None
+            serving = serving_parent(ppid, parent, facts)
+            parent_unknown = not serving and parent_sockets_unknown(ppid, parent, facts)
             signature = (signed, frozenset(seen.items()) if seen else _NO_MARKERS, command,
-                         shape, state.kernels_at is None, round_of, serving)
+                         shape, state.kernels_at is None, round_of, serving, parent_unknown)
             if last is not None and last.signature == signature:
                 if last.facts is not facts:  # a re-read that found the same
                     state.classified = last._replace(facts=facts, facts_signature=signed)
@@ -190,6 +195,10 @@ class KindTracker:
                 if label in self.job_kinds:
                     kind = configured_kind(self.job_kinds[label], label, kind)
             kind = with_serving_parent(kind, serving)
+            if parent_unknown and not kind.sockets_unknown and kind.kind != NOTEBOOK:
+                kind = replace(kind, sockets_unknown=True, evidence=(
+                    *kind.evidence, f"its parent (pid {ppid}) may serve, this process its "
+                    f"worker: {PARENT_SOCKETS_UNKNOWN}"))
             if last is not None and kind == last.kind:
                 kind = last.kind  # classified again (a minute passed), the same: kept as it was
             else:

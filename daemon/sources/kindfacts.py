@@ -60,6 +60,10 @@ MAPS_EVERY_S = 60.0
 # left over is caught up, never piled up.
 REREAD_SLACK = 1.25
 
+# In _read_sockets' truncated reads: a TCP table was cut and some of the process's sockets
+# were not in the part read (they may be unix sockets: KindFactsReader._read looks there).
+SOCKETS_UNMATCHED = "unmatched"
+
 TCP_LISTEN = "0A"
 TCP_ESTABLISHED = "01"
 
@@ -226,6 +230,13 @@ class KindFacts:
     job_connected_seen_at: float | None = None
     foreign_accepted_at: float | None = None
     unsettled_accepted: frozenset[int] = frozenset()
+    # Whether its last socket read could not tell if it listens: a TCP table of its network
+    # namespace was longer than MAX_NET_BYTES (a busy host, or any local user who opens
+    # thousands of sockets: the table is the namespace's) and some of its sockets were in
+    # neither the part read nor the unix table. "No port" then means "not known": it is
+    # never taken for a job with no port, nor offered SIGTERM (rules/idle.py), nor signalled
+    # (api/actions.py).
+    sockets_unknown: bool = False
 
     @property
     def served_others(self) -> bool:
@@ -472,6 +483,8 @@ def _read_sockets(pid: int, tables: TcpTables | None = None
     all_rows, cut_tables = _tcp_rows(pid, tables)
     truncated += cut_tables
     rows = [r for r in all_rows if r[2] in inodes]
+    if cut_tables and len(rows) < len(inodes):
+        truncated.append(SOCKETS_UNMATCHED)  # (some may be its TCP sockets: see the caller)
     if not rows:
         return (), frozenset(), 0, truncated, None if cut_tables else steady_fds, _NO_ENDS
     listening = sorted({row[0] for row in rows if row[1] == TCP_LISTEN})
@@ -600,6 +613,17 @@ class JobPeers:
             if found == wanted:
                 break
         return found
+
+
+def _unmatched_not_unix(pid: int, tcp: TcpTables | None, unix: UnixTables | None) -> bool:
+    """Whether some of pid's sockets are in neither its namespace's TCP rows as read (cut) nor
+    its unix table: they may be TCP sockets past the cut, a port it listens on among them.
+    Read only where a TCP table was cut (a busy or a flooded host)."""
+    inodes, _, _ = _socket_inodes(pid)
+    tcp_rows, _ = _tcp_rows(pid, tcp)
+    unix_rows, _ = _unix_rows(pid, unix)
+    left = inodes - {row[2] for row in tcp_rows} - {row[0] for row in unix_rows}
+    return bool(left)
 
 
 def read_unix_listening(pid: int, tables: UnixTables | None = None
@@ -744,6 +768,10 @@ class KindFactsReader:
             ports, inodes, other, cut, fds_without_tcp, ends = _read_sockets(pid, tables)
             accepted = len(inodes)
             self.reads += 1
+            # (more descriptors than MAX_FDS, no port among those listed: the same unknown)
+            unknown = (("fd" in cut and not ports) or SOCKETS_UNMATCHED in cut
+                       and _unmatched_not_unix(pid, tables, unix_tables))
+            cut = [c for c in cut if c != SOCKETS_UNMATCHED]
             truncated = (truncated - {"fd", "tcp", "tcp6"}) | set(cut)
             facts = KindFacts(ports, accepted, other, facts.libraries, facts.parent,
                               facts.truncated, now, facts.maps_read_at,
@@ -754,7 +782,7 @@ class KindFactsReader:
                               is not None else now, inodes, fds_without_tcp, now,
                               facts.prompt, facts.unix_listening,
                               facts.job_connected_seen_at, facts.foreign_accepted_at,
-                              facts.unsettled_accepted)
+                              facts.unsettled_accepted, unknown)
             facts = judged_ends(facts, pid, ends, peers, now)
         if maps:
             data, cut_maps = _read_capped(f"/proc/{pid}/maps", MAX_MAPS_BYTES)
@@ -771,7 +799,8 @@ class KindFactsReader:
                               facts.caught_inodes, facts.fds_without_tcp,
                               facts.sockets_listed_at, read_prompt(pid),
                               facts.unix_listening, facts.job_connected_seen_at,
-                              facts.foreign_accepted_at, facts.unsettled_accepted)
+                              facts.foreign_accepted_at, facts.unsettled_accepted,
+                              facts.sockets_unknown)
             listening, accepted_unix, cut_unix = read_unix_listening(pid, unix_tables)
             truncated.discard("unix")
             if cut_unix:

@@ -268,6 +268,18 @@ def _look_first(proc: ProcessWindow) -> dict[str, object]:
             "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
 
 
+def _look_first_sockets_unknown(proc: ProcessWindow) -> dict[str, object]:
+    """Its sockets could not all be read (Kind.sockets_unknown): it may listen on a port no read
+    saw, a server waiting for requests. What to look at, never a SIGTERM from here."""
+    return {"kind": "copy_commands",
+            "text": f"whether pid {proc.pid} serves is not known (the host's TCP table is longer "
+                    "than mlcostd reads): see what it listens on and who is connected before "
+                    "stopping it",
+            "commands": [f"sudo ss -ltnp | grep 'pid={proc.pid},'  # the ports it listens on",
+                         f"sudo ss -tnp | grep 'pid={proc.pid},'  # its connections",
+                         f"sudo py-spy dump --pid {proc.pid}"]}
+
+
 def _look_first_no_stacks(proc: ProcessWindow) -> dict[str, object]:
     """Only /proc says it waits (ptrace denied): what to look at without a stack."""
     return {"kind": "copy_commands",
@@ -391,6 +403,8 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
     T: nothing of it runs until it is continued); else what to look at first."""
     if not waiting:
         return _look_first(proc)
+    if proc.kind.sockets_unknown:
+        return _look_first_sockets_unknown(proc)
     if waiting.get("confidence") == LOW_CONFIDENCE:
         return _look_first_no_stacks(proc)
     top = next(iter(waiting.get("top_stacks") or []), None)
@@ -631,7 +645,8 @@ def at_work(a: Analysis) -> list[ProcessWindow]:
     window calls periodic: `is_periodic`, a job between its runs) or serve (a server, a queue
     consumer)."""
     return [proc for proc in a.processes
-            if proc.trailing_idle_s > 0 and (is_server(proc) or signs_of_work(proc)
+            if proc.trailing_idle_s > 0 and (is_server(proc) or proc.kind.sockets_unknown
+                                             or signs_of_work(proc)
                                              or waits_for_child(proc) is not None
                                              or is_periodic(proc)
                                              or (proc.kind.kind != NOTEBOOK
@@ -645,6 +660,9 @@ def work_reasons(proc: ProcessWindow) -> list[str]:
     if proc.kind.serving_parent:
         reasons.append(f"its parent (pid {proc.kind.serving_parent}) serves on a port: part of a "
                        "server")
+    if proc.kind.sockets_unknown:
+        reasons.append("it may serve: whether it (or its parent) listens on a port is not known "
+                       "(the host's TCP table is longer than mlcostd reads)")
     if proc.kind.kind != NOTEBOOK and (poll := polls_for_work(proc)) is not None:
         reasons.append(f"polls for work between sleeps ({poll.get('file')}:{poll.get('line')}: "
                        "its CPU time moves while its stacks sleep)")
