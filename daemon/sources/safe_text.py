@@ -10,7 +10,9 @@ control character is shown as the escape Python would write for it, never interp
   newline `\\n`, a tab `\\t`, a carriage return `\\r`;
 - C1 controls (`\\x80`-`\\x9f`; `\\x9b` is a one-byte CSI on some terminals): `\\x9b`;
 - bidirectional overrides and isolates (`\\u202e`...), which reorder what a reader sees, and
-  the invisible zero-width space, word joiner and byte-order mark (`\\u200b`), which hide;
+  the invisible format characters (`\\u200b`, a soft hyphen `\\xad`, a tag `\\U000e0041`; all
+  of Unicode's category Cf but the zero-width joiner and non-joiner), the Hangul fillers and the
+  variation selectors, which hide or forge spacing;
 - the Unicode line and paragraph separators (`\\u2028`, `\\u2029`): `str.splitlines()`, a
   log viewer and a JSON-lines reader may break a line there (probe 110);
 - lone surrogates: a byte that was not UTF-8 in /proc (psutil decodes with surrogateescape) is
@@ -38,8 +40,16 @@ import re
 
 # Bidi embeddings, overrides and isolates, plus the invisible marks: "Trojan Source" reordering.
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-# Invisible: zero-width space, word joiner, byte-order mark (not the joiners some scripts need).
-_HIDDEN = "\u200b\u2060\ufeff"
+# Invisible: every format character (Unicode category Cf: zero-width space, word joiner,
+# byte-order mark, soft hyphen, invisible operators, tags ...) but the zero-width non-joiner
+# and joiner that some scripts and emoji need; and the invisible letters and selectors that are
+# not Cf: the Hangul fillers, the Mongolian vowel separator, the variation selectors (probe 139
+# F2: a frame named with a soft hyphen and a tag character reached the screen as written). The
+# Cf ranges as of Unicode 15 (the bidi ones are in _BIDI).
+_HIDDEN = ("\u00ad\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u2060-\u2064"
+           "\u206a-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+           "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+           "\u115f\u1160\u3164\uffa0\ufe00-\ufe0f\U000e0100-\U000e01ef")
 _LINE_BREAKS = "\u2028\u2029"  # where str.splitlines() and other readers break a line
 _UNSAFE = re.compile(
     f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}{_HIDDEN}{_LINE_BREAKS}\\ud800-\\udfff]")
@@ -60,7 +70,7 @@ def _shown(match: re.Match[str]) -> str:
         return f"\\x{code - 0xDC00:02x}"
     if code <= 0xFF:
         return f"\\x{code:02x}"
-    return f"\\u{code:04x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def one_line(text: str) -> str:

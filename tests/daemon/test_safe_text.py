@@ -2,6 +2,7 @@
 
 import logging
 import re
+import unicodedata
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -67,9 +68,30 @@ def test_nothing_unsafe_is_left_and_a_second_pass_changes_nothing(text):
     assert "\n" not in one_line(text) and "\t" not in one_line(text)
 
 
+# Not Cf, but invisible: the Hangul fillers and the variation selectors (shown as escapes too).
+INVISIBLE_LETTERS = re.compile("[\u115f\u1160\u3164\uffa0\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+
+
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Cf", "Zl", "Zp"))))
 def test_text_without_controls_is_unchanged(text):
+    text = INVISIBLE_LETTERS.sub("", text)
     assert one_line(text) == text
+
+
+def test_every_format_character_and_invisible_letter_is_shown_but_the_joiners():
+    """Probe 139 F2: a frame named with a soft hyphen (U+00AD) and a tag character (U+E0041)
+    reached the details screen, the report and the HTML as written: hidden text, forged
+    spacing. Every Unicode format character (category Cf) is shown now, save the zero-width
+    joiner and non-joiner (scripts and emoji need them); so are the Hangul fillers and the
+    variation selectors."""
+    assert one_line("train\u00adpy\U000e0041") == "train\\xadpy\\U000e0041"
+    assert one_line("a\u3164b\u115fc\ufe0fd\u2062e\u206af") == \
+        "a\\u3164b\\u115fc\\ufe0fd\\u2062e\\u206af"
+    for code in range(0x110000):
+        char = chr(code)
+        if unicodedata.category(char) == "Cf" and code not in (0x200C, 0x200D):
+            assert one_line(char) != char, hex(code)
+    assert one_line("a\u200cb\u200dc") == "a\u200cb\u200dc"
 
 
 def test_the_log_shows_control_bytes_and_keeps_one_record_one_line():
