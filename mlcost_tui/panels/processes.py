@@ -167,7 +167,7 @@ COLUMNS: tuple[ProcessColumn, ...] = (
     ProcessColumn("pid", "PID", PID_WIDTH, value=lambda r: (r.process.pid, r.branch),
                   draw=_pid_cell, sort=lambda p: p.pid, descending=False),
     ProcessColumn("user", "user", 8, 3, value=lambda r: r.process.user,
-                  draw=lambda user: user[:8], sort=lambda p: p.user, descending=False),
+                  draw=lambda user: fmt.crop(user, 8), sort=lambda p: p.user, descending=False),
     ProcessColumn("gpus", "GPU", GPU_WIDTH, 1, value=lambda r: (r.process.gpus, r.parent_gpus),
                   draw=_gpus_cell, sort=lambda p: p.gpus, descending=False),
     ProcessColumn("gpu_mem", "GPU mem", 7, 2, value=lambda r: r.process.gpu_memory_bytes,

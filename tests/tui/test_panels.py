@@ -318,3 +318,25 @@ def test_a_fleet_where_no_daemon_answers_is_still_the_fleet_as_of_its_newest_ans
     assert fleet.stale and fleet.answered_at == TS - 59
     never = fleet_totals(tuple(dataclasses.replace(h, now=None) for h in hosts))
     assert never is not None and never.now is None and never.target == "fleet of 2 (0 answering)"
+
+
+@pytest.mark.asyncio
+async def test_a_user_name_cut_to_its_column_says_it_was_cut():
+    """Probe 139 F4: `probe139a` showed as `probe139`, two users alike; cut, it ends in an
+    ellipsis as the command column does."""
+    from mlcost_tui.panels.processes import ProcessPanel
+    from tests.tui.fixtures import snapshot
+
+    app = MlcostTop([StubClient()], poll=False)  # type: ignore[list-item]
+    async with app.run_test(size=(200, 50)) as pilot:
+        plain = snapshot(processes=2)
+        assert plain.now is not None
+        users = {1000: "probe139a", 1001: "ann"}
+        named = dataclasses.replace(plain, now=dataclasses.replace(plain.now, processes=tuple(
+            dataclasses.replace(p, user=users.get(p.pid, p.user)) for p in plain.now.processes)))
+        app.post_message(SnapshotArrived((named,)))
+        await pilot.pause()
+        procs = app.query_one(ProcessPanel)
+        column = procs.get_column_index("user")
+        shown = {str(procs.get_cell_at((r, column))) for r in range(procs.row_count)}
+        assert "probe13…" in shown and "ann" in shown and "probe139" not in shown
