@@ -356,7 +356,7 @@ class Replay:
             went = resolved.get(f"{rec['rule']} {rec['target']}")
             if went is not None and rec["last_seen"] < went:
                 continue  # resolved by `at` (its process exited, or its hold ran out)
-            snoozes = self._snoozes.get(rec.get("id"))
+            snoozes = self._snoozes.get(str(rec.get("id")))
             snoozed_until = rec.get("snoozed_until")  # (a store from before snoozes were kept)
             if snoozes is not None:
                 made = [until for when, until in snoozes if when <= at]
