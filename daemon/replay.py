@@ -24,7 +24,10 @@
   RECOMMENDATION_GRACE_S after its last one, since the rules run every ~30 s (plus the live
   view's [cost].recommendation_hold, recorded in the host meta), or until the live view let it
   go (its resolved notice: its process exited, its hold ran out), with its text as
-  it was at ts: daemon.store.queries.recommendation_texts).
+  it was at ts: daemon.store.queries.recommendation_texts); one snoozed at ts is not listed,
+  as the live view hid it then (mlcost-top's `u` listed it), from the snoozes the daemon
+  records as they are made and undone (schema.SNOOZE_READING); a store recorded before those
+  were kept lists it, with its last snooze's snoozed_until.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from daemon.sources.sample import Sample
 from daemon.store import queries
 from daemon.store.errors import damaged_store, is_damaged
 from daemon.store.reader import StoreReader, no_store_at
-from daemon.store.schema import GPU_READING, SCHEMA_VERSION
+from daemon.store.schema import GPU_READING, SCHEMA_VERSION, SNOOZE_READING
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import snapshot_facts
 from daemon.wire import process_key
@@ -133,7 +136,12 @@ class Replay:
         # Each tick at the price charged then (daemon.analysis.price_history); a store recorded
         # before prices were kept, at the price it last recorded.
         self._readings = queries.meter_readings(self.reader, self.start, self.end,
-                                                kinds=(PRICE_READING, GPU_READING))
+                                                kinds=(PRICE_READING, GPU_READING,
+                                                       SNOOZE_READING))
+        # each recommendation's snoozes, oldest first: id -> [(when, until when; 0: undone)]
+        self._snoozes = {name: [(ts, until) for ts, until, _ in found]
+                         for (kind, name), found in self._readings.items()
+                         if kind == SNOOZE_READING}
         self.prices = PriceHistory.from_readings(self._readings,
                                                  HostPrice.from_dict(self.host.get("price")))
         recorded = self.host.get("interval_s")
@@ -348,11 +356,19 @@ class Replay:
             went = resolved.get(f"{rec['rule']} {rec['target']}")
             if went is not None and rec["last_seen"] < went:
                 continue  # resolved by `at` (its process exited, or its hold ran out)
+            snoozes = self._snoozes.get(str(rec.get("id")))
+            snoozed_until = rec.get("snoozed_until")  # (a store from before snoozes were kept)
+            if snoozes is not None:
+                made = [until for when, until in snoozes if when <= at]
+                snoozed_until = made[-1] if made and made[-1] > at else None
+                if snoozed_until is not None:
+                    continue  # snoozed at `at`: hidden live (listed by mlcost-top's `u`)
+            rec = dict(rec, snoozed_until=snoozed_until)
             text = texts.get(rec["id"])
             if text is not None:
                 written, body = text
                 rec = dict(body, first_seen=rec["first_seen"], last_seen=rec["last_seen"],
-                           snoozed_until=rec["snoozed_until"])
+                           snoozed_until=snoozed_until)
                 if written > at:
                     rec["summary"] = _later_text(written, rec["summary"])
                 elif isinstance(body.get("evidence_seconds"), int | float):

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,6 +233,27 @@ def process_key(pid: int, start_time: float) -> str:
     """The one stable id of a process: 'pid:start_time', the start time to the millisecond (as
     the store keeps it). Every layer spells a process key with this function."""
     return f"{pid}:{start_time:.3f}"
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def signal_command(pid: int, start_time: float, signal: str = "TERM") -> str:
+    """`kill -SIGNAL PID` for a person to paste into a shell, on one line, safe against the
+    pid's reuse: it signals only while the pid's start time is the one mlcost saw (`ps -o
+    lstart=`, in the C locale and UTC, to the second: as procps-ng writes it from /proc's
+    start ticks and boot time, psutil's create_time to the second), and says so otherwise.
+    A process mlcost saw start at `start_time`, psutil.Process.create_time()."""
+    pid = int(pid)
+    if not math.isfinite(start_time) or start_time < 0:  # (never from a sample): unchecked
+        return f"kill -{signal} {pid}   # first check it is still the process: ps -fp {pid}"
+    t = time.gmtime(math.floor(start_time))
+    started = (f"{_DAYS[t.tm_wday]} {_MONTHS[t.tm_mon - 1]} {t.tm_mday:>2} "
+               f"{t.tm_hour:02}:{t.tm_min:02}:{t.tm_sec:02} {t.tm_year}")
+    return (f'if [ "$(LC_ALL=C TZ=UTC ps -o lstart= -p {pid})" = "{started}" ]; then '
+            f'kill -{signal} {pid}; else echo "pid {pid} is not the process mlcost saw '
+            f'(started {started} UTC): not signalled"; fi')
 
 
 def parse_process_key(key: str) -> tuple[int, float]:

@@ -144,8 +144,9 @@ class ActionControl:
         asked_on = app.screen
         wait = DRY_RUN_WAIT_S if dry_run else ACTION_WAIT_S
         what = fmt.cut(rec.headline or rec.summary, 60)
-        app.notify(f"asking mlcostd for {'the dry run' if dry_run else 'the action'}…\n{what}",
-                   timeout=wait)
+        # taken back once the daemon answered, it and no other toast (MlcostTop.withdraw)
+        asking = app.toast(f"asking mlcostd for {'the dry run' if dry_run else 'the action'}…"
+                           f"\n{what}", timeout=wait)
         try:
             assert app.client is not None
             result = await (app.client.apply(rec.id, dry_run, accept_preliminary=True,
@@ -158,14 +159,14 @@ class ActionControl:
                 said += (" (hung or stopped?): nothing was done; press a again once it answers"
                          if dry_run else
                          ": it may still do it; the list shows what it did once it answers")
-            app.clear_notifications()  # the "asking" toast (a held one would leave it up)
+            app.withdraw(asking)  # (held, it would stay up its `wait`)
             app.post_message(ActionFinished(rec.id, None, said, dry_run))
             return
         except ClientError as exc:
-            app.clear_notifications()
+            app.withdraw(asking)
             app.post_message(ActionFinished(rec.id, None, str(exc), dry_run))
             return
-        app.clear_notifications()  # the "asking" toast: answered
+        app.withdraw(asking)  # answered
         app.post_message(ActionFinished(rec.id, result, None, dry_run))
         if dry_run:
             if app.screen is not asked_on:  # the user moved on while it was asked

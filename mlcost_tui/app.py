@@ -16,6 +16,7 @@ hours, and a module once imported stays; tests/tui/test_main_screen_imports.py c
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -28,7 +29,7 @@ from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
-from textual.notifications import Notify, SeverityLevel
+from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
@@ -209,29 +210,60 @@ class MlcostTop(App):
         self.resolved_notices = incidents.ResolvedNotices()
         self.screen_layout: Layout | None = None
         self._said_lost = False  # a lost daemon said on a screen over the panels, once
-        # the last toast raised while the help was open: shown when it closes
-        self._held_toast: tuple[str, str, SeverityLevel, float | None] | None = None
+        # the toast on the screen (one at a time: on_notify), as Textual's Notification
+        self._shown_toast: Notification | None = None
+        # the last toast raised while the help was open, or on the screen when it opened (for
+        # the time it had left): shown when it closes
+        self._held_toast: Notification | None = None
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
-        """A toast, never read as markup (whatever the caller asks): notifications quote
-        command lines, daemon errors and host names, where `[bold]` or `[link=...]` is text.
-        Control bytes are shown as `\\x1b` (daemon.wire.lines).
+        """A toast (`toast`), never read as markup (whatever the caller asks)."""
+        self.toast(message, title=title, severity=severity, timeout=timeout)
 
-        Over a screen that holds toasts (`HOLDS_TOASTS`: the help) the last one waits and is
-        shown when it closes: on the help a toast covered its key list (what a, x, k and h
-        do) for as long as it lasted."""
-        top = self.screen_stack[-1] if self.screen_stack else None
-        if getattr(top, "HOLDS_TOASTS", False):
-            self._held_toast = (message, title, severity, timeout)
-            return
-        super().notify(lines(str(message)), title=lines(title), severity=severity,
-                       timeout=timeout, markup=False)
+    def toast(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+              timeout: float | None = None) -> Notification:
+        """App.notify's toast, returned (Textual's public Notification and Notify, as App.notify
+        makes and posts them) so that its caller can take it back, and it alone (`withdraw`).
+        Never read as markup: notifications quote command lines, daemon errors and host names,
+        where `[bold]` or `[link=...]` is text. Control bytes are shown as `\\x1b`
+        (daemon.wire.lines)."""
+        note = Notification(lines(str(message)), lines(title), severity,
+                            self.NOTIFICATION_TIMEOUT if timeout is None else timeout)
+        self.post_message(Notify(note))
+        return note
+
+    def withdraw(self, note: Notification) -> None:
+        """Take back the toast `note` (from `toast`) and no other: the one toast shown if it is
+        it (`a`'s "asking mlcostd…" once the daemon answered: clearing them all took a toast
+        that had replaced it, an incident's notice, with it), the one the help holds if it is
+        it, and one not shown yet (its Notify still queued) is dropped when it comes."""
+        if self._held_toast is not None and self._held_toast.identity == note.identity:
+            self._held_toast = None
+        elif self._shown_toast is not None and self._shown_toast.identity == note.identity:
+            self._shown_toast = None
+            self.clear_notifications()  # it alone: one toast at a time (on_notify)
+        else:
+            note.timeout = 0  # gone already, or still to come: on_notify drops it expired
 
     def on_notify(self, event: Notify) -> None:
         """One toast at a time: a new one replaces those shown (stacked, a snapshot's path and
         an incident's notice reached down over the process rows and a dialog's question).
-        Runs before the App's own handler shows the new one."""
+        Runs before the App's own handler shows the new one.
+
+        Over a screen that holds toasts (`HOLDS_TOASTS`: the help) the last one waits and is
+        shown when it closes: on the help a toast covered its key list (what a, x, k and h
+        do) for as long as it lasted."""
+        note = event.notification
+        top = self.screen_stack[-1] if self.screen_stack else None
+        if note.has_expired or getattr(top, "HOLDS_TOASTS", False):
+            if not note.has_expired:
+                self._held_toast = note
+            # not shown, nor in place of the one shown (expired: taken back before it was
+            # shown, `withdraw`)
+            event.prevent_default()
+            return
+        self._shown_toast = note
         self.clear_notifications()
         # Textual's rack removes a replaced toast but not the holder it sits in: each one left
         # an empty line above the next toast, and after a burst of keys (`s`, `>` `>` `>`) the
@@ -245,7 +277,6 @@ class MlcostTop(App):
         processes = panels.first()
         # over the GPU panel (or the header's right side), never down over the processes
         # (cut to fit only where it is shown over them: a details screen has the room)
-        note = event.notification
         message, margin = toasts.fit(note.message, note.title, self.size.width,
                                      processes.region.y, HEADER_ROWS)
         if self.screen is main:
@@ -608,6 +639,13 @@ class MlcostTop(App):
 
             if isinstance(self.prometheus, PrometheusFleetScreen):
                 about = help_about(self.prometheus.source.job)
+        # The toast on the screen waits too, with the time it has left: the help's screen has
+        # a toast rack of its own, on top, and it showed the toast over the keys' descriptions.
+        shown, self._shown_toast = self._shown_toast, None
+        if shown is not None and not shown.has_expired:
+            self._held_toast = dataclasses.replace(shown, timeout=shown.time_left,
+                                                   raised_at=time.time())
+        self.clear_notifications()
         self.push_screen(HelpScreen(self.help_sections(), self.mode_name, about),
                          self._help_closed)
 
@@ -617,9 +655,8 @@ class MlcostTop(App):
     def _show_held_toast(self) -> None:
         """The toast held while the help was open (App.notify), now that it is closed."""
         held, self._held_toast = self._held_toast, None
-        if held is not None:
-            message, title, severity, timeout = held
-            self.notify(message, title=title, severity=severity, timeout=timeout)
+        if held is not None:  # (the same identity: `withdraw` still takes it back)
+            self.post_message(Notify(dataclasses.replace(held, raised_at=time.time())))
 
     @property
     def on_prometheus_table(self) -> bool:

@@ -30,7 +30,7 @@ from daemon.sources.kindfacts import read_kind_facts
 from daemon.sources.procs import read_argv
 from daemon.sources.redact import redact_argv
 from daemon.sources.safe_text import one_line
-from daemon.wire import ActionResult, crop
+from daemon.wire import ActionResult, crop, signal_command
 
 # How close a live process's create time must be to the recommendation's to be the same process.
 START_TIME_TOLERANCE_S = 0.05
@@ -183,9 +183,10 @@ def _sigterm_held(rec_id: str, pid: int, start: float, pidfd: int | None, dry_ru
                           f"recommendation is about {start:.2f}); not signalled", 410)
     _refuse_a_server(pid, proc)
     stopped = _is_stopped(proc)
-    steps = (f"kill -TERM {pid}   # {command}",
-             *((f"kill -CONT {pid}   # it is stopped (state T): it ends once continued",)
-               if stopped else ()))
+    # (each guarded by the start time, for a person who pastes them later: signal_command)
+    steps = (f"{signal_command(pid, created)}   # {command}",
+             *((f"{signal_command(pid, created, 'CONT')}   # it is stopped (state T): it ends "
+                "once continued",) if stopped else ()))
     also = " and SIGCONT (it was stopped: a stopped process ends only once continued)" \
         if stopped else ""
     if dry_run:

@@ -59,6 +59,7 @@ from daemon.store.files import (
     remove_stale_temp_files,
 )
 from daemon.store.lock import StoreLocked, WriterLock
+from daemon.store.schema import SNOOZE_READING
 from daemon.store.snapshot import INDEX_NAME
 from daemon.store.writer import Store, StoreError
 from daemon.wire import parse_process_key, process_key
@@ -480,11 +481,13 @@ class Daemon:
         rec = self.recommendation(rec_id)
         if rec is None:
             return None
-        until = clock.now() + hours * 3600
+        now = clock.now()
+        until = now + hours * 3600
         self.snoozed[rec_id] = until
         if self.store is not None:
-            facts.write_recommendations(self.store, [dict(rec, snoozed_until=until)],
-                                        clock.now())
+            facts.write_recommendations(self.store, [dict(rec, snoozed_until=until)], now)
+            # when it was snoozed: a replay hides it from then on, as this view does
+            facts.write_meter_readings(self.store, now, [(SNOOZE_READING, rec_id, until, {})])
         return until
 
     def unsnooze_recommendation(self, rec_id: str) -> bool:
@@ -492,6 +495,8 @@ class Daemon:
         if it is not snoozed."""
         if self.snoozed.pop(rec_id, None) is None:
             return False
+        if self.store is not None:  # when it was undone: a replay lists it again from then on
+            facts.write_meter_readings(self.store, clock.now(), [(SNOOZE_READING, rec_id, 0.0, {})])
         if self.store is not None and self.analyzer is not None:
             for rec in self.analyzer.recommendations():
                 if rec.get("id") == rec_id:

@@ -44,6 +44,12 @@ MICRODOLLARS = 1_000_000
 # change reads the GPUs then (daemon.store.queries.gpus_then).
 GPU_READING = "gpu"
 
+# A recommendation's snooze each time one is made or undone, as a meter reading of this kind
+# named by the recommendation's id, its value until when (Unix seconds; 0: undone): the
+# recommendations row keeps only the last snooze, and a replay hides a recommendation at the
+# ticks it was snoozed at, as the live view did (daemon.replay).
+SNOOZE_READING = "snooze"
+
 # An event of the store itself: ticks taken but dropped from memory before the store could take
 # them (a full disk that outlasted the buffer): its span, and `ticks` and `why` in its detail
 # (daemon.store.pending). A report of the range says so.

@@ -27,7 +27,7 @@ from daemon.client import ApiError as ClientApiError
 from daemon.client import Client, ClientError, DaemonUnavailable, read_token_file
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
 from daemon.store.writer import Store
-from daemon.wire import TOKEN_MAX_BYTES, TOKEN_MIN_CHARS, ActionResult, process_key
+from daemon.wire import TOKEN_MAX_BYTES, TOKEN_MIN_CHARS, ActionResult, process_key, signal_command
 
 T0 = time.time() - 120
 RECORDED = process_key(4242, 1000.5)  # a process of the history written before the daemon ran
@@ -274,7 +274,7 @@ def test_a_sigterm_to_a_stopped_process_continues_it_so_that_it_ends():
              f"pid {proc.pid} stopped")
         dry = actions.apply(rec, True)
         assert f"SIGTERM to pid {proc.pid} and SIGCONT" in dry.message, dry.message
-        assert dry.steps[-1].startswith(f"kill -CONT {proc.pid}"), dry.steps
+        assert f"then kill -CONT {proc.pid};" in dry.steps[-1], dry.steps
         done = actions.apply(rec, False, allow_actions=True)
         assert done.done and "and SIGCONT" in done.message, done
         assert proc.wait(timeout=30) == -signal.SIGTERM
@@ -696,3 +696,20 @@ def test_a_sigterm_is_refused_live_for_the_worker_of_a_parent_that_serves():
         front.wait()
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGKILL)
+
+
+def test_a_copied_kill_leaves_another_process_at_its_pid_alone():
+    """The kill a recommendation gives to copy (wire.signal_command), pasted when its pid is
+    another process's (started later than the one mlcost saw): nothing is signalled, and it
+    says so. The same line for the process it names signals it (tests/tui/test_copied_kill)."""
+    now = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        start = psutil.Process(now.pid).create_time()
+        seen = signal_command(now.pid, start - 5.0)  # mlcost saw this pid start 5 s earlier
+        ran = subprocess.run(["bash", "-c", seen], capture_output=True, text=True, timeout=30)
+        assert ran.returncode == 0, ran
+        assert f"pid {now.pid} is not the process mlcost saw" in ran.stdout, ran
+        assert now.poll() is None and psutil.Process(now.pid).status() != psutil.STATUS_ZOMBIE
+    finally:
+        now.kill()
+        now.wait()

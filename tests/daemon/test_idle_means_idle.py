@@ -10,6 +10,7 @@ from daemon.analysis.cost import host_price
 from daemon.analysis.kinds import NOTEBOOK, TRAINING, Kind
 from daemon.analysis.rules import build_analysis, evaluate
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
+from daemon.wire import signal_command
 from pricing.catalog import Catalog
 from pricing.detect import Instance
 
@@ -208,7 +209,8 @@ def test_one_run_of_work_then_a_sleep_is_looked_at_first_a_warm_up_then_a_sleep_
     assert rec.action["text"].startswith(
         "pid 42 ran 8 s of kernels, then sleeps (/home/me/worker.py:12): one run seen: a "
         "periodic job between its runs looks the same"), rec.action["text"]
-    assert "kill -TERM 42" in rec.action["commands"]  # (to copy, after looking)
+    # (to copy, after looking; it signals only the process the rule saw: signal_command)
+    assert signal_command(42, START - 60) in rec.action["commands"], rec.action["commands"]
     assert rec.evidence["no_sign_of_work"]["kernel_s_before_idle"] == 8.0
     assert rec.evidence["no_sign_of_work"]["work_runs"] == 1
     for samples, phases, kind in ((ran(2.0), {"idle": SLEEPING}, None),

@@ -78,7 +78,7 @@ class HungApply:
 
 def said(app: MlcostTop) -> list[str]:
     """The toast shown, and the one the help holds back."""
-    held = [app._held_toast[0]] if app._held_toast is not None else []
+    held = [app._held_toast.message] if app._held_toast is not None else []
     return [n.message for n in app._notifications] + held
 
 
@@ -137,3 +137,53 @@ async def test_a_says_when_the_daemon_does_not_answer_and_nothing_opens_later(
             await pilot.pause()
             assert app.screen is main
             assert not any(isinstance(s, ActionScreen) for s in app.screen_stack)
+
+
+@pytest.mark.asyncio
+async def test_the_answer_takes_back_its_asking_toast_and_no_other(tmp_path, monkeypatch):
+    """The "asking mlcostd…" toast goes when the daemon answers; a toast that replaced it
+    meanwhile (an incident's notice) stays for its time (clear_notifications took it too)."""
+    monkeypatch.setattr(action_control, "DRY_RUN_WAIT_S", 120.0)
+    with HungApply(tmp_path / "mlcostd.sock") as daemon:
+        app = MlcostTop([Client(f"unix:{tmp_path / 'mlcostd.sock'}")], interval_s=0.5)
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await main_screen(app, pilot)
+            await pilot.press("a")
+            await pilot_wait_for(pilot, lambda: daemon.asked, what="the dry run asked")
+            await pilot_wait_for(pilot, lambda: any("asking mlcostd" in m for m in said(app)),
+                                 what="the asking toast")
+            app.notify("an incident snapshot was written to /s/new.db", timeout=120)
+            await pilot_wait_for(pilot, lambda: any("incident" in m for m in said(app)),
+                                 what="the incident's toast")
+            daemon.release.set()
+            await pilot_wait_for(pilot, lambda: isinstance(app.screen, ActionScreen),
+                                 what="the dry run's dialog")
+            await pilot.pause()
+            assert any("incident snapshot" in m for m in said(app)), said(app)
+            assert not any("asking mlcostd" in m for m in said(app)), said(app)
+
+
+@pytest.mark.asyncio
+async def test_the_answer_takes_back_its_asking_toast_alone_over_the_help(tmp_path, monkeypatch):
+    """Asked, then the help opened (it holds the asking toast), then answered: the held
+    asking toast is dropped, not shown when the help closes; the late answer is said."""
+    monkeypatch.setattr(action_control, "DRY_RUN_WAIT_S", 120.0)
+    with HungApply(tmp_path / "mlcostd.sock") as daemon:
+        app = MlcostTop([Client(f"unix:{tmp_path / 'mlcostd.sock'}")], interval_s=0.5)
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await main_screen(app, pilot)
+            await pilot.press("a")
+            await pilot_wait_for(pilot, lambda: any("asking mlcostd" in m for m in said(app)),
+                                 what="the asking toast")
+            await pilot.press("question_mark")
+            await pilot.pause()
+            daemon.release.set()
+            await pilot_wait_for(pilot, lambda: any("came back after you left" in m
+                                                    for m in said(app)),
+                                 what="the late answer said")
+            await app.workers.wait_for_complete()
+            await pilot.press("escape")
+            await pilot_wait_for(pilot, lambda: any("came back after you left" in n.message
+                                                    for n in app._notifications),
+                                 what="the held toast shown once the help closed")
+            assert not any("asking mlcostd" in m for m in said(app)), said(app)

@@ -82,6 +82,7 @@ from daemon.wire import (
     LOW_CONFIDENCE,
     OUTPUT,
     SYNC,
+    signal_command,
 )
 from pricing.offer import HOURS_PER_MONTH
 
@@ -265,7 +266,7 @@ def _look_first(proc: ProcessWindow) -> dict[str, object]:
     return {"kind": "copy_commands",
             "text": f"no stack sample confirms pid {proc.pid} is waiting: look at what it runs, "
                     "then close it or stop it",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_sockets_unknown(proc: ProcessWindow) -> dict[str, object]:
@@ -288,7 +289,7 @@ def _look_first_no_stacks(proc: ProcessWindow) -> dict[str, object]:
             "commands": [f"cat /proc/{proc.pid}/wchan; echo; grep -E 'State|Threads' "
                          f"/proc/{proc.pid}/status", f"cat /proc/{proc.pid}/io",
                          f"ls -l /proc/{proc.pid}/fd | grep -c socket",
-                         f"kill -TERM {proc.pid}"]}
+                         signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_lock(proc: ProcessWindow, where: str) -> dict[str, object]:
@@ -308,7 +309,7 @@ def _look_first_between(proc: ProcessWindow, computed: float) -> dict[str, objec
             "text": f"pid {proc.pid} computed {computed:.0%} of the window before it went idle: "
                     "a job between batches? Release the GPU between them (schedule each batch as "
                     "its own job, or unload the model); stop it only if it is done",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
@@ -319,7 +320,7 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
                     "periodic job or one that works when something arrives? Release the GPU "
                     "between runs (start it per run, or unload the model while it waits); stop "
                     "it only if it is done",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
@@ -330,7 +331,7 @@ def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
                     "same (its next run may come after the window). Look at what it waits for "
                     "before stopping it; if it runs again, release the GPU between runs (start "
                     "it per run, or unload the model while it waits); stop it only if it is done",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", f"kill -TERM {proc.pid}"]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_poller(proc: ProcessWindow, where: str) -> dict[str, object]:
@@ -343,7 +344,7 @@ def _look_first_poller(proc: ProcessWindow, where: str) -> dict[str, object]:
                     "instead)",
             "commands": [f"sudo py-spy dump --pid {proc.pid}",
                          f"sudo strace -f -tt -p {proc.pid}  # what it does when it wakes",
-                         f"kill -TERM {proc.pid}"]}
+                         signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_child(proc: ProcessWindow, child: Mapping[str, Any]) -> dict[str, object]:
