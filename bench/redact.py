@@ -52,6 +52,7 @@ def long_arguments(size: int) -> dict[str, str]:
         "base64 blob": blob,
         "JSON document": document,
         "scheme-like": "a+" * (size // 2),
+        "path of a=": "/a=" * (size // 3),  # every `/` starts a word: each name is looked at
         "spaced words": "lr=3e-4 https://host/path?x=1 " * (size // 30),
     }
 

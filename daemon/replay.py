@@ -112,7 +112,7 @@ class Replay:
                     raise ReplayError(f"{self.path} is a damaged snapshot (SQLite: {result}); "
                                       "take it again or copy it again from its source")
             rows = self.reader.query("SELECT ts FROM ticks ORDER BY ts")
-            host = self.reader.meta("host")
+            host = queries.recorded_host(self.reader)
         except ReplayError:
             self.reader.close()
             raise

@@ -17,6 +17,7 @@ from typing import Any
 
 from daemon import clock
 from daemon.sources.redact import redact_text
+from daemon.sources.safe_text import one_line
 from pricing.offer import HOURS_PER_MONTH
 
 # EBS gp3 in us-east-1 is $0.08 per GB-month (GB = 2^30 bytes, as the clouds bill).
@@ -69,7 +70,8 @@ def storage_cost(
             if not os.path.isdir(path):
                 total, files, stack = st.st_size, 1, []
         except OSError as exc:
-            results.append(StorageCost(path, 0, 0, False, price, 0.0, exc.strerror or str(exc)))
+            results.append(StorageCost(path, 0, 0, False, price, 0.0,
+                                       redact_text(one_line(exc.strerror or str(exc)))))
             continue
         while stack:
             if clock() > deadline:
@@ -88,7 +90,8 @@ def storage_cost(
                         except OSError:
                             continue  # vanished while walking
             except OSError as exc:
-                complete, error = False, f"{current}: {exc.strerror or exc}"
+                # (a folder a user made and named: `password=x`, a token; control bytes)
+                complete, error = False, redact_text(one_line(f"{current}: {exc.strerror or exc}"))
         per_month = total / 2**30 * price
         results.append(StorageCost(path, total, files, complete, price, per_month, error))
     return results

@@ -111,8 +111,7 @@ def unrecorded(reader: StoreReader, end: float, jobs: Mapping[str, str] | None, 
     through = queries.spend_through(reader)
     if through is not None and through >= end:
         return None
-    host = reader.meta("host")
-    host = host if isinstance(host, dict) else {}
+    host = queries.recorded_host(reader)
     if interval is None:
         value = host.get("interval_s")
         interval = float(value) if isinstance(value, int | float) and math.isfinite(
@@ -159,8 +158,7 @@ def unrecorded(reader: StoreReader, end: float, jobs: Mapping[str, str] | None, 
 def _thresholds(reader: StoreReader) -> IdleThresholds:
     """The [idle] settings the store's daemon charged by (as it recorded them; else the
     defaults)."""
-    host = reader.meta("host")
-    pct = host.get("idle_utilization_pct") if isinstance(host, dict) else None
+    pct = queries.recorded_host(reader).get("idle_utilization_pct")
     return IdleThresholds(idle_utilization_pct=float(pct)) if isinstance(
         pct, int | float) and not isinstance(pct, bool) and math.isfinite(pct) \
         else IdleThresholds()

@@ -111,8 +111,7 @@ def build(reader: StoreReader, since_s: float, until: float | None = None,
     config = config or Config()
     end = until if until is not None else clock.now()
     start = end - since_s
-    recorded = reader.meta("host")
-    host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
+    host = queries.recorded_host(reader)
     for fact in ("hostname", "instance", "price", "interval_s", "evaluate_every_s"):
         host.setdefault(fact, None)  # (a store with nothing recorded: null, not left out)
     latest = reader.latest()

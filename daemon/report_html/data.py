@@ -114,8 +114,7 @@ def _collect(reader: StoreReader, path: Path, since: float | None,
     if first and last:  # chart what was recorded: a range that reaches past it is cut to it
         start = max(start, first)
         end = min(end, last) if last > start else end
-    recorded = reader.meta("host")
-    host: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
+    host = queries.recorded_host(reader)
     price_doc = host.get("price") if isinstance(host.get("price"), dict) else None
     price = HostPrice.from_dict(price_doc)
     interval = float(host.get("interval_s") or 1.0)

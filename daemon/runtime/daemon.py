@@ -48,6 +48,7 @@ from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import Allocation, PodResources
 from daemon.sources.procs import ProcessSource, read_pressure
+from daemon.sources.redact import redact_document, redact_field
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GpuUse, Sample
 from daemon.store import facts, queries
@@ -313,7 +314,7 @@ class Daemon:
         except SimulationError as exc:
             self.simulation = None
             raise DaemonError(str(exc)) from None
-        self.host.update(self.simulation.host)
+        self.host.update(redact_document(self.simulation.host))  # (its hostname, instance)
 
     def _stop_simulation(self) -> None:
         if self.simulation is not None:
@@ -553,9 +554,10 @@ class Daemon:
             if self.simulation is not None:
                 self._start_simulation()
             # In a pod the kernel's hostname is the pod's: the DaemonSet passes the node's name.
-            # Whoever set it may be hostile: control bytes shown as \x1b (safe_text).
-            self.host.setdefault("hostname", one_line(os.environ.get("MLCOST_HOSTNAME")
-                                                      or socket.gethostname()))
+            # Whoever set it may be hostile: control bytes shown as \x1b (safe_text), a
+            # secret in it hidden (it is in /v1/now, /metrics labels, the store, reports).
+            self.host.setdefault("hostname", redact_field(one_line(
+                os.environ.get("MLCOST_HOSTNAME") or socket.gethostname())))
             self.host["interval_s"] = self.config.daemon.interval
             self.host["idle_utilization_pct"] = self.config.idle.utilization  # replay's verdicts
             # replay's phase_now: [attribution].low_sm_share, at or over which a process works
@@ -802,9 +804,10 @@ class Daemon:
         self.priced_for_gpus = self.nvml.gpu_count
         price, catalog, instance = price_host(self.config, simulated, self.priced_for_gpus or None)
         self.host["price"] = price.as_dict()
-        self.host.setdefault("instance", instance)
+        # (its type, region and id as a metadata service or the config said: shown everywhere)
+        self.host.setdefault("instance", redact_document(instance))
         if instance.get("id"):  # [instance].id on a simulated host too (the demo's EC2)
-            self.host["instance"]["id"] = instance["id"]
+            self.host["instance"]["id"] = redact_document(instance["id"])
         assert self.store is not None
         analyzer = build_analyzer(self.config, price, catalog)
         resume.spend_before(analyzer, self.store, self.config)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.sources.redact import redact_field
 from daemon.sources.safe_text import one_line
 
 # DumpResult.status values.
@@ -88,10 +89,12 @@ def parse_dump(text: str) -> list[ThreadStack]:
     threads = []
     for item in data:
         frames = tuple(
-            # A function or file name is the target's text: control bytes shown, not kept.
+            # A function or file name is the target's text: control bytes shown, not kept, and
+            # a secret in it hidden (a function named like an AWS key, a file `password=x`).
             Frame(
-                name=one_line(str(fr.get("name") or "?")),
-                filename=one_line(str(fr.get("filename") or fr.get("short_filename") or "?")),
+                name=redact_field(one_line(str(fr.get("name") or "?"))),
+                filename=redact_field(one_line(str(fr.get("filename") or fr.get("short_filename")
+                                                   or "?"))),
                 line=int(fr.get("line") or 0),
             )
             for fr in item.get("frames") or ()
@@ -100,7 +103,7 @@ def parse_dump(text: str) -> list[ThreadStack]:
         threads.append(
             ThreadStack(
                 thread_id=int(item.get("thread_id") or 0),
-                thread_name=one_line(str(item["thread_name"]))
+                thread_name=redact_field(one_line(str(item["thread_name"])))
                 if item.get("thread_name") is not None else None,
                 active=bool(item.get("active")),
                 frames=frames,

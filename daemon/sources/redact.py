@@ -5,17 +5,23 @@ A process's command line is redacted once, at the source (`redact_argv`, called 
 source), so the store, the API documents, evidence, reports and snapshots only ever see the
 redacted line. The few paths that read a command line or other outside text themselves go
 through the same functions: an action's dry run and confirmation (`redact_argv` on the live
-argv), webhook bodies (`redact_document`), the daemon's log (`RedactingFilter`), and a stack
-frame's source line, which a classification reason may quote (`redact_code`, where it is read:
-daemon.analysis.source_lines). What is read back from a store goes through them once more on its
+argv), webhook bodies (`redact_document`), the daemon's log (`RedactingFilter`), a stack frame's
+source line, which a classification reason may quote (`redact_code`, where it is read:
+daemon.analysis.source_lines), and the names the daemon reads from outside (`redact_field`): a
+stack frame's function and file name and a thread's name (daemon.sources.frames.parse_dump), the
+host name and instance facts (at start: daemon.runtime.daemon), a storage walk's error
+(daemon.analysis.meters). What is read back from a store goes through them once more on its
 way out (a store from another writer, from before a rule, or edited holds what the daemon would
 have hidden): a command line or other stored text through `redact_stored`, a stored JSON
-document through `redact_stored_json`, in the report, the snapshot page, replay and snapshots.
+document through `redact_stored_json`, a stack's frames, a meter reading's name and the host's
+facts through `redact_field` and `redact_document` (daemon.store.queries), in the report, the
+snapshot page, replay and snapshots.
 
 What is hidden:
 - PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
 - the value of a secret-looking name: `--api-key VALUE` (even when VALUE starts with `-`, or
-  after `--`), `--db-password=VALUE`, `HF_TOKEN=VALUE`, quoted (`--password='a b'`,
+  after `--`), `--db-password=VALUE`, `HF_TOKEN=VALUE` (after a `/` too: a path's
+  `/srv/password=VALUE`, a file a process named), quoted (`--password='a b'`,
   `HF_TOKEN="VALUE"`, `login(password='VALUE')`), `--api-key= VALUE`, `PASSWORD: VALUE`,
   `"secret": "VALUE"`, `X-Api-Key: VALUE`; `curl -u user:PASSWORD`, `sshpass -p PASSWORD`,
   `redis-cli -a PASSWORD`;
@@ -127,7 +133,7 @@ _PARAMETER = re.compile(
 # NAME=value / NAME:value at the start of a word (the name is checked by is_secret_name); the
 # value is matched separately (_VALUE) only when the name is secret, so that a long `a=b=c=...`
 # is walked once (`_assignments`).
-_ASSIGNMENT = re.compile(r"(?:^|(?<=[\s\"'(,{\[]))(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])"
+_ASSIGNMENT = re.compile(r"(?:^|(?<=[\s\"'(,{\[/]))(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])"
                          r"(?=\S)")
 _ASSIGNMENT_HERE = re.compile(r"(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[=:])(?=\S)")
 # A value: a word, or a quoted string to its closing quote (`--password='a b'`, `HF_TOKEN="x"`,
@@ -339,6 +345,21 @@ def redact_stored(text: str) -> str:
     return redact_text(kept) + f"<truncated: {len(text)} characters>"
 
 
+# A short text from outside that repeats (a stack frame's function and file name, a thread's
+# name, a bucket bound of a latency reading) is remembered redacted: at most 4096 texts of up to
+# 256 characters (2 MiB with their redacted copies), whatever a hostile process names its frames.
+_REMEMBERED_FIELD = 256
+_remembered_text = functools.lru_cache(maxsize=4096)(redact_text)
+
+
+def redact_field(text: str) -> str:
+    """A short text from outside, on its way into the daemon or out of a store: a stack
+    frame's function or file name (the process chose them: a function may be named like an
+    AWS key), a thread's name, a host name, a meter's name. `redact_stored` (so bounded work
+    on a hostile 20 MB name), remembered when short: the same frames come in every dump."""
+    return _remembered_text(text) if len(text) <= _REMEMBERED_FIELD else redact_stored(text)
+
+
 def _assignments(text: str) -> str:
     """Every `NAME=value` whose name is secret-looking, with its value hidden. A value may itself
     be an assignment (`--conf=db.password=x`): it is looked at from where the value starts, in
@@ -396,13 +417,16 @@ def _quoted_pair(match: re.Match[str]) -> str:
 
 
 def redact_document(value: Any) -> Any:
-    """A JSON-like value (dicts, lists, strings) with `redact_text` applied to every string.
+    """A JSON-like value (dicts, lists, strings) with `redact_text` applied to every string
+    (a short one remembered: a latency reading's bucket bounds repeat in every row).
 
     For bodies that leave the host (webhooks): keys are kept, values under a secret-looking
     key are hidden whole.
     """
     if isinstance(value, str):
-        return redact_text(value)
+        return _remembered_text(value) if len(value) <= _REMEMBERED_FIELD else redact_text(value)
+    if value is None or isinstance(value, int | float):  # (before Mapping's slower check)
+        return value
     if isinstance(value, Mapping):
         return {key: REDACTED if isinstance(key, str) and _is_secret_field(key)
                 and isinstance(item, str) and item else redact_document(item)

@@ -23,7 +23,12 @@ from typing import Any
 from daemon import clock
 from daemon.sources.owners import decode_owner
 from daemon.sources.patterns import safe_job_patterns
-from daemon.sources.redact import redact_document, redact_stored, redact_stored_json
+from daemon.sources.redact import (
+    redact_document,
+    redact_field,
+    redact_stored,
+    redact_stored_json,
+)
 from daemon.store.reader import StoreReader, stored_command
 from daemon.store.schema import (
     GPU_READING,
@@ -68,7 +73,7 @@ def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[
     reason = "s.reason" if "reason" in columns else "NULL AS reason"
     span = (round(since * 1000), round(until * 1000))
     frames_of = {
-        r["hash"]: tuple(tuple(f) for f in json.loads(r["frames"])) for r in reader.query(
+        r["hash"]: _stored_frames(r["frames"]) for r in reader.query(
             "SELECT hash, frames FROM stacks WHERE hash IN (SELECT DISTINCT hash FROM "
             "stack_samples WHERE ts >= ? AND ts <= ?)", span)}
     rows = reader.query(
@@ -83,6 +88,15 @@ def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[
                  r["reason"], _stored_text(r["reason"])),
              "frames": frames_of.get(r["hash"], ())}
             for r in rows if r["hash"] in frames_of]
+
+
+def _stored_frames(text: str) -> tuple[tuple[Any, ...], ...]:
+    """A stack's frames as stored ([function, file, line] each), each function and file name
+    redacted on its way out (`redact_field`: a process names its own functions and files)."""
+    return tuple((redact_field(f[0]) if isinstance(f[0], str) else f[0],
+                  redact_field(f[1]) if isinstance(f[1], str) else f[1], *f[2:])
+                 if isinstance(f, list) and len(f) >= 2 else tuple(f)
+                 for f in json.loads(text))
 
 
 def stack_statuses(reader: StoreReader) -> dict[tuple[int, float], dict[str, Any]]:
@@ -601,6 +615,7 @@ def meter_readings(reader: StoreReader, since: float, until: float,
         f"p.name = m.name AND p.ts <= :lo), :lo){wanted} ORDER BY ts",
         {"lo": lo, "hi": hi, **{f"k{i}": kind for i, kind in enumerate(kinds or ())}})
     out: dict[tuple[str, str], list[tuple[float, float, dict[str, Any]]]] = {}
+    names: dict[tuple[object, object], tuple[str, str]] = {}  # each meter's, redacted once
     for r in rows:
         value = r["value"]
         if not isinstance(value, int | float) or not isinstance(r["ts"], int):
@@ -609,9 +624,23 @@ def meter_readings(reader: StoreReader, since: float, until: float,
             detail = json.loads(r["detail"] or "{}")
         except (TypeError, ValueError):
             detail = {}
-        out.setdefault((str(r["kind"]), str(r["name"])), []).append(
-            (r["ts"] / 1000, float(value), detail if isinstance(detail, dict) else {}))
+        key = names.get((r["kind"], r["name"]))
+        if key is None:
+            key = names[(r["kind"], r["name"])] = (
+                redact_field(str(r["kind"])), redact_field(str(r["name"])))
+        # (its error, a storage walk's folder, a meter's URL: redacted on its way out)
+        out.setdefault(key, []).append(
+            (r["ts"] / 1000, float(value), redact_document(detail) if isinstance(detail, dict)
+             else {}))
     return out
+
+
+def recorded_host(reader: StoreReader) -> dict[str, Any]:
+    """The host as the store's daemon recorded it (meta "host": hostname, instance, price,
+    the settings replay needs), redacted on its way out ({} where none, or not an object):
+    the hostname and the instance's facts came from outside the daemon."""
+    host = reader.meta("host")
+    return redact_document(host) if isinstance(host, dict) else {}
 
 
 def snoozes_and_actions(reader: StoreReader, since: float,

@@ -14,9 +14,10 @@ How it is written, and why:
   rename: a reader never sees half a snapshot, a crash leaves no file under the final name;
 - the copy of the range is built by INSERT ... SELECT under a deadline (a progress handler),
   so a huge range fails with SnapshotError instead of running for ever;
-- command lines, event details and recommendation bodies (and their texts) are passed through
-  the redaction of daemon.sources.redact once more on the way out (they were redacted at the
-  source; a file that leaves the host is checked again);
+- command lines, event details and recommendation bodies (and their texts), process kinds,
+  stack reasons and frames, sampler errors, meter readings and the host's facts are passed
+  through the redaction of daemon.sources.redact once more on the way out (they were redacted
+  at the source; a file that leaves the host is checked again);
 - journal_mode DELETE: one self-contained file, nothing beside it.
 
 Blocking: callers on an event loop run it in a thread.
@@ -297,6 +298,15 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
                 selected = columns.replace('"body"', 'redact_packed_json("body")')
             elif table == "process_kinds":
                 selected = columns.replace('"body"', 'redact_json("body")')
+            elif table == "stacks":  # function and file names: the process chose them
+                selected = columns.replace('"frames"', 'redact_json("frames")')
+            elif table == "meter_readings":  # a storage walk's error, a meter's URL
+                selected = columns.replace('"name"', 'redact_text("name")').replace(
+                    '"detail"', 'redact_json("detail")')
+            elif table == "meta":  # the hostname and instance; each process's kind
+                selected = columns.replace('"value"', "CASE WHEN \"key\" IN ('json:host', "
+                                           "'json:kinds') THEN redact_json(\"value\") ELSE "
+                                           "\"value\" END")
             conn.execute(f"INSERT INTO main.{table} ({columns}) SELECT {selected} "
                          f"FROM src.{table} WHERE {where}", params)
         ticks, first_ms = conn.execute("SELECT count(*), min(ts) FROM main.ticks").fetchone()
@@ -305,7 +315,7 @@ def _copy(source: Path, tmp: Path, since: float, until: float,
         host_row = conn.execute("SELECT value FROM src.meta WHERE key = 'json:host'").fetchone()
         conn.execute("COMMIT")
         host = json.loads(host_row[0]) if host_row else {}
-        host = host if isinstance(host, dict) else {}
+        host = redact_document(host) if isinstance(host, dict) else {}
         price = host.get("price") if isinstance(host.get("price"), dict) else {}
         facts = {
             "version": __version__,

@@ -471,6 +471,8 @@ def test_check_says_how_long_a_slow_quick_check_took(damaged_store, monkeypatch)
 
 # ------------------------------------------------ what a store's facts carry out of it
 
+METER_URL = "http://127.0.0.1:9/metrics"
+METER_NAME = f"svc {METER_URL} requests_total"
 SECRET_LINE = ("python train.py --password=hunter2 --api-key sk-abcdefghijklmnopqrstuvwxyz123456 "
                "https://bob:pw123@host/x AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
 
@@ -510,6 +512,17 @@ def store_with_facts(tmp_path_factory) -> Path:
     facts.write_process_kinds(store, {(4242, 1000.5): {
         "kind": "training", "kind_confidence": 0.6, "kind_source": "observed", "serves": False,
         "kind_evidence": ["'train' on its command line: python train.py"]}}, T0 + 15)
+    for at in (T0 + 10, T0 + 18):  # what the meters read: a storage walk, a counter, a histogram
+        facts.write_meter_readings(store, at, [
+            ("storage", "/data", float(2**30), {"price_per_gb_month": 0.1, "files": 3,
+                                               "complete": False,
+                                               "error": "/data/u/run-7: Permission denied"}),
+            ("unit", METER_NAME, 100.0 + at - T0, {
+                "target": "svc", "unit": "requests", "per": 1000.0, "url": METER_URL,
+                "metric": "requests_total", "labels": {}}),
+            ("latency", METER_NAME, 10.0 + at - T0, {
+                "target": "svc", "url": METER_URL, "metric": "latency_seconds", "labels": {},
+                "buckets": [["0.1", 5.0], ["+Inf", 10.0 + at - T0]]})])
     store.close()
     return folder / "mlcost.db"
 
@@ -618,12 +631,108 @@ def test_a_store_the_daemon_wrote_reads_as_it_was_written(store_with_facts):
         recommendations = queries.recommendations(reader, T0 - 60)
         texts = queries.recommendation_texts(reader, T0 - 60, T0 + 60)
         kinds = queries.process_kinds(reader, T0 + 60)
-        reasons = {s["reason"] for s in queries.stack_samples(reader, T0 - 60, T0 + 60)}
+        samples = queries.stack_samples(reader, T0 - 60, T0 + 60)
+        reasons = {s["reason"] for s in samples}
+        readings = queries.meter_readings(reader, T0 - 60, T0 + 60,
+                                          kinds=("storage", "unit", "latency"))
+        host = queries.recorded_host(reader)
     finally:
         reader.close()
+    assert [s["frames"] for s in samples] == [(("read_shard", "/srv/train.py", 88),)]
+    assert readings[("storage", "/data")][-1][2]["error"] == "/data/u/run-7: Permission denied"
+    assert readings[("unit", METER_NAME)][-1][2]["url"] == METER_URL
+    assert readings[("latency", METER_NAME)][-1][2]["buckets"] == [["0.1", 5.0], ["+Inf", 28.0]]
+    assert host["hostname"] == "testhost" and host["interval_s"] == 1.0
     assert read == details
     assert [{k: v for k, v in r.items() if k in body} for r in recommendations] == [body]
     assert texts["r1"][1] == body
     assert kinds[(4242, 1000.5)]["kind_evidence"] == [
         "'train' on its command line: python train.py"]
     assert reasons == {"reading a pipe (`chunk = os.read(fd, n)`)"}
+
+
+# Secrets a process, a user's folder or the host's surroundings may put where the daemon reads:
+# a function named like an AWS key, a file `password=...`, a folder named after a token, a
+# hostname and an instance id from outside.
+FRAME_SECRETS = ("AKIAIOSFODNN7EXAMPLE", "hunter2", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+                 "sk-abcdefghijklmnopqrstuvwxyz123456")
+
+
+def test_a_stores_frames_meter_readings_and_host_facts_are_redacted_on_every_way_out(
+        store_with_facts, tmp_path):
+    """Probe (redaction, third round): a store's stack frames (function and file names),
+    meter readings (a storage walk's error, a meter's name and URL) and host facts (hostname,
+    instance) were shown as stored by `report` (text, JSON, HTML), `snapshot --render`,
+    `snapshot --db` (the copy and its page) and replay, secrets and all; the rest of a store
+    went through the output redaction. Every way out hides them now."""
+    from daemon.replay import Replay
+
+    edited = tmp_path / "secret.db"
+    shutil.copyfile(store_with_facts, edited)
+    frames = [["AKIAIOSFODNN7EXAMPLE", "/srv/password=hunter2/train.py", 88],
+              ["login", "/srv/ghp_abcdefghijklmnopqrstuvwxyz0123456789.py", 3]]
+    url = "http://127.0.0.1:9/metrics?token=sk-abcdefghijklmnopqrstuvwxyz123456"
+    name = f"svc {url} requests_total"
+    conn = sqlite3.connect(edited)
+    with conn:
+        assert conn.execute("UPDATE stacks SET frames = ?", (json.dumps(frames),)).rowcount == 1
+        assert conn.execute(
+            "UPDATE meter_readings SET detail = json_set(detail, '$.error', ?) WHERE kind = "
+            "'storage'", ("/data/u/password=hunter2: Permission denied",)).rowcount == 2
+        assert conn.execute(
+            "UPDATE meter_readings SET name = ?, detail = json_set(detail, '$.url', ?) "
+            "WHERE kind IN ('unit', 'latency')", (name, url)).rowcount == 4
+        host = json.loads(conn.execute(
+            "SELECT value FROM meta WHERE key = 'json:host'").fetchone()[0])
+        host["hostname"] = "gpu-AKIAIOSFODNN7EXAMPLE"
+        host["instance"] = {"provider": "aws", "type": "p4d.24xlarge", "region": "us-east-1",
+                            "id": "i-0abc password=hunter2", "source": "metadata"}
+        assert conn.execute("UPDATE meta SET value = ? WHERE key = 'json:host'",
+                            (json.dumps(host),)).rowcount == 1
+        # its GPU at low utilization all along: its time goes where its stacks say
+        conn.execute("INSERT INTO events (kind, target, started_at, ended_at, cost, detail) "
+                     "VALUES ('low_utilization', '4242:1000.500', ?, ?, 0, '{}')",
+                     (round(T0 * 1000), round((T0 + 60) * 1000)))
+    conn.close()
+    out = {"render": tmp_path / "render.html", "html": tmp_path / "report.html",
+           "snapshot": tmp_path / "copy.db"}
+    texts: dict[str, str] = {}
+    done = run(*MLCOSTD, "snapshot", "--render", str(edited), "--out", str(out["render"]))
+    assert done.returncode == 0, done.stderr
+    done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d", "--html",
+               str(out["html"]))
+    assert done.returncode == 0, done.stderr
+    for how in ("text", "json"):
+        done = run(*MLCOSTD, "report", "--db", str(edited), "--since", "1d",
+                   *(["--json"] if how == "json" else []))
+        assert done.returncode == 0, done.stderr
+        texts[how] = done.stdout
+    done = run(*MLCOSTD, "snapshot", "--db", str(edited), "--out", str(out["snapshot"]),
+               "--since", "1d", "--html")
+    assert done.returncode == 0, done.stderr
+    for page in ("render", "html"):
+        texts[page] = out[page].read_text()
+    texts["snapshot page"] = out["snapshot"].with_suffix(".html").read_text()
+    dumped = sqlite3.connect(out["snapshot"])
+    texts["snapshot"] = "\n".join(dumped.iterdump())
+    dumped.close()
+    with Replay(edited) as replay:
+        state = replay.state_at(replay.times()[-1])
+        texts["replay"] = json.dumps(state)
+        texts["replay host"] = json.dumps(replay.host)
+    leaks = {page: [w for w in FRAME_SECRETS if w in text] for page, text in texts.items()}
+    assert not any(leaks.values()), json.dumps({page: w for page, w in leaks.items() if w})
+    document = json.loads(texts["json"])
+    # each is shown, redacted: the host, the storage walk's error, the meters' URL, the
+    # frames of the phase the process's time went to
+    assert document["host"]["hostname"] == "gpu-<redacted>", document["host"]
+    assert document["host"]["instance"]["id"] == "i-0abc password=<redacted>"
+    storage = document["spend"]["storage_items"]
+    assert storage and storage[0]["error"].startswith("/data/u/password=<redacted>"), storage
+    assert document["spend"]["unit_costs"][0]["url"].endswith("?token=<redacted>")
+    assert document["spend"]["latency"][0]["url"].endswith("?token=<redacted>")
+    stack = document["processes"][0]["phases"]["data_wait"]["top_stacks"][0]
+    assert stack["frames"] == ["/srv/password=<redacted>:88 <redacted>",
+                               "/srv/<redacted>.py:3 login"], stack
+    assert "data_wait: /srv/password=<redacted>:88 <redacted>" in texts["text"]
+    assert "gpu-&lt;redacted&gt;" in texts["html"] and "gpu-&lt;redacted&gt;" in texts["render"]

@@ -246,3 +246,50 @@ def test_a_source_line_without_a_secret_is_kept(line):
 def test_a_long_source_line_is_cut_before_it_is_redacted():
     shown = redact_code("x = 1; " * 2000 + 'password = "hunter2"')
     assert len(shown) < 4200 and "hunter2" not in shown and shown.endswith("characters>")
+
+
+def test_frame_and_thread_names_are_redacted_where_py_spy_is_read():
+    """A process names its functions, files and threads: py-spy's dump of one whose function
+    is named like an AWS key id, whose file sits in a folder `password=...` and whose thread is
+    named like an API key came into the daemon as written (the live test:
+    tests/faults/test_hostile_frames.py). Ordinary names are left as they are."""
+    from daemon.sources.frames import parse_dump
+
+    dump = json.dumps([{
+        "thread_id": 7, "thread_name": "sk-abcdefghijklmnopqrstuvwxyz123456", "active": True,
+        "frames": [
+            {"name": "AKIAIOSFODNN7EXAMPLE", "filename": "/srv/password=hunter2/train.py",
+             "line": 2},
+            {"name": "LlamaDecoderLayer.forward",
+             "filename": "/opt/venv/lib/python3.11/site-packages/transformers/models/llama/"
+                         "modeling_llama.py", "line": 310},
+            {"name": "<module>", "filename": "<frozen runpy>", "line": 88}]}])
+    [thread] = parse_dump(dump)
+    assert thread.thread_name == REDACTED
+    assert [(f.name, f.filename) for f in thread.frames] == [
+        (REDACTED, "/srv/password=" + REDACTED),
+        ("LlamaDecoderLayer.forward",
+         "/opt/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py"),
+        ("<module>", "<frozen runpy>")]
+
+
+def test_a_storage_walks_error_names_the_folder_redacted(tmp_path, monkeypatch):
+    """A storage walk's error names the folder it could not read, a folder a user made and
+    named: it is shown in /v1/now and stored as the walk's meter reading."""
+    import os
+
+    from daemon.analysis import meters
+
+    hostile = tmp_path / "u" / "password=hunter2"
+    hostile.mkdir(parents=True)
+    scandir = os.scandir
+
+    def refusing(path):
+        if str(path) == str(hostile):
+            raise PermissionError(13, "Permission denied")
+        return scandir(path)
+
+    monkeypatch.setattr(meters.os, "scandir", refusing)
+    [item] = meters.storage_cost([str(tmp_path)])
+    assert not item.complete and item.error is not None
+    assert "hunter2" not in item.error and "password=" + REDACTED in item.error, item.error

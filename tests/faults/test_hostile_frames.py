@@ -135,3 +135,90 @@ def test_a_line_its_user_cannot_read_never_shows_and_a_password_on_a_readable_on
     for stored in daemon.folder.glob("mlcost.db*"):  # the database, its WAL: every byte
         data = stored.read_bytes()
         assert HIDDEN_MARK.encode() not in data and SECRET.encode() not in data, stored
+
+
+# Holds its GPU, then sleeps in a function named like an AWS access key id, in code "from" a
+# file in a folder named `password=...`, beside a thread named like an OpenAI key that sleeps in
+# a function named like a GitHub token. Each secret is put together at run time: the command
+# line (redacted on its own) never holds one, so whatever shows one got it from a frame.
+NAMED_WORKLOAD = """
+import os, threading, time
+from daemon.sim.device import Device
+gpu = Device(int(os.environ.get("MLCOST_SIM_GPUS", "0").split(",")[0])).__enter__()
+gpu.alloc(1 << 30)
+key, token = "AKIA" + "IOSFODNN7EXAMPLE", "ghp" + "_abcdefghijklmnopqrstuvwxyz0123456789"
+where = "/srv/" + "pass" + "word=" + "hun" + "ter2" + "/train.py"
+code = {}
+exec(compile(f"def {key}():\\n    while True: time.sleep(0.5)\\n"
+             f"def {token}():\\n    while True: time.sleep(0.5)\\n", where, "exec"),
+     {"time": time}, code)
+threading.Thread(target=code[token], name="sk-" + "abcdefghijklmnopqrstuvwxyz123456",
+                 daemon=True).start()
+code[key]()
+"""
+NAMED_SECRETS = ("AKIAIOSFODNN7EXAMPLE", "hunter2", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+                 "sk-abcdefghijklmnopqrstuvwxyz123456")
+
+
+async def _raw(socket_path: Path, path: str) -> str:
+    import aiohttp
+
+    async with aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=str(socket_path))) as session:
+        async with session.get("http://x" + path) as response:
+            assert response.status == 200, (path, response.status, await response.text())
+            return await response.text()
+
+
+@pytest.mark.fault(HOSTILE, "a process names its function like an AWS key, its file "
+                            "`password=...`, a thread like an API key")
+def test_secrets_in_frame_and_thread_names_are_hidden_live_in_the_store_and_reports(
+        mlcostd, tmp_path, monkeypatch):
+    """Probe (redaction, third round): a stack frame's function and file names are the
+    process's to choose, and mlcostd showed them as py-spy gave them: in /v1/now's and
+    /v1/processes/{key}/phases' stacks, the store's stacks, `report`. So is the host name,
+    here MLCOST_HOSTNAME (in /v1/now and every /metrics label). Each is redacted where it is
+    read now; nothing of the secrets is served, stored or reported."""
+    import asyncio
+
+    monkeypatch.setenv("MLCOST_HOSTNAME", "gpu-" + "AKIA" + "IOSFODNN7EXAMPLE")
+    scenario = tmp_path / "named.toml"
+    scenario.write_text(
+        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
+        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 1\n'
+        '[[workloads]]\nname = "named"\ngpus = [0]\n'
+        f"command = {json.dumps([sys.executable, '-c', NAMED_WORKLOAD])}\n")
+    daemon = mlcostd("idle-host", interval=1.0, config=FAST_STACKS,
+                     args=["--simulate", str(scenario)])
+    state: dict[str, Any] = {}
+
+    def stacks_shown() -> bool:
+        now = state["now"] = daemon.now()
+        for proc in now["processes"]:
+            if proc.get("gpus") and proc.get("phase_reasons"):
+                state["phases"] = asyncio.run(_raw(daemon.socket,
+                                                   f"/v1/processes/{proc['key']}/phases"))
+                return any(str(stack.get("file")).startswith("/srv/")  # its function's frame
+                           for part in json.loads(state["phases"])["phases"].values()
+                           for stack in part.get("top_stacks") or ())
+        return False
+
+    poll(stacks_shown, 150, "the sleeper's stacks in its phases", every=1.0,
+         explain=lambda: json.dumps(state.get("now", {}).get("processes"))[-3000:]
+         + "\n" + state.get("phases", "")[-2000:] + "\n" + daemon.log_tail())
+    served = {"now": json.dumps(state["now"]), "phases": state["phases"],
+              "metrics": asyncio.run(_raw(daemon.socket, "/metrics"))}
+    assert daemon.stop() == 0, daemon.log_tail()
+    report = subprocess.run(
+        livedaemon.MLCOSTD + ["report", "--db", str(daemon.db), "--since", "1h", "--json"],
+        capture_output=True, text=True, timeout=120, cwd=livedaemon.ROOT)
+    assert report.returncode == 0, report.stderr
+    served.update(report=report.stdout, log=daemon.log())
+    leaks = {name: [w for w in NAMED_SECRETS if w in text] for name, text in served.items()}
+    for stored in daemon.folder.glob("mlcost.db*"):  # the database, its WAL: every byte
+        data = stored.read_bytes()
+        leaks[stored.name] = [w for w in NAMED_SECRETS if w.encode() in data]
+    assert not any(leaks.values()), json.dumps({k: v for k, v in leaks.items() if v})
+    assert "/srv/password=<redacted>:2 <redacted>" in served["phases"], served["phases"]
+    assert state["now"]["host"]["hostname"] == "gpu-<redacted>", state["now"]["host"]
+    assert 'Hostname="gpu-<redacted>"' in served["metrics"]
