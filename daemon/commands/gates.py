@@ -2,8 +2,9 @@
 passed or failed Gate with a message that says by how much, and written as JUnit test cases.
 
 A gate that cannot be checked (no steps counted for a per-step limit, no GPU used for a
-utilization floor, a phase share on too few stack samples) fails, and its message says why: a
-CI gate fails closed.
+utilization floor, a phase share on too few stack samples; a cost where the host has no price,
+NVML is unavailable, or the command used no GPU, which the cost model reads as $0) fails, and
+its message says why: a CI gate fails closed.
 """
 
 from __future__ import annotations

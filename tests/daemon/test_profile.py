@@ -47,7 +47,9 @@ STEP_REGEX = r"step (\d+)/"
 RUN_TIMEOUT_S = 300  # a bound on a hang only: the runs take ~10-30 s
 # A command that runs one short kernel on the simulated GPU: its cost gates can be checked (a
 # command that uses no GPU costs $0 by the cost model, and its cost gates fail closed).
-USES_GPU = "from daemon.sim.device import Device\nwith Device(0) as gpu: gpu.kernel(0.05)\n"
+# (Its kernels take 1 s: the profile ticks four times a second, and must see it hold the GPU.)
+USES_GPU = ("from daemon.sim.device import Device\nwith Device(0) as gpu:\n"
+            "    for _ in range(8):\n        gpu.kernel(0.125)\n")
 
 
 def profile(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -1353,9 +1355,9 @@ def test_a_baseline_may_be_the_folder_of_an_earlier_profile(tmp_path):
 
 def test_a_profiles_folder_as_the_baseline_gates_a_run(fixed, tmp_path):
     out = tmp_path / "again"
-    result = profile(out, "--simulate", "--progress", STEP_REGEX, "--max-regression", "1000%",
-                     "--baseline", str(fixed[0]), "--", sys.executable, "-c",
-                     "print('step 1/1')")
+    result = profile(out, "--simulate", "--progress", STEP_REGEX, "--max-regression",
+                     "100000%", "--baseline", str(fixed[0]), "--", sys.executable, "-c",
+                     f"{USES_GPU}print('step 1/1')")
     assert result.returncode == 0, result.stderr
     (gate,) = document(out)["profile"]["gates"]
     assert gate["gate"] == "max-regression" and gate["passed"], gate
@@ -1790,7 +1792,7 @@ def test_a_baselines_gpu_models_reach_the_terminal_and_the_junit_file_as_text(tm
     new = gates.read_baseline(str(profile_json(tmp_path / "new.json", 0.0000874, 0.503,
                                                "NVIDIA A10G")))
     gate = gates.max_regression(10, new, old, str(baseline))
-    assert "against A\\x1b]0;PWNED\\x07\\x1b[2JX" in gate.message, gate.message
+    assert "against 1 x A\\x1b]0;PWNED\\x07\\x1b[2JX" in gate.message, gate.message
     assert not any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in gate.message)
     # whatever a message holds, the JUnit file is XML 1.0: expat reads it back, shown
     raw = gates.Gate("--max-regression", "10%", False, f"gate: {hostile}\x00\ud800")
@@ -1798,7 +1800,7 @@ def test_a_baselines_gpu_models_reach_the_terminal_and_the_junit_file_as_text(tm
     root = ET.fromstring(xml)
     [failure] = [f.get("message") for f in root.iter("failure")]
     assert failure == "gate: A\\x1b]0;PWNED\\x07\\x1b[2JX\\ufffe\\x00\\ud800", failure
-    assert "against A\\x1b]0;PWNED" in root.find(".//system-out").text  # the gate passed
+    assert "against 1 x A\\x1b]0;PWNED" in root.find(".//system-out").text  # the gate passed
     assert root.find(".//error").get("message") == "exec failed: \\x1b[31mred\\x0c"
 
 
