@@ -2,8 +2,9 @@
 passed or failed Gate with a message that says by how much, and written as JUnit test cases.
 
 A gate that cannot be checked (no steps counted for a per-step limit, no GPU used for a
-utilization floor, a phase share on too few stack samples) fails, and its message says why: a
-CI gate fails closed.
+utilization floor, a phase share on too few stack samples; a cost where the host has no price,
+NVML is unavailable, or the command used no GPU, which the cost model reads as $0) fails, and
+its message says why: a CI gate fails closed.
 """
 
 from __future__ import annotations
@@ -125,31 +126,67 @@ def points(value: float, limit: float) -> str:
     return f"{gap} {'point' if gap == '1' else 'points'}"
 
 
-def max_cost(limit: float, cost: float | None) -> Gate:
-    shown = money(limit, small=True)
+# The most decimals a dollar figure of a gate is shown with: $0.0000000001 is a tenth of a
+# nanodollar, below any limit a run's cost is held to.
+MAX_DOLLAR_DECIMALS = 10
+
+
+def dollars(value: float, limit: float | None = None) -> str:
+    """A gate's dollars: as every profile figure (`money(small=True)`: four decimals below $1),
+    with more where that would not show `value` apart from `limit` and on its side of it
+    ($0.000001 against $0.0000012, not $0.0000 against $0.0000), or, for a limit itself
+    (`limit` None), where it would not show the limit as given."""
+    base = 4 if abs(value) < 1 else 2
+    for decimals in range(base, MAX_DOLLAR_DECIMALS + 1):
+        rounded = round(value, decimals)
+        if limit is None:
+            if abs(rounded - value) <= 1e-9 * abs(value):
+                break
+        elif ((rounded > limit) - (rounded < limit)) == ((value > limit) - (value < limit)) \
+                and (value == limit or round(abs(value - limit), decimals) > 0):
+            break
+    else:
+        decimals = MAX_DOLLAR_DECIMALS
+    if decimals == base:
+        return money(value, small=True)
+    return f"-${abs(value):,.{decimals}f}" if value < 0 else f"${value:,.{decimals}f}"
+
+
+def cannot_check(flag: str, shown: str, limit: float, why: str) -> Gate:
+    """A gate that cannot be checked: failed (a CI gate fails closed), saying why."""
+    return Gate(flag, shown, False, f"gate {flag} {shown}: cannot be checked, {why}", None,
+                limit)
+
+
+def max_cost(limit: float, cost: float | None, unchecked: str | None = None) -> Gate:
+    """The run's cost against `limit`. `unchecked`: why its cost cannot be checked (no price
+    for this host, NVML unavailable, no GPU used: by the cost model such a run reads $0)."""
+    shown = dollars(limit)
     head = f"gate --max-cost {shown}"
-    if cost is None:
-        return Gate("--max-cost", shown, False,
-                    f"{head}: the run's cost is unknown (no price for this host: set "
-                    "[instance] price_per_hour)", None, limit)
+    if unchecked is not None or cost is None:
+        return cannot_check("--max-cost", shown, limit,
+                            unchecked or "the run's cost is unknown")
     if cost > limit:
         return Gate("--max-cost", shown, False,
-                    f"{head}: the run cost {money(cost, small=True)} "
-                    f"({money(cost - limit, small=True)} over)", cost, limit)
+                    f"{head}: the run cost {dollars(cost, limit)} "
+                    f"({dollars(cost - limit, 0.0)} over)", cost, limit)
     return Gate("--max-cost", shown, True,
-                f"{head}: the run cost {money(cost, small=True)}", cost, limit)
+                f"{head}: the run cost {dollars(cost, limit)}", cost, limit)
 
 
 def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int,
-                          progress: str | None = None, progress_lines: int | None = None
-                          ) -> Gate:
+                          progress: str | None = None, progress_lines: int | None = None,
+                          unchecked: str | None = None) -> Gate:
     """1k steps' cost against `limit`. Without steps it cannot be checked: `progress` (the
-    --progress pattern, as typed) and `progress_lines` (the lines it matched) say why."""
+    --progress pattern, as typed) and `progress_lines` (the lines it matched) say why;
+    `unchecked` says why the cost cannot be (as max_cost's)."""
     flag = "--max-cost-per-1k-steps"
-    shown = money(limit, small=True)
+    shown = dollars(limit)
     head = f"gate {flag} {shown}"
-    if per_1k is None:
-        if steps:
+    if per_1k is None or unchecked is not None:
+        if unchecked is not None:
+            why = unchecked
+        elif steps:
             why = "the run's cost is unknown"
         elif progress is None:
             why = "no steps were counted: pass --progress REGEX matching the command's step lines"
@@ -160,12 +197,12 @@ def max_cost_per_1k_steps(limit: float, per_1k: float | None, steps: int,
             why = (f"no steps were counted: --progress '{one_line(progress)[:200]}' matched "
                    f"{progress_lines} line{'s' if progress_lines != 1 else ''} but its group "
                    "was never a step number above 0")
-        return Gate(flag, shown, False, f"{head}: cannot be checked, {why}", None, limit)
+        return cannot_check(flag, shown, limit, why)
     if per_1k > limit:
         return Gate(flag, shown, False,
-                    f"{head}: 1k steps cost {money(per_1k, small=True)} "
-                    f"({money(per_1k - limit, small=True)} over)", per_1k, limit)
-    return Gate(flag, shown, True, f"{head}: 1k steps cost {money(per_1k, small=True)}", per_1k,
+                    f"{head}: 1k steps cost {dollars(per_1k, limit)} "
+                    f"({dollars(per_1k - limit, 0.0)} over)", per_1k, limit)
+    return Gate(flag, shown, True, f"{head}: 1k steps cost {dollars(per_1k, limit)}", per_1k,
                 limit)
 
 
@@ -204,11 +241,14 @@ def max_data_wait(limit: float, share: float | None, samples: int | None = None,
                 pct, limit)
 
 
-def min_utilization(limit: float, utilization: float | None) -> Gate:
+def min_utilization(limit: float, utilization: float | None, no_gpu: str | None = None
+                    ) -> Gate:
+    """Mean utilization of the GPUs the command used against `limit` (%). `no_gpu`: why no
+    GPU was read, where it was not that the command used none ("NVML unavailable ...")."""
     head = f"gate --min-utilization {limit:g}%"
-    if utilization is None:
-        return Gate("--min-utilization", f"{limit:g}%", False,
-                    f"{head}: cannot be checked, the command used no GPU", None, limit)
+    if utilization is None or no_gpu is not None:
+        return cannot_check("--min-utilization", f"{limit:g}%", limit,
+                            no_gpu or "the command used no GPU")
     if utilization < limit:
         return Gate("--min-utilization", f"{limit:g}%", False,
                     f"{head}: GPU utilization was {beside(utilization, limit)}% "
@@ -217,14 +257,16 @@ def min_utilization(limit: float, utilization: float | None) -> Gate:
                 f"{head}: GPU utilization was {beside(utilization, limit)}%", utilization, limit)
 
 
-def max_gpu_memory(limit: float, peak: dict[str, Any] | None) -> Gate:
+def max_gpu_memory(limit: float, peak: dict[str, Any] | None, no_gpu: str | None = None
+                   ) -> Gate:
     """The fullest GPU the command used, its peak memory as a share of the GPU's: a model that
-    grew past what the production GPU holds fails here, not in an out-of-memory error there."""
+    grew past what the production GPU holds fails here, not in an out-of-memory error there.
+    `no_gpu` as min_utilization's."""
     head = f"gate --max-gpu-memory {limit:g}%"
     pct = None if peak is None else peak.get("percent")
-    if peak is None or pct is None:
-        why = ("the command used no GPU" if peak is None
-               else "the GPU's total memory is unknown")
+    if peak is None or pct is None or no_gpu is not None:
+        why = no_gpu or ("the command used no GPU" if peak is None
+                         else "the GPU's total memory is unknown")
         return Gate("--max-gpu-memory", f"{limit:g}%", False,
                     f"{head}: cannot be checked, {why}", None, limit)
     said = (f"{head}: GPU {peak['gpu']} peaked at {peak['peak_bytes'] / 2**30:,.1f} GiB, "
@@ -243,48 +285,93 @@ def regression_figure(profile: dict[str, Any]) -> tuple[str, float | None]:
     return "cost per hour", profile.get("cost_per_hour")
 
 
+def gpu_count(profile: dict[str, Any]) -> int | None:
+    """How many GPUs a profile's command used (its `gpus_used`), None when not known."""
+    used = profile.get("gpus_used")
+    return len(used) if isinstance(used, list) else None
+
+
+def hardware(profile: dict[str, Any]) -> str:
+    """A profile's GPUs as a gate says them: "4 x NVIDIA A10G (g5.12xlarge)"."""
+    models = " + ".join(one_line(str(m)) for m in profile.get("gpu_models") or [])
+    count = gpu_count(profile)
+    said = f"{count} x {models}" if models and count else models or "unknown GPUs"
+    kind = profile.get("instance_type")
+    return f"{said} ({one_line(kind)[:80]})" if isinstance(kind, str) and kind else said
+
+
+def same_hardware(profile: dict[str, Any], baseline: dict[str, Any]) -> bool:
+    """Whether two profiles ran on the same hardware: the same GPU models, known on both, as
+    many of them, on the same instance type. Only then is a price per GPU-hour that moved the
+    catalog's doing: a g5.12xlarge's A10G costs more than a g5.xlarge's (the instance's
+    premium), and 4 of them are not 1."""
+    return (same_gpus(baseline.get("gpu_models") or [], profile.get("gpu_models") or [])
+            and gpu_count(profile) == gpu_count(baseline)
+            and profile.get("instance_type") == baseline.get("instance_type"))
+
+
 def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, Any],
-                   baseline_path: str) -> Gate:
+                   baseline_path: str, unchecked: str | None = None) -> Gate:
     """This run's cost per step (per hour without steps) against the baseline's. A price
-    that moved between the two runs is not the code's doing: on the same GPUs, the baseline
-    is re-priced at this run's price per GPU-hour (a cut would hide a slower step, a rise fail
-    a faster one); on other GPUs the two costs are compared as they were, and the message
-    says that the hardware and its price changed too."""
+    that moved between the two runs is not the code's doing: on the same hardware (the same
+    GPUs, as many, on the same instance type) the baseline is re-priced at this run's price
+    per GPU-hour (a cut would hide a slower step, a rise fail a faster one); on other hardware
+    the two costs are compared as they were, and the message says that the hardware and its
+    price changed too. It cannot be checked (fails) where this run's cost cannot be
+    (`unchecked`: no price, NVML unavailable), where it read $0 (the cost model charges a
+    GPU's share while one is held: a run that fell back to the CPU reads $0, -100%), or
+    where this run used no GPU and the baseline did."""
     flag = "--max-regression"
-    head = f"gate {flag} {limit:g}%"
+    shown = f"{limit:g}%"
+    head = f"gate {flag} {shown}"
     what, new = regression_figure(profile)
     old_what, old = regression_figure(baseline)
     if what != old_what:
-        return Gate(flag, f"{limit:g}%", False,
-                    f"{head}: cannot be checked, this run has {what} and the baseline "
-                    f"({one_line(baseline_path)}) has {old_what}: count steps in both or in "
-                    "neither",
-                    None, limit)
-    if new is None or old is None or old <= 0:
-        return Gate(flag, f"{limit:g}%", False,
-                    f"{head}: cannot be checked, {what} is unknown in "
-                    f"{'this run' if new is None else 'the baseline'}", None, limit)
+        return cannot_check(flag, shown, limit,
+                            f"this run has {what} and the baseline ({one_line(baseline_path)}) "
+                            f"has {old_what}: count steps in both or in neither")
+    if unchecked is not None:
+        return cannot_check(flag, shown, limit, unchecked)
+    count, old_count = gpu_count(profile), gpu_count(baseline)
+    if count == 0 and old_count:
+        return cannot_check(flag, shown, limit,
+                            f"this run used no GPU; the baseline used {old_count} (a run "
+                            "on the CPU costs $0 by the cost model, which charges a GPU's "
+                            "share while one is held)")
+    if new is None or old is None:
+        return cannot_check(flag, shown, limit,
+                            f"{what} is unknown in {'this run' if new is None else 'the baseline'}")
+    if new <= 0:
+        return cannot_check(flag, shown, limit,
+                            f"this run's {what} is $0 (the cost model charges a GPU's share "
+                            "while one is held: did the command use its GPU?)")
+    if old <= 0:
+        return cannot_check(flag, shown, limit,
+                            f"the baseline's {what} is $0 (a run with no price or no GPU); "
+                            "profile the baseline again where it has both")
     # A step costs fractions of a cent: said per 1k steps, as the profile's cost line says it
     # (per step, $0.0000 against $0.0001).
     label, scale = ("cost per 1k steps", 1000.0) if what == "cost per step" else (what, 1.0)
-    models, old_models = profile.get("gpu_models") or [], baseline.get("gpu_models") or []
     against, note = f"the baseline's {money(old * scale, small=True)}", ""
+    same = same_hardware(profile, baseline)
     moved = price_moved(baseline.get("price_per_gpu_hour"), profile.get("price_per_gpu_hour"))
+    known = bool(profile.get("gpu_models")) and bool(baseline.get("gpu_models"))
     if moved is not None:
         old_price, price = moved
         prices = (f"the baseline ran at {money(old_price, 4)}/GPU-h, this run at "
                   f"{money(price, 4)}/GPU-h")
-        if same_gpus(old_models, models):
+        if same:
             repriced = old * price / old_price
             against = (f"the baseline's {money(repriced * scale, small=True)} at this run's "
                        f"price ({money(old * scale, small=True)} at its own)")
             note = f"; {prices}: the price's change is not counted"
             old = repriced
         else:
-            shown = " + ".join(one_line(str(m)) for m in models) or "unknown GPUs"
-            old_shown = " + ".join(one_line(str(m)) for m in old_models) or "unknown GPUs"
-            note = (f"; {prices}, on {shown} against {old_shown}: the change is the "
-                    "hardware's and its price's as well as the code's")
+            note = (f"; {prices}, on {hardware(profile)} against {hardware(baseline)}: the "
+                    "change is the hardware's and its price's as well as the code's")
+    elif known and not same:
+        note = (f"; on {hardware(profile)} against {hardware(baseline)}: the change is the "
+                "hardware's as well as the code's")
     change = 100 * (new - old) / old
     said = f"{head}: {label} was {money(new * scale, small=True)} against {against} " \
            f"({change:+.{decimals_beside(change, limit)}f}%"
@@ -292,9 +379,9 @@ def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, An
     if caveat is not None:
         note += f"; {caveat}"
     if change > limit:
-        return Gate(flag, f"{limit:g}%", False,
+        return Gate(flag, shown, False,
                     f"{said}, {points(change, limit)} over){note}", change, limit)
-    return Gate(flag, f"{limit:g}%", True, f"{said}){note}", change, limit)
+    return Gate(flag, shown, True, f"{said}){note}", change, limit)
 
 
 # A baseline's warnings (daemon.commands.profile `representativeness`) as a few words each,
@@ -304,6 +391,7 @@ BASELINE_WARNINGS = {
     "startup_steps": "its first step after half the run", "few_steps": "under 10 steps",
     "no_steps": "no steps counted", "shared_gpu": "a GPU shared with other processes",
     "no_gpu": "no GPU used", "no_gpu_work": "no GPU work", "failed": "a failed run",
+    "no_nvml": "NVML unavailable",
 }
 MAX_CAVEATS = 6
 
@@ -378,10 +466,20 @@ def read_baseline(path: str) -> dict[str, Any]:
     if "gpu_models" not in profile:
         used = profile.get("gpus_used")
         profile["gpu_models"] = gpu_models(document, used if isinstance(used, list) else [])
+    if "instance_type" not in profile:
+        profile["instance_type"] = instance_type(document)
     _check_baseline(path, profile)
     # text from a file: shown in the gate's message, on a terminal and in the JUnit file
     profile["gpu_models"] = [one_line(model)[:200] for model in profile["gpu_models"] or []]
     return profile
+
+
+def instance_type(document: dict[str, Any]) -> str | None:
+    """The instance type a report document's host was ("g5.12xlarge"), None off-cloud."""
+    host = document.get("host")
+    instance = host.get("instance") if isinstance(host, dict) else None
+    kind = instance.get("type") if isinstance(instance, dict) else None
+    return kind if isinstance(kind, str) and kind else None
 
 
 # What max_regression reads of the baseline's `profile`, each None or of this type.
@@ -406,6 +504,12 @@ def _check_baseline(path: str, profile: dict[str, Any]) -> None:
     steps = profile.get("steps")
     if steps is not None and not (isinstance(steps, int) and not isinstance(steps, bool)):
         raise ValueError(_wrong_type(path, "profile.steps", steps, "a whole number"))
+    kind = profile.get("instance_type")
+    if kind is not None and not isinstance(kind, str):
+        raise ValueError(_wrong_type(path, "profile.instance_type", kind, "a string"))
+    used = profile.get("gpus_used")
+    if used is not None and not isinstance(used, list):
+        raise ValueError(_wrong_type(path, "profile.gpus_used", used, "a list of GPU indexes"))
     models = profile.get("gpu_models")
     if models is not None and not (isinstance(models, list)
                                    and all(isinstance(m, str) for m in models)):

@@ -98,7 +98,14 @@ Gates (any number; each is a JUnit test case with --junit):
                                    GPU's: fail in CI, not with out-of-memory in production
   --max-regression PCT --baseline OLD (a profile's folder, or OLD/profile.json)
                                    cost per step (per hour when no steps are counted) up by
-                                   more than PCT against an earlier profile
+                                   more than PCT against an earlier profile; the cost model
+                                   charges a GPU's share only while a GPU is held, so
+                                   start-up before the first GPU use is not in it (profile.json's
+                                   host_cost, the host's price over the whole run, is)
+
+A gate that cannot be checked fails (exit {GATE_EXIT_STATUS}, saying why): a cost gate where the host has no
+price, where NVML is unavailable (no --simulate, no NVIDIA driver) or where the command used no
+GPU (the cost model reads $0); a GPU gate where NVML is unavailable or no GPU was used.
 
 Exit status: the command's own (128+N when signal N ended it); {GATE_EXIT_STATUS} when it exited 0 (or was
 stopped by --duration) and a gate was crossed; 127 when it cannot be started (the files and
@@ -160,7 +167,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gates.add_argument("--max-data-wait", metavar="PCT")
     gates.add_argument("--min-utilization", metavar="PCT")
     gates.add_argument("--max-gpu-memory", metavar="PCT")
-    gates.add_argument("--max-regression", metavar="PCT")
+    gates.add_argument("--max-regression", metavar="PCT",
+                       help="fail when the cost per step (per hour without steps) is up by "
+                            "more than PCT on --baseline's; the cost model charges a GPU's "
+                            "share only while a GPU is held: start-up before the first GPU "
+                            "use is not in the cost per step (profile.json's host_cost is "
+                            "the host's price over the whole run)")
     gates.add_argument("--baseline", metavar="PROFILE",
                        help="an earlier profile's folder (its --out) or its profile.json, for "
                             "--max-regression")
@@ -418,8 +430,8 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
             try:
                 re.compile(args.progress)
             except re.error as exc:
-                raise UsageError(f"--progress {args.progress!r} is not a regular "
-                                 f"expression: {exc}") from None
+                raise UsageError(f"--progress '{one_line(args.progress)[:MAX_PATTERN_CHARS]}' "
+                                 f"is not a regular expression: {exc}") from None
         if args.junit:  # replaced after the run: a link, FIFO or device there is refused now
             in_the_way = _not_a_folder(Path(args.junit).parent)
             if in_the_way is not None:
@@ -633,8 +645,16 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
     processes = document.get("processes") or []
     duration = max(result.ended_at - result.started_at, 0.0)
     costs = [p["cost"] for p in processes if isinstance(p.get("cost"), int | float)]
-    price = (document.get("burn") or {}).get("price_per_hour")
-    cost = sum(costs) if costs or price is not None else None
+    burn = document.get("burn") or {}
+    price = burn.get("price_per_hour")
+    if not isinstance(price, int | float) or price <= 0:
+        price = None  # (the host price is 0 where there is none: no cost of $0 from it)
+    nvml = nvml_unavailable(document)
+    # Unknown, not $0, without a price or without NVML (no GPU read): every cost gate then
+    # fails closed, and says why.
+    cost_unknown = (NVML_UNAVAILABLE if nvml is not None else
+                    no_price_text(burn.get("price_source")) if price is None else None)
+    cost = sum(costs) if cost_unknown is None else None
     steps = result.steps
     used = sorted({g for p in processes for g in (p.get("gpus") or [])})
     gpus = [g for g in document.get("gpus") or [] if g.get("index") in used]
@@ -646,8 +666,9 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
     for meter in result.unit_costs:
         per_unit = meter.get("unit_cost")
         per = meter.get("per") or 0
-        unit_costs.append(dict(meter, cost_per_1k=(per_unit / per * 1000
-                                                   if per_unit is not None and per else None)))
+        unit_costs.append(dict(meter, cost_per_1k=(
+            per_unit / per * 1000 if per_unit is not None and per and cost is not None
+            else None)))
     facts = {
         "command": shown_command(result.argv),
         "exit_status": result.exit_status,
@@ -671,8 +692,9 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "first_gpu_work_after_s": (round(result.first_gpu_work_at - result.started_at, 3)
                                    if result.first_gpu_work_at else None),
         "cost": round(cost, 6) if cost is not None else None,
-        "host_cost": (round(price * duration / 3600, 6) if isinstance(price, int | float)
-                      else None),
+        "cost_unknown": cost_unknown,
+        "nvml_unavailable": nvml,
+        "host_cost": round(price * duration / 3600, 6) if price is not None else None,
         "cost_per_hour": (cost / (duration / 3600) if cost is not None and duration > 0
                           else None),
         "cost_per_step": cost / steps if cost is not None and steps else None,
@@ -682,6 +704,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
         "workload_kind": _kind(gpu_procs[0], result.kinds) if gpu_procs else None,
         "gpus_used": used,
         "gpu_models": gpu_models(document, used),
+        "instance_type": gate_checks.instance_type(document),
         "price_per_gpu_hour": price_per_gpu_hour(document),
         "gpu_utilization": round(sum(utils) / len(utils), 2) if utils else None,
         "gpu_memory_peak": memory_peak(gpus),
@@ -699,6 +722,25 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
     facts["warnings"] = representativeness(facts, result)
     facts["representative"] = not facts["warnings"]
     return facts
+
+
+def nvml_unavailable(document: dict[str, Any]) -> str | None:
+    """Why NVML could not be read at the run's end ("NVML unavailable: NVML Shared Library
+    Not Found ...": a CI runner without the NVIDIA driver, no --simulate), one line without
+    the daemon's retry note; None where it was read."""
+    status = (document.get("host") or {}).get("nvml_status")
+    if not isinstance(status, str) or status == "ok":
+        return None
+    return one_line(status.split("; retrying")[0].removeprefix("NVML unavailable: "))[:300]
+
+
+def no_price_text(source: object) -> str:
+    """"no price for this host: set [instance].price_per_hour (none/custom is not in the
+    catalog)", from the host price's source."""
+    said = one_line(source)[:300] if isinstance(source, str) else ""
+    said = said.removeprefix("no price").removeprefix(":").strip()
+    return "no price for this host" + (f": {said}" if said else
+                                       ": set [instance].price_per_hour in --config")
 
 
 def memory_peak(gpus: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -769,7 +811,12 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
         warn("few_stack_samples", f"{facts['stack_samples']} stack samples (under "
                                   f"{MIN_STACK_SAMPLES}): the phase balance is rough")
     first_work = facts["first_gpu_work_after_s"]
-    if not facts["gpus_used"]:
+    if facts.get("nvml_unavailable"):
+        warn("no_nvml", f"NVML unavailable ({facts['nvml_unavailable']}): no GPU was read, so "
+                        "the GPUs used, their utilization and memory and the run's cost are "
+                        "unknown and their gates fail; profile where the NVIDIA driver is "
+                        "(`mlcostd check` says what is missing), or with --simulate")
+    elif not facts["gpus_used"]:
         warn("no_gpu", "the command used no GPU")
     elif first_work is None:
         warn("no_gpu_work", "the command held a GPU but ran no work on it")
@@ -809,15 +856,30 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
     return warnings
 
 
+# What a GPU or cost figure, and its gate, says without NVML (the warning no_nvml says why).
+NVML_UNAVAILABLE = "NVML unavailable: no GPU was read (see the warning)"
+# A cost gate of a command that used no GPU (NVML read, the host priced): the cost model
+# charges a GPU's share while one is held, so a run that fell back to the CPU reads $0, which
+# passes any limit.
+NO_GPU_COST = ("the command used no GPU (the cost model charges a GPU's share while one is "
+               "held: a run on the CPU reads $0)")
+
+
 def check_gates(limits: dict[str, float], profile: dict[str, Any],
                 baseline: dict[str, Any] | None, baseline_path: str | None) -> list[Gate]:
     found = []
+    nvml = profile.get("nvml_unavailable")
+    no_gpu = NVML_UNAVAILABLE if nvml else None
+    # Why the cost cannot decide a gate: unknown (NVML, no price), or $0 for want of a GPU
+    unchecked = profile.get("cost_unknown") or (
+        None if profile["gpus_used"] else NO_GPU_COST)
     if "max_cost" in limits:
-        found.append(gate_checks.max_cost(limits["max_cost"], profile["cost"]))
+        found.append(gate_checks.max_cost(limits["max_cost"], profile["cost"], unchecked))
     if "max_cost_per_1k_steps" in limits:
         found.append(gate_checks.max_cost_per_1k_steps(
             limits["max_cost_per_1k_steps"], profile["cost_per_1k_steps"], profile["steps"],
-            profile.get("progress"), profile.get("progress_lines")))
+            profile.get("progress"), profile.get("progress_lines"),
+            unchecked if profile["steps"] else None))
     if "max_data_wait" in limits:
         balance = profile["phase_balance"]
         duration = profile["duration_s"]
@@ -827,13 +889,14 @@ def check_gates(limits: dict[str, float], profile: dict[str, Any],
             short_run_s=duration if duration < MIN_DURATION_S else None))
     if "min_utilization" in limits:
         found.append(gate_checks.min_utilization(limits["min_utilization"],
-                                                 profile["gpu_utilization"]))
+                                                 profile["gpu_utilization"], no_gpu))
     if "max_gpu_memory" in limits:
         found.append(gate_checks.max_gpu_memory(limits["max_gpu_memory"],
-                                                profile["gpu_memory_peak"]))
+                                                profile["gpu_memory_peak"], no_gpu))
     if "max_regression" in limits and baseline is not None:
         found.append(gate_checks.max_regression(limits["max_regression"], profile, baseline,
-                                                baseline_path or "the baseline"))
+                                                baseline_path or "the baseline",
+                                                profile.get("cost_unknown")))
     return found
 
 
@@ -885,13 +948,15 @@ def verdict(document: dict[str, Any]) -> str:
     profile = document["profile"]
     failed = [g for g in profile["gates"] if not g["passed"]]
     crashed = command_failure(profile)
+    said = " (NVML unavailable: no GPU was read)" if profile.get("nvml_unavailable") else ""
     if crashed:
-        return f"FAILED: {crashed}"
+        return f"FAILED: {crashed}{said}"
     if failed:
-        return f"FAILED: {len(failed)} of {plural(len(profile['gates']), 'gate')} crossed"
+        return (f"FAILED: {len(failed)} of {plural(len(profile['gates']), 'gate')} crossed"
+                f"{said}")
     if profile["gates"]:
-        return f"passed: {plural(len(profile['gates']), 'gate')}"
-    return "done (no gates)"
+        return f"passed: {plural(len(profile['gates']), 'gate')}{said}"
+    return "done (no gates; NVML unavailable: no GPU was read)" if said else "done (no gates)"
 
 
 def run_energy(document: dict[str, Any]) -> dict[str, Any] | None:
@@ -941,7 +1006,7 @@ def summary_markdown(document: dict[str, Any]) -> str:
             value = gate["value"]
             limit = gate.get("limit")
             measured = "-" if value is None else (
-                money(value, small=True) if gate["limit_text"].startswith("$") else
+                gate_checks.dollars(value, limit) if gate["limit_text"].startswith("$") else
                 f"{gate_checks.beside(value, limit) if limit is not None else f'{value:.0f}'}%")
             out.append(f"| {_md(gate['flag'])} | {_md(gate['limit_text'])} | {measured} | "
                        f"{'passed' if gate['passed'] else 'FAILED'} |")
@@ -961,12 +1026,12 @@ def summary_markdown(document: dict[str, Any]) -> str:
     memory = memory_peak_text(profile)
     if memory is not None:
         out += ["", f"GPU memory: {memory}"]
-    cost = f"Cost: {money(profile['cost'], small=True)} for the run"
+    cost = f"Cost: {cost_text(profile)} for the run"
     if profile["cost_per_hour"] is not None:
         cost += f" ({money(profile['cost_per_hour'], small=True)}/h)"
     if profile["steps"]:
         cost += (f"; {profile['steps']} steps{_md(restarts_text(profile))}, "
-                 f"{money(profile['cost_per_1k_steps'], small=True)} per 1k steps")
+                 f"{money(profile['cost_per_1k_steps'], small=True, none='unknown')} per 1k steps")
     for meter in profile["unit_costs"]:
         if meter.get("cost_per_1k") is not None:
             cost += f"; {money(meter['cost_per_1k'], small=True)} per 1k {_md(meter.get('unit'))}"
@@ -990,6 +1055,14 @@ def summary_markdown(document: dict[str, Any]) -> str:
         out.append("")
     out.append("Files: profile.json, profile.html, summary.md (mlcostd profile).")
     return "\n".join(out) + "\n"
+
+
+def cost_text(profile: dict[str, Any]) -> str:
+    """The run's cost, "$0.0123", or "unknown (no price for this host: ...)"."""
+    if profile.get("cost") is None:
+        why = profile.get("cost_unknown")
+        return f"unknown ({why})" if why else "unknown"
+    return money(profile["cost"], small=True)
 
 
 def restarts_text(profile: dict[str, Any]) -> str:
@@ -1019,10 +1092,10 @@ def verdict_lines(document: dict[str, Any]) -> list[str]:
     balance = profile["phase_balance"]
     if balance:
         lines.append("  phases: " + ", ".join(f"{p} {s:.0%}" for p, s in balance.items()))
-    cost = f"  cost: {money(profile['cost'], small=True)} in {profile['duration_s']:.0f} s"
+    cost = f"  cost: {cost_text(profile)} in {profile['duration_s']:.0f} s"
     if profile["steps"]:
         cost += (f", {profile['steps']} steps{restarts_text(profile)}, "
-                 f"{money(profile['cost_per_1k_steps'], small=True)}/1k steps")
+                 f"{money(profile['cost_per_1k_steps'], small=True, none='unknown')}/1k steps")
     lines.append(cost)
     memory = memory_peak_text(profile)
     if memory is not None:

@@ -45,6 +45,11 @@ STARVED = str(PROGRAMS / "starved_train.py")
 PREFETCH = str(PROGRAMS / "prefetch_train.py")
 STEP_REGEX = r"step (\d+)/"
 RUN_TIMEOUT_S = 300  # a bound on a hang only: the runs take ~10-30 s
+# A command that runs one short kernel on the simulated GPU: its cost gates can be checked (a
+# command that uses no GPU costs $0 by the cost model, and its cost gates fail closed).
+# (Its kernels take 1 s: the profile ticks four times a second, and must see it hold the GPU.)
+USES_GPU = ("from daemon.sim.device import Device\nwith Device(0) as gpu:\n"
+            "    for _ in range(8):\n        gpu.kernel(0.125)\n")
 
 
 def profile(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -818,7 +823,7 @@ def test_the_readme_ci_step_creates_its_junit_files_folder_as_it_creates_the_pro
     out = tmp_path / "mlcost-profile"
     reports = tmp_path / "reports" / "ci"
     result = profile(out, "--simulate", "--max-cost", "$100", "--junit", str(out / "gates.xml"),
-                     "--", sys.executable, "-c", "pass")
+                     "--", sys.executable, "-c", USES_GPU)
     assert result.returncode == 0, result.stderr
     cases = [c.get("name") for c in ET.parse(out / "gates.xml").getroot().iter("testcase")]
     assert cases == ["max-cost $100.00"]
@@ -929,7 +934,7 @@ def test_a_profile_without_junit_clears_the_one_an_earlier_profile_left_in_out(t
     the user's, not one a link points to (nor the link)."""
     out = tmp_path / "profile"
     passed = profile(out, "--simulate", "--max-cost", "1", "--junit", str(out / "gates.xml"),
-                     "--", sys.executable, "-c", "print(1)")
+                     "--", sys.executable, "-c", USES_GPU)
     assert passed.returncode == 0, passed.stderr
     assert 'failures="0" errors="0"' in (out / "gates.xml").read_text()
     elsewhere = tmp_path / "kept" / "gates.xml"  # a JUnit file of the profile's, linked to
@@ -956,11 +961,12 @@ def test_a_junit_file_that_cannot_be_written_at_the_end_still_leaves_the_verdict
     line after them says the JUnit file is missing."""
     out, junit = tmp_path / "profile", tmp_path / "gates.xml"
     result = profile(out, "--simulate", "--max-cost", "$100", "--junit", str(junit), "--",
-                     sys.executable, "-c", f"import os; os.mkfifo({str(junit)!r})")
+                     sys.executable, "-c", f"import os; os.mkfifo({str(junit)!r})\n{USES_GPU}")
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert "mlcostd profile: passed: 1 gate" in lines
-    assert "  gate --max-cost $100.00: the run cost $0.0000" in lines
+    assert any(re.fullmatch(r"  gate --max-cost \$100\.00: the run cost \$0\.\d+", line)
+               for line in lines), lines
     assert lines[-2].startswith(f"  wrote {out / 'profile.json'}, ")
     assert lines[-1].startswith(f"mlcostd profile: could not write the JUnit file {junit}: ")
     assert lines[-1].endswith("the verdict and the gates above are not in it")
@@ -1349,9 +1355,9 @@ def test_a_baseline_may_be_the_folder_of_an_earlier_profile(tmp_path):
 
 def test_a_profiles_folder_as_the_baseline_gates_a_run(fixed, tmp_path):
     out = tmp_path / "again"
-    result = profile(out, "--simulate", "--progress", STEP_REGEX, "--max-regression", "1000%",
-                     "--baseline", str(fixed[0]), "--", sys.executable, "-c",
-                     "print('step 1/1')")
+    result = profile(out, "--simulate", "--progress", STEP_REGEX, "--max-regression",
+                     "100000%", "--baseline", str(fixed[0]), "--", sys.executable, "-c",
+                     f"{USES_GPU}print('step 1/1')")
     assert result.returncode == 0, result.stderr
     (gate,) = document(out)["profile"]["gates"]
     assert gate["gate"] == "max-regression" and gate["passed"], gate
@@ -1408,9 +1414,9 @@ def test_a_price_change_between_the_runs_is_not_counted_as_the_codes(tmp_path):
     gate = gates.max_regression(10, other, old, "old.json")
     assert gate.passed and gate.value == pytest.approx(-40.0)
     assert gate.message.endswith(
-        "(-40%); the baseline ran at $1.0060/GPU-h, this run at $0.5030/GPU-h, on NVIDIA L4 "
-        "against NVIDIA A10G: the change is the hardware's and its price's as well as the "
-        "code's")
+        "(-40%); the baseline ran at $1.0060/GPU-h, this run at $0.5030/GPU-h, on 1 x NVIDIA "
+        "L4 against 1 x NVIDIA A10G: the change is the hardware's and its price's as well as "
+        "the code's")
     # at the same price, nothing is said of it
     same = dict(slower, price_per_gpu_hour=1.006, cost_per_step=0.0000874 * 1.05)
     gate = gates.max_regression(10, same, old, "old.json")
@@ -1786,7 +1792,7 @@ def test_a_baselines_gpu_models_reach_the_terminal_and_the_junit_file_as_text(tm
     new = gates.read_baseline(str(profile_json(tmp_path / "new.json", 0.0000874, 0.503,
                                                "NVIDIA A10G")))
     gate = gates.max_regression(10, new, old, str(baseline))
-    assert "against A\\x1b]0;PWNED\\x07\\x1b[2JX" in gate.message, gate.message
+    assert "against 1 x A\\x1b]0;PWNED\\x07\\x1b[2JX" in gate.message, gate.message
     assert not any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in gate.message)
     # whatever a message holds, the JUnit file is XML 1.0: expat reads it back, shown
     raw = gates.Gate("--max-regression", "10%", False, f"gate: {hostile}\x00\ud800")
@@ -1794,7 +1800,7 @@ def test_a_baselines_gpu_models_reach_the_terminal_and_the_junit_file_as_text(tm
     root = ET.fromstring(xml)
     [failure] = [f.get("message") for f in root.iter("failure")]
     assert failure == "gate: A\\x1b]0;PWNED\\x07\\x1b[2JX\\ufffe\\x00\\ud800", failure
-    assert "against A\\x1b]0;PWNED" in root.find(".//system-out").text  # the gate passed
+    assert "against 1 x A\\x1b]0;PWNED" in root.find(".//system-out").text  # the gate passed
     assert root.find(".//error").get("message") == "exec failed: \\x1b[31mred\\x0c"
 
 

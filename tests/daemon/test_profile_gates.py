@@ -1,0 +1,275 @@
+"""The release gates of `mlcostd profile` fail closed where the run's cost or GPUs cannot be
+known (probe 140 F1): a host with no price, a CI runner without NVML, a command that fell back
+to the CPU each read $0 and passed every cost gate (--max-regression at -100%). Real profiles
+of the programs in programs/ (gpu_steps.py, cpu_steps.py); and, without a run, the regression
+gate on other hardware (F4), the gates' dollars (F11) and what --help says (F5, F11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.commands import gates
+from daemon.commands.gates import GATE_EXIT_STATUS
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).parent / "programs"
+GPU_STEPS = str(PROGRAMS / "gpu_steps.py")
+CPU_STEPS = str(PROGRAMS / "cpu_steps.py")
+STEP_REGEX = r"step (\d+)/"
+RUN_TIMEOUT_S = 300  # a bound on a hang only: the runs take a few seconds
+
+NO_PRICE_SCENARIO = """\
+description = "an on-prem box: an instance type the catalog has no price for"
+[instance]
+provider = "none"
+type = "custom"
+region = "dc1"
+lifecycle = "on-demand"
+[gpu]
+model = "NVIDIA A10G"
+count = 1
+"""
+
+
+def profile(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`mlcostd profile --out OUT ARGS` as a user runs it; waits for it to exit."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "daemon", "profile", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL)
+
+
+def document(out: Path) -> dict[str, Any]:
+    return json.loads((out / "profile.json").read_text())
+
+
+def baseline(path: Path, *, cost_per_step: float = 0.0000303, price: float = 1.006,
+             gpus: int = 1, instance_type: str | None = "g5.xlarge") -> Path:
+    """A profile.json as `mlcostd profile` writes it, of 10 steps on `gpus` A10Gs."""
+    path.write_text(json.dumps({
+        "burn": {"price_per_gpu": price},
+        "host": {"instance": {"type": instance_type}},
+        "gpus": [{"index": i, "name": "NVIDIA A10G"} for i in range(gpus)],
+        "profile": {"steps": 10, "cost_per_step": cost_per_step,
+                    "gpus_used": list(range(gpus))}}))
+    return path
+
+
+def gates_of(out: Path) -> dict[str, dict[str, Any]]:
+    return {g["gate"]: g for g in document(out)["profile"]["gates"]}
+
+
+def test_a_host_with_no_price_fails_every_cost_gate_closed(tmp_path):
+    """An off-catalog instance has no price: its host price was 0.0, not unknown, so the run
+    cost $0.0000 and --max-cost, --max-cost-per-1k-steps and --max-regression (-100%) all
+    passed, exit 0. The cost is unknown now, and each cost gate fails saying why."""
+    scenario = tmp_path / "noprice.toml"
+    scenario.write_text(NO_PRICE_SCENARIO)
+    out = tmp_path / "noprice"
+    result = profile(out, "--simulate", str(scenario), "--progress", STEP_REGEX,
+                     "--max-cost", "1", "--max-cost-per-1k-steps", "1", "--max-regression",
+                     "10%", "--baseline", str(baseline(tmp_path / "old.json")), "--",
+                     sys.executable, GPU_STEPS)
+    assert result.returncode == GATE_EXIT_STATUS, result.stderr
+    facts = document(out)["profile"]
+    assert facts["gpus_used"] == [0] and facts["steps"] == 10
+    assert facts["cost"] is None and facts["cost_per_1k_steps"] is None
+    assert facts["host_cost"] is None and facts["instance_type"] == "custom"
+    assert facts["cost_unknown"] == ("no price for this host: set [instance].price_per_hour "
+                                     "(none/custom is not in the catalog)")
+    found = gates_of(out)
+    assert set(found) == {"max-cost", "max-cost-per-1k-steps", "max-regression"}
+    for gate in found.values():
+        assert not gate["passed"] and gate["value"] is None, gate
+        assert gate["message"] == (f"gate {gate['flag']} {gate['limit_text']}: cannot be "
+                                   f"checked, {facts['cost_unknown']}")
+        assert f"  FAILED {gate['message']}\n" in result.stderr
+    assert "mlcostd profile: FAILED: 3 of 3 gates crossed\n" in result.stderr
+    assert "  cost: unknown (no price for this host: " in result.stderr
+    assert "Cost: unknown (no price for this host: " in (out / "summary.md").read_text()
+
+
+def nvml_works() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+@pytest.mark.skipif(nvml_works(), reason="NVML works here: this is the CI runner without it")
+def test_without_nvml_the_gpu_and_cost_gates_fail_saying_nvml_is_unavailable(tmp_path):
+    """A CI runner without the NVIDIA driver (no --simulate): NVML could not be read, and the
+    profile said only "the command used no GPU"; its cost, $0, passed --max-cost and
+    --max-regression (-100%). Now the verdict, the warnings and summary.md say NVML was
+    unavailable, and the GPU and cost gates fail saying so."""
+    out = tmp_path / "nonvml"
+    result = profile(out, "--progress", STEP_REGEX, "--max-cost", "1",
+                     "--max-regression", "10%", "--baseline",
+                     str(baseline(tmp_path / "old.json")), "--min-utilization", "10%", "--",
+                     sys.executable, CPU_STEPS)
+    assert result.returncode == GATE_EXIT_STATUS, result.stderr
+    facts = document(out)["profile"]
+    assert facts["nvml_unavailable"] and facts["cost"] is None
+    assert [w["code"] for w in facts["warnings"]].count("no_nvml") == 1
+    assert "no_gpu" not in [w["code"] for w in facts["warnings"]]
+    found = gates_of(out)
+    assert set(found) == {"max-cost", "max-regression", "min-utilization"}
+    for gate in found.values():
+        assert not gate["passed"], gate
+        assert gate["message"].endswith(
+            ": cannot be checked, NVML unavailable: no GPU was read (see the warning)"), gate
+    assert ("mlcostd profile: FAILED: 3 of 3 gates crossed (NVML unavailable: no GPU was "
+            "read)\n") in result.stderr
+    assert "the command used no GPU" not in result.stderr
+    summary = (out / "summary.md").read_text()
+    assert "**FAILED: 3 of 3 gates crossed (NVML unavailable: no GPU was read)**" in summary
+    assert "- NVML unavailable (" in summary
+
+
+def test_a_command_that_fell_back_to_the_cpu_fails_the_cost_gates(tmp_path):
+    """NVML read and the host priced, but the command touched no GPU (a PR that silently fell
+    back to the CPU): by the cost model, which charges a GPU's share while one is held, it
+    cost $0, so --max-cost passed and --max-regression read -100% and passed."""
+    out = tmp_path / "cpu"
+    result = profile(out, "--simulate", "--progress", STEP_REGEX, "--max-cost", "0.005",
+                     "--max-cost-per-1k-steps", "1", "--max-regression", "10%", "--baseline",
+                     str(baseline(tmp_path / "old.json")), "--", sys.executable, CPU_STEPS)
+    assert result.returncode == GATE_EXIT_STATUS, result.stderr
+    facts = document(out)["profile"]
+    assert facts["gpus_used"] == [] and facts["cost"] == 0 and facts["cost_unknown"] is None
+    found = gates_of(out)
+    assert not any(g["passed"] for g in found.values()), found
+    for name in ("max-cost", "max-cost-per-1k-steps"):
+        assert found[name]["message"].endswith(
+            ": cannot be checked, the command used no GPU (the cost model charges a GPU's share "
+            "while one is held: a run on the CPU reads $0)"), found[name]
+    assert found["max-regression"]["message"].startswith(
+        "gate --max-regression 10%: cannot be checked, this run used no GPU; the baseline "
+        "used 1 (")
+
+
+def test_a_regression_gate_on_a_figure_of_0_cannot_be_checked():
+    """-100% passed any limit: a cost of $0 is no measure of the code."""
+    zero = gates.max_regression(10, {"steps": 10, "cost_per_step": 0.0},
+                                {"steps": 10, "cost_per_step": 0.0000303}, "old.json")
+    assert not zero.passed and zero.value is None
+    assert zero.message.startswith("gate --max-regression 10%: cannot be checked, this run's "
+                                   "cost per step is $0 (")
+    old_zero = gates.max_regression(10, {"steps": 10, "cost_per_step": 0.00003},
+                                    {"steps": 10, "cost_per_step": 0.0}, "old.json")
+    assert not old_zero.passed and "the baseline's cost per step is $0" in old_zero.message
+    unknown = gates.max_regression(10, {"steps": 10, "cost_per_step": None},
+                                   {"steps": 10, "cost_per_step": 0.00003}, "old.json",
+                                   "no price for this host")
+    assert not unknown.passed and unknown.message == (
+        "gate --max-regression 10%: cannot be checked, no price for this host")
+
+
+def test_a_baseline_on_another_instance_type_is_other_hardware_not_a_price_move(tmp_path):
+    """A baseline on a g5.xlarge (1 A10G, $1.006/GPU-h) against a run on a g5.12xlarge (4
+    A10Gs, $1.418/GPU-h): the same GPU model, so the baseline was re-priced as if the catalog
+    price had moved, and the instance's premium written off. Only the same models, as many,
+    on the same instance type are re-priced; else the costs are compared as they were, and
+    the gate line names both sides' GPUs."""
+    old = gates.read_baseline(str(baseline(tmp_path / "old.json")))
+    assert old["instance_type"] == "g5.xlarge"  # (read from its report: an older profile)
+    new = gates.read_baseline(str(baseline(tmp_path / "new.json", cost_per_step=0.0001707,
+                                           price=1.418, gpus=4, instance_type="g5.12xlarge")))
+    gate = gates.max_regression(10, new, old, "old.json")
+    assert gate.value == pytest.approx(100 * (0.0001707 / 0.0000303 - 1))
+    assert gate.message == (
+        "gate --max-regression 10%: cost per 1k steps was $0.1707 against the baseline's "
+        "$0.0303 (+463%, 453 points over); the baseline ran at $1.0060/GPU-h, this run at "
+        "$1.4180/GPU-h, on 4 x NVIDIA A10G (g5.12xlarge) against 1 x NVIDIA A10G (g5.xlarge): "
+        "the change is the hardware's and its price's as well as the code's")
+    # as many GPUs of the same model on another instance type: not re-priced either
+    one = dict(new, gpus_used=[0], cost_per_step=0.0000400)
+    assert "not counted" not in gates.max_regression(10, one, old, "old.json").message
+    assert gates.max_regression(10, one, old, "old.json").value == pytest.approx(
+        100 * (0.00004 / 0.0000303 - 1))
+    # the same instance type and GPUs at a new price: re-priced, as before
+    cut = dict(old, price_per_gpu_hour=0.503, cost_per_step=0.0000303 * 1.2 / 2)
+    repriced = gates.max_regression(10, cut, old, "old.json")
+    assert repriced.value == pytest.approx(20.0)
+    assert repriced.message.endswith("the price's change is not counted")
+    # other hardware at the same price per GPU-hour is said too
+    same_price = dict(new, price_per_gpu_hour=1.006, cost_per_step=0.0000303)
+    assert gates.max_regression(10, same_price, old, "old.json").message.endswith(
+        "(+0%); on 4 x NVIDIA A10G (g5.12xlarge) against 1 x NVIDIA A10G (g5.xlarge): the "
+        "change is the hardware's as well as the code's")
+
+
+def test_a_baseline_instance_type_of_the_wrong_type_is_refused(tmp_path):
+    path = baseline(tmp_path / "old.json")
+    raw = json.loads(path.read_text())
+    raw["profile"]["instance_type"] = 5
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="profile.instance_type is 5, not a string"):
+        gates.read_baseline(str(path))
+
+
+def test_dollar_gates_show_enough_digits_to_tell_the_figure_from_the_limit():
+    """--max-cost 0.000001 read `gate --max-cost $0.0000: the run cost $0.0000 ($0.0000
+    over)`: a limit and a figure that look equal, and a failure of nothing."""
+    over = gates.max_cost(0.000001, 0.0000012)
+    assert not over.passed and over.message == (
+        "gate --max-cost $0.000001: the run cost $0.0000012 ($0.0000002 over)")
+    assert over.limit_text == "$0.000001"
+    under = gates.max_cost_per_1k_steps(0.0301, 0.03009, 10)
+    assert under.passed and under.message == (
+        "gate --max-cost-per-1k-steps $0.0301: 1k steps cost $0.03009")
+    # as before where four decimals tell them apart
+    assert gates.max_cost(0.10, 0.23).message == (
+        "gate --max-cost $0.1000: the run cost $0.2300 ($0.1300 over)")
+    from daemon.commands.profile import summary_markdown
+
+    doc = {"profile": {"gates": [over.as_dict()], "exit_status": 0, "command": "x",
+                       "stopped_after_duration": False, "phase_balance": {}, "cost": 0.0000012,
+                       "duration_s": 40.0, "steps": 0, "warnings": [], "left_running": 0,
+                       "gpu_utilization": None, "workload_kind": None, "cost_per_hour": None,
+                       "unit_costs": []}, "host": {}}
+    assert "| --max-cost | $0.000001 | $0.0000012 | FAILED |" in summary_markdown(doc)
+
+
+def test_a_progress_pattern_that_is_no_regex_is_shown_as_typed(tmp_path, capsys):
+    """--progress 'step (\\d+' was shown as 'step (\\\\d+' (its repr doubles each
+    backslash), not as the user typed it."""
+    from daemon.commands.cli import main
+
+    status = main(["profile", "--out", str(tmp_path / "x"), "--progress", "step (\\d+\x1b",
+                   "--", sys.executable, "-c", "pass"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mlcostd profile: --progress 'step (\\d+\\x1b' is not a regular "
+                          "expression: missing ), unterminated subpattern"), err
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_help_and_readme_say_what_the_regression_gate_leaves_out(capsys):
+    """A 20 s start-up before the first GPU use passed --max-regression at +0% (the cost model
+    charges a GPU's share only while one is held): --help and the README say so, and name
+    host_cost, the figure that holds it."""
+    from daemon.commands.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    # (argparse breaks a line after a word's hyphen: "start-" then "up")
+    help_text = " ".join(capsys.readouterr().out.split()).replace("start- up", "start-up")
+    assert ("--max-regression PCT fail when the cost per step (per hour without steps) is up "
+            "by more than PCT on --baseline's; the cost model charges a GPU's share only while "
+            "a GPU is held: start-up before the first GPU use is not in the cost per step "
+            "(profile.json's host_cost is the host's price over the whole run)") in help_text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "start-up before the first GPU use is not in the cost per step" in readme
+    assert "no price for this host" in readme and "NVML unavailable" in readme
