@@ -55,6 +55,10 @@ _UNSAFE = re.compile(
     f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}{_HIDDEN}{_LINE_BREAKS}\\ud800-\\udfff]")
 _UNSAFE_KEEPING_LINES = re.compile(
     f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}{_HIDDEN}{_LINE_BREAKS}\\ud800-\\udfff]")
+# The same for text that is all ASCII (str.isascii() reads a flag: most command lines, names
+# and paths), where only C0 controls and DEL can be: the whole class costs ~3.7x on them.
+_UNSAFE_ASCII = re.compile("[\\x00-\\x1f\\x7f]")
+_UNSAFE_ASCII_KEEPING_LINES = re.compile("[\\x00-\\x08\\x0b-\\x1f\\x7f]")
 
 
 # The three a reader knows by their Python names.
@@ -76,17 +80,18 @@ def _shown(match: re.Match[str]) -> str:
 def one_line(text: str) -> str:
     """`text` with every control character (newline and tab included), bidi control and lone
     surrogate replaced by its visible escape: `\\x1b`, `\\n`, `\\t`, `\\r`, `\\u202e`."""
-    return _UNSAFE.sub(_shown, text)
+    return (_UNSAFE_ASCII if text.isascii() else _UNSAFE).sub(_shown, text)
 
 
 def is_safe(text: str) -> bool:
     """Whether `text` has nothing `one_line` would change (one C-level scan)."""
-    return _UNSAFE.search(text) is None
+    return (_UNSAFE_ASCII if text.isascii() else _UNSAFE).search(text) is None
 
 
 def lines(text: str) -> str:
     """Like `one_line`, but newlines and tabs are kept: for text of several lines."""
-    return _UNSAFE_KEEPING_LINES.sub(_shown, text)
+    return (_UNSAFE_ASCII_KEEPING_LINES if text.isascii() else _UNSAFE_KEEPING_LINES).sub(
+        _shown, text)
 
 
 # Marks what was hidden (daemon.sources.redact hides secrets of command lines with it too).
