@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.analysis.ledger import JobLabeler
+from daemon.analysis.phase_balance import balance_processes, run_phase_balance
 from daemon.wire import COMPUTE, process_key
 
 COMPARE_VERSION = 1
@@ -127,6 +128,14 @@ class Side:
     @property
     def keys(self) -> set[str]:
         return {process_key(p["pid"], float(p["start_time"])) for p in self.processes
+                if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
+
+    @property
+    def phase_keys(self) -> set[str]:
+        """The keys of the processes its phase balance is of (balance_processes: the GPU
+        processes, all when none used a GPU), as `mlcostd profile`'s phase_balance."""
+        return {process_key(p["pid"], float(p["start_time"]))
+                for p in balance_processes(self.processes)
                 if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
 
     @property
@@ -351,21 +360,16 @@ def wasted_series(side: Side) -> list[Weighted]:
 
 
 def phase_shares(side: Side) -> dict[str, float]:
-    """The side's phase balance: each phase's seconds over its processes' seconds."""
-    seconds: dict[str, float] = {}
-    for proc in side.processes:
-        for phase, part in (proc.get("phases") or {}).items():
-            if isinstance(part, dict) and isinstance(part.get("seconds"), int | float):
-                seconds[str(phase)] = seconds.get(str(phase), 0.0) + float(part["seconds"])
-    total = math.fsum(seconds.values())
-    return {phase: s / total for phase, s in seconds.items()} if total > 0 else {}
+    """The side's phase balance, as `mlcostd profile`'s phase_balance: each phase's seconds
+    over the seconds of its GPU processes (all of its processes when none used a GPU)."""
+    return run_phase_balance(side.processes)
 
 
 def phase_fractions(side: Side) -> list[dict[str, float]]:
-    """Per bucket where the side's processes ran: how its time split, as the phase balance
-    splits it: a bucket with stack samples (a low-utilization window) by its samples' phases,
+    """Per bucket where the side's balanced processes (Side.phase_keys) ran: how their time
+    split, as the phase balance splits it: a bucket with stack samples (a low-utilization window) by its samples' phases,
     one without as compute."""
-    keys = side.keys
+    keys = side.phase_keys
     out = []
     for bucket in side.buckets:
         procs = bucket.get("processes") or {}
@@ -383,10 +387,10 @@ def phase_fractions(side: Side) -> list[dict[str, float]]:
 
 
 def stack_phase_groups(side: Side) -> list[list[str]]:
-    """The phases of the side's processes' stack samples, per timeline bucket, oldest bucket
-    first (within one, the order they were taken in is not kept): what its phase balance
+    """The phases of the stack samples of the side's balanced processes (Side.phase_keys), per
+    timeline bucket, oldest bucket first (within one, the order they were taken in is not kept): what its phase balance
     splits the low-utilization windows' time by."""
-    keys = side.keys
+    keys = side.phase_keys
     out: list[list[str]] = []
     for bucket in side.buckets:
         found: list[str] = []
@@ -459,7 +463,7 @@ def sampled_time_share(side: Side) -> float | None:
         key = str(event.get("target"))
         low[key] = low.get(key, 0.0) + max(0.0, end - max(float(event["started_at"]), since))
     seen_total = split_total = 0.0
-    for proc in side.processes:
+    for proc in balance_processes(side.processes):
         first, last = proc.get("first_seen"), proc.get("last_seen")
         if not proc.get("phases") or not isinstance(first, int | float) or not isinstance(
                 last, int | float) or not isinstance(proc.get("pid"), int) or not isinstance(
