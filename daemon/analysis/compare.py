@@ -181,24 +181,61 @@ def same_gpus(before: object, after: object) -> bool:
     return isinstance(after, list) and bool(after) and after == before
 
 
+def instance_type(document: dict[str, Any]) -> str | None:
+    """The instance type a report document's host ran on (`host.instance.type`, else the
+    price's), None when not known (a machine without a catalog entry)."""
+    host = document.get("host") if isinstance(document.get("host"), dict) else {}
+    for found in ((host.get("instance") or {}).get("type"), (host.get("price") or {}).get(
+            "instance_type")):
+        if isinstance(found, str) and found:
+            return found[:80]
+    return None
+
+
+def same_hardware(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two sides (their descriptions: `gpu_models`, `gpus`, `instance_type`) ran on
+    the same hardware: the same GPU models, known on both, as many of them, on the same
+    instance type (or none known on either). A g5.xlarge's one A10G and a g5.12xlarge's four
+    are not: the per-GPU price gap is the larger instance's, not a price move."""
+    return (same_gpus(a.get("gpu_models"), b.get("gpu_models"))
+            and len(a.get("gpus") or []) == len(b.get("gpus") or [])
+            and a.get("instance_type") == b.get("instance_type"))
+
+
+def hardware_text(side: dict[str, Any]) -> str:
+    """A side's hardware as its line shows it: '4 x NVIDIA A10G on g5.12xlarge' ('1 GPU' when
+    its model is not known, '' when nothing is)."""
+    count = len(side.get("gpus") or [])
+    models = " + ".join(str(m) for m in side.get("gpu_models") or [])
+    if count:
+        said = f"{count} x {models}" if models else f"{count} GPU{'' if count == 1 else 's'}"
+    else:
+        said = models
+    kind = side.get("instance_type")
+    if isinstance(kind, str) and kind:
+        return f"{said} on {kind}" if said else kind
+    return said
+
+
 def price_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """What a comparison says when its sides were charged different prices per GPU-hour. On
-    the same GPUs the price's change is not the work's: the cost figures are judged but not
-    counted in the overall verdict; on other GPUs they count (moving to other GPUs is a
-    change of its own), and the note says the hardware changed."""
+    the same hardware (same_hardware) the price's change is not the work's: the cost figures
+    are judged but not counted in the overall verdict; on other hardware (other GPUs, another
+    count of them, another instance type) they count (a move to other hardware is a change
+    of its own), and the note says the hardware changed."""
     moved = price_moved(a.get("price_per_gpu"), b.get("price_per_gpu"))
     if moved is None:
         return None
     before, after = moved
     said = (f"the price moved between the two sides: ${before:.4f}/GPU-h before, "
             f"${after:.4f}/GPU-h after ({100 * (after - before) / before:+.0f}%)")
-    if same_gpus(a.get("gpu_models"), b.get("gpu_models")):
+    if same_hardware(a, b):
         return (f"{said}, on the same GPUs: the cost figures hold the price's change as well "
                 f"as the work's and are not counted in the overall verdict "
                 f"({NOT_COUNTED_MARK}); GPU utilization, phases and energy per step are")
-    return (f"{said}, on {' + '.join(a.get('gpu_models') or []) or 'unknown GPUs'} before "
-            f"and {' + '.join(b.get('gpu_models') or []) or 'unknown GPUs'} after: the cost "
-            "figures hold the hardware's and its price's change as well as the work's")
+    return (f"{said}, on {hardware_text(a) or 'unknown GPUs'} before and "
+            f"{hardware_text(b) or 'unknown GPUs'} after: the cost figures hold the "
+            "hardware's and its price's change as well as the work's")
 
 
 # -- the bootstrap ------------------------------------------------------------------------
@@ -1066,7 +1103,7 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     figures += _phase_figures(a, b, rng)
     side_a, side_b = _describe(a), _describe(b)
     if price_moved(side_a["price_per_gpu"], side_b["price_per_gpu"]) is not None and \
-            same_gpus(side_a["gpu_models"], side_b["gpu_models"]):
+            same_hardware(side_a, side_b):
         for fig in figures:  # the price's change, not the work's
             if fig.name in COST_FIGURES or fig.name.startswith(UNIT_COST_FIGURE):
                 fig.in_overall = False
@@ -1109,6 +1146,7 @@ def _describe(side: Side) -> dict[str, Any]:
             "gpus": side.gpus, "processes": len(side.processes),
             "price_per_gpu": price_per_gpu_hour(side.document),
             "gpu_models": gpu_models(side.document, side.gpus),
+            "instance_type": instance_type(side.document),
             "steps": profile.get("steps") if isinstance(profile.get("steps"), int) else None,
             "command": profile.get("command") if isinstance(profile.get("command"), str)
             else None,

@@ -279,7 +279,9 @@ def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
             span += f", {clock.duration(side['until'] - side['recorded_from'])} of it recorded"
     steps = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
-    out = _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
+    hardware = analysis.hardware_text(side)
+    hardware = f", {one_line(hardware)}" if hardware else ""
+    out = _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}{hardware}", "    ")
     for warning in side.get("warnings") or []:  # as `mlcostd profile` said them
         out += _wrap(f"  not representative: {one_line(warning['message'] or warning['code'])}",
                      "    ")

@@ -96,3 +96,54 @@ def test_phase_shares_are_the_gpu_processes_as_the_profile_says():
         proc["gpus"] = []
     assert set(compare.phase_shares(compare.Side("cpu", cpu.document))) == {"compute",
                                                                             "data_wait"}
+
+
+def _hardware_side(label: str, per_gpu: float, count: int, instance: str | None,
+                   model: str = "NVIDIA A10G", seed: int = 3) -> compare.Side:
+    """A side whose `count` GPUs (`model`, on `instance`) were ~50 % busy at `per_gpu`
+    $/GPU-h."""
+    rng = random.Random(seed)
+    buckets = []
+    for i in range(60):
+        utils = {str(g): {"utilization": 50 + rng.gauss(0, 10)} for g in range(count)}
+        buckets.append({"ts": T0 + i, "gpus": utils, "price_per_gpu": per_gpu,
+                        "burn_per_hour": per_gpu * count})
+    host = {"instance": {"type": instance}} if instance else {}
+    return compare.Side(label, {"window": {}, "processes": [], "host": host,
+                                "gpus": [{"index": g, "name": model} for g in range(count)],
+                                "burn": {"price_per_gpu": per_gpu},
+                                "timeline": {"bucket_s": 1, "since": T0, "buckets": buckets}})
+
+
+def test_another_instance_of_the_same_gpus_is_a_change_of_hardware_not_of_price():
+    """Probe 140 F4: one A10G on a g5.xlarge ($1.006/GPU-h) against four on a g5.12xlarge
+    ($1.418/GPU-h) was taken for a price move "on the same GPUs": every cost figure was left
+    out of the verdict, and nothing said the sides had 1 and 4 GPUs. Another GPU count or
+    another instance type is a change of hardware: the cost figures count, the note names
+    both, and each side's line says what it ran on."""
+    from daemon.report_html.compare import render
+
+    one = _hardware_side("a", 1.006, 1, "g5.xlarge")
+    four = _hardware_side("b", 1.418, 4, "g5.12xlarge", seed=4)
+    result = compare.compare(one, four)
+    cost = _figure(result, "cost_per_hour")
+    assert cost["in_overall"] and cost["verdict"] == compare.WORSE
+    assert result["verdict"] == compare.WORSE
+    assert (result["a"]["instance_type"], result["b"]["instance_type"]) == ("g5.xlarge",
+                                                                           "g5.12xlarge")
+    assert "on 1 x NVIDIA A10G on g5.xlarge before and 4 x NVIDIA A10G on g5.12xlarge " \
+           "after" in result["price_note"]
+    header = compare_command.render_text(result).split("\n\n")[0].replace("\n    ", " ")
+    assert "A (before): a, 1 x NVIDIA A10G on g5.xlarge\n" in header
+    assert "B (after): b, 4 x NVIDIA A10G on g5.12xlarge" in header
+    assert "4 x NVIDIA A10G on g5.12xlarge" in render(result)
+    # the same count of the same GPUs on another instance type: hardware too
+    other = compare.compare(_hardware_side("a", 1.006, 1, "g5.xlarge"),
+                            _hardware_side("b", 1.212, 1, "g5.2xlarge", seed=4))
+    assert _figure(other, "cost_per_hour")["in_overall"]
+    assert "on 1 x NVIDIA A10G on g5.xlarge before" in other["price_note"]
+    # the same instance type at another price: the price's move, left out as before
+    repriced = compare.compare(_hardware_side("a", 1.006, 4, "g5.12xlarge"),
+                               _hardware_side("b", 1.418, 4, "g5.12xlarge", seed=4))
+    assert not _figure(repriced, "cost_per_hour")["in_overall"]
+    assert "on the same GPUs" in repriced["price_note"]
