@@ -1113,6 +1113,7 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "a": side_a,
         "b": side_b,
         "price_note": price_note(side_a, side_b),
+        "notes": sides_notes(a, b),
         "figures": shown,
         "recommendations": recommendation_changes(a, b),
         "verdict": overall(shown),
@@ -1127,6 +1128,39 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
                    f"windows, inconclusive from under {MIN_PHASE_SAMPLES} samples on a side; a "
                    f"change counts past {Z} x the noise of the difference (99 %)"),
     }
+
+
+def gpu_uuids(side: Side) -> set[str]:
+    """The UUIDs of the side's GPUs (those its processes held, or all of its document's), as
+    NVML gives them; empty where the document has none."""
+    return {g["uuid"] for g in side.document.get("gpus") or [] if isinstance(g, dict)
+            and g.get("index") in side.gpus and isinstance(g.get("uuid"), str) and g["uuid"]}
+
+
+def _hostname(side: Side) -> str | None:
+    host = side.document.get("host")
+    found = host.get("hostname") if isinstance(host, dict) else None
+    return found[:80] if isinstance(found, str) and found else None
+
+
+def sides_notes(a: Side, b: Side) -> list[str]:
+    """What the reader should know before the verdict about what the sides are: a side in
+    which no process ran (an idle store's range: its figures are an idle machine's, not a
+    run's), sides that share no GPU (another host's store, another machine: the verdict
+    holds the machines' difference as well as the work's)."""
+    notes = []
+    for name, side in (("A", a), ("B", b)):
+        if not side.processes and side.job is None and side.command is None:
+            notes.append(f"{name} holds no process: nothing ran in its range, its figures are "
+                         "an idle machine's")
+    ua, ub = gpu_uuids(a), gpu_uuids(b)
+    if ua and ub and not ua & ub:
+        hosts = _hostname(a), _hostname(b)
+        where = (f" (hosts {hosts[0]} and {hosts[1]})" if None not in hosts
+                 and hosts[0] != hosts[1] else "")
+        notes.append(f"the sides share no GPU{where}: they ran on other machines or other "
+                     "GPUs, and the verdict holds that difference as well as the work's")
+    return notes
 
 
 def _describe(side: Side) -> dict[str, Any]:

@@ -64,6 +64,8 @@ def render(result: dict[str, Any]) -> str:
             if any(f.get("in_overall", True) is False for f in result["figures"]) else "")
     if result.get("price_note"):
         note += f"<p class=muted>price: {_e(result['price_note'])}</p>"
+    for said in result.get("notes") or []:
+        note += f"<p data-note>Note: {_e(said)}</p>"
     for why in sorted({str(f["why"]) for f in result["figures"]
                        if f.get("verdict") == INCONCLUSIVE and f.get("why")}):
         note += f"<p class=muted>{INCONCLUSIVE}: {_e(why)}</p>"

@@ -147,3 +147,54 @@ def test_another_instance_of_the_same_gpus_is_a_change_of_hardware_not_of_price(
                                _hardware_side("b", 1.418, 4, "g5.12xlarge", seed=4))
     assert not _figure(repriced, "cost_per_hour")["in_overall"]
     assert "on the same GPUs" in repriced["price_note"]
+
+
+def _compare_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess:
+    from daemon.commands.cli import main
+
+    code = main(["compare", *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def test_a_profile_folder_compared_with_itself_is_a_usage_error(tmp_path, capsys):
+    """Probe 140 F11: `compare run/ run/` (the folder `mlcostd profile --out` wrote, twice, or
+    the folder and its profile.json) answered 'within noise' on every figure; one file named
+    twice was refused already."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "profile.json").write_text(json.dumps({"window": {}, "profile": {"steps": 10},
+                                                  "gpus": [], "processes": []}))
+    for a, b in ((run, run), (run, tmp_path / "." / "run" / ""), (run, run / "profile.json")):
+        done = _compare_here(capsys, str(a), str(b))
+        assert done.returncode == 2, done
+        assert "A and B are the same file" in done.stderr and done.stdout == ""
+
+
+def test_sides_that_share_nothing_say_so_before_their_verdict(tmp_path):
+    """Probe 140 F11: a profile against another host's idle store gave a bare "Verdict: worse".
+    A side where no process ran, and sides that share no GPU, are said before the verdict
+    (text, page, --json `notes`); two runs on one GPU say nothing of the kind."""
+    from daemon.report_html.compare import render
+
+    run = _tree_side("run", {"compute": 1.0})
+    for gpu in run.document["gpus"]:
+        gpu["uuid"] = "GPU-aaaa"
+    run.document["host"]["hostname"] = "trainer"
+    idle = _hardware_side("idle", 1.006, 1, None)
+    idle.document["gpus"][0]["uuid"] = "GPU-bbbb"
+    idle.document["host"]["hostname"] = "elsewhere"
+    result = compare.compare(run, idle)
+    assert result["notes"] == [
+        "B holds no process: nothing ran in its range, its figures are an idle machine's",
+        "the sides share no GPU (hosts trainer and elsewhere): they ran on other machines or "
+        "other GPUs, and the verdict holds that difference as well as the work's"]
+    text = compare_command.render_text(result)
+    before_verdict = text.split("Verdict:")[0].replace("\n    ", " ")
+    assert "Note: B holds no process" in before_verdict
+    assert "Note: the sides share no GPU (hosts trainer and elsewhere)" in before_verdict
+    assert "share no GPU" in render(result)
+    again = _tree_side("again", {"compute": 1.0}, seed=5)
+    for gpu in again.document["gpus"]:
+        gpu["uuid"] = "GPU-aaaa"
+    assert compare.compare(run, again)["notes"] == []
