@@ -1,8 +1,9 @@
 """Before and after: two report documents (a profile, a snapshot, a range of a store) compared
 figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated from
-the documents' own timelines (a seeded block bootstrap, floored by the figure's spread over each
-run's windows, so two runs of the same code are within noise), and the recommendations that are
-new, gone or changed.
+the documents' own timelines (a seeded block bootstrap, floored by the standard error of the
+figure's spread over each run's windows, so two runs of the same code are within noise; its
+standard error over windows of whole periods where a run repeats a pattern such as a checkpoint),
+and the recommendations that are new, gone or changed.
 
 Pure: documents in, a document out (its shape is the `compare --json` contract in the README).
 """
@@ -10,6 +11,7 @@ Pure: documents in, a document out (its shape is the `compare --json` contract i
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -20,6 +22,7 @@ from typing import Any, TypeGuard
 from daemon import clock
 from daemon.analysis.cost import gpu_wasted_per_hour
 from daemon.analysis.ledger import JobLabeler
+from daemon.analysis.phase_balance import balance_processes, run_phase_balance
 from daemon.wire import COMPUTE, process_key
 
 COMPARE_VERSION = 1
@@ -129,6 +132,20 @@ class Side:
         return {process_key(p["pid"], float(p["start_time"])) for p in self.processes
                 if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
 
+    @functools.cached_property
+    def period(self) -> int | None:
+        """The period, in buckets, of a pattern its GPU utilization repeats (repeat_period), the
+        length its noise's blocks and windows are made a whole number of."""
+        return repeat_period([value for value, _ in utilization_series(self)])
+
+    @property
+    def phase_keys(self) -> set[str]:
+        """The keys of the processes its phase balance is of (balance_processes: the GPU
+        processes, all when none used a GPU), as `mlcostd profile`'s phase_balance."""
+        return {process_key(p["pid"], float(p["start_time"]))
+                for p in balance_processes(self.processes)
+                if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
+
     @property
     def buckets(self) -> list[dict[str, Any]]:
         timeline = self.document.get("timeline") or {}
@@ -172,27 +189,106 @@ def same_gpus(before: object, after: object) -> bool:
     return isinstance(after, list) and bool(after) and after == before
 
 
+def instance_type(document: dict[str, Any]) -> str | None:
+    """The instance type a report document's host ran on (`host.instance.type`, else the
+    price's), None when not known (a machine without a catalog entry)."""
+    host = document.get("host")
+    host = host if isinstance(host, dict) else {}
+    for part, key in (("instance", "type"), ("price", "instance_type")):
+        held = host.get(part)
+        found = held.get(key) if isinstance(held, dict) else None
+        if isinstance(found, str) and found:
+            return found[:80]
+    return None
+
+
+def same_hardware(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two sides (their descriptions: `gpu_models`, `gpus`, `instance_type`) ran on
+    the same hardware: the same GPU models, known on both, as many of them, on the same
+    instance type (or none known on either). A g5.xlarge's one A10G and a g5.12xlarge's four
+    are not: the per-GPU price gap is the larger instance's, not a price move."""
+    return (same_gpus(a.get("gpu_models"), b.get("gpu_models"))
+            and len(a.get("gpus") or []) == len(b.get("gpus") or [])
+            and a.get("instance_type") == b.get("instance_type"))
+
+
+def hardware_text(side: dict[str, Any]) -> str:
+    """A side's hardware as its line shows it: '4 x NVIDIA A10G on g5.12xlarge' ('1 GPU' when
+    its model is not known, '' when nothing is)."""
+    count = len(side.get("gpus") or [])
+    models = " + ".join(str(m) for m in side.get("gpu_models") or [])
+    if count:
+        said = f"{count} x {models}" if models else f"{count} GPU{'' if count == 1 else 's'}"
+    else:
+        said = models
+    kind = side.get("instance_type")
+    if isinstance(kind, str) and kind:
+        return f"{said} on {kind}" if said else kind
+    return said
+
+
 def price_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """What a comparison says when its sides were charged different prices per GPU-hour. On
-    the same GPUs the price's change is not the work's: the cost figures are judged but not
-    counted in the overall verdict; on other GPUs they count (moving to other GPUs is a
-    change of its own), and the note says the hardware changed."""
+    the same hardware (same_hardware) the price's change is not the work's: the cost figures
+    are judged but not counted in the overall verdict; on other hardware (other GPUs, another
+    count of them, another instance type) they count (a move to other hardware is a change
+    of its own), and the note says the hardware changed."""
     moved = price_moved(a.get("price_per_gpu"), b.get("price_per_gpu"))
     if moved is None:
         return None
     before, after = moved
     said = (f"the price moved between the two sides: ${before:.4f}/GPU-h before, "
             f"${after:.4f}/GPU-h after ({100 * (after - before) / before:+.0f}%)")
-    if same_gpus(a.get("gpu_models"), b.get("gpu_models")):
+    if same_hardware(a, b):
         return (f"{said}, on the same GPUs: the cost figures hold the price's change as well "
                 f"as the work's and are not counted in the overall verdict "
                 f"({NOT_COUNTED_MARK}); GPU utilization, phases and energy per step are")
-    return (f"{said}, on {' + '.join(a.get('gpu_models') or []) or 'unknown GPUs'} before "
-            f"and {' + '.join(b.get('gpu_models') or []) or 'unknown GPUs'} after: the cost "
-            "figures hold the hardware's and its price's change as well as the work's")
+    return (f"{said}, on {hardware_text(a) or 'unknown GPUs'} before and "
+            f"{hardware_text(b) or 'unknown GPUs'} after: the cost figures hold the "
+            "hardware's and its price's change as well as the work's")
 
 
 # -- the bootstrap ------------------------------------------------------------------------
+
+
+# A pattern the run repeats (a checkpoint every ~11 s, an evaluation every N steps) is taken
+# from the autocorrelation of its GPU utilization over the buckets: a lag where it climbs back
+# to at least this, from at least this much lower at a shorter lag.
+PERIOD_MIN_R = 0.3
+
+
+def repeat_period(values: Sequence[float]) -> int | None:
+    """The period, in buckets, of a pattern `values` (a run's GPU utilization per bucket)
+    repeat at least 3 times: the lag of the highest autocorrelation, from 2 to n/3, that is at
+    least PERIOD_MIN_R and at least PERIOD_MIN_R above the lowest at a shorter lag (a dip and
+    a return: a run whose load drifts slowly correlates less at each longer lag and has
+    none). None when there is no such lag (a steady run, a drifting one, too few buckets)."""
+    n = len(values)
+    if n < 9:
+        return None
+    mean = math.fsum(values) / n
+    centred = [v - mean for v in values]
+    spread = math.fsum(c * c for c in centred)
+    if spread <= 0:
+        return None
+    r = [1.0] + [math.fsum(centred[i] * centred[i + k] for i in range(n - k)) / spread
+                 for k in range(1, n // 3 + 1)]
+    best = None
+    for k in range(2, n // 3 + 1):
+        if r[k] >= PERIOD_MIN_R and r[k] - min(r[1:k]) >= PERIOD_MIN_R and (
+                best is None or r[k] > r[best]):
+            best = k
+    return best
+
+
+def window_length(n: int, period: int | None = None) -> int:
+    """How many buckets a window of the noise's floor holds: about sqrt(n), or the shortest
+    whole number of the run's periods that is at least that (a window of part of a period
+    holds its stall or not by where it starts, and its figure swings by the stall's size)."""
+    root = max(1, round(math.sqrt(n)))
+    if not period:
+        return root
+    return max(period, period * math.ceil(root / period))
 
 
 def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
@@ -220,33 +316,48 @@ def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def window_sd(items: Sequence[Any], stat: Stat) -> float | None:
-    """The standard deviation of `stat` over the run's consecutive windows (as many as the
-    bootstrap's blocks, each about sqrt(n) buckets long): how far the figure wanders inside
-    one run as its conditions change (the host's load, a slow pass over a shard). None with
-    fewer than 4 items or 2 windows with a value."""
+def window_sd(items: Sequence[Any], stat: Stat, period: int | None = None) -> float | None:
+    """How far the figure wanders between the run's consecutive windows (about sqrt(n)
+    buckets each): the standard deviation of `stat` over them, as the conditions change
+    inside one run (the host's load, a slow pass over a shard). A run that repeats a pattern
+    every `period` buckets (a checkpoint) has windows of whole periods (the buckets after the
+    last one left out), each holding one turn of it, and they differ by how long each turn
+    took (one checkpoint's write against another's): the run's figure is the mean of all its
+    turns, so their spread counts over the square root of their number (batch means). None
+    with fewer than 4 items or 2 windows with a value."""
     n = len(items)
     if n < 4:
         return None
-    count = max(2, n // max(1, round(math.sqrt(n))))
-    values = [v for k in range(count)
-              if (v := stat(items[k * n // count:(k + 1) * n // count])) is not None
+    length = window_length(n, period)
+    turns = bool(period) and n // length >= 2
+    if turns:
+        spans = [(k * length, (k + 1) * length) for k in range(n // length)]
+    else:
+        count = max(2, n // max(1, round(math.sqrt(n))))
+        spans = [(k * n // count, (k + 1) * n // count) for k in range(count)]
+    values = [v for lo, hi in spans if (v := stat(items[lo:hi])) is not None
               and math.isfinite(v)]
     if len(values) < 2:
         return None
     mean = math.fsum(values) / len(values)
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return spread / math.sqrt(len(values)) if turns else spread
 
 
-def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random) -> float | None:
+def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
+             period: int | None = None) -> float | None:
     """A side's noise for the figure `stat` of its buckets: the block bootstrap's spread (how
     well the run pins its own figure down), but never less than the spread of the figure over
-    the run's windows. Another run of the same code is another draw of the conditions the
-    windows saw, and a run may spend all of itself in one of them (load comes and goes slower
-    than a run's buckets), so two runs can differ by as much as two windows do. None when
-    either cannot be told (too few buckets)."""
+    the run's windows (window_sd). Another run of the same code is another draw of the
+    conditions the windows saw, and a run may spend all of itself in one of them (load comes
+    and goes slower than a run's buckets), so two runs can differ by as much as two windows
+    do. A run that repeats a pattern every `period` buckets has windows of whole periods and
+    their standard error instead: windows of ~7 buckets beside a checkpoint every ~11 held a
+    stall or not by where they started, the floor was the stall's size, and an async
+    checkpoint 13 % cheaper per step read within noise at ±39 %. None when either cannot be
+    told (too few buckets)."""
     boot = block_bootstrap_sd(items, stat, rng)
-    floor = window_sd(items, stat)
+    floor = window_sd(items, stat, period)
     return None if boot is None or floor is None else max(boot, floor)
 
 
@@ -351,21 +462,16 @@ def wasted_series(side: Side) -> list[Weighted]:
 
 
 def phase_shares(side: Side) -> dict[str, float]:
-    """The side's phase balance: each phase's seconds over its processes' seconds."""
-    seconds: dict[str, float] = {}
-    for proc in side.processes:
-        for phase, part in (proc.get("phases") or {}).items():
-            if isinstance(part, dict) and isinstance(part.get("seconds"), int | float):
-                seconds[str(phase)] = seconds.get(str(phase), 0.0) + float(part["seconds"])
-    total = math.fsum(seconds.values())
-    return {phase: s / total for phase, s in seconds.items()} if total > 0 else {}
+    """The side's phase balance, as `mlcostd profile`'s phase_balance: each phase's seconds
+    over the seconds of its GPU processes (all of its processes when none used a GPU)."""
+    return run_phase_balance(side.processes)
 
 
 def phase_fractions(side: Side) -> list[dict[str, float]]:
-    """Per bucket where the side's processes ran: how its time split, as the phase balance
-    splits it: a bucket with stack samples (a low-utilization window) by its samples' phases,
+    """Per bucket where the side's balanced processes (Side.phase_keys) ran: how their time
+    split, as the phase balance splits it: a bucket with stack samples (a low-utilization window) by its samples' phases,
     one without as compute."""
-    keys = side.keys
+    keys = side.phase_keys
     out = []
     for bucket in side.buckets:
         procs = bucket.get("processes") or {}
@@ -383,10 +489,10 @@ def phase_fractions(side: Side) -> list[dict[str, float]]:
 
 
 def stack_phase_groups(side: Side) -> list[list[str]]:
-    """The phases of the side's processes' stack samples, per timeline bucket, oldest bucket
-    first (within one, the order they were taken in is not kept): what its phase balance
+    """The phases of the stack samples of the side's balanced processes (Side.phase_keys), per
+    timeline bucket, oldest bucket first (within one, the order they were taken in is not kept): what its phase balance
     splits the low-utilization windows' time by."""
-    keys = side.keys
+    keys = side.phase_keys
     out: list[list[str]] = []
     for bucket in side.buckets:
         found: list[str] = []
@@ -459,7 +565,7 @@ def sampled_time_share(side: Side) -> float | None:
         key = str(event.get("target"))
         low[key] = low.get(key, 0.0) + max(0.0, end - max(float(event["started_at"]), since))
     seen_total = split_total = 0.0
-    for proc in side.processes:
+    for proc in balance_processes(side.processes):
         first, last = proc.get("first_seen"), proc.get("last_seen")
         if not proc.get("phases") or not isinstance(first, int | float) or not isinstance(
                 last, int | float) or not isinstance(proc.get("pid"), int) or not isinstance(
@@ -507,9 +613,9 @@ def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
 
 
 def _relative_sd(series: Sequence[Any], rng: random.Random,
-                 stat: Stat = _mean) -> float | None:
+                 stat: Stat = _mean, period: int | None = None) -> float | None:
     mean = stat(list(series))
-    sd = noise_sd(series, stat, rng)
+    sd = noise_sd(series, stat, rng, period)
     if sd is None or not mean:
         return None
     return sd / abs(mean)
@@ -548,9 +654,11 @@ class _Figure:
 
 
 def _series_figure(name: str, label: str, unit: str, higher: bool, a: Sequence[Weighted],
-                   b: Sequence[Weighted], rng: random.Random) -> _Figure:
+                   b: Sequence[Weighted], rng: random.Random,
+                   periods: tuple[int | None, int | None] = (None, None)) -> _Figure:
     return _Figure(name, label, unit, weighted_mean(a), weighted_mean(b),
-                   noise_sd(a, weighted_mean, rng), noise_sd(b, weighted_mean, rng), higher,
+                   noise_sd(a, weighted_mean, rng, periods[0]),
+                   noise_sd(b, weighted_mean, rng, periods[1]), higher,
                    "bootstrap over timeline buckets")
 
 
@@ -706,12 +814,12 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
     sources = []
     for side, value in zip((a, b), values, strict=True):
         pairs = step_pairs(side)
-        sd = noise_sd(pairs, _ratio, rng) if pairs else None
+        sd = noise_sd(pairs, _ratio, rng, side.period) if pairs else None
         if sd is not None and (ratio := _ratio(pairs)):
             sds.append(value * sd / ratio)
             sources.append("bootstrap over steps per bucket")
         else:
-            rel = _relative_sd(utilization_series(side), rng, weighted_mean)
+            rel = _relative_sd(utilization_series(side), rng, weighted_mean, side.period)
             sds.append(None if rel is None else value * rel)
             sources.append("GPU utilization buckets (no step times)")
     return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
@@ -732,8 +840,8 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                     found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
         return found
     ua, ub = units(a), units(b)
-    rel = {"a": _relative_sd(utilization_series(a), rng, weighted_mean),
-           "b": _relative_sd(utilization_series(b), rng, weighted_mean)}
+    rel = {"a": _relative_sd(utilization_series(a), rng, weighted_mean, a.period),
+           "b": _relative_sd(utilization_series(b), rng, weighted_mean, b.period)}
     return [_Figure(f"unit_cost.{name}", f"cost per {name}", "$", ua[name], ub[name],
                     None if rel["a"] is None else ua[name] * rel["a"],
                     None if rel["b"] is None else ub[name] * rel["b"], False,
@@ -864,7 +972,8 @@ def _energy_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     energy = {"a": side_energy(a), "b": side_energy(b)}
     if all(e[0] is None for e in energy.values()):
         return []
-    rel = {"a": _relative_sd(power_series(a), rng), "b": _relative_sd(power_series(b), rng)}
+    rel = {"a": _relative_sd(power_series(a), rng, period=a.period),
+           "b": _relative_sd(power_series(b), rng, period=b.period)}
     why = None if None not in rel.values() else (
         "no per-bucket GPU power in a side's timeline: shown side by side, no verdict")
 
@@ -1045,11 +1154,13 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     recommendation changes and the overall verdict."""
     rng = random.Random(seed)
     util_a, util_b = utilization_series(a), utilization_series(b)
-    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng),
+    periods = a.period, b.period
+    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng,
+                              periods),
                _series_figure("cost_per_hour", "cost per hour", "$/h", False, cost_series(a),
-                              cost_series(b), rng),
+                              cost_series(b), rng, periods),
                _series_figure("wasted_per_hour", "wasted per hour", "$/h", False,
-                              wasted_series(a), wasted_series(b), rng)]
+                              wasted_series(a), wasted_series(b), rng, periods)]
     per_step = _per_step_figure(a, b, rng)
     if per_step is not None:
         figures.append(per_step)
@@ -1062,7 +1173,7 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     figures += _phase_figures(a, b, rng)
     side_a, side_b = _describe(a), _describe(b)
     if price_moved(side_a["price_per_gpu"], side_b["price_per_gpu"]) is not None and \
-            same_gpus(side_a["gpu_models"], side_b["gpu_models"]):
+            same_hardware(side_a, side_b):
         for fig in figures:  # the price's change, not the work's
             if fig.name in COST_FIGURES or fig.name.startswith(UNIT_COST_FIGURE):
                 fig.in_overall = False
@@ -1072,13 +1183,16 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "a": side_a,
         "b": side_b,
         "price_note": price_note(side_a, side_b),
+        "notes": sides_notes(a, b),
         "figures": shown,
         "recommendations": recommendation_changes(a, b),
         "verdict": overall(shown),
         "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
-                   f"~sqrt(n) buckets (between-run variation); cost per step: of the buckets "
+                   f"~sqrt(n) buckets (between-run variation; where the run repeats a pattern "
+                   f"such as a checkpoint, the standard error over windows of whole periods); "
+                   f"cost per step: of the buckets "
                    f"between the first and the last step reported, each progress line's steps "
                    f"spread over the time since the line before; phase shares: of their stack "
                    f"samples in time order, at least the binomial spread over what they are "
@@ -1086,6 +1200,39 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
                    f"windows, inconclusive from under {MIN_PHASE_SAMPLES} samples on a side; a "
                    f"change counts past {Z} x the noise of the difference (99 %)"),
     }
+
+
+def gpu_uuids(side: Side) -> set[str]:
+    """The UUIDs of the side's GPUs (those its processes held, or all of its document's), as
+    NVML gives them; empty where the document has none."""
+    return {g["uuid"] for g in side.document.get("gpus") or [] if isinstance(g, dict)
+            and g.get("index") in side.gpus and isinstance(g.get("uuid"), str) and g["uuid"]}
+
+
+def _hostname(side: Side) -> str | None:
+    host = side.document.get("host")
+    found = host.get("hostname") if isinstance(host, dict) else None
+    return found[:80] if isinstance(found, str) and found else None
+
+
+def sides_notes(a: Side, b: Side) -> list[str]:
+    """What the reader should know before the verdict about what the sides are: a side in
+    which no process ran (an idle store's range: its figures are an idle machine's, not a
+    run's), sides that share no GPU (another host's store, another machine: the verdict
+    holds the machines' difference as well as the work's)."""
+    notes = []
+    for name, side in (("A", a), ("B", b)):
+        if not side.processes and side.job is None and side.command is None:
+            notes.append(f"{name} holds no process: nothing ran in its range, its figures are "
+                         "an idle machine's")
+    ua, ub = gpu_uuids(a), gpu_uuids(b)
+    if ua and ub and not ua & ub:
+        hosts = _hostname(a), _hostname(b)
+        where = (f" (hosts {hosts[0]} and {hosts[1]})" if None not in hosts
+                 and hosts[0] != hosts[1] else "")
+        notes.append(f"the sides share no GPU{where}: they ran on other machines or other "
+                     "GPUs, and the verdict holds that difference as well as the work's")
+    return notes
 
 
 def _describe(side: Side) -> dict[str, Any]:
@@ -1105,6 +1252,7 @@ def _describe(side: Side) -> dict[str, Any]:
             "gpus": side.gpus, "processes": len(side.processes),
             "price_per_gpu": price_per_gpu_hour(side.document),
             "gpu_models": gpu_models(side.document, side.gpus),
+            "instance_type": instance_type(side.document),
             "steps": profile.get("steps") if isinstance(profile.get("steps"), int) else None,
             "command": profile.get("command") if isinstance(profile.get("command"), str)
             else None,

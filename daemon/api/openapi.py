@@ -183,6 +183,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "price_note": {"type": "string", "nullable": True,
                            "description": "the two sides were charged different prices per "
                                           "GPU-hour: what that means for the cost figures"},
+            "notes": {"type": "array", "items": {"type": "string"},
+                      "description": "what the sides are, said before the verdict: a side "
+                                     "where no process ran, sides that share no GPU"},
             "method": {"type": "string"},
         },
     },

@@ -279,7 +279,9 @@ def _side_lines(name: str, side: dict[str, Any]) -> list[str]:
             span += f", {clock.duration(side['until'] - side['recorded_from'])} of it recorded"
     steps = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job {one_line(str(side['job']))}" if side.get("job") else ""
-    out = _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}", "    ")
+    hardware = analysis.hardware_text(side)
+    hardware = f", {one_line(hardware)}" if hardware else ""
+    out = _wrap(f"{name}: {one_line(str(side['label']))}{span}{steps}{job}{hardware}", "    ")
     for warning in side.get("warnings") or []:  # as `mlcostd profile` said them
         out += _wrap(f"  not representative: {one_line(warning['message'] or warning['code'])}",
                      "    ")
@@ -331,7 +333,10 @@ def render_text(result: dict[str, Any]) -> str:
         out.append(f"  same     {', '.join(one_line(r)[:40] for r in same)}")
     if not result["recommendations"]:
         out.append("  none on either side")
-    out += ["", *_wrap(f"Verdict: {result['verdict']} "
+    out.append("")
+    for said in result.get("notes") or []:  # what the sides are, before their verdict
+        out += _wrap(f"Note: {said}", "    ")
+    out += [*_wrap(f"Verdict: {result['verdict']} "
                        f"({analysis.verdict_counts(result['figures'])})", "    "), ""]
     out += _wrap(result["method"])
     return lines("\n".join(_fit(out)) + "\n")
@@ -475,9 +480,16 @@ def _refuse_clash(args: argparse.Namespace, inputs: list[str], store: Path | Non
 
 
 def _same_file(a: str, b: str) -> bool:
-    """Whether A and B name one existing file (a profile, a snapshot), by any two paths."""
+    """Whether A and B name one existing file (a profile, a snapshot), by any two paths; a
+    profile folder names its profile.json (`compare run/ run/`, `compare run/
+    run/profile.json`)."""
+    def named(spec: str) -> Path:
+        path = Path(spec)
+        return path / "profile.json" if path.is_dir() else path
+
     try:
-        return Path(a).is_file() and Path(b).is_file() and os.path.samefile(a, b)
+        first, second = named(a), named(b)
+        return first.is_file() and second.is_file() and os.path.samefile(first, second)
     except OSError:
         return False
 

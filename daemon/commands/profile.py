@@ -34,6 +34,7 @@ from daemon import clock
 from daemon import config as config_module
 from daemon.analysis.compare import gpu_models, price_per_gpu_hour
 from daemon.analysis.latency_report import PROFILED_COMMAND, cost_per_1k_text, target_text
+from daemon.analysis.phase_balance import run_phase_balance
 from daemon.analysis.rules.base import plural
 from daemon.commands import gates as gate_checks
 from daemon.commands.gates import GATE_EXIT_STATUS, Gate
@@ -616,27 +617,9 @@ def _latency_lines(profile: dict[str, Any]) -> list[str]:
 
 def _phase_balance(processes: list[dict[str, Any]]) -> dict[str, float]:
     """Seconds per phase of the tree's GPU processes (all its processes when none used a GPU),
-    as shares of their time together, largest first. Each process's phase is its `share` of
-    its phase seconds (the share the rules quote: "spends 21% of its last 27 s in
-    evaluation"), not its `seconds`, which the report rounds to 0.1 s: 5.4 s of 26.5 s read
-    20% beside the rule's 21%."""
-    chosen = [p for p in processes if p.get("gpus") and p.get("phases")]
-    if not chosen:
-        chosen = [p for p in processes if p.get("phases")]
-    seconds: dict[str, float] = {}
-    for proc in chosen:
-        parts = proc["phases"]
-        total = sum(float(part.get("seconds") or 0.0) for part in parts.values())
-        shares = [part.get("share") for part in parts.values()]
-        exact = all(isinstance(x, int | float) and not isinstance(x, bool) for x in shares)
-        for phase, part in parts.items():
-            spent = float(part["share"]) * total if exact else float(part.get("seconds") or 0.0)
-            seconds[phase] = seconds.get(phase, 0.0) + spent
-    total = sum(seconds.values())
-    if total <= 0:
-        return {}
-    return {phase: round(s / total, 4)
-            for phase, s in sorted(seconds.items(), key=lambda item: -item[1])}
+    as shares of their time together, largest first (run_phase_balance, as `compare` reads
+    the same runs)."""
+    return {phase: round(share, 4) for phase, share in run_phase_balance(processes).items()}
 
 
 def profile_facts(document: dict[str, Any], result: Any, stack_samples: int

@@ -11,6 +11,7 @@ from daemon.analysis.compare import (
     NOT_COUNTED_NOTE,
     change_text,
     figure_text,
+    hardware_text,
     shown_verdict,
     verdict_counts,
 )
@@ -33,6 +34,8 @@ def _side(name: str, side: dict[str, Any]) -> str:
             span += (f", recorded from {_e(clock.local_time(side['recorded_from']))}")
     extra = f", {side['steps']} steps" if side.get("steps") else ""
     job = f", job <code>{_e(side['job'])}</code>" if side.get("job") else ""
+    hardware = hardware_text(side)
+    job += f", <span data-hardware>{_e(hardware)}</span>" if hardware else ""
     warned = "".join(f"<li data-warning=\"{_e(w.get('code'))}\">not representative: "
                      f"{_e(w.get('message') or w.get('code'))}</li>"
                      for w in side.get("warnings") or [] if isinstance(w, dict))
@@ -61,6 +64,8 @@ def render(result: dict[str, Any]) -> str:
             if any(f.get("in_overall", True) is False for f in result["figures"]) else "")
     if result.get("price_note"):
         note += f"<p class=muted>price: {_e(result['price_note'])}</p>"
+    for said in result.get("notes") or []:
+        note += f"<p data-note>Note: {_e(said)}</p>"
     for why in sorted({str(f["why"]) for f in result["figures"]
                        if f.get("verdict") == INCONCLUSIVE and f.get("why")}):
         note += f"<p class=muted>{INCONCLUSIVE}: {_e(why)}</p>"

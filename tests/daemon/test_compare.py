@@ -526,7 +526,7 @@ def test_a_price_cut_on_the_same_gpus_is_not_the_works_doing():
     moved = compare.compare(_priced_side(1.006, "NVIDIA A10G", "a"),
                             _priced_side(0.503, "NVIDIA L4", "b"))
     assert moved["verdict"] == compare.BETTER and _figure(moved, "wasted_per_hour")["in_overall"]
-    assert "on NVIDIA A10G before and NVIDIA L4 after" in moved["price_note"]
+    assert "on 1 x NVIDIA A10G before and 1 x NVIDIA L4 after" in moved["price_note"]
     same = compare.compare(_priced_side(1.006, "NVIDIA A10G", "a"),
                            _priced_side(1.006, "NVIDIA A10G", "b"))
     assert same["price_note"] is None and Comparison.from_dict(same).price_note is None
