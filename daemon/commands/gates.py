@@ -20,8 +20,8 @@ from daemon.analysis.compare import (
     gpu_models,
     price_moved,
     price_per_gpu_hour,
-    same_gpus,
 )
+from daemon.analysis.compare import same_hardware as sides_on_same_hardware
 from daemon.sources.safe_text import lines, one_line
 from daemon.wire import money
 from pricing.http import loads_finite
@@ -301,13 +301,13 @@ def hardware(profile: dict[str, Any]) -> str:
 
 
 def same_hardware(profile: dict[str, Any], baseline: dict[str, Any]) -> bool:
-    """Whether two profiles ran on the same hardware: the same GPU models, known on both, as
-    many of them, on the same instance type. Only then is a price per GPU-hour that moved the
-    catalog's doing: a g5.12xlarge's A10G costs more than a g5.xlarge's (the instance's
-    premium), and 4 of them are not 1."""
-    return (same_gpus(baseline.get("gpu_models") or [], profile.get("gpu_models") or [])
-            and gpu_count(profile) == gpu_count(baseline)
-            and profile.get("instance_type") == baseline.get("instance_type"))
+    """Whether two profiles ran on the same hardware, as compare reads two sides
+    (daemon.analysis.compare.same_hardware: the same GPU models, as many, on the same
+    instance type). Only then is a price per GPU-hour that moved the catalog's doing."""
+    def side(p: dict[str, Any]) -> dict[str, Any]:
+        return {"gpu_models": p.get("gpu_models") or [], "gpus": p.get("gpus_used"),
+                "instance_type": p.get("instance_type")}
+    return sides_on_same_hardware(side(baseline), side(profile))
 
 
 def max_regression(limit: float, profile: dict[str, Any], baseline: dict[str, Any],
