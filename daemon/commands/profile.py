@@ -42,7 +42,7 @@ from daemon.commands.report_energy import amount_text, grid_text
 from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
 from daemon.sources.redact import REDACTED, redacted_words
-from daemon.sources.safe_text import one_line, without_url_credentials
+from daemon.sources.safe_text import one_line, shell_quoted, without_url_credentials
 from daemon.wire import DATA_WAIT, money, process_key
 
 log = logging.getLogger(__name__)
@@ -312,11 +312,12 @@ def folder_problem(folder: Path, option: str) -> str | None:
 def shown_command(argv: list[str], limit: int = MAX_COMMAND_CHARS) -> str:
     """A command line as a shell takes it back (`bash -c 'python x.py'`, not `bash -c python
     x.py`, which runs something else): its arguments redacted (daemon.sources.redact), each
-    shell-quoted (the markers that stand for what was hidden or cut left bare), escaped to
-    one line and cut to `limit` characters."""
+    shell-quoted (the markers that stand for what was hidden or cut left bare), one with a
+    control character as `$'tab\\there'` (safe_text.shell_quoted), and cut to `limit`
+    characters."""
     words = redacted_words(argv)
     quoted = [w if w == REDACTED or (w.startswith("<truncated: ") and w.endswith(">"))
-              else shlex.quote(w) for w in words]
+              else shell_quoted(w) for w in words]
     return one_line(" ".join(quoted))[:limit]
 
 
@@ -655,6 +656,7 @@ def profile_facts(document: dict[str, Any], result: Any, stack_samples: int
     facts = {
         "command": shown_command(result.argv),
         "exit_status": result.exit_status,
+        "exit_signal": getattr(result, "exit_signal_name", None),  # "SIGSEGV"
         "stopped_after_duration": result.stopped_after_duration,
         "interrupted": result.interrupted,
         "killed_after_signal": getattr(result, "killed_after_signal", False),
@@ -829,13 +831,16 @@ def representativeness(facts: dict[str, Any], result: Any) -> list[dict[str, str
                            "command's alone")
     status = facts["exit_status"]
     if status not in (0, None) and not facts["stopped_after_duration"]:
-        warn("failed", f"the command exited with status {status}: a profile of a failed run")
+        warn("failed", f"the command {ended(facts)}: a profile of a failed run")
     if facts["interrupted"]:
         from daemon.runtime.profile import STOP_GRACE_S
 
+        second = getattr(result, "killed_on_second_signal", False)
         warn("interrupted", "the run was interrupted (SIGINT/SIGTERM)" + (
+            "" if not facts.get("killed_after_signal") else
+            "; a second one killed the command (SIGKILL to its process group)" if second else
             f"; the command had not exited {STOP_GRACE_S:.0f} s after it and was killed "
-            "(SIGKILL to its process group)" if facts.get("killed_after_signal") else ""))
+            "(SIGKILL to its process group)"))
     return warnings
 
 
@@ -915,16 +920,25 @@ def _md(text: Any) -> str:
 
 
 def command_failure(profile: dict[str, Any]) -> str | None:
-    """"the command exited with status N" when it failed (not stopped by --duration), or
-    that it was not started."""
+    """"the command exited with status N" (or "was killed by SIGSEGV (status 139)") when it
+    failed (not stopped by --duration), or that it was not started."""
     status = profile["exit_status"]
     if profile.get("start_error"):
         return f"the command could not be started: {profile['start_error']}"
     if status is None and profile.get("interrupted"):
         return NOT_STARTED
     if status not in (0, None) and not profile["stopped_after_duration"]:
-        return f"the command exited with status {status}"
+        return f"the command {ended(profile)}"
     return None
+
+
+def ended(profile: dict[str, Any]) -> str:
+    """"exited with status 1", or "was killed by SIGSEGV (status 139)": exit(139) and a
+    segfault are told apart (a profile.json of an older mlcostd has no exit_signal)."""
+    name = profile.get("exit_signal")
+    if isinstance(name, str) and name:
+        return f"was killed by {one_line(name)[:32]} (status {profile['exit_status']})"
+    return f"exited with status {profile['exit_status']}"
 
 
 def verdict(document: dict[str, Any]) -> str:
@@ -979,7 +993,9 @@ def summary_markdown(document: dict[str, Any]) -> str:
     if profile["stopped_after_duration"]:
         took += " (stopped by --duration)"
     status = profile["exit_status"]
-    out.append(f"Run: {took}, " + ("not started" if status is None else f"exit status {status}")
+    out.append(f"Run: {took}, " + ("not started" if status is None else f"exit status {status}"
+                                   + (f" (killed by {_md(one_line(profile['exit_signal']))})"
+                                      if isinstance(profile.get("exit_signal"), str) else ""))
                + (f", on {_md(where)}" + (" (simulated)" if host.get("simulated") else "")
                   if where else "") + ".")
     out.append("")

@@ -329,10 +329,13 @@ class RunResult:
     started_at: float = 0.0
     ended_at: float = 0.0
     exit_status: int | None = None  # the command's; 128 + N when a signal N ended it
+    exit_signal: int | None = None  # N when a signal N ended it (exit_status is 128 + N)
     stopped_after_duration: bool = False
     interrupted: bool = False  # SIGINT/SIGTERM reached the profile
-    killed_after_signal: bool = False  # the command outlived that signal by STOP_GRACE_S:
-    # its process group was sent SIGKILL
+    killed_after_signal: bool = False  # its process group was sent SIGKILL: the command
+    # outlived a SIGINT/SIGTERM (the profile's, or --duration's) by STOP_GRACE_S, or a second
+    # one came
+    killed_on_second_signal: bool = False  # a second SIGINT/SIGTERM killed it at once
     interrupted_by: int | None = None  # the first of them; before the command started, the
     # command is not started (exit_status stays None) and the profile exits 128 + it
     signal_after_exit: int | None = None  # the first SIGINT/SIGTERM after the command exited:
@@ -356,6 +359,20 @@ class RunResult:
     kinds: dict[str, dict[str, Any]] = field(default_factory=dict)
     recommendations: int = 0  # found by the rules over the whole run
     error: str | None = None  # the command could not be started
+
+    @property
+    def exit_signal_name(self) -> str | None:
+        """The signal that ended the command, by name ("SIGSEGV"); None when it exited."""
+        return None if self.exit_signal is None else signal_name(self.exit_signal)
+
+
+def signal_name(signum: int) -> str:
+    """"SIGSEGV"; a real-time signal as "SIGRTMIN+3"; one Python does not name, "signal 99"."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        low, high = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
+        return f"SIGRTMIN+{signum - low}" if low < signum < high else f"signal {signum}"
 
 
 class ProfileRecorder:
@@ -459,8 +476,10 @@ class ProfileRecorder:
             # The simulated GPU's client (daemon.sim.device) importable by the command.
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        if self.progress.pattern is not None:
-            env["PYTHONUNBUFFERED"] = "1"  # progress lines as they are printed, not at exit
+        # Its stdout and stderr are pipes (to the profile): a Python command's print() would be
+        # block-buffered, all of it arriving at exit (probe 140 F6), and --progress's steps
+        # with it. Unless the user set it either way.
+        env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
     async def _run_command(self) -> None:
@@ -492,15 +511,15 @@ class ProfileRecorder:
         self.tree.start(proc.pid)
         await self.daemon.discover()  # recorded from its first tick, not the next round's
         assert proc.stdout is not None and proc.stderr is not None
-        pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer, 1)),
-                 asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer, 2))]
+        pumps = [asyncio.create_task(self._pump(proc.stdout, sys.stdout.buffer, 1, transport)),
+                 asyncio.create_task(self._pump(proc.stderr, sys.stderr.buffer, 2, transport))]
         latency = asyncio.create_task(self._read_latency(exited))
         try:
             await asyncio.wait_for(asyncio.shield(exited), self.duration_s)
         except asyncio.TimeoutError:
             result.stopped_after_duration = True
             log.info("--duration reached: stopping the command (SIGTERM to its process group)")
-            await self._stop_group(proc.pid, exited)
+            await self._stop_group(exited)
         result.ended_at = clock.now()
         self._ended_mono = time.monotonic()
         if self._kill_timer is not None:
@@ -509,6 +528,7 @@ class ProfileRecorder:
         code = proc.returncode
         assert code is not None  # it exited: _Protocol said so
         result.exit_status = 128 - code if code < 0 else code
+        result.exit_signal = -code if code < 0 else None
         result.left_running = await asyncio.to_thread(self._stop_leftovers)
         _, pending = await asyncio.wait(pumps, timeout=OUTPUT_DRAIN_S)
         for task in pending:  # a process that escaped even the leftovers holds the pipes
@@ -543,14 +563,33 @@ class ProfileRecorder:
                 log.exception("reading the latency histograms failed")
             await asyncio.wait({exited}, timeout=LATENCY_POLL_S)
 
-    async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO, fd: int) -> None:
-        """The command's output to ours, unchanged, as it comes; counted on the way."""
+    async def _pump(self, stream: asyncio.StreamReader, out: BinaryIO, fd: int,
+                    transport: asyncio.SubprocessTransport) -> None:
+        """The command's output to ours, unchanged, as it comes; counted on the way. When ours
+        is closed (`mlcostd profile -- yes | head -2`: head exited), the command's pipe is
+        closed too, as a shell pipeline's would be: its next write gets SIGPIPE (or EPIPE
+        where it ignores that; Python's print() raises BrokenPipeError), so it ends as it would
+        without the profile rather than run on unseen (probe 140 F7)."""
         while True:
             chunk = await stream.read(1 << 16)
             if not chunk:
                 return
             self.progress.feed(chunk, clock.now(), fd)
-            await asyncio.to_thread(_write, out, chunk)  # a slow reader must not stop the ticks
+            # (in a thread: a slow reader must not stop the ticks)
+            if not await asyncio.to_thread(_write, out, chunk):
+                # Ours is closed, and with it the other when the two are one file (`2>&1 |
+                # head`): the command's too. What is left in our buffer, and what the profile
+                # says later, go to /dev/null rather than fail.
+                closed = {1, 2} if self._one_file else {fd}
+                for each in sorted(closed):
+                    pipe = transport.get_pipe_transport(each)
+                    if pipe is not None:
+                        pipe.close()
+                    _to_devnull(sys.stdout.buffer if each == 1 else sys.stderr.buffer)
+                if 2 not in closed:
+                    log.info("the profile's stdout was closed: the command's is closed too, "
+                             "as in a shell pipeline")
+                return
             self._unended[fd] = not chunk.endswith(b"\n")
             self._last_fd = fd
 
@@ -579,10 +618,16 @@ class ProfileRecorder:
             if self.result.interrupted_by is None:
                 self.result.interrupted_by = signum
         if self._group is not None:
-            again = signal.SIGKILL if self._interrupted_once else signum
-            _signal_group(self._group, again)
-            if not self._interrupted_once and self.result.exit_status is None:
-                self._kill_later()
+            if not self._interrupted_once:
+                _signal_group(self._group, signum)
+                if self.result.exit_status is None:
+                    self._kill_later()
+            elif self._exited is not None and not self._exited.done():
+                if not self.result.killed_after_signal:  # (not the 5 s timer's already)
+                    self.result.killed_on_second_signal = True
+                self._kill(f"got a second {signal.Signals(signum).name}")
+            else:  # (what it left running in its group)
+                _signal_group(self._group, signal.SIGKILL)
         self._interrupted_once = True
 
     _interrupted_once = False
@@ -598,21 +643,29 @@ class ProfileRecorder:
     def _kill_if_running(self) -> None:
         if self._group is None or self._exited is None or self._exited.done():
             return
-        self.result.killed_after_signal = True
-        self.fresh_line()
-        log.warning("the command did not exit within %.0f s of %s: SIGKILL to its process "
-                    "group", STOP_GRACE_S,
-                    signal.Signals(self.result.interrupted_by or signal.SIGTERM).name)
+        self._kill(f"did not exit within {STOP_GRACE_S:.0f} s of "
+                   f"{signal.Signals(self.result.interrupted_by or signal.SIGTERM).name}")
+
+    def _kill(self, reason: str) -> None:
+        """SIGKILL to the command's group, said on stderr and in the result (every path that
+        kills it: a signal outlived, a second one, --duration's SIGTERM outlived)."""
+        if self._group is None:
+            return
+        if not self.result.killed_after_signal:
+            self.result.killed_after_signal = True
+            self.fresh_line()
+            log.warning("the command %s: SIGKILL to its process group", reason)
         _signal_group(self._group, signal.SIGKILL)
 
-    @staticmethod
-    async def _stop_group(pgid: int, exited: asyncio.Future[None]) -> None:
+    async def _stop_group(self, exited: asyncio.Future[None]) -> None:
         """SIGTERM to the command's process group; SIGKILL when it has not exited in time."""
-        _signal_group(pgid, signal.SIGTERM)
+        if self._group is None:
+            return
+        _signal_group(self._group, signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(exited), STOP_GRACE_S)
         except asyncio.TimeoutError:
-            _signal_group(pgid, signal.SIGKILL)
+            self._kill(f"did not exit within {STOP_GRACE_S:.0f} s of --duration's SIGTERM")
             await exited
 
     def _stop_leftovers(self) -> int:
@@ -663,12 +716,29 @@ class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
             self._exited_future.set_result(None)
 
 
-def _write(out: BinaryIO, chunk: bytes) -> None:
+def _write(out: BinaryIO, chunk: bytes) -> bool:
+    """Whether `chunk` was written: False when our own output is closed (a pipe whose reader
+    exited)."""
     try:
         out.write(chunk)
         out.flush()
     except (BrokenPipeError, ValueError):
-        pass  # our own output is closed: the command runs on, unseen
+        return False
+    return True
+
+
+def _to_devnull(out: BinaryIO) -> None:
+    """Our output `out`, closed by its reader, replaced by /dev/null: what we write there
+    later (a verdict on a closed stderr, what was left in the buffer at exit) goes nowhere
+    rather than raise BrokenPipeError."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, out.fileno())
+        finally:
+            os.close(null)
+    except (OSError, ValueError):
+        pass
 
 
 def _same_file(one: Any, other: Any) -> bool:

@@ -37,6 +37,7 @@ well as a command line (daemon.sources.redact).
 from __future__ import annotations
 
 import re
+import shlex
 
 # Bidi embeddings, overrides and isolates, plus the invisible marks: "Trojan Source" reordering.
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
@@ -106,3 +107,27 @@ def without_url_credentials(text: str) -> str:
     """`text` with the user and password of each URL in it (`scheme://USERINFO@`) replaced by
     REDACTED: the host and path stay, to say where."""
     return _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + REDACTED + "@", text)
+
+
+def _ansi_c(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in "\\'":
+        return "\\" + char
+    code = ord(char)
+    if 0x80 <= code <= 0xFF:  # a character (U+0080-U+00FF), not the byte `\\xHH` would be
+        return f"\\u{code:04x}"
+    return _shown(match)
+
+
+_UNSAFE_OR_QUOTING = re.compile(f"{_UNSAFE.pattern[:-1]}\\\\']")
+
+
+def shell_quoted(word: str) -> str:
+    """`word` quoted so that a POSIX shell takes it back as it is (shlex.quote), and, when it
+    holds what `one_line` escapes (a tab, a newline, ESC, a bidi override, a byte that was not
+    UTF-8), as bash's, zsh's and ksh's `$'...'` with those escapes (`$'tab\\there'`), so the
+    result is one line with no control character in it that a shell still takes back
+    whole (in a UTF-8 locale): `'tab\\there'` would be read back as a backslash and a t."""
+    if is_safe(word):
+        return shlex.quote(word)
+    return "$'" + _UNSAFE_OR_QUOTING.sub(_ansi_c, word) + "'"

@@ -258,9 +258,10 @@ def test_on_a_shared_host_only_the_tree_is_recorded_its_status_passes_and_nothin
     assert facts["left_running"] >= 1
     assert "the command left running (still running 2 s after it exited):" in result.stderr
     helper = int(child.read_text())
-    # named, its command line escaped to one line (the helper's code starts with a newline)
+    # named, its command line escaped to one line as a shell takes it back (the helper's
+    # code starts with a newline)
     named = {p["pid"]: p["command"] for p in facts["left_running_processes"]}
-    assert named[helper].startswith(f"{sys.executable} -c '\\nimport os, sys, time\\n")
+    assert named[helper].startswith(f"{sys.executable} -c $'\\nimport os, sys, time\\n")
     assert f"\n    pid {helper}: {named[helper]}\n" in result.stderr
     with pytest.raises(psutil.NoSuchProcess):  # stopped
         psutil.Process(helper).status()
@@ -440,8 +441,8 @@ def test_a_command_that_outlives_the_profiles_signal_is_killed_and_the_files_wri
         "and was killed (SIGKILL to its process group)")
     assert (f"the command did not exit within 5 s of {signum.name}: SIGKILL to its process "
             "group\n") in stderr
-    assert re.search(r"^mlcostd profile: FAILED: the command exited with status 137$", stderr,
-                     re.MULTILINE), stderr
+    assert re.search(r"^mlcostd profile: FAILED: the command was killed by SIGKILL "
+                     r"\(status 137\)$", stderr, re.MULTILINE), stderr
     assert running_with(str(script)) == []
     assert_the_folder_holds_only_the_profile(out)
 
@@ -1543,7 +1544,7 @@ def test_the_command_is_shown_shell_quoted_redacted_on_one_line():
     assert shown_command(["python", "train.py", "--api-key", "sk-live-1234567890abcdef", "--lr",
                           "0.1"]) == "python train.py --api-key <redacted> --lr 0.1"
     hostile = shown_command(["sh", "-c", "echo hi\n\x1b[31mred; rm -rf /"])
-    assert hostile == "sh -c 'echo hi\\n\\x1b[31mred; rm -rf /'" and "\n" not in hostile
+    assert hostile == "sh -c $'echo hi\\n\\x1b[31mred; rm -rf /'" and "\n" not in hostile
     assert len(shown_command(["x" * 450, "y" * 100])) == 500
     assert shown_command(["python", "a b.py"], limit=8) == "python '"
 
