@@ -11,10 +11,13 @@ host_idle said "stop the host" through every interval and /v1/idle answered idle
 from __future__ import annotations
 
 import json
+import pathlib
+import signal
 import subprocess
 import time
 from typing import Any
 
+import livedaemon
 import psutil
 from simhost import poll
 from test_corpus import FAST_STACKS, pytestmark, scenario_file  # noqa: F401
@@ -218,3 +221,75 @@ def test_a_process_running_before_mlcostd_started_is_looked_at_first_then_stoppe
     finally:
         before.kill()
         before.wait()
+
+
+def test_a_periodic_job_asleep_through_a_restart_keeps_its_run_from_the_store(tmp_path):
+    """A scorer ran 5 s of kernels under one mlcostd, then slept; mlcostd restarted during its
+    sleep (an upgrade) on the same store. The new run's window showed no run and offered it the
+    SIGTERM, its host the stop. The new run takes over the store's record of the same pid and
+    start time: the look first says the run it saw before the restart ("ran 4 s of kernels (its
+    run last seen at ..."), watched since the first run's reading; no SIGTERM, no host stop."""
+    told = tmp_path / "sim_dir"
+    name = "running_before_mlcostd.py"
+    scorer = subprocess.Popen(program(name, "--dir-file", str(told), "--run-s", "5"))
+    path = scenario_file(tmp_path, [
+        {"name": "tell", "command": program("tell_sim_dir.py", str(told))}])
+    folder = tmp_path / "mlcostd"
+    started: list[Any] = []
+    try:
+        first = livedaemon.start(folder, str(path), interval=1.0, config=PERIODIC)
+        started.append(first)
+        state: dict[str, Any] = {}
+
+        def run_seen() -> bool:
+            state["recs"] = found = advice_by_program(first, (name,))
+            rec = held(found, name)
+            return rec is not None and "one run seen" in rec.action.get("text", "")
+
+        poll(run_seen, 120, "the first run's look first (its run seen)", every=1.0,
+             explain=lambda: json.dumps(rules(state.get("recs", {}))) + first.log_tail())
+        first_reading = held(state["recs"], name).evidence["no_sign_of_work"].get(
+            "watched_since")
+        assert first.stop() == 0, first.log_tail()
+        told.unlink()
+        pathlib.Path(f"{told}.attached").unlink()
+        restart = time.time()
+        second = livedaemon.start(folder, str(path), interval=1.0, config=PERIODIC, wait=False)
+        started.append(second)
+        poll(told.exists, 60, "the restarted mlcostd's simulated host", every=0.2)
+        scorer.send_signal(signal.SIGUSR1)  # it goes on holding its GPU on the new host
+        poll(second.healthy, 60, "the restarted mlcostd healthy", every=0.5)
+        state["stops"] = []
+
+        def advised_after_restart() -> bool:
+            state["recs"] = found = advice_by_program(second, (name,))
+            rec = held(found, name)
+            if rec is not None and rec.action.get("kind") == "sigterm":
+                state["stops"].append(rec.action)
+            state["stops"] += [r.summary for r in found["host"] if r.rule in STOPS]
+            since = gpus_idle_since(second)
+            return (rec is not None and "one run seen" in rec.action.get("text", "")
+                    and since is not None
+                    and rec.evidence["window"]["end"] >= since + HOST_AFTER_S + 2 * ROUND_S)
+
+        poll(advised_after_restart, 120, "the restarted run's look first, past host_after",
+             every=1.0, explain=lambda: json.dumps(
+                 {n: [(r.rule, r.action) for r in rs] for n, rs in state["recs"].items()}
+             )[:3000] + second.log_tail())
+        assert state["stops"] == [], state["stops"]
+        rec = held(state["recs"], name)
+        assert "(its run last seen at" in rec.action["text"], rec.action["text"]
+        evidence = rec.evidence["no_sign_of_work"]
+        assert evidence["kernel_s_seen"] >= 2.0 and evidence["kernel_s_before_idle"] == 0, evidence
+        # (the store's first reading of it; the window's first tick of it stands for the ticks
+        # of its 5 s step, the store's for its own)
+        assert first_reading is not None and abs(
+            evidence["watched_since"] - first_reading) <= 6.0, (evidence, first_reading)
+        assert evidence["watched_since"] < restart, evidence
+        assert second.stop() == 0, second.log_tail()
+    finally:
+        for daemon in started:
+            if daemon.returncode is None:
+                daemon.stop(check_tree=False)
+        scorer.kill()
+        scorer.wait()
