@@ -163,7 +163,7 @@ class Analyzer:
             works = [t for t in (was.work_at, proc.work_at) if t is not None]
             kept[proc.id] = ProcessHistory(
                 min(was.first_ts, proc.first_at), was.unseen_s, max(was.kernel_s, proc.kernel_s),
-                max(works) if works else None)
+                max(works) if works else None, was.resumed_at)
         self._history = kept
 
     def spend_today(self, ts: float) -> float:

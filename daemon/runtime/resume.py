@@ -140,19 +140,27 @@ def seen_before(analyzer: Analyzer, store: Store, config: Config, started_at: fl
         log.warning("cannot read what %s recorded of the running processes before this start "
                     "(%s); each is watched from now", store.path, exc)
         return 0
+    # A gap in the recording (mlcostd stopped for longer than a tick or two): a run in it is
+    # unseen, and the processes' idle is counted from this start (ProcessHistory.resumed_at)
+    resumed = (started_at if started_at - last / 1000 > recording_gap_s(config.daemon.interval)
+               else None)
     history = {}
     for r in rows:
         first_ts, start_time = r["first_ts"] / 1000, r["start_ms"] / 1000
+        if not start_time <= first_ts <= last / 1000:
+            continue  # (a store's rows may come from anyone: not a reading of it)
         began = [t for t in starts if t <= first_ts]
         got = ran.get(r["id"]) or {}
         sm, gpus, work_ts = got.get("sm"), got.get("gpus"), got.get("work_ts")
+        if isinstance(work_ts, int) and not r["first_ts"] <= work_ts <= last:
+            work_ts = None
         # (each row stands for a tick's interval; a process on two GPUs counts its mean)
         kernel_s = (float(sm) / _SM_PER_PERCENT / 100 * config.daemon.interval / gpus
                     if isinstance(sm, int | float) and isinstance(gpus, int) and gpus > 0
                     and sm > 0 else 0.0)
         history[process_key(r["pid"], start_time)] = ProcessHistory(
             first_ts, unseen_before(start_time, first_ts, began[-1]) if began else 0.0,
-            kernel_s, work_ts / 1000 if isinstance(work_ts, int) else None)
+            kernel_s, work_ts / 1000 if isinstance(work_ts, int) else None, resumed)
     analyzer.seen_before(history)
     return len(history)
 

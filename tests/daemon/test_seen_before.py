@@ -142,13 +142,16 @@ def test_a_restart_takes_over_what_the_store_saw_of_the_same_process(tmp_path):
     store.close()
     assert a.run_started_at == restart
     history = a.history()[key(pstart)]
-    assert history == ProcessHistory(T0, 0.0, 16.0, T0 + 40.0), history
+    # mlcostd was away 5 minutes (its last tick at T0 + 290): a run then would be unseen, so
+    # its idle is counted from the restart, not from its run at T0 + 40
+    assert history == ProcessHistory(T0, 0.0, 16.0, T0 + 40.0, restart), history
     found = run(a, pstart, restart + 5, 20)
     [held] = advice(found, "idle_gpu_held")
     assert held.action["kind"] == "copy_commands", held.action
     assert "ran 16 s of kernels (its run last seen at" in held.action["text"], held.action
     evidence = held.evidence["no_sign_of_work"]
     assert evidence["watched_since"] == T0 and evidence["unseen_s"] == 0, evidence
+    assert evidence["idle_watched_s"] == 195.0, evidence  # since the restart
     assert advice(found, "host_idle") == []
 
     other = analyzer()

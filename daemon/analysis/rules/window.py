@@ -115,6 +115,9 @@ class ProcessHistory:
     # last time it ran kernels at WORK_RUN_MIN_PCT or more (None: never seen to).
     kernel_s: float = 0.0
     work_at: float | None = None
+    # When mlcostd watched it again after a gap in its recording (it was stopped, or restarted
+    # slower than a tick or two): a run in the gap is unseen, so its idle is counted from here.
+    resumed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -203,9 +206,11 @@ class ProcessWindow:
 
     def idle_watched_s(self, end: float) -> float:
         """How long mlcostd has watched it without a run of its kernels, up to `end`: since its
-        last run seen (in the window or before it), else since it first read it."""
-        ran = [t for t in (self.work_at, self.history.work_at if self.history else None)
-               if t is not None]
+        last run seen (in the window or before it), else since it first read it, and not from
+        before a gap in mlcostd's recording (ProcessHistory.resumed_at)."""
+        history = self.history
+        ran = [t for t in (self.work_at, history.work_at if history else None,
+                           history.resumed_at if history else None) if t is not None]
         return max(end - max([self.watched_since, *ran]), 0.0)
 
     @property
