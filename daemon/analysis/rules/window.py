@@ -84,19 +84,25 @@ def _runs_at_or_above(signal: Sequence[float], level: float) -> int:
     return runs
 
 
-def _seconds_of_kernels(ts: Sequence[float], signal: Sequence[float], until: float) -> float:
-    """Seconds of kernels (percent / 100 x seconds) in `signal` at the times `ts` before
-    `until`. Each kept tick stands for the time since the one before it (its value is the mean
-    of the ticks between), at most the median gap (a gap where the process was not seen is no
-    time it ran for); the first stands for no known time (it is one reading, of NVML's last
-    second) and is not counted."""
+def _seconds_of_kernels(ts: Sequence[float], signal: Sequence[float],
+                        until: float) -> tuple[float, float]:
+    """Seconds of kernels (percent / 100 x seconds) in `signal` at the times `ts`: before
+    `until`, and in all. Each kept tick stands for the time since the one before it (its value
+    is the mean of the ticks between), at most the median gap (a gap where the process was not
+    seen is no time it ran for); the first stands for no known time (it is one reading, of
+    NVML's last second) and is not counted."""
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
     if not gaps:
-        return 0.0
+        return 0.0, 0.0
     longest = statistics.median(gaps)
-    return sum(v / 100.0 * min(gap, longest)
-               for at, v, gap in zip(ts[1:], signal[1:], gaps, strict=True)
-               if at < until and not isnan(v))
+    before = total = 0.0
+    for at, v, gap in zip(ts[1:], signal[1:], gaps, strict=True):
+        if v > 0:  # (NaN: not read)
+            ran = v / 100.0 * min(gap, longest)
+            total += ran
+            if at < until:
+                before += ran
+    return before, total
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,8 @@ class ProcessWindow:
     # where there is no idle span or nothing before it.
     kernel_s_before_idle: float = 0.0
     # Its first tick in the window, the seconds of its kernels in the whole window, and its
-    # last tick whose SM signal read WORK_RUN_MIN_PCT or more (None: none in the window).
+    # last tick whose SM signal read WORK_RUN_MIN_PCT or more (None: none in the window); the
+    # two read only where its GPUs idle at the window's end (0 and None otherwise).
     first_at: float = 0.0
     kernel_s: float = 0.0
     work_at: float | None = None
@@ -694,11 +701,12 @@ class _ProcessTrack:
         cpu_idle_cores = (max(cpu_read[-1][1] - cpu_read[0][1], 0.0)
                           / (cpu_read[-1][0] - cpu_read[0][0])
                           if len(cpu_read) >= 2 and cpu_read[-1][0] > cpu_read[0][0] else None)
-        kernel_s_before_idle = (_seconds_of_kernels(ts, self.signal, idle_since) if idle_s > 0
-                                else 0.0)
-        kernel_s = _seconds_of_kernels(ts, self.signal, math.inf)
-        work_at = next((at for at, v in zip(reversed(ts), reversed(self.signal), strict=True)
-                        if v >= WORK_RUN_MIN_PCT), None)
+        # (only where its GPUs idle, as the rules read them: a run of a process at work now is
+        # still in the window at the rounds after it goes idle, and the analyzer keeps it then)
+        kernel_s_before_idle, kernel_s = (_seconds_of_kernels(ts, self.signal, idle_since)
+                                          if idle_s > 0 else (0.0, 0.0))
+        work_at = (next((at for at, v in zip(reversed(ts), reversed(self.signal), strict=True)
+                         if v >= WORK_RUN_MIN_PCT), None) if idle_s > 0 else None)
         utilization, read_utils = self.utils.fmean_read()
         burn_per_hour, _ = self.burn_rates.fmean_read(unread_as_zero=True)
         sm_activity, with_gpm = self.sms.fmean()
