@@ -18,6 +18,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from daemon.analysis.book import DEFAULT_HOLD_S, RecommendationBook
@@ -33,7 +34,11 @@ from daemon.analysis.ledger import CostLedger
 from daemon.analysis.meters import UnitCostMeter, storage_cost
 from daemon.analysis.rules import Finding, evaluate
 from daemon.analysis.rules.idle import at_work, is_periodic, work_reasons
-from daemon.analysis.rules.window import analysis_of_ticks
+from daemon.analysis.rules.window import (
+    ProcessHistory,
+    ProcessWindow,
+    analysis_of_ticks,
+)
 from daemon.analysis.totals import GpuTotals
 from daemon.analysis.window_ticks import WINDOW_S, StepMeans, WindowTick, window_tick
 from daemon.clock import utc_day
@@ -43,6 +48,23 @@ from pricing.grid import GridIntensity, grid_intensity
 
 WINDOW_STEP_S = 5.0  # keep at most one sample per 5 s for the rules
 RECENT_EVENTS = 50
+# A process held its GPU when a run began where that run read it this soon after its start
+# (its first tick comes after NVML's first readings and, simulated, its workloads' attach), and
+# it started before the run by more than this (a process's start time from /proc is good to a
+# second: the boot time it counts from is whole seconds).
+HELD_AT_START_WITHIN_S = 30.0
+STARTED_BEFORE_MIN_S = 2.0
+
+
+def unseen_before(start_time: float, first_ts: float, run_start: float) -> float:
+    """How long a process ran before mlcostd first read it (at `first_ts`) in the run that
+    began at `run_start`, where it held its GPU already as the run began: what it did before
+    is unseen. 0 where that run read it later (a process that started while mlcostd ran was
+    read from its first GPU use) or it started with the run."""
+    if first_ts - run_start > HELD_AT_START_WITHIN_S:
+        return 0.0
+    unseen = run_start - start_time
+    return unseen if unseen > STARTED_BEFORE_MIN_S else 0.0
 PROCESS_TARGET = re.compile(r"\d+:\d+\.\d+")  # a process rule's target (wire.process_key)
 
 
@@ -104,6 +126,12 @@ class Analyzer:
         # ... with what of it GET /v1/idle cannot read in a tick alone (rules/idle.py's
         # work_reasons: the window's signs of work, a parent that serves, a poll between sleeps)
         self._working: dict[str, tuple[str, ...]] = {}
+        # When this run began (the daemon's start; else its first sample), and what it saw of
+        # each process ('pid:start_time') before the window: ProcessHistory, kept from round to
+        # round (only for the processes of the latest window) and taken over from the store at
+        # a start (daemon.runtime.resume.seen_before)
+        self.run_started_at: float | None = None
+        self._history: dict[str, ProcessHistory] = {}
         self.lock = threading.Lock()  # see the module docstring
 
     def resume(self, spent_before: CostLedger | None,
@@ -112,6 +140,31 @@ class Analyzer:
         (daemon.analysis.recorded_spend) and the budget crossings they left open. Returns
         those of periods over by `ts`, ended (BudgetWatch.resume), for the store."""
         return self.budgets.resume(spent_before, budget_events, ts)
+
+    def seen_before(self, history: Mapping[str, ProcessHistory]) -> None:
+        """Take over what runs before this one saw of the processes still running (the store's
+        record of each pid and start time: daemon.runtime.resume.seen_before)."""
+        with self.lock:
+            for key, seen in history.items():
+                self._history.setdefault(key, seen)
+
+    def history(self) -> dict[str, ProcessHistory]:
+        """What was seen of each process before the latest window (ProcessHistory)."""
+        with self.lock:
+            return dict(self._history)
+
+    def _remember(self, processes: Sequence[ProcessWindow]) -> None:
+        """Keep what this round's window saw of each of its processes for the rounds after it
+        (a run of kernels leaves the window after 30 minutes; a periodic job's next run may come
+        hours later). Under the lock; only the window's processes are kept."""
+        kept: dict[str, ProcessHistory] = {}
+        for proc in processes:
+            was = proc.history or ProcessHistory(proc.first_at)
+            works = [t for t in (was.work_at, proc.work_at) if t is not None]
+            kept[proc.id] = ProcessHistory(
+                min(was.first_ts, proc.first_at), was.unseen_s, max(was.kernel_s, proc.kernel_s),
+                max(works) if works else None, was.resumed_at)
+        self._history = kept
 
     def spend_today(self, ts: float) -> float:
         """The host's spend on ts's UTC day: recorded before this start (kept by the budgets,
@@ -131,6 +184,8 @@ class Analyzer:
             return self._update(sample)
 
     def _update(self, sample: Sample) -> list[Event]:
+        if self.run_started_at is None:
+            self.run_started_at = sample.ts
         holders = gpu_holders(sample)  # grouped once for the burn and the energy split
         current = burn(sample, self.price, self.thresholds, holders, self._burn_memo)
         self.latest, self.latest_sample = current, sample
@@ -177,19 +232,32 @@ class Analyzer:
         window, budget_events = inputs
         if not window:
             return []
+        with self.lock:
+            history = dict(self._history)
+            run_start = self.run_started_at if self.run_started_at is not None else window[0].ts
         analysis = analysis_of_ticks(window, phase_balances, self.price, self.catalog,
                                      jobs=self.ledger.labeler,
                                      checkpoint_times=checkpoint_times,
                                      budget_events=budget_events, limits=self.limits,
                                      thresholds=self.thresholds, kinds=kinds,
-                                     request_counters=self.request_counters())
+                                     request_counters=self.request_counters(),
+                                     history=history)
+        # a process new to this run's rounds: whether it held its GPU before this run began
+        fresh = {proc.id: ProcessHistory(proc.first_at, unseen_before(
+            proc.start_time, proc.first_at, run_start))
+            for proc in analysis.processes if proc.history is None}
+        if fresh:
+            analysis = replace(analysis, processes=tuple(
+                replace(proc, history=fresh[proc.id]) if proc.id in fresh else proc
+                for proc in analysis.processes))
         periodic = {proc.id: proc.work_runs for proc in analysis.processes
                     if is_periodic(proc)}
         busy = at_work(analysis)
         working = frozenset(proc.id for proc in busy)
-        reasons = {proc.id: tuple(why) for proc in busy if (why := work_reasons(proc))}
+        reasons = {proc.id: tuple(why) for proc in busy if (why := work_reasons(proc, analysis))}
         with self.lock:
             self._periodic, self._at_work, self._working = periodic, working, reasons
+            self._remember(analysis.processes)
         return evaluate(analysis)
 
     def working(self) -> dict[str, tuple[str, ...]]:

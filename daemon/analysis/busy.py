@@ -20,6 +20,11 @@ DEFAULT_IDLE_UTILIZATION_PCT = 5.0
 DEFAULT_GPU_HELD_AFTER_S = 600.0
 DEFAULT_GPU_UNHELD_AFTER_S = 600.0
 DEFAULT_HOST_IDLE_AFTER_S = 1800.0
+# How long a process that ran before (a run of its kernels seen, or a part of its life before
+# mlcostd first read it) is watched idle before it is offered a SIGTERM or its host the stop
+# (default of [idle].longest_period): a periodic job sleeps between its runs, and no reading
+# tells its sleep from a finished job's; the longest common schedule is daily (a nightly job).
+DEFAULT_LONGEST_PERIOD_S = 86400.0
 
 
 def gpu_is_busy(utilization_pct: float | None, idle_utilization_pct: float) -> bool | None:

@@ -181,7 +181,9 @@ def classify(
 
     A main thread blocked reading a pipe in C (`signals.main_thread_blocked_on`, no frame below
     its line, not an input() prompt) comes right after the I/O frames: a worker waiting for its
-    next job where nothing arrived, else reading input (`_reads_pipe`). A wait inside the
+    next job where nothing arrived, else reading input (`_reads_pipe`). A named pipe (a FIFO:
+    blocked in its open with no writer yet, or reading it) comes before any frame below the
+    user's line, which only say which Python call opened it (Path.open, Path.read_text). A wait inside the
     subprocess module or multiprocessing's Process.join (CHILD_WAITS) comes after the signals
     and before the other waiting frames: waiting for a child process it started (idle,
     CHILD_WAIT: `_waits_for_child`). A hand-over wait with no thread working on input, while a
@@ -238,6 +240,13 @@ def classify(
     called = frames[: frames.index(responsible)] if responsible is not None else frames
     if signals is not None and signals.main_thread_blocked_on == INOTIFY:
         return _watches_folder(responsible, called, source_line)
+    if (signals is not None and signals.main_thread_blocked_on == NAMED_PIPE
+            and not _calls(responsible, PROMPT_CALL, source_line)):
+        # /proc says it: blocked opening a FIFO that no writer holds (wchan wait_for_partner)
+        # or reading one, whichever Python call opened it (open(), os.open, Path.open,
+        # Path.read_text: pathlib's frames below the user's line read as a file read, or as a
+        # blocked main thread); the frames only say where
+        return _reads_pipe(NAMED_PIPE, responsible, signals, source_line)
     # A broker's queue read (a redis blocking pop) reads its socket too: the wait is the job's.
     io = first_match(called, IO) if first_match(called, JOB) is None else None
     if io is not None:
@@ -262,7 +271,7 @@ def classify(
         return _said(io, responsible)
     line_call = _source_call(responsible, source_line) if not called else None
     if (not called and signals is not None
-            and signals.main_thread_blocked_on in (NAMED_PIPE, ANONYMOUS_PIPE)
+            and signals.main_thread_blocked_on == ANONYMOUS_PIPE
             and not _calls(responsible, PROMPT_CALL, source_line)):
         return _reads_pipe(signals.main_thread_blocked_on, responsible, signals, source_line)
     if line_call is not None and line_call[0] in (DATA_WAIT, CHECKPOINT, OUTPUT):

@@ -14,6 +14,7 @@ from daemon.analysis.busy import (
     DEFAULT_GPU_UNHELD_AFTER_S,
     DEFAULT_HOST_IDLE_AFTER_S,
     DEFAULT_IDLE_UTILIZATION_PCT,
+    DEFAULT_LONGEST_PERIOD_S,
 )
 from daemon.analysis.kinds import KINDS
 from daemon.sources.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
@@ -177,6 +178,10 @@ class IdleConfig:
     host_after: float = field(default=DEFAULT_HOST_IDLE_AFTER_S, metadata=_meta(
         "every GPU idle (or none in use) this long: 'stop this instance'", "duration", 10,
         7 * 86400))
+    longest_period: float = field(default=DEFAULT_LONGEST_PERIOD_S, metadata=_meta(
+        "a process that ran before (a run of kernels seen, or it held its GPU before mlcostd "
+        "started) is a periodic job between runs until watched idle this long: looked at "
+        "first, never SIGTERM, its host never 'stop'", "duration", 10, 30 * 86400))
 
 
 @dataclass(frozen=True)

@@ -811,6 +811,7 @@ class Daemon:
         assert self.store is not None
         analyzer = build_analyzer(self.config, price, catalog)
         resume.spend_before(analyzer, self.store, self.config)
+        resume.seen_before(analyzer, self.store, self.config, self.started_at)
         resume.record_price(self.store, price, clock.now())
         self.host["grid"] = analyzer.grid().as_dict()  # carbon's intensity, for reports, replays
         self.store.set_meta("host", self.host)

@@ -261,6 +261,7 @@ def build_analyzer(config: Config, price: HostPrice, catalog: Any) -> Analyzer:
     """The Analyzer for this host: idle thresholds, jobs, budgets, storage, unit costs, rules."""
     idle, cost = config.idle, config.cost
     limits = {"idle_held_min_s": idle.gpu_held_after, "host_idle_min_s": idle.host_after,
+              "longest_period_s": idle.longest_period,
               "shrink_min_window_s": cost.shrink_min_window,
               "spot_min_runtime_s": cost.spot_min_runtime,
               "rightsize_evidence_s": cost.rightsize_evidence,

@@ -2347,3 +2347,33 @@ def test_a_main_thread_taking_jobs_with_a_timeout_waits_for_its_next_job_as_with
                          source_line=lines(train="time.sleep(1)"), signals=signals)
         assert found.phase == "idle", found
         assert not found.reason.startswith(stack_rules.JOB_WAIT), found
+
+
+@pytest.mark.parametrize(("line", "below"), [
+    ("with open(args.fifo) as batch:", []),
+    ("with Path(args.fifo).open() as batch:", [(f"{STDLIB}/pathlib.py", "Path.open", 1044)]),
+    ("fd = os.open(args.fifo, os.O_RDONLY)", []),
+    ("batch = Path(args.fifo).read_text()", [(f"{STDLIB}/pathlib.py", "Path.open", 1044),
+                                             (f"{STDLIB}/pathlib.py", "Path.read_text", 1058)]),
+    ("batch = Path(args.fifo).read_text()", [(f"{STDLIB}/pathlib.py", "Path.read_text", 1059)]),
+    ("batch = fifo.read_bytes()", [(f"{STDLIB}/pathlib.py", "Path.read_bytes", 1051)]),
+])
+def test_a_fifo_open_or_read_is_a_job_wait_whichever_python_call_made_it(line, below):
+    """Probe 132 L2 follow-up: a main thread blocked on a named pipe (opening it with no writer,
+    wchan wait_for_partner, or reading it) waits for its next job whichever Python call opened
+    it: /proc's facts are the evidence; pathlib's frames below the user's line (Path.open,
+    Path.read_text) only say how. They read as "reading a file or socket" (data wait, told to
+    prefetch) or as a plain sleep (SIGTERM), where the builtin open() read as the job wait."""
+    threads = stack(*below, (USER, "main", 27))
+    quiet = signals(main_thread_blocked_on="a named pipe (FIFO)", main_thread_woke=False,
+                    tree_cpu=0.0)
+    found = classify(threads, gpu_busy=False, source_line=lambda f: line, signals=quiet)
+    assert found.phase == "idle", found
+    assert found.reason.startswith(f"{stack_rules.JOB_WAIT} on a named pipe (FIFO) nothing "
+                                   f"came to (`{line.strip()}`"), found
+    assert found.frame == Frame("main", USER, 27)
+    woke = signals(main_thread_blocked_on="a named pipe (FIFO)", main_thread_woke=True,
+                   tree_cpu=0.01, gpu_busy=True)
+    found = classify(threads, gpu_busy=False, source_line=lambda f: line, signals=woke)
+    assert found.phase == "data_wait", found
+    assert found.reason == f"reading a named pipe (FIFO) (`{line.strip()}`)", found

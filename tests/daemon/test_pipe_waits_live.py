@@ -119,3 +119,62 @@ def test_a_worker_that_reopens_its_fifo_waits_in_the_open_for_its_next_batch(mlc
     assert waits["reason"].startswith("waiting for its next job on a named pipe (FIFO) nothing "
                                       "came to (`with open(args.fifo) as batch"), waits
     assert daemon.stop() == 0, daemon.log_tail()
+
+
+def test_a_fifo_opened_through_pathlib_or_os_is_waited_on_as_the_builtin_open_is(
+        mlcostd, tmp_path):
+    """The same worker reopening its FIFO through `Path(fifo).open()`, `os.open(fifo, ...)` or
+    `Path(fifo).read_text()`: /proc says each waits in the FIFO's open (wchan wait_for_partner)
+    as the builtin open() does, whatever Python call made it. The pathlib ones, whose stacks
+    hold pathlib's frames below the user's line, read as a blocked main thread and were offered
+    idle_gpu_held's SIGTERM; now each is a queue consumer between batches (idle_server at its
+    own line), never a SIGTERM, a stop or prefetch advice."""
+    hows = {"pathlib": "with Path(args.fifo).open() as batch",
+            "os": "fd = os.open(args.fifo, os.O_RDONLY)",
+            "read_text": "batch = Path(args.fifo).read_text()"}
+    fifos = {how: tmp_path / f"{how}.fifo" for how in hows}
+    for fifo in fifos.values():
+        os.mkfifo(fifo)
+    names = tuple(f"--open-with {how}" for how in hows)
+    path = scenario_file(tmp_path, [
+        {"name": how, "command": program("fifo_job_worker.py", "--fifo", str(fifo), "--reopen",
+                                         "--open-with", how)} for how, fifo in fifos.items()])
+    daemon = mlcostd("idle-host", interval=1.0, config=QUICK, args=["--simulate", str(path)])
+
+    def worker_opened(fifo: Path) -> int | None:  # the scheduler's end, once the open waits
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader yet
+            return None
+
+    for how, fifo in fifos.items():
+        writer = poll(lambda fifo=fifo: worker_opened(fifo), 60, f"the {how} worker's open",
+                      every=0.5)
+        with os.fdopen(writer, "w") as batch:  # its one batch, then the scheduler closes it
+            batch.write(json.dumps({"id": 0, "audio": "x" * 4000}) + "\n")
+    state: dict[str, Any] = {"stops": []}
+
+    def all_advised_as_consumers() -> bool:
+        state["recs"] = found = advice_by_program(daemon, names)
+        state["stops"] += [(n, r.rule, r.action) for n in names for r in found[n]
+                           if r.rule in STOPS or (r.action or {}).get("kind") == "sigterm"]
+        return all(any(r.rule == "idle_server" and r.evidence.get("waits_for_jobs")
+                       for r in found[name]) for name in names)
+
+    poll(all_advised_as_consumers, 240, "idle_server advice for the three workers waiting in "
+         "their opens", every=2.0,
+         explain=lambda: json.dumps(rules(state.get("recs", {}))) + "\n" + json.dumps(
+             {n: [(r.rule, r.summary, (r.evidence.get("no_sign_of_work") or {}).get(
+                 "waiting_in")) for r in rs] for n, rs in state.get("recs", {}).items()})
+         + "\n" + daemon.log_tail())
+    assert state["stops"] == [], state["stops"]
+    found = state["recs"]
+    for how, line in hows.items():
+        name = f"--open-with {how}"
+        assert not {r.rule for r in found[name]} & {*STOPS, "dataloader_starvation"}, rules(found)
+        [rec] = [r for r in found[name] if r.rule == "idle_server"]
+        waits = rec.evidence["waits_for_jobs"]
+        assert "fifo_job_worker.py" in waits["file"], waits
+        assert waits["reason"].startswith("waiting for its next job on a named pipe (FIFO) "
+                                          f"nothing came to (`{line}"), waits
+    assert daemon.stop() == 0, daemon.log_tail()

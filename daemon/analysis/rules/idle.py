@@ -43,6 +43,7 @@ to release the GPU between runs: stopping the host would stop its next run. The 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -218,17 +219,43 @@ def sleeps(proc: ProcessWindow) -> Mapping[str, Any] | None:
     return top
 
 
-def one_run_then_sleeps(proc: ProcessWindow) -> Mapping[str, Any] | None:
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M UTC", time.gmtime(ts))
+
+
+def ran_before(proc: ProcessWindow) -> bool:
+    """It ran a run of work before it went idle (RUN_OF_WORK_MIN_S seconds of kernels or more):
+    in the window (a run at WORK_RUN_MIN_PCT), or before it as mlcostd saw it (its history: a
+    run older than the window, or recorded in the store before mlcostd restarted)."""
+    earlier = proc.history.kernel_s if proc.history else 0.0
+    return ((proc.work_runs >= 1 and proc.kernel_s_before_idle >= RUN_OF_WORK_MIN_S)
+            or earlier >= RUN_OF_WORK_MIN_S)
+
+
+def one_run_then_sleeps(proc: ProcessWindow, a: Analysis) -> Mapping[str, Any] | None:
     """The sleep its stacks wait in where, before it went idle, it ran one run of work
-    (RUN_OF_WORK_MIN_S seconds of kernels or more, a run at WORK_RUN_MIN_PCT) and it is no
-    notebook: a periodic job in its first interval (one run seen: after it starts, after the
-    daemon restarts, or every interval where its period outlasts the window) reads so, as does
-    a job that ran once and finished; nothing the window holds tells them apart, so idle_gpu_held
-    looks first. None otherwise (a warm-up pass, then a sleep, keeps the SIGTERM)."""
-    if (proc.kind.kind == NOTEBOOK or proc.work_runs < 1
-            or proc.kernel_s_before_idle < RUN_OF_WORK_MIN_S):
+    (`ran_before`: in the window, or before it as mlcostd saw it, across a restart too) and it
+    is no notebook, and mlcostd has watched it idle less than [idle].longest_period
+    (longest_period_s): a periodic job in its first interval (one run seen: after it starts,
+    after the daemon restarts, or every interval where its period outlasts the window) reads
+    so, as does a job that ran once and finished; nothing the window holds tells them apart,
+    so idle_gpu_held looks first and the host is not stopped. None otherwise (a warm-up pass,
+    then a sleep, keeps the SIGTERM; so does one watched idle past the longest period)."""
+    if (proc.kind.kind == NOTEBOOK or not ran_before(proc)
+            or proc.idle_watched_s(a.end) >= a.limit("longest_period_s")):
         return None
     return sleeps(proc)
+
+
+def ran_unseen(proc: ProcessWindow, a: Analysis) -> bool:
+    """It held its GPU before mlcostd first read it (ProcessWindow.unseen_s: it was running
+    when mlcostd started), is no notebook, and mlcostd has watched it idle less than
+    [idle].longest_period: what it did before is unseen, and a periodic job between its runs
+    reads as one that never worked. idle_gpu_held looks first instead of its SIGTERM, and the
+    host is not stopped, until it has been watched idle that long (a job hung before mlcostd
+    started then gets the SIGTERM)."""
+    return (proc.kind.kind != NOTEBOOK and proc.unseen_s > 0
+            and proc.idle_watched_s(a.end) < a.limit("longest_period_s"))
 
 
 def is_periodic(proc: ProcessWindow) -> bool:
@@ -324,14 +351,38 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
 
 
 def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
-    """One run of work, then a plain sleep: a periodic job's first interval or a finished job."""
+    """One run of work, then a plain sleep: a periodic job's first interval or a finished job.
+    A run before the window (its history) says when mlcostd last saw it run."""
+    ran = proc.kernel_s_seen
+    earlier = proc.history.work_at if proc.history else None
+    when = (f" (its run last seen at {_clock(earlier)}, before the window the rules read, "
+            "or before mlcostd restarted)" if earlier is not None and proc.work_at is None
+            else "")
     return {"kind": "copy_commands",
-            "text": f"pid {proc.pid} ran {proc.kernel_s_before_idle:.0f} s of kernels, then "
+            "text": f"pid {proc.pid} ran {ran:.0f} s of kernels{when}, then "
                     f"sleeps ({where}): one run seen: a periodic job between its runs looks the "
                     "same (its next run may come after the window). Look at what it waits for "
                     "before stopping it; if it runs again, release the GPU between runs (start "
                     "it per run, or unload the model while it waits); stop it only if it is done",
             "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
+
+
+def _look_first_unseen(proc: ProcessWindow, a: Analysis) -> dict[str, object]:
+    """It held its GPU before mlcostd first read it: seen only since then, and what it did
+    before is unseen (a periodic job between its runs reads as one that never worked)."""
+    since = proc.watched_since
+    longest = a.limit("longest_period_s")
+    return {"kind": "copy_commands",
+            "text": f"pid {proc.pid} was seen only since mlcostd started at {_clock(since)}; it "
+                    f"ran {duration(proc.unseen_s)} before that unseen, holding its GPU, and no "
+                    f"run of its kernels has been seen in the {duration(proc.idle_watched_s(a.end))} "
+                    "watched since: a periodic job between its runs looks the same as one that "
+                    "hangs or is done. Look at what it waits for before stopping it; mlcostd "
+                    f"offers the SIGTERM once it has watched it idle for {duration(longest)} "
+                    "([idle].longest_period)",
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         f"ps -o pid,lstart,etime,args -p {proc.pid}  # since when it runs",
+                         f"kill -TERM {proc.pid}"]}
 
 
 def _look_first_poller(proc: ProcessWindow, where: str) -> dict[str, object]:
@@ -398,7 +449,8 @@ def _look_first_timer(proc: ProcessWindow, where: str) -> dict[str, object]:
                          "when it wakes"]}
 
 
-def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, object]:
+def _idle_action(proc: ProcessWindow, waiting: dict[str, Any], a: Analysis
+                 ) -> dict[str, object]:
     """SIGTERM only where stacks show it waiting for nothing, and it did no work in the window
     (a notebook kernel may have: a cell ran, then its user left), or stopped by a signal (state
     T: nothing of it runs until it is continued); else what to look at first."""
@@ -432,9 +484,11 @@ def _idle_action(proc: ProcessWindow, waiting: dict[str, Any]) -> dict[str, obje
         return _look_first_between(proc, computed)
     if is_periodic(proc):
         return _look_first_periodic(proc)
-    one_run = one_run_then_sleeps(proc)
+    one_run = one_run_then_sleeps(proc, a)
     if one_run is not None:
         return _look_first_one_run(proc, f"{one_run.get('file')}:{one_run.get('line')}")
+    if ran_unseen(proc, a):
+        return _look_first_unseen(proc, a)
     return _sigterm(proc)
 
 
@@ -474,6 +528,10 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                  "cpu_idle_cores": proc.cpu_idle_cores,
                  "kernel_s_before_idle": round(proc.kernel_s_before_idle, 2),
                  "work_runs": proc.work_runs,
+                 "kernel_s_seen": round(proc.kernel_s_seen, 2),
+                 "watched_since": proc.watched_since,
+                 "unseen_s": round(proc.unseen_s, 1),
+                 "idle_watched_s": round(proc.idle_watched_s(a.end), 1),
                  "read_bytes_per_s": proc.read_bytes_per_s,
                  "d_state_fraction": proc.d_state_fraction,
                  "iowait_fraction": proc.iowait_fraction,
@@ -481,7 +539,7 @@ def check_idle_gpu_held(a: Analysis, rule: Rule) -> list[Finding]:
                  "waiting_in": [{"file": st.get("file"), "line": st.get("line"),
                                  "function": st.get("function"), "reason": st.get("reason")}
                                 for st in idle_stacks[:3]]}},
-            _idle_action(proc, waiting),
+            _idle_action(proc, waiting, a),
             scope={"frees": list(proc.gpus)},
             headline=f"pid {proc.pid} holds {_gpus(proc)} idle for "
                      f"{idle_for(proc.trailing_idle_s, a)} at {money(proc.burn_per_hour)}/h"))
@@ -651,13 +709,33 @@ def at_work(a: Analysis) -> list[ProcessWindow]:
                                              or waits_for_child(proc) is not None
                                              or is_periodic(proc)
                                              or (proc.kind.kind != NOTEBOOK
-                                                 and polls_for_work(proc) is not None))]
+                                                 and polls_for_work(proc) is not None)
+                                             or may_run_again(proc, a))]
 
 
-def work_reasons(proc: ProcessWindow) -> list[str]:
+def may_run_again(proc: ProcessWindow, a: Analysis) -> bool:
+    """idle_gpu_held looks first because it may be a periodic job between its runs: one run of
+    work seen, then a sleep (`one_run_then_sleeps`), or it ran before mlcostd first read it
+    (`ran_unseen`), watched idle less than [idle].longest_period. Stopping the host would stop
+    its next run: host_idle holds back and GET /v1/idle answers active."""
+    return one_run_then_sleeps(proc, a) is not None or ran_unseen(proc, a)
+
+
+def work_reasons(proc: ProcessWindow, a: Analysis) -> list[str]:
     """What of `at_work`'s tests GET /v1/idle cannot read in the tick's /v1/now alone: the
-    window's signs of work, its parent serving, its polling between sleeps."""
+    window's signs of work, its parent serving, its polling between sleeps, a periodic job
+    that may run again (one run seen, or it ran before mlcostd first read it)."""
     reasons = [f"the rules' window: {sign}" for sign in signs_of_work(proc)]
+    if one_run_then_sleeps(proc, a) is not None:
+        reasons.append(f"ran {proc.kernel_s_seen:.0f} s of kernels, then sleeps: one run seen, "
+                       "a periodic job between its runs may run again (stopping the host would "
+                       "stop its next run)")
+    elif ran_unseen(proc, a):
+        reasons.append(f"held its GPU before mlcostd started watching it at "
+                       f"{_clock(proc.watched_since)} ({duration(proc.unseen_s)} unseen): a "
+                       "periodic job between its runs may run again; watched idle "
+                       f"{duration(proc.idle_watched_s(a.end))} of [idle].longest_period "
+                       f"({duration(a.limit('longest_period_s'))})")
     if proc.kind.serving_parent:
         reasons.append(f"its parent (pid {proc.kind.serving_parent}) serves on a port: part of a "
                        "server")

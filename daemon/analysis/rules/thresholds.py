@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import re
 
-from daemon.analysis.busy import DEFAULT_GPU_HELD_AFTER_S, DEFAULT_HOST_IDLE_AFTER_S
+from daemon.analysis.busy import (
+    DEFAULT_GPU_HELD_AFTER_S,
+    DEFAULT_HOST_IDLE_AFTER_S,
+    DEFAULT_LONGEST_PERIOD_S,
+)
 
 # PyTorch profiler (TensorBoard plugin): DataLoader time > 5% of step time -> raise num_workers.
 DATA_WAIT_SHARE = 0.05
@@ -82,6 +86,8 @@ DEFAULT_LIMITS: dict[str, float] = {
     # held idle this long at the end of the window; whole host idle this long: stop it
     "idle_held_min_s": DEFAULT_GPU_HELD_AFTER_S,
     "host_idle_min_s": DEFAULT_HOST_IDLE_AFTER_S,
+    # a process that ran before, watched idle this long: no longer a periodic job between runs
+    "longest_period_s": DEFAULT_LONGEST_PERIOD_S,
     "shrink_min_window_s": SHRINK_MIN_WINDOW_S,
     "spot_min_runtime_s": SPOT_MIN_RUNTIME_S,
     "rightsize_evidence_s": RIGHTSIZE_CONFIDENT_S,

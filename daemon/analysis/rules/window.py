@@ -84,19 +84,46 @@ def _runs_at_or_above(signal: Sequence[float], level: float) -> int:
     return runs
 
 
-def _seconds_of_kernels(ts: Sequence[float], signal: Sequence[float], until: float) -> float:
-    """Seconds of kernels (percent / 100 x seconds) in `signal` at the times `ts` before
-    `until`. Each kept tick stands for the time since the one before it (its value is the mean
-    of the ticks between), at most the median gap (a gap where the process was not seen is no
-    time it ran for); the first stands for no known time (it is one reading, of NVML's last
-    second) and is not counted."""
+def _seconds_of_kernels(ts: Sequence[float], signal: Sequence[float],
+                        until: float) -> tuple[float, float]:
+    """Seconds of kernels (percent / 100 x seconds) in `signal` at the times `ts`: before
+    `until`, and in all. Each kept tick stands for the time since the one before it (its value
+    is the mean of the ticks between), at most the median gap (a gap where the process was not
+    seen is no time it ran for); the first stands for no known time (it is one reading, of
+    NVML's last second) and is not counted."""
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
     if not gaps:
-        return 0.0
+        return 0.0, 0.0
     longest = statistics.median(gaps)
-    return sum(v / 100.0 * min(gap, longest)
-               for at, v, gap in zip(ts[1:], signal[1:], gaps, strict=True)
-               if at < until and not isnan(v))
+    before = total = 0.0
+    for at, v, gap in zip(ts[1:], signal[1:], gaps, strict=True):
+        if v > 0:  # (NaN: not read)
+            ran = v / 100.0 * min(gap, longest)
+            total += ran
+            if at < until:
+                before += ran
+    return before, total
+
+
+@dataclass(frozen=True)
+class ProcessHistory:
+    """What mlcostd saw of one process (one pid and start time) before a window: in its earlier
+    rounds of the rules (daemon.analysis.analyzer.Analyzer) and, after a restart, in what the
+    store recorded of it (daemon.runtime.resume.seen_before). A window holds 30 minutes; a
+    periodic job's run may be older, or before the restart."""
+
+    # mlcostd's first reading of it (this run's, or a run before it on the store)
+    first_ts: float
+    # How long it ran before that reading, where it already held its GPU when the run that
+    # first read it began (what it did then is unseen); 0: seen from its first GPU use.
+    unseen_s: float = 0.0
+    # The most seconds of its kernels seen in one window (or one run of the store), and the
+    # last time it ran kernels at WORK_RUN_MIN_PCT or more (None: never seen to).
+    kernel_s: float = 0.0
+    work_at: float | None = None
+    # When mlcostd watched it again after a gap in its recording (it was stopped, or restarted
+    # slower than a tick or two): a run in the gap is unseen, so its idle is counted from here.
+    resumed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +184,41 @@ class ProcessWindow:
     # warm-up pass (a fraction of a second) or a run of work (a periodic eval's seconds). 0
     # where there is no idle span or nothing before it.
     kernel_s_before_idle: float = 0.0
+    # Its first tick in the window, the seconds of its kernels in the whole window, and its
+    # last tick whose SM signal read WORK_RUN_MIN_PCT or more (None: none in the window); the
+    # two read only where its GPUs idle at the window's end (0 and None otherwise).
+    first_at: float = 0.0
+    kernel_s: float = 0.0
+    work_at: float | None = None
+    # What mlcostd saw of it before the window (ProcessHistory; None: nothing, it is new).
+    history: ProcessHistory | None = None
+
+    @property
+    def watched_since(self) -> float:
+        """When mlcostd first read it: before the window where its history says so."""
+        return min(self.history.first_ts, self.first_at) if self.history else self.first_at
+
+    @property
+    def unseen_s(self) -> float:
+        """How long it ran before mlcostd first read it, holding its GPU already (0: seen from
+        its first GPU use)."""
+        return self.history.unseen_s if self.history else 0.0
+
+    @property
+    def kernel_s_seen(self) -> float:
+        """The most seconds of its kernels seen before it went idle: in this window, or in one
+        before it (its history, across a restart too)."""
+        earlier = self.history.kernel_s if self.history else 0.0
+        return max(self.kernel_s_before_idle, earlier)
+
+    def idle_watched_s(self, end: float) -> float:
+        """How long mlcostd has watched it without a run of its kernels, up to `end`: since its
+        last run seen (in the window or before it), else since it first read it, and not from
+        before a gap in mlcostd's recording (ProcessHistory.resumed_at)."""
+        history = self.history
+        ran = [t for t in (self.work_at, history.work_at if history else None,
+                           history.resumed_at if history else None) if t is not None]
+        return max(end - max([self.watched_since, *ran]), 0.0)
 
     @property
     def checkpoint_interval_s(self) -> float | None:
@@ -615,7 +677,8 @@ class _ProcessTrack:
         self.in_burst = big[-1]
 
     def window(self, idle_s: float, end: float, labeler: JobLabeler, kind: Kind,
-               inference_command: re.Pattern[str]) -> ProcessWindow:
+               inference_command: re.Pattern[str],
+               history: ProcessHistory | None = None) -> ProcessWindow:
         """Its ProcessWindow; its GPUs idle for its last `idle_s`, the window ending at `end`."""
         pid, start_time = self.key
         last_tick, last_j = self.last
@@ -638,8 +701,12 @@ class _ProcessTrack:
         cpu_idle_cores = (max(cpu_read[-1][1] - cpu_read[0][1], 0.0)
                           / (cpu_read[-1][0] - cpu_read[0][0])
                           if len(cpu_read) >= 2 and cpu_read[-1][0] > cpu_read[0][0] else None)
-        kernel_s_before_idle = (_seconds_of_kernels(ts, self.signal, idle_since) if idle_s > 0
-                                else 0.0)
+        # (only where its GPUs idle, as the rules read them: a run of a process at work now is
+        # still in the window at the rounds after it goes idle, and the analyzer keeps it then)
+        kernel_s_before_idle, kernel_s = (_seconds_of_kernels(ts, self.signal, idle_since)
+                                          if idle_s > 0 else (0.0, 0.0))
+        work_at = (next((at for at, v in zip(reversed(ts), reversed(self.signal), strict=True)
+                         if v >= WORK_RUN_MIN_PCT), None) if idle_s > 0 else None)
         utilization, read_utils = self.utils.fmean_read()
         burn_per_hour, _ = self.burn_rates.fmean_read(unread_as_zero=True)
         sm_activity, with_gpm = self.sms.fmean()
@@ -672,6 +739,7 @@ class _ProcessTrack:
             worker_stacks=_worker_stacks(self.workers, self.phases_of),
             cpu_idle_cores=cpu_idle_cores, kernel_ticks_idle=kernel_ticks_idle,
             kernel_s_before_idle=kernel_s_before_idle,
+            first_at=ts[0], kernel_s=kernel_s, work_at=work_at, history=history,
         )
 
     @staticmethod
@@ -852,10 +920,12 @@ def analysis_of_ticks(
     inference_command: re.Pattern[str] = INFERENCE_COMMAND,
     kinds: Mapping[str, Kind] | None = None,
     request_counters: Mapping[str, Mapping[str, Any]] | None = None,
+    history: Mapping[str, ProcessHistory] | None = None,
 ) -> Analysis:
     """Aggregate a window of ticks (oldest first; daemon.analysis.window_ticks) into an
     Analysis. `checkpoint_times` adds checkpoint times per process id to those seen as write
-    bursts; `thresholds` (the [idle] settings) say what a busy GPU is."""
+    bursts; `thresholds` (the [idle] settings) say what a busy GPU is; `history`, what was seen
+    of each process ('pid:start_time') before the window."""
     if not ticks:
         raise ValueError("analysis_of_ticks needs at least one tick")
     thresholds = thresholds or IdleThresholds()
@@ -950,7 +1020,7 @@ def analysis_of_ticks(
     for key, track in _process_tracks(runs, phases, checkpoint_times).items():
         idle_s = trailing_from(idle_from(key, sorted(track.memory_by_gpu)))
         processes.append(track.window(idle_s, end, labeler, (kinds or {}).get(track.id) or Kind(),
-                                      inference_command))
+                                      inference_command, (history or {}).get(track.id)))
     processes.sort(key=lambda p: -p.burn_per_hour)
     # Every GPU read and idle, whether or not a process holds one: a GPU at work whose process
     # NVML does not list (another PID namespace, a vGPU) keeps the host from idling, and so
