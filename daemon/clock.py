@@ -43,6 +43,12 @@ def local_time(ts: float, *, date: bool = True, seconds: bool = True) -> str:
     return time.strftime(fmt, time.localtime(ts))
 
 
+def utc_clock(ts: float) -> str:
+    """ts as a time of day in UTC, said so: '09:49 UTC' (for text that is stored and read from
+    anywhere, such as a recommendation's)."""
+    return time.strftime("%H:%M UTC", time.gmtime(ts))
+
+
 def local_zone(ts: float) -> str:
     """The local time zone at ts, as a person reads it beside local_time's: 'UTC', or its name
     and offset ('EST, UTC-05:00'), so a window in local time is not read as the UTC days that

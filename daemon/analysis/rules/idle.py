@@ -43,7 +43,6 @@ to release the GPU between runs: stopping the host would stop its next run. The 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,7 +69,7 @@ from daemon.analysis.stack_rules import (
     TIMER_WAIT,
     waiting_stacks,
 )
-from daemon.clock import duration
+from daemon.clock import duration, utc_clock
 from daemon.sources.kindfacts import SOCKETS_EVERY_S
 from daemon.wire import (
     CHECKPOINT,
@@ -219,10 +218,6 @@ def sleeps(proc: ProcessWindow) -> Mapping[str, Any] | None:
     return top
 
 
-def _clock(ts: float) -> str:
-    return time.strftime("%H:%M UTC", time.gmtime(ts))
-
-
 def ran_before(proc: ProcessWindow) -> bool:
     """It ran a run of work before it went idle (RUN_OF_WORK_MIN_S seconds of kernels or more):
     in the window (a run at WORK_RUN_MIN_PCT), or before it as mlcostd saw it (its history: a
@@ -293,7 +288,8 @@ def _look_first(proc: ProcessWindow) -> dict[str, object]:
     return {"kind": "copy_commands",
             "text": f"no stack sample confirms pid {proc.pid} is waiting: look at what it runs, "
                     "then close it or stop it",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_sockets_unknown(proc: ProcessWindow) -> dict[str, object]:
@@ -336,7 +332,8 @@ def _look_first_between(proc: ProcessWindow, computed: float) -> dict[str, objec
             "text": f"pid {proc.pid} computed {computed:.0%} of the window before it went idle: "
                     "a job between batches? Release the GPU between them (schedule each batch as "
                     "its own job, or unload the model); stop it only if it is done",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
@@ -347,7 +344,8 @@ def _look_first_periodic(proc: ProcessWindow) -> dict[str, object]:
                     "periodic job or one that works when something arrives? Release the GPU "
                     "between runs (start it per run, or unload the model while it waits); stop "
                     "it only if it is done",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
@@ -355,7 +353,7 @@ def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
     A run before the window (its history) says when mlcostd last saw it run."""
     ran = proc.kernel_s_seen
     earlier = proc.history.work_at if proc.history else None
-    when = (f" (its run last seen at {_clock(earlier)}, before the window the rules read, "
+    when = (f" (its run last seen at {utc_clock(earlier)}, before the window the rules read, "
             "or before mlcostd restarted)" if earlier is not None and proc.work_at is None
             else "")
     return {"kind": "copy_commands",
@@ -364,7 +362,8 @@ def _look_first_one_run(proc: ProcessWindow, where: str) -> dict[str, object]:
                     "same (its next run may come after the window). Look at what it waits for "
                     "before stopping it; if it runs again, release the GPU between runs (start "
                     "it per run, or unload the model while it waits); stop it only if it is done",
-            "commands": [f"sudo py-spy dump --pid {proc.pid}", signal_command(proc.pid, proc.start_time)]}
+            "commands": [f"sudo py-spy dump --pid {proc.pid}",
+                         signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_unseen(proc: ProcessWindow, a: Analysis) -> dict[str, object]:
@@ -373,7 +372,7 @@ def _look_first_unseen(proc: ProcessWindow, a: Analysis) -> dict[str, object]:
     since = proc.watched_since
     longest = a.limit("longest_period_s")
     return {"kind": "copy_commands",
-            "text": f"pid {proc.pid} was seen only since mlcostd started at {_clock(since)}; it "
+            "text": f"pid {proc.pid} was seen only since mlcostd started at {utc_clock(since)}; it "
                     f"ran {duration(proc.unseen_s)} before that unseen, holding its GPU, and no "
                     f"run of its kernels has been seen in the {duration(proc.idle_watched_s(a.end))} "
                     "watched since: a periodic job between its runs looks the same as one that "
@@ -382,7 +381,7 @@ def _look_first_unseen(proc: ProcessWindow, a: Analysis) -> dict[str, object]:
                     "([idle].longest_period)",
             "commands": [f"sudo py-spy dump --pid {proc.pid}",
                          f"ps -o pid,lstart,etime,args -p {proc.pid}  # since when it runs",
-                         f"kill -TERM {proc.pid}"]}
+                         signal_command(proc.pid, proc.start_time)]}
 
 
 def _look_first_poller(proc: ProcessWindow, where: str) -> dict[str, object]:
@@ -732,7 +731,7 @@ def work_reasons(proc: ProcessWindow, a: Analysis) -> list[str]:
                        "stop its next run)")
     elif ran_unseen(proc, a):
         reasons.append(f"held its GPU before mlcostd started watching it at "
-                       f"{_clock(proc.watched_since)} ({duration(proc.unseen_s)} unseen): a "
+                       f"{utc_clock(proc.watched_since)} ({duration(proc.unseen_s)} unseen): a "
                        "periodic job between its runs may run again; watched idle "
                        f"{duration(proc.idle_watched_s(a.end))} of [idle].longest_period "
                        f"({duration(a.limit('longest_period_s'))})")
