@@ -1,9 +1,8 @@
 """Before and after: two report documents (a profile, a snapshot, a range of a store) compared
 figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated from
-the documents' own timelines (a seeded block bootstrap, floored by the standard error of the
-figure's spread over each run's windows, so two runs of the same code are within noise; its
-standard error over windows of whole periods where a run repeats a pattern such as a checkpoint),
-and the recommendations that are new, gone or changed.
+the documents' own timelines (a seeded block bootstrap, floored by the figure's spread over each
+run's windows, so two runs of the same code are within noise), and the recommendations that are
+new, gone or changed.
 
 Pure: documents in, a document out (its shape is the `compare --json` contract in the README).
 """
@@ -11,7 +10,6 @@ Pure: documents in, a document out (its shape is the `compare --json` contract i
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -132,12 +130,6 @@ class Side:
         return {process_key(p["pid"], float(p["start_time"])) for p in self.processes
                 if isinstance(p.get("pid"), int) and isinstance(p.get("start_time"), int | float)}
 
-    @functools.cached_property
-    def period(self) -> int | None:
-        """The period, in buckets, of a pattern its GPU utilization repeats (repeat_period), the
-        length its noise's blocks and windows are made a whole number of."""
-        return repeat_period([value for value, _ in utilization_series(self)])
-
     @property
     def phase_keys(self) -> set[str]:
         """The keys of the processes its phase balance is of (balance_processes: the GPU
@@ -251,46 +243,6 @@ def price_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 # -- the bootstrap ------------------------------------------------------------------------
 
 
-# A pattern the run repeats (a checkpoint every ~11 s, an evaluation every N steps) is taken
-# from the autocorrelation of its GPU utilization over the buckets: a lag where it climbs back
-# to at least this, from at least this much lower at a shorter lag.
-PERIOD_MIN_R = 0.3
-
-
-def repeat_period(values: Sequence[float]) -> int | None:
-    """The period, in buckets, of a pattern `values` (a run's GPU utilization per bucket)
-    repeat at least 3 times: the lag of the highest autocorrelation, from 2 to n/3, that is at
-    least PERIOD_MIN_R and at least PERIOD_MIN_R above the lowest at a shorter lag (a dip and
-    a return: a run whose load drifts slowly correlates less at each longer lag and has
-    none). None when there is no such lag (a steady run, a drifting one, too few buckets)."""
-    n = len(values)
-    if n < 9:
-        return None
-    mean = math.fsum(values) / n
-    centred = [v - mean for v in values]
-    spread = math.fsum(c * c for c in centred)
-    if spread <= 0:
-        return None
-    r = [1.0] + [math.fsum(centred[i] * centred[i + k] for i in range(n - k)) / spread
-                 for k in range(1, n // 3 + 1)]
-    best = None
-    for k in range(2, n // 3 + 1):
-        if r[k] >= PERIOD_MIN_R and r[k] - min(r[1:k]) >= PERIOD_MIN_R and (
-                best is None or r[k] > r[best]):
-            best = k
-    return best
-
-
-def window_length(n: int, period: int | None = None) -> int:
-    """How many buckets a window of the noise's floor holds: about sqrt(n), or the shortest
-    whole number of the run's periods that is at least that (a window of part of a period
-    holds its stall or not by where it starts, and its figure swings by the stall's size)."""
-    root = max(1, round(math.sqrt(n)))
-    if not period:
-        return root
-    return max(period, period * math.ceil(root / period))
-
-
 def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
                        resamples: int = RESAMPLES) -> float | None:
     """The standard deviation of `stat` over circular block-bootstrap resamples of `items`
@@ -316,48 +268,33 @@ def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def window_sd(items: Sequence[Any], stat: Stat, period: int | None = None) -> float | None:
-    """How far the figure wanders between the run's consecutive windows (about sqrt(n)
-    buckets each): the standard deviation of `stat` over them, as the conditions change
-    inside one run (the host's load, a slow pass over a shard). A run that repeats a pattern
-    every `period` buckets (a checkpoint) has windows of whole periods (the buckets after the
-    last one left out), each holding one turn of it, and they differ by how long each turn
-    took (one checkpoint's write against another's): the run's figure is the mean of all its
-    turns, so their spread counts over the square root of their number (batch means). None
-    with fewer than 4 items or 2 windows with a value."""
+def window_sd(items: Sequence[Any], stat: Stat) -> float | None:
+    """The standard deviation of `stat` over the run's consecutive windows (as many as the
+    bootstrap's blocks, each about sqrt(n) buckets long): how far the figure wanders inside
+    one run as its conditions change (the host's load, a slow pass over a shard). None with
+    fewer than 4 items or 2 windows with a value."""
     n = len(items)
     if n < 4:
         return None
-    length = window_length(n, period)
-    turns = bool(period) and n // length >= 2
-    if turns:
-        spans = [(k * length, (k + 1) * length) for k in range(n // length)]
-    else:
-        count = max(2, n // max(1, round(math.sqrt(n))))
-        spans = [(k * n // count, (k + 1) * n // count) for k in range(count)]
-    values = [v for lo, hi in spans if (v := stat(items[lo:hi])) is not None
+    count = max(2, n // max(1, round(math.sqrt(n))))
+    values = [v for k in range(count)
+              if (v := stat(items[k * n // count:(k + 1) * n // count])) is not None
               and math.isfinite(v)]
     if len(values) < 2:
         return None
     mean = math.fsum(values) / len(values)
-    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return spread / math.sqrt(len(values)) if turns else spread
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
-             period: int | None = None) -> float | None:
+def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random) -> float | None:
     """A side's noise for the figure `stat` of its buckets: the block bootstrap's spread (how
     well the run pins its own figure down), but never less than the spread of the figure over
-    the run's windows (window_sd). Another run of the same code is another draw of the
-    conditions the windows saw, and a run may spend all of itself in one of them (load comes
-    and goes slower than a run's buckets), so two runs can differ by as much as two windows
-    do. A run that repeats a pattern every `period` buckets has windows of whole periods and
-    their standard error instead: windows of ~7 buckets beside a checkpoint every ~11 held a
-    stall or not by where they started, the floor was the stall's size, and an async
-    checkpoint 13 % cheaper per step read within noise at ±39 %. None when either cannot be
-    told (too few buckets)."""
+    the run's windows. Another run of the same code is another draw of the conditions the
+    windows saw, and a run may spend all of itself in one of them (load comes and goes slower
+    than a run's buckets), so two runs can differ by as much as two windows do. None when
+    either cannot be told (too few buckets)."""
     boot = block_bootstrap_sd(items, stat, rng)
-    floor = window_sd(items, stat, period)
+    floor = window_sd(items, stat)
     return None if boot is None or floor is None else max(boot, floor)
 
 
@@ -613,9 +550,9 @@ def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
 
 
 def _relative_sd(series: Sequence[Any], rng: random.Random,
-                 stat: Stat = _mean, period: int | None = None) -> float | None:
+                 stat: Stat = _mean) -> float | None:
     mean = stat(list(series))
-    sd = noise_sd(series, stat, rng, period)
+    sd = noise_sd(series, stat, rng)
     if sd is None or not mean:
         return None
     return sd / abs(mean)
@@ -654,11 +591,9 @@ class _Figure:
 
 
 def _series_figure(name: str, label: str, unit: str, higher: bool, a: Sequence[Weighted],
-                   b: Sequence[Weighted], rng: random.Random,
-                   periods: tuple[int | None, int | None] = (None, None)) -> _Figure:
+                   b: Sequence[Weighted], rng: random.Random) -> _Figure:
     return _Figure(name, label, unit, weighted_mean(a), weighted_mean(b),
-                   noise_sd(a, weighted_mean, rng, periods[0]),
-                   noise_sd(b, weighted_mean, rng, periods[1]), higher,
+                   noise_sd(a, weighted_mean, rng), noise_sd(b, weighted_mean, rng), higher,
                    "bootstrap over timeline buckets")
 
 
@@ -814,12 +749,12 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
     sources = []
     for side, value in zip((a, b), values, strict=True):
         pairs = step_pairs(side)
-        sd = noise_sd(pairs, _ratio, rng, side.period) if pairs else None
+        sd = noise_sd(pairs, _ratio, rng) if pairs else None
         if sd is not None and (ratio := _ratio(pairs)):
             sds.append(value * sd / ratio)
             sources.append("bootstrap over steps per bucket")
         else:
-            rel = _relative_sd(utilization_series(side), rng, weighted_mean, side.period)
+            rel = _relative_sd(utilization_series(side), rng, weighted_mean)
             sds.append(None if rel is None else value * rel)
             sources.append("GPU utilization buckets (no step times)")
     return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
@@ -840,8 +775,8 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                     found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
         return found
     ua, ub = units(a), units(b)
-    rel = {"a": _relative_sd(utilization_series(a), rng, weighted_mean, a.period),
-           "b": _relative_sd(utilization_series(b), rng, weighted_mean, b.period)}
+    rel = {"a": _relative_sd(utilization_series(a), rng, weighted_mean),
+           "b": _relative_sd(utilization_series(b), rng, weighted_mean)}
     return [_Figure(f"unit_cost.{name}", f"cost per {name}", "$", ua[name], ub[name],
                     None if rel["a"] is None else ua[name] * rel["a"],
                     None if rel["b"] is None else ub[name] * rel["b"], False,
@@ -972,8 +907,7 @@ def _energy_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     energy = {"a": side_energy(a), "b": side_energy(b)}
     if all(e[0] is None for e in energy.values()):
         return []
-    rel = {"a": _relative_sd(power_series(a), rng, period=a.period),
-           "b": _relative_sd(power_series(b), rng, period=b.period)}
+    rel = {"a": _relative_sd(power_series(a), rng), "b": _relative_sd(power_series(b), rng)}
     why = None if None not in rel.values() else (
         "no per-bucket GPU power in a side's timeline: shown side by side, no verdict")
 
@@ -1154,13 +1088,11 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     recommendation changes and the overall verdict."""
     rng = random.Random(seed)
     util_a, util_b = utilization_series(a), utilization_series(b)
-    periods = a.period, b.period
-    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng,
-                              periods),
+    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng),
                _series_figure("cost_per_hour", "cost per hour", "$/h", False, cost_series(a),
-                              cost_series(b), rng, periods),
+                              cost_series(b), rng),
                _series_figure("wasted_per_hour", "wasted per hour", "$/h", False,
-                              wasted_series(a), wasted_series(b), rng, periods)]
+                              wasted_series(a), wasted_series(b), rng)]
     per_step = _per_step_figure(a, b, rng)
     if per_step is not None:
         figures.append(per_step)
@@ -1190,9 +1122,7 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
-                   f"~sqrt(n) buckets (between-run variation; where the run repeats a pattern "
-                   f"such as a checkpoint, the standard error over windows of whole periods); "
-                   f"cost per step: of the buckets "
+                   f"~sqrt(n) buckets (between-run variation); cost per step: of the buckets "
                    f"between the first and the last step reported, each progress line's steps "
                    f"spread over the time since the line before; phase shares: of their stack "
                    f"samples in time order, at least the binomial spread over what they are "
