@@ -30,9 +30,11 @@ from daemon.analysis.stack_rules import WORKER_PROCESSES_FEED_IT
 
 WORKLOADS = Path(__file__).parent / "workloads"
 # Short waits so the rules find idleness in seconds: held idle 10 s, the host 20 s, a round
-# of the rules every 5 s.
+# of the rules every 5 s. A GPU below 10% is idle: a starved loop's GPU reads 5% here (a short
+# kernel a second), at the default threshold of 5%, where it read busy and its idle event never
+# opened (the wait below for every GPU idle past host_after failed on a quiet machine too).
 QUICK = {**FAST_STACKS, "idle": {"gpu_held_after": "10s", "gpu_unheld_after": "10s",
-                                 "host_after": "20s"},
+                                 "host_after": "20s", "utilization": 10},
          "cost": {"evaluate_every": "5s"}}
 HOST_AFTER_S, ROUND_S = 20.0, 5.0
 # What would stop a process or its host.
