@@ -7,13 +7,12 @@ gate on other hardware (F4), the gates' dollars (F11) and what --help says (F5, 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_profile import document, profile
 
 from daemon.commands import gates
 from daemon.commands.gates import GATE_EXIT_STATUS
@@ -23,7 +22,6 @@ PROGRAMS = Path(__file__).parent / "programs"
 GPU_STEPS = str(PROGRAMS / "gpu_steps.py")
 CPU_STEPS = str(PROGRAMS / "cpu_steps.py")
 STEP_REGEX = r"step (\d+)/"
-RUN_TIMEOUT_S = 300  # a bound on a hang only: the runs take a few seconds
 
 NO_PRICE_SCENARIO = """\
 description = "an on-prem box: an instance type the catalog has no price for"
@@ -36,18 +34,6 @@ lifecycle = "on-demand"
 model = "NVIDIA A10G"
 count = 1
 """
-
-
-def profile(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`mlcostd profile --out OUT ARGS` as a user runs it; waits for it to exit."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "daemon", "profile", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT,
-                          env=env, stdin=subprocess.DEVNULL)
-
-
-def document(out: Path) -> dict[str, Any]:
-    return json.loads((out / "profile.json").read_text())
 
 
 def baseline(path: Path, *, cost_per_step: float = 0.0000303, price: float = 1.006,

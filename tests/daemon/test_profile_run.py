@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-import psutil
+from test_profile import running_with
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).parent / "programs"
@@ -62,15 +62,6 @@ def stderr_of(proc: subprocess.Popen[str]) -> str:
     proc.wait(timeout=RUN_TIMEOUT_S)
     assert proc.stderr is not None
     return proc.stderr.read()
-
-
-def running_with(text: str) -> list[int]:
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and text in " ".join(
-                proc.info["cmdline"] or []):
-            found.append(proc.pid)
-    return found
 
 
 def test_a_python_commands_print_reaches_the_profiles_stdout_as_it_is_printed(tmp_path):
@@ -142,7 +133,8 @@ def test_a_second_ctrl_c_that_kills_the_command_is_said_and_flagged(tmp_path):
     """The second Ctrl-C SIGKILLs the command's group at once; killed_after_signal stayed
     false and nothing said it was killed."""
     out = tmp_path / "out"
-    with start(out, "--", sys.executable, str(PROGRAMS / "stubborn.py")) as proc:
+    # (its temp folder as an argument it ignores: what running_with finds is this test's own)
+    with start(out, "--", sys.executable, str(PROGRAMS / "stubborn.py"), str(tmp_path)) as proc:
         try:
             assert read_until(proc, "training")[-1:] == ["training\n"], stderr_of(proc)
             proc.send_signal(signal.SIGINT)
@@ -161,14 +153,15 @@ def test_a_second_ctrl_c_that_kills_the_command_is_said_and_flagged(tmp_path):
     (warning,) = [w for w in found["warnings"] if w["code"] == "interrupted"]
     assert warning["message"] == ("the run was interrupted (SIGINT/SIGTERM); a second one "
                                   "killed the command (SIGKILL to its process group)")
-    assert running_with(str(PROGRAMS / "stubborn.py")) == []
+    assert running_with(str(tmp_path)) == []
 
 
 def test_durations_sigkill_of_a_command_that_outlives_its_sigterm_is_said_and_flagged(tmp_path):
     """--duration's stop SIGKILLed a command that ignored its SIGTERM silently: exit status
     137, killed_after_signal false, no line: a checkpoint cut off was not said anywhere."""
     out = tmp_path / "out"
-    result = profile(out, "--duration", "2", "--", sys.executable, str(PROGRAMS / "stubborn.py"))
+    result = profile(out, "--duration", "2", "--", sys.executable, str(PROGRAMS / "stubborn.py"),
+                     str(tmp_path))
     assert result.returncode == 0, result.stderr  # stopped by --duration: not a failure
     assert "got SIGTERM, saving a checkpoint" in result.stdout
     found = facts(out)
@@ -176,7 +169,7 @@ def test_durations_sigkill_of_a_command_that_outlives_its_sigterm_is_said_and_fl
     assert found["exit_status"] == 137 and found["exit_signal"] == "SIGKILL"
     assert ("the command did not exit within 5 s of --duration's SIGTERM: SIGKILL to its "
             "process group\n") in result.stderr
-    assert running_with(str(PROGRAMS / "stubborn.py")) == []
+    assert running_with(str(tmp_path)) == []
 
 
 def test_the_command_field_is_what_a_shell_takes_back_control_characters_too(tmp_path):
