@@ -124,6 +124,19 @@ def write_cache(path: str | os.PathLike[str], new_prices: list[CachedPrice]) -> 
     _write(path, list(merged.values()), read_refresh_log(path))
 
 
+def _make_folder(folder: Path) -> None:
+    """The cache's folder and the missing ones above it, 0755 less the umask: never writable
+    by others (under umask 000 a 0777 folder let any user replace the prices mlcostd reads)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for made in reversed(missing):
+        made.mkdir(mode=0o755, exist_ok=True)
+
+
 def _write(path: str | os.PathLike[str], prices: list[CachedPrice],
            refreshes: dict[str, RefreshRecord]) -> None:
     target = Path(path)
@@ -133,7 +146,7 @@ def _write(path: str | os.PathLike[str], prices: list[CachedPrice],
                           "device): it is left as it is")
     except FileNotFoundError:
         pass
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(target.parent)
     payload = {
         "version": CACHE_VERSION,
         "prices": [asdict(p) for p in sorted(prices, key=lambda p: p.key)],

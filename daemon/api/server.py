@@ -68,7 +68,9 @@ def read_token(path: Path) -> str:
     others can read, is refused: whoever can write it chooses who gets into a root daemon."""
     if not os.path.lexists(path):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # made as the store's folder is (0700, those above never writable by others,
+            # no other user's link followed): pathlib's made the ones above as the umask said
+            private_folder(path.parent)
             fd = open_checked(path, os.O_WRONLY | os.O_EXCL, create=True)
         except OSError as exc:
             raise ApiError(f"cannot create the token file {path}: {exc.strerror}; pass "
@@ -113,7 +115,7 @@ def prepare_socket_folder(folder: Path) -> None:
     is used as it is if check_socket_folder finds it safe. Anything else is refused with the
     fix."""
     try:
-        created = private_folder(folder)  # the folders above it: as the umask says
+        created = private_folder(folder)  # those above it: 0755 less the umask
     except OSError as exc:
         raise ApiError(f"cannot create the socket folder {folder}: {exc.strerror}; pass "
                        "--socket with a writable path") from None

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 PRIVATE_FOLDER = 0o700
+ABOVE_FOLDER = 0o755  # a folder mlcostd makes above a private one, less what the umask takes
 PRIVATE_FILE = 0o600
 DB_SUFFIXES = ("", "-wal", "-shm")  # the database and the files SQLite keeps beside it
 
@@ -237,7 +238,7 @@ def _walk(folder: Path, *, create: bool,
     (another user's link is refused, ForeignLink, whatever it points at), so a path walked
     here and used after cannot be redirected by a link someone else planted. With `create`,
     each missing component is made relative to its folder's descriptor (the folder itself
-    0700 whatever the umask, those above it as the umask says) and opened again without
+    0700 whatever the umask, those above it 0755 less what the umask takes) and opened again without
     following, then judged (one planted in between is judged, or refused as a link); without,
     the walk stops at the first missing one, which mlcostd would create. Returns whether it
     created `folder`. Raises ForeignLink, _Fault (from `judge`), NotADirectoryError (a file
@@ -268,7 +269,10 @@ def _walk(folder: Path, *, create: bool,
                 if not create:
                     return False
                 try:
-                    os.mkdir(name, PRIVATE_FOLDER if not pending else 0o777, dir_fd=fd)
+                    # (a folder above never writable by others, whatever the umask: one left
+                    # 0777 under umask 000 let any user rename the private folder in it and
+                    # put their own in its place)
+                    os.mkdir(name, PRIVATE_FOLDER if not pending else ABOVE_FOLDER, dir_fd=fd)
                 except FileExistsError:  # made by someone else meanwhile: looked at again
                     pending.append(name)
                     links += 1
@@ -315,7 +319,7 @@ def _walk(folder: Path, *, create: bool,
 
 
 def private_folder(folder: Path) -> bool:
-    """Create `folder` 0700 (the folders above it as the umask says) unless it exists; an
+    """Create `folder` 0700 (the folders above it 0755 less the umask) unless it exists; an
     existing folder is used as it is (never chmodded: a folder shared with others must not
     change). No link on the way is followed unless root or mlcostd's user owns it (`_walk`):
     another user's link at the folder or above it is refused (ForeignLink, a RefusedFile),

@@ -209,6 +209,34 @@ def test_the_daemons_state_folder_is_0700_and_its_store_files_0600_whatever_the_
     assert daemon.stop() == 0
 
 
+def test_folders_made_above_the_store_are_writable_by_no_one_else_whatever_the_umask(
+        tmp_path, mlcostd):
+    """Probe 142 H1: under umask 000 the folders mlcostd made above the store's were 0777, so
+    any user could rename the private folder in them and put their own in its place (and
+    mlcostd refused its own next start there). They are 0755 less the umask: never writable
+    by the group or others. The daemon is started twice on the store: the second start is
+    not refused."""
+    db = tmp_path / "new" / "a" / "b" / "mlcost.db"
+    for start in range(2):
+        with umask(0):
+            daemon = mlcostd("idle-host", args=["--db", str(db)])
+        daemon.db = db
+        daemon.wait_for_ticks(2 * (start + 1))
+        assert daemon.stop() == 0
+    assert mode(db.parent) == 0o700
+    assert mode(tmp_path / "new") == 0o755 and mode(tmp_path / "new" / "a") == 0o755
+
+
+def test_folders_made_above_the_socket_take_the_umask_but_no_write_for_others(tmp_path):
+    with umask(0o027):  # what the umask takes stays taken
+        asyncio.run(serve_once(tmp_path / "t027" / "x" / "api" / "mlcostd.sock"))
+    assert mode(tmp_path / "t027") == 0o750 and mode(tmp_path / "t027" / "x") == 0o750
+    with umask(0):
+        asyncio.run(serve_once(tmp_path / "t000" / "x" / "api" / "mlcostd.sock"))
+    assert mode(tmp_path / "t000") == 0o755 and mode(tmp_path / "t000" / "x") == 0o755
+    assert mode(tmp_path / "t000" / "x" / "api") == 0o700
+
+
 def test_the_store_folder_and_files_are_private_whatever_the_umask(tmp_path):
     db = tmp_path / "state" / "mlcost.db"
     with umask(0):
@@ -274,3 +302,27 @@ def test_a_token_symlink_is_refused_and_a_generated_token_is_0600(tmp_path):
     with umask(0):
         token = read_token(made)
     assert len(token) >= 16 and mode(made) == 0o600 and mode(made.parent) == 0o700
+
+
+def test_the_token_files_folders_are_made_as_the_stores_whatever_the_umask(tmp_path):
+    """Probe 142 H1: `--token-file` in folders that do not exist yet made them with pathlib
+    (the ones above the last as the umask said: 0777 under umask 000)."""
+    token_file = tmp_path / "tok" / "q" / "r" / "token"
+    with umask(0):
+        token = read_token(token_file)
+    assert len(token) >= 40 and mode(token_file) == 0o600
+    assert mode(tmp_path / "tok" / "q" / "r") == 0o700
+    assert mode(tmp_path / "tok") == 0o755 and mode(tmp_path / "tok" / "q") == 0o755
+
+
+def test_the_price_caches_folders_are_writable_by_no_one_else_whatever_the_umask(tmp_path):
+    """The price cache mlcostd reads its prices from: a folder others could write let them
+    replace it."""
+    from pricing.cache import CachedPrice, read_cache, write_cache
+
+    cache = tmp_path / "cache" / "mlcost" / "prices.json"
+    with umask(0):
+        write_cache(cache, [CachedPrice("aws", "us-east-1", "g5.xlarge", "on-demand", 0.99,
+                                        1e9, "a refresh")])
+    assert [p.per_hour for p in read_cache(cache)] == [0.99]
+    assert mode(tmp_path / "cache") == 0o755 and mode(cache.parent) == 0o755

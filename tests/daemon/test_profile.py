@@ -820,7 +820,7 @@ def test_the_readme_ci_step_creates_its_junit_files_folder_as_it_creates_the_pro
     """README's GitHub Actions step puts --junit in the --out folder, which does not exist
     before the run: the profile exited 2 before running anything ("there is no folder
     mlcost-profile; create it first"). The JUnit file's folder is made as --out's is: 0700,
-    the folders above it as the umask says."""
+    the folders above it 0755 less the umask."""
     out = tmp_path / "mlcost-profile"
     reports = tmp_path / "reports" / "ci"
     result = profile(out, "--simulate", "--max-cost", "$100", "--junit", str(out / "gates.xml"),
