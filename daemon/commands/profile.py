@@ -935,10 +935,7 @@ def command_failure(profile: dict[str, Any]) -> str | None:
 def ended(profile: dict[str, Any]) -> str:
     """"exited with status 1", or "was killed by SIGSEGV (status 139)": exit(139) and a
     segfault are told apart (a profile.json of an older mlcostd has no exit_signal)."""
-    name = profile.get("exit_signal")
-    if isinstance(name, str) and name:
-        return f"was killed by {one_line(name)[:32]} (status {profile['exit_status']})"
-    return f"exited with status {profile['exit_status']}"
+    return gate_checks.killed_by(profile) or f"exited with status {profile['exit_status']}"
 
 
 def verdict(document: dict[str, Any]) -> str:

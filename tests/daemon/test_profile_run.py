@@ -188,3 +188,22 @@ def test_the_command_field_is_what_a_shell_takes_back_control_characters_too(tmp
     expected = [os.fsencode(sys.executable), b"-c", b"pass",
                 *(w if isinstance(w, bytes) else w.encode() for w in words)]
     assert back.split(b"\0")[:-1] == expected
+
+
+def test_a_baseline_killed_by_a_signal_is_said_so_in_the_regression_gate(tmp_path):
+    """The regression gate's line on a baseline that is not representative said "exited 139"
+    of a baseline that segfaulted, where the baseline's own verdict said "was killed by
+    SIGSEGV (status 139)" (an exit(139) and a segfault read the same there)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    crashed = profile(old, "--progress", r"step (\d+)", "--", sys.executable,
+                      str(PROGRAMS / "killed.py"), "SIGSEGV", "30")
+    assert crashed.returncode == 139, crashed.stderr
+    assert facts(old)["cost_per_step"], crashed.stderr  # (a figure the gate can compare)
+    result = profile(new, "--progress", r"step (\d+)", "--max-regression", "1000%",
+                     "--baseline", str(old), "--", sys.executable,
+                     str(PROGRAMS / "gpu_steps.py"))
+    (gate,) = facts(new)["gates"]
+    assert "the baseline is not representative: was killed by SIGSEGV (status 139)" in (
+        gate["message"]), result.stderr
+    assert "exited 139" not in gate["message"]
+    assert gate["message"] in result.stderr
