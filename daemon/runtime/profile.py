@@ -37,6 +37,7 @@ from daemon.sources.sample import GpuUse, Sample
 
 log = logging.getLogger(__name__)
 
+NVML_UNAVAILABLE = "NVML unavailable: "  # how NvmlSource.status begins where it cannot start
 STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL
 # Once the command exited, what it started gets this long to exit by itself before it is
 # stopped: multiprocessing's resource tracker (every 'spawn' or 'forkserver' start has one)
@@ -394,6 +395,7 @@ class ProfileRecorder:
                              process_filter=self.tree.filter, serve_api=False,
                              sample_stacks_always=True, periodic_rules=False,
                              stop_on_signals=False, out_option="--out")
+        self.daemon.nvml.log_unavailable = False  # (said once, in the profile's words: run)
         self._ticked = asyncio.Event()
         # The command's output as passed on: each stream's last chunk did not end a line
         # (fd -> True), and which stream was written last; what the profile says on stderr
@@ -451,6 +453,7 @@ class ProfileRecorder:
             recording.result()  # raises DaemonError
             raise RuntimeError("the recorder stopped before it started")
         try:
+            await self._say_if_no_nvml()
             await self._next_tick()
             await self._run_command()
             if self.result.exit_status is not None:
@@ -465,6 +468,19 @@ class ProfileRecorder:
             await recording
         self.result.shared_gpus = self.tree.shared_with()
         return self.result
+
+    async def _say_if_no_nvml(self) -> None:
+        """Where NVML cannot start (a CI runner without the NVIDIA driver, no --simulate),
+        say so once, before the command runs, in the profile's words: the daemon's "retrying
+        in 1 s" is a service's; a profile records one run, and what it cannot read then it
+        cannot count (its verdict says so again)."""
+        nvml = self.daemon.nvml
+        await asyncio.to_thread(nvml.wait_ready,
+                                self.config.daemon.interval + self.config.nvml.call_deadline)
+        if nvml.status.startswith(NVML_UNAVAILABLE):
+            why = nvml.status.removeprefix(NVML_UNAVAILABLE).split("; retrying")[0]
+            log.warning("NVML unavailable (%s): no GPU will be read in this profile; the "
+                        "run's cost and its GPUs are unknown, and gates on them fail", why)
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
