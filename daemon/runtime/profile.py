@@ -33,6 +33,7 @@ from daemon.analysis.latency import zero_reading
 from daemon.config import Config
 from daemon.lifetime import become_subreaper, die_with_parent
 from daemon.runtime.daemon import Daemon
+from daemon.runtime.streams import to_devnull
 from daemon.sources.sample import GpuUse, Sample
 
 log = logging.getLogger(__name__)
@@ -601,7 +602,7 @@ class ProfileRecorder:
                     pipe = transport.get_pipe_transport(each)
                     if pipe is not None:
                         pipe.close()
-                    _to_devnull(sys.stdout.buffer if each == 1 else sys.stderr.buffer)
+                    to_devnull(sys.stdout.buffer if each == 1 else sys.stderr.buffer)
                 if 2 not in closed:
                     log.info("the profile's stdout was closed: the command's is closed too, "
                              "as in a shell pipeline")
@@ -741,20 +742,6 @@ def _write(out: BinaryIO, chunk: bytes) -> bool:
     except (BrokenPipeError, ValueError):
         return False
     return True
-
-
-def _to_devnull(out: BinaryIO) -> None:
-    """Our output `out`, closed by its reader, replaced by /dev/null: what we write there
-    later (a verdict on a closed stderr, what was left in the buffer at exit) goes nowhere
-    rather than raise BrokenPipeError."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, out.fileno())
-        finally:
-            os.close(null)
-    except (OSError, ValueError):
-        pass
 
 
 def _same_file(one: Any, other: Any) -> bool:
