@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.analysis.phase_balance import StackSample, phase_balance
+from daemon.analysis.phase_balance import StackSample, checkpoint_starts, phase_balance
 from daemon.sources.frames import Frame
 from daemon.store import queries
 from daemon.store.reader import StoreReader
-from daemon.wire import CHECKPOINT, process_key
+from daemon.wire import process_key
 
 LOW_UTILIZATION = "low_utilization"  # the event kind of a window
 
@@ -63,7 +63,8 @@ def phase_balances(reader: StoreReader, since: float, until: float, interval_s: 
 
 def checkpoint_times(reader: StoreReader, since: float,
                      until: float) -> dict[str, list[float]]:
-    """Per process ('pid:start_time'): the start of each window its stacks show checkpointing.
+    """Per process ('pid:start_time'): when each checkpoint its stacks show began
+    (phase_balance.checkpoint_starts).
 
     The observed checkpoint cadence, for the spot advice (how much work an interruption loses).
     """
@@ -72,12 +73,10 @@ def checkpoint_times(reader: StoreReader, since: float,
         if event["kind"] == LOW_UTILIZATION:
             end = event["ended_at"] if event["ended_at"] is not None else until
             windows.setdefault(event["target"], []).append((event["started_at"], end))
-    found: dict[str, set[float]] = {}
-    for row in queries.stack_samples(reader, since, until):
-        if row["phase"] != CHECKPOINT:
-            continue
+    samples: dict[str, list[tuple[float, str]]] = {}
+    for row in queries.stack_samples(reader, since, until):  # (oldest first)
         key = process_key(row["pid"], row["start_time"])
-        for start, end in windows.get(key, ()):
-            if start <= row["ts"] <= end + 1.0:
-                found.setdefault(key, set()).add(start)
-    return {key: sorted(times) for key, times in found.items()}
+        if key in windows:
+            samples.setdefault(key, []).append((row["ts"], row["phase"]))
+    found = {key: checkpoint_starts(taken, windows[key]) for key, taken in samples.items()}
+    return {key: times for key, times in found.items() if times}

@@ -25,6 +25,7 @@ from daemon.analysis.phase_balance import (
     SampleTally,
     StackSample,
     balance_of,
+    checkpoint_starts,
     sample_split,
 )
 from daemon.analysis.window_ticks import WINDOW_S
@@ -362,19 +363,20 @@ class LivePhases:
         return low
 
     def checkpoint_times(self, since: float, until: float) -> dict[ProcessId, list[float]]:
-        """Per process: the start of each window in [since, until] its stacks show
-        checkpointing (balance.checkpoint_times, keyed by (pid, start_time))."""
+        """Per process: when each checkpoint its stacks show in [since, until] began
+        (balance.checkpoint_times, keyed by (pid, start_time))."""
         found: dict[ProcessId, list[float]] = {}
         for key, proc in self._processes.items():
-            starts = set()
-            for s in proc.samples:
-                if s.phase != CHECKPOINT or not since <= s.ts <= until:
-                    continue
-                for started, ended in proc.windows:
-                    assert started is not None
-                    end = until if ended is None else ended
-                    if started <= s.ts <= end + 1.0 and started <= until and end >= since:
-                        starts.add(started)
+            if not any(s.phase == CHECKPOINT and since <= s.ts <= until for s in proc.samples):
+                continue
+            windows = []
+            for started, ended in proc.windows:
+                assert started is not None
+                end = until if ended is None else ended
+                if started <= until and end >= since:
+                    windows.append((started, end))
+            starts = checkpoint_starts(
+                ((s.ts, s.phase) for s in proc.samples if since <= s.ts <= until), windows)
             if starts:
-                found[key] = sorted(starts)
+                found[key] = starts
         return found

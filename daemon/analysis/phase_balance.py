@@ -15,7 +15,7 @@ from typing import Any
 
 from daemon.analysis.stack_rules import runtime_rules_count, user_frame
 from daemon.sources.frames import Frame
-from daemon.wire import COMPUTE, HIGH_CONFIDENCE, LOW_CONFIDENCE, PHASES, UNKNOWN
+from daemon.wire import CHECKPOINT, COMPUTE, HIGH_CONFIDENCE, LOW_CONFIDENCE, PHASES, UNKNOWN
 
 # A sample classified from /proc without a stack (daemon.analysis.proc_phases) has one
 # pseudo-frame, in this file.
@@ -337,3 +337,31 @@ def run_phase_balance(processes: Iterable[Any]) -> dict[str, float]:
     if total <= 0:
         return {}
     return {phase: s / total for phase, s in sorted(seconds.items(), key=lambda item: -item[1])}
+
+
+# A checkpoint sample counts in a low-utilization window that ended up to this long before it.
+CHECKPOINT_WINDOW_SLACK_S = 1.0
+
+
+def checkpoint_starts(samples: Iterable[tuple[float, str]],
+                      windows: Sequence[tuple[float, float]]) -> list[float]:
+    """When each checkpoint a process's stacks show began (its first sample), from its samples
+    ((ts, phase) in time order) and its low-utilization windows ((start, end), the range's end
+    for one still open): the observed cadence. Checkpoint samples are one checkpoint until a
+    compute sample comes between them (the loop trained again: `mlcostd profile` samples all
+    along, and one window may span its whole run) or they fall in another window (between
+    two, the GPU was at work). A checkpoint sample in no window is not counted."""
+    starts: list[float] = []
+    current: tuple[float, float] | None = None  # the window of the checkpoint under way
+    for ts, phase in samples:
+        if phase == COMPUTE:
+            current = None
+        if phase != CHECKPOINT:
+            continue
+        window = next((w for w in windows
+                       if w[0] <= ts <= w[1] + CHECKPOINT_WINDOW_SLACK_S), None)
+        if window is None or window == current:
+            continue
+        starts.append(ts)
+        current = window
+    return starts

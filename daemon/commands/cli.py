@@ -644,7 +644,8 @@ def main(argv: list[str] | None = None) -> int:
             # command").
             kept_signals = KeptSignals() if args.command == "profile" and not extra else None
         status = _main(parser, args, extra, kept_signals)
-        sys.stdout.flush()  # what is still buffered: a full disk is said below, not at exit
+        if sys.stdout is not None:  # (None: its reader exited, `mlcostd report | head`)
+            sys.stdout.flush()  # what is still buffered: a full disk is said below, not at exit
         return status
     except KeyboardInterrupt:  # Ctrl-C while a command runs: no traceback
         return 130

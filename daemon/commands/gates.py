@@ -398,9 +398,10 @@ MAX_CAVEATS = 6
 
 def baseline_caveat(baseline: dict[str, Any]) -> str | None:
     """"the baseline is not representative: interrupted, exited 130, took 13 s (under 30 s)"
-    when the baseline profile said it may not stand for the workload (its `representative`,
-    `warnings`), else None: a CI that rolls its baseline forward must see that it took an
-    interrupted or failed run for one. The fields are read as they are (a file: each
+    ("was killed by SIGSEGV (status 139)" where a signal ended it) when the baseline profile
+    said it may not stand for the workload (its `representative`, `warnings`), else None: a
+    CI that rolls its baseline forward must see that it took an interrupted or failed run for
+    one. The fields are read as they are (a file: each
     checked, one of the wrong type left out)."""
     warnings = baseline.get("warnings")
     codes: list[str] = [w["code"] for w in warnings if isinstance(w, dict) and isinstance(
@@ -413,7 +414,7 @@ def baseline_caveat(baseline: dict[str, Any]) -> str | None:
     status = baseline.get("exit_status")
     if (isinstance(status, int) and not isinstance(status, bool) and status != 0
             and baseline.get("stopped_after_duration") is not True):
-        reasons.append(f"exited {status}")
+        reasons.append(killed_by(baseline) or f"exited {status}")
     elif "failed" in codes:
         reasons.append(BASELINE_WARNINGS["failed"])
     duration = baseline.get("duration_s")
@@ -429,6 +430,16 @@ def baseline_caveat(baseline: dict[str, Any]) -> str | None:
         reasons.append(BASELINE_WARNINGS.get(code) or one_line(code.replace("_", " "))[:40])
     shown = reasons[:MAX_CAVEATS] + (["..."] if len(reasons) > MAX_CAVEATS else [])
     return "the baseline is not representative" + (f": {', '.join(shown)}" if shown else "")
+
+
+def killed_by(profile: dict[str, Any]) -> str | None:
+    """"was killed by SIGSEGV (status 139)" where a signal ended the command (its
+    `exit_signal`), as the verdict says it; None where it exited (an exit(139) too), or where
+    the profile.json is an older mlcostd's, without exit_signal."""
+    name, status = profile.get("exit_signal"), profile.get("exit_status")
+    if not isinstance(name, str) or not name:
+        return None
+    return f"was killed by {one_line(name)[:32]} (status {one_line(str(status))[:12]})"
 
 
 def read_baseline(path: str) -> dict[str, Any]:

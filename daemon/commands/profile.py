@@ -41,6 +41,7 @@ from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import amount_text, grid_text
 from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
+from daemon.runtime.streams import StderrHandler, open_standard_streams, say
 from daemon.sources.redact import REDACTED, redacted_words
 from daemon.sources.safe_text import one_line, shell_quoted, without_url_credentials
 from daemon.wire import DATA_WAIT, money, process_key
@@ -205,7 +206,7 @@ def _limits(args: argparse.Namespace) -> dict[str, float]:
         if parse is not gate_checks.parse_dollars:
             warning = gate_checks.fraction_warning(flag, text, limits[name])
             if warning is not None:
-                print(f"mlcostd profile: warning: {warning}", file=sys.stderr)
+                say(f"mlcostd profile: warning: {warning}")
     return limits
 
 
@@ -390,6 +391,7 @@ def run(args: argparse.Namespace, kept: KeptSignals | None = None) -> int:
     handed to it, which leaves the command unstarted, records on until it stops, and the files
     are written as of any run (exit 128+N)."""
     kept = kept or KeptSignals()
+    open_standard_streams()  # (`2>&-`: /dev/null stands in for it)
     try:
         return _run(args, kept)
     finally:
@@ -449,7 +451,7 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
             except OSError as exc:
                 raise UsageError(f"cannot use --junit {args.junit}: {exc}") from None
     except (UsageError, ValueError) as exc:
-        print(f"mlcostd profile: {exc}", file=sys.stderr)
+        say(f"mlcostd profile: {exc}")
         return 2
     config_path = args.config
     if args.simulate and config_path is None:
@@ -460,28 +462,28 @@ def _run(args: argparse.Namespace, kept: KeptSignals) -> int:
     if latency:
         config = config_module.with_overrides(config, "cost",
                                               latency=[*config.cost.latency, *latency])
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+    logging.basicConfig(level=logging.WARNING, handlers=[StderrHandler(sys.stderr)],
                         format="%(asctime)s mlcostd profile %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     # Both folders before anything in them is removed: found now, not once the run is over.
     problem = folder_problem(out, "--out")
     if problem is not None:
-        print(f"mlcostd profile: cannot use --out {out}: {problem}", file=sys.stderr)
+        say(f"mlcostd profile: cannot use --out {out}: {problem}")
         return 2
     problem = folder_problem(Path(args.junit).parent, "--junit") if args.junit else None
     if problem is not None:
-        print(f"mlcostd profile: cannot use --junit {args.junit}: {problem}", file=sys.stderr)
+        say(f"mlcostd profile: cannot use --junit {args.junit}: {problem}")
         return 2
     lock = PidLock(out / PROFILE_LOCK)
     try:  # before anything in --out is removed: another profile's store is its own
         lock.acquire()
     except LockHeld as held:
-        print(f"mlcostd profile: another mlcostd profile (pid {held.owner}) is recording into "
-              f"--out {out}; its files were left alone: wait for it to finish, or give this "
-              "one a different --out", file=sys.stderr)
+        say(f"mlcostd profile: another mlcostd profile (pid {held.owner}) is recording into "
+            f"--out {out}; its files were left alone: wait for it to finish, or give this "
+            "one a different --out")
         return 2
     except OSError as exc:  # RefusedFile too: a link or someone else's file at the lock's path
-        print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
+        say(f"mlcostd profile: cannot use --out {out}: {exc}")
         return 2
     try:
         return _record(args, kept, argv, out, config, limits, baseline, duration)
@@ -503,7 +505,7 @@ def _record(args: argparse.Namespace, kept: KeptSignals, argv: list[str], out: P
             check_existing(out / name)
         _clear_earlier_junit(out)
     except (OSError, RefusedFile) as exc:
-        print(f"mlcostd profile: cannot use --out {out}: {exc}", file=sys.stderr)
+        say(f"mlcostd profile: cannot use --out {out}: {exc}")
         return 2
     recorder = ProfileRecorder(config, argv, simulate=args.simulate, duration_s=duration,
                                progress=args.progress, signals_before=kept.received)
@@ -511,7 +513,7 @@ def _record(args: argparse.Namespace, kept: KeptSignals, argv: list[str], out: P
     try:
         result = asyncio.run(recorder.run())
     except DaemonError as exc:
-        print(f"mlcostd profile: the recorder cannot start: {exc}", file=sys.stderr)
+        say(f"mlcostd profile: the recorder cannot start: {exc}")
         return 2
     finally:  # the outputs are written next: a signal must not leave them half-written (a
         # traceback, or SIGTERM's death between profile.json and profile.html), so it is kept
@@ -542,15 +544,14 @@ def _record(args: argparse.Namespace, kept: KeptSignals, argv: list[str], out: P
         except OSError as exc:
             unwritten.append(f"could not write the JUnit file {args.junit}: {exc}; the verdict "
                              "and the gates above are not in it")
-    print(verdict_text(document, written), file=sys.stderr, end="")
+    say(verdict_text(document, written), end="")
     if unwritten:
         for line in unwritten:
-            print(f"mlcostd profile: {line}", file=sys.stderr)
+            say(f"mlcostd profile: {line}")
         return 2
     if late:  # it came after the command exited: it stops the profile, which is whole
-        print(f"mlcostd profile: {signal.Signals(late[0]).name} came after the command had "
-              f"exited: the profile's files were written whole first; exiting {128 + late[0]}",
-              file=sys.stderr)
+        say(f"mlcostd profile: {signal.Signals(late[0]).name} came after the command had "
+            f"exited: the profile's files were written whole first; exiting {128 + late[0]}")
         return 128 + late[0]
     if result.exit_status is None and result.interrupted_by is not None:
         return 128 + result.interrupted_by  # interrupted before the command started
@@ -935,10 +936,7 @@ def command_failure(profile: dict[str, Any]) -> str | None:
 def ended(profile: dict[str, Any]) -> str:
     """"exited with status 1", or "was killed by SIGSEGV (status 139)": exit(139) and a
     segfault are told apart (a profile.json of an older mlcostd has no exit_signal)."""
-    name = profile.get("exit_signal")
-    if isinstance(name, str) and name:
-        return f"was killed by {one_line(name)[:32]} (status {profile['exit_status']})"
-    return f"exited with status {profile['exit_status']}"
+    return gate_checks.killed_by(profile) or f"exited with status {profile['exit_status']}"
 
 
 def verdict(document: dict[str, Any]) -> str:

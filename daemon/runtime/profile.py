@@ -33,10 +33,12 @@ from daemon.analysis.latency import zero_reading
 from daemon.config import Config
 from daemon.lifetime import become_subreaper, die_with_parent
 from daemon.runtime.daemon import Daemon
+from daemon.runtime.streams import to_devnull
 from daemon.sources.sample import GpuUse, Sample
 
 log = logging.getLogger(__name__)
 
+NVML_UNAVAILABLE = "NVML unavailable: "  # how NvmlSource.status begins where it cannot start
 STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL
 # Once the command exited, what it started gets this long to exit by itself before it is
 # stopped: multiprocessing's resource tracker (every 'spawn' or 'forkserver' start has one)
@@ -394,6 +396,7 @@ class ProfileRecorder:
                              process_filter=self.tree.filter, serve_api=False,
                              sample_stacks_always=True, periodic_rules=False,
                              stop_on_signals=False, out_option="--out")
+        self.daemon.nvml.log_unavailable = False  # (said once, in the profile's words: run)
         self._ticked = asyncio.Event()
         # The command's output as passed on: each stream's last chunk did not end a line
         # (fd -> True), and which stream was written last; what the profile says on stderr
@@ -451,6 +454,7 @@ class ProfileRecorder:
             recording.result()  # raises DaemonError
             raise RuntimeError("the recorder stopped before it started")
         try:
+            await self._say_if_no_nvml()
             await self._next_tick()
             await self._run_command()
             if self.result.exit_status is not None:
@@ -465,6 +469,19 @@ class ProfileRecorder:
             await recording
         self.result.shared_gpus = self.tree.shared_with()
         return self.result
+
+    async def _say_if_no_nvml(self) -> None:
+        """Where NVML cannot start (a CI runner without the NVIDIA driver, no --simulate),
+        say so once, before the command runs, in the profile's words: the daemon's "retrying
+        in 1 s" is a service's; a profile records one run, and what it cannot read then it
+        cannot count (its verdict says so again)."""
+        nvml = self.daemon.nvml
+        await asyncio.to_thread(nvml.wait_ready,
+                                self.config.daemon.interval + self.config.nvml.call_deadline)
+        if nvml.status.startswith(NVML_UNAVAILABLE):
+            why = nvml.status.removeprefix(NVML_UNAVAILABLE).split("; retrying")[0]
+            log.warning("NVML unavailable (%s): no GPU will be read in this profile; the "
+                        "run's cost and its GPUs are unknown, and gates on them fail", why)
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -585,7 +602,7 @@ class ProfileRecorder:
                     pipe = transport.get_pipe_transport(each)
                     if pipe is not None:
                         pipe.close()
-                    _to_devnull(sys.stdout.buffer if each == 1 else sys.stderr.buffer)
+                    to_devnull(sys.stdout.buffer if each == 1 else sys.stderr.buffer)
                 if 2 not in closed:
                     log.info("the profile's stdout was closed: the command's is closed too, "
                              "as in a shell pipeline")
@@ -725,20 +742,6 @@ def _write(out: BinaryIO, chunk: bytes) -> bool:
     except (BrokenPipeError, ValueError):
         return False
     return True
-
-
-def _to_devnull(out: BinaryIO) -> None:
-    """Our output `out`, closed by its reader, replaced by /dev/null: what we write there
-    later (a verdict on a closed stderr, what was left in the buffer at exit) goes nowhere
-    rather than raise BrokenPipeError."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, out.fileno())
-        finally:
-            os.close(null)
-    except (OSError, ValueError):
-        pass
 
 
 def _same_file(one: Any, other: Any) -> bool:

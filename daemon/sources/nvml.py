@@ -467,6 +467,9 @@ class NvmlSource:
         self.config = config
         self.interval = interval
         self.status = "starting"
+        # The daemon logs NVML's failure to start, and that it retries; `mlcostd profile`, a
+        # one-shot run, says it once in its own words instead (runtime/profile.py).
+        self.log_unavailable = True
         self.driver_version: str | None = None
         self.gpu_count: int | None = None  # what NVML counted at its start; None before it
         self._readings: dict[int, GpuReading] = {}
@@ -557,7 +560,7 @@ class NvmlSource:
         before = self.status.split(";")[0]
         if status == "ok" and before.startswith("NVML unavailable"):
             log.info("NVML is available again")
-        elif status != "ok" and status.split(";")[0] != before:
+        elif status != "ok" and status.split(";")[0] != before and self.log_unavailable:
             log.warning("%s", status)
         self.status = status
 

@@ -361,3 +361,20 @@ def test_output_to_a_full_disk_is_one_line_and_exit_1_not_a_traceback():
         assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, args
         assert "mlcostd: could not write standard output: No space left on device" \
             in done.stderr.splitlines(), (args, done.stderr)
+
+
+def test_output_to_a_pipe_whose_reader_exited_ends_quietly_with_exit_0():
+    """`mlcostd prices | head -1` once head has exited: the BrokenPipeError was caught (exit
+    0, as designed), then main's own flush of the stdout it had let go raised AttributeError,
+    a traceback and exit 1. Here the reader is gone before the first write."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for args in (["prices"], ["prices", "--json"]):
+        reader, writer = os.pipe()
+        os.close(reader)
+        try:
+            done = subprocess.run(MLCOSTD + args, stdout=writer, stderr=subprocess.PIPE,
+                                  text=True, timeout=120, env=env)
+        finally:
+            os.close(writer)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, args

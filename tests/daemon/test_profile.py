@@ -163,6 +163,19 @@ def test_progress_counts_the_steps_and_prices_each(starved):
     assert "step 25/25 loss" in result.stdout
 
 
+def test_the_readme_lists_every_key_of_profile_json_profile(starved):
+    """Probe 140 F11: profile.json's `profile` held `database`, `energy`, `latency`,
+    `recommendations` and `steps_source`, which the README's list of its keys did not name.
+    Every key a real profile writes is named (in backticks) in that list."""
+    out, _ = starved
+    keys = set(document(out)["profile"])
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("- `profile.json`: the report document of `mlcostd report --json`")
+    section = readme[start:readme.index("- `profile.html`:", start)]
+    named = set(re.findall(r"`([a-z0-9_]+)`", section))
+    assert keys - named == set()
+
+
 def test_a_short_run_says_it_is_not_representative(starved):
     out, _ = starved
     facts = document(out)["profile"]

@@ -7,6 +7,7 @@ gate on other hardware (F4), the gates' dollars (F11) and what --help says (F5, 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,25 @@ def test_without_nvml_the_gpu_and_cost_gates_fail_saying_nvml_is_unavailable(tmp
     summary = (out / "summary.md").read_text()
     assert "**FAILED: 3 of 3 gates crossed (NVML unavailable: no GPU was read)**" in summary
     assert "- NVML unavailable (" in summary
+
+
+@pytest.mark.skipif(nvml_works(), reason="NVML works here: this is the CI runner without it")
+def test_without_nvml_a_profile_says_once_in_its_own_words_what_it_cannot_read(tmp_path):
+    """Without NVML (no --simulate) the profile logged the daemon's line, "NVML unavailable:
+    ...; retrying in 1 s", and went on: a profile records one run and retries nothing. It
+    says once, before the command's run, that no GPU will be read and what that leaves
+    unknown."""
+    result = profile(tmp_path / "out", "--", sys.executable, "-c", "print('ran')")
+    assert result.returncode == 0, result.stderr  # (no gate: the run itself did not fail)
+    assert result.stdout == "ran\n"
+    assert "retrying" not in result.stderr
+    said = [line for line in result.stderr.splitlines() if "no GPU will be read" in line]
+    assert len(said) == 1, result.stderr
+    assert re.fullmatch(
+        r"\d\d:\d\d:\d\d mlcostd profile WARNING NVML unavailable \(.+\): no GPU will be read "
+        r"in this profile; the run's cost and its GPUs are unknown, and gates on them fail",
+        said[0]), said[0]
+    assert result.stderr.index(said[0]) < result.stderr.index("mlcostd profile: done")
 
 
 def test_a_command_that_fell_back_to_the_cpu_fails_the_cost_gates(tmp_path):

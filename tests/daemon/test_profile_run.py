@@ -188,3 +188,55 @@ def test_the_command_field_is_what_a_shell_takes_back_control_characters_too(tmp
     expected = [os.fsencode(sys.executable), b"-c", b"pass",
                 *(w if isinstance(w, bytes) else w.encode() for w in words)]
     assert back.split(b"\0")[:-1] == expected
+
+
+def test_a_baseline_killed_by_a_signal_is_said_so_in_the_regression_gate(tmp_path):
+    """The regression gate's line on a baseline that is not representative said "exited 139"
+    of a baseline that segfaulted, where the baseline's own verdict said "was killed by
+    SIGSEGV (status 139)" (an exit(139) and a segfault read the same there)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    crashed = profile(old, "--progress", r"step (\d+)", "--", sys.executable,
+                      str(PROGRAMS / "killed.py"), "SIGSEGV", "30")
+    assert crashed.returncode == 139, crashed.stderr
+    assert facts(old)["cost_per_step"], crashed.stderr  # (a figure the gate can compare)
+    result = profile(new, "--progress", r"step (\d+)", "--max-regression", "1000%",
+                     "--baseline", str(old), "--", sys.executable,
+                     str(PROGRAMS / "gpu_steps.py"))
+    (gate,) = facts(new)["gates"]
+    assert "the baseline is not representative: was killed by SIGSEGV (status 139)" in (
+        gate["message"]), result.stderr
+    assert "exited 139" not in gate["message"]
+    assert gate["message"] in result.stderr
+
+
+def test_a_closed_stderr_leaves_the_files_and_the_exit_status_as_they_would_be(tmp_path):
+    """The profile's stderr alone closed: a pipe whose reader exited raised BrokenPipeError at
+    the verdict (cli then crashed on its own flush of stdout: exit 1 with the gate crossed),
+    and `2>&-` was an AttributeError once the command ran, with no file written. Each now
+    ends as the run does, here a crossed gate (86), its files and JUnit file written, the
+    command's stdout passed on whole."""
+    args = ("--junit", str(tmp_path / "gates.xml"), "--max-cost", "0.000001", "--",
+            sys.executable, str(PROGRAMS / "gpu_steps.py"))
+    steps = "".join(f"step {n}/10\n" for n in range(1, 11))
+    # a pipe whose reader is gone before the profile writes to it
+    out = tmp_path / "pipe"
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(profile_argv(out, *args), stdout=subprocess.PIPE, stderr=writer,
+                                text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT, env=ENV,
+                                stdin=subprocess.DEVNULL)
+    finally:
+        os.close(writer)
+    assert result.returncode == 86 and result.stdout == steps
+    assert not facts(out)["gates"][0]["passed"]
+    assert {"profile.json", "profile.html", "summary.md"} <= {p.name for p in out.iterdir()}
+    # stderr not open at all (a shell's `2>&-`)
+    out = tmp_path / "closed"
+    shell = ["bash", "-c", 'exec "$@" 2>&-', "bash", *profile_argv(out, *args)]
+    result = subprocess.run(shell, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                            cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL)
+    assert (result.returncode, result.stdout, result.stderr) == (86, steps, "")
+    assert not facts(out)["gates"][0]["passed"]
+    assert {"profile.json", "profile.html", "summary.md"} <= {p.name for p in out.iterdir()}
+    assert ET.parse(tmp_path / "gates.xml").getroot().get("failures") == "1"

@@ -5,6 +5,7 @@ communication); and storage-bound input (I/O stalls while the GPU is low)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from fnmatch import fnmatchcase
 from typing import Any
 
 from daemon.analysis.phase_balance import NO_STACK_FILE
@@ -39,7 +40,12 @@ from daemon.analysis.rules.thresholds import (
     WELL_USED_UTILIZATION_PCT,
 )
 from daemon.analysis.rules.window import Analysis, ProcessWindow
-from daemon.analysis.stack_rules import PYTHON_ON_CPU, WORKER_PROCESSES_FEED_IT, WORKS_ON_INPUT
+from daemon.analysis.stack_rules import (
+    PYTHON_ON_CPU,
+    WORKER_PROCESSES_FEED_IT,
+    WORKS_ON_INPUT,
+    name_matches,
+)
 from daemon.clock import duration
 from daemon.wire import CHECKPOINT, COMM, DATA_WAIT, EVAL, HOST_PREPROCESS, SYNC
 from pricing.offer import HOURS_PER_MONTH
@@ -63,6 +69,14 @@ def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
             if share <= threshold or phase_samples(stacks) < MIN_PHASE_SAMPLES:
                 continue
             said = headline if isinstance(headline, str) else headline(stacks)
+            fix = patch
+            if phase == CHECKPOINT and _waits_for_saver(stacks):
+                # It checkpoints asynchronously already. One wait for its saver (the last
+                # save, joined at its end) is no stall that comes round: nothing to fix, and
+                # no monthly saving. Waits that come round: its saver is behind.
+                if len(proc.checkpoint_times) < 2:
+                    continue
+                said, fix = SAVER_BEHIND, _saver_behind_patch
             where = where_in(stacks) or "(no stack with a user frame yet)"
             savings, method = share_savings(proc, share, what)
             # The share is the phase balance's (/v1/now's `phases`), over the window it covers.
@@ -76,7 +90,7 @@ def _phase_rule(phase: str, threshold: float, patch: Patch, what: str,
                  "top_stacks": stack_evidence(stacks), "where": where},
                 {"kind": "show_patch", "file": where_in(stacks),
                  "text": patch_text(proc, where_in(stacks)),
-                 "patch": patch(proc, a, where, stacks)},
+                 "patch": fix(proc, a, where, stacks)},
                 scope={"gpus": list(proc.gpus)},
                 headline=f"{said} (pid {proc.pid}: {share:.0%} in {what})"))
         return found
@@ -268,6 +282,55 @@ def _checkpoint_patch(proc: ProcessWindow, a: Analysis, where: str,
             "in the background\n"
             "+# ... before the next save: future.result()\n"
             "# Or save less often: the interval only needs to bound the work lost to a crash.\n")
+
+
+# Where a checkpoint phase's main thread waits for a save running elsewhere: a saver thread's
+# join, or the future of an asynchronous save (torch.distributed.checkpoint.async_save's is a
+# concurrent.futures one). (file, function) globs, as stack_rules matches frames.
+_SAVER_WAITS = (
+    ("*/threading.py", "Thread.join"),
+    ("*/threading.py", "*._wait_for_tstate_lock"),
+    ("*/concurrent/futures/_base.py", "Future.result"),
+    ("*/concurrent/futures/_base.py", "wait"),
+)
+SAVER_BEHIND = "its saver is still writing when the next save is due: checkpoint less often"
+
+
+def _is_saver_wait(frame: object) -> bool:
+    """Whether a top stack's frame ("path:line name") is one of _SAVER_WAITS."""
+    location, _, name = str(frame).rpartition(" ")
+    path = location.rpartition(":")[0].replace("\\", "/")
+    return any(fnmatchcase(path, file) and name_matches(name, function)
+               for file, function in _SAVER_WAITS)
+
+
+def _waits_for_saver(stacks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether most of a checkpoint phase's samples wait for a save that runs elsewhere (a
+    saver thread, an asynchronous save's future) rather than write on the loop's thread:
+    the program checkpoints asynchronously already."""
+    waits = sampled = 0
+    for stack in stacks:
+        n = max(int(stack.get("samples") or 0), 1)
+        sampled += n
+        if any(_is_saver_wait(frame) for frame in stack.get("frames") or ()):
+            waits += n
+    return waits * 2 > sampled
+
+
+def _saver_behind_patch(proc: ProcessWindow, a: Analysis, where: str,
+                        stacks: Sequence[Mapping[str, Any]]) -> str:
+    cadence = proc.checkpoint_interval_s
+    every = f" (now every {duration(cadence)})" if cadence else ""
+    return (f"# {where}: {program_words(proc)[1]} waits here for its saver to finish a "
+            f"checkpoint{every}: it saves in the background already, but each save is not "
+            "done when the next is due (or is joined as soon as it starts).\n"
+            "# Join it only before the next save, and save less often than a save takes:\n"
+            "+if step % save_every == 0:  # save_every: more steps than a save takes\n"
+            "+    if saver is not None:\n"
+            "+        saver.join()  # (the last one is done by now)\n"
+            "+    saver = threading.Thread(target=save, args=(state, path))\n"
+            "+    saver.start()\n"
+            "# Or make each save faster: write to local disk, then copy to remote storage.\n")
 
 
 def _eval_patch(proc: ProcessWindow, a: Analysis, where: str,
