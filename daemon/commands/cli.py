@@ -25,6 +25,7 @@ with while_starting():
     from daemon import config as config_module
     from daemon.config import Config, ConfigError
     from daemon.config.values import DURATION_FORMS
+    from daemon.runtime.streams import open_standard_streams
     from daemon.sources.safe_text import lines
 
 log = logging.getLogger("mlcostd")
@@ -630,6 +631,10 @@ OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A stream closed at start (`mlcostd run <&- 2>&-`): /dev/null stands in, so the store,
+    # a socket or the event loop never takes fd 0-2, where a library's or a child's
+    # message would land (runtime/streams.py)
+    open_standard_streams()
     try:
         with while_starting():  # until the command runs: one line, exit 130/143
             parser = build_parser()

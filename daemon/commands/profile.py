@@ -41,7 +41,7 @@ from daemon.commands.gates import GATE_EXIT_STATUS, Gate
 from daemon.commands.report_energy import amount_text, grid_text
 from daemon.commands.startup_signals import KeptSignals
 from daemon.config import Config
-from daemon.runtime.streams import StderrHandler, open_standard_streams, say
+from daemon.runtime.streams import StderrHandler, say
 from daemon.sources.redact import REDACTED, redacted_words
 from daemon.sources.safe_text import one_line, shell_quoted, without_url_credentials
 from daemon.wire import DATA_WAIT, money, process_key
@@ -391,7 +391,6 @@ def run(args: argparse.Namespace, kept: KeptSignals | None = None) -> int:
     handed to it, which leaves the command unstarted, records on until it stops, and the files
     are written as of any run (exit 128+N)."""
     kept = kept or KeptSignals()
-    open_standard_streams()  # (`2>&-`: /dev/null stands in for it)
     try:
         return _run(args, kept)
     finally:

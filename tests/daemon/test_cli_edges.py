@@ -378,3 +378,36 @@ def test_output_to_a_pipe_whose_reader_exited_ends_quietly_with_exit_0():
             os.close(writer)
         assert done.returncode == 0, (args, done.stderr)
         assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, args
+
+
+def open_files(fds: str) -> set[str]:
+    """What the descriptors in /proc/PID/fd point to (one closed meanwhile is left out)."""
+    found = set()
+    for name in os.listdir(fds):
+        try:
+            found.add(os.readlink(f"{fds}/{name}"))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_daemon_started_with_its_standard_streams_closed_keeps_its_files_off_fds_0_to_2(
+        tmp_path):
+    """`mlcostd run ... <&- 2>&-` (a careless init script): the store, a socket or the event
+    loop took fd 0 or 2, where a library's message or a child's stderr would land. /dev/null
+    stands in for a stream closed at start, as it does for `mlcostd profile`."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    db, sock = tmp_path / "s" / "m.db", tmp_path / "sock" / "mlcostd.sock"
+    daemon = subprocess.Popen(
+        ["bash", "-c", 'exec "$@" <&- 2>&-', "bash", *MLCOSTD, "run", "--simulate", "idle-host",
+         "--db", str(db), "--socket", str(sock)], stdout=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        fds = f"/proc/{daemon.pid}/fd"
+        while not (sock.exists() and str(db) in open_files(fds)):
+            assert daemon.poll() is None and time.monotonic() < deadline, "no store opened"
+            time.sleep(0.05)
+        assert [os.readlink(f"{fds}/{n}") for n in (0, 2)] == [os.devnull, os.devnull]
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
