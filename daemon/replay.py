@@ -62,7 +62,7 @@ from daemon.store.reader import StoreReader, no_store_at
 from daemon.store.schema import GPU_READING, SCHEMA_VERSION, SNOOZE_READING
 from daemon.store.shape import StoreShapeError, check_shape
 from daemon.store.snapshot import snapshot_facts
-from daemon.wire import process_key
+from daemon.wire import parse_process_key, process_key
 from pricing.grid import GridIntensity, grid_intensity
 
 MAX_TIMES = 3000  # times() returns at most this many tick timestamps, evenly spread
@@ -276,6 +276,7 @@ class Replay:
             phases={process_key(pid, start): balance
                     for (pid, start), balance in balances.items()},
             stack_statuses=statuses, windows=windows, store=None,
+            window_phases=self._window_phases(windows, at),
             kinds={process_key(pid, start): {
                 **recorded_kind(doc), "inference": recorded_audit(
                     doc.get("inference") if isinstance(doc, dict) else None)}
@@ -283,6 +284,21 @@ class Replay:
         if cost is None:  # no recorded price: what the store says happened, without dollars
             doc["events"], doc["recommendations"] = events, self._recommendations(at)
         return doc
+
+    def _window_phases(self, windows: list[dict[str, Any]], at: float) -> dict[str, str]:
+        """The phase of the last stack sampled in each window open at `at`, by process key (a
+        window's target), as the live daemon's `phase_now` reads it."""
+        found = {}
+        for window in windows:
+            try:
+                pid, start_time = parse_process_key(str(window.get("target")))
+            except ValueError:  # (a planted event: not a process's window)
+                continue
+            phase = queries.latest_phase(self.reader, pid, start_time,
+                                         float(window["started_at"]), at)
+            if phase is not None:
+                found[str(window["target"])] = phase
+        return found
 
     def _ledger(self, at: float) -> tuple[CostLedger, EnergyMeter]:
         """Spend and energy from the start of ts's UTC day (or of the recording) up to ts, with

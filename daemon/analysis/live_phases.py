@@ -179,6 +179,17 @@ class LivePhases:
         self.version += 1
         self._dirty.add(key)
 
+    def latest_phase(self, key: ProcessId, since: float) -> str | None:
+        """The phase of `key`'s last stack sample where it was taken at `since` or later (in
+        the low-utilization window open since then): what it does now while its GPU is quiet,
+        which its balance over the window may outweigh (a job that computes most of the time
+        and is writing a checkpoint now). None where no sample was taken since."""
+        proc = self._processes.get(key)
+        if proc is None or not proc.samples:
+            return None
+        last = proc.samples[-1]
+        return last.phase if last.ts >= since else None
+
     def _forget_before(self, horizon: float) -> None:
         for key in [k for k, p in self._processes.items() if p.last_seen < horizon]:
             del self._processes[key]

@@ -109,15 +109,20 @@ WORKING_SM_SHARE = AttributionConfig().low_sm_share
 
 
 def phase_now(entry: Mapping[str, Any], proc: ProcessModel, in_window: bool,
-              working_sm_share: float = WORKING_SM_SHARE) -> str | None:
-    """The phase a process is in now (/v1/now's `phase_now`, the TUI's phase column): `compute`
-    while it holds a GPU at `working_sm_share` or more outside any low-utilization window, else
-    its balance's top phase (`phase`). Stacks are sampled only in those windows, so when it is
+              working_sm_share: float = WORKING_SM_SHARE, latest: str | None = None
+              ) -> str | None:
+    """The phase a process is in now (/v1/now's `phase_now`, the TUI's phase column): in an
+    open low-utilization window, the phase of the last stack sampled in it (`latest`: a job
+    that computes most of the time is writing a checkpoint now), its balance's top phase
+    (`phase`) until one is; `compute` while it holds a GPU at `working_sm_share` or more
+    outside any window, else `phase`. Stacks are sampled only in those windows, so when it is
     back at work every stack its balance rests on was taken before: an `idle` or `data_wait`
     from them says what it did then, and the GPU says what it does now. None while its phase
     is not known yet (as `phase`)."""
     top = entry["phase"]
-    if top is None or top == COMPUTE or in_window:
+    if in_window:
+        return latest if latest is not None else top
+    if top is None or top == COMPUTE:
         return top
     share, gpus = proc.sm_share, proc.gpus
     if share is None or not gpus or not proc.gpu_memory_bytes:
@@ -161,11 +166,13 @@ def process_entry(proc: ProcessModel, cost: ProcessCost | None,
                   balance: Mapping[str, Mapping[str, Any]] | None,
                   stack_status: Mapping[str, Any] | None,
                   kind: Mapping[str, Any] | None = None, *, in_window: bool = False,
-                  working_sm_share: float = WORKING_SM_SHARE) -> dict[str, Any]:
+                  working_sm_share: float = WORKING_SM_SHARE,
+                  latest: str | None = None) -> dict[str, Any]:
     """One process: what it is, its rates, its burn and cost, its phase balance, its kind.
-    `in_window`: it is in an open low-utilization window now (see `phase_now`)."""
+    `in_window`: it is in an open low-utilization window now, `latest` the phase of the last
+    stack sampled in it (see `phase_now`)."""
     entry = _entry(proc, cost, balance, stack_status, kind)
-    entry["phase_now"] = phase_now(entry, proc, in_window, working_sm_share)
+    entry["phase_now"] = phase_now(entry, proc, in_window, working_sm_share, latest)
     return entry
 
 
@@ -292,7 +299,8 @@ class ProcessEntries:
               balance: Mapping[str, Mapping[str, Any]] | None,
               stack_status: Mapping[str, Any] | None,
               kind: Mapping[str, Any] | None, *, in_window: bool = False,
-              working_sm_share: float = WORKING_SM_SHARE) -> dict[str, Any]:
+              working_sm_share: float = WORKING_SM_SHARE,
+              latest: str | None = None) -> dict[str, Any]:
         kept = self._kept.get(proc.key)
         identity = (proc.ppid, proc.user, proc.command)
         owner = proc.owner
@@ -309,7 +317,7 @@ class ProcessEntries:
         entry = kept.template.copy()
         _put_tick_fields(entry, proc, cost)
         entry["inference"] = _inference(kind, entry["burn_per_hour"])
-        entry["phase_now"] = phase_now(entry, proc, in_window, working_sm_share)
+        entry["phase_now"] = phase_now(entry, proc, in_window, working_sm_share, latest)
         return entry
 
     def keep_only(self, keys: set[str]) -> None:
@@ -335,11 +343,13 @@ def now_document(
     kinds: Mapping[str, Mapping[str, Any]] | None = None,
     entries: ProcessEntries | None = None,
     working_sm_share: float = WORKING_SM_SHARE,
+    window_phases: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The /v1/now document. Phases, stack statuses and per-process costs are keyed by
     daemon.wire.process_key; a missing input reads as None or empty in the document.
     `entries`: the process entries' parts kept from the document before (a live daemon's).
-    `working_sm_share`: [attribution].low_sm_share (a process's `phase_now`)."""
+    `working_sm_share`: [attribution].low_sm_share (a process's `phase_now`); `window_phases`:
+    the phase of the last stack sampled in each open low-utilization window, by process key."""
     doc: dict[str, Any] = {"version": DOCUMENT_VERSION, "host": dict(host),
                            "ts": None, "tick": tick, "gpus": [], "processes": [],
                            "host_usage": None, "store": store}
@@ -355,10 +365,11 @@ def now_document(
         build = entries.entry if entries is not None else process_entry
         # the processes in an open low-utilization window (their stacks are being sampled)
         sampled = {w.get("target") for w in windows or ()}
+        latest = window_phases or {}
         doc["processes"] = [
             build(p, costs.get(p.key), phases.get(p.key), stack_statuses.get(p.key),
                   kinds.get(p.key), in_window=p.key in sampled,
-                  working_sm_share=working_sm_share)
+                  working_sm_share=working_sm_share, latest=latest.get(p.key))
             for p in model.processes]
         if entries is not None:
             entries.keep_only({p.key for p in model.processes})

@@ -438,6 +438,17 @@ class Attribution:
     def active_windows(self) -> list[dict[str, Any]]:
         return [self._event(d, None) for d in self._dips.values() if d.qualified]
 
+    def window_phases(self) -> dict[str, str]:
+        """The phase of the last stack sampled in each open low-utilization window, by process
+        key (/v1/now's `phase_now` there): what the process does now, not its balance's top."""
+        found = {}
+        for dip in self._dips.values():
+            if dip.qualified:
+                phase = self.phases.latest_phase((dip.pid, dip.start_time), dip.started_at)
+                if phase is not None:
+                    found[process_key(dip.pid, dip.start_time)] = phase
+        return found
+
     # -- stacks ----------------------------------------------------------------------------
 
     def _dump_due(self, line: list[_InLine], ts: float) -> set[tuple[int, float]]:

@@ -741,12 +741,14 @@ class Daemon:
             cost = CostView.from_state(state, self._not_snoozed(state.recommendations))
         statuses = self.attribution.status_by_key if self.attribution is not None else {}
         windows = self.attribution.active_windows() if self.attribution is not None else []
+        window_phases = (self.attribution.window_phases() if self.attribution is not None
+                         else {})
         document = now_document(
             host=host, sample=self.last_sample, previous=self.previous_sample, tick=self.tick,
             idle_utilization_pct=self.config.idle.utilization, cost=cost,
             phases=self.phases_now(), stack_statuses=statuses, windows=windows,
             kinds=self.kinds.documents(), store=store, entries=self._now_entries,
-            working_sm_share=self.config.attribution.low_sm_share)
+            working_sm_share=self.config.attribution.low_sm_share, window_phases=window_phases)
         taken = self.snapshots.by_event if self.snapshots is not None else {}
         for event in document.get("events") or []:
             event["snapshot"] = taken.get(event.get("id"))

@@ -44,7 +44,7 @@ from daemon.store.schema import (
     decode_status,
     unpack_text,
 )
-from daemon.wire import parse_process_key
+from daemon.wire import PHASES, parse_process_key
 
 
 def _stored_json(value: object) -> Any:
@@ -88,6 +88,19 @@ def stack_samples(reader: StoreReader, since: float, until: float) -> list[dict[
                  r["reason"], _stored_text(r["reason"])),
              "frames": frames_of.get(r["hash"], ())}
             for r in rows if r["hash"] in frames_of]
+
+
+def latest_phase(reader: StoreReader, pid: int, start_time: float, since: float,
+                 until: float) -> str | None:
+    """The phase of the process's last stack sample in [since, until] (None: none there):
+    what replay's `phase_now` shows in an open low-utilization window, as the live daemon's
+    (daemon.analysis.live_phases.LivePhases.latest_phase). One index lookup (proc, ts)."""
+    rows = reader.query(
+        "SELECT s.phase FROM stack_samples s WHERE s.proc = (SELECT id FROM processes "
+        "WHERE pid = ? AND start_ms = ?) AND s.ts >= ? AND s.ts <= ? ORDER BY s.ts DESC LIMIT 1",
+        (pid, round(start_time * 1000), round(since * 1000), round(until * 1000)))
+    phase = rows[0]["phase"] if rows else None
+    return phase if phase in PHASES else None  # (a planted store's text is not a phase)
 
 
 def _stored_frames(text: str) -> tuple[tuple[Any, ...], ...]:

@@ -6,6 +6,7 @@ the old stacks' `idle` (probe 125 F16: `idle` beside 95% SM on a busy GPU)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import textwrap
 
@@ -13,8 +14,17 @@ import pytest
 from simhost import poll
 
 from daemon.api.document import ProcessEntries, now_document
+from daemon.replay import Replay
 from daemon.sources.sample import GpuSample, GpuUse, ProcessSample, Sample
-from daemon.wire import COMPUTE, DATA_WAIT, HIGH_CONFIDENCE, IDLE, LOW_CONFIDENCE, Process
+from daemon.wire import (
+    CHECKPOINT,
+    COMPUTE,
+    DATA_WAIT,
+    HIGH_CONFIDENCE,
+    IDLE,
+    LOW_CONFIDENCE,
+    Process,
+)
 from mlcost_tui.panels.processes import _phase_cell, _phase_value
 
 KEY = "4242:1000.500"
@@ -30,7 +40,8 @@ def _balance(top: str, confidence: str = HIGH_CONFIDENCE) -> dict:
 
 
 def _document(shares: tuple[float, ...], balance: dict | None, *, window: bool = False,
-              memory: int = 8 << 30, entries: ProcessEntries | None = None) -> dict:
+              memory: int = 8 << 30, entries: ProcessEntries | None = None,
+              latest: str | None = None) -> dict:
     """/v1/now of one tick: one process on len(shares) GPUs at those SM shares."""
     gpus = tuple(GpuSample(n, f"GPU-{n}", "A100", utilization=s, memory_used_bytes=memory,
                            memory_total_bytes=40 << 30) for n, s in enumerate(shares))
@@ -41,15 +52,17 @@ def _document(shares: tuple[float, ...], balance: dict | None, *, window: bool =
     doc = now_document(host={}, sample=Sample(ts=2000.0, tick=9, gpus=gpus, processes=(proc,)),
                        previous=None, tick=9, idle_utilization_pct=5.0,
                        phases={KEY: balance} if balance is not None else {},
-                       windows=windows, entries=entries)
+                       windows=windows, entries=entries,
+                       window_phases={KEY: latest} if latest is not None else None)
     (entry,) = doc["processes"]
     assert entry["key"] == KEY
     return entry
 
 
-def _column(entry: dict) -> str:
-    """What mlcost-top's phase column shows for this entry."""
-    return _phase_cell(_phase_value(Process.from_dict(entry), False)).plain
+def _column(entry: dict, gpus_idle: bool = False) -> str:
+    """What mlcost-top's phase column shows for this entry (`gpus_idle`: every GPU it holds
+    reads IDLE in the GPU panel)."""
+    return _phase_cell(_phase_value(Process.from_dict(entry), gpus_idle)).plain
 
 
 @pytest.mark.parametrize("entries", [None, ProcessEntries()])
@@ -79,6 +92,22 @@ def test_the_balance_stands_in_a_window_below_the_working_share_or_before_it_is_
     # a low-confidence phase it is still in keeps its mark in the column
     entry = _document((12.0,), _balance(DATA_WAIT, LOW_CONFIDENCE))
     assert _column(entry) == DATA_WAIT + "~"
+
+
+@pytest.mark.parametrize("entries", [None, ProcessEntries()])
+def test_in_a_window_the_last_sampled_stack_says_what_it_does_now(entries):
+    """Probe 141 M1: a job that computes most of its window (balance: compute) and is writing a
+    checkpoint now read `idle` in mlcost-top while its GPU idled: the column was fed the
+    balance's top, not the stack sampled last. In an open window it is the last stack's."""
+    balance = _balance(COMPUTE)
+    entry = _document((0.0,), balance, window=True, latest=CHECKPOINT, entries=entries)
+    assert (entry["phase"], entry["phase_now"]) == (COMPUTE, CHECKPOINT)
+    assert _column(entry, gpus_idle=True) == CHECKPOINT
+    # no stack sampled in the window yet: its balance's top, which the column shows as idle
+    entry = _document((0.0,), balance, window=True, entries=entries)
+    assert entry["phase_now"] == COMPUTE and _column(entry, gpus_idle=True) == IDLE
+    # out of its window, back at work, the last window's stack is not what it does now
+    assert _document((95.0,), balance, latest=CHECKPOINT, entries=entries)["phase_now"] == COMPUTE
 
 
 def test_a_process_on_several_gpus_works_by_its_mean_share():
@@ -166,3 +195,44 @@ def test_a_live_process_back_at_work_reads_compute_while_its_balance_says_idle(
     assert proc["phase"] == IDLE, proc["phases"]
     assert proc["phase_now"] == COMPUTE
     assert _column(proc) == COMPUTE
+
+
+def test_a_live_job_writing_a_checkpoint_reads_checkpoint_while_its_balance_says_compute(
+        mlcostd, tmp_path):
+    """Probe 141 M1 live: the simulator's checkpoint-heavy job (160 MiB at 40 MB/s: each save
+    stalls its GPU ~4 s; it computes more than it saves). While a save holds its GPU idle and
+    the stack sampled last says checkpoint, /v1/now's phase_now (mlcost-top's column) says
+    checkpoint, its balance compute. The old code said compute there (the column: idle)."""
+    scenario = tmp_path / "checkpoints.toml"
+    scenario.write_text(
+        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
+        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 1\n'
+        '[[workloads]]\nname = "train-checkpoints"\nprogram = "checkpoint_heavy"\n'
+        'gpus = [0]\noptions = { checkpoint_mib = 160, write_mbps = 40 }\n')
+    daemon = mlcostd("idle-host", interval=1.0, config={
+        "attribution": {"dump_interval": "1s", "dumps_per_second": 5, "cpu_budget": 0.3,
+                        "min_window": "2s"}},
+        args=["--simulate", str(scenario)])
+    state: dict = {}
+
+    def saving_now() -> dict | None:
+        now = state["now"] = daemon.now()
+        proc = next((p for p in now["processes"] if "checkpoint_heavy" in p["command"]), None)
+        in_window = proc is not None and any(w["target"] == proc["key"] for w in now["windows"])
+        if in_window and proc["phase"] == COMPUTE and proc["phase_now"] == CHECKPOINT:
+            return proc
+        return None
+
+    proc = poll(saving_now, 150, "the job in a save, its balance compute, phase_now checkpoint",
+                explain=lambda: json.dumps(state.get("now"), indent=1)[-4000:])
+    assert _column(proc, gpus_idle=True) == CHECKPOINT
+    # replay of the store at that tick says the same (its window, the stack sampled last in it)
+    at = state["now"]["ts"]
+    assert daemon.stop() == 0, daemon.log_tail()
+    copy = tmp_path / "copy.db"
+    source = sqlite3.connect(daemon.db)
+    source.execute("VACUUM INTO ?", (str(copy),))
+    source.close()
+    with Replay(copy) as replay:
+        replayed = {p["key"]: p for p in replay.state_at(at)["processes"]}
+    assert replayed[proc["key"]]["phase_now"] == CHECKPOINT
