@@ -42,6 +42,7 @@ def check_nvml() -> Check:
         stop_nvml,
         text,
     )
+    from daemon.sources.redact import redact_field
 
     started = start_nvml()
     if isinstance(started, NvmlFailure):
@@ -59,7 +60,8 @@ def check_nvml() -> Check:
                 notes.append(f"GPU {index}: {handle.describe()}")
                 continue
             name = nvml_query(pynvml.nvmlDeviceGetName, handle)
-            names.append("?" if isinstance(name, NvmlFailure) else text(name))
+            names.append("?" if isinstance(name, NvmlFailure)
+                         else redact_field(safe_text.one_line(text(name))))
             shares = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, handle, 0)
             if isinstance(shares, NvmlFailure) and shares.kind == UNSUPPORTED:
                 notes.append(f"GPU {index}: per-process SM share not supported (MIG?)")
