@@ -291,9 +291,13 @@ def _instance_missing(catalog: Catalog, args: argparse.Namespace, itype: str) ->
 
 def _catalog(args: argparse.Namespace, cache_path: str | None) -> Catalog:
     """The catalog with the extra CSV catalogs the caller set (`args.extra_catalogs`, from the
-    daemon's [pricing].extra_catalogs) and, with `cache_path`, the cached live prices."""
-    return Catalog.load(cache_path=cache_path,
-                        extra_catalogs=getattr(args, "extra_catalogs", None) or ())
+    daemon's [pricing].extra_catalogs) and, with `cache_path`, the cached live prices; each
+    price's source, note and URL through `args.shown_text` where the caller set one (the
+    daemon's redaction: a source or URL may carry a token, `?api_key=...`)."""
+    catalog = Catalog.load(cache_path=cache_path,
+                           extra_catalogs=getattr(args, "extra_catalogs", None) or ())
+    shown = getattr(args, "shown_text", None)
+    return catalog.with_texts(shown) if shown is not None else catalog
 
 
 def companion_error(args: argparse.Namespace) -> str:

@@ -180,3 +180,21 @@ def test_companions_with_their_flag_are_read_and_the_configs_defaults_are_no_com
                                     f'gcp_api_key_file = "{tmp_path / "key"}"\n')
     assert main(["prices", "--config", str(config), "--instance", "p5.48xlarge"]) == 0
     assert "p5.48xlarge" in capsys.readouterr().out
+
+
+def test_a_price_source_with_a_token_is_shown_redacted(tmp_path, capsys):
+    """Probe (redaction, fourth round): an extra catalog's source (here a URL with an API key
+    in its query) was printed as read by `mlcostd prices`, its table and --json; the daemon's
+    command passes its redaction to the catalog it shows (pricing.catalog.Catalog.with_texts)."""
+    sheet = tmp_path / "sheet.csv"
+    sheet.write_text(BUNDLED_CATALOG.read_text().splitlines()[0] + "\n"
+                     "lambda,us-east-1,gpu_8x_h100_sheet,H100,8,80,208,1800,gpu-hour,2.99,,,,,"
+                     "https://prices.example/sheet.csv?api_key=hunter2,2026-11-20,current,"
+                     "from https://bob:pw123@prices.example/\n")
+    config = write_config(tmp_path, f'[pricing]\nextra_catalogs = ["{sheet}"]\n')
+    for how in ([], ["--json"]):
+        assert main(["prices", "--config", str(config), "--instance", "gpu_8x_h100_sheet",
+                     *how]) == 0
+        out, err = capsys.readouterr()
+        assert "hunter2" not in out + err and "pw123" not in out + err, out + err
+        assert "https://prices.example/sheet.csv?api_key=<redacted>" in out, out
