@@ -10,12 +10,18 @@ source line, which a classification reason may quote (`redact_code`, where it is
 daemon.analysis.source_lines), and the names the daemon reads from outside (`redact_field`): a
 stack frame's function and file name and a thread's name (daemon.sources.frames.parse_dump), the
 host name and instance facts (at start: daemon.runtime.daemon), a storage walk's error
-(daemon.analysis.meters). What is read back from a store goes through them once more on its
+(daemon.analysis.meters), a GPU's name and uuid and NVML's error text (daemon.sources.nvml), a
+process's owner and the kubelet's pod, namespace and container names (daemon.sources.owners,
+daemon.sources.podresources), each price's source, note and URL in the daemon's catalog
+(daemon.runtime.price_host). What is read back from a store goes through them once more on its
 way out (a store from another writer, from before a rule, or edited holds what the daemon would
 have hidden): a command line or other stored text through `redact_stored`, a stored JSON
-document through `redact_stored_json`, a stack's frames, a meter reading's name and the host's
-facts through `redact_field` and `redact_document` (daemon.store.queries), in the report, the
-snapshot page, replay and snapshots.
+document through `redact_stored_json`, a stack's frames, the GPUs' names and errors, each
+owner and the host's facts through `redact_field` and `redact_document` (daemon.store.queries,
+daemon.store.reader), in the report, the snapshot page, replay and snapshots. A meter reading's
+name keys its readings: `redact_name` tags one that had something hidden, so two that differ
+only in a secret stay two (at the source, daemon.analysis.meters.reading_name, and on the way
+out).
 
 What is hidden:
 - PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
