@@ -20,7 +20,7 @@ import stat
 from collections.abc import Mapping
 
 from daemon.sources.podresources import PodResources
-from daemon.sources.redact import redact_field
+from daemon.sources.redact import redact_name
 from daemon.sources.safe_text import one_line
 
 CGROUP_MAX_BYTES = 64 * 1024  # a /proc/PID/cgroup is a few hundred bytes; never read more
@@ -247,10 +247,12 @@ class OwnerReader:
 
 def shown_owner(owner: Mapping[str, str]) -> dict[str, str]:
     """An owner with each value as mlcostd may show it: control bytes shown, a secret hidden
-    (daemon.sources.redact.redact_field). A pod, namespace, container, unit or Slurm account is
+    (daemon.sources.redact.redact_name). A pod, namespace, container, unit or Slurm account is
     named by whoever started it (a pod named like an API key, a unit `ghp_....service`), and the
-    owner is in /v1/now, every /metrics label of its workload, the store and reports."""
-    return {key: redact_field(one_line(value)) for key, value in owner.items()}
+    owner is in /v1/now, every /metrics label of its workload, the store and reports. A name
+    keys a workload (its ledger job, its series): one that had something hidden keeps a tag of
+    it, so two pods named like two keys stay two workloads."""
+    return {key: redact_name(one_line(value)) for key, value in owner.items()}
 
 
 def encode_owner(owner: Mapping[str, str]) -> str | None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.sources.redact import redact_field
+from daemon.sources.redact import redact_name
 from daemon.sources.safe_text import one_line
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,9 @@ def _text(value: bytes | int) -> str:
 def _name(value: bytes | int) -> str:
     """A pod's, namespace's or container's name, as mlcostd may show it (in /metrics labels,
     each process's owner, the store): whoever made the pod chose it, so control bytes are shown
-    and a secret-looking one hidden (remembered: the same names come every REFRESH_S)."""
-    return redact_field(one_line(_text(value)))
+    and a secret-looking one hidden, tagged so that two stay two (redact_name: a pod's labels
+    key its /metrics series and its owner's ledger job)."""
+    return redact_name(one_line(_text(value)))
 
 
 def parse_list_response(data: bytes) -> dict[str, list[Allocation]]:

@@ -378,7 +378,8 @@ _NAME_TAG_DIGITS = 4
 
 
 def redact_name(text: str) -> str:
-    """A name from outside that keys things apart (a meter's reading name, a storage path),
+    """A name from outside that keys things apart (a meter's reading name, a storage path, a
+    pod's, namespace's, container's or unit's name: a workload's ledger job and /metrics series),
     `redact_field`; where that hid something, ` [tag]` after it (`_NAME_TAG_DIGITS` hex of a
     SHA-256 of the raw name), so that two names that differ only in what was hidden stay two.
     A name this returns comes back unchanged (nothing is left to hide, so no second tag)."""

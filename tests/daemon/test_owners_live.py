@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -232,11 +233,11 @@ def _report_checks(daemon: livedaemon.LiveDaemon) -> None:
 
 
 # Names whoever starts a unit or makes a pod chooses: a unit named like a GitHub token, a pod
-# like an OpenAI key (a valid Kubernetes name).
+# like an OpenAI key, and a second pod like another (valid Kubernetes names), time-slicing one
+# GPU.
 HOSTILE_UNIT = "ghp_abcdefghijklmnopqrstuvwxyz0123456789.service"
-HOSTILE_POD = ("ml", "sk-abcdefghijklmnopqrstuvwxyz123456", "trainer")
-HOSTILE_SECRETS = ("ghp_abcdefghijklmnopqrstuvwxyz0123456789",
-                   "sk-abcdefghijklmnopqrstuvwxyz123456")
+HOSTILE_PODS = ("sk-abcdefghijklmnopqrstuvwxyz123456", "sk-zyxwvutsrqponmlkjihgfedcba654321")
+HOSTILE_SECRETS = ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", *HOSTILE_PODS)
 
 
 def test_hostile_unit_and_pod_names_are_redacted_where_read(cgroups, tmp_path):
@@ -260,8 +261,7 @@ def test_hostile_unit_and_pod_names_are_redacted_where_read(cgroups, tmp_path):
     gpu1 = scenario.load(host).gpu_uuid(1)
     socket = tmp_path / "pod-resources" / "kubelet.sock"
     socket.parent.mkdir()
-    namespace, pod, container = HOSTILE_POD
-    node = kubelet.list_response([(namespace, pod, [(container, [gpu1])])])
+    node = kubelet.list_response([("ml", pod, [("trainer", [gpu1])]) for pod in HOSTILE_PODS])
 
     async def scrape(daemon: livedaemon.LiveDaemon) -> str:
         connector = aiohttp.UnixConnector(path=str(daemon.socket))
@@ -297,7 +297,12 @@ def test_hostile_unit_and_pod_names_are_redacted_where_read(cgroups, tmp_path):
         data = stored.read_bytes()
         leaks[stored.name] = [w for w in HOSTILE_SECRETS if w.encode() in data]
     assert not any(leaks.values()), json.dumps({k: v for k, v in leaks.items() if v})
+    # the two pods, half of GPU 1 each: two series, not one of a whole GPU
+    halves = re.findall(r'^mlcost_container_gpu_allocation\{.*pod="(<redacted> \[[0-9a-f]{4}\])"'
+                        r'.*\} 0\.5$', served["metrics"], re.M)
+    assert len(set(halves)) == 2, served["metrics"]
+    # each shown redacted, with a tag of the name as written (two such pods stay two series)
     owned = [p for p in json.loads(served["now"])["processes"] if p.get("owner")]
-    assert owned[0]["owner"] == {"systemd_unit": "<redacted>.service"}, owned
-    assert owned[0]["workload"] == "<redacted>.service"
-    assert 'pod="<redacted>"' in served["metrics"]
+    unit_shown = owned[0]["owner"]["systemd_unit"]
+    assert re.fullmatch(r"<redacted>\.service \[[0-9a-f]{4}\]", unit_shown), owned
+    assert owned[0]["workload"] == unit_shown
