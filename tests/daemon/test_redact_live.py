@@ -74,6 +74,35 @@ async def _raw(socket_path: Path, path: str) -> str:
             return await response.text()
 
 
+def _hostile_host(folder: Path) -> tuple[Path, Path]:
+    """(a scenario whose GPU is named like a GitHub token, on a type an extra catalog prices
+    with a source that holds an API key; that catalog)."""
+    catalog = folder / "sheet.csv"
+    catalog.write_text(CATALOG_HEADER + CATALOG_ROW)
+    scenario = folder / "named.toml"
+    scenario.write_text(
+        '[instance]\nprovider = "aws"\ntype = "p9.redacted"\nregion = "us-east-1"\n'
+        '[gpu]\nmodel = "NVIDIA H100 ghp_abcdefghijklmnopqrstuvwxyz0123456789"\ncount = 1\n'
+        "memory_gib = 80\npower_idle_w = 70\npower_max_w = 700\n")
+    return scenario, catalog
+
+
+def test_check_shows_the_gpu_name_and_price_source_redacted(tmp_path):
+    """`mlcostd check` lists the GPUs by NVML's names and says where the price is from: both
+    were printed as read."""
+    scenario, catalog = _hostile_host(tmp_path)
+    config = livedaemon.config_file(tmp_path, {"pricing": {"extra_catalogs": [str(catalog)]}})
+    done = subprocess.run(
+        livedaemon.MLCOSTD + ["check", "--simulate", str(scenario), "--config", str(config),
+                              "--json", "--db", str(tmp_path / "x.db")],
+        capture_output=True, text=True, timeout=120, cwd=livedaemon.ROOT)
+    leaks = [w for w in SECRETS if w in done.stdout + done.stderr]
+    assert not leaks, done.stdout + done.stderr
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    assert "NVIDIA H100 <redacted>" in checks["NVML"]["detail"], checks["NVML"]
+    assert "api_key=<redacted>" in json.dumps(checks["price"]), checks["price"]
+
+
 def test_gpu_names_price_sources_and_meter_names_are_redacted_where_read_and_kept_apart(
         mlcostd, tmp_path, exporter):
     """The simulated GPU's model name (NVML's name: in /v1/now, every /metrics label of the
@@ -81,13 +110,7 @@ def test_gpu_names_price_sources_and_meter_names_are_redacted_where_read_and_kep
     the `price_source` label, the store's host facts) were shown as read. And the two counters'
     readings were written under one redacted name, the second overwriting the first at each
     round. Each is redacted where it is read now, and the counters keep a name each."""
-    catalog = tmp_path / "sheet.csv"
-    catalog.write_text(CATALOG_HEADER + CATALOG_ROW)
-    scenario = tmp_path / "named.toml"
-    scenario.write_text(
-        '[instance]\nprovider = "aws"\ntype = "p9.redacted"\nregion = "us-east-1"\n'
-        '[gpu]\nmodel = "NVIDIA H100 ghp_abcdefghijklmnopqrstuvwxyz0123456789"\ncount = 1\n'
-        "memory_gib = 80\npower_idle_w = 70\npower_max_w = 700\n")
+    scenario, catalog = _hostile_host(tmp_path)
     meters = [{"target": "svc", "url": f"{exporter}?token={token}", "metric": "requests",
                "unit": "requests", "per": 1000} for token in ("hunter2", SECRETS[2])]
     daemon = mlcostd("idle-host", interval=1.0, args=["--simulate", str(scenario)], config={
