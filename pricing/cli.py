@@ -11,7 +11,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
@@ -531,6 +531,7 @@ def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO
     from pricing.managed import PLATFORM_OF_PROVIDER, same_hardware
 
     catalog = _catalog(args, cache_path)
+    shown = getattr(args, "shown_text", None) or str  # (a managed price's source: the cache's)
     refreshed = args.refresh if args.refresh in MANAGED_SOURCES and not args.managed else None
     status = EXIT_OK
     documents = []
@@ -552,15 +553,16 @@ def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO
         hardware = f"{base.accelerator_count} x {base.accelerator}"
         documents.append({"instance_type": base.instance_type, "provider": base.provider,
                           "region": base.region, "hardware": hardware,
-                          "managed": [_comparison_json(c) for c in rows], "missing": missing})
+                          "managed": [_comparison_json(c, shown) for c in rows],
+                          "missing": missing})
         if args.json:
             continue
         print(f"managed vs self-managed, the hardware of {base.provider}/{base.instance_type} "
               f"({hardware}) at {args.hours_per_month:g} h a month:", file=out)
         for c in rows:
-            print(f"  {c.describe()}", file=out)
-            print(f"    managed: {c.managed_source}", file=out)
-            print(f"    self-managed: {c.self_managed_source}", file=out)
+            print(f"  {shown(c.describe())}", file=out)
+            print(f"    managed: {shown(c.managed_source)}", file=out)
+            print(f"    self-managed: {shown(c.self_managed_source)}", file=out)
         for line in missing:
             print(f"mlcostd prices: {line}", file=err)
     if args.json:
@@ -572,7 +574,7 @@ def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO
     return status
 
 
-def _comparison_json(c: Any) -> dict[str, Any]:
+def _comparison_json(c: Any, shown: Callable[[str], str] = str) -> dict[str, Any]:
     return {"platform": c.platform, "component": c.component, "instance_type": c.instance_type,
             "managed_instance_type": c.managed_instance_type, "region": c.region,
             "self_managed_region": c.self_managed_region,
@@ -580,8 +582,8 @@ def _comparison_json(c: Any) -> dict[str, Any]:
             "self_managed_per_hour": c.self_managed_per_hour,
             "hours_per_month": c.hours_per_month,
             "monthly_difference": round(c.monthly_difference, 2),
-            "markup_pct": round(c.markup_pct, 2), "managed_source": c.managed_source,
-            "self_managed_source": c.self_managed_source, "summary": c.describe()}
+            "markup_pct": round(c.markup_pct, 2), "managed_source": shown(c.managed_source),
+            "self_managed_source": shown(c.self_managed_source), "summary": shown(c.describe())}
 
 
 def stale_warnings(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> list[str]:

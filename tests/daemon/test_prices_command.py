@@ -198,3 +198,19 @@ def test_a_price_source_with_a_token_is_shown_redacted(tmp_path, capsys):
         out, err = capsys.readouterr()
         assert "hunter2" not in out + err and "pw123" not in out + err, out + err
         assert "https://prices.example/sheet.csv?api_key=<redacted>" in out, out
+
+
+def test_a_managed_price_source_with_a_token_is_shown_redacted(tmp_path, capsys):
+    """`mlcostd prices --managed`: a managed price's source is the price cache's text (a file:
+    here a planted URL with a key), printed as read; it goes through the daemon's redaction."""
+    cache = tmp_path / "cache.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "ml.p4d.24xlarge",
+                                    "managed:sagemaker:training", 37.688, time.time() - 60,
+                                    "https://prices.example/sm.json?api_key=hunter2")])
+    config = write_config(tmp_path, f'[pricing]\ncache = "{cache}"\n')
+    for how in ([], ["--json"]):
+        main(["prices", "--config", str(config), "--managed", "--instance", "p4d.24xlarge",
+              "--region", "us-east-1", *how])
+        out, err = capsys.readouterr()
+        assert "hunter2" not in out + err, out + err
+        assert "api_key=<redacted>" in out, out
