@@ -397,7 +397,10 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
     """Run the azure / gcp / catalog / sagemaker refresh; ({report}, ok)."""
     source = args.refresh
     region: str = args.region or DEFAULT_REGIONS.get(source, "")
-    progress = None if args.json else (lambda line: print(f"  {line}", file=out, flush=True))
+    # (a URL it names may hold a token: `[pricing].catalog_url = ".../sky?token=..."`)
+    shown = getattr(args, "shown_text", None) or str
+    progress = None if args.json else (lambda line: print(f"  {shown(line)}", file=out,
+                                                          flush=True))
     bundled = Catalog.load()
     before = len(read_cache(cache_path))
     if source == "azure":
@@ -418,7 +421,7 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
         clouds = [args.provider.lower()] if args.provider else list(CATALOG_CLOUDS)
         base = args.catalog_url or SKYPILOT_CATALOG_BASE_URL
         if not args.json:
-            print(f"refreshing {', '.join(clouds)} from {base} ...", file=out)
+            print(f"refreshing {', '.join(clouds)} from {shown(base)} ...", file=out)
         result = refresh_catalog(clouds, cache_path=cache_path, base_url=base,
                                  regions=[args.region] if args.region else None,
                                  progress=progress)
@@ -460,12 +463,13 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
         result = refresh_sagemaker(types, region, cache_path=cache_path,
                                    pricing_client=pricing_client)
     for message in result.messages():
-        print(f"mlcostd prices: {message}", file=err)
+        print(f"mlcostd prices: {shown(message)}", file=err)
     _record(cache_path, source, result, err)
     if not args.json:
         print(refresh_summary(result, before) + "\n", file=out)
     report = {"source": source, "region": region, "fetched": len(result.prices),
-              "errors": result.errors}
+              "errors": {key: [shown(e) for e in errors]
+                         for key, errors in result.errors.items()}}
     return report, result.ok
 
 

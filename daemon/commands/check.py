@@ -399,6 +399,7 @@ def check_price(config: Any, simulated_instance: dict[str, Any] | None = None,
 def check_refreshes(cache_path: Path) -> list[Check]:
     """One warning per price source whose last `mlcostd prices --refresh` failed (the previous
     prices were kept; the errors say why)."""
+    from daemon.sources.redact import redact_field
     from pricing.cache import read_refresh_log
     from pricing.offer import format_age
 
@@ -406,7 +407,8 @@ def check_refreshes(cache_path: Path) -> list[Check]:
     for source, record in sorted(read_refresh_log(cache_path).items()):
         if record.ok:
             continue
-        errors = "; ".join(record.errors) or "no error recorded"
+        # (the cache's text: an error names the URL it fetched, which may hold a token)
+        errors = redact_field("; ".join(record.errors)) or "no error recorded"
         checks.append(Check(
             f"price refresh ({source})", WARN,
             f"last {source} refresh failed: {errors} ({format_age(clock.now() - record.at)} "

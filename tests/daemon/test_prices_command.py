@@ -214,3 +214,25 @@ def test_a_managed_price_source_with_a_token_is_shown_redacted(tmp_path, capsys)
         out, err = capsys.readouterr()
         assert "hunter2" not in out + err, out + err
         assert "api_key=<redacted>" in out, out
+
+
+def test_a_catalog_url_with_a_token_is_shown_redacted_by_a_refresh_and_by_check(tmp_path, capsys):
+    """[pricing].catalog_url may carry a token in its query (`?token=...`: the mirror's to
+    read, not a screen's to show): `mlcostd prices --refresh catalog` printed it where it said
+    what it fetched and why that failed (text and --json), and `mlcostd check` printed the
+    failed refresh's error the price cache recorded, URL and all. Nothing listens on port 9
+    of 127.0.0.1 here: the fetch fails at once."""
+    from daemon.commands.check import check_refreshes
+
+    cache = tmp_path / "cache.json"
+    config = write_config(tmp_path, f'[pricing]\ncache = "{cache}"\n'
+                                    'catalog_url = "http://127.0.0.1:9/sky?token=hunter2"\n')
+    for how in ([], ["--json"]):
+        main(["prices", "--config", str(config), "--refresh", "catalog", "--provider", "aws",
+              *how])
+        out, err = capsys.readouterr()
+        assert "127.0.0.1:9" in out + err and "token=<redacted>" in out + err, out + err
+        assert "hunter2" not in out + err, out + err
+    found = check_refreshes(cache)
+    assert found and "token=<redacted>" in found[0].detail, found
+    assert "hunter2" not in found[0].detail + found[0].fix
