@@ -381,12 +381,24 @@ def redact_name(text: str) -> str:
     """A name from outside that keys things apart (a meter's reading name, a storage path, a
     pod's, namespace's, container's or unit's name: a workload's ledger job and /metrics series),
     `redact_field`; where that hid something, ` [tag]` after it (`_NAME_TAG_DIGITS` hex of a
-    SHA-256 of the raw name), so that two names that differ only in what was hidden stay two.
-    A name this returns comes back unchanged (nothing is left to hide, so no second tag)."""
+    SHA-256 of the raw name; before it where a tag after would read as a secret flag's value),
+    so that two names that differ only in what was hidden stay two. A name this returns comes
+    back unchanged (nothing is left to hide, so no second tag)."""
     shown = redact_field(text)
     if shown == text:
         return text
-    return f"{shown} [{_name_tag(text)}]"
+    # Settled first: `login(password='x')` hides to `login(password=<redacted>)`, whose `)` a
+    # second pass takes for the value; what this returns must be a text redaction leaves alone.
+    for _ in range(3):
+        again = redact_field(shown)
+        if again == shown:
+            break
+        shown = again
+    tag = f"[{_name_tag(text)}]"
+    tagged = f"{shown} {tag}"
+    # (a name that ends in a secret-looking flag, `<redacted> --api-key`, would have its tag
+    # taken for the flag's value: the tag goes first there)
+    return tagged if redact_field(tagged) == tagged else f"{tag} {shown}"
 
 
 def _name_tag(text: str) -> str:
