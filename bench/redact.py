@@ -21,6 +21,7 @@ import base64
 import json
 import statistics
 import time
+from collections.abc import Callable
 
 from daemon.sources.redact import redact_argv, redact_text
 
@@ -98,6 +99,66 @@ def main() -> None:
     print(f"1,000 typical command lines     : {statistics.median(batch) * 1000:9.2f} ms "
           f"({statistics.median(batch) * 1e6 / 1000:.1f} us each)")
     print(f"worst long argument: {worst * 1000:.2f} ms (target <= 5 ms)")
+    names(args.runs)
+
+
+def per_call_us(fn: Callable[[], object], calls: int, runs: int) -> float:
+    """The median over `runs` of `calls` calls of `fn`, in microseconds a call."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6 / calls
+
+
+def names(runs: int) -> None:
+    """The names redacted where they are read and on their way out of a store: a GPU's name
+    and NVML's error (a tick with an error; a store's row), a process's owner (once per process;
+    each stored row read), a meter's name, and the daemon's catalog (once per catalog loaded).
+    `remembered`: the same text again (what a tick and a store's rows repeat); `new`: a text
+    not seen before (the cache cleared each call)."""
+    from daemon.sources import redact
+    from daemon.sources.owners import decode_owner, shown_owner
+    from pricing.catalog import Catalog
+
+    gpu = "NVIDIA H100 80GB HBM3"
+    error = "nvmlDeviceGetPowerUsage: Unknown Error (NVML error 999)"
+    owner = {"pod_uid": "1a2b3c4d-1a2b-3c4d-1a2b-3c4d1a2b3c4d", "namespace": "ml-team",
+             "pod": "trainer-7f9c-0", "container": "trainer",
+             "container_id": "0123456789abcdef" * 4}
+    stored_owner = json.dumps(owner, sort_keys=True, separators=(",", ":"))
+    meter = "svc http://10.0.0.4:9100/metrics?token=0123456789abcdef requests_total"
+
+    def new(fn: Callable[[str], object], text: str) -> Callable[[], object]:
+        def call() -> object:
+            redact._remembered_text.cache_clear()
+            return fn(text)
+        return call
+
+    rows = [
+        ("GPU name, remembered", lambda: redact.redact_field(gpu)),
+        ("GPU name, new", new(redact.redact_field, gpu)),
+        ("NVML error, remembered", lambda: redact.redact_field(error)),
+        ("NVML error, new", new(redact.redact_field, error)),
+        ("owner (5 values), remembered", lambda: shown_owner(owner)),
+        ("stored owner decoded, remembered", lambda: decode_owner(stored_owner)),
+        ("meter name (tagged), remembered", lambda: redact.redact_name(meter)),
+        ("meter name (tagged), new", new(redact.redact_name, meter)),
+    ]
+    for label, fn in rows:
+        print(f"{label:34}: {per_call_us(fn, 2000, runs):8.2f} us")
+    catalog = Catalog.load()
+    start = time.perf_counter()
+    catalog.with_texts(redact.redact_field)
+    once = time.perf_counter() - start
+    print(f"bundled catalog ({len(catalog)} offers), with_texts : {once * 1000:8.2f} ms")
+    many = Catalog([o for _ in range(80) for o in catalog.offers], checked=True)
+    start = time.perf_counter()
+    many.with_texts(redact.redact_field)
+    print(f"{len(many)} offers, with_texts          : "
+          f"{(time.perf_counter() - start) * 1000:8.2f} ms")
 
 
 if __name__ == "__main__":

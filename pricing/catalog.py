@@ -10,7 +10,7 @@ import csv
 import functools
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -234,6 +234,21 @@ class Catalog:
         if cache_path is None:
             return _load_cached(None, 0, extra)
         return _load_cached(*stamp(cache_path), extra)
+
+    def with_texts(self, clean: Callable[[str], str]) -> Catalog:
+        """This catalog with each price's source, note and URL passed through `clean` (the
+        daemon's redaction: an extra catalog's source or a price cache's URL may carry a token,
+        `?api_key=...`, and each is shown in /v1/now, /metrics, the store and reports); the
+        offers are otherwise the same, and not checked again."""
+        def text(price: Price | None) -> Price | None:
+            if price is None:
+                return None
+            return replace(price, source=clean(price.source), note=clean(price.note),
+                           url=clean(price.url))
+
+        return Catalog([replace(o, on_demand=text(o.on_demand), spot=text(o.spot),
+                                commit_1y=text(o.commit_1y), commit_3y=text(o.commit_3y))
+                        for o in self._offers], self._rejections, checked=True)
 
     @property
     def rejections(self) -> tuple[Rejection, ...]:

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
@@ -291,9 +291,13 @@ def _instance_missing(catalog: Catalog, args: argparse.Namespace, itype: str) ->
 
 def _catalog(args: argparse.Namespace, cache_path: str | None) -> Catalog:
     """The catalog with the extra CSV catalogs the caller set (`args.extra_catalogs`, from the
-    daemon's [pricing].extra_catalogs) and, with `cache_path`, the cached live prices."""
-    return Catalog.load(cache_path=cache_path,
-                        extra_catalogs=getattr(args, "extra_catalogs", None) or ())
+    daemon's [pricing].extra_catalogs) and, with `cache_path`, the cached live prices; each
+    price's source, note and URL through `args.shown_text` where the caller set one (the
+    daemon's redaction: a source or URL may carry a token, `?api_key=...`)."""
+    catalog = Catalog.load(cache_path=cache_path,
+                           extra_catalogs=getattr(args, "extra_catalogs", None) or ())
+    shown = getattr(args, "shown_text", None)
+    return catalog.with_texts(shown) if shown is not None else catalog
 
 
 def companion_error(args: argparse.Namespace) -> str:
@@ -393,7 +397,10 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
     """Run the azure / gcp / catalog / sagemaker refresh; ({report}, ok)."""
     source = args.refresh
     region: str = args.region or DEFAULT_REGIONS.get(source, "")
-    progress = None if args.json else (lambda line: print(f"  {line}", file=out, flush=True))
+    # (a URL it names may hold a token: `[pricing].catalog_url = ".../sky?token=..."`)
+    shown = getattr(args, "shown_text", None) or str
+    progress = None if args.json else (lambda line: print(f"  {shown(line)}", file=out,
+                                                          flush=True))
     bundled = Catalog.load()
     before = len(read_cache(cache_path))
     if source == "azure":
@@ -414,7 +421,7 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
         clouds = [args.provider.lower()] if args.provider else list(CATALOG_CLOUDS)
         base = args.catalog_url or SKYPILOT_CATALOG_BASE_URL
         if not args.json:
-            print(f"refreshing {', '.join(clouds)} from {base} ...", file=out)
+            print(f"refreshing {', '.join(clouds)} from {shown(base)} ...", file=out)
         result = refresh_catalog(clouds, cache_path=cache_path, base_url=base,
                                  regions=[args.region] if args.region else None,
                                  progress=progress)
@@ -456,12 +463,13 @@ def _refresh_other(args: argparse.Namespace, cache_path: str, out: TextIO, err: 
         result = refresh_sagemaker(types, region, cache_path=cache_path,
                                    pricing_client=pricing_client)
     for message in result.messages():
-        print(f"mlcostd prices: {message}", file=err)
+        print(f"mlcostd prices: {shown(message)}", file=err)
     _record(cache_path, source, result, err)
     if not args.json:
         print(refresh_summary(result, before) + "\n", file=out)
     report = {"source": source, "region": region, "fetched": len(result.prices),
-              "errors": result.errors}
+              "errors": {key: [shown(e) for e in errors]
+                         for key, errors in result.errors.items()}}
     return report, result.ok
 
 
@@ -527,6 +535,7 @@ def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO
     from pricing.managed import PLATFORM_OF_PROVIDER, same_hardware
 
     catalog = _catalog(args, cache_path)
+    shown = getattr(args, "shown_text", None) or str  # (a managed price's source: the cache's)
     refreshed = args.refresh if args.refresh in MANAGED_SOURCES and not args.managed else None
     status = EXIT_OK
     documents = []
@@ -548,15 +557,16 @@ def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO
         hardware = f"{base.accelerator_count} x {base.accelerator}"
         documents.append({"instance_type": base.instance_type, "provider": base.provider,
                           "region": base.region, "hardware": hardware,
-                          "managed": [_comparison_json(c) for c in rows], "missing": missing})
+                          "managed": [_comparison_json(c, shown) for c in rows],
+                          "missing": missing})
         if args.json:
             continue
         print(f"managed vs self-managed, the hardware of {base.provider}/{base.instance_type} "
               f"({hardware}) at {args.hours_per_month:g} h a month:", file=out)
         for c in rows:
-            print(f"  {c.describe()}", file=out)
-            print(f"    managed: {c.managed_source}", file=out)
-            print(f"    self-managed: {c.self_managed_source}", file=out)
+            print(f"  {shown(c.describe())}", file=out)
+            print(f"    managed: {shown(c.managed_source)}", file=out)
+            print(f"    self-managed: {shown(c.self_managed_source)}", file=out)
         for line in missing:
             print(f"mlcostd prices: {line}", file=err)
     if args.json:
@@ -568,7 +578,7 @@ def _managed(args: argparse.Namespace, cache_path: str, out: TextIO, err: TextIO
     return status
 
 
-def _comparison_json(c: Any) -> dict[str, Any]:
+def _comparison_json(c: Any, shown: Callable[[str], str] = str) -> dict[str, Any]:
     return {"platform": c.platform, "component": c.component, "instance_type": c.instance_type,
             "managed_instance_type": c.managed_instance_type, "region": c.region,
             "self_managed_region": c.self_managed_region,
@@ -576,8 +586,8 @@ def _comparison_json(c: Any) -> dict[str, Any]:
             "self_managed_per_hour": c.self_managed_per_hour,
             "hours_per_month": c.hours_per_month,
             "monthly_difference": round(c.monthly_difference, 2),
-            "markup_pct": round(c.markup_pct, 2), "managed_source": c.managed_source,
-            "self_managed_source": c.self_managed_source, "summary": c.describe()}
+            "markup_pct": round(c.markup_pct, 2), "managed_source": shown(c.managed_source),
+            "self_managed_source": shown(c.self_managed_source), "summary": shown(c.describe())}
 
 
 def stale_warnings(offers: Sequence[InstanceOffer], lifecycle: str = "on-demand") -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, read_exposition
+from daemon.analysis.meters import UNIT_COST_TIMEOUT_S, read_exposition, reading_name
 from daemon.sources.redact import redact_text
 
 QUANTILES = (0.5, 0.99)
@@ -144,7 +144,7 @@ def reading(meter: LatencyMeter) -> tuple[str, str, float, dict[str, Any]] | Non
         return None
     buckets = [["+Inf" if math.isinf(b) else repr(b), c]
                for b, c in sorted(meter.cumulative.items())]
-    return (LATENCY_READING, f"{meter.target} {meter.shown_url} {meter.metric}",
+    return (LATENCY_READING, reading_name(meter.target, meter.url, meter.metric),
             max(meter.cumulative.values()),
             {"target": meter.target, "url": meter.shown_url, "metric": meter.metric,
              "labels": dict(meter.labels), "buckets": buckets})

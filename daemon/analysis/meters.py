@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon import clock
-from daemon.sources.redact import redact_text
+from daemon.sources.redact import redact_name, redact_text
 from daemon.sources.safe_text import one_line
 from pricing.offer import HOURS_PER_MONTH
 
@@ -98,6 +98,13 @@ def storage_cost(
 
 
 # -- unit cost (Prometheus counters) ---------------------------------------------------------
+
+
+def reading_name(target: str, url: str, metric: str) -> str:
+    """The name a unit-cost or latency meter's readings are stored and shown under: its target,
+    URL and metric, redacted (`redact_name`: two meters whose URLs differ only in a token keep
+    two names, each with a tag of what was hidden, and their readings stay apart)."""
+    return redact_name(f"{target} {url} {metric}")
 
 
 def read_exposition(url: str, timeout_s: float) -> str:

@@ -33,6 +33,7 @@ from daemon.analysis.kinds import (
     TRAINING,
     recorded_kind,
 )
+from daemon.sources.redact import redact_field
 from daemon.store import queries
 from daemon.store.reader import StoreReader, stored_command
 from daemon.wire import money
@@ -106,7 +107,7 @@ def observed_need(reader: StoreReader, since_s: float, pid: int | None = None,
         what = f"pid {pid} ({stored_command(working[0]['command'])[:60]})"
     kinds = {kind_of(r) for r in working}
     names = reader.query("SELECT gpu, name FROM gpus")
-    models = {n["name"] for n in names if n["gpu"] in {r["gpu"] for r in working}
+    models = {redact_field(n["name"]) for n in names if n["gpu"] in {r["gpu"] for r in working}
               and isinstance(n["name"], str)}
     return Need(what, gpus, peak, hours, source,
                 tuple(sorted(k for k in kinds if k in KIND_RANKING)),

@@ -42,6 +42,7 @@ def check_nvml() -> Check:
         stop_nvml,
         text,
     )
+    from daemon.sources.redact import redact_field
 
     started = start_nvml()
     if isinstance(started, NvmlFailure):
@@ -59,7 +60,8 @@ def check_nvml() -> Check:
                 notes.append(f"GPU {index}: {handle.describe()}")
                 continue
             name = nvml_query(pynvml.nvmlDeviceGetName, handle)
-            names.append("?" if isinstance(name, NvmlFailure) else text(name))
+            names.append("?" if isinstance(name, NvmlFailure)
+                         else redact_field(safe_text.one_line(text(name))))
             shares = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, handle, 0)
             if isinstance(shares, NvmlFailure) and shares.kind == UNSUPPORTED:
                 notes.append(f"GPU {index}: per-process SM share not supported (MIG?)")
@@ -397,6 +399,7 @@ def check_price(config: Any, simulated_instance: dict[str, Any] | None = None,
 def check_refreshes(cache_path: Path) -> list[Check]:
     """One warning per price source whose last `mlcostd prices --refresh` failed (the previous
     prices were kept; the errors say why)."""
+    from daemon.sources.redact import redact_field
     from pricing.cache import read_refresh_log
     from pricing.offer import format_age
 
@@ -404,7 +407,8 @@ def check_refreshes(cache_path: Path) -> list[Check]:
     for source, record in sorted(read_refresh_log(cache_path).items()):
         if record.ok:
             continue
-        errors = "; ".join(record.errors) or "no error recorded"
+        # (the cache's text: an error names the URL it fetched, which may hold a token)
+        errors = redact_field("; ".join(record.errors)) or "no error recorded"
         checks.append(Check(
             f"price refresh ({source})", WARN,
             f"last {source} refresh failed: {errors} ({format_age(clock.now() - record.at)} "

@@ -584,7 +584,8 @@ def cmd_prices_observed(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     args = _prices_defaults(args, config)  # the daemon's cache and extra catalogs
-    catalog = Catalog.load(cache_path=args.cache, extra_catalogs=args.extra_catalogs)
+    catalog = Catalog.load(cache_path=args.cache, extra_catalogs=args.extra_catalogs) \
+        .with_texts(args.shown_text)
     rows = selection.selection_matrix(need, catalog, provider=args.provider,
                                       region=args.region, limit=args.limit)
     sections = [selection.kind_matrix(needs[kind], catalog, kind, provider=args.provider,
@@ -611,6 +612,9 @@ def _prices_defaults(args: argparse.Namespace, config: Config) -> argparse.Names
     if args.catalog_url is None and pricing.catalog_url and args.refresh == "catalog":
         args.catalog_url = pricing.catalog_url
     args.extra_catalogs = list(pricing.extra_catalogs)
+    from daemon.sources.redact import redact_field
+
+    args.shown_text = redact_field  # (each price's source, note and URL, as the daemon shows)
     return args
 
 

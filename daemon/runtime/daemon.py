@@ -30,6 +30,7 @@ from daemon.analysis.book import HOLDING
 from daemon.analysis.kinds import job_wait_markers
 from daemon.analysis.latency import LatencyMeter
 from daemon.analysis.latency import reading as latency_reading
+from daemon.analysis.meters import reading_name
 from daemon.analysis.window_ticks import WINDOW_S as EVALUATION_WINDOW_S  # phase balances too
 from daemon.api.actions import START_TIME_TOLERANCE_S
 from daemon.api.audit import ActionGate
@@ -48,7 +49,7 @@ from daemon.sources.nvml import NvmlSource
 from daemon.sources.owners import OwnerReader
 from daemon.sources.podresources import Allocation, PodResources
 from daemon.sources.procs import ProcessSource, read_pressure
-from daemon.sources.redact import redact_document, redact_field
+from daemon.sources.redact import redact_document, redact_field, redact_name
 from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GpuUse, Sample
 from daemon.store import facts, queries
@@ -840,11 +841,13 @@ class Daemon:
             self.store.set_meta(queries.SPEND_THROUGH,  # (a tick's time as the store has it)
                                 round(charged_to, 3) if charged_to is not None else ts)
         with ledger.lock:
-            readings: list[tuple[str, str, float, dict[str, Any]]] = [("storage", item.path, float(item.bytes),
-                         {"price_per_gb_month": item.price_per_gb_month, "files": item.files,
-                          "complete": item.complete, "error": item.error})
-                        for item in ledger.storage_items]
-            readings += [("unit", f"{m.target} {m.shown_url} {m.metric}", m.last_count,
+            # (a name keys its readings: redacted, two that differ only in a secret stay two)
+            readings: list[tuple[str, str, float, dict[str, Any]]] = [
+                ("storage", redact_name(item.path), float(item.bytes),
+                 {"price_per_gb_month": item.price_per_gb_month, "files": item.files,
+                  "complete": item.complete, "error": item.error})
+                for item in ledger.storage_items]
+            readings += [("unit", reading_name(m.target, m.url, m.metric), m.last_count,
                           {"target": m.target, "unit": m.unit, "per": m.per, "url": m.shown_url,
                            "metric": m.metric, "labels": dict(m.labels)})
                          for m in ledger.meters if m.base_count is not None and m.error is None]

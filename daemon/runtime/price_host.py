@@ -15,6 +15,7 @@ of analysis.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ from daemon.config import (
     price_cache_path,
     unit_cost_setting,
 )
+from daemon.sources.redact import redact_field
 from pricing.catalog import LIFECYCLES, Catalog, Price, PricingError
 from pricing.offcloud import off_cloud_price
 from pricing.offer import HOURS_PER_MONTH, SECONDS_PER_DAY, age_days
@@ -49,8 +51,21 @@ MANAGED_LIFECYCLE = "managed"
 def load_catalog(config: Config) -> Catalog:
     """The catalog the daemon prices with: bundled + [pricing].extra_catalogs, overlaid with
     the live prices in [pricing].cache (so a `mlcostd prices --refresh` is used)."""
-    return Catalog.load(cache_path=price_cache_path(config),
-                        extra_catalogs=config.pricing.extra_catalogs)
+    return shown_catalog(Catalog.load(cache_path=price_cache_path(config),
+                                      extra_catalogs=config.pricing.extra_catalogs))
+
+
+def shown_catalog(catalog: Catalog) -> Catalog:
+    """`catalog` with each price's source, note and URL redacted (redact_field), once per
+    catalog loaded: an extra catalog or a price cache is a file, its source a text anyone who
+    wrote it chose (a URL with `?api_key=...`), and the host's price source is in /v1/now, its
+    /metrics label, the store, reports and recommendations."""
+    return _shown_catalogs(catalog)
+
+
+@functools.lru_cache(maxsize=4)
+def _shown_catalogs(catalog: Catalog) -> Catalog:
+    return catalog.with_texts(redact_field)
 
 
 def price_host(config: Config, simulated_instance: dict[str, Any] | None,
@@ -81,6 +96,9 @@ def price_host(config: Config, simulated_instance: dict[str, Any] | None,
         log.warning("price: %s", warning.message)
     price = _annotate(price, warning="" if warning is None else warning.message,
                       electricity_per_kwh=wanted.electricity_per_kwh or None)
+    # (a managed price's source is the cache's; the catalog's are redacted as loaded)
+    price = dataclasses.replace(price, source=redact_field(price.source),
+                                warning=redact_field(price.warning))
     recorded = {"provider": instance.provider, "type": instance.instance_type,
                 "region": instance.region, "lifecycle": instance.lifecycle,
                 "source": instance.source}
@@ -237,9 +255,11 @@ def managed_review(config: Config, price: HostPrice, catalog: Catalog,
             "self_managed_per_hour": compared.self_managed_per_hour,
             "hours_per_month": round(compared.hours_per_month, 1),
             "monthly_difference": round(compared.monthly_difference, 2),
-            "markup_pct": round(compared.markup_pct, 2), "summary": compared.describe(),
-            "managed_source": compared.managed_source,
-            "self_managed_source": compared.self_managed_source}
+            "markup_pct": round(compared.markup_pct, 2),
+            # (a managed price's source is the price cache's text: redacted as the catalog's)
+            "summary": redact_field(compared.describe()),
+            "managed_source": redact_field(compared.managed_source),
+            "self_managed_source": redact_field(compared.self_managed_source)}
 
 
 def idle_thresholds(config: Config) -> IdleThresholds:

@@ -49,6 +49,8 @@ from daemon.sources.nvml_query import (
     stop_nvml,
 )
 from daemon.sources.nvml_query import text as _text
+from daemon.sources.redact import redact_field
+from daemon.sources.safe_text import one_line
 from daemon.sources.sample import GPU_ERROR, GPU_LOST, GPU_OK, GPU_TIMEOUT, GpuSample, GpuUse
 
 
@@ -207,8 +209,12 @@ class _Device:
         self.memory_version = 2 if has_symbol(_MEMORY_V2_SYMBOL) else 1
         if self.memory_version == 1:
             self._say_memory_v1("the library has no nvmlDeviceGetMemoryInfo_v2")
-        self.uuid = _text(self.call("uuid", pynvml.nvmlDeviceGetUUID) or f"GPU-index-{index}")
-        self.name = _text(self.call("name", pynvml.nvmlDeviceGetName) or "unknown GPU")
+        # The driver's (or a simulated scenario's) text: in /v1/now, every /metrics label of
+        # the GPU, the store and reports; a secret in it hidden once here, control bytes shown.
+        self.uuid = redact_field(one_line(_text(
+            self.call("uuid", pynvml.nvmlDeviceGetUUID) or f"GPU-index-{index}")))
+        self.name = redact_field(one_line(_text(
+            self.call("name", pynvml.nvmlDeviceGetName) or "unknown GPU")))
         self.memory_total, _, _ = self._memory()
         support = None
         if has_symbol("nvmlGpmQueryDeviceSupport"):
@@ -275,7 +281,9 @@ class _Device:
             temperature_c=int(temperature) if temperature is not None else None,
             sm_clock_mhz=int(sm_clock) if sm_clock is not None else None,
             memory_clock_mhz=int(mem_clock) if mem_clock is not None else None,
-            error="; ".join(self.errors) or None,
+            # (NVML's texts, redacted where they are made: each is a few known words, so
+            # remembered by redact_field; nothing is done on a tick without an error)
+            error=redact_field("; ".join(self.errors)) if self.errors else None,
         )
         return GpuReading(gpu=gpu, uses=uses, read_at=time.monotonic())
 
@@ -630,6 +638,7 @@ class NvmlSource:
                 message = (f"reading GPU {index} failed: {type(exc).__name__}: {exc}; "
                            f"retrying in {backoff:g} s (a bug in mlcostd: please report "
                            "it with this line)")
+            message = redact_field(one_line(message))  # (an exception's text: a driver's value)
             status = GPU_LOST if lost else GPU_ERROR
             with self._lock:
                 previous = self._readings.get(index)

@@ -20,6 +20,8 @@ import stat
 from collections.abc import Mapping
 
 from daemon.sources.podresources import PodResources
+from daemon.sources.redact import redact_name
+from daemon.sources.safe_text import one_line
 
 CGROUP_MAX_BYTES = 64 * 1024  # a /proc/PID/cgroup is a few hundred bytes; never read more
 SLURM_INFO_MAX_BYTES = 4096
@@ -218,7 +220,7 @@ class OwnerReader:
             owner.update(read_slurm_info(self.slurm_job_info_dir, owner["slurm_job"]))
         if "pod_uid" in owner:
             self._name_pod(owner, devices)
-        return owner
+        return shown_owner(owner)
 
     def _name_pod(self, owner: dict[str, str], devices: tuple[str, ...]) -> None:
         uid, container_id = owner["pod_uid"], owner.get("container_id")
@@ -243,6 +245,16 @@ class OwnerReader:
                 owner["container"] = self._containers[container_id]
 
 
+def shown_owner(owner: Mapping[str, str]) -> dict[str, str]:
+    """An owner with each value as mlcostd may show it: control bytes shown, a secret hidden
+    (daemon.sources.redact.redact_name). A pod, namespace, container, unit or Slurm account is
+    named by whoever started it (a pod named like an API key, a unit `ghp_....service`), and the
+    owner is in /v1/now, every /metrics label of its workload, the store and reports. A name
+    keys a workload (its ledger job, its series): one that had something hidden keeps a tag of
+    it, so two pods named like two keys stay two workloads."""
+    return {key: redact_name(one_line(value)) for key, value in owner.items()}
+
+
 def encode_owner(owner: Mapping[str, str]) -> str | None:
     """An owner as the store keeps it: compact JSON with sorted keys, None when empty."""
     return json.dumps(dict(owner), sort_keys=True, separators=(",", ":")) if owner else None
@@ -259,4 +271,5 @@ def decode_owner(text: str | None) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         return {}
-    return {str(k): v for k, v in value.items() if isinstance(v, str)}
+    # (redacted on its way out: a store from before owners were, or edited)
+    return shown_owner({str(k): v for k, v in value.items() if isinstance(v, str)})

@@ -22,6 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.sources.redact import redact_name
+from daemon.sources.safe_text import one_line
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -114,6 +117,14 @@ def _text(value: bytes | int) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else ""
 
 
+def _name(value: bytes | int) -> str:
+    """A pod's, namespace's or container's name, as mlcostd may show it (in /metrics labels,
+    each process's owner, the store): whoever made the pod chose it, so control bytes are shown
+    and a secret-looking one hidden, tagged so that two stay two (redact_name: a pod's labels
+    key its /metrics series and its owner's ledger job)."""
+    return redact_name(one_line(_text(value)))
+
+
 def parse_list_response(data: bytes) -> dict[str, list[Allocation]]:
     """ListPodResourcesResponse -> {device id: [allocations]} (a device id time-sliced between
     pods appears under each). Messages (k8s.io/kubelet/pkg/apis/podresources/v1/api.proto):
@@ -128,9 +139,9 @@ def parse_list_response(data: bytes) -> dict[str, list[Allocation]]:
         containers: list[bytes] = []
         for n, value in fields(pod):
             if n == 1:
-                name = _text(value)
+                name = _name(value)
             elif n == 2:
-                namespace = _text(value)
+                namespace = _name(value)
             elif n == 3 and isinstance(value, bytes):
                 containers.append(value)
         for container in containers:
@@ -138,7 +149,7 @@ def parse_list_response(data: bytes) -> dict[str, list[Allocation]]:
             device_lists: list[bytes] = []
             for n, value in fields(container):
                 if n == 1:
-                    container_name = _text(value)
+                    container_name = _name(value)
                 elif n == 2 and isinstance(value, bytes):
                     device_lists.append(value)
             for device_list in device_lists:

@@ -10,12 +10,18 @@ source line, which a classification reason may quote (`redact_code`, where it is
 daemon.analysis.source_lines), and the names the daemon reads from outside (`redact_field`): a
 stack frame's function and file name and a thread's name (daemon.sources.frames.parse_dump), the
 host name and instance facts (at start: daemon.runtime.daemon), a storage walk's error
-(daemon.analysis.meters). What is read back from a store goes through them once more on its
+(daemon.analysis.meters), a GPU's name and uuid and NVML's error text (daemon.sources.nvml), a
+process's owner and the kubelet's pod, namespace and container names (daemon.sources.owners,
+daemon.sources.podresources), each price's source, note and URL in the daemon's catalog
+(daemon.runtime.price_host). What is read back from a store goes through them once more on its
 way out (a store from another writer, from before a rule, or edited holds what the daemon would
 have hidden): a command line or other stored text through `redact_stored`, a stored JSON
-document through `redact_stored_json`, a stack's frames, a meter reading's name and the host's
-facts through `redact_field` and `redact_document` (daemon.store.queries), in the report, the
-snapshot page, replay and snapshots.
+document through `redact_stored_json`, a stack's frames, the GPUs' names and errors, each
+owner and the host's facts through `redact_field` and `redact_document` (daemon.store.queries,
+daemon.store.reader), in the report, the snapshot page, replay and snapshots. A meter reading's
+name keys its readings: `redact_name` tags one that had something hidden, so two that differ
+only in a secret stay two (at the source, daemon.analysis.meters.reading_name, and on the way
+out).
 
 What is hidden:
 - PEM blocks, from `-----BEGIN` to the `-----END ...-----` line, or to the end of the argument;
@@ -62,6 +68,7 @@ position, never searched.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import re
@@ -358,6 +365,45 @@ def redact_field(text: str) -> str:
     AWS key), a thread's name, a host name, a meter's name. `redact_stored` (so bounded work
     on a hostile 20 MB name), remembered when short: the same frames come in every dump."""
     return _remembered_text(text) if len(text) <= _REMEMBERED_FIELD else redact_stored(text)
+
+
+# A name that tells things apart (a meter reading's, which the store keys readings by) and had
+# something hidden keeps a tag of what it was: two meters whose names differ only in a URL's
+# token (`...?token=A`, `...?token=B`) redact to one text, and their readings added up (the
+# snapshot's copy failed on its key). The tag is 4 hex digits of a SHA-256 of the raw name: the
+# same on every way out (the daemon's source, a store of any age, a snapshot), 1 in 65 536 to
+# repeat between two names, and 16 bits of a hash say next to nothing of what was hidden (a
+# guess at it is confirmed only as one of 65 536 that match).
+_NAME_TAG_DIGITS = 4
+
+
+def redact_name(text: str) -> str:
+    """A name from outside that keys things apart (a meter's reading name, a storage path, a
+    pod's, namespace's, container's or unit's name: a workload's ledger job and /metrics series),
+    `redact_field`; where that hid something, ` [tag]` after it (`_NAME_TAG_DIGITS` hex of a
+    SHA-256 of the raw name; before it where a tag after would read as a secret flag's value),
+    so that two names that differ only in what was hidden stay two. A name this returns comes
+    back unchanged (nothing is left to hide, so no second tag)."""
+    shown = redact_field(text)
+    if shown == text:
+        return text
+    # Settled first: `login(password='x')` hides to `login(password=<redacted>)`, whose `)` a
+    # second pass takes for the value; what this returns must be a text redaction leaves alone.
+    for _ in range(3):
+        again = redact_field(shown)
+        if again == shown:
+            break
+        shown = again
+    tag = f"[{_name_tag(text)}]"
+    tagged = f"{shown} {tag}"
+    # (a name that ends in a secret-looking flag, `<redacted> --api-key`, would have its tag
+    # taken for the flag's value: the tag goes first there)
+    return tagged if redact_field(tagged) == tagged else f"{tag} {shown}"
+
+
+def _name_tag(text: str) -> str:
+    raw = text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(b"mlcost name\0" + raw).hexdigest()[:_NAME_TAG_DIGITS]
 
 
 def _assignments(text: str) -> str:

@@ -26,6 +26,7 @@ from daemon.sources.patterns import safe_job_patterns
 from daemon.sources.redact import (
     redact_document,
     redact_field,
+    redact_name,
     redact_stored,
     redact_stored_json,
 )
@@ -644,8 +645,10 @@ def meter_readings(reader: StoreReader, since: float, until: float,
             detail = {}
         key = names.get((r["kind"], r["name"]))
         if key is None:
+            # (a name that hid something keeps a tag of it: two meters whose names differ
+            # only in a secret stay two, their readings apart: redact_name)
             key = names[(r["kind"], r["name"])] = (
-                redact_field(str(r["kind"])), redact_field(str(r["name"])))
+                redact_field(str(r["kind"])), redact_name(str(r["name"])))
         out.setdefault(key, []).append(
             (r["ts"] / 1000, float(value), detail if isinstance(detail, dict) else {}))
     return out

@@ -24,7 +24,7 @@ from typing import Any
 import sqlite_utils
 
 from daemon.sources.owners import decode_owner, workload_label
-from daemon.sources.redact import redact_stored
+from daemon.sources.redact import redact_field, redact_stored
 from daemon.sources.sample import GpuSample, GpuUse, HostPressure, ProcessSample, Sample
 from daemon.store import rollup_rows
 from daemon.store.schema import (
@@ -77,6 +77,13 @@ def text_or(value: object, default: str = "") -> str:
     """A text column as text: NULL (the columns allow it; an edited store holds it) or a
     number or blob where text belongs is `default`."""
     return value if isinstance(value, str) else default
+
+
+def _gpu_text(value: object) -> str:
+    """A GPU's stored uuid, name or error on its way out of the store ("" where there is none):
+    a store from before they were redacted at the source, or edited, holds what the driver or a
+    scenario named them."""
+    return redact_field(value) if isinstance(value, str) else ""
 
 
 def stored_command(value: object) -> str:
@@ -267,13 +274,16 @@ class StoreReader:
             ).fetchall()
         gpus: dict[int, list[GpuSample]] = {}
         for r in gpu_rows:
+            # A GPU's uuid and name (the driver's or a scenario's text) and NVML's error, as
+            # stored: redacted on their way out (`_gpu_text`; remembered, they repeat each tick)
             gpus.setdefault(r[0], []).append(GpuSample(
-                index=r[1], uuid=r[11] or "", name=r[12] or "", status=decode_status(r[2]),
+                index=r[1], uuid=_gpu_text(r[11]), name=_gpu_text(r[12]),
+                status=decode_status(r[2]),
                 utilization=unscale_tenths(r[3]), sm_activity=unscale_tenths(r[4]),
                 memory_used_bytes=r[5], memory_total_bytes=r[13],
                 memory_reserved_bytes=r[14],
                 power_watts=unscale_millis(r[6]), temperature_c=r[7], sm_clock_mhz=r[8],
-                memory_clock_mhz=r[9], error=r[10]))
+                memory_clock_mhz=r[9], error=_gpu_text(r[10]) if r[10] is not None else None))
         uses: dict[tuple[int, int], list[GpuUse]] = {}
         for ts, proc, gpu, mem, sm in use_rows:
             uses.setdefault((ts, proc), []).append(GpuUse(gpu, mem, sm / 10))
@@ -580,7 +590,7 @@ class StoreReader:
                 "SELECT uuid, name, memory_total_bytes, memory_reserved_bytes FROM gpus"
                 " WHERE gpu = ?", (index,)).fetchone() or ("", "", None, None)
             found = totals.get((KIND_GPU, index, GPU_METRICS["utilization"]))
-            gpus.append({"index": index, "uuid": facts[0], "name": facts[1],
+            gpus.append({"index": index, "uuid": _gpu_text(facts[0]), "name": _gpu_text(facts[1]),
                          "utilization": avg(index, "utilization"),
                          "sm_activity": avg(index, "sm_activity"),
                          "memory_used_bytes": high(index, "memory_used_bytes"),
@@ -640,8 +650,8 @@ class StoreReader:
             gpus.append(
                 {
                     "index": gpu,
-                    "uuid": facts[0],
-                    "name": facts[1],
+                    "uuid": _gpu_text(facts[0]),
+                    "name": _gpu_text(facts[1]),
                     "utilization": unscale(util, 0.1),
                     "sm_activity": unscale(sm, 0.1),
                     "memory_used_bytes": mem,

@@ -736,3 +736,102 @@ def test_a_stores_frames_meter_readings_and_host_facts_are_redacted_on_every_way
                                "/srv/<redacted>.py:3 login"], stack
     assert "data_wait: /srv/password=<redacted>:88 <redacted>" in texts["text"]
     assert "gpu-&lt;redacted&gt;" in texts["html"] and "gpu-&lt;redacted&gt;" in texts["render"]
+
+
+def _every_way_out(store: Path, folder: Path) -> dict[str, str]:
+    """What each way out of `store` shows, by name: `report` (text, --json, --html),
+    `snapshot --render`, `snapshot --db` (every row of the copy, and its page) and replay (its
+    last tick's state, its host). Each command must succeed."""
+    from daemon.replay import Replay
+
+    out = {"render": folder / "render.html", "html": folder / "report.html",
+           "snapshot": folder / "copy.db"}
+    texts: dict[str, str] = {}
+    done = run(*MLCOSTD, "snapshot", "--render", str(store), "--out", str(out["render"]))
+    assert done.returncode == 0, done.stderr
+    done = run(*MLCOSTD, "report", "--db", str(store), "--since", "1d", "--html",
+               str(out["html"]))
+    assert done.returncode == 0, done.stderr
+    for how in ("text", "json"):
+        done = run(*MLCOSTD, "report", "--db", str(store), "--since", "1d",
+                   *(["--json"] if how == "json" else []))
+        assert done.returncode == 0, done.stderr
+        texts[how] = done.stdout
+    done = run(*MLCOSTD, "snapshot", "--db", str(store), "--out", str(out["snapshot"]),
+               "--since", "1d", "--html")
+    assert done.returncode == 0, done.stderr
+    for page in ("render", "html"):
+        texts[page] = out[page].read_text()
+    texts["snapshot page"] = out["snapshot"].with_suffix(".html").read_text()
+    dumped = sqlite3.connect(out["snapshot"])
+    texts["snapshot"] = "\n".join(dumped.iterdump())
+    dumped.close()
+    with Replay(store) as replay:
+        texts["replay"] = json.dumps(replay.state_at(replay.times()[-1]))
+        texts["replay host"] = json.dumps(replay.host)
+    return texts
+
+
+def test_a_stores_gpu_names_errors_owners_and_meter_names_are_redacted_and_kept_apart(
+        store_with_facts, tmp_path):
+    """Probe (redaction, fourth round): a store's GPU names and uuids (the `gpus` table: the
+    driver's or a scenario's text), NVML's error text (`gpu_samples.error`) and each process's
+    owner (a pod, namespace, container: whoever made the pod named them) were shown as stored
+    on every way out. And two meters whose names differ only in a URL's token redacted to one
+    name: `report` added their readings up into one unit cost, and `snapshot --db` failed on
+    the copy's key (kind, name, ts). Every way out hides them now, and keeps the two meters
+    apart, each name with a tag of what was hidden (redact.redact_name)."""
+    edited = tmp_path / "secret.db"
+    shutil.copyfile(store_with_facts, edited)
+    first = "http://127.0.0.1:9/metrics?token=hunter2"
+    second = "http://127.0.0.1:9/metrics?token=AKIAIOSFODNN7EXAMPLE"
+    conn = sqlite3.connect(edited)
+    gpu_name, gpu_uuid = "NVIDIA A10G ghp_abcdefghijklmnopqrstuvwxyz0123456789", \
+        "GPU-AKIAIOSFODNN7EXAMPLE"
+    with conn:
+        # GPU 1's facts: its row in `gpus` and the reading of them its range is reported by
+        assert conn.execute("UPDATE gpus SET name = ?, uuid = ? WHERE gpu = 1",
+                            (gpu_name, gpu_uuid)).rowcount == 1
+        assert conn.execute(
+            "UPDATE meter_readings SET detail = json_set(detail, '$.name', ?, '$.uuid', ?) "
+            "WHERE kind = 'gpu' AND name = '1'", (gpu_name, gpu_uuid)).rowcount == 1
+        assert conn.execute("UPDATE gpu_samples SET status = 1, error = ? WHERE gpu = 1", (
+            "nvmlDeviceGetPowerUsage: Unknown Error password=hunter2",)).rowcount > 0
+        assert conn.execute("UPDATE processes SET owner = ? WHERE pid = 4242", (json.dumps({
+            "pod_uid": "1a2b3c4d-1a2b-3c4d-1a2b-3c4d1a2b3c4d", "namespace": "ml",
+            "pod": "sk-abcdefghijklmnopqrstuvwxyz123456",
+            "container": "AKIAIOSFODNN7EXAMPLE"}),)).rowcount == 1
+        # the first meter's URL holds one token; a second meter, alike but for its token,
+        # counted ten times as much
+        assert conn.execute(
+            "UPDATE meter_readings SET name = ?, detail = json_set(detail, '$.url', ?) "
+            "WHERE kind = 'unit'", (f"svc {first} requests_total", first)).rowcount == 2
+        conn.execute(
+            "INSERT INTO meter_readings (kind, name, ts, value, detail) SELECT kind, ?, ts, "
+            "value * 10, json_set(detail, '$.url', ?) FROM meter_readings WHERE kind = 'unit'",
+            (f"svc {second} requests_total", second))
+    conn.close()
+    texts = _every_way_out(edited, tmp_path)
+    leaks = {page: [w for w in FRAME_SECRETS if w in text] for page, text in texts.items()}
+    assert not any(leaks.values()), json.dumps({page: w for page, w in leaks.items() if w})
+    document = json.loads(texts["json"])
+    # the GPU's name, shown redacted; the process's pod
+    assert document["gpus"][1]["name"] == "NVIDIA A10G <redacted>", document["gpus"]
+    replayed = json.loads(texts["replay"])["gpus"][1]
+    assert (replayed["uuid"], replayed["error"]) == (
+        "GPU-<redacted>", "nvmlDeviceGetPowerUsage: Unknown Error password=<redacted>"), replayed
+    assert re.fullmatch(r"<redacted> \[[0-9a-f]{4}\]", document["processes"][0]["owner"]["pod"]), \
+        document["processes"][0]
+    # two meters, each with its own readings: 8 requests counted by one, 80 by the other
+    units = document["spend"]["unit_costs"]
+    names = sorted(u["url"] for u in units)
+    assert len(units) == 2 and names == [
+        "http://127.0.0.1:9/metrics?token=<redacted>"] * 2, units
+    assert sorted(u.get("units") for u in units) == [8.0, 80.0], units
+    copied = sqlite3.connect(tmp_path / "copy.db")
+    kept = copied.execute("SELECT DISTINCT name FROM meter_readings WHERE kind = 'unit' "
+                          "ORDER BY name").fetchall()
+    copied.close()
+    assert len(kept) == 2 and all(
+        re.fullmatch(r"svc http://127\.0\.0\.1:9/metrics\?token=<redacted> requests_total "
+                     r"\[[0-9a-f]{4}\]", name) for (name,) in kept), kept

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -229,3 +230,79 @@ def _report_checks(daemon: livedaemon.LiveDaemon) -> None:
     replayed = {p.workload: p for p in Now.from_dict(state).processes}
     assert replayed["ml/trainer-0"].owner["pod"] == "trainer-0"
     assert replayed[f"slurm {SLURM_JOB}"].owner["slurm_partition"] == "gpu-a100"
+
+
+# Names whoever starts a unit or makes a pod chooses: a unit named like a GitHub token, a pod
+# like an OpenAI key, and a second pod like another (valid Kubernetes names), time-slicing one
+# GPU.
+HOSTILE_UNIT = "ghp_abcdefghijklmnopqrstuvwxyz0123456789.service"
+HOSTILE_PODS = ("sk-abcdefghijklmnopqrstuvwxyz123456", "sk-zyxwvutsrqponmlkjihgfedcba654321")
+HOSTILE_SECRETS = ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", *HOSTILE_PODS)
+
+
+def test_hostile_unit_and_pod_names_are_redacted_where_read(cgroups, tmp_path):
+    """Probe (redaction, fourth round): a process's owner (here a systemd unit, from its cgroup)
+    and the kubelet's pod, namespace and container names were shown as read: in /v1/now, every
+    /metrics label of the workload and of the pod's GPU allocation, the store and the report.
+    Each is redacted where it is read now (daemon.sources.owners, daemon.sources.podresources)."""
+    import asyncio
+
+    import aiohttp
+
+    base = cgroups["pod"].parents[3]  # this test's own cgroup: removed with all below it
+    unit = base / "system.slice" / HOSTILE_UNIT
+    unit.mkdir(parents=True)
+    host = tmp_path / "units.toml"
+    host.write_text(
+        '[instance]\nprovider = "aws"\ntype = "p4d.24xlarge"\nregion = "us-east-1"\n'
+        '[gpu]\nmodel = "NVIDIA A100-SXM4-40GB"\ncount = 2\n'
+        '[[workloads]]\nname = "unit"\ngpus = [0]\n'
+        f"command = {json.dumps(_in_cgroup(unit, attach_code(0, 2, 'time.sleep(60)')))}\n")
+    gpu1 = scenario.load(host).gpu_uuid(1)
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+    socket.parent.mkdir()
+    node = kubelet.list_response([("ml", pod, [("trainer", [gpu1])]) for pod in HOSTILE_PODS])
+
+    async def scrape(daemon: livedaemon.LiveDaemon) -> str:
+        connector = aiohttp.UnixConnector(path=str(daemon.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://mlcostd/metrics") as response:
+                assert response.status == 200
+                return await response.text()
+
+    with kubelet.pod_resources_server(socket, node):
+        daemon = livedaemon.start(tmp_path / "mlcostd", str(host), interval=0.5, config={
+            "owners": {"pod_resources_socket": str(socket)}})
+        try:
+            def shown() -> dict[str, str] | None:
+                now = daemon.now()
+                owned = [p for p in now["processes"] if p.get("owner") and p.get("job")]
+                text = asyncio.run(scrape(daemon))
+                return {"now": json.dumps(now), "metrics": text} if owned and \
+                    "mlcost_container_gpu_allocation{" in text else None
+
+            served = poll(shown, 60, "the unit's process owned and the pod's GPU allocated",
+                          explain=daemon.log_tail)
+        finally:
+            if daemon.returncode is None:
+                daemon.stop(check_tree=False)
+        assert daemon.returncode == 0, daemon.log_tail()
+        daemon.wait_tree_gone()  # the workload is gone before its cgroup is removed
+    done = subprocess.run(MLCOSTD + ["report", "--db", str(daemon.db), "--since", "10m",
+                                     "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    served["report"] = done.stdout
+    leaks = {name: [w for w in HOSTILE_SECRETS if w in text] for name, text in served.items()}
+    for stored in daemon.folder.glob("mlcost.db*"):  # the database, its WAL: every byte
+        data = stored.read_bytes()
+        leaks[stored.name] = [w for w in HOSTILE_SECRETS if w.encode() in data]
+    assert not any(leaks.values()), json.dumps({k: v for k, v in leaks.items() if v})
+    # the two pods, half of GPU 1 each: two series, not one of a whole GPU
+    halves = re.findall(r'^mlcost_container_gpu_allocation\{.*pod="(<redacted> \[[0-9a-f]{4}\])"'
+                        r'.*\} 0\.5$', served["metrics"], re.M)
+    assert len(set(halves)) == 2, served["metrics"]
+    # each shown redacted, with a tag of the name as written (two such pods stay two series)
+    owned = [p for p in json.loads(served["now"])["processes"] if p.get("owner")]
+    unit_shown = owned[0]["owner"]["systemd_unit"]
+    assert re.fullmatch(r"<redacted>\.service \[[0-9a-f]{4}\]", unit_shown), owned
+    assert owned[0]["workload"] == unit_shown

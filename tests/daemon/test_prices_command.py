@@ -180,3 +180,59 @@ def test_companions_with_their_flag_are_read_and_the_configs_defaults_are_no_com
                                     f'gcp_api_key_file = "{tmp_path / "key"}"\n')
     assert main(["prices", "--config", str(config), "--instance", "p5.48xlarge"]) == 0
     assert "p5.48xlarge" in capsys.readouterr().out
+
+
+def test_a_price_source_with_a_token_is_shown_redacted(tmp_path, capsys):
+    """Probe (redaction, fourth round): an extra catalog's source (here a URL with an API key
+    in its query) was printed as read by `mlcostd prices`, its table and --json; the daemon's
+    command passes its redaction to the catalog it shows (pricing.catalog.Catalog.with_texts)."""
+    sheet = tmp_path / "sheet.csv"
+    sheet.write_text(BUNDLED_CATALOG.read_text().splitlines()[0] + "\n"
+                     "lambda,us-east-1,gpu_8x_h100_sheet,H100,8,80,208,1800,gpu-hour,2.99,,,,,"
+                     "https://prices.example/sheet.csv?api_key=hunter2,2026-11-20,current,"
+                     "from https://bob:pw123@prices.example/\n")
+    config = write_config(tmp_path, f'[pricing]\nextra_catalogs = ["{sheet}"]\n')
+    for how in ([], ["--json"]):
+        assert main(["prices", "--config", str(config), "--instance", "gpu_8x_h100_sheet",
+                     *how]) == 0
+        out, err = capsys.readouterr()
+        assert "hunter2" not in out + err and "pw123" not in out + err, out + err
+        assert "https://prices.example/sheet.csv?api_key=<redacted>" in out, out
+
+
+def test_a_managed_price_source_with_a_token_is_shown_redacted(tmp_path, capsys):
+    """`mlcostd prices --managed`: a managed price's source is the price cache's text (a file:
+    here a planted URL with a key), printed as read; it goes through the daemon's redaction."""
+    cache = tmp_path / "cache.json"
+    write_cache(cache, [CachedPrice("aws", "us-east-1", "ml.p4d.24xlarge",
+                                    "managed:sagemaker:training", 37.688, time.time() - 60,
+                                    "https://prices.example/sm.json?api_key=hunter2")])
+    config = write_config(tmp_path, f'[pricing]\ncache = "{cache}"\n')
+    for how in ([], ["--json"]):
+        main(["prices", "--config", str(config), "--managed", "--instance", "p4d.24xlarge",
+              "--region", "us-east-1", *how])
+        out, err = capsys.readouterr()
+        assert "hunter2" not in out + err, out + err
+        assert "api_key=<redacted>" in out, out
+
+
+def test_a_catalog_url_with_a_token_is_shown_redacted_by_a_refresh_and_by_check(tmp_path, capsys):
+    """[pricing].catalog_url may carry a token in its query (`?token=...`: the mirror's to
+    read, not a screen's to show): `mlcostd prices --refresh catalog` printed it where it said
+    what it fetched and why that failed (text and --json), and `mlcostd check` printed the
+    failed refresh's error the price cache recorded, URL and all. Nothing listens on port 9
+    of 127.0.0.1 here: the fetch fails at once."""
+    from daemon.commands.check import check_refreshes
+
+    cache = tmp_path / "cache.json"
+    config = write_config(tmp_path, f'[pricing]\ncache = "{cache}"\n'
+                                    'catalog_url = "http://127.0.0.1:9/sky?token=hunter2"\n')
+    for how in ([], ["--json"]):
+        main(["prices", "--config", str(config), "--refresh", "catalog", "--provider", "aws",
+              *how])
+        out, err = capsys.readouterr()
+        assert "127.0.0.1:9" in out + err and "token=<redacted>" in out + err, out + err
+        assert "hunter2" not in out + err, out + err
+    found = check_refreshes(cache)
+    assert found and "token=<redacted>" in found[0].detail, found
+    assert "hunter2" not in found[0].detail + found[0].fix

@@ -3,6 +3,7 @@
 
 import json
 import logging
+import re
 import subprocess
 import sys
 
@@ -293,3 +294,23 @@ def test_a_storage_walks_error_names_the_folder_redacted(tmp_path, monkeypatch):
     [item] = meters.storage_cost([str(tmp_path)])
     assert not item.complete and item.error is not None
     assert "hunter2" not in item.error and "password=" + REDACTED in item.error, item.error
+
+
+def test_two_names_that_differ_only_in_a_secret_stay_two_and_a_clean_one_is_kept():
+    """A meter's name keys its readings, a pod's its workload: two that redact to one text
+    (a URL's token, two pods named like two keys) keep a 4-hex tag each, of the name as
+    written, the same on every way out; a name with nothing hidden is left as it is. Where a
+    tag after the name would read as a secret flag's value, it goes first."""
+    from daemon.sources.redact import redact_name
+
+    first = redact_name("svc http://h:9100/metrics?token=hunter2 requests_total")
+    second = redact_name("svc http://h:9100/metrics?token=AKIAIOSFODNN7EXAMPLE requests_total")
+    assert first != second
+    for name in (first, second):
+        assert re.fullmatch(r"svc http://h:9100/metrics\?token=<redacted> requests_total "
+                            r"\[[0-9a-f]{4}\]", name), name
+    assert redact_name("svc http://h:9100/metrics?token=hunter2 requests_total") == first
+    assert redact_name("/data/ckpt") == "/data/ckpt"
+    flagged = redact_name("ghp_abcdefghijklmnopqrstuvwxyz0123456789 --api-key")
+    assert re.fullmatch(r"\[[0-9a-f]{4}\] <redacted> --api-key", flagged), flagged
+    assert redact_name(flagged) == flagged

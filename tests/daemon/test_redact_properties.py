@@ -14,6 +14,7 @@ from daemon.sources.redact import (
     COMMAND_LIMIT,
     REDACTED,
     redact_argv,
+    redact_name,
     redact_text,
 )
 
@@ -149,3 +150,20 @@ def test_ports_after_p_stay_and_passwords_after_it_go():
     assert redact_argv(["ssh", "-p", "2222", "scp", "-P", "65535"]) == "ssh -p 2222 scp -P 65535"
     assert redact_argv(["sqlcmd", "-P", "70000"]) == f"sqlcmd -P {REDACTED}"  # not a port
     assert redact_argv(["mysql", "-p3306"]) == f"mysql -p{REDACTED}"  # glued: mysql's password
+
+
+@given(st.lists(st.text(max_size=60) | st.sampled_from(ORDINARY), max_size=8))
+def test_a_name_redacted_comes_back_unchanged(words):
+    """redact_name (a meter's, a pod's name: it keys things apart) tags a name that had
+    something hidden; what it returns it returns unchanged (no second tag on a store's way out
+    of what the daemon wrote)."""
+    once = redact_name(" ".join(words))
+    assert redact_name(once) == once
+
+
+@given(form=st.sampled_from([f for f in FORMS if f[1]]), secret=secrets, before=ordinary_argv,
+       after=ordinary_argv)
+def test_a_name_redacted_holds_no_secret_and_comes_back_unchanged(form, secret, before, after):
+    once = redact_name(" ".join(place(form[0], secret, before, after)))
+    assert not leaked(secret, once), once
+    assert redact_name(once) == once
