@@ -498,7 +498,10 @@ class NvmlSource:
         self._readings: dict[int, GpuReading] = {}
         self._readers_started: float | None = None  # time.monotonic() when NVML counted them
         self._all_read = threading.Event()  # each GPU counted has its first reading (or failure)
-        self._devices: dict[int, _Device] = {}
+        self._devices: dict[int, _Device] = {}  # each GPU's latest opened device
+        # a GPU's device while it opens (its handle, its static facts): its calls in flight are
+        # watched as an opened device's are, its facts listed as far as they were read
+        self._opening: dict[int, _Device] = {}
         self._device_status: dict[int, tuple[str, str | None]] = {}
         # GPU index -> (the pids of its last complete reading, its wall time): what a GPU that
         # is lost or not answering was running, so those processes are still recorded
@@ -621,12 +624,19 @@ class NvmlSource:
         backoff = self._backoff.get(index, self.config.retry_initial)
         try:
             if device is None:
-                # Registered before its first call (the handle's lookup): a call that hangs
-                # while it opens hands this reader's other GPUs on as any later one does
+                # Known before its first call (the handle's lookup): a call that hangs while
+                # it opens hands this reader's other GPUs on as any later one does
                 device = _Device(index, None, self.config, self.profiling, open_now=False)
                 with self._lock:
+                    self._opening[index] = device
+                try:
+                    device.open()
+                finally:
+                    with self._lock:
+                        if self._opening.get(index) is device:
+                            del self._opening[index]
+                with self._lock:
                     self._devices[index] = device
-                device.open()
             reading = device.read()
             with self._lock:
                 self._readings[index] = reading
@@ -678,7 +688,7 @@ class NvmlSource:
         """GPU `index`'s call `in_flight` has hung past the deadline: the other GPUs of its
         reader go to a new reader thread, unless the call has ended meanwhile."""
         with self._lock:
-            device = self._devices.get(index)
+            device = self._opening.get(index, self._devices.get(index))
             if self._stop.is_set() or device is None or device.in_flight is not in_flight:
                 return
             reader = next((r for r in self._readers if index in r.indices), None)
@@ -722,7 +732,7 @@ class NvmlSource:
         with self._lock:
             devices = dict(self._devices)
         return {index: (d.uuid, d.activity_source, d.dcgm_activity)
-                for index, d in sorted(devices.items()) if d.opened}
+                for index, d in sorted(devices.items())}
 
     def read_at(self, index: int) -> float | None:
         """When GPU `index`'s latest reading finished (time.monotonic()); None before its first.
@@ -752,6 +762,8 @@ class NvmlSource:
         with self._lock:
             readings = dict(self._readings)
             devices = dict(self._devices)
+            if self._opening:
+                devices.update(self._opening)
             holders = dict(self._holders)
             started = self._readers_started
         if started is not None and len(readings) < (self.gpu_count or 0) \
@@ -802,6 +814,7 @@ class NvmlSource:
         if devices is None:
             with self._lock:
                 devices = dict(self._devices)
+                devices.update(self._opening)
         for index, hung in devices.items():
             flight = hung.in_flight
             if flight is not None and now - flight[1] > self.config.call_deadline:

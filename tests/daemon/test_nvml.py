@@ -187,7 +187,8 @@ until_tick = 1
                        timeout=5)
     wait_until(lambda: (lambda t: t[0] - first[0] >= 0.9 and t[1] - first[1] >= 0.9)(
         read_at(0, 2)), timeout=10)
-    hung = src._devices[1]
+    hung = src._opening[1]
+    assert 1 not in src._devices
     assert not hung.opened and hung.in_flight is not None and hung.in_flight[0] == call, \
         "the other GPUs were read only once GPU 1's first call had answered"
     assert src.read_at(1) is None
@@ -206,8 +207,43 @@ until_tick = 1
         src.latest()[1]), timeout=20)
     assert gpus[1].name == gpus[0].name and gpus[1].uuid.startswith("GPU-")
     assert gpus[1].memory_total_bytes == 40 * GIB and gpus[1].memory_used_bytes is not None
-    assert src._devices[1].opened and 1 in src.activity_sources()
+    assert src._devices[1].opened and 1 not in src._opening and 1 in src.activity_sources()
     assert [g.status for g in src.latest()[1]] == [GPU_OK] * 3
+
+
+def test_a_call_that_hangs_while_a_lost_gpu_is_opened_again_times_out_that_gpu_only(
+        sim_host, source):
+    """A lost GPU comes back and is opened again (a fresh handle, its facts): a call that hangs
+    then is isolated too; GPU 0, on the same reader, is read on."""
+    running = sim_host(host_toml(gpus=2, faults="""
+[[faults]]
+kind = "gpu_lost"
+gpu = 1
+at_tick = 1
+until_tick = 2
+
+[[faults]]
+kind = "hang"
+gpu = 1
+call = "nvmlDeviceGetName"
+seconds = 8.0
+at_tick = 1
+until_tick = 3
+"""), init=False)
+    src = source(interval=0.5)
+    readings(src, 2)
+    running.set_tick(1)
+    wait_until(lambda: src.latest()[1][1].status == GPU_LOST, timeout=6)
+    running.set_tick(2)  # back: its name, asked as it is opened again, hangs
+    gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_TIMEOUT and
+                               "nvmlDeviceGetName has not answered" in (g[1].error or "")
+                               else None)(src.latest()[1]), timeout=10)
+    assert gpus[0].status == GPU_OK and gpus[1].name == gpus[0].name  # (known from before)
+    before = src.read_at(0)
+    wait_until(lambda: (src.latest(), src.read_at(0) - before >= 0.9)[1], timeout=5)
+    assert src._opening[1].in_flight is not None
+    running.set_tick(3)
+    wait_until(lambda: src.latest()[1][1].status == GPU_OK, timeout=20)
 
 
 @pytest.mark.parametrize("kind, expected", [
