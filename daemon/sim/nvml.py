@@ -484,8 +484,10 @@ class _Symbols:
         i = index.value if hasattr(index, "value") else int(index)
         if not 0 <= i < len(lib.gpus):
             return ERR_INVALID_ARGUMENT
-        if lib._lost(i):
-            return ERR_GPU_IS_LOST
+        if lib.device_faults[i]:  # the GPU's faults that name this call (a hang), or it is lost
+            code = lib._fault(i, "nvmlDeviceGetHandleByIndex_v2")
+            if code:
+                return code
         _put_pointer(_out(device), ctypes.addressof(lib._handle_blocks[i]))
         return SUCCESS
 

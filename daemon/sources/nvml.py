@@ -14,7 +14,8 @@ Shape:
 - the tick calls `latest()`, which never blocks: it hands over the newest reading of each GPU
   and marks a GPU whose reading is overdue as timed out. When a call has hung past
   [nvml].call_deadline, the GPUs its thread would read after it go to a new reader thread, so
-  a hung GPU delays only itself (it keeps the stuck thread to itself from then on).
+  a hung GPU delays only itself (it keeps the stuck thread to itself from then on). So too for
+  the calls that open a GPU (its handle, its static facts): a device is registered before them.
 
 Every NVML call goes through `daemon.sources.nvml_query.nvml_query`, the one place NVML errors
 are classified; a device's calls go through `_Device.query` and `_Device.call`, which turn an
@@ -78,6 +79,8 @@ _NVML_ERROR_IN_USE = 19  # NVML_ERROR_IN_USE: another client holds what was aske
 # Where a GPU's SM activity comes from, besides daemon.sources.dcgm's GPM, DCGM_EXPORTER and
 # HOSTENGINE: no GPM on this GPU, or its GPM refused because another reader holds the counters.
 NO_ACTIVITY = "none"
+# The name a GPU is listed under while its first calls have not answered (its UUID is "" then)
+NOT_ANSWERED = "not answered yet"
 HELD_BY_OTHER = "held by another reader"
 _MEMORY_V2_SYMBOL = "nvmlDeviceGetMemoryInfo_v2"
 _MEMORY_V2 = pynvml.nvmlMemory_v2  # the version word of c_nvmlMemory_v2_t
@@ -186,7 +189,10 @@ class _Device:
     """One GPU: its handle, its static facts, and the reads of its dynamic fields."""
 
     def __init__(self, index: int, handle: Any, config: NvmlSettings,
-                 profiling: ProfilingCounters | None = None) -> None:
+                 profiling: ProfilingCounters | None = None, *, open_now: bool = True) -> None:
+        """A GPU's device, opened (`open`) at once unless `open_now` is False: then the caller
+        registers it first, so that a first call that hangs is seen in flight as any later one
+        (its handle, None, is looked up by `open`)."""
         self.index = index
         self.handle = handle
         self.config = config
@@ -205,7 +211,26 @@ class _Device:
         self.errors: list[str] = []
         # field -> (when read, time.monotonic(); the field it moves with, then; its value)
         self.slow_fields: dict[str, tuple[float, object, Any]] = {}
+        # Its static facts, read by `open`; "" until then (a first call that has not answered)
+        self.uuid = ""
+        self.name = ""
+        self.memory_total: int | None = None
+        self.opened = False
         # 2 while the driver answers v2 memory info, 1 once it has been found to lack it.
+        self.memory_version = 2  # (found by `open`)
+        if open_now:
+            self.open()
+
+    def open(self) -> None:
+        """Take the handle where it has none, read the static facts. Raises GpuFailed when the
+        GPU is lost or its handle is refused."""
+        index = self.index
+        if self.handle is None:
+            handle = self.query("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex,
+                                index)
+            if isinstance(handle, NvmlFailure):
+                raise GpuFailed(handle)
+            self.handle = handle
         self.memory_version = 2 if has_symbol(_MEMORY_V2_SYMBOL) else 1
         if self.memory_version == 1:
             self._say_memory_v1("the library has no nvmlDeviceGetMemoryInfo_v2")
@@ -221,6 +246,7 @@ class _Device:
             support = self.call("gpm", pynvml.nvmlGpmQueryDeviceSupport)
         if not support or not support.isSupportedDevice:
             self.unsupported.add("gpm")
+        self.opened = True
 
     def query(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """One NVML call through `nvml_query`, marked in flight: its value or an NvmlFailure.
@@ -483,7 +509,10 @@ class NvmlSource:
         self._readings: dict[int, GpuReading] = {}
         self._readers_started: float | None = None  # time.monotonic() when NVML counted them
         self._all_read = threading.Event()  # each GPU counted has its first reading (or failure)
-        self._devices: dict[int, _Device] = {}
+        self._devices: dict[int, _Device] = {}  # each GPU's latest opened device
+        # a GPU's device while it opens (its handle, its static facts): its calls in flight are
+        # watched as an opened device's are, its facts listed as far as they were read
+        self._opening: dict[int, _Device] = {}
         self._device_status: dict[int, tuple[str, str | None]] = {}
         # GPU index -> (the pids of its last complete reading, its wall time): what a GPU that
         # is lost or not answering was running, so those processes are still recorded
@@ -606,10 +635,17 @@ class NvmlSource:
         backoff = self._backoff.get(index, self.config.retry_initial)
         try:
             if device is None:
-                handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
-                if isinstance(handle, NvmlFailure):
-                    raise GpuFailed(handle)
-                device = _Device(index, handle, self.config, self.profiling)
+                # Known before its first call (the handle's lookup): a call that hangs while
+                # it opens hands this reader's other GPUs on as any later one does
+                device = _Device(index, None, self.config, self.profiling, open_now=False)
+                with self._lock:
+                    self._opening[index] = device
+                try:
+                    device.open()
+                finally:
+                    with self._lock:
+                        if self._opening.get(index) is device:
+                            del self._opening[index]
                 with self._lock:
                     self._devices[index] = device
             reading = device.read()
@@ -643,8 +679,8 @@ class NvmlSource:
             with self._lock:
                 previous = self._readings.get(index)
                 base = previous.gpu if previous else GpuSample(
-                    index=index, uuid=device.uuid if device else f"GPU-index-{index}",
-                    name=device.name if device else "unknown GPU")
+                    index=index, uuid=device.uuid if device else "",
+                    name=device.name if device and device.name else "unknown GPU")
                 self._readings[index] = GpuReading(
                     gpu=GpuSample(index=index, uuid=base.uuid, name=base.name, status=status,
                                   memory_total_bytes=base.memory_total_bytes,
@@ -654,8 +690,8 @@ class NvmlSource:
                 if len(self._readings) == self.gpu_count:
                     self._all_read.set()
             self._note_device(index, status, message)
-            if lost:
-                device = None  # take a fresh handle when it comes back
+            if lost or (device is not None and not device.opened):
+                device = None  # take a fresh handle when it comes back (or open it again)
             self._due[index] = time.monotonic() + backoff
             self._backoff[index] = min(backoff * 2, self.config.retry_max)
         return device
@@ -664,7 +700,7 @@ class NvmlSource:
         """GPU `index`'s call `in_flight` has hung past the deadline: the other GPUs of its
         reader go to a new reader thread, unless the call has ended meanwhile."""
         with self._lock:
-            device = self._devices.get(index)
+            device = self._opening.get(index, self._devices.get(index))
             if self._stop.is_set() or device is None or device.in_flight is not in_flight:
                 return
             reader = next((r for r in self._readers if index in r.indices), None)
@@ -738,6 +774,8 @@ class NvmlSource:
         with self._lock:
             readings = dict(self._readings)
             devices = dict(self._devices)
+            if self._opening:
+                devices.update(self._opening)
             holders = dict(self._holders)
             started = self._readers_started
         if started is not None and len(readings) < (self.gpu_count or 0) \
@@ -749,8 +787,8 @@ class NvmlSource:
                     device = devices.get(index)
                     readings[index] = GpuReading(
                         gpu=self._timed_out(GpuSample(
-                            index=index, uuid=device.uuid if device else f"GPU-index-{index}",
-                            name=device.name if device else "unknown GPU"),
+                            index=index, uuid=device.uuid if device else "",
+                            name=device.name if device and device.name else NOT_ANSWERED),
                             f"no first reading after {now - started:.1f} s"),
                         uses={}, read_at=started, uses_known=False)
         self._isolate_hung(now, devices)
@@ -788,6 +826,7 @@ class NvmlSource:
         if devices is None:
             with self._lock:
                 devices = dict(self._devices)
+                devices.update(self._opening)
         for index, hung in devices.items():
             flight = hung.in_flight
             if flight is not None and now - flight[1] > self.config.call_deadline:

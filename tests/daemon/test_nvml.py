@@ -13,7 +13,7 @@ import pytest
 from simhost import GIB, attached, host_toml, run_concurrently, wait_until
 
 from daemon.config import NvmlConfig
-from daemon.sources.nvml import NvmlSource, _Device
+from daemon.sources.nvml import NOT_ANSWERED, NvmlSource, _Device
 from daemon.sources.nvml_query import (
     ERROR,
     NOT_FOUND,
@@ -157,6 +157,93 @@ at_tick = 1
     wait_until(lambda: src.read_at(0) - before >= 0.9, timeout=10)
     assert src.latest()[1][0].status == GPU_OK
     assert src._devices[1].in_flight is not None, "GPU 0 was read only once GPU 1's hang ended"
+
+
+@pytest.mark.parametrize("symbol, call, named", [
+    ("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex", False),  # its handle
+    ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo_v2", True),  # its total memory
+])
+def test_a_call_that_hangs_while_a_gpu_opens_times_out_that_gpu_only(sim_host, source, symbol,
+                                                                      call, named):
+    """A GPU's first calls (its handle, then its facts in _Device.open) hang: only that GPU
+    times out. The hang was not isolated (the device was registered only once opened): every
+    GPU of its reader waited for as long as the call hung, GPU 2, behind it, was never read."""
+    running = sim_host(host_toml(gpus=3, faults=f"""
+[[faults]]
+kind = "hang"
+gpu = 1
+call = "{symbol}"
+seconds = 8.0
+until_tick = 1
+"""), init=False)
+    src = source(interval=0.5)
+
+    def read_at(*indices):  # (the tick's latest() is the watchdog that isolates a hung call)
+        src.latest()
+        return tuple(src.read_at(i) for i in indices)
+
+    # GPU 2, which the reader reads after GPU 1, is read; then GPUs 0 and 2 twice more each
+    first = wait_until(lambda: (lambda t: t if None not in t else None)(read_at(0, 2)),
+                       timeout=5)
+    wait_until(lambda: (lambda t: t[0] - first[0] >= 0.9 and t[1] - first[1] >= 0.9)(
+        read_at(0, 2)), timeout=10)
+    hung = src._opening[1]
+    assert 1 not in src._devices
+    assert not hung.opened and hung.in_flight is not None and hung.in_flight[0] == call, \
+        "the other GPUs were read only once GPU 1's first call had answered"
+    assert src.read_at(1) is None
+    gpus = wait_until(lambda: (lambda g: g if len(g) == 3 and g[1].status == GPU_TIMEOUT and
+                               call in (g[1].error or "") else None)(src.latest()[1]), timeout=6)
+    assert [g.status for g in gpus] == [GPU_OK, GPU_TIMEOUT, GPU_OK]
+    assert f"{call} has not answered for" in gpus[1].error
+    if named:  # read before the call that hangs
+        assert gpus[1].name == gpus[0].name and gpus[1].uuid.startswith("GPU-")
+    else:  # nothing known of it yet, and said so
+        assert (gpus[1].name, gpus[1].uuid) == (NOT_ANSWERED, "")
+    assert 1 not in src.activity_sources()
+    # The call answers: the GPU is read from then on, as after a later hang
+    running.set_tick(1)
+    gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_OK else None)(
+        src.latest()[1]), timeout=20)
+    assert gpus[1].name == gpus[0].name and gpus[1].uuid.startswith("GPU-")
+    assert gpus[1].memory_total_bytes == 40 * GIB and gpus[1].memory_used_bytes is not None
+    assert src._devices[1].opened and 1 not in src._opening and 1 in src.activity_sources()
+    assert [g.status for g in src.latest()[1]] == [GPU_OK] * 3
+
+
+def test_a_call_that_hangs_while_a_lost_gpu_is_opened_again_times_out_that_gpu_only(
+        sim_host, source):
+    """A lost GPU comes back and is opened again (a fresh handle, its facts): a call that hangs
+    then is isolated too; GPU 0, on the same reader, is read on."""
+    running = sim_host(host_toml(gpus=2, faults="""
+[[faults]]
+kind = "gpu_lost"
+gpu = 1
+at_tick = 1
+until_tick = 2
+
+[[faults]]
+kind = "hang"
+gpu = 1
+call = "nvmlDeviceGetName"
+seconds = 8.0
+at_tick = 1
+until_tick = 3
+"""), init=False)
+    src = source(interval=0.5)
+    readings(src, 2)
+    running.set_tick(1)
+    wait_until(lambda: src.latest()[1][1].status == GPU_LOST, timeout=6)
+    running.set_tick(2)  # back: its name, asked as it is opened again, hangs
+    gpus = wait_until(lambda: (lambda g: g if g[1].status == GPU_TIMEOUT and
+                               "nvmlDeviceGetName has not answered" in (g[1].error or "")
+                               else None)(src.latest()[1]), timeout=10)
+    assert gpus[0].status == GPU_OK and gpus[1].name == gpus[0].name  # (known from before)
+    before = src.read_at(0)
+    wait_until(lambda: (src.latest(), src.read_at(0) - before >= 0.9)[1], timeout=5)
+    assert src._opening[1].in_flight is not None
+    running.set_tick(3)
+    wait_until(lambda: src.latest()[1][1].status == GPU_OK, timeout=20)
 
 
 @pytest.mark.parametrize("kind, expected", [

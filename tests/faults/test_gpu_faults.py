@@ -258,3 +258,60 @@ def test_the_first_tick_lists_every_gpu_when_one_hangs_from_the_start(tmp_path):
     assert "nvmlDeviceGetUtilizationRates has not answered" in (gpu_of(first, 0).error or "")
     assert [g["index"] for g in now["gpus"]] == [0, 1], now["gpus"]
     assert "Traceback" not in daemon.log()
+
+
+HUNG_OPEN_UNTIL_TICK = 20
+HUNG_WHILE_IT_OPENS = f"""
+[[faults]]
+kind = "hang"
+gpu = 1
+call = "nvmlDeviceGetMemoryInfo_v2"
+seconds = 4.0
+until_tick = {HUNG_OPEN_UNTIL_TICK}
+"""
+
+
+@pytest.mark.fault("GPU hung while it opens",
+                   "GPU 1's memory call blocks 4 s from its first, made as mlcostd opens it")
+def test_a_gpu_hung_while_it_opens_leaves_the_other_gpus_read(tmp_path):
+    """probe 142 H2: a call that hung while the daemon opened a GPU (its total memory, read in
+    _Device.__init__) was never handed off, since a GPU counted as hung only once opened: every
+    GPU of its reader read `timeout` for as long as it hung, the busy GPU 0 too, its samples
+    lost and its spend billed as unread. Now only GPU 1 times out, and it answers again after."""
+    scenario = faultkit.scenario(tmp_path, gpus=2, faults=HUNG_WHILE_IT_OPENS, name="hung-open")
+    daemon = livedaemon.start(tmp_path / "run", scenario, interval=0.5, config=CONFIG)
+    hung: dict[int, dict] = {}  # tick -> {GPU index -> /v1/now's entry}, while GPU 1 hangs
+    problems: list[str] = []
+
+    def gpu_1_back() -> bool:
+        now = daemon.now()
+        gpus = {g["index"]: g for g in now["gpus"]}
+        if gpus.get(1, {}).get("status") == "timeout":
+            hung[now["tick"]] = gpus
+            if len(hung) >= 6 and not problems:  # well into the hang: what health says of it
+                problems.extend(faultkit.health(daemon)["problems"])
+        # (between two hung calls it reads ok for a tick or two; the last one, begun before
+        # tick 20, has returned 4 s, 8 ticks, later)
+        return gpus.get(1, {}).get("status") == "ok" and now["tick"] > HUNG_OPEN_UNTIL_TICK + 10
+
+    try:
+        poll(gpu_1_back, 120, "GPU 1 answering again", every=0.1, explain=daemon.log_tail)
+        after = {g["index"]: g for g in daemon.now()["gpus"]}
+    finally:
+        assert daemon.stop() == 0, daemon.log_tail()
+    # GPU 0 read on, its job seen at work: at most the handover's tick or two without it
+    unread = {tick: (gpus[0]["status"], gpus[0]["utilization"]) for tick, gpus in hung.items()
+              if gpus[0]["status"] != "ok" or not gpus[0]["utilization"]}
+    assert len(unread) <= 2, (unread, sorted(hung))
+    assert len(hung) >= 6, sorted(hung)  # (of its ~20 ticks: /v1/now is asked ~10 times a tick)
+    said = [gpus[1]["error"] or "" for gpus in hung.values()]
+    assert any("nvmlDeviceGetMemoryInfo_v2 has not answered for" in e for e in said), said
+    # its name and UUID were read before the call that hung
+    assert {gpus[1]["name"] for gpus in hung.values()} == {"NVIDIA A100-SXM4-40GB"}
+    assert any("GPU 1" in p for p in problems) and not any("GPU 0" in p for p in problems), \
+        problems
+    assert after[0]["status"] == "ok" and after[1]["memory_total_bytes"] == 40 << 30
+    log = daemon.log()
+    assert "GPU 1: nvmlDeviceGetMemoryInfo_v2 has not answered for" in log, daemon.log_tail()
+    assert "(0) are read by a new thread" in log
+    assert "Traceback" not in log
