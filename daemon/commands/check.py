@@ -480,10 +480,12 @@ def owner_checks(config: Any) -> list[Check]:
     return checks
 
 
-def check_gpu_activity(config: Any, proc_root: str = "/proc") -> Check:
+def check_gpu_activity(config: Any, proc_root: str = "/proc", *,
+                       nvml_started: bool = True) -> Check:
     """Where SM, tensor and DRAM activity come from: DCGM (dcgm-exporter configured, or
     nv-hostengine running: GPM left off, the two would skew each other) or NVML's GPM
-    (daemon.sources.dcgm)."""
+    (daemon.sources.dcgm), which needs NVML started (`nvml_started`: check_nvml did not
+    fail)."""
     from daemon.sources.dcgm import ProfilingCounters
 
     name = "SM activity source"
@@ -505,14 +507,21 @@ def check_gpu_activity(config: Any, proc_root: str = "/proc") -> Check:
                      "neither skews the other; SM activity is absent",
                      "set [nvml].dcgm_exporter_url = \"http://localhost:9400/metrics\" (where "
                      "dcgm-exporter serves) to read DCGM's profiling fields")
+    if not nvml_started:  # (said after "[FAIL] NVML", an "[ok] NVML's GPM" contradicted it)
+        return Check(name, WARN, "none: NVML did not start (see NVML above), so no GPU's SM "
+                     "activity is read", "fix NVML first; GPM is read through it")
     return Check(name, OK, "NVML's GPM on GPUs that have it (Hopper and later); no DCGM on "
                  "this host (a GPU whose counters another reader holds is left alone)")
 
 
-def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
+def run_checks(db: Path, extra: list[Check] | None = None,
+               config: Any | None = None) -> list[Check]:
+    """Every check, `extra` after the host's, and with `config` where SM activity comes from
+    (last: it reads whether NVML started)."""
     from daemon.store.errors import damaged_store_advice
 
-    checks = [check_nvml(), check_py_spy(), check_tracing(gpu_process_pids()),
+    nvml = check_nvml()
+    checks = [nvml, check_py_spy(), check_tracing(gpu_process_pids()),
               check_delay_accounting(), check_psi(), check_process_io(), check_database(db)]
     database = checks[-1]
     # A damaged store fails `database`, with how to salvage it; reading its stacks would fail
@@ -521,7 +530,10 @@ def run_checks(db: Path, extra: list[Check] | None = None) -> list[Check]:
     recorded = None if damaged else check_recorded_stacks(db)
     if recorded is not None:
         checks.append(recorded)
-    return checks + (extra or [])
+    checks += extra or []
+    if config is not None:
+        checks.append(check_gpu_activity(config, nvml_started=nvml.status != FAIL))
+    return checks
 
 
 def render(checks: list[Check]) -> str:

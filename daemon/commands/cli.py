@@ -436,8 +436,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         checks = check.run_checks(config_module.db_path(config),
                                   check.price_checks(config, simulated)
-                                  + check.owner_checks(config)
-                                  + [check.check_gpu_activity(config)])
+                                  + check.owner_checks(config), config=config)
     finally:
         if running is not None:
             sim_nvml.uninstall()

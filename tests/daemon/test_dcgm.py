@@ -249,6 +249,21 @@ def test_mlcostd_check_prints_the_source(tmp_path):
     assert exporter.url in checks["SM activity source"]["detail"]
 
 
+def test_mlcostd_check_does_not_call_gpm_the_source_where_nvml_did_not_start(tmp_path):
+    """Probe 141 L10: `[FAIL] NVML … not found`, then `[ok] SM activity source: NVML's GPM`.
+    Run where NVML starts or not: the two lines agree either way (this machine has none, the
+    CI runner neither; a GPU host reads both ok)."""
+    done = subprocess.run([*MLCOSTD, "check", "--json", "--db", str(tmp_path / "mlcost.db")],
+                          capture_output=True, text=True, timeout=120)
+    checks = {c["name"]: c for c in json.loads(done.stdout)}
+    source = checks["SM activity source"]
+    if checks["NVML"]["status"] == "fail":
+        assert source["status"] == WARN and "NVML did not start" in source["detail"]
+    else:
+        assert source["status"] == OK and source["detail"].startswith("NVML's GPM")
+    assert check_gpu_activity(Config(), proc_root=str(tmp_path), nvml_started=False).status == WARN
+
+
 def test_a_dcgm_exporter_url_that_is_not_http_is_refused_with_the_fix(tmp_path):
     config = tmp_path / "mlcost.toml"
     config.write_text('[nvml]\ndcgm_exporter_url = "localhost:9400"\n')
