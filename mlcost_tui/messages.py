@@ -23,6 +23,9 @@ class HostSnapshot:
     # With an error: when (fmt.clock) the daemon last answered, i.e. how old `now` is (None:
     # it never has). The header says "as of" that time and the panels are dimmed.
     answered_at: float | None = None
+    # The daemon answered and turned us away (HTTP 401/403: a missing or wrong bearer token):
+    # it is there, and asking again will not let us in.
+    refused: bool = False
 
     @property
     def stale(self) -> bool:

@@ -62,7 +62,7 @@ class LiveSource:
         self.answered_at: list[float | None] = [None] * len(self.clients)  # fmt.clock()
 
     async def fetch(self, index: int) -> HostSnapshot:
-        from daemon.client import ClientError
+        from daemon.client import ApiError, ClientError
 
         client = self.clients[index]
         started = time.monotonic()
@@ -73,7 +73,8 @@ class LiveSource:
             return HostSnapshot(client.name, self.last_now[index], one_line(str(exc)),
                                 time.monotonic() - started, fmt.clock(), self.failures[index],
                                 stalled=getattr(exc, "timed_out", False),
-                                answered_at=self.answered_at[index])
+                                answered_at=self.answered_at[index],
+                                refused=isinstance(exc, ApiError) and exc.status in (401, 403))
         self.failures[index] = 0
         self.last_now[index] = now
         received = self.answered_at[index] = fmt.clock()

@@ -20,7 +20,10 @@ def connection_text(snap: HostSnapshot | None, paused: bool, retry_s: float | No
     if snap is None:
         text.append("● connecting…", style=WARN)
     elif snap.error is not None:
-        if snap.stalled:  # there, hung or stopped (SIGSTOP)
+        if snap.refused:  # it answered: "no daemon" and a countdown misled (probe 141 L11)
+            text.append("✕ refused by the daemon: check --token-file", style="bold " + BAD)
+            retry_s = None
+        elif snap.stalled:  # there, hung or stopped (SIGSTOP)
             text.append("● daemon not answering", style="bold " + WARN)
         else:
             text.append("✕ no daemon", style="bold " + BAD)

@@ -6,6 +6,7 @@ showing them (the API takes a bearer token)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 
@@ -46,6 +47,27 @@ def test_a_stalled_daemon_is_said_as_not_answering_not_as_gone(silent_socket):
     stalled = asyncio.run(source.fetch(0))
     assert stalled.stalled and stalled.error
     assert connection_text(stalled, False, 2.0).plain == "● daemon not answering · retrying in 2s"
+
+
+def test_a_daemon_that_turns_us_away_is_said_as_refusing_not_as_gone(mlcostd, tmp_path):
+    """Probe 141 L11: `mlcost-top --connect http://…` without `--token-file` read "✕ no daemon ·
+    retrying in 4s": the daemon had answered (401), and asking again will not let it in. A
+    real daemon on a real port, asked without its token and with a wrong one."""
+    from simhost import poll
+
+    from mlcost_tui.panels.header import connection_text
+    from mlcost_tui.sources import LiveSource
+
+    daemon = mlcostd("idle-host", args=["--listen", "127.0.0.1:0",
+                                        "--token-file", str(tmp_path / "token")])
+    port = poll(lambda: re.search(r"API on http://[^:]+:(\d+) ", daemon.log()), 30,
+                "the API's port in the log", explain=daemon.log_tail).group(1)
+    for token in (None, "w" * 40):
+        source = LiveSource([Client(f"http://127.0.0.1:{port}", token=token, timeout_s=5)], 1.0)
+        refused = asyncio.run(source.fetch(0))
+        assert refused.refused and refused.error and "HTTP 401" in refused.error
+        shown = connection_text(refused, False, 4.0).plain
+        assert shown == "✕ refused by the daemon: check --token-file", shown
 
 
 def test_no_daemon_says_how_to_start_one(tmp_path):
