@@ -385,9 +385,15 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         if not self._buffer and self._pending_facts:
             self._flush_facts()
         if not self._buffer and not self._pending_facts:
-            self._dropped_span = None  # (its event is written: a later drop is another span)
+            span, self._dropped_span = self._dropped_span, None  # (its event is written: a
+            # later drop is another span)
             if self._problem_kind is not None and self._problem_kind.startswith("write:"):
-                self._clear_problem("everything that waited in memory is written")
+                self._clear_problem(
+                    "everything that waited in memory is written" if span is None else
+                    f"what waited in memory is written, but {span[2]} "
+                    + ("tick taken while it could not be was" if span[2] == 1 else
+                       "ticks taken while it could not be were")
+                    + " dropped before (the store holds a ticks_dropped event over them)")
 
     def _commit(self, batch: list[tuple[int, Sample]]) -> None:
         new_processes: dict[tuple[int, int], int] = {}
