@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -509,10 +510,12 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         """A copy of the counters, with bytes on disk measured now."""
         size = 0
         for suffix in ("", "-wal"):
-            try:
-                size += os.stat(self.path + suffix).st_size
+            try:  # never through a link planted at the path (probe 142 L4: its target's size)
+                found = os.lstat(self.path + suffix)
             except OSError:
-                pass
+                continue
+            if stat.S_ISREG(found.st_mode):
+                size += found.st_size
         self._health.bytes_on_disk = size
         self._health.samples_buffered = len(self._buffer)
         return self._health.copy()

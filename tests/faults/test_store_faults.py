@@ -951,3 +951,21 @@ def test_a_clean_stop_on_a_full_disk_is_not_called_a_kill_at_the_next_start(
         [said] = [line for line in again.log().splitlines() if "without handing over" in line]
         assert "killed" not in said and "lost power" not in said, said
         assert "could not write it into the store" in said, said
+
+
+def test_the_stores_size_is_never_measured_through_a_link_planted_at_its_path(
+        tmp_path: Path) -> None:
+    """A symbolic link renamed over the database: the daemon refuses it, but its size on disk
+    (/v1/health, /metrics) was the link's target's (probe 142 L4)."""
+    path = tmp_path / "s.db"
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"v" * 1_000_000)
+    with Store(path) as store:
+        for tick in range(1, 6):
+            assert store.write(sample(tick))
+        wal = os.path.getsize(str(path) + "-wal")
+        link = tmp_path / "link"
+        link.symlink_to(victim)
+        os.replace(link, path)
+        assert store.health.bytes_on_disk == wal
+    assert victim.read_bytes() == b"v" * 1_000_000
