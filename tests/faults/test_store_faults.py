@@ -969,3 +969,30 @@ def test_the_stores_size_is_never_measured_through_a_link_planted_at_its_path(
         os.replace(link, path)
         assert store.health.bytes_on_disk == wal
     assert victim.read_bytes() == b"v" * 1_000_000
+
+
+def test_a_database_cut_short_goes_aside_with_the_wal_that_holds_its_last_ticks(
+        tmp_path: Path) -> None:
+    """`truncate -s 0` under the writer: the file went aside with its SHM only, and the WAL
+    that held the ticks not yet checkpointed was deleted by the writer's close (probe 142
+    L6): a file cut short is no WAL-mode database to the read-only holder that keeps the WAL
+    of a damaged file."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 40):
+            assert store.write(sample(tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        for tick in range(40, 60):  # these are only in the WAL
+            assert store.write(sample(tick))
+        wal = Path(str(path) + "-wal").read_bytes()
+        assert wal
+        os.truncate(path, 0)
+        store.maintain(budget_s=1.0)
+        aside = Path(store.health.corrupt_moved_aside or "")
+        assert aside.name.startswith("s.db.corrupt-"), store.health
+        assert store.write(sample(60))
+    kept = Path(str(aside) + "-wal")
+    assert kept.exists(), sorted(p.name for p in tmp_path.iterdir())
+    assert kept.read_bytes() == wal  # its frames, as they were
+    assert not [p for p in tmp_path.iterdir() if ".kept-" in p.name]
+    assert ticks(path)[-1] == 60  # and recording goes on into a new one
