@@ -929,9 +929,17 @@ def test_a_clean_stop_on_a_full_disk_is_not_called_a_kill_at_the_next_start(
     removes its lock file; a killed run leaves it."""
     with small_disk(tmp_path / "disk") as disk:
         db = disk / "mlcost.db"
-        daemon = mlcostd("idle-host", interval=0.2, args=["--db", str(db)])
+        daemon = mlcostd("idle-host", interval=0.2, args=["--db", str(db)],
+                         config={"cost": {"evaluate_every": "10m"}})  # one round, at start
         daemon.db = db
-        daemon.wait_for_ticks(3)
+
+        def ticks_after_the_round() -> bool:
+            with StoreReader(str(db)) as reader:
+                through = queries.spend_through(reader)
+                return through is not None and len(reader.ticks(since=through + 0.001)) >= 2
+
+        poll(ticks_after_the_round, 60, "ticks recorded after the first hand-over of spend",
+             explain=daemon.log_tail)
         filler = fill(disk)
         poll(lambda: "disk is full" in ((daemon.call("health").store or {}).get("problem")
                                         or ""), 60, "health to say the disk is full",
