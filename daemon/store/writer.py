@@ -575,7 +575,9 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
                 if lost or facts:
                     log.error("stopping with %d ticks and %d other writes that could not be "
                               "written to %s (%s): they are lost", lost, facts, self.path,
-                              self._health.problem or self._health.last_error)
+                              # the cause, not the problem's advice to keep mlcostd
+                              # running (probe 142 L5: nested in "they are lost")
+                              self._health.last_error or self._health.problem)
                 self._conn.close()
                 self._unlock_file()
 
