@@ -142,16 +142,17 @@ def _read_only_extra(given: str, resolved: str, wal_bytes: int | None) -> str:
     """What a read-only URI needs beyond `mode=ro` where the store's folder cannot be written
     (a read-only mount, a backup volume): SQLite reads a WAL-mode store read-only only with its
     -shm and -wal beside it, or created there, and said "unable to open database file" (probe
-    142 M3). With no writes in a -wal, the file alone is the store and nothing can write it:
-    `immutable=1` reads it without either. With writes in a -wal and a -shm there, SQLite reads
-    both (it builds the index in memory where it cannot write the -shm). With writes in a -wal
-    and no -shm, immutable would ignore the -wal: refused, saying what to do."""
+    142 M3). With both there (a writer's: it has both open, whatever the -wal holds), SQLite
+    reads them (it builds the index in memory where it cannot write the -shm). Else, with no
+    writes in a -wal, the file alone is the store and no writer is on it: `immutable=1` reads
+    it without either. With writes in a -wal and no -shm, immutable would ignore the -wal:
+    refused, saying what to do."""
     if os.access(os.path.dirname(resolved), os.W_OK | os.X_OK):
+        return ""
+    if wal_bytes is not None and os.path.exists(resolved + "-shm"):
         return ""
     if not wal_bytes:
         return "&immutable=1"
-    if os.path.exists(resolved + "-shm"):
-        return ""
     from daemon.store.shape import StoreOnReadOnlyFolder  # shape imports this module
 
     raise StoreOnReadOnlyFolder(

@@ -862,6 +862,10 @@ def test_a_store_on_a_read_only_mount_is_read_or_says_why_not(mlcostd, tmp_path:
     daemon = mlcostd("idle-host", interval=0.2, args=["--db", str(db)])
     daemon.db = db
     daemon.wait_for_ticks(3)
+    # recording: a read-only view of its folder reads it, beside the writer, with its -wal
+    with mounts.bind(folder, tmp_path / "view") as view, mounts.read_only(view):
+        done = report_of(view / "mlcost.db")
+        assert done.returncode == 0, done.stderr
     assert daemon.stop() == 0
     assert not Path(str(db) + "-wal").exists()  # a clean stop leaves the file alone
     store_with_writes_in_its_wal(folder)
