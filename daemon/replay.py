@@ -93,8 +93,11 @@ class Replay:
         # does, so SQLite removes the -wal and -shm it makes on open when it closes: nothing is
         # left beside a file given to replay, and an empty WAL writes nothing into it. With one
         # (a daemon records into it, or a copy took it along), read-only, leaving both as found.
-        self.reader = StoreReader(self.path, timeout_s=timeout_s,
-                                  tidy=not self.path.with_name(self.path.name + "-wal").exists())
+        try:
+            self.reader = StoreReader(self.path, timeout_s=timeout_s, tidy=not self.path.with_name(
+                self.path.name + "-wal").exists())
+        except StoreShapeError as exc:  # a -wal it cannot read where it is: says what to do
+            raise ReplayError(str(exc)) from None
         try:
             version = self.reader.query("PRAGMA user_version")[0]["user_version"]
             if version > SCHEMA_VERSION:

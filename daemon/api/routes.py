@@ -155,7 +155,8 @@ def add_routes(app: web.Application, daemon: Any, started_mono: float) -> None:
             "hostname": daemon.host.get("hostname", ""),
             # What is wrong now (a full disk, a recreated database, a GPU lost...), in words.
             "problems": ([store["problem"]] if store and store.get("problem") else [])
-            + _gpu_problems(daemon.last_sample) + _sampling_problems(daemon),
+            + _gpu_problems(daemon.last_sample) + _sampling_problems(daemon)
+            + _snapshot_problems(daemon),
         })
 
     async def now(request: web.Request) -> web.Response:
@@ -350,6 +351,12 @@ def _sampling_problems(daemon: Any) -> list[str]:
     """What stops the stack sampler now (daemon.sources.stacks.StackSampler.problem)."""
     sampler = getattr(getattr(daemon, "attribution", None), "sampler", None)
     problem = getattr(sampler, "problem", None)
+    return [problem] if isinstance(problem, str) else []
+
+
+def _snapshot_problems(daemon: Any) -> list[str]:
+    """An incident snapshot that failed for good (daemon.runtime.snapshots.SnapshotTriggers)."""
+    problem = getattr(getattr(daemon, "snapshots", None), "problem", None)
     return [problem] if isinstance(problem, str) else []
 
 

@@ -813,7 +813,7 @@ class Daemon:
             self.host["instance"]["id"] = redact_document(instance["id"])
         assert self.store is not None
         analyzer = build_analyzer(self.config, price, catalog)
-        resume.spend_before(analyzer, self.store, self.config)
+        resume.spend_before(analyzer, self.store, self.config, self._lock.found_left)
         resume.seen_before(analyzer, self.store, self.config, self.started_at)
         resume.record_price(self.store, price, clock.now())
         self.host["grid"] = analyzer.grid().as_dict()  # carbon's intensity, for reports, replays

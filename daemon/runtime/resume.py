@@ -38,13 +38,16 @@ def end_left_open(store: Store, config: Config) -> None:
     facts.end_events_left_open(store, LASTING_EVENTS, recording_gap_s(config.daemon.interval))
 
 
-def spend_before(analyzer: Analyzer, store: Store, config: Config) -> None:
+def spend_before(analyzer: Analyzer, store: Store, config: Config,
+                 lock_left: bool | None = None) -> None:
     """Hand `analyzer` this month's spend that the store recorded before this start and the
     budget crossings left open (not raised, nor posted, again in their period; ended in the
     store where their period is over). The ticks a run recorded after its last hand-over (it
     was SIGKILLed, or its host lost power, between two rounds) are charged first, as its ledger
     charged them, and written to the store as the hour spend that run would have written: the
-    day's spend, the budgets and every report then count them (recorded_spend.unrecorded)."""
+    day's spend, the budgets and every report then count them (recorded_spend.unrecorded).
+    `lock_left`: whether that run left its lock file (daemon.store.lock.PidLock.found_left); a
+    run that removed it stopped cleanly, and its hand-over failed (a full disk: probe 142 M5)."""
     now = clock.now()
     month = clock.utc_month_start(now)
     try:
@@ -73,10 +76,13 @@ def spend_before(analyzer: Analyzer, store: Store, config: Config) -> None:
         with store.facts_batched():  # one transaction: the rows and how far they reach
             facts.write_spend(store, hosts, processes)
             store.set_meta(queries.SPEND_THROUGH, tail.through)
+        why = ("it stopped, but could not write it into the store: a full disk or an I/O "
+               "error when it stopped" if lock_left is False else
+               "killed, or its host lost power")
         log.warning("the run before this start stopped without handing over its last %s of "
-                    "spend (killed, or its host lost power): $%.2f, charged now from the %d "
-                    "ticks it recorded after its last hand-over", clock.duration(
-                        tail.ledger.seconds), tail.ledger.total, tail.ticks)
+                    "spend (%s): $%.2f, charged now from the %d ticks it recorded after its "
+                    "last hand-over", clock.duration(tail.ledger.seconds), why,
+                    tail.ledger.total, tail.ticks)
     before = found[0] if found is not None else None
     for event in analyzer.resume(before, raised, now):
         facts.write_event(store, event.as_dict())

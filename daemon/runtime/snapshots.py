@@ -209,6 +209,12 @@ def render_html_file(snapshot: Path, html_path: Path, title: str | None = None,
                (snapshot,))
 
 
+# An incident snapshot that fails (a full disk) is tried this many times in all, each try
+# [snapshots].after (at least SNAPSHOT_RETRY_MIN_S) after the one before, over the same range.
+SNAPSHOT_TRIES = 3
+SNAPSHOT_RETRY_MIN_S = 5.0
+
+
 class SnapshotTriggers:
     """Incident triggers of one daemon. `on_tick` and `on_recommendations` run on the event
     loop and only note what happened; snapshots are taken in a thread, one at a time."""
@@ -235,6 +241,10 @@ class SnapshotTriggers:
         self.by_event: dict[str, str] = {}  # event id -> snapshot path
         self.skipped = 0
         self.last: dict[str, Any] | None = None  # what the latest triggered snapshot did
+        # The latest incident snapshot that failed for good (SNAPSHOT_TRIES), in words for
+        # /v1/health's problems, until one is taken again (a failure only logged went unseen:
+        # probe 142 M4).
+        self.problem: str | None = None
 
     # -- noticing --------------------------------------------------------------------------
 
@@ -355,12 +365,14 @@ class SnapshotTriggers:
                 upload=s.upload or None, trigger=trigger, hostname=self.hostname(),
                 empty_ok=True)  # what triggered it is kept, whatever the store holds
         except (SnapshotError, OSError, ValueError) as exc:
-            log.error("incident snapshot (%s) failed: %s", trigger["reason"], exc)
+            self._failed(trigger, exc)
             return
-        except Exception:  # a snapshot must never take the recorder down
+        except Exception as exc:  # a snapshot must never take the recorder down
             log.exception("incident snapshot (%s) failed", trigger["reason"])
+            self._failed(trigger, exc, again=False)
             return
         self.last = result
+        self.problem = None
         log.info("incident snapshot: %s (%s, %d bytes)", result["path"], trigger["reason"],
                  result["bytes"])
         for upload in result["upload"]:
@@ -374,6 +386,26 @@ class SnapshotTriggers:
         if self.on_taken is not None:
             self.on_taken(trigger, result)
         await self.prune(result["path"])
+
+    def _failed(self, trigger: dict[str, Any], exc: BaseException, again: bool = True) -> None:
+        """An incident snapshot failed (a full disk, most often): tried again later, over the
+        same range, up to SNAPSHOT_TRIES in all; then said in health until one is taken. A
+        failed try does not count against [snapshots].max_per_hour."""
+        if self._taken_at:
+            self._taken_at.pop()
+        tries = int(trigger.get("tries", 1))
+        said = " ".join(str(exc).split())[:300]
+        if again and tries < SNAPSHOT_TRIES:
+            retry_s = max(self.settings.after, SNAPSHOT_RETRY_MIN_S)
+            log.error("incident snapshot (%s) failed: %s; tried again in %gs", trigger["reason"],
+                      said, retry_s)
+            key = f"retry:{trigger['reason']}:{trigger['at']}"
+            self._pending[key] = (self.clock() + retry_s, dict(trigger, tries=tries + 1))
+            return
+        log.error("incident snapshot (%s) failed: %s; not tried again", trigger["reason"], said)
+        self.problem = (f"the incident snapshot of {trigger['reason']} failed "
+                        f"{tries} time{'s' if tries != 1 else ''} ({said}); take one by hand "
+                        "once the cause is gone: mlcostd snapshot --since ...")
 
     async def prune(self, keep: str) -> None:
         """Keep the snapshots folder within [snapshots] max_total_size and max_age (`keep`,

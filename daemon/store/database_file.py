@@ -27,11 +27,13 @@ file went.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
 import sqlite3
+import stat
 import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -240,8 +242,13 @@ class DatabaseFile:
         connection can write the header before the pages it counts: that reads fine), it is
         damaged: moved aside with its WAL and a new store started, as for SQLite's own word."""
         found = self._cut_short()
-        if found is not None and self._damage_noted is None and not self._readable():
-            self._damage_noted = f"the file was cut short: {found}"
+        if found is not None and self._damage_noted is None:
+            kept = self._keep_wal()  # before the reader: it deletes the WAL of a 0-byte file
+            if not self._readable():
+                self._damage_noted = f"the file was cut short: {found}"
+            elif kept is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(kept)
 
     def _readable(self) -> bool:
         """Whether a read-only connection of its own reads the ticks table at the path."""
@@ -291,9 +298,9 @@ class DatabaseFile:
         if error is None:
             return
         if not self._moved_aside:
-            self._close_keeping_the_wal()
+            kept = self._close_keeping_the_wal()
             try:
-                self._move_aside(sqlite3.DatabaseError(error))
+                self._move_aside(sqlite3.DatabaseError(error), kept)
             except (OSError, StoreError) as failure:
                 self._stand_in()
                 self._set_problem(
@@ -341,11 +348,15 @@ class DatabaseFile:
                                          execute_plugins=False)
         self._conn = self._db.conn
 
-    def _close_keeping_the_wal(self) -> None:
+    def _close_keeping_the_wal(self) -> str | None:
         """Close the writer's connection without its checkpoint: the last connection to close
         copies the WAL's frames into the database, and a damaged WAL would be copied over
         the good pages a `.recover` could read. A read-only connection held open meanwhile
-        makes the writer's close not the last, and closes without a checkpoint itself."""
+        makes the writer's close not the last, and closes without a checkpoint itself.
+        A file cut short is no WAL-mode database to that connection, and the writer's close
+        then deleted the WAL, its last ticks with it (probe 142 L6): a second link to the
+        WAL, made first, keeps it. Returns that link (for `_move_aside`), or None."""
+        kept = self._keep_wal()
         holder = None
         try:
             holder = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode=ro", uri=True)
@@ -358,10 +369,47 @@ class DatabaseFile:
             pass
         if holder is not None:
             holder.close()
+        return kept
 
-    def _move_aside(self, error: BaseException) -> None:
+    def _keep_wal(self) -> str | None:
+        """A second link to the WAL at the path (`<db>-wal.kept-<pid>`), so that a connection
+        that deletes it (SQLite deletes the WAL of a database file of no pages when it opens
+        one: a file cut to 0 bytes) leaves its frames for `_move_aside`. None: no WAL with
+        frames, or no second link can be made there."""
+        wal = self.path + "-wal"
+        kept = f"{wal}.kept-{os.getpid()}"
+        try:
+            if os.path.lexists(kept):
+                return kept  # (made by _check_length, before its reader)
+            found = os.lstat(wal)
+            if not (stat.S_ISREG(found.st_mode) and found.st_size > 0):
+                return None
+            check_existing(wal)  # our own file of one name, or no second name for it
+            os.link(wal, kept)
+        except (OSError, RefusedFile):
+            return None
+        return kept
+
+    def _move_aside(self, error: BaseException, kept: str | None = None) -> None:
         """Rename a corrupt database (and its WAL and SHM) aside. Only our own regular files:
-        a link or someone else's file is refused (StoreError), never moved."""
+        a link or someone else's file is refused (StoreError), never moved. `kept`: a second
+        link to the WAL (`_close_keeping_the_wal`), moved aside as its WAL where the close
+        deleted the WAL at the path, else removed."""
+        try:
+            self._move_aside_keeping(error, kept)
+        finally:
+            if kept is not None and os.path.lexists(kept):
+                with contextlib.suppress(OSError):
+                    if os.path.lexists(self.path + "-wal"):
+                        os.unlink(kept)
+                    else:
+                        os.replace(kept, self.path + "-wal")  # (not moved: as it was)
+
+    def _move_aside_keeping(self, error: BaseException, kept: str | None) -> None:
+        if kept is not None and os.path.lexists(self.path + "-wal"):
+            with contextlib.suppress(OSError):  # the WAL is there: its second name is not
+                os.unlink(kept)                  # needed (and a WAL of two names is refused)
+            kept = None
         try:
             for suffix in DB_SUFFIXES:
                 check_existing(self.path + suffix)
@@ -379,6 +427,12 @@ class DatabaseFile:
             if os.path.exists(self.path + suffix):
                 os.replace(self.path + suffix, aside + suffix)
                 moved.append(suffix[1:].upper())
+                if suffix == "-wal" and kept is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(kept)  # (the WAL itself went aside)
+            elif suffix == "-wal" and kept is not None and os.path.lexists(kept):
+                os.replace(kept, aside + suffix)
+                moved.append("WAL")
         self._health.corrupt_moved_aside = aside
         self._health.last_error = f"corrupt store moved aside to {aside}: {error}"
         # (it was in /v1/health alone: the operator learnt of the lost history by reading it)

@@ -35,6 +35,9 @@ class PidLock:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        # Whether acquire found the file left with a pid in it: its holder did not stop cleanly
+        # (release removes it); a kill, a lost host. None: not acquired yet.
+        self.found_left: bool | None = None
 
     def acquire(self) -> None:
         """Take the lock and write our pid into it. Raises LockHeld when another process holds
@@ -62,6 +65,10 @@ class PidLock:
             if same:
                 break
             os.close(fd)  # a stopping holder removed the file we opened: take the new one
+        try:
+            self.found_left = os.fstat(fd).st_size > 0
+        except OSError:
+            self.found_left = None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd

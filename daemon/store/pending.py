@@ -39,6 +39,13 @@ PENDING_FACTS_LIMIT = 5000  # fact upserts kept in memory while the store cannot
 FactWrite = tuple[Hashable, str, Sequence[object]]
 
 
+def ticks_waiting(count: int) -> str:
+    """"N ticks wait", in words that fit N."""
+    if count == 0:
+        return "no tick waits"
+    return "1 tick waits" if count == 1 else f"{count} ticks wait"
+
+
 class PendingWrites:
     """The Store's writes that wait, and the problem that makes them wait."""
 
@@ -155,6 +162,13 @@ class PendingWrites:
             self._health.samples_dropped += 1
         self._health.samples_buffered = len(self._buffer)
         if dropped:
+            if self._dropped_span is None:  # the first drop of a span is said at once; its
+                # count when writes work again (_flush). The once-a-minute line missed a span
+                # that began after it and ended before the next (probe 142 M1).
+                log.error("the store %s could not be written for so long that the ticks "
+                          "waiting in memory reached their bound (%d): the oldest are dropped, "
+                          "not recorded, until it can be written again", self.path,
+                          self.buffer_limit)
             self._note_dropped(dropped[0], dropped[-1], len(dropped))
 
     def _note_dropped(self, first_ms: int, last_ms: int, count: int) -> None:
@@ -177,8 +191,10 @@ class PendingWrites:
         self._health.writes_failed += 1
         self._health.last_error = f"write failed: {error}"
         code = error_code(error)
-        waiting = (f"{len(self._buffer)} ticks wait in memory (at most {self.buffer_limit}; "
-                   f"{self._health.samples_dropped} dropped so far) and are written when it can")
+        # this tick is in the buffer until _trim_buffer drops the oldest past the bound
+        waiting = (f"{ticks_waiting(min(len(self._buffer), self.buffer_limit))} in memory (at "
+                   f"most {self.buffer_limit}; {self._health.samples_dropped} dropped so far) "
+                   "and are written when it can")
         if code == SQLITE_FULL:
             text = (f"cannot write the store {self.path}: the disk is full "
                     f"({free_bytes(self.path)} bytes free); {waiting}; free space on that disk "

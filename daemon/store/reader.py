@@ -137,6 +137,38 @@ def _writer_holds(path: str) -> bool:
     return False
 
 
+def _file_bytes(path: str) -> int | None:
+    """The size of the file at `path`; None where there is none (or it cannot be looked at)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _read_only_extra(given: str, resolved: str, wal_bytes: int | None) -> str:
+    """What a read-only URI needs beyond `mode=ro` where the store's folder cannot be written
+    (a read-only mount, a backup volume): SQLite reads a WAL-mode store read-only only with its
+    -shm and -wal beside it, or created there, and said "unable to open database file" (probe
+    142 M3). With both there (a writer's: it has both open, whatever the -wal holds), SQLite
+    reads them (it builds the index in memory where it cannot write the -shm). Else, with no
+    writes in a -wal, the file alone is the store and no writer is on it: `immutable=1` reads
+    it without either. With writes in a -wal and no -shm, immutable would ignore the -wal:
+    refused, saying what to do."""
+    if os.access(os.path.dirname(resolved), os.W_OK | os.X_OK):
+        return ""
+    if wal_bytes is not None and os.path.exists(resolved + "-shm"):
+        return ""
+    if not wal_bytes:
+        return "&immutable=1"
+    from daemon.store.shape import StoreOnReadOnlyFolder  # shape imports this module
+
+    raise StoreOnReadOnlyFolder(
+        f"{given} cannot be read where it is: its folder cannot be written (a read-only file "
+        f"system?) and its {Path(resolved).name}-wal holds writes that SQLite reads only with "
+        "a -shm file it must create beside it; copy the store and its -wal to a writable "
+        "folder first (cp FILE FILE-wal DEST/)")
+
+
 class StoreReader:
     """Read-only view of a store file. Safe beside a live writer, and from several threads:
     one read transaction at a time on its one connection (overlapping ones failed or hung)."""
@@ -157,13 +189,19 @@ class StoreReader:
             mode = None
         if mode is not None and not stat.S_ISREG(mode):
             raise sqlite3.DatabaseError(NOT_A_REGULAR_FILE)
-        uri = "file:" + urllib.parse.quote(str(Path(self.path).resolve()))
+        resolved = str(Path(self.path).resolve())
+        uri = "file:" + urllib.parse.quote(resolved)
+        wal_bytes = _file_bytes(resolved + "-wal")
         # Whether a daemon records into the file, asked only where it is safe (`tidy`): a
         # command of its own, before its connection opens. None: not asked.
         self.recording: bool | None = _writer_holds(self.path) if tidy else None
-        writable = tidy and os.access(self.path, os.W_OK) and not self.recording
+        # Never where a -wal holds writes: the close would checkpoint them into the file and
+        # delete the -wal, and a report must not change the store it reads (a copy sent as
+        # evidence grew and lost its -wal: probe 142 L8). Read-only, both are left as found.
+        writable = (tidy and not wal_bytes and os.access(self.path, os.W_OK)
+                    and not self.recording)
         if not writable:
-            uri += "?mode=ro"
+            uri += "?mode=ro" + _read_only_extra(self.path, resolved, wal_bytes)
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         if writable:
             conn.execute("PRAGMA query_only=ON")

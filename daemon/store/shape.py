@@ -43,6 +43,12 @@ class StoreShapeError(ValueError):
     names the file, what is wrong and what to give instead."""
 
 
+class StoreOnReadOnlyFolder(StoreShapeError, sqlite3.DatabaseError):
+    """A store in WAL mode whose -wal holds writes, in a folder where SQLite cannot create the
+    -shm it needs to read them (a read-only file system, or a folder this user cannot write).
+    The message names the cause and what to do."""
+
+
 @functools.cache
 def expected_tables(version: int) -> dict[str, frozenset[str]]:
     """{table: its columns} of a store at schema `version`: the migrations up to it, applied

@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -385,9 +386,15 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         if not self._buffer and self._pending_facts:
             self._flush_facts()
         if not self._buffer and not self._pending_facts:
-            self._dropped_span = None  # (its event is written: a later drop is another span)
+            span, self._dropped_span = self._dropped_span, None  # (its event is written: a
+            # later drop is another span)
             if self._problem_kind is not None and self._problem_kind.startswith("write:"):
-                self._clear_problem("everything that waited in memory is written")
+                self._clear_problem(
+                    "everything that waited in memory is written" if span is None else
+                    f"what waited in memory is written, but {span[2]} "
+                    + ("tick taken while it could not be was" if span[2] == 1 else
+                       "ticks taken while it could not be were")
+                    + " dropped before (the store holds a ticks_dropped event over them)")
 
     def _commit(self, batch: list[tuple[int, Sample]]) -> None:
         new_processes: dict[tuple[int, int], int] = {}
@@ -503,10 +510,12 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
         """A copy of the counters, with bytes on disk measured now."""
         size = 0
         for suffix in ("", "-wal"):
-            try:
-                size += os.stat(self.path + suffix).st_size
+            try:  # never through a link planted at the path (probe 142 L4: its target's size)
+                found = os.lstat(self.path + suffix)
             except OSError:
-                pass
+                continue
+            if stat.S_ISREG(found.st_mode):
+                size += found.st_size
         self._health.bytes_on_disk = size
         self._health.samples_buffered = len(self._buffer)
         return self._health.copy()
@@ -566,7 +575,9 @@ class Store(DatabaseFile, PendingWrites, Maintenance):
                 if lost or facts:
                     log.error("stopping with %d ticks and %d other writes that could not be "
                               "written to %s (%s): they are lost", lost, facts, self.path,
-                              self._health.problem or self._health.last_error)
+                              # the cause, not the problem's advice to keep mlcostd
+                              # running (probe 142 L5: nested in "they are lost")
+                              self._health.last_error or self._health.problem)
                 self._conn.close()
                 self._unlock_file()
 

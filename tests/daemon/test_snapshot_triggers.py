@@ -14,7 +14,12 @@ import pytest
 from daemon import config as config_module
 from daemon.analysis.idle import BUDGET_EXCEEDED, GPU_HELD_IDLE, HOST_IDLE, Event
 from daemon.config import ConfigError
-from daemon.runtime.snapshots import GPU_REARM_S, SnapshotTriggers
+from daemon.runtime.snapshots import (
+    GPU_REARM_S,
+    SNAPSHOT_RETRY_MIN_S,
+    SNAPSHOT_TRIES,
+    SnapshotTriggers,
+)
 from daemon.store import facts
 from daemon.store.snapshot import list_snapshots, read_facts
 from tests.daemon.scripted import T0, recording_daemon, sample
@@ -181,3 +186,57 @@ def test_readings_that_time_out_now_and_then_under_load_are_no_incident(tmp_path
     lost = SnapshotTriggers(config, hostname=lambda: "h", clock=lambda: T0)
     lost.on_tick(_lost(1), [], [])
     assert [t["reason"] for t in lost.pending.values()] == ["GPU 0 is lost (GPU is lost)"]
+
+
+def test_an_incident_snapshot_that_fails_on_a_full_disk_is_taken_again_or_said_in_health(
+        tmp_path):
+    """A snapshot that failed on a full disk was gone for good, and only a log line said so
+    (probe 142 M4): it is tried again over the same range once space is back, and a snapshot
+    that keeps failing is a problem health names."""
+    from tests import mounts
+
+    with mounts.tmpfs(tmp_path / "disk", size="8m") as disk:
+        daemon = recording_daemon(disk, 5.0, ticks=30)
+        assert daemon.store is not None
+        config = _config(disk, max_per_hour=20)
+        now = [T0 + 10_000]
+
+        async def main() -> tuple[SnapshotTriggers, list[dict], str | None]:
+            triggers = SnapshotTriggers(config, hostname=lambda: "testhost",
+                                        clock=lambda: now[0])
+            filler = mounts.fill(disk)
+            triggers.on_tick(_lost(31), [], [])
+            await _settle(triggers)
+            assert list_snapshots(disk / "snapshots") == []
+            assert triggers.pending, "the failed snapshot is not tried again"
+            filler.unlink()  # space returns
+            now[0] += SNAPSHOT_RETRY_MIN_S
+            triggers.on_tick(sample(32), [], [])
+            await _settle(triggers)
+            taken = list_snapshots(disk / "snapshots")
+            # A second incident that fails every try: a problem, until one is taken.
+            filler = mounts.fill(disk)
+            triggers.on_tick(_lost(33, later_s=GPU_REARM_S + 1), [], [])
+            for _ in range(SNAPSHOT_TRIES):
+                await _settle(triggers)
+                now[0] += SNAPSHOT_RETRY_MIN_S
+                triggers.on_tick(sample(34), [], [])
+            await _settle(triggers)
+            filler.unlink()
+            return triggers, taken, triggers.problem
+
+        try:
+            triggers, taken, problem = asyncio.run(main())
+        finally:
+            daemon.store.close()
+    assert len(taken) == 1 and taken[0]["trigger"]["kind"] == "gpu_lost", taken
+    first = taken[0]  # the range around the incident, as the first try would have taken
+    assert first["trigger"]["tries"] == 2 and first["trigger"]["at"] == _lost(31).ts, first
+    assert first["since"] == pytest.approx(first["trigger"]["at"] - 20), first
+    assert problem is not None and f"failed {SNAPSHOT_TRIES} times" in problem, problem
+    assert "GPU 0 is lost" in problem and "full" in problem, problem
+    assert not triggers.pending
+    from types import SimpleNamespace
+
+    from daemon.api.routes import _snapshot_problems  # /v1/health's problems say it
+    assert _snapshot_problems(SimpleNamespace(snapshots=triggers)) == [problem]

@@ -110,6 +110,10 @@ def test_a_crash_loop_loses_none_of_the_spend_and_the_report_says_one_figure(tmp
     try:
         poll(lambda: SAID in last.log(), TIMEOUT_S, "the start saying what it charged",
              explain=last.log_tail)
+        # a killed run leaves its lock file: called a kill (a clean stop that could not hand
+        # over is not: test_store_faults)
+        [said] = [line for line in last.log().splitlines() if SAID in line]
+        assert "(killed, or its host lost power)" in said, said
         now = last.now()
         day = clock.utc_day(now["ts"])
         # /v1/now's day: every killed run's ticks, as their ledgers charged them, and this one's

@@ -165,6 +165,38 @@ def test_ticks_dropped_on_a_full_disk_are_an_event_the_report_names(tmp_path: Pa
     assert "15 ticks taken but not recorded (the store could not be written" in text, text
 
 
+def test_ticks_dropped_on_a_full_disk_are_said_in_the_log_when_and_after_they_go(
+        tmp_path: Path, caplog) -> None:
+    """Drops that began after the once-a-minute line and ended before the next never reached
+    the log, and the recovery line then said "everything that waited in memory is written";
+    the problem counted past its own bound ("601 ticks wait ... at most 600") and said "1
+    ticks" (probe 142 M1)."""
+    caplog.set_level(logging.INFO, logger="daemon.store.writer")
+    with mounts.tmpfs(tmp_path / "disk", size="8m") as disk:
+        path = disk / "s.db"
+        with Store(path, buffer_limit=5) as store:
+            for tick in range(1, 200):
+                assert store.write(sample(tick))
+            filler = mounts.fill(disk)
+            assert not store.write(sample(200))
+            assert "1 tick waits in memory (at most 5;" in (store.health.problem or "")
+            for tick in range(201, 220):  # 20 ticks: the last 5 wait, 15 are dropped
+                store.write(sample(tick))
+                problem = store.health.problem or ""
+                assert "6 ticks wait" not in problem, problem  # never past its bound
+            assert "5 ticks wait in memory (at most 5;" in (store.health.problem or "")
+            said = [r.getMessage() for r in caplog.records]
+            drops = [m for m in said if "the oldest are dropped" in m]
+            assert len(drops) == 1, said  # at the first drop, once
+            filler.unlink()
+            assert store.write(sample(220))
+        said = [r.getMessage() for r in caplog.records]
+        again = [m for m in said if m.startswith("recording into")]
+        assert len(again) == 1 and "15 ticks taken while it could not be were dropped" in (
+            again[0]), said
+        assert not any("everything that waited" in m for m in said), said
+
+
 def test_a_forward_step_of_the_clock_keeps_the_raw_history_recorded_before_it(
         tmp_path: Path) -> None:
     """The wall clock stepped a day forward while recording: retention by age cuts from the
@@ -786,3 +818,194 @@ def test_a_read_only_folder_delays_the_recreated_database_and_loses_no_tick(
     recorded = ticks(db)
     assert recorded[0] == 1 and recorded == list(range(1, recorded[-1] + 1))  # nothing lost
     assert tick_during in recorded
+
+
+# ------------------------------------------- a store read where it cannot be written (M3)
+
+MLCOSTD = [sys.executable, "-m", "daemon"]
+
+
+def report_of(db: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(MLCOSTD + ["report", "--db", str(db), "--since", "1h"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def store_with_writes_in_its_wal(folder: Path) -> Path:
+    """A copy of a store taken with its -wal holding writes not yet in the file (a copy of a
+    live daemon's files, as someone sends them)."""
+    live = folder / "live.db"
+    with Store(live) as store:
+        for tick in range(1, 40):
+            assert store.write(sample(tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        for tick in range(40, 60):  # these wait in the -wal
+            assert store.write(sample(tick))
+        copy = folder / "copy.db"
+        for suffix in ("", "-wal"):
+            copy.with_name(copy.name + suffix).write_bytes(
+                live.with_name(live.name + suffix).read_bytes())
+    assert os.path.getsize(str(copy) + "-wal") > 0
+    return copy
+
+
+@pytest.mark.fault("read-only store", "a stopped daemon's store on a read-only mount: report, "
+                   "replay and render; a copy whose -wal holds writes there")
+def test_a_store_on_a_read_only_mount_is_read_or_says_why_not(mlcostd, tmp_path: Path) -> None:
+    """A valid WAL-mode store on a read-only file system was "not an mlcostd database (unable
+    to open database file)" to report, replay and render (probe 142 M3): SQLite cannot make
+    the -shm and -wal a read-only reader of a WAL-mode file needs."""
+    from daemon.replay import Replay, ReplayError
+
+    folder = tmp_path / "backup"
+    folder.mkdir()
+    db = folder / "mlcost.db"
+    daemon = mlcostd("idle-host", interval=0.2, args=["--db", str(db)])
+    daemon.db = db
+    daemon.wait_for_ticks(3)
+    # recording: a read-only view of its folder reads it, beside the writer, with its -wal
+    with mounts.bind(folder, tmp_path / "view") as view, mounts.read_only(view):
+        done = report_of(view / "mlcost.db")
+        assert done.returncode == 0, done.stderr
+    assert daemon.stop() == 0
+    assert not Path(str(db) + "-wal").exists()  # a clean stop leaves the file alone
+    store_with_writes_in_its_wal(folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with mounts.read_only(folder):
+        done = report_of(db)
+        assert done.returncode == 0, done.stderr
+        assert "unable to open" not in done.stderr + done.stdout
+        replay = Replay(db)
+        try:
+            assert len(replay._all_ms) >= 3
+        finally:
+            replay.close()
+        page = tmp_path / "page.html"
+        done = subprocess.run(MLCOSTD + ["snapshot", "--render", str(db), "--out", str(page)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and page.exists(), done.stderr
+        # A copy whose -wal holds writes and no -shm: the file alone is not the store, and
+        # SQLite reads the -wal only with a -shm it must create: said, with what to do.
+        done = report_of(folder / "copy.db")
+        assert done.returncode == 2, done.stdout
+        assert "not an mlcostd database" not in done.stderr, done.stderr
+        assert "its folder cannot be written" in done.stderr, done.stderr
+        assert "copy the store and its -wal to a writable folder" in done.stderr, done.stderr
+        with pytest.raises(ReplayError, match="its folder cannot be written"):
+            Replay(folder / "copy.db")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    # Copied as told, it reads in full.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for suffix in ("", "-wal"):
+        (elsewhere / f"copy.db{suffix}").write_bytes(before[f"copy.db{suffix}"])
+    assert ticks(elsewhere / "copy.db") == list(range(1, 60))
+
+
+def test_a_report_leaves_the_store_it_reads_as_it_was(tmp_path: Path) -> None:
+    """`report --db` on a copy whose -wal held writes checkpointed them into the file and
+    deleted the -wal: the file grew, a store sent as evidence changed (probe 142 L8). With no
+    -wal, it still leaves nothing beside the file."""
+    copy = store_with_writes_in_its_wal(tmp_path)
+    files = (copy, Path(str(copy) + "-wal"))
+    before = [p.read_bytes() for p in files]
+    done = report_of(copy)
+    assert done.returncode == 0, done.stderr
+    assert [p.read_bytes() for p in files] == before
+    alone = tmp_path / "alone.db"
+    with Store(alone) as store:
+        for tick in range(1, 30):
+            assert store.write(sample(tick))
+    assert not Path(str(alone) + "-wal").exists()
+    before_alone = alone.read_bytes()
+    done = report_of(alone)
+    assert done.returncode == 0, done.stderr
+    assert alone.read_bytes() == before_alone
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("alone")) == [
+        "alone.db"]
+
+
+@pytest.mark.fault("disk full at stop", "SIGTERM while the disk is full, then a start once "
+                   "space is back")
+def test_a_clean_stop_on_a_full_disk_is_not_called_a_kill_at_the_next_start(
+        mlcostd, tmp_path: Path) -> None:
+    """A SIGTERM on a full disk could not hand over its last spend, and the next start said
+    the run before it was "killed, or its host lost power" (probe 142 M5). A clean stop
+    removes its lock file; a killed run leaves it."""
+    with small_disk(tmp_path / "disk") as disk:
+        db = disk / "mlcost.db"
+        daemon = mlcostd("idle-host", interval=0.2, args=["--db", str(db)],
+                         config={"cost": {"evaluate_every": "10m"}})  # one round, at start
+        daemon.db = db
+
+        def ticks_after_the_round() -> bool:
+            with StoreReader(str(db)) as reader:
+                through = queries.spend_through(reader)
+                return through is not None and len(reader.ticks(since=through + 0.001)) >= 2
+
+        poll(ticks_after_the_round, 60, "ticks recorded after the first hand-over of spend",
+             explain=daemon.log_tail)
+        filler = fill(disk)
+        poll(lambda: "disk is full" in ((daemon.call("health").store or {}).get("problem")
+                                        or ""), 60, "health to say the disk is full",
+             explain=daemon.log_tail)
+        assert daemon.stop() == 0
+        [stopped] = [line for line in daemon.log().splitlines() if "they are lost" in line]
+        assert "disk is full" in stopped and "keep mlcostd running" not in stopped, stopped
+        assert not Path(str(db) + ".lock").exists()
+        filler.unlink()
+        again = livedaemon.start(tmp_path / "again", "idle-host", interval=0.2,
+                                 args=["--db", str(db)])
+        try:
+            poll(lambda: "without handing over" in again.log(), 60,
+                 "the start to charge what the run before it did not hand over",
+                 explain=again.log_tail)
+        finally:
+            assert again.stop() == 0
+        [said] = [line for line in again.log().splitlines() if "without handing over" in line]
+        assert "killed" not in said and "lost power" not in said, said
+        assert "could not write it into the store" in said, said
+
+
+def test_the_stores_size_is_never_measured_through_a_link_planted_at_its_path(
+        tmp_path: Path) -> None:
+    """A symbolic link renamed over the database: the daemon refuses it, but its size on disk
+    (/v1/health, /metrics) was the link's target's (probe 142 L4)."""
+    path = tmp_path / "s.db"
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"v" * 1_000_000)
+    with Store(path) as store:
+        for tick in range(1, 6):
+            assert store.write(sample(tick))
+        wal = os.path.getsize(str(path) + "-wal")
+        link = tmp_path / "link"
+        link.symlink_to(victim)
+        os.replace(link, path)
+        assert store.health.bytes_on_disk == wal
+    assert victim.read_bytes() == b"v" * 1_000_000
+
+
+def test_a_database_cut_short_goes_aside_with_the_wal_that_holds_its_last_ticks(
+        tmp_path: Path) -> None:
+    """`truncate -s 0` under the writer: the file went aside with its SHM only, and the WAL
+    that held the ticks not yet checkpointed was deleted by the writer's close (probe 142
+    L6): a file cut short is no WAL-mode database to the read-only holder that keeps the WAL
+    of a damaged file."""
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        for tick in range(1, 40):
+            assert store.write(sample(tick))
+        store.pragma("wal_checkpoint", "TRUNCATE")
+        for tick in range(40, 60):  # these are only in the WAL
+            assert store.write(sample(tick))
+        wal = Path(str(path) + "-wal").read_bytes()
+        assert wal
+        os.truncate(path, 0)
+        store.maintain(budget_s=1.0)
+        aside = Path(store.health.corrupt_moved_aside or "")
+        assert aside.name.startswith("s.db.corrupt-"), store.health
+        assert store.write(sample(60))
+    kept = Path(str(aside) + "-wal")
+    assert kept.exists(), sorted(p.name for p in tmp_path.iterdir())
+    assert kept.read_bytes() == wal  # its frames, as they were
+    assert not [p for p in tmp_path.iterdir() if ".kept-" in p.name]
+    assert ticks(path)[-1] == 60  # and recording goes on into a new one
