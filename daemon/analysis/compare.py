@@ -1,8 +1,9 @@
 """Before and after: two report documents (a profile, a snapshot, a range of a store) compared
 figure by figure, each with a verdict (better, worse, within noise) whose noise is estimated from
 the documents' own timelines (a seeded block bootstrap, floored by the figure's spread over each
-run's windows, so two runs of the same code are within noise), and the recommendations that are
-new, gone or changed.
+run's windows, so two runs of the same code are within noise; where a run repeats a stall such as
+a blocking checkpoint, the spread of its turns from one stall to the next, floored by RUN_TO_RUN
+of the figure), and the recommendations that are new, gone or changed.
 
 Pure: documents in, a document out (its shape is the `compare --json` contract in the README).
 """
@@ -246,9 +247,10 @@ def price_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
                        resamples: int = RESAMPLES) -> float | None:
     """The standard deviation of `stat` over circular block-bootstrap resamples of `items`
-    (time-ordered buckets): blocks of about sqrt(n) buckets keep what neighbouring buckets
-    share (a slow pass over a shard, a checkpoint), which resampling single buckets would
-    count as independent. None with fewer than 4 items (no spread can be told from them)."""
+    (time-ordered buckets): blocks of about sqrt(n) buckets keep what
+    neighbouring buckets share (a slow pass over a shard, a checkpoint), which resampling
+    single buckets would count as independent. None with fewer than 4 items (no spread can be
+    told from them)."""
     n = len(items)
     if n < 4:
         return None
@@ -268,6 +270,55 @@ def block_bootstrap_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+# A stall the run repeats (a blocking checkpoint every N steps, an evaluation): a stretch of
+# buckets whose level (GPU utilization, power) is under DIP times the run's median, at
+# least MIN_TURNS + 1 of them inside the run (not its start-up or its end), starting at
+# intervals none over REGULAR times another (a stall's length varies, a disk's write does).
+DIP = 0.9
+REGULAR = 1.6
+MIN_TURNS = 3
+# What another run of the same code may differ by that no run's own turns show (the host's
+# load, the disk's speed), as a share of the figure: the least noise of a side whose noise is
+# taken over its turns (3 turns tell their spread roughly; turns alike by chance must not make
+# a run look exact). Measured 2026-12-06: 12 runs of probe 140's blocking-checkpoint loop
+# (some beside a CPU hog) differed by up to 8.5 % on cost per step, at most 0.70 of their noise
+# (66 pairs), while its async fix (11 runs, 6-15 % cheaper) read better in 95 of 132 pairs.
+RUN_TO_RUN = 0.025
+# The same for a run without such a stall, whose windows show what its own run met: two runs
+# of the probe's async-checkpoint loop 4 minutes apart, each steady to 0.6 % on cost per step,
+# differed by 1.7 % and read 'worse' (1 of 55 pairs of its 11 runs; with this floor every one
+# of the 121 same-code pairs above moved at most 0.70 of its noise, the fix still better in 95
+# of 132).
+STEADY_RUN_TO_RUN = 0.01
+
+
+def stall_turns(levels: Sequence[float]) -> list[tuple[int, int]] | None:
+    """The run's turns of a repeating stall: (first, past-last) index of the buckets from each
+    stall's start to the next's, where `levels` (per bucket, as the figure's items) dip under
+    DIP times their median at least MIN_TURNS + 1 times at regular intervals (REGULAR); a dip
+    at the first or last bucket is the run's start or end, not a stall. None for a run without
+    (a steady one, a starved one whose dips come as they come, too few buckets)."""
+    n = len(levels)
+    if n < 3 * (MIN_TURNS + 1):
+        return None
+    median = sorted(levels)[n // 2]
+    if not (math.isfinite(median) and median > 0):
+        return None
+    low = [value < DIP * median for value in levels]
+    starts = [i for i in range(1, n) if low[i] and not low[i - 1]]
+    if starts and all(low[starts[-1]:]):
+        starts.pop()  # the run's end
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    if len(gaps) < MIN_TURNS or min(gaps) < 3 or max(gaps) > REGULAR * min(gaps):
+        return None
+    return list(zip(starts, starts[1:], strict=False))
+
+
+def _sd(values: Sequence[float]) -> float:
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
 def window_sd(items: Sequence[Any], stat: Stat) -> float | None:
     """The standard deviation of `stat` over the run's consecutive windows (as many as the
     bootstrap's blocks, each about sqrt(n) buckets long): how far the figure wanders inside
@@ -280,22 +331,51 @@ def window_sd(items: Sequence[Any], stat: Stat) -> float | None:
     values = [v for k in range(count)
               if (v := stat(items[k * n // count:(k + 1) * n // count])) is not None
               and math.isfinite(v)]
+    return _sd(values) if len(values) >= 2 else None
+
+
+def turns_sd(items: Sequence[Any], stat: Stat, turns: Sequence[tuple[int, int]]) -> float | None:
+    """How far the run's figure moves with its stalls: the turns (each holding one stall) differ
+    by how long each took (one checkpoint's write against another's) with a standard deviation
+    s, and the run's figure moves by the sum of its stalls' moves (its turns and the last stall,
+    after them), each of about s times a turn's share of the run's buckets. None with under 2
+    turns with a value."""
+    values = [v for lo, hi in turns
+              if (v := stat(items[lo:hi])) is not None and math.isfinite(v)]
     if len(values) < 2:
         return None
-    mean = math.fsum(values) / len(values)
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    share = math.fsum(hi - lo for lo, hi in turns) / len(turns) / len(items)
+    return _sd(values) * share * math.sqrt(len(turns) + 1)
 
 
-def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random) -> float | None:
-    """A side's noise for the figure `stat` of its buckets: the block bootstrap's spread (how
-    well the run pins its own figure down), but never less than the spread of the figure over
-    the run's windows. Another run of the same code is another draw of the conditions the
-    windows saw, and a run may spend all of itself in one of them (load comes and goes slower
-    than a run's buckets), so two runs can differ by as much as two windows do. None when
-    either cannot be told (too few buckets)."""
-    boot = block_bootstrap_sd(items, stat, rng)
+def noise_sd(items: Sequence[Any], stat: Stat, rng: random.Random,
+             levels: Sequence[float] | None = None) -> float | None:
+    """A side's noise for the figure `stat` of its buckets.
+
+    The block bootstrap's spread (how well the run pins its own figure down), but never less
+    than the spread of the figure over the run's windows. Another run of the same code is
+    another draw of the conditions the windows saw, and a run may spend all of itself in one
+    of them (load comes and goes slower than a run's buckets), so two runs can differ by as
+    much as two windows do; and by STEADY_RUN_TO_RUN of the figure however steady each is.
+
+    Where the items' `levels` (GPU utilization or power, one per item) show a stall the run
+    repeats (stall_turns), windows of ~sqrt(n) buckets hold a stall or not by where they start,
+    and the bootstrap's blocks likewise: their spread is the stall's size (a checkpoint every
+    ~11 s made it ±39 % and hid an async-checkpoint fix 13 % cheaper per step). The noise is
+    then the standard error over the run's turns, from one stall to the next, and never less
+    than RUN_TO_RUN of the figure: what another run meets that no turn of this one shows.
+
+    None when it cannot be told (too few buckets)."""
+    boot = block_bootstrap_sd(items, stat, rng)  # drawn either way: the next figure's draws
+    value = stat(items)
+    size = abs(value) if value is not None and math.isfinite(value) else 0.0
+    turns = stall_turns(levels) if levels is not None and len(levels) == len(items) else None
+    if turns is not None:
+        spread = turns_sd(items, stat, turns)
+        if spread is not None and size:
+            return max(spread, RUN_TO_RUN * size)
     floor = window_sd(items, stat)
-    return None if boot is None or floor is None else max(boot, floor)
+    return None if boot is None or floor is None else max(boot, floor, STEADY_RUN_TO_RUN * size)
 
 
 def verdict(a: float | None, b: float | None, sd_a: float | None, sd_b: float | None,
@@ -348,14 +428,17 @@ def bucket_ticks(bucket: dict[str, Any]) -> float:
 def utilization_series(side: Side) -> list[Weighted]:
     """Per bucket: (mean utilization (%) over the GPUs the side's processes held, its ticks);
     their weighted mean is the report's utilization over the same ticks."""
-    out = []
-    for bucket in side.buckets:
-        gpus = bucket.get("gpus") or {}
-        values = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
-        value = _mean(values) if side.gpus else bucket.get("utilization")
-        if value is not None:
-            out.append((float(value), bucket_ticks(bucket)))
-    return out
+    return [(value, bucket_ticks(bucket)) for bucket in side.buckets
+            if (value := bucket_utilization(side, bucket)) is not None]
+
+
+def bucket_utilization(side: Side, bucket: dict[str, Any]) -> float | None:
+    """A bucket's mean utilization (%) over the GPUs the side's processes held (the host's
+    GPUs' for a side without processes)."""
+    gpus = bucket.get("gpus") or {}
+    values = [(gpus.get(str(i)) or {}).get("utilization") for i in side.gpus]
+    value = _mean(values) if side.gpus else bucket.get("utilization")
+    return None if value is None else float(value)
 
 
 def bucket_cost(side: Side, bucket: dict[str, Any]) -> float | None:
@@ -549,10 +632,10 @@ def phase_noise(side: Side, phase: str, fractions: list[dict[str, float]],
     return boot * min(windows, 1.0)
 
 
-def _relative_sd(series: Sequence[Any], rng: random.Random,
-                 stat: Stat = _mean) -> float | None:
+def _relative_sd(series: Sequence[Any], rng: random.Random, stat: Stat = _mean,
+                 levels: Sequence[float] | None = None) -> float | None:
     mean = stat(list(series))
-    sd = noise_sd(series, stat, rng)
+    sd = noise_sd(series, stat, rng, levels)
     if sd is None or not mean:
         return None
     return sd / abs(mean)
@@ -590,10 +673,17 @@ class _Figure:
                 "noise_text": change_text(judged["noise"], self.unit, signed=False)}
 
 
+def _levels(series: Sequence[Weighted]) -> list[float]:
+    return [value for value, _ in series]
+
+
 def _series_figure(name: str, label: str, unit: str, higher: bool, a: Sequence[Weighted],
-                   b: Sequence[Weighted], rng: random.Random) -> _Figure:
+                   b: Sequence[Weighted], rng: random.Random, by_level: bool = False) -> _Figure:
+    """A figure of two series of (value, ticks) per bucket; `by_level`: the values are what a
+    repeating stall dips (utilization), and its turns are found from them (noise_sd)."""
     return _Figure(name, label, unit, weighted_mean(a), weighted_mean(b),
-                   noise_sd(a, weighted_mean, rng), noise_sd(b, weighted_mean, rng), higher,
+                   noise_sd(a, weighted_mean, rng, _levels(a) if by_level else None),
+                   noise_sd(b, weighted_mean, rng, _levels(b) if by_level else None), higher,
                    "bootstrap over timeline buckets")
 
 
@@ -719,6 +809,13 @@ def step_pairs(side: Side) -> list[tuple[float, float]]:
     imports and the first batch are in it) and after the last none are reported (a loop that
     prints every 50 steps and stops at step 220 did 20 more): counted as cost without steps,
     those buckets made the noise the edges' and the cadence's, not the loop's."""
+    return [(dollars, done) for dollars, done, _ in step_rows(side)]
+
+
+def step_rows(side: Side) -> list[tuple[float, float, float | None]]:
+    """step_pairs, each with its bucket's GPU utilization (bucket_utilization): what a stall
+    the loop repeats dips (stall_turns). Not the steps: they are spread from progress lines
+    every N steps, and a line a bucket late dips them as a stall does."""
     spans = sorted(step_spans(side.profile), key=lambda span: span[1])
     since = (side.document.get("timeline") or {}).get("since") or 0.0
     size = side.bucket_s
@@ -726,7 +823,7 @@ def step_pairs(side: Side) -> list[tuple[float, float]]:
         return []
     lo, hi = spans[0][1], spans[-1][1]
     steps = bucket_steps(side, spans[1:])
-    pairs = []
+    pairs: list[tuple[float, float, float | None]] = []
     for bucket in side.buckets:
         if not _finite(bucket.get("ts")):
             continue
@@ -736,7 +833,7 @@ def step_pairs(side: Side) -> list[tuple[float, float]]:
         done = steps.get(index, 0.0)
         burn = step_burn(side, bucket)
         if burn is not None and (covered > 0 or done > 0):
-            pairs.append((burn * covered / 3600, done))
+            pairs.append((burn * covered / 3600, done, bucket_utilization(side, bucket)))
     return pairs
 
 
@@ -748,13 +845,16 @@ def _per_step_figure(a: Side, b: Side, rng: random.Random) -> _Figure | None:
     sds: list[float | None] = []
     sources = []
     for side, value in zip((a, b), values, strict=True):
-        pairs = step_pairs(side)
-        sd = noise_sd(pairs, _ratio, rng) if pairs else None
+        rows = step_rows(side)
+        pairs = [(dollars, done) for dollars, done, _ in rows]
+        levels = [util for _, _, util in rows if util is not None]
+        sd = noise_sd(pairs, _ratio, rng, levels) if pairs else None
         if sd is not None and (ratio := _ratio(pairs)):
             sds.append(value * sd / ratio)
             sources.append("bootstrap over steps per bucket")
         else:
-            rel = _relative_sd(utilization_series(side), rng, weighted_mean)
+            util = utilization_series(side)
+            rel = _relative_sd(util, rng, weighted_mean, _levels(util))
             sds.append(None if rel is None else value * rel)
             sources.append("GPU utilization buckets (no step times)")
     return _Figure("cost_per_1k_steps", "cost per 1k steps", "$", values[0] * 1000,
@@ -775,8 +875,8 @@ def _unit_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
                     found[f"{per} {meter.get('unit') or 'units'}"] = float(meter["unit_cost"])
         return found
     ua, ub = units(a), units(b)
-    rel = {"a": _relative_sd(utilization_series(a), rng, weighted_mean),
-           "b": _relative_sd(utilization_series(b), rng, weighted_mean)}
+    util = {"a": utilization_series(a), "b": utilization_series(b)}
+    rel = {k: _relative_sd(util[k], rng, weighted_mean, _levels(util[k])) for k in util}
     return [_Figure(f"unit_cost.{name}", f"cost per {name}", "$", ua[name], ub[name],
                     None if rel["a"] is None else ua[name] * rel["a"],
                     None if rel["b"] is None else ub[name] * rel["b"], False,
@@ -907,7 +1007,8 @@ def _energy_figures(a: Side, b: Side, rng: random.Random) -> list[_Figure]:
     energy = {"a": side_energy(a), "b": side_energy(b)}
     if all(e[0] is None for e in energy.values()):
         return []
-    rel = {"a": _relative_sd(power_series(a), rng), "b": _relative_sd(power_series(b), rng)}
+    power = {"a": power_series(a), "b": power_series(b)}
+    rel = {k: _relative_sd(power[k], rng, levels=power[k]) for k in power}
     why = None if None not in rel.values() else (
         "no per-bucket GPU power in a side's timeline: shown side by side, no verdict")
 
@@ -1088,7 +1189,8 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
     recommendation changes and the overall verdict."""
     rng = random.Random(seed)
     util_a, util_b = utilization_series(a), utilization_series(b)
-    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng),
+    figures = [_series_figure("utilization", "GPU utilization", "%", True, util_a, util_b, rng,
+                              by_level=True),
                _series_figure("cost_per_hour", "cost per hour", "$/h", False, cost_series(a),
                               cost_series(b), rng),
                _series_figure("wasted_per_hour", "wasted per hour", "$/h", False,
@@ -1122,7 +1224,11 @@ def compare(a: Side, b: Side, seed: int = SEED) -> dict[str, Any]:
         "method": (f"noise: standard deviation of each side's figure over {RESAMPLES} circular "
                    f"block-bootstrap resamples of its timeline buckets (blocks of ~sqrt(n) "
                    f"buckets, seed {seed}), at least its spread over the run's windows of "
-                   f"~sqrt(n) buckets (between-run variation); cost per step: of the buckets "
+                   f"~sqrt(n) buckets (between-run variation) and {STEADY_RUN_TO_RUN:.0%} of "
+                   f"the figure; where the run repeats a stall "
+                   f"such as a checkpoint (its GPU utilization dips at regular intervals), the "
+                   f"spread of its turns from one stall to the next, scaled to the run, and at "
+                   f"least {RUN_TO_RUN:.1%} of the figure; cost per step: of the buckets "
                    f"between the first and the last step reported, each progress line's steps "
                    f"spread over the time since the line before; phase shares: of their stack "
                    f"samples in time order, at least the binomial spread over what they are "

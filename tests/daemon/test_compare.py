@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import re
 import subprocess
@@ -153,6 +154,21 @@ def test_noise_covers_what_changed_within_a_run_between_runs_too():
     # a move past what the windows saw is still a change
     util = _figure(compare.compare(_side(uneven), _side(_noisy(85, 80, 4, 1.0))), "utilization")
     assert util["verdict"] == compare.BETTER, util
+
+
+def test_two_steady_runs_a_little_apart_are_within_noise():
+    """Two runs of the probe's async-checkpoint loop, each steady to 0.6 % on cost per step,
+    differed by 1.7 % and read 'worse': a run's own buckets cannot show what the next run
+    meets, so no side's noise is under compare.STEADY_RUN_TO_RUN of its figure. A move past
+    that is still a change."""
+    before = _noisy(90, 80, 1, 0.5)
+    util = _figure(compare.compare(_side(before), _side(_noisy(88.5, 80, 2, 0.5))),
+                   "utilization")
+    assert util["verdict"] == compare.NOISE, util
+    floor = compare.Z * compare.STEADY_RUN_TO_RUN * math.hypot(util["a"], util["b"])
+    assert util["noise"] >= floor - 1e-9, util
+    util = _figure(compare.compare(_side(before), _side(_noisy(84, 80, 3, 0.5))), "utilization")
+    assert util["verdict"] == compare.WORSE, util
 
 
 def _phase_side(sampled: list[list[str]], outside_s: float = 0.0, label: str = "x",
